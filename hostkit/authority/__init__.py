@@ -1,0 +1,6 @@
+"""Host authority: the only place PrincipalScopes are made."""
+
+from hostkit.authority._operator import OperatorIssuer
+from hostkit.authority._resolver import AuthorityResolver
+
+__all__ = ["AuthorityResolver", "OperatorIssuer"]

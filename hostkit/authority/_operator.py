@@ -1,0 +1,97 @@
+"""Operator issuance: a process-local capability held by the open Host."""
+
+from __future__ import annotations
+
+from hostkit.errors import InvalidValue, ScopeError
+from hostkit.store import RuntimeStore, ScopeMint
+from hostkit.types import PrincipalScope
+
+__all__ = ["OPERATOR_CHANNEL", "OperatorIssuer"]
+
+OPERATOR_CHANNEL = "operator"
+MAX_REASON = 500
+
+
+def audit_reason(reason: object) -> str:
+    """A non-empty, bounded audit reason, or ``ScopeError``."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ScopeError("operator authority requires a non-empty audit reason")
+    if len(reason) > MAX_REASON:
+        raise ScopeError(f"the audit reason is limited to {MAX_REASON} characters")
+    return reason.strip()
+
+
+class OperatorIssuer:
+    """Issues operator scopes while the Host that holds it is open.
+
+    It exists only in memory: reopening the database path creates a new store
+    with no issuer, so a file on disk never enables operator authority. When
+    ``revoke()`` runs (the Host does it in ``finally`` on close), every scope
+    this issuer produced is rejected by the store from then on.
+    """
+
+    def __init__(self, store: RuntimeStore, mint: ScopeMint) -> None:
+        self._store = store
+        self._mint = mint
+        self._grant = mint.open_operator_grant()
+        self._live = True
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    async def issue(
+        self, operator_id: str, *, reason: str, conversation_key: str | None = None
+    ) -> PrincipalScope:
+        """An operator scope for ``operator_id``, audited with ``reason``.
+
+        With ``conversation_key`` the scope is also bound to the operator's own
+        session for that key (created on first use and owned durably by the
+        operator); callers never pass ``allowed_session_ids``.
+        """
+        if not self._live:
+            raise ScopeError("operator issuance was revoked (the Host is closed)")
+        text = audit_reason(reason)
+        if not isinstance(operator_id, str) or not operator_id or len(operator_id) > 128:
+            raise InvalidValue("operator_id must be a non-empty string of at most 128 characters")
+        principal_id = f"operator:{operator_id}"
+        session_id: str | None = None
+        key: str | None = None
+        if conversation_key is not None:
+            key = f"{operator_id}/{conversation_key}"
+            session_id, _ = await self._store.bind_conversation(
+                channel=OPERATOR_CHANNEL,
+                conversation_key=key,
+                principal_id=principal_id,
+                owner_kind="operator",
+            )
+            owner = await self._store.owner_facts(session_id)
+            if owner is None or (owner.owner_kind, owner.principal_id) != (
+                "operator",
+                principal_id,
+            ):
+                raise ScopeError("the operator session is not durably owned by this operator")
+        scope = self._mint.sign(
+            PrincipalScope(
+                principal_id=principal_id,
+                authority="operator",
+                channel=OPERATOR_CHANNEL,
+                conversation_key=key,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id} if session_id else ()),
+                issuer_id=self._mint.issuer_id,
+                grant_id=self._grant,
+            )
+        )
+        await self._store.audit(
+            "principal_scope.operator_issued",
+            scope=scope,
+            session_id=session_id,
+            reason=text,
+        )
+        return scope
+
+    def revoke(self) -> None:
+        """Stop issuing and invalidate every scope issued so far; idempotent."""
+        self._live = False
+        self._mint.revoke_operator_grant(self._grant)

@@ -1,0 +1,155 @@
+"""AuthorityResolver: the only constructor of PrincipalScope."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from hostkit.authority._operator import OPERATOR_CHANNEL, OperatorIssuer
+from hostkit.errors import InvalidValue, ScopeError
+from hostkit.store import RuntimeStore, ScopeMint
+from hostkit.types import ConversationFacts, PrincipalScope, new_id
+
+__all__ = ["AuthorityResolver"]
+
+SCHEDULE_CHANNEL = "schedule"
+AGENT_CHANNEL = "agent"
+# Channels the Host uses for its own bindings; a transport cannot claim them.
+RESERVED_CHANNELS = frozenset({OPERATOR_CHANNEL, SCHEDULE_CHANNEL, AGENT_CHANNEL})
+
+
+class AuthorityResolver:
+    """Derives PrincipalScopes from authenticated facts plus durable bindings.
+
+    Bound to one store open (``AuthorityResolver.bind(store)``); scopes it
+    issues verify only against that store. Transport adapters contribute
+    ``ConversationFacts``; nothing in a payload can produce operator or system
+    authority. Use as an async context manager: closing revokes operator
+    issuance even when another shutdown step fails.
+    """
+
+    def __init__(self, store: RuntimeStore, mint: ScopeMint) -> None:
+        self._store = store
+        self._mint = mint
+        self._issuer: OperatorIssuer | None = None
+        self._issuer_taken = False
+
+    @classmethod
+    def bind(cls, store: RuntimeStore) -> AuthorityResolver:
+        """Bind the one resolver of ``store``; a second bind raises ``ScopeError``."""
+        return cls(store, store.bind_authority())
+
+    async def __aenter__(self) -> AuthorityResolver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Revoke operator issuance; idempotent."""
+        if self._issuer is not None:
+            self._issuer.revoke()
+
+    def operator_issuer(self) -> OperatorIssuer:
+        """The in-memory operator issuer, handed out once (to the Host that owns this store)."""
+        if self._issuer_taken:
+            raise ScopeError("the operator issuer was already taken")
+        self._issuer_taken = True
+        self._issuer = OperatorIssuer(self._store, self._mint)
+        return self._issuer
+
+    def verify(self, scope: object) -> PrincipalScope:
+        """Return ``scope`` if it is a live scope of this store, else ``ScopeError``."""
+        return self._store.verify_scope(scope)
+
+    async def for_conversation(self, facts: ConversationFacts) -> PrincipalScope:
+        """The scope of an authenticated conversation, bound to exactly its session.
+
+        The binding is created atomically on first contact, so concurrent first
+        messages of one conversation resolve to the same session.
+        """
+        if not isinstance(facts, ConversationFacts):
+            raise InvalidValue("ConversationFacts are required")
+        if facts.channel in RESERVED_CHANNELS:
+            raise ScopeError(f"channel {facts.channel!r} is reserved for the Host")
+        principal_id = f"{facts.channel}:{facts.principal_key}"
+        session_id, _ = await self._store.bind_conversation(
+            channel=facts.channel,
+            conversation_key=facts.conversation_key,
+            principal_id=principal_id,
+        )
+        owner = await self._store.owner_facts(session_id)
+        if owner is None or owner.owner_kind != "conversation":
+            raise ScopeError("the conversation's session has no durable conversation owner")
+        return self._mint.sign(
+            PrincipalScope(
+                principal_id=principal_id,
+                authority="conversation",
+                channel=facts.channel,
+                conversation_key=facts.conversation_key,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id}),
+                issuer_id=self._mint.issuer_id,
+            )
+        )
+
+    async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:
+        """System authority limited to one scheduled run's own session (idempotent per run)."""
+        for name, value in (("schedule_id", schedule_id), ("run_id", run_id)):
+            if not isinstance(value, str) or not value or len(value) > 128:
+                raise InvalidValue(f"{name} must be a non-empty string of at most 128 characters")
+        principal_id = f"schedule:{schedule_id}"
+        key = f"{schedule_id}/{run_id}"
+        session_id, _ = await self._store.bind_conversation(
+            channel=SCHEDULE_CHANNEL,
+            conversation_key=key,
+            principal_id=principal_id,
+            owner_kind="system",
+        )
+        return self._mint.sign(
+            PrincipalScope(
+                principal_id=principal_id,
+                authority="system",
+                channel=SCHEDULE_CHANNEL,
+                conversation_key=key,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id}),
+                issuer_id=self._mint.issuer_id,
+            )
+        )
+
+    async def for_child_agent(
+        self, parent: PrincipalScope, *, parent_turn_id: str, agent: str
+    ) -> PrincipalScope:
+        """A delegated-agent scope owning a fresh child session, and nothing of the parent's.
+
+        The parent scope must verify and own its session; lineage (parent
+        session and turn) is recorded on the child's immutable owner row.
+        """
+        self.verify(parent)
+        if parent.session_id is None:
+            raise ScopeError("a child agent needs a parent scope bound to a session")
+        if not isinstance(agent, str) or not agent or len(agent) > 128:
+            raise InvalidValue("agent must be a non-empty string of at most 128 characters")
+        principal_id = f"agent:{agent}:{new_id('child')}"
+        session_id = await self._store.create_session(
+            owner_kind="delegated_agent",
+            principal_id=principal_id,
+            parent_session_id=parent.session_id,
+            parent_turn_id=parent_turn_id,
+        )
+        return self._mint.sign(
+            PrincipalScope(
+                principal_id=principal_id,
+                authority="delegated_agent",
+                channel=AGENT_CHANNEL,
+                conversation_key=None,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id}),
+                issuer_id=self._mint.issuer_id,
+            )
+        )

@@ -1,0 +1,176 @@
+"""The one hostkit error tree.
+
+Every failure hostkit raises on purpose is a ``HostkitError``. Errors from
+sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
+``from`` the original, with a bounded, redacted message::
+
+    HostkitError
+    ├── UserError                  misuse by the caller; fix the call, do not retry
+    │   ├── ConfigError            a bad configuration value (names the key)
+    │   ├── InvalidValue           a contract value failed validation
+    │   └── ScopeError             forged, foreign, revoked or under-specified authority
+    ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
+    ├── TurnRejected               validation/authority failure before turn.started
+    └── RuntimeFailure             the runtime could not do its job
+        ├── StoreError             the database failed (``retryable`` says if a retry may help)
+        │   ├── StoreClosed
+        │   └── MigrationError     names the database, the backup and the restore action
+        └── TurnInfrastructureError  no trustworthy terminal record (outcome "indeterminate")
+
+Retryability is an attribute (``error.retryable``), not a subclass, so callers
+branch on one flag whatever the concrete error is.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "ConfigError",
+    "HostkitError",
+    "InvalidValue",
+    "MigrationError",
+    "NotFoundOrUnauthorized",
+    "RuntimeFailure",
+    "ScopeError",
+    "StoreClosed",
+    "StoreError",
+    "TurnInfrastructureError",
+    "TurnRejected",
+    "UserError",
+    "bounded",
+]
+
+MESSAGE_LIMIT = 500
+
+# Field names whose values never belong in an error message.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b(api[_-]?key|token|secret|password|passwd|authorization|cookie|proof)"
+    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+)
+_BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
+
+
+def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
+    """Return ``text`` as a single-line, secret-redacted string of at most ``limit`` chars.
+
+    Messages end up in logs, widgets and HTTP responses; an unbounded message
+    (a whole SQL row, a provider body) is both a leak and a denial of service.
+    """
+    value = str(text).replace("\r", " ").replace("\n", " ")
+    value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
+    value = _BEARER.sub("Bearer [redacted]", value)
+    if len(value) > limit:
+        value = value[: max(0, limit - 1)] + "…"
+    return value
+
+
+class HostkitError(Exception):
+    """Root of every error hostkit raises on purpose."""
+
+    retryable: bool = False
+    message_limit: int = MESSAGE_LIMIT
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        self.message = bounded(message, self.message_limit)
+        if retryable is not None:
+            self.retryable = retryable
+        super().__init__(self.message)
+
+
+class UserError(HostkitError):
+    """The caller misused an interface; retrying the same call cannot help."""
+
+
+class ConfigError(UserError):
+    """A configuration value is invalid; the message names the offending key."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class InvalidValue(UserError):
+    """A contract value failed validation (bad shape, out of bounds, disagreeing bindings)."""
+
+
+class ScopeError(UserError):
+    """A PrincipalScope was forged, issued by another store, revoked, or under-specified."""
+
+
+class NotFoundOrUnauthorized(HostkitError):
+    """The single external answer for "does not exist" and "is not yours".
+
+    The real reason is recorded in the Host-only audit, never in this message,
+    so the answer does not leak whether another owner's object exists.
+    """
+
+    def __init__(self, kind: str = "object") -> None:
+        self.kind = bounded(kind, 40)
+        super().__init__(f"{self.kind} not found")
+
+
+class TurnRejected(HostkitError):
+    """A turn request failed validation, authentication or admission before turn.started."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = bounded(reason)
+        super().__init__(f"turn rejected: {self.reason}")
+
+
+class RuntimeFailure(HostkitError):
+    """The runtime could not complete an operation that was valid."""
+
+
+class StoreError(RuntimeFailure):
+    """The runtime store failed; ``retryable`` says whether the same call may succeed later."""
+
+
+class StoreClosed(StoreError):
+    """The store was used after ``aclose()``."""
+
+    def __init__(self) -> None:
+        super().__init__("runtime store is closed")
+
+
+class MigrationError(StoreError):
+    """A schema upgrade did not happen; the old database is untouched.
+
+    ``database`` and ``backup`` are absolute paths (``backup`` may be None when
+    no backup was taken yet) and ``restore`` is the exact action to restore.
+    """
+
+    # Room for three absolute paths after a bounded cause.
+    message_limit = 4 * MESSAGE_LIMIT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        database: str,
+        backup: str | None = None,
+        restore: str | None = None,
+    ) -> None:
+        self.database = database
+        self.backup = backup
+        self.restore = restore
+        parts = [bounded(message), f"database: {database}"]
+        if backup:
+            parts.append(f"backup: {backup}")
+        if restore:
+            parts.append(f"restore: {restore}")
+        super().__init__("; ".join(parts))
+
+
+class TurnInfrastructureError(RuntimeFailure):
+    """No trustworthy terminal record could be written for a turn.
+
+    Callers must not infer success or retry non-idempotent work from it.
+    """
+
+    outcome = "indeterminate"
+
+    def __init__(self, request_id: str, *, durable_result_ref: str | None = None) -> None:
+        self.request_id = request_id
+        self.durable_result_ref = durable_result_ref
+        super().__init__(f"turn {bounded(request_id, 80)} has no trustworthy terminal record")

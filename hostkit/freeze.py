@@ -1,0 +1,102 @@
+"""Deep immutability for contract values.
+
+A frozen dataclass that holds a ``dict`` is not immutable: anyone holding the
+value can change what every other holder sees. ``freeze`` converts nested
+mappings, sequences and sets into ``FrozenMap``, ``tuple`` and ``frozenset``
+on construction, and refuses objects whose mutability it cannot vouch for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator, Mapping, Set
+from typing import Any, NoReturn
+
+__all__ = ["FrozenMap", "freeze", "thaw"]
+
+_SCALARS = (str, int, float, bool, bytes, type(None), enum.Enum)
+
+
+class FrozenMap(Mapping[str, Any]):
+    """An immutable, hashable mapping whose values are themselves frozen."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[Any, Any] | None = None) -> None:
+        frozen = {_freeze_key(k): freeze(v) for k, v in (data or {}).items()}
+        object.__setattr__(self, "_data", frozen)
+        object.__setattr__(self, "_hash", None)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
+        return self._hash  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._data) == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("FrozenMap is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("FrozenMap is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (dict(self._data),))
+
+
+def _freeze_key(key: Any) -> Any:
+    if not isinstance(key, _SCALARS):
+        raise TypeError(f"mapping keys must be scalars, not {type(key).__name__}")
+    return key
+
+
+def freeze(value: Any) -> Any:
+    """Return a deeply immutable equivalent of ``value``.
+
+    Mappings become ``FrozenMap``, lists and tuples become tuples, sets become
+    frozensets, ``bytearray`` becomes ``bytes``. Frozen dataclasses are trusted
+    to have frozen themselves. Anything else raises ``TypeError``: an unknown
+    object may be mutable, and a contract value must not carry one.
+    """
+    if isinstance(value, (FrozenMap, *_SCALARS)):
+        return value
+    if isinstance(value, Mapping):
+        return FrozenMap(value)
+    if isinstance(value, list | tuple):
+        return tuple(freeze(item) for item in value)
+    if isinstance(value, Set):
+        return frozenset(freeze(item) for item in value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        if params is not None and params.frozen:
+            return value
+    raise TypeError(f"cannot freeze a value of type {type(value).__name__}")
+
+
+def thaw(value: Any) -> Any:
+    """Return a JSON-ready copy of a frozen value (mappings to dicts, sequences to lists)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [thaw(item) for item in value]
+    if isinstance(value, frozenset | set):
+        return sorted((thaw(item) for item in value), key=repr)
+    return value

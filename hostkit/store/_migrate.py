@@ -1,0 +1,181 @@
+"""Forward schema upgrades: verified backup first, then one transaction.
+
+Runs synchronously on the writer connection's thread (one hop from the event
+loop). The order is the contract's: take an online backup, check it with
+``PRAGMA integrity_check``, then migrate every pending step in one
+transaction. Any failure rolls back and leaves the original file as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostkit.errors import MigrationError
+from hostkit.store._schema import APPLICATION_ID, Migration
+
+__all__ = ["MigrationReport", "logical_fingerprint", "upgrade"]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationReport:
+    """What ``upgrade`` did: versions before/after and the backup it used, if any."""
+
+    from_version: int
+    to_version: int
+    backup: Path | None
+    backup_reused: bool
+
+
+def logical_fingerprint(conn: sqlite3.Connection) -> str:
+    """A digest of the database's logical content (schema, rows, header pragmas).
+
+    Two files with the same fingerprint hold the same data even if their page
+    layout differs, which is what "this backup is of the current database" means.
+    """
+    digest = hashlib.sha256()
+    for pragma in ("user_version", "application_id"):
+        digest.update(f"{pragma}={conn.execute(f'PRAGMA {pragma}').fetchone()[0]}\n".encode())
+    for line in conn.iterdump():
+        digest.update(line.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _user_tables(conn: sqlite3.Connection) -> int:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    ).fetchone()
+    return int(row[0])
+
+
+def _restore_action(database: Path, backup: Path) -> str:
+    return (
+        f"stop every hostkit process, copy {backup} to {database}, "
+        f"and delete {database}-wal and {database}-shm if present"
+    )
+
+
+def _integrity_ok(path: Path) -> bool:
+    conn = sqlite3.connect(str(path))
+    try:
+        rows = conn.execute("PRAGMA integrity_check").fetchall()
+        return rows == [("ok",)]
+    except sqlite3.DatabaseError:
+        return False
+    finally:
+        conn.close()
+
+
+def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bool:
+    """Take (or reuse) a verified backup of ``conn``; return True when reused."""
+    if backup.exists():
+        if not _integrity_ok(backup):
+            raise MigrationError(
+                "an existing backup failed PRAGMA integrity_check; move it away and retry",
+                database=str(database),
+                backup=str(backup),
+            )
+        existing = sqlite3.connect(str(backup))
+        try:
+            matches = logical_fingerprint(existing) == logical_fingerprint(conn)
+        finally:
+            existing.close()
+        if not matches:
+            raise MigrationError(
+                "an existing backup is stale (it does not match the current database); "
+                "nothing was migrated. Move the stale backup away, or restore it if the "
+                "current database is the wrong one, then retry",
+                database=str(database),
+                backup=str(backup),
+                restore=_restore_action(database, backup),
+            )
+        return True
+    partial = backup.with_name(backup.name + ".partial")
+    partial.unlink(missing_ok=True)
+    target = sqlite3.connect(str(partial))
+    try:
+        conn.backup(target)
+        # A standalone file: no -wal/-shm companions needed to read it.
+        target.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        target.close()
+    if not _integrity_ok(partial):
+        partial.unlink(missing_ok=True)
+        raise MigrationError(
+            "the new backup failed PRAGMA integrity_check; nothing was migrated",
+            database=str(database),
+        )
+    with open(partial, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, backup)
+    _fsync_dir(backup.parent)
+    return False
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(str(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def upgrade(
+    conn: sqlite3.Connection, *, database: Path, migrations: Sequence[Migration]
+) -> MigrationReport:
+    """Bring ``conn`` to the last version in ``migrations`` or raise ``MigrationError``."""
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(migrations) + 1)):
+        raise MigrationError(
+            "migrations must be numbered 1..N without gaps", database=str(database)
+        )
+    latest = versions[-1]
+    current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if current == latest:
+        return MigrationReport(current, current, None, False)
+    if current > latest:
+        raise MigrationError(
+            f"the database is at schema v{current}, newer than this hostkit (v{latest}); "
+            "upgrade hostkit instead",
+            database=str(database),
+        )
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    fresh = current == 0 and _user_tables(conn) == 0
+    if not fresh and app_id != APPLICATION_ID:
+        raise MigrationError("this file is not a hostkit database", database=str(database))
+
+    backup: Path | None = None
+    reused = False
+    if not fresh:
+        backup = database.with_name(f"{database.name}.v{current}.backup")
+        reused = _ensure_backup(conn, database, backup)
+
+    step = migrations[current]
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for step in migrations[current:]:
+            for statement in step.statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {latest}")
+        problems = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if problems:
+            raise sqlite3.IntegrityError(f"{len(problems)} foreign key violations after migration")
+        conn.execute("COMMIT")
+    except Exception as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise MigrationError(
+            f"migration to v{step.version} ({step.name}) failed and was rolled back; "
+            f"the database is unchanged at v{current}: {type(exc).__name__}: {exc}",
+            database=str(database),
+            backup=str(backup) if backup else None,
+            restore=_restore_action(database, backup) if backup else None,
+        ) from exc
+    return MigrationReport(current, latest, backup, reused)

@@ -1,0 +1,270 @@
+"""Owner predicates and owned queries, executed in SQL on the database thread.
+
+Every detail, list and write applies its owner predicate inside the SQL
+statement that touches the row; nothing fetches a global row by id and checks
+ownership afterwards. Conversation, system and delegated scopes name a bounded
+set of sessions; operators use a relational predicate over ``session_owners``
+(every owned, non-legacy session), never an unbounded bind list.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from hostkit.errors import InvalidValue
+from hostkit.types import MessageRecord, Page, PrincipalScope, SessionRecord, TaskRecord, new_id
+
+__all__ = [
+    "DenialReason",
+    "append_message",
+    "create_task",
+    "decode_cursor",
+    "denial_reason",
+    "encode_cursor",
+    "get_session",
+    "get_task",
+    "list_messages",
+    "list_sessions",
+    "list_tasks",
+    "now",
+    "owner_predicate",
+    "task_record",
+    "session_authorized",
+]
+
+DenialReason = Literal["missing", "unauthorized", "missing_durable_owner", "legacy_repair_required"]
+
+_SESSION_COLUMNS = (
+    "s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
+    "o.parent_session_id, o.parent_turn_id"
+)
+_TASK_COLUMNS = "t.task_id, t.session_id, t.kind, t.status, t.detail, t.created_at, t.updated_at"
+
+
+def now(conn: sqlite3.Connection) -> str:
+    """The database clock as ISO-8601 UTC with milliseconds."""
+    return str(conn.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0])
+
+
+def owner_predicate(scope: PrincipalScope, owner: str = "o") -> tuple[str, list[Any]]:
+    """SQL over ``session_owners AS owner`` that is true exactly for the scope's sessions."""
+    if scope.authority == "operator":
+        return f"{owner}.owner_kind != 'legacy_local'", []
+    allowed = sorted(scope.allowed_session_ids)
+    marks = ",".join("?" * len(allowed))
+    if scope.authority == "conversation":
+        clause = (
+            f"{owner}.owner_kind = 'conversation' AND {owner}.channel = ? "
+            f"AND {owner}.conversation_key = ?"
+        )
+        params: list[Any] = [scope.channel, scope.conversation_key]
+    else:
+        clause = f"{owner}.owner_kind = ? AND {owner}.principal_id = ?"
+        params = [scope.authority, scope.principal_id]
+    return f"({clause} AND {owner}.session_id IN ({marks}))", [*params, *allowed]
+
+
+def encode_cursor(row_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps([row_id]).encode()).decode()
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    try:
+        (row_id,) = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        if not isinstance(row_id, int) or row_id < 0:
+            raise ValueError
+        return row_id
+    except (ValueError, TypeError) as exc:
+        raise InvalidValue("cursor is not one this store issued") from exc
+
+
+def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(*row)
+
+
+def task_record(row: tuple[Any, ...]) -> TaskRecord:
+    task_id, session_id, kind, status, detail, created_at, updated_at = row
+    return TaskRecord(task_id, session_id, kind, status, json.loads(detail), created_at, updated_at)
+
+
+def session_authorized(conn: sqlite3.Connection, scope: PrincipalScope, session_id: str) -> bool:
+    where, params = owner_predicate(scope)
+    row = conn.execute(
+        f"SELECT 1 FROM session_owners o WHERE o.session_id = ? AND {where}",
+        [session_id, *params],
+    ).fetchone()
+    return row is not None
+
+
+def get_session(
+    conn: sqlite3.Connection, scope: PrincipalScope, session_id: str
+) -> SessionRecord | None:
+    where, params = owner_predicate(scope)
+    row = conn.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions s "
+        f"JOIN session_owners o ON o.session_id = s.session_id "
+        f"WHERE s.session_id = ? AND {where}",
+        [session_id, *params],
+    ).fetchone()
+    return _session(row) if row else None
+
+
+def list_sessions(
+    conn: sqlite3.Connection, scope: PrincipalScope, *, cursor: str | None, limit: int
+) -> Page[SessionRecord]:
+    where, params = owner_predicate(scope)
+    before = decode_cursor(cursor)
+    rows = conn.execute(
+        f"SELECT s.id, {_SESSION_COLUMNS} FROM sessions s "
+        f"JOIN session_owners o ON o.session_id = s.session_id "
+        f"WHERE {where} AND s.id < ? ORDER BY s.id DESC LIMIT ?",
+        [*params, before if before is not None else 2**63 - 1, limit + 1],
+    ).fetchall()
+    return _page(rows, limit, _session)
+
+
+def _page(rows: list[Any], limit: int, build: Any) -> Page[Any]:
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = tuple(build(row[1:]) for row in rows)
+    return Page(items, encode_cursor(rows[-1][0]) if more and rows else None)
+
+
+def list_messages(
+    conn: sqlite3.Connection,
+    scope: PrincipalScope,
+    session_id: str,
+    *,
+    after_seq: int,
+    cursor: str | None,
+    limit: int,
+) -> Page[MessageRecord] | None:
+    """A page of ``session_id``'s messages in seq order, or None when not authorized."""
+    if not session_authorized(conn, scope, session_id):
+        return None
+    if cursor is not None:
+        after_seq = decode_cursor(cursor) or 0
+    rows = conn.execute(
+        "SELECT message_id, session_id, seq, role, content, turn_id, created_at "
+        "FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        [session_id, after_seq, limit + 1],
+    ).fetchall()
+    more = len(rows) > limit
+    items = tuple(
+        MessageRecord(mid, sid, seq, role, json.loads(content), turn_id, created_at)
+        for mid, sid, seq, role, content, turn_id, created_at in rows[:limit]
+    )
+    return Page(items, encode_cursor(items[-1].seq) if more and items else None)
+
+
+def append_message(
+    conn: sqlite3.Connection,
+    scope: PrincipalScope,
+    session_id: str,
+    *,
+    role: str,
+    content: Mapping[str, Any],
+    turn_id: str | None,
+) -> MessageRecord | None:
+    """Append to an owned session's transcript; None when the scope does not own it."""
+    where, params = owner_predicate(scope)
+    message_id = new_id("msg")
+    created_at = now(conn)
+    body = json.dumps(content, separators=(",", ":"), sort_keys=True)
+    cursor = conn.execute(
+        "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
+        "SELECT ?, o.session_id, "
+        "COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = o.session_id), 0) + 1, "
+        f"?, ?, ?, ? FROM session_owners o WHERE o.session_id = ? AND {where}",
+        [message_id, role, body, turn_id, created_at, session_id, *params],
+    )
+    if cursor.rowcount != 1:
+        return None
+    seq = conn.execute("SELECT seq FROM messages WHERE message_id = ?", [message_id]).fetchone()[0]
+    return MessageRecord(message_id, session_id, seq, role, content, turn_id, created_at)
+
+
+def get_task(conn: sqlite3.Connection, scope: PrincipalScope, task_id: str) -> TaskRecord | None:
+    where, params = owner_predicate(scope)
+    row = conn.execute(
+        f"SELECT {_TASK_COLUMNS} FROM tasks t "
+        f"JOIN session_owners o ON o.session_id = t.session_id WHERE t.task_id = ? AND {where}",
+        [task_id, *params],
+    ).fetchone()
+    return task_record(row) if row else None
+
+
+def list_tasks(
+    conn: sqlite3.Connection,
+    scope: PrincipalScope,
+    *,
+    session_id: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[TaskRecord]:
+    where, params = owner_predicate(scope)
+    before = decode_cursor(cursor)
+    session_clause = "AND t.session_id = ?" if session_id is not None else ""
+    session_params = [session_id] if session_id is not None else []
+    rows = conn.execute(
+        f"SELECT t.id, {_TASK_COLUMNS} FROM tasks t "
+        f"JOIN session_owners o ON o.session_id = t.session_id "
+        f"WHERE {where} {session_clause} AND t.id < ? ORDER BY t.id DESC LIMIT ?",
+        [*params, *session_params, before if before is not None else 2**63 - 1, limit + 1],
+    ).fetchall()
+    return _page(rows, limit, task_record)
+
+
+def create_task(
+    conn: sqlite3.Connection,
+    scope: PrincipalScope,
+    session_id: str,
+    *,
+    kind: str,
+    detail: Mapping[str, Any],
+) -> TaskRecord | None:
+    where, params = owner_predicate(scope)
+    task_id = new_id("task")
+    created_at = now(conn)
+    body = json.dumps(detail, separators=(",", ":"), sort_keys=True)
+    cursor = conn.execute(
+        "INSERT INTO tasks (task_id, session_id, kind, status, detail, created_at, updated_at) "
+        f"SELECT ?, o.session_id, ?, 'pending', ?, ?, ? FROM session_owners o "
+        f"WHERE o.session_id = ? AND {where}",
+        [task_id, kind, body, created_at, created_at, session_id, *params],
+    )
+    if cursor.rowcount != 1:
+        return None
+    return TaskRecord(task_id, session_id, kind, "pending", detail, created_at, created_at)
+
+
+def denial_reason(
+    conn: sqlite3.Connection, kind: Literal["session", "task"], object_id: str
+) -> DenialReason:
+    """Why an exact owned lookup found nothing: recorded in the Host-only audit only."""
+    if kind == "task":
+        row = conn.execute("SELECT session_id FROM tasks WHERE task_id = ?", [object_id]).fetchone()
+        if row is None:
+            return "missing"
+        session_id = row[0]
+    else:
+        session_id = object_id
+        if (
+            conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", [session_id]).fetchone()
+            is None
+        ):
+            return "missing"
+    owner = conn.execute(
+        "SELECT owner_kind FROM session_owners WHERE session_id = ?", [session_id]
+    ).fetchone()
+    if owner is None:
+        return "missing_durable_owner"
+    if owner[0] == "legacy_local":
+        return "legacy_repair_required"
+    return "unauthorized"

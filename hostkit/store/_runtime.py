@@ -1,0 +1,533 @@
+"""RuntimeStore: the transactional source of truth, on one SQLite file."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import anyio
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
+from hostkit.store import _owned, _sessions
+from hostkit.store._connection import DbConnection, Synchronous, open_connection
+from hostkit.store._migrate import MigrationReport, upgrade
+from hostkit.store._schema import MIGRATIONS, Migration
+from hostkit.store._scopes import ScopeKeys, ScopeMint
+from hostkit.store._sessions import OwnerFacts
+from hostkit.store._writer import GroupCommitWriter, map_sqlite_error
+from hostkit.types import (
+    AuditRecord,
+    LegacyRepairView,
+    MessageRecord,
+    OwnerKind,
+    Page,
+    PrincipalScope,
+    SessionRecord,
+    TaskRecord,
+)
+
+__all__ = ["RuntimeStore", "Transaction"]
+
+T = TypeVar("T")
+
+MAX_PAGE = 500
+MAX_REASON = 500
+_SYNCHRONOUS = ("EXTRA", "FULL", "NORMAL")
+
+
+def _check_limit(limit: int) -> int:
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidValue(f"limit must be between 1 and {MAX_PAGE}")
+    return limit
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ScopeError("a non-empty audit reason is required")
+    if len(reason) > MAX_REASON:
+        raise ScopeError(f"the audit reason is limited to {MAX_REASON} characters")
+    return reason.strip()
+
+
+class Transaction:
+    """An interactive write transaction: each call is one hop to the database thread.
+
+    Prefer ``RuntimeStore.write(fn)`` (one hop for the whole transaction, and
+    shared commits); use this when a transaction must await other work between
+    statements. ``run(fn)`` executes a whole function inside this transaction.
+    """
+
+    def __init__(self, conn: DbConnection) -> None:
+        self._conn = conn
+        self._open = True
+
+    def _check(self) -> None:
+        if not self._open:
+            raise InvalidValue("the transaction has ended")
+
+    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
+        """Execute one statement; return its row count."""
+        return await self.run(lambda raw: raw.execute(sql, parameters).rowcount)
+
+    async def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return await self.run(lambda raw: raw.execute(sql, parameters).fetchall())
+
+    async def fetchone(self, sql: str, parameters: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return await self.run(lambda raw: raw.execute(sql, parameters).fetchone())
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._check()
+        try:
+            return await self._conn.run(fn)
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, "statement") from exc
+
+
+class RuntimeStore:
+    """One SQLite database (WAL) through aiosqlite: migrations, writes, owned queries.
+
+    All writes go through one writer connection with group commit; reads use a
+    separate query-only connection and see the last committed state. Every
+    owned query verifies that the scope was issued by *this* open of the store
+    and applies the owner predicate in SQL.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        writer: DbConnection,
+        reader: DbConnection,
+        *,
+        report: MigrationReport,
+        max_batch: int,
+        lock_timeout_s: float,
+    ) -> None:
+        self.path = path
+        self.migration = report
+        self._writer_conn = writer
+        self._reader = reader
+        self._writer = GroupCommitWriter(writer, max_batch=max_batch, lock_timeout_s=lock_timeout_s)
+        self._keys = ScopeKeys()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        migrations: Sequence[Migration] = MIGRATIONS,
+        busy_timeout_s: float = 5.0,
+        max_batch: int = 64,
+        lock_timeout_s: float = 30.0,
+    ) -> RuntimeStore:
+        """Open (creating or upgrading) the database at ``path``.
+
+        ``synchronous`` trades durability for commit speed (WAL mode):
+
+        - ``"FULL"`` (default): a commit is on disk before ``write`` returns;
+          survives a process crash and a power loss. Use for anything the
+          contracts call durable (inbound envelopes, turn terminal states).
+        - ``"NORMAL"``: survives a process crash, but the last commits before a
+          power loss or OS crash may be rolled back (the file stays consistent).
+        - ``"EXTRA"``: like FULL, also syncing the directory after WAL resets.
+
+        Raises ``MigrationError`` if an upgrade cannot happen; the old file is
+        then unchanged and the error names the backup and the restore action.
+        """
+        if synchronous not in _SYNCHRONOUS:
+            raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        database = Path(await (await anyio.Path(path).expanduser()).resolve())
+        busy_ms = int(busy_timeout_s * 1000)
+        writer = await open_connection(database, synchronous=synchronous, busy_timeout_ms=busy_ms)
+        reader: DbConnection | None = None
+        try:
+            report = await writer.run(
+                lambda raw: upgrade(raw, database=database, migrations=migrations)
+            )
+            reader = await open_connection(
+                database, synchronous=synchronous, busy_timeout_ms=busy_ms, query_only=True
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if reader is not None:
+                    await reader.close()
+                await writer.close()
+            raise
+        return cls(
+            database,
+            writer,
+            reader,
+            report=report,
+            max_batch=max_batch,
+            lock_timeout_s=lock_timeout_s,
+        )
+
+    async def __aenter__(self) -> RuntimeStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close both connections; idempotent. Scopes issued by this open stop verifying."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._keys.close()
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    # Let an in-flight batch finish before the connection goes away.
+                    async with self._writer.exclusive():
+                        pass
+                finally:
+                    try:
+                        await self._reader.close()
+                    finally:
+                        await self._writer_conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- transactions ----------------------------------------------------------------
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the database thread in a committed transaction; one hop.
+
+        Concurrent calls may share one commit; each runs in its own savepoint,
+        so an exception from ``fn`` rolls back only ``fn``'s statements and is
+        re-raised here. sqlite errors become ``StoreError`` (see ``retryable``).
+        """
+        if self._closed:
+            raise StoreClosed()
+        try:
+            return await self._writer.submit(fn)
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, "write") from exc
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one read transaction (a consistent snapshot); one hop."""
+        if self._closed:
+            raise StoreClosed()
+
+        def snapshot(raw: sqlite3.Connection) -> T:
+            raw.execute("BEGIN")
+            try:
+                return fn(raw)
+            finally:
+                raw.execute("COMMIT")
+
+        try:
+            return await self._reader.run(snapshot)
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, "read") from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """``async with store.transaction() as tx:`` — commit on exit, roll back on error."""
+        if self._closed:
+            raise StoreClosed()
+        async with self._writer.exclusive() as conn:
+            tx = Transaction(conn)
+            await tx.execute("BEGIN IMMEDIATE")
+            try:
+                yield tx
+            except BaseException:
+                tx._open = False
+                with anyio.CancelScope(shield=True):
+                    await conn.run(lambda raw: raw.in_transaction and raw.execute("ROLLBACK"))
+                raise
+            tx._open = False
+            with anyio.CancelScope(shield=True):
+                try:
+                    await conn.run(lambda raw: raw.execute("COMMIT"))
+                except sqlite3.Error as exc:
+                    await conn.run(lambda raw: raw.in_transaction and raw.execute("ROLLBACK"))
+                    raise map_sqlite_error(exc, "commit") from exc
+
+    # -- authority -------------------------------------------------------------------
+
+    def bind_authority(self) -> ScopeMint:
+        """Hand the scope-signing capability to the one AuthorityResolver of this open.
+
+        A second call raises ``ScopeError``: there is exactly one scope issuer per
+        store open, and reopening the file yields a new store with a new key.
+        """
+        if self._closed:
+            raise StoreClosed()
+        return self._keys.take_mint()
+
+    def verify_scope(self, scope: object) -> PrincipalScope:
+        """Return ``scope`` if this open issued it and it is still live; else ``ScopeError``."""
+        return self._keys.verify(scope)
+
+    # -- durable ownership facts (grant nothing; used by the AuthorityResolver) --------
+
+    async def bind_conversation(
+        self,
+        *,
+        channel: str,
+        conversation_key: str,
+        principal_id: str,
+        owner_kind: OwnerKind = "conversation",
+    ) -> tuple[str, bool]:
+        """Atomically resolve or create a conversation's session; returns (session, created)."""
+        return await self.write(
+            lambda raw: _sessions.bind_conversation(
+                raw,
+                channel=channel,
+                conversation_key=conversation_key,
+                principal_id=principal_id,
+                owner_kind=owner_kind,
+            )
+        )
+
+    async def create_session(
+        self,
+        *,
+        owner_kind: OwnerKind,
+        principal_id: str,
+        parent_session_id: str | None = None,
+        parent_turn_id: str | None = None,
+        title: str | None = None,
+    ) -> str:
+        """Create an unbound session with its owner row (children, scheduled runs)."""
+        return await self.write(
+            lambda raw: _sessions.create_session(
+                raw,
+                owner_kind=owner_kind,
+                principal_id=principal_id,
+                parent_session_id=parent_session_id,
+                parent_turn_id=parent_turn_id,
+                title=title,
+            )
+        )
+
+    async def owner_facts(self, session_id: str) -> OwnerFacts | None:
+        return await self.read(lambda raw: _sessions.owner_facts(raw, session_id))
+
+    async def audit(self, kind: str, **fields: Any) -> int:
+        """Append a Host-only audit row (see ``_sessions.insert_audit`` for fields)."""
+        return await self.write(lambda raw: _sessions.insert_audit(raw, kind, **fields))
+
+    async def read_audit(
+        self,
+        scope: PrincipalScope,
+        *,
+        kind: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> tuple[AuditRecord, ...]:
+        """Host-only audit rows, in order; requires a live operator scope."""
+        self._require_operator(scope)
+        _check_limit(limit)
+        return await self.read(
+            lambda raw: _sessions.read_audit(raw, kind=kind, after_id=after_id, limit=limit)
+        )
+
+    # -- owned queries ---------------------------------------------------------------
+
+    async def _owned(
+        self,
+        scope: PrincipalScope,
+        kind: Literal["session", "task"],
+        object_id: str,
+        fn: Callable[[sqlite3.Connection], T | None],
+        *,
+        write: bool = False,
+    ) -> T:
+        """Run an owned operation; on a miss, audit the real reason and raise the shared answer."""
+        self.verify_scope(scope)
+        result = await (self.write(fn) if write else self.read(fn))
+        if result is not None:
+            return result
+
+        def record_denial(raw: sqlite3.Connection) -> None:
+            reason = _owned.denial_reason(raw, kind, object_id)
+            _sessions.insert_audit(
+                raw,
+                "principal_scope.owner_lookup_denied",
+                scope=scope,
+                subject=f"{kind}:{object_id}"[:300],
+                reason=reason,
+            )
+
+        await self.write(record_denial)
+        raise NotFoundOrUnauthorized(kind)
+
+    async def get_session(self, scope: PrincipalScope, session_id: str) -> SessionRecord:
+        """One owned session, or ``NotFoundOrUnauthorized`` (same answer for both cases)."""
+        return await self._owned(
+            scope, "session", session_id, lambda raw: _owned.get_session(raw, scope, session_id)
+        )
+
+    async def list_sessions(
+        self, scope: PrincipalScope, *, cursor: str | None = None, limit: int = 50
+    ) -> Page[SessionRecord]:
+        """The scope's sessions, newest first, keyset-paginated."""
+        self.verify_scope(scope)
+        _check_limit(limit)
+        return await self.read(
+            lambda raw: _owned.list_sessions(raw, scope, cursor=cursor, limit=limit)
+        )
+
+    async def list_messages(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[MessageRecord]:
+        """An owned session's messages in order, starting after ``after_seq`` (or ``cursor``)."""
+        _check_limit(limit)
+        return await self._owned(
+            scope,
+            "session",
+            session_id,
+            lambda raw: _owned.list_messages(
+                raw, scope, session_id, after_seq=after_seq, cursor=cursor, limit=limit
+            ),
+        )
+
+    async def append_message(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        role: str,
+        content: Mapping[str, Any],
+        turn_id: str | None = None,
+    ) -> MessageRecord:
+        """Append to an owned session's transcript (owner predicate inside the INSERT)."""
+        return await self._owned(
+            scope,
+            "session",
+            session_id,
+            lambda raw: _owned.append_message(
+                raw, scope, session_id, role=role, content=content, turn_id=turn_id
+            ),
+            write=True,
+        )
+
+    async def get_task(self, scope: PrincipalScope, task_id: str) -> TaskRecord:
+        return await self._owned(
+            scope, "task", task_id, lambda raw: _owned.get_task(raw, scope, task_id)
+        )
+
+    async def list_tasks(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page[TaskRecord]:
+        """The scope's tasks (optionally of one session), newest first."""
+        self.verify_scope(scope)
+        _check_limit(limit)
+        return await self.read(
+            lambda raw: _owned.list_tasks(
+                raw, scope, session_id=session_id, cursor=cursor, limit=limit
+            )
+        )
+
+    async def create_task(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        kind: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> TaskRecord:
+        """Create a pending task in an owned session."""
+        return await self._owned(
+            scope,
+            "session",
+            session_id,
+            lambda raw: _owned.create_task(raw, scope, session_id, kind=kind, detail=detail or {}),
+            write=True,
+        )
+
+    def _require_operator(self, scope: PrincipalScope) -> None:
+        self.verify_scope(scope)
+        if scope.authority != "operator":
+            raise ScopeError("this operation requires operator authority")
+
+    async def query_legacy_for_repair(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        reason: str,
+    ) -> LegacyRepairView:
+        """The only path to rows with missing or ambiguous ownership.
+
+        Requires a live operator scope, exactly one exact id and a bounded
+        reason; every access is audited as ``principal_scope.legacy_repair_accessed``.
+        Rows with a normal owner are not served here (use the owned queries).
+        """
+        self._require_operator(scope)
+        text = _check_reason(reason)
+        if (session_id is None) == (task_id is None):
+            raise InvalidValue("give exactly one of session_id or task_id")
+        kind: Literal["session", "task"] = "session" if session_id is not None else "task"
+        object_id = session_id if session_id is not None else str(task_id)
+
+        def lookup(raw: sqlite3.Connection) -> LegacyRepairView | None:
+            _sessions.insert_audit(
+                raw,
+                "principal_scope.legacy_repair_accessed",
+                scope=scope,
+                subject=f"{kind}:{object_id}"[:300],
+                reason=text,
+            )
+            return _legacy_view(raw, kind, object_id)
+
+        view = await self.write(lookup)
+        if view is None:
+            raise NotFoundOrUnauthorized(kind)
+        return view
+
+
+def _legacy_view(
+    raw: sqlite3.Connection, kind: Literal["session", "task"], object_id: str
+) -> LegacyRepairView | None:
+    reason = _owned.denial_reason(raw, kind, object_id)
+    if reason not in ("legacy_repair_required", "missing_durable_owner"):
+        return None
+    status: Literal["legacy_local", "missing"] = (
+        "legacy_local" if reason == "legacy_repair_required" else "missing"
+    )
+    task: TaskRecord | None = None
+    session_id = object_id
+    if kind == "task":
+        row = raw.execute(
+            "SELECT task_id, session_id, kind, status, detail, created_at, updated_at "
+            "FROM tasks t WHERE task_id = ?",
+            [object_id],
+        ).fetchone()
+        task = _owned.task_record(row)
+        session_id = task.session_id
+    row = raw.execute(
+        "SELECT session_id, created_at, status, title FROM sessions WHERE session_id = ?",
+        [session_id],
+    ).fetchone()
+    session = (
+        SessionRecord(row[0], row[1], row[2], row[3], "legacy_local") if row is not None else None
+    )
+    return LegacyRepairView(session=session, task=task, owner_status=status)

@@ -1,0 +1,164 @@
+"""Session creation, conversation bindings, ownership facts and the audit log.
+
+These run on the writer thread inside a (possibly shared) transaction. They
+record durable facts; they grant nothing. Only the AuthorityResolver turns
+those facts into a PrincipalScope.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hostkit.freeze import thaw
+from hostkit.store._owned import now
+from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_metadata, new_id
+
+__all__ = [
+    "OwnerFacts",
+    "bind_conversation",
+    "create_session",
+    "insert_audit",
+    "owner_facts",
+    "read_audit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerFacts:
+    """The durable owner row of one session."""
+
+    session_id: str
+    owner_kind: OwnerKind
+    principal_id: str | None
+    channel: str | None
+    conversation_key: str | None
+    parent_session_id: str | None
+    parent_turn_id: str | None
+
+
+def insert_audit(
+    conn: sqlite3.Connection,
+    kind: str,
+    *,
+    scope: PrincipalScope | None = None,
+    principal_id: str | None = None,
+    authority: str | None = None,
+    session_id: str | None = None,
+    subject: str | None = None,
+    reason: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> int:
+    """Append one Host-only audit row; ``detail`` is bounded and field-name redacted."""
+    if scope is not None:
+        principal_id = principal_id or scope.principal_id
+        authority = authority or scope.authority
+    body = json.dumps(thaw(bounded_metadata(detail)), separators=(",", ":"), sort_keys=True)
+    cursor = conn.execute(
+        "INSERT INTO audit (at, kind, principal_id, authority, session_id, subject, reason, "
+        "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [now(conn), kind, principal_id, authority, session_id, subject, reason, body],
+    )
+    return int(cursor.lastrowid or 0)
+
+
+def create_session(
+    conn: sqlite3.Connection,
+    *,
+    owner_kind: OwnerKind,
+    principal_id: str,
+    channel: str | None = None,
+    conversation_key: str | None = None,
+    parent_session_id: str | None = None,
+    parent_turn_id: str | None = None,
+    title: str | None = None,
+) -> str:
+    """Create a session with its immutable owner row and ``session.created`` in one go."""
+    session_id = new_id("ses")
+    at = now(conn)
+    conn.execute(
+        "INSERT INTO sessions (session_id, created_at, status, title) VALUES (?, ?, 'active', ?)",
+        [session_id, at, title],
+    )
+    conn.execute(
+        "INSERT INTO session_owners (session_id, owner_kind, principal_id, channel, "
+        "conversation_key, parent_session_id, parent_turn_id, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            session_id,
+            owner_kind,
+            principal_id,
+            channel,
+            conversation_key,
+            parent_session_id,
+            parent_turn_id,
+            at,
+        ],
+    )
+    insert_audit(
+        conn,
+        "session.created",
+        principal_id=principal_id,
+        authority=owner_kind,
+        session_id=session_id,
+        detail={"parent_session_id": parent_session_id, "parent_turn_id": parent_turn_id},
+    )
+    return session_id
+
+
+def bind_conversation(
+    conn: sqlite3.Connection,
+    *,
+    channel: str,
+    conversation_key: str,
+    principal_id: str,
+    owner_kind: OwnerKind,
+) -> tuple[str, bool]:
+    """Return the conversation's bound session, creating session + owner + binding if none.
+
+    Runs inside one writer transaction, so two first messages of the same
+    conversation racing each other get the same session.
+    """
+    row = conn.execute(
+        "SELECT session_id FROM conversation_bindings WHERE channel = ? AND conversation_key = ?",
+        [channel, conversation_key],
+    ).fetchone()
+    if row is not None:
+        return str(row[0]), False
+    session_id = create_session(
+        conn,
+        owner_kind=owner_kind,
+        principal_id=principal_id,
+        channel=channel,
+        conversation_key=conversation_key,
+    )
+    conn.execute(
+        "INSERT INTO conversation_bindings (channel, conversation_key, principal_id, session_id, "
+        "bound_at) VALUES (?, ?, ?, ?, ?)",
+        [channel, conversation_key, principal_id, session_id, now(conn)],
+    )
+    return session_id, True
+
+
+def owner_facts(conn: sqlite3.Connection, session_id: str) -> OwnerFacts | None:
+    row = conn.execute(
+        "SELECT session_id, owner_kind, principal_id, channel, conversation_key, "
+        "parent_session_id, parent_turn_id FROM session_owners WHERE session_id = ?",
+        [session_id],
+    ).fetchone()
+    return OwnerFacts(*row) if row else None
+
+
+def read_audit(
+    conn: sqlite3.Connection, *, kind: str | None, after_id: int, limit: int
+) -> tuple[AuditRecord, ...]:
+    kind_clause = "AND kind = ?" if kind is not None else ""
+    rows = conn.execute(
+        "SELECT id, at, kind, principal_id, authority, session_id, subject, reason, detail "
+        f"FROM audit WHERE id > ? {kind_clause} ORDER BY id LIMIT ?",
+        [after_id, *([kind] if kind is not None else []), limit],
+    ).fetchall()
+    return tuple(AuditRecord(*row[:8], json.loads(row[8])) for row in rows)

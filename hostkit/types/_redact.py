@@ -1,0 +1,63 @@
+"""Bounded, field-name-redacted views of free-form metadata."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hostkit.freeze import FrozenMap, freeze
+
+__all__ = ["REDACTED", "bounded_metadata", "is_secret_field"]
+
+REDACTED = "[redacted]"
+_SECRET_FIELD = re.compile(
+    r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key|proof)"
+)
+
+
+def is_secret_field(name: str) -> bool:
+    """True when a field's name says its value must never be shown."""
+    return bool(_SECRET_FIELD.search(name))
+
+
+def bounded_metadata(
+    value: Mapping[str, Any] | None,
+    *,
+    max_keys: int = 32,
+    max_depth: int = 4,
+    max_string: int = 512,
+) -> FrozenMap:
+    """Freeze ``value`` after redacting secret-named fields and bounding its size.
+
+    Metadata comes from transports and ends up in events and widgets; it is cut
+    to ``max_keys`` keys per level, ``max_depth`` levels and ``max_string``
+    characters per string so a hostile adapter cannot inflate it.
+    """
+    return freeze(_bound(value or {}, max_keys, max_depth, max_string, 0))
+
+
+def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= max_string else value[: max_string - 1] + "…"
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    if depth >= max_depth:
+        return "[truncated]"
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for index, (key, item) in enumerate(value.items()):
+            if index >= max_keys:
+                out["…"] = f"{len(value) - max_keys} more keys"
+                break
+            name = str(key)[:max_string]
+            out[name] = (
+                REDACTED
+                if is_secret_field(name)
+                else _bound(item, max_keys, max_depth, max_string, depth + 1)
+            )
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)[:max_keys]
+        return [_bound(item, max_keys, max_depth, max_string, depth + 1) for item in items]
+    return _bound(repr(value), max_keys, max_depth, max_string, depth)
