@@ -58,8 +58,9 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     (a whole SQL row, a provider body) is both a leak and a denial of service.
     """
     value = str(text).replace("\r", " ").replace("\n", " ")
-    value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
+    # Bearer first: otherwise "Authorization: Bearer x" would redact only the word "Bearer".
     value = _BEARER.sub("Bearer [redacted]", value)
+    value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
     if len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value

@@ -1,9 +1,10 @@
 """One SQLite connection on its own aiosqlite thread, with a one-hop ``run``.
 
-aiosqlite executes each statement as one hop to its thread. A durable
-transaction of several statements then pays several hops; measured here that
-halves commit throughput. ``DbConnection.run`` ships a whole synchronous
-function to the connection's thread in one hop instead. aiosqlite has no public
+aiosqlite executes each statement as one hop to its thread, so a transaction
+of several statements pays several hops: at synchronous=NORMAL that costs about
+half the commit throughput (bench/store_bench.py); at FULL the fsync dominates.
+``DbConnection.run`` ships a whole synchronous function to the connection's
+thread in one hop instead. aiosqlite has no public
 API for that, so this module is the one place that uses ``Connection._execute``
 (its dependency range is pinned in pyproject.toml and a test checks the hop).
 """

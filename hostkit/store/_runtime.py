@@ -18,7 +18,7 @@ from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._scopes import ScopeKeys, ScopeMint
 from hostkit.store._sessions import OwnerFacts
-from hostkit.store._writer import GroupCommitWriter, map_sqlite_error
+from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
 from hostkit.types import (
     AuditRecord,
     LegacyRepairView,
@@ -158,7 +158,7 @@ class RuntimeStore:
                     await reader.close()
                 await writer.close()
             raise
-        return cls(
+        store = cls(
             database,
             writer,
             reader,
@@ -166,6 +166,9 @@ class RuntimeStore:
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,
         )
+        guard = store._writer.guard
+        await writer.run(lambda raw: raw.set_authorizer(guard))
+        return store
 
     async def __aenter__(self) -> RuntimeStore:
         return self
@@ -188,9 +191,8 @@ class RuntimeStore:
         finally:
             with anyio.CancelScope(shield=True):
                 try:
-                    # Let an in-flight batch finish before the connection goes away.
-                    async with self._writer.exclusive():
-                        pass
+                    # Queued writes fail with StoreClosed; the batch in flight finishes.
+                    await self._writer.close()
                 finally:
                     try:
                         await self._reader.close()
@@ -239,22 +241,36 @@ class RuntimeStore:
         """``async with store.transaction() as tx:`` — commit on exit, roll back on error."""
         if self._closed:
             raise StoreClosed()
+        guard = self._writer.guard
+
+        def begin(raw: sqlite3.Connection) -> None:
+            raw.execute(BEGIN)
+            guard.raised = True  # statements inside may not end the transaction
+
+        def end(statement: str) -> Callable[[sqlite3.Connection], None]:
+            def run(raw: sqlite3.Connection) -> None:
+                guard.raised = False
+                if raw.in_transaction:
+                    raw.execute(statement)
+
+            return run
+
         async with self._writer.exclusive() as conn:
             tx = Transaction(conn)
-            await tx.execute("BEGIN IMMEDIATE")
+            await tx.run(begin)
             try:
                 yield tx
             except BaseException:
                 tx._open = False
                 with anyio.CancelScope(shield=True):
-                    await conn.run(lambda raw: raw.in_transaction and raw.execute("ROLLBACK"))
+                    await conn.run(end(ROLLBACK))
                 raise
             tx._open = False
             with anyio.CancelScope(shield=True):
                 try:
-                    await conn.run(lambda raw: raw.execute("COMMIT"))
+                    await conn.run(end(COMMIT))
                 except sqlite3.Error as exc:
-                    await conn.run(lambda raw: raw.in_transaction and raw.execute("ROLLBACK"))
+                    await conn.run(end(ROLLBACK))
                     raise map_sqlite_error(exc, "commit") from exc
 
     # -- authority -------------------------------------------------------------------

@@ -4,7 +4,9 @@ Every write to the database goes through one ``GroupCommitWriter`` per store,
 so concurrent writers queue instead of racing for SQLite's lock (no
 ``database is locked``), and small writes that arrive together share one
 ``COMMIT`` (one fsync). Each job runs inside its own SAVEPOINT, so a job that
-raises is rolled back alone and its error goes to its caller only.
+raises is rolled back alone and its error goes to its caller only. While a job
+runs, an authorizer refuses ``BEGIN``/``COMMIT``/``ROLLBACK`` and the writer's
+own savepoint, so one job cannot end the transaction it shares with others.
 
 The batch is led by whichever caller finds no leader: it ships up to
 ``max_batch`` queued jobs to the connection thread in one hop, wakes their
@@ -22,15 +24,26 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from hostkit.errors import StoreError
+from hostkit.errors import HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import DbConnection
 
-__all__ = ["GroupCommitWriter", "map_sqlite_error"]
+__all__ = ["GroupCommitWriter", "TransactionGuard", "map_sqlite_error"]
 
 T = TypeVar("T")
 
 # SQLite result codes after which the same statement may succeed later.
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
+
+# The writer's own control statements. Their text differs from anything a caller
+# would write, so a caller's "COMMIT" never reuses a statement prepared (and
+# authorized) while the guard was down.
+BEGIN = "BEGIN IMMEDIATE /* hostkit writer */"
+COMMIT = "COMMIT /* hostkit writer */"
+ROLLBACK = "ROLLBACK /* hostkit writer */"
+_SAVEPOINT = "hostkit_job"
+SAVEPOINT = f"SAVEPOINT {_SAVEPOINT} /* hostkit writer */"
+RELEASE = f"RELEASE {_SAVEPOINT} /* hostkit writer */"
+ROLLBACK_TO = f"ROLLBACK TO {_SAVEPOINT} /* hostkit writer */"
 
 
 def map_sqlite_error(exc: sqlite3.Error, action: str) -> StoreError:
@@ -39,6 +52,22 @@ def map_sqlite_error(exc: sqlite3.Error, action: str) -> StoreError:
     primary = code & 0xFF if isinstance(code, int) else None
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return StoreError(f"{action} failed: {name}: {exc}", retryable=primary in _RETRYABLE)
+
+
+class TransactionGuard:
+    """An sqlite authorizer that, while raised, refuses statements ending the transaction."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+        if not self.raised:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_TRANSACTION:
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_SAVEPOINT and (arg2 or "").lower() == _SAVEPOINT:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
 
 
 class _Job(Generic[T]):
@@ -53,22 +82,26 @@ class _Job(Generic[T]):
         self.wake = anyio.Event()
 
 
-def _run_batch(conn: sqlite3.Connection, jobs: list[_Job[Any]]) -> None:
+def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
     """Run ``jobs`` in one transaction, each in a savepoint; runs on the DB thread."""
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(BEGIN)
         for job in jobs:
-            conn.execute("SAVEPOINT job")
+            conn.execute(SAVEPOINT)
+            guard.raised = True
             try:
                 job.result = job.fn(conn)
-            except Exception as exc:
-                conn.execute("ROLLBACK TO job")
+            except BaseException as exc:
+                guard.raised = False
+                conn.execute(ROLLBACK_TO)
                 job.error = exc
-            conn.execute("RELEASE job")
-        conn.execute("COMMIT")
+            finally:
+                guard.raised = False
+            conn.execute(RELEASE)
+        conn.execute(COMMIT)
     except sqlite3.Error as exc:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            conn.execute(ROLLBACK)
         failure = map_sqlite_error(exc, "commit")
         for job in jobs:
             job.result = None
@@ -85,15 +118,25 @@ class GroupCommitWriter:
         self._lock = anyio.Lock()
         self._pending: deque[_Job[Any]] = deque()
         self._leader: _Job[Any] | None = None
+        self._interactive_task: int | None = None
+        self._closed = False
+        self.guard = TransactionGuard()
 
     async def submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in a committed transaction (possibly shared) and return its result.
 
-        Raises what ``fn`` raised (its savepoint rolled back), or ``StoreError``
-        when the shared commit failed. If the caller is cancelled after its job
-        was taken, the job may still commit: the outcome is then unknown to the
-        caller, exactly as for a crash after ``COMMIT``.
+        Raises what ``fn`` raised (its savepoint rolled back), ``StoreError``
+        when the shared commit failed, or ``StoreClosed``. If the caller is
+        cancelled after its job was taken, the job may still commit: the outcome
+        is then unknown to the caller, exactly as for a crash after ``COMMIT``.
         """
+        if self._closed:
+            raise StoreClosed()
+        if self._interactive_task == anyio.get_current_task().id:
+            raise InvalidValue(
+                "store.write() inside this task's store.transaction() would deadlock; "
+                "use tx.run(fn) instead"
+            )
         job: _Job[T] = _Job(fn)
         self._pending.append(job)
         try:
@@ -128,34 +171,60 @@ class GroupCommitWriter:
             queued.taken = True
             batch.append(queued)
         try:
+            if self._closed:
+                raise StoreClosed()
             with anyio.fail_after(self._lock_timeout_s):
                 await self._lock.acquire()
-        except TimeoutError:
-            failure = StoreError("timed out waiting for the database writer", retryable=True)
-            for queued in batch:
-                queued.error = failure
-        else:
             try:
-                await self._conn.run(lambda raw: _run_batch(raw, batch))
-            except sqlite3.Error as exc:
-                failure = map_sqlite_error(exc, "write")
-                for queued in batch:
-                    queued.error = failure
+                await self._conn.run(lambda raw: _run_batch(raw, self.guard, batch))
             finally:
                 self._lock.release()
-        for queued in batch:
-            queued.finished = True
-            queued.wake.set()
+        except TimeoutError:
+            _fail(batch, StoreError("timed out waiting for the database writer", retryable=True))
+        except HostkitError as exc:
+            _fail(batch, exc)
+        except sqlite3.Error as exc:
+            _fail(batch, map_sqlite_error(exc, "write"))
+        except Exception as exc:
+            # aiosqlite reports a connection closed under us as ValueError.
+            _fail(batch, StoreError(f"write failed: {type(exc).__name__}: {exc}"))
+        finally:
+            for queued in batch:
+                queued.finished = True
+                queued.wake.set()
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[DbConnection]:
         """Hold the writer for an interactive transaction (statement-at-a-time)."""
+        if self._closed:
+            raise StoreClosed()
         try:
             with anyio.fail_after(self._lock_timeout_s):
                 await self._lock.acquire()
         except TimeoutError as exc:
             raise StoreError("timed out waiting for the database writer", retryable=True) from exc
+        self._interactive_task = anyio.get_current_task().id
         try:
             yield self._conn
         finally:
+            self._interactive_task = None
             self._lock.release()
+
+    async def close(self) -> None:
+        """Refuse new writes, fail queued ones (``StoreClosed``), let the batch in flight end."""
+        self._closed = True
+        while self._pending:
+            queued = self._pending.popleft()
+            queued.taken = True
+            queued.error = StoreClosed()
+            queued.finished = True
+            queued.wake.set()
+        with anyio.move_on_after(self._lock_timeout_s):
+            await self._lock.acquire()
+            self._lock.release()
+
+
+def _fail(batch: list[_Job[Any]], error: BaseException) -> None:
+    for queued in batch:
+        queued.result = None
+        queued.error = error

@@ -1,0 +1,302 @@
+"""Host authority: only the store-bound resolver makes scopes; owned queries apply them in SQL."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver, OperatorIssuer
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
+from hostkit.store import RuntimeStore
+from hostkit.types import PrincipalScope
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+
+async def denials(store: RuntimeStore, operator: PrincipalScope) -> list[tuple[str, str]]:
+    rows = await store.read_audit(operator, kind="principal_scope.owner_lookup_denied")
+    return [(row.subject or "", row.reason or "") for row in rows]
+
+
+# -- conversation scopes ------------------------------------------------------------
+
+
+async def test_conversation_scope_is_bound_to_exactly_its_session(
+    authority: AuthorityResolver, store: RuntimeStore
+) -> None:
+    scope = await authority.for_conversation(facts("c1", "alice"))
+    assert scope.authority == "conversation"
+    assert scope.principal_id == "webhook:alice"
+    assert scope.allowed_session_ids == frozenset({scope.session_id})
+    record = await store.get_session(scope, scope.session_id or "")
+    assert record.owner_kind == "conversation"
+    again = await authority.for_conversation(facts("c1", "alice"))
+    assert again.session_id == scope.session_id
+
+
+async def test_concurrent_first_messages_of_a_conversation_share_one_session(
+    authority: AuthorityResolver, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    scopes: list[PrincipalScope] = []
+
+    async def first_message() -> None:
+        scopes.append(await authority.for_conversation(facts("race")))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(25):
+            tg.start_soon(first_message)
+    assert len({s.session_id for s in scopes}) == 1
+    created = await store.read_audit(operator, kind="session.created")
+    assert len([row for row in created if row.session_id == scopes[0].session_id]) == 1
+
+
+async def test_session_created_is_recorded_with_the_owner_row(
+    authority: AuthorityResolver, store: RuntimeStore
+) -> None:
+    scope = await authority.for_conversation(facts("c-owner", "dana"))
+    owner = await store.owner_facts(scope.session_id or "")
+    assert owner is not None
+    assert (owner.owner_kind, owner.principal_id, owner.channel, owner.conversation_key) == (
+        "conversation",
+        "webhook:dana",
+        "webhook",
+        "c-owner",
+    )
+
+
+@pytest.mark.parametrize("channel", ["operator", "schedule", "agent"])
+async def test_transports_cannot_claim_host_channels(
+    authority: AuthorityResolver, channel: str
+) -> None:
+    with pytest.raises(ScopeError, match="reserved"):
+        await authority.for_conversation(facts("ops/default", "ops", channel=channel))
+
+
+# -- forged, foreign and revoked scopes -----------------------------------------------
+
+
+async def test_hand_built_scope_is_rejected(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    real = await authority.for_conversation(facts("c1"))
+    forged = PrincipalScope(
+        principal_id=real.principal_id,
+        authority="conversation",
+        channel=real.channel,
+        conversation_key=real.conversation_key,
+        session_id=real.session_id,
+        allowed_session_ids=real.allowed_session_ids,
+        issuer_id=real.issuer_id,
+        proof="0" * 64,
+    )
+    with pytest.raises(ScopeError, match="forged"):
+        await store.get_session(forged, real.session_id or "")
+
+
+async def test_altered_scope_is_rejected(store: RuntimeStore, authority: AuthorityResolver) -> None:
+    mine = await authority.for_conversation(facts("mine"))
+    theirs = await authority.for_conversation(facts("theirs", "mallory"))
+    widened = dataclasses.replace(
+        mine, allowed_session_ids=mine.allowed_session_ids | {theirs.session_id or ""}
+    )
+    with pytest.raises(ScopeError):
+        await store.get_session(widened, theirs.session_id or "")
+    promoted = dataclasses.replace(mine, authority="system")
+    with pytest.raises(ScopeError):
+        await store.list_sessions(promoted)
+
+
+async def test_scope_from_another_store_is_rejected(tmp_path: Path) -> None:
+    async with (
+        await RuntimeStore.open(tmp_path / "a.db") as store_a,
+        await RuntimeStore.open(tmp_path / "b.db") as store_b,
+    ):
+        scope_a = await AuthorityResolver.bind(store_a).for_conversation(facts("c"))
+        AuthorityResolver.bind(store_b)
+        with pytest.raises(ScopeError, match="another store"):
+            await store_b.list_sessions(scope_a)
+        with pytest.raises(ScopeError, match="another store"):
+            await store_b.append_message(
+                scope_a, scope_a.session_id or "", role="user", content={"t": 1}
+            )
+
+
+async def test_reopening_the_same_file_invalidates_old_scopes(db_path: Path) -> None:
+    async with await RuntimeStore.open(db_path) as first:
+        scope = await AuthorityResolver.bind(first).for_conversation(facts("c"))
+    async with await RuntimeStore.open(db_path) as second:
+        with pytest.raises(ScopeError, match="another store"):
+            await second.get_session(scope, scope.session_id or "")
+
+
+async def test_store_binds_exactly_one_resolver(store: RuntimeStore) -> None:
+    AuthorityResolver.bind(store)
+    with pytest.raises(ScopeError, match="already bound"):
+        AuthorityResolver.bind(store)
+
+
+# -- operator authority ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ["", "   ", None, "x" * 501])
+async def test_operator_scope_needs_a_bounded_nonempty_reason(
+    issuer: OperatorIssuer, reason: object
+) -> None:
+    with pytest.raises(ScopeError, match="reason"):
+        await issuer.issue("ops", reason=reason)  # type: ignore[arg-type]
+
+
+async def test_operator_issuance_is_audited_with_its_reason(
+    issuer: OperatorIssuer, store: RuntimeStore
+) -> None:
+    scope = await issuer.issue("ops", reason="investigate ticket 42")
+    issued = await store.read_audit(scope, kind="principal_scope.operator_issued")
+    assert [(row.principal_id, row.reason) for row in issued] == [
+        ("operator:ops", "investigate ticket 42")
+    ]
+
+
+async def test_callers_cannot_inject_allowed_session_ids(
+    issuer: OperatorIssuer, authority: AuthorityResolver, store: RuntimeStore
+) -> None:
+    victim = await authority.for_conversation(facts("victim"))
+    with pytest.raises(TypeError):
+        await issuer.issue(  # type: ignore[call-arg]
+            "ops", reason="r", allowed_session_ids=frozenset({victim.session_id})
+        )
+    scope = await issuer.issue("ops", reason="r", conversation_key="console")
+    assert scope.allowed_session_ids == frozenset({scope.session_id})
+    owner = await store.owner_facts(scope.session_id or "")
+    assert owner is not None
+    assert (owner.owner_kind, owner.principal_id) == (
+        "operator",
+        "operator:ops",
+    )
+    injected = dataclasses.replace(
+        scope, allowed_session_ids=scope.allowed_session_ids | {victim.session_id or ""}
+    )
+    with pytest.raises(ScopeError):
+        await store.list_sessions(injected)
+
+
+async def test_operator_issuer_is_handed_out_once(authority: AuthorityResolver) -> None:
+    authority.operator_issuer()
+    with pytest.raises(ScopeError, match="already taken"):
+        authority.operator_issuer()
+
+
+async def test_revoked_operator_scope_is_rejected(
+    issuer: OperatorIssuer, store: RuntimeStore
+) -> None:
+    scope = await issuer.issue("ops", reason="before shutdown")
+    await store.list_sessions(scope)
+    issuer.revoke()
+    with pytest.raises(ScopeError, match="revoked"):
+        await store.list_sessions(scope)
+    with pytest.raises(ScopeError, match="revoked"):
+        await issuer.issue("ops", reason="after shutdown")
+
+
+async def test_shutdown_revokes_operator_scopes_even_when_a_step_raises(
+    store: RuntimeStore,
+) -> None:
+    resolver = AuthorityResolver.bind(store)
+    issuer = resolver.operator_issuer()
+    scope = await issuer.issue("ops", reason="retained past close")
+
+    async def failing_shutdown_step() -> None:
+        raise RuntimeError("tool shutdown failed")
+
+    host_shutdown = contextlib.AsyncExitStack()
+    host_shutdown.push_async_callback(resolver.aclose)
+    host_shutdown.push_async_callback(failing_shutdown_step)
+    with pytest.raises(RuntimeError, match="tool shutdown failed"):
+        await host_shutdown.aclose()
+    assert not issuer.live
+    with pytest.raises(ScopeError, match="revoked"):
+        await store.list_sessions(scope)
+
+
+async def test_reopening_the_path_does_not_enable_operator_issuance(db_path: Path) -> None:
+    first = await RuntimeStore.open(db_path)
+    async with first, AuthorityResolver.bind(first) as resolver:
+        issuer = resolver.operator_issuer()
+        old_scope = await issuer.issue("ops", reason="first host")
+    async with await RuntimeStore.open(db_path) as second:
+        # The retained issuer of the closed Host cannot issue against anything any more,
+        # and its scopes do not work on the reopened file.
+        with pytest.raises(ScopeError):
+            await issuer.issue("ops", reason="after reopen")
+        with pytest.raises(ScopeError):
+            await second.list_sessions(old_scope)
+
+
+async def test_closed_store_rejects_retained_scopes(db_path: Path) -> None:
+    store = await RuntimeStore.open(db_path)
+    scope = await AuthorityResolver.bind(store).for_conversation(facts("c"))
+    await store.aclose()
+    with pytest.raises(ScopeError, match="closed"):
+        store.verify_scope(scope)
+    with pytest.raises(StoreClosed):
+        await store.read(lambda c: None)
+
+
+# -- system and delegated scopes ---------------------------------------------------------
+
+
+async def test_scheduled_run_gets_system_scope_limited_to_its_session(
+    authority: AuthorityResolver, store: RuntimeStore
+) -> None:
+    other = await authority.for_conversation(facts("someone"))
+    run = await authority.for_scheduled_run(schedule_id="nightly", run_id="2026-11-29")
+    assert run.authority == "system"
+    assert run.allowed_session_ids == frozenset({run.session_id})
+    assert (await store.get_session(run, run.session_id or "")).owner_kind == "system"
+    with pytest.raises(NotFoundOrUnauthorized):
+        await store.get_session(run, other.session_id or "")
+    same = await authority.for_scheduled_run(schedule_id="nightly", run_id="2026-11-29")
+    assert same.session_id == run.session_id
+    nxt = await authority.for_scheduled_run(schedule_id="nightly", run_id="2026-11-30")
+    assert nxt.session_id != run.session_id
+    with pytest.raises(NotFoundOrUnauthorized):
+        await store.get_session(nxt, run.session_id or "")
+
+
+async def test_child_agent_owns_its_child_session_and_nothing_of_its_parent(
+    authority: AuthorityResolver, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    parent = await authority.for_conversation(facts("parent"))
+    await store.append_message(parent, parent.session_id or "", role="user", content={"t": 1})
+    child = await authority.for_child_agent(parent, parent_turn_id="turn_1", agent="researcher")
+    assert child.authority == "delegated_agent"
+    assert child.session_id != parent.session_id
+    record = await store.get_session(child, child.session_id or "")
+    assert (record.owner_kind, record.parent_session_id, record.parent_turn_id) == (
+        "delegated_agent",
+        parent.session_id,
+        "turn_1",
+    )
+    with pytest.raises(NotFoundOrUnauthorized):
+        await store.list_messages(child, parent.session_id or "")
+    with pytest.raises(NotFoundOrUnauthorized):
+        await store.get_session(parent, child.session_id or "")
+    seen = {s.session_id for s in (await store.list_sessions(operator, limit=50)).items}
+    assert {parent.session_id, child.session_id} <= seen
+
+
+async def test_child_agent_needs_a_verified_parent(
+    authority: AuthorityResolver, operator: PrincipalScope
+) -> None:
+    parent = await authority.for_conversation(facts("p"))
+    forged = dataclasses.replace(parent, proof="f" * 64)
+    with pytest.raises(ScopeError):
+        await authority.for_child_agent(forged, parent_turn_id="t", agent="a")
+    with pytest.raises(ScopeError, match="parent scope bound"):
+        await authority.for_child_agent(operator, parent_turn_id="t", agent="a")
+    with pytest.raises(InvalidValue):
+        await authority.for_child_agent(parent, parent_turn_id="t", agent="")

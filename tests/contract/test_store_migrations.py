@@ -1,0 +1,271 @@
+"""Schema migrations: verified backup first, one transaction, the old file untouched on failure."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.errors import MigrationError, StoreError
+from hostkit.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, RuntimeStore
+from tests.support import file_bytes
+
+pytestmark = pytest.mark.anyio
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+V1 = MIGRATIONS[:1]
+FAILING = Migration(
+    SCHEMA_VERSION + 1,
+    "injected failure",
+    ("CREATE TABLE half_done (x INTEGER)", "INSERT INTO no_such_table VALUES (1)"),
+)
+
+
+async def digest(path: Path) -> str:
+    return hashlib.sha256(await file_bytes(path)).hexdigest()
+
+
+async def make_v1(path: Path) -> None:
+    """A version-1 database with one unambiguous and two ambiguous sessions."""
+    async with await RuntimeStore.open(path, migrations=V1) as store:
+
+        def populate(c: sqlite3.Connection) -> None:
+            for sid in ("ses_single", "ses_unbound", "ses_shared"):
+                c.execute(
+                    "INSERT INTO sessions (session_id, created_at) VALUES (?, '2026-01-01')", [sid]
+                )
+            bindings = [
+                ("webhook", "c-single", "webhook:alice", "ses_single"),
+                ("webhook", "c-a", "webhook:bob", "ses_shared"),
+                ("slack", "c-b", "slack:carol", "ses_shared"),
+            ]
+            c.executemany(
+                "INSERT INTO conversation_bindings VALUES (?, ?, ?, ?, '2026-01-01')", bindings
+            )
+            c.execute(
+                "INSERT INTO messages (message_id, session_id, seq, role, content, created_at) "
+                "VALUES ('msg_1', 'ses_single', 1, 'user', '{\"text\":\"hi\"}', '2026-01-01')"
+            )
+            c.execute(
+                "INSERT INTO tasks (task_id, session_id, kind, status, created_at, updated_at) "
+                "VALUES ('task_legacy', 'ses_unbound', 'job', 'done', '2026-01-01', '2026-01-01')"
+            )
+
+        await store.write(populate)
+
+
+def owners(path: Path) -> dict[str, tuple[str, str | None]]:
+    conn = sqlite3.connect(str(path))
+    try:
+        rows = conn.execute("SELECT session_id, owner_kind, principal_id FROM session_owners")
+        return {sid: (kind, principal) for sid, kind, principal in rows}
+    finally:
+        conn.close()
+
+
+def schema(path: Path) -> list[tuple[str, str, str]]:
+    conn = sqlite3.connect(str(path))
+    try:
+        rows = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+        header = [
+            ("pragma", p, str(conn.execute(f"PRAGMA {p}").fetchone()[0]))
+            for p in ("user_version", "application_id")
+        ]
+        return header + rows
+    finally:
+        conn.close()
+
+
+async def test_fresh_create_applies_every_migration_without_backup(db_path: Path) -> None:
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.to_version == SCHEMA_VERSION
+        assert store.migration.backup is None
+    assert not list(db_path.parent.glob("*.backup"))
+    assert ("pragma", "application_id", str(APPLICATION_ID)) in await anyio.to_thread.run_sync(
+        schema, db_path
+    )
+
+
+async def test_upgrade_backfills_owners_and_marks_ambiguous_rows_legacy(db_path: Path) -> None:
+    await make_v1(db_path)
+    async with await RuntimeStore.open(db_path) as store:
+        report = store.migration
+    assert (report.from_version, report.to_version) == (1, SCHEMA_VERSION)
+    assert report.backup == db_path.with_name("hostkit.db.v1.backup")
+    assert not report.backup_reused
+    found = await anyio.to_thread.run_sync(owners, db_path)
+    assert found == {
+        "ses_single": ("conversation", "webhook:alice"),
+        "ses_unbound": ("legacy_local", None),
+        "ses_shared": ("legacy_local", None),
+    }
+
+
+async def test_upgrade_backup_is_verified_and_equals_the_old_database(db_path: Path) -> None:
+    await make_v1(db_path)
+    before = await anyio.to_thread.run_sync(schema, db_path)
+    async with await RuntimeStore.open(db_path):
+        pass
+    backup = db_path.with_name("hostkit.db.v1.backup")
+
+    def check(path: Path) -> tuple[str, int]:
+        conn = sqlite3.connect(str(path))
+        try:
+            return (
+                conn.execute("PRAGMA integrity_check").fetchone()[0],
+                conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0],
+            )
+        finally:
+            conn.close()
+
+    assert await anyio.to_thread.run_sync(check, backup) == ("ok", 3)
+    assert await anyio.to_thread.run_sync(schema, backup) == before
+
+
+async def test_fresh_schema_equals_a_migrated_old_one(tmp_path: Path) -> None:
+    fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
+    async with await RuntimeStore.open(fresh):
+        pass
+    await make_v1(old)
+    async with await RuntimeStore.open(old):
+        pass
+    assert await anyio.to_thread.run_sync(schema, fresh) == await anyio.to_thread.run_sync(
+        schema, old
+    )
+
+
+@pytest.mark.parametrize("golden", sorted(p.name for p in GOLDEN.glob("hostkit-v*.db")))
+async def test_golden_database_of_each_released_version_migrates(
+    tmp_path: Path, golden: str
+) -> None:
+    copy = tmp_path / golden
+    await anyio.to_thread.run_sync(shutil.copyfile, GOLDEN / golden, copy)
+    async with await RuntimeStore.open(copy) as store:
+        assert store.migration.to_version == SCHEMA_VERSION
+        kinds = await store.read(
+            lambda c: dict(c.execute("SELECT owner_kind, COUNT(*) FROM session_owners GROUP BY 1"))
+        )
+    assert kinds.get("legacy_local", 0) >= 1
+    assert kinds.get("conversation", 0) >= 1
+
+
+async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) -> None:
+    await make_v1(db_path)
+    before = await digest(db_path)
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FAILING))
+    error = caught.value
+    backup = db_path.with_name("hostkit.db.v1.backup")
+    assert error.database == str(db_path)
+    assert error.backup == str(backup)
+    assert str(db_path) in str(error)
+    assert str(backup) in str(error)
+    assert error.restore is not None
+    assert f"copy {backup} to {db_path}" in error.restore
+    assert "unchanged at v1" in str(error)
+    assert await digest(db_path) == before
+    assert (
+        not await anyio.Path(db_path.with_name("hostkit.db-wal")).exists()
+        or (await anyio.Path(db_path.with_name("hostkit.db-wal")).stat()).st_size == 0
+    )
+
+
+async def test_matching_backup_is_reused_after_a_failed_attempt(db_path: Path) -> None:
+    await make_v1(db_path)
+    with pytest.raises(MigrationError):
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FAILING))
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.backup_reused
+        assert store.migration.to_version == SCHEMA_VERSION
+
+
+async def test_stale_backup_stops_the_migration(db_path: Path) -> None:
+    await make_v1(db_path)
+    with pytest.raises(MigrationError):
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FAILING))
+    # The database changes after the backup was taken: that backup is now stale.
+    async with await RuntimeStore.open(db_path, migrations=V1) as store:
+        await store.write(
+            lambda c: c.execute(
+                "INSERT INTO sessions (session_id, created_at) VALUES ('ses_late', '2026-02-01')"
+            )
+        )
+    before = await digest(db_path)
+    with pytest.raises(MigrationError, match="stale") as caught:
+        await RuntimeStore.open(db_path)
+    assert caught.value.backup == str(db_path.with_name("hostkit.db.v1.backup"))
+    assert await digest(db_path) == before
+    version = await anyio.to_thread.run_sync(schema, db_path)
+    assert ("pragma", "user_version", "1") in version
+
+
+async def test_corrupt_backup_stops_the_migration(db_path: Path) -> None:
+    await make_v1(db_path)
+    await anyio.Path(db_path.with_name("hostkit.db.v1.backup")).write_bytes(b"not sqlite" * 100)
+    with pytest.raises(MigrationError, match="integrity_check"):
+        await RuntimeStore.open(db_path)
+
+
+async def test_newer_database_is_refused(db_path: Path) -> None:
+    future = Migration(SCHEMA_VERSION + 1, "future", ("CREATE TABLE future (x)",))
+    async with await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, future)):
+        pass
+    with pytest.raises(MigrationError, match="newer than this hostkit"):
+        await RuntimeStore.open(db_path)
+
+
+async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
+    def foreign(path: Path) -> None:
+        conn = sqlite3.connect(str(path))
+        conn.execute("CREATE TABLE other_app (x)")
+        conn.commit()
+        conn.close()
+
+    await anyio.to_thread.run_sync(foreign, db_path)
+    with pytest.raises(MigrationError, match="not a hostkit database"):
+        await RuntimeStore.open(db_path)
+
+
+async def test_migrations_must_be_contiguous(db_path: Path) -> None:
+    gap = Migration(SCHEMA_VERSION + 2, "gap", ("SELECT 1",))
+    with pytest.raises(MigrationError, match="without gaps"):
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, gap))
+
+
+async def test_session_owners_rows_are_immutable(store: RuntimeStore) -> None:
+    session_id = await store.create_session(owner_kind="system", principal_id="schedule:x")
+    with pytest.raises(StoreError, match="immutable"):
+        await store.write(
+            lambda c: c.execute(
+                "UPDATE session_owners SET owner_kind = 'operator' WHERE session_id = ?",
+                [session_id],
+            )
+        )
+    with pytest.raises(StoreError, match="immutable"):
+        await store.write(
+            lambda c: c.execute("DELETE FROM session_owners WHERE session_id = ?", [session_id])
+        )
+
+
+# Digests of every released migration. A landed migration is never edited: change the
+# schema by appending a new migration (and a golden database for the version it replaces).
+RELEASED = {
+    1: "dc18ed3ea901f3819076933fba68b1af94693cf78164e530a2febd44c6719d93",
+    2: "1ed42e4b46fdd7c9acb23f0a3e3859f39172a9f6df1055efb8c84bc92ff7010b",
+}
+
+
+def test_released_migrations_are_never_edited() -> None:
+    for migration in MIGRATIONS:
+        body = "\n;\n".join(migration.statements).encode()
+        if migration.version in RELEASED:
+            assert hashlib.sha256(body).hexdigest() == RELEASED[migration.version], (
+                f"migration {migration.version} was edited after release"
+            )
+    assert set(RELEASED) <= {m.version for m in MIGRATIONS}

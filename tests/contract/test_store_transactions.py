@@ -1,0 +1,343 @@
+"""RuntimeStore transactions: one hop per transaction, group commit, isolation, closing."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.store import SCHEMA_VERSION, RuntimeStore
+from hostkit.store._connection import DbConnection
+
+pytestmark = pytest.mark.anyio
+
+
+async def make_table(store: RuntimeStore) -> None:
+    await store.write(lambda c: c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
+
+
+async def count(store: RuntimeStore) -> int:
+    return await store.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0])
+
+
+async def test_fresh_database_is_wal_at_latest_version(store: RuntimeStore) -> None:
+    pragmas = await store.read(
+        lambda c: (
+            c.execute("PRAGMA journal_mode").fetchone()[0],
+            c.execute("PRAGMA user_version").fetchone()[0],
+            c.execute("PRAGMA foreign_keys").fetchone()[0],
+        )
+    )
+    assert pragmas == ("wal", SCHEMA_VERSION, 1)
+    assert store.migration.from_version == 0
+    assert store.migration.backup is None
+
+
+@pytest.mark.parametrize(("setting", "level"), [("FULL", 2), ("NORMAL", 1), ("EXTRA", 3)])
+async def test_synchronous_setting_is_applied(db_path: Path, setting: str, level: int) -> None:
+    async with await RuntimeStore.open(db_path, synchronous=setting) as store:  # type: ignore[arg-type]
+        value = await store.write(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        assert value == level
+
+
+async def test_synchronous_off_is_refused(db_path: Path) -> None:
+    with pytest.raises(InvalidValue, match="synchronous"):
+        await RuntimeStore.open(db_path, synchronous="OFF")  # type: ignore[arg-type]
+
+
+async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_table(store)
+    hops = 0
+    original = DbConnection.run
+
+    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
+        nonlocal hops
+        hops += 1
+        return await original(self, fn)
+
+    monkeypatch.setattr(DbConnection, "run", counting_run)
+    loop_thread = threading.get_ident()
+
+    def transaction(conn: sqlite3.Connection) -> int:
+        assert threading.get_ident() != loop_thread
+        for i in range(10):
+            conn.execute("INSERT INTO t (v) VALUES (?)", [str(i)])
+        return conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
+
+    assert await store.write(transaction) == 10
+    assert hops == 1
+
+
+async def test_failing_write_rolls_back_only_itself_in_a_shared_commit(
+    store: RuntimeStore,
+) -> None:
+    await make_table(store)
+
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (v) VALUES ('bad')")
+        raise ValueError("refused by the caller")
+
+    results: dict[str, object] = {}
+
+    async def good(i: int) -> None:
+        results[f"good{i}"] = await store.write(
+            lambda c: c.execute("INSERT INTO t (v) VALUES ('good')").rowcount
+        )
+
+    async def failing() -> None:
+        with pytest.raises(ValueError, match="refused"):
+            await store.write(bad)
+        results["bad"] = "raised"
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(good, i)
+        tg.start_soon(failing)
+        for i in range(5, 10):
+            tg.start_soon(good, i)
+    assert results["bad"] == "raised"
+    assert await count(store) == 10
+    bad_rows = await store.read(
+        lambda c: c.execute("SELECT COUNT(*) FROM t WHERE v = 'bad'").fetchone()[0]
+    )
+    assert bad_rows == 0
+
+
+async def test_concurrent_writers_share_commits_and_never_hit_locked(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_table(store)
+    hops = 0
+    original = DbConnection.run
+
+    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
+        nonlocal hops
+        hops += 1
+        return await original(self, fn)
+
+    monkeypatch.setattr(DbConnection, "run", counting_run)
+    writers, per_writer = 100, 5
+
+    async def writer(n: int) -> None:
+        for i in range(per_writer):
+            await store.write(
+                lambda c, n=n, i=i: c.execute("INSERT INTO t (v) VALUES (?)", [f"{n}:{i}"])
+            )
+
+    async with anyio.create_task_group() as tg:
+        for n in range(writers):
+            tg.start_soon(writer, n)
+    assert await count(store) == writers * per_writer
+    # Group commit: far fewer hops (and commits) than transactions.
+    assert hops < writers * per_writer / 2
+
+
+async def test_interactive_transactions_interleave_with_grouped_writes(
+    store: RuntimeStore,
+) -> None:
+    await make_table(store)
+
+    async def interactive(n: int) -> None:
+        async with store.transaction() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES (?)", [f"tx{n}"])
+            await anyio.lowlevel.checkpoint()
+            row = await tx.fetchone("SELECT COUNT(*) FROM t WHERE v = ?", [f"tx{n}"])
+            assert row == (1,)
+
+    async def grouped(n: int) -> None:
+        await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", [f"w{n}"]))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(20):
+            tg.start_soon(interactive, n)
+            tg.start_soon(grouped, n)
+    assert await count(store) == 40
+
+
+async def test_interactive_transaction_rolls_back_on_error(store: RuntimeStore) -> None:
+    await make_table(store)
+
+    async def aborted() -> None:
+        async with store.transaction() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES ('x')")
+            raise RuntimeError("abort")
+
+    with pytest.raises(RuntimeError, match="abort"):
+        await aborted()
+    assert await count(store) == 0
+
+
+async def test_transaction_cannot_be_used_after_it_ends(store: RuntimeStore) -> None:
+    await make_table(store)
+    async with store.transaction() as tx:
+        await tx.execute("INSERT INTO t (v) VALUES ('x')")
+    with pytest.raises(InvalidValue, match="ended"):
+        await tx.execute("INSERT INTO t (v) VALUES ('y')")
+    assert await count(store) == 1
+
+
+async def test_sqlite_errors_become_typed_store_errors(store: RuntimeStore) -> None:
+    with pytest.raises(StoreError) as caught:
+        await store.write(lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"))
+    assert not caught.value.retryable
+    assert "no_such_table" in str(caught.value)
+    with pytest.raises(StoreError):
+        await store.read(lambda c: c.execute("SELEC nonsense"))
+
+
+async def test_reader_connection_cannot_write(store: RuntimeStore) -> None:
+    await make_table(store)
+    with pytest.raises(StoreError):
+        await store.read(lambda c: c.execute("INSERT INTO t (v) VALUES ('x')"))
+
+
+async def test_cancelled_waiting_writer_is_dequeued_and_others_proceed(
+    store: RuntimeStore,
+) -> None:
+    await make_table(store)
+    entered = anyio.Event()
+    release = threading.Event()
+    token = anyio.lowlevel.current_token()
+
+    def slow(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (v) VALUES ('slow')")
+        anyio.from_thread.run_sync(entered.set, token=token)
+        release.wait(10)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, slow)
+        await entered.wait()
+        with anyio.CancelScope() as waiter_scope:
+            waiter_scope.cancel()
+            await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES ('cancelled')"))
+        tg.start_soon(store.write, lambda c: c.execute("INSERT INTO t (v) VALUES ('after')"))
+        await anyio.lowlevel.checkpoint()
+        release.set()
+    values = await store.read(lambda c: [r[0] for r in c.execute("SELECT v FROM t ORDER BY id")])
+    assert values == ["slow", "after"]
+
+
+async def test_closed_store_raises_and_close_is_idempotent(db_path: Path) -> None:
+    store = await RuntimeStore.open(db_path)
+    await store.aclose()
+    await store.aclose()
+    assert store.closed
+    with pytest.raises(StoreClosed):
+        await store.write(lambda c: None)
+    with pytest.raises(StoreClosed):
+        await store.read(lambda c: None)
+    with pytest.raises(StoreClosed):
+        async with store.transaction():
+            pass
+
+
+async def test_committed_writes_survive_reopen(db_path: Path) -> None:
+    async with await RuntimeStore.open(db_path) as store:
+        await make_table(store)
+        await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES ('kept')"))
+    async with await RuntimeStore.open(db_path) as store:
+        assert await count(store) == 1
+        assert store.migration.from_version == SCHEMA_VERSION
+
+
+async def test_job_cannot_end_the_shared_transaction(store: RuntimeStore) -> None:
+    await make_table(store)
+
+    async def neighbour(i: int) -> None:
+        await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", [f"n{i}"]))
+
+    async def rogue(statement: str) -> None:
+        def run(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO t (v) VALUES ('rogue')")
+            c.execute(statement)
+
+        with pytest.raises(StoreError, match="not authorized"):
+            await store.write(run)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(3):
+            tg.start_soon(neighbour, i)
+        for statement in ("COMMIT", "ROLLBACK", "RELEASE hostkit_job", "BEGIN"):
+            tg.start_soon(rogue, statement)
+        for i in range(3, 6):
+            tg.start_soon(neighbour, i)
+    values = await store.read(lambda c: sorted(r[0] for r in c.execute("SELECT v FROM t")))
+    assert values == [f"n{i}" for i in range(6)]
+    await neighbour(99)
+    assert await count(store) == 7
+
+
+async def test_interactive_statements_cannot_end_the_transaction(store: RuntimeStore) -> None:
+    await make_table(store)
+    async with store.transaction() as tx:
+        await tx.execute("INSERT INTO t (v) VALUES ('kept')")
+        with pytest.raises(StoreError, match="not authorized"):
+            await tx.execute("COMMIT")
+        await tx.execute("INSERT INTO t (v) VALUES ('also kept')")
+    assert await count(store) == 2
+
+
+async def test_base_exception_in_a_job_fails_only_that_job(store: RuntimeStore) -> None:
+    await make_table(store)
+
+    class Interrupt(BaseException):
+        pass
+
+    def interrupted(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t (v) VALUES ('interrupted')")
+        raise Interrupt
+
+    async def good(i: int) -> None:
+        await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", [str(i)]))
+
+    async def bad() -> None:
+        with pytest.raises(Interrupt):
+            await store.write(interrupted)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(good, 1)
+            tg.start_soon(bad)
+            tg.start_soon(good, 2)
+    await good(3)
+    assert await count(store) == 3
+
+
+async def test_write_inside_own_transaction_is_refused_not_deadlocked(store: RuntimeStore) -> None:
+    await make_table(store)
+    async with store.transaction() as tx:
+        with pytest.raises(InvalidValue, match="deadlock"):
+            await store.write(lambda c: None)
+        await tx.run(lambda c: c.execute("INSERT INTO t (v) VALUES ('via tx.run')"))
+    assert await count(store) == 1
+
+
+async def test_close_with_queued_writes_fails_them_cleanly(db_path: Path) -> None:
+    store = await RuntimeStore.open(db_path)
+    await make_table(store)
+    outcomes: list[str] = []
+
+    async def writer(i: int) -> None:
+        try:
+            await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", [str(i)]))
+            outcomes.append("committed")
+        except StoreClosed:
+            outcomes.append("closed")
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                tg.start_soon(writer, i)
+            await anyio.lowlevel.checkpoint()
+            tg.start_soon(store.aclose)
+    assert len(outcomes) == 200
+    assert set(outcomes) <= {"committed", "closed"}
+    async with await RuntimeStore.open(db_path) as reopened:
+        assert await count(reopened) == outcomes.count("committed")

@@ -1,0 +1,218 @@
+"""Contract values are deeply immutable and validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from hostkit.errors import (
+    ConfigError,
+    HostkitError,
+    InvalidValue,
+    MigrationError,
+    NotFoundOrUnauthorized,
+    StoreError,
+    TurnInfrastructureError,
+    TurnRejected,
+    UserError,
+    bounded,
+)
+from hostkit.freeze import FrozenMap, freeze, thaw
+from hostkit.types import (
+    REDACTED,
+    ConversationFacts,
+    MessageRecord,
+    PrincipalScope,
+    TurnExecutionContext,
+    TurnToken,
+    bounded_metadata,
+    new_id,
+)
+
+
+def make_scope(**overrides: object) -> PrincipalScope:
+    fields: dict[str, object] = {
+        "principal_id": "webhook:u1",
+        "authority": "conversation",
+        "channel": "webhook",
+        "conversation_key": "c1",
+        "session_id": "ses_1",
+        "allowed_session_ids": frozenset({"ses_1"}),
+        "issuer_id": "store_1",
+    }
+    fields.update(overrides)
+    return PrincipalScope(**fields)  # type: ignore[arg-type]
+
+
+def make_context(**overrides: object) -> TurnExecutionContext:
+    def token(kind: str) -> TurnToken:
+        return TurnToken(kind, "req_1", "turn_1", "ses_1", new_id("n"))  # type: ignore[arg-type]
+
+    fields: dict[str, object] = {
+        "request_id": "req_1",
+        "turn_id": "turn_1",
+        "principal": make_scope(),
+        "session_id": "ses_1",
+        "core_id": "assistant",
+        "core_revision": "rev1",
+        "capability_snapshot": {"tools": ["memory.recall"], "policy": {"ask": ["fs.write"]}},
+        "workspace_scope": "/work/space",
+        "route_token": token("route"),
+        "admission_lease_token": token("admission"),
+        "cancellation_token": token("cancellation"),
+        "trace_ids": ["trace_a", "trace_b"],
+        "interaction_metadata": {"client": {"name": "cli", "tags": ["a"]}},
+    }
+    fields.update(overrides)
+    return TurnExecutionContext(**fields)  # type: ignore[arg-type]
+
+
+def test_freeze_converts_nested_containers() -> None:
+    frozen = freeze({"a": [1, {"b": {2, 3}}], "c": bytearray(b"x")})
+    assert isinstance(frozen, FrozenMap)
+    assert frozen["a"] == (1, FrozenMap({"b": frozenset({2, 3})}))
+    assert frozen["c"] == b"x"
+    assert thaw(frozen) == {"a": [1, {"b": [2, 3]}], "c": b"x"}
+
+
+def test_freeze_refuses_unknown_mutable_objects() -> None:
+    class Bag:
+        pass
+
+    with pytest.raises(TypeError):
+        freeze({"bag": Bag()})
+
+
+def test_frozen_map_cannot_be_mutated_and_is_hashable() -> None:
+    frozen = FrozenMap({"k": [1]})
+    with pytest.raises(TypeError):
+        frozen["k"] = 2  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        frozen._data = {}  # type: ignore[misc]
+    assert hash(frozen) == hash(FrozenMap({"k": (1,)}))
+    assert pickle.loads(pickle.dumps(frozen)) == frozen
+
+
+def test_principal_scope_fields_and_nested_values_are_immutable() -> None:
+    scope = make_scope(allowed_session_ids={"ses_1", "ses_2"})
+    assert isinstance(scope.allowed_session_ids, frozenset)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scope.session_id = "ses_2"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        scope.allowed_session_ids.add("ses_3")  # type: ignore[attr-defined]
+
+
+def test_principal_scope_repr_hides_proof() -> None:
+    scope = dataclasses.replace(make_scope(), proof="deadbeef" * 8)
+    assert "deadbeef" not in repr(scope)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"authority": "admin"}, "authority"),
+        ({"principal_id": ""}, "principal_id"),
+        ({"session_id": "ses_other"}, "allowed_session_ids"),
+        ({"session_id": None, "allowed_session_ids": frozenset()}, "exactly one session"),
+        ({"allowed_session_ids": frozenset(f"s{i}" for i in range(40)) | {"ses_1"}}, "at most"),
+        ({"grant_id": "grant_x"}, "grant_id"),
+        ({"authority": "operator", "grant_id": ""}, "grant_id"),
+    ],
+)
+def test_principal_scope_rejects_inconsistent_fields(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidValue, match=message):
+        make_scope(**overrides)
+
+
+def test_turn_execution_context_nested_values_are_immutable() -> None:
+    context = make_context()
+    with pytest.raises(TypeError):
+        context.capability_snapshot["tools"] = ()  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        context.capability_snapshot["tools"].append("x")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        context.capability_snapshot["policy"]["ask"] = ()  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        context.trace_ids.append("t")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        context.interaction_metadata["client"]["name"] = "evil"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        context.principal.allowed_session_ids.add("ses_2")  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        context.session_id = "ses_2"  # type: ignore[misc]
+
+
+def test_turn_execution_context_does_not_share_callers_containers() -> None:
+    snapshot = {"tools": ["a"]}
+    context = make_context(capability_snapshot=snapshot)
+    snapshot["tools"].append("b")
+    assert context.capability_snapshot["tools"] == ("a",)
+
+
+def test_turn_execution_context_requires_agreeing_bindings() -> None:
+    with pytest.raises(InvalidValue, match="does not authorize"):
+        make_context(session_id="ses_2")
+    foreign = TurnToken("route", "req_1", "turn_OTHER", "ses_1", "n")
+    with pytest.raises(InvalidValue, match="another request"):
+        make_context(route_token=foreign)
+    wrong_kind = TurnToken("admission", "req_1", "turn_1", "ses_1", "n")
+    with pytest.raises(InvalidValue, match="route TurnToken"):
+        make_context(route_token=wrong_kind)
+
+
+def test_interaction_metadata_is_bounded_and_redacted() -> None:
+    metadata = bounded_metadata(
+        {"api_key": "sk-live", "nested": {"password": "p"}, "long": "x" * 5000}
+        | {f"k{i}": i for i in range(100)},
+        max_keys=32,
+    )
+    assert metadata["api_key"] == REDACTED
+    assert metadata["nested"]["password"] == REDACTED
+    assert len(metadata["long"]) <= 512
+    assert len(metadata) <= 33
+
+
+def test_records_freeze_their_payloads() -> None:
+    record = MessageRecord("m", "s", 1, "user", {"parts": [{"text": "hi"}]}, None, "t")
+    with pytest.raises(TypeError):
+        record.content["parts"][0]["text"] = "bye"  # type: ignore[index]
+
+
+def test_conversation_facts_are_validated() -> None:
+    with pytest.raises(InvalidValue):
+        ConversationFacts(channel="", conversation_key="c", principal_key="p")
+    with pytest.raises(InvalidValue):
+        ConversationFacts(channel="x", conversation_key="c" * 1000, principal_key="p")
+
+
+def test_error_tree_shape() -> None:
+    assert issubclass(ConfigError, UserError)
+    assert issubclass(UserError, HostkitError)
+    assert issubclass(MigrationError, StoreError)
+    assert issubclass(TurnRejected, HostkitError)
+    assert TurnInfrastructureError("req_1").outcome == "indeterminate"
+    assert StoreError("x", retryable=True).retryable
+    assert not UserError("x").retryable
+
+
+def test_error_messages_are_bounded_and_redacted() -> None:
+    error = TurnRejected("api_key=sk-secret-value " + "y" * 5000)
+    assert "sk-secret-value" not in str(error)
+    assert len(str(error)) <= 600
+    assert "\n" not in bounded("a\nb")
+    assert "tok123" not in bounded("Authorization: Bearer tok123")
+
+
+def test_not_found_and_unauthorized_share_one_message() -> None:
+    assert str(NotFoundOrUnauthorized("session")) == "session not found"
+
+
+def test_migration_error_keeps_whole_paths() -> None:
+    long_path = "/" + "d" * 300 + "/hostkit.db"
+    error = MigrationError("boom " * 200, database=long_path, backup=long_path + ".bak")
+    assert long_path in str(error)
+    assert long_path + ".bak" in str(error)

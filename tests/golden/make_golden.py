@@ -1,0 +1,58 @@
+"""Write the golden database of schema v1 (run once per released schema version).
+
+Golden files are committed and never regenerated: they stand for databases that
+users already have. ``tests/contract/test_store_migrations.py`` migrates each.
+Usage: ``python tests/golden/make_golden.py VERSION``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import anyio
+
+from hostkit.store import MIGRATIONS, RuntimeStore
+
+
+def populate(conn: sqlite3.Connection) -> None:
+    sessions = ["ses_golden_owned", "ses_golden_unbound", "ses_golden_shared"]
+    for session_id in sessions:
+        conn.execute(
+            "INSERT INTO sessions (session_id, created_at, title) VALUES (?, '2026-11-01', ?)",
+            [session_id, session_id.removeprefix("ses_golden_")],
+        )
+    conn.executemany(
+        "INSERT INTO conversation_bindings VALUES (?, ?, ?, ?, '2026-11-01')",
+        [
+            ("webhook", "golden-1", "webhook:alice", "ses_golden_owned"),
+            ("webhook", "golden-2", "webhook:bob", "ses_golden_shared"),
+            ("slack", "golden-3", "slack:carol", "ses_golden_shared"),
+        ],
+    )
+    for seq in range(1, 4):
+        conn.execute(
+            "INSERT INTO messages (message_id, session_id, seq, role, content, created_at) "
+            "VALUES (?, 'ses_golden_owned', ?, 'user', '{\"text\":\"hello\"}', '2026-11-01')",
+            [f"msg_golden_{seq}", seq],
+        )
+    conn.execute(
+        "INSERT INTO tasks (task_id, session_id, kind, status, created_at, updated_at) "
+        "VALUES ('task_golden', 'ses_golden_unbound', 'job', 'done', '2026-11-01', '2026-11-01')"
+    )
+    conn.execute(
+        "INSERT INTO audit (at, kind, detail) VALUES ('2026-11-01', 'golden.created', '{}')"
+    )
+
+
+async def main(version: int) -> None:
+    target = Path(__file__).parent / f"hostkit-v{version}.db"
+    if target.exists():
+        raise SystemExit(f"{target} exists; golden files are never regenerated")
+    async with await RuntimeStore.open(target, migrations=MIGRATIONS[:version]) as store:
+        await store.write(populate)
+
+
+if __name__ == "__main__":
+    anyio.run(main, int(sys.argv[1]))
