@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
 EXTRAS := notebook,test
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench notebooks clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ test: lint
 demo: install
 	@echo "make demo: the headless demo arrives with the turns issue (TurnExecution and providers)."
 	@echo "Until then there is nothing real to show; run 'make test' to exercise the store and authority."
+
+# Re-execute the notebooks in place after changing what they show (outputs are the spec).
+notebooks: install
+	cd notebooks && for nb in *.ipynb; do ../$(BIN)/jupyter execute --inplace "$$nb" || exit 1; done
 
 bench: install
 	$(BIN)/python bench/store_bench.py

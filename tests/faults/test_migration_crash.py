@@ -1,0 +1,66 @@
+"""kill -9 in the middle of a schema upgrade: the old database survives and upgrades later."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.store import SCHEMA_VERSION, RuntimeStore
+from tests.contract.test_store_migrations import make_v1
+from tests.support import file_bytes
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+# An upgrade whose extra step writes ~200 MB inside the migration transaction, so the
+# process is certainly mid-transaction (uncommitted frames in the WAL) when it is killed.
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from hostkit.store import MIGRATIONS, Migration, RuntimeStore
+
+    heavy = Migration(len(MIGRATIONS) + 1, "heavy", (
+        "CREATE TABLE filler (x BLOB)",
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) "
+        "INSERT INTO filler SELECT randomblob(1000) FROM n",
+    ))
+
+    async def main() -> None:
+        await RuntimeStore.open(sys.argv[1], migrations=(*MIGRATIONS, heavy))
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_sigkill_mid_migration_leaves_old_database_recoverable(db_path: Path) -> None:
+    await make_v1(db_path)
+    before = hashlib.sha256(await file_bytes(db_path)).hexdigest()
+    wal = anyio.Path(db_path.with_name("hostkit.db-wal"))
+    async with await anyio.open_process([sys.executable, "-c", CHILD, str(db_path)]) as child:
+        with anyio.fail_after(60):
+            # Mid-transaction: the backup is in place and the WAL holds uncommitted frames.
+            while not (await wal.exists() and (await wal.stat()).st_size > 5_000_000):
+                assert child.returncode is None, "the child finished before it was killed"
+                await anyio.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert hashlib.sha256(await file_bytes(db_path)).hexdigest() == before
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.backup_reused
+        assert store.migration.to_version == SCHEMA_VERSION
+        sessions = await store.read(lambda c: c.execute("SELECT COUNT(*) FROM sessions").fetchone())
+        tables = await store.read(
+            lambda c: c.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'filler'"
+            ).fetchone()
+        )
+    assert sessions == (3,)
+    assert tables == (0,)
