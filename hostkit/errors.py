@@ -15,6 +15,8 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
         │   └── MigrationError     names the database, the backup and the restore action
+        ├── ProviderError          a model provider call failed (status, retryable, retry_after)
+        │   └── ContextOverflow    the provider refused the request as too long for its window
         └── TurnInfrastructureError  no trustworthy terminal record (outcome "indeterminate")
 
 Retryability is an attribute (``error.retryable``), not a subclass, so callers
@@ -27,10 +29,12 @@ import re
 
 __all__ = [
     "ConfigError",
+    "ContextOverflow",
     "HostkitError",
     "InvalidValue",
     "MigrationError",
     "NotFoundOrUnauthorized",
+    "ProviderError",
     "RuntimeFailure",
     "ScopeError",
     "StoreClosed",
@@ -161,6 +165,35 @@ class MigrationError(StoreError):
         if restore:
             parts.append(f"restore: {restore}")
         super().__init__("; ".join(parts))
+
+
+class ProviderError(RuntimeFailure):
+    """A model provider call failed after hostkit's own bounded retries.
+
+    ``status`` is the HTTP status when there was one; ``retry_after`` the
+    provider's requested delay in seconds; ``provider`` names the adapter.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(f"{provider}: {message}", retryable=retryable)
+
+
+class ContextOverflow(ProviderError):
+    """The provider said the request does not fit its context window; never retried as is."""
+
+    def __init__(self, message: str, *, provider: str, status: int | None = None) -> None:
+        super().__init__(message, provider=provider, status=status, retryable=False)
 
 
 class TurnInfrastructureError(RuntimeFailure):

@@ -1,0 +1,17 @@
+"""The provider layer: the ModelProvider protocol, retries and normalization.
+
+SDK-backed adapters live in ``hostkit.adapters``; this package knows no vendor.
+"""
+
+from hostkit.providers._normalize import parse_retry_after, parse_tool_arguments, to_finish_reason
+from hostkit.providers._protocol import ModelProvider
+from hostkit.providers._retry import RetryPolicy, call_with_retries
+
+__all__ = [
+    "ModelProvider",
+    "RetryPolicy",
+    "call_with_retries",
+    "parse_retry_after",
+    "parse_tool_arguments",
+    "to_finish_reason",
+]

@@ -1,0 +1,57 @@
+"""Helpers adapters share to normalize provider payloads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hostkit.types import FinishReason
+
+__all__ = ["parse_retry_after", "parse_tool_arguments", "to_finish_reason"]
+
+_FINISH: Mapping[str, FinishReason] = {
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    "length": "length",
+    "max_tokens": "length",
+    "content_filter": "content_filter",
+    "refusal": "content_filter",
+}
+
+
+def to_finish_reason(value: str | None) -> FinishReason:
+    """Map a provider's finish/stop reason to the normalized vocabulary."""
+    return _FINISH.get(value or "", "other")
+
+
+def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Parse a tool call's JSON arguments; malformed input becomes ``{"_raw": text}``.
+
+    The effect runtime then rejects the call as ``invalid`` against the tool's
+    schema instead of the provider layer guessing what the model meant.
+    """
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        return raw
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw": raw[:2000]}
+    return value if isinstance(value, dict) else {"_raw": raw[:2000]}
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After (or retry-after-ms) header value, when numeric."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None

@@ -1,0 +1,46 @@
+"""The ModelProvider protocol every provider adapter implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from hostkit.types import ModelLimits, ModelRequest, ModelResponse, StreamEvent
+
+__all__ = ["ModelProvider"]
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """A model behind a normalized interface.
+
+    ``complete`` returns one ``ModelResponse``. ``stream`` yields text
+    increments and ends with one ``kind="done"`` event carrying the complete
+    response (same content as ``complete`` would return). Both raise
+    ``ContextOverflow`` when the provider refuses the request as too long and
+    ``ProviderError`` for other failures after bounded retries; a request whose
+    response (or first streamed byte) arrived is never sent again. Cancelling
+    the caller cancels the HTTP request. ``aclose`` releases clients and is
+    idempotent.
+    """
+
+    @property
+    def name(self) -> str:
+        """Provider id used in usage records and calibration (e.g. ``openai``)."""
+        ...
+
+    @property
+    def model(self) -> str:
+        """The model id requests are sent to."""
+        ...
+
+    @property
+    def limits(self) -> ModelLimits:
+        """Normalized limits the ContextManager budgets against."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,62 @@
+"""Bounded retries for provider calls: exponential backoff with jitter, Retry-After honoured.
+
+Only failures that happened *before any response arrived* are retried (429,
+5xx, connection errors). A response that arrived is never requested again,
+even if it was malformed: repeating it could repeat a paid or side-effecting
+generation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from hostkit.errors import ProviderError
+
+__all__ = ["RetryPolicy", "call_with_retries"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to retry a provider call that got no response."""
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    max_retry_after_s: float = 60.0
+    jitter: float = 0.25
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, self.max_retry_after_s)
+        backoff = min(self.base_delay_s * 2 ** (attempt - 1), self.max_delay_s)
+        return backoff * (1 + random.uniform(-self.jitter, self.jitter))
+
+
+async def call_with_retries(
+    call: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+) -> T:
+    """Run ``call`` until it succeeds, raises a non-retryable error, or attempts run out.
+
+    ``call`` must raise ``ProviderError`` with ``retryable=True`` only for
+    failures where no response arrived; anything else propagates at once.
+    """
+    attempt = 1
+    while True:
+        try:
+            return await call()
+        except ProviderError as exc:
+            if not exc.retryable or attempt >= policy.max_attempts:
+                raise
+            await sleep(policy.delay(attempt, exc.retry_after))
+            attempt += 1

@@ -1,0 +1,153 @@
+"""Provider-neutral model values: messages, tool calls, limits, requests and responses.
+
+Every provider adapter normalizes to these; the ContextManager budgets them and
+TurnExecution persists them. They are deeply frozen like every contract value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hostkit.errors import InvalidValue
+from hostkit.freeze import FrozenMap, freeze
+
+__all__ = [
+    "FinishReason",
+    "ModelLimits",
+    "ModelMessage",
+    "ModelRequest",
+    "ModelResponse",
+    "Role",
+    "StreamEvent",
+    "ToolCall",
+    "ToolDefinition",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """Normalized limits of one provider/model, owned by the provider layer.
+
+    ``safety_margin_tokens`` covers estimator error and provider framing; the
+    ContextManager alone turns these into a per-step input/output budget.
+    """
+
+    context_window: int
+    max_output_tokens: int
+    estimator_id: str = "chars/4"
+    safety_margin_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0 or self.max_output_tokens <= 0:
+            raise InvalidValue("context_window and max_output_tokens must be positive")
+        if self.max_output_tokens >= self.context_window:
+            raise InvalidValue("max_output_tokens must be smaller than context_window")
+        if self.safety_margin_tokens < 0:
+            raise InvalidValue("safety_margin_tokens cannot be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A provider-visible tool: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 64:
+            raise InvalidValue("tool names are 1-64 characters")
+        object.__setattr__(self, "parameters", FrozenMap(self.parameters))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for; ``arguments`` is the parsed JSON object."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arguments", FrozenMap(self.arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMessage:
+    """One provider-neutral chat message.
+
+    ``tool_calls`` appear on assistant messages; ``tool_call_id`` links a tool
+    message to the call it answers, and the pair is never split by pruning.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ("system", "user", "assistant", "tool"):
+            raise InvalidValue("role must be system, user, assistant or tool")
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if self.role == "tool" and not self.tool_call_id:
+            raise InvalidValue("a tool message needs the tool_call_id it answers")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token buckets as the provider reported them (zero where it reports none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What a provider adapter sends: prepared messages, final tool definitions, a budget."""
+
+    messages: tuple[ModelMessage, ...]
+    tools: tuple[ToolDefinition, ...] = ()
+    max_output_tokens: int = 512
+    temperature: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(self.messages))
+        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "metadata", freeze(self.metadata))
+        if self.max_output_tokens <= 0:
+            raise InvalidValue("max_output_tokens must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """A normalized provider response."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    finish_reason: FinishReason
+    provider: str
+    model: str
+    provider_request_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One streamed increment; the last event (``kind="done"``) carries the full response."""
+
+    kind: Literal["text", "done"]
+    text: str = ""
+    response: ModelResponse | None = None
