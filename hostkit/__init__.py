@@ -1,21 +1,64 @@
-"""hostkit: an agent Host with durable turns, explicit authority, approvals and bounded context."""
+"""hostkit: an agent Host with durable turns, explicit authority, approvals and bounded context.
+
+```python
+import hostkit
+
+async with hostkit.Host.open("hostkit.toml") as host:
+    text = await host.run_turn("assistant", "Summarise notes.md")
+    result = await host.turns.run(hostkit.TurnRequest(...))
+```
+"""
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
-from hostkit.errors import HostkitError, NotFoundOrUnauthorized, ScopeError
+from hostkit.errors import (
+    ConfigError,
+    HostkitError,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    TurnInProgress,
+    TurnRejected,
+)
+from hostkit.host import (
+    DefaultCapabilities,
+    Host,
+    HostConfig,
+    RuntimeCapabilities,
+    TurnNotCompleted,
+)
 from hostkit.store import RuntimeStore
-from hostkit.types import ConversationFacts, PrincipalScope, TurnExecutionContext
+from hostkit.types import (
+    ConversationFacts,
+    FreshSession,
+    PrincipalScope,
+    ResumeSession,
+    TurnExecutionContext,
+    TurnRequest,
+    TurnResult,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AuthorityResolver",
+    "ConfigError",
     "ConversationFacts",
+    "DefaultCapabilities",
+    "FreshSession",
+    "Host",
+    "HostConfig",
     "HostkitError",
     "NotFoundOrUnauthorized",
     "OperatorIssuer",
     "PrincipalScope",
+    "ResumeSession",
+    "RuntimeCapabilities",
     "RuntimeStore",
     "ScopeError",
     "TurnExecutionContext",
+    "TurnInProgress",
+    "TurnNotCompleted",
+    "TurnRejected",
+    "TurnRequest",
+    "TurnResult",
     "__version__",
 ]

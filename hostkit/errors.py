@@ -11,6 +11,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   └── ScopeError             forged, foreign, revoked or under-specified authority
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     ├── TurnRejected               validation/authority failure before turn.started
+    ├── TurnInProgress             a repeated request whose first turn is still running
     └── RuntimeFailure             the runtime could not do its job
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
@@ -39,6 +40,7 @@ __all__ = [
     "ScopeError",
     "StoreClosed",
     "StoreError",
+    "TurnInProgress",
     "TurnInfrastructureError",
     "TurnRejected",
     "UserError",
@@ -121,6 +123,19 @@ class TurnRejected(HostkitError):
     def __init__(self, reason: str) -> None:
         self.reason = bounded(reason)
         super().__init__(f"turn rejected: {self.reason}")
+
+
+class TurnInProgress(HostkitError):
+    """The same request (idempotency key) already started a turn that is still running.
+
+    Retryable: ask again later for its terminal result; never run it twice.
+    """
+
+    retryable = True
+
+    def __init__(self, turn_id: str) -> None:
+        self.turn_id = turn_id
+        super().__init__(f"turn {bounded(turn_id, 80)} for this request is still running")
 
 
 class RuntimeFailure(HostkitError):

@@ -1,6 +1,6 @@
 """Host authority: the only place PrincipalScopes are made."""
 
 from hostkit.authority._operator import OperatorIssuer
-from hostkit.authority._resolver import AuthorityResolver
+from hostkit.authority._resolver import AuthorityResolver, conversation_principal
 
-__all__ = ["AuthorityResolver", "OperatorIssuer"]
+__all__ = ["AuthorityResolver", "OperatorIssuer", "conversation_principal"]

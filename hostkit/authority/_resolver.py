@@ -6,15 +6,20 @@ from types import TracebackType
 
 from hostkit.authority._operator import OPERATOR_CHANNEL, OperatorIssuer
 from hostkit.errors import InvalidValue, ScopeError
-from hostkit.store import RuntimeStore, ScopeMint
+from hostkit.store import ConversationSelect, RuntimeStore, ScopeMint
 from hostkit.types import ConversationFacts, PrincipalScope, new_id
 
-__all__ = ["AuthorityResolver"]
+__all__ = ["AuthorityResolver", "conversation_principal"]
 
 SCHEDULE_CHANNEL = "schedule"
 AGENT_CHANNEL = "agent"
 # Channels the Host uses for its own bindings; a transport cannot claim them.
 RESERVED_CHANNELS = frozenset({OPERATOR_CHANNEL, SCHEDULE_CHANNEL, AGENT_CHANNEL})
+
+
+def conversation_principal(facts: ConversationFacts) -> str:
+    """The principal id a conversation's facts resolve to (known before any binding)."""
+    return f"{facts.channel}:{facts.principal_key}"
 
 
 class AuthorityResolver:
@@ -66,21 +71,26 @@ class AuthorityResolver:
         """Return ``scope`` if it is a live scope of this store, else ``ScopeError``."""
         return self._store.verify_scope(scope)
 
-    async def for_conversation(self, facts: ConversationFacts) -> PrincipalScope:
+    async def for_conversation(
+        self, facts: ConversationFacts, *, session: ConversationSelect = "bound"
+    ) -> PrincipalScope:
         """The scope of an authenticated conversation, bound to exactly its session.
 
         The binding is created atomically on first contact, so concurrent first
-        messages of one conversation resolve to the same session.
+        messages of one conversation resolve to the same session. ``session``
+        may instead start a fresh session or resume one this conversation owns;
+        either rebinds the conversation for future requests too.
         """
         if not isinstance(facts, ConversationFacts):
             raise InvalidValue("ConversationFacts are required")
         if facts.channel in RESERVED_CHANNELS:
             raise ScopeError(f"channel {facts.channel!r} is reserved for the Host")
-        principal_id = f"{facts.channel}:{facts.principal_key}"
+        principal_id = conversation_principal(facts)
         session_id, _ = await self._store.bind_conversation(
             channel=facts.channel,
             conversation_key=facts.conversation_key,
             principal_id=principal_id,
+            select=session,
         )
         owner = await self._store.owner_facts(session_id)
         if owner is None or owner.owner_kind != "conversation":

@@ -2,21 +2,27 @@
 
 from hostkit.store._connection import Synchronous
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
+from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._runtime import RuntimeStore, Transaction
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration
 from hostkit.store._scopes import ScopeMint
-from hostkit.store._sessions import OwnerFacts
+from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
 
 __all__ = [
     "APPLICATION_ID",
+    "ConversationSelect",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Migration",
     "MigrationReport",
+    "OwnedKind",
     "OwnerFacts",
     "RuntimeStore",
     "ScopeMint",
     "Synchronous",
     "Transaction",
+    "insert_audit",
     "logical_fingerprint",
+    "now",
+    "owner_predicate",
 ]

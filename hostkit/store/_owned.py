@@ -20,6 +20,7 @@ from hostkit.types import MessageRecord, Page, PrincipalScope, SessionRecord, Ta
 
 __all__ = [
     "DenialReason",
+    "OwnedKind",
     "append_message",
     "create_task",
     "decode_cursor",
@@ -244,12 +245,16 @@ def create_task(
     return TaskRecord(task_id, session_id, kind, "pending", detail, created_at, created_at)
 
 
-def denial_reason(
-    conn: sqlite3.Connection, kind: Literal["session", "task"], object_id: str
-) -> DenialReason:
+OwnedKind = Literal["session", "task", "turn"]
+
+
+def denial_reason(conn: sqlite3.Connection, kind: OwnedKind, object_id: str) -> DenialReason:
     """Why an exact owned lookup found nothing: recorded in the Host-only audit only."""
-    if kind == "task":
-        row = conn.execute("SELECT session_id FROM tasks WHERE task_id = ?", [object_id]).fetchone()
+    if kind in ("task", "turn"):
+        table = "tasks" if kind == "task" else "turns"
+        row = conn.execute(
+            f"SELECT session_id FROM {table} WHERE {kind}_id = ?", [object_id]
+        ).fetchone()
         if row is None:
             return "missing"
         session_id = row[0]

@@ -15,9 +15,10 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, Sto
 from hostkit.store import _owned, _sessions
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._migrate import MigrationReport, upgrade
+from hostkit.store._owned import OwnedKind
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._scopes import ScopeKeys, ScopeMint
-from hostkit.store._sessions import OwnerFacts
+from hostkit.store._sessions import ConversationSelect, OwnerFacts
 from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
 from hostkit.types import (
     AuditRecord,
@@ -298,8 +299,14 @@ class RuntimeStore:
         conversation_key: str,
         principal_id: str,
         owner_kind: OwnerKind = "conversation",
+        select: ConversationSelect = "bound",
     ) -> tuple[str, bool]:
-        """Atomically resolve or create a conversation's session; returns (session, created)."""
+        """Atomically resolve, create or switch a conversation's session.
+
+        ``select`` is ``"bound"`` (the bound session, created on first contact),
+        ``"fresh"`` (a new session, bound from now on) or a session id the same
+        conversation owns (resume). Returns (session id, created).
+        """
         return await self.write(
             lambda raw: _sessions.bind_conversation(
                 raw,
@@ -307,6 +314,7 @@ class RuntimeStore:
                 conversation_key=conversation_key,
                 principal_id=principal_id,
                 owner_kind=owner_kind,
+                select=select,
             )
         )
 
@@ -355,16 +363,21 @@ class RuntimeStore:
 
     # -- owned queries ---------------------------------------------------------------
 
-    async def _owned(
+    async def owned(
         self,
         scope: PrincipalScope,
-        kind: Literal["session", "task"],
+        kind: OwnedKind,
         object_id: str,
         fn: Callable[[sqlite3.Connection], T | None],
         *,
         write: bool = False,
     ) -> T:
-        """Run an owned operation; on a miss, audit the real reason and raise the shared answer."""
+        """Run an owned operation ``fn`` (which applies ``owner_predicate`` in its SQL).
+
+        ``fn`` returns None when the scope does not own ``object_id``; then the
+        real reason goes to the Host-only audit and ``NotFoundOrUnauthorized``
+        is raised, the same answer as for a missing object.
+        """
         self.verify_scope(scope)
         result = await (self.write(fn) if write else self.read(fn))
         if result is not None:
@@ -385,7 +398,7 @@ class RuntimeStore:
 
     async def get_session(self, scope: PrincipalScope, session_id: str) -> SessionRecord:
         """One owned session, or ``NotFoundOrUnauthorized`` (same answer for both cases)."""
-        return await self._owned(
+        return await self.owned(
             scope, "session", session_id, lambda raw: _owned.get_session(raw, scope, session_id)
         )
 
@@ -410,7 +423,7 @@ class RuntimeStore:
     ) -> Page[MessageRecord]:
         """An owned session's messages in order, starting after ``after_seq`` (or ``cursor``)."""
         _check_limit(limit)
-        return await self._owned(
+        return await self.owned(
             scope,
             "session",
             session_id,
@@ -429,7 +442,7 @@ class RuntimeStore:
         turn_id: str | None = None,
     ) -> MessageRecord:
         """Append to an owned session's transcript (owner predicate inside the INSERT)."""
-        return await self._owned(
+        return await self.owned(
             scope,
             "session",
             session_id,
@@ -440,7 +453,7 @@ class RuntimeStore:
         )
 
     async def get_task(self, scope: PrincipalScope, task_id: str) -> TaskRecord:
-        return await self._owned(
+        return await self.owned(
             scope, "task", task_id, lambda raw: _owned.get_task(raw, scope, task_id)
         )
 
@@ -470,7 +483,7 @@ class RuntimeStore:
         detail: Mapping[str, Any] | None = None,
     ) -> TaskRecord:
         """Create a pending task in an owned session."""
-        return await self._owned(
+        return await self.owned(
             scope,
             "session",
             session_id,
@@ -501,7 +514,7 @@ class RuntimeStore:
         text = _check_reason(reason)
         if (session_id is None) == (task_id is None):
             raise InvalidValue("give exactly one of session_id or task_id")
-        kind: Literal["session", "task"] = "session" if session_id is not None else "task"
+        kind: OwnedKind = "session" if session_id is not None else "task"
         object_id = session_id if session_id is not None else str(task_id)
 
         def lookup(raw: sqlite3.Connection) -> LegacyRepairView | None:
@@ -521,7 +534,7 @@ class RuntimeStore:
 
 
 def _legacy_view(
-    raw: sqlite3.Connection, kind: Literal["session", "task"], object_id: str
+    raw: sqlite3.Connection, kind: OwnedKind, object_id: str
 ) -> LegacyRepairView | None:
     reason = _owned.denial_reason(raw, kind, object_id)
     if reason not in ("legacy_repair_required", "missing_durable_owner"):

@@ -127,5 +127,107 @@ _V2_OWNERS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1_BASE, _V2_OWNERS)
+_TURN_STATUSES = (
+    "('running', 'completed', 'needs_user', 'failed', 'cancelled', 'lost', 'indeterminate')"
+)
+
+_V3_TURNS = Migration(
+    3,
+    "turns, turn events, outbox, usage observations, context decisions, agent memory",
+    (
+        # One row per admitted turn. (principal_id, request_id) is the idempotency key:
+        # a repeat of the same request by the same principal never creates a second turn.
+        f"""CREATE TABLE turns (
+            id INTEGER PRIMARY KEY,
+            turn_id TEXT NOT NULL UNIQUE,
+            request_id TEXT NOT NULL,
+            principal_id TEXT NOT NULL,
+            session_id TEXT NOT NULL REFERENCES sessions(session_id),
+            core_id TEXT NOT NULL,
+            core_revision TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            status TEXT NOT NULL CHECK (status IN {_TURN_STATUSES}),
+            lease_owner TEXT,
+            lease_expires_at REAL,
+            cancel_requested_at TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            result TEXT,
+            UNIQUE (principal_id, request_id)
+        )""",
+        "CREATE INDEX turns_session ON turns(session_id, id)",
+        "CREATE INDEX turns_running ON turns(status, lease_expires_at) WHERE status = 'running'",
+        """CREATE TABLE turn_events (
+            id INTEGER PRIMARY KEY,
+            turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            at TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '{}',
+            UNIQUE (turn_id, seq)
+        )""",
+        # Durable delivery intents, committed in the same transaction as the terminal turn.
+        """CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY,
+            intent_id TEXT NOT NULL UNIQUE,
+            turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+            session_id TEXT NOT NULL,
+            route TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX outbox_due ON outbox(status, next_attempt_at)",
+        """CREATE TABLE usage_observations (
+            id INTEGER PRIMARY KEY,
+            decision_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            step_id INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_tokens INTEGER NOT NULL,
+            estimated_input_tokens INTEGER,
+            finish_reason TEXT,
+            provider_request_id TEXT,
+            at TEXT NOT NULL
+        )""",
+        "CREATE INDEX usage_session ON usage_observations(session_id, id)",
+        """CREATE TABLE context_decisions (
+            decision_id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            step_id INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX context_decisions_turn ON context_decisions(turn_id, step_id)",
+        # Agent memory: one store per agent, items owned by the principal that stored them.
+        """CREATE TABLE memory_items (
+            id INTEGER PRIMARY KEY,
+            agent TEXT NOT NULL,
+            principal_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX memory_owner ON memory_items(agent, principal_id, id)",
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+            text, content='memory_items', content_rowid='id'
+        )""",
+        """CREATE TRIGGER memory_items_ai AFTER INSERT ON memory_items BEGIN
+            INSERT INTO memory_fts(rowid, text) VALUES (new.id, new.text);
+        END""",
+        """CREATE TRIGGER memory_items_ad AFTER DELETE ON memory_items BEGIN
+            INSERT INTO memory_fts(memory_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        END""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1_BASE, _V2_OWNERS, _V3_TURNS)
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -11,13 +11,15 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from hostkit.errors import NotFoundOrUnauthorized
 from hostkit.freeze import thaw
 from hostkit.store._owned import now
 from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_metadata, new_id
 
 __all__ = [
+    "ConversationSelect",
     "OwnerFacts",
     "bind_conversation",
     "create_session",
@@ -25,6 +27,9 @@ __all__ = [
     "owner_facts",
     "read_audit",
 ]
+
+
+ConversationSelect = Literal["bound", "fresh"] | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,31 +121,55 @@ def bind_conversation(
     conversation_key: str,
     principal_id: str,
     owner_kind: OwnerKind,
+    select: ConversationSelect = "bound",
 ) -> tuple[str, bool]:
-    """Return the conversation's bound session, creating session + owner + binding if none.
+    """Resolve the conversation's session, creating or switching it as ``select`` says.
 
     Runs inside one writer transaction, so two first messages of the same
-    conversation racing each other get the same session.
+    conversation racing each other get the same session. A resumed session
+    must be owned by this very conversation (same owner kind, channel and key).
     """
     row = conn.execute(
         "SELECT session_id FROM conversation_bindings WHERE channel = ? AND conversation_key = ?",
         [channel, conversation_key],
     ).fetchone()
-    if row is not None:
+    if row is not None and select == "bound":
         return str(row[0]), False
-    session_id = create_session(
-        conn,
-        owner_kind=owner_kind,
-        principal_id=principal_id,
-        channel=channel,
-        conversation_key=conversation_key,
-    )
+    created = False
+    if select in ("bound", "fresh"):
+        session_id = create_session(
+            conn,
+            owner_kind=owner_kind,
+            principal_id=principal_id,
+            channel=channel,
+            conversation_key=conversation_key,
+        )
+        created = True
+    else:
+        owner = owner_facts(conn, select)
+        if owner is None or (owner.owner_kind, owner.channel, owner.conversation_key) != (
+            owner_kind,
+            channel,
+            conversation_key,
+        ):
+            raise NotFoundOrUnauthorized("session")
+        session_id = select
     conn.execute(
         "INSERT INTO conversation_bindings (channel, conversation_key, principal_id, session_id, "
-        "bound_at) VALUES (?, ?, ?, ?, ?)",
+        "bound_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel, conversation_key) DO UPDATE SET "
+        "session_id = excluded.session_id, principal_id = excluded.principal_id, "
+        "bound_at = excluded.bound_at",
         [channel, conversation_key, principal_id, session_id, now(conn)],
     )
-    return session_id, True
+    if row is not None and row[0] != session_id:
+        insert_audit(
+            conn,
+            "conversation.rebound",
+            principal_id=principal_id,
+            session_id=session_id,
+            detail={"previous_session_id": row[0], "channel": channel},
+        )
+    return session_id, created
 
 
 def owner_facts(conn: sqlite3.Connection, session_id: str) -> OwnerFacts | None:

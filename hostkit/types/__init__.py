@@ -1,6 +1,14 @@
 """Frozen contract values: no I/O, deeply immutable, validated on construction."""
 
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
+from hostkit.types._effect import (
+    EffectOrigin,
+    EffectRequest,
+    EffectResult,
+    EffectStatus,
+    EffectViews,
+    ResolvedEffectRef,
+)
 from hostkit.types._ids import new_id
 from hostkit.types._model import (
     FinishReason,
@@ -13,6 +21,14 @@ from hostkit.types._model import (
     ToolCall,
     ToolDefinition,
     Usage,
+)
+from hostkit.types._prepared import (
+    ContextOverflowed,
+    ContextReady,
+    ContextRequest,
+    LayerSummary,
+    PreparedContext,
+    UsageObservation,
 )
 from hostkit.types._records import (
     AuditRecord,
@@ -30,14 +46,41 @@ from hostkit.types._scope import (
     ConversationFacts,
     PrincipalScope,
 )
+from hostkit.types._turn import (
+    MAX_ATTACHMENTS,
+    MAX_INPUT_CHARS,
+    Attachment,
+    EffectSummary,
+    FreshSession,
+    ResumeSession,
+    SessionSelector,
+    TurnCancelResult,
+    TurnOutcome,
+    TurnRequest,
+    TurnResult,
+)
 
 __all__ = [
     "MAX_ALLOWED_SESSIONS",
+    "MAX_ATTACHMENTS",
+    "MAX_INPUT_CHARS",
     "REDACTED",
+    "Attachment",
     "AuditRecord",
     "Authority",
+    "ContextOverflowed",
+    "ContextReady",
+    "ContextRequest",
     "ConversationFacts",
+    "EffectOrigin",
+    "EffectRequest",
+    "EffectResult",
+    "EffectStatus",
+    "EffectSummary",
+    "EffectViews",
     "FinishReason",
+    "FreshSession",
+    "LayerSummary",
     "LegacyRepairView",
     "MessageRecord",
     "ModelLimits",
@@ -46,17 +89,26 @@ __all__ = [
     "ModelResponse",
     "OwnerKind",
     "Page",
+    "PreparedContext",
     "PrincipalScope",
+    "ResolvedEffectRef",
+    "ResumeSession",
     "Role",
     "SessionRecord",
+    "SessionSelector",
     "StreamEvent",
     "TaskRecord",
     "TokenKind",
     "ToolCall",
     "ToolDefinition",
+    "TurnCancelResult",
     "TurnExecutionContext",
+    "TurnOutcome",
+    "TurnRequest",
+    "TurnResult",
     "TurnToken",
     "Usage",
+    "UsageObservation",
     "bounded_metadata",
     "is_secret_field",
     "new_id",

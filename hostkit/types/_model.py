@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
-from hostkit.freeze import FrozenMap, freeze
+from hostkit.freeze import FrozenMap, freeze, thaw
 
 __all__ = [
     "FinishReason",
@@ -98,6 +98,34 @@ class ModelMessage:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if self.role == "tool" and not self.tool_call_id:
             raise InvalidValue("a tool message needs the tool_call_id it answers")
+
+    def to_json(self) -> dict[str, Any]:
+        """The persisted transcript form (the role is stored beside it)."""
+        body: dict[str, Any] = {"text": self.content}
+        if self.tool_calls:
+            body["tool_calls"] = [
+                {"call_id": c.call_id, "name": c.name, "arguments": thaw(c.arguments)}
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id:
+            body["tool_call_id"] = self.tool_call_id
+        if self.name:
+            body["name"] = self.name
+        return body
+
+    @classmethod
+    def from_json(cls, role: str, body: Mapping[str, Any]) -> ModelMessage:
+        calls = tuple(
+            ToolCall(c["call_id"], c["name"], c.get("arguments", {}))
+            for c in body.get("tool_calls", ())
+        )
+        return cls(
+            role=role,  # type: ignore[arg-type]
+            content=str(body.get("text", "")),
+            tool_calls=calls,
+            tool_call_id=body.get("tool_call_id"),
+            name=body.get("name"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import anyio
 from hostkit.store import MIGRATIONS, RuntimeStore
 
 
-def populate(conn: sqlite3.Connection) -> None:
+def populate(conn: sqlite3.Connection, version: int) -> None:
     sessions = ["ses_golden_owned", "ses_golden_unbound", "ses_golden_shared"]
     for session_id in sessions:
         conn.execute(
@@ -44,6 +44,17 @@ def populate(conn: sqlite3.Connection) -> None:
     conn.execute(
         "INSERT INTO audit (at, kind, detail) VALUES ('2026-11-01', 'golden.created', '{}')"
     )
+    if version >= 2:
+        owners = [
+            ("ses_golden_owned", "conversation", "webhook:alice", "webhook", "golden-1"),
+            ("ses_golden_unbound", "legacy_local", None, None, None),
+            ("ses_golden_shared", "legacy_local", None, None, None),
+        ]
+        conn.executemany(
+            "INSERT INTO session_owners (session_id, owner_kind, principal_id, channel, "
+            "conversation_key, recorded_at) VALUES (?, ?, ?, ?, ?, '2026-11-01')",
+            owners,
+        )
 
 
 async def main(version: int) -> None:
@@ -51,7 +62,7 @@ async def main(version: int) -> None:
     if target.exists():
         raise SystemExit(f"{target} exists; golden files are never regenerated")
     async with await RuntimeStore.open(target, migrations=MIGRATIONS[:version]) as store:
-        await store.write(populate)
+        await store.write(lambda conn: populate(conn, version))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,159 @@
+"""ScriptedModel: a deterministic ModelProvider that plays a script.
+
+For tests, demos and notebooks: each provider call consumes the next step of
+the script (a reply, tool calls, a failure, or a callable that decides). Usage
+is estimated deterministically from the request and reply sizes so budgets and
+inspectors show real numbers. It is never a silent default: a Host uses it only
+where the configuration names ``kind = "scripted"`` or a test supplies it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostkit.errors import ProviderError
+from hostkit.types import (
+    ModelLimits,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    new_id,
+)
+
+__all__ = ["CallTools", "Fail", "Reply", "ScriptStep", "ScriptedModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer with text and stop."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallTools:
+    """Ask for tool calls: each item is ``(tool_name, arguments)``."""
+
+    calls: tuple[tuple[str, Mapping[str, Any]], ...]
+    text: str = ""
+
+    def __init__(self, *calls: tuple[str, Mapping[str, Any]], text: str = "") -> None:
+        object.__setattr__(self, "calls", tuple(calls))
+        object.__setattr__(self, "text", text)
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Raise ``error`` from the provider call (a ``ProviderError`` unless given)."""
+
+    error: BaseException = field(
+        default_factory=lambda: ProviderError("scripted failure", provider="scripted")
+    )
+
+
+Decider = Callable[[ModelRequest], "ScriptStep | Awaitable[ScriptStep]"]
+ScriptStep = Reply | CallTools | Fail | str | Decider
+
+
+def _estimate(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class ScriptedModel:
+    """A ModelProvider whose answers come from a script, one step per call.
+
+    ``requests`` records every ModelRequest received, so tests can assert what
+    the ContextManager prepared. ``repeat_last`` keeps answering with the last
+    step instead of failing when the script runs out.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[ScriptStep],
+        *,
+        name: str = "scripted",
+        model: str = "scripted-1",
+        limits: ModelLimits | None = None,
+        repeat_last: bool = False,
+    ) -> None:
+        self._script = list(script)
+        self._name = name
+        self._model = model
+        self._limits = limits or ModelLimits(context_window=8192, max_output_tokens=1024)
+        self._repeat_last = repeat_last
+        self._position = 0
+        self.requests: list[ModelRequest] = []
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def limits(self) -> ModelLimits:
+        return self._limits
+
+    async def _next_step(self, request: ModelRequest) -> Reply | CallTools | Fail:
+        self.requests.append(request)
+        if self._position >= len(self._script):
+            if not (self._repeat_last and self._script):
+                raise ProviderError("the script has no more steps", provider=self._name)
+            step = self._script[-1]
+        else:
+            step = self._script[self._position]
+            self._position += 1
+        while callable(step) and not isinstance(step, Reply | CallTools | Fail | str):
+            decided = step(request)
+            step = await decided if inspect.isawaitable(decided) else decided
+        return Reply(step) if isinstance(step, str) else step
+
+    def _respond(self, request: ModelRequest, step: Reply | CallTools) -> ModelResponse:
+        prompt = "".join(m.content for m in request.messages) + "".join(
+            t.name + t.description for t in request.tools
+        )
+        if isinstance(step, Reply):
+            text, calls, finish = step.text, (), "stop"
+        else:
+            text = step.text
+            calls = tuple(ToolCall(new_id("call"), name, args) for name, args in step.calls)
+            finish = "tool_calls"
+        output = text + "".join(call.name for call in calls)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            usage=Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(output)),
+            finish_reason=finish,  # type: ignore[arg-type]
+            provider=self._name,
+            model=self._model,
+            provider_request_id=new_id("scripted"),
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        step = await self._next_step(request)
+        if isinstance(step, Fail):
+            raise step.error
+        return self._respond(request, step)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        step = await self._next_step(request)
+        if isinstance(step, Fail):
+            raise step.error
+        response = self._respond(request, step)
+        words = response.text.split(" ")
+        for index, word in enumerate(words):
+            chunk = word if index == len(words) - 1 else word + " "
+            if chunk:
+                yield StreamEvent(kind="text", text=chunk)
+        yield StreamEvent(kind="done", response=response)
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -1,0 +1,173 @@
+"""ContextManager: budgets and assembles each provider request before any provider I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hostkit.context import _history
+from hostkit.context._estimate import CharEstimator, Estimator
+from hostkit.store import RuntimeStore
+from hostkit.types import (
+    ContextOverflowed,
+    ContextReady,
+    ContextRequest,
+    LayerSummary,
+    ModelLimits,
+    ModelMessage,
+    PreparedContext,
+    UsageObservation,
+    new_id,
+)
+
+__all__ = ["ContextManager"]
+
+
+class ContextManager:
+    """``prepare(ContextRequest) -> PreparedContext`` and ``observe(UsageObservation)``.
+
+    ``prepare`` reads a bounded window of history through the context's
+    session, chooses the output reservation and input budget from the
+    provider's normalized limits, assembles layers deterministically
+    (instructions, contributions, history, current turn), keeps assistant
+    tool-call groups whole, and returns ``ready`` or a typed ``overflow``
+    before any provider request exists. The decision's non-sensitive summary
+    is persisted; prompts never are. ``observe`` appends provider-reported
+    usage once per decision (idempotent).
+    """
+
+    def __init__(
+        self,
+        store: RuntimeStore,
+        *,
+        estimator: Estimator | None = None,
+        history_window: int = 200,
+        max_output_fraction: float = 0.25,
+        min_output_tokens: int = 256,
+    ) -> None:
+        self._store = store
+        self._estimator = estimator or CharEstimator()
+        self._window = history_window
+        self._output_fraction = max_output_fraction
+        self._min_output = min_output_tokens
+
+    def budget(self, limits: ModelLimits) -> tuple[int, int]:
+        """(output reservation, hard input budget) for these limits."""
+        output = min(
+            limits.max_output_tokens,
+            max(self._min_output, int(limits.context_window * self._output_fraction)),
+        )
+        return output, limits.context_window - output - limits.safety_margin_tokens
+
+    async def prepare(self, request: ContextRequest) -> PreparedContext:
+        context = request.context
+        output_budget, hard_budget = self.budget(request.limits)
+        history = await self._store.read(
+            lambda conn: _history.read_window(
+                conn, session_id=context.session_id, turn_id=context.turn_id, limit=self._window
+            )
+        )
+        estimate = self._estimator
+        head = [ModelMessage("system", request.instructions)] if request.instructions else []
+        head += [ModelMessage("system", f"Context:\n{item}") for item in request.contributions]
+        head_tokens = sum(estimate.message(m) for m in head)
+        current_tokens = sum(estimate.message(m) for m in request.messages)
+        schema_tokens = estimate.definitions(request.definitions)
+        decision_id = new_id("ctx")
+        fixed = head_tokens + current_tokens + schema_tokens
+        if schema_tokens > hard_budget or fixed > hard_budget:
+            reason = (
+                "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
+            )
+            overflow = ContextOverflowed(
+                decision_id=decision_id,
+                reason=reason,
+                detail=(
+                    f"needs {fixed} tokens before history; the input budget is {hard_budget} "
+                    f"(window {request.limits.context_window}, output {output_budget})"
+                ),
+                estimated_input_tokens=fixed,
+                hard_budget=hard_budget,
+            )
+            await self._record(request, decision_id, "overflow", {"reason": reason, "fixed": fixed})
+            return overflow
+        kept, dropped = _fit_history(history, hard_budget - fixed, estimate)
+        history_tokens = sum(estimate.message(m) for m in kept)
+        layers = (
+            LayerSummary("instructions", head_tokens, len(head)),
+            LayerSummary("schemas", schema_tokens, len(request.definitions)),
+            LayerSummary("history", history_tokens, len(kept), pruned=dropped),
+            LayerSummary("current", current_tokens, len(request.messages)),
+        )
+        ready = ContextReady(
+            messages=(*head, *kept, *request.messages),
+            output_budget=output_budget,
+            estimated_input_tokens=fixed + history_tokens,
+            hard_budget=hard_budget,
+            decision_id=decision_id,
+            layers=layers,
+        )
+        await self._record(
+            request,
+            decision_id,
+            "ready",
+            {
+                "estimated_input_tokens": ready.estimated_input_tokens,
+                "hard_budget": hard_budget,
+                "output_budget": output_budget,
+                "context_window": request.limits.context_window,
+                "estimator": estimate.estimator_id,
+                "layers": [
+                    {"name": x.name, "tokens": x.tokens, "items": x.items, "pruned": x.pruned}
+                    for x in layers
+                ],
+            },
+        )
+        return ready
+
+    async def _record(
+        self, request: ContextRequest, decision_id: str, kind: str, summary: dict[str, object]
+    ) -> None:
+        context = request.context
+        await self._store.write(
+            lambda conn: _history.insert_decision(
+                conn,
+                decision_id=decision_id,
+                session_id=context.session_id,
+                turn_id=context.turn_id,
+                step_id=request.step_id,
+                kind=kind,
+                summary=summary,
+            )
+        )
+
+    async def observe(self, observation: UsageObservation) -> None:
+        """Durably append provider-reported usage for one decision; repeats are no-ops."""
+        await self._store.write(lambda conn: _history.insert_usage(conn, observation))
+
+
+def _fit_history(
+    history: Sequence[ModelMessage], budget: int, estimate: Estimator
+) -> tuple[list[ModelMessage], int]:
+    """The newest whole groups that fit ``budget``, oldest first, and how many messages were cut.
+
+    An assistant message with tool calls and the tool results answering it form
+    one group; a tool result whose call fell outside the window is dropped, as
+    providers reject orphaned results.
+    """
+    groups: list[list[ModelMessage]] = []
+    for message in history:
+        if message.role == "tool":
+            if groups and groups[-1][0].tool_calls:
+                groups[-1].append(message)
+            continue
+        groups.append([message])
+    kept: list[list[ModelMessage]] = []
+    used = 0
+    for group in reversed(groups):
+        size = sum(estimate.message(m) for m in group)
+        if used + size > budget:
+            break
+        kept.append(group)
+        used += size
+    messages = [m for group in reversed(kept) for m in group]
+    return messages, len(history) - len(messages)

@@ -1,0 +1,1 @@
+"""Example authored tools shipped with hostkit (used by the demo and the notebooks)."""

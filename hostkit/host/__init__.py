@@ -1,0 +1,50 @@
+"""Host composition: configuration, capability sources, generations and the Host itself."""
+
+from hostkit.host._bus import EventBus
+from hostkit.host._capabilities import (
+    AgentMemory,
+    Channel,
+    ChannelSource,
+    MemoryRequest,
+    MemorySource,
+    ProviderRequest,
+    ProviderSource,
+    RuntimeCapabilities,
+    ToolRequest,
+    ToolSource,
+)
+from hostkit.host._config import (
+    AgentConfig,
+    HostConfig,
+    PolicyConfig,
+    ProviderConfig,
+    default_config,
+    load_config,
+    parse_config,
+)
+from hostkit.host._defaults import DefaultCapabilities
+from hostkit.host._host import Host, TurnNotCompleted
+
+__all__ = [
+    "AgentConfig",
+    "AgentMemory",
+    "Channel",
+    "ChannelSource",
+    "DefaultCapabilities",
+    "EventBus",
+    "Host",
+    "HostConfig",
+    "MemoryRequest",
+    "MemorySource",
+    "PolicyConfig",
+    "ProviderConfig",
+    "ProviderRequest",
+    "ProviderSource",
+    "RuntimeCapabilities",
+    "ToolRequest",
+    "ToolSource",
+    "TurnNotCompleted",
+    "default_config",
+    "load_config",
+    "parse_config",
+]

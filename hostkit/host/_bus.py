@@ -1,0 +1,51 @@
+"""EventBus: the Host's observer, fanning turn events out to subscribers (CLI, notebook)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from hostkit.turns import Observer, TurnEvent
+
+__all__ = ["EventBus"]
+
+
+class EventBus:
+    """An Observer that forwards events to bounded subscriber streams and other observers.
+
+    Events are projections of committed rows: a slow subscriber loses events
+    (its buffer is bounded) rather than slowing a turn down.
+    """
+
+    def __init__(self, *, forward: Observer | None = None, buffer: int = 1024) -> None:
+        self._forward = forward
+        self._buffer = buffer
+        self._subscribers: list[tuple[Callable[[TurnEvent], bool], MemoryObjectSendStream]] = []
+
+    def notify(self, event: TurnEvent) -> None:
+        for accepts, stream in list(self._subscribers):
+            if accepts(event):
+                try:
+                    stream.send_nowait(event)
+                except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    continue
+        if self._forward is not None:
+            self._forward.notify(event)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, accepts: Callable[[TurnEvent], bool] = lambda event: True
+    ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
+        """``async with bus.subscribe(filter) as events: async for event in events: ...``"""
+        send, receive = anyio.create_memory_object_stream[TurnEvent](self._buffer)
+        entry = (accepts, send)
+        self._subscribers.append(entry)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            self._subscribers.remove(entry)
+            await send.aclose()

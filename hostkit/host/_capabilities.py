@@ -1,0 +1,116 @@
+"""Capability composition (runtime-composition.md in Python): sources, not instances.
+
+A Host asks *sources* for what a turn needs, naming the agent and the config
+generation; sources decide how to build and cache. One ``RuntimeCapabilities``
+value is immutable for one generation; a live config apply builds a new one,
+and turns keep the generation they started with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from hostkit.effects import AuthoredTool, EffectPolicy
+from hostkit.host._config import HostConfig
+from hostkit.providers import ModelProvider
+from hostkit.turns import Observer
+
+__all__ = [
+    "AgentMemory",
+    "Channel",
+    "ChannelSource",
+    "MemoryRequest",
+    "MemorySource",
+    "ProviderRequest",
+    "ProviderSource",
+    "RuntimeCapabilities",
+    "ToolRequest",
+    "ToolSource",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """Which provider an agent needs; ``provider`` is an explicit reference if given."""
+
+    config: HostConfig
+    agent: str
+    provider: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRequest:
+    config: HostConfig
+    agent: str
+
+
+@runtime_checkable
+class AgentMemory(Protocol):
+    """One agent's memory; items are kept per owner so principals never see each other's."""
+
+    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]: ...
+
+    async def remember(self, owner: str, text: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """What a ToolSource builds tools against. The Host resolves ``policy``; a source
+    cannot supply its own, and building a tool authorizes nothing."""
+
+    config: HostConfig
+    agent: str
+    policy: EffectPolicy
+    workspace: Path
+    memory: AgentMemory | None
+
+
+class ProviderSource(Protocol):
+    async def model_provider(self, request: ProviderRequest) -> ModelProvider: ...
+
+
+class MemorySource(Protocol):
+    """Two requests for the same agent in one generation must reach the same store."""
+
+    async def memory(self, request: MemoryRequest) -> AgentMemory: ...
+
+
+class ToolSource(Protocol):
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]: ...
+
+
+class Channel(Protocol):
+    """An outbound channel: replies by route, scheduled delivery, approval prompts."""
+
+    async def send(self, route: Mapping[str, Any], payload: Mapping[str, Any]) -> None: ...
+
+
+class ChannelSource(Protocol):
+    def channel(self, alias: str) -> Channel | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCapabilities:
+    """The capability sources of one config generation, plus its process-level observer."""
+
+    providers: ProviderSource
+    memory: MemorySource
+    tools: ToolSource
+    channels: ChannelSource
+    observer: Observer | None = None
+
+    async def aclose(self) -> None:
+        """Close every source that holds resources (idempotent if the sources are)."""
+        errors: list[BaseException] = []
+        for source in (self.providers, self.memory, self.tools, self.channels):
+            close = getattr(source, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]

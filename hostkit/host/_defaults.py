@@ -1,0 +1,181 @@
+"""DefaultCapabilities: the sources a Host builds from its configuration.
+
+This is the one place that names concrete adapters (runtime-composition step
+7): the seams below only know the protocols.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Sequence
+from types import ModuleType
+
+import anyio
+
+from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
+from hostkit.effects import AuthoredTool, provider_name
+from hostkit.errors import ConfigError
+from hostkit.host._capabilities import (
+    Channel,
+    ProviderRequest,
+    RuntimeCapabilities,
+    ToolRequest,
+)
+from hostkit.host._config import HostConfig, ProviderConfig
+from hostkit.host._memory import SqliteMemorySource, memory_tools
+from hostkit.providers import ModelProvider
+from hostkit.store import RuntimeStore
+from hostkit.turns import Observer
+from hostkit.types import ModelLimits
+
+__all__ = ["DefaultCapabilities", "DefaultProviderSource", "DefaultToolSource", "NoChannels"]
+
+
+def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
+    if config.context_window is None and config.max_output_tokens is None:
+        return default
+    base = default or ModelLimits(context_window=128_000, max_output_tokens=4_096)
+    return ModelLimits(
+        context_window=config.context_window or base.context_window,
+        max_output_tokens=config.max_output_tokens or base.max_output_tokens,
+        estimator_id=base.estimator_id,
+        safety_margin_tokens=base.safety_margin_tokens,
+    )
+
+
+class DefaultProviderSource:
+    """Builds and caches one provider per configured provider name for its generation."""
+
+    def __init__(self, config: HostConfig) -> None:
+        self._config = config
+        self._cache: dict[str, ModelProvider] = {}
+        self._resources = contextlib.AsyncExitStack()
+        self._lock = anyio.Lock()
+
+    async def model_provider(self, request: ProviderRequest) -> ModelProvider:
+        name = request.provider or self._config.agents[request.agent].provider
+        async with self._lock:
+            provider = self._cache.get(name)
+            if provider is None:
+                provider = self._cache[name] = await self._build(name)
+            return provider
+
+    async def _build(self, name: str) -> ModelProvider:
+        config = self._config.providers.get(name)
+        if config is None:
+            raise ConfigError(f"no provider named {name!r}", key=f"providers.{name}")
+        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        if config.kind == "scripted":
+            # Scripts name effects as configured (``notes.read``); the model sees provider names.
+            steps = [
+                Reply(step.reply)
+                if step.reply is not None
+                else CallTools((provider_name(step.tool or ""), step.arguments))
+                for step in config.script
+            ]
+            return ScriptedModel(
+                steps, name=name, model=config.model or "scripted-1", limits=_limits(config, None)
+            )
+        if config.kind == "openai":
+            from hostkit.adapters.openai_chat import OpenAIChatProvider
+
+            return await self._resources.enter_async_context(
+                _closing(
+                    OpenAIChatProvider(
+                        model=config.model or "gpt-4o-mini",
+                        base_url=config.base_url,
+                        api_key=key,
+                        limits=_limits(config, None),
+                        timeout_s=config.timeout_s,
+                        name=name,
+                    )
+                )
+            )
+        if config.kind == "anthropic":
+            from hostkit.adapters.anthropic_messages import AnthropicProvider
+
+            return await self._resources.enter_async_context(
+                _closing(
+                    AnthropicProvider(
+                        model=config.model or "claude-sonnet-4-5",
+                        base_url=config.base_url,
+                        api_key=key,
+                        limits=_limits(config, None),
+                        timeout_s=config.timeout_s,
+                        name=name,
+                    )
+                )
+            )
+        from hostkit.adapters.local_llama import LocalModel
+
+        local = await self._resources.enter_async_context(
+            LocalModel.start(context_window=config.context_window or 2048)
+        )
+        return await self._resources.enter_async_context(_closing(local.provider()))
+
+    async def aclose(self) -> None:
+        self._cache.clear()
+        await self._resources.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _closing(provider: ModelProvider):  # type: ignore[no-untyped-def]
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+class DefaultToolSource:
+    """Memory tools plus the authored tools of each agent's configured ``tool_modules``.
+
+    Tool modules are operator-trusted Python named in the configuration; they
+    are imported when the generation first needs an agent's tools.
+    """
+
+    def __init__(self, config: HostConfig) -> None:
+        self._config = config
+
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+        agent = self._config.agents[request.agent]
+        tools: list[AuthoredTool] = []
+        if agent.memory and request.memory is not None:
+            tools.extend(memory_tools(request.memory))
+        for module_name in agent.tool_modules:
+            module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
+            tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))
+        return tools
+
+
+def _import(module_name: str, agent: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot import tool module {module_name!r}: {exc}", key=f"agents.{agent}.tool_modules"
+        ) from exc
+
+
+class NoChannels:
+    """No outbound channels configured (delivery intents stay in the outbox)."""
+
+    def channel(self, alias: str) -> Channel | None:
+        return None
+
+
+class DefaultCapabilities:
+    """``DefaultCapabilities.from_config(config, store=...)``: the sources a config implies."""
+
+    @staticmethod
+    def from_config(
+        config: HostConfig, *, store: RuntimeStore, observer: Observer | None = None
+    ) -> RuntimeCapabilities:
+        return RuntimeCapabilities(
+            providers=DefaultProviderSource(config),
+            memory=SqliteMemorySource(store),
+            tools=DefaultToolSource(config),
+            channels=NoChannels(),
+            observer=observer,
+        )

@@ -1,0 +1,133 @@
+"""One config generation: its capabilities, resolved per-agent policy, pinned cores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from hostkit.effects import AuthoredTool, EffectPolicy, EffectRuntime, Toolset
+from hostkit.errors import HostkitError, TurnRejected
+from hostkit.host._capabilities import (
+    MemoryRequest,
+    ProviderRequest,
+    RuntimeCapabilities,
+    ToolRequest,
+)
+from hostkit.host._config import HostConfig
+from hostkit.turns import PinnedCore
+from hostkit.types import TurnExecutionContext
+
+__all__ = ["Generation"]
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentTools:
+    tools: tuple[tuple[AuthoredTool, str], ...]
+    policy: EffectPolicy
+
+
+class Generation:
+    """Capabilities are immutable per generation; turns pin one and keep it to the end.
+
+    The runtime resolves each agent's policy and passes it into the
+    ToolRequest, then drops every tool the policy forbids even if a source
+    returned it. ``active`` counts turns still using this generation so a
+    replaced generation closes only after its last turn.
+    """
+
+    def __init__(self, number: int, config: HostConfig, capabilities: RuntimeCapabilities) -> None:
+        self.number = number
+        self.config = config
+        self.capabilities = capabilities
+        self.effects = EffectRuntime(toolsets=self)
+        self.active = 0
+        self.retired = False
+        self._tools: dict[str, _AgentTools] = {}
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    def policy(self, agent: str) -> EffectPolicy:
+        rules = self.config.agents[agent].policy
+        return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny))
+
+    def revision(self, agent: str) -> str:
+        """A content hash of everything that defines the agent in this configuration."""
+        agent_config = self.config.agents[agent]
+        provider = self.config.providers[agent_config.provider]
+        payload = json.dumps(
+            [agent_config.model_dump(mode="json"), provider.model_dump(mode="json")],
+            sort_keys=True,
+        )
+        return "cfg-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    async def agent_tools(self, agent: str) -> _AgentTools:
+        async with self._lock:
+            cached = self._tools.get(agent)
+            if cached is not None:
+                return cached
+            policy = self.policy(agent)
+            memory = (
+                await self.capabilities.memory.memory(MemoryRequest(self.config, agent))
+                if self.config.agents[agent].memory
+                else None
+            )
+            request = ToolRequest(self.config, agent, policy, self.workspace(agent), memory)
+            offered = await self.capabilities.tools.tools(request)
+            allowed = tuple(
+                (tool, "tools") for tool in offered if policy.decide(tool.name) == "allow"
+            )
+            cached = self._tools[agent] = _AgentTools(allowed, policy)
+            return cached
+
+    def workspace(self, agent: str) -> Path:
+        configured = self.config.agents[agent].workspace or self.config.host.workspace
+        return self.config.resolve(configured)
+
+    async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
+        if core_id not in self.config.agents:
+            raise TurnRejected(f"no agent named {core_id!r}")
+        current = self.revision(core_id)
+        if revision is not None and revision != current:
+            raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
+        try:
+            provider = await self.capabilities.providers.model_provider(
+                ProviderRequest(self.config, core_id)
+            )
+            tools = await self.agent_tools(core_id)
+        except HostkitError as exc:
+            raise TurnRejected(f"agent {core_id!r} is not available: {exc.message}") from exc
+        agent = self.config.agents[core_id]
+        self.active += 1
+        return PinnedCore(
+            core_id=core_id,
+            core_revision=current,
+            generation=self.number,
+            instructions=agent.instructions,
+            provider=provider,
+            effects=self.effects,
+            effect_names=tuple(sorted(tool.name for tool, _ in tools.tools)),
+            policy_fingerprint=tools.policy.fingerprint(),
+            workspace=self.workspace(core_id),
+            max_steps=agent.max_steps,
+        )
+
+    async def release(self) -> bool:
+        """One turn finished with this generation; True when it is now safe to close."""
+        self.active -= 1
+        return self.retired and self.active == 0
+
+    async def toolset(self, context: TurnExecutionContext) -> Toolset:
+        if context.generation != self.number:
+            raise TurnRejected("the turn was pinned to another generation")
+        tools = await self.agent_tools(context.core_id)
+        return Toolset(tools.tools, tools.policy, self.workspace(context.core_id))
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.capabilities.aclose()

@@ -1,0 +1,208 @@
+"""Host: composition of store, authority and the seams from one capability generation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+
+from hostkit.authority import AuthorityResolver, OperatorIssuer
+from hostkit.context import ContextManager
+from hostkit.errors import HostkitError, RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.host._bus import EventBus
+from hostkit.host._capabilities import RuntimeCapabilities
+from hostkit.host._config import HostConfig, default_config, load_config
+from hostkit.host._defaults import DefaultCapabilities
+from hostkit.host._generation import Generation
+from hostkit.store import RuntimeStore
+from hostkit.turns import PinnedCore, TurnExecution
+from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult, new_id
+
+__all__ = ["Host", "TurnNotCompleted"]
+
+
+class TurnNotCompleted(RuntimeFailure):
+    """``Host.run_turn`` got a terminal outcome other than ``completed``; ``result`` says which."""
+
+    def __init__(self, result: TurnResult) -> None:
+        self.result = result
+        super().__init__(f"turn ended {result.outcome}: {result.error or 'no detail'}")
+
+
+class Host:
+    """An agent Host: ``async with Host.open(config) as host``.
+
+    ``host.turns`` is the full TurnExecution seam; ``host.run_turn(agent,
+    message)`` is the minimal embedder path. The Host owns the store, the
+    authority resolver and its in-memory operator issuer, and the config
+    generations; ``aclose()`` cancels running turns, revokes operator
+    authority and closes everything, even when one step fails.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: HostConfig,
+        store: RuntimeStore,
+        authority: AuthorityResolver,
+        generation: Generation,
+        events: EventBus,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.authority = authority
+        self.events = events
+        self._issuer: OperatorIssuer = authority.operator_issuer()
+        self._generation = generation
+        self._retired: list[Generation] = []
+        self.context = ContextManager(store)
+        self.turns = TurnExecution(
+            store=store,
+            authority=authority,
+            context=self.context,
+            cores=self,
+            observer=events,
+        )
+        self._closed = False
+
+    @classmethod
+    async def start(
+        cls,
+        config: HostConfig | str | Path | None = None,
+        *,
+        capabilities: RuntimeCapabilities | None = None,
+    ) -> Host:
+        """Open a Host (prefer ``Host.open`` as a context manager); recovers orphaned turns."""
+        resolved = await _resolve_config(config)
+        store = await RuntimeStore.open(
+            resolved.database_path, synchronous=resolved.host.synchronous
+        )
+        try:
+            authority = AuthorityResolver.bind(store)
+            events = EventBus(forward=capabilities.observer if capabilities else None)
+            caps = capabilities or DefaultCapabilities.from_config(resolved, store=store)
+            host = cls(
+                config=resolved,
+                store=store,
+                authority=authority,
+                generation=Generation(1, resolved, caps),
+                events=events,
+            )
+            await host.turns.recover()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+            raise
+        return host
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        config: HostConfig | str | Path | None = None,
+        *,
+        capabilities: RuntimeCapabilities | None = None,
+    ) -> AsyncIterator[Host]:
+        host = await cls.start(config, capabilities=capabilities)
+        try:
+            yield host
+        finally:
+            with anyio.CancelScope(shield=True):
+                await host.aclose()
+
+    @property
+    def generation(self) -> int:
+        return self._generation.number
+
+    # -- CoreResolver (TurnExecution pins cores through the Host) ---------------------
+
+    async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
+        if self._closed:
+            raise TurnRejected("the Host is closed")
+        return await self._generation.pin(core_id, revision)
+
+    async def release(self, core: PinnedCore) -> None:
+        for generation in (self._generation, *self._retired):
+            if generation.number == core.generation:
+                if await generation.release():
+                    self._retired.remove(generation)
+                    await generation.aclose()
+                return
+
+    async def apply_config(
+        self, config: HostConfig, *, capabilities: RuntimeCapabilities | None = None
+    ) -> int:
+        """Make ``config`` the next generation; running turns keep the one they started with."""
+        caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
+        previous = self._generation
+        self._generation = Generation(previous.number + 1, config, caps)
+        self.config = config
+        previous.retired = True
+        if previous.active == 0:
+            await previous.aclose()
+        else:
+            self._retired.append(previous)
+        return self._generation.number
+
+    # -- embedder conveniences -------------------------------------------------------
+
+    async def run_turn(
+        self,
+        agent: str,
+        message: str,
+        *,
+        conversation: str = "default",
+        principal: str = "local",
+        channel: str = "embedder",
+    ) -> str:
+        """Run one turn in ``conversation`` and return the answer text.
+
+        Raises ``TurnNotCompleted`` (with the result) for any other outcome.
+        """
+        result = await self.turns.run(
+            TurnRequest(
+                input=message,
+                principal=ConversationFacts(
+                    channel=channel, conversation_key=conversation, principal_key=principal
+                ),
+                request_id=new_id("req"),
+                core_id=agent,
+            )
+        )
+        if result.outcome != "completed":
+            raise TurnNotCompleted(result)
+        return result.text
+
+    async def operator(self, operator_id: str, *, reason: str) -> PrincipalScope:
+        """An audited operator scope, valid until this Host closes."""
+        if self._closed:
+            raise StoreClosed()
+        return await self._issuer.issue(operator_id, reason=reason)
+
+    async def aclose(self) -> None:
+        """Stop: cancel running turns, revoke operator authority, close generations and store."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.turns.shutdown()
+        finally:
+            try:
+                await self.authority.aclose()
+            finally:
+                try:
+                    for generation in (*self._retired, self._generation):
+                        with contextlib.suppress(HostkitError):
+                            await generation.aclose()
+                finally:
+                    await self.store.aclose()
+
+
+async def _resolve_config(config: HostConfig | str | Path | None) -> HostConfig:
+    if isinstance(config, HostConfig):
+        return config
+    if config is None:
+        return default_config(base_dir=Path(await anyio.Path.cwd()))
+    return await anyio.to_thread.run_sync(load_config, config)

@@ -1,0 +1,14 @@
+"""TurnExecution: admission, per-session serialization, lifecycle, terminal state, recovery."""
+
+from hostkit.turns._core import CoreResolver, PinnedCore
+from hostkit.turns._events import NullObserver, Observer, TurnEvent
+from hostkit.turns._execution import TurnExecution
+
+__all__ = [
+    "CoreResolver",
+    "NullObserver",
+    "Observer",
+    "PinnedCore",
+    "TurnEvent",
+    "TurnExecution",
+]

@@ -1,0 +1,46 @@
+"""What a turn is pinned to at admission: core revision, provider, effects, limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from hostkit.effects import EffectRuntime
+from hostkit.providers import ModelProvider
+
+__all__ = ["CoreResolver", "PinnedCore"]
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedCore:
+    """The admitted turn's private view of its Agent Core for one config generation.
+
+    This is live Host state (it holds a provider client and the generation's
+    EffectRuntime), so it never appears in TurnExecutionContext; the context
+    carries only the immutable identities and the capability snapshot.
+    """
+
+    core_id: str
+    core_revision: str
+    generation: int
+    instructions: str
+    provider: ModelProvider
+    effects: EffectRuntime
+    effect_names: tuple[str, ...]
+    policy_fingerprint: str
+    workspace: Path
+    max_steps: int = 8
+
+
+class CoreResolver(Protocol):
+    """Resolves a core id (and optional pinned revision) in the current generation.
+
+    Raises ``TurnRejected`` for an unknown core or an unavailable revision.
+    """
+
+    async def pin(self, core_id: str, revision: str | None) -> PinnedCore: ...
+
+    async def release(self, core: PinnedCore) -> None:
+        """The turn that pinned ``core`` has ended (its generation may now close)."""
+        ...

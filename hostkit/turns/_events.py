@@ -1,0 +1,43 @@
+"""Turn events: the projections observers see, and the observer protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hostkit.freeze import FrozenMap
+
+__all__ = ["NullObserver", "Observer", "TurnEvent"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    """One lifecycle step or streamed increment of a turn.
+
+    Persisted kinds (``turn.started``, ``provider.completed``,
+    ``effect.completed``, ``turn.<outcome>`` …) are sent after their row
+    commits; ``text.delta`` is live only and never persisted.
+    """
+
+    kind: str
+    request_id: str
+    turn_id: str
+    session_id: str
+    data: Mapping[str, Any] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", FrozenMap(self.data))
+
+
+class Observer(Protocol):
+    """Receives turn events; must return quickly and never raise into the turn."""
+
+    def notify(self, event: TurnEvent) -> None: ...
+
+
+class NullObserver:
+    """An observer that ignores everything."""
+
+    def notify(self, event: TurnEvent) -> None:
+        return None

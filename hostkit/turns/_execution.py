@@ -1,0 +1,508 @@
+"""TurnExecution: the whole lifecycle of one turn, in the contract's order, in one place."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import anyio
+
+from hostkit.authority import AuthorityResolver, conversation_principal
+from hostkit.context import ContextManager
+from hostkit.effects import PreparedEffectCatalog
+from hostkit.errors import (
+    HostkitError,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    ProviderError,
+    ScopeError,
+    TurnInfrastructureError,
+    TurnInProgress,
+    TurnRejected,
+    bounded,
+)
+from hostkit.store import RuntimeStore
+from hostkit.turns import _records
+from hostkit.turns._admission import SessionAdmission
+from hostkit.turns._core import CoreResolver, PinnedCore
+from hostkit.turns._events import NullObserver, Observer, TurnEvent
+from hostkit.types import (
+    ContextRequest,
+    ConversationFacts,
+    EffectRequest,
+    EffectSummary,
+    FreshSession,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    PrincipalScope,
+    ResumeSession,
+    TurnCancelResult,
+    TurnExecutionContext,
+    TurnOutcome,
+    TurnRequest,
+    TurnResult,
+    TurnToken,
+    Usage,
+    UsageObservation,
+    new_id,
+)
+
+__all__ = ["TurnExecution"]
+
+
+@dataclass
+class _ActiveTurn:
+    """Private admitted-turn state: live cancellation and what is in flight."""
+
+    context: TurnExecutionContext
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    in_flight: str | None = None
+    cancel_reason: str = "cancelled on request"
+    text: str = ""
+    effects: list[EffectSummary] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+class TurnExecution:
+    """``run(TurnRequest) -> TurnResult`` and ``cancel(turn_id, scope) -> TurnCancelResult``.
+
+    Order of one ``run``: validate (the request froze itself); authenticate
+    and resolve the conversation binding; take the per-session admission;
+    pin core revision, capabilities, generation, workspace, route and trace;
+    persist ``turn.started`` with the idempotency key and lease; prepare the
+    effect catalog; persist the input; for each step prepare context, call
+    the provider, observe usage, run effects; commit the terminal state with
+    its delivery intents in one transaction; release everything in
+    ``finally``.
+
+    Failures before ``turn.started`` raise ``TurnRejected``. Provider and
+    effect failures after it return ``outcome="failed"``. Explicit cancel
+    returns ``cancelled``; cancelling the caller records ``cancelled`` (or
+    ``indeterminate`` when an effect was running) and re-raises. If the
+    terminal record cannot be written, ``TurnInfrastructureError`` is raised
+    and the next Host open marks the turn ``lost``.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: RuntimeStore,
+        authority: AuthorityResolver,
+        context: ContextManager,
+        cores: CoreResolver,
+        observer: Observer | None = None,
+        instance_id: str | None = None,
+        lease_ttl_s: float = 120.0,
+        admission_timeout_s: float = 600.0,
+        turn_timeout_s: float = 900.0,
+        cancel_timeout_s: float = 30.0,
+        terminal_timeout_s: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._authority = authority
+        self._context = context
+        self._cores = cores
+        self._observer = observer or NullObserver()
+        self._owner = _records.LeaseOwner.current(instance_id or new_id("host"))
+        self._lease_ttl_s = lease_ttl_s
+        self._admission = SessionAdmission(wait_timeout_s=admission_timeout_s)
+        self._turn_timeout_s = turn_timeout_s
+        self._cancel_timeout_s = cancel_timeout_s
+        self._terminal_timeout_s = terminal_timeout_s
+        self._active: dict[str, _ActiveTurn] = {}
+        self._closing = False
+
+    @property
+    def active_turns(self) -> int:
+        return len(self._active)
+
+    @property
+    def admitted_sessions(self) -> int:
+        """Sessions with a lock entry (idle entries are removed)."""
+        return len(self._admission)
+
+    async def recover(self) -> list[tuple[str, TurnOutcome]]:
+        """Mark turns left running by a dead Host ``lost`` (or ``cancelled``); replay nothing."""
+
+        def dead(owner: str | None) -> bool:
+            parsed = _records.LeaseOwner.decode(owner or "")
+            return parsed is None or parsed.provably_dead()
+
+        return await self._store.write(
+            lambda conn: _records.recover_orphans(conn, now_epoch=time.time(), dead=dead)
+        )
+
+    # -- run ---------------------------------------------------------------------------
+
+    async def run(self, request: TurnRequest) -> TurnResult:
+        if not isinstance(request, TurnRequest):
+            raise TurnRejected("a TurnRequest is required")
+        if self._closing:
+            raise TurnRejected("the Host is shutting down")
+        principal_id = self._principal_id(request)
+        replay = await self._replay(principal_id, request.request_id)
+        if replay is not None:
+            return replay
+        scope = await self._authenticate(request)
+        session_id = scope.session_id or ""
+        async with self._admission.hold(session_id):
+            replay = await self._replay(principal_id, request.request_id)
+            if replay is not None:
+                return replay
+            core = await self._cores.pin(request.core_id, request.core_revision)
+            context = self._bind(request, scope, core)
+            try:
+                existing = await self._store.write(
+                    lambda conn: _records.insert_turn(
+                        conn,
+                        context,
+                        lease_owner=self._owner,
+                        lease_expires_at=time.time() + self._lease_ttl_s,
+                    )
+                )
+                if existing is not None:
+                    return self._existing(existing)
+                self._emit(context, "turn.started", {"core_id": core.core_id})
+                return await self._drive(request, context, core)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._cores.release(core)
+
+    def _principal_id(self, request: TurnRequest) -> str:
+        if isinstance(request.principal, ConversationFacts):
+            return conversation_principal(request.principal)
+        try:
+            return self._authority.verify(request.principal).principal_id
+        except ScopeError as exc:
+            raise TurnRejected(exc.message) from exc
+
+    async def _replay(self, principal_id: str, request_id: str) -> TurnResult | None:
+        existing = await self._store.read(
+            lambda conn: _records.find_turn(conn, principal_id, request_id)
+        )
+        return None if existing is None else self._existing(existing)
+
+    @staticmethod
+    def _existing(existing: _records.ExistingTurn) -> TurnResult:
+        if existing.status == "running" or existing.result is None:
+            raise TurnInProgress(existing.turn_id)
+        return existing.result
+
+    async def _authenticate(self, request: TurnRequest) -> PrincipalScope:
+        selected = request.session
+        try:
+            if isinstance(request.principal, ConversationFacts):
+                if isinstance(selected, FreshSession):
+                    select = "fresh"
+                elif isinstance(selected, ResumeSession):
+                    select = selected.session_id
+                else:
+                    select = "bound"
+                return await self._authority.for_conversation(request.principal, session=select)
+            scope = self._authority.verify(request.principal)
+        except NotFoundOrUnauthorized as exc:
+            raise TurnRejected("the requested session is not available") from exc
+        except (ScopeError, InvalidValue) as exc:
+            raise TurnRejected(exc.message) from exc
+        if selected != "bound":
+            raise TurnRejected("only conversations select a session; this scope is bound")
+        if scope.session_id is None:
+            raise TurnRejected("the principal is not bound to a session")
+        return scope
+
+    def _bind(
+        self, request: TurnRequest, scope: PrincipalScope, core: PinnedCore
+    ) -> TurnExecutionContext:
+        turn_id = new_id("turn")
+        session_id = scope.session_id or ""
+
+        def token(kind: str) -> TurnToken:
+            return TurnToken(kind, request.request_id, turn_id, session_id, new_id("tok"))  # type: ignore[arg-type]
+
+        return TurnExecutionContext(
+            request_id=request.request_id,
+            turn_id=turn_id,
+            principal=scope,
+            session_id=session_id,
+            core_id=core.core_id,
+            core_revision=core.core_revision,
+            capability_snapshot={
+                "effects": core.effect_names,
+                "policy": core.policy_fingerprint,
+                "provider": core.provider.name,
+                "model": core.provider.model,
+            },
+            workspace_scope=str(core.workspace),
+            route_token=token("route"),
+            admission_lease_token=token("admission"),
+            cancellation_token=token("cancellation"),
+            trace_ids=(new_id("trace"),),
+            interaction_metadata=request.metadata,
+            generation=core.generation,
+        )
+
+    async def _drive(
+        self, request: TurnRequest, context: TurnExecutionContext, core: PinnedCore
+    ) -> TurnResult:
+        active = _ActiveTurn(context)
+        self._active[context.turn_id] = active
+        catalog: PreparedEffectCatalog | None = None
+        try:
+            outcome: TurnOutcome = "completed"
+            error: str | None = None
+            with active.scope:
+                try:
+                    with anyio.fail_after(self._turn_timeout_s):
+                        catalog = await core.effects.prepare_catalog(context)
+                        await self._persist(
+                            context,
+                            ModelMessage("user", request.input),
+                            "input.persisted",
+                            {"effects": list(catalog.effects)},
+                        )
+                        outcome, error = await self._steps(request, context, core, catalog, active)
+                except TimeoutError:
+                    outcome, error = "failed", "the turn exceeded its deadline"
+                except ProviderError as exc:
+                    outcome, error = "failed", f"provider failed: {exc.message}"
+                except InvalidValue as exc:
+                    outcome, error = "failed", exc.message
+            if active.scope.cancelled_caught:
+                outcome, error = "cancelled", active.cancel_reason
+            return await self._finish(request, context, active, outcome, error)
+        except anyio.get_cancelled_exc_class():
+            outcome = "indeterminate" if active.in_flight == "effect" else "cancelled"
+            with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
+                await self._finish(request, context, active, outcome, "the caller was cancelled")
+            raise
+        except TurnInfrastructureError:
+            raise
+        except HostkitError as exc:
+            # A store failure mid-turn: try to record it; if even that fails, say so.
+            return await self._finish(request, context, active, "failed", exc.message)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if catalog is not None:
+                    await core.effects.close_catalog(catalog)
+                self._active.pop(context.turn_id, None)
+                active.done.set()
+
+    async def _steps(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        catalog: PreparedEffectCatalog,
+        active: _ActiveTurn,
+    ) -> tuple[TurnOutcome, str | None]:
+        messages: list[ModelMessage] = [ModelMessage("user", request.input)]
+        provider = core.provider
+        for step in range(core.max_steps):
+            await self._renew_lease(context)
+            prepared = await self._context.prepare(
+                ContextRequest(
+                    context=context,
+                    step_id=step,
+                    limits=provider.limits,
+                    messages=tuple(messages),
+                    definitions=catalog.definitions,
+                    instructions=core.instructions,
+                    contributions=request.injected_context,
+                    bootstrap=request.bootstrap,
+                )
+            )
+            if prepared.kind == "overflow":
+                return "failed", f"context overflow ({prepared.reason}): {prepared.detail}"
+            active.in_flight = "provider"
+            response = await self._call_provider(
+                context,
+                core,
+                ModelRequest(prepared.messages, catalog.definitions, prepared.output_budget),
+                step,
+            )
+            active.in_flight = None
+            active.usage = _add(active.usage, response.usage)
+            await self._observe(context, step, prepared.decision_id, response)
+            assistant = ModelMessage("assistant", response.text, response.tool_calls)
+            messages.append(assistant)
+            await self._persist(
+                context,
+                assistant,
+                "provider.completed",
+                {
+                    "step": step,
+                    "decision_id": prepared.decision_id,
+                    "finish_reason": response.finish_reason,
+                    "tool_calls": [call.name for call in response.tool_calls],
+                    "input_tokens": response.usage.input_tokens,
+                    "output_tokens": response.usage.output_tokens,
+                },
+            )
+            if not response.tool_calls:
+                active.text = response.text
+                return "completed", None
+            for call in response.tool_calls:
+                ref = catalog.resolve(call.name)
+                if ref is None:
+                    status, effect, view = "not_found", call.name, "[not_found] no such tool"
+                else:
+                    active.in_flight = "effect"
+                    outcome = await core.effects.execute(
+                        EffectRequest(call.call_id, ref, call.arguments, "model"), context
+                    )
+                    active.in_flight = None
+                    status, effect, view = outcome.status, outcome.effect, outcome.views.model
+                summary = EffectSummary(call.call_id, effect, status, bounded(view, 200))
+                active.effects.append(summary)
+                tool_message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
+                messages.append(tool_message)
+                await self._persist(
+                    context,
+                    tool_message,
+                    "effect.completed",
+                    {"call_id": call.call_id, "effect": effect, "status": status},
+                )
+        return "failed", f"the turn reached its step limit ({core.max_steps})"
+
+    async def _call_provider(
+        self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int
+    ) -> ModelResponse:
+        response: ModelResponse | None = None
+        async with contextlib.aclosing(core.provider.stream(request)) as events:
+            async for event in events:
+                if event.kind == "text" and event.text:
+                    self._emit(context, "text.delta", {"text": event.text, "step": step})
+                elif event.kind == "done":
+                    response = event.response
+        if response is None:
+            raise ProviderError("the stream ended without a response", provider=core.provider.name)
+        return response
+
+    async def _observe(
+        self, context: TurnExecutionContext, step: int, decision_id: str, response: ModelResponse
+    ) -> None:
+        observation = UsageObservation(
+            decision_id=decision_id,
+            session_id=context.session_id,
+            turn_id=context.turn_id,
+            step_id=step,
+            provider=response.provider,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            provider_request_id=response.provider_request_id,
+        )
+        try:
+            await self._context.observe(observation)
+        except HostkitError as exc:
+            # Never repeat or discard the provider call: record degraded telemetry only.
+            self._emit(context, "telemetry.degraded", {"step": step, "error": exc.message})
+
+    async def _persist(
+        self, context: TurnExecutionContext, message: ModelMessage, event: str, detail: dict
+    ) -> None:
+        await self._store.write(
+            lambda conn: _records.append_turn_message(
+                conn,
+                session_id=context.session_id,
+                turn_id=context.turn_id,
+                message=message,
+                event=event,
+                detail=detail,
+            )
+        )
+        self._emit(context, event, detail)
+
+    async def _renew_lease(self, context: TurnExecutionContext) -> None:
+        expires = time.time() + self._lease_ttl_s
+        await self._store.write(lambda conn: _records.renew_lease(conn, context.turn_id, expires))
+
+    async def _finish(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        active: _ActiveTurn,
+        outcome: TurnOutcome,
+        error: str | None,
+    ) -> TurnResult:
+        result = TurnResult(
+            request_id=context.request_id,
+            turn_id=context.turn_id,
+            session_id=context.session_id,
+            core_id=context.core_id,
+            core_revision=context.core_revision,
+            outcome=outcome,
+            text=active.text if outcome == "completed" else "",
+            effects=tuple(active.effects),
+            usage=active.usage,
+            error=bounded(error, 300) if error else None,
+            durable_result_ref=context.turn_id,
+            generation=context.generation,
+        )
+        try:
+            with anyio.fail_after(self._terminal_timeout_s):
+                result = await self._store.write(
+                    lambda conn: _records.finish_turn(conn, result, route=request.route)
+                )
+        except (HostkitError, TimeoutError) as exc:
+            raise TurnInfrastructureError(
+                context.request_id, durable_result_ref=context.turn_id
+            ) from exc
+        self._emit(context, f"turn.{outcome}", {"error": result.error})
+        return result
+
+    # -- cancel ------------------------------------------------------------------------
+
+    async def cancel(self, turn_id: str, scope: PrincipalScope) -> TurnCancelResult:
+        """Owner-checked, idempotent cancel; returns once the turn's terminal state is durable.
+
+        The wrong owner gets ``NotFoundOrUnauthorized``, the same answer as for
+        a turn that does not exist. Detached tasks are not cancelled.
+        """
+        status, _ = await self._store.owned(
+            scope, "turn", turn_id, lambda conn: _records.owned_turn(conn, scope, turn_id)
+        )
+        if status in _records.TERMINAL:
+            return TurnCancelResult(turn_id, "already_terminal", status)  # type: ignore[arg-type]
+        await self._store.write(lambda conn: _records.request_cancel(conn, turn_id))
+        active = self._active.get(turn_id)
+        if active is None:
+            return TurnCancelResult(turn_id, "requested", None)
+        active.scope.cancel()
+        with anyio.move_on_after(self._cancel_timeout_s):
+            await active.done.wait()
+        status, _ = await self._store.read(
+            lambda conn: _records.owned_turn(conn, scope, turn_id) or ("running", "")
+        )
+        if status == "cancelled":
+            return TurnCancelResult(turn_id, "cancelled", "cancelled")
+        if status in _records.TERMINAL:
+            return TurnCancelResult(turn_id, "already_terminal", status)  # type: ignore[arg-type]
+        return TurnCancelResult(turn_id, "requested", None)
+
+    async def shutdown(self) -> None:
+        """Refuse new turns, cancel running ones and wait (bounded) for their terminal records."""
+        self._closing = True
+        for active in list(self._active.values()):
+            active.cancel_reason = "the Host shut down"
+            active.scope.cancel()
+        with anyio.move_on_after(self._cancel_timeout_s):
+            for active in list(self._active.values()):
+                await active.done.wait()
+
+    def _emit(self, context: TurnExecutionContext, kind: str, data: dict) -> None:
+        event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
+        with contextlib.suppress(Exception):
+            self._observer.notify(event)
+
+
+def _add(total: Usage, more: Usage) -> Usage:
+    return Usage(
+        total.input_tokens + more.input_tokens,
+        total.output_tokens + more.output_tokens,
+        total.cache_read_tokens + more.cache_read_tokens,
+        total.cache_write_tokens + more.cache_write_tokens,
+    )

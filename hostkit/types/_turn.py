@@ -1,0 +1,191 @@
+"""TurnRequest, TurnResult and TurnCancelResult: the TurnExecution seam's values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hostkit.errors import InvalidValue
+from hostkit.freeze import FrozenMap, freeze
+from hostkit.types._model import Usage
+from hostkit.types._redact import bounded_metadata
+from hostkit.types._scope import ConversationFacts, PrincipalScope
+
+__all__ = [
+    "MAX_ATTACHMENTS",
+    "MAX_INPUT_CHARS",
+    "Attachment",
+    "EffectSummary",
+    "FreshSession",
+    "ResumeSession",
+    "SessionSelector",
+    "TurnCancelResult",
+    "TurnOutcome",
+    "TurnRequest",
+    "TurnResult",
+]
+
+TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"]
+MAX_INPUT_CHARS = 100_000
+MAX_ATTACHMENTS = 16
+_MAX_KEY = 200
+
+
+@dataclass(frozen=True, slots=True)
+class FreshSession:
+    """Start a new session for this conversation; later requests use it too."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeSession:
+    """Rebind the conversation to an earlier session it owns (owner-checked)."""
+
+    session_id: str
+
+
+SessionSelector = Literal["bound"] | FreshSession | ResumeSession
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A bounded reference to input content stored elsewhere (never the bytes)."""
+
+    name: str
+    media_type: str
+    size: int
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """One request to run a turn; deeply immutable and validated before any side effect.
+
+    ``principal`` is either authenticated ``ConversationFacts`` (the Host
+    resolves the conversation's scope and binding) or a scope the Host's
+    AuthorityResolver already issued (operator, scheduled run, child agent).
+    ``request_id`` is the stable idempotency key: a repeat by the same
+    principal returns the first turn's result instead of running again.
+    """
+
+    input: str
+    principal: ConversationFacts | PrincipalScope
+    request_id: str
+    core_id: str = "assistant"
+    session: SessionSelector = "bound"
+    core_revision: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+    route: Mapping[str, Any] | None = None
+    injected_context: tuple[str, ...] = ()
+    bootstrap: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.input, str) or not self.input.strip():
+            raise InvalidValue("input must be non-empty text")
+        if len(self.input) > MAX_INPUT_CHARS:
+            raise InvalidValue(f"input is limited to {MAX_INPUT_CHARS} characters")
+        if not isinstance(self.principal, ConversationFacts | PrincipalScope):
+            raise InvalidValue("principal must be ConversationFacts or a Host-issued scope")
+        for name in ("request_id", "core_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or len(value) > _MAX_KEY:
+                raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_KEY} chars")
+        if not (self.session == "bound" or isinstance(self.session, FreshSession | ResumeSession)):
+            raise InvalidValue("session must be 'bound', FreshSession() or ResumeSession(id)")
+        attachments = tuple(self.attachments)
+        if len(attachments) > MAX_ATTACHMENTS:
+            raise InvalidValue(f"at most {MAX_ATTACHMENTS} attachments")
+        if not all(isinstance(item, Attachment) for item in attachments):
+            raise InvalidValue("attachments must be Attachment values")
+        object.__setattr__(self, "attachments", attachments)
+        object.__setattr__(
+            self, "route", None if self.route is None else bounded_metadata(self.route)
+        )
+        context = tuple(self.injected_context)
+        if any(not isinstance(item, str) or len(item) > MAX_INPUT_CHARS for item in context):
+            raise InvalidValue("injected_context entries must be bounded text")
+        object.__setattr__(self, "injected_context", context)
+        object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
+
+
+@dataclass(frozen=True, slots=True)
+class EffectSummary:
+    """What one effect did, as the operator may see it (bounded, redacted)."""
+
+    call_id: str
+    effect: str
+    status: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """The frozen snapshot of a terminal turn."""
+
+    request_id: str
+    turn_id: str
+    session_id: str
+    core_id: str
+    core_revision: str
+    outcome: TurnOutcome
+    text: str
+    effects: tuple[EffectSummary, ...] = ()
+    deliveries: tuple[str, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    durable_result_ref: str = ""
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effects", tuple(self.effects))
+        object.__setattr__(self, "deliveries", tuple(self.deliveries))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (persisted as the turn's durable result)."""
+        return {
+            "request_id": self.request_id,
+            "turn_id": self.turn_id,
+            "session_id": self.session_id,
+            "core_id": self.core_id,
+            "core_revision": self.core_revision,
+            "outcome": self.outcome,
+            "text": self.text,
+            "effects": [
+                {"call_id": e.call_id, "effect": e.effect, "status": e.status, "summary": e.summary}
+                for e in self.effects
+            ],
+            "deliveries": list(self.deliveries),
+            "usage": {
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "cache_read_tokens": self.usage.cache_read_tokens,
+                "cache_write_tokens": self.usage.cache_write_tokens,
+            },
+            "error": self.error,
+            "durable_result_ref": self.durable_result_ref,
+            "generation": self.generation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TurnResult:
+        values = dict(freeze(data))
+        values["effects"] = tuple(EffectSummary(**dict(e)) for e in values.get("effects", ()))
+        values["usage"] = Usage(**dict(values.get("usage", {})))
+        values["deliveries"] = tuple(values.get("deliveries", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancelResult:
+    """The answer to an owner-checked cancel request.
+
+    ``cancelled``: this call (or an earlier one) ended the turn as cancelled;
+    ``already_terminal``: the turn had ended otherwise (``outcome`` says how);
+    ``requested``: the turn runs in another Host process, which will observe
+    the durable request.
+    """
+
+    turn_id: str
+    disposition: Literal["cancelled", "already_terminal", "requested"]
+    outcome: TurnOutcome | None
