@@ -25,9 +25,9 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
 
+# A scripted multi-step turn with an authored tool, then a real model (local, or OPENAI_BASE_URL).
 demo: install
-	@echo "make demo: the headless demo arrives with the turns issue (TurnExecution and providers)."
-	@echo "Until then there is nothing real to show; run 'make test' to exercise the store and authority."
+	$(BIN)/hostkit demo
 
 # Re-execute the notebooks in place after changing what they show (outputs are the spec).
 notebooks: install

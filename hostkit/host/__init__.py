@@ -22,8 +22,9 @@ from hostkit.host._config import (
     load_config,
     parse_config,
 )
-from hostkit.host._defaults import DefaultCapabilities
+from hostkit.host._defaults import DefaultCapabilities, NoChannels
 from hostkit.host._host import Host, TurnNotCompleted
+from hostkit.host._memory import SqliteMemorySource, memory_tools
 
 __all__ = [
     "AgentConfig",
@@ -36,15 +37,18 @@ __all__ = [
     "HostConfig",
     "MemoryRequest",
     "MemorySource",
+    "NoChannels",
     "PolicyConfig",
     "ProviderConfig",
     "ProviderRequest",
     "ProviderSource",
     "RuntimeCapabilities",
+    "SqliteMemorySource",
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",
     "default_config",
     "load_config",
+    "memory_tools",
     "parse_config",
 ]

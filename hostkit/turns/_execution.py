@@ -106,7 +106,8 @@ class TurnExecution:
         self._context = context
         self._cores = cores
         self._observer = observer or NullObserver()
-        self._owner = _records.LeaseOwner.current(instance_id or new_id("host"))
+        self._instance_id = instance_id or new_id("host")
+        self._owner: _records.LeaseOwner | None = None
         self._lease_ttl_s = lease_ttl_s
         self._admission = SessionAdmission(wait_timeout_s=admission_timeout_s)
         self._turn_timeout_s = turn_timeout_s
@@ -152,6 +153,7 @@ class TurnExecution:
             replay = await self._replay(principal_id, request.request_id)
             if replay is not None:
                 return replay
+            owner = await self._lease_owner()
             core = await self._cores.pin(request.core_id, request.core_revision)
             context = self._bind(request, scope, core)
             try:
@@ -159,7 +161,7 @@ class TurnExecution:
                     lambda conn: _records.insert_turn(
                         conn,
                         context,
-                        lease_owner=self._owner,
+                        lease_owner=owner,
                         lease_expires_at=time.time() + self._lease_ttl_s,
                     )
                 )
@@ -170,6 +172,14 @@ class TurnExecution:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._cores.release(core)
+
+    async def _lease_owner(self) -> _records.LeaseOwner:
+        # Reading the process start time touches /proc: do it once, off the event loop.
+        if self._owner is None:
+            self._owner = await anyio.to_thread.run_sync(
+                _records.LeaseOwner.current, self._instance_id
+            )
+        return self._owner
 
     def _principal_id(self, request: TurnRequest) -> str:
         if isinstance(request.principal, ConversationFacts):
@@ -492,6 +502,20 @@ class TurnExecution:
         with anyio.move_on_after(self._cancel_timeout_s):
             for active in list(self._active.values()):
                 await active.done.wait()
+        # Turns of this instance still running now have no owner left (their terminal
+        # write failed, or they did not stop in time): end them explicitly as lost.
+        mine = self._instance_id
+
+        def owned_here(owner: str | None) -> bool:
+            parsed = _records.LeaseOwner.decode(owner or "")
+            return parsed is not None and parsed.instance == mine
+
+        with contextlib.suppress(HostkitError):
+            await self._store.write(
+                lambda conn: _records.recover_orphans(
+                    conn, now_epoch=float("-inf"), dead=owned_here
+                )
+            )
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict) -> None:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)

@@ -1,0 +1,3 @@
+from hostkit.cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""The headless front end: ``hostkit init | run | sessions | demo``."""
+
+from hostkit.cli._app import app, main
+
+__all__ = ["app", "main"]

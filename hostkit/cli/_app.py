@@ -1,0 +1,155 @@
+"""The ``hostkit`` command line: init, run, sessions, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+
+from hostkit.cli._demo import run_demo
+from hostkit.cli._render import print_result, sessions_table
+from hostkit.cli._turn import stream_turn
+from hostkit.errors import HostkitError
+from hostkit.host import Host
+from hostkit.types import FreshSession, ResumeSession, SessionSelector
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="hostkit: an agent Host with durable turns, explicit authority and bounded context.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+STARTER = """\
+# hostkit configuration. Relative paths are relative to this file.
+[host]
+database = "hostkit.db"
+workspace = "."
+synchronous = "FULL"   # FULL: durable on power loss; NORMAL: faster, may lose the last commits
+
+# The embedded local model (llama.cpp + SmolLM2-135M): no network, good for plumbing checks.
+[providers.local]
+kind = "local"
+context_window = 2048
+max_output_tokens = 128
+
+# An OpenAI-compatible server (OpenAI, vLLM, llama.cpp server, Ollama):
+# [providers.openai]
+# kind = "openai"
+# base_url = "http://127.0.0.1:8000/v1"
+# model = "gpt-4o-mini"
+# api_key_env = "OPENAI_API_KEY"
+
+[agents.assistant]
+provider = "local"
+instructions = "You are a helpful assistant. Answer briefly."
+tool_modules = ["hostkit.examples.tools"]
+
+[agents.assistant.policy]
+allow = ["*"]
+deny = []
+"""
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="hostkit.toml (default: ./hostkit.toml if present)"),
+]
+
+
+def _config(path: Path | None) -> Path | None:
+    if path is not None:
+        return path
+    default = Path("hostkit.toml")
+    return default if default.exists() else None
+
+
+def _fail(error: HostkitError) -> typer.Exit:
+    console.print(f"[bold red]error[/]: {error.message}", highlight=False)
+    return typer.Exit(2)
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="where to write the file")] = Path("hostkit.toml"),
+    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+) -> None:
+    """Write a starter hostkit.toml."""
+    if path.exists() and not force:
+        console.print(f"{path} exists; use --force to overwrite", highlight=False)
+        raise typer.Exit(1)
+    path.write_text(STARTER, encoding="utf-8")
+    console.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+def run(
+    message: Annotated[str, typer.Argument(help="what to ask the agent")],
+    agent: Annotated[str, typer.Option("--agent", "-a")] = "assistant",
+    session: Annotated[str | None, typer.Option(help="resume this session id")] = None,
+    new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
+    conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
+    config: ConfigOption = None,
+) -> None:
+    """Run one turn and stream the answer."""
+    selector: SessionSelector = (
+        FreshSession() if new else ResumeSession(session) if session else "bound"
+    )
+
+    async def main() -> int:
+        async with Host.open(_config(config)) as host:
+            result = await stream_turn(
+                host, message, agent=agent, conversation=conversation, session=selector
+            )
+            print_result(console, result, database=str(host.config.database_path))
+            return 0 if result.outcome == "completed" else 1
+
+    try:
+        code = anyio.run(main)
+    except HostkitError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def sessions(
+    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """List sessions (operator authority; the reason is audited)."""
+
+    async def main() -> None:
+        async with Host.open(_config(config)) as host:
+            scope = await host.operator(operator, reason=reason)
+            page = await host.store.list_sessions(scope, limit=limit)
+            Console().print(sessions_table(page.items))
+
+    try:
+        anyio.run(main)
+    except HostkitError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option(help="where the demo database lives")] = Path(
+        ".hostkit-demo"
+    ),
+) -> None:
+    """A scripted multi-step turn with an authored tool, then a real model turn."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        code = anyio.run(run_demo, directory.resolve(), console)
+    except HostkitError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

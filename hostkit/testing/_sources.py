@@ -1,0 +1,94 @@
+"""Capability sources for tests: fixed providers and tools, memory in a dict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hostkit.effects import AuthoredTool
+from hostkit.host import (
+    AgentMemory,
+    MemoryRequest,
+    NoChannels,
+    ProviderRequest,
+    RuntimeCapabilities,
+    ToolRequest,
+    memory_tools,
+)
+from hostkit.providers import ModelProvider
+from hostkit.turns import Observer
+
+__all__ = [
+    "InMemoryMemory",
+    "InMemoryMemorySource",
+    "StaticProviderSource",
+    "StaticToolSource",
+    "capabilities",
+]
+
+
+class StaticProviderSource:
+    """Returns the provider given for each agent (or one provider for all)."""
+
+    def __init__(self, providers: ModelProvider | Mapping[str, ModelProvider]) -> None:
+        self._providers = providers
+        self.requests: list[ProviderRequest] = []
+
+    async def model_provider(self, request: ProviderRequest) -> ModelProvider:
+        self.requests.append(request)
+        if isinstance(self._providers, Mapping):
+            return self._providers[request.agent]
+        return self._providers
+
+
+class StaticToolSource:
+    """Returns the same tools for every agent, plus memory tools when memory is enabled."""
+
+    def __init__(self, tools: Sequence[AuthoredTool] = ()) -> None:
+        self._tools = list(tools)
+        self.requests: list[ToolRequest] = []
+
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+        self.requests.append(request)
+        memory = memory_tools(request.memory) if request.memory is not None else []
+        return [*memory, *self._tools]
+
+
+class InMemoryMemory:
+    """Substring-match memory partitioned by owner."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[str]] = {}
+
+    async def remember(self, owner: str, text: str) -> None:
+        self.items.setdefault(owner, []).append(text)
+
+    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
+        words = query.lower().split()
+        found = [t for t in self.items.get(owner, []) if any(w in t.lower() for w in words)]
+        return found[:limit]
+
+
+class InMemoryMemorySource:
+    """One InMemoryMemory per agent."""
+
+    def __init__(self) -> None:
+        self.by_agent: dict[str, InMemoryMemory] = {}
+
+    async def memory(self, request: MemoryRequest) -> AgentMemory:
+        return self.by_agent.setdefault(request.agent, InMemoryMemory())
+
+
+def capabilities(
+    provider: ModelProvider | Mapping[str, ModelProvider],
+    *,
+    tools: Sequence[AuthoredTool] = (),
+    observer: Observer | None = None,
+) -> RuntimeCapabilities:
+    """Capabilities for a test Host: given providers and tools, in-memory memory."""
+    return RuntimeCapabilities(
+        providers=StaticProviderSource(provider),
+        memory=InMemoryMemorySource(),
+        tools=StaticToolSource(tools),
+        channels=NoChannels(),
+        observer=observer,
+    )

@@ -1,0 +1,198 @@
+"""Host composition: capability sources per generation, policy in ToolRequest, memory, config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import ConfigError, ScopeError, TurnRejected
+from hostkit.host import (
+    DefaultCapabilities,
+    Host,
+    MemoryRequest,
+    SqliteMemorySource,
+    TurnNotCompleted,
+    load_config,
+    parse_config,
+)
+from hostkit.testing import CallTools, Reply, ScriptedModel, StaticToolSource, capabilities
+from hostkit.types import ModelRequest
+from tests.hosts import config, open_host, request
+
+pytestmark = pytest.mark.anyio
+
+
+@tool("danger.wipe")
+async def wipe(ctx: ToolContext) -> str:
+    """Deletes everything."""
+    raise AssertionError("a forbidden tool must never run")
+
+
+@tool("safe.ping")
+async def ping(ctx: ToolContext) -> str:
+    """Answers pong."""
+    return "pong"
+
+
+async def test_policy_drops_a_forbidden_tool_even_if_the_source_returns_it(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([CallTools(("danger_wipe", {})), Reply("ok")])
+    caps = capabilities(model, tools=[wipe, ping])
+    async with open_host(
+        tmp_path, model, caps=caps, policy={"allow": ["*"], "deny": ["danger.*"]}
+    ) as host:
+        result = await host.turns.run(request())
+    assert [d.name for d in model.requests[0].tools] == ["safe_ping"]
+    assert result.effects[0].status == "not_found"
+    tool_requests = caps.tools.requests  # type: ignore[attr-defined]
+    assert tool_requests[0].policy.deny == ("danger.*",)
+
+
+async def test_unmatched_effects_are_denied_by_default(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("ok")])
+    async with open_host(tmp_path, model, tools=[wipe, ping], policy={"allow": ["safe.*"]}) as host:
+        await host.turns.run(request())
+    assert [d.name for d in model.requests[0].tools] == ["safe_ping"]
+
+
+async def test_a_turn_keeps_the_generation_it_started_with(tmp_path: Path) -> None:
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def slow(request: ModelRequest) -> Reply:
+        entered.set()
+        await release.wait()
+        return Reply("from generation 1")
+
+    old_model = ScriptedModel([slow])
+    new_model = ScriptedModel([Reply("from generation 2")])
+    async with open_host(tmp_path, old_model) as host:
+        results = []
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                results.append(await host.turns.run(request(conversation="old")))
+
+            tg.start_soon(run)
+            await entered.wait()
+            new_caps = capabilities(new_model)
+            assert await host.apply_config(config(tmp_path), capabilities=new_caps) == 2
+            fresh = await host.turns.run(request(conversation="new"))
+            release.set()
+        assert (results[0].generation, results[0].text) == (1, "from generation 1")
+        assert (fresh.generation, fresh.text) == (2, "from generation 2")
+
+
+async def test_one_memory_store_per_agent_per_generation(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
+        source = SqliteMemorySource(host.store)
+        first = await source.memory(MemoryRequest(host.config, "assistant"))
+        second = await source.memory(MemoryRequest(host.config, "assistant"))
+        other = await source.memory(MemoryRequest(host.config, "helper"))
+    assert first is second
+    assert other is not first
+
+
+async def test_default_memory_tools_recall_per_owner_across_turns(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [
+            CallTools(("memory_store", {"text": "the launch code is 0000"})),
+            Reply("stored"),
+            CallTools(("memory_recall", {"query": "launch code"})),
+            Reply("recalled"),
+            CallTools(("memory_recall", {"query": "launch code"})),
+            Reply("nothing"),
+        ]
+    )
+    cfg = config(tmp_path, memory=True)
+    async with Host.open(cfg, capabilities=None) as opened:
+        caps = DefaultCapabilities.from_config(cfg, store=opened.store)
+        caps = type(caps)(
+            providers=capabilities(model).providers,
+            memory=caps.memory,
+            tools=StaticToolSource(),
+            channels=caps.channels,
+        )
+        await opened.apply_config(cfg, capabilities=caps)
+        await opened.turns.run(request("remember", principal="alice", conversation="a"))
+        await opened.turns.run(request("recall", principal="alice", conversation="a"))
+        await opened.turns.run(request("recall", principal="eve", conversation="e"))
+    alice_recall = model.requests[3].messages[-1].content
+    eve_recall = model.requests[5].messages[-1].content
+    assert "0000" in alice_recall
+    assert "0000" not in eve_recall
+
+
+async def test_run_turn_is_the_minimal_embedder_path(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("hello there"), Reply("again")])) as host:
+        assert await host.run_turn("assistant", "hi") == "hello there"
+        assert await host.run_turn("assistant", "hi again") == "again"
+        with pytest.raises(TurnRejected, match="no agent"):
+            await host.run_turn("nobody", "hi")
+
+
+async def test_run_turn_raises_with_the_result_when_not_completed(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([])) as host:
+        with pytest.raises(TurnNotCompleted) as caught:
+            await host.run_turn("assistant", "hi")
+    assert caught.value.result.outcome == "failed"
+
+
+async def test_closed_host_revokes_operator_scopes(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
+        scope = await host.operator("ops", reason="before close")
+        store = host.store
+    with pytest.raises(ScopeError):
+        store.verify_scope(scope)
+    with pytest.raises(TurnRejected):
+        await host.turns.run(request())
+
+
+async def test_config_errors_name_the_bad_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"agents\.assistant\.max_steps"):
+        parse_config(
+            {
+                "providers": {"p": {"kind": "scripted"}},
+                "agents": {"assistant": {"provider": "p", "max_steps": 0}},
+            },
+            base_dir=tmp_path,
+        )
+    with pytest.raises(ConfigError, match="not under"):
+        parse_config({"agents": {"assistant": {"provider": "missing"}}}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"providers\.p\.kind"):
+        parse_config({"providers": {"p": {"kind": "gpt"}}}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"hosts"):
+        parse_config({"hosts": {}}, base_dir=tmp_path)
+
+
+async def test_config_file_errors_are_typed(tmp_path: Path) -> None:
+    bad = tmp_path / "hostkit.toml"
+    await anyio.Path(bad).write_text("[host\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        await anyio.to_thread.run_sync(load_config, bad)
+    with pytest.raises(ConfigError, match="hostkit init"):
+        await anyio.to_thread.run_sync(load_config, tmp_path / "missing.toml")
+
+
+async def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
+    file = tmp_path / "conf" / "hostkit.toml"
+    await anyio.Path(file.parent).mkdir()
+    await anyio.Path(file).write_text(
+        '[host]\ndatabase = "state/h.db"\n[providers.p]\nkind = "scripted"\n'
+        '[agents.assistant]\nprovider = "p"\n'
+    )
+    loaded = await anyio.to_thread.run_sync(load_config, file)
+    assert loaded.database_path == tmp_path / "conf" / "state" / "h.db"
+
+
+async def test_default_config_never_picks_the_scripted_model(tmp_path: Path) -> None:
+    from hostkit.host import default_config
+
+    local = default_config(base_dir=tmp_path, environ={})
+    assert local.providers["local"].kind == "local"
+    remote = default_config(base_dir=tmp_path, environ={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert remote.providers["openai"].kind == "openai"
+    assert remote.providers["openai"].base_url == "http://127.0.0.1:9/v1"

@@ -1,0 +1,147 @@
+"""TurnExecution cancellation: explicit (owner-checked, idempotent) and ambient."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import NotFoundOrUnauthorized
+from hostkit.host import Host
+from hostkit.testing import CallTools, Reply, ScriptedModel
+from hostkit.types import ModelRequest, TurnResult
+from tests.hosts import event_kinds, open_host, request, turn_rows
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+
+class Blocked:
+    """A provider step that blocks until cancelled."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+
+    async def __call__(self, request: ModelRequest) -> Reply:
+        self.entered.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def started_turn_id(host: Host) -> str:
+    rows = await turn_rows(host)
+    return rows[-1][0]
+
+
+async def test_explicit_cancel_is_owner_checked_idempotent_and_releases_admission(
+    tmp_path: Path,
+) -> None:
+    blocked = Blocked()
+    model = ScriptedModel([blocked, Reply("after cancel")])
+    async with open_host(tmp_path, model) as host:
+        results: list[TurnResult] = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request(conversation="mine")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await blocked.entered.wait()
+            turn_id = await started_turn_id(host)
+            stranger = await host.authority.for_conversation(facts("other", "mallory", "test"))
+            with pytest.raises(NotFoundOrUnauthorized) as wrong_owner:
+                await host.turns.cancel(turn_id, stranger)
+            with pytest.raises(NotFoundOrUnauthorized) as missing:
+                await host.turns.cancel("turn_missing", stranger)
+            assert str(wrong_owner.value) == str(missing.value)
+            owner = await host.authority.for_conversation(facts("mine", "alice", "test"))
+            cancelled = await host.turns.cancel(turn_id, owner)
+            assert (cancelled.disposition, cancelled.outcome) == ("cancelled", "cancelled")
+        assert results[0].outcome == "cancelled"
+        again = await host.turns.cancel(turn_id, owner)
+        assert (again.disposition, again.outcome) == ("already_terminal", "cancelled")
+        assert (await event_kinds(host, turn_id)).count("turn.cancelled") == 1
+        # Admission was released: the next turn of the same session runs.
+        follow = await host.turns.run(request(conversation="mine"))
+        assert follow.outcome == "completed"
+
+
+async def test_cancel_of_a_finished_turn_reports_its_outcome(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        result = await host.turns.run(request(conversation="c"))
+        owner = await host.authority.for_conversation(facts("c", "alice", "test"))
+        answer = await host.turns.cancel(result.turn_id, owner)
+    assert (answer.disposition, answer.outcome) == ("already_terminal", "completed")
+
+
+async def test_operator_may_cancel_any_owned_turn(tmp_path: Path) -> None:
+    blocked = Blocked()
+    async with open_host(tmp_path, ScriptedModel([blocked])) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.turns.run, request())
+            await blocked.entered.wait()
+            operator = await host.operator("ops", reason="stuck turn")
+            answer = await host.turns.cancel(await started_turn_id(host), operator)
+        assert answer.disposition == "cancelled"
+
+
+async def test_ambient_cancellation_records_cancelled_then_reraises(tmp_path: Path) -> None:
+    blocked = Blocked()
+    async with open_host(tmp_path, ScriptedModel([blocked])) as host:
+        reraised = False
+        async with anyio.create_task_group() as tg:
+
+            async def caller() -> None:
+                nonlocal reraised
+                try:
+                    await host.turns.run(request())
+                except anyio.get_cancelled_exc_class():
+                    reraised = True
+                    raise
+
+            tg.start_soon(caller)
+            await blocked.entered.wait()
+            tg.cancel_scope.cancel()
+        assert reraised
+        rows = await turn_rows(host)
+        assert [status for _, status in rows] == ["cancelled"]
+        assert host.turns.active_turns == 0
+        assert host.turns.admitted_sessions == 0
+
+
+async def test_ambient_cancellation_during_an_effect_is_indeterminate(tmp_path: Path) -> None:
+    entered = anyio.Event()
+
+    @tool("slow.work")
+    async def slow_work(ctx: ToolContext) -> str:
+        """Works for a long time."""
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    model = ScriptedModel([CallTools(("slow_work", {})), Reply("never")])
+    async with open_host(tmp_path, model, tools=[slow_work]) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.turns.run, request())
+            await entered.wait()
+            tg.cancel_scope.cancel()
+        rows = await turn_rows(host)
+    assert [status for _, status in rows] == ["indeterminate"]
+
+
+async def test_host_close_cancels_running_turns_and_records_them(tmp_path: Path) -> None:
+    blocked = Blocked()
+    results: list[TurnResult] = []
+    async with open_host(tmp_path, ScriptedModel([blocked])) as host:
+
+        async def run() -> None:
+            results.append(await host.turns.run(request()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await blocked.entered.wait()
+            await host.aclose()
+    assert results[0].outcome == "cancelled"
+    assert results[0].error == "the Host shut down"

@@ -1,0 +1,278 @@
+"""TurnExecution: contract order, outcomes, terminal records, validation before start."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import (
+    InvalidValue,
+    ProviderError,
+    StoreError,
+    TurnInfrastructureError,
+    TurnRejected,
+)
+from hostkit.host import Host
+from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
+from hostkit.turns import _records
+from hostkit.types import ModelLimits, ModelMessage, ResumeSession, TurnRequest
+from tests.hosts import config, event_kinds, open_host, request, turn_rows
+
+pytestmark = pytest.mark.anyio
+
+
+@tool("demo.echo")
+async def echo(ctx: ToolContext, text: str) -> str:
+    """Echo the text back."""
+    return f"echo: {text}"
+
+
+@tool("demo.explode")
+async def explode(ctx: ToolContext) -> str:
+    """Always fails."""
+    raise RuntimeError("secret=hunter2 boom")
+
+
+async def test_turn_follows_the_contract_order(tmp_path: Path) -> None:
+    model = ScriptedModel([CallTools(("demo_echo", {"text": "hi"})), Reply("done")])
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        result = await host.turns.run(request("say hi"))
+        assert result.outcome == "completed"
+        assert result.text == "done"
+        assert await event_kinds(host, result.turn_id) == [
+            "turn.started",
+            "input.persisted",
+            "provider.completed",
+            "effect.completed",
+            "provider.completed",
+            "turn.completed",
+        ]
+        # The catalog was final before the first provider request: definitions were sent.
+        assert [d.name for d in model.requests[0].tools] == ["demo_echo"]
+        # Context was prepared (and its decision recorded) for each step before the provider.
+        decisions = await host.store.read(
+            lambda c: c.execute(
+                "SELECT step_id, kind FROM context_decisions WHERE turn_id = ? ORDER BY step_id",
+                [result.turn_id],
+            ).fetchall()
+        )
+        assert decisions == [(0, "ready"), (1, "ready")]
+        second = model.requests[1].messages
+        assert [m.role for m in second][-3:] == ["user", "assistant", "tool"]
+        assert second[-1].content == "echo: hi"
+
+
+async def test_turn_result_is_a_frozen_snapshot(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        result = await host.turns.run(request())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.outcome = "failed"  # type: ignore[misc]
+    assert isinstance(result.effects, tuple)
+
+
+async def test_transcript_and_usage_are_durable(tmp_path: Path) -> None:
+    model = ScriptedModel([CallTools(("demo_echo", {"text": "x"})), Reply("fine")])
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        result = await host.turns.run(request("persist me"))
+        roles = await host.store.read(
+            lambda c: c.execute(
+                "SELECT role FROM messages WHERE turn_id = ? ORDER BY seq", [result.turn_id]
+            ).fetchall()
+        )
+        usage = await host.store.read(
+            lambda c: c.execute(
+                "SELECT COUNT(*), SUM(input_tokens) FROM usage_observations WHERE turn_id = ?",
+                [result.turn_id],
+            ).fetchone()
+        )
+    assert [r[0] for r in roles] == ["user", "assistant", "tool", "assistant"]
+    assert usage[0] == 2
+    assert usage[1] == result.usage.input_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "make_request",
+    [
+        pytest.param(lambda: request(core_id="nobody"), id="unknown agent"),
+        pytest.param(lambda: request(core_revision="cfg-wrong"), id="unavailable revision"),
+        pytest.param(
+            lambda: request(session=ResumeSession("ses_does_not_exist")), id="missing session"
+        ),
+    ],
+)
+async def test_rejection_happens_before_turn_started(tmp_path: Path, make_request) -> None:  # type: ignore[no-untyped-def]
+    model = ScriptedModel([Reply("never")])
+    async with open_host(tmp_path, model) as host:
+        with pytest.raises(TurnRejected):
+            await host.turns.run(make_request())
+        assert await turn_rows(host) == []
+    assert model.requests == []
+
+
+async def test_resuming_another_conversations_session_looks_like_a_missing_one(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([Reply("a")], repeat_last=True)
+    async with open_host(tmp_path, model) as host:
+        theirs = await host.turns.run(request(conversation="theirs", principal="bob"))
+        with pytest.raises(TurnRejected) as foreign:
+            await host.turns.run(request(session=ResumeSession(theirs.session_id)))
+        with pytest.raises(TurnRejected) as missing:
+            await host.turns.run(request(session=ResumeSession("ses_nope")))
+        assert str(foreign.value) == str(missing.value)
+        assert [status for _, status in await turn_rows(host)] == ["completed"]
+
+
+async def test_forged_scope_is_rejected_before_start(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
+        scope = await host.operator("ops", reason="test")
+        forged = dataclasses.replace(scope, proof="0" * 64)
+        with pytest.raises(TurnRejected):
+            await host.turns.run(
+                TurnRequest(input="hi", principal=forged, request_id="r1", core_id="assistant")
+            )
+        assert await turn_rows(host) == []
+
+
+def test_request_values_are_validated_on_construction() -> None:
+    with pytest.raises(InvalidValue):
+        request("")
+    with pytest.raises(InvalidValue):
+        request("x" * 100_001)
+    with pytest.raises(InvalidValue):
+        request(session="new")  # type: ignore[arg-type]
+    frozen = request(metadata={"client": {"tags": ["a"]}})
+    with pytest.raises(TypeError):
+        frozen.metadata["client"]["tags"] = ()  # type: ignore[index]
+
+
+async def test_provider_failure_is_persisted_as_a_sanitized_failed_result(tmp_path: Path) -> None:
+    failing = ScriptedModel([Fail(ProviderError("HTTP 500 api_key=sk-abc", provider="test"))])
+    async with open_host(tmp_path, failing) as host:
+        result = await host.turns.run(request())
+        assert result.outcome == "failed"
+        assert result.error is not None
+        assert "provider failed" in result.error
+        assert "sk-abc" not in result.error
+        assert await turn_rows(host) == [(result.turn_id, "failed")]
+        assert (await event_kinds(host, result.turn_id))[-1] == "turn.failed"
+
+
+async def test_a_failing_tool_is_reported_to_the_model_not_leaked(tmp_path: Path) -> None:
+    model = ScriptedModel([CallTools(("demo_explode", {})), Reply("recovered")])
+    async with open_host(tmp_path, model, tools=[explode]) as host:
+        result = await host.turns.run(request())
+    assert result.outcome == "completed"
+    assert result.effects[0].status == "failed"
+    assert "hunter2" not in model.requests[1].messages[-1].content
+
+
+async def test_an_effect_runtime_crash_fails_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hostkit.effects import EffectRuntime
+
+    async def crash(self, request, context):  # type: ignore[no-untyped-def]
+        raise ProviderError("adapter exploded", provider="effects")
+
+    monkeypatch.setattr(EffectRuntime, "execute", crash)
+    model = ScriptedModel([CallTools(("demo_echo", {"text": "x"})), Reply("never")])
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        result = await host.turns.run(request())
+    assert result.outcome == "failed"
+
+
+async def test_unknown_tool_name_from_the_model_is_not_found(tmp_path: Path) -> None:
+    model = ScriptedModel([CallTools(("no_such_tool", {})), Reply("ok")])
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        result = await host.turns.run(request())
+    assert result.effects[0].status == "not_found"
+    assert result.outcome == "completed"
+
+
+async def test_step_limit_ends_the_turn_failed(tmp_path: Path) -> None:
+    model = ScriptedModel([CallTools(("demo_echo", {"text": "again"}))], repeat_last=True)
+    async with open_host(tmp_path, model, tools=[echo], max_steps=3) as host:
+        result = await host.turns.run(request())
+    assert result.outcome == "failed"
+    assert "step limit" in (result.error or "")
+    assert len(model.requests) == 3
+
+
+async def test_context_overflow_fails_before_any_provider_request(tmp_path: Path) -> None:
+    tiny = ScriptedModel(
+        [Reply("never")],
+        limits=ModelLimits(context_window=600, max_output_tokens=100, safety_margin_tokens=50),
+    )
+    async with open_host(tmp_path, tiny) as host:
+        result = await host.turns.run(request("word " * 2000))
+    assert result.outcome == "failed"
+    assert "context overflow" in (result.error or "")
+    assert tiny.requests == []
+
+
+async def test_terminal_commit_failure_raises_infrastructure_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise StoreError("disk I/O error", retryable=True)
+
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        monkeypatch.setattr(_records, "finish_turn", broken)
+        with pytest.raises(TurnInfrastructureError) as caught:
+            await host.turns.run(request(request_id="req-infra"))
+        assert caught.value.request_id == "req-infra"
+        assert caught.value.outcome == "indeterminate"
+        turn_id = caught.value.durable_result_ref
+        monkeypatch.undo()
+    # The next Host open finds the turn without a terminal record and marks it lost.
+    async with Host.open(config(tmp_path), capabilities=None) as reopened:
+        rows = await turn_rows(reopened)
+        kinds = await event_kinds(reopened, turn_id or "")
+    assert rows == [(turn_id, "lost")]
+    assert kinds.count("turn.lost") == 1
+
+
+async def test_late_writes_after_the_terminal_record_are_refused(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        result = await host.turns.run(request())
+        with pytest.raises(InvalidValue, match="late writes"):
+            await host.store.write(
+                lambda c: _records.append_turn_message(
+                    c,
+                    session_id=result.session_id,
+                    turn_id=result.turn_id,
+                    message=ModelMessage("assistant", "too late"),
+                    event="provider.completed",
+                )
+            )
+
+
+async def test_route_gets_a_delivery_intent_in_the_terminal_transaction(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("deliver me")])) as host:
+        result = await host.turns.run(request(route={"channel": "test", "thread": "t1"}))
+        outbox = await host.store.read(
+            lambda c: c.execute("SELECT intent_id, route, payload FROM outbox").fetchall()
+        )
+        stored = await host.store.read(
+            lambda c: c.execute(
+                "SELECT result FROM turns WHERE turn_id = ?", [result.turn_id]
+            ).fetchone()
+        )
+    assert len(outbox) == 1
+    assert result.deliveries == (outbox[0][0],)
+    assert json.loads(outbox[0][1]) == {"channel": "test", "thread": "t1"}
+    assert json.loads(outbox[0][2]) == {"text": "deliver me"}
+    assert json.loads(stored[0])["deliveries"] == [outbox[0][0]]
+
+
+async def test_failed_turn_creates_no_delivery_intent(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Fail()])) as host:
+        result = await host.turns.run(request(route={"channel": "test"}))
+        count = await host.store.read(lambda c: c.execute("SELECT COUNT(*) FROM outbox").fetchone())
+    assert result.outcome == "failed"
+    assert count == (0,)
