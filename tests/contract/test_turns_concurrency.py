@@ -48,7 +48,7 @@ async def test_same_session_turns_serialize(tmp_path: Path) -> None:
             await gate.entered.wait()
             # While the first turn is inside the provider, nobody else of this session is.
             for _ in range(10):
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
             assert gate.inside == 1
             gate.release.set()
         assert gate.max_inside == 1

@@ -1,0 +1,93 @@
+"""kill -9 of a real Host process in the middle of a turn: the turn is lost, nothing replays."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.host import Host
+from hostkit.testing import Reply, ScriptedModel, capabilities
+from tests.hosts import config, event_kinds, request, turn_rows
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from pathlib import Path
+    from hostkit.host import Host, parse_config
+    from hostkit.testing import ScriptedModel, capabilities
+    from hostkit.types import ConversationFacts, TurnRequest
+
+    root, marker = Path(sys.argv[1]), Path(sys.argv[2])
+
+    async def blocked(request):
+        await anyio.Path(marker).write_text("inside the provider call")
+        await anyio.sleep_forever()
+
+    async def main():
+        config = parse_config(
+            {
+                "host": {"database": str(root / "hostkit.db"), "workspace": str(root)},
+                "providers": {"test": {"kind": "scripted"}},
+                "agents": {"assistant": {"provider": "test", "memory": False}},
+            },
+            base_dir=root,
+        )
+        async with Host.open(config, capabilities=capabilities(ScriptedModel([blocked]))) as host:
+            await host.turns.run(
+                TurnRequest(
+                    input="hello",
+                    principal=ConversationFacts(
+                        channel="test", conversation_key="c1", principal_key="alice"
+                    ),
+                    request_id="req-crash",
+                )
+            )
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_sigkill_mid_turn_leaves_one_lost_terminal_record_and_no_replay(
+    tmp_path: Path,
+) -> None:
+    marker = anyio.Path(tmp_path / "marker")
+    async with await anyio.open_process(
+        [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    ) as child:
+        with anyio.fail_after(60):
+            while not await marker.exists():
+                assert child.returncode is None, "the child exited before the turn started"
+                await anyio.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    model = ScriptedModel([Reply("after restart")])
+    async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
+        rows = await turn_rows(host)
+        assert [status for _, status in rows] == ["lost"]
+        turn_id = rows[0][0]
+        kinds = await event_kinds(host, turn_id)
+        assert kinds[0] == "turn.started"
+        assert [k for k in kinds if k.startswith("turn.") and k != "turn.started"] == ["turn.lost"]
+        roles = await host.store.read(
+            lambda c: c.execute("SELECT role FROM messages WHERE turn_id = ?", [turn_id]).fetchall()
+        )
+        assert roles == [("user",)]
+        assert model.requests == [], "recovery never replays the provider step"
+        # The same request id answers with the recorded terminal result, still without replay.
+        repeat = await host.turns.run(request("hello", request_id="req-crash"))
+        assert (repeat.turn_id, repeat.outcome) == (turn_id, "lost")
+        assert model.requests == []
+        # The session is usable again: its admission was not left held.
+        follow = await host.turns.run(request("hello again"))
+        assert follow.outcome == "completed"
