@@ -76,6 +76,7 @@ class Host:
     ) -> Host:
         """Open a Host (prefer ``Host.open`` as a context manager); recovers orphaned turns."""
         resolved = await _resolve_config(config)
+        await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
         store = await RuntimeStore.open(
             resolved.database_path, synchronous=resolved.host.synchronous
         )

@@ -144,7 +144,12 @@ class RuntimeStore:
             raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
         database = Path(await (await anyio.Path(path).expanduser()).resolve())
         busy_ms = int(busy_timeout_s * 1000)
-        writer = await open_connection(database, synchronous=synchronous, busy_timeout_ms=busy_ms)
+        try:
+            writer = await open_connection(
+                database, synchronous=synchronous, busy_timeout_ms=busy_ms
+            )
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, f"opening {database}") from exc
         reader: DbConnection | None = None
         try:
             report = await writer.run(

@@ -341,3 +341,10 @@ async def test_close_with_queued_writes_fails_them_cleanly(db_path: Path) -> Non
     assert set(outcomes) <= {"committed", "closed"}
     async with await RuntimeStore.open(db_path) as reopened:
         assert await count(reopened) == outcomes.count("committed")
+
+
+async def test_unopenable_path_is_a_typed_store_error(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "hostkit.db"
+    with pytest.raises(StoreError, match="opening") as caught:
+        await RuntimeStore.open(target)
+    assert str(target) in str(caught.value)
