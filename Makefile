@@ -34,7 +34,9 @@ notebooks: install
 	cd notebooks && for nb in *.ipynb; do ../$(BIN)/jupyter execute --inplace "$$nb" || exit 1; done
 
 bench: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/turn_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -67,8 +67,9 @@ def _estimate(text: str) -> int:
 class ScriptedModel:
     """A ModelProvider whose answers come from a script, one step per call.
 
-    ``requests`` records every ModelRequest received, so tests can assert what
-    the ContextManager prepared. ``repeat_last`` keeps answering with the last
+    ``requests`` records the last ``keep_requests`` ModelRequests received, so
+    tests can assert what the ContextManager prepared without a long-running
+    scripted Host growing without bound. ``repeat_last`` keeps answering with the last
     step instead of failing when the script runs out.
     """
 
@@ -80,6 +81,7 @@ class ScriptedModel:
         model: str = "scripted-1",
         limits: ModelLimits | None = None,
         repeat_last: bool = False,
+        keep_requests: int = 1_000,
     ) -> None:
         self._script = list(script)
         self._name = name
@@ -87,6 +89,7 @@ class ScriptedModel:
         self._limits = limits or ModelLimits(context_window=8192, max_output_tokens=1024)
         self._repeat_last = repeat_last
         self._position = 0
+        self._keep = keep_requests
         self.requests: list[ModelRequest] = []
         self.closed = False
 
@@ -104,6 +107,8 @@ class ScriptedModel:
 
     async def _next_step(self, request: ModelRequest) -> Reply | CallTools | Fail:
         self.requests.append(request)
+        if len(self.requests) > self._keep:
+            del self.requests[0]
         if self._position >= len(self._script):
             if not (self._repeat_last and self._script):
                 raise ProviderError("the script has no more steps", provider=self._name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from hostkit.context import _history
@@ -43,12 +44,17 @@ class ContextManager:
         history_window: int = 200,
         max_output_fraction: float = 0.25,
         min_output_tokens: int = 256,
+        window_cache: int = 256,
     ) -> None:
         self._store = store
         self._estimator = estimator or CharEstimator()
         self._window = history_window
         self._output_fraction = max_output_fraction
         self._min_output = min_output_tokens
+        # The window excludes the current turn and same-session turns serialize, so it
+        # is constant for a turn's steps: read it once per turn (bounded LRU by turn id).
+        self._windows: OrderedDict[str, tuple[ModelMessage, ...]] = OrderedDict()
+        self._window_cache = window_cache
 
     def budget(self, limits: ModelLimits) -> tuple[int, int]:
         """(output reservation, hard input budget) for these limits."""
@@ -61,11 +67,7 @@ class ContextManager:
     async def prepare(self, request: ContextRequest) -> PreparedContext:
         context = request.context
         output_budget, hard_budget = self.budget(request.limits)
-        history = await self._store.read(
-            lambda conn: _history.read_window(
-                conn, session_id=context.session_id, turn_id=context.turn_id, limit=self._window
-            )
-        )
+        history = await self._history(context.session_id, context.turn_id)
         estimate = self._estimator
         head = [ModelMessage("system", request.instructions)] if request.instructions else []
         head += [ModelMessage("system", f"Context:\n{item}") for item in request.contributions]
@@ -123,6 +125,23 @@ class ContextManager:
             },
         )
         return ready
+
+    async def _history(self, session_id: str, turn_id: str) -> tuple[ModelMessage, ...]:
+        cached = self._windows.get(turn_id)
+        if cached is not None:
+            self._windows.move_to_end(turn_id)
+            return cached
+        window = tuple(
+            await self._store.read(
+                lambda conn: _history.read_window(
+                    conn, session_id=session_id, turn_id=turn_id, limit=self._window
+                )
+            )
+        )
+        self._windows[turn_id] = window
+        while len(self._windows) > self._window_cache:
+            self._windows.popitem(last=False)
+        return window
 
     async def _record(
         self, request: ContextRequest, decision_id: str, kind: str, summary: dict[str, object]

@@ -312,6 +312,13 @@ class RuntimeStore:
         ``"fresh"`` (a new session, bound from now on) or a session id the same
         conversation owns (resume). Returns (session id, created).
         """
+        if select == "bound":
+            # The common case (an already bound conversation) needs no writer slot.
+            bound = await self.read(
+                lambda raw: _sessions.bound_session(raw, channel, conversation_key)
+            )
+            if bound is not None:
+                return bound, False
         return await self.write(
             lambda raw: _sessions.bind_conversation(
                 raw,

@@ -22,6 +22,7 @@ __all__ = [
     "ConversationSelect",
     "OwnerFacts",
     "bind_conversation",
+    "bound_session",
     "create_session",
     "insert_audit",
     "owner_facts",
@@ -114,6 +115,14 @@ def create_session(
     return session_id
 
 
+def bound_session(conn: sqlite3.Connection, channel: str, conversation_key: str) -> str | None:
+    row = conn.execute(
+        "SELECT session_id FROM conversation_bindings WHERE channel = ? AND conversation_key = ?",
+        [channel, conversation_key],
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
 def bind_conversation(
     conn: sqlite3.Connection,
     *,
@@ -129,12 +138,9 @@ def bind_conversation(
     conversation racing each other get the same session. A resumed session
     must be owned by this very conversation (same owner kind, channel and key).
     """
-    row = conn.execute(
-        "SELECT session_id FROM conversation_bindings WHERE channel = ? AND conversation_key = ?",
-        [channel, conversation_key],
-    ).fetchone()
-    if row is not None and select == "bound":
-        return str(row[0]), False
+    previous = bound_session(conn, channel, conversation_key)
+    if previous is not None and select == "bound":
+        return previous, False
     created = False
     if select in ("bound", "fresh"):
         session_id = create_session(
@@ -161,13 +167,13 @@ def bind_conversation(
         "bound_at = excluded.bound_at",
         [channel, conversation_key, principal_id, session_id, now(conn)],
     )
-    if row is not None and row[0] != session_id:
+    if previous is not None and previous != session_id:
         insert_audit(
             conn,
             "conversation.rebound",
             principal_id=principal_id,
             session_id=session_id,
-            detail={"previous_session_id": row[0], "channel": channel},
+            detail={"previous_session_id": previous, "channel": channel},
         )
     return session_id, created
 

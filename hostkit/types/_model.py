@@ -130,7 +130,12 @@ class ModelMessage:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token buckets as the provider reported them (zero where it reports none)."""
+    """Token buckets as the provider reported them (zero where it reports none).
+
+    ``input_tokens`` counts every prompt token, cached ones included; the cache
+    buckets are subsets of it (adapters normalize providers that report them
+    separately), so estimates are always compared against ``input_tokens``.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
