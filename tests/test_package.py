@@ -9,7 +9,19 @@ import pytest
 
 import hostkit
 
-PACKAGES = ["hostkit", "hostkit.types", "hostkit.store", "hostkit.authority"]
+SEAMS = [
+    "hostkit.types",
+    "hostkit.store",
+    "hostkit.authority",
+    "hostkit.providers",
+    "hostkit.context",
+    "hostkit.effects",
+    "hostkit.turns",
+    "hostkit.host",
+    "hostkit.testing",
+    "hostkit.cli",
+]
+PACKAGES = ["hostkit", *SEAMS]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -34,7 +46,7 @@ def test_package_public_namespace_is_its_all(name: str) -> None:
 
 
 def test_helper_modules_are_private() -> None:
-    for package in ("hostkit.types", "hostkit.store", "hostkit.authority"):
+    for package in SEAMS:
         module = importlib.import_module(package)
         for info in pkgutil.iter_modules(module.__path__):
             assert info.name.startswith("_"), f"{package}.{info.name} should be a private module"

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import aiosqlite
+import anyio
 
 __all__ = ["DbConnection", "Synchronous", "open_connection"]
 
 T = TypeVar("T")
 
 Synchronous = Literal["EXTRA", "FULL", "NORMAL"]
+
+_JOIN_TIMEOUT_S = 10.0
 
 
 class DbConnection:
@@ -69,5 +72,12 @@ async def open_connection(
         return raw
 
     aio = aiosqlite.Connection(connector, iter_chunk_size=64)
-    await aio
+    try:
+        await aio
+    except BaseException:
+        # aiosqlite stops its worker thread on a failed connect without letting us await
+        # it; join it here, or it may report to this event loop after the loop closed.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(aio._thread.join, _JOIN_TIMEOUT_S)
+        raise
     return DbConnection(aio, holder[0])

@@ -343,8 +343,18 @@ async def test_close_with_queued_writes_fails_them_cleanly(db_path: Path) -> Non
         assert await count(reopened) == outcomes.count("committed")
 
 
-async def test_unopenable_path_is_a_typed_store_error(tmp_path: Path) -> None:
+def _sqlite_threads() -> int:
+    return sum("_connection_worker_thread" in t.name for t in threading.enumerate())
+
+
+async def test_unopenable_path_is_a_typed_store_error_and_leaves_no_thread(
+    tmp_path: Path,
+) -> None:
+    before = _sqlite_threads()
     target = tmp_path / "no" / "such" / "dir" / "hostkit.db"
     with pytest.raises(StoreError, match="opening") as caught:
         await RuntimeStore.open(target)
     assert str(target) in str(caught.value)
+    # The failed connection's worker thread is gone before open() returns, so it cannot
+    # report to this event loop after the loop has closed.
+    assert _sqlite_threads() == before

