@@ -1,0 +1,248 @@
+"""ContextManager (first slice): budget arithmetic, layers, groups, overflow, idempotent observe."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.context import CharEstimator, ContextManager
+from hostkit.store import RuntimeStore
+from hostkit.types import (
+    ContextRequest,
+    ModelLimits,
+    ModelMessage,
+    PrincipalScope,
+    ToolCall,
+    ToolDefinition,
+    TurnExecutionContext,
+    TurnToken,
+    Usage,
+    UsageObservation,
+    new_id,
+)
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = ModelLimits(context_window=4000, max_output_tokens=800, safety_margin_tokens=100)
+
+
+def context_for(scope: PrincipalScope, turn_id: str = "turn_now") -> TurnExecutionContext:
+    session = scope.session_id or ""
+
+    def token(kind: str) -> TurnToken:
+        return TurnToken(kind, "req", turn_id, session, new_id("n"))  # type: ignore[arg-type]
+
+    return TurnExecutionContext(
+        request_id="req",
+        turn_id=turn_id,
+        principal=scope,
+        session_id=session,
+        core_id="assistant",
+        core_revision="r1",
+        capability_snapshot={},
+        workspace_scope="/tmp",
+        route_token=token("route"),
+        admission_lease_token=token("admission"),
+        cancellation_token=token("cancellation"),
+        trace_ids=("t",),
+        interaction_metadata={},
+    )
+
+
+async def add_history(
+    store: RuntimeStore, scope: PrincipalScope, messages: list[ModelMessage]
+) -> None:
+    for message in messages:
+        await store.append_message(
+            scope,
+            scope.session_id or "",
+            role=message.role,
+            content=message.to_json(),
+            turn_id="turn_old",
+        )
+
+
+async def test_budget_is_chosen_from_limits_and_schema_overhead_is_counted(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    manager = ContextManager(store)
+    output, hard = manager.budget(LIMITS)
+    assert output == 800  # min(max_output, max(256, window // 4)) = min(800, 1000)
+    assert hard == 4000 - 800 - 100
+    schema = ToolDefinition("big_tool", "x" * 700, {"type": "object"})
+    request = ContextRequest(
+        context=context_for(scope),
+        step_id=0,
+        limits=LIMITS,
+        messages=(ModelMessage("user", "hi"),),
+        definitions=(schema,),
+        instructions="be brief",
+    )
+    ready = await manager.prepare(request)
+    assert ready.kind == "ready"
+    layers = {layer.name: layer.tokens for layer in ready.layers}
+    assert layers["schemas"] == CharEstimator().definitions([schema]) > 200
+    assert ready.estimated_input_tokens == sum(layers.values())
+    assert ready.output_budget == 800
+    assert ready.hard_budget == 3100
+    assert [m.role for m in ready.messages] == ["system", "user"]
+
+
+async def test_prepare_is_deterministic(store: RuntimeStore, authority: AuthorityResolver) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    await add_history(store, scope, [ModelMessage("user", f"old {i}") for i in range(20)])
+    manager = ContextManager(store)
+    request = ContextRequest(
+        context=context_for(scope), step_id=0, limits=LIMITS, messages=(ModelMessage("user", "q"),)
+    )
+    first, second = await manager.prepare(request), await ContextManager(store).prepare(request)
+    assert first.messages == second.messages
+    assert first.layers == second.layers
+
+
+async def test_history_keeps_tool_groups_whole_and_newest_first(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    call = ToolCall("call_1", "lookup", {"q": "x"})
+    history = [
+        ModelMessage("user", "a" * 3000),
+        ModelMessage("assistant", "", (call,)),
+        ModelMessage("tool", "b" * 6000, tool_call_id="call_1"),
+        ModelMessage("user", "recent question"),
+        ModelMessage("assistant", "recent answer"),
+    ]
+    await add_history(store, scope, history)
+    small = ModelLimits(context_window=2000, max_output_tokens=300, safety_margin_tokens=50)
+    ready = await ContextManager(store).prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=0,
+            limits=small,
+            messages=(ModelMessage("user", "now"),),
+        )
+    )
+    contents = [m.content for m in ready.messages]
+    assert contents == ["recent question", "recent answer", "now"]
+    history_layer = next(layer for layer in ready.layers if layer.name == "history")
+    assert history_layer.pruned == 3
+    roomy_limits = ModelLimits(context_window=16000, max_output_tokens=800)
+    roomy = await ContextManager(store).prepare(
+        ContextRequest(
+            context=context_for(scope, "turn_2"),
+            step_id=0,
+            limits=roomy_limits,
+            messages=(ModelMessage("user", "now"),),
+        )
+    )
+    roles = [m.role for m in roomy.messages]
+    assert roles[roles.index("assistant") + 1] == "tool", "a tool result follows its call"
+
+
+async def test_orphaned_tool_results_at_the_window_edge_are_dropped(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    call = ToolCall("call_1", "lookup", {})
+    await add_history(
+        store,
+        scope,
+        [
+            ModelMessage("assistant", "", (call,)),
+            ModelMessage("tool", "r", tool_call_id="call_1"),
+            ModelMessage("user", "later"),
+        ],
+    )
+    manager = ContextManager(store, history_window=2)
+    ready = await manager.prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=0,
+            limits=LIMITS,
+            messages=(ModelMessage("user", "now"),),
+        )
+    )
+    assert [m.role for m in ready.messages] == ["user", "user"]
+
+
+async def test_overflow_is_typed_and_recorded_without_a_prompt(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    manager = ContextManager(store)
+    huge = ContextRequest(
+        context=context_for(scope),
+        step_id=0,
+        limits=LIMITS,
+        messages=(ModelMessage("user", "secret-content " * 2000),),
+    )
+    overflow = await manager.prepare(huge)
+    assert overflow.kind == "overflow"
+    assert overflow.reason == "current_input_too_large"
+    assert overflow.hard_budget == 3100
+    schema_overflow = await manager.prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=1,
+            limits=LIMITS,
+            messages=(ModelMessage("user", "hi"),),
+            definitions=(ToolDefinition("t", "d" * 20000, {}),),
+        )
+    )
+    assert schema_overflow.reason == "schema_too_large"
+    stored = await store.read(
+        lambda c: c.execute("SELECT summary FROM context_decisions").fetchall()
+    )
+    assert stored
+    assert all("secret-content" not in row[0] for row in stored)
+
+
+async def test_observe_is_idempotent_per_decision(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    manager = ContextManager(store)
+    ready = await manager.prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=0,
+            limits=LIMITS,
+            messages=(ModelMessage("user", "hi"),),
+        )
+    )
+    observation = UsageObservation(
+        decision_id=ready.decision_id,
+        session_id=scope.session_id or "",
+        turn_id="turn_now",
+        step_id=0,
+        provider="p",
+        model="m",
+        usage=Usage(10, 2, 3, 0),
+        finish_reason="stop",
+        provider_request_id="pr1",
+    )
+    await manager.observe(observation)
+    await manager.observe(observation)
+    rows = await store.read(
+        lambda c: c.execute(
+            "SELECT input_tokens, cache_read_tokens, estimated_input_tokens, provider_request_id "
+            "FROM usage_observations"
+        ).fetchall()
+    )
+    assert rows == [(10, 3, ready.estimated_input_tokens, "pr1")]
+
+
+async def test_history_window_is_bounded(store: RuntimeStore, authority: AuthorityResolver) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    await add_history(store, scope, [ModelMessage("user", f"m{i}") for i in range(30)])
+    ready = await ContextManager(store, history_window=5).prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=0,
+            limits=LIMITS,
+            messages=(ModelMessage("user", "now"),),
+        )
+    )
+    assert [m.content for m in ready.messages] == ["m25", "m26", "m27", "m28", "m29", "now"]
