@@ -54,10 +54,10 @@ tps/peer: hostkit turns/s over the peer's; p50/p99 p/h: peer latency over hostki
 What each side persists per turn (WAL-mode SQLite file):
   hostkit: turn row (idempotency key, lease, terminal result), 6 turn events,
     4 transcript messages, 2 context decisions, 2 usage observations, in 12
-    write transactions (plus 1 that only reads the conversation binding);
+    write transactions (the conversation binding is only read, on the reader);
     concurrent ones share a COMMIT. FULL syncs the WAL at every COMMIT; NORMAL
-    only at checkpoints (survives a process crash, not a power loss). Before
-    each model step it reads and re-estimates up to 200 history messages.
+    only at checkpoints (survives a process crash, not a power loss). Each turn
+    reads up to 200 history messages once and re-estimates them per model step.
   openai-agents SQLiteSession: 4 session items (JSON) and the session row's
     updated_at, in 3 commits (input; tool call + output; final message), after
     reading the session's whole history. It sets no synchronous pragma, so it

@@ -258,6 +258,7 @@ async def test_session_owners_rows_are_immutable(store: RuntimeStore) -> None:
 RELEASED = {
     1: "dc18ed3ea901f3819076933fba68b1af94693cf78164e530a2febd44c6719d93",
     2: "1ed42e4b46fdd7c9acb23f0a3e3859f39172a9f6df1055efb8c84bc92ff7010b",
+    3: "c80c41a7b083c6c9908073d33d80912ad10542c226519572c2abefe8e4bb56a9",
 }
 
 
