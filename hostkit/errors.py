@@ -55,6 +55,7 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
 )
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
+_URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
 
 
 def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
@@ -66,6 +67,7 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     value = str(text).replace("\r", " ").replace("\n", " ")
     # Bearer first: otherwise "Authorization: Bearer x" would redact only the word "Bearer".
     value = _BEARER.sub("Bearer [redacted]", value)
+    value = _URL_CREDENTIALS.sub(r"\1\2:[redacted]@", value)
     value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
     if len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 from hostkit.errors import InvalidValue, ScopeError
-from hostkit.store import RuntimeStore, ScopeMint
+from hostkit.store import RuntimeStore, ScopeMint, audit_reason
 from hostkit.types import PrincipalScope
 
 __all__ = ["OPERATOR_CHANNEL", "OperatorIssuer"]
 
 OPERATOR_CHANNEL = "operator"
-MAX_REASON = 500
-
-
-def audit_reason(reason: object) -> str:
-    """A non-empty, bounded audit reason, or ``ScopeError``."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise ScopeError("operator authority requires a non-empty audit reason")
-    if len(reason) > MAX_REASON:
-        raise ScopeError(f"the audit reason is limited to {MAX_REASON} characters")
-    return reason.strip()
 
 
 class OperatorIssuer:

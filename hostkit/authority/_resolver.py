@@ -18,7 +18,13 @@ RESERVED_CHANNELS = frozenset({OPERATOR_CHANNEL, SCHEDULE_CHANNEL, AGENT_CHANNEL
 
 
 def conversation_principal(facts: ConversationFacts) -> str:
-    """The principal id a conversation's facts resolve to (known before any binding)."""
+    """The principal id a conversation's facts resolve to (known before any binding).
+
+    Raises ``ScopeError`` for the Host's own channels, so no lookup keyed by a
+    principal id (idempotent replay, memory) ever runs for a forged Host channel.
+    """
+    if facts.channel in RESERVED_CHANNELS:
+        raise ScopeError(f"channel {facts.channel!r} is reserved for the Host")
     return f"{facts.channel}:{facts.principal_key}"
 
 
@@ -83,8 +89,6 @@ class AuthorityResolver:
         """
         if not isinstance(facts, ConversationFacts):
             raise InvalidValue("ConversationFacts are required")
-        if facts.channel in RESERVED_CHANNELS:
-            raise ScopeError(f"channel {facts.channel!r} is reserved for the Host")
         principal_id = conversation_principal(facts)
         session_id, _ = await self._store.bind_conversation(
             channel=facts.channel,

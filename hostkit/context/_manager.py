@@ -44,7 +44,7 @@ class ContextManager:
         history_window: int = 200,
         max_output_fraction: float = 0.25,
         min_output_tokens: int = 256,
-        window_cache: int = 256,
+        window_cache: int = 64,
     ) -> None:
         self._store = store
         self._estimator = estimator or CharEstimator()
@@ -126,6 +126,10 @@ class ContextManager:
         )
         return ready
 
+    def release(self, turn_id: str) -> None:
+        """The turn ended: drop its cached history window (an internal hint, not a seam)."""
+        self._windows.pop(turn_id, None)
+
     async def _history(self, session_id: str, turn_id: str) -> tuple[ModelMessage, ...]:
         cached = self._windows.get(turn_id)
         if cached is not None:
@@ -164,6 +168,28 @@ class ContextManager:
         await self._store.write(lambda conn: _history.insert_usage(conn, observation))
 
 
+UNANSWERED = "[no result: the turn ended before this call completed]"
+
+
+def _answered(group: list[ModelMessage]) -> list[ModelMessage]:
+    """Give every tool call of an assistant group a result.
+
+    A turn that was cancelled, lost or failed mid-effect leaves a call with no
+    result in the transcript; providers reject such a history, which would
+    break every later turn of the session. The stub says what happened.
+    """
+    head = group[0]
+    if not head.tool_calls:
+        return group
+    answered = {m.tool_call_id for m in group[1:]}
+    stubs = [
+        ModelMessage("tool", UNANSWERED, tool_call_id=call.call_id, name=call.name)
+        for call in head.tool_calls
+        if call.call_id not in answered
+    ]
+    return [*group, *stubs]
+
+
 def _fit_history(
     history: Sequence[ModelMessage], budget: int, estimate: Estimator
 ) -> tuple[list[ModelMessage], int]:
@@ -180,6 +206,7 @@ def _fit_history(
                 groups[-1].append(message)
             continue
         groups.append([message])
+    groups = [_answered(group) for group in groups]
     kept: list[list[ModelMessage]] = []
     used = 0
     for group in reversed(groups):

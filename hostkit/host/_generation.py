@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 
-from hostkit.effects import AuthoredTool, EffectPolicy, EffectRuntime, Toolset
-from hostkit.errors import HostkitError, TurnRejected
+from hostkit.effects import AuthoredTool, EffectPolicy, EffectRuntime, Toolset, provider_name
+from hostkit.errors import ConfigError, HostkitError, TurnRejected
 from hostkit.host._capabilities import (
     MemoryRequest,
     ProviderRequest,
@@ -76,10 +76,21 @@ class Generation:
                 else None
             )
             request = ToolRequest(self.config, agent, policy, self.workspace(agent), memory)
-            offered = await self.capabilities.tools.tools(request)
+            offered = list(
+                {id(tool): tool for tool in await self.capabilities.tools.tools(request)}.values()
+            )
             allowed = tuple(
                 (tool, "tools") for tool in offered if policy.decide(tool.name) == "allow"
             )
+            seen: dict[str, str] = {}
+            for tool, _ in allowed:
+                name = provider_name(tool.name)
+                if name in seen:
+                    raise ConfigError(
+                        f"tools {seen[name]!r} and {tool.name!r} collide as {name!r}",
+                        key=f"agents.{agent}",
+                    )
+                seen[name] = tool.name
             cached = self._tools[agent] = _AgentTools(allowed, policy)
             return cached
 
@@ -88,20 +99,32 @@ class Generation:
         return self.config.resolve(configured)
 
     async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
+        if self.retired or self._closed:
+            raise TurnRejected("this configuration generation was replaced")
         if core_id not in self.config.agents:
             raise TurnRejected(f"no agent named {core_id!r}")
         current = self.revision(core_id)
         if revision is not None and revision != current:
             raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
+        # Counted before the first await, so apply_config never closes a generation
+        # that a turn is still pinning.
+        self.active += 1
         try:
             provider = await self.capabilities.providers.model_provider(
                 ProviderRequest(self.config, core_id)
             )
             tools = await self.agent_tools(core_id)
         except HostkitError as exc:
+            self.active -= 1
             raise TurnRejected(f"agent {core_id!r} is not available: {exc.message}") from exc
+        except BaseException as exc:
+            self.active -= 1
+            if isinstance(exc, Exception):
+                raise TurnRejected(
+                    f"agent {core_id!r} is not available ({type(exc).__name__})"
+                ) from exc
+            raise
         agent = self.config.agents[core_id]
-        self.active += 1
         return PinnedCore(
             core_id=core_id,
             core_revision=current,

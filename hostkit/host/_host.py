@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import anyio
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.context import ContextManager
-from hostkit.errors import HostkitError, RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import RuntimeCapabilities
 from hostkit.host._config import HostConfig, default_config, load_config
@@ -21,6 +22,8 @@ from hostkit.turns import PinnedCore, TurnExecution
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult, new_id
 
 __all__ = ["Host", "TurnNotCompleted"]
+
+_log = logging.getLogger("hostkit.host")
 
 
 class TurnNotCompleted(RuntimeFailure):
@@ -129,13 +132,20 @@ class Host:
             if generation.number == core.generation:
                 if await generation.release():
                     self._retired.remove(generation)
-                    await generation.aclose()
+                    # The turn's result is already durable: a failing source close is
+                    # the Host's problem to log, not the caller's exception.
+                    try:
+                        await generation.aclose()
+                    except Exception:
+                        _log.exception("closing generation %s failed", generation.number)
                 return
 
     async def apply_config(
         self, config: HostConfig, *, capabilities: RuntimeCapabilities | None = None
     ) -> int:
         """Make ``config`` the next generation; running turns keep the one they started with."""
+        if self._closed:
+            raise TurnRejected("the Host is closed")
         caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
         previous = self._generation
         self._generation = Generation(previous.number + 1, config, caps)
@@ -187,18 +197,22 @@ class Host:
         if self._closed:
             return
         self._closed = True
-        try:
-            await self.turns.shutdown()
-        finally:
+        # Shielded: a cancelled caller must not leave sources or child processes open.
+        with anyio.CancelScope(shield=True):
             try:
-                await self.authority.aclose()
+                await self.turns.shutdown()
             finally:
                 try:
-                    for generation in (*self._retired, self._generation):
-                        with contextlib.suppress(HostkitError):
-                            await generation.aclose()
+                    await self.authority.aclose()
                 finally:
-                    await self.store.aclose()
+                    try:
+                        for generation in (*self._retired, self._generation):
+                            try:
+                                await generation.aclose()
+                            except Exception:
+                                _log.exception("closing generation %s failed", generation.number)
+                    finally:
+                        await self.store.aclose()
 
 
 async def _resolve_config(config: HostConfig | str | Path | None) -> HostConfig:

@@ -3,13 +3,14 @@
 from hostkit.store._connection import Synchronous
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
-from hostkit.store._runtime import RuntimeStore, Transaction
+from hostkit.store._runtime import MAX_REASON, RuntimeStore, Transaction, audit_reason
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration
 from hostkit.store._scopes import ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
 
 __all__ = [
     "APPLICATION_ID",
+    "MAX_REASON",
     "ConversationSelect",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -21,6 +22,7 @@ __all__ = [
     "ScopeMint",
     "Synchronous",
     "Transaction",
+    "audit_reason",
     "insert_audit",
     "logical_fingerprint",
     "now",

@@ -31,7 +31,7 @@ from hostkit.types import (
     TaskRecord,
 )
 
-__all__ = ["RuntimeStore", "Transaction"]
+__all__ = ["MAX_REASON", "RuntimeStore", "Transaction", "audit_reason"]
 
 T = TypeVar("T")
 
@@ -46,7 +46,8 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
-def _check_reason(reason: object) -> str:
+def audit_reason(reason: object) -> str:
+    """A non-empty audit reason of at most ``MAX_REASON`` characters, or ``ScopeError``."""
     if not isinstance(reason, str) or not reason.strip():
         raise ScopeError("a non-empty audit reason is required")
     if len(reason) > MAX_REASON:
@@ -263,8 +264,8 @@ class RuntimeStore:
 
         async with self._writer.exclusive() as conn:
             tx = Transaction(conn)
-            await tx.run(begin)
             try:
+                await tx.run(begin)
                 yield tx
             except BaseException:
                 tx._open = False
@@ -523,7 +524,7 @@ class RuntimeStore:
         Rows with a normal owner are not served here (use the owned queries).
         """
         self._require_operator(scope)
-        text = _check_reason(reason)
+        text = audit_reason(reason)
         if (session_id is None) == (task_id is None):
             raise InvalidValue("give exactly one of session_id or task_id")
         kind: OwnedKind = "session" if session_id is not None else "task"

@@ -84,6 +84,7 @@ class _Job(Generic[T]):
 
 def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
     """Run ``jobs`` in one transaction, each in a savepoint; runs on the DB thread."""
+    guard.raised = False  # never inherit a raised guard from an interrupted transaction
     try:
         conn.execute(BEGIN)
         for job in jobs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -50,6 +51,8 @@ from hostkit.types import (
 )
 
 __all__ = ["TurnExecution"]
+
+_log = logging.getLogger("hostkit.turns")
 
 
 @dataclass
@@ -128,12 +131,17 @@ class TurnExecution:
     async def recover(self) -> list[tuple[str, TurnOutcome]]:
         """Mark turns left running by a dead Host ``lost`` (or ``cancelled``); replay nothing."""
 
-        def dead(owner: str | None) -> bool:
+        def orphaned(owner: str | None, expired: bool) -> bool:
+            # A live owner on this machine keeps its turn even past lease expiry (a long
+            # provider call); a dead one loses it at once; elsewhere the lease decides.
             parsed = _records.LeaseOwner.decode(owner or "")
-            return parsed is None or parsed.provably_dead()
+            if parsed is None:
+                return True
+            liveness = parsed.liveness()
+            return liveness == "dead" or (liveness == "unknown" and expired)
 
         return await self._store.write(
-            lambda conn: _records.recover_orphans(conn, now_epoch=time.time(), dead=dead)
+            lambda conn: _records.recover_orphans(conn, now_epoch=time.time(), orphaned=orphaned)
         )
 
     # -- run ---------------------------------------------------------------------------
@@ -157,14 +165,17 @@ class TurnExecution:
             core = await self._cores.pin(request.core_id, request.core_revision)
             context = self._bind(request, scope, core)
             try:
-                existing = await self._store.write(
-                    lambda conn: _records.insert_turn(
-                        conn,
-                        context,
-                        lease_owner=owner,
-                        lease_expires_at=time.time() + self._lease_ttl_s,
+                # Shielded: once turn.started may have committed, _drive must run so the
+                # turn gets its terminal record; a pending cancellation is delivered there.
+                with anyio.CancelScope(shield=True):
+                    existing = await self._store.write(
+                        lambda conn: _records.insert_turn(
+                            conn,
+                            context,
+                            lease_owner=owner,
+                            lease_expires_at=time.time() + self._lease_ttl_s,
+                        )
                     )
-                )
                 if existing is not None:
                     return self._existing(existing)
                 self._emit(context, "turn.started", {"core_id": core.core_id})
@@ -182,9 +193,9 @@ class TurnExecution:
         return self._owner
 
     def _principal_id(self, request: TurnRequest) -> str:
-        if isinstance(request.principal, ConversationFacts):
-            return conversation_principal(request.principal)
         try:
+            if isinstance(request.principal, ConversationFacts):
+                return conversation_principal(request.principal)
             return self._authority.verify(request.principal).principal_id
         except ScopeError as exc:
             raise TurnRejected(exc.message) from exc
@@ -265,7 +276,7 @@ class TurnExecution:
             error: str | None = None
             with active.scope:
                 try:
-                    with anyio.fail_after(self._turn_timeout_s):
+                    with anyio.move_on_after(self._turn_timeout_s) as deadline:
                         catalog = await core.effects.prepare_catalog(context)
                         await self._persist(
                             context,
@@ -274,8 +285,8 @@ class TurnExecution:
                             {"effects": list(catalog.effects)},
                         )
                         outcome, error = await self._steps(request, context, core, catalog, active)
-                except TimeoutError:
-                    outcome, error = "failed", "the turn exceeded its deadline"
+                    if deadline.cancelled_caught:
+                        outcome, error = "failed", "the turn exceeded its deadline"
                 except ProviderError as exc:
                     outcome, error = "failed", f"provider failed: {exc.message}"
                 except InvalidValue as exc:
@@ -293,12 +304,20 @@ class TurnExecution:
         except HostkitError as exc:
             # A store failure mid-turn: try to record it; if even that fails, say so.
             return await self._finish(request, context, active, "failed", exc.message)
+        except Exception as exc:
+            # An adapter or embedder bug: never leak it and never leave the turn running.
+            _log.exception("turn %s failed unexpectedly", context.turn_id)
+            error = f"internal error ({type(exc).__name__})"
+            return await self._finish(request, context, active, "failed", error)
         finally:
             with anyio.CancelScope(shield=True):
-                if catalog is not None:
-                    await core.effects.close_catalog(catalog)
-                self._active.pop(context.turn_id, None)
-                active.done.set()
+                try:
+                    if catalog is not None:
+                        await core.effects.close_catalog(catalog)
+                finally:
+                    self._context.release(context.turn_id)
+                    self._active.pop(context.turn_id, None)
+                    active.done.set()
 
     async def _steps(
         self,
@@ -311,7 +330,7 @@ class TurnExecution:
         messages: list[ModelMessage] = [ModelMessage("user", request.input)]
         provider = core.provider
         for step in range(core.max_steps):
-            await self._renew_lease(context)
+            await self._renew_lease(context, active)
             prepared = await self._context.prepare(
                 ContextRequest(
                     context=context,
@@ -426,9 +445,18 @@ class TurnExecution:
         )
         self._emit(context, event, detail)
 
-    async def _renew_lease(self, context: TurnExecutionContext) -> None:
+    async def _renew_lease(self, context: TurnExecutionContext, active: _ActiveTurn) -> None:
+        """Extend the lease; stop if another Host ended the turn or a cancel was recorded."""
         expires = time.time() + self._lease_ttl_s
-        await self._store.write(lambda conn: _records.renew_lease(conn, context.turn_id, expires))
+        state = await self._store.write(
+            lambda conn: _records.renew_lease(conn, context.turn_id, expires)
+        )
+        if state == "gone":
+            raise InvalidValue("the turn was ended by another Host; not continuing")
+        if state == "cancel_requested":
+            active.cancel_reason = "cancelled on request"
+            active.scope.cancel()
+            await anyio.lowlevel.checkpoint()
 
     async def _finish(
         self,
@@ -506,14 +534,14 @@ class TurnExecution:
         # write failed, or they did not stop in time): end them explicitly as lost.
         mine = self._instance_id
 
-        def owned_here(owner: str | None) -> bool:
+        def owned_here(owner: str | None, expired: bool) -> bool:
             parsed = _records.LeaseOwner.decode(owner or "")
             return parsed is not None and parsed.instance == mine
 
         with contextlib.suppress(HostkitError):
             await self._store.write(
                 lambda conn: _records.recover_orphans(
-                    conn, now_epoch=float("-inf"), dead=owned_here
+                    conn, now_epoch=time.time(), orphaned=owned_here
                 )
             )
 

@@ -12,7 +12,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -81,20 +81,21 @@ class LeaseOwner:
         except ValueError:
             return None
 
-    def provably_dead(self) -> bool:
-        """True when this owner ran on this machine and that process no longer exists.
+    def liveness(self) -> Literal["alive", "dead", "unknown"]:
+        """Whether the owning process still runs, as far as this machine can tell.
 
         The process start time guards against PID reuse. An owner on another
-        machine is never provably dead here; its lease expiry decides.
+        machine is ``unknown`` here; its lease expiry decides.
         """
         if self.host != socket.gethostname():
-            return False
+            return "unknown"
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) > 1.0
+            same = abs(psutil.Process(self.pid).create_time() - self.started) <= 1.0
         except psutil.NoSuchProcess:
-            return True
+            return "dead"
         except psutil.Error:
-            return False
+            return "unknown"
+        return "alive" if same else "dead"
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str:
@@ -212,11 +213,18 @@ def append_turn_message(
     return int(seq)
 
 
-def renew_lease(conn: sqlite3.Connection, turn_id: str, expires_at: float) -> None:
-    conn.execute(
+def renew_lease(
+    conn: sqlite3.Connection, turn_id: str, expires_at: float
+) -> Literal["renewed", "cancel_requested", "gone"]:
+    """Extend a running turn's lease and report whether it should go on."""
+    cursor = conn.execute(
         "UPDATE turns SET lease_expires_at = ? WHERE turn_id = ? AND status = 'running'",
         [expires_at, turn_id],
     )
+    if cursor.rowcount != 1:
+        return "gone"
+    row = conn.execute("SELECT cancel_requested_at FROM turns WHERE turn_id = ?", [turn_id])
+    return "cancel_requested" if row.fetchone()[0] else "renewed"
 
 
 def finish_turn(
@@ -294,9 +302,11 @@ def recover_orphans(
     conn: sqlite3.Connection,
     *,
     now_epoch: float,
-    dead: Callable[[str | None], bool],
+    orphaned: Callable[[str | None, bool], bool],
 ) -> list[tuple[str, TurnOutcome]]:
-    """Mark turns whose Host died (expired lease or provably dead owner) explicitly ended.
+    """Mark turns whose Host died explicitly ended.
+
+    ``orphaned(lease_owner, lease_expired)`` decides per running turn.
 
     A recorded cancel request makes the outcome ``cancelled``, otherwise
     ``lost``. Nothing is replayed: the turn's provider or effect step may or
@@ -308,7 +318,7 @@ def recover_orphans(
     ).fetchall()
     recovered: list[tuple[str, TurnOutcome]] = []
     for turn_id, request_id, session_id, core_id, revision, gen, owner, expires, cancel in rows:
-        if not ((expires is not None and expires < now_epoch) or dead(owner)):
+        if not orphaned(owner, expires is None or expires < now_epoch):
             continue
         outcome: TurnOutcome = "cancelled" if cancel else "lost"
         result = TurnResult(

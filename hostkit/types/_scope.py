@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -17,6 +18,8 @@ _AUTHORITIES = frozenset(get_args(Authority))
 # predicates to a short bind list. Operators use a relational predicate instead.
 MAX_ALLOWED_SESSIONS = 16
 _MAX_ID = 256
+# No ':' in channel names, so "channel:principal_key" is an unambiguous principal id.
+_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 def _check_text(name: str, value: object, *, optional: bool = False) -> None:
@@ -40,6 +43,8 @@ class ConversationFacts:
 
     def __post_init__(self) -> None:
         _check_text("channel", self.channel)
+        if not _CHANNEL.match(self.channel):
+            raise InvalidValue("channel must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
         _check_text("conversation_key", self.conversation_key)
         _check_text("principal_key", self.principal_key)
 

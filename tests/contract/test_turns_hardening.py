@@ -1,0 +1,174 @@
+"""Regressions: no turn left running, no poisoned history, no replay via Host channels."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import TurnRejected
+from hostkit.host import Host
+from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
+from hostkit.turns import _records
+from hostkit.types import ConversationFacts, ModelRequest, TurnRequest
+from tests.hosts import config, open_host, request, turn_rows
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_unexpected_adapter_exception_fails_the_turn_without_leaking(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([Fail(RuntimeError("raw adapter bug with secret=abc"))])
+    async with open_host(tmp_path, model) as host:
+        result = await host.turns.run(request())
+        assert result.outcome == "failed"
+        assert result.error == "internal error (RuntimeError)"
+        assert [status for _, status in await turn_rows(host)] == ["failed"]
+
+
+async def test_a_cancelled_tool_call_does_not_poison_the_next_turn(tmp_path: Path) -> None:
+    entered = anyio.Event()
+
+    @tool("slow.call")
+    async def slow_call(ctx: ToolContext) -> str:
+        """Never finishes."""
+        entered.set()
+        await anyio.sleep_forever()
+        return ""
+
+    model = ScriptedModel([CallTools(("slow_call", {})), Reply("next answer")])
+    async with open_host(tmp_path, model, tools=[slow_call]) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.turns.run, request("first"))
+            await entered.wait()
+            operator = await host.operator("ops", reason="cancel the slow tool")
+            rows = await turn_rows(host)
+            await host.turns.cancel(rows[0][0], operator)
+        await host.turns.run(request("second"))
+    messages = model.requests[1].messages
+    calls = [c.call_id for m in messages if m.role == "assistant" for c in m.tool_calls]
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    assert calls
+    assert set(calls) <= answered, "every historical tool call has a result"
+
+
+async def test_cancelling_the_caller_while_turn_started_commits_still_ends_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = anyio.lowlevel.current_token()
+    inside, release = anyio.Event(), threading.Event()
+    original = _records.insert_turn
+
+    def slow_insert(*args, **kwargs):  # type: ignore[no-untyped-def]
+        anyio.from_thread.run_sync(inside.set, token=token)
+        release.wait(10)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_records, "insert_turn", slow_insert)
+    async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.turns.run, request())
+            await inside.wait()
+            tg.cancel_scope.cancel()
+            release.set()
+        assert [status for _, status in await turn_rows(host)] == ["cancelled"]
+
+
+async def test_a_durable_cancel_request_is_observed_at_the_next_step(tmp_path: Path) -> None:
+    entered, proceed = anyio.Event(), anyio.Event()
+
+    @tool("wait.here")
+    async def wait_here(ctx: ToolContext) -> str:
+        """Waits for the test."""
+        entered.set()
+        await proceed.wait()
+        return "done waiting"
+
+    model = ScriptedModel([CallTools(("wait_here", {})), Reply("never")])
+    async with open_host(tmp_path, model, tools=[wait_here]) as host:
+        results = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await entered.wait()
+            turn_id = (await turn_rows(host))[0][0]
+            # Another Host process records the request durably (it cannot reach our task).
+            await host.store.write(lambda c: _records.request_cancel(c, turn_id))
+            proceed.set()
+        assert results[0].outcome == "cancelled"
+        assert len(model.requests) == 1
+
+
+async def test_a_live_owner_keeps_its_turn_even_after_lease_expiry(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
+        result = await host.turns.run(request())
+        owner = await anyio.to_thread.run_sync(_records.LeaseOwner.current, "other-instance")
+
+        def reopen_as_running(conn, owner_text: str) -> None:  # type: ignore[no-untyped-def]
+            conn.execute(
+                "UPDATE turns SET status = 'running', lease_owner = ?, lease_expires_at = 0 "
+                "WHERE turn_id = ?",
+                [owner_text, result.turn_id],
+            )
+
+        await host.store.write(lambda c: reopen_as_running(c, owner.encode()))
+        assert await host.turns.recover() == []
+        dead = _records.LeaseOwner(owner.host, owner.pid, owner.started - 100, "gone")
+        await host.store.write(lambda c: reopen_as_running(c, dead.encode()))
+        assert await host.turns.recover() == [(result.turn_id, "lost")]
+
+
+@pytest.mark.parametrize("channel", ["schedule", "operator", "agent"])
+async def test_host_channels_cannot_replay_another_principals_turn(
+    tmp_path: Path, channel: str
+) -> None:
+    model = ScriptedModel([Reply("system secret")])
+    async with open_host(tmp_path, model) as host:
+        run = await host.authority.for_scheduled_run(schedule_id="nightly", run_id="1")
+        await host.turns.run(
+            TurnRequest(input="go", principal=run, request_id="req-system", core_id="assistant")
+        )
+        forged = ConversationFacts(channel=channel, conversation_key="x", principal_key="nightly")
+        with pytest.raises(TurnRejected, match="reserved"):
+            await host.turns.run(TurnRequest(input="go", principal=forged, request_id="req-system"))
+
+
+async def test_colliding_tools_are_rejected_before_the_turn_starts(tmp_path: Path) -> None:
+    @tool("x.y_z")
+    async def first(ctx: ToolContext) -> str:
+        """One."""
+        return ""
+
+    @tool("x_y.z")
+    async def second(ctx: ToolContext) -> str:
+        """Two."""
+        return ""
+
+    model = ScriptedModel([Reply("never")])
+    caps = capabilities(model, tools=[first, first, second])
+    async with Host.open(config(tmp_path), capabilities=caps) as host:
+        with pytest.raises(TurnRejected, match="collide"):
+            await host.turns.run(request())
+        assert await turn_rows(host) == []
+
+
+async def test_the_same_tool_offered_twice_is_deduplicated(tmp_path: Path) -> None:
+    @tool("only.once")
+    async def once(ctx: ToolContext) -> str:
+        """Once."""
+        return "ok"
+
+    async def decide(request: ModelRequest) -> Reply:
+        return Reply(",".join(d.name for d in request.tools))
+
+    model = ScriptedModel([decide])
+    async with open_host(tmp_path, model, tools=[once, once]) as host:
+        result = await host.turns.run(request())
+    assert result.text == "only_once"
