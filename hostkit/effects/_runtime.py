@@ -13,7 +13,13 @@ from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provid
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._views import render_output, result
 from hostkit.errors import InvalidValue, bounded
-from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext, new_id
+from hostkit.types import (
+    EffectRequest,
+    EffectResult,
+    EffectStatus,
+    TurnExecutionContext,
+    new_id,
+)
 
 __all__ = ["EffectRuntime", "Toolset", "ToolsetProvider"]
 
@@ -68,56 +74,33 @@ class EffectRuntime:
     async def execute(self, request: EffectRequest, context: TurnExecutionContext) -> EffectResult:
         """Run one effect through the pipeline; returns a typed result, never adapter errors."""
         call_id, effect = request.call_id, request.ref.effect
+
+        def refused(status: EffectStatus, error: str) -> EffectResult:
+            # Every refusal happens before invocation: started=False, nothing for the model.
+            return result(
+                call_id=call_id,
+                effect=effect,
+                status=status,
+                started=False,
+                model_text="",
+                error=error,
+            )
+
         bound = self._catalogs.get(request.ref.catalog_id)
         entry = bound[0].entry(request.ref) if bound else None
         if bound is None or entry is None:
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status="not_found",
-                started=False,
-                model_text="",
-                error="no such effect in this turn's catalog",
-            )
+            return refused("not_found", "no such effect in this turn's catalog")
         catalog, toolset = bound
         if (catalog.turn_id, catalog.session_id) != (context.turn_id, context.session_id):
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status="denied",
-                started=False,
-                model_text="",
-                error="the catalog belongs to another turn",
-            )
+            return refused("denied", "the catalog belongs to another turn")
         if effect not in context.capability_snapshot.get("effects", ()):
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status="denied",
-                started=False,
-                model_text="",
-                error="the effect is not in the turn's capability snapshot",
-            )
+            return refused("denied", "the effect is not in the turn's capability snapshot")
         try:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status="invalid",
-                started=False,
-                model_text="",
-                error=exc.message,
-            )
+            return refused("invalid", exc.message)
         if toolset.policy.decide(effect) != "allow":
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status="denied",
-                started=False,
-                model_text="",
-                error="denied by the agent's effect policy",
-            )
+            return refused("denied", "denied by the agent's effect policy")
         return await self._invoke(call_id, entry, arguments, context, toolset.workspace)
 
     async def _invoke(
