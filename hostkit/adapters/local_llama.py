@@ -18,6 +18,7 @@ without closing it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import ipaddress
@@ -180,11 +181,17 @@ class LocalModel:
         return self._api_key
 
     def provider(
-        self, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, retry: RetryPolicy | None = None
+        self,
+        *,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        max_output_tokens: int | None = None,
     ) -> OpenAIChatProvider:
         """Return hostkit's OpenAI adapter for this server, named ``"local"``.
 
-        Each call builds a new provider; the caller closes it with ``aclose()``
+        ``max_output_tokens`` lowers the output cap below the server's default
+        (a 135M model tends to repeat itself when allowed to run long). Each
+        call builds a new provider; the caller closes it with ``aclose()``
         before or after closing this server. Raises ``UserError`` once the
         server is closed.
         """
@@ -197,7 +204,12 @@ class LocalModel:
             model=self._model,
             base_url=self.base_url,
             api_key=self._api_key,
-            limits=self._limits,
+            limits=self._limits
+            if max_output_tokens is None
+            else dataclasses.replace(
+                self._limits,
+                max_output_tokens=min(max_output_tokens, self._limits.max_output_tokens),
+            ),
             timeout_s=timeout_s,
             retry=retry,
             name=PROVIDER_NAME,

@@ -113,7 +113,10 @@ class DefaultProviderSource:
         local = await self._resources.enter_async_context(
             LocalModel.start(context_window=config.context_window or 2048)
         )
-        return await self._resources.enter_async_context(_closing(local.provider()))
+        provider = local.provider(
+            timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens
+        )
+        return await self._resources.enter_async_context(_closing(provider))
 
     async def aclose(self) -> None:
         self._cache.clear()

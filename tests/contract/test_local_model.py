@@ -94,6 +94,18 @@ async def test_provider_is_named_local_and_carries_the_window(local: LocalModel)
         await opened.aclose()
 
 
+async def test_provider_output_cap_can_be_lowered_not_raised(local: LocalModel) -> None:
+    lowered = local.provider(max_output_tokens=16)
+    raised = local.provider(max_output_tokens=10_000)
+    try:
+        assert lowered.limits.max_output_tokens == 16
+        assert raised.limits.max_output_tokens == local.limits.max_output_tokens
+        assert lowered.limits.context_window == local.limits.context_window
+    finally:
+        await lowered.aclose()
+        await raised.aclose()
+
+
 async def test_complete_answers_with_text_and_usage(
     local: LocalModel, provider: OpenAIChatProvider
 ) -> None:
