@@ -13,20 +13,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anthropic
 import anyio
 import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
-from hostkit.errors import ConfigError, ContextOverflow, ProviderError
+from hostkit.adapters._sdk import SdkProvider
+from hostkit.errors import ConfigError, ProviderError
 from hostkit.freeze import thaw
 from hostkit.providers import (
     RetryPolicy,
     call_with_retries,
-    parse_retry_after,
     parse_tool_arguments,
     to_finish_reason,
 )
@@ -51,7 +50,6 @@ _TOKEN_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-_RETRYABLE_STATUS = frozenset({408, 429})
 # "prompt is too long: 215000 tokens > 200000 maximum", and the variant that counts max_tokens in:
 # "input length and `max_tokens` exceed context limit: 198000 + 8192 > 200000".
 _CONTEXT_PROSE = re.compile(
@@ -59,7 +57,7 @@ _CONTEXT_PROSE = re.compile(
 )
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
     """A Claude model behind the messages API, normalized to hostkit's values.
 
     System messages become the ``system`` parameter, tool results become
@@ -83,10 +81,14 @@ class AnthropicProvider:
         retry: RetryPolicy | None = None,
         name: str = "anthropic",
     ) -> None:
-        if not model:
-            raise ConfigError("must name a model", key="model")
-        if timeout_s <= 0:
-            raise ConfigError("must be a positive number of seconds", key="timeout_s")
+        super().__init__(
+            model=model,
+            name=name,
+            base_url=base_url,
+            limits=limits or DEFAULT_LIMITS,
+            timeout_s=timeout_s,
+            retry=retry,
+        )
         self._auth_token: str | None = None
         if api_key is None and base_url is not None:
             api_key = _PLACEHOLDER_KEY
@@ -98,26 +100,7 @@ class AnthropicProvider:
                     "no API key: pass api_key or set ANTHROPIC_API_KEY", key="api_key"
                 )
         self._api_key = api_key
-        self._model = model
-        self._name = name
-        self._base_url = base_url
-        self._limits = limits or DEFAULT_LIMITS
-        self._timeout_s = timeout_s
-        self._retry = retry or RetryPolicy()
         self._secret = api_key or self._auth_token or ""
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._lock = anyio.Lock()
-        self._closed = False
-
-    @property
-    def name(self) -> str:
-        """Provider id used in usage records and calibration."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model id requests are sent to."""
-        return self._model
 
     @property
     def limits(self) -> ModelLimits:
@@ -183,35 +166,6 @@ class AnthropicProvider:
                 await events.close()
         yield StreamEvent(kind="done", response=state.response(self._name, self._model))
 
-    async def aclose(self) -> None:
-        """Close the SDK client; idempotent, and safe before first use."""
-        async with self._lock:
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            with anyio.CancelScope(shield=True):
-                await client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def _sdk(self) -> anthropic.AsyncAnthropic:
-        async with self._lock:
-            if self._closed:
-                raise ProviderError("provider is closed", provider=self._name)
-            if self._client is None:
-                # Building the client reads certificates and metadata: not on the event loop.
-                self._client = await anyio.to_thread.run_sync(self._build_client)
-            return self._client
-
     def _build_client(self) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=self._api_key,
@@ -271,28 +225,17 @@ class AnthropicProvider:
     def _error(self, exc: anthropic.AnthropicError) -> ProviderError:
         """Map an SDK error raised before any response arrived."""
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
             detail = self._scrub(exc.api_message or exc.message)
-            request_id = exc.request_id
-            message = f"HTTP {status}: {detail}" + (
-                f" (request {request_id})" if request_id else ""
-            )
-            if status == 400 and _CONTEXT_PROSE.search(detail):
-                return ContextOverflow(message, provider=self._name, status=status)
-            return ProviderError(
-                message,
-                provider=self._name,
-                status=status,
-                retryable=status in _RETRYABLE_STATUS or status >= 500,
-                retry_after=_retry_after(exc.response.headers),
+            return self._status_error(
+                exc.status_code,
+                detail,
+                request_id=exc.request_id,
+                headers=exc.response.headers,
+                overflow=_CONTEXT_PROSE.search(detail) is not None,
             )
         if isinstance(exc, anthropic.APIConnectionError):
-            kind = (
-                "timed out" if isinstance(exc, anthropic.APITimeoutError) else "could not connect"
-            )
-            return ProviderError(
-                f"{kind}: {self._redact(exc)}", provider=self._name, retryable=True
-            )
+            timed_out = isinstance(exc, anthropic.APITimeoutError)
+            return self._connection_error(exc, timed_out=timed_out)
         return ProviderError(self._redact(exc), provider=self._name)
 
     def _arrived_error(self, what: str, exc: BaseException) -> ProviderError:
@@ -301,18 +244,7 @@ class AnthropicProvider:
             # An `error` event inside a 200 stream: the SDK dresses it as a status error.
             detail = self._scrub(exc.api_message or exc.message)
             return ProviderError(f"{what}: {detail}", provider=self._name, status=200)
-        return ProviderError(f"{what}: {self._redact(exc)}", provider=self._name, status=200)
-
-    def _redact(self, exc: BaseException) -> str:
-        value = str(exc) or type(exc).__name__
-        cause = str(exc.__cause__ or "")
-        if cause and cause not in value:
-            value = f"{value} ({cause})"
-        return self._scrub(value)
-
-    def _scrub(self, value: str) -> str:
-        # Gateways sometimes echo the request; never let the key into a message.
-        return value.replace(self._secret, "[redacted]") if len(self._secret) >= 8 else value
+        return super()._arrived_error(what, exc)
 
 
 class _Events:
@@ -468,10 +400,3 @@ def _usage(tokens: Mapping[str, int]) -> Usage:
         cache_read_tokens=read,
         cache_write_tokens=write,
     )
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    millis = parse_retry_after(headers.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    return parse_retry_after(headers.get("retry-after"))

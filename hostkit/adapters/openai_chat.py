@@ -18,19 +18,18 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from hostkit.errors import ConfigError, ContextOverflow, ProviderError
+from hostkit.adapters._sdk import SdkProvider
+from hostkit.errors import ConfigError, ProviderError
 from hostkit.freeze import thaw
 from hostkit.providers import (
     RetryPolicy,
     call_with_retries,
-    parse_retry_after,
     parse_tool_arguments,
     to_finish_reason,
 )
@@ -52,8 +51,6 @@ DEFAULT_LIMITS = ModelLimits(context_window=128_000, max_output_tokens=4096)
 # Local servers ignore the key, but the SDK refuses to build a client without one.
 _PLACEHOLDER_KEY = "not-needed"
 _OPENAI_HOST = "api.openai.com"
-# Statuses where the server did no work we could repeat: rate limits, timeouts, outages.
-_RETRYABLE_STATUS = frozenset({408, 429})
 # OpenAI's error code and llama.cpp's error type; vLLM says it only in prose.
 _CONTEXT_MARKERS = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _CONTEXT_PROSE = re.compile(
@@ -63,7 +60,7 @@ _CONTEXT_PROSE = re.compile(
 )
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
     """A model behind the chat completions API, normalized to hostkit's values.
 
     ``base_url`` selects an OpenAI-compatible server; without it the SDK's
@@ -88,34 +85,18 @@ class OpenAIChatProvider:
         retry: RetryPolicy | None = None,
         name: str = "openai",
     ) -> None:
-        if not model:
-            raise ConfigError("must name a model", key="model")
-        if timeout_s <= 0:
-            raise ConfigError("must be a positive number of seconds", key="timeout_s")
+        super().__init__(
+            model=model,
+            name=name,
+            base_url=base_url,
+            limits=limits or DEFAULT_LIMITS,
+            timeout_s=timeout_s,
+            retry=retry,
+        )
         if api_key is None and base_url is None and not os.environ.get("OPENAI_API_KEY"):
             raise ConfigError("no API key: pass api_key or set OPENAI_API_KEY", key="api_key")
-        self._model = model
-        self._name = name
-        self._base_url = base_url
         self._api_key = api_key if api_key is not None or base_url is None else _PLACEHOLDER_KEY
-        self._limits = limits or DEFAULT_LIMITS
-        self._timeout_s = timeout_s
-        self._retry = retry or RetryPolicy()
-        self._client: openai.AsyncOpenAI | None = None
-        self._secret = ""
         self._max_tokens_key = "max_tokens"
-        self._lock = anyio.Lock()
-        self._closed = False
-
-    @property
-    def name(self) -> str:
-        """Provider id used in usage records and calibration."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model id requests are sent to."""
-        return self._model
 
     @property
     def limits(self) -> ModelLimits:
@@ -179,34 +160,6 @@ class OpenAIChatProvider:
             with anyio.CancelScope(shield=True):
                 await chunks.close()
         yield StreamEvent(kind="done", response=state.response(self._name, self._model))
-
-    async def aclose(self) -> None:
-        """Close the SDK client; idempotent, and safe before first use."""
-        async with self._lock:
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            with anyio.CancelScope(shield=True):
-                await client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def _sdk(self) -> openai.AsyncOpenAI:
-        async with self._lock:
-            if self._closed:
-                raise ProviderError("provider is closed", provider=self._name)
-            if self._client is None:
-                self._client = await anyio.to_thread.run_sync(self._build_client)
-            return self._client
 
     def _build_client(self) -> openai.AsyncOpenAI:
         try:
@@ -283,44 +236,19 @@ class OpenAIChatProvider:
     def _error(self, exc: openai.OpenAIError) -> ProviderError:
         """Map an SDK error raised before any response arrived."""
         if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
             detail = self._scrub(_api_message(exc))
-            request_id = exc.request_id or exc.response.headers.get("x-request-id")
-            message = f"HTTP {status}: {detail}" + (
-                f" (request {request_id})" if request_id else ""
-            )
-            overflow = exc.code in _CONTEXT_MARKERS or exc.type in _CONTEXT_MARKERS
-            if status == 400 and (overflow or _CONTEXT_PROSE.search(detail)):
-                return ContextOverflow(message, provider=self._name, status=status)
-            return ProviderError(
-                message,
-                provider=self._name,
-                status=status,
-                retryable=status in _RETRYABLE_STATUS or status >= 500,
-                retry_after=_retry_after(exc.response.headers),
+            return self._status_error(
+                exc.status_code,
+                detail,
+                request_id=exc.request_id or exc.response.headers.get("x-request-id"),
+                headers=exc.response.headers,
+                overflow=exc.code in _CONTEXT_MARKERS
+                or exc.type in _CONTEXT_MARKERS
+                or _CONTEXT_PROSE.search(detail) is not None,
             )
         if isinstance(exc, openai.APIConnectionError):
-            kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "could not connect"
-            return ProviderError(
-                f"{kind}: {self._redact(exc)}", provider=self._name, retryable=True
-            )
+            return self._connection_error(exc, timed_out=isinstance(exc, openai.APITimeoutError))
         return ProviderError(self._redact(exc), provider=self._name)
-
-    def _arrived_error(self, what: str, exc: BaseException) -> ProviderError:
-        """A failure after a response arrived: reported, never retried."""
-        return ProviderError(f"{what}: {self._redact(exc)}", provider=self._name, status=200)
-
-    def _redact(self, exc: BaseException) -> str:
-        value = str(exc) or type(exc).__name__
-        # The SDK's "Connection error." says nothing; the transport error it wraps does.
-        cause = str(exc.__cause__ or "")
-        if cause and cause not in value:
-            value = f"{value} ({cause})"
-        return self._scrub(value)
-
-    def _scrub(self, value: str) -> str:
-        # Some local servers echo the request; never let the key into a message.
-        return value.replace(self._secret, "[redacted]") if len(self._secret) >= 8 else value
 
 
 class _Chunks:
@@ -435,10 +363,3 @@ def _api_message(exc: openai.APIStatusError) -> str:
     if isinstance(body, str) and body:
         return body
     return exc.message
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    millis = parse_retry_after(headers.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    return parse_retry_after(headers.get("retry-after"))

@@ -3,7 +3,11 @@
 SDK-backed adapters live in ``hostkit.adapters``; this package knows no vendor.
 """
 
-from hostkit.providers._normalize import parse_retry_after, parse_tool_arguments, to_finish_reason
+from hostkit.providers._normalize import (
+    parse_tool_arguments,
+    retry_after_seconds,
+    to_finish_reason,
+)
 from hostkit.providers._protocol import ModelProvider
 from hostkit.providers._retry import RetryPolicy, call_with_retries
 
@@ -11,7 +15,7 @@ __all__ = [
     "ModelProvider",
     "RetryPolicy",
     "call_with_retries",
-    "parse_retry_after",
     "parse_tool_arguments",
+    "retry_after_seconds",
     "to_finish_reason",
 ]

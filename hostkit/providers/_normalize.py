@@ -8,7 +8,7 @@ from typing import Any
 
 from hostkit.types import FinishReason
 
-__all__ = ["parse_retry_after", "parse_tool_arguments", "to_finish_reason"]
+__all__ = ["parse_tool_arguments", "retry_after_seconds", "to_finish_reason"]
 
 _FINISH: Mapping[str, FinishReason] = {
     "stop": "stop",
@@ -46,8 +46,16 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, An
     return value if isinstance(value, dict) else {"_raw": raw[:2000]}
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After (or retry-after-ms) header value, when numeric."""
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait: ``retry-after-ms`` first, then ``retry-after``."""
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    return _seconds(headers.get("retry-after"))
+
+
+def _seconds(value: str | None) -> float | None:
+    """A non-negative number from a header value; HTTP dates are not honoured."""
     if not value:
         return None
     try:
