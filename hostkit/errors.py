@@ -12,6 +12,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     ├── TurnRejected               validation/authority failure before turn.started
     ├── TurnInProgress             a repeated request whose first turn is still running
+    ├── ApprovalClosed             the Host shut down while an approval was pending
     └── RuntimeFailure             the runtime could not do its job
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
@@ -29,6 +30,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ApprovalClosed",
     "ConfigError",
     "ContextOverflow",
     "HostkitError",
@@ -138,6 +140,13 @@ class TurnInProgress(HostkitError):
     def __init__(self, turn_id: str) -> None:
         self.turn_id = turn_id
         super().__init__(f"turn {bounded(turn_id, 80)} for this request is still running")
+
+
+class ApprovalClosed(HostkitError):
+    """The Host shut down while a decision was pending; the effect must not run."""
+
+    def __init__(self) -> None:
+        super().__init__("approvals are closed (the Host is shutting down)")
 
 
 class RuntimeFailure(HostkitError):

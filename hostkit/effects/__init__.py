@@ -1,11 +1,27 @@
 """EffectRuntime: the per-turn catalog seam and the one effect pipeline."""
 
+from hostkit.effects._approvals import (
+    APPROVAL_TTL_S,
+    ApprovalDecision,
+    ApprovalKey,
+    ApprovalOutcome,
+    ApprovalProvider,
+    ApprovalRequest,
+    ApprovalRuntime,
+)
 from hostkit.effects._authored import AuthoredTool, ToolContext, tool
 from hostkit.effects._catalog import PreparedEffectCatalog, provider_name
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
 from hostkit.effects._runtime import EffectRuntime, Toolset, ToolsetProvider
 
 __all__ = [
+    "APPROVAL_TTL_S",
+    "ApprovalDecision",
+    "ApprovalKey",
+    "ApprovalOutcome",
+    "ApprovalProvider",
+    "ApprovalRequest",
+    "ApprovalRuntime",
     "AuthoredTool",
     "EffectPolicy",
     "EffectRuntime",

@@ -1,0 +1,198 @@
+"""Approval decisions and the session approval cache.
+
+The cache key is the contract's ``(principal_id, session_id, policy_fingerprint,
+rule_key)``; the fingerprint covers core revision, capability snapshot,
+effective policy and the effect entry, so any change to those is a different
+key. Entries expire after a bounded TTL and are dropped on session end or
+replacement, authority or binding change, policy or revision change, explicit
+revocation and Host shutdown. Decisions for one key are single-flight: one
+prompt however many callers wait, and a cancelled waiter leaves the queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from hostkit.errors import ApprovalClosed, InvalidValue
+from hostkit.freeze import FrozenMap
+from hostkit.types import bounded_metadata
+
+__all__ = [
+    "APPROVAL_TTL_S",
+    "ApprovalDecision",
+    "ApprovalKey",
+    "ApprovalOutcome",
+    "ApprovalProvider",
+    "ApprovalRequest",
+    "ApprovalRuntime",
+]
+
+APPROVAL_TTL_S = 8 * 3600.0
+
+ApprovalDecision = Literal["approve_once", "approve_session", "deny"]
+ApprovalOutcome = Literal["approved", "denied", "unanswered"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalKey:
+    """The identity a session approval is cached under."""
+
+    principal_id: str
+    session_id: str
+    policy_fingerprint: str
+    rule_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approver is shown: the effect and a bounded, field-name-redacted view.
+
+    Never the PrincipalScope, the capability snapshot or raw secret values.
+    """
+
+    approval_id: str
+    key: ApprovalKey
+    effect: str
+    turn_id: str
+    view: Mapping[str, Any] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "view", bounded_metadata(self.view))
+
+
+class ApprovalProvider(Protocol):
+    """Whoever answers approvals (console, widget, channel, policy script).
+
+    ``decide`` may take as long as a person needs; the runtime bounds the wait.
+    """
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision: ...
+
+
+@dataclass
+class _Pending:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    waiters: int = 0
+
+
+class ApprovalRuntime:
+    """Resolves ``ask`` effects through an ApprovalProvider with a bounded session cache."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = APPROVAL_TTL_S,
+        decision_timeout_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ttl_s = ttl_s
+        self._decision_timeout_s = decision_timeout_s
+        self._clock = clock
+        self._cache: dict[ApprovalKey, float] = {}
+        self._pending: dict[ApprovalKey, _Pending] = {}
+        self._closed = False
+
+    def cached(self, key: ApprovalKey) -> bool:
+        """True while a session approval for ``key`` is live (expired entries are dropped)."""
+        expires = self._cache.get(key)
+        if expires is None:
+            return False
+        if self._clock() >= expires:
+            del self._cache[key]
+            return False
+        return True
+
+    async def resolve(
+        self,
+        key: ApprovalKey,
+        request: Callable[[], ApprovalRequest],
+        provider: ApprovalProvider | None,
+    ) -> ApprovalOutcome:
+        """``approved``, ``denied`` or ``unanswered`` (no provider, or no answer in time).
+
+        Callers for the same key are serialized: each later caller rechecks the
+        cache when the earlier decision lands, so "approve for session" is
+        asked once. ``unanswered`` is never a silent deny: the caller pauses the
+        turn (``needs_user``) with a durable pending approval.
+        """
+        while True:
+            if self._closed:
+                raise ApprovalClosed()
+            if self.cached(key):
+                return "approved"
+            pending = self._pending.get(key)
+            if pending is None:
+                break
+            pending.waiters += 1
+            try:
+                await pending.done.wait()
+            finally:
+                pending.waiters -= 1
+        pending = self._pending[key] = _Pending()
+        try:
+            return await self._ask(key, request(), provider)
+        finally:
+            del self._pending[key]
+            pending.done.set()
+
+    async def _ask(
+        self, key: ApprovalKey, request: ApprovalRequest, provider: ApprovalProvider | None
+    ) -> ApprovalOutcome:
+        if provider is None:
+            return "unanswered"
+        decision: ApprovalDecision | None = None
+        with anyio.move_on_after(self._decision_timeout_s):
+            decision = await provider.decide(request)
+        if self._closed:
+            raise ApprovalClosed()
+        if decision is None:
+            return "unanswered"
+        if decision == "approve_session":
+            self._cache[key] = self._clock() + self._ttl_s
+        return "denied" if decision == "deny" else "approved"
+
+    def waiting(self, key: ApprovalKey) -> int:
+        """How many callers wait on the decision for ``key`` (cancelled ones are removed)."""
+        pending = self._pending.get(key)
+        return 0 if pending is None else pending.waiters
+
+    def invalidate(
+        self,
+        *,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+        policy_fingerprint: str | None = None,
+        key: ApprovalKey | None = None,
+    ) -> int:
+        """Drop cached approvals matching every given field; returns how many were dropped.
+
+        Call with ``session_id`` on session end or replacement, ``principal_id``
+        on an authority or conversation-binding change, ``policy_fingerprint``
+        when policy or core revision changes, ``key`` for an explicit revocation.
+        """
+        if key is not None:
+            return 1 if self._cache.pop(key, None) is not None else 0
+        if session_id is None and principal_id is None and policy_fingerprint is None:
+            raise InvalidValue("say what to invalidate (session, principal, policy or key)")
+        doomed = [
+            cached
+            for cached in self._cache
+            if (session_id is None or cached.session_id == session_id)
+            and (principal_id is None or cached.principal_id == principal_id)
+            and (policy_fingerprint is None or cached.policy_fingerprint == policy_fingerprint)
+        ]
+        for cached in doomed:
+            del self._cache[cached]
+        return len(doomed)
+
+    def close(self) -> None:
+        """Host shutdown: forget every approval and reject every pending decision."""
+        self._closed = True
+        self._cache.clear()
+        for pending in self._pending.values():
+            pending.done.set()

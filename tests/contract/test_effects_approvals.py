@@ -1,0 +1,196 @@
+"""ApprovalRuntime: cache key, TTL, invalidation, one prompt per identity, waiters, shutdown."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from hostkit.effects import (
+    APPROVAL_TTL_S,
+    ApprovalDecision,
+    ApprovalKey,
+    ApprovalRequest,
+    ApprovalRuntime,
+)
+from hostkit.errors import ApprovalClosed, InvalidValue
+
+pytestmark = pytest.mark.anyio
+
+KEY = ApprovalKey("webhook:alice", "ses_1", "fp_1", "files.write")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Approver:
+    """Answers with a fixed decision, optionally after a gate opens; counts prompts."""
+
+    def __init__(self, decision: ApprovalDecision, gate: anyio.Event | None = None) -> None:
+        self.decision = decision
+        self.gate = gate
+        self.prompts: list[ApprovalRequest] = []
+        self.asked = anyio.Event()
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        self.prompts.append(request)
+        self.asked.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        return self.decision
+
+
+def make_request(key: ApprovalKey = KEY) -> ApprovalRequest:
+    return ApprovalRequest(
+        "apr_1", key, "files.write", "turn_1", {"path": "notes.md", "api_key": "sk-secret"}
+    )
+
+
+async def test_session_approval_is_cached_until_the_ttl() -> None:
+    clock = Clock()
+    runtime = ApprovalRuntime(clock=clock)
+    approver = Approver("approve_session")
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert len(approver.prompts) == 1
+    clock.now += APPROVAL_TTL_S - 1
+    assert runtime.cached(KEY)
+    clock.now += 2
+    assert not runtime.cached(KEY)
+    await runtime.resolve(KEY, make_request, approver)
+    assert len(approver.prompts) == 2
+
+
+async def test_approve_once_and_deny_are_not_cached() -> None:
+    runtime = ApprovalRuntime()
+    once, deny = Approver("approve_once"), Approver("deny")
+    assert await runtime.resolve(KEY, make_request, once) == "approved"
+    assert not runtime.cached(KEY)
+    assert await runtime.resolve(KEY, make_request, deny) == "denied"
+    assert not runtime.cached(KEY)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ApprovalKey("webhook:bob", "ses_1", "fp_1", "files.write"),
+        ApprovalKey("webhook:alice", "ses_2", "fp_1", "files.write"),
+        ApprovalKey("webhook:alice", "ses_1", "fp_2", "files.write"),
+        ApprovalKey("webhook:alice", "ses_1", "fp_1", "terminal.run"),
+    ],
+    ids=["principal", "session", "policy fingerprint", "rule"],
+)
+async def test_every_key_field_separates_approvals(other: ApprovalKey) -> None:
+    runtime = ApprovalRuntime()
+    await runtime.resolve(KEY, make_request, Approver("approve_session"))
+    assert runtime.cached(KEY)
+    assert not runtime.cached(other)
+
+
+@pytest.mark.parametrize(
+    "invalidation",
+    [
+        {"session_id": "ses_1"},
+        {"principal_id": "webhook:alice"},
+        {"policy_fingerprint": "fp_1"},
+        {"key": KEY},
+    ],
+    ids=["session end", "authority change", "policy or revision change", "revocation"],
+)
+async def test_each_invalidation_drops_the_approval(invalidation: dict) -> None:
+    runtime = ApprovalRuntime()
+    unrelated = ApprovalKey("webhook:zed", "ses_9", "fp_9", "files.write")
+    await runtime.resolve(KEY, make_request, Approver("approve_session"))
+    await runtime.resolve(unrelated, lambda: make_request(unrelated), Approver("approve_session"))
+    assert runtime.invalidate(**invalidation) == 1
+    assert not runtime.cached(KEY)
+    assert runtime.cached(unrelated)
+
+
+async def test_invalidate_needs_a_target() -> None:
+    with pytest.raises(InvalidValue):
+        ApprovalRuntime().invalidate()
+
+
+async def test_concurrent_callers_get_one_prompt() -> None:
+    gate = anyio.Event()
+    approver = Approver("approve_session", gate)
+    runtime = ApprovalRuntime()
+    outcomes: list[str] = []
+
+    async def caller() -> None:
+        outcomes.append(await runtime.resolve(KEY, make_request, approver))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(caller)
+        while runtime.waiting(KEY) < 4:
+            await anyio.lowlevel.checkpoint()
+        gate.set()
+    assert outcomes == ["approved"] * 5
+    assert len(approver.prompts) == 1
+
+
+async def test_cancelled_waiters_are_removed() -> None:
+    gate = anyio.Event()
+    runtime = ApprovalRuntime()
+    first = Approver("approve_session", gate)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.resolve, KEY, make_request, first)
+        await first.asked.wait()
+        with anyio.CancelScope() as waiter:
+            tg.start_soon(_cancel_when_waiting, runtime, waiter)
+            await runtime.resolve(KEY, make_request, Approver("deny"))
+        assert runtime.waiting(KEY) == 0
+        gate.set()
+    assert runtime.cached(KEY)
+
+
+async def _cancel_when_waiting(runtime: ApprovalRuntime, scope: anyio.CancelScope) -> None:
+    while runtime.waiting(KEY) < 1:
+        await anyio.lowlevel.checkpoint()
+    scope.cancel()
+
+
+async def test_no_provider_or_no_answer_in_time_is_unanswered_not_denied() -> None:
+    runtime = ApprovalRuntime(decision_timeout_s=0.05)
+    assert await runtime.resolve(KEY, make_request, None) == "unanswered"
+    assert await runtime.resolve(KEY, make_request, Approver("approve_once", anyio.Event())) == (
+        "unanswered"
+    )
+
+
+async def test_shutdown_clears_the_cache_and_rejects_pending_decisions() -> None:
+    gate = anyio.Event()
+    runtime = ApprovalRuntime()
+    await runtime.resolve(KEY, make_request, Approver("approve_session"))
+    other = ApprovalKey("webhook:bob", "ses_2", "fp_1", "files.write")
+    failures: list[BaseException] = []
+
+    async def pending() -> None:
+        try:
+            await runtime.resolve(
+                other, lambda: make_request(other), Approver("approve_once", gate)
+            )
+        except ApprovalClosed as exc:
+            failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pending)
+        await anyio.lowlevel.checkpoint()
+        runtime.close()
+        gate.set()
+    assert not runtime.cached(KEY)
+    assert len(failures) == 1
+    with pytest.raises(ApprovalClosed):
+        await runtime.resolve(KEY, make_request, Approver("approve_session"))
+
+
+def test_the_approver_sees_a_bounded_redacted_view() -> None:
+    request = make_request()
+    assert request.view["api_key"] == "[redacted]"
+    assert request.view["path"] == "notes.md"
