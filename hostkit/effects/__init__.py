@@ -11,8 +11,15 @@ from hostkit.effects._approvals import (
 )
 from hostkit.effects._authored import AuthoredTool, ToolContext, tool
 from hostkit.effects._catalog import PreparedEffectCatalog, provider_name
+from hostkit.effects._files import workspace_tools
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
 from hostkit.effects._runtime import EffectRuntime, Toolset, ToolsetProvider
+from hostkit.effects._workspace import (
+    WorkspaceError,
+    WorkspaceEscape,
+    WorkspaceIOFailure,
+    WorkspaceScope,
+)
 
 __all__ = [
     "APPROVAL_TTL_S",
@@ -30,6 +37,11 @@ __all__ = [
     "ToolContext",
     "Toolset",
     "ToolsetProvider",
+    "WorkspaceError",
+    "WorkspaceEscape",
+    "WorkspaceIOFailure",
+    "WorkspaceScope",
     "provider_name",
     "tool",
+    "workspace_tools",
 ]

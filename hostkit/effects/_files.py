@@ -1,0 +1,147 @@
+"""The workspace file effects: ``files.read``, ``files.list``, ``files.write``, ``files.edit``.
+
+Each is an ordinary authored tool bound to one ``WorkspaceScope``, so the
+pipeline (capability snapshot, policy, deadline, views) treats it like any
+other effect, and containment lives in one place: the scope. Arguments carry
+pydantic ``Field`` defaults so the JSON schema the model sees states the
+bounds; outputs are small strings or dicts sized for the model view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from hostkit.effects._authored import AuthoredTool, ToolContext
+from hostkit.effects._views import MAX_MODEL_VIEW_CHARS
+from hostkit.effects._workspace import ListResult, ReadResult, WorkspaceScope
+
+__all__ = ["READ_FOOTER_CHARS", "workspace_tools"]
+
+# Room kept in the model view for the read footer, so a full window plus its footer
+# is never cut by the view's own truncation (one byte decodes to at most one character).
+READ_FOOTER_CHARS = 300
+_PATH_HELP = (
+    "Path relative to the workspace root, '/'-separated; absolute paths and '..' "
+    "out of the workspace are refused."
+)
+
+
+def workspace_tools(scope: WorkspaceScope) -> list[AuthoredTool]:
+    """The four file tools, each bound to ``scope``; names are dotted effect names."""
+    return [_read_tool(scope), _list_tool(scope), _write_tool(scope), _edit_tool(scope)]
+
+
+def _read_tool(scope: WorkspaceScope) -> AuthoredTool:
+    window = max(1, min(scope.max_read_bytes, MAX_MODEL_VIEW_CHARS - READ_FOOTER_CHARS))
+
+    async def read(
+        ctx: ToolContext,
+        path: str = Field(description=_PATH_HELP, min_length=1),
+        offset: int = Field(0, ge=0, description="Byte offset to start reading at."),
+        limit: int = Field(
+            window, ge=1, le=window, description="Most bytes to return from this read."
+        ),
+    ) -> str:
+        return _read_text(await scope.read(path, offset=offset, limit=limit))
+
+    return AuthoredTool(
+        "files.read",
+        read,
+        description=(
+            f"Read a text file in the workspace, at most {window} bytes per call. "
+            "The footer says where to continue when the file is longer."
+        ),
+    )
+
+
+def _list_tool(scope: WorkspaceScope) -> AuthoredTool:
+    async def list_(
+        ctx: ToolContext,
+        path: str = Field(".", description=_PATH_HELP, min_length=1),
+        limit: int = Field(
+            scope.max_list_entries,
+            ge=1,
+            le=scope.max_list_entries,
+            description="Most entries to return, first by name.",
+        ),
+    ) -> dict[str, Any]:
+        return _listing(await scope.list(path, limit=limit))
+
+    return AuthoredTool(
+        "files.list",
+        list_,
+        description=(
+            "List a workspace directory, sorted by name. Directories end in '/', "
+            "symbolic links in '@'; files show their size in bytes."
+        ),
+    )
+
+
+def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
+    async def write(
+        ctx: ToolContext,
+        path: str = Field(description=_PATH_HELP, min_length=1),
+        content: str = Field(description="The complete new content of the file (UTF-8 text)."),
+    ) -> dict[str, Any]:
+        written = await scope.write(path, content)
+        return {"path": written.path, "bytes": written.size, "created": written.created}
+
+    return AuthoredTool(
+        "files.write",
+        write,
+        description=(
+            "Create or replace a workspace file with the given text, atomically, creating "
+            f"missing directories. At most {scope.max_write_bytes} bytes."
+        ),
+    )
+
+
+def _edit_tool(scope: WorkspaceScope) -> AuthoredTool:
+    async def edit(
+        ctx: ToolContext,
+        path: str = Field(description=_PATH_HELP, min_length=1),
+        old: str = Field(min_length=1, description="Exact text to replace, as it appears."),
+        new: str = Field(description="Replacement text."),
+        count: int = Field(1, ge=1, description="How many times `old` must occur."),
+    ) -> dict[str, Any]:
+        edited = await scope.edit(path, old, new, count=count)
+        return {"path": edited.path, "replacements": edited.replacements, "bytes": edited.size}
+
+    return AuthoredTool(
+        "files.edit",
+        edit,
+        description=(
+            "Replace exact text in a workspace file, atomically. Fails without changing "
+            "the file when `old` is absent or occurs a different number of times than `count`."
+        ),
+    )
+
+
+def _read_text(result: ReadResult) -> str:
+    if result.binary:
+        return f"[{result.path}: binary content, {result.size} bytes; not shown]"
+    if result.truncated:
+        return (
+            f"{result.text}\n[{result.path}: bytes {result.offset}-{result.next_offset} "
+            f"of {result.size}; continue with offset={result.next_offset}]"
+        )
+    if result.offset:
+        return f"{result.text}\n[{result.path}: end of file at byte {result.size}]"
+    return result.text
+
+
+def _listing(result: ListResult) -> dict[str, Any]:
+    suffix = {"dir": "/", "symlink": "@", "file": "", "other": ""}
+    entries = [
+        f"{entry.name}{suffix[entry.kind]}"
+        + (f" ({entry.size} bytes)" if entry.size is not None else "")
+        for entry in result.entries
+    ]
+    return {
+        "path": result.path,
+        "entries": entries,
+        "truncated": result.truncated,
+        "total": result.total,
+    }
