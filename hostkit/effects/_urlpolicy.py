@@ -1,0 +1,646 @@
+"""The shared URL policy: strict parsing, every DNS answer checked, connections pinned.
+
+Server-side request forgery is the risk of any effect that fetches a URL the
+model chose: ``http://169.254.169.254/`` reads cloud credentials and
+``http://127.0.0.1:6379/`` talks to a local database. Checking the URL text
+is not enough, because a name can resolve to a private address, resolve
+differently a second time (DNS rebinding) or redirect there. So:
+
+- one strict parser owns the URL; numeric hosts in any spelling libc accepts
+  (``2130706433``, ``0177.0.0.1``, ``0x7f.1``) are normalised the way browsers
+  do, and forms that parsers disagree on are refused rather than guessed;
+- every DNS answer is checked and one bad answer fails the whole host closed;
+- the connection goes to an address that was checked: a pinning network
+  backend maps the URL host to its validated addresses, so the URL, Host
+  header, TLS SNI and certificate check keep the real name while nothing
+  resolves it a second time;
+- each redirect hop is validated the same way before it is requested;
+- the body is capped while it streams, compressed or not.
+
+Audit views show only the origin and the validated addresses, never the path
+or query, which may carry tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import socket
+import ssl
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+from hostkit.errors import ConfigError, RuntimeFailure, UserError, bounded
+from hostkit.freeze import FrozenMap
+from hostkit.types import bounded_metadata
+
+__all__ = [
+    "FetchError",
+    "FetchResult",
+    "Resolver",
+    "UrlDenied",
+    "UrlPolicy",
+    "ValidatedTarget",
+    "fetch",
+]
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+"""``(host, port) -> addresses``: every answer for the name, as IP address strings."""
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_USER_AGENT = "hostkit-web/0.1"
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# gzip can be decoded with a bounded output per step; deflate's two framings and
+# brotli/zstd cannot, so they are neither asked for nor accepted.
+_ACCEPT_ENCODING = "identity, gzip"
+_MAX_CONTENT_TYPE = 200
+
+# Cloud metadata and credential endpoints. Some are public addresses (Azure's
+# WireServer), so they are listed by address, and a broad allowlist entry never
+# opens them: only an entry naming exactly that address does.
+_METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "169.254.170.23",
+        "169.254.42.42",
+        "168.63.129.16",
+        "100.100.100.200",
+        "192.0.0.192",
+        "fd00:ec2::254",
+        "fd00:ec2::23",
+        "fd20:ce::254",
+    )
+)
+# Only global unicast IPv6 is public; NAT64, IPv4-compatible and the rest fail closed.
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+_ISATAP_MARKERS = (b"\x00\x00\x5e\xfe", b"\x02\x00\x5e\xfe")
+
+_SCHEME_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.DOTALL)
+_AUTHORITY = re.compile(
+    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$"
+)
+_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})$")
+_HEX = frozenset("0123456789abcdef")
+_DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: _HEX}
+
+
+class UrlDenied(UserError):
+    """The URL policy refused a URL or a redirect hop before any connection to it.
+
+    ``reason`` is a short machine-readable cause: ``invalid``, ``scheme``,
+    ``credentials``, ``ambiguous-host``, ``redirects``, or the address category
+    that failed (``loopback``, ``private``, ``link-local``, ``metadata`` …).
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class FetchError(RuntimeFailure):
+    """A permitted fetch failed in the network: DNS, connect, TLS, protocol or deadline."""
+
+    def __init__(self, message: str, *, timed_out: bool = False, retryable: bool = True) -> None:
+        self.timed_out = timed_out
+        super().__init__(message, retryable=retryable)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedTarget:
+    """A URL whose host's every address passed the policy; requests go only there."""
+
+    url: httpx.URL = field(repr=False)
+    scheme: str
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+    @property
+    def origin(self) -> str:
+        return _origin(self.scheme, self.host, self.port)
+
+    def audit_view(self) -> FrozenMap:
+        """The origin and the validated addresses: never path, query or credentials."""
+        return bounded_metadata({"origin": self.origin, "addresses": list(self.addresses)})
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A bounded response: ``body`` holds at most the policy's ``max_body_bytes``."""
+
+    url: str
+    status: int
+    content_type: str
+    body: bytes = field(repr=False)
+    bytes_read: int
+    truncated: bool
+    hops: tuple[ValidatedTarget, ...]
+
+    def audit_view(self) -> FrozenMap:
+        """Every hop's origin and validated addresses, for events and the durable record."""
+        return bounded_metadata(
+            {"hops": [dict(hop.audit_view()) for hop in self.hops], "status": self.status}
+        )
+
+
+async def _system_resolver(host: str, port: int) -> Sequence[str]:
+    answers = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(sockaddr[0]) for *_, sockaddr in answers]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UrlPolicy:
+    """Which URLs an effect may fetch, and every bound on fetching them.
+
+    ``allow_private`` names hosts or addresses/CIDRs that may be non-public
+    (a loopback test server, an intranet); a metadata address needs an entry
+    naming exactly that address. ``resolver`` replaces the system resolver
+    (tests inject one; it must return every answer).
+    """
+
+    allowed_schemes: frozenset[str] = frozenset({"http", "https"})
+    allow_private: frozenset[str] = frozenset()
+    max_redirects: int = 5
+    max_body_bytes: int = 2_000_000
+    max_url_chars: int = 4_096
+    resolve_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 20.0
+    total_timeout_s: float = 60.0
+    resolver: Resolver | None = field(default=None, repr=False, compare=False)
+    _hosts: frozenset[str] = field(init=False, repr=False, compare=False)
+    _networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if not self.allowed_schemes or not self.allowed_schemes <= set(_DEFAULT_PORTS):
+            raise ConfigError("only http and https can be allowed", key="allowed_schemes")
+        for key in ("max_redirects", "max_body_bytes", "max_url_chars"):
+            if getattr(self, key) < (0 if key == "max_redirects" else 1):
+                raise ConfigError("must be a positive bound", key=key)
+        for key in ("resolve_timeout_s", "connect_timeout_s", "read_timeout_s", "total_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError("must be a positive number of seconds", key=key)
+        hosts: set[str] = set()
+        networks = []
+        for entry in self.allow_private:
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+                continue
+            except ValueError:
+                pass
+            name = entry.strip().lower().removesuffix(".")
+            if not _is_hostname(name):
+                raise ConfigError(f"{entry!r} is neither a host nor a CIDR", key="allow_private")
+            hosts.add(name)
+        object.__setattr__(self, "_hosts", frozenset(hosts))
+        object.__setattr__(self, "_networks", tuple(networks))
+
+    async def resolve(self, url: str) -> ValidatedTarget:
+        """Parse ``url``, resolve its host once and check every answer.
+
+        Raises ``UrlDenied`` for a refused URL or address, ``FetchError`` when
+        the name does not resolve in time.
+        """
+        return await self._validate(url, pins={})
+
+    async def _validate(self, url: str, *, pins: dict[str, tuple[str, ...]]) -> ValidatedTarget:
+        scheme, host, port, literal, request_url = self._parse(url)
+        if literal is not None:
+            answers: Sequence[str] = (str(literal),)
+        elif host in pins:
+            # Already validated in this fetch: reuse it, never ask DNS twice.
+            answers = pins[host]
+        else:
+            answers = await self._lookup(host, port)
+        addresses = self._check(_origin(scheme, host, port), host, answers)
+        pins[host] = addresses
+        return ValidatedTarget(
+            url=request_url, scheme=scheme, host=host, port=port, addresses=addresses
+        )
+
+    def _parse(self, url: str) -> tuple[str, str, int, IPAddress | None, httpx.URL]:
+        if not isinstance(url, str) or not url or len(url) > self.max_url_chars:
+            raise UrlDenied("the URL is empty or too long", reason="invalid")
+        # Whitespace, controls and backslashes are where parsers disagree; refuse them.
+        if any(ch.isspace() or ch == "\\" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+            raise UrlDenied(
+                "the URL contains whitespace, control or backslash characters", reason="invalid"
+            )
+        match = _SCHEME_AUTHORITY.match(url)
+        if match is None:
+            raise UrlDenied("the URL must be absolute (scheme://host/...)", reason="invalid")
+        scheme, authority, rest = match.group(1).lower(), match.group(2), match.group(3)
+        if scheme not in self.allowed_schemes:
+            raise UrlDenied(f"the {bounded(scheme, 20)!r} scheme is not allowed", reason="scheme")
+        if "@" in authority:
+            raise UrlDenied("URLs with credentials are not allowed", reason="credentials")
+        parts = _AUTHORITY.match(authority)
+        if parts is None:
+            raise UrlDenied("the URL's host or port is malformed", reason="invalid")
+        port = int(parts["port"]) if parts["port"] else _DEFAULT_PORTS[scheme]
+        if not 0 < port < 65_536:
+            raise UrlDenied("the URL's port is out of range", reason="invalid")
+        host, literal = _canonical_host(parts["v6"], parts["name"])
+        netloc = f"[{host}]" if ":" in host else host
+        if port != _DEFAULT_PORTS[scheme]:
+            netloc = f"{netloc}:{port}"
+        try:
+            request_url = httpx.URL(f"{scheme}://{netloc}{rest.partition('#')[0]}")
+        except httpx.InvalidURL as exc:
+            raise UrlDenied("the URL's path or query is malformed", reason="invalid") from exc
+        # The request is built from our canonical parts; make sure httpx kept them.
+        if request_url.raw_host.decode("ascii") != host or request_url.scheme != scheme:
+            raise UrlDenied("the URL could not be represented unambiguously", reason="invalid")
+        return scheme, host, port, literal, request_url
+
+    async def _lookup(self, host: str, port: int) -> Sequence[str]:
+        resolver = self.resolver or _system_resolver
+        try:
+            with anyio.fail_after(self.resolve_timeout_s):
+                answers = list(await resolver(host, port))
+        except TimeoutError as exc:
+            raise FetchError(f"resolving {host} timed out", timed_out=True) from exc
+        except OSError as exc:
+            raise FetchError(f"{host} did not resolve") from exc
+        if not answers:
+            raise FetchError(f"{host} has no addresses")
+        return answers
+
+    def _check(self, origin: str, host: str, answers: Iterable[str]) -> tuple[str, ...]:
+        """Every answer must be public or allowlisted; one bad answer refuses the host."""
+        checked: list[str] = []
+        for answer in answers:
+            try:
+                address = ipaddress.ip_address(answer)
+            except ValueError as exc:
+                raise UrlDenied(
+                    f"{origin} resolved to a malformed address", reason="invalid"
+                ) from exc
+            if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+                raise UrlDenied(f"{origin} resolved to a scoped address", reason="link-local")
+            category = _category(address)
+            if category is not None and not self._allowed(address, host, category):
+                raise UrlDenied(
+                    f"{origin} resolves to a {category} address; only public addresses "
+                    "are allowed unless allowlisted",
+                    reason=category,
+                )
+            if str(address) not in checked:
+                checked.append(str(address))
+        return tuple(checked)
+
+    def _allowed(self, address: IPAddress, host: str, category: str) -> bool:
+        plain = _unmapped(address)
+        if category == "metadata":
+            return any(
+                net.num_addresses == 1 and plain == net.network_address for net in self._networks
+            )
+        if host in self._hosts:
+            return True
+        return any(plain.version == net.version and plain in net for net in self._networks)
+
+
+def _origin(scheme: str, host: str, port: int) -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _is_hostname(name: str) -> bool:
+    labels = name.split(".")
+    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in labels)
+
+
+def _canonical_host(v6: str | None, name: str | None) -> tuple[str, IPAddress | None]:
+    """The host as it will be requested, and its address when it is a literal."""
+    if v6 is not None:
+        try:
+            address = ipaddress.IPv6Address(v6)
+        except ValueError as exc:
+            raise UrlDenied("the URL's IPv6 host is malformed", reason="invalid") from exc
+        return str(address), address
+    assert name is not None
+    if not name.isascii():
+        try:
+            name = httpx.URL("http://placeholder/").copy_with(host=name).raw_host.decode("ascii")
+        except (httpx.InvalidURL, UnicodeError) as exc:
+            raise UrlDenied("the URL's host is not a valid name", reason="invalid") from exc
+    name = name.lower().removesuffix(".")
+    if not _is_hostname(name):
+        raise UrlDenied("the URL's host is not a valid name", reason="invalid")
+    last = name.rsplit(".", 1)[-1]
+    if last.isdigit() or (last.startswith("0x") and set(last[2:]) <= _HEX):
+        # A host that ends in a number is an IPv4 address to every browser and to
+        # inet_aton, never a name: normalise it or refuse it, never resolve it.
+        address = _parse_ipv4(name)
+        if address is None:
+            raise UrlDenied("the URL's numeric host is ambiguous", reason="ambiguous-host")
+        return str(address), address
+    return name, None
+
+
+def _parse_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The WHATWG/inet_aton IPv4 reading of ``host``, or None where it is not exact.
+
+    Parts are decimal, ``0x`` hex or leading-zero octal; the last part fills
+    the remaining bytes. Empty parts, a bare ``0x``, bad digits and overflow
+    are refused instead of guessed.
+    """
+    parts = host.split(".")
+    if len(parts) > 4:
+        return None
+    numbers = []
+    for part in parts:
+        if part[:2] == "0x":
+            digits, base = part[2:], 16
+        elif len(part) > 1 and part[0] == "0":
+            digits, base = part[1:], 8
+        else:
+            digits, base = part, 10
+        # int() alone would also take "0x0x1", "1_0" and signs; only plain digits count.
+        if not digits or len(digits) > 32 or not set(digits) <= _DIGITS[base]:
+            return None
+        numbers.append(int(digits, base))
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 256 ** (4 - len(head)):
+        return None
+    value = last + sum(n << (8 * (3 - i)) for i, n in enumerate(head))
+    return ipaddress.IPv4Address(value)
+
+
+def _unmapped(address: IPAddress) -> IPAddress:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _category(address: IPAddress) -> str | None:
+    """None for a public address, else why it is not (the first matching category)."""
+    address = _unmapped(address)
+    if address in _METADATA:
+        return "metadata"
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = [address.sixtofour] if address.sixtofour is not None else []
+        if address.packed[8:12] in _ISATAP_MARKERS:
+            embedded.append(ipaddress.IPv4Address(address.packed[12:]))
+        for inner in embedded:
+            if (category := _category(inner)) is not None:
+                return category
+    flags = (
+        ("unspecified", address.is_unspecified),
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved),
+        ("non-global", not address.is_global),
+    )
+    for category, flagged in flags:
+        if flagged:
+            return category
+    if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST_V6:
+        return "reserved"
+    return None
+
+
+class _PinnedBackend(httpcore.AsyncNetworkBackend):
+    """Connects a URL host only to the addresses the policy validated for it.
+
+    httpcore hands the backend the URL host; this maps it to the pinned
+    addresses, so DNS is never consulted again while TLS still uses the name
+    for SNI and certificate checks. A host with no pin is refused.
+    """
+
+    def __init__(self, pins: Mapping[str, tuple[str, ...]], inner: httpcore.AsyncNetworkBackend):
+        self._pins = pins
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = self._pins.get(host)
+        if not addresses:
+            raise httpcore.ConnectError("host was not validated by the URL policy")
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not reachable through the URL policy")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _CoreStream(httpx.AsyncByteStream):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if hasattr(self._stream, "aclose"):
+            await self._stream.aclose()
+
+
+class _PinnedTransport(httpx.AsyncBaseTransport):
+    """httpx on an httpcore pool whose only way out is the pinning backend."""
+
+    def __init__(self, pool: httpcore.AsyncConnectionPool) -> None:
+        self._pool = pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,  # type: ignore[arg-type]
+            extensions=request.extensions,
+        )
+        response = await self._pool.handle_async_request(core)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_CoreStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    return httpcore.default_ssl_context()
+
+
+_TIMEOUTS = (TimeoutError, httpx.TimeoutException, httpcore.TimeoutException)
+_NETWORK = (
+    httpx.TransportError,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    ssl.SSLError,
+    OSError,
+)
+
+
+async def fetch(
+    url: str,
+    *,
+    policy: UrlPolicy,
+    network_backend: httpcore.AsyncNetworkBackend | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> FetchResult:
+    """GET ``url`` under ``policy``: pinned connections, validated hops, a capped body.
+
+    ``network_backend`` is the raw connector under the pinning layer (tests
+    pass a loopback-only or scripted one). Raises ``UrlDenied`` before any
+    connection to a refused URL or hop, ``FetchError`` for network failures
+    and deadlines (``timed_out``). Cancellation propagates.
+    """
+    context = ssl_context or await anyio.to_thread.run_sync(_default_ssl_context)
+    pins: dict[str, tuple[str, ...]] = {}
+    pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        network_backend=_PinnedBackend(pins, network_backend or httpcore.AnyIOBackend()),
+        max_connections=2,
+        retries=0,
+    )
+    client = httpx.AsyncClient(
+        transport=_PinnedTransport(pool),
+        timeout=httpx.Timeout(
+            policy.read_timeout_s, connect=policy.connect_timeout_s, pool=policy.connect_timeout_s
+        ),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"user-agent": _USER_AGENT, "accept-encoding": _ACCEPT_ENCODING},
+    )
+    hops: list[ValidatedTarget] = []
+    try:
+        async with client:
+            with anyio.fail_after(policy.total_timeout_s):
+                response = await _follow(client, policy, url, pins, hops)
+                try:
+                    body, truncated = await _read_capped(response, policy.max_body_bytes)
+                finally:
+                    await response.aclose()
+    except _TIMEOUTS as exc:
+        raise FetchError(f"fetching {_where(hops)} timed out", timed_out=True) from exc
+    except _NETWORK as exc:
+        raise FetchError(f"fetching {_where(hops)} failed: {type(exc).__name__}") from exc
+    return FetchResult(
+        url=str(hops[-1].url),
+        status=response.status_code,
+        content_type=bounded(response.headers.get("content-type", ""), _MAX_CONTENT_TYPE),
+        body=body,
+        bytes_read=len(body),
+        truncated=truncated,
+        hops=tuple(hops),
+    )
+
+
+async def _follow(
+    client: httpx.AsyncClient,
+    policy: UrlPolicy,
+    url: str,
+    pins: dict[str, tuple[str, ...]],
+    hops: list[ValidatedTarget],
+) -> httpx.Response:
+    """Request ``url`` and its redirects, validating each hop before it is requested.
+
+    Appends every validated hop to ``hops`` and returns the final response
+    with its body still unread.
+    """
+    target = await policy._validate(url, pins=pins)
+    hops.append(target)
+    while True:
+        response = await client.send(client.build_request("GET", target.url), stream=True)
+        location = response.headers.get("location")
+        if response.status_code not in _REDIRECTS or not location:
+            return response
+        await response.aclose()
+        if len(hops) > policy.max_redirects:
+            raise UrlDenied(f"more than {policy.max_redirects} redirects", reason="redirects")
+        target = await policy._validate(_join(target.url, location), pins=pins)
+        hops.append(target)
+
+
+def _where(hops: Sequence[ValidatedTarget]) -> str:
+    return hops[-1].origin if hops else "the URL"
+
+
+def _join(base: httpx.URL, location: str) -> str:
+    try:
+        return str(base.join(location))
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise UrlDenied("the redirect location is malformed", reason="invalid") from exc
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+    """At most ``cap`` decoded bytes, stopping the read as soon as the cap is passed.
+
+    The raw bytes are capped too, so a compressed stream of nothing cannot run
+    forever; a gzip bomb stops at ``cap`` because each step's output is bounded.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("gzip", "x-gzip"):
+        decoder: zlib._Decompress | None = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding in ("", "identity"):
+        decoder = None
+    else:
+        raise FetchError(f"unsupported content encoding {bounded(encoding, 40)!r}", retryable=False)
+    body = bytearray()
+    raw = 0
+    async for chunk in response.aiter_raw():
+        raw += len(chunk)
+        room = cap + 1 - len(body)
+        if decoder is None:
+            body += chunk[:room]
+        else:
+            try:
+                body += decoder.decompress(chunk, room)
+            except zlib.error as exc:
+                raise FetchError("the compressed body is corrupt", retryable=False) from exc
+        if len(body) > cap or raw > cap:
+            return bytes(body[:cap]), True
+    return bytes(body), False

@@ -1,0 +1,158 @@
+"""web.extract: a page fetched under the URL policy becomes bounded, readable text.
+
+The page is served by a real loopback server that the policy allowlists
+explicitly; everything else about the fetch (pinning, caps, hops) is the
+production path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from hostkit.effects._extract import UnsupportedContent, readable_text, web_extract
+from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
+from hostkit.errors import InvalidValue
+from tests.wire import Reply, serve_wire, text_reply
+
+pytestmark = pytest.mark.anyio
+
+ARTICLE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Owls of the North</title>
+<script>window.trackingSecret = "do-not-show";</script>
+<style>body { color: red }</style></head>
+<body>
+<nav><a href="/">Home</a> | <a href="/about">About</a> | <a href="/shop">Shop</a></nav>
+<article>
+<h1>Owls of the North</h1>
+<p>The snowy owl hunts lemmings across the open tundra during the long polar day,
+often far from any tree, and may travel thousands of kilometres in a lean year.</p>
+<p>Great grey owls listen for voles moving beneath deep snow, then plunge through
+the crust to catch prey they have never seen.</p>
+</article>
+<footer>Copyright Example Corp. All rights reserved.</footer>
+</body></html>"""
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Any]:
+    async with serve_wire() as wire:
+        yield wire
+
+
+def _policy(**options: Any) -> UrlPolicy:
+    return UrlPolicy(allow_private=frozenset({"127.0.0.1"}), **options)
+
+
+def _html(body: str, **options: Any) -> Reply:
+    return text_reply(body, content_type="text/html; charset=utf-8", **options)
+
+
+async def test_html_page_becomes_its_readable_article(server: Any) -> None:
+    server.script(_html(ARTICLE))
+    page = await web_extract(f"{server.base_url}/owls", policy=_policy())
+    assert (page.status, page.url, page.content.kind) == (200, f"{server.base_url}/owls", "html")
+    assert page.content.title == "Owls of the North"
+    assert "snowy owl hunts lemmings" in page.content.text
+    assert "plunge through" in page.content.text
+    for noise in ("trackingSecret", "do-not-show", "color: red", "<p>"):
+        assert noise not in page.content.text
+    assert not page.content.truncated
+    assert not page.body_truncated
+    assert page.bytes_read == len(ARTICLE.encode())
+
+
+async def test_extracted_text_is_bounded(server: Any) -> None:
+    paragraphs = "".join(
+        f"<p>Paragraph {n} describes one more owl in careful, readable detail.</p>"
+        for n in range(2_000)
+    )
+    server.script(_html(f"<html><head><title>Many</title></head><body>{paragraphs}</body></html>"))
+    page = await web_extract(f"{server.base_url}/long", policy=_policy(), max_chars=1_000)
+    assert page.content.truncated
+    assert len(page.content.text) <= 1_000 < page.content.total_chars
+    assert page.content.text.startswith("Paragraph 0")
+
+
+async def test_oversized_page_is_capped_before_extraction(server: Any) -> None:
+    big = "<html><body>" + "<p>owl</p>" * 100_000 + "</body></html>"
+    server.script(_html(big))
+    page = await web_extract(f"{server.base_url}/big", policy=_policy(max_body_bytes=50_000))
+    assert page.body_truncated
+    assert page.bytes_read <= 50_000
+    assert "owl" in page.content.text
+
+
+async def test_short_page_falls_back_to_all_visible_text(server: Any) -> None:
+    server.script(_html("<html><body><div>Just one line.</div></body></html>"))
+    page = await web_extract(f"{server.base_url}/short", policy=_policy())
+    assert page.content.text == "Just one line."
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        ("text/plain; charset=utf-8", "Plain notes\n\n\n\nwith gaps", "Plain notes\n\nwith gaps"),
+        ("application/json", '{"owl": "snowy"}', '{"owl": "snowy"}'),
+        ("text/markdown", "# Owls\n\n*snowy*", "# Owls\n\n*snowy*"),
+        ("application/ld+json", '{"@type": "Thing"}', '{"@type": "Thing"}'),
+    ],
+)
+async def test_text_types_are_decoded_as_they_are(
+    server: Any, content_type: str, body: str, expected: str
+) -> None:
+    server.script(text_reply(body, content_type=content_type))
+    page = await web_extract(f"{server.base_url}/doc", policy=_policy())
+    assert (page.content.kind, page.content.text, page.content.title) == ("text", expected, None)
+
+
+async def test_declared_charset_is_honoured(server: Any) -> None:
+    server.script(
+        Reply(chunks=("Café crème".encode("latin-1"),), content_type="text/plain; charset=latin-1")
+    )
+    page = await web_extract(f"{server.base_url}/latin", policy=_policy())
+    assert page.content.text == "Café crème"
+
+
+async def test_binary_content_is_not_text(server: Any) -> None:
+    server.script(Reply(chunks=(b"\x89PNG\r\n\x1a\n\x00\x00",), content_type="image/png"))
+    with pytest.raises(UnsupportedContent):
+        await web_extract(f"{server.base_url}/owl.png", policy=_policy())
+
+
+async def test_untyped_body_is_sniffed() -> None:
+    html = await readable_text(
+        b"<!DOCTYPE html><html><body><p>sniffed</p></body></html>", content_type=""
+    )
+    assert (html.kind, html.text) == ("html", "sniffed")
+    plain = await readable_text(b"just text", content_type="application/octet-stream")
+    assert (plain.kind, plain.text) == ("text", "just text")
+    with pytest.raises(UnsupportedContent):
+        await readable_text(b"\x00\x01\x02", content_type="")
+    with pytest.raises(InvalidValue):
+        await readable_text(b"x", content_type="text/plain", max_chars=0)
+
+
+async def test_error_pages_keep_their_status(server: Any) -> None:
+    server.script(_html("<html><body><p>No owls here.</p></body></html>", status=404))
+    page = await web_extract(f"{server.base_url}/missing", policy=_policy())
+    assert page.status == 404
+    assert "No owls here." in page.content.text
+
+
+async def test_audit_view_holds_only_origins_and_addresses(server: Any) -> None:
+    server.script(_html(ARTICLE))
+    page = await web_extract(f"{server.base_url}/owls?key=s3cret", policy=_policy())
+    assert [dict(hop) for hop in page.audit["hops"]] == [
+        {"origin": server.base_url, "addresses": ("127.0.0.1",)}
+    ]
+    assert "s3cret" not in repr(page.audit)
+
+
+async def test_loopback_is_refused_unless_allowlisted(server: Any) -> None:
+    server.script(_html(ARTICLE))
+    with pytest.raises(UrlDenied):
+        await web_extract(f"{server.base_url}/owls", policy=UrlPolicy())
+    assert server.requests == []
