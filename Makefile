@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/turn_bench.py
+	$(BIN)/python bench/effects_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,460 @@
+"""The Host process lifecycle: exit codes, bounded tails, private full artifacts, ends.
+
+Every child is a real ``python -c`` process. Output is written as bytes, so
+the figures do not depend on the locale of the machine running the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from hostkit.effects import _process
+from hostkit.effects._process import (
+    DEFAULT_TAIL_CHARS,
+    ProcessControl,
+    ProcessOutcome,
+    ProcessSupervisor,
+    opaque_artifact_dir,
+    run_process,
+)
+from hostkit.errors import InvalidValue, RuntimeFailure
+
+pytestmark = pytest.mark.anyio
+
+MB = 1024 * 1024
+WAIT_S = 30.0
+SLEEP_FOREVER = "import time; print('ready', flush=True); time.sleep(600)"
+# Creates the file "ignoring" in its cwd once SIGTERM is ignored.
+IGNORE_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open('ignoring', 'w').close(); time.sleep(600)"
+)
+LINES = 'out = "".join(f"line {i} ✓\\n" for i in range(100_000))'
+
+
+@pytest.fixture
+async def supervisor() -> AsyncIterator[ProcessSupervisor]:
+    async with ProcessSupervisor() as opened:
+        yield opened
+
+
+async def run(
+    supervisor: ProcessSupervisor, tmp_path: Path, code: str, *args: str, **options: Any
+) -> ProcessOutcome:
+    """Run ``python -c code`` with an empty environment and the given options."""
+    options.setdefault("deadline_s", WAIT_S)
+    options.setdefault("artifact_dir", tmp_path / "artifacts")
+    return await run_process(
+        [sys.executable, "-c", code, *args],
+        supervisor=supervisor,
+        cwd=tmp_path,
+        env={},
+        **options,
+    )
+
+
+def writer(stdout: str = "", stderr: str = "", *, chunk_chars: int = 7_000) -> str:
+    """Code for a child that writes exactly these strings, UTF-8, in several writes."""
+    return (
+        "import sys\n"
+        f"for name, text in (('stdout', {stdout!r}), ('stderr', {stderr!r})):\n"
+        "    stream = getattr(sys, name).buffer\n"
+        f"    for i in range(0, len(text), {chunk_chars}):\n"
+        f"        stream.write(text[i:i + {chunk_chars}].encode()); stream.flush()\n"
+    )
+
+
+def gone(pid: int, started: float | None) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() != started or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def started_run(
+    supervisor: ProcessSupervisor, tmp_path: Path, code: str, group: Any, **options: Any
+) -> tuple[ProcessControl, list[ProcessOutcome]]:
+    """Start a run in ``group`` and return once its process is spawned and recorded."""
+    control = ProcessControl()
+    outcomes: list[ProcessOutcome] = []
+
+    async def go() -> None:
+        outcomes.append(await run(supervisor, tmp_path, code, control=control, **options))
+
+    group.start_soon(go)
+    with anyio.fail_after(WAIT_S):
+        assert await control.wait_started() is not None
+    return control, outcomes
+
+
+# --- exit codes and the owner record --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "reason"),
+    [
+        ("pass", 0, "exited with code 0"),
+        ("import sys; sys.exit(7)", 7, "exited with code 7"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9, "killed by SIGKILL"),
+    ],
+)
+async def test_exit_code_and_reason_are_recorded(
+    code: str, exit_code: int, reason: str, supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    outcome = await run(supervisor, tmp_path, code)
+    assert outcome.status == "exited"
+    assert outcome.exit_code == exit_code
+    assert outcome.reason == reason
+    assert outcome.cleanup_confirmed
+    assert outcome.started
+
+
+async def test_owner_record_names_the_process_and_its_start_time(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    async with anyio.create_task_group() as group:
+        control, outcomes = await started_run(supervisor, tmp_path, SLEEP_FOREVER, group)
+        owner = control.owner
+        assert owner is not None
+        assert supervisor.owners() == (owner,)
+        assert owner.pgid == owner.pid
+        assert owner.spawn_id.startswith("spawn_")
+        assert owner.create_time == psutil.Process(owner.pid).create_time()
+        control.cancel()
+    assert outcomes[0].owner == owner
+    assert supervisor.owners() == ()
+
+
+async def test_outcome_values_are_frozen(supervisor: ProcessSupervisor, tmp_path: Path) -> None:
+    outcome = await run(supervisor, tmp_path, "pass")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.status = "failed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.stdout.tail = "forged"  # type: ignore[misc]
+
+
+# --- tails and artifacts --------------------------------------------------------------
+
+
+async def test_tails_are_exactly_the_last_characters_with_totals(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    # 6 characters and 7 bytes per item: characters and bytes are counted apart.
+    long = "".join(f"{i:05d}é" for i in range(5_000))
+    short = "warning: ünïcode\n" * 100
+    outcome = await run(supervisor, tmp_path, writer(long, short))
+
+    assert outcome.stdout.tail == long[-DEFAULT_TAIL_CHARS:]
+    assert len(outcome.stdout.tail) == DEFAULT_TAIL_CHARS == 12_000
+    assert outcome.stdout.total_chars == 30_000
+    assert outcome.stdout.total_bytes == 35_000
+    assert outcome.stdout.truncated
+    assert outcome.stderr.tail == short
+    assert outcome.stderr.total_chars == len(short)
+    assert outcome.stderr.total_bytes == len(short.encode())
+    assert not outcome.stderr.truncated
+
+
+@pytest.mark.parametrize(("length", "truncated"), [(12_000, False), (12_001, True), (0, False)])
+async def test_truncation_flag_starts_one_past_the_tail(
+    length: int, truncated: bool, supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(length))
+    outcome = await run(supervisor, tmp_path, writer(text))
+    assert outcome.stdout.truncated is truncated
+    assert outcome.stdout.tail == text[-12_000:]
+    assert outcome.stdout.total_chars == length
+
+
+async def test_tail_length_is_an_option(supervisor: ProcessSupervisor, tmp_path: Path) -> None:
+    text = "0123456789" * 50
+    outcome = await run(supervisor, tmp_path, writer(text, text), tail_chars=25)
+    assert outcome.stdout.tail == outcome.stderr.tail == text[-25:]
+    assert outcome.stdout.truncated
+
+
+async def test_artifacts_hold_the_whole_output_privately(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    namespace: dict[str, str] = {}
+    exec(LINES, namespace)  # the very text the child computes, about 1.3 MB
+    out, err = namespace["out"], "e" * 70_000
+    code = (
+        f"import sys\n{LINES}\nsys.stdout.buffer.write(out.encode())\n"
+        "sys.stderr.buffer.write(b'e' * 70_000)\n"
+    )
+    artifact_dir = tmp_path / "root" / "opaque"
+    outcome = await run(supervisor, tmp_path, code, artifact_dir=artifact_dir)
+
+    for capture, text in ((outcome.stdout, out), (outcome.stderr, err)):
+        assert capture.artifact is not None
+        assert capture.artifact.parent == artifact_dir
+        assert await anyio.Path(capture.artifact).read_bytes() == text.encode()
+        mode = (await anyio.Path(capture.artifact).stat()).st_mode
+        assert stat.S_IMODE(mode) == 0o600
+    assert stat.S_IMODE((await anyio.Path(artifact_dir).stat()).st_mode) == 0o700
+    assert outcome.stdout.artifact != outcome.stderr.artifact
+
+
+async def test_artifact_write_failure_fails_the_run_but_the_child_is_drained(
+    supervisor: ProcessSupervisor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(fd: int, chunks: Sequence[bytes]) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_process, "_write_chunks", disk_full)
+    size = 8 * MB  # far beyond a pipe buffer: the child blocks unless both pipes are drained
+    code = (
+        "import sys\n"
+        f"for stream in (sys.stdout.buffer, sys.stderr.buffer):\n"
+        f"    for _ in range({size // 65536}): stream.write(b'z' * 65536)\n"
+        "    stream.flush()\n"
+        "print('done', flush=True)\n"
+    )
+    with anyio.fail_after(WAIT_S):
+        outcome = await run(supervisor, tmp_path, code)
+
+    assert outcome.status == "failed"
+    assert outcome.exit_code == 0
+    assert outcome.stream_error is not None
+    assert "No space left on device" in outcome.stream_error
+    assert "artifact write failed" in outcome.reason
+    assert outcome.stdout.total_bytes == size + len("done\n")
+    assert outcome.stdout.tail.endswith("zzzdone\n")
+    assert outcome.stderr.total_bytes == size
+
+
+# --- deadline and cancellation --------------------------------------------------------
+
+
+async def test_deadline_gives_timed_out_after_the_tree_is_gone(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    outcome = await run(supervisor, tmp_path, SLEEP_FOREVER, deadline_s=0.5)
+    assert outcome.status == "timed_out"
+    assert outcome.exit_code == -signal.SIGTERM
+    assert outcome.cleanup_confirmed
+    assert outcome.stdout.tail == "ready\n"
+    assert "deadline of 0.5 s" in outcome.reason
+    assert outcome.owner is not None
+    assert gone(outcome.owner.pid, outcome.owner.create_time)
+
+
+async def test_cancel_returns_cancelled_once_cleanup_is_confirmed(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    async with anyio.create_task_group() as group:
+        control, outcomes = await started_run(supervisor, tmp_path, IGNORE_TERM, group, grace_s=0.2)
+        with anyio.fail_after(WAIT_S):
+            while True:
+                if await anyio.Path(tmp_path / "ignoring").exists():
+                    break
+                await anyio.sleep(0.01)
+        control.cancel()
+        control.cancel()  # idempotent: one end, one outcome
+    [outcome] = outcomes
+    assert outcome.status == "cancelled"
+    assert outcome.cleanup_confirmed
+    assert outcome.exit_code == -signal.SIGKILL  # TERM was ignored; KILL after the grace
+    assert control.outcome == outcome
+    assert outcome.owner is not None
+    assert gone(outcome.owner.pid, outcome.owner.create_time)
+
+
+async def test_cancel_and_close_together_end_the_tree_once(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    async with anyio.create_task_group() as group:
+        control, outcomes = await started_run(supervisor, tmp_path, SLEEP_FOREVER, group)
+        control.cancel()
+        await supervisor.aclose()
+        await supervisor.aclose()
+    [outcome] = outcomes
+    assert outcome.status == "cancelled"
+    assert outcome.reason.startswith("cancelled")  # the first request names the cause
+    assert outcome.cleanup_confirmed
+
+
+async def test_close_reports_host_shutdown(supervisor: ProcessSupervisor, tmp_path: Path) -> None:
+    async with anyio.create_task_group() as group:
+        _, outcomes = await started_run(supervisor, tmp_path, SLEEP_FOREVER, group)
+        await supervisor.aclose()
+    assert outcomes[0].status == "cancelled"
+    assert outcomes[0].reason.startswith("Host shutdown")
+
+
+async def test_cancel_before_spawn_starts_nothing(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    control = ProcessControl()
+    control.cancel()
+    outcome = await run(supervisor, tmp_path, "pass", control=control)
+    assert outcome.status == "cancelled"
+    assert not outcome.started
+    assert await control.wait_started() is None
+    assert not await anyio.Path(tmp_path / "artifacts").exists()
+
+
+async def test_cancelled_awaiting_task_ends_the_tree_records_and_reraises(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    control = ProcessControl()
+    reached_end = False
+    async with anyio.create_task_group() as group:
+
+        async def go() -> None:
+            nonlocal reached_end
+            await run(supervisor, tmp_path, SLEEP_FOREVER, control=control)
+            reached_end = True
+
+        group.start_soon(go)
+        with anyio.fail_after(WAIT_S):
+            await control.wait_started()
+        group.cancel_scope.cancel()
+    assert not reached_end
+    assert control.outcome is not None
+    assert control.outcome.status == "cancelled"
+    assert control.outcome.cleanup_confirmed
+    owner = control.outcome.owner
+    assert owner is not None
+    assert gone(owner.pid, owner.create_time)
+
+
+async def test_a_control_serves_one_run(supervisor: ProcessSupervisor, tmp_path: Path) -> None:
+    control = ProcessControl()
+    await run(supervisor, tmp_path, "pass", control=control)
+    with pytest.raises(InvalidValue):
+        await run(supervisor, tmp_path, "pass", control=control)
+
+
+# --- refusals -------------------------------------------------------------------------
+
+
+async def test_closed_supervisor_refuses_before_anything_is_created(tmp_path: Path) -> None:
+    supervisor = ProcessSupervisor()
+    await supervisor.aclose()
+    with pytest.raises(RuntimeFailure):
+        await run(supervisor, tmp_path, "pass")
+    assert not await anyio.Path(tmp_path / "artifacts").exists()
+
+
+async def test_missing_executable_is_a_runtime_failure_without_artifacts(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    artifacts = tmp_path / "artifacts"
+    with pytest.raises(RuntimeFailure, match="cannot start"):
+        await run_process(
+            [str(tmp_path / "no-such-program")],
+            supervisor=supervisor,
+            cwd=tmp_path,
+            env={},
+            deadline_s=5.0,
+            artifact_dir=artifacts,
+        )
+    assert [path async for path in anyio.Path(artifacts).iterdir()] == []
+    assert supervisor.owners() == ()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"argv": []},
+        {"argv": "python -c pass"},
+        {"argv": ["python", "a\0b"]},
+        {"env": {"A=B": "x"}},
+        {"env": {"": "x"}},
+        {"env": {"A": "x\0y"}},
+        {"deadline_s": 0},
+        {"deadline_s": float("inf")},
+        {"grace_s": -1},
+        {"tail_chars": 0},
+    ],
+)
+async def test_invalid_options_are_refused(
+    options: dict[str, Any], supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    call: dict[str, Any] = {
+        "argv": [sys.executable, "-c", "pass"],
+        "supervisor": supervisor,
+        "cwd": tmp_path,
+        "env": {},
+        "deadline_s": 5.0,
+        "artifact_dir": tmp_path / "artifacts",
+        **options,
+    }
+    argv = call.pop("argv")
+    with pytest.raises(InvalidValue):
+        await run_process(argv, **call)
+    assert not await anyio.Path(tmp_path / "artifacts").exists()
+
+
+# --- opaque artifact directories ------------------------------------------------------
+
+
+KEY = b"k" * 32
+
+
+@pytest.mark.parametrize("session_id", ["sess_123", "../../etc", "/abs/path", "a/b", "ü\0x"])
+def test_opaque_artifact_dir_never_uses_the_raw_id(session_id: str, tmp_path: Path) -> None:
+    directory = opaque_artifact_dir(tmp_path, session_id, key=KEY)
+    assert directory.parent == tmp_path
+    assert len(directory.name) == 32
+    assert set(directory.name) <= set("0123456789abcdef")
+    assert session_id not in str(directory)
+    assert directory == opaque_artifact_dir(tmp_path, session_id, key=KEY)
+    assert directory != opaque_artifact_dir(tmp_path, session_id, key=b"x" * 32)
+    assert directory != opaque_artifact_dir(tmp_path, session_id + "-other", key=KEY)
+
+
+def test_opaque_artifact_dir_needs_a_real_key(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValue):
+        opaque_artifact_dir(tmp_path, "sess_1", key=b"short")
+
+
+# --- bounded memory -------------------------------------------------------------------
+
+
+async def test_memory_stays_bounded_while_a_child_prints_200_mb(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    size = 200 * MB
+    code = (
+        "import sys\n"
+        "block = b'y' * 1048576\n"
+        f"for _ in range({size // MB}): sys.stdout.buffer.write(block)\n"
+    )
+    host = psutil.Process()
+    baseline = host.memory_info().rss
+    peak = baseline
+    done = anyio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, host.memory_info().rss)
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(sample)
+        with anyio.fail_after(120):
+            outcome = await run(supervisor, tmp_path, code)
+        done.set()
+
+    assert outcome.status == "exited"
+    assert outcome.stdout.total_bytes == size
+    assert outcome.stdout.tail == "y" * 12_000
+    assert outcome.stdout.artifact is not None
+    assert (await anyio.Path(outcome.stdout.artifact).stat()).st_size == size
+    assert peak - baseline < 100 * MB, f"RSS grew by {(peak - baseline) / MB:.1f} MB"
