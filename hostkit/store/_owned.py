@@ -16,7 +16,15 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
-from hostkit.types import MessageRecord, Page, PrincipalScope, SessionRecord, TaskRecord, new_id
+from hostkit.types import (
+    LegacyRepairView,
+    MessageRecord,
+    Page,
+    PrincipalScope,
+    SessionRecord,
+    TaskRecord,
+    new_id,
+)
 
 __all__ = [
     "DenialReason",
@@ -30,6 +38,7 @@ __all__ = [
     "get_task",
     "list_messages",
     "list_sessions",
+    "legacy_view",
     "list_tasks",
     "now",
     "owner_predicate",
@@ -273,3 +282,32 @@ def denial_reason(conn: sqlite3.Connection, kind: OwnedKind, object_id: str) -> 
     if owner[0] == "legacy_local":
         return "legacy_repair_required"
     return "unauthorized"
+
+
+def legacy_view(
+    raw: sqlite3.Connection, kind: OwnedKind, object_id: str
+) -> LegacyRepairView | None:
+    reason = denial_reason(raw, kind, object_id)
+    if reason not in ("legacy_repair_required", "missing_durable_owner"):
+        return None
+    status: Literal["legacy_local", "missing"] = (
+        "legacy_local" if reason == "legacy_repair_required" else "missing"
+    )
+    task: TaskRecord | None = None
+    session_id = object_id
+    if kind == "task":
+        row = raw.execute(
+            "SELECT task_id, session_id, kind, status, detail, created_at, updated_at "
+            "FROM tasks t WHERE task_id = ?",
+            [object_id],
+        ).fetchone()
+        task = task_record(row)
+        session_id = task.session_id
+    row = raw.execute(
+        "SELECT session_id, created_at, status, title FROM sessions WHERE session_id = ?",
+        [session_id],
+    ).fetchone()
+    session = (
+        SessionRecord(row[0], row[1], row[2], row[3], "legacy_local") if row is not None else None
+    )
+    return LegacyRepairView(session=session, task=task, owner_status=status)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -19,6 +19,7 @@ from hostkit.store._owned import OwnedKind
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._scopes import ScopeKeys, ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
+from hostkit.store._transaction import Transaction
 from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
 from hostkit.types import (
     AuditRecord,
@@ -53,40 +54,6 @@ def audit_reason(reason: object) -> str:
     if len(reason) > MAX_REASON:
         raise ScopeError(f"the audit reason is limited to {MAX_REASON} characters")
     return reason.strip()
-
-
-class Transaction:
-    """An interactive write transaction: each call is one hop to the database thread.
-
-    Prefer ``RuntimeStore.write(fn)`` (one hop for the whole transaction, and
-    shared commits); use this when a transaction must await other work between
-    statements. ``run(fn)`` executes a whole function inside this transaction.
-    """
-
-    def __init__(self, conn: DbConnection) -> None:
-        self._conn = conn
-        self._open = True
-
-    def _check(self) -> None:
-        if not self._open:
-            raise InvalidValue("the transaction has ended")
-
-    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
-        """Execute one statement; return its row count."""
-        return await self.run(lambda raw: raw.execute(sql, parameters).rowcount)
-
-    async def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return await self.run(lambda raw: raw.execute(sql, parameters).fetchall())
-
-    async def fetchone(self, sql: str, parameters: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        return await self.run(lambda raw: raw.execute(sql, parameters).fetchone())
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        self._check()
-        try:
-            return await self._conn.run(fn)
-        except sqlite3.Error as exc:
-            raise map_sqlite_error(exc, "statement") from exc
 
 
 class RuntimeStore:
@@ -538,38 +505,9 @@ class RuntimeStore:
                 subject=f"{kind}:{object_id}"[:300],
                 reason=text,
             )
-            return _legacy_view(raw, kind, object_id)
+            return _owned.legacy_view(raw, kind, object_id)
 
         view = await self.write(lookup)
         if view is None:
             raise NotFoundOrUnauthorized(kind)
         return view
-
-
-def _legacy_view(
-    raw: sqlite3.Connection, kind: OwnedKind, object_id: str
-) -> LegacyRepairView | None:
-    reason = _owned.denial_reason(raw, kind, object_id)
-    if reason not in ("legacy_repair_required", "missing_durable_owner"):
-        return None
-    status: Literal["legacy_local", "missing"] = (
-        "legacy_local" if reason == "legacy_repair_required" else "missing"
-    )
-    task: TaskRecord | None = None
-    session_id = object_id
-    if kind == "task":
-        row = raw.execute(
-            "SELECT task_id, session_id, kind, status, detail, created_at, updated_at "
-            "FROM tasks t WHERE task_id = ?",
-            [object_id],
-        ).fetchone()
-        task = _owned.task_record(row)
-        session_id = task.session_id
-    row = raw.execute(
-        "SELECT session_id, created_at, status, title FROM sessions WHERE session_id = ?",
-        [session_id],
-    ).fetchone()
-    session = (
-        SessionRecord(row[0], row[1], row[2], row[3], "legacy_local") if row is not None else None
-    )
-    return LegacyRepairView(session=session, task=task, owner_status=status)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 
 import anyio
 
@@ -25,6 +24,7 @@ from hostkit.errors import (
 )
 from hostkit.store import RuntimeStore
 from hostkit.turns import _records
+from hostkit.turns._active import ActiveTurn, add_usage, bind_context
 from hostkit.turns._admission import SessionAdmission
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
@@ -44,8 +44,6 @@ from hostkit.types import (
     TurnOutcome,
     TurnRequest,
     TurnResult,
-    TurnToken,
-    Usage,
     UsageObservation,
     new_id,
 )
@@ -53,20 +51,6 @@ from hostkit.types import (
 __all__ = ["TurnExecution"]
 
 _log = logging.getLogger("hostkit.turns")
-
-
-@dataclass
-class _ActiveTurn:
-    """Private admitted-turn state: live cancellation and what is in flight."""
-
-    context: TurnExecutionContext
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    in_flight: str | None = None
-    cancel_reason: str = "cancelled on request"
-    text: str = ""
-    effects: list[EffectSummary] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
 
 
 class TurnExecution:
@@ -116,7 +100,7 @@ class TurnExecution:
         self._turn_timeout_s = turn_timeout_s
         self._cancel_timeout_s = cancel_timeout_s
         self._terminal_timeout_s = terminal_timeout_s
-        self._active: dict[str, _ActiveTurn] = {}
+        self._active: dict[str, ActiveTurn] = {}
         self._closing = False
 
     @property
@@ -163,7 +147,7 @@ class TurnExecution:
                 return replay
             owner = await self._lease_owner()
             core = await self._cores.pin(request.core_id, request.core_revision)
-            context = self._bind(request, scope, core)
+            context = bind_context(request, scope, core)
             try:
                 # Shielded: once turn.started may have committed, _drive must run so the
                 # turn gets its terminal record; a pending cancellation is delivered there.
@@ -234,41 +218,10 @@ class TurnExecution:
             raise TurnRejected("the principal is not bound to a session")
         return scope
 
-    def _bind(
-        self, request: TurnRequest, scope: PrincipalScope, core: PinnedCore
-    ) -> TurnExecutionContext:
-        turn_id = new_id("turn")
-        session_id = scope.session_id or ""
-
-        def token(kind: str) -> TurnToken:
-            return TurnToken(kind, request.request_id, turn_id, session_id, new_id("tok"))  # type: ignore[arg-type]
-
-        return TurnExecutionContext(
-            request_id=request.request_id,
-            turn_id=turn_id,
-            principal=scope,
-            session_id=session_id,
-            core_id=core.core_id,
-            core_revision=core.core_revision,
-            capability_snapshot={
-                "effects": core.effect_names,
-                "policy": core.policy_fingerprint,
-                "provider": core.provider.name,
-                "model": core.provider.model,
-            },
-            workspace_scope=str(core.workspace),
-            route_token=token("route"),
-            admission_lease_token=token("admission"),
-            cancellation_token=token("cancellation"),
-            trace_ids=(new_id("trace"),),
-            interaction_metadata=request.metadata,
-            generation=core.generation,
-        )
-
     async def _drive(
         self, request: TurnRequest, context: TurnExecutionContext, core: PinnedCore
     ) -> TurnResult:
-        active = _ActiveTurn(context)
+        active = ActiveTurn(context)
         self._active[context.turn_id] = active
         catalog: PreparedEffectCatalog | None = None
         try:
@@ -325,7 +278,7 @@ class TurnExecution:
         context: TurnExecutionContext,
         core: PinnedCore,
         catalog: PreparedEffectCatalog,
-        active: _ActiveTurn,
+        active: ActiveTurn,
     ) -> tuple[TurnOutcome, str | None]:
         messages: list[ModelMessage] = [ModelMessage("user", request.input)]
         provider = core.provider
@@ -353,7 +306,7 @@ class TurnExecution:
                 step,
             )
             active.in_flight = None
-            active.usage = _add(active.usage, response.usage)
+            active.usage = add_usage(active.usage, response.usage)
             await self._observe(context, step, prepared.decision_id, response)
             assistant = ModelMessage("assistant", response.text, response.tool_calls)
             messages.append(assistant)
@@ -445,7 +398,7 @@ class TurnExecution:
         )
         self._emit(context, event, detail)
 
-    async def _renew_lease(self, context: TurnExecutionContext, active: _ActiveTurn) -> None:
+    async def _renew_lease(self, context: TurnExecutionContext, active: ActiveTurn) -> None:
         """Extend the lease; stop if another Host ended the turn or a cancel was recorded."""
         expires = time.time() + self._lease_ttl_s
         state = await self._store.write(
@@ -462,7 +415,7 @@ class TurnExecution:
         self,
         request: TurnRequest,
         context: TurnExecutionContext,
-        active: _ActiveTurn,
+        active: ActiveTurn,
         outcome: TurnOutcome,
         error: str | None,
     ) -> TurnResult:
@@ -549,12 +502,3 @@ class TurnExecution:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
         with contextlib.suppress(Exception):
             self._observer.notify(event)
-
-
-def _add(total: Usage, more: Usage) -> Usage:
-    return Usage(
-        total.input_tokens + more.input_tokens,
-        total.output_tokens + more.output_tokens,
-        total.cache_read_tokens + more.cache_read_tokens,
-        total.cache_write_tokens + more.cache_write_tokens,
-    )
