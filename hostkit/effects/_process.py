@@ -1,8 +1,8 @@
 """The Host process lifecycle: spawn, drain, deadline, cancellation and shutdown of a tree.
 
-Foreground and background ``terminal.run`` share this one module so that every
-child the Host starts is owned the same way (contract: EffectRuntime, terminal
-execution):
+Foreground and background ``terminal.run`` share this one lifecycle so that
+every child the Host starts is owned the same way (contract: EffectRuntime,
+terminal execution):
 
 - POSIX: a new session and process group per spawn; TERM, then KILL after a
   grace period. (Windows Job Objects are a later adapter.)
@@ -18,35 +18,40 @@ execution):
 - Cancellation is single-flight and reports ``cancelled`` only once every
   tracked process is confirmed gone; otherwise ``indeterminate``.
 
+This module holds the public values, the supervisor, the caller's control
+and ``run_process``; the tree lives in ``_process_tree`` and the output
+streams in ``_process_streams``. ``ProcessOwner`` and ``StreamCapture`` are
+defined there and re-exported here.
+
 Every ``/proc`` read (psutil) and file write runs in a worker thread: the Host
 shares its event loop with turns, widgets and the inbox.
 """
 
 from __future__ import annotations
 
-import codecs
-import contextlib
-import functools
 import hashlib
 import hmac
 import math
-import os
 import signal
-import stat
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
 import anyio
-import psutil
-from anyio.abc import ByteReceiveStream, Process
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.abc import Process
 
+from hostkit.effects._process_streams import (
+    StreamCapture,
+    _discard,
+    _prepare_artifacts,
+    _Sink,
+    _write_chunks,
+)
+from hostkit.effects._process_tree import ProcessOwner, _Cause, _Tree
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import new_id
 
@@ -71,18 +76,10 @@ DEFAULT_GRACE_S = 2.0  # between TERM and KILL
 DEFAULT_CONFIRM_S = 5.0  # after KILL, how long to wait for every tracked process to go
 DEFAULT_SNAPSHOT_INTERVAL_S = 0.25  # descendant snapshots while the tree runs
 DEFAULT_DRAIN_GRACE_S = 2.0  # for end-of-stream once the tree is gone
-READ_CHUNK_BYTES = 256 * 1024
-WRITE_QUEUE_CHUNKS = 16  # chunks in flight to one artifact writer: bounds memory, not speed
-WRITE_BATCH_BYTES = 4 * 1024 * 1024  # one worker-thread hop writes up to this much
-ARTIFACT_DIR_MODE = 0o700
-ARTIFACT_FILE_MODE = 0o600
 OPAQUE_NAME_HEX = 32
 MIN_KEY_BYTES = 16
-_POLL_S = 0.02  # while waiting for signalled processes to disappear
-START_TIME_SLACK_S = 1.0  # psutil start times sit on a whole-second boot-time base
 
 ProcessStatus = Literal["exited", "timed_out", "cancelled", "indeterminate", "failed"]
-_Cause = Literal["exited", "deadline", "cancelled", "shutdown", "drain_failed", "abandoned"]
 _REASONS: dict[_Cause, str] = {
     "deadline": "deadline of {deadline:g} s passed; the process tree was ended",
     "cancelled": "cancelled; the process tree was ended",
@@ -98,38 +95,6 @@ _STATUS: dict[_Cause, ProcessStatus] = {
     "drain_failed": "failed",
     "abandoned": "cancelled",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessOwner:
-    """Who the Host started: enough to find, revalidate and end the tree later.
-
-    ``create_time`` is the OS start time (psutil, seconds since the epoch);
-    None only when the process was gone before it could be read, and then
-    nothing is ever signalled by its pid.
-    """
-
-    pid: int
-    pgid: int
-    spawn_id: str
-    create_time: float | None
-    platform: str
-
-
-@dataclass(frozen=True, slots=True)
-class StreamCapture:
-    """One stream's bounded tail and totals, and where its full text was kept.
-
-    ``tail`` is the last ``tail_chars`` characters (UTF-8, undecodable bytes
-    replaced); ``truncated`` says the stream was longer than that.
-    ``artifact`` is None when no file was written (the run never started).
-    """
-
-    tail: str
-    total_bytes: int
-    total_chars: int
-    truncated: bool
-    artifact: Path | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,334 +254,6 @@ class ProcessSupervisor:
         self._trees.discard(tree)
 
 
-# --- process trees --------------------------------------------------------------------
-
-
-def _lookup_root(pid: int) -> tuple[psutil.Process, float] | None:
-    try:
-        root = psutil.Process(pid)
-        return root, root.create_time()
-    except psutil.Error:
-        return None
-
-
-def _scan(
-    root: psutil.Process | None,
-    not_before: float,
-    pgid: int,
-    known: Mapping[int, psutil.Process],
-) -> dict[int, psutil.Process]:
-    """The live, non-zombie members of one tree: known ones, their group/session, descendants.
-
-    Group and session members count only when they started no earlier than
-    ``not_before``. Identity is pid plus start time (``psutil.Process.__eq__``).
-    """
-    own = os.getpid()
-    live: dict[int, psutil.Process] = {}
-    children: dict[int, list[psutil.Process]] = {}
-    for pid in psutil.pids():
-        if pid == own:
-            continue
-        try:
-            proc = psutil.Process(pid)
-            with proc.oneshot():
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                children.setdefault(proc.ppid(), []).append(proc)
-            ours = proc == known.get(pid) or proc == root
-            if ours or (
-                pgid in (os.getpgid(pid), os.getsid(pid)) and proc.create_time() >= not_before
-            ):
-                live[pid] = proc
-        except (psutil.Error, OSError):
-            continue
-    pending = list(live.values())
-    while pending:
-        for child in children.get(pending.pop().pid, ()):
-            if child.pid not in live:
-                live[child.pid] = child
-                pending.append(child)
-    return live
-
-
-def _signal(
-    members: Sequence[psutil.Process], sig: int, root: psutil.Process | None, pgid: int
-) -> None:
-    # killpg only while the root is unreaped: its pid, and so the group id, cannot be reused.
-    if root is not None and root.is_running():
-        with contextlib.suppress(OSError):
-            os.killpg(pgid, sig)
-    for proc in members:
-        try:
-            proc.send_signal(sig)  # psutil refuses a pid whose start time changed
-        except psutil.Error:
-            continue
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _wait_gone(members: Sequence[psutil.Process], timeout_s: float) -> None:
-    # A worker-thread poll: these are not our children, so there is nothing to wait on.
-    deadline = time.monotonic() + timeout_s
-    while any(_alive(proc) for proc in members) and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-
-
-class _Tree:
-    """One owned process tree: owner record, descendants seen so far, single-flight ending."""
-
-    def __init__(
-        self,
-        process: Process,
-        *,
-        spawn_id: str,
-        spawned_at: float,
-        grace_s: float,
-        confirm_s: float,
-    ) -> None:
-        self.process = process
-        self.spawn_id = spawn_id
-        self._spawned_at = spawned_at
-        self.owner: ProcessOwner | None = None
-        self.stop_requested = anyio.Event()
-        self.stop_cause: _Cause | None = None
-        self._grace_s = grace_s
-        self._confirm_s = confirm_s
-        self._root: psutil.Process | None = None
-        self._known: dict[int, psutil.Process] = {}
-        self._recorded = anyio.Event()
-        self._ending: anyio.Event | None = None
-        self._confirmed = False
-
-    async def record(self) -> ProcessOwner:
-        """Read the root's OS start time and write the owner record."""
-        pid = self.process.pid
-        found = None
-        try:
-            found = await anyio.to_thread.run_sync(_lookup_root, pid)
-        finally:
-            self._root, started = found if found else (None, None)
-            self.owner = ProcessOwner(
-                pid=pid,
-                pgid=pid,
-                spawn_id=self.spawn_id,
-                create_time=started,
-                platform=sys.platform,
-            )
-            self._recorded.set()
-        return self.owner
-
-    def tracked_pids(self) -> frozenset[int]:
-        return frozenset(self._known)
-
-    def request_stop(self, cause: _Cause) -> None:
-        """Record the first reason to end the tree and wake the run; idempotent."""
-        if self.stop_cause is None:
-            self.stop_cause = cause
-        self.stop_requested.set()
-
-    async def watch(self, interval_s: float) -> None:
-        """Snapshot descendants while the tree runs, so ones that detach are still known."""
-        while True:
-            await anyio.sleep(interval_s)
-            await self._refresh()
-
-    async def terminate(self, cause: _Cause) -> bool:
-        """End the tree once, whoever asks; every caller gets whether it is confirmed gone."""
-        self.request_stop(cause)
-        if self._ending is None:
-            self._ending = anyio.Event()
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self._recorded.wait()
-                    self._confirmed = await self._end()
-            finally:
-                self._ending.set()
-        else:
-            await self._ending.wait()
-        return self._confirmed
-
-    async def _refresh(self) -> list[psutil.Process]:
-        before = dict(self._known)
-        # Without the root's own start time (it was reaped before it could be read), the
-        # wall clock at spawn is the bound; psutil's boot-time base is only whole seconds.
-        started = self.owner.create_time if self.owner else None
-        not_before = self._spawned_at - START_TIME_SLACK_S if started is None else started
-        pgid = self.process.pid
-        live = await anyio.to_thread.run_sync(_scan, self._root, not_before, pgid, before)
-        self._known.update(live)
-        for pid, proc in before.items():
-            if pid not in live and self._known.get(pid) is proc:
-                del self._known[pid]
-        return list(live.values())
-
-    async def _end(self) -> bool:
-        members = await self._refresh()
-        if not members:
-            return True
-        pgid = self.process.pid
-        await anyio.to_thread.run_sync(_signal, members, signal.SIGTERM, self._root, pgid)
-        await anyio.to_thread.run_sync(_wait_gone, members, self._grace_s)
-        with anyio.move_on_after(self._confirm_s):
-            while members := await self._refresh():
-                await anyio.to_thread.run_sync(_signal, members, signal.SIGKILL, self._root, pgid)
-                await anyio.sleep(_POLL_S)
-            return True
-        return False
-
-
-# --- streams --------------------------------------------------------------------------
-
-
-def _prepare_artifacts(directory: Path, spawn_id: str) -> tuple[int, Path, int, Path]:
-    directory.mkdir(mode=ARTIFACT_DIR_MODE, parents=True, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise OSError(f"{directory} is not a directory owned by this user")
-    os.chmod(directory, ARTIFACT_DIR_MODE)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    opened: list[tuple[int, Path]] = []
-    try:
-        for name in ("stdout", "stderr"):
-            path = directory / f"{spawn_id}.{name}"
-            fd = os.open(path, flags, ARTIFACT_FILE_MODE)
-            opened.append((fd, path))
-            os.fchmod(fd, ARTIFACT_FILE_MODE)  # exact, whatever the umask
-    except OSError:
-        _discard(opened)
-        raise
-    (out_fd, out_path), (err_fd, err_path) = opened
-    return out_fd, out_path, err_fd, err_path
-
-
-def _discard(opened: Sequence[tuple[int, Path]]) -> None:
-    for fd, path in opened:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-
-
-def _write_chunks(fd: int, chunks: Sequence[bytes]) -> None:
-    for chunk in chunks:
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(fd, view) :]
-
-
-def _close_artifact(fd: int, *, sync: bool) -> None:
-    try:
-        if sync:
-            os.fsync(fd)  # the artifact is the durable record of the output
-    finally:
-        os.close(fd)
-
-
-class _Sink:
-    """One stream: a bounded tail and totals, and a writer that keeps the full stream on disk."""
-
-    def __init__(self, *, name: str, fd: int, path: Path, tail_chars: int) -> None:
-        self.name = name
-        self.path = path
-        self.error: str | None = None
-        self.eof = anyio.Event()
-        self.closed = anyio.Event()
-        self._fd: int | None = fd
-        self._tail_chars = tail_chars
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._tail = ""
-        self._bytes = 0
-        self._chars = 0
-
-    def capture(self) -> StreamCapture:
-        """The stream as seen so far."""
-        return StreamCapture(
-            tail=self._tail,
-            total_bytes=self._bytes,
-            total_chars=self._chars,
-            truncated=self._chars > self._tail_chars,
-            artifact=self.path,
-        )
-
-    async def run(self, stream: ByteReceiveStream, on_failure: Callable[[], None]) -> None:
-        """Drain ``stream`` to its end, handing chunks to the artifact writer."""
-        send, receive = anyio.create_memory_object_stream[bytes](WRITE_QUEUE_CHUNKS)
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._persist, receive)
-            async with send:
-                await self._drain(stream, send, on_failure)
-
-    async def _drain(
-        self,
-        stream: ByteReceiveStream,
-        send: MemoryObjectSendStream[bytes],
-        on_failure: Callable[[], None],
-    ) -> None:
-        try:
-            while True:
-                try:
-                    chunk = await stream.receive(READ_CHUNK_BYTES)
-                except anyio.EndOfStream:
-                    break
-                self._take(chunk)
-                await send.send(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self.error = self.error or bounded(f"reading {self.name} failed: {exc!r}")
-            on_failure()
-        finally:
-            self._take(b"", final=True)
-            self.eof.set()
-
-    def _take(self, chunk: bytes, *, final: bool = False) -> None:
-        self._bytes += len(chunk)
-        text = self._decoder.decode(chunk, final)
-        self._chars += len(text)
-        if len(text) >= self._tail_chars:
-            self._tail = text[len(text) - self._tail_chars :]
-        elif text:
-            self._tail = (self._tail + text)[-self._tail_chars :]
-
-    async def _persist(self, receive: MemoryObjectReceiveStream[bytes]) -> None:
-        try:
-            async with receive:
-                async for chunk in receive:
-                    batch, size = [chunk], len(chunk)
-                    while size < WRITE_BATCH_BYTES:
-                        try:
-                            more = receive.receive_nowait()
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                        batch.append(more)
-                        size += len(more)
-                    await self._write(batch)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._close(sync=self.error is None)
-                self.closed.set()
-
-    async def _write(self, batch: list[bytes]) -> None:
-        # After a failure the chunks are dropped, but still consumed: the drain never stalls.
-        if self._fd is None:
-            return
-        try:
-            await anyio.to_thread.run_sync(_write_chunks, self._fd, batch)
-        except OSError as exc:
-            self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
-            await self._close(sync=False)
-
-    async def _close(self, *, sync: bool) -> None:
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        try:
-            await anyio.to_thread.run_sync(functools.partial(_close_artifact, fd, sync=sync))
-        except OSError as exc:
-            self.error = self.error or bounded(f"{self.name} artifact sync failed: {exc!r}")
-
-
 # --- running one command --------------------------------------------------------------
 
 
@@ -673,8 +310,20 @@ async def _spawn(
         await anyio.to_thread.run_sync(_discard, [(out_fd, out_path), (err_fd, err_path)])
         raise RuntimeFailure(f"cannot start {command[0]!r}: {exc.strerror or exc!r}") from exc
     sinks = (
-        _Sink(name="stdout", fd=out_fd, path=out_path, tail_chars=tail_chars),
-        _Sink(name="stderr", fd=err_fd, path=err_path, tail_chars=tail_chars),
+        _Sink(
+            name="stdout",
+            fd=out_fd,
+            path=out_path,
+            tail_chars=tail_chars,
+            write_chunks=_write_chunks,
+        ),
+        _Sink(
+            name="stderr",
+            fd=err_fd,
+            path=err_path,
+            tail_chars=tail_chars,
+            write_chunks=_write_chunks,
+        ),
     )
     return process, sinks
 

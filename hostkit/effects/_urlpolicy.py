@@ -19,25 +19,24 @@ differently a second time (DNS rebinding) or redirect there. So:
 
 Audit views show only the origin and the validated addresses, never the path
 or query, which may carry tokens.
+
+Fetching under the policy (the pinning backend, redirects, the capped body)
+lives in ``hostkit.effects._fetch``; its public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 import socket
-import ssl
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
-import httpcore
 import httpx
 
-from hostkit.errors import ConfigError, RuntimeFailure, UserError, bounded
+from hostkit.effects._fetch import FetchError, FetchResult, fetch
+from hostkit.errors import ConfigError, UserError, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata
 
@@ -57,12 +56,6 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_USER_AGENT = "hostkit-web/0.1"
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-# gzip can be decoded with a bounded output per step; deflate's two framings and
-# brotli/zstd cannot, so they are neither asked for nor accepted.
-_ACCEPT_ENCODING = "identity, gzip"
-_MAX_CONTENT_TYPE = 200
 
 # Cloud metadata and credential endpoints. Some are public addresses (Azure's
 # WireServer), so they are listed by address, and a broad allowlist entry never
@@ -108,14 +101,6 @@ class UrlDenied(UserError):
         super().__init__(message)
 
 
-class FetchError(RuntimeFailure):
-    """A permitted fetch failed in the network: DNS, connect, TLS, protocol or deadline."""
-
-    def __init__(self, message: str, *, timed_out: bool = False, retryable: bool = True) -> None:
-        self.timed_out = timed_out
-        super().__init__(message, retryable=retryable)
-
-
 @dataclass(frozen=True, slots=True)
 class ValidatedTarget:
     """A URL whose host's every address passed the policy; requests go only there."""
@@ -133,25 +118,6 @@ class ValidatedTarget:
     def audit_view(self) -> FrozenMap:
         """The origin and the validated addresses: never path, query or credentials."""
         return bounded_metadata({"origin": self.origin, "addresses": list(self.addresses)})
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """A bounded response: ``body`` holds at most the policy's ``max_body_bytes``."""
-
-    url: str
-    status: int
-    content_type: str
-    body: bytes = field(repr=False)
-    bytes_read: int
-    truncated: bool
-    hops: tuple[ValidatedTarget, ...]
-
-    def audit_view(self) -> FrozenMap:
-        """Every hop's origin and validated addresses, for events and the durable record."""
-        return bounded_metadata(
-            {"hops": [dict(hop.audit_view()) for hop in self.hops], "status": self.status}
-        )
 
 
 async def _system_resolver(host: str, port: int) -> Sequence[str]:
@@ -230,6 +196,17 @@ class UrlPolicy:
         return ValidatedTarget(
             url=request_url, scheme=scheme, host=host, port=port, addresses=addresses
         )
+
+    async def _redirect(
+        self, base: ValidatedTarget, location: str, *, hops: int, pins: dict[str, tuple[str, ...]]
+    ) -> ValidatedTarget:
+        """Validate the hop a redirect from ``base`` to ``location`` names, after ``hops`` hops.
+
+        Refuses it once the policy's ``max_redirects`` are spent.
+        """
+        if hops > self.max_redirects:
+            raise UrlDenied(f"more than {self.max_redirects} redirects", reason="redirects")
+        return await self._validate(_join(base.url, location), pins=pins)
 
     def _parse(self, url: str) -> tuple[str, str, int, IPAddress | None, httpx.URL]:
         if not isinstance(url, str) or not url or len(url) > self.max_url_chars:
@@ -315,6 +292,13 @@ class UrlPolicy:
 
 def _origin(scheme: str, host: str, port: int) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _join(base: httpx.URL, location: str) -> str:
+    try:
+        return str(base.join(location))
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise UrlDenied("the redirect location is malformed", reason="invalid") from exc
 
 
 def _is_hostname(name: str) -> bool:
@@ -412,235 +396,3 @@ def _category(address: IPAddress) -> str | None:
     if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST_V6:
         return "reserved"
     return None
-
-
-class _PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Connects a URL host only to the addresses the policy validated for it.
-
-    httpcore hands the backend the URL host; this maps it to the pinned
-    addresses, so DNS is never consulted again while TLS still uses the name
-    for SNI and certificate checks. A host with no pin is refused.
-    """
-
-    def __init__(self, pins: Mapping[str, tuple[str, ...]], inner: httpcore.AsyncNetworkBackend):
-        self._pins = pins
-        self._inner = inner
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = self._pins.get(host)
-        if not addresses:
-            raise httpcore.ConnectError("host was not validated by the URL policy")
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    address,
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not reachable through the URL policy")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class _CoreStream(httpx.AsyncByteStream):
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
-
-    async def aclose(self) -> None:
-        if hasattr(self._stream, "aclose"):
-            await self._stream.aclose()
-
-
-class _PinnedTransport(httpx.AsyncBaseTransport):
-    """httpx on an httpcore pool whose only way out is the pinning backend."""
-
-    def __init__(self, pool: httpcore.AsyncConnectionPool) -> None:
-        self._pool = pool
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,  # type: ignore[arg-type]
-            extensions=request.extensions,
-        )
-        response = await self._pool.handle_async_request(core)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_CoreStream(response.stream),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
-
-
-@functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
-    return httpcore.default_ssl_context()
-
-
-_TIMEOUTS = (TimeoutError, httpx.TimeoutException, httpcore.TimeoutException)
-_NETWORK = (
-    httpx.TransportError,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.UnsupportedProtocol,
-    ssl.SSLError,
-    OSError,
-)
-
-
-async def fetch(
-    url: str,
-    *,
-    policy: UrlPolicy,
-    network_backend: httpcore.AsyncNetworkBackend | None = None,
-    ssl_context: ssl.SSLContext | None = None,
-) -> FetchResult:
-    """GET ``url`` under ``policy``: pinned connections, validated hops, a capped body.
-
-    ``network_backend`` is the raw connector under the pinning layer (tests
-    pass a loopback-only or scripted one). Raises ``UrlDenied`` before any
-    connection to a refused URL or hop, ``FetchError`` for network failures
-    and deadlines (``timed_out``). Cancellation propagates.
-    """
-    context = ssl_context or await anyio.to_thread.run_sync(_default_ssl_context)
-    pins: dict[str, tuple[str, ...]] = {}
-    pool = httpcore.AsyncConnectionPool(
-        ssl_context=context,
-        network_backend=_PinnedBackend(pins, network_backend or httpcore.AnyIOBackend()),
-        max_connections=2,
-        retries=0,
-    )
-    client = httpx.AsyncClient(
-        transport=_PinnedTransport(pool),
-        timeout=httpx.Timeout(
-            policy.read_timeout_s, connect=policy.connect_timeout_s, pool=policy.connect_timeout_s
-        ),
-        follow_redirects=False,
-        trust_env=False,
-        headers={"user-agent": _USER_AGENT, "accept-encoding": _ACCEPT_ENCODING},
-    )
-    hops: list[ValidatedTarget] = []
-    try:
-        async with client:
-            with anyio.fail_after(policy.total_timeout_s):
-                response = await _follow(client, policy, url, pins, hops)
-                try:
-                    body, truncated = await _read_capped(response, policy.max_body_bytes)
-                finally:
-                    await response.aclose()
-    except _TIMEOUTS as exc:
-        raise FetchError(f"fetching {_where(hops)} timed out", timed_out=True) from exc
-    except _NETWORK as exc:
-        raise FetchError(f"fetching {_where(hops)} failed: {type(exc).__name__}") from exc
-    return FetchResult(
-        url=str(hops[-1].url),
-        status=response.status_code,
-        content_type=bounded(response.headers.get("content-type", ""), _MAX_CONTENT_TYPE),
-        body=body,
-        bytes_read=len(body),
-        truncated=truncated,
-        hops=tuple(hops),
-    )
-
-
-async def _follow(
-    client: httpx.AsyncClient,
-    policy: UrlPolicy,
-    url: str,
-    pins: dict[str, tuple[str, ...]],
-    hops: list[ValidatedTarget],
-) -> httpx.Response:
-    """Request ``url`` and its redirects, validating each hop before it is requested.
-
-    Appends every validated hop to ``hops`` and returns the final response
-    with its body still unread.
-    """
-    target = await policy._validate(url, pins=pins)
-    hops.append(target)
-    while True:
-        response = await client.send(client.build_request("GET", target.url), stream=True)
-        location = response.headers.get("location")
-        if response.status_code not in _REDIRECTS or not location:
-            return response
-        await response.aclose()
-        if len(hops) > policy.max_redirects:
-            raise UrlDenied(f"more than {policy.max_redirects} redirects", reason="redirects")
-        target = await policy._validate(_join(target.url, location), pins=pins)
-        hops.append(target)
-
-
-def _where(hops: Sequence[ValidatedTarget]) -> str:
-    return hops[-1].origin if hops else "the URL"
-
-
-def _join(base: httpx.URL, location: str) -> str:
-    try:
-        return str(base.join(location))
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise UrlDenied("the redirect location is malformed", reason="invalid") from exc
-
-
-async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
-    """At most ``cap`` decoded bytes, stopping the read as soon as the cap is passed.
-
-    The raw bytes are capped too, so a compressed stream of nothing cannot run
-    forever; a gzip bomb stops at ``cap`` because each step's output is bounded.
-    """
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("gzip", "x-gzip"):
-        decoder: zlib._Decompress | None = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding in ("", "identity"):
-        decoder = None
-    else:
-        raise FetchError(f"unsupported content encoding {bounded(encoding, 40)!r}", retryable=False)
-    body = bytearray()
-    raw = 0
-    async for chunk in response.aiter_raw():
-        raw += len(chunk)
-        room = cap + 1 - len(body)
-        if decoder is None:
-            body += chunk[:room]
-        else:
-            try:
-                body += decoder.decompress(chunk, room)
-            except zlib.error as exc:
-                raise FetchError("the compressed body is corrupt", retryable=False) from exc
-        if len(body) > cap or raw > cap:
-            return bytes(body[:cap]), True
-    return bytes(body), False

@@ -1,0 +1,339 @@
+"""Link-safe filesystem primitives beneath one opened root, for ``WorkspaceScope``.
+
+``ContainedRoot.resolve`` is the contained walk: each component is opened
+relative to its parent's descriptor with ``O_NOFOLLOW``, a symlink is read
+with ``readlink`` and its target walked under the same rules, and ``..`` pops
+the walk's own stack of opened directories. The helpers below it replace a
+file by ``rename`` inside an already opened directory, read a bounded window,
+check what a directory entry is before it is replaced, and map an ``OSError``
+to a bounded error naming only the workspace-relative path.
+
+Everything here runs in a worker thread and raises the workspace's own
+refusals, so the error vocabulary stays with ``WorkspaceScope``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import secrets
+import stat
+from collections import deque
+from contextlib import suppress
+from typing import Literal
+
+# Error classes only, looked up when raised: ``_workspace`` imports this module.
+from hostkit.effects import _workspace
+from hostkit.errors import HostkitError
+
+__all__ = [
+    "FILE_FLAGS",
+    "MAX_SYMLINK_HOPS",
+    "O_DIRECTORY",
+    "O_NOFOLLOW",
+    "ContainedRoot",
+    "decode_window",
+    "entry_size",
+    "lstat",
+    "mapped",
+    "open_entry",
+    "pread_bounded",
+    "quoted",
+    "replace_atomically",
+    "require_regular",
+    "require_replaceable",
+]
+
+MAX_SYMLINK_HOPS = 40  # the kernel's own bound
+_CHUNK_BYTES = 64 * 1024
+_SHOWN_CHARS = 200
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# O_NONBLOCK so opening a FIFO planted in the workspace cannot hang the worker thread.
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIR_FLAGS = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+FILE_FLAGS = os.O_RDONLY | O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | _O_CLOEXEC
+# Linux reports a symlink opened with O_NOFOLLOW as ELOOP, or ENOTDIR with O_DIRECTORY;
+# FreeBSD says EMLINK. Each is confirmed with readlink before it is treated as a link.
+_MAYBE_SYMLINK = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR})
+_RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EBUSY, errno.EINTR})
+_USER_ERRNOS = {
+    errno.ENOENT: ("not_found", "no such file or directory"),
+    errno.ENOTDIR: ("not_a_directory", "a path component is not a directory"),
+    errno.EISDIR: ("not_a_file", "is a directory"),
+    errno.ENXIO: ("not_a_file", "is not a regular file"),
+    errno.EACCES: ("permission", "permission denied"),
+    errno.EPERM: ("permission", "permission denied"),
+    errno.ENAMETOOLONG: ("too_long", "name too long"),
+    errno.ELOOP: ("symlink", "too many symbolic links"),
+}
+
+_Final = Literal["file", "dir", "parent"]
+
+
+class ContainedRoot:
+    """A trusted root directory and the contained walk beneath it.
+
+    The root itself may be reached through a symlink; every component below
+    it is opened without the kernel following a link on hostkit's behalf.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._prefixes: tuple[tuple[str, ...], ...] | None = None
+
+    def resolve(
+        self,
+        parts: tuple[str, ...],
+        shown: str,
+        *,
+        final: _Final,
+        follow: bool,
+        create_dirs: bool = False,
+    ) -> tuple[int, str]:
+        """Walk ``parts`` from the root; return an open descriptor and a name.
+
+        ``final="file"``/``"dir"``: the descriptor is the opened target, the
+        name is empty. ``final="parent"``: the descriptor is the directory
+        holding the last component and the name is that component, not yet
+        opened. ``stack`` holds only directories opened from the root
+        without the kernel following a link, so ``..`` is answered from it,
+        never by the filesystem.
+        """
+        stack = [self._open_root()]
+        pending = deque(parts)
+        hops = 0
+        try:
+            while pending:
+                name = pending.popleft()
+                last = not pending
+                if name == "..":
+                    if len(stack) == 1:
+                        reason = "symlink" if hops else "parent"
+                        raise _workspace.WorkspaceEscape(
+                            f"{quoted(shown)}: leads outside the workspace", reason=reason
+                        )
+                    os.close(stack.pop())
+                    continue
+                if last and final == "parent":
+                    return stack.pop(), name
+                want_dir = not last or final == "dir"
+                flags = _DIR_FLAGS if want_dir else FILE_FLAGS
+                opened = open_entry(stack[-1], name, flags, create=create_dirs and want_dir)
+                if isinstance(opened, int):
+                    if last:
+                        return opened, ""
+                    stack.append(opened)
+                    continue
+                if not follow:
+                    raise _workspace.WorkspaceError(
+                        f"{quoted(shown)}: writes and edits never follow symbolic links",
+                        reason="symlink",
+                    )
+                hops += 1
+                if hops > MAX_SYMLINK_HOPS:
+                    raise _workspace.WorkspaceError(
+                        f"{quoted(shown)}: too many symbolic links", reason="symlink"
+                    )
+                absolute, target = self._link_target(opened, shown)
+                if absolute:
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                pending.extendleft(reversed(target))
+            # The path named a directory: the root, or one reached through `..` or a link.
+            if final == "dir":
+                return stack.pop(), ""
+            raise _workspace.WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+    def _open_root(self) -> int:
+        try:
+            return os.open(self.root, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC)
+        except OSError as exc:
+            raise _workspace.WorkspaceIOFailure("the workspace root is unavailable") from exc
+
+    def _link_target(self, target: str, shown: str) -> tuple[bool, tuple[str, ...]]:
+        """A link's target as components to walk; absolute targets must name the root."""
+        parts = tuple(part for part in target.split("/") if part not in ("", "."))
+        if not target.startswith("/"):
+            return False, parts
+        for prefix in self._root_prefixes():
+            if parts[: len(prefix)] == prefix:
+                return True, parts[len(prefix) :]
+        raise _workspace.WorkspaceEscape(
+            f"{quoted(shown)}: a symbolic link leads outside the workspace", reason="symlink"
+        )
+
+    def _root_prefixes(self) -> tuple[tuple[str, ...], ...]:
+        # Both spellings of the root count: as configured and with its own links resolved.
+        if self._prefixes is None:
+            spellings = {os.path.abspath(self.root), os.path.realpath(self.root)}
+            self._prefixes = tuple(
+                tuple(part for part in spelling.split("/") if part) for spelling in spellings
+            )
+        return self._prefixes
+
+
+def open_entry(dir_fd: int, name: str, flags: int, *, create: bool) -> int | str:
+    """Open ``name`` in ``dir_fd`` without following it; a link's target instead of an fd."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+        # mkdir never follows a link at its final component; a racing creator is fine.
+        with suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=dir_fd)
+        return open_entry(dir_fd, name, flags, create=False)
+    except OSError as exc:
+        if exc.errno not in _MAYBE_SYMLINK:
+            raise
+        try:
+            return os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            raise exc from None
+
+
+def replace_atomically(
+    parent: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int | None,
+    expect: os.stat_result | None,
+    shown: str,
+) -> None:
+    """Write a temporary sibling, fsync it, rename it over ``name``, fsync the directory.
+
+    ``rename`` replaces the directory entry in ``parent`` (already opened and
+    contained): a link swapped in at ``name`` is replaced, never written
+    through. ``expect`` refuses the rename when the target is no longer the
+    file that was read.
+    """
+    temp = f".hostkit-{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=parent)
+    renamed = False
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if expect is not None and not _same_file(lstat(parent, name), expect):
+            raise _workspace.WorkspaceError(
+                f"{quoted(shown)}: changed while it was being edited; read it again",
+                reason="changed",
+            )
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        renamed = True
+        os.fsync(parent)
+    finally:
+        if not renamed:
+            with suppress(OSError):
+                os.unlink(temp, dir_fd=parent)
+
+
+def pread_bounded(fd: int, offset: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``offset``, read in chunks: never the whole file."""
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.pread(fd, min(_CHUNK_BYTES, remaining), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def decode_window(data: bytes, *, final: bool) -> tuple[str, int]:
+    """Decode ``data``; a multibyte character cut at the end is left for the next read."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=final)
+    consumed = len(data) - len(decoder.getstate()[0])
+    if data and consumed == 0:
+        # A limit smaller than one character must still make progress.
+        return decoder.decode(b"", final=True), len(data)
+    return text, consumed
+
+
+def lstat(parent: int, name: str) -> os.stat_result | None:
+    """The entry ``name`` in ``parent`` itself, links not followed; None when absent."""
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def entry_size(dir_fd: int, name: str) -> int | None:
+    """The size of the entry ``name`` itself, links not followed; None when unknown."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+    except OSError:
+        return None
+
+
+def _same_file(now: os.stat_result | None, then: os.stat_result) -> bool:
+    if now is None:
+        return False
+    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+        then.st_dev,
+        then.st_ino,
+        then.st_size,
+        then.st_mtime_ns,
+    )
+
+
+def require_regular(info: os.stat_result, shown: str) -> None:
+    """Refuse anything but a regular file."""
+    if stat.S_ISDIR(info.st_mode):
+        raise _workspace.WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _workspace.WorkspaceError(
+            f"{quoted(shown)}: is not a regular file", reason="not_a_file"
+        )
+
+
+def require_replaceable(info: os.stat_result, shown: str) -> None:
+    """Refuse to replace a link, a non-regular file or a file with several hard links."""
+    if stat.S_ISLNK(info.st_mode):
+        raise _workspace.WorkspaceError(
+            f"{quoted(shown)}: is a symbolic link; writes never replace links", reason="symlink"
+        )
+    require_regular(info, shown)
+    if info.st_nlink > 1:
+        raise _workspace.WorkspaceEscape(
+            f"{quoted(shown)}: has several hard links; writing it could change a file "
+            "outside the workspace",
+            reason="hardlink",
+        )
+
+
+def quoted(path: str) -> str:
+    """``path`` quoted and cut short for a message."""
+    # Quoted so that a path ending in "token" or "passwd" is not mistaken for a secret
+    # assignment ("token: x") by the error tree's redaction.
+    return f"'{path}'" if len(path) <= _SHOWN_CHARS else f"'{path[: _SHOWN_CHARS - 1]}…'"
+
+
+def mapped(exc: OSError, shown: str) -> HostkitError:
+    """The boundary mapping: a bounded hostkit error naming only the relative path."""
+    code = exc.errno or 0
+    if code in _USER_ERRNOS:
+        reason, text = _USER_ERRNOS[code]
+        return _workspace.WorkspaceError(f"{quoted(shown)}: {text}", reason=reason)
+    return _workspace.WorkspaceIOFailure(
+        f"{quoted(shown)}: {os.strerror(code) if code else type(exc).__name__}",
+        retryable=code in _RETRYABLE,
+    )

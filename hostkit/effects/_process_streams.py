@@ -1,0 +1,206 @@
+"""A run's output streams: bounded tails, totals and private full artifact files.
+
+stdout and stderr are drained continuously into bounded tails and, in full,
+into private artifact files (a 0o700 directory, 0o600 files created
+exclusively, never through a symlink). An artifact write failure is a
+terminal error but draining goes on, so the child never blocks on a full
+pipe.
+
+Every file write runs in a worker thread: the Host shares its event loop with
+turns, widgets and the inbox.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from anyio.abc import ByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from hostkit.errors import bounded
+
+__all__ = ["StreamCapture"]
+
+READ_CHUNK_BYTES = 256 * 1024
+WRITE_QUEUE_CHUNKS = 16  # chunks in flight to one artifact writer: bounds memory, not speed
+WRITE_BATCH_BYTES = 4 * 1024 * 1024  # one worker-thread hop writes up to this much
+ARTIFACT_DIR_MODE = 0o700
+ARTIFACT_FILE_MODE = 0o600
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCapture:
+    """One stream's bounded tail and totals, and where its full text was kept.
+
+    ``tail`` is the last ``tail_chars`` characters (UTF-8, undecodable bytes
+    replaced); ``truncated`` says the stream was longer than that.
+    ``artifact`` is None when no file was written (the run never started).
+    """
+
+    tail: str
+    total_bytes: int
+    total_chars: int
+    truncated: bool
+    artifact: Path | None
+
+
+def _prepare_artifacts(directory: Path, spawn_id: str) -> tuple[int, Path, int, Path]:
+    directory.mkdir(mode=ARTIFACT_DIR_MODE, parents=True, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise OSError(f"{directory} is not a directory owned by this user")
+    os.chmod(directory, ARTIFACT_DIR_MODE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    opened: list[tuple[int, Path]] = []
+    try:
+        for name in ("stdout", "stderr"):
+            path = directory / f"{spawn_id}.{name}"
+            fd = os.open(path, flags, ARTIFACT_FILE_MODE)
+            opened.append((fd, path))
+            os.fchmod(fd, ARTIFACT_FILE_MODE)  # exact, whatever the umask
+    except OSError:
+        _discard(opened)
+        raise
+    (out_fd, out_path), (err_fd, err_path) = opened
+    return out_fd, out_path, err_fd, err_path
+
+
+def _discard(opened: Sequence[tuple[int, Path]]) -> None:
+    for fd, path in opened:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+
+
+def _write_chunks(fd: int, chunks: Sequence[bytes]) -> None:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def _close_artifact(fd: int, *, sync: bool) -> None:
+    try:
+        if sync:
+            os.fsync(fd)  # the artifact is the durable record of the output
+    finally:
+        os.close(fd)
+
+
+class _Sink:
+    """One stream: a bounded tail and totals, and a writer that keeps the full stream on disk."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        fd: int,
+        path: Path,
+        tail_chars: int,
+        write_chunks: Callable[[int, Sequence[bytes]], None],
+    ) -> None:
+        self.name = name
+        self.path = path
+        self.error: str | None = None
+        self.eof = anyio.Event()
+        self.closed = anyio.Event()
+        self._fd: int | None = fd
+        # Handed in by the spawn rather than looked up here, so the writer stays
+        # replaceable as ``hostkit.effects._process._write_chunks`` (the disk-full test).
+        self._write_chunks = write_chunks
+        self._tail_chars = tail_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._tail = ""
+        self._bytes = 0
+        self._chars = 0
+
+    def capture(self) -> StreamCapture:
+        """The stream as seen so far."""
+        return StreamCapture(
+            tail=self._tail,
+            total_bytes=self._bytes,
+            total_chars=self._chars,
+            truncated=self._chars > self._tail_chars,
+            artifact=self.path,
+        )
+
+    async def run(self, stream: ByteReceiveStream, on_failure: Callable[[], None]) -> None:
+        """Drain ``stream`` to its end, handing chunks to the artifact writer."""
+        send, receive = anyio.create_memory_object_stream[bytes](WRITE_QUEUE_CHUNKS)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._persist, receive)
+            async with send:
+                await self._drain(stream, send, on_failure)
+
+    async def _drain(
+        self,
+        stream: ByteReceiveStream,
+        send: MemoryObjectSendStream[bytes],
+        on_failure: Callable[[], None],
+    ) -> None:
+        try:
+            while True:
+                try:
+                    chunk = await stream.receive(READ_CHUNK_BYTES)
+                except anyio.EndOfStream:
+                    break
+                self._take(chunk)
+                await send.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.error = self.error or bounded(f"reading {self.name} failed: {exc!r}")
+            on_failure()
+        finally:
+            self._take(b"", final=True)
+            self.eof.set()
+
+    def _take(self, chunk: bytes, *, final: bool = False) -> None:
+        self._bytes += len(chunk)
+        text = self._decoder.decode(chunk, final)
+        self._chars += len(text)
+        if len(text) >= self._tail_chars:
+            self._tail = text[len(text) - self._tail_chars :]
+        elif text:
+            self._tail = (self._tail + text)[-self._tail_chars :]
+
+    async def _persist(self, receive: MemoryObjectReceiveStream[bytes]) -> None:
+        try:
+            async with receive:
+                async for chunk in receive:
+                    batch, size = [chunk], len(chunk)
+                    while size < WRITE_BATCH_BYTES:
+                        try:
+                            more = receive.receive_nowait()
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                        batch.append(more)
+                        size += len(more)
+                    await self._write(batch)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._close(sync=self.error is None)
+                self.closed.set()
+
+    async def _write(self, batch: list[bytes]) -> None:
+        # After a failure the chunks are dropped, but still consumed: the drain never stalls.
+        if self._fd is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(self._write_chunks, self._fd, batch)
+        except OSError as exc:
+            self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
+            await self._close(sync=False)
+
+    async def _close(self, *, sync: bool) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(functools.partial(_close_artifact, fd, sync=sync))
+        except OSError as exc:
+            self.error = self.error or bounded(f"{self.name} artifact sync failed: {exc!r}")
