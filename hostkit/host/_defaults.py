@@ -52,11 +52,13 @@ class DefaultProviderSource:
         self._config = config
         self._cache: dict[str, ModelProvider] = {}
         self._resources = contextlib.AsyncExitStack()
-        self._lock = anyio.Lock()
+        # One lock per provider name: a slow build (a local model starting) never
+        # holds up agents that use another provider.
+        self._locks: dict[str, anyio.Lock] = {}
 
     async def model_provider(self, request: ProviderRequest) -> ModelProvider:
         name = request.provider or self._config.agents[request.agent].provider
-        async with self._lock:
+        async with self._locks.setdefault(name, anyio.Lock()):
             provider = self._cache.get(name)
             if provider is None:
                 provider = self._cache[name] = await self._build(name)

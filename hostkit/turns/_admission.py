@@ -33,6 +33,11 @@ class SessionAdmission:
     def __len__(self) -> int:
         return len(self._slots)
 
+    @property
+    def holders(self) -> int:
+        """Turns inside or waiting for admission, across all sessions."""
+        return sum(slot.holders for slot in self._slots.values())
+
     @asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[None]:
         slot = self._slots.setdefault(session_id, _Slot())

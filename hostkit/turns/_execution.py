@@ -108,6 +108,11 @@ class TurnExecution:
         return len(self._active)
 
     @property
+    def admission_holders(self) -> int:
+        """Turns holding or waiting for their session's admission."""
+        return self._admission.holders
+
+    @property
     def admitted_sessions(self) -> int:
         """Sessions with a lock entry (idle entries are removed)."""
         return len(self._admission)
@@ -142,6 +147,8 @@ class TurnExecution:
         scope = await self._authenticate(request)
         session_id = scope.session_id or ""
         async with self._admission.hold(session_id):
+            if self._closing:
+                raise TurnRejected("the Host is shutting down")
             replay = await self._replay(principal_id, request.request_id)
             if replay is not None:
                 return replay

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import NotFoundOrUnauthorized
+from hostkit.errors import NotFoundOrUnauthorized, TurnRejected
 from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ModelRequest, TurnResult
@@ -145,3 +145,24 @@ async def test_host_close_cancels_running_turns_and_records_them(tmp_path: Path)
             await host.aclose()
     assert results[0].outcome == "cancelled"
     assert results[0].error == "the Host shut down"
+
+
+async def test_host_close_rejects_turns_still_waiting_for_admission(tmp_path: Path) -> None:
+    blocked = Blocked()
+    outcomes: list[str] = []
+    async with open_host(tmp_path, ScriptedModel([blocked], repeat_last=True)) as host:
+
+        async def run(text: str) -> None:
+            try:
+                outcomes.append((await host.turns.run(request(text))).outcome)
+            except TurnRejected as exc:
+                outcomes.append(f"rejected: {exc.reason}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "first")
+            await blocked.entered.wait()
+            tg.start_soon(run, "second")
+            while host.turns.admission_holders < 2:
+                await anyio.lowlevel.checkpoint()
+            await host.aclose()
+    assert sorted(outcomes) == ["cancelled", "rejected: the Host is shutting down"]
