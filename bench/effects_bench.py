@@ -13,6 +13,11 @@ floor: what the child costs by itself) and run through
 ``subprocess.run(capture_output=True)`` in a worker thread, the usual way a
 tool captures output before truncating it (peer; ``--no-peer`` skips it).
 
+Execute overhead: ``EffectRuntime.execute()`` of a no-op authored tool (the
+whole pipeline: catalog binding, capability snapshot, argument validation,
+policy, deadline, bounded views) against awaiting the same function directly,
+p50/p99 in microseconds over ``--calls`` invocations.
+
 Each section is one coroutine taking the parsed options; ``main`` runs the
 sections in ``SECTIONS`` order, so a new measurement is one more function.
 """
@@ -35,7 +40,17 @@ from pathlib import Path
 import anyio
 import psutil
 
+from hostkit.authority import AuthorityResolver
+from hostkit.effects import EffectPolicy, EffectRuntime, ToolContext, Toolset, tool
 from hostkit.effects._process import ProcessOutcome, ProcessSupervisor, run_process
+from hostkit.store import RuntimeStore
+from hostkit.types import (
+    ConversationFacts,
+    EffectRequest,
+    TurnExecutionContext,
+    TurnToken,
+    new_id,
+)
 
 MIB = 1024 * 1024
 SAMPLE_INTERVAL_S = 0.005
@@ -160,11 +175,81 @@ async def output_flood(args: argparse.Namespace) -> None:
     )
 
 
+async def execute_overhead(args: argparse.Namespace) -> None:
+    @tool("bench.noop")
+    async def noop(ctx: ToolContext, value: int = 0) -> str:
+        """Does nothing."""
+        return "ok"
+
+    class OneTool:
+        async def toolset(self, context: TurnExecutionContext) -> Toolset:
+            return Toolset(((noop, "bench"),), EffectPolicy(), Path(tempfile.gettempdir()))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with await RuntimeStore.open(Path(tmp) / "bench.db") as store:
+            scope = await AuthorityResolver.bind(store).for_conversation(
+                ConversationFacts(channel="bench", conversation_key="c", principal_key="p")
+            )
+    session = scope.session_id or ""
+
+    def token(kind: str) -> TurnToken:
+        return TurnToken(kind, "req", "turn", session, new_id("n"))  # type: ignore[arg-type]
+
+    context = TurnExecutionContext(
+        request_id="req",
+        turn_id="turn",
+        principal=scope,
+        session_id=session,
+        core_id="bench",
+        core_revision="r",
+        capability_snapshot={"effects": ("bench.noop",)},
+        workspace_scope=tempfile.gettempdir(),
+        route_token=token("route"),
+        admission_lease_token=token("admission"),
+        cancellation_token=token("cancellation"),
+        trace_ids=("t",),
+        interaction_metadata={},
+    )
+    runtime = EffectRuntime(toolsets=OneTool())
+    catalog = await runtime.prepare_catalog(context)
+    ref = catalog.resolve("bench_noop")
+    assert ref is not None
+    request = EffectRequest("call", ref, {"value": 1})
+    tool_context = ToolContext("turn", session, "bench", scope.principal_id, Path("/tmp"))
+
+    async def through_runtime() -> None:
+        result = await runtime.execute(request, context)
+        assert result.status == "succeeded"
+
+    async def direct() -> None:
+        await noop.fn(tool_context, value=1)
+
+    rows = []
+    for label, call in (("EffectRuntime.execute", through_runtime), ("direct await", direct)):
+        for _ in range(min(1000, args.calls)):
+            await call()
+        samples = []
+        for _ in range(args.calls):
+            started = time.perf_counter_ns()
+            await call()
+            samples.append((time.perf_counter_ns() - started) / 1000)
+        samples.sort()
+        rows.append((label, samples[len(samples) // 2], samples[int(len(samples) * 0.99) - 1]))
+    print(f"execute() overhead, no-op authored tool, {args.calls} calls")
+    print(f"{'path':<24}{'p50 us':>10}{'p99 us':>10}")
+    for label, p50, p99 in rows:
+        print(f"{label:<24}{p50:>10.1f}{p99:>10.1f}")
+    print(f"pipeline overhead at p50: {rows[0][1] - rows[1][1]:.1f} us")
+
+
 def _ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.0f}x" if denominator > 0 else "n/a (no growth)"
 
 
-SECTIONS: tuple[Callable[[argparse.Namespace], Awaitable[None]], ...] = (output_flood,)
+SECTIONS: tuple[Callable[[argparse.Namespace], Awaitable[None]], ...] = (
+    execute_overhead,
+    output_flood,
+)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -182,6 +267,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flood-mib", type=int, default=1024, help="MiB the child prints")
     parser.add_argument("--no-peer", action="store_true", help="skip subprocess.run(capture)")
     parser.add_argument("--dir", default=None, help="parent directory for the artifact files")
+    parser.add_argument("--calls", type=int, default=20_000, help="execute() calls to time")
     return parser.parse_args()
 
 
