@@ -21,6 +21,25 @@ async def make_table(store: RuntimeStore) -> None:
     await store.write(lambda c: c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
 
 
+class Hops:
+    """Counts hops to the database thread (calls of DbConnection.run)."""
+
+    count = 0
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Hops:
+    counter = Hops()
+    original = DbConnection.run
+
+    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
+        counter.count += 1
+        return await original(self, fn)
+
+    monkeypatch.setattr(DbConnection, "run", counting_run)
+    return counter
+
+
 async def count(store: RuntimeStore) -> int:
     return await store.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0])
 
@@ -51,18 +70,9 @@ async def test_synchronous_off_is_refused(db_path: Path) -> None:
 
 
 async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
-    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+    store: RuntimeStore, hops: Hops
 ) -> None:
     await make_table(store)
-    hops = 0
-    original = DbConnection.run
-
-    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
-        nonlocal hops
-        hops += 1
-        return await original(self, fn)
-
-    monkeypatch.setattr(DbConnection, "run", counting_run)
     loop_thread = threading.get_ident()
 
     def transaction(conn: sqlite3.Connection) -> int:
@@ -71,8 +81,9 @@ async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
             conn.execute("INSERT INTO t (v) VALUES (?)", [str(i)])
         return conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
 
+    before = hops.count
     assert await store.write(transaction) == 10
-    assert hops == 1
+    assert hops.count - before == 1
 
 
 async def test_failing_write_rolls_back_only_itself_in_a_shared_commit(
@@ -111,18 +122,9 @@ async def test_failing_write_rolls_back_only_itself_in_a_shared_commit(
 
 
 async def test_concurrent_writers_share_commits_and_never_hit_locked(
-    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+    store: RuntimeStore, hops: Hops
 ) -> None:
     await make_table(store)
-    hops = 0
-    original = DbConnection.run
-
-    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
-        nonlocal hops
-        hops += 1
-        return await original(self, fn)
-
-    monkeypatch.setattr(DbConnection, "run", counting_run)
     writers, per_writer = 100, 5
 
     async def writer(n: int) -> None:
@@ -136,7 +138,7 @@ async def test_concurrent_writers_share_commits_and_never_hit_locked(
             tg.start_soon(writer, n)
     assert await count(store) == writers * per_writer
     # Group commit: far fewer hops (and commits) than transactions.
-    assert hops < writers * per_writer / 2
+    assert hops.count < writers * per_writer / 2
 
 
 async def test_interactive_transactions_interleave_with_grouped_writes(
