@@ -194,3 +194,25 @@ async def test_provider_name_collisions_fail_with_both_provenances(authority) ->
 
     with pytest.raises(InvalidValue, match=r"a\.b_c from test and a_b\.c from test"):
         await prepared(authority, [one, two])
+
+
+async def test_a_view_rendering_failure_turns_every_view_into_one_fixed_failure(
+    authority, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from hostkit.effects import _views
+
+    runtime, catalog, context = await prepared(authority, [count])
+    ref = catalog.resolve("files_count")
+    assert ref is not None
+
+    def broken(value):  # type: ignore[no-untyped-def]
+        raise RuntimeError("redactor bug")
+
+    monkeypatch.setattr(_views, "bounded_metadata", broken)
+    result = await runtime.execute(EffectRequest("c", ref, {"path": "secret-path"}), context)
+    assert result.status == "failed"
+    assert result.error == _views.REDACTION_FAILED
+    views = result.views
+    assert views.operator == views.event == views.durable == views.debug
+    assert "secret-path" not in views.model
+    assert "secret-path" not in str(dict(views.operator))
