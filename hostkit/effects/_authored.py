@@ -40,7 +40,9 @@ class AuthoredTool:
 
     The function's first parameter receives the ``ToolContext``; the others
     become the JSON schema the model sees, validated with pydantic before the
-    function runs. ``timeout_s`` bounds one invocation.
+    function runs. ``timeout_s`` bounds one invocation. ``preflight`` is a
+    pure Host check over the validated arguments (no I/O) that raises a
+    ``UserError`` to refuse the call before anything runs.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class AuthoredTool:
         *,
         description: str | None = None,
         timeout_s: float = 30.0,
+        preflight: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         if not _EFFECT_NAME.match(name) or len(name) > 64:
             raise InvalidValue(f"effect name {name!r} must be dotted lower_snake_case")
@@ -59,6 +62,7 @@ class AuthoredTool:
         self.fn = fn
         self.description = (description or inspect.getdoc(fn) or name).strip()[:1024]
         self.timeout_s = timeout_s
+        self.preflight = preflight
         self._model = _arguments_model(name, fn)
         schema = self._model.model_json_schema()
         schema.pop("title", None)

@@ -9,6 +9,7 @@ bounds; outputs are small strings or dicts sized for the model view.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import Field
@@ -49,6 +50,7 @@ def _read_tool(scope: WorkspaceScope) -> AuthoredTool:
     return AuthoredTool(
         "files.read",
         read,
+        preflight=_path_check(scope),
         description=(
             f"Read a text file in the workspace, at most {window} bytes per call. "
             "The footer says where to continue when the file is longer."
@@ -72,6 +74,7 @@ def _list_tool(scope: WorkspaceScope) -> AuthoredTool:
     return AuthoredTool(
         "files.list",
         list_,
+        preflight=_path_check(scope),
         description=(
             "List a workspace directory, sorted by name. Directories end in '/', "
             "symbolic links in '@'; files show their size in bytes."
@@ -91,6 +94,7 @@ def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
     return AuthoredTool(
         "files.write",
         write,
+        preflight=_path_check(scope),
         description=(
             "Create or replace a workspace file with the given text, atomically, creating "
             f"missing directories. At most {scope.max_write_bytes} bytes."
@@ -112,11 +116,21 @@ def _edit_tool(scope: WorkspaceScope) -> AuthoredTool:
     return AuthoredTool(
         "files.edit",
         edit,
+        preflight=_path_check(scope),
         description=(
             "Replace exact text in a workspace file, atomically. Fails without changing "
             "the file when `old` is absent or occurs a different number of times than `count`."
         ),
     )
+
+
+def _path_check(scope: WorkspaceScope) -> Callable[[Mapping[str, Any]], None]:
+    """The pure step-4 check: a path that leaves the workspace is refused before any I/O."""
+
+    def check(arguments: Mapping[str, Any]) -> None:
+        scope.check(arguments.get("path", "."))
+
+    return check
 
 
 def _read_text(result: ReadResult) -> str:

@@ -12,7 +12,7 @@ from hostkit.effects._authored import AuthoredTool, ToolContext
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._views import render_output, result
-from hostkit.errors import InvalidValue, bounded
+from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.types import (
     EffectRequest,
     EffectResult,
@@ -99,6 +99,11 @@ class EffectRuntime:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
             return refused("invalid", exc.message)
+        if entry.tool.preflight is not None:
+            try:
+                entry.tool.preflight(arguments)
+            except UserError as exc:
+                return refused("denied", exc.message)
         if toolset.policy.decide(effect) != "allow":
             return refused("denied", "denied by the agent's effect policy")
         return await self._invoke(call_id, entry, arguments, context, toolset.workspace)

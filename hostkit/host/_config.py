@@ -67,12 +67,20 @@ class PolicyConfig(_Strict):
     deny: list[str] = Field(default_factory=list)
 
 
+Builtin = Literal["files.read", "files.list", "files.write", "files.edit"]
+
+
 class AgentConfig(_Strict):
-    """One agent (Agent Core): its provider, instructions, tools and effect policy."""
+    """One agent (Agent Core): its provider, instructions, tools and effect policy.
+
+    ``builtins`` opts into the Host's own effects; the workspace file effects
+    work inside the agent's workspace only (see docs/effects.md).
+    """
 
     provider: str
     instructions: str = "You are a helpful assistant. Answer briefly."
     tool_modules: list[str] = Field(default_factory=list)
+    builtins: list[Builtin] = Field(default_factory=list)
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     max_steps: int = Field(default=8, ge=1, le=64)

@@ -15,7 +15,7 @@ from types import ModuleType
 import anyio
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
-from hostkit.effects import AuthoredTool, provider_name
+from hostkit.effects import AuthoredTool, WorkspaceScope, provider_name, workspace_tools
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     Channel,
@@ -134,7 +134,7 @@ async def _closing(provider: ModelProvider):  # type: ignore[no-untyped-def]
 
 
 class DefaultToolSource:
-    """Memory tools plus the authored tools of each agent's configured ``tool_modules``.
+    """Memory tools, the agent's opted-in builtins, and the authored tools of its ``tool_modules``.
 
     Tool modules are operator-trusted Python named in the configuration; they
     are imported when the generation first needs an agent's tools.
@@ -148,6 +148,9 @@ class DefaultToolSource:
         tools: list[AuthoredTool] = []
         if agent.memory and request.memory is not None:
             tools.extend(memory_tools(request.memory))
+        if agent.builtins:
+            scope = WorkspaceScope(request.workspace)
+            tools.extend(t for t in workspace_tools(scope) if t.name in agent.builtins)
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
             tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))
