@@ -14,6 +14,8 @@ from hostkit.effects._catalog import PreparedEffectCatalog, provider_name
 from hostkit.effects._files import workspace_tools
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
 from hostkit.effects._runtime import EffectRuntime, Toolset, ToolsetProvider
+from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
+from hostkit.effects._web import web_tools
 from hostkit.effects._workspace import (
     WorkspaceError,
     WorkspaceEscape,
@@ -37,11 +39,14 @@ __all__ = [
     "ToolContext",
     "Toolset",
     "ToolsetProvider",
+    "UrlDenied",
+    "UrlPolicy",
     "WorkspaceError",
     "WorkspaceEscape",
     "WorkspaceIOFailure",
     "WorkspaceScope",
     "provider_name",
     "tool",
+    "web_tools",
     "workspace_tools",
 ]

@@ -67,7 +67,7 @@ class PolicyConfig(_Strict):
     deny: list[str] = Field(default_factory=list)
 
 
-Builtin = Literal["files.read", "files.list", "files.write", "files.edit"]
+Builtin = Literal["files.read", "files.list", "files.write", "files.edit", "web.extract"]
 
 
 class AgentConfig(_Strict):
@@ -81,6 +81,8 @@ class AgentConfig(_Strict):
     instructions: str = "You are a helpful assistant. Answer briefly."
     tool_modules: list[str] = Field(default_factory=list)
     builtins: list[Builtin] = Field(default_factory=list)
+    # Non-public hosts or CIDRs web.extract may reach (default: none; public only).
+    url_allow_private: list[str] = Field(default_factory=list)
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     max_steps: int = Field(default=8, ge=1, le=64)

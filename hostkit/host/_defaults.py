@@ -15,7 +15,14 @@ from types import ModuleType
 import anyio
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
-from hostkit.effects import AuthoredTool, WorkspaceScope, provider_name, workspace_tools
+from hostkit.effects import (
+    AuthoredTool,
+    UrlPolicy,
+    WorkspaceScope,
+    provider_name,
+    web_tools,
+    workspace_tools,
+)
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     Channel,
@@ -151,6 +158,8 @@ class DefaultToolSource:
         if agent.builtins:
             scope = WorkspaceScope(request.workspace)
             tools.extend(t for t in workspace_tools(scope) if t.name in agent.builtins)
+        if "web.extract" in agent.builtins:
+            tools.extend(web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))))
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
             tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))

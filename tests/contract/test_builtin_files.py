@@ -85,3 +85,47 @@ async def test_unknown_builtins_are_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="builtins"):
         parse_config(builtin_config(tmp_path, ["terminal.run"]), base_dir=tmp_path)
+
+
+async def test_web_extract_builtin_reads_an_allowlisted_page_and_refuses_others(
+    tmp_path: Path,
+) -> None:
+    from tests.wire import serve_wire, text_reply
+
+    async with serve_wire() as server:
+        server.script(
+            text_reply(
+                "<html><head><title>T</title></head><body><article><p>"
+                + "Lemmings live under the snow all winter long. " * 5
+                + "</p></article></body></html>",
+                content_type="text/html; charset=utf-8",
+            )
+        )
+        model = ScriptedModel(
+            [
+                CallTools(("web_extract", {"url": f"{server.base_url}/page"})),
+                CallTools(("web_extract", {"url": "http://169.254.169.254/latest/meta-data"})),
+                Reply("done"),
+            ]
+        )
+        await anyio.Path(tmp_path / "ws").mkdir(exist_ok=True)
+        cfg_data = builtin_config(tmp_path, ["web.extract"])
+        cfg_data["agents"]["assistant"]["url_allow_private"] = ["127.0.0.1"]  # type: ignore[index]
+        cfg = parse_config(cfg_data, base_dir=tmp_path)
+        host = await Host.start(cfg)
+        try:
+            defaults = DefaultCapabilities.from_config(cfg, store=host.store)
+            caps = RuntimeCapabilities(
+                providers=StaticProviderSource(model),
+                memory=defaults.memory,
+                tools=defaults.tools,
+                channels=defaults.channels,
+            )
+            await host.apply_config(cfg, capabilities=caps)
+            result = await host.turns.run(request())
+        finally:
+            await host.aclose()
+    assert [e.status for e in result.effects] == ["succeeded", "failed"]
+    assert "Lemmings live under the snow" in model.requests[1].messages[-1].content
+    assert "metadata" in model.requests[2].messages[-1].content
+    assert len(server.requests) == 1, "the refused URL was never requested"

@@ -1,0 +1,45 @@
+"""The ``web.extract`` builtin: a URL's readable text under the shared URL policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from hostkit.effects._authored import AuthoredTool, ToolContext
+from hostkit.effects._extract import web_extract
+from hostkit.effects._urlpolicy import UrlPolicy
+
+__all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
+
+# Leaves room in the 8,000-character model view for the URL, title and status.
+MAX_EXTRACT_CHARS = 7_000
+
+
+def web_tools(policy: UrlPolicy) -> list[AuthoredTool]:
+    """``web.extract`` bound to ``policy`` (every DNS answer and redirect hop checked)."""
+
+    async def extract(
+        ctx: ToolContext,
+        url: str = Field(min_length=1, max_length=policy.max_url_chars, description="http(s) URL"),
+    ) -> dict[str, Any]:
+        page = await web_extract(url, policy=policy, max_chars=MAX_EXTRACT_CHARS)
+        return {
+            "url": page.url,
+            "status": page.status,
+            "title": page.content.title,
+            "text": page.content.text,
+            "truncated": page.content.truncated or page.body_truncated,
+        }
+
+    return [
+        AuthoredTool(
+            "web.extract",
+            extract,
+            description=(
+                "Fetch a public web page and return its readable text. Private, loopback "
+                "and cloud-metadata addresses are refused, including through redirects."
+            ),
+            timeout_s=policy.total_timeout_s + 5,
+        )
+    ]
