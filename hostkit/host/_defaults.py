@@ -40,6 +40,9 @@ from hostkit.types import ModelLimits
 __all__ = ["DefaultCapabilities", "DefaultProviderSource", "DefaultToolSource", "NoChannels"]
 
 
+_DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+
+
 def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
     if config.context_window is None and config.max_output_tokens is None:
         return default
@@ -87,34 +90,20 @@ class DefaultProviderSource:
             return ScriptedModel(
                 steps, name=name, model=config.model or "scripted-1", limits=_limits(config, None)
             )
-        if config.kind == "openai":
-            from hostkit.adapters.openai_chat import OpenAIChatProvider
-
+        if config.kind in ("openai", "anthropic"):
+            if config.kind == "openai":
+                from hostkit.adapters.openai_chat import OpenAIChatProvider as sdk_provider
+            else:
+                from hostkit.adapters.anthropic_messages import AnthropicProvider as sdk_provider
+            # Both SDK adapters are async context managers: the exit stack closes them.
             return await self._resources.enter_async_context(
-                _closing(
-                    OpenAIChatProvider(
-                        model=config.model or "gpt-4o-mini",
-                        base_url=config.base_url,
-                        api_key=key,
-                        limits=_limits(config, None),
-                        timeout_s=config.timeout_s,
-                        name=name,
-                    )
-                )
-            )
-        if config.kind == "anthropic":
-            from hostkit.adapters.anthropic_messages import AnthropicProvider
-
-            return await self._resources.enter_async_context(
-                _closing(
-                    AnthropicProvider(
-                        model=config.model or "claude-sonnet-4-5",
-                        base_url=config.base_url,
-                        api_key=key,
-                        limits=_limits(config, None),
-                        timeout_s=config.timeout_s,
-                        name=name,
-                    )
+                sdk_provider(
+                    model=config.model or _DEFAULT_MODELS[config.kind],
+                    base_url=config.base_url,
+                    api_key=key,
+                    limits=_limits(config, None),
+                    timeout_s=config.timeout_s,
+                    name=name,
                 )
             )
         from hostkit.adapters.local_llama import LocalModel
@@ -122,22 +111,13 @@ class DefaultProviderSource:
         local = await self._resources.enter_async_context(
             LocalModel.start(context_window=config.context_window or 2048)
         )
-        provider = local.provider(
-            timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens
+        return await self._resources.enter_async_context(
+            local.provider(timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens)
         )
-        return await self._resources.enter_async_context(_closing(provider))
 
     async def aclose(self) -> None:
         self._cache.clear()
         await self._resources.aclose()
-
-
-@contextlib.asynccontextmanager
-async def _closing(provider: ModelProvider):  # type: ignore[no-untyped-def]
-    try:
-        yield provider
-    finally:
-        await provider.aclose()
 
 
 class DefaultToolSource:

@@ -14,17 +14,26 @@ from tests.hosts import request
 pytestmark = pytest.mark.anyio
 
 
-def builtin_config(tmp_path: Path, builtins: list[str]) -> dict[str, object]:
+def builtin_config(
+    tmp_path: Path, builtins: list[str], url_allow_private: tuple[str, ...] = ()
+) -> dict[str, object]:
+    agent = {"provider": "test", "memory": False, "builtins": builtins}
     return {
         "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path / "ws")},
         "providers": {"test": {"kind": "scripted"}},
-        "agents": {"assistant": {"provider": "test", "memory": False, "builtins": builtins}},
+        "agents": {"assistant": {**agent, "url_allow_private": list(url_allow_private)}},
     }
 
 
-async def open_builtin_host(tmp_path: Path, model: ScriptedModel, builtins: list[str]) -> Host:
+async def open_builtin_host(
+    tmp_path: Path,
+    model: ScriptedModel,
+    builtins: list[str],
+    url_allow_private: tuple[str, ...] = (),
+) -> Host:
+    """A real Host with the default tool and memory sources and a scripted provider."""
     await anyio.Path(tmp_path / "ws").mkdir(exist_ok=True)
-    cfg = parse_config(builtin_config(tmp_path, builtins), base_dir=tmp_path)
+    cfg = parse_config(builtin_config(tmp_path, builtins, url_allow_private), base_dir=tmp_path)
     host = await Host.start(cfg)
     defaults = DefaultCapabilities.from_config(cfg, store=host.store)
     caps = RuntimeCapabilities(
@@ -108,20 +117,8 @@ async def test_web_extract_builtin_reads_an_allowlisted_page_and_refuses_others(
                 Reply("done"),
             ]
         )
-        await anyio.Path(tmp_path / "ws").mkdir(exist_ok=True)
-        cfg_data = builtin_config(tmp_path, ["web.extract"])
-        cfg_data["agents"]["assistant"]["url_allow_private"] = ["127.0.0.1"]  # type: ignore[index]
-        cfg = parse_config(cfg_data, base_dir=tmp_path)
-        host = await Host.start(cfg)
+        host = await open_builtin_host(tmp_path, model, ["web.extract"], ("127.0.0.1",))
         try:
-            defaults = DefaultCapabilities.from_config(cfg, store=host.store)
-            caps = RuntimeCapabilities(
-                providers=StaticProviderSource(model),
-                memory=defaults.memory,
-                tools=defaults.tools,
-                channels=defaults.channels,
-            )
-            await host.apply_config(cfg, capabilities=caps)
             result = await host.turns.run(request())
         finally:
             await host.aclose()
