@@ -8,7 +8,8 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     ├── UserError                  misuse by the caller; fix the call, do not retry
     │   ├── ConfigError            a bad configuration value (names the key)
     │   ├── InvalidValue           a contract value failed validation
-    │   └── ScopeError             forged, foreign, revoked or under-specified authority
+    │   ├── ScopeError             forged, foreign, revoked or under-specified authority
+    │   └── ApprovalRefused        a second, stale or superseded answer to an approval
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     ├── TurnRejected               validation/authority failure before turn.started
     ├── TurnInProgress             a repeated request whose first turn is still running
@@ -31,6 +32,7 @@ import re
 
 __all__ = [
     "ApprovalClosed",
+    "ApprovalRefused",
     "ConfigError",
     "ContextOverflow",
     "HostkitError",
@@ -147,6 +149,21 @@ class ApprovalClosed(HostkitError):
 
     def __init__(self) -> None:
         super().__init__("approvals are closed (the Host is shutting down)")
+
+
+class ApprovalRefused(UserError):
+    """An answer to a durable approval cannot be taken; ``reason`` says why.
+
+    ``answered``: it was answered before (a second answer never runs anything);
+    ``stale``: the agent's policy, revision, capabilities or the effect changed
+    since it was asked, or the conversation moved to another session;
+    ``superseded``: a newer turn ran in the session, so the paused call is void.
+    """
+
+    def __init__(self, approval_id: str, reason: str, detail: str) -> None:
+        self.approval_id = approval_id
+        self.reason = reason
+        super().__init__(bounded(f"approval {approval_id}: {detail}", 300))
 
 
 class RuntimeFailure(HostkitError):

@@ -92,7 +92,9 @@ class ContextManager:
             )
             await self._record(request, decision_id, "overflow", {"reason": reason, "fixed": fixed})
             return overflow
-        kept, dropped = _fit_history(history, hard_budget - fixed, estimate)
+        kept, dropped = _fit_history(
+            history, hard_budget - fixed, estimate, answered_now=_leading_results(request.messages)
+        )
         history_tokens = sum(estimate.message(m) for m in kept)
         layers = (
             LayerSummary("instructions", head_tokens, len(head)),
@@ -171,17 +173,30 @@ class ContextManager:
 UNANSWERED = "[no result: the turn ended before this call completed]"
 
 
-def _answered(group: list[ModelMessage]) -> list[ModelMessage]:
+def _leading_results(messages: Sequence[ModelMessage]) -> frozenset[str]:
+    """Call ids answered by tool results that open the current turn (a continuation)."""
+    ids: set[str] = set()
+    for message in messages:
+        if message.role != "tool":
+            break
+        if message.tool_call_id:
+            ids.add(message.tool_call_id)
+    return frozenset(ids)
+
+
+def _answered(group: list[ModelMessage], answered_now: frozenset[str]) -> list[ModelMessage]:
     """Give every tool call of an assistant group a result.
 
     A turn that was cancelled, lost or failed mid-effect leaves a call with no
     result in the transcript; providers reject such a history, which would
-    break every later turn of the session. The stub says what happened.
+    break every later turn of the session. The stub says what happened. Calls
+    answered by the current turn's leading results (an approved call run by a
+    continuation turn) are left for those results.
     """
     head = group[0]
     if not head.tool_calls:
         return group
-    answered = {m.tool_call_id for m in group[1:]}
+    answered = {m.tool_call_id for m in group[1:]} | answered_now
     stubs = [
         ModelMessage("tool", UNANSWERED, tool_call_id=call.call_id, name=call.name)
         for call in head.tool_calls
@@ -191,7 +206,11 @@ def _answered(group: list[ModelMessage]) -> list[ModelMessage]:
 
 
 def _fit_history(
-    history: Sequence[ModelMessage], budget: int, estimate: Estimator
+    history: Sequence[ModelMessage],
+    budget: int,
+    estimate: Estimator,
+    *,
+    answered_now: frozenset[str] = frozenset(),
 ) -> tuple[list[ModelMessage], int]:
     """The newest whole groups that fit ``budget``, oldest first, and how many messages were cut.
 
@@ -206,7 +225,7 @@ def _fit_history(
                 groups[-1].append(message)
             continue
         groups.append([message])
-    groups = [_answered(group) for group in groups]
+    groups = [_answered(group, answered_now) for group in groups]
     kept: list[list[ModelMessage]] = []
     used = 0
     for group in reversed(groups):

@@ -9,12 +9,27 @@ from hostkit.effects._approvals import (
     ApprovalRequest,
     ApprovalRuntime,
 )
-from hostkit.effects._authored import AuthoredTool, ToolContext, tool
-from hostkit.effects._catalog import PreparedEffectCatalog, provider_name
+from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome, tool
+from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._files import workspace_tools
+from hostkit.effects._fingerprint import fingerprint_of
+from hostkit.effects._pending import (
+    ApprovalLedger,
+    ApprovalStatus,
+    ClaimedApproval,
+    PendingApproval,
+)
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
-from hostkit.effects._runtime import EffectRuntime, Toolset, ToolsetProvider
+from hostkit.effects._runtime import (
+    DEFAULT_SECRET_TTL_S,
+    EffectRuntime,
+    Toolset,
+    ToolsetProvider,
+    approval_view,
+    secret_grant,
+)
 from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
+from hostkit.effects._views import MIN_SECRET_CHARS, redact_secrets
 from hostkit.effects._web import web_tools
 from hostkit.effects._workspace import (
     WorkspaceError,
@@ -25,6 +40,18 @@ from hostkit.effects._workspace import (
 
 __all__ = [
     "APPROVAL_TTL_S",
+    "DEFAULT_SECRET_TTL_S",
+    "MIN_SECRET_CHARS",
+    "ApprovalLedger",
+    "ApprovalStatus",
+    "ClaimedApproval",
+    "CatalogEntry",
+    "PendingApproval",
+    "ToolOutcome",
+    "approval_view",
+    "fingerprint_of",
+    "redact_secrets",
+    "secret_grant",
     "ApprovalDecision",
     "ApprovalKey",
     "ApprovalOutcome",

@@ -46,6 +46,7 @@ class ApprovalKey:
     session_id: str
     policy_fingerprint: str
     rule_key: str
+    core_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +82,50 @@ class _Pending:
 
 
 class ApprovalRuntime:
-    """Resolves ``ask`` effects through an ApprovalProvider with a bounded session cache."""
+    """Resolves ``ask`` effects through an ApprovalProvider with a bounded session cache.
+
+    One per Host, shared by its config generations (the key's fingerprint
+    already separates revisions). ``provider`` is whoever answers now: the
+    console, a notebook widget, a script, or None (every ``ask`` then pauses
+    its turn ``needs_user``); it can be replaced at any time.
+    """
 
     def __init__(
         self,
         *,
+        provider: ApprovalProvider | None = None,
         ttl_s: float = APPROVAL_TTL_S,
         decision_timeout_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.provider = provider
         self._ttl_s = ttl_s
         self._decision_timeout_s = decision_timeout_s
         self._clock = clock
         self._cache: dict[ApprovalKey, float] = {}
         self._pending: dict[ApprovalKey, _Pending] = {}
+        self._bindings: dict[tuple[str, str], str] = {}
         self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def observe_binding(self, principal_id: str, conversation: str, session_id: str) -> None:
+        """A turn runs in ``session_id`` for this conversation: a new session replaces the old.
+
+        Starting a replacement session, or resuming another one, is a
+        conversation-binding change: the previous session's approvals go.
+        """
+        previous = self._bindings.get((principal_id, conversation))
+        self._bindings[(principal_id, conversation)] = session_id
+        if previous is not None and previous != session_id:
+            self.invalidate(session_id=previous)
+
+    def remember(self, key: ApprovalKey) -> None:
+        """Cache an "approve for session" given outside a prompt (a durable answer)."""
+        if not self._closed:
+            self._cache[key] = self._clock() + self._ttl_s
 
     def cached(self, key: ApprovalKey) -> bool:
         """True while a session approval for ``key`` is live (expired entries are dropped)."""
@@ -112,18 +142,22 @@ class ApprovalRuntime:
         key: ApprovalKey,
         request: Callable[[], ApprovalRequest],
         provider: ApprovalProvider | None,
+        *,
+        cacheable: bool = True,
     ) -> ApprovalOutcome:
         """``approved``, ``denied`` or ``unanswered`` (no provider, or no answer in time).
 
         Callers for the same key are serialized: each later caller rechecks the
         cache when the earlier decision lands, so "approve for session" is
         asked once. ``unanswered`` is never a silent deny: the caller pauses the
-        turn (``needs_user``) with a durable pending approval.
+        turn (``needs_user``) with a durable pending approval. ``cacheable=False``
+        (secret bindings) ignores and never writes the session cache: every
+        such call is approved once.
         """
         while True:
             if self._closed:
                 raise ApprovalClosed()
-            if self.cached(key):
+            if cacheable and self.cached(key):
                 return "approved"
             pending = self._pending.get(key)
             if pending is None:
@@ -135,13 +169,18 @@ class ApprovalRuntime:
                 pending.waiters -= 1
         pending = self._pending[key] = _Pending()
         try:
-            return await self._ask(key, request(), provider)
+            return await self._ask(key, request(), provider, cacheable=cacheable)
         finally:
             del self._pending[key]
             pending.done.set()
 
     async def _ask(
-        self, key: ApprovalKey, request: ApprovalRequest, provider: ApprovalProvider | None
+        self,
+        key: ApprovalKey,
+        request: ApprovalRequest,
+        provider: ApprovalProvider | None,
+        *,
+        cacheable: bool,
     ) -> ApprovalOutcome:
         if provider is None:
             return "unanswered"
@@ -152,7 +191,7 @@ class ApprovalRuntime:
             raise ApprovalClosed()
         if decision is None:
             return "unanswered"
-        if decision == "approve_session":
+        if decision == "approve_session" and cacheable:
             self._cache[key] = self._clock() + self._ttl_s
         return "denied" if decision == "deny" else "approved"
 
@@ -167,24 +206,28 @@ class ApprovalRuntime:
         session_id: str | None = None,
         principal_id: str | None = None,
         policy_fingerprint: str | None = None,
+        core_id: str | None = None,
         key: ApprovalKey | None = None,
     ) -> int:
         """Drop cached approvals matching every given field; returns how many were dropped.
 
         Call with ``session_id`` on session end or replacement, ``principal_id``
         on an authority or conversation-binding change, ``policy_fingerprint``
-        when policy or core revision changes, ``key`` for an explicit revocation.
+        or ``core_id`` when policy or core revision changes, ``key`` for an
+        explicit revocation.
         """
         if key is not None:
             return 1 if self._cache.pop(key, None) is not None else 0
-        if session_id is None and principal_id is None and policy_fingerprint is None:
-            raise InvalidValue("say what to invalidate (session, principal, policy or key)")
+        fields = (session_id, principal_id, policy_fingerprint, core_id)
+        if all(value is None for value in fields):
+            raise InvalidValue("say what to invalidate (session, principal, policy, core or key)")
         doomed = [
             cached
             for cached in self._cache
             if (session_id is None or cached.session_id == session_id)
             and (principal_id is None or cached.principal_id == principal_id)
             and (policy_fingerprint is None or cached.policy_fingerprint == policy_fingerprint)
+            and (core_id is None or cached.core_id == core_id)
         ]
         for cached in doomed:
             del self._cache[cached]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -13,8 +13,9 @@ import pydantic
 
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, thaw
+from hostkit.types import EffectStatus
 
-__all__ = ["AuthoredTool", "ToolContext", "tool"]
+__all__ = ["AuthoredTool", "ToolContext", "ToolOutcome", "tool"]
 
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
@@ -25,7 +26,11 @@ class ToolContext:
 
     It carries identities and the turn's workspace, never the PrincipalScope,
     stores, route internals or operator authority. ``owner`` is an opaque key
-    for per-owner data (agent memory), not a credential.
+    for per-owner data (agent memory), not a credential. ``secrets`` holds only
+    the values the runtime bound for this one call after its capability and
+    approval checks (environment name -> value), and ``secrets_expire_at`` the
+    wall-clock time (``time.time()``) the earliest binding expires; a tool that
+    starts a process clamps its deadline to it.
     """
 
     turn_id: str
@@ -33,6 +38,23 @@ class ToolContext:
     core_id: str
     owner: str
     workspace: Path
+    secrets: Mapping[str, str] = field(default_factory=FrozenMap)
+    secrets_expire_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """A tool's own verdict when plain success is not the whole story.
+
+    Returning one lets a builtin report ``failed``, ``timed_out``,
+    ``cancelled`` or ``indeterminate`` with its output still shown (a command
+    that exited non-zero, a process tree that could not be confirmed gone).
+    Any other return value means ``succeeded``.
+    """
+
+    status: EffectStatus
+    output: Any = None
+    error: str | None = None
 
 
 class AuthoredTool:
@@ -42,7 +64,9 @@ class AuthoredTool:
     become the JSON schema the model sees, validated with pydantic before the
     function runs. ``timeout_s`` bounds one invocation. ``preflight`` is a
     pure Host check over the validated arguments (no I/O) that raises a
-    ``UserError`` to refuse the call before anything runs.
+    ``UserError`` to refuse the call before anything runs. ``secrets_argument``
+    names the argument (a list of environment names) through which a call asks
+    the runtime to bind ``secret.bind:<NAME>`` secrets into ``ToolContext``.
     """
 
     def __init__(
@@ -53,6 +77,7 @@ class AuthoredTool:
         description: str | None = None,
         timeout_s: float = 30.0,
         preflight: Callable[[Mapping[str, Any]], None] | None = None,
+        secrets_argument: str | None = None,
     ) -> None:
         if not _EFFECT_NAME.match(name) or len(name) > 64:
             raise InvalidValue(f"effect name {name!r} must be dotted lower_snake_case")
@@ -63,6 +88,7 @@ class AuthoredTool:
         self.description = (description or inspect.getdoc(fn) or name).strip()[:1024]
         self.timeout_s = timeout_s
         self.preflight = preflight
+        self.secrets_argument = secrets_argument
         self._model = _arguments_model(name, fn)
         schema = self._model.model_json_schema()
         schema.pop("title", None)

@@ -8,26 +8,41 @@ from typing import Literal
 
 __all__ = ["EffectPolicy", "PolicyDecision"]
 
-PolicyDecision = Literal["allow", "deny"]
+PolicyDecision = Literal["allow", "ask", "deny"]
 
 
 @dataclass(frozen=True, slots=True)
 class EffectPolicy:
-    """Glob rules over dotted effect names; a matching ``deny`` always wins.
+    """Glob rules over dotted effect names: ``deny`` wins, then ``ask``, then ``allow``.
 
-    An effect no ``allow`` rule matches is denied: authority is explicit.
+    An effect no rule matches is denied: authority is explicit. ``ask``
+    effects are visible to the model but run only after an approval.
     """
 
     allow: tuple[str, ...] = ("*",)
     deny: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
 
     def decide(self, effect: str) -> PolicyDecision:
-        if any(fnmatch.fnmatchcase(effect, rule) for rule in self.deny):
+        if _matches(effect, self.deny):
             return "deny"
-        if any(fnmatch.fnmatchcase(effect, rule) for rule in self.allow):
+        if _matches(effect, self.ask):
+            return "ask"
+        if _matches(effect, self.allow):
             return "allow"
         return "deny"
 
+    def rule_key(self, effect: str) -> str:
+        """The rule an approval is cached under: the first matching ``ask`` glob."""
+        return next((rule for rule in self.ask if fnmatch.fnmatchcase(effect, rule)), effect)
+
     def fingerprint(self) -> str:
         """A stable text form, part of the turn's pinned capability snapshot."""
-        return f"allow={','.join(sorted(self.allow))};deny={','.join(sorted(self.deny))}"
+        return (
+            f"allow={','.join(sorted(self.allow))};deny={','.join(sorted(self.deny))};"
+            f"ask={','.join(sorted(self.ask))}"
+        )
+
+
+def _matches(effect: str, rules: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(effect, rule) for rule in rules)

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
-from hostkit.effects._authored import AuthoredTool, ToolContext
+from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
+from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
+from hostkit.effects._fingerprint import approval_fingerprint
+from hostkit.effects._pending import ApprovalLedger
 from hostkit.effects._policy import EffectPolicy
-from hostkit.effects._views import render_output, result
-from hostkit.errors import InvalidValue, UserError, bounded
+from hostkit.effects._views import MIN_SECRET_CHARS, render_output, result
+from hostkit.errors import ApprovalClosed, ApprovalRefused, InvalidValue, UserError, bounded
+from hostkit.freeze import FrozenMap, thaw
+from hostkit.store import RuntimeStore
 from hostkit.types import (
     EffectRequest,
     EffectResult,
     EffectStatus,
     TurnExecutionContext,
+    bounded_metadata,
     new_id,
 )
 
-__all__ = ["EffectRuntime", "Toolset", "ToolsetProvider"]
+__all__ = ["DEFAULT_SECRET_TTL_S", "EffectRuntime", "Toolset", "ToolsetProvider", "secret_grant"]
+
+DEFAULT_SECRET_TTL_S = 300.0
+
+
+def secret_grant(name: str) -> str:
+    """The capability that lets a call bind the Host environment variable ``name``."""
+    return f"secret.bind:{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +47,7 @@ class Toolset:
     tools: tuple[tuple[AuthoredTool, str], ...]
     policy: EffectPolicy
     workspace: Path
+    secret_ttl_s: float = DEFAULT_SECRET_TTL_S
 
 
 class ToolsetProvider(Protocol):
@@ -39,22 +56,57 @@ class ToolsetProvider(Protocol):
     async def toolset(self, context: TurnExecutionContext) -> Toolset: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A request that passed every check up to (not including) approval."""
+
+    call_id: str
+    entry: CatalogEntry
+    toolset: Toolset
+    arguments: dict[str, Any]
+    raw_arguments: Mapping[str, Any]
+    secret_names: tuple[str, ...]
+
+
+def _refused(call_id: str, effect: str, status: EffectStatus, error: str) -> EffectResult:
+    # Every refusal happens before invocation: started=False, nothing for the model.
+    return result(
+        call_id=call_id, effect=effect, status=status, started=False, model_text="", error=error
+    )
+
+
 class EffectRuntime:
     """``execute(EffectRequest, TurnExecutionContext) -> EffectResult`` plus the catalog seam.
 
-    Order for every invocation: validate the request and its catalog binding;
-    check the turn owns the catalog; require the effect in the pinned
-    capability snapshot; validate arguments; apply policy; invoke under a
-    deadline; build bounded views. Nothing is invoked before those checks
-    pass. Cancellation of the caller propagates (the turn records it).
+    Order for every invocation (contract, EffectRuntime): validate the request
+    and its catalog binding; check the turn owns the catalog; require the
+    effect (and every ``secret.bind:<NAME>`` it asks for) in the pinned
+    capability snapshot; validate arguments and run the pure Host checks
+    (preflight); apply policy and resolve approval; bind only the approved
+    secrets; invoke under a deadline; build bounded, redacted views. Nothing is
+    imported, spawned, written or fetched before those checks pass.
+    Cancellation of the caller propagates (the turn records it).
+
+    An ``ask`` nobody answers becomes a durable pending approval (with a
+    ``store``); ``execute_approved`` runs it once in a continuation turn.
     """
 
-    def __init__(self, *, toolsets: ToolsetProvider) -> None:
+    def __init__(
+        self,
+        *,
+        toolsets: ToolsetProvider,
+        approvals: ApprovalRuntime | None = None,
+        store: RuntimeStore | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._toolsets = toolsets
+        self._approvals = approvals or ApprovalRuntime()
+        self._ledger = None if store is None else ApprovalLedger(store)
+        self._environ = os.environ if environ is None else environ
         self._catalogs: dict[str, tuple[PreparedEffectCatalog, Toolset]] = {}
 
     async def prepare_catalog(self, context: TurnExecutionContext) -> PreparedEffectCatalog:
-        """Freeze this turn's definitions and references (effects issue adds MCP discovery)."""
+        """Freeze this turn's definitions and references (MCP discovery joins here later)."""
         toolset = await self._toolsets.toolset(context)
         entries = tuple(
             CatalogEntry(new_id("eff"), tool.name, provider_name(tool.name), tool, source)
@@ -65,7 +117,23 @@ class EffectRuntime:
             turn_id=context.turn_id, session_id=context.session_id, entries=entries
         )
         self._catalogs[catalog.catalog_id] = (catalog, toolset)
+        if context.principal.conversation_key is not None:
+            self._approvals.observe_binding(
+                context.principal.principal_id,
+                context.principal.conversation_key,
+                context.session_id,
+            )
         return catalog
+
+    async def supersede_pending(self, context: TurnExecutionContext) -> int:
+        """A new ordinary turn starts in the session: its unanswered approvals become void.
+
+        The paused call was answered with a stub the moment the user moved on;
+        running it later would put its result after newer messages.
+        """
+        if self._ledger is None:
+            return 0
+        return await self._ledger.supersede(context.session_id)
 
     async def close_catalog(self, catalog: PreparedEffectCatalog) -> None:
         self._catalogs.pop(catalog.catalog_id, None)
@@ -73,60 +141,200 @@ class EffectRuntime:
 
     async def execute(self, request: EffectRequest, context: TurnExecutionContext) -> EffectResult:
         """Run one effect through the pipeline; returns a typed result, never adapter errors."""
-        call_id, effect = request.call_id, request.ref.effect
-
-        def refused(status: EffectStatus, error: str) -> EffectResult:
-            # Every refusal happens before invocation: started=False, nothing for the model.
-            return result(
-                call_id=call_id,
-                effect=effect,
-                status=status,
-                started=False,
-                model_text="",
-                error=error,
+        checked = self._check(request, context)
+        if isinstance(checked, EffectResult):
+            return checked
+        effect = checked.entry.effect
+        decision = checked.toolset.policy.decide(effect)
+        if decision == "deny":
+            return _refused(
+                request.call_id, effect, "denied", "denied by the agent's effect policy"
             )
+        if decision == "ask" or checked.secret_names:
+            refusal = await self._approve(checked, context)
+            if refusal is not None:
+                return refusal
+        return await self._bind_and_invoke(checked, context)
 
+    async def execute_approved(
+        self, approval_id: str, catalog: PreparedEffectCatalog, context: TurnExecutionContext
+    ) -> tuple[str, str, EffectResult]:
+        """Run the answered approval ``approval_id`` once; returns (call id, tool name, result).
+
+        The claim is durable before anything runs, so a crash never runs it
+        twice. The policy fingerprint is rechecked against this turn's catalog;
+        a mismatch marks the approval stale and nothing runs. A denial yields a
+        ``denied`` result for the model. Raises ``ApprovalRefused`` when there is
+        nothing to claim in this session.
+        """
+        ledger = self._require_ledger()
+        claimed = await ledger.claim(approval_id, context)
+        if claimed is None:
+            raise ApprovalRefused(approval_id, "answered", "there is no answered call to run")
+        approval = claimed.approval
+        name = provider_name(approval.effect)
+        ref = catalog.resolve(name)
+        entry = catalog.entry(ref) if ref is not None else None
+        if entry is None or approval_fingerprint(context, entry) != approval.policy_fingerprint:
+            await ledger.mark_stale(approval_id)
+            stale = "the approval is stale: the agent's policy or capabilities changed"
+            return (
+                approval.call_id,
+                name,
+                _refused(approval.call_id, approval.effect, "denied", stale),
+            )
+        if approval.status == "denied":
+            denied = "the approver denied this call"
+            return (
+                approval.call_id,
+                name,
+                _refused(approval.call_id, approval.effect, "denied", denied),
+            )
+        assert ref is not None
+        checked = self._check(
+            EffectRequest(approval.call_id, ref, claimed.arguments, "model"), context
+        )
+        if isinstance(checked, EffectResult):
+            return approval.call_id, name, checked
+        if checked.toolset.policy.decide(entry.effect) == "deny":
+            denied = "denied by the agent's effect policy"
+            return (
+                approval.call_id,
+                name,
+                _refused(approval.call_id, entry.effect, "denied", denied),
+            )
+        return approval.call_id, name, await self._bind_and_invoke(checked, context)
+
+    # -- the checks before approval ------------------------------------------------------
+
+    def _check(
+        self, request: EffectRequest, context: TurnExecutionContext
+    ) -> _Checked | EffectResult:
+        call_id, effect = request.call_id, request.ref.effect
         bound = self._catalogs.get(request.ref.catalog_id)
         entry = bound[0].entry(request.ref) if bound else None
         if bound is None or entry is None:
-            return refused("not_found", "no such effect in this turn's catalog")
+            return _refused(call_id, effect, "not_found", "no such effect in this turn's catalog")
         catalog, toolset = bound
         if (catalog.turn_id, catalog.session_id) != (context.turn_id, context.session_id):
-            return refused("denied", "the catalog belongs to another turn")
-        if effect not in context.capability_snapshot.get("effects", ()):
-            return refused("denied", "the effect is not in the turn's capability snapshot")
+            return _refused(call_id, effect, "denied", "the catalog belongs to another turn")
+        snapshot = context.capability_snapshot
+        if effect not in snapshot.get("effects", ()):
+            return _refused(
+                call_id, effect, "denied", "the effect is not in the turn's capability snapshot"
+            )
         try:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
-            return refused("invalid", exc.message)
+            return _refused(call_id, effect, "invalid", exc.message)
+        secret_names = _requested_secrets(entry.tool, arguments)
+        grants = snapshot.get("secrets", ())
+        missing = [name for name in secret_names if secret_grant(name) not in grants]
+        if missing:
+            return _refused(
+                call_id,
+                effect,
+                "denied",
+                f"no {secret_grant(missing[0])} capability for this agent",
+            )
         if entry.tool.preflight is not None:
             try:
                 entry.tool.preflight(arguments)
             except UserError as exc:
-                return refused("denied", exc.message)
-        if toolset.policy.decide(effect) != "allow":
-            return refused("denied", "denied by the agent's effect policy")
-        return await self._invoke(call_id, entry, arguments, context, toolset.workspace)
+                return _refused(call_id, effect, "denied", exc.message)
+        return _Checked(call_id, entry, toolset, arguments, request.arguments, secret_names)
 
-    async def _invoke(
-        self,
-        call_id: str,
-        entry: CatalogEntry,
-        arguments: dict[str, object],
-        context: TurnExecutionContext,
-        workspace: Path,
+    # -- approval ------------------------------------------------------------------------
+
+    async def _approve(
+        self, checked: _Checked, context: TurnExecutionContext
+    ) -> EffectResult | None:
+        """None when approved; otherwise the result to return (denied, or paused)."""
+        entry, call_id = checked.entry, checked.call_id
+        fingerprint = approval_fingerprint(context, entry)
+        key = ApprovalKey(
+            principal_id=context.principal.principal_id,
+            session_id=context.session_id,
+            policy_fingerprint=fingerprint,
+            rule_key=checked.toolset.policy.rule_key(entry.effect),
+            core_id=context.core_id,
+        )
+        view = approval_view(entry.effect, checked.raw_arguments, checked.secret_names)
+
+        def ask() -> ApprovalRequest:
+            return ApprovalRequest(new_id("apr"), key, entry.effect, context.turn_id, view)
+
+        try:
+            outcome = await self._approvals.resolve(
+                key, ask, self._approvals.provider, cacheable=not checked.secret_names
+            )
+        except ApprovalClosed as exc:
+            return _refused(call_id, entry.effect, "denied", exc.message)
+        if outcome == "approved":
+            return None
+        if outcome == "denied":
+            return _refused(call_id, entry.effect, "denied", "the approver denied this call")
+        if self._ledger is None:
+            return _refused(
+                call_id, entry.effect, "denied", "nobody answered and no approval can be kept"
+            )
+        approval_id = await self._ledger.record(
+            context=context,
+            effect=entry.effect,
+            call_id=call_id,
+            arguments=checked.raw_arguments,
+            view=view,
+            policy_fingerprint=fingerprint,
+            rule_key=key.rule_key,
+        )
+        paused = _refused(call_id, entry.effect, "denied", f"waiting for approval {approval_id}")
+        return EffectResult(
+            call_id=paused.call_id,
+            effect=paused.effect,
+            status=paused.status,
+            started=False,
+            views=paused.views,
+            error=paused.error,
+            pending_approval=approval_id,
+        )
+
+    # -- binding and invocation ----------------------------------------------------------
+
+    async def _bind_and_invoke(
+        self, checked: _Checked, context: TurnExecutionContext
     ) -> EffectResult:
+        secrets: dict[str, str] = {}
+        for name in checked.secret_names:
+            value = self._environ.get(name)
+            if value is None or len(value) < MIN_SECRET_CHARS:
+                problem = "is not set" if value is None else "is too short to redact safely"
+                return _refused(
+                    checked.call_id,
+                    checked.entry.effect,
+                    "failed",
+                    f"secret {name} {problem} in the Host environment",
+                )
+            secrets[name] = value
+        expires_at = time.time() + checked.toolset.secret_ttl_s if secrets else None
         tool_context = ToolContext(
             turn_id=context.turn_id,
             session_id=context.session_id,
             core_id=context.core_id,
             owner=context.principal.principal_id,
-            workspace=workspace,
+            workspace=checked.toolset.workspace,
+            secrets=FrozenMap(secrets),
+            secrets_expire_at=expires_at,
         )
+        return await self._invoke(checked, tool_context, secrets)
+
+    async def _invoke(
+        self, checked: _Checked, tool_context: ToolContext, secrets: Mapping[str, str]
+    ) -> EffectResult:
+        call_id, entry = checked.call_id, checked.entry
         effect = entry.effect
         try:
             with anyio.fail_after(entry.tool.timeout_s):
-                output = await entry.tool.invoke(tool_context, arguments)
+                output = await entry.tool.invoke(tool_context, checked.arguments)
         except TimeoutError:
             return result(
                 call_id=call_id,
@@ -144,14 +352,43 @@ class EffectRuntime:
                 started=True,
                 model_text="",
                 error=bounded(f"{type(exc).__name__}: {exc}", 300),
+                secrets=secrets,
             )
-        text, size, truncated = render_output(output)
+        status: EffectStatus = "succeeded"
+        error: str | None = None
+        if isinstance(output, ToolOutcome):
+            status, error, output = output.status, output.error, output.output
+        text, size, truncated = render_output(output, secrets=secrets)
         return result(
             call_id=call_id,
             effect=effect,
-            status="succeeded",
+            status=status,
             started=True,
             model_text=text,
+            error=error,
             size=size,
             truncated=truncated,
+            secrets=secrets,
         )
+
+    def _require_ledger(self) -> ApprovalLedger:
+        if self._ledger is None:
+            raise InvalidValue("this EffectRuntime keeps no durable approvals (no store)")
+        return self._ledger
+
+
+def _requested_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    if tool.secrets_argument is None:
+        return ()
+    names = arguments.get(tool.secrets_argument) or ()
+    return tuple(dict.fromkeys(str(name) for name in names))
+
+
+def approval_view(
+    effect: str, arguments: Mapping[str, Any], secret_names: tuple[str, ...] = ()
+) -> FrozenMap:
+    """What an approver sees: the effect, field-name-redacted bounded arguments, secret names."""
+    view: dict[str, Any] = {"effect": effect, "arguments": thaw(arguments)}
+    if secret_names:
+        view["binds_secrets"] = list(secret_names)
+    return bounded_metadata(view, max_string=300)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,13 +61,27 @@ class ProviderConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    """Glob rules over dotted effect names; deny wins, unmatched effects are denied."""
+    """Glob rules over dotted effect names: deny wins, then ask, then allow; unmatched: denied.
+
+    ``ask`` effects run only after an approval (console, widget, CLI).
+    """
 
     allow: list[str] = Field(default_factory=lambda: ["*"])
     deny: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
 
 
-Builtin = Literal["files.read", "files.list", "files.write", "files.edit", "web.extract"]
+Builtin = Literal[
+    "files.read",
+    "files.list",
+    "files.write",
+    "files.edit",
+    "web.extract",
+    "terminal.run",
+    "terminal.status",
+    "terminal.stop",
+]
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
 class AgentConfig(_Strict):
@@ -87,6 +101,10 @@ class AgentConfig(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     max_steps: int = Field(default=8, ge=1, le=64)
     workspace: str | None = None
+    # Host environment variables terminal.run may bind (secret.bind:<NAME>), each
+    # after a one-shot approval, for at most secret_ttl_s seconds.
+    secrets: list[Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=list)
+    secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
 
 
 class HostSection(_Strict):
@@ -95,6 +113,10 @@ class HostSection(_Strict):
     database: str = "hostkit.db"
     workspace: str = "."
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
+    # Private terminal output files, under one opaque directory per session.
+    artifacts: str = ".hostkit-artifacts"
+    # How long an ``ask`` waits for the approver before the turn pauses needs_user.
+    approval_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
 
 
 class HostConfig(_Strict):

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import anyio
 
-from hostkit.effects import AuthoredTool, EffectPolicy, EffectRuntime, Toolset, provider_name
+from hostkit.effects import (
+    ApprovalRuntime,
+    AuthoredTool,
+    CatalogEntry,
+    EffectPolicy,
+    EffectRuntime,
+    Toolset,
+    fingerprint_of,
+    provider_name,
+    secret_grant,
+)
 from hostkit.errors import ConfigError, HostkitError, TurnRejected
 from hostkit.host._capabilities import (
     MemoryRequest,
@@ -18,7 +28,8 @@ from hostkit.host._capabilities import (
     ToolRequest,
 )
 from hostkit.host._config import HostConfig
-from hostkit.turns import PinnedCore
+from hostkit.store import RuntimeStore
+from hostkit.turns import PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
 
 __all__ = ["Generation"]
@@ -39,11 +50,19 @@ class Generation:
     replaced generation closes only after its last turn.
     """
 
-    def __init__(self, number: int, config: HostConfig, capabilities: RuntimeCapabilities) -> None:
+    def __init__(
+        self,
+        number: int,
+        config: HostConfig,
+        capabilities: RuntimeCapabilities,
+        *,
+        approvals: ApprovalRuntime | None = None,
+        store: RuntimeStore | None = None,
+    ) -> None:
         self.number = number
         self.config = config
         self.capabilities = capabilities
-        self.effects = EffectRuntime(toolsets=self)
+        self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store)
         self.active = 0
         self.retired = False
         self._tools: dict[str, _AgentTools] = {}
@@ -52,7 +71,7 @@ class Generation:
 
     def policy(self, agent: str) -> EffectPolicy:
         rules = self.config.agents[agent].policy
-        return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny))
+        return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny), ask=tuple(rules.ask))
 
     def revision(self, agent: str) -> str:
         """A content hash of everything that defines the agent in this configuration."""
@@ -80,7 +99,7 @@ class Generation:
                 {id(tool): tool for tool in await self.capabilities.tools.tools(request)}.values()
             )
             allowed = tuple(
-                (tool, "tools") for tool in offered if policy.decide(tool.name) == "allow"
+                (tool, "tools") for tool in offered if policy.decide(tool.name) != "deny"
             )
             seen: dict[str, str] = {}
             for tool, _ in allowed:
@@ -136,6 +155,7 @@ class Generation:
             policy_fingerprint=tools.policy.fingerprint(),
             workspace=self.workspace(core_id),
             max_steps=agent.max_steps,
+            secret_grants=tuple(secret_grant(name) for name in agent.secrets),
         )
 
     async def release(self) -> bool:
@@ -147,7 +167,19 @@ class Generation:
         if context.generation != self.number:
             raise TurnRejected("the turn was pinned to another generation")
         tools = await self.agent_tools(context.core_id)
-        return Toolset(tools.tools, tools.policy, self.workspace(context.core_id))
+        agent = self.config.agents[context.core_id]
+        return Toolset(
+            tools.tools, tools.policy, self.workspace(context.core_id), agent.secret_ttl_s
+        )
+
+    async def approval_fingerprint(self, core: PinnedCore, effect: str) -> str | None:
+        """The fingerprint a turn pinned to ``core`` would give ``effect`` (None: not offered)."""
+        tools = await self.agent_tools(core.core_id)
+        for tool, source in tools.tools:
+            if tool.name == effect and effect in core.effect_names:
+                entry = CatalogEntry("", tool.name, provider_name(tool.name), tool, source)
+                return fingerprint_of(core.core_revision, capability_snapshot(core), entry)
+        return None
 
     async def aclose(self) -> None:
         if self._closed:

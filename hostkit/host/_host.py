@@ -11,7 +11,9 @@ import anyio
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.context import ContextManager
+from hostkit.effects import ApprovalProvider, ApprovalRuntime, PendingApproval
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.host._approvals import HostApprovals
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import RuntimeCapabilities
 from hostkit.host._config import HostConfig, default_config, load_config
@@ -40,8 +42,14 @@ class Host:
     ``host.turns`` is the full TurnExecution seam; ``host.run_turn(agent,
     message)`` is the minimal embedder path. The Host owns the store, the
     authority resolver and its in-memory operator issuer, and the config
-    generations; ``aclose()`` cancels running turns, revokes operator
-    authority and closes everything, even when one step fails.
+    generations; ``aclose()`` rejects pending approval prompts, cancels
+    running turns, revokes operator authority and closes everything, even
+    when one step fails.
+
+    ``approver`` answers ``ask`` effects while a turn runs (console, widget,
+    script; replace it with ``host.approvals.runtime.provider = ...``); with
+    none, or no answer within ``host.approval_timeout_s``, the turn pauses
+    ``needs_user`` and ``host.approvals.answer`` continues it later.
     """
 
     def __init__(
@@ -50,15 +58,19 @@ class Host:
         config: HostConfig,
         store: RuntimeStore,
         authority: AuthorityResolver,
-        generation: Generation,
+        capabilities: RuntimeCapabilities,
         events: EventBus,
+        approver: ApprovalProvider | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.authority = authority
         self.events = events
         self._issuer: OperatorIssuer = authority.operator_issuer()
-        self._generation = generation
+        self._approval_runtime = ApprovalRuntime(
+            provider=approver, decision_timeout_s=config.host.approval_timeout_s
+        )
+        self._generation = self._new_generation(1, config, capabilities)
         self._retired: list[Generation] = []
         self.context = ContextManager(store)
         self.turns = TurnExecution(
@@ -68,7 +80,21 @@ class Host:
             cores=self,
             observer=events,
         )
+        self.approvals = HostApprovals(
+            store=store,
+            authority=authority,
+            runtime=self._approval_runtime,
+            turns=self.turns,
+            fingerprint=self._approval_fingerprint,
+        )
         self._closed = False
+
+    def _new_generation(
+        self, number: int, config: HostConfig, capabilities: RuntimeCapabilities
+    ) -> Generation:
+        return Generation(
+            number, config, capabilities, approvals=self._approval_runtime, store=self.store
+        )
 
     @classmethod
     async def start(
@@ -76,6 +102,7 @@ class Host:
         config: HostConfig | str | Path | None = None,
         *,
         capabilities: RuntimeCapabilities | None = None,
+        approver: ApprovalProvider | None = None,
     ) -> Host:
         """Open a Host (prefer ``Host.open`` as a context manager); recovers orphaned turns."""
         resolved = await _resolve_config(config)
@@ -91,8 +118,9 @@ class Host:
                 config=resolved,
                 store=store,
                 authority=authority,
-                generation=Generation(1, resolved, caps),
+                capabilities=caps,
                 events=events,
+                approver=approver,
             )
             await host.turns.recover()
         except BaseException:
@@ -108,8 +136,9 @@ class Host:
         config: HostConfig | str | Path | None = None,
         *,
         capabilities: RuntimeCapabilities | None = None,
+        approver: ApprovalProvider | None = None,
     ) -> AsyncIterator[Host]:
-        host = await cls.start(config, capabilities=capabilities)
+        host = await cls.start(config, capabilities=capabilities, approver=approver)
         try:
             yield host
         finally:
@@ -148,8 +177,14 @@ class Host:
             raise TurnRejected("the Host is closed")
         caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
         previous = self._generation
-        self._generation = Generation(previous.number + 1, config, caps)
+        self._generation = self._new_generation(previous.number + 1, config, caps)
         self.config = config
+        # A changed (or removed) agent's session approvals were given for another revision.
+        for agent in previous.config.agents:
+            if agent not in config.agents or previous.revision(agent) != self._generation.revision(
+                agent
+            ):
+                self._approval_runtime.invalidate(core_id=agent)
         previous.retired = True
         if previous.active == 0:
             await previous.aclose()
@@ -186,6 +221,17 @@ class Host:
             raise TurnNotCompleted(result)
         return result.text
 
+    async def _approval_fingerprint(self, approval: PendingApproval) -> str | None:
+        """What the approval's effect fingerprints to now ("" when it is no longer offered)."""
+        try:
+            core = await self.pin(approval.core_id, None)
+        except TurnRejected:
+            return ""
+        try:
+            return await self._generation.approval_fingerprint(core, approval.effect) or ""
+        finally:
+            await self.release(core)
+
     async def operator(self, operator_id: str, *, reason: str) -> PrincipalScope:
         """An audited operator scope, valid until this Host closes."""
         if self._closed:
@@ -200,6 +246,7 @@ class Host:
         # Shielded: a cancelled caller must not leave sources or child processes open.
         with anyio.CancelScope(shield=True):
             try:
+                self._approval_runtime.close()
                 await self.turns.shutdown()
             finally:
                 try:

@@ -229,5 +229,41 @@ _V3_TURNS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1_BASE, _V2_OWNERS, _V3_TURNS)
+_APPROVAL_STATUSES = "('pending', 'approved', 'denied', 'executed', 'stale', 'superseded')"
+
+_V4_APPROVALS = Migration(
+    4,
+    "durable pending approvals",
+    (
+        # An ``ask`` nobody answered in time. ``arguments`` are the frozen arguments the
+        # continuation turn executes exactly once; ``view`` is the bounded, field-name-
+        # redacted form approvers see. ``continuation_turn_id`` is set by the one turn
+        # that claims the answer, so a second claim finds nothing to run.
+        f"""CREATE TABLE approvals (
+            id INTEGER PRIMARY KEY,
+            approval_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL REFERENCES sessions(session_id),
+            turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+            principal_id TEXT NOT NULL,
+            core_id TEXT NOT NULL,
+            core_revision TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            view TEXT NOT NULL,
+            policy_fingerprint TEXT NOT NULL,
+            rule_key TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN {_APPROVAL_STATUSES}),
+            decision TEXT,
+            decided_by TEXT,
+            continuation_turn_id TEXT,
+            created_at TEXT NOT NULL,
+            decided_at TEXT
+        )""",
+        "CREATE INDEX approvals_session ON approvals(session_id, status)",
+        "CREATE INDEX approvals_open ON approvals(status, id) WHERE status = 'pending'",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1_BASE, _V2_OWNERS, _V3_TURNS, _V4_APPROVALS)
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,5 +1,6 @@
 """TurnExecution: admission, per-session serialization, lifecycle, terminal state, recovery."""
 
+from hostkit.turns._active import capability_snapshot
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
 from hostkit.turns._execution import TurnExecution
@@ -11,4 +12,5 @@ __all__ = [
     "PinnedCore",
     "TurnEvent",
     "TurnExecution",
+    "capability_snapshot",
 ]

@@ -17,7 +17,7 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["ActiveTurn", "add_usage", "bind_context"]
+__all__ = ["ActiveTurn", "add_usage", "bind_context", "capability_snapshot"]
 
 
 @dataclass
@@ -32,6 +32,7 @@ class ActiveTurn:
     text: str = ""
     effects: list[EffectSummary] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    pending_approval: str | None = None
 
 
 def bind_context(
@@ -51,12 +52,7 @@ def bind_context(
         session_id=session_id,
         core_id=core.core_id,
         core_revision=core.core_revision,
-        capability_snapshot={
-            "effects": core.effect_names,
-            "policy": core.policy_fingerprint,
-            "provider": core.provider.name,
-            "model": core.provider.model,
-        },
+        capability_snapshot=capability_snapshot(core),
         workspace_scope=str(core.workspace),
         route_token=token("route"),
         admission_lease_token=token("admission"),
@@ -65,6 +61,17 @@ def bind_context(
         interaction_metadata=request.metadata,
         generation=core.generation,
     )
+
+
+def capability_snapshot(core: PinnedCore) -> dict[str, object]:
+    """What the turn may do, pinned at admission (approval fingerprints cover it)."""
+    return {
+        "effects": core.effect_names,
+        "secrets": core.secret_grants,
+        "policy": core.policy_fingerprint,
+        "provider": core.provider.name,
+        "model": core.provider.model,
+    }
 
 
 def add_usage(total: Usage, more: Usage) -> Usage:

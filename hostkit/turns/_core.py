@@ -31,6 +31,7 @@ class PinnedCore:
     policy_fingerprint: str
     workspace: Path
     max_steps: int = 8
+    secret_grants: tuple[str, ...] = ()
 
 
 class CoreResolver(Protocol):

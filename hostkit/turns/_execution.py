@@ -32,6 +32,7 @@ from hostkit.types import (
     ContextRequest,
     ConversationFacts,
     EffectRequest,
+    EffectResult,
     EffectSummary,
     FreshSession,
     ModelMessage,
@@ -39,6 +40,7 @@ from hostkit.types import (
     ModelResponse,
     PrincipalScope,
     ResumeSession,
+    ToolCall,
     TurnCancelResult,
     TurnExecutionContext,
     TurnOutcome,
@@ -51,6 +53,7 @@ from hostkit.types import (
 __all__ = ["TurnExecution"]
 
 _log = logging.getLogger("hostkit.turns")
+_NOT_RUN = "[cancelled] not run: the turn paused for an approval before this call"
 
 
 class TurnExecution:
@@ -238,13 +241,10 @@ class TurnExecution:
                 try:
                     with anyio.move_on_after(self._turn_timeout_s) as deadline:
                         catalog = await core.effects.prepare_catalog(context)
-                        await self._persist(
-                            context,
-                            ModelMessage("user", request.input),
-                            "input.persisted",
-                            {"effects": list(catalog.effects)},
+                        first = await self._first_message(request, context, core, catalog, active)
+                        outcome, error = await self._steps(
+                            request, context, core, catalog, active, first
                         )
-                        outcome, error = await self._steps(request, context, core, catalog, active)
                     if deadline.cancelled_caught:
                         outcome, error = "failed", "the turn exceeded its deadline"
                 except ProviderError as exc:
@@ -286,8 +286,9 @@ class TurnExecution:
         core: PinnedCore,
         catalog: PreparedEffectCatalog,
         active: ActiveTurn,
+        first: ModelMessage,
     ) -> tuple[TurnOutcome, str | None]:
-        messages: list[ModelMessage] = [ModelMessage("user", request.input)]
+        messages: list[ModelMessage] = [first]
         provider = core.provider
         for step in range(core.max_steps):
             await self._renew_lease(context, active)
@@ -333,28 +334,77 @@ class TurnExecution:
             if not response.tool_calls:
                 active.text = response.text
                 return "completed", None
-            for call in response.tool_calls:
+            for index, call in enumerate(response.tool_calls):
                 ref = catalog.resolve(call.name)
                 if ref is None:
-                    status, effect, view = "not_found", call.name, "[not_found] no such tool"
+                    outcome = None
                 else:
                     active.in_flight = "effect"
                     outcome = await core.effects.execute(
                         EffectRequest(call.call_id, ref, call.arguments, "model"), context
                     )
                     active.in_flight = None
-                    status, effect, view = outcome.status, outcome.effect, outcome.views.model
-                summary = EffectSummary(call.call_id, effect, status, bounded(view, 200))
-                active.effects.append(summary)
-                tool_message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
-                messages.append(tool_message)
-                await self._persist(
-                    context,
-                    tool_message,
-                    "effect.completed",
-                    {"call_id": call.call_id, "effect": effect, "status": status},
-                )
+                if outcome is not None and outcome.pending_approval is not None:
+                    # Paused: the approved call is answered by the continuation turn; the
+                    # calls after it never ran and say so.
+                    for skipped in response.tool_calls[index + 1 :]:
+                        await self._record_effect(context, active, skipped, None, _NOT_RUN)
+                    active.pending_approval = outcome.pending_approval
+                    return "needs_user", f"waiting for approval {outcome.pending_approval}"
+                messages.append(await self._record_effect(context, active, call, outcome))
         return "failed", f"the turn reached its step limit ({core.max_steps})"
+
+    async def _first_message(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        catalog: PreparedEffectCatalog,
+        active: ActiveTurn,
+    ) -> ModelMessage:
+        """The user's input; or, for a continuation, the approved call's result.
+
+        An ordinary turn voids the session's unanswered approvals first (the
+        user moved on). A continuation runs the answered approval once; its
+        result answers the paused call.
+        """
+        if request.continues is None:
+            await core.effects.supersede_pending(context)
+            message = ModelMessage("user", request.input)
+            detail = {"effects": list(catalog.effects)}
+            await self._persist(context, message, "input.persisted", detail)
+            return message
+        approval_id = request.continues
+        active.in_flight = "effect"
+        call_id, name, outcome = await core.effects.execute_approved(approval_id, catalog, context)
+        active.in_flight = None
+        return await self._record_effect(
+            context, active, ToolCall(call_id, name, {}), outcome, approval_id=approval_id
+        )
+
+    async def _record_effect(
+        self,
+        context: TurnExecutionContext,
+        active: ActiveTurn,
+        call: ToolCall,
+        outcome: EffectResult | None,
+        not_run: str | None = None,
+        *,
+        approval_id: str | None = None,
+    ) -> ModelMessage:
+        """Persist one call's result as the tool message answering it."""
+        if outcome is None:
+            status = "not_found" if not_run is None else "cancelled"
+            effect, view = call.name, not_run or "[not_found] no such tool"
+        else:
+            status, effect, view = outcome.status, outcome.effect, outcome.views.model
+        active.effects.append(EffectSummary(call.call_id, effect, status, bounded(view, 200)))
+        message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
+        detail: dict[str, object] = {"call_id": call.call_id, "effect": effect, "status": status}
+        if approval_id is not None:
+            detail["approval_id"] = approval_id
+        await self._persist(context, message, "effect.completed", detail)
+        return message
 
     async def _call_provider(
         self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int
@@ -439,6 +489,7 @@ class TurnExecution:
             error=bounded(error, 300) if error else None,
             durable_result_ref=context.turn_id,
             generation=context.generation,
+            pending_approval=active.pending_approval if outcome == "needs_user" else None,
         )
         try:
             with anyio.fail_after(self._terminal_timeout_s):

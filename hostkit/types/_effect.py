@@ -80,7 +80,12 @@ class EffectViews:
 
 @dataclass(frozen=True, slots=True)
 class EffectResult:
-    """The typed outcome of one effect; raw adapter output never leaves the runtime."""
+    """The typed outcome of one effect; raw adapter output never leaves the runtime.
+
+    ``pending_approval`` is set when an ``ask`` went unanswered: the effect did
+    not start (``denied``, ``started=False``) and the turn pauses ``needs_user``
+    until the durable approval is answered.
+    """
 
     call_id: str
     effect: str
@@ -88,3 +93,4 @@ class EffectResult:
     started: bool
     views: EffectViews
     error: str | None = None
+    pending_approval: str | None = None

@@ -66,6 +66,9 @@ class TurnRequest:
     AuthorityResolver already issued (operator, scheduled run, child agent).
     ``request_id`` is the stable idempotency key: a repeat by the same
     principal returns the first turn's result instead of running again.
+    ``continues`` names an answered approval: the turn then runs that one
+    approved effect (instead of taking ``input`` as a user message) and lets
+    the model go on from its result. The Host builds these requests itself.
     """
 
     input: str
@@ -79,6 +82,7 @@ class TurnRequest:
     injected_context: tuple[str, ...] = ()
     bootstrap: bool = False
     metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
+    continues: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.input, str) or not self.input.strip():
@@ -107,6 +111,10 @@ class TurnRequest:
             raise InvalidValue("injected_context entries must be bounded text")
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
+        if self.continues is not None and (
+            not isinstance(self.continues, str) or not 0 < len(self.continues) <= _MAX_KEY
+        ):
+            raise InvalidValue("continues must name an approval")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +144,7 @@ class TurnResult:
     error: str | None = None
     durable_result_ref: str = ""
     generation: int = 0
+    pending_approval: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -165,6 +174,7 @@ class TurnResult:
             "error": self.error,
             "durable_result_ref": self.durable_result_ref,
             "generation": self.generation,
+            "pending_approval": self.pending_approval,
         }
 
     @classmethod

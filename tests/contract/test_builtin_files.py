@@ -93,7 +93,7 @@ async def test_unknown_builtins_are_a_config_error(tmp_path: Path) -> None:
     from hostkit.errors import ConfigError
 
     with pytest.raises(ConfigError, match="builtins"):
-        parse_config(builtin_config(tmp_path, ["terminal.run"]), base_dir=tmp_path)
+        parse_config(builtin_config(tmp_path, ["shell.exec"]), base_dir=tmp_path)
 
 
 async def test_web_extract_builtin_reads_an_allowlisted_page_and_refuses_others(
