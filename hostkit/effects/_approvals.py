@@ -105,6 +105,7 @@ class ApprovalRuntime:
         self._cache: dict[ApprovalKey, float] = {}
         self._pending: dict[ApprovalKey, _Pending] = {}
         self._bindings: dict[tuple[str, str], str] = {}
+        self._asking: set[anyio.CancelScope] = set()
         self._closed = False
 
     @property
@@ -185,8 +186,12 @@ class ApprovalRuntime:
         if provider is None:
             return "unanswered"
         decision: ApprovalDecision | None = None
-        with anyio.move_on_after(self._decision_timeout_s):
-            decision = await provider.decide(request)
+        with anyio.move_on_after(self._decision_timeout_s) as asking:
+            self._asking.add(asking)
+            try:
+                decision = await provider.decide(request)
+            finally:
+                self._asking.discard(asking)
         if self._closed:
             raise ApprovalClosed()
         if decision is None:
@@ -237,5 +242,7 @@ class ApprovalRuntime:
         """Host shutdown: forget every approval and reject every pending decision."""
         self._closed = True
         self._cache.clear()
+        for asking in self._asking:
+            asking.cancel()
         for pending in self._pending.values():
             pending.done.set()

@@ -1,0 +1,416 @@
+"""Approvals wired through a real Host: ask policy, providers, durable pending approvals,
+continuation turns, typed refusals and every cache invalidation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.effects import (
+    ApprovalDecision,
+    ApprovalKey,
+    ApprovalProvider,
+    ApprovalRequest,
+    ToolContext,
+    tool,
+)
+from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized
+from hostkit.host import Host, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ConversationFacts, FreshSession, ModelRequest
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+ASK = {"allow": ["*"], "ask": ["files.stamp"]}
+
+
+class Stamps:
+    """An effect with an observable side effect: each call appends one line to a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+        @tool("files.stamp")
+        async def stamp(ctx: ToolContext, label: str, api_key: str = "") -> str:
+            """Append a stamp line."""
+            async with await anyio.open_file(self.path, "a") as out:
+                await out.write(label + "\n")
+            return f"stamped {label}"
+
+        self.tool = stamp
+
+    def lines(self) -> list[str]:
+        return self.path.read_text().splitlines() if self.path.exists() else []
+
+
+class Approver:
+    """Answers with a fixed decision (or never), recording every request it saw."""
+
+    def __init__(self, decision: ApprovalDecision | None, gate: anyio.Event | None = None) -> None:
+        self.decision = decision
+        self.gate = gate
+        self.seen: list[ApprovalRequest] = []
+        self.asked = anyio.Event()
+
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        self.seen.append(req)
+        self.asked.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.decision is None:
+            await anyio.sleep_forever()
+        assert self.decision is not None
+        return self.decision
+
+
+def host_config(tmp_path: Path, policy: dict[str, Any] = ASK, **agent: Any) -> Any:
+    return parse_config(
+        {
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(tmp_path),
+                "approval_timeout_s": agent.pop("approval_timeout_s", 5.0),
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {"provider": "test", "memory": False, "policy": policy, **agent}
+            },
+        },
+        base_dir=tmp_path,
+    )
+
+
+@asynccontextmanager
+async def approval_host(
+    tmp_path: Path,
+    model: ScriptedModel,
+    stamps: Stamps,
+    approver: ApprovalProvider | None = None,
+    policy: dict[str, Any] = ASK,
+) -> AsyncIterator[Host]:
+    async with Host.open(
+        host_config(tmp_path, policy),
+        capabilities=capabilities(model, tools=[stamps.tool]),
+        approver=approver,
+    ) as host:
+        yield host
+
+
+def stamp_call(label: str = "one", **extra: Any) -> CallTools:
+    return CallTools(("files_stamp", {"label": label, **extra}))
+
+
+def tool_results(req: ModelRequest) -> list[tuple[str | None, str]]:
+    return [(m.tool_call_id, m.content) for m in req.messages if m.role == "tool"]
+
+
+async def test_an_approved_ask_runs_once_and_the_approver_sees_a_redacted_view(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(api_key="sk-live-123456"), Reply("done")])
+    approver = Approver("approve_once")
+    async with approval_host(tmp_path, model, stamps, approver) as host:
+        result = await host.turns.run(request("stamp it"))
+    assert result.outcome == "completed"
+    assert [e.status for e in result.effects] == ["succeeded"], result.effects
+    assert stamps.lines() == ["one"]
+    (seen,) = approver.seen
+    assert seen.effect == "files.stamp"
+    assert seen.turn_id == result.turn_id
+    assert seen.key.session_id == result.session_id
+    assert seen.key.principal_id == "test:alice"
+    assert seen.view["arguments"]["label"] == "one"
+    assert "sk-live-123456" not in repr(seen.view)
+    assert "principal" not in seen.view
+    assert "capability_snapshot" not in seen.view
+
+
+async def test_a_denied_ask_never_runs_and_the_model_is_told(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("ok, not stamped")])
+    async with approval_host(tmp_path, model, stamps, Approver("deny")) as host:
+        result = await host.turns.run(request("stamp it"))
+    assert result.outcome == "completed"
+    assert stamps.lines() == []
+    assert result.effects[0].status == "denied"
+    assert "denied" in tool_results(model.requests[-1])[0][1]
+
+
+async def test_policy_denial_capability_and_preflight_refusals_never_reach_the_approver(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    approver = Approver("approve_once")
+    policy = {"allow": ["*"], "ask": ["files.*"], "deny": ["files.stamp"]}
+    async with approval_host(tmp_path, model, stamps, approver, policy) as host:
+        result = await host.turns.run(request("stamp it"))
+    # Denied effects are not even in the catalog: the call is not_found, nobody is asked.
+    assert result.effects[0].status == "not_found"
+    assert approver.seen == []
+    assert stamps.lines() == []
+
+
+async def test_unanswered_ask_pauses_needs_user_with_a_durable_redacted_approval(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel(
+        [
+            CallTools(
+                ("files_stamp", {"label": "one", "api_key": "sk-live-123456"}),
+                ("files_stamp", {"label": "two"}),
+            ),
+            Reply("stamped"),
+        ]
+    )
+    async with approval_host(tmp_path, model, stamps, approver=None) as host:
+        result = await host.turns.run(request("stamp it"))
+        assert result.outcome == "needs_user"
+        assert result.pending_approval is not None
+        assert result.pending_approval in (result.error or "")
+        assert [e.status for e in result.effects] == ["cancelled"]
+        assert stamps.lines() == []
+        operator = await host.operator("ops", reason="review approvals")
+        (pending,) = await host.approvals.list(operator)
+        assert pending.approval_id == result.pending_approval
+        assert (pending.status, pending.effect, pending.core_id) == (
+            "pending",
+            "files.stamp",
+            "assistant",
+        )
+        assert pending.view["arguments"]["label"] == "one"
+        assert "sk-live-123456" not in repr(pending.view)
+
+
+async def test_an_answer_after_a_restart_runs_exactly_the_approved_call_once(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call("approved-one"), Reply("all stamped")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+    assert paused.outcome == "needs_user"
+    assert paused.pending_approval
+    async with approval_host(tmp_path, model, stamps) as host:
+        operator = await host.operator("ops", reason="answer approvals")
+        result = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert result.outcome == "completed"
+        assert result.text == "all stamped"
+        assert result.session_id == paused.session_id
+        assert stamps.lines() == ["approved-one"]
+        # The model saw the real result answering the paused call, right after it.
+        last = model.requests[-1]
+        assert tool_results(last) == [
+            (last.messages[-2].tool_calls[0].call_id, "stamped approved-one")
+        ]
+        with pytest.raises(ApprovalRefused) as second:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert second.value.reason == "answered"
+        with pytest.raises(ApprovalRefused):
+            await host.approvals.answer(paused.pending_approval, "deny", by=operator)
+        (done,) = await host.approvals.list(operator, status=None)
+        assert done.status == "executed"
+        assert done.decided_by == operator.principal_id
+    assert stamps.lines() == ["approved-one"]
+
+
+async def test_a_denial_answer_continues_the_turn_without_running_the_call(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("understood, not stamped")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        operator = await host.operator("ops", reason="answer approvals")
+        assert paused.pending_approval
+        result = await host.approvals.answer(paused.pending_approval, "deny", by=operator)
+    assert result.outcome == "completed"
+    assert result.text == "understood, not stamped"
+    assert stamps.lines() == []
+    assert "denied" in tool_results(model.requests[-1])[0][1]
+
+
+async def test_a_stale_policy_fingerprint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        assert paused.pending_approval
+        changed = {"allow": ["*"], "ask": ["files.stamp", "other.*"]}
+        await host.apply_config(
+            host_config(tmp_path, changed),
+            capabilities=capabilities(model, tools=[stamps.tool]),
+        )
+        operator = await host.operator("ops", reason="answer approvals")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert refused.value.reason == "stale"
+        (row,) = await host.approvals.list(operator, status=None)
+        assert row.status == "stale"
+    assert stamps.lines() == []
+
+
+async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("moved on")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        assert paused.pending_approval
+        assert (await host.turns.run(request("never mind"))).outcome == "completed"
+        operator = await host.operator("ops", reason="answer approvals")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert refused.value.reason == "superseded"
+    assert stamps.lines() == []
+
+
+async def test_approvals_are_owner_checked(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")], repeat_last=True)
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it", conversation="c1", principal="alice"))
+        assert paused.pending_approval
+        await host.turns.run(request("hi", conversation="c2", principal="bob"))
+        bob = await host.authority.for_conversation(ConversationFacts("test", "c2", "bob"))
+        alice = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
+        assert await host.approvals.list(bob) == []
+        with pytest.raises(NotFoundOrUnauthorized):
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=bob)
+        with pytest.raises(NotFoundOrUnauthorized):
+            await host.approvals.answer("apr_missing", "approve_once", by=bob)
+        assert [a.approval_id for a in await host.approvals.list(alice)] == [
+            paused.pending_approval
+        ]
+        result = await host.approvals.answer(paused.pending_approval, "approve_once", by=alice)
+        assert result.outcome == "completed"
+    assert stamps.lines() == ["one"]
+
+
+async def test_approve_for_session_is_asked_once_then_cached(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel(
+        [stamp_call("a"), stamp_call("b"), Reply("one"), stamp_call("c"), Reply("two")]
+    )
+    approver = Approver("approve_session")
+    async with approval_host(tmp_path, model, stamps, approver) as host:
+        await host.turns.run(request("first"))
+        await host.turns.run(request("second"))
+    assert stamps.lines() == ["a", "b", "c"]
+    assert len(approver.seen) == 1
+
+
+async def test_a_durable_approve_for_session_answer_caches_too(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call("a"), Reply("one"), stamp_call("b"), Reply("two")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("first"))
+        operator = await host.operator("ops", reason="answer approvals")
+        assert paused.pending_approval
+        await host.approvals.answer(paused.pending_approval, "approve_session", by=operator)
+        # No approver at all, yet the next ask in the session is approved from the cache.
+        second = await host.turns.run(request("second"))
+    assert second.outcome == "completed"
+    assert stamps.lines() == ["a", "b"]
+
+
+async def test_a_replacement_session_invalidates_the_old_sessions_approvals(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel(
+        [stamp_call("a"), Reply("one"), stamp_call("b"), Reply("two"), stamp_call("c"), Reply("3")]
+    )
+    approver = Approver("approve_session")
+    async with approval_host(tmp_path, model, stamps, approver) as host:
+        first = await host.turns.run(request("first"))
+        fresh = await host.turns.run(request("second", session=FreshSession()))
+        assert fresh.session_id != first.session_id
+        runtime = host.approvals.runtime
+        old_key = approver.seen[0].key
+        assert not runtime.cached(old_key)
+        await host.turns.run(request("third"))
+    assert len(approver.seen) == 2
+    assert stamps.lines() == ["a", "b", "c"]
+
+
+async def test_a_revision_change_and_explicit_revocation_invalidate(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call("a"), Reply("one")])
+    approver = Approver("approve_session")
+    async with approval_host(tmp_path, model, stamps, approver) as host:
+        result = await host.turns.run(request("first"))
+        runtime = host.approvals.runtime
+        key = approver.seen[0].key
+        assert runtime.cached(key)
+        operator = await host.operator("ops", reason="revoke")
+        assert await host.approvals.revoke(operator, result.session_id) == 1
+        assert not runtime.cached(key)
+        runtime.remember(key)
+        await host.apply_config(
+            host_config(tmp_path, ASK, instructions="Be terse."),
+            capabilities=capabilities(model, tools=[stamps.tool]),
+        )
+        assert not runtime.cached(key)
+        bob = await host.authority.for_conversation(ConversationFacts("test", "other", "bob"))
+        with pytest.raises(NotFoundOrUnauthorized):
+            await host.approvals.revoke(bob, result.session_id)
+
+
+async def test_an_unanswered_prompt_times_out_into_needs_user(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    never = Approver(None)
+    async with Host.open(
+        host_config(tmp_path, ASK, approval_timeout_s=0.2),
+        capabilities=capabilities(model, tools=[stamps.tool]),
+        approver=never,
+    ) as host:
+        result = await host.turns.run(request("stamp it"))
+    assert result.outcome == "needs_user"
+    assert result.pending_approval
+    assert len(never.seen) == 1
+    assert stamps.lines() == []
+
+
+async def test_host_shutdown_rejects_a_pending_prompt_and_nothing_runs(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    gate = anyio.Event()  # never set: only shutdown can end the prompt
+    approver = Approver("approve_once", gate)
+    host = await Host.start(
+        host_config(tmp_path),
+        capabilities=capabilities(model, tools=[stamps.tool]),
+        approver=approver,
+    )
+    outcomes: list[str] = []
+
+    async def run() -> None:
+        outcomes.append((await host.turns.run(request("stamp it"))).outcome)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        with anyio.fail_after(5):
+            await approver.asked.wait()
+        await host.aclose()
+    assert stamps.lines() == []
+    # The prompt was withdrawn (the effect was refused), and the turn was ended by shutdown.
+    assert outcomes == ["cancelled"]
+    assert not gate.is_set()
+
+
+def test_the_cache_key_carries_the_contracts_fields() -> None:
+    key = ApprovalKey("p", "s", "fp", "files.stamp", "assistant")
+    assert (key.principal_id, key.session_id, key.policy_fingerprint, key.rule_key) == (
+        "p",
+        "s",
+        "fp",
+        "files.stamp",
+    )
