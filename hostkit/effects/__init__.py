@@ -20,6 +20,13 @@ from hostkit.effects._pending import (
     PendingApproval,
 )
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
+from hostkit.effects._process import (
+    ProcessControl,
+    ProcessOutcome,
+    ProcessSupervisor,
+    opaque_artifact_dir,
+    run_process,
+)
 from hostkit.effects._runtime import (
     DEFAULT_SECRET_TTL_S,
     EffectRuntime,
@@ -27,6 +34,11 @@ from hostkit.effects._runtime import (
     ToolsetProvider,
     approval_view,
     secret_grant,
+)
+from hostkit.effects._terminal import (
+    DEFAULT_ENV_ALLOWLIST,
+    EXECUTION_CONTROL_TARGETS,
+    TerminalRuns,
 )
 from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
 from hostkit.effects._views import MIN_SECRET_CHARS, redact_secrets
@@ -40,6 +52,14 @@ from hostkit.effects._workspace import (
 
 __all__ = [
     "APPROVAL_TTL_S",
+    "DEFAULT_ENV_ALLOWLIST",
+    "EXECUTION_CONTROL_TARGETS",
+    "ProcessControl",
+    "ProcessOutcome",
+    "ProcessSupervisor",
+    "TerminalRuns",
+    "opaque_artifact_dir",
+    "run_process",
     "DEFAULT_SECRET_TTL_S",
     "MIN_SECRET_CHARS",
     "ApprovalLedger",

@@ -390,5 +390,6 @@ def approval_view(
     """What an approver sees: the effect, field-name-redacted bounded arguments, secret names."""
     view: dict[str, Any] = {"effect": effect, "arguments": thaw(arguments)}
     if secret_names:
-        view["binds_secrets"] = list(secret_names)
+        # Names only, never values ("secrets" would be redacted by its field name).
+        view["binds"] = [secret_grant(name) for name in secret_names]
     return bounded_metadata(view, max_string=300)

@@ -1,0 +1,421 @@
+"""The terminal effects: ``terminal.run``, ``terminal.status`` and ``terminal.stop``.
+
+``terminal.run`` starts an argument vector (never a shell line) as an owned
+process tree through the Host process lifecycle (``_process.run_process``),
+in a directory inside the workspace, with an allowlisted environment plus
+exactly the secrets the runtime bound for the call. A foreground run returns
+its outcome; a background run returns a random run id at once, and
+``terminal.status`` / ``terminal.stop`` answer for it to the same owner and
+session only (anyone else gets the answer a missing id gets).
+
+Ownership of background runs: ``TerminalRuns`` is the registry. Each run is
+an asyncio task created on the running loop (a turn's task group ends with
+the call, a background run must not) whose driver records the outcome or
+the error and closes the working-directory descriptor; the tree itself is
+owned by the ``ProcessSupervisor``. ``TerminalRuns.aclose()`` refuses new
+runs, cancels every live run through its ``ProcessControl`` (single flight
+with a supervisor close), and awaits every task with a bound; a task still
+running after that is cancelled, which makes ``run_process`` end the tree
+shielded. The Host closes the registry after the supervisor; either order
+ends every tree.
+
+Blocking work (``which``, opening the directory, closing it) runs in worker
+threads: the Host shares its event loop with turns, widgets and the inbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from pydantic import Field
+
+from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome
+from hostkit.effects._process import (
+    DEFAULT_CONFIRM_S,
+    DEFAULT_DRAIN_GRACE_S,
+    DEFAULT_GRACE_S,
+    DEFAULT_TAIL_CHARS,
+    ProcessControl,
+    ProcessOutcome,
+    ProcessSupervisor,
+    opaque_artifact_dir,
+    run_process,
+)
+from hostkit.effects._terminal_checks import (
+    DEFAULT_ENV_ALLOWLIST,
+    EXECUTION_CONTROL_TARGETS,
+    MAX_ARGV_ITEMS,
+    MAX_SECRETS,
+    child_environment,
+    open_workdir,
+    outcome_view,
+    program_refusal,
+    resolve_program,
+    run_preflight,
+)
+from hostkit.effects._workspace import WorkspaceScope
+from hostkit.errors import ConfigError, UserError, bounded
+from hostkit.types import new_id
+
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRuns"]
+
+DEFAULT_START_TIMEOUT_S = 10.0  # a background run must be spawned and recorded by then
+DEFAULT_MAX_FINISHED_RUNS = 256  # finished background runs kept for status, all sessions
+STATUS_TIMEOUT_S = 10.0  # terminal.status only reads the registry
+_SLACK_S = 2.0  # beyond the lifecycle's own bounds, for the worker-thread hops
+_NOT_FOUND = "no such run in this session"
+
+_ARGV_HELP = (
+    "Program and arguments as a list (no shell): argv[0] is a program name found on "
+    "PATH or an absolute path."
+)
+_CWD_HELP = "Working directory relative to the workspace root; absolute paths and '..' refused."
+_SECRETS_HELP = (
+    "Names of granted secrets to bind as environment variables (foreground runs only; "
+    "never for shells or wrappers)."
+)
+
+
+@dataclass(eq=False)
+class _BackgroundRun:
+    run_id: str
+    key: tuple[str, str]  # (owner, session id)
+    control: ProcessControl = field(default_factory=ProcessControl)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    began: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    outcome: ProcessOutcome | None = None
+    error: str | None = None
+
+
+class TerminalRuns:
+    """The terminal effects bound to one supervisor and workspace, and their background runs.
+
+    ``tools()`` returns the three AuthoredTools. ``aclose()`` (idempotent,
+    shielded) ends every background run and waits for it, bounded by the
+    lifecycle's grace, confirmation and drain times; after it, ``terminal.run``
+    is refused. Limits: ``deadline_s`` defaults to ``default_deadline_s`` and
+    may not exceed ``max_deadline_s``; at most ``max_background`` live
+    background runs per owner and session; ``max_finished_runs`` finished
+    background runs are kept for ``terminal.status`` (oldest dropped first).
+    """
+
+    def __init__(
+        self,
+        *,
+        supervisor: ProcessSupervisor,
+        workspace: WorkspaceScope,
+        artifact_root: Path,
+        artifact_key: bytes,
+        env_allowlist: Sequence[str] = DEFAULT_ENV_ALLOWLIST,
+        default_deadline_s: float = 60.0,
+        max_deadline_s: float = 600.0,
+        max_background: int = 8,
+        max_finished_runs: int = DEFAULT_MAX_FINISHED_RUNS,
+        grace_s: float = DEFAULT_GRACE_S,
+        confirm_s: float = DEFAULT_CONFIRM_S,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> None:
+        if not 0 < default_deadline_s <= max_deadline_s:
+            raise ConfigError("must be in (0, max_deadline_s]", key="default_deadline_s")
+        if min(max_background, max_finished_runs) < 1:
+            raise ConfigError("max_background and max_finished_runs must be positive")
+        opaque_artifact_dir(artifact_root, "", key=artifact_key)  # refuses a short key now
+        self._supervisor = supervisor
+        self._workspace = workspace
+        self._artifact_root = Path(artifact_root)
+        self._artifact_key = artifact_key
+        self._env_allowlist = tuple(env_allowlist)
+        self._default_deadline_s = default_deadline_s
+        self._max_deadline_s = max_deadline_s
+        self._max_background = max_background
+        self._max_finished = max_finished_runs
+        self._grace_s = grace_s
+        self._confirm_s = confirm_s
+        self._start_timeout_s = start_timeout_s
+        # How long ending a tree may take once asked: TERM grace, KILL confirmation, drain.
+        self._end_s = grace_s + confirm_s + 2 * DEFAULT_DRAIN_GRACE_S + _SLACK_S
+        self._runs: dict[str, _BackgroundRun] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Refuse new runs, end every background run and wait for its task (bounded)."""
+        self._closed = True
+        runs = [run for run in self._runs.values() if not run.done.is_set()]
+        for run in runs:
+            run.control.cancel()
+        with anyio.CancelScope(shield=True):
+            if not await self._all_done(runs):
+                # The driver is stuck (spawn or drain): cancelling its task makes
+                # run_process end the tree shielded and record the outcome.
+                for run in runs:
+                    if run.task is not None and not run.done.is_set():
+                        run.task.cancel()
+                await self._all_done(runs)
+
+    def tools(self) -> list[AuthoredTool]:
+        """``terminal.run``, ``terminal.status`` and ``terminal.stop``, bound to this registry."""
+        return [self._run_tool(), self._status_tool(), self._stop_tool()]
+
+    # --- tools --------------------------------------------------------------------------
+
+    def _run_tool(self) -> AuthoredTool:
+        async def run(
+            ctx: ToolContext,
+            argv: tuple[str, ...] = Field(description=_ARGV_HELP, max_length=MAX_ARGV_ITEMS),
+            cwd: str = Field(".", description=_CWD_HELP, min_length=1),
+            deadline_s: float = Field(
+                self._default_deadline_s,
+                gt=0,
+                le=self._max_deadline_s,
+                description="Seconds before the command's whole process tree is ended.",
+            ),
+            background: bool = Field(
+                False, description="Return a run id at once; see terminal.status/stop."
+            ),
+            secrets: tuple[str, ...] = Field((), description=_SECRETS_HELP, max_length=MAX_SECRETS),
+        ) -> ToolOutcome:
+            return await self._start(ctx, argv, cwd, deadline_s, background, secrets)
+
+        return AuthoredTool(
+            "terminal.run",
+            run,
+            description=(
+                "Run a program (argument list, no shell) in the workspace with a deadline. "
+                f"Returns exit code and the last {DEFAULT_TAIL_CHARS:,} characters of stdout "
+                "and stderr; "
+                "background=true returns a run id for terminal.status and terminal.stop."
+            ),
+            timeout_s=self._max_deadline_s + self._end_s + self._start_timeout_s,
+            preflight=run_preflight(
+                workspace=self._workspace,
+                max_deadline_s=self._max_deadline_s,
+                env_allowlist=self._env_allowlist,
+            ),
+            secrets_argument="secrets",
+        )
+
+    def _status_tool(self) -> AuthoredTool:
+        async def status(
+            ctx: ToolContext, run_id: str = Field(description="A run id from terminal.run.")
+        ) -> ToolOutcome:
+            run = self._lookup(ctx, run_id)
+            if run is None:
+                return ToolOutcome("not_found", None, _NOT_FOUND)
+            return self._report(run)
+
+        return AuthoredTool(
+            "terminal.status",
+            status,
+            description="A background run's state: running, or how it ended with its output.",
+            timeout_s=STATUS_TIMEOUT_S,
+        )
+
+    def _stop_tool(self) -> AuthoredTool:
+        async def stop(
+            ctx: ToolContext, run_id: str = Field(description="A run id from terminal.run.")
+        ) -> ToolOutcome:
+            run = self._lookup(ctx, run_id)
+            if run is None:
+                return ToolOutcome("not_found", None, _NOT_FOUND)
+            # Single flight: the control and the tree end once; every caller waits on `done`.
+            run.control.cancel()
+            with anyio.move_on_after(self._end_s):
+                await run.done.wait()
+            if not run.done.is_set():
+                return ToolOutcome(
+                    "indeterminate",
+                    {"run_id": run.run_id, "status": "stopping"},
+                    f"the run did not end within {self._end_s:g} s of the stop",
+                )
+            return self._report(run)
+
+        return AuthoredTool(
+            "terminal.stop",
+            stop,
+            description=(
+                "Stop a background run and its whole process tree; reports cancelled only "
+                "once every process is confirmed gone."
+            ),
+            timeout_s=self._end_s + _SLACK_S,
+        )
+
+    # --- running ------------------------------------------------------------------------
+
+    async def _start(
+        self,
+        ctx: ToolContext,
+        argv: Sequence[str],
+        cwd: str,
+        deadline_s: float,
+        background: bool,
+        secrets: Sequence[str],
+    ) -> ToolOutcome:
+        if self._closed:
+            return ToolOutcome("denied", None, "the Host is shutting down")
+        if set(secrets) != set(ctx.secrets):
+            return ToolOutcome("denied", None, "the requested secrets were not bound for this call")
+        if background and ctx.secrets:
+            return ToolOutcome("denied", None, "secrets are bound to foreground runs only")
+        if ctx.secrets_expire_at is not None:
+            remaining = ctx.secrets_expire_at - time.time()
+            if remaining <= 0:
+                return ToolOutcome("denied", None, "the secret binding has expired")
+            deadline_s = min(deadline_s, remaining)
+        env = child_environment(self._env_allowlist, ctx.secrets, os.environ)
+        found, real = await anyio.to_thread.run_sync(
+            resolve_program, argv[0], env.get("PATH", os.defpath)
+        )
+        if found is None or real is None:
+            return ToolOutcome("denied", None, f"program {bounded(argv[0], 80)!r} was not found")
+        if ctx.secrets:
+            refusal = program_refusal(real, argv)  # through a link to a shell, say
+            if refusal is not None:
+                return ToolOutcome("denied", None, refusal)
+        opened = await self._workdir(cwd)
+        if isinstance(opened, ToolOutcome):
+            return opened
+        fd, workdir = opened
+        # From here the descriptor is owned: closed below, or by the background driver.
+        options = {"cwd": workdir, "env": env, "deadline_s": deadline_s, **self._options(ctx)}
+        command = [found, *argv[1:]]
+        if background:
+            return await self._start_background(ctx, command, fd, options)
+        try:
+            outcome = await run_process(command, **options)
+        finally:
+            await _close(fd)
+        return outcome_view(outcome, ctx.secrets)
+
+    async def _start_background(
+        self, ctx: ToolContext, command: list[str], fd: int, options: dict[str, Any]
+    ) -> ToolOutcome:
+        key = (ctx.owner, ctx.session_id)
+        # Counted and registered with no await in between, so concurrent calls keep the limit.
+        live = sum(1 for r in self._runs.values() if r.key == key and not r.done.is_set())
+        refusal = "the Host is shutting down" if self._closed else None
+        if live >= self._max_background:
+            refusal = f"at most {self._max_background} background runs per session"
+        if refusal is not None:
+            await _close(fd)
+            return ToolOutcome("denied", None, refusal)
+        run = _BackgroundRun(new_id("run"), key)
+        self._runs[run.run_id] = run
+        self._forget_finished()
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive(run, command, fd, options), name=f"terminal.run {run.run_id}"
+        )
+        with anyio.move_on_after(self._start_timeout_s):
+            async with anyio.create_task_group() as group:
+                group.start_soon(_then_cancel, run.control.wait_started, group.cancel_scope)
+                group.start_soon(_then_cancel, run.done.wait, group.cancel_scope)
+        owner = run.control.owner
+        if owner is not None:
+            return ToolOutcome(
+                "succeeded", {"run_id": run.run_id, "status": "running", "pid": owner.pid}
+            )
+        if run.done.is_set():
+            return self._report(run)
+        run.control.cancel()
+        return ToolOutcome(
+            "indeterminate",
+            {"run_id": run.run_id, "status": "stopping"},
+            f"the process did not start within {self._start_timeout_s:g} s; it was asked to stop",
+        )
+
+    async def _drive(
+        self, run: _BackgroundRun, command: list[str], fd: int, options: dict[str, Any]
+    ) -> None:
+        """The background task: run to the end, record how, release the directory."""
+        try:
+            run.outcome = await run_process(command, control=run.control, **options)
+        except Exception as exc:  # recorded for terminal.status; never an unretrieved error
+            run.error = bounded(f"{type(exc).__name__}: {exc}", 300)
+        finally:
+            run.outcome = run.outcome or run.control.outcome
+            try:
+                await _close(fd)
+            finally:
+                run.done.set()
+
+    async def _workdir(self, cwd: str) -> tuple[int, Path] | ToolOutcome:
+        try:
+            return await anyio.to_thread.run_sync(open_workdir, self._workspace, cwd)
+        except UserError as exc:  # a link out, a missing directory: nothing was started
+            return ToolOutcome("denied", None, exc.message)
+
+    def _options(self, ctx: ToolContext) -> dict[str, Any]:
+        return {
+            "supervisor": self._supervisor,
+            "artifact_dir": opaque_artifact_dir(
+                self._artifact_root, ctx.session_id, key=self._artifact_key
+            ),
+            "grace_s": self._grace_s,
+            "confirm_s": self._confirm_s,
+        }
+
+    # --- the registry -------------------------------------------------------------------
+
+    def _lookup(self, ctx: ToolContext, run_id: str) -> _BackgroundRun | None:
+        run = self._runs.get(run_id)
+        # Another owner's or session's run answers exactly like a missing one.
+        return run if run is not None and run.key == (ctx.owner, ctx.session_id) else None
+
+    def _report(self, run: _BackgroundRun) -> ToolOutcome:
+        if not run.done.is_set():
+            owner = run.control.owner
+            return ToolOutcome(
+                "succeeded",
+                {
+                    "run_id": run.run_id,
+                    "status": "running",
+                    "pid": owner.pid if owner else None,
+                    "elapsed_s": round(time.monotonic() - run.began, 3),
+                },
+            )
+        if run.outcome is not None:
+            return outcome_view(run.outcome, {}, run_id=run.run_id)  # background: no secrets
+        return ToolOutcome(
+            "failed", {"run_id": run.run_id, "status": "failed"}, run.error or "the run failed"
+        )
+
+    def _forget_finished(self) -> None:
+        finished = [rid for rid, run in self._runs.items() if run.done.is_set()]
+        for run_id in finished[: max(0, len(finished) - self._max_finished)]:
+            del self._runs[run_id]
+
+    async def _all_done(self, runs: list[_BackgroundRun]) -> bool:
+        with anyio.move_on_after(self._end_s):
+            for run in runs:
+                await run.done.wait()
+            return True
+        return False
+
+
+async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.CancelScope) -> None:
+    await wait()
+    scope.cancel()
+
+
+async def _close(fd: int) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(os.close, fd)

@@ -1,0 +1,265 @@
+"""What ``terminal.run`` checks and shapes: argument refusals, the child's world, its views.
+
+Pure pieces (no event loop): the preflight over validated arguments, the
+allowlisted environment, the execution-control targets that may not receive
+secrets, the model-facing output of a ``ProcessOutcome`` and secret redaction
+of its tails. The blocking pieces (finding the program on ``PATH``, opening
+the working directory inside the workspace) are plain functions that the
+tools run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hostkit.effects._authored import ToolOutcome
+from hostkit.effects._openat import mapped
+from hostkit.effects._process import ProcessOutcome, StreamCapture
+from hostkit.effects._workspace import WorkspaceScope
+from hostkit.errors import UserError
+from hostkit.types import EffectStatus
+
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRefused"]
+
+DEFAULT_ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+)
+
+# A secret is approved for *this* program. A shell, or a wrapper whose job is to run
+# another command (with other privileges, in another namespace, under a tracer, later),
+# would hand it to a program nobody approved, so secrets never go to one of these,
+# whatever its arguments.
+EXECUTION_CONTROL_TARGETS = frozenset(
+    {
+        # shells
+        "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "csh", "tcsh", "fish", "busybox",
+        # run another command: environment, privileges, scheduling, session, time
+        "env", "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "chroot", "unshare",
+        "nsenter", "nohup", "setsid", "timeout", "xargs", "nice", "ionice", "chrt",
+        "taskset", "stdbuf", "flock", "watch", "script", "command", "exec", "time",
+        # tracers and debuggers run (and can steer) whatever they are given
+        "strace", "ltrace", "gdb", "lldb", "valgrind",
+    }
+)  # fmt: skip
+
+# Interpreters that are fine with a script file but run inline code with these options
+# (short letters, possibly clustered as in ``-Ic``, and long spellings). The check looks
+# at every argument, not only those before the script: an option value can hide the
+# flag from a parser-aware scan (``python -W x -c code``), so refusing a script's own
+# ``-c`` now and then is the price of not guessing.
+_INLINE_CODE: tuple[tuple[re.Pattern[str], str, frozenset[str]], ...] = (
+    (re.compile(r"(python|pypy)[0-9.]*"), "c", frozenset()),
+    (re.compile(r"perl[0-9.]*"), "eE", frozenset()),
+    (re.compile(r"ruby[0-9.]*"), "e", frozenset()),
+    (re.compile(r"node(js)?[0-9.]*"), "ep", frozenset({"--eval", "--print"})),
+    (re.compile(r"php[0-9.]*"), "r", frozenset()),
+)
+
+# Secret names become environment names; these would change what the child loads or
+# runs (a "secret" named LD_PRELOAD is execution control), or override the allowlist.
+_LOADER_VARIABLES = frozenset(
+    {
+        "BASH_ENV", "ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PERL5OPT",
+        "PERL5LIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "IFS",
+    }
+)  # fmt: skip
+_LOADER_PREFIXES = ("LD_", "DYLD_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+MAX_ARGV_ITEMS = 256
+MAX_ARGV_CHARS = 64 * 1024
+MAX_SECRETS = 16
+MIN_CUT_SECRET_CHARS = 4  # a tail that starts with a secret's last 4+ characters is cut there
+
+
+class TerminalRefused(UserError):
+    """``terminal.run`` will not start this command; the message says why."""
+
+
+def program_refusal(argv0: str, argv: Sequence[str]) -> str | None:
+    """Why ``argv`` may not receive secrets (None when it may); pure."""
+    name = os.path.basename(argv0)
+    if name in EXECUTION_CONTROL_TARGETS:
+        return f"secrets are never passed to {name!r}: it runs other programs"
+    for pattern, letters, long_forms in _INLINE_CODE:
+        if not pattern.fullmatch(name):
+            continue
+        for arg in argv[1:]:
+            if arg.startswith("--"):
+                if arg.split("=", 1)[0] in long_forms:
+                    return f"secrets are never passed to {name!r} running inline code"
+            elif arg.startswith("-") and any(letter in arg[1:] for letter in letters):
+                return f"secrets are never passed to {name!r} running inline code"
+    return None
+
+
+def run_preflight(
+    *, workspace: WorkspaceScope, max_deadline_s: float, env_allowlist: Sequence[str]
+) -> Callable[[Mapping[str, Any]], None]:
+    """The pure Host check for ``terminal.run``; raises ``TerminalRefused`` or a workspace error."""
+    allowlisted = frozenset(env_allowlist)
+
+    def check(arguments: Mapping[str, Any]) -> None:
+        argv: Sequence[str] = arguments["argv"]
+        secrets: Sequence[str] = arguments["secrets"]
+        if not argv or not argv[0]:
+            raise TerminalRefused("argv must name a program")
+        if len(argv) > MAX_ARGV_ITEMS or sum(len(arg) for arg in argv) > MAX_ARGV_CHARS:
+            raise TerminalRefused(
+                f"argv is limited to {MAX_ARGV_ITEMS} items, {MAX_ARGV_CHARS} chars"
+            )
+        if any("\0" in arg for arg in argv):
+            raise TerminalRefused("argv items must not contain NUL bytes")
+        if "/" in argv[0] and not argv[0].startswith("/"):
+            # Relative to what? The Host's cwd is not the workspace; say so instead of guessing.
+            raise TerminalRefused("argv[0] must be a program on PATH or an absolute path")
+        workspace.check(arguments["cwd"])  # absolute, '..' above the root, NUL: refused here
+        deadline = arguments["deadline_s"]
+        if not 0 < deadline <= max_deadline_s:
+            raise TerminalRefused(f"deadline_s must be in (0, {max_deadline_s:g}]")
+        if not secrets:
+            return
+        if arguments["background"]:
+            raise TerminalRefused("secrets are bound to foreground runs only")
+        if len(secrets) > MAX_SECRETS:
+            raise TerminalRefused(f"at most {MAX_SECRETS} secrets per run")
+        for name in secrets:
+            if not _ENV_NAME.fullmatch(name):
+                raise TerminalRefused("secret names must be environment variable names")
+            if (
+                name in allowlisted
+                or name in _LOADER_VARIABLES
+                or name.startswith(_LOADER_PREFIXES)
+            ):
+                raise TerminalRefused(f"{name} cannot be bound as a secret: it controls the child")
+        refusal = program_refusal(argv[0], argv)
+        if refusal is not None:
+            raise TerminalRefused(refusal)
+
+    return check
+
+
+def child_environment(
+    allowlist: Sequence[str], secrets: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """Allowlisted names from ``environ`` plus exactly the bound secrets; nothing inherited else."""
+    env = {name: environ[name] for name in allowlist if name in environ}
+    env.update(secrets)
+    return env
+
+
+def resolve_program(argv0: str, search_path: str) -> tuple[str | None, str | None]:
+    """Worker thread: ``argv0`` found on ``search_path`` (absolute entries only) and its target.
+
+    Returns the path to execute and the real path behind it (for the
+    execution-control check: ``/tmp/x`` may be a link to ``bash``).
+    """
+    dirs = os.pathsep.join(d for d in search_path.split(os.pathsep) if os.path.isabs(d))
+    found = shutil.which(argv0, path=dirs)
+    if found is None:
+        return None, None
+    return found, os.path.realpath(found)
+
+
+def open_workdir(workspace: WorkspaceScope, cwd: str) -> tuple[int, Path]:
+    """Worker thread: open ``cwd`` inside the workspace; return its descriptor and a child cwd.
+
+    The directory is resolved by the workspace's own contained walk (no
+    ``..``, absolute or symlink escape) and held open; the child changes into
+    that very directory through ``/proc/self/fd``, so a swap after the check
+    changes nothing. The caller closes the descriptor once the run is over.
+    """
+    shown = workspace.check(cwd)
+    parts = tuple(part for part in shown.split("/") if part not in ("", "."))
+    try:
+        fd, _ = workspace._contained.resolve(parts, shown, final="dir", follow=True)
+    except OSError as exc:
+        raise mapped(exc, shown) from exc
+    if os.path.isdir("/proc/self/fd"):
+        return fd, Path(f"/proc/self/fd/{fd}")
+    # Without /proc (macOS), the opened directory's current path: a narrow check-then-use.
+    import fcntl
+
+    try:
+        path = os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).rstrip(b"\0"))
+    except (AttributeError, OSError) as exc:
+        os.close(fd)
+        raise TerminalRefused("this platform cannot pin a working directory") from exc
+    return fd, Path(path)
+
+
+def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
+    """Replace every secret value in ``text`` with ``[redacted:NAME]``.
+
+    ``cut`` says ``text`` is a tail whose start was cut off: a secret may begin
+    before it, so a leading suffix of a value (at least ``MIN_CUT_SECRET_CHARS``
+    long) is redacted too.
+    """
+    values = sorted(((v, k) for k, v in secrets.items() if v), key=lambda p: -len(p[0]))
+    if cut:
+        best: tuple[int, str] | None = None
+        for value, name in values:
+            for size in range(len(value) - 1, MIN_CUT_SECRET_CHARS - 1, -1):
+                if text.startswith(value[-size:]):
+                    if best is None or size > best[0]:
+                        best = (size, name)
+                    break
+        if best is not None:
+            text = f"[redacted:{best[1]}]" + text[best[0] :]
+    for value, name in values:
+        text = text.replace(value, f"[redacted:{name}]")
+    return text
+
+
+def _stream(
+    capture: StreamCapture, name: str, spawn_id: str | None, secrets: Mapping[str, str]
+) -> dict[str, Any]:
+    return {
+        "total_bytes": capture.total_bytes,
+        "total_chars": capture.total_chars,
+        "truncated": capture.truncated,
+        # A reference, never the path: the path names the session's opaque directory.
+        "artifact": f"{spawn_id}:{name}" if spawn_id and capture.artifact else None,
+        "tail": redact(capture.tail, secrets, cut=capture.truncated),
+    }
+
+
+def outcome_view(
+    outcome: ProcessOutcome, secrets: Mapping[str, str], *, run_id: str | None = None
+) -> ToolOutcome:
+    """The model-facing result of a finished run: a status and a bounded, redacted output.
+
+    Metadata comes first and the tails last (stderr before stdout), so the
+    model view's own truncation cuts output text, never the exit code.
+    """
+    spawn_id = outcome.owner.spawn_id if outcome.owner else None
+    output: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
+    output.update(
+        status=outcome.status,
+        exit_code=outcome.exit_code,
+        reason=outcome.reason,
+        duration_s=round(outcome.duration_s, 3),
+        stderr=_stream(outcome.stderr, "stderr", spawn_id, secrets),
+        stdout=_stream(outcome.stdout, "stdout", spawn_id, secrets),
+    )
+    status: EffectStatus
+    if outcome.status == "exited":
+        status = "succeeded" if outcome.exit_code == 0 else "failed"
+    else:
+        status = outcome.status
+    error = None if status == "succeeded" else redact(outcome.reason, secrets, cut=False)
+    return ToolOutcome(status, output, error)
