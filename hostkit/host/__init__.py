@@ -7,6 +7,7 @@ from hostkit.host._capabilities import (
     ChannelSource,
     MemoryRequest,
     MemorySource,
+    ProcessResources,
     ProviderRequest,
     ProviderSource,
     RuntimeCapabilities,
@@ -22,16 +23,18 @@ from hostkit.host._config import (
     load_config,
     parse_config,
 )
-from hostkit.host._defaults import DefaultCapabilities, NoChannels
+from hostkit.host._defaults import DefaultCapabilities, DefaultToolSource, NoChannels
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import SqliteMemorySource, memory_tools
 
 __all__ = [
+    "ProcessResources",
     "AgentConfig",
     "AgentMemory",
     "Channel",
     "ChannelSource",
     "DefaultCapabilities",
+    "DefaultToolSource",
     "EventBus",
     "Host",
     "HostConfig",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hostkit.effects import AuthoredTool, EffectPolicy
+from hostkit.effects import AuthoredTool, EffectPolicy, ProcessSupervisor
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
 from hostkit.turns import Observer
@@ -24,6 +24,7 @@ __all__ = [
     "ChannelSource",
     "MemoryRequest",
     "MemorySource",
+    "ProcessResources",
     "ProviderRequest",
     "ProviderSource",
     "RuntimeCapabilities",
@@ -57,6 +58,21 @@ class AgentMemory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessResources:
+    """The Host's process lifecycle, shared by every generation's process-starting tools.
+
+    The Host owns the supervisor, so shutting it down ends every process tree
+    any generation started. Terminal output goes to opaque per-session
+    directories under ``artifact_root``, named with ``artifact_key`` (random
+    per Host open: directory names reveal nothing and cannot be guessed).
+    """
+
+    supervisor: ProcessSupervisor
+    artifact_root: Path
+    artifact_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ToolRequest:
     """What a ToolSource builds tools against. The Host resolves ``policy``; a source
     cannot supply its own, and building a tool authorizes nothing."""
@@ -66,6 +82,7 @@ class ToolRequest:
     policy: EffectPolicy
     workspace: Path
     memory: AgentMemory | None
+    processes: ProcessResources | None = None
 
 
 class ProviderSource(Protocol):

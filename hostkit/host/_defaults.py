@@ -17,6 +17,7 @@ import anyio
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.effects import (
     AuthoredTool,
+    TerminalRuns,
     UrlPolicy,
     WorkspaceScope,
     provider_name,
@@ -120,15 +121,26 @@ class DefaultProviderSource:
         await self._resources.aclose()
 
 
+_TERMINAL = frozenset({"terminal.run", "terminal.status", "terminal.stop"})
+
+
 class DefaultToolSource:
     """Memory tools, the agent's opted-in builtins, and the authored tools of its ``tool_modules``.
 
     Tool modules are operator-trusted Python named in the configuration; they
-    are imported when the generation first needs an agent's tools.
+    are imported when the generation first needs an agent's tools. Terminal
+    builtins run on the Host's process supervisor; their background-run
+    registries close with this source (the generation).
     """
 
     def __init__(self, config: HostConfig) -> None:
         self._config = config
+        self._terminals: list[TerminalRuns] = []
+
+    async def aclose(self) -> None:
+        terminals, self._terminals = self._terminals, []
+        for runs in terminals:
+            await runs.aclose()
 
     async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
         agent = self._config.agents[request.agent]
@@ -140,6 +152,21 @@ class DefaultToolSource:
             tools.extend(t for t in workspace_tools(scope) if t.name in agent.builtins)
         if "web.extract" in agent.builtins:
             tools.extend(web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))))
+        wanted = _TERMINAL.intersection(agent.builtins)
+        if wanted:
+            if request.processes is None:
+                raise ConfigError(
+                    "terminal builtins need the Host's process supervisor",
+                    key=f"agents.{request.agent}.builtins",
+                )
+            runs = TerminalRuns(
+                supervisor=request.processes.supervisor,
+                workspace=WorkspaceScope(request.workspace),
+                artifact_root=request.processes.artifact_root,
+                artifact_key=request.processes.artifact_key,
+            )
+            self._terminals.append(runs)
+            tools.extend(t for t in runs.tools() if t.name in wanted)
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
             tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))

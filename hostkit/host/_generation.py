@@ -23,6 +23,7 @@ from hostkit.effects import (
 from hostkit.errors import ConfigError, HostkitError, TurnRejected
 from hostkit.host._capabilities import (
     MemoryRequest,
+    ProcessResources,
     ProviderRequest,
     RuntimeCapabilities,
     ToolRequest,
@@ -58,8 +59,10 @@ class Generation:
         *,
         approvals: ApprovalRuntime | None = None,
         store: RuntimeStore | None = None,
+        processes: ProcessResources | None = None,
     ) -> None:
         self.number = number
+        self.processes = processes
         self.config = config
         self.capabilities = capabilities
         self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store)
@@ -94,7 +97,9 @@ class Generation:
                 if self.config.agents[agent].memory
                 else None
             )
-            request = ToolRequest(self.config, agent, policy, self.workspace(agent), memory)
+            request = ToolRequest(
+                self.config, agent, policy, self.workspace(agent), memory, self.processes
+            )
             offered = list(
                 {id(tool): tool for tool in await self.capabilities.tools.tools(request)}.values()
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,11 +12,11 @@ import anyio
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.context import ContextManager
-from hostkit.effects import ApprovalProvider, ApprovalRuntime, PendingApproval
+from hostkit.effects import ApprovalProvider, ApprovalRuntime, PendingApproval, ProcessSupervisor
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._bus import EventBus
-from hostkit.host._capabilities import RuntimeCapabilities
+from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._config import HostConfig, default_config, load_config
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
@@ -70,6 +71,11 @@ class Host:
         self._approval_runtime = ApprovalRuntime(
             provider=approver, decision_timeout_s=config.host.approval_timeout_s
         )
+        self.processes = ProcessResources(
+            supervisor=ProcessSupervisor(),
+            artifact_root=config.resolve(config.host.artifacts),
+            artifact_key=secrets.token_bytes(32),
+        )
         self._generation = self._new_generation(1, config, capabilities)
         self._retired: list[Generation] = []
         self.context = ContextManager(store)
@@ -93,7 +99,12 @@ class Host:
         self, number: int, config: HostConfig, capabilities: RuntimeCapabilities
     ) -> Generation:
         return Generation(
-            number, config, capabilities, approvals=self._approval_runtime, store=self.store
+            number,
+            config,
+            capabilities,
+            approvals=self._approval_runtime,
+            store=self.store,
+            processes=self.processes,
         )
 
     @classmethod
@@ -247,7 +258,11 @@ class Host:
         with anyio.CancelScope(shield=True):
             try:
                 self._approval_runtime.close()
-                await self.turns.shutdown()
+                try:
+                    await self.turns.shutdown()
+                finally:
+                    # Every process tree any generation started ends here, grandchildren too.
+                    await self.processes.supervisor.aclose()
             finally:
                 try:
                     await self.authority.aclose()

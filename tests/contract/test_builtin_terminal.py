@@ -1,0 +1,170 @@
+"""terminal.* as configured builtins of a real Host: opt-in, approvals, secrets, Host close."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from hostkit.effects import ApprovalDecision, ApprovalRequest
+from hostkit.host import Host, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel
+from tests.hosts import builtin_capabilities, request
+from tests.security.test_process_tree import TREE, TREE_SIZE, Record, survivors, wait_marks
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "tok-terminal-5b7e9c"
+
+
+class Approver:
+    def __init__(self, decision: ApprovalDecision) -> None:
+        self.decision = decision
+        self.seen: list[ApprovalRequest] = []
+
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        self.seen.append(req)
+        return self.decision
+
+
+def terminal_config(tmp_path: Path, **agent: Any) -> Any:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    return parse_config(
+        {
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(workspace),
+                "artifacts": str(tmp_path / "artifacts"),
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "builtins": ["terminal.run", "terminal.status", "terminal.stop"],
+                    **agent,
+                }
+            },
+        },
+        base_dir=tmp_path,
+    )
+
+
+def run_call(**arguments: Any) -> CallTools:
+    return CallTools(("terminal_run", arguments))
+
+
+def tool_output(model: ScriptedModel) -> dict[str, Any]:
+    (message,) = [m for m in model.requests[-1].messages if m.role == "tool"][-1:]
+    text = message.content
+    return json.loads(text[text.index("{") :])
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[Record]]:
+    records: list[Record] = []
+    yield records
+    for pid in survivors(records):
+        psutil.Process(pid).send_signal(signal.SIGKILL)
+
+
+async def test_terminal_asks_first_then_runs_in_the_workspace(tmp_path: Path) -> None:
+    model = ScriptedModel([run_call(argv=["pwd"]), Reply("done")])
+    approver = Approver("approve_once")
+    config = terminal_config(tmp_path, policy={"allow": ["*"], "ask": ["terminal.run"]})
+    async with Host.open(
+        config, capabilities=builtin_capabilities(config, model), approver=approver
+    ) as host:
+        result = await host.turns.run(request("where am I?"))
+    assert result.outcome == "completed"
+    assert [e.status for e in result.effects] == ["succeeded"]
+    assert approver.seen[0].view["arguments"]["argv"] == ("pwd",)
+    out = tool_output(model)
+    assert out["exit_code"] == 0
+    assert out["stdout"]["tail"].strip() == str(tmp_path / "ws")
+    # The model sees an artifact reference, never the opaque per-session directory.
+    assert str(tmp_path / "artifacts") not in json.dumps(out)
+
+
+async def test_an_unanswered_terminal_call_spawns_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ws" / "ran"
+    model = ScriptedModel([run_call(argv=["touch", "ran"]), Reply("done")])
+    config = terminal_config(tmp_path, policy={"allow": ["*"], "ask": ["terminal.*"]})
+    async with Host.open(config, capabilities=builtin_capabilities(config, model)) as host:
+        result = await host.turns.run(request("touch it"))
+        assert result.outcome == "needs_user"
+        assert not marker.exists()
+        operator = await host.operator("ops", reason="approve terminal")
+        assert result.pending_approval
+        done = await host.approvals.answer(result.pending_approval, "approve_once", by=operator)
+    assert done.outcome == "completed"
+    assert marker.exists()
+
+
+async def test_a_granted_secret_reaches_the_child_and_never_the_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_DEPLOY_TOKEN", TOKEN)
+    model = ScriptedModel(
+        [run_call(argv=["printenv", "HK_DEPLOY_TOKEN"], secrets=["HK_DEPLOY_TOKEN"]), Reply("ok")]
+    )
+    approver = Approver("approve_session")
+    config = terminal_config(tmp_path, secrets=["HK_DEPLOY_TOKEN"])
+    async with Host.open(
+        config, capabilities=builtin_capabilities(config, model), approver=approver
+    ) as host:
+        result = await host.turns.run(request("deploy"))
+        rows = await host.store.read(lambda c: c.execute("SELECT content FROM messages").fetchall())
+    assert result.outcome == "completed"
+    assert [e.status for e in result.effects] == ["succeeded"]
+    assert len(approver.seen) == 1  # a secret binding is asked even under "allow"
+    assert tool_output(model)["stdout"]["tail"].strip() == "[redacted:HK_DEPLOY_TOKEN]"
+    assert all(TOKEN not in row[0] for row in rows)
+    assert TOKEN not in repr(result)
+
+
+async def test_an_ungranted_secret_is_denied_before_anyone_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_DEPLOY_TOKEN", TOKEN)
+    model = ScriptedModel(
+        [run_call(argv=["printenv", "HK_DEPLOY_TOKEN"], secrets=["HK_DEPLOY_TOKEN"]), Reply("ok")]
+    )
+    approver = Approver("approve_once")
+    config = terminal_config(tmp_path)
+    async with Host.open(
+        config, capabilities=builtin_capabilities(config, model), approver=approver
+    ) as host:
+        result = await host.turns.run(request("deploy"))
+    assert [e.status for e in result.effects] == ["denied"]
+    assert approver.seen == []
+
+
+async def test_host_close_ends_every_background_tree(tmp_path: Path, reaper: list[Record]) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    model = ScriptedModel(
+        [
+            run_call(argv=[sys.executable, "-c", TREE, str(marks)], background=True),
+            Reply("started"),
+        ]
+    )
+    config = terminal_config(tmp_path)
+    host = await Host.start(config, capabilities=builtin_capabilities(config, model))
+    try:
+        result = await host.turns.run(request("start the tree"))
+        assert result.outcome == "completed"
+        assert result.effects[0].status == "succeeded"
+        records = await wait_marks(marks, TREE_SIZE)
+        reaper.extend(records)
+        assert len(survivors(records)) == TREE_SIZE
+    finally:
+        await host.aclose()
+    assert survivors(records) == []
