@@ -350,6 +350,11 @@ class TurnExecution:
                     for skipped in response.tool_calls[index + 1 :]:
                         await self._record_effect(context, active, skipped, None, _NOT_RUN)
                     active.pending_approval = outcome.pending_approval
+                    self._emit(
+                        context,
+                        "approval.pending",
+                        {"approval_id": outcome.pending_approval, **outcome.views.event},
+                    )
                     return "needs_user", f"waiting for approval {outcome.pending_approval}"
                 messages.append(await self._record_effect(context, active, call, outcome))
         return "failed", f"the turn reached its step limit ({core.max_steps})"

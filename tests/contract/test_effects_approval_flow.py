@@ -22,6 +22,7 @@ from hostkit.effects import (
 from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnEvent
 from hostkit.types import ConversationFacts, FreshSession, ModelRequest
 from tests.hosts import request
 
@@ -171,9 +172,22 @@ async def test_unanswered_ask_pauses_needs_user_with_a_durable_redacted_approval
             Reply("stamped"),
         ]
     )
-    async with approval_host(tmp_path, model, stamps, approver=None) as host:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    class Recorder:
+        def notify(self, event: TurnEvent) -> None:
+            events.append((event.kind, dict(event.data)))
+
+    async with Host.open(
+        host_config(tmp_path),
+        capabilities=capabilities(model, tools=[stamps.tool], observer=Recorder()),
+    ) as host:
         result = await host.turns.run(request("stamp it"))
         assert result.outcome == "needs_user"
+        (pending_event,) = [data for kind, data in events if kind == "approval.pending"]
+        assert pending_event["approval_id"] == result.pending_approval
+        assert pending_event["effect"] == "files.stamp"
+        assert "sk-live-123456" not in repr(events)
         assert result.pending_approval is not None
         assert result.pending_approval in (result.error or "")
         assert [e.status for e in result.effects] == ["cancelled"]
