@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
@@ -51,3 +55,16 @@ def issuer(authority: AuthorityResolver) -> OperatorIssuer:
 @pytest.fixture
 async def operator(issuer: OperatorIssuer) -> PrincipalScope:
     return await issuer.issue("ops", reason="test fixture: inspect every owned row")
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[Any]]:
+    """Processes a test recorded (tests.security.test_process_tree.Record); any still
+    running at teardown are killed, so a failing test never leaks a process tree."""
+    from tests.security.test_process_tree import survivors
+
+    records: list[Any] = []
+    yield records
+    for pid in survivors(records):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).send_signal(signal.SIGKILL)

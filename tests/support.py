@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
+import psutil
 
 from hostkit.types import ConversationFacts
 
@@ -21,3 +24,27 @@ def facts(
 async def file_bytes(path: Path) -> bytes:
     """Read a file without blocking the event loop."""
     return await anyio.Path(path).read_bytes()
+
+
+T = TypeVar("T")
+
+
+async def peak_rss_growth(run: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+    """``run()``'s result and how far this process's RSS rose above its start while it ran."""
+    me = psutil.Process()
+    baseline = peak = me.memory_info().rss
+    done = anyio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, me.memory_info().rss)
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(sample)
+        try:
+            value = await run()
+        finally:
+            done.set()
+    return value, peak - baseline

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from hostkit.effects import ApprovalDecision, ApprovalRequest
@@ -65,14 +62,6 @@ def tool_output(model: ScriptedModel) -> dict[str, Any]:
     (message,) = [m for m in model.requests[-1].messages if m.role == "tool"][-1:]
     text = message.content
     return json.loads(text[text.index("{") :])
-
-
-@pytest.fixture
-def reaper() -> Iterator[list[Record]]:
-    records: list[Record] = []
-    yield records
-    for pid in survivors(records):
-        psutil.Process(pid).send_signal(signal.SIGKILL)
 
 
 async def test_terminal_asks_first_then_runs_in_the_workspace(tmp_path: Path) -> None:

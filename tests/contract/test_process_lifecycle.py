@@ -29,6 +29,7 @@ from hostkit.effects._process import (
     run_process,
 )
 from hostkit.errors import InvalidValue, RuntimeFailure
+from tests.support import peak_rss_growth
 
 pytestmark = pytest.mark.anyio
 
@@ -435,26 +436,16 @@ async def test_memory_stays_bounded_while_a_child_prints_200_mb(
         "block = b'y' * 1048576\n"
         f"for _ in range({size // MB}): sys.stdout.buffer.write(block)\n"
     )
-    host = psutil.Process()
-    baseline = host.memory_info().rss
-    peak = baseline
-    done = anyio.Event()
 
-    async def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, host.memory_info().rss)
-            await anyio.sleep(0.01)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(sample)
+    async def flood() -> ProcessOutcome:
         with anyio.fail_after(120):
-            outcome = await run(supervisor, tmp_path, code)
-        done.set()
+            return await run(supervisor, tmp_path, code)
+
+    outcome, growth = await peak_rss_growth(flood)
 
     assert outcome.status == "exited"
     assert outcome.stdout.total_bytes == size
     assert outcome.stdout.tail == "y" * 12_000
     assert outcome.stdout.artifact is not None
     assert (await anyio.Path(outcome.stdout.artifact).stat()).st_size == size
-    assert peak - baseline < 100 * MB, f"RSS grew by {(peak - baseline) / MB:.1f} MB"
+    assert growth < 100 * MB, f"RSS grew by {growth / MB:.1f} MB"

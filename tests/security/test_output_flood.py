@@ -11,10 +11,11 @@ from __future__ import annotations
 import sys
 
 import anyio
-import psutil
 import pytest
 
+from hostkit.types import EffectResult
 from tests.contract.test_effects_terminal import Terminal
+from tests.support import peak_rss_growth
 
 pytestmark = pytest.mark.anyio
 
@@ -29,25 +30,14 @@ FLOOD = (
 
 async def test_a_1_gib_flood_is_drained_with_bounded_memory(terminal: Terminal) -> None:
     session = await terminal.session()
-    host = psutil.Process()
-    baseline = host.memory_info().rss
-    peak = baseline
-    done = anyio.Event()
 
-    async def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, host.memory_info().rss)
-            await anyio.sleep(0.01)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(sample)
+    async def flood() -> EffectResult:
         with anyio.fail_after(240):
-            result = await session.call(
+            return await session.call(
                 "terminal.run", argv=[sys.executable, "-c", FLOOD], deadline_s=200
             )
-        done.set()
 
+    result, growth = await peak_rss_growth(flood)
     assert result.status == "succeeded", result.error
     # The model view is cut at its bound inside the stdout tail; the sizes come before it.
     view = result.views.model
@@ -56,4 +46,4 @@ async def test_a_1_gib_flood_is_drained_with_bounded_memory(terminal: Terminal) 
     stdout = view[view.index('"stdout"') :]
     assert f'"total_bytes": {GIB}' in stdout
     assert '"truncated": true' in stdout
-    assert peak - baseline < 100 * MB, f"RSS grew by {(peak - baseline) / MB:.1f} MiB"
+    assert growth < 100 * MB, f"RSS grew by {growth / MB:.1f} MiB"

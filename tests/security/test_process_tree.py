@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -113,15 +112,6 @@ def survivors(records: list[Record]) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     return alive
-
-
-@pytest.fixture
-def reaper() -> Iterator[list[Record]]:
-    """Processes a test recorded; any still running at teardown are killed so none leak."""
-    records: list[Record] = []
-    yield records
-    for pid in survivors(records):
-        psutil.Process(pid).send_signal(signal.SIGKILL)
 
 
 async def wait_marks(marks: Path, count: int) -> list[Record]:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 
 from hostkit.authority import AuthorityResolver
@@ -27,15 +25,6 @@ from tests.contract.test_effects_terminal import KEY, Terminal, Tools, output
 from tests.security.test_process_tree import TREE, TREE_SIZE, Record, survivors, wait_marks
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def reaper() -> Iterator[list[Record]]:
-    """Processes a test recorded; any still running at teardown are killed so none leak."""
-    records: list[Record] = []
-    yield records
-    for pid in survivors(records):
-        psutil.Process(pid).send_signal(signal.SIGKILL)
 
 
 @pytest.mark.parametrize("end", ["stop", "host_close", "registry_close"])
