@@ -1,4 +1,4 @@
-"""The headless front end: ``hostkit init | run | sessions | demo``."""
+"""The headless front end: ``hostkit init | run | sessions | approvals | demo``."""
 
 from hostkit.cli._app import app, main
 

@@ -1,7 +1,8 @@
-"""The ``hostkit`` command line: init, run, sessions, demo."""
+"""The ``hostkit`` command line: init, run, sessions, approvals, demo."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -9,8 +10,18 @@ import anyio
 import typer
 from rich.console import Console
 
-from hostkit.cli._demo import run_demo
-from hostkit.cli._render import print_result, sessions_table
+from hostkit.cli._approvals import approvals
+from hostkit.cli._common import (
+    ConfigOption,
+    config_path,
+    console,
+    exit_code,
+    fail,
+    stdin_is_a_terminal,
+    terminal_approver,
+)
+from hostkit.cli._demo import demo_approver, run_demo
+from hostkit.cli._render import print_pending, print_result, sessions_table
 from hostkit.cli._turn import stream_turn
 from hostkit.errors import HostkitError
 from hostkit.host import Host
@@ -23,7 +34,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console(stderr=True)
+app.add_typer(approvals, name="approvals")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.
@@ -55,23 +66,6 @@ allow = ["*"]
 deny = []
 """
 
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="hostkit.toml (default: ./hostkit.toml if present)"),
-]
-
-
-def _config(path: Path | None) -> Path | None:
-    if path is not None:
-        return path
-    default = Path("hostkit.toml")
-    return default if default.exists() else None
-
-
-def _fail(error: HostkitError) -> typer.Exit:
-    console.print(f"[bold red]error[/]: {error.message}", highlight=False)
-    return typer.Exit(2)
-
 
 @app.command()
 def init(
@@ -95,23 +89,29 @@ def run(
     conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
     config: ConfigOption = None,
 ) -> None:
-    """Run one turn and stream the answer."""
+    """Run one turn and stream the answer.
+
+    On a terminal, effects the policy marks ``ask`` are asked there; otherwise
+    the turn pauses (exit status 3) and `hostkit approvals` answers it.
+    """
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
 
     async def main() -> int:
-        async with Host.open(_config(config)) as host:
+        async with Host.open(config_path(config), approver=terminal_approver()) as host:
             result = await stream_turn(
                 host, message, agent=agent, conversation=conversation, session=selector
             )
             print_result(console, result, database=str(host.config.database_path))
-            return 0 if result.outcome == "completed" else 1
+            if result.outcome == "needs_user" and result.pending_approval:
+                print_pending(console, result.pending_approval, config=config)
+            return exit_code(result)
 
     try:
         code = anyio.run(main)
     except HostkitError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     raise typer.Exit(code)
 
 
@@ -125,7 +125,7 @@ def sessions(
     """List sessions (operator authority; the reason is audited)."""
 
     async def main() -> None:
-        async with Host.open(_config(config)) as host:
+        async with Host.open(config_path(config)) as host:
             scope = await host.operator(operator, reason=reason)
             page = await host.store.list_sessions(scope, limit=limit)
             Console().print(sessions_table(page.items))
@@ -133,7 +133,7 @@ def sessions(
     try:
         anyio.run(main)
     except HostkitError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 @app.command()
@@ -142,12 +142,13 @@ def demo(
         ".hostkit-demo"
     ),
 ) -> None:
-    """A scripted multi-step turn with an authored tool, then a real model turn."""
+    """A scripted multi-step turn, an approval before a file write, then a real model turn."""
     directory.mkdir(parents=True, exist_ok=True)
+    approver = demo_approver(console, terminal=stdin_is_a_terminal())
     try:
-        code = anyio.run(run_demo, directory.resolve(), console)
+        code = anyio.run(partial(run_demo, directory.resolve(), console, approver=approver))
     except HostkitError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     raise typer.Exit(code)
 
 

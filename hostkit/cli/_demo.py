@@ -1,27 +1,68 @@
-"""``hostkit demo``: a real multi-step turn, then a real local model, on embedded SQLite."""
+"""``hostkit demo``: a multi-step turn, an approval before a file write, then a real model.
+
+Everything runs on embedded SQLite in the demo directory, which is also the
+writer agent's workspace.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import anyio
 from rich.console import Console
 
+from hostkit.cli._approver import PROMPT, ConsoleApprover, render_request
 from hostkit.cli._render import print_result
 from hostkit.cli._turn import stream_turn
+from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
 from hostkit.host import Host, parse_config
+from hostkit.types import TurnResult
 
-__all__ = ["run_demo"]
+__all__ = ["NoTerminalApprover", "demo_approver", "demo_config", "run_demo"]
 
 DEMO_QUESTION = "What does hostkit record for every turn? Check the welcome note."
+WRITER_QUESTION = "Write a short summary of what hostkit records to summary.md."
 LOCAL_QUESTION = "In one short sentence: what is a database?"
+SUMMARY_FILE = "summary.md"
+SUMMARY = (
+    "# What hostkit records\n\n"
+    "Every turn is admitted, pinned to one configuration generation, recorded in SQLite,\n"
+    "and ends with exactly one terminal record: completed, needs_user, failed, cancelled,\n"
+    "lost or indeterminate.\n"
+)
+WRITER_REPLY = f"I asked to write {SUMMARY_FILE}; your answer decided whether I did."
+WRITER_REPLY = f"I asked to write {SUMMARY_FILE}; your answer decided whether I did."
+NO_TERMINAL = "(no terminal: the demo approves once)"
+
+
+class NoTerminalApprover:
+    """The demo's approver without a terminal (CI, a pipe): the same prompt, then approve once.
+
+    The demo must never hang waiting for a keyboard that is not there.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        render_request(self._console, request)
+        self._console.print(f"{PROMPT}{NO_TERMINAL}", markup=False, highlight=False)
+        return "approve_once"
+
+
+def demo_approver(console: Console, *, terminal: bool) -> ApprovalProvider:
+    """Ask on the terminal when there is one; otherwise approve once, visibly."""
+    return ConsoleApprover(console=console) if terminal else NoTerminalApprover(console)
 
 
 def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object]:
-    """Two agents: a scripted one with the example note tools, and a real model.
+    """Three agents: one with the example note tools, one that must ask to write, a real model.
 
     The real model is the embedded llama.cpp SmolLM2 (no network), or the
     OpenAI-compatible server named by ``OPENAI_BASE_URL`` when it is set.
+    The writer's file lands in the demo directory (the Host workspace);
+    ``files.write`` replaces the file, so the demo can run again and again.
     """
     if environ.get("OPENAI_BASE_URL"):
         real = {
@@ -47,6 +88,16 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
                     },
                 ],
             },
+            "writer": {
+                "kind": "scripted",
+                "script": [
+                    {
+                        "tool": "files.write",
+                        "arguments": {"path": SUMMARY_FILE, "content": SUMMARY},
+                    },
+                    {"reply": WRITER_REPLY},
+                ],
+            },
             "real": real,
         },
         "agents": {
@@ -54,6 +105,12 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
                 "provider": "scripted",
                 "tool_modules": ["hostkit.examples.tools"],
                 "policy": {"allow": ["notes.*"]},
+            },
+            "writer": {
+                "provider": "writer",
+                "builtins": ["files.write"],
+                "memory": False,
+                "policy": {"allow": ["notes.*"], "ask": ["files.write"]},
             },
             "assistant": {
                 "provider": "real",
@@ -64,25 +121,52 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
     }
 
 
-async def run_demo(directory: Path, console: Console) -> int:
+async def run_demo(
+    directory: Path, console: Console, *, approver: ApprovalProvider | None = None
+) -> int:
+    """Run the three demo steps; 0 when every turn completed."""
     config = parse_config(demo_config(directory, environ=dict(os.environ)), base_dir=directory)
-    async with Host.open(config) as host:
+    async with Host.open(config, approver=approver) as host:
         database = str(config.database_path)
         console.rule("1. a scripted agent reads a shipped note with an authored tool")
         console.print(f"[bold]you[/]: {DEMO_QUESTION}", highlight=False)
         first = await stream_turn(host, DEMO_QUESTION, agent="notes", conversation="demo-notes")
         print_result(console, first, database=database)
+
+        console.rule("2. an agent asks before it writes a file (policy: ask files.write)")
+        console.print(f"[bold]you[/]: {WRITER_QUESTION}", highlight=False)
+        written = await stream_turn(
+            host, WRITER_QUESTION, agent="writer", conversation="demo-writer"
+        )
+        print_result(console, written, database=database)
+        await _show_written(console, directory, written)
+
         real = config.providers["real"]
         label = (
             f"OpenAI-compatible server at {real.base_url}"
             if real.kind == "openai"
             else ("the embedded local model (llama.cpp, SmolLM2-135M, no network)")
         )
-        console.rule(f"2. a real model: {label}")
+        console.rule(f"3. a real model: {label}")
         console.print(f"[bold]you[/]: {LOCAL_QUESTION}", highlight=False)
         second = await stream_turn(
             host, LOCAL_QUESTION, agent="assistant", conversation="demo-real"
         )
         print_result(console, second, database=database)
-    ok = first.outcome == "completed" and second.outcome == "completed"
+    ok = all(turn.outcome == "completed" for turn in (first, written, second))
     return 0 if ok else 1
+
+
+async def _show_written(console: Console, directory: Path, result: TurnResult) -> None:
+    """Whether this run wrote the file (a file left by an earlier run does not count)."""
+    statuses = [effect.status for effect in result.effects if effect.effect == "files.write"]
+    path = anyio.Path(directory / SUMMARY_FILE)
+    if statuses == ["succeeded"] and await path.exists():
+        size = (await path.stat()).st_size
+        console.print(
+            f"[bold]file[/]: {SUMMARY_FILE} ({size} bytes) in the demo directory {directory}",
+            highlight=False,
+        )
+    else:
+        shown = ", ".join(statuses) or "not called"
+        console.print(f"[bold]file[/]: {SUMMARY_FILE} was not written ({shown})", highlight=False)

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from hostkit.effects import PendingApproval
+from hostkit.errors import bounded
+from hostkit.freeze import thaw
 from hostkit.types import SessionRecord, TurnResult
 
-__all__ = ["print_result", "sessions_table"]
+__all__ = ["approvals_table", "one_line", "print_pending", "print_result", "sessions_table"]
+
+# The arguments column of ``hostkit approvals list``: enough to recognise the call.
+ARGUMENTS_CHARS = 80
 
 
 def print_result(console: Console, result: TurnResult, *, database: str) -> None:
@@ -17,9 +28,9 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
     style = "green" if result.outcome == "completed" else "yellow"
     console.print(f"[bold {style}]outcome[/]: {result.outcome}", highlight=False)
     if result.error:
-        console.print(f"[bold]error[/]: {result.error}", highlight=False)
+        console.print(f"[bold]error[/]: {escape(result.error)}", highlight=False)
     for effect in result.effects:
-        console.print(f"  effect {effect.effect}: {effect.status}", highlight=False)
+        console.print(f"  effect {effect.effect}: {effect.status}", highlight=False, markup=False)
     usage = result.usage
     console.print(
         f"[bold]usage[/]: input {usage.input_tokens} tokens, output {usage.output_tokens} tokens"
@@ -29,7 +40,20 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
     console.print(
         f"[bold]session[/]: {result.session_id}  [bold]turn[/]: {result.turn_id}", highlight=False
     )
-    console.print(f"[bold]database[/]: {database}", highlight=False)
+    console.print(f"[bold]database[/]: {escape(database)}", highlight=False)
+
+
+def print_pending(console: Console, approval_id: str, *, config: Path | None = None) -> None:
+    """How to answer a paused turn's approval (printed unwrapped, so it can be copied)."""
+    suffix = f" -c {config}" if config is not None else ""
+    console.print(
+        f"[bold yellow]waiting for approval[/]: {escape(approval_id)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for verb in ("approve", "deny"):
+        command = f'hostkit approvals {verb} {approval_id} --reason "..."{suffix}'
+        console.print(f"  {verb:<8} {command}", highlight=False, markup=False, soft_wrap=True)
 
 
 def sessions_table(sessions: Sequence[SessionRecord]) -> Table:
@@ -43,3 +67,38 @@ def sessions_table(sessions: Sequence[SessionRecord]) -> Table:
             record.title or "",
         )
     return table
+
+
+def approvals_table(approvals: Sequence[PendingApproval]) -> Table:
+    """One row per approval; the arguments are the stored redacted view, cut short."""
+    table = Table("approval", "created", "agent", "effect", "status", "arguments")
+    # An id is what the reader copies into `approve`: wrapped if it must be, never cut.
+    table.columns[0].overflow = "fold"
+    for approval in approvals:
+        cells = (
+            approval.approval_id,
+            approval.created_at,
+            approval.core_id,
+            approval.effect,
+            approval.status,
+            one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
+        )
+        # Text, not markup: the arguments were chosen by a model.
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def one_line(value: Any, limit: int) -> str:
+    """A view value as one bounded, redacted line with control characters escaped.
+
+    Strings pass through ``bounded`` (which also redacts ``api_key=...``-style
+    assignments and bearer tokens); anything else is shown as compact JSON.
+    Escaping control and format characters (ESC, bidi overrides) keeps a
+    model-chosen value from repainting the terminal.
+    """
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in bounded(text, limit))
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"

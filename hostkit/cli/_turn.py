@@ -1,17 +1,27 @@
-"""Running one turn from the terminal with its answer streamed as it arrives."""
+"""Running a turn from the terminal with its answer streamed as it arrives."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 import anyio
 
+from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError
 from hostkit.host import Host
-from hostkit.types import ConversationFacts, SessionSelector, TurnRequest, TurnResult, new_id
+from hostkit.turns import TurnEvent
+from hostkit.types import (
+    ConversationFacts,
+    PrincipalScope,
+    SessionSelector,
+    TurnRequest,
+    TurnResult,
+    new_id,
+)
 
-__all__ = ["stream_turn"]
+__all__ = ["stream_answer", "stream_turn"]
 
 
 async def stream_turn(
@@ -33,14 +43,50 @@ async def stream_turn(
         core_id=agent,
         session=session,
     )
+    return await _streamed(
+        host,
+        lambda event: event.request_id == request.request_id,
+        lambda: host.turns.run(request),
+        out,
+    )
+
+
+async def stream_answer(
+    host: Host,
+    approval_id: str,
+    decision: ApprovalDecision,
+    *,
+    by: PrincipalScope,
+    out: TextIO = sys.stdout,
+) -> TurnResult:
+    """Answer an approval and stream the continuation turn it runs.
+
+    The continuation runs in the approval's session, and a session runs one
+    turn at a time, so that session's events are the continuation's.
+    """
+    approval = await host.approvals.get(by, approval_id)
+    return await _streamed(
+        host,
+        lambda event: event.session_id == approval.session_id,
+        lambda: host.approvals.answer(approval_id, decision, by=by),
+        out,
+    )
+
+
+async def _streamed(
+    host: Host,
+    accepts: Callable[[TurnEvent], bool],
+    run_turn: Callable[[], Awaitable[TurnResult]],
+    out: TextIO,
+) -> TurnResult:
     result: TurnResult | None = None
     failure: HostkitError | None = None
-    async with host.events.subscribe(lambda e: e.request_id == request.request_id) as events:
+    async with host.events.subscribe(accepts) as events:
 
         async def run() -> None:
             nonlocal result, failure
             try:
-                result = await host.turns.run(request)
+                result = await run_turn()
             except HostkitError as exc:
                 failure = exc
             finally:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store import RuntimeStore, now, owner_predicate
-from hostkit.types import PrincipalScope, TurnExecutionContext, new_id
+from hostkit.types import PrincipalScope, TurnExecutionContext
 
 __all__ = [
     "ApprovalLedger",
@@ -229,6 +229,7 @@ class ApprovalLedger:
     async def record(
         self,
         *,
+        approval_id: str,
         context: TurnExecutionContext,
         effect: str,
         call_id: str,
@@ -236,9 +237,8 @@ class ApprovalLedger:
         view: Mapping[str, Any],
         policy_fingerprint: str,
         rule_key: str,
-    ) -> str:
-        """Keep an unanswered ``ask``; returns its approval id."""
-        approval_id = new_id("apr")
+    ) -> None:
+        """Keep an unanswered ``ask`` under the id its prompt carried."""
         await self._store.write(
             lambda conn: insert_pending(
                 conn,

@@ -260,9 +260,11 @@ class EffectRuntime:
             core_id=context.core_id,
         )
         view = approval_view(entry.effect, checked.raw_arguments, checked.secret_names)
+        # One id from the first prompt to the durable row an unanswered ask leaves.
+        approval_id = new_id("apr")
 
         def ask() -> ApprovalRequest:
-            return ApprovalRequest(new_id("apr"), key, entry.effect, context.turn_id, view)
+            return ApprovalRequest(approval_id, key, entry.effect, context.turn_id, view)
 
         try:
             outcome = await self._approvals.resolve(
@@ -278,7 +280,8 @@ class EffectRuntime:
             return _refused(
                 call_id, entry.effect, "denied", "nobody answered and no approval can be kept"
             )
-        approval_id = await self._ledger.record(
+        await self._ledger.record(
+            approval_id=approval_id,
             context=context,
             effect=entry.effect,
             call_id=call_id,

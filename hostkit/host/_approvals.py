@@ -23,8 +23,8 @@ __all__ = ["HostApprovals", "MAX_LIST"]
 MAX_LIST = 200
 _DECISIONS = ("approve_once", "approve_session", "deny")
 _REFUSALS: dict[str, tuple[str, str]] = {
-    "approved": ("answered", "it was already approved"),
-    "denied": ("answered", "it was already denied"),
+    "approved": ("answered", "it was already approved (resume runs its continuation)"),
+    "denied": ("answered", "it was already denied (resume runs its continuation)"),
     "executed": ("answered", "it was already approved and run"),
     "stale": ("stale", "the agent's policy, revision or capabilities changed since it was asked"),
     "superseded": ("superseded", "a newer turn ran in the session; the paused call is void"),
@@ -77,7 +77,7 @@ class HostApprovals:
         self._verify(scope)
         found = await self._ledger.get(scope, approval_id)
         if found is None:
-            raise NotFoundOrUnauthorized()
+            raise NotFoundOrUnauthorized("approval")
         return found
 
     async def answer(
@@ -106,7 +106,7 @@ class HostApprovals:
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
         if answered is None:
-            raise NotFoundOrUnauthorized()
+            raise NotFoundOrUnauthorized("approval")
         if isinstance(answered, str):
             raise _refused(approval_id, answered)
         if decision == "approve_session":
@@ -119,13 +119,33 @@ class HostApprovals:
                     core_id=approval.core_id,
                 )
             )
+        return await self._continue(answered, continuation)
+
+    async def resume(
+        self, approval_id: str, *, by: PrincipalScope, principal: PrincipalScope | None = None
+    ) -> TurnResult:
+        """Run (or replay) the continuation of an answered approval.
+
+        For when ``answer`` recorded the decision but its continuation turn
+        never ran (the caller was interrupted). The continuation's request id
+        is derived from the approval, so a turn that already ran is replayed,
+        not repeated, and the durable claim still runs the call at most once.
+        """
+        approval = await self.get(by, approval_id)
+        if approval.status not in ("approved", "denied", "executed"):
+            raise _refused(approval_id, approval.status)
+        return await self._continue(
+            approval, await self._continuation_principal(approval, principal)
+        )
+
+    async def _continue(self, approval: PendingApproval, principal: PrincipalScope) -> TurnResult:
         return await self._turns.run(
             TurnRequest(
-                input=f"approval {approval_id}: {decision}",
-                principal=continuation,
-                request_id=f"continue:{approval_id}",
+                input=f"approval {approval.approval_id}: {approval.decision}",
+                principal=principal,
+                request_id=f"continue:{approval.approval_id}",
                 core_id=approval.core_id,
-                continues=approval_id,
+                continues=approval.approval_id,
             )
         )
 

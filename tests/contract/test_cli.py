@@ -1,12 +1,18 @@
-"""The headless front end, run as a real subprocess: init, run (streamed), sessions."""
+"""The headless front end, run as a real subprocess: init, run (streamed), sessions, demo."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import anyio
 import pytest
+
+from tests.wire import Reply, WireServer, serve_wire, sse_reply
+from tests.wire import openai_chat as wire_openai
 
 pytestmark = pytest.mark.anyio
 
@@ -27,9 +33,38 @@ tool_modules = ["hostkit.examples.tools"]
 """
 
 
-async def hostkit(*args: str, cwd: Path) -> tuple[int, str, str]:
-    result = await anyio.run_process([sys.executable, "-m", "hostkit", *args], cwd=cwd, check=False)
+async def hostkit(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run the CLI as a user would, without a terminal on stdin (so nothing is ever asked)."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[WireServer]:
+    async with serve_wire() as server:
+        yield server
+
+
+def text_answer(text: str) -> Reply:
+    """A streamed chat completion that answers ``text``."""
+    return sse_reply(
+        wire_openai.sse(
+            [
+                wire_openai.chunk(role="assistant"),
+                wire_openai.chunk(content=text),
+                wire_openai.chunk(finish_reason="stop"),
+                wire_openai.chunk(usage_block=wire_openai.usage(20, 5)),
+            ]
+        )
+    )
 
 
 async def test_init_writes_a_starter_config_once(tmp_path: Path) -> None:
@@ -77,3 +112,25 @@ async def test_errors_are_typed_and_bounded(tmp_path: Path) -> None:
     assert code == 2
     assert "agents" in err
     assert "Traceback" not in err
+
+
+async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: WireServer) -> None:
+    # The real-model step talks to a loopback OpenAI-compatible server, not the local model.
+    wire.script(text_answer("A database stores data."), text_answer("Again."))
+    env = {"OPENAI_BASE_URL": f"{wire.base_url}/v1", "OPENAI_MODEL": "demo"}
+    for answer in ("A database stores data.", "Again."):
+        code, out, err = await hostkit("demo", "--directory", "d", cwd=tmp_path, env=env)
+        assert code == 0, err
+        assert "2. an agent asks before it writes a file" in err
+        assert "approval needed: the agent wants to run files.write" in err
+        assert "path: summary.md" in err
+        assert "[o]nce / [s]ession / [d]eny? (no terminal: the demo approves once)" in err
+        assert "effect files.write: succeeded" in err
+        assert "file: summary.md (" in err
+        assert "[calling files_write]" in out
+        assert answer in out
+        assert "Traceback" not in err
+    # files.write replaces the file: a second run leaves the same content, not an error.
+    text = await anyio.Path(tmp_path / "d" / "summary.md").read_text()
+    assert text.startswith("# What hostkit records")
+    assert err.index("approval needed") < err.index("file: summary.md")

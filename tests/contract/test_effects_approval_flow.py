@@ -14,6 +14,7 @@ import pytest
 from hostkit.effects import (
     ApprovalDecision,
     ApprovalKey,
+    ApprovalLedger,
     ApprovalProvider,
     ApprovalRequest,
     ToolContext,
@@ -389,7 +390,8 @@ async def test_an_unanswered_prompt_times_out_into_needs_user(tmp_path: Path) ->
     ) as host:
         result = await host.turns.run(request("stamp it"))
     assert result.outcome == "needs_user"
-    assert result.pending_approval
+    # The id the approver was shown is the one the durable approval answers to.
+    assert result.pending_approval == never.seen[0].approval_id
     assert len(never.seen) == 1
     assert stamps.lines() == []
 
@@ -428,3 +430,26 @@ def test_the_cache_key_carries_the_contracts_fields() -> None:
         "fp",
         "files.stamp",
     )
+
+
+async def test_an_answer_whose_continuation_never_ran_can_be_resumed_once(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("resumed")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        operator = await host.operator("ops", reason="answer approvals")
+        assert paused.pending_approval
+        # The decision is recorded, then the caller is interrupted before the turn runs.
+        ledger = ApprovalLedger(host.store)
+        await ledger.answer(
+            operator, paused.pending_approval, decision="approve_once", fingerprint=None
+        )
+        with pytest.raises(ApprovalRefused, match="resume"):
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        first = await host.approvals.resume(paused.pending_approval, by=operator)
+        again = await host.approvals.resume(paused.pending_approval, by=operator)
+    assert first.outcome == "completed"
+    assert again.turn_id == first.turn_id
+    assert stamps.lines() == ["one"]

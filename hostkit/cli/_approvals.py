@@ -1,0 +1,121 @@
+"""``hostkit approvals list | approve | deny``: answering paused turns from the terminal.
+
+Every subcommand acts with an audited operator scope (``--reason`` is
+required, as for ``hostkit sessions``). ``approve`` and ``deny`` record the
+first answer and run the continuation turn, whose answer is streamed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+
+from hostkit.cli._common import (
+    ConfigOption,
+    config_path,
+    console,
+    exit_code,
+    fail,
+    terminal_approver,
+)
+from hostkit.cli._render import approvals_table, print_pending, print_result
+from hostkit.cli._turn import stream_answer
+from hostkit.effects import ApprovalDecision
+from hostkit.errors import HostkitError
+from hostkit.host import Host
+
+__all__ = ["approvals"]
+
+MAX_LIST = 200  # the Host's own bound on one approvals page
+
+approvals = typer.Typer(
+    help="Approvals that paused a turn: list, approve or deny (operator authority; audited).",
+    no_args_is_help=True,
+)
+
+Reason = Annotated[str, typer.Option(help="audit reason (operator authority)")]
+Operator = Annotated[str, typer.Option(help="operator id for the audit")]
+ApprovalId = Annotated[str, typer.Argument(help="the approval id (apr_...)")]
+
+
+@approvals.command("list")
+def list_approvals(
+    reason: Reason,
+    all_: Annotated[bool, typer.Option("--all", help="every status, not only pending")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """List approvals, newest first (pending only unless --all)."""
+
+    async def main() -> None:
+        async with Host.open(config_path(config)) as host:
+            scope = await host.operator(operator, reason=reason)
+            found = await host.approvals.list(
+                scope, status=None if all_ else "pending", limit=limit
+            )
+            if not found:
+                console.print("no pending approvals" if not all_ else "no approvals")
+                return
+            Console().print(approvals_table(found))
+
+    try:
+        anyio.run(main)
+    except HostkitError as exc:
+        raise fail(exc) from None
+
+
+@approvals.command()
+def approve(
+    approval_id: ApprovalId,
+    reason: Reason,
+    session: Annotated[
+        bool,
+        typer.Option(
+            "--session", help="also approve this effect for the rest of the continuation turn"
+        ),
+    ] = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Approve the paused call and run it in a continuation turn."""
+    _answer(approval_id, "approve_session" if session else "approve_once", reason, operator, config)
+
+
+@approvals.command()
+def deny(
+    approval_id: ApprovalId,
+    reason: Reason,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Deny the paused call; a continuation turn tells the agent it was denied."""
+    _answer(approval_id, "deny", reason, operator, config)
+
+
+def _answer(
+    approval_id: str,
+    decision: ApprovalDecision,
+    reason: str,
+    operator: str,
+    config: Path | None,
+) -> None:
+    async def main() -> int:
+        # The continuation may ask again: on a terminal, it is asked here.
+        async with Host.open(config_path(config), approver=terminal_approver()) as host:
+            scope = await host.operator(operator, reason=reason)
+            result = await stream_answer(host, approval_id, decision, by=scope)
+            print_result(console, result, database=str(host.config.database_path))
+            if result.outcome == "needs_user" and result.pending_approval:
+                print_pending(console, result.pending_approval, config=config)
+            return exit_code(result)
+
+    try:
+        code = anyio.run(main)
+    except HostkitError as exc:
+        raise fail(exc) from None
+    raise typer.Exit(code)

@@ -1,0 +1,193 @@
+"""ConsoleApprover: answer ``ask`` effects on the terminal the command runs in.
+
+The approver shows only what the ``ApprovalRequest.view`` holds (the effect,
+its field-name-redacted arguments, the names of secrets it would bind), each
+value cut short, with secret-looking assignments redacted once more and
+control characters escaped, so an argument chosen by the model can neither
+leak a secret nor repaint the terminal to fake a different request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from rich.console import Console
+from rich.text import Text
+
+from hostkit.cli._render import one_line
+from hostkit.effects import ApprovalDecision, ApprovalRequest
+
+__all__ = ["ANSWERS", "ConsoleApprover", "render_request"]
+
+# What a person may type; anything else is asked again.
+ANSWERS: Mapping[str, ApprovalDecision] = {
+    "o": "approve_once",
+    "once": "approve_once",
+    "s": "approve_session",
+    "session": "approve_session",
+    "d": "deny",
+    "deny": "deny",
+    "n": "deny",
+    "no": "deny",
+}
+_SAID: Mapping[ApprovalDecision, str] = {
+    "approve_once": "approved once",
+    "approve_session": "approved for this session",
+    "deny": "denied",
+}
+PROMPT = "[o]nce / [s]ession / [d]eny? "
+
+
+def render_request(
+    console: Console,
+    request: ApprovalRequest,
+    *,
+    max_arguments: int = 16,
+    max_value_chars: int = 200,
+) -> None:
+    """Print what the approver is asked: the effect and its redacted arguments, bounded."""
+    view = request.view
+    effect = one_line(view.get("effect", request.effect), 80)
+    console.print(
+        Text.assemble(
+            ("approval needed", "bold yellow"), ": the agent wants to run ", (effect, "bold")
+        )
+    )
+    arguments = view.get("arguments")
+    if isinstance(arguments, Mapping):
+        items = list(arguments.items())
+        for name, value in items[:max_arguments]:
+            console.print(
+                Text.assemble(
+                    "  ", (one_line(name, 60), "bold"), ": ", one_line(value, max_value_chars)
+                )
+            )
+        if len(items) > max_arguments:
+            console.print(f"  … {len(items) - max_arguments} more arguments not shown")
+    elif arguments is not None:
+        console.print(Text.assemble("  arguments: ", one_line(arguments, max_value_chars)))
+    secrets = view.get("binds")
+    if secrets:
+        names = ", ".join(one_line(name, 60) for name in list(secrets)[:max_arguments])
+        console.print(Text.assemble("  binds secrets: ", (names, "bold")))
+
+
+class ConsoleApprover:
+    """An ``ApprovalProvider`` that asks ``[o]nce / [s]ession / [d]eny`` on a terminal.
+
+    ``decide`` prints the request (``render_request``), then reads a line
+    from ``stdin`` without blocking the event loop. Unknown answers are asked
+    again up to ``max_attempts`` times, then denied; end of input is denied.
+    The runtime bounds the wait (``host.approval_timeout_s``) by cancelling
+    ``decide``: the turn then pauses ``needs_user``. Prompts never interleave:
+    one prompt holds the terminal until it is answered or cancelled.
+    ``console`` and ``stdin`` are injectable (tests, other terminals).
+    """
+
+    def __init__(
+        self,
+        *,
+        console: Console | None = None,
+        stdin: TextIO | None = None,
+        max_attempts: int = 3,
+        max_answer_chars: int = 256,
+        max_arguments: int = 16,
+        max_value_chars: int = 200,
+    ) -> None:
+        self._console = console or Console(stderr=True)
+        self._lines = _TerminalLines(stdin or sys.stdin, max_chars=max_answer_chars)
+        self._max_attempts = max(1, max_attempts)
+        self._max_arguments = max_arguments
+        self._max_value_chars = max_value_chars
+        self._terminal = anyio.Lock()
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        """The person's answer; ``deny`` after ``max_attempts`` unknown answers or at EOF."""
+        async with self._terminal:
+            render_request(
+                self._console,
+                request,
+                max_arguments=self._max_arguments,
+                max_value_chars=self._max_value_chars,
+            )
+            try:
+                decision = await self._ask()
+            except anyio.get_cancelled_exc_class():
+                self._console.print(
+                    "\n(no answer in time: the turn waits for an approval)", highlight=False
+                )
+                raise
+            self._console.print(f"  {_SAID[decision]}", style="bold", highlight=False)
+            return decision
+
+    async def _ask(self) -> ApprovalDecision:
+        for _ in range(self._max_attempts):
+            self._console.print(PROMPT, end="", markup=False, highlight=False)
+            line = await self._lines.readline()
+            if not line:
+                self._console.print("\n  end of input", highlight=False)
+                return "deny"
+            decision = ANSWERS.get(line.strip().lower())
+            if decision is not None:
+                return decision
+            self._console.print("  please answer o, s or d", highlight=False)
+        self._console.print(f"  no valid answer after {self._max_attempts} tries", highlight=False)
+        return "deny"
+
+
+@dataclass
+class _Read:
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    line: str = ""
+    finished: bool = False
+
+
+class _TerminalLines:
+    """Lines from a blocking text stream, each read in a daemon thread; for one event loop.
+
+    Not ``anyio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)``:
+    an abandoned AnyIO worker thread is not a daemon, so after a prompt timed
+    out the process could not exit until someone pressed Enter. A read
+    outlives its cancelled prompt and serves the next prompt, so two threads
+    never race for one line; a line that arrived while no prompt was waiting
+    answered a prompt that is gone, and is dropped.
+    """
+
+    def __init__(self, stream: TextIO, *, max_chars: int) -> None:
+        self._stream = stream
+        self._max_chars = max_chars
+        self._read: _Read | None = None
+
+    async def readline(self) -> str:
+        """The next line ("" at end of input or when the stream fails); cancellable."""
+        read = self._read
+        if read is None or read.finished:
+            read = self._read = _Read()
+            token = anyio.lowlevel.current_token()
+            threading.Thread(
+                target=self._fill,
+                args=(read, token),
+                name="hostkit-console-approver",
+                daemon=True,
+            ).start()
+        await read.wake.wait()
+        self._read = None
+        return read.line
+
+    def _fill(self, read: _Read, token: Any) -> None:
+        try:
+            read.line = self._stream.readline(self._max_chars)
+        except (OSError, ValueError):  # a closed or broken stream reads as end of input
+            read.line = ""
+        read.finished = True
+        # The event loop may have ended while this thread waited: nobody is left to wake.
+        with contextlib.suppress(RuntimeError):
+            anyio.from_thread.run_sync(read.wake.set, token=token)

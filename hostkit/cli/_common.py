@@ -1,0 +1,79 @@
+"""What every command shares: the stderr console, ``-c``, exit codes and the terminal approver."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from hostkit.cli._approver import ConsoleApprover
+from hostkit.errors import HostkitError
+from hostkit.types import TurnResult
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NEEDS_USER",
+    "EXIT_NOT_COMPLETED",
+    "EXIT_OK",
+    "ConfigOption",
+    "config_path",
+    "console",
+    "exit_code",
+    "fail",
+    "stdin_is_a_terminal",
+    "terminal_approver",
+]
+
+# The documented exit statuses (docs/cli.md): scripts branch on these.
+EXIT_OK = 0
+EXIT_NOT_COMPLETED = 1
+EXIT_ERROR = 2
+EXIT_NEEDS_USER = 3
+
+# Diagnostics, prompts and results go to stderr; stdout carries only the answer text.
+console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="hostkit.toml (default: ./hostkit.toml if present)"),
+]
+
+
+def config_path(path: Path | None) -> Path | None:
+    """The ``-c`` file, else ``./hostkit.toml`` if present, else None (the default config)."""
+    if path is not None:
+        return path
+    default = Path("hostkit.toml")
+    return default if default.exists() else None
+
+
+def fail(error: HostkitError) -> typer.Exit:
+    """Print a typed error's bounded message; every error exits with status 2."""
+    console.print(f"[bold red]error[/]: {escape(error.message)}", highlight=False)
+    return typer.Exit(EXIT_ERROR)
+
+
+def exit_code(result: TurnResult) -> int:
+    """0 completed, 3 waiting for an approval (needs_user), 1 any other outcome."""
+    if result.outcome == "completed":
+        return EXIT_OK
+    if result.outcome == "needs_user":
+        return EXIT_NEEDS_USER
+    return EXIT_NOT_COMPLETED
+
+
+def stdin_is_a_terminal() -> bool:
+    stdin = sys.stdin
+    try:
+        return stdin is not None and stdin.isatty()
+    except (OSError, ValueError):  # closed or detached stdin
+        return False
+
+
+def terminal_approver() -> ConsoleApprover | None:
+    """Ask on the terminal when there is one; otherwise None, so ``ask`` pauses the turn."""
+    return ConsoleApprover(console=console) if stdin_is_a_terminal() else None

@@ -1,0 +1,397 @@
+"""Approvals from the terminal: the console approver, and `hostkit approvals` as a subprocess.
+
+The model is a loopback OpenAI-compatible server scripted by the test: its
+script survives from `hostkit run` to `hostkit approvals approve` (two
+processes), which a configured ``scripted`` provider's would not (each
+process starts its script again).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import pytest
+from rich.console import Console
+
+from hostkit.cli._approver import ConsoleApprover
+from hostkit.effects import ApprovalKey, ApprovalRequest
+from tests.wire import Reply, WireServer, serve_wire, sse_reply
+from tests.wire import openai_chat as wire_openai
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "sk-live-0123456789abcdef"
+KEY = ApprovalKey("cli:local-user", "ses_1", "apf_1", "files.write", "writer")
+
+
+def request(arguments: Mapping[str, Any], effect: str = "files.write") -> ApprovalRequest:
+    view = {"effect": effect, "arguments": dict(arguments)}
+    return ApprovalRequest("apr_1", KEY, effect, "turn_1", view)
+
+
+WRITE = request({"path": "summary.md", "content": "hello"})
+
+
+def approver(stdin: TextIO, **limits: int) -> tuple[ConsoleApprover, io.StringIO]:
+    shown = io.StringIO()
+    console = Console(file=shown, width=200, color_system=None, force_terminal=False)
+    return ConsoleApprover(console=console, stdin=stdin, **limits), shown
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[TextIO, TextIO]]:
+    """A terminal stand-in: lines arrive only when the test writes them."""
+    read_fd, write_fd = os.pipe()
+    reader, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
+    try:
+        yield reader, writer
+    finally:
+        writer.close()  # end of input: a reader thread still waiting returns and exits
+        reader.close()
+
+
+# -- ConsoleApprover ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "decision"),
+    [
+        ("o\n", "approve_once"),
+        ("once\n", "approve_once"),
+        (" S \n", "approve_session"),
+        ("session\n", "approve_session"),
+        ("d\n", "deny"),
+        ("no\n", "deny"),
+    ],
+)
+async def test_console_approver_takes_once_session_or_deny(typed: str, decision: str) -> None:
+    console_approver, shown = approver(io.StringIO(typed))
+    assert await console_approver.decide(WRITE) == decision
+    text = shown.getvalue()
+    assert "approval needed: the agent wants to run files.write" in text
+    assert "path: summary.md" in text
+    assert "[o]nce / [s]ession / [d]eny?" in text
+
+
+async def test_console_approver_asks_again_after_an_unknown_answer() -> None:
+    console_approver, shown = approver(io.StringIO("yes please\n\no\n"))
+    assert await console_approver.decide(WRITE) == "approve_once"
+    assert shown.getvalue().count("[o]nce / [s]ession / [d]eny?") == 3
+    assert shown.getvalue().count("please answer o, s or d") == 2
+
+
+async def test_console_approver_denies_after_the_bound_and_reads_no_further() -> None:
+    stdin = io.StringIO("x\ny\nz\no\n")
+    console_approver, shown = approver(stdin, max_attempts=3)
+    assert await console_approver.decide(WRITE) == "deny"
+    assert "no valid answer after 3 tries" in shown.getvalue()
+    assert stdin.read() == "o\n"  # the fourth line was never taken as an answer
+
+
+async def test_console_approver_denies_at_end_of_input() -> None:
+    console_approver, shown = approver(io.StringIO(""))
+    assert await console_approver.decide(WRITE) == "deny"
+    assert "end of input" in shown.getvalue()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"url": "https://example.com", "api_key": SECRET},
+        {"headers": {"Authorization": f"Bearer {SECRET}"}},
+        {"body": f"api_key: {SECRET}"},
+        {"body": f"token={SECRET}"},
+    ],
+)
+async def test_console_approver_never_prints_a_secret_value(arguments: dict[str, Any]) -> None:
+    console_approver, shown = approver(io.StringIO("d\n"))
+    assert await console_approver.decide(request(arguments, effect="http.post")) == "deny"
+    assert SECRET not in shown.getvalue()
+    assert "[redacted]" in shown.getvalue()
+
+
+async def test_console_approver_output_is_bounded_and_escapes_control_characters() -> None:
+    arguments = {f"field{n}": "x" * 5_000 for n in range(40)}
+    arguments["field0"] = "\x1b[2J\x1b[Happroved\u202e"
+    console_approver, shown = approver(io.StringIO("d\n"), max_arguments=5, max_value_chars=100)
+    await console_approver.decide(request(arguments))
+    text = shown.getvalue()
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+    assert "\\x1b[2J" in text
+    assert "more arguments not shown" in text
+    assert len(text) < 2_000
+
+
+async def test_console_prompts_never_interleave() -> None:
+    console_approver, shown = approver(io.StringIO("o\nd\n"))
+    decisions: dict[str, str] = {}
+
+    async def decide(effect: str) -> None:
+        decisions[effect] = await console_approver.decide(request({"path": "a"}, effect=effect))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(decide, "first.effect")
+        tg.start_soon(decide, "second.effect")
+    assert decisions == {"first.effect": "approve_once", "second.effect": "deny"}
+    text = shown.getvalue()
+    assert text.index("approved once") < text.index("second.effect") < text.index("denied")
+
+
+async def test_a_timed_out_prompt_never_lets_a_late_answer_approve_the_next(
+    pipe: tuple[TextIO, TextIO],
+) -> None:
+    reader, writer = pipe
+    console_approver, shown = approver(reader)
+    # The runtime bounds the wait by cancelling decide; nobody typed anything.
+    with anyio.move_on_after(0.2) as timed_out:
+        await console_approver.decide(WRITE)
+    assert timed_out.cancelled_caught
+    assert "no answer in time" in shown.getvalue()
+    # The answer arrives after its prompt is gone; it must not answer the next one.
+    writer.write("o\n")
+    writer.flush()
+    pending = console_approver._lines._read
+    assert pending is not None
+    await pending.wake.wait()
+    writer.write("d\n")
+    writer.flush()
+    assert await console_approver.decide(WRITE) == "deny"
+
+
+async def test_a_cancelled_prompt_leaves_one_reader_for_the_next(
+    pipe: tuple[TextIO, TextIO],
+) -> None:
+    reader, writer = pipe
+    console_approver, _ = approver(reader)
+    with anyio.move_on_after(0.2):
+        await console_approver.decide(WRITE)
+    async with anyio.create_task_group() as tg:
+
+        async def answer() -> None:
+            assert await console_approver.decide(WRITE) == "approve_session"
+
+        tg.start_soon(answer)
+        await anyio.wait_all_tasks_blocked()
+        writer.write("s\n")
+        writer.flush()
+
+
+# -- hostkit run / approvals ------------------------------------------------------------
+
+CONFIG = """
+[host]
+database = "state/hostkit.db"
+
+[providers.model]
+kind = "openai"
+base_url = "{base_url}/v1"
+model = "gpt-4o"
+
+[agents.writer]
+provider = "model"
+builtins = ["files.write"]
+memory = false
+
+[agents.writer.policy]
+allow = ["*"]
+ask = ["files.write"]
+"""
+APPROVAL = re.compile(r"waiting for approval: (apr_\w+)")
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[WireServer]:
+    async with serve_wire() as server:
+        yield server
+
+
+@pytest.fixture
+async def project(tmp_path: Path, wire: WireServer) -> Path:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG.format(base_url=wire.base_url))
+    return tmp_path
+
+
+async def hostkit(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """The CLI as a script runs it: stdin is not a terminal, so nothing is asked there."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def streamed(*payloads: dict[str, Any]) -> Reply:
+    return sse_reply(
+        wire_openai.sse(
+            [
+                wire_openai.chunk(role="assistant"),
+                *payloads,
+                wire_openai.chunk(usage_block=wire_openai.usage(30, 8)),
+            ]
+        )
+    )
+
+
+def write_call(path: str = "out.md", content: str = "hello") -> Reply:
+    arguments = json.dumps({"path": path, "content": content})
+    delta = wire_openai.tool_call_delta(
+        0, call_id="call_w", name="files_write", arguments=arguments
+    )
+    return streamed(
+        wire_openai.chunk(tool_calls=[delta]), wire_openai.chunk(finish_reason="tool_calls")
+    )
+
+
+def answer(text: str) -> Reply:
+    return streamed(wire_openai.chunk(content=text), wire_openai.chunk(finish_reason="stop"))
+
+
+def tool_messages(wire: WireServer, index: int) -> list[str]:
+    messages = wire.requests[index].body["messages"]
+    return [str(message["content"]) for message in messages if message["role"] == "tool"]
+
+
+async def paused(project: Path, tool: str = "files_write") -> tuple[str, str]:
+    """Run a turn whose call must be approved; returns the approval id and stderr."""
+    code, out, err = await hostkit("run", "--agent", "writer", "write out.md", cwd=project)
+    assert code == 3, err
+    assert f"[calling {tool}]" in out
+    assert "outcome: needs_user" in err
+    found = APPROVAL.search(err)
+    assert found is not None, err
+    return found.group(1), err
+
+
+async def test_run_without_a_terminal_pauses_with_exit_3_and_says_how_to_answer(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call())
+    approval_id, err = await paused(project)
+    assert f'hostkit approvals approve {approval_id} --reason "..."' in err
+    assert f'hostkit approvals deny {approval_id} --reason "..."' in err
+    assert not await anyio.Path(project / "out.md").exists()
+    assert len(wire.requests) == 1
+
+
+async def test_approvals_list_shows_the_pending_call(project: Path, wire: WireServer) -> None:
+    wire.script(write_call(), answer("Written."))
+    approval_id, _ = await paused(project)
+    code, _, err = await hostkit("approvals", "list", cwd=project)
+    assert code == 2
+    assert "--reason" in err
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if approval_id in line)
+    for cell in ("writer", "files.write", "pending", '"path": "out.md"'):
+        assert cell in row
+    code, _, err = await hostkit("approvals", "approve", approval_id, "--reason", "ok", cwd=project)
+    assert code == 0, err
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0
+    assert approval_id not in out
+    assert "no pending approvals" in err
+    code, out, _ = await hostkit("approvals", "list", "--all", "--reason", "audit", cwd=project)
+    row = next(line for line in out.splitlines() if approval_id in line)
+    assert "executed" in row
+
+
+async def test_approve_runs_the_call_once_and_prints_the_continuation(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call(content="hello"), answer("Wrote out.md."))
+    approval_id, _ = await paused(project)
+    code, out, err = await hostkit(
+        "approvals", "approve", approval_id, "--reason", "looks right", cwd=project
+    )
+    assert code == 0, err
+    assert "Wrote out.md." in out
+    assert "outcome: completed" in err
+    assert "effect files.write: succeeded" in err
+    assert await anyio.Path(project / "out.md").read_text() == "hello"
+    # The model was told the approved call's result, in the same session.
+    assert len(wire.requests) == 2
+    assert any("out.md" in message for message in tool_messages(wire, 1))
+
+    # A second answer runs nothing: the file keeps what happened after the first.
+    await anyio.Path(project / "out.md").write_text("edited since")
+    for verb in ("approve", "deny"):
+        code, out, err = await hostkit(
+            "approvals", verb, approval_id, "--reason", "again", cwd=project
+        )
+        assert code == 2
+        assert "already approved" in " ".join(err.split())
+        assert "Traceback" not in err
+    assert await anyio.Path(project / "out.md").read_text() == "edited since"
+    assert len(wire.requests) == 2
+
+
+async def test_deny_tells_the_model_and_writes_nothing(project: Path, wire: WireServer) -> None:
+    wire.script(write_call(), answer("Understood, I will not write it."))
+    approval_id, _ = await paused(project)
+    code, out, err = await hostkit(
+        "approvals", "deny", approval_id, "--reason", "not today", cwd=project
+    )
+    assert code == 0, err
+    assert "Understood, I will not write it." in out
+    assert "outcome: completed" in err
+    assert "effect files.write: denied" in err
+    assert not await anyio.Path(project / "out.md").exists()
+    assert any("denied" in message for message in tool_messages(wire, 1))
+
+
+@pytest.mark.parametrize("verb", ["approve", "deny"])
+async def test_an_unknown_approval_exits_2(project: Path, verb: str) -> None:
+    code, _, err = await hostkit("approvals", verb, "apr_missing", "--reason", "x", cwd=project)
+    assert code == 2
+    assert "not found" in err
+    assert "Traceback" not in err
+
+
+SECRET_TOOL = """
+from hostkit.effects import ToolContext, tool
+
+
+@tool("http.post")
+async def post(ctx: ToolContext, url: str, api_key: str) -> str:
+    return "sent"
+"""
+
+
+async def test_approvals_list_never_shows_a_secret_named_argument(
+    project: Path, wire: WireServer
+) -> None:
+    await anyio.Path(project / "secret_tool.py").write_text(SECRET_TOOL)
+    config = await anyio.Path(project / "hostkit.toml").read_text()
+    config = config.replace("memory = false", 'memory = false\ntool_modules = ["secret_tool"]')
+    config = config.replace('ask = ["files.write"]', 'ask = ["files.write", "http.*"]')
+    await anyio.Path(project / "hostkit.toml").write_text(config)
+    arguments = json.dumps({"url": "https://example.com/hook", "api_key": SECRET})
+    delta = wire_openai.tool_call_delta(
+        0, call_id="call_post", name="http_post", arguments=arguments
+    )
+    wire.script(
+        streamed(
+            wire_openai.chunk(tool_calls=[delta]), wire_openai.chunk(finish_reason="tool_calls")
+        )
+    )
+    approval_id, err = await paused(project, tool="http_post")
+    assert SECRET not in err
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if approval_id in line)
+    assert "http.post" in row
+    assert "[redacted]" in row
+    assert SECRET not in out + err
