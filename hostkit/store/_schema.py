@@ -265,5 +265,57 @@ _V4_APPROVALS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1_BASE, _V2_OWNERS, _V3_TURNS, _V4_APPROVALS)
+_V5_CONTEXT = Migration(
+    5,
+    "context: committed summaries, compaction leases, calibration, bootstrap snapshots",
+    (
+        # One committed summary per session: everything at or before cutoff_seq is
+        # represented by it (reference-only). Replaced atomically with its cutoff.
+        """CREATE TABLE context_summaries (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            summary TEXT NOT NULL,
+            cutoff_seq INTEGER NOT NULL,
+            summarized_messages INTEGER NOT NULL,
+            summarizer TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # The durable compaction lease and cooldown of a session. lease_id is NULL when
+        # nobody holds it; owner is "<host instance>:<pid>:<process start time>" so a
+        # restarted Host can tell a dead holder from a live one.
+        """CREATE TABLE context_leases (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            lease_id TEXT,
+            owner TEXT,
+            expires_at REAL,
+            cooldown_until REAL,
+            updated_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # Estimator calibration, advanced only after a usage observation commits. One
+        # row per session: a different provider/model/estimator overwrites (resets) it.
+        """CREATE TABLE context_calibration (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            estimator TEXT NOT NULL,
+            ratio REAL NOT NULL,
+            samples INTEGER NOT NULL,
+            updated_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # The bootstrap snapshot a session's turns see, taken once so it is stable.
+        """CREATE TABLE context_bootstrap (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            snapshot TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    _V1_BASE,
+    _V2_OWNERS,
+    _V3_TURNS,
+    _V4_APPROVALS,
+    _V5_CONTEXT,
+)
 SCHEMA_VERSION = MIGRATIONS[-1].version
