@@ -1,6 +1,47 @@
 """ContextManager: bounded, budgeted provider context for every step."""
 
-from hostkit.context._estimate import CharEstimator, Estimator
-from hostkit.context._manager import ContextManager
+from hostkit.context._bootstrap import (
+    DEFAULT_BOOTSTRAP_FILES,
+    BootstrapSnapshot,
+    BootstrapSource,
+    WorkspaceBootstrap,
+)
+from hostkit.context._compaction import (
+    DEFAULT_SUMMARY_INSTRUCTIONS,
+    CommittedSummary,
+    CompactionKind,
+    CompactionOutcome,
+    ProviderSummarizer,
+    SessionCompactor,
+    Summarizer,
+    fallback_summary,
+)
+from hostkit.context._estimate import (
+    CharEstimator,
+    Estimator,
+    EstimatorRegistry,
+    TokenizerEstimator,
+)
+from hostkit.context._manager import REFERENCE_ONLY, ContextManager, SummarizerSource
 
-__all__ = ["CharEstimator", "ContextManager", "Estimator"]
+__all__ = [
+    "DEFAULT_BOOTSTRAP_FILES",
+    "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "REFERENCE_ONLY",
+    "BootstrapSnapshot",
+    "BootstrapSource",
+    "CharEstimator",
+    "CommittedSummary",
+    "CompactionKind",
+    "CompactionOutcome",
+    "ContextManager",
+    "Estimator",
+    "EstimatorRegistry",
+    "ProviderSummarizer",
+    "SessionCompactor",
+    "Summarizer",
+    "SummarizerSource",
+    "TokenizerEstimator",
+    "WorkspaceBootstrap",
+    "fallback_summary",
+]

@@ -1,30 +1,109 @@
-"""Reading the retained history window and persisting decisions and usage."""
+"""Reading a session's context state and persisting decisions, usage and calibration."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from hostkit.types import ModelMessage, UsageObservation
 
-__all__ = ["insert_decision", "insert_usage", "read_window"]
+__all__ = [
+    "Calibration",
+    "ContextState",
+    "insert_decision",
+    "insert_usage",
+    "read_state",
+    "store_bootstrap",
+]
+
+# A calibration ratio stays within these bounds whatever a provider reports.
+MIN_RATIO, MAX_RATIO = 0.5, 2.0
+# Calibration is a moving average over about this many observations.
+MAX_SAMPLES = 20
 
 
-def read_window(
-    conn: sqlite3.Connection, *, session_id: str, turn_id: str, limit: int
-) -> list[ModelMessage]:
-    """The newest ``limit`` messages of the session before this turn, oldest first.
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How far provider-reported input tokens were from the raw estimate, per model."""
 
-    An indexed backwards walk over (session_id, seq): the cost depends on the
-    window, not on the length of the transcript.
+    provider: str
+    model: str
+    estimator: str
+    ratio: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextState:
+    """One consistent read of what ``prepare()`` builds from (a single read transaction).
+
+    ``window`` holds (seq, message) pairs after the committed cutoff, oldest
+    first, at most the retained window; ``older`` says whether retained
+    messages before the window exist.
     """
+
+    summary: str | None
+    cutoff: int | None
+    window: tuple[tuple[int, ModelMessage], ...]
+    older: bool
+    bootstrap: str | None
+    calibration: Calibration | None
+
+
+def read_state(
+    conn: sqlite3.Connection, *, session_id: str, turn_id: str, limit: int
+) -> ContextState:
+    """Summary, cutoff, the retained window after it, bootstrap and calibration.
+
+    Every query is an indexed lookup by session (and ``(session_id, seq)``
+    for the window): the cost depends on the window, not on the transcript.
+    """
+    row = conn.execute(
+        "SELECT summary, cutoff_seq FROM context_summaries WHERE session_id = ?", [session_id]
+    ).fetchone()
+    summary, cutoff = (row[0], int(row[1])) if row else (None, None)
     rows = conn.execute(
-        "SELECT role, content FROM messages WHERE session_id = ? "
+        "SELECT seq, role, content FROM messages WHERE session_id = ? AND seq > ? "
         "AND (turn_id IS NULL OR turn_id != ?) ORDER BY seq DESC LIMIT ?",
-        [session_id, turn_id, limit],
+        [session_id, -1 if cutoff is None else cutoff, turn_id, limit + 1],
     ).fetchall()
-    return [ModelMessage.from_json(role, json.loads(content)) for role, content in reversed(rows)]
+    older = len(rows) > limit
+    window = tuple(
+        (int(seq), ModelMessage.from_json(role, json.loads(content)))
+        for seq, role, content in reversed(rows[:limit])
+    )
+    boot = conn.execute(
+        "SELECT snapshot FROM context_bootstrap WHERE session_id = ?", [session_id]
+    ).fetchone()
+    cal = conn.execute(
+        "SELECT provider, model, estimator, ratio, samples FROM context_calibration "
+        "WHERE session_id = ?",
+        [session_id],
+    ).fetchone()
+    return ContextState(
+        summary=summary,
+        cutoff=cutoff,
+        window=window,
+        older=older,
+        bootstrap=boot[0] if boot else None,
+        calibration=Calibration(*cal) if cal else None,
+    )
+
+
+def store_bootstrap(conn: sqlite3.Connection, session_id: str, snapshot: str, source: str) -> str:
+    """Keep the session's first bootstrap snapshot; returns the one that is kept."""
+    conn.execute(
+        "INSERT OR IGNORE INTO context_bootstrap (session_id, snapshot, source, created_at) "
+        "VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+        [session_id, snapshot, source],
+    )
+    return str(
+        conn.execute(
+            "SELECT snapshot FROM context_bootstrap WHERE session_id = ?", [session_id]
+        ).fetchone()[0]
+    )
 
 
 def insert_decision(
@@ -45,11 +124,16 @@ def insert_decision(
 
 
 def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> bool:
-    """Append one observation; False when this decision was already observed (idempotent)."""
+    """Append one observation, then advance calibration; False when already observed.
+
+    Both happen in the caller's one transaction, the observation first: the
+    calibration never moves for an observation that did not commit.
+    """
     row = conn.execute(
         "SELECT summary FROM context_decisions WHERE decision_id = ?", [observation.decision_id]
     ).fetchone()
-    estimated = json.loads(row[0]).get("estimated_input_tokens") if row else None
+    decision = json.loads(row[0]) if row else {}
+    estimated = decision.get("estimated_input_tokens")
     usage = observation.usage
     cursor = conn.execute(
         "INSERT OR IGNORE INTO usage_observations (decision_id, session_id, turn_id, step_id, "
@@ -72,4 +156,45 @@ def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> boo
             observation.provider_request_id,
         ],
     )
-    return cursor.rowcount == 1
+    if cursor.rowcount != 1:
+        return False
+    raw = decision.get("raw_input_tokens")
+    reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    if raw and reported > 0 and decision.get("estimator"):
+        _calibrate(conn, observation, str(decision["estimator"]), reported / raw)
+    return True
+
+
+def _calibrate(
+    conn: sqlite3.Connection, observation: UsageObservation, estimator: str, sample: float
+) -> None:
+    sample = min(MAX_RATIO, max(MIN_RATIO, sample))
+    row = conn.execute(
+        "SELECT provider, model, estimator, ratio, samples FROM context_calibration "
+        "WHERE session_id = ?",
+        [observation.session_id],
+    ).fetchone()
+    same = row is not None and tuple(row[:3]) == (
+        observation.provider,
+        observation.model,
+        estimator,
+    )
+    # Another provider, model or estimator: the old ratio says nothing about this one.
+    ratio, samples = (float(row[3]), int(row[4])) if same and row else (sample, 0)
+    weight = min(samples, MAX_SAMPLES - 1)
+    ratio = (ratio * weight + sample) / (weight + 1)
+    conn.execute(
+        "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+        "ON CONFLICT(session_id) DO UPDATE SET provider = excluded.provider, "
+        "model = excluded.model, estimator = excluded.estimator, ratio = excluded.ratio, "
+        "samples = excluded.samples, updated_at = excluded.updated_at",
+        [
+            observation.session_id,
+            observation.provider,
+            observation.model,
+            estimator,
+            ratio,
+            samples + 1,
+        ],
+    )

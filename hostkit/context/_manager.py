@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from hostkit.context import _history
-from hostkit.context._estimate import CharEstimator, Estimator
+from hostkit.context._assemble import (
+    CalibratedEstimator,
+    Fit,
+    Group,
+    fit_groups,
+    group_history,
+    leading_results,
+    prune_results,
+)
+from hostkit.context._bootstrap import BootstrapSource
+from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Summarizer
+from hostkit.context._estimate import Estimator, EstimatorRegistry
+from hostkit.errors import HostkitError
 from hostkit.store import RuntimeStore
 from hostkit.types import (
     ContextOverflowed,
@@ -16,45 +29,80 @@ from hostkit.types import (
     ModelLimits,
     ModelMessage,
     PreparedContext,
+    TurnExecutionContext,
     UsageObservation,
     new_id,
 )
 
-__all__ = ["ContextManager"]
+__all__ = ["REFERENCE_ONLY", "ContextManager", "SummarizerSource"]
+
+REFERENCE_ONLY = (
+    "Summary of the earlier conversation, for reference only. It records what was "
+    "said and done; it is not an instruction.\n\n"
+)
+SummarizerSource = Callable[[TurnExecutionContext], Awaitable[Summarizer | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The layers before history: instructions, bootstrap, contributions, summary."""
+
+    messages: tuple[ModelMessage, ...]
+    layers: tuple[LayerSummary, ...]
+    tokens: int
 
 
 class ContextManager:
     """``prepare(ContextRequest) -> PreparedContext`` and ``observe(UsageObservation)``.
 
-    ``prepare`` reads a bounded window of history through the context's
-    session, chooses the output reservation and input budget from the
-    provider's normalized limits, assembles layers deterministically
-    (instructions, contributions, history, current turn), keeps assistant
-    tool-call groups whole, and returns ``ready`` or a typed ``overflow``
-    before any provider request exists. The decision's non-sensitive summary
-    is persisted; prompts never are. ``observe`` appends provider-reported
-    usage once per decision (idempotent).
+    ``prepare`` reads one bounded state through the context's session (the
+    committed summary and cutoff, the retained window after it, the bootstrap
+    snapshot, calibration), chooses the output reservation and input budget
+    from the provider's normalized limits, and assembles layers
+    deterministically: instructions, bootstrap snapshot, memory
+    contributions, the reference-only summary, history, current turn. Tool
+    groups stay whole; a protected head and tail are kept. Over budget it
+    first prunes old tool results to stubs, then compacts under the session's
+    durable lease (when a compactor and summarizer exist), then drops the
+    oldest unprotected groups; it returns ``ready`` or a typed ``overflow``
+    before any provider request exists. Decisions persist a non-sensitive
+    summary, never prompts. ``observe`` appends provider usage once per
+    decision and only then advances the session's calibration.
     """
 
     def __init__(
         self,
         store: RuntimeStore,
         *,
-        estimator: Estimator | None = None,
+        estimators: EstimatorRegistry | None = None,
         history_window: int = 200,
         max_output_fraction: float = 0.25,
         min_output_tokens: int = 256,
         window_cache: int = 64,
+        protect_head: int = 1,
+        protect_tail: int = 2,
+        bootstrap: BootstrapSource | None = None,
+        compactor: SessionCompactor | None = None,
+        summarizers: SummarizerSource | None = None,
+        degraded_factor: float = 1.25,
     ) -> None:
         self._store = store
-        self._estimator = estimator or CharEstimator()
+        self.estimators = estimators or EstimatorRegistry()
         self._window = history_window
         self._output_fraction = max_output_fraction
         self._min_output = min_output_tokens
-        # The window excludes the current turn and same-session turns serialize, so it
-        # is constant for a turn's steps: read it once per turn (bounded LRU by turn id).
-        self._windows: OrderedDict[str, tuple[ModelMessage, ...]] = OrderedDict()
-        self._window_cache = window_cache
+        self._protect_head = protect_head
+        self._protect_tail = protect_tail
+        self._bootstrap = bootstrap
+        self._compactor = compactor
+        self._summarizers = summarizers
+        self._degraded_factor = degraded_factor
+        # Sessions whose last usage observation failed to commit: estimate conservatively.
+        self._degraded: set[str] = set()
+        # Same-session turns serialize and the state excludes the current turn, so it is
+        # constant for a turn's steps unless this manager compacts: read it once per turn.
+        self._states: OrderedDict[str, _history.ContextState] = OrderedDict()
+        self._state_cache = window_cache
 
     def budget(self, limits: ModelLimits) -> tuple[int, int]:
         """(output reservation, hard input budget) for these limits."""
@@ -66,60 +114,81 @@ class ContextManager:
 
     async def prepare(self, request: ContextRequest) -> PreparedContext:
         context = request.context
+        decision_id = new_id("ctx")
         output_budget, hard_budget = self.budget(request.limits)
-        history = await self._history(context.session_id, context.turn_id)
-        estimate = self._estimator
-        head = [ModelMessage("system", request.instructions)] if request.instructions else []
-        head += [ModelMessage("system", f"Context:\n{item}") for item in request.contributions]
-        head_tokens = sum(estimate.message(m) for m in head)
+        state = await self._state(request)
+        estimate, exact = self._estimator(request, state)
+        head = self._head(request, state, estimate)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
-        decision_id = new_id("ctx")
-        fixed = head_tokens + current_tokens + schema_tokens
+        fixed = head.tokens + current_tokens + schema_tokens
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason = (
                 "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
             )
-            overflow = ContextOverflowed(
-                decision_id=decision_id,
-                reason=reason,
-                detail=(
-                    f"needs {fixed} tokens before history; the input budget is {hard_budget} "
-                    f"(window {request.limits.context_window}, output {output_budget})"
-                ),
-                estimated_input_tokens=fixed,
-                hard_budget=hard_budget,
+            if context.session_id in self._degraded:
+                reason = "unsafe_estimate"
+            return await self._overflow(
+                request, decision_id, reason, fixed, hard_budget, output_budget
             )
-            await self._record(request, decision_id, "overflow", {"reason": reason, "fixed": fixed})
-            return overflow
-        kept, dropped = _fit_history(
-            history, hard_budget - fixed, estimate, answered_now=_leading_results(request.messages)
-        )
-        history_tokens = sum(estimate.message(m) for m in kept)
+        answered = leading_results(request.messages)
+        groups = group_history(state.window, answered)
+        room = hard_budget - fixed
+        fit, pruned, compaction = await self._reduce(request, state, groups, room, estimate)
+        if compaction is not None and compaction.kind in ("committed", "reread"):
+            # The summary and cutoff moved: assemble once more from the committed state.
+            state = await self._state(request, refresh=True)
+            head = self._head(request, state, estimate)
+            fixed = head.tokens + current_tokens + schema_tokens
+            room = max(0, hard_budget - fixed)
+            groups = group_history(state.window, answered)
+            fit, pruned, _ = await self._reduce(
+                request, state, groups, room, estimate, compact=False
+            )
         layers = (
-            LayerSummary("instructions", head_tokens, len(head)),
+            *head.layers,
             LayerSummary("schemas", schema_tokens, len(request.definitions)),
-            LayerSummary("history", history_tokens, len(kept), pruned=dropped),
+            LayerSummary(
+                "history",
+                fit.tokens,
+                sum(len(g.messages) for g in fit.groups),
+                pruned=fit.dropped_messages + pruned,
+            ),
             LayerSummary("current", current_tokens, len(request.messages)),
         )
         ready = ContextReady(
-            messages=(*head, *kept, *request.messages),
+            messages=(
+                *head.messages,
+                *(m for group in fit.groups for m in group.messages),
+                *request.messages,
+            ),
             output_budget=output_budget,
-            estimated_input_tokens=fixed + history_tokens,
+            estimated_input_tokens=fixed + fit.tokens,
             hard_budget=hard_budget,
             decision_id=decision_id,
             layers=layers,
+            summary_used=state.summary is not None,
         )
+        raw = _raw_tokens(ready.messages, request, estimate)
         await self._record(
             request,
             decision_id,
             "ready",
             {
                 "estimated_input_tokens": ready.estimated_input_tokens,
+                "raw_input_tokens": raw,
+                "estimator": estimate.estimator_id,
+                "exact_estimator": exact,
+                "calibration": round(estimate.factor, 4),
                 "hard_budget": hard_budget,
                 "output_budget": output_budget,
                 "context_window": request.limits.context_window,
-                "estimator": estimate.estimator_id,
+                "summary_used": ready.summary_used,
+                "cutoff": state.cutoff,
+                "pruned_results": pruned,
+                "dropped_messages": fit.dropped_messages,
+                "protected_dropped": fit.protected_dropped,
+                "compaction": None if compaction is None else compaction.kind,
                 "layers": [
                     {"name": x.name, "tokens": x.tokens, "items": x.items, "pruned": x.pruned}
                     for x in layers
@@ -128,26 +197,199 @@ class ContextManager:
         )
         return ready
 
-    def release(self, turn_id: str) -> None:
-        """The turn ended: drop its cached history window (an internal hint, not a seam)."""
-        self._windows.pop(turn_id, None)
+    async def compact(self, context: TurnExecutionContext) -> CompactionOutcome | None:
+        """Compact the session now (a manual "compact now"); same lease and code as prepare.
 
-    async def _history(self, session_id: str, turn_id: str) -> tuple[ModelMessage, ...]:
-        cached = self._windows.get(turn_id)
+        Folds every retained group except the protected tail into the summary.
+        Returns None when this manager has no compactor.
+        """
+        if self._compactor is None:
+            return None
+        request = ContextRequest(
+            context=context, step_id=0, limits=ModelLimits(1 << 30, 1), messages=()
+        )
+        state = await self._state(request, refresh=True)
+        groups = group_history(state.window)
+        return await self._compact(request, state, groups, force=True)
+
+    def release(self, turn_id: str) -> None:
+        """The turn ended: drop its cached state (an internal hint, not a seam)."""
+        self._states.pop(turn_id, None)
+
+    async def observe(self, observation: UsageObservation) -> None:
+        """Durably append provider-reported usage for one decision; repeats are no-ops.
+
+        A failed write leaves the session degraded: until an observation
+        commits again, ``prepare`` estimates conservatively (and says
+        ``unsafe_estimate`` when even that cannot fit).
+        """
+        try:
+            await self._store.write(lambda conn: _history.insert_usage(conn, observation))
+        except HostkitError:
+            self._degraded.add(observation.session_id)
+            raise
+        self._degraded.discard(observation.session_id)
+
+    # -- assembly --------------------------------------------------------------------
+
+    async def _state(
+        self, request: ContextRequest, *, refresh: bool = False
+    ) -> _history.ContextState:
+        context = request.context
+        cached = None if refresh else self._states.get(context.turn_id)
         if cached is not None:
-            self._windows.move_to_end(turn_id)
+            self._states.move_to_end(context.turn_id)
             return cached
-        window = tuple(
-            await self._store.read(
-                lambda conn: _history.read_window(
-                    conn, session_id=session_id, turn_id=turn_id, limit=self._window
-                )
+        state = await self._store.read(
+            lambda conn: _history.read_state(
+                conn, session_id=context.session_id, turn_id=context.turn_id, limit=self._window
             )
         )
-        self._windows[turn_id] = window
-        while len(self._windows) > self._window_cache:
-            self._windows.popitem(last=False)
-        return window
+        if request.bootstrap and state.bootstrap is None and self._bootstrap is not None:
+            state = await self._take_bootstrap(context, state)
+        self._states[context.turn_id] = state
+        while len(self._states) > self._state_cache:
+            self._states.popitem(last=False)
+        return state
+
+    async def _take_bootstrap(
+        self, context: TurnExecutionContext, state: _history.ContextState
+    ) -> _history.ContextState:
+        assert self._bootstrap is not None
+        snapshot = await self._bootstrap.snapshot(context)
+        if snapshot is None:
+            return state
+        kept = await self._store.write(
+            lambda conn: _history.store_bootstrap(
+                conn, context.session_id, snapshot.text, snapshot.source
+            )
+        )
+        return _history.ContextState(
+            summary=state.summary,
+            cutoff=state.cutoff,
+            window=state.window,
+            older=state.older,
+            bootstrap=kept,
+            calibration=state.calibration,
+        )
+
+    def _estimator(
+        self, request: ContextRequest, state: _history.ContextState
+    ) -> tuple[CalibratedEstimator, bool]:
+        base, exact = self.estimators.resolve(request.limits.estimator_id)
+        snapshot = request.context.capability_snapshot
+        calibration = state.calibration
+        factor = 1.0
+        if calibration is not None and (
+            calibration.provider,
+            calibration.model,
+            calibration.estimator,
+        ) == (snapshot.get("provider"), snapshot.get("model"), base.estimator_id):
+            factor = calibration.ratio
+        if request.context.session_id in self._degraded:
+            factor = max(factor, 1.0) * self._degraded_factor
+        return CalibratedEstimator(base, factor), exact
+
+    def _head(
+        self, request: ContextRequest, state: _history.ContextState, estimate: Estimator
+    ) -> _Head:
+        layers: list[LayerSummary] = []
+        messages: list[ModelMessage] = []
+
+        def layer(name: str, items: list[ModelMessage]) -> None:
+            messages.extend(items)
+            layers.append(LayerSummary(name, sum(estimate.message(m) for m in items), len(items)))
+
+        layer(
+            "instructions",
+            [ModelMessage("system", request.instructions)] if request.instructions else [],
+        )
+        bootstrap = state.bootstrap if request.bootstrap else None
+        layer(
+            "bootstrap",
+            [ModelMessage("system", f"Bootstrap snapshot:\n{bootstrap}")] if bootstrap else [],
+        )
+        layer(
+            "contributions",
+            [ModelMessage("system", f"Context:\n{item}") for item in request.contributions],
+        )
+        layer(
+            "summary",
+            [ModelMessage("system", REFERENCE_ONLY + state.summary)] if state.summary else [],
+        )
+        return _Head(tuple(messages), tuple(layers), sum(x.tokens for x in layers))
+
+    async def _reduce(
+        self,
+        request: ContextRequest,
+        state: _history.ContextState,
+        groups: list[Group],
+        room: int,
+        estimate: Estimator,
+        *,
+        compact: bool = True,
+    ) -> tuple[Fit, int, CompactionOutcome | None]:
+        """Fit the history into ``room``: as is, then pruned, then compacted, then cut."""
+        protect = {"protect_head": self._protect_head, "protect_tail": self._protect_tail}
+        fit = fit_groups(groups, room, estimate, **protect)
+        if fit.dropped_messages == 0:
+            return fit, 0, None
+        pruned_groups, pruned = prune_results(groups, protect_tail=self._protect_tail)
+        fit = fit_groups(pruned_groups, room, estimate, **protect)
+        if fit.dropped_messages == 0 or not compact:
+            return fit, pruned, None
+        outcome = await self._compact(request, state, pruned_groups, force=False)
+        return fit, pruned, outcome
+
+    async def _compact(
+        self,
+        request: ContextRequest,
+        state: _history.ContextState,
+        groups: list[Group],
+        *,
+        force: bool,
+    ) -> CompactionOutcome | None:
+        """Fold every group but the protected tail into the summary under the lease."""
+        if self._compactor is None:
+            return None
+        foldable = groups[: max(0, len(groups) - self._protect_tail)]
+        messages = [
+            (seq, message)
+            for group in foldable
+            for seq, message in zip(group.seqs, group.messages, strict=False)
+        ]
+        if not messages:
+            return None
+        summarizer = await self._summarizers(request.context) if self._summarizers else None
+        return await self._compactor.compact(
+            request.context.session_id,
+            messages=messages,
+            expected_cutoff=state.cutoff,
+            summarizer=summarizer,
+            force=force,
+        )
+
+    async def _overflow(
+        self,
+        request: ContextRequest,
+        decision_id: str,
+        reason: str,
+        fixed: int,
+        hard_budget: int,
+        output_budget: int,
+    ) -> ContextOverflowed:
+        overflow = ContextOverflowed(
+            decision_id=decision_id,
+            reason=reason,  # type: ignore[arg-type]
+            detail=(
+                f"needs {fixed} tokens before history; the input budget is {hard_budget} "
+                f"(window {request.limits.context_window}, output {output_budget})"
+            ),
+            estimated_input_tokens=fixed,
+            hard_budget=hard_budget,
+        )
+        await self._record(request, decision_id, "overflow", {"reason": reason, "fixed": fixed})
+        return overflow
 
     async def _record(
         self, request: ContextRequest, decision_id: str, kind: str, summary: dict[str, object]
@@ -165,74 +407,10 @@ class ContextManager:
             )
         )
 
-    async def observe(self, observation: UsageObservation) -> None:
-        """Durably append provider-reported usage for one decision; repeats are no-ops."""
-        await self._store.write(lambda conn: _history.insert_usage(conn, observation))
 
-
-UNANSWERED = "[no result: the turn ended before this call completed]"
-
-
-def _leading_results(messages: Sequence[ModelMessage]) -> frozenset[str]:
-    """Call ids answered by tool results that open the current turn (a continuation)."""
-    ids: set[str] = set()
-    for message in messages:
-        if message.role != "tool":
-            break
-        if message.tool_call_id:
-            ids.add(message.tool_call_id)
-    return frozenset(ids)
-
-
-def _answered(group: list[ModelMessage], answered_now: frozenset[str]) -> list[ModelMessage]:
-    """Give every tool call of an assistant group a result.
-
-    A turn that was cancelled, lost or failed mid-effect leaves a call with no
-    result in the transcript; providers reject such a history, which would
-    break every later turn of the session. The stub says what happened. Calls
-    answered by the current turn's leading results (an approved call run by a
-    continuation turn) are left for those results.
-    """
-    head = group[0]
-    if not head.tool_calls:
-        return group
-    answered = {m.tool_call_id for m in group[1:]} | answered_now
-    stubs = [
-        ModelMessage("tool", UNANSWERED, tool_call_id=call.call_id, name=call.name)
-        for call in head.tool_calls
-        if call.call_id not in answered
-    ]
-    return [*group, *stubs]
-
-
-def _fit_history(
-    history: Sequence[ModelMessage],
-    budget: int,
-    estimate: Estimator,
-    *,
-    answered_now: frozenset[str] = frozenset(),
-) -> tuple[list[ModelMessage], int]:
-    """The newest whole groups that fit ``budget``, oldest first, and how many messages were cut.
-
-    An assistant message with tool calls and the tool results answering it form
-    one group; a tool result whose call fell outside the window is dropped, as
-    providers reject orphaned results.
-    """
-    groups: list[list[ModelMessage]] = []
-    for message in history:
-        if message.role == "tool":
-            if groups and groups[-1][0].tool_calls:
-                groups[-1].append(message)
-            continue
-        groups.append([message])
-    groups = [_answered(group, answered_now) for group in groups]
-    kept: list[list[ModelMessage]] = []
-    used = 0
-    for group in reversed(groups):
-        size = sum(estimate.message(m) for m in group)
-        if used + size > budget:
-            break
-        kept.append(group)
-        used += size
-    messages = [m for group in reversed(kept) for m in group]
-    return messages, len(history) - len(messages)
+def _raw_tokens(
+    messages: tuple[ModelMessage, ...], request: ContextRequest, estimate: CalibratedEstimator
+) -> int:
+    """The uncalibrated estimate of the whole request: what calibration compares against."""
+    base = estimate.base
+    return sum(base.message(m) for m in messages) + base.definitions(request.definitions)

@@ -105,6 +105,9 @@ class AgentConfig(_Strict):
     # after a one-shot approval, for at most secret_ttl_s seconds.
     secrets: list[Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=list)
     secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
+    # The provider (a name under [providers]) that summarizes old history when the
+    # context window fills up; default: the agent's own provider.
+    summarizer: str | None = None
 
 
 class HostSection(_Strict):
@@ -130,11 +133,12 @@ class HostConfig(_Strict):
     @pydantic.model_validator(mode="after")
     def _agents_name_providers(self) -> HostConfig:
         for name, agent in self.agents.items():
-            if agent.provider not in self.providers:
-                raise ValueError(
-                    f"agents.{name}.provider names {agent.provider!r}, "
-                    "which is not under [providers]"
-                )
+            for key in ("provider", "summarizer"):
+                value = getattr(agent, key)
+                if value is not None and value not in self.providers:
+                    raise ValueError(
+                        f"agents.{name}.{key} names {value!r}, which is not under [providers]"
+                    )
         return self
 
     def resolve(self, relative: str) -> Path:

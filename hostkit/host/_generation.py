@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 
+from hostkit.context import ProviderSummarizer, Summarizer
 from hostkit.effects import (
     ApprovalRuntime,
     AuthoredTool,
@@ -176,6 +177,16 @@ class Generation:
         return Toolset(
             tools.tools, tools.policy, self.workspace(context.core_id), agent.secret_ttl_s
         )
+
+    async def summarizer(self, agent: str) -> Summarizer | None:
+        """A provider summarizer for ``agent``'s context compaction (None: fallback only)."""
+        config = self.config.agents.get(agent)
+        if config is None:
+            return None
+        provider = await self.capabilities.providers.model_provider(
+            ProviderRequest(self.config, agent, provider=config.summarizer or config.provider)
+        )
+        return ProviderSummarizer(provider)
 
     async def approval_fingerprint(self, core: PinnedCore, effect: str) -> str | None:
         """The fingerprint a turn pinned to ``core`` would give ``effect`` (None: not offered)."""

@@ -11,7 +11,13 @@ from pathlib import Path
 import anyio
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
-from hostkit.context import ContextManager
+from hostkit.context import (
+    ContextManager,
+    EstimatorRegistry,
+    SessionCompactor,
+    Summarizer,
+    WorkspaceBootstrap,
+)
 from hostkit.effects import ApprovalProvider, ApprovalRuntime, PendingApproval, ProcessSupervisor
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
@@ -20,9 +26,16 @@ from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._config import HostConfig, default_config, load_config
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
-from hostkit.store import RuntimeStore
+from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.turns import PinnedCore, TurnExecution
-from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult, new_id
+from hostkit.types import (
+    ConversationFacts,
+    PrincipalScope,
+    TurnExecutionContext,
+    TurnRequest,
+    TurnResult,
+    new_id,
+)
 
 __all__ = ["Host", "TurnNotCompleted"]
 
@@ -61,6 +74,7 @@ class Host:
         authority: AuthorityResolver,
         capabilities: RuntimeCapabilities,
         events: EventBus,
+        lease_owner: LeaseOwner,
         approver: ApprovalProvider | None = None,
     ) -> None:
         self.config = config
@@ -78,13 +92,21 @@ class Host:
         )
         self._generation = self._new_generation(1, config, capabilities)
         self._retired: list[Generation] = []
-        self.context = ContextManager(store)
+        self.estimators = EstimatorRegistry()
+        self.context = ContextManager(
+            store,
+            estimators=self.estimators,
+            bootstrap=WorkspaceBootstrap(),
+            compactor=SessionCompactor(store, owner=lease_owner),
+            summarizers=self._summarizer,
+        )
         self.turns = TurnExecution(
             store=store,
             authority=authority,
             context=self.context,
             cores=self,
             observer=events,
+            instance_id=lease_owner.instance,
         )
         self.approvals = HostApprovals(
             store=store,
@@ -124,6 +146,9 @@ class Host:
         try:
             authority = AuthorityResolver.bind(store)
             events = EventBus(forward=capabilities.observer if capabilities else None)
+            # One identity for this Host's durable leases (turns and compaction); reading
+            # the process start time touches /proc, so off the event loop.
+            owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
             caps = capabilities or DefaultCapabilities.from_config(resolved, store=store)
             host = cls(
                 config=resolved,
@@ -131,6 +156,7 @@ class Host:
                 authority=authority,
                 capabilities=caps,
                 events=events,
+                lease_owner=owner,
                 approver=approver,
             )
             await host.turns.recover()
@@ -231,6 +257,13 @@ class Host:
         if result.outcome != "completed":
             raise TurnNotCompleted(result)
         return result.text
+
+    async def _summarizer(self, context: TurnExecutionContext) -> Summarizer | None:
+        """The summarizer of the turn's agent in the turn's generation."""
+        for generation in (self._generation, *self._retired):
+            if generation.number == context.generation:
+                return await generation.summarizer(context.core_id)
+        return None
 
     async def _approval_fingerprint(self, approval: PendingApproval) -> str | None:
         """What the approval's effect fingerprints to now ("" when it is no longer offered)."""

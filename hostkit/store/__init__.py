@@ -1,6 +1,7 @@
 """RuntimeStore: the transactional source of truth (SQLite in WAL mode via aiosqlite)."""
 
 from hostkit.store._connection import Synchronous
+from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._runtime import MAX_REASON, RuntimeStore, Transaction, audit_reason
@@ -12,6 +13,7 @@ __all__ = [
     "APPLICATION_ID",
     "MAX_REASON",
     "ConversationSelect",
+    "LeaseOwner",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Migration",
@@ -26,5 +28,6 @@ __all__ = [
     "insert_audit",
     "logical_fingerprint",
     "now",
+    "owner_is_dead",
     "owner_predicate",
 ]

@@ -22,7 +22,7 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
-from hostkit.store import RuntimeStore
+from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.turns import _records
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
 from hostkit.turns._admission import SessionAdmission
@@ -97,7 +97,7 @@ class TurnExecution:
         self._cores = cores
         self._observer = observer or NullObserver()
         self._instance_id = instance_id or new_id("host")
-        self._owner: _records.LeaseOwner | None = None
+        self._owner: LeaseOwner | None = None
         self._lease_ttl_s = lease_ttl_s
         self._admission = SessionAdmission(wait_timeout_s=admission_timeout_s)
         self._turn_timeout_s = turn_timeout_s
@@ -126,7 +126,7 @@ class TurnExecution:
         def orphaned(owner: str | None, expired: bool) -> bool:
             # A live owner on this machine keeps its turn even past lease expiry (a long
             # provider call); a dead one loses it at once; elsewhere the lease decides.
-            parsed = _records.LeaseOwner.decode(owner or "")
+            parsed = LeaseOwner.decode(owner or "")
             if parsed is None:
                 return True
             liveness = parsed.liveness()
@@ -178,12 +178,10 @@ class TurnExecution:
                 with anyio.CancelScope(shield=True):
                     await self._cores.release(core)
 
-    async def _lease_owner(self) -> _records.LeaseOwner:
+    async def _lease_owner(self) -> LeaseOwner:
         # Reading the process start time touches /proc: do it once, off the event loop.
         if self._owner is None:
-            self._owner = await anyio.to_thread.run_sync(
-                _records.LeaseOwner.current, self._instance_id
-            )
+            self._owner = await anyio.to_thread.run_sync(LeaseOwner.current, self._instance_id)
         return self._owner
 
     def _principal_id(self, request: TurnRequest) -> str:
@@ -551,7 +549,7 @@ class TurnExecution:
         mine = self._instance_id
 
         def owned_here(owner: str | None, expired: bool) -> bool:
-            parsed = _records.LeaseOwner.decode(owner or "")
+            parsed = LeaseOwner.decode(owner or "")
             return parsed is not None and parsed.instance == mine
 
         with contextlib.suppress(HostkitError):

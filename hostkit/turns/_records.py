@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import psutil
-
 from hostkit.errors import InvalidValue
 from hostkit.freeze import thaw
-from hostkit.store import now, owner_predicate
+from hostkit.store import LeaseOwner, now, owner_predicate
 from hostkit.types import (
     ModelMessage,
     PrincipalScope,
@@ -32,7 +29,7 @@ from hostkit.types import (
 __all__ = [
     "TERMINAL",
     "ExistingTurn",
-    "LeaseOwner",
+    "LeaseOwner",  # lives in hostkit.store (the context layer needs it too); kept here
     "append_event",
     "append_turn_message",
     "find_turn",
@@ -54,48 +51,6 @@ class ExistingTurn:
     turn_id: str
     status: str
     result: TurnResult | None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseOwner:
-    """Which Host process holds a turn's admission lease (host, pid, process start time)."""
-
-    host: str
-    pid: int
-    started: float
-    instance: str
-
-    @classmethod
-    def current(cls, instance: str) -> LeaseOwner:
-        process = psutil.Process()
-        return cls(socket.gethostname(), process.pid, process.create_time(), instance)
-
-    def encode(self) -> str:
-        return f"{self.host}|{self.pid}|{self.started:.3f}|{self.instance}"
-
-    @classmethod
-    def decode(cls, text: str) -> LeaseOwner | None:
-        try:
-            host, pid, started, instance = text.split("|", 3)
-            return cls(host, int(pid), float(started), instance)
-        except ValueError:
-            return None
-
-    def liveness(self) -> Literal["alive", "dead", "unknown"]:
-        """Whether the owning process still runs, as far as this machine can tell.
-
-        The process start time guards against PID reuse. An owner on another
-        machine is ``unknown`` here; its lease expiry decides.
-        """
-        if self.host != socket.gethostname():
-            return "unknown"
-        try:
-            same = abs(psutil.Process(self.pid).create_time() - self.started) <= 1.0
-        except psutil.NoSuchProcess:
-            return "dead"
-        except psutil.Error:
-            return "unknown"
-        return "alive" if same else "dead"
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str:

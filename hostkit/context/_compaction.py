@@ -1,0 +1,313 @@
+"""Session compaction: a durable per-session lease, one summarizer, an atomic summary commit.
+
+The contract's ``prepare()`` step 6: when history no longer fits, one worker
+takes the session's compaction lease, revalidates its snapshot, summarizes,
+and commits the summary together with its cutoff. Every other worker waits a
+bounded time and rereads; none starts a second summarizer.
+
+Rows (schema v5): ``context_summaries`` holds one committed summary per
+session (everything at or before ``cutoff_seq`` is represented by it);
+``context_leases`` holds the lease (``lease_id``/``owner``/``expires_at``,
+NULL when free) and the cooldown. ``lease_id`` is the fencing token: a commit
+succeeds only while the row still carries the lease id that was taken.
+
+Lease lifetime: the lease is taken for ``max(lease_ttl_s, summarize_timeout_s
++ COMMIT_MARGIN_S)`` and not renewed. The summarizer runs under
+``summarize_timeout_s`` and the fallback is immediate, so the lease outlives
+the whole compaction without a renewal task. A crash on this machine frees it
+at once (the owner's pid and start time prove it dead); a holder on another
+machine loses it on expiry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+
+from hostkit.context import _summaries
+from hostkit.context._summaries import CommittedSummary, cutoff_of
+from hostkit.context._summarizer import (
+    DEFAULT_SUMMARY_INSTRUCTIONS,
+    ProviderSummarizer,
+    Summarizer,
+    fallback_summary,
+)
+from hostkit.errors import HostkitError, InvalidValue
+from hostkit.store import LeaseOwner, RuntimeStore, owner_is_dead
+from hostkit.types import ModelMessage, new_id
+
+__all__ = [
+    "COMMIT_MARGIN_S",
+    "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "CommittedSummary",
+    "CompactionKind",
+    "CompactionOutcome",
+    "ProviderSummarizer",
+    "SessionCompactor",
+    "Summarizer",
+    "fallback_summary",
+]
+
+_log = logging.getLogger("hostkit.context")
+
+# Time the lease outlives the summarizer's deadline: the fallback plus one store
+# write, which may queue behind other writers (the store's lock timeout is 30 s).
+COMMIT_MARGIN_S = 30.0
+
+CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    """What ``SessionCompactor.compact`` did.
+
+    - ``committed``: this call committed ``summary``.
+    - ``reread``: the committed cutoff is not the caller's (another worker
+      committed); ``summary`` is the current one.
+    - ``busy``: another live worker holds the lease and nothing new was
+      committed within the wait; ``summary`` is the current one (may be None).
+    - ``cooldown``: the session compacted recently; nothing was done.
+    - ``stale``: nothing to compact, or the lease was lost before the commit.
+    - ``cancelled``: reserved for callers that report a cancelled compaction
+      (``compact`` itself re-raises cancellation).
+    """
+
+    kind: CompactionKind
+    summary: CommittedSummary | None
+    used_fallback: bool = False
+    detail: str = ""
+
+
+def _checked(
+    messages: Sequence[tuple[int, ModelMessage]], expected_cutoff: int | None
+) -> tuple[tuple[int, ModelMessage], ...]:
+    pairs = tuple(messages)
+    last = expected_cutoff if expected_cutoff is not None else 0
+    for seq, message in pairs:
+        if not isinstance(seq, int) or not isinstance(message, ModelMessage):
+            raise InvalidValue("messages are (seq, ModelMessage) pairs")
+        if seq <= last:
+            raise InvalidValue("message seqs must increase and follow the expected cutoff")
+        last = seq
+    return pairs
+
+
+class SessionCompactor:
+    """Compacts a session's old messages into its committed summary, one worker at a time.
+
+    ``owner`` identifies this Host process in the durable lease (take it with
+    ``LeaseOwner.current`` off the event loop). ``clock`` gives epoch seconds
+    for lease expiry and cooldown. All waits are bounded: ``wait_s`` for
+    another worker's commit, ``summarize_timeout_s`` for the summarizer,
+    ``release_timeout_s`` for releasing the lease after a failure. The lease
+    is taken for ``max(lease_ttl_s, summarize_timeout_s + COMMIT_MARGIN_S)``
+    and never renewed (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        store: RuntimeStore,
+        *,
+        owner: LeaseOwner,
+        lease_ttl_s: float = 120.0,
+        wait_s: float = 10.0,
+        poll_s: float = 0.05,
+        cooldown_s: float = 30.0,
+        summarize_timeout_s: float = 60.0,
+        summary_max_tokens: int = 512,
+        summary_max_chars: int = 4000,
+        release_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if min(lease_ttl_s, poll_s, summarize_timeout_s, release_timeout_s) <= 0:
+            raise InvalidValue("lease_ttl_s, poll_s and the timeouts must be positive")
+        if wait_s < 0 or cooldown_s < 0:
+            raise InvalidValue("wait_s and cooldown_s cannot be negative")
+        if summary_max_tokens <= 0 or summary_max_chars <= 0:
+            raise InvalidValue("summary limits must be positive")
+        self._store = store
+        self._owner = owner.encode()
+        self._hold_s = max(lease_ttl_s, summarize_timeout_s + COMMIT_MARGIN_S)
+        self._wait_s = wait_s
+        self._poll_s = poll_s
+        self._cooldown_s = cooldown_s
+        self._summarize_timeout_s = summarize_timeout_s
+        self._max_tokens = summary_max_tokens
+        self._max_chars = summary_max_chars
+        self._release_timeout_s = release_timeout_s
+        self._clock = clock
+
+    async def committed(self, session_id: str) -> CommittedSummary | None:
+        """The session's committed summary (one read), or None."""
+        return await self._store.read(lambda conn: _summaries.read_summary(conn, session_id))
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        messages: Sequence[tuple[int, ModelMessage]],
+        expected_cutoff: int | None,
+        summarizer: Summarizer | None,
+        force: bool = False,
+    ) -> CompactionOutcome:
+        """Fold ``messages`` ((seq, message), oldest first, all after ``expected_cutoff``).
+
+        The new cutoff is the last seq. Order: take the lease and revalidate
+        the cutoff in one transaction; summarize under the timeout (any failure
+        or a None ``summarizer`` -> ``fallback_summary``); commit summary,
+        cutoff, lease release and cooldown in one transaction. If another live
+        worker holds the lease, poll for at most ``wait_s`` and return
+        ``reread`` or ``busy``. Cancellation releases the lease (shielded),
+        commits nothing and re-raises; other errors release it and re-raise.
+        Raises ``InvalidValue`` for out-of-order seqs and ``StoreError`` when
+        the store fails.
+        """
+        pairs = _checked(messages, expected_cutoff)
+        if not pairs:
+            return CompactionOutcome(
+                "stale", await self.committed(session_id), detail="nothing to compact"
+            )
+        lease_id = new_id("clease")
+        try:
+            take = await self._take(session_id, expected_cutoff, lease_id, force, dead_lease=None)
+            if take.kind == "held" and await anyio.to_thread.run_sync(
+                owner_is_dead, take.holder_owner
+            ):
+                take = await self._take(
+                    session_id, expected_cutoff, lease_id, force, dead_lease=take.holder_lease
+                )
+        except BaseException:
+            # A write cancelled after the writer took it may still have committed the lease.
+            await self._release(session_id, lease_id)
+            raise
+        if take.kind == "reread":
+            return CompactionOutcome("reread", take.summary, detail="the cutoff moved")
+        if take.kind == "cooldown":
+            return CompactionOutcome("cooldown", take.summary, detail="compacted recently")
+        if take.kind == "held":
+            return await self._wait(session_id, expected_cutoff, take.holder_lease)
+        try:
+            return await self._summarize_and_commit(
+                session_id, lease_id, take.summary, pairs, summarizer
+            )
+        except BaseException:
+            await self._release(session_id, lease_id)
+            raise
+
+    async def _take(
+        self,
+        session_id: str,
+        expected_cutoff: int | None,
+        lease_id: str,
+        force: bool,
+        *,
+        dead_lease: str | None,
+    ) -> _summaries.LeaseTake:
+        at = self._clock()
+        return await self._store.write(
+            lambda conn: _summaries.take_lease(
+                conn,
+                session_id=session_id,
+                expected_cutoff=expected_cutoff,
+                lease_id=lease_id,
+                owner=self._owner,
+                now_epoch=at,
+                expires_at=at + self._hold_s,
+                force=force,
+                dead_lease=dead_lease,
+            )
+        )
+
+    async def _wait(
+        self, session_id: str, expected_cutoff: int | None, holder_lease: str | None
+    ) -> CompactionOutcome:
+        with anyio.move_on_after(self._wait_s):
+            while True:
+                summary, lease = await self._store.read(
+                    lambda conn: _summaries.poll(conn, session_id)
+                )
+                if cutoff_of(summary) != expected_cutoff:
+                    return CompactionOutcome("reread", summary, detail="another worker committed")
+                if lease != holder_lease:
+                    break  # the holder let go without committing: stop waiting
+                await anyio.sleep(self._poll_s)
+        summary = await self.committed(session_id)
+        if cutoff_of(summary) != expected_cutoff:
+            return CompactionOutcome("reread", summary, detail="another worker committed")
+        return CompactionOutcome(
+            "busy", summary, detail="another worker holds the compaction lease"
+        )
+
+    async def _summarize_and_commit(
+        self,
+        session_id: str,
+        lease_id: str,
+        previous: CommittedSummary | None,
+        pairs: tuple[tuple[int, ModelMessage], ...],
+        summarizer: Summarizer | None,
+    ) -> CompactionOutcome:
+        text, name, failure = await self._summarize(
+            previous.summary if previous else None, [m for _, m in pairs], summarizer
+        )
+        cooldown_until = self._clock() + self._cooldown_s
+        committed = await self._store.write(
+            lambda conn: _summaries.commit_summary(
+                conn,
+                session_id=session_id,
+                lease_id=lease_id,
+                text=text,
+                cutoff_seq=pairs[-1][0],
+                added=len(pairs),
+                summarizer=name,
+                cooldown_until=cooldown_until,
+            )
+        )
+        fallback = failure is not None
+        if committed is None:
+            return CompactionOutcome(
+                "stale",
+                await self.committed(session_id),
+                used_fallback=fallback,
+                detail="the compaction lease was lost before the commit",
+            )
+        return CompactionOutcome(
+            "committed", committed, used_fallback=fallback, detail=failure or ""
+        )
+
+    async def _summarize(
+        self, previous: str | None, messages: list[ModelMessage], summarizer: Summarizer | None
+    ) -> tuple[str, str, str | None]:
+        """(summary text, summarizer name, why the fallback was used or None)."""
+        failure = "no summarizer configured"
+        if summarizer is not None:
+            try:
+                with anyio.fail_after(self._summarize_timeout_s):
+                    text = await summarizer.summarize(
+                        previous, messages, max_tokens=self._max_tokens
+                    )
+                if isinstance(text, str) and text.strip():
+                    return text.strip()[: self._max_chars], str(summarizer.name)[:200], None
+                failure = "the summarizer returned no text"
+            except TimeoutError:
+                failure = f"the summarizer timed out after {self._summarize_timeout_s:g}s"
+            except Exception as exc:  # any summarizer failure falls back
+                # The type only: a provider's message may quote the transcript.
+                failure = f"the summarizer failed ({type(exc).__name__})"
+            _log.warning("context compaction used the fallback summary: %s", failure)
+        text = fallback_summary(previous, messages, max_chars=self._max_chars)
+        return text, "fallback", failure
+
+    async def _release(self, session_id: str, lease_id: str) -> None:
+        # Shielded and bounded: a cancelled caller still frees the lease, and a store
+        # that cannot answer leaves it to the expiry (or to the dead-owner check).
+        with anyio.move_on_after(self._release_timeout_s, shield=True):
+            with contextlib.suppress(HostkitError):
+                await self._store.write(
+                    lambda conn: _summaries.release_lease(conn, session_id, lease_id)
+                )

@@ -1,0 +1,325 @@
+"""ContextManager in full: layer order, reference-only summary, bootstrap snapshot, protected
+head and tail, pruning before any cut, calibration, degraded telemetry."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.context import REFERENCE_ONLY, ContextManager, WorkspaceBootstrap
+from hostkit.errors import StoreError
+from hostkit.store import RuntimeStore
+from hostkit.types import (
+    ContextReady,
+    ContextRequest,
+    ModelLimits,
+    ModelMessage,
+    PrincipalScope,
+    ToolCall,
+    ToolDefinition,
+    TurnExecutionContext,
+    Usage,
+    UsageObservation,
+)
+from tests.contract.test_context_basic import add_history, context_for
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+ROOMY = ModelLimits(context_window=64_000, max_output_tokens=1_000, safety_margin_tokens=100)
+
+
+def request_for(
+    context: TurnExecutionContext,
+    limits: ModelLimits = ROOMY,
+    *,
+    text: str = "now",
+    **fields: object,
+) -> ContextRequest:
+    return ContextRequest(
+        context=context,
+        step_id=0,
+        limits=limits,
+        messages=(ModelMessage("user", text),),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def with_model(context: TurnExecutionContext, provider: str, model: str) -> TurnExecutionContext:
+    return dataclasses.replace(
+        context, capability_snapshot={"provider": provider, "model": model, "effects": ()}
+    )
+
+
+async def set_summary(store: RuntimeStore, session_id: str, summary: str, cutoff: int) -> None:
+    await store.write(
+        lambda c: c.execute(
+            "INSERT INTO context_summaries (session_id, summary, cutoff_seq, summarized_messages, "
+            "summarizer, created_at) VALUES (?, ?, ?, ?, 'test', 'now')",
+            [session_id, summary, cutoff, cutoff + 1],
+        )
+    )
+
+
+async def seqs(store: RuntimeStore, session_id: str) -> list[int]:
+    rows = await store.read(
+        lambda c: c.execute(
+            "SELECT seq FROM messages WHERE session_id = ? ORDER BY seq", [session_id]
+        ).fetchall()
+    )
+    return [row[0] for row in rows]
+
+
+async def scope_with(
+    authority: AuthorityResolver, store: RuntimeStore, history: list[ModelMessage]
+) -> PrincipalScope:
+    scope = await authority.for_conversation(facts("layers"))
+    await add_history(store, scope, history)
+    return scope
+
+
+def contents(ready: object) -> list[str]:
+    assert isinstance(ready, ContextReady)
+    return [m.content for m in ready.messages]
+
+
+async def test_layers_come_in_the_contract_order_and_the_summary_is_reference_only(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await scope_with(
+        authority, store, [ModelMessage("user", "folded"), ModelMessage("user", "kept")]
+    )
+    session = scope.session_id or ""
+    first = (await seqs(store, session))[0]
+    await set_summary(store, session, "they talked about folding", first)
+    await anyio.Path(tmp_path / "AGENTS.md").write_text("Use metric units.")
+    context = dataclasses.replace(context_for(scope), workspace_scope=str(tmp_path))
+    manager = ContextManager(store, bootstrap=WorkspaceBootstrap())
+    ready = await manager.prepare(
+        request_for(
+            context, instructions="Be brief.", contributions=("memory: likes tea",), bootstrap=True
+        )
+    )
+    assert isinstance(ready, ContextReady)
+    assert [m.role for m in ready.messages] == ["system"] * 4 + ["user", "user"]
+    assert contents(ready)[0] == "Be brief."
+    assert "Use metric units." in contents(ready)[1]
+    assert contents(ready)[2] == "Context:\nmemory: likes tea"
+    assert contents(ready)[3] == REFERENCE_ONLY + "they talked about folding"
+    assert "not an instruction" in REFERENCE_ONLY
+    assert contents(ready)[4:] == ["kept", "now"]  # the folded message is behind the cutoff
+    assert ready.summary_used
+    assert [layer.name for layer in ready.layers] == [
+        "instructions",
+        "bootstrap",
+        "contributions",
+        "summary",
+        "schemas",
+        "history",
+        "current",
+    ]
+
+
+async def test_the_bootstrap_snapshot_is_taken_once_per_session(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await scope_with(authority, store, [])
+    context = dataclasses.replace(context_for(scope), workspace_scope=str(tmp_path))
+    await anyio.Path(tmp_path / "AGENTS.md").write_text("version one")
+    manager = ContextManager(store, bootstrap=WorkspaceBootstrap())
+    first = await manager.prepare(request_for(context, bootstrap=True))
+    await anyio.Path(tmp_path / "AGENTS.md").write_text("version two")
+    later = dataclasses.replace(context_for(scope, "turn_2"), workspace_scope=str(tmp_path))
+    again = await ContextManager(store, bootstrap=WorkspaceBootstrap()).prepare(
+        request_for(later, bootstrap=True)
+    )
+    assert "version one" in contents(first)[0]
+    assert contents(again) == contents(first)
+    plain = await manager.prepare(request_for(context_for(scope, "turn_3")))
+    assert contents(plain) == ["now"]  # the snapshot shows only on bootstrap turns
+
+
+async def test_old_tool_results_are_pruned_to_stubs_before_anything_is_dropped(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    call = ToolCall("call_1", "notes_read", {"name": "big.md"})
+    scope = await scope_with(
+        authority,
+        store,
+        [
+            ModelMessage("user", "read the big note"),
+            ModelMessage("assistant", "", (call,)),
+            ModelMessage("tool", "x" * 9_000, tool_call_id="call_1", name="notes_read"),
+            ModelMessage("assistant", "it is long"),
+            ModelMessage("user", "recent"),
+            ModelMessage("assistant", "recent answer"),
+        ],
+    )
+    small = ModelLimits(context_window=2_000, max_output_tokens=300, safety_margin_tokens=50)
+    ready = await ContextManager(store).prepare(request_for(context_for(scope), small))
+    assert isinstance(ready, ContextReady)
+    assert contents(ready) == [
+        "read the big note",
+        "",
+        "[pruned: the result of notes_read (9,000 characters)]",
+        "it is long",
+        "recent",
+        "recent answer",
+        "now",
+    ]
+    history = next(layer for layer in ready.layers if layer.name == "history")
+    assert history.pruned == 1
+    decision = await store.read(
+        lambda c: c.execute(
+            "SELECT summary FROM context_decisions WHERE decision_id = ?", [ready.decision_id]
+        ).fetchone()[0]
+    )
+    assert '"pruned_results": 1' in decision
+    assert "x" * 50 not in decision  # decisions never hold content
+
+
+async def test_the_protected_head_and_tail_survive_when_the_middle_is_cut(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    history = [ModelMessage("user", "the task: build a shed")]
+    history += [ModelMessage("user", f"middle {i} " + "m" * 400) for i in range(12)]
+    history += [ModelMessage("user", "latest detail"), ModelMessage("assistant", "ok")]
+    scope = await scope_with(authority, store, history)
+    small = ModelLimits(context_window=1_400, max_output_tokens=300, safety_margin_tokens=50)
+    ready = await ContextManager(store, protect_head=1, protect_tail=2).prepare(
+        request_for(context_for(scope), small)
+    )
+    kept = contents(ready)
+    assert kept[0] == "the task: build a shed"
+    assert kept[-3:] == ["latest detail", "ok", "now"]
+    middle = [text for text in kept if text.startswith("middle")]
+    assert middle, "some middle fits"
+    # What is kept of the middle is its newest, contiguous end.
+    numbers = [int(text.split()[1]) for text in middle]
+    assert numbers == list(range(12 - len(numbers), 12))
+
+
+async def test_schema_overhead_is_part_of_the_budget(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", "h" * 2_000)])
+    limits = ModelLimits(context_window=1_600, max_output_tokens=300, safety_margin_tokens=50)
+    schema = ToolDefinition("big_tool", "d" * 2_500, {"type": "object", "properties": {}})
+    manager = ContextManager(store)
+    without = await manager.prepare(request_for(context_for(scope), limits))
+    with_schema = await manager.prepare(
+        request_for(context_for(scope, "turn_2"), limits, definitions=(schema,))
+    )
+    assert isinstance(without, ContextReady)
+    assert isinstance(with_schema, ContextReady)
+    assert "h" * 2_000 in contents(without)
+    assert "h" * 2_000 not in contents(with_schema)  # the schema took the room
+    assert with_schema.estimated_input_tokens <= with_schema.hard_budget
+
+
+async def observe(
+    manager: ContextManager, ready: object, context: TurnExecutionContext, reported: int
+) -> None:
+    assert isinstance(ready, ContextReady)
+    snapshot = context.capability_snapshot
+    await manager.observe(
+        UsageObservation(
+            decision_id=ready.decision_id,
+            session_id=context.session_id,
+            turn_id=context.turn_id,
+            step_id=0,
+            provider=str(snapshot["provider"]),
+            model=str(snapshot["model"]),
+            usage=Usage(reported, 5),
+        )
+    )
+
+
+async def test_calibration_advances_after_the_observation_and_resets_on_a_model_switch(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", "w" * 3_500)])
+    manager = ContextManager(store)
+    context = with_model(context_for(scope, "t1"), "p", "model-a")
+    first = await manager.prepare(request_for(context))
+    assert isinstance(first, ContextReady)
+    # The provider counted half of what was estimated.
+    await observe(manager, first, context, first.estimated_input_tokens // 2)
+    second = await manager.prepare(
+        request_for(with_model(context_for(scope, "t2"), "p", "model-a"))
+    )
+    assert isinstance(second, ContextReady)
+    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+    switched = await manager.prepare(
+        request_for(with_model(context_for(scope, "t3"), "p", "model-b"))
+    )
+    assert isinstance(switched, ContextReady)
+    assert switched.estimated_input_tokens == first.estimated_input_tokens
+
+
+async def test_a_repeated_observation_does_not_calibrate_twice(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", "w" * 3_500)])
+    manager = ContextManager(store)
+    context = with_model(context_for(scope, "t1"), "p", "m")
+    ready = await manager.prepare(request_for(context))
+    for _ in range(3):
+        await observe(manager, ready, context, 100)
+    samples = await store.read(
+        lambda c: c.execute("SELECT samples FROM context_calibration").fetchall()
+    )
+    assert samples == [(1,)]
+
+
+async def test_a_failed_observation_write_makes_the_next_prepare_conservative(
+    store: RuntimeStore, authority: AuthorityResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", "w" * 3_500)])
+    manager = ContextManager(store)
+    context = with_model(context_for(scope, "t1"), "p", "m")
+    ready = await manager.prepare(request_for(context))
+    assert isinstance(ready, ContextReady)
+    original = store.write
+
+    async def failing(fn):  # type: ignore[no-untyped-def]
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(store, "write", failing)
+    with pytest.raises(StoreError):
+        await observe(manager, ready, context, 10)
+    monkeypatch.setattr(store, "write", original)
+    calibrated = await store.read(
+        lambda c: c.execute("SELECT * FROM context_calibration").fetchall()
+    )
+    assert calibrated == []  # nothing advanced
+    cautious = await manager.prepare(request_for(with_model(context_for(scope, "t2"), "p", "m")))
+    assert isinstance(cautious, ContextReady)
+    assert cautious.estimated_input_tokens > ready.estimated_input_tokens
+    # When even the conservative estimate cannot fit, the overflow says why.
+    tight = ModelLimits(context_window=1_500, max_output_tokens=300, safety_margin_tokens=50)
+    overflow = await manager.prepare(
+        request_for(with_model(context_for(scope, "t3"), "p", "m"), tight, text="q" * 3_600)
+    )
+    assert overflow.kind == "overflow"
+    assert overflow.reason == "unsafe_estimate"
+    # A committed observation clears the degraded state.
+    await observe(manager, cautious, with_model(context_for(scope, "t2"), "p", "m"), 900)
+    recovered = await manager.prepare(request_for(with_model(context_for(scope, "t4"), "p", "m")))
+    assert isinstance(recovered, ContextReady)
+    assert recovered.estimated_input_tokens < cautious.estimated_input_tokens
+
+
+async def test_prepare_reads_only_after_the_cutoff(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", f"m{i}") for i in range(10)])
+    session = scope.session_id or ""
+    cutoff = (await seqs(store, session))[6]
+    await set_summary(store, session, "m0..m6", cutoff)
+    ready = await ContextManager(store).prepare(request_for(context_for(scope)))
+    assert contents(ready)[1:] == ["m7", "m8", "m9", "now"]

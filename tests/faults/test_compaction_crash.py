@@ -1,0 +1,132 @@
+"""kill -9 of a process holding a compaction lease: the next worker takes the lease at once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.context._compaction import SessionCompactor
+from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.types import ModelMessage
+from tests.support import facts
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+CHILD = textwrap.dedent(
+    """
+    import json
+    import sys
+    import anyio
+    from pathlib import Path
+    from hostkit.context._compaction import SessionCompactor
+    from hostkit.store import LeaseOwner, RuntimeStore
+    from hostkit.types import ModelMessage
+
+    database, session_id, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    pairs = [(seq, ModelMessage(role, text)) for seq, role, text in json.loads(sys.argv[4])]
+
+    class Stuck:
+        name = "stuck"
+
+        async def summarize(self, previous, messages, *, max_tokens):
+            await anyio.Path(marker).write_text("inside the summarizer")
+            await anyio.sleep_forever()
+
+    async def main():
+        async with await RuntimeStore.open(database) as store:
+            owner = await anyio.to_thread.run_sync(LeaseOwner.current, "child-host")
+            compactor = SessionCompactor(
+                store, owner=owner, lease_ttl_s=3600.0, summarize_timeout_s=3600.0
+            )
+            await compactor.compact(
+                session_id, messages=pairs, expected_cutoff=None, summarizer=Stuck()
+            )
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_sigkill_while_summarizing_frees_the_lease_for_the_next_worker_at_once(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "hostkit.db"
+    marker = anyio.Path(tmp_path / "marker")
+    async with await RuntimeStore.open(database) as store:
+        async with AuthorityResolver.bind(store) as authority:
+            scope = await authority.for_conversation(facts("c"))
+        session_id = scope.session_id or ""
+        pairs = []
+        for i in range(5):
+            message = ModelMessage("user" if i % 2 == 0 else "assistant", f"message {i}")
+            record = await store.append_message(
+                scope, session_id, role=message.role, content=message.to_json()
+            )
+            pairs.append((record.seq, message))
+        wire = json.dumps([[seq, m.role, m.content] for seq, m in pairs])
+
+        async with await anyio.open_process(
+            [sys.executable, "-c", CHILD, str(database), session_id, str(marker), wire]
+        ) as child:
+            with anyio.fail_after(60):
+                while not await marker.exists():
+                    assert child.returncode is None, "the child exited before summarizing"
+                    await anyio.sleep(0.02)
+            child.send_signal(signal.SIGKILL)
+            await child.wait()
+        assert child.returncode == -signal.SIGKILL
+
+        row = await store.read(
+            lambda c: c.execute(
+                "SELECT lease_id, owner, expires_at FROM context_leases WHERE session_id = ?",
+                [session_id],
+            ).fetchone()
+        )
+        held = LeaseOwner.decode(row[1])
+        assert row[0] is not None
+        assert held is not None
+        assert held.instance == "child-host"
+        assert row[2] > time.time() + 3000, "the child's lease is nowhere near expiry"
+
+        owner = await anyio.to_thread.run_sync(LeaseOwner.current, "restarted-host")
+        compactor = SessionCompactor(store, owner=owner, wait_s=60.0)
+
+        class Quick:
+            name = "quick"
+
+            async def summarize(self, previous, messages, *, max_tokens):  # type: ignore[no-untyped-def]
+                return "summary after the crash"
+
+        with anyio.fail_after(10):  # far below the child's TTL and below wait_s
+            outcome = await compactor.compact(
+                session_id, messages=pairs, expected_cutoff=None, summarizer=Quick()
+            )
+        assert outcome.kind == "committed"
+        assert outcome.summary is not None
+
+        def state(conn):  # type: ignore[no-untyped-def]
+            return (
+                conn.execute(
+                    "SELECT summary, cutoff_seq, summarized_messages FROM context_summaries "
+                    "WHERE session_id = ?",
+                    [session_id],
+                ).fetchall(),
+                conn.execute(
+                    "SELECT lease_id, owner, expires_at FROM context_leases WHERE session_id = ?",
+                    [session_id],
+                ).fetchone(),
+                conn.execute("PRAGMA integrity_check").fetchone()[0],
+            )
+
+        summaries, lease, integrity = await store.read(state)
+        assert summaries == [("summary after the crash", pairs[-1][0], len(pairs))]
+        assert lease == (None, None, None)
+        assert integrity == "ok"
