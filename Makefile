@@ -38,6 +38,7 @@ bench: install
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/effects_bench.py
+	$(BIN)/python bench/context_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -46,7 +46,7 @@ from hostkit.types import ModelLimits
 
 if TYPE_CHECKING:
     from hostkit.adapters.openai_chat import OpenAIChatProvider
-    from hostkit.context._estimate import TokenizerEstimator
+    from hostkit.context import TokenizerEstimator
     from hostkit.providers import RetryPolicy
 
 __all__ = ["LocalModel", "load_local_estimator", "local_model_available"]
