@@ -18,8 +18,9 @@ fixed parts) against the prompt tokens llama.cpp reported for the recorded
 requests in ``tests/fixtures/usage/smollm2-135m.json``: mean and max absolute
 % error and the signed mean (positive = over-estimate, the safe side). The
 peer is the flat ``ceil(chars / 3.5)`` estimate hostkit used before. The
-"protocol%" column is what the ContextManager adds up through the
-``Estimator`` protocol alone (messages and schemas, no per-request part).
+"protocol%" column is the sum over messages and schemas alone, without the
+per-request template framing (which the ContextManager adds as its own
+``framing`` layer).
 """
 
 from __future__ import annotations
@@ -333,8 +334,8 @@ async def main(args: argparse.Namespace) -> None:
             print(error_row(label, estimator, fixture, tools=tools))
         print()
     print(
-        "protocol%: signed mean of the sum over messages and schemas alone (what the\n"
-        "ContextManager adds up today); the template's generation prompt and default\n"
+        "protocol%: signed mean of the sum over messages and schemas alone (without the\n"
+        "framing layer the ContextManager adds); the template's generation prompt and default\n"
         "system prompt are outside it. SmolLM2's template drops tool schemas and tool-call\n"
         "arguments, which every estimator counts: the tool rows over-estimate by design."
     )

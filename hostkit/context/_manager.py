@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -121,7 +122,8 @@ class ContextManager:
         head = self._head(request, state, estimate)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
-        fixed = head.tokens + current_tokens + schema_tokens
+        framing = _framing(estimate, head.messages[:1] or request.messages[:1])
+        fixed = head.tokens + current_tokens + schema_tokens + framing
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason = (
                 "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
@@ -139,7 +141,7 @@ class ContextManager:
             # The summary and cutoff moved: assemble once more from the committed state.
             state = await self._state(request, refresh=True)
             head = self._head(request, state, estimate)
-            fixed = head.tokens + current_tokens + schema_tokens
+            fixed = head.tokens + current_tokens + schema_tokens + framing
             room = max(0, hard_budget - fixed)
             groups = group_history(state.window, answered)
             fit, pruned, _ = await self._reduce(
@@ -148,6 +150,7 @@ class ContextManager:
         layers = (
             *head.layers,
             LayerSummary("schemas", schema_tokens, len(request.definitions)),
+            LayerSummary("framing", framing, 0),
             LayerSummary(
                 "history",
                 fit.tokens,
@@ -177,6 +180,7 @@ class ContextManager:
             {
                 "estimated_input_tokens": ready.estimated_input_tokens,
                 "raw_input_tokens": raw,
+                "framing_tokens": framing,
                 "estimator": estimate.estimator_id,
                 "exact_estimator": exact,
                 "calibration": round(estimate.factor, 4),
@@ -413,4 +417,21 @@ def _raw_tokens(
 ) -> int:
     """The uncalibrated estimate of the whole request: what calibration compares against."""
     base = estimate.base
+    whole = getattr(base, "request", None)
+    if whole is not None:
+        return int(whole(messages, request.definitions))
     return sum(base.message(m) for m in messages) + base.definitions(request.definitions)
+
+
+def _framing(estimate: CalibratedEstimator, first: tuple[ModelMessage, ...]) -> int:
+    """What a chat template adds once per request (generation prompt, default system prompt).
+
+    Estimators that know it expose ``request()``; it depends only on whether
+    the request opens with a system message, so probing with the first
+    message is enough.
+    """
+    whole = getattr(estimate.base, "request", None)
+    if whole is None:
+        return 0
+    extra = int(whole(first, ())) - sum(estimate.base.message(m) for m in first)
+    return math.ceil(max(0, extra) * estimate.factor)

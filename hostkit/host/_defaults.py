@@ -15,6 +15,7 @@ from types import ModuleType
 import anyio
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
+from hostkit.context import Estimator
 from hostkit.effects import (
     AuthoredTool,
     TerminalRuns,
@@ -57,10 +58,16 @@ def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits 
 
 
 class DefaultProviderSource:
-    """Builds and caches one provider per configured provider name for its generation."""
+    """Builds and caches one provider per configured provider name for its generation.
+
+    ``estimators`` lists the exact token estimators of the providers built so
+    far (the embedded model's GGUF tokenizer); the Host registers them for
+    the ContextManager.
+    """
 
     def __init__(self, config: HostConfig) -> None:
         self._config = config
+        self.estimators: list[Estimator] = []
         self._cache: dict[str, ModelProvider] = {}
         self._resources = contextlib.AsyncExitStack()
         # One lock per provider name: a slow build (a local model starting) never
@@ -112,6 +119,8 @@ class DefaultProviderSource:
         local = await self._resources.enter_async_context(
             LocalModel.start(context_window=config.context_window or 2048)
         )
+        # The embedded model's exact tokenizer, for the ContextManager's budgets.
+        self.estimators.append(await local.estimator())
         return await self._resources.enter_async_context(
             local.provider(timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens)
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from hostkit.context import ProviderSummarizer, Summarizer
+from hostkit.context import EstimatorRegistry, ProviderSummarizer, Summarizer
 from hostkit.effects import (
     ApprovalRuntime,
     AuthoredTool,
@@ -61,9 +61,11 @@ class Generation:
         approvals: ApprovalRuntime | None = None,
         store: RuntimeStore | None = None,
         processes: ProcessResources | None = None,
+        estimators: EstimatorRegistry | None = None,
     ) -> None:
         self.number = number
         self.processes = processes
+        self.estimators = estimators
         self.config = config
         self.capabilities = capabilities
         self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store)
@@ -138,6 +140,10 @@ class Generation:
             provider = await self.capabilities.providers.model_provider(
                 ProviderRequest(self.config, core_id)
             )
+            if self.estimators is not None:
+                # A source may know its providers' exact tokenizers (duck-typed: optional).
+                for estimator in getattr(self.capabilities.providers, "estimators", ()):
+                    self.estimators.register(estimator)
             tools = await self.agent_tools(core_id)
         except HostkitError as exc:
             self.active -= 1

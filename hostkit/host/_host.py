@@ -90,9 +90,9 @@ class Host:
             artifact_root=config.resolve(config.host.artifacts),
             artifact_key=secrets.token_bytes(32),
         )
+        self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(1, config, capabilities)
         self._retired: list[Generation] = []
-        self.estimators = EstimatorRegistry()
         self.context = ContextManager(
             store,
             estimators=self.estimators,
@@ -127,6 +127,7 @@ class Host:
             approvals=self._approval_runtime,
             store=self.store,
             processes=self.processes,
+            estimators=self.estimators,
         )
 
     @classmethod

@@ -119,6 +119,7 @@ async def test_layers_come_in_the_contract_order_and_the_summary_is_reference_on
         "contributions",
         "summary",
         "schemas",
+        "framing",
         "history",
         "current",
     ]

@@ -6,6 +6,7 @@ that start, break or close a server start their own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -259,3 +260,30 @@ async def test_close_is_idempotent_and_frees_the_port() -> None:
 
     assert not await answers_health(base_url)
     assert await child_pids() == before
+
+
+async def test_a_host_budgets_the_embedded_model_with_its_exact_tokenizer(tmp_path: Path) -> None:
+    from hostkit.host import Host, parse_config
+
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"local": {"kind": "local", "max_output_tokens": 8}},
+            "agents": {"assistant": {"provider": "local", "memory": False}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(config) as host:
+        await host.run_turn("assistant", "Say hi.")
+        rows = await host.store.read(
+            lambda c: c.execute(
+                "SELECT d.summary, u.input_tokens FROM context_decisions d "
+                "JOIN usage_observations u ON u.decision_id = d.decision_id"
+            ).fetchall()
+        )
+    (summary, reported), *_ = rows
+    decision = json.loads(summary)
+    assert decision["estimator"].startswith("gguf:")
+    assert decision["exact_estimator"] is True
+    # Exact tokenizer and template framing: the raw estimate is the provider's count.
+    assert abs(decision["raw_input_tokens"] - reported) <= max(2, reported // 50)
