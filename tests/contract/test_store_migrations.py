@@ -153,6 +153,18 @@ async def test_golden_database_of_each_released_version_migrates(
         )
     assert kinds.get("legacy_local", 0) >= 1
     assert kinds.get("conversation", 0) >= 1
+    if golden >= "hostkit-v3":
+        async with await RuntimeStore.open(copy) as store:
+            turns, memory, approvals = await store.read(
+                lambda c: (
+                    c.execute("SELECT turn_id, status FROM turns").fetchall(),
+                    c.execute("SELECT text FROM memory_items").fetchall(),
+                    c.execute("SELECT COUNT(*) FROM approvals").fetchone()[0],
+                )
+            )
+        assert turns == [("turn_golden", "completed")]
+        assert memory == [("likes tea",)]
+        assert approvals == 0
 
 
 async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) -> None:

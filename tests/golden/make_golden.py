@@ -1,4 +1,4 @@
-"""Write the golden database of schema v1 (run once per released schema version).
+"""Write the golden database of a released schema version (run once per version).
 
 Golden files are committed and never regenerated: they stand for databases that
 users already have. ``tests/contract/test_store_migrations.py`` migrates each.
@@ -54,6 +54,22 @@ def populate(conn: sqlite3.Connection, version: int) -> None:
             "INSERT INTO session_owners (session_id, owner_kind, principal_id, channel, "
             "conversation_key, recorded_at) VALUES (?, ?, ?, ?, ?, '2026-11-01')",
             owners,
+        )
+    if version >= 3:
+        conn.execute(
+            "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+            "core_revision, generation, status, started_at, ended_at, result) VALUES "
+            "('turn_golden', 'req_golden', 'webhook:alice', 'ses_golden_owned', 'assistant', "
+            "'cfg-golden', 1, 'completed', '2026-11-01', '2026-11-01', ?)",
+            ['{"outcome": "completed"}'],
+        )
+        conn.execute(
+            "INSERT INTO turn_events (turn_id, seq, kind, at) "
+            "VALUES ('turn_golden', 1, 'turn.started', '2026-11-01')"
+        )
+        conn.execute(
+            "INSERT INTO memory_items (agent, principal_id, text, created_at) "
+            "VALUES ('assistant', 'webhook:alice', 'likes tea', '2026-11-01')"
         )
 
 
