@@ -62,3 +62,10 @@ __all__ = [
     "TurnResult",
     "__version__",
 ]
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext hostkit``: the ``%%agent`` cell magic (imports the notebook extra lazily)."""
+    from hostkit.notebook import load_ipython_extension as load
+
+    load(ipython)

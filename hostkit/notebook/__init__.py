@@ -1,0 +1,25 @@
+"""hostkit in Jupyter: the Host on the kernel's loop, turns as panels, approvals as clicks.
+
+```python
+import hostkit.notebook as hn
+nb = await hn.start()                 # once per kernel; ./hostkit.toml or the default
+view = nb.chat("Summarise notes.md")  # returns the live panel at once
+result = await view                   # later, in another cell
+```
+"""
+
+from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._host import NotebookHost, current, start
+from hostkit.notebook._magic import load_ipython_extension
+from hostkit.notebook._turn import ApprovalPending, ApprovalRow, TurnView
+
+__all__ = [
+    "ApprovalPending",
+    "ApprovalRow",
+    "NotebookHost",
+    "TurnView",
+    "WidgetApprover",
+    "current",
+    "load_ipython_extension",
+    "start",
+]

@@ -1,0 +1,208 @@
+"""The Host on the kernel's own event loop: ``await hostkit.notebook.start()``.
+
+A cell starts a turn as a task on the running loop and returns its panel at
+once; the turn fills the panel as events arrive. Nothing here decides
+policy: approvals go through the Host's ApprovalRuntime, inspectors draw the
+Host's own view-models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+from hostkit.host import Host, HostConfig, RuntimeCapabilities
+from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._turn import TurnView
+from hostkit.types import (
+    ConversationFacts,
+    FreshSession,
+    ResumeSession,
+    SessionSelector,
+    TurnRequest,
+    TurnResult,
+    new_id,
+)
+
+__all__ = ["NotebookHost", "current", "start"]
+
+_current: NotebookHost | None = None
+
+
+class NotebookHost:
+    """A Host for one kernel: ``chat`` starts turns, ``host`` is the full Host.
+
+    Turns run as the notebook principal in ``conversation`` on the
+    ``notebook`` channel, so every cell of a notebook continues one session
+    unless ``session=`` says otherwise.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        approver: WidgetApprover,
+        *,
+        conversation: str = "notebook",
+        principal: str = "local",
+    ) -> None:
+        self.host = host
+        self.approver = approver
+        self.facts = ConversationFacts(
+            channel="notebook", conversation_key=conversation, principal_key=principal
+        )
+        self.views: dict[str, TurnView] = {}
+        self._by_turn: dict[str, TurnView] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        approver.bind(self._by_turn.get)
+
+    @property
+    def default_agent(self) -> str:
+        agents = self.host.config.agents
+        return "assistant" if "assistant" in agents else next(iter(agents))
+
+    def chat(
+        self,
+        message: str,
+        *,
+        agent: str | None = None,
+        session: str | SessionSelector | None = None,
+    ) -> TurnView:
+        """Start a turn as a task on the running loop and return its panel at once.
+
+        ``session``: None (this notebook's conversation), ``"new"`` (a fresh
+        session), a session id to resume, or a selector.
+        """
+        view = TurnView(message, agent or self.default_agent)
+        self.run_in(view, message, session=session)
+        return view
+
+    def run_in(
+        self, view: TurnView, message: str, *, session: str | SessionSelector | None = None
+    ) -> None:
+        """Run a turn that fills an existing panel (the ``%%agent`` magic makes the panel first)."""
+        request = TurnRequest(
+            input=message,
+            principal=self.facts,
+            request_id=new_id("req"),
+            core_id=view.agent,
+            session=_selector(session),
+        )
+        task = asyncio.get_running_loop().create_task(self._drive(view, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        view._task = task
+
+    async def _drive(self, view: TurnView, request: TurnRequest) -> None:
+        self.views[request.request_id] = view
+
+        def mine(event: Any) -> bool:
+            return bool(event.request_id == request.request_id)
+
+        result: TurnResult | None = None
+        try:
+            async with (
+                self.host.events.subscribe(mine) as events,
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(self._pump, view, events)
+                result = await self.host.turns.run(request)
+                group.cancel_scope.cancel()
+                # What the turn emitted last may still be queued: apply it now.
+                while True:
+                    try:
+                        self._apply(view, events.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+        except Exception as exc:
+            view.finish(None, exc)
+            return
+        finally:
+            self.views.pop(request.request_id, None)
+            if view.turn_id is not None:
+                self._by_turn.pop(view.turn_id, None)
+        view.finish(result)
+
+    async def _pump(self, view: TurnView, events: Any) -> None:
+        async for event in events:
+            self._apply(view, event)
+
+    def _apply(self, view: TurnView, event: Any) -> None:
+        if event.kind == "turn.started":
+            self._by_turn[event.turn_id] = view
+        view.apply(event)
+
+    async def aclose(self) -> None:
+        """Cancel running turns, close the Host (pending prompts are withdrawn)."""
+        global _current
+        if self.closed:
+            return
+        self.closed = True
+        if _current is self:
+            _current = None
+        await self.host.aclose()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _emergency_stop(self) -> None:
+        """Interpreter exit without ``aclose()``: end every process tree the Host owns.
+
+        The loop is gone, so this is synchronous: each tree's group is killed
+        after its root's start time is checked (never a recycled pid). SQLite
+        needs nothing: the next Host marks this process's turns ``lost``.
+        """
+        if self.closed:
+            return
+        for owner in self.host.processes.supervisor.owners():
+            with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+                root = psutil.Process(owner.pid)
+                if owner.create_time is not None and root.create_time() == owner.create_time:
+                    os.killpg(owner.pgid, signal.SIGKILL)
+
+
+def _selector(session: str | SessionSelector | None) -> SessionSelector:
+    if session is None:
+        return "bound"
+    if session == "new":
+        return FreshSession()
+    if isinstance(session, str) and session != "bound":
+        return ResumeSession(session)
+    return session  # type: ignore[return-value]
+
+
+def current() -> NotebookHost | None:
+    """The kernel's NotebookHost, if ``start()`` opened one."""
+    return _current
+
+
+async def start(
+    config: HostConfig | str | Path | None = None,
+    *,
+    capabilities: RuntimeCapabilities | None = None,
+    conversation: str = "notebook",
+) -> NotebookHost:
+    """Open the kernel's Host on the running loop (once per kernel; later calls return it).
+
+    ``config``: a HostConfig, a hostkit.toml path, or None for ``./hostkit.toml``
+    when present, else the default (embedded SQLite ``hostkit.db`` here, the
+    local model).
+    """
+    global _current
+    if _current is not None and not _current.closed:
+        return _current
+    if config is None and await anyio.Path("hostkit.toml").exists():
+        config = Path("hostkit.toml")
+    approver = WidgetApprover()
+    host = await Host.start(config, capabilities=capabilities, approver=approver)
+    notebook = NotebookHost(host, approver, conversation=conversation)
+    _current = notebook
+    atexit.register(notebook._emergency_stop)
+    return notebook

@@ -1,0 +1,259 @@
+"""TurnView: one turn as a persistent panel widget, filled by events, awaitable for its result.
+
+The panel is displayed once (it is the cell's output) and only ever updated
+afterwards: tasks never call ``display()``, which on ipykernel 6 would land
+in whatever cell happens to be running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import anyio
+import ipywidgets as widgets
+
+from hostkit.errors import HostkitError
+from hostkit.turns import TurnEvent
+from hostkit.types import TurnResult
+
+__all__ = ["ApprovalPending", "ApprovalRow", "TurnView"]
+
+_MAX_REPLY_CHARS = 20_000
+_STATUS_COLOURS = {
+    "succeeded": "#1a7f37",
+    "completed": "#1a7f37",
+    "needs_user": "#9a6700",
+    "denied": "#cf222e",
+    "failed": "#cf222e",
+    "cancelled": "#6e7781",
+}
+
+
+class ApprovalPending(HostkitError):
+    """``await view`` while the turn waits for a click: click first, then await.
+
+    Awaiting in the cell would keep the kernel from delivering the click on
+    most ipykernel versions, so the wait is refused instead of hanging.
+    """
+
+    def __init__(self, effect: str) -> None:
+        super().__init__(
+            f"the turn is waiting for your approval of {effect}: click Approve or Deny "
+            "in its panel, then await it again"
+        )
+
+
+class ApprovalRow:
+    """One approval in a panel: the effect, its redacted view and three buttons."""
+
+    def __init__(self, effect: str, view: Mapping[str, Any]) -> None:
+        self.effect = effect
+        self.approve_once = widgets.Button(description="Approve once", button_style="success")
+        self.approve_session = widgets.Button(description="Approve for session")
+        self.deny = widgets.Button(description="Deny", button_style="danger")
+        self.status = widgets.HTML("<i>waiting for your answer</i>")
+        self.widget = widgets.VBox(
+            [
+                widgets.HTML(_describe(effect, view)),
+                widgets.HBox([self.approve_once, self.approve_session, self.deny]),
+                self.status,
+            ],
+            layout=widgets.Layout(border="1px solid #d4a72c", padding="4px", margin="4px 0"),
+        )
+        self.answered = False
+        self.choice: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """No button was clicked and the runtime has not withdrawn the question."""
+        return not self.answered and self.choice is None
+
+    @property
+    def buttons(self) -> tuple[widgets.Button, widgets.Button, widgets.Button]:
+        return (self.approve_once, self.approve_session, self.deny)
+
+    def close(self, text: str) -> None:
+        self.answered = True
+        for button in self.buttons:
+            button.disabled = True
+        self.status.value = html.escape(text)
+
+
+class TurnView:
+    """The live panel of one turn; ``await view`` gives its ``TurnResult``.
+
+    ``reply`` streams the model's text, ``steps`` lists each effect with its
+    status, approval rows appear while the turn waits for a decision, and
+    ``outcome`` shows how it ended. Awaiting while an approval is open raises
+    ``ApprovalPending`` instead of blocking the kernel.
+    """
+
+    def __init__(self, message: str, agent: str) -> None:
+        self.agent = agent
+        self.turn_id: str | None = None
+        self.result: TurnResult | None = None
+        self.error: BaseException | None = None
+        self._reply: list[str] = []
+        self._reply_chars = 0
+        self.header = widgets.HTML(
+            f"<b>{html.escape(agent)}</b> ← {html.escape(_cut(message, 300))}"
+        )
+        self.reply = widgets.HTML("")
+        self.steps = widgets.VBox([])
+        self.approvals = widgets.VBox([])
+        self.outcome = widgets.HTML("<i>running…</i>")
+        self.panel = widgets.VBox(
+            [self.header, self.reply, self.steps, self.approvals, self.outcome],
+            layout=widgets.Layout(border="1px solid #d0d7de", padding="6px"),
+        )
+        self.rows: list[ApprovalRow] = []
+        self._done = asyncio.Event()
+        self._asking = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+
+    # -- what the cell shows -------------------------------------------------------
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.panel._repr_mimebundle_(**kwargs)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def pending_row(self) -> ApprovalRow | None:
+        """The approval waiting for a click, if any (``row.approve_once.click()``)."""
+        return next((row for row in self.rows if row.waiting), None)
+
+    def text(self) -> str:
+        """The panel as plain text (for assertions and terminals)."""
+        lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
+        lines += [_strip(step.value) for step in self.steps.children if hasattr(step, "value")]
+        lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
+        lines.append(_strip(self.outcome.value))
+        return "\n".join(lines)
+
+    async def approval(self, timeout_s: float = 30.0) -> ApprovalRow | None:
+        """Wait (bounded) until the turn asks for an approval; None if it ends without asking.
+
+        Safe to await in a cell: it needs no click to return.
+        """
+        with anyio.move_on_after(timeout_s):
+            while self.pending_row is None and not self._done.is_set():
+                self._asking.clear()
+                await self._asking.wait()
+        return self.pending_row
+
+    def __await__(self) -> Generator[Any, None, TurnResult]:
+        return self.wait().__await__()
+
+    async def wait(self) -> TurnResult:
+        """The result once the turn ends; ``ApprovalPending`` while a click is awaited."""
+        while not self._done.is_set():
+            row = self.pending_row
+            if row is not None:
+                raise ApprovalPending(row.effect)
+            self._asking.clear()
+            done = asyncio.ensure_future(self._done.wait())
+            asking = asyncio.ensure_future(self._asking.wait())
+            try:
+                await asyncio.wait({done, asking}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.cancel()
+                asking.cancel()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+    # -- what the turn's task does -----------------------------------------------
+
+    def apply(self, event: TurnEvent) -> None:
+        """Update the panel from one turn event (called on the kernel's loop)."""
+        data = event.data
+        if event.kind == "turn.started":
+            self.turn_id = event.turn_id
+        elif event.kind == "text.delta":
+            text = str(data.get("text", ""))
+            if self._reply_chars < _MAX_REPLY_CHARS:
+                self._reply.append(text[: _MAX_REPLY_CHARS - self._reply_chars])
+                self._reply_chars += len(text)
+                self.reply.value = _paragraph("".join(self._reply))
+        elif event.kind == "provider.completed" and data.get("tool_calls"):
+            names = ", ".join(str(name) for name in data["tool_calls"])
+            self._step(f"step {data.get('step', 0)}: the model calls {names}", "#57606a")
+        elif event.kind == "effect.completed":
+            status = str(data.get("status", ""))
+            self._step(f"{data.get('effect', '?')}: {status}", _STATUS_COLOURS.get(status))
+        elif event.kind == "approval.pending":
+            self._step(
+                f"{data.get('effect', '?')}: waiting for approval {data.get('approval_id', '')}",
+                _STATUS_COLOURS["needs_user"],
+            )
+
+    def add_row(self, row: ApprovalRow) -> None:
+        self.rows.append(row)
+        self.approvals.children = (*self.approvals.children, row.widget)
+        self._asking.set()
+
+    def finish(self, result: TurnResult | None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        if result is not None:
+            if result.outcome == "completed" and not self._reply:
+                self.reply.value = _paragraph(result.text)
+                self._reply.append(result.text)
+            detail = f" — {result.error}" if result.error else ""
+            colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
+            self.outcome.value = (
+                f"<span style='color:{colour}'><b>{result.outcome}</b>{html.escape(detail)}</span>"
+            )
+        else:
+            self.outcome.value = (
+                f"<span style='color:#cf222e'><b>error</b>: {html.escape(str(error))}</span>"
+            )
+        self._done.set()
+        self._asking.set()
+
+    def _step(self, text: str, colour: str | None) -> None:
+        style = f" style='color:{colour}'" if colour else ""
+        self.steps.children = (
+            *self.steps.children,
+            widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>"),
+        )
+
+
+def _describe(effect: str, view: Mapping[str, Any]) -> str:
+    arguments = view.get("arguments")
+    rows = ""
+    if isinstance(arguments, Mapping):
+        rows = "".join(
+            f"<tr><td><code>{html.escape(_cut(str(k), 60))}</code></td>"
+            f"<td><code>{html.escape(_cut(str(v), 200))}</code></td></tr>"
+            for k, v in list(arguments.items())[:16]
+        )
+    binds = view.get("binds")
+    secrets = (
+        f"<div>binds: <code>{html.escape(', '.join(str(b) for b in binds))}</code></div>"
+        if binds
+        else ""
+    )
+    return (
+        f"<div><b>approval needed</b>: the agent wants to run <code>{html.escape(effect)}</code>"
+        f"</div><table>{rows}</table>{secrets}"
+    )
+
+
+def _paragraph(text: str) -> str:
+    return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _strip(value: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", value)).strip()

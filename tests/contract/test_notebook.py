@@ -1,0 +1,215 @@
+"""hostkit.notebook headless (no kernel: ipywidgets uses a dummy comm): chat returns a live
+panel at once, events fill it, approvals are clicks, awaiting never hangs on a pending click."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import hostkit.notebook as hn
+from hostkit.effects import ToolContext, tool
+from hostkit.host import parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ModelRequest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # a kernel's loop is asyncio
+
+
+def notebook_config(tmp_path: Path, ask: list[str] | None = None) -> Any:
+    return parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "policy": {"allow": ["*"], "ask": ask or []},
+                }
+            },
+        },
+        base_dir=tmp_path,
+    )
+
+
+stamped: list[str] = []
+
+
+@tool("desk.stamp")
+async def stamp(ctx: ToolContext, label: str) -> str:
+    """Stamp a label."""
+    stamped.append(label)
+    return f"stamped {label}"
+
+
+@pytest.fixture
+async def notebook(tmp_path: Path) -> AsyncIterator[hn.NotebookHost]:
+    stamped.clear()
+
+    def decide(request: ModelRequest) -> CallTools | Reply:
+        # Each turn: stamp once, then answer once the result is back.
+        if request.messages[-1].role == "tool":
+            return Reply("stamped it")
+        return CallTools(("desk_stamp", {"label": "one"}))
+
+    model = ScriptedModel([decide], repeat_last=True)
+    nb = await hn.start(
+        notebook_config(tmp_path, ask=["desk.stamp"]),
+        capabilities=capabilities(model, tools=[stamp]),
+    )
+    try:
+        yield nb
+    finally:
+        await nb.aclose()
+
+
+async def until(predicate: Any) -> None:
+    """Let the loop run (as an idle kernel does) until ``predicate`` holds, at most 5 s."""
+    with anyio.fail_after(5):
+        while not predicate():  # noqa: ASYNC110 (polling widget state, as a person looks)
+            await asyncio.sleep(0.01)
+
+
+async def test_start_is_idempotent_per_kernel(notebook: hn.NotebookHost) -> None:
+    assert await hn.start() is notebook
+    assert hn.current() is notebook
+
+
+async def test_chat_returns_the_panel_at_once_and_a_click_resumes_the_turn(
+    notebook: hn.NotebookHost,
+) -> None:
+    view = notebook.chat("stamp one")
+    assert not view.done  # the cell has its panel before anything ran
+    row = await view.approval()
+    assert row is not None
+    assert "desk.stamp" in row.widget.children[0].value
+    assert stamped == []
+    with pytest.raises(hn.ApprovalPending, match="click Approve or Deny"):
+        await view
+    row.approve_once.click()
+    result = await view
+    assert result.outcome == "completed"
+    assert stamped == ["one"]
+    assert all(button.disabled for button in row.buttons)
+    text = view.text()
+    assert "stamped it" in text
+    assert "desk.stamp: succeeded" in text
+    assert "approved once" in text
+    assert "completed" in text
+
+
+async def test_deny_is_a_click_too(notebook: hn.NotebookHost) -> None:
+    view = notebook.chat("stamp one")
+    await until(lambda: view.pending_row is not None)
+    row = view.pending_row
+    assert row is not None
+    row.deny.click()
+    result = await view
+    assert result.outcome == "completed"
+    assert stamped == []
+    assert "desk.stamp: denied" in view.text()
+
+
+async def test_approve_for_session_skips_the_next_prompt(notebook: hn.NotebookHost) -> None:
+    first = notebook.chat("stamp one")
+    await until(lambda: first.pending_row is not None)
+    row = first.pending_row
+    assert row is not None
+    row.approve_session.click()
+    await first
+    second = notebook.chat("stamp again")
+    result = await second
+    assert result.outcome == "completed"
+    assert second.rows == []
+    assert stamped == ["one", "one"]
+
+
+async def test_an_unanswered_click_becomes_a_durable_approval_answered_later(
+    tmp_path: Path,
+) -> None:
+    stamped.clear()
+    model = ScriptedModel([CallTools(("desk_stamp", {"label": "late"})), Reply("done late")])
+    config = parse_config(
+        {
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(tmp_path),
+                "approval_timeout_s": 0.2,
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "policy": {"allow": ["*"], "ask": ["desk.stamp"]},
+                }
+            },
+        },
+        base_dir=tmp_path,
+    )
+    nb = await hn.start(config, capabilities=capabilities(model, tools=[stamp]))
+    try:
+        view = nb.chat("stamp late")
+        await until(lambda: view.done)
+        result = await view
+        assert result.outcome == "needs_user"
+        assert result.pending_approval
+        assert view.rows[0].answered
+        assert "answer it later" in view.text()
+        operator = await nb.host.operator("notebook", reason="answer a pending approval")
+        later = await nb.host.approvals.answer(result.pending_approval, "approve_once", by=operator)
+        assert later.outcome == "completed"
+        assert stamped == ["late"]
+    finally:
+        await nb.aclose()
+
+
+async def test_the_magic_starts_the_host_and_fills_its_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostkit.toml").write_text(
+        '[providers.test]\nkind = "scripted"\nscript = [{reply = "hello from the magic"}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+    )
+
+    class Shell:
+        def __init__(self) -> None:
+            self.magics: dict[str, Any] = {}
+
+        def register_magic_function(self, fn: Any, magic_kind: str, magic_name: str) -> None:
+            self.magics[(magic_kind, magic_name)] = fn
+
+    shell = Shell()
+    import hostkit
+
+    hostkit.load_ipython_extension(shell)
+    view = shell.magics[("cell", "agent")]("", "say hello\n")
+    assert isinstance(view, hn.TurnView)
+    try:
+        await until(lambda: view.done)
+        result = await view
+        assert result.text == "hello from the magic"
+    finally:
+        current = hn.current()
+        if current is not None:
+            await current.aclose()
+
+
+async def test_closing_withdraws_a_pending_prompt(notebook: hn.NotebookHost) -> None:
+    view = notebook.chat("stamp one")
+    await until(lambda: view.pending_row is not None)
+    await notebook.aclose()
+    await until(lambda: view.done)
+    assert stamped == []
+    assert view.rows[0].answered
