@@ -15,7 +15,7 @@ from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRun
 from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
-from hostkit.effects._pending import ApprovalLedger
+from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._views import MIN_SECRET_CHARS, render_output, result
 from hostkit.errors import ApprovalClosed, ApprovalRefused, InvalidValue, UserError, bounded
@@ -172,38 +172,35 @@ class EffectRuntime:
         if claimed is None:
             raise ApprovalRefused(approval_id, "answered", "there is no answered call to run")
         approval = claimed.approval
-        name = provider_name(approval.effect)
-        ref = catalog.resolve(name)
+        result = await self._run_approved(claimed, catalog, context)
+        return approval.call_id, provider_name(approval.effect), result
+
+    async def _run_approved(
+        self,
+        claimed: ClaimedApproval,
+        catalog: PreparedEffectCatalog,
+        context: TurnExecutionContext,
+    ) -> EffectResult:
+        approval = claimed.approval
+        call_id, effect = approval.call_id, approval.effect
+        ref = catalog.resolve(provider_name(effect))
         entry = catalog.entry(ref) if ref is not None else None
-        if entry is None or approval_fingerprint(context, entry) != approval.policy_fingerprint:
-            await ledger.mark_stale(approval_id)
+        if (
+            ref is None
+            or entry is None
+            or approval_fingerprint(context, entry) != approval.policy_fingerprint
+        ):
+            await self._require_ledger().mark_stale(approval.approval_id)
             stale = "the approval is stale: the agent's policy or capabilities changed"
-            return (
-                approval.call_id,
-                name,
-                _refused(approval.call_id, approval.effect, "denied", stale),
-            )
+            return _refused(call_id, effect, "denied", stale)
         if approval.status == "denied":
-            denied = "the approver denied this call"
-            return (
-                approval.call_id,
-                name,
-                _refused(approval.call_id, approval.effect, "denied", denied),
-            )
-        assert ref is not None
-        checked = self._check(
-            EffectRequest(approval.call_id, ref, claimed.arguments, "model"), context
-        )
+            return _refused(call_id, effect, "denied", "the approver denied this call")
+        checked = self._check(EffectRequest(call_id, ref, claimed.arguments, "model"), context)
         if isinstance(checked, EffectResult):
-            return approval.call_id, name, checked
-        if checked.toolset.policy.decide(entry.effect) == "deny":
-            denied = "denied by the agent's effect policy"
-            return (
-                approval.call_id,
-                name,
-                _refused(approval.call_id, entry.effect, "denied", denied),
-            )
-        return approval.call_id, name, await self._bind_and_invoke(checked, context)
+            return checked
+        if checked.toolset.policy.decide(effect) == "deny":
+            return _refused(call_id, effect, "denied", "denied by the agent's effect policy")
+        return await self._bind_and_invoke(checked, context)
 
     # -- the checks before approval ------------------------------------------------------
 
