@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hostkit.effects._approvals import ApprovalDecision
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store import RuntimeStore, now, owner_predicate
 from hostkit.types import PrincipalScope, TurnExecutionContext
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 ApprovalStatus = Literal["pending", "approved", "denied", "executed", "stale", "superseded"]
-AnswerDecision = Literal["approve_once", "approve_session", "deny"]
 
 _COLUMNS = (
     "a.approval_id, a.session_id, a.turn_id, a.principal_id, a.core_id, a.core_revision, "
@@ -151,7 +151,7 @@ def answer(
     scope: PrincipalScope,
     approval_id: str,
     *,
-    decision: AnswerDecision,
+    decision: ApprovalDecision,
     decided_by: str,
     fingerprint: str | None,
 ) -> PendingApproval | ApprovalStatus | None:
@@ -269,7 +269,7 @@ class ApprovalLedger:
         scope: PrincipalScope,
         approval_id: str,
         *,
-        decision: AnswerDecision,
+        decision: ApprovalDecision,
         fingerprint: str | None,
     ) -> PendingApproval | ApprovalStatus | None:
         return await self._store.write(

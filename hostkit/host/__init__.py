@@ -25,9 +25,47 @@ from hostkit.host._config import (
 )
 from hostkit.host._defaults import DefaultCapabilities, DefaultToolSource, NoChannels
 from hostkit.host._host import Host, TurnNotCompleted
+from hostkit.host._inspect import (
+    MAX_STEPS,
+    MAX_TURNS,
+    PRICES,
+    ApprovalRows,
+    BudgetView,
+    CalibrationView,
+    ContextStep,
+    ContextView,
+    ModelPrice,
+    SessionRows,
+    StepUsage,
+    TokenTotals,
+    TurnUsage,
+    approval_rows,
+    budget_view,
+    context_view,
+    price_for,
+    session_rows,
+)
 from hostkit.host._memory import SqliteMemorySource, memory_tools
 
 __all__ = [
+    "MAX_STEPS",
+    "MAX_TURNS",
+    "PRICES",
+    "ApprovalRows",
+    "BudgetView",
+    "CalibrationView",
+    "ContextStep",
+    "ContextView",
+    "ModelPrice",
+    "SessionRows",
+    "StepUsage",
+    "TokenTotals",
+    "TurnUsage",
+    "approval_rows",
+    "budget_view",
+    "context_view",
+    "price_for",
+    "session_rows",
     "ProcessResources",
     "AgentConfig",
     "AgentMemory",
