@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthorityResolver",
+    "load_ipython_extension",
     "ConfigError",
     "ConversationFacts",
     "DefaultCapabilities",

@@ -1,4 +1,4 @@
-"""The ``hostkit`` command line: init, run, sessions, approvals, demo."""
+"""The ``hostkit`` command line: init, run, sessions, context, budget, approvals, demo."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._demo import demo_approver, run_demo
+from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import print_pending, print_result, sessions_table
 from hostkit.cli._turn import stream_turn
 from hostkit.errors import HostkitError
-from hostkit.host import Host
+from hostkit.host import Host, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
 __all__ = ["app", "main"]
@@ -129,6 +130,55 @@ def sessions(
             scope = await host.operator(operator, reason=reason)
             page = await host.store.list_sessions(scope, limit=limit)
             Console().print(sessions_table(page.items))
+
+    try:
+        anyio.run(main)
+    except HostkitError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def context(
+    session_id: Annotated[str, typer.Argument(help="the session to inspect")],
+    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
+    turn: Annotated[str | None, typer.Option(help="this turn instead of the latest")] = None,
+    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Show a turn's context decisions: layers, budgets, pruning, compaction.
+
+    Only what the decisions recorded (token counts, never message content);
+    operator authority, the reason is audited.
+    """
+
+    async def main() -> None:
+        async with Host.open(config_path(config)) as host:
+            scope = await host.operator(operator, reason=reason)
+            view = await context_view(host, scope, session_id=session_id, turn_id=turn)
+            Console().print(context_report(view))
+
+    try:
+        anyio.run(main)
+    except HostkitError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def budget(
+    session_id: Annotated[str, typer.Argument(help="the session to inspect")],
+    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
+    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Show a session's token usage per turn and step, calibration and cost.
+
+    Operator authority; the reason is audited.
+    """
+
+    async def main() -> None:
+        async with Host.open(config_path(config)) as host:
+            scope = await host.operator(operator, reason=reason)
+            Console().print(budget_report(await budget_view(host, scope, session_id)))
 
     try:
         anyio.run(main)

@@ -159,7 +159,7 @@ def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> boo
     if cursor.rowcount != 1:
         return False
     raw = decision.get("raw_input_tokens")
-    reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    reported = usage.input_tokens  # cache buckets are subsets of it (see Usage)
     if raw and reported > 0 and decision.get("estimator"):
         _calibrate(conn, observation, str(decision["estimator"]), reported / raw)
     return True

@@ -392,7 +392,19 @@ class ContextManager:
             estimated_input_tokens=fixed,
             hard_budget=hard_budget,
         )
-        await self._record(request, decision_id, "overflow", {"reason": reason, "fixed": fixed})
+        await self._record(
+            request,
+            decision_id,
+            "overflow",
+            {
+                "reason": reason,
+                "fixed": fixed,
+                "estimated_input_tokens": fixed,
+                "hard_budget": hard_budget,
+                "output_budget": output_budget,
+                "context_window": request.limits.context_window,
+            },
+        )
         return overflow
 
     async def _record(

@@ -10,12 +10,22 @@ result = await view                   # later, in another cell
 
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._host import NotebookHost, current, start
+from hostkit.notebook._inspectors import (
+    ApprovalsPanel,
+    BudgetInspector,
+    ContextInspector,
+    SessionBrowser,
+)
 from hostkit.notebook._magic import load_ipython_extension
 from hostkit.notebook._turn import ApprovalPending, ApprovalRow, TurnView
 
 __all__ = [
     "ApprovalPending",
     "ApprovalRow",
+    "ApprovalsPanel",
+    "BudgetInspector",
+    "ContextInspector",
+    "SessionBrowser",
     "NotebookHost",
     "TurnView",
     "WidgetApprover",

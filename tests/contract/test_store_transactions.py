@@ -358,5 +358,6 @@ async def test_unopenable_path_is_a_typed_store_error_and_leaves_no_thread(
         await RuntimeStore.open(target)
     assert str(target) in str(caught.value)
     # The failed connection's worker thread is gone before open() returns, so it cannot
-    # report to this event loop after the loop has closed.
-    assert _sqlite_threads() == before
+    # report to this event loop after the loop has closed. (Fewer is fine: an earlier
+    # test's store may finish closing meanwhile.)
+    assert _sqlite_threads() <= before

@@ -1,0 +1,222 @@
+"""Terminal rendering of the inspector view-models: ``hostkit context`` and ``hostkit budget``.
+
+Drawn only from ``ContextView`` and ``BudgetView`` (token counts, budgets and
+layer names, never message content). Every cell is ``Text``, not markup: ids
+and model names come from the database.
+"""
+
+from __future__ import annotations
+
+from rich.bar import Bar
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from hostkit.host import BudgetView, ContextStep, ContextView, TokenTotals
+
+__all__ = [
+    "BAR_WIDTH",
+    "badges_of",
+    "budget_report",
+    "context_report",
+    "layer_bar",
+    "totals_line",
+]
+
+# Columns of the stacked bar that stands for the whole context window.
+BAR_WIDTH = 60
+# Each layer's glyph and colour: the glyph keeps the bar readable without colour.
+_LAYERS: dict[str, tuple[str, str]] = {
+    "instructions": ("I", "blue"),
+    "bootstrap": ("B", "cyan"),
+    "contributions": ("C", "magenta"),
+    "summary": ("S", "yellow"),
+    "schemas": ("T", "bright_black"),
+    "framing": ("F", "white"),
+    "history": ("H", "green"),
+    "current": ("U", "bright_blue"),
+}
+_OTHER = ("#", "red")
+
+
+def layer_bar(step: ContextStep, *, width: int = BAR_WIDTH) -> Text:
+    """One step's layers stacked left to right against the window; ``|`` marks the hard budget."""
+    window = step.context_window or 0
+    if window <= 0:
+        return Text("(no budget recorded)", style="dim")
+    cells: list[tuple[str, str]] = []
+    for layer in step.layers:
+        if layer.tokens <= 0:
+            continue
+        glyph, colour = _LAYERS.get(layer.name, _OTHER)
+        count = max(1, round(layer.tokens * width / window))
+        cells.extend([(glyph, f"bold black on {colour}")] * count)
+    cells = cells[:width] + [("·", "dim")] * max(0, width - len(cells))
+    if step.hard_budget is not None:
+        mark = min(width - 1, max(0, round(step.hard_budget * width / window)))
+        cells[mark] = ("|", "bold red")
+    bar = Text()
+    for glyph, style in cells:
+        bar.append(glyph, style=style)
+    return bar
+
+
+def context_report(view: ContextView) -> RenderableType:
+    """A header, then per step: the stacked bar, a budget line, badges and a layer table."""
+    parts: list[RenderableType] = [
+        Text.assemble(
+            ("session ", "bold"),
+            view.session_id,
+            ("  turn ", "bold"),
+            view.turn_id or "(none yet)",
+            ("  status ", "bold"),
+            view.turn_status or "-",
+            ("  agent ", "bold"),
+            view.core_id or "-",
+        )
+    ]
+    if not view.steps:
+        parts.append(Text("no context decisions recorded", style="dim"))
+    for step in view.steps:
+        parts.extend(_step(step))
+    if view.steps_truncated:
+        parts.append(Text(f"(only the first {len(view.steps)} steps are shown)", style="dim"))
+    parts.append(_legend())
+    return Group(*parts)
+
+
+def _step(step: ContextStep) -> list[RenderableType]:
+    title = Text.assemble(("\nstep ", "bold"), str(step.step_id), f"  {step.kind}  ")
+    title.append(step.decision_id, style="dim")
+    lines: list[RenderableType] = [title]
+    if step.kind == "overflow":
+        lines.append(
+            Text(
+                f"overflow: {step.overflow_reason or 'unknown'} "
+                f"(needs {_n(step.estimated_input_tokens)} tokens before history)",
+                style="bold red",
+            )
+        )
+        return lines
+    lines.append(layer_bar(step))
+    lines.append(
+        Text(
+            f"estimated {_n(step.estimated_input_tokens)} / hard budget {_n(step.hard_budget)}"
+            f" / window {_n(step.context_window)} (output budget {_n(step.output_budget)})"
+            f"  reported {_n(step.reported_input_tokens)}"
+            f"  estimator {step.estimator or '-'}{' (exact)' if step.exact_estimator else ''}"
+            f" x{step.calibration if step.calibration is not None else '-'}"
+        )
+    )
+    badges = badges_of(step)
+    if badges:
+        lines.append(Text("  ".join(f"[{badge}]" for badge in badges), style="yellow"))
+    table = Table("layer", "tokens", "items", "pruned", "of hard budget")
+    budget = max(1, step.hard_budget or 1)
+    for layer in step.layers:
+        table.add_row(
+            Text(layer.name),
+            f"{layer.tokens:,}",
+            str(layer.items),
+            str(layer.pruned),
+            Bar(size=budget, begin=0, end=min(layer.tokens, budget), width=24),
+        )
+    lines.append(table)
+    return lines
+
+
+def badges_of(step: ContextStep) -> list[str]:
+    """What happened to the step's context, as short labels."""
+    badges = []
+    if step.summary_used:
+        badges.append("summary used")
+    if step.pruned_results:
+        badges.append(f"pruned {step.pruned_results}")
+    if step.dropped_messages:
+        badges.append(f"dropped {step.dropped_messages}")
+    if step.compaction:
+        badges.append(f"compaction {step.compaction}")
+    if step.overflow_reason:
+        badges.append(f"overflow {step.overflow_reason}")
+    return badges
+
+
+def _legend() -> Text:
+    legend = Text("\n")
+    for name, (glyph, colour) in _LAYERS.items():
+        legend.append(glyph, style=f"bold black on {colour}")
+        legend.append(f" {name}  ")
+    legend.append("|", style="bold red")
+    legend.append(" hard budget")
+    return legend
+
+
+def budget_report(view: BudgetView) -> RenderableType:
+    """Per turn and step: reported buckets, estimate and error, cost; calibration and totals."""
+    table = Table(
+        "turn",
+        "step",
+        "model",
+        "input",
+        "output",
+        "cache read",
+        "cache write",
+        "estimated",
+        "error %",
+        "cost $",
+        title=f"session {view.session_id}",
+    )
+    table.columns[0].overflow = "fold"
+    for turn in view.turns:
+        if not turn.steps:
+            table.add_row(Text(turn.turn_id), "-", Text(f"({turn.status}, no usage)"))
+        for index, step in enumerate(turn.steps):
+            table.add_row(
+                Text(turn.turn_id if index == 0 else ""),
+                str(step.step_id),
+                Text(step.model),
+                f"{step.input_tokens:,}",
+                f"{step.output_tokens:,}",
+                f"{step.cache_read_tokens:,}",
+                f"{step.cache_write_tokens:,}",
+                _n(step.estimated_input_tokens),
+                "-" if step.error_pct is None else f"{step.error_pct:+.1f}",
+                _cost(step.cost_usd),
+            )
+        if turn.steps_truncated:
+            table.add_row("", Text(f"(first {len(turn.steps)} steps shown)", style="dim"))
+    parts: list[RenderableType] = [table]
+    if view.turns_truncated:
+        parts.append(Text(f"(the newest {len(view.turns)} turns are shown)", style="dim"))
+    calibration = view.calibration
+    parts.append(
+        Text(
+            "calibration: none yet"
+            if calibration is None
+            else f"calibration: {calibration.provider}/{calibration.model} "
+            f"estimator {calibration.estimator} ratio {calibration.ratio:.3f} "
+            f"over {calibration.samples} samples"
+        )
+    )
+    parts.append(Text(f"totals: {totals_line(view.totals)}", style="bold"))
+    return Group(*parts)
+
+
+def totals_line(totals: TokenTotals) -> str:
+    """Steps, buckets and cost of a total, on one line."""
+    cost = "cost unknown" if totals.cost_usd is None else f"cost ${totals.cost_usd:.6f}"
+    if totals.cost_usd is not None and totals.unpriced_steps:
+        cost += f" (+{totals.unpriced_steps} unpriced steps)"
+    return (
+        f"{totals.steps} steps, input {totals.input_tokens:,}, output {totals.output_tokens:,}, "
+        f"cache read {totals.cache_read_tokens:,}, cache write {totals.cache_write_tokens:,}; "
+        f"{cost}"
+    )
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _cost(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6f}"

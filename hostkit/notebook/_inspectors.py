@@ -1,0 +1,352 @@
+"""Inspector widgets: context decisions, budgets, sessions and approvals as ipywidgets.
+
+Drawn only from the view-models of ``hostkit.host`` (``ContextView``,
+``BudgetView``, ``SessionRows``, ``ApprovalRows``): no SQL and no policy here.
+Each inspector is an ``ipywidgets.VBox`` with ``.model`` (its view-model) and
+``.text()`` (a plain rendering for assertions and non-widget front ends); the
+graphics are inline HTML/SVG, so they render headless and need no plotting
+library. Every database value is HTML-escaped: ids, model names and approval
+views may have been chosen by a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ipywidgets as widgets
+
+from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
+from hostkit.errors import HostkitError, UserError, bounded
+from hostkit.host import (
+    ApprovalRows,
+    BudgetView,
+    ContextView,
+    Host,
+    ModelPrice,
+    SessionRows,
+    approval_rows,
+    budget_view,
+    context_view,
+    session_rows,
+)
+from hostkit.notebook._inspector_html import (
+    approval_html,
+    badges_of,
+    calibration_line,
+    cost_text,
+    esc,
+    header_html,
+    legend_html,
+    number,
+    row_html,
+    step_html,
+    table_html,
+    totals_line,
+    usage_plot,
+    usage_table,
+    view_text,
+)
+from hostkit.types import PrincipalScope
+
+__all__ = [
+    "Answer",
+    "ApprovalsPanel",
+    "BudgetInspector",
+    "ContextInspector",
+    "SessionBrowser",
+]
+
+_DECISIONS: tuple[tuple[ApprovalDecision, str], ...] = (
+    ("approve_once", "Approve once"),
+    ("approve_session", "Approve for session"),
+    ("deny", "Deny"),
+)
+_SAID = {
+    "approve_once": "approved once",
+    "approve_session": "approved for session",
+    "deny": "denied",
+}
+
+Answer = Callable[[str, ApprovalDecision], Awaitable[object]]
+
+
+class _Inspector(widgets.VBox):
+    """A VBox whose plain-text representation is ``text()``."""
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/plain"] = self.text()
+        return bundle
+
+
+class ContextInspector(_Inspector):
+    """One turn's context decisions: a stacked bar per step, a layer table, badges.
+
+    The bar's full width is the context window; each layer is one segment
+    proportional to its tokens; a red marker stands at the hard input budget.
+    """
+
+    def __init__(self, view: ContextView) -> None:
+        self.model = view
+        parts = [header_html(view)]
+        parts += [step_html(step) for step in view.steps] or ["<i>no context decisions</i>"]
+        if view.steps_truncated:
+            parts.append(f"<i>only the first {len(view.steps)} steps are shown</i>")
+        parts.append(legend_html())
+        super().__init__(children=[widgets.HTML("".join(parts))])
+
+    @classmethod
+    async def load(
+        cls,
+        host: Host,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> ContextInspector:
+        """The inspector of ``turn_id``, or of the session's latest turn (owner-checked)."""
+        return cls(await context_view(host, scope, session_id=session_id, turn_id=turn_id))
+
+    def html(self) -> str:
+        """The rendered HTML (what the widget shows)."""
+        return "".join(child.value for child in self.children if isinstance(child, widgets.HTML))
+
+    def text(self) -> str:
+        view = self.model
+        lines = [
+            f"context of turn {view.turn_id or '(none yet)'} (session {view.session_id}, "
+            f"{view.turn_status or '-'}, agent {view.core_id or '-'})"
+        ]
+        for step in view.steps:
+            if step.kind == "overflow":
+                lines.append(
+                    f"step {step.step_id} overflow: {step.overflow_reason or 'unknown'} "
+                    f"(needs {number(step.estimated_input_tokens)} tokens before history)"
+                )
+                continue
+            lines.append(
+                f"step {step.step_id} {step.kind}: estimated {number(step.estimated_input_tokens)}"
+                f" / hard budget {number(step.hard_budget)} / window {number(step.context_window)}"
+                f" / output budget {number(step.output_budget)}; reported"
+                f" {number(step.reported_input_tokens)}; estimator {step.estimator or '-'}"
+                f"{' (exact)' if step.exact_estimator else ''} calibration"
+                f" {step.calibration if step.calibration is not None else '-'}"
+            )
+            if labels := badges_of(step):
+                lines.append("  " + ", ".join(labels))
+            lines.extend(
+                f"  {layer.name}: {layer.tokens} tokens, {layer.items} items, {layer.pruned} pruned"
+                for layer in step.layers
+            )
+        if view.steps_truncated:
+            lines.append(f"(only the first {len(view.steps)} steps are shown)")
+        return "\n".join(lines)
+
+
+class BudgetInspector(_Inspector):
+    """A session's usage: a table per turn and step, a bar plot of tokens, calibration, cost."""
+
+    def __init__(self, view: BudgetView) -> None:
+        self.model = view
+        parts = [
+            f"<b>budget of session</b> <code>{esc(view.session_id)}</code>",
+            usage_plot(view),
+            usage_table(view),
+            f"<div>{esc(calibration_line(view))}</div>",
+            f"<div><b>totals</b>: {esc(totals_line(view.totals))}</div>",
+        ]
+        if view.turns_truncated:
+            parts.append(f"<i>the newest {len(view.turns)} turns are shown</i>")
+        super().__init__(children=[widgets.HTML("".join(parts))])
+
+    @classmethod
+    async def load(
+        cls,
+        host: Host,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        prices: dict[str, ModelPrice] | None = None,
+    ) -> BudgetInspector:
+        """The inspector of ``session_id`` (owner-checked); ``prices`` extend ``PRICES``."""
+        return cls(await budget_view(host, scope, session_id, prices=prices))
+
+    def html(self) -> str:
+        """The rendered HTML (what the widget shows)."""
+        return "".join(child.value for child in self.children if isinstance(child, widgets.HTML))
+
+    def text(self) -> str:
+        view = self.model
+        lines = [f"budget of session {view.session_id}"]
+        for turn in view.turns:
+            lines.append(f"turn {turn.turn_id} ({turn.status}): {totals_line(turn.totals)}")
+            lines.extend(
+                f"  step {s.step_id} {s.model}: input {s.input_tokens}, output {s.output_tokens},"
+                f" cache read {s.cache_read_tokens}, cache write {s.cache_write_tokens};"
+                f" estimated {number(s.estimated_input_tokens)}"
+                f" (error {'-' if s.error_pct is None else f'{s.error_pct:+.1f}%'});"
+                f" cost {cost_text(s.cost_usd)}"
+                for s in turn.steps
+            )
+        lines.append(calibration_line(view))
+        lines.append(f"totals: {totals_line(view.totals)}")
+        return "\n".join(lines)
+
+
+class SessionBrowser(_Inspector):
+    """The scope's sessions as a table, newest first."""
+
+    def __init__(self, rows: SessionRows) -> None:
+        self.model = rows
+        body = "".join(
+            row_html(s.session_id, s.created_at, s.owner_kind, s.status, s.title or "")
+            for s in rows.sessions
+        )
+        more = "<i>more sessions exist</i>" if rows.truncated else ""
+        super().__init__(
+            children=[
+                widgets.HTML(
+                    table_html(("session", "created", "owner", "status", "title"), body) + more
+                )
+            ]
+        )
+
+    @classmethod
+    async def load(cls, host: Host, scope: PrincipalScope, *, limit: int = 50) -> SessionBrowser:
+        return cls(await session_rows(host, scope, limit=limit))
+
+    def text(self) -> str:
+        lines = [
+            f"{s.session_id}  {s.created_at}  {s.owner_kind}  {s.status}  {s.title or ''}".rstrip()
+            for s in self.model.sessions
+        ]
+        return "\n".join(lines or ["no sessions"])
+
+
+class _ApprovalLine:
+    """One approval's widgets: description, buttons (pending rows only) and outcome."""
+
+    def __init__(self, approval: PendingApproval, answerable: bool) -> None:
+        self.approval = approval
+        self.outcome = widgets.HTML(esc(approval.status))
+        self.buttons = (
+            tuple(widgets.Button(description=label) for _, label in _DECISIONS)
+            if answerable
+            else ()
+        )
+        for button, style in zip(self.buttons, ("success", "", "danger"), strict=False):
+            button.button_style = style
+        self.widget = widgets.VBox(
+            [
+                widgets.HTML(approval_html(approval)),
+                widgets.HBox([*self.buttons, self.outcome]),
+            ],
+            layout=widgets.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"),
+        )
+        self.said = approval.status
+
+    def set_busy(self, busy: bool) -> None:
+        for button in self.buttons:
+            button.disabled = busy
+
+
+class ApprovalsPanel(_Inspector):
+    """Approvals with their redacted views; with ``answer``, buttons that answer them.
+
+    ``answer(approval_id, decision)`` is scheduled on the event loop that was
+    running when the panel was built (button callbacks may arrive on another
+    thread); the row then shows the outcome, or the error's message. Only
+    pending rows get buttons. ``join()`` waits for the answers in flight.
+    """
+
+    def __init__(self, rows: ApprovalRows, *, answer: Answer | None = None) -> None:
+        self.model = rows
+        self._answer = answer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if answer is not None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError as exc:
+                raise UserError(
+                    "an ApprovalsPanel that answers must be built on a running event loop "
+                    "(in a notebook cell or async code)"
+                ) from exc
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.lines = {
+            a.approval_id: _ApprovalLine(a, answer is not None and a.status == "pending")
+            for a in rows.approvals
+        }
+        for line in self.lines.values():
+            if not line.buttons:
+                continue
+            for button, (decision, _) in zip(line.buttons, _DECISIONS, strict=True):
+                button.on_click(self._clicked(line, decision))
+        empty = [] if self.lines else [widgets.HTML("<i>no approvals</i>")]
+        super().__init__(children=[*(line.widget for line in self.lines.values()), *empty])
+
+    @classmethod
+    async def load(
+        cls,
+        host: Host,
+        scope: PrincipalScope,
+        *,
+        status: ApprovalStatus | None = "pending",
+        limit: int = 50,
+    ) -> ApprovalsPanel:
+        """The scope's approvals, answered through ``host.approvals.answer(..., by=scope)``."""
+
+        async def answer(approval_id: str, decision: ApprovalDecision) -> object:
+            return await host.approvals.answer(approval_id, decision, by=scope)
+
+        return cls(await approval_rows(host, scope, status=status, limit=limit), answer=answer)
+
+    def _clicked(self, line: _ApprovalLine, decision: ApprovalDecision) -> Callable[[Any], None]:
+        def clicked(_: Any) -> None:
+            loop = self._loop
+            if loop is None or any(button.disabled for button in line.buttons):
+                return
+            line.set_busy(True)
+            line.outcome.value = f"<i>{esc(_SAID[decision])}…</i>"
+            loop.call_soon_threadsafe(self._start, line, decision)
+
+        return clicked
+
+    def _start(self, line: _ApprovalLine, decision: ApprovalDecision) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._run(line, decision))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, line: _ApprovalLine, decision: ApprovalDecision) -> None:
+        assert self._answer is not None
+        try:
+            result = await self._answer(line.approval.approval_id, decision)
+        except Exception as exc:  # shown in the row; the panel must outlive any failure
+            message = exc.message if isinstance(exc, HostkitError) else bounded(str(exc), 300)
+            line.said = f"error: {message}"
+            line.outcome.value = f"<span style='color:#cf222e'>{esc(line.said)}</span>"
+            line.set_busy(False)
+            return
+        outcome = getattr(result, "outcome", None)
+        line.said = _SAID[decision] + (f"; continuation {outcome}" if outcome else "")
+        line.outcome.value = f"<b>{esc(line.said)}</b>"
+
+    async def join(self) -> None:
+        """Wait for every answer clicked so far to finish (its row is then updated)."""
+        await asyncio.sleep(0)  # let clicks scheduled with call_soon_threadsafe start
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def text(self) -> str:
+        lines = [
+            f"{line.approval.approval_id}  {line.approval.core_id}  {line.approval.effect}  "
+            f"{line.said}  {view_text(line.approval)}"
+            for line in self.lines.values()
+        ]
+        return "\n".join(lines or ["no approvals"])
