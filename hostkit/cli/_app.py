@@ -6,25 +6,25 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 from rich.console import Console
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
     ConfigOption,
+    Operator,
+    Reason,
     config_path,
     console,
-    exit_code,
-    fail,
+    report,
+    run_command,
     stdin_is_a_terminal,
     terminal_approver,
 )
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._inspect import budget_report, context_report
-from hostkit.cli._render import print_pending, print_result, sessions_table
+from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import stream_turn
-from hostkit.errors import HostkitError
 from hostkit.host import Host, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -104,23 +104,16 @@ def run(
             result = await stream_turn(
                 host, message, agent=agent, conversation=conversation, session=selector
             )
-            print_result(console, result, database=str(host.config.database_path))
-            if result.outcome == "needs_user" and result.pending_approval:
-                print_pending(console, result.pending_approval, config=config)
-            return exit_code(result)
+            return report(result, database=host.config.database_path, config=config)
 
-    try:
-        code = anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
-    raise typer.Exit(code)
+    run_command(main)
 
 
 @app.command()
 def sessions(
-    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
+    reason: Reason,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
-    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
     """List sessions (operator authority; the reason is audited)."""
@@ -131,18 +124,15 @@ def sessions(
             page = await host.store.list_sessions(scope, limit=limit)
             Console().print(sessions_table(page.items))
 
-    try:
-        anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
+    run_command(main)
 
 
 @app.command()
 def context(
     session_id: Annotated[str, typer.Argument(help="the session to inspect")],
-    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
+    reason: Reason,
     turn: Annotated[str | None, typer.Option(help="this turn instead of the latest")] = None,
-    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
     """Show a turn's context decisions: layers, budgets, pruning, compaction.
@@ -157,17 +147,14 @@ def context(
             view = await context_view(host, scope, session_id=session_id, turn_id=turn)
             Console().print(context_report(view))
 
-    try:
-        anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
+    run_command(main)
 
 
 @app.command()
 def budget(
     session_id: Annotated[str, typer.Argument(help="the session to inspect")],
-    reason: Annotated[str, typer.Option(help="audit reason (operator authority)")],
-    operator: Annotated[str, typer.Option(help="operator id for the audit")] = "cli",
+    reason: Reason,
+    operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
     """Show a session's token usage per turn and step, calibration and cost.
@@ -180,10 +167,7 @@ def budget(
             scope = await host.operator(operator, reason=reason)
             Console().print(budget_report(await budget_view(host, scope, session_id)))
 
-    try:
-        anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
+    run_command(main)
 
 
 @app.command()
@@ -195,11 +179,7 @@ def demo(
     """A scripted multi-step turn, an approval before a file write, then a real model turn."""
     directory.mkdir(parents=True, exist_ok=True)
     approver = demo_approver(console, terminal=stdin_is_a_terminal())
-    try:
-        code = anyio.run(partial(run_demo, directory.resolve(), console, approver=approver))
-    except HostkitError as exc:
-        raise fail(exc) from None
-    raise typer.Exit(code)
+    run_command(partial(run_demo, directory.resolve(), console, approver=approver))
 
 
 def main() -> None:

@@ -10,22 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 from rich.console import Console
 
 from hostkit.cli._common import (
     ConfigOption,
+    Operator,
+    Reason,
     config_path,
     console,
-    exit_code,
-    fail,
+    report,
+    run_command,
     terminal_approver,
 )
-from hostkit.cli._render import approvals_table, print_pending, print_result
+from hostkit.cli._render import approvals_table
 from hostkit.cli._turn import stream_answer
 from hostkit.effects import ApprovalDecision
-from hostkit.errors import HostkitError
 from hostkit.host import Host
 
 __all__ = ["approvals"]
@@ -37,8 +37,6 @@ approvals = typer.Typer(
     no_args_is_help=True,
 )
 
-Reason = Annotated[str, typer.Option(help="audit reason (operator authority)")]
-Operator = Annotated[str, typer.Option(help="operator id for the audit")]
 ApprovalId = Annotated[str, typer.Argument(help="the approval id (apr_...)")]
 
 
@@ -63,10 +61,7 @@ def list_approvals(
                 return
             Console().print(approvals_table(found))
 
-    try:
-        anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
+    run_command(main)
 
 
 @approvals.command()
@@ -109,13 +104,6 @@ def _answer(
         async with Host.open(config_path(config), approver=terminal_approver()) as host:
             scope = await host.operator(operator, reason=reason)
             result = await stream_answer(host, approval_id, decision, by=scope)
-            print_result(console, result, database=str(host.config.database_path))
-            if result.outcome == "needs_user" and result.pending_approval:
-                print_pending(console, result.pending_approval, config=config)
-            return exit_code(result)
+            return report(result, database=host.config.database_path, config=config)
 
-    try:
-        code = anyio.run(main)
-    except HostkitError as exc:
-        raise fail(exc) from None
-    raise typer.Exit(code)
+    run_command(main)

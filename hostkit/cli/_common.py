@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
+import anyio
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
+from hostkit.cli._render import print_pending, print_result
 from hostkit.errors import HostkitError
 from hostkit.types import TurnResult
 
@@ -20,10 +23,14 @@ __all__ = [
     "EXIT_NOT_COMPLETED",
     "EXIT_OK",
     "ConfigOption",
+    "Operator",
+    "Reason",
     "config_path",
     "console",
     "exit_code",
     "fail",
+    "report",
+    "run_command",
     "stdin_is_a_terminal",
     "terminal_approver",
 ]
@@ -43,6 +50,10 @@ ConfigOption = Annotated[
 ]
 
 
+Reason = Annotated[str, typer.Option(help="audit reason (operator authority)")]
+Operator = Annotated[str, typer.Option(help="operator id for the audit")]
+
+
 def config_path(path: Path | None) -> Path | None:
     """The ``-c`` file, else ``./hostkit.toml`` if present, else None (the default config)."""
     if path is not None:
@@ -55,6 +66,23 @@ def fail(error: HostkitError) -> typer.Exit:
     """Print a typed error's bounded message; every error exits with status 2."""
     console.print(f"[bold red]error[/]: {escape(error.message)}", highlight=False)
     return typer.Exit(EXIT_ERROR)
+
+
+def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
+    """Print a turn's result (and how to answer its pending approval); its exit status."""
+    print_result(console, result, database=str(database))
+    if result.outcome == "needs_user" and result.pending_approval:
+        print_pending(console, result.pending_approval, config=config)
+    return exit_code(result)
+
+
+def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:
+    """Run a command's async body and exit with its status (typed errors: message, 2)."""
+    try:
+        code = anyio.run(main)
+    except HostkitError as exc:
+        raise fail(exc) from None
+    raise typer.Exit(code or EXIT_OK)
 
 
 def exit_code(result: TurnResult) -> int:
