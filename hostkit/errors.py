@@ -9,6 +9,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── ConfigError            a bad configuration value (names the key)
     │   ├── InvalidValue           a contract value failed validation
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
+    │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
     │   └── ApprovalRefused        a second, stale or superseded answer to an approval
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     ├── TurnRejected               validation/authority failure before turn.started
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidValue",
     "MigrationError",
     "NotFoundOrUnauthorized",
+    "PolicyRefusal",
     "ProviderError",
     "RuntimeFailure",
     "ScopeError",
@@ -149,6 +151,16 @@ class ApprovalClosed(HostkitError):
 
     def __init__(self) -> None:
         super().__init__("approvals are closed (the Host is shutting down)")
+
+
+class PolicyRefusal(UserError):
+    """A Host check refused an effect from inside its adapter, before any side effect.
+
+    Some checks can only run while the effect runs (a symlink out of the
+    workspace met during the walk, a private address in a DNS answer or a
+    redirect). The EffectRuntime reports these as ``denied``, like the checks
+    that run before invocation, never as a failure of the effect.
+    """
 
 
 class ApprovalRefused(UserError):

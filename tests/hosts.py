@@ -86,16 +86,3 @@ async def turn_rows(host: Host) -> list[tuple[str, str]]:
     return await host.store.read(
         lambda c: c.execute("SELECT turn_id, status FROM turns ORDER BY id").fetchall()
     )
-
-
-def builtin_capabilities(cfg: HostConfig, provider: ModelProvider) -> RuntimeCapabilities:
-    """A scripted provider with the Host's own tool source: the configured builtins."""
-    from hostkit.host import DefaultToolSource, NoChannels
-    from hostkit.testing import InMemoryMemorySource, StaticProviderSource
-
-    return RuntimeCapabilities(
-        providers=StaticProviderSource(provider),
-        memory=InMemoryMemorySource(),
-        tools=DefaultToolSource(cfg),
-        channels=NoChannels(),
-    )

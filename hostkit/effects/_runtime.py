@@ -18,7 +18,14 @@ from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._views import MIN_SECRET_CHARS, render_output, result
-from hostkit.errors import ApprovalClosed, ApprovalRefused, InvalidValue, UserError, bounded
+from hostkit.errors import (
+    ApprovalClosed,
+    ApprovalRefused,
+    InvalidValue,
+    PolicyRefusal,
+    UserError,
+    bounded,
+)
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.store import RuntimeStore
 from hostkit.types import (
@@ -335,6 +342,16 @@ class EffectRuntime:
         try:
             with anyio.fail_after(entry.tool.timeout_s):
                 output = await entry.tool.invoke(tool_context, checked.arguments)
+        except PolicyRefusal as exc:
+            return result(
+                call_id=call_id,
+                effect=effect,
+                status="denied",
+                started=True,
+                model_text="",
+                error=exc.message,
+                secrets=secrets,
+            )
         except TimeoutError:
             return result(
                 call_id=call_id,

@@ -36,7 +36,7 @@ import anyio
 import httpx
 
 from hostkit.effects._fetch import FetchError, FetchResult, fetch
-from hostkit.errors import ConfigError, UserError, bounded
+from hostkit.errors import ConfigError, PolicyRefusal, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata
 
@@ -88,7 +88,7 @@ _HEX = frozenset("0123456789abcdef")
 _DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: _HEX}
 
 
-class UrlDenied(UserError):
+class UrlDenied(PolicyRefusal):
     """The URL policy refused a URL or a redirect hop before any connection to it.
 
     ``reason`` is a short machine-readable cause: ``invalid``, ``scheme``,

@@ -55,7 +55,7 @@ from hostkit.effects._openat import (
     require_replaceable,
 )
 from hostkit.effects._openat import MAX_SYMLINK_HOPS as MAX_SYMLINK_HOPS
-from hostkit.errors import ConfigError, InvalidValue, RuntimeFailure, UserError
+from hostkit.errors import ConfigError, InvalidValue, PolicyRefusal, RuntimeFailure, UserError
 
 __all__ = [
     "MAX_LIST_ENTRIES",
@@ -99,7 +99,7 @@ class WorkspaceError(UserError):
         super().__init__(message)
 
 
-class WorkspaceEscape(WorkspaceError):
+class WorkspaceEscape(WorkspaceError, PolicyRefusal):
     """The path would leave the workspace: absolute, ``..``, a link or a hard link out.
 
     Reasons: absolute, parent, symlink, hardlink.

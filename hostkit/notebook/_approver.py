@@ -33,8 +33,7 @@ class WidgetApprover:
 
     def __init__(self, view_for: Callable[[str], TurnView | None] | None = None) -> None:
         self._view_for = view_for or (lambda turn_id: None)
-        self.orphans = TurnView("(approvals for turns started outside chat)", "host")
-        self.orphans.outcome.value = ""
+        self.orphans = TurnView.board("approvals for turns started outside chat")
 
     def bind(self, view_for: Callable[[str], TurnView | None]) -> None:
         self._view_for = view_for

@@ -19,12 +19,15 @@ from typing import Any
 import anyio
 import psutil
 
+from hostkit.errors import ConfigError
 from hostkit.host import Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
 from hostkit.notebook._turn import TurnView
 from hostkit.types import (
     ConversationFacts,
     FreshSession,
+    PrincipalScope,
     ResumeSession,
     SessionSelector,
     TurnRequest,
@@ -59,8 +62,11 @@ class NotebookHost:
             channel="notebook", conversation_key=conversation, principal_key=principal
         )
         self.views: dict[str, TurnView] = {}
+        self.last_view: TurnView | None = None
         self._by_turn: dict[str, TurnView] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.config_source: HostConfig | str | Path | None = None
+        self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
         approver.bind(self._by_turn.get)
 
@@ -85,6 +91,22 @@ class NotebookHost:
         self.run_in(view, message, session=session)
         return view
 
+    async def scope(self) -> PrincipalScope:
+        """This notebook's conversation scope: what its own sessions are owned by."""
+        return await self.host.authority.for_conversation(self.facts)
+
+    async def context_inspector(self, *, turn_id: str | None = None) -> ContextInspector:
+        """The context decisions of this conversation's latest turn (or ``turn_id``)."""
+        scope = await self.scope()
+        return await ContextInspector.load(
+            self.host, scope, session_id=None if turn_id else scope.session_id, turn_id=turn_id
+        )
+
+    async def budget_inspector(self) -> BudgetInspector:
+        """Token usage, calibration and cost of this conversation's session."""
+        scope = await self.scope()
+        return await BudgetInspector.load(self.host, scope, scope.session_id or "")
+
     def run_in(
         self, view: TurnView, message: str, *, session: str | SessionSelector | None = None
     ) -> None:
@@ -96,6 +118,7 @@ class NotebookHost:
             core_id=view.agent,
             session=_selector(session),
         )
+        self.last_view = view
         task = asyncio.get_running_loop().create_task(self._drive(view, request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -197,12 +220,21 @@ async def start(
     """
     global _current
     if _current is not None and not _current.closed:
+        same = (config is None or config == _current.config_source) and (
+            capabilities is None or capabilities is _current.capabilities
+        )
+        if not same:
+            raise ConfigError(
+                "a Host already runs in this kernel with another configuration; "
+                "await hostkit.notebook.current().aclose() first"
+            )
         return _current
     if config is None and await anyio.Path("hostkit.toml").exists():
         config = Path("hostkit.toml")
     approver = WidgetApprover()
     host = await Host.start(config, capabilities=capabilities, approver=approver)
     notebook = NotebookHost(host, approver, conversation=conversation)
+    notebook.config_source, notebook.capabilities = config, capabilities
     _current = notebook
     atexit.register(notebook._emergency_stop)
     return notebook

@@ -257,9 +257,11 @@ def totals_line(totals: TokenTotals) -> str:
     """Steps, buckets and cost of a total, on one line."""
     cost = f"cost {cost_text(totals.cost_usd)}"
     if totals.cost_usd is not None and totals.unpriced_steps:
-        cost += f" (+{totals.unpriced_steps} unpriced steps)"
+        unpriced = totals.unpriced_steps
+        cost += f" (+{unpriced} unpriced step{'' if unpriced == 1 else 's'})"
     return (
-        f"{totals.steps} steps, input {totals.input_tokens:,}, output {totals.output_tokens:,}, "
+        f"{totals.steps} step{'' if totals.steps == 1 else 's'}, "
+        f"input {totals.input_tokens:,}, output {totals.output_tokens:,}, "
         f"cache read {totals.cache_read_tokens:,}, cache write {totals.cache_write_tokens:,}; "
         f"{cost}"
     )

@@ -97,7 +97,7 @@ class ContextInspector(_Inspector):
         parts = [header_html(view)]
         parts += [step_html(step) for step in view.steps] or ["<i>no context decisions</i>"]
         if view.steps_truncated:
-            parts.append(f"<i>only the first {len(view.steps)} steps are shown</i>")
+            parts.append(f"<i>only the first {plural(len(view.steps), 'step')} are shown</i>")
         parts.append(legend_html())
         super().__init__(children=[widgets.HTML("".join(parts))])
 
@@ -141,11 +141,12 @@ class ContextInspector(_Inspector):
             if labels := badges_of(step):
                 lines.append("  " + ", ".join(labels))
             lines.extend(
-                f"  {layer.name}: {layer.tokens} tokens, {layer.items} items, {layer.pruned} pruned"
+                f"  {layer.name}: {plural(layer.tokens, 'token')}, {plural(layer.items, 'item')},"
+                f" {layer.pruned} pruned"
                 for layer in step.layers
             )
         if view.steps_truncated:
-            lines.append(f"(only the first {len(view.steps)} steps are shown)")
+            lines.append(f"(only the first {plural(len(view.steps), 'step')} are shown)")
         return "\n".join(lines)
 
 
@@ -187,8 +188,10 @@ class BudgetInspector(_Inspector):
         for turn in view.turns:
             lines.append(f"turn {turn.turn_id} ({turn.status}): {totals_line(turn.totals)}")
             lines.extend(
-                f"  step {s.step_id} {s.model}: input {s.input_tokens}, output {s.output_tokens},"
-                f" cache read {s.cache_read_tokens}, cache write {s.cache_write_tokens};"
+                f"  step {s.step_id} {s.model}: input {number(s.input_tokens)},"
+                f" output {number(s.output_tokens)},"
+                f" cache read {number(s.cache_read_tokens)},"
+                f" cache write {number(s.cache_write_tokens)};"
                 f" estimated {number(s.estimated_input_tokens)}"
                 f" (error {'-' if s.error_pct is None else f'{s.error_pct:+.1f}%'});"
                 f" cost {cost_text(s.cost_usd)}"
@@ -350,3 +353,8 @@ class ApprovalsPanel(_Inspector):
             for line in self.lines.values()
         ]
         return "\n".join(lines or ["no approvals"])
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 item``, ``2 items``, ``1,200 tokens``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -20,7 +20,7 @@ from hostkit.errors import HostkitError
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnResult
 
-__all__ = ["ApprovalPending", "ApprovalRow", "TurnView"]
+__all__ = ["ApprovalPending", "ApprovalRow", "TurnView", "close_tree"]
 
 _MAX_REPLY_CHARS = 20_000
 _STATUS_COLOURS = {
@@ -76,6 +76,15 @@ class ApprovalRow:
     def buttons(self) -> tuple[widgets.Button, widgets.Button, widgets.Button]:
         return (self.approve_once, self.approve_session, self.deny)
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle = {
+                **bundle,
+                "text/plain": f"approval of {self.effect}: {_strip(self.status.value)}",
+            }
+        return bundle
+
     def close(self, text: str) -> None:
         self.answered = True
         for button in self.buttons:
@@ -86,39 +95,59 @@ class ApprovalRow:
 class TurnView:
     """The live panel of one turn; ``await view`` gives its ``TurnResult``.
 
-    ``reply`` streams the model's text, ``steps`` lists each effect with its
-    status, approval rows appear while the turn waits for a decision, and
-    ``outcome`` shows how it ended. Awaiting while an approval is open raises
-    ``ApprovalPending`` instead of blocking the kernel.
+    The panel shows the streamed reply, each step and effect with its
+    status, approval rows while the turn waits for a decision, and how it
+    ended. Its widgets are built when it is first displayed (a turn nobody
+    shows costs no widgets); until then, and after, the state lives here.
+    Awaiting while an approval is open raises ``ApprovalPending`` instead of
+    blocking the kernel.
     """
 
     def __init__(self, message: str, agent: str) -> None:
+        self.message = message
         self.agent = agent
         self.turn_id: str | None = None
         self.result: TurnResult | None = None
         self.error: BaseException | None = None
+        self.rows: list[ApprovalRow] = []
         self._reply: list[str] = []
         self._reply_chars = 0
-        self.header = widgets.HTML(
-            f"<b>{html.escape(agent)}</b> ← {html.escape(_cut(message, 300))}"
-        )
-        self.reply = widgets.HTML("")
-        self.steps = widgets.VBox([])
-        self.approvals = widgets.VBox([])
-        self.outcome = widgets.HTML("<i>running…</i>")
-        self.panel = widgets.VBox(
-            [self.header, self.reply, self.steps, self.approvals, self.outcome],
-            layout=widgets.Layout(border="1px solid #d0d7de", padding="6px"),
-        )
-        self.rows: list[ApprovalRow] = []
+        self._steps: list[tuple[str, str | None]] = []
+        self._outcome = "<i>running…</i>"
+        self._panel: _Panel | None = None
         self._done = asyncio.Event()
         self._asking = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
 
+    @classmethod
+    def board(cls, title: str) -> TurnView:
+        """A panel that belongs to no single turn (approval rows from elsewhere)."""
+        view = cls(title, "host")
+        view._outcome = ""
+        return view
+
     # -- what the cell shows -------------------------------------------------------
 
+    @property
+    def panel(self) -> widgets.VBox:
+        """The panel widget (built on first use)."""
+        if self._panel is None:
+            self._panel = _Panel(self)
+        return self._panel.box
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.panel._repr_mimebundle_(**kwargs)
+        bundle = self.panel._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle = {**bundle, "text/plain": self.text()}
+        return bundle
+
+    def close(self) -> None:
+        """Close the panel's widgets (their models leave the kernel and the saved notebook)."""
+        if self._panel is not None:
+            close_tree(self._panel.box)
+            self._panel = None
+        for row in self.rows:
+            close_tree(row.widget)
 
     @property
     def done(self) -> bool:
@@ -132,9 +161,9 @@ class TurnView:
     def text(self) -> str:
         """The panel as plain text (for assertions and terminals)."""
         lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
-        lines += [_strip(step.value) for step in self.steps.children if hasattr(step, "value")]
+        lines += [f"• {text}" for text, _ in self._steps]
         lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
-        lines.append(_strip(self.outcome.value))
+        lines.append(_strip(self._outcome))
         return "\n".join(lines)
 
     async def approval(self, timeout_s: float = 30.0) -> ApprovalRow | None:
@@ -173,7 +202,7 @@ class TurnView:
     # -- what the turn's task does -----------------------------------------------
 
     def apply(self, event: TurnEvent) -> None:
-        """Update the panel from one turn event (called on the kernel's loop)."""
+        """Update the state (and the panel, if shown) from one turn event."""
         data = event.data
         if event.kind == "turn.started":
             self.turn_id = event.turn_id
@@ -182,7 +211,7 @@ class TurnView:
             if self._reply_chars < _MAX_REPLY_CHARS:
                 self._reply.append(text[: _MAX_REPLY_CHARS - self._reply_chars])
                 self._reply_chars += len(text)
-                self.reply.value = _paragraph("".join(self._reply))
+                self._refresh_reply()
         elif event.kind == "provider.completed" and data.get("tool_calls"):
             names = ", ".join(str(name) for name in data["tool_calls"])
             self._step(f"step {data.get('step', 0)}: the model calls {names}", "#57606a")
@@ -197,33 +226,74 @@ class TurnView:
 
     def add_row(self, row: ApprovalRow) -> None:
         self.rows.append(row)
-        self.approvals.children = (*self.approvals.children, row.widget)
+        if self._panel is not None:
+            self._panel.approvals.children = (*self._panel.approvals.children, row.widget)
         self._asking.set()
 
     def finish(self, result: TurnResult | None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
         if result is not None:
             if result.outcome == "completed" and not self._reply:
-                self.reply.value = _paragraph(result.text)
                 self._reply.append(result.text)
+                self._refresh_reply()
             detail = f" — {result.error}" if result.error else ""
             colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
-            self.outcome.value = (
+            self._outcome = (
                 f"<span style='color:{colour}'><b>{result.outcome}</b>{html.escape(detail)}</span>"
             )
         else:
-            self.outcome.value = (
+            self._outcome = (
                 f"<span style='color:#cf222e'><b>error</b>: {html.escape(str(error))}</span>"
             )
+        if self._panel is not None:
+            self._panel.outcome.value = self._outcome
         self._done.set()
         self._asking.set()
 
     def _step(self, text: str, colour: str | None) -> None:
-        style = f" style='color:{colour}'" if colour else ""
-        self.steps.children = (
-            *self.steps.children,
-            widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>"),
+        self._steps.append((_cut(text, 300), colour))
+        if self._panel is not None:
+            self._panel.add_step(text, colour)
+
+    def _refresh_reply(self) -> None:
+        if self._panel is not None:
+            self._panel.reply.value = _paragraph("".join(self._reply))
+
+
+class _Panel:
+    """The widgets of one TurnView, built from its state when first displayed."""
+
+    def __init__(self, view: TurnView) -> None:
+        self.header = widgets.HTML(
+            f"<b>{html.escape(view.agent)}</b> ← {html.escape(_cut(view.message, 300))}"
         )
+        self.reply = widgets.HTML(_paragraph("".join(view._reply)))
+        self.steps = widgets.VBox([_step_widget(text, colour) for text, colour in view._steps])
+        self.approvals = widgets.VBox([row.widget for row in view.rows])
+        self.outcome = widgets.HTML(view._outcome)
+        self.box = widgets.VBox(
+            [self.header, self.reply, self.steps, self.approvals, self.outcome],
+            layout=widgets.Layout(border="1px solid #d0d7de", padding="6px"),
+        )
+
+    def add_step(self, text: str, colour: str | None) -> None:
+        self.steps.children = (*self.steps.children, _step_widget(text, colour))
+
+
+def close_tree(widget: widgets.Widget) -> None:
+    """Close a widget, its children, and their layout and style models."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    for part in ("layout", "style"):
+        model = getattr(widget, part, None)
+        if isinstance(model, widgets.Widget):
+            model.close()
+    widget.close()
+
+
+def _step_widget(text: str, colour: str | None) -> widgets.HTML:
+    style = f" style='color:{colour}'" if colour else ""
+    return widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>")
 
 
 def _describe(effect: str, view: Mapping[str, Any]) -> str:

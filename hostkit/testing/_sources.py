@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from hostkit.effects import AuthoredTool
 from hostkit.host import (
     AgentMemory,
+    DefaultToolSource,
+    HostConfig,
     MemoryRequest,
     NoChannels,
     ProviderRequest,
@@ -83,12 +85,37 @@ def capabilities(
     *,
     tools: Sequence[AuthoredTool] = (),
     observer: Observer | None = None,
+    config: HostConfig | None = None,
 ) -> RuntimeCapabilities:
-    """Capabilities for a test Host: given providers and tools, in-memory memory."""
+    """Capabilities for a test Host: given providers and tools, in-memory memory.
+
+    With ``config``, the agents' configured ``builtins`` (files, web,
+    terminal) come too, built by the Host's own tool source.
+    """
+    source: StaticToolSource | _WithBuiltins = StaticToolSource(tools)
+    if config is not None:
+        source = _WithBuiltins(StaticToolSource(tools), DefaultToolSource(config))
     return RuntimeCapabilities(
         providers=StaticProviderSource(provider),
         memory=InMemoryMemorySource(),
-        tools=StaticToolSource(tools),
+        tools=source,
         channels=NoChannels(),
         observer=observer,
     )
+
+
+class _WithBuiltins:
+    """The given tools plus the configured builtins (the builtins' source owns their resources)."""
+
+    def __init__(self, given: StaticToolSource, builtins: DefaultToolSource) -> None:
+        self._given = given
+        self._builtins = builtins
+
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+        given = list(await self._given.tools(request))
+        names = {tool.name for tool in given}
+        extra = [t for t in await self._builtins.tools(request) if t.name not in names]
+        return [*given, *extra]
+
+    async def aclose(self) -> None:
+        await self._builtins.aclose()

@@ -122,7 +122,7 @@ async def test_web_extract_builtin_reads_an_allowlisted_page_and_refuses_others(
             result = await host.turns.run(request())
         finally:
             await host.aclose()
-    assert [e.status for e in result.effects] == ["succeeded", "failed"]
+    assert [e.status for e in result.effects] == ["succeeded", "denied"]
     assert "Lemmings live under the snow" in model.requests[1].messages[-1].content
     assert "metadata" in model.requests[2].messages[-1].content
     assert len(server.requests) == 1, "the refused URL was never requested"

@@ -11,8 +11,8 @@ import pytest
 
 from hostkit.effects import ApprovalDecision, ApprovalRequest
 from hostkit.host import Host, parse_config
-from hostkit.testing import CallTools, Reply, ScriptedModel
-from tests.hosts import builtin_capabilities, request
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.hosts import request
 from tests.security.test_process_tree import TREE, TREE_SIZE, Record, survivors, wait_marks
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +69,7 @@ async def test_terminal_asks_first_then_runs_in_the_workspace(tmp_path: Path) ->
     approver = Approver("approve_once")
     config = terminal_config(tmp_path, policy={"allow": ["*"], "ask": ["terminal.run"]})
     async with Host.open(
-        config, capabilities=builtin_capabilities(config, model), approver=approver
+        config, capabilities=capabilities(model, config=config), approver=approver
     ) as host:
         result = await host.turns.run(request("where am I?"))
     assert result.outcome == "completed"
@@ -86,7 +86,7 @@ async def test_an_unanswered_terminal_call_spawns_nothing(tmp_path: Path) -> Non
     marker = tmp_path / "ws" / "ran"
     model = ScriptedModel([run_call(argv=["touch", "ran"]), Reply("done")])
     config = terminal_config(tmp_path, policy={"allow": ["*"], "ask": ["terminal.*"]})
-    async with Host.open(config, capabilities=builtin_capabilities(config, model)) as host:
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
         result = await host.turns.run(request("touch it"))
         assert result.outcome == "needs_user"
         assert not marker.exists()
@@ -107,7 +107,7 @@ async def test_a_granted_secret_reaches_the_child_and_never_the_views(
     approver = Approver("approve_session")
     config = terminal_config(tmp_path, secrets=["HK_DEPLOY_TOKEN"])
     async with Host.open(
-        config, capabilities=builtin_capabilities(config, model), approver=approver
+        config, capabilities=capabilities(model, config=config), approver=approver
     ) as host:
         result = await host.turns.run(request("deploy"))
         rows = await host.store.read(lambda c: c.execute("SELECT content FROM messages").fetchall())
@@ -129,7 +129,7 @@ async def test_an_ungranted_secret_is_denied_before_anyone_is_asked(
     approver = Approver("approve_once")
     config = terminal_config(tmp_path)
     async with Host.open(
-        config, capabilities=builtin_capabilities(config, model), approver=approver
+        config, capabilities=capabilities(model, config=config), approver=approver
     ) as host:
         result = await host.turns.run(request("deploy"))
     assert [e.status for e in result.effects] == ["denied"]
@@ -146,7 +146,7 @@ async def test_host_close_ends_every_background_tree(tmp_path: Path, reaper: lis
         ]
     )
     config = terminal_config(tmp_path)
-    host = await Host.start(config, capabilities=builtin_capabilities(config, model))
+    host = await Host.start(config, capabilities=capabilities(model, config=config))
     try:
         result = await host.turns.run(request("start the tree"))
         assert result.outcome == "completed"

@@ -213,3 +213,47 @@ async def test_closing_withdraws_a_pending_prompt(notebook: hn.NotebookHost) -> 
     await until(lambda: view.done)
     assert stamped == []
     assert view.rows[0].answered
+
+
+async def test_a_second_start_with_another_configuration_is_refused(
+    notebook: hn.NotebookHost, tmp_path: Path
+) -> None:
+    from hostkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="already runs"):
+        await hn.start(notebook_config(tmp_path / "other"))
+
+
+async def test_panels_cost_no_widgets_until_shown_and_close_cleanly(
+    notebook: hn.NotebookHost,
+) -> None:
+    from ipywidgets.widgets.widget import _instances as live  # no public count exists
+
+    before = len(live)
+    view = notebook.chat("stamp one")
+    row = await view.approval()
+    assert row is not None
+    row_widgets = len(live) - before  # the row's buttons exist
+    row.approve_once.click()
+    await view
+    assert len(live) - before == row_widgets
+    bundle = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "desk.stamp: succeeded" in bundle["text/plain"]
+    view.close()
+    assert len(live) == before
+
+
+async def test_the_notebook_inspects_its_own_conversation(notebook: hn.NotebookHost) -> None:
+    view = notebook.chat("stamp one")
+    row = await view.approval()
+    assert row is not None
+    row.approve_once.click()
+    result = await view
+    scope = await notebook.scope()
+    assert scope.session_id == result.session_id
+    context = await notebook.context_inspector()
+    assert context.model.turn_id == result.turn_id
+    budget = await notebook.budget_inspector()
+    assert budget.model.session_id == result.session_id
+    assert notebook.last_view is view

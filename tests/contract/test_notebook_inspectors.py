@@ -197,7 +197,7 @@ def test_the_budget_inspector_plots_input_and_output_per_step_and_totals_cost() 
     assert "cost unknown" in text  # the unpriced model's step and turn
     assert "calibration: openai/gpt-4o-mini estimator charclass ratio 0.970 over 3" in text
     assert "totals: 3 steps, input 1,190, output 64" in text
-    assert "cost $0.000198 (+1 unpriced steps)" in text
+    assert "cost $0.000198 (+1 unpriced step)" in text
 
 
 def test_the_session_browser_lists_rows_escaped() -> None:
