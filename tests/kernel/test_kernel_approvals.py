@@ -1,0 +1,156 @@
+"""A real kernel, driven as JupyterLab drives it: a cell starts a turn that needs approval and
+returns its panel; the frontend clicks Approve once over the wire; the turn completes.
+
+The click arrives either while the kernel is idle or while another cell is
+busy awaiting. What hostkit.notebook guarantees is the same in both: the turn
+completes and the file is written exactly once. *When* the click is handled
+during a busy cell differs between ipykernel versions; the test records it
+(printed with ``-s``) without asserting it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.kernel.frontend import (
+    REQUIRE_OLDEST,
+    Frontend,
+    KernelChoice,
+    kernel_choices,
+    running_kernel,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+CONTENT = "written after a real click"
+HOSTKIT_TOML = f"""
+[providers.scripted]
+kind = "scripted"
+script = [
+  {{ tool = "files.write", arguments = {{ path = "approved.md", content = "{CONTENT}" }} }},
+  {{ reply = "wrote approved.md" }},
+]
+
+[agents.assistant]
+provider = "scripted"
+builtins = ["files.write"]
+memory = false
+
+[agents.assistant.policy]
+allow = ["*"]
+ask = ["files.write"]
+"""
+
+START_TURN = """\
+import hostkit.notebook as hn
+nb = await hn.start()
+view = nb.chat("write it")
+view"""
+BUSY_CELL = "import asyncio\nawait asyncio.sleep(3)"
+BUSY_CELL_S = 3.0
+FINISH_TURN = "r = await view\nprint(r.outcome)\nprint(view.text())"
+VERSION = "import ipykernel\nprint(ipykernel.__version__)"
+
+# Bounds: a cold kernel plus the first hostkit import can take several seconds on 2 cores.
+CELL_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def choices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelChoice | str]:
+    return kernel_choices(tmp_path_factory.mktemp("kernelspecs"))
+
+
+@pytest.fixture(params=["pinned", "oldest"])
+def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str]) -> KernelChoice:
+    choice = choices[request.param]
+    if isinstance(choice, str):
+        if os.environ.get(REQUIRE_OLDEST):
+            pytest.fail(choice)
+        pytest.skip(choice)
+    return choice
+
+
+@pytest.fixture
+async def workspace(tmp_path: Path) -> Path:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(HOSTKIT_TOML)
+    return tmp_path
+
+
+def writes_recorded(database: Path) -> int:
+    """How many files.write effects the Host recorded as run (from its own turn events)."""
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT detail FROM turn_events WHERE kind = 'effect.completed'")
+        details = [json.loads(detail) for (detail,) in rows]
+    return sum(
+        1 for d in details if d.get("effect") == "files.write" and d.get("status") == "succeeded"
+    )
+
+
+async def start_turn_and_find_the_button(frontend: Frontend) -> str:
+    """Run the cell that starts the turn; return the Approve once button's comm id."""
+    cell = frontend.execute(START_TURN)
+    await frontend.finished(cell, timeout_s=CELL_TIMEOUT_S)
+    # The cell shows the panel (one persistent widget) and returns before anything is asked.
+    [shown] = frontend.outputs(cell, "execute_result", "display_data")
+    panel = shown.content["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert frontend.widgets[panel].state["_model_name"] == "VBoxModel"
+    button = await frontend.until(
+        lambda: frontend.button("Approve once"), timeout_s=CELL_TIMEOUT_S, what="Approve once"
+    )
+    assert button.state["disabled"] is False
+    return button.comm_id
+
+
+@pytest.mark.parametrize("cells", ["idle", "busy"])
+async def test_a_click_sent_over_the_wire_resumes_the_turn(
+    kernel: KernelChoice, workspace: Path, cells: str
+) -> None:
+    async with running_kernel(kernel, cwd=workspace) as frontend:
+        version = frontend.execute(VERSION)
+        await frontend.finished(version, timeout_s=CELL_TIMEOUT_S)
+        button = await start_turn_and_find_the_button(frontend)
+        assert not (workspace / "approved.md").exists()
+
+        busy_done = float("-inf")
+        if cells == "busy":
+            busy = frontend.execute(BUSY_CELL)
+            await frontend.until(
+                lambda: frontend.started(busy), timeout_s=CELL_TIMEOUT_S, what="the busy cell"
+            )
+            clicked = frontend.click(button)
+            await frontend.finished(busy, timeout_s=BUSY_CELL_S + CELL_TIMEOUT_S)
+            reply = frontend.reply(busy)
+            assert reply is not None
+            busy_done = reply.at
+        else:
+            clicked = frontend.click(button)
+
+        finish = frontend.execute(FINISH_TURN)
+        await frontend.finished(finish, timeout_s=CELL_TIMEOUT_S)
+        outcome, *panel = frontend.stdout(finish).splitlines()
+
+        # When the kernel handled the click: the button's model turns disabled then.
+        handled = frontend.first_update(button, lambda state: state.get("disabled") is True)
+        print(
+            f"\nipykernel {frontend.stdout(version).strip()} ({kernel.id}), cells {cells}: "
+            f"click handled {handled - clicked:.2f} s after it was sent"
+            + (
+                f"; {'during' if handled < busy_done else 'after'} the busy cell "
+                f"(which replied {busy_done - clicked:.2f} s after the click)"
+                if cells == "busy"
+                else ""
+            )
+        )
+
+    assert outcome == "completed"
+    assert handled < float("inf"), "the Approve button was never disabled: no click handled"
+    assert "approval files.write: approved once" in panel
+    assert panel.count("• files.write: succeeded") == 1
+    assert (workspace / "approved.md").read_text() == CONTENT
+    assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1
