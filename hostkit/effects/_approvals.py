@@ -12,6 +12,7 @@ prompt however many callers wait, and a cancelled waiter leaves the queue.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 APPROVAL_TTL_S = 8 * 3600.0
+# Conversations whose binding is tracked, and cached approvals before expired ones are swept.
+MAX_TRACKED = 10_000
 
 ApprovalDecision = Literal["approve_once", "approve_session", "deny"]
 ApprovalOutcome = Literal["approved", "denied", "unanswered"]
@@ -104,7 +107,8 @@ class ApprovalRuntime:
         self._clock = clock
         self._cache: dict[ApprovalKey, float] = {}
         self._pending: dict[ApprovalKey, _Pending] = {}
-        self._bindings: dict[tuple[str, str], str] = {}
+        # Last session seen per conversation, for rebinding; bounded (oldest forgotten).
+        self._bindings: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._asking: set[anyio.CancelScope] = set()
         self._closed = False
 
@@ -118,15 +122,26 @@ class ApprovalRuntime:
         Starting a replacement session, or resuming another one, is a
         conversation-binding change: the previous session's approvals go.
         """
-        previous = self._bindings.get((principal_id, conversation))
-        self._bindings[(principal_id, conversation)] = session_id
+        conversation_key = (principal_id, conversation)
+        previous = self._bindings.pop(conversation_key, None)
+        self._bindings[conversation_key] = session_id
+        if len(self._bindings) > MAX_TRACKED:
+            self._bindings.popitem(last=False)
         if previous is not None and previous != session_id:
             self.invalidate(session_id=previous)
 
     def remember(self, key: ApprovalKey) -> None:
         """Cache an "approve for session" given outside a prompt (a durable answer)."""
         if not self._closed:
-            self._cache[key] = self._clock() + self._ttl_s
+            self._store(key)
+
+    def _store(self, key: ApprovalKey) -> None:
+        now = self._clock()
+        if len(self._cache) >= MAX_TRACKED:
+            # Expired entries are otherwise dropped only when their key is looked up.
+            for stale in [k for k, expires in self._cache.items() if expires <= now]:
+                del self._cache[stale]
+        self._cache[key] = now + self._ttl_s
 
     def cached(self, key: ApprovalKey) -> bool:
         """True while a session approval for ``key`` is live (expired entries are dropped)."""
@@ -197,7 +212,7 @@ class ApprovalRuntime:
         if decision is None:
             return "unanswered"
         if decision == "approve_session" and cacheable:
-            self._cache[key] = self._clock() + self._ttl_s
+            self._store(key)
         return "denied" if decision == "deny" else "approved"
 
     def waiting(self, key: ApprovalKey) -> int:

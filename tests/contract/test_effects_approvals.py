@@ -194,3 +194,21 @@ def test_the_approver_sees_a_bounded_redacted_view() -> None:
     request = make_request()
     assert request.view["api_key"] == "[redacted]"
     assert request.view["path"] == "notes.md"
+
+
+async def test_expired_approvals_are_swept_when_the_cache_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hostkit.effects import _approvals
+
+    monkeypatch.setattr(_approvals, "MAX_TRACKED", 3)
+    clock = Clock()
+    runtime = ApprovalRuntime(clock=clock)
+    keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(3)]
+    for key in keys:
+        runtime.remember(key)
+    clock.now += APPROVAL_TTL_S + 1
+    fresh = ApprovalKey("p", "ses_new", "fp", "files.write")
+    runtime.remember(fresh)
+    assert len(runtime._cache) == 1
+    assert runtime.cached(fresh)
