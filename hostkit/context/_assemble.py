@@ -91,7 +91,9 @@ def group_history(
     raw: list[tuple[list[ModelMessage], list[int]]] = []
     for seq, message in window:
         if message.role == "tool":
-            if raw and raw[-1][0][0].tool_calls:
+            head = raw[-1][0][0] if raw else None
+            # Only a result for a call the group's head made belongs to it.
+            if head is not None and any(c.call_id == message.tool_call_id for c in head.tool_calls):
                 raw[-1][0].append(message)
                 raw[-1][1].append(seq)
             continue

@@ -199,22 +199,26 @@ def claim(
     row = conn.execute(
         f"SELECT {_COLUMNS}, a.arguments FROM approvals a WHERE a.approval_id = ?", [approval_id]
     ).fetchone()
+    # Raw arguments are kept only until the one execution that needs them.
+    conn.execute("UPDATE approvals SET arguments = '{}' WHERE approval_id = ?", [approval_id])
     return ClaimedApproval(_approval(row[:-1]), FrozenMap(json.loads(row[-1])))
 
 
 def mark_stale(conn: sqlite3.Connection, approval_id: str) -> None:
     conn.execute(
-        "UPDATE approvals SET status = 'stale', decided_at = COALESCE(decided_at, ?) "
-        "WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
+        "UPDATE approvals SET status = 'stale', decided_at = COALESCE(decided_at, ?), "
+        "arguments = '{}' WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
         [now(conn), approval_id],
     )
 
 
 def supersede(conn: sqlite3.Connection, session_id: str) -> int:
-    """A new ordinary turn runs in the session: its paused calls are void."""
+    """A new ordinary turn runs in the session: its paused calls that have not run are void."""
+    # Answered but not yet run counts too: its result would land after newer messages.
     cursor = conn.execute(
-        "UPDATE approvals SET status = 'superseded', decided_at = ? "
-        "WHERE session_id = ? AND status = 'pending'",
+        "UPDATE approvals SET status = 'superseded', decided_at = COALESCE(decided_at, ?), "
+        "arguments = '{}' WHERE session_id = ? AND (status = 'pending' OR "
+        "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL))",
         [now(conn), session_id],
     )
     return cursor.rowcount

@@ -453,3 +453,27 @@ async def test_an_answer_whose_continuation_never_ran_can_be_resumed_once(
     assert first.outcome == "completed"
     assert again.turn_id == first.turn_id
     assert stamps.lines() == ["one"]
+
+
+async def test_an_answered_call_that_never_ran_is_void_once_the_session_moves_on(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("moved on")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        operator = await host.operator("ops", reason="answer approvals")
+        assert paused.pending_approval
+        ledger = ApprovalLedger(host.store)
+        await ledger.answer(
+            operator, paused.pending_approval, decision="approve_once", fingerprint=None
+        )
+        assert (await host.turns.run(request("never mind"))).outcome == "completed"
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.resume(paused.pending_approval, by=operator)
+        assert refused.value.reason == "superseded"
+        raw = await host.store.read(
+            lambda c: c.execute("SELECT arguments FROM approvals").fetchall()
+        )
+    assert raw == [("{}",)]  # raw arguments are not kept once they can never run
+    assert stamps.lines() == []
