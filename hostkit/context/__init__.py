@@ -22,12 +22,13 @@ from hostkit.context._estimate import (
     EstimatorRegistry,
     TokenizerEstimator,
 )
-from hostkit.context._manager import REFERENCE_ONLY, ContextManager, SummarizerSource
+from hostkit.context._manager import REFERENCE_ONLY, SUMMARY_CUT, ContextManager, SummarizerSource
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_FILES",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "REFERENCE_ONLY",
+    "SUMMARY_CUT",
     "BootstrapSnapshot",
     "BootstrapSource",
     "CharEstimator",

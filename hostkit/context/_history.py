@@ -161,25 +161,23 @@ def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> boo
     raw = decision.get("raw_input_tokens")
     reported = usage.input_tokens  # cache buckets are subsets of it (see Usage)
     if raw and reported > 0 and decision.get("estimator"):
-        _calibrate(conn, observation, str(decision["estimator"]), reported / raw)
+        provider = str(decision.get("provider") or observation.provider)
+        model = str(decision.get("model") or observation.model)
+        key = (observation.session_id, provider, model, str(decision["estimator"]))
+        _calibrate(conn, key, reported / raw)
     return True
 
 
-def _calibrate(
-    conn: sqlite3.Connection, observation: UsageObservation, estimator: str, sample: float
-) -> None:
+def _calibrate(conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float) -> None:
+    """Move the session's ratio toward ``sample``; another provider/model/estimator resets it."""
+    session_id, provider, model, estimator = key
     sample = min(MAX_RATIO, max(MIN_RATIO, sample))
     row = conn.execute(
         "SELECT provider, model, estimator, ratio, samples FROM context_calibration "
         "WHERE session_id = ?",
-        [observation.session_id],
+        [session_id],
     ).fetchone()
-    same = row is not None and tuple(row[:3]) == (
-        observation.provider,
-        observation.model,
-        estimator,
-    )
-    # Another provider, model or estimator: the old ratio says nothing about this one.
+    same = row is not None and tuple(row[:3]) == (provider, model, estimator)
     ratio, samples = (float(row[3]), int(row[4])) if same and row else (sample, 0)
     weight = min(samples, MAX_SAMPLES - 1)
     ratio = (ratio * weight + sample) / (weight + 1)
@@ -189,12 +187,5 @@ def _calibrate(
         "ON CONFLICT(session_id) DO UPDATE SET provider = excluded.provider, "
         "model = excluded.model, estimator = excluded.estimator, ratio = excluded.ratio, "
         "samples = excluded.samples, updated_at = excluded.updated_at",
-        [
-            observation.session_id,
-            observation.provider,
-            observation.model,
-            estimator,
-            ratio,
-            samples + 1,
-        ],
+        [session_id, provider, model, estimator, ratio, samples + 1],
     )

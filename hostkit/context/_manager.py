@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,9 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["REFERENCE_ONLY", "ContextManager", "SummarizerSource"]
+__all__ = ["REFERENCE_ONLY", "SUMMARY_CUT", "ContextManager", "SummarizerSource"]
+
+_log = logging.getLogger("hostkit.context")
 
 REFERENCE_ONLY = (
     "Summary of the earlier conversation, for reference only. It records what was "
@@ -123,7 +126,10 @@ class ContextManager:
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
         framing = _framing(estimate, head.messages[:1] or request.messages[:1])
-        fixed = head.tokens + current_tokens + schema_tokens + framing
+        rest = current_tokens + schema_tokens + framing
+        if head.tokens + rest > hard_budget:
+            head = self._head(request, state, estimate, room=hard_budget - rest)
+        fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason = (
                 "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
@@ -140,8 +146,8 @@ class ContextManager:
         if compaction is not None and compaction.kind in ("committed", "reread"):
             # The summary and cutoff moved: assemble once more from the committed state.
             state = await self._state(request, refresh=True)
-            head = self._head(request, state, estimate)
-            fixed = head.tokens + current_tokens + schema_tokens + framing
+            head = self._head(request, state, estimate, room=hard_budget - rest)
+            fixed = head.tokens + rest
             room = max(0, hard_budget - fixed)
             groups = group_history(state.window, answered)
             fit, pruned, _ = await self._reduce(
@@ -183,6 +189,10 @@ class ContextManager:
                 "framing_tokens": framing,
                 "estimator": estimate.estimator_id,
                 "exact_estimator": exact,
+                # Calibration is keyed by the pinned provider/model (a provider may report a
+                # dated alias of the model it was asked for).
+                "provider": context.capability_snapshot.get("provider"),
+                "model": context.capability_snapshot.get("model"),
                 "calibration": round(estimate.factor, 4),
                 "hard_budget": hard_budget,
                 "output_budget": output_budget,
@@ -295,14 +305,25 @@ class ContextManager:
         return CalibratedEstimator(base, factor), exact
 
     def _head(
-        self, request: ContextRequest, state: _history.ContextState, estimate: Estimator
+        self,
+        request: ContextRequest,
+        state: _history.ContextState,
+        estimate: Estimator,
+        room: int | None = None,
     ) -> _Head:
+        """The layers before history; with ``room``, the summary is cut to fit in it.
+
+        A committed summary may be longer than a small window allows: its
+        newest part is kept (marked as cut), or the summary is left out when
+        not even a little of it fits. Nothing else in the head is cut.
+        """
         layers: list[LayerSummary] = []
         messages: list[ModelMessage] = []
 
-        def layer(name: str, items: list[ModelMessage]) -> None:
+        def layer(name: str, items: list[ModelMessage], pruned: int = 0) -> None:
             messages.extend(items)
-            layers.append(LayerSummary(name, sum(estimate.message(m) for m in items), len(items)))
+            tokens = sum(estimate.message(m) for m in items)
+            layers.append(LayerSummary(name, tokens, len(items), pruned=pruned))
 
         layer(
             "instructions",
@@ -317,10 +338,11 @@ class ContextManager:
             "contributions",
             [ModelMessage("system", f"Context:\n{item}") for item in request.contributions],
         )
-        layer(
-            "summary",
-            [ModelMessage("system", REFERENCE_ONLY + state.summary)] if state.summary else [],
-        )
+        summary = state.summary
+        left = None if room is None else room - sum(x.tokens for x in layers)
+        message = _summary_message(summary, left, estimate) if summary else None
+        cut = 1 if summary and (message is None or not message.content.endswith(summary)) else 0
+        layer("summary", [message] if message else [], pruned=cut)
         return _Head(tuple(messages), tuple(layers), sum(x.tokens for x in layers))
 
     async def _reduce(
@@ -364,7 +386,13 @@ class ContextManager:
         ]
         if not messages:
             return None
-        summarizer = await self._summarizers(request.context) if self._summarizers else None
+        summarizer: Summarizer | None = None
+        if self._summarizers is not None:
+            try:
+                summarizer = await self._summarizers(request.context)
+            except HostkitError as exc:
+                # No summarizer (its provider would not start): the deterministic fallback.
+                _log.warning("no summarizer for %s: %s", request.context.core_id, exc.message)
         return await self._compactor.compact(
             request.context.session_id,
             messages=messages,
@@ -433,6 +461,28 @@ def _raw_tokens(
     if whole is not None:
         return int(whole(messages, request.definitions))
     return sum(base.message(m) for m in messages) + base.definitions(request.definitions)
+
+
+SUMMARY_CUT = "[the earlier part of this summary was cut to fit the context window]\n"
+_MIN_SUMMARY_TOKENS = 32
+
+
+def _summary_message(summary: str, room: int | None, estimate: Estimator) -> ModelMessage | None:
+    """The reference-only summary message, its newest part only if ``room`` is too small."""
+    message = ModelMessage("system", REFERENCE_ONLY + summary)
+    if room is None or estimate.message(message) <= room:
+        return message
+    if room < _MIN_SUMMARY_TOKENS:
+        return None
+    keep = len(summary)
+    for _ in range(8):  # shrink by the overshoot (bounded; estimates are monotone in length)
+        keep = int(keep * room / max(1, estimate.message(message)) * 0.9)
+        if keep <= 0:
+            return None
+        message = ModelMessage("system", REFERENCE_ONLY + SUMMARY_CUT + summary[-keep:])
+        if estimate.message(message) <= room:
+            return message
+    return None
 
 
 def _framing(estimate: CalibratedEstimator, first: tuple[ModelMessage, ...]) -> int:

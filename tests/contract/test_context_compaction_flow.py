@@ -207,3 +207,24 @@ async def test_manual_compact_goes_through_the_same_lease(
     # Everything but the protected tail (the last two groups) was folded.
     assert summary == "12 earlier messages about sheds"
     assert await lease_holders(store) == [None]
+
+
+async def test_a_summarizer_that_cannot_be_built_falls_back_deterministically(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    from hostkit.errors import ProviderError
+
+    scope = await long_session(authority, store)
+    owner = await anyio.to_thread.run_sync(LeaseOwner.current, "w1")
+
+    async def broken(context: TurnExecutionContext) -> CountingSummarizer:
+        raise ProviderError("the summarizer's server would not start", provider="local")
+
+    manager = ContextManager(
+        store, compactor=SessionCompactor(store, owner=owner, cooldown_s=0), summarizers=broken
+    )
+    ready = await manager.prepare(request(context_for(scope)))
+    assert isinstance(ready, ContextReady)
+    assert ready.summary_used
+    ((summary, _),) = await summary_rows(store)
+    assert "shed detail 0" in summary  # the extractive fallback, not a failed turn

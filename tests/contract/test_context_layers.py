@@ -324,3 +324,49 @@ async def test_prepare_reads_only_after_the_cutoff(
     await set_summary(store, session, "m0..m6", cutoff)
     ready = await ContextManager(store).prepare(request_for(context_for(scope)))
     assert contents(ready)[1:] == ["m7", "m8", "m9", "now"]
+
+
+async def test_a_summary_too_long_for_the_window_keeps_its_newest_part_within_budget(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    from hostkit.context import SUMMARY_CUT
+
+    scope = await scope_with(authority, store, [ModelMessage("user", "kept")])
+    session = scope.session_id or ""
+    first = (await seqs(store, session))[0]
+    await set_summary(store, session, "old " * 1_500 + "the newest fact", first - 1)
+    tight = ModelLimits(context_window=1_600, max_output_tokens=300, safety_margin_tokens=50)
+    ready = await ContextManager(store).prepare(request_for(context_for(scope), tight))
+    assert isinstance(ready, ContextReady)
+    assert ready.estimated_input_tokens <= ready.hard_budget
+    summary = contents(ready)[0]
+    assert summary.startswith(REFERENCE_ONLY + SUMMARY_CUT)
+    assert summary.endswith("the newest fact")
+    layer = next(x for x in ready.layers if x.name == "summary")
+    assert layer.pruned == 1
+
+
+async def test_calibration_follows_the_pinned_model_when_the_provider_reports_an_alias(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await scope_with(authority, store, [ModelMessage("user", "w" * 3_500)])
+    manager = ContextManager(store)
+    context = with_model(context_for(scope, "t1"), "p", "gpt-4o-mini")
+    first = await manager.prepare(request_for(context))
+    assert isinstance(first, ContextReady)
+    await manager.observe(
+        UsageObservation(
+            decision_id=first.decision_id,
+            session_id=context.session_id,
+            turn_id="t1",
+            step_id=0,
+            provider="p",
+            model="gpt-4o-mini-2024-07-18",  # what the provider says it ran
+            usage=Usage(first.estimated_input_tokens // 2, 5),
+        )
+    )
+    second = await manager.prepare(
+        request_for(with_model(context_for(scope, "t2"), "p", "gpt-4o-mini"))
+    )
+    assert isinstance(second, ContextReady)
+    assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
