@@ -110,6 +110,8 @@ class ApprovalRuntime:
         # Last session seen per conversation, for rebinding; bounded (oldest forgotten).
         self._bindings: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._asking: set[anyio.CancelScope] = set()
+        # Bumped by every invalidation: an answer given across one is not cached.
+        self._epoch = 0
         self._closed = False
 
     @property
@@ -201,6 +203,7 @@ class ApprovalRuntime:
         if provider is None:
             return "unanswered"
         decision: ApprovalDecision | None = None
+        epoch = self._epoch
         with anyio.move_on_after(self._decision_timeout_s) as asking:
             self._asking.add(asking)
             try:
@@ -211,7 +214,7 @@ class ApprovalRuntime:
             raise ApprovalClosed()
         if decision is None:
             return "unanswered"
-        if decision == "approve_session" and cacheable:
+        if decision == "approve_session" and cacheable and epoch == self._epoch:
             self._store(key)
         return "denied" if decision == "deny" else "approved"
 
@@ -236,6 +239,7 @@ class ApprovalRuntime:
         or ``core_id`` when policy or core revision changes, ``key`` for an
         explicit revocation.
         """
+        self._epoch += 1
         if key is not None:
             return 1 if self._cache.pop(key, None) is not None else 0
         fields = (session_id, principal_id, policy_fingerprint, core_id)

@@ -109,7 +109,8 @@ class HostApprovals:
             raise NotFoundOrUnauthorized("approval")
         if isinstance(answered, str):
             raise _refused(approval_id, answered)
-        if decision == "approve_session":
+        # A call that binds secrets is approved once, whatever was answered.
+        if decision == "approve_session" and "binds" not in approval.view:
             self.runtime.remember(
                 ApprovalKey(
                     principal_id=approval.principal_id,

@@ -212,3 +212,21 @@ async def test_expired_approvals_are_swept_when_the_cache_is_full(
     runtime.remember(fresh)
     assert len(runtime._cache) == 1
     assert runtime.cached(fresh)
+
+
+async def test_an_invalidation_during_a_prompt_keeps_its_answer_out_of_the_cache() -> None:
+    runtime = ApprovalRuntime()
+    gate = anyio.Event()
+    approver = Approver("approve_session", gate)
+    async with anyio.create_task_group() as group:
+        outcome: list[str] = []
+
+        async def ask() -> None:
+            outcome.append(await runtime.resolve(KEY, make_request, approver))
+
+        group.start_soon(ask)
+        await approver.asked.wait()
+        runtime.invalidate(session_id=KEY.session_id)  # e.g. the session was replaced
+        gate.set()
+    assert outcome == ["approved"]  # this call was answered...
+    assert not runtime.cached(KEY)  # ...but the session approval does not outlive the change
