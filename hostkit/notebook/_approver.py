@@ -62,7 +62,10 @@ class WidgetApprover:
         try:
             decision = await answer
         except asyncio.CancelledError:
-            row.close("no answer in time: the turn waits (needs_user); answer it later")
+            row.close(
+                "not answered here (no answer in time, or the Host closed): "
+                "if the turn waits (needs_user), answer it later"
+            )
             raise
         row.close(_SAID[decision])
         return decision

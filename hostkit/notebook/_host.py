@@ -38,6 +38,7 @@ from hostkit.types import (
 __all__ = ["NotebookHost", "current", "start"]
 
 _current: NotebookHost | None = None
+_starting: asyncio.Future[None] | None = None
 
 
 class NotebookHost:
@@ -171,9 +172,12 @@ class NotebookHost:
         self.closed = True
         if _current is self:
             _current = None
-        await self.host.aclose()
+        atexit.unregister(self._emergency_stop)
+        await self.host.aclose()  # ends running turns: their tasks finish their panels
         for task in list(self._tasks):
             task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
 
     def _emergency_stop(self) -> None:
         """Interpreter exit without ``aclose()``: end every process tree the Host owns.
@@ -218,7 +222,10 @@ async def start(
     when present, else the default (embedded SQLite ``hostkit.db`` here, the
     local model).
     """
-    global _current
+    global _current, _starting
+    # Two cells (two %%agent magics) may start at once: they share one start.
+    while _starting is not None:
+        await asyncio.shield(_starting)
     if _current is not None and not _current.closed:
         same = (config is None or config == _current.config_source) and (
             capabilities is None or capabilities is _current.capabilities
@@ -229,12 +236,17 @@ async def start(
                 "await hostkit.notebook.current().aclose() first"
             )
         return _current
-    if config is None and await anyio.Path("hostkit.toml").exists():
-        config = Path("hostkit.toml")
-    approver = WidgetApprover()
-    host = await Host.start(config, capabilities=capabilities, approver=approver)
-    notebook = NotebookHost(host, approver, conversation=conversation)
-    notebook.config_source, notebook.capabilities = config, capabilities
-    _current = notebook
+    _starting = asyncio.get_running_loop().create_future()
+    try:
+        if config is None and await anyio.Path("hostkit.toml").exists():
+            config = Path("hostkit.toml")
+        approver = WidgetApprover()
+        host = await Host.start(config, capabilities=capabilities, approver=approver)
+        notebook = NotebookHost(host, approver, conversation=conversation)
+        notebook.config_source, notebook.capabilities = config, capabilities
+        _current = notebook
+    finally:
+        _starting.set_result(None)
+        _starting = None
     atexit.register(notebook._emergency_stop)
     return notebook

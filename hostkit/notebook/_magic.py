@@ -31,8 +31,9 @@ def load_ipython_extension(ipython: Any) -> None:
                 view.agent = notebook.default_agent
             notebook.run_in(view, message)
 
-        # The cell returns the panel now; the Host (started once) fills it.
-        asyncio.get_running_loop().create_task(run())
+        # The cell returns the panel now; the Host (started once) fills it. The panel
+        # holds the task so it is not collected while it runs.
+        view._task = asyncio.get_running_loop().create_task(run())
         return view
 
     ipython.register_magic_function(agent, magic_kind="cell", magic_name="agent")

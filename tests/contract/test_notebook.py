@@ -257,3 +257,15 @@ async def test_the_notebook_inspects_its_own_conversation(notebook: hn.NotebookH
     budget = await notebook.budget_inspector()
     assert budget.model.session_id == result.session_id
     assert notebook.last_view is view
+
+
+async def test_two_cells_starting_at_once_share_one_host(tmp_path: Path) -> None:
+    config = notebook_config(tmp_path)
+    caps = capabilities(ScriptedModel([Reply("hi")]))
+    first, second = await asyncio.gather(
+        hn.start(config, capabilities=caps), hn.start(config, capabilities=caps)
+    )
+    try:
+        assert first is second
+    finally:
+        await first.aclose()
