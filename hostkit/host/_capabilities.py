@@ -9,11 +9,17 @@ and turns keep the generation they started with.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hostkit.effects import AuthoredTool, EffectPolicy, ProcessSupervisor
+from hostkit.effects import (
+    AuthoredTool,
+    EffectPolicy,
+    ProcessSupervisor,
+    TerminalRuns,
+    WorkspaceScope,
+)
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
 from hostkit.turns import Observer
@@ -63,13 +69,38 @@ class ProcessResources:
 
     The Host owns the supervisor, so shutting it down ends every process tree
     any generation started. Terminal output goes to opaque per-session
-    directories under ``artifact_root``, named with ``artifact_key`` (random
-    per Host open: directory names reveal nothing and cannot be guessed).
+    directories under ``artifact_root``, named with ``artifact_key``. The
+    background-run registries live here too, one per workspace, so a run
+    started before a configuration reload is still there (and still
+    stoppable) after it.
     """
 
     supervisor: ProcessSupervisor
     artifact_root: Path
     artifact_key: bytes
+    _terminals: dict[Path, TerminalRuns] = field(default_factory=dict)
+
+    def terminal_runs(self, workspace: Path) -> TerminalRuns:
+        """The Host's registry of terminal runs in ``workspace`` (created on first use)."""
+        runs = self._terminals.get(workspace)
+        if runs is None:
+            runs = self._terminals[workspace] = TerminalRuns(
+                supervisor=self.supervisor,
+                workspace=WorkspaceScope(workspace),
+                artifact_root=self.artifact_root,
+                artifact_key=self.artifact_key,
+            )
+        return runs
+
+    async def aclose(self) -> None:
+        """End every process tree, then close the run registries (Host shutdown)."""
+        try:
+            await self.supervisor.aclose()
+        finally:
+            terminals = list(self._terminals.values())
+            self._terminals.clear()
+            for runs in terminals:
+                await runs.aclose()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.context import Estimator
 from hostkit.effects import (
     AuthoredTool,
-    TerminalRuns,
     UrlPolicy,
     WorkspaceScope,
     provider_name,
@@ -138,18 +137,12 @@ class DefaultToolSource:
 
     Tool modules are operator-trusted Python named in the configuration; they
     are imported when the generation first needs an agent's tools. Terminal
-    builtins run on the Host's process supervisor; their background-run
-    registries close with this source (the generation).
+    builtins use the Host's process resources (supervisor and run registries
+    outlive a generation).
     """
 
     def __init__(self, config: HostConfig) -> None:
         self._config = config
-        self._terminals: list[TerminalRuns] = []
-
-    async def aclose(self) -> None:
-        terminals, self._terminals = self._terminals, []
-        for runs in terminals:
-            await runs.aclose()
 
     async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
         agent = self._config.agents[request.agent]
@@ -168,13 +161,7 @@ class DefaultToolSource:
                     "terminal builtins need the Host's process supervisor",
                     key=f"agents.{request.agent}.builtins",
                 )
-            runs = TerminalRuns(
-                supervisor=request.processes.supervisor,
-                workspace=WorkspaceScope(request.workspace),
-                artifact_root=request.processes.artifact_root,
-                artifact_key=request.processes.artifact_key,
-            )
-            self._terminals.append(runs)
+            runs = request.processes.terminal_runs(request.workspace)
             tools.extend(t for t in runs.tools() if t.name in wanted)
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)

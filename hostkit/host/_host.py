@@ -261,10 +261,8 @@ class Host:
 
     async def _summarizer(self, context: TurnExecutionContext) -> Summarizer | None:
         """The summarizer of the turn's agent in the turn's generation."""
-        for generation in (self._generation, *self._retired):
-            if generation.number == context.generation:
-                return await generation.summarizer(context.core_id)
-        return None
+        generation = self._generation_of(context.generation)
+        return None if generation is None else await generation.summarizer(context.core_id)
 
     async def _approval_fingerprint(self, approval: PendingApproval) -> str | None:
         """What the approval's effect fingerprints to now ("" when it is no longer offered)."""
@@ -273,9 +271,16 @@ class Host:
         except TurnRejected:
             return ""
         try:
-            return await self._generation.approval_fingerprint(core, approval.effect) or ""
+            generation = self._generation_of(core.generation)
+            if generation is None:
+                return ""
+            return await generation.approval_fingerprint(core, approval.effect) or ""
         finally:
             await self.release(core)
+
+    def _generation_of(self, number: int) -> Generation | None:
+        """The generation numbered ``number``, current or retired but still in use."""
+        return next((g for g in (self._generation, *self._retired) if g.number == number), None)
 
     async def operator(self, operator_id: str, *, reason: str) -> PrincipalScope:
         """An audited operator scope, valid until this Host closes."""
@@ -296,7 +301,7 @@ class Host:
                     await self.turns.shutdown()
                 finally:
                     # Every process tree any generation started ends here, grandchildren too.
-                    await self.processes.supervisor.aclose()
+                    await self.processes.aclose()
             finally:
                 try:
                     await self.authority.aclose()

@@ -105,7 +105,7 @@ def capabilities(
 
 
 class _WithBuiltins:
-    """The given tools plus the configured builtins (the builtins' source owns their resources)."""
+    """The given tools plus the configured builtins."""
 
     def __init__(self, given: StaticToolSource, builtins: DefaultToolSource) -> None:
         self._given = given
@@ -116,6 +116,3 @@ class _WithBuiltins:
         names = {tool.name for tool in given}
         extra = [t for t in await self._builtins.tools(request) if t.name not in names]
         return [*given, *extra]
-
-    async def aclose(self) -> None:
-        await self._builtins.aclose()

@@ -157,3 +157,23 @@ async def test_host_close_ends_every_background_tree(tmp_path: Path, reaper: lis
     finally:
         await host.aclose()
     assert survivors(records) == []
+
+
+async def test_a_background_run_survives_a_configuration_reload(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [run_call(argv=["sleep", "30"], background=True), Reply("started")], repeat_last=True
+    )
+    config = terminal_config(tmp_path)
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        started = await host.turns.run(request("start"))
+        assert started.effects[0].status == "succeeded"
+        run_id = tool_output(model)["run_id"]
+        await host.apply_config(
+            config,
+            capabilities=capabilities(
+                ScriptedModel([CallTools(("terminal_stop", {"run_id": run_id})), Reply("stopped")]),
+                config=config,
+            ),
+        )
+        stopped = await host.turns.run(request("stop it"))
+    assert [e.status for e in stopped.effects] == ["cancelled"]
