@@ -27,6 +27,7 @@ from hostkit.effects._process import (
     opaque_artifact_dir,
     run_process,
 )
+from hostkit.effects._process_streams import load_artifact_key
 from hostkit.effects._runtime import (
     DEFAULT_SECRET_TTL_S,
     EffectRuntime,
@@ -58,6 +59,7 @@ __all__ = [
     "ProcessOutcome",
     "ProcessSupervisor",
     "TerminalRuns",
+    "load_artifact_key",
     "opaque_artifact_dir",
     "run_process",
     "DEFAULT_SECRET_TTL_S",

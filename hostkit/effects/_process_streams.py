@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import functools
 import os
+import secrets
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,9 @@ import anyio
 from anyio.abc import ByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hostkit.errors import bounded
+from hostkit.errors import ConfigError, bounded
 
-__all__ = ["StreamCapture"]
+__all__ = ["ARTIFACT_KEY_FILE", "StreamCapture", "load_artifact_key"]
 
 READ_CHUNK_BYTES = 256 * 1024
 WRITE_QUEUE_CHUNKS = 16  # chunks in flight to one artifact writer: bounds memory, not speed
@@ -204,3 +205,34 @@ class _Sink:
             await anyio.to_thread.run_sync(functools.partial(_close_artifact, fd, sync=sync))
         except OSError as exc:
             self.error = self.error or bounded(f"{self.name} artifact sync failed: {exc!r}")
+
+
+ARTIFACT_KEY_FILE = ".key"
+
+
+def load_artifact_key(root: Path) -> bytes:
+    """The artifact root's HMAC key: created once (0o600, 32 random bytes), then reused.
+
+    A stable key keeps a session's opaque directory the same across Host
+    restarts, so its earlier artifacts stay findable (and removable). Blocking
+    file I/O: call it in a worker thread.
+    """
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = root / ARTIFACT_KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as f:
+            key = f.read(65)
+        if len(key) < 32:
+            raise ConfigError(
+                f"{path} is not a hostkit artifact key", key="host.artifacts"
+            ) from None
+        return key
+    key = secrets.token_bytes(32)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return key

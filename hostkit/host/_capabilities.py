@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import anyio
+
 from hostkit.effects import (
     AuthoredTool,
     EffectPolicy,
     ProcessSupervisor,
     TerminalRuns,
     WorkspaceScope,
+    load_artifact_key,
 )
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
@@ -69,7 +72,7 @@ class ProcessResources:
 
     The Host owns the supervisor, so shutting it down ends every process tree
     any generation started. Terminal output goes to opaque per-session
-    directories under ``artifact_root``, named with ``artifact_key``. The
+    directories under ``artifact_root``, named with a key kept there. The
     background-run registries live here too, one per workspace, so a run
     started before a configuration reload is still there (and still
     stoppable) after it.
@@ -77,18 +80,25 @@ class ProcessResources:
 
     supervisor: ProcessSupervisor
     artifact_root: Path
-    artifact_key: bytes
     _terminals: dict[Path, TerminalRuns] = field(default_factory=dict)
+    _key: list[bytes] = field(default_factory=list)
 
-    def terminal_runs(self, workspace: Path) -> TerminalRuns:
+    async def artifact_key(self) -> bytes:
+        """The artifact root's stable key, created on first use (nothing on disk before)."""
+        if not self._key:
+            self._key.append(await anyio.to_thread.run_sync(load_artifact_key, self.artifact_root))
+        return self._key[0]
+
+    async def terminal_runs(self, workspace: Path) -> TerminalRuns:
         """The Host's registry of terminal runs in ``workspace`` (created on first use)."""
+        key = await self.artifact_key()
         runs = self._terminals.get(workspace)
         if runs is None:
             runs = self._terminals[workspace] = TerminalRuns(
                 supervisor=self.supervisor,
                 workspace=WorkspaceScope(workspace),
                 artifact_root=self.artifact_root,
-                artifact_key=self.artifact_key,
+                artifact_key=key,
             )
         return runs
 

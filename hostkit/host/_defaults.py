@@ -161,7 +161,7 @@ class DefaultToolSource:
                     "terminal builtins need the Host's process supervisor",
                     key=f"agents.{request.agent}.builtins",
                 )
-            runs = request.processes.terminal_runs(request.workspace)
+            runs = await request.processes.terminal_runs(request.workspace)
             tools.extend(t for t in runs.tools() if t.name in wanted)
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)

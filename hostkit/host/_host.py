@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +17,12 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
-from hostkit.effects import ApprovalProvider, ApprovalRuntime, PendingApproval, ProcessSupervisor
+from hostkit.effects import (
+    ApprovalProvider,
+    ApprovalRuntime,
+    PendingApproval,
+    ProcessSupervisor,
+)
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._bus import EventBus
@@ -88,7 +92,6 @@ class Host:
         self.processes = ProcessResources(
             supervisor=ProcessSupervisor(),
             artifact_root=config.resolve(config.host.artifacts),
-            artifact_key=secrets.token_bytes(32),
         )
         self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(1, config, capabilities)

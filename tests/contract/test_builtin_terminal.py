@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hostkit.effects import ApprovalDecision, ApprovalRequest
@@ -177,3 +178,20 @@ async def test_a_background_run_survives_a_configuration_reload(tmp_path: Path) 
         )
         stopped = await host.turns.run(request("stop it"))
     assert [e.status for e in stopped.effects] == ["cancelled"]
+
+
+async def test_a_sessions_artifacts_stay_in_one_opaque_directory_across_restarts(
+    tmp_path: Path,
+) -> None:
+    config = terminal_config(tmp_path)
+    for _ in range(2):
+        model = ScriptedModel([run_call(argv=["echo", "hi"]), Reply("ok")])
+        async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+            result = await host.turns.run(request("echo"))
+        assert result.effects[0].status == "succeeded"
+    root = anyio.Path(tmp_path / "artifacts")
+    entries = sorted([p.name async for p in root.iterdir()])
+    assert len(entries) == 2  # the key and one session directory
+    assert ".key" in entries
+    key_mode = (await (root / ".key").stat()).st_mode & 0o777
+    assert key_mode == 0o600
