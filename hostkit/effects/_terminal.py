@@ -26,6 +26,8 @@ threads: the Host shares its event loop with turns, widgets and the inbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -300,10 +302,19 @@ class TerminalRuns:
         command = [found, *argv[1:]]
         if background:
             return await self._start_background(ctx, command, fd, options)
+        if ctx.secrets_expire_at is not None:
+            # The lookups above took time: clamp to what is left of the binding now.
+            options["deadline_s"] = min(deadline_s, ctx.secrets_expire_at - time.time())
+            if options["deadline_s"] <= 0:
+                await _close(fd)
+                return ToolOutcome("denied", None, "the secret binding has expired")
         try:
             outcome = await run_process(command, **options)
         finally:
             await _close(fd)
+        if ctx.secrets:
+            # The full streams may hold a bound value: only the redacted tails survive.
+            outcome = await anyio.to_thread.run_sync(_drop_artifacts, outcome)
         return outcome_view(outcome, ctx.secrets)
 
     async def _start_background(
@@ -419,3 +430,15 @@ async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.Cance
 async def _close(fd: int) -> None:
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(os.close, fd)
+
+
+def _drop_artifacts(outcome: ProcessOutcome) -> ProcessOutcome:
+    """Delete a run's artifact files (blocking: call in a worker thread); references go too."""
+    streams = {}
+    for name in ("stdout", "stderr"):
+        capture = getattr(outcome, name)
+        if capture.artifact is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(capture.artifact)
+        streams[name] = dataclasses.replace(capture, artifact=None)
+    return dataclasses.replace(outcome, **streams)

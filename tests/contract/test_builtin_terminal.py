@@ -115,7 +115,12 @@ async def test_a_granted_secret_reaches_the_child_and_never_the_views(
     assert result.outcome == "completed"
     assert [e.status for e in result.effects] == ["succeeded"]
     assert len(approver.seen) == 1  # a secret binding is asked even under "allow"
-    assert tool_output(model)["stdout"]["tail"].strip() == "[redacted:HK_DEPLOY_TOKEN]"
+    out = tool_output(model)
+    assert out["stdout"]["tail"].strip() == "[redacted:HK_DEPLOY_TOKEN]"
+    # The full streams could hold the value: a secret-bound run keeps no artifact files.
+    assert out["stdout"]["artifact"] is None
+    leftovers = [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file() and p.name != ".key"]
+    assert leftovers == []
     assert all(TOKEN not in row[0] for row in rows)
     assert TOKEN not in repr(result)
 
