@@ -30,11 +30,11 @@ from typing import Any
 
 import anyio
 
-from hostkit.context import TokenizerEstimator
-from hostkit.context._estimate import (
+from hostkit.context import (
     DEFAULT_CACHE_CHARS,
     DEFAULT_CACHE_ENTRIES,
     MESSAGE_OVERHEAD_TOKENS,
+    TokenizerEstimator,
 )
 from hostkit.errors import ConfigError
 

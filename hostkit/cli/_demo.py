@@ -32,7 +32,6 @@ SUMMARY = (
     "lost or indeterminate.\n"
 )
 WRITER_REPLY = f"I asked to write {SUMMARY_FILE}; your answer decided whether I did."
-WRITER_REPLY = f"I asked to write {SUMMARY_FILE}; your answer decided whether I did."
 NO_TERMINAL = "(no terminal: the demo approves once)"
 
 

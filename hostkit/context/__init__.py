@@ -17,6 +17,10 @@ from hostkit.context._compaction import (
     fallback_summary,
 )
 from hostkit.context._estimate import (
+    DEFAULT_CACHE_CHARS,
+    DEFAULT_CACHE_ENTRIES,
+    MESSAGE_OVERHEAD_TOKENS,
+    REQUEST_OVERHEAD_TOKENS,
     CharEstimator,
     Estimator,
     EstimatorRegistry,
@@ -26,6 +30,10 @@ from hostkit.context._manager import REFERENCE_ONLY, SUMMARY_CUT, ContextManager
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_FILES",
+    "DEFAULT_CACHE_CHARS",
+    "DEFAULT_CACHE_ENTRIES",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "REQUEST_OVERHEAD_TOKENS",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "REFERENCE_ONLY",
     "SUMMARY_CUT",

@@ -182,8 +182,6 @@ def fit_groups(
                 continue
             # Tail and middle are taken newest first and stay contiguous: never an
             # older group without the newer ones that follow it.
-            if index in tail:
-                protected_dropped = True
             break
         kept.add(index)
         used += sizes[index]

@@ -60,7 +60,7 @@ _log = logging.getLogger("hostkit.context")
 # write, which may queue behind other writers (the store's lock timeout is 30 s).
 COMMIT_MARGIN_S = 30.0
 
-CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale", "cancelled"]
+CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +74,6 @@ class CompactionOutcome:
       committed within the wait; ``summary`` is the current one (may be None).
     - ``cooldown``: the session compacted recently; nothing was done.
     - ``stale``: nothing to compact, or the lease was lost before the commit.
-    - ``cancelled``: reserved for callers that report a cancelled compaction
-      (``compact`` itself re-raises cancellation).
     """
 
     kind: CompactionKind

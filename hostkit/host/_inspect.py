@@ -81,7 +81,7 @@ class ContextStep:
     cutoff: int | None
     pruned_results: int
     dropped_messages: int
-    protected_dropped: int
+    protected_dropped: bool
     compaction: str | None
     estimator: str | None
     exact_estimator: bool
@@ -194,7 +194,7 @@ def _context_step(row: tuple[Any, ...]) -> ContextStep:
         cutoff=_int(data.get("cutoff")),
         pruned_results=_int(data.get("pruned_results")) or 0,
         dropped_messages=_int(data.get("dropped_messages")) or 0,
-        protected_dropped=_int(data.get("protected_dropped")) or 0,
+        protected_dropped=data.get("protected_dropped") is True,
         compaction=_text(data.get("compaction")),
         estimator=_text(data.get("estimator")),
         exact_estimator=bool(data.get("exact_estimator", False)),

@@ -29,7 +29,6 @@ from hostkit.types import (
 __all__ = [
     "TERMINAL",
     "ExistingTurn",
-    "LeaseOwner",  # lives in hostkit.store (the context layer needs it too); kept here
     "append_event",
     "append_turn_message",
     "find_turn",

@@ -11,6 +11,7 @@ import pytest
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import TurnRejected
 from hostkit.host import Host
+from hostkit.store import LeaseOwner
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
 from hostkit.turns import _records
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest
@@ -109,7 +110,7 @@ async def test_a_durable_cancel_request_is_observed_at_the_next_step(tmp_path: P
 async def test_a_live_owner_keeps_its_turn_even_after_lease_expiry(tmp_path: Path) -> None:
     async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
         result = await host.turns.run(request())
-        owner = await anyio.to_thread.run_sync(_records.LeaseOwner.current, "other-instance")
+        owner = await anyio.to_thread.run_sync(LeaseOwner.current, "other-instance")
 
         def reopen_as_running(conn, owner_text: str) -> None:  # type: ignore[no-untyped-def]
             conn.execute(
@@ -120,7 +121,7 @@ async def test_a_live_owner_keeps_its_turn_even_after_lease_expiry(tmp_path: Pat
 
         await host.store.write(lambda c: reopen_as_running(c, owner.encode()))
         assert await host.turns.recover() == []
-        dead = _records.LeaseOwner(owner.host, owner.pid, owner.started - 100, "gone")
+        dead = LeaseOwner(owner.host, owner.pid, owner.started - 100, "gone")
         await host.store.write(lambda c: reopen_as_running(c, dead.encode()))
         assert await host.turns.recover() == [(result.turn_id, "lost")]
 
