@@ -69,7 +69,8 @@ class ProviderSummarizer:
     message with the previous summary and a bounded plain-text transcript
     (``role: content``; tool calls by name; tool results cut to
     ``max_tool_result_chars``, other messages to ``max_message_chars``; the
-    newest lines kept within ``max_transcript_chars``). It offers no tools and
+    newest lines kept within ``max_transcript_chars`` and within what the
+    provider's own context window holds). It offers no tools and
     asks for at most ``max_tokens`` output tokens. Raises ``ProviderError``
     when the provider fails or answers with empty text, ``TimeoutError`` after
     ``timeout_s``.
@@ -105,7 +106,9 @@ class ProviderSummarizer:
         parts = []
         if previous:
             parts.append(f"Previous summary:\n{previous}")
-        parts.append(f"New transcript to fold into the summary:\n{self._transcript(messages)}")
+        budget = self._budget_chars(max_tokens) - sum(len(part) for part in parts)
+        transcript = self._transcript(messages, max(1_000, budget))
+        parts.append(f"New transcript to fold into the summary:\n{transcript}")
         return ModelRequest(
             messages=(
                 ModelMessage("system", self._instructions),
@@ -135,12 +138,18 @@ class ProviderSummarizer:
             line += f" [tool calls: {', '.join(call.name for call in message.tool_calls)}]"
         return line
 
-    def _transcript(self, messages: Sequence[ModelMessage]) -> str:
+    def _budget_chars(self, max_tokens: int) -> int:
+        """Transcript characters that fit the summarizer's own window (about 3 a token)."""
+        limits = self._provider.limits
+        room = limits.context_window - max_tokens - limits.safety_margin_tokens - 200
+        return min(self._transcript_chars, max(0, room) * 3)
+
+    def _transcript(self, messages: Sequence[ModelMessage], limit: int) -> str:
         lines: list[str] = []
         used = 0
         for message in reversed(messages):
             line = self._line(message)
-            if used + len(line) + 1 > self._transcript_chars:
+            if used + len(line) + 1 > limit:
                 break
             lines.append(line)
             used += len(line) + 1

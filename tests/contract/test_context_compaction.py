@@ -592,3 +592,20 @@ async def test_provider_summarizer_commits_through_the_compactor_and_empty_text_
     assert fallback.used_fallback
     assert fallback.summary is not None
     assert fallback.summary.summary.startswith("Earlier: summary by model")
+
+
+def test_the_provider_summarizer_fits_its_request_into_the_providers_own_window() -> None:
+    from hostkit.context import CharEstimator, ProviderSummarizer
+    from hostkit.testing import ScriptedModel
+    from hostkit.types import ModelLimits, ModelMessage
+
+    small = ScriptedModel(
+        ["summary"], limits=ModelLimits(context_window=2_048, max_output_tokens=256)
+    )
+    transcript = [ModelMessage("user", f"detail {i} " + "d" * 1_500) for i in range(40)]
+    request = ProviderSummarizer(small).request(None, transcript, max_tokens=256)
+    estimate = CharEstimator()
+    size = sum(estimate.message(m) for m in request.messages)
+    assert size + 256 <= 2_048
+    assert "earlier messages omitted" in request.messages[1].content
+    assert "detail 39" in request.messages[1].content  # the newest part is kept
