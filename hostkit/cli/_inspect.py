@@ -16,7 +16,6 @@ from hostkit.host import BudgetView, ContextStep, ContextView, TokenTotals
 
 __all__ = [
     "BAR_WIDTH",
-    "badges_of",
     "budget_report",
     "context_report",
     "layer_bar",
@@ -108,7 +107,7 @@ def _step(step: ContextStep) -> list[RenderableType]:
             f" x{step.calibration if step.calibration is not None else '-'}"
         )
     )
-    badges = badges_of(step)
+    badges = step.badges
     if badges:
         lines.append(Text("  ".join(f"[{badge}]" for badge in badges), style="yellow"))
     table = Table("layer", "tokens", "items", "pruned", "of hard budget")
@@ -123,22 +122,6 @@ def _step(step: ContextStep) -> list[RenderableType]:
         )
     lines.append(table)
     return lines
-
-
-def badges_of(step: ContextStep) -> list[str]:
-    """What happened to the step's context, as short labels."""
-    badges = []
-    if step.summary_used:
-        badges.append("summary used")
-    if step.pruned_results:
-        badges.append(f"pruned {step.pruned_results}")
-    if step.dropped_messages:
-        badges.append(f"dropped {step.dropped_messages}")
-    if step.compaction:
-        badges.append(f"compaction {step.compaction}")
-    if step.overflow_reason:
-        badges.append(f"overflow {step.overflow_reason}")
-    return badges
 
 
 def _legend() -> Text:

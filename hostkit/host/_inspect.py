@@ -89,6 +89,22 @@ class ContextStep:
     overflow_reason: str | None
     reported_input_tokens: int | None
 
+    @property
+    def badges(self) -> tuple[str, ...]:
+        """What happened to the step's context, as short labels (CLI and notebook alike)."""
+        badges = []
+        if self.summary_used:
+            badges.append("summary used")
+        if self.pruned_results:
+            badges.append(f"pruned {self.pruned_results}")
+        if self.dropped_messages:
+            badges.append(f"dropped {self.dropped_messages}")
+        if self.compaction:
+            badges.append(f"compaction {self.compaction}")
+        if self.overflow_reason:
+            badges.append(f"overflow {self.overflow_reason}")
+        return tuple(badges)
+
 
 @dataclass(frozen=True, slots=True)
 class ContextView:

@@ -18,7 +18,6 @@ from hostkit.host import BudgetView, ContextStep, ContextView, TokenTotals
 
 __all__ = [
     "approval_html",
-    "badges_of",
     "bar_html",
     "calibration_line",
     "cost_text",
@@ -78,22 +77,6 @@ def header_html(view: ContextView) -> str:
     )
 
 
-def badges_of(step: ContextStep) -> list[str]:
-    """What happened to the step's context, as short labels."""
-    badges = []
-    if step.summary_used:
-        badges.append("summary used")
-    if step.pruned_results:
-        badges.append(f"pruned {step.pruned_results}")
-    if step.dropped_messages:
-        badges.append(f"dropped {step.dropped_messages}")
-    if step.compaction:
-        badges.append(f"compaction {step.compaction}")
-    if step.overflow_reason:
-        badges.append(f"overflow {step.overflow_reason}")
-    return badges
-
-
 def bar_html(step: ContextStep) -> str:
     """Segments in a flex row whose full width is the window; the budget marker on top."""
     window = step.context_window or 0
@@ -128,7 +111,7 @@ def step_html(step: ContextStep) -> str:
     badges = "".join(
         '<span class="hk-badge" style="background:#fff3bf;border-radius:8px;padding:0 6px;'
         f'margin-right:4px">{esc(badge)}</span>'
-        for badge in badges_of(step)
+        for badge in step.badges
     )
     if step.kind == "overflow":
         return (

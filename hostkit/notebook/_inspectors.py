@@ -33,7 +33,6 @@ from hostkit.host import (
 )
 from hostkit.notebook._inspector_html import (
     approval_html,
-    badges_of,
     calibration_line,
     cost_text,
     esc,
@@ -138,7 +137,7 @@ class ContextInspector(_Inspector):
                 f"{' (exact)' if step.exact_estimator else ''} calibration"
                 f" {step.calibration if step.calibration is not None else '-'}"
             )
-            if labels := badges_of(step):
+            if labels := step.badges:
                 lines.append("  " + ", ".join(labels))
             lines.extend(
                 f"  {layer.name}: {plural(layer.tokens, 'token')}, {plural(layer.items, 'item')},"
