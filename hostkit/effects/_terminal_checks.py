@@ -20,6 +20,7 @@ from typing import Any
 from hostkit.effects._authored import ToolOutcome
 from hostkit.effects._openat import mapped
 from hostkit.effects._process import ProcessOutcome, StreamCapture
+from hostkit.effects._views import redact_secrets
 from hostkit.effects._workspace import WorkspaceScope
 from hostkit.errors import UserError
 from hostkit.types import EffectStatus
@@ -209,10 +210,9 @@ def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
     before it, so a leading suffix of a value (at least ``MIN_CUT_SECRET_CHARS``
     long) is redacted too.
     """
-    values = sorted(((v, k) for k, v in secrets.items() if v), key=lambda p: -len(p[0]))
     if cut:
         best: tuple[int, str] | None = None
-        for value, name in values:
+        for name, value in secrets.items():
             for size in range(len(value) - 1, MIN_CUT_SECRET_CHARS - 1, -1):
                 if text.startswith(value[-size:]):
                     if best is None or size > best[0]:
@@ -220,9 +220,7 @@ def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
                     break
         if best is not None:
             text = f"[redacted:{best[1]}]" + text[best[0] :]
-    for value, name in values:
-        text = text.replace(value, f"[redacted:{name}]")
-    return text
+    return redact_secrets(text, secrets)
 
 
 def _stream(
