@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -295,15 +296,7 @@ class EffectRuntime:
             rule_key=key.rule_key,
         )
         paused = _refused(call_id, entry.effect, "denied", f"waiting for approval {approval_id}")
-        return EffectResult(
-            call_id=paused.call_id,
-            effect=paused.effect,
-            status=paused.status,
-            started=False,
-            views=paused.views,
-            error=paused.error,
-            pending_approval=approval_id,
-        )
+        return dataclasses.replace(paused, pending_approval=approval_id)
 
     # -- binding and invocation ----------------------------------------------------------
 
