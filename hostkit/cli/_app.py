@@ -16,6 +16,7 @@ from hostkit.cli._common import (
     Reason,
     config_path,
     console,
+    operator_host,
     report,
     run_command,
     stdin_is_a_terminal,
@@ -119,8 +120,7 @@ def sessions(
     """List sessions (operator authority; the reason is audited)."""
 
     async def main() -> None:
-        async with Host.open(config_path(config)) as host:
-            scope = await host.operator(operator, reason=reason)
+        async with operator_host(config, operator, reason) as (host, scope):
             page = await host.store.list_sessions(scope, limit=limit)
             Console().print(sessions_table(page.items))
 
@@ -142,8 +142,7 @@ def context(
     """
 
     async def main() -> None:
-        async with Host.open(config_path(config)) as host:
-            scope = await host.operator(operator, reason=reason)
+        async with operator_host(config, operator, reason) as (host, scope):
             view = await context_view(host, scope, session_id=session_id, turn_id=turn)
             Console().print(context_report(view))
 
@@ -163,8 +162,7 @@ def budget(
     """
 
     async def main() -> None:
-        async with Host.open(config_path(config)) as host:
-            scope = await host.operator(operator, reason=reason)
+        async with operator_host(config, operator, reason) as (host, scope):
             Console().print(budget_report(await budget_view(host, scope, session_id)))
 
     run_command(main)

@@ -17,8 +17,8 @@ from hostkit.cli._common import (
     ConfigOption,
     Operator,
     Reason,
-    config_path,
     console,
+    operator_host,
     report,
     run_command,
     terminal_approver,
@@ -26,7 +26,6 @@ from hostkit.cli._common import (
 from hostkit.cli._render import approvals_table
 from hostkit.cli._turn import stream_answer
 from hostkit.effects import ApprovalDecision
-from hostkit.host import Host
 
 __all__ = ["approvals"]
 
@@ -51,8 +50,7 @@ def list_approvals(
     """List approvals, newest first (pending only unless --all)."""
 
     async def main() -> None:
-        async with Host.open(config_path(config)) as host:
-            scope = await host.operator(operator, reason=reason)
+        async with operator_host(config, operator, reason) as (host, scope):
             found = await host.approvals.list(
                 scope, status=None if all_ else "pending", limit=limit
             )
@@ -101,8 +99,10 @@ def _answer(
 ) -> None:
     async def main() -> int:
         # The continuation may ask again: on a terminal, it is asked here.
-        async with Host.open(config_path(config), approver=terminal_approver()) as host:
-            scope = await host.operator(operator, reason=reason)
+        async with operator_host(config, operator, reason, approver=terminal_approver()) as (
+            host,
+            scope,
+        ):
             result = await stream_answer(host, approval_id, decision, by=scope)
             return report(result, database=host.config.database_path, config=config)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -15,7 +16,8 @@ from rich.markup import escape
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
 from hostkit.errors import HostkitError
-from hostkit.types import TurnResult
+from hostkit.host import Host
+from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
     "EXIT_ERROR",
@@ -29,6 +31,7 @@ __all__ = [
     "console",
     "exit_code",
     "fail",
+    "operator_host",
     "report",
     "run_command",
     "stdin_is_a_terminal",
@@ -74,6 +77,15 @@ def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
     if result.outcome == "needs_user" and result.pending_approval:
         print_pending(console, result.pending_approval, config=config)
     return exit_code(result)
+
+
+@contextlib.asynccontextmanager
+async def operator_host(
+    config: Path | None, operator: str, reason: str, *, approver: ConsoleApprover | None = None
+) -> AsyncIterator[tuple[Host, PrincipalScope]]:
+    """The Host of ``-c`` and an audited operator scope (every operator command starts so)."""
+    async with Host.open(config_path(config), approver=approver) as host:
+        yield host, await host.operator(operator, reason=reason)
 
 
 def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:

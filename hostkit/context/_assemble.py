@@ -65,6 +65,11 @@ class CalibratedEstimator:
     def definitions(self, definitions: Sequence[ToolDefinition]) -> int:
         return math.ceil(self.base.definitions(definitions) * self.factor)
 
+    def request(
+        self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
+    ) -> int:
+        return math.ceil(self.base.request(messages, definitions) * self.factor)
+
 
 def leading_results(messages: Sequence[ModelMessage]) -> frozenset[str]:
     """Call ids answered by tool results that open the current turn (a continuation)."""

@@ -64,6 +64,12 @@ class Estimator(Protocol):
         """Tokens the tool schemas add to a request (0 for none)."""
         ...
 
+    def request(
+        self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
+    ) -> int:
+        """A whole request: the messages, the schemas and the chat template's fixed framing."""
+        ...
+
 
 class CharEstimator:
     """A fast estimate from character classes that errs high; needs no tokenizer.

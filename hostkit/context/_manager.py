@@ -456,11 +456,7 @@ def _raw_tokens(
     messages: tuple[ModelMessage, ...], request: ContextRequest, estimate: CalibratedEstimator
 ) -> int:
     """The uncalibrated estimate of the whole request: what calibration compares against."""
-    base = estimate.base
-    whole = getattr(base, "request", None)
-    if whole is not None:
-        return int(whole(messages, request.definitions))
-    return sum(base.message(m) for m in messages) + base.definitions(request.definitions)
+    return estimate.base.request(messages, request.definitions)
 
 
 SUMMARY_CUT = "[the earlier part of this summary was cut to fit the context window]\n"
@@ -488,12 +484,9 @@ def _summary_message(summary: str, room: int | None, estimate: Estimator) -> Mod
 def _framing(estimate: CalibratedEstimator, first: tuple[ModelMessage, ...]) -> int:
     """What a chat template adds once per request (generation prompt, default system prompt).
 
-    Estimators that know it expose ``request()``; it depends only on whether
-    the request opens with a system message, so probing with the first
-    message is enough.
+    It depends only on whether the request opens with a system message, so
+    probing with the first message is enough.
     """
-    whole = getattr(estimate.base, "request", None)
-    if whole is None:
-        return 0
-    extra = int(whole(first, ())) - sum(estimate.base.message(m) for m in first)
+    base = estimate.base
+    extra = base.request(first, ()) - sum(base.message(m) for m in first)
     return math.ceil(max(0, extra) * estimate.factor)

@@ -41,6 +41,7 @@ from hostkit.effects._terminal import (
     EXECUTION_CONTROL_TARGETS,
     TerminalRuns,
 )
+from hostkit.effects._terminal_checks import ENV_NAME_PATTERN
 from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
 from hostkit.effects._views import MIN_SECRET_CHARS, redact_secrets
 from hostkit.effects._web import web_tools
@@ -54,6 +55,7 @@ from hostkit.effects._workspace import (
 __all__ = [
     "APPROVAL_TTL_S",
     "DEFAULT_ENV_ALLOWLIST",
+    "ENV_NAME_PATTERN",
     "EXECUTION_CONTROL_TARGETS",
     "ProcessControl",
     "ProcessOutcome",

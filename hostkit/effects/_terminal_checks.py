@@ -79,7 +79,9 @@ _LOADER_VARIABLES = frozenset(
     }
 )  # fmt: skip
 _LOADER_PREFIXES = ("LD_", "DYLD_")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# What a secret's (or any bound variable's) name may be; hostkit.toml validates with it.
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
 
 MAX_ARGV_ITEMS = 256
 MAX_ARGV_CHARS = 64 * 1024

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit.effects import ENV_NAME_PATTERN
 from hostkit.errors import ConfigError
 
 __all__ = [
@@ -81,7 +82,7 @@ Builtin = Literal[
     "terminal.status",
     "terminal.stop",
 ]
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+_ENV_NAME = f"^{ENV_NAME_PATTERN}$"
 
 
 class AgentConfig(_Strict):

@@ -143,7 +143,8 @@ class Generation:
             if self.estimators is not None:
                 # A source may know its providers' exact tokenizers (duck-typed: optional).
                 for estimator in getattr(self.capabilities.providers, "estimators", ()):
-                    self.estimators.register(estimator)
+                    if self.estimators.get(estimator.estimator_id) is not estimator:
+                        self.estimators.register(estimator)
             tools = await self.agent_tools(core_id)
         except HostkitError as exc:
             self.active -= 1

@@ -109,7 +109,7 @@ class Host:
             context=self.context,
             cores=self,
             observer=events,
-            instance_id=lease_owner.instance,
+            lease_owner=lease_owner,
         )
         self.approvals = HostApprovals(
             store=store,

@@ -12,6 +12,8 @@ views may have been chosen by a model.
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,10 +74,15 @@ Answer = Callable[[str, ApprovalDecision], Awaitable[object]]
 
 
 class _Inspector(widgets.VBox):
-    """A VBox whose plain-text representation is ``text()``."""
+    """A VBox whose plain-text representation is ``text()``.
+
+    Each inspector renders its own view-model as text; this default is only
+    the HTML children with their tags stripped.
+    """
 
     def text(self) -> str:
-        raise NotImplementedError
+        parts = (child.value for child in self.children if isinstance(child, widgets.HTML))
+        return "\n".join(html.unescape(re.sub(r"<[^>]+>", " ", part)).strip() for part in parts)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         bundle = super()._repr_mimebundle_(**kwargs)

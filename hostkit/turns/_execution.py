@@ -85,6 +85,7 @@ class TurnExecution:
         cores: CoreResolver,
         observer: Observer | None = None,
         instance_id: str | None = None,
+        lease_owner: LeaseOwner | None = None,
         lease_ttl_s: float = 120.0,
         admission_timeout_s: float = 600.0,
         turn_timeout_s: float = 900.0,
@@ -96,8 +97,8 @@ class TurnExecution:
         self._context = context
         self._cores = cores
         self._observer = observer or NullObserver()
-        self._instance_id = instance_id or new_id("host")
-        self._owner: LeaseOwner | None = None
+        self._instance_id = lease_owner.instance if lease_owner else instance_id or new_id("host")
+        self._owner: LeaseOwner | None = lease_owner
         self._lease_ttl_s = lease_ttl_s
         self._admission = SessionAdmission(wait_timeout_s=admission_timeout_s)
         self._turn_timeout_s = turn_timeout_s
