@@ -1,4 +1,4 @@
-"""RuntimeStore: the transactional source of truth, on one SQLite file."""
+"""SqliteStore: the RuntimeStore adapter on one SQLite file (WAL, aiosqlite)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,25 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
 from hostkit.store import _owned, _sessions
+from hostkit.store._approvals import SqliteApprovalStore
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
+from hostkit.store._context import SqliteContextStore
+from hostkit.store._inspect import SqliteInspectQueries
+from hostkit.store._interface import RuntimeStore
+from hostkit.store._memory import SqliteMemoryStore
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._owned import OwnedKind
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._scopes import ScopeKeys, ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
 from hostkit.store._transaction import Transaction
+from hostkit.store._turns import SqliteTurnStore
 from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
 from hostkit.types import (
     AuditRecord,
@@ -32,7 +37,7 @@ from hostkit.types import (
     TaskRecord,
 )
 
-__all__ = ["MAX_REASON", "RuntimeStore", "Transaction", "audit_reason"]
+__all__ = ["MAX_REASON", "SqliteStore", "Transaction", "audit_reason"]
 
 T = TypeVar("T")
 
@@ -56,7 +61,7 @@ def audit_reason(reason: object) -> str:
     return reason.strip()
 
 
-class RuntimeStore:
+class SqliteStore(RuntimeStore):
     """One SQLite database (WAL) through aiosqlite: migrations, writes, owned queries.
 
     All writes go through one writer connection with group commit; reads use a
@@ -82,6 +87,11 @@ class RuntimeStore:
         self._writer = GroupCommitWriter(writer, max_batch=max_batch, lock_timeout_s=lock_timeout_s)
         self._keys = ScopeKeys()
         self._closed = False
+        self.turns = SqliteTurnStore(self)
+        self.context = SqliteContextStore(self)
+        self.approvals = SqliteApprovalStore(self)
+        self.memory = SqliteMemoryStore(self)
+        self.inspect = SqliteInspectQueries(self)
 
     @classmethod
     async def open(
@@ -93,7 +103,7 @@ class RuntimeStore:
         busy_timeout_s: float = 5.0,
         max_batch: int = 64,
         lock_timeout_s: float = 30.0,
-    ) -> RuntimeStore:
+    ) -> SqliteStore:
         """Open (creating or upgrading) the database at ``path``.
 
         ``synchronous`` trades durability for commit speed (WAL mode):
@@ -144,17 +154,6 @@ class RuntimeStore:
         await writer.run(lambda raw: raw.set_authorizer(guard))
         return store
 
-    async def __aenter__(self) -> RuntimeStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close both connections; idempotent. Scopes issued by this open stop verifying."""
         if self._closed:
@@ -176,6 +175,10 @@ class RuntimeStore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     # -- transactions ----------------------------------------------------------------
 

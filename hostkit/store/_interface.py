@@ -1,0 +1,222 @@
+"""The store seam: ``RuntimeStore``, the interface every storage adapter implements.
+
+Seams, the Host and front ends see only this interface and the frozen values
+it returns; no SQL and no database driver exists outside ``hostkit.store``
+(import-linter enforces it). Storage is grouped by what it stores: the
+methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
+and the audit log; ``turns``, ``context``, ``approvals``, ``memory`` and
+``inspect`` are the groups, each an abstract base of its own.
+
+An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
+each group; the contract suite in ``tests/contract/test_store_*`` runs
+against every adapter.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anyio.abc import AsyncResource
+
+from hostkit.types import (
+    AuditRecord,
+    LegacyRepairView,
+    MessageRecord,
+    OwnerKind,
+    Page,
+    PrincipalScope,
+    SessionRecord,
+    TaskRecord,
+)
+
+if TYPE_CHECKING:
+    from hostkit.store._approvals import ApprovalStore
+    from hostkit.store._connection import Synchronous
+    from hostkit.store._context import ContextStore
+    from hostkit.store._inspect import InspectQueries
+    from hostkit.store._memory import MemoryStore
+    from hostkit.store._scopes import ScopeMint
+    from hostkit.store._sessions import ConversationSelect, OwnerFacts
+    from hostkit.store._turns import TurnStore
+
+__all__ = ["RuntimeStore"]
+
+
+class RuntimeStore(AsyncResource):
+    """The transactional source of truth behind every Host seam.
+
+    ``await RuntimeStore.open(path)`` opens the embedded SQLite adapter.
+    Every method either completes its whole transaction or raises
+    (``StoreError`` with ``retryable``; ``StoreClosed`` after ``aclose``).
+    Owned operations verify that the scope was issued by this open of the
+    store and apply the owner predicate inside the same statement; a missing
+    object and another owner's object give the same ``NotFoundOrUnauthorized``.
+    """
+
+    turns: TurnStore
+    context: ContextStore
+    approvals: ApprovalStore
+    memory: MemoryStore
+    inspect: InspectQueries
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_s: float = 5.0,
+        max_batch: int = 64,
+        lock_timeout_s: float = 30.0,
+    ) -> RuntimeStore:
+        """Open (creating or upgrading) the embedded SQLite store at ``path``."""
+        from hostkit.store._sqlite import SqliteStore
+
+        return await SqliteStore.open(
+            path,
+            synchronous=synchronous,
+            busy_timeout_s=busy_timeout_s,
+            max_batch=max_batch,
+            lock_timeout_s=lock_timeout_s,
+        )
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """True once ``aclose`` ran; every later call raises ``StoreClosed``."""
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the data lives, for messages and operators (a path or a redacted URL)."""
+
+    # -- authority -------------------------------------------------------------------
+
+    @abstractmethod
+    def bind_authority(self) -> ScopeMint:
+        """Hand the scope-signing capability to the one AuthorityResolver of this open."""
+
+    @abstractmethod
+    def verify_scope(self, scope: object) -> PrincipalScope:
+        """Return ``scope`` if this open issued it and it is still live; else ``ScopeError``."""
+
+    # -- durable ownership facts (grant nothing; used by the AuthorityResolver) --------
+
+    @abstractmethod
+    async def bind_conversation(
+        self,
+        *,
+        channel: str,
+        conversation_key: str,
+        principal_id: str,
+        owner_kind: OwnerKind = "conversation",
+        select: ConversationSelect = "bound",
+    ) -> tuple[str, bool]:
+        """Atomically resolve, create or switch a conversation's session: (id, created)."""
+
+    @abstractmethod
+    async def create_session(
+        self,
+        *,
+        owner_kind: OwnerKind,
+        principal_id: str,
+        parent_session_id: str | None = None,
+        parent_turn_id: str | None = None,
+        title: str | None = None,
+    ) -> str:
+        """Create an unbound session with its owner row (children, scheduled runs)."""
+
+    @abstractmethod
+    async def owner_facts(self, session_id: str) -> OwnerFacts | None:
+        """The durable owner row of a session, or None."""
+
+    @abstractmethod
+    async def audit(self, kind: str, **fields: Any) -> int:
+        """Append a Host-only audit row; returns its id."""
+
+    @abstractmethod
+    async def read_audit(
+        self,
+        scope: PrincipalScope,
+        *,
+        kind: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> tuple[AuditRecord, ...]:
+        """Host-only audit rows, in order; requires a live operator scope."""
+
+    # -- owned queries ---------------------------------------------------------------
+
+    @abstractmethod
+    async def get_session(self, scope: PrincipalScope, session_id: str) -> SessionRecord:
+        """One owned session, or ``NotFoundOrUnauthorized``."""
+
+    @abstractmethod
+    async def list_sessions(
+        self, scope: PrincipalScope, *, cursor: str | None = None, limit: int = 50
+    ) -> Page[SessionRecord]:
+        """The scope's sessions, newest first, keyset-paginated."""
+
+    @abstractmethod
+    async def list_messages(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[MessageRecord]:
+        """An owned session's messages in order, after ``after_seq`` (or ``cursor``)."""
+
+    @abstractmethod
+    async def append_message(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        role: str,
+        content: Mapping[str, Any],
+        turn_id: str | None = None,
+    ) -> MessageRecord:
+        """Append to an owned session's transcript (owner predicate inside the INSERT)."""
+
+    @abstractmethod
+    async def get_task(self, scope: PrincipalScope, task_id: str) -> TaskRecord:
+        """One owned task, or ``NotFoundOrUnauthorized``."""
+
+    @abstractmethod
+    async def list_tasks(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page[TaskRecord]:
+        """The scope's tasks (optionally of one session), newest first."""
+
+    @abstractmethod
+    async def create_task(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        kind: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> TaskRecord:
+        """Create a pending task in an owned session."""
+
+    @abstractmethod
+    async def query_legacy_for_repair(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        reason: str,
+    ) -> LegacyRepairView:
+        """The only path to rows with missing or ambiguous ownership (operator, audited)."""
