@@ -21,7 +21,7 @@ KERNEL_EXTRAS    := notebook,openai,anthropic,local
 
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
-.PHONY: install test lint demo bench notebooks kernel-oldest browser-test clean
+.PHONY: install test test-fast lint typecheck demo bench notebooks kernel-oldest browser-test clean
 
 install: $(STAMP)
 
@@ -55,6 +55,15 @@ lint: install
 	$(BIN)/ruff check hostkit tests bench
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+typecheck: install
+	$(BIN)/mypy
+
+# The inner loop: the tests not marked slow, on every core (no notebooks, no kernels).
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto -m 'not slow' --ignore=tests/browser \
+	    --ignore=tests/kernel tests
 
 # Everything on the pinned kernel (tests/kernel drives both kernels itself), then the
 # notebooks again on the oldest supported ipykernel. tests/browser is opt-in (browser-test).

@@ -41,8 +41,8 @@ import anyio
 import psutil
 
 from hostkit.authority import AuthorityResolver
+from hostkit.builtins.process import ProcessOutcome, ProcessSupervisor, run_process
 from hostkit.effects import EffectPolicy, EffectRuntime, ToolContext, Toolset, tool
-from hostkit.effects._process import ProcessOutcome, ProcessSupervisor, run_process
 from hostkit.store import RuntimeStore
 from hostkit.types import (
     ConversationFacts,

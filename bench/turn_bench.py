@@ -20,9 +20,12 @@ same shape in other sessions; afterwards the stored rows are counted.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib.metadata
+import io
 import itertools
 import math
+import pstats
 import sqlite3
 import tempfile
 import time
@@ -74,6 +77,7 @@ class Figures:
     p50_ms: float
     p99_ms: float
     turns_per_s: float
+    cpu_ms_per_turn: float
 
 
 def _percentile(samples: list[float], fraction: float) -> float:
@@ -82,7 +86,14 @@ def _percentile(samples: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
 
 
-async def _drive(run_turn: RunTurn, *, sessions: int, turns: int, prefix: str) -> Figures:
+async def _drive(
+    run_turn: RunTurn,
+    *,
+    sessions: int,
+    turns: int,
+    prefix: str,
+    profiler: cProfile.Profile | None = None,
+) -> Figures:
     latencies: list[float] = []
 
     async def session(key: str) -> None:
@@ -91,18 +102,32 @@ async def _drive(run_turn: RunTurn, *, sessions: int, turns: int, prefix: str) -
             await run_turn(key)
             latencies.append(time.perf_counter() - start)
 
-    start = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for index in range(sessions):
-            tg.start_soon(session, f"{prefix}-{index}")
-    wall = time.perf_counter() - start
+    start, cpu = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    try:
+        async with anyio.create_task_group() as tg:
+            for index in range(sessions):
+                tg.start_soon(session, f"{prefix}-{index}")
+    finally:
+        if profiler is not None:
+            profiler.disable()
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
-    return Figures(p50 * 1000, p99 * 1000, len(latencies) / wall)
+    count = len(latencies)
+    return Figures(p50 * 1000, p99 * 1000, count / wall, cpu * 1000 / count)
 
 
-async def _measure(run_turn: RunTurn, *, sessions: int, turns: int, warmup: int) -> Figures:
+async def _measure(
+    run_turn: RunTurn,
+    *,
+    sessions: int,
+    turns: int,
+    warmup: int,
+    profiler: cProfile.Profile | None = None,
+) -> Figures:
     await _drive(run_turn, sessions=sessions, turns=warmup, prefix="warm")
-    return await _drive(run_turn, sessions=sessions, turns=turns, prefix="bench")
+    return await _drive(run_turn, sessions=sessions, turns=turns, prefix="bench", profiler=profiler)
 
 
 def _check(label: str, found: object, expected: int) -> None:
@@ -122,17 +147,34 @@ def decide(request: ModelRequest) -> Reply | CallTools:
     return CallTools(("bench_echo", {"text": "ping"}))
 
 
+def slow_decide(delay: float) -> Callable[[ModelRequest], Awaitable[Reply | CallTools]]:
+    """``decide`` after a model latency of ``delay`` seconds per call."""
+
+    async def decider(request: ModelRequest) -> Reply | CallTools:
+        await anyio.sleep(delay)
+        return decide(request)
+
+    return decider
+
+
 async def bench_hostkit(
-    root: Path, *, sync: Sync, sessions: int, turns: int, warmup: int
+    root: Path,
+    *,
+    sync: Sync,
+    sessions: int,
+    turns: int,
+    warmup: int,
+    delay: float = 0.0,
+    profiler: cProfile.Profile | None = None,
 ) -> Figures:
-    database = root / f"hostkit-{sync}-{sessions}.db"
+    database = root / f"hostkit-{sync}-{sessions}-{new_id('db')}.db"
     section = {"database": str(database), "workspace": str(root), "synchronous": sync}
     agent = {"provider": "bench", "instructions": INSTRUCTIONS, "memory": False}
     providers = {"bench": {"kind": "scripted"}}
     config = parse_config(
         {"host": section, "providers": providers, "agents": {"assistant": agent}}, base_dir=root
     )
-    model = ScriptedModel([decide], repeat_last=True)
+    model = ScriptedModel([slow_decide(delay) if delay else decide], repeat_last=True)
     async with Host.open(config, capabilities=capabilities(model, tools=[hostkit_echo])) as host:
 
         async def run_turn(key: str) -> None:
@@ -144,11 +186,12 @@ async def bench_hostkit(
             if result.outcome != "completed" or result.text != "done" or statuses != ["succeeded"]:
                 raise RuntimeError(f"unexpected hostkit turn: {result}")
 
-        figures = await _measure(run_turn, sessions=sessions, turns=turns, warmup=warmup)
-        count = await host.store.read(
-            lambda c: c.execute("SELECT count(*) FROM turns WHERE status = 'completed'").fetchone()
+        figures = await _measure(
+            run_turn, sessions=sessions, turns=turns, warmup=warmup, profiler=profiler
         )
-    _check(f"hostkit {sync}", count[0], sessions * (turns + warmup))
+    with closing(sqlite3.connect(database)) as conn:  # the loop is idle: blocking is fine
+        (count,) = conn.execute("SELECT count(*) FROM turns WHERE status = 'completed'").fetchone()
+    _check(f"hostkit {sync}", count, sessions * (turns + warmup))
     return figures
 
 
@@ -228,35 +271,51 @@ async def bench_peer(root: Path, *, sessions: int, turns: int, warmup: int) -> F
 
 
 def _row(label: str, mode: str, f: Figures, peer: Figures | None) -> str:
-    cells = f"{label:<16}{mode:<12}{f.p50_ms:>9.2f}{f.p99_ms:>9.2f}{f.turns_per_s:>10.1f}"
+    cells = (
+        f"{label:<16}{mode:<14}{f.p50_ms:>9.2f}{f.p99_ms:>9.2f}{f.turns_per_s:>10.1f}"
+        f"{f.cpu_ms_per_turn:>10.3f}"
+    )
     if peer is None:
         return cells
     ratios = (
         f"{f.turns_per_s / peer.turns_per_s:>9.2f}x"
-        f"{peer.p50_ms / f.p50_ms:>9.2f}x{peer.p99_ms / f.p99_ms:>9.2f}x"
+        f"{peer.cpu_ms_per_turn / f.cpu_ms_per_turn:>9.2f}x"
     )
     return cells + ratios
 
 
+async def _profile(root: Path, *, turns: int) -> None:
+    """cProfile of the event-loop thread over ``turns`` sequential turns (FULL)."""
+    profiler = cProfile.Profile()
+    await bench_hostkit(root, sync="FULL", sessions=1, turns=turns, warmup=5, profiler=profiler)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(18)
+    print(f"\nprofile of {turns} turns (event-loop thread, sorted by own time):")
+    print("\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip()))
+
+
 async def main(args: argparse.Namespace) -> None:
-    sequential, per_session, warmup = (30, 2, 1) if args.quick else (200, 10, 2)
+    sequential, per_session, warmup = (30, 2, 1) if args.quick else (200, 6, 2)
+    latency_turns = 10 if args.quick else 30
     agents.set_tracing_disabled(True)
     versions = ", ".join(
         f"{name} {importlib.metadata.version(name)}"
         for name in ("hostkit", "openai-agents", "openai", "anyio")
     )
     print(f"SQLite {sqlite3.sqlite_version}; {versions}; asyncio backend")
-    print(f"sequential: 1 session x {sequential} turns (warm-up {warmup * 5} turns)")
-    print(f"concurrent: {SESSIONS} sessions x {per_session} turns (warm-up {SESSIONS} x {warmup})")
-    print("a turn: model -> 1 tool call -> model -> text; ratios vs the peer in the same mode\n")
+    print("a turn: model -> 1 tool call -> model -> text; ratios vs the peer in the same mode")
+    print("cpu ms/turn: process CPU time (all threads) over the measured turns / turns\n")
     header = (
-        f"{'runtime':<16}{'mode':<12}{'p50 ms':>9}{'p99 ms':>9}{'turns/s':>10}"
-        f"{'tps/peer':>10}{'p50 p/h':>10}{'p99 p/h':>10}"
+        f"{'runtime':<16}{'mode':<14}{'p50 ms':>9}{'p99 ms':>9}{'turns/s':>10}"
+        f"{'cpu ms/t':>10}{'tps/peer':>10}{'cpu p/h':>10}"
     )
-    print(header)
-    print("-" * len(header))
     with tempfile.TemporaryDirectory(prefix="hostkit-turn-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
+        print(f"-- zero-latency model: 1 session x {sequential}, {SESSIONS} x {per_session}")
+        print(header)
+        print("-" * len(header))
+        results: dict[str, Figures] = {}
         for mode, sessions, turns, warm in (
             ("1 session", 1, sequential, warmup * 5),
             (f"{SESSIONS} sessions", SESSIONS, per_session, warmup),
@@ -266,9 +325,37 @@ async def main(args: argparse.Namespace) -> None:
                 await bench_hostkit(root, sync=sync, sessions=sessions, turns=turns, warmup=warm)
                 for sync in ("FULL", "NORMAL")
             ]
+            results[mode] = full
             print(_row("hostkit FULL", mode, full, peer))
             print(_row("hostkit NORMAL", mode, normal, peer))
             print(_row("openai-agents", mode, peer, None))
+        delay = args.latency_ms / 1000
+        print(f"\n-- model sleeping {args.latency_ms:g} ms per call (FULL): scaling with sessions")
+        print(header[: len(header) - 20])
+        print("-" * (len(header) - 20))
+        one = await bench_hostkit(
+            root, sync="FULL", sessions=1, turns=latency_turns, warmup=2, delay=delay
+        )
+        many = await bench_hostkit(
+            root,
+            sync="FULL",
+            sessions=SESSIONS,
+            turns=max(2, latency_turns // 5),
+            warmup=1,
+            delay=delay,
+        )
+        print(_row("hostkit FULL", "1 session", one, None))
+        print(_row("hostkit FULL", f"{SESSIONS} sessions", many, None))
+        print("\nsummary (goals from issue 10):")
+        cpu = results["1 session"].cpu_ms_per_turn
+        print(f"  Host CPU per turn, 1 session, FULL: {cpu:.3f} ms (goal <= 1 ms)")
+        ratio = many.turns_per_s / one.turns_per_s
+        print(
+            f"  {SESSIONS} sessions / 1 session turns/s at {args.latency_ms:g} ms model latency: "
+            f"{ratio:.1f}x (goal >= 40x)"
+        )
+        if args.profile:
+            await _profile(root, turns=sequential)
     with closing(sqlite3.connect(":memory:")) as conn:
         options = [row[0] for row in conn.execute("PRAGMA compile_options")]
     build = ", ".join(option for option in options if "SYNCHRONOUS" in option)
@@ -279,6 +366,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="hostkit vs openai-agents turn latency")
     parser.add_argument("--quick", action="store_true", help="30 sequential turns, 50 x 2")
     parser.add_argument("--dir", default=None, help="parent directory for the temporary files")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="model latency, scaling")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of hostkit")
     return parser.parse_args()
 
 

@@ -19,6 +19,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
         │   └── MigrationError     names the database, the backup and the restore action
+        ├── LeaseLost              a write carried a fencing token its lease no longer has
         ├── ProviderError          a model provider call failed (status, retryable, retry_after)
         │   └── ContextOverflow    the provider refused the request as too long for its window
         └── TurnInfrastructureError  no trustworthy terminal record (outcome "indeterminate")
@@ -38,6 +39,7 @@ __all__ = [
     "ContextOverflow",
     "HostkitError",
     "InvalidValue",
+    "LeaseLost",
     "MigrationError",
     "NotFoundOrUnauthorized",
     "PolicyRefusal",
@@ -220,6 +222,19 @@ class MigrationError(StoreError):
         if restore:
             parts.append(f"restore: {restore}")
         super().__init__("; ".join(parts))
+
+
+class LeaseLost(RuntimeFailure):
+    """A write carried a fencing token its lease no longer has; nothing of it was written.
+
+    Another Host took the lease over (it had expired, or its holder was found
+    dead), or the lease had already ended. The stale holder must stop: whoever
+    holds the lease now records the outcome of the work it abandoned.
+    """
+
+    def __init__(self, lease: str = "lease") -> None:
+        self.lease = bounded(lease, 60)
+        super().__init__(f"the {self.lease} is no longer held by this writer; write refused")
 
 
 class ProviderError(RuntimeFailure):

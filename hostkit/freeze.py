@@ -23,6 +23,9 @@ class FrozenMap(Mapping[str, Any]):
 
     __slots__ = ("_data", "_hash")
 
+    _data: dict[Any, Any]
+    _hash: int | None
+
     def __init__(self, data: Mapping[Any, Any] | None = None) -> None:
         frozen = {_freeze_key(k): freeze(v) for k, v in (data or {}).items()}
         object.__setattr__(self, "_data", frozen)
@@ -38,9 +41,11 @@ class FrozenMap(Mapping[str, Any]):
         return len(self._data)
 
     def __hash__(self) -> int:
-        if self._hash is None:
-            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
-        return self._hash  # type: ignore[return-value]
+        cached = self._hash
+        if cached is None:
+            cached = hash(frozenset(self._data.items()))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):

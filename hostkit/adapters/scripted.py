@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostkit.adapters._base import ProviderBase
 from hostkit.errors import ProviderError
 from hostkit.types import (
+    FinishReason,
     ModelLimits,
     ModelRequest,
     ModelResponse,
@@ -64,13 +66,14 @@ def _estimate(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-class ScriptedModel:
+class ScriptedModel(ProviderBase):
     """A ModelProvider whose answers come from a script, one step per call.
 
     ``requests`` records the last ``keep_requests`` ModelRequests received, so
     tests can assert what the ContextManager prepared without a long-running
     scripted Host growing without bound. ``repeat_last`` keeps answering with the last
-    step instead of failing when the script runs out.
+    step instead of failing when the script runs out. Like every provider, it
+    refuses requests once closed.
     """
 
     def __init__(
@@ -83,29 +86,21 @@ class ScriptedModel:
         repeat_last: bool = False,
         keep_requests: int = 1_000,
     ) -> None:
+        super().__init__(
+            name=name,
+            model=model,
+            limits=limits or ModelLimits(context_window=8192, max_output_tokens=1024),
+        )
         self._script = list(script)
-        self._name = name
-        self._model = model
-        self._limits = limits or ModelLimits(context_window=8192, max_output_tokens=1024)
         self._repeat_last = repeat_last
         self._position = 0
         self._keep = keep_requests
         self.requests: list[ModelRequest] = []
         self.closed = False
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def limits(self) -> ModelLimits:
-        return self._limits
-
     async def _next_step(self, request: ModelRequest) -> Reply | CallTools | Fail:
+        if self.closed:
+            raise ProviderError("provider is closed", provider=self._name)
         self.requests.append(request)
         if len(self.requests) > self._keep:
             del self.requests[0]
@@ -125,10 +120,10 @@ class ScriptedModel:
         prompt = "".join(m.content for m in request.messages) + "".join(
             t.name + t.description for t in request.tools
         )
-        if isinstance(step, Reply):
-            text, calls, finish = step.text, (), "stop"
-        else:
-            text = step.text
+        calls: tuple[ToolCall, ...] = ()
+        finish: FinishReason = "stop"
+        text = step.text
+        if isinstance(step, CallTools):
             calls = tuple(ToolCall(new_id("call"), name, args) for name, args in step.calls)
             finish = "tool_calls"
         output = text + "".join(call.name for call in calls)
@@ -136,19 +131,21 @@ class ScriptedModel:
             text=text,
             tool_calls=calls,
             usage=Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(output)),
-            finish_reason=finish,  # type: ignore[arg-type]
+            finish_reason=finish,
             provider=self._name,
             model=self._model,
             provider_request_id=new_id("scripted"),
         )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The next step's response, or its failure raised."""
         step = await self._next_step(request)
         if isinstance(step, Fail):
             raise step.error
         return self._respond(request, step)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """The next step's text word by word, then ``done``; a failure raises before any text."""
         step = await self._next_step(request)
         if isinstance(step, Fail):
             raise step.error
@@ -161,4 +158,5 @@ class ScriptedModel:
         yield StreamEvent(kind="done", response=response)
 
     async def aclose(self) -> None:
+        """Refuse further requests; idempotent."""
         self.closed = True

@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import TracebackType
+
+import anyio
 
 from hostkit.authority._operator import OPERATOR_CHANNEL, OperatorIssuer
 from hostkit.errors import InvalidValue, ScopeError
-from hostkit.store import ConversationSelect, RuntimeStore, ScopeMint
-from hostkit.types import ConversationFacts, PrincipalScope, new_id
+from hostkit.store import (
+    Admitted,
+    ConversationSelect,
+    ConversationTarget,
+    LeaseOwner,
+    RuntimeStore,
+    ScopeMint,
+    SessionBusy,
+    TurnAdmission,
+    TurnState,
+)
+from hostkit.types import ConversationFacts, PrincipalScope, TurnResult, new_id
 
-__all__ = ["AuthorityResolver", "conversation_principal"]
+__all__ = ["AdmittedTurn", "AuthorityResolver", "conversation_principal"]
 
 SCHEDULE_CHANNEL = "schedule"
 AGENT_CHANNEL = "agent"
 # Channels the Host uses for its own bindings; a transport cannot claim them.
 RESERVED_CHANNELS = frozenset({OPERATOR_CHANNEL, SCHEDULE_CHANNEL, AGENT_CHANNEL})
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedTurn:
+    """An admitted turn with the scope it runs under (minted by the resolver, or verified)."""
+
+    admitted: Admitted
+    scope: PrincipalScope
 
 
 def conversation_principal(facts: ConversationFacts) -> str:
@@ -110,6 +131,80 @@ class AuthorityResolver:
                 issuer_id=self._mint.issuer_id,
             )
         )
+
+    async def admit_conversation(
+        self,
+        facts: ConversationFacts,
+        admission: TurnAdmission,
+        *,
+        owner: LeaseOwner,
+        ttl_s: float,
+    ) -> AdmittedTurn | TurnState | SessionBusy:
+        """Admit a conversation's turn and, once admitted, the scope of its session.
+
+        The conversation binding is resolved inside the admission transaction
+        (``TurnStore.admit``); ``admission.session`` must be a
+        ``ConversationTarget`` naming exactly these facts and
+        ``admission.principal_id`` the facts' principal. The scope is minted
+        here, from the durable owner row that transaction read — never from
+        the caller's word. A repeated request (``TurnState``) and a busy
+        session (``SessionBusy``) are the store's answers, unchanged.
+        """
+        if not isinstance(facts, ConversationFacts):
+            raise InvalidValue("ConversationFacts are required")
+        principal_id = conversation_principal(facts)
+        target = admission.session
+        if (
+            not isinstance(target, ConversationTarget)
+            or (target.channel, target.conversation_key, target.owner_kind)
+            != (facts.channel, facts.conversation_key, "conversation")
+            or admission.principal_id != principal_id
+        ):
+            raise ScopeError("the admission does not name this conversation")
+        outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=ttl_s)
+        if not isinstance(outcome, Admitted):
+            return outcome
+        session_id = outcome.session_id
+        row = outcome.owner
+        if (row.session_id, row.owner_kind, row.channel, row.conversation_key) != (
+            session_id,
+            "conversation",
+            facts.channel,
+            facts.conversation_key,
+        ):
+            # The store checks this inside the admission transaction; should an adapter
+            # ever disagree, the admitted turn still gets its one terminal record.
+            reason = "the conversation's session has no durable conversation owner"
+            with anyio.CancelScope(shield=True):
+                await self._store.turns.finish(
+                    outcome.lease,
+                    TurnResult(
+                        request_id=admission.request_id,
+                        turn_id=admission.turn_id,
+                        session_id=session_id,
+                        core_id=admission.core_id,
+                        core_revision=admission.core_revision,
+                        outcome="failed",
+                        text="",
+                        error=reason,
+                        durable_result_ref=admission.turn_id,
+                        generation=admission.generation,
+                    ),
+                    event_seq=2,
+                )
+            raise ScopeError(reason)
+        scope = self._mint.sign(
+            PrincipalScope(
+                principal_id=principal_id,
+                authority="conversation",
+                channel=facts.channel,
+                conversation_key=facts.conversation_key,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id}),
+                issuer_id=self._mint.issuer_id,
+            )
+        )
+        return AdmittedTurn(outcome, scope)
 
     async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:
         """System authority limited to one scheduled run's own session (idempotent per run)."""

@@ -26,7 +26,8 @@ from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import stream_turn
-from hostkit.host import Host, budget_view, context_view
+from hostkit.host import Host
+from hostkit.inspect import budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
 __all__ = ["app", "main"]

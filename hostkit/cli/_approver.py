@@ -74,9 +74,8 @@ def render_request(
             console.print(f"  … {len(items) - max_arguments} more arguments not shown")
     elif arguments is not None:
         console.print(Text.assemble("  arguments: ", one_line(arguments, max_value_chars)))
-    secrets = view.get("binds")
-    if secrets:
-        names = ", ".join(one_line(name, 60) for name in list(secrets)[:max_arguments])
+    if request.secret_names:
+        names = ", ".join(one_line(name, 60) for name in request.secret_names[:max_arguments])
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
 
 

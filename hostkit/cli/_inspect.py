@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hostkit.host import BudgetView, ContextStep, ContextView, TokenTotals
+from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals
 
 __all__ = [
     "BAR_WIDTH",

@@ -7,7 +7,8 @@ messages, which is what makes ``prepare()`` deterministic and testable.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from hostkit.context._estimate import Estimator
@@ -18,6 +19,8 @@ __all__ = [
     "CalibratedEstimator",
     "Fit",
     "Group",
+    "History",
+    "SizeMemo",
     "group_history",
     "fit_groups",
     "leading_results",
@@ -45,25 +48,74 @@ class Group:
         return max(self.seqs)
 
 
-class CalibratedEstimator:
-    """An estimator scaled by a calibration ratio (and a safety factor when degraded)."""
+class SizeMemo:
+    """Uncalibrated token counts of messages and of one definitions tuple, for one estimator.
 
-    def __init__(self, base: Estimator, factor: float) -> None:
+    Messages are looked up by identity; each entry holds its message, so an
+    id is never reused while its entry exists. Past ``limit`` entries the
+    memo starts afresh (what was dropped is counted again when next needed),
+    which bounds it without any bookkeeping of which messages are still in use.
+    """
+
+    __slots__ = ("definitions", "limit", "messages")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.messages: dict[int, tuple[ModelMessage, int]] = {}
+        self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
+
+
+class CalibratedEstimator:
+    """An estimator scaled by a calibration ratio (and a safety factor when degraded).
+
+    With a ``SizeMemo``, each message and the definitions are counted by the
+    base estimator once, however many steps use them; the scaled figures are
+    exactly those without the memo (``ceil(base count * factor)``).
+    """
+
+    def __init__(self, base: Estimator, factor: float, memo: SizeMemo | None = None) -> None:
         self.base = base
         self.factor = factor
+        self._memo = memo
 
     @property
     def estimator_id(self) -> str:
         return self.base.estimator_id
 
+    def raw(self, message: ModelMessage) -> int:
+        """The base estimator's count of ``message`` (uncalibrated)."""
+        memo = self._memo
+        if memo is None:
+            return self.base.message(message)
+        found = memo.messages.get(id(message))
+        if found is not None and found[0] is message:
+            return found[1]
+        size = self.base.message(message)
+        if len(memo.messages) >= memo.limit:
+            memo.messages.clear()
+        memo.messages[id(message)] = (message, size)
+        return size
+
+    def raw_definitions(self, definitions: Sequence[ToolDefinition]) -> int:
+        """The base estimator's count of the tool schemas (uncalibrated)."""
+        memo = self._memo
+        if memo is None:
+            return self.base.definitions(definitions)
+        found = memo.definitions
+        if found is not None and found[0] is definitions:
+            return found[1]
+        size = self.base.definitions(definitions)
+        memo.definitions = (definitions, size)
+        return size
+
     def text(self, text: str) -> int:
         return math.ceil(self.base.text(text) * self.factor)
 
     def message(self, message: ModelMessage) -> int:
-        return math.ceil(self.base.message(message) * self.factor)
+        return math.ceil(self.raw(message) * self.factor)
 
     def definitions(self, definitions: Sequence[ToolDefinition]) -> int:
-        return math.ceil(self.base.definitions(definitions) * self.factor)
+        return math.ceil(self.raw_definitions(definitions) * self.factor)
 
     def request(
         self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
@@ -115,6 +167,97 @@ def group_history(
             ]
         groups.append(Group(tuple(messages), tuple(seqs)))
     return groups
+
+
+class _Open:
+    """One group of a ``History`` while its window lasts: rows are added, never taken back."""
+
+    __slots__ = ("answered", "calls", "messages", "seqs", "_plain", "_stubbed")
+
+    def __init__(self, seq: int, message: ModelMessage) -> None:
+        self.messages = [message]
+        self.seqs = [seq]
+        self.calls = frozenset(call.call_id for call in message.tool_calls)
+        self.answered: set[str | None] = set()
+        self._plain: Group | None = None
+        self._stubbed: tuple[frozenset[str], Group] | None = None
+
+    def add(self, seq: int, message: ModelMessage) -> None:
+        self.messages.append(message)
+        self.seqs.append(seq)
+        self.answered.add(message.tool_call_id)
+        self._plain = self._stubbed = None
+
+    def group(self, answered_now: frozenset[str]) -> Group:
+        """The group as ``group_history`` builds it (kept while nothing changes)."""
+        if self._plain is not None:
+            return self._plain
+        unanswered = [call for call in self.messages[0].tool_calls if call.call_id not in self.answered]
+        if not unanswered:
+            self._plain = Group(tuple(self.messages), tuple(self.seqs))
+            return self._plain
+        if self._stubbed is not None and self._stubbed[0] == answered_now:
+            return self._stubbed[1]
+        stubs = [
+            ModelMessage("tool", UNANSWERED, tool_call_id=call.call_id, name=call.name)
+            for call in unanswered
+            if call.call_id not in answered_now
+        ]
+        built = Group((*self.messages, *stubs), tuple(self.seqs))
+        self._stubbed = (answered_now, built)
+        return built
+
+
+class History:
+    """A window's groups, kept current as rows arrive at its newest end and leave at its oldest.
+
+    At every point ``groups(answered_now)`` equals ``group_history(rows,
+    answered_now)``; appending or dropping a row regroups nothing, and the
+    groups that did not change are the same objects from one call to the
+    next. Rows come in seq order.
+    """
+
+    __slots__ = ("_groups", "_rows")
+
+    def __init__(self, rows: Iterable[tuple[int, ModelMessage]] = ()) -> None:
+        self._rows: deque[tuple[int, ModelMessage]] = deque()
+        self._groups: deque[_Open] = deque()
+        for seq, message in rows:
+            self.append(seq, message)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def rows(self) -> tuple[tuple[int, ModelMessage], ...]:
+        """(seq, message), oldest first."""
+        return tuple(self._rows)
+
+    @property
+    def last_seq(self) -> int | None:
+        return self._rows[-1][0] if self._rows else None
+
+    def append(self, seq: int, message: ModelMessage) -> None:
+        """Add the newest row."""
+        self._rows.append((seq, message))
+        if message.role == "tool":
+            # Only a result for a call the last group's head made belongs to it; any other
+            # result is an orphan and joins no group.
+            if self._groups and message.tool_call_id in self._groups[-1].calls:
+                self._groups[-1].add(seq, message)
+            return
+        self._groups.append(_Open(seq, message))
+
+    def popleft(self) -> tuple[int, ModelMessage]:
+        """Drop the oldest row; a group that loses its head goes with it (its results are
+        orphans now)."""
+        seq, message = self._rows.popleft()
+        if self._groups and self._groups[0].seqs[0] == seq:
+            self._groups.popleft()
+        return seq, message
+
+    def groups(self, answered_now: frozenset[str] = frozenset()) -> list[Group]:
+        return [group.group(answered_now) for group in self._groups]
 
 
 def pruned_stub(message: ModelMessage) -> str:

@@ -5,11 +5,11 @@ takes the session's compaction lease, revalidates its snapshot, summarizes,
 and commits the summary together with its cutoff. Every other worker waits a
 bounded time and rereads; none starts a second summarizer.
 
-Rows (schema v5): ``context_summaries`` holds one committed summary per
-session (everything at or before ``cutoff_seq`` is represented by it);
-``context_leases`` holds the lease (``lease_id``/``owner``/``expires_at``,
-NULL when free) and the cooldown. ``lease_id`` is the fencing token: a commit
-succeeds only while the row still carries the lease id that was taken.
+The store's context group keeps one committed summary per session
+(everything at or before its cutoff is represented by it) and the session's
+lease (lease id, owner, expiry; none when free) with the cooldown. The lease
+id is the fencing token: ``commit_summary`` succeeds only while the lease
+still carries the id that was taken.
 
 Lease lifetime: the lease is taken for ``max(lease_ttl_s, summarize_timeout_s
 + COMMIT_MARGIN_S)`` and not renewed. The summarizer runs under
@@ -26,12 +26,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import anyio
 
-from hostkit.context import _summaries
-from hostkit.context._summaries import CommittedSummary, cutoff_of
 from hostkit.context._summarizer import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     ProviderSummarizer,
@@ -39,8 +36,8 @@ from hostkit.context._summarizer import (
     fallback_summary,
 )
 from hostkit.errors import HostkitError, InvalidValue
-from hostkit.store import LeaseOwner, RuntimeStore, owner_is_dead
-from hostkit.types import ModelMessage, new_id
+from hostkit.store import CommittedSummary, LeaseOwner, LeaseTake, RuntimeStore, owner_is_dead
+from hostkit.types import CompactionKind, ModelMessage, new_id
 
 __all__ = [
     "COMMIT_MARGIN_S",
@@ -60,8 +57,6 @@ _log = logging.getLogger("hostkit.context")
 # write, which may queue behind other writers (the store's lock timeout is 30 s).
 COMMIT_MARGIN_S = 30.0
 
-CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale"]
-
 
 @dataclass(frozen=True, slots=True)
 class CompactionOutcome:
@@ -80,6 +75,11 @@ class CompactionOutcome:
     summary: CommittedSummary | None
     used_fallback: bool = False
     detail: str = ""
+
+
+def cutoff_of(summary: CommittedSummary | None) -> int | None:
+    """The seq a summary covers up to; None when there is no summary."""
+    return summary.cutoff_seq if summary is not None else None
 
 
 def _checked(
@@ -143,7 +143,7 @@ class SessionCompactor:
 
     async def committed(self, session_id: str) -> CommittedSummary | None:
         """The session's committed summary (one read), or None."""
-        return await self._store.read(lambda conn: _summaries.read_summary(conn, session_id))
+        return await self._store.context.summary(session_id)
 
     async def compact(
         self,
@@ -206,20 +206,17 @@ class SessionCompactor:
         force: bool,
         *,
         dead_lease: str | None,
-    ) -> _summaries.LeaseTake:
+    ) -> LeaseTake:
         at = self._clock()
-        return await self._store.write(
-            lambda conn: _summaries.take_lease(
-                conn,
-                session_id=session_id,
-                expected_cutoff=expected_cutoff,
-                lease_id=lease_id,
-                owner=self._owner,
-                now_epoch=at,
-                expires_at=at + self._hold_s,
-                force=force,
-                dead_lease=dead_lease,
-            )
+        return await self._store.context.take_compaction_lease(
+            session_id,
+            expected_cutoff=expected_cutoff,
+            lease_id=lease_id,
+            owner=self._owner,
+            now=at,
+            expires_at=at + self._hold_s,
+            force=force,
+            dead_lease=dead_lease,
         )
 
     async def _wait(
@@ -227,12 +224,12 @@ class SessionCompactor:
     ) -> CompactionOutcome:
         with anyio.move_on_after(self._wait_s):
             while True:
-                summary, lease = await self._store.read(
-                    lambda conn: _summaries.poll(conn, session_id)
-                )
-                if cutoff_of(summary) != expected_cutoff:
-                    return CompactionOutcome("reread", summary, detail="another worker committed")
-                if lease != holder_lease:
+                state = await self._store.context.compaction_state(session_id)
+                if cutoff_of(state.summary) != expected_cutoff:
+                    return CompactionOutcome(
+                        "reread", state.summary, detail="another worker committed"
+                    )
+                if state.lease_id != holder_lease:
                     break  # the holder let go without committing: stop waiting
                 await anyio.sleep(self._poll_s)
         summary = await self.committed(session_id)
@@ -254,17 +251,14 @@ class SessionCompactor:
             previous.summary if previous else None, [m for _, m in pairs], summarizer
         )
         cooldown_until = self._clock() + self._cooldown_s
-        committed = await self._store.write(
-            lambda conn: _summaries.commit_summary(
-                conn,
-                session_id=session_id,
-                lease_id=lease_id,
-                text=text,
-                cutoff_seq=pairs[-1][0],
-                added=len(pairs),
-                summarizer=name,
-                cooldown_until=cooldown_until,
-            )
+        committed = await self._store.context.commit_summary(
+            session_id,
+            lease_id=lease_id,
+            text=text,
+            cutoff_seq=pairs[-1][0],
+            added=len(pairs),
+            summarizer=name,
+            cooldown_until=cooldown_until,
         )
         fallback = failure is not None
         if committed is None:
@@ -306,6 +300,4 @@ class SessionCompactor:
         # that cannot answer leaves it to the expiry (or to the dead-owner check).
         with anyio.move_on_after(self._release_timeout_s, shield=True):
             with contextlib.suppress(HostkitError):
-                await self._store.write(
-                    lambda conn: _summaries.release_lease(conn, session_id, lease_id)
-                )
+                await self._store.context.release_compaction_lease(session_id, lease_id)

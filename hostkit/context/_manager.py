@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from hostkit.context import _history
 from hostkit.context._assemble import (
     CalibratedEstimator,
     Fit,
@@ -22,14 +22,17 @@ from hostkit.context._bootstrap import BootstrapSource
 from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Summarizer
 from hostkit.context._estimate import Estimator, EstimatorRegistry
 from hostkit.errors import HostkitError
-from hostkit.store import RuntimeStore
+from hostkit.store import ContextState, RuntimeStore
 from hostkit.types import (
+    MAX_DECISION_TEXT,
+    ContextDecision,
     ContextOverflowed,
     ContextReady,
     ContextRequest,
     LayerSummary,
     ModelLimits,
     ModelMessage,
+    OverflowReason,
     PreparedContext,
     TurnExecutionContext,
     UsageObservation,
@@ -69,9 +72,10 @@ class ContextManager:
     first prunes old tool results to stubs, then compacts under the session's
     durable lease (when a compactor and summarizer exist), then drops the
     oldest unprotected groups; it returns ``ready`` or a typed ``overflow``
-    before any provider request exists. Decisions persist a non-sensitive
-    summary, never prompts. ``observe`` appends provider usage once per
-    decision and only then advances the session's calibration.
+    before any provider request exists. Each decision is recorded as a typed
+    ``ContextDecision`` (numbers and names, never prompts). ``observe``
+    appends provider usage once per decision and only then advances the
+    session's calibration.
     """
 
     def __init__(
@@ -105,7 +109,7 @@ class ContextManager:
         self._degraded: set[str] = set()
         # Same-session turns serialize and the state excludes the current turn, so it is
         # constant for a turn's steps unless this manager compacts: read it once per turn.
-        self._states: OrderedDict[str, _history.ContextState] = OrderedDict()
+        self._states: OrderedDict[str, ContextState] = OrderedDict()
         self._state_cache = window_cache
 
     def budget(self, limits: ModelLimits) -> tuple[int, int]:
@@ -131,7 +135,7 @@ class ContextManager:
             head = self._head(request, state, estimate, room=hard_budget - rest)
         fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
-            reason = (
+            reason: OverflowReason = (
                 "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
             )
             if context.session_id in self._degraded:
@@ -178,36 +182,35 @@ class ContextManager:
             layers=layers,
             summary_used=state.summary is not None,
         )
-        raw = _raw_tokens(ready.messages, request, estimate)
-        await self._record(
-            request,
-            decision_id,
-            "ready",
-            {
-                "estimated_input_tokens": ready.estimated_input_tokens,
-                "raw_input_tokens": raw,
-                "framing_tokens": framing,
-                "estimator": estimate.estimator_id,
-                "exact_estimator": exact,
+        snapshot = context.capability_snapshot
+        await self._store.context.record_decision(
+            ContextDecision(
+                decision_id=decision_id,
+                session_id=context.session_id,
+                turn_id=context.turn_id,
+                step_id=request.step_id,
+                kind="ready",
+                estimated_input_tokens=ready.estimated_input_tokens,
+                hard_budget=hard_budget,
+                output_budget=output_budget,
+                context_window=request.limits.context_window,
+                layers=layers,
+                raw_input_tokens=_raw_tokens(ready.messages, request, estimate),
+                framing_tokens=framing,
+                estimator=estimate.estimator_id,
+                exact_estimator=exact,
                 # Calibration is keyed by the pinned provider/model (a provider may report a
                 # dated alias of the model it was asked for).
-                "provider": context.capability_snapshot.get("provider"),
-                "model": context.capability_snapshot.get("model"),
-                "calibration": round(estimate.factor, 4),
-                "hard_budget": hard_budget,
-                "output_budget": output_budget,
-                "context_window": request.limits.context_window,
-                "summary_used": ready.summary_used,
-                "cutoff": state.cutoff,
-                "pruned_results": pruned,
-                "dropped_messages": fit.dropped_messages,
-                "protected_dropped": fit.protected_dropped,
-                "compaction": None if compaction is None else compaction.kind,
-                "layers": [
-                    {"name": x.name, "tokens": x.tokens, "items": x.items, "pruned": x.pruned}
-                    for x in layers
-                ],
-            },
+                provider=_name(snapshot.get("provider")),
+                model=_name(snapshot.get("model")),
+                calibration=round(estimate.factor, 4),
+                summary_used=ready.summary_used,
+                cutoff=state.cutoff,
+                pruned_results=pruned,
+                dropped_messages=fit.dropped_messages,
+                protected_dropped=fit.protected_dropped,
+                compaction=None if compaction is None else compaction.kind,
+            )
         )
         return ready
 
@@ -238,7 +241,7 @@ class ContextManager:
         ``unsafe_estimate`` when even that cannot fit).
         """
         try:
-            await self._store.write(lambda conn: _history.insert_usage(conn, observation))
+            await self._store.context.record_usage(observation)
         except HostkitError:
             self._degraded.add(observation.session_id)
             raise
@@ -246,18 +249,14 @@ class ContextManager:
 
     # -- assembly --------------------------------------------------------------------
 
-    async def _state(
-        self, request: ContextRequest, *, refresh: bool = False
-    ) -> _history.ContextState:
+    async def _state(self, request: ContextRequest, *, refresh: bool = False) -> ContextState:
         context = request.context
         cached = None if refresh else self._states.get(context.turn_id)
         if cached is not None:
             self._states.move_to_end(context.turn_id)
             return cached
-        state = await self._store.read(
-            lambda conn: _history.read_state(
-                conn, session_id=context.session_id, turn_id=context.turn_id, limit=self._window
-            )
+        state = await self._store.context.read_state(
+            session_id=context.session_id, turn_id=context.turn_id, window=self._window
         )
         if request.bootstrap and state.bootstrap is None and self._bootstrap is not None:
             state = await self._take_bootstrap(context, state)
@@ -267,28 +266,19 @@ class ContextManager:
         return state
 
     async def _take_bootstrap(
-        self, context: TurnExecutionContext, state: _history.ContextState
-    ) -> _history.ContextState:
+        self, context: TurnExecutionContext, state: ContextState
+    ) -> ContextState:
         assert self._bootstrap is not None
         snapshot = await self._bootstrap.snapshot(context)
         if snapshot is None:
             return state
-        kept = await self._store.write(
-            lambda conn: _history.store_bootstrap(
-                conn, context.session_id, snapshot.text, snapshot.source
-            )
+        kept = await self._store.context.keep_bootstrap(
+            context.session_id, snapshot=snapshot.text, source=snapshot.source
         )
-        return _history.ContextState(
-            summary=state.summary,
-            cutoff=state.cutoff,
-            window=state.window,
-            older=state.older,
-            bootstrap=kept,
-            calibration=state.calibration,
-        )
+        return dataclasses.replace(state, bootstrap=kept)
 
     def _estimator(
-        self, request: ContextRequest, state: _history.ContextState
+        self, request: ContextRequest, state: ContextState
     ) -> tuple[CalibratedEstimator, bool]:
         base, exact = self.estimators.resolve(request.limits.estimator_id)
         snapshot = request.context.capability_snapshot
@@ -307,7 +297,7 @@ class ContextManager:
     def _head(
         self,
         request: ContextRequest,
-        state: _history.ContextState,
+        state: ContextState,
         estimate: Estimator,
         room: int | None = None,
     ) -> _Head:
@@ -348,7 +338,7 @@ class ContextManager:
     async def _reduce(
         self,
         request: ContextRequest,
-        state: _history.ContextState,
+        state: ContextState,
         groups: list[Group],
         room: int,
         estimate: Estimator,
@@ -370,7 +360,7 @@ class ContextManager:
     async def _compact(
         self,
         request: ContextRequest,
-        state: _history.ContextState,
+        state: ContextState,
         groups: list[Group],
         *,
         force: bool,
@@ -405,14 +395,14 @@ class ContextManager:
         self,
         request: ContextRequest,
         decision_id: str,
-        reason: str,
+        reason: OverflowReason,
         fixed: int,
         hard_budget: int,
         output_budget: int,
     ) -> ContextOverflowed:
         overflow = ContextOverflowed(
             decision_id=decision_id,
-            reason=reason,  # type: ignore[arg-type]
+            reason=reason,
             detail=(
                 f"needs {fixed} tokens before history; the input budget is {hard_budget} "
                 f"(window {request.limits.context_window}, output {output_budget})"
@@ -420,36 +410,32 @@ class ContextManager:
             estimated_input_tokens=fixed,
             hard_budget=hard_budget,
         )
-        await self._record(
-            request,
-            decision_id,
-            "overflow",
-            {
-                "reason": reason,
-                "fixed": fixed,
-                "estimated_input_tokens": fixed,
-                "hard_budget": hard_budget,
-                "output_budget": output_budget,
-                "context_window": request.limits.context_window,
-            },
-        )
-        return overflow
-
-    async def _record(
-        self, request: ContextRequest, decision_id: str, kind: str, summary: dict[str, object]
-    ) -> None:
         context = request.context
-        await self._store.write(
-            lambda conn: _history.insert_decision(
-                conn,
+        await self._store.context.record_decision(
+            ContextDecision(
                 decision_id=decision_id,
                 session_id=context.session_id,
                 turn_id=context.turn_id,
                 step_id=request.step_id,
-                kind=kind,
-                summary=summary,
+                kind="overflow",
+                estimated_input_tokens=fixed,
+                hard_budget=hard_budget,
+                output_budget=output_budget,
+                context_window=request.limits.context_window,
+                overflow_reason=reason,
             )
         )
+        return overflow
+
+
+def _name(value: object) -> str | None:
+    """A provider or model name from the capability snapshot, if it is one a record can hold.
+
+    Without one, calibration is keyed by what the provider reports instead.
+    """
+    if isinstance(value, str) and 0 < len(value) <= MAX_DECISION_TEXT:
+        return value
+    return None
 
 
 def _raw_tokens(

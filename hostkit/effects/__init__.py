@@ -1,4 +1,13 @@
-"""EffectRuntime: the per-turn catalog seam and the one effect pipeline."""
+"""EffectRuntime: the per-turn catalog seam and the one effect pipeline.
+
+This package is the pipeline only: catalog, authored tools, policy,
+approvals, secrets and bounded, redacted views. The builtin tool families
+(terminal and processes, workspace files, web) live in ``hostkit.builtins``
+above it and reach it through this interface alone; ``hostkit.host`` wires
+them in. Names a tool author needs to size or redact its output
+(``MAX_MODEL_VIEW_CHARS``, ``redact_secrets``, ``MIN_SECRET_CHARS``) and to
+name a bindable secret (``ENV_NAME_PATTERN``) are exported on purpose.
+"""
 
 from hostkit.effects._approvals import (
     APPROVAL_TTL_S,
@@ -11,7 +20,6 @@ from hostkit.effects._approvals import (
 )
 from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome, tool
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
-from hostkit.effects._files import workspace_tools
 from hostkit.effects._fingerprint import fingerprint_of
 from hostkit.effects._pending import (
     ApprovalLedger,
@@ -20,84 +28,47 @@ from hostkit.effects._pending import (
     PendingApproval,
 )
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
-from hostkit.effects._process import (
-    ProcessControl,
-    ProcessOutcome,
-    ProcessSupervisor,
-    opaque_artifact_dir,
-    run_process,
-)
-from hostkit.effects._process_streams import load_artifact_key
 from hostkit.effects._runtime import (
     DEFAULT_SECRET_TTL_S,
+    ENV_NAME_PATTERN,
     EffectRuntime,
     Toolset,
     ToolsetProvider,
     approval_view,
     secret_grant,
 )
-from hostkit.effects._terminal import (
-    DEFAULT_ENV_ALLOWLIST,
-    EXECUTION_CONTROL_TARGETS,
-    TerminalRuns,
-)
-from hostkit.effects._terminal_checks import ENV_NAME_PATTERN
-from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
-from hostkit.effects._views import MIN_SECRET_CHARS, redact_secrets
-from hostkit.effects._web import web_tools
-from hostkit.effects._workspace import (
-    WorkspaceError,
-    WorkspaceEscape,
-    WorkspaceIOFailure,
-    WorkspaceScope,
-)
+from hostkit.effects._views import MAX_MODEL_VIEW_CHARS, MIN_SECRET_CHARS, redact_secrets
 
 __all__ = [
     "APPROVAL_TTL_S",
-    "DEFAULT_ENV_ALLOWLIST",
-    "ENV_NAME_PATTERN",
-    "EXECUTION_CONTROL_TARGETS",
-    "ProcessControl",
-    "ProcessOutcome",
-    "ProcessSupervisor",
-    "TerminalRuns",
-    "load_artifact_key",
-    "opaque_artifact_dir",
-    "run_process",
     "DEFAULT_SECRET_TTL_S",
+    "ENV_NAME_PATTERN",
+    "MAX_MODEL_VIEW_CHARS",
     "MIN_SECRET_CHARS",
-    "ApprovalLedger",
-    "ApprovalStatus",
-    "ClaimedApproval",
-    "CatalogEntry",
-    "PendingApproval",
-    "ToolOutcome",
-    "approval_view",
-    "fingerprint_of",
-    "redact_secrets",
-    "secret_grant",
     "ApprovalDecision",
     "ApprovalKey",
+    "ApprovalLedger",
     "ApprovalOutcome",
     "ApprovalProvider",
     "ApprovalRequest",
     "ApprovalRuntime",
+    "ApprovalStatus",
     "AuthoredTool",
+    "CatalogEntry",
+    "ClaimedApproval",
     "EffectPolicy",
     "EffectRuntime",
+    "PendingApproval",
     "PolicyDecision",
     "PreparedEffectCatalog",
     "ToolContext",
+    "ToolOutcome",
     "Toolset",
     "ToolsetProvider",
-    "UrlDenied",
-    "UrlPolicy",
-    "WorkspaceError",
-    "WorkspaceEscape",
-    "WorkspaceIOFailure",
-    "WorkspaceScope",
+    "approval_view",
+    "fingerprint_of",
     "provider_name",
+    "redact_secrets",
+    "secret_grant",
     "tool",
-    "web_tools",
-    "workspace_tools",
 ]

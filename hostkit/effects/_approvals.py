@@ -21,6 +21,7 @@ import anyio
 
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
+from hostkit.store import ApprovalDecision
 from hostkit.types import bounded_metadata
 
 __all__ = [
@@ -37,7 +38,6 @@ APPROVAL_TTL_S = 8 * 3600.0
 # Conversations whose binding is tracked, and cached approvals before expired ones are swept.
 MAX_TRACKED = 10_000
 
-ApprovalDecision = Literal["approve_once", "approve_session", "deny"]
 ApprovalOutcome = Literal["approved", "denied", "unanswered"]
 
 
@@ -57,6 +57,9 @@ class ApprovalRequest:
     """What an approver is shown: the effect and a bounded, field-name-redacted view.
 
     Never the PrincipalScope, the capability snapshot or raw secret values.
+    ``view`` is for display; ``secret_names`` is the typed fact of which Host
+    secrets (names only) the call binds — such a call is approved once, never
+    cached for the session.
     """
 
     approval_id: str
@@ -64,9 +67,19 @@ class ApprovalRequest:
     effect: str
     turn_id: str
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
+    secret_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "view", bounded_metadata(self.view))
+        names: object = self.secret_names  # typed, but callers may still pass one string
+        if isinstance(names, str):
+            raise InvalidValue("secret_names is a sequence of names, not one string")
+        object.__setattr__(self, "secret_names", tuple(str(n) for n in self.secret_names))
+
+    @property
+    def binds_secret(self) -> bool:
+        """True when running the call binds at least one Host secret."""
+        return bool(self.secret_names)
 
 
 class ApprovalProvider(Protocol):

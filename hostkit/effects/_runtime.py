@@ -38,9 +38,19 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["DEFAULT_SECRET_TTL_S", "EffectRuntime", "Toolset", "ToolsetProvider", "secret_grant"]
+__all__ = [
+    "DEFAULT_SECRET_TTL_S",
+    "ENV_NAME_PATTERN",
+    "EffectRuntime",
+    "Toolset",
+    "ToolsetProvider",
+    "secret_grant",
+]
 
 DEFAULT_SECRET_TTL_S = 300.0
+# What a secret's (or any bound variable's) name may be: a secret is the Host
+# environment variable of that name. hostkit.toml and terminal.run validate with it.
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 
 
 def secret_grant(name: str) -> str:
@@ -269,7 +279,9 @@ class EffectRuntime:
         approval_id = new_id("apr")
 
         def ask() -> ApprovalRequest:
-            return ApprovalRequest(approval_id, key, entry.effect, context.turn_id, view)
+            return ApprovalRequest(
+                approval_id, key, entry.effect, context.turn_id, view, checked.secret_names
+            )
 
         try:
             outcome = await self._approvals.resolve(
@@ -294,6 +306,7 @@ class EffectRuntime:
             view=view,
             policy_fingerprint=fingerprint,
             rule_key=key.rule_key,
+            secret_names=checked.secret_names,
         )
         paused = _refused(call_id, entry.effect, "denied", f"waiting for approval {approval_id}")
         return dataclasses.replace(paused, pending_approval=approval_id)

@@ -13,7 +13,7 @@ from hostkit.effects import (
     ApprovalStatus,
     PendingApproval,
 )
-from hostkit.errors import ApprovalRefused, InvalidValue, NotFoundOrUnauthorized, ScopeError
+from hostkit.errors import ApprovalRefused, InvalidValue, ScopeError
 from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult
@@ -71,14 +71,12 @@ class HostApprovals:
         self._verify(scope)
         if not 0 < limit <= MAX_LIST:
             raise InvalidValue(f"limit must be 1-{MAX_LIST}")
-        return await self._ledger.list(scope, status=status, limit=limit)
+        return list(await self._ledger.list(scope, status=status, limit=limit))
 
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
+        """One owned approval; ``NotFoundOrUnauthorized`` for missing and foreign ids alike."""
         self._verify(scope)
-        found = await self._ledger.get(scope, approval_id)
-        if found is None:
-            raise NotFoundOrUnauthorized("approval")
-        return found
+        return await self._ledger.get(scope, approval_id)
 
     async def answer(
         self,
@@ -105,12 +103,10 @@ class HostApprovals:
         answered = await self._ledger.answer(
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
-        if answered is None:
-            raise NotFoundOrUnauthorized("approval")
-        if isinstance(answered, str):
-            raise _refused(approval_id, answered)
+        if not answered.accepted:
+            raise _refused(approval_id, answered.approval.status)
         # A call that binds secrets is approved once, whatever was answered.
-        if decision == "approve_session" and "binds" not in approval.view:
+        if decision == "approve_session" and not answered.approval.binds_secret:
             self.runtime.remember(
                 ApprovalKey(
                     principal_id=approval.principal_id,
@@ -120,7 +116,7 @@ class HostApprovals:
                     core_id=approval.core_id,
                 )
             )
-        return await self._continue(answered, continuation)
+        return await self._continue(answered.approval, continuation)
 
     async def resume(
         self, approval_id: str, *, by: PrincipalScope, principal: PrincipalScope | None = None

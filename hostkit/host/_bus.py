@@ -23,7 +23,9 @@ class EventBus:
     def __init__(self, *, forward: Observer | None = None, buffer: int = 1024) -> None:
         self._forward = forward
         self._buffer = buffer
-        self._subscribers: list[tuple[Callable[[TurnEvent], bool], MemoryObjectSendStream]] = []
+        self._subscribers: list[
+            tuple[Callable[[TurnEvent], bool], MemoryObjectSendStream[TurnEvent]]
+        ] = []
 
     def notify(self, event: TurnEvent) -> None:
         for accepts, stream in list(self._subscribers):

@@ -15,14 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
-from hostkit.effects import (
-    AuthoredTool,
-    EffectPolicy,
-    ProcessSupervisor,
-    TerminalRuns,
-    WorkspaceScope,
-    load_artifact_key,
-)
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import ProcessSupervisor, TerminalRuns, load_artifact_key
+from hostkit.effects import AuthoredTool, EffectPolicy
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
 from hostkit.turns import Observer

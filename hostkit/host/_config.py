@@ -121,6 +121,12 @@ class HostSection(_Strict):
     artifacts: str = ".hostkit-artifacts"
     # How long an ``ask`` waits for the approver before the turn pauses needs_user.
     approval_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+    # A running turn holds its session's durable lease; it renews it every third of this.
+    # A Host that dies on another machine frees its sessions after at most this long (on
+    # this machine, a dead Host frees them at once).
+    session_lease_ttl_s: float = Field(default=60.0, ge=0.1, le=86_400)
+    # How long a turn waits for its session when another turn (in any process) runs in it.
+    admission_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
 
 
 class HostConfig(_Strict):

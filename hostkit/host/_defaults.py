@@ -1,7 +1,7 @@
 """DefaultCapabilities: the sources a Host builds from its configuration.
 
-This is the one place that names concrete adapters (runtime-composition step
-7): the seams below only know the protocols.
+This is the one place that names concrete adapters and the builtin tool
+families (runtime-composition step 7): the seams below only know the protocols.
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ from types import ModuleType
 import anyio
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
+from hostkit.builtins.files import WorkspaceScope, workspace_tools
+from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.context import Estimator
-from hostkit.effects import (
-    AuthoredTool,
-    UrlPolicy,
-    WorkspaceScope,
-    provider_name,
-    web_tools,
-    workspace_tools,
-)
+from hostkit.effects import AuthoredTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     Channel,

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
+from hostkit.builtins.process import ProcessSupervisor
 from hostkit.context import (
     ContextManager,
     EstimatorRegistry,
@@ -21,7 +22,6 @@ from hostkit.effects import (
     ApprovalProvider,
     ApprovalRuntime,
     PendingApproval,
-    ProcessSupervisor,
 )
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
@@ -110,6 +110,8 @@ class Host:
             cores=self,
             observer=events,
             lease_owner=lease_owner,
+            lease_ttl_s=config.host.session_lease_ttl_s,
+            admission_timeout_s=config.host.admission_timeout_s,
         )
         self.approvals = HostApprovals(
             store=store,

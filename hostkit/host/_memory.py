@@ -1,71 +1,60 @@
-"""The default MemorySource: agent memory on SQLite FTS5 in the runtime store."""
+"""The default MemorySource: agent memory in the runtime store (``RuntimeStore.memory``).
+
+The store does the searching (full-text on SQLite) and keeps each owner's
+items apart; this module adapts it to the ``AgentMemory`` protocol tools use.
+"""
 
 from __future__ import annotations
 
-import re
-import sqlite3
-
 from hostkit.effects import AuthoredTool, ToolContext
-from hostkit.errors import InvalidValue
 from hostkit.host._capabilities import AgentMemory, MemoryRequest
-from hostkit.store import RuntimeStore, now
+from hostkit.store import MAX_RECALL, RuntimeStore
 
-__all__ = ["SqliteMemory", "SqliteMemorySource", "memory_tools"]
+__all__ = [
+    "SqliteMemory",
+    "SqliteMemorySource",
+    "StoreMemory",
+    "StoreMemorySource",
+    "memory_tools",
+]
 
-MAX_MEMORY_CHARS = 4_000
-MAX_RECALL = 20
-_WORD = re.compile(r"\w+", re.UNICODE)
 
-
-class SqliteMemory:
-    """Full-text memory of one agent, partitioned by owner."""
+class StoreMemory:
+    """Full-text memory of one agent, partitioned by owner, kept in the runtime store."""
 
     def __init__(self, store: RuntimeStore, agent: str) -> None:
         self._store = store
         self.agent = agent
 
     async def remember(self, owner: str, text: str) -> None:
-        if not text.strip() or len(text) > MAX_MEMORY_CHARS:
-            raise InvalidValue(f"memory items are 1-{MAX_MEMORY_CHARS} characters")
-        await self._store.write(
-            lambda conn: conn.execute(
-                "INSERT INTO memory_items (agent, principal_id, text, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                [self.agent, owner, text, now(conn)],
-            )
-        )
+        """Store ``text`` for ``owner``; ``InvalidValue`` for empty, over-long or invalid text."""
+        await self._store.memory.remember(agent=self.agent, owner=owner, text=text)
 
     async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
-        terms = _WORD.findall(query)[:16]
-        if not terms:
-            return []
-        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-        bounded_limit = max(1, min(limit, MAX_RECALL))
-
-        def search(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT m.text FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
-                "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
-                "ORDER BY bm25(memory_fts) LIMIT ?",
-                [match, self.agent, owner, bounded_limit],
-            ).fetchall()
-            return [row[0] for row in rows]
-
-        return await self._store.read(search)
+        """``owner``'s items best matching the words of ``query`` (``limit`` clamped 1..20)."""
+        items = await self._store.memory.recall(
+            agent=self.agent, owner=owner, query=query, limit=max(1, min(limit, MAX_RECALL))
+        )
+        return [item.text for item in items]
 
 
-class SqliteMemorySource:
-    """One ``SqliteMemory`` per agent for the generation that owns this source."""
+class StoreMemorySource:
+    """One ``StoreMemory`` per agent for the generation that owns this source."""
 
     def __init__(self, store: RuntimeStore) -> None:
         self._store = store
-        self._by_agent: dict[str, SqliteMemory] = {}
+        self._by_agent: dict[str, StoreMemory] = {}
 
     async def memory(self, request: MemoryRequest) -> AgentMemory:
         memory = self._by_agent.get(request.agent)
         if memory is None:
-            memory = self._by_agent[request.agent] = SqliteMemory(self._store, request.agent)
+            memory = self._by_agent[request.agent] = StoreMemory(self._store, request.agent)
         return memory
+
+
+# The names this module had when memory lived on SQLite only; ``hostkit.host`` exports them.
+SqliteMemory = StoreMemory
+SqliteMemorySource = StoreMemorySource
 
 
 def memory_tools(memory: AgentMemory) -> list[AuthoredTool]:

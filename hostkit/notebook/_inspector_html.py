@@ -14,17 +14,17 @@ from collections.abc import Iterable
 from hostkit.effects import PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
-from hostkit.host import BudgetView, ContextStep, ContextView, TokenTotals
+from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals
 
 __all__ = [
     "approval_html",
     "bar_html",
     "calibration_line",
     "cost_text",
-    "number",
     "esc",
     "header_html",
     "legend_html",
+    "number",
     "row_html",
     "step_html",
     "table_html",

@@ -1,6 +1,6 @@
 """Inspector widgets: context decisions, budgets, sessions and approvals as ipywidgets.
 
-Drawn only from the view-models of ``hostkit.host`` (``ContextView``,
+Drawn only from the view-models of ``hostkit.inspect`` (``ContextView``,
 ``BudgetView``, ``SessionRows``, ``ApprovalRows``): no SQL and no policy here.
 Each inspector is an ``ipywidgets.VBox`` with ``.model`` (its view-model) and
 ``.text()`` (a plain rendering for assertions and non-widget front ends); the
@@ -21,11 +21,11 @@ import ipywidgets as widgets
 
 from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
 from hostkit.errors import HostkitError, UserError, bounded
-from hostkit.host import (
+from hostkit.host import Host
+from hostkit.inspect import (
     ApprovalRows,
     BudgetView,
     ContextView,
-    Host,
     ModelPrice,
     SessionRows,
     approval_rows,
@@ -85,7 +85,7 @@ class _Inspector(widgets.VBox):
         return "\n".join(html.unescape(re.sub(r"<[^>]+>", " ", part)).strip() for part in parts)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
-        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle: dict[str, Any] | None = super()._repr_mimebundle_(**kwargs)
         if bundle is not None:
             bundle["text/plain"] = self.text()
         return bundle
@@ -258,7 +258,7 @@ class _ApprovalLine:
             ],
             layout=widgets.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"),
         )
-        self.said = approval.status
+        self.said: str = approval.status
 
     def set_busy(self, busy: bool) -> None:
         for button in self.buttons:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -50,7 +50,9 @@ class ApprovalPending(HostkitError):
 class ApprovalRow:
     """One approval in a panel: the effect, its redacted view and three buttons."""
 
-    def __init__(self, effect: str, view: Mapping[str, Any]) -> None:
+    def __init__(
+        self, effect: str, view: Mapping[str, Any], *, secret_names: Sequence[str] = ()
+    ) -> None:
         self.effect = effect
         self.approve_once = widgets.Button(description="Approve once", button_style="success")
         self.approve_session = widgets.Button(description="Approve for session")
@@ -58,7 +60,7 @@ class ApprovalRow:
         self.status = widgets.HTML("<i>waiting for your answer</i>")
         self.widget = widgets.VBox(
             [
-                widgets.HTML(_describe(effect, view)),
+                widgets.HTML(_describe(effect, view, secret_names)),
                 widgets.HBox([self.approve_once, self.approve_session, self.deny]),
                 self.status,
             ],
@@ -296,7 +298,7 @@ def _step_widget(text: str, colour: str | None) -> widgets.HTML:
     return widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>")
 
 
-def _describe(effect: str, view: Mapping[str, Any]) -> str:
+def _describe(effect: str, view: Mapping[str, Any], secret_names: Sequence[str]) -> str:
     arguments = view.get("arguments")
     rows = ""
     if isinstance(arguments, Mapping):
@@ -305,12 +307,8 @@ def _describe(effect: str, view: Mapping[str, Any]) -> str:
             f"<td><code>{html.escape(_cut(str(v), 200))}</code></td></tr>"
             for k, v in list(arguments.items())[:16]
         )
-    binds = view.get("binds")
-    secrets = (
-        f"<div>binds: <code>{html.escape(', '.join(str(b) for b in binds))}</code></div>"
-        if binds
-        else ""
-    )
+    names = ", ".join(_cut(name, 60) for name in secret_names[:16])
+    secrets = f"<div>binds secrets: <code>{html.escape(names)}</code></div>" if names else ""
     return (
         f"<div><b>approval needed</b>: the agent wants to run <code>{html.escape(effect)}</code>"
         f"</div><table>{rows}</table>{secrets}"

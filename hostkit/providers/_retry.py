@@ -36,7 +36,7 @@ class RetryPolicy:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
         if retry_after is not None and retry_after >= 0:
             return min(retry_after, self.max_retry_after_s)
-        backoff = min(self.base_delay_s * 2 ** (attempt - 1), self.max_delay_s)
+        backoff = min(self.base_delay_s * 2.0 ** (attempt - 1), self.max_delay_s)
         return backoff * (1 + random.uniform(-self.jitter, self.jitter))
 
 

@@ -4,42 +4,121 @@ All SQL of hostkit lives in this package. Other packages use the abstract
 interface and the frozen values it returns.
 """
 
-from hostkit.store._approvals import ApprovalStore
+from hostkit.store._approvals import (
+    ApprovalAnswer,
+    ApprovalDecision,
+    ApprovalStatus,
+    ApprovalStore,
+    ClaimedApproval,
+    NewApproval,
+    PendingApproval,
+)
 from hostkit.store._connection import Synchronous
-from hostkit.store._context import ContextStore
-from hostkit.store._inspect import InspectQueries
+from hostkit.store._context import (
+    MAX_BOOTSTRAP_CHARS,
+    MAX_SUMMARY_CHARS,
+    MAX_WINDOW,
+    ContextStore,
+)
+from hostkit.store._context_values import (
+    Calibration,
+    CommittedSummary,
+    CompactionLease,
+    CompactionState,
+    ContextState,
+    LeaseTake,
+)
+from hostkit.store._inspect import (
+    MAX_INSPECT_ROWS,
+    InspectQueries,
+    RecordedDecision,
+    SessionUsage,
+    TurnDecisions,
+    TurnHeader,
+    TurnUsageRows,
+    UsageRow,
+    UsageSums,
+)
 from hostkit.store._interface import RuntimeStore
 from hostkit.store._lease import LeaseOwner, owner_is_dead
-from hostkit.store._memory import MemoryStore
+from hostkit.store._memory import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration
 from hostkit.store._scopes import ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
 from hostkit.store._sqlite import MAX_REASON, SqliteStore, Transaction, audit_reason
+from hostkit.store._turn_values import (
+    MAX_LEASE_TTL_S,
+    Admitted,
+    ConversationTarget,
+    RecoveredTurn,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+    TurnStatus,
+    TurnWrite,
+)
 from hostkit.store._turns import TurnStore
 
 __all__ = [
     "APPLICATION_ID",
-    "ApprovalStore",
-    "ContextStore",
-    "InspectQueries",
-    "MemoryStore",
-    "SqliteStore",
-    "TurnStore",
+    "MAX_BOOTSTRAP_CHARS",
+    "MAX_INSPECT_ROWS",
+    "MAX_LEASE_TTL_S",
+    "MAX_MEMORY_CHARS",
     "MAX_REASON",
-    "ConversationSelect",
-    "LeaseOwner",
+    "MAX_RECALL",
+    "MAX_SUMMARY_CHARS",
+    "MAX_WINDOW",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "Admitted",
+    "ApprovalAnswer",
+    "ApprovalDecision",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "Calibration",
+    "ClaimedApproval",
+    "CommittedSummary",
+    "CompactionLease",
+    "CompactionState",
+    "ContextState",
+    "ContextStore",
+    "ConversationSelect",
+    "ConversationTarget",
+    "InspectQueries",
+    "LeaseOwner",
+    "LeaseTake",
+    "MemoryItem",
+    "MemoryStore",
     "Migration",
     "MigrationReport",
+    "NewApproval",
     "OwnedKind",
     "OwnerFacts",
+    "PendingApproval",
+    "RecordedDecision",
+    "RecoveredTurn",
     "RuntimeStore",
     "ScopeMint",
+    "SessionBusy",
+    "SessionLease",
+    "SessionUsage",
+    "SqliteStore",
     "Synchronous",
     "Transaction",
+    "TurnAdmission",
+    "TurnDecisions",
+    "TurnHeader",
+    "TurnState",
+    "TurnStatus",
+    "TurnStore",
+    "TurnUsageRows",
+    "TurnWrite",
+    "UsageRow",
+    "UsageSums",
     "audit_reason",
     "insert_audit",
     "logical_fingerprint",

@@ -1,22 +1,408 @@
-"""The store's approvals group: durable pending approvals and their answers."""
+"""The store's approvals group: durable pending approvals and their answers.
+
+An approval is the row an unanswered ``ask`` leaves behind: the frozen call
+(its raw arguments, kept only until the one execution that needs them), the
+redacted ``view`` approvers see and the typed security facts decisions read
+(values in ``_approval_values``).
+
+Reads and answers apply the owner predicate inside the same SQL statement (an
+approval is owned through its session); a missing approval and another
+owner's look the same (``NotFoundOrUnauthorized``, the real reason in the
+Host-only audit). Every status change is one conditional UPDATE, so two
+answers or two continuation turns can never both succeed.
+"""
 
 from __future__ import annotations
 
-from abc import ABC
-from typing import TYPE_CHECKING
+import json
+import sqlite3
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
+from hostkit.freeze import FrozenMap
+from hostkit.store._approval_values import (
+    MAX_APPROVAL_LIST,
+    ApprovalAnswer,
+    ApprovalDecision,
+    ApprovalStatus,
+    ClaimedApproval,
+    NewApproval,
+    PendingApproval,
+    check_id,
+    decode_view,
+    encode_approval,
+)
+from hostkit.store._owned import denial_reason, now, owner_predicate
+from hostkit.store._sessions import insert_audit
+from hostkit.types import PrincipalScope
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
 
-__all__ = ["ApprovalStore", "SqliteApprovalStore"]
+__all__ = [
+    "MAX_APPROVAL_LIST",
+    "ApprovalAnswer",
+    "ApprovalDecision",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "ClaimedApproval",
+    "NewApproval",
+    "PendingApproval",
+    "SqliteApprovalStore",
+]
+
+_STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
+_DECISIONS: tuple[str, ...] = get_args(ApprovalDecision)
 
 
 class ApprovalStore(ABC):
-    """The interface of this group; every adapter implements it."""
+    """Durable pending approvals; every adapter implements this group.
+
+    Owned operations (``get``, ``list``, ``answer``) take a ``PrincipalScope``
+    this store issued (else ``ScopeError``) and apply its owner predicate in the
+    statement that touches the row. The others (``insert``, ``claim``,
+    ``mark_stale``, ``supersede``) are the Host's own bookkeeping for a turn it
+    runs and are keyed by that turn's session. Bad input raises
+    ``InvalidValue`` (bounded message) and changes nothing.
+    """
+
+    @abstractmethod
+    async def insert(self, approval: NewApproval) -> PendingApproval:
+        """Record a ``pending`` approval; returns it as stored.
+
+        ``approval.turn_id`` must be a turn of ``approval.session_id`` and the id
+        unused, else ``InvalidValue`` and nothing is written.
+        """
+
+    @abstractmethod
+    async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
+        """One owned approval; ``NotFoundOrUnauthorized`` when missing or not the scope's."""
+
+    @abstractmethod
+    async def list(
+        self, scope: PrincipalScope, *, status: ApprovalStatus | None = "pending", limit: int = 50
+    ) -> tuple[PendingApproval, ...]:
+        """The scope's approvals, newest first; ``status=None`` lists every status.
+
+        ``limit`` is 1..``MAX_APPROVAL_LIST`` (else ``InvalidValue``).
+        """
+
+    @abstractmethod
+    async def answer(
+        self,
+        scope: PrincipalScope,
+        approval_id: str,
+        *,
+        decision: ApprovalDecision,
+        fingerprint: str | None,
+    ) -> ApprovalAnswer:
+        """Record the first answer to an owned ``pending`` approval, decided by the scope.
+
+        Exactly one of any number of concurrent answers is accepted. When
+        ``fingerprint`` is given and differs from the recorded policy
+        fingerprint, the approval becomes ``stale`` in the same transaction and
+        the answer is not accepted. ``NotFoundOrUnauthorized`` when the scope
+        does not own it.
+        """
+
+    @abstractmethod
+    async def claim(
+        self, approval_id: str, *, session_id: str, turn_id: str
+    ) -> ClaimedApproval | None:
+        """Claim an answered approval for continuation turn ``turn_id`` of its session, once.
+
+        An approved call becomes ``executed`` before it runs, so a crash never
+        runs it twice; the raw arguments are returned here and dropped from the
+        store. None when there is nothing to claim (unanswered, already
+        claimed, another session, ``turn_id`` not a turn of that session).
+        """
+
+    @abstractmethod
+    async def mark_stale(self, approval_id: str) -> bool:
+        """Void an approval whose policy, revision or binding changed; drops its arguments.
+
+        True when a ``pending``, ``approved`` or ``executed`` row became ``stale``.
+        """
+
+    @abstractmethod
+    async def supersede(self, session_id: str) -> int:
+        """A new ordinary turn runs in the session: void its calls that have not run.
+
+        Pending approvals and answered ones not yet claimed become
+        ``superseded`` and lose their arguments; returns how many.
+        """
+
+
+_COLUMNS = (
+    "a.approval_id, a.session_id, a.turn_id, a.principal_id, a.core_id, a.core_revision, "
+    "a.effect, a.call_id, a.view, a.policy_fingerprint, a.rule_key, a.status, a.decision, "
+    "a.decided_by, a.continuation_turn_id, a.created_at, a.decided_at"
+)
+
+
+def _approval(row: sqlite3.Row) -> PendingApproval:
+    view, secret_names = decode_view(row["view"], row["approval_id"])
+    return PendingApproval(
+        approval_id=row["approval_id"],
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        principal_id=row["principal_id"],
+        core_id=row["core_id"],
+        core_revision=row["core_revision"],
+        effect=row["effect"],
+        call_id=row["call_id"],
+        view=view,
+        policy_fingerprint=row["policy_fingerprint"],
+        rule_key=row["rule_key"],
+        status=row["status"],
+        decision=row["decision"],
+        decided_by=row["decided_by"],
+        continuation_turn_id=row["continuation_turn_id"],
+        created_at=row["created_at"],
+        decided_at=row["decided_at"],
+        secret_names=secret_names,
+    )
+
+
+def _query(raw: sqlite3.Connection, sql: str, params: list[Any]) -> sqlite3.Cursor:
+    """Execute with rows addressable by column name (this cursor only)."""
+    cursor = raw.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(sql, params)
+
+
+def _owned_row(
+    raw: sqlite3.Connection, scope: PrincipalScope, approval_id: str
+) -> PendingApproval | None:
+    where, params = owner_predicate(scope)
+    row = _query(
+        raw,
+        f"SELECT {_COLUMNS} FROM approvals a JOIN session_owners o ON o.session_id = a.session_id "
+        f"WHERE a.approval_id = ? AND {where}",
+        [approval_id, *params],
+    ).fetchone()
+    return _approval(row) if row is not None else None
+
+
+def _row(raw: sqlite3.Connection, approval_id: str) -> PendingApproval:
+    row = _query(
+        raw, f"SELECT {_COLUMNS} FROM approvals a WHERE a.approval_id = ?", [approval_id]
+    ).fetchone()
+    return _approval(row)
 
 
 class SqliteApprovalStore(ApprovalStore):
-    """The SQLite adapter of ApprovalStore."""
+    """The SQLite adapter of ApprovalStore (one writer transaction per write)."""
 
     def __init__(self, db: SqliteStore) -> None:
         self._db = db
+
+    async def insert(self, approval: NewApproval) -> PendingApproval:
+        arguments, view = encode_approval(approval)
+
+        def insert(raw: sqlite3.Connection) -> PendingApproval:
+            if raw.execute(
+                "SELECT 1 FROM approvals WHERE approval_id = ?", [approval.approval_id]
+            ).fetchone():
+                raise InvalidValue("an approval with this id is already recorded")
+            # INSERT ... SELECT: the row exists only if the turn is one of that session's.
+            cursor = raw.execute(
+                "INSERT INTO approvals (approval_id, session_id, turn_id, principal_id, core_id, "
+                "core_revision, effect, call_id, arguments, view, policy_fingerprint, rule_key, "
+                "status, created_at) "
+                "SELECT ?, t.session_id, t.turn_id, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ? "
+                "FROM turns t WHERE t.turn_id = ? AND t.session_id = ?",
+                [
+                    approval.approval_id,
+                    approval.principal_id,
+                    approval.core_id,
+                    approval.core_revision,
+                    approval.effect,
+                    approval.call_id,
+                    arguments,
+                    view,
+                    approval.policy_fingerprint,
+                    approval.rule_key,
+                    now(raw),
+                    approval.turn_id,
+                    approval.session_id,
+                ],
+            )
+            if cursor.rowcount != 1:
+                raise InvalidValue("an approval's turn must be a turn of its session")
+            return _row(raw, approval.approval_id)
+
+        return await self._db.write(insert)
+
+    async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
+        self._db.verify_scope(scope)
+        check_id("id", approval_id)
+        found = await self._db.read(lambda raw: _owned_row(raw, scope, approval_id))
+        if found is None:
+            await self._deny(scope, approval_id)
+        return found
+
+    async def list(
+        self, scope: PrincipalScope, *, status: ApprovalStatus | None = "pending", limit: int = 50
+    ) -> tuple[PendingApproval, ...]:
+        self._db.verify_scope(scope)
+        if status is not None and status not in _STATUSES:
+            raise InvalidValue(f"status must be one of {', '.join(_STATUSES)} (or None)")
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
+        if not 1 <= limit <= MAX_APPROVAL_LIST:
+            raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
+        where, params = owner_predicate(scope)
+        status_clause = "" if status is None else "AND a.status = ? "
+
+        def select(raw: sqlite3.Connection) -> tuple[PendingApproval, ...]:
+            rows = _query(
+                raw,
+                f"SELECT {_COLUMNS} FROM approvals a "
+                f"JOIN session_owners o ON o.session_id = a.session_id "
+                f"WHERE {where} {status_clause}ORDER BY a.id DESC LIMIT ?",
+                [*params, *([] if status is None else [status]), limit],
+            ).fetchall()
+            return tuple(_approval(row) for row in rows)
+
+        return await self._db.read(select)
+
+    async def answer(
+        self,
+        scope: PrincipalScope,
+        approval_id: str,
+        *,
+        decision: ApprovalDecision,
+        fingerprint: str | None,
+    ) -> ApprovalAnswer:
+        self._db.verify_scope(scope)
+        check_id("id", approval_id)
+        if decision not in _DECISIONS:
+            raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
+        if fingerprint is not None:
+            check_id("fingerprint", fingerprint)
+        where, params = owner_predicate(scope)
+        status = "denied" if decision == "deny" else "approved"
+
+        def answer(raw: sqlite3.Connection) -> ApprovalAnswer | None:
+            # One conditional UPDATE carries the owner predicate, the pending check and
+            # the fingerprint check: of concurrent answers, exactly one changes the row.
+            cursor = raw.execute(
+                "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, decided_at = ? "
+                "WHERE approval_id = ? AND status = 'pending' "
+                "AND (? IS NULL OR policy_fingerprint = ?) "
+                "AND EXISTS (SELECT 1 FROM session_owners o "
+                f"WHERE o.session_id = approvals.session_id AND {where})",
+                [
+                    status,
+                    decision,
+                    scope.principal_id,
+                    now(raw),
+                    approval_id,
+                    fingerprint,
+                    fingerprint,
+                    *params,
+                ],
+            )
+            current = _owned_row(raw, scope, approval_id)
+            if current is None:
+                return None
+            if cursor.rowcount == 1:
+                return ApprovalAnswer(current, accepted=True)
+            if current.status == "pending":  # only the fingerprint can have stopped it
+                _stale(raw, approval_id)
+                current = _row(raw, approval_id)
+            return ApprovalAnswer(current, accepted=False)
+
+        answered = await self._db.write(answer)
+        if answered is None:
+            await self._deny(scope, approval_id)
+        return answered
+
+    async def claim(
+        self, approval_id: str, *, session_id: str, turn_id: str
+    ) -> ClaimedApproval | None:
+        for name, value in (("id", approval_id), ("session_id", session_id), ("turn_id", turn_id)):
+            check_id(name, value)
+
+        def claim(raw: sqlite3.Connection) -> ClaimedApproval | None:
+            row = _query(
+                raw,
+                "SELECT arguments FROM approvals WHERE approval_id = ? AND session_id = ? "
+                "AND status IN ('approved', 'denied') AND continuation_turn_id IS NULL "
+                "AND EXISTS (SELECT 1 FROM turns t WHERE t.turn_id = ? "
+                "AND t.session_id = approvals.session_id)",
+                [approval_id, session_id, turn_id],
+            ).fetchone()
+            if row is None:
+                return None
+            # Raw arguments are kept only until the one execution that needs them.
+            cursor = raw.execute(
+                "UPDATE approvals SET continuation_turn_id = ?, arguments = '{}', "
+                "status = CASE status WHEN 'approved' THEN 'executed' ELSE status END "
+                "WHERE approval_id = ? AND status IN ('approved', 'denied') "
+                "AND continuation_turn_id IS NULL",
+                [turn_id, approval_id],
+            )
+            if cursor.rowcount != 1:
+                return None
+            try:
+                arguments = json.loads(row["arguments"])
+            except ValueError as exc:
+                raise StoreError(f"approval {approval_id}: unreadable arguments") from exc
+            return ClaimedApproval(_row(raw, approval_id), FrozenMap(arguments))
+
+        return await self._db.write(claim)
+
+    async def mark_stale(self, approval_id: str) -> bool:
+        check_id("id", approval_id)
+        return await self._db.write(lambda raw: _stale(raw, approval_id))
+
+    async def supersede(self, session_id: str) -> int:
+        check_id("session_id", session_id)
+
+        def supersede(raw: sqlite3.Connection) -> int:
+            # Answered but not yet run counts too: its result would land after newer messages.
+            cursor = raw.execute(
+                "UPDATE approvals SET status = 'superseded', "
+                "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
+                "WHERE session_id = ? AND (status = 'pending' OR "
+                "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL))",
+                [now(raw), session_id],
+            )
+            return cursor.rowcount
+
+        return await self._db.write(supersede)
+
+    async def _deny(self, scope: PrincipalScope, approval_id: str) -> NoReturn:
+        """Record why an owned lookup found nothing (Host-only audit), then refuse.
+
+        The caller gets the same ``NotFoundOrUnauthorized`` for a missing
+        approval and another owner's.
+        """
+
+        def record(raw: sqlite3.Connection) -> None:
+            row = raw.execute(
+                "SELECT session_id FROM approvals WHERE approval_id = ?", [approval_id]
+            ).fetchone()
+            reason = "missing" if row is None else denial_reason(raw, "session", row[0])
+            insert_audit(
+                raw,
+                "principal_scope.owner_lookup_denied",
+                scope=scope,
+                subject=f"approval:{approval_id}",
+                reason=reason,
+            )
+
+        await self._db.write(record)
+        raise NotFoundOrUnauthorized("approval")
+
+
+def _stale(raw: sqlite3.Connection, approval_id: str) -> bool:
+    cursor = raw.execute(
+        "UPDATE approvals SET status = 'stale', decided_at = COALESCE(decided_at, ?), "
+        "arguments = '{}' WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
+        [now(raw), approval_id],
+    )
+    return cursor.rowcount == 1

@@ -42,7 +42,8 @@ class DbConnection:
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` on the connection's thread: one hop, however many statements."""
-        return await self._aio._execute(fn, self._raw)
+        result: T = await self._aio._execute(fn, self._raw)  # type: ignore[no-untyped-call]
+        return result
 
     async def close(self) -> None:
         await self._aio.close()

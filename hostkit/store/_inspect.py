@@ -1,18 +1,171 @@
-"""The store's inspect group: read-only queries behind the inspectors."""
+"""The store's inspect group: owner-checked, read-only queries behind the inspectors.
+
+Every query verifies the scope and applies ``owner_predicate`` inside each
+statement, so a foreign and a missing id get the same
+``NotFoundOrUnauthorized`` (the real reason goes to the Host-only audit). The
+values hold counts, budgets, names and ids, never message content; pricing
+and presentation are ``hostkit.inspect``'s.
+"""
 
 from __future__ import annotations
 
-from abc import ABC
-from typing import TYPE_CHECKING
+import sqlite3
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hostkit.errors import InvalidValue
+from hostkit.store._context_rows import decode_decision, read_calibration, rows
+from hostkit.store._context_values import Calibration
+from hostkit.store._owned import OwnedKind, owner_predicate
+from hostkit.types import ContextDecision, PrincipalScope
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
 
-__all__ = ["InspectQueries", "SqliteInspectQueries"]
+__all__ = [
+    "MAX_INSPECT_ROWS",
+    "InspectQueries",
+    "RecordedDecision",
+    "SessionUsage",
+    "SqliteInspectQueries",
+    "TurnDecisions",
+    "TurnHeader",
+    "TurnUsageRows",
+    "UsageRow",
+    "UsageSums",
+]
+
+# The most turns or steps one inspect query returns.
+MAX_INSPECT_ROWS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TurnHeader:
+    """A turn as the inspectors show it."""
+
+    session_id: str
+    turn_id: str
+    status: str
+    core_id: str
+    started_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    """A recorded ``prepare()`` decision, when it was recorded, and the provider's count.
+
+    ``reported_input_tokens`` is None until usage for the decision is observed.
+    """
+
+    decision: ContextDecision
+    at: str
+    reported_input_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDecisions:
+    """One turn's decisions in step order (``turn`` None: the session has no turns yet)."""
+
+    session_id: str
+    turn: TurnHeader | None
+    decisions: tuple[RecordedDecision, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One observed provider call with the estimates of the decision it answered."""
+
+    step_id: int
+    decision_id: str
+    provider: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    estimated_input_tokens: int | None
+    raw_input_tokens: int | None
+    finish_reason: str | None
+    provider_request_id: str | None
+    at: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSums:
+    """Usage summed over every observed step of one provider/model."""
+
+    provider: str
+    model: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsageRows:
+    """One turn's first observed steps and its sums over every step."""
+
+    turn: TurnHeader
+    steps: tuple[UsageRow, ...]
+    steps_truncated: bool
+    sums: tuple[UsageSums, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUsage:
+    """A session's newest turns (oldest first), its calibration and its sums over every turn."""
+
+    session_id: str
+    turns: tuple[TurnUsageRows, ...]
+    turns_truncated: bool
+    calibration: Calibration | None
+    sums: tuple[UsageSums, ...]
 
 
 class InspectQueries(ABC):
-    """The interface of this group; every adapter implements it."""
+    """Owner-checked reads of what the Host recorded; every adapter implements it.
+
+    Each method is one read transaction. ``ScopeError`` for a scope this store
+    did not issue, ``NotFoundOrUnauthorized`` for a missing or foreign id,
+    ``InvalidValue`` for a bound outside 1..``MAX_INSPECT_ROWS``, ``StoreError``
+    when a recorded decision does not decode.
+    """
+
+    @abstractmethod
+    async def turn_decisions(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        limit: int = 64,
+    ) -> TurnDecisions:
+        """The first ``limit`` decisions of ``turn_id``, or of the session's latest turn.
+
+        Given both ids, the turn must belong to the session. A session without
+        turns gives ``turn`` None and no decisions. ``InvalidValue`` when
+        neither id is given.
+        """
+
+    @abstractmethod
+    async def session_usage(
+        self, scope: PrincipalScope, session_id: str, *, turns: int = 50, steps: int = 64
+    ) -> SessionUsage:
+        """Usage of the session's newest ``turns`` turns, the first ``steps`` of each.
+
+        Sums count every observed step of the session (and of each turn shown),
+        whatever the bounds cut.
+        """
+
+
+def _bounded(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_INSPECT_ROWS:
+        raise InvalidValue(f"{name} must be between 1 and {MAX_INSPECT_ROWS}")
+    return value
 
 
 class SqliteInspectQueries(InspectQueries):
@@ -20,3 +173,203 @@ class SqliteInspectQueries(InspectQueries):
 
     def __init__(self, db: SqliteStore) -> None:
         self._db = db
+
+    async def turn_decisions(
+        self,
+        scope: PrincipalScope,
+        *,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        limit: int = 64,
+    ) -> TurnDecisions:
+        if session_id is None and turn_id is None:
+            raise InvalidValue("give a session_id or a turn_id")
+        _bounded("limit", limit)
+        where, params = owner_predicate(self._db.verify_scope(scope))
+
+        def read(conn: sqlite3.Connection) -> TurnDecisions | None:
+            turn = _turn(conn, where, params, session_id=session_id, turn_id=turn_id)
+            if turn is None:
+                if turn_id is None and _session_owned(conn, where, params, session_id or ""):
+                    return TurnDecisions(session_id or "", None, (), False)
+                return None
+            found = rows(
+                conn,
+                "SELECT d.decision_id, d.session_id, d.turn_id, d.step_id, d.kind, d.summary, "
+                "d.at, u.input_tokens AS reported FROM context_decisions d "
+                "JOIN session_owners o ON o.session_id = d.session_id "
+                "LEFT JOIN usage_observations u ON u.decision_id = d.decision_id "
+                f"WHERE d.turn_id = ? AND d.session_id = ? AND {where} "
+                "ORDER BY d.step_id, d.at LIMIT ?",
+                [turn.turn_id, turn.session_id, *params, limit + 1],
+            )
+            return TurnDecisions(
+                session_id=turn.session_id,
+                turn=turn,
+                decisions=tuple(
+                    RecordedDecision(decode_decision(row), row["at"], row["reported"])
+                    for row in found[:limit]
+                ),
+                truncated=len(found) > limit,
+            )
+
+        kind: OwnedKind = "turn" if turn_id is not None else "session"
+        object_id = turn_id if turn_id is not None else session_id
+        return await self._db.owned(scope, kind, object_id or "", read)
+
+    async def session_usage(
+        self, scope: PrincipalScope, session_id: str, *, turns: int = 50, steps: int = 64
+    ) -> SessionUsage:
+        turn_limit = _bounded("turns", turns)
+        step_limit = _bounded("steps", steps)
+        where, params = owner_predicate(self._db.verify_scope(scope))
+
+        def read(conn: sqlite3.Connection) -> SessionUsage | None:
+            if not _session_owned(conn, where, params, session_id):
+                return None
+            recent = rows(
+                conn,
+                f"SELECT {_TURN_COLUMNS} FROM turns t "
+                "JOIN session_owners o ON o.session_id = t.session_id "
+                f"WHERE t.session_id = ? AND {where} ORDER BY t.id DESC LIMIT ?",
+                [session_id, *params, turn_limit + 1],
+            )
+            shown = [
+                _turn_usage(conn, _header(row), where, params, step_limit)
+                for row in reversed(recent[:turn_limit])
+            ]
+            sums = rows(
+                conn,
+                f"SELECT {_USAGE_SUMS} FROM usage_observations u "
+                "JOIN session_owners o ON o.session_id = u.session_id "
+                f"WHERE u.session_id = ? AND {where} GROUP BY u.provider, u.model "
+                "ORDER BY u.provider, u.model",
+                [session_id, *params],
+            )
+            return SessionUsage(
+                session_id=session_id,
+                turns=tuple(shown),
+                turns_truncated=len(recent) > turn_limit,
+                calibration=read_calibration(conn, session_id),
+                sums=tuple(_sums(row) for row in sums),
+            )
+
+        return await self._db.owned(scope, "session", session_id, read)
+
+
+_TURN_COLUMNS = "t.session_id, t.turn_id, t.status, t.core_id, t.started_at"
+_USAGE_SUMS = (
+    "u.provider, u.model, COUNT(*) AS steps, SUM(u.input_tokens) AS input_tokens, "
+    "SUM(u.output_tokens) AS output_tokens, SUM(u.cache_read_tokens) AS cache_read_tokens, "
+    "SUM(u.cache_write_tokens) AS cache_write_tokens"
+)
+
+
+def _header(row: sqlite3.Row) -> TurnHeader:
+    return TurnHeader(
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        status=row["status"],
+        core_id=row["core_id"],
+        started_at=row["started_at"],
+    )
+
+
+def _turn(
+    conn: sqlite3.Connection,
+    where: str,
+    params: list[Any],
+    *,
+    session_id: str | None,
+    turn_id: str | None,
+) -> TurnHeader | None:
+    clauses: list[str] = []
+    args: list[Any] = []
+    if turn_id is not None:
+        clauses.append("t.turn_id = ?")
+        args.append(turn_id)
+    if session_id is not None:
+        clauses.append("t.session_id = ?")
+        args.append(session_id)
+    found = rows(
+        conn,
+        f"SELECT {_TURN_COLUMNS} FROM turns t "
+        "JOIN session_owners o ON o.session_id = t.session_id "
+        f"WHERE {' AND '.join(clauses)} AND {where} ORDER BY t.id DESC LIMIT 1",
+        [*args, *params],
+    )
+    return _header(found[0]) if found else None
+
+
+def _session_owned(
+    conn: sqlite3.Connection, where: str, params: list[Any], session_id: str
+) -> bool:
+    return bool(
+        rows(
+            conn,
+            f"SELECT 1 FROM session_owners o WHERE o.session_id = ? AND {where}",
+            [session_id, *params],
+        )
+    )
+
+
+def _sums(row: sqlite3.Row) -> UsageSums:
+    return UsageSums(
+        provider=row["provider"],
+        model=row["model"],
+        steps=int(row["steps"]),
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
+    )
+
+
+def _turn_usage(
+    conn: sqlite3.Connection, turn: TurnHeader, where: str, params: list[Any], limit: int
+) -> TurnUsageRows:
+    # Through the decisions' (turn_id, step_id) index; each usage row names its decision.
+    joins = (
+        "FROM context_decisions d JOIN usage_observations u ON u.decision_id = d.decision_id "
+        "JOIN session_owners o ON o.session_id = d.session_id "
+        f"WHERE d.turn_id = ? AND d.session_id = ? AND {where}"
+    )
+    found = rows(
+        conn,
+        "SELECT d.decision_id, d.session_id, d.turn_id, d.step_id, d.kind, d.summary, "
+        "u.provider, u.model, u.input_tokens, u.output_tokens, u.cache_read_tokens, "
+        "u.cache_write_tokens, u.estimated_input_tokens, u.finish_reason, u.provider_request_id, "
+        "u.at "
+        f"{joins} ORDER BY d.step_id, u.id LIMIT ?",
+        [turn.turn_id, turn.session_id, *params, limit + 1],
+    )
+    sums = rows(
+        conn,
+        f"SELECT {_USAGE_SUMS} {joins} GROUP BY u.provider, u.model ORDER BY u.provider, u.model",
+        [turn.turn_id, turn.session_id, *params],
+    )
+    return TurnUsageRows(
+        turn=turn,
+        steps=tuple(_usage(row) for row in found[:limit]),
+        steps_truncated=len(found) > limit,
+        sums=tuple(_sums(row) for row in sums),
+    )
+
+
+def _usage(row: sqlite3.Row) -> UsageRow:
+    decision = decode_decision(row)
+    return UsageRow(
+        step_id=decision.step_id,
+        decision_id=decision.decision_id,
+        provider=row["provider"],
+        model=row["model"],
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
+        estimated_input_tokens=row["estimated_input_tokens"],
+        raw_input_tokens=decision.raw_input_tokens,
+        finish_reason=row["finish_reason"],
+        provider_request_id=row["provider_request_id"],
+        at=row["at"],
+    )

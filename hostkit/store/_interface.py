@@ -15,7 +15,7 @@ against every adapter.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from hostkit.store._context import ContextStore
     from hostkit.store._inspect import InspectQueries
     from hostkit.store._memory import MemoryStore
+    from hostkit.store._schema import Migration
     from hostkit.store._scopes import ScopeMint
     from hostkit.store._sessions import ConversationSelect, OwnerFacts
     from hostkit.store._turns import TurnStore
@@ -71,13 +72,19 @@ class RuntimeStore(AsyncResource):
         busy_timeout_s: float = 5.0,
         max_batch: int = 64,
         lock_timeout_s: float = 30.0,
+        migrations: Sequence[Migration] | None = None,
     ) -> RuntimeStore:
-        """Open (creating or upgrading) the embedded SQLite store at ``path``."""
+        """Open (creating or upgrading) the embedded SQLite store at ``path``.
+
+        ``migrations`` defaults to the whole schema; tests pass a prefix of it
+        to build a database of an older released version.
+        """
         from hostkit.store._sqlite import SqliteStore
 
         return await SqliteStore.open(
             path,
             synchronous=synchronous,
+            migrations=migrations,
             busy_timeout_s=busy_timeout_s,
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,

@@ -1,22 +1,169 @@
-"""The store's memory group: agent memory items and their full-text index."""
+"""The store's memory group: agent memory items and their full-text index.
+
+Items belong to one agent and one owner (the principal that stored them);
+every query is partitioned by both in SQL, so an owner never sees another's.
+``recall`` takes the user's words, not a query language: the SQLite adapter
+turns them into quoted FTS5 terms, so no input can become FTS5 syntax (an
+operator, a prefix ``*``, ``NEAR``, a column filter) or a syntax error.
+"""
 
 from __future__ import annotations
 
-from abc import ABC
+import re
+import sqlite3
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
+
+from hostkit.errors import InvalidValue
+from hostkit.store._owned import now
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
 
-__all__ = ["MemoryStore", "SqliteMemoryStore"]
+__all__ = [
+    "MAX_MEMORY_CHARS",
+    "MAX_MEMORY_OWNER_CHARS",
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_TERMS",
+    "MAX_RECALL",
+    "MemoryItem",
+    "MemoryStore",
+    "SqliteMemoryStore",
+]
+
+MAX_MEMORY_CHARS = 4_000
+MAX_MEMORY_OWNER_CHARS = 300
+MAX_QUERY_CHARS = 2_000
+MAX_QUERY_TERMS = 16
+MAX_RECALL = 20
+# A longer "word" is no word anyone searches for; cutting it keeps the query small.
+_MAX_TERM_CHARS = 64
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem:
+    """One remembered text of one agent's owner."""
+
+    item_id: int
+    agent: str
+    owner: str
+    text: str
+    created_at: str
 
 
 class MemoryStore(ABC):
-    """The interface of this group; every adapter implements it."""
+    """Agent memory, partitioned by (agent, owner); every adapter implements this group.
+
+    Bad input raises ``InvalidValue`` with a bounded message and stores nothing.
+    """
+
+    @abstractmethod
+    async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
+        """Store ``text`` (1..``MAX_MEMORY_CHARS`` characters of valid Unicode) for the owner."""
+
+    @abstractmethod
+    async def recall(
+        self, *, agent: str, owner: str, query: str, limit: int = 5
+    ) -> tuple[MemoryItem, ...]:
+        """The owner's items best matching any word of ``query``, best first.
+
+        ``query`` is plain text (at most ``MAX_QUERY_CHARS`` characters): its
+        first ``MAX_QUERY_TERMS`` words are matched literally, punctuation and
+        query-language keywords included as plain words; no words, no items.
+        ``limit`` is 1..``MAX_RECALL``.
+        """
+
+
+def _name(what: str, value: object, limit: int) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise InvalidValue(
+            f"memory {what} must be a non-empty string of at most {limit} characters"
+        )
+    _unicode(what, value)
+    return value
+
+
+def _unicode(what: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValue(f"memory {what} is not valid Unicode (lone surrogate)") from exc
+
+
+def _fts_query(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> str | None:
+    """An FTS5 MATCH expression that ORs the words of ``query`` as quoted strings.
+
+    Words are ``\\w+`` runs, so they hold no quote, operator or parenthesis; each
+    is still quoted (``"NEAR"`` is a word, not an operator). None when there is
+    no word to search for.
+    """
+    terms = [m.group()[:_MAX_TERM_CHARS] for m in islice(_WORD.finditer(query), max_terms)]
+    if not terms:
+        return None
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
 class SqliteMemoryStore(MemoryStore):
-    """The SQLite adapter of MemoryStore."""
+    """The SQLite adapter of MemoryStore: ``memory_items`` with an FTS5 index."""
 
     def __init__(self, db: SqliteStore) -> None:
         self._db = db
+
+    async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
+        _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
+        _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_MEMORY_CHARS:
+            raise InvalidValue(f"memory items are 1-{MAX_MEMORY_CHARS} characters")
+        _unicode("text", text)
+
+        def insert(raw: sqlite3.Connection) -> MemoryItem:
+            created_at = now(raw)
+            cursor = raw.execute(
+                "INSERT INTO memory_items (agent, principal_id, text, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                [agent, owner, text, created_at],
+            )
+            return MemoryItem(int(cursor.lastrowid or 0), agent, owner, text, created_at)
+
+        return await self._db.write(insert)
+
+    async def recall(
+        self, *, agent: str, owner: str, query: str, limit: int = 5
+    ) -> tuple[MemoryItem, ...]:
+        _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
+        _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        if not isinstance(query, str) or len(query) > MAX_QUERY_CHARS:
+            raise InvalidValue(
+                f"a memory query is a string of at most {MAX_QUERY_CHARS} characters"
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL:
+            raise InvalidValue(f"limit must be an integer 1-{MAX_RECALL}")
+        match = _fts_query(query)
+        if match is None:
+            return ()
+
+        def search(raw: sqlite3.Connection) -> tuple[MemoryItem, ...]:
+            cursor = raw.cursor()
+            cursor.row_factory = sqlite3.Row
+            rows = cursor.execute(
+                "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
+                "FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
+                "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
+                "ORDER BY bm25(memory_fts), m.id LIMIT ?",
+                [match, agent, owner, limit],
+            ).fetchall()
+            return tuple(
+                MemoryItem(
+                    item_id=row["id"],
+                    agent=row["agent"],
+                    owner=row["principal_id"],
+                    text=row["text"],
+                    created_at=row["created_at"],
+                )
+                for row in rows
+            )
+
+        return await self._db.read(search)

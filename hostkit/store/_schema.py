@@ -311,11 +311,52 @@ _V5_CONTEXT = Migration(
     ),
 )
 
+_V6_SESSION_LEASES = Migration(
+    6,
+    "durable session leases with fencing tokens",
+    (
+        # One row per session that ever ran a turn. A turn holds its session through
+        # this row from admission to its terminal record: owner is LeaseOwner.encode()
+        # ("host|pid|start time|instance"), turn_id the running turn, expires_at the
+        # epoch second after which another Host may take the session over (each
+        # heartbeat moves it to now + ttl_s). owner, turn_id, expires_at and ttl_s are
+        # NULL together when the session is free. token is the fencing token: it grows
+        # by one with every acquisition and is never reused, and every write of a turn
+        # carries it, so a holder whose lease was taken over cannot write again.
+        """CREATE TABLE session_leases (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            token INTEGER NOT NULL CHECK (token >= 1),
+            owner TEXT,
+            turn_id TEXT,
+            expires_at REAL,
+            ttl_s REAL CHECK (ttl_s > 0),
+            heartbeat_at REAL,
+            updated_at TEXT NOT NULL,
+            CHECK ((owner IS NULL) = (turn_id IS NULL)),
+            CHECK ((owner IS NULL) = (expires_at IS NULL)),
+            CHECK ((owner IS NULL) = (ttl_s IS NULL))
+        ) WITHOUT ROWID""",
+        # A turn a Host of schema 5 left running holds its session from now on (the
+        # newest one if several do), so the lease rule covers it and recovery ends it.
+        """INSERT INTO session_leases (session_id, token, owner, turn_id, expires_at, ttl_s,
+                heartbeat_at, updated_at)
+            SELECT t.session_id, 1, COALESCE(t.lease_owner, ''), t.turn_id,
+                   COALESCE(t.lease_expires_at, 0), 120.0, NULL,
+                   strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+            FROM turns t
+            WHERE t.status = 'running' AND t.id = (
+                SELECT MAX(r.id) FROM turns r
+                WHERE r.session_id = t.session_id AND r.status = 'running'
+            )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
     _V3_TURNS,
     _V4_APPROVALS,
     _V5_CONTEXT,
+    _V6_SESSION_LEASES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

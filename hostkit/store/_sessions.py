@@ -179,12 +179,25 @@ def bind_conversation(
 
 
 def owner_facts(conn: sqlite3.Connection, session_id: str) -> OwnerFacts | None:
-    row = conn.execute(
+    """The durable owner row of ``session_id``, or None."""
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    row = cursor.execute(
         "SELECT session_id, owner_kind, principal_id, channel, conversation_key, "
         "parent_session_id, parent_turn_id FROM session_owners WHERE session_id = ?",
         [session_id],
     ).fetchone()
-    return OwnerFacts(*row) if row else None
+    if row is None:
+        return None
+    return OwnerFacts(
+        session_id=row["session_id"],
+        owner_kind=row["owner_kind"],
+        principal_id=row["principal_id"],
+        channel=row["channel"],
+        conversation_key=row["conversation_key"],
+        parent_session_id=row["parent_session_id"],
+        parent_turn_id=row["parent_turn_id"],
+    )
 
 
 def read_audit(

@@ -99,10 +99,10 @@ class SqliteStore(RuntimeStore):
         path: str | Path,
         *,
         synchronous: Synchronous = "FULL",
-        migrations: Sequence[Migration] = MIGRATIONS,
         busy_timeout_s: float = 5.0,
         max_batch: int = 64,
         lock_timeout_s: float = 30.0,
+        migrations: Sequence[Migration] | None = None,
     ) -> SqliteStore:
         """Open (creating or upgrading) the database at ``path``.
 
@@ -131,7 +131,11 @@ class SqliteStore(RuntimeStore):
         reader: DbConnection | None = None
         try:
             report = await writer.run(
-                lambda raw: upgrade(raw, database=database, migrations=migrations)
+                lambda raw: upgrade(
+                    raw,
+                    database=database,
+                    migrations=MIGRATIONS if migrations is None else migrations,
+                )
             )
             reader = await open_connection(
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms, query_only=True

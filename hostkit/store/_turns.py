@@ -1,22 +1,272 @@
-"""The store's turns group: turns, events, transcript writes, terminal records, session and turn leases."""
+"""The store's turns group: admission, session leases, fenced transcript writes, terminal records.
+
+Same-session exclusion is durable: a turn holds its session's lease (owner,
+fencing token, expiry, heartbeat) from the admission transaction to the
+transaction of its terminal record, so two Host processes on one database
+never run turns of one session at the same time. Every write of a running
+turn carries its ``SessionLease`` and is refused with ``LeaseLost`` once
+the lease no longer has that token.
+"""
 
 from __future__ import annotations
 
-from abc import ABC
-from typing import TYPE_CHECKING
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hostkit.errors import InvalidValue
+from hostkit.store import _turn_rows as rows
+from hostkit.store._lease import LeaseOwner
+from hostkit.store._turn_values import (
+    TERMINAL,
+    Admitted,
+    RecoveredTurn,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+    TurnWrite,
+    check_id,
+    check_ttl,
+)
+from hostkit.types import ModelMessage, PrincipalScope, TurnResult
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
 
-__all__ = ["TurnStore", "SqliteTurnStore"]
+__all__ = ["SqliteTurnStore", "TurnStore"]
+
+# Event kinds are dotted names ("provider.completed"); the bound keeps them short.
+_MAX_EVENT_KIND = 100
 
 
 class TurnStore(ABC):
-    """The interface of this group; every adapter implements it."""
+    """What TurnExecution stores, grouped; every adapter implements it.
+
+    Each method is one transaction. Bad input raises ``InvalidValue`` (bounded
+    message) and nothing of the call is kept; a fenced write whose lease was
+    taken over or released raises ``LeaseLost`` and writes nothing; database
+    failures raise ``StoreError`` (``retryable`` set), ``StoreClosed`` after
+    the store closed. Cancelling a write may still let it commit (the writer
+    may already run it); callers that must know re-read.
+
+    Lease rule (admission and recovery apply the same one): a lease counts
+    until its expiry — a live holder keeps it past one ttl only by renewing —
+    or until its owner is provably dead on this machine (``LeaseOwner``).
+    """
+
+    @abstractmethod
+    async def admit(
+        self, admission: TurnAdmission, *, owner: LeaseOwner, ttl_s: float
+    ) -> Admitted | TurnState | SessionBusy:
+        """Admit a turn in one write transaction, or say why not.
+
+        In order: the idempotency key ``(principal_id, request_id)`` — a
+        repeat returns the existing ``TurnState`` and nothing else happens;
+        the session — a ``ConversationTarget`` is resolved, created or
+        switched (``NotFoundOrUnauthorized`` for a session this conversation
+        does not own, ``ScopeError`` when the bound session has no durable
+        conversation owner), a session id must exist; the session lease —
+        held by a live holder gives ``SessionBusy`` (nothing of the turn is
+        written; the binding stays), held by a dead or silent holder ends
+        that turn ``lost`` (``cancelled`` if asked) and takes over with the
+        next token; then the turn row with its admission lease and the
+        ``turn.started`` event (seq 1). Returns ``Admitted`` with the
+        ``SessionLease`` every later write of the turn carries.
+        ``ttl_s`` must be in (0, ``MAX_LEASE_TTL_S``].
+        """
+
+    @abstractmethod
+    async def find(self, principal_id: str, request_id: str) -> TurnState | None:
+        """The turn an idempotency key created, if any (a read; no owner check: Host-only)."""
+
+    @abstractmethod
+    async def session_lease(self, session_id: str) -> SessionLease | None:
+        """The session's current holder (as stored now), or None when it is free."""
+
+    @abstractmethod
+    async def append_message(
+        self,
+        lease: SessionLease,
+        *,
+        event_seq: int,
+        message: ModelMessage,
+        event: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> TurnWrite:
+        """Append one transcript message of the lease's turn with its event ``event_seq`` (fenced).
+
+        The message takes the session's next seq. Returns that seq and
+        whether a cancel was requested. ``LeaseLost`` when the lease no longer
+        holds the session (the turn was taken over or has ended);
+        ``InvalidValue`` when ``event_seq`` was used already by this turn.
+        """
+
+    @abstractmethod
+    async def renew(self, lease: SessionLease) -> bool:
+        """Heartbeat: move the lease's expiry to now + its ttl (fenced).
+
+        Returns True when a cancel was requested for the turn. ``LeaseLost``
+        when the lease no longer holds the session.
+        """
+
+    @abstractmethod
+    async def finish(
+        self,
+        lease: SessionLease,
+        result: TurnResult,
+        *,
+        event_seq: int,
+        route: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Commit the terminal record, its event, the delivery intents; release the lease (fenced).
+
+        Exactly one terminal record per turn. A ``completed`` or
+        ``needs_user`` result with text and a ``route`` gets one outbox
+        intent in the same transaction. Returns the result as persisted (its
+        ``deliveries`` are the intent ids). ``LeaseLost`` when the lease no
+        longer holds the session — whoever took it over recorded the turn.
+        """
+
+    @abstractmethod
+    async def abandon(self, lease: SessionLease) -> RecoveredTurn:
+        """End the lease's turn ``lost`` (``cancelled`` if asked) and free its session (fenced).
+
+        For a holder that can no longer write its turn's own terminal record
+        (``finish`` failed): the session is free again at once instead of
+        after the lease expires. ``LeaseLost`` when the lease no longer holds
+        the session (the turn was recorded already).
+        """
+
+    @abstractmethod
+    async def request_cancel(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        """Record a durable cancel request for a running turn the scope owns; its state.
+
+        A terminal turn is returned unchanged. ``NotFoundOrUnauthorized``
+        (same answer for missing and not yours; the reason is audited).
+        """
+
+    @abstractmethod
+    async def state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        """The durable state of a turn the scope owns, or ``NotFoundOrUnauthorized``."""
+
+    @abstractmethod
+    async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:
+        """End running turns whose holder is gone, releasing their session leases.
+
+        Without ``instance``: turns whose lease expired or whose owner is
+        provably dead (the lease rule). With ``instance``: every running turn
+        that Host instance holds (its shutdown). Each ends ``lost`` — or
+        ``cancelled`` when a cancel was requested — with one terminal event;
+        nothing is replayed.
+        """
 
 
 class SqliteTurnStore(TurnStore):
-    """The SQLite adapter of TurnStore."""
+    """The SQLite adapter of TurnStore (lease times from this machine's clock)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: SqliteStore, *, clock: Callable[[], float] = time.time) -> None:
         self._db = db
+        self._clock = clock
+
+    async def admit(
+        self, admission: TurnAdmission, *, owner: LeaseOwner, ttl_s: float
+    ) -> Admitted | TurnState | SessionBusy:
+        if not isinstance(admission, TurnAdmission):
+            raise InvalidValue("a TurnAdmission is required")
+        if not isinstance(owner, LeaseOwner):
+            raise InvalidValue("a LeaseOwner is required")
+        ttl = check_ttl(ttl_s)
+        clock = self._clock
+        return await self._db.write(
+            lambda conn: rows.admit(conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock())
+        )
+
+    async def find(self, principal_id: str, request_id: str) -> TurnState | None:
+        check_id("principal_id", principal_id)
+        check_id("request_id", request_id)
+        return await self._db.read(lambda conn: rows.find_turn(conn, principal_id, request_id))
+
+    async def session_lease(self, session_id: str) -> SessionLease | None:
+        check_id("session_id", session_id)
+        return await self._db.read(lambda conn: rows.session_lease(conn, session_id))
+
+    async def append_message(
+        self,
+        lease: SessionLease,
+        *,
+        event_seq: int,
+        message: ModelMessage,
+        event: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> TurnWrite:
+        _check_lease(lease)
+        _check_seq(event_seq)
+        if not isinstance(message, ModelMessage):
+            raise InvalidValue("a ModelMessage is required")
+        check_id("event", event, limit=_MAX_EVENT_KIND)
+        return await self._db.write(
+            lambda conn: rows.append_message(
+                conn, lease, event_seq=event_seq, message=message, event=event, detail=detail
+            )
+        )
+
+    async def renew(self, lease: SessionLease) -> bool:
+        _check_lease(lease)
+        clock = self._clock
+        return await self._db.write(lambda conn: rows.renew(conn, lease, now_epoch=clock()))
+
+    async def finish(
+        self,
+        lease: SessionLease,
+        result: TurnResult,
+        *,
+        event_seq: int,
+        route: Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        _check_lease(lease)
+        _check_seq(event_seq)
+        if not isinstance(result, TurnResult) or result.outcome not in TERMINAL:
+            raise InvalidValue("a terminal TurnResult is required")
+        return await self._db.write(
+            lambda conn: rows.finish(conn, lease, result, event_seq=event_seq, route=route)
+        )
+
+    async def abandon(self, lease: SessionLease) -> RecoveredTurn:
+        _check_lease(lease)
+        return await self._db.write(lambda conn: rows.abandon(conn, lease))
+
+    async def request_cancel(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        check_id("turn_id", turn_id)
+        return await self._db.owned(
+            scope,
+            "turn",
+            turn_id,
+            lambda conn: rows.request_cancel(conn, scope, turn_id),
+            write=True,
+        )
+
+    async def state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        check_id("turn_id", turn_id)
+        return await self._db.owned(
+            scope, "turn", turn_id, lambda conn: rows.owned_state(conn, scope, turn_id)
+        )
+
+    async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:
+        if instance is not None:
+            check_id("instance", instance)
+        clock = self._clock
+        return await self._db.write(
+            lambda conn: rows.recover(conn, now_epoch=clock(), instance=instance)
+        )
+
+
+def _check_lease(lease: object) -> None:
+    if not isinstance(lease, SessionLease):
+        raise InvalidValue("a SessionLease is required")
+
+
+def _check_seq(seq: object) -> None:
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**63:
+        raise InvalidValue("event_seq must be a positive integer")

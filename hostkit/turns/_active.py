@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from hostkit.effects import PreparedEffectCatalog
+from hostkit.store import SessionLease
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
@@ -22,9 +24,16 @@ __all__ = ["ActiveTurn", "add_usage", "bind_context", "capability_snapshot"]
 
 @dataclass
 class ActiveTurn:
-    """Private admitted-turn state: live cancellation and what is in flight."""
+    """Private admitted-turn state: its session lease, live cancellation, what is in flight.
+
+    ``next_seq`` is the turn's next event seq, carried in memory: only the
+    lease holder writes this turn's events (every write is fenced), so no
+    other writer can take a seq from under it.
+    """
 
     context: TurnExecutionContext
+    lease: SessionLease
+    next_seq: int = 2  # turn.started is 1, written by the admission
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
     in_flight: str | None = None
@@ -33,13 +42,28 @@ class ActiveTurn:
     effects: list[EffectSummary] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     pending_approval: str | None = None
+    catalog: PreparedEffectCatalog | None = None
+    recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
+
+    def take_seq(self) -> int:
+        """The seq of the turn's next persisted event."""
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
 
 
 def bind_context(
-    request: TurnRequest, scope: PrincipalScope, core: PinnedCore
+    request: TurnRequest,
+    scope: PrincipalScope,
+    core: PinnedCore,
+    *,
+    turn_id: str,
+    trace_id: str,
 ) -> TurnExecutionContext:
-    """Pin everything a turn runs with into one immutable TurnExecutionContext."""
-    turn_id = new_id("turn")
+    """Pin everything a turn runs with into one immutable TurnExecutionContext.
+
+    ``turn_id`` and ``trace_id`` are the ones the admission transaction recorded.
+    """
     session_id = scope.session_id or ""
 
     def token(kind: str) -> TurnToken:
@@ -57,7 +81,7 @@ def bind_context(
         route_token=token("route"),
         admission_lease_token=token("admission"),
         cancellation_token=token("cancellation"),
-        trace_ids=(new_id("trace"),),
+        trace_ids=(trace_id,),
         interaction_metadata=request.metadata,
         generation=core.generation,
     )

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 
-from hostkit.authority import AuthorityResolver, conversation_principal
+from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
 from hostkit.context import ContextManager
-from hostkit.effects import PreparedEffectCatalog
 from hostkit.errors import (
     HostkitError,
     InvalidValue,
+    LeaseLost,
     NotFoundOrUnauthorized,
     ProviderError,
     ScopeError,
@@ -22,8 +23,17 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
-from hostkit.store import LeaseOwner, RuntimeStore
-from hostkit.turns import _records
+from hostkit.store import (
+    MAX_LEASE_TTL_S,
+    Admitted,
+    ConversationTarget,
+    LeaseOwner,
+    RuntimeStore,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+)
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
 from hostkit.turns._admission import SessionAdmission
 from hostkit.turns._core import CoreResolver, PinnedCore
@@ -52,28 +62,41 @@ from hostkit.types import (
 
 __all__ = ["TurnExecution"]
 
+T = TypeVar("T")
+
 _log = logging.getLogger("hostkit.turns")
 _NOT_RUN = "[cancelled] not run: the turn paused for an approval before this call"
+_CLOSING = "the Host is shutting down"
+_TAKEN_OVER = "the session was taken over by another Host (this Host's lease lapsed)"
+_ON_REQUEST = "cancelled on request"
+
+Admission = AdmittedTurn | TurnState | SessionBusy
 
 
 class TurnExecution:
     """``run(TurnRequest) -> TurnResult`` and ``cancel(turn_id, scope) -> TurnCancelResult``.
 
-    Order of one ``run``: validate (the request froze itself); authenticate
-    and resolve the conversation binding; take the per-session admission;
-    pin core revision, capabilities, generation, workspace, route and trace;
-    persist ``turn.started`` with the idempotency key and lease; prepare the
+    Order of one ``run``: validate (the request froze itself); pin core
+    revision, capabilities and generation; admit in one write transaction —
+    idempotency key, conversation binding, the session lease, the turn row
+    and ``turn.started`` (a busy session is waited for, up to
+    ``admission_timeout_s``, then ``TurnRejected``); the AuthorityResolver
+    mints the turn's scope from what that transaction read; prepare the
     effect catalog; persist the input; for each step prepare context, call
     the provider, observe usage, run effects; commit the terminal state with
-    its delivery intents in one transaction; release everything in
-    ``finally``.
+    its delivery intents and the lease release in one transaction; release
+    everything in ``finally``. A background heartbeat renews the session
+    lease every ``lease_ttl_s / 3`` while the turn runs, and every write of
+    the turn is fenced by the lease's token.
 
     Failures before ``turn.started`` raise ``TurnRejected``. Provider and
     effect failures after it return ``outcome="failed"``. Explicit cancel
     returns ``cancelled``; cancelling the caller records ``cancelled`` (or
-    ``indeterminate`` when an effect was running) and re-raises. If the
-    terminal record cannot be written, ``TurnInfrastructureError`` is raised
-    and the next Host open marks the turn ``lost``.
+    ``indeterminate`` when an effect was running) and re-raises. A turn whose
+    lease another Host took over stops and returns the record that Host
+    wrote (``lost``). If the terminal record cannot be written,
+    ``TurnInfrastructureError`` is raised and the turn is ended ``lost`` by
+    this Host's shutdown or the next recovery.
     """
 
     def __init__(
@@ -86,12 +109,14 @@ class TurnExecution:
         observer: Observer | None = None,
         instance_id: str | None = None,
         lease_owner: LeaseOwner | None = None,
-        lease_ttl_s: float = 120.0,
+        lease_ttl_s: float = 60.0,
         admission_timeout_s: float = 600.0,
         turn_timeout_s: float = 900.0,
         cancel_timeout_s: float = 30.0,
         terminal_timeout_s: float = 30.0,
     ) -> None:
+        if not 0 < lease_ttl_s <= MAX_LEASE_TTL_S:
+            raise InvalidValue(f"lease_ttl_s must be in (0, {MAX_LEASE_TTL_S:g}] seconds")
         self._store = store
         self._authority = authority
         self._context = context
@@ -105,6 +130,9 @@ class TurnExecution:
         self._cancel_timeout_s = cancel_timeout_s
         self._terminal_timeout_s = terminal_timeout_s
         self._active: dict[str, ActiveTurn] = {}
+        # Leases of turns this Host stopped driving without a terminal record (the store
+        # failed): the next local admission of their session ends them first.
+        self._abandoned: dict[str, SessionLease] = {}
         self._closing = False
 
     @property
@@ -113,29 +141,18 @@ class TurnExecution:
 
     @property
     def admission_holders(self) -> int:
-        """Turns holding or waiting for their session's admission."""
+        """Turns holding or waiting for their session's admission in this process."""
         return self._admission.holders
 
     @property
     def admitted_sessions(self) -> int:
-        """Sessions with a lock entry (idle entries are removed)."""
+        """Sessions with a local admission entry (idle entries are removed)."""
         return len(self._admission)
 
     async def recover(self) -> list[tuple[str, TurnOutcome]]:
-        """Mark turns left running by a dead Host ``lost`` (or ``cancelled``); replay nothing."""
-
-        def orphaned(owner: str | None, expired: bool) -> bool:
-            # A live owner on this machine keeps its turn even past lease expiry (a long
-            # provider call); a dead one loses it at once; elsewhere the lease decides.
-            parsed = LeaseOwner.decode(owner or "")
-            if parsed is None:
-                return True
-            liveness = parsed.liveness()
-            return liveness == "dead" or (liveness == "unknown" and expired)
-
-        return await self._store.write(
-            lambda conn: _records.recover_orphans(conn, now_epoch=time.time(), orphaned=orphaned)
-        )
+        """End turns whose Host died or went silent, ``lost`` (or ``cancelled``); replay nothing."""
+        recovered = await self._store.turns.recover()
+        return [(turn.turn_id, turn.outcome) for turn in recovered]
 
     # -- run ---------------------------------------------------------------------------
 
@@ -143,41 +160,117 @@ class TurnExecution:
         if not isinstance(request, TurnRequest):
             raise TurnRejected("a TurnRequest is required")
         if self._closing:
-            raise TurnRejected("the Host is shutting down")
+            raise TurnRejected(_CLOSING)
         principal_id = self._principal_id(request)
-        replay = await self._replay(principal_id, request.request_id)
-        if replay is not None:
-            return replay
-        scope = await self._authenticate(request)
-        session_id = scope.session_id or ""
-        async with self._admission.hold(session_id):
-            if self._closing:
-                raise TurnRejected("the Host is shutting down")
-            replay = await self._replay(principal_id, request.request_id)
-            if replay is not None:
-                return replay
-            owner = await self._lease_owner()
-            core = await self._cores.pin(request.core_id, request.core_revision)
-            context = bind_context(request, scope, core)
-            try:
-                # Shielded: once turn.started may have committed, _drive must run so the
-                # turn gets its terminal record; a pending cancellation is delivered there.
-                with anyio.CancelScope(shield=True):
-                    existing = await self._store.write(
-                        lambda conn: _records.insert_turn(
-                            conn,
-                            context,
-                            lease_owner=owner,
-                            lease_expires_at=time.time() + self._lease_ttl_s,
-                        )
-                    )
-                if existing is not None:
+        scope = self._bound_scope(request)
+        owner = await self._lease_owner()
+        turn_id, trace_id = new_id("turn"), new_id("trace")
+        async with self._admission.enter() as ticket:
+            while True:
+                if self._closing:
+                    raise TurnRejected(_CLOSING)
+                try:
+                    core = await self._cores.pin(request.core_id, request.core_revision)
+                except TurnRejected:
+                    # A repeated request whose agent has gone since still gets its record.
+                    existing = await self._store.turns.find(principal_id, request.request_id)
+                    if existing is None:
+                        raise
                     return self._existing(existing)
-                self._emit(context, "turn.started", {"core_id": core.core_id})
-                return await self._drive(request, context, core)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._cores.release(core)
+                try:
+                    admission = self._admission_of(
+                        request, principal_id, scope, core, turn_id, trace_id
+                    )
+                    # Shielded: once turn.started may have committed, _drive must run so the
+                    # turn gets its terminal record; a pending cancellation is delivered there.
+                    with anyio.CancelScope(shield=True):
+                        outcome = await self._admit(request, admission, scope, owner)
+                    if isinstance(outcome, TurnState):
+                        return self._existing(outcome)
+                    if isinstance(outcome, AdmittedTurn):
+                        admitted = outcome.admitted
+                        ticket.hold(admitted.session_id)
+                        for ended in admitted.recovered:
+                            _log.warning(
+                                "turn %s of a dead or silent Host ended %s; session taken over",
+                                ended.turn_id,
+                                ended.outcome,
+                            )
+                        context = bind_context(
+                            request, outcome.scope, core, turn_id=turn_id, trace_id=trace_id
+                        )
+                        self._emit(context, "turn.started", {"core_id": core.core_id})
+                        return await self._drive(request, context, core, admitted.lease)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._cores.release(core)
+                assert isinstance(outcome, SessionBusy)
+                stale = self._abandoned.pop(outcome.holder_turn_id, None)
+                if stale is not None and await self._abandon(stale):
+                    continue  # the holder was our own abandoned turn: the session is free now
+                # The pinned generation is released while waiting: the turn pins the
+                # generation current when it is finally admitted.
+                await ticket.wait(outcome.session_id)
+
+    def _admission_of(
+        self,
+        request: TurnRequest,
+        principal_id: str,
+        scope: PrincipalScope | None,
+        core: PinnedCore,
+        turn_id: str,
+        trace_id: str,
+    ) -> TurnAdmission:
+        try:
+            session: ConversationTarget | str
+            if isinstance(request.principal, ConversationFacts):
+                selected = request.session
+                if isinstance(selected, FreshSession):
+                    select = "fresh"
+                elif isinstance(selected, ResumeSession):
+                    select = selected.session_id
+                else:
+                    select = "bound"
+                session = ConversationTarget(
+                    request.principal.channel, request.principal.conversation_key, select
+                )
+            else:
+                session = (scope.session_id if scope is not None else None) or ""
+            return TurnAdmission(
+                turn_id=turn_id,
+                request_id=request.request_id,
+                principal_id=principal_id,
+                core_id=core.core_id,
+                core_revision=core.core_revision,
+                generation=core.generation,
+                session=session,
+                trace_id=trace_id,
+            )
+        except (ScopeError, InvalidValue) as exc:
+            raise TurnRejected(exc.message) from exc
+
+    async def _admit(
+        self,
+        request: TurnRequest,
+        admission: TurnAdmission,
+        scope: PrincipalScope | None,
+        owner: LeaseOwner,
+    ) -> Admission:
+        try:
+            if scope is None:
+                if not isinstance(request.principal, ConversationFacts):
+                    raise TurnRejected("the principal is neither a scope nor conversation facts")
+                return await self._authority.admit_conversation(
+                    request.principal, admission, owner=owner, ttl_s=self._lease_ttl_s
+                )
+            # A verified scope is bound to its session already: nothing is minted here.
+            self._authority.verify(scope)
+            outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=self._lease_ttl_s)
+            return AdmittedTurn(outcome, scope) if isinstance(outcome, Admitted) else outcome
+        except NotFoundOrUnauthorized as exc:
+            raise TurnRejected("the requested session is not available") from exc
+        except (ScopeError, InvalidValue) as exc:
+            raise TurnRejected(exc.message) from exc
 
     async def _lease_owner(self) -> LeaseOwner:
         # Reading the process start time touches /proc: do it once, off the event loop.
@@ -193,65 +286,41 @@ class TurnExecution:
         except ScopeError as exc:
             raise TurnRejected(exc.message) from exc
 
-    async def _replay(self, principal_id: str, request_id: str) -> TurnResult | None:
-        existing = await self._store.read(
-            lambda conn: _records.find_turn(conn, principal_id, request_id)
-        )
-        return None if existing is None else self._existing(existing)
-
-    @staticmethod
-    def _existing(existing: _records.ExistingTurn) -> TurnResult:
-        if existing.status == "running" or existing.result is None:
-            raise TurnInProgress(existing.turn_id)
-        return existing.result
-
-    async def _authenticate(self, request: TurnRequest) -> PrincipalScope:
-        selected = request.session
+    def _bound_scope(self, request: TurnRequest) -> PrincipalScope | None:
+        """The verified scope of a non-conversation request (None for conversations)."""
+        if isinstance(request.principal, ConversationFacts):
+            return None
         try:
-            if isinstance(request.principal, ConversationFacts):
-                if isinstance(selected, FreshSession):
-                    select = "fresh"
-                elif isinstance(selected, ResumeSession):
-                    select = selected.session_id
-                else:
-                    select = "bound"
-                return await self._authority.for_conversation(request.principal, session=select)
             scope = self._authority.verify(request.principal)
-        except NotFoundOrUnauthorized as exc:
-            raise TurnRejected("the requested session is not available") from exc
-        except (ScopeError, InvalidValue) as exc:
+        except ScopeError as exc:
             raise TurnRejected(exc.message) from exc
-        if selected != "bound":
+        if request.session != "bound":
             raise TurnRejected("only conversations select a session; this scope is bound")
         if scope.session_id is None:
             raise TurnRejected("the principal is not bound to a session")
         return scope
 
+    @staticmethod
+    def _existing(existing: TurnState) -> TurnResult:
+        if existing.status == "running" or existing.result is None:
+            raise TurnInProgress(existing.turn_id)
+        return existing.result
+
+    # -- drive -------------------------------------------------------------------------
+
     async def _drive(
-        self, request: TurnRequest, context: TurnExecutionContext, core: PinnedCore
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        lease: SessionLease,
     ) -> TurnResult:
-        active = ActiveTurn(context)
+        active = ActiveTurn(context, lease)
         self._active[context.turn_id] = active
-        catalog: PreparedEffectCatalog | None = None
         try:
-            outcome: TurnOutcome = "completed"
-            error: str | None = None
-            with active.scope:
-                try:
-                    with anyio.move_on_after(self._turn_timeout_s) as deadline:
-                        catalog = await core.effects.prepare_catalog(context)
-                        first = await self._first_message(request, context, core, catalog, active)
-                        outcome, error = await self._steps(
-                            request, context, core, catalog, active, first
-                        )
-                    if deadline.cancelled_caught:
-                        outcome, error = "failed", "the turn exceeded its deadline"
-                except ProviderError as exc:
-                    outcome, error = "failed", f"provider failed: {exc.message}"
-                except InvalidValue as exc:
-                    outcome, error = "failed", exc.message
-            if active.scope.cancelled_caught:
-                outcome, error = "cancelled", active.cancel_reason
+            outcome, error = await self._heartbeating(
+                active, lambda: self._body(request, context, core, active)
+            )
             return await self._finish(request, context, active, outcome, error)
         except anyio.get_cancelled_exc_class():
             outcome = "indeterminate" if active.in_flight == "effect" else "cancelled"
@@ -271,26 +340,120 @@ class TurnExecution:
         finally:
             with anyio.CancelScope(shield=True):
                 try:
-                    if catalog is not None:
-                        await core.effects.close_catalog(catalog)
+                    if active.catalog is not None:
+                        await core.effects.close_catalog(active.catalog)
                 finally:
+                    if not active.recorded:
+                        await self._abandon(active.lease)
                     self._context.release(context.turn_id)
                     self._active.pop(context.turn_id, None)
                     active.done.set()
+
+    async def _abandon(self, lease: SessionLease) -> bool:
+        """End a turn this Host can no longer record (``lost``); True once its session is free.
+
+        Bounded and quiet: when the store still fails, the lease is remembered
+        and the next local admission of the session tries again (its expiry,
+        this Host's shutdown and the next recovery are the other ways out).
+        """
+        with anyio.move_on_after(self._terminal_timeout_s, shield=True):
+            try:
+                await self._store.turns.abandon(lease)
+            except LeaseLost:
+                return True  # recorded already (the terminal write did land, or a takeover)
+            except HostkitError as exc:
+                _log.warning("turn %s: could not end it lost: %s", lease.turn_id, exc)
+            else:
+                return True
+        self._abandoned[lease.turn_id] = lease
+        return False
+
+    async def _body(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+    ) -> tuple[TurnOutcome, str | None]:
+        outcome: TurnOutcome = "completed"
+        error: str | None = None
+        with active.scope:
+            try:
+                with anyio.move_on_after(self._turn_timeout_s) as deadline:
+                    active.catalog = await core.effects.prepare_catalog(context)
+                    first = await self._first_message(request, context, core, active)
+                    outcome, error = await self._steps(request, context, core, active, first)
+                if deadline.cancelled_caught:
+                    outcome, error = "failed", "the turn exceeded its deadline"
+            except ProviderError as exc:
+                outcome, error = "failed", f"provider failed: {exc.message}"
+            except InvalidValue as exc:
+                outcome, error = "failed", exc.message
+        if active.scope.cancelled_caught:
+            outcome, error = "cancelled", active.cancel_reason
+        return outcome, error
+
+    async def _heartbeating(self, active: ActiveTurn, body: Callable[[], Awaitable[T]]) -> T:
+        """Run ``body`` while a background task renews the turn's session lease.
+
+        ``body``'s exceptions propagate as themselves (never as an exception
+        group); the heartbeat never raises.
+        """
+        failure: Exception | None = None
+        value: Any = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._heartbeat, active)
+            try:
+                value = await body()
+            except Exception as exc:
+                failure = exc
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return value  # type: ignore[no-any-return]
+
+    async def _heartbeat(self, active: ActiveTurn) -> None:
+        """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
+        interval = active.lease.ttl_s / 3
+        while True:
+            await anyio.sleep(interval)
+            try:
+                with anyio.fail_after(interval):
+                    cancel_requested = await self._store.turns.renew(active.lease)
+            except LeaseLost:
+                self._stop(active, _TAKEN_OVER)
+                return
+            except (HostkitError, TimeoutError) as exc:
+                # Transient: the next beat tries again. Should the lease lapse and another
+                # Host take the session over, the fence refuses this turn's next write.
+                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+                continue
+            except Exception:
+                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
+                continue
+            if cancel_requested:
+                self._stop(active, _ON_REQUEST)
+
+    @staticmethod
+    def _stop(active: ActiveTurn, reason: str) -> None:
+        if not active.scope.cancel_called:
+            active.cancel_reason = reason
+            active.scope.cancel()
 
     async def _steps(
         self,
         request: TurnRequest,
         context: TurnExecutionContext,
         core: PinnedCore,
-        catalog: PreparedEffectCatalog,
         active: ActiveTurn,
         first: ModelMessage,
     ) -> tuple[TurnOutcome, str | None]:
+        catalog = active.catalog
+        assert catalog is not None
         messages: list[ModelMessage] = [first]
         provider = core.provider
         for step in range(core.max_steps):
-            await self._renew_lease(context, active)
             prepared = await self._context.prepare(
                 ContextRequest(
                     context=context,
@@ -319,6 +482,7 @@ class TurnExecution:
             messages.append(assistant)
             await self._persist(
                 context,
+                active,
                 assistant,
                 "provider.completed",
                 {
@@ -363,7 +527,6 @@ class TurnExecution:
         request: TurnRequest,
         context: TurnExecutionContext,
         core: PinnedCore,
-        catalog: PreparedEffectCatalog,
         active: ActiveTurn,
     ) -> ModelMessage:
         """The user's input; or, for a continuation, the approved call's result.
@@ -372,11 +535,13 @@ class TurnExecution:
         user moved on). A continuation runs the answered approval once; its
         result answers the paused call.
         """
+        catalog = active.catalog
+        assert catalog is not None
         if request.continues is None:
             await core.effects.supersede_pending(context)
             message = ModelMessage("user", request.input)
             detail = {"effects": list(catalog.effects)}
-            await self._persist(context, message, "input.persisted", detail)
+            await self._persist(context, active, message, "input.persisted", detail)
             return message
         approval_id = request.continues
         active.in_flight = "effect"
@@ -407,7 +572,7 @@ class TurnExecution:
         detail: dict[str, object] = {"call_id": call.call_id, "effect": effect, "status": status}
         if approval_id is not None:
             detail["approval_id"] = approval_id
-        await self._persist(context, message, "effect.completed", detail)
+        await self._persist(context, active, message, "effect.completed", detail)
         return message
 
     async def _call_provider(
@@ -445,31 +610,22 @@ class TurnExecution:
             self._emit(context, "telemetry.degraded", {"step": step, "error": exc.message})
 
     async def _persist(
-        self, context: TurnExecutionContext, message: ModelMessage, event: str, detail: dict
+        self,
+        context: TurnExecutionContext,
+        active: ActiveTurn,
+        message: ModelMessage,
+        event: str,
+        detail: dict[str, Any],
     ) -> None:
-        await self._store.write(
-            lambda conn: _records.append_turn_message(
-                conn,
-                session_id=context.session_id,
-                turn_id=context.turn_id,
-                message=message,
-                event=event,
-                detail=detail,
-            )
+        """Append a transcript message with its event, fenced by the turn's lease."""
+        written = await self._store.turns.append_message(
+            active.lease, event_seq=active.take_seq(), message=message, event=event, detail=detail
         )
         self._emit(context, event, detail)
-
-    async def _renew_lease(self, context: TurnExecutionContext, active: ActiveTurn) -> None:
-        """Extend the lease; stop if another Host ended the turn or a cancel was recorded."""
-        expires = time.time() + self._lease_ttl_s
-        state = await self._store.write(
-            lambda conn: _records.renew_lease(conn, context.turn_id, expires)
-        )
-        if state == "gone":
-            raise InvalidValue("the turn was ended by another Host; not continuing")
-        if state == "cancel_requested":
-            active.cancel_reason = "cancelled on request"
-            active.scope.cancel()
+        if written.cancel_requested:
+            # Another Host process recorded a cancel request: stop here, before the next
+            # step (the writes that follow are shielded and would not deliver it).
+            self._stop(active, _ON_REQUEST)
             await anyio.lowlevel.checkpoint()
 
     async def _finish(
@@ -497,15 +653,26 @@ class TurnExecution:
         )
         try:
             with anyio.fail_after(self._terminal_timeout_s):
-                result = await self._store.write(
-                    lambda conn: _records.finish_turn(conn, result, route=request.route)
-                )
+                try:
+                    result = await self._store.turns.finish(
+                        active.lease, result, event_seq=active.take_seq(), route=request.route
+                    )
+                except LeaseLost:
+                    # Another Host took the session over and recorded this turn's end.
+                    result = await self._recorded_elsewhere(context)
+                active.recorded = True
         except (HostkitError, TimeoutError) as exc:
             raise TurnInfrastructureError(
                 context.request_id, durable_result_ref=context.turn_id
             ) from exc
-        self._emit(context, f"turn.{outcome}", {"error": result.error})
+        self._emit(context, f"turn.{result.outcome}", {"error": result.error})
         return result
+
+    async def _recorded_elsewhere(self, context: TurnExecutionContext) -> TurnResult:
+        state = await self._store.turns.state(context.principal, context.turn_id)
+        if state.result is None:
+            raise TurnInfrastructureError(context.request_id, durable_result_ref=context.turn_id)
+        return state.result
 
     # -- cancel ------------------------------------------------------------------------
 
@@ -513,54 +680,45 @@ class TurnExecution:
         """Owner-checked, idempotent cancel; returns once the turn's terminal state is durable.
 
         The wrong owner gets ``NotFoundOrUnauthorized``, the same answer as for
-        a turn that does not exist. Detached tasks are not cancelled.
+        a turn that does not exist. The request is recorded durably, so a turn
+        running in another Host process stops at its next write or heartbeat.
+        Detached tasks are not cancelled.
         """
-        status, _ = await self._store.owned(
-            scope, "turn", turn_id, lambda conn: _records.owned_turn(conn, scope, turn_id)
-        )
-        if status in _records.TERMINAL:
-            return TurnCancelResult(turn_id, "already_terminal", status)  # type: ignore[arg-type]
-        await self._store.write(lambda conn: _records.request_cancel(conn, turn_id))
+        try:
+            state = await self._store.turns.request_cancel(scope, turn_id)
+        except InvalidValue as exc:
+            raise NotFoundOrUnauthorized("turn") from exc
+        if state.terminal:
+            return TurnCancelResult(turn_id, "already_terminal", state.status)  # type: ignore[arg-type]
         active = self._active.get(turn_id)
         if active is None:
             return TurnCancelResult(turn_id, "requested", None)
-        active.scope.cancel()
+        self._stop(active, _ON_REQUEST)
         with anyio.move_on_after(self._cancel_timeout_s):
             await active.done.wait()
-        status, _ = await self._store.read(
-            lambda conn: _records.owned_turn(conn, scope, turn_id) or ("running", "")
-        )
-        if status == "cancelled":
+        state = await self._store.turns.state(scope, turn_id)
+        if state.status == "cancelled":
             return TurnCancelResult(turn_id, "cancelled", "cancelled")
-        if status in _records.TERMINAL:
-            return TurnCancelResult(turn_id, "already_terminal", status)  # type: ignore[arg-type]
+        if state.terminal:
+            return TurnCancelResult(turn_id, "already_terminal", state.status)  # type: ignore[arg-type]
         return TurnCancelResult(turn_id, "requested", None)
 
     async def shutdown(self) -> None:
         """Refuse new turns, cancel running ones and wait (bounded) for their terminal records."""
         self._closing = True
+        self._admission.close()
         for active in list(self._active.values()):
-            active.cancel_reason = "the Host shut down"
-            active.scope.cancel()
+            self._stop(active, "the Host shut down")
         with anyio.move_on_after(self._cancel_timeout_s):
             for active in list(self._active.values()):
                 await active.done.wait()
         # Turns of this instance still running now have no owner left (their terminal
-        # write failed, or they did not stop in time): end them explicitly as lost.
-        mine = self._instance_id
-
-        def owned_here(owner: str | None, expired: bool) -> bool:
-            parsed = LeaseOwner.decode(owner or "")
-            return parsed is not None and parsed.instance == mine
-
+        # write failed, or they did not stop in time): end them and free their sessions.
         with contextlib.suppress(HostkitError):
-            await self._store.write(
-                lambda conn: _records.recover_orphans(
-                    conn, now_epoch=time.time(), orphaned=owned_here
-                )
-            )
+            await self._store.turns.recover(instance=self._instance_id)
+            self._abandoned.clear()
 
-    def _emit(self, context: TurnExecutionContext, kind: str, data: dict) -> None:
+    def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
         with contextlib.suppress(Exception):
             self._observer.notify(event)

@@ -34,7 +34,8 @@ def bounded_metadata(
     to ``max_keys`` keys per level, ``max_depth`` levels and ``max_string``
     characters per string so a hostile adapter cannot inflate it.
     """
-    return freeze(_bound(value or {}, max_keys, max_depth, max_string, 0))
+    frozen: FrozenMap = freeze(_bound(value or {}, max_keys, max_depth, max_string, 0))
+    return frozen
 
 
 def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: int) -> Any:

@@ -201,15 +201,24 @@ async def test_overflow_is_typed_and_recorded_without_a_prompt(
         )
     )
     assert schema_overflow.reason == "schema_too_large"
-    stored = await store.read(
-        lambda c: c.execute("SELECT summary FROM context_decisions").fetchall()
-    )
-    assert stored
-    assert all("secret-content" not in row[0] for row in stored)
+    for prepared, reason in (
+        (overflow, "current_input_too_large"),
+        (schema_overflow, "schema_too_large"),
+    ):
+        recorded = await store.context.decision(prepared.decision_id)
+        assert recorded is not None
+        assert (recorded.kind, recorded.overflow_reason, recorded.hard_budget) == (
+            "overflow",
+            reason,
+            3100,
+        )
+        assert recorded.estimated_input_tokens == prepared.estimated_input_tokens
+        assert recorded.layers == ()
+        assert "secret-content" not in repr(recorded)
 
 
 async def test_observe_is_idempotent_per_decision(
-    store: RuntimeStore, authority: AuthorityResolver
+    store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
 ) -> None:
     scope = await authority.for_conversation(facts("c"))
     manager = ContextManager(store)
@@ -234,13 +243,15 @@ async def test_observe_is_idempotent_per_decision(
     )
     await manager.observe(observation)
     await manager.observe(observation)
-    rows = await store.read(
-        lambda c: c.execute(
-            "SELECT input_tokens, cache_read_tokens, estimated_input_tokens, provider_request_id "
-            "FROM usage_observations"
-        ).fetchall()
+    assert not await store.context.record_usage(observation)
+    usage = await store.inspect.session_usage(operator, scope.session_id or "")
+    ((sums),) = usage.sums
+    assert (sums.steps, sums.input_tokens, sums.output_tokens, sums.cache_read_tokens) == (
+        1,
+        10,
+        2,
+        3,
     )
-    assert rows == [(10, 3, ready.estimated_input_tokens, "pr1")]
 
 
 async def test_history_window_is_bounded(store: RuntimeStore, authority: AuthorityResolver) -> None:

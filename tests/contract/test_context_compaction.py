@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -12,7 +11,6 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.context import _summaries
 from hostkit.context._compaction import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     CommittedSummary,
@@ -21,7 +19,7 @@ from hostkit.context._compaction import (
     fallback_summary,
 )
 from hostkit.errors import ProviderError
-from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.store import LeaseOwner, RuntimeStore, _context_rows
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import ModelMessage, ToolCall
 from tests.support import facts
@@ -61,39 +59,36 @@ def chat(count: int, start: int = 0) -> list[ModelMessage]:
     ]
 
 
-def lease_row(conn: sqlite3.Connection, session_id: str) -> tuple | None:
-    return conn.execute(
-        "SELECT lease_id, owner, expires_at, cooldown_until FROM context_leases "
-        "WHERE session_id = ?",
-        [session_id],
-    ).fetchone()
-
-
-async def lease_of(store: RuntimeStore, session_id: str) -> tuple | None:
-    return await store.read(lambda c: lease_row(c, session_id))
+async def lease_of(
+    store: RuntimeStore, session_id: str
+) -> tuple[str | None, str | None, float | None, float | None] | None:
+    """(lease id, owner, expiry, cooldown) of the session's lease row, or None."""
+    lease = (await store.context.compaction_state(session_id)).lease
+    if lease is None:
+        return None
+    return (lease.lease_id, lease.owner, lease.expires_at, lease.cooldown_until)
 
 
 async def summary_rows(store: RuntimeStore, session_id: str) -> int:
-    return await store.read(
-        lambda c: c.execute(
-            "SELECT COUNT(*) FROM context_summaries WHERE session_id = ?", [session_id]
-        ).fetchone()[0]
-    )
+    return 0 if await store.context.summary(session_id) is None else 1
 
 
 async def hold_lease(
     store: RuntimeStore, session_id: str, owner_text: str, expires_at: float
 ) -> None:
-    """Write the lease row as another worker would have left it (whatever it held before)."""
-    await store.write(
-        lambda c: c.execute(
-            "INSERT INTO context_leases (session_id, lease_id, owner, expires_at, updated_at) "
-            "VALUES (?, 'lease_other', ?, ?, 'then') ON CONFLICT (session_id) DO UPDATE SET "
-            "lease_id = excluded.lease_id, owner = excluded.owner, "
-            "expires_at = excluded.expires_at",
-            [session_id, owner_text, expires_at],
-        )
+    """Take the lease as another worker would, over whatever lease was held before."""
+    state = await store.context.compaction_state(session_id)
+    take = await store.context.take_compaction_lease(
+        session_id,
+        expected_cutoff=state.summary.cutoff_seq if state.summary is not None else None,
+        lease_id="lease_other",
+        owner=owner_text,
+        now=min(time.time(), expires_at),
+        expires_at=expires_at,
+        force=True,
+        dead_lease=state.lease_id,
     )
+    assert take.kind == "taken"
 
 
 class Fixed:
@@ -187,7 +182,8 @@ async def test_a_failure_inside_the_commit_leaves_nothing_and_frees_the_lease(
     def broken_end(*args: object) -> None:
         raise RuntimeError("injected after the summary upsert")
 
-    monkeypatch.setattr(_summaries, "end_lease", broken_end)
+    # Inside the SQLite adapter's commit transaction, after the summary was written.
+    monkeypatch.setattr(_context_rows, "_end_lease", broken_end)
     compactor_a = await compactor(store)
     with pytest.raises(RuntimeError, match="injected"):
         await compactor_a.compact(

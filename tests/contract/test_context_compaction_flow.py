@@ -81,15 +81,14 @@ def request(context: TurnExecutionContext) -> ContextRequest:
     )
 
 
-async def summary_rows(store: RuntimeStore) -> list[tuple[str, int]]:
-    return await store.read(
-        lambda c: c.execute("SELECT summary, cutoff_seq FROM context_summaries").fetchall()
-    )
+async def summary_rows(store: RuntimeStore, scope: PrincipalScope) -> list[tuple[str, int]]:
+    summary = await store.context.summary(scope.session_id or "")
+    return [] if summary is None else [(summary.summary, summary.cutoff_seq)]
 
 
-async def lease_holders(store: RuntimeStore) -> list[str | None]:
-    rows = await store.read(lambda c: c.execute("SELECT lease_id FROM context_leases").fetchall())
-    return [row[0] for row in rows]
+async def lease_holders(store: RuntimeStore, scope: PrincipalScope) -> list[str | None]:
+    lease = (await store.context.compaction_state(scope.session_id or "")).lease
+    return [] if lease is None else [lease.lease_id]
 
 
 async def test_an_over_budget_history_is_compacted_once_and_the_summary_used_at_once(
@@ -101,12 +100,12 @@ async def test_an_over_budget_history_is_compacted_once_and_the_summary_used_at_
     ready = await manager.prepare(request(context_for(scope)))
     assert isinstance(ready, ContextReady)
     assert summarizer.calls == 1
-    ((summary, cutoff),) = await summary_rows(store)
+    ((summary, cutoff),) = await summary_rows(store, scope)
     assert summary == "12 earlier messages about sheds"
     texts = [m.content for m in ready.messages]
     assert texts == [REFERENCE_ONLY + summary, "latest", "noted", "now"]
     assert ready.summary_used
-    assert await lease_holders(store) == [None]
+    assert await lease_holders(store, scope) == [None]
     # The next turn reads from the cutoff: no second summary is needed.
     again = await manager.prepare(request(context_for(scope, "turn_2")))
     assert isinstance(again, ContextReady)
@@ -136,7 +135,7 @@ async def test_pruning_that_is_enough_never_calls_the_summarizer(
     ready = await manager.prepare(request(context_for(scope)))
     assert isinstance(ready, ContextReady)
     assert summarizer.calls == 0
-    assert await summary_rows(store) == []
+    assert await summary_rows(store, scope) == []
     assert "[pruned: the result of notes_read (8,000 characters)]" in [
         m.content for m in ready.messages
     ]
@@ -183,8 +182,8 @@ async def test_cancelling_prepare_mid_summary_commits_nothing_and_frees_the_leas
         group.start_soon(manager.prepare, request(context_for(scope)))
         await started.wait()
         group.cancel_scope.cancel()
-    assert await summary_rows(store) == []
-    assert await lease_holders(store) == [None]
+    assert await summary_rows(store, scope) == []
+    assert await lease_holders(store, scope) == [None]
     # A later prepare compacts normally.
     done = CountingSummarizer()
     ready = await (await manager_with(store, done, "w2")).prepare(
@@ -203,10 +202,10 @@ async def test_manual_compact_goes_through_the_same_lease(
     outcome = await manager.compact(context_for(scope))
     assert outcome is not None
     assert outcome.kind == "committed"
-    ((summary, _),) = await summary_rows(store)
+    ((summary, _),) = await summary_rows(store, scope)
     # Everything but the protected tail (the last two groups) was folded.
     assert summary == "12 earlier messages about sheds"
-    assert await lease_holders(store) == [None]
+    assert await lease_holders(store, scope) == [None]
 
 
 async def test_a_summarizer_that_cannot_be_built_falls_back_deterministically(
@@ -226,5 +225,5 @@ async def test_a_summarizer_that_cannot_be_built_falls_back_deterministically(
     ready = await manager.prepare(request(context_for(scope)))
     assert isinstance(ready, ContextReady)
     assert ready.summary_used
-    ((summary, _),) = await summary_rows(store)
+    ((summary, _),) = await summary_rows(store, scope)
     assert "shed detail 0" in summary  # the extractive fallback, not a failed turn

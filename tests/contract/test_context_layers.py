@@ -56,22 +56,36 @@ def with_model(context: TurnExecutionContext, provider: str, model: str) -> Turn
 
 
 async def set_summary(store: RuntimeStore, session_id: str, summary: str, cutoff: int) -> None:
-    await store.write(
-        lambda c: c.execute(
-            "INSERT INTO context_summaries (session_id, summary, cutoff_seq, summarized_messages, "
-            "summarizer, created_at) VALUES (?, ?, ?, ?, 'test', 'now')",
-            [session_id, summary, cutoff, cutoff + 1],
-        )
+    """Commit ``summary`` up to ``cutoff`` the way a compactor does: lease, then commit."""
+    take = await store.context.take_compaction_lease(
+        session_id,
+        expected_cutoff=None,
+        lease_id="lease_test",
+        owner="test",
+        now=0.0,
+        expires_at=60.0,
     )
+    assert take.kind == "taken"
+    committed = await store.context.commit_summary(
+        session_id,
+        lease_id="lease_test",
+        text=summary,
+        cutoff_seq=cutoff,
+        added=cutoff + 1,
+        summarizer="test",
+        cooldown_until=0.0,
+    )
+    assert committed is not None
 
 
-async def seqs(store: RuntimeStore, session_id: str) -> list[int]:
-    rows = await store.read(
-        lambda c: c.execute(
-            "SELECT seq FROM messages WHERE session_id = ? ORDER BY seq", [session_id]
-        ).fetchall()
-    )
-    return [row[0] for row in rows]
+async def seqs(store: RuntimeStore, scope: PrincipalScope) -> list[int]:
+    page = await store.list_messages(scope, scope.session_id or "", limit=500)
+    return [record.seq for record in page.items]
+
+
+async def calibration_samples(store: RuntimeStore, session_id: str) -> int | None:
+    state = await store.context.read_state(session_id=session_id, turn_id="none", window=1)
+    return None if state.calibration is None else state.calibration.samples
 
 
 async def scope_with(
@@ -94,7 +108,7 @@ async def test_layers_come_in_the_contract_order_and_the_summary_is_reference_on
         authority, store, [ModelMessage("user", "folded"), ModelMessage("user", "kept")]
     )
     session = scope.session_id or ""
-    first = (await seqs(store, session))[0]
+    first = (await seqs(store, scope))[0]
     await set_summary(store, session, "they talked about folding", first)
     await anyio.Path(tmp_path / "AGENTS.md").write_text("Use metric units.")
     context = dataclasses.replace(context_for(scope), workspace_scope=str(tmp_path))
@@ -174,13 +188,14 @@ async def test_old_tool_results_are_pruned_to_stubs_before_anything_is_dropped(
     ]
     history = next(layer for layer in ready.layers if layer.name == "history")
     assert history.pruned == 1
-    decision = await store.read(
-        lambda c: c.execute(
-            "SELECT summary FROM context_decisions WHERE decision_id = ?", [ready.decision_id]
-        ).fetchone()[0]
+    decision = await store.context.decision(ready.decision_id)
+    assert decision is not None
+    assert (decision.pruned_results, decision.dropped_messages, decision.layers) == (
+        1,
+        0,
+        ready.layers,
     )
-    assert '"pruned_results": 1' in decision
-    assert "x" * 50 not in decision  # decisions never hold content
+    assert "x" * 50 not in repr(decision)  # decisions never hold content
 
 
 async def test_the_protected_head_and_tail_survive_when_the_middle_is_cut(
@@ -271,10 +286,7 @@ async def test_a_repeated_observation_does_not_calibrate_twice(
     ready = await manager.prepare(request_for(context))
     for _ in range(3):
         await observe(manager, ready, context, 100)
-    samples = await store.read(
-        lambda c: c.execute("SELECT samples FROM context_calibration").fetchall()
-    )
-    assert samples == [(1,)]
+    assert await calibration_samples(store, context.session_id) == 1
 
 
 async def test_a_failed_observation_write_makes_the_next_prepare_conservative(
@@ -285,19 +297,15 @@ async def test_a_failed_observation_write_makes_the_next_prepare_conservative(
     context = with_model(context_for(scope, "t1"), "p", "m")
     ready = await manager.prepare(request_for(context))
     assert isinstance(ready, ContextReady)
-    original = store.write
 
-    async def failing(fn):  # type: ignore[no-untyped-def]
+    async def failing(observation: UsageObservation) -> bool:
         raise StoreError("disk full")
 
-    monkeypatch.setattr(store, "write", failing)
+    monkeypatch.setattr(store.context, "record_usage", failing)
     with pytest.raises(StoreError):
         await observe(manager, ready, context, 10)
-    monkeypatch.setattr(store, "write", original)
-    calibrated = await store.read(
-        lambda c: c.execute("SELECT * FROM context_calibration").fetchall()
-    )
-    assert calibrated == []  # nothing advanced
+    monkeypatch.undo()
+    assert await calibration_samples(store, context.session_id) is None  # nothing advanced
     cautious = await manager.prepare(request_for(with_model(context_for(scope, "t2"), "p", "m")))
     assert isinstance(cautious, ContextReady)
     assert cautious.estimated_input_tokens > ready.estimated_input_tokens
@@ -320,7 +328,7 @@ async def test_prepare_reads_only_after_the_cutoff(
 ) -> None:
     scope = await scope_with(authority, store, [ModelMessage("user", f"m{i}") for i in range(10)])
     session = scope.session_id or ""
-    cutoff = (await seqs(store, session))[6]
+    cutoff = (await seqs(store, scope))[6]
     await set_summary(store, session, "m0..m6", cutoff)
     ready = await ContextManager(store).prepare(request_for(context_for(scope)))
     assert contents(ready)[1:] == ["m7", "m8", "m9", "now"]
@@ -333,7 +341,7 @@ async def test_a_summary_too_long_for_the_window_keeps_its_newest_part_within_bu
 
     scope = await scope_with(authority, store, [ModelMessage("user", "kept")])
     session = scope.session_id or ""
-    first = (await seqs(store, session))[0]
+    first = (await seqs(store, scope))[0]
     await set_summary(store, session, "old " * 1_500 + "the newest fact", first - 1)
     tight = ModelLimits(context_window=1_600, max_output_tokens=300, safety_margin_tokens=50)
     ready = await ContextManager(store).prepare(request_for(context_for(scope), tight))

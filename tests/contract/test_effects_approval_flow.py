@@ -17,6 +17,8 @@ from hostkit.effects import (
     ApprovalLedger,
     ApprovalProvider,
     ApprovalRequest,
+    AuthoredTool,
+    PendingApproval,
     ToolContext,
     tool,
 )
@@ -477,3 +479,96 @@ async def test_an_answered_call_that_never_ran_is_void_once_the_session_moves_on
         )
     assert raw == [("{}",)]  # raw arguments are not kept once they can never run
     assert stamps.lines() == []
+
+
+SECRET_VALUE = "hk-secret-value-123456"
+
+
+def secret_stamp(stamps: Stamps) -> AuthoredTool:
+    """A tool that binds Host secrets (by name) and stamps; it never returns the value."""
+
+    async def bind(ctx: ToolContext, secrets: list[str], label: str = "") -> str:
+        async with await anyio.open_file(stamps.path, "a") as out:
+            await out.write(label + "\n")
+        return "bound " + ",".join(sorted(ctx.secrets))
+
+    return AuthoredTool(
+        "probe.bind", bind, description="Binds secrets.", secrets_argument="secrets"
+    )
+
+
+def approval_key(approval: PendingApproval) -> ApprovalKey:
+    return ApprovalKey(
+        approval.principal_id,
+        approval.session_id,
+        approval.policy_fingerprint,
+        approval.rule_key,
+        approval.core_id,
+    )
+
+
+async def test_approve_for_session_never_caches_a_durable_call_that_binds_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_TOKEN", SECRET_VALUE)
+    stamps = Stamps(tmp_path / "stamps.txt")
+    call = CallTools(("probe_bind", {"secrets": ["HK_TOKEN"], "label": "s1"}))
+    model = ScriptedModel([call, Reply("bound once"), call, Reply("asked again")])
+    config = host_config(tmp_path, {"allow": ["*"]}, secrets=["HK_TOKEN"])
+    async with Host.open(
+        config, capabilities=capabilities(model, tools=[secret_stamp(stamps)])
+    ) as host:
+        paused = await host.turns.run(request("bind it"))
+        assert paused.outcome == "needs_user"
+        assert paused.pending_approval
+        operator = await host.operator("ops", reason="answer approvals")
+        approval = await host.approvals.get(operator, paused.pending_approval)
+        # The security fact is a typed field; the view only displays it.
+        assert approval.secret_names == ("HK_TOKEN",)
+        assert approval.binds_secret
+        assert SECRET_VALUE not in repr(approval)
+        result = await host.approvals.answer(approval.approval_id, "approve_session", by=operator)
+        assert result.outcome == "completed"
+        assert stamps.lines() == ["s1"]
+        assert not host.approvals.runtime.cached(approval_key(approval))
+        # The same call in the next turn is asked again, not approved from a cache.
+        again = await host.turns.run(request("bind it again"))
+    assert again.outcome == "needs_user"
+    assert stamps.lines() == ["s1"]
+
+
+async def test_a_call_without_secrets_is_typed_as_binding_none(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        operator = await host.operator("ops", reason="review approvals")
+        (approval,) = await host.approvals.list(operator)
+    assert paused.pending_approval == approval.approval_id
+    assert (approval.secret_names, approval.binds_secret) == ((), False)
+
+
+async def test_concurrent_answers_through_the_host_run_the_call_once(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("stamped")], repeat_last=True)
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        assert paused.pending_approval
+        approval_id = paused.pending_approval
+        operator = await host.operator("ops", reason="answer approvals")
+        outcomes: list[str] = []
+
+        async def answer(decision: ApprovalDecision) -> None:
+            try:
+                result = await host.approvals.answer(approval_id, decision, by=operator)
+                outcomes.append(result.outcome)
+            except ApprovalRefused as exc:
+                outcomes.append(f"refused:{exc.reason}")
+
+        async with anyio.create_task_group() as group:
+            for decision in ("approve_once", "approve_once", "approve_session"):
+                group.start_soon(answer, decision)
+        (done,) = await host.approvals.list(operator, status=None)
+    assert sorted(outcomes) == ["completed", "refused:answered", "refused:answered"]
+    assert done.status == "executed"
+    assert stamps.lines() == ["one"]

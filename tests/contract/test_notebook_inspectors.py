@@ -13,7 +13,7 @@ import pytest
 
 from hostkit.effects import PendingApproval, ToolContext, tool
 from hostkit.errors import ApprovalRefused, UserError
-from hostkit.host import (
+from hostkit.inspect import (
     ApprovalRows,
     BudgetView,
     CalibrationView,

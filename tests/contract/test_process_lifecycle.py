@@ -19,15 +19,15 @@ import anyio
 import psutil
 import pytest
 
-from hostkit.effects import _process
-from hostkit.effects._process import (
-    DEFAULT_TAIL_CHARS,
+from hostkit.builtins.process import (
     ProcessControl,
     ProcessOutcome,
     ProcessSupervisor,
+    _process,
     opaque_artifact_dir,
     run_process,
 )
+from hostkit.builtins.process._process import DEFAULT_TAIL_CHARS
 from hostkit.errors import InvalidValue, RuntimeFailure
 from tests.support import peak_rss_growth
 

@@ -162,9 +162,32 @@ async def test_golden_database_of_each_released_version_migrates(
                     c.execute("SELECT COUNT(*) FROM approvals").fetchone()[0],
                 )
             )
-        assert turns == [("turn_golden", "completed")]
+        expected = [("turn_golden", "completed")]
+        if golden >= "hostkit-v5":
+            expected.append(("turn_golden_running", "running"))
+        assert turns == expected
         assert memory == [("likes tea",)]
         assert approvals == 0
+
+
+async def test_a_turn_left_running_before_v6_holds_its_session_until_recovered(
+    tmp_path: Path,
+) -> None:
+    copy = tmp_path / "hostkit-v5.db"
+    await anyio.to_thread.run_sync(shutil.copyfile, GOLDEN / "hostkit-v5.db", copy)
+    async with await RuntimeStore.open(copy) as store:
+        assert store.migration.from_version == 5
+        held = await store.turns.session_lease("ses_golden_owned")
+        assert held is not None
+        assert (held.turn_id, held.token) == ("turn_golden_running", 1)
+        # Its owner is on another machine and its lease expired long ago: recovery ends it.
+        recovered = await store.turns.recover()
+        assert [(r.turn_id, r.outcome) for r in recovered] == [("turn_golden_running", "lost")]
+        assert await store.turns.session_lease("ses_golden_owned") is None
+        summary = await store.read(
+            lambda c: c.execute("SELECT cutoff_seq FROM context_summaries").fetchall()
+        )
+    assert summary == [(3,)]
 
 
 async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) -> None:
@@ -273,6 +296,7 @@ RELEASED = {
     3: "c80c41a7b083c6c9908073d33d80912ad10542c226519572c2abefe8e4bb56a9",
     4: "8725113464a941ba65af85050f4576e2e52eaaa979aaaab64589dbd9729a060c",
     5: "0b0af56d88bfedb929a5c169917e8a4044aaf2a25e1170c2b6cd80adad11a225",
+    6: "9603bef0c2c1bba50f5b39d2ed5039eceb8d339dafd388c7f1b66d65ba3fce0c",
 }
 
 

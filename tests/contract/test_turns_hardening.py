@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import anyio
@@ -11,11 +10,12 @@ import pytest
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import TurnRejected
 from hostkit.host import Host
-from hostkit.store import LeaseOwner
+from hostkit.store import Admitted, LeaseOwner, TurnAdmission
+from hostkit.store._turns import SqliteTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
-from hostkit.turns import _records
-from hostkit.types import ConversationFacts, ModelRequest, TurnRequest
+from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
 from tests.hosts import config, open_host, request, turn_rows
+from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
@@ -60,16 +60,16 @@ async def test_a_cancelled_tool_call_does_not_poison_the_next_turn(tmp_path: Pat
 async def test_cancelling_the_caller_while_turn_started_commits_still_ends_the_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    token = anyio.lowlevel.current_token()
-    inside, release = anyio.Event(), threading.Event()
-    original = _records.insert_turn
+    inside, release = anyio.Event(), anyio.Event()
+    original = SqliteTurnStore.admit
 
-    def slow_insert(*args, **kwargs):  # type: ignore[no-untyped-def]
-        anyio.from_thread.run_sync(inside.set, token=token)
-        release.wait(10)
-        return original(*args, **kwargs)
+    async def slow_admit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        inside.set()
+        with anyio.fail_after(10):
+            await release.wait()
+        return await original(self, *args, **kwargs)
 
-    monkeypatch.setattr(_records, "insert_turn", slow_insert)
+    monkeypatch.setattr(SqliteTurnStore, "admit", slow_admit)
     async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.turns.run, request())
@@ -101,29 +101,44 @@ async def test_a_durable_cancel_request_is_observed_at_the_next_step(tmp_path: P
             await entered.wait()
             turn_id = (await turn_rows(host))[0][0]
             # Another Host process records the request durably (it cannot reach our task).
-            await host.store.write(lambda c: _records.request_cancel(c, turn_id))
+            operator = await host.operator("ops", reason="cancel from elsewhere")
+            await host.store.turns.request_cancel(operator, turn_id)
             proceed.set()
         assert results[0].outcome == "cancelled"
         assert len(model.requests) == 1
 
 
-async def test_a_live_owner_keeps_its_turn_even_after_lease_expiry(tmp_path: Path) -> None:
+async def test_recovery_keeps_a_live_renewing_owner_and_ends_a_dead_one_at_once(
+    tmp_path: Path,
+) -> None:
     async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
-        result = await host.turns.run(request())
-        owner = await anyio.to_thread.run_sync(LeaseOwner.current, "other-instance")
-
-        def reopen_as_running(conn, owner_text: str) -> None:  # type: ignore[no-untyped-def]
-            conn.execute(
-                "UPDATE turns SET status = 'running', lease_owner = ?, lease_expires_at = 0 "
-                "WHERE turn_id = ?",
-                [owner_text, result.turn_id],
+        live = await anyio.to_thread.run_sync(LeaseOwner.current, "other-instance")
+        dead = LeaseOwner(live.host, live.pid, live.started - 100, "gone")
+        turn_ids = []
+        for conversation, owner in (("live", live), ("dead", dead)):
+            scope = await host.authority.for_conversation(facts(conversation, "alice", "test"))
+            admitted = await host.store.turns.admit(
+                TurnAdmission(
+                    turn_id=new_id("turn"),
+                    request_id=new_id("req"),
+                    principal_id=scope.principal_id,
+                    core_id="assistant",
+                    core_revision="cfg-test",
+                    generation=1,
+                    session=scope.session_id or "",
+                ),
+                owner=owner,
+                ttl_s=600,
             )
-
-        await host.store.write(lambda c: reopen_as_running(c, owner.encode()))
+            assert isinstance(admitted, Admitted)
+            turn_ids.append(admitted.lease.turn_id)
+        # Neither lease has expired: only the provably dead owner loses its turn, at once.
+        assert await host.turns.recover() == [(turn_ids[1], "lost")]
         assert await host.turns.recover() == []
-        dead = LeaseOwner(owner.host, owner.pid, owner.started - 100, "gone")
-        await host.store.write(lambda c: reopen_as_running(c, dead.encode()))
-        assert await host.turns.recover() == [(result.turn_id, "lost")]
+        assert dict(await turn_rows(host)) == {
+            turn_ids[0]: "running",
+            turn_ids[1]: "lost",
+        }
 
 
 @pytest.mark.parametrize("channel", ["schedule", "operator", "agent"])

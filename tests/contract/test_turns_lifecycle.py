@@ -11,14 +11,16 @@ import pytest
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import (
     InvalidValue,
+    LeaseLost,
     ProviderError,
     StoreError,
     TurnInfrastructureError,
     TurnRejected,
 )
 from hostkit.host import Host
+from hostkit.store import SessionLease
+from hostkit.store._turns import SqliteTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
-from hostkit.turns import _records
 from hostkit.types import ModelLimits, ModelMessage, ResumeSession, TurnRequest
 from tests.hosts import config, event_kinds, open_host, request, turn_rows
 
@@ -218,11 +220,11 @@ async def test_context_overflow_fails_before_any_provider_request(tmp_path: Path
 async def test_terminal_commit_failure_raises_infrastructure_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+    async def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise StoreError("disk I/O error", retryable=True)
 
     async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
-        monkeypatch.setattr(_records, "finish_turn", broken)
+        monkeypatch.setattr(SqliteTurnStore, "finish", broken)
         with pytest.raises(TurnInfrastructureError) as caught:
             await host.turns.run(request(request_id="req-infra"))
         assert caught.value.request_id == "req-infra"
@@ -240,16 +242,23 @@ async def test_terminal_commit_failure_raises_infrastructure_error(
 async def test_late_writes_after_the_terminal_record_are_refused(tmp_path: Path) -> None:
     async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
         result = await host.turns.run(request())
-        with pytest.raises(InvalidValue, match="late writes"):
-            await host.store.write(
-                lambda c: _records.append_turn_message(
-                    c,
-                    session_id=result.session_id,
-                    turn_id=result.turn_id,
-                    message=ModelMessage("assistant", "too late"),
-                    event="provider.completed",
-                )
+        token = await host.store.read(
+            lambda c: c.execute(
+                "SELECT token FROM session_leases WHERE session_id = ?", [result.session_id]
+            ).fetchone()[0]
+        )
+        # The very lease the turn held: released by its terminal commit, so it fences nothing.
+        ended = SessionLease(result.session_id, result.turn_id, token, "x", 0.0, 60.0)
+        with pytest.raises(LeaseLost, match="write refused"):
+            await host.store.turns.append_message(
+                ended,
+                event_seq=99,
+                message=ModelMessage("assistant", "too late"),
+                event="provider.completed",
             )
+        with pytest.raises(LeaseLost):
+            await host.store.turns.finish(ended, result, event_seq=99)
+        assert (await event_kinds(host, result.turn_id)).count("turn.completed") == 1
 
 
 async def test_route_gets_a_delivery_intent_in_the_terminal_transaction(tmp_path: Path) -> None:

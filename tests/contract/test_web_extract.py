@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from hostkit.effects._extract import UnsupportedContent, readable_text, web_extract
-from hostkit.effects._urlpolicy import UrlDenied, UrlPolicy
+from hostkit.builtins.web import UnsupportedContent, UrlDenied, UrlPolicy, web_extract
+from hostkit.builtins.web._extract import readable_text
 from hostkit.errors import InvalidValue
 from tests.wire import Reply, serve_wire, text_reply
 

@@ -11,16 +11,15 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.effects._authored import AuthoredTool, ToolContext
-from hostkit.effects._files import workspace_tools
-from hostkit.effects._views import MAX_MODEL_VIEW_CHARS
-from hostkit.effects._workspace import (
-    MAX_READ_BYTES,
+from hostkit.builtins.files import (
     WorkspaceError,
     WorkspaceEscape,
     WorkspaceIOFailure,
     WorkspaceScope,
+    workspace_tools,
 )
+from hostkit.builtins.files._workspace import MAX_READ_BYTES
+from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext
 from hostkit.errors import InvalidValue, RuntimeFailure, UserError
 from hostkit.freeze import thaw
 from hostkit.types import EffectRequest

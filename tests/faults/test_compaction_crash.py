@@ -84,17 +84,14 @@ async def test_sigkill_while_summarizing_frees_the_lease_for_the_next_worker_at_
             await child.wait()
         assert child.returncode == -signal.SIGKILL
 
-        row = await store.read(
-            lambda c: c.execute(
-                "SELECT lease_id, owner, expires_at FROM context_leases WHERE session_id = ?",
-                [session_id],
-            ).fetchone()
-        )
-        held = LeaseOwner.decode(row[1])
-        assert row[0] is not None
+        lease = (await store.context.compaction_state(session_id)).lease
+        assert lease is not None
+        assert lease.lease_id is not None
+        held = LeaseOwner.decode(lease.owner or "")
         assert held is not None
         assert held.instance == "child-host"
-        assert row[2] > time.time() + 3000, "the child's lease is nowhere near expiry"
+        assert lease.expires_at is not None
+        assert lease.expires_at > time.time() + 3000, "the child's lease is nowhere near expiry"
 
         owner = await anyio.to_thread.run_sync(LeaseOwner.current, "restarted-host")
         compactor = SessionCompactor(store, owner=owner, wait_s=60.0)
@@ -112,21 +109,21 @@ async def test_sigkill_while_summarizing_frees_the_lease_for_the_next_worker_at_
         assert outcome.kind == "committed"
         assert outcome.summary is not None
 
-        def state(conn):  # type: ignore[no-untyped-def]
-            return (
-                conn.execute(
-                    "SELECT summary, cutoff_seq, summarized_messages FROM context_summaries "
-                    "WHERE session_id = ?",
-                    [session_id],
-                ).fetchall(),
-                conn.execute(
-                    "SELECT lease_id, owner, expires_at FROM context_leases WHERE session_id = ?",
-                    [session_id],
-                ).fetchone(),
-                conn.execute("PRAGMA integrity_check").fetchone()[0],
-            )
-
-        summaries, lease, integrity = await store.read(state)
-        assert summaries == [("summary after the crash", pairs[-1][0], len(pairs))]
-        assert lease == (None, None, None)
+        after = await store.context.compaction_state(session_id)
+        assert after.summary is not None
+        assert (
+            after.summary.summary,
+            after.summary.cutoff_seq,
+            after.summary.summarized_messages,
+        ) == ("summary after the crash", pairs[-1][0], len(pairs))
+        assert after.lease is not None
+        assert (after.lease.lease_id, after.lease.owner, after.lease.expires_at) == (
+            None,
+            None,
+            None,
+        )
+        # The SQLite file itself survived the kill intact.
+        integrity = await store.read(  # type: ignore[attr-defined]
+            lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]
+        )
         assert integrity == "ok"

@@ -71,6 +71,25 @@ def populate(conn: sqlite3.Connection, version: int) -> None:
             "INSERT INTO memory_items (agent, principal_id, text, created_at) "
             "VALUES ('assistant', 'webhook:alice', 'likes tea', '2026-11-01')"
         )
+    if version >= 5:
+        # A turn a Host on another machine left running when it died: its lease expired long
+        # ago. Schema 6 gives it the session's lease; recovery then ends it lost.
+        conn.execute(
+            "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+            "core_revision, generation, status, lease_owner, lease_expires_at, started_at) "
+            "VALUES ('turn_golden_running', 'req_golden_running', 'webhook:alice', "
+            "'ses_golden_owned', 'assistant', 'cfg-golden', 1, 'running', "
+            "'golden-host|4194301|1.000|host_golden', 1.0, '2026-11-02')"
+        )
+        conn.execute(
+            "INSERT INTO turn_events (turn_id, seq, kind, at) "
+            "VALUES ('turn_golden_running', 1, 'turn.started', '2026-11-02')"
+        )
+        conn.execute(
+            "INSERT INTO context_summaries (session_id, summary, cutoff_seq, "
+            "summarized_messages, summarizer, created_at) VALUES ('ses_golden_owned', "
+            "'alice said hello three times', 3, 3, 'golden', '2026-11-02')"
+        )
 
 
 async def main(version: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import get_args
 
 import anyio
 import pytest
@@ -13,9 +14,9 @@ from hypothesis import strategies as st
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import HostkitError, ProviderError, StoreError
 from hostkit.store import RuntimeStore
+from hostkit.store._turns import SqliteTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
-from hostkit.turns import _records
-from hostkit.types import ModelRequest
+from hostkit.types import ModelRequest, TurnOutcome
 from tests.hosts import open_host, request
 
 STEPS = st.sampled_from(
@@ -59,15 +60,15 @@ async def scenario(root: Path, plans: list[tuple[list[str], bool]]) -> None:
         return Reply("done")
 
     model = ScriptedModel([decide], repeat_last=True)
-    original = _records.finish_turn
+    original = SqliteTurnStore.finish
     fail_terminal = {"on": False}
 
-    def maybe_broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+    async def maybe_broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         if fail_terminal["on"]:
             raise StoreError("injected terminal failure")
-        return original(*args, **kwargs)
+        return await original(self, *args, **kwargs)
 
-    _records.finish_turn = maybe_broken  # type: ignore[assignment]
+    SqliteTurnStore.finish = maybe_broken  # type: ignore[method-assign]
     try:
         async with open_host(root, model, tools=[ok_tool, failing_tool], max_steps=4) as host:
             for index, (steps, break_terminal) in enumerate(plans):
@@ -114,10 +115,10 @@ async def scenario(root: Path, plans: list[tuple[list[str], bool]]) -> None:
             )
         assert len(rows) == started == len(plans)
         for turn_id, status, terminal_events in rows:
-            assert status in _records.TERMINAL, (turn_id, status)
+            assert status in get_args(TurnOutcome), (turn_id, status)
             assert terminal_events == 1, (turn_id, status, terminal_events)
     finally:
-        _records.finish_turn = original  # type: ignore[assignment]
+        SqliteTurnStore.finish = original  # type: ignore[method-assign]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import anyio
 import psutil
 import pytest
 
-from hostkit.effects._process import (
+from hostkit.builtins.process import (
     ProcessControl,
     ProcessOutcome,
     ProcessSupervisor,

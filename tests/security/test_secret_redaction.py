@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import (
+    MAX_MODEL_VIEW_CHARS,
     MIN_SECRET_CHARS,
     ApprovalRequest,
     ApprovalRuntime,
@@ -26,7 +27,6 @@ from hostkit.effects import (
     Toolset,
     secret_grant,
 )
-from hostkit.effects._views import MAX_MODEL_VIEW_CHARS
 from hostkit.store import RuntimeStore
 from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
 from tests.contract.test_context_basic import context_for

@@ -22,7 +22,7 @@ import pytest
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSListener
 
-from hostkit.effects._urlpolicy import FetchError, UrlDenied, UrlPolicy, fetch
+from hostkit.builtins.web import FetchError, UrlDenied, UrlPolicy, fetch
 from hostkit.errors import ConfigError
 from tests.wire import Reply, serve_wire, text_reply
 

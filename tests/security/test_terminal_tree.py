@@ -17,10 +17,9 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import ProcessSupervisor, TerminalRuns
 from hostkit.effects import EffectRuntime
-from hostkit.effects._process import ProcessSupervisor
-from hostkit.effects._terminal import TerminalRuns
-from hostkit.effects._workspace import WorkspaceScope
 from tests.contract.test_effects_terminal import KEY, Terminal, Tools, output
 from tests.security.test_process_tree import TREE, TREE_SIZE, Record, survivors, wait_marks
 

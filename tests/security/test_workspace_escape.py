@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.effects._workspace import WorkspaceError, WorkspaceEscape, WorkspaceScope
+from hostkit.builtins.files import WorkspaceError, WorkspaceEscape, WorkspaceScope
 
 pytestmark = pytest.mark.anyio
 

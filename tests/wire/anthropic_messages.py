@@ -11,18 +11,50 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hostkit.types import FinishReason, Usage
+from tests.wire.scenario import Answer
+from tests.wire.server import Reply, json_reply, sse_reply
+
 __all__ = [
     "MODEL",
+    "WRONG_SHAPE",
+    "answer_events",
+    "answer_reply",
     "error",
+    "error_reply",
     "event",
+    "malformed_event",
     "message",
+    "opening_events",
+    "overflow_reply",
     "sse",
+    "stream_error",
     "text_block",
     "tool_use_block",
     "usage",
 ]
 
 MODEL = "claude-sonnet-4-5-20250929"
+# A 200 that parses as JSON but whose content is not a list of blocks.
+WRONG_SHAPE = '{"id": "msg_1", "type": "message", "content": "not blocks"}'
+
+_STOP: Mapping[FinishReason, str] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+    # A server tool paused a long turn; no hostkit reason of its own.
+    "other": "pause_turn",
+}
+_ERROR_KINDS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 def usage(
@@ -79,3 +111,101 @@ def sse(events: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[bytes, ...]:
 def error(kind: str, text: str) -> dict[str, Any]:
     """Anthropic's error envelope: ``{"type": "error", "error": {type, message}}``."""
     return {"type": "error", "error": {"type": kind, "message": text}, "request_id": None}
+
+
+def _usage(normalized: Usage, *, output_tokens: int) -> dict[str, Any]:
+    """Anthropic's block for a normalized usage: its input_tokens leave the cache buckets out."""
+    read, write = normalized.cache_read_tokens, normalized.cache_write_tokens
+    return usage(
+        normalized.input_tokens - read - write, output_tokens, cache_read=read, cache_write=write
+    )
+
+
+def _headers(answer: Answer) -> dict[str, str]:
+    return {"request-id": answer.request_id} if answer.request_id else {}
+
+
+def answer_reply(answer: Answer, *, stream: bool) -> Reply:
+    """The whole answer as Anthropic sends it: a message, or its event stream."""
+    if stream:
+        return sse_reply(answer_events(answer), headers=_headers(answer))
+    blocks = [text_block(answer.text)] if answer.text else []
+    blocks += [
+        tool_use_block(call.call_id, call.name, json.loads(call.arguments_json))
+        for call in answer.calls
+    ]
+    body = message(
+        blocks,
+        stop_reason=_STOP[answer.finish],
+        usage_block=_usage(answer.usage, output_tokens=answer.usage.output_tokens),
+        message_id=answer.response_id,
+    )
+    return json_reply(body, headers=_headers(answer))
+
+
+def answer_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream: message_start (input usage), a text block, one block per tool, message_delta.
+
+    A ping follows the first block start and each tool's input begins with
+    an empty ``input_json_delta``, as the API sends them.
+    """
+    started = message([], usage_block=_usage(answer.usage, output_tokens=1))
+    started.update(id=answer.response_id, stop_reason=None)
+    events = [event("message_start", message=started)]
+    index = 0
+    if answer.deltas:
+        text_start = {"type": "text", "text": ""}
+        events += [event("content_block_start", index=0, content_block=text_start), event("ping")]
+        events += [
+            event("content_block_delta", index=0, delta={"type": "text_delta", "text": delta})
+            for delta in answer.deltas
+        ]
+        events.append(event("content_block_stop", index=0))
+        index = 1
+    for call in answer.calls:
+        block = {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}
+        events.append(event("content_block_start", index=index, content_block=block))
+        events += [
+            event(
+                "content_block_delta",
+                index=index,
+                delta={"type": "input_json_delta", "partial_json": fragment},
+            )
+            for fragment in ("", *call.fragments)
+        ]
+        events.append(event("content_block_stop", index=index))
+        index += 1
+    stop = {"stop_reason": _STOP[answer.finish], "stop_sequence": None}
+    events.append(
+        event("message_delta", delta=stop, usage={"output_tokens": answer.usage.output_tokens})
+    )
+    events.append(event("message_stop"))
+    return sse(events)
+
+
+def opening_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream through its first text delta: message_start, block start, ping, delta."""
+    assert answer.deltas, "the answer has no text to open with"
+    return answer_events(answer)[:4]
+
+
+def malformed_event() -> bytes:
+    """A named stream event whose data is not JSON."""
+    return b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": \n\n'
+
+
+def stream_error(text: str) -> bytes:
+    """An ``error`` event inside a 200 stream (e.g. overloaded after some text)."""
+    return sse([event("error", error={"type": "overloaded_error", "message": text})])[0]
+
+
+def error_reply(status: int, text: str, *, headers: Mapping[str, str] | None = None) -> Reply:
+    """An error status with Anthropic's envelope and the error type it uses for that status."""
+    kind = _ERROR_KINDS.get(status, "api_error")
+    return json_reply(error(kind, text), status=status, headers=headers)
+
+
+def overflow_reply() -> Reply:
+    """Anthropic's answer to a prompt longer than the model's window."""
+    body = error("invalid_request_error", "prompt is too long: 215000 tokens > 200000 maximum")
+    return json_reply(body, status=400)

@@ -11,12 +11,24 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hostkit.types import FinishReason, Usage
+from tests.wire.scenario import Answer
+from tests.wire.server import Reply, json_reply, sse_reply
+
 __all__ = [
     "MODEL",
+    "WRONG_SHAPE",
+    "answer_events",
+    "answer_reply",
     "chunk",
     "completion",
     "error",
+    "error_reply",
+    "malformed_event",
+    "opening_events",
+    "overflow_reply",
     "sse",
+    "stream_error",
     "tool_call",
     "tool_call_delta",
     "usage",
@@ -24,6 +36,18 @@ __all__ = [
 
 MODEL = "gpt-4o-2024-08-06"
 CREATED = 1_741_569_952
+# A 200 that parses as JSON but is no chat completion with a choice.
+WRONG_SHAPE = '{"id": "chatcmpl-1", "object": "chat.completion", "choices": []}'
+
+_FINISH: Mapping[FinishReason, str] = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+    # DeepSeek's OpenAI-compatible API; no hostkit reason of its own.
+    "other": "insufficient_system_resource",
+}
+_ERROR_KINDS = {429: "requests", 500: "server_error", 502: "server_error", 503: "server_error"}
 
 
 def usage(
@@ -144,3 +168,86 @@ def error(
 ) -> dict[str, Any]:
     """OpenAI's error envelope: ``{"error": {message, type, param, code}}``."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _usage(normalized: Usage) -> dict[str, Any]:
+    return usage(
+        normalized.input_tokens,
+        normalized.output_tokens,
+        cached=normalized.cache_read_tokens,
+        cache_write=normalized.cache_write_tokens or None,
+    )
+
+
+def _headers(answer: Answer) -> dict[str, str]:
+    return {"x-request-id": answer.request_id} if answer.request_id else {}
+
+
+def answer_reply(answer: Answer, *, stream: bool) -> Reply:
+    """The whole answer as OpenAI sends it: a completion, or its event stream."""
+    if stream:
+        return sse_reply(answer_events(answer), headers=_headers(answer))
+    body = completion(
+        text=answer.text or None,
+        tool_calls=[tool_call(c.call_id, c.name, c.arguments_json) for c in answer.calls],
+        finish_reason=_FINISH[answer.finish],
+        usage_block=_usage(answer.usage),
+        completion_id=answer.response_id,
+    )
+    return json_reply(body, headers=_headers(answer))
+
+
+def answer_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream: a role chunk, one chunk per text delta, tool-call fragments, finish, usage.
+
+    Each call's first fragment carries its id and name; later fragments of
+    all calls are interleaved in shared chunks, as parallel calls can be.
+    """
+    payloads = [chunk(role="assistant", completion_id=answer.response_id)]
+    payloads += [chunk(content=d, completion_id=answer.response_id) for d in answer.deltas]
+    for index, call in enumerate(answer.calls):
+        opening = tool_call_delta(index, call_id=call.call_id, name=call.name)
+        payloads.append(chunk(tool_calls=[opening], completion_id=answer.response_id))
+    for position in range(max((len(call.fragments) for call in answer.calls), default=0)):
+        fragments = [
+            tool_call_delta(index, arguments=call.fragments[position])
+            for index, call in enumerate(answer.calls)
+            if position < len(call.fragments)
+        ]
+        payloads.append(chunk(tool_calls=fragments, completion_id=answer.response_id))
+    payloads.append(chunk(finish_reason=_FINISH[answer.finish], completion_id=answer.response_id))
+    payloads.append(chunk(usage_block=_usage(answer.usage), completion_id=answer.response_id))
+    return sse(payloads)
+
+
+def opening_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream through its first text delta: the role chunk, then the first text chunk."""
+    assert answer.deltas, "the answer has no text to open with"
+    return answer_events(answer)[:2]
+
+
+def malformed_event() -> bytes:
+    """A stream chunk whose data is not JSON."""
+    return b'data: {"id": "chatcmpl-stream-1", "choices": [\n\n'
+
+
+def stream_error(message: str) -> bytes:
+    """An error reported inside a 200 stream, as OpenAI-compatible servers send it."""
+    return sse([{"error": {"message": message, "type": "server_error"}}], done=False)[0]
+
+
+def error_reply(status: int, message: str, *, headers: Mapping[str, str] | None = None) -> Reply:
+    """An error status with OpenAI's envelope and the error type it uses for that status."""
+    kind = _ERROR_KINDS.get(status, "invalid_request_error")
+    return json_reply(error(message, kind=kind), status=status, headers=headers)
+
+
+def overflow_reply() -> Reply:
+    """OpenAI's answer to a prompt longer than the model's window."""
+    body = error(
+        "This model's maximum context length is 128000 tokens. However, your messages "
+        "resulted in 130512 tokens. Please reduce the length of the messages.",
+        code="context_length_exceeded",
+        param="messages",
+    )
+    return json_reply(body, status=400)

@@ -29,6 +29,7 @@ __all__ = ["Reply", "Seen", "WireServer", "json_reply", "serve_wire", "sse_reply
 
 # A request nobody scripted gets a status no adapter retries, so the test fails loudly.
 UNSCRIPTED_STATUS = 418
+SHUTDOWN_GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class Reply:
 
     ``complete=False`` drops the connection after the last chunk without
     finishing the body: the client sees a response that broke off mid-way.
+    ``hold=True`` neither finishes nor drops it: the server waits, as a slow
+    model would, until the client goes away (``WireServer.released``).
     """
 
     status: int = 200
@@ -44,6 +47,7 @@ class Reply:
     content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
     complete: bool = True
+    hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ def sse_reply(
     *,
     headers: Mapping[str, str] | None = None,
     complete: bool = True,
+    hold: bool = False,
 ) -> Reply:
     """A ``text/event-stream`` answer, one chunk per event."""
     return Reply(
@@ -86,20 +91,23 @@ def sse_reply(
         content_type="text/event-stream",
         headers=headers or {},
         complete=complete,
+        hold=hold,
     )
 
 
 class _Scripted(Response):
     """Sends a Reply chunk by chunk, and can stop without finishing the body."""
 
-    def __init__(self, reply: Reply) -> None:
+    def __init__(self, reply: Reply, wire: WireServer) -> None:
         # Not Response.__init__: it would declare a Content-Length for an empty body.
         self.status_code = reply.status
         self.background = None
         self.reply = reply
+        self.wire = wire
         self.raw_headers = [(k.lower().encode(), v.encode()) for k, v in reply.headers.items()]
         self.raw_headers.append((b"content-type", reply.content_type.encode()))
-        if reply.complete and reply.content_type != "text/event-stream":
+        finished = reply.complete and not reply.hold
+        if finished and reply.content_type != "text/event-stream":
             # Like the real APIs: JSON bodies carry a length, event streams are chunked.
             length = sum(len(chunk) for chunk in reply.chunks)
             self.raw_headers.append((b"content-length", str(length).encode()))
@@ -110,18 +118,35 @@ class _Scripted(Response):
         )
         for chunk in self.reply.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        if self.reply.complete:
+        if self.reply.hold:
+            self.wire.holding.set()
+            # The request body was read already: what arrives now is the client going away.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.wire.released.set()
+        elif self.reply.complete:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class WireServer:
-    """The scripted app: replies are served in order and every request is recorded."""
+    """The scripted app: replies are served in order and every request is recorded.
+
+    ``holding`` is set once a ``hold`` reply has sent what it had, and
+    ``released`` once its client has disconnected.
+    """
 
     def __init__(self) -> None:
         self.requests: list[Seen] = []
         self.base_url = ""
+        self.holding = anyio.Event()
+        self.released = anyio.Event()
         self._replies: deque[Reply] = deque()
         self.app = Starlette(routes=[Route("/{path:path}", self._answer, methods=["GET", "POST"])])
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        return int(self.base_url.rsplit(":", 1)[1])
 
     def script(self, *replies: Reply) -> None:
         """Queue replies for the next requests, in order."""
@@ -137,8 +162,10 @@ class WireServer:
             Seen(request.method, request.url.path, dict(request.headers.items()), body)
         )
         if not self._replies:
-            return _Scripted(json_reply({"error": "no scripted reply"}, status=UNSCRIPTED_STATUS))
-        return _Scripted(self._replies.popleft())
+            return _Scripted(
+                json_reply({"error": "no scripted reply"}, status=UNSCRIPTED_STATUS), self
+            )
+        return _Scripted(self._replies.popleft(), self)
 
 
 @asynccontextmanager
@@ -154,7 +181,14 @@ async def serve_wire(*, backlog: int = 16) -> AsyncIterator[WireServer]:
     sock.listen(backlog)
     wire.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     config = uvicorn.Config(
-        wire.app, http="h11", ws="none", lifespan="off", log_config=None, access_log=False
+        wire.app,
+        http="h11",
+        ws="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        # A held reply whose client never left must not keep the test from ending.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tasks:

@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import Field
 
-from hostkit.effects._authored import AuthoredTool, ToolContext
-from hostkit.effects._views import MAX_MODEL_VIEW_CHARS
-from hostkit.effects._workspace import ListResult, ReadResult, WorkspaceScope
+from hostkit.builtins.files._workspace import ListResult, ReadResult, WorkspaceScope
+from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext
 
 __all__ = ["READ_FOOTER_CHARS", "workspace_tools"]
 

@@ -23,8 +23,7 @@ from collections import deque
 from contextlib import suppress
 from typing import Literal
 
-# Error classes only, looked up when raised: ``_workspace`` imports this module.
-from hostkit.effects import _workspace
+from hostkit.builtins.files._errors import WorkspaceError, WorkspaceEscape, WorkspaceIOFailure
 from hostkit.errors import HostkitError
 
 __all__ = [
@@ -114,7 +113,7 @@ class ContainedRoot:
                 if name == "..":
                     if len(stack) == 1:
                         reason = "symlink" if hops else "parent"
-                        raise _workspace.WorkspaceEscape(
+                        raise WorkspaceEscape(
                             f"{quoted(shown)}: leads outside the workspace", reason=reason
                         )
                     os.close(stack.pop())
@@ -130,13 +129,13 @@ class ContainedRoot:
                     stack.append(opened)
                     continue
                 if not follow:
-                    raise _workspace.WorkspaceError(
+                    raise WorkspaceError(
                         f"{quoted(shown)}: writes and edits never follow symbolic links",
                         reason="symlink",
                     )
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
-                    raise _workspace.WorkspaceError(
+                    raise WorkspaceError(
                         f"{quoted(shown)}: too many symbolic links", reason="symlink"
                     )
                 absolute, target = self._link_target(opened, shown)
@@ -147,7 +146,7 @@ class ContainedRoot:
             # The path named a directory: the root, or one reached through `..` or a link.
             if final == "dir":
                 return stack.pop(), ""
-            raise _workspace.WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
+            raise WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
         finally:
             for fd in stack:
                 os.close(fd)
@@ -156,7 +155,7 @@ class ContainedRoot:
         try:
             return os.open(self.root, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC)
         except OSError as exc:
-            raise _workspace.WorkspaceIOFailure("the workspace root is unavailable") from exc
+            raise WorkspaceIOFailure("the workspace root is unavailable") from exc
 
     def _link_target(self, target: str, shown: str) -> tuple[bool, tuple[str, ...]]:
         """A link's target as components to walk; absolute targets must name the root."""
@@ -166,7 +165,7 @@ class ContainedRoot:
         for prefix in self._root_prefixes():
             if parts[: len(prefix)] == prefix:
                 return True, parts[len(prefix) :]
-        raise _workspace.WorkspaceEscape(
+        raise WorkspaceEscape(
             f"{quoted(shown)}: a symbolic link leads outside the workspace", reason="symlink"
         )
 
@@ -230,7 +229,7 @@ def replace_atomically(
         finally:
             os.close(fd)
         if expect is not None and not _same_file(lstat(parent, name), expect):
-            raise _workspace.WorkspaceError(
+            raise WorkspaceError(
                 f"{quoted(shown)}: changed while it was being edited; read it again",
                 reason="changed",
             )
@@ -298,22 +297,20 @@ def _same_file(now: os.stat_result | None, then: os.stat_result) -> bool:
 def require_regular(info: os.stat_result, shown: str) -> None:
     """Refuse anything but a regular file."""
     if stat.S_ISDIR(info.st_mode):
-        raise _workspace.WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
+        raise WorkspaceError(f"{quoted(shown)}: is a directory", reason="not_a_file")
     if not stat.S_ISREG(info.st_mode):
-        raise _workspace.WorkspaceError(
-            f"{quoted(shown)}: is not a regular file", reason="not_a_file"
-        )
+        raise WorkspaceError(f"{quoted(shown)}: is not a regular file", reason="not_a_file")
 
 
 def require_replaceable(info: os.stat_result, shown: str) -> None:
     """Refuse to replace a link, a non-regular file or a file with several hard links."""
     if stat.S_ISLNK(info.st_mode):
-        raise _workspace.WorkspaceError(
+        raise WorkspaceError(
             f"{quoted(shown)}: is a symbolic link; writes never replace links", reason="symlink"
         )
     require_regular(info, shown)
     if info.st_nlink > 1:
-        raise _workspace.WorkspaceEscape(
+        raise WorkspaceEscape(
             f"{quoted(shown)}: has several hard links; writing it could change a file "
             "outside the workspace",
             reason="hardlink",
@@ -332,8 +329,8 @@ def mapped(exc: OSError, shown: str) -> HostkitError:
     code = exc.errno or 0
     if code in _USER_ERRNOS:
         reason, text = _USER_ERRNOS[code]
-        return _workspace.WorkspaceError(f"{quoted(shown)}: {text}", reason=reason)
-    return _workspace.WorkspaceIOFailure(
+        return WorkspaceError(f"{quoted(shown)}: {text}", reason=reason)
+    return WorkspaceIOFailure(
         f"{quoted(shown)}: {os.strerror(code) if code else type(exc).__name__}",
         retryable=code in _RETRYABLE,
     )

@@ -15,21 +15,19 @@ import ssl
 import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import httpcore
 import httpx
 
-from hostkit.errors import RuntimeFailure, bounded
+from hostkit.builtins.web._errors import FetchError
+from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
+from hostkit.errors import bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata
 
-if TYPE_CHECKING:
-    # Annotations only: the policy module imports this one at runtime.
-    from hostkit.effects._urlpolicy import UrlPolicy, ValidatedTarget
-
-__all__ = ["FetchError", "FetchResult", "fetch"]
+__all__ = ["FetchResult", "fetch"]
 
 _USER_AGENT = "hostkit-web/0.1"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -37,14 +35,6 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # brotli/zstd cannot, so they are neither asked for nor accepted.
 _ACCEPT_ENCODING = "identity, gzip"
 _MAX_CONTENT_TYPE = 200
-
-
-class FetchError(RuntimeFailure):
-    """A permitted fetch failed in the network: DNS, connect, TLS, protocol or deadline."""
-
-    def __init__(self, message: str, *, timed_out: bool = False, retryable: bool = True) -> None:
-        self.timed_out = timed_out
-        super().__init__(message, retryable=retryable)
 
 
 @dataclass(frozen=True, slots=True)

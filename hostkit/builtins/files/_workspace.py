@@ -38,7 +38,8 @@ from typing import Literal, TypeVar
 
 import anyio
 
-from hostkit.effects._openat import (
+from hostkit.builtins.files._errors import WorkspaceError, WorkspaceEscape
+from hostkit.builtins.files._openat import (
     FILE_FLAGS,
     O_DIRECTORY,
     O_NOFOLLOW,
@@ -54,8 +55,8 @@ from hostkit.effects._openat import (
     require_regular,
     require_replaceable,
 )
-from hostkit.effects._openat import MAX_SYMLINK_HOPS as MAX_SYMLINK_HOPS
-from hostkit.errors import ConfigError, InvalidValue, PolicyRefusal, RuntimeFailure, UserError
+from hostkit.builtins.files._openat import MAX_SYMLINK_HOPS as MAX_SYMLINK_HOPS
+from hostkit.errors import ConfigError, InvalidValue
 
 __all__ = [
     "MAX_LIST_ENTRIES",
@@ -67,9 +68,6 @@ __all__ = [
     "ListEntry",
     "ListResult",
     "ReadResult",
-    "WorkspaceError",
-    "WorkspaceEscape",
-    "WorkspaceIOFailure",
     "WorkspaceScope",
     "WriteResult",
 ]
@@ -84,30 +82,6 @@ MAX_NAME_BYTES = 255  # NAME_MAX on Linux and macOS
 
 _T = TypeVar("_T")
 EntryKind = Literal["file", "dir", "symlink", "other"]
-
-
-class WorkspaceError(UserError):
-    """A workspace operation was refused; ``reason`` is a short stable code.
-
-    Codes: invalid_path, too_long, not_found, not_a_file, not_a_directory,
-    permission, symlink, too_large, not_text, no_match, ambiguous, changed.
-    Messages name the workspace-relative path, never the host's root.
-    """
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        self.reason = reason
-        super().__init__(message)
-
-
-class WorkspaceEscape(WorkspaceError, PolicyRefusal):
-    """The path would leave the workspace: absolute, ``..``, a link or a hard link out.
-
-    Reasons: absolute, parent, symlink, hardlink.
-    """
-
-
-class WorkspaceIOFailure(RuntimeFailure):
-    """The filesystem failed a valid operation (disk full, I/O error, root missing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +241,23 @@ class WorkspaceScope:
         _encoded(old, "old")
         _encoded(new, "new")
         return await self._run(parts, self._edit, old, new, count)
+
+    def open_directory(self, path: str) -> int:
+        """Worker thread (blocking): open a directory inside the workspace; return its descriptor.
+
+        The directory is reached by the same contained walk as every other
+        operation (no ``..``, absolute or symlink escape) and held open, so a
+        caller that works *in* it (``terminal.run``'s working directory) uses
+        that very directory whatever is swapped in afterwards. The caller owns
+        the descriptor and closes it. Raises what the other operations raise.
+        """
+        parts = self._parts(path)
+        shown = "/".join(parts) or "."
+        try:
+            fd, _ = self._contained.resolve(parts, shown, final="dir", follow=True)
+        except OSError as exc:
+            raise mapped(exc, shown) from exc
+        return fd
 
     # -- lexical checks (event loop thread, no I/O) --------------------------------------
 

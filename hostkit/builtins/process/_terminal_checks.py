@@ -17,11 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hostkit.effects._authored import ToolOutcome
-from hostkit.effects._openat import mapped
-from hostkit.effects._process import ProcessOutcome, StreamCapture
-from hostkit.effects._views import redact_secrets
-from hostkit.effects._workspace import WorkspaceScope
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process._process import ProcessOutcome, StreamCapture
+from hostkit.effects import ENV_NAME_PATTERN, ToolOutcome, redact_secrets
 from hostkit.errors import UserError
 from hostkit.types import EffectStatus
 
@@ -79,8 +77,7 @@ _LOADER_VARIABLES = frozenset(
     }
 )  # fmt: skip
 _LOADER_PREFIXES = ("LD_", "DYLD_")
-# What a secret's (or any bound variable's) name may be; hostkit.toml validates with it.
-ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+# What a secret's name may be: the pipeline's own pattern (hostkit.toml validates with it too).
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 
 MAX_ARGV_ITEMS = 256
@@ -186,12 +183,7 @@ def open_workdir(workspace: WorkspaceScope, cwd: str) -> tuple[int, Path]:
     that very directory through ``/proc/self/fd``, so a swap after the check
     changes nothing. The caller closes the descriptor once the run is over.
     """
-    shown = workspace.check(cwd)
-    parts = tuple(part for part in shown.split("/") if part not in ("", "."))
-    try:
-        fd, _ = workspace._contained.resolve(parts, shown, final="dir", follow=True)
-    except OSError as exc:
-        raise mapped(exc, shown) from exc
+    fd = workspace.open_directory(cwd)
     if os.path.isdir("/proc/self/fd"):
         return fd, Path(f"/proc/self/fd/{fd}")
     # Without /proc (macOS), the opened directory's current path: a narrow check-then-use.

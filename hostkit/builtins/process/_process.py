@@ -44,14 +44,14 @@ from typing import Literal, Self
 import anyio
 from anyio.abc import Process
 
-from hostkit.effects._process_streams import (
+from hostkit.builtins.process._process_streams import (
     StreamCapture,
     _discard,
     _prepare_artifacts,
     _Sink,
     _write_chunks,
 )
-from hostkit.effects._process_tree import ProcessOwner, _Cause, _Tree
+from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import new_id
 

@@ -21,7 +21,7 @@ Audit views show only the origin and the validated addresses, never the path
 or query, which may carry tokens.
 
 Fetching under the policy (the pinning backend, redirects, the capped body)
-lives in ``hostkit.effects._fetch``; its public names are re-exported here.
+lives in ``_fetch``, which imports this module; this one never imports it.
 """
 
 from __future__ import annotations
@@ -35,20 +35,12 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 
-from hostkit.effects._fetch import FetchError, FetchResult, fetch
-from hostkit.errors import ConfigError, PolicyRefusal, bounded
+from hostkit.builtins.web._errors import FetchError, UrlDenied
+from hostkit.errors import ConfigError, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata
 
-__all__ = [
-    "FetchError",
-    "FetchResult",
-    "Resolver",
-    "UrlDenied",
-    "UrlPolicy",
-    "ValidatedTarget",
-    "fetch",
-]
+__all__ = ["Resolver", "UrlPolicy", "ValidatedTarget"]
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> addresses``: every answer for the name, as IP address strings."""
@@ -86,19 +78,6 @@ _AUTHORITY = re.compile(
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})$")
 _HEX = frozenset("0123456789abcdef")
 _DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: _HEX}
-
-
-class UrlDenied(PolicyRefusal):
-    """The URL policy refused a URL or a redirect hop before any connection to it.
-
-    ``reason`` is a short machine-readable cause: ``invalid``, ``scheme``,
-    ``credentials``, ``ambiguous-host``, ``redirects``, or the address category
-    that failed (``loopback``, ``private``, ``link-local``, ``metadata`` …).
-    """
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        self.reason = reason
-        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)

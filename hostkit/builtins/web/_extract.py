@@ -17,8 +17,8 @@ from typing import Literal
 import anyio
 import httpcore
 
-from hostkit.effects._fetch import FetchResult, fetch
-from hostkit.effects._urlpolicy import UrlPolicy
+from hostkit.builtins.web._fetch import FetchResult, fetch
+from hostkit.builtins.web._urlpolicy import UrlPolicy
 from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.freeze import FrozenMap
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
-from hostkit.effects._authored import AuthoredTool, ToolContext
-from hostkit.effects._extract import web_extract
-from hostkit.effects._urlpolicy import UrlPolicy
+from hostkit.builtins.web._extract import web_extract
+from hostkit.builtins.web._urlpolicy import UrlPolicy
+from hostkit.effects import AuthoredTool, ToolContext
 
 __all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
 

@@ -39,8 +39,8 @@ from typing import Any, Self
 import anyio
 from pydantic import Field
 
-from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome
-from hostkit.effects._process import (
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process._process import (
     DEFAULT_CONFIRM_S,
     DEFAULT_DRAIN_GRACE_S,
     DEFAULT_GRACE_S,
@@ -51,7 +51,7 @@ from hostkit.effects._process import (
     opaque_artifact_dir,
     run_process,
 )
-from hostkit.effects._terminal_checks import (
+from hostkit.builtins.process._terminal_checks import (
     DEFAULT_ENV_ALLOWLIST,
     EXECUTION_CONTROL_TARGETS,
     MAX_ARGV_ITEMS,
@@ -63,7 +63,7 @@ from hostkit.effects._terminal_checks import (
     resolve_program,
     run_preflight,
 )
-from hostkit.effects._workspace import WorkspaceScope
+from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, UserError, bounded
 from hostkit.types import new_id
 

@@ -113,7 +113,7 @@ class _Sink:
         self.closed = anyio.Event()
         self._fd: int | None = fd
         # Handed in by the spawn rather than looked up here, so the writer stays
-        # replaceable as ``hostkit.effects._process._write_chunks`` (the disk-full test).
+        # replaceable as ``hostkit.builtins.process._process._write_chunks`` (the disk-full test).
         self._write_chunks = write_chunks
         self._tail_chars = tail_chars
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

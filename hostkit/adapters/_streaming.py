@@ -1,0 +1,244 @@
+"""The request/stream skeleton of the SDK-backed providers, and the draft it assembles.
+
+``complete`` and ``stream`` are the same for every SDK adapter: build the
+parameters from the ``ModelRequest``, send under ``call_with_retries``, draw
+the line where a response has arrived (headers for ``complete``, the first
+streamed item for ``stream``; nothing after it is sent again), fold what
+arrives into a ``Draft``, and freeze the draft into the ``ModelResponse``.
+A stream is closed (shielded from cancellation) however it ends, so a
+cancelled or abandoned stream leaves no connection behind.
+
+A vendor adapter supplies only what differs: its endpoint and parameters,
+and how a whole body (``_read``) and one streamed item (``_apply``) fill the
+draft, its usage fields included (as ``Draft.tokens``, which the draft
+normalizes).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import anyio
+
+from hostkit.adapters._sdk import ClientT, SdkProvider
+from hostkit.errors import ProviderError
+from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
+from hostkit.types import ModelRequest, ModelResponse, StreamEvent, ToolCall, Usage
+
+__all__ = ["Draft", "PartialCall", "SdkModelProvider"]
+
+ItemT = TypeVar("ItemT")
+# Raw tool input longer than this is cut before it is kept as ``{"_raw": ...}``.
+RAW_INPUT_CHARS = 2000
+
+
+class _ItemStream(Protocol):
+    """An SDK's server-sent-event stream (``openai.AsyncStream``, ``anthropic.AsyncStream``)."""
+
+    response: Any
+
+    def __anext__(self) -> Awaitable[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class PartialCall:
+    """A tool call as far as it has arrived: id, name, argument JSON fragments.
+
+    ``start_input`` is an input the provider sent whole (Anthropic's
+    ``tool_use.input``); fragments, when any arrived, take precedence.
+    """
+
+    call_id: str = ""
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+    start_input: object = None
+
+    def finish(self, index: int) -> ToolCall:
+        raw = "".join(self.fragments)
+        if raw or self.start_input is None:
+            arguments = parse_tool_arguments(raw)
+        elif isinstance(self.start_input, Mapping):
+            arguments = self.start_input
+        else:
+            arguments = {"_raw": str(self.start_input)[:RAW_INPUT_CHARS]}
+        # Some local servers omit call ids; the tool message still needs one to answer.
+        return ToolCall(self.call_id or f"call_{index}", self.name, arguments)
+
+
+@dataclass(slots=True)
+class Draft:
+    """What a response has delivered so far, in provider-neutral terms.
+
+    ``tokens`` holds the reported counts under ``input``, ``output``,
+    ``cache_read`` and ``cache_write``; a later report of a field replaces an
+    earlier one. ``count`` is the number of streamed items folded in.
+    """
+
+    request_id: str | None = None
+    response_id: str | None = None
+    model: str | None = None
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, PartialCall] = field(default_factory=dict)
+    finish: str | None = None
+    tokens: dict[str, int] = field(default_factory=dict)
+    count: int = 0
+
+    def call(self, index: int) -> PartialCall:
+        """The call at ``index``, started empty when it is new."""
+        return self.calls.setdefault(index, PartialCall())
+
+    def response(self, *, provider: str, model: str, cache_in_input: bool) -> ModelResponse:
+        """Freeze the draft; ``cache_in_input`` says the reported input already counts the cache."""
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=tuple(call.finish(index) for index, call in sorted(self.calls.items())),
+            usage=self._usage(cache_in_input=cache_in_input),
+            finish_reason=to_finish_reason(self.finish),
+            provider=provider,
+            model=self.model or model,
+            provider_request_id=self.request_id or self.response_id or None,
+        )
+
+    def _usage(self, *, cache_in_input: bool) -> Usage:
+        # hostkit's input_tokens is every prompt token the model read, cache hits and writes
+        # included: what context calibration compares its estimate against.
+        read = self.tokens.get("cache_read", 0)
+        write = self.tokens.get("cache_write", 0)
+        prompt = self.tokens.get("input", 0)
+        return Usage(
+            input_tokens=prompt if cache_in_input else prompt + read + write,
+            output_tokens=self.tokens.get("output", 0),
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+        )
+
+
+class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
+    """``complete`` and ``stream`` over an SDK whose streams yield items of type ``ItemT``."""
+
+    # What one streamed item is called in messages ("chunk", "event").
+    _unit: ClassVar[str]
+    # Whether the API's input count already includes cached prompt tokens.
+    _cache_in_input: ClassVar[bool]
+    # Parameters a streamed request adds besides ``stream=True``.
+    _stream_params: ClassVar[Mapping[str, Any]] = {}
+    # The name the output budget is sent under (an adapter may choose per server).
+    _max_tokens_key: str = "max_tokens"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send one request; see ``ModelProvider`` for errors and retries."""
+        client = await self._sdk()
+        params = self._params(request, stream=False)
+
+        async def attempt() -> ModelResponse:
+            try:
+                async with self._endpoint(client).with_streaming_response.create(**params) as raw:
+                    # The status line and headers are in: from here on, nothing is re-sent.
+                    try:
+                        draft = Draft(request_id=raw.request_id)
+                        self._read(await raw.parse(), draft)
+                        return self._response(draft)
+                    except Exception as exc:
+                        raise self._arrived_error("unreadable response", exc) from exc
+            except self._errors.base as exc:
+                raise self._error(exc) from exc
+
+        return await call_with_retries(attempt, policy=self._retry)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Yield text deltas, then one ``done`` event with the full normalized response.
+
+        Failures before the first item are retried like ``complete``; once an
+        item has arrived a failure (a dropped connection, an ``error`` event)
+        raises ``ProviderError`` and nothing is re-sent. Close the iterator
+        (``contextlib.aclosing``) if you stop early.
+        """
+        client = await self._sdk()
+        params = self._params(request, stream=True)
+
+        async def open_stream() -> tuple[_ItemStream, Draft, str]:
+            try:
+                items: _ItemStream = await self._endpoint(client).create(**params)
+            except self._errors.base as exc:
+                raise self._error(exc) from exc
+            draft = Draft(request_id=items.response.headers.get(self._request_id_header))
+            try:
+                first = await self._pull(items, draft, before_first=True)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await items.close()
+                raise
+            return items, draft, first or ""
+
+        items, draft, text = await call_with_retries(open_stream, policy=self._retry)
+        try:
+            while True:
+                if text:
+                    yield StreamEvent(kind="text", text=text)
+                pulled = await self._pull(items, draft, before_first=False)
+                if pulled is None:
+                    break
+                text = pulled
+        finally:
+            with anyio.CancelScope(shield=True):
+                await items.close()
+        yield StreamEvent(kind="done", response=self._response(draft))
+
+    def _params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self._model,
+            self._max_tokens_key: request.max_output_tokens,
+            **self._wire_request(request),
+        }
+        if stream:
+            params.update(stream=True, **self._stream_params)
+        return params
+
+    def _response(self, draft: Draft) -> ModelResponse:
+        return draft.response(
+            provider=self._name, model=self._model, cache_in_input=self._cache_in_input
+        )
+
+    async def _pull(self, items: _ItemStream, draft: Draft, *, before_first: bool) -> str | None:
+        """Read one item into ``draft``; its text delta, or None at the end of the stream."""
+        try:
+            item: ItemT = await items.__anext__()
+        except StopAsyncIteration:
+            if draft.count == 0:
+                message = f"stream ended before any {self._unit}"
+                raise ProviderError(message, provider=self._name) from None
+            return None
+        except (self._errors.connection, *self._errors.transport) as exc:
+            if before_first:
+                # Headers arrived but no item did: nothing was generated for us, so retry.
+                message = f"connection lost: {self._redact(exc)}"
+                raise ProviderError(message, provider=self._name, retryable=True) from exc
+            raise self._arrived_error("stream broke off", exc) from exc
+        except Exception as exc:
+            raise self._arrived_error("stream failed", exc) from exc
+        draft.count += 1
+        try:
+            return self._apply(item, draft)
+        except Exception as exc:
+            raise self._arrived_error(f"malformed stream {self._unit}", exc) from exc
+
+    @abstractmethod
+    def _endpoint(self, client: ClientT) -> Any:
+        """The SDK resource with ``create`` and ``with_streaming_response.create``."""
+
+    @abstractmethod
+    def _wire_request(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's messages, tools and options in the API's shape (no model, no budget)."""
+
+    @abstractmethod
+    def _read(self, body: object, draft: Draft) -> None:
+        """Fill ``draft`` from a whole response body; raise ``TypeError`` for a wrong shape."""
+
+    @abstractmethod
+    def _apply(self, item: ItemT, draft: Draft) -> str:
+        """Fold one streamed item into ``draft``; return its text delta ("" for none)."""

@@ -1,0 +1,43 @@
+"""Processes the Host starts: the owned-tree lifecycle and the ``terminal.*`` effects.
+
+``run_process`` spawns an argument vector as an owned process tree under a
+``ProcessSupervisor`` (deadline, cancellation through a ``ProcessControl``,
+bounded tails plus full artifacts in an opaque per-session directory) and
+returns a frozen ``ProcessOutcome``. ``TerminalRuns`` binds the three
+terminal effects (``terminal.run``, ``terminal.status``, ``terminal.stop``)
+to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``.
+
+Inside, modules import one way only: ``_terminal`` → ``_terminal_checks`` →
+``_process`` → ``_process_streams`` and ``_process_tree``. The working
+directory is opened through the files family's public interface.
+"""
+
+from hostkit.builtins.process._process import (
+    ProcessControl,
+    ProcessOutcome,
+    ProcessOwner,
+    ProcessSupervisor,
+    StreamCapture,
+    opaque_artifact_dir,
+    run_process,
+)
+from hostkit.builtins.process._process_streams import load_artifact_key
+from hostkit.builtins.process._terminal import (
+    DEFAULT_ENV_ALLOWLIST,
+    EXECUTION_CONTROL_TARGETS,
+    TerminalRuns,
+)
+
+__all__ = [
+    "DEFAULT_ENV_ALLOWLIST",
+    "EXECUTION_CONTROL_TARGETS",
+    "ProcessControl",
+    "ProcessOutcome",
+    "ProcessOwner",
+    "ProcessSupervisor",
+    "StreamCapture",
+    "TerminalRuns",
+    "load_artifact_key",
+    "opaque_artifact_dir",
+    "run_process",
+]

@@ -1,0 +1,37 @@
+"""The web family: the shared URL policy, fetching under it, and ``web.extract``.
+
+``UrlPolicy`` decides which URLs an effect may reach (strict parsing, every
+DNS answer checked, metadata addresses closed); ``fetch`` makes a request go
+only to the addresses the policy validated, hop by hop, with a capped body;
+``web_extract`` turns a fetched page into bounded readable text; and
+``web_tools(policy)`` is the ``web.extract`` effect bound to a policy.
+
+Inside, modules import one way only: ``_web`` (the tool) → ``_extract`` →
+``_fetch`` → ``_urlpolicy`` → ``_errors``.
+"""
+
+from hostkit.builtins.web._errors import FetchError, UrlDenied
+from hostkit.builtins.web._extract import (
+    ExtractedPage,
+    ReadableText,
+    UnsupportedContent,
+    web_extract,
+)
+from hostkit.builtins.web._fetch import FetchResult, fetch
+from hostkit.builtins.web._urlpolicy import Resolver, UrlPolicy, ValidatedTarget
+from hostkit.builtins.web._web import web_tools
+
+__all__ = [
+    "ExtractedPage",
+    "FetchError",
+    "FetchResult",
+    "ReadableText",
+    "Resolver",
+    "UnsupportedContent",
+    "UrlDenied",
+    "UrlPolicy",
+    "ValidatedTarget",
+    "fetch",
+    "web_extract",
+    "web_tools",
+]

@@ -1,0 +1,170 @@
+"""A session's retained window as the ContextManager keeps it between reads.
+
+The transcript is append-only and every new message's seq follows the
+committed ones, so a window read once stays true: later reads only need the
+rows after the newest seq it holds, under the same cutoff. The window keeps
+the decoded messages, their groups (``History``), their token counts per
+estimator (``SizeMemo``) and the system messages built around them, so a step
+costs what is new since the last one, not what the window holds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from hostkit.context._assemble import History, SizeMemo
+from hostkit.store import ContextState
+from hostkit.types import ModelMessage
+
+__all__ = ["SessionWindow"]
+
+# Row as the window holds it: seq, message, the turn that wrote it.
+_Row = tuple[int, ModelMessage, str | None]
+# Estimators one window keeps counts for (a session rarely switches models).
+_MAX_MEMOS = 4
+# System messages one window keeps (instructions, bootstrap, summary, contributions).
+_MAX_HEADS = 64
+
+
+class SessionWindow:
+    """One session's window: the rows after its cutoff that ``prepare()`` of ``turn_id`` uses.
+
+    ``history`` holds the rows that are not ``turn_id``'s own, at most
+    ``limit`` (the newest), grouped; ``own`` holds ``turn_id``'s rows, kept
+    for the turns after it. Together they are every row from the oldest one
+    held up to ``last_seq``. ``older`` says whether rows before them exist
+    (after the cutoff). ``exact`` is whether ``history`` is what a full read
+    for ``turn_id`` would give.
+    """
+
+    __slots__ = (
+        "cutoff",
+        "heads",
+        "history",
+        "last_seq",
+        "limit",
+        "memos",
+        "older",
+        "own",
+        "summary",
+        "turn_id",
+        "_turns",
+    )
+
+    def __init__(self, state: ContextState, limit: int, previous: SessionWindow | None = None):
+        """A window from a full read (``state.after`` is None) for ``state.turn_id``."""
+        self.limit = limit
+        self.cutoff = state.cutoff
+        self.summary = state.summary
+        # What does not depend on the rows carries over from the window this one replaces.
+        self.memos: dict[str, SizeMemo] = previous.memos if previous is not None else {}
+        self.heads: dict[str, tuple[str, ModelMessage]] = (
+            previous.heads if previous is not None else {}
+        )
+        self.last_seq: int | None = None
+        self._load(((r.seq, r.message, r.turn_id) for r in state.rows), state.turn_id, state.older)
+
+    @property
+    def exact(self) -> bool:
+        return len(self.history) >= self.limit or not self.older
+
+    def mark(self) -> tuple[int | None, int | None]:
+        """(after_seq, after_cutoff) for the next read: what this window already holds."""
+        return self.last_seq, self.cutoff
+
+    def serve(self, turn_id: str) -> None:
+        """Make ``history`` the window of ``turn_id``: a new turn's predecessor becomes history."""
+        if turn_id == self.turn_id:
+            return
+        moved = self.own
+        last = self.history.last_seq
+        interleaved = bool(moved) and last is not None and moved[0][0] < last
+        if interleaved or turn_id in self._turns:
+            # Rows of the two turns interleave with others (rare): regroup what is held.
+            rows = sorted(
+                [(seq, m, t) for (seq, m), t in zip(self.history.rows, self._turns, strict=True)]
+                + moved,
+                key=lambda row: row[0],
+            )
+            self._load(rows, turn_id, self.older)
+            return
+        self.turn_id = turn_id
+        self.own = []
+        for row in moved:
+            self._add(row)
+        self._trim()
+
+    def extend(self, state: ContextState) -> bool:
+        """Add what an incremental read (``state.after`` set) found; False if it does not fit.
+
+        It does not fit when the read was made under another cutoff or from a
+        seq this window does not reach (another task replaced the window
+        meanwhile); the caller then reads in full.
+        """
+        after = state.after
+        if after is None or self.last_seq is None or after > self.last_seq:
+            return False
+        if state.cutoff != self.cutoff or state.turn_id != self.turn_id:
+            return False
+        if state.older:
+            if after != self.last_seq:
+                return False
+            # More arrived than one window holds: what was read is the window.
+            self._load(((r.seq, r.message, r.turn_id) for r in state.rows), self.turn_id, True)
+        else:
+            last = self.last_seq
+            for row in state.rows:
+                if row.seq > last:
+                    self._add((row.seq, row.message, row.turn_id))
+            self._trim()
+        self.summary = state.summary
+        return True
+
+    def memo(self, estimator_id: str) -> SizeMemo:
+        """The token counts of this window's messages for one estimator."""
+        found = self.memos.get(estimator_id)
+        if found is None:
+            if len(self.memos) >= _MAX_MEMOS:
+                self.memos.clear()
+            found = self.memos[estimator_id] = SizeMemo(4 * self.limit + 256)
+        return found
+
+    def head(self, slot: str, text: str, prefix: str) -> ModelMessage:
+        """The system message ``prefix + text`` for ``slot``, the same object while ``text`` is."""
+        found = self.heads.get(slot)
+        if found is not None and found[0] == text:
+            return found[1]
+        message = ModelMessage("system", prefix + text)
+        if len(self.heads) >= _MAX_HEADS:
+            self.heads.clear()
+        self.heads[slot] = (text, message)
+        return message
+
+    # -- rows ------------------------------------------------------------------------
+
+    def _load(self, rows: Iterable[_Row], turn_id: str, older: bool) -> None:
+        self.turn_id = turn_id
+        self.history = History()
+        self._turns: deque[str | None] = deque()
+        self.own: list[_Row] = []
+        self.older = older
+        for row in rows:
+            self._add(row)
+        self._trim()
+
+    def _add(self, row: _Row) -> None:
+        seq, message, turn_id = row
+        if turn_id == self.turn_id:
+            self.own.append(row)
+        else:
+            self.history.append(seq, message)
+            self._turns.append(turn_id)
+        if self.last_seq is None or seq > self.last_seq:
+            self.last_seq = seq
+
+    def _trim(self) -> None:
+        while len(self.history) > self.limit:
+            self.history.popleft()
+            self._turns.popleft()
+            self.older = True

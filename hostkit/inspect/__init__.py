@@ -1,0 +1,49 @@
+"""Inspector view-models: frozen, front-end-neutral views of what the Host recorded.
+
+Built from the store's owner-checked ``inspect`` queries and the typed
+``ContextDecision`` records: a foreign and a missing id get the same
+``NotFoundOrUnauthorized``. The values carry counts, budgets, names and ids,
+never message content. The CLI tables and the notebook widgets are drawn from
+these values alone; nothing here renders or decides policy.
+"""
+
+from hostkit.inspect._budget import (
+    BudgetView,
+    CalibrationView,
+    StepUsage,
+    TokenTotals,
+    TurnUsage,
+    budget_view,
+)
+from hostkit.inspect._context import ContextStep, ContextView, context_view
+from hostkit.inspect._lists import (
+    MAX_APPROVALS,
+    ApprovalRows,
+    SessionRows,
+    approval_rows,
+    session_rows,
+)
+from hostkit.inspect._prices import PRICES, ModelPrice, price_for
+from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
+
+__all__ = [
+    "MAX_APPROVALS",
+    "MAX_STEPS",
+    "MAX_TURNS",
+    "PRICES",
+    "ApprovalRows",
+    "BudgetView",
+    "CalibrationView",
+    "ContextStep",
+    "ContextView",
+    "ModelPrice",
+    "SessionRows",
+    "StepUsage",
+    "TokenTotals",
+    "TurnUsage",
+    "approval_rows",
+    "budget_view",
+    "context_view",
+    "price_for",
+    "session_rows",
+]

@@ -1,0 +1,54 @@
+"""Session and approval lists, through the store's and the Host's owner-checked calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hostkit.effects import ApprovalStatus, PendingApproval
+from hostkit.inspect._source import Source, bounded, store_of
+from hostkit.types import PrincipalScope, SessionRecord
+
+if TYPE_CHECKING:
+    from hostkit.host import Host
+
+__all__ = ["MAX_APPROVALS", "ApprovalRows", "SessionRows", "approval_rows", "session_rows"]
+
+# The Host's own bound on one page of approvals (``host.approvals.list``).
+MAX_APPROVALS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRows:
+    """The scope's newest sessions; ``truncated`` when there are more."""
+
+    sessions: tuple[SessionRecord, ...]
+    truncated: bool
+
+
+async def session_rows(source: Source, scope: PrincipalScope, *, limit: int = 50) -> SessionRows:
+    """Newest first, through the store's owned ``list_sessions`` (``limit`` 1..500)."""
+    page = await store_of(source).list_sessions(scope, limit=limit)
+    return SessionRows(page.items, page.next_cursor is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRows:
+    """Approvals newest first with their redacted views (``status`` None: every status)."""
+
+    approvals: tuple[PendingApproval, ...]
+    status: ApprovalStatus | None
+    truncated: bool
+
+
+async def approval_rows(
+    host: Host,
+    scope: PrincipalScope,
+    *,
+    status: ApprovalStatus | None = "pending",
+    limit: int = 50,
+) -> ApprovalRows:
+    """Through ``host.approvals.list`` (owner-checked; ``limit`` 1..``MAX_APPROVALS``)."""
+    bounded("limit", limit, MAX_APPROVALS)
+    found = await host.approvals.list(scope, status=status, limit=min(limit + 1, MAX_APPROVALS))
+    return ApprovalRows(tuple(found[:limit]), status, len(found) > limit)

@@ -1,0 +1,202 @@
+"""The frozen values of the store's turns group: admissions, session leases, turn states.
+
+They validate themselves on construction (``InvalidValue`` with a bounded
+message), so every adapter receives the same checked input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from hostkit.errors import InvalidValue
+from hostkit.store._sessions import ConversationSelect, OwnerFacts
+from hostkit.types import OwnerKind, TurnOutcome, TurnResult
+
+__all__ = [
+    "MAX_LEASE_TTL_S",
+    "MAX_TURN_ID_CHARS",
+    "TERMINAL",
+    "Admitted",
+    "ConversationTarget",
+    "RecoveredTurn",
+    "SessionBusy",
+    "SessionLease",
+    "TurnAdmission",
+    "TurnState",
+    "TurnStatus",
+    "TurnWrite",
+]
+
+TurnStatus = Literal[
+    "running", "completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"
+]
+TERMINAL: frozenset[str] = frozenset(get_args(TurnOutcome))
+
+# Identifiers are short tokens (request ids, turn ids, channel names); anything longer is
+# a bug or an attack, and is refused before it reaches SQL.
+MAX_TURN_ID_CHARS = 200
+# A lease is renewed every third of its ttl; a day is far past any sensible ttl.
+MAX_LEASE_TTL_S = 86_400.0
+_OWNER_KINDS: tuple[str, ...] = get_args(OwnerKind)
+
+
+def check_id(name: str, value: object, *, limit: int = MAX_TURN_ID_CHARS) -> str:
+    """``value`` as a non-empty string of at most ``limit`` characters, or ``InvalidValue``."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidValue(f"{name} must be a non-empty string of at most {limit} characters")
+    return value
+
+
+def check_ttl(ttl_s: object) -> float:
+    """A finite lease ttl in (0, ``MAX_LEASE_TTL_S``] seconds, or ``InvalidValue``."""
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int | float)
+        or not math.isfinite(ttl_s)
+        or not 0 < ttl_s <= MAX_LEASE_TTL_S
+    ):
+        raise InvalidValue(f"ttl_s must be a number of seconds in (0, {MAX_LEASE_TTL_S:g}]")
+    return float(ttl_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationTarget:
+    """The conversation whose session admission resolves in its own transaction.
+
+    ``select`` is ``"bound"`` (the bound session, created on first contact),
+    ``"fresh"`` (a new session, bound from now on) or the id of a session this
+    same conversation owns (resume; rebinds the conversation).
+    """
+
+    channel: str
+    conversation_key: str
+    select: ConversationSelect = "bound"
+    owner_kind: OwnerKind = "conversation"
+
+    def __post_init__(self) -> None:
+        check_id("channel", self.channel)
+        check_id("conversation_key", self.conversation_key)
+        check_id("select", self.select)
+        if self.owner_kind not in _OWNER_KINDS or self.owner_kind == "legacy_local":
+            raise InvalidValue("owner_kind is not a kind a conversation can have")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAdmission:
+    """Everything the admission transaction records for a new turn.
+
+    ``session`` is a ``ConversationTarget`` (resolved inside the transaction)
+    or the session id a verified scope is bound to. ``(principal_id,
+    request_id)`` is the idempotency key.
+    """
+
+    turn_id: str
+    request_id: str
+    principal_id: str
+    core_id: str
+    core_revision: str
+    generation: int
+    session: ConversationTarget | str
+    trace_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("turn_id", "request_id", "principal_id", "core_id", "core_revision"):
+            check_id(name, getattr(self, name))
+        if isinstance(self.generation, bool) or not isinstance(self.generation, int):
+            raise InvalidValue("generation must be an integer")
+        if not 0 <= self.generation < 2**63:
+            raise InvalidValue("generation must be a non-negative 64-bit integer")
+        if not isinstance(self.session, ConversationTarget):
+            check_id("session", self.session)
+        if self.trace_id is not None:
+            check_id("trace_id", self.trace_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLease:
+    """A session lease as held by one running turn: what every fenced write carries.
+
+    ``token`` is the fencing token (monotonic per session, never reused);
+    ``expires_at`` (epoch seconds) is as of when this value was read — each
+    heartbeat moves the stored one to now + ``ttl_s``.
+    """
+
+    session_id: str
+    turn_id: str
+    token: int
+    owner: str
+    expires_at: float
+    ttl_s: float
+
+    def __post_init__(self) -> None:
+        check_id("session_id", self.session_id)
+        check_id("turn_id", self.turn_id)
+        if isinstance(self.token, bool) or not isinstance(self.token, int) or self.token < 1:
+            raise InvalidValue("token must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredTurn:
+    """A running turn whose holder died or went silent, now ended ``lost`` (or ``cancelled``)."""
+
+    turn_id: str
+    session_id: str
+    outcome: TurnOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The admission committed: the turn row, ``turn.started`` and the session lease.
+
+    ``owner`` is the session's durable owner row, read in the same transaction
+    (the AuthorityResolver mints the turn's scope from it). ``created`` says a
+    new session was created; ``recovered`` lists the turn of a dead or silent
+    holder this admission ended before taking its session over.
+    """
+
+    lease: SessionLease
+    owner: OwnerFacts
+    created: bool = False
+    recovered: tuple[RecoveredTurn, ...] = ()
+
+    @property
+    def session_id(self) -> str:
+        return self.lease.session_id
+
+
+@dataclass(frozen=True, slots=True)
+class SessionBusy:
+    """Admission found the session held by another live turn; nothing of the turn was written.
+
+    The conversation binding it resolved (created, fresh or resumed) is kept.
+    ``expires_at`` is the holder's lease expiry at the time of the check.
+    """
+
+    session_id: str
+    holder_turn_id: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnState:
+    """A turn's durable state: its status and, once terminal, the persisted result."""
+
+    turn_id: str
+    session_id: str
+    status: TurnStatus
+    result: TurnResult | None = None
+    cancel_requested: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWrite:
+    """What a fenced transcript write committed: the message's seq, and whether to stop."""
+
+    seq: int
+    cancel_requested: bool

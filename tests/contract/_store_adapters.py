@@ -1,0 +1,68 @@
+"""The store adapters the store contract suites run against, behind one fixture shape.
+
+Each suite is written against ``RuntimeStore``; only the few seeding and
+inspection hooks below know the adapter (rows another group owns, such as a
+running turn, and raw columns no interface method exposes on purpose). A new
+adapter (PostgreSQL) adds a branch to ``open_adapter`` and a name to
+``ADAPTERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostkit.authority import AuthorityResolver
+from hostkit.store import RuntimeStore, SqliteStore
+from hostkit.types import PrincipalScope, new_id
+
+ADAPTERS = ("sqlite",)
+
+
+@dataclass(frozen=True)
+class StoreUnderTest:
+    """A freshly opened adapter, its one AuthorityResolver and adapter-specific hooks."""
+
+    name: str
+    store: RuntimeStore
+    authority: AuthorityResolver
+    operator: PrincipalScope
+    # A running turn of ``session_id`` (the turns group owns turns); returns its id.
+    seed_turn: Callable[[str], Awaitable[str]]
+    # The raw arguments column of an approval, which no interface method reads back.
+    raw_arguments: Callable[[str], Awaitable[str | None]]
+
+
+@asynccontextmanager
+async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    if name != "sqlite":
+        raise ValueError(f"unknown store adapter {name!r}")
+    async with await SqliteStore.open(tmp_path / "hostkit.db") as store:
+
+        async def seed_turn(session_id: str) -> str:
+            turn_id = new_id("turn")
+            await store.write(
+                lambda c: c.execute(
+                    "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+                    "core_revision, generation, status, started_at) "
+                    "VALUES (?, ?, 'test', ?, 'assistant', 'rev1', 1, 'running', 'x')",
+                    [turn_id, new_id("req"), session_id],
+                )
+            )
+            return turn_id
+
+        async def raw_arguments(approval_id: str) -> str | None:
+            row = await store.read(
+                lambda c: c.execute(
+                    "SELECT arguments FROM approvals WHERE approval_id = ?", [approval_id]
+                ).fetchone()
+            )
+            return None if row is None else str(row[0])
+
+        async with AuthorityResolver.bind(store) as authority:
+            operator = await authority.operator_issuer().issue(
+                "ops", reason="store contract suite: read every owned row"
+            )
+            yield StoreUnderTest(name, store, authority, operator, seed_turn, raw_arguments)

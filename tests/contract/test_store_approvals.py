@@ -1,0 +1,604 @@
+"""The store's approvals group, written against ``RuntimeStore`` and run on every adapter.
+
+Owner predicates (another owner's approval is indistinguishable from a missing
+one), first answer wins, claim once, typed security facts, and bad input that
+is refused with a typed, bounded error while everything accepted stays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.errors import (
+    HostkitError,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    StoreError,
+)
+from hostkit.store import (
+    ApprovalAnswer,
+    ApprovalDecision,
+    ClaimedApproval,
+    NewApproval,
+    PendingApproval,
+    SqliteStore,
+)
+from hostkit.types import PrincipalScope, new_id
+from tests.contract._store_adapters import ADAPTERS, StoreUnderTest, open_adapter
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+MESSAGE_LIMIT = 500
+
+
+@pytest.fixture(params=ADAPTERS)
+async def sut(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_adapter(request.param, tmp_path) as opened:
+        yield opened
+
+
+async def owner(sut: StoreUnderTest, name: str) -> PrincipalScope:
+    return await sut.authority.for_conversation(facts(f"c-{name}", name))
+
+
+async def new_approval(
+    sut: StoreUnderTest,
+    scope: PrincipalScope,
+    *,
+    secret_names: Sequence[str] = (),
+    view: dict[str, Any] | None = None,
+    **fields: Any,
+) -> NewApproval:
+    session_id = scope.session_id or ""
+    values: dict[str, Any] = {
+        "approval_id": new_id("apr"),
+        "session_id": session_id,
+        "turn_id": await sut.seed_turn(session_id),
+        "principal_id": scope.principal_id,
+        "core_id": "assistant",
+        "core_revision": "rev1",
+        "effect": "files.stamp",
+        "call_id": new_id("call"),
+        "arguments": {"label": "one", "api_key": "sk-live-123456", "nested": {"n": [1, 2]}},
+        "view": view if view is not None else {"effect": "files.stamp", "arguments": {"n": 1}},
+        "policy_fingerprint": "fp1",
+        "rule_key": "files.stamp",
+        "secret_names": tuple(secret_names),
+    }
+    values.update(fields)
+    return NewApproval(**values)
+
+
+async def pending(sut: StoreUnderTest, scope: PrincipalScope, **fields: Any) -> PendingApproval:
+    return await sut.store.approvals.insert(await new_approval(sut, scope, **fields))
+
+
+async def denial_reasons(sut: StoreUnderTest) -> dict[str, str]:
+    rows = await sut.store.read_audit(sut.operator, kind="principal_scope.owner_lookup_denied")
+    return {row.subject or "": row.reason or "" for row in rows}
+
+
+def assert_bounded(error: HostkitError) -> None:
+    assert len(str(error)) <= MESSAGE_LIMIT
+    assert "\n" not in str(error)
+
+
+# -- recording and reading --------------------------------------------------------------
+
+
+async def test_an_inserted_approval_reads_back_frozen_and_without_its_arguments(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    new = await new_approval(sut, alice)
+    stored = await sut.store.approvals.insert(new)
+    assert stored == await sut.store.approvals.get(alice, new.approval_id)
+    assert (stored.approval_id, stored.session_id, stored.turn_id) == (
+        new.approval_id,
+        alice.session_id,
+        new.turn_id,
+    )
+    assert (stored.status, stored.decision, stored.decided_by, stored.decided_at) == (
+        "pending",
+        None,
+        None,
+        None,
+    )
+    assert stored.view == {"effect": "files.stamp", "arguments": {"n": 1}}
+    assert "sk-live-123456" not in repr(stored)
+    with pytest.raises(TypeError):
+        stored.view["arguments"]["n"] = 2  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stored.status = "approved"  # type: ignore[misc]
+
+
+async def test_whether_an_approval_binds_a_secret_is_a_typed_fact_not_a_view_key(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    binds = await pending(sut, alice, secret_names=("HK_TOKEN", "HK_OTHER"), view={"x": 1})
+    # A view that merely *says* "binds" grants or removes nothing.
+    says = await pending(sut, alice, view={"binds": ["secret.bind:HK_TOKEN"]})
+    assert (binds.secret_names, binds.binds_secret) == (("HK_TOKEN", "HK_OTHER"), True)
+    assert (says.secret_names, says.binds_secret) == ((), False)
+    listed = {a.approval_id: a for a in await sut.store.approvals.list(alice)}
+    assert listed[binds.approval_id].secret_names == ("HK_TOKEN", "HK_OTHER")
+    assert not listed[says.approval_id].binds_secret
+    # The fact survives every status change.
+    await sut.store.approvals.answer(
+        alice, binds.approval_id, decision="approve_session", fingerprint=None
+    )
+    claimed = await sut.store.approvals.claim(
+        binds.approval_id,
+        session_id=binds.session_id,
+        turn_id=await sut.seed_turn(binds.session_id),
+    )
+    assert claimed is not None
+    assert claimed.approval.binds_secret
+
+
+async def test_lists_are_newest_first_filtered_by_status_and_bounded(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    ids = [(await pending(sut, alice)).approval_id for _ in range(4)]
+    await sut.store.approvals.answer(alice, ids[0], decision="deny", fingerprint=None)
+    assert [a.approval_id for a in await sut.store.approvals.list(alice)] == ids[:0:-1]
+    everything = await sut.store.approvals.list(alice, status=None)
+    assert [a.approval_id for a in everything] == ids[::-1]
+    assert [a.approval_id for a in await sut.store.approvals.list(alice, status="denied")] == [
+        ids[0]
+    ]
+    assert len(await sut.store.approvals.list(alice, status=None, limit=2)) == 2
+    assert isinstance(everything, tuple)
+
+
+# -- owner predicates -------------------------------------------------------------------
+
+
+async def test_another_owners_approval_looks_exactly_like_a_missing_one(
+    sut: StoreUnderTest,
+) -> None:
+    alice, bob = await owner(sut, "alice"), await owner(sut, "bob")
+    mine = await pending(sut, alice)
+    errors = []
+    for approval_id in (mine.approval_id, "apr_does_not_exist"):
+        with pytest.raises(NotFoundOrUnauthorized) as get:
+            await sut.store.approvals.get(bob, approval_id)
+        with pytest.raises(NotFoundOrUnauthorized) as answer:
+            await sut.store.approvals.answer(
+                bob, approval_id, decision="approve_once", fingerprint=None
+            )
+        errors.append((type(get.value), str(get.value), str(answer.value)))
+    assert errors[0] == errors[1]
+    assert await sut.store.approvals.list(bob, status=None) == ()
+    # Bob's attempt changed nothing, and the real reasons are in the Host-only audit.
+    assert (await sut.store.approvals.get(alice, mine.approval_id)).status == "pending"
+    reasons = await denial_reasons(sut)
+    assert reasons[f"approval:{mine.approval_id}"] == "unauthorized"
+    assert reasons["approval:apr_does_not_exist"] == "missing"
+
+
+async def test_an_operator_sees_every_owned_sessions_approvals(sut: StoreUnderTest) -> None:
+    alice, bob = await owner(sut, "alice"), await owner(sut, "bob")
+    a, b = await pending(sut, alice), await pending(sut, bob)
+    listed = [x.approval_id for x in await sut.store.approvals.list(sut.operator)]
+    assert listed == [b.approval_id, a.approval_id]
+    assert (await sut.store.approvals.get(sut.operator, a.approval_id)).session_id == (
+        alice.session_id
+    )
+    answered = await sut.store.approvals.answer(
+        sut.operator, b.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    assert answered.accepted
+    assert answered.approval.decided_by == sut.operator.principal_id
+
+
+async def test_a_scope_this_store_did_not_issue_is_refused(
+    sut: StoreUnderTest, tmp_path: Path
+) -> None:
+    approval = await pending(sut, await owner(sut, "alice"))
+    (tmp_path / "other").mkdir()
+    async with open_adapter(sut.name, tmp_path / "other") as other:
+        foreign = await owner(other, "alice")
+        with pytest.raises(ScopeError):
+            await sut.store.approvals.get(foreign, approval.approval_id)
+        with pytest.raises(ScopeError):
+            await sut.store.approvals.list(foreign)
+        with pytest.raises(ScopeError):
+            await sut.store.approvals.answer(
+                foreign, approval.approval_id, decision="approve_once", fingerprint=None
+            )
+
+
+# -- answers ----------------------------------------------------------------------------
+
+
+async def test_of_concurrent_answers_exactly_one_is_accepted(sut: StoreUnderTest) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    decisions: list[ApprovalDecision] = ["approve_once", "deny", "approve_session"] * 4
+    answers: list[tuple[ApprovalDecision, ApprovalAnswer]] = []
+
+    async def answer(decision: ApprovalDecision, scope: PrincipalScope) -> None:
+        answers.append(
+            (
+                decision,
+                await sut.store.approvals.answer(
+                    scope, approval.approval_id, decision=decision, fingerprint="fp1"
+                ),
+            )
+        )
+
+    async with anyio.create_task_group() as group:
+        for i, decision in enumerate(decisions):
+            group.start_soon(answer, decision, sut.operator if i % 2 else alice)
+    accepted = [(d, a) for d, a in answers if a.accepted]
+    assert len(answers) == len(decisions)
+    assert len(accepted) == 1
+    decision, winner = accepted[0]
+    final = await sut.store.approvals.get(alice, approval.approval_id)
+    assert final == winner.approval
+    assert final.decision == decision
+    assert final.status == ("denied" if decision == "deny" else "approved")
+    # Every loser is told the status that stopped it, which is the winner's.
+    assert {a.approval.status for _, a in answers if not a.accepted} == {final.status}
+
+
+async def test_a_changed_fingerprint_makes_the_answer_stale_and_drops_the_arguments(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    answered = await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint="fp-changed"
+    )
+    assert not answered.accepted
+    assert answered.approval.status == "stale"
+    assert answered.approval.decided_at is not None
+    assert await sut.raw_arguments(approval.approval_id) == "{}"
+    again = await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    assert (again.accepted, again.approval.status) == (False, "stale")
+
+
+async def test_an_answer_without_a_fingerprint_check_is_accepted_once(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    first = await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="deny", fingerprint=None
+    )
+    second = await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint=None
+    )
+    assert (first.accepted, first.approval.status, first.approval.decision) == (
+        True,
+        "denied",
+        "deny",
+    )
+    assert first.approval.decided_by == alice.principal_id
+    assert (second.accepted, second.approval.status) == (False, "denied")
+
+
+# -- claims -----------------------------------------------------------------------------
+
+
+async def test_an_approved_call_is_claimed_once_with_its_arguments_which_are_then_dropped(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    session = approval.session_id
+    continuation = await sut.seed_turn(session)
+    unanswered = await sut.store.approvals.claim(
+        approval.approval_id, session_id=session, turn_id=continuation
+    )
+    assert unanswered is None
+    await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    claims: list[ClaimedApproval | None] = []
+
+    async def claim(turn_id: str) -> None:
+        claims.append(
+            await sut.store.approvals.claim(
+                approval.approval_id, session_id=session, turn_id=turn_id
+            )
+        )
+
+    turns = [continuation, *[await sut.seed_turn(session) for _ in range(5)]]
+    async with anyio.create_task_group() as group:
+        for turn_id in turns:
+            group.start_soon(claim, turn_id)
+    (claimed,) = [c for c in claims if c is not None]
+    assert len(claims) == len(turns)
+    assert claimed.arguments == {
+        "label": "one",
+        "api_key": "sk-live-123456",
+        "nested": {"n": (1, 2)},
+    }
+    with pytest.raises(TypeError):
+        claimed.arguments["label"] = "two"  # type: ignore[index]
+    assert claimed.approval.status == "executed"
+    assert claimed.approval.continuation_turn_id in turns
+    assert await sut.raw_arguments(approval.approval_id) == "{}"
+    # Executed is final: nothing makes it claimable or answerable again.
+    assert (
+        await sut.store.approvals.claim(approval.approval_id, session_id=session, turn_id=turns[0])
+        is None
+    )
+    late = await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint=None
+    )
+    assert (late.accepted, late.approval.status) == (False, "executed")
+
+
+async def test_a_denied_call_is_claimed_once_and_stays_denied(sut: StoreUnderTest) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    await sut.store.approvals.answer(alice, approval.approval_id, decision="deny", fingerprint=None)
+    turn = await sut.seed_turn(approval.session_id)
+    claimed = await sut.store.approvals.claim(
+        approval.approval_id, session_id=approval.session_id, turn_id=turn
+    )
+    assert claimed is not None
+    assert (claimed.approval.status, claimed.approval.continuation_turn_id) == ("denied", turn)
+    assert (
+        await sut.store.approvals.claim(
+            approval.approval_id, session_id=approval.session_id, turn_id=turn
+        )
+        is None
+    )
+
+
+async def test_a_claim_from_another_session_or_a_foreign_turn_finds_nothing(
+    sut: StoreUnderTest,
+) -> None:
+    alice, bob = await owner(sut, "alice"), await owner(sut, "bob")
+    approval = await pending(sut, alice)
+    await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint=None
+    )
+    bobs_turn = await sut.seed_turn(bob.session_id or "")
+    store = sut.store.approvals
+    assert (
+        await store.claim(approval.approval_id, session_id=bob.session_id or "", turn_id=bobs_turn)
+        is None
+    )
+    assert (
+        await store.claim(approval.approval_id, session_id=approval.session_id, turn_id=bobs_turn)
+        is None
+    )
+    assert (
+        await store.claim(approval.approval_id, session_id=approval.session_id, turn_id="turn_none")
+        is None
+    )
+    # None of that used the claim up.
+    claimed = await store.claim(
+        approval.approval_id,
+        session_id=approval.session_id,
+        turn_id=await sut.seed_turn(approval.session_id),
+    )
+    assert claimed is not None
+    assert claimed.arguments["label"] == "one"
+
+
+# -- voiding ----------------------------------------------------------------------------
+
+
+async def test_a_newer_turn_supersedes_exactly_the_calls_that_have_not_run(
+    sut: StoreUnderTest,
+) -> None:
+    alice, bob = await owner(sut, "alice"), await owner(sut, "bob")
+    store = sut.store.approvals
+    waiting = await pending(sut, alice)
+    answered = await pending(sut, alice)
+    ran = await pending(sut, alice)
+    elsewhere = await pending(sut, bob)
+    for approval in (answered, ran):
+        await store.answer(alice, approval.approval_id, decision="approve_once", fingerprint=None)
+    session = ran.session_id
+    assert await store.claim(
+        ran.approval_id, session_id=session, turn_id=await sut.seed_turn(session)
+    )
+    assert await store.supersede(session) == 2
+    assert await store.supersede(session) == 0
+    statuses = {a.approval_id: a.status for a in await store.list(sut.operator, status=None)}
+    assert statuses == {
+        waiting.approval_id: "superseded",
+        answered.approval_id: "superseded",
+        ran.approval_id: "executed",
+        elsewhere.approval_id: "pending",
+    }
+    for approval in (waiting, answered):
+        assert await sut.raw_arguments(approval.approval_id) == "{}"
+    assert await sut.raw_arguments(elsewhere.approval_id) != "{}"
+    late = await store.answer(alice, waiting.approval_id, decision="approve_once", fingerprint=None)
+    assert (late.accepted, late.approval.status) == (False, "superseded")
+
+
+async def test_mark_stale_voids_an_open_approval_once(sut: StoreUnderTest) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    assert await sut.store.approvals.mark_stale(approval.approval_id) is True
+    assert await sut.store.approvals.mark_stale(approval.approval_id) is False
+    assert await sut.store.approvals.mark_stale("apr_missing") is False
+    assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "stale"
+    assert await sut.raw_arguments(approval.approval_id) == "{}"
+
+
+# -- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"approval_id": ""},
+        {"approval_id": "apr_" + "x" * 10_000},
+        {"effect": "files.\ud800stamp"},
+        {"call_id": 7},
+        {"arguments": ["not", "a", "mapping"]},
+        {"arguments": {"label": object()}},
+        {"view": "not a mapping"},
+        {"secret_names": "HK_TOKEN"},
+        {"secret_names": ("",)},
+        {"secret_names": ("HK_TOKEN", "HK_TOKEN")},
+        {"secret_names": tuple(f"S{i}" for i in range(100))},
+    ],
+    ids=lambda fields: next(iter(fields)) + ":" + repr(next(iter(fields.values())))[:20],
+)
+async def test_bad_input_is_refused_typed_and_bounded_and_loses_nothing(
+    sut: StoreUnderTest, fields: dict[str, Any]
+) -> None:
+    alice = await owner(sut, "alice")
+    kept = await pending(sut, alice)
+    with pytest.raises(InvalidValue) as refused:
+        await sut.store.approvals.insert(await new_approval(sut, alice, **fields))
+    assert_bounded(refused.value)
+    assert [a.approval_id for a in await sut.store.approvals.list(alice, status=None)] == [
+        kept.approval_id
+    ]
+    answered = await sut.store.approvals.answer(
+        alice, kept.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    assert answered.accepted
+
+
+async def test_an_approval_must_name_a_turn_of_its_own_session_and_a_fresh_id(
+    sut: StoreUnderTest,
+) -> None:
+    alice, bob = await owner(sut, "alice"), await owner(sut, "bob")
+    kept = await pending(sut, alice)
+    bobs_turn = await sut.seed_turn(bob.session_id or "")
+    for fields in (
+        {"turn_id": bobs_turn},
+        {"turn_id": "turn_none"},
+        {"approval_id": kept.approval_id},
+    ):
+        with pytest.raises(InvalidValue) as refused:
+            await sut.store.approvals.insert(await new_approval(sut, alice, **fields))
+        assert_bounded(refused.value)
+    assert await sut.store.approvals.list(sut.operator, status=None) == (kept,)
+
+
+async def test_a_bad_insert_in_a_shared_commit_loses_none_of_the_good_ones(
+    sut: StoreUnderTest,
+) -> None:
+    alice = await owner(sut, "alice")
+    good = [await new_approval(sut, alice) for _ in range(6)]
+    bad = await new_approval(sut, alice, turn_id="turn_none")
+    outcomes: list[str] = []
+
+    async def insert(approval: NewApproval) -> None:
+        try:
+            await sut.store.approvals.insert(approval)
+            outcomes.append("ok")
+        except InvalidValue:
+            outcomes.append("refused")
+
+    async with anyio.create_task_group() as group:
+        for approval in [*good[:3], bad, *good[3:]]:
+            group.start_soon(insert, approval)
+    assert sorted(outcomes) == ["ok"] * 6 + ["refused"]
+    listed = {a.approval_id for a in await sut.store.approvals.list(alice, status=None)}
+    assert listed == {a.approval_id for a in good}
+
+
+@pytest.mark.parametrize(
+    ("call", "kwargs"),
+    [
+        ("answer", {"decision": "approve_forever", "fingerprint": None}),
+        ("answer", {"decision": "deny", "fingerprint": ""}),
+        ("list", {"status": "everything"}),
+        ("list", {"limit": 0}),
+        ("list", {"limit": 10_000}),
+        ("list", {"limit": True}),
+        ("get", {"approval_id": "apr_\ud800"}),
+        ("get", {"approval_id": ""}),
+    ],
+)
+async def test_bad_arguments_to_owned_calls_are_typed_errors(
+    sut: StoreUnderTest, call: str, kwargs: dict[str, Any]
+) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    method = getattr(sut.store.approvals, call)
+    args: tuple[Any, ...] = (alice,)
+    if call == "answer":
+        args = (alice, approval.approval_id)
+    with pytest.raises(InvalidValue) as refused:
+        await method(*args, **kwargs)
+    assert_bounded(refused.value)
+    assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "pending"
+
+
+# -- SQLite specifics -------------------------------------------------------------------
+
+
+async def test_rows_written_before_the_typed_record_keep_their_secret_fact(
+    tmp_path: Path,
+) -> None:
+    """Approvals recorded by an older hostkit hold the bare view; "binds" there still counts."""
+    async with open_adapter("sqlite", tmp_path) as sut:
+        store = sut.store
+        assert isinstance(store, SqliteStore)
+        alice = await owner(sut, "alice")
+        turn = await sut.seed_turn(alice.session_id or "")
+        legacy = {
+            "apr_plain": '{"arguments": {"n": 1}, "effect": "files.stamp"}',
+            "apr_binds": '{"arguments": {}, "binds": ["secret.bind:HK_TOKEN"], "effect": "x"}',
+            "apr_odd": '{"binds": "garbled", "effect": "x"}',
+        }
+        for approval_id, view in legacy.items():
+            await store.write(
+                lambda c, approval_id=approval_id, view=view: c.execute(
+                    "INSERT INTO approvals (approval_id, session_id, turn_id, principal_id, "
+                    "core_id, core_revision, effect, call_id, arguments, view, "
+                    "policy_fingerprint, rule_key, status, created_at) VALUES "
+                    "(?, ?, ?, 'p', 'assistant', 'rev1', 'x', 'c', '{}', ?, 'fp', 'x', "
+                    "'pending', 'x')",
+                    [approval_id, alice.session_id, turn, view],
+                )
+            )
+        read = {a: (await store.approvals.get(alice, a)) for a in legacy}
+        assert read["apr_plain"].secret_names == ()
+        assert read["apr_plain"].view["arguments"] == {"n": 1}
+        assert read["apr_binds"].secret_names == ("HK_TOKEN",)
+        assert read["apr_odd"].binds_secret  # unreadable "binds": fail safe
+
+
+async def test_a_corrupt_view_record_is_a_store_error_not_a_crash(tmp_path: Path) -> None:
+    async with open_adapter("sqlite", tmp_path) as sut:
+        store = sut.store
+        assert isinstance(store, SqliteStore)
+        alice = await owner(sut, "alice")
+        approval = await pending(sut, alice)
+        await store.write(
+            lambda c: c.execute(
+                "UPDATE approvals SET view = ? WHERE approval_id = ?",
+                ['{"kind": "approval.view.v2", "view": 3}', approval.approval_id],
+            )
+        )
+        with pytest.raises(StoreError) as corrupt:
+            await store.approvals.get(alice, approval.approval_id)
+        assert_bounded(corrupt.value)
+
+
+def test_the_interface_is_abstract_and_complete() -> None:
+    from hostkit.store import ApprovalStore
+
+    expected = {"insert", "get", "list", "answer", "claim", "mark_stale", "supersede"}
+    assert ApprovalStore.__abstractmethods__ == expected
+    for name in expected:
+        assert getattr(ApprovalStore, name).__doc__

@@ -1,0 +1,202 @@
+"""The store's memory group, written against ``RuntimeStore`` and run on every adapter.
+
+Items are partitioned by agent and owner; a recall query is the user's words,
+never a query language: no text, however hostile, becomes FTS syntax, an
+error from the database or a way into another owner's items.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.errors import InvalidValue
+from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
+from tests.contract._store_adapters import ADAPTERS, StoreUnderTest, open_adapter
+
+pytestmark = pytest.mark.anyio
+
+AGENT = "assistant"
+
+
+@pytest.fixture(params=ADAPTERS)
+async def sut(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_adapter(request.param, tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+def memory(sut: StoreUnderTest) -> MemoryStore:
+    return sut.store.memory
+
+
+async def texts(memory: MemoryStore, query: str, owner: str = "alice", **kw: Any) -> list[str]:
+    found = await memory.recall(agent=AGENT, owner=owner, query=query, **kw)
+    assert isinstance(found, tuple)
+    return [item.text for item in found]
+
+
+async def test_a_remembered_item_is_recalled_by_any_of_its_words(memory: MemoryStore) -> None:
+    item = await memory.remember(agent=AGENT, owner="alice", text="The cat sleeps on the mat")
+    assert isinstance(item, MemoryItem)
+    assert (item.agent, item.owner, item.text) == (AGENT, "alice", "The cat sleeps on the mat")
+    assert item.created_at
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.text = "changed"  # type: ignore[misc]
+    (found,) = await memory.recall(agent=AGENT, owner="alice", query="dog or CAT?")
+    assert found == item
+    assert await texts(memory, "dog") == []
+    assert await texts(memory, "   ...   ") == []
+
+
+async def test_items_are_partitioned_by_owner_and_agent(memory: MemoryStore) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="alice keeps the launch codes")
+    await memory.remember(agent=AGENT, owner="bob", text="bob likes launch parties")
+    await memory.remember(agent="other", owner="alice", text="another agent's launch notes")
+    assert await texts(memory, "launch") == ["alice keeps the launch codes"]
+    assert await texts(memory, "launch", owner="bob") == ["bob likes launch parties"]
+    assert await texts(memory, "codes", owner="bob") == []
+    assert await texts(memory, "launch", owner="mallory") == []
+    # An owner name that looks like a pattern or a predicate matches nothing extra.
+    for owner in ("%", "*", "alice' OR '1'='1", "alice%"):
+        assert await texts(memory, "launch", owner=owner) == []
+
+
+async def test_better_matches_come_first_and_the_limit_holds(memory: MemoryStore) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="river")
+    await memory.remember(agent=AGENT, owner="alice", text="river boat on the river bank")
+    for i in range(30):
+        await memory.remember(agent=AGENT, owner="alice", text=f"note {i} about a river")
+    found = await texts(memory, "river boat bank", limit=MAX_RECALL)
+    assert len(found) == MAX_RECALL
+    assert found[0] == "river boat on the river bank"
+    assert len(await texts(memory, "river", limit=1)) == 1
+
+
+HOSTILE = [
+    '"',
+    '""',
+    '"cat',
+    "cat*",
+    "*",
+    "c*t",
+    "NEAR(cat mat)",
+    "NEAR(cat mat, 1",
+    "cat NEAR mat",
+    "cat AND",
+    "OR OR OR",
+    "NOT cat",
+    "AND",
+    "((",
+    "))",
+    "(cat",
+    "cat)",
+    "text:cat",
+    "{text}: cat",
+    "- cat",
+    "^cat",
+    "cat + mat",
+    "'; DROP TABLE memory_items; --",
+    "memory_fts MATCH 'x'",
+    "\x00cat",
+    "\ud800",
+    "cat\udfffmat",
+    "\U0001f408 cat",
+    "cat_mat",
+    "_",
+    "x" * 2_000,
+    " ".join(["cat"] * 500)[:2_000],
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=lambda q: repr(q)[:24])
+async def test_no_query_text_becomes_fts_syntax_or_an_error(
+    memory: MemoryStore, query: str
+) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="the cat sat on the mat")
+    await memory.remember(agent=AGENT, owner="bob", text="bob's cat")
+    found = await texts(memory, query)
+    # Whatever matched is alice's, and only because one of the query's words is in it.
+    assert set(found) <= {"the cat sat on the mat"}
+
+
+async def test_operator_words_are_searched_as_plain_words(memory: MemoryStore) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="meet NEAR the old mill")
+    await memory.remember(agent=AGENT, owner="alice", text="this AND that")
+    await memory.remember(agent=AGENT, owner="alice", text="nothing relevant")
+    assert await texts(memory, "NEAR") == ["meet NEAR the old mill"]
+    assert await texts(memory, '"AND"') == ["this AND that"]
+    assert await texts(memory, "mill*") == ["meet NEAR the old mill"]
+
+
+async def test_only_the_first_words_of_a_query_are_searched(memory: MemoryStore) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="needle")
+    filler = " ".join(f"w{i}" for i in range(16))
+    assert await texts(memory, f"{filler} needle") == []
+    assert await texts(memory, f"needle {filler}") == ["needle"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "what"),
+    [
+        ({"query": "x" * 2_001}, "query"),
+        ({"query": None}, "query"),
+        ({"limit": 0}, "limit"),
+        ({"limit": MAX_RECALL + 1}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"owner": ""}, "owner"),
+        ({"owner": "o" * 301}, "owner"),
+        ({"owner": "\ud800"}, "owner"),
+        ({"agent": ""}, "agent"),
+    ],
+)
+async def test_bad_recall_arguments_are_typed_errors(
+    memory: MemoryStore, kwargs: dict[str, Any], what: str
+) -> None:
+    call: dict[str, Any] = {"agent": AGENT, "owner": "alice", "query": "cat", **kwargs}
+    with pytest.raises(InvalidValue) as refused:
+        await memory.recall(**call)
+    assert what in str(refused.value)
+    assert len(str(refused.value)) <= 500
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   \n\t", "x" * (MAX_MEMORY_CHARS + 1), "half a \ud800 surrogate", None, b"bytes"],
+    ids=["empty", "blank", "too-long", "surrogate", "none", "bytes"],
+)
+async def test_bad_items_are_refused_and_nothing_accepted_is_lost(
+    memory: MemoryStore, text: Any
+) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="kept item one")
+    with pytest.raises(InvalidValue) as refused:
+        await memory.remember(agent=AGENT, owner="alice", text=text)
+    assert len(str(refused.value)) <= 500
+    assert await texts(memory, "kept item") == ["kept item one"]
+    edge = ("edge " * MAX_MEMORY_CHARS)[:MAX_MEMORY_CHARS]
+    await memory.remember(agent=AGENT, owner="alice", text=edge)  # the bound itself is fine
+    assert await texts(memory, "edge") == [edge]
+    assert await texts(memory, "kept") == ["kept item one"]
+
+
+async def test_concurrent_items_are_all_kept(memory: MemoryStore) -> None:
+    async def remember(i: int) -> None:
+        await memory.remember(agent=AGENT, owner="alice", text=f"fact{i} shared")
+
+    async with anyio.create_task_group() as group:
+        for i in range(40):
+            group.start_soon(remember, i)
+    for i in range(40):
+        assert await texts(memory, f"fact{i}") == [f"fact{i} shared"]
+    assert len(await texts(memory, "shared", limit=MAX_RECALL)) == MAX_RECALL
+
+
+def test_the_interface_is_abstract_and_documented() -> None:
+    assert MemoryStore.__abstractmethods__ == {"remember", "recall"}
+    for name in ("remember", "recall"):
+        assert getattr(MemoryStore, name).__doc__

@@ -1,0 +1,490 @@
+"""The store's turns group: admission, session leases, fencing, terminal records, recovery.
+
+Written against the ``RuntimeStore`` interface: the ``runtime`` fixture yields
+each adapter (SQLite today; a PostgreSQL adapter joins the parametrisation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.errors import MESSAGE_LIMIT, InvalidValue, LeaseLost, NotFoundOrUnauthorized
+from hostkit.store import (
+    Admitted,
+    ConversationTarget,
+    LeaseOwner,
+    RuntimeStore,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+)
+from hostkit.types import ModelMessage, PrincipalScope, TurnResult, new_id
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+ADAPTERS = ["sqlite"]
+
+
+@pytest.fixture(params=ADAPTERS)
+async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
+    """One store per adapter (``RuntimeStore.open`` is the embedded SQLite one)."""
+    assert request.param == "sqlite"
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        yield store
+
+
+@pytest.fixture
+async def resolver(runtime: RuntimeStore) -> AsyncIterator[AuthorityResolver]:
+    async with AuthorityResolver.bind(runtime) as bound:
+        yield bound
+
+
+@pytest.fixture
+async def live() -> LeaseOwner:
+    """This very process, as a Host instance other than any test's own."""
+    return await anyio.to_thread.run_sync(LeaseOwner.current, "live-instance")
+
+
+def dead_like(owner: LeaseOwner) -> LeaseOwner:
+    """An owner on this machine whose process is provably gone (its start time differs)."""
+    return LeaseOwner(owner.host, owner.pid, owner.started - 100, "dead-instance")
+
+
+REMOTE = LeaseOwner("another-machine", 4242, 1.0, "remote-instance")
+
+
+async def conversation(resolver: AuthorityResolver, name: str = "c1") -> PrincipalScope:
+    return await resolver.for_conversation(facts(name, "alice", "test"))
+
+
+def admission(
+    scope: PrincipalScope, *, request_id: str | None = None, session: object = None
+) -> TurnAdmission:
+    return TurnAdmission(
+        turn_id=new_id("turn"),
+        request_id=request_id or new_id("req"),
+        principal_id=scope.principal_id,
+        core_id="assistant",
+        core_revision="cfg-test",
+        generation=1,
+        session=session if session is not None else scope.session_id or "",  # type: ignore[arg-type]
+        trace_id=new_id("trace"),
+    )
+
+
+async def admit(
+    runtime: RuntimeStore,
+    scope: PrincipalScope,
+    owner: LeaseOwner,
+    *,
+    ttl_s: float = 600.0,
+    request_id: str | None = None,
+) -> Admitted:
+    admitted = await runtime.turns.admit(
+        admission(scope, request_id=request_id), owner=owner, ttl_s=ttl_s
+    )
+    assert isinstance(admitted, Admitted), admitted
+    return admitted
+
+
+def result_of(lease: SessionLease, outcome: str = "completed", text: str = "done") -> TurnResult:
+    return TurnResult(
+        request_id="req",
+        turn_id=lease.turn_id,
+        session_id=lease.session_id,
+        core_id="assistant",
+        core_revision="cfg-test",
+        outcome=outcome,  # type: ignore[arg-type]
+        text=text,
+        durable_result_ref=lease.turn_id,
+        generation=1,
+    )
+
+
+async def say(runtime: RuntimeStore, lease: SessionLease, seq: int, text: str = "hi") -> int:
+    written = await runtime.turns.append_message(
+        lease, event_seq=seq, message=ModelMessage("user", text), event="input.persisted"
+    )
+    return written.seq
+
+
+# -- admission ----------------------------------------------------------------------------
+
+
+async def test_admission_takes_the_session_lease_with_the_turn(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    admitted = await admit(runtime, scope, live, ttl_s=30)
+    lease = admitted.lease
+    assert (lease.session_id, lease.token, lease.owner) == (scope.session_id, 1, live.encode())
+    assert lease.ttl_s == 30
+    assert admitted.owner.owner_kind == "conversation"
+    assert await runtime.turns.session_lease(lease.session_id) == lease
+    state = await runtime.turns.state(scope, lease.turn_id)
+    assert (state.status, state.result, state.terminal) == ("running", None, False)
+
+
+async def test_admission_resolves_the_conversation_binding_in_its_own_transaction(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver, "elsewhere")  # only for the principal id
+    principal_id = "test:alice"
+    assert scope.principal_id == principal_id
+
+    async def run(select: str) -> Admitted:
+        target = ConversationTarget("test", "new-conversation", select)
+        admitted = await runtime.turns.admit(admission(scope, session=target), owner=live, ttl_s=60)
+        assert isinstance(admitted, Admitted)
+        await runtime.turns.finish(admitted.lease, result_of(admitted.lease), event_seq=2)
+        return admitted
+
+    first = await run("bound")
+    again = await run("bound")
+    fresh = await run("fresh")
+    back = await run(first.session_id)
+    assert first.created
+    assert fresh.created
+    assert not again.created
+    assert not back.created
+    assert again.session_id == back.session_id == first.session_id != fresh.session_id
+    assert first.owner.conversation_key == "new-conversation"
+
+
+async def test_a_repeated_request_returns_the_existing_turn_and_writes_nothing(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    first = await admit(runtime, scope, live, request_id="req-same")
+    running = await runtime.turns.admit(
+        admission(scope, request_id="req-same"), owner=live, ttl_s=60
+    )
+    assert isinstance(running, TurnState)
+    assert (running.turn_id, running.status) == (first.lease.turn_id, "running")
+    await runtime.turns.finish(first.lease, result_of(first.lease), event_seq=2)
+    done = await runtime.turns.admit(admission(scope, request_id="req-same"), owner=live, ttl_s=60)
+    assert isinstance(done, TurnState)
+    assert done.result is not None
+    assert done.result.text == "done"
+    assert await runtime.turns.find(scope.principal_id, "req-same") == done
+    # The repeats took no lease: the next new turn gets token 2.
+    assert (await admit(runtime, scope, live)).lease.token == 2
+
+
+async def test_a_busy_session_admits_nobody_else(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    holder = await admit(runtime, scope, live)
+    for owner in (live, REMOTE):
+        second = admission(scope)
+        busy = await runtime.turns.admit(second, owner=owner, ttl_s=60)
+        assert isinstance(busy, SessionBusy)
+        assert (busy.session_id, busy.holder_turn_id) == (scope.session_id, holder.lease.turn_id)
+        assert await runtime.turns.find(scope.principal_id, second.request_id) is None
+    # Another session is not affected.
+    other = await admit(runtime, await conversation(resolver, "c2"), live)
+    assert other.lease.token == 1
+
+
+# -- leases: takeover, renewal, fencing ---------------------------------------------------
+
+
+async def test_a_dead_holder_is_taken_over_at_once_and_its_writes_are_fenced(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    stale = (await admit(runtime, scope, dead_like(live), ttl_s=600)).lease
+    assert await say(runtime, stale, 2, "before the crash") == 1
+    successor = await admit(runtime, scope, live)
+    assert successor.lease.token == stale.token + 1
+    assert [(r.turn_id, r.outcome) for r in successor.recovered] == [(stale.turn_id, "lost")]
+    ended = await runtime.turns.state(scope, stale.turn_id)
+    assert ended.status == "lost"
+    assert ended.result is not None
+    assert "nothing was replayed" in (ended.result.error or "")
+    # Every write the stale holder still tries is refused, and changes nothing.
+    with pytest.raises(LeaseLost):
+        await say(runtime, stale, 3, "after the takeover")
+    with pytest.raises(LeaseLost):
+        await runtime.turns.renew(stale)
+    with pytest.raises(LeaseLost):
+        await runtime.turns.finish(stale, result_of(stale), event_seq=3)
+    with pytest.raises(LeaseLost):
+        await runtime.turns.abandon(stale)
+    assert (await runtime.turns.state(scope, stale.turn_id)).status == "lost"
+    assert await say(runtime, successor.lease, 2, "the successor's message") == 2
+    assert await runtime.turns.session_lease(stale.session_id) == successor.lease
+
+
+async def test_an_expired_lease_is_taken_over_even_from_a_live_holder(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    silent = (await admit(runtime, scope, live, ttl_s=0.05)).lease
+    await anyio.sleep(0.1)  # wall-clock expiry is the subject of this test
+    successor = await admit(runtime, scope, REMOTE)
+    assert [r.turn_id for r in successor.recovered] == [silent.turn_id]
+    with pytest.raises(LeaseLost):
+        await runtime.turns.renew(silent)
+
+
+async def test_a_holder_that_renews_keeps_its_lease_past_its_first_expiry(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, REMOTE, ttl_s=0.05)).lease
+    await anyio.sleep(0.1)  # expired, but nobody took the session over yet
+    assert await runtime.turns.renew(lease) is False
+    held = await runtime.turns.session_lease(lease.session_id)
+    assert held is not None
+    assert held.token == lease.token
+    assert held.expires_at > lease.expires_at
+    busy = await runtime.turns.admit(admission(scope), owner=live, ttl_s=60)
+    assert isinstance(busy, SessionBusy)
+
+
+async def test_fencing_tokens_grow_per_session_and_are_never_reused(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    first, second = await conversation(resolver, "one"), await conversation(resolver, "two")
+    tokens: dict[str, list[int]] = {"one": [], "two": []}
+    for _ in range(3):
+        for name, scope in (("one", first), ("two", second)):
+            lease = (await admit(runtime, scope, live)).lease
+            tokens[name].append(lease.token)
+            await runtime.turns.finish(lease, result_of(lease), event_seq=2)
+    assert tokens == {"one": [1, 2, 3], "two": [1, 2, 3]}
+    assert await runtime.turns.session_lease(first.session_id or "") is None
+
+
+# -- the running turn's writes ------------------------------------------------------------
+
+
+async def test_transcript_writes_take_the_next_seq_and_finish_releases_the_session(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    assert [await say(runtime, lease, seq) for seq in (2, 3, 4)] == [1, 2, 3]
+    committed = await runtime.turns.finish(
+        lease, result_of(lease), event_seq=5, route={"channel": "test"}
+    )
+    assert len(committed.deliveries) == 1
+    assert await runtime.turns.session_lease(lease.session_id) is None
+    state = await runtime.turns.state(scope, lease.turn_id)
+    assert state.status == "completed"
+    assert state.result == committed
+    with pytest.raises(LeaseLost):
+        await runtime.turns.finish(lease, result_of(lease, "failed"), event_seq=6)
+    assert (await runtime.turns.state(scope, lease.turn_id)).result == committed
+    messages = await runtime.list_messages(scope, lease.session_id)
+    assert [m.seq for m in messages.items] == [1, 2, 3]
+
+
+async def test_a_cancel_request_is_owner_checked_and_reaches_the_holder(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    stranger = await conversation(resolver, "someone-else")
+    with pytest.raises(NotFoundOrUnauthorized) as foreign:
+        await runtime.turns.request_cancel(stranger, lease.turn_id)
+    with pytest.raises(NotFoundOrUnauthorized) as missing:
+        await runtime.turns.request_cancel(stranger, "turn_missing")
+    assert str(foreign.value) == str(missing.value)
+    assert await runtime.turns.renew(lease) is False
+    state = await runtime.turns.request_cancel(scope, lease.turn_id)
+    assert (state.status, state.cancel_requested) == ("running", True)
+    assert await runtime.turns.renew(lease) is True
+    written = await runtime.turns.append_message(
+        lease, event_seq=2, message=ModelMessage("user", "x"), event="input.persisted"
+    )
+    assert written.cancel_requested
+    await runtime.turns.finish(lease, result_of(lease, "cancelled", ""), event_seq=3)
+    done = await runtime.turns.request_cancel(scope, lease.turn_id)
+    assert (done.status, done.terminal) == ("cancelled", True)
+
+
+# -- recovery -----------------------------------------------------------------------------
+
+
+async def test_recovery_ends_gone_holders_and_frees_their_sessions(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scopes = [await conversation(resolver, name) for name in ("live", "dead", "expired")]
+    kept = (await admit(runtime, scopes[0], live, ttl_s=600)).lease
+    dead = (await admit(runtime, scopes[1], dead_like(live), ttl_s=600)).lease
+    expired = (await admit(runtime, scopes[2], REMOTE, ttl_s=0.05)).lease
+    await runtime.turns.request_cancel(scopes[2], expired.turn_id)
+    await anyio.sleep(0.1)  # the remote holder's lease runs out
+    recovered = await runtime.turns.recover()
+    assert {(r.turn_id, r.outcome) for r in recovered} == {
+        (dead.turn_id, "lost"),
+        (expired.turn_id, "cancelled"),
+    }
+    assert await runtime.turns.recover() == ()
+    assert await runtime.turns.session_lease(dead.session_id) is None
+    assert await runtime.turns.session_lease(kept.session_id) == kept
+    # A Host's shutdown ends what its own instance holds, whatever the lease says.
+    mine = await runtime.turns.recover(instance="live-instance")
+    assert [(r.turn_id, r.outcome) for r in mine] == [(kept.turn_id, "lost")]
+    assert await runtime.turns.session_lease(kept.session_id) is None
+
+
+async def test_abandon_ends_the_turn_lost_and_frees_the_session_at_once(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    ended = await runtime.turns.abandon(lease)
+    assert (ended.turn_id, ended.outcome) == (lease.turn_id, "lost")
+    assert (await admit(runtime, scope, live)).lease.token == lease.token + 1
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+def _bounded(error: InvalidValue) -> bool:
+    return 0 < len(str(error)) <= MESSAGE_LIMIT
+
+
+BAD_ADMISSIONS = [
+    pytest.param({"turn_id": ""}, id="empty turn id"),
+    pytest.param({"request_id": "r" * 5000}, id="huge request id"),
+    pytest.param({"principal_id": None}, id="no principal"),
+    pytest.param({"core_id": 7}, id="core id not a string"),
+    pytest.param({"generation": -1}, id="negative generation"),
+    pytest.param({"generation": True}, id="bool generation"),
+    pytest.param({"generation": 2**63}, id="generation past 64 bits"),
+    pytest.param({"session": ""}, id="empty session"),
+    pytest.param({"trace_id": "t" * 201}, id="long trace id"),
+]
+
+
+@pytest.mark.parametrize("change", BAD_ADMISSIONS)
+def test_bad_admissions_are_refused_on_construction(change: dict[str, object]) -> None:
+    fields: dict[str, object] = {
+        "turn_id": "turn_x",
+        "request_id": "req_x",
+        "principal_id": "test:alice",
+        "core_id": "assistant",
+        "core_revision": "cfg",
+        "generation": 1,
+        "session": "ses_x",
+        **change,
+    }
+    with pytest.raises(InvalidValue) as caught:
+        TurnAdmission(**fields)  # type: ignore[arg-type]
+    assert _bounded(caught.value)
+    assert "5000" not in str(caught.value)
+    assert "rrrrrrrr" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        {"channel": "", "conversation_key": "k"},
+        {"channel": "c", "conversation_key": "k" * 201},
+        {"channel": "c", "conversation_key": "k", "select": ""},
+        {"channel": "c", "conversation_key": "k", "owner_kind": "legacy_local"},
+    ],
+)
+def test_bad_conversation_targets_are_refused(target: dict[str, str]) -> None:
+    with pytest.raises(InvalidValue) as caught:
+        ConversationTarget(**target)  # type: ignore[arg-type]
+    assert _bounded(caught.value)
+
+
+@pytest.mark.parametrize("ttl_s", [0, -1.0, math.nan, math.inf, 86_401.0, True, "60", None])
+async def test_admission_refuses_a_bad_ttl_and_writes_nothing(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner, ttl_s: object
+) -> None:
+    scope = await conversation(resolver)
+    bad = admission(scope)
+    with pytest.raises(InvalidValue) as caught:
+        await runtime.turns.admit(bad, owner=live, ttl_s=ttl_s)  # type: ignore[arg-type]
+    assert _bounded(caught.value)
+    assert await runtime.turns.find(scope.principal_id, bad.request_id) is None
+    assert await runtime.turns.session_lease(scope.session_id or "") is None
+
+
+async def test_admission_refuses_what_is_not_an_admission_or_an_owner(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    with pytest.raises(InvalidValue):
+        await runtime.turns.admit({"turn_id": "x"}, owner=live, ttl_s=60)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        await runtime.turns.admit(admission(scope), owner=live.encode(), ttl_s=60)  # type: ignore[arg-type]
+    assert await runtime.turns.session_lease(scope.session_id or "") is None
+
+
+async def test_sessions_that_are_missing_or_not_the_conversations_are_refused_alike(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    mine = await conversation(resolver)
+    theirs = await conversation(resolver, "theirs")
+    errors = []
+    for session in (
+        ConversationTarget("test", "c1", theirs.session_id or ""),
+        ConversationTarget("test", "c1", "ses_missing"),
+        "ses_missing",
+    ):
+        attempt = admission(mine, session=session)
+        with pytest.raises(NotFoundOrUnauthorized) as caught:
+            await runtime.turns.admit(attempt, owner=live, ttl_s=60)
+        errors.append(str(caught.value))
+        assert await runtime.turns.find(mine.principal_id, attempt.request_id) is None
+    assert len(set(errors)) == 1
+    # The failed resume did not rebind the conversation.
+    again = await runtime.turns.admit(
+        admission(mine, session=ConversationTarget("test", "c1")), owner=live, ttl_s=60
+    )
+    assert isinstance(again, Admitted)
+    assert again.session_id == mine.session_id
+
+
+async def test_bad_writes_are_refused_and_lose_nothing_accepted(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    assert await say(runtime, lease, 2, "accepted") == 1
+    message = ModelMessage("user", "x")
+    other = SessionLease(lease.session_id, "turn_other", 1, "x", 0.0, 1.0)
+    turns = runtime.turns
+    bad_calls = [
+        lambda: turns.append_message(lease, event_seq=0, message=message, event="e"),
+        lambda: turns.append_message(lease, event_seq=True, message=message, event="e"),
+        lambda: turns.append_message(lease, event_seq=3, message="x", event="e"),  # type: ignore[arg-type]
+        lambda: turns.append_message(lease, event_seq=3, message=message, event=""),
+        lambda: turns.append_message(lease, event_seq=3, message=message, event="e" * 101),
+        lambda: turns.append_message("lease", event_seq=3, message=message, event="e"),  # type: ignore[arg-type]
+        # Seq 2 is the accepted message's event already: refused, and the insert rolls back.
+        lambda: turns.append_message(lease, event_seq=2, message=message, event="e"),
+        lambda: turns.renew(object()),  # type: ignore[arg-type]
+        lambda: turns.finish(lease, "done", event_seq=3),  # type: ignore[arg-type]
+        lambda: turns.finish(lease, result_of(other), event_seq=3),
+        lambda: turns.session_lease(""),
+        lambda: turns.find("", "req"),
+        lambda: turns.state(scope, "t" * 500),
+        lambda: turns.recover(instance=""),
+    ]
+    for call in bad_calls:
+        with pytest.raises(InvalidValue) as caught:
+            await call()
+        assert _bounded(caught.value)
+    # Everything accepted before is intact and the turn still holds its session.
+    assert await runtime.turns.session_lease(lease.session_id) == lease
+    assert await say(runtime, lease, 3, "next") == 2
+    messages = await runtime.list_messages(scope, lease.session_id)
+    assert [m.content["text"] for m in messages.items] == ["accepted", "next"]
