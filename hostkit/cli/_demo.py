@@ -63,6 +63,7 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
     The writer's file lands in the demo directory (the Host workspace);
     ``files.write`` replaces the file, so the demo can run again and again.
     """
+    real: dict[str, object]
     if environ.get("OPENAI_BASE_URL"):
         real = {
             "kind": "openai",

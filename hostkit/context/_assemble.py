@@ -57,11 +57,13 @@ class SizeMemo:
     which bounds it without any bookkeeping of which messages are still in use.
     """
 
-    __slots__ = ("definitions", "limit", "messages")
+    __slots__ = ("definitions", "groups", "limit", "messages")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.messages: dict[int, tuple[ModelMessage, int]] = {}
+        # A group's messages' counts and their sum.
+        self.groups: dict[int, tuple[Group, tuple[int, ...], int]] = {}
         self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
 
 
@@ -95,6 +97,31 @@ class CalibratedEstimator:
             memo.messages.clear()
         memo.messages[id(message)] = (message, size)
         return size
+
+    def raw_group(self, group: Group) -> tuple[tuple[int, ...], int]:
+        """The base counts of ``group``'s messages and their sum (uncalibrated)."""
+        memo = self._memo
+        if memo is None:
+            counts = tuple(self.base.message(m) for m in group.messages)
+            return counts, sum(counts)
+        found = memo.groups.get(id(group))
+        if found is not None and found[0] is group:
+            return found[1], found[2]
+        counts = tuple(self.raw(m) for m in group.messages)
+        total = sum(counts)
+        if len(memo.groups) >= memo.limit:
+            memo.groups.clear()
+        memo.groups[id(group)] = (group, counts, total)
+        return counts, total
+
+    def group(self, group: Group) -> int:
+        """``sum(self.message(m) for m in group.messages)``, from the counts made before."""
+        counts, total = self.raw_group(group)
+        factor = self.factor
+        if factor == 1.0:
+            return total
+        ceil = math.ceil
+        return sum([ceil(count * factor) for count in counts])
 
     def raw_definitions(self, definitions: Sequence[ToolDefinition]) -> int:
         """The base estimator's count of the tool schemas (uncalibrated)."""
@@ -172,7 +199,7 @@ def group_history(
 class _Open:
     """One group of a ``History`` while its window lasts: rows are added, never taken back."""
 
-    __slots__ = ("answered", "calls", "messages", "seqs", "_plain", "_stubbed")
+    __slots__ = ("_plain", "_stubbed", "answered", "calls", "messages", "seqs")
 
     def __init__(self, seq: int, message: ModelMessage) -> None:
         self.messages = [message]
@@ -192,7 +219,9 @@ class _Open:
         """The group as ``group_history`` builds it (kept while nothing changes)."""
         if self._plain is not None:
             return self._plain
-        unanswered = [call for call in self.messages[0].tool_calls if call.call_id not in self.answered]
+        unanswered = [
+            call for call in self.messages[0].tool_calls if call.call_id not in self.answered
+        ]
         if not unanswered:
             self._plain = Group(tuple(self.messages), tuple(self.seqs))
             return self._plain
@@ -217,11 +246,12 @@ class History:
     next. Rows come in seq order.
     """
 
-    __slots__ = ("_groups", "_rows")
+    __slots__ = ("_groups", "_listed", "_rows")
 
     def __init__(self, rows: Iterable[tuple[int, ModelMessage]] = ()) -> None:
         self._rows: deque[tuple[int, ModelMessage]] = deque()
         self._groups: deque[_Open] = deque()
+        self._listed: tuple[frozenset[str], list[Group]] | None = None
         for seq, message in rows:
             self.append(seq, message)
 
@@ -239,6 +269,7 @@ class History:
 
     def append(self, seq: int, message: ModelMessage) -> None:
         """Add the newest row."""
+        self._listed = None
         self._rows.append((seq, message))
         if message.role == "tool":
             # Only a result for a call the last group's head made belongs to it; any other
@@ -251,13 +282,21 @@ class History:
     def popleft(self) -> tuple[int, ModelMessage]:
         """Drop the oldest row; a group that loses its head goes with it (its results are
         orphans now)."""
+        self._listed = None
         seq, message = self._rows.popleft()
         if self._groups and self._groups[0].seqs[0] == seq:
             self._groups.popleft()
         return seq, message
 
     def groups(self, answered_now: frozenset[str] = frozenset()) -> list[Group]:
-        return [group.group(answered_now) for group in self._groups]
+        """The groups, oldest first (a new list; the same one is never handed out twice)."""
+        listed = self._listed
+        if listed is None or listed[0] != answered_now:
+            listed = self._listed = (
+                answered_now,
+                [group.group(answered_now) for group in self._groups],
+            )
+        return list(listed[1])
 
 
 def pruned_stub(message: ModelMessage) -> str:
@@ -307,13 +346,19 @@ def fit_groups(
     *,
     protect_head: int,
     protect_tail: int,
+    sizes: Sequence[int] | None = None,
 ) -> Fit:
     """Keep the protected head and tail, then as many middle groups as fit, newest first.
 
     If even the protected ends do not fit, the head goes first, then the
-    oldest tail groups: the newest context is the last to go.
+    oldest tail groups: the newest context is the last to go. ``sizes`` are
+    the groups' estimates when the caller has them already.
     """
-    sizes = [sum(estimate.message(m) for m in group.messages) for group in groups]
+    if sizes is None:
+        sizes = [sum(estimate.message(m) for m in group.messages) for group in groups]
+    total = sum(sizes)
+    if total <= budget:
+        return Fit(tuple(groups), total, 0, False)
     count = len(groups)
     head = set(range(min(protect_head, count)))
     tail = set(range(max(0, count - protect_tail), count))

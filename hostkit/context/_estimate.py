@@ -67,7 +67,13 @@ class Estimator(Protocol):
     def request(
         self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
     ) -> int:
-        """A whole request: the messages, the schemas and the chat template's fixed framing."""
+        """A whole request: the messages, the schemas and the chat template's fixed framing.
+
+        It must be ``sum(message(m) for m in messages) + definitions(definitions)``
+        plus a fixed part that depends only on whether ``messages`` is empty and
+        whether it opens with a system message: the ContextManager counts each
+        message once and adds the fixed part to those counts.
+        """
         ...
 
 

@@ -8,6 +8,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from itertools import chain
 
 from hostkit.context._assemble import (
     CalibratedEstimator,
@@ -21,8 +22,9 @@ from hostkit.context._assemble import (
 from hostkit.context._bootstrap import BootstrapSource
 from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Summarizer
 from hostkit.context._estimate import Estimator, EstimatorRegistry
-from hostkit.errors import HostkitError
-from hostkit.store import ContextState, RuntimeStore
+from hostkit.context._window import SessionWindow
+from hostkit.errors import ConfigError, HostkitError
+from hostkit.store import MAX_WINDOW, Calibration, ContextState, RuntimeStore
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -76,6 +78,22 @@ class ContextManager:
     ``ContextDecision`` (numbers and names, never prompts). ``observe``
     appends provider usage once per decision and only then advances the
     session's calibration.
+
+    A step costs what is new since the last one: the manager keeps each
+    session's window (decoded messages, groups, token counts per estimator)
+    in an LRU of ``window_cache`` sessions, and each ``prepare`` reads only
+    the rows after the newest one it holds, together with the summary's
+    cutoff, the bootstrap snapshot and the calibration, in one read. Another
+    Host appending to the session is seen at the next read; a moved cutoff
+    (compaction) makes it a full read. Results are exactly those of reading
+    the whole window every time.
+
+    A ``ready`` decision is written with its usage and the calibration step
+    in ``observe``'s one transaction; an ``overflow`` decision at once. A
+    ready decision that is never observed (the provider call failed or was
+    cancelled) is written by ``flush(turn_id)`` when the turn ends; a turn
+    only released has them written at this manager's next ``prepare``,
+    ``observe`` or ``flush``. At most ``pending_decisions`` wait in memory.
     """
 
     def __init__(
@@ -86,7 +104,8 @@ class ContextManager:
         history_window: int = 200,
         max_output_fraction: float = 0.25,
         min_output_tokens: int = 256,
-        window_cache: int = 64,
+        window_cache: int = 256,
+        pending_decisions: int = 1024,
         protect_head: int = 1,
         protect_tail: int = 2,
         bootstrap: BootstrapSource | None = None,
@@ -94,6 +113,12 @@ class ContextManager:
         summarizers: SummarizerSource | None = None,
         degraded_factor: float = 1.25,
     ) -> None:
+        if not 0 < history_window <= MAX_WINDOW:
+            raise ConfigError(f"must be between 1 and {MAX_WINDOW}", key="history_window")
+        if window_cache < 1:
+            raise ConfigError("must be at least 1", key="window_cache")
+        if pending_decisions < 1:
+            raise ConfigError("must be at least 1", key="pending_decisions")
         self._store = store
         self.estimators = estimators or EstimatorRegistry()
         self._window = history_window
@@ -107,10 +132,26 @@ class ContextManager:
         self._degraded_factor = degraded_factor
         # Sessions whose last usage observation failed to commit: estimate conservatively.
         self._degraded: set[str] = set()
-        # Same-session turns serialize and the state excludes the current turn, so it is
-        # constant for a turn's steps unless this manager compacts: read it once per turn.
-        self._states: OrderedDict[str, ContextState] = OrderedDict()
-        self._state_cache = window_cache
+        # Each session's window as last read, least recently used first.
+        self._windows: OrderedDict[str, SessionWindow] = OrderedDict()
+        self._window_cache = window_cache
+        # Ready decisions waiting for their observation, oldest first.
+        self._pending: OrderedDict[str, ContextDecision] = OrderedDict()
+        self._pending_limit = pending_decisions
+        # Ready decisions of released turns (or pushed out of ``_pending``) not written yet.
+        self._unwritten: list[ContextDecision] = []
+        # A request's fixed framing per estimator and whether it opens with a system message.
+        self._fixed: dict[tuple[str, bool | None], int] = {}
+
+    @property
+    def cached_sessions(self) -> int:
+        """How many sessions' windows this manager keeps (at most ``window_cache``)."""
+        return len(self._windows)
+
+    @property
+    def pending_decisions(self) -> int:
+        """Ready decisions held in memory, not yet written (waiting for ``observe``)."""
+        return len(self._pending) + len(self._unwritten)
 
     def budget(self, limits: ModelLimits) -> tuple[int, int]:
         """(output reservation, hard input budget) for these limits."""
@@ -124,15 +165,17 @@ class ContextManager:
         context = request.context
         decision_id = new_id("ctx")
         output_budget, hard_budget = self.budget(request.limits)
-        state = await self._state(request)
-        estimate, exact = self._estimator(request, state)
-        head = self._head(request, state, estimate)
+        if self._unwritten:
+            await self._write_unwritten()
+        window, state = await self._read(request)
+        estimate, exact = self._estimator(request, state.calibration, window)
+        head = self._head(request, window, state.bootstrap, estimate)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
-        framing = _framing(estimate, head.messages[:1] or request.messages[:1])
+        framing = self._framing(estimate, (head.messages or request.messages)[:1])
         rest = current_tokens + schema_tokens + framing
         if head.tokens + rest > hard_budget:
-            head = self._head(request, state, estimate, room=hard_budget - rest)
+            head = self._head(request, window, state.bootstrap, estimate, room=hard_budget - rest)
         fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason: OverflowReason = (
@@ -144,18 +187,18 @@ class ContextManager:
                 request, decision_id, reason, fixed, hard_budget, output_budget
             )
         answered = leading_results(request.messages)
-        groups = group_history(state.window, answered)
+        groups = window.history.groups(answered)
         room = hard_budget - fixed
-        fit, pruned, compaction = await self._reduce(request, state, groups, room, estimate)
+        fit, pruned, compaction = await self._reduce(request, window, groups, room, estimate)
         if compaction is not None and compaction.kind in ("committed", "reread"):
             # The summary and cutoff moved: assemble once more from the committed state.
-            state = await self._state(request, refresh=True)
-            head = self._head(request, state, estimate, room=hard_budget - rest)
+            window, state = await self._read(request)
+            head = self._head(request, window, state.bootstrap, estimate, room=hard_budget - rest)
             fixed = head.tokens + rest
             room = max(0, hard_budget - fixed)
-            groups = group_history(state.window, answered)
+            groups = window.history.groups(answered)
             fit, pruned, _ = await self._reduce(
-                request, state, groups, room, estimate, compact=False
+                request, window, groups, room, estimate, compact=False
             )
         layers = (
             *head.layers,
@@ -170,20 +213,22 @@ class ContextManager:
             LayerSummary("current", current_tokens, len(request.messages)),
         )
         ready = ContextReady(
-            messages=(
-                *head.messages,
-                *(m for group in fit.groups for m in group.messages),
-                *request.messages,
+            messages=tuple(
+                chain(
+                    head.messages,
+                    chain.from_iterable(group.messages for group in fit.groups),
+                    request.messages,
+                )
             ),
             output_budget=output_budget,
             estimated_input_tokens=fixed + fit.tokens,
             hard_budget=hard_budget,
             decision_id=decision_id,
             layers=layers,
-            summary_used=state.summary is not None,
+            summary_used=window.summary is not None,
         )
         snapshot = context.capability_snapshot
-        await self._store.context.record_decision(
+        self._hold(
             ContextDecision(
                 decision_id=decision_id,
                 session_id=context.session_id,
@@ -195,7 +240,7 @@ class ContextManager:
                 output_budget=output_budget,
                 context_window=request.limits.context_window,
                 layers=layers,
-                raw_input_tokens=_raw_tokens(ready.messages, request, estimate),
+                raw_input_tokens=self._raw_tokens(ready.messages, head, fit, request, estimate),
                 framing_tokens=framing,
                 estimator=estimate.estimator_id,
                 exact_estimator=exact,
@@ -205,7 +250,7 @@ class ContextManager:
                 model=_name(snapshot.get("model")),
                 calibration=round(estimate.factor, 4),
                 summary_used=ready.summary_used,
-                cutoff=state.cutoff,
+                cutoff=window.cutoff,
                 pruned_results=pruned,
                 dropped_messages=fit.dropped_messages,
                 protected_dropped=fit.protected_dropped,
@@ -225,45 +270,131 @@ class ContextManager:
         request = ContextRequest(
             context=context, step_id=0, limits=ModelLimits(1 << 30, 1), messages=()
         )
-        state = await self._state(request, refresh=True)
+        state = await self._store.context.read_state(
+            session_id=context.session_id, turn_id=context.turn_id, window=self._window
+        )
         groups = group_history(state.window)
-        return await self._compact(request, state, groups, force=True)
-
-    def release(self, turn_id: str) -> None:
-        """The turn ended: drop its cached state (an internal hint, not a seam)."""
-        self._states.pop(turn_id, None)
+        return await self._compact(request, state.cutoff, groups, force=True)
 
     async def observe(self, observation: UsageObservation) -> None:
         """Durably append provider-reported usage for one decision; repeats are no-ops.
 
-        A failed write leaves the session degraded: until an observation
-        commits again, ``prepare`` estimates conservatively (and says
-        ``unsafe_estimate`` when even that cannot fit).
+        The decision (when this manager still holds it), the usage and the
+        calibration step are one transaction. A failed write leaves the
+        session degraded: until an observation commits again, ``prepare``
+        estimates conservatively (and says ``unsafe_estimate`` when even that
+        cannot fit); the decision stays held, to be written later.
         """
+        decision = self._pending.get(observation.decision_id)
         try:
-            await self._store.context.record_usage(observation)
+            if decision is not None:
+                await self._store.context.record_step(decision, observation)
+            else:
+                await self._store.context.record_usage(observation)
         except HostkitError:
             self._degraded.add(observation.session_id)
             raise
+        self._pending.pop(observation.decision_id, None)
         self._degraded.discard(observation.session_id)
+        if self._unwritten:
+            await self._write_unwritten()
+
+    def release(self, turn_id: str) -> None:
+        """The turn ended: its decisions that were never observed are to be written.
+
+        Synchronous; the write happens at this manager's next ``prepare``,
+        ``observe`` or ``flush``. ``await flush(turn_id)`` writes them now.
+        """
+        ended = [d for d in self._pending.values() if d.turn_id == turn_id]
+        for decision in ended:
+            del self._pending[decision.decision_id]
+        self._unwritten.extend(ended)
+        overflow = len(self._unwritten) - self._pending_limit
+        if overflow > 0:
+            # Writes kept failing: keep the newest (the records are telemetry, not state).
+            _log.warning("dropping %d unwritten context decisions", overflow)
+            del self._unwritten[:overflow]
+
+    async def flush(self, turn_id: str | None = None) -> bool:
+        """Write the decisions of ``turn_id`` (every turn: None) that were never observed.
+
+        What TurnExecution awaits when a turn ends (in place of ``release``).
+        Returns True when nothing is left unwritten; a failed write is
+        logged, and the decisions stay for the next attempt.
+        """
+        if turn_id is None:
+            self._unwritten.extend(self._pending.values())
+            self._pending.clear()
+        else:
+            self.release(turn_id)
+        if self._unwritten:
+            await self._write_unwritten()
+        return not self._unwritten
+
+    async def aclose(self) -> None:
+        """Write every decision still held (see ``flush``); the store stays open."""
+        await self.flush()
+
+    # -- decisions -------------------------------------------------------------------
+
+    def _hold(self, decision: ContextDecision) -> None:
+        """Keep a ready decision until its observation writes both (bounded)."""
+        self._pending[decision.decision_id] = decision
+        while len(self._pending) > self._pending_limit:
+            _, oldest = self._pending.popitem(last=False)
+            self._unwritten.append(oldest)
+
+    async def _write_unwritten(self) -> None:
+        batch = list(self._unwritten)
+        try:
+            await self._store.context.record_decisions(batch)
+        except HostkitError as exc:
+            _log.warning("context decisions not written yet: %s", exc.message)
+            return
+        written = {d.decision_id for d in batch}
+        self._unwritten = [d for d in self._unwritten if d.decision_id not in written]
 
     # -- assembly --------------------------------------------------------------------
 
-    async def _state(self, request: ContextRequest, *, refresh: bool = False) -> ContextState:
+    async def _read(self, request: ContextRequest) -> tuple[SessionWindow, ContextState]:
+        """The session's window for this turn, brought up to date by one read.
+
+        A second, full read happens only when the window cannot be extended
+        (another task replaced it meanwhile) or is short of what a full read
+        gives.
+        """
         context = request.context
-        cached = None if refresh else self._states.get(context.turn_id)
-        if cached is not None:
-            self._states.move_to_end(context.turn_id)
-            return cached
+        session_id, turn_id = context.session_id, context.turn_id
+        window = self._windows.get(session_id)
+        after_seq, after_cutoff = (None, None)
+        if window is not None:
+            window.serve(turn_id)
+            after_seq, after_cutoff = window.mark()
         state = await self._store.context.read_state(
-            session_id=context.session_id, turn_id=context.turn_id, window=self._window
+            session_id=session_id,
+            turn_id=turn_id,
+            window=self._window,
+            after_seq=after_seq,
+            after_cutoff=after_cutoff,
         )
+        window = self._windows.get(session_id)  # another task may have moved it meanwhile
+        if state.after is not None:
+            if window is not None:
+                window.serve(turn_id)
+            if window is None or not window.extend(state) or not window.exact:
+                state = await self._store.context.read_state(
+                    session_id=session_id, turn_id=turn_id, window=self._window
+                )
+        if state.after is None:
+            window = SessionWindow(state, self._window, previous=self._windows.get(session_id))
+        assert window is not None
         if request.bootstrap and state.bootstrap is None and self._bootstrap is not None:
             state = await self._take_bootstrap(context, state)
-        self._states[context.turn_id] = state
-        while len(self._states) > self._state_cache:
-            self._states.popitem(last=False)
-        return state
+        self._windows[session_id] = window
+        self._windows.move_to_end(session_id)
+        while len(self._windows) > self._window_cache:
+            self._windows.popitem(last=False)
+        return window, state
 
     async def _take_bootstrap(
         self, context: TurnExecutionContext, state: ContextState
@@ -278,11 +409,10 @@ class ContextManager:
         return dataclasses.replace(state, bootstrap=kept)
 
     def _estimator(
-        self, request: ContextRequest, state: ContextState
+        self, request: ContextRequest, calibration: Calibration | None, window: SessionWindow
     ) -> tuple[CalibratedEstimator, bool]:
         base, exact = self.estimators.resolve(request.limits.estimator_id)
         snapshot = request.context.capability_snapshot
-        calibration = state.calibration
         factor = 1.0
         if calibration is not None and (
             calibration.provider,
@@ -292,12 +422,13 @@ class ContextManager:
             factor = calibration.ratio
         if request.context.session_id in self._degraded:
             factor = max(factor, 1.0) * self._degraded_factor
-        return CalibratedEstimator(base, factor), exact
+        return CalibratedEstimator(base, factor, window.memo(base.estimator_id)), exact
 
     def _head(
         self,
         request: ContextRequest,
-        state: ContextState,
+        window: SessionWindow,
+        bootstrap: str | None,
         estimate: Estimator,
         room: int | None = None,
     ) -> _Head:
@@ -315,52 +446,62 @@ class ContextManager:
             tokens = sum(estimate.message(m) for m in items)
             layers.append(LayerSummary(name, tokens, len(items), pruned=pruned))
 
+        instructions = request.instructions
         layer(
             "instructions",
-            [ModelMessage("system", request.instructions)] if request.instructions else [],
+            [window.head("instructions", instructions, "")] if instructions else [],
         )
-        bootstrap = state.bootstrap if request.bootstrap else None
+        snapshot = bootstrap if request.bootstrap else None
         layer(
             "bootstrap",
-            [ModelMessage("system", f"Bootstrap snapshot:\n{bootstrap}")] if bootstrap else [],
+            [window.head("bootstrap", snapshot, "Bootstrap snapshot:\n")] if snapshot else [],
         )
         layer(
             "contributions",
-            [ModelMessage("system", f"Context:\n{item}") for item in request.contributions],
+            [
+                window.head(f"contribution {index}", item, "Context:\n")
+                for index, item in enumerate(request.contributions)
+            ],
         )
-        summary = state.summary
-        left = None if room is None else room - sum(x.tokens for x in layers)
-        message = _summary_message(summary, left, estimate) if summary else None
-        cut = 1 if summary and (message is None or not message.content.endswith(summary)) else 0
+        summary = window.summary
+        message: ModelMessage | None = None
+        whole: ModelMessage | None = None
+        if summary:
+            whole = window.head("summary", summary, REFERENCE_ONLY)
+            left = None if room is None else room - sum(x.tokens for x in layers)
+            message = _summary_message(whole, summary, left, estimate)
+        cut = 1 if summary and message is not whole else 0
         layer("summary", [message] if message else [], pruned=cut)
         return _Head(tuple(messages), tuple(layers), sum(x.tokens for x in layers))
 
     async def _reduce(
         self,
         request: ContextRequest,
-        state: ContextState,
+        window: SessionWindow,
         groups: list[Group],
         room: int,
-        estimate: Estimator,
+        estimate: CalibratedEstimator,
         *,
         compact: bool = True,
     ) -> tuple[Fit, int, CompactionOutcome | None]:
         """Fit the history into ``room``: as is, then pruned, then compacted, then cut."""
         protect = {"protect_head": self._protect_head, "protect_tail": self._protect_tail}
-        fit = fit_groups(groups, room, estimate, **protect)
+        sizes = [estimate.group(group) for group in groups]
+        fit = fit_groups(groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0:
             return fit, 0, None
         pruned_groups, pruned = prune_results(groups, protect_tail=self._protect_tail)
-        fit = fit_groups(pruned_groups, room, estimate, **protect)
+        sizes = [estimate.group(group) for group in pruned_groups]
+        fit = fit_groups(pruned_groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0 or not compact:
             return fit, pruned, None
-        outcome = await self._compact(request, state, pruned_groups, force=False)
+        outcome = await self._compact(request, window.cutoff, pruned_groups, force=False)
         return fit, pruned, outcome
 
     async def _compact(
         self,
         request: ContextRequest,
-        state: ContextState,
+        cutoff: int | None,
         groups: list[Group],
         *,
         force: bool,
@@ -386,10 +527,59 @@ class ContextManager:
         return await self._compactor.compact(
             request.context.session_id,
             messages=messages,
-            expected_cutoff=state.cutoff,
+            expected_cutoff=cutoff,
             summarizer=summarizer,
             force=force,
         )
+
+    # -- estimates -------------------------------------------------------------------
+
+    def _fixed_tokens(self, base: Estimator, first: ModelMessage | None) -> int:
+        """What ``base.request`` adds to its messages and schemas: the template's fixed parts.
+
+        By the ``Estimator`` contract it depends only on whether the request
+        opens with a system message, so it is probed once per estimator.
+        """
+        opens = None if first is None else first.role == "system"
+        key = (base.estimator_id, opens)
+        found = self._fixed.get(key)
+        if found is None:
+            if opens is None:
+                found = base.request((), ())
+            else:
+                probe = ModelMessage("system" if opens else "user", "")
+                found = base.request((probe,), ()) - base.message(probe)
+            if len(self._fixed) >= 64:
+                self._fixed.clear()
+            self._fixed[key] = found
+        return found
+
+    def _framing(self, estimate: CalibratedEstimator, first: tuple[ModelMessage, ...]) -> int:
+        """What a chat template adds once per request (generation prompt, default system prompt).
+
+        It depends only on whether the request opens with a system message.
+        """
+        extra = self._fixed_tokens(estimate.base, first[0] if first else None)
+        return math.ceil(max(0, extra) * estimate.factor)
+
+    def _raw_tokens(
+        self,
+        messages: tuple[ModelMessage, ...],
+        head: _Head,
+        fit: Fit,
+        request: ContextRequest,
+        estimate: CalibratedEstimator,
+    ) -> int:
+        """The uncalibrated estimate of the whole request: what calibration compares against.
+
+        ``base.request(messages, definitions)`` of the assembled ``messages``
+        (head, the history that fit, current), from the counts already made.
+        """
+        size = sum([estimate.raw(m) for m in head.messages])
+        size += sum([estimate.raw_group(group)[1] for group in fit.groups])
+        size += sum([estimate.raw(m) for m in request.messages])
+        size += estimate.raw_definitions(request.definitions)
+        return size + self._fixed_tokens(estimate.base, messages[0] if messages else None)
 
     async def _overflow(
         self,
@@ -411,6 +601,7 @@ class ContextManager:
             hard_budget=hard_budget,
         )
         context = request.context
+        # No observation follows an overflow: its decision is written at once.
         await self._store.context.record_decision(
             ContextDecision(
                 decision_id=decision_id,
@@ -438,25 +629,21 @@ def _name(value: object) -> str | None:
     return None
 
 
-def _raw_tokens(
-    messages: tuple[ModelMessage, ...], request: ContextRequest, estimate: CalibratedEstimator
-) -> int:
-    """The uncalibrated estimate of the whole request: what calibration compares against."""
-    return estimate.base.request(messages, request.definitions)
-
-
 SUMMARY_CUT = "[the earlier part of this summary was cut to fit the context window]\n"
 _MIN_SUMMARY_TOKENS = 32
 
 
-def _summary_message(summary: str, room: int | None, estimate: Estimator) -> ModelMessage | None:
-    """The reference-only summary message, its newest part only if ``room`` is too small."""
-    message = ModelMessage("system", REFERENCE_ONLY + summary)
-    if room is None or estimate.message(message) <= room:
-        return message
+def _summary_message(
+    whole: ModelMessage, summary: str, room: int | None, estimate: Estimator
+) -> ModelMessage | None:
+    """The reference-only summary message (``whole``), or its newest part only when ``room``
+    is too small for it."""
+    if room is None or estimate.message(whole) <= room:
+        return whole
     if room < _MIN_SUMMARY_TOKENS:
         return None
     keep = len(summary)
+    message = whole
     for _ in range(8):  # shrink by the overshoot (bounded; estimates are monotone in length)
         keep = int(keep * room / max(1, estimate.message(message)) * 0.9)
         if keep <= 0:
@@ -465,14 +652,3 @@ def _summary_message(summary: str, room: int | None, estimate: Estimator) -> Mod
         if estimate.message(message) <= room:
             return message
     return None
-
-
-def _framing(estimate: CalibratedEstimator, first: tuple[ModelMessage, ...]) -> int:
-    """What a chat template adds once per request (generation prompt, default system prompt).
-
-    It depends only on whether the request opens with a system message, so
-    probing with the first message is enough.
-    """
-    base = estimate.base
-    extra = base.request(first, ()) - sum(base.message(m) for m in first)
-    return math.ceil(max(0, extra) * estimate.factor)

@@ -39,6 +39,7 @@ class SessionWindow:
     """
 
     __slots__ = (
+        "_turns",
         "cutoff",
         "heads",
         "history",
@@ -49,7 +50,6 @@ class SessionWindow:
         "own",
         "summary",
         "turn_id",
-        "_turns",
     )
 
     def __init__(self, state: ContextState, limit: int, previous: SessionWindow | None = None):
@@ -63,6 +63,11 @@ class SessionWindow:
             previous.heads if previous is not None else {}
         )
         self.last_seq: int | None = None
+        self.turn_id = state.turn_id
+        self.history = History()
+        self._turns: deque[str | None] = deque()
+        self.own: list[_Row] = []
+        self.older = state.older
         self._load(((r.seq, r.message, r.turn_id) for r in state.rows), state.turn_id, state.older)
 
     @property
@@ -146,8 +151,8 @@ class SessionWindow:
     def _load(self, rows: Iterable[_Row], turn_id: str, older: bool) -> None:
         self.turn_id = turn_id
         self.history = History()
-        self._turns: deque[str | None] = deque()
-        self.own: list[_Row] = []
+        self._turns = deque()
+        self.own = []
         self.older = older
         for row in rows:
             self._add(row)

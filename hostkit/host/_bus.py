@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from hostkit.turns import Observer, TurnEvent
 
@@ -40,7 +40,7 @@ class EventBus:
     @asynccontextmanager
     async def subscribe(
         self, accepts: Callable[[TurnEvent], bool] = lambda event: True
-    ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
+    ) -> AsyncIterator[MemoryObjectReceiveStream[TurnEvent]]:
         """``async with bus.subscribe(filter) as events: async for event in events: ...``"""
         send, receive = anyio.create_memory_object_stream[TurnEvent](self._buffer)
         entry = (accepts, send)

@@ -93,10 +93,12 @@ class DefaultProviderSource:
                 steps, name=name, model=config.model or "scripted-1", limits=_limits(config, None)
             )
         if config.kind in ("openai", "anthropic"):
-            if config.kind == "openai":
-                from hostkit.adapters.openai_chat import OpenAIChatProvider as sdk_provider
-            else:
-                from hostkit.adapters.anthropic_messages import AnthropicProvider as sdk_provider
+            from hostkit.adapters.anthropic_messages import AnthropicProvider
+            from hostkit.adapters.openai_chat import OpenAIChatProvider
+
+            sdk_provider: type[OpenAIChatProvider | AnthropicProvider] = (
+                OpenAIChatProvider if config.kind == "openai" else AnthropicProvider
+            )
             # Both SDK adapters are async context managers: the exit stack closes them.
             return await self._resources.enter_async_context(
                 sdk_provider(

@@ -1,10 +1,11 @@
 """Who holds a durable lease: a Host process identified by host, pid and start time.
 
-Turn admission leases and context compaction leases both record their owner
-as ``LeaseOwner.encode()``. A lease normally ends by expiry; an owner that is
-*provably* dead (same machine, and its pid is gone or now belongs to a process
-with another start time) gives its lease up at once, so a restarted Host does
-not wait out a TTL for work whose process was killed.
+Session leases (one running turn per session), turn admission rows and
+context compaction leases all record their owner as ``LeaseOwner.encode()``.
+A lease normally ends by expiry; an owner that is *provably* dead (same
+machine, and its pid is gone or now belongs to a process with another start
+time) gives its lease up at once, so a restarted Host does not wait out a TTL
+for work whose process was killed.
 
 Every check reads ``/proc`` (psutil): call ``LeaseOwner.current``,
 ``LeaseOwner.liveness`` and ``owner_is_dead`` off the event loop

@@ -116,11 +116,14 @@ def create_session(
 
 
 def bound_session(conn: sqlite3.Connection, channel: str, conversation_key: str) -> str | None:
-    row = conn.execute(
+    """The session a conversation is bound to, or None before its first contact."""
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    row = cursor.execute(
         "SELECT session_id FROM conversation_bindings WHERE channel = ? AND conversation_key = ?",
         [channel, conversation_key],
     ).fetchone()
-    return str(row[0]) if row else None
+    return str(row["session_id"]) if row else None
 
 
 def bind_conversation(
@@ -204,9 +207,24 @@ def read_audit(
     conn: sqlite3.Connection, *, kind: str | None, after_id: int, limit: int
 ) -> tuple[AuditRecord, ...]:
     kind_clause = "AND kind = ?" if kind is not None else ""
-    rows = conn.execute(
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    rows = cursor.execute(
         "SELECT id, at, kind, principal_id, authority, session_id, subject, reason, detail "
         f"FROM audit WHERE id > ? {kind_clause} ORDER BY id LIMIT ?",
         [after_id, *([kind] if kind is not None else []), limit],
     ).fetchall()
-    return tuple(AuditRecord(*row[:8], json.loads(row[8])) for row in rows)
+    return tuple(
+        AuditRecord(
+            audit_id=row["id"],
+            at=row["at"],
+            kind=row["kind"],
+            principal_id=row["principal_id"],
+            authority=row["authority"],
+            session_id=row["session_id"],
+            subject=row["subject"],
+            reason=row["reason"],
+            detail=json.loads(row["detail"]),
+        )
+        for row in rows
+    )

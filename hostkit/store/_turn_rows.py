@@ -81,8 +81,32 @@ def _detail(detail: Mapping[str, Any] | None) -> str:
     return _json(thaw(bounded_metadata(detail)))
 
 
+_STATE_COLUMNS = (
+    "t.turn_id, t.session_id, t.status, t.result, t.cancel_requested_at, t.request_id, "
+    "t.core_id, t.core_revision, t.generation"
+)
+
+
 def _state(row: sqlite3.Row) -> TurnState:
-    result = TurnResult.from_json(json.loads(row["result"])) if row["result"] else None
+    result: TurnResult | None = None
+    if row["status"] != "running":
+        try:
+            result = TurnResult.from_json(json.loads(row["result"] or "null"))
+        except (TypeError, ValueError, AttributeError):
+            # A terminal row whose result predates the current format (or is damaged):
+            # answer with what the row itself says, never with an exception.
+            result = TurnResult(
+                request_id=row["request_id"],
+                turn_id=row["turn_id"],
+                session_id=row["session_id"],
+                core_id=row["core_id"],
+                core_revision=row["core_revision"],
+                outcome=row["status"],
+                text="",
+                error="the recorded result could not be read",
+                durable_result_ref=row["turn_id"],
+                generation=row["generation"],
+            )
     return TurnState(
         turn_id=row["turn_id"],
         session_id=row["session_id"],
@@ -116,6 +140,8 @@ def _insert_event(
     seq: int | None,
     kind: str,
     detail: Mapping[str, Any] | None,
+    *,
+    at: str | None = None,
 ) -> None:
     """Append one turn event; ``seq`` None takes the next free one (recovery, takeover)."""
     if seq is None:
@@ -128,7 +154,7 @@ def _insert_event(
     try:
         conn.execute(
             "INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)",
-            [turn_id, seq, kind, now(conn), _detail(detail)],
+            [turn_id, seq, kind, at or now(conn), _detail(detail)],
         )
     except sqlite3.IntegrityError as exc:
         raise InvalidValue(f"event seq {seq} of this turn is already recorded") from exc
@@ -160,6 +186,7 @@ def _commit_terminal(
         event_seq,
         f"turn.{result.outcome}",
         {"error": result.error, **(detail or {})},
+        at=at,
     )
     for intent_id in intents:
         conn.execute(
@@ -225,8 +252,7 @@ def find_turn(conn: sqlite3.Connection, principal_id: str, request_id: str) -> T
     """The turn an idempotency key already created, if any."""
     row = _one(
         conn,
-        "SELECT turn_id, session_id, status, result, cancel_requested_at FROM turns "
-        "WHERE principal_id = ? AND request_id = ?",
+        f"SELECT {_STATE_COLUMNS} FROM turns t WHERE t.principal_id = ? AND t.request_id = ?",
         [principal_id, request_id],
     )
     return _state(row) if row is not None else None
@@ -337,6 +363,7 @@ def admit(
             "trace_id": admission.trace_id,
             "lease_token": token,
         },
+        at=at,
     )
     lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)
     return Admitted(lease=lease, owner=facts, created=created, recovered=recovered)
@@ -394,6 +421,7 @@ def append_message(
         [lease.session_id],
     )
     seq = int(row["next"]) if row is not None else 1
+    at = now(conn)
     conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -404,10 +432,10 @@ def append_message(
             message.role,
             _json(message.to_json()),
             lease.turn_id,
-            now(conn),
+            at,
         ],
     )
-    _insert_event(conn, lease.turn_id, event_seq, event, detail)
+    _insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
     return TurnWrite(seq, cancel_requested)
 
 
@@ -460,7 +488,7 @@ def owned_state(conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str) -
     where, params = owner_predicate(scope)
     row = _one(
         conn,
-        "SELECT t.turn_id, t.session_id, t.status, t.result, t.cancel_requested_at FROM turns t "
+        f"SELECT {_STATE_COLUMNS} FROM turns t "
         f"JOIN session_owners o ON o.session_id = t.session_id WHERE t.turn_id = ? AND {where}",
         [turn_id, *params],
     )

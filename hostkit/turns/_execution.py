@@ -416,10 +416,12 @@ class TurnExecution:
     async def _heartbeat(self, active: ActiveTurn) -> None:
         """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
         interval = active.lease.ttl_s / 3
+        # A renewal slower than this is retried at the next beat (a busy writer, a slow disk).
+        bound = max(interval, 1.0)
         while True:
             await anyio.sleep(interval)
             try:
-                with anyio.fail_after(interval):
+                with anyio.fail_after(bound):
                     cancel_requested = await self._store.turns.renew(active.lease)
             except LeaseLost:
                 self._stop(active, _TAKEN_OVER)

@@ -175,7 +175,8 @@ async def test_old_tool_results_are_pruned_to_stubs_before_anything_is_dropped(
         ],
     )
     small = ModelLimits(context_window=2_000, max_output_tokens=300, safety_margin_tokens=50)
-    ready = await ContextManager(store).prepare(request_for(context_for(scope), small))
+    manager = ContextManager(store)
+    ready = await manager.prepare(request_for(context_for(scope), small))
     assert isinstance(ready, ContextReady)
     assert contents(ready) == [
         "read the big note",
@@ -188,6 +189,8 @@ async def test_old_tool_results_are_pruned_to_stubs_before_anything_is_dropped(
     ]
     history = next(layer for layer in ready.layers if layer.name == "history")
     assert history.pruned == 1
+    # Never observed: the decision is written when its turn ends.
+    assert await manager.flush("turn_now")
     decision = await store.context.decision(ready.decision_id)
     assert decision is not None
     assert (decision.pruned_results, decision.dropped_messages, decision.layers) == (
@@ -298,14 +301,18 @@ async def test_a_failed_observation_write_makes_the_next_prepare_conservative(
     ready = await manager.prepare(request_for(context))
     assert isinstance(ready, ContextReady)
 
-    async def failing(observation: UsageObservation) -> bool:
+    async def failing(*args: object) -> bool:
         raise StoreError("disk full")
 
+    # The held decision goes with its observation (record_step); a repeat without it would
+    # go through record_usage: both fail.
+    monkeypatch.setattr(store.context, "record_step", failing)
     monkeypatch.setattr(store.context, "record_usage", failing)
     with pytest.raises(StoreError):
         await observe(manager, ready, context, 10)
     monkeypatch.undo()
     assert await calibration_samples(store, context.session_id) is None  # nothing advanced
+    assert manager.pending_decisions == 1  # still held, for a later write
     cautious = await manager.prepare(request_for(with_model(context_for(scope, "t2"), "p", "m")))
     assert isinstance(cautious, ContextReady)
     assert cautious.estimated_input_tokens > ready.estimated_input_tokens

@@ -184,6 +184,15 @@ async def test_a_turn_left_running_before_v6_holds_its_session_until_recovered(
         recovered = await store.turns.recover()
         assert [(r.turn_id, r.outcome) for r in recovered] == [("turn_golden_running", "lost")]
         assert await store.turns.session_lease("ses_golden_owned") is None
+        # A terminal row whose stored result predates the current format still answers.
+        old = await store.turns.find("webhook:alice", "req_golden")
+        assert old is not None
+        assert old.result is not None
+        assert (old.status, old.result.outcome, old.result.turn_id) == (
+            "completed",
+            "completed",
+            "turn_golden",
+        )
         summary = await store.read(
             lambda c: c.execute("SELECT cutoff_seq FROM context_summaries").fetchall()
         )

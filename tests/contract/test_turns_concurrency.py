@@ -142,3 +142,31 @@ async def test_history_of_earlier_turns_reaches_the_next_prepare(tmp_path: Path)
     assert "remember the number 42" in contents
     assert "first" in contents
     assert contents[-1] == "what was the number?"
+
+
+async def test_same_session_waiters_run_in_arrival_order_and_wake_at_once(
+    tmp_path: Path,
+) -> None:
+    gate = Gate()
+    seen: list[str] = []
+
+    async def record(request: ModelRequest) -> Reply:
+        seen.append(request.messages[-1].content)
+        return Reply("ok")
+
+    model = ScriptedModel([gate, record], repeat_last=True)
+    async with open_host(tmp_path, model) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.turns.run, request("m0", conversation="same"))
+            await gate.entered.wait()
+            for i in range(1, 4):
+                tg.start_soon(host.turns.run, request(f"m{i}", conversation="same"))
+                while host.turns.admission_holders < i + 1:
+                    await anyio.lowlevel.checkpoint()
+            started = anyio.current_time()
+            gate.release.set()
+        # Each waiter was woken by the previous turn's release, not by a periodic recheck
+        # (the first of which would come only after seconds).
+        assert anyio.current_time() - started < 4.0
+    assert seen == ["m1", "m2", "m3"]
+    assert host.turns.admitted_sessions == 0

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
@@ -237,6 +238,31 @@ async def test_terminal_commit_failure_raises_infrastructure_error(
         kinds = await event_kinds(reopened, turn_id or "")
     assert rows == [(turn_id, "lost")]
     assert kinds.count("turn.lost") == 1
+
+
+@pytest.mark.parametrize("abandon_fails", [False, True])
+async def test_a_turn_without_its_terminal_record_does_not_block_its_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abandon_fails: bool
+) -> None:
+    async def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise StoreError("disk I/O error", retryable=True)
+
+    # Admission would wait up to ten minutes for a session still held by a live turn.
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")], repeat_last=True)) as host:
+        monkeypatch.setattr(SqliteTurnStore, "finish", broken)
+        if abandon_fails:
+            monkeypatch.setattr(SqliteTurnStore, "abandon", broken)
+        with pytest.raises(TurnInfrastructureError) as caught:
+            await host.turns.run(request())
+        monkeypatch.undo()
+        # The next turn of the session ends the stranded one first and runs at once.
+        with anyio.fail_after(10):
+            follow = await host.turns.run(request())
+        assert follow.outcome == "completed"
+        assert await turn_rows(host) == [
+            (caught.value.durable_result_ref, "lost"),
+            (follow.turn_id, "completed"),
+        ]
 
 
 async def test_late_writes_after_the_terminal_record_are_refused(tmp_path: Path) -> None:

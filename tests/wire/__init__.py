@@ -2,8 +2,11 @@
 
 ``serve_wire()`` runs a scripted uvicorn/starlette server on 127.0.0.1;
 ``tests.wire.openai_chat`` and ``tests.wire.anthropic_messages`` build
-payloads shaped like each API's real answers; ``RecordingRetryPolicy`` makes
-retries instant while recording the waits they asked for.
+payloads shaped like each API's real answers, and encode a neutral
+``tests.wire.scenario.Answer`` in them; ``RecordingRetryPolicy`` makes
+retries instant while recording the waits they asked for;
+``tests.wire.rigs`` puts every ModelProvider adapter behind one interface for
+the provider contract suite.
 """
 
 from tests.wire.policy import RecordingRetryPolicy

@@ -270,8 +270,8 @@ def _check_options(
             raise InvalidValue("environment keys and values must be strings")
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise InvalidValue(f"invalid environment entry {bounded(key, 60)!r}")
-    for name, value in limits.items():
-        if not math.isfinite(value) or value < 0 or (value == 0 and name != "grace_s"):
+    for name, limit in limits.items():
+        if not math.isfinite(limit) or limit < 0 or (limit == 0 and name != "grace_s"):
             raise InvalidValue(f"{name} must be a positive finite number")
     return list(argv)
 

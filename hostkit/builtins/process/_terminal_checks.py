@@ -189,8 +189,11 @@ def open_workdir(workspace: WorkspaceScope, cwd: str) -> tuple[int, Path]:
     # Without /proc (macOS), the opened directory's current path: a narrow check-then-use.
     import fcntl
 
+    get_path: int | None = getattr(fcntl, "F_GETPATH", None)
     try:
-        path = os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).rstrip(b"\0"))
+        if get_path is None:
+            raise OSError("F_GETPATH is not available")
+        path = os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0"))
     except (AttributeError, OSError) as exc:
         os.close(fd)
         raise TerminalRefused("this platform cannot pin a working directory") from exc

@@ -289,10 +289,10 @@ def _canonical_host(v6: str | None, name: str | None) -> tuple[str, IPAddress | 
     """The host as it will be requested, and its address when it is a literal."""
     if v6 is not None:
         try:
-            address = ipaddress.IPv6Address(v6)
+            literal = ipaddress.IPv6Address(v6)
         except ValueError as exc:
             raise UrlDenied("the URL's IPv6 host is malformed", reason="invalid") from exc
-        return str(address), address
+        return str(literal), literal
     assert name is not None
     if not name.isascii():
         try:
