@@ -7,61 +7,128 @@ async with hostkit.Host.open("hostkit.toml") as host:
     text = await host.run_turn("assistant", "Summarise notes.md")
     result = await host.turns.run(hostkit.TurnRequest(...))
 ```
+
+The top level holds what an embedder writes or passes: the Host and its
+configuration, turn requests and results, the interfaces an embedder
+implements (tools, model providers, approval providers, capability sources),
+the scripted model for tests, and the whole error tree. What the Host builds
+for itself (the store, the authority resolver, scopes, turn contexts) lives
+in its own package (``hostkit.store``, ``hostkit.authority``, ``hostkit.types``).
 """
 
-from hostkit.authority import AuthorityResolver, OperatorIssuer
+from hostkit.adapters.scripted import CallTools, Fail, Reply, ScriptedModel
+from hostkit.effects import (
+    ApprovalDecision,
+    ApprovalProvider,
+    ApprovalRequest,
+    AuthoredTool,
+    ToolContext,
+    ToolOutcome,
+    tool,
+)
 from hostkit.errors import (
+    ApprovalClosed,
+    ApprovalRefused,
     ConfigError,
+    ContextOverflow,
     HostkitError,
+    InvalidValue,
+    LeaseLost,
+    MigrationError,
     NotFoundOrUnauthorized,
+    PolicyRefusal,
+    ProviderError,
+    RuntimeFailure,
     ScopeError,
+    StoreClosed,
+    StoreError,
+    TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
+    UserError,
 )
 from hostkit.host import (
     DefaultCapabilities,
     Host,
     HostConfig,
+    MemorySource,
+    ProviderSource,
     RuntimeCapabilities,
+    ToolSource,
     TurnNotCompleted,
 )
-from hostkit.store import RuntimeStore
+from hostkit.providers import ModelProvider
 from hostkit.types import (
     ConversationFacts,
     FreshSession,
-    PrincipalScope,
+    ModelLimits,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
     ResumeSession,
-    TurnExecutionContext,
+    StreamEvent,
+    ToolCall,
     TurnRequest,
     TurnResult,
+    Usage,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AuthorityResolver",
-    "load_ipython_extension",
+    "ApprovalClosed",
+    "ApprovalDecision",
+    "ApprovalProvider",
+    "ApprovalRefused",
+    "ApprovalRequest",
+    "AuthoredTool",
+    "CallTools",
     "ConfigError",
+    "ContextOverflow",
     "ConversationFacts",
     "DefaultCapabilities",
+    "Fail",
     "FreshSession",
     "Host",
     "HostConfig",
     "HostkitError",
+    "InvalidValue",
+    "LeaseLost",
+    "MemorySource",
+    "MigrationError",
+    "ModelLimits",
+    "ModelMessage",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
     "NotFoundOrUnauthorized",
-    "OperatorIssuer",
-    "PrincipalScope",
+    "PolicyRefusal",
+    "ProviderError",
+    "ProviderSource",
+    "Reply",
     "ResumeSession",
     "RuntimeCapabilities",
-    "RuntimeStore",
+    "RuntimeFailure",
     "ScopeError",
-    "TurnExecutionContext",
+    "ScriptedModel",
+    "StoreClosed",
+    "StoreError",
+    "StreamEvent",
+    "ToolCall",
+    "ToolContext",
+    "ToolOutcome",
+    "ToolSource",
     "TurnInProgress",
+    "TurnInfrastructureError",
     "TurnNotCompleted",
     "TurnRejected",
     "TurnRequest",
     "TurnResult",
+    "Usage",
+    "UserError",
     "__version__",
+    "load_ipython_extension",
+    "tool",
 ]
 
 

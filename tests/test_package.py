@@ -55,3 +55,60 @@ def test_helper_modules_are_private() -> None:
 
 def test_version_is_exposed() -> None:
     assert hostkit.__version__.count(".") == 2
+
+
+def test_top_level_exports_the_whole_error_tree() -> None:
+    import hostkit.errors
+
+    tree = {
+        name
+        for name, value in vars(hostkit.errors).items()
+        if isinstance(value, type) and issubclass(value, hostkit.errors.HostkitError)
+    }
+    assert "TurnInProgress" in tree
+    assert tree <= set(hostkit.__all__), f"missing: {sorted(tree - set(hostkit.__all__))}"
+    for name in tree:
+        assert getattr(hostkit, name) is getattr(hostkit.errors, name)
+
+
+def test_top_level_exports_what_embedders_implement_or_pass() -> None:
+    expected = {
+        "Host",
+        "HostConfig",
+        "TurnRequest",
+        "TurnResult",
+        "ConversationFacts",
+        "tool",
+        "ToolContext",
+        "ApprovalProvider",
+        "ApprovalRequest",
+        "ModelProvider",
+        "ScriptedModel",
+        "RuntimeCapabilities",
+        "ToolSource",
+        "ProviderSource",
+    }
+    assert expected <= set(hostkit.__all__)
+    assert hostkit.ScriptedModel is importlib.import_module("hostkit.testing").ScriptedModel
+
+
+@pytest.mark.parametrize(
+    "internal",
+    ["AuthorityResolver", "OperatorIssuer", "RuntimeStore", "PrincipalScope", "TurnExecution"],
+)
+def test_top_level_does_not_export_what_the_host_builds_itself(internal: str) -> None:
+    assert internal not in hostkit.__all__
+    assert not hasattr(hostkit, internal)
+
+
+@pytest.mark.parametrize("name", [*PACKAGES, "hostkit.builtins"])
+def test_package_all_is_sorted(name: str) -> None:
+    """``__all__`` in ruff's isort-style order (RUF022): constants, classes, then functions."""
+    exported = list(importlib.import_module(name).__all__)
+
+    def kind(attr: str) -> int:
+        if attr.isupper() or (attr.upper() == attr and "_" in attr):
+            return 0
+        return 1 if attr[:1].isupper() else 2
+
+    assert exported == sorted(exported, key=lambda attr: (kind(attr), attr)), name

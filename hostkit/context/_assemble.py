@@ -10,6 +10,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from hostkit.context._estimate import Estimator
 from hostkit.types import ModelMessage, ToolDefinition
@@ -20,9 +21,10 @@ __all__ = [
     "Fit",
     "Group",
     "History",
+    "HistoryView",
     "SizeMemo",
-    "group_history",
     "fit_groups",
+    "group_history",
     "leading_results",
     "prune_results",
     "pruned_stub",
@@ -57,7 +59,7 @@ class SizeMemo:
     which bounds it without any bookkeeping of which messages are still in use.
     """
 
-    __slots__ = ("definitions", "groups", "limit", "messages")
+    __slots__ = ("definitions", "groups", "limit", "messages", "view")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -65,6 +67,8 @@ class SizeMemo:
         # A group's messages' counts and their sum.
         self.groups: dict[int, tuple[Group, tuple[int, ...], int]] = {}
         self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
+        # The counts of one ``HistoryView``'s messages, in order, and their sum.
+        self.view: tuple[HistoryView, tuple[int, ...], int] | None = None
 
 
 class CalibratedEstimator:
@@ -117,6 +121,27 @@ class CalibratedEstimator:
     def group(self, group: Group) -> int:
         """``sum(self.message(m) for m in group.messages)``, from the counts made before."""
         counts, total = self.raw_group(group)
+        factor = self.factor
+        if factor == 1.0:
+            return total
+        ceil = math.ceil
+        return sum([ceil(count * factor) for count in counts])
+
+    def raw_view(self, view: HistoryView) -> tuple[tuple[int, ...], int]:
+        """The base counts of a history view's messages, in order, and their sum."""
+        memo = self._memo
+        found = memo.view if memo is not None else None
+        if found is not None and found[0] is view:
+            return found[1], found[2]
+        counts = tuple(chain.from_iterable(self.raw_group(group)[0] for group in view.groups))
+        total = sum(counts)
+        if memo is not None:
+            memo.view = (view, counts, total)
+        return counts, total
+
+    def view(self, view: HistoryView) -> int:
+        """``sum(self.message(m) for m in view.messages)``, from the counts made before."""
+        counts, total = self.raw_view(view)
         factor = self.factor
         if factor == 1.0:
             return total
@@ -237,6 +262,15 @@ class _Open:
         return built
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class HistoryView:
+    """A ``History``'s groups for one set of call ids answered now, and their messages in order."""
+
+    answered_now: frozenset[str]
+    groups: tuple[Group, ...]
+    messages: tuple[ModelMessage, ...]
+
+
 class History:
     """A window's groups, kept current as rows arrive at its newest end and leave at its oldest.
 
@@ -246,12 +280,12 @@ class History:
     next. Rows come in seq order.
     """
 
-    __slots__ = ("_groups", "_listed", "_rows")
+    __slots__ = ("_groups", "_rows", "_view")
 
     def __init__(self, rows: Iterable[tuple[int, ModelMessage]] = ()) -> None:
         self._rows: deque[tuple[int, ModelMessage]] = deque()
         self._groups: deque[_Open] = deque()
-        self._listed: tuple[frozenset[str], list[Group]] | None = None
+        self._view: HistoryView | None = None
         for seq, message in rows:
             self.append(seq, message)
 
@@ -269,7 +303,7 @@ class History:
 
     def append(self, seq: int, message: ModelMessage) -> None:
         """Add the newest row."""
-        self._listed = None
+        self._view = None
         self._rows.append((seq, message))
         if message.role == "tool":
             # Only a result for a call the last group's head made belongs to it; any other
@@ -282,21 +316,24 @@ class History:
     def popleft(self) -> tuple[int, ModelMessage]:
         """Drop the oldest row; a group that loses its head goes with it (its results are
         orphans now)."""
-        self._listed = None
+        self._view = None
         seq, message = self._rows.popleft()
         if self._groups and self._groups[0].seqs[0] == seq:
             self._groups.popleft()
         return seq, message
 
     def groups(self, answered_now: frozenset[str] = frozenset()) -> list[Group]:
-        """The groups, oldest first (a new list; the same one is never handed out twice)."""
-        listed = self._listed
-        if listed is None or listed[0] != answered_now:
-            listed = self._listed = (
-                answered_now,
-                [group.group(answered_now) for group in self._groups],
-            )
-        return list(listed[1])
+        """The groups, oldest first."""
+        return list(self.view(answered_now).groups)
+
+    def view(self, answered_now: frozenset[str] = frozenset()) -> HistoryView:
+        """The groups and their messages; the same object until a row comes or goes."""
+        view = self._view
+        if view is None or view.answered_now != answered_now:
+            groups = tuple(group.group(answered_now) for group in self._groups)
+            messages = tuple(m for group in groups for m in group.messages)
+            view = self._view = HistoryView(answered_now, groups, messages)
+        return view
 
 
 def pruned_stub(message: ModelMessage) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections import OrderedDict
@@ -14,6 +13,7 @@ from hostkit.context._assemble import (
     CalibratedEstimator,
     Fit,
     Group,
+    HistoryView,
     fit_groups,
     group_history,
     leading_results,
@@ -24,7 +24,7 @@ from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Sum
 from hostkit.context._estimate import Estimator, EstimatorRegistry
 from hostkit.context._window import SessionWindow
 from hostkit.errors import ConfigError, HostkitError
-from hostkit.store import MAX_WINDOW, Calibration, ContextState, RuntimeStore
+from hostkit.store import MAX_WINDOW, RuntimeStore
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -167,15 +167,15 @@ class ContextManager:
         output_budget, hard_budget = self.budget(request.limits)
         if self._unwritten:
             await self._write_unwritten()
-        window, state = await self._read(request)
-        estimate, exact = self._estimator(request, state.calibration, window)
-        head = self._head(request, window, state.bootstrap, estimate)
+        window = await self._read(request)
+        estimate, exact = self._estimator(request, window)
+        head = self._head(request, window, estimate)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
         framing = self._framing(estimate, (head.messages or request.messages)[:1])
         rest = current_tokens + schema_tokens + framing
         if head.tokens + rest > hard_budget:
-            head = self._head(request, window, state.bootstrap, estimate, room=hard_budget - rest)
+            head = self._head(request, window, estimate, room=hard_budget - rest)
         fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason: OverflowReason = (
@@ -187,19 +187,23 @@ class ContextManager:
                 request, decision_id, reason, fixed, hard_budget, output_budget
             )
         answered = leading_results(request.messages)
-        groups = window.history.groups(answered)
+        view = window.history.view(answered)
         room = hard_budget - fixed
-        fit, pruned, compaction = await self._reduce(request, window, groups, room, estimate)
+        fit, pruned, compaction = await self._reduce(request, window, view, room, estimate)
         if compaction is not None and compaction.kind in ("committed", "reread"):
             # The summary and cutoff moved: assemble once more from the committed state.
-            window, state = await self._read(request)
-            head = self._head(request, window, state.bootstrap, estimate, room=hard_budget - rest)
+            window = await self._read(request, refresh=True)
+            estimate = CalibratedEstimator(
+                estimate.base, estimate.factor, window.memo(estimate.estimator_id)
+            )
+            head = self._head(request, window, estimate, room=hard_budget - rest)
             fixed = head.tokens + rest
             room = max(0, hard_budget - fixed)
-            groups = window.history.groups(answered)
+            view = window.history.view(answered)
             fit, pruned, _ = await self._reduce(
-                request, window, groups, room, estimate, compact=False
+                request, window, view, room, estimate, compact=False
             )
+        whole = fit.groups is view.groups  # the common case: the history fits as it is
         layers = (
             *head.layers,
             LayerSummary("schemas", schema_tokens, len(request.definitions)),
@@ -207,17 +211,21 @@ class ContextManager:
             LayerSummary(
                 "history",
                 fit.tokens,
-                sum(len(g.messages) for g in fit.groups),
+                len(view.messages) if whole else sum(len(g.messages) for g in fit.groups),
                 pruned=fit.dropped_messages + pruned,
             ),
             LayerSummary("current", current_tokens, len(request.messages)),
         )
         ready = ContextReady(
-            messages=tuple(
-                chain(
-                    head.messages,
-                    chain.from_iterable(group.messages for group in fit.groups),
-                    request.messages,
+            messages=(
+                head.messages + view.messages + request.messages
+                if whole
+                else tuple(
+                    chain(
+                        head.messages,
+                        chain.from_iterable(group.messages for group in fit.groups),
+                        request.messages,
+                    )
                 )
             ),
             output_budget=output_budget,
@@ -240,7 +248,14 @@ class ContextManager:
                 output_budget=output_budget,
                 context_window=request.limits.context_window,
                 layers=layers,
-                raw_input_tokens=self._raw_tokens(ready.messages, head, fit, request, estimate),
+                raw_input_tokens=self._raw_tokens(
+                    ready.messages,
+                    head,
+                    estimate.raw_view(view)[1] if whole else None,
+                    fit,
+                    request,
+                    estimate,
+                ),
                 framing_tokens=framing,
                 estimator=estimate.estimator_id,
                 exact_estimator=exact,
@@ -274,7 +289,9 @@ class ContextManager:
             session_id=context.session_id, turn_id=context.turn_id, window=self._window
         )
         groups = group_history(state.window)
-        return await self._compact(request, state.cutoff, groups, force=True)
+        outcome = await self._compact(request, state.cutoff, groups, force=True)
+        self._windows.pop(context.session_id, None)  # the cutoff may have moved
+        return outcome
 
     async def observe(self, observation: UsageObservation) -> None:
         """Durably append provider-reported usage for one decision; repeats are no-ops.
@@ -286,11 +303,16 @@ class ContextManager:
         cannot fit); the decision stays held, to be written later.
         """
         decision = self._pending.get(observation.decision_id)
+        window = self._windows.get(observation.session_id)
         try:
             if decision is not None:
-                await self._store.context.record_step(decision, observation)
+                recorded = await self._store.context.record_step(decision, observation)
+                if window is not None:
+                    window.calibration = recorded.calibration
             else:
                 await self._store.context.record_usage(observation)
+                if window is not None:
+                    window.current = None  # the calibration may have moved: read it again
         except HostkitError:
             self._degraded.add(observation.session_id)
             raise
@@ -356,20 +378,27 @@ class ContextManager:
 
     # -- assembly --------------------------------------------------------------------
 
-    async def _read(self, request: ContextRequest) -> tuple[SessionWindow, ContextState]:
-        """The session's window for this turn, brought up to date by one read.
+    async def _read(self, request: ContextRequest, *, refresh: bool = False) -> SessionWindow:
+        """The session's window for this turn, brought up to date by at most one read.
 
+        The first step of a turn reads what is new since the window was last
+        read (a full read when there is no window or the cutoff moved). Later
+        steps of the same turn read nothing: the session's other rows do not
+        change while the turn runs (same-session turns serialize), the turn's
+        own rows come in the request, and ``observe`` hands back the
+        calibration it moved. ``refresh`` reads anyway (after a compaction).
         A second, full read happens only when the window cannot be extended
-        (another task replaced it meanwhile) or is short of what a full read
-        gives.
+        (another task replaced it meanwhile) or falls short of a full read.
         """
         context = request.context
         session_id, turn_id = context.session_id, context.turn_id
         window = self._windows.get(session_id)
-        after_seq, after_cutoff = (None, None)
         if window is not None:
+            self._windows.move_to_end(session_id)
+            if window.current == turn_id and not refresh:
+                return window
             window.serve(turn_id)
-            after_seq, after_cutoff = window.mark()
+        after_seq, after_cutoff = window.mark() if window is not None else (None, None)
         state = await self._store.context.read_state(
             session_id=session_id,
             turn_id=turn_id,
@@ -388,31 +417,30 @@ class ContextManager:
         if state.after is None:
             window = SessionWindow(state, self._window, previous=self._windows.get(session_id))
         assert window is not None
-        if request.bootstrap and state.bootstrap is None and self._bootstrap is not None:
-            state = await self._take_bootstrap(context, state)
+        if request.bootstrap and window.bootstrap is None and self._bootstrap is not None:
+            window.bootstrap = await self._take_bootstrap(context)
+        window.current = turn_id
         self._windows[session_id] = window
         self._windows.move_to_end(session_id)
         while len(self._windows) > self._window_cache:
             self._windows.popitem(last=False)
-        return window, state
+        return window
 
-    async def _take_bootstrap(
-        self, context: TurnExecutionContext, state: ContextState
-    ) -> ContextState:
+    async def _take_bootstrap(self, context: TurnExecutionContext) -> str | None:
         assert self._bootstrap is not None
         snapshot = await self._bootstrap.snapshot(context)
         if snapshot is None:
-            return state
-        kept = await self._store.context.keep_bootstrap(
+            return None
+        return await self._store.context.keep_bootstrap(
             context.session_id, snapshot=snapshot.text, source=snapshot.source
         )
-        return dataclasses.replace(state, bootstrap=kept)
 
     def _estimator(
-        self, request: ContextRequest, calibration: Calibration | None, window: SessionWindow
+        self, request: ContextRequest, window: SessionWindow
     ) -> tuple[CalibratedEstimator, bool]:
         base, exact = self.estimators.resolve(request.limits.estimator_id)
         snapshot = request.context.capability_snapshot
+        calibration = window.calibration
         factor = 1.0
         if calibration is not None and (
             calibration.provider,
@@ -428,7 +456,6 @@ class ContextManager:
         self,
         request: ContextRequest,
         window: SessionWindow,
-        bootstrap: str | None,
         estimate: Estimator,
         room: int | None = None,
     ) -> _Head:
@@ -451,7 +478,7 @@ class ContextManager:
             "instructions",
             [window.head("instructions", instructions, "")] if instructions else [],
         )
-        snapshot = bootstrap if request.bootstrap else None
+        snapshot = window.bootstrap if request.bootstrap else None
         layer(
             "bootstrap",
             [window.head("bootstrap", snapshot, "Bootstrap snapshot:\n")] if snapshot else [],
@@ -478,14 +505,18 @@ class ContextManager:
         self,
         request: ContextRequest,
         window: SessionWindow,
-        groups: list[Group],
+        view: HistoryView,
         room: int,
         estimate: CalibratedEstimator,
         *,
         compact: bool = True,
     ) -> tuple[Fit, int, CompactionOutcome | None]:
         """Fit the history into ``room``: as is, then pruned, then compacted, then cut."""
+        tokens = estimate.view(view)
+        if tokens <= room:
+            return Fit(view.groups, tokens, 0, False), 0, None
         protect = {"protect_head": self._protect_head, "protect_tail": self._protect_tail}
+        groups = list(view.groups)
         sizes = [estimate.group(group) for group in groups]
         fit = fit_groups(groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0:
@@ -566,6 +597,7 @@ class ContextManager:
         self,
         messages: tuple[ModelMessage, ...],
         head: _Head,
+        history: int | None,
         fit: Fit,
         request: ContextRequest,
         estimate: CalibratedEstimator,
@@ -573,10 +605,13 @@ class ContextManager:
         """The uncalibrated estimate of the whole request: what calibration compares against.
 
         ``base.request(messages, definitions)`` of the assembled ``messages``
-        (head, the history that fit, current), from the counts already made.
+        (head, the history that fit, current), from the counts already made
+        (``history``: the whole view's, when all of it fit).
         """
         size = sum([estimate.raw(m) for m in head.messages])
-        size += sum([estimate.raw_group(group)[1] for group in fit.groups])
+        if history is None:
+            history = sum([estimate.raw_group(group)[1] for group in fit.groups])
+        size += history
         size += sum([estimate.raw(m) for m in request.messages])
         size += estimate.raw_definitions(request.definitions)
         return size + self._fixed_tokens(estimate.base, messages[0] if messages else None)

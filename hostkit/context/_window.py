@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from hostkit.context._assemble import History, SizeMemo
-from hostkit.store import ContextState
+from hostkit.store import Calibration, ContextState
 from hostkit.types import ModelMessage
 
 __all__ = ["SessionWindow"]
@@ -40,6 +40,9 @@ class SessionWindow:
 
     __slots__ = (
         "_turns",
+        "bootstrap",
+        "calibration",
+        "current",
         "cutoff",
         "heads",
         "history",
@@ -57,6 +60,10 @@ class SessionWindow:
         self.limit = limit
         self.cutoff = state.cutoff
         self.summary = state.summary
+        self.bootstrap: str | None = state.bootstrap
+        self.calibration: Calibration | None = state.calibration
+        # The turn this window was read for: its later steps need no read (see ContextManager).
+        self.current: str | None = None
         # What does not depend on the rows carries over from the window this one replaces.
         self.memos: dict[str, SizeMemo] = previous.memos if previous is not None else {}
         self.heads: dict[str, tuple[str, ModelMessage]] = (
@@ -124,6 +131,8 @@ class SessionWindow:
                     self._add((row.seq, row.message, row.turn_id))
             self._trim()
         self.summary = state.summary
+        self.bootstrap = state.bootstrap
+        self.calibration = state.calibration
         return True
 
     def memo(self, estimator_id: str) -> SizeMemo:

@@ -18,7 +18,7 @@ from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult
 
-__all__ = ["HostApprovals", "MAX_LIST"]
+__all__ = ["MAX_LIST", "HostApprovals"]
 
 MAX_LIST = 200
 _DECISIONS = ("approve_once", "approve_session", "deny")

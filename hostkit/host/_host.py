@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+from anyio.abc import AsyncResource
 
+from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.builtins.process import ProcessSupervisor
 from hostkit.context import (
@@ -54,7 +54,7 @@ class TurnNotCompleted(RuntimeFailure):
         super().__init__(f"turn ended {result.outcome}: {result.error or 'no detail'}")
 
 
-class Host:
+class Host(AsyncResource):
     """An agent Host: ``async with Host.open(config) as host``.
 
     ``host.turns`` is the full TurnExecution seam; ``host.run_turn(agent,
@@ -136,14 +136,31 @@ class Host:
         )
 
     @classmethod
-    async def start(
+    def open(
         cls,
         config: HostConfig | str | Path | None = None,
         *,
         capabilities: RuntimeCapabilities | None = None,
         approver: ApprovalProvider | None = None,
+    ) -> Opening[Host]:
+        """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
+
+        ``config`` is a ``HostConfig``, a path to ``hostkit.toml``, or None for
+        the default (embedded SQLite in the working directory). Opening
+        creates or upgrades the database and ends turns a dead Host left
+        running (``lost``); awaited without ``async with``, the caller closes
+        the Host with ``await host.aclose()``.
+        """
+        return Opening(lambda: cls._open(config, capabilities=capabilities, approver=approver))
+
+    @classmethod
+    async def _open(
+        cls,
+        config: HostConfig | str | Path | None,
+        *,
+        capabilities: RuntimeCapabilities | None,
+        approver: ApprovalProvider | None,
     ) -> Host:
-        """Open a Host (prefer ``Host.open`` as a context manager); recovers orphaned turns."""
         resolved = await _resolve_config(config)
         await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
         store = await RuntimeStore.open(
@@ -171,22 +188,6 @@ class Host:
                 await store.aclose()
             raise
         return host
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def open(
-        cls,
-        config: HostConfig | str | Path | None = None,
-        *,
-        capabilities: RuntimeCapabilities | None = None,
-        approver: ApprovalProvider | None = None,
-    ) -> AsyncIterator[Host]:
-        host = await cls.start(config, capabilities=capabilities, approver=approver)
-        try:
-            yield host
-        finally:
-            with anyio.CancelScope(shield=True):
-                await host.aclose()
 
     @property
     def generation(self) -> int:

@@ -241,7 +241,7 @@ async def start(
         if config is None and await anyio.Path("hostkit.toml").exists():
             config = Path("hostkit.toml")
         approver = WidgetApprover()
-        host = await Host.start(config, capabilities=capabilities, approver=approver)
+        host = await Host.open(config, capabilities=capabilities, approver=approver)
         notebook = NotebookHost(host, approver, conversation=conversation)
         notebook.config_source, notebook.capabilities = config, capabilities
         _current = notebook

@@ -20,6 +20,7 @@ from hostkit.store._context_values import (
     CompactionState,
     ContextState,
     LeaseTake,
+    StepRecord,
 )
 from hostkit.types import ContextDecision, UsageObservation
 
@@ -129,16 +130,20 @@ class ContextStore(ABC):
         """
 
     @abstractmethod
-    async def record_step(self, decision: ContextDecision, observation: UsageObservation) -> bool:
+    async def record_step(
+        self, decision: ContextDecision, observation: UsageObservation
+    ) -> StepRecord:
         """One observed step in one transaction: its decision, its usage, then calibration.
 
         What ``record_decision`` followed by ``record_usage`` do, in one
         transaction and without reading the decision back. A decision already
         recorded under the same id stays as it was and the usage is appended
-        against it (a retry after a write whose outcome was unknown). Returns
-        False (and changes nothing) when the decision was already observed.
-        ``InvalidValue`` when the arguments are not a ``ContextDecision`` and a
-        ``UsageObservation`` of the same decision and session.
+        against it (a retry after a write whose outcome was unknown).
+        ``observed`` is False (and nothing changed) when the decision was
+        already observed; ``calibration`` is the session's as the transaction
+        left it. ``InvalidValue`` when the arguments are not a
+        ``ContextDecision`` and a ``UsageObservation`` of the same decision and
+        session.
         """
 
     @abstractmethod
@@ -288,7 +293,9 @@ class SqliteContextStore(ContextStore):
             raise InvalidValue("record_usage takes a UsageObservation")
         return await self._db.write(lambda conn: rows.insert_usage(conn, observation))
 
-    async def record_step(self, decision: ContextDecision, observation: UsageObservation) -> bool:
+    async def record_step(
+        self, decision: ContextDecision, observation: UsageObservation
+    ) -> StepRecord:
         if not isinstance(decision, ContextDecision):
             raise InvalidValue("record_step takes a ContextDecision")
         if not isinstance(observation, UsageObservation):

@@ -26,6 +26,7 @@ from hostkit.store._context_values import (
     ContextState,
     HistoryRow,
     LeaseTake,
+    StepRecord,
 )
 from hostkit.store._owned import now
 from hostkit.types import (
@@ -353,21 +354,23 @@ def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> boo
 
 def record_step(
     conn: sqlite3.Connection, decision: ContextDecision, observation: UsageObservation
-) -> bool:
-    """One observed step: its decision, then its usage, then calibration; False on a repeat.
+) -> StepRecord:
+    """One observed step: its decision, then its usage, then calibration.
 
     A decision already recorded under the same id stays as it was, and the
     usage is appended against the recorded one (a retry after a write whose
     outcome was unknown). Otherwise the decision in hand is used as is: it
-    is not read back.
+    is not read back. Returns the session's calibration as it is now.
     """
     recorded = _row(
         conn, "SELECT 1 FROM context_decisions WHERE decision_id = ?", [decision.decision_id]
     )
     if recorded is not None:
-        return insert_usage(conn, observation)
-    conn.execute(_INSERT_DECISION, _decision_values(decision))
-    return _append_usage(conn, observation, decision)
+        observed = insert_usage(conn, observation)
+    else:
+        conn.execute(_INSERT_DECISION, _decision_values(decision))
+        observed = _append_usage(conn, observation, decision)
+    return StepRecord(observed, read_calibration(conn, observation.session_id))
 
 
 def _append_usage(

@@ -15,6 +15,7 @@ __all__ = [
     "ContextState",
     "HistoryRow",
     "LeaseTake",
+    "StepRecord",
 ]
 
 
@@ -33,6 +34,15 @@ class Calibration:
     ratio: float
     samples: int
     updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What ``record_step`` did: whether the observation was new (False: a repeat, nothing
+    changed) and the session's calibration as that transaction left it."""
+
+    observed: bool
+    calibration: Calibration | None
 
 
 @dataclass(frozen=True, slots=True)

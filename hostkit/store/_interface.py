@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyio.abc import AsyncResource
 
+from hostkit._opening import Opening
 from hostkit.types import (
     AuditRecord,
     LegacyRepairView,
@@ -64,7 +65,7 @@ class RuntimeStore(AsyncResource):
     inspect: InspectQueries
 
     @classmethod
-    async def open(
+    def open(
         cls,
         path: str | Path,
         *,
@@ -73,21 +74,25 @@ class RuntimeStore(AsyncResource):
         max_batch: int = 64,
         lock_timeout_s: float = 30.0,
         migrations: Sequence[Migration] | None = None,
-    ) -> RuntimeStore:
+    ) -> Opening[RuntimeStore]:
         """Open (creating or upgrading) the embedded SQLite store at ``path``.
 
+        ``async with RuntimeStore.open(path) as store`` or ``store = await
+        RuntimeStore.open(path)`` (then ``await store.aclose()``).
         ``migrations`` defaults to the whole schema; tests pass a prefix of it
         to build a database of an older released version.
         """
         from hostkit.store._sqlite import SqliteStore
 
-        return await SqliteStore.open(
-            path,
-            synchronous=synchronous,
-            migrations=migrations,
-            busy_timeout_s=busy_timeout_s,
-            max_batch=max_batch,
-            lock_timeout_s=lock_timeout_s,
+        return Opening(
+            lambda: SqliteStore.connect(
+                path,
+                synchronous=synchronous,
+                busy_timeout_s=busy_timeout_s,
+                max_batch=max_batch,
+                lock_timeout_s=lock_timeout_s,
+                migrations=migrations,
+            )
         )
 
     @property

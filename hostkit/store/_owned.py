@@ -36,14 +36,14 @@ __all__ = [
     "encode_cursor",
     "get_session",
     "get_task",
+    "legacy_view",
     "list_messages",
     "list_sessions",
-    "legacy_view",
     "list_tasks",
     "now",
     "owner_predicate",
-    "task_record",
     "session_authorized",
+    "task_record",
 ]
 
 DenialReason = Literal["missing", "unauthorized", "missing_durable_owner", "legacy_repair_required"]

@@ -94,7 +94,7 @@ class SqliteStore(RuntimeStore):
         self.inspect = SqliteInspectQueries(self)
 
     @classmethod
-    async def open(
+    async def connect(
         cls,
         path: str | Path,
         *,

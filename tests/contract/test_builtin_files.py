@@ -34,7 +34,7 @@ async def open_builtin_host(
     """A real Host with the default tool and memory sources and a scripted provider."""
     await anyio.Path(tmp_path / "ws").mkdir(exist_ok=True)
     cfg = parse_config(builtin_config(tmp_path, builtins, url_allow_private), base_dir=tmp_path)
-    host = await Host.start(cfg)
+    host = await Host.open(cfg)
     defaults = DefaultCapabilities.from_config(cfg, store=host.store)
     caps = RuntimeCapabilities(
         providers=StaticProviderSource(model),

@@ -152,7 +152,7 @@ async def test_host_close_ends_every_background_tree(tmp_path: Path, reaper: lis
         ]
     )
     config = terminal_config(tmp_path)
-    host = await Host.start(config, capabilities=capabilities(model, config=config))
+    host = await Host.open(config, capabilities=capabilities(model, config=config))
     try:
         result = await host.turns.run(request("start the tree"))
         assert result.outcome == "completed"

@@ -403,7 +403,7 @@ async def test_host_shutdown_rejects_a_pending_prompt_and_nothing_runs(tmp_path:
     model = ScriptedModel([stamp_call(), Reply("done")])
     gate = anyio.Event()  # never set: only shutdown can end the prompt
     approver = Approver("approve_once", gate)
-    host = await Host.start(
+    host = await Host.open(
         host_config(tmp_path),
         capabilities=capabilities(model, tools=[stamps.tool]),
         approver=approver,
