@@ -8,12 +8,14 @@ and turns keep the generation they started with.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
+from anyio.abc import AsyncResource
 
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process import ProcessSupervisor, TerminalRuns, load_artifact_key
@@ -62,7 +64,7 @@ class AgentMemory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessResources:
+class ProcessResources(AsyncResource):
     """The Host's process lifecycle, shared by every generation's process-starting tools.
 
     The Host owns the supervisor, so shutting it down ends every process tree
@@ -146,7 +148,7 @@ class ChannelSource(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class RuntimeCapabilities:
+class RuntimeCapabilities(AsyncResource):
     """The capability sources of one config generation, plus its process-level observer."""
 
     providers: ProviderSource
@@ -156,14 +158,13 @@ class RuntimeCapabilities:
     observer: Observer | None = None
 
     async def aclose(self) -> None:
-        """Close every source that holds resources (idempotent if the sources are)."""
-        errors: list[BaseException] = []
-        for source in (self.providers, self.memory, self.tools, self.channels):
-            close = getattr(source, "aclose", None)
-            if close is not None:
-                try:
-                    await close()
-                except Exception as exc:
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
+        """Close every source that holds resources (idempotent if the sources are).
+
+        Providers first, channels last; every source is closed even when an
+        earlier one raises (the first error propagates, later ones chained).
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            for source in (self.channels, self.tools, self.memory, self.providers):
+                close = getattr(source, "aclose", None)
+                if close is not None:
+                    stack.push_async_callback(close)

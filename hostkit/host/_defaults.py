@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import anyio
+from anyio.abc import AsyncResource
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
@@ -51,7 +52,7 @@ def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits 
     )
 
 
-class DefaultProviderSource:
+class DefaultProviderSource(AsyncResource):
     """Builds and caches one provider per configured provider name for its generation.
 
     ``estimators`` lists the exact token estimators of the providers built so

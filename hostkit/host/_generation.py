@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from anyio.abc import AsyncResource
 
 from hostkit.context import EstimatorRegistry, ProviderSummarizer, Summarizer
 from hostkit.effects import (
@@ -43,7 +44,7 @@ class _AgentTools:
     policy: EffectPolicy
 
 
-class Generation:
+class Generation(AsyncResource):
     """Capabilities are immutable per generation; turns pin one and keep it to the end.
 
     The runtime resolves each agent's policy and passes it into the

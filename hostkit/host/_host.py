@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -295,31 +296,33 @@ class Host(AsyncResource):
         return await self._issuer.issue(operator_id, reason=reason)
 
     async def aclose(self) -> None:
-        """Stop: cancel running turns, revoke operator authority, close generations and store."""
+        """Stop: cancel running turns, revoke operator authority, close generations and store.
+
+        Each step runs even when an earlier one raises (an exit stack, last
+        pushed first): prompts withdrawn, turns ended, every process tree any
+        generation started ended (grandchildren too), operator authority
+        revoked, generations closed, then the store.
+        """
         if self._closed:
             return
         self._closed = True
         # Shielded: a cancelled caller must not leave sources or child processes open.
         with anyio.CancelScope(shield=True):
-            try:
-                self._approval_runtime.close()
-                try:
-                    await self.turns.shutdown()
-                finally:
-                    # Every process tree any generation started ends here, grandchildren too.
-                    await self.processes.aclose()
-            finally:
-                try:
-                    await self.authority.aclose()
-                finally:
-                    try:
-                        for generation in (*self._retired, self._generation):
-                            try:
-                                await generation.aclose()
-                            except Exception:
-                                _log.exception("closing generation %s failed", generation.number)
-                    finally:
-                        await self.store.aclose()
+            async with contextlib.AsyncExitStack() as stack:
+                stack.push_async_callback(self.store.aclose)
+                for generation in (self._generation, *reversed(self._retired)):
+                    stack.push_async_callback(self._close_generation, generation)
+                stack.push_async_callback(self.authority.aclose)
+                stack.push_async_callback(self.processes.aclose)
+                stack.push_async_callback(self.turns.shutdown)
+                stack.callback(self._approval_runtime.close)
+
+    @staticmethod
+    async def _close_generation(generation: Generation) -> None:
+        try:
+            await generation.aclose()
+        except Exception:
+            _log.exception("closing generation %s failed", generation.number)
 
 
 async def _resolve_config(config: HostConfig | str | Path | None) -> HostConfig:

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import psutil
+from anyio.abc import AsyncResource
 
 from hostkit.errors import ConfigError
 from hostkit.host import Host, HostConfig, RuntimeCapabilities
@@ -41,7 +42,7 @@ _current: NotebookHost | None = None
 _starting: asyncio.Future[None] | None = None
 
 
-class NotebookHost:
+class NotebookHost(AsyncResource):
     """A Host for one kernel: ``chat`` starts turns, ``host`` is the full Host.
 
     Turns run as the notebook principal in ``conversation`` on the

@@ -38,11 +38,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import AsyncResource, Process
 
 from hostkit.builtins.process._process_streams import (
     StreamCapture,
@@ -198,7 +197,7 @@ class ProcessControl:
         self._started.set()
 
 
-class ProcessSupervisor:
+class ProcessSupervisor(AsyncResource):
     """Owns every process tree the Host starts; closing it ends them all.
 
     ``aclose()`` is idempotent, shielded, and returns once every owned tree
@@ -210,17 +209,6 @@ class ProcessSupervisor:
     def __init__(self) -> None:
         self._trees: set[_Tree] = set()
         self._closed = False
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     @property
     def closed(self) -> bool:

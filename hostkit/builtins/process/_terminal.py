@@ -33,10 +33,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
+from anyio.abc import AsyncResource
 from pydantic import Field
 
 from hostkit.builtins.files import WorkspaceScope
@@ -98,7 +98,7 @@ class _BackgroundRun:
     error: str | None = None
 
 
-class TerminalRuns:
+class TerminalRuns(AsyncResource):
     """The terminal effects bound to one supervisor and workspace, and their background runs.
 
     ``tools()`` returns the three AuthoredTools. ``aclose()`` (idempotent,
@@ -147,17 +147,6 @@ class TerminalRuns:
         self._end_s = grace_s + confirm_s + 2 * DEFAULT_DRAIN_GRACE_S + _SLACK_S
         self._runs: dict[str, _BackgroundRun] = {}
         self._closed = False
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Refuse new runs, end every background run and wait for its task (bounded)."""
