@@ -17,7 +17,7 @@ normalizes).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -150,7 +150,7 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
 
         return await call_with_retries(attempt, policy=self._retry)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Yield text deltas, then one ``done`` event with the full normalized response.
 
         Failures before the first item are retried like ``complete``; once an

@@ -10,7 +10,7 @@ where the configuration names ``kind = "scripted"`` or a test supplies it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +144,7 @@ class ScriptedModel(ProviderBase):
             raise step.error
         return self._respond(request, step)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """The next step's text word by word, then ``done``; a failure raises before any text."""
         step = await self._next_step(request)
         if isinstance(step, Fail):

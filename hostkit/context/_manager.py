@@ -272,6 +272,8 @@ class ContextManager:
                 compaction=None if compaction is None else compaction.kind,
             )
         )
+        if self._unwritten:  # one was pushed out of the held ones: write it now
+            await self._write_unwritten()
         return ready
 
     async def compact(self, context: TurnExecutionContext) -> CompactionOutcome | None:

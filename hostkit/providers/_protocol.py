@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
 from hostkit.types import ModelLimits, ModelRequest, ModelResponse, StreamEvent
@@ -41,6 +41,9 @@ class ModelProvider(Protocol):
 
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Text deltas then one ``done`` event; an async generator the caller closes
+        (``contextlib.aclosing``) to release the connection early."""
+        ...
 
     async def aclose(self) -> None: ...

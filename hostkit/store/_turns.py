@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue
+from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
 from hostkit.store._lease import LeaseOwner
 from hostkit.store._turn_values import (
@@ -180,7 +181,7 @@ class SqliteTurnStore(TurnStore):
         ttl = check_ttl(ttl_s)
         clock = self._clock
         return await self._db.write(
-            lambda conn: rows.admit(conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock())
+            lambda conn: leases.admit(conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock())
         )
 
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
@@ -190,7 +191,7 @@ class SqliteTurnStore(TurnStore):
 
     async def session_lease(self, session_id: str) -> SessionLease | None:
         check_id("session_id", session_id)
-        return await self._db.read(lambda conn: rows.session_lease(conn, session_id))
+        return await self._db.read(lambda conn: leases.session_lease(conn, session_id))
 
     async def append_message(
         self,
@@ -215,7 +216,7 @@ class SqliteTurnStore(TurnStore):
     async def renew(self, lease: SessionLease) -> bool:
         _check_lease(lease)
         clock = self._clock
-        return await self._db.write(lambda conn: rows.renew(conn, lease, now_epoch=clock()))
+        return await self._db.write(lambda conn: leases.renew(conn, lease, now_epoch=clock()))
 
     async def finish(
         self,
@@ -258,7 +259,7 @@ class SqliteTurnStore(TurnStore):
             check_id("instance", instance)
         clock = self._clock
         return await self._db.write(
-            lambda conn: rows.recover(conn, now_epoch=clock(), instance=instance)
+            lambda conn: leases.recover(conn, now_epoch=clock(), instance=instance)
         )
 
 

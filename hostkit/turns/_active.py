@@ -45,6 +45,12 @@ class ActiveTurn:
     catalog: PreparedEffectCatalog | None = None
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
 
+    def stop(self, reason: str) -> None:
+        """Cancel the turn's work with ``reason`` (the first reason given wins)."""
+        if not self.scope.cancel_called:
+            self.cancel_reason = reason
+            self.scope.cancel()
+
     def take_seq(self) -> int:
         """The seq of the turn's next persisted event."""
         seq = self.next_seq

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
-from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
+from hostkit.authority import AdmittedTurn, AuthorityResolver
 from hostkit.context import ContextManager
 from hostkit.errors import (
     HostkitError,
@@ -17,7 +16,6 @@ from hostkit.errors import (
     LeaseLost,
     NotFoundOrUnauthorized,
     ProviderError,
-    ScopeError,
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
@@ -25,31 +23,25 @@ from hostkit.errors import (
 )
 from hostkit.store import (
     MAX_LEASE_TTL_S,
-    Admitted,
-    ConversationTarget,
     LeaseOwner,
     RuntimeStore,
     SessionBusy,
     SessionLease,
-    TurnAdmission,
     TurnState,
 )
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
-from hostkit.turns._admission import SessionAdmission
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
+from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.types import (
     ContextRequest,
-    ConversationFacts,
     EffectRequest,
     EffectResult,
     EffectSummary,
-    FreshSession,
     ModelMessage,
     ModelRequest,
     ModelResponse,
     PrincipalScope,
-    ResumeSession,
     ToolCall,
     TurnCancelResult,
     TurnExecutionContext,
@@ -62,15 +54,9 @@ from hostkit.types import (
 
 __all__ = ["TurnExecution"]
 
-T = TypeVar("T")
-
 _log = logging.getLogger("hostkit.turns")
 _NOT_RUN = "[cancelled] not run: the turn paused for an approval before this call"
 _CLOSING = "the Host is shutting down"
-_TAKEN_OVER = "the session was taken over by another Host (this Host's lease lapsed)"
-_ON_REQUEST = "cancelled on request"
-
-Admission = AdmittedTurn | TurnState | SessionBusy
 
 
 class TurnExecution:
@@ -95,8 +81,9 @@ class TurnExecution:
     ``indeterminate`` when an effect was running) and re-raises. A turn whose
     lease another Host took over stops and returns the record that Host
     wrote (``lost``). If the terminal record cannot be written,
-    ``TurnInfrastructureError`` is raised and the turn is ended ``lost`` by
-    this Host's shutdown or the next recovery.
+    ``TurnInfrastructureError`` is raised and the turn is ended ``lost`` at
+    once if the store allows, else by the next local turn of its session,
+    this Host's shutdown or the lease's expiry.
     """
 
     def __init__(
@@ -118,21 +105,22 @@ class TurnExecution:
         if not 0 < lease_ttl_s <= MAX_LEASE_TTL_S:
             raise InvalidValue(f"lease_ttl_s must be in (0, {MAX_LEASE_TTL_S:g}] seconds")
         self._store = store
-        self._authority = authority
         self._context = context
         self._cores = cores
         self._observer = observer or NullObserver()
-        self._instance_id = lease_owner.instance if lease_owner else instance_id or new_id("host")
-        self._owner: LeaseOwner | None = lease_owner
-        self._lease_ttl_s = lease_ttl_s
-        self._admission = SessionAdmission(wait_timeout_s=admission_timeout_s)
+        self._leases = LeaseHolder(
+            store=store,
+            authority=authority,
+            instance_id=lease_owner.instance if lease_owner else instance_id or new_id("host"),
+            owner=lease_owner,
+            ttl_s=lease_ttl_s,
+            admission_timeout_s=admission_timeout_s,
+            abandon_timeout_s=terminal_timeout_s,
+        )
         self._turn_timeout_s = turn_timeout_s
         self._cancel_timeout_s = cancel_timeout_s
         self._terminal_timeout_s = terminal_timeout_s
         self._active: dict[str, ActiveTurn] = {}
-        # Leases of turns this Host stopped driving without a terminal record (the store
-        # failed): the next local admission of their session ends them first.
-        self._abandoned: dict[str, SessionLease] = {}
         self._closing = False
 
     @property
@@ -142,12 +130,12 @@ class TurnExecution:
     @property
     def admission_holders(self) -> int:
         """Turns holding or waiting for their session's admission in this process."""
-        return self._admission.holders
+        return self._leases.waiting.holders
 
     @property
     def admitted_sessions(self) -> int:
         """Sessions with a local admission entry (idle entries are removed)."""
-        return len(self._admission)
+        return len(self._leases.waiting)
 
     async def recover(self) -> list[tuple[str, TurnOutcome]]:
         """End turns whose Host died or went silent, ``lost`` (or ``cancelled``); replay nothing."""
@@ -161,11 +149,11 @@ class TurnExecution:
             raise TurnRejected("a TurnRequest is required")
         if self._closing:
             raise TurnRejected(_CLOSING)
-        principal_id = self._principal_id(request)
-        scope = self._bound_scope(request)
-        owner = await self._lease_owner()
+        leases = self._leases
+        principal_id = leases.principal_id(request)
+        scope = leases.bound_scope(request)
         turn_id, trace_id = new_id("turn"), new_id("trace")
-        async with self._admission.enter() as ticket:
+        async with leases.waiting.enter() as ticket:
             while True:
                 if self._closing:
                     raise TurnRejected(_CLOSING)
@@ -178,13 +166,13 @@ class TurnExecution:
                         raise
                     return self._existing(existing)
                 try:
-                    admission = self._admission_of(
-                        request, principal_id, scope, core, turn_id, trace_id
+                    admission = leases.admission(
+                        request, principal_id, scope, core, turn_id=turn_id, trace_id=trace_id
                     )
                     # Shielded: once turn.started may have committed, _drive must run so the
                     # turn gets its terminal record; a pending cancellation is delivered there.
                     with anyio.CancelScope(shield=True):
-                        outcome = await self._admit(request, admission, scope, owner)
+                        outcome = await leases.admit(request, admission, scope)
                     if isinstance(outcome, TurnState):
                         return self._existing(outcome)
                     if isinstance(outcome, AdmittedTurn):
@@ -204,101 +192,10 @@ class TurnExecution:
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._cores.release(core)
+                # Busy. The pinned generation was released: the turn pins the generation
+                # current when it is finally admitted.
                 assert isinstance(outcome, SessionBusy)
-                stale = self._abandoned.pop(outcome.holder_turn_id, None)
-                if stale is not None and await self._abandon(stale):
-                    continue  # the holder was our own abandoned turn: the session is free now
-                # The pinned generation is released while waiting: the turn pins the
-                # generation current when it is finally admitted.
-                await ticket.wait(outcome.session_id)
-
-    def _admission_of(
-        self,
-        request: TurnRequest,
-        principal_id: str,
-        scope: PrincipalScope | None,
-        core: PinnedCore,
-        turn_id: str,
-        trace_id: str,
-    ) -> TurnAdmission:
-        try:
-            session: ConversationTarget | str
-            if isinstance(request.principal, ConversationFacts):
-                selected = request.session
-                if isinstance(selected, FreshSession):
-                    select = "fresh"
-                elif isinstance(selected, ResumeSession):
-                    select = selected.session_id
-                else:
-                    select = "bound"
-                session = ConversationTarget(
-                    request.principal.channel, request.principal.conversation_key, select
-                )
-            else:
-                session = (scope.session_id if scope is not None else None) or ""
-            return TurnAdmission(
-                turn_id=turn_id,
-                request_id=request.request_id,
-                principal_id=principal_id,
-                core_id=core.core_id,
-                core_revision=core.core_revision,
-                generation=core.generation,
-                session=session,
-                trace_id=trace_id,
-            )
-        except (ScopeError, InvalidValue) as exc:
-            raise TurnRejected(exc.message) from exc
-
-    async def _admit(
-        self,
-        request: TurnRequest,
-        admission: TurnAdmission,
-        scope: PrincipalScope | None,
-        owner: LeaseOwner,
-    ) -> Admission:
-        try:
-            if scope is None:
-                if not isinstance(request.principal, ConversationFacts):
-                    raise TurnRejected("the principal is neither a scope nor conversation facts")
-                return await self._authority.admit_conversation(
-                    request.principal, admission, owner=owner, ttl_s=self._lease_ttl_s
-                )
-            # A verified scope is bound to its session already: nothing is minted here.
-            self._authority.verify(scope)
-            outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=self._lease_ttl_s)
-            return AdmittedTurn(outcome, scope) if isinstance(outcome, Admitted) else outcome
-        except NotFoundOrUnauthorized as exc:
-            raise TurnRejected("the requested session is not available") from exc
-        except (ScopeError, InvalidValue) as exc:
-            raise TurnRejected(exc.message) from exc
-
-    async def _lease_owner(self) -> LeaseOwner:
-        # Reading the process start time touches /proc: do it once, off the event loop.
-        if self._owner is None:
-            self._owner = await anyio.to_thread.run_sync(LeaseOwner.current, self._instance_id)
-        return self._owner
-
-    def _principal_id(self, request: TurnRequest) -> str:
-        try:
-            if isinstance(request.principal, ConversationFacts):
-                return conversation_principal(request.principal)
-            return self._authority.verify(request.principal).principal_id
-        except ScopeError as exc:
-            raise TurnRejected(exc.message) from exc
-
-    def _bound_scope(self, request: TurnRequest) -> PrincipalScope | None:
-        """The verified scope of a non-conversation request (None for conversations)."""
-        if isinstance(request.principal, ConversationFacts):
-            return None
-        try:
-            scope = self._authority.verify(request.principal)
-        except ScopeError as exc:
-            raise TurnRejected(exc.message) from exc
-        if request.session != "bound":
-            raise TurnRejected("only conversations select a session; this scope is bound")
-        if scope.session_id is None:
-            raise TurnRejected("the principal is not bound to a session")
-        return scope
+                await leases.await_turn(outcome, ticket)
 
     @staticmethod
     def _existing(existing: TurnState) -> TurnResult:
@@ -318,7 +215,7 @@ class TurnExecution:
         active = ActiveTurn(context, lease)
         self._active[context.turn_id] = active
         try:
-            outcome, error = await self._heartbeating(
+            outcome, error = await self._leases.heartbeating(
                 active, lambda: self._body(request, context, core, active)
             )
             return await self._finish(request, context, active, outcome, error)
@@ -344,29 +241,10 @@ class TurnExecution:
                         await core.effects.close_catalog(active.catalog)
                 finally:
                     if not active.recorded:
-                        await self._abandon(active.lease)
+                        await self._leases.abandon(active.lease)
                     self._context.release(context.turn_id)
                     self._active.pop(context.turn_id, None)
                     active.done.set()
-
-    async def _abandon(self, lease: SessionLease) -> bool:
-        """End a turn this Host can no longer record (``lost``); True once its session is free.
-
-        Bounded and quiet: when the store still fails, the lease is remembered
-        and the next local admission of the session tries again (its expiry,
-        this Host's shutdown and the next recovery are the other ways out).
-        """
-        with anyio.move_on_after(self._terminal_timeout_s, shield=True):
-            try:
-                await self._store.turns.abandon(lease)
-            except LeaseLost:
-                return True  # recorded already (the terminal write did land, or a takeover)
-            except HostkitError as exc:
-                _log.warning("turn %s: could not end it lost: %s", lease.turn_id, exc)
-            else:
-                return True
-        self._abandoned[lease.turn_id] = lease
-        return False
 
     async def _body(
         self,
@@ -392,56 +270,6 @@ class TurnExecution:
         if active.scope.cancelled_caught:
             outcome, error = "cancelled", active.cancel_reason
         return outcome, error
-
-    async def _heartbeating(self, active: ActiveTurn, body: Callable[[], Awaitable[T]]) -> T:
-        """Run ``body`` while a background task renews the turn's session lease.
-
-        ``body``'s exceptions propagate as themselves (never as an exception
-        group); the heartbeat never raises.
-        """
-        failure: Exception | None = None
-        value: Any = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._heartbeat, active)
-            try:
-                value = await body()
-            except Exception as exc:
-                failure = exc
-            finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return value  # type: ignore[no-any-return]
-
-    async def _heartbeat(self, active: ActiveTurn) -> None:
-        """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
-        interval = active.lease.ttl_s / 3
-        # A renewal slower than this is retried at the next beat (a busy writer, a slow disk).
-        bound = max(interval, 1.0)
-        while True:
-            await anyio.sleep(interval)
-            try:
-                with anyio.fail_after(bound):
-                    cancel_requested = await self._store.turns.renew(active.lease)
-            except LeaseLost:
-                self._stop(active, _TAKEN_OVER)
-                return
-            except (HostkitError, TimeoutError) as exc:
-                # Transient: the next beat tries again. Should the lease lapse and another
-                # Host take the session over, the fence refuses this turn's next write.
-                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
-                continue
-            except Exception:
-                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
-                continue
-            if cancel_requested:
-                self._stop(active, _ON_REQUEST)
-
-    @staticmethod
-    def _stop(active: ActiveTurn, reason: str) -> None:
-        if not active.scope.cancel_called:
-            active.cancel_reason = reason
-            active.scope.cancel()
 
     async def _steps(
         self,
@@ -627,7 +455,7 @@ class TurnExecution:
         if written.cancel_requested:
             # Another Host process recorded a cancel request: stop here, before the next
             # step (the writes that follow are shielded and would not deliver it).
-            self._stop(active, _ON_REQUEST)
+            active.stop(ON_REQUEST)
             await anyio.lowlevel.checkpoint()
 
     async def _finish(
@@ -695,7 +523,7 @@ class TurnExecution:
         active = self._active.get(turn_id)
         if active is None:
             return TurnCancelResult(turn_id, "requested", None)
-        self._stop(active, _ON_REQUEST)
+        active.stop(ON_REQUEST)
         with anyio.move_on_after(self._cancel_timeout_s):
             await active.done.wait()
         state = await self._store.turns.state(scope, turn_id)
@@ -708,17 +536,15 @@ class TurnExecution:
     async def shutdown(self) -> None:
         """Refuse new turns, cancel running ones and wait (bounded) for their terminal records."""
         self._closing = True
-        self._admission.close()
+        self._leases.stop_waiting()
         for active in list(self._active.values()):
-            self._stop(active, "the Host shut down")
+            active.stop("the Host shut down")
         with anyio.move_on_after(self._cancel_timeout_s):
             for active in list(self._active.values()):
                 await active.done.wait()
         # Turns of this instance still running now have no owner left (their terminal
         # write failed, or they did not stop in time): end them and free their sessions.
-        with contextlib.suppress(HostkitError):
-            await self._store.turns.recover(instance=self._instance_id)
-            self._abandoned.clear()
+        await self._leases.end_remaining()
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)

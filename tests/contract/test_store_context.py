@@ -385,6 +385,173 @@ async def test_prepare_state_is_one_snapshot_after_the_cutoff_bounded_by_the_win
     assert not whole.older
 
 
+async def test_a_read_after_a_seq_returns_only_what_is_new_under_the_same_cutoff(
+    adapter: RuntimeStore, resolver: AuthorityResolver
+) -> None:
+    context = adapter.context
+    scope: PrincipalScope = await resolver.for_conversation(facts("incremental"))
+    session_id = scope.session_id or ""
+
+    async def append(text: str, turn_id: str) -> int:
+        record = await adapter.append_message(
+            scope,
+            session_id,
+            role="user",
+            content=ModelMessage("user", text).to_json(),
+            turn_id=turn_id,
+        )
+        return record.seq
+
+    seqs = [await append(f"m{i}", "turn_old") for i in range(4)]
+    mine = await append("mine", "turn_now")
+    full = await context.read_state(session_id=session_id, turn_id="turn_now", window=3)
+    assert full.after is None
+    # The turn's own rows come along (a window kept across turns needs them); ``window``
+    # leaves them out.
+    assert [(r.seq, r.message.content, r.turn_id) for r in full.rows] == [
+        (seqs[1], "m1", "turn_old"),
+        (seqs[2], "m2", "turn_old"),
+        (seqs[3], "m3", "turn_old"),
+        (mine, "mine", "turn_now"),
+    ]
+    assert [m.content for _, m in full.window] == ["m1", "m2", "m3"]
+    assert full.older
+
+    newer = [await append(f"n{i}", "turn_next") for i in range(2)]
+    after = await context.read_state(
+        session_id=session_id, turn_id="turn_next", window=3, after_seq=mine, after_cutoff=None
+    )
+    assert after.after == mine
+    assert [(r.seq, r.message.content) for r in after.rows] == [
+        (newer[0], "n0"),
+        (newer[1], "n1"),
+    ]
+    assert not after.older
+    nothing = await context.read_state(
+        session_id=session_id,
+        turn_id="turn_next",
+        window=3,
+        after_seq=newer[-1],
+        after_cutoff=None,
+    )
+    assert (nothing.after, nothing.rows, nothing.older) == (newer[-1], (), False)
+    # More arrived than one window holds: the newest window, and ``older`` says so.
+    burst = [await append(f"b{i}", "turn_other") for i in range(5)]
+    gap = await context.read_state(
+        session_id=session_id,
+        turn_id="turn_next",
+        window=3,
+        after_seq=newer[-1],
+        after_cutoff=None,
+    )
+    assert [r.seq for r in gap.rows] == burst[-3:]
+    assert (gap.after, gap.older) == (newer[-1], True)
+
+    # Compaction moved the cutoff: whatever the caller holds, the read is a full one.
+    take = await context.take_compaction_lease(
+        session_id, expected_cutoff=None, lease_id="l", owner="o", now=0.0, expires_at=1.0
+    )
+    assert take.kind == "taken"
+    await context.commit_summary(
+        session_id,
+        lease_id="l",
+        text="up to n1",
+        cutoff_seq=newer[-1],
+        added=7,
+        summarizer="s",
+        cooldown_until=0.0,
+    )
+    moved = await context.read_state(
+        session_id=session_id,
+        turn_id="turn_next",
+        window=10,
+        after_seq=newer[-1],
+        after_cutoff=None,
+    )
+    assert (moved.after, moved.cutoff, moved.summary) == (None, newer[-1], "up to n1")
+    assert [r.seq for r in moved.rows] == burst
+    same = await context.read_state(
+        session_id=session_id,
+        turn_id="turn_next",
+        window=10,
+        after_seq=burst[-1],
+        after_cutoff=newer[-1],
+    )
+    assert (same.after, same.rows, same.summary) == (burst[-1], (), "up to n1")
+    for bad in (
+        {"after_seq": -1},
+        {"after_seq": True},
+        {"after_seq": 3, "after_cutoff": -2},
+        {"after_seq": 3, "after_cutoff": "1"},
+    ):
+        await refused(
+            context.read_state(session_id=session_id, turn_id="t", window=3, **bad)  # type: ignore[arg-type]
+        )
+
+
+async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
+    adapter: RuntimeStore,
+) -> None:
+    context = adapter.context
+    session_id = await new_session(adapter)
+    step = ready(session_id, "ctx_step", raw_input_tokens=1_000)
+    recorded = await context.record_step(step, observed(step, 800))
+    assert recorded.observed
+    assert recorded.calibration is not None
+    assert (recorded.calibration.ratio, recorded.calibration.samples) == (pytest.approx(0.8), 1)
+    assert await context.decision("ctx_step") == step
+    # A repeat changes nothing, and neither does usage recorded separately afterwards.
+    again = await context.record_step(step, observed(step, 100))
+    assert not again.observed
+    assert again.calibration == recorded.calibration
+    assert not await context.record_usage(observed(step, 100))
+
+    # A decision recorded before (a write whose outcome was unknown) stays as it was, and
+    # the usage counts against the recorded one.
+    first = ready(session_id, "ctx_known", raw_input_tokens=500)
+    await context.record_decision(first)
+    retried = await context.record_step(
+        dataclasses.replace(first, raw_input_tokens=2_000), observed(first, 1_000)
+    )
+    assert retried.observed
+    assert await context.decision("ctx_known") == first
+    assert retried.calibration is not None
+    # (0.8 + min(2.0, 1000 / 500)) / 2: calibrated against the recorded raw estimate.
+    assert retried.calibration.ratio == pytest.approx(1.4)
+
+    other = await new_session(adapter)
+    attempts: list[Awaitable[object]] = [
+        context.record_step("decision", observed(step, 1)),  # type: ignore[arg-type]
+        context.record_step(step, "usage"),  # type: ignore[arg-type]
+        context.record_step(ready(session_id, "ctx_x"), observed(ready(session_id, "ctx_y"), 1)),
+        context.record_step(ready(session_id, "ctx_z"), observed(ready(other, "ctx_z"), 1)),
+    ]
+    for attempt in attempts:
+        await refused(attempt)
+    for missing in ("ctx_x", "ctx_y", "ctx_z"):
+        assert await context.decision(missing) is None
+
+
+async def test_decisions_written_in_a_batch_skip_the_recorded_ones(adapter: RuntimeStore) -> None:
+    context = adapter.context
+    session_id = await new_session(adapter)
+    kept = ready(session_id, "ctx_kept")
+    await context.record_decision(kept)
+    batch = [
+        ready(session_id, "ctx_kept", estimated_input_tokens=1),  # recorded already: skipped
+        ready(session_id, "ctx_new_1"),
+        overflow(session_id, "ctx_new_2"),
+    ]
+    assert await context.record_decisions(batch) == 2
+    assert await context.record_decisions(batch) == 0  # writing them again is safe
+    assert await context.record_decisions([]) == 0
+    assert await context.decision("ctx_kept") == kept
+    assert await context.decision("ctx_new_1") == batch[1]
+    assert await context.decision("ctx_new_2") == batch[2]
+    for bad in ("ctx", [kept, "ctx"], None):
+        await refused(context.record_decisions(bad))  # type: ignore[arg-type]
+
+
 async def test_the_first_bootstrap_snapshot_is_kept(adapter: RuntimeStore) -> None:
     session_id = await new_session(adapter)
     context = adapter.context

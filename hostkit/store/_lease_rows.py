@@ -1,0 +1,227 @@
+"""The SQL of the session lease: admission, holder checks, renewal, recovery.
+
+Run on the store's writer (or reader) thread inside one transaction the
+adapter opened; rows are read by column name. See ``_turn_rows`` for the
+lease invariant and the turn records these functions write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hostkit.errors import NotFoundOrUnauthorized, ScopeError
+from hostkit.store._lease import LeaseOwner, owner_is_dead
+from hostkit.store._owned import now
+from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
+from hostkit.store._turn_rows import (
+    RUNNING_COLUMNS,
+    Gone,
+    all_rows,
+    end_orphan,
+    fence,
+    find_turn,
+    insert_event,
+    one_row,
+)
+from hostkit.store._turn_values import (
+    Admitted,
+    ConversationTarget,
+    RecoveredTurn,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+)
+
+__all__ = ["admit", "holder_gone", "recover", "renew", "session_lease"]
+
+_LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s"
+
+
+def holder_gone(owner: str | None, expires_at: float | None, now_epoch: float) -> Gone | None:
+    """Why a lease holder no longer counts, or None while it does.
+
+    The rule every adapter applies: a lease ends at its expiry (a live holder
+    keeps it only by heartbeating), or at once when its owner is provably
+    dead on this machine. ``owner_is_dead`` reads ``/proc``: this runs on the
+    database thread, never on the event loop.
+    """
+    if expires_at is None or expires_at <= now_epoch:
+        return "lease_expired"
+    if owner_is_dead(owner):
+        return "owner_dead"
+    return None
+
+
+def _resolve_session(
+    conn: sqlite3.Connection, admission: TurnAdmission
+) -> tuple[str, bool, OwnerFacts]:
+    target = admission.session
+    if isinstance(target, ConversationTarget):
+        session_id, created = bind_conversation(
+            conn,
+            channel=target.channel,
+            conversation_key=target.conversation_key,
+            principal_id=admission.principal_id,
+            owner_kind=target.owner_kind,
+            select=target.select,
+        )
+        owner = owner_facts(conn, session_id)
+        if owner is None or (owner.owner_kind, owner.channel, owner.conversation_key) != (
+            target.owner_kind,
+            target.channel,
+            target.conversation_key,
+        ):
+            raise ScopeError("the conversation's session has no durable conversation owner")
+        return session_id, created, owner
+    owner = owner_facts(conn, target)
+    if owner is None or owner.owner_kind == "legacy_local":
+        raise NotFoundOrUnauthorized("session")
+    return target, False, owner
+
+
+def admit(
+    conn: sqlite3.Connection,
+    admission: TurnAdmission,
+    *,
+    owner: LeaseOwner,
+    ttl_s: float,
+    now_epoch: float,
+) -> Admitted | TurnState | SessionBusy:
+    """One transaction: idempotency check, session binding, session lease, turn, ``turn.started``.
+
+    A repeated key returns the existing turn before anything else happens. A
+    session held by a live holder returns ``SessionBusy`` (the binding stays).
+    A holder whose lease expired, or whose owner is provably dead, has its
+    turn ended first and the session taken over with the next token.
+    """
+    existing = find_turn(conn, admission.principal_id, admission.request_id)
+    if existing is not None:
+        return existing
+    session_id, created, facts = _resolve_session(conn, admission)
+    held = one_row(
+        conn,
+        f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id = ?",
+        [session_id],
+    )
+    recovered: tuple[RecoveredTurn, ...] = ()
+    if held is not None and held["owner"] is not None:
+        gone = holder_gone(held["owner"], held["expires_at"], now_epoch)
+        if gone is None:
+            return SessionBusy(session_id, held["turn_id"], held["expires_at"])
+        orphan = one_row(
+            conn,
+            f"SELECT {RUNNING_COLUMNS} FROM turns t WHERE t.turn_id = ? AND t.status = 'running'",
+            [held["turn_id"]],
+        )
+        if orphan is not None:
+            recovered = (end_orphan(conn, orphan, gone),)
+    token = (held["token"] if held is not None else 0) + 1
+    expires_at = now_epoch + ttl_s
+    encoded = owner.encode()
+    at = now(conn)
+    conn.execute(
+        "INSERT INTO session_leases (session_id, token, owner, turn_id, expires_at, ttl_s, "
+        "heartbeat_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, owner = excluded.owner, "
+        "turn_id = excluded.turn_id, expires_at = excluded.expires_at, ttl_s = excluded.ttl_s, "
+        "heartbeat_at = excluded.heartbeat_at, updated_at = excluded.updated_at",
+        [session_id, token, encoded, admission.turn_id, expires_at, ttl_s, now_epoch, at],
+    )
+    conn.execute(
+        "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, core_revision, "
+        "generation, status, lease_owner, lease_expires_at, started_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+        [
+            admission.turn_id,
+            admission.request_id,
+            admission.principal_id,
+            session_id,
+            admission.core_id,
+            admission.core_revision,
+            admission.generation,
+            encoded,
+            expires_at,
+            at,
+        ],
+    )
+    insert_event(
+        conn,
+        admission.turn_id,
+        1,
+        "turn.started",
+        {
+            "request_id": admission.request_id,
+            "core_id": admission.core_id,
+            "core_revision": admission.core_revision,
+            "generation": admission.generation,
+            "trace_id": admission.trace_id,
+            "lease_token": token,
+        },
+        at=at,
+    )
+    lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)
+    return Admitted(lease=lease, owner=facts, created=created, recovered=recovered)
+
+
+def session_lease(conn: sqlite3.Connection, session_id: str) -> SessionLease | None:
+    """The session's current holder, or None when the session is free."""
+    row = one_row(
+        conn,
+        f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id = ? AND owner IS NOT NULL",
+        [session_id],
+    )
+    if row is None:
+        return None
+    return SessionLease(
+        row["session_id"],
+        row["turn_id"],
+        row["token"],
+        row["owner"],
+        row["expires_at"],
+        row["ttl_s"],
+    )
+
+
+def renew(conn: sqlite3.Connection, lease: SessionLease, *, now_epoch: float) -> bool:
+    """Move the lease's expiry to now + ttl (fenced); True if a cancel was requested."""
+    cancel_requested = fence(conn, lease)
+    conn.execute(
+        "UPDATE session_leases SET expires_at = ? + ttl_s, heartbeat_at = ?, updated_at = ? "
+        "WHERE session_id = ? AND token = ?",
+        [now_epoch, now_epoch, now(conn), lease.session_id, lease.token],
+    )
+    return cancel_requested
+
+
+# -- recovery -----------------------------------------------------------------------------
+
+
+def recover(
+    conn: sqlite3.Connection, *, now_epoch: float, instance: str | None
+) -> tuple[RecoveredTurn, ...]:
+    """End running turns whose holder is gone; with ``instance``, every turn that instance holds.
+
+    The holder of a running turn is its session lease when the lease names
+    it, else the turn's own admission columns (turns older than the lease).
+    """
+    rows = all_rows(
+        conn,
+        f"SELECT {RUNNING_COLUMNS}, COALESCE(l.owner, t.lease_owner) AS owner, "
+        "CASE WHEN l.turn_id IS NULL THEN t.lease_expires_at ELSE l.expires_at END AS expires_at "
+        "FROM turns t LEFT JOIN session_leases l "
+        "ON l.session_id = t.session_id AND l.turn_id = t.turn_id "
+        "WHERE t.status = 'running' ORDER BY t.id",
+        [],
+    )
+    recovered: list[RecoveredTurn] = []
+    for row in rows:
+        gone: Gone | None
+        if instance is not None:
+            holder = LeaseOwner.decode(row["owner"] or "")
+            gone = "shutdown" if holder is not None and holder.instance == instance else None
+        else:
+            gone = holder_gone(row["owner"], row["expires_at"], now_epoch)
+        if gone is not None:
+            recovered.append(end_orphan(conn, row, gone))
+    return tuple(recovered)

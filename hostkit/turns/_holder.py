@@ -1,0 +1,266 @@
+"""This Host's side of the session lease: admitting, waiting, heartbeating, abandoning.
+
+The lease itself lives in the store (``TurnStore``); ``LeaseHolder`` is what
+TurnExecution does with it: build the admission, run it (through the
+AuthorityResolver for conversations, which mints the scope), wait when the
+session is busy, renew the lease while a turn runs, and end a turn this Host
+can no longer record so its session does not stay blocked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
+from hostkit.errors import (
+    HostkitError,
+    InvalidValue,
+    LeaseLost,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    TurnRejected,
+)
+from hostkit.store import (
+    Admitted,
+    ConversationTarget,
+    LeaseOwner,
+    RuntimeStore,
+    SessionBusy,
+    SessionLease,
+    TurnAdmission,
+    TurnState,
+)
+from hostkit.turns._active import ActiveTurn
+from hostkit.turns._admission import AdmissionTicket, SessionAdmission
+from hostkit.turns._core import PinnedCore
+from hostkit.types import (
+    ConversationFacts,
+    FreshSession,
+    PrincipalScope,
+    ResumeSession,
+    TurnRequest,
+)
+
+__all__ = ["Admission", "LeaseHolder"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("hostkit.turns")
+_TAKEN_OVER = "the session was taken over by another Host (this Host's lease lapsed)"
+ON_REQUEST = "cancelled on request"
+
+Admission = AdmittedTurn | TurnState | SessionBusy
+
+
+class LeaseHolder:
+    """Admission and session leases for one TurnExecution (one Host instance).
+
+    ``ttl_s`` is the session lease's time to live (renewed every third of
+    it); ``admission_timeout_s`` bounds how long a turn waits for a busy
+    session; ``abandon_timeout_s`` bounds ending a turn that lost its driver.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: RuntimeStore,
+        authority: AuthorityResolver,
+        instance_id: str,
+        owner: LeaseOwner | None,
+        ttl_s: float,
+        admission_timeout_s: float,
+        abandon_timeout_s: float,
+    ) -> None:
+        self._store = store
+        self._authority = authority
+        self.instance_id = instance_id
+        self._owner = owner
+        self.ttl_s = ttl_s
+        self.waiting = SessionAdmission(wait_timeout_s=admission_timeout_s)
+        self._abandon_timeout_s = abandon_timeout_s
+        # Leases of turns this Host stopped driving without a terminal record (the store
+        # failed): the next local admission of their session ends them first.
+        self._abandoned: dict[str, SessionLease] = {}
+
+    async def owner(self) -> LeaseOwner:
+        """This Host as a lease owner (reads ``/proc`` once, off the event loop)."""
+        if self._owner is None:
+            self._owner = await anyio.to_thread.run_sync(LeaseOwner.current, self.instance_id)
+        return self._owner
+
+    # -- admission --------------------------------------------------------------------
+
+    def principal_id(self, request: TurnRequest) -> str:
+        """The idempotency principal of ``request``; ``TurnRejected`` for forged authority."""
+        try:
+            if isinstance(request.principal, ConversationFacts):
+                return conversation_principal(request.principal)
+            return self._authority.verify(request.principal).principal_id
+        except ScopeError as exc:
+            raise TurnRejected(exc.message) from exc
+
+    def bound_scope(self, request: TurnRequest) -> PrincipalScope | None:
+        """The verified scope of a non-conversation request (None for conversations)."""
+        if isinstance(request.principal, ConversationFacts):
+            return None
+        try:
+            scope = self._authority.verify(request.principal)
+        except ScopeError as exc:
+            raise TurnRejected(exc.message) from exc
+        if request.session != "bound":
+            raise TurnRejected("only conversations select a session; this scope is bound")
+        if scope.session_id is None:
+            raise TurnRejected("the principal is not bound to a session")
+        return scope
+
+    def admission(
+        self,
+        request: TurnRequest,
+        principal_id: str,
+        scope: PrincipalScope | None,
+        core: PinnedCore,
+        *,
+        turn_id: str,
+        trace_id: str,
+    ) -> TurnAdmission:
+        """What the admission transaction records for ``request`` pinned to ``core``."""
+        try:
+            session: ConversationTarget | str
+            if isinstance(request.principal, ConversationFacts):
+                selected = request.session
+                if isinstance(selected, FreshSession):
+                    select = "fresh"
+                elif isinstance(selected, ResumeSession):
+                    select = selected.session_id
+                else:
+                    select = "bound"
+                session = ConversationTarget(
+                    request.principal.channel, request.principal.conversation_key, select
+                )
+            else:
+                session = (scope.session_id if scope is not None else None) or ""
+            return TurnAdmission(
+                turn_id=turn_id,
+                request_id=request.request_id,
+                principal_id=principal_id,
+                core_id=core.core_id,
+                core_revision=core.core_revision,
+                generation=core.generation,
+                session=session,
+                trace_id=trace_id,
+            )
+        except (ScopeError, InvalidValue) as exc:
+            raise TurnRejected(exc.message) from exc
+
+    async def admit(
+        self, request: TurnRequest, admission: TurnAdmission, scope: PrincipalScope | None
+    ) -> Admission:
+        """Run the admission transaction; errors before ``turn.started`` become ``TurnRejected``."""
+        owner = await self.owner()
+        try:
+            if scope is None:
+                if not isinstance(request.principal, ConversationFacts):
+                    raise TurnRejected("the principal is neither a scope nor conversation facts")
+                return await self._authority.admit_conversation(
+                    request.principal, admission, owner=owner, ttl_s=self.ttl_s
+                )
+            # A verified scope is bound to its session already: nothing is minted here.
+            self._authority.verify(scope)
+            outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=self.ttl_s)
+            return AdmittedTurn(outcome, scope) if isinstance(outcome, Admitted) else outcome
+        except NotFoundOrUnauthorized as exc:
+            raise TurnRejected("the requested session is not available") from exc
+        except (ScopeError, InvalidValue) as exc:
+            raise TurnRejected(exc.message) from exc
+
+    async def await_turn(self, busy: SessionBusy, ticket: AdmissionTicket) -> None:
+        """After ``SessionBusy``: return when asking again is worth it (bounded by the ticket).
+
+        A session held by a turn this Host abandoned is freed at once.
+        """
+        stale = self._abandoned.pop(busy.holder_turn_id, None)
+        if stale is not None and await self.abandon(stale):
+            return
+        await ticket.wait(busy.session_id)
+
+    # -- running turns ----------------------------------------------------------------
+
+    async def heartbeating(self, active: ActiveTurn, body: Callable[[], Awaitable[T]]) -> T:
+        """Run ``body`` while a background task renews the turn's session lease.
+
+        ``body``'s exceptions propagate as themselves (never as an exception
+        group); the heartbeat never raises.
+        """
+        failure: Exception | None = None
+        value: Any = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._heartbeat, active)
+            try:
+                value = await body()
+            except Exception as exc:
+                failure = exc
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return value  # type: ignore[no-any-return]
+
+    async def _heartbeat(self, active: ActiveTurn) -> None:
+        """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
+        interval = active.lease.ttl_s / 3
+        # A renewal slower than this is retried at the next beat (a busy writer, a slow disk).
+        bound = max(interval, 1.0)
+        while True:
+            await anyio.sleep(interval)
+            try:
+                with anyio.fail_after(bound):
+                    cancel_requested = await self._store.turns.renew(active.lease)
+            except LeaseLost:
+                active.stop(_TAKEN_OVER)
+                return
+            except (HostkitError, TimeoutError) as exc:
+                # Transient: the next beat tries again. Should the lease lapse and another
+                # Host take the session over, the fence refuses this turn's next write.
+                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+                continue
+            except Exception:
+                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
+                continue
+            if cancel_requested:
+                active.stop(ON_REQUEST)
+
+    async def abandon(self, lease: SessionLease) -> bool:
+        """End a turn this Host can no longer record (``lost``); True once its session is free.
+
+        Bounded and quiet: when the store still fails, the lease is remembered
+        and the next local admission of the session tries again (its expiry,
+        this Host's shutdown and the next recovery are the other ways out).
+        """
+        with anyio.move_on_after(self._abandon_timeout_s, shield=True):
+            try:
+                await self._store.turns.abandon(lease)
+            except LeaseLost:
+                return True  # recorded already (the terminal write did land, or a takeover)
+            except HostkitError as exc:
+                _log.warning("turn %s: could not end it lost: %s", lease.turn_id, exc)
+            else:
+                return True
+        self._abandoned[lease.turn_id] = lease
+        return False
+
+    def stop_waiting(self) -> None:
+        """Refuse new admissions and wake waiting turns (each raises ``TurnRejected``)."""
+        self.waiting.close()
+
+    async def end_remaining(self) -> None:
+        """End every turn this instance still holds (``lost``) and free its session."""
+        try:
+            await self._store.turns.recover(instance=self.instance_id)
+        except HostkitError as exc:
+            _log.warning("could not end this Host's remaining turns: %s", exc)
+        else:
+            self._abandoned.clear()
