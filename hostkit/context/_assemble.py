@@ -7,19 +7,20 @@ messages, which is what makes ``prepare()`` deterministic and testable.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 
 from hostkit.context._estimate import Estimator
-from hostkit.types import ModelMessage, ToolDefinition
+from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
 
 __all__ = [
     "UNANSWERED",
     "CalibratedEstimator",
     "Fit",
     "Group",
+    "Head",
     "History",
     "HistoryView",
     "SizeMemo",
@@ -50,6 +51,16 @@ class Group:
         return max(self.seqs)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Counted:
+    """A history view's base counts, in order, their sum, and how often each count occurs."""
+
+    view: HistoryView
+    counts: tuple[int, ...]
+    total: int
+    histogram: dict[int, int]
+
+
 class SizeMemo:
     """Uncalibrated token counts of messages and of one definitions tuple, for one estimator.
 
@@ -68,7 +79,7 @@ class SizeMemo:
         self.groups: dict[int, tuple[Group, tuple[int, ...], int]] = {}
         self.definitions: tuple[Sequence[ToolDefinition], int] | None = None
         # The counts of one ``HistoryView``'s messages, in order, and their sum.
-        self.view: tuple[HistoryView, tuple[int, ...], int] | None = None
+        self.view: _Counted | None = None
 
 
 class CalibratedEstimator:
@@ -129,24 +140,47 @@ class CalibratedEstimator:
 
     def raw_view(self, view: HistoryView) -> tuple[tuple[int, ...], int]:
         """The base counts of a history view's messages, in order, and their sum."""
-        memo = self._memo
-        found = memo.view if memo is not None else None
-        if found is not None and found[0] is view:
-            return found[1], found[2]
-        counts = tuple(chain.from_iterable(self.raw_group(group)[0] for group in view.groups))
-        total = sum(counts)
-        if memo is not None:
-            memo.view = (view, counts, total)
-        return counts, total
+        counted = self._counted(view)
+        return counted.counts, counted.total
 
     def view(self, view: HistoryView) -> int:
         """``sum(self.message(m) for m in view.messages)``, from the counts made before."""
-        counts, total = self.raw_view(view)
+        counted = self._counted(view)
         factor = self.factor
         if factor == 1.0:
-            return total
+            return counted.total
         ceil = math.ceil
-        return sum([ceil(count * factor) for count in counts])
+        # Equal counts scale equally: one product per distinct count.
+        return sum([times * ceil(count * factor) for count, times in counted.histogram.items()])
+
+    def _counted(self, view: HistoryView) -> _Counted:
+        memo = self._memo
+        found = memo.view if memo is not None else None
+        if found is not None and found.view is view:
+            return found
+        if found is not None and view.source is not None and found.view.source is view.source:
+            # Messages before the earlier view's last group are still counted the same.
+            before, counts = found.view, found.counts
+            start, stable = view.offset - before.offset, before.stable - before.offset
+            kept = counts[start:stable]
+            gone = chain(counts[:start], counts[max(start, stable) :])
+            added = tuple(self.raw(m) for m in view.messages[len(kept) :])
+            histogram = dict(found.histogram)
+            for count in gone:
+                left = histogram[count] - 1
+                if left:
+                    histogram[count] = left
+                else:
+                    del histogram[count]
+            for count in added:
+                histogram[count] = histogram.get(count, 0) + 1
+            counted = _Counted(view, kept + added, sum(kept) + sum(added), histogram)
+        else:
+            counts = tuple(chain.from_iterable(self.raw_group(group)[0] for group in view.groups))
+            counted = _Counted(view, counts, sum(counts), dict(Counter(counts)))
+        if memo is not None:
+            memo.view = counted
+        return counted
 
     def raw_definitions(self, definitions: Sequence[ToolDefinition]) -> int:
         """The base estimator's count of the tool schemas (uncalibrated)."""
@@ -173,6 +207,15 @@ class CalibratedEstimator:
         self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
     ) -> int:
         return math.ceil(self.base.request(messages, definitions) * self.factor)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The layers before history: instructions, bootstrap, contributions, summary."""
+
+    messages: tuple[ModelMessage, ...]
+    layers: tuple[LayerSummary, ...]
+    tokens: int
 
 
 def leading_results(messages: Sequence[ModelMessage]) -> frozenset[str]:
@@ -264,11 +307,25 @@ class _Open:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class HistoryView:
-    """A ``History``'s groups for one set of call ids answered now, and their messages in order."""
+    """A ``History``'s groups for one set of call ids answered now, and their messages in order.
+
+    For views of the plain history (nothing answered now), ``source`` names
+    the ``History`` and ``offset`` is the position of the first message in
+    everything it ever held; messages before position ``stable`` (where the
+    last group begins) stay as they are in every later view of the same
+    source that still holds them. A later view's counts can start from an
+    earlier one's.
+    """
 
     answered_now: frozenset[str]
     groups: tuple[Group, ...]
     messages: tuple[ModelMessage, ...]
+    source: object | None = None
+    offset: int = 0
+    stable: int = 0
+
+
+_NOTHING: frozenset[str] = frozenset()
 
 
 class History:
@@ -280,11 +337,16 @@ class History:
     next. Rows come in seq order.
     """
 
-    __slots__ = ("_groups", "_rows", "_view")
+    __slots__ = ("_built", "_dropped", "_flat", "_groups", "_rows", "_token", "_view")
 
     def __init__(self, rows: Iterable[tuple[int, ModelMessage]] = ()) -> None:
         self._rows: deque[tuple[int, ModelMessage]] = deque()
         self._groups: deque[_Open] = deque()
+        # The plain groups (nothing answered now) and their messages, kept as rows come and go.
+        self._built: deque[Group] = deque()
+        self._flat: deque[ModelMessage] = deque()
+        self._dropped = 0  # messages that left ``_flat`` at its front, ever
+        self._token = object()
         self._view: HistoryView | None = None
         for seq, message in rows:
             self.append(seq, message)
@@ -309,9 +371,18 @@ class History:
             # Only a result for a call the last group's head made belongs to it; any other
             # result is an orphan and joins no group.
             if self._groups and message.tool_call_id in self._groups[-1].calls:
-                self._groups[-1].add(seq, message)
+                last = self._groups[-1]
+                last.add(seq, message)
+                for _ in self._built[-1].messages:
+                    self._flat.pop()
+                built = self._built[-1] = last.group(_NOTHING)
+                self._flat.extend(built.messages)
             return
-        self._groups.append(_Open(seq, message))
+        group = _Open(seq, message)
+        self._groups.append(group)
+        built = group.group(_NOTHING)
+        self._built.append(built)
+        self._flat.extend(built.messages)
 
     def popleft(self) -> tuple[int, ModelMessage]:
         """Drop the oldest row; a group that loses its head goes with it (its results are
@@ -320,19 +391,36 @@ class History:
         seq, message = self._rows.popleft()
         if self._groups and self._groups[0].seqs[0] == seq:
             self._groups.popleft()
+            gone = self._built.popleft()
+            for _ in gone.messages:
+                self._flat.popleft()
+            self._dropped += len(gone.messages)
         return seq, message
 
-    def groups(self, answered_now: frozenset[str] = frozenset()) -> list[Group]:
+    def groups(self, answered_now: frozenset[str] = _NOTHING) -> list[Group]:
         """The groups, oldest first."""
         return list(self.view(answered_now).groups)
 
-    def view(self, answered_now: frozenset[str] = frozenset()) -> HistoryView:
+    def view(self, answered_now: frozenset[str] = _NOTHING) -> HistoryView:
         """The groups and their messages; the same object until a row comes or goes."""
         view = self._view
-        if view is None or view.answered_now != answered_now:
+        if view is not None and view.answered_now == answered_now:
+            return view
+        if not answered_now:
+            last = len(self._built[-1].messages) if self._built else 0
+            view = HistoryView(
+                answered_now,
+                tuple(self._built),
+                tuple(self._flat),
+                self._token,
+                self._dropped,
+                self._dropped + len(self._flat) - last,
+            )
+        else:
             groups = tuple(group.group(answered_now) for group in self._groups)
             messages = tuple(m for group in groups for m in group.messages)
-            view = self._view = HistoryView(answered_now, groups, messages)
+            view = HistoryView(answered_now, groups, messages)
+        self._view = view
         return view
 
 

@@ -115,10 +115,11 @@ class CharEstimator:
         self._punctuation = punctuation_per_token
         self._message_overhead = message_overhead
         self._request_overhead = request_overhead
+        self._id = f"charclass/{chars_per_token:g}/{punctuation_per_token:g}"
 
     @property
     def estimator_id(self) -> str:
-        return f"charclass/{self._ratio:g}/{self._punctuation:g}"
+        return self._id
 
     @property
     def request_overhead(self) -> int:

@@ -6,13 +6,13 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from itertools import chain
 
 from hostkit.context._assemble import (
     CalibratedEstimator,
     Fit,
     Group,
+    Head,
     HistoryView,
     fit_groups,
     group_history,
@@ -50,15 +50,6 @@ REFERENCE_ONLY = (
     "said and done; it is not an instruction.\n\n"
 )
 SummarizerSource = Callable[[TurnExecutionContext], Awaitable[Summarizer | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Head:
-    """The layers before history: instructions, bootstrap, contributions, summary."""
-
-    messages: tuple[ModelMessage, ...]
-    layers: tuple[LayerSummary, ...]
-    tokens: int
 
 
 class ContextManager:
@@ -458,15 +449,25 @@ class ContextManager:
         self,
         request: ContextRequest,
         window: SessionWindow,
-        estimate: Estimator,
+        estimate: CalibratedEstimator,
         room: int | None = None,
-    ) -> _Head:
+    ) -> Head:
         """The layers before history; with ``room``, the summary is cut to fit in it.
 
         A committed summary may be longer than a small window allows: its
         newest part is kept (marked as cut), or the summary is left out when
         not even a little of it fits. Nothing else in the head is cut.
         """
+        key = (
+            request.instructions,
+            request.contributions,
+            window.bootstrap if request.bootstrap else None,
+            window.summary,
+            estimate.estimator_id,
+            estimate.factor,
+        )
+        if room is None and window.last_head is not None and window.last_head[0] == key:
+            return window.last_head[1]
         layers: list[LayerSummary] = []
         messages: list[ModelMessage] = []
 
@@ -501,7 +502,10 @@ class ContextManager:
             message = _summary_message(whole, summary, left, estimate)
         cut = 1 if summary and message is not whole else 0
         layer("summary", [message] if message else [], pruned=cut)
-        return _Head(tuple(messages), tuple(layers), sum(x.tokens for x in layers))
+        head = Head(tuple(messages), tuple(layers), sum(x.tokens for x in layers))
+        if room is None:
+            window.last_head = (key, head)
+        return head
 
     async def _reduce(
         self,
@@ -598,7 +602,7 @@ class ContextManager:
     def _raw_tokens(
         self,
         messages: tuple[ModelMessage, ...],
-        head: _Head,
+        head: Head,
         history: int | None,
         fit: Fit,
         request: ContextRequest,

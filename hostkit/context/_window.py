@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from hostkit.context._assemble import History, SizeMemo
+from hostkit.context._assemble import Head, History, SizeMemo
 from hostkit.store import Calibration, ContextState
 from hostkit.types import ModelMessage
 
@@ -46,6 +46,7 @@ class SessionWindow:
         "cutoff",
         "heads",
         "history",
+        "last_head",
         "last_seq",
         "limit",
         "memos",
@@ -62,6 +63,8 @@ class SessionWindow:
         self.summary = state.summary
         self.bootstrap: str | None = state.bootstrap
         self.calibration: Calibration | None = state.calibration
+        # The head layers last built without a room limit, and what they were built from.
+        self.last_head: tuple[tuple[object, ...], Head] | None = None
         # The turn this window was read for: its later steps need no read (see ContextManager).
         self.current: str | None = None
         # What does not depend on the rows carries over from the window this one replaces.

@@ -362,6 +362,20 @@ class SqliteApprovalStore(ApprovalStore):
     async def supersede(self, session_id: str) -> int:
         check_id("session_id", session_id)
 
+        def open_calls(raw: sqlite3.Connection) -> bool:
+            row = raw.execute(
+                "SELECT 1 FROM approvals WHERE session_id = ? AND (status = 'pending' OR "
+                "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL)) LIMIT 1",
+                [session_id],
+            ).fetchone()
+            return row is not None
+
+        # Most turns have nothing to void: a read on the reader connection, no write
+        # transaction. The caller holds the session lease, so no turn of this session
+        # can add an approval between the read and the write.
+        if not await self._db.read(open_calls):
+            return 0
+
         def supersede(raw: sqlite3.Connection) -> int:
             # Answered but not yet run counts too: its result would land after newer messages.
             cursor = raw.execute(

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, TurnInProgress
 from hostkit.types import (
     LegacyRepairView,
     MessageRecord,
@@ -182,8 +182,20 @@ def append_message(
     content: Mapping[str, Any],
     turn_id: str | None,
 ) -> MessageRecord | None:
-    """Append to an owned session's transcript; None when the scope does not own it."""
+    """Append to an owned session's transcript; None when the scope does not own it.
+
+    Refused with ``TurnInProgress`` while a turn holds the session's lease:
+    the transcript is written by one turn at a time, across processes.
+    """
     where, params = owner_predicate(scope)
+    held = conn.execute(
+        "SELECT l.turn_id FROM session_leases l JOIN session_owners o "
+        "ON o.session_id = l.session_id WHERE l.session_id = ? AND l.owner IS NOT NULL "
+        f"AND {where}",
+        [session_id, *params],
+    ).fetchone()
+    if held is not None:
+        raise TurnInProgress(str(held[0]))
     message_id = new_id("msg")
     created_at = now(conn)
     body = json.dumps(content, separators=(",", ":"), sort_keys=True)

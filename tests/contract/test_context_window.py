@@ -26,7 +26,13 @@ from hostkit.context import (
     SessionCompactor,
     TokenizerEstimator,
 )
-from hostkit.context._assemble import UNANSWERED, History, group_history
+from hostkit.context._assemble import (
+    UNANSWERED,
+    CalibratedEstimator,
+    History,
+    SizeMemo,
+    group_history,
+)
 from hostkit.store import ContextState, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
     ContextReady,
@@ -194,10 +200,14 @@ def random_rows(rng: random.Random, count: int) -> list[tuple[int, ModelMessage]
 
 def test_the_kept_history_is_group_history_after_every_append_and_trim() -> None:
     rng = random.Random(20240610)
+    base = CharEstimator()
+    plain = CalibratedEstimator(base, 1.3)
     for _ in range(40):
         rows = random_rows(rng, 60)
         limit = rng.randint(1, 12)
         history = History()
+        # Counts carried from view to view (each new one starts from the last) stay exact.
+        counted = CalibratedEstimator(base, 1.3, SizeMemo(10_000))
         held: list[tuple[int, ModelMessage]] = []
         for seq, message in rows:
             history.append(seq, message)
@@ -213,6 +223,10 @@ def test_the_kept_history_is_group_history_after_every_append_and_trim() -> None
                 view = history.view(now)
                 assert list(view.groups) == expected
                 assert view.messages == tuple(m for g in expected for m in g.messages)
+                counts, total = counted.raw_view(view)
+                assert counts == tuple(base.message(m) for m in view.messages)
+                assert total == sum(counts)
+                assert counted.view(view) == sum(plain.message(m) for m in view.messages)
             assert history.rows == tuple(held)
     # Unchanged groups are the same objects from one view to the next (their counts are kept).
     history = History(random_rows(random.Random(7), 30))
@@ -540,7 +554,7 @@ async def test_each_history_message_is_estimated_once_and_the_figures_do_not_cha
         await session.append(ModelMessage("user", f"history {index} " + "x" * index), "turn_old")
     counting_estimator = Counting()
     registry = EstimatorRegistry()
-    registry.register(counting_estimator)  # type: ignore[arg-type]
+    registry.register(counting_estimator)
     limits = ModelLimits(64_000, 1_000, estimator_id="counting", safety_margin_tokens=100)
     manager = ContextManager(store, estimators=registry)
     for turn in range(3):

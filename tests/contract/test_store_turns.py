@@ -14,7 +14,13 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.errors import MESSAGE_LIMIT, InvalidValue, LeaseLost, NotFoundOrUnauthorized
+from hostkit.errors import (
+    MESSAGE_LIMIT,
+    InvalidValue,
+    LeaseLost,
+    NotFoundOrUnauthorized,
+    TurnInProgress,
+)
 from hostkit.store import (
     Admitted,
     ConversationTarget,
@@ -488,3 +494,19 @@ async def test_bad_writes_are_refused_and_lose_nothing_accepted(
     assert await say(runtime, lease, 3, "next") == 2
     messages = await runtime.list_messages(scope, lease.session_id)
     assert [m.content["text"] for m in messages.items] == ["accepted", "next"]
+
+
+async def test_owned_append_is_refused_while_a_turn_holds_the_session(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    admitted = await admit(runtime, scope, live)
+    session_id = admitted.lease.session_id
+    with pytest.raises(TurnInProgress):
+        await runtime.append_message(scope, session_id, role="user", content={"text": "x"})
+    await say(runtime, admitted.lease, 2)
+    await runtime.turns.finish(admitted.lease, result_of(admitted.lease), event_seq=3)
+    appended = await runtime.append_message(scope, session_id, role="user", content={"text": "y"})
+    page = await runtime.list_messages(scope, session_id)
+    assert [m.seq for m in page.items] == [1, appended.seq]
+    assert appended.seq == 2
