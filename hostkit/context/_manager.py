@@ -297,29 +297,28 @@ class ContextManager:
         """
         decision = self._pending.get(observation.decision_id)
         window = self._windows.get(observation.session_id)
+        known = False  # whether the window holds the calibration as the store has it now
         try:
             if decision is not None:
                 recorded = await self._store.context.record_step(decision, observation)
                 if window is not None:
                     window.calibration = recorded.calibration
+                    known = True
             else:
                 await self._store.context.record_usage(observation)
-                if window is not None:
-                    window.current = None  # the calibration may have moved: read it again
         except HostkitError:
             self._degraded.add(observation.session_id)
             raise
+        finally:
+            if window is not None and not known:
+                window.current = None  # the calibration may have moved: read it again
         self._pending.pop(observation.decision_id, None)
         self._degraded.discard(observation.session_id)
         if self._unwritten:
             await self._write_unwritten()
 
-    def release(self, turn_id: str) -> None:
-        """The turn ended: its decisions that were never observed are to be written.
-
-        Synchronous; the write happens at this manager's next ``prepare``,
-        ``observe`` or ``flush``. ``await flush(turn_id)`` writes them now.
-        """
+    def _release(self, turn_id: str) -> None:
+        """The turn ended: its decisions that were never observed are to be written."""
         ended = [d for d in self._pending.values() if d.turn_id == turn_id]
         for decision in ended:
             del self._pending[decision.decision_id]
@@ -333,7 +332,7 @@ class ContextManager:
     async def flush(self, turn_id: str | None = None) -> bool:
         """Write the decisions of ``turn_id`` (every turn: None) that were never observed.
 
-        What TurnExecution awaits when a turn ends (in place of ``release``).
+        What TurnExecution awaits when a turn ends, whatever its outcome.
         Returns True when nothing is left unwritten; a failed write is
         logged, and the decisions stay for the next attempt.
         """
@@ -341,7 +340,7 @@ class ContextManager:
             self._unwritten.extend(self._pending.values())
             self._pending.clear()
         else:
-            self.release(turn_id)
+            self._release(turn_id)
         if self._unwritten:
             await self._write_unwritten()
         return not self._unwritten

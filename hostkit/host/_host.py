@@ -301,7 +301,8 @@ class Host(AsyncResource):
         Each step runs even when an earlier one raises (an exit stack, last
         pushed first): prompts withdrawn, turns ended, every process tree any
         generation started ended (grandchildren too), operator authority
-        revoked, generations closed, then the store.
+        revoked, generations closed, context decisions still held written,
+        then the store.
         """
         if self._closed:
             return
@@ -310,6 +311,7 @@ class Host(AsyncResource):
         with anyio.CancelScope(shield=True):
             async with contextlib.AsyncExitStack() as stack:
                 stack.push_async_callback(self.store.aclose)
+                stack.push_async_callback(self.context.aclose)
                 for generation in (self._generation, *reversed(self._retired)):
                     stack.push_async_callback(self._close_generation, generation)
                 stack.push_async_callback(self.authority.aclose)

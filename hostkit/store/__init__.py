@@ -26,7 +26,9 @@ from hostkit.store._context_values import (
     CompactionLease,
     CompactionState,
     ContextState,
+    HistoryRow,
     LeaseTake,
+    StepRecord,
 )
 from hostkit.store._inspect import (
     MAX_INSPECT_ROWS,
@@ -88,6 +90,7 @@ __all__ = [
     "ContextStore",
     "ConversationSelect",
     "ConversationTarget",
+    "HistoryRow",
     "InspectQueries",
     "LeaseOwner",
     "LeaseTake",
@@ -107,6 +110,7 @@ __all__ = [
     "SessionLease",
     "SessionUsage",
     "SqliteStore",
+    "StepRecord",
     "Synchronous",
     "Transaction",
     "TurnAdmission",

@@ -240,11 +240,15 @@ class TurnExecution:
                     if active.catalog is not None:
                         await core.effects.close_catalog(active.catalog)
                 finally:
-                    if not active.recorded:
-                        await self._leases.abandon(active.lease)
-                    self._context.release(context.turn_id)
-                    self._active.pop(context.turn_id, None)
-                    active.done.set()
+                    try:
+                        if not active.recorded:
+                            await self._leases.abandon(active.lease)
+                        # The step decisions that were never observed (a failed or
+                        # cancelled provider call) become durable with the turn's end.
+                        await self._context.flush(context.turn_id)
+                    finally:
+                        self._active.pop(context.turn_id, None)
+                        active.done.set()
 
     async def _body(
         self,

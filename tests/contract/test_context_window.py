@@ -33,6 +33,7 @@ from hostkit.context._assemble import (
     SizeMemo,
     group_history,
 )
+from hostkit.errors import StoreError
 from hostkit.store import ContextState, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
     ContextReady,
@@ -432,7 +433,7 @@ async def test_a_step_reads_at_most_once_and_writes_once_and_reads_only_what_is_
             assert recorded is not None
             assert recorded.estimated_input_tokens == ready.estimated_input_tokens
             assert not await store.context.record_usage(observation(ready, context, 0, reported))
-        manager.release(turn_id)
+        assert await manager.flush(turn_id)
     assert manager.pending_decisions == 0
 
 
@@ -483,10 +484,16 @@ async def test_a_decision_whose_step_is_never_observed_is_durable_after_the_turn
     await manager.observe(late)
     assert not await store.context.record_usage(late)
 
-    # A turn only released (synchronously) has its decision written by this manager's next
-    # store call: here the next turn's prepare.
+    # A flush whose write fails keeps the decision; this manager's next store call writes it.
     cancelled = await manager.prepare(request(session.scope, "t_cancelled", [user]))
-    manager.release("t_cancelled")
+    assert isinstance(cancelled, ContextReady)
+
+    async def refuse(decisions: object) -> int:
+        raise StoreError("disk full", retryable=True)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store.context, "record_decisions", refuse)
+        assert not await manager.flush("t_cancelled")
     assert manager.pending_decisions == 1
     assert await store.context.decision(cancelled.decision_id) is None
     await manager.prepare(request(session.scope, "t_next", [user]))
@@ -575,7 +582,7 @@ async def test_each_history_message_is_estimated_once_and_the_figures_do_not_cha
             answer = ModelMessage("assistant", f"answer {turn}.{step}")
             await session.append(answer, turn_id)
             messages.append(answer)
-        manager.release(turn_id)
+        await manager.flush(turn_id)
     # History rows: counted once each, however many steps and turns used them. This turn's
     # messages: once in the turn, once more when read back as history (a new object).
     assert all(

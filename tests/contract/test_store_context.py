@@ -484,9 +484,7 @@ async def test_a_read_after_a_seq_returns_only_what_is_new_under_the_same_cutoff
         {"after_seq": 3, "after_cutoff": -2},
         {"after_seq": 3, "after_cutoff": "1"},
     ):
-        await refused(
-            context.read_state(session_id=session_id, turn_id="t", window=3, **bad)
-        )
+        await refused(context.read_state(session_id=session_id, turn_id="t", window=3, **bad))
 
 
 async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(

@@ -165,6 +165,30 @@ async def test_provider_failure_is_persisted_as_a_sanitized_failed_result(tmp_pa
         assert (await event_kinds(host, result.turn_id))[-1] == "turn.failed"
 
 
+async def test_a_step_whose_provider_failed_still_has_its_context_decision(
+    tmp_path: Path,
+) -> None:
+    # The decision is held until its observation; a failed call has none, so the turn's
+    # end writes it: the inspectors see what was sent even for a failed turn.
+    failing = ScriptedModel([Reply("first"), Fail(ProviderError("HTTP 500", provider="test"))])
+    async with open_host(tmp_path, failing) as host:
+        first = await host.turns.run(request())
+        failed = await host.turns.run(request())
+        assert (first.outcome, failed.outcome) == ("completed", "failed")
+        operator = await host.operator("ops", reason="test: read the decisions")
+        for turn in (first, failed):
+            recorded = await host.store.inspect.turn_decisions(
+                operator, session_id=turn.session_id, turn_id=turn.turn_id
+            )
+            assert [d.decision.step_id for d in recorded.decisions] == [0]
+            assert recorded.decisions[0].decision.kind == "ready"
+        # Only the observed step has reported usage.
+        usage = await host.store.inspect.turn_decisions(
+            operator, session_id=failed.session_id, turn_id=failed.turn_id
+        )
+        assert usage.decisions[0].reported_input_tokens is None
+
+
 async def test_a_failing_tool_is_reported_to_the_model_not_leaked(tmp_path: Path) -> None:
     model = ScriptedModel([CallTools(("demo_explode", {})), Reply("recovered")])
     async with open_host(tmp_path, model, tools=[explode]) as host:
