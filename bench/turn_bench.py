@@ -55,12 +55,14 @@ PERSISTED = """
 tps/peer: hostkit turns/s over the peer's; p50/p99 p/h: peer latency over hostkit's
 (higher is better for hostkit in all three).
 What each side persists per turn (WAL-mode SQLite file):
-  hostkit: turn row (idempotency key, lease, terminal result), 6 turn events,
-    4 transcript messages, 2 context decisions, 2 usage observations, in 12
-    write transactions (the conversation binding is only read, on the reader);
-    concurrent ones share a COMMIT. FULL syncs the WAL at every COMMIT; NORMAL
-    only at checkpoints (survives a process crash, not a power loss). Each turn
-    reads up to 200 history messages once and re-estimates them per model step.
+  hostkit: turn row (idempotency key, lease, terminal result) and the session lease,
+    6 turn events, 4 transcript messages, 2 context decisions, 2 usage observations, in
+    6 write transactions: admission (binding, session lease, turn row, turn.started, the
+    input), one per observed step (decision, usage, calibration), the tool call, its
+    result, and the terminal commit with the final answer; concurrent ones share a
+    COMMIT. FULL syncs the WAL at every COMMIT; NORMAL only at checkpoints (survives a
+    process crash, not a power loss). Each turn reads only the history rows it has not
+    seen (a per-session window cache) and estimates each message once.
   openai-agents SQLiteSession: 4 session items (JSON) and the session row's
     updated_at, in 3 commits (input; tool call + output; final message), after
     reading the session's whole history. It sets no synchronous pragma, so it

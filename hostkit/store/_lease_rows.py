@@ -21,6 +21,7 @@ from hostkit.store._turn_rows import (
     fence,
     find_turn,
     insert_event,
+    insert_message,
     one_row,
 )
 from hostkit.store._turn_values import (
@@ -160,8 +161,19 @@ def admit(
         },
         at=at,
     )
+    next_event_seq = 2
+    if admission.input is not None:
+        insert_message(conn, session_id, admission.turn_id, admission.input, at=at)
+        insert_event(conn, admission.turn_id, 2, "input.persisted", None, at=at)
+        next_event_seq = 3
     lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)
-    return Admitted(lease=lease, owner=facts, created=created, recovered=recovered)
+    return Admitted(
+        lease=lease,
+        owner=facts,
+        created=created,
+        recovered=recovered,
+        next_event_seq=next_event_seq,
+    )
 
 
 def session_lease(conn: sqlite3.Connection, session_id: str) -> SessionLease | None:

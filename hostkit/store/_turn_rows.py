@@ -27,6 +27,7 @@ from hostkit.store._owned import now, owner_predicate
 from hostkit.store._turn_values import (
     RecoveredTurn,
     SessionLease,
+    TranscriptEntry,
     TurnState,
     TurnWrite,
 )
@@ -269,28 +270,32 @@ def append_message(
 ) -> TurnWrite:
     """Append a transcript message of the lease's turn together with its event (fenced)."""
     cancel_requested = fence(conn, lease)
+    at = now(conn)
+    seq = insert_message(conn, lease.session_id, lease.turn_id, message, at=at)
+    insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
+    return TurnWrite(seq, cancel_requested)
+
+
+def insert_message(
+    conn: sqlite3.Connection, session_id: str, turn_id: str, message: ModelMessage, *, at: str
+) -> int:
+    """Insert one transcript message at the session's next seq; returns the seq.
+
+    The caller holds the session lease (checked in the same transaction), so
+    no other writer takes the seq.
+    """
     row = one_row(
         conn,
         "SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM messages WHERE session_id = ?",
-        [lease.session_id],
+        [session_id],
     )
     seq = int(row["next"]) if row is not None else 1
-    at = now(conn)
     conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            new_id("msg"),
-            lease.session_id,
-            seq,
-            message.role,
-            _json(message.to_json()),
-            lease.turn_id,
-            at,
-        ],
+        [new_id("msg"), session_id, seq, message.role, _json(message.to_json()), turn_id, at],
     )
-    insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
-    return TurnWrite(seq, cancel_requested)
+    return seq
 
 
 def finish(
@@ -300,11 +305,19 @@ def finish(
     *,
     event_seq: int,
     route: Mapping[str, Any] | None,
+    final: TranscriptEntry | None = None,
 ) -> TurnResult:
-    """Commit the terminal state with its event and delivery intents; release the lease (fenced)."""
+    """Commit the terminal state with its event and delivery intents; release the lease (fenced).
+
+    ``final`` (the turn's last answer) is appended first, in the same transaction.
+    """
     if (result.turn_id, result.session_id) != (lease.turn_id, lease.session_id):
         raise InvalidValue("the result is not the lease's turn")
     fence(conn, lease)
+    if final is not None:
+        at = now(conn)
+        insert_message(conn, lease.session_id, lease.turn_id, final.message, at=at)
+        insert_event(conn, lease.turn_id, final.event_seq, final.event, final.detail, at=at)
     committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed

@@ -7,12 +7,13 @@ message), so every adapter receives the same checked input.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
-from hostkit.types import OwnerKind, TurnOutcome, TurnResult
+from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult
 
 __all__ = [
     "MAX_LEASE_TTL_S",
@@ -23,6 +24,7 @@ __all__ = [
     "RecoveredTurn",
     "SessionBusy",
     "SessionLease",
+    "TranscriptEntry",
     "TurnAdmission",
     "TurnState",
     "TurnStatus",
@@ -100,6 +102,9 @@ class TurnAdmission:
     generation: int
     session: ConversationTarget | str
     trace_id: str | None = None
+    # The user's input, persisted with ``input.persisted`` (event 2) in the same
+    # transaction; None for a turn that opens otherwise (an approval continuation).
+    input: ModelMessage | None = None
 
     def __post_init__(self) -> None:
         for name in ("turn_id", "request_id", "principal_id", "core_id", "core_revision"):
@@ -112,6 +117,8 @@ class TurnAdmission:
             check_id("session", self.session)
         if self.trace_id is not None:
             check_id("trace_id", self.trace_id)
+        if self.input is not None and not isinstance(self.input, ModelMessage):
+            raise InvalidValue("input must be a ModelMessage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +167,8 @@ class Admitted:
     owner: OwnerFacts
     created: bool = False
     recovered: tuple[RecoveredTurn, ...] = ()
+    # The seq of the turn's next event: 2, or 3 when the input was persisted too.
+    next_event_seq: int = 2
 
     @property
     def session_id(self) -> str:
@@ -200,3 +209,26 @@ class TurnWrite:
 
     seq: int
     cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEntry:
+    """One transcript message of a turn with its event, written inside another write.
+
+    The terminal commit takes the turn's last answer this way, so a turn's
+    final step and its terminal record are one transaction.
+    """
+
+    message: ModelMessage
+    event: str
+    event_seq: int
+    detail: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, ModelMessage):
+            raise InvalidValue("a ModelMessage is required")
+        check_id("event", self.event, limit=100)
+        if isinstance(self.event_seq, bool) or not isinstance(self.event_seq, int):
+            raise InvalidValue("event_seq must be an integer")
+        if not 2 <= self.event_seq < 2**31:
+            raise InvalidValue("event_seq must be between 2 and 2**31 - 1")

@@ -25,6 +25,7 @@ from hostkit.store._turn_values import (
     RecoveredTurn,
     SessionBusy,
     SessionLease,
+    TranscriptEntry,
     TurnAdmission,
     TurnState,
     TurnWrite,
@@ -120,9 +121,12 @@ class TurnStore(ABC):
         *,
         event_seq: int,
         route: Mapping[str, Any] | None = None,
+        final: TranscriptEntry | None = None,
     ) -> TurnResult:
         """Commit the terminal record, its event, the delivery intents; release the lease (fenced).
 
+        ``final`` — the turn's last answer with its event — is appended in
+        the same transaction (its ``event_seq`` precedes ``event_seq``).
         Exactly one terminal record per turn. A ``completed`` or
         ``needs_user`` result with text and a ``route`` gets one outbox
         intent in the same transaction. Returns the result as persisted (its
@@ -225,13 +229,20 @@ class SqliteTurnStore(TurnStore):
         *,
         event_seq: int,
         route: Mapping[str, Any] | None = None,
+        final: TranscriptEntry | None = None,
     ) -> TurnResult:
         _check_lease(lease)
         _check_seq(event_seq)
         if not isinstance(result, TurnResult) or result.outcome not in TERMINAL:
             raise InvalidValue("a terminal TurnResult is required")
+        if final is not None and (
+            not isinstance(final, TranscriptEntry) or final.event_seq >= event_seq
+        ):
+            raise InvalidValue("final must be a TranscriptEntry whose event precedes the terminal")
         return await self._db.write(
-            lambda conn: rows.finish(conn, lease, result, event_seq=event_seq, route=route)
+            lambda conn: rows.finish(
+                conn, lease, result, event_seq=event_seq, route=route, final=final
+            )
         )
 
     async def abandon(self, lease: SessionLease) -> RecoveredTurn:

@@ -85,6 +85,9 @@ class _Job(Generic[T]):
 def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
     """Run ``jobs`` in one transaction, each in a savepoint; runs on the DB thread."""
     guard.raised = False  # never inherit a raised guard from an interrupted transaction
+    if len(jobs) == 1:
+        _run_alone(conn, guard, jobs[0])
+        return
     try:
         conn.execute(BEGIN)
         for job in jobs:
@@ -107,6 +110,28 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
         for job in jobs:
             job.result = None
             job.error = failure
+
+
+def _run_alone(conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any]) -> None:
+    """One job, one transaction: no savepoint is needed to roll it back alone."""
+    try:
+        conn.execute(BEGIN)
+        guard.raised = True
+        try:
+            job.result = job.fn(conn)
+        except BaseException as exc:
+            guard.raised = False
+            conn.execute(ROLLBACK)
+            job.error = exc
+            return
+        guard.raised = False
+        conn.execute(COMMIT)
+    except sqlite3.Error as exc:
+        guard.raised = False
+        if conn.in_transaction:
+            conn.execute(ROLLBACK)
+        job.result = None
+        job.error = map_sqlite_error(exc, "commit")
 
 
 class GroupCommitWriter:
@@ -174,8 +199,13 @@ class GroupCommitWriter:
         try:
             if self._closed:
                 raise StoreClosed()
-            with anyio.fail_after(self._lock_timeout_s):
-                await self._lock.acquire()
+            # The lock is contended only by interactive transactions: take it at once
+            # when free, and wait (bounded) only when one holds it.
+            try:
+                self._lock.acquire_nowait()
+            except anyio.WouldBlock:
+                with anyio.fail_after(self._lock_timeout_s):
+                    await self._lock.acquire()
             try:
                 await self._conn.run(lambda raw: _run_batch(raw, self.guard, batch))
             finally:

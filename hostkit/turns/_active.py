@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from hostkit.effects import PreparedEffectCatalog
-from hostkit.store import SessionLease
+from hostkit.store import SessionLease, TranscriptEntry
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
@@ -43,6 +43,8 @@ class ActiveTurn:
     usage: Usage = field(default_factory=Usage)
     pending_approval: str | None = None
     catalog: PreparedEffectCatalog | None = None
+    # The last answer, written with the terminal record (None until the model answers).
+    final: TranscriptEntry | None = None
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
 
     def stop(self, reason: str) -> None:

@@ -27,6 +27,7 @@ from hostkit.store import (
     RuntimeStore,
     SessionBusy,
     SessionLease,
+    TranscriptEntry,
     TurnState,
 )
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
@@ -188,7 +189,9 @@ class TurnExecution:
                             request, outcome.scope, core, turn_id=turn_id, trace_id=trace_id
                         )
                         self._emit(context, "turn.started", {"core_id": core.core_id})
-                        return await self._drive(request, context, core, admitted.lease)
+                        return await self._drive(
+                            request, context, core, admitted.lease, admitted.next_event_seq
+                        )
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._cores.release(core)
@@ -211,8 +214,9 @@ class TurnExecution:
         context: TurnExecutionContext,
         core: PinnedCore,
         lease: SessionLease,
+        next_event_seq: int,
     ) -> TurnResult:
-        active = ActiveTurn(context, lease)
+        active = ActiveTurn(context, lease, next_seq=next_event_seq)
         self._active[context.turn_id] = active
         try:
             outcome, error = await self._leases.heartbeating(
@@ -314,23 +318,24 @@ class TurnExecution:
             await self._observe(context, step, prepared.decision_id, response)
             assistant = ModelMessage("assistant", response.text, response.tool_calls)
             messages.append(assistant)
-            await self._persist(
-                context,
-                active,
-                assistant,
-                "provider.completed",
-                {
-                    "step": step,
-                    "decision_id": prepared.decision_id,
-                    "finish_reason": response.finish_reason,
-                    "tool_calls": [call.name for call in response.tool_calls],
-                    "input_tokens": response.usage.input_tokens,
-                    "output_tokens": response.usage.output_tokens,
-                },
-            )
+            detail: dict[str, Any] = {
+                "step": step,
+                "decision_id": prepared.decision_id,
+                "finish_reason": response.finish_reason,
+                "tool_calls": [call.name for call in response.tool_calls],
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+            }
+            if step == 0:
+                detail["effects"] = list(catalog.effects)  # what the model could call
             if not response.tool_calls:
+                # The answer is written with the terminal record: one transaction.
+                active.final = TranscriptEntry(
+                    assistant, "provider.completed", active.take_seq(), detail
+                )
                 active.text = response.text
                 return "completed", None
+            await self._persist(context, active, assistant, "provider.completed", detail)
             for index, call in enumerate(response.tool_calls):
                 ref = catalog.resolve(call.name)
                 if ref is None:
@@ -372,11 +377,10 @@ class TurnExecution:
         catalog = active.catalog
         assert catalog is not None
         if request.continues is None:
+            # The input was persisted by the admission transaction (input.persisted).
             await core.effects.supersede_pending(context)
-            message = ModelMessage("user", request.input)
-            detail = {"effects": list(catalog.effects)}
-            await self._persist(context, active, message, "input.persisted", detail)
-            return message
+            self._emit(context, "input.persisted", {})
+            return ModelMessage("user", request.input)
         approval_id = request.continues
         active.in_flight = "effect"
         call_id, name, outcome = await core.effects.execute_approved(approval_id, catalog, context)
@@ -489,7 +493,11 @@ class TurnExecution:
             with anyio.fail_after(self._terminal_timeout_s):
                 try:
                     result = await self._store.turns.finish(
-                        active.lease, result, event_seq=active.take_seq(), route=request.route
+                        active.lease,
+                        result,
+                        event_seq=active.take_seq(),
+                        route=request.route,
+                        final=active.final,
                     )
                 except LeaseLost:
                     # Another Host took the session over and recorded this turn's end.
@@ -499,6 +507,8 @@ class TurnExecution:
             raise TurnInfrastructureError(
                 context.request_id, durable_result_ref=context.turn_id
             ) from exc
+        if active.final is not None:
+            self._emit(context, active.final.event, dict(active.final.detail or {}))
         self._emit(context, f"turn.{result.outcome}", {"error": result.error})
         return result
 

@@ -40,6 +40,7 @@ from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     ConversationFacts,
     FreshSession,
+    ModelMessage,
     PrincipalScope,
     ResumeSession,
     TurnRequest,
@@ -152,6 +153,8 @@ class LeaseHolder:
                 generation=core.generation,
                 session=session,
                 trace_id=trace_id,
+                # An ordinary turn's input is durable with its admission (one transaction).
+                input=ModelMessage("user", request.input) if request.continues is None else None,
             )
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc
