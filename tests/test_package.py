@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +114,24 @@ def test_package_all_is_sorted(name: str) -> None:
         return 1 if attr[:1].isupper() else 2
 
     assert exported == sorted(exported, key=lambda attr: (kind(attr), attr)), name
+
+
+_SQL = re.compile(
+    r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX))\b"
+)
+
+
+def test_no_sql_outside_the_store() -> None:
+    """All SQL lives in ``hostkit.store`` (import-linter forbids the drivers elsewhere)."""
+    root = Path(hostkit.__file__).parent
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.relative_to(root).parts[0] != "store"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _SQL.search(line)
+    ]
+    assert offenders == []
+    # The pattern does find SQL where it lives.
+    store = (root / "store" / "_turn_rows.py").read_text(encoding="utf-8")
+    assert _SQL.search(store)
