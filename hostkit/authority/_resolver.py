@@ -120,6 +120,12 @@ class AuthorityResolver:
         owner = await self._store.owner_facts(session_id)
         if owner is None or owner.owner_kind != "conversation":
             raise ScopeError("the conversation's session has no durable conversation owner")
+        return self._conversation_scope(principal_id, facts, session_id)
+
+    def _conversation_scope(
+        self, principal_id: str, facts: ConversationFacts, session_id: str
+    ) -> PrincipalScope:
+        """The signed scope of a conversation bound to exactly its ``session_id``."""
         return self._mint.sign(
             PrincipalScope(
                 principal_id=principal_id,
@@ -190,20 +196,10 @@ class AuthorityResolver:
                         durable_result_ref=admission.turn_id,
                         generation=admission.generation,
                     ),
-                    event_seq=2,
+                    event_seq=outcome.next_event_seq,
                 )
             raise ScopeError(reason)
-        scope = self._mint.sign(
-            PrincipalScope(
-                principal_id=principal_id,
-                authority="conversation",
-                channel=facts.channel,
-                conversation_key=facts.conversation_key,
-                session_id=session_id,
-                allowed_session_ids=frozenset({session_id}),
-                issuer_id=self._mint.issuer_id,
-            )
-        )
+        scope = self._conversation_scope(principal_id, facts, session_id)
         return AdmittedTurn(outcome, scope)
 
     async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import anyio
@@ -160,3 +161,29 @@ async def test_a_waiting_turn_runs_once_the_other_host_releases_the_session(
             ).fetchone()[0]
         )
         assert admitted_token == held.token + 1
+
+
+async def test_an_admission_whose_owner_row_disagrees_is_ended_and_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should an adapter ever answer with another owner, the turn still gets one record."""
+    model = ScriptedModel([Reply("never")], repeat_last=True)
+    async with Host.open(host_config(tmp_path), capabilities=capabilities(model)) as host:
+        admit = host.store.turns.admit
+
+        async def disagreeing(admission: TurnAdmission, **options: object) -> object:
+            outcome = await admit(admission, **options)  # type: ignore[arg-type]
+            assert isinstance(outcome, Admitted)
+            assert outcome.next_event_seq == 3  # the input was written with the admission
+            owner = dataclasses.replace(outcome.owner, conversation_key="someone-else")
+            return dataclasses.replace(outcome, owner=owner)
+
+        monkeypatch.setattr(host.store.turns, "admit", disagreeing)
+        with pytest.raises(TurnRejected):
+            await host.turns.run(request("hi", conversation="c-odd"))
+        monkeypatch.undo()
+        (row,) = await turn_rows(host)
+        assert row[1] == "failed"
+        assert model.requests == []
+        # The session is free again: the next turn of the conversation runs.
+        assert (await host.turns.run(request("hi", conversation="c-odd"))).text == "never"
