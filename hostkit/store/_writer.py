@@ -79,7 +79,12 @@ class _Job(Generic[T]):
         self.error: BaseException | None = None
         self.taken = False
         self.finished = False
-        self.wake = anyio.Event()
+        # Created only when the job has to wait for another leader's batch.
+        self.wake: anyio.Event | None = None
+
+    def rouse(self) -> None:
+        if self.wake is not None:
+            self.wake.set()
 
 
 def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
@@ -158,7 +163,8 @@ class GroupCommitWriter:
         """
         if self._closed:
             raise StoreClosed()
-        if self._interactive_task == anyio.get_current_task().id:
+        interactive = self._interactive_task
+        if interactive is not None and interactive == anyio.get_current_task().id:
             raise InvalidValue(
                 "store.write() inside this task's store.transaction() would deadlock; "
                 "use tx.run(fn) instead"
@@ -176,15 +182,16 @@ class GroupCommitWriter:
                     finally:
                         self._leader = None
                         if self._pending:
-                            self._pending[0].wake.set()
+                            self._pending[0].rouse()
                 else:
-                    await job.wake.wait()
                     job.wake = anyio.Event()
+                    await job.wake.wait()
+                    job.wake = None
         except BaseException:
             if not job.taken:
                 self._pending.remove(job)
                 if self._leader is None and self._pending:
-                    self._pending[0].wake.set()
+                    self._pending[0].rouse()
             raise
         if job.error is not None:
             raise job.error
@@ -222,7 +229,7 @@ class GroupCommitWriter:
         finally:
             for queued in batch:
                 queued.finished = True
-                queued.wake.set()
+                queued.rouse()
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[DbConnection]:
@@ -249,7 +256,7 @@ class GroupCommitWriter:
             queued.taken = True
             queued.error = StoreClosed()
             queued.finished = True
-            queued.wake.set()
+            queued.rouse()
         with anyio.move_on_after(self._lock_timeout_s):
             await self._lock.acquire()
             self._lock.release()
