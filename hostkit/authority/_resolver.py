@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import TracebackType
 
 import anyio
+from anyio.abc import AsyncResource
 
 from hostkit.authority._operator import OPERATOR_CHANNEL, OperatorIssuer
 from hostkit.errors import InvalidValue, ScopeError
@@ -49,7 +49,7 @@ def conversation_principal(facts: ConversationFacts) -> str:
     return f"{facts.channel}:{facts.principal_key}"
 
 
-class AuthorityResolver:
+class AuthorityResolver(AsyncResource):
     """Derives PrincipalScopes from authenticated facts plus durable bindings.
 
     Bound to one store open (``AuthorityResolver.bind(store)``); scopes it
@@ -69,17 +69,6 @@ class AuthorityResolver:
     def bind(cls, store: RuntimeStore) -> AuthorityResolver:
         """Bind the one resolver of ``store``; a second bind raises ``ScopeError``."""
         return cls(store, store.bind_authority())
-
-    async def __aenter__(self) -> AuthorityResolver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Revoke operator issuance; idempotent."""

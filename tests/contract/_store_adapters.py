@@ -36,10 +36,18 @@ class StoreUnderTest:
 
 
 @asynccontextmanager
-async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+async def open_store(name: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
+    """A fresh, empty store of adapter ``name`` (no AuthorityResolver bound yet)."""
     if name != "sqlite":
         raise ValueError(f"unknown store adapter {name!r}")
-    async with await SqliteStore.open(tmp_path / "hostkit.db") as store:
+    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        yield store
+
+
+@asynccontextmanager
+async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_store(name, tmp_path) as store:
+        assert isinstance(store, SqliteStore)
 
         async def seed_turn(session_id: str) -> str:
             turn_id = new_id("turn")

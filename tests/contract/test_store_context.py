@@ -38,21 +38,17 @@ from hostkit.types import (
     Usage,
     UsageObservation,
 )
+from tests.contract._store_adapters import ADAPTERS, open_store
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
-
-ADAPTERS = ["sqlite"]
 
 
 @pytest.fixture(params=ADAPTERS)
 async def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
     """One open store per adapter, empty."""
-    if request.param == "sqlite":
-        async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
-            yield store
-    else:  # pragma: no cover - a new adapter must be added here
-        raise AssertionError(f"unknown adapter {request.param}")
+    async with open_store(request.param, tmp_path) as store:
+        yield store
 
 
 @pytest.fixture

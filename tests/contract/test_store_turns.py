@@ -32,18 +32,16 @@ from hostkit.store import (
     TurnState,
 )
 from hostkit.types import ModelMessage, PrincipalScope, TurnResult, new_id
+from tests.contract._store_adapters import ADAPTERS, open_store
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
-ADAPTERS = ["sqlite"]
-
 
 @pytest.fixture(params=ADAPTERS)
 async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    """One store per adapter (``RuntimeStore.open`` is the embedded SQLite one)."""
-    assert request.param == "sqlite"
-    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+    """One empty store per adapter (tests/contract/_store_adapters.py names them)."""
+    async with open_store(request.param, tmp_path) as store:
         yield store
 
 
