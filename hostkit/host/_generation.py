@@ -40,8 +40,15 @@ __all__ = ["Generation"]
 
 @dataclass(frozen=True, slots=True)
 class _AgentTools:
+    """What a generation pins for an agent once, for every turn: tools, policy, identity."""
+
     tools: tuple[tuple[AuthoredTool, str], ...]
     policy: EffectPolicy
+    effect_names: tuple[str, ...]
+    policy_fingerprint: str
+    revision: str
+    workspace: Path
+    secret_grants: tuple[str, ...]
 
 
 class Generation(AsyncResource):
@@ -73,6 +80,7 @@ class Generation(AsyncResource):
         self.active = 0
         self.retired = False
         self._tools: dict[str, _AgentTools] = {}
+        self._revisions: dict[str, str] = {}
         self._lock = anyio.Lock()
         self._closed = False
 
@@ -91,6 +99,9 @@ class Generation(AsyncResource):
         return "cfg-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     async def agent_tools(self, agent: str) -> _AgentTools:
+        cached = self._tools.get(agent)
+        if cached is not None:  # built once per generation; the lock is for the first build
+            return cached
         async with self._lock:
             cached = self._tools.get(agent)
             if cached is not None:
@@ -119,7 +130,17 @@ class Generation(AsyncResource):
                         key=f"agents.{agent}",
                     )
                 seen[name] = tool.name
-            cached = self._tools[agent] = _AgentTools(allowed, policy)
+            cached = self._tools[agent] = _AgentTools(
+                tools=allowed,
+                policy=policy,
+                effect_names=tuple(sorted(tool.name for tool, _ in allowed)),
+                policy_fingerprint=policy.fingerprint(),
+                revision=self.revision(agent),
+                workspace=self.workspace(agent),
+                secret_grants=tuple(
+                    secret_grant(name) for name in self.config.agents[agent].secrets
+                ),
+            )
             return cached
 
     def workspace(self, agent: str) -> Path:
@@ -131,7 +152,9 @@ class Generation(AsyncResource):
             raise TurnRejected("this configuration generation was replaced")
         if core_id not in self.config.agents:
             raise TurnRejected(f"no agent named {core_id!r}")
-        current = self.revision(core_id)
+        current = self._revisions.get(core_id) or self._revisions.setdefault(
+            core_id, self.revision(core_id)
+        )
         if revision is not None and revision != current:
             raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
         # Counted before the first await, so apply_config never closes a generation
@@ -160,16 +183,16 @@ class Generation(AsyncResource):
         agent = self.config.agents[core_id]
         return PinnedCore(
             core_id=core_id,
-            core_revision=current,
+            core_revision=tools.revision,
             generation=self.number,
             instructions=agent.instructions,
             provider=provider,
             effects=self.effects,
-            effect_names=tuple(sorted(tool.name for tool, _ in tools.tools)),
-            policy_fingerprint=tools.policy.fingerprint(),
-            workspace=self.workspace(core_id),
+            effect_names=tools.effect_names,
+            policy_fingerprint=tools.policy_fingerprint,
+            workspace=tools.workspace,
             max_steps=agent.max_steps,
-            secret_grants=tuple(secret_grant(name) for name in agent.secrets),
+            secret_grants=tools.secret_grants,
         )
 
     async def release(self) -> bool:
