@@ -6,6 +6,7 @@ each adapter (SQLite today; a PostgreSQL adapter joins the parametrisation).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from hostkit.store import (
     RuntimeStore,
     SessionBusy,
     SessionLease,
+    TranscriptEntry,
     TurnAdmission,
     TurnState,
 )
@@ -508,3 +510,36 @@ async def test_owned_append_is_refused_while_a_turn_holds_the_session(
     page = await runtime.list_messages(scope, session_id)
     assert [m.seq for m in page.items] == [1, appended.seq]
     assert appended.seq == 2
+
+
+async def test_admission_writes_the_input_and_finish_the_final_answer_atomically(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    with_input = dataclasses.replace(admission(scope), input=ModelMessage("user", "question"))
+    admitted = await runtime.turns.admit(with_input, owner=live, ttl_s=600)
+    assert isinstance(admitted, Admitted)
+    assert admitted.next_event_seq == 3  # turn.started 1, input.persisted 2
+    lease = admitted.lease
+    answer = TranscriptEntry(ModelMessage("assistant", "the answer"), "provider.completed", 3)
+    # Bad input is refused before anything is written.
+    for bad in (
+        dataclasses.replace(answer, event_seq=4),  # not before the terminal event
+        "the answer",
+    ):
+        with pytest.raises(InvalidValue) as caught:
+            await runtime.turns.finish(lease, result_of(lease), event_seq=4, final=bad)  # type: ignore[arg-type]
+        assert _bounded(caught.value)
+    with pytest.raises(InvalidValue):
+        TranscriptEntry(ModelMessage("assistant", "x"), "provider.completed", 1)
+    # A terminal commit that fails writes no final answer either: one transaction.
+    other = SessionLease(lease.session_id, lease.turn_id, lease.token + 1, "x", 0.0, 1.0)
+    with pytest.raises(LeaseLost):
+        await runtime.turns.finish(other, result_of(lease), event_seq=4, final=answer)
+    messages = await runtime.list_messages(scope, lease.session_id)
+    assert [(m.role, m.content["text"]) for m in messages.items] == [("user", "question")]
+    await runtime.turns.finish(lease, result_of(lease), event_seq=4, final=answer)
+    messages = await runtime.list_messages(scope, lease.session_id)
+    assert [(m.seq, m.role) for m in messages.items] == [(1, "user"), (2, "assistant")]
+    assert (await runtime.turns.state(scope, lease.turn_id)).status == "completed"
+    assert await runtime.turns.session_lease(lease.session_id) is None
