@@ -25,7 +25,7 @@ from hostkit.host._config import (
 )
 from hostkit.host._defaults import DefaultCapabilities, DefaultToolSource, NoChannels
 from hostkit.host._host import Host, TurnNotCompleted
-from hostkit.host._memory import SqliteMemorySource, memory_tools
+from hostkit.host._memory import StoreMemorySource, memory_tools
 
 __all__ = [
     "AgentConfig",
@@ -46,7 +46,7 @@ __all__ = [
     "ProviderRequest",
     "ProviderSource",
     "RuntimeCapabilities",
-    "SqliteMemorySource",
+    "StoreMemorySource",
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",

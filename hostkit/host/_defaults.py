@@ -28,7 +28,7 @@ from hostkit.host._capabilities import (
     ToolRequest,
 )
 from hostkit.host._config import HostConfig, ProviderConfig
-from hostkit.host._memory import SqliteMemorySource, memory_tools
+from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
@@ -192,7 +192,7 @@ class DefaultCapabilities:
     ) -> RuntimeCapabilities:
         return RuntimeCapabilities(
             providers=DefaultProviderSource(config),
-            memory=SqliteMemorySource(store),
+            memory=StoreMemorySource(store),
             tools=DefaultToolSource(config),
             channels=NoChannels(),
             observer=observer,

@@ -11,8 +11,6 @@ from hostkit.host._capabilities import AgentMemory, MemoryRequest
 from hostkit.store import MAX_RECALL, RuntimeStore
 
 __all__ = [
-    "SqliteMemory",
-    "SqliteMemorySource",
     "StoreMemory",
     "StoreMemorySource",
     "memory_tools",
@@ -50,11 +48,6 @@ class StoreMemorySource:
         if memory is None:
             memory = self._by_agent[request.agent] = StoreMemory(self._store, request.agent)
         return memory
-
-
-# The names this module had when memory lived on SQLite only; ``hostkit.host`` exports them.
-SqliteMemory = StoreMemory
-SqliteMemorySource = StoreMemorySource
 
 
 def memory_tools(memory: AgentMemory) -> list[AuthoredTool]:

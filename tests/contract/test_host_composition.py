@@ -13,7 +13,7 @@ from hostkit.host import (
     DefaultCapabilities,
     Host,
     MemoryRequest,
-    SqliteMemorySource,
+    StoreMemorySource,
     TurnNotCompleted,
     load_config,
     parse_config,
@@ -88,7 +88,7 @@ async def test_a_turn_keeps_the_generation_it_started_with(tmp_path: Path) -> No
 
 async def test_one_memory_store_per_agent_per_generation(tmp_path: Path) -> None:
     async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
-        source = SqliteMemorySource(host.store)
+        source = StoreMemorySource(host.store)
         first = await source.memory(MemoryRequest(host.config, "assistant"))
         second = await source.memory(MemoryRequest(host.config, "assistant"))
         other = await source.memory(MemoryRequest(host.config, "helper"))
