@@ -57,9 +57,10 @@ tps/peer: hostkit turns/s over the peer's; p50/p99 p/h: peer latency over hostki
 What each side persists per turn (WAL-mode SQLite file):
   hostkit: turn row (idempotency key, lease, terminal result) and the session lease,
     6 turn events, 4 transcript messages, 2 context decisions, 2 usage observations, in
-    6 write transactions: admission (binding, session lease, turn row, turn.started, the
-    input), one per observed step (decision, usage, calibration), the tool call, its
-    result, and the terminal commit with the final answer; concurrent ones share a
+    4 write transactions: admission (binding, session lease, turn row, turn.started, the
+    input), the tool-calling answer with its step's decision, usage and calibration, the
+    tool's result, and the terminal commit with the final answer and its observation;
+    concurrent ones share a
     COMMIT. FULL syncs the WAL at every COMMIT; NORMAL only at checkpoints (survives a
     process crash, not a power loss). Each turn reads only the history rows it has not
     seen (a per-session window cache) and estimates each message once.

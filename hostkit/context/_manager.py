@@ -24,7 +24,7 @@ from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Sum
 from hostkit.context._estimate import Estimator, EstimatorRegistry
 from hostkit.context._window import SessionWindow
 from hostkit.errors import ConfigError, HostkitError
-from hostkit.store import MAX_WINDOW, RuntimeStore
+from hostkit.store import MAX_WINDOW, ObservedStep, RuntimeStore, StepRecord
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -295,23 +295,43 @@ class ContextManager:
         estimates conservatively (and says ``unsafe_estimate`` when even that
         cannot fit); the decision stays held, to be written later.
         """
-        decision = self._pending.get(observation.decision_id)
-        window = self._windows.get(observation.session_id)
-        known = False  # whether the window holds the calibration as the store has it now
+        step = self.stage(observation)
         try:
-            if decision is not None:
-                recorded = await self._store.context.record_step(decision, observation)
-                if window is not None:
-                    window.calibration = recorded.calibration
-                    known = True
+            if step.decision is not None:
+                recorded = await self._store.context.record_step(step.decision, observation)
             else:
                 await self._store.context.record_usage(observation)
+                recorded = None
         except HostkitError:
-            self._degraded.add(observation.session_id)
+            await self.settle(step, None, committed=False)
             raise
-        finally:
-            if window is not None and not known:
+        await self.settle(step, recorded)
+
+    def stage(self, observation: UsageObservation) -> ObservedStep:
+        """What ``observe`` writes, for a caller that commits it inside its own write.
+
+        TurnExecution commits a step's observation with the step's transcript
+        write (``TurnStore.append_message(observed=...)``): one transaction.
+        The caller must then call ``settle`` with what that write returned.
+        """
+        return ObservedStep(self._pending.get(observation.decision_id), observation)
+
+    async def settle(
+        self, step: ObservedStep, recorded: StepRecord | None, *, committed: bool = True
+    ) -> None:
+        """After a staged observation's write: committed (``recorded`` from it, or None
+        when the write did not say) or not (``committed=False``: the session is
+        degraded, the decision stays held for a later write)."""
+        observation = step.observation
+        window = self._windows.get(observation.session_id)
+        if window is not None:
+            if committed and recorded is not None:
+                window.calibration = recorded.calibration
+            else:
                 window.current = None  # the calibration may have moved: read it again
+        if not committed:
+            self._degraded.add(observation.session_id)
+            return
         self._pending.pop(observation.decision_id, None)
         self._degraded.discard(observation.session_id)
         if self._unwritten:

@@ -28,6 +28,7 @@ from hostkit.store._context_values import (
     ContextState,
     HistoryRow,
     LeaseTake,
+    ObservedStep,
     StepRecord,
 )
 from hostkit.store._inspect import (
@@ -100,6 +101,7 @@ __all__ = [
     "Migration",
     "MigrationReport",
     "NewApproval",
+    "ObservedStep",
     "OwnedKind",
     "OwnerFacts",
     "PendingApproval",

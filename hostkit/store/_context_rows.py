@@ -26,6 +26,7 @@ from hostkit.store._context_values import (
     ContextState,
     HistoryRow,
     LeaseTake,
+    ObservedStep,
     StepRecord,
 )
 from hostkit.store._owned import now
@@ -53,6 +54,7 @@ __all__ = [
     "insert_decisions",
     "insert_usage",
     "keep_bootstrap",
+    "observe_step",
     "read_calibration",
     "read_state",
     "read_summary",
@@ -371,6 +373,14 @@ def record_step(
         conn.execute(_INSERT_DECISION, _decision_values(decision))
         observed = _append_usage(conn, observation, decision)
     return StepRecord(observed, read_calibration(conn, observation.session_id))
+
+
+def observe_step(conn: sqlite3.Connection, step: ObservedStep) -> StepRecord:
+    """``record_step`` for a held decision, else the usage alone; then the calibration."""
+    if step.decision is not None:
+        return record_step(conn, step.decision, step.observation)
+    observed = insert_usage(conn, step.observation)
+    return StepRecord(observed, read_calibration(conn, step.observation.session_id))
 
 
 def _append_usage(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hostkit.types import ModelMessage
+from hostkit.errors import InvalidValue
+from hostkit.types import ContextDecision, ModelMessage, UsageObservation
 
 __all__ = [
     "Calibration",
@@ -15,6 +16,7 @@ __all__ = [
     "ContextState",
     "HistoryRow",
     "LeaseTake",
+    "ObservedStep",
     "StepRecord",
 ]
 
@@ -43,6 +45,29 @@ class StepRecord:
 
     observed: bool
     calibration: Calibration | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedStep:
+    """A step's observation to commit inside another write (the turn's transcript write).
+
+    ``decision`` is the step's decision when it was not written yet (the
+    ContextManager holds a ready decision until its observation); None when
+    it is recorded already. What ``ContextManager.stage`` returns.
+    """
+
+    decision: ContextDecision | None
+    observation: UsageObservation
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.observation, UsageObservation):
+            raise InvalidValue("an ObservedStep needs a UsageObservation")
+        if self.decision is not None and (
+            not isinstance(self.decision, ContextDecision)
+            or (self.decision.decision_id, self.decision.session_id)
+            != (self.observation.decision_id, self.observation.session_id)
+        ):
+            raise InvalidValue("the observation is not of this decision and session")
 
 
 @dataclass(frozen=True, slots=True)

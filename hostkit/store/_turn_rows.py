@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, LeaseLost
 from hostkit.freeze import thaw
+from hostkit.store._context_rows import observe_step
+from hostkit.store._context_values import ObservedStep
 from hostkit.store._owned import now, owner_predicate
 from hostkit.store._turn_values import (
     RecoveredTurn,
@@ -267,13 +269,19 @@ def append_message(
     message: ModelMessage,
     event: str,
     detail: Mapping[str, Any] | None,
+    observed: ObservedStep | None = None,
 ) -> TurnWrite:
-    """Append a transcript message of the lease's turn together with its event (fenced)."""
+    """Append a transcript message of the lease's turn together with its event (fenced).
+
+    ``observed`` — the step's decision, usage and calibration — commits in the
+    same transaction.
+    """
     cancel_requested = fence(conn, lease)
     at = now(conn)
     seq = insert_message(conn, lease.session_id, lease.turn_id, message, at=at)
     insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
-    return TurnWrite(seq, cancel_requested)
+    step = None if observed is None else observe_step(conn, observed)
+    return TurnWrite(seq, cancel_requested, step)
 
 
 def insert_message(
@@ -306,6 +314,7 @@ def finish(
     event_seq: int,
     route: Mapping[str, Any] | None,
     final: TranscriptEntry | None = None,
+    observed: ObservedStep | None = None,
 ) -> TurnResult:
     """Commit the terminal state with its event and delivery intents; release the lease (fenced).
 
@@ -318,6 +327,8 @@ def finish(
         at = now(conn)
         insert_message(conn, lease.session_id, lease.turn_id, final.message, at=at)
         insert_event(conn, lease.turn_id, final.event_seq, final.event, final.detail, at=at)
+    if observed is not None:
+        observe_step(conn, observed)
     committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue
+from hostkit.store._context_values import StepRecord
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
 from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult
 
@@ -209,6 +210,8 @@ class TurnWrite:
 
     seq: int
     cancel_requested: bool
+    # The observation committed with the write (``observed=``), as that transaction left it.
+    step: StepRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hostkit.errors import InvalidValue
 from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
+from hostkit.store._context_values import ObservedStep
 from hostkit.store._lease import LeaseOwner
 from hostkit.store._turn_values import (
     TERMINAL,
@@ -96,11 +97,14 @@ class TurnStore(ABC):
         message: ModelMessage,
         event: str,
         detail: Mapping[str, Any] | None = None,
+        observed: ObservedStep | None = None,
     ) -> TurnWrite:
         """Append one transcript message of the lease's turn with its event ``event_seq`` (fenced).
 
-        The message takes the session's next seq. Returns that seq and
-        whether a cancel was requested. ``LeaseLost`` when the lease no longer
+        The message takes the session's next seq. ``observed`` (the step's
+        held decision, its usage and the calibration step) commits in the
+        same transaction; ``TurnWrite.step`` says what it did. Returns the
+        seq and whether a cancel was requested. ``LeaseLost`` when the lease no longer
         holds the session (the turn was taken over or has ended);
         ``InvalidValue`` when ``event_seq`` was used already by this turn.
         """
@@ -122,11 +126,13 @@ class TurnStore(ABC):
         event_seq: int,
         route: Mapping[str, Any] | None = None,
         final: TranscriptEntry | None = None,
+        observed: ObservedStep | None = None,
     ) -> TurnResult:
         """Commit the terminal record, its event, the delivery intents; release the lease (fenced).
 
-        ``final`` — the turn's last answer with its event — is appended in
-        the same transaction (its ``event_seq`` precedes ``event_seq``).
+        ``final`` — the turn's last answer with its event — and ``observed``
+        — that step's decision, usage and calibration — commit in the same
+        transaction (``final.event_seq`` precedes ``event_seq``).
         Exactly one terminal record per turn. A ``completed`` or
         ``needs_user`` result with text and a ``route`` gets one outbox
         intent in the same transaction. Returns the result as persisted (its
@@ -205,15 +211,23 @@ class SqliteTurnStore(TurnStore):
         message: ModelMessage,
         event: str,
         detail: Mapping[str, Any] | None = None,
+        observed: ObservedStep | None = None,
     ) -> TurnWrite:
         _check_lease(lease)
         _check_seq(event_seq)
         if not isinstance(message, ModelMessage):
             raise InvalidValue("a ModelMessage is required")
         check_id("event", event, limit=_MAX_EVENT_KIND)
+        _check_observed(lease, observed)
         return await self._db.write(
             lambda conn: rows.append_message(
-                conn, lease, event_seq=event_seq, message=message, event=event, detail=detail
+                conn,
+                lease,
+                event_seq=event_seq,
+                message=message,
+                event=event,
+                detail=detail,
+                observed=observed,
             )
         )
 
@@ -230,8 +244,10 @@ class SqliteTurnStore(TurnStore):
         event_seq: int,
         route: Mapping[str, Any] | None = None,
         final: TranscriptEntry | None = None,
+        observed: ObservedStep | None = None,
     ) -> TurnResult:
         _check_lease(lease)
+        _check_observed(lease, observed)
         _check_seq(event_seq)
         if not isinstance(result, TurnResult) or result.outcome not in TERMINAL:
             raise InvalidValue("a terminal TurnResult is required")
@@ -241,7 +257,13 @@ class SqliteTurnStore(TurnStore):
             raise InvalidValue("final must be a TranscriptEntry whose event precedes the terminal")
         return await self._db.write(
             lambda conn: rows.finish(
-                conn, lease, result, event_seq=event_seq, route=route, final=final
+                conn,
+                lease,
+                result,
+                event_seq=event_seq,
+                route=route,
+                final=final,
+                observed=observed,
             )
         )
 
@@ -272,6 +294,16 @@ class SqliteTurnStore(TurnStore):
         return await self._db.write(
             lambda conn: leases.recover(conn, now_epoch=clock(), instance=instance)
         )
+
+
+def _check_observed(lease: SessionLease, observed: ObservedStep | None) -> None:
+    if observed is None:
+        return
+    if not isinstance(observed, ObservedStep):
+        raise InvalidValue("observed must be an ObservedStep")
+    observation = observed.observation
+    if (observation.session_id, observation.turn_id) != (lease.session_id, lease.turn_id):
+        raise InvalidValue("the observation is not of the lease's turn")
 
 
 def _check_lease(lease: object) -> None:

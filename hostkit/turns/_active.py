@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from hostkit.effects import PreparedEffectCatalog
-from hostkit.store import SessionLease, TranscriptEntry
+from hostkit.store import ObservedStep, SessionLease, TranscriptEntry
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
@@ -45,6 +45,7 @@ class ActiveTurn:
     catalog: PreparedEffectCatalog | None = None
     # The last answer, written with the terminal record (None until the model answers).
     final: TranscriptEntry | None = None
+    final_step: ObservedStep | None = None  # its observation, committed with it
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
 
     def stop(self, reason: str) -> None:

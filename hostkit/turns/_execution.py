@@ -24,6 +24,7 @@ from hostkit.errors import (
 from hostkit.store import (
     MAX_LEASE_TTL_S,
     LeaseOwner,
+    ObservedStep,
     RuntimeStore,
     SessionBusy,
     SessionLease,
@@ -315,7 +316,8 @@ class TurnExecution:
             )
             active.in_flight = None
             active.usage = add_usage(active.usage, response.usage)
-            await self._observe(context, step, prepared.decision_id, response)
+            # The observation commits with this step's transcript write: one transaction.
+            staged = self._stage(context, step, prepared.decision_id, response)
             assistant = ModelMessage("assistant", response.text, response.tool_calls)
             messages.append(assistant)
             detail: dict[str, Any] = {
@@ -333,9 +335,12 @@ class TurnExecution:
                 active.final = TranscriptEntry(
                     assistant, "provider.completed", active.take_seq(), detail
                 )
+                active.final_step = staged
                 active.text = response.text
                 return "completed", None
-            await self._persist(context, active, assistant, "provider.completed", detail)
+            await self._persist(
+                context, active, assistant, "provider.completed", detail, observed=staged
+            )
             for index, call in enumerate(response.tool_calls):
                 ref = catalog.resolve(call.name)
                 if ref is None:
@@ -427,9 +432,10 @@ class TurnExecution:
             raise ProviderError("the stream ended without a response", provider=core.provider.name)
         return response
 
-    async def _observe(
+    def _stage(
         self, context: TurnExecutionContext, step: int, decision_id: str, response: ModelResponse
-    ) -> None:
+    ) -> ObservedStep:
+        """The step's observation, staged with the ContextManager for the next write."""
         observation = UsageObservation(
             decision_id=decision_id,
             session_id=context.session_id,
@@ -441,11 +447,19 @@ class TurnExecution:
             finish_reason=response.finish_reason,
             provider_request_id=response.provider_request_id,
         )
-        try:
-            await self._context.observe(observation)
-        except HostkitError as exc:
-            # Never repeat or discard the provider call: record degraded telemetry only.
-            self._emit(context, "telemetry.degraded", {"step": step, "error": exc.message})
+        return self._context.stage(observation)
+
+    async def _unobserved(
+        self, context: TurnExecutionContext, observed: ObservedStep, error: HostkitError
+    ) -> None:
+        """The write carrying an observation failed: degrade telemetry, keep the answer.
+
+        The provider call is never repeated and its response never discarded:
+        the caller writes the answer again without the observation.
+        """
+        await self._context.settle(observed, None, committed=False)
+        step = observed.observation.step_id
+        self._emit(context, "telemetry.degraded", {"step": step, "error": error.message})
 
     async def _persist(
         self,
@@ -454,11 +468,31 @@ class TurnExecution:
         message: ModelMessage,
         event: str,
         detail: dict[str, Any],
+        *,
+        observed: ObservedStep | None = None,
     ) -> None:
-        """Append a transcript message with its event, fenced by the turn's lease."""
-        written = await self._store.turns.append_message(
-            active.lease, event_seq=active.take_seq(), message=message, event=event, detail=detail
-        )
+        """Append a transcript message with its event (and a staged observation), fenced."""
+        seq = active.take_seq()
+        append = self._store.turns.append_message
+        try:
+            written = await append(
+                active.lease,
+                event_seq=seq,
+                message=message,
+                event=event,
+                detail=detail,
+                observed=observed,
+            )
+        except HostkitError as exc:
+            if observed is None or isinstance(exc, LeaseLost):
+                raise
+            await self._unobserved(context, observed, exc)
+            written = await append(
+                active.lease, event_seq=seq, message=message, event=event, detail=detail
+            )
+        else:
+            if observed is not None:
+                await self._context.settle(observed, written.step)
         self._emit(context, event, detail)
         if written.cancel_requested:
             # Another Host process recorded a cancel request: stop here, before the next
@@ -489,16 +523,34 @@ class TurnExecution:
             generation=context.generation,
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
         )
+        seq, observed = active.take_seq(), active.final_step
         try:
             with anyio.fail_after(self._terminal_timeout_s):
                 try:
-                    result = await self._store.turns.finish(
-                        active.lease,
-                        result,
-                        event_seq=active.take_seq(),
-                        route=request.route,
-                        final=active.final,
-                    )
+                    try:
+                        committed = await self._store.turns.finish(
+                            active.lease,
+                            result,
+                            event_seq=seq,
+                            route=request.route,
+                            final=active.final,
+                            observed=observed,
+                        )
+                    except HostkitError as exc:
+                        if observed is None or isinstance(exc, LeaseLost):
+                            raise
+                        await self._unobserved(context, observed, exc)
+                        observed = None
+                        committed = await self._store.turns.finish(
+                            active.lease,
+                            result,
+                            event_seq=seq,
+                            route=request.route,
+                            final=active.final,
+                        )
+                    result = committed
+                    if observed is not None:
+                        await self._context.settle(observed, None)
                 except LeaseLost:
                     # Another Host took the session over and recorded this turn's end.
                     result = await self._recorded_elsewhere(context)

@@ -26,6 +26,7 @@ from hostkit.store import (
     Admitted,
     ConversationTarget,
     LeaseOwner,
+    ObservedStep,
     RuntimeStore,
     SessionBusy,
     SessionLease,
@@ -33,7 +34,15 @@ from hostkit.store import (
     TurnAdmission,
     TurnState,
 )
-from hostkit.types import ModelMessage, PrincipalScope, TurnResult, new_id
+from hostkit.types import (
+    ContextDecision,
+    ModelMessage,
+    PrincipalScope,
+    TurnResult,
+    Usage,
+    UsageObservation,
+    new_id,
+)
 from tests.contract._store_adapters import ADAPTERS, open_store
 from tests.support import facts
 
@@ -543,3 +552,79 @@ async def test_admission_writes_the_input_and_finish_the_final_answer_atomically
     assert [(m.seq, m.role) for m in messages.items] == [(1, "user"), (2, "assistant")]
     assert (await runtime.turns.state(scope, lease.turn_id)).status == "completed"
     assert await runtime.turns.session_lease(lease.session_id) is None
+
+
+def _observed_step(lease: SessionLease, decision_id: str, step: int) -> ObservedStep:
+    decision = ContextDecision(
+        decision_id=decision_id,
+        session_id=lease.session_id,
+        turn_id=lease.turn_id,
+        step_id=step,
+        kind="ready",
+        estimated_input_tokens=120,
+        hard_budget=1_000,
+        output_budget=200,
+        context_window=1_500,
+        raw_input_tokens=100,
+        estimator="charclass/3.5/1.5",
+        provider="p",
+        model="m",
+    )
+    observation = UsageObservation(
+        decision_id=decision_id,
+        session_id=lease.session_id,
+        turn_id=lease.turn_id,
+        step_id=step,
+        provider="p",
+        model="m",
+        usage=Usage(110, 7),
+    )
+    return ObservedStep(decision, observation)
+
+
+async def test_a_step_observation_commits_with_the_transcript_write(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    first = _observed_step(lease, "ctx_step0", 0)
+    written = await runtime.turns.append_message(
+        lease,
+        event_seq=2,
+        message=ModelMessage("assistant", "calling"),
+        event="provider.completed",
+        observed=first,
+    )
+    assert written.step is not None
+    assert written.step.observed
+    assert written.step.calibration is not None
+    assert written.step.calibration.samples == 1
+    assert await runtime.context.decision("ctx_step0") == first.decision
+    # Already recorded: the same observation again changes nothing.
+    assert not await runtime.context.record_usage(first.observation)
+    # An observation of another turn is refused, and nothing of the write happens.
+    other = dataclasses.replace(
+        _observed_step(lease, "ctx_other", 1),
+        observation=dataclasses.replace(first.observation, turn_id="turn_other"),
+        decision=None,
+    )
+    for bad in (other, "observed"):
+        with pytest.raises(InvalidValue) as caught:
+            await runtime.turns.append_message(
+                lease,
+                event_seq=3,
+                message=ModelMessage("assistant", "x"),
+                event="provider.completed",
+                observed=bad,  # type: ignore[arg-type]
+            )
+        assert _bounded(caught.value)
+    with pytest.raises(InvalidValue):
+        ObservedStep(first.decision, dataclasses.replace(first.observation, decision_id="x"))
+    # The terminal commit carries the last step's observation.
+    last = _observed_step(lease, "ctx_step1", 1)
+    final = TranscriptEntry(ModelMessage("assistant", "done"), "provider.completed", 3)
+    await runtime.turns.finish(lease, result_of(lease), event_seq=4, final=final, observed=last)
+    assert await runtime.context.decision("ctx_step1") == last.decision
+    assert not await runtime.context.record_usage(last.observation)
+    messages = await runtime.list_messages(scope, lease.session_id)
+    assert [m.role for m in messages.items] == ["assistant", "assistant"]

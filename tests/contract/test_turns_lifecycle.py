@@ -335,3 +335,86 @@ async def test_failed_turn_creates_no_delivery_intent(tmp_path: Path) -> None:
         count = await host.store.read(lambda c: c.execute("SELECT COUNT(*) FROM outbox").fetchone())
     assert result.outcome == "failed"
     assert count == (0,)
+
+
+def _tool_then_answer(request_: object) -> CallTools | Reply:
+    last = request_.messages[-1]  # type: ignore[attr-defined]
+    return Reply("done") if last.role == "tool" else CallTools(("demo_echo", {"text": "ping"}))
+
+
+async def test_a_turn_of_two_steps_and_one_tool_call_is_four_write_transactions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admission (with the input); the first answer with its observation; the tool's
+    result; the final answer with its observation and the terminal record."""
+    model = ScriptedModel([_tool_then_answer], repeat_last=True)
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        await host.turns.run(request())  # the session exists, its window is cached
+        store = host.store
+        counts = {"write": 0, "read": 0}
+        write, read = store.write, store.read  # type: ignore[attr-defined]
+
+        async def counted_write(fn: object) -> object:
+            counts["write"] += 1
+            return await write(fn)
+
+        async def counted_read(fn: object) -> object:
+            counts["read"] += 1
+            return await read(fn)
+
+        monkeypatch.setattr(store, "write", counted_write)
+        monkeypatch.setattr(store, "read", counted_read)
+        result = await host.turns.run(request())
+        monkeypatch.undo()
+        assert (result.outcome, result.text) == ("completed", "done")
+        # Reads: the context window's new rows, and the check for approvals to void.
+        assert counts == {"write": 4, "read": 2}
+        operator = await host.operator("ops", reason="test: the turn's decisions")
+        recorded = await store.inspect.turn_decisions(
+            operator, session_id=result.session_id, turn_id=result.turn_id
+        )
+        assert [d.reported_input_tokens is not None for d in recorded.decisions] == [True, True]
+
+
+async def test_an_observation_that_cannot_be_written_keeps_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider call is never repeated nor its answer lost: telemetry degrades."""
+    import sqlite3
+
+    from hostkit.store import _turn_rows
+
+    def broken(*args: object) -> object:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    model = ScriptedModel([_tool_then_answer], repeat_last=True)
+    async with open_host(tmp_path, model, tools=[echo]) as host:
+        async with host.events.subscribe() as events:
+            monkeypatch.setattr(_turn_rows, "observe_step", broken)
+            result = await host.turns.run(request())
+            monkeypatch.undo()
+            seen = []
+            while True:
+                try:
+                    seen.append(events.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+        assert (result.outcome, result.text) == ("completed", "done")
+        assert len(model.requests) == 2  # nothing was asked twice
+        degraded = [e.data["step"] for e in seen if e.kind == "telemetry.degraded"]
+        assert degraded == [0, 1]
+        assert (await event_kinds(host, result.turn_id))[-1] == "turn.completed"
+        operator = await host.operator("ops", reason="test: the turn's transcript")
+        page = await host.store.list_messages(operator, result.session_id)
+        assert [m.role for m in page.items] == ["user", "assistant", "tool", "assistant"]
+        # The decisions were still written (at the turn's end), without usage.
+        recorded = await host.store.inspect.turn_decisions(
+            operator, session_id=result.session_id, turn_id=result.turn_id
+        )
+        assert [d.reported_input_tokens for d in recorded.decisions] == [None, None]
+        # The next turn's observations commit again.
+        again = await host.turns.run(request())
+        recorded = await host.store.inspect.turn_decisions(
+            operator, session_id=again.session_id, turn_id=again.turn_id
+        )
+        assert all(d.reported_input_tokens is not None for d in recorded.decisions)
