@@ -46,7 +46,6 @@ class _AgentTools:
     policy: EffectPolicy
     effect_names: tuple[str, ...]
     policy_fingerprint: str
-    revision: str
     workspace: Path
     secret_grants: tuple[str, ...]
 
@@ -89,14 +88,22 @@ class Generation(AsyncResource):
         return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny), ask=tuple(rules.ask))
 
     def revision(self, agent: str) -> str:
-        """A content hash of everything that defines the agent in this configuration."""
+        """A content hash of everything that defines the agent in this configuration.
+
+        The configuration of a generation never changes: hashed once per agent.
+        """
+        cached = self._revisions.get(agent)
+        if cached is not None:
+            return cached
         agent_config = self.config.agents[agent]
         provider = self.config.providers[agent_config.provider]
         payload = json.dumps(
             [agent_config.model_dump(mode="json"), provider.model_dump(mode="json")],
             sort_keys=True,
         )
-        return "cfg-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
+        revision = "cfg-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
+        self._revisions[agent] = revision
+        return revision
 
     async def agent_tools(self, agent: str) -> _AgentTools:
         cached = self._tools.get(agent)
@@ -135,7 +142,6 @@ class Generation(AsyncResource):
                 policy=policy,
                 effect_names=tuple(sorted(tool.name for tool, _ in allowed)),
                 policy_fingerprint=policy.fingerprint(),
-                revision=self.revision(agent),
                 workspace=self.workspace(agent),
                 secret_grants=tuple(
                     secret_grant(name) for name in self.config.agents[agent].secrets
@@ -152,9 +158,7 @@ class Generation(AsyncResource):
             raise TurnRejected("this configuration generation was replaced")
         if core_id not in self.config.agents:
             raise TurnRejected(f"no agent named {core_id!r}")
-        current = self._revisions.get(core_id) or self._revisions.setdefault(
-            core_id, self.revision(core_id)
-        )
+        current = self.revision(core_id)
         if revision is not None and revision != current:
             raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
         # Counted before the first await, so apply_config never closes a generation
@@ -183,7 +187,7 @@ class Generation(AsyncResource):
         agent = self.config.agents[core_id]
         return PinnedCore(
             core_id=core_id,
-            core_revision=tools.revision,
+            core_revision=current,
             generation=self.number,
             instructions=agent.instructions,
             provider=provider,

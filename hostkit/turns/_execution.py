@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 
@@ -55,6 +56,8 @@ from hostkit.types import (
 )
 
 __all__ = ["TurnExecution"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("hostkit.turns")
 _NOT_RUN = "[cancelled] not run: the turn paused for an approval before this call"
@@ -449,17 +452,29 @@ class TurnExecution:
         )
         return self._context.stage(observation)
 
-    async def _unobserved(
-        self, context: TurnExecutionContext, observed: ObservedStep, error: HostkitError
-    ) -> None:
-        """The write carrying an observation failed: degrade telemetry, keep the answer.
+    async def _write_observed(
+        self,
+        context: TurnExecutionContext,
+        observed: ObservedStep | None,
+        write: Callable[[ObservedStep | None], Awaitable[T]],
+    ) -> tuple[T, ObservedStep | None]:
+        """Run ``write`` carrying the staged observation; returns its result and what committed.
 
-        The provider call is never repeated and its response never discarded:
-        the caller writes the answer again without the observation.
+        Should that write fail for anything but a lost lease, telemetry
+        degrades and the answer is written again without the observation:
+        the provider call is never repeated and its response never discarded.
         """
-        await self._context.settle(observed, None, committed=False)
-        step = observed.observation.step_id
-        self._emit(context, "telemetry.degraded", {"step": step, "error": error.message})
+        if observed is None:
+            return await write(None), None
+        try:
+            return await write(observed), observed
+        except HostkitError as exc:
+            if isinstance(exc, LeaseLost):
+                raise
+            await self._context.settle(observed, None, committed=False)
+            step = observed.observation.step_id
+            self._emit(context, "telemetry.degraded", {"step": step, "error": exc.message})
+            return await write(None), None
 
     async def _persist(
         self,
@@ -473,26 +488,20 @@ class TurnExecution:
     ) -> None:
         """Append a transcript message with its event (and a staged observation), fenced."""
         seq = active.take_seq()
-        append = self._store.turns.append_message
-        try:
-            written = await append(
+        written, committed = await self._write_observed(
+            context,
+            observed,
+            lambda step: self._store.turns.append_message(
                 active.lease,
                 event_seq=seq,
                 message=message,
                 event=event,
                 detail=detail,
-                observed=observed,
-            )
-        except HostkitError as exc:
-            if observed is None or isinstance(exc, LeaseLost):
-                raise
-            await self._unobserved(context, observed, exc)
-            written = await append(
-                active.lease, event_seq=seq, message=message, event=event, detail=detail
-            )
-        else:
-            if observed is not None:
-                await self._context.settle(observed, written.step)
+                observed=step,
+            ),
+        )
+        if committed is not None:
+            await self._context.settle(committed, written.step)
         self._emit(context, event, detail)
         if written.cancel_requested:
             # Another Host process recorded a cancel request: stop here, before the next
@@ -523,34 +532,24 @@ class TurnExecution:
             generation=context.generation,
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
         )
-        seq, observed = active.take_seq(), active.final_step
+        seq, proposed = active.take_seq(), result
         try:
             with anyio.fail_after(self._terminal_timeout_s):
                 try:
-                    try:
-                        committed = await self._store.turns.finish(
+                    result, committed = await self._write_observed(
+                        context,
+                        active.final_step,
+                        lambda step: self._store.turns.finish(
                             active.lease,
-                            result,
+                            proposed,
                             event_seq=seq,
                             route=request.route,
                             final=active.final,
-                            observed=observed,
-                        )
-                    except HostkitError as exc:
-                        if observed is None or isinstance(exc, LeaseLost):
-                            raise
-                        await self._unobserved(context, observed, exc)
-                        observed = None
-                        committed = await self._store.turns.finish(
-                            active.lease,
-                            result,
-                            event_seq=seq,
-                            route=request.route,
-                            final=active.final,
-                        )
-                    result = committed
-                    if observed is not None:
-                        await self._context.settle(observed, None)
+                            observed=step,
+                        ),
+                    )
+                    if committed is not None:
+                        await self._context.settle(committed, None)
                 except LeaseLost:
                     # Another Host took the session over and recorded this turn's end.
                     result = await self._recorded_elsewhere(context)
