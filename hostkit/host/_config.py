@@ -22,7 +22,9 @@ __all__ = [
     "HostConfig",
     "HostSection",
     "PolicyConfig",
+    "ProcessLimits",
     "ProviderConfig",
+    "Sandbox",
     "ScriptStepConfig",
     "default_config",
     "load_config",
@@ -81,7 +83,11 @@ Builtin = Literal[
     "terminal.run",
     "terminal.status",
     "terminal.stop",
+    # Not a tool: the grant that lets this agent's terminal runs reach the network.
+    "terminal.network",
 ]
+# How the Host isolates the processes it starts for an agent (docs/effects.md, "Sandbox").
+Sandbox = Literal["bubblewrap", "none"]
 _ENV_NAME = f"^{ENV_NAME_PATTERN}$"
 
 
@@ -109,6 +115,19 @@ class AgentConfig(_Strict):
     # The provider (a name under [providers]) that summarizes old history when the
     # context window fills up; default: the agent's own provider.
     summarizer: str | None = None
+    # "bubblewrap" (default): every process the Host starts for this agent runs in its own
+    # namespaces; where bubblewrap is missing, terminal.run fails closed. "none" runs them
+    # unsandboxed, and the approval prompt and operator views say so.
+    sandbox: Sandbox = "bubblewrap"
+
+
+class ProcessLimits(_Strict):
+    """Resource limits of every process the Host starts for an agent (setrlimit, per process)."""
+
+    cpu_time_s: int = Field(default=600, ge=1, le=86_400)
+    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576)
+    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    processes: int = Field(default=256, ge=1, le=65_536)
 
 
 class HostSection(_Strict):
@@ -127,6 +146,7 @@ class HostSection(_Strict):
     session_lease_ttl_s: float = Field(default=60.0, ge=0.1, le=86_400)
     # How long a turn waits for its session when another turn (in any process) runs in it.
     admission_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+    limits: ProcessLimits = Field(default_factory=ProcessLimits)
 
 
 class HostConfig(_Strict):
@@ -155,6 +175,20 @@ class HostConfig(_Strict):
     @property
     def database_path(self) -> Path:
         return self.resolve(self.host.database)
+
+    @property
+    def artifact_root(self) -> Path:
+        return self.resolve(self.host.artifacts)
+
+    def state_paths(self) -> tuple[Path, ...]:
+        """The Host's own state, which no agent may see: the database with its WAL, SHM,
+        journal and migration backups (as a glob-free prefix match on the database
+        name), the artifact root and the configuration directory's ``hostkit.toml``."""
+        database = self.database_path
+        siblings = tuple(
+            database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal")
+        )
+        return (database, *siblings, self.artifact_root, self.base_dir / "hostkit.toml")
 
 
 def parse_config(data: dict[str, Any], *, base_dir: Path) -> HostConfig:
