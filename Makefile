@@ -21,9 +21,23 @@ KERNEL_EXTRAS    := notebook,openai,anthropic,local
 
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
-.PHONY: install test test-fast lint typecheck demo bench notebooks kernel-oldest browser-test clean
+.PHONY: install bubblewrap test test-fast lint typecheck demo bench notebooks kernel-oldest browser-test clean
 
-install: $(STAMP)
+install: $(STAMP) bubblewrap
+
+# The sandbox of every process the Host starts for an agent (docs/effects.md, "Sandbox").
+# Installed when missing and this is root with apt-get; otherwise one line says what is
+# missing (terminal.run then fails closed). Never fails the install.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	      || { apt-get update -qq >/dev/null 2>&1 \
+	           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } \
+	      || echo 'bubblewrap: apt-get install failed; terminal.run fails closed until it is installed'; \
+	  else \
+	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed'; \
+	  fi; }
 
 # Reinstall only when the dependency declaration (or a pin here) changes; the package itself
 # is editable.

@@ -43,8 +43,9 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
     "hostkit.builtins.process": [
         ("_terminal",),
         ("_terminal_checks",),
-        ("_process",),
+        ("_process", "_sandbox"),
         ("_process_streams", "_process_tree"),
+        ("_reaper",),
     ],
     "hostkit.builtins.files": [("_files",), ("_workspace",), ("_openat",), ("_errors",)],
     "hostkit.builtins.web": [("_web",), ("_extract",), ("_fetch",), ("_urlpolicy",), ("_errors",)],

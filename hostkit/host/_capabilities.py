@@ -77,6 +77,8 @@ class ProcessResources(AsyncResource):
 
     supervisor: ProcessSupervisor
     artifact_root: Path
+    # The Host's own state (``HostConfig.state_paths()``): never a run's working directory.
+    protected: tuple[Path, ...] = ()
     _terminals: dict[Path, TerminalRuns] = field(default_factory=dict)
     _key: list[bytes] = field(default_factory=list)
 
@@ -93,7 +95,7 @@ class ProcessResources(AsyncResource):
         if runs is None:
             runs = self._terminals[workspace] = TerminalRuns(
                 supervisor=self.supervisor,
-                workspace=WorkspaceScope(workspace),
+                workspace=WorkspaceScope(workspace, protected=self.protected),
                 artifact_root=self.artifact_root,
                 artifact_key=key,
             )

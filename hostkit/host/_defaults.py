@@ -17,6 +17,7 @@ from anyio.abc import AsyncResource
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
+from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.context import Estimator
 from hostkit.effects import AuthoredTool, provider_name
@@ -148,7 +149,7 @@ class DefaultToolSource:
         if agent.memory and request.memory is not None:
             tools.extend(memory_tools(request.memory))
         if agent.builtins:
-            scope = WorkspaceScope(request.workspace)
+            scope = WorkspaceScope(request.workspace, protected=request.config.state_paths())
             tools.extend(t for t in workspace_tools(scope) if t.name in agent.builtins)
         if "web.extract" in agent.builtins:
             tools.extend(web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))))
@@ -160,11 +161,30 @@ class DefaultToolSource:
                     key=f"agents.{request.agent}.builtins",
                 )
             runs = await request.processes.terminal_runs(request.workspace)
-            tools.extend(t for t in runs.tools() if t.name in wanted)
+            policy = sandbox_policy(self._config, request.agent)
+            tools.extend(t for t in runs.tools(sandbox=policy) if t.name in wanted)
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
             tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))
         return tools
+
+
+def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
+    """How ``agent``'s processes are isolated: its ``sandbox`` mode, the ``terminal.network``
+    grant, ``[host.limits]``, and the Host's own state to hide from them."""
+    settings = config.agents[agent]
+    limits = config.host.limits
+    return SandboxPolicy(
+        mode=settings.sandbox,
+        network="terminal.network" in settings.builtins,
+        limits=ResourceLimits(
+            cpu_time_s=limits.cpu_time_s,
+            address_space_mb=limits.address_space_mb,
+            file_size_mb=limits.file_size_mb,
+            processes=limits.processes,
+        ),
+        hidden=config.state_paths(),
+    )
 
 
 def _import(module_name: str, agent: str) -> ModuleType:

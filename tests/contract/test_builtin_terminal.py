@@ -151,7 +151,9 @@ async def test_host_close_ends_every_background_tree(tmp_path: Path, reaper: lis
             Reply("started"),
         ]
     )
-    config = terminal_config(tmp_path)
+    # The tree's pid files name host pids: unsandboxed (tests/security/test_escape.py runs
+    # the same close with bubblewrap, checked by argv marker).
+    config = terminal_config(tmp_path, sandbox="none")
     host = await Host.open(config, capabilities=capabilities(model, config=config))
     try:
         result = await host.turns.run(request("start the tree"))

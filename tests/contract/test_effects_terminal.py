@@ -21,7 +21,12 @@ import pytest
 
 from hostkit.authority import AuthorityResolver
 from hostkit.builtins.files import WorkspaceScope
-from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, ProcessSupervisor, TerminalRuns
+from hostkit.builtins.process import (
+    DEFAULT_ENV_ALLOWLIST,
+    UNSANDBOXED,
+    ProcessSupervisor,
+    TerminalRuns,
+)
 from hostkit.builtins.process._terminal_checks import program_refusal, redact
 from hostkit.effects import (
     AuthoredTool,
@@ -89,7 +94,7 @@ class Terminal:
         return Session(self.runtime, context, await self.runtime.prepare_catalog(context))
 
     def tool(self, name: str) -> AuthoredTool:
-        return next(t for t in self.runs.tools() if t.name == name)
+        return next(t for t in self.runs.tools(sandbox=UNSANDBOXED) if t.name == name)
 
     async def invoke(
         self, bound: Mapping[str, str], expire_at: float | None = None, **arguments: Any
@@ -120,7 +125,7 @@ async def terminal(authority: AuthorityResolver, tmp_path: Path) -> AsyncIterato
             max_background=2,
         ) as runs,
     ):
-        runtime = EffectRuntime(toolsets=Tools(runs.tools(), workspace))
+        runtime = EffectRuntime(toolsets=Tools(runs.tools(sandbox=UNSANDBOXED), workspace))
         yield Terminal(runs, supervisor, runtime, authority, workspace, tmp_path / "artifacts")
 
 
@@ -525,3 +530,110 @@ async def test_closing_the_registry_ends_background_runs_and_refuses_new_ones(
     refused = await session.call("terminal.run", argv=[PY, "-c", "pass"])
     assert (refused.status, refused.error) == ("denied", "the Host is shutting down")
     await terminal.runs.aclose()  # idempotent
+
+
+# --- secrets split across chunks, lines and streams; artifacts on every end path ---------
+
+
+async def test_a_secret_written_in_two_chunks_is_redacted(terminal: Terminal) -> None:
+    code = (
+        "import sys, time\n"
+        f"sys.stdout.write({SECRET[:7]!r}); sys.stdout.flush(); time.sleep(0.2)\n"
+        f"sys.stdout.write({SECRET[7:]!r} + ' done')\n"
+    )
+    await anyio.Path(terminal.workspace / "chunks.py").write_text(code)
+    outcome = await terminal.invoke({"API_TOKEN": SECRET}, argv=[PY, "chunks.py"])
+    assert outcome.output["stdout"]["tail"] == "[redacted:API_TOKEN] done"
+
+
+async def test_a_secret_split_between_stderr_and_stdout_is_redacted(terminal: Terminal) -> None:
+    code = (
+        "import sys\n"
+        f"sys.stderr.write('key: ' + {SECRET[:8]!r}); sys.stderr.flush()\n"
+        f"sys.stdout.write({SECRET[8:]!r} + ' end')\n"
+    )
+    await anyio.Path(terminal.workspace / "split.py").write_text(code)
+    outcome = await terminal.invoke({"API_TOKEN": SECRET}, argv=[PY, "split.py"])
+    assert outcome.output["stderr"]["tail"] == "key: [redacted:API_TOKEN]"
+    assert outcome.output["stdout"]["tail"] == "[redacted:API_TOKEN] end"
+
+
+PEM = (
+    "-----BEGIN TEST KEY-----\nMIIBOgIBAAJBAKj34GkxFhD9\n0Zk4xQ7w2LrR1mYtVbN8aPeA\n"
+    "-----END TEST KEY-----"
+)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+async def test_a_multi_line_secret_is_redacted_whole_and_line_by_line(
+    terminal: Terminal, newline: str
+) -> None:
+    code = (
+        "import sys\n"
+        f"key = {PEM!r}.replace('\\n', {newline!r})\n"
+        "sys.stdout.write(key + '\\n')\n"
+        f"sys.stderr.write('second line: ' + {PEM.splitlines()[2]!r} + '\\n')\n"
+    )
+    await anyio.Path(terminal.workspace / "pem.py").write_text(code)
+    outcome = await terminal.invoke({"TLS_KEY": PEM}, argv=[PY, "pem.py"])
+    shown = json.dumps(outcome.output)
+    for line in PEM.splitlines():
+        assert line not in shown
+    assert "[redacted:TLS_KEY]" in outcome.output["stdout"]["tail"]
+
+
+async def wait_spawned(terminal: Terminal) -> None:
+    with anyio.fail_after(20):
+        while True:
+            if terminal.supervisor.owners():
+                return
+            await anyio.sleep(0.02)
+
+
+async def bound_artifacts(terminal: Terminal) -> list[str]:
+    root = anyio.Path(terminal.artifacts)
+    if not await root.exists():
+        return []
+    return [p.name async for d in root.iterdir() if await d.is_dir() async for p in d.iterdir()]
+
+
+async def test_a_cancelled_secret_bound_run_leaves_no_artifacts(terminal: Terminal) -> None:
+    await anyio.Path(terminal.workspace / "sleep.py").write_text(
+        f"import time; print({SECRET!r}, flush=True); time.sleep(60)"
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: terminal.invoke({"API_TOKEN": SECRET}, argv=[PY, "sleep.py"]))
+        await wait_spawned(terminal)
+        group.cancel_scope.cancel()
+    assert await bound_artifacts(terminal) == []
+
+
+async def test_a_secret_bound_run_ended_by_host_close_leaves_no_artifacts(
+    terminal: Terminal,
+) -> None:
+    await anyio.Path(terminal.workspace / "sleep.py").write_text(
+        f"import time; print({SECRET!r}, flush=True); time.sleep(60)"
+    )
+    outcomes: list[ToolOutcome] = []
+
+    async def run() -> None:
+        outcomes.append(await terminal.invoke({"API_TOKEN": SECRET}, argv=[PY, "sleep.py"]))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await wait_spawned(terminal)
+        await terminal.supervisor.aclose()
+    assert outcomes[0].status == "cancelled"
+    assert outcomes[0].output["stdout"]["artifact"] is None
+    assert await bound_artifacts(terminal) == []
+
+
+@pytest.mark.parametrize("deadline", [1e308, 10**400, -(10**400), "inf", "nan"])
+async def test_out_of_range_deadlines_are_invalid_not_overflow(
+    terminal: Terminal, deadline: Any
+) -> None:
+    session = await terminal.session()
+    result = await session.call("terminal.run", argv=["true"], deadline_s=deadline)
+    assert result.status == "invalid"
+    assert "deadline_s" in (result.error or "")
+    assert terminal.supervisor.owners() == ()

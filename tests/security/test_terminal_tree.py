@@ -18,7 +18,7 @@ import pytest
 
 from hostkit.authority import AuthorityResolver
 from hostkit.builtins.files import WorkspaceScope
-from hostkit.builtins.process import ProcessSupervisor, TerminalRuns
+from hostkit.builtins.process import UNSANDBOXED, ProcessSupervisor, TerminalRuns
 from hostkit.effects import EffectRuntime
 from tests.contract.test_effects_terminal import KEY, Terminal, Tools, output
 from tests.security.test_process_tree import TREE, TREE_SIZE, Record, survivors, wait_marks
@@ -43,7 +43,7 @@ async def test_no_process_of_a_background_run_survives_its_end(
         confirm_s=5.0,
     )
     try:
-        runtime = EffectRuntime(toolsets=Tools(runs.tools(), workspace))
+        runtime = EffectRuntime(toolsets=Tools(runs.tools(sandbox=UNSANDBOXED), workspace))
         session = await Terminal(
             runs, supervisor, runtime, authority, workspace, tmp_path
         ).session()

@@ -7,9 +7,15 @@ returns a frozen ``ProcessOutcome``. ``TerminalRuns`` binds the three
 terminal effects (``terminal.run``, ``terminal.status``, ``terminal.stop``)
 to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``.
 
+``SandboxPolicy`` says how an agent's processes are isolated (bubblewrap by
+default, docs/effects.md "Sandbox"); ``sandbox_argv`` builds the launcher any
+spawner can reuse, ``probe_bubblewrap`` says whether it works here, and
+``SandboxUnavailable`` is the typed refusal when it does not.
+
 Inside, modules import one way only: ``_terminal`` → ``_terminal_checks`` →
-``_process`` → ``_process_streams`` and ``_process_tree``. The working
-directory is opened through the files family's public interface.
+``_process`` and ``_sandbox`` → ``_process_streams`` and ``_process_tree`` →
+``_reaper``. The working directory is opened through the files family's
+public interface.
 """
 
 from hostkit.builtins.process._process import (
@@ -22,6 +28,16 @@ from hostkit.builtins.process._process import (
     run_process,
 )
 from hostkit.builtins.process._process_streams import load_artifact_key
+from hostkit.builtins.process._sandbox import (
+    INSTALL_HINT,
+    UNSANDBOXED,
+    ResourceLimits,
+    SandboxPolicy,
+    SandboxProbe,
+    SandboxUnavailable,
+    probe_bubblewrap,
+    sandbox_argv,
+)
 from hostkit.builtins.process._terminal import (
     DEFAULT_ENV_ALLOWLIST,
     EXECUTION_CONTROL_TARGETS,
@@ -31,13 +47,21 @@ from hostkit.builtins.process._terminal import (
 __all__ = [
     "DEFAULT_ENV_ALLOWLIST",
     "EXECUTION_CONTROL_TARGETS",
+    "INSTALL_HINT",
+    "UNSANDBOXED",
     "ProcessControl",
     "ProcessOutcome",
     "ProcessOwner",
     "ProcessSupervisor",
+    "ResourceLimits",
+    "SandboxPolicy",
+    "SandboxProbe",
+    "SandboxUnavailable",
     "StreamCapture",
     "TerminalRuns",
     "load_artifact_key",
     "opaque_artifact_dir",
+    "probe_bubblewrap",
     "run_process",
+    "sandbox_argv",
 ]

@@ -5,7 +5,10 @@ every child the Host starts is owned the same way (contract: EffectRuntime,
 terminal execution):
 
 - POSIX: a new session and process group per spawn; TERM, then KILL after a
-  grace period. (Windows Job Objects are a later adapter.)
+  grace period. (Windows Job Objects are a later adapter.) On Linux the
+  spawned root is a per-run subreaper init (``_reaper``): orphans stay in the
+  tree, and when the command ends the init ends everything left. The
+  supervisor makes the Host a subreaper as well, as a second net.
 - An owner record of pid, pgid, spawn id and OS start time. Every signal sent
   by pid goes through a ``psutil.Process`` whose identity includes that start
   time, so a recycled pid is never signalled.
@@ -29,9 +32,12 @@ shares its event loop with turns, widgets and the inbox.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import math
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -51,6 +57,7 @@ from hostkit.builtins.process._process_streams import (
     _write_chunks,
 )
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
+from hostkit.builtins.process._reaper import become_subreaper, init_argv
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import new_id
 
@@ -85,6 +92,7 @@ _REASONS: dict[_Cause, str] = {
     "shutdown": "Host shutdown; the process tree was ended",
     "drain_failed": "reading the output failed; the process tree was ended",
     "abandoned": "the awaiting task was cancelled; the process tree was ended",
+    "process_limit": "more than {processes} processes; the process tree was ended",
 }
 _STATUS: dict[_Cause, ProcessStatus] = {
     "exited": "exited",
@@ -93,6 +101,7 @@ _STATUS: dict[_Cause, ProcessStatus] = {
     "shutdown": "cancelled",
     "drain_failed": "failed",
     "abandoned": "cancelled",
+    "process_limit": "failed",
 }
 
 
@@ -209,6 +218,7 @@ class ProcessSupervisor(AsyncResource):
     def __init__(self) -> None:
         self._trees: set[_Tree] = set()
         self._closed = False
+        become_subreaper()  # orphans of an owned tree come back to the Host, never to init
 
     @property
     def closed(self) -> bool:
@@ -264,6 +274,14 @@ def _check_options(
     return list(argv)
 
 
+def _executable(program: str, env: Mapping[str, str]) -> str | None:
+    """Worker thread: ``program`` as an absolute executable path, searched like ``execvpe``."""
+    if os.sep in program:
+        path = os.path.abspath(program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program, path=os.pathsep.join(os.get_exec_path(dict(env))))
+
+
 def _empty(path: Path | None = None) -> StreamCapture:
     return StreamCapture(tail="", total_bytes=0, total_chars=0, truncated=False, artifact=path)
 
@@ -285,8 +303,12 @@ async def _spawn(
     except OSError as exc:
         raise RuntimeFailure(f"cannot create the process artifacts: {exc}") from exc
     try:
+        # The init executes an absolute path: look the program up the way exec would.
+        found = await anyio.to_thread.run_sync(_executable, command[0], env)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, "no such executable")
         process = await anyio.open_process(
-            command,
+            init_argv([found, *command[1:]], env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -330,6 +352,7 @@ async def run_process(
     confirm_s: float = DEFAULT_CONFIRM_S,
     snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S,
+    max_processes: int | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` as an owned process tree and return how it ended, after cleanup.
 
@@ -343,7 +366,9 @@ async def run_process(
     too), at ``deadline_s`` (``timed_out``), on ``control.cancel()`` or
     supervisor close (``cancelled``). Ending a tree sends TERM, waits
     ``grace_s``, then KILLs until every tracked process is gone or
-    ``confirm_s`` passes (``indeterminate``).
+    ``confirm_s`` passes (``indeterminate``). A tree seen with more than
+    ``max_processes`` processes (besides its root) is ended as ``failed``.
+    ``argv`` may itself be a sandbox launcher (``_sandbox.sandbox_argv``).
 
     Raises ``InvalidValue`` for bad options and ``RuntimeFailure`` when the
     supervisor is closed or the artifacts or the process cannot be created;
@@ -393,11 +418,18 @@ async def run_process(
             tail_chars=tail_chars,
         )
     tree = _Tree(
-        process, spawn_id=spawn_id, spawned_at=spawned_at, grace_s=grace_s, confirm_s=confirm_s
+        process,
+        spawn_id=spawn_id,
+        spawned_at=spawned_at,
+        grace_s=grace_s,
+        confirm_s=confirm_s,
+        max_processes=max_processes,
     )
     supervisor._adopt(tree)
     try:
-        run = _Run(process, tree, sinks, deadline_s=deadline_s, began=began)
+        run = _Run(
+            process, tree, sinks, deadline_s=deadline_s, began=began, max_processes=max_processes
+        )
         try:
             await tree.record()
             control._attach(tree)
@@ -425,7 +457,9 @@ class _Run:
         *,
         deadline_s: float,
         began: float,
+        max_processes: int | None,
     ) -> None:
+        self.max_processes = max_processes
         self.process = process
         self.tree = tree
         self.sinks = sinks
@@ -504,7 +538,7 @@ class _Run:
             if stream_error is not None:
                 status, reason = "failed", f"{reason}; {stream_error}"
         else:
-            reason = _REASONS[cause].format(deadline=self.deadline_s)
+            reason = _REASONS[cause].format(deadline=self.deadline_s, processes=self.max_processes)
         if not confirmed:
             status, reason = "indeterminate", f"{reason}; the process tree was not confirmed gone"
         elif not drained:

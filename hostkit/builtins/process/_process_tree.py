@@ -11,7 +11,15 @@ execution):
   ``setsid()`` leaves the group but is found by ancestry in periodic
   snapshots and again at kill time, and is killed with the rest.
 - Ending is single-flight: TERM, a grace period, then KILL until every
-  tracked process is confirmed gone or the confirmation time passes.
+  tracked process is confirmed gone or the confirmation time passes. KILL
+  goes to the root last: while the root (a subreaper init, see ``_reaper``)
+  lives, a process created after the last scan is still its descendant.
+- Processes the Host adopted (its own subreaper flag) because their parent
+  in the tree died are killed and then reaped here; a run that lost a
+  process to the Host this way cannot vouch for ones it never saw, so it is
+  not confirmed.
+- A tree that grows past ``max_processes`` members is ended (the process
+  limit that holds even for root, for whom ``RLIMIT_NPROC`` does not).
 
 Every ``/proc`` read (psutil) runs in a worker thread: the Host shares its
 event loop with turns, widgets and the inbox.
@@ -32,13 +40,17 @@ import anyio
 import psutil
 from anyio.abc import Process
 
+from hostkit.builtins.process._reaper import reap
+
 __all__ = ["ProcessOwner"]
 
 _POLL_S = 0.02  # while waiting for signalled processes to disappear
 START_TIME_SLACK_S = 1.0  # psutil start times sit on a whole-second boot-time base
 
 # Why a tree is ended (the first request wins); ``_process`` maps each to a status.
-_Cause = Literal["exited", "deadline", "cancelled", "shutdown", "drain_failed", "abandoned"]
+_Cause = Literal[
+    "exited", "deadline", "cancelled", "shutdown", "drain_failed", "abandoned", "process_limit"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,23 @@ def _signal(
             continue
 
 
+def _adopted(
+    members: Sequence[psutil.Process], root: psutil.Process | None
+) -> list[psutil.Process]:
+    """Members whose parent is now the Host: orphans it adopted as a subreaper."""
+    own = os.getpid()
+    found = []
+    for proc in members:
+        if proc == root:
+            continue
+        try:
+            if proc.ppid() == own:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -143,8 +172,11 @@ class _Tree:
         spawned_at: float,
         grace_s: float,
         confirm_s: float,
+        max_processes: int | None = None,
     ) -> None:
         self.process = process
+        self._max_processes = max_processes
+        self._orphans: dict[int, psutil.Process] = {}
         self.spawn_id = spawn_id
         self._spawned_at = spawned_at
         self.owner: ProcessOwner | None = None
@@ -218,9 +250,28 @@ class _Tree:
         for pid, proc in before.items():
             if pid not in live and self._known.get(pid) is proc:
                 del self._known[pid]
-        return list(live.values())
+        members = list(live.values())
+        adopted = await anyio.to_thread.run_sync(_adopted, members, self._root)
+        self._orphans.update((proc.pid, proc) for proc in adopted)
+        limit = self._max_processes
+        if limit is not None and len(members) - 1 > limit and self.stop_cause is None:
+            self.request_stop("process_limit")
+        return members
+
+    @property
+    def lost_orphans(self) -> bool:
+        """Whether a member was orphaned to the Host: unseen siblings may have been too."""
+        return bool(self._orphans)
 
     async def _end(self) -> bool:
+        try:
+            gone = await self._kill()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(reap, list(self._orphans.values()))
+        return gone and not self.lost_orphans
+
+    async def _kill(self) -> bool:
         members = await self._refresh()
         if not members:
             return True
@@ -229,7 +280,12 @@ class _Tree:
         await anyio.to_thread.run_sync(_wait_gone, members, self._grace_s)
         with anyio.move_on_after(self._confirm_s):
             while members := await self._refresh():
-                await anyio.to_thread.run_sync(_signal, members, signal.SIGKILL, self._root, pgid)
+                # The root last: while it lives, whatever a dying member just forked is
+                # still its descendant, and so still found by the next scan.
+                others = [proc for proc in members if proc != self._root]
+                root = None if others else self._root
+                targets = others or members
+                await anyio.to_thread.run_sync(_signal, targets, signal.SIGKILL, root, pgid)
                 await anyio.sleep(_POLL_S)
             return True
         return False

@@ -19,8 +19,20 @@ running after that is cancelled, which makes ``run_process`` end the tree
 shielded. The Host closes the registry after the supervisor; either order
 ends every tree.
 
-Blocking work (``which``, opening the directory, closing it) runs in worker
-threads: the Host shares its event loop with turns, widgets and the inbox.
+Sandbox: ``tools(sandbox=...)`` binds one agent's ``SandboxPolicy``
+(``_sandbox``); the registry itself is shared by every agent of a workspace.
+With ``mode="bubblewrap"`` (the default) each run is spawned inside bwrap,
+and where bubblewrap cannot run, ``terminal.run`` is refused before anything
+starts, naming what is missing. With ``mode="none"`` the tool's description
+and every result say the run is unsandboxed.
+
+Secret-bound runs: their full output files are deleted on every end path
+(exit, deadline, stop, cancellation, Host close, error); only redacted tails
+survive.
+
+Blocking work (``which``, probing bwrap, opening the directory, closing it)
+runs in worker threads: the Host shares its event loop with turns, widgets
+and the inbox.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +63,15 @@ from hostkit.builtins.process._process import (
     ProcessSupervisor,
     opaque_artifact_dir,
     run_process,
+)
+from hostkit.builtins.process._sandbox import (
+    SandboxPolicy,
+    SandboxProbe,
+    SandboxUnavailable,
+    limited_argv,
+    mask_plan,
+    probe_bubblewrap,
+    sandbox_argv,
 )
 from hostkit.builtins.process._terminal_checks import (
     DEFAULT_ENV_ALLOWLIST,
@@ -86,10 +108,14 @@ _SECRETS_HELP = (
 )
 
 
+_UNSANDBOXED_NOTE = 'UNSANDBOXED (sandbox = "none"): the program runs with the Host\'s rights. '
+
+
 @dataclass(eq=False)
 class _BackgroundRun:
     run_id: str
     key: tuple[str, str]  # (owner, session id)
+    sandbox: str
     control: ProcessControl = field(default_factory=ProcessControl)
     done: anyio.Event = field(default_factory=anyio.Event)
     began: float = field(default_factory=time.monotonic)
@@ -125,6 +151,7 @@ class TerminalRuns(AsyncResource):
         grace_s: float = DEFAULT_GRACE_S,
         confirm_s: float = DEFAULT_CONFIRM_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        bwrap: str = "bwrap",
     ) -> None:
         if not 0 < default_deadline_s <= max_deadline_s:
             raise ConfigError("must be in (0, max_deadline_s]", key="default_deadline_s")
@@ -143,6 +170,7 @@ class TerminalRuns(AsyncResource):
         self._grace_s = grace_s
         self._confirm_s = confirm_s
         self._start_timeout_s = start_timeout_s
+        self._bwrap = bwrap
         # How long ending a tree may take once asked: TERM grace, KILL confirmation, drain.
         self._end_s = grace_s + confirm_s + 2 * DEFAULT_DRAIN_GRACE_S + _SLACK_S
         self._runs: dict[str, _BackgroundRun] = {}
@@ -163,13 +191,17 @@ class TerminalRuns(AsyncResource):
                         run.task.cancel()
                 await self._all_done(runs)
 
-    def tools(self) -> list[AuthoredTool]:
-        """``terminal.run``, ``terminal.status`` and ``terminal.stop``, bound to this registry."""
-        return [self._run_tool(), self._status_tool(), self._stop_tool()]
+    def tools(self, *, sandbox: SandboxPolicy | None = None) -> list[AuthoredTool]:
+        """``terminal.run``, ``terminal.status`` and ``terminal.stop`` for one agent's policy.
+
+        ``sandbox`` defaults to bubblewrap with no network and default limits.
+        """
+        policy = SandboxPolicy() if sandbox is None else sandbox
+        return [self._run_tool(policy), self._status_tool(), self._stop_tool()]
 
     # --- tools --------------------------------------------------------------------------
 
-    def _run_tool(self) -> AuthoredTool:
+    def _run_tool(self, policy: SandboxPolicy) -> AuthoredTool:
         async def run(
             ctx: ToolContext,
             argv: tuple[str, ...] = Field(description=_ARGV_HELP, max_length=MAX_ARGV_ITEMS),
@@ -178,6 +210,7 @@ class TerminalRuns(AsyncResource):
                 self._default_deadline_s,
                 gt=0,
                 le=self._max_deadline_s,
+                allow_inf_nan=False,
                 description="Seconds before the command's whole process tree is ended.",
             ),
             background: bool = Field(
@@ -185,13 +218,14 @@ class TerminalRuns(AsyncResource):
             ),
             secrets: tuple[str, ...] = Field((), description=_SECRETS_HELP, max_length=MAX_SECRETS),
         ) -> ToolOutcome:
-            return await self._start(ctx, argv, cwd, deadline_s, background, secrets)
+            return await self._start(ctx, policy, argv, cwd, deadline_s, background, secrets)
 
+        note = "" if policy.sandboxed else _UNSANDBOXED_NOTE
         return AuthoredTool(
             "terminal.run",
             run,
             description=(
-                "Run a program (argument list, no shell) in the workspace with a deadline. "
+                f"{note}Run a program (argument list, no shell) in the workspace with a deadline. "
                 f"Returns exit code and the last {DEFAULT_TAIL_CHARS:,} characters of stdout "
                 "and stderr; "
                 "background=true returns a run id for terminal.status and terminal.stop."
@@ -203,6 +237,7 @@ class TerminalRuns(AsyncResource):
                 env_allowlist=self._env_allowlist,
             ),
             secrets_argument="secrets",
+            approval_warning=None if policy.sandboxed else _UNSANDBOXED_NOTE.strip(),
         )
 
     def _status_tool(self) -> AuthoredTool:
@@ -255,6 +290,7 @@ class TerminalRuns(AsyncResource):
     async def _start(
         self,
         ctx: ToolContext,
+        policy: SandboxPolicy,
         argv: Sequence[str],
         cwd: str,
         deadline_s: float,
@@ -272,12 +308,24 @@ class TerminalRuns(AsyncResource):
             if remaining <= 0:
                 return ToolOutcome("denied", None, "the secret binding has expired")
             deadline_s = min(deadline_s, remaining)
+        probe = None
+        if policy.sandboxed:
+            probe = await anyio.to_thread.run_sync(probe_bubblewrap, self._bwrap)
+            if not probe.ok:
+                return ToolOutcome("denied", None, SandboxUnavailable(probe.reason).message)
         env = child_environment(self._env_allowlist, ctx.secrets, os.environ)
+        workspace = Path(self._workspace.root)
         found, real = await anyio.to_thread.run_sync(
-            resolve_program, argv[0], env.get("PATH", os.defpath)
+            resolve_program,
+            argv[0],
+            env.get("PATH", os.defpath),
+            workspace if policy.sandboxed else None,
         )
         if found is None or real is None:
-            return ToolOutcome("denied", None, f"program {bounded(argv[0], 80)!r} was not found")
+            where = " in the sandbox" if policy.sandboxed else ""
+            return ToolOutcome(
+                "denied", None, f"program {bounded(argv[0], 80)!r} was not found{where}"
+            )
         if ctx.secrets:
             refusal = program_refusal(real, argv)  # through a link to a shell, say
             if refusal is not None:
@@ -288,26 +336,43 @@ class TerminalRuns(AsyncResource):
         fd, workdir = opened
         # From here the descriptor is owned: closed below, or by the background driver.
         options = {"cwd": workdir, "env": env, "deadline_s": deadline_s, **self._options(ctx)}
-        command = [found, *argv[1:]]
+        options["max_processes"] = policy.limits.processes
+        try:
+            command = await anyio.to_thread.run_sync(
+                _launch, probe, policy, [found, *argv[1:]], workspace, fd
+            )
+        except UserError as exc:
+            await _close(fd)
+            return ToolOutcome("denied", None, exc.message)
         if background:
-            return await self._start_background(ctx, command, fd, options)
+            return await self._start_background(ctx, policy, command, fd, options)
         if ctx.secrets_expire_at is not None:
             # The lookups above took time: clamp to what is left of the binding now.
             options["deadline_s"] = min(deadline_s, ctx.secrets_expire_at - time.time())
             if options["deadline_s"] <= 0:
                 await _close(fd)
                 return ToolOutcome("denied", None, "the secret binding has expired")
+        control = ProcessControl()
         try:
-            outcome = await run_process(command, **options)
+            await run_process(command, control=control, **options)
         finally:
-            await _close(fd)
-        if ctx.secrets:
-            # The full streams may hold a bound value: only the redacted tails survive.
-            outcome = await anyio.to_thread.run_sync(_drop_artifacts, outcome)
-        return outcome_view(outcome, ctx.secrets)
+            with anyio.CancelScope(shield=True):
+                await _close(fd)
+                if ctx.secrets and control.outcome is not None:
+                    # The full streams may hold a bound value: only the redacted tails
+                    # survive, whichever way the run ended (cancelled, closed, failed).
+                    dropped = await anyio.to_thread.run_sync(_drop_artifacts, control.outcome)
+                    control.outcome = dropped
+        assert control.outcome is not None  # run_process returned
+        return outcome_view(control.outcome, ctx.secrets, sandbox=policy.mode)
 
     async def _start_background(
-        self, ctx: ToolContext, command: list[str], fd: int, options: dict[str, Any]
+        self,
+        ctx: ToolContext,
+        policy: SandboxPolicy,
+        command: list[str],
+        fd: int,
+        options: dict[str, Any],
     ) -> ToolOutcome:
         key = (ctx.owner, ctx.session_id)
         # Counted and registered with no await in between, so concurrent calls keep the limit.
@@ -318,7 +383,7 @@ class TerminalRuns(AsyncResource):
         if refusal is not None:
             await _close(fd)
             return ToolOutcome("denied", None, refusal)
-        run = _BackgroundRun(new_id("run"), key)
+        run = _BackgroundRun(new_id("run"), key, policy.mode)
         self._runs[run.run_id] = run
         self._forget_finished()
         run.task = asyncio.get_running_loop().create_task(
@@ -331,7 +396,13 @@ class TerminalRuns(AsyncResource):
         owner = run.control.owner
         if owner is not None:
             return ToolOutcome(
-                "succeeded", {"run_id": run.run_id, "status": "running", "pid": owner.pid}
+                "succeeded",
+                {
+                    "run_id": run.run_id,
+                    "status": "running",
+                    "pid": owner.pid,
+                    "sandbox": run.sandbox,
+                },
             )
         if run.done.is_set():
             return self._report(run)
@@ -390,10 +461,12 @@ class TerminalRuns(AsyncResource):
                     "status": "running",
                     "pid": owner.pid if owner else None,
                     "elapsed_s": round(time.monotonic() - run.began, 3),
+                    "sandbox": run.sandbox,
                 },
             )
         if run.outcome is not None:
-            return outcome_view(run.outcome, {}, run_id=run.run_id)  # background: no secrets
+            # Background runs never hold secrets.
+            return outcome_view(run.outcome, {}, run_id=run.run_id, sandbox=run.sandbox)
         return ToolOutcome(
             "failed", {"run_id": run.run_id, "status": "failed"}, run.error or "the run failed"
         )
@@ -419,6 +492,30 @@ async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.Cance
 async def _close(fd: int) -> None:
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(os.close, fd)
+
+
+def _launch(
+    probe: SandboxProbe | None,
+    policy: SandboxPolicy,
+    command: list[str],
+    workspace: Path,
+    fd: int,
+) -> list[str]:
+    """Worker thread: the argument vector that starts ``command`` under ``policy``.
+
+    Sandboxed, the working directory is where the held descriptor points now,
+    checked to be inside the workspace (the sandbox shows nothing else anyway).
+    """
+    if not policy.sandboxed:
+        prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+        return command if prlimit is None else limited_argv(prlimit, policy.limits, command)
+    assert probe is not None  # probed (and ok) before the launch
+    root = workspace.resolve()
+    workdir = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    if workdir != root and not workdir.is_relative_to(root):
+        raise SandboxUnavailable("the working directory moved out of the workspace")
+    masks = mask_plan(root, policy.hidden)
+    return sandbox_argv(probe, policy, command, workspace=root, workdir=workdir, masks=masks)
 
 
 def _drop_artifacts(outcome: ProcessOutcome) -> ProcessOutcome:

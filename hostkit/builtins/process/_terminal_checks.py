@@ -19,6 +19,7 @@ from typing import Any
 
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process._process import ProcessOutcome, StreamCapture
+from hostkit.builtins.process._sandbox import visible_roots
 from hostkit.effects import ENV_NAME_PATTERN, ToolOutcome, redact_secrets
 from hostkit.errors import UserError
 from hostkit.types import EffectStatus
@@ -84,6 +85,7 @@ MAX_ARGV_ITEMS = 256
 MAX_ARGV_CHARS = 64 * 1024
 MAX_SECRETS = 16
 MIN_CUT_SECRET_CHARS = 4  # a tail that starts with a secret's last 4+ characters is cut there
+MIN_LINE_SECRET_CHARS = 8  # each line of a multi-line secret at least this long is one too
 
 
 class TerminalRefused(UserError):
@@ -162,14 +164,29 @@ def child_environment(
     return env
 
 
-def resolve_program(argv0: str, search_path: str) -> tuple[str | None, str | None]:
+def resolve_program(
+    argv0: str, search_path: str, sandbox_workspace: Path | None = None
+) -> tuple[str | None, str | None]:
     """Worker thread: ``argv0`` found on ``search_path`` (absolute entries only) and its target.
 
     Returns the path to execute and the real path behind it (for the
-    execution-control check: ``/tmp/x`` may be a link to ``bash``).
+    execution-control check: ``/tmp/x`` may be a link to ``bash``). With
+    ``sandbox_workspace``, only programs the sandbox shows count: under the
+    system directories or that workspace (a program in the Host's home or
+    virtualenv does not exist in there).
     """
-    dirs = os.pathsep.join(d for d in search_path.split(os.pathsep) if os.path.isabs(d))
-    found = shutil.which(argv0, path=dirs)
+    entries = [d for d in search_path.split(os.pathsep) if os.path.isabs(d)]
+    if sandbox_workspace is not None:
+        roots = [Path(os.path.realpath(r)) for r in visible_roots(sandbox_workspace)]
+
+        def visible(path: str) -> bool:
+            real = Path(os.path.realpath(path))
+            return any(real == r or real.is_relative_to(r) for r in roots)
+
+        entries = [d for d in entries if visible(d)]
+        if os.sep in argv0 and not visible(argv0):
+            return None, None
+    found = shutil.which(argv0, path=os.pathsep.join(entries))
     if found is None:
         return None, None
     return found, os.path.realpath(found)
@@ -200,23 +217,63 @@ def open_workdir(workspace: WorkspaceScope, cwd: str) -> tuple[int, Path]:
     return fd, Path(path)
 
 
+def _variants(secrets: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(value, name) pairs to cut, longest first: each value, its other line ending, its lines.
+
+    A multi-line value (a PEM key) may come back with ``\r\n`` for ``\n`` or
+    one line at a time, so every line of at least ``MIN_LINE_SECRET_CHARS`` is
+    a secret of its own.
+    """
+    found: dict[str, str] = {}
+    for name, value in secrets.items():
+        if not value:
+            continue
+        found.setdefault(value, name)
+        if "\n" in value:
+            lf = value.replace("\r\n", "\n")
+            found.setdefault(lf, name)
+            found.setdefault(lf.replace("\n", "\r\n"), name)
+            for line in lf.split("\n"):
+                if len(line.strip()) >= MIN_LINE_SECRET_CHARS:
+                    found.setdefault(line.strip(), name)
+    return sorted(found.items(), key=lambda item: -len(item[0]))
+
+
+def _cut_edges(text: str, variants: Sequence[tuple[str, str]]) -> str:
+    """Redact a head that ends a secret and a tail that begins one (4+ characters each).
+
+    A tail whose start was cut off, two read chunks, or a value written half
+    to stderr and half to stdout all leave a secret split at an edge.
+    """
+    head: tuple[int, str] | None = None
+    tail: tuple[int, str] | None = None
+    for value, name in variants:
+        for size in range(min(len(value) - 1, len(text)), MIN_CUT_SECRET_CHARS - 1, -1):
+            if (head is None or size > head[0]) and text.startswith(value[-size:]):
+                head = (size, name)
+            if (tail is None or size > tail[0]) and text.endswith(value[:size]):
+                tail = (size, name)
+    if tail is not None and (head is None or head[0] + tail[0] <= len(text)):
+        text = text[: len(text) - tail[0]] + f"[redacted:{tail[1]}]"
+    if head is not None and head[0] <= len(text):
+        text = f"[redacted:{head[1]}]" + text[head[0] :]
+    return text
+
+
 def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
     """Replace every secret value in ``text`` with ``[redacted:NAME]``.
 
-    ``cut`` says ``text`` is a tail whose start was cut off: a secret may begin
-    before it, so a leading suffix of a value (at least ``MIN_CUT_SECRET_CHARS``
-    long) is redacted too.
+    Multi-line values are matched whole with either line ending and line by
+    line. ``cut`` says ``text`` is an output tail: a secret may also be split
+    at either edge (see ``_cut_edges``).
     """
+    if not secrets:
+        return text
+    variants = _variants(secrets)
+    for value, name in variants:
+        text = text.replace(value, f"[redacted:{name}]")
     if cut:
-        best: tuple[int, str] | None = None
-        for name, value in secrets.items():
-            for size in range(len(value) - 1, MIN_CUT_SECRET_CHARS - 1, -1):
-                if text.startswith(value[-size:]):
-                    if best is None or size > best[0]:
-                        best = (size, name)
-                    break
-        if best is not None:
-            text = f"[redacted:{best[1]}]" + text[best[0] :]
+        text = _cut_edges(text, variants)
     return redact_secrets(text, secrets)
 
 
@@ -229,17 +286,22 @@ def _stream(
         "truncated": capture.truncated,
         # A reference, never the path: the path names the session's opaque directory.
         "artifact": f"{spawn_id}:{name}" if spawn_id and capture.artifact else None,
-        "tail": redact(capture.tail, secrets, cut=capture.truncated),
+        "tail": redact(capture.tail, secrets, cut=True),
     }
 
 
 def outcome_view(
-    outcome: ProcessOutcome, secrets: Mapping[str, str], *, run_id: str | None = None
+    outcome: ProcessOutcome,
+    secrets: Mapping[str, str],
+    *,
+    run_id: str | None = None,
+    sandbox: str | None = None,
 ) -> ToolOutcome:
     """The model-facing result of a finished run: a status and a bounded, redacted output.
 
     Metadata comes first and the tails last (stderr before stdout), so the
     model view's own truncation cuts output text, never the exit code.
+    ``sandbox`` names how the run was isolated ("none" says unsandboxed).
     """
     spawn_id = outcome.owner.spawn_id if outcome.owner else None
     output: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
@@ -248,6 +310,10 @@ def outcome_view(
         exit_code=outcome.exit_code,
         reason=outcome.reason,
         duration_s=round(outcome.duration_s, 3),
+    )
+    if sandbox is not None:
+        output["sandbox"] = sandbox
+    output.update(
         stderr=_stream(outcome.stderr, "stderr", spawn_id, secrets),
         stdout=_stream(outcome.stdout, "stdout", spawn_id, secrets),
     )

@@ -1,0 +1,157 @@
+"""Keeping every descendant findable: a per-run init process and the Host as a subreaper.
+
+A descendant that calls ``setsid()`` and whose parent exits at once leaves
+its process group and session, and without help is re-parented to the
+machine's init, out of sight. Two things stop that on Linux:
+
+- Each run's root is a tiny init (``INIT``, run by this interpreter with
+  ``-I -S``) that marks itself a child subreaper, so every orphan in the run
+  comes back to it and stays a descendant of the root the Host tracks. When
+  the command ends, the init kills (SIGKILL) and reaps whatever is left, then
+  exits with the command's own status (re-raising its signal), so nothing
+  outlives the run and exit codes read as if the command were the root. It
+  ignores TERM/INT/HUP (an init does) and kills its tree when the Host dies
+  (``PR_SET_PDEATHSIG``), so a Host killed with SIGKILL leaves nothing behind.
+- The Host marks itself a child subreaper too (``become_subreaper``): if the
+  init itself is killed by something else, its orphans come back to the
+  Host, where the run's scans find them, kill them and reap them (only those
+  known to belong to one of its trees; never ``waitpid(-1)``, which would
+  steal exit statuses from asyncio's child watcher).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import psutil
+
+__all__ = ["INIT", "become_subreaper", "init_argv", "reap"]
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+# Run as ``python -I -S -c INIT <host pid> <LC_CTYPE marker> <argv...>``. The marker is
+# "=value" or "" (absent): Python's start-up coerces a C locale by *setting* LC_CTYPE in
+# its own environment, which must not reach the command.
+INIT = r"""
+import ctypes, os, signal, sys
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+           signal.SIGPIPE, signal.SIGXFSZ)
+def children():
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                            found.append(int(name))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return found
+def kill_children():
+    for pid in children():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+orphaned = []
+def parent_died(*_):
+    orphaned.append(True)
+    kill_children()
+def main():
+    parent, lc, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, parent_died)
+    libc.prctl(1, int(signal.SIGUSR1), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(125)
+    env = dict(os.environ)
+    if lc:
+        env["LC_CTYPE"] = lc[1:]
+    else:
+        env.pop("LC_CTYPE", None)
+    pid = os.fork()
+    if pid == 0:
+        for sig in HANDLED:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execve(argv[0], argv, env)
+        except OSError as exc:
+            os.write(2, f"cannot run {argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127)
+    status = None
+    while True:
+        try:
+            got, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if got == pid:
+            status = st
+        if status is not None or orphaned:
+            kill_children()
+    if status is None:
+        os._exit(125)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status))
+main()
+"""
+
+_SUBREAPER: list[bool] = []
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Mark this process a child subreaper once (Linux); whether it is one."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if not _SUBREAPER:
+        _SUBREAPER.append(_prctl(PR_SET_CHILD_SUBREAPER, 1))
+    return _SUBREAPER[0]
+
+
+def init_argv(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``command`` run under the per-run init (Linux with a Python executable; else as is)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return list(command)
+    marker = "=" + env["LC_CTYPE"] if "LC_CTYPE" in env else ""
+    return [sys.executable, "-I", "-S", "-c", INIT, str(os.getpid()), marker, *command]
+
+
+def reap(members: Sequence[psutil.Process]) -> None:
+    """Reap processes the Host adopted from one of its own trees (never any other pid).
+
+    Only a zombie whose pid *and* start time match a member is reaped: nobody
+    else waits for an adopted orphan, so its pid cannot be reused before this.
+    """
+    own = os.getpid()
+    for proc in members:
+        with contextlib.suppress(psutil.Error, OSError):
+            same = psutil.Process(proc.pid)
+            if same == proc and same.ppid() == own and same.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(proc.pid, os.WNOHANG)

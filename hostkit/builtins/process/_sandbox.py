@@ -1,0 +1,224 @@
+"""The OS sandbox of every process the Host starts for an agent: bubblewrap, plus limits.
+
+``sandbox_argv`` turns a resolved command into the argument vector that runs
+it inside ``bwrap`` (any spawner can use it: ``terminal.run`` now, stdio MCP
+servers later), and ``probe_bubblewrap`` says once per binary whether that
+can work here. The sandbox (docs/effects.md, "Sandbox"):
+
+- ``--unshare-all`` (user-try, IPC, PID, network, UTS, cgroup-try) with
+  ``--share-net`` only for an agent holding the ``terminal.network`` grant; a
+  fresh ``/proc`` showing the run's own processes; ``--die-with-parent``,
+  ``--new-session`` (no TIOCSTI into the Host's terminal), ``--cap-drop ALL``.
+  bwrap installs its own PID 1: when the command ends, the kernel ends every
+  process left in the namespace.
+- Only system directories, read-only, and the workspace, read-write at its
+  own path; a private ``/tmp``; no home directory, no Host state. Host state
+  an operator placed inside the workspace (database, its WAL/SHM/journal and
+  backups, the artifact root, ``hostkit.toml``) is masked: ``/dev/null`` over
+  a file, an empty read-only tmpfs over a directory.
+- The environment is exactly what the spawner passes (the allowlist plus
+  approved bindings): bwrap adds ``PWD`` only. Values never go on bwrap's
+  command line, which other users can read in ``/proc``.
+- Resource limits go through ``prlimit`` (util-linux) inside the sandbox, so
+  they bind the command and its descendants, not bwrap. ``RLIMIT_NPROC``
+  counts every process of the real user and does not bind root at all; the
+  lifecycle's own per-tree process limit holds regardless.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from hostkit.errors import UserError, bounded
+
+__all__ = [
+    "INSTALL_HINT",
+    "UNSANDBOXED",
+    "ResourceLimits",
+    "SandboxPolicy",
+    "SandboxProbe",
+    "SandboxUnavailable",
+    "limited_argv",
+    "mask_plan",
+    "probe_bubblewrap",
+    "sandbox_argv",
+    "visible_roots",
+]
+
+INSTALL_HINT = (
+    "bubblewrap is not installed: run `make install` as root or `apt-get install bubblewrap`"
+)
+PROBE_TIMEOUT_S = 10.0
+_SYSTEM_DIRS = ("/usr", "/etc", "/opt")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+MB = 1024 * 1024
+
+SandboxMode = Literal["bubblewrap", "none"]
+
+
+class SandboxUnavailable(UserError):
+    """The agent's processes must run in bubblewrap, and bubblewrap cannot run here."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimits:
+    """Per-process limits (setrlimit through ``prlimit``) for everything a run starts."""
+
+    cpu_time_s: int = 600
+    address_space_mb: int = 4096
+    file_size_mb: int = 1024
+    processes: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPolicy:
+    """How one agent's processes run: ``mode``, network grant, limits, Host state to hide.
+
+    ``hidden`` lists the Host's own state paths; those that sit inside a
+    workspace are masked in the sandbox (outside it they are not visible).
+    """
+
+    mode: SandboxMode = "bubblewrap"
+    network: bool = False
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    hidden: tuple[Path, ...] = ()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.mode == "bubblewrap"
+
+
+UNSANDBOXED = SandboxPolicy(mode="none")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxProbe:
+    """Whether bubblewrap works here; ``reason`` says what is missing and how to fix it."""
+
+    ok: bool
+    reason: str
+    bwrap: str | None = None
+    prlimit: str | None = None
+
+
+@functools.cache
+def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
+    """Blocking (worker thread): can ``binary`` create the sandbox here? Cached per binary
+    (two first callers may both probe; the answers are the same)."""
+    bwrap = shutil.which(binary)
+    if bwrap is None:
+        return SandboxProbe(False, f"{INSTALL_HINT} ({bounded(binary, 80)!r} not found)")
+    prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+    if prlimit is None:
+        return SandboxProbe(False, "prlimit (util-linux) is missing: `apt-get install util-linux`")
+    argv = [bwrap, *_system_mounts(), "--unshare-all", "--die-with-parent", "--new-session"]
+    argv += ["--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--", prlimit, "true"]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env={}, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxProbe(False, bounded(f"bubblewrap cannot run here: {exc}", 300))
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
+        return SandboxProbe(
+            False, bounded(f"bubblewrap cannot create namespaces here: {detail}", 300)
+        )
+    return SandboxProbe(True, "bubblewrap works", bwrap=bwrap, prlimit=prlimit)
+
+
+def _system_mounts() -> list[str]:
+    """Read-only system directories; merged-/usr links are recreated as links."""
+    args: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--ro-bind", path, path]
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def visible_roots(workspace: Path) -> tuple[Path, ...]:
+    """Where a sandboxed program can live: the system directories and the workspace."""
+    dirs = [Path(p) for p in (*_SYSTEM_DIRS, *_SYSTEM_LINKS) if os.path.isdir(p)]
+    return (*dirs, workspace)
+
+
+def mask_plan(workspace: Path, hidden: Sequence[Path]) -> list[str]:
+    """Blocking: bwrap options masking each existing Host state path inside ``workspace``.
+
+    A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
+    ``.v3.backup``) are masked with it.
+    """
+    root = workspace.resolve()
+    targets: set[Path] = set()
+    for path in hidden:
+        resolved = path.resolve()
+        if resolved != root and not resolved.is_relative_to(root):
+            continue
+        if resolved.exists():
+            targets.add(resolved)
+        if resolved.parent.is_dir():
+            for sibling in resolved.parent.iterdir():
+                if sibling.name.startswith(resolved.name) and sibling != resolved:
+                    targets.add(sibling)
+    args: list[str] = []
+    for target in sorted(targets):
+        if target == root:
+            continue  # the workspace itself is the Host's state: refused before this
+        if target.is_dir():
+            args += ["--perms", "0500", "--tmpfs", str(target), "--remount-ro", str(target)]
+        else:
+            args += ["--ro-bind", "/dev/null", str(target)]
+    return args
+
+
+def limited_argv(prlimit: str, limits: ResourceLimits, command: Sequence[str]) -> list[str]:
+    """``command`` under ``prlimit`` with the policy's limits (soft = hard)."""
+    return [
+        prlimit,
+        f"--cpu={limits.cpu_time_s}",
+        f"--as={limits.address_space_mb * MB}",
+        f"--fsize={limits.file_size_mb * MB}",
+        f"--nproc={limits.processes}",
+        "--",
+        *command,
+    ]
+
+
+def sandbox_argv(
+    probe: SandboxProbe,
+    policy: SandboxPolicy,
+    command: Sequence[str],
+    *,
+    workspace: Path,
+    workdir: Path,
+    masks: Sequence[str] = (),
+) -> list[str]:
+    """The argument vector that runs ``command`` (absolute argv[0]) in ``policy``'s sandbox.
+
+    ``workspace`` is bound read-write at its own (resolved) path, ``workdir``
+    (inside it) becomes the working directory, ``masks`` come from
+    ``mask_plan``. Raises ``SandboxUnavailable`` when the probe failed.
+    """
+    if not probe.ok or probe.bwrap is None or probe.prlimit is None:
+        raise SandboxUnavailable(probe.reason)
+    argv = [probe.bwrap, "--unshare-all"]
+    if policy.network:
+        argv.append("--share-net")
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += _system_mounts()
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
+    argv += ["--", *limited_argv(probe.prlimit, policy.limits, command)]
+    return argv

@@ -1,0 +1,332 @@
+"""What a process in the bubblewrap sandbox can see and do, with real processes.
+
+Each test runs ``terminal.run`` through a real ``TerminalRuns`` and checks the
+isolation from the inside: only its own processes in ``/proc``, none of the
+Host's state (even when an operator put it inside the workspace), no home
+directory, no network without the ``terminal.network`` grant, only
+allowlisted variables, and the configured resource limits. Without
+bubblewrap, ``terminal.run`` refuses before anything starts; with
+``sandbox="none"`` it runs and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import (
+    DEFAULT_ENV_ALLOWLIST,
+    INSTALL_HINT,
+    UNSANDBOXED,
+    ProcessSupervisor,
+    ResourceLimits,
+    SandboxPolicy,
+    TerminalRuns,
+    probe_bubblewrap,
+)
+from hostkit.effects import ApprovalRequest, ToolContext, ToolOutcome
+from hostkit.host import Host, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ModelRequest
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+KEY = b"sandbox-test-artifact-key-32byte"
+PY3 = "/usr/bin/python3"
+HOST_SECRET = "host-only-value-7d1e"
+
+
+class Sandbox:
+    def __init__(self, runs: TerminalRuns, supervisor: ProcessSupervisor, workspace: Path) -> None:
+        self.runs = runs
+        self.supervisor = supervisor
+        self.workspace = workspace
+
+    async def run(self, policy: SandboxPolicy, *argv: str, **arguments: Any) -> ToolOutcome:
+        tool = next(t for t in self.runs.tools(sandbox=policy) if t.name == "terminal.run")
+        context = ToolContext("turn", "sess", "core", "owner", self.workspace)
+        outcome = await tool.invoke(context, tool.validate({"argv": argv, **arguments}))
+        assert isinstance(outcome, ToolOutcome)
+        return outcome
+
+
+async def open_sandbox(tmp_path: Path, *, bwrap: str = "bwrap") -> AsyncIterator[Sandbox]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    async with (
+        ProcessSupervisor() as supervisor,
+        TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(workspace),
+            artifact_root=tmp_path / "artifacts",
+            artifact_key=KEY,
+            grace_s=0.2,
+            bwrap=bwrap,
+        ) as runs,
+    ):
+        yield Sandbox(runs, supervisor, workspace)
+
+
+@pytest.fixture
+async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
+    probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+    if not probe.ok:
+        pytest.skip(probe.reason)
+    async for opened in open_sandbox(tmp_path):
+        yield opened
+
+
+def stdout(outcome: ToolOutcome) -> str:
+    tail = outcome.output["stdout"]["tail"]
+    assert isinstance(tail, str)
+    return tail
+
+
+async def test_a_sandboxed_process_sees_only_its_own_processes(sandbox: Sandbox) -> None:
+    code = (
+        "import os; print(json.dumps(sorted(int(p) for p in os.listdir('/proc') if p.isdigit())))"
+    )
+    outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", "import json; " + code)
+    assert outcome.status == "succeeded", outcome
+    pids = sorted(json.loads(stdout(outcome)))
+    assert pids == [1, 2]  # bwrap's init and the command (prlimit exec'd it); nothing else
+
+
+async def test_the_hosts_environment_is_unreadable(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_HOST_ONLY", HOST_SECRET)
+    code = f"print(open('/proc/{os.getpid()}/environ', 'rb').read())"
+    outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", code)
+    assert outcome.status == "failed"
+    assert HOST_SECRET not in json.dumps(outcome.output)
+    assert "No such file" in outcome.output["stderr"]["tail"]
+
+
+async def test_host_state_inside_the_workspace_is_masked(sandbox: Sandbox) -> None:
+    ws = sandbox.workspace
+    state = {
+        "hostkit.db": "db-rows",
+        "hostkit.db-wal": "wal-frames",
+        "hostkit.db-shm": "shm-index",
+        "hostkit.db.v3.backup": "old-rows",
+        "hostkit.toml": "config",
+    }
+    for name, text in state.items():
+        await anyio.Path(ws / name).write_text(f"SECRET-{text}")
+    await anyio.Path(ws / ".hostkit-artifacts").mkdir()
+    await anyio.Path(ws / ".hostkit-artifacts" / "out").write_text("SECRET-artifact")
+    await anyio.Path(ws / "notes.txt").write_text("visible")
+    hidden = (ws / "hostkit.db", ws / ".hostkit-artifacts", ws / "hostkit.toml")
+    names = [*state, ".hostkit-artifacts/out", "notes.txt"]
+    code = (
+        "import sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: print(n, open(n).read())\n"
+        "    except OSError as e: print(n, 'refused', e.errno)\n"
+    )
+    outcome = await sandbox.run(SandboxPolicy(hidden=hidden), PY3, "-c", code, *names)
+    assert outcome.status == "succeeded", outcome
+    text = stdout(outcome)
+    assert "SECRET" not in text
+    assert "notes.txt visible" in text
+    # The real files are untouched by the masks.
+    assert await anyio.Path(ws / "hostkit.db").read_text() == "SECRET-db-rows"
+
+
+async def test_the_home_directory_is_not_there(sandbox: Sandbox) -> None:
+    home = str(Path.home())
+    outcome = await sandbox.run(
+        SandboxPolicy(), PY3, "-c", "import os, sys; print(os.path.exists(sys.argv[1]))", home
+    )
+    assert stdout(outcome) == "False\n"
+
+
+async def test_only_allowlisted_variables_reach_the_child(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_HOST_ONLY", HOST_SECRET)
+    outcome = await sandbox.run(
+        SandboxPolicy(), PY3, "-c", "import json, os; print(json.dumps(dict(os.environ)))"
+    )
+    env = json.loads(stdout(outcome))
+    # bwrap sets PWD (the working directory, which getcwd() tells anyway).
+    assert set(env) <= {*DEFAULT_ENV_ALLOWLIST, "PWD"}
+    assert HOST_SECRET not in json.dumps(env)
+
+
+async def _connect_from_sandbox(sandbox: Sandbox, policy: SandboxPolicy) -> ToolOutcome:
+    code = (
+        "import socket, sys\n"
+        "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)\n"
+        "print(s.recv(16).decode())\n"
+    )
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.send(b"hello-from-host")
+
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, serve)
+        outcome = await sandbox.run(policy, PY3, "-c", code, str(port), deadline_s=20)
+        group.cancel_scope.cancel()
+    return outcome
+
+
+async def test_no_network_without_the_grant(sandbox: Sandbox) -> None:
+    outcome = await _connect_from_sandbox(sandbox, SandboxPolicy())
+    assert outcome.status == "failed"
+    assert "hello-from-host" not in stdout(outcome)
+
+
+async def test_the_network_grant_shares_the_network(sandbox: Sandbox) -> None:
+    outcome = await _connect_from_sandbox(sandbox, SandboxPolicy(network=True))
+    assert outcome.status == "succeeded", outcome
+    assert stdout(outcome) == "hello-from-host\n"
+
+
+# --- resource limits ----------------------------------------------------------------------
+
+
+async def test_the_file_size_limit_stops_a_large_write(sandbox: Sandbox) -> None:
+    policy = SandboxPolicy(limits=ResourceLimits(file_size_mb=1))
+    outcome = await sandbox.run(policy, "sh", "-c", "head -c 3000000 /dev/zero > big; echo $?")
+    size = (await anyio.Path(sandbox.workspace / "big").stat()).st_size
+    assert size <= 1024 * 1024
+    assert stdout(outcome).strip() != "0"  # head was stopped (SIGXFSZ or EFBIG)
+
+
+async def test_the_address_space_limit_refuses_a_large_allocation(sandbox: Sandbox) -> None:
+    policy = SandboxPolicy(limits=ResourceLimits(address_space_mb=256))
+    code = (
+        "try:\n    b = bytearray(1024 * 1024 * 1024)\n    print('allocated')\n"
+        "except MemoryError:\n    print('refused')"
+    )
+    outcome = await sandbox.run(policy, PY3, "-c", code)
+    assert stdout(outcome) == "refused\n"
+
+
+@pytest.mark.slow
+async def test_the_cpu_time_limit_ends_a_busy_loop(sandbox: Sandbox) -> None:
+    policy = SandboxPolicy(limits=ResourceLimits(cpu_time_s=1))
+    outcome = await sandbox.run(policy, PY3, "-c", "while True: pass", deadline_s=30)
+    assert outcome.status == "failed"
+    assert outcome.output["duration_s"] < 15
+    assert outcome.output["exit_code"] != 0  # SIGXCPU, then SIGKILL at the hard limit
+
+
+async def test_the_process_limit_ends_a_forking_tree(sandbox: Sandbox) -> None:
+    # A bounded fork bomb: 60 sleepers. RLIMIT_NPROC does not bind root, so the Host's
+    # per-tree count ends it; for other users fork() fails first. Either way: not 60.
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(60):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60); os._exit(0)\n"
+        "        n += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    time.sleep(0.02)\n"
+        "print('forked', n, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    policy = SandboxPolicy(limits=ResourceLimits(processes=10))
+    outcome = await sandbox.run(policy, PY3, "-c", code, deadline_s=30)
+    assert outcome.status == "failed", outcome
+    assert outcome.output["duration_s"] < 20
+    assert "forked 60" not in stdout(outcome)
+
+
+# --- without bubblewrap ---------------------------------------------------------------------
+
+
+async def test_a_missing_bubblewrap_refuses_the_run_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    async for missing in open_sandbox(tmp_path, bwrap=str(tmp_path / "no-such-bwrap")):
+        outcome = await missing.run(SandboxPolicy(), "touch", "ran")
+        assert outcome.status == "denied"
+        assert INSTALL_HINT in (outcome.error or "")
+        assert missing.supervisor.owners() == ()
+        assert not await anyio.Path(missing.workspace / "ran").exists()
+        assert not await anyio.Path(tmp_path / "artifacts").exists()
+
+
+async def test_sandbox_none_runs_and_says_it_is_unsandboxed(tmp_path: Path) -> None:
+    async for plain in open_sandbox(tmp_path, bwrap=str(tmp_path / "no-such-bwrap")):
+        outcome = await plain.run(UNSANDBOXED, "touch", "ran")
+        assert outcome.status == "succeeded", outcome
+        assert outcome.output["sandbox"] == "none"
+        assert await anyio.Path(plain.workspace / "ran").exists()
+        (tool,) = [t for t in plain.runs.tools(sandbox=UNSANDBOXED) if t.name == "terminal.run"]
+        assert tool.description.startswith("UNSANDBOXED")
+        (boxed,) = [t for t in plain.runs.tools() if t.name == "terminal.run"]
+        assert "UNSANDBOXED" not in boxed.description
+
+
+async def test_a_program_outside_the_sandbox_is_not_found(sandbox: Sandbox, tmp_path: Path) -> None:
+    outside = tmp_path / "tool"
+    await anyio.Path(outside).write_text("#!/bin/sh\necho hi\n")
+    await anyio.Path(outside).chmod(0o755)
+    outcome = await sandbox.run(SandboxPolicy(), str(outside))
+    assert outcome.status == "denied"
+    assert "not found in the sandbox" in (outcome.error or "")
+
+
+class Recording:
+    """An approver that writes down every request and denies it."""
+
+    def __init__(self) -> None:
+        self.requests: list[ApprovalRequest] = []
+
+    async def decide(self, request: ApprovalRequest) -> str:
+        self.requests.append(request)
+        return "deny"
+
+
+async def test_the_approval_prompt_says_when_a_run_would_be_unsandboxed(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    agent = {"provider": "test", "memory": False, "builtins": ["terminal.run"]}
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(workspace)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                core: {**agent, "sandbox": mode, "policy": {"ask": ["terminal.run"]}}
+                for core, mode in (("boxed", "bubblewrap"), ("open", "none"))
+            },
+        },
+        base_dir=tmp_path,
+    )
+
+    def decide(request: ModelRequest) -> Reply | CallTools:
+        if request.messages[-1].role == "tool":
+            return Reply("done")
+        return CallTools(("terminal_run", {"argv": ["true"]}))
+
+    model = ScriptedModel([decide], repeat_last=True)
+    approver = Recording()
+    caps = capabilities(model, config=config)
+    async with Host.open(config, capabilities=caps, approver=approver) as host:
+        for core in ("open", "boxed"):
+            result = await host.turns.run(request("run it", core_id=core, conversation=core))
+            assert result.effects[0].status == "denied", result
+    open_request, boxed_request = approver.requests
+    assert open_request.warning is not None
+    assert "UNSANDBOXED" in open_request.warning
+    assert open_request.view["warning"] == open_request.warning
+    assert boxed_request.warning is None
+    assert "warning" not in boxed_request.view
