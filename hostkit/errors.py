@@ -53,6 +53,7 @@ __all__ = [
     "TurnRejected",
     "UserError",
     "bounded",
+    "unbounded_message",
 ]
 
 MESSAGE_LIMIT = 500
@@ -82,6 +83,21 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     return value
 
 
+def unbounded_message(exc: BaseException) -> str:
+    """An exception's text before ``bounded()`` flattened and cut it (a ``HostkitError``'s).
+
+    For redactors only: secrets are masked in this text, and then it is bounded.
+    Any other exception gives ``str(exc)``, or its type name when that fails.
+    """
+    kept = getattr(exc, "_unbounded", None)
+    if isinstance(kept, str):
+        return kept
+    try:
+        return str(exc)
+    except Exception:
+        return type(exc).__name__
+
+
 class HostkitError(Exception):
     """Root of every error hostkit raises on purpose."""
 
@@ -90,6 +106,9 @@ class HostkitError(Exception):
 
     def __init__(self, message: str, *, retryable: bool | None = None) -> None:
         self.message = bounded(message, self.message_limit)
+        # Kept for redactors only (unbounded_message): bounding flattens and cuts a
+        # secret before they could find it, leaving part of it behind.
+        self._unbounded = str(message)
         if retryable is not None:
             self.retryable = retryable
         super().__init__(self.message)

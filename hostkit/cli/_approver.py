@@ -77,6 +77,8 @@ def render_request(
     if request.secret_names:
         names = ", ".join(one_line(name, 60) for name in request.secret_names[:max_arguments])
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
+    if request.warning:
+        console.print(Text.assemble("  warning: ", (one_line(request.warning, 300), "bold red")))
 
 
 class ConsoleApprover:

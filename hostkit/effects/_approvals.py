@@ -59,7 +59,8 @@ class ApprovalRequest:
     Never the PrincipalScope, the capability snapshot or raw secret values.
     ``view`` is for display; ``secret_names`` is the typed fact of which Host
     secrets (names only) the call binds — such a call is approved once, never
-    cached for the session.
+    cached for the session. ``warning`` is the tool's own warning to every
+    approver (for example, that the program would run unsandboxed).
     """
 
     approval_id: str
@@ -68,6 +69,7 @@ class ApprovalRequest:
     turn_id: str
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
     secret_names: tuple[str, ...] = ()
+    warning: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "view", bounded_metadata(self.view))

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import pydantic
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types import EffectStatus
 
 __all__ = ["AuthoredTool", "ToolContext", "ToolOutcome", "tool"]
 
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+# Every integer argument fits a signed 64-bit integer: what SQLite, struct, os and
+# most C-backed calls accept. Wider values fail deep in a tool with a raw OverflowError.
+_INT64 = (-(2**63), 2**63 - 1)
+_MAX_ARGUMENT_DEPTH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,8 @@ class AuthoredTool:
     ``UserError`` to refuse the call before anything runs. ``secrets_argument``
     names the argument (a list of environment names) through which a call asks
     the runtime to bind ``secret.bind:<NAME>`` secrets into ``ToolContext``.
+    ``approval_warning`` is shown with every approval prompt for this tool (for
+    example, that its programs run unsandboxed).
     """
 
     def __init__(
@@ -78,6 +86,7 @@ class AuthoredTool:
         timeout_s: float = 30.0,
         preflight: Callable[[Mapping[str, Any]], None] | None = None,
         secrets_argument: str | None = None,
+        approval_warning: str | None = None,
     ) -> None:
         if not _EFFECT_NAME.match(name) or len(name) > 64:
             raise InvalidValue(f"effect name {name!r} must be dotted lower_snake_case")
@@ -89,6 +98,7 @@ class AuthoredTool:
         self.timeout_s = timeout_s
         self.preflight = preflight
         self.secrets_argument = secrets_argument
+        self.approval_warning = bounded(approval_warning, 300) if approval_warning else None
         self._model = _arguments_model(name, fn)
         schema = self._model.model_json_schema()
         schema.pop("title", None)
@@ -104,10 +114,46 @@ class AuthoredTool:
                 for e in exc.errors()[:5]
             )
             raise InvalidValue(f"invalid arguments for {self.name}: {problems}") from exc
-        return {key: getattr(parsed, key) for key in type(parsed).model_fields}
+        arguments = {key: getattr(parsed, key) for key in type(parsed).model_fields}
+        problem = _out_of_bounds(arguments, "", 0)
+        if problem is not None:
+            raise InvalidValue(f"invalid arguments for {self.name}: {problem}")
+        return arguments
 
     async def invoke(self, context: ToolContext, arguments: Mapping[str, Any]) -> Any:
         return await self.fn(context, **arguments)
+
+
+def _out_of_bounds(value: Any, path: str, depth: int) -> str | None:
+    """The first number a tool should never receive (a wide int, inf, nan), or None.
+
+    Checked on the validated values, generically, so no tool has to repeat it.
+    """
+    where = path or "arguments"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            return f"{where}: the integer is outside the signed 64-bit range"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where}: the number must be finite"
+    if depth >= _MAX_ARGUMENT_DEPTH:
+        return f"{where}: nested too deeply"
+    items: Any = ()
+    if isinstance(value, Mapping):
+        items = ((str(key), item) for key, item in value.items())
+    elif isinstance(value, list | tuple | Set):
+        items = ((str(index), item) for index, item in enumerate(value))
+    elif isinstance(value, pydantic.BaseModel):
+        items = ((key, getattr(value, key)) for key in type(value).model_fields)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    for key, item in items:
+        problem = _out_of_bounds(item, f"{path}.{key}" if path else key, depth + 1)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _arguments_model(name: str, fn: Callable[..., Any]) -> type[pydantic.BaseModel]:

@@ -18,7 +18,8 @@ from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provid
 from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
 from hostkit.effects._policy import EffectPolicy
-from hostkit.effects._views import MIN_SECRET_CHARS, render_output, result
+from hostkit.effects._redaction import MIN_SECRET_CHARS, Redactor, derived_secrets
+from hostkit.effects._views import failed_safely, render_output, result
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
@@ -26,8 +27,9 @@ from hostkit.errors import (
     PolicyRefusal,
     UserError,
     bounded,
+    unbounded_message,
 )
-from hostkit.freeze import FrozenMap, thaw
+from hostkit.freeze import FrozenMap
 from hostkit.store import RuntimeStore
 from hostkit.types import (
     EffectRequest,
@@ -48,6 +50,9 @@ __all__ = [
 ]
 
 DEFAULT_SECRET_TTL_S = 300.0
+# How much of an exception's text is read (and redacted) before it is bounded.
+_MAX_EXCEPTION_READ = 16_000
+_MAX_ERROR_SUMMARY = 300
 # What a secret's (or any bound variable's) name may be: a secret is the Host
 # environment variable of that name. hostkit.toml and terminal.run validate with it.
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
@@ -86,11 +91,39 @@ class _Checked:
     secret_names: tuple[str, ...]
 
 
-def _refused(call_id: str, effect: str, status: EffectStatus, error: str) -> EffectResult:
+def _refused(
+    call_id: str,
+    effect: str,
+    status: EffectStatus,
+    error: str,
+    redactor: Redactor | None = None,
+) -> EffectResult:
     # Every refusal happens before invocation: started=False, nothing for the model.
     return result(
-        call_id=call_id, effect=effect, status=status, started=False, model_text="", error=error
+        call_id=call_id,
+        effect=effect,
+        status=status,
+        started=False,
+        model_text="",
+        error=error,
+        redactor=redactor,
     )
+
+
+def _error_text(exc: BaseException, redactor: Redactor, *, named: bool = True) -> str:
+    """Bounded text of ``exc``, redacted before anything flattens or cuts it."""
+    message = unbounded_message(exc)
+    if named:
+        message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return bounded(redactor.text(message, limit=_MAX_EXCEPTION_READ), _MAX_ERROR_SUMMARY)
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """True for cancellation of an enclosing scope, which must propagate, never be a result."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(cancelled)[0] is not None
 
 
 class EffectRuntime:
@@ -238,10 +271,13 @@ class EffectRuntime:
             return _refused(
                 call_id, effect, "denied", "the effect is not in the turn's capability snapshot"
             )
+        # Values of secret-named arguments are secrets too, in every view of this call.
+        argument_secrets = Redactor.of({}, _argument_secrets(entry.tool, request.arguments))
         try:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
-            return _refused(call_id, effect, "invalid", exc.message)
+            reason = _error_text(exc, argument_secrets, named=False)
+            return _refused(call_id, effect, "invalid", reason, argument_secrets)
         secret_names = _requested_secrets(entry.tool, arguments)
         grants = snapshot.get("secrets", ())
         missing = [name for name in secret_names if secret_grant(name) not in grants]
@@ -256,7 +292,8 @@ class EffectRuntime:
             try:
                 entry.tool.preflight(arguments)
             except UserError as exc:
-                return _refused(call_id, effect, "denied", exc.message)
+                reason = _error_text(exc, argument_secrets, named=False)
+                return _refused(call_id, effect, "denied", reason, argument_secrets)
         return _Checked(call_id, entry, toolset, arguments, request.arguments, secret_names)
 
     # -- approval ------------------------------------------------------------------------
@@ -274,13 +311,20 @@ class EffectRuntime:
             rule_key=checked.toolset.policy.rule_key(entry.effect),
             core_id=context.core_id,
         )
-        view = approval_view(entry.effect, checked.raw_arguments, checked.secret_names)
+        warning = entry.tool.approval_warning
+        view = approval_view(entry.effect, checked.raw_arguments, checked.secret_names, warning)
         # One id from the first prompt to the durable row an unanswered ask leaves.
         approval_id = new_id("apr")
 
         def ask() -> ApprovalRequest:
             return ApprovalRequest(
-                approval_id, key, entry.effect, context.turn_id, view, checked.secret_names
+                approval_id,
+                key,
+                entry.effect,
+                context.turn_id,
+                view,
+                checked.secret_names,
+                warning=warning,
             )
 
         try:
@@ -345,6 +389,9 @@ class EffectRuntime:
     ) -> EffectResult:
         call_id, entry = checked.call_id, checked.entry
         effect = entry.effect
+        # The call's secret set: bound values plus secret-named argument values.
+        arguments = _argument_secrets(entry.tool, checked.raw_arguments)
+        redactor = Redactor.of(secrets, arguments)
         try:
             with anyio.fail_after(entry.tool.timeout_s):
                 output = await entry.tool.invoke(tool_context, checked.arguments)
@@ -355,8 +402,8 @@ class EffectRuntime:
                 status="denied",
                 started=True,
                 model_text="",
-                error=exc.message,
-                secrets=secrets,
+                error=_error_text(exc, redactor, named=False),
+                redactor=redactor,
             )
         except TimeoutError:
             return result(
@@ -367,37 +414,52 @@ class EffectRuntime:
                 model_text="",
                 error=f"timed out after {entry.tool.timeout_s:g}s",
             )
-        except Exception as exc:
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt, GeneratorExit and the rest from a tool are a
+            # failed call, not the end of the Host; only real cancellation propagates.
+            if _is_cancellation(exc):
+                raise
             return result(
                 call_id=call_id,
                 effect=effect,
                 status="failed",
                 started=True,
                 model_text="",
-                error=bounded(f"{type(exc).__name__}: {exc}", 300),
-                secrets=secrets,
+                error=_error_text(exc, redactor),
+                redactor=redactor,
             )
         status: EffectStatus = "succeeded"
         error: str | None = None
         if isinstance(output, ToolOutcome):
             status, error, output = output.status, output.error, output.output
-        text, size, truncated = render_output(output, secrets=secrets)
+        try:
+            # Secret-named fields of the output join the set for every view of it.
+            redactor = Redactor.of(secrets, [*arguments, *derived_secrets(output)])
+            text, size, truncated = render_output(output, redactor=redactor)
+        except Exception:
+            return failed_safely(call_id=call_id, effect=effect, started=True)
         return result(
             call_id=call_id,
             effect=effect,
             status=status,
             started=True,
             model_text=text,
-            error=error,
+            error=None if error is None else str(error),
             size=size,
             truncated=truncated,
-            secrets=secrets,
+            redactor=redactor,
         )
 
     def _require_ledger(self) -> ApprovalLedger:
         if self._ledger is None:
             raise InvalidValue("this EffectRuntime keeps no durable approvals (no store)")
         return self._ledger
+
+
+def _argument_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> list[str]:
+    """Values of the call's secret-named arguments (not the names of secrets to bind)."""
+    named = tool.secrets_argument
+    return derived_secrets({key: value for key, value in arguments.items() if key != named})
 
 
 def _requested_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> tuple[str, ...]:
@@ -408,11 +470,20 @@ def _requested_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> tupl
 
 
 def approval_view(
-    effect: str, arguments: Mapping[str, Any], secret_names: tuple[str, ...] = ()
+    effect: str,
+    arguments: Mapping[str, Any],
+    secret_names: tuple[str, ...] = (),
+    warning: str | None = None,
 ) -> FrozenMap:
-    """What an approver sees: the effect, field-name-redacted bounded arguments, secret names."""
-    view: dict[str, Any] = {"effect": effect, "arguments": thaw(arguments)}
+    """What an approver sees: the effect, field-name-redacted bounded arguments, secret names.
+
+    A secret-named argument's value is masked wherever else it appears too.
+    """
+    redactor = Redactor.of({}, derived_secrets(arguments))
+    view: dict[str, Any] = {"effect": effect, "arguments": redactor.value(arguments)}
     if secret_names:
         # Names only, never values ("secrets" would be redacted by its field name).
         view["binds"] = [secret_grant(name) for name in secret_names]
+    if warning:
+        view["warning"] = warning  # kept with a durable pending approval, for the CLI
     return bounded_metadata(view, max_string=300)

@@ -6,51 +6,54 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from hostkit.effects._redaction import MIN_SECRET_CHARS, Redactor, safe_text
 from hostkit.errors import bounded
-from hostkit.freeze import thaw
 from hostkit.types import EffectResult, EffectStatus, EffectViews, bounded_metadata
 
 __all__ = [
+    "MAX_ERROR_CHARS",
     "MAX_MODEL_VIEW_CHARS",
     "MIN_SECRET_CHARS",
     "REDACTION_FAILED",
+    "failed_safely",
     "redact_secrets",
     "render_output",
     "result",
 ]
 
 MAX_MODEL_VIEW_CHARS = 8_000
+# A tool's own error text (a ToolOutcome's, an exception's) is cut to this in the model view.
+MAX_ERROR_CHARS = 2_000
 REDACTION_FAILED = "the result could not be rendered safely"
 _MAX_SUMMARY = 300
-# Shorter values cannot be redacted exactly without mangling ordinary text.
-MIN_SECRET_CHARS = 6
 
 
 def redact_secrets(text: str, secrets: Mapping[str, str]) -> str:
-    """Replace every exact bound value with ``[redacted:NAME]`` (longest value first)."""
-    for name, value in sorted(secrets.items(), key=lambda item: -len(item[1])):
-        if value:
-            text = text.replace(value, f"[redacted:{name}]")
-    return text
+    """Replace every spelling of each bound value with ``[redacted:NAME]``.
+
+    Spellings are the value itself, each line of it (at least
+    ``MIN_SECRET_CHARS`` long) with any line ending, and their JSON- and
+    repr-escaped forms; see ``hostkit.effects._redaction``.
+    """
+    return Redactor.of(secrets).text(text)
 
 
 def render_output(
-    value: Any, *, limit: int = MAX_MODEL_VIEW_CHARS, secrets: Mapping[str, str] | None = None
+    value: Any, *, limit: int = MAX_MODEL_VIEW_CHARS, redactor: Redactor | None = None
 ) -> tuple[str, int, bool]:
     """Text for the model, its full size and whether it was truncated.
 
-    Bound secrets are replaced before the text is cut, so no cut can leave
-    part of a value behind.
+    A structured value is redacted leaf by leaf (keys too) before it is
+    encoded, so JSON escaping never hides a secret; the encoded text is
+    redacted again, and all of it before the cut, so no cut can leave part of
+    a value behind. Lone surrogates are made safe.
     """
+    redactor = redactor or Redactor()
     if isinstance(value, str):
-        text = value
+        text = redactor.text(value)
     else:
-        try:
-            text = json.dumps(thaw(value), ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
-    if secrets:
-        text = redact_secrets(text, secrets)
+        text = redactor.text(json.dumps(redactor.value(value), ensure_ascii=False))
+    text = safe_text(text)
     if len(text) <= limit:
         return text, len(text), False
     return text[:limit] + f"\n[truncated: {len(text) - limit} more characters]", len(text), True
@@ -66,20 +69,21 @@ def result(
     error: str | None = None,
     size: int = 0,
     truncated: bool = False,
-    secrets: Mapping[str, str] | None = None,
+    redactor: Redactor | None = None,
 ) -> EffectResult:
-    """Assemble an EffectResult whose views never contain raw arguments or bound secrets.
+    """Assemble an EffectResult whose views never contain raw arguments or secrets.
 
-    Every exact value in ``secrets`` is replaced in the text before any view
-    is cut, and each finished view is checked again. If building or checking
-    any view fails, no partial view escapes: every view becomes the same
-    fixed failed result (``REDACTION_FAILED``).
+    Every spelling ``redactor`` knows is masked in the text before any view
+    is cut, lone surrogates are made safe, and each finished view is checked
+    again for every spelling. If building or checking any view fails, no
+    partial view escapes: every view becomes the same fixed failed result
+    (``REDACTION_FAILED``).
     """
-    bound = dict(secrets or {})
+    redactor = redactor or Redactor()
     try:
-        if bound:
-            model_text = redact_secrets(model_text, bound)
-            error = redact_secrets(error, bound) if error else error
+        model_text = safe_text(redactor.text(model_text))
+        if error:
+            error = safe_text(redactor.text(error, limit=MAX_ERROR_CHARS))
         summary = bounded(error, _MAX_SUMMARY) if error else model_text[:_MAX_SUMMARY]
         common = {"effect": effect, "status": status, "started": started}
         views = EffectViews(
@@ -89,34 +93,48 @@ def result(
             durable=bounded_metadata({**common, "summary": summary}),
             debug=bounded_metadata({**common, "error": error, "truncated": truncated}),
         )
-        if bound:
-            _check_redacted(views, bound.values())
+        if redactor:
+            _check_redacted(views, error, redactor)
     except Exception:
-        fixed = {"effect": effect, "status": "failed", "error": REDACTION_FAILED}
-        return EffectResult(
-            call_id=call_id,
-            effect=effect,
-            status="failed",
-            started=started,
-            error=REDACTION_FAILED,
-            views=EffectViews(
-                model=f"[failed] {REDACTION_FAILED}",
-                operator=fixed,
-                event=fixed,
-                durable=fixed,
-                debug=fixed,
-            ),
-        )
+        return failed_safely(call_id=call_id, effect=effect, started=started)
     return EffectResult(
         call_id=call_id, effect=effect, status=status, started=started, error=error, views=views
     )
 
 
-def _check_redacted(views: EffectViews, values: Any) -> None:
-    """Raise if any string in any view still holds a bound value (fail closed)."""
-    for text in _strings([views.model, views.operator, views.event, views.durable, views.debug]):
-        if any(value and value in text for value in values):
-            raise ValueError("a bound secret survived redaction")
+def failed_safely(*, call_id: str, effect: str, started: bool) -> EffectResult:
+    """The fixed ``failed`` result that replaces every view when one could not be made safe."""
+    fixed = {"effect": effect, "status": "failed", "error": REDACTION_FAILED}
+    return EffectResult(
+        call_id=call_id,
+        effect=effect,
+        status="failed",
+        started=started,
+        error=REDACTION_FAILED,
+        views=EffectViews(
+            model=f"[failed] {REDACTION_FAILED}",
+            operator=fixed,
+            event=fixed,
+            durable=fixed,
+            debug=fixed,
+        ),
+    )
+
+
+def _check_redacted(views: EffectViews, error: str | None, redactor: Redactor) -> None:
+    """Raise if any string in any view still holds any spelling of a secret (fail closed).
+
+    The Host's own vocabulary (view keys, the catalog's effect name, the
+    status) is not tool text; a derived value that happens to equal it must
+    not fail an honest result.
+    """
+    audiences = [views.model, error or "", views.operator, views.event, views.durable, views.debug]
+    for text in _strings(audiences):
+        if redactor.leaked(text):
+            raise ValueError("a secret survived redaction")
+
+
+_HOST_FIELDS = frozenset({"effect", "status"})
 
 
 def _strings(value: Any) -> Any:
@@ -124,8 +142,8 @@ def _strings(value: Any) -> Any:
         yield value
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield str(key)
-            yield from _strings(item)
+            if key not in _HOST_FIELDS:
+                yield from _strings(item)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)

@@ -41,7 +41,9 @@ class WidgetApprover:
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[ApprovalDecision] = loop.create_future()
-        row = ApprovalRow(request.effect, request.view, secret_names=request.secret_names)
+        row = ApprovalRow(
+            request.effect, request.view, secret_names=request.secret_names, warning=request.warning
+        )
 
         def choose(decision: ApprovalDecision) -> Callable[[object], None]:
             def clicked(_: object) -> None:

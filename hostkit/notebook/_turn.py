@@ -51,7 +51,12 @@ class ApprovalRow:
     """One approval in a panel: the effect, its redacted view and three buttons."""
 
     def __init__(
-        self, effect: str, view: Mapping[str, Any], *, secret_names: Sequence[str] = ()
+        self,
+        effect: str,
+        view: Mapping[str, Any],
+        *,
+        secret_names: Sequence[str] = (),
+        warning: str | None = None,
     ) -> None:
         self.effect = effect
         self.approve_once = widgets.Button(description="Approve once", button_style="success")
@@ -60,7 +65,7 @@ class ApprovalRow:
         self.status = widgets.HTML("<i>waiting for your answer</i>")
         self.widget = widgets.VBox(
             [
-                widgets.HTML(_describe(effect, view, secret_names)),
+                widgets.HTML(_describe(effect, view, secret_names, warning)),
                 widgets.HBox([self.approve_once, self.approve_session, self.deny]),
                 self.status,
             ],
@@ -298,7 +303,9 @@ def _step_widget(text: str, colour: str | None) -> widgets.HTML:
     return widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>")
 
 
-def _describe(effect: str, view: Mapping[str, Any], secret_names: Sequence[str]) -> str:
+def _describe(
+    effect: str, view: Mapping[str, Any], secret_names: Sequence[str], warning: str | None = None
+) -> str:
     arguments = view.get("arguments")
     rows = ""
     if isinstance(arguments, Mapping):
@@ -309,6 +316,10 @@ def _describe(effect: str, view: Mapping[str, Any], secret_names: Sequence[str])
         )
     names = ", ".join(_cut(name, 60) for name in secret_names[:16])
     secrets = f"<div>binds secrets: <code>{html.escape(names)}</code></div>" if names else ""
+    if warning:
+        secrets += (
+            f"<div style='color:#b00'><b>warning</b>: {html.escape(_cut(warning, 300))}</div>"
+        )
     return (
         f"<div><b>approval needed</b>: the agent wants to run <code>{html.escape(effect)}</code>"
         f"</div><table>{rows}</table>{secrets}"

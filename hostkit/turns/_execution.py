@@ -53,6 +53,7 @@ from hostkit.types import (
     TurnResult,
     UsageObservation,
     new_id,
+    redact_secret_fields,
 )
 
 __all__ = ["TurnExecution"]
@@ -321,7 +322,9 @@ class TurnExecution:
             active.usage = add_usage(active.usage, response.usage)
             # The observation commits with this step's transcript write: one transaction.
             staged = self._stage(context, step, prepared.decision_id, response)
-            assistant = ModelMessage("assistant", response.text, response.tool_calls)
+            # Kept and replayed without what the model put in secret-named arguments; the
+            # calls themselves run with the arguments as sent.
+            assistant = ModelMessage("assistant", response.text, _as_recorded(response.tool_calls))
             messages.append(assistant)
             detail: dict[str, Any] = {
                 "step": step,
@@ -615,3 +618,13 @@ class TurnExecution:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
         with contextlib.suppress(Exception):
             self._observer.notify(event)
+
+
+def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """``calls`` as the transcript keeps them: secret-named argument strings redacted."""
+    recorded = []
+    for call in calls:
+        arguments = redact_secret_fields(call.arguments)
+        same = arguments is call.arguments
+        recorded.append(call if same else ToolCall(call.call_id, call.name, arguments))
+    return tuple(recorded)

@@ -44,7 +44,12 @@ from hostkit.types._records import (
     SessionRecord,
     TaskRecord,
 )
-from hostkit.types._redact import REDACTED, bounded_metadata, is_secret_field
+from hostkit.types._redact import (
+    REDACTED,
+    bounded_metadata,
+    is_secret_field,
+    redact_secret_fields,
+)
 from hostkit.types._scope import (
     MAX_ALLOWED_SESSIONS,
     Authority,
@@ -122,4 +127,5 @@ __all__ = [
     "bounded_metadata",
     "is_secret_field",
     "new_id",
+    "redact_secret_fields",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from hostkit.freeze import FrozenMap, freeze
 
-__all__ = ["REDACTED", "bounded_metadata", "is_secret_field"]
+__all__ = ["REDACTED", "bounded_metadata", "is_secret_field", "redact_secret_fields"]
 
 REDACTED = "[redacted]"
 _SECRET_FIELD = re.compile(
@@ -19,6 +19,32 @@ _SECRET_FIELD = re.compile(
 def is_secret_field(name: str) -> bool:
     """True when a field's name says its value must never be shown."""
     return bool(_SECRET_FIELD.search(name))
+
+
+def redact_secret_fields(value: Any) -> Any:
+    """``value`` with every string under a secret-named key replaced by ``REDACTED``.
+
+    Nothing else changes: sizes, numbers and other fields stay as they are, so
+    a model's tool-call arguments can be kept in its transcript without the
+    password it sent. Returns ``value`` itself when there is nothing to redact.
+    """
+    return _redact_fields(value, inside=False)
+
+
+def _redact_fields(value: Any, *, inside: bool) -> Any:
+    if isinstance(value, str):
+        return REDACTED if inside else value
+    if isinstance(value, Mapping):
+        out = {
+            key: _redact_fields(item, inside=inside or is_secret_field(str(key)))
+            for key, item in value.items()
+        }
+        same = all(out[key] is item for key, item in value.items())
+        return value if same else out
+    if isinstance(value, list | tuple):
+        items = [_redact_fields(item, inside=inside) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def bounded_metadata(

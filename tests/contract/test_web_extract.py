@@ -7,14 +7,26 @@ production path.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
+import httpcore
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hostkit.builtins.web import UnsupportedContent, UrlDenied, UrlPolicy, web_extract
+from hostkit.authority import AuthorityResolver
+from hostkit.builtins.web import UnsupportedContent, UrlDenied, UrlPolicy, web_extract, web_tools
 from hostkit.builtins.web._extract import readable_text
+from hostkit.effects import EffectPolicy, EffectRuntime, Toolset
 from hostkit.errors import InvalidValue
+from hostkit.store import RuntimeStore
+from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
+from tests.contract.test_context_basic import context_for
+from tests.support import facts
 from tests.wire import Reply, serve_wire, text_reply
 
 pytestmark = pytest.mark.anyio
@@ -156,3 +168,161 @@ async def test_loopback_is_refused_unless_allowlisted(server: Any) -> None:
     with pytest.raises(UrlDenied):
         await web_extract(f"{server.base_url}/owls", policy=UrlPolicy())
     assert server.requests == []
+
+
+# -- the web.extract effect through the pipeline: bad input is a typed result -------------
+
+
+class NoNetwork(httpcore.AsyncNetworkBackend):
+    """The raw connector under the pinning layer: refuses every connection, counts them."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        self.attempts += 1
+        raise httpcore.ConnectError("test: no network")
+
+
+async def _loopback_answers(host: str, port: int) -> list[str]:
+    return ["127.0.0.1"]  # every name is refused as loopback: nothing leaves the machine
+
+
+async def web_context(authority: AuthorityResolver) -> TurnExecutionContext:
+    scope = await authority.for_conversation(facts("web"))
+    base = context_for(scope)
+    return TurnExecutionContext(
+        **{
+            name: getattr(base, name)
+            for name in base.__dataclass_fields__
+            if name != "capability_snapshot"
+        },
+        capability_snapshot={"effects": ("web.extract",)},
+    )
+
+
+@asynccontextmanager
+async def web_pipeline(
+    context: TurnExecutionContext,
+) -> AsyncIterator[Callable[[dict[str, Any]], Awaitable[EffectResult]]]:
+    (extract,) = web_tools(UrlPolicy(resolver=_loopback_answers), network_backend=NoNetwork())
+
+    class Tools:
+        async def toolset(self, context: TurnExecutionContext) -> Toolset:
+            return Toolset(((extract, "builtin"),), EffectPolicy(), Path("/tmp"))
+
+    runtime = EffectRuntime(toolsets=Tools())
+    catalog = await runtime.prepare_catalog(context)
+    ref = catalog.resolve("web_extract")
+    assert ref is not None
+
+    async def run(arguments: dict[str, Any]) -> EffectResult:
+        return await runtime.execute(EffectRequest("c1", ref, arguments), context)
+
+    yield run
+    await runtime.close_catalog(catalog)
+
+
+TYPED = {"invalid", "denied"}
+RAW_ERRORS = ("InvalidURL", "ValueError", "OverflowError", "UnicodeError", "UnicodeEncodeError")
+
+
+@pytest.mark.parametrize(
+    ("url", "status"),
+    [
+        ("http://[::1", "denied"),
+        ("http://exa mple.com", "denied"),
+        ("http://host:99999/", "denied"),
+        ("http://example.com/" + "a" * 5_000, "invalid"),
+        ("http://ex\u00e4mple.com:/\udcff", "invalid"),
+        ("http://\u2488.com/", "denied"),
+        ("http://xn--a.com/", "denied"),
+        ("http://example.com/\udcff", "invalid"),
+        ("http://[v1.x]/", "denied"),
+        ("javascript:alert(1)", "denied"),
+        ("", "invalid"),
+    ],
+)
+async def test_a_malformed_url_is_a_typed_refusal_never_a_raw_error(
+    authority: AuthorityResolver, url: str, status: str
+) -> None:
+    async with web_pipeline(await web_context(authority)) as run:
+        result = await run({"url": url})
+    assert result.status == status, result.error
+    assert result.error
+    assert not result.error.startswith(RAW_ERRORS)
+    result.views.model.encode("utf-8")
+
+
+@pytest.mark.parametrize("max_chars", [0, -1, 7_001, 2**63, 10**30, 1.5, "many", None])
+async def test_an_out_of_range_number_is_invalid_before_any_fetch(
+    authority: AuthorityResolver, max_chars: Any
+) -> None:
+    async with web_pipeline(await web_context(authority)) as run:
+        result = await run({"url": "http://example.com/", "max_chars": max_chars})
+    assert (result.status, result.started) == ("invalid", False)
+    assert result.error
+    assert "max_chars" in result.error
+
+
+async def test_web_extract_refuses_a_non_positive_max_chars_before_fetching() -> None:
+    backend = NoNetwork()
+    with pytest.raises(InvalidValue):
+        await web_extract(
+            "http://93.184.216.34/", policy=UrlPolicy(), max_chars=0, network_backend=backend
+        )
+    assert backend.attempts == 0
+
+
+ANY_CHARACTER = st.characters(blacklist_categories=())  # surrogates and controls included
+URLISH = st.builds(
+    lambda scheme, sep, host, rest: f"{scheme}{sep}{host}{rest}",
+    st.sampled_from(["http", "https", "HTTP", "javascript", "file", "ftp", "", "h\u0442tp"]),
+    st.sampled_from(["://", ":", ":/", "//", ""]),
+    st.one_of(
+        st.text(ANY_CHARACTER, max_size=30),
+        st.from_regex(r"\[[0-9a-fA-F:.%]{0,20}\]?(:[0-9]{0,7})?", fullmatch=True),
+        st.from_regex(r"[0-9x.]{1,20}(:[0-9]{0,7})?", fullmatch=True),
+    ),
+    st.text(ANY_CHARACTER, max_size=40),
+)
+
+
+@pytest.fixture(scope="module")
+def plain_context(tmp_path_factory: pytest.TempPathFactory) -> TurnExecutionContext:
+    """A turn context (a frozen value), made once: the pipeline itself needs no store."""
+
+    async def make() -> TurnExecutionContext:
+        path = tmp_path_factory.mktemp("web") / "hostkit.db"
+        async with await RuntimeStore.open(path) as store, AuthorityResolver.bind(store) as auth:
+            return await web_context(auth)
+
+    return anyio.run(make)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(url=st.one_of(st.text(ANY_CHARACTER, max_size=80), URLISH))
+def test_any_text_as_a_url_gives_a_typed_result(
+    plain_context: TurnExecutionContext, url: str
+) -> None:
+    """Property: whatever the text, web.extract answers with a typed status and never raises."""
+
+    async def scenario() -> EffectResult:
+        async with web_pipeline(plain_context) as run:
+            return await run({"url": url})
+
+    result = anyio.run(scenario)
+    # A public literal passes the policy and then meets NoNetwork: a typed FetchError.
+    assert result.status in TYPED or (
+        result.status == "failed" and "FetchError" in (result.error or "")
+    )
+    assert result.error
+    assert not result.error.startswith(RAW_ERRORS)
+    result.views.model.encode("utf-8")

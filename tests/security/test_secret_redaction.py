@@ -1,12 +1,15 @@
-"""Property: a bound secret's exact value never appears in any view, whatever the tool prints.
+"""Property: a bound secret never appears in any view, raw or escaped, whatever the tool does.
 
 A tool that echoes the secret (alone, repeated, embedded, at the model view's
-cut, inside JSON, in an exception message) is run through the real pipeline
-with the secret bound after approval; all five views are searched.
+cut, inside a structure or JSON text, in an exception message long enough to
+be cut, in a repr, in a refusal, with other line endings, flattened, in a
+``SystemExit``) is run through the real pipeline with the secret bound after
+approval; all five views are searched for the raw, JSON- and repr-escaped value.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +27,11 @@ from hostkit.effects import (
     EffectPolicy,
     EffectRuntime,
     ToolContext,
+    ToolOutcome,
     Toolset,
     secret_grant,
 )
+from hostkit.errors import PolicyRefusal
 from hostkit.store import RuntimeStore
 from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
@@ -37,7 +42,24 @@ SECRETS = st.text(
     min_size=MIN_SECRET_CHARS,
     max_size=40,
 ).filter(lambda s: s.strip() == s and len(set(s)) > 2)
-SHAPES = st.sampled_from(["alone", "repeated", "embedded", "at_cut", "json", "raise", "error"])
+SHAPES = st.sampled_from(
+    [
+        "alone",
+        "repeated",
+        "embedded",
+        "at_cut",
+        "json",
+        "raise",
+        "error",
+        "json_text",
+        "raise_repr",
+        "raise_long",
+        "refusal_long",
+        "crlf",
+        "flattened",
+        "base_exception",
+    ]
+)
 
 
 class Always:
@@ -60,7 +82,20 @@ def leaking_tool(shape: str, padding: str) -> AuthoredTool:
             return {"nested": [{"v": value}], value: padding}
         if shape == "raise":
             raise RuntimeError(f"failed with {value}")
-        from hostkit.effects import ToolOutcome
+        if shape == "json_text":
+            return json.dumps({"v": [value], "w": padding})
+        if shape == "raise_repr":
+            raise ValueError(f"{padding} bad value {value!r}")
+        if shape == "raise_long":
+            raise RuntimeError("x" * 280 + value + padding)
+        if shape == "refusal_long":
+            raise PolicyRefusal("r" * 490 + value)
+        if shape == "crlf":
+            return value.replace("\r\n", "\n").replace("\n", "\r\n")
+        if shape == "flattened":
+            return value.replace("\r", " ").replace("\n", " ")
+        if shape == "base_exception":
+            raise SystemExit(value)
 
         return ToolOutcome("failed", {"out": value}, f"exit: {value}")
 
@@ -132,5 +167,17 @@ def test_no_view_ever_contains_a_bound_secret(
 ) -> None:
     result = anyio.run(scenario, tmp_path, secret, shape, padding)
     assert result.started
-    assert secret not in all_text(result)
-    assert result.status in ("succeeded", "failed")
+    text = all_text(result)
+    for form in escaped_forms(secret):
+        assert form not in text
+    assert result.status in ("succeeded", "failed", "denied")
+
+
+def escaped_forms(secret: str) -> set[str]:
+    """The value raw, JSON-escaped and repr-escaped (the forms views and rows hold)."""
+    return {
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+    }

@@ -9,6 +9,7 @@ and fails the test if anything else was attempted.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import ipaddress
 import ssl
@@ -21,6 +22,8 @@ import httpcore
 import pytest
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSListener
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hostkit.builtins.web import FetchError, UrlDenied, UrlPolicy, fetch
 from hostkit.errors import ConfigError
@@ -676,3 +679,41 @@ async def test_silent_server_is_bounded_by_the_read_timeout(guard: LoopbackOnly)
             )
         tasks.cancel_scope.cancel()
     assert caught.value.timed_out
+
+
+ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=120)  # surrogates too
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    url=st.one_of(
+        ANY_TEXT,
+        st.builds(lambda rest: "http://" + rest, ANY_TEXT),
+        st.builds(lambda rest: "https://[" + rest, ANY_TEXT),
+    )
+)
+def test_the_policy_answers_any_text_with_a_target_or_a_refusal(url: str) -> None:
+    """Property: no parser or codec error escapes the URL policy, whatever the text."""
+
+    async def resolve() -> None:
+        policy = UrlPolicy(resolver=lambda host, port: _answers(host))
+        with contextlib.suppress(UrlDenied, FetchError):
+            target = await policy.resolve(url)
+            target.url.raw_path.decode("ascii")  # what the request line will carry
+            assert target.host.isascii()
+
+    anyio.run(resolve)
+
+
+async def _answers(host: str) -> Sequence[str]:
+    return [PUBLIC]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://example.com/\udcff", "http://\udcff.example/", "http://[::1\udcff]/", "\ud800"],
+)
+async def test_a_url_with_a_lone_surrogate_is_refused(url: str) -> None:
+    with pytest.raises(UrlDenied) as caught:
+        await UrlPolicy(resolver=FakeResolver()).resolve(url)
+    assert caught.value.reason == "invalid"

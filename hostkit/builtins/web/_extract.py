@@ -76,9 +76,12 @@ async def web_extract(
 ) -> ExtractedPage:
     """Fetch ``url`` under ``policy`` and extract its readable text.
 
-    Raises ``UrlDenied`` (refused URL, address or hop), ``FetchError``
-    (network failure or deadline) and ``UnsupportedContent`` (not text).
+    Raises ``InvalidValue`` for a ``max_chars`` below 1 (before any fetch),
+    ``UrlDenied`` (refused URL, address or hop), ``FetchError`` (network
+    failure or deadline) and ``UnsupportedContent`` (not text).
     """
+    if max_chars < 1:
+        raise InvalidValue("max_chars must be positive")
     fetched: FetchResult = await fetch(url, policy=policy, network_backend=network_backend)
     content = await readable_text(
         fetched.body, content_type=fetched.content_type, url=fetched.url, max_chars=max_chars

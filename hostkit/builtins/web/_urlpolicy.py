@@ -188,13 +188,29 @@ class UrlPolicy:
         return await self._validate(_join(base.url, location), pins=pins)
 
     def _parse(self, url: str) -> tuple[str, str, int, IPAddress | None, httpx.URL]:
+        """The URL's canonical parts; any text that is not a clear URL is ``UrlDenied``.
+
+        Parsers and codecs below raise ``InvalidURL``, ``ValueError`` or
+        ``UnicodeError`` for text nobody anticipated; none of them escapes raw.
+        """
         if not isinstance(url, str) or not url or len(url) > self.max_url_chars:
             raise UrlDenied("the URL is empty or too long", reason="invalid")
-        # Whitespace, controls and backslashes are where parsers disagree; refuse them.
-        if any(ch.isspace() or ch == "\\" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        # Whitespace, controls and backslashes are where parsers disagree; lone surrogates
+        # cannot be encoded at all; refuse them.
+        if any(
+            ch.isspace() or ch == "\\" or ord(ch) < 0x20 or ord(ch) == 0x7F or _is_surrogate(ch)
+            for ch in url
+        ):
             raise UrlDenied(
-                "the URL contains whitespace, control or backslash characters", reason="invalid"
+                "the URL contains whitespace, control, backslash or unencodable characters",
+                reason="invalid",
             )
+        try:
+            return self._parse_parts(url)
+        except (httpx.InvalidURL, ValueError) as exc:  # UnicodeError is a ValueError
+            raise UrlDenied("the URL is malformed", reason="invalid") from exc
+
+    def _parse_parts(self, url: str) -> tuple[str, str, int, IPAddress | None, httpx.URL]:
         match = _SCHEME_AUTHORITY.match(url)
         if match is None:
             raise UrlDenied("the URL must be absolute (scheme://host/...)", reason="invalid")
@@ -278,6 +294,10 @@ def _join(base: httpx.URL, location: str) -> str:
         return str(base.join(location))
     except (httpx.InvalidURL, ValueError) as exc:
         raise UrlDenied("the redirect location is malformed", reason="invalid") from exc
+
+
+def _is_surrogate(ch: str) -> bool:
+    return 0xD800 <= ord(ch) <= 0xDFFF
 
 
 def _is_hostname(name: str) -> bool:

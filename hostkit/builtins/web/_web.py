@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpcore
 from pydantic import Field
 
 from hostkit.builtins.web._extract import web_extract
@@ -16,14 +17,28 @@ __all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
 MAX_EXTRACT_CHARS = 7_000
 
 
-def web_tools(policy: UrlPolicy) -> list[AuthoredTool]:
-    """``web.extract`` bound to ``policy`` (every DNS answer and redirect hop checked)."""
+def web_tools(
+    policy: UrlPolicy, *, network_backend: httpcore.AsyncNetworkBackend | None = None
+) -> list[AuthoredTool]:
+    """``web.extract`` bound to ``policy`` (every DNS answer and redirect hop checked).
+
+    ``network_backend`` replaces the raw connector under the pinning layer
+    (tests use one that never leaves loopback).
+    """
 
     async def extract(
         ctx: ToolContext,
         url: str = Field(min_length=1, max_length=policy.max_url_chars, description="http(s) URL"),
+        max_chars: int = Field(
+            default=MAX_EXTRACT_CHARS,
+            ge=1,
+            le=MAX_EXTRACT_CHARS,
+            description="at most this many characters of readable text",
+        ),
     ) -> dict[str, Any]:
-        page = await web_extract(url, policy=policy, max_chars=MAX_EXTRACT_CHARS)
+        page = await web_extract(
+            url, policy=policy, max_chars=max_chars, network_backend=network_backend
+        )
         return {
             "url": page.url,
             "status": page.status,
