@@ -11,11 +11,13 @@ from rich.console import Console
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
+    EXIT_ERROR,
     ConfigOption,
     Operator,
     Reason,
     config_path,
     console,
+    open_host,
     operator_host,
     report,
     run_command,
@@ -26,7 +28,6 @@ from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import stream_turn
-from hostkit.host import Host
 from hostkit.inspect import budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -41,9 +42,11 @@ app.add_typer(approvals, name="approvals")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.
+# The Host's own state (database, its WAL, artifacts, this file) stays beside it,
+# outside the agents' workspace: files.* refuse it even if a workspace overlaps it.
 [host]
 database = "hostkit.db"
-workspace = "."
+workspace = "workspace"   # what the agents' file and terminal tools may touch
 synchronous = "FULL"   # FULL: durable on power loss; NORMAL: faster, may lose the last commits
 
 # The embedded local model (llama.cpp + SmolLM2-135M): no network, good for plumbing checks.
@@ -70,17 +73,27 @@ deny = []
 """
 
 
+# The workspace directory the starter configuration names (created by init).
+STARTER_WORKSPACE = "workspace"
+
+
 @app.command()
 def init(
     path: Annotated[Path, typer.Argument(help="where to write the file")] = Path("hostkit.toml"),
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
-    """Write a starter hostkit.toml."""
+    """Write a starter hostkit.toml and the agents' workspace directory beside it."""
     if path.exists() and not force:
         console.print(f"{path} exists; use --force to overwrite", highlight=False)
         raise typer.Exit(1)
-    path.write_text(STARTER, encoding="utf-8")
-    console.print(f"wrote {path}", highlight=False)
+    workspace = path.parent / STARTER_WORKSPACE
+    try:
+        path.write_text(STARTER, encoding="utf-8")
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        console.print(f"[bold red]error[/]: cannot write {path}: {exc.strerror}", highlight=False)
+        raise typer.Exit(EXIT_ERROR) from None
+    console.print(f"wrote {path} and the workspace {workspace}/", highlight=False)
 
 
 @app.command()
@@ -102,7 +115,7 @@ def run(
     )
 
     async def main() -> int:
-        async with Host.open(config_path(config), approver=terminal_approver()) as host:
+        async with open_host(config_path(config), approver=terminal_approver()) as host:
             result = await stream_turn(
                 host, message, agent=agent, conversation=conversation, session=selector
             )

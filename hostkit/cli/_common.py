@@ -15,8 +15,9 @@ from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
+from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError
-from hostkit.host import Host
+from hostkit.host import Host, HostConfig
 from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "console",
     "exit_code",
     "fail",
+    "open_host",
     "operator_host",
     "report",
     "run_command",
@@ -47,9 +49,16 @@ EXIT_NEEDS_USER = 3
 # Diagnostics, prompts and results go to stderr; stdout carries only the answer text.
 console = Console(stderr=True)
 
+# readable=False: the loader checks the file itself, so every bad file is the same
+# one-line ConfigError (click's own check prints a usage box instead).
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="hostkit.toml (default: ./hostkit.toml if present)"),
+    typer.Option(
+        "--config",
+        "-c",
+        help="hostkit.toml (default: ./hostkit.toml if present)",
+        readable=False,
+    ),
 ]
 
 
@@ -66,9 +75,23 @@ def config_path(path: Path | None) -> Path | None:
 
 
 def fail(error: HostkitError) -> typer.Exit:
-    """Print a typed error's bounded message; every error exits with status 2."""
-    console.print(f"[bold red]error[/]: {escape(error.message)}", highlight=False)
+    """Print a typed error's bounded message on one line; every error exits with status 2."""
+    message = " ".join(error.message.split())
+    console.print(f"[bold red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_ERROR)
+
+
+@contextlib.asynccontextmanager
+async def open_host(
+    config: HostConfig | Path | None, *, approver: ApprovalProvider | None = None
+) -> AsyncIterator[Host]:
+    """``Host.open`` for a command: each start-up warning is one line on stderr first."""
+    async with Host.open(config, approver=approver) as host:
+        for line in host.warnings:
+            console.print(
+                f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True
+            )
+        yield host
 
 
 def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
@@ -84,7 +107,7 @@ async def operator_host(
     config: Path | None, operator: str, reason: str, *, approver: ConsoleApprover | None = None
 ) -> AsyncIterator[tuple[Host, PrincipalScope]]:
     """The Host of ``-c`` and an audited operator scope (every operator command starts so)."""
-    async with Host.open(config_path(config), approver=approver) as host:
+    async with open_host(config_path(config), approver=approver) as host:
         yield host, await host.operator(operator, reason=reason)
 
 

@@ -1,7 +1,8 @@
 """``hostkit demo``: a multi-step turn, an approval before a file write, then a real model.
 
-Everything runs on embedded SQLite in the demo directory, which is also the
-writer agent's workspace.
+Everything runs on embedded SQLite in the demo directory; the agents'
+workspace is its ``workspace/`` subdirectory, so the database, its WAL and
+the artifacts are outside it.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ import anyio
 from rich.console import Console
 
 from hostkit.cli._approver import PROMPT, ConsoleApprover, render_request
+from hostkit.cli._common import open_host
 from hostkit.cli._render import print_result
 from hostkit.cli._turn import stream_turn
 from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
-from hostkit.host import Host, parse_config
+from hostkit.host import parse_config
 from hostkit.types import TurnResult
 
-__all__ = ["NoTerminalApprover", "demo_approver", "demo_config", "run_demo"]
+__all__ = ["DEMO_WORKSPACE", "NoTerminalApprover", "demo_approver", "demo_config", "run_demo"]
 
 DEMO_QUESTION = "What does hostkit record for every turn? Check the welcome note."
 WRITER_QUESTION = "Write a short summary of what hostkit records to summary.md."
 LOCAL_QUESTION = "In one short sentence: what is a database?"
 SUMMARY_FILE = "summary.md"
+DEMO_WORKSPACE = "workspace"
 SUMMARY = (
     "# What hostkit records\n\n"
     "Every turn is admitted, pinned to one configuration generation, recorded in SQLite,\n"
@@ -60,8 +63,8 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
 
     The real model is the embedded llama.cpp SmolLM2 (no network), or the
     OpenAI-compatible server named by ``OPENAI_BASE_URL`` when it is set.
-    The writer's file lands in the demo directory (the Host workspace);
-    ``files.write`` replaces the file, so the demo can run again and again.
+    The writer's file lands in the demo's workspace directory; ``files.write``
+    replaces the file, so the demo can run again and again.
     """
     real: dict[str, object]
     if environ.get("OPENAI_BASE_URL"):
@@ -74,7 +77,10 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
     else:
         real = {"kind": "local", "context_window": 2048, "max_output_tokens": 96}
     return {
-        "host": {"database": str(directory / "hostkit.db"), "workspace": str(directory)},
+        "host": {
+            "database": str(directory / "hostkit.db"),
+            "workspace": str(directory / DEMO_WORKSPACE),
+        },
         "providers": {
             "scripted": {
                 "kind": "scripted",
@@ -126,7 +132,7 @@ async def run_demo(
 ) -> int:
     """Run the three demo steps; 0 when every turn completed."""
     config = parse_config(demo_config(directory, environ=dict(os.environ)), base_dir=directory)
-    async with Host.open(config, approver=approver) as host:
+    async with open_host(config, approver=approver) as host:
         database = str(config.database_path)
         console.rule("1. a scripted agent reads a shipped note with an authored tool")
         console.print(f"[bold]you[/]: {DEMO_QUESTION}", highlight=False)
@@ -139,7 +145,7 @@ async def run_demo(
             host, WRITER_QUESTION, agent="writer", conversation="demo-writer"
         )
         print_result(console, written, database=database)
-        await _show_written(console, directory, written)
+        await _show_written(console, config.workspace_of("writer"), written)
 
         real = config.providers["real"]
         label = (
@@ -157,14 +163,14 @@ async def run_demo(
     return 0 if ok else 1
 
 
-async def _show_written(console: Console, directory: Path, result: TurnResult) -> None:
+async def _show_written(console: Console, workspace: Path, result: TurnResult) -> None:
     """Whether this run wrote the file (a file left by an earlier run does not count)."""
     statuses = [effect.status for effect in result.effects if effect.effect == "files.write"]
-    path = anyio.Path(directory / SUMMARY_FILE)
+    path = anyio.Path(workspace / SUMMARY_FILE)
     if statuses == ["succeeded"] and await path.exists():
         size = (await path.stat()).st_size
         console.print(
-            f"[bold]file[/]: {SUMMARY_FILE} ({size} bytes) in the demo directory {directory}",
+            f"[bold]file[/]: {SUMMARY_FILE} ({size} bytes) in the demo workspace {workspace}",
             highlight=False,
         )
     else:

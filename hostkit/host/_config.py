@@ -1,12 +1,16 @@
 """hostkit.toml: the Host configuration, validated with pydantic into typed errors.
 
 Every validation problem becomes a ``ConfigError`` naming the offending key
-(``agents.assistant.provider``), never a pydantic traceback.
+(``agents.assistant.provider``), never a pydantic traceback. A file that
+cannot be a configuration (not a regular file, too large, not UTF-8, nested
+past what the parser can take) is refused with a ``ConfigError`` naming it,
+before the parser ever waits on it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +22,8 @@ from hostkit.effects import ENV_NAME_PATTERN
 from hostkit.errors import ConfigError
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
     "AgentConfig",
     "HostConfig",
     "HostSection",
@@ -29,7 +35,14 @@ __all__ = [
     "default_config",
     "load_config",
     "parse_config",
+    "state_overlaps",
 ]
+
+# hostkit.toml is written by hand: a megabyte is far past any real one.
+MAX_CONFIG_BYTES = 1024 * 1024
+# Deeper documents pass the TOML parser yet fail later (pydantic serialises 256 levels).
+MAX_CONFIG_DEPTH = 64
+_SHOWN_PATH_CHARS = 300
 
 
 class _Strict(BaseModel):
@@ -131,10 +144,14 @@ class ProcessLimits(_Strict):
 
 
 class HostSection(_Strict):
-    """Where the Host keeps its state and how durable commits are."""
+    """Where the Host keeps its state and how durable commits are.
+
+    The default workspace is a subdirectory, so the database, its WAL and the
+    artifact root (all beside the configuration) are outside it.
+    """
 
     database: str = "hostkit.db"
-    workspace: str = "."
+    workspace: str = "workspace"
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     # Private terminal output files, under one opaque directory per session.
     artifacts: str = ".hostkit-artifacts"
@@ -156,6 +173,8 @@ class HostConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+    # The file this configuration was loaded from (None: built in code).
+    source: Path | None = Field(default=None, exclude=True)
 
     @pydantic.model_validator(mode="after")
     def _agents_name_providers(self) -> HostConfig:
@@ -180,37 +199,162 @@ class HostConfig(_Strict):
     def artifact_root(self) -> Path:
         return self.resolve(self.host.artifacts)
 
+    def workspace_of(self, agent: str) -> Path:
+        """The workspace directory of ``agent``: its own, else the Host's."""
+        return self.resolve(self.agents[agent].workspace or self.host.workspace)
+
     def state_paths(self) -> tuple[Path, ...]:
-        """The Host's own state, which no agent may see: the database with its WAL, SHM,
-        journal and migration backups (as a glob-free prefix match on the database
-        name), the artifact root and the configuration directory's ``hostkit.toml``."""
+        """The Host's own state, which no agent may see: the database with its WAL, SHM
+        and journal, the artifact root, and the configuration file (the one loaded, and
+        ``hostkit.toml`` beside it). No I/O.
+
+        Every sibling whose name begins with the database's name is state too (migration
+        backups ``<db>.v<N>.backup`` appear later): ``files.*`` refuse them by that
+        prefix, and a sandbox should hide them the same way.
+        """
         database = self.database_path
         siblings = tuple(
             database.with_name(database.name + suffix) for suffix in ("-wal", "-shm", "-journal")
         )
-        return (database, *siblings, self.artifact_root, self.base_dir / "hostkit.toml")
+        configs = dict.fromkeys(
+            path for path in (self.source, self.base_dir / "hostkit.toml") if path is not None
+        )
+        return (database, *siblings, self.artifact_root, *configs)
 
 
-def parse_config(data: dict[str, Any], *, base_dir: Path) -> HostConfig:
+def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> HostConfig:
     """Validate a parsed TOML document; raise ``ConfigError`` naming the first bad key."""
+    if _depth(data) > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"the configuration is nested more than {MAX_CONFIG_DEPTH} levels deep")
     try:
-        return HostConfig.model_validate({**data, "base_dir": base_dir})
+        return HostConfig.model_validate({**data, "base_dir": base_dir, "source": source})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "(root)"
         raise ConfigError(first["msg"], key=key) from None
+    except RecursionError:
+        raise ConfigError("the configuration is nested too deeply") from None
 
 
-def load_config(path: str | Path) -> HostConfig:
-    """Read and validate ``hostkit.toml`` (a blocking read: call it off the event loop)."""
+def load_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES) -> HostConfig:
+    """Read and validate ``hostkit.toml`` (a blocking read: call it off the event loop).
+
+    Raises ``ConfigError`` naming the file when it is missing, unreadable, not
+    a regular file (a directory, FIFO or device is never read, so never waited
+    on), larger than ``max_bytes``, not UTF-8, not TOML, or nested too deeply.
+    """
     file = Path(path).expanduser()
+    shown = _shown(file)
+    raw = _read_regular(file, shown, max_bytes)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"no configuration file at {file}; run `hostkit init`") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{shown} is not UTF-8 text (bad byte at offset {exc.start})") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-    return parse_config(data, base_dir=file.resolve().parent)
+        raise ConfigError(f"{shown} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{shown} is nested too deeply to read") from None
+    if _depth(data) > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"{shown} is nested more than {MAX_CONFIG_DEPTH} levels deep")
+    resolved = file.resolve()
+    return parse_config(data, base_dir=resolved.parent, source=resolved)
+
+
+def _read_regular(file: Path, shown: str, max_bytes: int) -> bytes:
+    """The whole file, at most ``max_bytes``; anything but a regular file is refused unread."""
+    # O_NONBLOCK: opening a FIFO does not wait for a writer; it is then refused by fstat.
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(file, flags)
+    except FileNotFoundError:
+        raise ConfigError(f"no configuration file at {shown}; run `hostkit init`") from None
+    except OSError as exc:
+        raise ConfigError(f"{shown} cannot be opened: {_reason(exc)}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{shown} is a directory, not a configuration file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{shown} is not a regular file (a FIFO, socket or device)")
+        if info.st_size > max_bytes:
+            raise ConfigError(f"{shown} is {info.st_size} bytes; the limit is {max_bytes}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(64 * 1024, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ConfigError(f"{shown} cannot be read: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise ConfigError(f"{shown} grew past the {max_bytes}-byte limit while being read")
+    return b"".join(chunks)
+
+
+def _depth(data: object) -> int:
+    """How deeply tables and arrays nest, counted without recursion."""
+    deepest = 0
+    pending: list[tuple[object, int]] = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_CONFIG_DEPTH:
+                pending.extend((child, depth + 1) for child in value)
+    return deepest
+
+
+def _reason(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else type(exc).__name__
+
+
+def _shown(file: Path) -> str:
+    text = str(file)
+    return text if len(text) <= _SHOWN_PATH_CHARS else "…" + text[-(_SHOWN_PATH_CHARS - 1) :]
+
+
+# The builtins that reach into an agent's workspace (files and processes).
+_WORKSPACE_BUILTINS = frozenset(
+    {"files.read", "files.list", "files.write", "files.edit", "terminal.run"}
+)
+
+
+def state_overlaps(config: HostConfig) -> tuple[str, ...]:
+    """One line per workspace that overlaps the Host's own state (blocking: resolves links).
+
+    Only agents with workspace builtins count. ``files.*`` refuse the state
+    anyway; the line tells the operator to move it out.
+    """
+    state = [(path, Path(os.path.realpath(path))) for path in config.state_paths()]
+    lines: list[str] = []
+    seen: set[Path] = set()
+    for name, agent in config.agents.items():
+        if not _WORKSPACE_BUILTINS.intersection(agent.builtins):
+            continue
+        workspace = Path(os.path.realpath(config.workspace_of(name)))
+        if workspace in seen:
+            continue
+        seen.add(workspace)
+        inside = [
+            path.name
+            for path, real in state
+            if real == workspace or workspace in real.parents or real in workspace.parents
+        ]
+        if inside:
+            lines.append(
+                f"the workspace {_shown(workspace)} (agent {name!r}) overlaps the Host's own "
+                f"state ({', '.join(inside[:3])}{', …' if len(inside) > 3 else ''}); files.* "
+                "refuse it, but keep Host state outside every workspace (docs/store.md)"
+            )
+    return tuple(lines)
 
 
 def default_config(*, base_dir: Path, environ: dict[str, str] | None = None) -> HostConfig:

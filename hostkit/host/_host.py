@@ -28,7 +28,7 @@ from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
-from hostkit.host._config import HostConfig, default_config, load_config
+from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.store import LeaseOwner, RuntimeStore
@@ -69,6 +69,10 @@ class Host(AsyncResource):
     script; replace it with ``host.approvals.runtime.provider = ...``); with
     none, or no answer within ``host.approval_timeout_s``, the turn pauses
     ``needs_user`` and ``host.approvals.answer`` continues it later.
+
+    ``warnings`` holds one line per configuration problem found at open (a
+    workspace overlapping the Host's own state); each is also logged on the
+    ``hostkit.host`` logger, and the CLI prints them on stderr.
     """
 
     def __init__(
@@ -81,8 +85,10 @@ class Host(AsyncResource):
         events: EventBus,
         lease_owner: LeaseOwner,
         approver: ApprovalProvider | None = None,
+        warnings: tuple[str, ...] = (),
     ) -> None:
         self.config = config
+        self.warnings = warnings
         self.store = store
         self.authority = authority
         self.events = events
@@ -92,7 +98,8 @@ class Host(AsyncResource):
         )
         self.processes = ProcessResources(
             supervisor=ProcessSupervisor(),
-            artifact_root=config.resolve(config.host.artifacts),
+            artifact_root=config.artifact_root,
+            protected=config.state_paths(),
         )
         self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(1, config, capabilities)
@@ -164,6 +171,7 @@ class Host(AsyncResource):
     ) -> Host:
         resolved = await _resolve_config(config)
         await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
+        warnings = await _prepare_workspaces(resolved)
         store = await RuntimeStore.open(
             resolved.database_path, synchronous=resolved.host.synchronous
         )
@@ -182,6 +190,7 @@ class Host(AsyncResource):
                 events=events,
                 lease_owner=owner,
                 approver=approver,
+                warnings=warnings,
             )
             await host.turns.recover()
         except BaseException:
@@ -221,6 +230,7 @@ class Host(AsyncResource):
         if self._closed:
             raise TurnRejected("the Host is closed")
         caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
+        self.warnings = await _prepare_workspaces(config)
         previous = self._generation
         self._generation = self._new_generation(previous.number + 1, config, caps)
         self.config = config
@@ -325,6 +335,20 @@ class Host(AsyncResource):
             await generation.aclose()
         except Exception:
             _log.exception("closing generation %s failed", generation.number)
+
+
+async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
+    """Create missing agent workspaces; log (and return) every overlap with Host state."""
+    for workspace in dict.fromkeys(config.workspace_of(agent) for agent in config.agents):
+        try:
+            await anyio.Path(workspace).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            # Not fatal: the file tools report an unavailable root if it stays missing.
+            _log.warning("cannot create the workspace %s: %s", workspace, exc.strerror)
+    warnings = await anyio.to_thread.run_sync(state_overlaps, config)
+    for line in warnings:
+        _log.warning("%s", line)
+    return warnings
 
 
 async def _resolve_config(config: HostConfig | str | Path | None) -> HostConfig:

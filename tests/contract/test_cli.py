@@ -72,6 +72,8 @@ async def test_init_writes_a_starter_config_once(tmp_path: Path) -> None:
     assert code == 0
     text = await anyio.Path(tmp_path / "hostkit.toml").read_text()
     assert "[agents.assistant]" in text
+    assert 'workspace = "workspace"' in text
+    assert await anyio.Path(tmp_path / "workspace").is_dir()
     code, _, err = await hostkit("init", cwd=tmp_path)
     assert code == 1
     assert "exists" in err
@@ -131,6 +133,44 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
         assert answer in out
         assert "Traceback" not in err
     # files.write replaces the file: a second run leaves the same content, not an error.
-    text = await anyio.Path(tmp_path / "d" / "summary.md").read_text()
+    text = await anyio.Path(tmp_path / "d" / "workspace" / "summary.md").read_text()
     assert text.startswith("# What hostkit records")
     assert err.index("approval needed") < err.index("file: summary.md")
+
+
+@pytest.mark.slow
+async def test_the_starter_layout_keeps_host_state_outside_the_workspace(tmp_path: Path) -> None:
+    """After init and a real turn, the database, its WAL and the config are beside the
+    workspace, not in it, and nothing warns."""
+    assert (await hostkit("init", cwd=tmp_path))[0] == 0
+    starter = await anyio.Path(tmp_path / "hostkit.toml").read_text()
+    # The starter's local model is swapped for a scripted one; the layout is kept.
+    scripted = CONFIG.split("[providers.scripted]", 1)[1]
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        starter.split("# The embedded local model", 1)[0] + "[providers.scripted]" + scripted
+    )
+    code, _, err = await hostkit("run", "hello", cwd=tmp_path)
+    assert code == 0, err
+    assert "warning" not in err
+    workspace = tmp_path / "workspace"
+    for name in ("hostkit.db", "hostkit.toml"):
+        assert await anyio.Path(tmp_path / name).exists()
+        assert not await anyio.Path(workspace / name).exists()
+    assert [p.name async for p in anyio.Path(workspace).iterdir()] == []
+
+
+TOOLS_AND_FILES = 'tool_modules = ["hostkit.examples.tools"]\nbuiltins = ["files.read"]'
+
+
+@pytest.mark.slow
+async def test_an_overlapping_workspace_is_one_warning_line(tmp_path: Path) -> None:
+    overlapping = CONFIG.replace(
+        'database = "state/hostkit.db"', 'database = "state/hostkit.db"\nworkspace = "."'
+    ).replace('tool_modules = ["hostkit.examples.tools"]', TOOLS_AND_FILES)
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(overlapping)
+    code, _, err = await hostkit("run", "hello", cwd=tmp_path)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, err
+    assert "overlaps the Host's own state (hostkit.db" in warnings[0]
+    assert "Traceback" not in err

@@ -282,7 +282,7 @@ async def test_run_without_a_terminal_pauses_with_exit_3_and_says_how_to_answer(
     approval_id, err = await paused(project)
     assert f'hostkit approvals approve {approval_id} --reason "..."' in err
     assert f'hostkit approvals deny {approval_id} --reason "..."' in err
-    assert not await anyio.Path(project / "out.md").exists()
+    assert not await anyio.Path(project / "workspace" / "out.md").exists()
     assert len(wire.requests) == 1
 
 
@@ -320,13 +320,13 @@ async def test_approve_runs_the_call_once_and_prints_the_continuation(
     assert "Wrote out.md." in out
     assert "outcome: completed" in err
     assert "effect files.write: succeeded" in err
-    assert await anyio.Path(project / "out.md").read_text() == "hello"
+    assert await anyio.Path(project / "workspace" / "out.md").read_text() == "hello"
     # The model was told the approved call's result, in the same session.
     assert len(wire.requests) == 2
     assert any("out.md" in message for message in tool_messages(wire, 1))
 
     # A second answer runs nothing: the file keeps what happened after the first.
-    await anyio.Path(project / "out.md").write_text("edited since")
+    await anyio.Path(project / "workspace" / "out.md").write_text("edited since")
     for verb in ("approve", "deny"):
         code, out, err = await hostkit(
             "approvals", verb, approval_id, "--reason", "again", cwd=project
@@ -334,7 +334,7 @@ async def test_approve_runs_the_call_once_and_prints_the_continuation(
         assert code == 2
         assert "already approved" in " ".join(err.split())
         assert "Traceback" not in err
-    assert await anyio.Path(project / "out.md").read_text() == "edited since"
+    assert await anyio.Path(project / "workspace" / "out.md").read_text() == "edited since"
     assert len(wire.requests) == 2
 
 
@@ -348,7 +348,7 @@ async def test_deny_tells_the_model_and_writes_nothing(project: Path, wire: Wire
     assert "Understood, I will not write it." in out
     assert "outcome: completed" in err
     assert "effect files.write: denied" in err
-    assert not await anyio.Path(project / "out.md").exists()
+    assert not await anyio.Path(project / "workspace" / "out.md").exists()
     assert any("denied" in message for message in tool_messages(wire, 1))
 
 

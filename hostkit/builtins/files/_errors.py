@@ -26,9 +26,10 @@ class WorkspaceError(UserError):
 
 
 class WorkspaceEscape(WorkspaceError, PolicyRefusal):
-    """The path would leave the workspace: absolute, ``..``, a link or a hard link out.
+    """The path would leave the workspace: absolute, ``..``, a link or a hard link out,
+    or it reaches the Host's own state inside an overlapping workspace.
 
-    Reasons: absolute, parent, symlink, hardlink.
+    Reasons: absolute, parent, symlink, hardlink, host_state.
     """
 
 

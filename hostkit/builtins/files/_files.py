@@ -17,11 +17,13 @@ from pydantic import Field
 from hostkit.builtins.files._workspace import ListResult, ReadResult, WorkspaceScope
 from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext
 
-__all__ = ["READ_FOOTER_CHARS", "workspace_tools"]
+__all__ = ["ESCAPED_MARK", "READ_FOOTER_CHARS", "workspace_tools"]
 
 # Room kept in the model view for the read footer, so a full window plus its footer
 # is never cut by the view's own truncation (one byte decodes to at most one character).
 READ_FOOTER_CHARS = 300
+# Follows a name that is not valid UTF-8, shown with its bad bytes as \\xNN.
+ESCAPED_MARK = " [name not UTF-8, shown escaped; files tools cannot open it]"
 _PATH_HELP = (
     "Path relative to the workspace root, '/'-separated; absolute paths and '..' "
     "out of the workspace are refused."
@@ -76,7 +78,8 @@ def _list_tool(scope: WorkspaceScope) -> AuthoredTool:
         preflight=_path_check(scope),
         description=(
             "List a workspace directory, sorted by name. Directories end in '/', "
-            "symbolic links in '@'; files show their size in bytes."
+            "symbolic links in '@'; files show their size in bytes. The Host's own "
+            "state is never listed."
         ),
     )
 
@@ -150,6 +153,7 @@ def _listing(result: ListResult) -> dict[str, Any]:
     entries = [
         f"{entry.name}{suffix[entry.kind]}"
         + (f" ({entry.size} bytes)" if entry.size is not None else "")
+        + (ESCAPED_MARK if entry.escaped else "")
         for entry in result.entries
     ]
     return {

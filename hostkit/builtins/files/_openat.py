@@ -2,11 +2,13 @@
 
 ``ContainedRoot.resolve`` is the contained walk: each component is opened
 relative to its parent's descriptor with ``O_NOFOLLOW``, a symlink is read
-with ``readlink`` and its target walked under the same rules, and ``..`` pops
-the walk's own stack of opened directories. The helpers below it replace a
-file by ``rename`` inside an already opened directory, read a bounded window,
-check what a directory entry is before it is replaced, and map an ``OSError``
-to a bounded error naming only the workspace-relative path.
+with ``readlink`` and its target walked under the same rules, ``..`` pops
+the walk's own stack of opened directories, and everything it opens is
+compared with the Host's own state by identity (``ProtectedState``). The
+helpers below it replace a file by ``rename`` inside an already opened
+directory, read a bounded window, check what a directory entry is before it
+is replaced, and map an ``OSError`` to a bounded error naming only the
+workspace-relative path.
 
 Everything here runs in a worker thread and raises the workspace's own
 refusals, so the error vocabulary stays with ``WorkspaceScope``.
@@ -20,7 +22,9 @@ import os
 import secrets
 import stat
 from collections import deque
+from collections.abc import Iterable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Literal
 
 from hostkit.builtins.files._errors import WorkspaceError, WorkspaceEscape, WorkspaceIOFailure
@@ -28,10 +32,13 @@ from hostkit.errors import HostkitError
 
 __all__ = [
     "FILE_FLAGS",
+    "HOST_STATE_REASON",
     "MAX_SYMLINK_HOPS",
     "O_DIRECTORY",
     "O_NOFOLLOW",
     "ContainedRoot",
+    "Identities",
+    "ProtectedState",
     "decode_window",
     "entry_size",
     "lstat",
@@ -71,6 +78,97 @@ _USER_ERRNOS = {
     errno.ELOOP: ("symlink", "too many symbolic links"),
 }
 
+# -- the Host's own state, by identity -----------------------------------------------
+#
+# An operator may configure a workspace that overlaps the Host's state (the database,
+# its WAL/SHM/journal files, migration backups, the artifact root, the configuration).
+# The walk compares what it opens with that state without trusting any spelling:
+# protected directories (the artifact root) by device and inode, each directory the
+# walk opens, so nothing beneath one is reached through `..`, a link or a bind mount;
+# protected files by device and inode, taken afresh per operation (SQLite recreates
+# the WAL), so a hard link to one is refused too; and protected names: a protected
+# file also protects every sibling whose name begins with its name, matched by the
+# identity of the directory holding it. That covers files SQLite creates later
+# (hostkit.db-wal, hostkit.db-journal, hostkit.db.v3.backup) and refuses a write that
+# would plant one first (a forged hot journal is replayed into the database).
+
+HOST_STATE_REASON = "host_state"
+_Id = tuple[int, int]
+
+
+def refusal(shown: str) -> WorkspaceEscape:
+    """The typed refusal for a path that is (or is under) the Host's own state."""
+    return WorkspaceEscape(
+        f"{shown}: is the Host's own state (database, artifacts or configuration); "
+        "workspace file tools never touch it",
+        reason=HOST_STATE_REASON,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Identities:
+    """One operation's view of the Host's state: identities taken when it started."""
+
+    directories: frozenset[_Id]
+    files: frozenset[_Id]
+    # (identity of a directory, name prefix): names in it that are Host state.
+    prefixes: frozenset[tuple[_Id, str]]
+
+    def __bool__(self) -> bool:
+        return bool(self.directories or self.files or self.prefixes)
+
+    def is_directory(self, info: os.stat_result) -> bool:
+        return (info.st_dev, info.st_ino) in self.directories
+
+    def is_file(self, info: os.stat_result) -> bool:
+        return (info.st_dev, info.st_ino) in self.files or self.is_directory(info)
+
+    def is_name(self, parent: os.stat_result, name: str) -> bool:
+        at = (parent.st_dev, parent.st_ino)
+        return any(at == where and name.startswith(prefix) for where, prefix in self.prefixes)
+
+
+_NONE = Identities(frozenset(), frozenset(), frozenset())
+
+
+class ProtectedState:
+    """Paths no workspace operation may touch; ``identities()`` reads them for one operation."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike[str]] = ()) -> None:
+        # Resolved against the working directory later, in the worker thread.
+        self.paths = tuple(os.fspath(path) for path in paths)
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+    def identities(self) -> Identities:
+        """Stat every protected path now (missing ones still protect their names)."""
+        if not self.paths:
+            return _NONE
+        directories: set[_Id] = set()
+        files: set[_Id] = set()
+        prefixes: set[tuple[_Id, str]] = set()
+        for path in map(os.path.abspath, self.paths):
+            try:
+                info = os.stat(path)
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                directories.add((info.st_dev, info.st_ino))
+                continue
+            if info is not None:
+                files.add((info.st_dev, info.st_ino))
+            # Both spellings: as configured and with its links resolved.
+            for spelling in {path, os.path.realpath(path)}:
+                head, name = os.path.split(spelling)
+                try:
+                    parent = os.stat(head)
+                except OSError:
+                    continue
+                prefixes.add(((parent.st_dev, parent.st_ino), name))
+        return Identities(frozenset(directories), frozenset(files), frozenset(prefixes))
+
+
 _Final = Literal["file", "dir", "parent"]
 
 
@@ -79,10 +177,13 @@ class ContainedRoot:
 
     The root itself may be reached through a symlink; every component below
     it is opened without the kernel following a link on hostkit's behalf.
+    Every directory the walk opens, and the entry it ends on, is compared
+    with ``protected`` (the Host's own state) by identity, never by spelling.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, protected: ProtectedState | None = None) -> None:
         self.root = root
+        self.protected = protected or ProtectedState()
         self._prefixes: tuple[tuple[str, ...], ...] | None = None
 
     def resolve(
@@ -106,7 +207,9 @@ class ContainedRoot:
         stack = [self._open_root()]
         pending = deque(parts)
         hops = 0
+        ids = self.protected.identities()
         try:
+            _guard_directory(ids, stack[0], shown)
             while pending:
                 name = pending.popleft()
                 last = not pending
@@ -118,12 +221,19 @@ class ContainedRoot:
                         )
                     os.close(stack.pop())
                     continue
+                _guard_name(ids, stack[-1], name, shown)
                 if last and final == "parent":
+                    _guard_entry(ids, stack[-1], name, shown)
                     return stack.pop(), name
                 want_dir = not last or final == "dir"
                 flags = _DIR_FLAGS if want_dir else FILE_FLAGS
                 opened = open_entry(stack[-1], name, flags, create=create_dirs and want_dir)
                 if isinstance(opened, int):
+                    try:
+                        _guard_opened(ids, opened, shown)
+                    except BaseException:
+                        os.close(opened)
+                        raise
                     if last:
                         return opened, ""
                     stack.append(opened)
@@ -177,6 +287,30 @@ class ContainedRoot:
                 tuple(part for part in spelling.split("/") if part) for spelling in spellings
             )
         return self._prefixes
+
+
+def _guard_directory(ids: Identities, fd: int, shown: str) -> None:
+    if ids and ids.is_directory(os.fstat(fd)):
+        raise refusal(quoted(shown))
+
+
+def _guard_name(ids: Identities, parent: int, name: str, shown: str) -> None:
+    """A name the Host's state owns in this directory, whether or not it exists yet."""
+    if ids.prefixes and ids.is_name(os.fstat(parent), name):
+        raise refusal(quoted(shown))
+
+
+def _guard_entry(ids: Identities, parent: int, name: str, shown: str) -> None:
+    """The entry itself, links not followed: a hard link to a state file is that file."""
+    if ids:
+        info = lstat(parent, name)
+        if info is not None and ids.is_file(info):
+            raise refusal(quoted(shown))
+
+
+def _guard_opened(ids: Identities, fd: int, shown: str) -> None:
+    if ids and ids.is_file(os.fstat(fd)):
+        raise refusal(quoted(shown))
 
 
 def open_entry(dir_fd: int, name: str, flags: int, *, create: bool) -> int | str:

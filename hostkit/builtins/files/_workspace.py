@@ -32,7 +32,7 @@ import functools
 import heapq
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -44,6 +44,8 @@ from hostkit.builtins.files._openat import (
     O_DIRECTORY,
     O_NOFOLLOW,
     ContainedRoot,
+    Identities,
+    ProtectedState,
     decode_window,
     entry_size,
     lstat,
@@ -104,11 +106,17 @@ class ReadResult:
 
 @dataclass(frozen=True, slots=True)
 class ListEntry:
-    """One directory entry; links are reported as links, never followed."""
+    """One directory entry; links are reported as links, never followed.
+
+    A name that is not valid UTF-8 is ``escaped``: its undecodable bytes are
+    shown as ``\\xNN`` so the name is safe in every view, transcript and
+    request; no files tool opens it by that spelling (see docs/cli.md).
+    """
 
     name: str
     kind: EntryKind
     size: int | None
+    escaped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +158,10 @@ class WorkspaceScope:
     arguments and ``WorkspaceIOFailure`` when the filesystem fails.
     Reads of files with several hard links are refused unless
     ``allow_hardlinked_reads`` is set: the other name may be outside.
+    ``protected`` names the Host's own state (``HostConfig.state_paths()``):
+    every operation refuses it by identity with ``WorkspaceEscape``
+    (reason ``host_state``), and ``list`` leaves it out, even when the
+    workspace overlaps it.
     """
 
     def __init__(
@@ -162,6 +174,7 @@ class WorkspaceScope:
         max_list_scan: int = MAX_LIST_SCAN,
         max_path_chars: int = MAX_PATH_CHARS,
         allow_hardlinked_reads: bool = False,
+        protected: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         if os.name != "posix" or not (O_DIRECTORY and O_NOFOLLOW):
             raise ConfigError("workspace containment needs POSIX openat semantics", key="workspace")
@@ -181,7 +194,7 @@ class WorkspaceScope:
         self.max_list_scan = max_list_scan
         self.max_path_chars = max_path_chars
         self.allow_hardlinked_reads = allow_hardlinked_reads
-        self._contained = ContainedRoot(self.root)
+        self._contained = ContainedRoot(self.root, protected=ProtectedState(protected))
 
     def check(self, path: str) -> str:
         """The normalised relative form of ``path``, or a refusal; pure, no I/O.
@@ -335,32 +348,38 @@ class WorkspaceScope:
 
     def _list(self, parts: tuple[str, ...], shown: str, want: int) -> ListResult:
         fd, _ = self._contained.resolve(parts, shown, final="dir", follow=True)
-        seen = 0
+        seen = hidden = 0
         try:
+            ids = self._contained.protected.identities()
+            here = os.fstat(fd)
             with os.scandir(fd) as entries:
 
                 def named() -> Iterator[tuple[str, EntryKind]]:
                     # Counts as it goes so a huge directory is read only up to the scan limit.
-                    nonlocal seen
+                    nonlocal seen, hidden
                     for entry in entries:
                         seen += 1
                         if seen > self.max_list_scan:
                             return
-                        yield entry.name, _kind(entry)
+                        kind = _kind(entry)
+                        if ids and _is_host_state(ids, here, fd, entry, kind):
+                            hidden += 1
+                            continue
+                        yield entry.name, kind
 
                 chosen = heapq.nsmallest(want, named())
             sizes = [entry_size(fd, name) if kind == "file" else None for name, kind in chosen]
         finally:
             os.close(fd)
         complete = seen <= self.max_list_scan
+        shown_count = seen - hidden
         return ListResult(
             path=shown,
             entries=tuple(
-                ListEntry(name, kind, size)
-                for (name, kind), size in zip(chosen, sizes, strict=True)
+                _entry(name, kind, size) for (name, kind), size in zip(chosen, sizes, strict=True)
             ),
-            truncated=not complete or seen > want,
-            total=seen if complete else None,
+            truncated=not complete or shown_count > want,
+            total=shown_count if complete else None,
         )
 
     def _write(self, parts: tuple[str, ...], shown: str, data: bytes) -> WriteResult:
@@ -424,6 +443,41 @@ def _replace_text(data: bytes, old: str, new: str, count: int, shown: str) -> st
             reason="ambiguous",
         )
     return text.replace(old, new, count)
+
+
+def _entry(name: str, kind: EntryKind, size: int | None) -> ListEntry:
+    safe, escaped = _safe_name(name)
+    return ListEntry(safe, kind, size, escaped)
+
+
+def _safe_name(name: str) -> tuple[str, bool]:
+    """A directory entry's name made safe at the boundary: (text, escaped).
+
+    ``scandir`` decodes undecodable bytes as lone surrogates, which no JSON
+    encoder, provider or SQLite text column accepts as UTF-8; they become a
+    visible ``\\xNN`` instead.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace"), True
+    return name, False
+
+
+def _is_host_state(
+    ids: Identities, here: os.stat_result, fd: int, entry: os.DirEntry[str], kind: EntryKind
+) -> bool:
+    """Whether a listed entry is the Host's own state (named by it, or the same inode)."""
+    if ids.is_name(here, entry.name):
+        return True
+    if kind == "dir":
+        # A mount point's own identity is only seen by a stat, not by the entry's inode.
+        try:
+            info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return ids.is_directory(info)
+    return (here.st_dev, entry.inode()) in ids.files
 
 
 def _kind(entry: os.DirEntry[str]) -> EntryKind:
