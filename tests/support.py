@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
 
@@ -48,3 +50,17 @@ async def peak_rss_growth(run: Callable[[], Awaitable[T]]) -> tuple[T, int]:
         finally:
             done.set()
     return value, peak - baseline
+
+
+def table_rows(database: Path) -> Iterator[str]:
+    """Every cell of every table as text, through a read-only connection (blocking: call
+    it when the Host is closed, or from a worker thread)."""
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                for cell in row:
+                    if isinstance(cell, bytes):
+                        yield cell.decode("utf-8", "replace")
+                    elif cell is not None:
+                        yield str(cell)

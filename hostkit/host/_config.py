@@ -254,6 +254,8 @@ def load_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES) -> HostC
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{shown} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
+        raise ConfigError(f"{shown} has a value that cannot be read: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{shown} is nested too deeply to read") from None
     if _depth(data) > MAX_CONFIG_DEPTH:

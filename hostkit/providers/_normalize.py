@@ -6,7 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hostkit.types import FinishReason
+from hostkit.freeze import nested_deeper_than
+from hostkit.types import MAX_ARGUMENT_DEPTH, FinishReason
 
 __all__ = ["parse_tool_arguments", "retry_after_seconds", "to_finish_reason"]
 
@@ -33,7 +34,9 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, An
     """Parse a tool call's JSON arguments; malformed input becomes ``{"_raw": text}``.
 
     The effect runtime then rejects the call as ``invalid`` against the tool's
-    schema instead of the provider layer guessing what the model meant.
+    schema instead of the provider layer guessing what the model meant. So do
+    arguments nested deeper than ``MAX_ARGUMENT_DEPTH`` (valid JSON, but no
+    tool takes them, and freezing them would exhaust the stack).
     """
     if raw is None or raw == "":
         return {}
@@ -41,9 +44,11 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, An
         return raw
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"_raw": raw[:2000]}
-    return value if isinstance(value, dict) else {"_raw": raw[:2000]}
+    if not isinstance(value, dict) or nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        return {"_raw": raw[:2000]}
+    return value
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

@@ -11,6 +11,7 @@ from hostkit.types._effect import (
 )
 from hostkit.types._ids import new_id
 from hostkit.types._model import (
+    MAX_ARGUMENT_DEPTH,
     FinishReason,
     ModelLimits,
     ModelMessage,
@@ -72,6 +73,7 @@ from hostkit.types._turn import (
 
 __all__ = [
     "MAX_ALLOWED_SESSIONS",
+    "MAX_ARGUMENT_DEPTH",
     "MAX_ATTACHMENTS",
     "MAX_DECISION_TEXT",
     "MAX_INPUT_CHARS",

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
-from hostkit.freeze import FrozenMap, freeze, thaw
+from hostkit.freeze import FrozenMap, freeze, nested_deeper_than, thaw
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "FinishReason",
     "ModelLimits",
     "ModelMessage",
@@ -26,6 +27,9 @@ __all__ = [
     "Usage",
 ]
 
+# How deep a tool call's arguments may nest: far past any real schema, well short of the
+# recursion a deeper structure would cost every layer that freezes, encodes or checks it.
+MAX_ARGUMENT_DEPTH = 64
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
 
@@ -75,6 +79,10 @@ class ToolCall:
     arguments: Mapping[str, Any]
 
     def __post_init__(self) -> None:
+        # A provider adapter that built arguments in Python (not from JSON) may still
+        # hand over anything: refuse what no tool takes before freezing recurses.
+        if nested_deeper_than(self.arguments, MAX_ARGUMENT_DEPTH):
+            raise InvalidValue(f"tool-call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
         object.__setattr__(self, "arguments", FrozenMap(self.arguments))
 
 

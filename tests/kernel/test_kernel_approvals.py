@@ -78,6 +78,7 @@ def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str
 
 @pytest.fixture
 async def workspace(tmp_path: Path) -> Path:
+    """The project directory: hostkit.toml, the database, and the agent's ``workspace/``."""
     await anyio.Path(tmp_path / "hostkit.toml").write_text(HOSTKIT_TOML)
     return tmp_path
 
@@ -115,7 +116,7 @@ async def test_a_click_sent_over_the_wire_resumes_the_turn(
         version = frontend.execute(VERSION)
         await frontend.finished(version, timeout_s=CELL_TIMEOUT_S)
         button = await start_turn_and_find_the_button(frontend)
-        assert not (workspace / "approved.md").exists()
+        assert not (workspace / "workspace" / "approved.md").exists()
 
         busy_done = float("-inf")
         if cells == "busy":
@@ -152,5 +153,5 @@ async def test_a_click_sent_over_the_wire_resumes_the_turn(
     assert handled < float("inf"), "the Approve button was never disabled: no click handled"
     assert "approval files.write: approved once" in panel
     assert panel.count("• files.write: succeeded") == 1
-    assert (workspace / "approved.md").read_text() == CONTENT
+    assert (workspace / "workspace" / "approved.md").read_text() == CONTENT
     assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1

@@ -65,6 +65,11 @@ def huge(path: Path) -> None:
     path.write_text("# padding\n" * (MAX_CONFIG_BYTES // 10 + 10))
 
 
+def huge_integer(path: Path) -> None:
+    """Valid TOML, but longer than Python converts an integer (4,300 digits)."""
+    path.write_text("[host.limits]\nprocesses = " + "9" * 5_000 + "\n")
+
+
 def unreadable(path: Path) -> None:
     path.write_text('[host]\ndatabase = "x.db"\n')
     path.chmod(0)
@@ -78,6 +83,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "directory": (directory, "is a directory"),
     "fifo": (fifo, "is not a regular file"),
     "huge": (huge, "the limit is"),
+    "huge_integer": (huge_integer, "has a value that cannot be read"),
     "unreadable": (unreadable, "cannot be opened: Permission denied"),
 }
 
@@ -124,7 +130,9 @@ async def test_a_character_device_is_refused_unread() -> None:
         await anyio.to_thread.run_sync(load_config, "/dev/zero")
 
 
-@pytest.mark.parametrize("case", ["not_utf8", "nested_arrays", "nested_values", "fifo", "huge"])
+@pytest.mark.parametrize(
+    "case", ["not_utf8", "nested_arrays", "nested_values", "fifo", "huge", "huge_integer"]
+)
 async def test_load_config_maps_each_case_to_a_config_error(tmp_path: Path, case: str) -> None:
     make, expected = CASES[case]
     path = tmp_path / "hostkit.toml"

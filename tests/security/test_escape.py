@@ -298,3 +298,39 @@ async def test_the_host_is_a_child_subreaper(runs: Runs) -> None:
     flag = ctypes.c_int(0)
     assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0
     assert flag.value == 1
+
+
+KILL_THE_INIT = """
+import os, signal, sys, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(300)
+    os._exit(0)
+os.waitpid(pid, 0)
+os.kill(os.getppid(), signal.SIGKILL)  # the per-run init that keeps the orphan
+os._exit(0)
+"""
+
+
+async def test_a_command_that_kills_its_init_is_never_reported_clean(
+    runs: Runs, marker: str
+) -> None:
+    """Unsandboxed, a command may kill the init that holds its orphans; the orphan then
+    goes to the Host, out of the tree. The run cannot vouch for it: ``indeterminate``.
+    Sandboxed, the init is outside the run's PID namespace and cannot be signalled."""
+    outcome = await runs.call("terminal.run", argv=[PY3, "-c", KILL_THE_INIT, marker])
+    if runs.policy.sandboxed:
+        assert outcome.status == "succeeded", outcome
+        assert await wait_none(marker, 2.0) == []
+    else:
+        assert outcome.status == "indeterminate", outcome
+        assert "init was killed" in outcome.output["reason"]
+
+
+async def test_an_ordinary_signal_death_is_still_reported_as_such(runs: Runs) -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    outcome = await runs.call("terminal.run", argv=[PY3, "-c", code])
+    assert outcome.status == "failed", outcome
+    assert outcome.output["exit_code"] in (-9, 137)  # unsandboxed / bwrap's convention

@@ -12,9 +12,7 @@ of its lines, and its JSON- and repr-escaped forms. The expected count is zero.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
 from hostkit.types import ModelRequest, TurnResult
 from tests.hosts import request
+from tests.support import table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -90,20 +89,6 @@ def _forms(value: str) -> list[str]:
 
 def _count(text: str) -> int:
     return sum(text.count(form) for form in _forms(SECRET))
-
-
-def _database_text(database: Path) -> Iterator[str]:
-    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
-        tables = [
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        ]
-        for table in tables:
-            for row in conn.execute(f'SELECT * FROM "{table}"'):
-                for cell in row:
-                    if isinstance(cell, bytes):
-                        yield cell.decode("utf-8", "replace")
-                    elif cell is not None:
-                        yield str(cell)
 
 
 def _files_text(root: Path) -> Iterator[str]:
@@ -171,7 +156,7 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
     found = {
         "results": sum(_count(_result_text(r)) for r in results),
         "events": sum(_count(repr(event)) for event in recorder.events),
-        "database": sum(_count(text) for text in _database_text(config.database_path)),
+        "database": sum(_count(text) for text in table_rows(config.database_path)),
         "wal_and_state_files": sum(_count(text) for text in _files_text(state)),
         "workspace": sum(_count(text) for text in _files_text(workspace)),
         "cross_owner_reads": sum("alice" in _result_text(r) for r in bob),

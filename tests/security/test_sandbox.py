@@ -57,8 +57,17 @@ class Sandbox:
         assert isinstance(outcome, ToolOutcome)
         return outcome
 
+    async def status(self, run_id: str) -> ToolOutcome:
+        tool = next(t for t in self.runs.tools() if t.name == "terminal.status")
+        context = ToolContext("turn", "sess", "core", "owner", self.workspace)
+        outcome = await tool.invoke(context, tool.validate({"run_id": run_id}))
+        assert isinstance(outcome, ToolOutcome)
+        return outcome
 
-async def open_sandbox(tmp_path: Path, *, bwrap: str = "bwrap") -> AsyncIterator[Sandbox]:
+
+async def open_sandbox(
+    tmp_path: Path, *, bwrap: str = "bwrap", artifact_root: Path | None = None
+) -> AsyncIterator[Sandbox]:
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     async with (
@@ -66,7 +75,7 @@ async def open_sandbox(tmp_path: Path, *, bwrap: str = "bwrap") -> AsyncIterator
         TerminalRuns(
             supervisor=supervisor,
             workspace=WorkspaceScope(workspace),
-            artifact_root=tmp_path / "artifacts",
+            artifact_root=artifact_root or tmp_path / "artifacts",
             artifact_key=KEY,
             grace_s=0.2,
             bwrap=bwrap,
@@ -140,6 +149,68 @@ async def test_host_state_inside_the_workspace_is_masked(sandbox: Sandbox) -> No
     assert "notes.txt visible" in text
     # The real files are untouched by the masks.
     assert await anyio.Path(ws / "hostkit.db").read_text() == "SECRET-db-rows"
+
+
+async def test_kernel_settings_are_read_only_inside(sandbox: Sandbox) -> None:
+    """The sandbox's uid 0 is the real root when the Host runs as root: a writable
+    ``core_pattern`` would run a program of the agent's outside every namespace."""
+    code = (
+        "import os, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        value = open(path).read()\n"
+        "        with open(path, 'w') as f: f.write(value)  # the same value: harmless\n"
+        "        print(path, 'WRITTEN')\n"
+        "    except OSError as e: print(path, 'refused', e.errno)\n"
+    )
+    paths = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_ratio"]
+    outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", code, *paths)
+    assert outcome.status == "succeeded", outcome
+    text = stdout(outcome)
+    assert "WRITTEN" not in text
+    assert text.count("refused 30") == len(paths)  # EROFS
+
+
+async def test_host_state_under_a_system_directory_is_masked(sandbox: Sandbox) -> None:
+    # /etc is bound read-only for every run; a Host whose state lives under it must
+    # still not show it. /etc/hostname stands in for such a file (nothing is written).
+    expected = await anyio.Path("/etc/hostname").read_text()
+    assert expected.strip()
+    code = (
+        "try: print(repr(open('/etc/hostname').read()))\n"
+        "except OSError as e: print('refused', e.errno)\n"
+    )
+    shown = await sandbox.run(SandboxPolicy(), PY3, "-c", code)
+    assert stdout(shown) == f"{expected!r}\n"
+    hidden = await sandbox.run(SandboxPolicy(hidden=(Path("/etc/hostname"),)), PY3, "-c", code)
+    assert stdout(hidden) in ("''\n", "refused 13\n")  # masked by /dev/null
+
+
+async def test_the_artifact_root_is_masked_even_before_any_output_exists(
+    tmp_path: Path,
+) -> None:
+    """The first run ever starts before the artifact root exists (here inside the
+    workspace); a later run's output must not become readable to it."""
+    probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+    if not probe.ok:
+        pytest.skip(probe.reason)
+    artifacts = tmp_path / "ws" / "art"
+    async for runs in open_sandbox(tmp_path, artifact_root=artifacts):
+        policy = SandboxPolicy(hidden=(artifacts,))
+        code = "import os, time; time.sleep(1.5); print(sorted(os.walk('art')))"
+        watcher = await runs.run(policy, PY3, "-c", code, background=True)
+        assert watcher.status == "succeeded", watcher
+        other = await runs.run(policy, "/bin/echo", "PRIVATE-OUTPUT")
+        assert other.status == "succeeded", other
+        written = await anyio.to_thread.run_sync(lambda: list(artifacts.rglob("*")))
+        assert any(p.is_file() for p in written)  # the other run's output is there, outside
+        run_id = str(watcher.output["run_id"])
+        with anyio.fail_after(30):
+            status = await runs.status(run_id)
+            while status.output["status"] == "running":
+                await anyio.sleep(0.2)
+                status = await runs.status(run_id)
+        assert status.output["stdout"]["tail"] == "[('art', [], [])]\n", status
 
 
 async def test_the_home_directory_is_not_there(sandbox: Sandbox) -> None:

@@ -57,7 +57,7 @@ from hostkit.builtins.process._process_streams import (
     _write_chunks,
 )
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
-from hostkit.builtins.process._reaper import become_subreaper, init_argv
+from hostkit.builtins.process._reaper import become_subreaper, init_argv, read_report
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import new_id
 
@@ -294,8 +294,11 @@ async def _spawn(
     artifact_dir: Path,
     spawn_id: str,
     tail_chars: int,
-) -> tuple[Process, tuple[_Sink, _Sink]]:
-    """Create the artifact files, then the process in a new session; undo the files on failure."""
+) -> tuple[Process, tuple[_Sink, _Sink], int | None]:
+    """Create the artifact files, then the process in a new session; undo the files on failure.
+
+    Also returns the read end of the per-run init's status pipe (None without an init).
+    """
     try:
         out_fd, out_path, err_fd, err_path = await anyio.to_thread.run_sync(
             _prepare_artifacts, artifact_dir, spawn_id
@@ -307,15 +310,27 @@ async def _spawn(
         found = await anyio.to_thread.run_sync(_executable, command[0], env)
         if found is None:
             raise FileNotFoundError(errno.ENOENT, "no such executable")
-        process = await anyio.open_process(
-            init_argv([found, *command[1:]], env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+        report, write_end = os.pipe()
+        os.set_blocking(report, False)
+        try:
+            argv = init_argv([found, *command[1:]], env, report_fd=write_end)
+            process = await anyio.open_process(
+                argv or [found, *command[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                pass_fds=(write_end,) if argv else (),
+            )
+        except BaseException:
+            os.close(report)
+            raise
+        finally:
+            os.close(write_end)
+        if argv is None:
+            os.close(report)
     except OSError as exc:
         await anyio.to_thread.run_sync(_discard, [(out_fd, out_path), (err_fd, err_path)])
         raise RuntimeFailure(f"cannot start {command[0]!r}: {exc.strerror or exc!r}") from exc
@@ -335,7 +350,7 @@ async def _spawn(
             write_chunks=_write_chunks,
         ),
     )
-    return process, sinks
+    return process, sinks, report if argv else None
 
 
 async def run_process(
@@ -409,7 +424,7 @@ async def run_process(
     # Shielded: a cancellation landing between creating the files or the process and
     # adopting it would leak them. Both steps are short; cancellation lands right after.
     with anyio.CancelScope(shield=True):
-        process, sinks = await _spawn(
+        process, sinks, report = await _spawn(
             command,
             cwd=cwd,
             env=environment,
@@ -428,7 +443,13 @@ async def run_process(
     supervisor._adopt(tree)
     try:
         run = _Run(
-            process, tree, sinks, deadline_s=deadline_s, began=began, max_processes=max_processes
+            process,
+            tree,
+            sinks,
+            deadline_s=deadline_s,
+            began=began,
+            max_processes=max_processes,
+            report=report,
         )
         try:
             await tree.record()
@@ -442,6 +463,8 @@ async def run_process(
             raise
     finally:
         supervisor._release(tree)
+        if report is not None:
+            os.close(report)
     control._finish(outcome)
     return outcome
 
@@ -458,8 +481,10 @@ class _Run:
         deadline_s: float,
         began: float,
         max_processes: int | None,
+        report: int | None,
     ) -> None:
         self.max_processes = max_processes
+        self.report = report
         self.process = process
         self.tree = tree
         self.sinks = sinks
@@ -537,6 +562,10 @@ class _Run:
             reason = _exit_reason(code)
             if stream_error is not None:
                 status, reason = "failed", f"{reason}; {stream_error}"
+            if self.report is not None and read_report(self.report) is None:
+                # Killed before it reported: orphans it kept went to the Host, out of sight.
+                confirmed = False
+                reason = f"{reason}; the run's init was killed, so processes it kept may live"
         else:
             reason = _REASONS[cause].format(deadline=self.deadline_s, processes=self.max_processes)
         if not confirmed:

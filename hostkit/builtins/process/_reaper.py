@@ -12,6 +12,10 @@ machine's init, out of sight. Two things stop that on Linux:
   outlives the run and exit codes read as if the command were the root. It
   ignores TERM/INT/HUP (an init does) and kills its tree when the Host dies
   (``PR_SET_PDEATHSIG``), so a Host killed with SIGKILL leaves nothing behind.
+  Before it exits it reports the command's wait status on a status pipe
+  (``read_report``): an init that ends without a report was killed (from
+  inside the run, when it is not sandboxed), so the orphans it kept may have
+  escaped and the run cannot be confirmed clean.
 - The Host marks itself a child subreaper too (``become_subreaper``): if the
   init itself is killed by something else, its orphans come back to the
   Host, where the run's scans find them, kill them and reap them (only those
@@ -29,12 +33,13 @@ from collections.abc import Mapping, Sequence
 
 import psutil
 
-__all__ = ["INIT", "become_subreaper", "init_argv", "reap"]
+__all__ = ["INIT", "become_subreaper", "init_argv", "read_report", "reap"]
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
-# Run as ``python -I -S -c INIT <host pid> <LC_CTYPE marker> <argv...>``. The marker is
+# Run as ``python -I -S -c INIT <host pid> <status fd> <LC_CTYPE marker> <argv...>``. The
+# status fd gets the command's wait status as one line just before the init exits. The marker is
 # "=value" or "" (absent): Python's start-up coerces a C locale by *setting* LC_CTYPE in
 # its own environment, which must not reach the command.
 INIT = r"""
@@ -68,7 +73,8 @@ def parent_died(*_):
     orphaned.append(True)
     kill_children()
 def main():
-    parent, lc, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    parent, report, lc, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    os.set_inheritable(report, False)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
@@ -103,6 +109,10 @@ def main():
             kill_children()
     if status is None:
         os._exit(125)
+    try:
+        os.write(report, f"{status}\n".encode())
+    except OSError:
+        pass
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         import resource
@@ -135,12 +145,29 @@ def become_subreaper() -> bool:
     return _SUBREAPER[0]
 
 
-def init_argv(command: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """``command`` run under the per-run init (Linux with a Python executable; else as is)."""
+def init_argv(
+    command: Sequence[str], env: Mapping[str, str], *, report_fd: int
+) -> list[str] | None:
+    """``command`` run under the per-run init, which reports on ``report_fd`` (pass it to
+    the child); None where there is no init (not Linux, or no Python executable)."""
     if not sys.platform.startswith("linux") or not sys.executable:
-        return list(command)
+        return None
     marker = "=" + env["LC_CTYPE"] if "LC_CTYPE" in env else ""
-    return [sys.executable, "-I", "-S", "-c", INIT, str(os.getpid()), marker, *command]
+    host = str(os.getpid())
+    return [sys.executable, "-I", "-S", "-c", INIT, host, str(report_fd), marker, *command]
+
+
+def read_report(fd: int) -> int | None:
+    """The wait status the init reported on its (non-blocking) status pipe, or None when
+    it wrote nothing: it was killed before it could."""
+    try:
+        data = os.read(fd, 64)
+    except (BlockingIOError, OSError):
+        return None
+    try:
+        return int(data.strip())
+    except ValueError:
+        return None
 
 
 def reap(members: Sequence[psutil.Process]) -> None:

@@ -155,16 +155,20 @@ def visible_roots(workspace: Path) -> tuple[Path, ...]:
 
 
 def mask_plan(workspace: Path, hidden: Sequence[Path]) -> list[str]:
-    """Blocking: bwrap options masking each existing Host state path inside ``workspace``.
+    """Blocking: bwrap options masking each existing Host state path the sandbox would
+    show: inside ``workspace`` or under a read-only system directory (``/etc``, ``/opt``).
 
     A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
-    ``.v3.backup``) are masked with it.
+    ``.v3.backup``) are masked with it. A path that does not exist yet cannot be
+    masked (bwrap would create it): create directories such as the artifact root
+    before planning.
     """
     root = workspace.resolve()
+    shown = [Path(os.path.realpath(r)) for r in visible_roots(root)]
     targets: set[Path] = set()
     for path in hidden:
         resolved = path.resolve()
-        if resolved != root and not resolved.is_relative_to(root):
+        if not any(resolved == r or resolved.is_relative_to(r) for r in shown):
             continue
         if resolved.exists():
             targets.add(resolved)
@@ -218,7 +222,11 @@ def sandbox_argv(
         argv.append("--share-net")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += _system_mounts()
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # A fresh /proc, but its sysctls read-only: the sandbox's uid 0 maps to the real
+    # root when the Host runs as root, and /proc/sys/kernel/core_pattern (run a program
+    # outside every namespace) or vm/drop_caches would be writable.
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev", "/dev", "--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
     argv += ["--", *limited_argv(probe.prlimit, policy.limits, command)]
     return argv

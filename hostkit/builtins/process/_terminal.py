@@ -339,7 +339,7 @@ class TerminalRuns(AsyncResource):
         options["max_processes"] = policy.limits.processes
         try:
             command = await anyio.to_thread.run_sync(
-                _launch, probe, policy, [found, *argv[1:]], workspace, fd
+                _launch, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
             )
         except UserError as exc:
             await _close(fd)
@@ -500,11 +500,14 @@ def _launch(
     command: list[str],
     workspace: Path,
     fd: int,
+    artifact_root: Path,
 ) -> list[str]:
     """Worker thread: the argument vector that starts ``command`` under ``policy``.
 
     Sandboxed, the working directory is where the held descriptor points now,
     checked to be inside the workspace (the sandbox shows nothing else anyway).
+    The artifact root exists before the masks are planned: another run's output
+    appearing there later must already be covered.
     """
     if not policy.sandboxed:
         prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
@@ -514,7 +517,8 @@ def _launch(
     workdir = Path(os.readlink(f"/proc/self/fd/{fd}"))
     if workdir != root and not workdir.is_relative_to(root):
         raise SandboxUnavailable("the working directory moved out of the workspace")
-    masks = mask_plan(root, policy.hidden)
+    artifact_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    masks = mask_plan(root, (*policy.hidden, artifact_root))
     return sandbox_argv(probe, policy, command, workspace=root, workdir=workdir, masks=masks)
 
 
