@@ -1,37 +1,66 @@
-"""Secret redaction: every spelling of a secret value, in text and in structured results.
+"""Secret redaction: every spelling of a secret value, its fragments, in text and structures.
 
 A value rarely leaves a tool exactly as it was bound. JSON encoding escapes
 quotes, backslashes, control and non-ASCII characters; ``repr`` doubles
-backslashes and may escape quotes; ``bounded()`` flattens line breaks; a PEM
-key is printed again line by line, with other line endings. So a secret is
-matched in every such spelling (``spellings``): the value, each of its lines,
-its flattened and re-joined forms, and the JSON- and repr-escaped forms of
-each of those (one and two levels deep). Lines shorter than
-``MIN_SECRET_CHARS`` cannot be matched without mangling ordinary text, so a
-short line printed on its own is not caught: keep secrets free of short lines
-(a PEM body's last line is the usual case; the whole key is still caught).
+backslashes and may escape quotes; ``repr`` of bytes shows non-ASCII as
+``\\xNN``; ``bounded()`` flattens line breaks; a PEM key is printed again
+line by line, with other line endings. So a secret is matched in every such
+spelling (``spellings``): the value, each of its lines, its flattened and
+re-joined forms, and the JSON- and repr-escaped forms of each of those (one
+and two levels deep). Lines shorter than ``MIN_SECRET_CHARS`` cannot be
+matched without mangling ordinary text, so a short line printed on its own
+is not caught: keep secrets free of short lines (a PEM body's last line is
+the usual case; the whole key is still caught).
+
+A value may also leave in pieces: split across output chunks, half on stdout
+and half on stderr, cut at a view's edge. So any run of ``FRAGMENT_CHARS``
+(8) or more characters that is a piece of a spelling is masked too, found in
+linear time from an index of the spellings' 8-grams (``_Index``). A value
+printed in pieces shorter than that (alternating single characters on two
+streams, say) cannot be told from ordinary text and is not caught.
 
 Matches are found on the original text and their union is masked at once,
 so two overlapping secrets never leave part of either behind. Structured
 results are redacted leaf by leaf (and key by key) before anything encodes
-them, and lone surrogates are made safe so a later UTF-8 encode never fails.
+them, bytes are decoded as UTF-8 first, and lone surrogates are made safe so
+a later UTF-8 encode never fails. The search for secret-named fields
+(``derived_secrets``) never stops silently: a structure too deep, or with
+too many such values, raises ``RedactionLimit`` and the result fails closed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
+import types
 from collections.abc import Iterable, Iterator, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from hostkit.types import REDACTED, is_secret_field
 
-__all__ = ["MIN_SECRET_CHARS", "Redactor", "derived_secrets", "safe_text"]
+__all__ = [
+    "FRAGMENT_CHARS",
+    "MAX_DERIVED_SECRETS",
+    "MIN_SECRET_CHARS",
+    "RedactionLimit",
+    "Redactor",
+    "derived_secrets",
+    "safe_text",
+]
 
 # Shorter values cannot be redacted exactly without mangling ordinary text.
 MIN_SECRET_CHARS = 6
+# A run of this many characters of a secret is masked wherever it appears on its own.
+FRAGMENT_CHARS = 8
+# The prefilter looks at every _QUAD-th position for one of the spellings' 4-grams: any
+# run of FRAGMENT_CHARS holds one such aligned 4-gram, so no fragment is skipped.
+_QUAD = 4
+_MAX_REMEMBERED = 4_096
 # How many values secret-named fields may add to one result's secret set, and how deep
 # a structure is searched for them: a hostile output cannot make redaction unbounded.
 MAX_DERIVED_SECRETS = 64
@@ -41,6 +70,19 @@ _MAX_INT_BITS = 4_096
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CUT = "…"
+_BYTES = (bytes, bytearray, memoryview)
+# Walked for secret-named fields through their __dict__: never these (code, not data).
+_OPAQUE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+)
+
+
+class RedactionLimit(ValueError):
+    """A structure too deep, or with too many secret-named values, to search safely."""
 
 
 def safe_text(text: str) -> str:
@@ -59,6 +101,11 @@ def _surrogate_escape(match: re.Match[str]) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
 
 
+def _decoded(value: bytes | bytearray | memoryview) -> str:
+    """Bytes as the text they hold (undecodable bytes kept as surrogates, made safe later)."""
+    return bytes(value).decode("utf-8", "surrogateescape")
+
+
 def spellings(value: str) -> set[str]:
     """Every form of ``value`` a redactor looks for (only those long enough to match)."""
     units = {value}
@@ -72,7 +119,7 @@ def spellings(value: str) -> set[str]:
         units.add(value.replace("\r", " ").replace("\n", " "))
     forms: set[str] = set()
     for unit in units:
-        first = _escaped(unit)
+        first = _escaped(unit) | _bytes_escaped(unit)
         forms.update(first)
         for once in first:
             forms.update(_escaped(once))
@@ -93,17 +140,51 @@ def _escaped(unit: str) -> set[str]:
     }
 
 
+def _bytes_escaped(unit: str) -> set[str]:
+    """``unit`` inside the repr of its UTF-8 bytes (``p\\xc3\\xa4ss``), as ``str(b"…")`` has it."""
+    if unit.isascii():
+        return set()  # the same as its str repr
+    raw = unit.encode("utf-8", "surrogateescape")
+    return {repr(raw + b'"')[2:-2], repr(raw + b"'")[2:-2]}
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """Where a redactor looks: whole spellings, and the 8-grams (and 4-grams) of each."""
+
+    needles: tuple[tuple[str, str], ...]
+    grams: Mapping[str, str]
+    quads: frozenset[str]
+
+
+@functools.lru_cache(maxsize=32)
+def _index(labels: tuple[tuple[str, str], ...]) -> _Index:
+    """The index for (spelling, label) pairs; cached, as a turn's held secrets repeat."""
+    grams: dict[str, str] = {}
+    for needle, label in labels:
+        for start in range(len(needle) - FRAGMENT_CHARS + 1):
+            gram = needle[start : start + FRAGMENT_CHARS]
+            if label != REDACTED or gram not in grams:  # a bound secret's label wins
+                grams[gram] = label
+    quads = frozenset(gram[i : i + _QUAD] for gram in grams for i in range(_QUAD + 1))
+    ordered = tuple(sorted(labels, key=lambda item: (-len(item[0]), item[0])))
+    return _Index(ordered, types.MappingProxyType(grams), quads)
+
+
+_EMPTY = _index(())
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
-    """Masks every spelling of a set of secret values.
+    """Masks every spelling of a set of secret values, and every 8+ character piece of one.
 
-    ``needles`` pairs each spelling with its replacement: ``[redacted:NAME]``
-    for a bound secret (NAME is a validated environment name) and
-    ``[redacted]`` for a value derived from a secret-named field, whose name
-    is tool-chosen text and so never repeated.
+    Each spelling has a replacement: ``[redacted:NAME]`` for a bound or held
+    secret (NAME is a validated environment name) and ``[redacted]`` for a
+    value derived from a secret-named field, whose name is tool-chosen text
+    and so never repeated.
     """
 
-    needles: tuple[tuple[str, str], ...] = ()
+    index: _Index = field(default=_EMPTY)
 
     @classmethod
     def of(cls, bound: Mapping[str, str], derived: Iterable[str] = ()) -> Redactor:
@@ -116,20 +197,24 @@ class Redactor:
             if value:
                 for form in spellings(value):
                     labels[form] = f"[redacted:{name}]"
-        ordered = sorted(labels.items(), key=lambda item: (-len(item[0]), item[0]))
-        return cls(tuple(ordered))
+        return cls(_index(tuple(sorted(labels.items()))))
+
+    @property
+    def needles(self) -> tuple[tuple[str, str], ...]:
+        """Every whole spelling with its replacement, longest first."""
+        return self.index.needles
 
     def __bool__(self) -> bool:
-        return bool(self.needles)
+        return bool(self.index.needles)
 
     def merged(self, other: Redactor) -> Redactor:
         """One redactor for both sets (bound labels win)."""
         labels = dict(other.needles)
         labels.update(self.needles)
-        return Redactor(tuple(sorted(labels.items(), key=lambda item: (-len(item[0]), item[0]))))
+        return Redactor(_index(tuple(sorted(labels.items()))))
 
     def text(self, text: str, *, limit: int | None = None) -> str:
-        """``text`` with every spelling masked; read only to ``limit`` characters if given.
+        """``text`` with every spelling and fragment masked; read only to ``limit`` if given.
 
         With ``limit``, a spelling cut at the limit is masked too (the part of it
         that is left), and the result ends with ``…``: a cut never leaves a
@@ -139,24 +224,31 @@ class Redactor:
         if cut:
             assert limit is not None
             text = text[:limit]
-        if not self.needles:
+        if not self.index.needles:
             return text + _CUT if cut else text
-        spans = list(self._spans(text))
+        spans = [*self._spans(text), *self._fragment_spans(text)]
         if cut:
             spans.extend(self._tail_spans(text))
         return _mask(text, spans) + (_CUT if cut else "")
 
     def leaked(self, text: str) -> bool:
-        """True when ``text`` still holds a spelling of a secret."""
-        return any(needle in text for needle, _ in self.needles)
+        """True when ``text`` still holds a spelling of a secret, or a fragment of one."""
+        if any(needle in text for needle, _ in self.index.needles):
+            return True
+        return next(self._fragment_spans(text), None) is not None
 
     def value(self, value: Any) -> Any:
-        """A JSON-ready copy of ``value`` with every string leaf and key redacted and made safe."""
+        """A JSON-ready copy of ``value`` with every string leaf and key redacted and made safe.
+
+        Bytes are decoded as UTF-8 first (undecodable bytes become ``\\xNN``).
+        """
         return self._value(value, 0)
 
     def _value(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
             return safe_text(self.text(value))
+        if isinstance(value, _BYTES):
+            return self._value(_decoded(value), depth)
         if value is None or isinstance(value, bool | float):
             return value
         if isinstance(value, int):
@@ -168,7 +260,8 @@ class Redactor:
         if isinstance(value, Mapping):
             out: dict[str, Any] = {}
             for key, item in value.items():
-                name = self._value(key if isinstance(key, str) else _text_of(key), depth + 1)
+                text = key if isinstance(key, (str, *_BYTES)) else _text_of(key)
+                name = self._value(text, depth + 1)
                 unique, copy = name, 1
                 while unique in out:  # two keys that redact alike both stay
                     copy += 1
@@ -180,15 +273,48 @@ class Redactor:
         return self._value(_text_of(value), depth)
 
     def _spans(self, text: str) -> Iterator[tuple[int, int, str]]:
-        for needle, label in self.needles:
+        for needle, label in self.index.needles:
             start = text.find(needle)
             while start >= 0:
                 yield start, start + len(needle), label
                 start = text.find(needle, start + 1)
 
+    def _fragment_spans(self, text: str) -> Iterator[tuple[int, int, str]]:
+        """Every window of FRAGMENT_CHARS that is a piece of a spelling (their union masks
+        exactly the runs of 8+ characters that are pieces of one).
+
+        Only every _QUAD-th position is looked up in the 4-gram set; a hit there
+        checks the few windows that could hold it, remembered by their text so a
+        repetitive output (a line of dashes and a PEM key) costs one lookup per
+        hit. Linear in ``len(text)``.
+        """
+        grams, quads = self.index.grams, self.index.quads
+        last = len(text) - FRAGMENT_CHARS
+        checked = -1
+        seen: dict[str, tuple[tuple[int, str], ...]] = {}
+        for aligned in range(0, len(text) - _QUAD + 1, _QUAD):
+            if text[aligned : aligned + _QUAD] not in quads:
+                continue
+            low, high = max(aligned - _QUAD, checked + 1), min(aligned, last)
+            if low > high:
+                continue
+            around = text[low : high + FRAGMENT_CHARS]
+            hits = seen.get(around)
+            if hits is None:
+                hits = tuple(
+                    (offset, label)
+                    for offset in range(high - low + 1)
+                    if (label := grams.get(around[offset : offset + FRAGMENT_CHARS])) is not None
+                )
+                if len(seen) < _MAX_REMEMBERED:
+                    seen[around] = hits
+            for offset, label in hits:
+                yield low + offset, low + offset + FRAGMENT_CHARS, label
+            checked = high
+
     def _tail_spans(self, text: str) -> Iterator[tuple[int, int, str]]:
         """The longest beginning of a spelling that the text ends with, for each spelling."""
-        for needle, label in self.needles:
+        for needle, label in self.index.needles:
             for size in range(min(len(needle) - 1, len(text)), 0, -1):
                 if text.endswith(needle[:size]):
                     yield len(text) - size, len(text), label
@@ -224,29 +350,68 @@ def _text_of(value: Any) -> str:
 def derived_secrets(*sources: Any) -> list[str]:
     """Values of secret-named fields (``is_secret_field``) anywhere in ``sources``.
 
-    Every string under such a field counts, if it is long enough to redact
-    safely; at most ``MAX_DERIVED_SECRETS`` values, searched ``_MAX_DEPTH`` deep.
+    Every string (or bytes) under such a field counts, if it is long enough to
+    redact safely. Mappings, sequences, sets, named tuples, dataclasses,
+    pydantic models and objects' ``__dict__`` are walked. Raises
+    ``RedactionLimit`` past ``MAX_DERIVED_SECRETS`` values or ``_MAX_DEPTH``
+    levels: stopping there would leave later values unredacted.
     """
-    found: dict[str, None] = {}
+    walk = _Walk()
     for source in sources:
-        _collect(source, False, found, 0)
-    return list(found)[:MAX_DERIVED_SECRETS]
+        walk.collect(source, False, 0)
+    return list(walk.found)
 
 
-def _collect(value: Any, secret: bool, found: dict[str, None], depth: int) -> None:
-    if len(found) >= MAX_DERIVED_SECRETS or depth >= _MAX_DEPTH:
-        return
-    if isinstance(value, str):
-        if secret and len(value) >= MIN_SECRET_CHARS:
-            found[value] = None
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            named = secret or (isinstance(key, str) and is_secret_field(key))
-            _collect(item, named, found, depth + 1)
-    elif isinstance(value, list | tuple | Set):
-        for item in value:
-            _collect(item, secret, found, depth + 1)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            named = secret or is_secret_field(field.name)
-            _collect(getattr(value, field.name, None), named, found, depth + 1)
+class _Walk:
+    """One search for secret-named fields; each container is visited once per flag."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, None] = {}
+        # Keeps every visited container alive, so a temporary (a model_dump) cannot free
+        # its id for another object that would then be skipped.
+        self.seen: dict[tuple[int, bool], Any] = {}
+
+    def collect(self, value: Any, secret: bool, depth: int) -> None:
+        if isinstance(value, str):
+            if secret and len(value) >= MIN_SECRET_CHARS and value not in self.found:
+                if len(self.found) >= MAX_DERIVED_SECRETS:
+                    raise RedactionLimit(f"more than {MAX_DERIVED_SECRETS} secret-named values")
+                self.found[value] = None
+            return
+        if isinstance(value, _BYTES):
+            if secret:
+                self.collect(_decoded(value), secret, depth)
+            return
+        children = _children(value)
+        if children is None:
+            return
+        if depth >= _MAX_DEPTH:
+            raise RedactionLimit(f"a structure deeper than {_MAX_DEPTH} levels")
+        key = (id(value), secret)
+        if key in self.seen:
+            return
+        self.seen[key] = value
+        for name, item in children:
+            named = secret or (name is not None and is_secret_field(name))
+            self.collect(item, named, depth + 1)
+
+
+def _children(value: Any) -> Iterable[tuple[str | None, Any]] | None:
+    """(field name or None, item) for each part of ``value``; None for a leaf."""
+    if value is None or isinstance(value, (bool, int, float, complex, *_OPAQUE)):
+        return None
+    if isinstance(value, Mapping):
+        return [(key if isinstance(key, str) else None, item) for key, item in value.items()]
+    as_dict = getattr(value, "_asdict", None)
+    if isinstance(value, tuple) and callable(as_dict):
+        return list(as_dict().items())  # a namedtuple: its field names count
+    if isinstance(value, list | tuple | Set):
+        return [(None, item) for item in value]
+    if isinstance(value, BaseModel):
+        return list(value.model_dump().items())
+    if dataclasses.is_dataclass(value):
+        return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)]
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, Mapping):
+        return list(attributes.items())
+    return None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +20,12 @@ from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provid
 from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
 from hostkit.effects._policy import EffectPolicy
-from hostkit.effects._redaction import MIN_SECRET_CHARS, Redactor, derived_secrets
+from hostkit.effects._redaction import (
+    MIN_SECRET_CHARS,
+    RedactionLimit,
+    Redactor,
+    derived_secrets,
+)
 from hostkit.effects._views import failed_safely, render_output, result
 from hostkit.errors import (
     ApprovalClosed,
@@ -56,11 +63,17 @@ _MAX_ERROR_SUMMARY = 300
 # What a secret's (or any bound variable's) name may be: a secret is the Host
 # environment variable of that name. hostkit.toml and terminal.run validate with it.
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
+_SECRET_GRANT = "secret.bind:"
+_TOO_DEEP_TO_REDACT = (
+    "the arguments are nested too deeply, or hold too many secret-named values, "
+    "to be redacted safely"
+)
 
 
 def secret_grant(name: str) -> str:
     """The capability that lets a call bind the Host environment variable ``name``."""
-    return f"secret.bind:{name}"
+    return f"{_SECRET_GRANT}{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,10 @@ class _Checked:
     arguments: dict[str, Any]
     raw_arguments: Mapping[str, Any]
     secret_names: tuple[str, ...]
+    # Every secret the agent holds a grant for in this turn (name -> value), and a
+    # redactor for them plus the call's secret-named argument values.
+    held: Mapping[str, str]
+    redactor: Redactor
 
 
 def _refused(
@@ -119,11 +136,23 @@ def _error_text(exc: BaseException, redactor: Redactor, *, named: bool = True) -
 
 
 def _is_cancellation(exc: BaseException) -> bool:
-    """True for cancellation of an enclosing scope, which must propagate, never be a result."""
+    """True for cancellation of an enclosing scope, which must propagate, never be a result.
+
+    The exception's type is not enough: a tool can raise ``CancelledError`` (alone
+    or in a group) itself, with any message. It is real only when the task running
+    the effect is being cancelled; anyio's cancel scopes (a turn's cancel, a
+    deadline) cancel through ``Task.cancel()``, so they count too.
+    """
     cancelled = anyio.get_cancelled_exc_class()
-    if isinstance(exc, cancelled):
+    if not isinstance(exc, cancelled) and not (
+        isinstance(exc, BaseExceptionGroup) and exc.split(cancelled)[0] is not None
+    ):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio: the backend's own class is trusted
         return True
-    return isinstance(exc, BaseExceptionGroup) and exc.split(cancelled)[0] is not None
+    return task is None or task.cancelling() > 0
 
 
 class EffectRuntime:
@@ -271,8 +300,14 @@ class EffectRuntime:
             return _refused(
                 call_id, effect, "denied", "the effect is not in the turn's capability snapshot"
             )
+        # Every secret the agent holds is masked in every result of the turn, bound to
+        # this call or not: a value one call wrote to a file, the next may read back.
+        held = self._held_secrets(context)
         # Values of secret-named arguments are secrets too, in every view of this call.
-        argument_secrets = Redactor.of({}, _argument_secrets(entry.tool, request.arguments))
+        try:
+            argument_secrets = Redactor.of(held, _argument_secrets(entry.tool, request.arguments))
+        except RedactionLimit:
+            return _refused(call_id, effect, "invalid", _TOO_DEEP_TO_REDACT, Redactor.of(held))
         try:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
@@ -287,6 +322,7 @@ class EffectRuntime:
                 effect,
                 "denied",
                 f"no {secret_grant(missing[0])} capability for this agent",
+                argument_secrets,
             )
         if entry.tool.preflight is not None:
             try:
@@ -294,7 +330,32 @@ class EffectRuntime:
             except UserError as exc:
                 reason = _error_text(exc, argument_secrets, named=False)
                 return _refused(call_id, effect, "denied", reason, argument_secrets)
-        return _Checked(call_id, entry, toolset, arguments, request.arguments, secret_names)
+        return _Checked(
+            call_id,
+            entry,
+            toolset,
+            arguments,
+            request.arguments,
+            secret_names,
+            held,
+            argument_secrets,
+        )
+
+    def _held_secrets(self, context: TurnExecutionContext) -> dict[str, str]:
+        """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot.
+
+        Read from the runtime's environment; an unset or too-short value is skipped
+        here (binding one is refused with a reason).
+        """
+        held: dict[str, str] = {}
+        for grant in context.capability_snapshot.get("secrets", ()):
+            if not isinstance(grant, str) or not grant.startswith(_SECRET_GRANT):
+                continue
+            name = grant.removeprefix(_SECRET_GRANT)
+            value = self._environ.get(name) if _ENV_NAME.fullmatch(name) else None
+            if value is not None and len(value) >= MIN_SECRET_CHARS:
+                held[name] = value
+        return held
 
     # -- approval ------------------------------------------------------------------------
 
@@ -312,7 +373,9 @@ class EffectRuntime:
             core_id=context.core_id,
         )
         warning = entry.tool.approval_warning
-        view = approval_view(entry.effect, checked.raw_arguments, checked.secret_names, warning)
+        view = approval_view(
+            entry.effect, checked.raw_arguments, checked.secret_names, warning, held=checked.held
+        )
         # One id from the first prompt to the durable row an unanswered ask leaves.
         approval_id = new_id("apr")
 
@@ -332,7 +395,7 @@ class EffectRuntime:
                 key, ask, self._approvals.provider, cacheable=not checked.secret_names
             )
         except ApprovalClosed as exc:
-            return _refused(call_id, entry.effect, "denied", exc.message)
+            return _refused(call_id, entry.effect, "denied", exc.message, checked.redactor)
         if outcome == "approved":
             return None
         if outcome == "denied":
@@ -370,6 +433,7 @@ class EffectRuntime:
                     checked.entry.effect,
                     "failed",
                     f"secret {name} {problem} in the Host environment",
+                    checked.redactor,
                 )
             secrets[name] = value
         expires_at = time.time() + checked.toolset.secret_ttl_s if secrets else None
@@ -389,9 +453,11 @@ class EffectRuntime:
     ) -> EffectResult:
         call_id, entry = checked.call_id, checked.entry
         effect = entry.effect
-        # The call's secret set: bound values plus secret-named argument values.
+        # The call's secret set: every held value (the bound ones among them, labelled
+        # alike) plus secret-named argument values (_check derived them once already).
+        held = {**checked.held, **secrets}
         arguments = _argument_secrets(entry.tool, checked.raw_arguments)
-        redactor = Redactor.of(secrets, arguments)
+        redactor = Redactor.of(held, arguments)
         try:
             with anyio.fail_after(entry.tool.timeout_s):
                 output = await entry.tool.invoke(tool_context, checked.arguments)
@@ -413,6 +479,7 @@ class EffectRuntime:
                 started=True,
                 model_text="",
                 error=f"timed out after {entry.tool.timeout_s:g}s",
+                redactor=redactor,
             )
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt, GeneratorExit and the rest from a tool are a
@@ -433,8 +500,9 @@ class EffectRuntime:
         if isinstance(output, ToolOutcome):
             status, error, output = output.status, output.error, output.output
         try:
-            # Secret-named fields of the output join the set for every view of it.
-            redactor = Redactor.of(secrets, [*arguments, *derived_secrets(output)])
+            # Secret-named fields of the output join the set for every view of it; a
+            # structure too deep or too full to search fails closed (RedactionLimit).
+            redactor = Redactor.of(held, [*arguments, *derived_secrets(output)])
             text, size, truncated = render_output(output, redactor=redactor)
         except Exception:
             return failed_safely(call_id=call_id, effect=effect, started=True)
@@ -474,12 +542,15 @@ def approval_view(
     arguments: Mapping[str, Any],
     secret_names: tuple[str, ...] = (),
     warning: str | None = None,
+    *,
+    held: Mapping[str, str] | None = None,
 ) -> FrozenMap:
     """What an approver sees: the effect, field-name-redacted bounded arguments, secret names.
 
-    A secret-named argument's value is masked wherever else it appears too.
+    A secret-named argument's value is masked wherever else it appears too, and so
+    is each ``held`` secret value (name -> value) the arguments happen to carry.
     """
-    redactor = Redactor.of({}, derived_secrets(arguments))
+    redactor = Redactor.of(held or {}, derived_secrets(arguments))
     view: dict[str, Any] = {"effect": effect, "arguments": redactor.value(arguments)}
     if secret_names:
         # Names only, never values ("secrets" would be redacted by its field name).

@@ -33,7 +33,8 @@ def redact_secrets(text: str, secrets: Mapping[str, str]) -> str:
 
     Spellings are the value itself, each line of it (at least
     ``MIN_SECRET_CHARS`` long) with any line ending, and their JSON- and
-    repr-escaped forms; see ``hostkit.effects._redaction``.
+    repr-escaped forms; any piece of 8 or more characters of one is masked
+    too. See ``hostkit.effects._redaction``.
     """
     return Redactor.of(secrets).text(text)
 

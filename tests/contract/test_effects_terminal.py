@@ -558,6 +558,22 @@ async def test_a_secret_split_between_stderr_and_stdout_is_redacted(terminal: Te
     assert outcome.output["stdout"]["tail"] == "[redacted:API_TOKEN] end"
 
 
+async def test_halves_of_a_secret_on_both_streams_each_followed_by_more_are_redacted(
+    terminal: Terminal,
+) -> None:
+    """Neither half sits at a tail's edge: each is a fragment of 8+ characters."""
+    code = (
+        "import os, sys\n"
+        "s = os.environ['API_TOKEN']\n"
+        "sys.stdout.write('A' * 50 + s[:8] + '\\n' + 'B' * 20); sys.stdout.flush()\n"
+        "sys.stderr.write('C' * 20 + s[8:] + '\\nD')\n"
+    )
+    await anyio.Path(terminal.workspace / "halves.py").write_text(code)
+    outcome = await terminal.invoke({"API_TOKEN": SECRET}, argv=[PY, "halves.py"])
+    assert outcome.output["stdout"]["tail"] == "A" * 50 + "[redacted:API_TOKEN]\n" + "B" * 20
+    assert outcome.output["stderr"]["tail"] == "C" * 20 + "[redacted:API_TOKEN]\nD"
+
+
 PEM = (
     "-----BEGIN TEST KEY-----\nMIIBOgIBAAJBAKj34GkxFhD9\n0Zk4xQ7w2LrR1mYtVbN8aPeA\n"
     "-----END TEST KEY-----"

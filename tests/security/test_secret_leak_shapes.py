@@ -14,9 +14,11 @@ raw and in its JSON- and repr-escaped forms (once and twice escaped).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
-import sqlite3
+import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from hostkit.effects import (
     MIN_SECRET_CHARS,
@@ -33,6 +36,7 @@ from hostkit.effects import (
     ToolContext,
     ToolOutcome,
 )
+from hostkit.effects._views import REDACTION_FAILED
 from hostkit.errors import InvalidValue, PolicyRefusal
 from hostkit.host import Host, parse_config
 from hostkit.inspect import context_view, session_rows
@@ -40,6 +44,7 @@ from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnResult
 from tests.hosts import request
+from tests.support import table_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +61,33 @@ PEM = "\n".join(
 )
 ARGUMENT_SECRET = "arg-secret-'\"-7c1f9e"
 OUTPUT_SECRET = "out-secret-\\-91d2a4"
+NON_ASCII = "pässwörd-geheim-ΩΩΩ-12345"
+Creds = collections.namedtuple("Creds", "user token")
+
+
+class Login(BaseModel):
+    user: str
+    password: str
+
+
+@dataclass
+class Account:
+    name: str
+    api_key: str
+
+
+class Holder:
+    """A plain object: its secret-named attribute is found through ``__dict__``."""
+
+    def __init__(self, secret: str) -> None:
+        self.client_secret = secret
+
+    def __repr__(self) -> str:
+        return f"Holder({self.client_secret})"
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    return functools.reduce(lambda inner, _: {"x": inner}, range(depth), leaf)
 
 
 @dataclass(frozen=True)
@@ -132,7 +164,55 @@ CASES = {
         lambda ctx, a: {"token": OUTPUT_SECRET, "note": f"use {json.dumps(OUTPUT_SECRET)} next"},
         bound=False,
     ),
+    # Bytes are decoded as UTF-8 before redaction: their repr would show \xc3\xa4.
+    "bytes_non_ascii": Case(
+        NON_ASCII,
+        lambda ctx, a: {
+            "raw": _bound(ctx).encode(),
+            "array": [bytearray(_bound(ctx).encode())],
+            "view": memoryview(b"\xff" + _bound(ctx).encode()),
+        },
+    ),
+    "bytes_top_level": Case(NON_ASCII, lambda ctx, a: _bound(ctx).encode()),
+    "bytes_in_exception": Case(NON_ASCII, lambda ctx, a: _raise(KeyError(_bound(ctx).encode()))),
+    # Secret-named fields in every shape a tool may return them in.
+    "namedtuple_field": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: {"creds": Creds("bob", OUTPUT_SECRET), "note": OUTPUT_SECRET},
+        bound=False,
+    ),
+    "namespace_field": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: [types.SimpleNamespace(password=OUTPUT_SECRET), OUTPUT_SECRET],
+        bound=False,
+    ),
+    "pydantic_field": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: {"login": Login(user="bob", password=OUTPUT_SECRET), "n": OUTPUT_SECRET},
+        bound=False,
+    ),
+    "dataclass_field": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: (Account("bob", OUTPUT_SECRET), f"key={OUTPUT_SECRET}"),
+        bound=False,
+    ),
+    "object_field": Case(OUTPUT_SECRET, lambda ctx, a: {"h": Holder(OUTPUT_SECRET)}, bound=False),
+    # Past the search's limits the result fails closed instead of going unsearched.
+    "derived_past_the_cap": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: {
+            **{f"token{i}": f"decoy-value-{i:04d}" for i in range(64)},
+            "token_real": OUTPUT_SECRET,
+        },
+        bound=False,
+    ),
+    "derived_too_deep": Case(
+        OUTPUT_SECRET,
+        lambda ctx, a: {"note": OUTPUT_SECRET, "d": _nested(40, {"token": OUTPUT_SECRET})},
+        bound=False,
+    ),
 }
+FAILS_CLOSED = ("derived_past_the_cap", "derived_too_deep")
 
 
 def _escapes(unit: str) -> set[str]:
@@ -142,6 +222,7 @@ def _escapes(unit: str) -> set[str]:
         json.dumps(unit, ensure_ascii=False)[1:-1],
         repr(unit)[1:-1],
         ascii(unit)[1:-1],
+        repr(unit.encode("utf-8", "surrogateescape"))[2:-1],
     }
 
 
@@ -220,19 +301,6 @@ class Scan:
     files: list[bytes]
 
 
-def table_rows(database: Path) -> Iterator[str]:
-    """Every cell of every table, read with a read-only connection (the Host is closed)."""
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        for table in tables:
-            for row in db.execute(f'SELECT * FROM "{table}"'):
-                for cell in row:
-                    if isinstance(cell, bytes):
-                        yield cell.decode("utf-8", "replace")
-                    elif cell is not None:
-                        yield str(cell)
-
-
 def read_files(root: Path) -> list[bytes]:
     """Every file the Host left: database, journal, artifacts (the Host is closed)."""
     return [path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()]
@@ -276,7 +344,7 @@ async def run_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case) 
     # The next model step saw the tool's (redacted) result.
     tool_messages = [m.content for m in model.requests[-1].messages if m.role == "tool"]
     assert len(tool_messages) == 1
-    assert tool_messages[0].startswith(("{", "[failed]", "[denied]"))
+    assert tool_messages[0].startswith(("{", "[", '"'))  # JSON, or "[failed] …"
 
     rows = await anyio.to_thread.run_sync(lambda: list(table_rows(tmp_path / "hostkit.db")))
     messages = [m for r in model.requests for m in r.messages]
@@ -330,3 +398,12 @@ async def test_the_call_runs_with_a_secret_named_argument_the_transcript_keeps_r
     assert '{"matched": true}' in scan.model_requests
     assert count(scan.own_calls + scan.own_call_rows, ARGUMENT_SECRET) == 0
     assert any("[redacted]" in row for row in scan.own_call_rows)
+
+
+@pytest.mark.parametrize("shape", FAILS_CLOSED)
+async def test_past_the_search_limits_the_result_is_the_fixed_failed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    scan = await run_case(tmp_path, monkeypatch, CASES[shape])
+    assert f"[failed] {REDACTION_FAILED}" in scan.model_requests
+    assert not any("decoy-value" in text for text in scan.model_requests + scan.rows)

@@ -6,13 +6,18 @@ These pin ``hostkit.effects._redaction`` directly; the Host-level scans in
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
+import types
 
 import pytest
+from pydantic import BaseModel
 
 from hostkit.effects import MIN_SECRET_CHARS, redact_secrets
 from hostkit.effects._redaction import (
     MAX_DERIVED_SECRETS,
+    RedactionLimit,
     Redactor,
     derived_secrets,
     safe_text,
@@ -67,7 +72,8 @@ def test_a_multi_line_secret_is_caught_in_any_layout(shown: str) -> None:
         assert line not in text
     assert "[redacted:HK_KEY]" in text
     assert text.startswith("before ")
-    assert text.endswith(" after")
+    # A fragment of the key's flattened spelling ("EY----- ") may take the space too.
+    assert text.endswith("after")
 
 
 @pytest.mark.parametrize(
@@ -138,8 +144,6 @@ def test_secret_named_fields_give_derived_secrets_anywhere_in_a_structure() -> N
         "client_secret": {"value": "inner-secret"},
     }
     assert derived_secrets(source) == ["key-123456", "Bearer abcdef", "inner-secret"]
-    many = {"tokens": [f"token-{i:04d}" for i in range(200)]}
-    assert len(derived_secrets(many)) == MAX_DERIVED_SECRETS
 
 
 def test_derived_values_are_masked_without_naming_their_field() -> None:
@@ -169,3 +173,116 @@ def test_a_derived_value_equal_to_the_hosts_own_words_does_not_fail_the_result()
     )
     assert (done.status, done.views.model) == ("succeeded", '{"token": "[redacted]"}')
     assert done.views.operator["effect"] == "probe.echo"
+
+
+# --- fragments: a piece of 8+ characters is masked wherever it appears ------------------
+
+SPLIT = "term-secret-Zq81xK55"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A" * 50 + SPLIT[:10] + "\n" + "B" * 20,  # the first half on stdout, then more output
+        "C" * 20 + SPLIT[10:] + "\nD",  # the second half on stderr
+        f"x {SPLIT[3:11]} y",  # any 8 characters from the middle
+        json.dumps({"v": AWKWARD})[9:20],  # a piece of an escaped spelling
+    ],
+    ids=["first_half", "second_half", "middle", "escaped_piece"],
+)
+def test_a_piece_of_eight_or_more_characters_is_masked_anywhere(text: str) -> None:
+    secrets = {"HK_S": SPLIT, "HK_A": AWKWARD}
+    redacted = redact_secrets(text, secrets)
+    assert "[redacted:HK_" in redacted
+    assert leftovers(redacted, SPLIT, 8) == []
+    assert leftovers(redacted, json.dumps(AWKWARD)[1:-1], 8) == []
+    assert Redactor.of(secrets).leaked(text)
+    assert not Redactor.of(secrets).leaked(redacted)
+
+
+def test_pieces_shorter_than_eight_characters_are_not_caught() -> None:
+    """The documented limit: a value printed in short pieces looks like ordinary text."""
+    pieces = f"{SPLIT[:7]} and {SPLIT[7:14]} and {SPLIT[14:]}"
+    assert redact_secrets(pieces, {"HK_S": SPLIT}) == pieces
+    alternating = SPLIT[::2]  # every other character, as one stream of two shows it
+    assert redact_secrets(alternating, {"HK_S": SPLIT}) == alternating
+
+
+def test_fragments_are_found_in_long_text_without_touching_the_rest() -> None:
+    text = ("ordinary output line\n" * 20_000) + SPLIT[4:16] + " tail"
+    redacted = redact_secrets(text, {"HK_S": SPLIT})
+    assert redacted == ("ordinary output line\n" * 20_000) + "[redacted:HK_S] tail"
+
+
+# --- bytes are decoded before they are redacted ---------------------------------------
+
+NON_ASCII = "pässwörd-geheim-ΩΩΩ-12345"
+
+
+def test_bytes_are_decoded_as_utf8_before_redaction() -> None:
+    redactor = Redactor.of({"HK_S": NON_ASCII})
+    raw = NON_ASCII.encode()
+    out = redactor.value(
+        {"raw": raw, "array": bytearray(raw), "view": memoryview(b"\xff" + raw), raw: 1}
+    )
+    assert out == {
+        "raw": "[redacted:HK_S]",
+        "array": "[redacted:HK_S]",
+        "view": "\\xff[redacted:HK_S]",
+        "[redacted:HK_S]": 1,
+    }
+    text, _, _ = render_output(raw, redactor=redactor)
+    assert text == '"[redacted:HK_S]"'
+    # str() of bytes (an exception's message, a repr) shows \xc3\xa4: a spelling too.
+    shown = redactor.text(f"KeyError: {raw!r}")
+    assert "xc3" not in shown
+    assert "geheim" not in shown
+
+
+# --- secret-named fields in any shape; the search fails closed at its limits -----------
+
+
+def test_secret_named_fields_are_found_in_every_shape() -> None:
+    Creds = collections.namedtuple("Creds", "user token")
+
+    class Login(BaseModel):
+        user: str
+        password: str
+
+    @dataclasses.dataclass
+    class Account:
+        api_key: str
+
+    class Holder:
+        def __init__(self) -> None:
+            self.client_secret = "object-secret-5"
+            self.me = self  # a cycle is visited once, not followed for ever
+
+    source = [
+        Creds("bob-the-user", "namedtuple-secret-1"),
+        types.SimpleNamespace(password="namespace-secret-2"),
+        Login(user="bob-the-user", password="pydantic-secret-3"),
+        Account("dataclass-secret-4"),
+        Holder(),
+        {"password": b"bytes-secret-6"},
+    ]
+    assert derived_secrets(source) == [
+        "namedtuple-secret-1",
+        "namespace-secret-2",
+        "pydantic-secret-3",
+        "dataclass-secret-4",
+        "object-secret-5",
+        "bytes-secret-6",
+    ]
+
+
+def test_the_search_fails_closed_past_its_cap_and_depth() -> None:
+    many = {"tokens": [f"token-{i:04d}" for i in range(MAX_DERIVED_SECRETS + 1)]}
+    with pytest.raises(RedactionLimit):
+        derived_secrets(many)
+    assert len(derived_secrets({"tokens": many["tokens"][:MAX_DERIVED_SECRETS]})) == 64
+    deep: object = {"token": "deep-secret-77"}
+    for _ in range(40):
+        deep = {"x": deep}
+    with pytest.raises(RedactionLimit):
+        derived_secrets(deep)

@@ -2,17 +2,20 @@
 
 An authored tool that raises ``SystemExit``, ``KeyboardInterrupt``,
 ``GeneratorExit`` or any other ``BaseException`` is a ``failed`` call in a
-real Host turn, and the next model step sees it; real cancellation still
-propagates. Integers wider than 64 bits and non-finite floats never reach a
-tool (``invalid``), and lone surrogates in a tool's output (a file name
-decoded with ``surrogateescape``) are made safe before any view, so a later
-UTF-8 encode (provider request, SQLite row) never fails.
+real Host turn, and the next model step sees it. So is a ``CancelledError``
+the tool raises itself (alone or in a group, its message redacted); real
+cancellation (a turn's cancel, a cancel scope) still propagates. Integers
+wider than 64 bits and non-finite floats never reach a tool (``invalid``),
+and lone surrogates in a tool's output (a file name decoded with
+``surrogateescape``) are made safe before any view, so a later UTF-8 encode
+(provider request, SQLite row) never fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,8 @@ from pydantic import BaseModel
 
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
     AuthoredTool,
     EffectPolicy,
     EffectRuntime,
@@ -31,11 +36,18 @@ from hostkit.effects import (
     Toolset,
     tool,
 )
-from hostkit.testing import CallTools, Reply, ScriptedModel
-from hostkit.types import EffectRequest, EffectResult, ModelRequest, TurnExecutionContext
+from hostkit.host import Host, HostConfig, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import (
+    EffectRequest,
+    EffectResult,
+    ModelRequest,
+    TurnExecutionContext,
+    TurnResult,
+)
 from tests.contract.test_context_basic import context_for
-from tests.hosts import open_host, request
-from tests.support import facts
+from tests.hosts import open_host, request, turn_rows
+from tests.support import facts, table_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +253,119 @@ async def test_lone_surrogates_in_tool_output_are_made_safe_for_every_later_enco
     assert "report-\\xff\\x80.txt" in message.replace("\\\\", "\\")
     assert fail == ("\ufffd" in message)
     assert all(isinstance(row[0], str) for row in rows)
+
+
+# --- a CancelledError a tool raises itself is not cancellation -----------------------
+
+CANCEL_SECRET = "cancel-secret-Qx7-pässwörd"
+
+
+class Approve:
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        return "approve_once"
+
+
+def bound_config(tmp_path: Path) -> HostConfig:
+    agent = {"provider": "test", "memory": False, "policy": {"allow": ["*"]}}
+    return parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {**agent, "secrets": ["HK_CANCEL"]}},
+        },
+        base_dir=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda s: asyncio.CancelledError(f"boom {s}"), "CancelledError"),
+        (lambda s: BaseExceptionGroup("g", [asyncio.CancelledError(s)]), "BaseExceptionGroup"),
+        (
+            lambda s: BaseExceptionGroup("g", [asyncio.CancelledError(s), ValueError(s)]),
+            "BaseExceptionGroup",
+        ),
+    ],
+    ids=["alone", "in_a_group", "in_a_mixed_group"],
+)
+async def test_a_cancelled_error_a_tool_raises_fails_the_call_redacted_and_the_turn_goes_on(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[str], BaseException],
+    name: str,
+) -> None:
+    monkeypatch.setenv("HK_CANCEL", CANCEL_SECRET)
+
+    async def fake_cancel(ctx: ToolContext, secrets: list[str]) -> str:
+        raise make(ctx.secrets["HK_CANCEL"])
+
+    fake = AuthoredTool("probe.cancel", fake_cancel, description="d", secrets_argument="secrets")
+    model = ScriptedModel(
+        [CallTools(("probe_cancel", {"secrets": ["HK_CANCEL"]})), Reply("went on"), Reply("next")]
+    )
+    config = bound_config(tmp_path)
+    caps = capabilities(model, tools=[fake])
+    async with Host.open(config, capabilities=caps, approver=Approve()) as host:
+        result = await host.turns.run(request("call it"))
+        again = await host.turns.run(request("again"))
+        statuses = [status for _, status in await turn_rows(host)]
+    assert (result.outcome, result.text) == ("completed", "went on"), result.error
+    assert [(e.effect, e.status) for e in result.effects] == [("probe.cancel", "failed")]
+    assert (again.outcome, statuses) == ("completed", ["completed", "completed"])
+    (message,) = {m for r in model.requests for m in tool_messages(r)}
+    assert message.startswith(f"[failed] {name}")
+    rows = await anyio.to_thread.run_sync(lambda: list(table_rows(config.database_path)))
+    seen = [message, repr(result), *rows]
+    assert not any(CANCEL_SECRET in text or "pässw" in text for text in seen)
+
+
+async def test_an_explicit_turn_cancel_during_an_effect_still_ends_the_turn(
+    tmp_path: Path,
+) -> None:
+    entered = anyio.Event()
+
+    @tool("probe.block")
+    async def block(ctx: ToolContext) -> str:
+        """Blocks until cancelled."""
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    model = ScriptedModel([CallTools(("probe_block", {})), Reply("must not run")])
+    async with open_host(tmp_path, model, tools=[block]) as host:
+        results: list[TurnResult] = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request(conversation="mine")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                await entered.wait()
+            turn_id = (await turn_rows(host))[-1][0]
+            owner = await host.authority.for_conversation(facts("mine", "alice", "test"))
+            answer = await host.turns.cancel(turn_id, owner)
+    assert answer.disposition == "cancelled"
+    assert results[0].outcome == "cancelled"
+    assert len(model.requests) == 1  # the turn did not go on to another step
+
+
+async def test_a_cancel_scope_around_an_effect_still_propagates(
+    authority: AuthorityResolver,
+) -> None:
+    scope = anyio.CancelScope()
+
+    @tool("probe.self_cancel")
+    async def self_cancel(ctx: ToolContext) -> str:
+        """Cancels the scope around the call, then waits."""
+        scope.cancel()
+        await anyio.sleep_forever()
+        return "never"
+
+    runtime, catalog, context = await runtime_for(authority, [self_cancel])
+    finished: list[EffectResult] = []
+    with scope:
+        finished.append(await call(runtime, catalog, context, "probe.self_cancel", {}))
+    assert finished == []
+    assert scope.cancelled_caught

@@ -264,8 +264,9 @@ def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
     """Replace every secret value in ``text`` with ``[redacted:NAME]``.
 
     Multi-line values are matched whole with either line ending and line by
-    line. ``cut`` says ``text`` is an output tail: a secret may also be split
-    at either edge (see ``_cut_edges``).
+    line, and any piece of 8+ characters anywhere (half a value on each stream)
+    by the effects redactor. ``cut`` says ``text`` is an output tail: a shorter
+    piece of a secret may also sit at either edge (see ``_cut_edges``).
     """
     if not secrets:
         return text
