@@ -38,12 +38,14 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "HostkitError",
+    "InvalidTurnRequest",
     "InvalidValue",
     "LeaseLost",
     "MigrationError",
     "NotFoundOrUnauthorized",
     "PolicyRefusal",
     "ProviderError",
+    "RequestConflict",
     "RuntimeFailure",
     "ScopeError",
     "StoreClosed",
@@ -152,6 +154,29 @@ class TurnRejected(HostkitError):
     def __init__(self, reason: str) -> None:
         self.reason = bounded(reason)
         super().__init__(f"turn rejected: {self.reason}")
+
+
+class InvalidTurnRequest(TurnRejected, InvalidValue):
+    """A ``TurnRequest`` that fails validation: the turn is rejected before admission.
+
+    Both a ``TurnRejected`` (what every refused turn is) and an ``InvalidValue``
+    (what every bad value is), so a caller may catch either.
+    """
+
+    def __init__(self, reason: str) -> None:
+        TurnRejected.__init__(self, reason)
+
+
+class RequestConflict(TurnRejected):
+    """A request id (idempotency key) reused with a different request.
+
+    The first request's turn stands; the second is refused, never answered with
+    the first one's result (as payment APIs treat a reused idempotency key).
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = bounded(request_id, 128)
+        super().__init__(f"request id {self.request_id!r} was used before for a different request")
 
 
 class TurnInProgress(HostkitError):

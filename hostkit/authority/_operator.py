@@ -78,6 +78,8 @@ class OperatorIssuer:
             scope=scope,
             session_id=session_id,
             reason=text,
+            # Names the grant, so an operator's later acts can cite this reason.
+            detail={"grant_id": self._grant},
         )
         return scope
 

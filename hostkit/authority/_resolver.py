@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 from anyio.abc import AsyncResource
 
 from hostkit.authority._operator import OPERATOR_CHANNEL, OperatorIssuer
-from hostkit.errors import InvalidValue, ScopeError
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.store import (
     Admitted,
     ConversationSelect,
@@ -22,12 +23,15 @@ from hostkit.store import (
 )
 from hostkit.types import ConversationFacts, PrincipalScope, TurnResult, new_id
 
-__all__ = ["AdmittedTurn", "AuthorityResolver", "conversation_principal"]
+__all__ = ["AdmittedTurn", "AuthorityResolver", "BindingListener", "conversation_principal"]
 
 SCHEDULE_CHANNEL = "schedule"
 AGENT_CHANNEL = "agent"
 # Channels the Host uses for its own bindings; a transport cannot claim them.
 RESERVED_CHANNELS = frozenset({OPERATOR_CHANNEL, SCHEDULE_CHANNEL, AGENT_CHANNEL})
+
+# (channel, conversation_key, session_id): the session a conversation is bound to now.
+BindingListener = Callable[[str, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class AuthorityResolver(AsyncResource):
         self._mint = mint
         self._issuer: OperatorIssuer | None = None
         self._issuer_taken = False
+        self._listeners: list[BindingListener] = []
 
     @classmethod
     def bind(cls, store: RuntimeStore) -> AuthorityResolver:
@@ -82,6 +87,20 @@ class AuthorityResolver(AsyncResource):
         self._issuer_taken = True
         self._issuer = OperatorIssuer(self._store, self._mint)
         return self._issuer
+
+    def watch_bindings(self, listener: BindingListener) -> None:
+        """Call ``listener`` with every conversation binding this resolver resolves or changes.
+
+        The Host's approval cache listens: a conversation moved to another
+        session (fresh, resumed, or by another principal sharing it) ends the
+        previous session's "approve for session" answers. Listeners must not
+        block or raise.
+        """
+        self._listeners.append(listener)
+
+    def _bound(self, channel: str, conversation_key: str, session_id: str) -> None:
+        for listener in self._listeners:
+            listener(channel, conversation_key, session_id)
 
     def verify(self, scope: object) -> PrincipalScope:
         """Return ``scope`` if it is a live scope of this store, else ``ScopeError``."""
@@ -109,6 +128,7 @@ class AuthorityResolver(AsyncResource):
         owner = await self._store.owner_facts(session_id)
         if owner is None or owner.owner_kind != "conversation":
             raise ScopeError("the conversation's session has no durable conversation owner")
+        self._bound(facts.channel, facts.conversation_key, session_id)
         return self._conversation_scope(principal_id, facts, session_id)
 
     def _conversation_scope(
@@ -156,9 +176,16 @@ class AuthorityResolver(AsyncResource):
             or admission.principal_id != principal_id
         ):
             raise ScopeError("the admission does not name this conversation")
-        outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=ttl_s)
+        try:
+            outcome = await self._store.turns.admit(admission, owner=owner, ttl_s=ttl_s)
+        except NotFoundOrUnauthorized:
+            await self._resume_denied(principal_id, target)
+            raise NotFoundOrUnauthorized("session") from None
+        if isinstance(outcome, SessionBusy):
+            self._bound(facts.channel, facts.conversation_key, outcome.session_id)
         if not isinstance(outcome, Admitted):
             return outcome
+        self._bound(facts.channel, facts.conversation_key, outcome.session_id)
         session_id = outcome.session_id
         row = outcome.owner
         if (row.session_id, row.owner_kind, row.channel, row.conversation_key) != (
@@ -190,6 +217,25 @@ class AuthorityResolver(AsyncResource):
             raise ScopeError(reason)
         scope = self._conversation_scope(principal_id, facts, session_id)
         return AdmittedTurn(outcome, scope)
+
+    async def _resume_denied(self, principal_id: str, target: ConversationTarget) -> None:
+        """Audit a refused resume with its real reason; the caller sees only not-found."""
+        session_id = target.select if target.select not in ("bound", "fresh") else ""
+        owner = await self._store.owner_facts(session_id) if session_id else None
+        if owner is None:
+            reason = "missing"
+        elif owner.owner_kind == "legacy_local":
+            reason = "legacy_repair_required"
+        else:
+            reason = "unauthorized"
+        await self._store.audit(
+            "principal_scope.owner_lookup_denied",
+            principal_id=principal_id,
+            authority=target.owner_kind,
+            subject=f"session:{session_id}"[:300],
+            reason=reason,
+            detail={"lookup": "resume", "channel": target.channel},
+        )
 
     async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:
         """System authority limited to one scheduled run's own session (idempotent per run)."""

@@ -74,6 +74,10 @@ def render_request(
             console.print(f"  … {len(items) - max_arguments} more arguments not shown")
     elif arguments is not None:
         console.print(Text.assemble("  arguments: ", one_line(arguments, max_value_chars)))
+    target = view.get("target")
+    if target is not None:
+        # What the Host validated before asking (web: the origin and its checked addresses).
+        console.print(Text.assemble("  target: ", (one_line(target, max_value_chars), "bold")))
     if request.secret_names:
         names = ", ".join(one_line(name, 60) for name in request.secret_names[:max_arguments])
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))

@@ -18,8 +18,15 @@ from hostkit.effects._approvals import (
     ApprovalRequest,
     ApprovalRuntime,
 )
-from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome, tool
-from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
+from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome, tool
+from hostkit.effects._catalog import (
+    CatalogEntry,
+    EffectCollision,
+    PreparedEffectCatalog,
+    SourcedTool,
+    check_collisions,
+    provider_name,
+)
 from hostkit.effects._fingerprint import fingerprint_of
 from hostkit.effects._pending import (
     ApprovalLedger,
@@ -56,16 +63,20 @@ __all__ = [
     "AuthoredTool",
     "CatalogEntry",
     "ClaimedApproval",
+    "EffectCollision",
     "EffectPolicy",
     "EffectRuntime",
     "PendingApproval",
     "PolicyDecision",
+    "Prepared",
     "PreparedEffectCatalog",
+    "SourcedTool",
     "ToolContext",
     "ToolOutcome",
     "Toolset",
     "ToolsetProvider",
     "approval_view",
+    "check_collisions",
     "fingerprint_of",
     "provider_name",
     "redact_secrets",

@@ -123,7 +123,7 @@ class ApprovalRuntime:
         self._cache: dict[ApprovalKey, float] = {}
         self._pending: dict[ApprovalKey, _Pending] = {}
         # Last session seen per conversation, for rebinding; bounded (oldest forgotten).
-        self._bindings: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._bindings: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._asking: set[anyio.CancelScope] = set()
         # Bumped by every invalidation: an answer given across one is not cached.
         self._epoch = 0
@@ -139,9 +139,19 @@ class ApprovalRuntime:
         Starting a replacement session, or resuming another one, is a
         conversation-binding change: the previous session's approvals go.
         """
-        conversation_key = (principal_id, conversation)
-        previous = self._bindings.pop(conversation_key, None)
-        self._bindings[conversation_key] = session_id
+        self._rebind(("principal", principal_id, conversation), session_id)
+
+    def observe_conversation(self, channel: str, conversation_key: str, session_id: str) -> None:
+        """The conversation is bound to ``session_id`` now (told by the AuthorityResolver).
+
+        Whoever moved it, and whether a turn runs there or not, a change ends
+        the previous session's approvals for every principal.
+        """
+        self._rebind(("conversation", channel, conversation_key), session_id)
+
+    def _rebind(self, tracked: tuple[str, str, str], session_id: str) -> None:
+        previous = self._bindings.pop(tracked, None)
+        self._bindings[tracked] = session_id
         if len(self._bindings) > MAX_TRACKED:
             self._bindings.popitem(last=False)
         if previous is not None and previous != session_id:

@@ -17,7 +17,7 @@ from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types import EffectStatus
 
-__all__ = ["AuthoredTool", "ToolContext", "ToolOutcome", "tool"]
+__all__ = ["AuthoredTool", "Prepared", "ToolContext", "ToolOutcome", "tool"]
 
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 # Every integer argument fits a signed 64-bit integer: what SQLite, struct, os and
@@ -46,6 +46,22 @@ class ToolContext:
     workspace: Path
     secrets: Mapping[str, str] = field(default_factory=FrozenMap)
     secrets_expire_at: float | None = None
+    # What the tool's ``prepare`` check returned for this call (``Prepared.value``).
+    prepared: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a tool's pre-approval check found, for the approver and for the call.
+
+    ``view`` is shown to the approver (and kept with a durable approval) as
+    the call's validated target, for example a URL's origin and the addresses
+    it resolved to; ``value`` is handed to the invocation as
+    ``ToolContext.prepared``, so the call acts on exactly what was approved.
+    """
+
+    view: Mapping[str, Any] = field(default_factory=FrozenMap)
+    value: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +86,11 @@ class AuthoredTool:
     become the JSON schema the model sees, validated with pydantic before the
     function runs. ``timeout_s`` bounds one invocation. ``preflight`` is a
     pure Host check over the validated arguments (no I/O) that raises a
-    ``UserError`` to refuse the call before anything runs. ``secrets_argument``
+    ``UserError`` to refuse the call before anything runs. ``prepare`` is the
+    async form for checks that must look something up (a URL's DNS answers)
+    but change nothing: the pipeline runs it after ``preflight`` and before
+    approval, so a refused target never reaches an approver; it raises a
+    ``UserError`` to refuse, and returns a ``Prepared``. ``secrets_argument``
     names the argument (a list of environment names) through which a call asks
     the runtime to bind ``secret.bind:<NAME>`` secrets into ``ToolContext``.
     ``approval_warning`` is shown with every approval prompt for this tool (for
@@ -85,6 +105,7 @@ class AuthoredTool:
         description: str | None = None,
         timeout_s: float = 30.0,
         preflight: Callable[[Mapping[str, Any]], None] | None = None,
+        prepare: Callable[[Mapping[str, Any]], Awaitable[Prepared]] | None = None,
         secrets_argument: str | None = None,
         approval_warning: str | None = None,
     ) -> None:
@@ -97,6 +118,7 @@ class AuthoredTool:
         self.description = (description or inspect.getdoc(fn) or name).strip()[:1024]
         self.timeout_s = timeout_s
         self.preflight = preflight
+        self.prepare = prepare
         self.secrets_argument = secrets_argument
         self.approval_warning = bounded(approval_warning, 300) if approval_warning else None
         self._model = _arguments_model(name, fn)

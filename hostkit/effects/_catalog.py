@@ -2,19 +2,83 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hostkit.effects._authored import AuthoredTool
-from hostkit.errors import InvalidValue
+from hostkit.errors import ConfigError, bounded
 from hostkit.types import ResolvedEffectRef, ToolDefinition, new_id
 
-__all__ = ["CatalogEntry", "PreparedEffectCatalog", "provider_name"]
+__all__ = [
+    "CatalogEntry",
+    "EffectCollision",
+    "PreparedEffectCatalog",
+    "SourcedTool",
+    "check_collisions",
+    "provider_name",
+]
 
 
 def provider_name(effect: str) -> str:
     """The provider-visible function name of a dotted effect name (providers forbid dots)."""
     return effect.replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedTool:
+    """A tool with its provenance: where it really comes from, for display and collisions.
+
+    ``source`` is ``builtin:<family>`` (files, web, terminal, memory),
+    ``module:<python module>`` for an agent's ``tool_modules``,
+    ``mcp:<server>`` (reserved for MCP discovery), or a label a test or an
+    embedder's own tool source chose.
+    """
+
+    tool: AuthoredTool
+    source: str
+
+
+class EffectCollision(ConfigError):
+    """Two tools of one turn would share a name, so dispatch could not tell them apart.
+
+    Either both have the same effect name, or two effect names map to the same
+    provider-visible name (``a.b`` and ``a_b``). ``first`` and ``second`` are
+    ``(effect, source)`` of the two; the message names both sources.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        first: tuple[str, str],
+        second: tuple[str, str],
+        *,
+        key: str | None = None,
+    ) -> None:
+        self.name = name
+        self.first = first
+        self.second = second
+        if first[0] == second[0]:
+            message = f"two tools collide as effect {first[0]!r}: from {first[1]} and {second[1]}"
+        else:
+            message = (
+                f"effects {first[0]!r} from {first[1]} and {second[0]!r} from {second[1]} "
+                f"collide as {name!r}"
+            )
+        super().__init__(bounded(message, 400), key=key)
+
+
+def check_collisions(tools: Iterable[tuple[str, str]], *, key: str | None = None) -> None:
+    """Raise ``EffectCollision`` for the first two ``(effect, source)`` sharing a name.
+
+    ``key`` is the configuration key the error names (``agents.<name>``).
+    """
+    seen: dict[str, tuple[str, str]] = {}
+    for effect, source in tools:
+        name = provider_name(effect)
+        previous = seen.get(name)
+        if previous is not None:
+            raise EffectCollision(name, previous, (effect, source), key=key)
+        seen[name] = (effect, source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,24 +97,16 @@ class PreparedEffectCatalog:
 
     The model loop resolves a returned tool name only through this catalog;
     the returned reference is bound to this catalog and turn and is refused by
-    any other. ``close()`` releases the catalog (idempotent).
+    any other. ``close()`` releases the catalog (idempotent). Raises
+    ``EffectCollision`` when two entries would share a name.
     """
 
     def __init__(self, *, turn_id: str, session_id: str, entries: tuple[CatalogEntry, ...]) -> None:
         self.catalog_id = new_id("cat")
         self.turn_id = turn_id
         self.session_id = session_id
-        by_name: dict[str, CatalogEntry] = {}
-        for entry in entries:
-            previous = by_name.get(entry.provider_name)
-            if previous is not None:
-                raise InvalidValue(
-                    f"effect name collision on {entry.provider_name!r}: "
-                    f"{previous.effect} from {previous.source} "
-                    f"and {entry.effect} from {entry.source}"
-                )
-            by_name[entry.provider_name] = entry
-        self._by_name: Mapping[str, CatalogEntry] = by_name
+        check_collisions((entry.effect, entry.source) for entry in entries)
+        self._by_name: Mapping[str, CatalogEntry] = {e.provider_name: e for e in entries}
         self._by_id: Mapping[str, CatalogEntry] = {e.entry_id: e for e in entries}
         self.definitions: tuple[ToolDefinition, ...] = tuple(
             ToolDefinition(e.provider_name, e.tool.description, e.tool.parameters) for e in entries

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import anyio
 
 from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
-from hostkit.effects._authored import AuthoredTool, ToolContext, ToolOutcome
+from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
@@ -106,6 +106,10 @@ class _Checked:
     # redactor for them plus the call's secret-named argument values.
     held: Mapping[str, str]
     redactor: Redactor
+    # What the tool's ``prepare`` check found: the approver's view of the target, and
+    # the value the invocation receives (``ToolContext.prepared``).
+    target: Mapping[str, Any] | None = None
+    prepared: Any = None
 
 
 def _refused(
@@ -162,7 +166,9 @@ class EffectRuntime:
     and its catalog binding; check the turn owns the catalog; require the
     effect (and every ``secret.bind:<NAME>`` it asks for) in the pinned
     capability snapshot; validate arguments and run the pure Host checks
-    (preflight); apply policy and resolve approval; bind only the approved
+    (preflight); apply policy; run the tool's ``prepare`` check (a URL's
+    policy and DNS answers), so a refused target never reaches an approver
+    and the prompt shows the validated one; resolve approval; bind only the approved
     secrets; invoke under a deadline; build bounded, redacted views. Nothing is
     imported, spawned, written or fetched before those checks pass.
     Cancellation of the caller propagates (the turn records it).
@@ -184,6 +190,8 @@ class EffectRuntime:
         self._ledger = None if store is None else ApprovalLedger(store)
         self._environ = os.environ if environ is None else environ
         self._catalogs: dict[str, tuple[PreparedEffectCatalog, Toolset]] = {}
+        # turn id -> ids of the calls whose tool was invoked (until the turn's catalog closes)
+        self._invoked: dict[str, set[str]] = {}
 
     async def prepare_catalog(self, context: TurnExecutionContext) -> PreparedEffectCatalog:
         """Freeze this turn's definitions and references (MCP discovery joins here later)."""
@@ -203,6 +211,13 @@ class EffectRuntime:
                 context.principal.conversation_key,
                 context.session_id,
             )
+            if context.principal.channel is not None:
+                # Keyed by channel too: the same key on two channels is two conversations.
+                self._approvals.observe_conversation(
+                    context.principal.channel,
+                    context.principal.conversation_key,
+                    context.session_id,
+                )
         return catalog
 
     async def supersede_pending(self, context: TurnExecutionContext) -> int:
@@ -217,7 +232,14 @@ class EffectRuntime:
 
     async def close_catalog(self, catalog: PreparedEffectCatalog) -> None:
         self._catalogs.pop(catalog.catalog_id, None)
+        self._invoked.pop(catalog.turn_id, None)
         await catalog.close()
+
+    def invoked(self, turn_id: str) -> frozenset[str]:
+        """Ids of the calls of ``turn_id`` whose tool was invoked: a turn cancelled during
+        ``execute`` tells an effect that may have happened (its tool ran) from one refused
+        or still waiting for approval (nothing ran)."""
+        return frozenset(self._invoked.get(turn_id, ()))
 
     async def execute(self, request: EffectRequest, context: TurnExecutionContext) -> EffectResult:
         """Run one effect through the pipeline; returns a typed result, never adapter errors."""
@@ -230,6 +252,10 @@ class EffectRuntime:
             return _refused(
                 request.call_id, effect, "denied", "denied by the agent's effect policy"
             )
+        prepared = await self._prepare(checked)
+        if isinstance(prepared, EffectResult):
+            return prepared
+        checked = prepared
         if decision == "ask" or checked.secret_names:
             refusal = await self._approve(checked, context)
             if refusal is not None:
@@ -280,7 +306,11 @@ class EffectRuntime:
             return checked
         if checked.toolset.policy.decide(effect) == "deny":
             return _refused(call_id, effect, "denied", "denied by the agent's effect policy")
-        return await self._bind_and_invoke(checked, context)
+        # The target is checked again now: DNS may answer differently than when asked.
+        prepared = await self._prepare(checked)
+        if isinstance(prepared, EffectResult):
+            return prepared
+        return await self._bind_and_invoke(prepared, context)
 
     # -- the checks before approval ------------------------------------------------------
 
@@ -341,6 +371,36 @@ class EffectRuntime:
             argument_secrets,
         )
 
+    async def _prepare(self, checked: _Checked) -> _Checked | EffectResult:
+        """Run the tool's pre-approval ``prepare`` check; nothing has started yet.
+
+        A ``UserError`` (a refused URL or address) is ``denied``, a deadline
+        ``timed_out`` and any other failure (a name that does not resolve)
+        ``failed``, all with ``started=False``. Cancellation propagates.
+        """
+        tool, call_id, effect = checked.entry.tool, checked.call_id, checked.entry.effect
+        if tool.prepare is None:
+            return checked
+        redactor = checked.redactor
+        try:
+            with anyio.fail_after(tool.timeout_s):
+                prepared = await tool.prepare(checked.arguments)
+            if not isinstance(prepared, Prepared):
+                raise TypeError("prepare must return a Prepared")
+        except UserError as exc:
+            return _refused(
+                call_id, effect, "denied", _error_text(exc, redactor, named=False), redactor
+            )
+        except TimeoutError:
+            error = f"checking the target timed out after {tool.timeout_s:g}s"
+            return _refused(call_id, effect, "timed_out", error, redactor)
+        except BaseException as exc:
+            # As for invocation: only real cancellation propagates, never a tool's own.
+            if _is_cancellation(exc):
+                raise
+            return _refused(call_id, effect, "failed", _error_text(exc, redactor), redactor)
+        return dataclasses.replace(checked, target=prepared.view, prepared=prepared.value)
+
     def _held_secrets(self, context: TurnExecutionContext) -> dict[str, str]:
         """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot.
 
@@ -374,7 +434,12 @@ class EffectRuntime:
         )
         warning = entry.tool.approval_warning
         view = approval_view(
-            entry.effect, checked.raw_arguments, checked.secret_names, warning, held=checked.held
+            entry.effect,
+            checked.raw_arguments,
+            checked.secret_names,
+            warning,
+            held=checked.held,
+            target=checked.target,
         )
         # One id from the first prompt to the durable row an unanswered ask leaves.
         approval_id = new_id("apr")
@@ -445,6 +510,7 @@ class EffectRuntime:
             workspace=checked.toolset.workspace,
             secrets=FrozenMap(secrets),
             secrets_expire_at=expires_at,
+            prepared=checked.prepared,
         )
         return await self._invoke(checked, tool_context, secrets)
 
@@ -458,6 +524,7 @@ class EffectRuntime:
         held = {**checked.held, **secrets}
         arguments = _argument_secrets(entry.tool, checked.raw_arguments)
         redactor = Redactor.of(held, arguments)
+        self._invoked.setdefault(tool_context.turn_id, set()).add(call_id)
         try:
             with anyio.fail_after(entry.tool.timeout_s):
                 output = await entry.tool.invoke(tool_context, checked.arguments)
@@ -544,14 +611,19 @@ def approval_view(
     warning: str | None = None,
     *,
     held: Mapping[str, str] | None = None,
+    target: Mapping[str, Any] | None = None,
 ) -> FrozenMap:
     """What an approver sees: the effect, field-name-redacted bounded arguments, secret names.
 
     A secret-named argument's value is masked wherever else it appears too, and so
     is each ``held`` secret value (name -> value) the arguments happen to carry.
+    ``target`` is what the tool's ``prepare`` check validated (a URL's origin and
+    addresses), shown so the approver judges where the call goes, not only its text.
     """
     redactor = Redactor.of(held or {}, derived_secrets(arguments))
     view: dict[str, Any] = {"effect": effect, "arguments": redactor.value(arguments)}
+    if target:
+        view["target"] = redactor.value(target)
     if secret_names:
         # Names only, never values ("secrets" would be redacted by its field name).
         view["binds"] = [secret_grant(name) for name in secret_names]

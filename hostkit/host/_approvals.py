@@ -36,9 +36,12 @@ Fingerprint = Callable[[PendingApproval], Awaitable[str | None]]
 class HostApprovals:
     """Durable approvals as operators and owners see them (``host.approvals``).
 
-    Every call takes a Host-issued ``PrincipalScope`` and applies its owner
-    predicate in SQL: an operator sees every owned session's approvals, a
-    conversation only its own; missing and foreign ids get the same
+    Every call takes a Host-issued ``PrincipalScope`` and the store applies
+    its approver predicate in SQL: an operator (whose scope was issued with an
+    audited reason, recorded again with each answer) sees every owned
+    session's approvals; anyone else only the approvals of calls that would
+    run as their own principal in their own session — not those of another
+    principal sharing the conversation. Missing and foreign ids get the same
     ``NotFoundOrUnauthorized``. ``answer`` records the first answer, then
     runs the continuation turn in the approval's session, which executes
     exactly the approved call once (or tells the model it was denied).
@@ -147,9 +150,14 @@ class HostApprovals:
         )
 
     async def revoke(self, scope: PrincipalScope, session_id: str) -> int:
-        """Drop the session's cached "approve for session" answers (owner-checked)."""
+        """Drop the session's cached "approve for session" answers (owner-checked).
+
+        An operator drops every principal's; anyone else only their own.
+        """
         await self._store.get_session(scope, session_id)  # owner-checked; raises if not
-        return self.runtime.invalidate(session_id=session_id)
+        if scope.authority == "operator":
+            return self.runtime.invalidate(session_id=session_id)
+        return self.runtime.invalidate(session_id=session_id, principal_id=scope.principal_id)
 
     async def _continuation_principal(
         self, approval: PendingApproval, principal: PrincipalScope | None

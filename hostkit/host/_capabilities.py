@@ -19,7 +19,7 @@ from anyio.abc import AsyncResource
 
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process import ProcessSupervisor, TerminalRuns, load_artifact_key
-from hostkit.effects import AuthoredTool, EffectPolicy
+from hostkit.effects import AuthoredTool, EffectPolicy, SourcedTool
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
 from hostkit.turns import Observer
@@ -136,7 +136,11 @@ class MemorySource(Protocol):
 
 
 class ToolSource(Protocol):
-    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]: ...
+    """Builds an agent's tools. Each is a ``SourcedTool`` naming where it really comes
+    from (``builtin:<family>``, ``module:<name>``, ``mcp:<server>``); a bare
+    ``AuthoredTool`` is labelled ``source:<the source's class name>``."""
+
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool | SourcedTool]: ...
 
 
 class Channel(Protocol):

@@ -20,7 +20,7 @@ from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.context import Estimator
-from hostkit.effects import AuthoredTool, provider_name
+from hostkit.effects import AuthoredTool, SourcedTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     Channel,
@@ -135,7 +135,9 @@ class DefaultToolSource:
     """Memory tools, the agent's opted-in builtins, and the authored tools of its ``tool_modules``.
 
     Tool modules are operator-trusted Python named in the configuration; they
-    are imported when the generation first needs an agent's tools. Terminal
+    are imported when the generation first needs an agent's tools. Each tool
+    carries its real source: ``builtin:memory``, ``builtin:files``,
+    ``builtin:web``, ``builtin:terminal`` or ``module:<module name>``. Terminal
     builtins use the Host's process resources (supervisor and run registries
     outlive a generation).
     """
@@ -143,16 +145,23 @@ class DefaultToolSource:
     def __init__(self, config: HostConfig) -> None:
         self._config = config
 
-    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+    async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
         agent = self._config.agents[request.agent]
-        tools: list[AuthoredTool] = []
+        tools: list[SourcedTool] = []
+
+        def add(source: str, offered: Sequence[AuthoredTool]) -> None:
+            tools.extend(SourcedTool(tool, source) for tool in offered)
+
         if agent.memory and request.memory is not None:
-            tools.extend(memory_tools(request.memory))
+            add("builtin:memory", memory_tools(request.memory))
         if agent.builtins:
             scope = WorkspaceScope(request.workspace, protected=request.config.state_paths())
-            tools.extend(t for t in workspace_tools(scope) if t.name in agent.builtins)
+            add("builtin:files", [t for t in workspace_tools(scope) if t.name in agent.builtins])
         if "web.extract" in agent.builtins:
-            tools.extend(web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))))
+            add(
+                "builtin:web",
+                web_tools(UrlPolicy(allow_private=frozenset(agent.url_allow_private))),
+            )
         wanted = _TERMINAL.intersection(agent.builtins)
         if wanted:
             if request.processes is None:
@@ -162,10 +171,11 @@ class DefaultToolSource:
                 )
             runs = await request.processes.terminal_runs(request.workspace)
             policy = sandbox_policy(self._config, request.agent)
-            tools.extend(t for t in runs.tools(sandbox=policy) if t.name in wanted)
+            add("builtin:terminal", [t for t in runs.tools(sandbox=policy) if t.name in wanted])
         for module_name in agent.tool_modules:
             module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
-            tools.extend(v for v in vars(module).values() if isinstance(v, AuthoredTool))
+            found = [v for v in vars(module).values() if isinstance(v, AuthoredTool)]
+            add(f"module:{module_name}", found)
         return tools
 
 

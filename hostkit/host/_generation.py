@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +18,14 @@ from hostkit.effects import (
     CatalogEntry,
     EffectPolicy,
     EffectRuntime,
+    SourcedTool,
     Toolset,
+    check_collisions,
     fingerprint_of,
     provider_name,
     secret_grant,
 )
-from hostkit.errors import ConfigError, HostkitError, TurnRejected
+from hostkit.errors import HostkitError, TurnRejected
 from hostkit.host._capabilities import (
     MemoryRequest,
     ProcessResources,
@@ -48,6 +51,21 @@ class _AgentTools:
     policy_fingerprint: str
     workspace: Path
     secret_grants: tuple[str, ...]
+
+
+def _sourced(
+    tools: Sequence[AuthoredTool | SourcedTool], label: str
+) -> list[tuple[AuthoredTool, str]]:
+    """Each tool with its provenance (``label`` for a bare one), each tool object once.
+
+    The same object offered twice (a tool module re-exporting another's tool) is
+    one tool; different tools under one name are a collision, found later.
+    """
+    offered: dict[int, tuple[AuthoredTool, str]] = {}
+    for item in tools:
+        tool, origin = (item.tool, item.source) if isinstance(item, SourcedTool) else (item, label)
+        offered.setdefault(id(tool), (tool, origin))
+    return list(offered.values())
 
 
 class Generation(AsyncResource):
@@ -122,21 +140,15 @@ class Generation(AsyncResource):
             request = ToolRequest(
                 self.config, agent, policy, self.workspace(agent), memory, self.processes
             )
-            offered = list(
-                {id(tool): tool for tool in await self.capabilities.tools.tools(request)}.values()
-            )
+            source = self.capabilities.tools
+            offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
             allowed = tuple(
-                (tool, "tools") for tool in offered if policy.decide(tool.name) != "deny"
+                (tool, origin) for tool, origin in offered if policy.decide(tool.name) != "deny"
             )
-            seen: dict[str, str] = {}
-            for tool, _ in allowed:
-                name = provider_name(tool.name)
-                if name in seen:
-                    raise ConfigError(
-                        f"tools {seen[name]!r} and {tool.name!r} collide as {name!r}",
-                        key=f"agents.{agent}",
-                    )
-                seen[name] = tool.name
+            # Two tools under one name would make dispatch ambiguous: name both sources.
+            check_collisions(
+                ((tool.name, origin) for tool, origin in allowed), key=f"agents.{agent}"
+            )
             cached = self._tools[agent] = _AgentTools(
                 tools=allowed,
                 policy=policy,
@@ -197,6 +209,7 @@ class Generation(AsyncResource):
             workspace=tools.workspace,
             max_steps=agent.max_steps,
             secret_grants=tools.secret_grants,
+            observer=self.capabilities.observer,
         )
 
     async def release(self) -> bool:

@@ -96,6 +96,8 @@ class Host(AsyncResource):
         self._approval_runtime = ApprovalRuntime(
             provider=approver, decision_timeout_s=config.host.approval_timeout_s
         )
+        # A conversation moved to another session ends the old one's session approvals.
+        authority.watch_bindings(self._approval_runtime.observe_conversation)
         self.processes = ProcessResources(
             supervisor=ProcessSupervisor(),
             artifact_root=config.artifact_root,
@@ -177,7 +179,9 @@ class Host(AsyncResource):
         )
         try:
             authority = AuthorityResolver.bind(store)
-            events = EventBus(forward=capabilities.observer if capabilities else None)
+            # Turns report to their generation's observer themselves (PinnedCore.observer);
+            # the bus serves this Host's subscribers (CLI, notebook) across generations.
+            events = EventBus()
             # One identity for this Host's durable leases (turns and compaction); reading
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
@@ -235,9 +239,17 @@ class Host(AsyncResource):
         self._generation = self._new_generation(previous.number + 1, config, caps)
         self.config = config
         # A changed (or removed) agent's session approvals were given for another revision.
+        # New capability sources, or a change outside the agents' own sections, may change
+        # what any agent is granted: its authority changed, so every agent's approvals go
+        # (a later switch back must not revive them).
+        authority_changed = capabilities is not None or _outside_agents(
+            previous.config
+        ) != _outside_agents(config)
         for agent in previous.config.agents:
-            if agent not in config.agents or previous.revision(agent) != self._generation.revision(
-                agent
+            if (
+                authority_changed
+                or agent not in config.agents
+                or previous.revision(agent) != self._generation.revision(agent)
             ):
                 self._approval_runtime.invalidate(core_id=agent)
         previous.retired = True
@@ -335,6 +347,15 @@ class Host(AsyncResource):
             await generation.aclose()
         except Exception:
             _log.exception("closing generation %s failed", generation.number)
+
+
+def _outside_agents(config: HostConfig) -> dict[str, object]:
+    """The configuration apart from the agents (each agent's own part is its revision)."""
+    # Relative paths (workspaces, sandbox roots) resolve against base_dir.
+    return {
+        **config.model_dump(mode="json", exclude={"agents"}),
+        "base_dir": str(config.base_dir),
+    }
 
 
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:

@@ -315,14 +315,15 @@ def _describe(
             for k, v in list(arguments.items())[:16]
         )
     names = ", ".join(_cut(name, 60) for name in secret_names[:16])
-    secrets = f"<div>binds secrets: <code>{html.escape(names)}</code></div>" if names else ""
+    facts = f"<div>binds secrets: <code>{html.escape(names)}</code></div>" if names else ""
+    target = view.get("target")
+    if target is not None:
+        facts += f"<div>target: <code>{html.escape(_cut(str(target), 300))}</code></div>"
     if warning:
-        secrets += (
-            f"<div style='color:#b00'><b>warning</b>: {html.escape(_cut(warning, 300))}</div>"
-        )
+        facts += f"<div style='color:#b00'><b>warning</b>: {html.escape(_cut(warning, 300))}</div>"
     return (
         f"<div><b>approval needed</b>: the agent wants to run <code>{html.escape(effect)}</code>"
-        f"</div><table>{rows}</table>{secrets}"
+        f"</div><table>{rows}</table>{facts}"
     )
 
 

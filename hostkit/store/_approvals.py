@@ -5,11 +5,14 @@ An approval is the row an unanswered ``ask`` leaves behind: the frozen call
 redacted ``view`` approvers see and the typed security facts decisions read
 (values in ``_approval_values``).
 
-Reads and answers apply the owner predicate inside the same SQL statement (an
-approval is owned through its session); a missing approval and another
-owner's look the same (``NotFoundOrUnauthorized``, the real reason in the
-Host-only audit). Every status change is one conditional UPDATE, so two
-answers or two continuation turns can never both succeed.
+Reads and answers apply the approver predicate inside the same SQL statement:
+the session's owner predicate and, unless the scope is an operator's, the
+principal the paused call would run as — another principal who shares the
+conversation sees nothing. A missing approval and someone else's look the same
+(``NotFoundOrUnauthorized``, the real reason in the Host-only audit). An
+accepted answer is audited (``approval.answered``; an operator's carries the
+reason its scope was issued with). Every status change is one conditional
+UPDATE, so two answers or two continuation turns can never both succeed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from hostkit.store._approval_values import (
     decode_view,
     encode_approval,
 )
-from hostkit.store._owned import denial_reason, now, owner_predicate
+from hostkit.store._owned import denial_reason, now, owner_predicate, session_authorized
 from hostkit.store._sessions import insert_audit
 from hostkit.types import PrincipalScope
 
@@ -60,10 +63,11 @@ class ApprovalStore(ABC):
     """Durable pending approvals; every adapter implements this group.
 
     Owned operations (``get``, ``list``, ``answer``) take a ``PrincipalScope``
-    this store issued (else ``ScopeError``) and apply its owner predicate in the
-    statement that touches the row. The others (``insert``, ``claim``,
-    ``mark_stale``, ``supersede``) are the Host's own bookkeeping for a turn it
-    runs and are keyed by that turn's session. Bad input raises
+    this store issued (else ``ScopeError``) and apply its approver predicate in
+    the statement that touches the row: an operator scope, or a scope of the
+    principal the call would run as that owns the approval's session. The
+    others (``insert``, ``claim``, ``mark_stale``, ``supersede``) are the Host's
+    own bookkeeping for a turn it runs and are keyed by that turn's session. Bad input raises
     ``InvalidValue`` (bounded message) and changes nothing.
     """
 
@@ -172,10 +176,23 @@ def _query(raw: sqlite3.Connection, sql: str, params: list[Any]) -> sqlite3.Curs
     return cursor.execute(sql, params)
 
 
+def approver_predicate(scope: PrincipalScope, table: str = "a") -> tuple[str, list[Any]]:
+    """SQL true exactly for the approvals ``scope`` may see and answer (needs ``session_owners o``).
+
+    The session's owner predicate, plus, for anyone but an operator, the
+    principal the paused call would run as: a conversation shared by several
+    principals does not let one answer for another.
+    """
+    where, params = owner_predicate(scope)
+    if scope.authority == "operator":
+        return where, params
+    return f"{where} AND {table}.principal_id = ?", [*params, scope.principal_id]
+
+
 def _owned_row(
     raw: sqlite3.Connection, scope: PrincipalScope, approval_id: str
 ) -> PendingApproval | None:
-    where, params = owner_predicate(scope)
+    where, params = approver_predicate(scope)
     row = _query(
         raw,
         f"SELECT {_COLUMNS} FROM approvals a JOIN session_owners o ON o.session_id = a.session_id "
@@ -253,7 +270,7 @@ class SqliteApprovalStore(ApprovalStore):
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
         if not 1 <= limit <= MAX_APPROVAL_LIST:
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
-        where, params = owner_predicate(scope)
+        where, params = approver_predicate(scope)
         status_clause = "" if status is None else "AND a.status = ? "
 
         def select(raw: sqlite3.Connection) -> tuple[PendingApproval, ...]:
@@ -282,11 +299,16 @@ class SqliteApprovalStore(ApprovalStore):
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
         if fingerprint is not None:
             check_id("fingerprint", fingerprint)
-        where, params = owner_predicate(scope)
+        where, params = approver_predicate(scope, "approvals")
         status = "denied" if decision == "deny" else "approved"
 
         def answer(raw: sqlite3.Connection) -> ApprovalAnswer | None:
-            # One conditional UPDATE carries the owner predicate, the pending check and
+            reason: str | None = None
+            if scope.authority == "operator":
+                reason = _operator_reason(raw, scope)
+                if reason is None:  # an operator answers only with an audited reason
+                    return None
+            # One conditional UPDATE carries the approver predicate, the pending check and
             # the fingerprint check: of concurrent answers, exactly one changes the row.
             cursor = raw.execute(
                 "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, decided_at = ? "
@@ -309,6 +331,15 @@ class SqliteApprovalStore(ApprovalStore):
             if current is None:
                 return None
             if cursor.rowcount == 1:
+                insert_audit(
+                    raw,
+                    "approval.answered",
+                    scope=scope,
+                    session_id=current.session_id,
+                    subject=f"approval:{approval_id}",
+                    reason=reason,
+                    detail={"decision": decision, "runs_as": current.principal_id},
+                )
                 return ApprovalAnswer(current, accepted=True)
             if current.status == "pending":  # only the fingerprint can have stopped it
                 _stale(raw, approval_id)
@@ -397,20 +428,43 @@ class SqliteApprovalStore(ApprovalStore):
         """
 
         def record(raw: sqlite3.Connection) -> None:
-            row = raw.execute(
-                "SELECT session_id FROM approvals WHERE approval_id = ?", [approval_id]
-            ).fetchone()
-            reason = "missing" if row is None else denial_reason(raw, "session", row[0])
             insert_audit(
                 raw,
                 "principal_scope.owner_lookup_denied",
                 scope=scope,
                 subject=f"approval:{approval_id}",
-                reason=reason,
+                reason=_denial(raw, scope, approval_id),
             )
 
         await self._db.write(record)
         raise NotFoundOrUnauthorized("approval")
+
+
+def _denial(raw: sqlite3.Connection, scope: PrincipalScope, approval_id: str) -> str:
+    """The real reason an approver lookup found nothing (Host-only audit)."""
+    row = raw.execute(
+        "SELECT session_id, principal_id FROM approvals WHERE approval_id = ?", [approval_id]
+    ).fetchone()
+    if row is None:
+        return "missing"
+    session_id, principal_id = row
+    if session_authorized(raw, scope, session_id):
+        if scope.authority == "operator":
+            return "operator_unaudited"
+        if principal_id != scope.principal_id:
+            return "other_principal"
+    return denial_reason(raw, "session", session_id)
+
+
+def _operator_reason(raw: sqlite3.Connection, scope: PrincipalScope) -> str | None:
+    """The reason the operator's scope was issued with, from its issuance audit row."""
+    row = raw.execute(
+        "SELECT reason FROM audit WHERE kind = 'principal_scope.operator_issued' "
+        "AND principal_id = ? AND json_extract(detail, '$.grant_id') = ? "
+        "ORDER BY id DESC LIMIT 1",
+        [scope.principal_id, scope.grant_id],
+    ).fetchone()
+    return None if row is None or not row[0] else str(row[0])
 
 
 def _stale(raw: sqlite3.Connection, approval_id: str) -> bool:

@@ -213,9 +213,16 @@ class SqliteInspectQueries(InspectQueries):
                 truncated=len(found) > limit,
             )
 
+        def why(conn: sqlite3.Connection) -> str | None:
+            # An owned turn asked for under another (owned or not) session id.
+            if turn_id is None or session_id is None:
+                return None
+            found = _turn(conn, where, params, session_id=None, turn_id=turn_id)
+            return "other_session" if found is not None else None
+
         kind: OwnedKind = "turn" if turn_id is not None else "session"
         object_id = turn_id if turn_id is not None else session_id
-        return await self._db.owned(scope, kind, object_id or "", read)
+        return await self._db.owned(scope, kind, object_id or "", read, why=why)
 
     async def session_usage(
         self, scope: PrincipalScope, session_id: str, *, turns: int = 50, steps: int = 64

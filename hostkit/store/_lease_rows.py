@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from hostkit.errors import NotFoundOrUnauthorized, ScopeError
+from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
 from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
@@ -23,6 +23,7 @@ from hostkit.store._turn_rows import (
     insert_event,
     insert_message,
     one_row,
+    same_request,
 )
 from hostkit.store._turn_values import (
     Admitted,
@@ -91,13 +92,16 @@ def admit(
 ) -> Admitted | TurnState | SessionBusy:
     """One transaction: idempotency check, session binding, session lease, turn, ``turn.started``.
 
-    A repeated key returns the existing turn before anything else happens. A
+    A repeated key returns the existing turn before anything else happens, or
+    raises ``RequestConflict`` when it was used for a different request. A
     session held by a live holder returns ``SessionBusy`` (the binding stays).
     A holder whose lease expired, or whose owner is provably dead, has its
     turn ended first and the session taken over with the next token.
     """
     existing = find_turn(conn, admission.principal_id, admission.request_id)
     if existing is not None:
+        if not same_request(conn, existing, admission):
+            raise RequestConflict(admission.request_id)
         return existing
     session_id, created, facts = _resolve_session(conn, admission)
     held = one_row(

@@ -294,16 +294,29 @@ class SqliteStore(RuntimeStore):
             )
             if bound is not None:
                 return bound, False
-        return await self.write(
-            lambda raw: _sessions.bind_conversation(
-                raw,
-                channel=channel,
-                conversation_key=conversation_key,
-                principal_id=principal_id,
-                owner_kind=owner_kind,
-                select=select,
+        try:
+            return await self.write(
+                lambda raw: _sessions.bind_conversation(
+                    raw,
+                    channel=channel,
+                    conversation_key=conversation_key,
+                    principal_id=principal_id,
+                    owner_kind=owner_kind,
+                    select=select,
+                )
             )
-        )
+        except NotFoundOrUnauthorized:
+            # A resume of a session this conversation does not own: the caller gets the
+            # not-found answer, the Host-only audit the real reason.
+            await self.audit(
+                "principal_scope.owner_lookup_denied",
+                principal_id=principal_id,
+                authority=owner_kind,
+                subject=f"session:{select}"[:300],
+                reason=await self.read(lambda raw: _owned.denial_reason(raw, "session", select)),
+                detail={"lookup": "resume", "channel": channel},
+            )
+            raise NotFoundOrUnauthorized("session") from None
 
     async def create_session(
         self,
@@ -358,12 +371,15 @@ class SqliteStore(RuntimeStore):
         fn: Callable[[sqlite3.Connection], T | None],
         *,
         write: bool = False,
+        why: Callable[[sqlite3.Connection], str | None] | None = None,
     ) -> T:
         """Run an owned operation ``fn`` (which applies ``owner_predicate`` in its SQL).
 
         ``fn`` returns None when the scope does not own ``object_id``; then the
         real reason goes to the Host-only audit and ``NotFoundOrUnauthorized``
-        is raised, the same answer as for a missing object.
+        is raised, the same answer as for a missing object. ``why`` names a
+        reason the generic one cannot see (a lookup narrower than ownership);
+        None falls back to it.
         """
         self.verify_scope(scope)
         result = await (self.write(fn) if write else self.read(fn))
@@ -371,7 +387,9 @@ class SqliteStore(RuntimeStore):
             return result
 
         def record_denial(raw: sqlite3.Connection) -> None:
-            reason = _owned.denial_reason(raw, kind, object_id)
+            reason = (why(raw) if why is not None else None) or _owned.denial_reason(
+                raw, kind, object_id
+            )
             _sessions.insert_audit(
                 raw,
                 "principal_scope.owner_lookup_denied",

@@ -30,6 +30,7 @@ from hostkit.store._turn_values import (
     RecoveredTurn,
     SessionLease,
     TranscriptEntry,
+    TurnAdmission,
     TurnState,
     TurnWrite,
 )
@@ -195,8 +196,10 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     """End a running turn whose holder is gone: ``lost``, or ``cancelled`` if one was asked.
 
     Nothing is replayed: its provider or effect step may or may not have
-    happened, and the terminal record says so. Frees its session lease.
+    happened, and the terminal record says so. The calls of its last step that
+    have no result get one (``answer_dangling_calls``). Frees its session lease.
     """
+    answer_dangling_calls(conn, row["session_id"], row["turn_id"])
     outcome: TurnOutcome = "cancelled" if row["cancel_requested_at"] else "lost"
     result = TurnResult(
         request_id=row["request_id"],
@@ -215,6 +218,44 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     )
     _free(conn, row["session_id"], turn_id=row["turn_id"])
     return RecoveredTurn(row["turn_id"], row["session_id"], outcome)
+
+
+DANGLING_UNKNOWN = (
+    "[indeterminate] this call may have run, but the Host running the turn stopped before "
+    "its result was recorded: its outcome is unknown"
+)
+DANGLING_NOT_RUN = "[cancelled] not run: the Host running the turn stopped before this call"
+
+
+def answer_dangling_calls(conn: sqlite3.Connection, session_id: str, turn_id: str) -> int:
+    """Give each call of the turn's last model step that has no result a tool message of
+    its own, so the next turn's model reads what is known: calls run one at a time, so
+    the first unanswered one may have run (indeterminate) and the rest did not."""
+    last = one_row(
+        conn,
+        "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'assistant' "
+        "ORDER BY seq DESC LIMIT 1",
+        [session_id, turn_id],
+    )
+    if last is None:
+        return 0
+    calls = json.loads(last["content"]).get("tool_calls") or []
+    answered = {
+        json.loads(content).get("tool_call_id")
+        for (content,) in conn.execute(
+            "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'tool'",
+            [session_id, turn_id],
+        )
+    }
+    dangling = [call for call in calls if call.get("call_id") not in answered]
+    at = now(conn)
+    for index, call in enumerate(dangling):
+        text = DANGLING_UNKNOWN if index == 0 else DANGLING_NOT_RUN
+        message = ModelMessage(
+            "tool", text, tool_call_id=str(call["call_id"]), name=str(call.get("name") or "")
+        )
+        insert_message(conn, session_id, turn_id, message, at=at)
+    return len(dangling)
 
 
 def _free(conn: sqlite3.Connection, session_id: str, *, turn_id: str) -> int:
@@ -243,6 +284,24 @@ def find_turn(conn: sqlite3.Connection, principal_id: str, request_id: str) -> T
         [principal_id, request_id],
     )
     return _state(row) if row is not None else None
+
+
+def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnAdmission) -> bool:
+    """Whether ``admission`` repeats the request that created ``existing``: same agent and,
+    for an ordinary turn, the same input (a turn stored before inputs were kept with the
+    admission has no input row and is taken as the same)."""
+    row = one_row(conn, "SELECT core_id FROM turns WHERE turn_id = ?", [existing.turn_id])
+    if row is None or row["core_id"] != admission.core_id:
+        return False
+    if admission.input is None:
+        return True
+    stored = one_row(
+        conn,
+        "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' "
+        "ORDER BY seq LIMIT 1",
+        [existing.session_id, existing.turn_id],
+    )
+    return stored is None or stored["content"] == _json(admission.input.to_json())
 
 
 # -- fenced writes of a running turn ------------------------------------------------------

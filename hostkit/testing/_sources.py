@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hostkit.effects import AuthoredTool
+from hostkit.effects import AuthoredTool, SourcedTool
 from hostkit.host import (
     AgentMemory,
     DefaultToolSource,
@@ -43,16 +43,24 @@ class StaticProviderSource:
 
 
 class StaticToolSource:
-    """Returns the same tools for every agent, plus memory tools when memory is enabled."""
+    """Returns the same tools for every agent, plus memory tools when memory is enabled.
 
-    def __init__(self, tools: Sequence[AuthoredTool] = ()) -> None:
+    The given tools' provenance is ``label`` (``test`` unless the caller names
+    one); memory tools are ``builtin:memory``.
+    """
+
+    def __init__(self, tools: Sequence[AuthoredTool] = (), *, label: str = "test") -> None:
         self._tools = list(tools)
+        self._label = label
         self.requests: list[ToolRequest] = []
 
-    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+    async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
         self.requests.append(request)
         memory = memory_tools(request.memory) if request.memory is not None else []
-        return [*memory, *self._tools]
+        return [
+            *(SourcedTool(tool, "builtin:memory") for tool in memory),
+            *(SourcedTool(tool, self._label) for tool in self._tools),
+        ]
 
 
 class InMemoryMemory:
@@ -111,8 +119,14 @@ class _WithBuiltins:
         self._given = given
         self._builtins = builtins
 
-    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool]:
+    async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
         given = list(await self._given.tools(request))
-        names = {tool.name for tool in given}
-        extra = [t for t in await self._builtins.tools(request) if t.name not in names]
+        names = {item.tool.name for item in given}
+        # Memory comes from the given source (in-memory); a configured builtin of the
+        # same name beside it is not a collision but the same family twice.
+        extra = [
+            item
+            for item in await self._builtins.tools(request)
+            if not (item.source == "builtin:memory" and item.tool.name in names)
+        ]
         return [*given, *extra]

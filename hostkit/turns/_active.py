@@ -12,6 +12,7 @@ from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
     PrincipalScope,
+    ToolCall,
     TurnExecutionContext,
     TurnRequest,
     TurnToken,
@@ -47,6 +48,9 @@ class ActiveTurn:
     final: TranscriptEntry | None = None
     final_step: ObservedStep | None = None  # its observation, committed with it
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
+    # The model's calls of the current step whose results are not durable yet, in order.
+    # While ``in_flight == "effect"`` the first of them may have run.
+    unanswered: list[ToolCall] = field(default_factory=list)
 
     def stop(self, reason: str) -> None:
         """Cancel the turn's work with ``reason`` (the first reason given wins)."""

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from hostkit.effects import EffectRuntime
 from hostkit.providers import ModelProvider
+from hostkit.turns._events import Observer
 
 __all__ = ["CoreResolver", "PinnedCore"]
 
@@ -32,6 +33,9 @@ class PinnedCore:
     workspace: Path
     max_steps: int = 8
     secret_grants: tuple[str, ...] = ()
+    # The generation's own observer: a turn reports to the one it was pinned with, so
+    # after apply_config new turns report to the new one and running turns to theirs.
+    observer: Observer | None = None
 
 
 class CoreResolver(Protocol):

@@ -17,6 +17,7 @@ from hostkit.errors import (
     LeaseLost,
     NotFoundOrUnauthorized,
     ProviderError,
+    RequestConflict,
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
@@ -62,6 +63,11 @@ T = TypeVar("T")
 
 _log = logging.getLogger("hostkit.turns")
 _NOT_RUN = "[cancelled] not run: the turn paused for an approval before this call"
+_UNKNOWN = (
+    "[indeterminate] this call may have run, but the turn ended before its result was "
+    "recorded: its outcome is unknown"
+)
+_NOT_REACHED = "[cancelled] not run: the turn ended before this call"
 _CLOSING = "the Host is shutting down"
 
 
@@ -114,6 +120,8 @@ class TurnExecution:
         self._context = context
         self._cores = cores
         self._observer = observer or NullObserver()
+        # turn id -> the observer of the generation the turn was pinned with
+        self._observers: dict[str, Observer] = {}
         self._leases = LeaseHolder(
             store=store,
             authority=authority,
@@ -170,6 +178,8 @@ class TurnExecution:
                     existing = await self._store.turns.find(principal_id, request.request_id)
                     if existing is None:
                         raise
+                    if existing.result is not None and existing.result.core_id != request.core_id:
+                        raise RequestConflict(request.request_id) from None
                     return self._existing(existing)
                 try:
                     admission = leases.admission(
@@ -193,6 +203,8 @@ class TurnExecution:
                         context = bind_context(
                             request, outcome.scope, core, turn_id=turn_id, trace_id=trace_id
                         )
+                        if core.observer is not None:
+                            self._observers[turn_id] = core.observer
                         self._emit(context, "turn.started", {"core_id": core.core_id})
                         return await self._drive(
                             request, context, core, admitted.lease, admitted.next_event_seq
@@ -229,7 +241,7 @@ class TurnExecution:
             )
             return await self._finish(request, context, active, outcome, error)
         except anyio.get_cancelled_exc_class():
-            outcome = "indeterminate" if active.in_flight == "effect" else "cancelled"
+            outcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
             with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
                 await self._finish(request, context, active, outcome, "the caller was cancelled")
             raise
@@ -257,6 +269,7 @@ class TurnExecution:
                         await self._context.flush(context.turn_id)
                     finally:
                         self._active.pop(context.turn_id, None)
+                        self._observers.pop(context.turn_id, None)
                         active.done.set()
 
     async def _body(
@@ -281,7 +294,9 @@ class TurnExecution:
             except InvalidValue as exc:
                 outcome, error = "failed", exc.message
         if active.scope.cancelled_caught:
-            outcome, error = "cancelled", active.cancel_reason
+            # An effect running, or returned but not yet recorded, may have happened.
+            outcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
+            error = active.cancel_reason
         return outcome, error
 
     async def _steps(
@@ -347,21 +362,24 @@ class TurnExecution:
             await self._persist(
                 context, active, assistant, "provider.completed", detail, observed=staged
             )
+            active.unanswered = list(assistant.tool_calls)
             for index, call in enumerate(response.tool_calls):
                 ref = catalog.resolve(call.name)
                 if ref is None:
                     outcome = None
                 else:
+                    # In flight until its result is durable: a cancellation between the
+                    # two leaves an effect that may have happened (indeterminate).
                     active.in_flight = "effect"
                     outcome = await core.effects.execute(
                         EffectRequest(call.call_id, ref, call.arguments, "model"), context
                     )
-                    active.in_flight = None
                 if outcome is not None and outcome.pending_approval is not None:
                     # Paused: the approved call is answered by the continuation turn; the
                     # calls after it never ran and say so.
                     for skipped in response.tool_calls[index + 1 :]:
                         await self._record_effect(context, active, skipped, None, _NOT_RUN)
+                    active.in_flight = None
                     active.pending_approval = outcome.pending_approval
                     self._emit(
                         context,
@@ -395,9 +413,9 @@ class TurnExecution:
         approval_id = request.continues
         active.in_flight = "effect"
         call_id, name, outcome = await core.effects.execute_approved(approval_id, catalog, context)
-        active.in_flight = None
+        active.unanswered = [ToolCall(call_id, name, {})]
         return await self._record_effect(
-            context, active, ToolCall(call_id, name, {}), outcome, approval_id=approval_id
+            context, active, active.unanswered[0], outcome, approval_id=approval_id
         )
 
     async def _record_effect(
@@ -416,13 +434,47 @@ class TurnExecution:
             effect, view = call.name, not_run or "[not_found] no such tool"
         else:
             status, effect, view = outcome.status, outcome.effect, outcome.views.model
+        return await self._answer(
+            context, active, call, status, effect, view, approval_id=approval_id
+        )
+
+    async def _answer(
+        self,
+        context: TurnExecutionContext,
+        active: ActiveTurn,
+        call: ToolCall,
+        status: str,
+        effect: str,
+        view: str,
+        *,
+        approval_id: str | None = None,
+    ) -> ModelMessage:
+        """Persist the tool message that answers ``call``; it is answered from then on."""
         active.effects.append(EffectSummary(call.call_id, effect, status, bounded(view, 200)))
         message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
         detail: dict[str, object] = {"call_id": call.call_id, "effect": effect, "status": status}
         if approval_id is not None:
             detail["approval_id"] = approval_id
-        await self._persist(context, active, message, "effect.completed", detail)
+
+        def answered() -> None:
+            # Durable now: whatever happens next, this call's outcome is known.
+            active.unanswered = [c for c in active.unanswered if c.call_id != call.call_id]
+            active.in_flight = None
+
+        await self._persist(
+            context, active, message, "effect.completed", detail, on_durable=answered
+        )
         return message
+
+    async def _answer_the_rest(self, context: TurnExecutionContext, active: ActiveTurn) -> None:
+        """A turn ending early answers every call of its step still without a result, so
+        the next turn's model reads what happened: the one in flight may have run
+        (``indeterminate``), the ones after it never did."""
+        maybe_ran = active.in_flight == "effect"
+        for call in list(active.unanswered):
+            status, view = ("indeterminate", _UNKNOWN) if maybe_ran else ("cancelled", _NOT_REACHED)
+            await self._answer(context, active, call, status, call.name, view)
+            maybe_ran = False
 
     async def _call_provider(
         self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int
@@ -488,8 +540,13 @@ class TurnExecution:
         detail: dict[str, Any],
         *,
         observed: ObservedStep | None = None,
+        on_durable: Callable[[], None] | None = None,
     ) -> None:
-        """Append a transcript message with its event (and a staged observation), fenced."""
+        """Append a transcript message with its event (and a staged observation), fenced.
+
+        ``on_durable`` runs the moment the write committed, before anything can
+        deliver a cancellation.
+        """
         seq = active.take_seq()
         written, committed = await self._write_observed(
             context,
@@ -503,6 +560,8 @@ class TurnExecution:
                 observed=step,
             ),
         )
+        if on_durable is not None:
+            on_durable()
         if committed is not None:
             await self._context.settle(committed, written.step)
         self._emit(context, event, detail)
@@ -520,6 +579,9 @@ class TurnExecution:
         outcome: TurnOutcome,
         error: str | None,
     ) -> TurnResult:
+        if outcome in ("cancelled", "indeterminate", "failed") and active.unanswered:
+            with contextlib.suppress(HostkitError):
+                await self._answer_the_rest(context, active)
         result = TurnResult(
             request_id=context.request_id,
             turn_id=context.turn_id,
@@ -595,8 +657,8 @@ class TurnExecution:
         with anyio.move_on_after(self._cancel_timeout_s):
             await active.done.wait()
         state = await self._store.turns.state(scope, turn_id)
-        if state.status == "cancelled":
-            return TurnCancelResult(turn_id, "cancelled", "cancelled")
+        if state.status in ("cancelled", "indeterminate"):
+            return TurnCancelResult(turn_id, "cancelled", state.status)
         if state.terminal:
             return TurnCancelResult(turn_id, "already_terminal", state.status)  # type: ignore[arg-type]
         return TurnCancelResult(turn_id, "requested", None)
@@ -618,6 +680,10 @@ class TurnExecution:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
         with contextlib.suppress(Exception):
             self._observer.notify(event)
+        pinned = self._observers.get(context.turn_id)
+        if pinned is not None:
+            with contextlib.suppress(Exception):
+                pinned.notify(event)
 
 
 def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
@@ -628,3 +694,17 @@ def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
         same = arguments is call.arguments
         recorded.append(call if same else ToolCall(call.call_id, call.name, arguments))
     return tuple(recorded)
+
+
+def _maybe_ran(core: PinnedCore, context: TurnExecutionContext, active: ActiveTurn) -> bool:
+    """Whether the effect in flight when the turn was cancelled may have happened: its
+    tool was invoked and its result is not durable. Clears ``in_flight`` when not, so
+    the call is answered as not run."""
+    if active.in_flight != "effect":
+        return False
+    invoked = core.effects.invoked(context.turn_id)
+    # A continuation's approved call has no id here until it returns: any invocation counts.
+    ran = active.unanswered[0].call_id in invoked if active.unanswered else bool(invoked)
+    if not ran:
+        active.in_flight = None
+    return ran

@@ -22,6 +22,7 @@ from hostkit.errors import (
     LeaseLost,
     NotFoundOrUnauthorized,
     ScopeError,
+    StoreError,
     TurnRejected,
 )
 from hostkit.store import (
@@ -179,6 +180,12 @@ class LeaseHolder:
             raise TurnRejected("the requested session is not available") from exc
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc
+        except StoreError as exc:
+            # The admission transaction rolled back whole: nothing of the turn exists, so
+            # the request id stays free for a retry (which the store's error says is worth it).
+            rejected = TurnRejected(f"the store could not admit the turn: {exc.message}")
+            rejected.retryable = exc.retryable
+            raise rejected from exc
 
     async def await_turn(self, busy: SessionBusy, ticket: AdmissionTicket) -> None:
         """After ``SessionBusy``: return when asking again is worth it (bounded by the ticket).

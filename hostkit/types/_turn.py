@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidTurnRequest
 from hostkit.freeze import FrozenMap, freeze
 from hostkit.types._model import Usage
 from hostkit.types._redact import bounded_metadata
@@ -86,35 +86,37 @@ class TurnRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.input, str) or not self.input.strip():
-            raise InvalidValue("input must be non-empty text")
+            raise InvalidTurnRequest("input must be non-empty text")
         if len(self.input) > MAX_INPUT_CHARS:
-            raise InvalidValue(f"input is limited to {MAX_INPUT_CHARS} characters")
+            raise InvalidTurnRequest(f"input is limited to {MAX_INPUT_CHARS} characters")
         if not isinstance(self.principal, ConversationFacts | PrincipalScope):
-            raise InvalidValue("principal must be ConversationFacts or a Host-issued scope")
+            raise InvalidTurnRequest("principal must be ConversationFacts or a Host-issued scope")
         for name in ("request_id", "core_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value or len(value) > _MAX_KEY:
-                raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_KEY} chars")
+                raise InvalidTurnRequest(
+                    f"{name} must be a non-empty string of at most {_MAX_KEY} chars"
+                )
         if not (self.session == "bound" or isinstance(self.session, FreshSession | ResumeSession)):
-            raise InvalidValue("session must be 'bound', FreshSession() or ResumeSession(id)")
+            raise InvalidTurnRequest("session must be 'bound', FreshSession() or ResumeSession(id)")
         attachments = tuple(self.attachments)
         if len(attachments) > MAX_ATTACHMENTS:
-            raise InvalidValue(f"at most {MAX_ATTACHMENTS} attachments")
+            raise InvalidTurnRequest(f"at most {MAX_ATTACHMENTS} attachments")
         if not all(isinstance(item, Attachment) for item in attachments):
-            raise InvalidValue("attachments must be Attachment values")
+            raise InvalidTurnRequest("attachments must be Attachment values")
         object.__setattr__(self, "attachments", attachments)
         object.__setattr__(
             self, "route", None if self.route is None else bounded_metadata(self.route)
         )
         context = tuple(self.injected_context)
         if any(not isinstance(item, str) or len(item) > MAX_INPUT_CHARS for item in context):
-            raise InvalidValue("injected_context entries must be bounded text")
+            raise InvalidTurnRequest("injected_context entries must be bounded text")
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
         if self.continues is not None and (
             not isinstance(self.continues, str) or not 0 < len(self.continues) <= _MAX_KEY
         ):
-            raise InvalidValue("continues must name an approval")
+            raise InvalidTurnRequest("continues must name an approval")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +192,8 @@ class TurnResult:
 class TurnCancelResult:
     """The answer to an owner-checked cancel request.
 
-    ``cancelled``: this call (or an earlier one) ended the turn as cancelled;
+    ``cancelled``: this call (or an earlier one) ended the turn: ``outcome`` is
+    ``cancelled``, or ``indeterminate`` when an effect was running or unrecorded;
     ``already_terminal``: the turn had ended otherwise (``outcome`` says how);
     ``requested``: the turn runs in another Host process, which will observe
     the durable request.

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -395,3 +396,27 @@ async def test_approvals_list_never_shows_a_secret_named_argument(
     assert "http.post" in row
     assert "[redacted]" in row
     assert SECRET not in out + err
+
+
+def answered_audit(database: Path) -> list[tuple[str, str, str, str]]:
+    """The ``approval.answered`` audit rows: (subject, principal, authority, reason)."""
+    with sqlite3.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT subject, principal_id, authority, reason FROM audit "
+            "WHERE kind = 'approval.answered' ORDER BY id"
+        ).fetchall()
+    return [tuple(row) for row in rows]
+
+
+@pytest.mark.slow
+async def test_clause_who_may_answer_the_cli_answers_as_an_operator_with_its_audited_reason(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call(content="hello"), answer("Wrote out.md."))
+    approval_id, _ = await paused(project)
+    code, _, err = await hostkit(
+        "approvals", "approve", approval_id, "--reason", "change 88: reviewed", cwd=project
+    )
+    assert code == 0, err
+    rows = await anyio.to_thread.run_sync(answered_audit, project / "state" / "hostkit.db")
+    assert rows == [(f"approval:{approval_id}", "operator:cli", "operator", "change 88: reviewed")]

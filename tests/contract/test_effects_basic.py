@@ -9,6 +9,7 @@ import pytest
 
 from hostkit.effects import (
     AuthoredTool,
+    EffectCollision,
     EffectPolicy,
     EffectRuntime,
     ToolContext,
@@ -192,8 +193,9 @@ async def test_provider_name_collisions_fail_with_both_provenances(authority) ->
         """Two."""
         return ""
 
-    with pytest.raises(InvalidValue, match=r"a\.b_c from test and a_b\.c from test"):
+    with pytest.raises(EffectCollision, match=r"'a\.b_c' from test and 'a_b\.c' from test") as err:
         await prepared(authority, [one, two])
+    assert (err.value.first, err.value.second) == (("a.b_c", "test"), ("a_b.c", "test"))
 
 
 async def test_a_view_rendering_failure_turns_every_view_into_one_fixed_failure(

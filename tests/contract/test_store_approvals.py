@@ -566,9 +566,9 @@ async def test_rows_written_before_the_typed_record_keep_their_secret_fact(
                     "INSERT INTO approvals (approval_id, session_id, turn_id, principal_id, "
                     "core_id, core_revision, effect, call_id, arguments, view, "
                     "policy_fingerprint, rule_key, status, created_at) VALUES "
-                    "(?, ?, ?, 'p', 'assistant', 'rev1', 'x', 'c', '{}', ?, 'fp', 'x', "
+                    "(?, ?, ?, ?, 'assistant', 'rev1', 'x', 'c', '{}', ?, 'fp', 'x', "
                     "'pending', 'x')",
-                    [approval_id, alice.session_id, turn, view],
+                    [approval_id, alice.session_id, turn, alice.principal_id, view],
                 )
             )
         read = {a: (await store.approvals.get(alice, a)) for a in legacy}

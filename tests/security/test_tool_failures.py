@@ -347,7 +347,8 @@ async def test_an_explicit_turn_cancel_during_an_effect_still_ends_the_turn(
             owner = await host.authority.for_conversation(facts("mine", "alice", "test"))
             answer = await host.turns.cancel(turn_id, owner)
     assert answer.disposition == "cancelled"
-    assert results[0].outcome == "cancelled"
+    # The effect was running when the turn was cancelled: it may have happened.
+    assert results[0].outcome == "indeterminate"
     assert len(model.requests) == 1  # the turn did not go on to another step
 
 

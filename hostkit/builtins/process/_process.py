@@ -16,8 +16,10 @@ terminal execution):
   ``setsid()`` leaves the group but is found by ancestry in periodic
   snapshots and again at kill time, and is killed with the rest.
 - stdout and stderr are drained continuously into bounded tails and, in full,
-  into private artifact files. An artifact write failure is a terminal error
-  but draining goes on, so the child never blocks on a full pipe.
+  into private artifact files. An artifact write failure (or the caller's
+  own record failing, ``ProcessControl.fail``) ends the tree through the same
+  single-flight end and the run is ``failed``; draining goes on meanwhile, so
+  the child never blocks on a full pipe.
 - Cancellation is single-flight and reports ``cancelled`` only once every
   tracked process is confirmed gone; otherwise ``indeterminate``.
 
@@ -91,6 +93,7 @@ _REASONS: dict[_Cause, str] = {
     "cancelled": "cancelled; the process tree was ended",
     "shutdown": "Host shutdown; the process tree was ended",
     "drain_failed": "reading the output failed; the process tree was ended",
+    "write_failed": "{failure}; the process tree was ended",
     "abandoned": "the awaiting task was cancelled; the process tree was ended",
     "process_limit": "more than {processes} processes; the process tree was ended",
 }
@@ -100,6 +103,7 @@ _STATUS: dict[_Cause, ProcessStatus] = {
     "cancelled": "cancelled",
     "shutdown": "cancelled",
     "drain_failed": "failed",
+    "write_failed": "failed",
     "abandoned": "cancelled",
     "process_limit": "failed",
 }
@@ -111,8 +115,9 @@ class ProcessOutcome:
 
     ``status``: ``exited`` (the command ended on its own; any exit code),
     ``timed_out``, ``cancelled`` (explicit cancel, Host shutdown, or the
-    awaiting task cancelled), ``failed`` (the command ended but writing an
-    artifact or reading a pipe failed, see ``stream_error``) or
+    awaiting task cancelled), ``failed`` (writing an artifact or the caller's
+    record, or reading a pipe, failed and the tree was ended, see
+    ``stream_error``; or the tree grew past its process limit) or
     ``indeterminate`` (the tree could not be confirmed gone, or its pipes
     never closed). ``exit_code`` is negative for a signal, None when unknown.
     A ``stream_error`` on a timed-out or cancelled run is reported without
@@ -163,7 +168,25 @@ class ProcessControl:
         self._claimed = False
         self._tree: _Tree | None = None
         self._started = anyio.Event()
+        self._failure: str | None = None
         self.outcome: ProcessOutcome | None = None
+
+    def fail(self, reason: str) -> None:
+        """The caller could not keep its record of the run (a task log write failed).
+
+        Ends the tree through the same single-flight end as an artifact write
+        failure: the outcome is ``failed`` with ``reason`` (unless another end
+        came first). Idempotent; the first reason is kept; safe before the spawn.
+        """
+        if self._failure is None:
+            self._failure = bounded(reason)
+        if self._tree is not None:
+            self._tree.request_stop("write_failed")
+
+    @property
+    def failure(self) -> str | None:
+        """The reason given to ``fail()``, if it was called."""
+        return self._failure
 
     def cancel(self) -> None:
         """Ask the run to end its tree; idempotent, never blocks, safe before the spawn."""
@@ -198,6 +221,8 @@ class ProcessControl:
     def _attach(self, tree: _Tree) -> None:
         self._tree = tree
         self._started.set()
+        if self._failure is not None:
+            tree.request_stop("write_failed")
         if self._cancel_requested:
             tree.request_stop("cancelled")
 
@@ -450,6 +475,7 @@ async def run_process(
             began=began,
             max_processes=max_processes,
             report=report,
+            control=control,
         )
         try:
             await tree.record()
@@ -482,7 +508,9 @@ class _Run:
         began: float,
         max_processes: int | None,
         report: int | None,
+        control: ProcessControl,
     ) -> None:
+        self.control = control
         self.max_processes = max_processes
         self.report = report
         self.process = process
@@ -499,8 +527,8 @@ class _Run:
         assert stdout is not None  # spawned as pipes
         assert stderr is not None
         async with anyio.create_task_group() as group:
-            group.start_soon(self.sinks[0].run, stdout, self._drain_failed)
-            group.start_soon(self.sinks[1].run, stderr, self._drain_failed)
+            group.start_soon(self.sinks[0].run, stdout, self._drain_failed, self._write_failed)
+            group.start_soon(self.sinks[1].run, stderr, self._drain_failed, self._write_failed)
             group.start_soon(self.tree.watch, snapshot_interval_s)
             cause = await self._first_end()
             confirmed = await self.tree.terminate(cause)
@@ -522,6 +550,10 @@ class _Run:
 
     def _drain_failed(self) -> None:
         self.tree.request_stop("drain_failed")
+
+    def _write_failed(self) -> None:
+        # Keeping the output is part of the run's contract: without it the run stops.
+        self.tree.request_stop("write_failed")
 
     async def _first_end(self) -> _Cause:
         fired: list[_Cause] = []
@@ -557,6 +589,7 @@ class _Run:
     def _outcome(self, cause: _Cause, *, confirmed: bool, drained: bool) -> ProcessOutcome:
         code = self.process.returncode
         stream_error = next((sink.error for sink in self.sinks if sink.error), None)
+        stream_error = stream_error or self.control.failure
         status = _STATUS[cause]
         if cause == "exited":
             reason = _exit_reason(code)
@@ -567,7 +600,11 @@ class _Run:
                 confirmed = False
                 reason = f"{reason}; the run's init was killed, so processes it kept may live"
         else:
-            reason = _REASONS[cause].format(deadline=self.deadline_s, processes=self.max_processes)
+            reason = _REASONS[cause].format(
+                deadline=self.deadline_s,
+                processes=self.max_processes,
+                failure=stream_error or "writing the output failed",
+            )
         if not confirmed:
             status, reason = "indeterminate", f"{reason}; the process tree was not confirmed gone"
         elif not drained:

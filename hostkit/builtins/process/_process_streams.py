@@ -3,8 +3,9 @@
 stdout and stderr are drained continuously into bounded tails and, in full,
 into private artifact files (a 0o700 directory, 0o600 files created
 exclusively, never through a symlink). An artifact write failure is a
-terminal error but draining goes on, so the child never blocks on a full
-pipe.
+terminal error: the sink reports it at once (the run ends the process tree
+and fails) and draining goes on until the tree is gone, so the child never
+blocks on a full pipe meanwhile.
 
 Every file write runs in a worker thread: the Host shares its event loop with
 turns, widgets and the inbox.
@@ -131,11 +132,20 @@ class _Sink:
             artifact=self.path,
         )
 
-    async def run(self, stream: ByteReceiveStream, on_failure: Callable[[], None]) -> None:
-        """Drain ``stream`` to its end, handing chunks to the artifact writer."""
+    async def run(
+        self,
+        stream: ByteReceiveStream,
+        on_failure: Callable[[], None],
+        on_write_failure: Callable[[], None],
+    ) -> None:
+        """Drain ``stream`` to its end, handing chunks to the artifact writer.
+
+        ``on_failure`` is called when reading the pipe fails, ``on_write_failure``
+        when writing the artifact does (``error`` says which); draining goes on.
+        """
         send, receive = anyio.create_memory_object_stream[bytes](WRITE_QUEUE_CHUNKS)
         async with anyio.create_task_group() as group:
-            group.start_soon(self._persist, receive)
+            group.start_soon(self._persist, receive, on_write_failure)
             async with send:
                 await self._drain(stream, send, on_failure)
 
@@ -169,7 +179,9 @@ class _Sink:
         elif text:
             self._tail = (self._tail + text)[-self._tail_chars :]
 
-    async def _persist(self, receive: MemoryObjectReceiveStream[bytes]) -> None:
+    async def _persist(
+        self, receive: MemoryObjectReceiveStream[bytes], on_write_failure: Callable[[], None]
+    ) -> None:
         try:
             async with receive:
                 async for chunk in receive:
@@ -181,21 +193,25 @@ class _Sink:
                             break
                         batch.append(more)
                         size += len(more)
-                    await self._write(batch)
+                    if not await self._write(batch):
+                        on_write_failure()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close(sync=self.error is None)
                 self.closed.set()
 
-    async def _write(self, batch: list[bytes]) -> None:
+    async def _write(self, batch: list[bytes]) -> bool:
+        """Write ``batch``; False once writing has failed (now or before)."""
         # After a failure the chunks are dropped, but still consumed: the drain never stalls.
         if self._fd is None:
-            return
+            return False
         try:
             await anyio.to_thread.run_sync(self._write_chunks, self._fd, batch)
         except OSError as exc:
             self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
             await self._close(sync=False)
+            return False
+        return True
 
     async def _close(self, *, sync: bool) -> None:
         fd, self._fd = self._fd, None

@@ -49,7 +49,14 @@ START_TIME_SLACK_S = 1.0  # psutil start times sit on a whole-second boot-time b
 
 # Why a tree is ended (the first request wins); ``_process`` maps each to a status.
 _Cause = Literal[
-    "exited", "deadline", "cancelled", "shutdown", "drain_failed", "abandoned", "process_limit"
+    "exited",
+    "deadline",
+    "cancelled",
+    "shutdown",
+    "drain_failed",
+    "write_failed",
+    "abandoned",
+    "process_limit",
 ]
 
 

@@ -18,7 +18,7 @@ import anyio
 import httpcore
 
 from hostkit.builtins.web._fetch import FetchResult, fetch
-from hostkit.builtins.web._urlpolicy import UrlPolicy
+from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
 from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.freeze import FrozenMap
 
@@ -73,8 +73,11 @@ async def web_extract(
     policy: UrlPolicy,
     max_chars: int = MAX_TEXT_CHARS,
     network_backend: httpcore.AsyncNetworkBackend | None = None,
+    target: ValidatedTarget | None = None,
 ) -> ExtractedPage:
     """Fetch ``url`` under ``policy`` and extract its readable text.
+
+    ``target`` is ``url`` as ``policy.resolve`` validated it before (see ``fetch``).
 
     Raises ``InvalidValue`` for a ``max_chars`` below 1 (before any fetch),
     ``UrlDenied`` (refused URL, address or hop), ``FetchError`` (network
@@ -82,7 +85,9 @@ async def web_extract(
     """
     if max_chars < 1:
         raise InvalidValue("max_chars must be positive")
-    fetched: FetchResult = await fetch(url, policy=policy, network_backend=network_backend)
+    fetched: FetchResult = await fetch(
+        url, policy=policy, network_backend=network_backend, target=target
+    )
     content = await readable_text(
         fetched.body, content_type=fetched.content_type, url=fetched.url, max_chars=max_chars
     )

@@ -172,11 +172,15 @@ async def fetch(
     policy: UrlPolicy,
     network_backend: httpcore.AsyncNetworkBackend | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    target: ValidatedTarget | None = None,
 ) -> FetchResult:
     """GET ``url`` under ``policy``: pinned connections, validated hops, a capped body.
 
-    ``network_backend`` is the raw connector under the pinning layer (tests
-    pass a loopback-only or scripted one). Raises ``UrlDenied`` before any
+    ``target`` is ``url`` as ``policy.resolve`` already validated it (before
+    an approval, say): the first request then goes to exactly those
+    addresses, never to a second DNS answer. ``network_backend`` is the raw
+    connector under the pinning layer (tests pass a loopback-only or
+    scripted one). Raises ``UrlDenied`` before any
     connection to a refused URL or hop, ``FetchError`` for network failures
     and deadlines (``timed_out``). Cancellation propagates.
     """
@@ -201,7 +205,7 @@ async def fetch(
     try:
         async with client:
             with anyio.fail_after(policy.total_timeout_s):
-                response = await _follow(client, policy, url, pins, hops)
+                response = await _follow(client, policy, url, pins, hops, target)
                 try:
                     body, truncated = await _read_capped(response, policy.max_body_bytes)
                 finally:
@@ -227,13 +231,18 @@ async def _follow(
     url: str,
     pins: dict[str, tuple[str, ...]],
     hops: list[ValidatedTarget],
+    first: ValidatedTarget | None = None,
 ) -> httpx.Response:
     """Request ``url`` and its redirects, validating each hop before it is requested.
 
-    Appends every validated hop to ``hops`` and returns the final response
-    with its body still unread.
+    ``first`` is ``url`` already validated (its addresses are pinned as they
+    are). Appends every validated hop to ``hops`` and returns the final
+    response with its body still unread.
     """
-    target = await policy._validate(url, pins=pins)
+    if first is None:
+        target = await policy._validate(url, pins=pins)
+    else:
+        target = policy._pinned(url, first, pins=pins)
     hops.append(target)
     while True:
         response = await client.send(client.build_request("GET", target.url), stream=True)

@@ -176,6 +176,22 @@ class UrlPolicy:
             url=request_url, scheme=scheme, host=host, port=port, addresses=addresses
         )
 
+    def _pinned(
+        self, url: str, target: ValidatedTarget, *, pins: dict[str, tuple[str, ...]]
+    ) -> ValidatedTarget:
+        """``target`` (from ``resolve(url)`` earlier) as the first hop, its addresses pinned.
+
+        The URL is parsed again and must be the one that was validated, and
+        every address is checked again against this policy: a target from
+        another URL or a laxer policy is refused, not trusted.
+        """
+        _, host, _, _, request_url = self._parse(url)
+        if request_url != target.url or host != target.host:
+            raise UrlDenied("the validated target is not this URL", reason="invalid")
+        addresses = self._check(target.origin, host, target.addresses)
+        pins[host] = addresses
+        return target
+
     async def _redirect(
         self, base: ValidatedTarget, location: str, *, hops: int, pins: dict[str, tuple[str, ...]]
     ) -> ValidatedTarget:

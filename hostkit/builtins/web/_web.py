@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpcore
 from pydantic import Field
 
 from hostkit.builtins.web._extract import web_extract
-from hostkit.builtins.web._urlpolicy import UrlPolicy
-from hostkit.effects import AuthoredTool, ToolContext
+from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
+from hostkit.effects import AuthoredTool, Prepared, ToolContext
 
 __all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
 
@@ -22,9 +23,20 @@ def web_tools(
 ) -> list[AuthoredTool]:
     """``web.extract`` bound to ``policy`` (every DNS answer and redirect hop checked).
 
+    The URL policy runs before approval (the tool's ``prepare`` check):
+    parsing, scheme, credentials and port rules, the literal address or every
+    DNS answer for the name, all failing closed. A refused URL is ``denied``
+    without reaching an approver, and the approver is shown the validated
+    origin and addresses; the fetch then connects to exactly those addresses.
+    Redirects cannot be known before the request, so each hop is still
+    validated the same way at fetch time, before it is requested.
     ``network_backend`` replaces the raw connector under the pinning layer
     (tests use one that never leaves loopback).
     """
+
+    async def check_url(arguments: Mapping[str, Any]) -> Prepared:
+        target = await policy.resolve(arguments["url"])
+        return Prepared(view=target.audit_view(), value=target)
 
     async def extract(
         ctx: ToolContext,
@@ -36,8 +48,13 @@ def web_tools(
             description="at most this many characters of readable text",
         ),
     ) -> dict[str, Any]:
+        target = ctx.prepared if isinstance(ctx.prepared, ValidatedTarget) else None
         page = await web_extract(
-            url, policy=policy, max_chars=max_chars, network_backend=network_backend
+            url,
+            policy=policy,
+            max_chars=max_chars,
+            network_backend=network_backend,
+            target=target,
         )
         return {
             "url": page.url,
@@ -56,5 +73,6 @@ def web_tools(
                 "and cloud-metadata addresses are refused, including through redirects."
             ),
             timeout_s=policy.total_timeout_s + 5,
+            prepare=check_url,
         )
     ]

@@ -1,0 +1,165 @@
+"""Indeterminate outcomes (issue 12, "Outcomes that must be right"), named after the clause:
+
+"A turn cancelled after a tool returned but before its result was recorded ends
+``indeterminate`` (the effect may have happened), never ``cancelled``; the next turn
+tells the model the call's outcome is unknown, not that it has no result. The same
+for ``cancel()`` while an effect runs, and for a crash mid-effect: the call gets an
+``indeterminate`` outcome of its own, not only the turn."
+
+The crash is a real Host process killed with SIGKILL while its tool runs.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.host import Host
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ModelRequest
+from tests.hosts import config, open_host, request, turn_rows
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+
+def tool_messages(request: ModelRequest) -> list[str]:
+    return [m.content for m in request.messages if m.role == "tool"]
+
+
+async def test_a_turn_cancelled_after_its_tool_returned_is_indeterminate_and_says_so_next_turn(
+    tmp_path: Path,
+) -> None:
+    holder: dict[str, Host] = {}
+    ran: list[str] = []
+
+    @tool("side.effect")
+    async def side_effect(ctx: ToolContext) -> str:
+        """Does something irreversible, then the turn is cancelled before it is recorded."""
+        ran.append(ctx.turn_id)
+        owner = await holder["host"].authority.for_conversation(facts("c1", "alice", "test"))
+        await holder["host"].turns.cancel(ctx.turn_id, owner)
+        return "done"
+
+    model = ScriptedModel(
+        [CallTools(("side_effect", {})), Reply("never"), Reply("next turn")], repeat_last=False
+    )
+    async with open_host(tmp_path, model, tools=[side_effect]) as host:
+        holder["host"] = host
+        first = await host.turns.run(request("do it"))
+        assert ran == [first.turn_id]
+        assert first.outcome == "indeterminate"
+        assert [(e.effect, e.status) for e in first.effects] == [("side_effect", "indeterminate")]
+        follow = await host.turns.run(request("what happened?"))
+        assert follow.outcome == "completed"
+    unknown = tool_messages(model.requests[-1])
+    assert len(unknown) == 1
+    assert unknown[0].startswith("[indeterminate]")
+    assert "outcome is unknown" in unknown[0]
+
+
+async def test_cancel_while_an_effect_runs_is_indeterminate(tmp_path: Path) -> None:
+    entered = anyio.Event()
+
+    @tool("slow.work")
+    async def slow_work(ctx: ToolContext) -> str:
+        """Works until cancelled."""
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    model = ScriptedModel([CallTools(("slow_work", {})), Reply("never")])
+    async with open_host(tmp_path, model, tools=[slow_work]) as host:
+        results = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request("work")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await entered.wait()
+            owner = await host.authority.for_conversation(facts("c1", "alice", "test"))
+            (turn_id, _), *_ = await turn_rows(host)
+            answer = await host.turns.cancel(turn_id, owner)
+    assert (answer.disposition, answer.outcome) == ("cancelled", "indeterminate")
+    assert results[0].outcome == "indeterminate"
+    assert [e.status for e in results[0].effects] == ["indeterminate"]
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from pathlib import Path
+    from hostkit.effects import ToolContext, tool
+    from hostkit.host import Host, parse_config
+    from hostkit.testing import CallTools, ScriptedModel, capabilities
+    from hostkit.types import ConversationFacts, TurnRequest
+
+    root, marker = Path(sys.argv[1]), Path(sys.argv[2])
+
+    @tool("slow.work")
+    async def slow_work(ctx: ToolContext) -> str:
+        \"\"\"Runs until the Host is killed.\"\"\"
+        await anyio.Path(marker).write_text("inside the effect")
+        await anyio.sleep_forever()
+        return "never"
+
+    async def main():
+        config = parse_config(
+            {
+                "host": {"database": str(root / "hostkit.db"), "workspace": str(root)},
+                "providers": {"test": {"kind": "scripted"}},
+                "agents": {"assistant": {"provider": "test", "memory": False}},
+            },
+            base_dir=root,
+        )
+        model = ScriptedModel([CallTools(("slow_work", {}), ("slow_work", {}))])
+        async with Host.open(config, capabilities=capabilities(model, tools=[slow_work])) as host:
+            await host.turns.run(
+                TurnRequest(
+                    input="hello",
+                    principal=ConversationFacts(
+                        channel="test", conversation_key="c1", principal_key="alice"
+                    ),
+                    request_id="req-crash",
+                )
+            )
+
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.slow
+async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its_own(
+    tmp_path: Path,
+) -> None:
+    marker = anyio.Path(tmp_path / "marker")
+    async with await anyio.open_process(
+        [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    ) as child:
+        with anyio.fail_after(60):
+            while not await marker.exists():
+                assert child.returncode is None, "the child exited before the effect ran"
+                await anyio.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+
+    model = ScriptedModel([Reply("after the crash")])
+    async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
+        rows = await turn_rows(host)
+        assert [status for _, status in rows] == ["lost"]
+        follow = await host.turns.run(request("what happened?"))
+        assert follow.outcome == "completed"
+    answers = tool_messages(model.requests[-1])
+    # The call that was running: unknown; the second call of that step never ran.
+    assert len(answers) == 2
+    assert answers[0].startswith("[indeterminate]")
+    assert answers[1].startswith("[cancelled] not run")
