@@ -249,10 +249,12 @@ async def test_sigkill_of_a_holder_admits_a_waiting_process_at_once(tmp_path: Pa
     assert event["kind"] == "turn.lost"
     assert json.loads(event["detail"])["reason"] == "owner_dead"
     order = await read(database, "SELECT turn_id, role FROM messages ORDER BY seq")
-    # The killed turn's input and tool call, then the follower's whole turn; nothing replayed.
+    # The killed turn's input and tool call, the answer recovery gave that call (its
+    # outcome is unknown), then the follower's whole turn; nothing replayed.
     assert [(r["turn_id"], r["role"]) for r in order] == [
         (lost["turn_id"], "user"),
         (lost["turn_id"], "assistant"),
+        (lost["turn_id"], "tool"),
         *[(outcome["turn"], role) for role in ("user", "assistant", "tool", "assistant")],
     ]
 
