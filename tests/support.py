@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
@@ -64,3 +65,27 @@ def table_rows(database: Path) -> Iterator[str]:
                         yield cell.decode("utf-8", "replace")
                     elif cell is not None:
                         yield str(cell)
+
+
+async def sigkill_when(
+    argv: Sequence[str],
+    reached: Callable[[], Awaitable[bool]],
+    *,
+    what: str,
+    timeout_s: float = 60.0,
+) -> int:
+    """Run ``argv``, SIGKILL it the moment ``reached()`` is true, and return its exit code.
+
+    The crash tests' one shape: a real process stopped at a chosen point. Fails
+    the test if the process exits on its own first (``what`` says where it was
+    meant to be), or if the point is not reached within ``timeout_s``.
+    """
+    async with await anyio.open_process(list(argv)) as child:
+        with anyio.fail_after(timeout_s):
+            while not await reached():
+                assert child.returncode is None, f"the child exited before {what}"
+                await anyio.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return child.returncode

@@ -11,7 +11,6 @@ The crash is a real Host process killed with SIGKILL while its tool runs.
 
 from __future__ import annotations
 
-import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -24,7 +23,7 @@ from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest
 from tests.hosts import config, open_host, request, turn_rows
-from tests.support import facts
+from tests.support import facts, sigkill_when
 
 pytestmark = pytest.mark.anyio
 
@@ -142,15 +141,8 @@ async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its
     tmp_path: Path,
 ) -> None:
     marker = anyio.Path(tmp_path / "marker")
-    async with await anyio.open_process(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
-    ) as child:
-        with anyio.fail_after(60):
-            while not await marker.exists():
-                assert child.returncode is None, "the child exited before the effect ran"
-                await anyio.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        await child.wait()
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    await sigkill_when(argv, marker.exists, what="the effect ran")
 
     model = ScriptedModel([Reply("after the crash")])
     async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import textwrap
 import time
@@ -16,7 +15,7 @@ from hostkit.authority import AuthorityResolver
 from hostkit.context._compaction import SessionCompactor
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.types import ModelMessage
-from tests.support import facts
+from tests.support import facts, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -73,16 +72,8 @@ async def test_sigkill_while_summarizing_frees_the_lease_for_the_next_worker_at_
             pairs.append((record.seq, message))
         wire = json.dumps([[seq, m.role, m.content] for seq, m in pairs])
 
-        async with await anyio.open_process(
-            [sys.executable, "-c", CHILD, str(database), session_id, str(marker), wire]
-        ) as child:
-            with anyio.fail_after(60):
-                while not await marker.exists():
-                    assert child.returncode is None, "the child exited before summarizing"
-                    await anyio.sleep(0.02)
-            child.send_signal(signal.SIGKILL)
-            await child.wait()
-        assert child.returncode == -signal.SIGKILL
+        argv = [sys.executable, "-c", CHILD, str(database), session_id, str(marker), wire]
+        await sigkill_when(argv, marker.exists, what="summarizing")
 
         lease = (await store.context.compaction_state(session_id)).lease
         assert lease is not None

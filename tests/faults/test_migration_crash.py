@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from hostkit.store import SCHEMA_VERSION, RuntimeStore
 from tests.contract.test_store_migrations import make_v1
-from tests.support import file_bytes
+from tests.support import file_bytes, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -43,15 +42,13 @@ async def test_sigkill_mid_migration_leaves_old_database_recoverable(db_path: Pa
     await make_v1(db_path)
     before = hashlib.sha256(await file_bytes(db_path)).hexdigest()
     wal = anyio.Path(db_path.with_name("hostkit.db-wal"))
-    async with await anyio.open_process([sys.executable, "-c", CHILD, str(db_path)]) as child:
-        with anyio.fail_after(60):
-            # Mid-transaction: the backup is in place and the WAL holds uncommitted frames.
-            while not (await wal.exists() and (await wal.stat()).st_size > 5_000_000):
-                assert child.returncode is None, "the child finished before it was killed"
-                await anyio.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        await child.wait()
-    assert child.returncode == -signal.SIGKILL
+
+    async def mid_transaction() -> bool:
+        # The backup is in place and the WAL holds uncommitted frames.
+        return await wal.exists() and (await wal.stat()).st_size > 5_000_000
+
+    argv = [sys.executable, "-c", CHILD, str(db_path)]
+    await sigkill_when(argv, mid_transaction, what="it was killed mid-migration")
     assert hashlib.sha256(await file_bytes(db_path)).hexdigest() == before
     async with await RuntimeStore.open(db_path) as store:
         assert store.migration.backup_reused

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from tests.hosts import config, event_kinds, request, turn_rows
+from tests.support import sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -60,16 +60,8 @@ async def test_sigkill_mid_turn_leaves_one_lost_terminal_record_and_no_replay(
     tmp_path: Path,
 ) -> None:
     marker = anyio.Path(tmp_path / "marker")
-    async with await anyio.open_process(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
-    ) as child:
-        with anyio.fail_after(60):
-            while not await marker.exists():
-                assert child.returncode is None, "the child exited before the turn started"
-                await anyio.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        await child.wait()
-    assert child.returncode == -signal.SIGKILL
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    await sigkill_when(argv, marker.exists, what="the turn started")
 
     model = ScriptedModel([Reply("after restart")])
     async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
