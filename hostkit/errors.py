@@ -7,12 +7,15 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     HostkitError
     ├── UserError                  misuse by the caller; fix the call, do not retry
     │   ├── ConfigError            a bad configuration value (names the key)
+    │   │   └── EffectCollision    (hostkit.effects) two tools, one name: names both sources
     │   ├── InvalidValue           a contract value failed validation
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
     │   └── ApprovalRefused        a second, stale or superseded answer to an approval
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     ├── TurnRejected               validation/authority failure before turn.started
+    │   ├── InvalidTurnRequest     a TurnRequest failed validation (also an InvalidValue)
+    │   └── RequestConflict        a request id reused for a different request
     ├── TurnInProgress             a repeated request whose first turn is still running
     ├── ApprovalClosed             the Host shut down while an approval was pending
     └── RuntimeFailure             the runtime could not do its job
