@@ -207,12 +207,6 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self.index.needles)
 
-    def merged(self, other: Redactor) -> Redactor:
-        """One redactor for both sets (bound labels win)."""
-        labels = dict(other.needles)
-        labels.update(self.needles)
-        return Redactor(_index(tuple(sorted(labels.items()))))
-
     def text(self, text: str, *, limit: int | None = None) -> str:
         """``text`` with every spelling and fragment masked; read only to ``limit`` if given.
 

@@ -35,7 +35,6 @@ import psutil
 
 __all__ = ["INIT", "become_subreaper", "init_argv", "read_report", "reap"]
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 # Run as ``python -I -S -c INIT <host pid> <status fd> <LC_CTYPE marker> <argv...>``. The
