@@ -13,6 +13,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
     │   └── ApprovalRefused        a second, stale or superseded answer to an approval
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
+    │   └── UnboundToken           a turn token no running turn holds (fails closed)
     ├── TurnRejected               validation/authority failure before turn.started
     │   ├── InvalidTurnRequest     a TurnRequest failed validation (also an InvalidValue)
     │   └── RequestConflict        a request id reused for a different request
@@ -56,6 +57,7 @@ __all__ = [
     "TurnInProgress",
     "TurnInfrastructureError",
     "TurnRejected",
+    "UnboundToken",
     "UserError",
     "bounded",
     "unbounded_message",
@@ -149,6 +151,18 @@ class NotFoundOrUnauthorized(HostkitError):
     def __init__(self, kind: str = "object") -> None:
         self.kind = bounded(kind, 40)
         super().__init__(f"{self.kind} not found")
+
+
+class UnboundToken(NotFoundOrUnauthorized):
+    """A turn token that names no running turn of this Host: it ended, or was never issued.
+
+    Whoever holds a token captured by a turn (a delivery, a prompt, a task it
+    started) acts through it only while that turn runs; afterwards the token
+    fails closed, with the same answer as a missing object.
+    """
+
+    def __init__(self, kind: str = "turn token") -> None:
+        super().__init__(kind)
 
 
 class TurnRejected(HostkitError):

@@ -135,8 +135,8 @@ def admit(
     )
     conn.execute(
         "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, core_revision, "
-        "generation, status, lease_owner, lease_expires_at, started_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+        "generation, status, lease_owner, lease_expires_at, started_at, cancellation_digest) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
         [
             admission.turn_id,
             admission.request_id,
@@ -148,6 +148,7 @@ def admit(
             encoded,
             expires_at,
             at,
+            admission.cancellation_digest,
         ],
     )
     insert_event(

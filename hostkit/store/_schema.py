@@ -351,6 +351,17 @@ _V6_SESSION_LEASES = Migration(
     ),
 )
 
+_V7_TURN_TOKENS = Migration(
+    7,
+    "the digest of each turn's cancellation token",
+    (
+        # sha256 of the cancellation token's nonce, written by the admission: any Host
+        # process can check a presented token against it, and the column never holds
+        # a value that works as the token itself.
+        "ALTER TABLE turns ADD COLUMN cancellation_digest TEXT",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -358,5 +369,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V4_APPROVALS,
     _V5_CONTEXT,
     _V6_SESSION_LEASES,
+    _V7_TURN_TOKENS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -16,6 +16,7 @@ the lease together.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ __all__ = [
     "one_row",
     "owned_state",
     "request_cancel",
+    "token_unbound",
 ]
 
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
@@ -421,12 +423,32 @@ def owned_state(conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str) -
     return _state(row) if row is not None else None
 
 
+def token_unbound(conn: sqlite3.Connection, turn_id: str, token_digest: str) -> str | None:
+    """``"token_unbound"`` when ``token_digest`` is not the turn's cancellation token, else None.
+
+    A turn admitted before tokens were recorded has none: every token is unbound.
+    """
+    row = conn.execute(
+        "SELECT cancellation_digest FROM turns WHERE turn_id = ?", [turn_id]
+    ).fetchone()
+    if row is not None and row[0] is not None and hmac.compare_digest(row[0], token_digest):
+        return None
+    return "token_unbound" if row is not None else None
+
+
 def request_cancel(
-    conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str
+    conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str, *, token_digest: str | None
 ) -> TurnState | None:
-    """Record a cancel request on a running turn the scope owns; its state, or None."""
+    """Record a cancel request on a running turn the scope owns; its state, or None.
+
+    With ``token_digest``, None also when it is not the turn's cancellation token.
+    """
     state = owned_state(conn, scope, turn_id)
-    if state is None or state.terminal:
+    if state is None:
+        return None
+    if token_digest is not None and token_unbound(conn, turn_id, token_digest):
+        return None
+    if state.terminal:
         return state
     conn.execute(
         "UPDATE turns SET cancel_requested_at = COALESCE(cancel_requested_at, ?) "

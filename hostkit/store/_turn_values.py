@@ -52,6 +52,13 @@ def check_id(name: str, value: object, *, limit: int = MAX_TURN_ID_CHARS) -> str
     return value
 
 
+def check_digest(value: object, name: str = "cancellation_digest") -> str:
+    """A sha256 digest as 64 lowercase hex digits, or ``InvalidValue``."""
+    if not isinstance(value, str) or len(value) != 64 or value.strip("0123456789abcdef"):
+        raise InvalidValue(f"{name} must be a sha256 digest (64 lowercase hex digits)")
+    return value
+
+
 def check_ttl(ttl_s: object) -> float:
     """A finite lease ttl in (0, ``MAX_LEASE_TTL_S``] seconds, or ``InvalidValue``."""
     if (
@@ -106,6 +113,9 @@ class TurnAdmission:
     # The user's input, persisted with ``input.persisted`` (event 2) in the same
     # transaction; None for a turn that opens otherwise (an approval continuation).
     input: ModelMessage | None = None
+    # sha256 (hex) of the turn's cancellation token nonce: a token presented to any
+    # Host process is checked against it (``TurnStore.request_cancel``).
+    cancellation_digest: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("turn_id", "request_id", "principal_id", "core_id", "core_revision"):
@@ -120,6 +130,8 @@ class TurnAdmission:
             check_id("trace_id", self.trace_id)
         if self.input is not None and not isinstance(self.input, ModelMessage):
             raise InvalidValue("input must be a ModelMessage")
+        if self.cancellation_digest is not None:
+            check_digest(self.cancellation_digest)
 
 
 @dataclass(frozen=True, slots=True)

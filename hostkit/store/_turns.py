@@ -10,6 +10,7 @@ the lease no longer has that token.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ from hostkit.store._turn_values import (
     TurnAdmission,
     TurnState,
     TurnWrite,
+    check_digest,
     check_id,
     check_ttl,
 )
@@ -151,11 +153,16 @@ class TurnStore(ABC):
         """
 
     @abstractmethod
-    async def request_cancel(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+    async def request_cancel(
+        self, scope: PrincipalScope, turn_id: str, *, token_digest: str | None = None
+    ) -> TurnState:
         """Record a durable cancel request for a running turn the scope owns; its state.
 
         A terminal turn is returned unchanged. ``NotFoundOrUnauthorized``
         (same answer for missing and not yours; the reason is audited).
+        With ``token_digest`` (the sha256 of a presented cancellation token's
+        nonce) the turn must be the one that token was captured for: any other
+        digest is refused the same way (``token_unbound`` in the audit).
         """
 
     @abstractmethod
@@ -271,14 +278,21 @@ class SqliteTurnStore(TurnStore):
         _check_lease(lease)
         return await self._db.write(lambda conn: rows.abandon(conn, lease))
 
-    async def request_cancel(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+    async def request_cancel(
+        self, scope: PrincipalScope, turn_id: str, *, token_digest: str | None = None
+    ) -> TurnState:
         check_id("turn_id", turn_id)
+        if token_digest is not None:
+            check_digest(token_digest, "token_digest")
         return await self._db.owned(
             scope,
             "turn",
             turn_id,
-            lambda conn: rows.request_cancel(conn, scope, turn_id),
+            lambda conn: rows.request_cancel(conn, scope, turn_id, token_digest=token_digest),
             write=True,
+            why=None
+            if token_digest is None
+            else lambda conn: _token_denial(conn, scope, turn_id, token_digest),
         )
 
     async def state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
@@ -314,3 +328,12 @@ def _check_lease(lease: object) -> None:
 def _check_seq(seq: object) -> None:
     if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**63:
         raise InvalidValue("event_seq must be a positive integer")
+
+
+def _token_denial(
+    conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str, token_digest: str
+) -> str | None:
+    """``token_unbound`` when the scope owns the turn but the token is not its own."""
+    if rows.owned_state(conn, scope, turn_id) is None:
+        return None
+    return rows.token_unbound(conn, turn_id, token_digest)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -12,12 +14,12 @@ from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     EffectSummary,
     PrincipalScope,
+    TokenKind,
     ToolCall,
     TurnExecutionContext,
     TurnRequest,
     TurnToken,
     Usage,
-    new_id,
 )
 
 __all__ = ["ActiveTurn", "add_usage", "bind_context", "capability_snapshot"]
@@ -34,6 +36,8 @@ class ActiveTurn:
 
     context: TurnExecutionContext
     lease: SessionLease
+    # Where the turn's replies go, captured at admission; resolved through the route token.
+    route: Mapping[str, Any] | None = None
     next_seq: int = 2  # turn.started is 1, written by the admission
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -72,15 +76,17 @@ def bind_context(
     *,
     turn_id: str,
     trace_id: str,
+    nonces: Mapping[TokenKind, str],
 ) -> TurnExecutionContext:
     """Pin everything a turn runs with into one immutable TurnExecutionContext.
 
-    ``turn_id`` and ``trace_id`` are the ones the admission transaction recorded.
+    ``turn_id``, ``trace_id`` and the tokens' ``nonces`` are the ones the
+    admission transaction recorded.
     """
     session_id = scope.session_id or ""
 
-    def token(kind: str) -> TurnToken:
-        return TurnToken(kind, request.request_id, turn_id, session_id, new_id("tok"))  # type: ignore[arg-type]
+    def token(kind: TokenKind) -> TurnToken:
+        return TurnToken(kind, request.request_id, turn_id, session_id, nonces[kind])
 
     return TurnExecutionContext(
         request_id=request.request_id,

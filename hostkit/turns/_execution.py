@@ -21,6 +21,7 @@ from hostkit.errors import (
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
+    UnboundToken,
     bounded,
 )
 from hostkit.store import (
@@ -37,6 +38,7 @@ from hostkit.turns._active import ActiveTurn, add_usage, bind_context
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
+from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
     ContextRequest,
     EffectRequest,
@@ -52,6 +54,7 @@ from hostkit.types import (
     TurnOutcome,
     TurnRequest,
     TurnResult,
+    TurnToken,
     UsageObservation,
     new_id,
     redact_secret_fields,
@@ -135,6 +138,7 @@ class TurnExecution:
         self._cancel_timeout_s = cancel_timeout_s
         self._terminal_timeout_s = terminal_timeout_s
         self._active: dict[str, ActiveTurn] = {}
+        self._tokens = TurnTokens()
         self._closing = False
 
     @property
@@ -166,7 +170,7 @@ class TurnExecution:
         leases = self._leases
         principal_id = leases.principal_id(request)
         scope = leases.bound_scope(request)
-        turn_id, trace_id = new_id("turn"), new_id("trace")
+        turn_id, trace_id, nonces = new_id("turn"), new_id("trace"), new_nonces()
         async with leases.waiting.enter() as ticket:
             while True:
                 if self._closing:
@@ -183,7 +187,13 @@ class TurnExecution:
                     return self._existing(existing)
                 try:
                     admission = leases.admission(
-                        request, principal_id, scope, core, turn_id=turn_id, trace_id=trace_id
+                        request,
+                        principal_id,
+                        scope,
+                        core,
+                        turn_id=turn_id,
+                        trace_id=trace_id,
+                        cancellation_digest=token_digest(nonces["cancellation"]),
                     )
                     # Shielded: once turn.started may have committed, _drive must run so the
                     # turn gets its terminal record; a pending cancellation is delivered there.
@@ -201,7 +211,12 @@ class TurnExecution:
                                 ended.outcome,
                             )
                         context = bind_context(
-                            request, outcome.scope, core, turn_id=turn_id, trace_id=trace_id
+                            request,
+                            outcome.scope,
+                            core,
+                            turn_id=turn_id,
+                            trace_id=trace_id,
+                            nonces=nonces,
                         )
                         if core.observer is not None:
                             self._observers[turn_id] = core.observer
@@ -233,11 +248,14 @@ class TurnExecution:
         lease: SessionLease,
         next_event_seq: int,
     ) -> TurnResult:
-        active = ActiveTurn(context, lease, next_seq=next_event_seq)
+        active = ActiveTurn(context, lease, route=request.route, next_seq=next_event_seq)
         self._active[context.turn_id] = active
+        self._tokens.bind(active)
         try:
             outcome, error = await self._leases.heartbeating(
-                active, lambda: self._body(request, context, core, active)
+                active,
+                lambda: self._body(request, context, core, active),
+                on_lost=lambda lost: self._tokens.lease_lost(lost.context),
             )
             return await self._finish(request, context, active, outcome, error)
         except anyio.get_cancelled_exc_class():
@@ -268,6 +286,7 @@ class TurnExecution:
                         # cancelled provider call) become durable with the turn's end.
                         await self._context.flush(context.turn_id)
                     finally:
+                        self._tokens.unbind(context)
                         self._active.pop(context.turn_id, None)
                         self._observers.pop(context.turn_id, None)
                         active.done.set()
@@ -552,7 +571,7 @@ class TurnExecution:
             context,
             observed,
             lambda step: self._store.turns.append_message(
-                active.lease,
+                self._tokens.lease(context.admission_lease_token),
                 event_seq=seq,
                 message=message,
                 event=event,
@@ -605,10 +624,10 @@ class TurnExecution:
                         context,
                         active.final_step,
                         lambda step: self._store.turns.finish(
-                            active.lease,
+                            self._tokens.lease(context.admission_lease_token),
                             proposed,
                             event_seq=seq,
-                            route=request.route,
+                            route=self._tokens.route(context.route_token),
                             final=active.final,
                             observed=step,
                         ),
@@ -636,16 +655,11 @@ class TurnExecution:
 
     # -- cancel ------------------------------------------------------------------------
 
-    async def cancel(self, turn_id: str, scope: PrincipalScope) -> TurnCancelResult:
-        """Owner-checked, idempotent cancel; returns once the turn's terminal state is durable.
-
-        The wrong owner gets ``NotFoundOrUnauthorized``, the same answer as for
-        a turn that does not exist. The request is recorded durably, so a turn
-        running in another Host process stops at its next write or heartbeat.
-        Detached tasks are not cancelled.
-        """
+    async def _cancel(
+        self, scope: PrincipalScope, turn_id: str, digest: str | None
+    ) -> TurnCancelResult:
         try:
-            state = await self._store.turns.request_cancel(scope, turn_id)
+            state = await self._store.turns.request_cancel(scope, turn_id, token_digest=digest)
         except InvalidValue as exc:
             raise NotFoundOrUnauthorized("turn") from exc
         if state.terminal:
@@ -653,6 +667,8 @@ class TurnExecution:
         active = self._active.get(turn_id)
         if active is None:
             return TurnCancelResult(turn_id, "requested", None)
+        # The live cancellation is what the turn's own captured token resolves to.
+        active = self._tokens.resolve(active.context.cancellation_token)
         active.stop(ON_REQUEST)
         with anyio.move_on_after(self._cancel_timeout_s):
             await active.done.wait()
@@ -662,6 +678,53 @@ class TurnExecution:
         if state.terminal:
             return TurnCancelResult(turn_id, "already_terminal", state.status)  # type: ignore[arg-type]
         return TurnCancelResult(turn_id, "requested", None)
+
+    def resolve(self, token: TurnToken) -> TurnExecutionContext:
+        """The running turn a captured token names; ``UnboundToken`` once it has ended.
+
+        For whoever acts on a turn's behalf after the turn handed them its
+        token (a delivery, a prompt, a task it started): they act only while
+        the turn runs, and a forged or stale token fails closed.
+        """
+        return self._tokens.resolve(token).context
+
+    async def cancellation_token(self, turn_id: str, scope: PrincipalScope) -> TurnToken:
+        """The cancellation token of a turn running in this Host, for its owner.
+
+        What a Stop button or a channel's stop command holds on to: it cancels
+        exactly this turn, from any Host process, and nothing once the turn
+        has ended. Owner-checked like ``cancel``; ``UnboundToken`` when the
+        turn is not running here.
+        """
+        state = await self._store.turns.state(scope, turn_id)
+        active = self._active.get(turn_id)
+        if state.terminal or active is None:
+            raise UnboundToken()
+        return active.context.cancellation_token
+
+    async def cancel_token(self, token: TurnToken, scope: PrincipalScope) -> TurnCancelResult:
+        """``cancel`` through the turn's captured cancellation token, from any Host process.
+
+        The token must be the very one the turn captured: the store checks it
+        against the digest its admission recorded, and any other token, a
+        someone else's turn gets ``NotFoundOrUnauthorized`` (the reason,
+        ``token_unbound``, is audited), a token of another kind
+        ``InvalidValue``. A token of an ended turn changes nothing
+        (``already_terminal``).
+        """
+        if not isinstance(token, TurnToken) or token.kind != "cancellation":
+            raise InvalidValue("a cancellation TurnToken is required")
+        return await self._cancel(scope, token.turn_id, token_digest(token.nonce))
+
+    async def cancel(self, turn_id: str, scope: PrincipalScope) -> TurnCancelResult:
+        """Owner-checked, idempotent cancel; returns once the turn's terminal state is durable.
+
+        The wrong owner gets ``NotFoundOrUnauthorized``, the same answer as for
+        a turn that does not exist. The request is recorded durably, so a turn
+        running in another Host process stops at its next write or heartbeat.
+        Detached tasks are not cancelled.
+        """
+        return await self._cancel(scope, turn_id, None)
 
     async def shutdown(self) -> None:
         """Refuse new turns, cancel running ones and wait (bounded) for their terminal records."""

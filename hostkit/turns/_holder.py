@@ -128,6 +128,7 @@ class LeaseHolder:
         *,
         turn_id: str,
         trace_id: str,
+        cancellation_digest: str,
     ) -> TurnAdmission:
         """What the admission transaction records for ``request`` pinned to ``core``."""
         try:
@@ -154,6 +155,7 @@ class LeaseHolder:
                 generation=core.generation,
                 session=session,
                 trace_id=trace_id,
+                cancellation_digest=cancellation_digest,
                 # An ordinary turn's input is durable with its admission (one transaction).
                 input=ModelMessage("user", request.input) if request.continues is None else None,
             )
@@ -199,16 +201,22 @@ class LeaseHolder:
 
     # -- running turns ----------------------------------------------------------------
 
-    async def heartbeating(self, active: ActiveTurn, body: Callable[[], Awaitable[T]]) -> T:
+    async def heartbeating(
+        self,
+        active: ActiveTurn,
+        body: Callable[[], Awaitable[T]],
+        on_lost: Callable[[ActiveTurn], None],
+    ) -> T:
         """Run ``body`` while a background task renews the turn's session lease.
 
-        ``body``'s exceptions propagate as themselves (never as an exception
-        group); the heartbeat never raises.
+        ``on_lost`` runs when a renewal finds the lease taken over, before the
+        turn is stopped. ``body``'s exceptions propagate as themselves (never
+        as an exception group); the heartbeat never raises.
         """
         failure: Exception | None = None
         value: Any = None
         async with anyio.create_task_group() as group:
-            group.start_soon(self._heartbeat, active)
+            group.start_soon(self._heartbeat, active, on_lost)
             try:
                 value = await body()
             except Exception as exc:
@@ -219,7 +227,7 @@ class LeaseHolder:
             raise failure
         return value  # type: ignore[no-any-return]
 
-    async def _heartbeat(self, active: ActiveTurn) -> None:
+    async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
         interval = active.lease.ttl_s / 3
         # A renewal slower than this is retried at the next beat (a busy writer, a slow disk).
@@ -230,6 +238,7 @@ class LeaseHolder:
                 with anyio.fail_after(bound):
                     cancel_requested = await self._store.turns.renew(active.lease)
             except LeaseLost:
+                on_lost(active)
                 active.stop(_TAKEN_OVER)
                 return
             except (HostkitError, TimeoutError) as exc:
