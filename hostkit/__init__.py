@@ -47,6 +47,7 @@ from hostkit.errors import (
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
+    UnboundToken,
     UserError,
 )
 from hostkit.host import (
@@ -128,6 +129,7 @@ __all__ = [
     "TurnRejected",
     "TurnRequest",
     "TurnResult",
+    "UnboundToken",
     "Usage",
     "UserError",
     "__version__",
