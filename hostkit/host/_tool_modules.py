@@ -52,7 +52,7 @@ from hostkit.builtins.process import (
 )
 from hostkit.effects import AuthoredTool, ToolChanged, ToolContext
 from hostkit.errors import ConfigError, InvalidValue, bounded
-from hostkit.freeze import FrozenMap
+from hostkit.freeze import FrozenMap, thaw
 from hostkit.host._tool_child import describe
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class ModuleTool(AuthoredTool):
         self._key = key
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        plain = json.loads(json.dumps(dict(arguments), default=_unserializable))
+        plain = json.loads(json.dumps(thaw(arguments), default=_unserializable))
         errors = sorted(self._validator.iter_errors(plain), key=lambda e: list(e.absolute_path))
         if errors:
             problems = "; ".join(_problem(error) for error in errors[:5])
@@ -196,7 +196,8 @@ class ToolModules:
         loaded = sys.modules.get(module_name)
         if loaded is not None:
             found = _tools_of(loaded)
-            _check_definitions(shown, [describe(tool) for tool in found], key)
+            definitions = [describe(tool) for tool in found]
+            await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
             return found
         located = await anyio.to_thread.run_sync(_locate, module_name)
         if located is None:
@@ -208,11 +209,12 @@ class ToolModules:
         version = _CACHE.get(cache_key) if cache_key is not None else None
         if version is None:
             definitions = await self._discover(module_name, sandbox, key)
-            _check_definitions(shown, definitions, key)
+            # Worker thread: jsonschema is imported on first use, a large schema is checked.
+            await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
             version = _ModuleVersion(module_name, stamp, tuple(definitions))
             if cache_key is not None:
                 _remember(cache_key, version)
-        return [ModuleTool(definition, version, key) for definition in version.definitions]
+        return await anyio.to_thread.run_sync(_proxies, version, key)
 
     async def _discover(
         self, module_name: str, sandbox: SandboxPolicy, key: str
@@ -248,6 +250,10 @@ class ToolModules:
         if not isinstance(tools, list):
             raise ConfigError(f"cannot discover tool module {shown!r}: malformed answer", key=key)
         return tools
+
+
+def _proxies(version: _ModuleVersion, key: str) -> list[AuthoredTool]:
+    return [ModuleTool(definition, version, key) for definition in version.definitions]
 
 
 def _check_definitions(shown: str, definitions: Sequence[Any], key: str) -> None:

@@ -77,16 +77,20 @@ except OSError:
 
 
 @tool("vault.open")
-async def open_vault(ctx: ToolContext, box: int, label: str = "front") -> str:
+async def open_vault(
+    ctx: ToolContext, box: int, label: str = "front", tags: dict[str, int] | None = None
+) -> str:
     """Open one box of the vault."""
     async with await anyio.open_file({ran!r}, "a") as out:
-        await out.write(f"{{box}}\\n")
+        await out.write(f"{{box}}:{{sum((tags or {{}}).values())}}\\n")
     return f"opened box {{box}} ({{label}})"
 '''
 
 
 @tool("vault.open")
-async def same_signature(ctx: ToolContext, box: int, label: str = "front") -> str:
+async def same_signature(
+    ctx: ToolContext, box: int, label: str = "front", tags: dict[str, int] | None = None
+) -> str:
     """Open one box of the vault."""
     return "never called"
 
@@ -160,8 +164,8 @@ async def module_host(
         yield host
 
 
-def vault_call(box: int = 7) -> CallTools:
-    return CallTools(("vault_open", {"box": box}))
+def vault_call(box: int = 7, **more: Any) -> CallTools:
+    return CallTools(("vault_open", {"box": box, **more}))
 
 
 def tool_messages(req: ModelRequest) -> list[str]:
@@ -236,7 +240,13 @@ async def test_an_approved_call_imports_the_module_once_in_the_host(
 ) -> None:
     vault = Vault(tmp_path, monkeypatch, "hk_noimport_approved")
     model = ScriptedModel(
-        [vault_call(1), vault_call(2), Reply("opened both"), vault_call(3), Reply("and one more")]
+        [
+            vault_call(1),
+            vault_call(2, tags={"gold": 3}),
+            Reply("opened both"),
+            vault_call(3),
+            Reply("and one more"),
+        ]
     )
     approver = Approver("approve_once")
     config = host_config(tmp_path, [vault.name], {"allow": ["*"], "ask": ["vault.*"]})
@@ -248,7 +258,7 @@ async def test_an_approved_call_imports_the_module_once_in_the_host(
     assert statuses(first) == [("vault.open", "succeeded")] * 2
     assert statuses(second) == [("vault.open", "succeeded")]
     assert tool_messages(model.requests[2])[-1] == "opened box 2 (front)"
-    assert vault.runs() == ["1", "2", "3"]
+    assert vault.runs() == ["1:0", "2:3", "3:0"]
     assert vault.host_imports() == 1  # imported once, after the first approval
 
 
