@@ -154,9 +154,7 @@ def visible_roots(workspace: Path) -> tuple[Path, ...]:
     return (*dirs, workspace)
 
 
-def mask_plan(
-    workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] = ()
-) -> list[str]:
+def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] = ()) -> list[str]:
     """Blocking: bwrap options masking each existing Host state path the sandbox would
     show: inside ``workspace``, under a read-only system directory (``/etc``, ``/opt``)
     or inside one of the extra ``roots`` a spawner binds (a tool module's import path).
