@@ -316,14 +316,19 @@ async def test_discovery_runs_in_a_child_process_in_the_agent_sandbox(
 
 
 async def agent_tools(
-    tmp_path: Path, store: RuntimeStore, modules: Sequence[str], **agent: Any
+    tmp_path: Path,
+    store: RuntimeStore,
+    modules: Sequence[str],
+    *,
+    timeout_s: float = 20.0,
+    **agent: Any,
 ) -> list[AuthoredTool]:
     """The tools a real generation pins for the agent, through the Host's own tool source."""
     config = host_config(tmp_path, modules, {"allow": ["*"]}, **agent)
     capabilities = RuntimeCapabilities(
         providers=StaticProviderSource(ScriptedModel([Reply("ok")])),
         memory=InMemoryMemorySource(),
-        tools=DefaultToolSource(config, discovery_timeout_s=5.0),
+        tools=DefaultToolSource(config, discovery_timeout_s=timeout_s),
         channels=NoChannels(),
     )
     generation = Generation(1, config, capabilities, store=store)
@@ -335,7 +340,7 @@ BAD_MODULES = {
     "syntax-error": ("def broken(:\n", "SyntaxError"),
     "raises-on-import": ("raise RuntimeError('no vault today\\nsecond line')\n", "no vault today"),
     "no-tools": ("VALUE = 1\n", "defines no tools"),
-    "timeout": ("import time\ntime.sleep(60)\n", "did not finish within 5s"),
+    "timeout": ("import time\ntime.sleep(60)\n", "did not finish within 3s"),
     "oversized": (
         "from typing import Literal\n"
         "from hostkit.effects import ToolContext, tool\n"
@@ -368,9 +373,10 @@ async def test_a_bad_module_is_a_one_line_config_error(
         (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, name, raising=False)
-    with anyio.fail_after(30):
+    timeout_s = 3.0 if case == "timeout" else 20.0
+    with anyio.fail_after(60):
         with pytest.raises(ConfigError) as raised:
-            await agent_tools(tmp_path, store, [name], sandbox="none")
+            await agent_tools(tmp_path, store, [name], timeout_s=timeout_s, sandbox="none")
     error = raised.value
     assert error.key == KEY
     assert expected in error.message
