@@ -157,7 +157,10 @@ class ModuleTool(AuthoredTool):
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         plain = json.loads(json.dumps(thaw(arguments), default=_unserializable))
-        errors = sorted(self._validator.iter_errors(plain), key=lambda e: list(e.absolute_path))
+        errors = sorted(
+            self._validator.iter_errors(plain),
+            key=lambda e: [str(part) for part in e.absolute_path],
+        )
         if errors:
             problems = "; ".join(_problem(error) for error in errors[:5])
             raise InvalidValue(f"invalid arguments for {self.name}: {problems}")
