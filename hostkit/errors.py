@@ -7,7 +7,8 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     HostkitError
     ├── UserError                  misuse by the caller; fix the call, do not retry
     │   ├── ConfigError            a bad configuration value (names the key)
-    │   │   └── EffectCollision    (hostkit.effects) two tools, one name: names both sources
+    │   │   ├── EffectCollision    (hostkit.effects) two tools, one name: names both sources
+    │   │   └── ToolChanged        (hostkit.effects) a tool module changed since discovery
     │   ├── InvalidValue           a contract value failed validation
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)

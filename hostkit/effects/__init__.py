@@ -18,7 +18,14 @@ from hostkit.effects._approvals import (
     ApprovalRequest,
     ApprovalRuntime,
 )
-from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome, tool
+from hostkit.effects._authored import (
+    AuthoredTool,
+    Prepared,
+    ToolChanged,
+    ToolContext,
+    ToolOutcome,
+    tool,
+)
 from hostkit.effects._catalog import (
     CatalogEntry,
     EffectCollision,
@@ -71,6 +78,7 @@ __all__ = [
     "Prepared",
     "PreparedEffectCatalog",
     "SourcedTool",
+    "ToolChanged",
     "ToolContext",
     "ToolOutcome",
     "Toolset",

@@ -13,17 +13,26 @@ from typing import Any, get_type_hints
 
 import pydantic
 
-from hostkit.errors import InvalidValue, bounded
+from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types import EffectStatus
 
-__all__ = ["AuthoredTool", "Prepared", "ToolContext", "ToolOutcome", "tool"]
+__all__ = ["AuthoredTool", "Prepared", "ToolChanged", "ToolContext", "ToolOutcome", "tool"]
 
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 # Every integer argument fits a signed 64-bit integer: what SQLite, struct, os and
 # most C-backed calls accept. Wider values fail deep in a tool with a raw OverflowError.
 _INT64 = (-(2**63), 2**63 - 1)
 _MAX_ARGUMENT_DEPTH = 32
+
+
+class ToolChanged(ConfigError):
+    """The tool that would run no longer matches the definition the model was shown.
+
+    An authored tool module edited on disk after its tools were discovered is
+    one: the call fails (``failed``, ``started=False``) before the tool's
+    function runs; applying the configuration again discovers the new version.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,13 @@ from typing import Any, Protocol
 import anyio
 
 from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
-from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome
+from hostkit.effects._authored import (
+    AuthoredTool,
+    Prepared,
+    ToolChanged,
+    ToolContext,
+    ToolOutcome,
+)
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
@@ -528,6 +534,18 @@ class EffectRuntime:
         try:
             with anyio.fail_after(entry.tool.timeout_s):
                 output = await entry.tool.invoke(tool_context, checked.arguments)
+        except ToolChanged as exc:
+            # The tool is not what the model and the approver were shown: its function
+            # never ran (an authored module edited on disk since it was discovered).
+            return result(
+                call_id=call_id,
+                effect=effect,
+                status="failed",
+                started=False,
+                model_text="",
+                error=_error_text(exc, redactor),
+                redactor=redactor,
+            )
         except PolicyRefusal as exc:
             return result(
                 call_id=call_id,

@@ -7,10 +7,8 @@ families (runtime-composition step 7): the seams below only know the protocols.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 from collections.abc import Sequence
-from types import ModuleType
 
 import anyio
 from anyio.abc import AsyncResource
@@ -30,6 +28,7 @@ from hostkit.host._capabilities import (
 )
 from hostkit.host._config import HostConfig, ProviderConfig
 from hostkit.host._memory import StoreMemorySource, memory_tools
+from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
@@ -134,16 +133,22 @@ _TERMINAL = frozenset({"terminal.run", "terminal.status", "terminal.stop"})
 class DefaultToolSource:
     """Memory tools, the agent's opted-in builtins, and the authored tools of its ``tool_modules``.
 
-    Tool modules are operator-trusted Python named in the configuration; they
-    are imported when the generation first needs an agent's tools. Each tool
-    carries its real source: ``builtin:memory``, ``builtin:files``,
-    ``builtin:web``, ``builtin:terminal`` or ``module:<module name>``. Terminal
-    builtins use the Host's process resources (supervisor and run registries
-    outlive a generation).
+    Tool modules are operator-trusted Python named in the configuration. They
+    are not imported here: a child process discovers their tools (in the
+    agent's sandbox when it can, within ``discovery_timeout_s``), and the Host
+    imports a module only when the runtime invokes one of its tools, after the
+    capability and approval checks (``_tool_modules``). Each tool carries its
+    real source: ``builtin:memory``, ``builtin:files``, ``builtin:web``,
+    ``builtin:terminal`` or ``module:<module name>``. Terminal builtins use the
+    Host's process resources (supervisor and run registries outlive a
+    generation).
     """
 
-    def __init__(self, config: HostConfig) -> None:
+    def __init__(
+        self, config: HostConfig, *, discovery_timeout_s: float = DISCOVERY_TIMEOUT_S
+    ) -> None:
         self._config = config
+        self._modules = ToolModules(timeout_s=discovery_timeout_s)
 
     async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
         agent = self._config.agents[request.agent]
@@ -173,8 +178,11 @@ class DefaultToolSource:
             policy = sandbox_policy(self._config, request.agent)
             add("builtin:terminal", [t for t in runs.tools(sandbox=policy) if t.name in wanted])
         for module_name in agent.tool_modules:
-            module = await anyio.to_thread.run_sync(_import, module_name, request.agent)
-            found = [v for v in vars(module).values() if isinstance(v, AuthoredTool)]
+            found = await self._modules.tools(
+                module_name,
+                agent=request.agent,
+                sandbox=sandbox_policy(self._config, request.agent),
+            )
             add(f"module:{module_name}", found)
         return tools
 
@@ -195,15 +203,6 @@ def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
         ),
         hidden=config.state_paths(),
     )
-
-
-def _import(module_name: str, agent: str) -> ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"cannot import tool module {module_name!r}: {exc}", key=f"agents.{agent}.tool_modules"
-        ) from exc
 
 
 class NoChannels:

@@ -9,8 +9,9 @@ to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``.
 
 ``SandboxPolicy`` says how an agent's processes are isolated (bubblewrap by
 default, docs/effects.md "Sandbox"); ``sandbox_argv`` builds the launcher any
-spawner can reuse, ``probe_bubblewrap`` says whether it works here, and
-``SandboxUnavailable`` is the typed refusal when it does not.
+spawner can reuse (``mask_plan`` hides the Host's state in what it shows),
+``probe_bubblewrap`` says whether it works here, and ``SandboxUnavailable``
+is the typed refusal when it does not.
 
 Inside, modules import one way only: ``_terminal`` → ``_terminal_checks`` →
 ``_process`` and ``_sandbox`` → ``_process_streams`` and ``_process_tree`` →
@@ -35,6 +36,7 @@ from hostkit.builtins.process._sandbox import (
     SandboxPolicy,
     SandboxProbe,
     SandboxUnavailable,
+    mask_plan,
     probe_bubblewrap,
     sandbox_argv,
 )
@@ -60,6 +62,7 @@ __all__ = [
     "StreamCapture",
     "TerminalRuns",
     "load_artifact_key",
+    "mask_plan",
     "opaque_artifact_dir",
     "probe_bubblewrap",
     "run_process",

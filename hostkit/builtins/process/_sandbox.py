@@ -154,9 +154,10 @@ def visible_roots(workspace: Path) -> tuple[Path, ...]:
     return (*dirs, workspace)
 
 
-def mask_plan(workspace: Path, hidden: Sequence[Path]) -> list[str]:
+def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] = ()) -> list[str]:
     """Blocking: bwrap options masking each existing Host state path the sandbox would
-    show: inside ``workspace`` or under a read-only system directory (``/etc``, ``/opt``).
+    show: inside ``workspace``, under a read-only system directory (``/etc``, ``/opt``)
+    or inside one of the extra ``roots`` a spawner binds (a tool module's import path).
 
     A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
     ``.v3.backup``) are masked with it. A path that does not exist yet cannot be
@@ -164,7 +165,7 @@ def mask_plan(workspace: Path, hidden: Sequence[Path]) -> list[str]:
     before planning.
     """
     root = workspace.resolve()
-    shown = [Path(os.path.realpath(r)) for r in visible_roots(root)]
+    shown = [Path(os.path.realpath(r)) for r in (*visible_roots(root), *roots)]
     targets: set[Path] = set()
     for path in hidden:
         resolved = path.resolve()

@@ -1,0 +1,500 @@
+"""Authored tool modules: discovered in a child process, imported by the Host only to run.
+
+Contract (EffectRuntime): no authored tool import before the capability and
+approval checks of an effect in it. The catalog still needs each tool's name,
+description and schema before the model may call it, so a child process
+(``python -I``, in the agent's bubblewrap sandbox when it works here: no
+network, the import path read-only, the Host's state masked; a deadline;
+bounded output) imports the module and prints its tools' definitions. The
+Host offers each as a ``ModuleTool``: the discovered definition, whose
+invocation, which the runtime makes only after every check and approval
+passed, imports the real module (once per process) and refuses with
+``ToolChanged`` when the file or the tool no longer matches what the model
+was shown. A module every effect of which is denied is never imported here.
+
+Discoveries are cached per version of the module's file (path, size,
+modification time), so a new configuration generation does not spawn again.
+A module the Host process imported already (an earlier call ran it) is used
+as it is: nothing is left to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+from hostkit.builtins.process import (
+    DEFAULT_ENV_ALLOWLIST,
+    SandboxPolicy,
+    mask_plan,
+    probe_bubblewrap,
+    sandbox_argv,
+)
+from hostkit.effects import AuthoredTool, ToolChanged, ToolContext
+from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.freeze import FrozenMap, thaw
+from hostkit.host._tool_child import describe
+
+if TYPE_CHECKING:
+    import jsonschema
+
+__all__ = ["DISCOVERY_TIMEOUT_S", "MAX_DISCOVERY_BYTES", "ModuleTool", "ToolModules"]
+
+DISCOVERY_TIMEOUT_S = 30.0
+MAX_DISCOVERY_BYTES = 1_000_000
+MAX_TOOLS_PER_MODULE = 256
+_STDERR_TAIL = 4_000
+_STDERR_GRACE_S = 1.0
+_CACHED_VERSIONS = 256
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "name": (str,),
+    "description": (str,),
+    "parameters": (dict,),
+    "timeout_s": (int, float),
+    "secrets_argument": (str, type(None)),
+    "approval_warning": (str, type(None)),
+    "prepare": (bool,),
+    "preflight": (bool,),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stamp:
+    """One version of a module's file: where it is, its size, mtime and content digest."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    digest: str
+
+
+class _ModuleVersion:
+    """One discovered version of a module: its definitions and, once a call imported
+    it, its real tools in this process (shared by every agent and generation)."""
+
+    def __init__(
+        self, module_name: str, stamp: _Stamp | None, definitions: tuple[dict[str, Any], ...]
+    ) -> None:
+        self.module_name = module_name
+        self.stamp = stamp
+        self.definitions = definitions
+        self._lock = threading.Lock()
+        self._tools: dict[str, AuthoredTool] | None = None
+
+    def load(self, key: str) -> dict[str, AuthoredTool]:
+        """Worker thread: the module's real tools by name, importing it the first time.
+
+        The file is checked first: a module edited since its discovery is not
+        imported at all (``ToolChanged``).
+        """
+        with self._lock:
+            if self._tools is not None:
+                return self._tools
+            if self.module_name not in sys.modules and self.stamp is not None:
+                current = _stamp_of(Path(self.stamp.path), self.stamp)
+                if current is None or current.digest != self.stamp.digest:
+                    raise ToolChanged(
+                        f"tool module {bounded(self.module_name, 120)!r} changed on disk since "
+                        "its tools were discovered; the call did not run (apply the "
+                        "configuration again to use the new version)",
+                        key=key,
+                    )
+            module = importlib.import_module(self.module_name)
+            tools: dict[str, AuthoredTool] = {}
+            for tool in _tools_of(module):
+                tools.setdefault(tool.name, tool)
+            self._tools = tools
+            return tools
+
+
+class ModuleTool(AuthoredTool):
+    """An authored module's tool as discovered: its definition, not (yet) its code.
+
+    Arguments validate against the discovered JSON schema before approval
+    (``invalid`` otherwise). ``invoke`` runs only after every check passed: it
+    imports the module (once per process, in a worker thread), refuses with
+    ``ToolChanged`` when the imported tool's definition differs from the
+    discovered one, then validates the arguments with the tool's own types and
+    runs it.
+    """
+
+    def __init__(self, definition: Mapping[str, Any], version: _ModuleVersion, key: str) -> None:
+        # No AuthoredTool.__init__: there is no function in this process to derive from.
+        self.name = str(definition["name"])
+        self.fn = self._call
+        self.description = str(definition["description"])
+        self.timeout_s = float(definition["timeout_s"])
+        self.preflight = None
+        self.prepare = None
+        self.secrets_argument = definition["secrets_argument"]
+        self.approval_warning = definition["approval_warning"]
+        self.parameters = FrozenMap(definition["parameters"])
+        self._definition = dict(definition)
+        self._validator = _validator_class()(definition["parameters"])
+        self._version = version
+        self._key = key
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        plain = json.loads(json.dumps(thaw(arguments), default=_unserializable))
+        errors = sorted(
+            self._validator.iter_errors(plain),
+            key=lambda e: [str(part) for part in e.absolute_path],
+        )
+        if errors:
+            problems = "; ".join(_problem(error) for error in errors[:5])
+            raise InvalidValue(f"invalid arguments for {self.name}: {problems}")
+        return dict(plain)
+
+    async def invoke(self, context: ToolContext, arguments: Mapping[str, Any]) -> Any:
+        return await self._call(context, **arguments)
+
+    async def _call(self, context: ToolContext, **arguments: Any) -> Any:
+        tools = await anyio.to_thread.run_sync(self._version.load, self._key)
+        real = tools.get(self.name)
+        if real is None or _canonical(describe(real)) != _canonical(self._definition):
+            raise ToolChanged(
+                f"tool {self.name!r} of module {bounded(self._version.module_name, 120)!r} "
+                "no longer matches the definition the model was shown; the call did not run",
+                key=self._key,
+            )
+        return await real.invoke(context, real.validate(arguments))
+
+
+class ToolModules:
+    """The tools of an agent's ``tool_modules``, discovered without importing them here."""
+
+    def __init__(self, *, timeout_s: float = DISCOVERY_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+
+    async def tools(
+        self, module_name: str, *, agent: str, sandbox: SandboxPolicy
+    ) -> list[AuthoredTool]:
+        """``module_name``'s tools for ``agent``; ``ConfigError`` naming
+        ``agents.<agent>.tool_modules`` when it cannot be discovered."""
+        key = f"agents.{agent}.tool_modules"
+        shown = bounded(module_name, 120)
+        if not _MODULE_NAME.fullmatch(module_name):
+            raise ConfigError(f"{shown!r} is not a Python module name", key=key)
+        loaded = sys.modules.get(module_name)
+        if loaded is not None:
+            found = _tools_of(loaded)
+            definitions = [describe(tool) for tool in found]
+            await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
+            return found
+        located = await anyio.to_thread.run_sync(_locate, module_name)
+        if located is None:
+            raise ConfigError(
+                f"cannot import tool module {shown!r}: No module named {shown!r}", key=key
+            )
+        stamp = await anyio.to_thread.run_sync(_stamp_of, located, None)
+        cache_key = None if stamp is None else (module_name, stamp.path, stamp.size, stamp.mtime_ns)
+        version = _CACHE.get(cache_key) if cache_key is not None else None
+        if version is None:
+            definitions = await self._discover(module_name, sandbox, key)
+            # Worker thread: jsonschema is imported on first use, a large schema is checked.
+            await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
+            version = _ModuleVersion(module_name, stamp, tuple(definitions))
+            if cache_key is not None:
+                _remember(cache_key, version)
+        return await anyio.to_thread.run_sync(_proxies, version, key)
+
+    async def _discover(
+        self, module_name: str, sandbox: SandboxPolicy, key: str
+    ) -> list[dict[str, Any]]:
+        shown = bounded(module_name, 120)
+        source, path = await anyio.to_thread.run_sync(_child_plan)
+        command = [sys.executable, "-I", "-B", "-c", source, module_name, json.dumps(path)]
+        scratch: Path | None = None
+        if sandbox.sandboxed:
+            probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+            if probe.ok:
+                command, scratch = await anyio.to_thread.run_sync(
+                    _sandboxed, probe, sandbox, command, path
+                )
+        env = {name: os.environ[name] for name in DEFAULT_ENV_ALLOWLIST if name in os.environ}
+        try:
+            out, err, problem = await _run(command, env, scratch, self._timeout_s)
+        finally:
+            if scratch is not None:
+                await anyio.to_thread.run_sync(
+                    functools.partial(shutil.rmtree, scratch, ignore_errors=True)
+                )
+        if problem is not None:
+            raise ConfigError(f"cannot discover tool module {shown!r}: {problem}", key=key)
+        try:
+            answer = json.loads(out)
+        except ValueError:
+            detail = _last_line(err) or "the discovery process gave no answer"
+            raise ConfigError(f"cannot discover tool module {shown!r}: {detail}", key=key) from None
+        if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+            raise ConfigError(f"cannot import tool module {shown!r}: {answer['error']}", key=key)
+        tools = answer.get("tools") if isinstance(answer, dict) else None
+        if not isinstance(tools, list):
+            raise ConfigError(f"cannot discover tool module {shown!r}: malformed answer", key=key)
+        return tools
+
+
+def _proxies(version: _ModuleVersion, key: str) -> list[AuthoredTool]:
+    return [ModuleTool(definition, version, key) for definition in version.definitions]
+
+
+def _check_definitions(shown: str, definitions: Sequence[Any], key: str) -> None:
+    """Refuse a module without tools, malformed definitions, and hooks that would run
+    the module's code before approval."""
+    if not definitions:
+        raise ConfigError(f"tool module {shown!r} defines no tools", key=key)
+    if len(definitions) > MAX_TOOLS_PER_MODULE:
+        raise ConfigError(
+            f"tool module {shown!r} defines more than {MAX_TOOLS_PER_MODULE} tools", key=key
+        )
+    for definition in definitions:
+        if not isinstance(definition, dict) or any(
+            not isinstance(definition.get(name), kinds) for name, kinds in _FIELDS.items()
+        ):
+            raise ConfigError(f"tool module {shown!r}: a malformed tool definition", key=key)
+        name = bounded(definition["name"], 80)
+        for hook in ("prepare", "preflight"):
+            if definition[hook]:
+                raise ConfigError(
+                    f"tool {name!r} of module {shown!r} has a {hook} hook: a module tool's "
+                    "code runs only after approval, so check inside the tool instead",
+                    key=key,
+                )
+        try:
+            _validator_class().check_schema(definition["parameters"])
+        except _schema_error():
+            raise ConfigError(
+                f"tool {name!r} of module {shown!r} has an invalid parameter schema", key=key
+            ) from None
+
+
+def _validator_class() -> Any:
+    """jsonschema's draft 2020-12 validator (what pydantic emits); imported on first use,
+    so a Host without tool modules does not pay for it."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator
+
+
+def _schema_error() -> type[Exception]:
+    import jsonschema
+
+    error: type[Exception] = jsonschema.SchemaError
+    return error
+
+
+def _tools_of(module: ModuleType) -> list[AuthoredTool]:
+    found: dict[int, AuthoredTool] = {}
+    for value in vars(module).values():
+        if isinstance(value, AuthoredTool):
+            found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def _canonical(definition: Mapping[str, Any]) -> str:
+    return json.dumps(definition, sort_keys=True, default=str)
+
+
+def _problem(error: jsonschema.ValidationError) -> str:
+    """One bounded reason that names the argument and the rule, never the value."""
+    where = ".".join(str(part) for part in error.absolute_path) or "arguments"
+    if error.validator in ("required", "additionalProperties"):
+        return f"{where}: {bounded(error.message, 120)}"
+    rule = bounded(json.dumps(error.validator_value, default=str), 80)
+    return f"{where}: must satisfy {error.validator} {rule}"
+
+
+def _unserializable(value: Any) -> Any:
+    raise InvalidValue(f"an argument of type {type(value).__name__} is not JSON")
+
+
+# -- locating, stamping and caching (worker threads) -------------------------------------
+
+_CACHE: OrderedDict[tuple[str, str, int, int], _ModuleVersion] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _remember(key: tuple[str, str, int, int], version: _ModuleVersion) -> None:
+    with _CACHE_LOCK:
+        _CACHE[key] = version
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > _CACHED_VERSIONS:
+            _CACHE.popitem(last=False)
+
+
+def _locate(module_name: str) -> Path | None:
+    """Blocking: the file ``module_name`` would be imported from, found without running
+    any of its packages' code (their finders only), or None when there is none."""
+    parts = module_name.split(".")
+    search: Sequence[str] | None = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find_spec(name, search)
+        if spec is None:
+            return None
+        if depth == len(parts):
+            origin = spec.origin if spec.has_location else None
+            return Path(origin) if origin else None
+        search = spec.submodule_search_locations
+        if search is None:
+            return None
+    return None
+
+
+def _find_spec(name: str, search: Sequence[str] | None) -> Any:
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, search)
+        except (ImportError, OSError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _stamp_of(path: Path, known: _Stamp | None) -> _Stamp | None:
+    """Blocking: the file's stamp (None if it is gone). With ``known`` and an unchanged
+    size and modification time, its digest is not read again."""
+    try:
+        info = path.stat()
+        if known is not None and (info.st_size, info.st_mtime_ns) == (known.size, known.mtime_ns):
+            return known
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return _Stamp(str(path.resolve()), info.st_size, info.st_mtime_ns, digest)
+
+
+def _child_plan() -> tuple[str, list[str]]:
+    """Blocking: the discovery child's program text, and the Host's import path made
+    absolute (the child starts with ``-I``: no current directory, no environment)."""
+    path = [os.path.abspath(entry) for entry in sys.path if isinstance(entry, str)]
+    return _child_source(), path
+
+
+@functools.cache
+def _child_source() -> str:
+    return Path(__file__).with_name("_tool_child.py").read_text(encoding="utf-8")
+
+
+def _sandboxed(
+    probe: Any, policy: SandboxPolicy, command: list[str], path: Sequence[str]
+) -> tuple[list[str], Path]:
+    """Blocking: ``command`` in the agent's sandbox, without network, seeing the
+    interpreter and the import path read-only (the Host's state masked) and a
+    private scratch directory as its working directory."""
+    interpreter = (
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    )
+    roots: list[Path] = []
+    for entry in sorted({os.path.realpath(p) for p in (*interpreter, *path)}):
+        root = Path(entry)
+        if root.exists() and not any(root.is_relative_to(shown) for shown in roots):
+            roots.append(root)
+    scratch = Path(tempfile.mkdtemp(prefix="hostkit-discovery-"))
+    binds = [arg for root in roots for arg in ("--ro-bind", str(root), str(root))]
+    masks = mask_plan(scratch, policy.hidden, roots=roots)
+    quiet = dataclasses.replace(policy, network=False)
+    argv = sandbox_argv(
+        probe, quiet, command, workspace=scratch, workdir=scratch, masks=[*binds, *masks]
+    )
+    return argv, scratch
+
+
+# -- the child process ---------------------------------------------------------------------
+
+
+async def _run(
+    command: list[str], env: Mapping[str, str], cwd: Path | None, timeout_s: float
+) -> tuple[bytes, bytes, str | None]:
+    """Run the discovery child: (stdout, stderr tail, problem or None).
+
+    stdout is read up to ``MAX_DISCOVERY_BYTES``; the child's whole process
+    group is killed when it is done, overdue or too talkative.
+    """
+    process = await anyio.open_process(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    out = bytearray()
+    err = bytearray()
+    problem: str | None = None
+    stdout, stderr = process.stdout, process.stderr
+    try:
+        if stdout is None or stderr is None:
+            raise RuntimeError("the discovery child has no output pipes")
+        with anyio.move_on_after(timeout_s) as deadline:
+            async with anyio.create_task_group() as group:
+                drained = anyio.Event()
+                group.start_soon(_tail, stderr, err, drained)
+                async for chunk in stdout:
+                    out += chunk
+                    if len(out) > MAX_DISCOVERY_BYTES:
+                        problem = f"its answer is larger than {MAX_DISCOVERY_BYTES} bytes"
+                        break
+                if problem is None:
+                    await process.wait()
+                    # A process the module left behind may hold stderr open: do not wait on it.
+                    with anyio.move_on_after(_STDERR_GRACE_S):
+                        await drained.wait()
+                group.cancel_scope.cancel()
+        if deadline.cancelled_caught:
+            problem = f"discovery did not finish within {timeout_s:g}s"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _end(process)
+    return bytes(out), bytes(err), problem
+
+
+async def _tail(stream: ByteReceiveStream, into: bytearray, drained: anyio.Event) -> None:
+    """Keep the last ``_STDERR_TAIL`` bytes of ``stream`` (a failure's last line)."""
+    async for chunk in stream:
+        into += chunk
+        del into[:-_STDERR_TAIL]
+    drained.set()
+
+
+async def _end(process: Process) -> None:
+    """Kill the child's process group (whatever it left behind) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.aclose()
+
+
+def _last_line(err: bytes) -> str:
+    lines = [line.strip() for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
