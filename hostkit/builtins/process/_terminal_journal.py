@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ _EFFECT_STATUS: dict[TerminalRunState, EffectStatus] = {
 }
 DEFAULT_RECOVER_LIMIT = 500  # running records examined per recovery pass
 DEFAULT_KILL_CONFIRM_S = 5.0  # how long an orphan's leftover processes get to disappear
+_POLL_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,15 +195,19 @@ def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tup
     for proc in members:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
-    # Not our children (their parent died), so they are reaped elsewhere; wait_procs only
-    # watches them go.
-    _, alive = psutil.wait_procs(members, timeout=confirm_s)
-    return len(members), len([p for p in alive if _not_zombie(p)])
+    # Watched, never waited for: psutil's wait would reap a process that happens to be
+    # this Host's child and steal its exit status from the event loop's child watcher.
+    deadline = time.monotonic() + confirm_s
+    alive = [proc for proc in members if _alive(proc)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        alive = [proc for proc in alive if _alive(proc)]
+    return len(members), len(alive)
 
 
-def _not_zombie(proc: psutil.Process) -> bool:
+def _alive(proc: psutil.Process) -> bool:
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
