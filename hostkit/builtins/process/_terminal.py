@@ -52,10 +52,8 @@ and the inbox.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,12 +78,8 @@ from hostkit.builtins.process._process import (
 )
 from hostkit.builtins.process._sandbox import (
     SandboxPolicy,
-    SandboxProbe,
     SandboxUnavailable,
-    limited_argv,
-    mask_plan,
     probe_bubblewrap,
-    sandbox_argv,
 )
 from hostkit.builtins.process._terminal_checks import (
     DEFAULT_ENV_ALLOWLIST,
@@ -93,6 +87,8 @@ from hostkit.builtins.process._terminal_checks import (
     MAX_ARGV_ITEMS,
     MAX_SECRETS,
     child_environment,
+    drop_artifacts,
+    launch_argv,
     open_workdir,
     outcome_view,
     program_refusal,
@@ -365,7 +361,7 @@ class TerminalRuns(AsyncResource):
         options["max_processes"] = policy.limits.processes
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
-                _launch, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
+                launch_argv, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
             )
         except UserError as exc:
             await _close(fd)
@@ -401,7 +397,7 @@ class TerminalRuns(AsyncResource):
                 if ctx.secrets and control.outcome is not None:
                     # The full streams may hold a bound value: only the redacted tails
                     # survive, whichever way the run ended (cancelled, closed, failed).
-                    dropped = await anyio.to_thread.run_sync(_drop_artifacts, control.outcome)
+                    dropped = await anyio.to_thread.run_sync(drop_artifacts, control.outcome)
                     control.outcome = dropped
         assert control.outcome is not None  # run_process returned
         view = outcome_view(control.outcome, ctx.secrets, sandbox=policy.mode)
@@ -595,57 +591,3 @@ async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.Cance
 async def _close(fd: int) -> None:
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(os.close, fd)
-
-
-def _launch(
-    probe: SandboxProbe | None,
-    policy: SandboxPolicy,
-    command: list[str],
-    workspace: Path,
-    fd: int,
-    artifact_root: Path,
-) -> tuple[list[str], Path, str | None]:
-    """Worker thread: the argument vector that starts ``command`` under ``policy``, the
-    working directory it gets (for the audit view) and the launcher (bwrap, prlimit or None).
-
-    Sandboxed, the working directory is where the held descriptor points now,
-    checked to be inside the workspace (the sandbox shows nothing else anyway).
-    The artifact root exists before the masks are planned: another run's output
-    appearing there later must already be covered.
-    """
-    workdir = _held_path(fd)
-    if not policy.sandboxed:
-        prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
-        if prlimit is None:
-            return command, workdir, None
-        return limited_argv(prlimit, policy.limits, command), workdir, prlimit
-    assert probe is not None  # probed (and ok) before the launch
-    root = workspace.resolve()
-    if workdir != root and not workdir.is_relative_to(root):
-        raise SandboxUnavailable("the working directory moved out of the workspace")
-    artifact_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    masks = mask_plan(root, (*policy.hidden, artifact_root))
-    argv = sandbox_argv(probe, policy, command, workspace=root, workdir=workdir, masks=masks)
-    return argv, workdir, probe.bwrap
-
-
-def _held_path(fd: int) -> Path:
-    """Where the held working-directory descriptor points now (blocking)."""
-    if os.path.isdir("/proc/self/fd"):
-        return Path(os.readlink(f"/proc/self/fd/{fd}"))
-    import fcntl
-
-    get_path: int = getattr(fcntl, "F_GETPATH", 50)
-    return Path(os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0")))
-
-
-def _drop_artifacts(outcome: ProcessOutcome) -> ProcessOutcome:
-    """Delete a run's artifact files (blocking: call in a worker thread); references go too."""
-    streams = {}
-    for name in ("stdout", "stderr"):
-        capture = getattr(outcome, name)
-        if capture.artifact is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(capture.artifact)
-        streams[name] = dataclasses.replace(capture, artifact=None)
-    return dataclasses.replace(outcome, **streams)
