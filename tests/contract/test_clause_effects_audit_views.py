@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import AuditRecord, EffectRequest, PrincipalScope, TurnExecutionContext
 from tests.contract.test_builtin_terminal import Approver, terminal_config
 from tests.contract.test_clause_effects_url_policy import Pinned
+from tests.contract.test_cli import hostkit
 from tests.contract.test_web_extract import ARTICLE, web_context
 from tests.hosts import request
 from tests.security.test_ssrf import FakeResolver
@@ -217,3 +219,47 @@ async def test_effect_audit_views_are_for_operators_only(
     context = await web_context(authority)
     with pytest.raises(ScopeError):
         await store.inspect.effect_audits(context.principal, context.session_id)
+
+
+CLI_CONFIG = """
+[host]
+database = "state/hostkit.db"
+workspace = "ws"
+
+[providers.scripted]
+kind = "scripted"
+script = [
+  { tool = "terminal.run", arguments = { argv = ["echo", "from-the-cli"], background = true } },
+  { reply = "started" },
+]
+
+[agents.assistant]
+provider = "scripted"
+memory = false
+sandbox = "none"
+builtins = ["terminal.run", "terminal.status", "terminal.stop"]
+"""
+
+
+async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
+    tmp_path: Path,
+) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CLI_CONFIG)
+    code, _, err = await hostkit("run", "start it", cwd=tmp_path)
+    assert code == 0, err
+    found = re.search(r"session: (ses_\w+)", err)
+    assert found is not None, err
+    code, out, err = await hostkit(
+        "effects", "audit", found.group(1), "--reason", "what ran", cwd=tmp_path
+    )
+    assert code == 0, err
+    assert "terminal.run" in out
+    assert "executable" in out
+    assert "succeeded" in out
+    code, out, err = await hostkit("effects", "runs", "--reason", "what ran", cwd=tmp_path)
+    assert code == 0, err
+    assert "echo (2 args)" in out
+    assert "run_" in out
+    code, _, err = await hostkit("effects", "runs", cwd=tmp_path)
+    assert code == 2
+    assert "--reason" in err
