@@ -381,6 +381,8 @@ class TerminalRuns(AsyncResource):
         if background:
             started = await self._start_background(ctx, policy, command, fd, options, argv, audit)
             run_id = started.output.get("run_id") if isinstance(started.output, dict) else None
+            if run_id is None:
+                return started  # refused (the per-session limit, no record): nothing ran
             return dataclasses.replace(started, audit={**audit, "run_id": run_id})
         if ctx.secrets_expire_at is not None:
             # The lookups above took time: clamp to what is left of the binding now.
