@@ -1,4 +1,4 @@
-"""The ``hostkit`` command line: init, run, sessions, context, budget, approvals, demo."""
+"""The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects, demo."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._demo import demo_approver, run_demo
+from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import stream_turn
@@ -39,6 +40,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(approvals, name="approvals")
+app.add_typer(effects, name="effects")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

@@ -57,6 +57,9 @@ class ToolContext:
     secrets_expire_at: float | None = None
     # What the tool's ``prepare`` check returned for this call (``Prepared.value``).
     prepared: Any = None
+    # The provider's id of this call: a tool that starts Host work (a background
+    # run) records it with that work.
+    call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +84,18 @@ class ToolOutcome:
     ``cancelled`` or ``indeterminate`` with its output still shown (a command
     that exited non-zero, a process tree that could not be confirmed gone).
     Any other return value means ``succeeded``.
+
+    ``audit`` is the call's audit view: what the Host actually did (the
+    working directory, environment names and executable of a process; the
+    origin and validated addresses of each fetched hop). It never reaches the
+    model; the runtime redacts it and persists it with the call (docs/effects.md
+    "Audit views"). It holds names and paths, never values.
     """
 
     status: EffectStatus
     output: Any = None
     error: str | None = None
+    audit: Mapping[str, Any] | None = None
 
 
 class AuthoredTool:

@@ -32,7 +32,7 @@ from hostkit.effects._redaction import (
     Redactor,
     derived_secrets,
 )
-from hostkit.effects._views import failed_safely, render_output, result
+from hostkit.effects._views import REDACTION_FAILED, failed_safely, render_output, result
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
@@ -181,6 +181,10 @@ class EffectRuntime:
 
     An ``ask`` nobody answers becomes a durable pending approval (with a
     ``store``); ``execute_approved`` runs it once in a continuation turn.
+    With a ``store``, an invoked call's audit view (the tool's
+    ``ToolOutcome.audit`` plus the target its ``prepare`` check validated) is
+    redacted and written to the audit log as ``effect.<name>`` before the
+    result is returned (``InspectQueries.effect_audits`` reads it back).
     """
 
     def __init__(
@@ -194,6 +198,7 @@ class EffectRuntime:
         self._toolsets = toolsets
         self._approvals = approvals or ApprovalRuntime()
         self._ledger = None if store is None else ApprovalLedger(store)
+        self._store = store
         self._environ = os.environ if environ is None else environ
         self._catalogs: dict[str, tuple[PreparedEffectCatalog, Toolset]] = {}
         # turn id -> ids of the calls whose tool was invoked (until the turn's catalog closes)
@@ -517,6 +522,7 @@ class EffectRuntime:
             secrets=FrozenMap(secrets),
             secrets_expire_at=expires_at,
             prepared=checked.prepared,
+            call_id=checked.call_id,
         )
         return await self._invoke(checked, tool_context, secrets)
 
@@ -547,6 +553,7 @@ class EffectRuntime:
                 redactor=redactor,
             )
         except PolicyRefusal as exc:
+            await self._audit(checked, tool_context, "denied", None, redactor)
             return result(
                 call_id=call_id,
                 effect=effect,
@@ -557,6 +564,7 @@ class EffectRuntime:
                 redactor=redactor,
             )
         except TimeoutError:
+            await self._audit(checked, tool_context, "timed_out", None, redactor)
             return result(
                 call_id=call_id,
                 effect=effect,
@@ -571,6 +579,7 @@ class EffectRuntime:
             # failed call, not the end of the Host; only real cancellation propagates.
             if _is_cancellation(exc):
                 raise
+            await self._audit(checked, tool_context, "failed", None, redactor)
             return result(
                 call_id=call_id,
                 effect=effect,
@@ -582,8 +591,10 @@ class EffectRuntime:
             )
         status: EffectStatus = "succeeded"
         error: str | None = None
+        audit: Mapping[str, Any] | None = None
         if isinstance(output, ToolOutcome):
-            status, error, output = output.status, output.error, output.output
+            status, error, audit, output = output.status, output.error, output.audit, output.output
+        await self._audit(checked, tool_context, status, audit, redactor)
         try:
             # Secret-named fields of the output join the set for every view of it; a
             # structure too deep or too full to search fails closed (RedactionLimit).
@@ -603,10 +614,55 @@ class EffectRuntime:
             redactor=redactor,
         )
 
+    async def _audit(
+        self,
+        checked: _Checked,
+        tool_context: ToolContext,
+        status: EffectStatus,
+        view: Mapping[str, Any] | None,
+        redactor: Redactor,
+    ) -> None:
+        """Persist what the invoked call really did (its audit view and validated target).
+
+        Every secret spelling the call's redactor knows is masked first and the
+        result checked again; a view that cannot be made safe is replaced by a
+        fixed marker, never written half-redacted. Nothing is written for a
+        call without a view or a target, or without a store.
+        """
+        if self._store is None or (not view and not checked.target):
+            return
+        try:
+            detail: dict[str, Any] = dict(redactor.value(dict(view or {})))
+            if checked.target:
+                detail["target"] = redactor.value(dict(checked.target))
+            safe = bounded_metadata(detail)
+            if redactor and any(redactor.leaked(text) for text in _all_strings(safe)):
+                raise ValueError("a secret survived redaction")
+        except Exception:
+            detail = {"error": REDACTION_FAILED}
+        detail.update(turn_id=tool_context.turn_id, call_id=checked.call_id, outcome=status)
+        await self._store.audit(
+            f"effect.{checked.entry.effect}",
+            principal_id=tool_context.owner,
+            session_id=tool_context.session_id,
+            subject=checked.call_id,
+            detail=detail,
+        )
+
     def _require_ledger(self) -> ApprovalLedger:
         if self._ledger is None:
             raise InvalidValue("this EffectRuntime keeps no durable approvals (no store)")
         return self._ledger
+
+
+def _all_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [text for key, item in value.items() for text in _all_strings([key, item])]
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in _all_strings(item)]
+    return []
 
 
 def _argument_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> list[str]:

@@ -18,7 +18,12 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit.builtins.files import WorkspaceScope
-from hostkit.builtins.process import ProcessSupervisor, TerminalRuns, load_artifact_key
+from hostkit.builtins.process import (
+    ProcessSupervisor,
+    RunJournal,
+    TerminalRuns,
+    load_artifact_key,
+)
 from hostkit.effects import AuthoredTool, EffectPolicy, SourcedTool
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
@@ -72,13 +77,16 @@ class ProcessResources(AsyncResource):
     directories under ``artifact_root``, named with a key kept there. The
     background-run registries live here too, one per workspace, so a run
     started before a configuration reload is still there (and still
-    stoppable) after it.
+    stoppable) after it. With a ``journal`` background runs are durable
+    (recorded in the store, announced on completion) and ``recover()`` marks
+    a dead Host's runs ``orphaned``.
     """
 
     supervisor: ProcessSupervisor
     artifact_root: Path
     # The Host's own state (``HostConfig.state_paths()``): never a run's working directory.
     protected: tuple[Path, ...] = ()
+    journal: RunJournal | None = None
     _terminals: dict[Path, TerminalRuns] = field(default_factory=dict)
     _key: list[bytes] = field(default_factory=list)
 
@@ -98,8 +106,13 @@ class ProcessResources(AsyncResource):
                 workspace=WorkspaceScope(workspace, protected=self.protected),
                 artifact_root=self.artifact_root,
                 artifact_key=key,
+                journal=self.journal,
             )
         return runs
+
+    async def recover(self) -> int:
+        """Mark background runs of a dead Host process ``orphaned`` (Host start); how many."""
+        return 0 if self.journal is None else await self.journal.recover()
 
     async def aclose(self) -> None:
         """End every process tree, then close the run registries (Host shutdown)."""

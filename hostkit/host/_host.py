@@ -11,7 +11,7 @@ from anyio.abc import AsyncResource
 
 from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
-from hostkit.builtins.process import ProcessSupervisor
+from hostkit.builtins.process import ProcessSupervisor, RunJournal
 from hostkit.context import (
     ContextManager,
     EstimatorRegistry,
@@ -102,6 +102,7 @@ class Host(AsyncResource):
             supervisor=ProcessSupervisor(),
             artifact_root=config.artifact_root,
             protected=config.state_paths(),
+            journal=RunJournal(store=store, host_owner=lease_owner, observer=events),
         )
         self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(1, config, capabilities)
@@ -197,6 +198,8 @@ class Host(AsyncResource):
                 warnings=warnings,
             )
             await host.turns.recover()
+            # Background terminal runs a dead Host left "running" become "orphaned".
+            await host.processes.recover()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await store.aclose()

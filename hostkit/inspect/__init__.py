@@ -16,6 +16,12 @@ from hostkit.inspect._budget import (
     budget_view,
 )
 from hostkit.inspect._context import ContextStep, ContextView, context_view
+from hostkit.inspect._effects import (
+    EffectAuditRows,
+    TerminalRunRows,
+    effect_audit_rows,
+    terminal_run_rows,
+)
 from hostkit.inspect._lists import (
     MAX_APPROVALS,
     ApprovalRows,
@@ -36,14 +42,18 @@ __all__ = [
     "CalibrationView",
     "ContextStep",
     "ContextView",
+    "EffectAuditRows",
     "ModelPrice",
     "SessionRows",
     "StepUsage",
+    "TerminalRunRows",
     "TokenTotals",
     "TurnUsage",
     "approval_rows",
     "budget_view",
     "context_view",
+    "effect_audit_rows",
     "price_for",
     "session_rows",
+    "terminal_run_rows",
 ]

@@ -51,6 +51,15 @@ from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Mi
 from hostkit.store._scopes import ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
 from hostkit.store._sqlite import MAX_REASON, SqliteStore, Transaction, audit_reason
+from hostkit.store._terminal_runs import (
+    MAX_TERMINAL_RUN_LIST,
+    NewTerminalRun,
+    TerminalRunEnding,
+    TerminalRunRecord,
+    TerminalRunState,
+    TerminalRunStore,
+    TerminalStreamStats,
+)
 from hostkit.store._turn_values import (
     MAX_LEASE_TTL_S,
     Admitted,
@@ -75,6 +84,7 @@ __all__ = [
     "MAX_REASON",
     "MAX_RECALL",
     "MAX_SUMMARY_CHARS",
+    "MAX_TERMINAL_RUN_LIST",
     "MAX_WINDOW",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -101,6 +111,7 @@ __all__ = [
     "Migration",
     "MigrationReport",
     "NewApproval",
+    "NewTerminalRun",
     "ObservedStep",
     "OwnedKind",
     "OwnerFacts",
@@ -115,6 +126,11 @@ __all__ = [
     "SqliteStore",
     "StepRecord",
     "Synchronous",
+    "TerminalRunEnding",
+    "TerminalRunRecord",
+    "TerminalRunState",
+    "TerminalRunStore",
+    "TerminalStreamStats",
     "Transaction",
     "TranscriptEntry",
     "TurnAdmission",

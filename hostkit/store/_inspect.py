@@ -14,11 +14,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, ScopeError
 from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
 from hostkit.store._owned import OwnedKind, owner_predicate
-from hostkit.types import ContextDecision, PrincipalScope
+from hostkit.store._sessions import read_effect_audit
+from hostkit.types import AuditRecord, ContextDecision, PrincipalScope
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
@@ -161,6 +162,24 @@ class InspectQueries(ABC):
         whatever the bounds cut.
         """
 
+    @abstractmethod
+    async def effect_audits(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        turn_id: str | None = None,
+        limit: int = 100,
+    ) -> tuple[AuditRecord, ...]:
+        """The persisted audit views of a session's effect calls (or one turn's), in order.
+
+        Each is an ``effect.<name>`` audit row: ``subject`` is the call id and
+        ``detail`` holds ``turn_id``, ``call_id``, ``outcome`` and the view
+        (a terminal run's working directory, environment names, executable and
+        launcher; a fetch's origin and validated addresses per hop). The audit
+        log is Host-only: ``ScopeError`` unless ``scope`` is an operator's.
+        """
+
 
 def _bounded(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_INSPECT_ROWS:
@@ -262,6 +281,24 @@ class SqliteInspectQueries(InspectQueries):
             )
 
         return await self._db.owned(scope, "session", session_id, read)
+
+    async def effect_audits(
+        self,
+        scope: PrincipalScope,
+        session_id: str,
+        *,
+        turn_id: str | None = None,
+        limit: int = 100,
+    ) -> tuple[AuditRecord, ...]:
+        _bounded("limit", limit)
+        verified = self._db.verify_scope(scope)
+        if verified.authority != "operator":
+            raise ScopeError("effect audit views require operator authority")
+        return await self._db.read(
+            lambda conn: read_effect_audit(
+                conn, session_id=session_id, turn_id=turn_id, limit=limit
+            )
+        )
 
 
 _TURN_COLUMNS = "t.session_id, t.turn_id, t.status, t.core_id, t.started_at"

@@ -4,8 +4,8 @@ Seams, the Host and front ends see only this interface and the frozen values
 it returns; no SQL and no database driver exists outside ``hostkit.store``
 (import-linter enforces it). Storage is grouped by what it stores: the
 methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
-and the audit log; ``turns``, ``context``, ``approvals``, ``memory`` and
-``inspect`` are the groups, each an abstract base of its own.
+and the audit log; ``turns``, ``context``, ``approvals``, ``memory``,
+``inspect`` and ``terminal_runs`` are the groups, each an abstract base of its own.
 
 An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
 each group; the contract suite in ``tests/contract/test_store_*`` runs
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from hostkit.store._schema import Migration
     from hostkit.store._scopes import ScopeMint
     from hostkit.store._sessions import ConversationSelect, OwnerFacts
+    from hostkit.store._terminal_runs import TerminalRunStore
     from hostkit.store._turns import TurnStore
 
 __all__ = ["RuntimeStore"]
@@ -63,6 +64,7 @@ class RuntimeStore(AsyncResource):
     approvals: ApprovalStore
     memory: MemoryStore
     inspect: InspectQueries
+    terminal_runs: TerminalRunStore
 
     @classmethod
     def open(

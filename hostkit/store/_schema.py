@@ -362,6 +362,53 @@ _V7_TURN_TOKENS = Migration(
     ),
 )
 
+_V8_TERMINAL_RUNS = Migration(
+    8,
+    "durable background terminal runs",
+    (
+        # One row per background terminal.run, written before the spawn. host_owner is
+        # LeaseOwner.encode() of the Host process that spawned it; pid and pid_start
+        # (the OS start time of the spawned root) come once it is spawned, so a later
+        # Host can tell whether that tree could still be alive. state leaves 'running'
+        # exactly once: the run's own end, or 'orphaned' when its Host is gone. argv is
+        # never stored (only the program's base name and the argument count); stream
+        # artifacts are references ("<spawn id>:stdout"), never paths.
+        """CREATE TABLE terminal_runs (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL REFERENCES sessions(session_id),
+            turn_id TEXT NOT NULL,
+            call_id TEXT,
+            principal_id TEXT NOT NULL,
+            program TEXT NOT NULL,
+            argc INTEGER NOT NULL CHECK (argc >= 1),
+            cwd TEXT NOT NULL,
+            sandbox TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed',
+                'timed_out', 'cancelled', 'indeterminate', 'orphaned')),
+            host_owner TEXT NOT NULL,
+            pid INTEGER,
+            pid_start REAL,
+            spawn_id TEXT,
+            exit_code INTEGER,
+            signal INTEGER,
+            reason TEXT,
+            duration_s REAL,
+            stdout_bytes INTEGER NOT NULL DEFAULT 0,
+            stdout_truncated INTEGER NOT NULL DEFAULT 0,
+            stdout_artifact TEXT,
+            stderr_bytes INTEGER NOT NULL DEFAULT 0,
+            stderr_truncated INTEGER NOT NULL DEFAULT 0,
+            stderr_artifact TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            CHECK ((state = 'running') = (ended_at IS NULL))
+        )""",
+        "CREATE INDEX terminal_runs_owner ON terminal_runs(principal_id, session_id, id)",
+        "CREATE INDEX terminal_runs_running ON terminal_runs(state, id)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -370,5 +417,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V5_CONTEXT,
     _V6_SESSION_LEASES,
     _V7_TURN_TOKENS,
+    _V8_TERMINAL_RUNS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -27,6 +27,7 @@ __all__ = [
     "insert_audit",
     "owner_facts",
     "read_audit",
+    "read_effect_audit",
 ]
 
 
@@ -207,12 +208,32 @@ def read_audit(
     conn: sqlite3.Connection, *, kind: str | None, after_id: int, limit: int
 ) -> tuple[AuditRecord, ...]:
     kind_clause = "AND kind = ?" if kind is not None else ""
+    return _audit_rows(
+        conn,
+        f"WHERE id > ? {kind_clause} ORDER BY id LIMIT ?",
+        [after_id, *([kind] if kind is not None else []), limit],
+    )
+
+
+def read_effect_audit(
+    conn: sqlite3.Connection, *, session_id: str, turn_id: str | None, limit: int
+) -> tuple[AuditRecord, ...]:
+    """The audit views (``effect.<name>`` rows) of a session's calls, or of one turn's."""
+    turn_clause = "AND json_extract(detail, '$.turn_id') = ?" if turn_id is not None else ""
+    return _audit_rows(
+        conn,
+        f"WHERE kind GLOB 'effect.*' AND session_id = ? {turn_clause} ORDER BY id LIMIT ?",
+        [session_id, *([turn_id] if turn_id is not None else []), limit],
+    )
+
+
+def _audit_rows(conn: sqlite3.Connection, where: str, params: list[Any]) -> tuple[AuditRecord, ...]:
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
     rows = cursor.execute(
         "SELECT id, at, kind, principal_id, authority, session_id, subject, reason, detail "
-        f"FROM audit WHERE id > ? {kind_clause} ORDER BY id LIMIT ?",
-        [after_id, *([kind] if kind is not None else []), limit],
+        f"FROM audit {where}",
+        params,
     ).fetchall()
     return tuple(
         AuditRecord(

@@ -23,6 +23,7 @@ from hostkit.store._owned import OwnedKind
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._scopes import ScopeKeys, ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
+from hostkit.store._terminal_runs import SqliteTerminalRunStore
 from hostkit.store._transaction import Transaction
 from hostkit.store._turns import SqliteTurnStore
 from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
@@ -92,6 +93,7 @@ class SqliteStore(RuntimeStore):
         self.approvals = SqliteApprovalStore(self)
         self.memory = SqliteMemoryStore(self)
         self.inspect = SqliteInspectQueries(self)
+        self.terminal_runs = SqliteTerminalRunStore(self)
 
     @classmethod
     async def connect(

@@ -3,10 +3,11 @@ no trace of it is anywhere the Host keeps or shows things, and another owner rea
 
 One Host on a real SQLite file runs turns whose tools hand the secret back in every
 shape (plain, inside a dict, inside a structured outcome, in an exception message,
-line by line with ``\\r\\n``), plus ``terminal.run`` printing it from a real child. Then
-every cell of every table of the database (and its WAL), every artifact file, every
-event an observer saw and every view of every result are searched for the value, each
-of its lines, and its JSON- and repr-escaped forms. The expected count is zero.
+line by line with ``\\r\\n``, in a persisted audit view), plus ``terminal.run``
+printing it from a real child. Then every cell of every table of the database (and its
+WAL), every artifact file, every event an observer saw and every view of every result
+are searched for the value, each of its lines, and its JSON- and repr-escaped forms.
+The expected count is zero.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow
 SECRET_NAME = "HK_SWEEP_TOKEN"
 # Quotes, a backslash, non-ASCII and two lines: every escaping step changes its bytes.
 SECRET = 'sw33p-"Quoted"\\back-sl\u00e4sh\nsecond-line-Z9Y8X7'
-SHAPES = ("plain", "dict", "outcome", "raise", "crlf")
+SHAPES = ("plain", "dict", "outcome", "raise", "crlf", "audit")
 
 
 class Always:
@@ -57,6 +58,9 @@ async def _leak(ctx: ToolContext, shape: str, secrets: list[str]) -> Any:
         return ToolOutcome("failed", {"out": value}, f"exit: {value}")
     if shape == "raise":
         raise RuntimeError("x" * 400 + f" failed with {value!r} and {value}")
+    if shape == "audit":
+        # The audit view is persisted, not shown: it is redacted all the same.
+        return ToolOutcome("succeeded", "audited", audit={"cwd": f"/w/{value}", "env": [value]})
     return "\r\n".join(value.split("\n"))  # crlf
 
 
@@ -144,6 +148,12 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
         ):
             results.append(await host.turns.run(request(f"read:{path}", principal="bob")))
         wal_seen = database.with_name(database.name + "-wal").exists()
+        operator = await host.operator("ops", reason="sweep the effect audit views")
+        audit_kinds = {
+            record.kind
+            for result in results
+            for record in await host.store.inspect.effect_audits(operator, result.session_id)
+        }
 
     statuses = {r.effects[0].status for r in results[: len(SHAPES) + 1] if r.effects}
     assert "succeeded" in statuses, [r.effects for r in results]
@@ -162,4 +172,6 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
         "cross_owner_reads": sum("alice" in _result_text(r) for r in bob),
     }
     assert wal_seen or config.database_path.exists()
+    # The audit views were written (so the database sweep above covered them).
+    assert {"effect.sweep.leak", "effect.terminal.run"} <= audit_kinds
     assert found == dict.fromkeys(found, 0)

@@ -5,7 +5,9 @@
 bounded tails plus full artifacts in an opaque per-session directory) and
 returns a frozen ``ProcessOutcome``. ``TerminalRuns`` binds the three
 terminal effects (``terminal.run``, ``terminal.status``, ``terminal.stop``)
-to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``.
+to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``;
+with a ``RunJournal`` its background runs are durable (``COMPLETED_EVENT``
+announces each end once it is persisted).
 
 ``SandboxPolicy`` says how an agent's processes are isolated (bubblewrap by
 default, docs/effects.md "Sandbox"); ``sandbox_argv`` builds the launcher any
@@ -13,7 +15,8 @@ spawner can reuse (``mask_plan`` hides the Host's state in what it shows),
 ``probe_bubblewrap`` says whether it works here, and ``SandboxUnavailable``
 is the typed refusal when it does not.
 
-Inside, modules import one way only: ``_terminal`` → ``_terminal_checks`` →
+Inside, modules import one way only: ``_terminal`` → ``_terminal_journal``,
+``_terminal_checks`` →
 ``_process`` and ``_sandbox`` → ``_process_streams`` and ``_process_tree`` →
 ``_reaper``. The working directory is opened through the files family's
 public interface.
@@ -45,8 +48,10 @@ from hostkit.builtins.process._terminal import (
     EXECUTION_CONTROL_TARGETS,
     TerminalRuns,
 )
+from hostkit.builtins.process._terminal_journal import COMPLETED_EVENT, RunJournal
 
 __all__ = [
+    "COMPLETED_EVENT",
     "DEFAULT_ENV_ALLOWLIST",
     "EXECUTION_CONTROL_TARGETS",
     "INSTALL_HINT",
@@ -56,6 +61,7 @@ __all__ = [
     "ProcessOwner",
     "ProcessSupervisor",
     "ResourceLimits",
+    "RunJournal",
     "SandboxPolicy",
     "SandboxProbe",
     "SandboxUnavailable",

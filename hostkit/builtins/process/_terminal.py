@@ -26,6 +26,20 @@ and where bubblewrap cannot run, ``terminal.run`` is refused before anything
 starts, naming what is missing. With ``mode="none"`` the tool's description
 and every result say the run is unsandboxed.
 
+Durable background runs: with a ``RunJournal`` (the Host passes one), a
+background run is recorded in the store before it is spawned, gets its pid
+and start marker once it is, and its end (state, exit code, stream
+statistics) is persisted before ``terminal.run.completed`` is announced.
+``terminal.status`` answers from that record when the run is not one of this
+registry's (another Host process, or before a restart, where it reads
+``orphaned``: see ``_terminal_journal``).
+
+Audit view: every started run's ``ToolOutcome.audit`` names the working
+directory (as asked and as the Host resolved it), the environment variable
+names the child got (bound secrets by name only), the executable found on
+the sandbox's ``PATH`` and its real path, the launcher (bwrap or prlimit)
+and the sandbox mode. The EffectRuntime persists it with the call.
+
 Secret-bound runs: their full output files are deleted on every end path
 (exit, deadline, stop, cancellation, Host close, error); only redacted tails
 survive.
@@ -38,10 +52,8 @@ and the inbox.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,12 +78,8 @@ from hostkit.builtins.process._process import (
 )
 from hostkit.builtins.process._sandbox import (
     SandboxPolicy,
-    SandboxProbe,
     SandboxUnavailable,
-    limited_argv,
-    mask_plan,
     probe_bubblewrap,
-    sandbox_argv,
 )
 from hostkit.builtins.process._terminal_checks import (
     DEFAULT_ENV_ALLOWLIST,
@@ -79,14 +87,18 @@ from hostkit.builtins.process._terminal_checks import (
     MAX_ARGV_ITEMS,
     MAX_SECRETS,
     child_environment,
+    drop_artifacts,
+    launch_argv,
     open_workdir,
     outcome_view,
     program_refusal,
     resolve_program,
     run_preflight,
 )
+from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, record_view
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
-from hostkit.errors import ConfigError, UserError, bounded
+from hostkit.errors import ConfigError, HostkitError, UserError, bounded
+from hostkit.store import NewTerminalRun
 from hostkit.types import new_id
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRuns"]
@@ -116,6 +128,7 @@ class _BackgroundRun:
     run_id: str
     key: tuple[str, str]  # (owner, session id)
     sandbox: str
+    turn_id: str
     control: ProcessControl = field(default_factory=ProcessControl)
     done: anyio.Event = field(default_factory=anyio.Event)
     began: float = field(default_factory=time.monotonic)
@@ -133,7 +146,8 @@ class TerminalRuns(AsyncResource):
     is refused. Limits: ``deadline_s`` defaults to ``default_deadline_s`` and
     may not exceed ``max_deadline_s``; at most ``max_background`` live
     background runs per owner and session; ``max_finished_runs`` finished
-    background runs are kept for ``terminal.status`` (oldest dropped first).
+    background runs are kept in memory for ``terminal.status`` (oldest dropped
+    first; with a ``journal`` the store still answers for them).
     """
 
     def __init__(
@@ -152,6 +166,7 @@ class TerminalRuns(AsyncResource):
         confirm_s: float = DEFAULT_CONFIRM_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         bwrap: str = "bwrap",
+        journal: RunJournal | None = None,
     ) -> None:
         if not 0 < default_deadline_s <= max_deadline_s:
             raise ConfigError("must be in (0, max_deadline_s]", key="default_deadline_s")
@@ -174,6 +189,7 @@ class TerminalRuns(AsyncResource):
         # How long ending a tree may take once asked: TERM grace, KILL confirmation, drain.
         self._end_s = grace_s + confirm_s + 2 * DEFAULT_DRAIN_GRACE_S + _SLACK_S
         self._runs: dict[str, _BackgroundRun] = {}
+        self._journal = journal
         self._closed = False
 
     async def aclose(self) -> None:
@@ -246,7 +262,7 @@ class TerminalRuns(AsyncResource):
         ) -> ToolOutcome:
             run = self._lookup(ctx, run_id)
             if run is None:
-                return ToolOutcome("not_found", None, _NOT_FOUND)
+                return await self._durable_report(ctx, run_id)
             return self._report(run)
 
         return AuthoredTool(
@@ -262,7 +278,13 @@ class TerminalRuns(AsyncResource):
         ) -> ToolOutcome:
             run = self._lookup(ctx, run_id)
             if run is None:
-                return ToolOutcome("not_found", None, _NOT_FOUND)
+                found = await self._durable_report(ctx, run_id)
+                if isinstance(found.output, dict) and found.output.get("status") == "running":
+                    # Recorded by another, live Host process: only that one owns the tree.
+                    return ToolOutcome(
+                        "denied", found.output, "the run belongs to another Host process"
+                    )
+                return found
             # Single flight: the control and the tree end once; every caller waits on `done`.
             run.control.cancel()
             with anyio.move_on_after(self._end_s):
@@ -338,14 +360,30 @@ class TerminalRuns(AsyncResource):
         options = {"cwd": workdir, "env": env, "deadline_s": deadline_s, **self._options(ctx)}
         options["max_processes"] = policy.limits.processes
         try:
-            command = await anyio.to_thread.run_sync(
-                _launch, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
+            command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
+                launch_argv, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
             )
         except UserError as exc:
             await _close(fd)
             return ToolOutcome("denied", None, exc.message)
+        audit = {
+            "cwd": cwd,
+            "cwd_resolved": str(resolved_cwd),
+            # Names only: a bound secret is listed by its environment name, never its value.
+            "env_keys": sorted(env),
+            "bound_env_keys": sorted(ctx.secrets),
+            "executable": found,
+            "executable_real": real,
+            "launcher": launcher,
+            "sandbox": policy.mode,
+            "background": background,
+        }
         if background:
-            return await self._start_background(ctx, policy, command, fd, options)
+            started = await self._start_background(ctx, policy, command, fd, options, argv, audit)
+            run_id = started.output.get("run_id") if isinstance(started.output, dict) else None
+            if run_id is None:
+                return started  # refused (the per-session limit, no record): nothing ran
+            return dataclasses.replace(started, audit={**audit, "run_id": run_id})
         if ctx.secrets_expire_at is not None:
             # The lookups above took time: clamp to what is left of the binding now.
             options["deadline_s"] = min(deadline_s, ctx.secrets_expire_at - time.time())
@@ -361,10 +399,11 @@ class TerminalRuns(AsyncResource):
                 if ctx.secrets and control.outcome is not None:
                     # The full streams may hold a bound value: only the redacted tails
                     # survive, whichever way the run ended (cancelled, closed, failed).
-                    dropped = await anyio.to_thread.run_sync(_drop_artifacts, control.outcome)
+                    dropped = await anyio.to_thread.run_sync(drop_artifacts, control.outcome)
                     control.outcome = dropped
         assert control.outcome is not None  # run_process returned
-        return outcome_view(control.outcome, ctx.secrets, sandbox=policy.mode)
+        view = outcome_view(control.outcome, ctx.secrets, sandbox=policy.mode)
+        return dataclasses.replace(view, audit=audit)
 
     async def _start_background(
         self,
@@ -373,6 +412,8 @@ class TerminalRuns(AsyncResource):
         command: list[str],
         fd: int,
         options: dict[str, Any],
+        argv: Sequence[str],
+        audit: dict[str, Any],
     ) -> ToolOutcome:
         key = (ctx.owner, ctx.session_id)
         # Counted and registered with no await in between, so concurrent calls keep the limit.
@@ -383,9 +424,29 @@ class TerminalRuns(AsyncResource):
         if refusal is not None:
             await _close(fd)
             return ToolOutcome("denied", None, refusal)
-        run = _BackgroundRun(new_id("run"), key, policy.mode)
+        run = _BackgroundRun(new_id("run"), key, policy.mode, ctx.turn_id)
         self._runs[run.run_id] = run
         self._forget_finished()
+        if self._journal is not None:
+            # Durable before the spawn: a crash from here on leaves a record to orphan.
+            record = NewTerminalRun(
+                run_id=run.run_id,
+                session_id=ctx.session_id,
+                turn_id=ctx.turn_id,
+                call_id=ctx.call_id,
+                principal_id=ctx.owner,
+                program=os.path.basename(argv[0]) or argv[0],
+                argc=len(argv),
+                cwd=audit["cwd_resolved"],
+                sandbox=policy.mode,
+                host_owner=self._journal.owner_text,
+            )
+            try:
+                await self._journal.begin(record)
+            except HostkitError as exc:
+                del self._runs[run.run_id]
+                await _close(fd)
+                return ToolOutcome("failed", None, f"the run could not be recorded: {exc.message}")
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run, command, fd, options), name=f"terminal.run {run.run_id}"
         )
@@ -416,17 +477,46 @@ class TerminalRuns(AsyncResource):
     async def _drive(
         self, run: _BackgroundRun, command: list[str], fd: int, options: dict[str, Any]
     ) -> None:
-        """The background task: run to the end, record how, release the directory."""
+        """The background task: run to the end, record how, release the directory.
+
+        The end is persisted (with a journal) before ``done`` is set and before
+        the completion event, so a status that sees it finished can read it.
+        """
         try:
-            run.outcome = await run_process(command, control=run.control, **options)
-        except Exception as exc:  # recorded for terminal.status; never an unretrieved error
-            run.error = bounded(f"{type(exc).__name__}: {exc}", 300)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._record_start, run)
+                try:
+                    run.outcome = await run_process(command, control=run.control, **options)
+                except Exception as exc:  # kept for terminal.status; never an unretrieved error
+                    run.error = bounded(f"{type(exc).__name__}: {exc}", 300)
+                finally:
+                    if run.control.owner is None:
+                        group.cancel_scope.cancel()  # never spawned: nothing to record
         finally:
             run.outcome = run.outcome or run.control.outcome
             try:
-                await _close(fd)
+                with anyio.CancelScope(shield=True):
+                    await _close(fd)
+                    if self._journal is not None:
+                        with anyio.move_on_after(self._end_s):
+                            await self._journal.finish(
+                                run.run_id,
+                                session_id=run.key[1],
+                                turn_id=run.turn_id,
+                                ending=ending_of(run.outcome, run.error),
+                            )
             finally:
                 run.done.set()
+
+    async def _record_start(self, run: _BackgroundRun) -> None:
+        """Persist the root's pid and start marker; failing that, the run may not go on."""
+        owner = await run.control.wait_started()
+        if owner is None or self._journal is None:
+            return
+        try:
+            await self._journal.started(run.run_id, owner)
+        except HostkitError as exc:
+            run.control.fail(f"recording the run failed: {exc.message}")
 
     async def _workdir(self, cwd: str) -> tuple[int, Path] | ToolOutcome:
         try:
@@ -450,6 +540,17 @@ class TerminalRuns(AsyncResource):
         run = self._runs.get(run_id)
         # Another owner's or session's run answers exactly like a missing one.
         return run if run is not None and run.key == (ctx.owner, ctx.session_id) else None
+
+    async def _durable_report(self, ctx: ToolContext, run_id: str) -> ToolOutcome:
+        """A run this registry does not hold: its record, if the caller owns one."""
+        if self._journal is None:
+            return ToolOutcome("not_found", None, _NOT_FOUND)
+        record = await self._journal.lookup(
+            run_id, principal_id=ctx.owner, session_id=ctx.session_id
+        )
+        if record is None:
+            return ToolOutcome("not_found", None, _NOT_FOUND)
+        return record_view(record)
 
     def _report(self, run: _BackgroundRun) -> ToolOutcome:
         if not run.done.is_set():
@@ -492,43 +593,3 @@ async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.Cance
 async def _close(fd: int) -> None:
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(os.close, fd)
-
-
-def _launch(
-    probe: SandboxProbe | None,
-    policy: SandboxPolicy,
-    command: list[str],
-    workspace: Path,
-    fd: int,
-    artifact_root: Path,
-) -> list[str]:
-    """Worker thread: the argument vector that starts ``command`` under ``policy``.
-
-    Sandboxed, the working directory is where the held descriptor points now,
-    checked to be inside the workspace (the sandbox shows nothing else anyway).
-    The artifact root exists before the masks are planned: another run's output
-    appearing there later must already be covered.
-    """
-    if not policy.sandboxed:
-        prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
-        return command if prlimit is None else limited_argv(prlimit, policy.limits, command)
-    assert probe is not None  # probed (and ok) before the launch
-    root = workspace.resolve()
-    workdir = Path(os.readlink(f"/proc/self/fd/{fd}"))
-    if workdir != root and not workdir.is_relative_to(root):
-        raise SandboxUnavailable("the working directory moved out of the workspace")
-    artifact_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    masks = mask_plan(root, (*policy.hidden, artifact_root))
-    return sandbox_argv(probe, policy, command, workspace=root, workdir=workdir, masks=masks)
-
-
-def _drop_artifacts(outcome: ProcessOutcome) -> ProcessOutcome:
-    """Delete a run's artifact files (blocking: call in a worker thread); references go too."""
-    streams = {}
-    for name in ("stdout", "stderr"):
-        capture = getattr(outcome, name)
-        if capture.artifact is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(capture.artifact)
-        streams[name] = dataclasses.replace(capture, artifact=None)
-    return dataclasses.replace(outcome, **streams)

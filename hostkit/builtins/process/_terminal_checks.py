@@ -4,12 +4,15 @@ Pure pieces (no event loop): the preflight over validated arguments, the
 allowlisted environment, the execution-control targets that may not receive
 secrets, the model-facing output of a ``ProcessOutcome`` and secret redaction
 of its tails. The blocking pieces (finding the program on ``PATH``, opening
-the working directory inside the workspace) are plain functions that the
+the working directory inside the workspace, building the launcher's argument
+vector, deleting a secret-bound run's artifacts) are plain functions that the
 tools run in a worker thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -19,7 +22,15 @@ from typing import Any
 
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process._process import ProcessOutcome, StreamCapture
-from hostkit.builtins.process._sandbox import visible_roots
+from hostkit.builtins.process._sandbox import (
+    SandboxPolicy,
+    SandboxProbe,
+    SandboxUnavailable,
+    limited_argv,
+    mask_plan,
+    sandbox_argv,
+    visible_roots,
+)
 from hostkit.effects import ENV_NAME_PATTERN, ToolOutcome, redact_secrets
 from hostkit.errors import UserError
 from hostkit.types import EffectStatus
@@ -325,3 +336,57 @@ def outcome_view(
         status = outcome.status
     error = None if status == "succeeded" else redact(outcome.reason, secrets, cut=False)
     return ToolOutcome(status, output, error)
+
+
+def launch_argv(
+    probe: SandboxProbe | None,
+    policy: SandboxPolicy,
+    command: list[str],
+    workspace: Path,
+    fd: int,
+    artifact_root: Path,
+) -> tuple[list[str], Path, str | None]:
+    """Worker thread: the argument vector that starts ``command`` under ``policy``, the
+    working directory it gets (for the audit view) and the launcher (bwrap, prlimit or None).
+
+    Sandboxed, the working directory is where the held descriptor points now,
+    checked to be inside the workspace (the sandbox shows nothing else anyway).
+    The artifact root exists before the masks are planned: another run's output
+    appearing there later must already be covered.
+    """
+    workdir = _held_path(fd)
+    if not policy.sandboxed:
+        prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+        if prlimit is None:
+            return command, workdir, None
+        return limited_argv(prlimit, policy.limits, command), workdir, prlimit
+    assert probe is not None  # probed (and ok) before the launch
+    root = workspace.resolve()
+    if workdir != root and not workdir.is_relative_to(root):
+        raise SandboxUnavailable("the working directory moved out of the workspace")
+    artifact_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    masks = mask_plan(root, (*policy.hidden, artifact_root))
+    argv = sandbox_argv(probe, policy, command, workspace=root, workdir=workdir, masks=masks)
+    return argv, workdir, probe.bwrap
+
+
+def _held_path(fd: int) -> Path:
+    """Where the held working-directory descriptor points now (blocking)."""
+    if os.path.isdir("/proc/self/fd"):
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    import fcntl
+
+    get_path: int = getattr(fcntl, "F_GETPATH", 50)
+    return Path(os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0")))
+
+
+def drop_artifacts(outcome: ProcessOutcome) -> ProcessOutcome:
+    """Delete a run's artifact files (blocking: call in a worker thread); references go too."""
+    streams = {}
+    for name in ("stdout", "stderr"):
+        capture = getattr(outcome, name)
+        if capture.artifact is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(capture.artifact)
+        streams[name] = dataclasses.replace(capture, artifact=None)
+    return dataclasses.replace(outcome, **streams)

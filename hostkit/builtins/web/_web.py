@@ -10,7 +10,7 @@ from pydantic import Field
 
 from hostkit.builtins.web._extract import web_extract
 from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
-from hostkit.effects import AuthoredTool, Prepared, ToolContext
+from hostkit.effects import AuthoredTool, Prepared, ToolContext, ToolOutcome
 
 __all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
 
@@ -31,7 +31,9 @@ def web_tools(
     Redirects cannot be known before the request, so each hop is still
     validated the same way at fetch time, before it is requested.
     ``network_backend`` replaces the raw connector under the pinning layer
-    (tests use one that never leaves loopback).
+    (tests use one that never leaves loopback). The result's audit view holds
+    every hop's origin and validated addresses (never path or query); the
+    runtime persists it with the validated target.
     """
 
     async def check_url(arguments: Mapping[str, Any]) -> Prepared:
@@ -47,7 +49,7 @@ def web_tools(
             le=MAX_EXTRACT_CHARS,
             description="at most this many characters of readable text",
         ),
-    ) -> dict[str, Any]:
+    ) -> ToolOutcome:
         target = ctx.prepared if isinstance(ctx.prepared, ValidatedTarget) else None
         page = await web_extract(
             url,
@@ -56,13 +58,14 @@ def web_tools(
             network_backend=network_backend,
             target=target,
         )
-        return {
+        output = {
             "url": page.url,
             "status": page.status,
             "title": page.content.title,
             "text": page.content.text,
             "truncated": page.content.truncated or page.body_truncated,
         }
+        return ToolOutcome("succeeded", output, audit=page.audit)
 
     return [
         AuthoredTool(

@@ -1,0 +1,264 @@
+"""Background terminal runs kept durable: their records, completion events and orphans.
+
+A background run outlives the turn that started it and may outlive the Host
+process too. ``RunJournal`` writes its record to the store before the spawn,
+adds the spawned root's pid and OS start time, and records the end (state,
+exit code, stream statistics) before it announces ``terminal.run.completed``
+to the Host's observer, so anyone who sees the event can read the record.
+
+After a crash a record stays ``running`` under a Host that no longer exists.
+``recover()`` (Host start) and every ``lookup`` of such a record mark it
+``orphaned`` with a reason, after ending whatever is left of its tree (the
+per-run init and bubblewrap die with their parent, so normally nothing is).
+A Host is gone only when its pid and start time prove it on this machine; a
+record of a live Host process, or of one on another machine, is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import psutil
+
+from hostkit.builtins.process._process import ProcessOutcome, ProcessOwner, StreamCapture
+from hostkit.builtins.process._process_tree import START_TIME_SLACK_S
+from hostkit.effects import ToolOutcome
+from hostkit.errors import HostkitError, bounded
+from hostkit.store import (
+    LeaseOwner,
+    NewTerminalRun,
+    RuntimeStore,
+    TerminalRunEnding,
+    TerminalRunRecord,
+    TerminalRunState,
+    TerminalStreamStats,
+)
+from hostkit.turns import Observer, TurnEvent
+from hostkit.types import EffectStatus
+
+__all__ = ["COMPLETED_EVENT", "RunJournal", "ending_of", "record_view"]
+
+COMPLETED_EVENT = "terminal.run.completed"
+# How terminal.status reports a record: an orphan's Host died, so how it ended is unknown.
+_EFFECT_STATUS: dict[TerminalRunState, EffectStatus] = {
+    "running": "succeeded",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "timed_out": "timed_out",
+    "cancelled": "cancelled",
+    "indeterminate": "indeterminate",
+    "orphaned": "indeterminate",
+}
+DEFAULT_RECOVER_LIMIT = 500  # running records examined per recovery pass
+DEFAULT_KILL_CONFIRM_S = 5.0  # how long an orphan's leftover processes get to disappear
+_POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class RunJournal:
+    """The store, this Host's identity and the observer that background runs report to.
+
+    ``host_owner`` is this Host process (``LeaseOwner``); the same value
+    marks every run it spawns. ``observer`` receives ``terminal.run.completed``
+    (None: no event, the record alone).
+    """
+
+    store: RuntimeStore
+    host_owner: LeaseOwner
+    observer: Observer | None = None
+    kill_confirm_s: float = DEFAULT_KILL_CONFIRM_S
+
+    @property
+    def owner_text(self) -> str:
+        return self.host_owner.encode()
+
+    async def begin(self, run: NewTerminalRun) -> None:
+        """Record a run as ``running`` before anything is spawned (raises ``HostkitError``)."""
+        await self.store.terminal_runs.insert(run)
+
+    async def started(self, run_id: str, owner: ProcessOwner) -> None:
+        """Attach the spawned root's pid and start time (raises ``HostkitError``)."""
+        await self.store.terminal_runs.mark_started(
+            run_id, pid=owner.pid, pid_start=owner.create_time, spawn_id=owner.spawn_id
+        )
+
+    async def finish(
+        self, run_id: str, *, session_id: str, turn_id: str, ending: TerminalRunEnding
+    ) -> bool:
+        """Persist how the run ended, then announce it; False when it could not be persisted.
+
+        No event is sent for an end that is not durable: an observer must be
+        able to read what it was told.
+        """
+        try:
+            written = await self.store.terminal_runs.finish(run_id, ending)
+        except HostkitError:
+            return False
+        if written:
+            self._announce(run_id, session_id, turn_id, ending.state, ending)
+        return written
+
+    async def lookup(
+        self, run_id: str, *, principal_id: str, session_id: str
+    ) -> TerminalRunRecord | None:
+        """The caller's run from the store; a dead Host's ``running`` run comes back orphaned."""
+        record = await self.store.terminal_runs.get(
+            run_id, principal_id=principal_id, session_id=session_id
+        )
+        if record is None or record.state != "running" or record.host_owner == self.owner_text:
+            return record
+        if await self._orphan(record):
+            return await self.store.terminal_runs.get(
+                run_id, principal_id=principal_id, session_id=session_id
+            )
+        return record
+
+    async def recover(self, *, limit: int = DEFAULT_RECOVER_LIMIT) -> int:
+        """Mark every ``running`` run of a dead Host ``orphaned``; returns how many."""
+        marked = 0
+        for record in await self.store.terminal_runs.running(limit=limit):
+            if record.host_owner != self.owner_text and await self._orphan(record):
+                marked += 1
+        return marked
+
+    async def _orphan(self, record: TerminalRunRecord) -> bool:
+        owner = LeaseOwner.decode(record.host_owner)
+        if owner is None:
+            return False
+        liveness = await anyio.to_thread.run_sync(owner.liveness)
+        if liveness != "dead":
+            return False
+        killed, alive = await anyio.to_thread.run_sync(
+            _end_tree, record.pid, record.pid_start, self.kill_confirm_s
+        )
+        reason = f"the Host process {owner.pid} that owned the run is gone"
+        if killed:
+            reason += f"; {killed} process(es) of its tree were still running and were killed"
+        if alive:
+            reason += f"; {alive} could not be confirmed gone"
+        marked = await self.store.terminal_runs.mark_orphaned(
+            record.run_id, host_owner=record.host_owner, reason=reason
+        )
+        if marked:
+            self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
+        return marked
+
+    def _announce(
+        self,
+        run_id: str,
+        session_id: str,
+        turn_id: str,
+        state: TerminalRunState,
+        ending: TerminalRunEnding | None,
+    ) -> None:
+        if self.observer is None:
+            return
+        data: dict[str, Any] = {"run_id": run_id, "state": state}
+        if ending is not None:
+            data.update(
+                exit_code=ending.exit_code,
+                duration_s=round(ending.duration_s, 3),
+                stdout_bytes=ending.stdout.total_bytes,
+                stderr_bytes=ending.stderr.total_bytes,
+                stdout_truncated=ending.stdout.truncated,
+                stderr_truncated=ending.stderr.truncated,
+            )
+        # Not a turn's own event: the run outlived its turn (no request id to name).
+        event = TurnEvent(COMPLETED_EVENT, "", turn_id, session_id, data)
+        with contextlib.suppress(Exception):
+            self.observer.notify(event)
+
+
+def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tuple[int, int]:
+    """Worker thread: KILL the recorded root (if it is still that process) and its descendants.
+
+    Returns how many processes were found and how many were still there after
+    ``confirm_s``. A pid whose start time differs was reused: never signalled.
+    """
+    if pid is None or pid_start is None:
+        return 0, 0
+    try:
+        root = psutil.Process(pid)
+        if abs(root.create_time() - pid_start) > START_TIME_SLACK_S:
+            return 0, 0
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)  # the run's own group: root is alive, so no reuse
+    for proc in members:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    # Watched, never waited for: psutil's wait would reap a process that happens to be
+    # this Host's child and steal its exit status from the event loop's child watcher.
+    deadline = time.monotonic() + confirm_s
+    alive = [proc for proc in members if _alive(proc)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        alive = [proc for proc in alive if _alive(proc)]
+    return len(members), len(alive)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _stats(capture: StreamCapture, name: str, spawn_id: str | None) -> TerminalStreamStats:
+    artifact = f"{spawn_id}:{name}" if spawn_id and capture.artifact else None
+    return TerminalStreamStats(capture.total_bytes, capture.truncated, artifact)
+
+
+def ending_of(outcome: ProcessOutcome | None, error: str | None) -> TerminalRunEnding:
+    """The durable end of a run from its outcome (or the error that replaced one)."""
+    if outcome is None:
+        empty = TerminalStreamStats()
+        return TerminalRunEnding("failed", None, error or "the run failed", 0.0, empty, empty)
+    state: TerminalRunState
+    if outcome.status == "exited":
+        state = "succeeded" if outcome.exit_code == 0 else "failed"
+    else:
+        state = outcome.status
+    spawn_id = outcome.owner.spawn_id if outcome.owner else None
+    return TerminalRunEnding(
+        state=state,
+        exit_code=outcome.exit_code,
+        reason=outcome.reason,
+        duration_s=outcome.duration_s,
+        stdout=_stats(outcome.stdout, "stdout", spawn_id),
+        stderr=_stats(outcome.stderr, "stderr", spawn_id),
+    )
+
+
+def _stream_view(stats: TerminalStreamStats) -> dict[str, Any]:
+    return {
+        "total_bytes": stats.total_bytes,
+        "truncated": stats.truncated,
+        "artifact": stats.artifact,
+    }
+
+
+def record_view(record: TerminalRunRecord) -> ToolOutcome:
+    """``terminal.status`` from the durable record (tails are not kept: see the artifacts)."""
+    output: dict[str, Any] = {
+        "run_id": record.run_id,
+        "status": record.state,
+        "exit_code": record.exit_code,
+        "reason": record.reason,
+        "duration_s": record.duration_s,
+        "sandbox": record.sandbox,
+        "pid": record.pid,
+        "stderr": _stream_view(record.stderr),
+        "stdout": _stream_view(record.stdout),
+    }
+    status = _EFFECT_STATUS[record.state]
+    error = None if status == "succeeded" else bounded(record.reason or record.state, 300)
+    return ToolOutcome(status, output, error)

@@ -1,0 +1,119 @@
+"""``hostkit effects runs | audit``: what effects really did, from the durable records.
+
+``runs`` lists background ``terminal.run`` records (state, exit code, stream
+sizes; an ``orphaned`` run's reason says which Host died). ``audit`` shows a
+session's persisted audit views: a terminal run's working directory,
+environment names, executable and launcher; a fetch's origin and validated
+addresses per hop. Both act with an audited operator scope. Every cell is
+``Text``: the values come from the database.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hostkit.cli._common import ConfigOption, Operator, Reason, console, operator_host, run_command
+from hostkit.cli._render import one_line
+from hostkit.errors import bounded
+from hostkit.freeze import thaw
+from hostkit.inspect import EffectAuditRows, TerminalRunRows, effect_audit_rows, terminal_run_rows
+
+__all__ = ["audit_table", "effects", "runs_table"]
+
+MAX_LIST = 499
+VIEW_CHARS = 400  # the audit view column, wrapped
+_HEADER = frozenset({"turn_id", "call_id", "outcome"})
+# What a reader looks for first: where it ran and what ran; where a fetch went.
+_FIRST = ("cwd_resolved", "executable", "launcher", "sandbox", "target", "hops", "env_keys")
+
+effects = typer.Typer(
+    help="What effects did: background terminal runs and audit views (operator; audited).",
+    no_args_is_help=True,
+)
+
+
+def runs_table(rows: TerminalRunRows) -> Table:
+    table = Table("run", "session", "program", "state", "exit", "stdout", "stderr", "reason")
+    table.columns[0].overflow = "fold"
+    for run in rows.runs:
+        cells = (
+            run.run_id,
+            run.session_id,
+            f"{run.program} ({run.argc} args)",
+            run.state,
+            "" if run.exit_code is None else str(run.exit_code),
+            f"{run.stdout.total_bytes} B{' cut' if run.stdout.truncated else ''}",
+            f"{run.stderr.total_bytes} B{' cut' if run.stderr.truncated else ''}",
+            run.reason or "",
+        )
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def audit_table(rows: EffectAuditRows) -> Table:
+    table = Table("at", "effect", "call", "outcome", "view")
+    for record in rows.audits:
+        detail = thaw(record.detail)
+        cells = (
+            record.at,
+            record.kind.removeprefix("effect."),
+            record.subject or "",
+            str(detail.get("outcome", "")),
+            _view_line(detail),
+        )
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def _view_line(detail: dict[str, Any]) -> str:
+    keys = [key for key in _FIRST if key in detail]
+    keys += sorted(key for key in detail if key not in _HEADER and key not in keys)
+    return bounded(" ".join(f"{key}={one_line(detail[key], 120)}" for key in keys), VIEW_CHARS)
+
+
+@effects.command("runs")
+def list_runs(
+    reason: Reason,
+    session: Annotated[str | None, typer.Option(help="only this session's runs")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Background terminal runs, newest first, with how each ended."""
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, scope):
+            rows = await terminal_run_rows(host, scope, session_id=session, limit=limit)
+            if not rows.runs:
+                console.print("no background terminal runs")
+                return
+            Console().print(runs_table(rows))
+
+    run_command(main)
+
+
+@effects.command("audit")
+def show_audit(
+    session_id: Annotated[str, typer.Argument(help="the session whose calls to show")],
+    reason: Reason,
+    turn: Annotated[str | None, typer.Option(help="only this turn's calls")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 100,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """The persisted audit views of a session's effect calls, in order."""
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, scope):
+            rows = await effect_audit_rows(host, scope, session_id, turn_id=turn, limit=limit)
+            if not rows.audits:
+                console.print("no effect audit views")
+                return
+            Console().print(audit_table(rows))
+
+    run_command(main)

@@ -1,0 +1,265 @@
+"""Clause: audit views of terminal runs and web effects are persisted.
+
+"Audit views: terminal runs record working directory, environment keys and
+resolved executable; web effects record origin and validated addresses; both
+persisted." Terminal runs go through a real Host (real bubblewrap or prlimit,
+real children); ``web.extract`` through the real EffectRuntime against a real
+loopback server. Every view is read back from SQLite through
+``store.inspect.effect_audits``; a bound secret's value is in none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, probe_bubblewrap
+from hostkit.builtins.web import UrlPolicy, web_tools
+from hostkit.effects import EffectPolicy, EffectRuntime, Toolset
+from hostkit.errors import ScopeError
+from hostkit.freeze import thaw
+from hostkit.host import Host
+from hostkit.store import RuntimeStore
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import AuditRecord, EffectRequest, PrincipalScope, TurnExecutionContext
+from tests.contract.test_builtin_terminal import Approver, terminal_config
+from tests.contract.test_clause_effects_url_policy import Pinned
+from tests.contract.test_cli import hostkit
+from tests.contract.test_web_extract import ARTICLE, web_context
+from tests.hosts import request
+from tests.security.test_ssrf import FakeResolver
+from tests.wire import serve_wire, text_reply
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "tok-audit-7c1d9e4b"
+SECRET_NAME = "HK_AUDIT_TOKEN"
+
+
+def _expected_env(*bound: str) -> list[str]:
+    return sorted({name for name in DEFAULT_ENV_ALLOWLIST if name in os.environ} | set(bound))
+
+
+async def _audits(host: Host, kind: str) -> list[AuditRecord]:
+    operator = await host.operator("ops", reason="read the effect audit views")
+    sessions = await host.store.list_sessions(operator)
+    found: list[AuditRecord] = []
+    for session in sessions.items:
+        found += await host.store.inspect.effect_audits(operator, session.session_id)
+    return [record for record in found if record.kind == kind]
+
+
+async def test_a_sandboxed_foreground_run_persists_cwd_env_names_and_executable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = await anyio.to_thread.run_sync(probe_bubblewrap, "bwrap")
+    assert probe.ok, probe.reason  # the suite runs where bubblewrap works
+    monkeypatch.setenv(SECRET_NAME, TOKEN)
+    # The working directory's own name carries the held secret: the view masks it.
+    workdir = f"sub/d-{TOKEN}"
+    config = terminal_config(tmp_path, secrets=[SECRET_NAME])
+    (tmp_path / "ws" / workdir).mkdir(parents=True)
+    call = CallTools(
+        (
+            "terminal_run",
+            {"argv": ["printenv", SECRET_NAME], "cwd": workdir, "secrets": [SECRET_NAME]},
+        )
+    )
+    model = ScriptedModel([call, Reply("done")])
+    async with Host.open(
+        config, capabilities=capabilities(model, config=config), approver=Approver("approve_once")
+    ) as host:
+        result = await host.turns.run(request("print it"))
+        (audit,) = await _audits(host, "effect.terminal.run")
+        rows = await host.store.read(lambda c: c.execute("SELECT * FROM audit").fetchall())
+    assert [e.status for e in result.effects] == ["succeeded"]
+    view = thaw(audit.detail)
+    assert view["turn_id"] == result.turn_id
+    assert view["call_id"] == audit.subject == result.effects[0].call_id
+    assert view["outcome"] == "succeeded"
+    assert view["cwd"] == f"sub/d-[redacted:{SECRET_NAME}]"
+    assert view["cwd_resolved"] == str(
+        (tmp_path / "ws" / "sub").resolve() / f"d-[redacted:{SECRET_NAME}]"
+    )
+    assert view["env_keys"] == _expected_env(SECRET_NAME)
+    assert view["bound_env_keys"] == [SECRET_NAME]  # the name, never the value
+    printenv = shutil.which("printenv")
+    assert printenv is not None
+    real = await anyio.Path(printenv).resolve()
+    assert await anyio.Path(view["executable"]).resolve() == real
+    assert view["executable_real"] == str(real)
+    assert view["launcher"] == probe.bwrap
+    assert (view["sandbox"], view["background"]) == ("bubblewrap", False)
+    assert audit.session_id == result.session_id
+    # Not in any audit row, even though the model itself wrote it into the call's cwd.
+    assert not any(TOKEN in str(row) for row in rows)
+
+
+async def test_an_unsandboxed_background_run_persists_its_view_with_the_run_id(
+    tmp_path: Path,
+) -> None:
+    call = CallTools(("terminal_run", {"argv": [sys.executable, "-c", "pass"], "background": True}))
+    model = ScriptedModel([call, Reply("started")])
+    config = terminal_config(tmp_path, sandbox="none")
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        result = await host.turns.run(request("start it"))
+        (audit,) = await _audits(host, "effect.terminal.run")
+    assert [e.status for e in result.effects] == ["succeeded"]
+    view = thaw(audit.detail)
+    assert view["background"] is True
+    assert view["run_id"].startswith("run")
+    assert view["cwd"] == "."
+    assert view["cwd_resolved"] == str((tmp_path / "ws").resolve())
+    assert view["env_keys"] == _expected_env()
+    assert view["bound_env_keys"] == []
+    assert view["executable"] == sys.executable
+    assert view["executable_real"] == str(await anyio.Path(sys.executable).resolve())
+    assert view["launcher"] == shutil.which("prlimit", path="/usr/bin:/bin")
+    assert view["sandbox"] == "none"
+
+
+async def test_a_refused_run_leaves_no_audit_view(tmp_path: Path) -> None:
+    # Nothing started (the program does not exist): there is nothing the Host did to audit.
+    call = CallTools(("terminal_run", {"argv": ["no-such-program-hk"]}))
+    model = ScriptedModel([call, Reply("done")])
+    config = terminal_config(tmp_path, sandbox="none")
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        result = await host.turns.run(request("run it"))
+        audits = await _audits(host, "effect.terminal.run")
+    assert [e.status for e in result.effects] == ["denied"]
+    assert audits == []
+
+
+async def _extract(
+    store: RuntimeStore, context: TurnExecutionContext, policy: UrlPolicy, url: str
+) -> Any:
+    (extract,) = web_tools(policy, network_backend=Pinned())
+
+    class Tools:
+        async def toolset(self, context: TurnExecutionContext) -> Toolset:
+            return Toolset(((extract, "builtin:web"),), EffectPolicy(), Path("/tmp"))
+
+    runtime = EffectRuntime(toolsets=Tools(), store=store)
+    catalog = await runtime.prepare_catalog(context)
+    ref = catalog.resolve("web_extract")
+    assert ref is not None
+    try:
+        return await runtime.execute(EffectRequest("c-web", ref, {"url": url}), context)
+    finally:
+        await runtime.close_catalog(catalog)
+
+
+async def test_web_extract_persists_origin_and_validated_addresses_of_every_hop(
+    store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
+) -> None:
+    context = await web_context(authority)
+    async with serve_wire() as server:
+        first = f"http://owls.example.com:{server.port}"
+        second = f"http://birds.example.com:{server.port}"
+        server.script(
+            text_reply("", status=302, headers={"Location": f"{second}/final?sig=abc"}),
+            text_reply(ARTICLE, content_type="text/html; charset=utf-8"),
+        )
+        resolver = FakeResolver(
+            {"owls.example.com": [["127.0.0.1"]], "birds.example.com": [["127.0.0.1"]]}
+        )
+        policy = UrlPolicy(resolver=resolver, allow_private=frozenset({"127.0.0.1"}))
+        result = await _extract(store, context, policy, f"{first}/nest?key=s3cret")
+    assert result.status == "succeeded", result.error
+    (audit,) = await store.inspect.effect_audits(operator, context.session_id)
+    assert audit.kind == "effect.web.extract"
+    assert (audit.subject, audit.detail["call_id"]) == ("c-web", "c-web")
+    assert audit.detail["turn_id"] == context.turn_id
+    # The target the approver would have seen, validated before the call ...
+    detail = thaw(audit.detail)
+    assert detail["target"] == {"origin": first, "addresses": ["127.0.0.1"]}
+    # ... and every hop the fetch really took, each with the addresses it was pinned to.
+    assert detail["hops"] == [
+        {"origin": first, "addresses": ["127.0.0.1"]},
+        {"origin": second, "addresses": ["127.0.0.1"]},
+    ]
+    assert audit.detail["status"] == 200
+    text = json.dumps(detail)
+    assert "s3cret" not in text
+    assert "sig=abc" not in text
+    assert "/nest" not in text
+
+
+async def test_a_fetch_that_fails_still_persists_its_validated_target(
+    store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
+) -> None:
+    context = await web_context(authority)
+    async with serve_wire() as server:
+        origin = f"http://owls.example.com:{server.port}"
+        # The redirect points at a metadata address: refused at fetch time, after the call began.
+        server.script(
+            text_reply("", status=302, headers={"Location": "http://169.254.169.254/latest"})
+        )
+        resolver = FakeResolver({"owls.example.com": [["127.0.0.1"]]})
+        policy = UrlPolicy(resolver=resolver, allow_private=frozenset({"127.0.0.1"}))
+        result = await _extract(store, context, policy, f"{origin}/owls")
+    assert (result.status, result.started) == ("denied", True), result.error
+    (audit,) = await store.inspect.effect_audits(operator, context.session_id)
+    assert audit.detail["outcome"] == "denied"
+    assert thaw(audit.detail)["target"] == {"origin": origin, "addresses": ["127.0.0.1"]}
+
+
+async def test_effect_audit_views_are_for_operators_only(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    context = await web_context(authority)
+    with pytest.raises(ScopeError):
+        await store.inspect.effect_audits(context.principal, context.session_id)
+
+
+CLI_CONFIG = """
+[host]
+database = "state/hostkit.db"
+workspace = "ws"
+
+[providers.scripted]
+kind = "scripted"
+script = [
+  { tool = "terminal.run", arguments = { argv = ["echo", "from-the-cli"], background = true } },
+  { reply = "started" },
+]
+
+[agents.assistant]
+provider = "scripted"
+memory = false
+sandbox = "none"
+builtins = ["terminal.run", "terminal.status", "terminal.stop"]
+"""
+
+
+async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
+    tmp_path: Path,
+) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CLI_CONFIG)
+    code, _, err = await hostkit("run", "start it", cwd=tmp_path)
+    assert code == 0, err
+    found = re.search(r"session: (ses_\w+)", err)
+    assert found is not None, err
+    code, out, err = await hostkit(
+        "effects", "audit", found.group(1), "--reason", "what ran", cwd=tmp_path
+    )
+    assert code == 0, err
+    assert "terminal.run" in out
+    assert "executable" in out
+    assert "succeeded" in out
+    code, out, err = await hostkit("effects", "runs", "--reason", "what ran", cwd=tmp_path)
+    assert code == 0, err
+    assert "echo (2 args)" in out
+    assert "run_" in out
+    code, _, err = await hostkit("effects", "runs", cwd=tmp_path)
+    assert code == 2
+    assert "--reason" in err
