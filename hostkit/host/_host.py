@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from pathlib import Path
 
@@ -181,8 +182,14 @@ class Host(AsyncResource):
         resolved = await _resolve_config(config)
         telemetry = resolved.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
-        tracing = open_tracing(
-            telemetry.traces, endpoint=telemetry.endpoint, service_name=telemetry.service_name
+        # Off the event loop: the first use imports the SDK and starts its export thread.
+        tracing = await anyio.to_thread.run_sync(
+            functools.partial(
+                open_tracing,
+                telemetry.traces,
+                endpoint=telemetry.endpoint,
+                service_name=telemetry.service_name,
+            )
         )
         try:
             await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,10 @@ def _version() -> str | None:
         return None
 
 
+# Read once at import (package metadata is on disk), never on the event loop per observer.
+_VERSION = _version()
+
+
 @dataclass(slots=True)
 class _Chat:
     """An open model call: its span, when it began, whether its first chunk arrived."""
@@ -85,7 +89,7 @@ class TracingObserver:
         *,
         max_turns: int = _DEFAULT_MAX_TURNS,
     ) -> None:
-        self._tracer = trace.get_tracer("hostkit", _version(), tracer_provider=tracer_provider)
+        self._tracer = trace.get_tracer("hostkit", _VERSION, tracer_provider=tracer_provider)
         self._max_turns = max_turns
         self._turns: dict[str, _Turn] = {}
         self._warned = False
