@@ -21,6 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from hostkit.effects import provider_name
 from hostkit.errors import bounded
 from hostkit.telemetry import _names as n
 from hostkit.turns import TurnEvent
@@ -106,6 +107,15 @@ class TracingObserver:
     @property
     def open_turns(self) -> int:
         return len(self._turns)
+
+    def close(self) -> None:
+        """End the spans of turns still open, as ``_OTHER`` (before the provider shuts down).
+
+        Only a turn whose terminal record could not be written ends without an
+        event; its spans are exported rather than lost with the process.
+        """
+        while self._turns:
+            _end_all(self._turns.pop(next(iter(self._turns))), "_OTHER")
 
     def notify(self, event: TurnEvent) -> None:
         try:
@@ -249,19 +259,19 @@ class TracingObserver:
         if span is None and "approval_id" in data:
             span = turn.effects.pop(f"approval:{data['approval_id']}", None)
             if span is not None:
-                span.update_name(f"{n.EXECUTE_TOOL} {effect}")
-                span.set_attributes({n.TOOL_NAME: effect, n.TOOL_CALL_ID: call_id})
+                span.update_name(f"{n.EXECUTE_TOOL} {provider_name(effect)}")
+                span.set_attributes({n.TOOL_NAME: provider_name(effect), n.TOOL_CALL_ID: call_id})
         if span is None:
             # Answered without running (not found, or never reached): a zero-length span.
             span = self._tracer.start_span(
-                f"{n.EXECUTE_TOOL} {effect}",
+                f"{n.EXECUTE_TOOL} {provider_name(effect)}",
                 context=turn.context,
                 kind=SpanKind.INTERNAL,
                 attributes={
                     **turn.common,
                     n.OPERATION: n.EXECUTE_TOOL,
                     n.TOOL_TYPE: "function",
-                    n.TOOL_NAME: effect,
+                    n.TOOL_NAME: provider_name(effect),
                     n.TOOL_CALL_ID: call_id,
                 },
             )

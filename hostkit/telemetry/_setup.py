@@ -50,6 +50,7 @@ class Tracing(AsyncResource):
         if self._closed:
             return
         self._closed = True
+        self.observer.close()
         with anyio.move_on_after(_SHUTDOWN_TIMEOUT_S) as waited:
             await anyio.to_thread.run_sync(self.provider.shutdown, abandon_on_cancel=True)
         if waited.cancelled_caught:

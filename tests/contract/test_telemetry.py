@@ -26,6 +26,7 @@ from hostkit.errors import ConfigError
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.telemetry import TracingObserver
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnEvent
 from hostkit.types import ModelRequest, TurnResult
 from tests.hosts import request, turn_rows
 from tests.support import facts
@@ -366,7 +367,8 @@ async def test_a_turn_paused_for_approval_is_not_an_error_and_its_continuation_i
     # The continuation runs the approved call under its own turn, in the same conversation.
     assert ran.parent is not None
     assert ran.parent.span_id == second.context.span_id
-    assert ran.name == "execute_tool demo.lookup"
+    assert ran.name == "execute_tool demo_lookup"
+    assert attrs(ran)["gen_ai.tool.name"] == "demo_lookup"
     assert attrs(ran)["hostkit.approval_id"] == paused.pending_approval
     assert attrs(ran)["hostkit.effect.status"] == "succeeded"
     assert attrs(ran)["gen_ai.tool.call.id"] == attrs(asked)["gen_ai.tool.call.id"]
@@ -536,6 +538,17 @@ def exported_spans(body: bytes) -> list[tuple[str, dict[str, Any], dict[str, Any
     return spans
 
 
+async def run_watching(host: Host, seen: list[str]) -> TurnResult:
+    """Run a turn while subscribed to ``host.events`` (as the CLI and notebook are)."""
+    async with host.events.subscribe() as events:
+        result = await host.turns.run(request())
+        while True:
+            try:
+                seen.append(events.receive_nowait().kind)
+            except anyio.WouldBlock:
+                return result
+
+
 async def test_otlp_traces_reach_a_collector_as_protobuf(
     tmp_path: Path, collector: Collector
 ) -> None:
@@ -544,8 +557,13 @@ async def test_otlp_traces_reach_a_collector_as_protobuf(
         telemetry={"traces": "otlp", "endpoint": collector.url, "service_name": "my-agent"},
     )
     model = ScriptedModel([CallTools(("demo_lookup", {"city": ARGUMENT})), Reply("sunny")])
+    seen: list[str] = []
     async with Host.open(config, capabilities=capabilities(model, tools=[lookup])) as host:
-        result = await host.turns.run(request())
+        # Tracing rides on host.events: a front end's subscription sees every event still.
+        result = await run_watching(host, seen)
+    assert seen[0] == "turn.started"
+    assert seen[-1] == "turn.completed"
+    assert "provider.responded" in seen
     # Closing the Host flushed the batch to the collector.
     assert collector.posts
     path, content_type, _ = collector.posts[0]
@@ -597,3 +615,18 @@ async def test_an_unreachable_collector_delays_closing_by_a_bounded_time(tmp_pat
         await host.aclose()
     assert result.outcome == "completed"
     assert time.monotonic() - started < 12
+
+
+def test_turns_without_an_end_are_bounded_and_ended_when_tracing_closes(traces: Traces) -> None:
+    observer = TracingObserver(traces.provider, max_turns=2)
+    for turn in ("t1", "t2", "t3"):
+        observer.notify(TurnEvent("turn.started", "r", turn, "s", {"core_id": "assistant"}))
+    # The oldest was ended to keep the bound; the others are still open.
+    assert observer.open_turns == 2
+    (evicted,) = traces.spans()
+    assert attrs(evicted)["hostkit.turn_id"] == "t1"
+    assert attrs(evicted)["error.type"] == "_OTHER"
+    observer.close()
+    assert observer.open_turns == 0
+    assert sorted(attrs(s)["hostkit.turn_id"] for s in traces.spans()) == ["t1", "t2", "t3"]
+    assert all(s.status.status_code == StatusCode.ERROR for s in traces.spans())
