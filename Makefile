@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
-EXTRAS := notebook,test,openai,anthropic,local
+EXTRAS := notebook,test,openai,anthropic,local,otel
 PIP    := python -m pip install --quiet --disable-pip-version-check
 
 # The notebook extra allows ipykernel>=6.29; CI runs exactly two: this pin in .venv, and

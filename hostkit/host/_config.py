@@ -14,6 +14,7 @@ import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +33,7 @@ __all__ = [
     "ProviderConfig",
     "Sandbox",
     "ScriptStepConfig",
+    "TelemetryConfig",
     "default_config",
     "load_config",
     "parse_config",
@@ -143,6 +145,36 @@ class ProcessLimits(_Strict):
     processes: int = Field(default=256, ge=1, le=65_536)
 
 
+class TelemetryConfig(_Strict):
+    """``[host.telemetry]``: OpenTelemetry traces of turns, off by default (docs/observability.md).
+
+    ``traces`` picks the exporter: ``console`` writes spans to stderr,
+    ``otlp`` sends them over OTLP/HTTP to ``endpoint`` (default: the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables, else ``http://localhost:4318``).
+    Anything but ``none`` needs ``pip install 'hostkit[otel]'``.
+    """
+
+    traces: Literal["none", "console", "otlp"] = "none"
+    endpoint: str | None = Field(default=None, max_length=2048)
+    service_name: str = Field(default="hostkit", min_length=1, max_length=200)
+
+    @pydantic.field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parsed = urlsplit(value)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError("endpoint must be an http:// or https:// URL with a host")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _endpoint_for_otlp(self) -> TelemetryConfig:
+        if self.endpoint is not None and self.traces != "otlp":
+            raise ValueError("endpoint is used only with traces = 'otlp'")
+        return self
+
+
 class HostSection(_Strict):
     """Where the Host keeps its state and how durable commits are.
 
@@ -164,6 +196,7 @@ class HostSection(_Strict):
     # How long a turn waits for its session when another turn (in any process) runs in it.
     admission_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     limits: ProcessLimits = Field(default_factory=ProcessLimits)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
 
 class HostConfig(_Strict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from hostkit.host._config import HostConfig, default_config, load_config, state_
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.telemetry import Tracing, open_tracing
 from hostkit.turns import PinnedCore, TurnExecution
 from hostkit.types import (
     ConversationFacts,
@@ -70,6 +72,10 @@ class Host(AsyncResource):
     none, or no answer within ``host.approval_timeout_s``, the turn pauses
     ``needs_user`` and ``host.approvals.answer`` continues it later.
 
+    ``tracing`` is the Host's own OpenTelemetry tracing when ``[host.telemetry]``
+    turns it on (docs/observability.md); it is set up at open and flushed at
+    close, so a later ``apply_config`` does not change it.
+
     ``warnings`` holds one line per configuration problem found at open (a
     workspace overlapping the Host's own state); each is also logged on the
     ``hostkit.host`` logger, and the CLI prints them on stderr.
@@ -86,8 +92,10 @@ class Host(AsyncResource):
         lease_owner: LeaseOwner,
         approver: ApprovalProvider | None = None,
         warnings: tuple[str, ...] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        self.tracing = tracing
         self.warnings = warnings
         self.store = store
         self.authority = authority
@@ -173,16 +181,34 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None,
     ) -> Host:
         resolved = await _resolve_config(config)
-        await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
-        warnings = await _prepare_workspaces(resolved)
-        store = await RuntimeStore.open(
-            resolved.database_path, synchronous=resolved.host.synchronous
+        telemetry = resolved.host.telemetry
+        # Before anything is created: tracing asked for without the otel extra is refused.
+        # Off the event loop: the first use imports the SDK and starts its export thread.
+        tracing = await anyio.to_thread.run_sync(
+            functools.partial(
+                open_tracing,
+                telemetry.traces,
+                endpoint=telemetry.endpoint,
+                service_name=telemetry.service_name,
+            )
         )
+        try:
+            await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
+            warnings = await _prepare_workspaces(resolved)
+            store = await RuntimeStore.open(
+                resolved.database_path, synchronous=resolved.host.synchronous
+            )
+        except BaseException:
+            if tracing is not None:
+                with anyio.CancelScope(shield=True):
+                    await tracing.aclose()
+            raise
         try:
             authority = AuthorityResolver.bind(store)
             # Turns report to their generation's observer themselves (PinnedCore.observer);
-            # the bus serves this Host's subscribers (CLI, notebook) across generations.
-            events = EventBus()
+            # the bus serves this Host's subscribers (CLI, notebook) across generations,
+            # and its tracing.
+            events = EventBus(forward=tracing.observer if tracing is not None else None)
             # One identity for this Host's durable leases (turns and compaction); reading
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
@@ -196,13 +222,18 @@ class Host(AsyncResource):
                 lease_owner=owner,
                 approver=approver,
                 warnings=warnings,
+                tracing=tracing,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
             await host.processes.recover()
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await store.aclose()
+                try:
+                    await store.aclose()
+                finally:
+                    if tracing is not None:
+                        await tracing.aclose()
             raise
         return host
 
@@ -239,6 +270,8 @@ class Host(AsyncResource):
         caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
         self.warnings = await _prepare_workspaces(config)
         previous = self._generation
+        if config.host.telemetry != previous.config.host.telemetry:
+            _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
         self._generation = self._new_generation(previous.number + 1, config, caps)
         self.config = config
         # A changed (or removed) agent's session approvals were given for another revision.
@@ -336,6 +369,9 @@ class Host(AsyncResource):
         with anyio.CancelScope(shield=True):
             async with contextlib.AsyncExitStack() as stack:
                 stack.push_async_callback(self.store.aclose)
+                if self.tracing is not None:
+                    # After the turns ended: their spans are exported before the Host is gone.
+                    stack.push_async_callback(self.tracing.aclose)
                 stack.push_async_callback(self.context.aclose)
                 for generation in (self._generation, *reversed(self._retired)):
                     stack.push_async_callback(self._close_generation, generation)

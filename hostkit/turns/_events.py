@@ -17,7 +17,10 @@ class TurnEvent:
 
     Persisted kinds (``turn.started``, ``provider.completed``,
     ``effect.completed``, ``turn.<outcome>`` …) are sent after their row
-    commits; ``text.delta`` is live only and never persisted.
+    commits. Live only, never persisted: ``text.delta``, and for tracing
+    ``provider.started`` / ``provider.responded`` / ``provider.failed`` around
+    each model call and ``effect.started`` before each effect runs. None of
+    them carries tool arguments or results.
     """
 
     kind: str

@@ -390,6 +390,16 @@ class TurnExecution:
                     # In flight until its result is durable: a cancellation between the
                     # two leaves an effect that may have happened (indeterminate).
                     active.in_flight = "effect"
+                    self._emit(
+                        context,
+                        "effect.started",
+                        {
+                            "step": step,
+                            "call_id": call.call_id,
+                            "tool": call.name,
+                            "effect": ref.effect,
+                        },
+                    )
                     outcome = await core.effects.execute(
                         EffectRequest(call.call_id, ref, call.arguments, "model"), context
                     )
@@ -431,6 +441,7 @@ class TurnExecution:
             return ModelMessage("user", request.input)
         approval_id = request.continues
         active.in_flight = "effect"
+        self._emit(context, "effect.started", {"approval_id": approval_id})
         call_id, name, outcome = await core.effects.execute_approved(approval_id, catalog, context)
         active.unanswered = [ToolCall(call_id, name, {})]
         return await self._record_effect(
@@ -498,15 +509,32 @@ class TurnExecution:
     async def _call_provider(
         self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int
     ) -> ModelResponse:
+        provider = core.provider
+        # Live only, for tracing: when the call began and ended, and with what usage.
+        self._emit(
+            context,
+            "provider.started",
+            {
+                "step": step,
+                "provider": provider.name,
+                "model": provider.model,
+                "max_tokens": request.max_output_tokens,
+            },
+        )
         response: ModelResponse | None = None
-        async with contextlib.aclosing(core.provider.stream(request)) as events:
-            async for event in events:
-                if event.kind == "text" and event.text:
-                    self._emit(context, "text.delta", {"text": event.text, "step": step})
-                elif event.kind == "done":
-                    response = event.response
-        if response is None:
-            raise ProviderError("the stream ended without a response", provider=core.provider.name)
+        try:
+            async with contextlib.aclosing(provider.stream(request)) as events:
+                async for event in events:
+                    if event.kind == "text" and event.text:
+                        self._emit(context, "text.delta", {"text": event.text, "step": step})
+                    elif event.kind == "done":
+                        response = event.response
+            if response is None:
+                raise ProviderError("the stream ended without a response", provider=provider.name)
+        except HostkitError as exc:
+            self._emit(context, "provider.failed", {"step": step, "error_type": _error_type(exc)})
+            raise
+        self._emit(context, "provider.responded", _responded(step, response))
         return response
 
     def _stage(
@@ -747,6 +775,28 @@ class TurnExecution:
         if pinned is not None:
             with contextlib.suppress(Exception):
                 pinned.notify(event)
+
+
+def _error_type(exc: HostkitError) -> str:
+    """A low-cardinality class of a failed provider call: its HTTP status, else the error."""
+    status = getattr(exc, "status", None)
+    return str(status) if isinstance(status, int) else type(exc).__name__
+
+
+def _responded(step: int, response: ModelResponse) -> dict[str, Any]:
+    """What a provider call returned, minus its content: model, ids, finish and usage."""
+    usage = response.usage
+    return {
+        "step": step,
+        "provider": response.provider,
+        "model": response.model,
+        "response_id": response.provider_request_id,
+        "finish_reason": response.finish_reason,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
 
 
 def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
