@@ -19,8 +19,11 @@ from hostkit.inspect._context import ContextStep, ContextView, context_view
 from hostkit.inspect._lists import (
     MAX_APPROVALS,
     ApprovalRows,
+    ActivityRows,
     SessionRows,
+    activity_rows,
     approval_rows,
+    latest_session,
     session_rows,
 )
 from hostkit.inspect._prices import PRICES, ModelPrice, price_for
@@ -31,6 +34,7 @@ __all__ = [
     "MAX_STEPS",
     "MAX_TURNS",
     "PRICES",
+    "ActivityRows",
     "ApprovalRows",
     "BudgetView",
     "CalibrationView",
@@ -41,9 +45,11 @@ __all__ = [
     "StepUsage",
     "TokenTotals",
     "TurnUsage",
+    "activity_rows",
     "approval_rows",
     "budget_view",
     "context_view",
+    "latest_session",
     "price_for",
     "session_rows",
 ]
