@@ -13,12 +13,15 @@ from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
     EXIT_ERROR,
     ConfigOption,
+    JsonOption,
     Operator,
     Reason,
+    chosen_session,
     config_path,
     console,
     open_host,
     operator_host,
+    print_json,
     report,
     run_command,
     stdin_is_a_terminal,
@@ -29,7 +32,7 @@ from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import stream_turn
-from hostkit.inspect import budget_view, context_view
+from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
 __all__ = ["app", "main"]
@@ -112,6 +115,8 @@ def run(
     On a terminal, effects the policy marks ``ask`` are asked there; otherwise
     the turn pauses (exit status 3) and `hostkit approvals` answers it.
     """
+    if new and session is not None:
+        raise usage_error("choose one of --new (a fresh session) and --session (resume one)")
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
@@ -119,35 +124,62 @@ def run(
     async def main() -> int:
         async with open_host(config_path(config), approver=terminal_approver()) as host:
             result = await stream_turn(
-                host, message, agent=agent, conversation=conversation, session=selector
+                host,
+                message,
+                agent=agent,
+                conversation=conversation,
+                session=selector,
+                progress=console,
             )
             return report(result, database=host.config.database_path, config=config)
 
     run_command(main)
 
 
+def usage_error(message: str) -> typer.Exit:
+    """Contradictory or missing flags: one line, exit status 2, before anything runs."""
+    console.print(f"[bold red]error[/]: {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_ERROR)
+
+
 @app.command()
 def sessions(
-    reason: Reason,
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    reason: Reason = None,
+    limit: Annotated[int, typer.Option(min=1, max=499)] = 50,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
-    """List sessions (operator authority; the reason is audited)."""
+    """List sessions, most recent activity first: agent, turns, last outcome.
+
+    Operator authority; the reason is audited.
+    """
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            page = await host.store.list_sessions(scope, limit=limit)
-            Console().print(sessions_table(page.items))
+            rows = await activity_rows(host, scope, limit=limit)
+            if json_:
+                print_json(rows)
+                return
+            out = Console()
+            out.print(sessions_table(rows.sessions, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
 
     run_command(main)
 
 
+SessionArgument = Annotated[
+    str | None, typer.Argument(help="the session (default: the most recently active)")
+]
+
+
 @app.command()
 def context(
-    session_id: Annotated[str, typer.Argument(help="the session to inspect")],
-    reason: Reason,
+    session_id: SessionArgument = None,
+    reason: Reason = None,
     turn: Annotated[str | None, typer.Option(help="this turn instead of the latest")] = None,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -159,16 +191,24 @@ def context(
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            view = await context_view(host, scope, session_id=session_id, turn_id=turn)
-            Console().print(context_report(view))
+            # A turn names its own session; the latest session is only the default.
+            chosen = (
+                session_id if turn is not None else await chosen_session(host, scope, session_id)
+            )
+            view = await context_view(host, scope, session_id=chosen, turn_id=turn)
+            if json_:
+                print_json(view)
+            else:
+                Console().print(context_report(view))
 
     run_command(main)
 
 
 @app.command()
 def budget(
-    session_id: Annotated[str, typer.Argument(help="the session to inspect")],
-    reason: Reason,
+    session_id: SessionArgument = None,
+    reason: Reason = None,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -179,7 +219,11 @@ def budget(
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            Console().print(budget_report(await budget_view(host, scope, session_id)))
+            view = await budget_view(host, scope, await chosen_session(host, scope, session_id))
+            if json_:
+                print_json(view)
+            else:
+                Console().print(budget_report(view))
 
     run_command(main)
 

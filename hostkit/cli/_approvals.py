@@ -1,7 +1,8 @@
 """``hostkit approvals list | approve | deny``: answering paused turns from the terminal.
 
-Every subcommand acts with an audited operator scope (``--reason`` is
-required, as for ``hostkit sessions``). ``approve`` and ``deny`` record the
+Every subcommand acts with an audited operator scope (``--reason``, optional
+only on a database the local user owns, as for ``hostkit sessions``).
+``approve`` and ``deny`` record the
 first answer and run the continuation turn, whose answer is streamed.
 """
 
@@ -15,10 +16,12 @@ from rich.console import Console
 
 from hostkit.cli._common import (
     ConfigOption,
+    JsonOption,
     Operator,
     Reason,
     console,
     operator_host,
+    print_json,
     report,
     run_command,
     terminal_approver,
@@ -41,9 +44,10 @@ ApprovalId = Annotated[str, typer.Argument(help="the approval id (apr_...)")]
 
 @approvals.command("list")
 def list_approvals(
-    reason: Reason,
+    reason: Reason = None,
     all_: Annotated[bool, typer.Option("--all", help="every status, not only pending")] = False,
     limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -54,10 +58,14 @@ def list_approvals(
             found = await host.approvals.list(
                 scope, status=None if all_ else "pending", limit=limit
             )
+            if json_:
+                print_json(found)
+                return
             if not found:
                 console.print("no pending approvals" if not all_ else "no approvals")
                 return
-            Console().print(approvals_table(found))
+            out = Console()
+            out.print(approvals_table(found, width=out.width))
 
     run_command(main)
 
@@ -65,7 +73,7 @@ def list_approvals(
 @approvals.command()
 def approve(
     approval_id: ApprovalId,
-    reason: Reason,
+    reason: Reason = None,
     session: Annotated[
         bool,
         typer.Option(
@@ -82,7 +90,7 @@ def approve(
 @approvals.command()
 def deny(
     approval_id: ApprovalId,
-    reason: Reason,
+    reason: Reason = None,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -93,7 +101,7 @@ def deny(
 def _answer(
     approval_id: str,
     decision: ApprovalDecision,
-    reason: str,
+    reason: str | None,
     operator: str,
     config: Path | None,
 ) -> None:
@@ -103,7 +111,7 @@ def _answer(
             host,
             scope,
         ):
-            result = await stream_answer(host, approval_id, decision, by=scope)
+            result = await stream_answer(host, approval_id, decision, by=scope, progress=console)
             return report(result, database=host.config.database_path, config=config)
 
     run_command(main)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import getpass
+import json
+import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import anyio
 import typer
@@ -16,8 +20,9 @@ from rich.markup import escape
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
 from hostkit.effects import ApprovalProvider
-from hostkit.errors import HostkitError
+from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host, HostConfig
+from hostkit.inspect import latest_session
 from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
@@ -26,14 +31,18 @@ __all__ = [
     "EXIT_NOT_COMPLETED",
     "EXIT_OK",
     "ConfigOption",
+    "JsonOption",
     "Operator",
     "Reason",
+    "chosen_session",
     "config_path",
     "console",
     "exit_code",
     "fail",
+    "local_reason",
     "open_host",
     "operator_host",
+    "print_json",
     "report",
     "run_command",
     "stdin_is_a_terminal",
@@ -62,8 +71,15 @@ ConfigOption = Annotated[
 ]
 
 
-Reason = Annotated[str, typer.Option(help="audit reason (operator authority)")]
+Reason = Annotated[
+    str | None,
+    typer.Option(
+        help="audit reason (operator authority); optional on a database you own, "
+        "where the audit records that a local operator acted"
+    ),
+]
 Operator = Annotated[str, typer.Option(help="operator id for the audit")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON on stdout instead of a table")]
 
 
 def config_path(path: Path | None) -> Path | None:
@@ -104,11 +120,71 @@ def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
 
 @contextlib.asynccontextmanager
 async def operator_host(
-    config: Path | None, operator: str, reason: str, *, approver: ConsoleApprover | None = None
+    config: Path | None,
+    operator: str,
+    reason: str | None,
+    *,
+    approver: ConsoleApprover | None = None,
 ) -> AsyncIterator[tuple[Host, PrincipalScope]]:
-    """The Host of ``-c`` and an audited operator scope (every operator command starts so)."""
+    """The Host of ``-c`` and an audited operator scope (every operator command starts so).
+
+    Without ``--reason`` the scope is issued only to the local user who owns
+    the database file, and the audit says exactly that.
+    """
     async with open_host(config_path(config), approver=approver) as host:
+        if reason is None:
+            reason = await local_reason(host.config.database_path)
         yield host, await host.operator(operator, reason=reason)
+
+
+async def local_reason(database: Path) -> str:
+    """The audited reason of a local operator acting on a database file they own.
+
+    Anyone else must say why (``InvalidValue`` naming ``--reason``): a shared
+    or system database is not "their own".
+    """
+    try:
+        owner = (await anyio.Path(database).stat()).st_uid
+    except OSError as exc:
+        raise InvalidValue(f"--reason is required: cannot check who owns {database}") from exc
+    uid = os.getuid()
+    if owner != uid:
+        raise InvalidValue(
+            f"--reason is required: {database} belongs to another user (uid {owner})"
+        )
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = "without a user name"
+    return f"local operator {user} (uid {uid}) on their own database"
+
+
+async def chosen_session(host: Host, scope: PrincipalScope, session_id: str | None) -> str:
+    """``session_id``, or the session with the most recent activity."""
+    if session_id is not None:
+        return session_id
+    latest = await latest_session(host, scope)
+    if latest is None:
+        raise InvalidValue("there are no sessions yet: run a turn first (hostkit run ...)")
+    return latest
+
+
+def print_json(value: object) -> None:
+    """``value`` (dataclasses, mappings, sequences, scalars) as JSON on stdout."""
+    sys.stdout.write(json.dumps(_plain(value), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _plain(value: object) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:

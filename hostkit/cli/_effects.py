@@ -15,10 +15,19 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from hostkit.cli._common import ConfigOption, Operator, Reason, console, operator_host, run_command
-from hostkit.cli._render import one_line
+from hostkit.cli._common import (
+    ConfigOption,
+    JsonOption,
+    Operator,
+    Reason,
+    chosen_session,
+    console,
+    operator_host,
+    print_json,
+    run_command,
+)
+from hostkit.cli._render import Column, fit_table, one_line, short_time
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import EffectAuditRows, TerminalRunRows, effect_audit_rows, terminal_run_rows
@@ -37,11 +46,19 @@ effects = typer.Typer(
 )
 
 
-def runs_table(rows: TerminalRunRows) -> Table:
-    table = Table("run", "session", "program", "state", "exit", "stdout", "stderr", "reason")
-    table.columns[0].overflow = "fold"
-    for run in rows.runs:
-        cells = (
+def runs_table(rows: TerminalRunRows, *, width: int) -> Table:
+    columns = (
+        Column("run", whole=True),
+        Column("session", whole=True, drop=4),
+        Column("program", cap=24, drop=3),
+        Column("state", cap=13),
+        Column("exit", cap=4),
+        Column("stdout", cap=12, drop=2),
+        Column("stderr", cap=12, drop=1),
+        Column("reason", flexible=True, wrap=True, drop=5),
+    )
+    cells = [
+        (
             run.run_id,
             run.session_id,
             f"{run.program} ({run.argc} args)",
@@ -51,23 +68,32 @@ def runs_table(rows: TerminalRunRows) -> Table:
             f"{run.stderr.total_bytes} B{' cut' if run.stderr.truncated else ''}",
             run.reason or "",
         )
-        table.add_row(*(Text(cell) for cell in cells))
-    return table
+        for run in rows.runs
+    ]
+    return fit_table(columns, cells, width)
 
 
-def audit_table(rows: EffectAuditRows) -> Table:
-    table = Table("at", "effect", "call", "outcome", "view")
+def audit_table(rows: EffectAuditRows, *, width: int) -> Table:
+    columns = (
+        Column("at", cap=16, drop=2),
+        Column("effect", cap=16),
+        Column("call", whole=True, drop=1),
+        Column("outcome", cap=13),
+        Column("view", flexible=True, wrap=True),
+    )
+    cells = []
     for record in rows.audits:
         detail = thaw(record.detail)
-        cells = (
-            record.at,
-            record.kind.removeprefix("effect."),
-            record.subject or "",
-            str(detail.get("outcome", "")),
-            _view_line(detail),
+        cells.append(
+            (
+                short_time(record.at),
+                record.kind.removeprefix("effect."),
+                record.subject or "",
+                str(detail.get("outcome", "")),
+                _view_line(detail),
+            )
         )
-        table.add_row(*(Text(cell) for cell in cells))
-    return table
+    return fit_table(columns, cells, width)
 
 
 def _view_line(detail: dict[str, Any]) -> str:
@@ -78,9 +104,10 @@ def _view_line(detail: dict[str, Any]) -> str:
 
 @effects.command("runs")
 def list_runs(
-    reason: Reason,
+    reason: Reason = None,
     session: Annotated[str | None, typer.Option(help="only this session's runs")] = None,
     limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -89,20 +116,27 @@ def list_runs(
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
             rows = await terminal_run_rows(host, scope, session_id=session, limit=limit)
+            if json_:
+                print_json(rows)
+                return
             if not rows.runs:
                 console.print("no background terminal runs")
                 return
-            Console().print(runs_table(rows))
+            out = Console()
+            out.print(runs_table(rows, width=out.width))
 
     run_command(main)
 
 
 @effects.command("audit")
 def show_audit(
-    session_id: Annotated[str, typer.Argument(help="the session whose calls to show")],
-    reason: Reason,
+    session_id: Annotated[
+        str | None, typer.Argument(help="the session (default: the most recently active)")
+    ] = None,
+    reason: Reason = None,
     turn: Annotated[str | None, typer.Option(help="only this turn's calls")] = None,
     limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 100,
+    json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -110,10 +144,15 @@ def show_audit(
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            rows = await effect_audit_rows(host, scope, session_id, turn_id=turn, limit=limit)
+            chosen = await chosen_session(host, scope, session_id)
+            rows = await effect_audit_rows(host, scope, chosen, turn_id=turn, limit=limit)
+            if json_:
+                print_json(rows)
+                return
             if not rows.audits:
                 console.print("no effect audit views")
                 return
-            Console().print(audit_table(rows))
+            out = Console()
+            out.print(audit_table(rows, width=out.width))
 
     run_command(main)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -15,9 +17,19 @@ from rich.text import Text
 from hostkit.effects import PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
-from hostkit.types import SessionRecord, TurnResult
+from hostkit.store import SessionActivity
+from hostkit.types import TurnResult
 
-__all__ = ["approvals_table", "one_line", "print_pending", "print_result", "sessions_table"]
+__all__ = [
+    "Column",
+    "approvals_table",
+    "fit_table",
+    "one_line",
+    "print_pending",
+    "print_result",
+    "sessions_table",
+    "short_time",
+]
 
 # The arguments column of ``hostkit approvals list``: enough to recognise the call.
 ARGUMENTS_CHARS = 80
@@ -56,36 +68,128 @@ def print_pending(console: Console, approval_id: str, *, config: Path | None = N
         console.print(f"  {verb:<8} {command}", highlight=False, markup=False, soft_wrap=True)
 
 
-def sessions_table(sessions: Sequence[SessionRecord]) -> Table:
-    table = Table("session", "created", "owner", "status", "title")
-    for record in sessions:
-        table.add_row(
-            record.session_id,
-            record.created_at,
-            record.owner_kind,
-            record.status,
-            record.title or "",
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column for ``fit_table``: ids are ``whole`` (never cut, never wrapped).
+
+    ``cap`` bounds a column's width (cells beyond it end in an ellipsis);
+    ``flexible`` takes what the others leave, and ``wrap`` lets its long cells
+    run over several lines instead of being cut; ``drop`` orders the columns
+    left out first when even that does not fit (1 first; 0 never).
+    """
+
+    header: str
+    whole: bool = False
+    cap: int | None = None
+    flexible: bool = False
+    wrap: bool = False
+    drop: int = 0
+
+
+# Columns narrower than this are not worth showing; a flexible one is dropped instead.
+_MIN_FLEXIBLE = 10
+# Between two columns: padding, the (blank) divider, padding.
+_GAP = 3
+
+
+def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> Table:
+    """Rows as a table at most ``width`` columns wide whose ``whole`` cells are never cut.
+
+    An id is what a reader copies into the next command, so it stays on one
+    line even at 80 columns: the flexible column gives up its width first,
+    then the optional columns are left out, least useful first.
+    """
+    natural = [
+        min(
+            max([len(c.header), *(len(row[i]) for row in rows)]),
+            c.cap if c.cap is not None and not c.whole else 10**6,
         )
+        for i, c in enumerate(columns)
+    ]
+    shown = list(range(len(columns)))
+
+    def fixed_width() -> int:
+        fixed = sum(natural[i] for i in shown if not columns[i].flexible)
+        return fixed + _GAP * (len(shown) - 1)
+
+    def flexible_room() -> int:
+        return width - fixed_width()
+
+    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
+    while droppable and (
+        fixed_width() > width
+        or (any(columns[i].flexible for i in shown) and flexible_room() < _MIN_FLEXIBLE)
+    ):
+        shown.remove(droppable.pop(0)[1])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i in shown:
+        column = columns[i]
+        size = natural[i]
+        if column.flexible:
+            size = max(_MIN_FLEXIBLE, min(size, flexible_room()))
+        if column.wrap:
+            table.add_column(column.header, width=size, overflow="fold")
+        else:
+            table.add_column(column.header, width=size, no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        # Text, not markup: ids, titles and arguments come from the database or a model.
+        table.add_row(*(Text(row[i]) for i in shown))
     return table
 
 
-def approvals_table(approvals: Sequence[PendingApproval]) -> Table:
+def short_time(stamp: str | None) -> str:
+    """``2026-12-01T13:48:03.120Z`` as ``2026-12-01 13:48`` (UTC, as stored)."""
+    return "" if not stamp else stamp[:16].replace("T", " ")
+
+
+def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
+    """One row per session, most recent activity first; the id is never cut."""
+    columns = (
+        Column("session", whole=True),
+        Column("agent", cap=16, drop=5),
+        Column("last activity", cap=16),
+        Column("turns", cap=6, drop=3),
+        Column("outcome", cap=13, drop=4),
+        Column("owner", cap=12, drop=1),
+        Column("title", flexible=True, drop=2),
+    )
+    rows = [
+        (
+            row.session.session_id,
+            row.agent or "",
+            short_time(row.last_activity),
+            str(row.turns),
+            row.last_outcome or "",
+            row.session.owner_kind,
+            row.session.title or "",
+        )
+        for row in sessions
+    ]
+    return fit_table(columns, rows, width)
+
+
+def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Table:
     """One row per approval; the arguments are the stored redacted view, cut short."""
-    table = Table("approval", "created", "agent", "effect", "status", "arguments")
-    # An id is what the reader copies into `approve`: wrapped if it must be, never cut.
-    table.columns[0].overflow = "fold"
-    for approval in approvals:
-        cells = (
+    columns = (
+        Column("approval", whole=True),
+        Column("created", cap=16, drop=2),
+        Column("agent", cap=12, drop=1),
+        Column("effect", cap=20),
+        Column("status", cap=10),
+        Column("arguments", flexible=True, drop=3),
+    )
+    rows = [
+        (
             approval.approval_id,
-            approval.created_at,
+            short_time(approval.created_at),
             approval.core_id,
             approval.effect,
             approval.status,
             one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
         )
-        # Text, not markup: the arguments were chosen by a model.
-        table.add_row(*(Text(cell) for cell in cells))
-    return table
+        for approval in approvals
+    ]
+    return fit_table(columns, rows, width)
 
 
 def one_line(value: Any, limit: int) -> str:

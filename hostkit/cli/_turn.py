@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 import anyio
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
 
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError
@@ -21,7 +25,39 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["stream_answer", "stream_turn"]
+__all__ = ["Waiting", "stream_answer", "stream_turn"]
+
+
+class Waiting:
+    """A spinner line with the seconds elapsed while a turn waits for its model.
+
+    A local model can take seconds to load before its first token; without a
+    sign of life the terminal looks hung. Drawn on ``console`` (stderr) only
+    when it is a terminal, and erased before any answer text or prompt.
+    """
+
+    def __init__(self, console: Console | None) -> None:
+        self._console = console if console is not None and console.is_terminal else None
+        self._spinner = Spinner("dots", style="cyan")
+        self._live: Live | None = None
+        self._what = ""
+        self._since = 0.0
+
+    def start(self, what: str) -> None:
+        if self._console is None or self._live is not None:
+            return
+        self._what, self._since = what, time.monotonic()
+        self._live = Live(self, console=self._console, transient=True, refresh_per_second=8)
+        self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def __rich__(self) -> RenderableType:
+        self._spinner.update(text=f"{self._what} ({time.monotonic() - self._since:.0f}s)")
+        return self._spinner
 
 
 async def stream_turn(
@@ -32,8 +68,12 @@ async def stream_turn(
     conversation: str,
     session: SessionSelector = "bound",
     out: TextIO = sys.stdout,
+    progress: Console | None = None,
 ) -> TurnResult:
-    """Run a turn for the local terminal user, printing text deltas to ``out``."""
+    """Run a turn for the local terminal user, printing text deltas to ``out``.
+
+    ``progress`` (stderr) shows how long the turn has waited for its model.
+    """
     request = TurnRequest(
         input=message,
         principal=ConversationFacts(
@@ -48,6 +88,7 @@ async def stream_turn(
         lambda event: event.request_id == request.request_id,
         lambda: host.turns.run(request),
         out,
+        Waiting(progress),
     )
 
 
@@ -58,6 +99,7 @@ async def stream_answer(
     *,
     by: PrincipalScope,
     out: TextIO = sys.stdout,
+    progress: Console | None = None,
 ) -> TurnResult:
     """Answer an approval and stream the continuation turn it runs.
 
@@ -70,6 +112,7 @@ async def stream_answer(
         lambda event: event.session_id == approval.session_id,
         lambda: host.approvals.answer(approval_id, decision, by=by),
         out,
+        Waiting(progress),
     )
 
 
@@ -78,6 +121,7 @@ async def _streamed(
     accepts: Callable[[TurnEvent], bool],
     run_turn: Callable[[], Awaitable[TurnResult]],
     out: TextIO,
+    waiting: Waiting,
 ) -> TurnResult:
     result: TurnResult | None = None
     failure: HostkitError | None = None
@@ -92,14 +136,24 @@ async def _streamed(
             finally:
                 tg.cancel_scope.cancel()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            async for event in events:
-                if event.kind == "text.delta":
-                    out.write(str(event.data["text"]))
-                    out.flush()
-                elif event.kind == "provider.completed" and event.data.get("tool_calls"):
-                    out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+        try:
+            waiting.start("waiting for the model")  # admission and tool discovery come first
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                async for event in events:
+                    if event.kind == "provider.started":
+                        waiting.start("waiting for the model")
+                    elif event.kind == "text.delta":
+                        waiting.stop()
+                        out.write(str(event.data["text"]))
+                        out.flush()
+                    elif event.kind in ("provider.responded", "provider.failed"):
+                        # Tools run next, and may ask for an approval on this terminal.
+                        waiting.stop()
+                    elif event.kind == "provider.completed" and event.data.get("tool_calls"):
+                        out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+        finally:
+            waiting.stop()
     out.write("\n")
     if failure is not None:
         raise failure

@@ -24,9 +24,12 @@ from hostkit.inspect._effects import (
 )
 from hostkit.inspect._lists import (
     MAX_APPROVALS,
+    ActivityRows,
     ApprovalRows,
     SessionRows,
+    activity_rows,
     approval_rows,
+    latest_session,
     session_rows,
 )
 from hostkit.inspect._prices import PRICES, ModelPrice, price_for
@@ -37,6 +40,7 @@ __all__ = [
     "MAX_STEPS",
     "MAX_TURNS",
     "PRICES",
+    "ActivityRows",
     "ApprovalRows",
     "BudgetView",
     "CalibrationView",
@@ -49,10 +53,12 @@ __all__ = [
     "TerminalRunRows",
     "TokenTotals",
     "TurnUsage",
+    "activity_rows",
     "approval_rows",
     "budget_view",
     "context_view",
     "effect_audit_rows",
+    "latest_session",
     "price_for",
     "session_rows",
     "terminal_run_rows",

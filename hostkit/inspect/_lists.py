@@ -7,12 +7,22 @@ from typing import TYPE_CHECKING
 
 from hostkit.effects import ApprovalStatus, PendingApproval
 from hostkit.inspect._source import Source, bounded, store_of
+from hostkit.store import SessionActivity
 from hostkit.types import PrincipalScope, SessionRecord
 
 if TYPE_CHECKING:
     from hostkit.host import Host
 
-__all__ = ["MAX_APPROVALS", "ApprovalRows", "SessionRows", "approval_rows", "session_rows"]
+__all__ = [
+    "MAX_APPROVALS",
+    "ActivityRows",
+    "ApprovalRows",
+    "SessionRows",
+    "activity_rows",
+    "approval_rows",
+    "latest_session",
+    "session_rows",
+]
 
 # The Host's own bound on one page of approvals (``host.approvals.list``).
 MAX_APPROVALS = 200
@@ -30,6 +40,27 @@ async def session_rows(source: Source, scope: PrincipalScope, *, limit: int = 50
     """Newest first, through the store's owned ``list_sessions`` (``limit`` 1..500)."""
     page = await store_of(source).list_sessions(scope, limit=limit)
     return SessionRows(page.items, page.next_cursor is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRows:
+    """The scope's sessions, most recent activity first, with their agent, turns and outcome."""
+
+    sessions: tuple[SessionActivity, ...]
+    truncated: bool
+
+
+async def activity_rows(source: Source, scope: PrincipalScope, *, limit: int = 50) -> ActivityRows:
+    """Through the store's owner-checked ``inspect.recent_sessions`` (``limit`` 1..499)."""
+    bounded("limit", limit, 499)
+    found = await store_of(source).inspect.recent_sessions(scope, limit=limit + 1)
+    return ActivityRows(found[:limit], len(found) > limit)
+
+
+async def latest_session(source: Source, scope: PrincipalScope) -> str | None:
+    """The scope's session with the most recent activity, or None before the first."""
+    found = await store_of(source).inspect.recent_sessions(scope, limit=1)
+    return found[0].session.session_id if found else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
 from hostkit.store._owned import OwnedKind, owner_predicate
 from hostkit.store._sessions import read_effect_audit
-from hostkit.types import AuditRecord, ContextDecision, PrincipalScope
+from hostkit.types import AuditRecord, ContextDecision, PrincipalScope, SessionRecord
 
 if TYPE_CHECKING:
     from hostkit.store._sqlite import SqliteStore
@@ -28,6 +28,7 @@ __all__ = [
     "MAX_INSPECT_ROWS",
     "InspectQueries",
     "RecordedDecision",
+    "SessionActivity",
     "SessionUsage",
     "SqliteInspectQueries",
     "TurnDecisions",
@@ -127,6 +128,22 @@ class SessionUsage:
     sums: tuple[UsageSums, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class SessionActivity:
+    """A session with what a person scanning a list wants: who ran in it, how much, how it went.
+
+    ``agent`` and ``last_outcome`` are those of its newest turn (None before
+    the first); ``last_activity`` is when that turn ended (or started, while
+    it runs), else when the session was created.
+    """
+
+    session: SessionRecord
+    agent: str | None
+    turns: int
+    last_activity: str
+    last_outcome: str | None
+
+
 class InspectQueries(ABC):
     """Owner-checked reads of what the Host recorded; every adapter implements it.
 
@@ -151,6 +168,12 @@ class InspectQueries(ABC):
         turns gives ``turn`` None and no decisions. ``InvalidValue`` when
         neither id is given.
         """
+
+    @abstractmethod
+    async def recent_sessions(
+        self, scope: PrincipalScope, *, limit: int = 50
+    ) -> tuple[SessionActivity, ...]:
+        """The scope's sessions, most recent activity first (at most ``limit``)."""
 
     @abstractmethod
     async def session_usage(
@@ -242,6 +265,30 @@ class SqliteInspectQueries(InspectQueries):
         kind: OwnedKind = "turn" if turn_id is not None else "session"
         object_id = turn_id if turn_id is not None else session_id
         return await self._db.owned(scope, kind, object_id or "", read, why=why)
+
+    async def recent_sessions(
+        self, scope: PrincipalScope, *, limit: int = 50
+    ) -> tuple[SessionActivity, ...]:
+        _bounded("limit", limit)
+        where, params = owner_predicate(self._db.verify_scope(scope))
+
+        def read(conn: sqlite3.Connection) -> tuple[SessionActivity, ...]:
+            found = rows(
+                conn,
+                "SELECT s.session_id, s.created_at, s.status, s.title, o.owner_kind, "
+                "o.parent_session_id, o.parent_turn_id, lt.core_id AS agent, "
+                "lt.status AS last_outcome, "
+                "COALESCE(lt.ended_at, lt.started_at, s.created_at) AS last_activity, "
+                "(SELECT COUNT(*) FROM turns c WHERE c.session_id = s.session_id) AS turns "
+                "FROM sessions s JOIN session_owners o ON o.session_id = s.session_id "
+                "LEFT JOIN turns lt ON lt.id = "
+                "(SELECT MAX(n.id) FROM turns n WHERE n.session_id = s.session_id) "
+                f"WHERE {where} ORDER BY last_activity DESC, s.id DESC LIMIT ?",
+                [*params, limit],
+            )
+            return tuple(_activity(row) for row in found)
+
+        return await self._db.read(read)
 
     async def session_usage(
         self, scope: PrincipalScope, session_id: str, *, turns: int = 50, steps: int = 64
@@ -343,6 +390,25 @@ def _turn(
         [*args, *params],
     )
     return _header(found[0]) if found else None
+
+
+def _activity(row: sqlite3.Row) -> SessionActivity:
+    session = SessionRecord(
+        session_id=row["session_id"],
+        created_at=row["created_at"],
+        status=row["status"],
+        title=row["title"],
+        owner_kind=row["owner_kind"],
+        parent_session_id=row["parent_session_id"],
+        parent_turn_id=row["parent_turn_id"],
+    )
+    return SessionActivity(
+        session=session,
+        agent=row["agent"],
+        turns=int(row["turns"]),
+        last_activity=row["last_activity"],
+        last_outcome=row["last_outcome"],
+    )
 
 
 def _session_owned(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -91,16 +92,30 @@ async def test_run_streams_the_answer_and_reports_the_outcome(tmp_path: Path) ->
     assert str(tmp_path / "state" / "hostkit.db") in err.replace("\n", "")
 
 
-async def test_sessions_needs_an_audited_reason(tmp_path: Path) -> None:
+async def test_sessions_records_the_given_reason_or_that_a_local_operator_acted(
+    tmp_path: Path,
+) -> None:
     await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
     assert (await hostkit("run", "hello", cwd=tmp_path))[0] == 0
-    code, _, err = await hostkit("sessions", cwd=tmp_path)
-    assert code == 2
-    assert "--reason" in err
     code, out, err = await hostkit("sessions", "--reason", "checking the demo", cwd=tmp_path)
     assert code == 0, err
     assert "ses_" in out
     assert "conversation" in out
+    # The database is this user's own: no reason needed, and the audit says who acted.
+    code, out, err = await hostkit("sessions", cwd=tmp_path)
+    assert code == 0, err
+    assert "ses_" in out
+    with sqlite3.connect(tmp_path / "state" / "hostkit.db") as db:
+        reasons = [
+            row[0]
+            for row in db.execute(
+                "SELECT reason FROM audit WHERE kind = 'principal_scope.operator_issued' "
+                "ORDER BY id"
+            )
+        ]
+    assert reasons[0] == "checking the demo"
+    assert reasons[1].startswith("local operator ")
+    assert reasons[1].endswith(f"(uid {os.getuid()}) on their own database")
 
 
 async def test_errors_are_typed_and_bounded(tmp_path: Path) -> None:
