@@ -351,6 +351,32 @@ _V6_SESSION_LEASES = Migration(
     ),
 )
 
+# Version 7 is the turn-token migration of another change; this placeholder keeps the
+# versions contiguous on this branch and is replaced by it when the two are merged.
+_V7_RESERVED = Migration(7, "reserved (turn tokens)", ())
+
+_V8_ATTACHMENTS = Migration(
+    8,
+    "attachments: content-addressed bytes owned by one principal",
+    (
+        # One row per (principal, content): ref is "sha256:<hex>" of data, so adding the
+        # same bytes again is a no-op and a ref never names other bytes. Rows are never
+        # shared across principals: another principal's ref is simply not found. The
+        # bytes were checked against media_type (magic numbers, UTF-8 text) before the
+        # insert; size is len(data), kept so admission checks need not read the blob.
+        """CREATE TABLE attachments (
+            id INTEGER PRIMARY KEY,
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL CHECK (size > 0),
+            data BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (principal_id, ref)
+        )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -358,5 +384,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V4_APPROVALS,
     _V5_CONTEXT,
     _V6_SESSION_LEASES,
+    _V7_RESERVED,
+    _V8_ATTACHMENTS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
