@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -13,6 +14,7 @@ from hostkit.errors import HostkitError
 from hostkit.host import Host
 from hostkit.turns import TurnEvent
 from hostkit.types import (
+    Attachment,
     ConversationFacts,
     PrincipalScope,
     SessionSelector,
@@ -21,7 +23,22 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["stream_answer", "stream_turn"]
+__all__ = ["attach_files", "stream_answer", "stream_turn", "terminal_user"]
+
+
+def terminal_user(conversation: str) -> ConversationFacts:
+    """The local terminal user in ``conversation``: who runs turns and owns attachments."""
+    return ConversationFacts(
+        channel="cli", conversation_key=conversation, principal_key="local-user"
+    )
+
+
+async def attach_files(
+    host: Host, conversation: str, paths: Sequence[Path]
+) -> tuple[Attachment, ...]:
+    """Store each file for the terminal user; the first bad one raises (``InvalidValue``)."""
+    principal = terminal_user(conversation)
+    return tuple([await host.attachments.add_file(principal, path) for path in paths])
 
 
 async def stream_turn(
@@ -31,17 +48,17 @@ async def stream_turn(
     agent: str,
     conversation: str,
     session: SessionSelector = "bound",
+    attachments: tuple[Attachment, ...] = (),
     out: TextIO = sys.stdout,
 ) -> TurnResult:
     """Run a turn for the local terminal user, printing text deltas to ``out``."""
     request = TurnRequest(
         input=message,
-        principal=ConversationFacts(
-            channel="cli", conversation_key=conversation, principal_key="local-user"
-        ),
+        principal=terminal_user(conversation),
         request_id=new_id("req"),
         core_id=agent,
         session=session,
+        attachments=attachments,
     )
     return await _streamed(
         host,
