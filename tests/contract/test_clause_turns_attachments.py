@@ -23,7 +23,7 @@ import pytest
 
 from hostkit.adapters.anthropic_messages import ANTHROPIC_ATTACHMENTS, AnthropicProvider
 from hostkit.adapters.openai_chat import OPENAI_ATTACHMENTS, OpenAIChatProvider
-from hostkit.context import CharEstimator
+from hostkit.context import CharEstimator, fallback_summary
 from hostkit.context._estimate import IMAGE_TOKENS, PDF_PAGE_TOKENS
 from hostkit.errors import (
     AttachmentRefused,
@@ -311,6 +311,12 @@ def test_the_estimate_counts_attachments_sent_and_their_stand_in_later() -> None
     assert cost(AttachmentPart(pdf, PDF)) == 2 * PDF_PAGE_TOKENS  # two /Type /Page objects
     assert cost(AttachmentPart(text, TEXT)) >= estimator.text(TEXT.decode())
     assert cost(AttachmentPart(png)) == estimator.text(stand_in(png)) < IMAGE_TOKENS
+
+
+def test_a_summary_records_which_files_were_attached() -> None:
+    png = Attachment("chart.png", "image/png", len(PNG), _ref(PNG))
+    messages = [ModelMessage("user", "look", attachments=(AttachmentPart(png),))]
+    assert "user: look [attached: chart.png]" in fallback_summary(None, messages, max_chars=500)
 
 
 async def test_an_image_that_does_not_fit_the_window_overflows_before_the_provider(
