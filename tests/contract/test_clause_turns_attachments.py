@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from hostkit.adapters.anthropic_messages import ANTHROPIC_ATTACHMENTS, AnthropicProvider
+from hostkit.adapters.local_llama import LocalModel
 from hostkit.adapters.openai_chat import OPENAI_ATTACHMENTS, OpenAIChatProvider
 from hostkit.context import CharEstimator, fallback_summary
 from hostkit.context._estimate import IMAGE_TOKENS, PDF_PAGE_TOKENS
@@ -218,6 +219,18 @@ async def test_a_provider_that_does_not_accept_the_type_refuses_before_turn_star
         with pytest.raises(AttachmentRefused, match="at most 8 bytes"):
             await host.turns.run(request("what is this?", attachments=(png,)))
         assert small.requests == []
+
+
+@pytest.mark.slow
+async def test_the_local_model_refuses_attachments_before_the_turn_starts(tmp_path: Path) -> None:
+    async with LocalModel.start() as local, local.provider() as provider:
+        assert attachment_support(provider) == NO_ATTACHMENTS
+        async with open_host(tmp_path, provider) as host:
+            png = await host.attachments.add(ALICE, PNG, name="a.png", media_type="image/png")
+            with pytest.raises(AttachmentRefused) as caught:
+                await host.turns.run(request("what is this?", attachments=(png,)))
+            assert (caught.value.provider, caught.value.media_type) == ("local", "image/png")
+            assert await turn_rows(host) == []
 
 
 def test_what_each_provider_accepts_by_default() -> None:
