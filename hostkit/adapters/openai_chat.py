@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -63,12 +64,13 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     read, so an OpenAI key never travels to a third-party ``base_url``.
     Without either, the key comes from ``OPENAI_API_KEY`` and its absence is a
     ``ConfigError`` at construction. Attachments: against OpenAI itself,
-    images, PDF and text (``OPENAI_ATTACHMENTS``); against a ``base_url``
-    none unless ``attachments=`` says what that server's model takes (many
-    local models read no images). Limits default to a 128k window and 4k
-    output. The SDK client is built on first use in a worker thread (building
-    it reads certificates and package metadata, which would block the event
-    loop). Use as an async context manager or call ``aclose()``.
+    images, PDF and text (``OPENAI_ATTACHMENTS``); against another server
+    (``base_url`` or ``OPENAI_BASE_URL``) none unless ``attachments=`` says
+    what that server's model takes (many local models read no images).
+    Limits default to a 128k window and 4k output. The SDK client is built
+    on first use in a worker thread (building it reads certificates and
+    package metadata, which would block the event loop). Use as an async
+    context manager or call ``aclose()``.
     """
 
     _default_name = "openai"
@@ -88,7 +90,11 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     _stream_params: ClassVar[Mapping[str, Any]] = {"stream_options": {"include_usage": True}}
 
     def _default_attachments(self, base_url: str | None) -> AttachmentSupport:
-        return OPENAI_ATTACHMENTS if base_url is None else NO_ATTACHMENTS
+        # Where the SDK will send requests: the given URL, else OPENAI_BASE_URL, else OpenAI.
+        target = base_url or os.environ.get("OPENAI_BASE_URL")
+        if target is None or urlsplit(target).hostname == _OPENAI_HOST:
+            return OPENAI_ATTACHMENTS
+        return NO_ATTACHMENTS
 
     def _take_credentials(self, api_key: str | None) -> None:
         local = self._base_url is not None

@@ -233,7 +233,8 @@ async def test_the_local_model_refuses_attachments_before_the_turn_starts(tmp_pa
             assert await turn_rows(host) == []
 
 
-def test_what_each_provider_accepts_by_default() -> None:
+def test_what_each_provider_accepts_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     assert (
         attachment_support(OpenAIChatProvider(model="gpt-4o", api_key="sk-x")) == OPENAI_ATTACHMENTS
     )
@@ -241,6 +242,10 @@ def test_what_each_provider_accepts_by_default() -> None:
     # A compatible server's model (vLLM, llama.cpp, the local model) may read no images.
     compatible = OpenAIChatProvider(model="m", base_url="http://127.0.0.1:9/v1")
     assert attachment_support(compatible) == NO_ATTACHMENTS
+    official = OpenAIChatProvider(model="m", base_url="https://api.openai.com/v1", api_key="k")
+    assert attachment_support(official) == OPENAI_ATTACHMENTS
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert attachment_support(OpenAIChatProvider(model="m", api_key="k")) == NO_ATTACHMENTS
     told = OpenAIChatProvider(
         model="m", base_url="http://127.0.0.1:9/v1", attachments=AttachmentSupport(IMAGE_TYPES)
     )
