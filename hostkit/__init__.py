@@ -29,6 +29,7 @@ from hostkit.effects import (
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
+    AttachmentRefused,
     ConfigError,
     ContextOverflow,
     HostkitError,
@@ -62,6 +63,8 @@ from hostkit.host import (
 )
 from hostkit.providers import ModelProvider
 from hostkit.types import (
+    Attachment,
+    AttachmentSupport,
     ConversationFacts,
     FreshSession,
     ModelLimits,
@@ -84,6 +87,9 @@ __all__ = [
     "ApprovalProvider",
     "ApprovalRefused",
     "ApprovalRequest",
+    "Attachment",
+    "AttachmentRefused",
+    "AttachmentSupport",
     "AuthoredTool",
     "CallTools",
     "ConfigError",

@@ -17,7 +17,8 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   └── UnboundToken           a turn token no running turn holds (fails closed)
     ├── TurnRejected               validation/authority failure before turn.started
     │   ├── InvalidTurnRequest     a TurnRequest failed validation (also an InvalidValue)
-    │   └── RequestConflict        a request id reused for a different request
+    │   ├── RequestConflict        a request id reused for a different request
+    │   └── AttachmentRefused      the turn's provider does not accept an attachment's type
     ├── TurnInProgress             a repeated request whose first turn is still running
     ├── ApprovalClosed             the Host shut down while an approval was pending
     └── RuntimeFailure             the runtime could not do its job
@@ -40,6 +41,7 @@ import re
 __all__ = [
     "ApprovalClosed",
     "ApprovalRefused",
+    "AttachmentRefused",
     "ConfigError",
     "ContextOverflow",
     "HostkitError",
@@ -195,6 +197,19 @@ class RequestConflict(TurnRejected):
     def __init__(self, request_id: str) -> None:
         self.request_id = bounded(request_id, 128)
         super().__init__(f"request id {self.request_id!r} was used before for a different request")
+
+
+class AttachmentRefused(TurnRejected):
+    """The provider a turn is pinned to does not accept one of its attachments.
+
+    Raised before ``turn.started``: the attachment is refused explicitly,
+    never dropped. ``provider`` and ``media_type`` name what refused what.
+    """
+
+    def __init__(self, provider: str, media_type: str, reason: str) -> None:
+        self.provider = provider
+        self.media_type = media_type
+        super().__init__(reason)
 
 
 class TurnInProgress(HostkitError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from anyio.abc import AsyncResource
 
-from hostkit.types import ModelLimits
+from hostkit.types import NO_ATTACHMENTS, AttachmentSupport, ModelLimits
 
 __all__ = ["ProviderBase"]
 
@@ -22,10 +22,18 @@ class ProviderBase(AsyncResource):
     ``async with`` block calls ``aclose``.
     """
 
-    def __init__(self, *, name: str, model: str, limits: ModelLimits) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: str,
+        limits: ModelLimits,
+        attachments: AttachmentSupport = NO_ATTACHMENTS,
+    ) -> None:
         self._name = name
         self._model = model
         self._limits = limits
+        self._attachments = attachments
 
     @property
     def name(self) -> str:
@@ -41,3 +49,8 @@ class ProviderBase(AsyncResource):
     def limits(self) -> ModelLimits:
         """Normalized limits the ContextManager budgets against."""
         return self._limits
+
+    @property
+    def attachment_support(self) -> AttachmentSupport:
+        """The attachments this adapter sends natively; TurnExecution refuses the rest."""
+        return self._attachments

@@ -27,7 +27,7 @@ import anyio
 from hostkit.adapters._base import ProviderBase
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError
 from hostkit.providers import RetryPolicy, retry_after_seconds
-from hostkit.types import ModelLimits
+from hostkit.types import AttachmentSupport, ModelLimits
 
 __all__ = ["SdkErrors", "SdkProvider"]
 
@@ -104,19 +104,24 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
         timeout_s: float = 60.0,
         retry: RetryPolicy | None = None,
         name: str | None = None,
+        attachments: AttachmentSupport | None = None,
     ) -> None:
         """Validate the options and take the credentials; the client is built on first use.
 
         ``limits`` and ``name`` default to the adapter's; ``api_key`` is
         resolved by ``_take_credentials`` (which raises ``ConfigError`` when
-        there is none).
+        there is none). ``attachments`` (what the model accepts) defaults to
+        ``_default_attachments(base_url)``.
         """
         if not model:
             raise ConfigError("must name a model", key="model")
         if timeout_s <= 0:
             raise ConfigError("must be a positive number of seconds", key="timeout_s")
         super().__init__(
-            name=name or self._default_name, model=model, limits=limits or self._default_limits
+            name=name or self._default_name,
+            model=model,
+            limits=limits or self._default_limits,
+            attachments=self._default_attachments(base_url) if attachments is None else attachments,
         )
         self._base_url = base_url
         self._timeout_s = timeout_s
@@ -144,6 +149,10 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
                 # Building the client reads certificates and metadata: not on the event loop.
                 self._client = await anyio.to_thread.run_sync(self._build_client)
             return self._client
+
+    @abstractmethod
+    def _default_attachments(self, base_url: str | None) -> AttachmentSupport:
+        """What the API at ``base_url`` (None: the vendor's own) accepts unless told."""
 
     @abstractmethod
     def _take_credentials(self, api_key: str | None) -> None:

@@ -13,6 +13,7 @@ read.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from typing import Any
@@ -25,11 +26,24 @@ from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, PartialCall, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
-from hostkit.types import ModelLimits, ModelMessage, ModelRequest
+from hostkit.types import (
+    IMAGE_TYPES,
+    AttachmentPart,
+    AttachmentSupport,
+    ModelLimits,
+    ModelMessage,
+    ModelRequest,
+    stand_in,
+)
 
 __all__ = ["AnthropicProvider"]
 
 DEFAULT_LIMITS = ModelLimits(context_window=200_000, max_output_tokens=8192)
+# Image blocks, and document blocks for PDF and text. The API limits an image to 5 MiB
+# of base64, which is 3.75 MiB of bytes; one limit for every type keeps it simple.
+ANTHROPIC_ATTACHMENTS = AttachmentSupport(
+    IMAGE_TYPES | {"text/plain", "application/pdf"}, max_bytes=3 * 1024 * 1024 + 768 * 1024
+)
 
 _PLACEHOLDER_KEY = "not-needed"
 # The API's usage fields, by the names the shared draft counts them under.
@@ -45,7 +59,9 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
     """A Claude model behind the messages API, normalized to hostkit's values.
 
     System messages become the ``system`` parameter, tool results become
-    ``tool_result`` blocks in a user message. ``api_key`` may be omitted with
+    ``tool_result`` blocks in a user message, attachments image blocks
+    (PNG, JPEG, GIF, WebP) or document blocks (PDF, text;
+    ``ANTHROPIC_ATTACHMENTS``). ``api_key`` may be omitted with
     a ``base_url`` (a keyless gateway gets a placeholder, never the
     environment's key); without either, the key comes from
     ``ANTHROPIC_API_KEY`` (or a bearer ``ANTHROPIC_AUTH_TOKEN``) and its
@@ -70,6 +86,9 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
     _unit = "event"
     # input_tokens excludes cache reads and writes; the draft adds them back.
     _cache_in_input = False
+
+    def _default_attachments(self, base_url: str | None) -> AttachmentSupport:
+        return ANTHROPIC_ATTACHMENTS
 
     def _take_credentials(self, api_key: str | None) -> None:
         self._auth_token: str | None = None
@@ -191,7 +210,14 @@ def _wire_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
             continue
         results = None
         if message.role == "user":
-            wire.append({"role": "user", "content": message.content})
+            if not message.attachments:
+                wire.append({"role": "user", "content": message.content})
+                continue
+            # Attachments first: the API reads an image best before the text about it.
+            content = [_wire_block(part) for part in message.attachments]
+            if message.content:
+                content.append({"type": "text", "text": message.content})
+            wire.append({"role": "user", "content": content})
             continue
         blocks: list[dict[str, Any]] = []
         if message.content:
@@ -209,3 +235,22 @@ def _wire_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
         if blocks:
             wire.append({"role": "assistant", "content": blocks})
     return wire
+
+
+def _wire_block(part: AttachmentPart) -> dict[str, Any]:
+    """One attachment as a content block: an image block, or a document block (PDF, text)."""
+    attachment = part.attachment
+    if part.data is None:
+        return {"type": "text", "text": stand_in(attachment)}
+    if attachment.media_type == "text/plain":
+        source: dict[str, Any] = {
+            "type": "text",
+            "media_type": "text/plain",
+            "data": part.data.decode("utf-8"),
+        }
+    else:
+        encoded = base64.b64encode(part.data).decode("ascii")
+        source = {"type": "base64", "media_type": attachment.media_type, "data": encoded}
+    if attachment.media_type in IMAGE_TYPES:
+        return {"type": "image", "source": source}
+    return {"type": "document", "source": source, "title": attachment.name}

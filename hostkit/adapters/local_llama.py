@@ -42,7 +42,7 @@ from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail,
 # gguf and tokenizers are imported only when an estimator is loaded, never in the child.
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
 from hostkit.errors import ConfigError, HostkitError, ProviderError, UserError
-from hostkit.types import ModelLimits
+from hostkit.types import NO_ATTACHMENTS, ModelLimits
 
 if TYPE_CHECKING:
     from hostkit.adapters.openai_chat import OpenAIChatProvider
@@ -226,7 +226,8 @@ class LocalModel:
         (a 135M model tends to repeat itself when allowed to run long). Each
         call builds a new provider; the caller closes it with ``aclose()``
         before or after closing this server. Raises ``UserError`` once the
-        server is closed.
+        server is closed. The embedded model reads text only: it accepts no
+        attachments, so a turn that carries one is refused before it starts.
         """
         # Imported here so that the local model works for estimators without the openai extra.
         from hostkit.adapters.openai_chat import OpenAIChatProvider
@@ -246,6 +247,7 @@ class LocalModel:
             timeout_s=timeout_s,
             retry=retry,
             name=PROVIDER_NAME,
+            attachments=NO_ATTACHMENTS,
         )
 
     async def aclose(self) -> None:

@@ -16,11 +16,13 @@ wire format of messages and tools, and how chunks and usage read.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -30,11 +32,23 @@ from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, PartialCall, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
-from hostkit.types import ModelLimits, ModelMessage, ModelRequest, ToolDefinition
+from hostkit.types import (
+    IMAGE_TYPES,
+    NO_ATTACHMENTS,
+    AttachmentPart,
+    AttachmentSupport,
+    ModelLimits,
+    ModelMessage,
+    ModelRequest,
+    ToolDefinition,
+    stand_in,
+)
 
 __all__ = ["OpenAIChatProvider"]
 
 DEFAULT_LIMITS = ModelLimits(context_window=128_000, max_output_tokens=4096)
+# OpenAI's vision models take images as data URLs and PDFs as file parts; text goes inline.
+OPENAI_ATTACHMENTS = AttachmentSupport(IMAGE_TYPES | {"text/plain", "application/pdf"})
 
 # Local servers ignore the key, but the SDK refuses to build a client without one.
 _PLACEHOLDER_KEY = "not-needed"
@@ -49,10 +63,14 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     a local server: a placeholder is sent, and ``OPENAI_API_KEY`` is *not*
     read, so an OpenAI key never travels to a third-party ``base_url``.
     Without either, the key comes from ``OPENAI_API_KEY`` and its absence is a
-    ``ConfigError`` at construction. Limits default to a 128k window and 4k
-    output. The SDK client is built on first use in a worker thread (building
-    it reads certificates and package metadata, which would block the event
-    loop). Use as an async context manager or call ``aclose()``.
+    ``ConfigError`` at construction. Attachments: against OpenAI itself,
+    images, PDF and text (``OPENAI_ATTACHMENTS``); against another server
+    (``base_url`` or ``OPENAI_BASE_URL``) none unless ``attachments=`` says
+    what that server's model takes (many local models read no images).
+    Limits default to a 128k window and 4k output. The SDK client is built
+    on first use in a worker thread (building it reads certificates and
+    package metadata, which would block the event loop). Use as an async
+    context manager or call ``aclose()``.
     """
 
     _default_name = "openai"
@@ -70,6 +88,13 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     # prompt_tokens already includes cached tokens; the cache buckets are subsets.
     _cache_in_input = True
     _stream_params: ClassVar[Mapping[str, Any]] = {"stream_options": {"include_usage": True}}
+
+    def _default_attachments(self, base_url: str | None) -> AttachmentSupport:
+        # Where the SDK will send requests: the given URL, else OPENAI_BASE_URL, else OpenAI.
+        target = base_url or os.environ.get("OPENAI_BASE_URL")
+        if target is None or urlsplit(target).hostname == _OPENAI_HOST:
+            return OPENAI_ATTACHMENTS
+        return NO_ATTACHMENTS
 
     def _take_credentials(self, api_key: str | None) -> None:
         local = self._base_url is not None
@@ -170,6 +195,11 @@ def _wire_message(message: ModelMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.attachments:
+        parts = [_wire_part(part) for part in message.attachments]
+        if message.content:
+            parts.append({"type": "text", "text": message.content})
+        wire["content"] = parts
     if message.name:
         wire["name"] = message.name
     if message.role == "assistant" and message.tool_calls:
@@ -184,6 +214,20 @@ def _wire_message(message: ModelMessage) -> dict[str, Any]:
             for call in message.tool_calls
         ]
     return wire
+
+
+def _wire_part(part: AttachmentPart) -> dict[str, Any]:
+    """One attachment as a content part: image as a data URL, PDF as a file, text inline."""
+    attachment = part.attachment
+    if part.data is None:
+        return {"type": "text", "text": stand_in(attachment)}
+    if attachment.media_type == "text/plain":
+        text = part.data.decode("utf-8")
+        return {"type": "text", "text": f"[attachment {attachment.name}]\n{text}"}
+    url = f"data:{attachment.media_type};base64,{base64.b64encode(part.data).decode('ascii')}"
+    if attachment.media_type == "application/pdf":
+        return {"type": "file", "file": {"filename": attachment.name, "file_data": url}}
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _wire_tool(tool: ToolDefinition) -> dict[str, Any]:

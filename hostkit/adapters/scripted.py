@@ -17,6 +17,8 @@ from typing import Any
 from hostkit.adapters._base import ProviderBase
 from hostkit.errors import ProviderError
 from hostkit.types import (
+    NO_ATTACHMENTS,
+    AttachmentSupport,
     FinishReason,
     ModelLimits,
     ModelRequest,
@@ -73,7 +75,8 @@ class ScriptedModel(ProviderBase):
     tests can assert what the ContextManager prepared without a long-running
     scripted Host growing without bound. ``repeat_last`` keeps answering with the last
     step instead of failing when the script runs out. Like every provider, it
-    refuses requests once closed.
+    refuses requests once closed. It accepts no attachments unless
+    ``attachments`` says which (a test of what reaches the provider).
     """
 
     def __init__(
@@ -85,11 +88,13 @@ class ScriptedModel(ProviderBase):
         limits: ModelLimits | None = None,
         repeat_last: bool = False,
         keep_requests: int = 1_000,
+        attachments: AttachmentSupport = NO_ATTACHMENTS,
     ) -> None:
         super().__init__(
             name=name,
             model=model,
             limits=limits or ModelLimits(context_window=8192, max_output_tokens=1024),
+            attachments=attachments,
         )
         self._script = list(script)
         self._repeat_last = repeat_last

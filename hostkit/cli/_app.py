@@ -31,7 +31,7 @@ from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
-from hostkit.cli._turn import stream_turn
+from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -108,12 +108,21 @@ def run(
     session: Annotated[str | None, typer.Option(help="resume this session id")] = None,
     new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
     conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--attach",
+            help="attach a file (repeatable): .png .jpg .gif .webp .pdf .txt .md .log .csv",
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Run one turn and stream the answer.
 
     On a terminal, effects the policy marks ``ask`` are asked there; otherwise
-    the turn pauses (exit status 3) and `hostkit approvals` answers it.
+    the turn pauses (exit status 3) and `hostkit approvals` answers it. A file
+    that is missing, too large or of an unknown type, or an attachment the
+    agent's provider does not accept, is a one-line error (exit status 2).
     """
     if new and session is not None:
         raise usage_error("choose one of --new (a fresh session) and --session (resume one)")
@@ -123,6 +132,7 @@ def run(
 
     async def main() -> int:
         async with open_host(config_path(config), approver=terminal_approver()) as host:
+            attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
                 host,
                 message,
@@ -130,6 +140,7 @@ def run(
                 conversation=conversation,
                 session=selector,
                 progress=console,
+                attachments=attachments,
             )
             return report(result, database=host.config.database_path, config=config)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -17,6 +18,7 @@ from hostkit.errors import HostkitError
 from hostkit.host import Host
 from hostkit.turns import TurnEvent
 from hostkit.types import (
+    Attachment,
     ConversationFacts,
     PrincipalScope,
     SessionSelector,
@@ -25,7 +27,22 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["Waiting", "stream_answer", "stream_turn"]
+__all__ = ["Waiting", "attach_files", "stream_answer", "stream_turn", "terminal_user"]
+
+
+def terminal_user(conversation: str) -> ConversationFacts:
+    """The local terminal user in ``conversation``: who runs turns and owns attachments."""
+    return ConversationFacts(
+        channel="cli", conversation_key=conversation, principal_key="local-user"
+    )
+
+
+async def attach_files(
+    host: Host, conversation: str, paths: Sequence[Path]
+) -> tuple[Attachment, ...]:
+    """Store each file for the terminal user; the first bad one raises (``InvalidValue``)."""
+    principal = terminal_user(conversation)
+    return tuple([await host.attachments.add_file(principal, path) for path in paths])
 
 
 class Waiting:
@@ -67,6 +84,7 @@ async def stream_turn(
     agent: str,
     conversation: str,
     session: SessionSelector = "bound",
+    attachments: tuple[Attachment, ...] = (),
     out: TextIO = sys.stdout,
     progress: Console | None = None,
 ) -> TurnResult:
@@ -76,12 +94,11 @@ async def stream_turn(
     """
     request = TurnRequest(
         input=message,
-        principal=ConversationFacts(
-            channel="cli", conversation_key=conversation, principal_key="local-user"
-        ),
+        principal=terminal_user(conversation),
         request_id=new_id("req"),
         core_id=agent,
         session=session,
+        attachments=attachments,
     )
     return await _streamed(
         host,

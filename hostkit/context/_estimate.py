@@ -10,6 +10,7 @@ through an ``EstimatorRegistry`` the Host owns; there is no process-wide one.
 from __future__ import annotations
 
 import json
+import re
 import string
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -17,12 +18,14 @@ from typing import Any, Protocol
 
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
-from hostkit.types import ModelMessage, ToolDefinition
+from hostkit.types import AttachmentPart, ModelMessage, ToolDefinition, stand_in
 
 __all__ = [
     "DEFAULT_CACHE_CHARS",
     "DEFAULT_CACHE_ENTRIES",
+    "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD_TOKENS",
+    "PDF_PAGE_TOKENS",
     "REQUEST_OVERHEAD_TOKENS",
     "CharEstimator",
     "Estimator",
@@ -39,6 +42,16 @@ REQUEST_OVERHEAD_TOKENS = 32
 # Messages repeat across the steps and turns of a session; these bound the memo.
 DEFAULT_CACHE_ENTRIES = 4096
 DEFAULT_CACHE_CHARS = 4_000_000
+# Attachments sent with their bytes (only in the turn that attached them). An image costs
+# what the providers charge for the largest one they do not downscale (Anthropic: w*h/750,
+# about 1,600; OpenAI's high detail stays below it); a PDF page what Anthropic charges for
+# its text and its picture together at most. Text attachments are counted as text.
+IMAGE_TOKENS = 1_600
+PDF_PAGE_TOKENS = 3_000
+# A page object of a PDF; in compressed object streams none is visible, and then the
+# size decides (a page per 100 kB, the size of a scanned page).
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_PDF_BYTES_PER_PAGE = 100_000
 
 
 class Estimator(Protocol):
@@ -341,7 +354,22 @@ def _message(count: Callable[[str], int], message: ModelMessage, overhead: int) 
     size = count(message.content) + overhead
     for call in message.tool_calls:
         size += count(call.name) + count(json.dumps(thaw(call.arguments)))
+    for part in message.attachments:
+        size += _attachment(count, part)
     return size
+
+
+def _attachment(count: Callable[[str], int], part: AttachmentPart) -> int:
+    """An attachment's tokens: its stand-in line once its bytes are no longer sent."""
+    attachment = part.attachment
+    if part.data is None:
+        return count(stand_in(attachment))
+    if attachment.media_type == "text/plain":
+        return count(part.data.decode("utf-8", "replace")) + count(attachment.name) + 4
+    if attachment.media_type == "application/pdf":
+        pages = len(_PDF_PAGE.findall(part.data)) or -(-len(part.data) // _PDF_BYTES_PER_PAGE)
+        return PDF_PAGE_TOKENS * max(1, pages)
+    return IMAGE_TOKENS
 
 
 def _definitions(

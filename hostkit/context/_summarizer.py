@@ -136,7 +136,7 @@ class ProviderSummarizer:
         line = f"{message.role}: {_clip(message.content, self._message_chars)}"
         if message.tool_calls:
             line += f" [tool calls: {', '.join(call.name for call in message.tool_calls)}]"
-        return line
+        return line + _attached(message)
 
     def _budget_chars(self, max_tokens: int) -> int:
         """Transcript characters that fit the summarizer's own window (about 3 a token)."""
@@ -168,7 +168,14 @@ def _fallback_line(message: ModelMessage, line_chars: int) -> str:
     line = f"{message.role}: {_clip(_one_line(message.content), line_chars)}"
     if message.tool_calls:
         line += f" [calls: {', '.join(call.name for call in message.tool_calls)}]"
-    return line
+    return line + _attached(message)
+
+
+def _attached(message: ModelMessage) -> str:
+    """The names of a message's attachments (a summary records that files were shown)."""
+    if not message.attachments:
+        return ""
+    return f" [attached: {', '.join(part.attachment.name for part in message.attachments)}]"
 
 
 def fallback_summary(

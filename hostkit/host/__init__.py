@@ -1,5 +1,6 @@
 """Host composition: configuration, capability sources, generations and the Host itself."""
 
+from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import (
     AgentMemory,
@@ -36,6 +37,7 @@ __all__ = [
     "DefaultToolSource",
     "EventBus",
     "Host",
+    "HostAttachments",
     "HostConfig",
     "MemoryRequest",
     "MemorySource",

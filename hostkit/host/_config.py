@@ -65,8 +65,18 @@ class ScriptStepConfig(_Strict):
         return self
 
 
+MediaType = Literal[
+    "image/png", "image/jpeg", "image/gif", "image/webp", "text/plain", "application/pdf"
+]
+
+
 class ProviderConfig(_Strict):
-    """A model provider. ``kind`` picks the adapter; limits override its defaults."""
+    """A model provider. ``kind`` picks the adapter; limits override its defaults.
+
+    ``attachments`` lists the media types the model accepts; unset, the
+    adapter's default (OpenAI and Anthropic: images, PDF and text; an
+    OpenAI-compatible ``base_url``, the local model and a script: none).
+    """
 
     kind: Literal["openai", "anthropic", "local", "scripted"]
     model: str | None = None
@@ -76,6 +86,13 @@ class ProviderConfig(_Strict):
     max_output_tokens: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=60.0, gt=0)
     script: list[ScriptStepConfig] = Field(default_factory=list)
+    attachments: list[MediaType] | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _local_reads_text(self) -> ProviderConfig:
+        if self.kind == "local" and self.attachments:
+            raise ValueError("the local model reads text only: it takes no attachments")
+        return self
 
 
 class PolicyConfig(_Strict):

@@ -32,7 +32,7 @@ from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
-from hostkit.types import ModelLimits
+from hostkit.types import AttachmentSupport, ModelLimits
 
 __all__ = ["DefaultCapabilities", "DefaultProviderSource", "DefaultToolSource", "NoChannels"]
 
@@ -91,7 +91,11 @@ class DefaultProviderSource(AsyncResource):
                 for step in config.script
             ]
             return ScriptedModel(
-                steps, name=name, model=config.model or "scripted-1", limits=_limits(config, None)
+                steps,
+                name=name,
+                model=config.model or "scripted-1",
+                limits=_limits(config, None),
+                attachments=AttachmentSupport(config.attachments or ()),
             )
         if config.kind in ("openai", "anthropic"):
             from hostkit.adapters.anthropic_messages import AnthropicProvider
@@ -109,6 +113,9 @@ class DefaultProviderSource(AsyncResource):
                     limits=_limits(config, None),
                     timeout_s=config.timeout_s,
                     name=name,
+                    attachments=None
+                    if config.attachments is None
+                    else AttachmentSupport(config.attachments),
                 )
             )
         from hostkit.adapters.local_llama import LocalModel

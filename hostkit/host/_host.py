@@ -27,6 +27,7 @@ from hostkit.effects import (
 )
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._approvals import HostApprovals
+from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
@@ -61,7 +62,8 @@ class Host(AsyncResource):
     """An agent Host: ``async with Host.open(config) as host``.
 
     ``host.turns`` is the full TurnExecution seam; ``host.run_turn(agent,
-    message)`` is the minimal embedder path. The Host owns the store, the
+    message)`` is the minimal embedder path; ``host.attachments`` stores the
+    content a ``TurnRequest`` attaches by reference. The Host owns the store, the
     authority resolver and its in-memory operator issuer, and the config
     generations; ``aclose()`` rejects pending approval prompts, cancels
     running turns, revokes operator authority and closes everything, even
@@ -132,6 +134,7 @@ class Host(AsyncResource):
             lease_ttl_s=config.host.session_lease_ttl_s,
             admission_timeout_s=config.host.admission_timeout_s,
         )
+        self.attachments = HostAttachments(store=store, authority=authority)
         self.approvals = HostApprovals(
             store=store,
             authority=authority,

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
 from hostkit.notebook._turn import TurnView
 from hostkit.types import (
+    Attachment,
     ConversationFacts,
     FreshSession,
     PrincipalScope,
@@ -83,15 +85,21 @@ class NotebookHost(AsyncResource):
         *,
         agent: str | None = None,
         session: str | SessionSelector | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnView:
         """Start a turn as a task on the running loop and return its panel at once.
 
         ``session``: None (this notebook's conversation), ``"new"`` (a fresh
-        session), a session id to resume, or a selector.
+        session), a session id to resume, or a selector. ``attachments`` come
+        from ``await nb.attach(path)``.
         """
         view = TurnView(message, agent or self.default_agent)
-        self.run_in(view, message, session=session)
+        self.run_in(view, message, session=session, attachments=attachments)
         return view
+
+    async def attach(self, path: str | Path, *, media_type: str | None = None) -> Attachment:
+        """Store a file for this notebook's principal; pass the result to ``chat(attachments=)``."""
+        return await self.host.attachments.add_file(self.facts, path, media_type=media_type)
 
     async def scope(self) -> PrincipalScope:
         """This notebook's conversation scope: what its own sessions are owned by."""
@@ -110,7 +118,12 @@ class NotebookHost(AsyncResource):
         return await BudgetInspector.load(self.host, scope, scope.session_id or "")
 
     def run_in(
-        self, view: TurnView, message: str, *, session: str | SessionSelector | None = None
+        self,
+        view: TurnView,
+        message: str,
+        *,
+        session: str | SessionSelector | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Run a turn that fills an existing panel (the ``%%agent`` magic makes the panel first)."""
         request = TurnRequest(
@@ -119,6 +132,7 @@ class NotebookHost(AsyncResource):
             request_id=new_id("req"),
             core_id=view.agent,
             session=_selector(session),
+            attachments=tuple(attachments),
         )
         self.last_view = view
         task = asyncio.get_running_loop().create_task(self._drive(view, request))

@@ -8,12 +8,13 @@ from hostkit.providers._normalize import (
     retry_after_seconds,
     to_finish_reason,
 )
-from hostkit.providers._protocol import ModelProvider
+from hostkit.providers._protocol import ModelProvider, attachment_support
 from hostkit.providers._retry import RetryPolicy, call_with_retries
 
 __all__ = [
     "ModelProvider",
     "RetryPolicy",
+    "attachment_support",
     "call_with_retries",
     "parse_tool_arguments",
     "retry_after_seconds",

@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
-from hostkit.types import ModelLimits, ModelRequest, ModelResponse, StreamEvent
+from hostkit.types import (
+    NO_ATTACHMENTS,
+    AttachmentSupport,
+    ModelLimits,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+)
 
-__all__ = ["ModelProvider"]
+__all__ = ["ModelProvider", "attachment_support"]
 
 
 @runtime_checkable
@@ -22,6 +29,11 @@ class ModelProvider(Protocol):
     response (or first streamed byte) arrived is never sent again. Cancelling
     the caller cancels the HTTP request. ``aclose`` releases clients and is
     idempotent.
+
+    A provider that takes attachments says which with an
+    ``attachment_support`` attribute (an ``AttachmentSupport``); it is not
+    part of the protocol, and a provider without it accepts none (see
+    ``attachment_support()``).
     """
 
     @property
@@ -47,3 +59,9 @@ class ModelProvider(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def attachment_support(provider: object) -> AttachmentSupport:
+    """What ``provider`` accepts as attachments: its ``attachment_support``, else nothing."""
+    support = getattr(provider, "attachment_support", None)
+    return support if isinstance(support, AttachmentSupport) else NO_ATTACHMENTS

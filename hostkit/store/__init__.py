@@ -13,6 +13,7 @@ from hostkit.store._approvals import (
     NewApproval,
     PendingApproval,
 )
+from hostkit.store._attachments import AttachmentStore, StoredAttachment
 from hostkit.store._connection import Synchronous
 from hostkit.store._context import (
     MAX_BOOTSTRAP_CHARS,
@@ -94,6 +95,7 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalStatus",
     "ApprovalStore",
+    "AttachmentStore",
     "Calibration",
     "ClaimedApproval",
     "CommittedSummary",
@@ -127,6 +129,7 @@ __all__ = [
     "SessionUsage",
     "SqliteStore",
     "StepRecord",
+    "StoredAttachment",
     "Synchronous",
     "TerminalRunEnding",
     "TerminalRunRecord",

@@ -5,7 +5,7 @@ it returns; no SQL and no database driver exists outside ``hostkit.store``
 (import-linter enforces it). Storage is grouped by what it stores: the
 methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
 and the audit log; ``turns``, ``context``, ``approvals``, ``memory``,
-``inspect`` and ``terminal_runs`` are the groups, each an abstract base of its own.
+``attachments``, ``inspect`` and ``terminal_runs`` are the groups, each an abstract base of its own.
 
 An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
 each group; the contract suite in ``tests/contract/test_store_*`` runs
@@ -35,6 +35,7 @@ from hostkit.types import (
 
 if TYPE_CHECKING:
     from hostkit.store._approvals import ApprovalStore
+    from hostkit.store._attachments import AttachmentStore
     from hostkit.store._connection import Synchronous
     from hostkit.store._context import ContextStore
     from hostkit.store._inspect import InspectQueries
@@ -63,6 +64,7 @@ class RuntimeStore(AsyncResource):
     context: ContextStore
     approvals: ApprovalStore
     memory: MemoryStore
+    attachments: AttachmentStore
     inspect: InspectQueries
     terminal_runs: TerminalRunStore
 

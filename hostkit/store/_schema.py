@@ -409,6 +409,28 @@ _V8_TERMINAL_RUNS = Migration(
     ),
 )
 
+_V9_ATTACHMENTS = Migration(
+    9,
+    "attachments: content-addressed bytes owned by one principal",
+    (
+        # One row per (principal, content): ref is "sha256:<hex>" of data, so adding the
+        # same bytes again is a no-op and a ref never names other bytes. Rows are never
+        # shared across principals: another principal's ref is simply not found. The
+        # bytes were checked against media_type (magic numbers, UTF-8 text) before the
+        # insert; size is len(data), kept so admission checks need not read the blob.
+        """CREATE TABLE attachments (
+            id INTEGER PRIMARY KEY,
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL CHECK (size > 0),
+            data BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (principal_id, ref)
+        )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -418,5 +440,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V6_SESSION_LEASES,
     _V7_TURN_TOKENS,
     _V8_TERMINAL_RUNS,
+    _V9_ATTACHMENTS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

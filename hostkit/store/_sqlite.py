@@ -13,6 +13,7 @@ import anyio
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
 from hostkit.store import _owned, _sessions
 from hostkit.store._approvals import SqliteApprovalStore
+from hostkit.store._attachments import SqliteAttachmentStore
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._context import SqliteContextStore
 from hostkit.store._inspect import SqliteInspectQueries
@@ -92,6 +93,7 @@ class SqliteStore(RuntimeStore):
         self.context = SqliteContextStore(self)
         self.approvals = SqliteApprovalStore(self)
         self.memory = SqliteMemoryStore(self)
+        self.attachments = SqliteAttachmentStore(self)
         self.inspect = SqliteInspectQueries(self)
         self.terminal_runs = SqliteTerminalRunStore(self)
 

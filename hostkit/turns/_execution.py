@@ -35,6 +35,7 @@ from hostkit.store import (
     TurnState,
 )
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
+from hostkit.turns._attachments import check_attachments, loaded_input
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
@@ -78,7 +79,8 @@ class TurnExecution:
     """``run(TurnRequest) -> TurnResult`` and ``cancel(turn_id, scope) -> TurnCancelResult``.
 
     Order of one ``run``: validate (the request froze itself); pin core
-    revision, capabilities and generation; admit in one write transaction —
+    revision, capabilities and generation; check the attachments (owned as
+    declared, accepted by the pinned provider); admit in one write transaction —
     idempotency key, conversation binding, the session lease, the turn row
     and ``turn.started`` (a busy session is waited for, up to
     ``admission_timeout_s``, then ``TurnRejected``); the AuthorityResolver
@@ -186,6 +188,8 @@ class TurnExecution:
                         raise RequestConflict(request.request_id) from None
                     return self._existing(existing)
                 try:
+                    # Owned, as declared, and accepted by the pinned provider; else refused.
+                    await check_attachments(self._store, request, principal_id, core.provider)
                     admission = leases.admission(
                         request,
                         principal_id,
@@ -438,7 +442,7 @@ class TurnExecution:
             # The input was persisted by the admission transaction (input.persisted).
             await core.effects.supersede_pending(context)
             self._emit(context, "input.persisted", {})
-            return ModelMessage("user", request.input)
+            return await loaded_input(self._store, request, context.principal.principal_id)
         approval_id = request.continues
         active.in_flight = "effect"
         self._emit(context, "effect.started", {"approval_id": approval_id})

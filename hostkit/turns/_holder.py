@@ -37,11 +37,11 @@ from hostkit.store import (
 )
 from hostkit.turns._active import ActiveTurn
 from hostkit.turns._admission import AdmissionTicket, SessionAdmission
+from hostkit.turns._attachments import input_message
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
     ConversationFacts,
     FreshSession,
-    ModelMessage,
     PrincipalScope,
     ResumeSession,
     TurnRequest,
@@ -157,7 +157,7 @@ class LeaseHolder:
                 trace_id=trace_id,
                 cancellation_digest=cancellation_digest,
                 # An ordinary turn's input is durable with its admission (one transaction).
-                input=ModelMessage("user", request.input) if request.continues is None else None,
+                input=input_message(request) if request.continues is None else None,
             )
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc

@@ -1,5 +1,19 @@
 """Frozen contract values: no I/O, deeply immutable, validated on construction."""
 
+from hostkit.types._attachment import (
+    IMAGE_TYPES,
+    MAX_ATTACHMENT_BYTES,
+    MAX_ATTACHMENT_NAME,
+    MAX_TURN_ATTACHMENT_BYTES,
+    MEDIA_TYPES,
+    NO_ATTACHMENTS,
+    AttachmentPart,
+    AttachmentSupport,
+    check_content,
+    content_ref,
+    sanitize_name,
+    stand_in,
+)
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
 from hostkit.types._effect import (
     EffectOrigin,
@@ -72,13 +86,21 @@ from hostkit.types._turn import (
 )
 
 __all__ = [
+    "IMAGE_TYPES",
     "MAX_ALLOWED_SESSIONS",
     "MAX_ARGUMENT_DEPTH",
     "MAX_ATTACHMENTS",
+    "MAX_ATTACHMENT_BYTES",
+    "MAX_ATTACHMENT_NAME",
     "MAX_DECISION_TEXT",
     "MAX_INPUT_CHARS",
+    "MAX_TURN_ATTACHMENT_BYTES",
+    "MEDIA_TYPES",
+    "NO_ATTACHMENTS",
     "REDACTED",
     "Attachment",
+    "AttachmentPart",
+    "AttachmentSupport",
     "AuditRecord",
     "Authority",
     "CompactionKind",
@@ -127,7 +149,11 @@ __all__ = [
     "Usage",
     "UsageObservation",
     "bounded_metadata",
+    "check_content",
+    "content_ref",
     "is_secret_field",
     "new_id",
     "redact_secret_fields",
+    "sanitize_name",
+    "stand_in",
 ]

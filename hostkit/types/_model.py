@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, nested_deeper_than, thaw
+from hostkit.types._attachment import Attachment, AttachmentPart
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -92,6 +93,8 @@ class ModelMessage:
 
     ``tool_calls`` appear on assistant messages; ``tool_call_id`` links a tool
     message to the call it answers, and the pair is never split by pruning.
+    ``attachments`` appear on user messages: with their bytes in the turn
+    that attached them, as references (sent as stand-in text) after that.
     """
 
     role: Role
@@ -99,11 +102,16 @@ class ModelMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    attachments: tuple[AttachmentPart, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
             raise InvalidValue("role must be system, user, assistant or tool")
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        parts = tuple(self.attachments)
+        if parts and (self.role != "user" or not all(isinstance(p, AttachmentPart) for p in parts)):
+            raise InvalidValue("only user messages carry attachments, as AttachmentParts")
+        object.__setattr__(self, "attachments", parts)
         if self.role == "tool" and not self.tool_call_id:
             raise InvalidValue("a tool message needs the tool_call_id it answers")
 
@@ -119,6 +127,9 @@ class ModelMessage:
             body["tool_call_id"] = self.tool_call_id
         if self.name:
             body["name"] = self.name
+        if self.attachments:
+            # References only: the bytes stay in the attachment store.
+            body["attachments"] = [part.attachment.to_json() for part in self.attachments]
         return body
 
     @classmethod
@@ -133,6 +144,9 @@ class ModelMessage:
             tool_calls=calls,
             tool_call_id=body.get("tool_call_id"),
             name=body.get("name"),
+            attachments=tuple(
+                AttachmentPart(Attachment.from_json(a)) for a in body.get("attachments", ())
+            ),
         )
 
 

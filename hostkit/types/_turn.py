@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidTurnRequest
 from hostkit.freeze import FrozenMap, freeze
+from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
 from hostkit.types._model import Usage
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import ConversationFacts, PrincipalScope
@@ -28,7 +29,7 @@ __all__ = [
 
 TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"]
 MAX_INPUT_CHARS = 100_000
-MAX_ATTACHMENTS = 16
+MAX_ATTACHMENTS = 8
 _MAX_KEY = 200
 
 
@@ -45,16 +46,6 @@ class ResumeSession:
 
 
 SessionSelector = Literal["bound"] | FreshSession | ResumeSession
-
-
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    """A bounded reference to input content stored elsewhere (never the bytes)."""
-
-    name: str
-    media_type: str
-    size: int
-    ref: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +95,14 @@ class TurnRequest:
             raise InvalidTurnRequest(f"at most {MAX_ATTACHMENTS} attachments")
         if not all(isinstance(item, Attachment) for item in attachments):
             raise InvalidTurnRequest("attachments must be Attachment values")
+        if len({item.ref for item in attachments}) != len(attachments):
+            raise InvalidTurnRequest("each attachment may be attached once per turn")
+        if sum(item.size for item in attachments) > MAX_TURN_ATTACHMENT_BYTES:
+            raise InvalidTurnRequest(
+                f"a turn's attachments are at most {MAX_TURN_ATTACHMENT_BYTES} bytes together"
+            )
+        if attachments and self.continues is not None:
+            raise InvalidTurnRequest("a continuation turn carries no attachments")
         object.__setattr__(self, "attachments", attachments)
         object.__setattr__(
             self, "route", None if self.route is None else bounded_metadata(self.route)

@@ -1,0 +1,122 @@
+"""``host.attachments``: put content into the Host and get the Attachment a turn carries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from hostkit.authority import AuthorityResolver, conversation_principal
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.store import RuntimeStore
+from hostkit.types import (
+    MAX_ATTACHMENT_BYTES,
+    Attachment,
+    ConversationFacts,
+    PrincipalScope,
+    sanitize_name,
+)
+
+__all__ = ["SUFFIX_TYPES", "HostAttachments"]
+
+# The media type of a file by its suffix (``add_file``); the content must then agree.
+SUFFIX_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".pdf": "application/pdf",
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".md": "text/plain",
+    ".log": "text/plain",
+    ".csv": "text/plain",
+}
+
+Principal = ConversationFacts | PrincipalScope
+
+
+class HostAttachments:
+    """Attachments owned by the principal that added them.
+
+    ``principal`` is what the turn's ``TurnRequest.principal`` will be: the
+    conversation's authenticated facts, or a scope this Host issued. The
+    bytes are stored once per principal under their sha256 (adding them
+    again returns the same ref); only that principal can read them or send
+    them with a turn. Another principal's ref is ``NotFoundOrUnauthorized``,
+    the same answer as a ref that was never added. Limits:
+    ``MAX_ATTACHMENT_BYTES`` each, ``MAX_ATTACHMENTS`` and
+    ``MAX_TURN_ATTACHMENT_BYTES`` per turn; types: ``MEDIA_TYPES``, with
+    content that matches the declared type.
+    """
+
+    def __init__(self, *, store: RuntimeStore, authority: AuthorityResolver) -> None:
+        self._store = store
+        self._authority = authority
+
+    async def add(
+        self, principal: Principal, data: bytes, *, name: str, media_type: str
+    ) -> Attachment:
+        """Store ``data`` for ``principal``; ``InvalidValue`` (nothing stored) when it is bad.
+
+        ``name`` is sanitized (last path component, no control or shell
+        characters, at most ``MAX_ATTACHMENT_NAME``); the content must be what
+        ``media_type`` says (a PNG declared ``image/jpeg`` is refused).
+        """
+        owner = self._principal_id(principal)
+        clean = sanitize_name(name)
+        if not clean:
+            raise InvalidValue("the attachment needs a name with at least one usable character")
+        stored = await self._store.attachments.add(
+            principal_id=owner, data=data, media_type=media_type
+        )
+        return Attachment(
+            name=clean, media_type=stored.media_type, size=stored.size, ref=stored.ref
+        )
+
+    async def add_file(
+        self, principal: Principal, path: str | Path, *, media_type: str | None = None
+    ) -> Attachment:
+        """``add`` the file at ``path``, its type from its suffix unless ``media_type`` is given.
+
+        A missing or unreadable file, one over ``MAX_ATTACHMENT_BYTES`` (checked
+        before it is read) or of an unknown suffix is ``InvalidValue`` naming it.
+        """
+        file = anyio.Path(path)
+        label = sanitize_name(str(path)) or "the file"
+        kind = media_type or SUFFIX_TYPES.get(file.suffix.lower())
+        if kind is None:
+            known = ", ".join(sorted(SUFFIX_TYPES))
+            raise InvalidValue(f"{label}: unknown attachment type (known suffixes: {known})")
+        try:
+            if not await file.is_file():
+                raise InvalidValue(f"{label}: no such file")
+            size = (await file.stat()).st_size
+            if size > MAX_ATTACHMENT_BYTES:
+                raise InvalidValue(
+                    f"{label}: {size} bytes is over the attachment limit ({MAX_ATTACHMENT_BYTES})"
+                )
+            data = await file.read_bytes()
+        except OSError as exc:
+            raise InvalidValue(f"{label}: cannot be read ({exc.strerror or 'I/O error'})") from exc
+        return await self.add(principal, data, name=file.name, media_type=kind)
+
+    async def read(self, principal: Principal, attachment: Attachment | str) -> bytes:
+        """The bytes of the principal's attachment (or ref); ``NotFoundOrUnauthorized`` else."""
+        owner = self._principal_id(principal)
+        ref = attachment.ref if isinstance(attachment, Attachment) else attachment
+        if not isinstance(ref, str):
+            raise InvalidValue("an Attachment or its ref is required")
+        found = await self._store.attachments.load(principal_id=owner, refs=[ref])
+        data = found.get(ref)
+        if data is None:
+            raise NotFoundOrUnauthorized("attachment")
+        return data
+
+    def _principal_id(self, principal: object) -> str:
+        if isinstance(principal, ConversationFacts):
+            return conversation_principal(principal)
+        if isinstance(principal, PrincipalScope):
+            return self._authority.verify(principal).principal_id
+        raise InvalidValue("attachments belong to ConversationFacts or a Host-issued scope")
