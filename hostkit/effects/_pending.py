@@ -1,4 +1,4 @@
-"""Durable pending approvals: the rows an unanswered ``ask`` leaves behind.
+"""Durable approvals: the row every ``ask`` writes before anyone is asked.
 
 ``ApprovalLedger`` is the effects-side face of the store's approvals group
 (``RuntimeStore.approvals``): it turns a turn's execution context into the
@@ -25,12 +25,18 @@ from hostkit.store import (
 from hostkit.types import PrincipalScope, TurnExecutionContext
 
 __all__ = [
+    "INLINE",
     "ApprovalAnswer",
     "ApprovalLedger",
     "ApprovalStatus",
     "ClaimedApproval",
     "PendingApproval",
 ]
+
+
+# ``decided_by`` of an answer given to a prompt inside the asking turn (console, widget,
+# script): the provider, not a principal scope, answered it.
+INLINE = "inline-approver"
 
 
 class ApprovalLedger:
@@ -52,7 +58,7 @@ class ApprovalLedger:
         rule_key: str,
         secret_names: Sequence[str],
     ) -> PendingApproval:
-        """Keep an unanswered ``ask`` of ``context``'s turn under the id its prompt carried.
+        """Keep an ``ask`` of ``context``'s turn, before it is asked, under its prompt's id.
 
         ``secret_names`` are the Host secrets the call binds (a typed fact the
         answer reads; ``view`` is display only).
@@ -97,6 +103,17 @@ class ApprovalLedger:
         return await self._store.approvals.answer(
             scope, approval_id, decision=decision, fingerprint=fingerprint
         )
+
+    async def answer_inline(
+        self, approval_id: str, context: TurnExecutionContext, decision: ApprovalDecision
+    ) -> ApprovalAnswer:
+        """Record the answer a provider gave inside the asking turn, unless another won."""
+        return await self._store.approvals.answer_inline(
+            approval_id, turn_id=context.turn_id, decision=decision, decided_by=INLINE
+        )
+
+    async def peek(self, approval_id: str) -> PendingApproval | None:
+        return await self._store.approvals.peek(approval_id)
 
     async def claim(
         self, approval_id: str, context: TurnExecutionContext

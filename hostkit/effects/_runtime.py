@@ -14,7 +14,12 @@ from typing import Any, Protocol
 
 import anyio
 
-from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
+from hostkit.effects._approvals import (
+    ApprovalDecision,
+    ApprovalKey,
+    ApprovalRequest,
+    ApprovalRuntime,
+)
 from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
@@ -30,6 +35,7 @@ from hostkit.effects._views import failed_safely, render_output, result
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
+    HostkitError,
     InvalidValue,
     PolicyRefusal,
     UserError,
@@ -173,8 +179,11 @@ class EffectRuntime:
     imported, spawned, written or fetched before those checks pass.
     Cancellation of the caller propagates (the turn records it).
 
-    An ``ask`` nobody answers becomes a durable pending approval (with a
-    ``store``); ``execute_approved`` runs it once in a continuation turn.
+    With a ``store``, an ``ask`` is a durable pending approval from the moment
+    it is asked, before any provider sees it; an inline answer is recorded on
+    that row (once: an answer from another process wins). An ``ask`` not
+    answered inline pauses the turn on it; ``execute_approved`` runs it once
+    in a continuation turn.
     """
 
     def __init__(
@@ -455,31 +464,37 @@ class EffectRuntime:
                 warning=warning,
             )
 
+        record = None
+        if self._ledger is not None:
+            record = _DurableAsk(
+                self._ledger,
+                approval_id,
+                context,
+                NewAsk(entry.effect, call_id, checked.raw_arguments, view, fingerprint, key),
+                checked.secret_names,
+            )
         try:
             outcome = await self._approvals.resolve(
-                key, ask, self._approvals.provider, cacheable=not checked.secret_names
+                key,
+                ask,
+                self._approvals.provider,
+                cacheable=not checked.secret_names,
+                record=record,
             )
         except ApprovalClosed as exc:
-            return _refused(call_id, entry.effect, "denied", exc.message, checked.redactor)
+            if record is None or not record.recorded:
+                return _refused(call_id, entry.effect, "denied", exc.message, checked.redactor)
+            outcome = "unanswered"  # the Host closed while a person decided: still pending
         if outcome == "approved":
             return None
         if outcome == "denied":
             return _refused(call_id, entry.effect, "denied", "the approver denied this call")
-        if self._ledger is None:
+        if record is None:
             return _refused(
                 call_id, entry.effect, "denied", "nobody answered and no approval can be kept"
             )
-        await self._ledger.record(
-            approval_id=approval_id,
-            context=context,
-            effect=entry.effect,
-            call_id=call_id,
-            arguments=checked.raw_arguments,
-            view=view,
-            policy_fingerprint=fingerprint,
-            rule_key=key.rule_key,
-            secret_names=checked.secret_names,
-        )
+        # Unanswered here: the durable approval stays open (or was answered from another
+        # process, whose continuation runs the call); the turn pauses on it.
         paused = _refused(call_id, entry.effect, "denied", f"waiting for approval {approval_id}")
         return dataclasses.replace(paused, pending_approval=approval_id)
 
@@ -589,6 +604,63 @@ class EffectRuntime:
         if self._ledger is None:
             raise InvalidValue("this EffectRuntime keeps no durable approvals (no store)")
         return self._ledger
+
+
+@dataclass(frozen=True, slots=True)
+class NewAsk:
+    """What the durable row of one ask keeps about the call."""
+
+    effect: str
+    call_id: str
+    arguments: Mapping[str, Any]
+    view: Mapping[str, Any]
+    fingerprint: str
+    key: ApprovalKey
+
+
+class _DurableAsk:
+    """The ``AskRecord`` of one ask: its row in the approvals ledger."""
+
+    def __init__(
+        self,
+        ledger: ApprovalLedger,
+        approval_id: str,
+        context: TurnExecutionContext,
+        ask: NewAsk,
+        secret_names: tuple[str, ...],
+    ) -> None:
+        self._ledger = ledger
+        self._approval_id = approval_id
+        self._context = context
+        self._ask = ask
+        self._secret_names = secret_names
+        self.recorded = False
+
+    async def asked(self) -> None:
+        ask = self._ask
+        await self._ledger.record(
+            approval_id=self._approval_id,
+            context=self._context,
+            effect=ask.effect,
+            call_id=ask.call_id,
+            arguments=ask.arguments,
+            view=ask.view,
+            policy_fingerprint=ask.fingerprint,
+            rule_key=ask.key.rule_key,
+            secret_names=self._secret_names,
+        )
+        self.recorded = True
+
+    async def answered(self, decision: ApprovalDecision) -> bool:
+        answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)
+        return answer.accepted
+
+    async def still_open(self) -> bool:
+        try:
+            row = await self._ledger.peek(self._approval_id)
+        except HostkitError:
+            return True  # a store hiccup is no reason to withdraw a person's prompt
+        return row is None or row.status == "pending"
 
 
 def _argument_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> list[str]:

@@ -450,9 +450,21 @@ def finish(
     if observed is not None:
         observe_step(conn, observed)
     settle_claims(conn, lease.turn_id)
+    if result.outcome != "needs_user":
+        # A turn that ends any other way while its approval is asked voids it: nobody
+        # is waiting for that call any more (an explicit cancel, a deadline).
+        paused = open_approval(conn, lease.turn_id)
+        if paused is not None:
+            void_open(conn, paused.approval_id, _void_reason(result.outcome))
     committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed
+
+
+def _void_reason(outcome: str) -> str:
+    if outcome == "cancelled":
+        return CANCELLED_WHILE_ASKED
+    return f"the turn ended {outcome} while its approval was asked: the call never ran"
 
 
 def abandon(conn: sqlite3.Connection, lease: SessionLease) -> RecoveredTurn:
