@@ -460,8 +460,11 @@ async def test_an_answer_whose_continuation_never_ran_can_be_resumed_once(
         await ledger.answer(
             operator, paused.pending_approval, decision="approve_once", fingerprint=None
         )
-        with pytest.raises(ApprovalRefused, match="resume"):
-            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        # A different answer is refused and names the way out; nothing runs.
+        with pytest.raises(ApprovalRefused, match="resume") as different:
+            await host.approvals.answer(paused.pending_approval, "deny", by=operator)
+        assert different.value.reason == "answered"
+        assert stamps.lines() == []
         first = await host.approvals.resume(paused.pending_approval, by=operator)
         again = await host.approvals.resume(paused.pending_approval, by=operator)
     assert first.outcome == "completed"
