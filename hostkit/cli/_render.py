@@ -17,7 +17,14 @@ from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.types import SessionRecord, TurnResult
 
-__all__ = ["approvals_table", "one_line", "print_pending", "print_result", "sessions_table"]
+__all__ = [
+    "approval_note",
+    "approvals_table",
+    "one_line",
+    "print_pending",
+    "print_result",
+    "sessions_table",
+]
 
 # The arguments column of ``hostkit approvals list``: enough to recognise the call.
 ARGUMENTS_CHARS = 80
@@ -70,8 +77,12 @@ def sessions_table(sessions: Sequence[SessionRecord]) -> Table:
 
 
 def approvals_table(approvals: Sequence[PendingApproval]) -> Table:
-    """One row per approval; the arguments are the stored redacted view, cut short."""
-    table = Table("approval", "created", "agent", "effect", "status", "arguments")
+    """One row per approval; the arguments are the stored redacted view, cut short.
+
+    The note says what to do next (an answered approval whose continuation
+    never ran: resume it) or why a void one will never run.
+    """
+    table = Table("approval", "created", "agent", "effect", "status", "arguments", "note")
     # An id is what the reader copies into `approve`: wrapped if it must be, never cut.
     table.columns[0].overflow = "fold"
     for approval in approvals:
@@ -82,10 +93,23 @@ def approvals_table(approvals: Sequence[PendingApproval]) -> Table:
             approval.effect,
             approval.status,
             one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
+            approval_note(approval),
         )
         # Text, not markup: the arguments were chosen by a model.
         table.add_row(*(Text(cell) for cell in cells))
     return table
+
+
+def approval_note(approval: PendingApproval) -> str:
+    """The next step for an approval, or the reason it is void ("" when there is none)."""
+    if approval.awaiting_continuation:
+        return (
+            f"answered ({approval.decision}), not run yet: "
+            f"hostkit approvals resume {approval.approval_id}"
+        )
+    if approval.void_reason:
+        return one_line(approval.void_reason, ARGUMENTS_CHARS * 2)
+    return ""
 
 
 def one_line(value: Any, limit: int) -> str:

@@ -21,7 +21,7 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["stream_answer", "stream_turn"]
+__all__ = ["stream_answer", "stream_resume", "stream_turn"]
 
 
 async def stream_turn(
@@ -69,6 +69,19 @@ async def stream_answer(
         host,
         lambda event: event.session_id == approval.session_id,
         lambda: host.approvals.answer(approval_id, decision, by=by),
+        out,
+    )
+
+
+async def stream_resume(
+    host: Host, approval_id: str, *, by: PrincipalScope, out: TextIO = sys.stdout
+) -> TurnResult:
+    """Resume an answered approval and stream the continuation turn it runs (if any)."""
+    approval = await host.approvals.get(by, approval_id)
+    return await _streamed(
+        host,
+        lambda event: event.session_id == approval.session_id,
+        lambda: host.approvals.resume(approval_id, by=by),
         out,
     )
 

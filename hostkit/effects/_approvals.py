@@ -319,7 +319,8 @@ class ApprovalRuntime:
         async with anyio.create_task_group() as group:
 
             async def watch() -> None:
-                while await record.still_open():
+                # A poll, not an event: the answer may come from another process.
+                while await record.still_open():  # noqa: ASYNC110
                     await anyio.sleep(self._watch_interval_s)
                 group.cancel_scope.cancel()
 

@@ -46,7 +46,9 @@ class OpenApproval:
     status: str
 
 
-_OPEN = "(status = 'pending' OR (status IN ('approved', 'denied') AND continuation_turn_id IS NULL))"
+_OPEN = (
+    "(status = 'pending' OR (status IN ('approved', 'denied') AND continuation_turn_id IS NULL))"
+)
 
 
 def open_approval(conn: sqlite3.Connection, turn_id: str) -> OpenApproval | None:
@@ -60,7 +62,10 @@ def open_approval(conn: sqlite3.Connection, turn_id: str) -> OpenApproval | None
 
 
 def void_open(conn: sqlite3.Connection, approval_id: str, reason: str) -> bool:
-    """Make an open approval ``superseded`` with ``reason``; its arguments go. True if it was open."""
+    """Void an open approval (``superseded``, with ``reason``, arguments dropped).
+
+    True when it was open.
+    """
     cursor = conn.execute(
         "UPDATE approvals SET status = 'superseded', void_reason = ?, arguments = '{}', "
         f"decided_at = COALESCE(decided_at, ?) WHERE approval_id = ? AND {_OPEN}",

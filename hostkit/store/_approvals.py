@@ -23,8 +23,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, bounded
-from hostkit.store._approval_rows import open_approval, void_open
 from hostkit.freeze import FrozenMap
+from hostkit.store._approval_rows import open_approval, void_open
 from hostkit.store._approval_values import (
     MAX_APPROVAL_LIST,
     ApprovalAnswer,
