@@ -124,7 +124,7 @@ def _recorded_result(
     ):
         message = json.loads(content)
         if message.get("tool_call_id") == call_id:
-            return str(message.get("content") or "")
+            return str(message.get("text") or "")
     return None
 
 
