@@ -100,7 +100,8 @@ async def test_a_continuation_killed_after_its_claim_is_indeterminate_and_never_
         void = await host.approvals.get(operator, approval_id)
         assert void.status == "indeterminate"
         assert void.continuation_turn_id is not None
-        assert void.void_reason is not None and "may have run" in void.void_reason
+        assert void.void_reason is not None
+        assert "may have run" in void.void_reason
         # The continuation turn was recovered, and its transcript answers the paused call.
         statuses = dict(await turn_rows(host))
         assert statuses[void.continuation_turn_id] == "lost"
