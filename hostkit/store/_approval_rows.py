@@ -51,14 +51,24 @@ _OPEN = (
 )
 
 
+def _rows(conn: sqlite3.Connection, sql: str, params: list[str]) -> list[sqlite3.Row]:
+    """Rows addressable by column name (this cursor only)."""
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(sql, params).fetchall()
+
+
 def open_approval(conn: sqlite3.Connection, turn_id: str) -> OpenApproval | None:
     """The open approval ``turn_id`` paused on (a turn asks one at a time), if any."""
-    row = conn.execute(
+    rows = _rows(
+        conn,
         f"SELECT approval_id, call_id, status FROM approvals WHERE turn_id = ? AND {_OPEN} "
         "ORDER BY id DESC LIMIT 1",
         [turn_id],
-    ).fetchone()
-    return None if row is None else OpenApproval(row[0], row[1], row[2])
+    )
+    if not rows:
+        return None
+    return OpenApproval(rows[0]["approval_id"], rows[0]["call_id"], rows[0]["status"])
 
 
 def void_open(conn: sqlite3.Connection, approval_id: str, reason: str) -> bool:
@@ -76,7 +86,8 @@ def void_open(conn: sqlite3.Connection, approval_id: str, reason: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Unsettled:
-    """A call ``turn_id`` claimed whose result was never recorded (or is unknown)."""
+    """A call ``turn_id`` claimed whose result was never recorded, or recorded as unknown
+    (``answered``: a tool message already says so)."""
 
     approval_id: str
     session_id: str
@@ -88,18 +99,22 @@ class Unsettled:
 
 def unsettled_claims(conn: sqlite3.Connection, turn_id: str) -> list[Unsettled]:
     """The calls ``turn_id`` claimed (approved or denied) with no known result."""
-    rows = conn.execute(
+    rows = _rows(
+        conn,
         "SELECT approval_id, session_id, turn_id, call_id, status FROM approvals "
         "WHERE continuation_turn_id = ? AND status IN ('executed', 'denied')",
         [turn_id],
-    ).fetchall()
+    )
     found = []
-    for approval_id, session_id, asked_in, call_id, status in rows:
-        result = _recorded_result(conn, session_id, (asked_in, turn_id), call_id)
-        if result is None or result.startswith("[indeterminate]"):
-            found.append(
-                Unsettled(approval_id, session_id, asked_in, call_id, status, result is not None)
-            )
+    for row in rows:
+        asked_in, call_id, session_id = row["turn_id"], row["call_id"], row["session_id"]
+        turns = (asked_in, turn_id)
+        if _known_outcome(conn, turns, call_id):
+            continue
+        answered = _has_result_message(conn, session_id, turns, call_id)
+        found.append(
+            Unsettled(row["approval_id"], session_id, asked_in, call_id, row["status"], answered)
+        )
     return found
 
 
@@ -113,29 +128,46 @@ def mark_indeterminate(conn: sqlite3.Connection, approval_id: str, turn_id: str)
     return cursor.rowcount == 1
 
 
-def _recorded_result(
+def _known_outcome(conn: sqlite3.Connection, turns: tuple[str, str], call_id: str) -> bool:
+    """Whether either turn recorded the call's result with a known outcome.
+
+    Read from the typed ``effect.completed`` events, never from the result's
+    text (a tool's own output could say anything).
+    """
+    for row in _rows(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id IN (?, ?) AND kind = 'effect.completed'",
+        list(turns),
+    ):
+        event = json.loads(row["detail"])
+        if event.get("call_id") == call_id and event.get("status") != "indeterminate":
+            return True
+    return False
+
+
+def _has_result_message(
     conn: sqlite3.Connection, session_id: str, turns: tuple[str, str], call_id: str
-) -> str | None:
-    """The text of the tool message answering ``call_id`` in either turn, if one exists."""
-    for (content,) in conn.execute(
-        "SELECT content FROM messages WHERE session_id = ? AND turn_id IN (?, ?) "
-        "AND role = 'tool' ORDER BY seq DESC",
+) -> bool:
+    """Whether a tool message in either turn answers ``call_id`` already."""
+    for row in _rows(
+        conn,
+        "SELECT content FROM messages WHERE session_id = ? AND turn_id IN (?, ?) AND role = 'tool'",
         [session_id, *turns],
     ):
-        message = json.loads(content)
-        if message.get("tool_call_id") == call_id:
-            return str(message.get("text") or "")
-    return None
+        if json.loads(row["content"]).get("tool_call_id") == call_id:
+            return True
+    return False
 
 
 def call_name(conn: sqlite3.Connection, session_id: str, turn_id: str, call_id: str) -> str:
     """The tool name the model used for ``call_id`` (from the asking turn's step)."""
-    for (content,) in conn.execute(
+    for row in _rows(
+        conn,
         "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? "
         "AND role = 'assistant' ORDER BY seq DESC",
         [session_id, turn_id],
     ):
-        for call in json.loads(content).get("tool_calls") or []:
+        for call in json.loads(row["content"]).get("tool_calls") or []:
             if call.get("call_id") == call_id:
                 return str(call.get("name") or "")
     return ""
