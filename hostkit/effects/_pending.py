@@ -11,8 +11,10 @@ re-exported here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from hostkit.errors import HostkitError
 from hostkit.store import (
     ApprovalAnswer,
     ApprovalDecision,
@@ -29,7 +31,9 @@ __all__ = [
     "ApprovalAnswer",
     "ApprovalLedger",
     "ApprovalStatus",
+    "AskedCall",
     "ClaimedApproval",
+    "DurableAsk",
     "PendingApproval",
 ]
 
@@ -128,3 +132,65 @@ class ApprovalLedger:
 
     async def supersede(self, session_id: str) -> int:
         return await self._store.approvals.supersede(session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class AskedCall:
+    """What the durable row of one ask keeps about the call being asked."""
+
+    effect: str
+    call_id: str
+    arguments: Mapping[str, Any]
+    view: Mapping[str, Any]
+    policy_fingerprint: str
+    rule_key: str
+
+
+class DurableAsk:
+    """The ``AskRecord`` of one ask: its row in the ledger, written before anyone is asked.
+
+    ``recorded`` turns True once the pending row is durable: from then on the
+    turn can pause on it whatever happens to the prompt.
+    """
+
+    def __init__(
+        self,
+        ledger: ApprovalLedger,
+        approval_id: str,
+        context: TurnExecutionContext,
+        call: AskedCall,
+        *,
+        secret_names: Sequence[str],
+    ) -> None:
+        self._ledger = ledger
+        self._approval_id = approval_id
+        self._context = context
+        self._call = call
+        self._secret_names = tuple(secret_names)
+        self.recorded = False
+
+    async def asked(self) -> None:
+        call = self._call
+        await self._ledger.record(
+            approval_id=self._approval_id,
+            context=self._context,
+            effect=call.effect,
+            call_id=call.call_id,
+            arguments=call.arguments,
+            view=call.view,
+            policy_fingerprint=call.policy_fingerprint,
+            rule_key=call.rule_key,
+            secret_names=self._secret_names,
+        )
+        self.recorded = True
+
+    async def answered(self, decision: ApprovalDecision) -> bool:
+        answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)
+        return answer.accepted
+
+    async def still_open(self) -> bool:
+        try:
+            row = await self._ledger.peek(self._approval_id)
+        except HostkitError:
+            return True  # a store hiccup is no reason to withdraw a person's prompt
+        return row is None or row.status == "pending"

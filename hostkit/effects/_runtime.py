@@ -14,16 +14,11 @@ from typing import Any, Protocol
 
 import anyio
 
-from hostkit.effects._approvals import (
-    ApprovalDecision,
-    ApprovalKey,
-    ApprovalRequest,
-    ApprovalRuntime,
-)
+from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
 from hostkit.effects._authored import AuthoredTool, Prepared, ToolContext, ToolOutcome
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
-from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
+from hostkit.effects._pending import ApprovalLedger, AskedCall, ClaimedApproval, DurableAsk
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._redaction import (
     MIN_SECRET_CHARS,
@@ -35,7 +30,6 @@ from hostkit.effects._views import failed_safely, render_output, result
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
-    HostkitError,
     InvalidValue,
     PolicyRefusal,
     UserError,
@@ -466,12 +460,11 @@ class EffectRuntime:
 
         record = None
         if self._ledger is not None:
-            record = _DurableAsk(
-                self._ledger,
-                approval_id,
-                context,
-                NewAsk(entry.effect, call_id, checked.raw_arguments, view, fingerprint, key),
-                checked.secret_names,
+            asked = AskedCall(
+                entry.effect, call_id, checked.raw_arguments, view, fingerprint, key.rule_key
+            )
+            record = DurableAsk(
+                self._ledger, approval_id, context, asked, secret_names=checked.secret_names
             )
         try:
             outcome = await self._approvals.resolve(
@@ -604,63 +597,6 @@ class EffectRuntime:
         if self._ledger is None:
             raise InvalidValue("this EffectRuntime keeps no durable approvals (no store)")
         return self._ledger
-
-
-@dataclass(frozen=True, slots=True)
-class NewAsk:
-    """What the durable row of one ask keeps about the call."""
-
-    effect: str
-    call_id: str
-    arguments: Mapping[str, Any]
-    view: Mapping[str, Any]
-    fingerprint: str
-    key: ApprovalKey
-
-
-class _DurableAsk:
-    """The ``AskRecord`` of one ask: its row in the approvals ledger."""
-
-    def __init__(
-        self,
-        ledger: ApprovalLedger,
-        approval_id: str,
-        context: TurnExecutionContext,
-        ask: NewAsk,
-        secret_names: tuple[str, ...],
-    ) -> None:
-        self._ledger = ledger
-        self._approval_id = approval_id
-        self._context = context
-        self._ask = ask
-        self._secret_names = secret_names
-        self.recorded = False
-
-    async def asked(self) -> None:
-        ask = self._ask
-        await self._ledger.record(
-            approval_id=self._approval_id,
-            context=self._context,
-            effect=ask.effect,
-            call_id=ask.call_id,
-            arguments=ask.arguments,
-            view=ask.view,
-            policy_fingerprint=ask.fingerprint,
-            rule_key=ask.key.rule_key,
-            secret_names=self._secret_names,
-        )
-        self.recorded = True
-
-    async def answered(self, decision: ApprovalDecision) -> bool:
-        answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)
-        return answer.accepted
-
-    async def still_open(self) -> bool:
-        try:
-            row = await self._ledger.peek(self._approval_id)
-        except HostkitError:
-            return True  # a store hiccup is no reason to withdraw a person's prompt
-        return row is None or row.status == "pending"
 
 
 def _argument_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> list[str]:
