@@ -124,6 +124,10 @@ class HostApprovals:
             return await self._continue(approval, continuation)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
+        if fingerprint == "":
+            # The effect (or the agent) is no longer offered: as for a changed fingerprint.
+            await self._ledger.mark_stale(approval_id)
+            raise ApprovalRefused(approval_id, "stale", "the agent no longer offers this effect")
         answered = await self._ledger.answer(
             by, approval_id, decision=decision, fingerprint=fingerprint
         )

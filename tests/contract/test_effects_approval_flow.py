@@ -275,6 +275,30 @@ async def test_a_stale_policy_fingerprint_is_refused_and_nothing_runs(tmp_path: 
     assert stamps.lines() == []
 
 
+async def test_an_approval_whose_agent_is_no_longer_offered_is_stale(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+    assert paused.pending_approval
+    without = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"other": {"provider": "test", "memory": False, "policy": ASK}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(without, capabilities=capabilities(model, tools=[stamps.tool])) as host:
+        operator = await host.operator("ops", reason="answer approvals")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert refused.value.reason == "stale"
+        row = await host.approvals.get(operator, paused.pending_approval)
+        assert row.status == "stale"
+    assert stamps.lines() == []
+
+
 async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
     stamps = Stamps(tmp_path / "stamps.txt")
     model = ScriptedModel([stamp_call(), Reply("moved on")])
