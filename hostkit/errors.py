@@ -248,7 +248,10 @@ class ApprovalRefused(UserError):
     ``answered``: it was answered before (a second answer never runs anything);
     ``stale``: the agent's policy, revision, capabilities or the effect changed
     since it was asked, or the conversation moved to another session;
-    ``superseded``: a newer turn ran in the session, so the paused call is void.
+    ``superseded``: a newer turn ran in the session (or the asking turn was
+    cancelled), so the paused call is void; ``indeterminate``: its continuation
+    stopped after claiming the call, which may have run and never runs again;
+    ``pending``: there is no answer to resume yet.
     """
 
     def __init__(self, approval_id: str, reason: str, detail: str) -> None:

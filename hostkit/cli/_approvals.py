@@ -1,9 +1,11 @@
-"""``hostkit approvals list | approve | deny``: answering paused turns from the terminal.
+"""``hostkit approvals list | approve | deny | resume``: answering paused turns from the terminal.
 
 Every subcommand acts with an audited operator scope (``--reason``, optional
 only on a database the local user owns, as for ``hostkit sessions``).
-``approve`` and ``deny`` record the
-first answer and run the continuation turn, whose answer is streamed.
+``approve`` and ``deny`` record the first answer and run the continuation
+turn, whose answer is streamed; run again with the same answer after an
+interruption, they finish the job. ``resume`` runs (or reports) the
+continuation of an answered approval.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from hostkit.cli._common import (
     run_command,
     terminal_approver,
 )
-from hostkit.cli._render import approvals_table
-from hostkit.cli._turn import stream_answer
+from hostkit.cli._render import approvals_table, resume_hints
+from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 
 __all__ = ["approvals"]
@@ -35,7 +37,9 @@ __all__ = ["approvals"]
 MAX_LIST = 200  # the Host's own bound on one approvals page
 
 approvals = typer.Typer(
-    help="Approvals that paused a turn: list, approve or deny (operator authority; audited).",
+    help=(
+        "Approvals that paused a turn: list, approve, deny or resume (operator authority; audited)."
+    ),
     no_args_is_help=True,
 )
 
@@ -51,13 +55,15 @@ def list_approvals(
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
-    """List approvals, newest first (pending only unless --all)."""
+    """List approvals, newest first: open ones (pending, or answered and not run yet),
+    every status with --all."""
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            found = await host.approvals.list(
-                scope, status=None if all_ else "pending", limit=limit
-            )
+            # Open means pending, or answered and not run yet (its hint says: resume).
+            page = await host.approvals.list(scope, status=None, limit=limit if all_ else MAX_LIST)
+            found = [a for a in page if all_ or a.status == "pending" or a.awaiting_continuation]
+            found = found[:limit]
             if json_:
                 print_json(found)
                 return
@@ -66,6 +72,8 @@ def list_approvals(
                 return
             out = Console()
             out.print(approvals_table(found, width=out.width))
+            for hint in resume_hints(found):
+                out.print(hint, highlight=False, markup=False, soft_wrap=True)
 
     run_command(main)
 
@@ -96,6 +104,30 @@ def deny(
 ) -> None:
     """Deny the paused call; a continuation turn tells the agent it was denied."""
     _answer(approval_id, "deny", reason, operator, config)
+
+
+@approvals.command()
+def resume(
+    approval_id: ApprovalId,
+    reason: Reason = None,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Run the continuation of an answered approval whose answer never ran (or show it).
+
+    Never runs a call twice: a continuation that already claimed it is reported,
+    and one that stopped after claiming it left the approval indeterminate.
+    """
+
+    async def main() -> int:
+        async with operator_host(config, operator, reason, approver=terminal_approver()) as (
+            host,
+            scope,
+        ):
+            result = await stream_resume(host, approval_id, by=scope, progress=console)
+            return report(result, database=host.config.database_path, config=config)
+
+    run_command(main)
 
 
 def _answer(

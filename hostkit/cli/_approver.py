@@ -126,8 +126,13 @@ class ConsoleApprover:
             try:
                 decision = await self._ask()
             except anyio.get_cancelled_exc_class():
+                # No answer here (timed out, Ctrl-C, the Host closing): the approval was
+                # recorded before this prompt, so it stays pending and answerable.
                 self._console.print(
-                    "\n(no answer in time: the turn waits for an approval)", highlight=False
+                    f"\n(no answer here: the turn waits for approval {request.approval_id}; "
+                    f"answer it with `hostkit approvals approve {request.approval_id}`)",
+                    highlight=False,
+                    markup=False,
                 )
                 raise
             self._console.print(f"  {_SAID[decision]}", style="bold", highlight=False)

@@ -22,11 +22,13 @@ from hostkit.types import TurnResult
 
 __all__ = [
     "Column",
+    "approval_note",
     "approvals_table",
     "fit_table",
     "one_line",
     "print_pending",
     "print_result",
+    "resume_hints",
     "sessions_table",
     "short_time",
 ]
@@ -169,14 +171,21 @@ def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
 
 
 def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Table:
-    """One row per approval; the arguments are the stored redacted view, cut short."""
+    """One row per approval; the arguments are the stored redacted view, cut short.
+
+    The note says what to do next (an answered approval whose continuation
+    never ran: resume it) or why a void one will never run; the full resume
+    command is printed under the table (``resume_hints``), where it can be
+    copied whole.
+    """
     columns = (
         Column("approval", whole=True),
         Column("created", cap=16, drop=2),
         Column("agent", cap=12, drop=1),
         Column("effect", cap=20),
-        Column("status", cap=10),
-        Column("arguments", flexible=True, drop=3),
+        Column("status", cap=12),
+        Column("arguments", flexible=True, drop=4),
+        Column("note", cap=40, drop=3),
     )
     rows = [
         (
@@ -186,10 +195,29 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
             approval.effect,
             approval.status,
             one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
+            approval_note(approval),
         )
         for approval in approvals
     ]
     return fit_table(columns, rows, width)
+
+
+def approval_note(approval: PendingApproval) -> str:
+    """The next step for an approval, or the reason it is void ("" when there is none)."""
+    if approval.awaiting_continuation:
+        return f"answered ({approval.decision}), not run yet: resume it"
+    if approval.void_reason:
+        return one_line(approval.void_reason, ARGUMENTS_CHARS * 2)
+    return ""
+
+
+def resume_hints(approvals: Sequence[PendingApproval]) -> list[str]:
+    """The command that finishes each answered approval whose call has not run yet."""
+    return [
+        f"hostkit approvals resume {approval.approval_id}"
+        for approval in approvals
+        if approval.awaiting_continuation
+    ]
 
 
 def one_line(value: Any, limit: int) -> str:

@@ -27,7 +27,14 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["Waiting", "attach_files", "stream_answer", "stream_turn", "terminal_user"]
+__all__ = [
+    "Waiting",
+    "attach_files",
+    "stream_answer",
+    "stream_resume",
+    "stream_turn",
+    "terminal_user",
+]
 
 
 def terminal_user(conversation: str) -> ConversationFacts:
@@ -128,6 +135,25 @@ async def stream_answer(
         host,
         lambda event: event.session_id == approval.session_id,
         lambda: host.approvals.answer(approval_id, decision, by=by),
+        out,
+        Waiting(progress),
+    )
+
+
+async def stream_resume(
+    host: Host,
+    approval_id: str,
+    *,
+    by: PrincipalScope,
+    out: TextIO = sys.stdout,
+    progress: Console | None = None,
+) -> TurnResult:
+    """Resume an answered approval and stream the continuation turn it runs (if any)."""
+    approval = await host.approvals.get(by, approval_id)
+    return await _streamed(
+        host,
+        lambda event: event.session_id == approval.session_id,
+        lambda: host.approvals.resume(approval_id, by=by),
         out,
         Waiting(progress),
     )

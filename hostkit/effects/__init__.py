@@ -36,6 +36,7 @@ from hostkit.effects._catalog import (
 )
 from hostkit.effects._fingerprint import fingerprint_of
 from hostkit.effects._pending import (
+    INLINE,
     ApprovalLedger,
     ApprovalStatus,
     ClaimedApproval,
@@ -57,6 +58,7 @@ __all__ = [
     "APPROVAL_TTL_S",
     "DEFAULT_SECRET_TTL_S",
     "ENV_NAME_PATTERN",
+    "INLINE",
     "MAX_MODEL_VIEW_CHARS",
     "MIN_SECRET_CHARS",
     "ApprovalDecision",

@@ -7,10 +7,17 @@ key. Entries expire after a bounded TTL and are dropped on session end or
 replacement, authority or binding change, policy or revision change, explicit
 revocation and Host shutdown. Decisions for one key are single-flight: one
 prompt however many callers wait, and a cancelled waiter leaves the queue.
+
+With an ``AskRecord`` an approval is durable from the moment it is asked:
+the record is written before any provider sees the request, an inline answer
+is recorded on it with one conditional write (an answer given meanwhile from
+another process wins, and the prompt is withdrawn), and a prompt whose
+record stops being pending is withdrawn too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -32,6 +39,7 @@ __all__ = [
     "ApprovalProvider",
     "ApprovalRequest",
     "ApprovalRuntime",
+    "AskRecord",
 ]
 
 APPROVAL_TTL_S = 8 * 3600.0
@@ -93,6 +101,49 @@ class ApprovalProvider(Protocol):
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision: ...
 
 
+class AskRecord(Protocol):
+    """The durable record of one ask, written and read around the provider.
+
+    ``asked`` writes the pending row before any provider is asked;
+    ``answered`` records an inline answer with one conditional write and
+    returns False when the row was no longer pending (answered from another
+    process, or void), so the local answer lost; ``still_open`` reads whether
+    the row is still pending (a prompt whose row is not is withdrawn).
+    """
+
+    async def asked(self) -> None: ...
+
+    async def answered(self, decision: ApprovalDecision) -> bool: ...
+
+    async def still_open(self) -> bool: ...
+
+
+def withdraw(provider: ApprovalProvider, request: ApprovalRequest, reason: str) -> None:
+    """Tell a provider that offers ``withdrawn(request, reason)`` why its prompt went away.
+
+    Optional for providers: a notebook panel uses it to mark itself stale
+    instead of leaving buttons that do nothing.
+    """
+    told = getattr(provider, "withdrawn", None)
+    if callable(told):
+        with contextlib.suppress(Exception):
+            told(request, reason)
+
+
+def still_pending(approval_id: str, why: str) -> str:
+    """What a withdrawn prompt says when its durable approval can still be answered."""
+    return (
+        f"{why}; the approval is still pending: answer it with host.approvals "
+        f"or `hostkit approvals approve {approval_id}`"
+    )
+
+
+CLOSED = "this Host was closed"
+TIMED_OUT = "no answer in time"
+ANSWERED_ELSEWHERE = "answered elsewhere first: this prompt's answer was not used"
+GONE = "no longer pending (answered elsewhere, or void)"
+
+
 @dataclass
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -115,8 +166,10 @@ class ApprovalRuntime:
         ttl_s: float = APPROVAL_TTL_S,
         decision_timeout_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        watch_interval_s: float = 1.0,
     ) -> None:
         self.provider = provider
+        self._watch_interval_s = watch_interval_s
         self._ttl_s = ttl_s
         self._decision_timeout_s = decision_timeout_s
         self._clock = clock
@@ -124,7 +177,8 @@ class ApprovalRuntime:
         self._pending: dict[ApprovalKey, _Pending] = {}
         # Last session seen per conversation, for rebinding; bounded (oldest forgotten).
         self._bindings: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-        self._asking: set[anyio.CancelScope] = set()
+        # Prompts in progress: their scope, and who was asked what (to withdraw on close).
+        self._asking: dict[anyio.CancelScope, tuple[ApprovalProvider, ApprovalRequest, bool]] = {}
         # Bumped by every invalidation: an answer given across one is not cached.
         self._epoch = 0
         self._closed = False
@@ -187,15 +241,18 @@ class ApprovalRuntime:
         provider: ApprovalProvider | None,
         *,
         cacheable: bool = True,
+        record: AskRecord | None = None,
     ) -> ApprovalOutcome:
-        """``approved``, ``denied`` or ``unanswered`` (no provider, or no answer in time).
+        """``approved``, ``denied`` or ``unanswered`` (no provider, no answer in time, or
+        answered from another process first).
 
         Callers for the same key are serialized: each later caller rechecks the
         cache when the earlier decision lands, so "approve for session" is
         asked once. ``unanswered`` is never a silent deny: the caller pauses the
         turn (``needs_user``) with a durable pending approval. ``cacheable=False``
         (secret bindings) ignores and never writes the session cache: every
-        such call is approved once.
+        such call is approved once. ``record`` makes the ask durable before the
+        provider is asked (see ``AskRecord``).
         """
         while True:
             if self._closed:
@@ -212,7 +269,7 @@ class ApprovalRuntime:
                 pending.waiters -= 1
         pending = self._pending[key] = _Pending()
         try:
-            return await self._ask(key, request(), provider, cacheable=cacheable)
+            return await self._ask(key, request(), provider, cacheable=cacheable, record=record)
         finally:
             del self._pending[key]
             pending.done.set()
@@ -224,24 +281,53 @@ class ApprovalRuntime:
         provider: ApprovalProvider | None,
         *,
         cacheable: bool,
+        record: AskRecord | None,
     ) -> ApprovalOutcome:
+        if record is not None:
+            await record.asked()  # durable before anyone is asked
         if provider is None:
             return "unanswered"
         decision: ApprovalDecision | None = None
         epoch = self._epoch
         with anyio.move_on_after(self._decision_timeout_s) as asking:
-            self._asking.add(asking)
+            self._asking[asking] = (provider, request, record is not None)
             try:
-                decision = await provider.decide(request)
+                decision = await self._decide(provider, request, record)
             finally:
-                self._asking.discard(asking)
+                self._asking.pop(asking, None)
         if self._closed:
             raise ApprovalClosed()
         if decision is None:
+            if record is not None:
+                why = TIMED_OUT if asking.cancelled_caught else GONE
+                withdraw(provider, request, still_pending(request.approval_id, why))
+            return "unanswered"
+        if record is not None and not await record.answered(decision):
+            withdraw(provider, request, ANSWERED_ELSEWHERE)
             return "unanswered"
         if decision == "approve_session" and cacheable and epoch == self._epoch:
             self._store(key)
         return "denied" if decision == "deny" else "approved"
+
+    async def _decide(
+        self, provider: ApprovalProvider, request: ApprovalRequest, record: AskRecord | None
+    ) -> ApprovalDecision | None:
+        """The provider's answer; None when the durable record stopped being pending first."""
+        if record is None:
+            return await provider.decide(request)
+        decision: ApprovalDecision | None = None
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                # A poll, not an event: the answer may come from another process.
+                while await record.still_open():  # noqa: ASYNC110
+                    await anyio.sleep(self._watch_interval_s)
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            decision = await provider.decide(request)
+            group.cancel_scope.cancel()
+        return decision
 
     def waiting(self, key: ApprovalKey) -> int:
         """How many callers wait on the decision for ``key`` (cancelled ones are removed)."""
@@ -286,7 +372,9 @@ class ApprovalRuntime:
         """Host shutdown: forget every approval and reject every pending decision."""
         self._closed = True
         self._cache.clear()
-        for asking in self._asking:
+        for asking, (provider, request, durable) in self._asking.items():
+            why = still_pending(request.approval_id, CLOSED) if durable else CLOSED
+            withdraw(provider, request, why)
             asking.cancel()
         for pending in self._pending.values():
             pending.done.set()

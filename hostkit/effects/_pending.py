@@ -1,4 +1,4 @@
-"""Durable pending approvals: the rows an unanswered ``ask`` leaves behind.
+"""Durable approvals: the row every ``ask`` writes before anyone is asked.
 
 ``ApprovalLedger`` is the effects-side face of the store's approvals group
 (``RuntimeStore.approvals``): it turns a turn's execution context into the
@@ -11,8 +11,10 @@ re-exported here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from hostkit.errors import HostkitError
 from hostkit.store import (
     ApprovalAnswer,
     ApprovalDecision,
@@ -25,12 +27,20 @@ from hostkit.store import (
 from hostkit.types import PrincipalScope, TurnExecutionContext
 
 __all__ = [
+    "INLINE",
     "ApprovalAnswer",
     "ApprovalLedger",
     "ApprovalStatus",
+    "AskedCall",
     "ClaimedApproval",
+    "DurableAsk",
     "PendingApproval",
 ]
+
+
+# ``decided_by`` of an answer given to a prompt inside the asking turn (console, widget,
+# script): the provider, not a principal scope, answered it.
+INLINE = "inline-approver"
 
 
 class ApprovalLedger:
@@ -52,7 +62,7 @@ class ApprovalLedger:
         rule_key: str,
         secret_names: Sequence[str],
     ) -> PendingApproval:
-        """Keep an unanswered ``ask`` of ``context``'s turn under the id its prompt carried.
+        """Keep an ``ask`` of ``context``'s turn, before it is asked, under its prompt's id.
 
         ``secret_names`` are the Host secrets the call binds (a typed fact the
         answer reads; ``view`` is display only).
@@ -98,6 +108,17 @@ class ApprovalLedger:
             scope, approval_id, decision=decision, fingerprint=fingerprint
         )
 
+    async def answer_inline(
+        self, approval_id: str, context: TurnExecutionContext, decision: ApprovalDecision
+    ) -> ApprovalAnswer:
+        """Record the answer a provider gave inside the asking turn, unless another won."""
+        return await self._store.approvals.answer_inline(
+            approval_id, turn_id=context.turn_id, decision=decision, decided_by=INLINE
+        )
+
+    async def peek(self, approval_id: str) -> PendingApproval | None:
+        return await self._store.approvals.peek(approval_id)
+
     async def claim(
         self, approval_id: str, context: TurnExecutionContext
     ) -> ClaimedApproval | None:
@@ -111,3 +132,65 @@ class ApprovalLedger:
 
     async def supersede(self, session_id: str) -> int:
         return await self._store.approvals.supersede(session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class AskedCall:
+    """What the durable row of one ask keeps about the call being asked."""
+
+    effect: str
+    call_id: str
+    arguments: Mapping[str, Any]
+    view: Mapping[str, Any]
+    policy_fingerprint: str
+    rule_key: str
+
+
+class DurableAsk:
+    """The ``AskRecord`` of one ask: its row in the ledger, written before anyone is asked.
+
+    ``recorded`` turns True once the pending row is durable: from then on the
+    turn can pause on it whatever happens to the prompt.
+    """
+
+    def __init__(
+        self,
+        ledger: ApprovalLedger,
+        approval_id: str,
+        context: TurnExecutionContext,
+        call: AskedCall,
+        *,
+        secret_names: Sequence[str],
+    ) -> None:
+        self._ledger = ledger
+        self._approval_id = approval_id
+        self._context = context
+        self._call = call
+        self._secret_names = tuple(secret_names)
+        self.recorded = False
+
+    async def asked(self) -> None:
+        call = self._call
+        await self._ledger.record(
+            approval_id=self._approval_id,
+            context=self._context,
+            effect=call.effect,
+            call_id=call.call_id,
+            arguments=call.arguments,
+            view=call.view,
+            policy_fingerprint=call.policy_fingerprint,
+            rule_key=call.rule_key,
+            secret_names=self._secret_names,
+        )
+        self.recorded = True
+
+    async def answered(self, decision: ApprovalDecision) -> bool:
+        answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)
+        return answer.accepted
+
+    async def still_open(self) -> bool:
+        try:
+            row = await self._ledger.peek(self._approval_id)
+        except HostkitError:
+            return True  # a store hiccup is no reason to withdraw a person's prompt
+        return row is None or row.status == "pending"

@@ -24,7 +24,7 @@ from hostkit.effects._authored import (
 )
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._fingerprint import approval_fingerprint
-from hostkit.effects._pending import ApprovalLedger, ClaimedApproval
+from hostkit.effects._pending import ApprovalLedger, AskedCall, ClaimedApproval, DurableAsk
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._redaction import (
     MIN_SECRET_CHARS,
@@ -179,12 +179,15 @@ class EffectRuntime:
     imported, spawned, written or fetched before those checks pass.
     Cancellation of the caller propagates (the turn records it).
 
-    An ``ask`` nobody answers becomes a durable pending approval (with a
-    ``store``); ``execute_approved`` runs it once in a continuation turn.
-    With a ``store``, an invoked call's audit view (the tool's
-    ``ToolOutcome.audit`` plus the target its ``prepare`` check validated) is
-    redacted and written to the audit log as ``effect.<name>`` before the
-    result is returned (``InspectQueries.effect_audits`` reads it back).
+    With a ``store``, an ``ask`` is a durable pending approval from the moment
+    it is asked, before any provider sees it; an inline answer is recorded on
+    that row (once: an answer from another process wins). An ``ask`` not
+    answered inline pauses the turn on it; ``execute_approved`` runs it once
+    in a continuation turn. With a ``store``, an invoked call's audit view
+    (the tool's ``ToolOutcome.audit`` plus the target its ``prepare`` check
+    validated) is redacted and written to the audit log as ``effect.<name>``
+    before the result is returned (``InspectQueries.effect_audits`` reads it
+    back).
     """
 
     def __init__(
@@ -466,31 +469,36 @@ class EffectRuntime:
                 warning=warning,
             )
 
+        record = None
+        if self._ledger is not None:
+            asked = AskedCall(
+                entry.effect, call_id, checked.raw_arguments, view, fingerprint, key.rule_key
+            )
+            record = DurableAsk(
+                self._ledger, approval_id, context, asked, secret_names=checked.secret_names
+            )
         try:
             outcome = await self._approvals.resolve(
-                key, ask, self._approvals.provider, cacheable=not checked.secret_names
+                key,
+                ask,
+                self._approvals.provider,
+                cacheable=not checked.secret_names,
+                record=record,
             )
         except ApprovalClosed as exc:
-            return _refused(call_id, entry.effect, "denied", exc.message, checked.redactor)
+            if record is None or not record.recorded:
+                return _refused(call_id, entry.effect, "denied", exc.message, checked.redactor)
+            outcome = "unanswered"  # the Host closed while a person decided: still pending
         if outcome == "approved":
             return None
         if outcome == "denied":
             return _refused(call_id, entry.effect, "denied", "the approver denied this call")
-        if self._ledger is None:
+        if record is None:
             return _refused(
                 call_id, entry.effect, "denied", "nobody answered and no approval can be kept"
             )
-        await self._ledger.record(
-            approval_id=approval_id,
-            context=context,
-            effect=entry.effect,
-            call_id=call_id,
-            arguments=checked.raw_arguments,
-            view=view,
-            policy_fingerprint=fingerprint,
-            rule_key=key.rule_key,
-            secret_names=checked.secret_names,
-        )
+        # Unanswered here: the durable approval stays open (or was answered from another
+        # process, whose continuation runs the call); the turn pauses on it.
         paused = _refused(call_id, entry.effect, "denied", f"waiting for approval {approval_id}")
         return dataclasses.replace(paused, pending_approval=approval_id)
 

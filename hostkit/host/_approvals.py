@@ -13,7 +13,7 @@ from hostkit.effects import (
     ApprovalStatus,
     PendingApproval,
 )
-from hostkit.errors import ApprovalRefused, InvalidValue, ScopeError
+from hostkit.errors import ApprovalRefused, InvalidValue, ScopeError, TurnInProgress
 from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult
@@ -21,13 +21,17 @@ from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnRe
 __all__ = ["MAX_LIST", "HostApprovals"]
 
 MAX_LIST = 200
+# How many continuation turns one answer may start whose Host stopped before claiming it.
+MAX_CONTINUATIONS = 20
 _DECISIONS = ("approve_once", "approve_session", "deny")
 _REFUSALS: dict[str, tuple[str, str]] = {
+    "pending": ("pending", "it is not answered yet: approve or deny it"),
     "approved": ("answered", "it was already approved (resume runs its continuation)"),
     "denied": ("answered", "it was already denied (resume runs its continuation)"),
     "executed": ("answered", "it was already approved and run"),
     "stale": ("stale", "the agent's policy, revision or capabilities changed since it was asked"),
     "superseded": ("superseded", "a newer turn ran in the session; the paused call is void"),
+    "indeterminate": ("indeterminate", "its call may have run and is never run again"),
 }
 
 Fingerprint = Callable[[PendingApproval], Awaitable[str | None]]
@@ -91,25 +95,50 @@ class HostApprovals:
     ) -> TurnResult:
         """Answer once and run the continuation turn; returns that turn's result.
 
-        Raises ``ApprovalRefused`` for a second answer (``answered``), a changed
+        The same answer again, to an approval answered before whose
+        continuation never ran (the first ``answer`` was interrupted), runs
+        that continuation instead (see ``resume``). Raises ``ApprovalRefused``
+        for a different or repeated answer (``answered``), a changed
         policy/revision/capability or a conversation now bound elsewhere
-        (``stale``), or a session that moved on (``superseded``). Sessions not
-        owned by a conversation need ``principal``: the owner's own scope.
+        (``stale``), a session that moved on (``superseded``) or a call that
+        may have run (``indeterminate``). Sessions not owned by a conversation
+        need ``principal``: the owner's own scope.
         """
         if decision not in _DECISIONS:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
         approval = await self.get(by, approval_id)
         if approval.status != "pending":
-            raise _refused(approval_id, approval.status)
+            if not approval.awaiting_continuation:
+                raise _refused(approval)
+            if approval.decision != decision:
+                raise ApprovalRefused(
+                    approval_id,
+                    "answered",
+                    f"it was already answered {approval.decision}; a different answer is "
+                    "refused (resume runs the continuation of the recorded answer)",
+                )
+            # The same answer again, after one whose continuation never ran (its caller
+            # was interrupted): finish the job instead of refusing.
+            continuation = await self._continuation_principal(approval, principal)
+            self._remember(approval, decision)
+            return await self._continue(approval, continuation)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
+        if fingerprint == "":
+            # The effect (or the agent) is no longer offered: as for a changed fingerprint.
+            await self._ledger.mark_stale(approval_id)
+            raise ApprovalRefused(approval_id, "stale", "the agent no longer offers this effect")
         answered = await self._ledger.answer(
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
         if not answered.accepted:
-            raise _refused(approval_id, answered.approval.status)
+            raise _refused(answered.approval)
+        self._remember(answered.approval, decision)
+        return await self._continue(answered.approval, continuation)
+
+    def _remember(self, approval: PendingApproval, decision: ApprovalDecision) -> None:
         # A call that binds secrets is approved once, whatever was answered.
-        if decision == "approve_session" and not answered.approval.binds_secret:
+        if decision == "approve_session" and not approval.binds_secret:
             self.runtime.remember(
                 ApprovalKey(
                     principal_id=approval.principal_id,
@@ -119,35 +148,73 @@ class HostApprovals:
                     core_id=approval.core_id,
                 )
             )
-        return await self._continue(answered.approval, continuation)
 
     async def resume(
         self, approval_id: str, *, by: PrincipalScope, principal: PrincipalScope | None = None
     ) -> TurnResult:
-        """Run (or replay) the continuation of an answered approval.
+        """Finish an answered approval: run its continuation, or report the one that ran.
 
-        For when ``answer`` recorded the decision but its continuation turn
-        never ran (the caller was interrupted). The continuation's request id
-        is derived from the approval, so a turn that already ran is replayed,
-        not repeated, and the durable claim still runs the call at most once.
+        Answered and not yet claimed (the caller was interrupted, or the
+        continuation's Host stopped before claiming the call): a continuation
+        turn runs it, once — the durable claim makes a second run impossible.
+        Claimed: that continuation's recorded result is returned, nothing runs
+        again (``ApprovalRefused`` while it still runs). An approval that is
+        pending, void (``stale``, ``superseded``) or ``indeterminate`` (its
+        continuation stopped after claiming it: it may have run) is refused with
+        its reason.
         """
         approval = await self.get(by, approval_id)
-        if approval.status not in ("approved", "denied", "executed"):
-            raise _refused(approval_id, approval.status)
-        return await self._continue(
-            approval, await self._continuation_principal(approval, principal)
-        )
+        if approval.awaiting_continuation:
+            continuation = await self._continuation_principal(approval, principal)
+            return await self._continue(approval, continuation)
+        claimed_by = approval.continuation_turn_id
+        if approval.status in ("executed", "denied") and claimed_by is not None:
+            if claimed_by == approval.turn_id:
+                raise ApprovalRefused(
+                    approval_id, "answered", "it was answered inside its own turn, which ran it"
+                )
+            state = await self._store.turns.state(by, claimed_by)
+            if state.result is None:
+                raise ApprovalRefused(
+                    approval_id, "answered", f"its continuation turn {claimed_by} is still running"
+                )
+            return state.result
+        raise _refused(approval)
 
     async def _continue(self, approval: PendingApproval, principal: PrincipalScope) -> TurnResult:
-        return await self._turns.run(
-            TurnRequest(
-                input=f"approval {approval.approval_id}: {approval.decision}",
-                principal=principal,
-                request_id=f"continue:{approval.approval_id}",
-                core_id=approval.core_id,
-                continues=approval.approval_id,
+        """Run the continuation turn of an answered approval under a fresh request id.
+
+        The first attempt's request id is derived from the approval; a turn of
+        that id that ended without claiming the call (its Host stopped first)
+        does not strand the answer: the next attempt gets the next id.
+        """
+        approval_id = approval.approval_id
+        for attempt in range(1, MAX_CONTINUATIONS + 1):
+            request_id = f"continue:{approval_id}" + (f":{attempt}" if attempt > 1 else "")
+            existing = await self._store.turns.find(principal.principal_id, request_id)
+            if existing is None or existing.status == "running":
+                break
+        else:
+            raise ApprovalRefused(
+                approval_id, "answered", "too many of its continuation turns were interrupted"
             )
-        )
+        try:
+            return await self._turns.run(
+                TurnRequest(
+                    input=f"approval {approval_id}: {approval.decision}",
+                    principal=principal,
+                    request_id=request_id,
+                    core_id=approval.core_id,
+                    continues=approval_id,
+                )
+            )
+        except TurnInProgress:
+            raise ApprovalRefused(
+                approval_id,
+                "answered",
+                "its continuation turn is running (here or in another process); "
+                "resume again when it has ended",
+            ) from None
 
     async def revoke(self, scope: PrincipalScope, session_id: str) -> int:
         """Drop the session's cached "approve for session" answers (owner-checked).
@@ -193,6 +260,9 @@ class HostApprovals:
         return self._authority.verify(scope)
 
 
-def _refused(approval_id: str, status: str) -> ApprovalRefused:
+def _refused(approval: PendingApproval) -> ApprovalRefused:
+    status = approval.status
     reason, detail = _REFUSALS.get(status, ("answered", f"it is {status}"))
-    return ApprovalRefused(approval_id, reason, detail)
+    if approval.void_reason:
+        detail = f"{detail}: {approval.void_reason}"
+    return ApprovalRefused(approval.approval_id, reason, detail)

@@ -5,17 +5,30 @@ that turn's panel and awaits a future that the button callbacks resolve
 through ``loop.call_soon_threadsafe`` (comm handlers may run on another
 thread). The cell that started the turn has already returned, so the kernel
 is idle and delivers the click on every ipykernel version.
+
+A row whose question goes away — its Host closed, its approval answered
+elsewhere or no longer pending, no answer in time — disables its buttons and
+says why and where the approval can still be answered, instead of offering
+buttons that do nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable
 
 from hostkit.effects import ApprovalDecision, ApprovalRequest
 from hostkit.notebook._turn import ApprovalRow, TurnView
 
-__all__ = ["WidgetApprover"]
+__all__ = ["STOPPED", "WidgetApprover"]
+
+# Rows remembered after their prompt ended, so a late ``withdrawn`` can still explain them.
+_MAX_ROWS = 200
+STOPPED = (
+    "not answered here (the turn stopped or the Host closed): if the approval is still "
+    "pending, answer it with host.approvals or `hostkit approvals approve {id}`"
+)
 
 _SAID: dict[ApprovalDecision, str] = {
     "approve_once": "approved once",
@@ -34,6 +47,18 @@ class WidgetApprover:
     def __init__(self, view_for: Callable[[str], TurnView | None] | None = None) -> None:
         self._view_for = view_for or (lambda turn_id: None)
         self.orphans = TurnView.board("approvals for turns started outside chat")
+        self._rows: OrderedDict[str, ApprovalRow] = OrderedDict()
+        self._withdrawn: dict[str, str] = {}
+
+    def withdrawn(self, request: ApprovalRequest, reason: str) -> None:
+        """The runtime took the question back (Host closed, answered elsewhere, timed out):
+        the row disables its buttons and says why."""
+        self._withdrawn[request.approval_id] = reason
+        if len(self._withdrawn) > _MAX_ROWS:
+            self._withdrawn.pop(next(iter(self._withdrawn)))
+        row = self._rows.get(request.approval_id)
+        if row is not None:
+            row.close(reason)
 
     def bind(self, view_for: Callable[[str], TurnView | None]) -> None:
         self._view_for = view_for
@@ -60,14 +85,15 @@ class WidgetApprover:
             row.buttons, ("approve_once", "approve_session", "deny"), strict=True
         ):
             button.on_click(choose(decision))  # type: ignore[arg-type]
+        self._rows[request.approval_id] = row
+        if len(self._rows) > _MAX_ROWS:
+            self._rows.popitem(last=False)
         (await self._panel(request.turn_id)).add_row(row)
         try:
             decision = await answer
         except asyncio.CancelledError:
-            row.close(
-                "not answered here (no answer in time, or the Host closed): "
-                "if the turn waits (needs_user), answer it later"
-            )
+            reason = self._withdrawn.pop(request.approval_id, None)
+            row.close(reason or STOPPED.format(id=request.approval_id))
             raise
         row.close(_SAID[decision])
         return decision

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_APPROVAL_LIST",
     "MAX_ID_CHARS",
     "MAX_SECRET_NAMES",
+    "VOID_STATUSES",
     "ApprovalAnswer",
     "ApprovalDecision",
     "ApprovalStatus",
@@ -34,7 +35,11 @@ __all__ = [
     "encode_approval",
 ]
 
-ApprovalStatus = Literal["pending", "approved", "denied", "executed", "stale", "superseded"]
+ApprovalStatus = Literal[
+    "pending", "approved", "denied", "executed", "stale", "superseded", "indeterminate"
+]
+# The statuses of an approval that will never run: ``void_reason`` says why.
+VOID_STATUSES: tuple[ApprovalStatus, ...] = ("stale", "superseded", "indeterminate")
 ApprovalDecision = Literal["approve_once", "approve_session", "deny"]
 
 MAX_APPROVAL_LIST = 500
@@ -64,7 +69,9 @@ class PendingApproval:
 
     ``view`` is for display only. Decisions read the typed fields:
     ``secret_names`` (the Host secrets the call binds; such a call is approved
-    once, never cached for the session) and ``binds_secret``.
+    once, never cached for the session) and ``binds_secret``. ``void_reason``
+    says why a ``stale``, ``superseded`` or ``indeterminate`` approval will
+    never run.
     """
 
     approval_id: str
@@ -85,6 +92,7 @@ class PendingApproval:
     created_at: str
     decided_at: str | None
     secret_names: tuple[str, ...] = ()
+    void_reason: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "view", freeze(self.view))
@@ -94,6 +102,11 @@ class PendingApproval:
     def binds_secret(self) -> bool:
         """True when running the call binds at least one Host secret."""
         return bool(self.secret_names)
+
+    @property
+    def awaiting_continuation(self) -> bool:
+        """Answered, but no continuation turn has claimed it yet: ``resume`` runs it."""
+        return self.status in ("approved", "denied") and self.continuation_turn_id is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,9 @@ import sqlite3
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
-from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, bounded
 from hostkit.freeze import FrozenMap
+from hostkit.store._approval_rows import open_approval, void_open
 from hostkit.store._approval_values import (
     MAX_APPROVAL_LIST,
     ApprovalAnswer,
@@ -56,6 +57,9 @@ __all__ = [
 ]
 
 _STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
+MAX_REASON_CHARS = 300
+SUPERSEDED = "a newer turn ran in the session before this call ran"
+STALE = "the agent's policy, revision, capabilities or conversation binding changed"
 _DECISIONS: tuple[str, ...] = get_args(ApprovalDecision)
 
 
@@ -66,7 +70,8 @@ class ApprovalStore(ABC):
     this store issued (else ``ScopeError``) and apply its approver predicate in
     the statement that touches the row: an operator scope, or a scope of the
     principal the call would run as that owns the approval's session. The
-    others (``insert``, ``claim``, ``mark_stale``, ``supersede``) are the Host's
+    others (``insert``, ``answer_inline``, ``peek``, ``open_for_turn``,
+    ``claim``, ``void``, ``mark_stale``, ``supersede``) are the Host's
     own bookkeeping for a turn it runs and are keyed by that turn's session. Bad input raises
     ``InvalidValue`` (bounded message) and changes nothing.
     """
@@ -123,6 +128,34 @@ class ApprovalStore(ABC):
         """
 
     @abstractmethod
+    async def answer_inline(
+        self, approval_id: str, *, turn_id: str, decision: ApprovalDecision, decided_by: str
+    ) -> ApprovalAnswer:
+        """Record the answer a provider gave inside ``turn_id`` (the turn that asked), once.
+
+        One conditional UPDATE from ``pending``: an approved call is claimed by the
+        asking turn at once (``executed``, arguments dropped), a denial is closed
+        the same way. Not accepted when the approval was answered (another process
+        won), voided or is not ``turn_id``'s; the row as it is now is returned.
+        """
+
+    @abstractmethod
+    async def peek(self, approval_id: str) -> PendingApproval | None:
+        """The approval as stored (Host bookkeeping, no owner check), or None."""
+
+    @abstractmethod
+    async def open_for_turn(self, turn_id: str) -> PendingApproval | None:
+        """The approval ``turn_id`` paused on that can still run (pending, or answered
+        and not yet claimed), or None."""
+
+    @abstractmethod
+    async def void(self, approval_id: str, reason: str) -> bool:
+        """Make an approval that can still run ``superseded`` with ``reason`` (bounded).
+
+        True when it was open (pending, or answered and unclaimed).
+        """
+
+    @abstractmethod
     async def mark_stale(self, approval_id: str) -> bool:
         """Void an approval whose policy, revision or binding changed; drops its arguments.
 
@@ -141,7 +174,7 @@ class ApprovalStore(ABC):
 _COLUMNS = (
     "a.approval_id, a.session_id, a.turn_id, a.principal_id, a.core_id, a.core_revision, "
     "a.effect, a.call_id, a.view, a.policy_fingerprint, a.rule_key, a.status, a.decision, "
-    "a.decided_by, a.continuation_turn_id, a.created_at, a.decided_at"
+    "a.decided_by, a.continuation_turn_id, a.created_at, a.decided_at, a.void_reason"
 )
 
 
@@ -166,6 +199,7 @@ def _approval(row: sqlite3.Row) -> PendingApproval:
         created_at=row["created_at"],
         decided_at=row["decided_at"],
         secret_names=secret_names,
+        void_reason=row["void_reason"],
     )
 
 
@@ -386,6 +420,61 @@ class SqliteApprovalStore(ApprovalStore):
 
         return await self._db.write(claim)
 
+    async def answer_inline(
+        self, approval_id: str, *, turn_id: str, decision: ApprovalDecision, decided_by: str
+    ) -> ApprovalAnswer:
+        for name, value in (("id", approval_id), ("turn_id", turn_id), ("by", decided_by)):
+            check_id(name, value)
+        if decision not in _DECISIONS:
+            raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
+        status = "denied" if decision == "deny" else "executed"
+
+        def answer(raw: sqlite3.Connection) -> ApprovalAnswer | None:
+            cursor = raw.execute(
+                "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, decided_at = ?, "
+                "continuation_turn_id = turn_id, arguments = '{}' "
+                "WHERE approval_id = ? AND turn_id = ? AND status = 'pending'",
+                [status, decision, decided_by, now(raw), approval_id, turn_id],
+            )
+            found = raw.execute(
+                "SELECT 1 FROM approvals WHERE approval_id = ?", [approval_id]
+            ).fetchone()
+            if found is None:
+                return None
+            return ApprovalAnswer(_row(raw, approval_id), accepted=cursor.rowcount == 1)
+
+        answered = await self._db.write(answer)
+        if answered is None:
+            raise InvalidValue("no approval with this id is recorded")
+        return answered
+
+    async def peek(self, approval_id: str) -> PendingApproval | None:
+        check_id("id", approval_id)
+
+        def select(raw: sqlite3.Connection) -> PendingApproval | None:
+            row = _query(
+                raw, f"SELECT {_COLUMNS} FROM approvals a WHERE a.approval_id = ?", [approval_id]
+            ).fetchone()
+            return None if row is None else _approval(row)
+
+        return await self._db.read(select)
+
+    async def open_for_turn(self, turn_id: str) -> PendingApproval | None:
+        check_id("turn_id", turn_id)
+
+        def select(raw: sqlite3.Connection) -> PendingApproval | None:
+            found = open_approval(raw, turn_id)
+            return None if found is None else _row(raw, found.approval_id)
+
+        return await self._db.read(select)
+
+    async def void(self, approval_id: str, reason: str) -> bool:
+        check_id("id", approval_id)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidValue("say why the approval is void")
+        text = bounded(reason, MAX_REASON_CHARS)
+        return await self._db.write(lambda raw: void_open(raw, approval_id, text))
+
     async def mark_stale(self, approval_id: str) -> bool:
         check_id("id", approval_id)
         return await self._db.write(lambda raw: _stale(raw, approval_id))
@@ -410,11 +499,11 @@ class SqliteApprovalStore(ApprovalStore):
         def supersede(raw: sqlite3.Connection) -> int:
             # Answered but not yet run counts too: its result would land after newer messages.
             cursor = raw.execute(
-                "UPDATE approvals SET status = 'superseded', "
+                "UPDATE approvals SET status = 'superseded', void_reason = ?, "
                 "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
                 "WHERE session_id = ? AND (status = 'pending' OR "
                 "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL))",
-                [now(raw), session_id],
+                [SUPERSEDED, now(raw), session_id],
             )
             return cursor.rowcount
 
@@ -469,8 +558,9 @@ def _operator_reason(raw: sqlite3.Connection, scope: PrincipalScope) -> str | No
 
 def _stale(raw: sqlite3.Connection, approval_id: str) -> bool:
     cursor = raw.execute(
-        "UPDATE approvals SET status = 'stale', decided_at = COALESCE(decided_at, ?), "
-        "arguments = '{}' WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
-        [now(raw), approval_id],
+        "UPDATE approvals SET status = 'stale', void_reason = ?, "
+        "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
+        "WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
+        [STALE, now(raw), approval_id],
     )
     return cursor.rowcount == 1

@@ -231,6 +231,10 @@ _V3_TURNS = Migration(
 
 _APPROVAL_STATUSES = "('pending', 'approved', 'denied', 'executed', 'stale', 'superseded')"
 
+_APPROVAL_STATUSES_V10 = (
+    "('pending', 'approved', 'denied', 'executed', 'stale', 'superseded', 'indeterminate')"
+)
+
 _V4_APPROVALS = Migration(
     4,
     "durable pending approvals",
@@ -431,6 +435,56 @@ _V9_ATTACHMENTS = Migration(
     ),
 )
 
+_V10_APPROVAL_OUTCOMES = Migration(
+    10,
+    "approvals: an indeterminate status and the reason an approval became void",
+    (
+        # Rebuilt, because the status CHECK gains ``indeterminate`` (a claimed call whose
+        # continuation stopped before its result was recorded: it may have run, and is
+        # never run again). ``void_reason`` says why a stale, superseded or indeterminate
+        # approval will never run. An approval is recorded the moment it is asked, so
+        # recovery finds a turn's open approval by ``turn_id`` and a continuation's
+        # claimed one by ``continuation_turn_id``.
+        f"""CREATE TABLE approvals_v10 (
+            id INTEGER PRIMARY KEY,
+            approval_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL REFERENCES sessions(session_id),
+            turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+            principal_id TEXT NOT NULL,
+            core_id TEXT NOT NULL,
+            core_revision TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            view TEXT NOT NULL,
+            policy_fingerprint TEXT NOT NULL,
+            rule_key TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN {_APPROVAL_STATUSES_V10}),
+            decision TEXT,
+            decided_by TEXT,
+            continuation_turn_id TEXT,
+            created_at TEXT NOT NULL,
+            decided_at TEXT,
+            void_reason TEXT
+        )""",
+        """INSERT INTO approvals_v10 (id, approval_id, session_id, turn_id, principal_id,
+                core_id, core_revision, effect, call_id, arguments, view, policy_fingerprint,
+                rule_key, status, decision, decided_by, continuation_turn_id, created_at,
+                decided_at)
+            SELECT id, approval_id, session_id, turn_id, principal_id, core_id, core_revision,
+                effect, call_id, arguments, view, policy_fingerprint, rule_key, status,
+                decision, decided_by, continuation_turn_id, created_at, decided_at
+            FROM approvals""",
+        "DROP TABLE approvals",
+        "ALTER TABLE approvals_v10 RENAME TO approvals",
+        "CREATE INDEX approvals_session ON approvals(session_id, status)",
+        "CREATE INDEX approvals_open ON approvals(status, id) WHERE status = 'pending'",
+        "CREATE INDEX approvals_turn ON approvals(turn_id)",
+        "CREATE INDEX approvals_continuation ON approvals(continuation_turn_id) "
+        "WHERE continuation_turn_id IS NOT NULL",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -441,5 +495,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V7_TURN_TOKENS,
     _V8_TERMINAL_RUNS,
     _V9_ATTACHMENTS,
+    _V10_APPROVAL_OUTCOMES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -24,6 +24,14 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, LeaseLost
 from hostkit.freeze import thaw
+from hostkit.store._approval_rows import (
+    CANCELLED_WHILE_ASKED,
+    call_name,
+    mark_indeterminate,
+    open_approval,
+    unsettled_claims,
+    void_open,
+)
 from hostkit.store._context_rows import observe_step
 from hostkit.store._context_values import ObservedStep
 from hostkit.store._owned import now, owner_predicate
@@ -195,31 +203,78 @@ def _commit_terminal(
 
 
 def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> RecoveredTurn:
-    """End a running turn whose holder is gone: ``lost``, or ``cancelled`` if one was asked.
+    """End a running turn whose holder is gone: ``lost``, ``cancelled`` if one was asked, or
+    ``needs_user`` when it stopped while its approval was being decided.
 
     Nothing is replayed: its provider or effect step may or may not have
     happened, and the terminal record says so. The calls of its last step that
-    have no result get one (``answer_dangling_calls``). Frees its session lease.
+    have no result get one (``answer_dangling_calls``). An approval is durable
+    from the moment it is asked, so a turn that stopped while a person decided
+    still has it open: the turn pauses on it (``needs_user``), and whoever
+    answers it runs the call — unless a cancel was asked, which voids it. A
+    call this turn claimed from an approval and never recorded a result for
+    is ``indeterminate`` (``settle_claims``). Frees its session lease.
     """
-    answer_dangling_calls(conn, row["session_id"], row["turn_id"])
-    outcome: TurnOutcome = "cancelled" if row["cancel_requested_at"] else "lost"
+    turn_id, session_id = row["turn_id"], row["session_id"]
+    settle_claims(conn, turn_id)
+    paused = open_approval(conn, turn_id)
+    cancelled = row["cancel_requested_at"] is not None
+    outcome: TurnOutcome = "cancelled" if cancelled else "lost"
+    error, pending = _LOST_ERROR, None
+    if paused is not None and not cancelled:
+        outcome, pending = "needs_user", paused.approval_id
+        error = f"waiting for approval {paused.approval_id} (the Host stopped while it was asked)"
+        answer_dangling_calls(conn, session_id, turn_id, paused=paused.call_id)
+    else:
+        if paused is not None:
+            void_open(conn, paused.approval_id, CANCELLED_WHILE_ASKED)
+        answer_dangling_calls(conn, session_id, turn_id)
     result = TurnResult(
         request_id=row["request_id"],
-        turn_id=row["turn_id"],
-        session_id=row["session_id"],
+        turn_id=turn_id,
+        session_id=session_id,
         core_id=row["core_id"],
         core_revision=row["core_revision"],
         outcome=outcome,
         text="",
-        error=_LOST_ERROR,
-        durable_result_ref=row["turn_id"],
+        error=error,
+        durable_result_ref=turn_id,
         generation=row["generation"],
+        pending_approval=pending,
     )
     _commit_terminal(
         conn, result, event_seq=None, route=None, detail={"recovered": True, "reason": reason}
     )
-    _free(conn, row["session_id"], turn_id=row["turn_id"])
-    return RecoveredTurn(row["turn_id"], row["session_id"], outcome)
+    _free(conn, session_id, turn_id=turn_id)
+    return RecoveredTurn(turn_id, session_id, outcome)
+
+
+_UNKNOWN_APPROVED = (
+    "[indeterminate] this approved call may have run, but the turn running it stopped "
+    "before its result was recorded: its outcome is unknown"
+)
+_DENIED_NOT_RUN = "[denied] not run: the approver denied this call"
+
+
+def settle_claims(conn: sqlite3.Connection, turn_id: str) -> int:
+    """Settle the approved calls ``turn_id`` claimed and never recorded a result for.
+
+    Each may have run: its approval becomes ``indeterminate`` with a reason and
+    never runs again. A call paused by an earlier turn is answered by this
+    (continuation) turn in the transcript, so the next model reads that its
+    outcome is unknown (a claimed denial: that it never ran). Returns how many
+    approvals became ``indeterminate``.
+    """
+    settled = 0
+    for claim in unsettled_claims(conn, turn_id):
+        if claim.status == "executed" and mark_indeterminate(conn, claim.approval_id, turn_id):
+            settled += 1
+        if not claim.answered and claim.asked_in != turn_id:
+            text = _UNKNOWN_APPROVED if claim.status == "executed" else _DENIED_NOT_RUN
+            name = call_name(conn, claim.session_id, claim.asked_in, claim.call_id)
+            message = ModelMessage("tool", text, tool_call_id=claim.call_id, name=name)
+            insert_message(conn, claim.session_id, turn_id, message, at=now(conn))
+    return settled
 
 
 DANGLING_UNKNOWN = (
@@ -229,10 +284,14 @@ DANGLING_UNKNOWN = (
 DANGLING_NOT_RUN = "[cancelled] not run: the Host running the turn stopped before this call"
 
 
-def answer_dangling_calls(conn: sqlite3.Connection, session_id: str, turn_id: str) -> int:
+def answer_dangling_calls(
+    conn: sqlite3.Connection, session_id: str, turn_id: str, *, paused: str | None = None
+) -> int:
     """Give each call of the turn's last model step that has no result a tool message of
     its own, so the next turn's model reads what is known: calls run one at a time, so
-    the first unanswered one may have run (indeterminate) and the rest did not."""
+    the first unanswered one may have run (indeterminate) and the rest did not. The call
+    the turn ``paused`` on for an approval is left for its continuation to answer, and
+    nothing after it ran."""
     last = one_row(
         conn,
         "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'assistant' "
@@ -250,9 +309,11 @@ def answer_dangling_calls(conn: sqlite3.Connection, session_id: str, turn_id: st
         )
     }
     dangling = [call for call in calls if call.get("call_id") not in answered]
+    if paused is not None:
+        dangling = [call for call in dangling if call.get("call_id") != paused]
     at = now(conn)
     for index, call in enumerate(dangling):
-        text = DANGLING_UNKNOWN if index == 0 else DANGLING_NOT_RUN
+        text = DANGLING_UNKNOWN if index == 0 and paused is None else DANGLING_NOT_RUN
         message = ModelMessage(
             "tool", text, tool_call_id=str(call["call_id"]), name=str(call.get("name") or "")
         )
@@ -390,9 +451,22 @@ def finish(
         insert_event(conn, lease.turn_id, final.event_seq, final.event, final.detail, at=at)
     if observed is not None:
         observe_step(conn, observed)
+    settle_claims(conn, lease.turn_id)
+    if result.outcome != "needs_user":
+        # A turn that ends any other way while its approval is asked voids it: nobody
+        # is waiting for that call any more (an explicit cancel, a deadline).
+        paused = open_approval(conn, lease.turn_id)
+        if paused is not None:
+            void_open(conn, paused.approval_id, _void_reason(result.outcome))
     committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed
+
+
+def _void_reason(outcome: str) -> str:
+    if outcome == "cancelled":
+        return CANCELLED_WHILE_ASKED
+    return f"the turn ended {outcome} while its approval was asked: the call never ran"
 
 
 def abandon(conn: sqlite3.Connection, lease: SessionLease) -> RecoveredTurn:

@@ -263,9 +263,14 @@ class TurnExecution:
             )
             return await self._finish(request, context, active, outcome, error)
         except anyio.get_cancelled_exc_class():
-            outcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
             with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
-                await self._finish(request, context, active, outcome, "the caller was cancelled")
+                outcome, error = "cancelled", "the caller was cancelled"
+                paused = await self._paused_on(context, active)
+                if paused is not None:
+                    outcome, error = "needs_user", paused
+                elif _maybe_ran(core, context, active):
+                    outcome = "indeterminate"
+                await self._finish(request, context, active, outcome, error)
             raise
         except TurnInfrastructureError:
             raise
@@ -317,10 +322,39 @@ class TurnExecution:
             except InvalidValue as exc:
                 outcome, error = "failed", exc.message
         if active.scope.cancelled_caught:
+            paused = await self._paused_on(context, active)
+            if paused is not None:
+                return "needs_user", paused
             # An effect running, or returned but not yet recorded, may have happened.
             outcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
             error = active.cancel_reason
         return outcome, error
+
+    async def _paused_on(self, context: TurnExecutionContext, active: ActiveTurn) -> str | None:
+        """The turn stopped while a person decided on its durable approval: pause on it.
+
+        Shutdown, a crash-free kernel stop or the caller's cancellation (Ctrl-C)
+        leave the approval pending and answerable elsewhere, so the turn ends
+        ``needs_user`` (its error names the approval) rather than ``cancelled``.
+        An explicit ``cancel()`` is a person asking to stop: the turn is
+        ``cancelled`` and its terminal write voids the approval.
+        """
+        explicit = active.scope.cancel_called and active.cancel_reason == ON_REQUEST
+        if active.in_flight != "effect" or explicit:
+            return None
+        paused = await self._store.approvals.open_for_turn(context.turn_id)
+        if paused is None:
+            return None
+        active.pending_approval = paused.approval_id
+        active.in_flight = None
+        # The paused call is answered by its continuation; any after it never ran.
+        active.unanswered = [c for c in active.unanswered if c.call_id != paused.call_id]
+        self._emit(
+            context,
+            "approval.pending",
+            {"approval_id": paused.approval_id, "effect": paused.effect},
+        )
+        return f"waiting for approval {paused.approval_id}"
 
     async def _steps(
         self,
@@ -414,6 +448,7 @@ class TurnExecution:
                         await self._record_effect(context, active, skipped, None, _NOT_RUN)
                     active.in_flight = None
                     active.pending_approval = outcome.pending_approval
+                    active.unanswered = [c for c in active.unanswered if c.call_id != call.call_id]
                     self._emit(
                         context,
                         "approval.pending",
@@ -630,7 +665,7 @@ class TurnExecution:
         outcome: TurnOutcome,
         error: str | None,
     ) -> TurnResult:
-        if outcome in ("cancelled", "indeterminate", "failed") and active.unanswered:
+        if outcome in ("cancelled", "indeterminate", "failed", "needs_user") and active.unanswered:
             with contextlib.suppress(HostkitError):
                 await self._answer_the_rest(context, active)
         result = TurnResult(

@@ -24,7 +24,8 @@ import pytest
 from rich.console import Console
 
 from hostkit.cli._approver import ConsoleApprover
-from hostkit.effects import ApprovalKey, ApprovalRequest
+from hostkit.effects import ApprovalKey, ApprovalLedger, ApprovalRequest
+from hostkit.host import Host
 from tests.wire import Reply, WireServer, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
 
@@ -157,7 +158,7 @@ async def test_a_timed_out_prompt_never_lets_a_late_answer_approve_the_next(
     with anyio.move_on_after(0.2) as timed_out:
         await console_approver.decide(WRITE)
     assert timed_out.cancelled_caught
-    assert "no answer in time" in shown.getvalue()
+    assert f"the turn waits for approval {WRITE.approval_id}" in shown.getvalue()
     # The answer arrives after its prompt is gone; it must not answer the next one.
     writer.write("o\n")
     writer.flush()
@@ -417,3 +418,39 @@ async def test_clause_who_may_answer_the_cli_answers_as_an_operator_with_its_aud
     assert code == 0, err
     rows = await anyio.to_thread.run_sync(answered_audit, project / "state" / "hostkit.db")
     assert rows == [(f"approval:{approval_id}", "operator:cli", "operator", "change 88: reviewed")]
+
+
+async def test_clause_never_stranded_an_interrupted_answer_is_listed_and_resumed_once(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call(content="hello"), answer("Wrote out.md."))
+    approval_id, _ = await paused(project)
+    # `approve` interrupted half-way: its answer is durable, its continuation never ran.
+    async with Host.open(project / "hostkit.toml") as host:
+        operator = await host.operator("ops", reason="answer, then get interrupted")
+        await ApprovalLedger(host.store).answer(
+            operator, approval_id, decision="approve_once", fingerprint=None
+        )
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    listed = " ".join(out.split())
+    assert approval_id in listed
+    assert "approved" in listed
+    assert "resume" in listed
+    code, out, err = await hostkit(
+        "approvals", "resume", approval_id, "--reason", "finish it", cwd=project
+    )
+    assert code == 0, err
+    assert "Wrote out.md." in out
+    assert await anyio.Path(project / "workspace" / "out.md").read_text() == "hello"
+    # Again: the continuation that ran is reported, nothing runs a second time.
+    await anyio.Path(project / "workspace" / "out.md").write_text("edited since")
+    code, out, err = await hostkit(
+        "approvals", "resume", approval_id, "--reason", "again", cwd=project
+    )
+    assert code == 0, err
+    assert "outcome: completed" in err
+    assert await anyio.Path(project / "workspace" / "out.md").read_text() == "edited since"
+    assert len(wire.requests) == 2
+    code, out, err = await hostkit("approvals", "list", "--all", "--reason", "r", cwd=project)
+    assert "executed" in out

@@ -26,7 +26,7 @@ from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
-from hostkit.types import ConversationFacts, FreshSession, ModelRequest
+from hostkit.types import ConversationFacts, FreshSession, ModelRequest, TurnResult
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -275,6 +275,30 @@ async def test_a_stale_policy_fingerprint_is_refused_and_nothing_runs(tmp_path: 
     assert stamps.lines() == []
 
 
+async def test_an_approval_whose_agent_is_no_longer_offered_is_stale(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+    assert paused.pending_approval
+    without = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"other": {"provider": "test", "memory": False, "policy": ASK}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(without, capabilities=capabilities(model, tools=[stamps.tool])) as host:
+        operator = await host.operator("ops", reason="answer approvals")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert refused.value.reason == "stale"
+        row = await host.approvals.get(operator, paused.pending_approval)
+        assert row.status == "stale"
+    assert stamps.lines() == []
+
+
 async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
     stamps = Stamps(tmp_path / "stamps.txt")
     model = ScriptedModel([stamp_call(), Reply("moved on")])
@@ -398,7 +422,9 @@ async def test_an_unanswered_prompt_times_out_into_needs_user(tmp_path: Path) ->
     assert stamps.lines() == []
 
 
-async def test_host_shutdown_rejects_a_pending_prompt_and_nothing_runs(tmp_path: Path) -> None:
+async def test_host_shutdown_leaves_the_prompted_approval_pending_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
     stamps = Stamps(tmp_path / "stamps.txt")
     model = ScriptedModel([stamp_call(), Reply("done")])
     gate = anyio.Event()  # never set: only shutdown can end the prompt
@@ -408,10 +434,10 @@ async def test_host_shutdown_rejects_a_pending_prompt_and_nothing_runs(tmp_path:
         capabilities=capabilities(model, tools=[stamps.tool]),
         approver=approver,
     )
-    outcomes: list[str] = []
+    results: list[TurnResult] = []
 
     async def run() -> None:
-        outcomes.append((await host.turns.run(request("stamp it"))).outcome)
+        results.append(await host.turns.run(request("stamp it")))
 
     async with anyio.create_task_group() as group:
         group.start_soon(run)
@@ -419,9 +445,19 @@ async def test_host_shutdown_rejects_a_pending_prompt_and_nothing_runs(tmp_path:
             await approver.asked.wait()
         await host.aclose()
     assert stamps.lines() == []
-    # The prompt was withdrawn (the effect was refused), and the turn was ended by shutdown.
-    assert outcomes == ["cancelled"]
     assert not gate.is_set()
+    # The prompt was withdrawn, but the approval it showed is durable and still pending:
+    # the turn waits for it (needs_user), and another Host can answer it and run the call.
+    (paused,) = results
+    assert paused.outcome == "needs_user"
+    assert paused.pending_approval == approver.seen[0].approval_id
+    async with approval_host(tmp_path, model, stamps) as again:
+        operator = await again.operator("ops", reason="answer approvals")
+        (pending,) = await again.approvals.list(operator)
+        assert pending.approval_id == paused.pending_approval
+        finished = await again.approvals.answer(pending.approval_id, "approve_once", by=operator)
+    assert finished.outcome == "completed"
+    assert stamps.lines() == ["one"]
 
 
 def test_the_cache_key_carries_the_contracts_fields() -> None:
@@ -448,8 +484,11 @@ async def test_an_answer_whose_continuation_never_ran_can_be_resumed_once(
         await ledger.answer(
             operator, paused.pending_approval, decision="approve_once", fingerprint=None
         )
-        with pytest.raises(ApprovalRefused, match="resume"):
-            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        # A different answer is refused and names the way out; nothing runs.
+        with pytest.raises(ApprovalRefused, match="resume") as different:
+            await host.approvals.answer(paused.pending_approval, "deny", by=operator)
+        assert different.value.reason == "answered"
+        assert stamps.lines() == []
         first = await host.approvals.resume(paused.pending_approval, by=operator)
         again = await host.approvals.resume(paused.pending_approval, by=operator)
     assert first.outcome == "completed"

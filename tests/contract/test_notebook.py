@@ -165,7 +165,9 @@ async def test_an_unanswered_click_becomes_a_durable_approval_answered_later(
         assert result.outcome == "needs_user"
         assert result.pending_approval
         assert view.rows[0].answered
-        assert "answer it later" in view.text()
+        # The row says why it has no buttons left and where the approval is answered now.
+        assert "no answer in time" in view.text()
+        assert f"hostkit approvals approve {result.pending_approval}" in view.text()
         operator = await nb.host.operator("notebook", reason="answer a pending approval")
         later = await nb.host.approvals.answer(result.pending_approval, "approve_once", by=operator)
         assert later.outcome == "completed"

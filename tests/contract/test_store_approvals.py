@@ -598,7 +598,19 @@ async def test_a_corrupt_view_record_is_a_store_error_not_a_crash(tmp_path: Path
 def test_the_interface_is_abstract_and_complete() -> None:
     from hostkit.store import ApprovalStore
 
-    expected = {"insert", "get", "list", "answer", "claim", "mark_stale", "supersede"}
+    expected = {
+        "insert",
+        "get",
+        "list",
+        "answer",
+        "answer_inline",
+        "peek",
+        "open_for_turn",
+        "claim",
+        "void",
+        "mark_stale",
+        "supersede",
+    }
     assert ApprovalStore.__abstractmethods__ == expected
     for name in expected:
         assert getattr(ApprovalStore, name).__doc__

@@ -18,6 +18,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from hostkit.host import Host, load_config
+from hostkit.testing import Reply, ScriptedModel, capabilities
 from tests.kernel.frontend import (
     REQUIRE_OLDEST,
     Frontend,
@@ -153,5 +155,32 @@ async def test_a_click_sent_over_the_wire_resumes_the_turn(
     assert handled < float("inf"), "the Approve button was never disabled: no click handled"
     assert "approval files.write: approved once" in panel
     assert panel.count("• files.write: succeeded") == 1
+    assert (workspace / "workspace" / "approved.md").read_text() == CONTENT
+    assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1
+
+
+async def test_clause_durable_when_asked_a_kernel_restart_leaves_the_approval_pending(
+    kernel: KernelChoice, workspace: Path
+) -> None:
+    """The kernel dies (killed, as a restart does) while the Approve button waits: the
+    approval is pending and answerable from another process, its turn ``needs_user``."""
+    async with running_kernel(kernel, cwd=workspace) as frontend:
+        await start_turn_and_find_the_button(frontend)
+    assert not (workspace / "workspace" / "approved.md").exists()
+
+    config = await anyio.to_thread.run_sync(load_config, workspace / "hostkit.toml")
+    model = ScriptedModel([Reply("wrote approved.md")])
+    caps = capabilities(model, config=config)
+    async with Host.open(config, capabilities=caps) as host:
+        operator = await host.operator("ops", reason="answer after a kernel restart")
+        (pending,) = await host.approvals.list(operator)
+        statuses = await host.store.read(
+            lambda c: c.execute(
+                "SELECT status FROM turns WHERE turn_id = ?", [pending.turn_id]
+            ).fetchall()
+        )
+        assert statuses == [("needs_user",)]
+        result = await host.approvals.answer(pending.approval_id, "approve_once", by=operator)
+    assert result.outcome == "completed"
     assert (workspace / "workspace" / "approved.md").read_text() == CONTENT
     assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1

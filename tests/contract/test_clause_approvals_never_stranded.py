@@ -1,0 +1,109 @@
+"""Clause: an answered approval is never stranded — not even when a continuation turn of its
+request id had already started and ended before claiming the call.
+(Crashes of real processes: tests/faults/test_clause_approvals_never_stranded.py.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import ApprovalRefused
+from hostkit.testing import Reply, ScriptedModel
+from hostkit.types import ConversationFacts, TurnResult
+from tests.contract.test_effects_approval_flow import Stamps, approval_host, stamp_call
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_continuation_that_ended_before_its_claim_does_not_strand_the_answer(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("stamped at last")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+        # A continuation turn of the approval's own request id starts before the answer is
+        # durable (a racing answer, a crash between the two): it finds nothing to claim.
+        early = await host.turns.run(
+            request("early", request_id=f"continue:{approval_id}", continues=approval_id)
+        )
+        assert early.outcome == "failed"
+        assert stamps.lines() == []
+        operator = await host.operator("ops", reason="answer approvals")
+        finished = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert finished.outcome == "completed"
+        assert finished.turn_id != early.turn_id
+        assert finished.request_id == f"continue:{approval_id}:2"
+        assert (await host.approvals.resume(approval_id, by=operator)).turn_id == finished.turn_id
+        with pytest.raises(ApprovalRefused) as again:
+            await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert again.value.reason == "answered"
+    assert stamps.lines() == ["one"]
+
+
+async def test_resume_of_an_unanswered_approval_is_refused_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("never")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        assert paused.pending_approval is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.resume(paused.pending_approval, by=operator)
+        assert refused.value.reason == "pending"
+    assert stamps.lines() == []
+
+
+async def test_a_continuation_cancelled_mid_effect_leaves_the_approval_indeterminate(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+
+    @tool("files.stamp")
+    async def stamp(ctx: ToolContext, label: str, api_key: str = "") -> str:
+        """Append a stamp line, then hang (the effect is running when it is cancelled)."""
+        async with await anyio.open_file(stamps.path, "a") as out:
+            await out.write(label + "\n")
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    stamps.tool = stamp
+    model = ScriptedModel([stamp_call(), Reply("never")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        results: list[TurnResult] = []
+
+        async def answer() -> None:
+            results.append(await host.approvals.answer(approval_id, "approve_once", by=operator))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(answer)
+            with anyio.fail_after(10):
+                while not stamps.lines():  # noqa: ASYNC110 (the tool writes a file)
+                    await anyio.sleep(0.02)
+            claimed = await host.approvals.get(operator, approval_id)
+            assert claimed.continuation_turn_id is not None
+            scope = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
+            await host.turns.cancel(claimed.continuation_turn_id, scope)
+        (ended,) = results
+        assert ended.outcome == "indeterminate"
+        void = await host.approvals.get(operator, approval_id)
+        assert void.status == "indeterminate"
+        assert void.void_reason is not None
+        assert "may have run" in void.void_reason
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.resume(approval_id, by=operator)
+        assert refused.value.reason == "indeterminate"
+    assert stamps.lines() == ["one"]

@@ -1,0 +1,122 @@
+"""A Host process for the approval crash tests (run as a script, not collected).
+
+``python approval_worker.py '<json>'`` opens a Host on ``root``'s SQLite file
+and stops (forever) at one chosen point, writing ``marker`` when it is there,
+so the test can kill it exactly there. ``mode``:
+
+- ``ask``: run a turn whose ``files.stamp`` call is asked of an approver that
+  never answers (a person still deciding);
+- ``record-answer``: record an answer to approval ``approval_id`` the way
+  ``host.approvals.answer`` does first, then stop before any continuation;
+- ``continue``: answer ``approval_id`` through ``host.approvals.answer``; the
+  continuation's tool stops ``before`` or ``after`` it appends its line
+  (option ``tool``).
+
+The test imports ``host_config`` and ``stamp_tool`` so both sides have the
+same agent revision and tool (the same approval fingerprint).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostkit.effects import (
+    ApprovalDecision,
+    ApprovalLedger,
+    ApprovalRequest,
+    AuthoredTool,
+    ToolContext,
+    tool,
+)
+from hostkit.host import Host, HostConfig, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ConversationFacts, TurnRequest
+
+ASK = {"allow": ["*"], "ask": ["files.stamp"]}
+
+
+def host_config(root: Path) -> HostConfig:
+    return parse_config(
+        {
+            "host": {
+                "database": str(root / "hostkit.db"),
+                "workspace": str(root),
+                "approval_timeout_s": 600.0,
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "test", "memory": False, "policy": ASK}},
+        },
+        base_dir=root,
+    )
+
+
+def stamp_tool(root: Path, stop: str | None = None, marker: Path | None = None) -> AuthoredTool:
+    """``files.stamp``: appends its label to ``root/stamps.txt``; ``stop`` holds it forever
+    ``before`` or ``after`` the append (after writing ``marker``)."""
+    stamps = root / "stamps.txt"
+
+    @tool("files.stamp")
+    async def stamp(ctx: ToolContext, label: str) -> str:
+        """Append a stamp line."""
+        if stop == "before" and marker is not None:
+            await anyio.Path(marker).write_text("inside the tool, before the append")
+            await anyio.sleep_forever()
+        async with await anyio.open_file(stamps, "a") as out:
+            await out.write(label + "\n")
+        if stop == "after" and marker is not None:
+            await anyio.Path(marker).write_text("inside the tool, after the append")
+            await anyio.sleep_forever()
+        return f"stamped {label}"
+
+    return stamp
+
+
+def stamp_request(text: str = "stamp it") -> TurnRequest:
+    return TurnRequest(
+        input=text,
+        principal=ConversationFacts(channel="test", conversation_key="c1", principal_key="alice"),
+        request_id=f"req-{text.replace(' ', '-')}",
+    )
+
+
+class Deciding:
+    """A person who sees the prompt and has not decided yet; says so in ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        await anyio.Path(self.marker).write_text(request.approval_id)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def main(options: dict[str, Any]) -> None:
+    root, marker = Path(options["root"]), Path(options["marker"])
+    mode = options["mode"]
+    model = ScriptedModel([CallTools(("files_stamp", {"label": "one"})), Reply("stamped")])
+    tools = [stamp_tool(root, options.get("tool"), marker)]
+    approver = Deciding(marker) if mode == "ask" else None
+    async with Host.open(
+        host_config(root), capabilities=capabilities(model, tools=tools), approver=approver
+    ) as host:
+        if mode == "ask":
+            await host.turns.run(stamp_request())
+            return
+        operator = await host.operator("ops", reason="answer an approval")
+        approval_id = options["approval_id"]
+        if mode == "record-answer":
+            ledger = ApprovalLedger(host.store)
+            await ledger.answer(operator, approval_id, decision="approve_once", fingerprint=None)
+            await anyio.Path(marker).write_text("answer recorded, continuation not started")
+            await anyio.sleep_forever()
+        await host.approvals.answer(approval_id, "approve_once", by=operator)
+
+
+if __name__ == "__main__":
+    anyio.run(main, json.loads(sys.argv[1]))

@@ -1,0 +1,125 @@
+"""Clause: an answered approval is never stranded — a real Host process killed (SIGKILL) after
+the answer is durable runs the call exactly once in the process that finishes the job, and one
+killed after its continuation claimed the call leaves it ``indeterminate`` with a reason, never
+run a second time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.errors import ApprovalRefused
+from hostkit.host import Host
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.faults.approval_worker import host_config, stamp_request, stamp_tool
+from tests.hosts import turn_rows
+from tests.support import sigkill_when
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+WORKER = Path(__file__).with_name("approval_worker.py")
+
+
+def worker(root: Path, marker: Path, mode: str, approval_id: str, **more: str) -> list[str]:
+    options = {
+        "root": str(root),
+        "marker": str(marker),
+        "mode": mode,
+        "approval_id": approval_id,
+        **more,
+    }
+    return [sys.executable, str(WORKER), json.dumps(options)]
+
+
+def stamps(root: Path) -> list[str]:
+    path = root / "stamps.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def paused_turn(root: Path) -> str:
+    """A turn paused on its approval (nobody to ask); returns the approval id."""
+    model = ScriptedModel([CallTools(("files_stamp", {"label": "one"})), Reply("unused")])
+    caps = capabilities(model, tools=[stamp_tool(root)])
+    async with Host.open(host_config(root), capabilities=caps) as host:
+        paused = await host.turns.run(stamp_request())
+    assert paused.outcome == "needs_user"
+    assert paused.pending_approval
+    return paused.pending_approval
+
+
+def finisher(root: Path, model: ScriptedModel) -> Host:
+    return Host.open(host_config(root), capabilities=capabilities(model, tools=[stamp_tool(root)]))
+
+
+async def test_an_answer_whose_process_died_before_the_claim_runs_once_when_approved_again(
+    tmp_path: Path,
+) -> None:
+    approval_id = await paused_turn(tmp_path)
+    marker = anyio.Path(tmp_path / "answered")
+    argv = worker(tmp_path, Path(marker), "record-answer", approval_id)
+    await sigkill_when(argv, marker.exists, what="the answer was recorded")
+
+    model = ScriptedModel([Reply("stamped at last")])
+    async with finisher(tmp_path, model) as host:
+        operator = await host.operator("ops", reason="finish an interrupted approval")
+        (open_one,) = await host.approvals.list(operator, status=None)
+        assert (open_one.status, open_one.awaiting_continuation) == ("approved", True)
+        # A different answer is refused, and names the way out; nothing runs.
+        with pytest.raises(ApprovalRefused, match="resume"):
+            await host.approvals.answer(approval_id, "deny", by=operator)
+        assert stamps(tmp_path) == []
+        # The same answer again finishes the interrupted one: the call runs once.
+        finished = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert (finished.outcome, finished.text) == ("completed", "stamped at last")
+        # Resuming again reports the continuation that ran; nothing runs twice.
+        again = await host.approvals.resume(approval_id, by=operator)
+        assert again.turn_id == finished.turn_id
+        done = await host.approvals.get(operator, approval_id)
+        assert (done.status, done.continuation_turn_id) == ("executed", finished.turn_id)
+    assert stamps(tmp_path) == ["one"]
+
+
+@pytest.mark.parametrize("stop", ["before", "after"])
+async def test_a_continuation_killed_after_its_claim_is_indeterminate_and_never_reruns(
+    tmp_path: Path, stop: str
+) -> None:
+    approval_id = await paused_turn(tmp_path)
+    marker = anyio.Path(tmp_path / "claimed")
+    argv = worker(tmp_path, Path(marker), "continue", approval_id, tool=stop)
+    await sigkill_when(argv, marker.exists, what="the continuation ran the tool")
+    ran = ["one"] if stop == "after" else []
+    assert stamps(tmp_path) == ran
+
+    model = ScriptedModel([Reply("never asked")])
+    async with finisher(tmp_path, model) as host:
+        operator = await host.operator("ops", reason="finish an interrupted approval")
+        void = await host.approvals.get(operator, approval_id)
+        assert void.status == "indeterminate"
+        assert void.continuation_turn_id is not None
+        assert void.void_reason is not None
+        assert "may have run" in void.void_reason
+        # The continuation turn was recovered, and its transcript answers the paused call.
+        statuses = dict(await turn_rows(host))
+        assert statuses[void.continuation_turn_id] == "lost"
+        (answer,) = await host.store.read(
+            lambda c: c.execute(
+                "SELECT content FROM messages WHERE turn_id = ? AND role = 'tool'",
+                [void.continuation_turn_id],
+            ).fetchall()
+        )
+        assert json.loads(answer[0])["tool_call_id"] == void.call_id
+        assert "[indeterminate]" in json.loads(answer[0])["text"]
+        for attempt in (
+            host.approvals.resume(approval_id, by=operator),
+            host.approvals.answer(approval_id, "approve_once", by=operator),
+        ):
+            with pytest.raises(ApprovalRefused) as refused:
+                await attempt
+            assert refused.value.reason == "indeterminate"
+            assert "may have run" in str(refused.value)
+        assert model.requests == []
+    assert stamps(tmp_path) == ran
