@@ -2,10 +2,12 @@
 
 A summary line over four tabs, each drawn from the same view-models and
 widgets as the separate inspectors: a ``SessionBrowser`` whose rows open
-their panels, the turns this kernel is running, an ``ApprovalsPanel`` of the
-pending approvals (answered through the Host, as everywhere), and the
-``BudgetInspector`` of the notebook's own session. It is a snapshot: call
-``nb.dashboard()`` again for a fresh one.
+their panels, the turns this kernel is running, the pending approvals, and
+the ``BudgetInspector`` of the notebook's own session. Pending approvals are
+of two kinds: rows waiting for a click in this kernel's panels (shown again
+here, the same widgets, so a click here answers them too) and approvals
+stored as pending (an ``ApprovalsPanel``, answered through the Host). It is a
+snapshot: call ``nb.dashboard()`` again for a fresh one.
 """
 
 from __future__ import annotations
@@ -53,16 +55,18 @@ class Dashboard(widgets.VBox):
         database: str,
         sessions: SessionBrowser,
         running: Sequence[RunningTurn],
+        waiting: Sequence[widgets.Widget],
         approvals: ApprovalsPanel,
         budget: BudgetInspector | None,
     ) -> None:
         self.sessions, self.approvals, self.budget = sessions, approvals, budget
-        self.running = tuple(running)
+        self.running, self.waiting = tuple(running), tuple(waiting)
         cost = "-" if budget is None else cost_text(budget.model.totals.cost_usd)
+        stored = len(approvals.model.approvals)
         self.summary = (
             f"{len(sessions.model.sessions)}{'+' if sessions.model.truncated else ''} sessions, "
-            f"{len(self.running)} running turns, "
-            f"{len(approvals.model.approvals)} pending approvals, this session's cost {cost}"
+            f"{len(self.running)} running turns, {len(self.waiting) + stored} pending approvals "
+            f"({len(self.waiting)} waiting for a click here), this session's cost {cost}"
         )
         header = widgets.HTML(
             panel_html(
@@ -70,8 +74,16 @@ class Dashboard(widgets.VBox):
             )
         )
         no_budget = widgets.HTML(panel_html("<i>this notebook has no session yet</i>"))
+        pending = widgets.VBox(
+            [
+                widgets.HTML(panel_html(title_html(f"waiting for a click ({len(self.waiting)})"))),
+                *self.waiting,
+                widgets.HTML(panel_html(title_html(f"stored as pending ({stored})"))),
+                approvals,
+            ]
+        )
         self.tabs = widgets.Tab(
-            [sessions, widgets.HTML(running_html(self.running)), approvals, budget or no_budget],
+            [sessions, widgets.HTML(running_html(self.running)), pending, budget or no_budget],
             titles=self.TITLES,
         )
         super().__init__([header, self.tabs])
@@ -83,7 +95,8 @@ class Dashboard(widgets.VBox):
         scope: PrincipalScope,
         *,
         session_id: str | None,
-        running: Sequence[RunningTurn],
+        running: Sequence[RunningTurn] = (),
+        waiting: Sequence[widgets.Widget] = (),
     ) -> Dashboard:
         """Read everything ``scope`` may see; the budget is of ``session_id`` (the notebook's)."""
         budget = None
@@ -93,6 +106,7 @@ class Dashboard(widgets.VBox):
             database=str(host.config.database_path),
             sessions=await SessionBrowser.load(host, scope),
             running=running,
+            waiting=waiting,
             approvals=await ApprovalsPanel.load(host, scope),
             budget=budget,
         )
@@ -103,7 +117,7 @@ class Dashboard(widgets.VBox):
         bodies = (
             self.sessions.text(),
             running_text(self.running),
-            self.approvals.text(),
+            f"{len(self.waiting)} waiting for a click here\n{self.approvals.text()}",
             self.budget.text() if self.budget is not None else "no session yet",
         )
         for title, body in zip(self.TITLES, bodies, strict=True):

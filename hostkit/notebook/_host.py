@@ -26,7 +26,7 @@ from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
-from hostkit.notebook._turn import TurnView
+from hostkit.notebook._turn import ApprovalRow, TurnView
 from hostkit.types import (
     ConversationFacts,
     FreshSession,
@@ -123,7 +123,13 @@ class NotebookHost(AsyncResource):
         if scope is None:
             scope = await self.host.operator(self.facts.principal_key, reason=reason)
         own = (await self.scope()).session_id
-        return await Dashboard.load(self.host, scope, session_id=own, running=self.running())
+        return await Dashboard.load(
+            self.host,
+            scope,
+            session_id=own,
+            running=self.running(),
+            waiting=[row.widget for row in self.waiting()],
+        )
 
     def running(self) -> tuple[RunningTurn, ...]:
         """The turns this kernel's panels are running, with the effect awaiting a click if any."""
@@ -138,10 +144,10 @@ class NotebookHost(AsyncResource):
             if not view.done
         )
 
-    def waiting_rows(self) -> int:
+    def waiting(self) -> tuple[ApprovalRow, ...]:
         """Approval rows waiting for a click, in this kernel's panels and ``approver.orphans``."""
         views = [*self.views.values(), self.approver.orphans]
-        return sum(1 for view in views for row in view.rows if row.waiting)
+        return tuple(row for view in views for row in view.rows if row.waiting)
 
     def facts_table(self) -> tuple[tuple[str, str], ...]:
         """What the repr shows: database, agents, running turns, approvals waiting for a click."""
@@ -155,7 +161,7 @@ class NotebookHost(AsyncResource):
             ("database", str(self.host.config.database_path)),
             ("agents", agents),
             ("running turns", str(self.host.turns.active_turns)),
-            ("approvals waiting for a click", str(self.waiting_rows())),
+            ("approvals waiting for a click", str(len(self.waiting()))),
             ("conversation", f"{self.facts.channel}/{self.facts.conversation_key}"),
         )
 
