@@ -52,7 +52,11 @@ def estimate_label(step: StepUsage) -> str:
 
 
 def usage_chart(view: BudgetView) -> str:
-    """Input and output tokens of every shown step, grouped by turn, with the input estimate."""
+    """Input and output tokens of every shown step, grouped by turn, with the input estimate.
+
+    Colours are set once per group (marks inherit them) and text marks use
+    ``currentColor``, the theme's text colour set on the ``<svg>``.
+    """
     steps = [(n, turn, step) for n, turn in enumerate(view.turns, 1) for step in turn.steps]
     if not steps:
         return "<div><i>no usage recorded</i></div>"
@@ -63,33 +67,47 @@ def usage_chart(view: BudgetView) -> str:
     scale = _PLOT_H / ticks[-1]
     slot = _PLOT_W / len(steps)
     bar = max(1.0, min(18.0, slot * 0.4))
-    marks: list[str] = []
+    inputs: list[str] = []
+    outputs: list[str] = []
+    estimates: list[str] = []
     for index, (n, turn, step) in enumerate(steps):
         x = _LEFT + index * slot + (slot - 2 * bar) / 2
         who = f"turn {n} ({turn.turn_id}) step {step.step_id}, {step.model}"
-        for offset, (tokens, colour, what) in enumerate(
-            ((step.input_tokens, INPUT, "input"), (step.output_tokens, OUTPUT, "output"))
-        ):
-            height = tokens * scale
-            if tokens:
-                height = max(height, 1.0)  # a few tokens still show
-            marks.append(
-                f'<rect class="hk-{what}" x="{x + offset * bar:.1f}" '
-                f'y="{_TOP + _PLOT_H - height:.1f}" width="{bar:.1f}" height="{height:.1f}" '
-                f'style="fill:{colour}"><title>{esc(who)}: {tokens:,} {what} tokens'
-                f"{_hover_estimate(step) if what == 'input' else ''}</title></rect>"
+        inputs.append(
+            _bar(
+                "input",
+                x,
+                bar,
+                step.input_tokens * scale,
+                f"{esc(who)}: {step.input_tokens:,} input tokens{_hover_estimate(step)}",
             )
+        )
+        outputs.append(_bar("output", x + bar, bar, step.output_tokens * scale,
+                            f"{esc(who)}: {step.output_tokens:,} output tokens"))  # fmt: skip
         if step.estimated_input_tokens is not None:
             y = _TOP + _PLOT_H - step.estimated_input_tokens * scale
-            marks.append(_estimate_mark(x, bar, y, step, who))
+            estimates.append(_estimate_mark(x, bar, y, step, who))
     exact = {step.exact_estimate for _, _, step in steps if step.estimated_input_tokens is not None}
     return (
         f'<svg class="hk-chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
         f'aria-label="tokens per provider call" preserveAspectRatio="xMinYMin meet" '
         f'style="display:block;width:100%;max-width:{WIDTH}px;height:auto;margin:6px 0;'
-        f'font-family:var(--jp-ui-font-family, sans-serif)">'
+        f'color:{TEXT};font-family:var(--jp-ui-font-family, sans-serif);font-size:11px">'
         f"<title>Tokens per provider call, by turn</title>"
-        f"{_y_axis(ticks, scale)}{_x_axis(steps, slot)}{''.join(marks)}{_legend(exact)}</svg>"
+        f"{_y_axis(ticks, scale)}{_x_axis(steps, slot)}"
+        f'<g class="hk-inputs" style="fill:{INPUT}">{"".join(inputs)}</g>'
+        f'<g class="hk-outputs" style="fill:{OUTPUT}">{"".join(outputs)}</g>'
+        f'<g class="hk-estimates" stroke="currentColor" stroke-width="1.5">{"".join(estimates)}</g>'
+        f"{_legend(exact)}</svg>"
+    )
+
+
+def _bar(what: str, x: float, width: float, height: float, title: str) -> str:
+    if height > 0:
+        height = max(height, 1.0)  # a few tokens still show
+    return (
+        f'<rect class="hk-{what}" x="{x:.1f}" y="{_TOP + _PLOT_H - height:.1f}" '
+        f'width="{width:.1f}" height="{height:.1f}"><title>{title}</title></rect>'
     )
 
 
@@ -108,47 +126,41 @@ def _hover_estimate(step: StepUsage) -> str:
 
 def _estimate_mark(x: float, bar: float, y: float, step: StepUsage, who: str) -> str:
     # A line across the input bar at the estimate, a diamond on it: filled when exact.
-    fill = TEXT if step.exact_estimate else "none"
-    cx = x + bar / 2
+    fill = "currentColor" if step.exact_estimate else "none"
     return (
         f'<g class="hk-estimate" data-exact="{str(step.exact_estimate).lower()}">'
         f"<title>{esc(who)}: {esc(estimate_label(step))}</title>"
-        f'<line x1="{x - 2:.1f}" y1="{y:.1f}" x2="{x + bar + 2:.1f}" y2="{y:.1f}" '
-        f'style="stroke:{TEXT};stroke-width:1.5"/>'
-        f'<path d="M{cx:.1f} {y - 4:.1f}l4 4l-4 4l-4 -4z" style="fill:{fill};stroke:{TEXT};'
-        f'stroke-width:1.2"/></g>'
+        f'<path d="M{x - 2:.1f} {y:.1f}h{bar + 4:.1f}"/>'
+        f'<path d="M{x + bar / 2:.1f} {y - 4:.1f}l4 4l-4 4l-4 -4z" fill="{fill}" '
+        'stroke-width="1.2"/></g>'
     )
 
 
 def _y_axis(ticks: tuple[int, ...], scale: float) -> str:
-    parts = []
+    lines, labels = [], []
     for tick in ticks:
         y = _TOP + _PLOT_H - tick * scale
-        parts.append(
-            f'<line class="hk-grid" x1="{_LEFT}" y1="{y:.1f}" x2="{WIDTH - _RIGHT}" y2="{y:.1f}" '
-            f'style="stroke:{GRID};stroke-width:1"/>'
-            f'<text class="hk-ytick" x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
-            f'style="fill:{MUTED};font-size:11px">{_short(tick)}</text>'
+        lines.append(f'<path d="M{_LEFT} {y:.1f}H{WIDTH - _RIGHT}"/>')
+        labels.append(
+            f'<text class="hk-ytick" x="{_LEFT - 6}" y="{y + 4:.1f}">{_short(tick)}</text>'
         )
     middle = _TOP + _PLOT_H / 2
-    parts.append(
-        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + _PLOT_H}" '
-        f'style="stroke:{AXIS};stroke-width:1"/>'
+    return (
+        f'<g class="hk-grid" style="stroke:{GRID}">{"".join(lines)}</g>'
+        f'<g style="fill:{MUTED}" text-anchor="end">{"".join(labels)}</g>'
+        f'<path d="M{_LEFT} {_TOP}V{_TOP + _PLOT_H}" style="stroke:{AXIS}"/>'
         f'<text class="hk-axis-label" x="14" y="{middle:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {middle:.1f})" style="fill:{TEXT};font-size:12px">'
+        f'transform="rotate(-90 14 {middle:.1f})" fill="currentColor" font-size="12">'
         "tokens per call</text>"
     )
-    return "".join(parts)
 
 
 def _x_axis(steps: list[tuple[int, TurnUsage, StepUsage]], slot: float) -> str:
     base = _TOP + _PLOT_H
     turns = len({n for n, _, _ in steps})
     every = max(1, math.ceil(turns / _MAX_LABELS))
-    parts = [
-        f'<line x1="{_LEFT}" y1="{base}" x2="{WIDTH - _RIGHT}" y2="{base}" '
-        f'style="stroke:{AXIS};stroke-width:1"/>'
-    ]
+    ticks = [f"M{_LEFT} {base}H{WIDTH - _RIGHT}"]
+    labels = []
     first = 0
     while first < len(steps):
         n = steps[first][0]
@@ -156,39 +168,38 @@ def _x_axis(steps: list[tuple[int, TurnUsage, StepUsage]], slot: float) -> str:
         while last + 1 < len(steps) and steps[last + 1][0] == n:
             last += 1
         left, right = _LEFT + first * slot, _LEFT + (last + 1) * slot
-        parts.append(
-            f'<line x1="{left:.1f}" y1="{base}" x2="{left:.1f}" y2="{base + 5}" '
-            f'style="stroke:{AXIS};stroke-width:1"/>'
-        )
+        ticks.append(f"M{left:.1f} {base}v5")
         if (n - 1) % every == 0:
-            parts.append(
-                f'<text class="hk-xtick" x="{(left + right) / 2:.1f}" y="{base + 17}" '
-                f'text-anchor="middle" style="fill:{MUTED};font-size:11px">{n}</text>'
+            labels.append(
+                f'<text class="hk-xtick" x="{(left + right) / 2:.1f}" y="{base + 17}">{n}</text>'
             )
         first = last + 1
-    parts.append(
+    return (
+        f'<path d="{"".join(ticks)}" style="stroke:{AXIS}"/>'
+        f'<g style="fill:{MUTED}" text-anchor="middle">{"".join(labels)}</g>'
         f'<text class="hk-axis-label" x="{_LEFT + _PLOT_W / 2:.1f}" y="{HEIGHT - 8}" '
-        f'text-anchor="middle" style="fill:{TEXT};font-size:12px">'
+        'text-anchor="middle" fill="currentColor" font-size="12">'
         "turn (oldest shown first; one pair of bars per provider call)</text>"
     )
-    return "".join(parts)
 
 
 def _legend(exact: set[bool]) -> str:
     entries = [
         f'<rect x="0" y="-9" width="12" height="10" style="fill:{INPUT}"/>'
-        f'<text x="17" y="0" style="fill:{TEXT};font-size:12px">input (reported)</text>',
+        '<text x="17" y="0">input (reported)</text>',
         f'<rect x="130" y="-9" width="12" height="10" style="fill:{OUTPUT}"/>'
-        f'<text x="147" y="0" style="fill:{TEXT};font-size:12px">output</text>',
+        '<text x="147" y="0">output</text>',
     ]
     x = 210
     for is_exact in sorted(exact, reverse=True):
-        fill = TEXT if is_exact else "none"
+        fill = "currentColor" if is_exact else "none"
         label = "estimate (exact)" if is_exact else "estimate (approximate)"
         entries.append(
-            f'<path d="M{x + 6} -8l4 4l-4 4l-4 -4z" style="fill:{fill};stroke:{TEXT};'
-            f'stroke-width:1.2"/><text x="{x + 15}" y="0" style="fill:{TEXT};font-size:12px">'
-            f"{label}</text>"
+            f'<path d="M{x + 6} -8l4 4l-4 4l-4 -4z" fill="{fill}" stroke="currentColor" '
+            f'stroke-width="1.2"/><text x="{x + 15}" y="0">{label}</text>'
         )
         x += 130
-    return f'<g class="hk-legend" transform="translate({_LEFT} 16)">{"".join(entries)}</g>'
+    return (
+        f'<g class="hk-legend" transform="translate({_LEFT} 16)" fill="currentColor" '
+        f'font-size="12">{"".join(entries)}</g>'
+    )

@@ -27,6 +27,7 @@ from hostkit.notebook._inspector_html import (
     row_html,
     table_html,
     title_html,
+    totals_line,
 )
 from hostkit.notebook._inspectors import ApprovalsPanel, BudgetInspector
 from hostkit.types import PrincipalScope
@@ -112,13 +113,17 @@ class Dashboard(widgets.VBox):
         )
 
     def text(self) -> str:
-        """The summary, then each tab's plain text under its title."""
+        """The summary, then each tab's plain text under its title (the budget's totals only)."""
         parts = [self.summary]
         bodies = (
             self.sessions.text(),
             running_text(self.running),
             f"{len(self.waiting)} waiting for a click here\n{self.approvals.text()}",
-            self.budget.text() if self.budget is not None else "no session yet",
+            (
+                f"session {self.budget.model.session_id}: {totals_line(self.budget.model.totals)}"
+                if self.budget is not None
+                else "no session yet"
+            ),
         )
         for title, body in zip(self.TITLES, bodies, strict=True):
             parts.append(f"== {title}\n{body}")

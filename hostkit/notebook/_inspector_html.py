@@ -98,9 +98,22 @@ def estimate_text(estimated: int | None, exact: bool) -> str:
     return f"{estimated:,} (exact)" if exact else f"≈{estimated:,}"
 
 
+# The tables' look, once per panel: inline on every cell it would be most of the HTML.
+# Every selector starts with ``.hk-panel``, so nothing outside an inspector changes.
+TABLE_CSS = (
+    "<style>.hk-panel table.hk-table{border-collapse:collapse;margin:4px 0;"
+    f"color:{TEXT};background:{SURFACE}}}"
+    f".hk-panel .hk-table td,.hk-panel .hk-table th{{padding:2px 8px;text-align:left;"
+    f"white-space:nowrap;border-bottom:1px solid {BORDER}}}"
+    ".hk-panel .hk-scroll{overflow-x:auto;max-width:100%}"
+    f".hk-panel .hk-table th{{background:{HEAD_BG};color:{TEXT};font-weight:600}}"
+    ".hk-panel .hk-table td.hk-turn{padding-top:6px;white-space:normal}</style>"
+)
+
+
 def panel_html(*parts: str) -> str:
     """The inspector's block: its own surface and text colour, so both themes read."""
-    return f'<div class="hk-panel" style="{box_style()}">{"".join(parts)}</div>'
+    return f'<div class="hk-panel" style="{box_style()}">{TABLE_CSS}{"".join(parts)}</div>'
 
 
 def title_html(title: str, *facts: tuple[str, str]) -> str:
@@ -194,24 +207,18 @@ def legend_html() -> str:
     )
 
 
-_CELL = f"padding:2px 8px;border-bottom:1px solid {BORDER};text-align:left"
-
-
 def table_html(headers: Iterable[str], body: str) -> str:
-    """A table with ``headers`` over the given ``<tr>`` rows, in the theme's colours."""
-    head = "".join(
-        f'<th style="{_CELL};background:{HEAD_BG};color:{TEXT};font-weight:600">{esc(h)}</th>'
-        for h in headers
-    )
+    """A table with ``headers`` over the given ``<tr>`` rows (styled by ``TABLE_CSS``)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     return (
-        f'<table class="hk-table" style="border-collapse:collapse;margin:4px 0;color:{TEXT};'
-        f'background:{SURFACE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        f'<div class="hk-scroll"><table class="hk-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
     )
 
 
 def row_html(*cells: object) -> str:
     """One table row of escaped cells."""
-    return "<tr>" + "".join(f'<td style="{_CELL}">{esc(c)}</td>' for c in cells) + "</tr>"
+    return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
 def usage_table(view: BudgetView) -> str:
@@ -219,7 +226,7 @@ def usage_table(view: BudgetView) -> str:
     body = []
     for number_of, turn in enumerate(view.turns, 1):
         body.append(
-            f'<tr><td colspan="9" style="{_CELL};padding-top:6px"><b>turn {number_of}</b> '
+            f'<tr><td colspan="9" class="hk-turn"><b>turn {number_of}</b> '
             f"<code>{esc(turn.turn_id)}</code> {esc(turn.status)}: "
             f"{esc(totals_line(turn.totals))}</td></tr>"
         )
