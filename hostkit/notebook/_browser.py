@@ -28,8 +28,13 @@ __all__ = ["Opener", "SessionBrowser", "session_panels"]
 
 Opener = Callable[[str], Awaitable[Sequence[widgets.Widget]]]
 
-_COLUMNS = ("", "session", "created", "owner", "status", "title")
-_CELL = f"padding:3px 8px;border-bottom:1px solid {BORDER};color:{TEXT};white-space:nowrap"
+_COLUMNS = ("session", "created", "owner", "status", "title")
+_WIDTHS = ("34ch", "26ch", "13ch", "9ch", "auto")
+_ROW = (
+    f"padding:3px 8px;border-bottom:1px solid {BORDER};color:{TEXT};white-space:nowrap;"
+    "box-sizing:border-box;height:30px;line-height:23px;"
+    "font-family:var(--jp-code-font-family, monospace);font-size:12px"
+)
 
 
 def session_panels(host: Host, scope: PrincipalScope) -> Opener:
@@ -65,16 +70,14 @@ class SessionBrowser(_Inspector):
         self._tasks: set[asyncio.Task[None]] = set()
         self.opened: str | None = None
         self.buttons: dict[str, widgets.Button] = {}
-        cells: list[widgets.Widget] = [_cell(name, head=True) for name in _COLUMNS]
+        cells: list[widgets.Widget] = [widgets.HTML(""), _row(_COLUMNS, head=True)]
         for record in rows.sessions:
-            cells.append(self._button(record) if open is not None else _cell(""))
-            cells.extend(_cell(value) for value in _values(record))
+            cells.append(self._button(record) if open is not None else widgets.HTML(""))
+            cells.append(_row(_values(record)))
         grid = widgets.GridBox(
             cells,
             layout=widgets.Layout(
-                grid_template_columns="repeat(5, max-content) minmax(8em, 1fr)",
-                grid_gap="0px",
-                overflow="auto",
+                grid_template_columns="max-content auto", grid_gap="0px", overflow="auto"
             ),
         )
         title = title_html(f"sessions ({len(rows.sessions)}{'+' if rows.truncated else ''})")
@@ -94,7 +97,7 @@ class SessionBrowser(_Inspector):
         button = widgets.Button(
             description="Open",
             tooltip=f"show the context and budget of {record.session_id}",
-            layout=widgets.Layout(width="auto", margin="1px 4px"),
+            layout=widgets.Layout(width="auto", height="28px", margin="1px 4px"),
         )
         button.on_click(self._clicked(record.session_id))
         self.buttons[record.session_id] = button
@@ -161,8 +164,15 @@ def _values(record: SessionRecord) -> tuple[str, ...]:
     )
 
 
-def _cell(value: str, *, head: bool = False) -> widgets.HTML:
-    style = f"{_CELL};background:{HEAD_BG if head else SURFACE}" + (
-        ";font-weight:600" if head else ""
+def _row(values: tuple[str, ...], *, head: bool = False) -> widgets.HTML:
+    """One row as fixed-width cells (ids and times have fixed lengths), so rows align."""
+    background = HEAD_BG if head else SURFACE
+    cells = "".join(
+        f'<span style="display:inline-block;width:{width};overflow:hidden;'
+        f'text-overflow:ellipsis;vertical-align:bottom;padding:0 8px 0 0">{esc(value)}</span>'
+        for value, width in zip(values, _WIDTHS, strict=True)
     )
-    return widgets.HTML(f'<div class="hk-cell" style="{style}">{esc(value)}</div>')
+    weight = ";font-weight:600" if head else ""
+    return widgets.HTML(
+        f'<div class="hk-row" style="{_ROW};background:{background}{weight}">{cells}</div>'
+    )
