@@ -127,11 +127,11 @@ class NotebookHost(AsyncResource):
             self.host,
             scope,
             session_id=own,
-            running=self.running(),
-            waiting=[row.widget for row in self.waiting()],
+            running=self.running_turns(),
+            waiting=[row.widget for row in self.waiting_rows()],
         )
 
-    def running(self) -> tuple[RunningTurn, ...]:
+    def running_turns(self) -> tuple[RunningTurn, ...]:
         """The turns this kernel's panels are running, with the effect awaiting a click if any."""
         return tuple(
             RunningTurn(
@@ -144,7 +144,7 @@ class NotebookHost(AsyncResource):
             if not view.done
         )
 
-    def waiting(self) -> tuple[ApprovalRow, ...]:
+    def waiting_rows(self) -> tuple[ApprovalRow, ...]:
         """Approval rows waiting for a click, in this kernel's panels and ``approver.orphans``."""
         views = [*self.views.values(), self.approver.orphans]
         return tuple(row for view in views for row in view.rows if row.waiting)
@@ -161,7 +161,7 @@ class NotebookHost(AsyncResource):
             ("database", str(self.host.config.database_path)),
             ("agents", agents),
             ("running turns", str(self.host.turns.active_turns)),
-            ("approvals waiting for a click", str(len(self.waiting()))),
+            ("approvals waiting for a click", str(len(self.waiting_rows()))),
             ("conversation", f"{self.facts.channel}/{self.facts.conversation_key}"),
         )
 

@@ -1,7 +1,8 @@
 """Inspector widgets: context decisions, budgets, sessions and approvals as ipywidgets.
 
 Drawn only from the view-models of ``hostkit.inspect`` (``ContextView``,
-``BudgetView``, ``SessionRows``, ``ApprovalRows``): no SQL and no policy here.
+``BudgetView``, ``ApprovalRows``; the SessionBrowser over ``SessionRows`` is in
+``_browser``): no SQL and no policy here.
 Each inspector is an ``ipywidgets.VBox`` with ``.model`` (its view-model) and
 ``.text()`` (a plain rendering for assertions and non-widget front ends); the
 graphics are inline HTML/SVG in JupyterLab's theme colours (``_theme``), so
