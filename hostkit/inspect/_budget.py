@@ -39,6 +39,9 @@ class StepUsage:
 
     ``error_pct`` is (estimate - reported) / reported * 100, against
     ``input_tokens`` (which includes the cache buckets); positive errs high.
+    ``exact_estimate`` is True only when the decision counted with the
+    provider's own tokenizer (a registered estimator); a stand-in such as the
+    character-class default is an approximation, whatever its error.
     """
 
     step_id: int
@@ -55,6 +58,8 @@ class StepUsage:
     finish_reason: str | None
     cost_usd: float | None
     at: str
+    estimator: str | None = None
+    exact_estimate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +183,8 @@ def _step_usage(row: UsageRow, table: Mapping[str, ModelPrice]) -> StepUsage:
             )
         ),
         at=row.at,
+        estimator=row.estimator,
+        exact_estimate=row.exact_estimator,
     )
 
 

@@ -5,16 +5,18 @@ import hostkit.notebook as hn
 nb = await hn.start()                 # once per kernel; ./hostkit.toml or the default
 view = nb.chat("Summarise notes.md")  # returns the live panel at once
 result = await view                   # later, in another cell
+await nb.dashboard()                  # sessions, running turns, approvals, budget
 ```
 """
 
 from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._browser import SessionBrowser
+from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._host import NotebookHost, current, start
 from hostkit.notebook._inspectors import (
     ApprovalsPanel,
     BudgetInspector,
     ContextInspector,
-    SessionBrowser,
 )
 from hostkit.notebook._magic import load_ipython_extension
 from hostkit.notebook._turn import ApprovalPending, ApprovalRow, TurnView
@@ -25,7 +27,9 @@ __all__ = [
     "ApprovalsPanel",
     "BudgetInspector",
     "ContextInspector",
+    "Dashboard",
     "NotebookHost",
+    "RunningTurn",
     "SessionBrowser",
     "TurnView",
     "WidgetApprover",

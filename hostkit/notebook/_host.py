@@ -24,8 +24,10 @@ from anyio.abc import AsyncResource
 from hostkit.errors import ConfigError
 from hostkit.host import Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._dashboard import Dashboard, RunningTurn
+from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
-from hostkit.notebook._turn import TurnView
+from hostkit.notebook._turn import ApprovalRow, TurnView
 from hostkit.types import (
     Attachment,
     ConversationFacts,
@@ -116,6 +118,76 @@ class NotebookHost(AsyncResource):
         """Token usage, calibration and cost of this conversation's session."""
         scope = await self.scope()
         return await BudgetInspector.load(self.host, scope, scope.session_id or "")
+
+    async def dashboard(
+        self, scope: PrincipalScope | None = None, *, reason: str = "notebook dashboard"
+    ) -> Dashboard:
+        """Sessions, running turns, pending approvals and this session's budget in one widget.
+
+        ``scope`` defaults to an audited operator scope (``reason`` is
+        recorded): the dashboard shows every session of the database, and
+        its approval buttons answer as that operator.
+        """
+        if scope is None:
+            scope = await self.host.operator(self.facts.principal_key, reason=reason)
+        own = (await self.scope()).session_id
+        return await Dashboard.load(
+            self.host,
+            scope,
+            session_id=own,
+            running=self.running_turns(),
+            waiting=[row.widget for row in self.waiting_rows()],
+        )
+
+    def running_turns(self) -> tuple[RunningTurn, ...]:
+        """The turns this kernel's panels are running, with the effect awaiting a click if any."""
+        return tuple(
+            RunningTurn(
+                agent=view.agent,
+                turn_id=view.turn_id,
+                message=view.message if len(view.message) <= 120 else view.message[:119] + "…",
+                waiting_for=row.effect if (row := view.pending_row) is not None else None,
+            )
+            for view in list(self.views.values())
+            if not view.done
+        )
+
+    def waiting_rows(self) -> tuple[ApprovalRow, ...]:
+        """Approval rows waiting for a click, in this kernel's panels and ``approver.orphans``."""
+        views = [*self.views.values(), self.approver.orphans]
+        return tuple(row for view in views for row in view.rows if row.waiting)
+
+    def facts_table(self) -> tuple[tuple[str, str], ...]:
+        """What the repr shows: database, agents, running turns, approvals waiting for a click."""
+        if self.closed:
+            return (("state", "closed"),)
+        agents = ", ".join(
+            f"{name} (default)" if name == self.default_agent else name
+            for name in self.host.config.agents
+        )
+        return (
+            ("database", str(self.host.config.database_path)),
+            ("agents", agents),
+            ("running turns", str(self.host.turns.active_turns)),
+            ("approvals waiting for a click", str(len(self.waiting_rows()))),
+            ("conversation", f"{self.facts.channel}/{self.facts.conversation_key}"),
+        )
+
+    def __repr__(self) -> str:
+        lines = [f"  {name}: {value}" for name, value in self.facts_table()]
+        return "\n".join(["NotebookHost", *lines])
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        body = "".join(row_html(name, value) for name, value in self.facts_table())
+        return panel_html(
+            title_html("NotebookHost"),
+            table_html(("", "this kernel's Host"), body),
+            f"<div><small>{esc('await nb.dashboard() shows sessions, turns and approvals')}"
+            "</small></div>",
+        )
 
     def run_in(
         self,
@@ -221,7 +293,7 @@ def _selector(session: str | SessionSelector | None) -> SessionSelector:
 
 
 def current() -> NotebookHost | None:
-    """The kernel's NotebookHost, if ``start()`` opened one."""
+    """The kernel's NotebookHost, if ``start()`` (or a ``%%agent`` cell) opened one."""
     return _current
 
 

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Iterable
 
 from hostkit.effects import PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals
+from hostkit.notebook._theme import (
+    BADGE_BG,
+    BADGE_TEXT,
+    BORDER,
+    ERROR,
+    HEAD_BG,
+    MUTED,
+    SURFACE,
+    TEXT,
+    box_style,
+)
 
 __all__ = [
     "approval_html",
@@ -22,22 +34,22 @@ __all__ = [
     "calibration_line",
     "cost_text",
     "esc",
+    "estimate_text",
     "header_html",
     "legend_html",
     "number",
+    "panel_html",
     "row_html",
     "step_html",
     "table_html",
+    "title_html",
     "totals_line",
-    "usage_plot",
     "usage_table",
     "view_text",
 ]
 
 # An approval's redacted view is shown up to this many characters.
 VIEW_CHARS = 400
-# Width and bar height of the budget plot, in pixels.
-PLOT_WIDTH, PLOT_HEIGHT = 480, 120
 _COLOURS = {
     "instructions": "#4c78a8",
     "bootstrap": "#72b7b2",
@@ -49,7 +61,7 @@ _COLOURS = {
     "current": "#f58518",
 }
 _OTHER_COLOUR = "#e45756"
-_INPUT_COLOUR, _OUTPUT_COLOUR = "#4c78a8", "#f58518"
+_BUDGET_COLOUR = "#d62728"
 
 
 def esc(value: object) -> str:
@@ -63,17 +75,67 @@ def number(value: int | None) -> str:
 
 
 def cost_text(value: float | None) -> str:
-    """A cost in USD, or ``unknown`` for an unpriced model."""
-    return "unknown" if value is None else f"${value:.6f}"
+    """A cost in USD: ``$0`` when free, three significant digits under a dollar, else cents.
+
+    ``unknown`` for an unpriced model: never shown as free.
+    """
+    if value is None:
+        return "unknown"
+    if value == 0:
+        return "$0"
+    if value >= 1:
+        return f"${value:,.2f}"
+    digits = max(2, 2 - math.floor(math.log10(value)))
+    text = f"{value:.{digits}f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
+
+
+def estimate_text(estimated: int | None, exact: bool) -> str:
+    """An estimate as the tables show it: ``≈1,225``, or ``1,225 (exact)`` from a real tokenizer."""
+    if estimated is None:
+        return "-"
+    return f"{estimated:,} (exact)" if exact else f"≈{estimated:,}"
+
+
+# The tables' look, once per panel: inline on every cell it would be most of the HTML.
+# Every selector starts with ``.hk-panel``, so nothing outside an inspector changes.
+TABLE_CSS = (
+    "<style>.hk-panel table.hk-table{border-collapse:collapse;margin:4px 0;"
+    f"color:{TEXT};background:{SURFACE}}}"
+    f".hk-panel .hk-table td,.hk-panel .hk-table th{{padding:2px 8px;text-align:left;"
+    f"white-space:nowrap;border-bottom:1px solid {BORDER}}}"
+    ".hk-panel .hk-scroll{overflow-x:auto;max-width:100%}"
+    f".hk-panel .hk-table th{{background:{HEAD_BG};color:{TEXT};font-weight:600}}"
+    ".hk-panel .hk-table td.hk-turn{padding-top:6px;white-space:normal}</style>"
+)
+
+
+def panel_html(*parts: str) -> str:
+    """The inspector's block: its own surface and text colour, so both themes read."""
+    return f'<div class="hk-panel" style="{box_style()}">{TABLE_CSS}{"".join(parts)}</div>'
+
+
+def title_html(title: str, *facts: tuple[str, str]) -> str:
+    """A header line: the title, then ``name value`` facts in muted labels (escaped)."""
+    spans = "".join(
+        f' <span style="color:{MUTED}">{esc(name)}</span> <code>{esc(value)}</code>'
+        for name, value in facts
+    )
+    return (
+        f'<div class="hk-title" style="display:block;margin:0 0 4px">'
+        f"<b>{esc(title)}</b>{spans}</div>"
+    )
 
 
 def header_html(view: ContextView) -> str:
     """Which turn, session, status and agent the context view is of."""
-    return (
-        f"<div><b>turn</b> <code>{esc(view.turn_id or '(none yet)')}</code> "
-        f"<b>session</b> <code>{esc(view.session_id)}</code> "
-        f"<b>status</b> {esc(view.turn_status or '-')} "
-        f"<b>agent</b> {esc(view.core_id or '-')}</div>"
+    return title_html(
+        "context",
+        ("turn", view.turn_id or "(none yet)"),
+        ("session", view.session_id),
+        ("status", view.turn_status or "-"),
+        ("agent", view.core_id or "-"),
     )
 
 
@@ -95,11 +157,11 @@ def bar_html(step: ContextStep) -> str:
         marker = (
             f'<div class="hk-budget" title="hard budget {step.hard_budget:,}" '
             f'style="position:absolute;left:{left:.4f}%;top:-3px;bottom:-3px;'
-            'border-left:2px solid #d62728"></div>'
+            f'border-left:2px solid {_BUDGET_COLOUR}"></div>'
         )
     return (
         '<div class="hk-bar" style="position:relative;display:flex;width:100%;height:18px;'
-        f'background:#f3f3f3;border:1px solid #ccc;margin:4px 0">{segments}{marker}</div>'
+        f'background:{HEAD_BG};border:1px solid {BORDER};margin:4px 0">{segments}{marker}</div>'
     )
 
 
@@ -109,21 +171,21 @@ def step_html(step: ContextStep) -> str:
         f"<div><b>step {step.step_id}</b> {esc(step.kind)} <small>{esc(step.decision_id)}</small>"
     )
     badges = "".join(
-        '<span class="hk-badge" style="background:#fff3bf;border-radius:8px;padding:0 6px;'
-        f'margin-right:4px">{esc(badge)}</span>'
+        f'<span class="hk-badge" style="background:{BADGE_BG};color:{BADGE_TEXT};'
+        f'border-radius:8px;padding:0 6px;margin-right:4px">{esc(badge)}</span>'
         for badge in step.badges
     )
     if step.kind == "overflow":
         return (
-            f"{title} {badges}</div><div style='color:#cf222e'>needs "
+            f'{title} {badges}</div><div style="color:{ERROR}">needs '
             f"{number(step.estimated_input_tokens)} tokens before history</div>"
         )
     numbers = (
-        f"<div>estimated {number(step.estimated_input_tokens)} / hard budget "
-        f"{number(step.hard_budget)} / window {number(step.context_window)} (output budget "
-        f"{number(step.output_budget)}); reported {number(step.reported_input_tokens)}; estimator "
-        f"{esc(step.estimator or '-')}{' (exact)' if step.exact_estimator else ''} calibration "
-        f"{esc(step.calibration if step.calibration is not None else '-')}</div>"
+        f"<div>estimated {estimate_text(step.estimated_input_tokens, step.exact_estimator)}"
+        f" / hard budget {number(step.hard_budget)} / window {number(step.context_window)}"
+        f" (output budget {number(step.output_budget)}); reported"
+        f" {number(step.reported_input_tokens)}; estimator {esc(step.estimator or '-')}"
+        f" calibration {esc(step.calibration if step.calibration is not None else '-')}</div>"
     )
     layers = table_html(
         ("layer", "tokens", "items", "pruned"),
@@ -135,75 +197,48 @@ def step_html(step: ContextStep) -> str:
 def legend_html() -> str:
     """The colour of each layer and the budget marker."""
     return (
-        "<div>"
+        '<div class="hk-legend">'
         + "".join(
             f'<span style="display:inline-block;width:10px;height:10px;background:{colour}"></span>'
             f" {esc(name)} &nbsp;"
             for name, colour in _COLOURS.items()
         )
-        + '<span style="border-left:2px solid #d62728"></span> hard budget</div>'
+        + f'<span style="border-left:2px solid {_BUDGET_COLOUR}"></span> hard budget</div>'
     )
 
 
 def table_html(headers: Iterable[str], body: str) -> str:
-    """A table with ``headers`` over the given ``<tr>`` rows."""
-    head = "".join(f"<th style='text-align:left;padding:0 8px'>{esc(h)}</th>" for h in headers)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    """A table with ``headers`` over the given ``<tr>`` rows (styled by ``TABLE_CSS``)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return (
+        f'<div class="hk-scroll"><table class="hk-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def row_html(*cells: object) -> str:
     """One table row of escaped cells."""
-    return "<tr>" + "".join(f"<td style='padding:0 8px'>{esc(c)}</td>" for c in cells) + "</tr>"
-
-
-def usage_plot(view: BudgetView) -> str:
-    """Input and output tokens per step as paired SVG bars, scaled to the largest."""
-    steps = [(turn, step) for turn in view.turns for step in turn.steps]
-    if not steps:
-        return "<i>no usage recorded</i>"
-    top = max(max(s.input_tokens, s.output_tokens) for _, s in steps) or 1
-    slot = PLOT_WIDTH / len(steps)
-    bar = max(1.0, slot / 2 - 1)
-    rects = []
-    for index, (turn, step) in enumerate(steps):
-        for offset, (tokens, colour, what) in enumerate(
-            (
-                (step.input_tokens, _INPUT_COLOUR, "input"),
-                (step.output_tokens, _OUTPUT_COLOUR, "output"),
-            )
-        ):
-            height = PLOT_HEIGHT * tokens / top
-            rects.append(
-                f'<rect class="hk-{what}" x="{index * slot + offset * bar:.2f}" '
-                f'y="{PLOT_HEIGHT - height:.2f}" width="{bar:.2f}" height="{height:.2f}" '
-                f'fill="{colour}"><title>{esc(turn.turn_id)} step {step.step_id}: '
-                f"{tokens:,} {what} tokens</title></rect>"
-            )
-    return (
-        f'<svg width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" role="img" '
-        f'style="border-bottom:1px solid #999">{"".join(rects)}</svg>'
-        f'<div><span style="color:{_INPUT_COLOUR}">■</span> input '
-        f'<span style="color:{_OUTPUT_COLOUR}">■</span> output (max {top:,})</div>'
-    )
+    return "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
 def usage_table(view: BudgetView) -> str:
     """Per turn a totals row, then one row per observed step."""
     body = []
-    for turn in view.turns:
+    for number_of, turn in enumerate(view.turns, 1):
         body.append(
-            f"<tr><td colspan='10'><b>{esc(turn.turn_id)}</b> {esc(turn.status)}: "
+            f'<tr><td colspan="9" class="hk-turn"><b>turn {number_of}</b> '
+            f"<code>{esc(turn.turn_id)}</code> {esc(turn.status)}: "
             f"{esc(totals_line(turn.totals))}</td></tr>"
         )
         body.extend(
             row_html(
                 s.step_id,
                 s.model,
-                s.input_tokens,
-                s.output_tokens,
-                s.cache_read_tokens,
-                s.cache_write_tokens,
-                number(s.estimated_input_tokens),
+                f"{s.input_tokens:,}",
+                f"{s.output_tokens:,}",
+                f"{s.cache_read_tokens:,}",
+                f"{s.cache_write_tokens:,}",
+                estimate_text(s.estimated_input_tokens, s.exact_estimate),
                 "-" if s.error_pct is None else f"{s.error_pct:+.1f}",
                 cost_text(s.cost_usd),
             )
@@ -217,7 +252,7 @@ def usage_table(view: BudgetView) -> str:
             "output",
             "cache read",
             "cache write",
-            "estimated",
+            "estimate",
             "error %",
             "cost",
         ),

@@ -1,12 +1,14 @@
 """Inspector widgets: context decisions, budgets, sessions and approvals as ipywidgets.
 
 Drawn only from the view-models of ``hostkit.inspect`` (``ContextView``,
-``BudgetView``, ``SessionRows``, ``ApprovalRows``): no SQL and no policy here.
+``BudgetView``, ``ApprovalRows``; the SessionBrowser over ``SessionRows`` is in
+``_browser``): no SQL and no policy here.
 Each inspector is an ``ipywidgets.VBox`` with ``.model`` (its view-model) and
 ``.text()`` (a plain rendering for assertions and non-widget front ends); the
-graphics are inline HTML/SVG, so they render headless and need no plotting
-library. Every database value is HTML-escaped: ids, model names and approval
-views may have been chosen by a model.
+graphics are inline HTML/SVG in JupyterLab's theme colours (``_theme``), so
+they render headless and read in light and dark themes. Every database value
+is HTML-escaped: ids, model names and approval views may have been chosen by a
+model.
 """
 
 from __future__ import annotations
@@ -27,25 +29,24 @@ from hostkit.inspect import (
     BudgetView,
     ContextView,
     ModelPrice,
-    SessionRows,
     approval_rows,
     budget_view,
     context_view,
-    session_rows,
 )
+from hostkit.notebook._chart import usage_chart
 from hostkit.notebook._inspector_html import (
     approval_html,
     calibration_line,
     cost_text,
     esc,
+    estimate_text,
     header_html,
     legend_html,
     number,
-    row_html,
+    panel_html,
     step_html,
-    table_html,
+    title_html,
     totals_line,
-    usage_plot,
     usage_table,
     view_text,
 )
@@ -56,7 +57,6 @@ __all__ = [
     "ApprovalsPanel",
     "BudgetInspector",
     "ContextInspector",
-    "SessionBrowser",
 ]
 
 _DECISIONS: tuple[tuple[ApprovalDecision, str], ...] = (
@@ -105,7 +105,7 @@ class ContextInspector(_Inspector):
         if view.steps_truncated:
             parts.append(f"<i>only the first {plural(len(view.steps), 'step')} are shown</i>")
         parts.append(legend_html())
-        super().__init__(children=[widgets.HTML("".join(parts))])
+        super().__init__(children=[widgets.HTML(panel_html(*parts))])
 
     @classmethod
     async def load(
@@ -157,20 +157,24 @@ class ContextInspector(_Inspector):
 
 
 class BudgetInspector(_Inspector):
-    """A session's usage: a table per turn and step, a bar plot of tokens, calibration, cost."""
+    """A session's usage: a plot of tokens per call, a table per turn and step, calibration, cost.
+
+    Estimates are marked exact only when the model's own tokenizer counted
+    them; ``≈`` marks a stand-in's approximation. A free model costs ``$0``.
+    """
 
     def __init__(self, view: BudgetView) -> None:
         self.model = view
         parts = [
-            f"<b>budget of session</b> <code>{esc(view.session_id)}</code>",
-            usage_plot(view),
+            title_html("budget", ("session", view.session_id)),
+            f"<div><b>totals</b>: {esc(totals_line(view.totals))}</div>",
+            usage_chart(view),
             usage_table(view),
             f"<div>{esc(calibration_line(view))}</div>",
-            f"<div><b>totals</b>: {esc(totals_line(view.totals))}</div>",
         ]
         if view.turns_truncated:
             parts.append(f"<i>the newest {len(view.turns)} turns are shown</i>")
-        super().__init__(children=[widgets.HTML("".join(parts))])
+        super().__init__(children=[widgets.HTML(panel_html(*parts))])
 
     @classmethod
     async def load(
@@ -198,7 +202,7 @@ class BudgetInspector(_Inspector):
                 f" output {number(s.output_tokens)},"
                 f" cache read {number(s.cache_read_tokens)},"
                 f" cache write {number(s.cache_write_tokens)};"
-                f" estimated {number(s.estimated_input_tokens)}"
+                f" estimated {estimate_text(s.estimated_input_tokens, s.exact_estimate)}"
                 f" (error {'-' if s.error_pct is None else f'{s.error_pct:+.1f}%'});"
                 f" cost {cost_text(s.cost_usd)}"
                 for s in turn.steps
@@ -206,36 +210,6 @@ class BudgetInspector(_Inspector):
         lines.append(calibration_line(view))
         lines.append(f"totals: {totals_line(view.totals)}")
         return "\n".join(lines)
-
-
-class SessionBrowser(_Inspector):
-    """The scope's sessions as a table, newest first."""
-
-    def __init__(self, rows: SessionRows) -> None:
-        self.model = rows
-        body = "".join(
-            row_html(s.session_id, s.created_at, s.owner_kind, s.status, s.title or "")
-            for s in rows.sessions
-        )
-        more = "<i>more sessions exist</i>" if rows.truncated else ""
-        super().__init__(
-            children=[
-                widgets.HTML(
-                    table_html(("session", "created", "owner", "status", "title"), body) + more
-                )
-            ]
-        )
-
-    @classmethod
-    async def load(cls, host: Host, scope: PrincipalScope, *, limit: int = 50) -> SessionBrowser:
-        return cls(await session_rows(host, scope, limit=limit))
-
-    def text(self) -> str:
-        lines = [
-            f"{s.session_id}  {s.created_at}  {s.owner_kind}  {s.status}  {s.title or ''}".rstrip()
-            for s in self.model.sessions
-        ]
-        return "\n".join(lines or ["no sessions"])
 
 
 class _ApprovalLine:

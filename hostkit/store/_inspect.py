@@ -77,7 +77,11 @@ class TurnDecisions:
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One observed provider call with the estimates of the decision it answered."""
+    """One observed provider call with the estimates of the decision it answered.
+
+    ``estimator`` and ``exact_estimator`` are the decision's: whether its
+    estimate was counted by the provider's own tokenizer or by a stand-in.
+    """
 
     step_id: int
     decision_id: str
@@ -92,6 +96,8 @@ class UsageRow:
     finish_reason: str | None
     provider_request_id: str | None
     at: str
+    estimator: str | None = None
+    exact_estimator: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,4 +488,6 @@ def _usage(row: sqlite3.Row) -> UsageRow:
         finish_reason=row["finish_reason"],
         provider_request_id=row["provider_request_id"],
         at=row["at"],
+        estimator=decision.estimator,
+        exact_estimator=decision.exact_estimator,
     )
