@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals
+from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
 
 __all__ = [
     "BAR_WIDTH",
@@ -146,7 +146,7 @@ def budget_report(view: BudgetView) -> RenderableType:
         "cache write",
         "estimated",
         "error %",
-        "cost $",
+        "cost",
         title=f"session {view.session_id}",
     )
     table.columns[0].overflow = "fold"
@@ -187,7 +187,7 @@ def budget_report(view: BudgetView) -> RenderableType:
 
 def totals_line(totals: TokenTotals) -> str:
     """Steps, buckets and cost of a total, on one line."""
-    cost = "cost unknown" if totals.cost_usd is None else f"cost ${totals.cost_usd:.6f}"
+    cost = f"cost {cost_text(totals.cost_usd)}"
     if totals.cost_usd is not None and totals.unpriced_steps:
         cost += f" (+{totals.unpriced_steps} unpriced steps)"
     return (
@@ -202,4 +202,4 @@ def _n(value: int | None) -> str:
 
 
 def _cost(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6f}"
+    return "-" if value is None else cost_text(value)

@@ -179,22 +179,31 @@ async def _streamed(
             finally:
                 tg.cancel_scope.cancel()
 
+        def show(event: TurnEvent) -> None:
+            if event.kind == "provider.started":
+                waiting.start("waiting for the model")
+            elif event.kind == "text.delta":
+                waiting.stop()
+                out.write(str(event.data["text"]))
+                out.flush()
+            elif event.kind in ("provider.responded", "provider.failed"):
+                # Tools run next, and may ask for an approval on this terminal.
+                waiting.stop()
+            elif event.kind == "provider.completed" and event.data.get("tool_calls"):
+                out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+
         try:
             waiting.start("waiting for the model")  # admission and tool discovery come first
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run)
                 async for event in events:
-                    if event.kind == "provider.started":
-                        waiting.start("waiting for the model")
-                    elif event.kind == "text.delta":
-                        waiting.stop()
-                        out.write(str(event.data["text"]))
-                        out.flush()
-                    elif event.kind in ("provider.responded", "provider.failed"):
-                        # Tools run next, and may ask for an approval on this terminal.
-                        waiting.stop()
-                    elif event.kind == "provider.completed" and event.data.get("tool_calls"):
-                        out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+                    show(event)
+            # The turn ended: what it emitted last may still be buffered (its final text).
+            while True:
+                try:
+                    show(events.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
         finally:
             waiting.stop()
     out.write("\n")

@@ -32,7 +32,7 @@ from hostkit.inspect._lists import (
     latest_session,
     session_rows,
 )
-from hostkit.inspect._prices import PRICES, ModelPrice, price_for
+from hostkit.inspect._prices import PRICES, ModelPrice, cost_text, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "approval_rows",
     "budget_view",
     "context_view",
+    "cost_text",
     "effect_audit_rows",
     "latest_session",
     "price_for",

@@ -6,12 +6,13 @@ an unknown model has no price (cost ``None``), never a guessed one.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["PRICES", "ModelPrice", "price_for"]
+__all__ = ["PRICES", "ModelPrice", "cost_text", "price_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +71,20 @@ def price_for(model: str, prices: Mapping[str, ModelPrice] | None = None) -> Mod
     if found is None and (dated := _DATED.match(model)):
         found = table.get(dated.group("base"))
     return found
+
+
+def cost_text(value: float | None) -> str:
+    """A cost in USD: ``$0`` when free, three significant digits under a dollar, else cents.
+
+    ``unknown`` for an unpriced model: never shown as free.
+    """
+    if value is None:
+        return "unknown"
+    if value == 0:
+        return "$0"
+    if value >= 1:
+        return f"${value:,.2f}"
+    digits = max(2, 2 - math.floor(math.log10(value)))
+    text = f"{value:.{digits}f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"

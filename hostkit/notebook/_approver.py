@@ -67,7 +67,11 @@ class WidgetApprover:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[ApprovalDecision] = loop.create_future()
         row = ApprovalRow(
-            request.effect, request.view, secret_names=request.secret_names, warning=request.warning
+            request.effect,
+            request.view,
+            secret_names=request.secret_names,
+            warning=request.warning,
+            approval_id=request.approval_id,
         )
 
         def choose(decision: ApprovalDecision) -> Callable[[object], None]:

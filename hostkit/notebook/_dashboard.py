@@ -3,11 +3,11 @@
 A summary line over four tabs, each drawn from the same view-models and
 widgets as the separate inspectors: a ``SessionBrowser`` whose rows open
 their panels, the turns this kernel is running, the pending approvals, and
-the ``BudgetInspector`` of the notebook's own session. Pending approvals are
-of two kinds: rows waiting for a click in this kernel's panels (shown again
-here, the same widgets, so a click here answers them too) and approvals
-stored as pending (an ``ApprovalsPanel``, answered through the Host). It is a
-snapshot: call ``nb.dashboard()`` again for a fresh one.
+the ``BudgetInspector`` of the notebook's own session. Every pending
+approval is stored from the moment it is asked; one a panel of this kernel
+is asking is shown as that panel's row (the same widget, so a click here
+answers it too), every other one in an ``ApprovalsPanel``, answered through
+the Host. It is a snapshot: call ``nb.dashboard()`` again for a fresh one.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from hostkit.notebook._inspector_html import (
     totals_line,
 )
 from hostkit.notebook._inspectors import ApprovalsPanel, BudgetInspector
+from hostkit.notebook._turn import ApprovalRow
 from hostkit.types import PrincipalScope
 
 __all__ = ["Dashboard", "RunningTurn", "running_html"]
@@ -97,18 +98,23 @@ class Dashboard(widgets.VBox):
         *,
         session_id: str | None,
         running: Sequence[RunningTurn] = (),
-        waiting: Sequence[widgets.Widget] = (),
+        waiting: Sequence[ApprovalRow] = (),
     ) -> Dashboard:
-        """Read everything ``scope`` may see; the budget is of ``session_id`` (the notebook's)."""
+        """Read everything ``scope`` may see; the budget is of ``session_id`` (the notebook's).
+
+        ``waiting`` are this kernel's rows asking now: their stored approvals
+        are shown as those rows, not a second time.
+        """
         budget = None
         if session_id is not None:
             budget = BudgetInspector(await budget_view(host, scope, session_id))
+        asking = frozenset(row.approval_id for row in waiting if row.approval_id)
         return cls(
             database=str(host.config.database_path),
             sessions=await SessionBrowser.load(host, scope),
             running=running,
-            waiting=waiting,
-            approvals=await ApprovalsPanel.load(host, scope),
+            waiting=[row.widget for row in waiting],
+            approvals=await ApprovalsPanel.load(host, scope, exclude=asking),
             budget=budget,
         )
 

@@ -136,7 +136,7 @@ class NotebookHost(AsyncResource):
             scope,
             session_id=own,
             running=self.running_turns(),
-            waiting=[row.widget for row in self.waiting_rows()],
+            waiting=self.waiting_rows(),
         )
 
     def running_turns(self) -> tuple[RunningTurn, ...]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Iterable
 
 from hostkit.effects import PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
-from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals
+from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
 from hostkit.notebook._theme import (
     BADGE_BG,
     BADGE_TEXT,
@@ -72,23 +71,6 @@ def esc(value: object) -> str:
 def number(value: int | None) -> str:
     """A token count with thousands separators, or ``-``."""
     return "-" if value is None else f"{value:,}"
-
-
-def cost_text(value: float | None) -> str:
-    """A cost in USD: ``$0`` when free, three significant digits under a dollar, else cents.
-
-    ``unknown`` for an unpriced model: never shown as free.
-    """
-    if value is None:
-        return "unknown"
-    if value == 0:
-        return "$0"
-    if value >= 1:
-        return f"${value:,.2f}"
-    digits = max(2, 2 - math.floor(math.log10(value)))
-    text = f"{value:.{digits}f}".rstrip("0")
-    whole, _, cents = text.partition(".")
-    return f"${whole}.{cents.ljust(2, '0')}"
 
 
 def estimate_text(estimated: int | None, exact: bool) -> str:

@@ -14,9 +14,10 @@ model.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import ipywidgets as widgets
@@ -281,13 +282,21 @@ class ApprovalsPanel(_Inspector):
         *,
         status: ApprovalStatus | None = "pending",
         limit: int = 50,
+        exclude: Collection[str] = (),
     ) -> ApprovalsPanel:
-        """The scope's approvals, answered through ``host.approvals.answer(..., by=scope)``."""
+        """The scope's approvals, answered through ``host.approvals.answer(..., by=scope)``.
+
+        ``exclude`` names approvals shown elsewhere (a panel asking them now).
+        """
 
         async def answer(approval_id: str, decision: ApprovalDecision) -> object:
             return await host.approvals.answer(approval_id, decision, by=scope)
 
-        return cls(await approval_rows(host, scope, status=status, limit=limit), answer=answer)
+        rows = await approval_rows(host, scope, status=status, limit=limit)
+        if exclude:
+            kept = tuple(a for a in rows.approvals if a.approval_id not in exclude)
+            rows = dataclasses.replace(rows, approvals=kept)
+        return cls(rows, answer=answer)
 
     def _clicked(self, line: _ApprovalLine, decision: ApprovalDecision) -> Callable[[Any], None]:
         def clicked(_: Any) -> None:

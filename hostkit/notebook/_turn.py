@@ -57,8 +57,11 @@ class ApprovalRow:
         *,
         secret_names: Sequence[str] = (),
         warning: str | None = None,
+        approval_id: str | None = None,
     ) -> None:
         self.effect = effect
+        # The durable approval this row asks (it is stored pending from the moment asked).
+        self.approval_id = approval_id
         self.approve_once = widgets.Button(description="Approve once", button_style="success")
         self.approve_session = widgets.Button(description="Approve for session")
         self.deny = widgets.Button(description="Deny", button_style="danger")

@@ -25,6 +25,7 @@ from hostkit.inspect import (
     StepUsage,
     TokenTotals,
     TurnUsage,
+    cost_text,
 )
 from hostkit.notebook import (
     ApprovalsPanel,
@@ -33,7 +34,6 @@ from hostkit.notebook import (
     SessionBrowser,
 )
 from hostkit.notebook._chart import axis_ticks
-from hostkit.notebook._inspector_html import cost_text
 from hostkit.notebook._theme import GRAPHIC_PAIRS, INPUT, OUTPUT, TEXT_PAIRS
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import LayerSummary, ModelLimits, SessionRecord
