@@ -124,7 +124,8 @@ class ApprovalStore(ABC):
         An approved call becomes ``executed`` before it runs, so a crash never
         runs it twice; the raw arguments are returned here and dropped from the
         store. None when there is nothing to claim (unanswered, already
-        claimed, another session, ``turn_id`` not a turn of that session).
+        claimed, another session, ``turn_id`` not a turn of that session or
+        not one of the principal the call runs as).
         """
 
     @abstractmethod
@@ -396,8 +397,11 @@ class SqliteApprovalStore(ApprovalStore):
                 raw,
                 "SELECT arguments FROM approvals WHERE approval_id = ? AND session_id = ? "
                 "AND status IN ('approved', 'denied') AND continuation_turn_id IS NULL "
+                # Only a turn of the principal the call runs as may run it: another
+                # principal sharing the conversation cannot continue it.
                 "AND EXISTS (SELECT 1 FROM turns t WHERE t.turn_id = ? "
-                "AND t.session_id = approvals.session_id)",
+                "AND t.session_id = approvals.session_id "
+                "AND t.principal_id = approvals.principal_id)",
                 [approval_id, session_id, turn_id],
             ).fetchone()
             if row is None:

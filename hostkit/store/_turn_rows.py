@@ -444,7 +444,13 @@ def finish(
     """
     if (result.turn_id, result.session_id) != (lease.turn_id, lease.session_id):
         raise InvalidValue("the result is not the lease's turn")
-    fence(conn, lease)
+    cancel_requested = fence(conn, lease)
+    if result.outcome == "needs_user" and cancel_requested:
+        # A cancel recorded (maybe by another process) while the turn was asking voided
+        # its approval: the turn does not wait for it, it was stopped.
+        result = dataclasses.replace(
+            result, outcome="cancelled", error="cancelled on request", pending_approval=None
+        )
     if final is not None:
         at = now(conn)
         insert_message(conn, lease.session_id, lease.turn_id, final.message, at=at)
@@ -529,4 +535,9 @@ def request_cancel(
         "WHERE turn_id = ? AND status = 'running'",
         [now(conn), turn_id],
     )
+    # The person asked to stop: the call the turn is asking about must never run, even
+    # if someone approves it before the turn's own process notices the cancel.
+    paused = open_approval(conn, turn_id)
+    if paused is not None:
+        void_open(conn, paused.approval_id, CANCELLED_WHILE_ASKED)
     return dataclasses.replace(state, cancel_requested=True)

@@ -29,7 +29,8 @@ class StoreUnderTest:
     store: RuntimeStore
     authority: AuthorityResolver
     operator: PrincipalScope
-    # A running turn of ``session_id`` (the turns group owns turns); returns its id.
+    # A running turn of ``session_id`` (the turns group owns turns) by the principal its
+    # conversation is bound to; returns its id.
     seed_turn: Callable[[str], Awaitable[str]]
     # The raw arguments column of an approval, which no interface method reads back.
     raw_arguments: Callable[[str], Awaitable[str | None]]
@@ -50,13 +51,17 @@ async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTes
         assert isinstance(store, SqliteStore)
 
         async def seed_turn(session_id: str) -> str:
+            # A turn of the principal the session's conversation is bound to (who may run
+            # that session's approved calls), else of a principal named "test".
             turn_id = new_id("turn")
             await store.write(
                 lambda c: c.execute(
                     "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
                     "core_revision, generation, status, started_at) "
-                    "VALUES (?, ?, 'test', ?, 'assistant', 'rev1', 1, 'running', 'x')",
-                    [turn_id, new_id("req"), session_id],
+                    "VALUES (?, ?, COALESCE((SELECT b.principal_id FROM conversation_bindings b "
+                    "WHERE b.session_id = ? LIMIT 1), 'test'), ?, 'assistant', 'rev1', 1, "
+                    "'running', 'x')",
+                    [turn_id, new_id("req"), session_id, session_id],
                 )
             )
             return turn_id

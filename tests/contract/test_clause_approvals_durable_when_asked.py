@@ -240,3 +240,34 @@ async def test_a_panel_left_from_a_closed_host_marks_itself_stale(tmp_path: Path
     assert "this Host was closed" in text
     assert f"hostkit approvals approve {paused.pending_approval}" in text
     assert stamps.lines() == []
+
+
+async def test_a_cancel_recorded_elsewhere_voids_the_approval_before_a_late_click_can_run_it(
+    tmp_path: Path,
+) -> None:
+    """Another Host process records the cancel (the durable request only); the person here
+    then approves before this process's heartbeat has noticed it: nothing runs."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    approver = Deciding("approve_once")
+    model = ScriptedModel([stamp_call(), Reply("never")])
+    async with open_host(tmp_path, model, stamps, approver) as host:
+        results: list[TurnResult] = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request("stamp it")))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.fail_after(10):
+                await approver.asked.wait()
+            scope = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
+            state = await host.store.turns.request_cancel(scope, approver.seen[0].turn_id)
+            assert state.cancel_requested
+            approver.gate.set()  # the late click
+        (result,) = results
+        operator = await host.operator("ops", reason="review approvals")
+        (void,) = await host.approvals.list(operator, status=None)
+    assert result.outcome == "cancelled"
+    assert result.pending_approval is None
+    assert void.status == "superseded"
+    assert stamps.lines() == []

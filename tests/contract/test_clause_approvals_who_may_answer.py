@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from hostkit.effects import ApprovalLedger
 from hostkit.errors import ApprovalRefused, HostkitError, NotFoundOrUnauthorized
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel
-from hostkit.types import ConversationFacts, PrincipalScope
+from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest
 from tests.contract.test_effects_approval_flow import Stamps, approval_host, stamp_call
 from tests.hosts import request
 
@@ -113,3 +114,32 @@ async def test_who_may_answer_an_operator_answers_and_its_audited_reason_is_reco
         assert row.reason == "ticket 4711: approve the stamp"
         assert row.detail["decision"] == "approve_once"
         assert row.detail["runs_as"] == "test:alice"
+
+
+async def test_who_may_answer_another_principal_cannot_run_the_answered_call_either(
+    tmp_path: Path,
+) -> None:
+    """Alice's answer is recorded but her continuation never ran; Bob, sharing the
+    conversation, asks for a continuation of it himself: nothing runs, and Alice can
+    still resume it."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")], repeat_last=True)
+    async with approval_host(tmp_path, model, stamps) as host:
+        approval_id, alice, _bob = await paused_for_alice(host)
+        ledger = ApprovalLedger(host.store)
+        answered = await ledger.answer(
+            alice, approval_id, decision="approve_once", fingerprint=None
+        )
+        assert answered.accepted
+        bob_facts = ConversationFacts("test", SHARED, "bob")
+        taken = await host.turns.run(
+            TurnRequest(
+                input="mine", principal=bob_facts, request_id="bob-x", continues=approval_id
+            )
+        )
+        assert taken.outcome == "failed"
+        assert taken.effects == ()
+        assert stamps.lines() == []
+        resumed = await host.approvals.resume(approval_id, by=alice)
+        assert [(e.effect, e.status) for e in resumed.effects] == [("files.stamp", "succeeded")]
+    assert len(stamps.lines()) == 1
