@@ -25,6 +25,8 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import re
@@ -111,21 +113,66 @@ class _ModuleVersion:
         with self._lock:
             if self._tools is not None:
                 return self._tools
-            if self.module_name not in sys.modules and self.stamp is not None:
-                current = _stamp_of(Path(self.stamp.path), self.stamp)
-                if current is None or current.digest != self.stamp.digest:
-                    raise ToolChanged(
-                        f"tool module {bounded(self.module_name, 120)!r} changed on disk since "
-                        "its tools were discovered; the call did not run (apply the "
-                        "configuration again to use the new version)",
-                        key=key,
-                    )
-            module = importlib.import_module(self.module_name)
+            module = sys.modules.get(self.module_name)
+            if module is None and self.stamp is not None:
+                module = self._import_verified(key)
+            elif module is None:
+                module = importlib.import_module(self.module_name)
             tools: dict[str, AuthoredTool] = {}
             for tool in _tools_of(module):
                 tools.setdefault(tool.name, tool)
             self._tools = tools
             return tools
+
+
+    def _import_verified(self, key: str) -> ModuleType:
+        """Import exactly the bytes that were discovered, or nothing (``ToolChanged``).
+
+        The file is read once and its digest checked every time (a kept size
+        and modification time prove nothing), and those very bytes are
+        compiled: no bytecode cache is read, so a planted ``.pyc`` never runs.
+        """
+        assert self.stamp is not None
+        path = self.stamp.path
+        try:
+            source = Path(path).read_bytes()
+        except OSError:
+            source = b""
+        if hashlib.sha256(source).hexdigest() != self.stamp.digest:
+            raise ToolChanged(
+                f"tool module {bounded(self.module_name, 120)!r} changed on disk since "
+                "its tools were discovered; the call did not run (apply the "
+                "configuration again to use the new version)",
+                key=key,
+            )
+        package = Path(path).name == "__init__.py"
+        loader = _VerifiedLoader(self.module_name, path, source)
+        spec = importlib.util.spec_from_file_location(
+            self.module_name,
+            path,
+            loader=loader,
+            submodule_search_locations=[str(Path(path).parent)] if package else None,
+        )
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[self.module_name] = module
+        try:
+            loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(self.module_name, None)
+            raise
+        return module
+
+
+class _VerifiedLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the verified source bytes it was given; reads and writes no bytecode."""
+
+    def __init__(self, fullname: str, path: str, source: bytes) -> None:
+        super().__init__(fullname, path)
+        self._source = source
+
+    def get_code(self, fullname: str) -> Any:
+        return compile(self._source, self.path, "exec", dont_inherit=True)
 
 
 class ModuleTool(AuthoredTool):
@@ -287,14 +334,86 @@ def _check_definitions(shown: str, definitions: Sequence[Any], key: str) -> None
             raise ConfigError(
                 f"tool {name!r} of module {shown!r} has an invalid parameter schema", key=key
             ) from None
+        for regex in _patterns(definition["parameters"]):
+            try:
+                _regex(regex)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"tool {name!r} of module {shown!r}: pattern {bounded(regex, 60)!r} is not "
+                    f"supported ({bounded(exc, 80)}); use one without look-around or "
+                    "back-references",
+                    key=key,
+                ) from None
 
 
+@functools.cache
 def _validator_class() -> Any:
-    """jsonschema's draft 2020-12 validator (what pydantic emits); imported on first use,
-    so a Host without tool modules does not pay for it."""
-    import jsonschema
+    """jsonschema's draft 2020-12 validator (what pydantic emits) with linear-time regexes.
 
-    return jsonschema.Draft202012Validator
+    ``pattern`` and ``patternProperties`` run on pydantic-core's Rust regex
+    engine, as in-process pydantic validation does: Python's ``re`` would let a
+    module's ``^(a+)+$`` and a model's argument stall the event loop for hours
+    before any approver is asked. Imported on first use, so a Host without
+    tool modules does not pay for it.
+    """
+    import jsonschema
+    from jsonschema import validators
+
+    def pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string") and not _matches(regex, instance):
+            yield jsonschema.ValidationError(f"does not match the pattern {bounded(regex, 80)!r}")
+
+    def pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        for regex, subschema in patterns.items():
+            for name, value in instance.items():
+                if _matches(regex, name):
+                    yield from validator.descend(value, subschema, path=name, schema_path=regex)
+
+    return validators.extend(
+        jsonschema.Draft202012Validator,
+        {"pattern": pattern, "patternProperties": pattern_properties},
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(regex: str) -> Any:
+    """A linear-time matcher for ``regex`` (``ConfigError``-worthy ``ValueError`` if the
+    Rust engine cannot compile it: look-around and back-references)."""
+    from pydantic_core import SchemaError, SchemaValidator, core_schema
+
+    try:
+        return SchemaValidator(core_schema.str_schema(pattern=regex, regex_engine="rust-regex"))
+    except SchemaError as exc:
+        raise ValueError(str(exc).splitlines()[-1]) from None
+
+
+def _matches(regex: str, text: str) -> bool:
+    from pydantic_core import ValidationError
+
+    try:
+        _regex(regex).validate_python(text)
+    except ValidationError:
+        return False
+    return True
+
+
+def _patterns(schema: Any) -> list[str]:
+    """Every regex a JSON schema holds (``pattern`` values, ``patternProperties`` keys)."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.append(node["pattern"])
+            if isinstance(node.get("patternProperties"), dict):
+                found.extend(str(key) for key in node["patternProperties"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _schema_error() -> type[Exception]:

@@ -336,6 +336,17 @@ async def agent_tools(
     return [found for found, _ in pinned.tools]
 
 
+PATTERN_MODULE = (
+    "from hostkit.effects import ToolContext, tool\n"
+    "@tool('word.echo')\n"
+    "async def echo(ctx: ToolContext, word: str) -> str:\n"
+    '    """Echo a word."""\n'
+    "    return word\n"
+    "echo.parameters = {{'type': 'object', 'required': ['word'], 'additionalProperties': False,\n"
+    "    'properties': {{'word': {{'type': 'string', 'pattern': {pattern!r}}}}}}}\n"
+)
+
+
 BAD_MODULES = {
     "syntax-error": ("def broken(:\n", "SyntaxError"),
     "raises-on-import": ("raise RuntimeError('no vault today\\nsecond line')\n", "no vault today"),
@@ -359,6 +370,8 @@ BAD_MODULES = {
         "checked = AuthoredTool('checked.run', run, prepare=check)\n",
         "has a prepare hook",
     ),
+    # Patterns run on a linear-time engine, which has no look-around.
+    "lookaround-pattern": (PATTERN_MODULE.format(pattern="(?=a)b"), "is not supported"),
 }
 
 
@@ -403,6 +416,33 @@ async def test_a_module_changed_on_disk_after_discovery_fails_the_call_and_runs_
     assert "changed on disk" in message
     assert vault.host_imports() == 0  # the new version never ran in the Host
     assert vault.runs() == []
+    assert vault.name not in sys.modules
+
+
+async def test_an_edit_that_keeps_size_and_mtime_never_runs_in_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A size and modification time kept by the editor prove nothing: the bytes are
+    hashed again, and exactly the verified bytes are compiled (no bytecode cache)."""
+    vault = Vault(tmp_path, monkeypatch, "hk_noimport_sneaky")
+    model = ScriptedModel([Reply("ready"), vault_call(), Reply("it failed")])
+    config = host_config(tmp_path, [vault.name], {"allow": ["*"]})
+    async with module_host(config, model) as host:
+        await host.turns.run(request())  # discovered, not imported
+        path = anyio.Path(vault.path)
+        before = await path.stat()
+        source = await path.read_text()
+        edited = source.replace("box: int", "box: str")  # same length: same size
+        assert edited != source
+        await path.write_text(edited)
+        await anyio.to_thread.run_sync(
+            lambda: os.utime(vault.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        )
+        assert (await path.stat()).st_size == before.st_size
+        result = await host.turns.run(request())
+    assert statuses(result) == [("vault.open", "failed")]
+    assert "changed on disk" in tool_messages(model.requests[-1])[0]
+    assert vault.host_imports() == 0
     assert vault.name not in sys.modules
 
 
@@ -466,6 +506,26 @@ async def runtime_for(
         capability_snapshot={"effects": tuple(t.name for t, _ in tools)},
     )
     return EffectRuntime(toolsets=Tools()), context
+
+
+async def test_a_catastrophic_pattern_cannot_stall_the_host_before_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``^(a+)+$`` against ``a`` * 40 + ``!`` would take Python's ``re`` hours; the
+    discovered schema's patterns run on a linear-time engine."""
+    (tmp_path / "hk_noimport_redos.py").write_text(PATTERN_MODULE.format(pattern="^(a+)+$"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hk_noimport_redos", raising=False)
+    model = ScriptedModel([CallTools(("word_echo", {"word": "a" * 40 + "!"})), Reply("no")])
+    approver = Approver("approve_once")
+    config = host_config(tmp_path, ["hk_noimport_redos"], {"allow": ["*"], "ask": ["word.*"]})
+    async with module_host(config, model, approver) as host:
+        with anyio.fail_after(60):
+            result = await host.turns.run(request())
+    assert statuses(result) == [("word.echo", "invalid")]
+    assert "pattern" in tool_messages(model.requests[-1])[0]
+    assert approver.seen == []
+    assert "hk_noimport_redos" not in sys.modules
 
 
 async def test_arguments_are_checked_against_the_discovered_schema_before_approval(
