@@ -279,6 +279,14 @@ class ToolModules:
                 command, scratch = await anyio.to_thread.run_sync(
                     _sandboxed, probe, sandbox, command, path
                 )
+            elif not _ships_with_hostkit(module_name):
+                # Fail closed, as terminal.run does: the module's top level would run
+                # unconfined, before anyone approved anything.
+                raise ConfigError(
+                    f"tool module {shown!r} cannot be discovered in the agent's sandbox: "
+                    f"{bounded(probe.reason, 160)} (or set sandbox = \"none\" for this agent)",
+                    key=key,
+                )
         env = {name: os.environ[name] for name in DEFAULT_ENV_ALLOWLIST if name in os.environ}
         try:
             out, err, problem = await _run(command, env, scratch, self._timeout_s)
@@ -507,6 +515,12 @@ def _stamp_of(path: Path, known: _Stamp | None) -> _Stamp | None:
     except OSError:
         return None
     return _Stamp(str(path.resolve()), info.st_size, info.st_mtime_ns, digest)
+
+
+def _ships_with_hostkit(module_name: str) -> bool:
+    """hostkit's own example modules are the Host's code, not an operator's: without
+    bubblewrap they are still discovered (in a child), so the demo runs anywhere."""
+    return module_name == "hostkit" or module_name.startswith("hostkit.")
 
 
 def _child_plan() -> tuple[str, list[str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import textwrap
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -543,3 +544,63 @@ async def test_arguments_are_checked_against_the_discovered_schema_before_approv
     assert "seven" not in message
     assert approver.seen == []
     assert vault.host_imports() == 0
+
+
+NO_BUBBLEWRAP = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from pathlib import Path
+    from hostkit.errors import HostkitError
+    from hostkit.host import Host, parse_config
+    from hostkit.types import ConversationFacts, TurnRequest
+
+    root, module = Path(sys.argv[1]), sys.argv[2]
+    sys.path.insert(0, str(root))
+
+    async def main():
+        config = parse_config(
+            {
+                "host": {"database": str(root / "hostkit.db"), "workspace": str(root)},
+                "providers": {"test": {"kind": "scripted", "script": [{"reply": "hi"}]}},
+                "agents": {"assistant": {"provider": "test", "memory": False,
+                                         "tool_modules": [module]}},
+            },
+            base_dir=root,
+        )
+        facts = ConversationFacts(channel="test", conversation_key="c1", principal_key="alice")
+        try:
+            async with Host.open(config) as host:
+                result = await host.turns.run(TurnRequest("hi", facts, request_id="r1"))
+                print("outcome", result.outcome)
+        except HostkitError as exc:
+            print("error", exc.message)
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_without_bubblewrap_a_sandboxed_agent_refuses_to_discover_an_authored_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed, as terminal.run does: the module's top level never runs unconfined.
+    hostkit's own example tools (the Host's code) are still discovered, in a child."""
+    vault = Vault(tmp_path, monkeypatch, "hk_noimport_nobwrap")
+    empty = tmp_path / "no-tools-on-path"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": os.getcwd()}
+    refused = await anyio.run_process(
+        [sys.executable, "-c", NO_BUBBLEWRAP, str(tmp_path), vault.name], env=env, check=False
+    )
+    out = refused.stdout.decode()
+    assert out.startswith("error "), refused.stderr.decode()[-2000:]
+    assert "cannot be discovered in the agent's sandbox" in out
+    assert "bubblewrap" in out
+    assert vault.importers() == []  # neither the Host nor a child ran its top level
+    shipped = await anyio.run_process(
+        [sys.executable, "-c", NO_BUBBLEWRAP, str(tmp_path), "hostkit.examples.tools"],
+        env=env,
+        check=False,
+    )
+    assert shipped.stdout.decode().strip() == "outcome completed", shipped.stderr.decode()[-2000:]
