@@ -19,11 +19,15 @@ from hostkit.effects._approvals import (
     ApprovalRuntime,
 )
 from hostkit.effects._authored import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_WARNING_CHARS,
     AuthoredTool,
     Prepared,
     ToolChanged,
     ToolContext,
     ToolOutcome,
+    is_effect_name,
+    is_timeout,
     tool,
 )
 from hostkit.effects._catalog import (
@@ -59,7 +63,9 @@ __all__ = [
     "DEFAULT_SECRET_TTL_S",
     "ENV_NAME_PATTERN",
     "INLINE",
+    "MAX_DESCRIPTION_CHARS",
     "MAX_MODEL_VIEW_CHARS",
+    "MAX_WARNING_CHARS",
     "MIN_SECRET_CHARS",
     "ApprovalDecision",
     "ApprovalKey",
@@ -88,6 +94,8 @@ __all__ = [
     "approval_view",
     "check_collisions",
     "fingerprint_of",
+    "is_effect_name",
+    "is_timeout",
     "provider_name",
     "redact_secrets",
     "secret_grant",

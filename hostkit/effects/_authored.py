@@ -17,9 +17,41 @@ from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types import EffectStatus
 
-__all__ = ["AuthoredTool", "Prepared", "ToolChanged", "ToolContext", "ToolOutcome", "tool"]
+__all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_WARNING_CHARS",
+    "AuthoredTool",
+    "Prepared",
+    "ToolChanged",
+    "ToolContext",
+    "ToolOutcome",
+    "is_effect_name",
+    "is_timeout",
+    "tool",
+]
 
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+MAX_DESCRIPTION_CHARS = 1024
+MAX_WARNING_CHARS = 300
+# One invocation's deadline: positive, and at most a day.
+_MAX_TIMEOUT_S = 86_400.0
+
+
+def is_effect_name(name: object) -> bool:
+    """Dotted lower_snake_case of at most 64 characters (what providers and policies accept)."""
+    return isinstance(name, str) and len(name) <= 64 and _EFFECT_NAME.match(name) is not None
+
+
+def is_timeout(value: object) -> bool:
+    """A finite number of seconds in (0, one day]."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= _MAX_TIMEOUT_S
+    )
+
+
 # Every integer argument fits a signed 64-bit integer: what SQLite, struct, os and
 # most C-backed calls accept. Wider values fail deep in a tool with a raw OverflowError.
 _INT64 = (-(2**63), 2**63 - 1)
@@ -60,6 +92,10 @@ class ToolContext:
     # The provider's id of this call: a tool that starts Host work (a background
     # run) records it with that work.
     call_id: str | None = None
+    # Masks every secret the agent holds in a text the tool keeps beyond its result
+    # (a durable record of Host work): results are redacted by the runtime, such
+    # records are not.
+    redact: Callable[[str], str] = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +164,24 @@ class AuthoredTool:
         secrets_argument: str | None = None,
         approval_warning: str | None = None,
     ) -> None:
-        if not _EFFECT_NAME.match(name) or len(name) > 64:
+        if not is_effect_name(name):
             raise InvalidValue(f"effect name {name!r} must be dotted lower_snake_case")
+        if not is_timeout(timeout_s):
+            raise InvalidValue(f"timeout_s of {name} must be a number of seconds in (0, 86400]")
         if not inspect.iscoroutinefunction(fn):
             raise InvalidValue(f"authored tool {name} must be an async function")
         self.name = name
         self.fn = fn
-        self.description = (description or inspect.getdoc(fn) or name).strip()[:1024]
+        self.description = (description or inspect.getdoc(fn) or name).strip()[
+            :MAX_DESCRIPTION_CHARS
+        ]
         self.timeout_s = timeout_s
         self.preflight = preflight
         self.prepare = prepare
         self.secrets_argument = secrets_argument
-        self.approval_warning = bounded(approval_warning, 300) if approval_warning else None
+        self.approval_warning = (
+            bounded(approval_warning, MAX_WARNING_CHARS) if approval_warning else None
+        )
         self._model = _arguments_model(name, fn)
         schema = self._model.model_json_schema()
         schema.pop("title", None)

@@ -531,6 +531,7 @@ class EffectRuntime:
             secrets_expire_at=expires_at,
             prepared=checked.prepared,
             call_id=checked.call_id,
+            redact=checked.redactor.text,
         )
         return await self._invoke(checked, tool_context, secrets)
 

@@ -52,7 +52,15 @@ from hostkit.builtins.process import (
     probe_bubblewrap,
     sandbox_argv,
 )
-from hostkit.effects import AuthoredTool, ToolChanged, ToolContext
+from hostkit.effects import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_WARNING_CHARS,
+    AuthoredTool,
+    ToolChanged,
+    ToolContext,
+    is_effect_name,
+    is_timeout,
+)
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.host._tool_child import describe
@@ -123,7 +131,6 @@ class _ModuleVersion:
                 tools.setdefault(tool.name, tool)
             self._tools = tools
             return tools
-
 
     def _import_verified(self, key: str) -> ModuleType:
         """Import exactly the bytes that were discovered, or nothing (``ToolChanged``).
@@ -284,7 +291,7 @@ class ToolModules:
                 # unconfined, before anyone approved anything.
                 raise ConfigError(
                     f"tool module {shown!r} cannot be discovered in the agent's sandbox: "
-                    f"{bounded(probe.reason, 160)} (or set sandbox = \"none\" for this agent)",
+                    f'{bounded(probe.reason, 160)} (or set sandbox = "none" for this agent)',
                     key=key,
                 )
         env = {name: os.environ[name] for name in DEFAULT_ENV_ALLOWLIST if name in os.environ}
@@ -329,6 +336,19 @@ def _check_definitions(shown: str, definitions: Sequence[Any], key: str) -> None
         ):
             raise ConfigError(f"tool module {shown!r}: a malformed tool definition", key=key)
         name = bounded(definition["name"], 80)
+        # The bounds an in-process AuthoredTool enforces: a module's top level may have
+        # changed its tool's attributes after construction.
+        problem = None
+        if not is_effect_name(definition["name"]):
+            problem = "its name is not dotted lower_snake_case of at most 64 characters"
+        elif len(definition["description"]) > MAX_DESCRIPTION_CHARS:
+            problem = f"its description is longer than {MAX_DESCRIPTION_CHARS} characters"
+        elif len(definition["approval_warning"] or "") > MAX_WARNING_CHARS:
+            problem = f"its approval warning is longer than {MAX_WARNING_CHARS} characters"
+        elif not is_timeout(definition["timeout_s"]):
+            problem = "its timeout_s is not a number of seconds in (0, 86400]"
+        if problem is not None:
+            raise ConfigError(f"tool {name!r} of module {shown!r}: {problem}", key=key)
         for hook in ("prepare", "preflight"):
             if definition[hook]:
                 raise ConfigError(

@@ -127,6 +127,27 @@ async def test_an_unsandboxed_background_run_persists_its_view_with_the_run_id(
     assert view["sandbox"] == "none"
 
 
+async def test_a_held_secret_in_a_background_runs_cwd_never_reaches_its_durable_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's record (terminal_runs) is kept beyond the result the runtime redacts:
+    the tool masks what it stores with the call's redactor."""
+    monkeypatch.setenv(SECRET_NAME, TOKEN)
+    workdir = f"sub/d-{TOKEN}"
+    config = terminal_config(tmp_path, sandbox="none", secrets=[SECRET_NAME])
+    (tmp_path / "ws" / workdir).mkdir(parents=True)
+    argv = [sys.executable, "-c", "pass"]
+    call = CallTools(("terminal_run", {"argv": argv, "cwd": workdir, "background": True}))
+    model = ScriptedModel([call, Reply("started")])
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        result = await host.turns.run(request("start it"))
+        runs = await host.store.read(lambda c: c.execute("SELECT * FROM terminal_runs").fetchall())
+    assert [e.status for e in result.effects] == ["succeeded"]
+    assert len(runs) == 1
+    assert not any(TOKEN in str(cell) for row in runs for cell in row)
+    assert any(f"[redacted:{SECRET_NAME}]" in str(cell) for cell in runs[0])
+
+
 async def test_a_refused_run_leaves_no_audit_view(tmp_path: Path) -> None:
     # Nothing started (the program does not exist): there is nothing the Host did to audit.
     call = CallTools(("terminal_run", {"argv": ["no-such-program-hk"]}))

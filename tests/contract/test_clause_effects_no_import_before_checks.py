@@ -371,6 +371,19 @@ BAD_MODULES = {
         "checked = AuthoredTool('checked.run', run, prepare=check)\n",
         "has a prepare hook",
     ),
+    # An in-process tool's bounds hold for a discovered one, whatever its top level did.
+    "long-description": (
+        PATTERN_MODULE.format(pattern="a") + "echo.description = 'x' * 200_000\n",
+        "description is longer than 1024",
+    ),
+    "bad-name": (
+        PATTERN_MODULE.format(pattern="a") + "echo.name = 'Bad Name; x'\n",
+        "not dotted lower_snake_case",
+    ),
+    "negative-timeout": (
+        PATTERN_MODULE.format(pattern="a") + "echo.timeout_s = -1.0\n",
+        "timeout_s is not a number of seconds",
+    ),
     # Patterns run on a linear-time engine, which has no look-around.
     "lookaround-pattern": (PATTERN_MODULE.format(pattern="(?=a)b"), "is not supported"),
 }

@@ -135,6 +135,7 @@ class _BackgroundRun:
     task: asyncio.Task[None] | None = None
     outcome: ProcessOutcome | None = None
     error: str | None = None
+    redact: Callable[[str], str] = str  # the call's redactor, for what the journal keeps
 
 
 class TerminalRuns(AsyncResource):
@@ -424,7 +425,7 @@ class TerminalRuns(AsyncResource):
         if refusal is not None:
             await _close(fd)
             return ToolOutcome("denied", None, refusal)
-        run = _BackgroundRun(new_id("run"), key, policy.mode, ctx.turn_id)
+        run = _BackgroundRun(new_id("run"), key, policy.mode, ctx.turn_id, redact=ctx.redact)
         self._runs[run.run_id] = run
         self._forget_finished()
         if self._journal is not None:
@@ -435,9 +436,10 @@ class TerminalRuns(AsyncResource):
                 turn_id=ctx.turn_id,
                 call_id=ctx.call_id,
                 principal_id=ctx.owner,
-                program=os.path.basename(argv[0]) or argv[0],
+                # A secret the agent holds may be part of a path: the row keeps it masked.
+                program=ctx.redact(os.path.basename(argv[0]) or argv[0]),
                 argc=len(argv),
-                cwd=audit["cwd_resolved"],
+                cwd=ctx.redact(audit["cwd_resolved"]),
                 sandbox=policy.mode,
                 host_owner=self._journal.owner_text,
             )
@@ -503,7 +505,7 @@ class TerminalRuns(AsyncResource):
                                 run.run_id,
                                 session_id=run.key[1],
                                 turn_id=run.turn_id,
-                                ending=ending_of(run.outcome, run.error),
+                                ending=ending_of(run.outcome, run.error, redact=run.redact),
                             )
             finally:
                 run.done.set()

@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,11 +218,20 @@ def _stats(capture: StreamCapture, name: str, spawn_id: str | None) -> TerminalS
     return TerminalStreamStats(capture.total_bytes, capture.truncated, artifact)
 
 
-def ending_of(outcome: ProcessOutcome | None, error: str | None) -> TerminalRunEnding:
-    """The durable end of a run from its outcome (or the error that replaced one)."""
+def ending_of(
+    outcome: ProcessOutcome | None,
+    error: str | None,
+    *,
+    redact: Callable[[str], str] = str,
+) -> TerminalRunEnding:
+    """The durable end of a run from its outcome (or the error that replaced one).
+
+    ``redact`` masks the secrets the agent holds in the reason kept with it.
+    """
     if outcome is None:
         empty = TerminalStreamStats()
-        return TerminalRunEnding("failed", None, error or "the run failed", 0.0, empty, empty)
+        reason = redact(error or "the run failed")
+        return TerminalRunEnding("failed", None, reason, 0.0, empty, empty)
     state: TerminalRunState
     if outcome.status == "exited":
         state = "succeeded" if outcome.exit_code == 0 else "failed"
@@ -231,7 +241,7 @@ def ending_of(outcome: ProcessOutcome | None, error: str | None) -> TerminalRunE
     return TerminalRunEnding(
         state=state,
         exit_code=outcome.exit_code,
-        reason=outcome.reason,
+        reason=None if outcome.reason is None else redact(outcome.reason),
         duration_s=outcome.duration_s,
         stdout=_stats(outcome.stdout, "stdout", spawn_id),
         stderr=_stats(outcome.stderr, "stderr", spawn_id),
