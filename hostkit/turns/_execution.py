@@ -317,6 +317,11 @@ class TurnExecution:
                     outcome, error = await self._steps(request, context, core, active, first)
                 if deadline.cancelled_caught:
                     outcome, error = "failed", "the turn exceeded its deadline"
+                    # A person still deciding is not a failure: the approval stays
+                    # pending (answerable elsewhere) and the turn waits for it.
+                    paused = await self._paused_on(context, active)
+                    if paused is not None:
+                        outcome, error = "needs_user", paused
             except ProviderError as exc:
                 outcome, error = "failed", f"provider failed: {exc.message}"
             except InvalidValue as exc:

@@ -271,3 +271,22 @@ async def test_a_cancel_recorded_elsewhere_voids_the_approval_before_a_late_clic
     assert result.pending_approval is None
     assert void.status == "superseded"
     assert stamps.lines() == []
+
+
+async def test_the_turn_deadline_while_a_person_decides_pauses_the_turn_on_the_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's own deadline (900 s) can end before the approval timeout (up to a day):
+    a person still deciding is not a failure, and the approval stays answerable."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    approver = Deciding(None)  # never decides
+    model = ScriptedModel([stamp_call(), Reply("done")], repeat_last=True)
+    async with open_host(tmp_path, model, stamps, approver) as host:
+        monkeypatch.setattr(host.turns, "_turn_timeout_s", 1.0)
+        result = await host.turns.run(request("stamp it"))
+        operator = await host.operator("ops", reason="review approvals")
+        (pending,) = await host.approvals.list(operator)
+    assert result.outcome == "needs_user"
+    assert result.pending_approval == pending.approval_id
+    assert pending.status == "pending"
+    assert stamps.lines() == []
