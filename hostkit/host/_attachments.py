@@ -97,7 +97,14 @@ class HostAttachments:
                 raise InvalidValue(
                     f"{label}: {size} bytes is over the attachment limit ({MAX_ATTACHMENT_BYTES})"
                 )
-            data = await file.read_bytes()
+            # Read at most one byte over the limit: a file that grew since its stat, or
+            # one whose size the kernel reports as 0 (/proc), is never read whole.
+            async with await file.open("rb") as stream:
+                data = await stream.read(MAX_ATTACHMENT_BYTES + 1)
+            if len(data) > MAX_ATTACHMENT_BYTES:
+                raise InvalidValue(
+                    f"{label}: more than {MAX_ATTACHMENT_BYTES} bytes, over the attachment limit"
+                )
         except OSError as exc:
             raise InvalidValue(f"{label}: cannot be read ({exc.strerror or 'I/O error'})") from exc
         return await self.add(principal, data, name=file.name, media_type=kind)
