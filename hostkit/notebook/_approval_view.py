@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -139,7 +140,7 @@ def diff_html(diff: str) -> str:
 
 def countdown_text(expires_at: float, now: float, approval_id: str | None) -> str:
     """``answer within 4:32``; past the deadline, that the approval stays pending and where."""
-    left = int(expires_at - now)
+    left = math.ceil(expires_at - now)
     if left > 0:
         minutes, seconds = divmod(left, 60)
         return f"answer within {minutes}:{seconds:02d}"

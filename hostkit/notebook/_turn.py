@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import math
 import re
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -137,8 +138,8 @@ class ApprovalRow:
     async def _tick(self) -> None:
         while self.tick():
             left = (self.expires_at or 0.0) - self._clock()
-            # Wake on the next whole second left, so the text never skips one.
-            await asyncio.sleep(min(1.0, max(0.05, left - int(left))))
+            # Wake when the whole seconds left change, so the text never skips one.
+            await asyncio.sleep(min(1.0, max(0.05, left - math.floor(left))))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = self.widget._repr_mimebundle_(**kwargs)

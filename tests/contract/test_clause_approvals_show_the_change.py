@@ -178,7 +178,8 @@ async def test_a_long_diff_is_bounded_in_lines_and_characters(
     lines = diff.splitlines()
     assert len(lines) <= MAX_DIFF_LINES + 1
     assert len(diff) <= MAX_DIFF_CHARS
-    assert lines[-1].startswith("… ") and "more diff lines not shown" in lines[-1]
+    assert lines[-1].startswith("… ")
+    assert "more diff lines not shown" in lines[-1]
     # An ApprovalRequest keeps a diff to the diff bounds, not the 512 characters of metadata.
     request = ApprovalRequest(
         "apr_1",
