@@ -311,9 +311,8 @@ class ApprovalRuntime:
         if self._closed:
             raise ApprovalClosed()
         if decision is None:
-            if record is not None:
-                why = TIMED_OUT if asking.cancelled_caught else GONE
-                withdraw(provider, request, still_pending(request.approval_id, why))
+            if record is not None and asking.cancelled_caught:
+                withdraw(provider, request, still_pending(request.approval_id, TIMED_OUT))
             return "unanswered"
         if record is not None and not await record.answered(decision):
             withdraw(provider, request, ANSWERED_ELSEWHERE)
@@ -335,6 +334,8 @@ class ApprovalRuntime:
                 # A poll, not an event: the answer may come from another process.
                 while await record.still_open():  # noqa: ASYNC110
                     await anyio.sleep(self._watch_interval_s)
+                # Told before the prompt is cancelled, so it can say why (it is not pending).
+                withdraw(provider, request, GONE)
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
