@@ -131,7 +131,7 @@ def run(
     )
 
     async def main() -> int:
-        async with open_host(config_path(config), approver=terminal_approver()) as host:
+        async with open_host(config_path(config), approver=terminal_approver(config)) as host:
             attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
                 host,

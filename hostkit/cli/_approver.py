@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -23,9 +25,9 @@ from rich.console import Console
 from rich.text import Text
 
 from hostkit.cli._render import one_line
-from hostkit.effects import ApprovalDecision, ApprovalRequest
+from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
 
-__all__ = ["ANSWERS", "ConsoleApprover", "render_request"]
+__all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_request"]
 
 # What a person may type; anything else is asked again.
 ANSWERS: Mapping[str, ApprovalDecision] = {
@@ -44,6 +46,8 @@ _SAID: Mapping[ApprovalDecision, str] = {
     "deny": "denied",
 }
 PROMPT = "[o]nce / [s]ession / [d]eny? "
+# A multi-line argument shows at most this many lines (a diff three times as many).
+MAX_BLOCK_LINES = 20
 
 
 def render_request(
@@ -52,8 +56,13 @@ def render_request(
     *,
     max_arguments: int = 16,
     max_value_chars: int = 200,
+    max_lines: int = MAX_BLOCK_LINES,
 ) -> None:
-    """Print what the approver is asked: the effect and its redacted arguments, bounded."""
+    """Print what the approver is asked: the effect, its redacted arguments and diff, bounded.
+
+    A multi-line value is printed as its lines (each escaped and cut, at
+    most ``max_lines``), a file overwrite's diff line by line in red and green.
+    """
     view = request.view
     effect = one_line(view.get("effect", request.effect), 80)
     console.print(
@@ -65,10 +74,13 @@ def render_request(
     if isinstance(arguments, Mapping):
         items = list(arguments.items())
         for name, value in items[:max_arguments]:
+            label = one_line(name, 60)
+            if isinstance(value, str) and "\n" in value.rstrip("\n"):
+                console.print(Text.assemble("  ", (label, "bold"), ":"))
+                _print_block(console, value, "    │ ", max_lines, max_value_chars, "")
+                continue
             console.print(
-                Text.assemble(
-                    "  ", (one_line(name, 60), "bold"), ": ", one_line(value, max_value_chars)
-                )
+                Text.assemble("  ", (label, "bold"), ": ", one_line(value, max_value_chars))
             )
         if len(items) > max_arguments:
             console.print(f"  … {len(items) - max_arguments} more arguments not shown")
@@ -78,11 +90,46 @@ def render_request(
     if target is not None:
         # What the Host validated before asking (web: the origin and its checked addresses).
         console.print(Text.assemble("  target: ", (one_line(target, max_value_chars), "bold")))
+    diff = view.get(DIFF_KEY)
+    if isinstance(diff, str):
+        if diff:
+            console.print("  the file exists; this write replaces it:", highlight=False)
+            _print_block(console, diff, "    ", max_lines * 3, max_value_chars, "diff")
+        else:
+            console.print("  no change: the new content is the file's current content")
     if request.secret_names:
         names = ", ".join(one_line(name, 60) for name in request.secret_names[:max_arguments])
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
     if request.warning:
         console.print(Text.assemble("  warning: ", (one_line(request.warning, 300), "bold red")))
+
+
+def _print_block(
+    console: Console, text: str, indent: str, max_lines: int, max_chars: int, kind: str
+) -> None:
+    """``text`` line by line, each escaped and cut; a diff's added/removed lines coloured."""
+    lines = text.rstrip("\n").split("\n")
+    for line in lines[:max_lines]:
+        style = ""
+        if kind == "diff" and not line.startswith(("+++", "---")):
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+        console.print(Text.assemble(indent, (one_line(line, max_chars), style)), soft_wrap=True)
+    if len(lines) > max_lines:
+        console.print(f"{indent}… {len(lines) - max_lines} more lines not shown", highlight=False)
+
+
+def interrupted_line(approval_id: str, *, config: Path | None = None) -> str:
+    """What a prompt left unanswered prints (Ctrl-C, no answer in time): it stays pending.
+
+    True because the approval was recorded pending before the prompt, and the
+    turn pauses on it; printed unwrapped so the command can be copied.
+    """
+    suffix = f" -c {config}" if config is not None else ""
+    return (
+        f"(no answer here: approval {approval_id} stays pending; "
+        f"answer it with `hostkit approvals approve {approval_id}{suffix}` "
+        f"or `hostkit approvals deny {approval_id}{suffix}`)"
+    )
 
 
 class ConsoleApprover:
@@ -94,6 +141,10 @@ class ConsoleApprover:
     The runtime bounds the wait (``host.approval_timeout_s``) by cancelling
     ``decide``: the turn then pauses ``needs_user``. Prompts never interleave:
     one prompt holds the terminal until it is answered or cancelled.
+    A prompt cancelled without an answer (Ctrl-C, no answer in time) says in
+    one line that the approval stays pending and how to answer it; one the
+    runtime withdrew (``withdrawn``: answered elsewhere, the Host closing)
+    says why instead. ``config`` is named in the commands it prints.
     ``console`` and ``stdin`` are injectable (tests, other terminals).
     """
 
@@ -106,8 +157,15 @@ class ConsoleApprover:
         max_answer_chars: int = 256,
         max_arguments: int = 16,
         max_value_chars: int = 200,
+        config: Path | None = None,
     ) -> None:
         self._console = console or Console(stderr=True)
+        self._config = config
+        # Why the runtime withdrew the prompt open now (told before it is cancelled).
+        self._told: dict[str, str] = {}
+        self._asking: str | None = None
+        # Prompts answered here, for a late "answered elsewhere first" (bounded).
+        self._answered: deque[str] = deque(maxlen=64)
         self._lines = _TerminalLines(stdin or sys.stdin, max_chars=max_answer_chars)
         self._max_attempts = max(1, max_attempts)
         self._max_arguments = max_arguments
@@ -123,20 +181,35 @@ class ConsoleApprover:
                 max_arguments=self._max_arguments,
                 max_value_chars=self._max_value_chars,
             )
+            self._asking = request.approval_id
             try:
                 decision = await self._ask()
             except anyio.get_cancelled_exc_class():
-                # No answer here (timed out, Ctrl-C, the Host closing): the approval was
-                # recorded before this prompt, so it stays pending and answerable.
-                self._console.print(
-                    f"\n(no answer here: the turn waits for approval {request.approval_id}; "
-                    f"answer it with `hostkit approvals approve {request.approval_id}`)",
-                    highlight=False,
-                    markup=False,
+                told = self._told.pop(request.approval_id, None)
+                line = (
+                    f"(no answer here: {told})"
+                    if told is not None
+                    else interrupted_line(request.approval_id, config=self._config)
                 )
+                self._console.print("\n" + line, highlight=False, markup=False, soft_wrap=True)
                 raise
+            finally:
+                self._asking = None
+                self._told.pop(request.approval_id, None)
             self._console.print(f"  {_SAID[decision]}", style="bold", highlight=False)
+            self._answered.append(request.approval_id)
             return decision
+
+    def withdrawn(self, request: ApprovalRequest, reason: str) -> None:
+        """The runtime took the question back: say why, once, where it is still news."""
+        approval_id = request.approval_id
+        if approval_id == self._asking:
+            self._told[approval_id] = one_line(reason, 300)  # the cancelled prompt prints it
+        elif approval_id in self._answered:
+            self._answered.remove(approval_id)
+            self._console.print(
+                f"  not used: {one_line(reason, 300)}", highlight=False, markup=False
+            )
 
     async def _ask(self) -> ApprovalDecision:
         for _ in range(self._max_attempts):

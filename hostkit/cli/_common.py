@@ -213,6 +213,11 @@ def stdin_is_a_terminal() -> bool:
         return False
 
 
-def terminal_approver() -> ConsoleApprover | None:
-    """Ask on the terminal when there is one; otherwise None, so ``ask`` pauses the turn."""
-    return ConsoleApprover(console=console) if stdin_is_a_terminal() else None
+def terminal_approver(config: Path | None = None) -> ConsoleApprover | None:
+    """Ask on the terminal when there is one; otherwise None, so ``ask`` pauses the turn.
+
+    ``config`` (the ``--config`` given, if any) is named in the commands it prints.
+    """
+    if not stdin_is_a_terminal():
+        return None
+    return ConsoleApprover(console=console, config=config)

@@ -38,6 +38,7 @@ from hostkit.effects._catalog import (
     check_collisions,
     provider_name,
 )
+from hostkit.effects._diff import DIFF_KEY, MAX_DIFF_CHARS, MAX_DIFF_LINES, unified_diff
 from hostkit.effects._fingerprint import fingerprint_of
 from hostkit.effects._pending import (
     INLINE,
@@ -61,9 +62,12 @@ from hostkit.effects._views import MAX_MODEL_VIEW_CHARS, MIN_SECRET_CHARS, redac
 __all__ = [
     "APPROVAL_TTL_S",
     "DEFAULT_SECRET_TTL_S",
+    "DIFF_KEY",
     "ENV_NAME_PATTERN",
     "INLINE",
     "MAX_DESCRIPTION_CHARS",
+    "MAX_DIFF_CHARS",
+    "MAX_DIFF_LINES",
     "MAX_MODEL_VIEW_CHARS",
     "MAX_WARNING_CHARS",
     "MIN_SECRET_CHARS",
@@ -100,4 +104,5 @@ __all__ = [
     "redact_secrets",
     "secret_grant",
     "tool",
+    "unified_diff",
 ]

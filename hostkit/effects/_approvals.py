@@ -18,6 +18,7 @@ record stops being pending is withdrawn too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -26,10 +27,10 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
 from hostkit.store import ApprovalDecision
-from hostkit.types import bounded_metadata
 
 __all__ = [
     "APPROVAL_TTL_S",
@@ -69,6 +70,11 @@ class ApprovalRequest:
     secrets (names only) the call binds — such a call is approved once, never
     cached for the session. ``warning`` is the tool's own warning to every
     approver (for example, that the program would run unsandboxed).
+    ``expires_at`` is the wall-clock time (``time.time()``) the runtime stops
+    waiting for this prompt, set when it asks (a panel counts down to it);
+    the durable approval stays pending after it.
+    A view's ``diff`` (a file overwrite's unified diff) keeps up to
+    ``MAX_DIFF_CHARS`` characters; every other string is bounded as metadata.
     """
 
     approval_id: str
@@ -78,9 +84,10 @@ class ApprovalRequest:
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
     secret_names: tuple[str, ...] = ()
     warning: str | None = None
+    expires_at: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "view", bounded_metadata(self.view))
+        object.__setattr__(self, "view", bounded_view(self.view))
         names: object = self.secret_names  # typed, but callers may still pass one string
         if isinstance(names, str):
             raise InvalidValue("secret_names is a sequence of names, not one string")
@@ -167,8 +174,11 @@ class ApprovalRuntime:
         decision_timeout_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         watch_interval_s: float = 1.0,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.provider = provider
+        # ``ApprovalRequest.expires_at`` is wall-clock time: a person reads it as a countdown.
+        self._wall_clock = wall_clock
         self._watch_interval_s = watch_interval_s
         self._ttl_s = ttl_s
         self._decision_timeout_s = decision_timeout_s
@@ -287,6 +297,9 @@ class ApprovalRuntime:
             await record.asked()  # durable before anyone is asked
         if provider is None:
             return "unanswered"
+        request = dataclasses.replace(
+            request, expires_at=self._wall_clock() + self._decision_timeout_s
+        )
         decision: ApprovalDecision | None = None
         epoch = self._epoch
         with anyio.move_on_after(self._decision_timeout_s) as asking:
@@ -298,9 +311,8 @@ class ApprovalRuntime:
         if self._closed:
             raise ApprovalClosed()
         if decision is None:
-            if record is not None:
-                why = TIMED_OUT if asking.cancelled_caught else GONE
-                withdraw(provider, request, still_pending(request.approval_id, why))
+            if record is not None and asking.cancelled_caught:
+                withdraw(provider, request, still_pending(request.approval_id, TIMED_OUT))
             return "unanswered"
         if record is not None and not await record.answered(decision):
             withdraw(provider, request, ANSWERED_ELSEWHERE)
@@ -322,6 +334,8 @@ class ApprovalRuntime:
                 # A poll, not an event: the answer may come from another process.
                 while await record.still_open():  # noqa: ASYNC110
                     await anyio.sleep(self._watch_interval_s)
+                # Told before the prompt is cancelled, so it can say why (it is not pending).
+                withdraw(provider, request, GONE)
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)

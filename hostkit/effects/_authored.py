@@ -149,7 +149,10 @@ class AuthoredTool:
     names the argument (a list of environment names) through which a call asks
     the runtime to bind ``secret.bind:<NAME>`` secrets into ``ToolContext``.
     ``approval_warning`` is shown with every approval prompt for this tool (for
-    example, that its programs run unsandboxed).
+    example, that its programs run unsandboxed). ``preview_diff`` is run only
+    when a call is about to be asked, after ``prepare``: it returns the text
+    diff of what the call would change (a file overwrite), or None; it changes
+    nothing, and a failure only leaves the diff out of the prompt.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class AuthoredTool:
         prepare: Callable[[Mapping[str, Any]], Awaitable[Prepared]] | None = None,
         secrets_argument: str | None = None,
         approval_warning: str | None = None,
+        preview_diff: Callable[[Mapping[str, Any]], Awaitable[str | None]] | None = None,
     ) -> None:
         if not is_effect_name(name):
             raise InvalidValue(f"effect name {name!r} must be dotted lower_snake_case")
@@ -182,6 +186,7 @@ class AuthoredTool:
         self.approval_warning = (
             bounded(approval_warning, MAX_WARNING_CHARS) if approval_warning else None
         )
+        self.preview_diff = preview_diff
         self._model = _arguments_model(name, fn)
         schema = self._model.model_json_schema()
         schema.pop("title", None)

@@ -23,6 +23,7 @@ from hostkit.effects._authored import (
     ToolOutcome,
 )
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
+from hostkit.effects._diff import DIFF_KEY, bound_diff
 from hostkit.effects._fingerprint import approval_fingerprint
 from hostkit.effects._pending import ApprovalLedger, AskedCall, ClaimedApproval, DurableAsk
 from hostkit.effects._policy import EffectPolicy
@@ -31,6 +32,7 @@ from hostkit.effects._redaction import (
     RedactionLimit,
     Redactor,
     derived_secrets,
+    safe_text,
 )
 from hostkit.effects._views import REDACTION_FAILED, failed_safely, render_output, result
 from hostkit.errors import (
@@ -415,6 +417,24 @@ class EffectRuntime:
             return _refused(call_id, effect, "failed", _error_text(exc, redactor), redactor)
         return dataclasses.replace(checked, target=prepared.view, prepared=prepared.value)
 
+    async def _preview_diff(self, checked: _Checked) -> str | None:
+        """The tool's diff of what the call would change, for the approver; None without one.
+
+        Best effort under the tool's deadline: a diff that cannot be made is
+        left out of the prompt, never a reason to refuse the call.
+        """
+        preview = checked.entry.tool.preview_diff
+        if preview is None:
+            return None
+        try:
+            with anyio.fail_after(checked.entry.tool.timeout_s):
+                diff = await preview(checked.arguments)
+        except BaseException as exc:
+            if _is_cancellation(exc):
+                raise
+            return None
+        return diff if isinstance(diff, str) else None
+
     def _held_secrets(self, context: TurnExecutionContext) -> dict[str, str]:
         """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot.
 
@@ -454,6 +474,7 @@ class EffectRuntime:
             warning,
             held=checked.held,
             target=checked.target,
+            diff=await self._preview_diff(checked),
         )
         # One id from the first prompt to the durable row an unanswered ask leaves.
         approval_id = new_id("apr")
@@ -695,6 +716,7 @@ def approval_view(
     *,
     held: Mapping[str, str] | None = None,
     target: Mapping[str, Any] | None = None,
+    diff: str | None = None,
 ) -> FrozenMap:
     """What an approver sees: the effect, field-name-redacted bounded arguments, secret names.
 
@@ -702,6 +724,8 @@ def approval_view(
     is each ``held`` secret value (name -> value) the arguments happen to carry.
     ``target`` is what the tool's ``prepare`` check validated (a URL's origin and
     addresses), shown so the approver judges where the call goes, not only its text.
+    ``diff`` (a file overwrite's unified diff) is redacted the same way and kept
+    to the diff bounds (``MAX_DIFF_LINES``, ``MAX_DIFF_CHARS``), not cut to 300.
     """
     redactor = Redactor.of(held or {}, derived_secrets(arguments))
     view: dict[str, Any] = {"effect": effect, "arguments": redactor.value(arguments)}
@@ -712,4 +736,7 @@ def approval_view(
         view["binds"] = [secret_grant(name) for name in secret_names]
     if warning:
         view["warning"] = warning  # kept with a durable pending approval, for the CLI
-    return bounded_metadata(view, max_string=300)
+    bounded = bounded_metadata(view, max_string=300)
+    if diff is None:
+        return bounded
+    return FrozenMap({**bounded, DIFF_KEY: bound_diff(redactor.text(safe_text(diff)))})

@@ -201,6 +201,7 @@ class ModuleTool(AuthoredTool):
         self.timeout_s = float(definition["timeout_s"])
         self.preflight = None
         self.prepare = None
+        self.preview_diff = None  # the module's code is not in this process before approval
         self.secrets_argument = definition["secrets_argument"]
         self.approval_warning = definition["approval_warning"]
         self.parameters = FrozenMap(definition["parameters"])

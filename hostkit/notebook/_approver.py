@@ -72,6 +72,7 @@ class WidgetApprover:
             secret_names=request.secret_names,
             warning=request.warning,
             approval_id=request.approval_id,
+            expires_at=request.expires_at,
         )
 
         def choose(decision: ApprovalDecision) -> Callable[[object], None]:
@@ -93,6 +94,7 @@ class WidgetApprover:
         if len(self._rows) > _MAX_ROWS:
             self._rows.popitem(last=False)
         (await self._panel(request.turn_id)).add_row(row)
+        row.start_countdown()
         try:
             decision = await answer
         except asyncio.CancelledError:

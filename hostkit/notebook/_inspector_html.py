@@ -11,10 +11,11 @@ import html
 import json
 from collections.abc import Iterable
 
-from hostkit.effects import PendingApproval
+from hostkit.effects import DIFF_KEY, PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
+from hostkit.notebook._approval_view import diff_html, pre_html, pretty_view
 from hostkit.notebook._theme import (
     BADGE_BG,
     BADGE_TEXT,
@@ -274,10 +275,12 @@ def view_text(approval: PendingApproval) -> str:
 
 
 def approval_html(approval: PendingApproval) -> str:
-    """An approval's effect, agent, id and redacted view."""
+    """An approval's effect, agent, id and redacted view (indented JSON, its diff drawn apart)."""
+    diff = approval.view.get(DIFF_KEY)
     return (
         f"<div><b>{esc(approval.effect)}</b> by {esc(approval.core_id)} "
         f"<code>{esc(approval.approval_id)}</code> <small>{esc(approval.created_at)} · session "
         f"{esc(approval.session_id)}</small></div>"
-        f"<pre style='white-space:pre-wrap;margin:2px 0'>{esc(view_text(approval))}</pre>"
+        + pre_html(pretty_view(approval.view))
+        + (diff_html(diff) if isinstance(diff, str) else "")
     )

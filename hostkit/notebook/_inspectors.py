@@ -34,6 +34,14 @@ from hostkit.inspect import (
     budget_view,
     context_view,
 )
+from hostkit.notebook._approval_view import (
+    APPROVE_ONCE,
+    APPROVE_SESSION,
+    DENY,
+    answer_html,
+    button_layout,
+    buttons_layout,
+)
 from hostkit.notebook._chart import usage_chart
 from hostkit.notebook._inspector_html import (
     approval_html,
@@ -61,13 +69,13 @@ __all__ = [
 ]
 
 _DECISIONS: tuple[tuple[ApprovalDecision, str], ...] = (
-    ("approve_once", "Approve once"),
-    ("approve_session", "Approve for session"),
-    ("deny", "Deny"),
+    ("approve_once", APPROVE_ONCE),
+    ("approve_session", APPROVE_SESSION),
+    ("deny", DENY),
 )
 _SAID = {
     "approve_once": "approved once",
-    "approve_session": "approved for session",
+    "approve_session": "approved for this session",
     "deny": "denied",
 }
 
@@ -214,13 +222,20 @@ class BudgetInspector(_Inspector):
 
 
 class _ApprovalLine:
-    """One approval's widgets: description, buttons (pending rows only) and outcome."""
+    """One approval's widgets: description, buttons (pending rows only), outcome and answer.
+
+    ``answer`` stays empty until a click ran the continuation turn; it then
+    shows what the agent answered.
+    """
 
     def __init__(self, approval: PendingApproval, answerable: bool) -> None:
         self.approval = approval
         self.outcome = widgets.HTML(esc(approval.status))
+        self.answer = widgets.HTML("")
         self.buttons = (
-            tuple(widgets.Button(description=label) for _, label in _DECISIONS)
+            tuple(
+                widgets.Button(description=label, layout=button_layout()) for _, label in _DECISIONS
+            )
             if answerable
             else ()
         )
@@ -229,11 +244,13 @@ class _ApprovalLine:
         self.widget = widgets.VBox(
             [
                 widgets.HTML(approval_html(approval)),
-                widgets.HBox([*self.buttons, self.outcome]),
+                widgets.HBox([*self.buttons, self.outcome], layout=buttons_layout()),
+                self.answer,
             ],
             layout=widgets.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"),
         )
         self.said: str = approval.status
+        self.answer_text: str | None = None
 
     def set_busy(self, busy: bool) -> None:
         for button in self.buttons:
@@ -328,6 +345,10 @@ class ApprovalsPanel(_Inspector):
         outcome = getattr(result, "outcome", None)
         line.said = _SAID[decision] + (f"; continuation {outcome}" if outcome else "")
         line.outcome.value = f"<b>{esc(line.said)}</b>"
+        text = getattr(result, "text", None)
+        if isinstance(text, str) and outcome is not None:
+            line.answer_text = text
+            line.answer.value = answer_html(text)
 
     async def join(self) -> None:
         """Wait for every answer clicked so far to finish (its row is then updated)."""
@@ -336,11 +357,14 @@ class ApprovalsPanel(_Inspector):
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def text(self) -> str:
-        lines = [
-            f"{line.approval.approval_id}  {line.approval.core_id}  {line.approval.effect}  "
-            f"{line.said}  {view_text(line.approval)}"
-            for line in self.lines.values()
-        ]
+        lines = []
+        for line in self.lines.values():
+            lines.append(
+                f"{line.approval.approval_id}  {line.approval.core_id}  {line.approval.effect}  "
+                f"{line.said}  {view_text(line.approval)}"
+            )
+            if line.answer_text is not None:
+                lines.append(f"  answered: {bounded(line.answer_text.strip(), 300)}")
         return "\n".join(lines or ["no approvals"])
 
 

@@ -16,6 +16,10 @@ __all__ = [
     "BADGE_BG",
     "BADGE_TEXT",
     "BORDER",
+    "DIFF_ADD_BG",
+    "DIFF_ADD_TEXT",
+    "DIFF_DEL_BG",
+    "DIFF_DEL_TEXT",
     "ERROR",
     "GRAPHIC_PAIRS",
     "GRID",
@@ -39,6 +43,9 @@ GRID = "var(--jp-border-color2, #e0e0e0)"
 AXIS = MUTED
 # Badges are light chips in both themes: a fixed pair, readable on any page.
 BADGE_BG, BADGE_TEXT = "#ffe0b2", "#3e2723"
+# A diff's added and removed lines: fixed light pairs like the badges, readable on any page.
+DIFF_ADD_BG, DIFF_ADD_TEXT = "#dafbe1", "#0f3d1c"
+DIFF_DEL_BG, DIFF_DEL_TEXT = "#ffebe9", "#67060c"
 # The budget plot's series: 3:1 or more against white and JupyterLab's dark surfaces alike.
 INPUT, OUTPUT = "#4c78a8", "#d95f02"
 
@@ -48,6 +55,8 @@ TEXT_PAIRS: tuple[tuple[str, str], ...] = (
     (MUTED, SURFACE),
     (ERROR, SURFACE),
     (BADGE_TEXT, BADGE_BG),
+    (DIFF_ADD_TEXT, DIFF_ADD_BG),
+    (DIFF_DEL_TEXT, DIFF_DEL_BG),
 )
 GRAPHIC_PAIRS: tuple[tuple[str, str], ...] = (
     (INPUT, SURFACE),

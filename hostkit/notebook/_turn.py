@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import html
+import math
 import re
-from collections.abc import Generator, Mapping, Sequence
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import ipywidgets as widgets
 
 from hostkit.errors import HostkitError
+from hostkit.notebook._approval_view import (
+    APPROVE_ONCE,
+    APPROVE_SESSION,
+    DENY,
+    button_layout,
+    buttons_layout,
+    countdown_text,
+    request_html,
+)
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnResult
 
@@ -48,7 +59,13 @@ class ApprovalPending(HostkitError):
 
 
 class ApprovalRow:
-    """One approval in a panel: the effect, its redacted view and three buttons."""
+    """One approval in a panel: the effect, its redacted view, three buttons and a countdown.
+
+    ``expires_at`` (wall clock, ``ApprovalRequest.expires_at``) is when the
+    runtime stops waiting; ``start_countdown()`` ticks the countdown every
+    second until the row is answered, withdrawn or closed. ``clock`` is
+    injectable so its text is deterministic in tests.
+    """
 
     def __init__(
         self,
@@ -58,24 +75,36 @@ class ApprovalRow:
         secret_names: Sequence[str] = (),
         warning: str | None = None,
         approval_id: str | None = None,
+        expires_at: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.effect = effect
         # The durable approval this row asks (it is stored pending from the moment asked).
         self.approval_id = approval_id
-        self.approve_once = widgets.Button(description="Approve once", button_style="success")
-        self.approve_session = widgets.Button(description="Approve for session")
-        self.deny = widgets.Button(description="Deny", button_style="danger")
+        self.expires_at = expires_at
+        self._clock = clock
+        self.approve_once = widgets.Button(
+            description=APPROVE_ONCE, button_style="success", layout=button_layout()
+        )
+        self.approve_session = widgets.Button(description=APPROVE_SESSION, layout=button_layout())
+        self.deny = widgets.Button(description=DENY, button_style="danger", layout=button_layout())
+        self.countdown = widgets.HTML("")
         self.status = widgets.HTML("<i>waiting for your answer</i>")
         self.widget = widgets.VBox(
             [
                 widgets.HTML(_describe(effect, view, secret_names, warning)),
-                widgets.HBox([self.approve_once, self.approve_session, self.deny]),
+                widgets.HBox(
+                    [self.approve_once, self.approve_session, self.deny, self.countdown],
+                    layout=buttons_layout(),
+                ),
                 self.status,
             ],
             layout=widgets.Layout(border="1px solid #d4a72c", padding="4px", margin="4px 0"),
         )
         self.answered = False
         self.choice: str | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self.tick()
 
     @property
     def waiting(self) -> bool:
@@ -85,6 +114,32 @@ class ApprovalRow:
     @property
     def buttons(self) -> tuple[widgets.Button, widgets.Button, widgets.Button]:
         return (self.approve_once, self.approve_session, self.deny)
+
+    def tick(self) -> bool:
+        """Show the time left (or that it ran out); True while there is time left."""
+        if self.expires_at is None or not self.waiting:
+            self.countdown.value = ""
+            return False
+        now = self._clock()
+        text = countdown_text(self.expires_at, now, self.approval_id)
+        self.countdown.value = f"<span style='margin-left:8px'>{html.escape(text)}</span>"
+        return now < self.expires_at
+
+    def start_countdown(self) -> None:
+        """Tick every second on the running loop until answered, withdrawn or closed."""
+        if self.expires_at is None or self._ticker is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a row built outside a kernel): the text stays as first drawn
+        self._ticker = loop.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while self.tick():
+            left = (self.expires_at or 0.0) - self._clock()
+            # Wake when the whole seconds left change, so the text never skips one.
+            await asyncio.sleep(min(1.0, max(0.05, left - math.floor(left))))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = self.widget._repr_mimebundle_(**kwargs)
@@ -97,8 +152,12 @@ class ApprovalRow:
 
     def close(self, text: str) -> None:
         self.answered = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         for button in self.buttons:
             button.disabled = True
+        self.countdown.value = ""
         self.status.value = html.escape(text)
 
 
@@ -309,25 +368,7 @@ def _step_widget(text: str, colour: str | None) -> widgets.HTML:
 def _describe(
     effect: str, view: Mapping[str, Any], secret_names: Sequence[str], warning: str | None = None
 ) -> str:
-    arguments = view.get("arguments")
-    rows = ""
-    if isinstance(arguments, Mapping):
-        rows = "".join(
-            f"<tr><td><code>{html.escape(_cut(str(k), 60))}</code></td>"
-            f"<td><code>{html.escape(_cut(str(v), 200))}</code></td></tr>"
-            for k, v in list(arguments.items())[:16]
-        )
-    names = ", ".join(_cut(name, 60) for name in secret_names[:16])
-    facts = f"<div>binds secrets: <code>{html.escape(names)}</code></div>" if names else ""
-    target = view.get("target")
-    if target is not None:
-        facts += f"<div>target: <code>{html.escape(_cut(str(target), 300))}</code></div>"
-    if warning:
-        facts += f"<div style='color:#b00'><b>warning</b>: {html.escape(_cut(warning, 300))}</div>"
-    return (
-        f"<div><b>approval needed</b>: the agent wants to run <code>{html.escape(effect)}</code>"
-        f"</div><table>{rows}</table>{facts}"
-    )
+    return request_html(effect, view, secret_names, warning)
 
 
 def _paragraph(text: str) -> str:

@@ -158,7 +158,7 @@ async def test_a_timed_out_prompt_never_lets_a_late_answer_approve_the_next(
     with anyio.move_on_after(0.2) as timed_out:
         await console_approver.decide(WRITE)
     assert timed_out.cancelled_caught
-    assert f"the turn waits for approval {WRITE.approval_id}" in shown.getvalue()
+    assert f"approval {WRITE.approval_id} stays pending" in shown.getvalue()
     # The answer arrives after its prompt is gone; it must not answer the next one.
     writer.write("o\n")
     writer.flush()

@@ -263,7 +263,7 @@ async def test_a_click_schedules_the_answer_on_the_loop_and_updates_the_row() ->
     once, session, deny = panel.lines["apr_1"].buttons
     assert [b.description for b in (once, session, deny)] == [
         "Approve once",
-        "Approve for session",
+        "Approve for this session",
         "Deny",
     ]
     session.click()
@@ -272,7 +272,7 @@ async def test_a_click_schedules_the_answer_on_the_loop_and_updates_the_row() ->
     await answered.wait()
     await panel.join()
     assert calls == [("apr_1", "approve_session")]
-    assert "approved for session" in panel.lines["apr_1"].outcome.value
+    assert "approved for this session" in panel.lines["apr_1"].outcome.value
     # A click that arrives on another thread (a comm handler) still runs on the loop.
     answered = anyio.Event()
     await anyio.to_thread.run_sync(panel.lines["apr_2"].buttons[2].click)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
 from pydantic import Field
 
 from hostkit.builtins.files._workspace import ListResult, ReadResult, WorkspaceScope
-from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext
+from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext, unified_diff
 
 __all__ = ["ESCAPED_MARK", "READ_FOOTER_CHARS", "workspace_tools"]
 
@@ -93,10 +94,20 @@ def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
         written = await scope.write(path, content)
         return {"path": written.path, "bytes": written.size, "created": written.created}
 
+    async def diff(arguments: Mapping[str, Any]) -> str | None:
+        path, content = arguments.get("path"), arguments.get("content")
+        if not isinstance(path, str) or not isinstance(content, str):
+            return None
+        old = await scope.current_text(path)
+        if old is None:
+            return None  # a new file (or one never shown): its content is the argument
+        return await anyio.to_thread.run_sync(unified_diff, old, content, scope.check(path))
+
     return AuthoredTool(
         "files.write",
         write,
         preflight=_path_check(scope),
+        preview_diff=diff,
         description=(
             "Create or replace a workspace file with the given text, atomically, creating "
             f"missing directories. At most {scope.max_write_bytes} bytes."

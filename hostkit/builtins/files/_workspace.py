@@ -255,6 +255,21 @@ class WorkspaceScope:
         _encoded(new, "new")
         return await self._run(parts, self._edit, old, new, count)
 
+    async def current_text(self, path: str) -> str | None:
+        """The text a write to ``path`` would replace, to show its approver a diff; else None.
+
+        None when there is nothing to diff against or it should not be shown:
+        no such file, a link anywhere in the path (never followed), a
+        non-regular or hard-linked file (a write refuses those), the Host's own
+        state, more than ``max_write_bytes`` bytes, or content that is not
+        UTF-8 text. Reads only; raises nothing for these.
+        """
+        try:
+            parts = self._parts(path)
+            return await self._run(parts, self._current_text)
+        except (WorkspaceError, OSError):
+            return None
+
     def open_directory(self, path: str) -> int:
         """Worker thread (blocking): open a directory inside the workspace; return its descriptor.
 
@@ -395,6 +410,30 @@ class WorkspaceScope:
         finally:
             os.close(parent)
         return WriteResult(path=shown, size=len(data), created=existing is None)
+
+    def _current_text(self, parts: tuple[str, ...], shown: str) -> str | None:
+        parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
+        try:
+            fd = open_entry(parent, name, FILE_FLAGS, create=False)
+            if isinstance(fd, str):
+                return None  # a symbolic link: a write refuses it, and it is never read
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                    return None
+                if info.st_size > self.max_write_bytes:
+                    return None
+                data = pread_bounded(fd, 0, self.max_write_bytes + 1)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(parent)
+        if len(data) > self.max_write_bytes or b"\x00" in data:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
     def _edit(
         self, parts: tuple[str, ...], shown: str, old: str, new: str, count: int

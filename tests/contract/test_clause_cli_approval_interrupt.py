@@ -1,0 +1,215 @@
+"""Clause: Ctrl-C at a terminal approval prompt leaves the approval pending and answerable.
+
+`hostkit run` runs for real, its stdin a pseudo-terminal (so it asks there),
+its model a loopback server scripted by the test. SIGINT at the prompt ends
+the command; the approval recorded before the prompt stays pending, the
+terminal says so in one line with the command that answers it, and that
+command then runs the call once.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from rich.console import Console
+
+from hostkit.cli._approver import ConsoleApprover, interrupted_line
+from hostkit.effects import DIFF_KEY, ApprovalKey, ApprovalRequest, ApprovalRuntime
+from tests.contract.test_cli_approvals import CONFIG, answer, hostkit, write_call
+from tests.wire import WireServer, serve_wire
+
+pytestmark = pytest.mark.anyio
+
+PROMPT = b"[o]nce / [s]ession / [d]eny? "
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[WireServer]:
+    async with serve_wire() as server:
+        yield server
+
+
+@pytest.fixture
+async def project(tmp_path: Path, wire: WireServer) -> Path:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG.format(base_url=wire.base_url))
+    return tmp_path
+
+
+def pending_rows(database: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(database) as connection:
+        return connection.execute("SELECT approval_id, status FROM approvals").fetchall()
+
+
+async def read_until(fd: int, wanted: bytes, seen: bytearray, timeout_s: float = 30.0) -> None:
+    """Read the terminal's output until ``wanted`` appears (bounded)."""
+    with anyio.fail_after(timeout_s):
+        while wanted not in seen:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the other side closed
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+
+async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_answer(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call(), answer("Written."))
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
+    process = subprocess.Popen(  # noqa: ASYNC220 (a pty needs Popen's file descriptors)
+        [sys.executable, "-m", "hostkit", "run", "--agent", "writer", "write out.md"],
+        cwd=project,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    seen = bytearray()
+    try:
+        await read_until(leader, PROMPT, seen)
+        assert PROMPT in seen, seen.decode(errors="replace")
+        process.send_signal(signal.SIGINT)  # what Ctrl-C at the terminal sends
+        with anyio.fail_after(30):
+            while process.poll() is None:
+                with anyio.move_on_after(0.1):
+                    await read_until(leader, b"\x00", seen)
+        with anyio.move_on_after(0.5):
+            await read_until(leader, b"\x00", seen)  # what was written last
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    rows = pending_rows(project / "state" / "hostkit.db")
+    assert len(rows) == 1, text
+    approval_id, status = rows[0]
+    assert status == "pending", text
+    line = interrupted_line(approval_id)
+    assert "stays pending" in line
+    assert text.count(line) == 1, text  # one unwrapped line, copyable at any width
+    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+        turns = connection.execute("SELECT status FROM turns").fetchall()
+    assert turns == [("needs_user",)]  # the turn paused on it: nothing was lost or denied
+    assert not (project / "workspace" / "out.md").exists()
+    # The approval is answerable as the line says, and runs the call once.
+    code, _, err = await hostkit("approvals", "approve", approval_id, cwd=project)
+    assert code == 0, err
+    assert (project / "workspace" / "out.md").read_text() == "hello"
+    assert pending_rows(project / "state" / "hostkit.db")[0][1] != "pending"
+
+
+async def test_a_cancelled_prompt_prints_the_same_line_and_nothing_else_claims() -> None:
+    shown = io.StringIO()
+    console = Console(file=shown, width=200, color_system=None, force_terminal=False)
+    read_fd, write_fd = os.pipe()
+    reader, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
+    try:
+        approver = ConsoleApprover(console=console, stdin=reader)
+        request = ApprovalRequest(
+            "apr_7",
+            ApprovalKey("p", "s", "f", "files.write"),
+            "files.write",
+            "turn_1",
+            {"effect": "files.write", "arguments": {"path": "a.md"}},
+        )
+        with anyio.move_on_after(0.2):
+            await approver.decide(request)
+    finally:
+        writer.close()
+        reader.close()
+    assert shown.getvalue().count(interrupted_line("apr_7")) == 1
+
+
+class Record:
+    """A test adapter for the durable ask: answered elsewhere once ``open`` turns False."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    async def asked(self) -> None:
+        return None
+
+    async def answered(self, decision: str) -> bool:
+        return True
+
+    async def still_open(self) -> bool:
+        return self.open
+
+
+async def test_a_prompt_answered_elsewhere_says_so_and_never_claims_it_is_pending() -> None:
+    shown = io.StringIO()
+    console = Console(file=shown, width=200, color_system=None, force_terminal=False)
+    read_fd, write_fd = os.pipe()
+    reader, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
+    record = Record()
+    request = ApprovalRequest(
+        "apr_9", ApprovalKey("p", "s", "f", "files.write"), "files.write", "turn_1", {}
+    )
+    try:
+        approver = ConsoleApprover(console=console, stdin=reader)
+        runtime = ApprovalRuntime(provider=approver, watch_interval_s=0.02)
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                outcome = await runtime.resolve(
+                    request.key, lambda: request, approver, record=record
+                )
+                assert outcome == "unanswered"
+
+            tg.start_soon(ask)
+            with anyio.fail_after(5):
+                while "[o]nce" not in shown.getvalue():  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            record.open = False  # answered from another process
+    finally:
+        writer.close()
+        reader.close()
+    text = shown.getvalue()
+    assert "(no answer here: no longer pending (answered elsewhere, or void))" in text
+    assert "stays pending" not in text
+    assert "still pending" not in text
+
+
+def render(view: dict[str, object]) -> str:
+    shown = io.StringIO()
+    console = Console(file=shown, width=200, color_system=None, force_terminal=False)
+    approver = ConsoleApprover(console=console, stdin=io.StringIO("d\n"))
+    request = ApprovalRequest(
+        "apr_1", ApprovalKey("p", "s", "f", "files.write"), "files.write", "turn_1", view
+    )
+    anyio.run(approver.decide, request)  # type: ignore[arg-type]
+    return shown.getvalue()
+
+
+def test_multi_line_content_and_a_diff_are_shown_as_lines_with_controls_escaped() -> None:
+    text = render(
+        {
+            "effect": "files.write",
+            "arguments": {"path": "n.md", "content": "first\nsecond \x1b[2J\nthird"},
+            DIFF_KEY: "--- a/n.md\n+++ b/n.md\n@@ -1 +1 @@\n-old\n+new\n",
+        }
+    )
+    lines = text.splitlines()
+    assert "  content:" in lines
+    start = lines.index("  content:")
+    assert lines[start + 1 : start + 4] == ["    │ first", "    │ second \\x1b[2J", "    │ third"]
+    assert "\x1b" not in text
+    assert "  the file exists; this write replaces it:" in lines
+    assert "    -old" in lines
+    assert "    +new" in lines
