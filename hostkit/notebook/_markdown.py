@@ -41,4 +41,4 @@ _MD = _build()
 
 def render_markdown(text: str) -> str:
     """``text`` as safe HTML (escaped raw HTML, http(s) links only, no images)."""
-    return _MD.render(text)
+    return str(_MD.render(text))

@@ -177,6 +177,30 @@ class TurnView:
             bundle = {**bundle, "text/plain": self.text()}
         return bundle
 
+    @property
+    def stop_button(self) -> widgets.Button:
+        """The panel's Stop button (builds the panel)."""
+        self.panel  # noqa: B018
+        assert self._panel is not None
+        return self._panel.stop
+
+    @property
+    def waiting_widget(self) -> widgets.HTML:
+        """The line that counts the seconds until the model's first token (builds the panel)."""
+        self.panel  # noqa: B018
+        assert self._panel is not None
+        return self._panel.waiting
+
+    @property
+    def reply_html(self) -> str:
+        """The answer as the panel shows it: Markdown rendered, the model's own HTML escaped."""
+        return _answer_html("".join(self._reply))
+
+    @property
+    def outcome_html(self) -> str:
+        """How the turn ended, as the panel shows it (with its *truncated* badge)."""
+        return self._outcome
+
     def close(self) -> None:
         """Close the panel's widgets (their models leave the kernel and the saved notebook)."""
         if self._panel is not None:
