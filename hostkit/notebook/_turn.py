@@ -19,7 +19,7 @@ import ipywidgets as widgets
 
 from hostkit.errors import HostkitError
 from hostkit.inspect import cost_text, price_for
-from hostkit.notebook._interrupt import cell_count
+from hostkit.notebook._interrupt import running_cell
 from hostkit.notebook._markdown import render_markdown
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnCancelResult, TurnResult
@@ -143,7 +143,7 @@ class TurnView:
         self.admitted = asyncio.Event()  # set once the turn has an id, or has ended without one
         self._task: asyncio.Task[Any] | None = None
         # The cell that made this panel: the kernel's interrupt of it stops the turn.
-        self.cell = cell_count()
+        self.cell: object | None = running_cell()
         self._began = time.monotonic()
         self.waiting_line = ""  # the elapsed time until the model's first token
         self._answered = False
@@ -240,6 +240,8 @@ class TurnView:
         """The Host's way to stop this turn; starts the waiting line's clock (on the loop)."""
         self._canceller = canceller
         self._loop = asyncio.get_running_loop()
+        if self.cell is None:  # made before the Host (and its cell hooks) existed
+            self.cell = running_cell()
         if self._panel is not None:
             self._panel.stop.disabled = self.done
         if not self._answered and not self.done:
