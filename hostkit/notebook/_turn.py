@@ -232,7 +232,7 @@ class TurnView:
             lines.append(TRUNCATED)
         if self.result is not None:
             lines.append(f"usage: {self._usage_text()}")
-        return "\n".join(line for line in lines if line)
+        return "\n".join(lines)
 
     # -- stopping ------------------------------------------------------------------
 
