@@ -28,6 +28,9 @@ __all__ = ["ApprovalPending", "ApprovalRow", "TurnView", "close_tree"]
 
 _MAX_REPLY_CHARS = 20_000
 _TICK_S = 0.5  # how often the waiting line counts up
+# A streamed answer is re-rendered at most this often, or twice its last render's cost
+# (20,000 characters of Markdown take ~0.15 s): the kernel's loop stays free for clicks.
+_RENDER_EVERY_S = 0.1
 TRUNCATED = "truncated: the answer hit the output limit"
 _STATUS_COLOURS = {
     "succeeded": "#1a7f37",
@@ -153,6 +156,11 @@ class TurnView:
         self._stops: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self._priced: list[float | None] = []  # the cost of each provider call, if priced
+        self._next_render = 0.0
+        # Where the current model step's text starts in ``_reply`` (the final answer's, at the end).
+        self._step_from = 0
+        self._text_step: object = None
+        self._render_later: asyncio.TimerHandle | None = None
         self.footer = ""
 
     @classmethod
@@ -343,6 +351,11 @@ class TurnView:
             self._first_token()
         if event.kind == "provider.responded":
             self._priced.append(_cost(data))
+        if event.kind == "provider.started" or (
+            event.kind == "text.delta" and data.get("step") != self._text_step
+        ):
+            self._text_step = data.get("step")
+            self._step_from = len(self._reply)
         if event.kind == "turn.started":
             self.turn_id = event.turn_id
             self.admitted.set()
@@ -376,9 +389,8 @@ class TurnView:
         self.result, self.error = result, error
         self._first_token()
         if result is not None:
-            if result.outcome == "completed" and not self._reply:
-                self._reply.append(result.text)
-                self._refresh_reply()
+            if result.outcome == "completed":
+                self._settle_answer(result.text)
             detail = f" — {result.error}" if result.error else ""
             colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
             self._outcome = (
@@ -393,12 +405,25 @@ class TurnView:
                 f"<span style='color:#cf222e'><b>error</b>: {html.escape(str(error))}</span>"
             )
         if self._panel is not None:
+            self._render_reply()  # the whole answer, whatever was deferred
             self._panel.outcome.value = self._outcome
             self._panel.footer.value = _footer_html(self.footer)
             self._panel.stop.disabled = True
         self._done.set()
         self._asking.set()
         self.admitted.set()
+
+    def _settle_answer(self, text: str) -> None:
+        """The final answer as recorded, where the stream lost some of it.
+
+        A panel whose events came faster than it took them (a bounded
+        buffer) or was shown late may have missed deltas: the result's text
+        is the answer, in place of what streamed of its step.
+        """
+        earlier = sum(len(part) for part in self._reply[: self._step_from])
+        whole = text[: max(0, _MAX_REPLY_CHARS - earlier)]
+        if "".join(self._reply[self._step_from :]) != whole:
+            self._reply[self._step_from :] = [whole]
 
     def _usage_text(self) -> str:
         """Tokens and cost of the turn (``unknown`` when a model it called has no price)."""
@@ -417,8 +442,25 @@ class TurnView:
             self._panel.add_step(text, colour)
 
     def _refresh_reply(self) -> None:
-        if self._panel is not None:
-            self._panel.reply.value = _answer_html("".join(self._reply))
+        """Re-render the answer in the panel: at once when due, else once, later."""
+        if self._panel is None:
+            return
+        wait = self._next_render - time.monotonic()
+        if wait <= 0 or self._loop is None:
+            self._render_reply()
+        elif self._render_later is None:
+            self._render_later = self._loop.call_later(wait, self._render_reply)
+
+    def _render_reply(self) -> None:
+        if self._render_later is not None:
+            self._render_later.cancel()
+            self._render_later = None
+        if self._panel is None:
+            return
+        started = time.monotonic()
+        self._panel.reply.value = _answer_html("".join(self._reply))
+        cost = time.monotonic() - started
+        self._next_render = started + cost + max(_RENDER_EVERY_S, 2 * cost)
 
 
 class _Panel:

@@ -257,3 +257,26 @@ async def test_a_result_stored_before_truncated_existed_loads_as_not_truncated()
     assert TurnResult.from_json(old) == result
     assert not TurnResult.from_json(old).truncated
     assert TurnResult.from_json({**old, "truncated": True}).truncated
+
+
+async def test_a_long_streamed_answer_is_rendered_in_batches_and_whole_at_the_end(
+    tmp_path: Path,
+) -> None:
+    words = " ".join(f"**w{i}**" for i in range(1500))  # 1,500 deltas, under the reply cap
+    nb = await answering(tmp_path, Reply(words))
+    try:
+        view = nb.chat("Talk.")
+        reply = view.panel.children[2]  # header, waiting line, answer
+        renders: list[str] = []
+        reply.observe(lambda change: renders.append(change["new"]), names="value")
+        await view
+    finally:
+        await nb.aclose()
+
+    assert 1 <= len(renders) < 150
+    assert reply.value == view.reply_html == render_markdown_div(words)
+    assert "<strong>w1499</strong>" in reply.value
+
+
+def render_markdown_div(text: str) -> str:
+    return f"<div class='hostkit-answer'>{render_markdown(text)}</div>"
