@@ -13,6 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from hostkit.errors import ConfigError
+from hostkit.host import Host, parse_config
 from hostkit.types import Usage
 from tests.hosts import open_host, request
 from tests.wire import openai_chat as wire_openai
@@ -96,3 +98,37 @@ memory = false
     assert "outcome: completed" in outputs[0]
     assert TRUNCATED_LINE in outputs[0].splitlines()
     assert TRUNCATED_LINE not in outputs[1]
+
+
+async def test_a_configured_script_plays_an_answer_cut_at_the_limit(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {
+                "demo": {
+                    "kind": "scripted",
+                    "script": [
+                        {"reply": "cut short", "finish_reason": "length"},
+                        {"reply": "whole"},
+                    ],
+                }
+            },
+            "agents": {"assistant": {"provider": "demo", "memory": False}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(config) as host:
+        cut = await host.turns.run(request("First."))
+        whole = await host.turns.run(request("Second."))
+    assert (cut.text, cut.truncated) == ("cut short", True)
+    assert (whole.text, whole.truncated) == ("whole", False)
+    with pytest.raises(ConfigError):
+        parse_config(
+            {
+                "providers": {
+                    "demo": {"kind": "scripted", "script": [{"reply": "x", "finish_reason": "odd"}]}
+                },
+                "agents": {"assistant": {"provider": "demo"}},
+            },
+            base_dir=tmp_path,
+        )
