@@ -32,6 +32,8 @@ _TICK_S = 0.5  # how often the waiting line counts up
 # (20,000 characters of Markdown take ~0.15 s): the kernel's loop stays free for clicks.
 _RENDER_EVERY_S = 0.1
 TRUNCATED = "truncated: the answer hit the output limit"
+# How a panel stops its turn: the NotebookHost cancels it through the turn's token.
+Canceller = Callable[["TurnView"], Awaitable[TurnCancelResult | None]]
 _STATUS_COLOURS = {
     "succeeded": "#1a7f37",
     "completed": "#1a7f37",
@@ -109,9 +111,6 @@ class ApprovalRow:
         for button in self.buttons:
             button.disabled = True
         self.status.value = html.escape(text)
-
-
-Canceller = Callable[["TurnView"], Awaitable[TurnCancelResult | None]]
 
 
 class TurnView:
