@@ -34,9 +34,10 @@ __all__ = ["CallTools", "Fail", "Reply", "ScriptStep", "ScriptedModel"]
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """Answer with text and stop."""
+    """Answer with text and stop; ``finish_reason="length"`` plays an answer cut at the limit."""
 
     text: str
+    finish_reason: FinishReason = "stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ class ScriptedModel(ProviderBase):
             t.name + t.description for t in request.tools
         )
         calls: tuple[ToolCall, ...] = ()
-        finish: FinishReason = "stop"
+        finish: FinishReason = step.finish_reason if isinstance(step, Reply) else "stop"
         text = step.text
         if isinstance(step, CallTools):
             calls = tuple(ToolCall(new_id("call"), name, args) for name, args in step.calls)

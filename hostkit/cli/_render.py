@@ -43,6 +43,8 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
     console.print(f"[bold {style}]outcome[/]: {result.outcome}", highlight=False)
     if result.error:
         console.print(f"[bold]error[/]: {escape(result.error)}", highlight=False)
+    if result.truncated:
+        console.print("[bold yellow]truncated[/]: the answer hit the output limit", highlight=False)
     for effect in result.effects:
         console.print(f"  effect {effect.effect}: {effect.status}", highlight=False, markup=False)
     usage = result.usage

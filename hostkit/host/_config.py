@@ -52,11 +52,15 @@ class _Strict(BaseModel):
 
 
 class ScriptStepConfig(_Strict):
-    """One step of a scripted provider: a reply, or a tool call with arguments."""
+    """One step of a scripted provider: a reply, or a tool call with arguments.
+
+    ``finish_reason = "length"`` plays a reply cut at the output limit.
+    """
 
     reply: str | None = None
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
+    finish_reason: Literal["stop", "length"] = "stop"
 
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> ScriptStepConfig:

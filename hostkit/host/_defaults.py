@@ -85,7 +85,7 @@ class DefaultProviderSource(AsyncResource):
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.
             steps = [
-                Reply(step.reply)
+                Reply(step.reply, step.finish_reason)
                 if step.reply is not None
                 else CallTools((provider_name(step.tool or ""), step.arguments))
                 for step in config.script

@@ -21,12 +21,13 @@ import anyio
 import psutil
 from anyio.abc import AsyncResource
 
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, UnboundToken, UserError
 from hostkit.host import Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
+from hostkit.notebook._interrupt import watch_interrupts
 from hostkit.notebook._turn import ApprovalRow, TurnView
 from hostkit.types import (
     Attachment,
@@ -35,8 +36,10 @@ from hostkit.types import (
     PrincipalScope,
     ResumeSession,
     SessionSelector,
+    TurnCancelResult,
     TurnRequest,
     TurnResult,
+    TurnToken,
     new_id,
 )
 
@@ -44,6 +47,8 @@ __all__ = ["NotebookHost", "current", "start"]
 
 _current: NotebookHost | None = None
 _starting: asyncio.Future[None] | None = None
+# How long a stop waits for a turn still being admitted (a session busy elsewhere).
+_ADMISSION_WAIT_S = 10.0
 
 
 class NotebookHost(AsyncResource):
@@ -71,6 +76,8 @@ class NotebookHost(AsyncResource):
         self.last_view: TurnView | None = None
         self._by_turn: dict[str, TurnView] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Each running turn's cancellation token and its owner's scope, read when it starts.
+        self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
         self.config_source: HostConfig | str | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
@@ -207,13 +214,43 @@ class NotebookHost(AsyncResource):
             attachments=tuple(attachments),
         )
         self.last_view = view
+        # Registered now, not when the task runs: an interrupt of this very cell finds it.
+        self.views[request.request_id] = view
+        view.bind(self.stop)
         task = asyncio.get_running_loop().create_task(self._drive(view, request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         view._task = task
 
+    async def stop(self, view: TurnView) -> TurnCancelResult | None:
+        """Cancel the panel's turn through its cancellation token (the Stop button's action).
+
+        A turn still being admitted is waited for (bounded); one never
+        admitted has its task cancelled and its panel ends with that error.
+        """
+        with anyio.move_on_after(_ADMISSION_WAIT_S):
+            await view.admitted.wait()
+        if view.turn_id is None:
+            if not view.done and view._task is not None:
+                view._task.cancel()
+                view.finish(None, UserError("stopped before the turn was admitted"))
+            return None
+        held = self._tokens.get(view)
+        token = await held if held is not None else None
+        scope = await self.scope()
+        if token is None:
+            # It ended before its token was read: the owner-checked cancel says how.
+            return await self.host.turns.cancel(view.turn_id, scope)
+        return await self.host.turns.cancel_token(*token)
+
+    async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
+        scope = await self.scope()
+        try:
+            return await self.host.turns.cancellation_token(turn_id, scope), scope
+        except UnboundToken:
+            return None
+
     async def _drive(self, view: TurnView, request: TurnRequest) -> None:
-        self.views[request.request_id] = view
 
         def mine(event: Any) -> bool:
             return bool(event.request_id == request.request_id)
@@ -240,6 +277,7 @@ class NotebookHost(AsyncResource):
             self.views.pop(request.request_id, None)
             if view.turn_id is not None:
                 self._by_turn.pop(view.turn_id, None)
+            self._tokens.pop(view, None)
         view.finish(result)
 
     async def _pump(self, view: TurnView, events: Any) -> None:
@@ -249,6 +287,8 @@ class NotebookHost(AsyncResource):
     def _apply(self, view: TurnView, event: Any) -> None:
         if event.kind == "turn.started":
             self._by_turn[event.turn_id] = view
+            loop = asyncio.get_running_loop()
+            self._tokens[view] = loop.create_task(self._token_of(event.turn_id))
         view.apply(event)
 
     async def aclose(self) -> None:
@@ -292,6 +332,11 @@ def _selector(session: str | SessionSelector | None) -> SessionSelector:
     return session  # type: ignore[return-value]
 
 
+def _running_views() -> tuple[TurnView, ...]:
+    """The panels of the kernel's Host whose turns still run (for the interrupt hook)."""
+    return tuple(_current.views.values()) if _current is not None else ()
+
+
 def current() -> NotebookHost | None:
     """The kernel's NotebookHost, if ``start()`` (or a ``%%agent`` cell) opened one."""
     return _current
@@ -332,6 +377,7 @@ async def start(
         notebook = NotebookHost(host, approver, conversation=conversation)
         notebook.config_source, notebook.capabilities = config, capabilities
         _current = notebook
+        watch_interrupts(_running_views)
     finally:
         _starting.set_result(None)
         _starting = None

@@ -12,13 +12,14 @@ import html
 import math
 import re
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import ipywidgets as widgets
 
 from hostkit.errors import HostkitError
+from hostkit.inspect import cost_text, price_for
 from hostkit.notebook._approval_view import (
     APPROVE_ONCE,
     APPROVE_SESSION,
@@ -28,12 +29,21 @@ from hostkit.notebook._approval_view import (
     countdown_text,
     request_html,
 )
+from hostkit.notebook._interrupt import running_cell
+from hostkit.notebook._markdown import render_markdown
 from hostkit.turns import TurnEvent
-from hostkit.types import TurnResult
+from hostkit.types import TurnCancelResult, TurnResult
 
 __all__ = ["ApprovalPending", "ApprovalRow", "TurnView", "close_tree"]
 
 _MAX_REPLY_CHARS = 20_000
+_TICK_S = 0.5  # how often the waiting line counts up
+# A streamed answer is re-rendered at most this often, or twice its last render's cost
+# (20,000 characters of Markdown take ~0.15 s): the kernel's loop stays free for clicks.
+_RENDER_EVERY_S = 0.1
+TRUNCATED = "truncated: the answer hit the output limit"
+# How a panel stops its turn: the NotebookHost cancels it through the turn's token.
+Canceller = Callable[["TurnView"], Awaitable[TurnCancelResult | None]]
 _STATUS_COLOURS = {
     "succeeded": "#1a7f37",
     "completed": "#1a7f37",
@@ -164,10 +174,14 @@ class ApprovalRow:
 class TurnView:
     """The live panel of one turn; ``await view`` gives its ``TurnResult``.
 
-    The panel shows the streamed reply, each step and effect with its
-    status, approval rows while the turn waits for a decision, and how it
-    ended. Its widgets are built when it is first displayed (a turn nobody
-    shows costs no widgets); until then, and after, the state lives here.
+    The panel shows the streamed reply (Markdown, never the model's own
+    HTML), how long the model has kept it waiting for its first token, each
+    step and effect with its status, approval rows while the turn waits for
+    a decision, and how it ended: the outcome, a *truncated* badge when the
+    answer hit the output limit, and a usage footer. Its Stop button and
+    ``await view.cancel()`` cancel the turn through its cancellation token.
+    Its widgets are built when it is first displayed (a turn nobody shows
+    costs no widgets); until then, and after, the state lives here.
     Awaiting while an approval is open raises ``ApprovalPending`` instead of
     blocking the kernel.
     """
@@ -186,7 +200,25 @@ class TurnView:
         self._panel: _Panel | None = None
         self._done = asyncio.Event()
         self._asking = asyncio.Event()
+        self.admitted = asyncio.Event()  # set once the turn has an id, or has ended without one
         self._task: asyncio.Task[Any] | None = None
+        # The cell that made this panel: the kernel's interrupt of it stops the turn.
+        self.cell: object | None = running_cell()
+        self._began = time.monotonic()
+        self.waiting_line = ""  # the elapsed time until the model's first token
+        self._answered = False
+        self._ticker: asyncio.Task[None] | None = None
+        self._canceller: Canceller | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stops: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+        self._priced: list[float | None] = []  # the cost of each provider call, if priced
+        self._next_render = 0.0
+        # Where the current model step's text starts in ``_reply`` (the final answer's, at the end).
+        self._step_from = 0
+        self._text_step: object = None
+        self._render_later: asyncio.TimerHandle | None = None
+        self.footer = ""
 
     @classmethod
     def board(cls, title: str) -> TurnView:
@@ -210,6 +242,30 @@ class TurnView:
             bundle = {**bundle, "text/plain": self.text()}
         return bundle
 
+    @property
+    def stop_button(self) -> widgets.Button:
+        """The panel's Stop button (builds the panel)."""
+        self.panel  # noqa: B018
+        assert self._panel is not None
+        return self._panel.stop
+
+    @property
+    def waiting_widget(self) -> widgets.HTML:
+        """The line that counts the seconds until the model's first token (builds the panel)."""
+        self.panel  # noqa: B018
+        assert self._panel is not None
+        return self._panel.waiting
+
+    @property
+    def reply_html(self) -> str:
+        """The answer as the panel shows it: Markdown rendered, the model's own HTML escaped."""
+        return _answer_html("".join(self._reply))
+
+    @property
+    def outcome_html(self) -> str:
+        """How the turn ended, as the panel shows it (with its *truncated* badge)."""
+        return self._outcome
+
     def close(self) -> None:
         """Close the panel's widgets (their models leave the kernel and the saved notebook)."""
         if self._panel is not None:
@@ -228,12 +284,87 @@ class TurnView:
         return next((row for row in self.rows if row.waiting), None)
 
     def text(self) -> str:
-        """The panel as plain text (for assertions and terminals)."""
+        """The panel as plain text (for assertions and terminals).
+
+        Without the waiting line and the duration, which change from run to
+        run: a stored notebook's text output stays the same.
+        """
         lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
         lines += [f"• {text}" for text, _ in self._steps]
         lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
         lines.append(_strip(self._outcome))
+        if self.result is not None and self.result.truncated:
+            lines.append(TRUNCATED)
+        if self.result is not None:
+            lines.append(f"usage: {self._usage_text()}")
         return "\n".join(lines)
+
+    # -- stopping ------------------------------------------------------------------
+
+    def bind(self, canceller: Canceller) -> None:
+        """The Host's way to stop this turn; starts the waiting line's clock (on the loop)."""
+        self._canceller = canceller
+        self._loop = asyncio.get_running_loop()
+        if self.cell is None:  # made before the Host (and its cell hooks) existed
+            self.cell = running_cell()
+        if self._panel is not None:
+            self._panel.stop.disabled = self.done
+        if not self._answered and not self.done:
+            self._ticker = self._loop.create_task(self._tick())
+
+    async def cancel(self) -> TurnCancelResult | None:
+        """Stop the turn through its cancellation token; returns once its end is durable.
+
+        ``cancelled`` (the turn ended cancelled, or ``indeterminate`` when an
+        effect was running), ``already_terminal`` when it had ended; None when
+        no turn was ever admitted (the panel then ends with that error).
+        """
+        if self._canceller is None:
+            return None
+        self._stopping()
+        return await self._canceller(self)
+
+    def cancel_soon(self) -> None:
+        """``cancel()`` from any thread (a click may arrive on a comm thread)."""
+        loop = self._loop
+        if loop is None or self.done:
+            return
+        loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.cancel())
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
+
+    def _stopping(self) -> None:
+        if self.done or self.stopping:
+            return
+        self.stopping = True
+        if self._panel is not None:
+            self._panel.stop.disabled = True
+            self._panel.stop.description = "Stopping…"
+
+    # -- the waiting line ----------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while not self._answered and not self.done:
+            seconds = time.monotonic() - self._began
+            self._set_waiting(f"waiting for the model's first token… {seconds:.1f} s")
+            await asyncio.sleep(_TICK_S)
+
+    def _first_token(self) -> None:
+        """The model answered (or the turn ended): the waiting line goes, and its clock stops."""
+        if self._answered:
+            return
+        self._answered = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self._set_waiting("")
+
+    def _set_waiting(self, line: str) -> None:
+        self.waiting_line = line
+        if self._panel is not None:
+            self._panel.waiting.value = _waiting_html(line)
 
     async def approval(self, timeout_s: float = 30.0) -> ApprovalRow | None:
         """Wait (bounded) until the turn asks for an approval; None if it ends without asking.
@@ -273,8 +404,18 @@ class TurnView:
     def apply(self, event: TurnEvent) -> None:
         """Update the state (and the panel, if shown) from one turn event."""
         data = event.data
+        if event.kind in ("text.delta", "provider.responded", "provider.completed"):
+            self._first_token()
+        if event.kind == "provider.responded":
+            self._priced.append(_cost(data))
+        if event.kind == "provider.started" or (
+            event.kind == "text.delta" and data.get("step") != self._text_step
+        ):
+            self._text_step = data.get("step")
+            self._step_from = len(self._reply)
         if event.kind == "turn.started":
             self.turn_id = event.turn_id
+            self.admitted.set()
         elif event.kind == "text.delta":
             text = str(data.get("text", ""))
             if self._reply_chars < _MAX_REPLY_CHARS:
@@ -300,24 +441,57 @@ class TurnView:
         self._asking.set()
 
     def finish(self, result: TurnResult | None, error: BaseException | None = None) -> None:
+        if self._done.is_set():
+            return
         self.result, self.error = result, error
+        self._first_token()
         if result is not None:
-            if result.outcome == "completed" and not self._reply:
-                self._reply.append(result.text)
-                self._refresh_reply()
+            if result.outcome == "completed":
+                self._settle_answer(result.text)
             detail = f" — {result.error}" if result.error else ""
             colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
             self._outcome = (
                 f"<span style='color:{colour}'><b>{result.outcome}</b>{html.escape(detail)}</span>"
             )
+            if result.truncated:
+                self._outcome += _TRUNCATED_BADGE
+            seconds = time.monotonic() - self._began
+            self.footer = f"{self._usage_text()} · {seconds:.1f} s"
         else:
             self._outcome = (
                 f"<span style='color:#cf222e'><b>error</b>: {html.escape(str(error))}</span>"
             )
         if self._panel is not None:
+            self._render_reply()  # the whole answer, whatever was deferred
             self._panel.outcome.value = self._outcome
+            self._panel.footer.value = _footer_html(self.footer)
+            self._panel.stop.disabled = True
         self._done.set()
         self._asking.set()
+        self.admitted.set()
+
+    def _settle_answer(self, text: str) -> None:
+        """The final answer as recorded, where the stream lost some of it.
+
+        A panel whose events came faster than it took them (a bounded
+        buffer) or was shown late may have missed deltas: the result's text
+        is the answer, in place of what streamed of its step.
+        """
+        earlier = sum(len(part) for part in self._reply[: self._step_from])
+        whole = text[: max(0, _MAX_REPLY_CHARS - earlier)]
+        if "".join(self._reply[self._step_from :]) != whole:
+            self._reply[self._step_from :] = [whole]
+
+    def _usage_text(self) -> str:
+        """Tokens and cost of the turn (``unknown`` when a model it called has no price)."""
+        assert self.result is not None
+        usage = self.result.usage
+        priced = self._priced
+        cost = None if any(c is None for c in priced) else sum(c for c in priced if c is not None)
+        return (
+            f"{usage.input_tokens:,} input · {usage.output_tokens:,} output tokens"
+            f" · cost {cost_text(cost)}"
+        )
 
     def _step(self, text: str, colour: str | None) -> None:
         self._steps.append((_cut(text, 300), colour))
@@ -325,8 +499,25 @@ class TurnView:
             self._panel.add_step(text, colour)
 
     def _refresh_reply(self) -> None:
-        if self._panel is not None:
-            self._panel.reply.value = _paragraph("".join(self._reply))
+        """Re-render the answer in the panel: at once when due, else once, later."""
+        if self._panel is None:
+            return
+        wait = self._next_render - time.monotonic()
+        if wait <= 0 or self._loop is None:
+            self._render_reply()
+        elif self._render_later is None:
+            self._render_later = self._loop.call_later(wait, self._render_reply)
+
+    def _render_reply(self) -> None:
+        if self._render_later is not None:
+            self._render_later.cancel()
+            self._render_later = None
+        if self._panel is None:
+            return
+        started = time.monotonic()
+        self._panel.reply.value = _answer_html("".join(self._reply))
+        cost = time.monotonic() - started
+        self._next_render = started + cost + max(_RENDER_EVERY_S, 2 * cost)
 
 
 class _Panel:
@@ -336,12 +527,29 @@ class _Panel:
         self.header = widgets.HTML(
             f"<b>{html.escape(view.agent)}</b> ← {html.escape(_cut(view.message, 300))}"
         )
-        self.reply = widgets.HTML(_paragraph("".join(view._reply)))
+        self.reply = widgets.HTML(_answer_html("".join(view._reply)))
+        self.waiting = widgets.HTML(_waiting_html(view.waiting_line))
         self.steps = widgets.VBox([_step_widget(text, colour) for text, colour in view._steps])
         self.approvals = widgets.VBox([row.widget for row in view.rows])
+        self.stop = widgets.Button(
+            description="Stopping…" if view.stopping else "Stop",
+            tooltip="Cancel this turn",
+            icon="stop",
+            disabled=view.done or view.stopping or view._canceller is None,
+        )
+        self.stop.on_click(lambda _: view.cancel_soon())
         self.outcome = widgets.HTML(view._outcome)
+        self.footer = widgets.HTML(_footer_html(view.footer))
         self.box = widgets.VBox(
-            [self.header, self.reply, self.steps, self.approvals, self.outcome],
+            [
+                self.header,
+                self.waiting,
+                self.reply,
+                self.steps,
+                self.approvals,
+                widgets.HBox([self.stop, self.outcome]),
+                self.footer,
+            ],
             layout=widgets.Layout(border="1px solid #d0d7de", padding="6px"),
         )
 
@@ -371,8 +579,36 @@ def _describe(
     return request_html(effect, view, secret_names, warning)
 
 
-def _paragraph(text: str) -> str:
-    return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+_TRUNCATED_BADGE = (
+    " <span title='the answer hit the output limit' style='background:#fff8c5;color:#3b2300;"
+    "border:1px solid #d4a72c;border-radius:8px;padding:0 6px;margin-left:4px'>"
+    "<b>truncated</b>: the answer hit the output limit</span>"
+)
+
+
+def _answer_html(text: str) -> str:
+    return f"<div class='hostkit-answer'>{render_markdown(text)}</div>" if text else ""
+
+
+def _waiting_html(line: str) -> str:
+    return f"<i style='color:#57606a'>{html.escape(line)}</i>" if line else ""
+
+
+def _footer_html(footer: str) -> str:
+    return f"<small style='color:#57606a'>{html.escape(footer)}</small>" if footer else ""
+
+
+def _cost(data: Mapping[str, Any]) -> float | None:
+    """What one provider call cost, from its ``provider.responded`` event (None: unpriced)."""
+    price = price_for(str(data.get("model", "")))
+    if price is None:
+        return None
+    return price.cost(
+        input_tokens=int(data.get("input_tokens") or 0),
+        output_tokens=int(data.get("output_tokens") or 0),
+        cache_read_tokens=int(data.get("cache_read_tokens") or 0),
+        cache_write_tokens=int(data.get("cache_write_tokens") or 0),
+    )
 
 
 def _cut(text: str, limit: int) -> str:

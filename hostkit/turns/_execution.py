@@ -687,6 +687,7 @@ class TurnExecution:
             durable_result_ref=context.turn_id,
             generation=context.generation,
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
+            truncated=outcome == "completed" and _hit_output_limit(active.final),
         )
         seq, proposed = active.take_seq(), result
         try:
@@ -825,6 +826,11 @@ def _error_type(exc: HostkitError) -> str:
     """A low-cardinality class of a failed provider call: its HTTP status, else the error."""
     status = getattr(exc, "status", None)
     return str(status) if isinstance(status, int) else type(exc).__name__
+
+
+def _hit_output_limit(final: TranscriptEntry | None) -> bool:
+    """The final answer's step ended at the output limit (normalised finish reason ``length``)."""
+    return final is not None and (final.detail or {}).get("finish_reason") == "length"
 
 
 def _responded(step: int, response: ModelResponse) -> dict[str, Any]:

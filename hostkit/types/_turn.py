@@ -146,6 +146,8 @@ class TurnResult:
     durable_result_ref: str = ""
     generation: int = 0
     pending_approval: str | None = None
+    # The final answer stopped at the output limit (the model's finish reason said so).
+    truncated: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -176,6 +178,7 @@ class TurnResult:
             "durable_result_ref": self.durable_result_ref,
             "generation": self.generation,
             "pending_approval": self.pending_approval,
+            "truncated": self.truncated,
         }
 
     @classmethod

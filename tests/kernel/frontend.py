@@ -107,13 +107,21 @@ class Widget:
 class Frontend:
     """Shell and iopub of one kernel, recorded; ``until`` waits (bounded) on what was seen."""
 
-    def __init__(self, client: AsyncKernelClient) -> None:
+    def __init__(
+        self, client: AsyncKernelClient, manager: AsyncKernelManager | None = None
+    ) -> None:
         self.client = client
+        self.manager = manager
         self.seen: list[Seen] = []
         self.widgets: dict[str, Widget] = {}
         self._changed = anyio.Event()
 
     # -- sending ----------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        """Interrupt the kernel as JupyterLab's stop button does (SIGINT, by its spec's mode)."""
+        assert self.manager is not None, "this frontend has no kernel manager"
+        await self.manager.interrupt_kernel()
 
     def execute(self, code: str) -> str:
         """Send an execute_request; returns its msg_id at once (the reply comes later)."""
@@ -250,7 +258,7 @@ async def running_kernel(
         try:
             with anyio.fail_after(startup_timeout_s):
                 await client.wait_for_ready(timeout=startup_timeout_s)
-            frontend = Frontend(client)
+            frontend = Frontend(client, manager)
             async with anyio.create_task_group() as readers:
                 readers.start_soon(frontend.read, "iopub")
                 readers.start_soon(frontend.read, "shell")

@@ -90,7 +90,8 @@ class ScriptedRig(ScriptableRig):
 
     def expect(self, answer: Answer, *, stream: bool) -> None:
         calls = [(call.name, json.loads(call.arguments_json)) for call in answer.calls]
-        self._steps.append(CallTools(*calls, text=answer.text) if calls else Reply(answer.text))
+        step = CallTools(*calls, text=answer.text) if calls else Reply(answer.text, answer.finish)
+        self._steps.append(step)
 
     def expect_long_stream(self, answer: Answer) -> None:
         self.expect(answer, stream=True)

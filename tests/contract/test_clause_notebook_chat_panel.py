@@ -1,0 +1,282 @@
+"""The chat panel: Stop and ``view.cancel()`` end a running turn cancelled through its token; the
+answer is Markdown without the model's HTML; a waiting line counts until the first token and then
+stops; a usage footer; a *truncated* badge (and ``TurnResult.truncated``, stored) when the answer
+hit the output limit."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hostkit.notebook as hn
+from hostkit.adapters.scripted import Reply, ScriptedModel
+from hostkit.notebook._markdown import render_markdown
+from hostkit.notebook._turn import TRUNCATED
+from hostkit.testing import capabilities
+from hostkit.types import ModelRequest, TurnCancelResult, TurnResult
+from tests.contract.test_notebook import notebook_config, until
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # a kernel's loop is asyncio
+
+
+@pytest.fixture
+async def held(tmp_path: Path) -> AsyncIterator[tuple[hn.NotebookHost, ScriptedModel]]:
+    """A Host whose model never answers until the turn is cancelled."""
+
+    async def hold(request: ModelRequest) -> Reply:
+        await asyncio.Event().wait()
+        return Reply("never")
+
+    model = ScriptedModel([hold], repeat_last=True)
+    nb = await hn.start(notebook_config(tmp_path), capabilities=capabilities(model))
+    try:
+        yield nb, model
+    finally:
+        await nb.aclose()
+
+
+async def answering(tmp_path: Path, *script: Any, model: str = "scripted-1") -> hn.NotebookHost:
+    provider = ScriptedModel(list(script), model=model)
+    return await hn.start(notebook_config(tmp_path), capabilities=capabilities(provider))
+
+
+async def stored(nb: hn.NotebookHost, turn_id: str) -> TurnResult:
+    state = await nb.host.store.turns.state(await nb.scope(), turn_id)
+    assert state.result is not None
+    return state.result
+
+
+# -- Stop ------------------------------------------------------------------------------
+
+
+async def test_the_stop_button_ends_the_running_turn_cancelled(
+    held: tuple[hn.NotebookHost, ScriptedModel],
+) -> None:
+    nb, model = held
+    view = nb.chat("Wait for me.")
+    panel = view.panel  # displayed: the widgets exist
+    await until(lambda: view.turn_id is not None and model.requests)
+    stop = view.stop_button
+    assert stop is not None
+    assert not stop.disabled
+
+    stop.click()  # what a person's click does
+    await until(lambda: view.done)
+
+    result = await view
+    assert result.outcome == "cancelled"
+    assert (await stored(nb, result.turn_id)).outcome == "cancelled"
+    assert stop.disabled
+    assert stop.description == "Stopping…"
+    assert "cancelled" in view.text()
+    assert panel is view.panel
+
+
+async def test_view_cancel_goes_through_the_turns_token_and_is_idempotent(
+    held: tuple[hn.NotebookHost, ScriptedModel],
+) -> None:
+    nb, model = held
+    view = nb.chat("Wait for me.", session="new")
+    await until(lambda: view.turn_id is not None and model.requests)
+    assert view.turn_id is not None
+    token = nb.host.turns.resolve(
+        await nb.host.turns.cancellation_token(view.turn_id, await nb.scope())
+    ).cancellation_token
+
+    answer = await view.cancel()
+
+    assert answer == TurnCancelResult(view.turn_id, "cancelled", "cancelled")
+    assert view.done
+    assert (await view).outcome == "cancelled"
+    # The token the panel held is the turn's own: once the turn ended, it changes nothing.
+    again = await nb.host.turns.cancel_token(token, await nb.scope())
+    assert again.disposition == "already_terminal"
+    assert await view.cancel() == TurnCancelResult(view.turn_id, "already_terminal", "cancelled")
+
+
+async def test_a_finished_panel_has_its_stop_button_disabled(tmp_path: Path) -> None:
+    nb = await answering(tmp_path, Reply("done"))
+    try:
+        view = nb.chat("Hi.")
+        stop = view.stop_button
+        assert stop is not None
+        await view
+        assert stop.disabled
+        assert stop.description == "Stop"
+        assert await view.cancel() == TurnCancelResult(
+            view.turn_id or "", "already_terminal", "completed"
+        )
+    finally:
+        await nb.aclose()
+
+
+# -- Markdown ----------------------------------------------------------------------------
+
+ANSWER = """# Plan
+
+- one
+- **two**
+
+```
+x < 1 && y > 2
+```
+
+<script>alert(1)</script> <img src=x onerror=alert(2)> [bad](javascript:alert(3)) \
+[ok](https://example.com/a) ![pixel](https://tracker.example/p.png)"""
+
+
+async def test_the_answer_is_rendered_markdown_without_the_models_html(tmp_path: Path) -> None:
+    nb = await answering(tmp_path, Reply(ANSWER))
+    try:
+        view = nb.chat("Plan it.")
+        view.panel  # noqa: B018 (shown, as a cell's output is)
+        await view
+        html = view.reply_html
+    finally:
+        await nb.aclose()
+
+    assert "<h1>Plan</h1>" in html
+    assert "<li>one</li>" in html
+    assert "<li><strong>two</strong></li>" in html
+    assert "<pre><code>x &lt; 1 &amp;&amp; y &gt; 2\n</code></pre>" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script" not in html
+    assert "<img" not in html
+    assert "javascript:" not in html.replace("[bad](javascript:alert(3))", "")
+    assert 'href="https://example.com/a"' in html
+    assert 'rel="noopener noreferrer nofollow"' in html
+    assert 'tracker.example/p.png"' not in html.replace('href="https://tracker.example/p.png"', "")
+    # The plain text keeps what the model said, and the rendering is the same every time.
+    assert view.text().startswith("assistant: # Plan")
+    assert render_markdown(ANSWER) == render_markdown(ANSWER)
+
+
+# -- the waiting line ----------------------------------------------------------------------
+
+
+async def test_the_waiting_line_counts_until_the_first_token_then_stops(tmp_path: Path) -> None:
+    async def slow(request: ModelRequest) -> Reply:
+        await asyncio.sleep(1.3)  # a local model loading
+        return Reply("Here it is.")
+
+    nb = await answering(tmp_path, slow)
+    try:
+        view = nb.chat("Hi.")
+        seen: list[str] = []
+        view.waiting_widget.observe(lambda change: seen.append(change["new"]), names="value")
+        await until(lambda: view.done)
+        after_end = len(seen)
+        await asyncio.sleep(1.1)  # two more ticks' worth: nothing may change now
+    finally:
+        await nb.aclose()
+
+    lines = [re.search(r"first token… (\d+\.\d) s", value) for value in seen]
+    counted = [float(m.group(1)) for m in lines if m is not None]
+    assert len(counted) >= 2
+    assert counted == sorted(counted)
+    assert counted[-1] >= 0.9
+    assert seen[-1] == ""
+    assert view.waiting_line == ""
+    assert len(seen) == after_end
+    assert "first token" not in view.text()  # not part of the stored text output
+
+
+# -- usage footer and truncated --------------------------------------------------------------
+
+
+async def test_the_usage_footer_shows_tokens_cost_and_duration(tmp_path: Path) -> None:
+    nb = await answering(tmp_path, Reply("Short answer."))
+    try:
+        view = nb.chat("Hi.")
+        result = await view
+    finally:
+        await nb.aclose()
+    usage = result.usage
+    footer = re.fullmatch(r"(\d+) input · (\d+) output tokens · cost \$0 · \d+\.\d s", view.footer)
+    assert footer is not None
+    assert (int(footer.group(1)), int(footer.group(2))) == (
+        usage.input_tokens,
+        usage.output_tokens,
+    )
+    assert view.text().splitlines()[-1] == (
+        f"usage: {usage.input_tokens} input · {usage.output_tokens} output tokens · cost $0"
+    )
+
+
+async def test_an_unpriced_model_costs_unknown_not_zero(tmp_path: Path) -> None:
+    nb = await answering(tmp_path, Reply("Hello."), model="mystery-model-7")
+    try:
+        view = nb.chat("Hi.")
+        await view
+    finally:
+        await nb.aclose()
+    assert "cost unknown" in view.footer
+
+
+async def test_an_answer_cut_at_the_output_limit_is_marked_truncated(tmp_path: Path) -> None:
+    nb = await answering(
+        tmp_path, Reply("The answer stops mid", finish_reason="length"), Reply("Whole.")
+    )
+    try:
+        cut = nb.chat("Tell me everything.")
+        cut.panel  # noqa: B018
+        cut_result = await cut
+        whole = nb.chat("And briefly?")
+        whole_result = await whole
+        reloaded = await stored(nb, cut_result.turn_id)
+        reloaded_whole = await stored(nb, whole_result.turn_id)
+    finally:
+        await nb.aclose()
+
+    assert cut_result.outcome == "completed"
+    assert cut_result.truncated
+    assert reloaded.truncated
+    assert reloaded == cut_result
+    assert "<b>truncated</b>" in cut.outcome_html
+    assert TRUNCATED in cut.text()
+    assert not whole_result.truncated
+    assert not reloaded_whole.truncated
+    assert "truncated" not in whole.outcome_html
+    assert TRUNCATED not in whole.text()
+
+
+async def test_a_result_stored_before_truncated_existed_loads_as_not_truncated() -> None:
+    result = TurnResult("req", "turn", "ses", "assistant", "rev", "completed", "hi")
+    old = result.to_json()
+    del old["truncated"]
+    assert TurnResult.from_json(old) == result
+    assert not TurnResult.from_json(old).truncated
+    assert TurnResult.from_json({**old, "truncated": True}).truncated
+
+
+async def test_a_long_streamed_answer_is_rendered_in_batches_and_whole_at_the_end(
+    tmp_path: Path,
+) -> None:
+    words = " ".join(f"**w{i}**" for i in range(1500))  # 1,500 deltas, under the reply cap
+    nb = await answering(tmp_path, Reply(words))
+    try:
+        view = nb.chat("Talk.")
+        reply = view.panel.children[2]  # header, waiting line, answer
+        renders: list[str] = []
+        reply.observe(lambda change: renders.append(change["new"]), names="value")
+        await view
+    finally:
+        await nb.aclose()
+
+    assert 1 <= len(renders) < 150
+    assert reply.value == view.reply_html == render_markdown_div(words)
+    assert "<strong>w1499</strong>" in reply.value
+
+
+def render_markdown_div(text: str) -> str:
+    return f"<div class='hostkit-answer'>{render_markdown(text)}</div>"
