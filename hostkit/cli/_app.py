@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +21,7 @@ from hostkit.cli._common import (
     chosen_session,
     config_path,
     console,
+    fail,
     open_host,
     operator_host,
     print_json,
@@ -32,6 +35,8 @@ from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import attach_files, stream_turn
+from hostkit.errors import HostkitError
+from hostkit.host import Agent, load_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -104,7 +109,14 @@ def init(
 @app.command()
 def run(
     message: Annotated[str, typer.Argument(help="what to ask the agent")],
-    agent: Annotated[str, typer.Option("--agent", "-a")] = "assistant",
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="a configured agent, or module:attribute naming a hostkit.Agent in Python",
+        ),
+    ] = "assistant",
     session: Annotated[str | None, typer.Option(help="resume this session id")] = None,
     new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
     conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
@@ -129,9 +141,14 @@ def run(
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
+    python_agents = python_agent(agent)
+    if python_agents:
+        agent = python_agents[0].name
 
     async def main() -> int:
-        async with open_host(config_path(config), approver=terminal_approver()) as host:
+        async with open_host(
+            config_path(config), approver=terminal_approver(), agents=python_agents
+        ) as host:
             attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
                 host,
@@ -145,6 +162,18 @@ def run(
             return report(result, database=host.config.database_path, config=config)
 
     run_command(main)
+
+
+def python_agent(reference: str) -> tuple[Agent, ...]:
+    """The Agent ``--agent module:attribute`` names (the working directory is importable)."""
+    if ":" not in reference:
+        return ()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return (load_agent(reference),)
+    except HostkitError as exc:
+        raise fail(exc) from None
 
 
 def usage_error(message: str) -> typer.Exit:

@@ -8,7 +8,7 @@ import getpass
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -21,7 +21,7 @@ from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError, InvalidValue
-from hostkit.host import Host, HostConfig
+from hostkit.host import Agent, Host, HostConfig
 from hostkit.inspect import latest_session
 from hostkit.types import PrincipalScope, TurnResult
 
@@ -99,10 +99,13 @@ def fail(error: HostkitError) -> typer.Exit:
 
 @contextlib.asynccontextmanager
 async def open_host(
-    config: HostConfig | Path | None, *, approver: ApprovalProvider | None = None
+    config: HostConfig | Path | None,
+    *,
+    approver: ApprovalProvider | None = None,
+    agents: Sequence[Agent] = (),
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first."""
-    async with Host.open(config, approver=approver) as host:
+    async with Host.open(config, approver=approver, agents=agents) as host:
         for line in host.warnings:
             console.print(
                 f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True

@@ -82,6 +82,13 @@ class DefaultProviderSource(AsyncResource):
         if config is None:
             raise ConfigError(f"no provider named {name!r}", key=f"providers.{name}")
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        if config.api_key_env and not key and config.kind in ("openai", "anthropic"):
+            # Checked before any request (and before the turn is admitted): one line
+            # naming the variable, not a failed turn with the SDK's error.
+            raise ConfigError(
+                f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
+                key=f"providers.{name}.api_key_env",
+            )
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.
             steps = [
