@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -21,10 +19,10 @@ from hostkit.cli._common import (
     chosen_session,
     config_path,
     console,
-    fail,
     open_host,
     operator_host,
     print_json,
+    python_agent,
     report,
     run_command,
     stdin_is_a_terminal,
@@ -35,8 +33,6 @@ from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import attach_files, stream_turn
-from hostkit.errors import HostkitError
-from hostkit.host import Agent, load_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -162,18 +158,6 @@ def run(
             return report(result, database=host.config.database_path, config=config)
 
     run_command(main)
-
-
-def python_agent(reference: str) -> tuple[Agent, ...]:
-    """The Agent ``--agent module:attribute`` names (the working directory is importable)."""
-    if ":" not in reference:
-        return ()
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        return (load_agent(reference),)
-    except HostkitError as exc:
-        raise fail(exc) from None
 
 
 def usage_error(message: str) -> typer.Exit:

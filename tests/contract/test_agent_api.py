@@ -349,3 +349,48 @@ async def test_hostkit_run_reaches_a_python_agent_by_module_attribute(tmp_path: 
     )
     assert code == 2
     assert "has no attribute 'nothing'" in err
+
+
+ASKING_MODULE = '''
+import anyio
+
+import hostkit
+from hostkit.testing import CallTools, Reply, ScriptedModel
+
+
+@hostkit.tool("notes.write")
+async def write_note(ctx: hostkit.ToolContext, name: str, text: str) -> str:
+    """Write a note."""
+    await anyio.Path(ctx.workspace / name).write_text(text)
+    return f"wrote {name}"
+
+
+def rule(request):
+    if request.messages[-1].role == "tool":
+        return Reply("Done: " + request.messages[-1].content)
+    return CallTools(("notes_write", {"name": "a.md", "text": "apples"}))
+
+
+agent = hostkit.Agent(
+    "notes",
+    model=ScriptedModel([rule], repeat_last=True),
+    tools=[write_note],
+    policy={"allow": ["*"], "ask": ["notes.write"]},
+)
+'''
+
+
+async def test_a_python_agent_paused_headless_is_approved_with_its_agent(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "asking.py").write_text(ASKING_MODULE)
+    code, out, err = await hostkit_cli(
+        "run", "--agent", "asking:agent", "write it", cwd=tmp_path, env={}
+    )
+    assert code == 3, err
+    approval = next(word for word in (out + err).split() if word.startswith("apr_"))
+    assert not (tmp_path / "workspace" / "a.md").exists()
+    code, out, err = await hostkit_cli(
+        "approvals", "approve", approval, "--agent", "asking:agent", cwd=tmp_path, env={}
+    )
+    assert code == 0, err
+    assert "Done: wrote a.md" in out
+    assert await anyio.Path(tmp_path / "workspace" / "a.md").read_text() == "apples"
