@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, get_type_hints, overload
 
 import pydantic
+from pydantic.fields import FieldInfo
 
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
@@ -230,10 +231,11 @@ def _arguments_model(
             raise InvalidValue(f"authored tool {name} takes the ToolContext first or not at all")
         annotation = hints.get(parameter.name, Any)
         default = ... if parameter.default is parameter.empty else parameter.default
-        fields[parameter.name] = (
-            annotation,
-            pydantic.Field(default, description=documented.get(parameter.name)),
-        )
+        described = documented.get(parameter.name)
+        # A default that is already a Field (``= Field(description=...)``) says it itself.
+        if described is not None and not isinstance(default, FieldInfo):
+            default = pydantic.Field(default, description=described)
+        fields[parameter.name] = (annotation, default)
     config = pydantic.ConfigDict(extra="forbid")
     model = pydantic.create_model(
         f"{name.replace('.', '_')}_arguments", __config__=config, **fields
