@@ -296,7 +296,7 @@ async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) 
         '[providers.cloud]\nkind = "openai"\napi_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n'
         '[agents.assistant]\nprovider = "cloud"\n'
     )
-    env = {"HOSTKIT_TEST_NO_SUCH_KEY": ""}
+    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "OPENAI_BASE_URL": ""}
     code, _, err = await hostkit_cli("run", "hello", cwd=tmp_path, env=env)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
@@ -305,17 +305,16 @@ async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) 
     assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
 
 
-async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(tmp_path: Path) -> None:
+async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = hostkit.Agent("cloud", model="anthropic:claude-sonnet-4-5")
-    old = os.environ.pop("ANTHROPIC_API_KEY", None)
-    try:
-        async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
-            with pytest.raises(hostkit.TurnRejected, match="ANTHROPIC_API_KEY is not set"):
-                await host.turns.run(request(core_id="cloud"))
-            assert await turn_rows(host) == []
-    finally:
-        if old is not None:
-            os.environ["ANTHROPIC_API_KEY"] = old
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        with pytest.raises(hostkit.TurnRejected, match="ANTHROPIC_API_KEY is not set"):
+            await host.turns.run(request(core_id="cloud"))
+        assert await turn_rows(host) == []
 
 
 AGENT_MODULE = '''
