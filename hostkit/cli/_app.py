@@ -137,7 +137,7 @@ def run(
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
-    python_agents = python_agent(agent)
+    reference, python_agents = agent, python_agent(agent)
     if python_agents:
         agent = python_agents[0].name
 
@@ -155,7 +155,12 @@ def run(
                 progress=console,
                 attachments=attachments,
             )
-            return report(result, database=host.config.database_path, config=config)
+            return report(
+                result,
+                database=host.config.database_path,
+                config=config,
+                agent=reference if python_agents else None,
+            )
 
     run_command(main)
 

@@ -134,7 +134,7 @@ def resume(
             scope,
         ):
             result = await stream_resume(host, approval_id, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config)
+            return report(result, database=host.config.database_path, config=config, agent=agent)
 
     run_command(main)
 
@@ -158,6 +158,6 @@ def _answer(
             scope,
         ):
             result = await stream_answer(host, approval_id, decision, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config)
+            return report(result, database=host.config.database_path, config=config, agent=agent)
 
     run_command(main)

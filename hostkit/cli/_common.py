@@ -135,11 +135,16 @@ async def open_host(
         yield host
 
 
-def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
-    """Print a turn's result (and how to answer its pending approval); its exit status."""
+def report(
+    result: TurnResult, *, database: Path, config: Path | None, agent: str | None = None
+) -> int:
+    """Print a turn's result (and how to answer its pending approval); its exit status.
+
+    ``agent``: the ``module:attribute`` of the Python agent that ran, if one did.
+    """
     print_result(console, result, database=str(database))
     if result.outcome == "needs_user" and result.pending_approval:
-        print_pending(console, result.pending_approval, config=config)
+        print_pending(console, result.pending_approval, config=config, agent=agent)
     return exit_code(result)
 
 

@@ -386,6 +386,9 @@ async def test_a_python_agent_paused_headless_is_approved_with_its_agent(tmp_pat
     )
     assert code == 3, err
     approval = next(word for word in (out + err).split() if word.startswith("apr_"))
+    # The printed way to answer it names the agent: the continuation needs it.
+    hint = next(line for line in (out + err).splitlines() if f"approve {approval}" in line)
+    assert hint.endswith("--agent asking:agent")
     assert not (tmp_path / "workspace" / "a.md").exists()
     code, out, err = await hostkit_cli(
         "approvals", "approve", approval, "--agent", "asking:agent", cwd=tmp_path, env={}
