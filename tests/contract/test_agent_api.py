@@ -396,3 +396,42 @@ async def test_a_python_agent_paused_headless_is_approved_with_its_agent(tmp_pat
     assert code == 0, err
     assert "Done: wrote a.md" in out
     assert await anyio.Path(tmp_path / "workspace" / "a.md").read_text() == "apples"
+
+
+async def test_a_python_agent_survives_a_configuration_apply(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("first"), Reply("second")])
+    agent = hostkit.Agent("helper", model=model)
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        assert (await host.turns.run(request(core_id="helper"))).text == "first"
+        generation = await host.apply_config(config(tmp_path, agents=("assistant", "other")))
+        result = await host.turns.run(request(core_id="helper"))
+        assert (result.text, result.generation) == ("second", generation)
+        assert sorted(host.config.agents) == ["assistant", "helper", "other"]
+        with pytest.raises(hostkit.ConfigError, match="clashes"):
+            await host.apply_config(config(tmp_path, agents=("helper",)))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a kernel's loop is asyncio
+async def test_a_notebook_talks_to_its_python_agent_and_clicks_its_approval(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    import hostkit.notebook as hn
+
+    ran: list[str] = []
+    model = ScriptedModel([write_call(), Reply("done")])
+    agent = hostkit.Agent(
+        "writer", model=model, tools=[note_tool(ran)], policy={"ask": ["notes.write"]}
+    )
+    nb = await hn.start(config(tmp_path), agents=[agent])
+    try:
+        assert nb.default_agent == "writer"
+        view = nb.chat("write a note")
+        row = await view.approval()
+        assert row is not None
+        assert row.effect == "notes.write"
+        assert ran == []
+        row.approve_once.click()
+        result = await view
+        assert (result.core_id, result.outcome, ran) == ("writer", "completed", ["a.md"])
+    finally:
+        await nb.aclose()
