@@ -52,6 +52,7 @@ from hostkit.errors import (
     UserError,
 )
 from hostkit.host import (
+    Agent,
     DefaultCapabilities,
     Host,
     HostConfig,
@@ -82,6 +83,7 @@ from hostkit.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "ApprovalClosed",
     "ApprovalDecision",
     "ApprovalProvider",

@@ -22,6 +22,7 @@ from hostkit.cli._common import (
     open_host,
     operator_host,
     print_json,
+    python_agent,
     report,
     run_command,
     stdin_is_a_terminal,
@@ -104,7 +105,14 @@ def init(
 @app.command()
 def run(
     message: Annotated[str, typer.Argument(help="what to ask the agent")],
-    agent: Annotated[str, typer.Option("--agent", "-a")] = "assistant",
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="a configured agent, or module:attribute naming a hostkit.Agent in Python",
+        ),
+    ] = "assistant",
     session: Annotated[str | None, typer.Option(help="resume this session id")] = None,
     new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
     conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
@@ -129,9 +137,14 @@ def run(
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
+    reference, python_agents = agent, python_agent(agent)
+    if python_agents:
+        agent = python_agents[0].name
 
     async def main() -> int:
-        async with open_host(config_path(config), approver=terminal_approver(config)) as host:
+        async with open_host(
+            config_path(config), approver=terminal_approver(config), agents=python_agents
+        ) as host:
             attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
                 host,
@@ -142,7 +155,12 @@ def run(
                 progress=console,
                 attachments=attachments,
             )
-            return report(result, database=host.config.database_path, config=config)
+            return report(
+                result,
+                database=host.config.database_path,
+                config=config,
+                agent=reference if python_agents else None,
+            )
 
     run_command(main)
 

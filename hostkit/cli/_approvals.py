@@ -20,10 +20,12 @@ from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
     Operator,
+    PythonAgent,
     Reason,
     console,
     operator_host,
     print_json,
+    python_agent,
     report,
     run_command,
     terminal_approver,
@@ -90,9 +92,11 @@ def approve(
     ] = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
+    agent: PythonAgent = None,
 ) -> None:
     """Approve the paused call and run it in a continuation turn."""
-    _answer(approval_id, "approve_session" if session else "approve_once", reason, operator, config)
+    decision: ApprovalDecision = "approve_session" if session else "approve_once"
+    _answer(approval_id, decision, reason, operator, config, agent)
 
 
 @approvals.command()
@@ -101,9 +105,10 @@ def deny(
     reason: Reason = None,
     operator: Operator = "cli",
     config: ConfigOption = None,
+    agent: PythonAgent = None,
 ) -> None:
     """Deny the paused call; a continuation turn tells the agent it was denied."""
-    _answer(approval_id, "deny", reason, operator, config)
+    _answer(approval_id, "deny", reason, operator, config, agent)
 
 
 @approvals.command()
@@ -112,20 +117,24 @@ def resume(
     reason: Reason = None,
     operator: Operator = "cli",
     config: ConfigOption = None,
+    agent: PythonAgent = None,
 ) -> None:
     """Run the continuation of an answered approval whose answer never ran (or show it).
 
     Never runs a call twice: a continuation that already claimed it is reported,
     and one that stopped after claiming it left the approval indeterminate.
     """
+    agents = python_agent(agent)
 
     async def main() -> int:
-        async with operator_host(config, operator, reason, approver=terminal_approver()) as (
+        async with operator_host(
+            config, operator, reason, approver=terminal_approver(), agents=agents
+        ) as (
             host,
             scope,
         ):
             result = await stream_resume(host, approval_id, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config)
+            return report(result, database=host.config.database_path, config=config, agent=agent)
 
     run_command(main)
 
@@ -136,14 +145,19 @@ def _answer(
     reason: str | None,
     operator: str,
     config: Path | None,
+    agent: str | None = None,
 ) -> None:
+    agents = python_agent(agent)
+
     async def main() -> int:
         # The continuation may ask again: on a terminal, it is asked here.
-        async with operator_host(config, operator, reason, approver=terminal_approver()) as (
+        async with operator_host(
+            config, operator, reason, approver=terminal_approver(), agents=agents
+        ) as (
             host,
             scope,
         ):
             result = await stream_answer(host, approval_id, decision, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config)
+            return report(result, database=host.config.database_path, config=config, agent=agent)
 
     run_command(main)

@@ -8,7 +8,7 @@ import getpass
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -21,7 +21,7 @@ from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError, InvalidValue
-from hostkit.host import Host, HostConfig
+from hostkit.host import Agent, Host, HostConfig, load_agent
 from hostkit.inspect import latest_session
 from hostkit.types import PrincipalScope, TurnResult
 
@@ -33,6 +33,7 @@ __all__ = [
     "ConfigOption",
     "JsonOption",
     "Operator",
+    "PythonAgent",
     "Reason",
     "chosen_session",
     "config_path",
@@ -43,6 +44,7 @@ __all__ = [
     "open_host",
     "operator_host",
     "print_json",
+    "python_agent",
     "report",
     "run_command",
     "stdin_is_a_terminal",
@@ -97,12 +99,35 @@ def fail(error: HostkitError) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
+def python_agent(reference: str | None) -> tuple[Agent, ...]:
+    """The Agent ``--agent module:attribute`` names (the working directory is importable)."""
+    if reference is None or ":" not in reference:
+        return ()
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return (load_agent(reference),)
+    except HostkitError as exc:
+        raise fail(exc) from None
+
+
+# ``--agent module:attribute`` on the approval commands: a Python agent's paused turn
+# continues only in a Host that has the agent.
+PythonAgent = Annotated[
+    str | None,
+    typer.Option("--agent", help="module:attribute of the hostkit.Agent whose call paused"),
+]
+
+
 @contextlib.asynccontextmanager
 async def open_host(
-    config: HostConfig | Path | None, *, approver: ApprovalProvider | None = None
+    config: HostConfig | Path | None,
+    *,
+    approver: ApprovalProvider | None = None,
+    agents: Sequence[Agent] = (),
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first."""
-    async with Host.open(config, approver=approver) as host:
+    async with Host.open(config, approver=approver, agents=agents) as host:
         for line in host.warnings:
             console.print(
                 f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True
@@ -110,11 +135,16 @@ async def open_host(
         yield host
 
 
-def report(result: TurnResult, *, database: Path, config: Path | None) -> int:
-    """Print a turn's result (and how to answer its pending approval); its exit status."""
+def report(
+    result: TurnResult, *, database: Path, config: Path | None, agent: str | None = None
+) -> int:
+    """Print a turn's result (and how to answer its pending approval); its exit status.
+
+    ``agent``: the ``module:attribute`` of the Python agent that ran, if one did.
+    """
     print_result(console, result, database=str(database))
     if result.outcome == "needs_user" and result.pending_approval:
-        print_pending(console, result.pending_approval, config=config)
+        print_pending(console, result.pending_approval, config=config, agent=agent)
     return exit_code(result)
 
 
@@ -125,13 +155,14 @@ async def operator_host(
     reason: str | None,
     *,
     approver: ConsoleApprover | None = None,
+    agents: Sequence[Agent] = (),
 ) -> AsyncIterator[tuple[Host, PrincipalScope]]:
     """The Host of ``-c`` and an audited operator scope (every operator command starts so).
 
     Without ``--reason`` the scope is issued only to the local user who owns
     the database file, and the audit says exactly that.
     """
-    async with open_host(config_path(config), approver=approver) as host:
+    async with open_host(config_path(config), approver=approver, agents=agents) as host:
         if reason is None:
             reason = await local_reason(host.config.database_path)
         yield host, await host.operator(operator, reason=reason)

@@ -59,9 +59,15 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
     console.print(f"[bold]database[/]: {escape(database)}", highlight=False)
 
 
-def print_pending(console: Console, approval_id: str, *, config: Path | None = None) -> None:
-    """How to answer a paused turn's approval (printed unwrapped, so it can be copied)."""
+def print_pending(
+    console: Console, approval_id: str, *, config: Path | None = None, agent: str | None = None
+) -> None:
+    """How to answer a paused turn's approval (printed unwrapped, so it can be copied).
+
+    ``agent`` is the ``module:attribute`` of a Python agent: its continuation needs it.
+    """
     suffix = f" -c {config}" if config is not None else ""
+    suffix += f" --agent {agent}" if agent is not None else ""
     console.print(
         f"[bold yellow]waiting for approval[/]: {escape(approval_id)}",
         highlight=False,

@@ -9,9 +9,10 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 import pydantic
+from pydantic.fields import FieldInfo
 
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
@@ -176,9 +177,8 @@ class AuthoredTool:
             raise InvalidValue(f"authored tool {name} must be an async function")
         self.name = name
         self.fn = fn
-        self.description = (description or inspect.getdoc(fn) or name).strip()[
-            :MAX_DESCRIPTION_CHARS
-        ]
+        summary, documented = _docstring(inspect.getdoc(fn) or "")
+        self.description = (description or summary or name).strip()[:MAX_DESCRIPTION_CHARS]
         self.timeout_s = timeout_s
         self.preflight = preflight
         self.prepare = prepare
@@ -187,7 +187,7 @@ class AuthoredTool:
             bounded(approval_warning, MAX_WARNING_CHARS) if approval_warning else None
         )
         self.preview_diff = preview_diff
-        self._model = _arguments_model(name, fn)
+        self.takes_context, self._model = _arguments_model(name, fn, documented)
         schema = self._model.model_json_schema()
         schema.pop("title", None)
         self.parameters: Mapping[str, Any] = FrozenMap(schema)
@@ -209,7 +209,9 @@ class AuthoredTool:
         return arguments
 
     async def invoke(self, context: ToolContext, arguments: Mapping[str, Any]) -> Any:
-        return await self.fn(context, **arguments)
+        if self.takes_context:
+            return await self.fn(context, **arguments)
+        return await self.fn(**arguments)
 
 
 def _out_of_bounds(value: Any, path: str, depth: int) -> str | None:
@@ -244,29 +246,130 @@ def _out_of_bounds(value: Any, path: str, depth: int) -> str | None:
     return None
 
 
-def _arguments_model(name: str, fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
+def _arguments_model(
+    name: str, fn: Callable[..., Any], documented: Mapping[str, str]
+) -> tuple[bool, type[pydantic.BaseModel]]:
+    """Whether ``fn`` takes the ToolContext first, and the model of its other arguments.
+
+    The first parameter is the context when it is annotated ``ToolContext``
+    or not annotated at all (every tool written before the context became
+    optional); a first parameter with any other annotation is an argument.
+    Each argument's description comes from the docstring's ``Args:`` section.
+    """
     signature = inspect.signature(fn)
-    hints = get_type_hints(fn)
+    try:
+        hints = get_type_hints(fn)
+    except (NameError, TypeError) as exc:
+        raise InvalidValue(
+            f"authored tool {name} has a type hint that cannot be resolved: {exc}"
+        ) from None
     parameters = list(signature.parameters.values())
-    if not parameters:
-        raise InvalidValue(f"authored tool {name} must take the ToolContext first")
+    takes_context = bool(parameters) and (
+        hints.get(parameters[0].name, ToolContext) is ToolContext
+        and parameters[0].kind not in (parameters[0].VAR_POSITIONAL, parameters[0].VAR_KEYWORD)
+    )
     fields: dict[str, Any] = {}
-    for parameter in parameters[1:]:
+    for parameter in parameters[1:] if takes_context else parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise InvalidValue(f"authored tool {name} cannot take *args or **kwargs")
+        if hints.get(parameter.name) is ToolContext:
+            raise InvalidValue(f"authored tool {name} takes the ToolContext first or not at all")
         annotation = hints.get(parameter.name, Any)
         default = ... if parameter.default is parameter.empty else parameter.default
+        described = documented.get(parameter.name)
+        # A default that is already a Field (``= Field(description=...)``) says it itself.
+        if described is not None and not isinstance(default, FieldInfo):
+            default = pydantic.Field(default, description=described)
         fields[parameter.name] = (annotation, default)
     config = pydantic.ConfigDict(extra="forbid")
-    return pydantic.create_model(f"{name.replace('.', '_')}_arguments", __config__=config, **fields)
+    model = pydantic.create_model(
+        f"{name.replace('.', '_')}_arguments", __config__=config, **fields
+    )
+    return takes_context, model
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns?|Raises|Yields|Examples?|Notes?):\s*$")
+_GOOGLE_ARG = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_ARG = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def _docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The docstring without its argument sections, and each argument's description.
+
+    Google style (``Args:`` then ``name: text`` or ``name (type): text``,
+    continuation lines indented further) and Sphinx style (``:param name: text``).
+    The model sees the summary as the tool's description and each argument's
+    text in the schema, not the same words twice.
+    """
+    summary: list[str] = []
+    described: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    arg_indent = 0
+    for line in doc.splitlines():
+        stripped = line.strip()
+        sphinx = _SPHINX_ARG.match(stripped)
+        if sphinx:
+            current = sphinx.group(1)
+            described[current] = sphinx.group(2).strip()
+            continue
+        if stripped.startswith(":") and current is not None and section is None:
+            current = None
+            continue
+        heading = _SECTION.match(stripped)
+        if heading and not line.startswith(" "):
+            section, current = heading.group(1), None
+            continue
+        if section is None:
+            if current is not None and line.startswith(" ") and stripped:
+                described[current] += " " + stripped
+                continue
+            current = None
+            summary.append(line)
+            continue
+        if not stripped:
+            current = None
+            continue
+        if section in ("Args", "Arguments", "Parameters"):
+            argument = _GOOGLE_ARG.match(stripped)
+            indent = len(line) - len(line.lstrip())
+            if argument and (current is None or indent <= arg_indent):
+                current, arg_indent = argument.group(1).lstrip("*"), indent
+                described[current] = argument.group(3).strip()
+            elif current is not None:
+                described[current] = (described[current] + " " + stripped).strip()
+    descriptions = {key: value[:1024] for key, value in described.items() if value}
+    return "\n".join(summary).strip(), descriptions
+
+
+@overload
+def tool(name: Callable[..., Awaitable[Any]], /) -> AuthoredTool: ...
+
+
+@overload
+def tool(
+    name: str | None = None, /, *, description: str | None = None, timeout_s: float = 30.0
+) -> Callable[[Callable[..., Awaitable[Any]]], AuthoredTool]: ...
 
 
 def tool(
-    name: str, *, description: str | None = None, timeout_s: float = 30.0
-) -> Callable[[Callable[..., Awaitable[Any]]], AuthoredTool]:
-    """Decorator: ``@tool("notes.read")`` turns an async function into an AuthoredTool."""
+    name: str | Callable[..., Awaitable[Any]] | None = None,
+    /,
+    *,
+    description: str | None = None,
+    timeout_s: float = 30.0,
+) -> AuthoredTool | Callable[[Callable[..., Awaitable[Any]]], AuthoredTool]:
+    """Decorator: an async function becomes an AuthoredTool.
+
+    ``@tool`` names the effect after the function; ``@tool("notes.read")``
+    names it explicitly. The schema comes from the type hints, each
+    argument's description from the docstring's ``Args:`` section, and the
+    ``ToolContext`` parameter is optional (first, when present).
+    """
+    if callable(name):
+        return AuthoredTool(name.__name__, name, timeout_s=timeout_s)
 
     def wrap(fn: Callable[..., Awaitable[Any]]) -> AuthoredTool:
-        return AuthoredTool(name, fn, description=description, timeout_s=timeout_s)
+        return AuthoredTool(name or fn.__name__, fn, description=description, timeout_s=timeout_s)
 
     return wrap

@@ -1,5 +1,6 @@
 """Host composition: configuration, capability sources, generations and the Host itself."""
 
+from hostkit.host._agent import Agent, PydanticOutput, load_agent
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import (
@@ -29,6 +30,7 @@ from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
 
 __all__ = [
+    "Agent",
     "AgentConfig",
     "AgentMemory",
     "Channel",
@@ -47,12 +49,14 @@ __all__ = [
     "ProviderConfig",
     "ProviderRequest",
     "ProviderSource",
+    "PydanticOutput",
     "RuntimeCapabilities",
     "StoreMemorySource",
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",
     "default_config",
+    "load_agent",
     "load_config",
     "memory_tools",
     "parse_config",

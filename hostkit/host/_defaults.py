@@ -52,6 +52,19 @@ def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits 
     )
 
 
+def _needs_key(config: ProviderConfig) -> bool:
+    """Whether the adapter cannot work without a key (as the adapters decide it).
+
+    An OpenAI-compatible or Anthropic-compatible ``base_url`` (a local server)
+    may need none, and Anthropic also accepts ``ANTHROPIC_AUTH_TOKEN``.
+    """
+    if config.kind == "openai":
+        return not (config.base_url or os.environ.get("OPENAI_BASE_URL"))
+    if config.kind == "anthropic":
+        return not (config.base_url or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
+    return False
+
+
 class DefaultProviderSource(AsyncResource):
     """Builds and caches one provider per configured provider name for its generation.
 
@@ -82,6 +95,13 @@ class DefaultProviderSource(AsyncResource):
         if config is None:
             raise ConfigError(f"no provider named {name!r}", key=f"providers.{name}")
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        if config.api_key_env and not key and _needs_key(config):
+            # Checked before any request (and before the turn is admitted): one line
+            # naming the variable, not a failed turn with the SDK's error.
+            raise ConfigError(
+                f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
+                key=f"providers.{name}.api_key_env",
+            )
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.
             steps = [

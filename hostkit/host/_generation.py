@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from hostkit.host._capabilities import (
 )
 from hostkit.host._config import HostConfig
 from hostkit.store import RuntimeStore
-from hostkit.turns import PinnedCore, capability_snapshot
+from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
 
 __all__ = ["Generation"]
@@ -87,8 +87,11 @@ class Generation(AsyncResource):
         store: RuntimeStore | None = None,
         processes: ProcessResources | None = None,
         estimators: EstimatorRegistry | None = None,
+        outputs: Mapping[str, OutputCheck] | None = None,
     ) -> None:
         self.number = number
+        # The answer check of each agent with an output type (Python agents).
+        self.outputs = dict(outputs or {})
         self.processes = processes
         self.estimators = estimators
         self.config = config
@@ -210,6 +213,7 @@ class Generation(AsyncResource):
             max_steps=agent.max_steps,
             secret_grants=tools.secret_grants,
             observer=self.capabilities.observer,
+            output=self.outputs.get(core_id),
         )
 
     async def release(self) -> bool:

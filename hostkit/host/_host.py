@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,7 @@ from hostkit.effects import (
     PendingApproval,
 )
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
@@ -95,8 +97,11 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None = None,
         warnings: tuple[str, ...] = (),
         tracing: Tracing | None = None,
+        agents: Sequence[Agent] = (),
     ) -> None:
         self.config = config
+        # Python agents: composed into every configuration this Host applies.
+        self.agents = tuple(agents)
         self.tracing = tracing
         self.warnings = warnings
         self.store = store
@@ -155,6 +160,7 @@ class Host(AsyncResource):
             store=self.store,
             processes=self.processes,
             estimators=self.estimators,
+            outputs={agent.name: agent.output for agent in self.agents if agent.output is not None},
         )
 
     @classmethod
@@ -164,6 +170,7 @@ class Host(AsyncResource):
         *,
         capabilities: RuntimeCapabilities | None = None,
         approver: ApprovalProvider | None = None,
+        agents: Sequence[Agent] = (),
     ) -> Opening[Host]:
         """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
 
@@ -172,8 +179,14 @@ class Host(AsyncResource):
         creates or upgrades the database and ends turns a dead Host left
         running (``lost``); awaited without ``async with``, the caller closes
         the Host with ``await host.aclose()``.
+
+        ``agents`` are ``hostkit.Agent`` values defined in Python: each joins the
+        configuration's agents (a name clash is a ``ConfigError``) and goes
+        through the same catalog, policy and approvals.
         """
-        return Opening(lambda: cls._open(config, capabilities=capabilities, approver=approver))
+        return Opening(
+            lambda: cls._open(config, capabilities=capabilities, approver=approver, agents=agents)
+        )
 
     @classmethod
     async def _open(
@@ -182,8 +195,9 @@ class Host(AsyncResource):
         *,
         capabilities: RuntimeCapabilities | None,
         approver: ApprovalProvider | None,
+        agents: Sequence[Agent] = (),
     ) -> Host:
-        resolved = await _resolve_config(config)
+        resolved, instances = compose_agents(await _resolve_config(config), agents)
         telemetry = resolved.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
         # Off the event loop: the first use imports the SDK and starts its export thread.
@@ -215,7 +229,12 @@ class Host(AsyncResource):
             # One identity for this Host's durable leases (turns and compaction); reading
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
-            caps = capabilities or DefaultCapabilities.from_config(resolved, store=store)
+            caps = with_agents(
+                capabilities or DefaultCapabilities.from_config(resolved, store=store),
+                resolved,
+                agents,
+                instances,
+            )
             host = cls(
                 config=resolved,
                 store=store,
@@ -226,6 +245,7 @@ class Host(AsyncResource):
                 approver=approver,
                 warnings=warnings,
                 tracing=tracing,
+                agents=agents,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
@@ -267,10 +287,19 @@ class Host(AsyncResource):
     async def apply_config(
         self, config: HostConfig, *, capabilities: RuntimeCapabilities | None = None
     ) -> int:
-        """Make ``config`` the next generation; running turns keep the one they started with."""
+        """Make ``config`` the next generation; running turns keep the one they started with.
+
+        The Host's Python agents join ``config`` as they did at open.
+        """
         if self._closed:
             raise TurnRejected("the Host is closed")
-        caps = capabilities or DefaultCapabilities.from_config(config, store=self.store)
+        config, instances = compose_agents(config, self.agents)
+        caps = with_agents(
+            capabilities or DefaultCapabilities.from_config(config, store=self.store),
+            config,
+            self.agents,
+            instances,
+        )
         self.warnings = await _prepare_workspaces(config)
         previous = self._generation
         if config.host.telemetry != previous.config.host.telemetry:

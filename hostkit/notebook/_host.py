@@ -22,7 +22,7 @@ import psutil
 from anyio.abc import AsyncResource
 
 from hostkit.errors import ConfigError, UnboundToken, UserError
-from hostkit.host import Host, HostConfig, RuntimeCapabilities
+from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
@@ -85,6 +85,9 @@ class NotebookHost(AsyncResource):
 
     @property
     def default_agent(self) -> str:
+        # A notebook that defined its own agent talks to it unless told otherwise.
+        if self.host.agents:
+            return self.host.agents[0].name
         agents = self.host.config.agents
         return "assistant" if "assistant" in agents else next(iter(agents))
 
@@ -347,20 +350,24 @@ async def start(
     *,
     capabilities: RuntimeCapabilities | None = None,
     conversation: str = "notebook",
+    agents: Sequence[Agent] = (),
 ) -> NotebookHost:
     """Open the kernel's Host on the running loop (once per kernel; later calls return it).
 
     ``config``: a HostConfig, a hostkit.toml path, or None for ``./hostkit.toml``
     when present, else the default (embedded SQLite ``hostkit.db`` here, the
-    local model).
+    local model). ``agents`` are ``hostkit.Agent`` values defined in the
+    notebook; they join the configuration's agents (``nb.chat(..., agent=name)``).
     """
     global _current, _starting
     # Two cells (two %%agent magics) may start at once: they share one start.
     while _starting is not None:
         await asyncio.shield(_starting)
     if _current is not None and not _current.closed:
-        same = (config is None or config == _current.config_source) and (
-            capabilities is None or capabilities is _current.capabilities
+        same = (
+            (config is None or config == _current.config_source)
+            and (capabilities is None or capabilities is _current.capabilities)
+            and (not agents or tuple(agents) == _current.host.agents)
         )
         if not same:
             raise ConfigError(
@@ -373,7 +380,7 @@ async def start(
         if config is None and await anyio.Path("hostkit.toml").exists():
             config = Path("hostkit.toml")
         approver = WidgetApprover()
-        host = await Host.open(config, capabilities=capabilities, approver=approver)
+        host = await Host.open(config, capabilities=capabilities, approver=approver, agents=agents)
         notebook = NotebookHost(host, approver, conversation=conversation)
         notebook.config_source, notebook.capabilities = config, capabilities
         _current = notebook

@@ -1,7 +1,7 @@
 """TurnExecution: admission, per-session serialization, lifecycle, terminal state, recovery."""
 
 from hostkit.turns._active import capability_snapshot
-from hostkit.turns._core import CoreResolver, PinnedCore
+from hostkit.turns._core import CoreResolver, OutputCheck, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent
 from hostkit.turns._execution import TurnExecution
 
@@ -9,6 +9,7 @@ __all__ = [
     "CoreResolver",
     "NullObserver",
     "Observer",
+    "OutputCheck",
     "PinnedCore",
     "TurnEvent",
     "TurnExecution",

@@ -44,6 +44,9 @@ class ActiveTurn:
     in_flight: str | None = None
     cancel_reason: str = "cancelled on request"
     text: str = ""
+    # The validated structured answer (an agent with an output type), JSON-able.
+    output: Any = None
+    output_retries: int = 0  # how often an invalid structured answer was fed back
     effects: list[EffectSummary] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     pending_approval: str | None = None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hostkit.effects import EffectRuntime
 from hostkit.providers import ModelProvider
 from hostkit.turns._events import Observer
 
-__all__ = ["CoreResolver", "PinnedCore"]
+__all__ = ["CoreResolver", "OutputCheck", "PinnedCore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,19 @@ class PinnedCore:
     # The generation's own observer: a turn reports to the one it was pinned with, so
     # after apply_config new turns report to the new one and running turns to theirs.
     observer: Observer | None = None
+    # What the final answer must be (an Agent's ``output_type``); None: free text.
+    output: OutputCheck | None = None
+
+
+class OutputCheck(Protocol):
+    """Validates a final answer; a failure is fed back to the model ``retries`` times."""
+
+    @property
+    def retries(self) -> int: ...
+
+    def check(self, text: str) -> Any:
+        """The validated answer as JSON-able data; ``InvalidValue`` saying what was wrong."""
+        ...
 
 
 class CoreResolver(Protocol):

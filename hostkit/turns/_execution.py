@@ -413,6 +413,13 @@ class TurnExecution:
             }
             if step == 0:
                 detail["effects"] = list(catalog.effects)  # what the model could call
+            if not response.tool_calls and core.output is not None:
+                invalid = await self._check_output(context, core, active, assistant, detail, staged)
+                if isinstance(invalid, str):
+                    return "failed", invalid
+                if invalid is not None:
+                    messages.append(invalid)
+                    continue
             if not response.tool_calls:
                 # The answer is written with the terminal record: one transaction.
                 active.final = TranscriptEntry(
@@ -462,6 +469,51 @@ class TurnExecution:
                     return "needs_user", f"waiting for approval {outcome.pending_approval}"
                 messages.append(await self._record_effect(context, active, call, outcome))
         return "failed", f"the turn reached its step limit ({core.max_steps})"
+
+    async def _check_output(
+        self,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+        assistant: ModelMessage,
+        detail: dict[str, Any],
+        staged: ObservedStep | None,
+    ) -> ModelMessage | str | None:
+        """Validate a final answer against the agent's output type.
+
+        None: valid (``active.output`` holds it). Otherwise the answer is kept
+        in the transcript and a ``user`` message saying what was wrong is
+        returned for the model, or, once ``core.output.retries`` are spent,
+        the turn's error.
+        """
+        assert core.output is not None
+        try:
+            active.output = core.output.check(assistant.content)
+            return None
+        except InvalidValue as exc:
+            problem = exc.message
+        await self._persist(
+            context, active, assistant, "provider.completed", detail, observed=staged
+        )
+        if active.output_retries >= core.output.retries:
+            return (
+                f"the answer did not match the output type after {active.output_retries + 1} "
+                f"attempts: {problem}"
+            )
+        active.output_retries += 1
+        feedback = ModelMessage(
+            "user",
+            f"Your answer did not match the required JSON schema: {problem}. "
+            "Answer again with only the JSON object.",
+        )
+        await self._persist(
+            context,
+            active,
+            feedback,
+            "output.invalid",
+            {"step": detail["step"], "attempt": active.output_retries, "error": problem},
+        )
+        return feedback
 
     async def _first_message(
         self,
@@ -681,6 +733,7 @@ class TurnExecution:
             core_revision=context.core_revision,
             outcome=outcome,
             text=active.text if outcome == "completed" else "",
+            output=active.output if outcome == "completed" else None,
             effects=tuple(active.effects),
             usage=active.usage,
             error=bounded(error, 300) if error else None,

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from hostkit.errors import InvalidTurnRequest
-from hostkit.freeze import FrozenMap, freeze
+from hostkit.errors import InvalidTurnRequest, InvalidValue
+from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
 from hostkit.types._model import Usage
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import ConversationFacts, PrincipalScope
+
+_Model = TypeVar("_Model")
 
 __all__ = [
     "MAX_ATTACHMENTS",
@@ -148,10 +150,23 @@ class TurnResult:
     pending_approval: str | None = None
     # The final answer stopped at the output limit (the model's finish reason said so).
     truncated: bool = False
+    # A completed turn of an agent with an ``output_type``: the validated answer as
+    # JSON-able data (``output_as(Model)`` gives the typed value).
+    output: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
         object.__setattr__(self, "deliveries", tuple(self.deliveries))
+        object.__setattr__(self, "output", freeze(self.output))
+
+    def output_as(self, model: type[_Model]) -> _Model:
+        """The structured answer as an instance of ``model`` (the agent's ``output_type``)."""
+        if self.output is None:
+            raise InvalidValue(f"turn {self.turn_id} has no structured output ({self.outcome})")
+        validate: Any = getattr(model, "model_validate", None)
+        if validate is None:
+            raise InvalidValue("output_as takes a pydantic model class")
+        return validate(thaw(self.output))  # type: ignore[no-any-return]
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (persisted as the turn's durable result)."""
@@ -179,6 +194,7 @@ class TurnResult:
             "generation": self.generation,
             "pending_approval": self.pending_approval,
             "truncated": self.truncated,
+            **({} if self.output is None else {"output": thaw(self.output)}),
         }
 
     @classmethod

@@ -1,0 +1,354 @@
+"""``hostkit.Agent``: an agent written in Python, composed into the same generation as TOML ones.
+
+An Agent is a frozen value. ``Host.open(config, agents=[...])`` turns each
+into an agent entry of the configuration (its policy a ``PolicyConfig``, its
+model a provider entry) and wraps the capability sources so its tools come
+from the Agent, labelled ``python:<module>``. Nothing else changes: the
+generation builds its catalog, resolves its policy and runs every call
+through the one EffectRuntime with its approvals, exactly as for a
+configured agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+from hostkit.effects import AuthoredTool, SourcedTool, tool
+from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.host._capabilities import (
+    ProviderRequest,
+    RuntimeCapabilities,
+    ToolRequest,
+    ToolSource,
+)
+from hostkit.host._config import AgentConfig, HostConfig, PolicyConfig, ProviderConfig
+from hostkit.host._defaults import DefaultToolSource
+from hostkit.providers import ModelProvider
+
+__all__ = ["Agent", "PydanticOutput", "compose_agents", "load_agent", "with_agents"]
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_SHORTHANDS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+MAX_OUTPUT_RETRIES = 5
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class PydanticOutput:
+    """The check a turn runs on its final answer: JSON matching ``model``.
+
+    ``retries`` bounds how often a failed check is fed back to the model
+    before the turn ends ``failed``.
+    """
+
+    model: type[pydantic.BaseModel]
+    retries: int = 2
+
+    def check(self, text: str) -> Any:
+        """The validated answer as JSON-able data, or ``InvalidValue`` saying what was wrong."""
+        stripped = text.strip()
+        fenced = _FENCE.match(stripped)
+        try:
+            value = self.model.model_validate_json(fenced.group(1) if fenced else stripped)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}"
+                for e in exc.errors()[:5]
+            )
+            raise InvalidValue(bounded(problems, 500)) from None
+        return value.model_dump(mode="json")
+
+    def schema(self) -> dict[str, Any]:
+        return self.model.model_json_schema()
+
+
+ModelChoice = str | ModelProvider | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """An agent defined in Python: ``hostkit.Agent("helper", model="local", tools=[add])``.
+
+    ``model`` is a provider name under ``[providers]``, a shorthand
+    (``"local"``, ``"openai:gpt-4o-mini"``, ``"anthropic:claude-sonnet-4-5"``;
+    the key comes from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``), a provider
+    table as a dict (``{"kind": "openai", "base_url": ..., "model": ...}``)
+    or a ``ModelProvider`` instance. ``tools`` are ``@hostkit.tool``
+    functions (a plain async function is wrapped). ``policy`` is the TOML
+    policy as a dict (``{"allow": [...], "ask": [...], "deny": [...]}``).
+    ``output_type`` is a pydantic model the final answer must match; a
+    mismatch is fed back to the model at most ``output_retries`` times.
+    """
+
+    name: str
+    model: ModelChoice = "local"
+    instructions: str = "You are a helpful assistant. Answer briefly."
+    tools: tuple[AuthoredTool, ...] = ()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    output_type: type[pydantic.BaseModel] | None = None
+    output_retries: int = 2
+    max_steps: int = 8
+    memory: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: ModelChoice = "local",
+        instructions: str = "You are a helpful assistant. Answer briefly.",
+        tools: Sequence[AuthoredTool | Callable[..., Awaitable[Any]]] = (),
+        policy: Mapping[str, Sequence[str]] | PolicyConfig | None = None,
+        output_type: type[pydantic.BaseModel] | None = None,
+        output_retries: int = 2,
+        max_steps: int = 8,
+        memory: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidValue(
+                f"agent name {bounded(repr(name), 80)} must be 1-64 letters, digits, - or _"
+            )
+        if not isinstance(model, str | Mapping | ModelProvider):
+            raise InvalidValue(
+                f"agent {name}: model must be a provider name, a shorthand such as "
+                f"'openai:gpt-4o-mini', a provider dict or a ModelProvider, "
+                f"not {type(model).__name__}"
+            )
+        if not isinstance(instructions, str) or not instructions.strip():
+            raise InvalidValue(f"agent {name}: instructions must be non-empty text")
+        if output_type is not None and not (
+            inspect.isclass(output_type) and issubclass(output_type, pydantic.BaseModel)
+        ):
+            raise InvalidValue(f"agent {name}: output_type must be a pydantic model class")
+        if not isinstance(output_retries, int) or not 0 <= output_retries <= MAX_OUTPUT_RETRIES:
+            raise InvalidValue(
+                f"agent {name}: output_retries must be an integer from 0 to {MAX_OUTPUT_RETRIES}"
+            )
+        setter = object.__setattr__
+        setter(self, "name", name)
+        setter(self, "model", model)
+        setter(self, "instructions", instructions)
+        setter(self, "tools", tuple(_as_tool(name, item) for item in tools))
+        setter(self, "policy", _policy(name, policy))
+        setter(self, "output_type", output_type)
+        setter(self, "output_retries", output_retries)
+        setter(self, "max_steps", max_steps)
+        setter(self, "memory", bool(memory))
+        # Validated now, not at Host open: a bad step count is the author's mistake here.
+        self._settings("unused")
+
+    def _settings(self, provider: str) -> AgentConfig:
+        instructions = self.instructions
+        if self.output_type is not None:
+            schema = json.dumps(self.output_type.model_json_schema(), sort_keys=True)
+            instructions += (
+                "\n\nYour final answer must be only a JSON object matching this JSON schema, "
+                f"with no other text:\n{schema}"
+            )
+        try:
+            return AgentConfig(
+                provider=provider,
+                instructions=instructions,
+                policy=self.policy,
+                max_steps=self.max_steps,
+                memory=self.memory,
+            )
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(part) for part in first["loc"])
+            raise ConfigError(first["msg"], key=f"agents.{self.name}.{key}") from None
+
+    @property
+    def output(self) -> PydanticOutput | None:
+        """The answer check the Host gives this agent's turns (None: free text)."""
+        if self.output_type is None:
+            return None
+        return PydanticOutput(self.output_type, self.output_retries)
+
+
+def _as_tool(agent: str, item: object) -> AuthoredTool:
+    if isinstance(item, AuthoredTool):
+        return item
+    if callable(item) and inspect.iscoroutinefunction(item):
+        return tool(item)
+    raise InvalidValue(
+        f"agent {agent}: each tool must be a @hostkit.tool or an async function, "
+        f"not {type(item).__name__}"
+    )
+
+
+def _policy(agent: str, policy: Mapping[str, Sequence[str]] | PolicyConfig | None) -> PolicyConfig:
+    if policy is None:
+        return PolicyConfig()
+    if isinstance(policy, PolicyConfig):
+        return policy
+    if not isinstance(policy, Mapping):
+        raise InvalidValue(f"agent {agent}: policy must be a dict of allow, ask and deny lists")
+    try:
+        return PolicyConfig.model_validate(
+            {key: [value] if isinstance(value, str) else value for key, value in policy.items()}
+        )
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(first["msg"], key=f"agents.{agent}.policy.{key}") from None
+
+
+def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | None]:
+    """The provider name the agent entry names, and a provider entry to add (None: exists)."""
+    model = agent.model
+    key = f"agents.{agent.name}.model"
+    if isinstance(model, ModelProvider):
+        # Served by the wrapped provider source; the entry only records what it is.
+        return f"python:{agent.name}", ProviderConfig(kind="scripted", model=model.model)
+    if isinstance(model, Mapping):
+        try:
+            return f"python:{agent.name}", ProviderConfig.model_validate(dict(model))
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ConfigError(first["msg"], key=f"{key}.{where}") from None
+    if model in config.providers:
+        return model, None
+    if model == "local":
+        return "python:local", ProviderConfig(kind="local")
+    kind, _, name = model.partition(":")
+    if kind in _SHORTHANDS and name:
+        return model, ProviderConfig(kind=kind, model=name, api_key_env=_SHORTHANDS[kind])  # type: ignore[arg-type]
+    raise ConfigError(
+        f"{bounded(model, 80)!r} is neither a provider under [providers] nor 'local', "
+        "'openai:<model>' or 'anthropic:<model>'",
+        key=key,
+    )
+
+
+def compose_agents(
+    config: HostConfig, agents: Sequence[Agent]
+) -> tuple[HostConfig, dict[str, ModelProvider]]:
+    """``config`` with each Agent as an agent entry, and the provider instances by name.
+
+    A name already configured, or given twice, is a ``ConfigError``.
+    """
+    providers = dict(config.providers)
+    entries = dict(config.agents)
+    instances: dict[str, ModelProvider] = {}
+    for agent in agents:
+        if not isinstance(agent, Agent):
+            raise InvalidValue(f"agents must be hostkit.Agent values, not {type(agent).__name__}")
+        if agent.name in entries:
+            raise ConfigError(
+                f"the Python agent {agent.name!r} clashes with an agent of that name "
+                "(rename one of them)",
+                key=f"agents.{agent.name}",
+            )
+        name, entry = _provider(agent, config)
+        if entry is not None:
+            providers[name] = entry
+        if isinstance(agent.model, ModelProvider):
+            instances[name] = agent.model
+        entries[agent.name] = agent._settings(name)
+    merged = config.model_copy(update={"providers": providers, "agents": entries})
+    return merged, instances
+
+
+def with_agents(
+    capabilities: RuntimeCapabilities,
+    config: HostConfig,
+    agents: Sequence[Agent],
+    instances: Mapping[str, ModelProvider],
+) -> RuntimeCapabilities:
+    """The sources, with each Agent's tools and provider instance served by name."""
+    if not agents:
+        return capabilities
+    return dataclasses.replace(
+        capabilities,
+        providers=_AgentProviders(capabilities.providers, instances),
+        tools=_AgentTools(capabilities.tools, DefaultToolSource(config), agents),
+    )
+
+
+class _AgentProviders:
+    """Serves an Agent's own ModelProvider instance; every other name from the inner source."""
+
+    def __init__(self, inner: Any, instances: Mapping[str, ModelProvider]) -> None:
+        self._inner = inner
+        self._instances = dict(instances)
+
+    @property
+    def estimators(self) -> Sequence[Any]:
+        return tuple(getattr(self._inner, "estimators", ()))
+
+    async def model_provider(self, request: ProviderRequest) -> ModelProvider:
+        name = request.provider or request.config.agents[request.agent].provider
+        instance = self._instances.get(name)
+        if instance is not None:
+            return instance
+        # Named explicitly: an inner source built for the file's configuration would
+        # not know the Python agent.
+        return await self._inner.model_provider(  # type: ignore[no-any-return]
+            dataclasses.replace(request, provider=name)
+        )
+
+    async def aclose(self) -> None:
+        close = getattr(self._inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _AgentTools:
+    """An Agent's tools (``python:<module>``) and memory; other agents: the inner source."""
+
+    def __init__(self, inner: ToolSource, defaults: ToolSource, agents: Sequence[Agent]) -> None:
+        self._inner = inner
+        self._defaults = defaults
+        self._agents = {agent.name: agent for agent in agents}
+
+    async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool | SourcedTool]:
+        agent = self._agents.get(request.agent)
+        if agent is None:
+            return await self._inner.tools(request)
+        own = [
+            SourcedTool(t, f"python:{getattr(t.fn, '__module__', None) or '?'}")
+            for t in agent.tools
+        ]
+        return [*await self._defaults.tools(request), *own]
+
+    async def aclose(self) -> None:
+        close = getattr(self._inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def load_agent(spec: str) -> Agent:
+    """The ``Agent`` a ``module:attribute`` reference names (``hostkit run --agent``).
+
+    Imports the module (operator-trusted code, like ``tool_modules``; blocking);
+    the attribute may be an Agent or a function of no arguments returning one.
+    Anything else is a ``ConfigError`` naming the reference.
+    """
+    module_name, _, attribute = spec.partition(":")
+    shown = bounded(spec, 120)
+    if not module_name or not attribute:
+        raise ConfigError(f"{shown!r} is not a module:attribute reference to a hostkit.Agent")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} for {shown!r}: {exc}") from None
+    value: Any = module
+    for part in attribute.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            raise ConfigError(f"{module_name!r} has no attribute {attribute!r}")
+    if callable(value) and not isinstance(value, Agent):
+        value = value()
+    if not isinstance(value, Agent):
+        raise ConfigError(f"{shown!r} is a {type(value).__name__}, not a hostkit.Agent")
+    return value

@@ -1,0 +1,437 @@
+"""hostkit.Agent and @hostkit.tool: a Python agent goes through the same catalog, policy and
+approvals as a configured one; structured output is validated with bounded retries."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pydantic
+import pytest
+
+import hostkit
+from hostkit.effects import ApprovalDecision, ApprovalRequest, provider_name
+from hostkit.freeze import thaw
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.hosts import config, event_kinds, request, turn_rows
+
+pytestmark = pytest.mark.anyio
+
+
+class Recorder:
+    """An approver that records every request and answers with one decision."""
+
+    def __init__(self, decision: ApprovalDecision) -> None:
+        self.decision = decision
+        self.seen: list[ApprovalRequest] = []
+
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        self.seen.append(req)
+        return self.decision
+
+
+def note_tool(ran: list[str]) -> hostkit.AuthoredTool:
+    @hostkit.tool("notes.write")
+    async def write_note(ctx: hostkit.ToolContext, name: str, text: str) -> str:
+        """Write a note.
+
+        Args:
+            name: the note's file name
+            text: what the note says
+        """
+        ran.append(name)
+        return f"wrote {name}"
+
+    return write_note
+
+
+def write_call() -> CallTools:
+    return CallTools((provider_name("notes.write"), {"name": "a.md", "text": "hi"}))
+
+
+async def test_a_python_agent_asks_exactly_like_a_configured_agent(tmp_path: Path) -> None:
+    ask = {"allow": ["*"], "ask": ["notes.write"]}
+    outcomes: dict[str, tuple[Any, ...]] = {}
+    for kind in ("toml", "python"):
+        ran: list[str] = []
+        approver = Recorder("deny")
+        model = ScriptedModel([write_call(), Reply("done")])
+        where = tmp_path / kind
+        where.mkdir()
+        if kind == "toml":
+            opening = hostkit.Host.open(
+                config(where, policy=ask),
+                capabilities=capabilities(model, tools=[note_tool(ran)]),
+                approver=approver,
+            )
+            agent = "assistant"
+        else:
+            python = hostkit.Agent("writer", model=model, tools=[note_tool(ran)], policy=ask)
+            opening = hostkit.Host.open(config(where), agents=[python], approver=approver)
+            agent = "writer"
+        async with opening as host:
+            result = await host.turns.run(request("write a note", core_id=agent))
+        # Denied: asked once, and the tool never ran.
+        assert ran == []
+        assert [r.effect for r in approver.seen] == ["notes.write"]
+        outcomes[kind] = (
+            result.outcome,
+            tuple((e.effect, e.status) for e in result.effects),
+            thaw(approver.seen[0].view),
+            approver.seen[0].key.rule_key,
+        )
+    assert outcomes["python"] == outcomes["toml"]
+    assert outcomes["python"][1] == (("notes.write", "denied"),)
+
+
+async def test_an_approved_call_runs_once_with_python_provenance(tmp_path: Path) -> None:
+    ran: list[str] = []
+    approver = Recorder("approve_once")
+    model = ScriptedModel([write_call(), Reply("done")])
+    agent = hostkit.Agent(
+        "writer",
+        model=model,
+        tools=[note_tool(ran)],
+        policy={"allow": ["*"], "ask": ["notes.write"]},
+    )
+    async with hostkit.Host.open(config(tmp_path), agents=[agent], approver=approver) as host:
+        result = await host.turns.run(request(core_id="writer"))
+        entries = await host._generation.agent_tools("writer")
+    assert result.outcome == "completed"
+    assert ran == ["a.md"]
+    assert [r.effect for r in approver.seen] == ["notes.write"]
+    assert [(t.name, source) for t, source in entries.tools] == [
+        ("notes.write", f"python:{__name__}")
+    ]
+
+
+async def test_a_denied_effect_is_never_offered_to_the_model(tmp_path: Path) -> None:
+    ran: list[str] = []
+    model = ScriptedModel([write_call(), Reply("done")])
+    agent = hostkit.Agent(
+        "writer", model=model, tools=[note_tool(ran)], policy={"deny": ["notes.*"]}
+    )
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        result = await host.turns.run(request(core_id="writer"))
+    assert ran == []
+    assert model.requests[0].tools == ()
+    assert [e.status for e in result.effects] != ["succeeded"]
+
+
+async def test_the_schema_comes_from_type_hints_and_the_docstring() -> None:
+    @hostkit.tool
+    async def add(a: int, b: int = 2) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first number,
+                on two lines
+            b (int): the second number
+        """
+        return a + b
+
+    @hostkit.tool("notes.find")
+    async def find(ctx: hostkit.ToolContext, query: str, limit: int | None = None) -> str:
+        """Find notes.
+
+        :param query: words to look for
+        """
+        return query
+
+    assert add.name == "add"
+    assert add.description == "Add two numbers."
+    assert thaw(add.parameters) == {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["a"],
+        "properties": {
+            "a": {"type": "integer", "title": "A", "description": "the first number, on two lines"},
+            "b": {
+                "type": "integer",
+                "title": "B",
+                "default": 2,
+                "description": "the second number",
+            },
+        },
+    }
+    assert find.description == "Find notes."
+    assert thaw(find.parameters)["properties"]["query"]["description"] == "words to look for"
+    assert "description" not in thaw(find.parameters)["properties"]["limit"]
+    assert (add.takes_context, find.takes_context) == (False, True)
+
+
+async def test_the_tool_context_is_optional(tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    @hostkit.tool
+    async def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @hostkit.tool
+    async def whoami(ctx: hostkit.ToolContext) -> str:
+        """Which turn is this."""
+        seen.append(ctx.turn_id)
+        return ctx.core_id
+
+    model = ScriptedModel(
+        [CallTools(("add", {"a": 2, "b": 3}), ("whoami", {})), Reply("5, said calc")]
+    )
+    agent = hostkit.Agent("calc", model=model, tools=[add, whoami])
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        result = await host.turns.run(request(core_id="calc"))
+    assert result.outcome == "completed"
+    assert [(e.effect, e.status, e.summary) for e in result.effects] == [
+        ("add", "succeeded", "5"),
+        ("whoami", "succeeded", "calc"),
+    ]
+    assert seen == [result.turn_id]
+
+
+class Answer(pydantic.BaseModel):
+    city: str
+    population: int
+
+
+async def run_structured(tmp_path: Path, replies: list[str], retries: int = 2) -> Any:
+    model = ScriptedModel([Reply(text) for text in replies])
+    agent = hostkit.Agent("geo", model=model, output_type=Answer, output_retries=retries)
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        result = await host.turns.run(request("largest city?", core_id="geo"))
+        kinds = await event_kinds(host, result.turn_id)
+    return result, kinds, model
+
+
+async def test_a_valid_structured_answer_is_typed_on_the_result(tmp_path: Path) -> None:
+    result, kinds, model = await run_structured(
+        tmp_path, ['```json\n{"city": "Tokyo", "population": 37000000}\n```']
+    )
+    assert result.outcome == "completed"
+    assert result.output_as(Answer) == Answer(city="Tokyo", population=37_000_000)
+    assert thaw(result.output) == {"city": "Tokyo", "population": 37_000_000}
+    assert result.to_json()["output"] == {"city": "Tokyo", "population": 37_000_000}
+    assert "output.invalid" not in kinds
+    # The schema reached the model with the instructions.
+    assert '"population"' in model.requests[0].messages[0].content
+
+
+async def test_an_invalid_answer_is_fed_back_and_the_fix_is_kept(tmp_path: Path) -> None:
+    result, kinds, model = await run_structured(
+        tmp_path, ["Tokyo, about 37 million", '{"city": "Tokyo", "population": 37000000}']
+    )
+    assert result.outcome == "completed"
+    assert result.output_as(Answer).population == 37_000_000
+    assert kinds.count("output.invalid") == 1
+    feedback = model.requests[1].messages[-1]
+    assert feedback.role == "user"
+    assert "did not match the required JSON schema" in feedback.content
+
+
+async def test_an_answer_invalid_past_the_bound_fails_the_turn(tmp_path: Path) -> None:
+    result, kinds, model = await run_structured(
+        tmp_path, ["no", '{"city": "Tokyo"}', "still no"], retries=1
+    )
+    assert result.outcome == "failed"
+    assert result.output is None
+    assert result.error is not None
+    assert "did not match the output type after 2 attempts" in result.error
+    assert kinds.count("output.invalid") == 1
+    assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "words"),
+    [
+        (lambda: hostkit.Agent("bad name!"), hostkit.InvalidValue, "agent name"),
+        (lambda: hostkit.Agent("a", model=42), hostkit.InvalidValue, "model must be"),
+        (lambda: hostkit.Agent("a", output_type=dict), hostkit.InvalidValue, "pydantic model"),
+        (lambda: hostkit.Agent("a", output_retries=9), hostkit.InvalidValue, "output_retries"),
+        (lambda: hostkit.Agent("a", tools=[len]), hostkit.InvalidValue, "each tool"),
+        (lambda: hostkit.Agent("a", policy={"permit": ["*"]}), hostkit.ConfigError, "policy"),
+        (lambda: hostkit.Agent("a", max_steps=0), hostkit.ConfigError, "max_steps"),
+        (lambda: hostkit.Agent("a", instructions=" "), hostkit.InvalidValue, "instructions"),
+    ],
+)
+def test_bad_agent_input_is_a_typed_error(build: Any, error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=words):
+        build()
+
+
+async def test_a_name_clash_or_unknown_model_is_refused_at_open(tmp_path: Path) -> None:
+    clash = hostkit.Agent("assistant", model=ScriptedModel([Reply("hi")]))
+    with pytest.raises(hostkit.ConfigError, match="clashes with an agent") as caught:
+        await hostkit.Host.open(config(tmp_path), agents=[clash])
+    assert "\n" not in caught.value.message
+    unknown = hostkit.Agent("other", model="gpt-4o")
+    with pytest.raises(hostkit.ConfigError, match=r"agents\.other\.model"):
+        await hostkit.Host.open(config(tmp_path), agents=[unknown])
+
+
+async def hostkit_cli(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def count_turns(database: Path) -> int:
+    if not database.exists():
+        return 0
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        return int(db.execute("SELECT count(*) FROM turns").fetchone()[0])
+
+
+async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        '[providers.cloud]\nkind = "openai"\napi_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n'
+        '[agents.assistant]\nprovider = "cloud"\n'
+    )
+    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "OPENAI_BASE_URL": ""}
+    code, _, err = await hostkit_cli("run", "hello", cwd=tmp_path, env=env)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "HOSTKIT_TEST_NO_SUCH_KEY is not set" in lines[0]
+    assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
+
+
+async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = hostkit.Agent("cloud", model="anthropic:claude-sonnet-4-5")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        with pytest.raises(hostkit.TurnRejected, match="ANTHROPIC_API_KEY is not set"):
+            await host.turns.run(request(core_id="cloud"))
+        assert await turn_rows(host) == []
+
+
+AGENT_MODULE = '''
+import hostkit
+from hostkit.testing import CallTools, Reply, ScriptedModel
+
+
+@hostkit.tool
+async def shout(text: str) -> str:
+    """Say it loudly."""
+    return text.upper()
+
+
+agent = hostkit.Agent(
+    "shouter",
+    model=ScriptedModel([CallTools(("shout", {"text": "hi"})), Reply("I said HI")]),
+    tools=[shout],
+)
+'''
+
+
+async def test_hostkit_run_reaches_a_python_agent_by_module_attribute(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "my_agents.py").write_text(AGENT_MODULE)
+    code, out, err = await hostkit_cli(
+        "run", "--agent", "my_agents:agent", "shout hi", cwd=tmp_path, env={}
+    )
+    assert code == 0, err
+    assert "I said HI" in out
+    code, _, err = await hostkit_cli(
+        "run", "--agent", "my_agents:nothing", "hi", cwd=tmp_path, env={}
+    )
+    assert code == 2
+    assert "has no attribute 'nothing'" in err
+
+
+ASKING_MODULE = '''
+import anyio
+
+import hostkit
+from hostkit.testing import CallTools, Reply, ScriptedModel
+
+
+@hostkit.tool("notes.write")
+async def write_note(ctx: hostkit.ToolContext, name: str, text: str) -> str:
+    """Write a note."""
+    await anyio.Path(ctx.workspace / name).write_text(text)
+    return f"wrote {name}"
+
+
+def rule(request):
+    if request.messages[-1].role == "tool":
+        return Reply("Done: " + request.messages[-1].content)
+    return CallTools(("notes_write", {"name": "a.md", "text": "apples"}))
+
+
+agent = hostkit.Agent(
+    "notes",
+    model=ScriptedModel([rule], repeat_last=True),
+    tools=[write_note],
+    policy={"allow": ["*"], "ask": ["notes.write"]},
+)
+'''
+
+
+async def test_a_python_agent_paused_headless_is_approved_with_its_agent(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "asking.py").write_text(ASKING_MODULE)
+    code, out, err = await hostkit_cli(
+        "run", "--agent", "asking:agent", "write it", cwd=tmp_path, env={}
+    )
+    assert code == 3, err
+    approval = next(word for word in (out + err).split() if word.startswith("apr_"))
+    # The printed way to answer it names the agent: the continuation needs it.
+    hint = next(line for line in (out + err).splitlines() if f"approve {approval}" in line)
+    assert hint.endswith("--agent asking:agent")
+    assert not (tmp_path / "workspace" / "a.md").exists()
+    code, out, err = await hostkit_cli(
+        "approvals", "approve", approval, "--agent", "asking:agent", cwd=tmp_path, env={}
+    )
+    assert code == 0, err
+    assert "Done: wrote a.md" in out
+    assert await anyio.Path(tmp_path / "workspace" / "a.md").read_text() == "apples"
+
+
+async def test_a_python_agent_survives_a_configuration_apply(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("first"), Reply("second")])
+    agent = hostkit.Agent("helper", model=model)
+    async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
+        assert (await host.turns.run(request(core_id="helper"))).text == "first"
+        generation = await host.apply_config(config(tmp_path, agents=("assistant", "other")))
+        result = await host.turns.run(request(core_id="helper"))
+        assert (result.text, result.generation) == ("second", generation)
+        assert sorted(host.config.agents) == ["assistant", "helper", "other"]
+        with pytest.raises(hostkit.ConfigError, match="clashes"):
+            await host.apply_config(config(tmp_path, agents=("helper",)))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a kernel's loop is asyncio
+async def test_a_notebook_talks_to_its_python_agent_and_clicks_its_approval(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    import hostkit.notebook as hn
+
+    ran: list[str] = []
+    model = ScriptedModel([write_call(), Reply("done")])
+    agent = hostkit.Agent(
+        "writer", model=model, tools=[note_tool(ran)], policy={"ask": ["notes.write"]}
+    )
+    nb = await hn.start(config(tmp_path), agents=[agent])
+    try:
+        assert nb.default_agent == "writer"
+        view = nb.chat("write a note")
+        row = await view.approval()
+        assert row is not None
+        assert row.effect == "notes.write"
+        assert ran == []
+        row.approve_once.click()
+        result = await view
+        assert (result.core_id, result.outcome, ran) == ("writer", "completed", ["a.md"])
+    finally:
+        await nb.aclose()
