@@ -28,6 +28,7 @@ from hostkit.effects import (
     AuthoredTool,
     EffectPolicy,
     EffectRuntime,
+    ToolContext,
     Toolset,
     secret_grant,
 )
@@ -197,7 +198,7 @@ async def test_the_diff_is_made_only_when_someone_is_asked_and_never_refuses_a_c
 ) -> None:
     previews: list[Mapping[str, Any]] = []
 
-    async def fn(ctx: Any, label: str) -> str:
+    async def fn(ctx: ToolContext, label: str) -> str:
         return f"stamped {label}"
 
     async def preview(arguments: Mapping[str, Any]) -> str | None:
