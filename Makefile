@@ -88,7 +88,9 @@ test: lint $(OLDEST_SPEC)
 	    --nbval-kernel-name hostkit-oldest notebooks
 
 # Opt-in: JupyterLab on loopback, Debian's chromium driven by Playwright, a real click on
-# 02-approvals' Approve button; prints the click-to-resume latency (.hostkit-browser/).
+# 02-approvals' Approve button; prints the click-to-resume latency (.hostkit-browser/). Then
+# Stop, the truncated badge and the budget chart, and screenshots of the panels and inspectors
+# in light and dark themes (.hostkit-browser/screenshots/).
 browser-test: install
 	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	$(BIN)/$(PIP) -e '.[browser]'

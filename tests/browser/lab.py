@@ -52,6 +52,8 @@ _SERVER_CONFIG = {
         "news_url": None,
         "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
         "extension_manager": "readonly",
+        # window.jupyterapp: the test switches themes through Lab's own command.
+        "expose_app_in_browser": True,
     },
     # Root in containers and CI; the server listens on loopback only, behind a token.
     "ServerApp": {"open_browser": False, "port_retries": 0, "allow_root": True},
