@@ -21,7 +21,7 @@ import anyio
 import psutil
 from anyio.abc import AsyncResource
 
-from hostkit.errors import ConfigError, UnboundToken, UserError
+from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
 from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
@@ -78,6 +78,7 @@ class NotebookHost(AsyncResource):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Each running turn's cancellation token and its owner's scope, read when it starts.
         self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
+        self._stop_scope: PrincipalScope | None = None
         self.config_source: HostConfig | str | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
@@ -249,9 +250,23 @@ class NotebookHost(AsyncResource):
     async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
         scope = await self.scope()
         try:
-            return await self.host.turns.cancellation_token(turn_id, scope), scope
+            try:
+                return await self.host.turns.cancellation_token(turn_id, scope), scope
+            except NotFoundOrUnauthorized:
+                # A turn in a session the conversation has since left (``session="new"``
+                # moved it on): this notebook started it, so its operator may stop it.
+                scope = await self._stopper()
+                return await self.host.turns.cancellation_token(turn_id, scope), scope
         except UnboundToken:
             return None
+
+    async def _stopper(self) -> PrincipalScope:
+        """An operator scope (audited once) for stopping turns this notebook started."""
+        if self._stop_scope is None:
+            self._stop_scope = await self.host.operator(
+                self.facts.principal_key, reason="notebook: stop a turn this notebook started"
+            )
+        return self._stop_scope
 
     async def _drive(self, view: TurnView, request: TurnRequest) -> None:
 
