@@ -250,13 +250,15 @@ class NotebookHost(AsyncResource):
     async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
         scope = await self.scope()
         try:
-            try:
-                return await self.host.turns.cancellation_token(turn_id, scope), scope
-            except NotFoundOrUnauthorized:
-                # A turn in a session the conversation has since left (``session="new"``
-                # moved it on): this notebook started it, so its operator may stop it.
-                scope = await self._stopper()
-                return await self.host.turns.cancellation_token(turn_id, scope), scope
+            return await self.host.turns.cancellation_token(turn_id, scope), scope
+        except UnboundToken:  # it has ended already
+            return None
+        except NotFoundOrUnauthorized:
+            # A turn in a session the conversation has since left (``session="new"``
+            # moved it on): this notebook started it, so its operator may stop it.
+            scope = await self._stopper()
+        try:
+            return await self.host.turns.cancellation_token(turn_id, scope), scope
         except UnboundToken:
             return None
 
