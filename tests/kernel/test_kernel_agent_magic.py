@@ -4,13 +4,12 @@ useful repr, while the turn still fills the first cell's panel."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.kernel.frontend import REQUIRE_OLDEST, KernelChoice, kernel_choices, running_kernel
+from tests.kernel.frontend import KernelChoice, running_kernel
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -32,21 +31,6 @@ nb = hn.current()
 print(repr(nb))
 print(result.text)"""
 CELL_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def choices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelChoice | str]:
-    return kernel_choices(tmp_path_factory.mktemp("kernelspecs"))
-
-
-@pytest.fixture(params=["pinned", "oldest"])
-def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str]) -> KernelChoice:
-    choice = choices[request.param]
-    if isinstance(choice, str):
-        if os.environ.get(REQUIRE_OLDEST):
-            pytest.fail(choice)
-        pytest.skip(choice)
-    return choice
 
 
 async def test_the_cell_after_an_agent_cell_finds_the_host_open(

@@ -11,7 +11,6 @@ during a busy cell differs between ipykernel versions; the test records it
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -21,10 +20,8 @@ import pytest
 from hostkit.host import Host, load_config
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from tests.kernel.frontend import (
-    REQUIRE_OLDEST,
     Frontend,
     KernelChoice,
-    kernel_choices,
     running_kernel,
 )
 
@@ -61,21 +58,6 @@ VERSION = "import ipykernel\nprint(ipykernel.__version__)"
 
 # Bounds: a cold kernel plus the first hostkit import can take several seconds on 2 cores.
 CELL_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def choices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelChoice | str]:
-    return kernel_choices(tmp_path_factory.mktemp("kernelspecs"))
-
-
-@pytest.fixture(params=["pinned", "oldest"])
-def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str]) -> KernelChoice:
-    choice = choices[request.param]
-    if isinstance(choice, str):
-        if os.environ.get(REQUIRE_OLDEST):
-            pytest.fail(choice)
-        pytest.skip(choice)
-    return choice
 
 
 @pytest.fixture

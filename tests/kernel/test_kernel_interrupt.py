@@ -5,16 +5,13 @@ started keeps running."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.kernel.frontend import (
-    REQUIRE_OLDEST,
     Frontend,
     KernelChoice,
-    kernel_choices,
     running_kernel,
 )
 
@@ -57,21 +54,6 @@ r = await asyncio.wait_for({name}.wait(), 20)
 print(r.outcome, earlier.done)"""
 CLEANUP = "await earlier.cancel()\nawait nb.aclose()"
 CELL_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def choices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelChoice | str]:
-    return kernel_choices(tmp_path_factory.mktemp("kernelspecs"))
-
-
-@pytest.fixture(params=["pinned", "oldest"])
-def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str]) -> KernelChoice:
-    choice = choices[request.param]
-    if isinstance(choice, str):
-        if os.environ.get(REQUIRE_OLDEST):
-            pytest.fail(choice)
-        pytest.skip(choice)
-    return choice
 
 
 async def interrupt_when_printed(frontend: Frontend, cell: str, line: str) -> dict[str, object]:
