@@ -19,6 +19,7 @@ from hostkit.cli._common import (
     chosen_session,
     config_path,
     console,
+    fail,
     open_host,
     operator_host,
     print_json,
@@ -33,6 +34,7 @@ from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import attach_files, stream_turn
+from hostkit.errors import InvalidValue
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -133,7 +135,8 @@ def run(
     agent's provider does not accept, is a one-line error (exit status 2).
     """
     if new and session is not None:
-        raise usage_error("choose one of --new (a fresh session) and --session (resume one)")
+        # Contradictory flags: the usual one-line error, exit status 2, before anything runs.
+        raise fail(InvalidValue("choose one of --new (a fresh session) and --session (resume one)"))
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session else "bound"
     )
@@ -163,12 +166,6 @@ def run(
             )
 
     run_command(main)
-
-
-def usage_error(message: str) -> typer.Exit:
-    """Contradictory or missing flags: one line, exit status 2, before anything runs."""
-    console.print(f"[bold red]error[/]: {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(EXIT_ERROR)
 
 
 @app.command()

@@ -262,7 +262,7 @@ class ToolModules:
             raise ConfigError(
                 f"cannot import tool module {shown!r}: No module named {shown!r}", key=key
             )
-        stamp = await anyio.to_thread.run_sync(_stamp_of, located, None)
+        stamp = await anyio.to_thread.run_sync(_stamp_of, located)
         cache_key = None if stamp is None else (module_name, stamp.path, stamp.size, stamp.mtime_ns)
         version = _CACHE.get(cache_key) if cache_key is not None else None
         if version is None:
@@ -525,13 +525,10 @@ def _find_spec(name: str, search: Sequence[str] | None) -> Any:
     return None
 
 
-def _stamp_of(path: Path, known: _Stamp | None) -> _Stamp | None:
-    """Blocking: the file's stamp (None if it is gone). With ``known`` and an unchanged
-    size and modification time, its digest is not read again."""
+def _stamp_of(path: Path) -> _Stamp | None:
+    """Blocking: the file's stamp (None if it is gone)."""
     try:
         info = path.stat()
-        if known is not None and (info.st_size, info.st_mtime_ns) == (known.size, known.mtime_ns):
-            return known
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
