@@ -40,6 +40,16 @@ from hostkit.effects._catalog import (
 )
 from hostkit.effects._diff import DIFF_KEY, MAX_DIFF_CHARS, MAX_DIFF_LINES, unified_diff
 from hostkit.effects._fingerprint import fingerprint_of
+from hostkit.effects._mcp import (
+    MCP_SERVER_NAME_PATTERN,
+    McpConnection,
+    McpConnector,
+    McpServer,
+    McpServerDeclaration,
+    McpToolSpec,
+    mcp_call_grant,
+    mcp_connect_grant,
+)
 from hostkit.effects._pending import (
     INLINE,
     ApprovalLedger,
@@ -70,6 +80,7 @@ __all__ = [
     "MAX_DIFF_LINES",
     "MAX_MODEL_VIEW_CHARS",
     "MAX_WARNING_CHARS",
+    "MCP_SERVER_NAME_PATTERN",
     "MIN_SECRET_CHARS",
     "ApprovalDecision",
     "ApprovalKey",
@@ -85,6 +96,11 @@ __all__ = [
     "EffectCollision",
     "EffectPolicy",
     "EffectRuntime",
+    "McpConnection",
+    "McpConnector",
+    "McpServer",
+    "McpServerDeclaration",
+    "McpToolSpec",
     "PendingApproval",
     "PolicyDecision",
     "Prepared",
@@ -100,6 +116,8 @@ __all__ = [
     "fingerprint_of",
     "is_effect_name",
     "is_timeout",
+    "mcp_call_grant",
+    "mcp_connect_grant",
     "provider_name",
     "redact_secrets",
     "secret_grant",

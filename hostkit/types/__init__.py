@@ -24,6 +24,7 @@ from hostkit.types._effect import (
     ResolvedEffectRef,
 )
 from hostkit.types._ids import new_id
+from hostkit.types._mcp import McpServerState, McpServerStatus, McpToolRow
 from hostkit.types._model import (
     MAX_ARGUMENT_DEPTH,
     FinishReason,
@@ -120,6 +121,9 @@ __all__ = [
     "FreshSession",
     "LayerSummary",
     "LegacyRepairView",
+    "McpServerState",
+    "McpServerStatus",
+    "McpToolRow",
     "MessageRecord",
     "ModelLimits",
     "ModelMessage",

@@ -1,0 +1,169 @@
+"""MCP as an effect source: declarations, and the protocol a concrete client implements.
+
+The seam knows no SDK. ``hostkit.builtins.mcp`` implements ``McpConnector``
+on the official ``mcp`` SDK (stdio children in the agent's sandbox, streamable
+HTTP through the shared URL policy); ``McpConnections`` (``_mcp_pool``) owns
+the session-scoped connections; the EffectRuntime gates ``mcp.connect:<server>``
+before any connector is asked for anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from hostkit.effects._authored import ToolOutcome
+from hostkit.freeze import FrozenMap
+
+__all__ = [
+    "MCP_SERVER_NAME_PATTERN",
+    "McpConnection",
+    "McpConnector",
+    "McpServer",
+    "McpServerDeclaration",
+    "McpToolSpec",
+    "mcp_call_grant",
+    "mcp_connect_grant",
+]
+
+# A server's name is part of effect names (``mcp.<server>.<tool>``) and grants.
+MCP_SERVER_NAME_PATTERN = r"[a-z][a-z0-9_]{0,31}"
+_SERVER_NAME = re.compile(MCP_SERVER_NAME_PATTERN)
+McpTransport = Literal["stdio", "http"]
+
+
+def mcp_connect_grant(server: str) -> str:
+    """The capability (and policy effect) that lets a session connect to ``server``."""
+    return f"mcp.connect:{server}"
+
+
+def mcp_call_grant(server: str) -> str:
+    """The capability every call of one of ``server``'s tools needs."""
+    return f"mcp.call:{server}"
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerDeclaration:
+    """One MCP server an agent declares: a stdio command or a streamable-HTTP URL.
+
+    ``env`` holds the declared environment entries a stdio child gets on top
+    of the Host's allowlist (their values are never shown: ``view`` names
+    them only). ``network`` lets a stdio child's sandbox reach the network.
+    ``connect_timeout_s`` bounds starting, initializing and one ``list_tools``;
+    ``call_timeout_s`` bounds one tool call.
+    """
+
+    name: str
+    transport: McpTransport
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=FrozenMap)
+    url: str | None = None
+    network: bool = False
+    connect_timeout_s: float = 30.0
+    call_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.fullmatch(self.name):
+            raise ValueError(f"MCP server name must match {MCP_SERVER_NAME_PATTERN}")
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("a stdio MCP server needs a command")
+        if self.transport == "http" and not self.url:
+            raise ValueError("an http MCP server needs a url")
+        object.__setattr__(self, "env", FrozenMap(dict(self.env)))
+
+    def digest(self) -> str:
+        """Identity of the declaration, secrets included: any change is a new connection."""
+        payload = json.dumps(
+            [
+                self.name,
+                self.transport,
+                list(self.command),
+                sorted(self.env.items()),
+                self.url,
+                self.network,
+                self.connect_timeout_s,
+                self.call_timeout_s,
+            ]
+        )
+        return "mcpd-" + hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+    def view(self) -> FrozenMap:
+        """What an approver and an operator see: never an env value or URL credentials."""
+        shown: dict[str, Any] = {"server": self.name, "transport": self.transport}
+        if self.transport == "stdio":
+            shown["command"] = list(self.command)
+            shown["env"] = sorted(self.env)
+            shown["network"] = self.network
+        else:
+            shown["url"] = _without_userinfo(self.url or "")
+        return FrozenMap(shown)
+
+
+def _without_userinfo(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolSpec:
+    """One tool a server listed: its MCP name, description and input schema."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+
+class McpConnection(Protocol):
+    """A live, initialized client session with one server (one per session and server).
+
+    ``call_tool`` returns a ``ToolOutcome``: ``succeeded``, ``failed`` (the
+    server reported an error; bounded reason) or ``indeterminate`` (the
+    server died or the stream broke while the call ran: it may have acted).
+    The runtime's deadline cancels a hung call (``timed_out``); the pool then
+    evicts the connection. ``alive`` is False once the transport is gone.
+    """
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def list_tools(self) -> Sequence[McpToolSpec]: ...
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome: ...
+
+    async def aclose(self) -> None: ...
+
+
+class McpConnector(Protocol):
+    """Starts (stdio) or opens (http) a connection and initializes the MCP session.
+
+    Called only after the ``mcp.connect:<server>`` gate passed. One
+    connector is bound to one agent's sandbox, workspace and URL policy.
+    Raises ``UserError`` for a refusal (no sandbox, a refused address) and
+    any other exception for a failure; the caller bounds it with the
+    declaration's ``connect_timeout_s`` and closes what was started.
+    ``approval_warning`` is shown with the connect prompt (an unsandboxed child).
+    """
+
+    @property
+    def approval_warning(self) -> str | None: ...
+
+    async def connect(self, declaration: McpServerDeclaration) -> McpConnection: ...
+
+
+@dataclass(frozen=True, slots=True)
+class McpServer:
+    """A declared server together with the connector bound to its agent."""
+
+    declaration: McpServerDeclaration
+    connector: McpConnector
+
+    @property
+    def name(self) -> str:
+        return self.declaration.name
