@@ -67,6 +67,7 @@ from hostkit.effects._runtime import (
     approval_view,
     secret_grant,
 )
+from hostkit.effects._schema import SchemaTool, schema_problem
 from hostkit.effects._views import MAX_MODEL_VIEW_CHARS, MIN_SECRET_CHARS, redact_secrets
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "PolicyDecision",
     "Prepared",
     "PreparedEffectCatalog",
+    "SchemaTool",
     "SourcedTool",
     "ToolChanged",
     "ToolContext",
@@ -120,6 +122,7 @@ __all__ = [
     "mcp_connect_grant",
     "provider_name",
     "redact_secrets",
+    "schema_problem",
     "secret_grant",
     "tool",
     "unified_diff",

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
@@ -56,17 +56,15 @@ from hostkit.effects import (
     MAX_DESCRIPTION_CHARS,
     MAX_WARNING_CHARS,
     AuthoredTool,
+    SchemaTool,
     ToolChanged,
     ToolContext,
     is_effect_name,
     is_timeout,
+    schema_problem,
 )
-from hostkit.errors import ConfigError, InvalidValue, bounded
-from hostkit.freeze import FrozenMap, thaw
+from hostkit.errors import ConfigError, bounded
 from hostkit.host._tool_child import describe
-
-if TYPE_CHECKING:
-    import jsonschema
 
 __all__ = ["DISCOVERY_TIMEOUT_S", "MAX_DISCOVERY_BYTES", "ModuleTool", "ToolModules"]
 
@@ -182,7 +180,7 @@ class _VerifiedLoader(importlib.machinery.SourceFileLoader):
         return compile(self._source, self.path, "exec", dont_inherit=True)
 
 
-class ModuleTool(AuthoredTool):
+class ModuleTool(SchemaTool):
     """An authored module's tool as discovered: its definition, not (yet) its code.
 
     Arguments validate against the discovered JSON schema before approval
@@ -194,35 +192,18 @@ class ModuleTool(AuthoredTool):
     """
 
     def __init__(self, definition: Mapping[str, Any], version: _ModuleVersion, key: str) -> None:
-        # No AuthoredTool.__init__: there is no function in this process to derive from.
-        self.name = str(definition["name"])
-        self.fn = self._call
-        self.description = str(definition["description"])
-        self.timeout_s = float(definition["timeout_s"])
-        self.preflight = None
-        self.prepare = None
-        self.preview_diff = None  # the module's code is not in this process before approval
-        self.secrets_argument = definition["secrets_argument"]
-        self.approval_warning = definition["approval_warning"]
-        self.parameters = FrozenMap(definition["parameters"])
+        super().__init__(
+            str(definition["name"]),
+            self._call,
+            description=str(definition["description"]),
+            parameters=definition["parameters"],
+            timeout_s=float(definition["timeout_s"]),
+            approval_warning=definition["approval_warning"],
+            secrets_argument=definition["secrets_argument"],
+        )
         self._definition = dict(definition)
-        self._validator = _validator_class()(definition["parameters"])
         self._version = version
         self._key = key
-
-    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        plain = json.loads(json.dumps(thaw(arguments), default=_unserializable))
-        errors = sorted(
-            self._validator.iter_errors(plain),
-            key=lambda e: [str(part) for part in e.absolute_path],
-        )
-        if errors:
-            problems = "; ".join(_problem(error) for error in errors[:5])
-            raise InvalidValue(f"invalid arguments for {self.name}: {problems}")
-        return dict(plain)
-
-    async def invoke(self, context: ToolContext, arguments: Mapping[str, Any]) -> Any:
-        return await self._call(context, **arguments)
 
     async def _call(self, context: ToolContext, **arguments: Any) -> Any:
         tools = await anyio.to_thread.run_sync(self._version.load, self._key)
@@ -357,99 +338,9 @@ def _check_definitions(shown: str, definitions: Sequence[Any], key: str) -> None
                     "code runs only after approval, so check inside the tool instead",
                     key=key,
                 )
-        try:
-            _validator_class().check_schema(definition["parameters"])
-        except _schema_error():
-            raise ConfigError(
-                f"tool {name!r} of module {shown!r} has an invalid parameter schema", key=key
-            ) from None
-        for regex in _patterns(definition["parameters"]):
-            try:
-                _regex(regex)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"tool {name!r} of module {shown!r}: pattern {bounded(regex, 60)!r} is not "
-                    f"supported ({bounded(exc, 80)}); use one without look-around or "
-                    "back-references",
-                    key=key,
-                ) from None
-
-
-@functools.cache
-def _validator_class() -> Any:
-    """jsonschema's draft 2020-12 validator (what pydantic emits) with linear-time regexes.
-
-    ``pattern`` and ``patternProperties`` run on pydantic-core's Rust regex
-    engine, as in-process pydantic validation does: Python's ``re`` would let a
-    module's ``^(a+)+$`` and a model's argument stall the event loop for hours
-    before any approver is asked. Imported on first use, so a Host without
-    tool modules does not pay for it.
-    """
-    import jsonschema
-    from jsonschema import validators
-
-    def pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Any:
-        if validator.is_type(instance, "string") and not _matches(regex, instance):
-            yield jsonschema.ValidationError(f"does not match the pattern {bounded(regex, 80)!r}")
-
-    def pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
-        if not validator.is_type(instance, "object"):
-            return
-        for regex, subschema in patterns.items():
-            for name, value in instance.items():
-                if _matches(regex, name):
-                    yield from validator.descend(value, subschema, path=name, schema_path=regex)
-
-    return validators.extend(
-        jsonschema.Draft202012Validator,
-        {"pattern": pattern, "patternProperties": pattern_properties},
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _regex(regex: str) -> Any:
-    """A linear-time matcher for ``regex`` (``ConfigError``-worthy ``ValueError`` if the
-    Rust engine cannot compile it: look-around and back-references)."""
-    from pydantic_core import SchemaError, SchemaValidator, core_schema
-
-    try:
-        return SchemaValidator(core_schema.str_schema(pattern=regex, regex_engine="rust-regex"))
-    except SchemaError as exc:
-        raise ValueError(str(exc).splitlines()[-1]) from None
-
-
-def _matches(regex: str, text: str) -> bool:
-    from pydantic_core import ValidationError
-
-    try:
-        _regex(regex).validate_python(text)
-    except ValidationError:
-        return False
-    return True
-
-
-def _patterns(schema: Any) -> list[str]:
-    """Every regex a JSON schema holds (``pattern`` values, ``patternProperties`` keys)."""
-    found: list[str] = []
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                found.append(node["pattern"])
-            if isinstance(node.get("patternProperties"), dict):
-                found.extend(str(key) for key in node["patternProperties"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
-def _schema_error() -> type[Exception]:
-    import jsonschema
-
-    error: type[Exception] = jsonschema.SchemaError
-    return error
+        problem = schema_problem(definition["parameters"])
+        if problem is not None:
+            raise ConfigError(f"tool {name!r} of module {shown!r}: {problem}", key=key)
 
 
 def _tools_of(module: ModuleType) -> list[AuthoredTool]:
@@ -462,19 +353,6 @@ def _tools_of(module: ModuleType) -> list[AuthoredTool]:
 
 def _canonical(definition: Mapping[str, Any]) -> str:
     return json.dumps(definition, sort_keys=True, default=str)
-
-
-def _problem(error: jsonschema.ValidationError) -> str:
-    """One bounded reason that names the argument and the rule, never the value."""
-    where = ".".join(str(part) for part in error.absolute_path) or "arguments"
-    if error.validator in ("required", "additionalProperties"):
-        return f"{where}: {bounded(error.message, 120)}"
-    rule = bounded(json.dumps(error.validator_value, default=str), 80)
-    return f"{where}: must satisfy {error.validator} {rule}"
-
-
-def _unserializable(value: Any) -> Any:
-    raise InvalidValue(f"an argument of type {type(value).__name__} is not JSON")
 
 
 # -- locating, stamping and caching (worker threads) -------------------------------------
