@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hostkit.effects._authored import AuthoredTool
+from hostkit.effects._mcp_pool import McpDiscovery
 from hostkit.errors import ConfigError, bounded
 from hostkit.types import ResolvedEffectRef, ToolDefinition, new_id
 
@@ -83,13 +84,21 @@ def check_collisions(tools: Iterable[tuple[str, str]], *, key: str | None = None
 
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
-    """One resolved effect: what the definition, display, policy and dispatch all share."""
+    """One resolved effect: what the definition, display, policy and dispatch all share.
+
+    ``capability`` is what the turn's snapshot must hold to run it (the effect
+    itself when None; ``mcp.call:<server>`` for an MCP tool, whose names are
+    discovered after the snapshot was pinned). ``binding`` names the
+    connection's declaration for a connection-bound entry.
+    """
 
     entry_id: str
     effect: str
     provider_name: str
     tool: AuthoredTool
     source: str
+    capability: str | None = None
+    binding: str | None = None
 
 
 class PreparedEffectCatalog:
@@ -101,8 +110,17 @@ class PreparedEffectCatalog:
     ``EffectCollision`` when two entries would share a name.
     """
 
-    def __init__(self, *, turn_id: str, session_id: str, entries: tuple[CatalogEntry, ...]) -> None:
+    def __init__(
+        self,
+        *,
+        turn_id: str,
+        session_id: str,
+        entries: tuple[CatalogEntry, ...],
+        discoveries: tuple[McpDiscovery, ...] = (),
+    ) -> None:
         self.catalog_id = new_id("cat")
+        # One ``McpDiscovery`` per declared MCP server: connected, failing or denied, and why.
+        self.discoveries = discoveries
         self.turn_id = turn_id
         self.session_id = session_id
         check_collisions((entry.effect, entry.source) for entry in entries)

@@ -11,7 +11,7 @@ from hostkit.effects._catalog import CatalogEntry
 from hostkit.freeze import thaw
 from hostkit.types import TurnExecutionContext
 
-__all__ = ["approval_fingerprint", "fingerprint_of"]
+__all__ = ["approval_fingerprint", "digest_of", "fingerprint_of"]
 
 
 def fingerprint_of(
@@ -23,16 +23,17 @@ def fingerprint_of(
     the four makes a different fingerprint: cached and durable approvals given
     under the old one no longer apply.
     """
+    parts: list[Any] = [entry.effect, entry.source, thaw(entry.tool.parameters)]
+    if entry.capability is not None or entry.binding is not None:
+        # A connection-bound entry (MCP): the server's declaration is part of what was approved.
+        parts += [entry.capability, entry.binding]
+    return digest_of(core_revision, capability_snapshot, *parts)
+
+
+def digest_of(core_revision: str, capability_snapshot: Mapping[str, Any], *parts: Any) -> str:
+    """The fingerprint of anything approved under ``core_revision`` and the snapshot."""
     payload = json.dumps(
-        [
-            core_revision,
-            thaw(capability_snapshot),
-            entry.effect,
-            entry.source,
-            thaw(entry.tool.parameters),
-        ],
-        sort_keys=True,
-        default=str,
+        [core_revision, thaw(capability_snapshot), *parts], sort_keys=True, default=str
     )
     return "apf-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 

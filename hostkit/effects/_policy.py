@@ -32,6 +32,14 @@ class EffectPolicy:
             return "allow"
         return "deny"
 
+    def explicitly_allows(self, effect: str) -> bool:
+        """True when an ``allow`` rule other than the catch-all ``*`` matches ``effect``.
+
+        Connecting to an MCP server is asked unless a rule names it: the
+        default ``allow = ["*"]`` is no approval to start someone's program.
+        """
+        return _matches(effect, tuple(rule for rule in self.allow if rule != "*"))
+
     def rule_key(self, effect: str) -> str:
         """The rule an approval is cached under: the first matching ``ask`` glob."""
         return next((rule for rule in self.ask if fnmatch.fnmatchcase(effect, rule)), effect)

@@ -25,6 +25,9 @@ from hostkit.effects._authored import (
 from hostkit.effects._catalog import CatalogEntry, PreparedEffectCatalog, provider_name
 from hostkit.effects._diff import DIFF_KEY, bound_diff
 from hostkit.effects._fingerprint import approval_fingerprint
+from hostkit.effects._mcp import McpServer
+from hostkit.effects._mcp_catalog import mcp_entries
+from hostkit.effects._mcp_pool import McpConnections, McpDiscovery
 from hostkit.effects._pending import ApprovalLedger, AskedCall, ClaimedApproval, DurableAsk
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._redaction import (
@@ -92,6 +95,9 @@ class Toolset:
     policy: EffectPolicy
     workspace: Path
     secret_ttl_s: float = DEFAULT_SECRET_TTL_S
+    # Declared MCP servers, each with the connector bound to the agent; their tools
+    # are discovered per session (``McpConnections``), after the connect gate.
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 class ToolsetProvider(Protocol):
@@ -199,8 +205,10 @@ class EffectRuntime:
         approvals: ApprovalRuntime | None = None,
         store: RuntimeStore | None = None,
         environ: Mapping[str, str] | None = None,
+        mcp: McpConnections | None = None,
     ) -> None:
         self._toolsets = toolsets
+        self._mcp = mcp
         self._approvals = approvals or ApprovalRuntime()
         self._ledger = None if store is None else ApprovalLedger(store)
         self._store = store
@@ -210,15 +218,37 @@ class EffectRuntime:
         self._invoked: dict[str, set[str]] = {}
 
     async def prepare_catalog(self, context: TurnExecutionContext) -> PreparedEffectCatalog:
-        """Freeze this turn's definitions and references (MCP discovery joins here later)."""
+        """Freeze this turn's definitions and references.
+
+        Declared MCP servers pass the ``mcp.connect:<server>`` gate and are
+        discovered here (reusing the session's connections); a server that
+        gives nothing is in ``catalog.discoveries`` with the reason.
+        """
         toolset = await self._toolsets.toolset(context)
-        entries = tuple(
+        entries = [
             CatalogEntry(new_id("eff"), tool.name, provider_name(tool.name), tool, source)
             for tool, source in toolset.tools
             if tool.name in context.capability_snapshot.get("effects", ())
-        )
+        ]
+        discoveries: tuple[McpDiscovery, ...] = ()
+        if self._mcp is not None or toolset.mcp_servers:
+            # Also with no server declared: a declaration removed since the session's
+            # last turn closes its connection here.
+            if self._mcp is None:
+                raise InvalidValue("MCP servers are declared but this runtime has no connections")
+            found, discoveries = await mcp_entries(
+                pool=self._mcp,
+                approvals=self._approvals,
+                context=context,
+                policy=toolset.policy,
+                servers=toolset.mcp_servers,
+            )
+            entries += found
         catalog = PreparedEffectCatalog(
-            turn_id=context.turn_id, session_id=context.session_id, entries=entries
+            turn_id=context.turn_id,
+            session_id=context.session_id,
+            entries=tuple(entries),
+            discoveries=discoveries,
         )
         self._catalogs[catalog.catalog_id] = (catalog, toolset)
         if context.principal.conversation_key is not None:
@@ -342,7 +372,7 @@ class EffectRuntime:
         if (catalog.turn_id, catalog.session_id) != (context.turn_id, context.session_id):
             return _refused(call_id, effect, "denied", "the catalog belongs to another turn")
         snapshot = context.capability_snapshot
-        if effect not in snapshot.get("effects", ()):
+        if (entry.capability or effect) not in snapshot.get("effects", ()):
             return _refused(
                 call_id, effect, "denied", "the effect is not in the turn's capability snapshot"
             )

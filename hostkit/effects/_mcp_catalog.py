@@ -1,0 +1,150 @@
+"""A turn's MCP catalog entries: the ``mcp.connect:<server>`` gate, then discovery.
+
+For each declared server, in name order: authority first (the capability
+snapshot and the policy, rechecked on every turn, so a revoked server's
+connection is closed before anything else), then reuse of the session's
+live connection, then the cached failure, then approval of the connect
+(asked unless a rule other than the catch-all ``*`` allows it) and only
+then, concurrently through the Host's window, the connector. Entries are
+assembled in (server, tool) order, each bound to its connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
+from hostkit.effects._catalog import CatalogEntry, provider_name
+from hostkit.effects._fingerprint import digest_of
+from hostkit.effects._mcp import McpServer, mcp_call_grant, mcp_connect_grant
+from hostkit.effects._mcp_pool import McpConnections, McpDiscovery, authority_of
+from hostkit.effects._policy import EffectPolicy
+from hostkit.effects._redaction import Redactor
+from hostkit.errors import ApprovalClosed
+from hostkit.types import TurnExecutionContext, bounded_metadata, new_id
+
+__all__ = ["mcp_entries"]
+
+
+async def mcp_entries(
+    *,
+    pool: McpConnections,
+    approvals: ApprovalRuntime,
+    context: TurnExecutionContext,
+    policy: EffectPolicy,
+    servers: Sequence[McpServer],
+) -> tuple[list[CatalogEntry], tuple[McpDiscovery, ...]]:
+    """The catalog entries of the declared ``servers`` and one discovery per server."""
+    session, agent = context.session_id, context.core_id
+    await pool.retain(session, {server.name for server in servers})
+    await pool.sweep()
+    principal = context.principal
+    if principal.conversation_key is not None:
+        await pool.observe_binding(
+            (principal.channel or principal.principal_id, principal.conversation_key), session
+        )
+    granted = context.capability_snapshot.get("effects", ())
+    found: dict[str, McpDiscovery] = {}
+    approved: list[tuple[McpServer, str]] = []
+    for server in sorted(servers, key=lambda s: s.name):
+        connect = mcp_connect_grant(server.name)
+        if connect not in granted or mcp_call_grant(server.name) not in granted:
+            found[server.name] = await pool.denied(
+                agent, session, server.name, f"the agent holds no {connect} capability"
+            )
+            continue
+        decision = policy.decide(connect)
+        if decision == "deny":
+            found[server.name] = await pool.denied(
+                agent, session, server.name, f"{connect} is denied by the agent's policy"
+            )
+            continue
+        authority = authority_of(principal.principal_id, context.core_id, policy.fingerprint())
+        reused = await pool.reusable(agent, session, server, authority)
+        if reused is not None:
+            found[server.name] = reused
+            continue
+        failing = pool.failing(server.declaration)
+        if failing is not None:
+            found[server.name] = failing
+            continue
+        if decision == "ask" or not policy.explicitly_allows(connect):
+            refusal = await _approve_connect(approvals, context, policy, server)
+            if refusal is not None:
+                found[server.name] = await pool.denied(agent, session, server.name, refusal)
+                continue
+        approved.append((server, authority))
+
+    async def discover(server: McpServer, authority: str) -> None:
+        found[server.name] = await pool.connect(agent, session, server, authority)
+
+    async with anyio.create_task_group() as group:
+        for server, authority in approved:
+            group.start_soon(discover, server, authority)
+    entries: list[CatalogEntry] = []
+    for name in sorted(found):
+        discovery = found[name]
+        binding = next(s.declaration.digest() for s in servers if s.name == name)
+        for tool in discovery.tools:
+            if policy.decide(tool.name) == "deny":
+                continue
+            entries.append(
+                CatalogEntry(
+                    new_id("eff"),
+                    tool.name,
+                    provider_name(tool.name),
+                    tool,
+                    f"mcp:{name}",
+                    capability=mcp_call_grant(name),
+                    binding=binding,
+                )
+            )
+    return entries, tuple(found[name] for name in sorted(found))
+
+
+async def _approve_connect(
+    approvals: ApprovalRuntime,
+    context: TurnExecutionContext,
+    policy: EffectPolicy,
+    server: McpServer,
+) -> str | None:
+    """None when the connect is approved; otherwise why not.
+
+    Asked inline and not kept as a durable pending approval: nothing waits on
+    a connect, so an unanswered one leaves the server out of this turn and
+    the next turn asks again. "Approve for session" is remembered as usual.
+    """
+    connect = mcp_connect_grant(server.name)
+    declaration = server.declaration
+    warning = server.connector.approval_warning
+    key = ApprovalKey(
+        principal_id=context.principal.principal_id,
+        session_id=context.session_id,
+        policy_fingerprint=digest_of(
+            context.core_revision, context.capability_snapshot, declaration.digest()
+        ),
+        rule_key=policy.rule_key(connect),
+        core_id=context.core_id,
+    )
+    shown: dict[str, object] = {"effect": connect, "arguments": declaration.view()}
+    if warning:
+        shown["warning"] = warning
+    # Declared env values never reach a view, even where an argv repeats one.
+    view = bounded_metadata(Redactor.of(dict(declaration.env)).value(shown))
+
+    def ask() -> ApprovalRequest:
+        return ApprovalRequest(
+            new_id("apr"), key, connect, context.turn_id, view, (), warning=warning
+        )
+
+    try:
+        outcome = await approvals.resolve(key, ask, approvals.provider)
+    except ApprovalClosed as exc:
+        return exc.message
+    if outcome == "approved":
+        return None
+    if outcome == "denied":
+        return f"the approver denied {connect}"
+    return f"{connect} was not approved: nobody answered"

@@ -1,0 +1,439 @@
+"""Session-scoped MCP connections: reuse, eviction, a discovery window and failure backoff.
+
+One ``McpConnections`` per Host, shared by its config generations, because a
+connection outlives the turn (a stdio server takes seconds to start) and the
+generation (a reload that leaves a declaration unchanged keeps it). A
+connection belongs to one session and one server and is reused only while
+its declaration digest and the authority it was approved under are
+unchanged and its transport is alive; otherwise it is evicted (closed)
+before anything else happens. Discovery (connect, initialize, one
+``list_tools``) runs through one runtime-wide window of four servers and is
+bounded by the declaration's ``connect_timeout_s``. A failure is remembered
+per declaration for 30 seconds: turns in that time get the cached diagnostic
+instead of a new attempt, while healthy peers stay connected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from hostkit.effects._authored import ToolContext, is_effect_name
+from hostkit.effects._mcp import McpConnection, McpServer, McpServerDeclaration, McpToolSpec
+from hostkit.effects._schema import SchemaTool, schema_problem
+from hostkit.errors import bounded, unbounded_message
+from hostkit.types import McpServerState, McpServerStatus, McpToolRow
+
+__all__ = [
+    "DISCOVERY_WINDOW",
+    "FAILURE_TTL_S",
+    "McpConnections",
+    "McpDiscovery",
+    "McpTool",
+    "authority_of",
+    "mcp_effect_name",
+]
+
+DISCOVERY_WINDOW = 4
+FAILURE_TTL_S = 30.0
+IDLE_TTL_S = 900.0
+MAX_TOOLS_PER_SERVER = 128
+CLOSE_TIMEOUT_S = 10.0
+_MAX_DETAIL = 300
+
+StatusSink = Callable[[McpServerStatus], Awaitable[None]]
+
+
+def mcp_effect_name(server: str, tool: str) -> str | None:
+    """``mcp.<server>.<tool>`` with the tool's name in lower_snake_case, or None when the
+    result is no effect name (empty, too long)."""
+    normalized = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in tool.lower())
+    normalized = normalized.strip("_")
+    if normalized and not normalized[0].isalpha():
+        normalized = f"t_{normalized}"
+    effect = f"mcp.{server}.{normalized}"
+    return effect if normalized and is_effect_name(effect) else None
+
+
+class McpTool(SchemaTool):
+    """One discovered MCP tool, bound to the connection that listed it.
+
+    The call goes to that connection's server under the server's own name for
+    the tool; there is no global tool-name index. A call that does not end
+    normally (the runtime's deadline, a cancelled turn, a broken transport)
+    marks the connection stale, so the next turn of the session starts a
+    fresh one instead of reusing a session with a request still in flight.
+    """
+
+    def __init__(
+        self,
+        effect: str,
+        spec: McpToolSpec,
+        server: McpServerDeclaration,
+        connection: McpConnection,
+        live: _Live,
+        *,
+        approval_warning: str | None,
+    ) -> None:
+        super().__init__(
+            effect,
+            self._call,
+            description=spec.description or spec.name,
+            parameters=spec.input_schema,
+            timeout_s=server.call_timeout_s,
+            approval_warning=approval_warning,
+        )
+        self.server = server.name
+        self.mcp_name = spec.name
+        self._connection = connection
+        self._live = live
+
+    async def _call(self, context: ToolContext, **arguments: Any) -> Any:
+        ended = False
+        try:
+            outcome = await self._connection.call_tool(self.mcp_name, arguments)
+            ended = True
+            return outcome
+        finally:
+            if not ended or not self._connection.alive:
+                self._live.stale = True
+
+
+@dataclass(slots=True)
+class _Live:
+    agent: str
+    session_id: str
+    digest: str
+    authority: str
+    connection: McpConnection
+    tools: tuple[McpTool, ...] = ()
+    skipped: tuple[str, ...] = ()
+    last_used: float = 0.0
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class McpDiscovery:
+    """What one declared server gives one turn: its tools, or why it gives none."""
+
+    server: str
+    state: McpServerState
+    tools: tuple[McpTool, ...] = ()
+    detail: str = ""
+    failing_until: float | None = None
+    reused: bool = False
+
+
+@dataclass(slots=True)
+class _Failure:
+    detail: str
+    until: float  # monotonic
+    until_wall: float
+
+
+class McpConnections:
+    """The Host's MCP connections, keyed by (session, server).
+
+    ``clock`` (monotonic) and ``wall_clock`` are injectable so the failure
+    TTL and idle eviction can be tested without sleeping. ``status`` receives
+    each change of a server's operator-visible state (the Host writes it to
+    the store for ``hostkit mcp list``).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int = DISCOVERY_WINDOW,
+        failure_ttl_s: float = FAILURE_TTL_S,
+        idle_ttl_s: float = IDLE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        status: StatusSink | None = None,
+    ) -> None:
+        self._window = anyio.CapacityLimiter(window)
+        self._failure_ttl_s = failure_ttl_s
+        self._idle_ttl_s = idle_ttl_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._status = status
+        self._live: dict[tuple[str, str], _Live] = {}
+        self._failures: dict[str, _Failure] = {}
+        self._bindings: dict[tuple[str, str], str] = {}
+        # The last state told to the status sink per (agent, server): changes only.
+        self._recorded: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._closed = False
+        # Discoveries in the window right now, and the most seen at once (tests, bench).
+        self.discovering = 0
+        self.peak_discovering = 0
+
+    @property
+    def window(self) -> int:
+        return int(self._window.total_tokens)
+
+    def connected(self, session_id: str) -> tuple[str, ...]:
+        """Names of the servers ``session_id`` holds a connection to."""
+        return tuple(sorted(s for (sid, s) in self._live if sid == session_id))
+
+    # -- reuse and eviction ----------------------------------------------------------------
+
+    async def reusable(
+        self, agent: str, session_id: str, server: McpServer, authority: str
+    ) -> McpDiscovery | None:
+        """The session's live connection to ``server`` if it may be reused as it is.
+
+        A connection under another declaration or authority, a stale one (a call
+        timed out or was cancelled) and a dead one are evicted first.
+        """
+        live = self._live.get((session_id, server.name))
+        if live is None:
+            return None
+        if live.digest != server.declaration.digest():
+            why = "its declaration changed"
+        elif live.authority != authority:
+            why = "the authority it was approved under changed"
+        elif live.stale or not live.connection.alive:
+            why = "its last call did not end normally or the server went away"
+        else:
+            live.last_used = self._clock()
+            return McpDiscovery(
+                server.name,
+                "connected",
+                live.tools,
+                _skipped_detail(live.skipped),
+                reused=True,
+            )
+        await self.evict(session_id, server.name, why)
+        return None
+
+    async def evict(self, session_id: str, server: str, why: str, *, state: str = "closed") -> None:
+        """Close the session's connection to ``server`` (nothing if there is none)."""
+        live = self._live.pop((session_id, server), None)
+        if live is None:
+            return
+        await _close(live.connection)
+        if state == "closed" and any(
+            other.agent == live.agent and s == server for (_, s), other in self._live.items()
+        ):
+            return  # another session still holds a connection: the server stays connected
+        await self._record(live.agent, server, "closed", f"closed: {why}")
+
+    async def retain(self, session_id: str, declared: Collection[str]) -> None:
+        """Close the session's connections to servers its agent no longer declares."""
+        for sid, server in list(self._live):
+            if sid == session_id and server not in declared:
+                await self.evict(session_id, server, "its declaration was removed")
+
+    async def observe_binding(self, conversation: tuple[str, str], session_id: str) -> None:
+        """The conversation runs in ``session_id`` now: a replaced session's connections close."""
+        previous = self._bindings.get(conversation)
+        self._bindings[conversation] = session_id
+        if previous is not None and previous != session_id:
+            await self.close_session(previous)
+
+    async def close_session(self, session_id: str) -> None:
+        for sid, server in list(self._live):
+            if sid == session_id:
+                await self.evict(sid, server, "its session was replaced")
+
+    async def sweep(self) -> None:
+        """Close connections idle for longer than the idle TTL (abandoned sessions)."""
+        now = self._clock()
+        for key, live in list(self._live.items()):
+            if now - live.last_used > self._idle_ttl_s:
+                await self.evict(*key, "it was idle")
+
+    async def prune(self, declared: Collection[str]) -> None:
+        """Close every connection whose declaration digest is not in ``declared`` (a config
+        apply removed or changed it), in every session."""
+        for key, live in list(self._live.items()):
+            if live.digest not in declared:
+                await self.evict(*key, "its declaration was removed or changed")
+
+    # -- failures --------------------------------------------------------------------------
+
+    def failing(self, declaration: McpServerDeclaration) -> McpDiscovery | None:
+        """The cached diagnostic while the declaration's last failure is fresh."""
+        failure = self._failures.get(declaration.digest())
+        if failure is None:
+            return None
+        if self._clock() >= failure.until:
+            del self._failures[declaration.digest()]
+            return None
+        return McpDiscovery(
+            declaration.name, "failing", detail=failure.detail, failing_until=failure.until_wall
+        )
+
+    async def denied(self, agent: str, session_id: str, server: str, detail: str) -> McpDiscovery:
+        """Authority refuses the server for this turn: its connection (if any) goes."""
+        await self.evict(session_id, server, detail, state="denied")
+        await self._record(agent, server, "denied", detail)
+        return McpDiscovery(server, "denied", detail=detail)
+
+    # -- discovery -------------------------------------------------------------------------
+
+    async def connect(
+        self, agent: str, session_id: str, server: McpServer, authority: str
+    ) -> McpDiscovery:
+        """Connect and discover ``server`` for the session (the gate already passed).
+
+        Waits for a place in the window, then bounds connect plus ``list_tools``
+        by ``connect_timeout_s``. A failure is cached for the failure TTL and
+        leaves nothing running.
+        """
+        declaration = server.declaration
+        cached = self.failing(declaration)
+        if cached is not None:
+            return cached
+        async with self._window:
+            self.discovering += 1
+            self.peak_discovering = max(self.peak_discovering, self.discovering)
+            try:
+                outcome = await self._discover(server)
+            finally:
+                self.discovering -= 1
+        if isinstance(outcome, str):
+            return await self._failed(agent, declaration, outcome)
+        connection, specs = outcome
+        if self._closed:
+            await _close(connection)
+            return McpDiscovery(server.name, "failing", detail="the Host is closing")
+        live = _Live(agent, session_id, declaration.digest(), authority, connection)
+        tools, skipped = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
+        live.tools, live.skipped, live.last_used = tools, skipped, self._clock()
+        previous = self._live.pop((session_id, server.name), None)
+        if previous is not None:
+            await _close(previous.connection)
+        self._live[(session_id, server.name)] = live
+        self._failures.pop(declaration.digest(), None)
+        await self._record(agent, server.name, "connected", _skipped_detail(skipped), tools)
+        return McpDiscovery(server.name, "connected", tools, _skipped_detail(skipped))
+
+    async def _discover(self, server: McpServer) -> tuple[McpConnection, list[McpToolSpec]] | str:
+        declaration = server.declaration
+        connection: McpConnection | None = None
+        try:
+            with anyio.fail_after(declaration.connect_timeout_s):
+                connection = await server.connector.connect(declaration)
+                specs = list(await connection.list_tools())
+        except TimeoutError:
+            await _close(connection)
+            return f"connect and discovery timed out after {declaration.connect_timeout_s:g}s"
+        except anyio.get_cancelled_exc_class():
+            await _close(connection)
+            raise
+        except Exception as exc:
+            await _close(connection)
+            message = unbounded_message(exc)
+            return bounded(message or type(exc).__name__, _MAX_DETAIL)
+        return connection, specs
+
+    async def _failed(
+        self, agent: str, declaration: McpServerDeclaration, detail: str
+    ) -> McpDiscovery:
+        until_wall = self._wall_clock() + self._failure_ttl_s
+        self._failures[declaration.digest()] = _Failure(
+            detail, self._clock() + self._failure_ttl_s, until_wall
+        )
+        await self._record(agent, declaration.name, "failing", detail, until=until_wall)
+        return McpDiscovery(declaration.name, "failing", detail=detail, failing_until=until_wall)
+
+    # -- status and shutdown ---------------------------------------------------------------
+
+    async def _record(
+        self,
+        agent: str,
+        server: str,
+        state: McpServerState,
+        detail: str,
+        tools: Sequence[McpTool] = (),
+        *,
+        until: float | None = None,
+    ) -> None:
+        """Tell the status sink about a change (not once per turn for the same state)."""
+        if self._status is None:
+            return
+        rows = tuple(McpToolRow(t.name, t.mcp_name, t.description[:200]) for t in tools)
+        seen = (state, detail, rows, until)
+        if self._recorded.get((agent, server)) == seen:
+            return
+        self._recorded[(agent, server)] = seen
+        status = McpServerStatus(
+            agent,
+            server,
+            state,
+            bounded(detail, _MAX_DETAIL),
+            rows,
+            until,
+            self._wall_clock(),
+        )
+        try:
+            await self._status(status)
+        except Exception:  # the operator view is best effort; the turn goes on
+            self._recorded.pop((agent, server), None)
+
+    async def aclose(self) -> None:
+        """Host shutdown: close every connection (every stdio process tree ends)."""
+        self._closed = True
+        lives = list(self._live.items())
+        self._live.clear()
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            async with anyio.create_task_group() as group:
+                for _, live in lives:
+                    group.start_soon(_close, live.connection)
+        for agent, server in sorted({(live.agent, key[1]) for key, live in lives}):
+            await self._record(agent, server, "closed", "closed: the Host shut down")
+
+
+def _tools_of(
+    server: McpServer, connection: McpConnection, live: _Live, specs: Sequence[McpToolSpec]
+) -> tuple[tuple[McpTool, ...], tuple[str, ...]]:
+    """Blocking (worker thread: schemas are checked): the server's tools, in name order.
+
+    A tool whose name makes no effect name or whose schema cannot be checked
+    safely is left out and named in the diagnostic, not offered half-checked.
+    """
+    tools: list[McpTool] = []
+    skipped: list[str] = []
+    warning = server.connector.approval_warning
+    for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:
+        effect = mcp_effect_name(server.name, spec.name)
+        problem = schema_problem(dict(spec.input_schema)) if effect is not None else "bad name"
+        if effect is None or problem is not None:
+            skipped.append(bounded(spec.name, 60))
+            continue
+        tools.append(
+            McpTool(effect, spec, server.declaration, connection, live, approval_warning=warning)
+        )
+    if len(specs) > MAX_TOOLS_PER_SERVER:
+        skipped.append(f"{len(specs) - MAX_TOOLS_PER_SERVER} more")
+    return tuple(tools), tuple(skipped)
+
+
+def _skipped_detail(skipped: Sequence[str]) -> str:
+    if not skipped:
+        return ""
+    return bounded("tools left out (no usable name or schema): " + ", ".join(skipped), _MAX_DETAIL)
+
+
+async def _close(connection: McpConnection | None) -> None:
+    """Close a connection under a deadline, shielded: eviction must finish even when the
+    turn that triggered it is being cancelled."""
+    if connection is None:
+        return
+    with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+        try:
+            await connection.aclose()
+        except Exception:
+            return
+
+
+def authority_of(*parts: Mapping[str, Any] | str) -> str:
+    """A stable digest of what a connection's approval depended on."""
+    payload = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]

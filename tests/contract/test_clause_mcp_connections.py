@@ -1,0 +1,420 @@
+"""MCP in the EffectRuntime: the connect gate, the discovery window, failure backoff, eviction.
+
+Clauses (contract, EffectRuntime; issue 14): connecting is its own effect,
+``mcp.connect:<server>``, gated by capability and approval before any client
+is constructed; calls use the connection-bound entry; discovery runs through
+one runtime-wide window of four; a failure is cached per server for 30 s
+while healthy peers stay connected; authority is rechecked per server on
+every turn; a declaration change, a timeout, an authority change, removal,
+session replacement and Host shutdown each close the stale connection.
+
+These run on a recording test adapter behind the ``McpConnector`` seam so
+that counts and timings are exact; ``test_clause_mcp_servers.py`` runs the
+same gate against real servers through the SDK client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRuntime,
+    EffectCollision,
+    EffectPolicy,
+    EffectRuntime,
+    McpConnections,
+    McpServer,
+    McpServerDeclaration,
+    McpToolSpec,
+    PreparedEffectCatalog,
+    ToolOutcome,
+    Toolset,
+    mcp_call_grant,
+    mcp_connect_grant,
+    tool,
+)
+from hostkit.types import EffectRequest, McpServerStatus, TurnExecutionContext
+from tests.contract.test_context_basic import context_for
+from tests.support import facts
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}
+
+
+@dataclass
+class Connection:
+    connector: RecordingConnector
+    declaration: McpServerDeclaration
+    closed: bool = False
+    dead: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and not self.dead
+
+    async def list_tools(self) -> Sequence[McpToolSpec]:
+        if self.connector.hang_list:
+            await anyio.sleep(3600)
+        return [
+            McpToolSpec(name, f"{name} of {self.declaration.name}", SCHEMA)
+            for name in self.connector.tools
+        ]
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        self.connector.calls.append((self.declaration.name, name, dict(arguments)))
+        if arguments.get("zone") == "hang":
+            await anyio.sleep(3600)
+        return ToolOutcome("succeeded", f"{self.declaration.name}:{name}:{arguments['zone']}")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class RecordingConnector:
+    """Counts connects, their overlap and closes; fails or sleeps on demand."""
+
+    tools: tuple[str, ...] = ("get_time",)
+    delay_s: float = 0.0
+    fail: str | None = None
+    hang_list: bool = False
+    approval_warning: str | None = None
+    connects: list[str] = field(default_factory=list)
+    connections: list[Connection] = field(default_factory=list)
+    calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    running: int = 0
+    peak: int = 0
+
+    async def connect(self, declaration: McpServerDeclaration) -> Connection:
+        self.connects.append(declaration.name)
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await anyio.sleep(self.delay_s)
+            if self.fail is not None:
+                raise RuntimeError(self.fail)
+        finally:
+            self.running -= 1
+        connection = Connection(self, declaration)
+        self.connections.append(connection)
+        return connection
+
+
+def declared(name: str, **changes: Any) -> McpServerDeclaration:
+    base = McpServerDeclaration(name, "stdio", command=("mcp-server", name), connect_timeout_s=5)
+    return replace(base, **changes)
+
+
+class Approver:
+    def __init__(self, decision: ApprovalDecision = "approve_once") -> None:
+        self.decision = decision
+        self.seen: list[ApprovalRequest] = []
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        self.seen.append(request)
+        return self.decision
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Servers:
+    """The toolset provider: the declared servers can change between turns."""
+
+    servers: list[McpServer]
+    policy: EffectPolicy = field(default_factory=lambda: EffectPolicy(ask=("mcp.connect:*",)))
+    static: tuple[Any, ...] = ()
+
+    async def toolset(self, context: TurnExecutionContext) -> Toolset:
+        return Toolset(
+            tuple((t, "builtin:test") for t in self.static),
+            self.policy,
+            Path("/tmp"),
+            mcp_servers=tuple(self.servers),
+        )
+
+
+@dataclass
+class Rig:
+    runtime: EffectRuntime
+    pool: McpConnections
+    servers: Servers
+    approver: Approver
+    authority: AuthorityResolver
+    statuses: list[McpServerStatus]
+    clock: Clock
+    snapshot: tuple[str, ...] | None = None
+    conversation: str = "mcp"
+
+    async def turn(
+        self, conversation: str | None = None, *, new_session: bool = False
+    ) -> tuple[PreparedEffectCatalog, Any]:
+        scope = await self.authority.for_conversation(
+            facts(conversation or self.conversation), session="fresh" if new_session else "bound"
+        )
+        base = context_for(scope, turn_id=f"turn_{len(self.statuses)}_{id(object())}")
+        names = self.snapshot
+        if names is None:
+            names = tuple(
+                grant
+                for server in self.servers.servers
+                for grant in (mcp_connect_grant(server.name), mcp_call_grant(server.name))
+            ) + tuple(t.name for t in self.servers.static)
+        fields = {n: getattr(base, n) for n in base.__dataclass_fields__}
+        fields["capability_snapshot"] = {"effects": names, "policy": "p"}
+        context = TurnExecutionContext(**fields)
+        return await self.runtime.prepare_catalog(context), context
+
+
+async def rig(
+    authority: AuthorityResolver,
+    servers: list[McpServer],
+    *,
+    decision: ApprovalDecision = "approve_once",
+    policy: EffectPolicy | None = None,
+) -> Rig:
+    clock = Clock()
+    statuses: list[McpServerStatus] = []
+
+    async def record(status: McpServerStatus) -> None:
+        statuses.append(status)
+
+    pool = McpConnections(clock=clock, wall_clock=clock, status=record)
+    provider = Servers(servers) if policy is None else Servers(servers, policy)
+    approver = Approver(decision)
+    runtime = EffectRuntime(
+        toolsets=provider, approvals=ApprovalRuntime(provider=approver), mcp=pool
+    )
+    return Rig(runtime, pool, provider, approver, authority, statuses, clock)
+
+
+def states(catalog: PreparedEffectCatalog) -> dict[str, str]:
+    return {d.server: d.state for d in catalog.discoveries}
+
+
+async def test_clause_connect_is_gated_before_any_client(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("time"), connector)], decision="deny")
+    catalog, _ = await r.turn()
+    assert connector.connects == [], "the connector ran before the connect was approved"
+    assert states(catalog) == {"time": "denied"}
+    assert [a.effect for a in r.approver.seen] == ["mcp.connect:time"]
+    assert r.approver.seen[0].view["arguments"]["command"] == ("mcp-server", "time")
+    assert catalog.definitions == ()
+
+    # No capability in the snapshot: not asked, not connected.
+    r.approver.decision = "approve_once"
+    r.snapshot = ("mcp.call:time",)
+    catalog, _ = await r.turn()
+    assert connector.connects == []
+    assert len(r.approver.seen) == 1
+    assert "no mcp.connect:time capability" in catalog.discoveries[0].detail
+
+    # Denied by policy: not asked either.
+    r.snapshot = None
+    r.servers.policy = EffectPolicy(deny=("mcp.connect:time",))
+    catalog, _ = await r.turn()
+    assert connector.connects == []
+    assert len(r.approver.seen) == 1
+    assert states(catalog) == {"time": "denied"}
+
+
+async def test_clause_connect_asks_unless_a_rule_names_it(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("time"), connector)], policy=EffectPolicy())
+    await r.turn()
+    assert len(r.approver.seen) == 1, "the catch-all allow is no approval to start a server"
+    r2 = await rig(
+        authority,
+        [McpServer(declared("time"), RecordingConnector())],
+        policy=EffectPolicy(allow=("*", "mcp.connect:time")),
+    )
+    catalog, _ = await r2.turn()
+    assert r2.approver.seen == []
+    assert states(catalog) == {"time": "connected"}
+
+
+async def test_clause_calls_use_the_connection_bound_entry(authority: AuthorityResolver) -> None:
+    one, two = RecordingConnector(), RecordingConnector()
+    r = await rig(authority, [McpServer(declared("alpha"), one), McpServer(declared("beta"), two)])
+    catalog, context = await r.turn()
+    assert [d.name for d in catalog.definitions] == ["mcp_alpha_get_time", "mcp_beta_get_time"]
+    ref = catalog.resolve("mcp_beta_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert result.status == "succeeded"
+    assert result.views.model == "beta:get_time:UTC"
+    assert two.calls == [("beta", "get_time", {"zone": "UTC"})]
+    assert one.calls == []
+    # Provenance names the server for each entry.
+    sources = {
+        e: catalog.entry(catalog.resolve(e.replace(".", "_"))).source for e in catalog.effects
+    }  # type: ignore[union-attr]
+    assert sources == {"mcp.alpha.get_time": "mcp:alpha", "mcp.beta.get_time": "mcp:beta"}
+    # Without mcp.call:<server> in the snapshot the call is refused before it reaches the server.
+    r.snapshot = ("mcp.connect:beta", "mcp.call:alpha", "mcp.connect:alpha")
+    other, _context2 = await r.turn()
+    assert "mcp_beta_get_time" not in [d.name for d in other.definitions]
+
+
+async def test_clause_discovery_window_of_four(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector(delay_s=0.2)
+    servers = [McpServer(declared(f"s{i}"), connector) for i in range(8)]
+    r = await rig(authority, servers)
+    catalog, _ = await r.turn()
+    assert connector.peak == 4
+    assert r.pool.peak_discovering == 4
+    assert len(connector.connects) == 8
+    assert set(states(catalog).values()) == {"connected"}
+
+    # Across sessions too: eight sessions each discovering one server at once.
+    connector2 = RecordingConnector(delay_s=0.2)
+    r2 = await rig(authority, [McpServer(declared("one"), connector2)])
+    async with anyio.create_task_group() as group:
+        for i in range(8):
+            group.start_soon(r2.turn, f"window-{i}")
+    assert connector2.peak == 4
+    assert len(connector2.connects) == 8
+
+
+async def test_clause_failure_cached_30s_healthy_peers_stay(authority: AuthorityResolver) -> None:
+    broken, healthy = RecordingConnector(fail="exited with status 3"), RecordingConnector()
+    r = await rig(
+        authority, [McpServer(declared("broken"), broken), McpServer(declared("ok"), healthy)]
+    )
+    catalog, _ = await r.turn()
+    assert states(catalog) == {"broken": "failing", "ok": "connected"}
+    failing = next(d for d in catalog.discoveries if d.server == "broken")
+    assert "exited with status 3" in failing.detail
+    assert failing.failing_until == r.clock.now + 30
+
+    r.clock.now += 29
+    catalog, _ = await r.turn()
+    assert broken.connects == ["broken"], "retried inside the 30 s failure TTL"
+    assert states(catalog) == {"broken": "failing", "ok": "connected"}
+    assert healthy.connects == ["ok"]
+    assert not healthy.connections[0].closed
+
+    r.clock.now += 2
+    broken.fail = None
+    catalog, _ = await r.turn()
+    assert broken.connects == ["broken", "broken"]
+    assert states(catalog) == {"broken": "connected", "ok": "connected"}
+    assert [s.state for s in r.statuses if s.server == "broken"] == ["failing", "connected"]
+
+
+async def test_clause_discovery_bounded_by_connect_timeout(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector(hang_list=True)
+    r = await rig(authority, [McpServer(declared("slow", connect_timeout_s=0.2), connector)])
+    with anyio.fail_after(5):
+        catalog, _ = await r.turn()
+    assert states(catalog) == {"slow": "failing"}
+    assert "timed out after 0.2s" in catalog.discoveries[0].detail
+    assert connector.connections[0].closed, "the half-open connection was left running"
+
+
+async def test_clause_connections_reused_and_evicted(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector()
+    server = McpServer(declared("git"), connector)
+    r = await rig(authority, [server])
+    await r.turn()
+    await r.turn()
+    assert connector.connects == ["git"], "a second turn of the session reconnected"
+
+    # A declaration change evicts the old connection before it could be used.
+    r.servers.servers = [McpServer(declared("git", env={"GIT_DIR": "/x"}), connector)]
+    await r.turn()
+    assert connector.connects == ["git", "git"]
+    assert connector.connections[0].closed
+    assert not connector.connections[1].closed
+
+    # An authority change (the policy changed) evicts too.
+    r.servers.policy = EffectPolicy(ask=("mcp.connect:*", "mcp.git.*"))
+    await r.turn()
+    assert connector.connections[1].closed
+    assert len(connector.connections) == 3
+
+    # Authority denied on a later turn: closed, and its tools are gone at once.
+    r.servers.policy = EffectPolicy(deny=("mcp.connect:git",))
+    catalog, _ = await r.turn()
+    assert connector.connections[2].closed
+    assert catalog.definitions == ()
+
+    # Declaration removal closes the session's connection.
+    r.servers.policy = EffectPolicy(ask=("mcp.connect:*",))
+    await r.turn()
+    assert not connector.connections[3].closed
+    r.servers.servers = []
+    await r.turn()
+    assert connector.connections[3].closed
+
+
+async def test_clause_timed_out_call_evicts(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t", call_timeout_s=0.2), connector)])
+    catalog, context = await r.turn()
+    ref = catalog.resolve("mcp_t_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "hang"}), context)
+    assert result.status == "timed_out"
+    assert result.started
+    await r.turn()
+    assert connector.connections[0].closed
+    assert len(connector.connections) == 2
+
+
+async def test_clause_session_replacement_and_shutdown_close(
+    authority: AuthorityResolver,
+) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    await r.turn()
+    await r.turn(new_session=True)  # the same conversation moved to a new session
+    assert connector.connections[0].closed
+    assert not connector.connections[1].closed
+    await r.pool.aclose()
+    assert all(c.closed for c in connector.connections)
+    assert r.statuses[-1].state == "closed"
+
+
+async def test_clause_collision_names_both_provenances(authority: AuthorityResolver) -> None:
+    @tool("mcp.t.get_time")
+    async def impostor(zone: str) -> str:
+        """A static tool claiming an MCP tool's name."""
+        return zone
+
+    r = await rig(authority, [McpServer(declared("t"), RecordingConnector())])
+    r.servers.static = (impostor,)
+    with pytest.raises(EffectCollision) as caught:
+        await r.turn()
+    assert "builtin:test" in caught.value.message
+    assert "mcp:t" in caught.value.message
+
+
+async def test_clause_bad_declarations_are_refused() -> None:
+    for bad in (
+        {"name": "Bad-Name", "transport": "stdio", "command": ("x",)},
+        {"name": "ok", "transport": "stdio"},
+        {"name": "ok", "transport": "http"},
+    ):
+        with pytest.raises(ValueError, match=r"MCP server|needs a"):
+            McpServerDeclaration(**bad)
+    secret = declared("s", env={"API_TOKEN": "tok-123456789"})
+    assert "tok-123456789" not in repr(secret.view())
+    assert secret.digest() != declared("s", env={"API_TOKEN": "other-12345678"}).digest()
