@@ -112,7 +112,8 @@ async def test_server_supplied_text_is_cut_to_its_bounds(mcp: McpStatusStore) ->
     await mcp.record_mcp_status(status)
     (back,) = await mcp.mcp_statuses()
     assert len(back.detail) == MAX_MCP_DETAIL_CHARS
-    assert "\n" not in back.detail and back.detail.startswith("line one line two")
+    assert "\n" not in back.detail
+    assert back.detail.startswith("line one line two")
     assert len(back.tools) == MAX_MCP_TOOLS
     assert [t.name for t in back.tools[:2]] == ["t0", "t1"]
     assert {len(t.description) for t in back.tools} == {MAX_MCP_DESCRIPTION_CHARS}
@@ -145,7 +146,10 @@ async def test_forgetting_keeps_only_the_declared_servers_of_that_agent(
         (McpServerStatus(agent="", server="s", state="closed"), "agent"),
         (McpServerStatus(agent="a", server="s" * 201, state="closed"), "server"),
         (McpServerStatus(agent="a", server="s", state="running"), "state"),  # type: ignore[arg-type]
-        (McpServerStatus(agent="a", server="s", state="closed", updated_at=float("nan")), "updated"),
+        (
+            McpServerStatus(agent="a", server="s", state="closed", updated_at=float("nan")),
+            "updated",
+        ),
         (
             McpServerStatus(agent="a", server="s", state="failing", failing_until=float("inf")),
             "failing_until",
