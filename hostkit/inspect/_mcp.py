@@ -32,7 +32,8 @@ class McpServerRow:
     ``state`` is the stored state, ``never connected`` (declared, no row) or
     ``removed`` (a row, no longer declared). ``target`` is the argv joined
     by spaces or the URL. ``changed`` says the stored status was recorded
-    for a declaration other than today's. ``provenance`` (``mcp:<server>``)
+    for a declaration other than today's (a status recorded without its
+    declaration is taken to be of today's). ``provenance`` (``mcp:<server>``)
     is what each of its tools is traced to.
     """
 
@@ -123,6 +124,12 @@ def _row(
         provenance=f"mcp:{server}",
         failing_until=status.failing_until if status else None,
         updated_at=status.updated_at if status else None,
-        changed=bool(status and not removed and thaw(status.declaration) != plain),
+        changed=_changed(status, plain) if not removed else False,
         declaration=freeze(plain),
     )
+
+
+def _changed(status: McpServerStatus | None, declared: dict[str, Any]) -> bool:
+    if status is None or not status.declaration:
+        return False
+    return bool(thaw(status.declaration) != declared)

@@ -139,9 +139,7 @@ class SqliteMcpStatusStore(McpStatusStore):
         if status.state not in _STATES:
             raise InvalidValue(f"MCP status state must be one of {', '.join(_STATES)}")
         failing_until = (
-            None
-            if status.failing_until is None
-            else _time("failing_until", status.failing_until)
+            None if status.failing_until is None else _time("failing_until", status.failing_until)
         )
         updated_at = _time("updated_at", status.updated_at) or time.time()
         values = [
