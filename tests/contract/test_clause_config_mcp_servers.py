@@ -127,5 +127,5 @@ def test_env_is_bounded_in_count_and_no_value_reaches_the_message(tmp_path: Path
 def test_the_config_value_is_frozen() -> None:
     server = McpServerConfig(command=["srv"])
     with pytest.raises(ValueError, match="frozen"):
-        server.network = True  # type: ignore[misc]
+        server.network = True
     assert server.declaration("s").transport == "stdio"
