@@ -1,4 +1,5 @@
-"""The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects, demo."""
+"""The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
+mcp, demo."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from hostkit.cli._common import (
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
 from hostkit.cli._inspect import budget_report, context_report
+from hostkit.cli._mcp import mcp
 from hostkit.cli._render import sessions_table
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import InvalidValue
@@ -47,6 +49,7 @@ app = typer.Typer(
 )
 app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
+app.add_typer(mcp, name="mcp")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

@@ -19,6 +19,7 @@ from hostkit.host._capabilities import (
 from hostkit.host._config import (
     AgentConfig,
     HostConfig,
+    McpServerConfig,
     PolicyConfig,
     ProviderConfig,
     default_config,
@@ -41,6 +42,7 @@ __all__ = [
     "Host",
     "HostAttachments",
     "HostConfig",
+    "McpServerConfig",
     "MemoryRequest",
     "MemorySource",
     "NoChannels",

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects import ENV_NAME_PATTERN
 from hostkit.errors import ConfigError
+from hostkit.host._config_mcp import MAX_MCP_SERVERS, McpServerConfig, McpServerName
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -28,6 +29,7 @@ __all__ = [
     "AgentConfig",
     "HostConfig",
     "HostSection",
+    "McpServerConfig",
     "PolicyConfig",
     "ProcessLimits",
     "ProviderConfig",
@@ -155,6 +157,11 @@ class AgentConfig(_Strict):
     # namespaces; where bubblewrap is missing, terminal.run fails closed. "none" runs them
     # unsandboxed, and the approval prompt and operator views say so.
     sandbox: Sandbox = "bubblewrap"
+    # MCP servers whose tools this agent may use ([agents.<agent>.mcp.<server>]): each
+    # connects only when a session passes the mcp.connect:<server> gate (docs/effects.md).
+    mcp: dict[McpServerName, McpServerConfig] = Field(
+        default_factory=dict, max_length=MAX_MCP_SERVERS
+    )
 
 
 class ProcessLimits(_Strict):
@@ -284,7 +291,9 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
         return HostConfig.model_validate({**data, "base_dir": base_dir, "source": source})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(root)"
+        # A bad table key (an MCP server name) is reported at the key itself.
+        parts = [str(part) for part in first["loc"] if part != "[key]"]
+        key = ".".join(parts) or "(root)"
         raise ConfigError(first["msg"], key=key) from None
     except RecursionError:
         raise ConfigError("the configuration is nested too deeply") from None

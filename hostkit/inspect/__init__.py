@@ -32,6 +32,7 @@ from hostkit.inspect._lists import (
     latest_session,
     session_rows,
 )
+from hostkit.inspect._mcp import McpServerRow, McpServerRows, mcp_server_rows, mcp_server_view
 from hostkit.inspect._prices import PRICES, ModelPrice, cost_text, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
 
@@ -47,6 +48,8 @@ __all__ = [
     "ContextStep",
     "ContextView",
     "EffectAuditRows",
+    "McpServerRow",
+    "McpServerRows",
     "ModelPrice",
     "SessionRows",
     "StepUsage",
@@ -60,6 +63,8 @@ __all__ = [
     "cost_text",
     "effect_audit_rows",
     "latest_session",
+    "mcp_server_rows",
+    "mcp_server_view",
     "price_for",
     "session_rows",
     "terminal_run_rows",

@@ -46,6 +46,13 @@ from hostkit.store._inspect import (
 )
 from hostkit.store._interface import RuntimeStore
 from hostkit.store._lease import LeaseOwner, owner_is_dead
+from hostkit.store._mcp import (
+    MAX_MCP_DESCRIPTION_CHARS,
+    MAX_MCP_DETAIL_CHARS,
+    MAX_MCP_STATUS_ROWS,
+    MAX_MCP_TOOLS,
+    McpStatusStore,
+)
 from hostkit.store._memory import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
@@ -82,6 +89,10 @@ __all__ = [
     "MAX_BOOTSTRAP_CHARS",
     "MAX_INSPECT_ROWS",
     "MAX_LEASE_TTL_S",
+    "MAX_MCP_DESCRIPTION_CHARS",
+    "MAX_MCP_DETAIL_CHARS",
+    "MAX_MCP_STATUS_ROWS",
+    "MAX_MCP_TOOLS",
     "MAX_MEMORY_CHARS",
     "MAX_REASON",
     "MAX_RECALL",
@@ -109,6 +120,7 @@ __all__ = [
     "InspectQueries",
     "LeaseOwner",
     "LeaseTake",
+    "McpStatusStore",
     "MemoryItem",
     "MemoryStore",
     "Migration",

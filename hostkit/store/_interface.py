@@ -5,7 +5,8 @@ it returns; no SQL and no database driver exists outside ``hostkit.store``
 (import-linter enforces it). Storage is grouped by what it stores: the
 methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
 and the audit log; ``turns``, ``context``, ``approvals``, ``memory``,
-``attachments``, ``inspect`` and ``terminal_runs`` are the groups, each an abstract base of its own.
+``attachments``, ``inspect``, ``terminal_runs`` and ``mcp_servers`` are the
+groups, each an abstract base of its own.
 
 An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
 each group; the contract suite in ``tests/contract/test_store_*`` runs
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from hostkit.store._connection import Synchronous
     from hostkit.store._context import ContextStore
     from hostkit.store._inspect import InspectQueries
+    from hostkit.store._mcp import McpStatusStore
     from hostkit.store._memory import MemoryStore
     from hostkit.store._schema import Migration
     from hostkit.store._scopes import ScopeMint
@@ -67,6 +69,7 @@ class RuntimeStore(AsyncResource):
     attachments: AttachmentStore
     inspect: InspectQueries
     terminal_runs: TerminalRunStore
+    mcp_servers: McpStatusStore
 
     @classmethod
     def open(

@@ -485,6 +485,30 @@ _V10_APPROVAL_OUTCOMES = Migration(
     ),
 )
 
+_MCP_STATES = "('connected', 'failing', 'denied', 'closed')"
+
+_V11_MCP_SERVERS = Migration(
+    11,
+    "mcp_servers: the last known state of each agent's declared MCP servers",
+    (
+        # One row per (agent, server), overwritten by every status change; operators read
+        # it (`hostkit mcp list`) without connecting anything. ``tools`` is a JSON list of
+        # {effect, name, description}; ``declaration`` the secret-safe view (env names,
+        # never values). Times are wall-clock seconds; failing_until only while failing.
+        f"""CREATE TABLE mcp_servers (
+            agent TEXT NOT NULL,
+            server TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN {_MCP_STATES}),
+            detail TEXT NOT NULL DEFAULT '',
+            tools TEXT NOT NULL DEFAULT '[]',
+            failing_until REAL,
+            updated_at REAL NOT NULL,
+            declaration TEXT NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (agent, server)
+        ) WITHOUT ROWID""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -496,5 +520,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V8_TERMINAL_RUNS,
     _V9_ATTACHMENTS,
     _V10_APPROVAL_OUTCOMES,
+    _V11_MCP_SERVERS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

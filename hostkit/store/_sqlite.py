@@ -18,6 +18,7 @@ from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._context import SqliteContextStore
 from hostkit.store._inspect import SqliteInspectQueries
 from hostkit.store._interface import RuntimeStore
+from hostkit.store._mcp import SqliteMcpStatusStore
 from hostkit.store._memory import SqliteMemoryStore
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._owned import OwnedKind
@@ -96,6 +97,7 @@ class SqliteStore(RuntimeStore):
         self.attachments = SqliteAttachmentStore(self)
         self.inspect = SqliteInspectQueries(self)
         self.terminal_runs = SqliteTerminalRunStore(self)
+        self.mcp_servers = SqliteMcpStatusStore(self)
 
     @classmethod
     async def connect(

@@ -1,0 +1,157 @@
+"""``hostkit mcp list``: each agent's declared MCP servers with what the Host last knew of them.
+
+Reads the configuration and the store's status rows only: no Host is
+opened, no server is started and nothing is connected, so listing is safe
+while a Host runs and on a database that has never seen a server (a missing
+database is not created). Every cell is ``Text``: servers name their own
+tools and write their own descriptions and errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hostkit.cli._common import (
+    ConfigOption,
+    JsonOption,
+    config_path,
+    console,
+    print_json,
+    run_command,
+)
+from hostkit.cli._render import Column, fit_table, one_line
+from hostkit.host import HostConfig, default_config, load_config
+from hostkit.inspect import McpServerRow, McpServerRows, mcp_server_rows
+from hostkit.store import RuntimeStore
+from hostkit.types import McpServerStatus
+
+__all__ = ["mcp", "print_servers", "servers_table", "state_text", "tools_table"]
+
+DETAIL_CHARS = 300
+TARGET_CHARS = 600
+DESCRIPTION_CHARS = 200
+
+mcp = typer.Typer(
+    help="MCP servers: what each agent declares and what the Host last knew of them.",
+    no_args_is_help=True,
+)
+
+
+def state_text(row: McpServerRow) -> str:
+    """``failing until HH:MM:SS`` (local time) for a failing server, else its state."""
+    if row.state == "failing" and row.failing_until is not None:
+        return f"failing until {time.strftime('%H:%M:%S', time.localtime(row.failing_until))}"
+    return row.state
+
+
+def servers_table(rows: Sequence[McpServerRow], *, width: int) -> Table:
+    """One agent's servers: state, transport, and the command (env names) or URL."""
+    columns = (
+        Column("server", whole=True),
+        Column("state", cap=32),
+        Column("via", cap=5, drop=2),
+        Column("tools", cap=5, drop=1),
+        Column("command / url", flexible=True, wrap=True),
+    )
+    cells = [
+        (
+            row.server,
+            state_text(row) + (" (changed)" if row.changed else ""),
+            row.transport,
+            str(len(row.tools)),
+            one_line(_target(row), TARGET_CHARS),
+        )
+        for row in rows
+    ]
+    return fit_table(columns, cells, width)
+
+
+def tools_table(rows: Sequence[McpServerRow], *, width: int) -> Table:
+    """One agent's discovered tools: effect name, the server's own name, provenance."""
+    columns = (
+        Column("effect", whole=True),
+        Column("server's name", cap=24, drop=2),
+        Column("from", cap=20, drop=3),
+        Column("description", flexible=True, wrap=True, drop=1),
+    )
+    cells = [
+        (
+            one_line(tool.effect, 200),
+            one_line(tool.name, 200),
+            row.provenance,
+            one_line(tool.description, DESCRIPTION_CHARS),
+        )
+        for row in rows
+        for tool in row.tools
+    ]
+    return fit_table(columns, cells, width)
+
+
+def _target(row: McpServerRow) -> str:
+    extras = []
+    if row.env:
+        extras.append("env " + ", ".join(row.env))
+    if row.network:
+        extras.append("network")
+    return row.target + "".join(f" [{extra}]" for extra in extras)
+
+
+def print_servers(out: Console, rows: McpServerRows) -> None:
+    """Per agent: a heading, its servers, each failure's detail, then its tools."""
+    for agent, group in groupby(rows.servers, key=lambda row: row.agent):
+        servers = list(group)
+        out.print(Text(f"agent {agent}", style="bold"))
+        out.print(servers_table(servers, width=out.width))
+        for row in servers:
+            if row.detail:
+                out.print(Text(f"  {row.server}: {one_line(row.detail, DETAIL_CHARS)}"))
+        if any(row.tools for row in servers):
+            out.print(tools_table(servers, width=out.width))
+
+
+async def _statuses(config: HostConfig) -> tuple[McpServerStatus, ...]:
+    """The stored statuses; none when the database does not exist yet (it is not created)."""
+    if not await anyio.Path(config.database_path).exists():
+        return ()
+    async with RuntimeStore.open(
+        config.database_path, synchronous=config.host.synchronous
+    ) as store:
+        return await store.mcp_servers.mcp_statuses()
+
+
+async def _config(path: Path | None) -> HostConfig:
+    if path is None:
+        return default_config(base_dir=Path(await anyio.Path.cwd()))
+    return await anyio.to_thread.run_sync(load_config, path)
+
+
+@mcp.command("list")
+def list_servers(
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="only this agent")] = None,
+    json_: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Each declared server's state, command or URL (env names only) and tools; connects nothing."""
+
+    async def main() -> None:
+        settings = await _config(config_path(config))
+        rows = mcp_server_rows(settings, await _statuses(settings), agent=agent)
+        if json_:
+            print_json(rows.servers)
+            return
+        if not rows.servers:
+            console.print("no MCP servers declared or recorded", highlight=False)
+            return
+        print_servers(Console(), rows)
+
+    run_command(main)

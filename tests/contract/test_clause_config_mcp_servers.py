@@ -1,0 +1,131 @@
+"""``[agents.<agent>.mcp.<server>]``: a declared MCP server is validated before any Host opens.
+
+Exactly one of ``command`` (stdio argv) and ``url`` (http/https); env names
+are environment variable names; timeouts are bounded; extra keys are
+refused. Each problem is one ``ConfigError`` whose key names the server's
+table. A good table becomes the seam's ``McpServerDeclaration``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.effects import McpServerDeclaration
+from hostkit.errors import ConfigError
+from hostkit.host import HostConfig, McpServerConfig, load_config
+
+HEAD = """
+[providers.p]
+kind = "scripted"
+
+[agents.assistant]
+provider = "p"
+"""
+
+
+def load(tmp_path: Path, tables: str) -> HostConfig:
+    path = tmp_path / "hostkit.toml"
+    path.write_text(HEAD + tables, encoding="utf-8")
+    return load_config(path)
+
+
+def test_a_stdio_and_an_http_server_become_declarations(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        """
+[agents.assistant.mcp.files]
+command = ["/usr/bin/mcp-files", "--root", "."]
+env = { FILES_TOKEN = "s3cret" }
+network = true
+connect_timeout_seconds = 5
+call_timeout_seconds = 120
+
+[agents.assistant.mcp.search]
+url = "https://user:pw@mcp.example.com/mcp"
+""",
+    )
+    servers = config.agents["assistant"].mcp
+    assert sorted(servers) == ["files", "search"]
+    files = servers["files"].declaration("files")
+    assert files == McpServerDeclaration(
+        name="files",
+        transport="stdio",
+        command=("/usr/bin/mcp-files", "--root", "."),
+        env={"FILES_TOKEN": "s3cret"},
+        network=True,
+        connect_timeout_s=5.0,
+        call_timeout_s=120.0,
+    )
+    assert "s3cret" not in repr(dict(files.view()))
+    search = servers["search"].declaration("search")
+    assert (search.transport, search.url, search.command) == (
+        "http",
+        "https://user:pw@mcp.example.com/mcp",
+        (),
+    )
+    assert (search.connect_timeout_s, search.call_timeout_s) == (30.0, 60.0)
+    assert search.view()["url"] == "https://mcp.example.com/mcp"
+
+
+def test_an_agent_without_mcp_tables_declares_no_server(tmp_path: Path) -> None:
+    assert load(tmp_path, "").agents["assistant"].mcp == {}
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "words"),
+    [
+        ('[agents.assistant.mcp.s]\ncommand = ["srv"]\nurl = "https://h/mcp"', "s", "exactly one"),
+        ("[agents.assistant.mcp.s]\nnetwork = false", "s", "exactly one"),
+        ('[agents.assistant.mcp.Bad-Name]\nurl = "https://h/mcp"', "Bad-Name", "pattern"),
+        ('[agents.assistant.mcp.s]\ncommand = ["srv"]\nenv = { "1BAD" = "v" }', "s", "1BAD"),
+        ('[agents.assistant.mcp.s]\nurl = "ftp://h/mcp"', "s", "http"),
+        ('[agents.assistant.mcp.s]\nurl = "file:///tmp/sock"', "s", "http"),
+        ("[agents.assistant.mcp.s]\ncommand = []", "s", "argv"),
+        ('[agents.assistant.mcp.s]\ncommand = ["./srv"]', "s", "absolute path"),
+        ('[agents.assistant.mcp.s]\ncommand = ["srv", "a\\u0000b"]', "s", "NUL"),
+        ('[agents.assistant.mcp.s]\ncommand = ["srv"]\nenv = { K = "a\\u0000b" }', "s", "NUL"),
+        ('[agents.assistant.mcp.s]\nurl = "https://h/mcp"\nnetwork = true', "s", "stdio"),
+        ('[agents.assistant.mcp.s]\nurl = "https://h/mcp"\nenv = { K = "v" }', "s", "stdio"),
+        (
+            '[agents.assistant.mcp.s]\ncommand = ["srv"]\nconnect_timeout_seconds = 0',
+            "s.connect_timeout_seconds",
+            "greater than 0",
+        ),
+        (
+            '[agents.assistant.mcp.s]\ncommand = ["srv"]\nconnect_timeout_seconds = 601',
+            "s.connect_timeout_seconds",
+            "600",
+        ),
+        (
+            '[agents.assistant.mcp.s]\ncommand = ["srv"]\ncall_timeout_seconds = 3601',
+            "s.call_timeout_seconds",
+            "3600",
+        ),
+        ('[agents.assistant.mcp.s]\ncommand = ["srv"]\ncwd = "/"', "s.cwd", "Extra"),
+        ('[agents.assistant.mcp.s]\ncommand = "srv --flag"', "s.command", "list"),
+    ],
+)
+def test_a_bad_server_table_is_a_config_error_naming_it(
+    tmp_path: Path, table: str, key: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load(tmp_path, table)
+    assert raised.value.key == f"agents.assistant.mcp.{key}"
+    assert raised.value.message.startswith(f"agents.assistant.mcp.{key}: ")
+    assert words in raised.value.message
+
+
+def test_env_is_bounded_in_count_and_no_value_reaches_the_message(tmp_path: Path) -> None:
+    entries = ", ".join(f'K{i} = "secret-{i}"' for i in range(65))
+    with pytest.raises(ConfigError, match="at most 64") as raised:
+        load(tmp_path, f'[agents.assistant.mcp.s]\ncommand = ["srv"]\nenv = {{ {entries} }}')
+    assert "secret-" not in raised.value.message
+
+
+def test_the_config_value_is_frozen() -> None:
+    server = McpServerConfig(command=["srv"])
+    with pytest.raises(ValueError, match="frozen"):
+        server.network = True
+    assert server.declaration("s").transport == "stdio"

@@ -1,0 +1,251 @@
+"""``hostkit mcp list``: declared servers joined with the statuses the store recorded.
+
+Run as a script runs it (a real subprocess on a real database whose rows were
+written through ``record_mcp_status``). Listing starts no server and connects
+nothing; secrets (env values, URL credentials) never appear; a server no
+longer declared shows as ``removed``; bad input is one ``error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import McpServerDeclaration
+from hostkit.store import RuntimeStore
+from hostkit.types import McpServerStatus, McpToolRow
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[host]
+database = "hostkit.db"
+
+[providers.p]
+kind = "scripted"
+
+[agents.assistant]
+provider = "p"
+
+[agents.assistant.mcp.files]
+command = ["/bin/sh", "-c", "touch started-files"]
+env = { FILES_TOKEN = "env-secret-value" }
+
+[agents.assistant.mcp.search]
+url = "https://user:url-secret@mcp.example.com/mcp"
+
+[agents.assistant.mcp.quiet]
+command = ["/bin/sh", "-c", "touch started-quiet"]
+network = true
+
+[agents.assistant.mcp.blocked]
+url = "http://127.0.0.1:9/mcp"
+
+[agents.helper]
+provider = "p"
+
+[agents.helper.mcp.notes]
+command = ["/bin/sh", "-c", "touch started-notes"]
+"""
+FAILING_UNTIL = time.time() + 3_600
+SECRETS = ("env-secret-value", "url-secret")
+
+
+async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
+    """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def declared(name: str, **fields: object) -> Mapping[str, object]:
+    return McpServerDeclaration(name=name, **fields).view()  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def project(tmp_path: Path) -> Path:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    files = declared(
+        "files",
+        transport="stdio",
+        command=("/bin/sh", "-c", "touch started-files"),
+        env={"FILES_TOKEN": "env-secret-value"},
+    )
+    statuses = [
+        McpServerStatus(
+            agent="assistant",
+            server="files",
+            state="connected",
+            tools=(
+                McpToolRow("mcp.files.read_file", "read_file", "Read one file of the root"),
+                McpToolRow("mcp.files.list_dir", "list_dir", "List a directory"),
+            ),
+            updated_at=time.time(),
+            declaration=files,
+        ),
+        McpServerStatus(
+            agent="assistant",
+            server="search",
+            state="failing",
+            detail="connect failed: the server answered 503",
+            failing_until=FAILING_UNTIL,
+            # As the connection pool records it: no declaration view, today's is shown.
+        ),
+        McpServerStatus(
+            agent="assistant",
+            server="blocked",
+            state="denied",
+            detail="policy denies mcp.connect:blocked",
+            declaration=declared("blocked", transport="http", url="http://127.0.0.1:9/mcp"),
+        ),
+        McpServerStatus(
+            agent="assistant",
+            server="gone",
+            state="closed",
+            declaration=declared("gone", transport="stdio", command=("old-server",)),
+        ),
+        # Recorded for another declaration than today's: shown, and flagged as changed.
+        McpServerStatus(
+            agent="helper",
+            server="notes",
+            state="closed",
+            declaration=declared("notes", transport="stdio", command=("notes-v1",)),
+        ),
+    ]
+    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        for status in statuses:
+            await store.mcp_servers.record_mcp_status(status)
+    return tmp_path
+
+
+async def listed(project: Path, *args: str) -> list[dict[str, object]]:
+    code, out, err = await hostkit("mcp", "list", "--json", *args, cwd=project)
+    assert code == 0, err
+    rows = json.loads(out)
+    assert isinstance(rows, list)
+    return rows
+
+
+async def test_each_declared_server_is_joined_with_its_last_status(project: Path) -> None:
+    rows = await listed(project)
+    assert [(r["agent"], r["server"], r["state"]) for r in rows] == [
+        ("assistant", "blocked", "denied"),
+        ("assistant", "files", "connected"),
+        ("assistant", "gone", "removed"),
+        ("assistant", "quiet", "never connected"),
+        ("assistant", "search", "failing"),
+        ("helper", "notes", "closed"),
+    ]
+    by_server = {r["server"]: r for r in rows}
+    files = by_server["files"]
+    assert files["transport"] == "stdio"
+    assert files["target"] == "/bin/sh -c touch started-files"
+    assert files["env"] == ["FILES_TOKEN"]
+    assert files["provenance"] == "mcp:files"
+    assert files["tools"] == [
+        {
+            "effect": "mcp.files.read_file",
+            "name": "read_file",
+            "description": "Read one file of the root",
+        },
+        {"effect": "mcp.files.list_dir", "name": "list_dir", "description": "List a directory"},
+    ]
+    assert by_server["search"]["failing_until"] == pytest.approx(FAILING_UNTIL)
+    assert by_server["search"]["detail"] == "connect failed: the server answered 503"
+    assert by_server["search"]["target"] == "https://mcp.example.com/mcp"
+    assert by_server["quiet"]["network"] is True
+    assert by_server["quiet"]["tools"] == []
+    assert by_server["gone"]["target"] == "old-server"
+    assert by_server["notes"]["changed"] is True
+    assert files["changed"] is False
+    assert by_server["search"]["changed"] is False
+    assert set(files) >= {"agent", "server", "state", "transport", "target", "env", "detail"}
+
+
+async def test_listing_starts_no_server_and_shows_no_secret(project: Path) -> None:
+    code, out, err = await hostkit("mcp", "list", cwd=project)
+    assert code == 0, err
+    code, json_out, err = await hostkit("mcp", "list", "--json", cwd=project)
+    assert code == 0, err
+    for secret in SECRETS:
+        assert secret not in out + json_out
+    names = [path.name async for path in anyio.Path(project).iterdir()]
+    assert not [name for name in names if name.startswith("started-")]
+    assert "hostkit.toml" in names
+
+
+async def test_the_table_fits_80_columns_with_names_and_effects_whole(project: Path) -> None:
+    until = time.strftime("%H:%M:%S", time.localtime(FAILING_UNTIL))
+    for columns in (80, 120):
+        code, out, err = await hostkit("mcp", "list", cwd=project, columns=columns)
+        assert code == 0, err
+        assert all(len(line) <= columns for line in out.splitlines()), out
+        assert "agent assistant" in out
+        assert "agent helper" in out
+        assert f"failing until {until}" in out
+        assert re.search(r"\bgone\s+removed\b", out)
+        assert re.search(r"\bquiet\s+never connected\b", out)
+        assert re.search(r"\bnotes\s+closed \(changed\)", out)
+        assert re.search(r"mcp\.files\.read_file\s+read_file\s+mcp:files", out)
+        assert "search: connect failed: the server answered 503" in out
+        # The command cell wraps at 80 columns; its words are all there.
+        assert "[envFILES_TOKEN]" in "".join(out.split())
+
+
+async def test_agent_limits_the_listing_to_that_agent(project: Path) -> None:
+    rows = await listed(project, "--agent", "helper")
+    assert [(r["agent"], r["server"]) for r in rows] == [("helper", "notes")]
+
+
+async def test_an_unknown_agent_is_one_error_line_and_status_2(project: Path) -> None:
+    code, out, err = await hostkit("mcp", "list", "--agent", "nobody", cwd=project)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: no agent named 'nobody'")
+    assert "assistant, helper" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_a_bad_server_table_is_one_error_line_naming_it(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        CONFIG + '\n[agents.helper.mcp.both]\ncommand = ["x"]\nurl = "https://h/mcp"\n'
+    )
+    code, out, err = await hostkit("mcp", "list", cwd=tmp_path)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: agents.helper.mcp.both: ")
+    assert not (tmp_path / "hostkit.db").exists()
+
+
+async def test_without_a_database_every_server_was_never_connected_and_none_is_created(
+    tmp_path: Path,
+) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    rows = await listed(tmp_path)
+    assert {r["state"] for r in rows} == {"never connected"}
+    assert len(rows) == 5
+    assert not (tmp_path / "hostkit.db").exists()
+
+
+async def test_no_server_anywhere_says_so(tmp_path: Path) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        '[providers.p]\nkind = "scripted"\n[agents.a]\nprovider = "p"\n'
+    )
+    code, out, err = await hostkit("mcp", "list", cwd=tmp_path)
+    assert (code, out) == (0, "")
+    assert "no MCP servers declared or recorded" in err
+    assert await listed(tmp_path) == []
