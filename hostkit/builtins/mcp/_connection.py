@@ -31,7 +31,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, Implementation
 from pydantic import ValidationError
 
-from hostkit.builtins.mcp._errors import MAX_TOOLS, McpConnectFailed, McpProtocolError
+from hostkit.builtins.mcp._errors import (
+    MAX_MCP_MESSAGE_BYTES,
+    MAX_TOOLS,
+    McpConnectFailed,
+    McpProtocolError,
+)
 from hostkit.builtins.mcp._render import render_result, tool_spec
 from hostkit.effects import McpServerDeclaration, McpToolSpec, ToolOutcome
 from hostkit.errors import HostkitError, bounded
@@ -42,6 +47,9 @@ _CLOSE_TIMEOUT_S = 10.0
 _MAX_PAGES = 16
 _REASON_CHARS = 500
 _CLIENT_INFO = Implementation(name="hostkit", version="0.1")
+_OVERSIZED = f"a message from the server exceeded {MAX_MCP_MESSAGE_BYTES // (1024 * 1024)} MiB"
+# httpx2's SSE decoder: "Server-sent event exceeded the <n> byte limit."
+_OVERSIZED_EVENT = f"exceeded the {MAX_MCP_MESSAGE_BYTES} byte limit"
 
 
 class Link(Protocol):
@@ -184,6 +192,10 @@ class ClientConnection:
             if self._link.broken is not None:
                 self._lost = True
                 return ToolOutcome("failed", None, f"{server}: {self._link.broken}", audit)
+            if exc.code == CONNECTION_CLOSED and _OVERSIZED_EVENT in exc.message:
+                # The SDK's own SSE bound (set to the same limit) ended the stream.
+                self._lost = True
+                return ToolOutcome("failed", None, f"{server}: {_OVERSIZED}", audit)
             if exc.code == CONNECTION_CLOSED:
                 return self._indeterminate(audit)
             return ToolOutcome(
