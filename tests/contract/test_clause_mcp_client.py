@@ -29,7 +29,7 @@ from hostkit.builtins.mcp import (
     McpCommandNotFound,
     McpConnectFailed,
 )
-from hostkit.builtins.process import SandboxPolicy, probe_bubblewrap
+from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bubblewrap
 from hostkit.builtins.web import UrlDenied, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.errors import UserError
@@ -100,7 +100,7 @@ def bad(mode: str = "serve", *extra: str, **kwargs: Any) -> McpServerDeclaration
 
 
 @pytest.fixture
-async def served(connector: McpClientConnector) -> AsyncIterator[McpConnection]:
+async def served(connector: McpClientConnector, no_leftovers: None) -> AsyncIterator[McpConnection]:
     connection = await connector.connect(bad(env={"MCP_TOKEN": "tok-declared-1234"}))
     try:
         yield connection
@@ -267,6 +267,20 @@ async def test_cancelling_a_slow_connect_leaves_no_process(
     with pytest.raises(TimeoutError):
         with anyio.fail_after(1.0):
             await connector.connect(bad("slow_start", "30"))
+
+
+async def test_no_bubblewrap_fails_closed_before_anything_starts(
+    workspace: Path, no_leftovers: None
+) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(),
+        environ=HOST_ENV,
+        bwrap="no-such-bwrap-binary",
+    )
+    with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
+        await connector.connect(bad())
 
 
 async def test_a_missing_command_is_a_typed_refusal(connector: McpClientConnector) -> None:

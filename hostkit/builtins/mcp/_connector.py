@@ -32,7 +32,9 @@ class McpClientConnector:
     ``network``), ``url_policy`` the policy an HTTP server's URL and every
     request must pass. ``environ`` is the Host environment the allowlisted
     values (and ``PATH`` for finding a command) come from: ``os.environ`` when
-    None. ``hidden`` adds Host state paths to mask on top of the policy's.
+    None. ``hidden`` adds Host state paths to mask on top of the policy's;
+    ``env_allowlist`` and ``bwrap`` are ``TerminalRuns``'s (tests name a
+    missing bwrap to see the refusal).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class McpClientConnector:
         environ: Mapping[str, str] | None = None,
         hidden: Sequence[Path] = (),
         env_allowlist: Sequence[str] = DEFAULT_ENV_ALLOWLIST,
+        bwrap: str = "bwrap",
     ) -> None:
         self._workspace = workspace
         self._sandbox = sandbox
@@ -51,6 +54,7 @@ class McpClientConnector:
         self._environ = FrozenMap(dict(os.environ if environ is None else environ))
         self._hidden = tuple(hidden)
         self._allowlist = tuple(env_allowlist)
+        self._bwrap = bwrap
 
     @property
     def approval_warning(self) -> str | None:
@@ -72,6 +76,7 @@ class McpClientConnector:
                     environ=self._environ,
                     allowlist=self._allowlist,
                     hidden=self._hidden,
+                    bwrap=self._bwrap,
                 )
             )
             link: StdioLink | HttpLink = StdioLink(launch, secrets=list(declaration.env.values()))

@@ -54,6 +54,7 @@ def plan_launch(
     environ: Mapping[str, str],
     allowlist: Sequence[str],
     hidden: Sequence[Path],
+    bwrap: str = "bwrap",
 ) -> Launch:
     """Blocking: resolve the command and build the sandboxed argument vector.
 
@@ -68,7 +69,7 @@ def plan_launch(
     command = [str(program), *declaration.command[1:]]
     if not sandbox.sandboxed:
         return Launch(tuple(command), env, root, False, str(program))
-    probe = probe_bubblewrap()
+    probe = probe_bubblewrap(bwrap)
     read_only = _program_roots(program)
     _check_visible(declaration.name, program, root, read_only)
     policy = dataclasses.replace(sandbox, network=declaration.network)
