@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpcore
 import psutil
 import pytest
 
@@ -30,7 +31,7 @@ from hostkit.builtins.mcp import (
     McpConnectFailed,
 )
 from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bubblewrap
-from hostkit.builtins.web import UrlDenied, UrlPolicy
+from hostkit.builtins.web import PinnedConnections, UrlDenied, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.errors import UserError
 from tests.support import peak_rss_growth
@@ -474,6 +475,21 @@ async def test_http_oversized_response_fails_bounded(workspace: Path, http_serve
         await connection.aclose()
 
 
+async def test_http_server_that_is_not_there_fails_to_connect(workspace: Path) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+    )
+    port = _free_port()
+    declaration = McpServerDeclaration(
+        name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp"
+    )
+    with pytest.raises(McpConnectFailed, match=f"127.0.0.1:{port}"):
+        with anyio.fail_after(30):
+            await connector.connect(declaration)
+
+
 async def test_http_refused_by_the_url_policy_connects_nothing(workspace: Path) -> None:
     connector = McpClientConnector(
         workspace=workspace, sandbox=SandboxPolicy(), url_policy=UrlPolicy()
@@ -490,3 +506,27 @@ async def test_http_refused_by_the_url_policy_connects_nothing(workspace: Path) 
         assert raised.value.reason == "loopback"
         with pytest.raises(TimeoutError):
             listener.accept()
+
+
+async def test_pinned_connections_admit_per_policy_and_send_only_to_admitted_hosts() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        strict = await PinnedConnections.open(UrlPolicy())
+        try:
+            with pytest.raises(UrlDenied):
+                await strict.admit(f"http://127.0.0.1:{port}/mcp")
+            request = httpcore.Request("GET", f"http://127.0.0.1:{port}/mcp")
+            with pytest.raises(httpcore.ConnectError, match="not validated"):
+                await strict.handle(request)
+        finally:
+            await strict.aclose()
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        loose = await PinnedConnections.open(UrlPolicy(allow_private=frozenset({"127.0.0.1"})))
+        try:
+            target = await loose.admit(f"http://127.0.0.1:{port}/mcp")
+            assert target.addresses == ("127.0.0.1",)
+            assert [t.origin for t in loose.targets] == [f"http://127.0.0.1:{port}"]
+        finally:
+            await loose.aclose()

@@ -121,12 +121,10 @@ class ClientConnection:
 
     def _why_not_started(self) -> str:
         name = self._declaration.name
-        detail = self._link.diagnostics()
-        if self._link.broken is not None:
-            return bounded(f"MCP server {name!r} did not start: {self._link.broken}", 1000)
-        if detail:
-            return bounded(f"MCP server {name!r} did not start{detail}", 1000)
-        return bounded(f"MCP server {name!r} did not start: {_describe(self._failure)}", 1000)
+        reason = self._link.broken or _describe(self._failure)
+        return bounded(
+            f"MCP server {name!r} did not start{self._link.diagnostics()} ({reason})", 1000
+        )
 
     @property
     def alive(self) -> bool:

@@ -51,7 +51,7 @@ _CORE_ERRORS: tuple[tuple[type[Exception], type[httpx2.TransportError]], ...] = 
 def _as_httpx2(exc: Exception) -> Exception:
     for core, mapped in _CORE_ERRORS:
         if isinstance(exc, core):
-            return mapped(bounded(f"{type(exc).__name__}: {exc}", 200))
+            return mapped(bounded(str(exc) or type(exc).__name__, 200))
     return exc
 
 
