@@ -1,6 +1,6 @@
 """The builtin tool families sit above the effect seam, import one way and export an interface.
 
-``hostkit.builtins`` holds one subpackage per family (process, files, web).
+``hostkit.builtins`` holds one subpackage per family (process, files, web, mcp).
 The seams never import it; a family reaches ``hostkit.effects`` and another
 family through their public ``__init__`` only; inside a family the modules
 form a chain with no import cycle. The import graph is read statically
@@ -18,7 +18,12 @@ import grimp
 import pytest
 
 BUILTINS = "hostkit.builtins"
-FAMILIES = ["hostkit.builtins.process", "hostkit.builtins.files", "hostkit.builtins.web"]
+FAMILIES = [
+    "hostkit.builtins.process",
+    "hostkit.builtins.files",
+    "hostkit.builtins.web",
+    "hostkit.builtins.mcp",
+]
 # The packages below the builtins (runtime-composition step 7: no seam knows a tool family).
 SEAMS = [
     "hostkit.types",
@@ -36,6 +41,7 @@ USES = {
     "hostkit.builtins.process": {"hostkit.builtins.files"},
     "hostkit.builtins.files": set(),
     "hostkit.builtins.web": set(),
+    "hostkit.builtins.mcp": {"hostkit.builtins.process", "hostkit.builtins.web"},
 }
 # Each family's private modules, highest first: a module imports only modules after it.
 # Modules sharing a tuple are siblings and import neither each other.
@@ -49,6 +55,12 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
     ],
     "hostkit.builtins.files": [("_files",), ("_workspace",), ("_openat",), ("_errors",)],
     "hostkit.builtins.web": [("_web",), ("_extract",), ("_fetch",), ("_urlpolicy",), ("_errors",)],
+    "hostkit.builtins.mcp": [
+        ("_connector",),
+        ("_connection", "_http", "_stdio"),
+        ("_launch", "_render"),
+        ("_errors",),
+    ],
 }
 
 

@@ -209,12 +209,16 @@ def sandbox_argv(
     workspace: Path,
     workdir: Path,
     masks: Sequence[str] = (),
+    read_only: Sequence[Path] = (),
 ) -> list[str]:
     """The argument vector that runs ``command`` (absolute argv[0]) in ``policy``'s sandbox.
 
     ``workspace`` is bound read-write at its own (resolved) path, ``workdir``
     (inside it) becomes the working directory, ``masks`` come from
-    ``mask_plan``. Raises ``SandboxUnavailable`` when the probe failed.
+    ``mask_plan`` (pass ``read_only`` to it as ``roots``). ``read_only`` are
+    extra directories bound read-only at their own paths: where a program
+    outside the system directories lives (a virtualenv, its base interpreter).
+    Raises ``SandboxUnavailable`` when the probe failed.
     """
     if not probe.ok or probe.bwrap is None or probe.prlimit is None:
         raise SandboxUnavailable(probe.reason)
@@ -228,6 +232,8 @@ def sandbox_argv(
     # outside every namespace) or vm/drop_caches would be writable.
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     argv += ["--dev", "/dev", "--tmpfs", "/tmp"]
+    for root in read_only:
+        argv += ["--ro-bind", str(root), str(root)]
     argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
     argv += ["--", *limited_argv(probe.prlimit, policy.limits, command)]
     return argv

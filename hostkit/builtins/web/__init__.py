@@ -3,7 +3,9 @@
 ``UrlPolicy`` decides which URLs an effect may reach (strict parsing, every
 DNS answer checked, metadata addresses closed); ``fetch`` makes a request go
 only to the addresses the policy validated, hop by hop, with a capped body;
-``web_extract`` turns a fetched page into bounded readable text; and
+``PinnedConnections`` does the same for a long-lived client that sends many
+requests (MCP over streamable HTTP); ``web_extract`` turns a fetched page
+into bounded readable text; and
 ``web_tools(policy)`` is the ``web.extract`` effect bound to a policy.
 
 Inside, modules import one way only: ``_web`` (the tool) → ``_extract`` →
@@ -17,7 +19,7 @@ from hostkit.builtins.web._extract import (
     UnsupportedContent,
     web_extract,
 )
-from hostkit.builtins.web._fetch import FetchResult, fetch
+from hostkit.builtins.web._fetch import FetchResult, PinnedConnections, fetch
 from hostkit.builtins.web._urlpolicy import Resolver, UrlPolicy, ValidatedTarget
 from hostkit.builtins.web._web import web_tools
 
@@ -25,6 +27,7 @@ __all__ = [
     "ExtractedPage",
     "FetchError",
     "FetchResult",
+    "PinnedConnections",
     "ReadableText",
     "Resolver",
     "UnsupportedContent",

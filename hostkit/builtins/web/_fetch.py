@@ -27,7 +27,7 @@ from hostkit.errors import bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata
 
-__all__ = ["FetchResult", "fetch"]
+__all__ = ["FetchResult", "PinnedConnections", "fetch"]
 
 _USER_AGENT = "hostkit-web/0.1"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -153,6 +153,68 @@ class _PinnedTransport(httpx.AsyncBaseTransport):
 @functools.cache
 def _default_ssl_context() -> ssl.SSLContext:
     return httpcore.default_ssl_context()
+
+
+class PinnedConnections:
+    """Connections for a long-lived client (MCP over HTTP) that go only where the policy allows.
+
+    ``fetch`` owns one request and its redirects; a protocol client sends
+    many requests, following redirects itself. Each request is first passed
+    to ``admit``: a new origin is validated (DNS once, every answer checked)
+    and pinned, a known one is checked again against its pinned answers, so
+    a hop to another host is validated before it is requested and nothing
+    resolves a name twice. ``handle`` sends an httpcore request over a pool
+    whose only way out is the pinning backend. Build it with ``open``.
+    """
+
+    def __init__(
+        self,
+        policy: UrlPolicy,
+        *,
+        ssl_context: ssl.SSLContext,
+        network_backend: httpcore.AsyncNetworkBackend | None = None,
+        max_connections: int = 4,
+    ) -> None:
+        self.policy = policy
+        self._pins: dict[str, tuple[str, ...]] = {}
+        self._targets: dict[str, ValidatedTarget] = {}
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            network_backend=_PinnedBackend(self._pins, network_backend or httpcore.AnyIOBackend()),
+            max_connections=max_connections,
+            retries=0,
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        policy: UrlPolicy,
+        *,
+        network_backend: httpcore.AsyncNetworkBackend | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> PinnedConnections:
+        """The default TLS context is built off the event loop (it reads the CA bundle)."""
+        if ssl_context is None:
+            ssl_context = await anyio.to_thread.run_sync(_default_ssl_context)
+        return cls(policy, ssl_context=ssl_context, network_backend=network_backend)
+
+    async def admit(self, url: str) -> ValidatedTarget:
+        """Validate ``url`` under the policy and pin its host; ``UrlDenied`` refuses it."""
+        target = await self.policy._validate(url, pins=self._pins)
+        self._targets.setdefault(target.origin, target)
+        return target
+
+    @property
+    def targets(self) -> tuple[ValidatedTarget, ...]:
+        """Every origin admitted so far, first one first (for audit views)."""
+        return tuple(self._targets.values())
+
+    async def handle(self, request: httpcore.Request) -> httpcore.Response:
+        """Send ``request`` (its host must have been admitted) with its body unread."""
+        return await self._pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
 
 
 _TIMEOUTS = (TimeoutError, httpx.TimeoutException, httpcore.TimeoutException)

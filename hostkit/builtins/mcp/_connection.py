@@ -1,0 +1,259 @@
+"""One live MCP session: the SDK ``Client`` held open by a task of its own.
+
+The pool keeps a connection for a whole session, across turns and tasks,
+while the SDK's client is an async context manager with task groups inside,
+which must be entered and left by one task. So the client lives in an owner
+task (started on the running loop, as ``terminal.run``'s background runs
+are) that enters it, reports ready and waits to be told to close; calls from
+any task go through it. ``aclose`` (idempotent, shielded, bounded) stops the
+owner, whose exit stops the transport (for stdio: the whole process tree).
+
+Outcomes of a call: ``succeeded`` with the rendered result; ``failed`` when
+the server reported an error (``isError`` or a JSON-RPC error), when the
+connection was already closed (nothing was sent), or when a message passed
+the size bound; ``indeterminate`` when the connection ended while the call
+ran (the server may have acted). A cancelled call (the runtime's deadline)
+propagates; the SDK sends the server a cancellation and the session stays
+usable, though the pool closes it after a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import anyio
+from mcp import Client
+from mcp.client._transport import TransportStreams
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, Implementation
+from pydantic import ValidationError
+
+from hostkit.builtins.mcp._errors import (
+    MAX_MCP_MESSAGE_BYTES,
+    MAX_TOOLS,
+    McpConnectFailed,
+    McpProtocolError,
+)
+from hostkit.builtins.mcp._render import render_result, tool_spec
+from hostkit.effects import McpServerDeclaration, McpToolSpec, ToolOutcome
+from hostkit.errors import HostkitError, bounded
+
+__all__ = ["ClientConnection", "Link"]
+
+_CLOSE_TIMEOUT_S = 10.0
+_MAX_PAGES = 16
+_REASON_CHARS = 500
+_CLIENT_INFO = Implementation(name="hostkit", version="0.1")
+_OVERSIZED = f"a message from the server exceeded {MAX_MCP_MESSAGE_BYTES // (1024 * 1024)} MiB"
+# httpx2's SSE decoder: "Server-sent event exceeded the <n> byte limit."
+_OVERSIZED_EVENT = f"exceeded the {MAX_MCP_MESSAGE_BYTES} byte limit"
+
+
+class Link(Protocol):
+    """A transport the connection runs on, and what it knows about its own state."""
+
+    transport: str
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def broken(self) -> str | None: ...
+
+    def diagnostics(self) -> str: ...
+
+    def streams(self) -> AbstractAsyncContextManager[TransportStreams]: ...
+
+
+class ClientConnection:
+    """A live, initialized client session with one server (``hostkit.effects.McpConnection``)."""
+
+    def __init__(self, declaration: McpServerDeclaration, link: Link) -> None:
+        self._declaration = declaration
+        self._link = link
+        self._client: Client | None = None
+        self._ready = anyio.Event()
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._failure: BaseException | None = None
+        self._lost = False
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, declaration: McpServerDeclaration, link: Link) -> ClientConnection:
+        """Start the transport and initialize the session; close everything on any failure.
+
+        Raises ``McpConnectFailed`` (with the server's bounded diagnostics) when it
+        did not come up. A cancelled open (the caller's deadline) stops what started.
+        """
+        connection = cls(declaration, link)
+        connection._task = asyncio.get_running_loop().create_task(
+            connection._own(), name=f"mcp {declaration.name}"
+        )
+        try:
+            await connection._ready.wait()
+        except BaseException:
+            await connection.aclose()
+            raise
+        if connection._client is None:
+            await connection.aclose()
+            raise McpConnectFailed(connection._why_not_started())
+        return connection
+
+    async def _own(self) -> None:
+        try:
+            with self._scope:
+                async with Client(
+                    self._link.streams(), cache=None, client_info=_CLIENT_INFO
+                ) as client:
+                    self._client = client
+                    self._ready.set()
+                    await self._stop.wait()
+        except Exception as exc:  # reported by open() or seen as alive=False; never unretrieved
+            self._failure = exc
+        finally:
+            self._done.set()
+            self._ready.set()
+
+    def _why_not_started(self) -> str:
+        name = self._declaration.name
+        reason = self._link.broken or _describe(self._failure)
+        return bounded(
+            f"MCP server {name!r} did not start{self._link.diagnostics()} ({reason})", 1000
+        )
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self._client is not None
+            and not self._stop.is_set()
+            and not self._done.is_set()
+            and not self._lost
+            and not self._link.ended
+            and self._link.broken is None
+        )
+
+    async def list_tools(self) -> Sequence[McpToolSpec]:
+        """Every listed tool (at most ``MAX_TOOLS``, over at most 16 pages), bounded and checked."""
+        client = self._live()
+        specs: list[McpToolSpec] = []
+        seen: set[str] = set()
+        cursor: str | None = None
+        try:
+            for _ in range(_MAX_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                for tool in page.tools:
+                    if tool.name in seen:
+                        continue
+                    seen.add(tool.name)
+                    specs.append(tool_spec(self._declaration.name, tool))
+                    if len(specs) > MAX_TOOLS:
+                        server = self._declaration.name
+                        raise McpProtocolError(
+                            f"MCP server {server!r} lists more than {MAX_TOOLS} tools"
+                        )
+                cursor = page.next_cursor
+                if cursor is None:
+                    return tuple(specs)
+        except MCPError as exc:
+            self._lost = self._lost or exc.code == CONNECTION_CLOSED
+            raise McpProtocolError(self._listing_failed(exc)) from exc
+        except ValidationError as exc:
+            raise McpProtocolError(
+                f"MCP server {self._declaration.name!r} sent a malformed tool list"
+            ) from exc
+        raise McpProtocolError(
+            f"MCP server {self._declaration.name!r} paginates its tools past {_MAX_PAGES} pages"
+        )
+
+    def _listing_failed(self, exc: MCPError) -> str:
+        name = self._declaration.name
+        if self._link.broken is not None:
+            return f"MCP server {name!r}: {self._link.broken}"
+        return bounded(f"MCP server {name!r} could not list its tools: {exc.message}", 300)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+        audit = {"server": self._declaration.name, "tool": name, "transport": self._link.transport}
+        server = self._declaration.name
+        client = self._client
+        if client is None or not self.alive:
+            return ToolOutcome(
+                "failed", None, f"the connection to MCP server {server!r} is closed", audit
+            )
+        try:
+            result = await client.call_tool(name, dict(arguments))
+        except MCPError as exc:
+            if self._link.broken is not None:
+                self._lost = True
+                return ToolOutcome("failed", None, f"{server}: {self._link.broken}", audit)
+            if exc.code == CONNECTION_CLOSED and _OVERSIZED_EVENT in exc.message:
+                # The SDK's own SSE bound (set to the same limit) ended the stream.
+                self._lost = True
+                return ToolOutcome("failed", None, f"{server}: {_OVERSIZED}", audit)
+            if exc.code == CONNECTION_CLOSED:
+                return self._indeterminate(audit)
+            return ToolOutcome(
+                "failed",
+                None,
+                bounded(f"{server} refused the call: {exc.message}", _REASON_CHARS),
+                audit,
+            )
+        except ValidationError:
+            return ToolOutcome("failed", None, f"{server} returned a malformed result", audit)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return self._indeterminate(audit)
+        output, text = render_result(result)
+        if result.is_error:
+            reason = bounded(text or "the tool reported an error", _REASON_CHARS)
+            return ToolOutcome("failed", output, reason, audit)
+        return ToolOutcome("succeeded", output, None, audit)
+
+    def _indeterminate(self, audit: Mapping[str, Any]) -> ToolOutcome:
+        self._lost = True
+        server = self._declaration.name
+        detail = self._link.diagnostics() if self._link.transport == "stdio" else ""
+        return ToolOutcome(
+            "indeterminate",
+            None,
+            bounded(
+                f"the connection to MCP server {server!r} ended while the call ran{detail}",
+                _REASON_CHARS,
+            ),
+            dict(audit),
+        )
+
+    def _live(self) -> Client:
+        if self._client is None or not self.alive:
+            raise McpConnectFailed(
+                f"the connection to MCP server {self._declaration.name!r} is closed"
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Stop the owner task and with it the transport; idempotent, shielded, bounded."""
+        self._stop.set()
+        if not self._ready.is_set() or self._client is None:
+            self._scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S) as waited:
+            await self._done.wait()
+        if waited.cancelled_caught:
+            # A handshake stuck past every bound: cancel it outright.
+            self._scope.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+                await self._done.wait()
+
+
+def _describe(exc: BaseException | None) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if exc is None:
+        return "the session ended"
+    if isinstance(exc, HostkitError):
+        return exc.message
+    if isinstance(exc, MCPError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"

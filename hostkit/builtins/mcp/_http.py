@@ -1,0 +1,207 @@
+"""Streamable HTTP under the shared URL policy: the SDK's transport on a pinned pool.
+
+The SDK's ``streamable_http_client`` takes an ``httpx2.AsyncClient``; this
+module gives it one whose transport sends every request through
+``hostkit.builtins.web.PinnedConnections``: each request's origin is admitted
+by the agent's ``UrlPolicy`` before it is sent (a new host is resolved once
+and every answer checked, a known one re-checked against its pins) and the
+connection goes only to validated addresses. A JSON body is capped at
+``MAX_MCP_MESSAGE_BYTES`` while it streams; an SSE event is capped by the
+SDK's ``max_sse_event_size``. Passing the cap breaks the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import httpcore
+import httpx2
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.client._transport import ReadStream, TransportStreams
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from hostkit.builtins.mcp._errors import MAX_MCP_MESSAGE_BYTES
+from hostkit.builtins.web import PinnedConnections, UrlDenied
+from hostkit.errors import bounded
+
+__all__ = ["HttpLink"]
+
+_MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
+_CONNECT_TIMEOUT_S = 10.0
+# A call's own deadline is the runtime's; this only stops a silent socket forever.
+_READ_TIMEOUT_S = 600.0
+_CORE_ERRORS: tuple[tuple[type[Exception], type[httpx2.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx2.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx2.ReadTimeout),
+    (httpcore.WriteTimeout, httpx2.WriteTimeout),
+    (httpcore.PoolTimeout, httpx2.PoolTimeout),
+    (httpcore.ConnectError, httpx2.ConnectError),
+    (httpcore.ReadError, httpx2.ReadError),
+    (httpcore.WriteError, httpx2.WriteError),
+    (httpcore.RemoteProtocolError, httpx2.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx2.LocalProtocolError),
+    (httpcore.UnsupportedProtocol, httpx2.UnsupportedProtocol),
+    (OSError, httpx2.NetworkError),
+)
+
+
+def _as_httpx2(exc: Exception) -> Exception:
+    for core, mapped in _CORE_ERRORS:
+        if isinstance(exc, core):
+            return mapped(bounded(str(exc) or type(exc).__name__, 200))
+    return exc
+
+
+class HttpLink:
+    """One streamable-HTTP session's transport and the state the connection reads."""
+
+    transport = "http"
+
+    def __init__(self, url: str, connections: PinnedConnections) -> None:
+        self._url = url
+        self._connections = connections
+        self._ended = False
+        self._broken: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def broken(self) -> str | None:
+        return self._broken
+
+    def diagnostics(self) -> str:
+        origins = ", ".join(t.origin for t in self._connections.targets)
+        return f" ({origins})" if origins else ""
+
+    def _break(self, reason: str) -> None:
+        self._broken = self._broken or reason
+
+    @asynccontextmanager
+    async def streams(self) -> AsyncIterator[TransportStreams]:
+        client = httpx2.AsyncClient(
+            transport=_PinnedTransport(self._connections, self._break),
+            timeout=httpx2.Timeout(_READ_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        try:
+            async with (
+                client,
+                streamable_http_client(
+                    self._url, http_client=client, max_sse_event_size=MAX_MCP_MESSAGE_BYTES
+                ) as (read, write),
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(self._pump, read, send)
+                try:
+                    yield receive, write
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            self._ended = True
+            with anyio.CancelScope(shield=True):
+                await send.aclose()
+                await receive.aclose()
+                await self._connections.aclose()
+
+    async def _pump(
+        self,
+        read: ReadStream[SessionMessage | Exception],
+        send: MemoryObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        """Forward the SDK's read side, noting when it ends (the server is gone)."""
+        try:
+            async with send:
+                async for item in read:
+                    await send.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            self._ended = True
+
+
+class _PinnedTransport(httpx2.AsyncBaseTransport):
+    """httpx2 requests sent through the pinned pool, each origin admitted first."""
+
+    def __init__(self, connections: PinnedConnections, on_oversize: Callable[[str], None]) -> None:
+        self._connections = connections
+        self._on_oversize = on_oversize
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        host = url.raw_host.decode("ascii")
+        netloc = f"[{host}]" if ":" in host else host
+        origin = f"{url.scheme}://{netloc}" + (f":{url.port}" if url.port else "") + "/"
+        try:
+            await self._connections.admit(origin)
+        except UrlDenied as exc:
+            raise httpx2.ConnectError(f"refused by the URL policy: {exc.message}") from exc
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = await self._connections.handle(core)
+        except Exception as exc:
+            raise _as_httpx2(exc) from exc
+        content_type = _header(response.headers, b"content-type")
+        cap = None if content_type.startswith("text/event-stream") else MAX_MCP_MESSAGE_BYTES
+        assert isinstance(response.stream, AsyncIterable)  # the async pool's streams are
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_CappedStream(response.stream, cap, self._on_oversize),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._connections.aclose()
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1").strip().lower()
+    return ""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that fails once it passes ``cap`` bytes, holding no more than that."""
+
+    def __init__(
+        self, stream: AsyncIterable[bytes], cap: int | None, on_oversize: Callable[[str], None]
+    ) -> None:
+        self._stream = stream
+        self._cap = cap
+        self._on_oversize = on_oversize
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        try:
+            async for chunk in self._stream:
+                seen += len(chunk)
+                if self._cap is not None and seen > self._cap:
+                    reason = f"a message from the server exceeded {_MIB} MiB"
+                    self._on_oversize(reason)
+                    raise httpx2.ReadError(reason)
+                yield chunk
+        except httpx2.HTTPError:
+            raise
+        except Exception as exc:
+            raise _as_httpx2(exc) from exc
+
+    async def aclose(self) -> None:
+        close = getattr(self._stream, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,214 @@
+"""The Host's own stdio transport: a sandboxed child, bounded lines, a tree that always ends.
+
+The SDK's ``stdio_client`` merges its own default environment into the
+child's and buffers a line of any length; this one starts exactly the planned
+launch (``_launch``) and never holds more than ``MAX_MCP_MESSAGE_BYTES`` of
+one JSON-RPC line: a longer line breaks the connection (``broken`` says why)
+and the server is stopped at close. stderr keeps only a bounded tail, for the
+error a server that exits at start is reported with (declared env values
+redacted). Closing follows the MCP shutdown order (close stdin, a short
+grace, then kill) and kills the whole tree: the child leads its own session
+(process group), bubblewrap's PID namespace ends everything in it, and any
+descendant seen before the kill is killed by pid. It runs shielded, so a
+cancelled caller (a connect that timed out) leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+
+import anyio
+import anyio.to_thread
+import mcp_types
+import psutil
+from anyio.abc import ByteReceiveStream, Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client._transport import TransportStreams
+from mcp.shared.message import SessionMessage
+
+from hostkit.builtins.mcp._errors import MAX_MCP_MESSAGE_BYTES, STDERR_TAIL_BYTES
+from hostkit.builtins.mcp._launch import Launch
+
+__all__ = ["StdioLink"]
+
+_READ_CHUNK = 64 * 1024
+_CLOSE_GRACE_S = 1.0
+_KILL_WAIT_S = 3.0
+_POLL_S = 0.02
+_MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
+_PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
+
+
+class StdioLink:
+    """One stdio server process and the state the connection reads: ended, broken, stderr."""
+
+    transport = "stdio"
+
+    def __init__(self, launch: Launch, *, secrets: Sequence[str] = ()) -> None:
+        self._launch = launch
+        # Short values would redact ordinary words; they say little anyway.
+        self._secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+        self._tail = bytearray()
+        self._ended = False
+        self._broken: str | None = None
+        self.pid: int | None = None
+        self.returncode: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def broken(self) -> str | None:
+        return self._broken
+
+    def diagnostics(self) -> str:
+        """The exit code and stderr tail, declared env values redacted."""
+        tail = self._tail.decode("utf-8", "replace").strip()
+        for secret in self._secrets:
+            tail = tail.replace(secret, "[redacted]")
+        code = "" if self.returncode is None else f" (exit code {self.returncode})"
+        return f"{code}: {tail}" if tail else code
+
+    @asynccontextmanager
+    async def streams(self) -> AsyncIterator[TransportStreams]:
+        process = await anyio.open_process(
+            list(self._launch.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self._launch.cwd,
+            env=dict(self._launch.env),
+            start_new_session=True,
+        )
+        # No await between the spawn and the try: a cancellation there would leak it.
+        self.pid = process.pid
+        read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._read_stdout, process, read_send)
+                group.start_soon(self._write_stdin, process, write_receive, read_send)
+                group.start_soon(self._read_stderr, process)
+                try:
+                    yield read_receive, write_send
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            self._ended = True
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
+                self.returncode = process.returncode
+                for stream in (read_send, read_receive, write_send, write_receive):
+                    await stream.aclose()
+
+    async def _read_stdout(
+        self, process: Process, send: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> None:
+        """One message per line, never more than the bound of one line in memory."""
+        assert process.stdout is not None
+        line = bytearray()
+        try:
+            async with send:
+                while True:
+                    try:
+                        chunk = await process.stdout.receive(_READ_CHUNK)
+                    except (anyio.EndOfStream, *_PIPE_ERRORS):
+                        return
+                    start = 0
+                    while (newline := chunk.find(b"\n", start)) >= 0:
+                        line += chunk[start:newline]
+                        start = newline + 1
+                        if len(line) > MAX_MCP_MESSAGE_BYTES:
+                            break
+                        if line.strip():
+                            await send.send(_parse(bytes(line)))
+                        line.clear()
+                    else:
+                        line += chunk[start:]
+                    if len(line) > MAX_MCP_MESSAGE_BYTES:
+                        self._broken = f"a message from the server exceeded {_MIB} MiB"
+                        return
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+        finally:
+            self._ended = True
+
+    async def _write_stdin(
+        self,
+        process: Process,
+        receive: MemoryObjectReceiveStream[SessionMessage],
+        read_send: MemoryObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        assert process.stdin is not None
+        try:
+            async with receive:
+                async for message in receive:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(data.encode("utf-8") + b"\n")
+        except _PIPE_ERRORS:
+            # The server stopped reading: end the session's read side too, so a
+            # request waiting for its answer sees the connection close.
+            self._ended = True
+            await read_send.aclose()
+
+    async def _read_stderr(self, process: Process) -> None:
+        stderr: ByteReceiveStream | None = process.stderr
+        assert stderr is not None
+        with suppress(anyio.EndOfStream, *_PIPE_ERRORS):
+            while True:
+                self._tail += await stderr.receive(_READ_CHUNK)
+                del self._tail[:-STDERR_TAIL_BYTES]
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    """A parse error travels as a value; the session decides what it means."""
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return exc
+
+
+async def _stop(process: Process) -> None:
+    """Close stdin, give the server a short grace, then kill its whole tree (shielded)."""
+    assert process.stdin is not None
+    assert process.stdout is not None
+    with suppress(*_PIPE_ERRORS):
+        await process.stdin.aclose()
+    if not await _exited(process, _CLOSE_GRACE_S):
+        await anyio.to_thread.run_sync(_kill_tree, process.pid)
+        await _exited(process, _KILL_WAIT_S)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            with suppress(*_PIPE_ERRORS):
+                await stream.aclose()
+    if process.returncode is not None:
+        # Releases the subprocess transport; bounded, a surviving holder of a pipe cannot hang it.
+        with anyio.move_on_after(_CLOSE_GRACE_S), suppress(*_PIPE_ERRORS):
+            await process.aclose()
+
+
+async def _exited(process: Process, timeout_s: float) -> bool:
+    """Poll the return code: ``wait()`` would also wait for pipes a descendant holds open."""
+    with anyio.move_on_after(timeout_s):
+        while process.returncode is None:  # noqa: ASYNC110 - nothing signals a child's exit
+            await anyio.sleep(_POLL_S)
+    return process.returncode is not None
+
+
+def _kill_tree(pid: int) -> None:
+    """Blocking: SIGKILL the process group the child leads and every descendant, then wait."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for child in descendants:
+        with suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(descendants, timeout=_KILL_WAIT_S)

@@ -1,0 +1,532 @@
+"""Clause: the concrete MCP client (``hostkit.builtins.mcp``) on real servers.
+
+Stdio servers run in the agent's bubblewrap sandbox (own PID namespace, Host
+state masked, no network unless declared, exactly the allowlisted environment
+plus the declared one), messages are bounded, every outcome is typed, and no
+process outlives ``aclose`` or a cancelled connect. HTTP servers are reached
+only through the shared URL policy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpcore
+import psutil
+import pytest
+
+from hostkit.builtins.mcp import (
+    MAX_MCP_MESSAGE_BYTES,
+    McpClientConnector,
+    McpCommandNotFound,
+    McpConnectFailed,
+)
+from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bubblewrap
+from hostkit.builtins.web import PinnedConnections, UrlDenied, UrlPolicy
+from hostkit.effects import McpConnection, McpServerDeclaration
+from hostkit.errors import UserError
+from tests.support import peak_rss_growth
+
+pytestmark = pytest.mark.anyio
+
+SERVER = Path(__file__).parent.parent / "mcp_servers" / "bad_server.py"
+VENV_BIN = str(Path(sys.executable).parent)
+HOST_ENV = {
+    "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/nonexistent-home",
+    "HOSTKIT_HOST_ONLY": "must-not-leak",
+    "AWS_SECRET_ACCESS_KEY": "must-not-leak-either",
+}
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    shutil.copy(SERVER, root / "bad_server.py")
+    return root
+
+
+@pytest.fixture
+def state_file(workspace: Path) -> Path:
+    """Host state an operator placed inside the workspace (a database)."""
+    path = workspace / "hostkit.db"
+    path.write_text("HOST-STATE-SECRET")
+    return path
+
+
+@pytest.fixture
+def connector(workspace: Path, state_file: Path) -> McpClientConnector:
+    assert probe_bubblewrap().ok, probe_bubblewrap().reason
+    return McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(),
+        environ=HOST_ENV,
+        hidden=(state_file,),
+    )
+
+
+@pytest.fixture
+def no_leftovers() -> Iterator[None]:
+    before = _descendants()
+    yield
+    deadline = time.monotonic() + 5
+    while _descendants() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _descendants() - before == set()
+
+
+def bad(mode: str = "serve", *extra: str, **kwargs: Any) -> McpServerDeclaration:
+    return McpServerDeclaration(
+        name="bad",
+        transport="stdio",
+        command=(sys.executable, "bad_server.py", mode, *extra),
+        **kwargs,
+    )
+
+
+@pytest.fixture
+async def served(connector: McpClientConnector, no_leftovers: None) -> AsyncIterator[McpConnection]:
+    connection = await connector.connect(bad(env={"MCP_TOKEN": "tok-declared-1234"}))
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
+
+
+async def test_lists_and_calls_a_sandboxed_venv_server(served: McpConnection) -> None:
+    tools = {tool.name: tool for tool in await served.list_tools()}
+    assert {"add", "echo_env", "whoami", "crash", "huge", "fail", "sleep"} <= set(tools)
+    assert tools["add"].input_schema["type"] == "object"
+    assert set(tools["add"].input_schema["properties"]) == {"a", "b"}
+    outcome = await served.call_tool("add", {"a": 2, "b": 40})
+    assert outcome.status == "succeeded"
+    assert outcome.output == {"result": 42}
+    assert outcome.audit == {"server": "bad", "tool": "add", "transport": "stdio"}
+    assert served.alive
+
+
+async def test_environment_is_exactly_the_allowlist_plus_declared(served: McpConnection) -> None:
+    outcome = await served.call_tool(
+        "echo_env", {"names": ["MCP_TOKEN", "PATH", "HOSTKIT_HOST_ONLY"]}
+    )
+    assert outcome.status == "succeeded", outcome.error
+    names = set(outcome.output["names"])
+    # bwrap sets PWD (the working directory) itself; nothing else is added.
+    assert names == {"PATH", "LANG", "HOME", "MCP_TOKEN", "PWD"}
+    values = outcome.output["values"]
+    assert values["MCP_TOKEN"] == "tok-declared-1234"
+    assert values["PATH"] == HOST_ENV["PATH"]
+    assert values["HOSTKIT_HOST_ONLY"] is None
+
+
+async def test_sandbox_has_its_own_pids_no_host_state_and_no_network(
+    served: McpConnection, state_file: Path
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        outcome = await served.call_tool(
+            "whoami", {"path": str(state_file), "host": "127.0.0.1", "port": port}
+        )
+    assert outcome.status == "succeeded", outcome.error
+    seen = outcome.output
+    assert seen["pid"] < 10
+    assert max(seen["pids"]) < 100
+    assert os.getpid() not in seen["pids"]
+    assert seen["content"] in ("", None)
+    assert seen["connected"] is False
+
+
+async def test_declared_network_reaches_the_network(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    connection = await connector.connect(bad(network=True))
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+            outcome = await connection.call_tool(
+                "whoami", {"path": "/etc/hostname", "host": "127.0.0.1", "port": port}
+            )
+        assert outcome.output["connected"] is True
+    finally:
+        await connection.aclose()
+
+
+async def test_tool_error_is_failed_with_a_bounded_reason(served: McpConnection) -> None:
+    outcome = await served.call_tool("fail", {"reason": "no such branch " + "z" * 5000})
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "no such branch" in outcome.error
+    assert len(outcome.error) <= 500
+    assert served.alive
+
+
+async def test_unknown_tool_is_failed_and_the_session_survives(served: McpConnection) -> None:
+    outcome = await served.call_tool("no_such_tool", {})
+    assert outcome.status == "failed"
+    assert (await served.call_tool("add", {"a": 1, "b": 1})).status == "succeeded"
+
+
+async def test_a_cancelled_call_does_not_wedge_the_session(served: McpConnection) -> None:
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.5):
+            await served.call_tool("sleep", {"seconds": 30})
+    assert (await served.call_tool("add", {"a": 3, "b": 4})).output == {"result": 7}
+
+
+@pytest.mark.slow
+async def test_crash_mid_call_is_indeterminate_and_not_alive(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    connection = await connector.connect(bad())
+    try:
+        outcome = await connection.call_tool("crash", {})
+        assert outcome.status == "indeterminate"
+        assert outcome.error is not None
+        assert len(outcome.error) <= 500
+        assert outcome.audit == {"server": "bad", "tool": "crash", "transport": "stdio"}
+        assert not connection.alive
+        again = await connection.call_tool("add", {"a": 1, "b": 2})
+        assert again.status == "failed"
+        assert "closed" in (again.error or "")
+    finally:
+        await connection.aclose()
+
+
+@pytest.mark.slow
+async def test_an_oversized_result_fails_bounded_without_buffering_it(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    connection = await connector.connect(bad())
+    try:
+        outcome, growth = await peak_rss_growth(
+            lambda: connection.call_tool("huge", {"megabytes": 30})
+        )
+        assert outcome.status == "failed"
+        assert "exceeded 4 MiB" in (outcome.error or "")
+        assert not connection.alive
+        assert growth < 2 * MAX_MCP_MESSAGE_BYTES
+    finally:
+        await connection.aclose()
+
+
+@pytest.mark.slow
+async def test_a_result_under_the_bound_arrives_whole(served: McpConnection) -> None:
+    outcome = await served.call_tool("huge", {"megabytes": 1})
+    assert outcome.status == "succeeded"
+    assert outcome.output == {"result": "x" * 1_000_000}
+
+
+@pytest.mark.slow
+async def test_a_hung_tool_list_times_out_and_leaves_no_process(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    connection = await connector.connect(bad("hang_list_tools"))
+    try:
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(1.0):
+                await connection.list_tools()
+    finally:
+        await connection.aclose()
+    assert not connection.alive
+    await connection.aclose()  # idempotent
+
+
+async def test_exit_at_start_raises_with_the_redacted_stderr_tail(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    declaration = bad("exit_at_start", env={"MCP_TOKEN": "tok-secret-9876"})
+    with pytest.raises(McpConnectFailed) as raised:
+        with anyio.fail_after(30):
+            await connector.connect(declaration)
+    message = raised.value.message
+    assert "cannot start" in message
+    assert "exit code 3" in message
+    assert "tok-secret-9876" not in message
+    assert "[redacted]" in message
+
+
+@pytest.mark.slow
+async def test_cancelling_a_slow_connect_leaves_no_process(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(1.0):
+            await connector.connect(bad("slow_start", "30"))
+
+
+async def test_no_bubblewrap_fails_closed_before_anything_starts(
+    workspace: Path, no_leftovers: None
+) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(),
+        environ=HOST_ENV,
+        bwrap="no-such-bwrap-binary",
+    )
+    with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
+        await connector.connect(bad())
+
+
+async def test_a_missing_command_is_a_typed_refusal(connector: McpClientConnector) -> None:
+    missing = McpServerDeclaration(
+        name="ghost", transport="stdio", command=("no-such-mcp-server-xyz",)
+    )
+    with pytest.raises(McpCommandNotFound, match="no-such-mcp-server-xyz"):
+        await connector.connect(missing)
+
+
+async def test_a_command_the_sandbox_cannot_show_is_refused(
+    connector: McpClientConnector, tmp_path: Path
+) -> None:
+    outside = tmp_path / "bin" / "server"
+    outside.parent.mkdir()
+    outside.write_text("#!/bin/sh\nexit 0\n")
+    outside.chmod(0o755)
+    declaration = McpServerDeclaration(name="outside", transport="stdio", command=(str(outside),))
+    with pytest.raises(McpCommandNotFound, match="outside what the sandbox shows"):
+        await connector.connect(declaration)
+
+
+def test_unsandboxed_connector_warns_and_sandboxed_does_not(workspace: Path) -> None:
+    def make(mode: str) -> McpClientConnector:
+        return McpClientConnector(
+            workspace=workspace,
+            sandbox=SandboxPolicy(mode=mode),
+            url_policy=UrlPolicy(),  # type: ignore[arg-type]
+        )
+
+    assert make("bubblewrap").approval_warning is None
+    warning = make("none").approval_warning
+    assert warning is not None
+    assert "UNSANDBOXED" in warning
+
+
+async def test_unsandboxed_server_runs_and_its_tree_ends_at_close(
+    workspace: Path, no_leftovers: None
+) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(mode="none"),
+        url_policy=UrlPolicy(),
+        environ=HOST_ENV,
+    )
+    connection = await connector.connect(bad())
+    outcome = await connection.call_tool("echo_env", {"names": []})
+    assert set(outcome.output["names"]) == {"PATH", "LANG", "HOME"}
+    await connection.aclose()
+    assert not connection.alive
+
+
+@pytest.mark.slow
+async def test_real_time_server_found_on_path_answers_in_utc(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    declaration = McpServerDeclaration(
+        name="time", transport="stdio", command=("mcp-server-time", "--local-timezone", "UTC")
+    )
+    connection = await connector.connect(declaration)
+    try:
+        tools = {tool.name: tool for tool in await connection.list_tools()}
+        assert "get_current_time" in tools
+        assert tools["get_current_time"].description
+        outcome = await connection.call_tool("get_current_time", {"timezone": "UTC"})
+        assert outcome.status == "succeeded", outcome.error
+        assert outcome.output["timezone"] == "UTC"
+        assert outcome.output["datetime"].startswith(time.strftime("%Y-", time.gmtime()))
+    finally:
+        await connection.aclose()
+
+
+@pytest.fixture
+def repository(workspace: Path) -> Path:
+    repo = workspace / "repo"
+    repo.mkdir()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "HOME": str(workspace),
+    }
+    (repo / "README.md").write_text("hello\n")
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "README.md"],
+        ["git", "commit", "-q", "-m", "first commit from the test"],
+    ):
+        subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
+    (repo / "untracked.txt").write_text("new\n")
+    return repo
+
+
+@pytest.mark.slow
+async def test_real_git_server_reads_a_repository_in_the_workspace(
+    connector: McpClientConnector, repository: Path, no_leftovers: None
+) -> None:
+    declaration = McpServerDeclaration(
+        name="git",
+        transport="stdio",
+        command=("mcp-server-git", "--repository", str(repository)),
+    )
+    connection = await connector.connect(declaration)
+    try:
+        names = {tool.name for tool in await connection.list_tools()}
+        assert {"git_status", "git_log"} <= names
+        status = await connection.call_tool("git_status", {"repo_path": str(repository)})
+        assert status.status == "succeeded", status.error
+        assert "untracked.txt" in str(status.output)
+        log = await connection.call_tool("git_log", {"repo_path": str(repository)})
+        assert log.status == "succeeded", log.error
+        assert "first commit from the test" in str(log.output)
+    finally:
+        await connection.aclose()
+
+
+def _free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """bad_server.py serving streamable HTTP on loopback, in a subprocess on the Host."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert process.poll() is None
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.mark.slow
+async def test_http_server_is_reached_through_the_url_policy(
+    workspace: Path, http_server: str
+) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+        environ=HOST_ENV,
+    )
+    declaration = McpServerDeclaration(name="web", transport="http", url=http_server)
+    connection = await connector.connect(declaration)
+    try:
+        assert "add" in {tool.name for tool in await connection.list_tools()}
+        outcome = await connection.call_tool("add", {"a": 20, "b": 22})
+        assert outcome.status == "succeeded", outcome.error
+        assert outcome.output == {"result": 42}
+        assert outcome.audit == {"server": "web", "tool": "add", "transport": "http"}
+        failed = await connection.call_tool("fail", {"reason": "over http"})
+        assert failed.status == "failed"
+        assert "over http" in (failed.error or "")
+    finally:
+        await connection.aclose()
+    assert not connection.alive
+
+
+@pytest.mark.slow
+async def test_http_oversized_response_fails_bounded(workspace: Path, http_server: str) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+    )
+    connection = await connector.connect(
+        McpServerDeclaration(name="web", transport="http", url=http_server)
+    )
+    try:
+        outcome = await connection.call_tool("huge", {"megabytes": 10})
+        assert outcome.status == "failed"
+        assert "exceeded 4 MiB" in (outcome.error or "")
+        assert not connection.alive
+    finally:
+        await connection.aclose()
+
+
+async def test_http_server_that_is_not_there_fails_to_connect(workspace: Path) -> None:
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+    )
+    port = _free_port()
+    declaration = McpServerDeclaration(
+        name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp"
+    )
+    with pytest.raises(McpConnectFailed, match=f"127.0.0.1:{port}"):
+        with anyio.fail_after(30):
+            await connector.connect(declaration)
+
+
+async def test_http_refused_by_the_url_policy_connects_nothing(workspace: Path) -> None:
+    connector = McpClientConnector(
+        workspace=workspace, sandbox=SandboxPolicy(), url_policy=UrlPolicy()
+    )
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        declaration = McpServerDeclaration(
+            name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp"
+        )
+        with pytest.raises(UrlDenied) as raised:
+            await connector.connect(declaration)
+        assert isinstance(raised.value, UserError)
+        assert raised.value.reason == "loopback"
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+async def test_pinned_connections_admit_per_policy_and_send_only_to_admitted_hosts() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        strict = await PinnedConnections.open(UrlPolicy())
+        try:
+            with pytest.raises(UrlDenied):
+                await strict.admit(f"http://127.0.0.1:{port}/mcp")
+            request = httpcore.Request("GET", f"http://127.0.0.1:{port}/mcp")
+            with pytest.raises(httpcore.ConnectError, match="not validated"):
+                await strict.handle(request)
+        finally:
+            await strict.aclose()
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        loose = await PinnedConnections.open(UrlPolicy(allow_private=frozenset({"127.0.0.1"})))
+        try:
+            target = await loose.admit(f"http://127.0.0.1:{port}/mcp")
+            assert target.addresses == ("127.0.0.1",)
+            assert [t.origin for t in loose.targets] == [f"http://127.0.0.1:{port}"]
+        finally:
+            await loose.aclose()

@@ -1,0 +1,118 @@
+"""A real MCP server (the SDK's MCPServer) that misbehaves on request.
+
+``python bad_server.py MODE [ARG]``; the tests copy it into the agent's
+workspace and run it with the venv's interpreter, in the sandbox. Modes:
+
+- ``serve``: behave (the tools below are the probes);
+- ``hang_list_tools``: never answer ``tools/list``;
+- ``exit_at_start``: write a line naming ``MCP_TOKEN``'s value to stderr and exit 3;
+- ``slow_start ARG``: sleep ARG seconds before serving;
+- ``http ARG``: serve streamable HTTP on 127.0.0.1, port ARG (run on the Host, unsandboxed).
+
+Tools: ``echo_env``, ``whoami``, ``crash`` (exits mid-call), ``huge`` (a result
+of N MB), ``fail`` (a tool error), ``sleep``, ``add``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+app = MCPServer("bad")
+
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@app.tool()
+def echo_env(names: list[str]) -> dict[str, Any]:
+    """Every environment variable's name, and the values of ``names``."""
+    return {"names": sorted(os.environ), "values": {n: os.environ.get(n) for n in names}}
+
+
+@app.tool()
+def whoami(path: str, host: str, port: int) -> dict[str, Any]:
+    """Its pid, the pids /proc shows, what ``path`` reads, whether host:port connects."""
+    pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    try:
+        with open(path, "rb") as handle:
+            content: str | None = handle.read(200).decode("utf-8", "replace")
+    except OSError as exc:
+        content = None
+        error = type(exc).__name__
+    else:
+        error = None
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            connected = True
+    except OSError:
+        connected = False
+    return {
+        "pid": os.getpid(),
+        "pids": pids,
+        "content": content,
+        "read_error": error,
+        "connected": connected,
+    }
+
+
+@app.tool()
+def crash() -> str:
+    """Exit the whole server in the middle of the call."""
+    sys.stderr.write("crashing now\n")
+    sys.stderr.flush()
+    os._exit(7)
+
+
+@app.tool()
+def huge(megabytes: int) -> str:
+    """A text result of ``megabytes`` MB."""
+    return "x" * (megabytes * 1_000_000)
+
+
+@app.tool()
+def fail(reason: str) -> str:
+    """Report a tool error (its message reaches the client)."""
+    raise ToolError(reason)
+
+
+@app.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then answer."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
+    if mode == "exit_at_start":
+        sys.stderr.write(f"cannot start: token {os.environ.get('MCP_TOKEN')} was rejected\n")
+        sys.stderr.flush()
+        sys.exit(3)
+    if mode == "slow_start":
+        time.sleep(float(sys.argv[2]))
+    if mode == "hang_list_tools":
+
+        async def hang() -> list[Any]:
+            await anyio.sleep_forever()
+            return []
+
+        app.list_tools = hang  # type: ignore[method-assign]
+    if mode == "http":
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        return
+    app.run()
+
+
+if __name__ == "__main__":
+    main()
