@@ -52,13 +52,13 @@ async def mcp_entries(
         connect = mcp_connect_grant(server.name)
         if connect not in granted or mcp_call_grant(server.name) not in granted:
             found[server.name] = await pool.denied(
-                agent, session, server.name, f"the agent holds no {connect} capability"
+                agent, session, server, f"the agent holds no {connect} capability"
             )
             continue
         decision = policy.decide(connect)
         if decision == "deny":
             found[server.name] = await pool.denied(
-                agent, session, server.name, f"{connect} is denied by the agent's policy"
+                agent, session, server, f"{connect} is denied by the agent's policy"
             )
             continue
         authority = authority_of(principal.principal_id, context.core_id, policy.fingerprint())
@@ -73,7 +73,7 @@ async def mcp_entries(
         if decision == "ask" or not policy.explicitly_allows(connect):
             refusal = await _approve_connect(approvals, context, policy, server)
             if refusal is not None:
-                found[server.name] = await pool.denied(agent, session, server.name, refusal)
+                found[server.name] = await pool.denied(agent, session, server, refusal)
                 continue
         approved.append((server, authority))
 

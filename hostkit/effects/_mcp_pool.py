@@ -112,6 +112,7 @@ class _Live:
     digest: str
     authority: str
     connection: McpConnection
+    view: Mapping[str, Any]
     tools: tuple[McpTool, ...] = ()
     skipped: tuple[str, ...] = ()
     last_used: float = 0.0
@@ -176,9 +177,19 @@ class McpConnections:
     def window(self) -> int:
         return int(self._window.total_tokens)
 
-    def connected(self, session_id: str) -> tuple[str, ...]:
-        """Names of the servers ``session_id`` holds a connection to."""
-        return tuple(sorted(s for (sid, s) in self._live if sid == session_id))
+    def connections(self) -> tuple[tuple[str, str], ...]:
+        """(session, server) of every live connection, sorted."""
+        return tuple(sorted(self._live))
+
+    def bound_tool(self, session_id: str, effect: str) -> tuple[McpTool, str] | None:
+        """The session's live MCP tool named ``effect`` and its declaration digest, or None."""
+        for (sid, _), live in self._live.items():
+            if sid != session_id or live.stale:
+                continue
+            for found in live.tools:
+                if found.name == effect:
+                    return found, live.digest
+        return None
 
     # -- reuse and eviction ----------------------------------------------------------------
 
@@ -221,7 +232,7 @@ class McpConnections:
             other.agent == live.agent and s == server for (_, s), other in self._live.items()
         ):
             return  # another session still holds a connection: the server stays connected
-        await self._record(live.agent, server, "closed", f"closed: {why}")
+        await self._record(live.agent, server, "closed", f"closed: {why}", view=live.view)
 
     async def retain(self, session_id: str, declared: Collection[str]) -> None:
         """Close the session's connections to servers its agent no longer declares."""
@@ -269,11 +280,13 @@ class McpConnections:
             declaration.name, "failing", detail=failure.detail, failing_until=failure.until_wall
         )
 
-    async def denied(self, agent: str, session_id: str, server: str, detail: str) -> McpDiscovery:
+    async def denied(
+        self, agent: str, session_id: str, server: McpServer, detail: str
+    ) -> McpDiscovery:
         """Authority refuses the server for this turn: its connection (if any) goes."""
-        await self.evict(session_id, server, detail, state="denied")
-        await self._record(agent, server, "denied", detail)
-        return McpDiscovery(server, "denied", detail=detail)
+        await self.evict(session_id, server.name, detail, state="denied")
+        await self._record(agent, server.name, "denied", detail, view=server.declaration.view())
+        return McpDiscovery(server.name, "denied", detail=detail)
 
     # -- discovery -------------------------------------------------------------------------
 
@@ -303,7 +316,9 @@ class McpConnections:
         if self._closed:
             await _close(connection)
             return McpDiscovery(server.name, "failing", detail="the Host is closing")
-        live = _Live(agent, session_id, declaration.digest(), authority, connection)
+        live = _Live(
+            agent, session_id, declaration.digest(), authority, connection, declaration.view()
+        )
         tools, skipped = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
         live.tools, live.skipped, live.last_used = tools, skipped, self._clock()
         previous = self._live.pop((session_id, server.name), None)
@@ -311,7 +326,9 @@ class McpConnections:
             await _close(previous.connection)
         self._live[(session_id, server.name)] = live
         self._failures.pop(declaration.digest(), None)
-        await self._record(agent, server.name, "connected", _skipped_detail(skipped), tools)
+        await self._record(
+            agent, server.name, "connected", _skipped_detail(skipped), tools, view=live.view
+        )
         return McpDiscovery(server.name, "connected", tools, _skipped_detail(skipped))
 
     async def _discover(self, server: McpServer) -> tuple[McpConnection, list[McpToolSpec]] | str:
@@ -340,7 +357,9 @@ class McpConnections:
         self._failures[declaration.digest()] = _Failure(
             detail, self._clock() + self._failure_ttl_s, until_wall
         )
-        await self._record(agent, declaration.name, "failing", detail, until=until_wall)
+        await self._record(
+            agent, declaration.name, "failing", detail, until=until_wall, view=declaration.view()
+        )
         return McpDiscovery(declaration.name, "failing", detail=detail, failing_until=until_wall)
 
     # -- status and shutdown ---------------------------------------------------------------
@@ -354,6 +373,7 @@ class McpConnections:
         tools: Sequence[McpTool] = (),
         *,
         until: float | None = None,
+        view: Mapping[str, Any],
     ) -> None:
         """Tell the status sink about a change (not once per turn for the same state)."""
         if self._status is None:
@@ -371,6 +391,7 @@ class McpConnections:
             rows,
             until,
             self._wall_clock(),
+            view,
         )
         try:
             await self._status(status)
@@ -386,8 +407,9 @@ class McpConnections:
             async with anyio.create_task_group() as group:
                 for _, live in lives:
                     group.start_soon(_close, live.connection)
-        for agent, server in sorted({(live.agent, key[1]) for key, live in lives}):
-            await self._record(agent, server, "closed", "closed: the Host shut down")
+        views = {(live.agent, key[1]): live.view for key, live in lives}
+        for (agent, server), view in sorted(views.items(), key=lambda item: item[0]):
+            await self._record(agent, server, "closed", "closed: the Host shut down", view=view)
 
 
 def _tools_of(
@@ -403,7 +425,7 @@ def _tools_of(
     warning = server.connector.approval_warning
     for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:
         effect = mcp_effect_name(server.name, spec.name)
-        problem = schema_problem(dict(spec.input_schema)) if effect is not None else "bad name"
+        problem = schema_problem(spec.input_schema) if effect is not None else "bad name"
         if effect is None or problem is not None:
             skipped.append(bounded(spec.name, 60))
             continue

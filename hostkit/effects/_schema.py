@@ -81,6 +81,7 @@ def schema_problem(schema: Any) -> str | None:
     """
     import jsonschema
 
+    schema = thaw(schema)  # a discovered schema may arrive frozen (FrozenMap, tuples)
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return "its parameter schema is not a JSON object schema"
     try:

@@ -7,6 +7,7 @@ from hostkit.host._capabilities import (
     AgentMemory,
     Channel,
     ChannelSource,
+    McpSource,
     MemoryRequest,
     MemorySource,
     ProcessResources,
@@ -26,7 +27,12 @@ from hostkit.host._config import (
     load_config,
     parse_config,
 )
-from hostkit.host._defaults import DefaultCapabilities, DefaultToolSource, NoChannels
+from hostkit.host._defaults import (
+    DefaultCapabilities,
+    DefaultMcpSource,
+    DefaultToolSource,
+    NoChannels,
+)
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
 
@@ -37,12 +43,14 @@ __all__ = [
     "Channel",
     "ChannelSource",
     "DefaultCapabilities",
+    "DefaultMcpSource",
     "DefaultToolSource",
     "EventBus",
     "Host",
     "HostAttachments",
     "HostConfig",
     "McpServerConfig",
+    "McpSource",
     "MemoryRequest",
     "MemorySource",
     "NoChannels",

@@ -24,7 +24,7 @@ from hostkit.builtins.process import (
     TerminalRuns,
     load_artifact_key,
 )
-from hostkit.effects import AuthoredTool, EffectPolicy, SourcedTool
+from hostkit.effects import AuthoredTool, EffectPolicy, McpServer, SourcedTool
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
 from hostkit.turns import Observer
@@ -33,6 +33,7 @@ __all__ = [
     "AgentMemory",
     "Channel",
     "ChannelSource",
+    "McpSource",
     "MemoryRequest",
     "MemorySource",
     "ProcessResources",
@@ -156,6 +157,13 @@ class ToolSource(Protocol):
     async def tools(self, request: ToolRequest) -> Sequence[AuthoredTool | SourcedTool]: ...
 
 
+class McpSource(Protocol):
+    """An agent's declared MCP servers, each with a connector bound to its sandbox, workspace
+    and URL policy. Building one starts nothing: connecting is the runtime's gated effect."""
+
+    async def mcp_servers(self, request: ToolRequest) -> Sequence[McpServer]: ...
+
+
 class Channel(Protocol):
     """An outbound channel: replies by route, scheduled delivery, approval prompts."""
 
@@ -175,6 +183,7 @@ class RuntimeCapabilities(AsyncResource):
     tools: ToolSource
     channels: ChannelSource
     observer: Observer | None = None
+    mcp: McpSource | None = None
 
     async def aclose(self) -> None:
         """Close every source that holds resources (idempotent if the sources are).

@@ -15,10 +15,11 @@ from anyio.abc import AsyncResource
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
+from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.context import Estimator
-from hostkit.effects import AuthoredTool, SourcedTool, provider_name
+from hostkit.effects import AuthoredTool, McpServer, SourcedTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
     Channel,
@@ -34,7 +35,13 @@ from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
 from hostkit.types import AttachmentSupport, ModelLimits
 
-__all__ = ["DefaultCapabilities", "DefaultProviderSource", "DefaultToolSource", "NoChannels"]
+__all__ = [
+    "DefaultCapabilities",
+    "DefaultMcpSource",
+    "DefaultProviderSource",
+    "DefaultToolSource",
+    "NoChannels",
+]
 
 
 _DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
@@ -214,6 +221,35 @@ class DefaultToolSource:
         return tools
 
 
+class DefaultMcpSource:
+    """An agent's ``[agents.<agent>.mcp.<server>]`` declarations, each with the SDK connector.
+
+    The connector is bound to the agent's sandbox (mode, limits, Host state to
+    hide; network only where a declaration grants it), its workspace and its
+    URL policy (``url_allow_private``), so a stdio child sees what the
+    agent's ``terminal.run`` would and an HTTP server is reached as
+    ``web.extract`` would reach it.
+    """
+
+    def __init__(self, config: HostConfig) -> None:
+        self._config = config
+
+    async def mcp_servers(self, request: ToolRequest) -> Sequence[McpServer]:
+        agent = self._config.agents[request.agent]
+        if not agent.mcp:
+            return ()
+        connector = McpClientConnector(
+            workspace=request.workspace,
+            sandbox=sandbox_policy(self._config, request.agent),
+            url_policy=UrlPolicy(allow_private=frozenset(agent.url_allow_private)),
+            hidden=request.config.state_paths(),
+        )
+        return tuple(
+            McpServer(settings.declaration(name), connector)
+            for name, settings in sorted(agent.mcp.items())
+        )
+
+
 def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
     """How ``agent``'s processes are isolated: its ``sandbox`` mode, the ``terminal.network``
     grant, ``[host.limits]``, and the Host's own state to hide from them."""
@@ -252,4 +288,5 @@ class DefaultCapabilities:
             tools=DefaultToolSource(config),
             channels=NoChannels(),
             observer=observer,
+            mcp=DefaultMcpSource(config),
         )

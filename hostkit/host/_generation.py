@@ -18,10 +18,14 @@ from hostkit.effects import (
     CatalogEntry,
     EffectPolicy,
     EffectRuntime,
+    McpConnections,
+    McpServer,
     SourcedTool,
     Toolset,
     check_collisions,
     fingerprint_of,
+    mcp_call_grant,
+    mcp_connect_grant,
     provider_name,
     secret_grant,
 )
@@ -51,6 +55,7 @@ class _AgentTools:
     policy_fingerprint: str
     workspace: Path
     secret_grants: tuple[str, ...]
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 def _sourced(
@@ -88,15 +93,17 @@ class Generation(AsyncResource):
         processes: ProcessResources | None = None,
         estimators: EstimatorRegistry | None = None,
         outputs: Mapping[str, OutputCheck] | None = None,
+        mcp: McpConnections | None = None,
     ) -> None:
         self.number = number
+        self.mcp = mcp
         # The answer check of each agent with an output type (Python agents).
         self.outputs = dict(outputs or {})
         self.processes = processes
         self.estimators = estimators
         self.config = config
         self.capabilities = capabilities
-        self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store)
+        self.effects = EffectRuntime(toolsets=self, approvals=approvals, store=store, mcp=mcp)
         self.active = 0
         self.retired = False
         self._tools: dict[str, _AgentTools] = {}
@@ -152,17 +159,36 @@ class Generation(AsyncResource):
             check_collisions(
                 ((tool.name, origin) for tool, origin in allowed), key=f"agents.{agent}"
             )
+            servers = await self._mcp_servers(request)
+            # An MCP server's tools are discovered per session, after the snapshot is
+            # pinned: the snapshot holds its connect and call grants instead.
+            grants = [
+                grant
+                for server in servers
+                if policy.decide(mcp_connect_grant(server.name)) != "deny"
+                for grant in (mcp_connect_grant(server.name), mcp_call_grant(server.name))
+            ]
             cached = self._tools[agent] = _AgentTools(
                 tools=allowed,
                 policy=policy,
-                effect_names=tuple(sorted(tool.name for tool, _ in allowed)),
+                effect_names=tuple(sorted([*(tool.name for tool, _ in allowed), *grants])),
                 policy_fingerprint=policy.fingerprint(),
                 workspace=self.workspace(agent),
                 secret_grants=tuple(
                     secret_grant(name) for name in self.config.agents[agent].secrets
                 ),
+                mcp_servers=servers,
             )
             return cached
+
+    async def _mcp_servers(self, request: ToolRequest) -> tuple[McpServer, ...]:
+        source = self.capabilities.mcp
+        if source is None:
+            return ()
+        servers = tuple(await source.mcp_servers(request))
+        if servers and self.mcp is None:
+            raise TurnRejected("MCP servers are declared but this Host keeps no connections")
+        return servers
 
     def workspace(self, agent: str) -> Path:
         configured = self.config.agents[agent].workspace or self.config.host.workspace
@@ -227,7 +253,11 @@ class Generation(AsyncResource):
         tools = await self.agent_tools(context.core_id)
         agent = self.config.agents[context.core_id]
         return Toolset(
-            tools.tools, tools.policy, self.workspace(context.core_id), agent.secret_ttl_s
+            tools.tools,
+            tools.policy,
+            self.workspace(context.core_id),
+            agent.secret_ttl_s,
+            mcp_servers=tools.mcp_servers,
         )
 
     async def summarizer(self, agent: str) -> Summarizer | None:
@@ -240,14 +270,32 @@ class Generation(AsyncResource):
         )
         return ProviderSummarizer(provider)
 
-    async def approval_fingerprint(self, core: PinnedCore, effect: str) -> str | None:
-        """The fingerprint a turn pinned to ``core`` would give ``effect`` (None: not offered)."""
+    async def approval_fingerprint(
+        self, core: PinnedCore, effect: str, session_id: str
+    ) -> str | None:
+        """The fingerprint a turn pinned to ``core`` would give ``effect`` (None: not offered).
+
+        An MCP tool is offered while ``session_id`` holds the connection that listed it.
+        """
         tools = await self.agent_tools(core.core_id)
         for tool, source in tools.tools:
             if tool.name == effect and effect in core.effect_names:
                 entry = CatalogEntry("", tool.name, provider_name(tool.name), tool, source)
                 return fingerprint_of(core.core_revision, capability_snapshot(core), entry)
-        return None
+        found = None if self.mcp is None else self.mcp.bound_tool(session_id, effect)
+        if found is None or mcp_call_grant(found[0].server) not in core.effect_names:
+            return None
+        mcp_tool, binding = found
+        entry = CatalogEntry(
+            "",
+            effect,
+            provider_name(effect),
+            mcp_tool,
+            f"mcp:{mcp_tool.server}",
+            capability=mcp_call_grant(mcp_tool.server),
+            binding=binding,
+        )
+        return fingerprint_of(core.core_revision, capability_snapshot(core), entry)
 
     async def aclose(self) -> None:
         if self._closed:

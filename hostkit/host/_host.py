@@ -24,6 +24,7 @@ from hostkit.context import (
 from hostkit.effects import (
     ApprovalProvider,
     ApprovalRuntime,
+    McpConnections,
     PendingApproval,
 )
 from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
@@ -119,6 +120,9 @@ class Host(AsyncResource):
             protected=config.state_paths(),
             journal=RunJournal(store=store, host_owner=lease_owner, observer=events),
         )
+        # MCP connections are the Host's: session-scoped, reused across turns and
+        # generations, all closed (every stdio process tree ended) by aclose().
+        self.mcp = McpConnections(status=store.mcp_servers.record_mcp_status)
         self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(1, config, capabilities)
         self._retired: list[Generation] = []
@@ -161,6 +165,7 @@ class Host(AsyncResource):
             processes=self.processes,
             estimators=self.estimators,
             outputs={agent.name: agent.output for agent in self.agents if agent.output is not None},
+            mcp=self.mcp,
         )
 
     @classmethod
@@ -320,6 +325,12 @@ class Host(AsyncResource):
                 or previous.revision(agent) != self._generation.revision(agent)
             ):
                 self._approval_runtime.invalidate(core_id=agent)
+        # A removed or changed declaration's connections close in every session now.
+        await self.mcp.prune(_declared_mcp(config))
+        for agent in previous.config.agents:
+            await self.store.mcp_servers.forget_mcp_servers(
+                agent, config.agents[agent].mcp if agent in config.agents else ()
+            )
         previous.retired = True
         if previous.active == 0:
             await previous.aclose()
@@ -371,7 +382,10 @@ class Host(AsyncResource):
             generation = self._generation_of(core.generation)
             if generation is None:
                 return ""
-            return await generation.approval_fingerprint(core, approval.effect) or ""
+            fingerprint = await generation.approval_fingerprint(
+                core, approval.effect, approval.session_id
+            )
+            return fingerprint or ""
         finally:
             await self.release(core)
 
@@ -409,6 +423,7 @@ class Host(AsyncResource):
                     stack.push_async_callback(self._close_generation, generation)
                 stack.push_async_callback(self.authority.aclose)
                 stack.push_async_callback(self.processes.aclose)
+                stack.push_async_callback(self.mcp.aclose)
                 stack.push_async_callback(self.turns.shutdown)
                 stack.callback(self._approval_runtime.close)
 
@@ -418,6 +433,15 @@ class Host(AsyncResource):
             await generation.aclose()
         except Exception:
             _log.exception("closing generation %s failed", generation.number)
+
+
+def _declared_mcp(config: HostConfig) -> set[str]:
+    """The digest of every MCP server declaration in ``config``."""
+    return {
+        settings.declaration(name).digest()
+        for agent in config.agents.values()
+        for name, settings in agent.mcp.items()
+    }
 
 
 def _outside_agents(config: HostConfig) -> dict[str, object]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from hostkit.effects import AuthoredTool, SourcedTool
 from hostkit.host import (
     AgentMemory,
+    DefaultMcpSource,
     DefaultToolSource,
     HostConfig,
     MemoryRequest,
@@ -98,7 +99,7 @@ def capabilities(
     """Capabilities for a test Host: given providers and tools, in-memory memory.
 
     With ``config``, the agents' configured ``builtins`` (files, web,
-    terminal) come too, built by the Host's own tool source.
+    terminal) and declared MCP servers come too, built by the Host's own sources.
     """
     source: StaticToolSource | _WithBuiltins = StaticToolSource(tools)
     if config is not None:
@@ -109,6 +110,7 @@ def capabilities(
         tools=source,
         channels=NoChannels(),
         observer=observer,
+        mcp=None if config is None else DefaultMcpSource(config),
     )
 
 

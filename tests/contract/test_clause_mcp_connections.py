@@ -42,13 +42,17 @@ from hostkit.effects import (
     mcp_connect_grant,
     tool,
 )
+from hostkit.freeze import freeze
 from hostkit.types import EffectRequest, McpServerStatus, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
-SCHEMA = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}
+# Frozen, as the SDK client hands schemas over (nested FrozenMaps, tuples for arrays).
+SCHEMA = freeze(
+    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ("zone",)}
+)
 
 
 @dataclass
