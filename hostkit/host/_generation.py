@@ -273,17 +273,24 @@ class Generation(AsyncResource):
     async def approval_fingerprint(
         self, core: PinnedCore, effect: str, session_id: str
     ) -> str | None:
-        """The fingerprint a turn pinned to ``core`` would give ``effect`` (None: not offered).
+        """The fingerprint a turn pinned to ``core`` would give ``effect`` now.
 
-        An MCP tool is offered while ``session_id`` holds the connection that listed it.
+        "" when the effect is not offered. An MCP tool is offered while its
+        server is declared with ``mcp.call:<server>`` granted; without a live
+        connection of ``session_id`` here (another process answers) its schema
+        is unknown, so None: the continuation checks the fingerprint against
+        the tool its reconnected catalog lists before anything runs.
         """
         tools = await self.agent_tools(core.core_id)
         for tool, source in tools.tools:
             if tool.name == effect and effect in core.effect_names:
                 entry = CatalogEntry("", tool.name, provider_name(tool.name), tool, source)
                 return fingerprint_of(core.core_revision, capability_snapshot(core), entry)
+        server = next((s for s in tools.mcp_servers if effect.startswith(f"mcp.{s.name}.")), None)
+        if server is None or mcp_call_grant(server.name) not in core.effect_names:
+            return ""
         found = None if self.mcp is None else self.mcp.bound_tool(session_id, effect)
-        if found is None or mcp_call_grant(found[0].server) not in core.effect_names:
+        if found is None:
             return None
         mcp_tool, binding = found
         entry = CatalogEntry(
@@ -291,8 +298,8 @@ class Generation(AsyncResource):
             effect,
             provider_name(effect),
             mcp_tool,
-            f"mcp:{mcp_tool.server}",
-            capability=mcp_call_grant(mcp_tool.server),
+            f"mcp:{server.name}",
+            capability=mcp_call_grant(server.name),
             binding=binding,
         )
         return fingerprint_of(core.core_revision, capability_snapshot(core), entry)

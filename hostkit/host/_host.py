@@ -373,7 +373,8 @@ class Host(AsyncResource):
         return None if generation is None else await generation.summarizer(context.core_id)
 
     async def _approval_fingerprint(self, approval: PendingApproval) -> str | None:
-        """What the approval's effect fingerprints to now ("" when it is no longer offered)."""
+        """What the approval's effect fingerprints to now ("" when it is no longer offered;
+        None when only its continuation can tell: an MCP tool without a connection here)."""
         try:
             core = await self.pin(approval.core_id, None)
         except TurnRejected:
@@ -382,10 +383,7 @@ class Host(AsyncResource):
             generation = self._generation_of(core.generation)
             if generation is None:
                 return ""
-            fingerprint = await generation.approval_fingerprint(
-                core, approval.effect, approval.session_id
-            )
-            return fingerprint or ""
+            return await generation.approval_fingerprint(core, approval.effect, approval.session_id)
         finally:
             await self.release(core)
 

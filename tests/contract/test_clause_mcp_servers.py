@@ -284,3 +284,32 @@ async def test_clause_git_server_through_the_host(tmp_path: Path, no_orphans: No
     assert approver.seen == [], "an explicit allow rule for the connect asks nobody"
     assert [(e.effect, e.status) for e in result.effects] == [("mcp.git.git_log", "succeeded")]
     assert "seed" in [m.content for m in model.requests[-1].messages if m.role == "tool"][-1]
+
+
+async def test_clause_an_mcp_call_approval_answered_by_another_host_runs_once(
+    tmp_path: Path, no_orphans: None
+) -> None:
+    """A durable approval of an MCP call, answered from a Host that never connected: the
+    answer is accepted, the continuation reconnects, checks the tool is still the one
+    asked about, and runs it once."""
+    config = host_config(
+        tmp_path,
+        {"bad": {"command": [sys.executable, "bad_server.py"]}},
+        policy={"allow": ["*", "mcp.connect:bad"], "ask": ["mcp.bad.add"]},
+    )
+    model = ScriptedModel([CallTools(("mcp_bad_add", {"a": 20, "b": 22})), Reply("42")])
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as first:
+        paused = await first.turns.run(request("add"))
+        assert paused.outcome == "needs_user"
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+    assert await running() == set()
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as second:
+        operator = await second.operator("ops", reason="approve the MCP call")
+        done = await second.approvals.answer(approval_id, "approve_once", by=operator)
+        assert done.outcome == "completed"
+        assert [(e.effect, e.status) for e in done.effects] == [("mcp.bad.add", "succeeded")]
+        tool_text = [m.content for m in model.requests[-1].messages if m.role == "tool"][-1]
+        assert "42" in tool_text
+        approval = await second.approvals.get(operator, approval_id)
+        assert approval.status == "executed"
