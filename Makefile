@@ -17,7 +17,7 @@ OLDEST_VENV      := .venv-kernel-oldest
 OLDEST_STAMP     := $(OLDEST_VENV)/.hostkit-installed
 KERNELS          := $(CURDIR)/.jupyter-kernels/share/jupyter
 OLDEST_SPEC      := $(KERNELS)/kernels/hostkit-oldest/kernel.json
-KERNEL_EXTRAS    := notebook,openai,anthropic,local
+KERNEL_EXTRAS    := notebook,openai,anthropic,local,mcp-servers
 
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
