@@ -111,6 +111,7 @@ bench: install
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/effects_bench.py
+	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/context_bench.py
 
 clean:
