@@ -156,6 +156,11 @@ class AuthoredTool:
     nothing, and a failure only leaves the diff out of the prompt.
     """
 
+    # Values (name -> value) no view of this tool's results may show, whoever holds
+    # grants: set by a tool whose own configuration carries secrets (an MCP server's
+    # declared env). Redacted like a bound secret, labelled by the name.
+    secret_values: Mapping[str, str] = FrozenMap()
+
     def __init__(
         self,
         name: str,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hostkit.effects._authored import AuthoredTool
-from hostkit.effects._mcp_pool import McpDiscovery
 from hostkit.errors import ConfigError, bounded
 from hostkit.types import ResolvedEffectRef, ToolDefinition, new_id
+
+if TYPE_CHECKING:
+    from hostkit.effects._mcp_pool import McpDiscovery
 
 __all__ = [
     "CatalogEntry",

@@ -25,8 +25,9 @@ def fingerprint_of(
     """
     parts: list[Any] = [entry.effect, entry.source, thaw(entry.tool.parameters)]
     if entry.capability is not None or entry.binding is not None:
-        # A connection-bound entry (MCP): the server's declaration is part of what was approved.
-        parts += [entry.capability, entry.binding]
+        # A connection-bound entry (MCP): the server's declaration, and what the server
+        # says the tool does, are part of what was approved.
+        parts += [entry.capability, entry.binding, entry.tool.description]
     return digest_of(core_revision, capability_snapshot, *parts)
 
 

@@ -149,10 +149,16 @@ class McpConnector(Protocol):
     any other exception for a failure; the caller bounds it with the
     declaration's ``connect_timeout_s`` and closes what was started.
     ``approval_warning`` is shown with the connect prompt (an unsandboxed child).
+    ``identity`` is a stable digest of everything the connector reaches a
+    server under (sandbox, workspace, URL policy, environment allowlist): a
+    connection made under another identity is not reused.
     """
 
     @property
     def approval_warning(self) -> str | None: ...
+
+    @property
+    def identity(self) -> str: ...
 
     async def connect(self, declaration: McpServerDeclaration) -> McpConnection: ...
 

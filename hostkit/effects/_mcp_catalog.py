@@ -11,7 +11,8 @@ assembled in (server, tool) order, each bound to its connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Collection, Sequence
 
 import anyio
 
@@ -22,7 +23,7 @@ from hostkit.effects._mcp import McpServer, mcp_call_grant, mcp_connect_grant
 from hostkit.effects._mcp_pool import McpConnections, McpDiscovery, authority_of
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._redaction import Redactor
-from hostkit.errors import ApprovalClosed
+from hostkit.errors import ApprovalClosed, bounded
 from hostkit.types import TurnExecutionContext, bounded_metadata, new_id
 
 __all__ = ["mcp_entries"]
@@ -35,8 +36,15 @@ async def mcp_entries(
     context: TurnExecutionContext,
     policy: EffectPolicy,
     servers: Sequence[McpServer],
+    taken: Collection[str] = (),
 ) -> tuple[list[CatalogEntry], tuple[McpDiscovery, ...]]:
-    """The catalog entries of the declared ``servers`` and one discovery per server."""
+    """The catalog entries of the declared ``servers`` and one discovery per server.
+
+    ``taken`` are the provider names of the turn's other entries. A discovered
+    tool whose name one of them (or an earlier server's tool) already has is
+    left out and named in its server's discovery: a name a server chose at run
+    time never takes the agent's other tools down with it.
+    """
     session, agent = context.session_id, context.core_id
     await pool.retain(session, {server.name for server in servers})
     await pool.sweep()
@@ -66,7 +74,7 @@ async def mcp_entries(
         if reused is not None:
             found[server.name] = reused
             continue
-        failing = pool.failing(server.declaration)
+        failing = pool.failing(agent, server)
         if failing is not None:
             found[server.name] = failing
             continue
@@ -84,12 +92,18 @@ async def mcp_entries(
         for server, authority in approved:
             group.start_soon(discover, server, authority)
     entries: list[CatalogEntry] = []
+    used = set(taken)
     for name in sorted(found):
         discovery = found[name]
         binding = next(s.declaration.digest() for s in servers if s.name == name)
+        clashes: list[str] = []
         for tool in discovery.tools:
             if policy.decide(tool.name) == "deny":
                 continue
+            if provider_name(tool.name) in used:
+                clashes.append(tool.mcp_name)
+                continue
+            used.add(provider_name(tool.name))
             entries.append(
                 CatalogEntry(
                     new_id("eff"),
@@ -101,6 +115,16 @@ async def mcp_entries(
                     binding=binding,
                 )
             )
+        if clashes:
+            detail = "; ".join(
+                part
+                for part in (
+                    discovery.detail,
+                    "left out, their names are taken by other tools: " + ", ".join(clashes),
+                )
+                if part
+            )
+            found[name] = dataclasses.replace(discovery, detail=bounded(detail, 300))
     return entries, tuple(found[name] for name in sorted(found))
 
 

@@ -15,9 +15,11 @@ instead of a new attempt, while healthy peers stay connected.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,9 +27,12 @@ from typing import Any
 import anyio
 
 from hostkit.effects._authored import ToolContext, is_effect_name
+from hostkit.effects._catalog import provider_name
 from hostkit.effects._mcp import McpConnection, McpServer, McpServerDeclaration, McpToolSpec
+from hostkit.effects._redaction import Redactor
 from hostkit.effects._schema import SchemaTool, schema_problem
 from hostkit.errors import bounded, unbounded_message
+from hostkit.freeze import FrozenMap
 from hostkit.types import McpServerState, McpServerStatus, McpToolRow
 
 __all__ = [
@@ -43,6 +48,8 @@ __all__ = [
 DISCOVERY_WINDOW = 4
 FAILURE_TTL_S = 30.0
 IDLE_TTL_S = 900.0
+MAX_CONNECTIONS = 64
+MAX_TRACKED_CONVERSATIONS = 10_000
 MAX_TOOLS_PER_SERVER = 128
 CLOSE_TIMEOUT_S = 10.0
 _MAX_DETAIL = 300
@@ -69,6 +76,10 @@ class McpTool(SchemaTool):
     normally (the runtime's deadline, a cancelled turn, a broken transport)
     marks the connection stale, so the next turn of the session starts a
     fresh one instead of reusing a session with a request still in flight.
+    Calls in flight are counted: idle eviction skips the connection, and one
+    retired meanwhile (a configuration apply) is closed when the last ends.
+    The declaration's env values are ``secret_values``: masked in every view
+    of the tool's results, as a held secret is.
     """
 
     def __init__(
@@ -91,32 +102,57 @@ class McpTool(SchemaTool):
         )
         self.server = server.name
         self.mcp_name = spec.name
+        self.secret_values = _env_secrets(server)
         self._connection = connection
         self._live = live
 
     async def _call(self, context: ToolContext, **arguments: Any) -> Any:
+        live = self._live
         ended = False
+        live.in_flight += 1
         try:
             outcome = await self._connection.call_tool(self.mcp_name, arguments)
             ended = True
             return outcome
         finally:
+            live.in_flight -= 1
+            live.last_used = live.clock()
             if not ended or not self._connection.alive:
-                self._live.stale = True
+                live.stale = True
+            if live.retired and live.in_flight == 0:
+                await _close(self._connection)
 
 
-@dataclass(slots=True)
+def _env_secrets(server: McpServerDeclaration) -> FrozenMap:
+    """The declared env values, labelled by server and name (``[redacted:MCP_GIT_TOKEN]``)."""
+    return FrozenMap(
+        {f"MCP_{server.name.upper()}_{name}": value for name, value in server.env.items()}
+    )
+
+
+@dataclass(eq=False, slots=True)
 class _Live:
+    """One connection of one session to one server, and what it was made under.
+
+    ``binding`` is the declaration digest with the connector's identity (the
+    agent's sandbox, workspace and URL policy): either changing makes a new
+    connection. ``retired`` connections left the pool with calls in flight.
+    """
+
     agent: str
     session_id: str
     digest: str
+    binding: str
     authority: str
     connection: McpConnection
     view: Mapping[str, Any]
+    clock: Callable[[], float]
     tools: tuple[McpTool, ...] = ()
     skipped: tuple[str, ...] = ()
     last_used: float = 0.0
     stale: bool = False
+    in_flight: int = 0
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +180,8 @@ class McpConnections:
     ``clock`` (monotonic) and ``wall_clock`` are injectable so the failure
     TTL and idle eviction can be tested without sleeping. ``status`` receives
     each change of a server's operator-visible state (the Host writes it to
-    the store for ``hostkit mcp list``).
+    the store for ``hostkit mcp list``). At most ``max_connections`` live at
+    once: the least recently used idle one makes room for a new one.
     """
 
     def __init__(
@@ -153,6 +190,7 @@ class McpConnections:
         window: int = DISCOVERY_WINDOW,
         failure_ttl_s: float = FAILURE_TTL_S,
         idle_ttl_s: float = IDLE_TTL_S,
+        max_connections: int = MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         status: StatusSink | None = None,
@@ -160,12 +198,17 @@ class McpConnections:
         self._window = anyio.CapacityLimiter(window)
         self._failure_ttl_s = failure_ttl_s
         self._idle_ttl_s = idle_ttl_s
+        self._max_connections = max_connections
         self._clock = clock
         self._wall_clock = wall_clock
         self._status = status
         self._live: dict[tuple[str, str], _Live] = {}
-        self._failures: dict[str, _Failure] = {}
-        self._bindings: dict[tuple[str, str], str] = {}
+        # Retired with calls in flight: closed by their last call, or by aclose().
+        self._retired: set[_Live] = set()
+        # (agent, binding) -> the last failure, for the failure TTL.
+        self._failures: dict[tuple[str, str], _Failure] = {}
+        # conversation -> its session, newest last (bounded: oldest forgotten).
+        self._bindings: OrderedDict[tuple[str, str], str] = OrderedDict()
         # The last state told to the status sink per (agent, server): changes only.
         self._recorded: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._closed = False
@@ -198,14 +241,16 @@ class McpConnections:
     ) -> McpDiscovery | None:
         """The session's live connection to ``server`` if it may be reused as it is.
 
-        A connection under another declaration or authority, a stale one (a call
-        timed out or was cancelled) and a dead one are evicted first.
+        A connection under another declaration, connector or authority, a stale
+        one (a call timed out or was cancelled) and a dead one are evicted first.
         """
         live = self._live.get((session_id, server.name))
         if live is None:
             return None
         if live.digest != server.declaration.digest():
             why = "its declaration changed"
+        elif live.binding != binding_of(server):
+            why = "the agent's sandbox, workspace or URL policy changed"
         elif live.authority != authority:
             why = "the authority it was approved under changed"
         elif live.stale or not live.connection.alive:
@@ -223,11 +268,17 @@ class McpConnections:
         return None
 
     async def evict(self, session_id: str, server: str, why: str, *, state: str = "closed") -> None:
-        """Close the session's connection to ``server`` (nothing if there is none)."""
+        """Take the session's connection to ``server`` out of the pool and close it; with a
+        call still in flight (another task's turn) it closes when that call ends."""
         live = self._live.pop((session_id, server), None)
         if live is None:
             return
-        await _close(live.connection)
+        if live.in_flight:
+            live.retired = True
+            self._retired.add(live)
+        else:
+            await _close(live.connection)
+        self._retired = {r for r in self._retired if r.in_flight}
         if state == "closed" and any(
             other.agent == live.agent and s == server for (_, s), other in self._live.items()
         ):
@@ -242,8 +293,10 @@ class McpConnections:
 
     async def observe_binding(self, conversation: tuple[str, str], session_id: str) -> None:
         """The conversation runs in ``session_id`` now: a replaced session's connections close."""
-        previous = self._bindings.get(conversation)
+        previous = self._bindings.pop(conversation, None)
         self._bindings[conversation] = session_id
+        if len(self._bindings) > MAX_TRACKED_CONVERSATIONS:
+            self._bindings.popitem(last=False)
         if previous is not None and previous != session_id:
             await self.close_session(previous)
 
@@ -253,31 +306,36 @@ class McpConnections:
                 await self.evict(sid, server, "its session was replaced")
 
     async def sweep(self) -> None:
-        """Close connections idle for longer than the idle TTL (abandoned sessions)."""
+        """Close connections idle for longer than the idle TTL (abandoned sessions); forget
+        expired failures. A connection with a call in flight is not idle."""
         now = self._clock()
         for key, live in list(self._live.items()):
-            if now - live.last_used > self._idle_ttl_s:
+            if live.in_flight == 0 and now - live.last_used > self._idle_ttl_s:
                 await self.evict(*key, "it was idle")
+        for key, failure in list(self._failures.items()):
+            if now >= failure.until:
+                del self._failures[key]
 
-    async def prune(self, declared: Collection[str]) -> None:
-        """Close every connection whose declaration digest is not in ``declared`` (a config
-        apply removed or changed it), in every session."""
+    async def prune(self, declared: Collection[tuple[str, str, str]]) -> None:
+        """A configuration applied: close every connection whose (agent, server, declaration
+        digest) it no longer declares, in every session (a call in flight finishes first)."""
         for key, live in list(self._live.items()):
-            if live.digest not in declared:
+            if (live.agent, key[1], live.digest) not in declared:
                 await self.evict(*key, "its declaration was removed or changed")
 
     # -- failures --------------------------------------------------------------------------
 
-    def failing(self, declaration: McpServerDeclaration) -> McpDiscovery | None:
-        """The cached diagnostic while the declaration's last failure is fresh."""
-        failure = self._failures.get(declaration.digest())
+    def failing(self, agent: str, server: McpServer) -> McpDiscovery | None:
+        """The cached diagnostic while this agent's last failure with ``server`` is fresh."""
+        key = (agent, binding_of(server))
+        failure = self._failures.get(key)
         if failure is None:
             return None
         if self._clock() >= failure.until:
-            del self._failures[declaration.digest()]
+            del self._failures[key]
             return None
         return McpDiscovery(
-            declaration.name, "failing", detail=failure.detail, failing_until=failure.until_wall
+            server.name, "failing", detail=failure.detail, failing_until=failure.until_wall
         )
 
     async def denied(
@@ -300,9 +358,12 @@ class McpConnections:
         leaves nothing running.
         """
         declaration = server.declaration
-        cached = self.failing(declaration)
+        cached = self.failing(agent, server)
         if cached is not None:
             return cached
+        if not await self._make_room():
+            detail = f"the Host holds {self._max_connections} MCP connections, all in use"
+            return McpDiscovery(server.name, "failing", detail=detail)
         async with self._window:
             self.discovering += 1
             self.peak_discovering = max(self.peak_discovering, self.discovering)
@@ -311,25 +372,40 @@ class McpConnections:
             finally:
                 self.discovering -= 1
         if isinstance(outcome, str):
-            return await self._failed(agent, declaration, outcome)
+            return await self._failed(agent, server, outcome)
         connection, specs = outcome
         if self._closed:
             await _close(connection)
             return McpDiscovery(server.name, "failing", detail="the Host is closing")
         live = _Live(
-            agent, session_id, declaration.digest(), authority, connection, declaration.view()
+            agent,
+            session_id,
+            declaration.digest(),
+            binding_of(server),
+            authority,
+            connection,
+            declaration.view(),
+            self._clock,
         )
         tools, skipped = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
         live.tools, live.skipped, live.last_used = tools, skipped, self._clock()
-        previous = self._live.pop((session_id, server.name), None)
-        if previous is not None:
-            await _close(previous.connection)
+        await self.evict(session_id, server.name, "it was replaced", state="replaced")
         self._live[(session_id, server.name)] = live
-        self._failures.pop(declaration.digest(), None)
+        self._failures.pop((agent, live.binding), None)
         await self._record(
             agent, server.name, "connected", _skipped_detail(skipped), tools, view=live.view
         )
         return McpDiscovery(server.name, "connected", tools, _skipped_detail(skipped))
+
+    async def _make_room(self) -> bool:
+        """Evict least recently used idle connections down to the limit; False if all busy."""
+        while len(self._live) >= self._max_connections:
+            idle = [(live.last_used, key) for key, live in self._live.items() if not live.in_flight]
+            if not idle:
+                return False
+            _, key = min(idle)
+            await self.evict(*key, "the Host's connection limit was reached")
+        return True
 
     async def _discover(self, server: McpServer) -> tuple[McpConnection, list[McpToolSpec]] | str:
         declaration = server.declaration
@@ -347,14 +423,14 @@ class McpConnections:
         except Exception as exc:
             await _close(connection)
             message = unbounded_message(exc)
-            return bounded(message or type(exc).__name__, _MAX_DETAIL)
+            redacted = Redactor.of(_env_secrets(declaration)).text(message or type(exc).__name__)
+            return bounded(redacted, _MAX_DETAIL)
         return connection, specs
 
-    async def _failed(
-        self, agent: str, declaration: McpServerDeclaration, detail: str
-    ) -> McpDiscovery:
+    async def _failed(self, agent: str, server: McpServer, detail: str) -> McpDiscovery:
+        declaration = server.declaration
         until_wall = self._wall_clock() + self._failure_ttl_s
-        self._failures[declaration.digest()] = _Failure(
+        self._failures[(agent, binding_of(server))] = _Failure(
             detail, self._clock() + self._failure_ttl_s, until_wall
         )
         await self._record(
@@ -402,10 +478,12 @@ class McpConnections:
         """Host shutdown: close every connection (every stdio process tree ends)."""
         self._closed = True
         lives = list(self._live.items())
+        retired = list(self._retired)
         self._live.clear()
+        self._retired.clear()
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             async with anyio.create_task_group() as group:
-                for _, live in lives:
+                for live in [*(live for _, live in lives), *retired]:
                     group.start_soon(_close, live.connection)
         views = {(live.agent, key[1]): live.view for key, live in lives}
         for (agent, server), view in sorted(views.items(), key=lambda item: item[0]):
@@ -417,24 +495,43 @@ def _tools_of(
 ) -> tuple[tuple[McpTool, ...], tuple[str, ...]]:
     """Blocking (worker thread: schemas are checked): the server's tools, in name order.
 
-    A tool whose name makes no effect name or whose schema cannot be checked
+    A tool whose name makes no effect name, shares its effect name with another
+    of the server's tools (``get-time`` and ``get_time``: neither is offered,
+    a call could not say which it meant) or whose schema cannot be checked
     safely is left out and named in the diagnostic, not offered half-checked.
+    Declared env values are masked in descriptions.
     """
-    tools: list[McpTool] = []
-    skipped: list[str] = []
     warning = server.connector.approval_warning
+    redactor = Redactor.of(_env_secrets(server.declaration))
+    named: dict[str, list[McpToolSpec]] = {}
+    skipped: list[str] = []
     for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:
         effect = mcp_effect_name(server.name, spec.name)
-        problem = schema_problem(spec.input_schema) if effect is not None else "bad name"
-        if effect is None or problem is not None:
+        if effect is None:
             skipped.append(bounded(spec.name, 60))
+        else:
+            named.setdefault(provider_name(effect), []).append(spec)
+    tools: list[McpTool] = []
+    for alike in named.values():
+        spec = alike[0]
+        if len(alike) > 1 or schema_problem(spec.input_schema) is not None:
+            skipped.extend(bounded(each.name, 60) for each in alike)
             continue
+        shown = dataclasses.replace(spec, description=redactor.text(spec.description))
+        effect = mcp_effect_name(server.name, spec.name)
+        assert effect is not None
         tools.append(
-            McpTool(effect, spec, server.declaration, connection, live, approval_warning=warning)
+            McpTool(effect, shown, server.declaration, connection, live, approval_warning=warning)
         )
     if len(specs) > MAX_TOOLS_PER_SERVER:
         skipped.append(f"{len(specs) - MAX_TOOLS_PER_SERVER} more")
-    return tuple(tools), tuple(skipped)
+    return tuple(sorted(tools, key=lambda t: t.name)), tuple(skipped)
+
+
+def binding_of(server: McpServer) -> str:
+    """The declaration together with the connector it is reached through (the agent's
+    sandbox, workspace and URL policy): a connection is reused only under both."""
+    return authority_of(server.declaration.digest(), server.connector.identity)
 
 
 def _skipped_detail(skipped: Sequence[str]) -> str:

@@ -33,12 +33,20 @@ class EffectPolicy:
         return "deny"
 
     def explicitly_allows(self, effect: str) -> bool:
-        """True when an ``allow`` rule other than the catch-all ``*`` matches ``effect``.
+        """True when an ``allow`` rule written for ``effect``'s kind matches it.
 
-        Connecting to an MCP server is asked unless a rule names it: the
-        default ``allow = ["*"]`` is no approval to start someone's program.
+        For a ``kind:target`` effect (``mcp.connect:git``) the rule must spell
+        the whole kind before any wildcard (``mcp.connect:git``,
+        ``mcp.connect:*``): connecting to an MCP server is asked unless a rule
+        names it, so the default ``allow = ["*"]`` or a ``mcp.*`` meant for
+        tool calls is no approval to start somebody's program.
         """
-        return _matches(effect, tuple(rule for rule in self.allow if rule != "*"))
+        kind, colon, _ = effect.partition(":")
+        prefix = kind + colon
+        return any(
+            fnmatch.fnmatchcase(effect, rule) and _literal_prefix(rule).startswith(prefix)
+            for rule in self.allow
+        )
 
     def rule_key(self, effect: str) -> str:
         """The rule an approval is cached under: the first matching ``ask`` glob."""
@@ -50,6 +58,14 @@ class EffectPolicy:
             f"allow={','.join(sorted(self.allow))};deny={','.join(sorted(self.deny))};"
             f"ask={','.join(sorted(self.ask))}"
         )
+
+
+def _literal_prefix(rule: str) -> str:
+    """The part of a glob before its first wildcard."""
+    for index, char in enumerate(rule):
+        if char in "*?[":
+            return rule[:index]
+    return rule
 
 
 def _matches(effect: str, rules: tuple[str, ...]) -> bool:

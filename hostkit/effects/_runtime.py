@@ -242,6 +242,7 @@ class EffectRuntime:
                 context=context,
                 policy=toolset.policy,
                 servers=toolset.mcp_servers,
+                taken={entry.provider_name for entry in entries},
             )
             entries += found
         catalog = PreparedEffectCatalog(
@@ -379,6 +380,12 @@ class EffectRuntime:
         # Every secret the agent holds is masked in every result of the turn, bound to
         # this call or not: a value one call wrote to a file, the next may read back.
         held = self._held_secrets(context)
+        # And the values the tool's own configuration holds (an MCP server's declared env).
+        held.update(
+            (name, value)
+            for name, value in entry.tool.secret_values.items()
+            if len(value) >= MIN_SECRET_CHARS
+        )
         # Values of secret-named arguments are secrets too, in every view of this call.
         try:
             argument_secrets = Redactor.of(held, _argument_secrets(entry.tool, request.arguments))

@@ -433,12 +433,12 @@ class Host(AsyncResource):
             _log.exception("closing generation %s failed", generation.number)
 
 
-def _declared_mcp(config: HostConfig) -> set[str]:
-    """The digest of every MCP server declaration in ``config``."""
+def _declared_mcp(config: HostConfig) -> set[tuple[str, str, str]]:
+    """(agent, server, declaration digest) of every MCP server ``config`` declares."""
     return {
-        settings.declaration(name).digest()
-        for agent in config.agents.values()
-        for name, settings in agent.mcp.items()
+        (agent, name, settings.declaration(name).digest())
+        for agent, agent_config in config.agents.items()
+        for name, settings in agent_config.mcp.items()
     }
 
 

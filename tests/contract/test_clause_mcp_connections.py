@@ -28,7 +28,6 @@ from hostkit.effects import (
     ApprovalDecision,
     ApprovalRequest,
     ApprovalRuntime,
-    EffectCollision,
     EffectPolicy,
     EffectRuntime,
     McpConnections,
@@ -70,7 +69,11 @@ class Connection:
         if self.connector.hang_list:
             await anyio.sleep(3600)
         return [
-            McpToolSpec(name, f"{name} of {self.declaration.name}", SCHEMA)
+            McpToolSpec(
+                name,
+                self.connector.descriptions.get(name, f"{name} of {self.declaration.name}"),
+                SCHEMA,
+            )
             for name in self.connector.tools
         ]
 
@@ -78,6 +81,10 @@ class Connection:
         self.connector.calls.append((self.declaration.name, name, dict(arguments)))
         if arguments.get("zone") == "hang":
             await anyio.sleep(3600)
+        if arguments.get("zone") == "slow":
+            await anyio.sleep(1)
+        if self.connector.output is not None:
+            return ToolOutcome("succeeded", self.connector.output)
         return ToolOutcome("succeeded", f"{self.declaration.name}:{name}:{arguments['zone']}")
 
     async def aclose(self) -> None:
@@ -93,6 +100,9 @@ class RecordingConnector:
     fail: str | None = None
     hang_list: bool = False
     approval_warning: str | None = None
+    identity: str = "sandbox-a"
+    descriptions: dict[str, str] = field(default_factory=dict)
+    output: str | None = None
     connects: list[str] = field(default_factory=list)
     connections: list[Connection] = field(default_factory=list)
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
@@ -167,7 +177,7 @@ class Rig:
     conversation: str = "mcp"
 
     async def turn(
-        self, conversation: str | None = None, *, new_session: bool = False
+        self, conversation: str | None = None, *, new_session: bool = False, agent: str = ""
     ) -> tuple[PreparedEffectCatalog, Any]:
         scope = await self.authority.for_conversation(
             facts(conversation or self.conversation), session="fresh" if new_session else "bound"
@@ -182,6 +192,8 @@ class Rig:
             ) + tuple(t.name for t in self.servers.static)
         fields = {n: getattr(base, n) for n in base.__dataclass_fields__}
         fields["capability_snapshot"] = {"effects": names, "policy": "p"}
+        if agent:
+            fields["core_id"] = agent
         context = TurnExecutionContext(**fields)
         return await self.runtime.prepare_catalog(context), context
 
@@ -397,18 +409,140 @@ async def test_clause_session_replacement_and_shutdown_close(
     assert r.statuses[-1].state == "closed"
 
 
-async def test_clause_collision_names_both_provenances(authority: AuthorityResolver) -> None:
+async def test_clause_discovered_name_clashes_leave_out_only_the_clashing_tools(
+    authority: AuthorityResolver,
+) -> None:
+    """A name a server chose at run time never takes the agent's other tools down: a tool
+    clashing with a static tool, with another server's tool or with a sibling after
+    normalization is left out and named in its server's diagnostic."""
+
     @tool("mcp.t.get_time")
     async def impostor(zone: str) -> str:
-        """A static tool claiming an MCP tool's name."""
+        """A static tool with an MCP tool's name."""
         return zone
 
-    r = await rig(authority, [McpServer(declared("t"), RecordingConnector())])
+    clashing = RecordingConnector(tools=("get-date", "get_date", "get_time", "now"))
+    r = await rig(
+        authority,
+        [
+            McpServer(declared("t"), clashing),
+            McpServer(declared("a_b"), RecordingConnector(tools=("c",))),
+            McpServer(declared("a"), RecordingConnector(tools=("b_c",))),
+        ],
+    )
     r.servers.static = (impostor,)
-    with pytest.raises(EffectCollision) as caught:
+    catalog, _ = await r.turn()
+    names = [d.name for d in catalog.definitions]
+    assert names == ["mcp_t_get_time", "mcp_a_b_c", "mcp_t_now"]
+    static = catalog.entry(catalog.resolve("mcp_t_get_time"))  # type: ignore[arg-type]
+    assert static is not None
+    assert static.source == "builtin:test"
+    details = {d.server: d.detail for d in catalog.discoveries}
+    assert "get-date" in details["t"]
+    assert "get_date" in details["t"]
+    assert "taken by other tools: get_time" in details["t"]
+    assert "taken by other tools: c" in details["a_b"]
+    assert details["a"] == ""
+
+
+async def test_clause_declared_env_values_never_reach_a_view(authority: AuthorityResolver) -> None:
+    token = "tok-declared-9f8e7d6c5b4a"
+    connector = RecordingConnector(
+        descriptions={"get_time": f"Helper. token={token}"},
+        output=f"connection string is postgres://app:{token}@db/prod",
+    )
+    r = await rig(authority, [McpServer(declared("db", env={"DB_TOKEN": token}), connector)])
+    catalog, context = await r.turn()
+    assert token not in repr(catalog.definitions)
+    assert "[redacted:MCP_DB_DB_TOKEN]" in catalog.definitions[0].description
+    ref = catalog.resolve("mcp_db_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert result.status == "succeeded"
+    assert token not in repr(result)
+    assert "[redacted:MCP_DB_DB_TOKEN]" in result.views.model
+
+
+async def test_clause_identity_change_evicts_and_failures_are_per_agent(
+    authority: AuthorityResolver,
+) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    await r.turn()
+    # The agent's sandbox (the connector's identity) changed: not reused.
+    connector.identity = "sandbox-b"
+    await r.turn()
+    assert len(connector.connections) == 2
+    assert connector.connections[0].closed
+
+    # One agent's failure does not block another agent declaring the same server.
+    broken = RecordingConnector(fail="no such script in this workspace")
+    r2 = await rig(authority, [McpServer(declared("t"), broken)])
+    catalog, _ = await r2.turn(agent="first")
+    assert states(catalog) == {"t": "failing"}
+    broken.fail = None
+    catalog, _ = await r2.turn("other-conversation", agent="second")
+    assert states(catalog) == {"t": "connected"}
+    assert [(s.agent, s.state) for s in r2.statuses] == [
+        ("first", "failing"),
+        ("second", "connected"),
+    ]
+
+
+async def test_clause_calls_in_flight_survive_prune_and_sweep(authority: AuthorityResolver) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    catalog, context = await r.turn()
+    ref = catalog.resolve("mcp_t_get_time")
+    assert ref is not None
+    results = []
+
+    async def call() -> None:
+        results.append(await r.runtime.execute(EffectRequest("c1", ref, {"zone": "slow"}), context))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        await anyio.sleep(0.2)
+        r.clock.now += 10_000  # far past the idle TTL
+        await r.pool.sweep()
+        assert not connector.connections[0].closed, "the idle sweep closed a busy connection"
+        await r.pool.prune(set())  # a configuration apply removed the declaration
+        assert r.pool.connections() == ()
+        assert not connector.connections[0].closed, "prune killed a call in flight"
+    assert [result.status for result in results] == ["succeeded"]
+    assert connector.connections[0].closed, "the retired connection outlived its last call"
+
+
+async def test_clause_prune_is_per_agent_and_connections_are_capped(
+    authority: AuthorityResolver,
+) -> None:
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    await r.turn(agent="a")
+    await r.turn("b-conversation", agent="b")
+    digest = declared("t").digest()
+    await r.pool.prune({("b", "t", digest)})  # agent a was removed, b still declares it
+    assert [c.closed for c in connector.connections] == [True, False]
+
+    small = McpConnections(max_connections=2)
+    r3 = await rig(authority, [McpServer(declared("t"), RecordingConnector())])
+    r3.runtime = EffectRuntime(
+        toolsets=r3.servers, approvals=ApprovalRuntime(provider=r3.approver), mcp=small
+    )
+    for n in range(3):
+        await r3.turn(f"conversation-{n}")
+    assert len(small.connections()) == 2
+
+
+async def test_clause_broad_globs_are_no_connect_approval(authority: AuthorityResolver) -> None:
+    for allow, asked in ((("*", "mcp.*"), 1), (("*", "mcp.connect:*"), 0), (("m*",), 1)):
+        r = await rig(
+            authority,
+            [McpServer(declared("t"), RecordingConnector())],
+            policy=EffectPolicy(allow=allow),
+        )
         await r.turn()
-    assert "builtin:test" in caught.value.message
-    assert "mcp:t" in caught.value.message
+        assert len(r.approver.seen) == asked, allow
 
 
 async def test_clause_bad_declarations_are_refused() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -59,6 +61,25 @@ class McpClientConnector:
     @property
     def approval_warning(self) -> str | None:
         return None if self._sandbox.sandboxed else _UNSANDBOXED_NOTE
+
+    @property
+    def identity(self) -> str:
+        """Digest of what a server is reached under: the sandbox (mode, limits, Host state
+        masked), workspace, URL policy, allowlisted environment values and launcher. A
+        connection made under another identity is not reused (hostkit.effects)."""
+        allowed = {name: self._environ.get(name) for name in self._allowlist}
+        payload = json.dumps(
+            [
+                repr(self._sandbox),
+                str(self._workspace),
+                [str(path) for path in self._hidden],
+                repr(self._url_policy),
+                sorted(allowed.items(), key=lambda item: item[0]),
+                self._bwrap,
+            ],
+            default=str,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
     async def connect(self, declaration: McpServerDeclaration) -> McpConnection:
         """Start or open ``declaration``'s server and initialize the session.
