@@ -234,6 +234,20 @@ class McpConnections:
                     return found, live.digest
         return None
 
+    def session_tools(
+        self, session_id: str, agent: str
+    ) -> dict[str, tuple[str, tuple[McpTool, ...]]]:
+        """server -> (declaration digest, tools) of the session's usable connections of ``agent``.
+
+        What a catalog view shows; a stale connection is left out (the next
+        turn replaces it, so its tools are not on offer).
+        """
+        return {
+            server: (live.digest, live.tools)
+            for (sid, server), live in sorted(self._live.items())
+            if sid == session_id and live.agent == agent and not live.stale
+        }
+
     # -- reuse and eviction ----------------------------------------------------------------
 
     async def reusable(

@@ -17,6 +17,7 @@ from hostkit.host._capabilities import (
     ToolRequest,
     ToolSource,
 )
+from hostkit.host._catalog import CatalogServer, CatalogTool, ToolCatalog
 from hostkit.host._config import (
     AgentConfig,
     HostConfig,
@@ -40,6 +41,8 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentMemory",
+    "CatalogServer",
+    "CatalogTool",
     "Channel",
     "ChannelSource",
     "DefaultCapabilities",
@@ -62,6 +65,7 @@ __all__ = [
     "PydanticOutput",
     "RuntimeCapabilities",
     "StoreMemorySource",
+    "ToolCatalog",
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",

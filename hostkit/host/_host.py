@@ -33,6 +33,7 @@ from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
+from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
@@ -366,6 +367,20 @@ class Host(AsyncResource):
         if result.outcome != "completed":
             raise TurnNotCompleted(result)
         return result.text
+
+    async def tool_catalog(self, agent: str, *, session_id: str | None = None) -> ToolCatalog:
+        """``agent``'s tools as a new turn would be offered them, each with its source.
+
+        With ``session_id``, the tools of that session's live MCP connections
+        join; every other declared server is listed with its last stored
+        state. A read: nothing connects, nothing starts. An unknown ``agent``
+        is ``InvalidValue``.
+        """
+        if self._closed:
+            raise StoreClosed()
+        return await tool_catalog(
+            self._generation, self.mcp, self.store, agent, session_id=session_id
+        )
 
     async def _summarizer(self, context: TurnExecutionContext) -> Summarizer | None:
         """The summarizer of the turn's agent in the turn's generation."""

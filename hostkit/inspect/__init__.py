@@ -15,6 +15,13 @@ from hostkit.inspect._budget import (
     TurnUsage,
     budget_view,
 )
+from hostkit.inspect._catalog import (
+    CatalogRow,
+    CatalogState,
+    CatalogView,
+    catalog_rows,
+    catalog_view,
+)
 from hostkit.inspect._context import ContextStep, ContextView, context_view
 from hostkit.inspect._effects import (
     EffectAuditRows,
@@ -45,6 +52,9 @@ __all__ = [
     "ApprovalRows",
     "BudgetView",
     "CalibrationView",
+    "CatalogRow",
+    "CatalogState",
+    "CatalogView",
     "ContextStep",
     "ContextView",
     "EffectAuditRows",
@@ -59,6 +69,8 @@ __all__ = [
     "activity_rows",
     "approval_rows",
     "budget_view",
+    "catalog_rows",
+    "catalog_view",
     "context_view",
     "cost_text",
     "effect_audit_rows",

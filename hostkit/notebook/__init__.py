@@ -11,6 +11,7 @@ await nb.dashboard()                  # sessions, running turns, approvals, budg
 
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._browser import SessionBrowser
+from hostkit.notebook._catalog import CatalogInspector
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._host import NotebookHost, current, start
 from hostkit.notebook._inspectors import (
@@ -26,6 +27,7 @@ __all__ = [
     "ApprovalRow",
     "ApprovalsPanel",
     "BudgetInspector",
+    "CatalogInspector",
     "ContextInspector",
     "Dashboard",
     "NotebookHost",

@@ -24,6 +24,7 @@ from anyio.abc import AsyncResource
 from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
 from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
 from hostkit.notebook._approver import WidgetApprover
+from hostkit.notebook._catalog import CatalogInspector
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
@@ -129,6 +130,17 @@ class NotebookHost(AsyncResource):
         """Token usage, calibration and cost of this conversation's session."""
         scope = await self.scope()
         return await BudgetInspector.load(self.host, scope, scope.session_id or "")
+
+    async def tool_catalog(self, *, agent: str | None = None) -> CatalogInspector:
+        """The agent's tools with their provenance, with this conversation's live MCP tools.
+
+        Declared MCP servers this session holds no connection to are listed
+        with their last recorded state; nothing is connected to draw it.
+        """
+        session_id = (await self.scope()).session_id
+        return await CatalogInspector.load(
+            self.host, agent or self.default_agent, session_id=session_id
+        )
 
     async def dashboard(
         self, scope: PrincipalScope | None = None, *, reason: str = "notebook dashboard"
