@@ -334,6 +334,80 @@ async def test_unsandboxed_server_runs_and_its_tree_ends_at_close(
     assert not connection.alive
 
 
+@pytest.fixture
+def unsandboxed(workspace: Path) -> McpClientConnector:
+    return McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(mode="none"),
+        url_policy=UrlPolicy(),
+        environ=HOST_ENV,
+    )
+
+
+def _helper(workspace: Path) -> int:
+    """The pid the server wrote for its helper (a Host pid: the server is unsandboxed)."""
+    return int((workspace / "helper.pid").read_text())
+
+
+def _helper_running(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and "time.sleep(600)" in " ".join(
+            proc.cmdline()
+        )
+    except psutil.Error:
+        return False
+
+
+def _helper_gone(pid: int) -> bool:
+    """Polled by pid: ``no_leftovers`` sees only the Host's descendants, and an escaped
+    helper is not one."""
+    deadline = time.monotonic() + 5
+    while _helper_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = not _helper_running(pid)
+    if not gone:
+        psutil.Process(pid).kill()
+    return gone
+
+
+@pytest.mark.parametrize("how", ["child", "setsid"])
+async def test_unsandboxed_server_helpers_end_with_aclose(
+    unsandboxed: McpClientConnector, workspace: Path, how: str, no_leftovers: None
+) -> None:
+    # The server exits at once when stdin closes; its helper (in its group, or detached
+    # into its own session with its parent gone) must not outlive the connection.
+    connection = await unsandboxed.connect(bad("spawn_helper", how))
+    try:
+        pid = _helper(workspace)
+        assert _helper_running(pid)
+        outcome = await connection.call_tool("add", {"a": 1, "b": 2})
+        assert outcome.status == "succeeded"
+    finally:
+        await connection.aclose()
+    assert _helper_gone(pid)
+
+
+@pytest.mark.parametrize("how", ["child", "setsid"])
+async def test_unsandboxed_failed_connect_ends_the_helpers(
+    unsandboxed: McpClientConnector, workspace: Path, how: str, no_leftovers: None
+) -> None:
+    with pytest.raises(McpConnectFailed, match="exit code 3"):
+        with anyio.fail_after(30):
+            await unsandboxed.connect(bad("spawn_helper", how, "exit"))
+    assert _helper_gone(_helper(workspace))
+
+
+@pytest.mark.parametrize("how", ["child", "setsid"])
+async def test_unsandboxed_cancelled_connect_ends_the_helpers(
+    unsandboxed: McpClientConnector, workspace: Path, how: str, no_leftovers: None
+) -> None:
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(3.0):
+            await unsandboxed.connect(bad("spawn_helper", how, "hang"))
+    assert _helper_gone(_helper(workspace))
+
+
 @pytest.mark.slow
 async def test_real_time_server_found_on_path_answers_in_utc(
     connector: McpClientConnector, no_leftovers: None

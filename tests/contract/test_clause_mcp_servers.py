@@ -223,6 +223,7 @@ async def test_clause_outcomes_of_failing_servers(tmp_path: Path, no_orphans: No
     ]
     assert "disk on fire" in effects[0].summary
     assert "4 MiB" in effects[2].summary
+    assert not any(e.summary.endswith("null") for e in effects[:4]), "no output is not null"
     assert len(approver.seen) == 2, "reconnecting in the same session asks again only per server"
     assert statuses["gone"].state == "failing"
     assert statuses["gone"].failing_until is not None

@@ -7,6 +7,11 @@ workspace and run it with the venv's interpreter, in the sandbox. Modes:
 - ``hang_list_tools``: never answer ``tools/list``;
 - ``exit_at_start``: write a line naming ``MCP_TOKEN``'s value to stderr and exit 3;
 - ``slow_start ARG``: sleep ARG seconds before serving;
+- ``spawn_helper HOW [THEN]``: start a helper that sleeps for ten minutes and write its
+  pid to ``helper.pid`` in the working directory, then serve (THEN ``exit``: exit 3;
+  ``hang``: never answer). HOW ``child``: a plain child in the server's group;
+  ``setsid``: a grandchild in its own session whose parent exits at once, so it is
+  nobody's descendant in the tree any more;
 - ``http ARG``: serve streamable HTTP on 127.0.0.1, port ARG (run on the Host, unsandboxed).
 
 Tools: ``echo_env``, ``whoami``, ``crash`` (exits mid-call), ``huge`` (a result
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -93,12 +99,37 @@ async def sleep(seconds: float) -> str:
     return "slept"
 
 
+HELPER = "import time; time.sleep(600)"
+DETACHED = (
+    "import os, subprocess, sys; os.setsid(); "
+    f"p = subprocess.Popen([sys.executable, '-c', {HELPER!r}]); "
+    "open('helper.pid', 'w').write(str(p.pid)); os._exit(0)"
+)
+
+
+def spawn_helper(how: str) -> None:
+    """A helper the server starts; its pid lands in ``helper.pid`` before this returns."""
+    if how == "setsid":
+        subprocess.run([sys.executable, "-c", DETACHED], check=True)
+        return
+    helper = subprocess.Popen([sys.executable, "-c", HELPER])
+    with open("helper.pid", "w") as handle:
+        handle.write(str(helper.pid))
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
     if mode == "exit_at_start":
         sys.stderr.write(f"cannot start: token {os.environ.get('MCP_TOKEN')} was rejected\n")
         sys.stderr.flush()
         sys.exit(3)
+    if mode == "spawn_helper":
+        spawn_helper(sys.argv[2])
+        then = sys.argv[3] if len(sys.argv) > 3 else "serve"
+        if then == "exit":
+            sys.exit(3)
+        if then == "hang":
+            time.sleep(600)
     if mode == "slow_start":
         time.sleep(float(sys.argv[2]))
     if mode == "hang_list_tools":

@@ -46,6 +46,8 @@ __all__ = ["ClientConnection", "Link"]
 _CLOSE_TIMEOUT_S = 10.0
 _MAX_PAGES = 16
 _REASON_CHARS = 500
+# An outcome with nothing to show: None would render as the JSON text "null" after the reason.
+_NO_OUTPUT = ""
 _CLIENT_INFO = Implementation(name="hostkit", version="0.1")
 _OVERSIZED = f"a message from the server exceeded {MAX_MCP_MESSAGE_BYTES // (1024 * 1024)} MiB"
 # httpx2's SSE decoder: "Server-sent event exceeded the <n> byte limit."
@@ -182,28 +184,28 @@ class ClientConnection:
         client = self._client
         if client is None or not self.alive:
             return ToolOutcome(
-                "failed", None, f"the connection to MCP server {server!r} is closed", audit
+                "failed", _NO_OUTPUT, f"the connection to MCP server {server!r} is closed", audit
             )
         try:
             result = await client.call_tool(name, dict(arguments))
         except MCPError as exc:
             if self._link.broken is not None:
                 self._lost = True
-                return ToolOutcome("failed", None, f"{server}: {self._link.broken}", audit)
+                return ToolOutcome("failed", _NO_OUTPUT, f"{server}: {self._link.broken}", audit)
             if exc.code == CONNECTION_CLOSED and _OVERSIZED_EVENT in exc.message:
                 # The SDK's own SSE bound (set to the same limit) ended the stream.
                 self._lost = True
-                return ToolOutcome("failed", None, f"{server}: {_OVERSIZED}", audit)
+                return ToolOutcome("failed", _NO_OUTPUT, f"{server}: {_OVERSIZED}", audit)
             if exc.code == CONNECTION_CLOSED:
                 return self._indeterminate(audit)
             return ToolOutcome(
                 "failed",
-                None,
+                _NO_OUTPUT,
                 bounded(f"{server} refused the call: {exc.message}", _REASON_CHARS),
                 audit,
             )
         except ValidationError:
-            return ToolOutcome("failed", None, f"{server} returned a malformed result", audit)
+            return ToolOutcome("failed", _NO_OUTPUT, f"{server} returned a malformed result", audit)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return self._indeterminate(audit)
         output, text = render_result(result)
@@ -218,7 +220,7 @@ class ClientConnection:
         detail = self._link.diagnostics() if self._link.transport == "stdio" else ""
         return ToolOutcome(
             "indeterminate",
-            None,
+            _NO_OUTPUT,
             bounded(
                 f"the connection to MCP server {server!r} ended while the call ran{detail}",
                 _REASON_CHARS,

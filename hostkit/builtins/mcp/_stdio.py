@@ -7,24 +7,25 @@ one JSON-RPC line: a longer line breaks the connection (``broken`` says why)
 and the server is stopped at close. stderr keeps only a bounded tail, for the
 error a server that exits at start is reported with (declared env values
 redacted). Closing follows the MCP shutdown order (close stdin, a short
-grace, then kill) and kills the whole tree: the child leads its own session
-(process group), bubblewrap's PID namespace ends everything in it, and any
-descendant seen before the kill is killed by pid. It runs shielded, so a
-cancelled caller (a connect that timed out) leaves no process behind.
+grace, then TERM and KILL) and always ends the whole tree, whether or not the
+server already exited: the server is an owned process tree
+(``hostkit.builtins.process.owned_process``, as ``terminal.run``'s): its own
+session and process group under a subreaper init that kills what is left
+when the server exits, and every process ever seen in it (snapshots while it
+runs, before stdin closes and after the grace) is ended by pid, one that
+called ``setsid`` too; bubblewrap's PID namespace ends everything inside it
+besides. It runs shielded, so a cancelled caller (a connect that timed out)
+leaves no process behind.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 
 import anyio
-import anyio.to_thread
 import mcp_types
-import psutil
 from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
@@ -32,12 +33,15 @@ from mcp.shared.message import SessionMessage
 
 from hostkit.builtins.mcp._errors import MAX_MCP_MESSAGE_BYTES, STDERR_TAIL_BYTES
 from hostkit.builtins.mcp._launch import Launch
+from hostkit.builtins.process import OwnedProcess, owned_process
 
 __all__ = ["StdioLink"]
 
 _READ_CHUNK = 64 * 1024
-_CLOSE_GRACE_S = 1.0
+_CLOSE_GRACE_S = 1.0  # after stdin closes, for the server to exit on its own
+_TERM_GRACE_S = 1.0  # between TERM and KILL
 _KILL_WAIT_S = 3.0
+_SNAPSHOT_S = 1.0  # the tree's periodic snapshots while the server runs
 _POLL_S = 0.02
 _MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
 _PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
@@ -76,35 +80,39 @@ class StdioLink:
 
     @asynccontextmanager
     async def streams(self) -> AsyncIterator[TransportStreams]:
-        process = await anyio.open_process(
-            list(self._launch.argv),
+        async with owned_process(
+            self._launch.argv,
+            cwd=self._launch.cwd,
+            env=self._launch.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=self._launch.cwd,
-            env=dict(self._launch.env),
-            start_new_session=True,
-        )
-        # No await between the spawn and the try: a cancellation there would leak it.
-        self.pid = process.pid
-        read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._read_stdout, process, read_send)
-                group.start_soon(self._write_stdin, process, write_receive, read_send)
-                group.start_soon(self._read_stderr, process)
-                try:
-                    yield read_receive, write_send
-                finally:
-                    group.cancel_scope.cancel()
-        finally:
-            self._ended = True
-            with anyio.CancelScope(shield=True):
-                await _stop(process)
-                self.returncode = process.returncode
-                for stream in (read_send, read_receive, write_send, write_receive):
-                    await stream.aclose()
+            grace_s=_TERM_GRACE_S,
+            confirm_s=_KILL_WAIT_S,
+        ) as owned:
+            process = owned.process
+            self.pid = process.pid
+            read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](
+                0
+            )
+            write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._read_stdout, process, read_send)
+                    group.start_soon(self._write_stdin, process, write_receive, read_send)
+                    group.start_soon(self._read_stderr, process)
+                    group.start_soon(owned.watch, _SNAPSHOT_S)
+                    try:
+                        yield read_receive, write_send
+                    finally:
+                        group.cancel_scope.cancel()
+            finally:
+                self._ended = True
+                with anyio.CancelScope(shield=True):
+                    await _stop(owned)
+                    self.returncode = process.returncode
+                    for stream in (read_send, read_receive, write_send, write_receive):
+                        await stream.aclose()
 
     async def _read_stdout(
         self, process: Process, send: MemoryObjectSendStream[SessionMessage | Exception]
@@ -173,15 +181,23 @@ def _parse(line: bytes) -> SessionMessage | Exception:
         return exc
 
 
-async def _stop(process: Process) -> None:
-    """Close stdin, give the server a short grace, then kill its whole tree (shielded)."""
+async def _stop(owned: OwnedProcess) -> None:
+    """Close stdin, a short grace, then end the whole tree whatever the leader did (shielded).
+
+    The tree is snapshotted before stdin closes, so a helper that detaches
+    while the server shuts down is already known; ``end`` snapshots again
+    and ends the group and every process ever seen, even when the leader
+    has already exited.
+    """
+    process = owned.process
     assert process.stdin is not None
     assert process.stdout is not None
+    await owned.snapshot()
     with suppress(*_PIPE_ERRORS):
         await process.stdin.aclose()
-    if not await _exited(process, _CLOSE_GRACE_S):
-        await anyio.to_thread.run_sync(_kill_tree, process.pid)
-        await _exited(process, _KILL_WAIT_S)
+    await _exited(process, _CLOSE_GRACE_S)
+    await owned.end()
+    await _exited(process, _KILL_WAIT_S)
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             with suppress(*_PIPE_ERRORS):
@@ -198,17 +214,3 @@ async def _exited(process: Process, timeout_s: float) -> bool:
         while process.returncode is None:  # noqa: ASYNC110 - nothing signals a child's exit
             await anyio.sleep(_POLL_S)
     return process.returncode is not None
-
-
-def _kill_tree(pid: int) -> None:
-    """Blocking: SIGKILL the process group the child leads and every descendant, then wait."""
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for child in descendants:
-        with suppress(psutil.Error):
-            child.kill()
-    psutil.wait_procs(descendants, timeout=_KILL_WAIT_S)

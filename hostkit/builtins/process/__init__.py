@@ -3,9 +3,12 @@
 ``run_process`` spawns an argument vector as an owned process tree under a
 ``ProcessSupervisor`` (deadline, cancellation through a ``ProcessControl``,
 bounded tails plus full artifacts in an opaque per-session directory) and
-returns a frozen ``ProcessOutcome``. ``TerminalRuns`` binds the three
-terminal effects (``terminal.run``, ``terminal.status``, ``terminal.stop``)
-to one supervisor and one ``hostkit.builtins.files.WorkspaceScope``;
+returns a frozen ``ProcessOutcome``. ``owned_process`` gives a caller that
+talks to its child itself (an MCP stdio server) the same owned tree: spawned
+the same way, snapshotted, and ended with everything it ever started.
+``TerminalRuns`` binds the three terminal effects (``terminal.run``,
+``terminal.status``, ``terminal.stop``) to one supervisor and one
+``hostkit.builtins.files.WorkspaceScope``;
 with a ``RunJournal`` its background runs are durable (``COMPLETED_EVENT``
 announces each end once it is persisted).
 
@@ -17,11 +20,12 @@ is the typed refusal when it does not.
 
 Inside, modules import one way only: ``_terminal`` → ``_terminal_journal``,
 ``_terminal_checks`` →
-``_process`` and ``_sandbox`` → ``_process_streams`` and ``_process_tree`` →
+``_process``, ``_owned`` and ``_sandbox`` → ``_process_streams`` and ``_process_tree`` →
 ``_reaper``. The working directory is opened through the files family's
 public interface.
 """
 
+from hostkit.builtins.process._owned import OwnedProcess, owned_process
 from hostkit.builtins.process._process import (
     ProcessControl,
     ProcessOutcome,
@@ -56,6 +60,7 @@ __all__ = [
     "EXECUTION_CONTROL_TARGETS",
     "INSTALL_HINT",
     "UNSANDBOXED",
+    "OwnedProcess",
     "ProcessControl",
     "ProcessOutcome",
     "ProcessOwner",
@@ -70,6 +75,7 @@ __all__ = [
     "load_artifact_key",
     "mask_plan",
     "opaque_artifact_dir",
+    "owned_process",
     "probe_bubblewrap",
     "run_process",
     "sandbox_argv",

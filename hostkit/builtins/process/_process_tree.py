@@ -193,6 +193,7 @@ class _Tree:
         self._confirm_s = confirm_s
         self._root: psutil.Process | None = None
         self._known: dict[int, psutil.Process] = {}
+        self._seen: dict[int, psutil.Process] = {}  # every member ever seen, for reaping
         self._recorded = anyio.Event()
         self._ending: anyio.Event | None = None
         self._confirmed = False
@@ -254,6 +255,7 @@ class _Tree:
         pgid = self.process.pid
         live = await anyio.to_thread.run_sync(_scan, self._root, not_before, pgid, before)
         self._known.update(live)
+        self._seen.update(live)
         for pid, proc in before.items():
             if pid not in live and self._known.get(pid) is proc:
                 del self._known[pid]
@@ -275,7 +277,10 @@ class _Tree:
             gone = await self._kill()
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(reap, list(self._orphans.values()))
+                # A member can die after the last scan and be handed to the Host as a
+                # zombie when its parent (the init) dies: reap every member ever seen.
+                members = [*self._orphans.values(), *self._seen.values()]
+                await anyio.to_thread.run_sync(reap, members)
         return gone and not self.lost_orphans
 
     async def _kill(self) -> bool:

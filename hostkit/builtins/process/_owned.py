@@ -1,0 +1,160 @@
+"""A process tree owned for a caller that talks to it itself (an MCP stdio server).
+
+``run_process`` owns a command from spawn to outcome; a long-lived child whose
+pipes the caller reads and writes needs the same guarantee without that
+lifecycle: nothing it starts outlives ``end()``. ``owned_process`` spawns it
+exactly like ``run_process`` does (a new session and process group, under the
+per-run subreaper init on Linux, so an orphan stays a descendant and the init
+kills what is left when the command exits), with the caller's pipes, and
+yields an ``OwnedProcess`` over the same ``_Tree``: snapshots the caller takes
+(before closing stdin, say) and periodic ones make every process ever seen in
+the tree known by pid and start time, so one that left the group (``setsid``)
+is still ended, whether or not the root already exited. The Host becomes a
+child subreaper here too, without a supervisor: an init killed from inside
+hands its orphans to the Host, not to the machine's init.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+
+from hostkit.builtins.process._process_tree import ProcessOwner, _Tree
+from hostkit.builtins.process._reaper import become_subreaper, init_argv, read_report
+from hostkit.types import new_id
+
+__all__ = ["OwnedProcess", "owned_process"]
+
+
+class OwnedProcess:
+    """The caller's handle: the process (its pipes), snapshots, and the single-flight end."""
+
+    def __init__(self, process: Process, tree: _Tree, report: int | None) -> None:
+        self.process = process
+        self._tree = tree
+        self._report = report
+
+    @property
+    def owner(self) -> ProcessOwner | None:
+        return self._tree.owner
+
+    def tracked_pids(self) -> frozenset[int]:
+        """Pids of the tree seen so far that were alive at the last snapshot."""
+        return self._tree.tracked_pids()
+
+    async def snapshot(self) -> None:
+        """Record every live member now, so it is ended later even if it detaches."""
+        await self._tree._refresh()
+
+    async def watch(self, interval_s: float) -> None:
+        """Snapshot every ``interval_s`` until cancelled."""
+        await self._tree.watch(interval_s)
+
+    async def end(self) -> bool:
+        """End the tree (TERM, grace, KILL; shielded, idempotent); whether it is confirmed gone.
+
+        Not confirmed when a member could not be seen to go, or when the init
+        exited before the end began without reporting: it was killed from
+        inside, so the orphans it kept may have escaped.
+        """
+        exited_first = self.process.returncode is not None
+        confirmed = await self._tree.terminate("shutdown")
+        if exited_first and self._report is not None and read_report(self._report) is None:
+            confirmed = False
+        return confirmed
+
+    def close_report(self) -> None:
+        """Release the init's status pipe (after ``end``)."""
+        if self._report is not None:
+            os.close(self._report)
+            self._report = None
+
+
+@asynccontextmanager
+async def owned_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    grace_s: float,
+    confirm_s: float,
+) -> AsyncIterator[OwnedProcess]:
+    """Spawn ``argv`` as an owned tree; on exit (also by cancellation) the tree is ended.
+
+    ``env`` is the child's whole environment. Raises ``OSError`` when the
+    program cannot be started (nothing is left running then).
+    """
+    become_subreaper()
+    spawned_at = time.time()
+    # Shielded: a cancellation between the spawn and the try below would leak the tree.
+    with anyio.CancelScope(shield=True):
+        process, report = await _spawn(
+            list(argv), cwd=cwd, env=dict(env), stdio=(stdin, stdout, stderr)
+        )
+        tree = _Tree(
+            process,
+            spawn_id=new_id("spawn"),
+            spawned_at=spawned_at,
+            grace_s=grace_s,
+            confirm_s=confirm_s,
+        )
+        owned = OwnedProcess(process, tree, report)
+    try:
+        with anyio.CancelScope(shield=True):
+            await tree.record()
+        yield owned
+    finally:
+        with anyio.CancelScope(shield=True):
+            await owned.end()
+        owned.close_report()
+
+
+async def _spawn(
+    command: list[str], *, cwd: Path, env: dict[str, str], stdio: tuple[int, int, int]
+) -> tuple[Process, int | None]:
+    """The process in a new session, under the init where there is one; its report pipe."""
+    found = await anyio.to_thread.run_sync(_executable, command[0])
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, f"no such executable: {command[0]!r}")
+    report, write_end = os.pipe()
+    os.set_blocking(report, False)
+    try:
+        argv = init_argv([found, *command[1:]], env, report_fd=write_end)
+        process = await anyio.open_process(
+            argv or [found, *command[1:]],
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            pass_fds=(write_end,) if argv else (),
+        )
+    except BaseException:
+        os.close(report)
+        raise
+    finally:
+        os.close(write_end)
+    if argv is None:
+        os.close(report)
+        return process, None
+    return process, report
+
+
+def _executable(program: str) -> str | None:
+    """Worker thread: the init executes an absolute path (callers pass a resolved one)."""
+    if os.sep in program:
+        path = os.path.abspath(program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program)
