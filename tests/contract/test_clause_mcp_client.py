@@ -88,7 +88,17 @@ def no_leftovers() -> Iterator[None]:
     deadline = time.monotonic() + 5
     while _descendants() - before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _descendants() - before == set()
+    left = []
+    for pid in _descendants() - before:
+        p = psutil.Process(pid)
+        info = [pid]
+        for read in (p.status, p.ppid, p.name, p.create_time):
+            try:
+                info.append(read())
+            except psutil.Error as exc:
+                info.append(type(exc).__name__)
+        left.append((*info, os.getpid(), time.time()))
+    assert left == []
 
 
 def bad(mode: str = "serve", *extra: str, **kwargs: Any) -> McpServerDeclaration:

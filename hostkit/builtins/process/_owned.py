@@ -33,6 +33,9 @@ from hostkit.types import new_id
 
 __all__ = ["OwnedProcess", "owned_process"]
 
+# How long ``end`` waits for the ended root to be reaped (it is already dead by then).
+WAIT_ROOT_S = 5.0
+
 
 class OwnedProcess:
     """The caller's handle: the process (its pipes), snapshots, and the single-flight end."""
@@ -67,6 +70,11 @@ class OwnedProcess:
         """
         exited_first = self.process.returncode is not None
         confirmed = await self._tree.terminate("shutdown")
+        # The root is this process's own child: reaped here, before the caller goes on,
+        # not whenever the event loop next runs its child watcher (no zombie in between).
+        with anyio.move_on_after(WAIT_ROOT_S, shield=True):
+            await self.process.wait()
+        await self._tree.reap_stragglers(WAIT_ROOT_S)
         if exited_first and self._report is not None and read_report(self._report) is None:
             confirmed = False
         return confirmed

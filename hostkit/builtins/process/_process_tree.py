@@ -283,6 +283,17 @@ class _Tree:
                 await anyio.to_thread.run_sync(reap, members)
         return gone and not self.lost_orphans
 
+    async def reap_stragglers(self, deadline_s: float) -> None:
+        """Reap members handed to the Host as zombies after the tree ended (a namespace's
+        pid 1 whose parent went first), until none is left or ``deadline_s`` passes."""
+        with anyio.move_on_after(deadline_s, shield=True):
+            while True:
+                members = [*self._orphans.values(), *self._seen.values()]
+                if not await anyio.to_thread.run_sync(_adopted_alive, members):
+                    return
+                await anyio.to_thread.run_sync(reap, members)
+                await anyio.sleep(0.02)
+
     async def _kill(self) -> bool:
         members = await self._refresh()
         if not members:
@@ -301,3 +312,15 @@ class _Tree:
                 await anyio.sleep(_POLL_S)
             return True
         return False
+
+
+def _adopted_alive(members: list[psutil.Process]) -> bool:
+    """Blocking: whether a member is still a child of this process (alive or a zombie)."""
+    own = os.getpid()
+    for proc in members:
+        try:
+            if psutil.Process(proc.pid) == proc and proc.ppid() == own:
+                return True
+        except psutil.Error:
+            continue
+    return False
