@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
@@ -89,3 +90,27 @@ async def sigkill_when(
         await child.wait()
     assert child.returncode == -signal.SIGKILL
     return child.returncode
+
+
+def git_repository(repo: Path, *, message: str, files: dict[str, str]) -> Path:
+    """Blocking: a git repository at ``repo`` with ``files`` in one commit (fixed identity,
+    no user configuration read), for the MCP git server tests."""
+    repo.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "HOME": str(repo),
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", *files],
+        ["git", "commit", "-q", "-m", message],
+    ):
+        subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
+    return repo

@@ -49,7 +49,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
     "hostkit.builtins.process": [
         ("_terminal",),
         ("_terminal_checks", "_terminal_journal"),
-        ("_process", "_sandbox"),
+        ("_process", "_owned", "_sandbox"),
         ("_process_streams", "_process_tree"),
         ("_reaper",),
     ],

@@ -35,7 +35,7 @@ from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bu
 from hostkit.builtins.web import PinnedConnections, UrlDenied, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.errors import UserError
-from tests.support import peak_rss_growth
+from tests.support import git_repository, peak_rss_growth
 
 pytestmark = pytest.mark.anyio
 
@@ -436,23 +436,9 @@ async def test_real_time_server_found_on_path_answers_in_utc(
 
 @pytest.fixture
 def repository(workspace: Path) -> Path:
-    repo = workspace / "repo"
-    repo.mkdir()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "HOME": str(workspace),
-    }
-    (repo / "README.md").write_text("hello\n")
-    for argv in (
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "add", "README.md"],
-        ["git", "commit", "-q", "-m", "first commit from the test"],
-    ):
-        subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
+    repo = git_repository(
+        workspace / "repo", message="first commit from the test", files={"README.md": "hello\n"}
+    )
     (repo / "untracked.txt").write_text("new\n")
     return repo
 

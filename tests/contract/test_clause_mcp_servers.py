@@ -29,6 +29,7 @@ from hostkit.effects import ApprovalDecision, ApprovalRequest
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import capabilities
 from tests.hosts import request
+from tests.support import git_repository
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -253,24 +254,11 @@ async def test_clause_cancelled_turn_and_close_leave_no_process(
 
 
 async def test_clause_git_server_through_the_host(tmp_path: Path, no_orphans: None) -> None:
-    workspace = tmp_path / "ws"
-    repo = workspace / "repo"
-    repo.mkdir(parents=True)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "HOME": str(tmp_path),
-    }
-    (repo / "notes.md").write_text("one\n")
-    for argv in (
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "add", "."],
-        ["git", "commit", "-qm", "seed"],
-    ):
-        await anyio.run_process(argv, cwd=repo, env=env)
+    repo = await anyio.to_thread.run_sync(
+        lambda: git_repository(
+            tmp_path / "ws" / "repo", message="seed", files={"notes.md": "one\n"}
+        )
+    )
     config = host_config(
         tmp_path,
         {"git": {"command": [sys.executable, "-m", "mcp_server_git", "--repository", str(repo)]}},

@@ -16,9 +16,7 @@ hands its orphans to the Host, not to the machine's init.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -28,7 +26,7 @@ import anyio
 from anyio.abc import Process
 
 from hostkit.builtins.process._process_tree import ProcessOwner, _Tree
-from hostkit.builtins.process._reaper import become_subreaper, init_argv, read_report
+from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
 from hostkit.types import new_id
 
 __all__ = ["OwnedProcess", "owned_process"]
@@ -107,8 +105,8 @@ async def owned_process(
     spawned_at = time.time()
     # Shielded: a cancellation between the spawn and the try below would leak the tree.
     with anyio.CancelScope(shield=True):
-        process, report = await _spawn(
-            list(argv), cwd=cwd, env=dict(env), stdio=(stdin, stdout, stderr)
+        process, report = await spawn_under_init(
+            argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr
         )
         tree = _Tree(
             process,
@@ -126,43 +124,3 @@ async def owned_process(
         with anyio.CancelScope(shield=True):
             await owned.end()
         owned.close_report()
-
-
-async def _spawn(
-    command: list[str], *, cwd: Path, env: dict[str, str], stdio: tuple[int, int, int]
-) -> tuple[Process, int | None]:
-    """The process in a new session, under the init where there is one; its report pipe."""
-    found = await anyio.to_thread.run_sync(_executable, command[0])
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, f"no such executable: {command[0]!r}")
-    report, write_end = os.pipe()
-    os.set_blocking(report, False)
-    try:
-        argv = init_argv([found, *command[1:]], env, report_fd=write_end)
-        process = await anyio.open_process(
-            argv or [found, *command[1:]],
-            stdin=stdio[0],
-            stdout=stdio[1],
-            stderr=stdio[2],
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            pass_fds=(write_end,) if argv else (),
-        )
-    except BaseException:
-        os.close(report)
-        raise
-    finally:
-        os.close(write_end)
-    if argv is None:
-        os.close(report)
-        return process, None
-    return process, report
-
-
-def _executable(program: str) -> str | None:
-    """Worker thread: the init executes an absolute path (callers pass a resolved one)."""
-    if os.sep in program:
-        path = os.path.abspath(program)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(program)

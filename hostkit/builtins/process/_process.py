@@ -34,12 +34,10 @@ shares its event loop with turns, widgets and the inbox.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import hmac
 import math
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -59,7 +57,7 @@ from hostkit.builtins.process._process_streams import (
     _write_chunks,
 )
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
-from hostkit.builtins.process._reaper import become_subreaper, init_argv, read_report
+from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
 from hostkit.types import new_id
 
@@ -299,14 +297,6 @@ def _check_options(
     return list(argv)
 
 
-def _executable(program: str, env: Mapping[str, str]) -> str | None:
-    """Worker thread: ``program`` as an absolute executable path, searched like ``execvpe``."""
-    if os.sep in program:
-        path = os.path.abspath(program)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(program, path=os.pathsep.join(os.get_exec_path(dict(env))))
-
-
 def _empty(path: Path | None = None) -> StreamCapture:
     return StreamCapture(tail="", total_bytes=0, total_chars=0, truncated=False, artifact=path)
 
@@ -331,31 +321,14 @@ async def _spawn(
     except OSError as exc:
         raise RuntimeFailure(f"cannot create the process artifacts: {exc}") from exc
     try:
-        # The init executes an absolute path: look the program up the way exec would.
-        found = await anyio.to_thread.run_sync(_executable, command[0], env)
-        if found is None:
-            raise FileNotFoundError(errno.ENOENT, "no such executable")
-        report, write_end = os.pipe()
-        os.set_blocking(report, False)
-        try:
-            argv = init_argv([found, *command[1:]], env, report_fd=write_end)
-            process = await anyio.open_process(
-                argv or [found, *command[1:]],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-                pass_fds=(write_end,) if argv else (),
-            )
-        except BaseException:
-            os.close(report)
-            raise
-        finally:
-            os.close(write_end)
-        if argv is None:
-            os.close(report)
+        process, report = await spawn_under_init(
+            command,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
     except OSError as exc:
         await anyio.to_thread.run_sync(_discard, [(out_fd, out_path), (err_fd, err_path)])
         raise RuntimeFailure(f"cannot start {command[0]!r}: {exc.strerror or exc!r}") from exc
@@ -375,7 +348,7 @@ async def _spawn(
             write_chunks=_write_chunks,
         ),
     )
-    return process, sinks, report if argv else None
+    return process, sinks, report
 
 
 async def run_process(

@@ -27,13 +27,26 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+import anyio
 import psutil
+from anyio.abc import Process
 
-__all__ = ["INIT", "become_subreaper", "init_argv", "read_report", "reap"]
+__all__ = [
+    "INIT",
+    "become_subreaper",
+    "executable",
+    "init_argv",
+    "read_report",
+    "reap",
+    "spawn_under_init",
+]
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -154,6 +167,58 @@ def init_argv(
     marker = "=" + env["LC_CTYPE"] if "LC_CTYPE" in env else ""
     host = str(os.getpid())
     return [sys.executable, "-I", "-S", "-c", INIT, host, str(report_fd), marker, *command]
+
+
+def executable(program: str, env: Mapping[str, str]) -> str | None:
+    """Worker thread: ``program`` as an absolute executable path, searched like ``execvpe``
+    (the init executes an absolute path)."""
+    if os.sep in program:
+        path = os.path.abspath(program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program, path=os.pathsep.join(os.get_exec_path(dict(env))))
+
+
+async def spawn_under_init(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    stdin: int,
+    stdout: int,
+    stderr: int,
+) -> tuple[Process, int | None]:
+    """Start ``command`` in a new session, under the per-run init where there is one.
+
+    Returns the process and the read end of the init's status pipe (None
+    without an init). Raises ``FileNotFoundError`` for a program that is not
+    there and ``OSError`` when it cannot start; no descriptor is left open then.
+    """
+    found = await anyio.to_thread.run_sync(executable, command[0], env)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "no such executable")
+    report, write_end = os.pipe()
+    os.set_blocking(report, False)
+    try:
+        argv = init_argv([found, *command[1:]], env, report_fd=write_end)
+        process = await anyio.open_process(
+            argv or [found, *command[1:]],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            pass_fds=(write_end,) if argv else (),
+        )
+    except BaseException:
+        os.close(report)
+        raise
+    finally:
+        os.close(write_end)
+    if argv is None:
+        os.close(report)
+        return process, None
+    return process, report
 
 
 def read_report(fd: int) -> int | None:
