@@ -119,15 +119,14 @@ class McpTool(SchemaTool):
             live.last_used = live.clock()
             if not ended or not self._connection.alive:
                 live.stale = True
-            if live.retired and live.in_flight == 0:
+            if live.retired and not live.busy:
                 await _close(self._connection)
 
 
 def _env_secrets(server: McpServerDeclaration) -> FrozenMap:
-    """The declared env values, labelled by server and name (``[redacted:MCP_GIT_TOKEN]``)."""
-    return FrozenMap(
-        {f"MCP_{server.name.upper()}_{name}": value for name, value in server.env.items()}
-    )
+    """The declared env values, labelled ``mcp.<server>.<NAME>`` (``[redacted:mcp.git.TOKEN]``):
+    no environment name has a dot, so a label never clashes with a held secret's."""
+    return FrozenMap({f"mcp.{server.name}.{name}": value for name, value in server.env.items()})
 
 
 @dataclass(eq=False, slots=True)
@@ -152,7 +151,14 @@ class _Live:
     last_used: float = 0.0
     stale: bool = False
     in_flight: int = 0
+    # Catalogs of turns that were offered this connection's tools and are not closed yet.
+    holders: int = 0
     retired: bool = False
+
+    @property
+    def busy(self) -> bool:
+        """A turn holds it (prepared, maybe asking an approver) or a call is in flight."""
+        return self.in_flight > 0 or self.holders > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +209,9 @@ class McpConnections:
         self._wall_clock = wall_clock
         self._status = status
         self._live: dict[tuple[str, str], _Live] = {}
-        # Retired with calls in flight: closed by their last call, or by aclose().
+        # Retired while busy: closed when the last call or holding catalog ends, or by aclose().
         self._retired: set[_Live] = set()
+        self._holds: dict[str, list[_Live]] = {}
         # (agent, binding) -> the last failure, for the failure TTL.
         self._failures: dict[tuple[str, str], _Failure] = {}
         # conversation -> its session, newest last (bounded: oldest forgotten).
@@ -248,6 +255,23 @@ class McpConnections:
             if sid == session_id and live.agent == agent and not live.stale
         }
 
+    def hold(self, catalog_id: str, session_id: str, servers: Collection[str]) -> None:
+        """A turn's catalog offers these connections' tools: none is evicted by another
+        session's sweep or cap, or closed by a prune, until ``release(catalog_id)``."""
+        held = [self._live[(session_id, s)] for s in servers if (session_id, s) in self._live]
+        for live in held:
+            live.holders += 1
+        if held:
+            self._holds[catalog_id] = held
+
+    async def release(self, catalog_id: str) -> None:
+        """The turn's catalog closed; a connection retired meanwhile closes now if idle."""
+        for live in self._holds.pop(catalog_id, ()):
+            live.holders -= 1
+            if live.retired and not live.busy:
+                self._retired.discard(live)
+                await _close(live.connection)
+
     # -- reuse and eviction ----------------------------------------------------------------
 
     async def reusable(
@@ -281,29 +305,42 @@ class McpConnections:
         await self.evict(session_id, server.name, why)
         return None
 
-    async def evict(self, session_id: str, server: str, why: str, *, state: str = "closed") -> None:
-        """Take the session's connection to ``server`` out of the pool and close it; with a
-        call still in flight (another task's turn) it closes when that call ends."""
-        live = self._live.pop((session_id, server), None)
+    async def evict(
+        self,
+        session_id: str,
+        server: str,
+        why: str,
+        *,
+        state: str = "closed",
+        only: _Live | None = None,
+    ) -> None:
+        """Take the session's connection to ``server`` out of the pool and close it; one a
+        turn still holds (prepared, or a call in flight) closes when the turn lets it go.
+
+        ``only``: evict that connection, not one that replaced it meanwhile (a caller that
+        chose it before awaiting something).
+        """
+        key = (session_id, server)
+        if only is not None and self._live.get(key) is not only:
+            return
+        live = self._live.pop(key, None)
         if live is None:
             return
-        if live.in_flight:
+        if live.busy:
             live.retired = True
             self._retired.add(live)
         else:
             await _close(live.connection)
-        self._retired = {r for r in self._retired if r.in_flight}
-        if state == "closed" and any(
-            other.agent == live.agent and s == server for (_, s), other in self._live.items()
-        ):
-            return  # another session still holds a connection: the server stays connected
+        self._retired = {r for r in self._retired if r.busy}
+        if state != "closed" or self._held_elsewhere(live.agent, server):
+            return  # replaced or denied (said by the caller), or still connected elsewhere
         await self._record(live.agent, server, "closed", f"closed: {why}", view=live.view)
 
     async def retain(self, session_id: str, declared: Collection[str]) -> None:
         """Close the session's connections to servers its agent no longer declares."""
-        for sid, server in list(self._live):
+        for (sid, server), live in list(self._live.items()):
             if sid == session_id and server not in declared:
-                await self.evict(session_id, server, "its declaration was removed")
+                await self.evict(sid, server, "its declaration was removed", only=live)
 
     async def observe_binding(self, conversation: tuple[str, str], session_id: str) -> None:
         """The conversation runs in ``session_id`` now: a replaced session's connections close."""
@@ -315,17 +352,17 @@ class McpConnections:
             await self.close_session(previous)
 
     async def close_session(self, session_id: str) -> None:
-        for sid, server in list(self._live):
+        for (sid, server), live in list(self._live.items()):
             if sid == session_id:
-                await self.evict(sid, server, "its session was replaced")
+                await self.evict(sid, server, "its session was replaced", only=live)
 
     async def sweep(self) -> None:
         """Close connections idle for longer than the idle TTL (abandoned sessions); forget
         expired failures. A connection with a call in flight is not idle."""
         now = self._clock()
         for key, live in list(self._live.items()):
-            if live.in_flight == 0 and now - live.last_used > self._idle_ttl_s:
-                await self.evict(*key, "it was idle")
+            if not live.busy and now - live.last_used > self._idle_ttl_s:
+                await self.evict(*key, "it was idle", only=live)
         for key, failure in list(self._failures.items()):
             if now >= failure.until:
                 del self._failures[key]
@@ -335,7 +372,7 @@ class McpConnections:
         digest) it no longer declares, in every session (a call in flight finishes first)."""
         for key, live in list(self._live.items()):
             if (live.agent, key[1], live.digest) not in declared:
-                await self.evict(*key, "its declaration was removed or changed")
+                await self.evict(*key, "its declaration was removed or changed", only=live)
 
     # -- failures --------------------------------------------------------------------------
 
@@ -357,8 +394,13 @@ class McpConnections:
     ) -> McpDiscovery:
         """Authority refuses the server for this turn: its connection (if any) goes."""
         await self.evict(session_id, server.name, detail, state="denied")
-        await self._record(agent, server.name, "denied", detail, view=server.declaration.view())
+        if not self._held_elsewhere(agent, server.name):
+            # The row is the agent's: another session's live connection keeps it connected.
+            await self._record(agent, server.name, "denied", detail, view=server.declaration.view())
         return McpDiscovery(server.name, "denied", detail=detail)
+
+    def _held_elsewhere(self, agent: str, server: str) -> bool:
+        return any(live.agent == agent and s == server for (_, s), live in self._live.items())
 
     # -- discovery -------------------------------------------------------------------------
 
@@ -404,6 +446,11 @@ class McpConnections:
         tools, skipped = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
         live.tools, live.skipped, live.last_used = tools, skipped, self._clock()
         await self.evict(session_id, server.name, "it was replaced", state="replaced")
+        # Concurrent connects all passed the first check: the cap holds at the insert.
+        if not await self._make_room():
+            await _close(connection)
+            detail = f"the Host holds {self._max_connections} MCP connections, all in use"
+            return McpDiscovery(server.name, "failing", detail=detail)
         self._live[(session_id, server.name)] = live
         self._failures.pop((agent, live.binding), None)
         await self._record(
@@ -414,11 +461,13 @@ class McpConnections:
     async def _make_room(self) -> bool:
         """Evict least recently used idle connections down to the limit; False if all busy."""
         while len(self._live) >= self._max_connections:
-            idle = [(live.last_used, key) for key, live in self._live.items() if not live.in_flight]
+            idle = [
+                (live.last_used, key, live) for key, live in self._live.items() if not live.busy
+            ]
             if not idle:
                 return False
-            _, key = min(idle)
-            await self.evict(*key, "the Host's connection limit was reached")
+            _, key, live = min(idle, key=lambda item: (item[0], item[1]))
+            await self.evict(*key, "the Host's connection limit was reached", only=live)
         return True
 
     async def _discover(self, server: McpServer) -> tuple[McpConnection, list[McpToolSpec]] | str:

@@ -251,6 +251,9 @@ class EffectRuntime:
             entries=tuple(entries),
             discoveries=discoveries,
         )
+        if self._mcp is not None:
+            connected = [d.server for d in discoveries if d.state == "connected"]
+            self._mcp.hold(catalog.catalog_id, context.session_id, connected)
         self._catalogs[catalog.catalog_id] = (catalog, toolset)
         if context.principal.conversation_key is not None:
             self._approvals.observe_binding(
@@ -279,6 +282,8 @@ class EffectRuntime:
 
     async def close_catalog(self, catalog: PreparedEffectCatalog) -> None:
         self._catalogs.pop(catalog.catalog_id, None)
+        if self._mcp is not None:
+            await self._mcp.release(catalog.catalog_id)
         self._invoked.pop(catalog.turn_id, None)
         await catalog.close()
 
@@ -381,11 +386,9 @@ class EffectRuntime:
         # this call or not: a value one call wrote to a file, the next may read back.
         held = self._held_secrets(context)
         # And the values the tool's own configuration holds (an MCP server's declared env).
-        held.update(
-            (name, value)
-            for name, value in entry.tool.secret_values.items()
-            if len(value) >= MIN_SECRET_CHARS
-        )
+        for name, value in entry.tool.secret_values.items():
+            if len(value) >= MIN_SECRET_CHARS:
+                held.setdefault(name, value)
         # Values of secret-named arguments are secrets too, in every view of this call.
         try:
             argument_secrets = Redactor.of(held, _argument_secrets(entry.tool, request.arguments))

@@ -20,7 +20,6 @@ as it is: nothing is left to import.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -31,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +47,7 @@ from hostkit.builtins.process import (
     DEFAULT_ENV_ALLOWLIST,
     SandboxPolicy,
     mask_plan,
+    owned_process,
     probe_bubblewrap,
     sandbox_argv,
 )
@@ -73,6 +72,9 @@ MAX_DISCOVERY_BYTES = 1_000_000
 MAX_TOOLS_PER_MODULE = 256
 _STDERR_TAIL = 4_000
 _STDERR_GRACE_S = 1.0
+# Ending the discovery tree: TERM, this grace, then KILL until confirmed (bounded).
+_END_GRACE_S = 0.2
+_END_CONFIRM_S = 5.0
 _CACHED_VERSIONS = 256
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _FIELDS: Mapping[str, tuple[type, ...]] = {
@@ -467,45 +469,55 @@ async def _run(
 ) -> tuple[bytes, bytes, str | None]:
     """Run the discovery child: (stdout, stderr tail, problem or None).
 
-    stdout is read up to ``MAX_DISCOVERY_BYTES``; the child's whole process
-    group is killed when it is done, overdue or too talkative.
+    stdout is read up to ``MAX_DISCOVERY_BYTES``; the child runs as an owned
+    tree (under the per-run init), ended when it is done, overdue or too
+    talkative, with everything it started.
     """
-    process = await anyio.open_process(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-    )
+    process: Process | None = None
+    try:
+        async with owned_process(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            grace_s=_END_GRACE_S,
+            confirm_s=_END_CONFIRM_S,
+        ) as owned:
+            process = owned.process
+            return await _read_answer(process, timeout_s)
+    finally:
+        if process is not None:
+            with anyio.CancelScope(shield=True):
+                await process.aclose()  # the tree has ended: its pipes close, it is reaped
+
+
+async def _read_answer(process: Process, timeout_s: float) -> tuple[bytes, bytes, str | None]:
+    """The child's stdout (bounded), stderr tail and problem; the caller ends its tree."""
     out = bytearray()
     err = bytearray()
     problem: str | None = None
     stdout, stderr = process.stdout, process.stderr
-    try:
-        if stdout is None or stderr is None:
-            raise RuntimeError("the discovery child has no output pipes")
-        with anyio.move_on_after(timeout_s) as deadline:
-            async with anyio.create_task_group() as group:
-                drained = anyio.Event()
-                group.start_soon(_tail, stderr, err, drained)
-                async for chunk in stdout:
-                    out += chunk
-                    if len(out) > MAX_DISCOVERY_BYTES:
-                        problem = f"its answer is larger than {MAX_DISCOVERY_BYTES} bytes"
-                        break
-                if problem is None:
-                    await process.wait()
-                    # A process the module left behind may hold stderr open: do not wait on it.
-                    with anyio.move_on_after(_STDERR_GRACE_S):
-                        await drained.wait()
-                group.cancel_scope.cancel()
-        if deadline.cancelled_caught:
-            problem = f"discovery did not finish within {timeout_s:g}s"
-    finally:
-        with anyio.CancelScope(shield=True):
-            await _end(process)
+    if stdout is None or stderr is None:
+        raise RuntimeError("the discovery child has no output pipes")
+    with anyio.move_on_after(timeout_s) as deadline:
+        async with anyio.create_task_group() as group:
+            drained = anyio.Event()
+            group.start_soon(_tail, stderr, err, drained)
+            async for chunk in stdout:
+                out += chunk
+                if len(out) > MAX_DISCOVERY_BYTES:
+                    problem = f"its answer is larger than {MAX_DISCOVERY_BYTES} bytes"
+                    break
+            if problem is None:
+                await process.wait()
+                # A process the module left behind may hold stderr open: do not wait on it.
+                with anyio.move_on_after(_STDERR_GRACE_S):
+                    await drained.wait()
+            group.cancel_scope.cancel()
+    if deadline.cancelled_caught:
+        problem = f"discovery did not finish within {timeout_s:g}s"
     return bytes(out), bytes(err), problem
 
 
@@ -515,13 +527,6 @@ async def _tail(stream: ByteReceiveStream, into: bytearray, drained: anyio.Event
         into += chunk
         del into[:-_STDERR_TAIL]
     drained.set()
-
-
-async def _end(process: Process) -> None:
-    """Kill the child's process group (whatever it left behind) and reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.aclose()
 
 
 def _last_line(err: bytes) -> str:

@@ -88,6 +88,7 @@ class Connection:
         return ToolOutcome("succeeded", f"{self.declaration.name}:{name}:{arguments['zone']}")
 
     async def aclose(self) -> None:
+        await anyio.sleep(self.connector.close_delay_s)
         self.closed = True
 
 
@@ -101,6 +102,7 @@ class RecordingConnector:
     hang_list: bool = False
     approval_warning: str | None = None
     identity: str = "sandbox-a"
+    close_delay_s: float = 0.0
     descriptions: dict[str, str] = field(default_factory=dict)
     output: str | None = None
     connects: list[str] = field(default_factory=list)
@@ -175,10 +177,17 @@ class Rig:
     clock: Clock
     snapshot: tuple[str, ...] | None = None
     conversation: str = "mcp"
+    prepared: list[PreparedEffectCatalog] = field(default_factory=list)
+
+    async def finish(self) -> None:
+        """End the turns prepared so far, as TurnExecution does: their catalogs close."""
+        while self.prepared:
+            await self.runtime.close_catalog(self.prepared.pop())
 
     async def turn(
         self, conversation: str | None = None, *, new_session: bool = False, agent: str = ""
     ) -> tuple[PreparedEffectCatalog, Any]:
+        await self.finish()  # one turn after another, as a session's turns run
         scope = await self.authority.for_conversation(
             facts(conversation or self.conversation), session="fresh" if new_session else "bound"
         )
@@ -195,7 +204,9 @@ class Rig:
         if agent:
             fields["core_id"] = agent
         context = TurnExecutionContext(**fields)
-        return await self.runtime.prepare_catalog(context), context
+        catalog = await self.runtime.prepare_catalog(context)
+        self.prepared.append(catalog)
+        return catalog, context
 
 
 async def rig(
@@ -454,13 +465,13 @@ async def test_clause_declared_env_values_never_reach_a_view(authority: Authorit
     r = await rig(authority, [McpServer(declared("db", env={"DB_TOKEN": token}), connector)])
     catalog, context = await r.turn()
     assert token not in repr(catalog.definitions)
-    assert "[redacted:MCP_DB_DB_TOKEN]" in catalog.definitions[0].description
+    assert "[redacted:mcp.db.DB_TOKEN]" in catalog.definitions[0].description
     ref = catalog.resolve("mcp_db_get_time")
     assert ref is not None
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
     assert result.status == "succeeded"
     assert token not in repr(result)
-    assert "[redacted:MCP_DB_DB_TOKEN]" in result.views.model
+    assert "[redacted:mcp.db.DB_TOKEN]" in result.views.model
 
 
 async def test_clause_identity_change_evicts_and_failures_are_per_agent(
@@ -510,7 +521,9 @@ async def test_clause_calls_in_flight_survive_prune_and_sweep(authority: Authori
         assert r.pool.connections() == ()
         assert not connector.connections[0].closed, "prune killed a call in flight"
     assert [result.status for result in results] == ["succeeded"]
-    assert connector.connections[0].closed, "the retired connection outlived its last call"
+    assert not connector.connections[0].closed, "closed while its turn still held it"
+    await r.finish()
+    assert connector.connections[0].closed, "the retired connection outlived its turn"
 
 
 async def test_clause_prune_is_per_agent_and_connections_are_capped(
@@ -556,3 +569,66 @@ async def test_clause_bad_declarations_are_refused() -> None:
     secret = declared("s", env={"API_TOKEN": "tok-123456789"})
     assert "tok-123456789" not in repr(secret.view())
     assert secret.digest() != declared("s", env={"API_TOKEN": "other-12345678"}).digest()
+
+
+async def test_clause_eviction_closes_only_the_connection_it_chose(
+    authority: AuthorityResolver,
+) -> None:
+    """A prune that is still closing one session's old connection must not close the
+    connection another session made meanwhile under the new declaration."""
+    connector = RecordingConnector(close_delay_s=0.3)
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    await r.turn("one")
+    await r.turn("two")
+    await r.finish()
+    changed = declared("t", env={"MODE": "new"})
+    new_digest = changed.digest()
+    async with anyio.create_task_group() as group:
+        group.start_soon(r.pool.prune, {("assistant", "t", new_digest)})
+        await anyio.sleep(0.05)  # the prune is closing session one's old connection
+        r.servers.servers = [McpServer(changed, connector)]
+        await r.turn("two")  # session two reconnects under the new declaration
+    fresh = connector.connections[-1]
+    assert fresh.declaration == changed
+    assert not fresh.closed, "the prune closed the connection that replaced its target"
+    assert [c.closed for c in connector.connections[:2]] == [True, True]
+
+
+async def test_clause_a_prepared_turn_keeps_its_connections(authority: AuthorityResolver) -> None:
+    """The connection cap and the idle sweep never take a connection from a turn that was
+    offered its tools (it may still be asking an approver), and concurrent connects cannot
+    pass the cap together."""
+    connector = RecordingConnector()
+    r = await rig(authority, [McpServer(declared("t"), connector)])
+    r.pool = McpConnections(max_connections=1, clock=r.clock)
+    r.runtime = EffectRuntime(
+        toolsets=r.servers, approvals=ApprovalRuntime(provider=r.approver), mcp=r.pool
+    )
+    first, context = await r.turn("first")
+    r.prepared.clear()  # the first turn is still running: its catalog stays open
+    r.clock.now += 10_000
+    second, _ = await r.turn("second")
+    assert states(second) == {"t": "failing"}
+    assert "all in use" in second.discoveries[0].detail
+    ref = first.resolve("mcp_t_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert result.status == "succeeded"
+    await r.runtime.close_catalog(first)
+
+    slow = RecordingConnector(delay_s=0.2)
+    capped = McpConnections(max_connections=1)
+    r2 = await rig(authority, [McpServer(declared("t"), slow)])
+    r2.runtime = EffectRuntime(
+        toolsets=r2.servers, approvals=ApprovalRuntime(provider=r2.approver), mcp=capped
+    )
+    r2.finish = _no_finish  # type: ignore[method-assign]
+    async with anyio.create_task_group() as group:
+        for n in range(3):
+            group.start_soon(r2.turn, f"concurrent-{n}")
+    assert len(capped.connections()) == 1
+    assert sum(not c.closed for c in slow.connections) == 1
+
+
+async def _no_finish() -> None:
+    """Concurrent turns of different sessions: none ends before the others prepared."""

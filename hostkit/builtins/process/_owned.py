@@ -88,7 +88,7 @@ class OwnedProcess:
 async def owned_process(
     argv: Sequence[str],
     *,
-    cwd: Path,
+    cwd: Path | None,
     env: Mapping[str, str],
     stdin: int,
     stdout: int,

@@ -182,7 +182,7 @@ async def spawn_under_init(
     command: Sequence[str],
     *,
     env: Mapping[str, str],
-    cwd: Path,
+    cwd: Path | None,
     stdin: int,
     stdout: int,
     stderr: int,

@@ -27,19 +27,16 @@ can work here. The sandbox (docs/effects.md, "Sandbox"):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import psutil
-
+from hostkit.builtins.process._reaper import init_argv
 from hostkit.errors import UserError, bounded
 
 __all__ = [
@@ -124,46 +121,30 @@ def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
         return SandboxProbe(False, "prlimit (util-linux) is missing: `apt-get install util-linux`")
     argv = [bwrap, *_system_mounts(), "--unshare-all", "--die-with-parent", "--new-session"]
     argv += ["--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--", prlimit, "true"]
-    started = time.time()
+    # Under the per-run init, as every sandboxed run: bwrap's namespace init can outlive
+    # the bwrap waited for by a moment, and the init reaps it instead of a subreaper Host.
+    report, write_end = os.pipe()
     try:
+        command = init_argv(argv, {}, report_fd=write_end) or argv
         done = subprocess.run(
-            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, env={}, check=False
+            command,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            env={},
+            check=False,
+            pass_fds=(write_end,) if command is not argv else (),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return SandboxProbe(False, bounded(f"bubblewrap cannot run here: {exc}", 300))
     finally:
-        _reap_probe_leftovers(started)
+        os.close(report)
+        os.close(write_end)
     if done.returncode != 0:
         detail = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
         return SandboxProbe(
             False, bounded(f"bubblewrap cannot create namespaces here: {detail}", 300)
         )
     return SandboxProbe(True, "bubblewrap works", bwrap=bwrap, prlimit=prlimit)
-
-
-def _reap_probe_leftovers(started: float) -> None:
-    """Reap the probe's namespace init if it was handed to this process.
-
-    bwrap's inner process (pid 1 of the new namespace) can outlive the outer
-    one that ``subprocess.run`` waited for by a moment; in a child subreaper
-    (the Host, once it supervises processes) it then comes back here as a
-    zombie nobody else waits for. Only zombie ``bwrap`` children started
-    since the probe began are reaped, waiting at most a second for one still ending.
-    """
-    deadline = time.monotonic() + 1.0
-    while True:
-        ending = False
-        for child in psutil.Process().children():
-            with contextlib.suppress(psutil.Error, OSError):
-                if child.name() != "bwrap" or child.create_time() < started - 1:
-                    continue
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(child.pid, os.WNOHANG)
-                else:
-                    ending = True
-        if not ending or time.monotonic() >= deadline:
-            return
-        time.sleep(0.01)
 
 
 def _system_mounts() -> list[str]:
