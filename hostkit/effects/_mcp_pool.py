@@ -170,7 +170,6 @@ class McpDiscovery:
     tools: tuple[McpTool, ...] = ()
     detail: str = ""
     failing_until: float | None = None
-    reused: bool = False
 
 
 @dataclass(slots=True)
@@ -222,10 +221,6 @@ class McpConnections:
         # Discoveries in the window right now, and the most seen at once (tests, bench).
         self.discovering = 0
         self.peak_discovering = 0
-
-    @property
-    def window(self) -> int:
-        return int(self._window.total_tokens)
 
     def connections(self) -> tuple[tuple[str, str], ...]:
         """(session, server) of every live connection, sorted."""
@@ -300,7 +295,6 @@ class McpConnections:
                 "connected",
                 live.tools,
                 _skipped_detail(live.skipped),
-                reused=True,
             )
         await self.evict(session_id, server.name, why)
         return None
