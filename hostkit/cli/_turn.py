@@ -191,6 +191,11 @@ async def _streamed(
                 waiting.stop()
             elif event.kind == "provider.completed" and event.data.get("tool_calls"):
                 out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+            elif event.kind == "mcp.unavailable":
+                # Why a declared server's tools are missing from this turn.
+                waiting.stop()
+                detail = event.data.get("detail") or event.data.get("state")
+                out.write(f"[MCP server {event.data['server']} unavailable: {detail}]\n")
 
         try:
             waiting.start("waiting for the model")  # admission and tool discovery come first

@@ -11,6 +11,7 @@ import anyio
 
 from hostkit.authority import AdmittedTurn, AuthorityResolver
 from hostkit.context import ContextManager
+from hostkit.effects import PreparedEffectCatalog
 from hostkit.errors import (
     HostkitError,
     InvalidValue,
@@ -313,6 +314,7 @@ class TurnExecution:
             try:
                 with anyio.move_on_after(self._turn_timeout_s) as deadline:
                     active.catalog = await core.effects.prepare_catalog(context)
+                    self._announce_unavailable(context, active.catalog)
                     first = await self._first_message(request, context, core, active)
                     outcome, error = await self._steps(request, context, core, active, first)
                 if deadline.cancelled_caught:
@@ -864,6 +866,23 @@ class TurnExecution:
         # Turns of this instance still running now have no owner left (their terminal
         # write failed, or they did not stop in time): end them and free their sessions.
         await self._leases.end_remaining()
+
+    def _announce_unavailable(
+        self, context: TurnExecutionContext, catalog: PreparedEffectCatalog
+    ) -> None:
+        """One ``mcp.unavailable`` event per declared MCP server that gives this turn no
+        tools (denied, failing, not approved), so a front end can say why they are missing.
+        The detail is already bounded and free of declared secrets."""
+        for found in catalog.discoveries:
+            if found.state != "connected":
+                data: dict[str, Any] = {
+                    "server": found.server,
+                    "state": found.state,
+                    "detail": found.detail,
+                }
+                if found.failing_until is not None:
+                    data["failing_until"] = found.failing_until
+                self._emit(context, "mcp.unavailable", data)
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
         event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)

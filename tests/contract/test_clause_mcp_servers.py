@@ -302,3 +302,34 @@ async def test_clause_an_mcp_call_approval_answered_by_another_host_runs_once(
         assert "42" in tool_text
         approval = await second.approvals.get(operator, approval_id)
         assert approval.status == "executed"
+
+
+async def test_clause_a_missing_server_is_announced_to_the_turn(
+    tmp_path: Path, no_orphans: None
+) -> None:
+    """A declared server that gives the turn no tools is an ``mcp.unavailable`` event with
+    its state and bounded reason (what `hostkit run` prints), before the model is asked."""
+    config = host_config(
+        tmp_path,
+        {"gone": {"command": [sys.executable, "bad_server.py", "exit_at_start"]}},
+        policy={"allow": ["*", "mcp.connect:gone"]},
+    )
+    model = ScriptedModel([Reply("no tools today")])
+    async with opened(config, model, Approver()) as host:
+        seen: list[tuple[str, dict[str, Any]]] = []
+        async with host.events.subscribe(lambda event: True) as events:
+            result = await host.turns.run(request("hello"))
+            while True:
+                try:
+                    event = events.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+                seen.append((event.kind, dict(event.data)))
+    assert result.outcome == "completed"
+    kinds = [kind for kind, _ in seen]
+    assert kinds.index("mcp.unavailable") < kinds.index("provider.started")
+    data = next(data for kind, data in seen if kind == "mcp.unavailable")
+    assert data["server"] == "gone"
+    assert data["state"] == "failing"
+    assert "exit code 3" in data["detail"]
+    assert data["failing_until"] > 0
