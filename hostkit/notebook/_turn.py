@@ -433,6 +433,9 @@ class TurnView:
                 f"{data.get('effect', '?')}: waiting for approval {data.get('approval_id', '')}",
                 _STATUS_COLOURS["needs_user"],
             )
+        elif event.kind == "mcp.unavailable":
+            reason = data.get("detail") or data.get("state", "")
+            self._step(f"MCP server {data.get('server', '?')} unavailable: {reason}", "#57606a")
 
     def add_row(self, row: ApprovalRow) -> None:
         self.rows.append(row)

@@ -24,6 +24,7 @@ import anyio
 import psutil
 import pytest
 
+import hostkit.notebook as hn
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.effects import ApprovalDecision, ApprovalRequest
 from hostkit.host import Host, HostConfig, parse_config
@@ -333,3 +334,23 @@ async def test_clause_a_missing_server_is_announced_to_the_turn(
     assert data["state"] == "failing"
     assert "exit code 3" in data["detail"]
     assert data["failing_until"] > 0
+
+
+async def test_clause_the_notebook_panel_says_a_server_is_unavailable(
+    tmp_path: Path, no_orphans: None
+) -> None:
+    config = host_config(
+        tmp_path,
+        {"gone": {"command": [sys.executable, "bad_server.py", "exit_at_start"]}},
+        policy={"allow": ["*", "mcp.connect:gone"]},
+    )
+    model = ScriptedModel([Reply("no tools today")])
+    nb = await hn.start(config, capabilities=capabilities(model, config=config))
+    try:
+        view = nb.chat("hello")
+        result = await view
+        assert result.outcome == "completed"
+        assert "• MCP server gone unavailable:" in view.text()
+        assert "exit code 3" in view.text()
+    finally:
+        await nb.aclose()
