@@ -53,6 +53,8 @@ async def mcp_entries(
         await pool.observe_binding(
             (principal.channel or principal.principal_id, principal.conversation_key), session
         )
+    if not servers:
+        return [], ()  # the common turn: nothing declared, nothing more to do
     granted = context.capability_snapshot.get("effects", ())
     found: dict[str, McpDiscovery] = {}
     approved: list[tuple[McpServer, str]] = []

@@ -226,16 +226,6 @@ class McpConnections:
         """(session, server) of every live connection, sorted."""
         return tuple(sorted(self._live))
 
-    def bound_tool(self, session_id: str, effect: str) -> tuple[McpTool, str] | None:
-        """The session's live MCP tool named ``effect`` and its declaration digest, or None."""
-        for (sid, _), live in self._live.items():
-            if sid != session_id or live.stale:
-                continue
-            for found in live.tools:
-                if found.name == effect:
-                    return found, live.digest
-        return None
-
     def session_tools(
         self, session_id: str, agent: str
     ) -> dict[str, tuple[str, tuple[McpTool, ...]]]:

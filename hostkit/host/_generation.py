@@ -289,10 +289,11 @@ class Generation(AsyncResource):
         server = next((s for s in tools.mcp_servers if effect.startswith(f"mcp.{s.name}.")), None)
         if server is None or mcp_call_grant(server.name) not in core.effect_names:
             return ""
-        found = None if self.mcp is None else self.mcp.bound_tool(session_id, effect)
-        if found is None:
+        live = {} if self.mcp is None else self.mcp.session_tools(session_id, core.core_id)
+        binding, discovered = live.get(server.name, ("", ()))
+        mcp_tool = next((found for found in discovered if found.name == effect), None)
+        if mcp_tool is None:
             return None
-        mcp_tool, binding = found
         entry = CatalogEntry(
             "",
             effect,

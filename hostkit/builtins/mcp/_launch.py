@@ -25,13 +25,12 @@ from hostkit.builtins.process import (
     mask_plan,
     probe_bubblewrap,
     sandbox_argv,
+    visible_roots,
 )
 from hostkit.effects import McpServerDeclaration
 from hostkit.errors import bounded
 
 __all__ = ["Launch", "plan_launch"]
-
-_SYSTEM_PREFIXES = (Path("/usr"), Path("/etc"), Path("/opt"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +69,9 @@ def plan_launch(
     if not sandbox.sandboxed:
         return Launch(tuple(command), env, root, False, str(program))
     probe = probe_bubblewrap(bwrap)
-    read_only = _program_roots(program)
-    _check_visible(declaration.name, program, root, read_only)
+    shown = visible_roots(root)
+    read_only = _program_roots(program, shown)
+    _check_visible(declaration.name, program, (*shown, *read_only))
     policy = dataclasses.replace(sandbox, network=declaration.network)
     masks = mask_plan(root, (*sandbox.hidden, *hidden), roots=read_only)
     argv = sandbox_argv(
@@ -99,8 +99,9 @@ def _resolve(declaration: McpServerDeclaration, workspace: Path, path: str) -> P
     return Path(os.path.abspath(found))
 
 
-def _program_roots(program: Path) -> tuple[Path, ...]:
-    """The virtualenv root and base interpreter prefix ``program`` needs, if it lives in one."""
+def _program_roots(program: Path, shown: Sequence[Path]) -> tuple[Path, ...]:
+    """The virtualenv root and base interpreter prefix ``program`` needs, if it lives in one
+    (those the sandbox does not show already)."""
     roots: list[Path] = []
     for candidate in (program, Path(os.path.realpath(program))):
         venv = next((p for p in candidate.parents if (p / "pyvenv.cfg").is_file()), None)
@@ -113,7 +114,7 @@ def _program_roots(program: Path) -> tuple[Path, ...]:
             roots.append(Path(os.path.realpath(prefix)))
     kept: list[Path] = []
     for root in roots:
-        if any(root == s or root.is_relative_to(s) for s in _SYSTEM_PREFIXES) or root in kept:
+        if _under(root, shown) or root in kept:
             continue
         kept.append(root)
     return tuple(kept)
@@ -127,12 +128,15 @@ def _venv_home(config: Path) -> Path | None:
     return None
 
 
-def _check_visible(server: str, program: Path, workspace: Path, read_only: Sequence[Path]) -> None:
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def _check_visible(server: str, program: Path, roots: Sequence[Path]) -> None:
     """The program (and what its links point to) must be inside what the sandbox shows."""
-    listed = [*_SYSTEM_PREFIXES, Path("/bin"), Path("/sbin"), Path("/lib"), workspace, *read_only]
-    shown = [*listed, *(Path(os.path.realpath(p)) for p in listed)]
+    shown = [*roots, *(Path(os.path.realpath(p)) for p in roots)]
     for path in (program, Path(os.path.realpath(program))):
-        if not any(path == s or path.is_relative_to(s) for s in shown):
+        if not _under(path, shown):
             raise McpCommandNotFound(
                 f"server {server!r}: {bounded(str(program), 160)} is outside what the sandbox "
                 "shows (system directories, the workspace, a virtualenv)"

@@ -46,6 +46,7 @@ from hostkit.builtins.process._sandbox import (
     mask_plan,
     probe_bubblewrap,
     sandbox_argv,
+    visible_roots,
 )
 from hostkit.builtins.process._terminal import (
     DEFAULT_ENV_ALLOWLIST,
@@ -79,4 +80,5 @@ __all__ = [
     "probe_bubblewrap",
     "run_process",
     "sandbox_argv",
+    "visible_roots",
 ]
