@@ -55,6 +55,7 @@ __all__ = [
     "RequestConflict",
     "RuntimeFailure",
     "ScopeError",
+    "StaleClaim",
     "StoreClosed",
     "StoreError",
     "TurnInProgress",
@@ -315,6 +316,18 @@ class LeaseLost(RuntimeFailure):
     def __init__(self, lease: str = "lease") -> None:
         self.lease = bounded(lease, 60)
         super().__init__(f"the {self.lease} is no longer held by this writer; write refused")
+
+
+class StaleClaim(RuntimeFailure):
+    """An inbox claim is no longer current: its lease was taken over or it already ended.
+
+    The holder must stop working on the inbound: the current claimant (or the
+    terminal record) owns its outcome now.
+    """
+
+    def __init__(self, inbound_id: str) -> None:
+        self.inbound_id = bounded(inbound_id, 80)
+        super().__init__(f"the claim on inbound {self.inbound_id} is no longer current")
 
 
 class ProviderError(RuntimeFailure):

@@ -2,6 +2,7 @@
 
 from hostkit.authority._operator import OperatorIssuer
 from hostkit.authority._resolver import (
+    RESERVED_CHANNELS,
     AdmittedTurn,
     AuthorityResolver,
     BindingListener,
@@ -9,6 +10,7 @@ from hostkit.authority._resolver import (
 )
 
 __all__ = [
+    "RESERVED_CHANNELS",
     "AdmittedTurn",
     "AuthorityResolver",
     "BindingListener",

@@ -32,6 +32,7 @@ from hostkit.store._context_values import (
     ObservedStep,
     StepRecord,
 )
+from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxStore
 from hostkit.store._inspect import (
     MAX_INSPECT_ROWS,
     InspectQueries,
@@ -86,7 +87,10 @@ from hostkit.store._turns import TurnStore
 
 __all__ = [
     "APPLICATION_ID",
+    "ATTEMPTS_EXHAUSTED",
     "MAX_BOOTSTRAP_CHARS",
+    "MAX_CLAIM_BATCH",
+    "MAX_INBOX_LIST",
     "MAX_INSPECT_ROWS",
     "MAX_LEASE_TTL_S",
     "MAX_MCP_DESCRIPTION_CHARS",
@@ -117,6 +121,7 @@ __all__ = [
     "ConversationSelect",
     "ConversationTarget",
     "HistoryRow",
+    "InboxStore",
     "InspectQueries",
     "LeaseOwner",
     "LeaseTake",

@@ -1,0 +1,13 @@
+"""ChannelInbox: durable inbound envelopes, dedup, claims, retries, dead letters, workers.
+
+``ChannelInbox`` owns every inbound message from the moment a transport
+accepts it until a worker records its business result (or an operator gives
+up on its dead letter). Storage adapters implement ``hostkit.store.InboxStore``:
+the RuntimeStore's SQLite group (``ChannelInbox.on_store``) and a strict
+in-memory one (``ChannelInbox.in_memory``).
+"""
+
+from hostkit.inbox._inbox import ChannelInbox
+from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
+
+__all__ = ["DEDUP_HORIZON_S", "ChannelInbox", "RetentionPolicy", "RetryPolicy"]

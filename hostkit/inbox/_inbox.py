@@ -1,0 +1,305 @@
+"""ChannelInbox: the one owner of inbound messages between a transport and a turn.
+
+A transport adapter authenticates and parses an event, then ``accept``s it;
+it acknowledges the platform only after the receipt (accepted or duplicate)
+came back. Workers ``claim`` due inbounds under a lease with a fencing token,
+reserve the inbound's stable turn-request id, run the turn, and ``complete``
+or ``fail`` the claim. The storage adapter (``InboxStore``: SQLite through
+the RuntimeStore, or the strict in-memory one) makes every step atomic and
+conditional; this class owns the policy: backoff, attempts, lease length,
+retention, and which leases this process still holds.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import anyio
+
+from hostkit.authority import RESERVED_CHANNELS
+from hostkit.errors import InvalidValue, ScopeError, StaleClaim
+from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
+from hostkit.store import MAX_CLAIM_BATCH, InboxStore, LeaseOwner, RuntimeStore, audit_reason
+from hostkit.types import (
+    MAX_BATCH,
+    ChannelCounts,
+    ClaimedInbound,
+    CompletionDecision,
+    InboundEnvelope,
+    InboundFailure,
+    InboundRecord,
+    InboundResult,
+    InboundState,
+    InboxReceipt,
+    PrincipalScope,
+    PruneReport,
+    RetryDecision,
+    SourceCheckpoint,
+    new_id,
+)
+
+__all__ = ["ChannelInbox"]
+
+Clock = Callable[[], float]
+ScopeCheck = Callable[[object], PrincipalScope]
+
+
+class ChannelInbox:
+    """accept / claim / complete / fail over one ``InboxStore``, with one retry policy.
+
+    ``ChannelInbox.on_store(store)`` is the production inbox (the store's
+    ``inbox`` group; claims hold across processes sharing the database).
+    ``ChannelInbox.in_memory()`` is the strict in-memory adapter for tests of
+    code built on the inbox. ``clock`` and ``rng`` drive retry times, so a test
+    can move time instead of sleeping.
+    """
+
+    def __init__(
+        self,
+        store: InboxStore,
+        *,
+        policy: RetryPolicy | None = None,
+        retention: RetentionPolicy | None = None,
+        clock: Clock = time.time,
+        rng: random.Random | None = None,
+        owner: str | None = None,
+        verify_scope: ScopeCheck | None = None,
+    ) -> None:
+        if not isinstance(store, InboxStore):
+            raise InvalidValue("ChannelInbox needs an InboxStore")
+        self._store = store
+        self.policy = policy or RetryPolicy()
+        self.retention = retention or RetentionPolicy()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._owner = owner
+        self._verify_scope = verify_scope
+        # Claims this inbox handed out and that have not ended: released on shutdown.
+        self._held: dict[str, str] = {}
+
+    @classmethod
+    def on_store(cls, store: RuntimeStore, **options: object) -> ChannelInbox:
+        """The inbox kept in ``store`` (its ``inbox`` group); operator scopes verify against it."""
+        return cls(store.inbox, verify_scope=store.verify_scope, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def in_memory(cls, **options: object) -> ChannelInbox:
+        """A strict in-memory inbox: the same contract, nothing survives the process."""
+        from hostkit.inbox._memory import MemoryInboxStore
+
+        return cls(MemoryInboxStore(), **options)  # type: ignore[arg-type]
+
+    @property
+    def held(self) -> int:
+        """Claims this inbox holds now (handed out, not yet completed, failed or released)."""
+        return len(self._held)
+
+    # -- accept ------------------------------------------------------------------------
+
+    async def accept(self, envelope: InboundEnvelope) -> InboxReceipt:
+        """Durably store one envelope and its source checkpoint, or raise (``accept_batch``)."""
+        receipts = await self.accept_batch((envelope,), envelope.source_checkpoint)
+        return receipts[0]
+
+    async def accept_batch(
+        self,
+        envelopes: Sequence[InboundEnvelope],
+        checkpoint: SourceCheckpoint | None = None,
+    ) -> tuple[InboxReceipt, ...]:
+        """Store every new envelope and advance ``checkpoint``, all in one transaction.
+
+        Acknowledge the transport (2xx, mark Seen, advance a cursor) only after
+        this returns. On ``StoreError`` nothing was stored and the checkpoint
+        did not move: the transport must retry or keep the old cursor.
+        """
+        batch = _checked_batch(envelopes)
+        if checkpoint is not None and not isinstance(checkpoint, SourceCheckpoint):
+            raise InvalidValue("checkpoint must be a SourceCheckpoint")
+        return await self._store.accept(batch, checkpoint, now=self._clock())
+
+    async def checkpoint(self, source_id: str) -> str | None:
+        """The cursor a polling transport resumes from (None: from the start)."""
+        return await self._store.checkpoint(source_id)
+
+    # -- claim -------------------------------------------------------------------------
+
+    async def claim(self) -> ClaimedInbound | None:
+        """Lease the next due inbound (fair across channel instances), or None."""
+        claimed = await self.claim_batch(1)
+        return claimed[0] if claimed else None
+
+    async def claim_batch(self, limit: int) -> tuple[ClaimedInbound, ...]:
+        """Lease up to ``limit`` due inbounds, round-robin across channel instances."""
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidValue("limit must be an integer")
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise InvalidValue(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
+        claimed = await self._store.claim(
+            owner=await self._owner_text(),
+            now=self._clock(),
+            lease_s=self.policy.lease_s,
+            limit=limit,
+            max_attempts=self.policy.max_attempts,
+        )
+        for item in claimed:
+            self._held[item.inbound_id] = item.claim_token
+        return claimed
+
+    async def reserve_turn(self, claimed: ClaimedInbound) -> ClaimedInbound:
+        """Durably record that this claim starts its turn; ``StaleClaim`` if it is not current.
+
+        Call it before the turn starts: a later attempt then knows a turn may
+        exist for ``claimed.turn_request_id`` and reconciles with it first.
+        """
+        _check_claim(claimed)
+        if not await self._store.reserve_turn(
+            claimed.inbound_id, claimed.claim_token, now=self._clock()
+        ):
+            self._forget(claimed)
+            raise StaleClaim(claimed.inbound_id)
+        if claimed.turn_reserved:
+            return claimed
+        return _replace(claimed, turn_reserved=True)
+
+    async def extend(self, claimed: ClaimedInbound) -> ClaimedInbound:
+        """Renew the lease of a claim still being worked on; ``StaleClaim`` if it was lost."""
+        _check_claim(claimed)
+        expires = await self._store.extend(
+            claimed.inbound_id, claimed.claim_token, now=self._clock(), lease_s=self.policy.lease_s
+        )
+        if expires is None:
+            self._forget(claimed)
+            raise StaleClaim(claimed.inbound_id)
+        return _replace(claimed, lease_expires_at=expires)
+
+    # -- end a claim -------------------------------------------------------------------
+
+    async def complete(self, claimed: ClaimedInbound, result: InboundResult) -> CompletionDecision:
+        """End the inbound with its business result (idempotent for the same token and result)."""
+        _check_claim(claimed)
+        if not isinstance(result, InboundResult):
+            raise InvalidValue("complete takes an InboundResult")
+        decision = await self._store.complete(
+            claimed.inbound_id, claimed.claim_token, result, now=self._clock()
+        )
+        self._forget(claimed)
+        return decision
+
+    async def fail(self, claimed: ClaimedInbound, failure: InboundFailure) -> RetryDecision:
+        """Record a failed attempt: retried after backoff, or dead-lettered when none is left.
+
+        A ``permanent`` failure is dead-lettered at once.
+        """
+        _check_claim(claimed)
+        if not isinstance(failure, InboundFailure):
+            raise InvalidValue("fail takes an InboundFailure")
+        now = self._clock()
+        retry_at = (
+            None
+            if failure.kind == "permanent"
+            else self.policy.retry_at(claimed.attempt, now, self._rng)
+        )
+        decision = await self._store.fail(
+            claimed.inbound_id, claimed.claim_token, failure, retry_at=retry_at, now=now
+        )
+        self._forget(claimed)
+        return decision
+
+    async def release(self, claimed: ClaimedInbound) -> bool:
+        """Give a claim back unfinished (shutdown): due again now, the attempt not counted."""
+        _check_claim(claimed)
+        released = await self._store.release(
+            claimed.inbound_id, claimed.claim_token, now=self._clock()
+        )
+        self._forget(claimed)
+        return released
+
+    async def release_all(self) -> int:
+        """Release every claim this inbox still holds (worker shutdown); how many were."""
+        released = 0
+        with anyio.CancelScope(shield=True):
+            for inbound_id, token in list(self._held.items()):
+                if await self._store.release(inbound_id, token, now=self._clock()):
+                    released += 1
+                self._held.pop(inbound_id, None)
+        return released
+
+    # -- operators ---------------------------------------------------------------------
+
+    async def requeue(
+        self, scope: PrincipalScope, inbound_id: str, *, reason: str
+    ) -> InboundRecord:
+        """An operator sends a dead letter round again; the reason is audited."""
+        if self._verify_scope is not None:
+            scope = self._verify_scope(scope)
+        if not isinstance(scope, PrincipalScope) or scope.authority != "operator":
+            raise ScopeError("requeueing a dead letter needs an operator scope")
+        return await self._store.requeue(
+            inbound_id, reason=audit_reason(reason), actor=scope.principal_id, now=self._clock()
+        )
+
+    async def prune(self) -> PruneReport:
+        """One retention pass: old completed payloads cleared, tombstones past the horizon gone."""
+        now = self._clock()
+        return await self._store.prune(
+            payload_before=now - self.retention.payload_s,
+            tombstone_before=now - self.retention.dedup_horizon_s,
+            limit=self.retention.batch,
+        )
+
+    async def counts(self) -> tuple[ChannelCounts, ...]:
+        return await self._store.counts()
+
+    async def records(
+        self,
+        *,
+        state: InboundState | None = None,
+        channel_instance_id: str | None = None,
+        limit: int = 100,
+    ) -> tuple[InboundRecord, ...]:
+        return await self._store.records(
+            state=state, channel_instance_id=channel_instance_id, limit=limit
+        )
+
+    async def record(self, inbound_id: str) -> InboundRecord | None:
+        return await self._store.record(inbound_id)
+
+    # -- internals ---------------------------------------------------------------------
+
+    async def _owner_text(self) -> str:
+        if self._owner is None:
+            owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("inbox"))
+            self._owner = owner.encode()
+        return self._owner
+
+    def _forget(self, claimed: ClaimedInbound) -> None:
+        if self._held.get(claimed.inbound_id) == claimed.claim_token:
+            del self._held[claimed.inbound_id]
+
+
+def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelope, ...]:
+    if isinstance(envelopes, InboundEnvelope | str | bytes):
+        raise InvalidValue("accept_batch takes a sequence of InboundEnvelope")
+    batch = tuple(envelopes)
+    if not 1 <= len(batch) <= MAX_BATCH:
+        raise InvalidValue(f"a batch holds 1 to {MAX_BATCH} envelopes")
+    for envelope in batch:
+        if not isinstance(envelope, InboundEnvelope):
+            raise InvalidValue("accept takes InboundEnvelope values")
+        if envelope.channel_instance_id in RESERVED_CHANNELS:
+            raise InvalidValue(
+                f"channel instance {envelope.channel_instance_id!r} is reserved for the Host"
+            )
+    return batch
+
+
+def _check_claim(claimed: ClaimedInbound) -> None:
+    if not isinstance(claimed, ClaimedInbound):
+        raise InvalidValue("a ClaimedInbound from claim() is required")
+
+
+def _replace(claimed: ClaimedInbound, **changes: object) -> ClaimedInbound:
+    return replace(claimed, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,93 @@
+"""How long to wait before the next attempt, how many attempts, how long to keep what.
+
+Backoff is bounded exponential with jitter: attempt ``n`` (1-based) waits
+``min(max_delay, base_delay * 2**(n-1))``, scaled by a random factor in
+``[1 - jitter, 1]`` so retries of many messages that failed together spread
+out instead of arriving together again. After ``max_attempts`` the inbound is
+dead-lettered: there is no infinite automatic replay.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from hostkit.errors import InvalidValue
+
+__all__ = ["DEDUP_HORIZON_S", "RetentionPolicy", "RetryPolicy"]
+
+# The longest retry/replay window of any transport hostkit supports, with margin:
+# Telegram keeps undelivered updates for 24 h, Slack retries a webhook 3 times
+# within about an hour, email stays unread until it is marked Seen (our IMAP
+# poller retains it on failure), and generic signed webhooks (GitHub, Stripe)
+# redeliver for up to 3 days. Seven days covers them all.
+DEDUP_HORIZON_S = 7 * 24 * 3600.0
+_PAYLOAD_RETENTION_S = 24 * 3600.0
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidValue(f"{name} must be a finite number")
+    if value <= 0:
+        raise InvalidValue(f"{name} must be positive")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Attempts, backoff and lease length of every inbound of one inbox."""
+
+    max_attempts: int = 5
+    base_delay_s: float = 1.0
+    max_delay_s: float = 300.0
+    jitter: float = 0.5
+    lease_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise InvalidValue("max_attempts must be an integer")
+        if not 1 <= self.max_attempts <= 100:
+            raise InvalidValue("max_attempts must be between 1 and 100")
+        _positive("base_delay_s", self.base_delay_s)
+        _positive("max_delay_s", self.max_delay_s)
+        _positive("lease_s", self.lease_s)
+        if self.max_delay_s < self.base_delay_s:
+            raise InvalidValue("max_delay_s must not be below base_delay_s")
+        if isinstance(self.jitter, bool) or not 0.0 <= self.jitter <= 1.0:
+            raise InvalidValue("jitter must be between 0 and 1")
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based), jitter applied."""
+        exponent = min(max(attempt, 1) - 1, 60)
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2.0**exponent)
+        return ceiling * (1.0 - self.jitter * rng.random())
+
+    def retry_at(self, attempt: int, now: float, rng: random.Random) -> float | None:
+        """When attempt ``attempt + 1`` may start, or None when no attempt is left."""
+        if attempt >= self.max_attempts:
+            return None
+        return now + self.delay(attempt, rng)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How long completed inbounds keep their payload, and their dedup tombstone.
+
+    ``dedup_horizon_s`` must cover the longest transport retry window
+    (``DEDUP_HORIZON_S``, seven days, by default); it can never be shorter
+    than the payload retention, so pruning a payload never lets the same
+    platform event in again.
+    """
+
+    payload_s: float = _PAYLOAD_RETENTION_S
+    dedup_horizon_s: float = DEDUP_HORIZON_S
+    batch: int = 1_000
+
+    def __post_init__(self) -> None:
+        _positive("payload_s", self.payload_s)
+        _positive("dedup_horizon_s", self.dedup_horizon_s)
+        if self.dedup_horizon_s < self.payload_s:
+            raise InvalidValue("dedup_horizon_s must not be shorter than payload_s")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise InvalidValue("batch must be a positive integer")

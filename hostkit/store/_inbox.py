@@ -1,0 +1,185 @@
+"""The store's inbox group: durable inbound envelopes, dedup, claims, retries, dead letters.
+
+``InboxStore`` is the storage half of the ChannelInbox seam. It holds no
+policy: ``hostkit.inbox.ChannelInbox`` decides backoff, the maximum number of
+attempts, lease length and retention, and passes the resulting times in.
+Every method here is one atomic, conditional step, so the same rules hold for
+workers in one event loop, in several processes on one database, and (later)
+on several hosts sharing PostgreSQL:
+
+- accept: every new envelope, its unique ``(channel_instance_id,
+  platform_event_key)`` dedup key and the batch's source checkpoint commit in
+  one transaction, or nothing does. A duplicate returns the first inbound id.
+- claim: due rows (``ready`` past their next attempt, or ``claimed`` with an
+  expired lease) come from an index on (channel instance, due time), one row
+  per channel instance per round, channel instances least recently served
+  first, so a noisy channel cannot starve a quiet one. Each claim gets a fresh
+  fencing token and attempt + 1. A row whose lease expired after its last
+  allowed attempt is dead-lettered (``attempts_exhausted``) instead.
+- complete / fail / release / reserve_turn / extend are fenced by the claim
+  token: only the current claimant changes the row. Terminal rows never change
+  again except by an operator's audited ``requeue`` of a dead letter.
+
+Times are wall-clock seconds chosen by the caller (``now``), so one clock
+drives every adapter and tests can move it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from hostkit.types import (
+    ChannelCounts,
+    ClaimedInbound,
+    CompletionDecision,
+    InboundEnvelope,
+    InboundFailure,
+    InboundRecord,
+    InboundResult,
+    InboundState,
+    InboxReceipt,
+    PruneReport,
+    RetryDecision,
+    SourceCheckpoint,
+)
+
+__all__ = ["ATTEMPTS_EXHAUSTED", "MAX_CLAIM_BATCH", "MAX_INBOX_LIST", "InboxStore"]
+
+# Rows one claim call may lease; rows one list call returns.
+MAX_CLAIM_BATCH = 64
+MAX_INBOX_LIST = 500
+# The failure code of a row whose lease expired after its last allowed attempt
+# (its worker died or hung every time: a poison message).
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+
+
+class InboxStore(ABC):
+    """Durable inbox rows; every adapter (SQLite, in-memory, PostgreSQL) implements this.
+
+    Bad input raises ``InvalidValue`` and writes nothing; a storage failure
+    raises ``StoreError`` and commits nothing of the call (an accept that
+    raised acknowledged nothing, and can be retried as is).
+    """
+
+    @abstractmethod
+    async def accept(
+        self,
+        envelopes: Sequence[InboundEnvelope],
+        checkpoint: SourceCheckpoint | None,
+        *,
+        now: float,
+    ) -> tuple[InboxReceipt, ...]:
+        """Store each new envelope (``ready``, due ``now``, attempt 0) and the checkpoint.
+
+        One transaction for the whole batch (1..``MAX_BATCH`` envelopes). A
+        key already stored, or repeated earlier in the same batch, gives
+        ``duplicate`` with the first inbound id. The checkpoint (if any)
+        replaces the source's cursor in the same transaction. Each new row
+        reserves its turn-request id (``inbound:<inbound id>``) here.
+        """
+
+    @abstractmethod
+    async def checkpoint(self, source_id: str) -> str | None:
+        """The cursor last committed for ``source_id``, or None."""
+
+    @abstractmethod
+    async def claim(
+        self, *, owner: str, now: float, lease_s: float, limit: int, max_attempts: int
+    ) -> tuple[ClaimedInbound, ...]:
+        """Lease up to ``limit`` (1..``MAX_CLAIM_BATCH``) due rows, fairly across channels.
+
+        Round-robin: each round takes the oldest due row of every channel
+        instance that has one, least recently served instance first, until
+        ``limit`` rows are leased or nothing is due. Each leased row gets a new
+        claim token, ``attempt + 1``, ``lease_expires_at = now + lease_s`` and
+        ``owner``. A due row whose previous claim's lease expired and whose
+        attempt is already ``max_attempts`` is dead-lettered with
+        ``ATTEMPTS_EXHAUSTED`` instead of being claimed.
+        """
+
+    @abstractmethod
+    async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+        """Mark that this claim is about to start the turn; False if the claim is not current."""
+
+    @abstractmethod
+    async def extend(
+        self, inbound_id: str, claim_token: str, *, now: float, lease_s: float
+    ) -> float | None:
+        """Move the current claim's lease to ``now + lease_s``; None if the claim is lost."""
+
+    @abstractmethod
+    async def complete(
+        self, inbound_id: str, claim_token: str, result: InboundResult, *, now: float
+    ) -> CompletionDecision:
+        """End the row ``completed`` with ``result`` if ``claim_token`` holds it.
+
+        Same token and same result again: ``completed`` (idempotent). Same
+        token, different terminal payload, or a token that already failed this
+        row: ``conflict``. Another token on a terminal row:
+        ``already_terminal``. Any other token: ``stale_claim``. Only the first
+        case changes the row.
+        """
+
+    @abstractmethod
+    async def fail(
+        self,
+        inbound_id: str,
+        claim_token: str,
+        failure: InboundFailure,
+        *,
+        retry_at: float | None,
+        now: float,
+    ) -> RetryDecision:
+        """Record ``failure``; ``ready`` again at ``retry_at``, or dead-lettered when None.
+
+        Fenced and idempotent like ``complete``: the same token and failure
+        again returns the first decision; a different one is ``conflict``;
+        another token gets ``already_terminal`` or ``stale_claim``.
+        """
+
+    @abstractmethod
+    async def release(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+        """Give a claim back without a result (shutdown): ``ready`` now, attempt not spent."""
+
+    @abstractmethod
+    async def requeue(
+        self, inbound_id: str, *, reason: str, actor: str, now: float
+    ) -> InboundRecord:
+        """An operator's explicit retry of a dead letter: ``ready`` now, attempt 0.
+
+        Writes an ``inbox.requeue`` audit row (actor, reason) in the same
+        transaction. ``NotFoundOrUnauthorized`` for an unknown id;
+        ``InvalidValue`` when the row is not dead-lettered.
+        """
+
+    @abstractmethod
+    async def prune(
+        self, *, payload_before: float, tombstone_before: float, limit: int
+    ) -> PruneReport:
+        """Retention, at most ``limit`` rows of each kind per call.
+
+        Completed rows last updated before ``payload_before`` lose their
+        payload, payload ref, artifacts and metadata (the row stays as the
+        dedup tombstone). Completed rows last updated before
+        ``tombstone_before`` are deleted. Ready, claimed and dead-lettered rows
+        are never pruned.
+        """
+
+    @abstractmethod
+    async def counts(self) -> tuple[ChannelCounts, ...]:
+        """Rows per state for every channel instance, ordered by channel instance id."""
+
+    @abstractmethod
+    async def records(
+        self,
+        *,
+        state: InboundState | None = None,
+        channel_instance_id: str | None = None,
+        limit: int = 100,
+    ) -> tuple[InboundRecord, ...]:
+        """Rows (newest accepted first), optionally of one state and channel; at most ``limit``."""
+
+    @abstractmethod
+    async def record(self, inbound_id: str) -> InboundRecord | None:
+        """One row as operators see it, or None."""

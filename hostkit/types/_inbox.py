@@ -1,0 +1,333 @@
+"""ChannelInbox values: what a transport hands the Host, and what the inbox answers.
+
+Every value is frozen and checked on construction, so an adapter can never
+store an envelope the contract calls malformed, and a failure text is
+redacted and bounded before it can reach a row, a log or a widget. A
+transport's *authenticated* facts (which channel instance, which principal)
+are fields of their own; nothing in ``payload`` or ``metadata`` is ever read
+as authority.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from hostkit.errors import InvalidValue, bounded
+from hostkit.freeze import FrozenMap
+from hostkit.types._redact import bounded_metadata
+
+__all__ = [
+    "INBOUND_RESULT_KINDS",
+    "MAX_ARTIFACTS",
+    "MAX_BATCH",
+    "MAX_EVENT_KEY",
+    "MAX_FAILURE_MESSAGE",
+    "MAX_INBOUND_PAYLOAD",
+    "ChannelCounts",
+    "ClaimedInbound",
+    "CompletionDecision",
+    "CompletionDisposition",
+    "FailureKind",
+    "InboundEnvelope",
+    "InboundFailure",
+    "InboundRecord",
+    "InboundResult",
+    "InboundResultKind",
+    "InboundState",
+    "InboxReceipt",
+    "PruneReport",
+    "ReceiptDisposition",
+    "RetryDecision",
+    "RetryDisposition",
+    "SourceCheckpoint",
+]
+
+# Text of one inbound message (characters). Larger content travels as a
+# payload_ref / artifact reference the transport stored first.
+MAX_INBOUND_PAYLOAD = 65_536
+MAX_EVENT_KEY = 256
+MAX_ARTIFACTS = 16
+MAX_FAILURE_MESSAGE = 500
+# Envelopes in one batch accept (one transaction with its checkpoint).
+MAX_BATCH = 500
+_MAX_KEY = 256
+_MAX_CURSOR = 1_024
+_MAX_DETAIL = 500
+# Channel instance ids name a configured transport ("telegram.support"); same shape as
+# ConversationFacts.channel, so an instance id is usable as the conversation's channel.
+_IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+ReceiptDisposition = Literal["accepted", "duplicate"]
+InboundResultKind = Literal["turn", "command", "ignored", "cancelled"]
+INBOUND_RESULT_KINDS: tuple[str, ...] = get_args(InboundResultKind)
+FailureKind = Literal["transient", "permanent"]
+CompletionDisposition = Literal["completed", "stale_claim", "already_terminal", "conflict"]
+RetryDisposition = Literal["retry", "dead_lettered", "stale_claim", "already_terminal", "conflict"]
+# ready: waiting for its next attempt; claimed: a worker holds the lease;
+# completed: a business result is recorded (terminal); dead_lettered: given up (terminal
+# until an operator requeues it).
+InboundState = Literal["ready", "claimed", "completed", "dead_lettered"]
+
+
+def _identifier(name: str, value: object) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise InvalidValue(f"{name} must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
+    return value
+
+
+def _text(name: str, value: object, limit: int = _MAX_KEY) -> str:
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidValue(f"{name} must be a non-empty string of at most {limit} characters")
+    if "\x00" in value:
+        raise InvalidValue(f"{name} must not contain NUL")
+    return value
+
+
+def _time(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidValue(f"{name} must be a finite number of seconds")
+    if value < 0:
+        raise InvalidValue(f"{name} must not be negative")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceCheckpoint:
+    """Where a polled source has been read up to; advanced only with its batch."""
+
+    source_id: str
+    cursor: str
+
+    def __post_init__(self) -> None:
+        _text("source_id", self.source_id)
+        _text("cursor", self.cursor, _MAX_CURSOR)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEnvelope:
+    """One authenticated platform event, checked and bounded before ``accept``.
+
+    ``(channel_instance_id, platform_event_key)`` is the dedup identity: the
+    same platform event delivered again is a duplicate. ``principal_key`` and
+    ``authenticated_by`` are facts the transport adapter established
+    (signature, token, local socket); the Host resolves authority from them
+    and the channel instance, never from ``payload`` or ``metadata``.
+    ``metadata`` is redacted and bounded like every other transport metadata.
+    """
+
+    channel_instance_id: str
+    platform_event_key: str
+    conversation_key: str
+    principal_key: str
+    authenticated_by: str
+    received_at: float
+    kind: str = "message"
+    payload: str = ""
+    payload_ref: str | None = None
+    artifacts: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
+    source_checkpoint: SourceCheckpoint | None = None
+
+    def __post_init__(self) -> None:
+        _identifier("channel_instance_id", self.channel_instance_id)
+        _text("platform_event_key", self.platform_event_key, MAX_EVENT_KEY)
+        _text("conversation_key", self.conversation_key)
+        _text("principal_key", self.principal_key)
+        _identifier("authenticated_by", self.authenticated_by)
+        _time("received_at", self.received_at)
+        _identifier("kind", self.kind)
+        if not isinstance(self.payload, str) or len(self.payload) > MAX_INBOUND_PAYLOAD:
+            raise InvalidValue(f"payload is text of at most {MAX_INBOUND_PAYLOAD} characters")
+        if "\x00" in self.payload:
+            raise InvalidValue("payload must not contain NUL")
+        if self.payload_ref is not None:
+            _text("payload_ref", self.payload_ref)
+        artifacts = self.artifacts
+        if not isinstance(artifacts, tuple | list):
+            raise InvalidValue("artifacts is a sequence of references")
+        artifacts = tuple(artifacts)
+        if len(artifacts) > MAX_ARTIFACTS:
+            raise InvalidValue(f"at most {MAX_ARTIFACTS} artifact references per inbound")
+        for ref in artifacts:
+            _text("artifact reference", ref)
+        object.__setattr__(self, "artifacts", artifacts)
+        if not isinstance(self.metadata, Mapping):
+            raise InvalidValue("metadata must be a mapping")
+        object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
+        if self.source_checkpoint is not None and not isinstance(
+            self.source_checkpoint, SourceCheckpoint
+        ):
+            raise InvalidValue("source_checkpoint must be a SourceCheckpoint")
+
+    @property
+    def dedup_key(self) -> tuple[str, str]:
+        """The unique identity of this platform event."""
+        return (self.channel_instance_id, self.platform_event_key)
+
+    def digest(self) -> str:
+        """A fingerprint of the content, to tell a true duplicate from a reused key."""
+        body = json.dumps(
+            [self.kind, self.conversation_key, self.principal_key, self.payload, self.payload_ref],
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxReceipt:
+    """The durable identity of an accepted event; a duplicate gets the first one's id."""
+
+    inbound_id: str
+    disposition: ReceiptDisposition
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedInbound:
+    """A leased inbound: only the holder of ``claim_token`` may complete or fail it.
+
+    ``turn_request_id`` was reserved from the inbound id at accept time and is
+    the same on every attempt, so a turn started by a crashed attempt is found
+    (and not run again) by the next one. ``turn_reserved`` says an earlier
+    attempt got as far as reserving it; ``existing_turn_id`` is filled in by
+    reconciliation when a turn for that id already exists.
+    """
+
+    inbound_id: str
+    envelope: InboundEnvelope
+    claim_token: str
+    attempt: int
+    lease_expires_at: float
+    turn_request_id: str
+    turn_reserved: bool = False
+    existing_turn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundResult:
+    """The business result that ends an inbound (not its outbound delivery).
+
+    ``turn``: a model turn ran (``turn_id``, its outcome); ``command``: a
+    Host command answered it; ``ignored``: nothing to do (an edit, a reaction);
+    ``cancelled``: the user cancelled it: terminal, never replayed.
+    """
+
+    kind: InboundResultKind
+    turn_id: str | None = None
+    outcome: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in INBOUND_RESULT_KINDS:
+            raise InvalidValue(f"result kind must be one of {', '.join(INBOUND_RESULT_KINDS)}")
+        if self.kind == "turn" and self.turn_id is None:
+            raise InvalidValue("a turn result names its turn_id")
+        if self.turn_id is not None:
+            _text("turn_id", self.turn_id)
+        if not isinstance(self.outcome, str) or len(self.outcome) > 64:
+            raise InvalidValue("outcome is text of at most 64 characters")
+        if not isinstance(self.detail, str):
+            raise InvalidValue("detail must be text")
+        object.__setattr__(self, "detail", bounded(self.detail, _MAX_DETAIL) if self.detail else "")
+
+    def digest(self) -> str:
+        """What makes two completions "the same terminal payload" (idempotent repeat)."""
+        body = json.dumps([self.kind, self.turn_id, self.outcome, self.detail])
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class InboundFailure:
+    """Why an attempt failed: typed, redacted and bounded at construction.
+
+    ``transient`` failures are retried with backoff up to the maximum number
+    of attempts; ``permanent`` ones (authenticated but unprocessable) are
+    dead-lettered at once.
+    """
+
+    kind: FailureKind
+    code: str
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("transient", "permanent"):
+            raise InvalidValue("failure kind must be 'transient' or 'permanent'")
+        _identifier("failure code", self.code)
+        if not isinstance(self.message, str):
+            raise InvalidValue("failure message must be text")
+        object.__setattr__(self, "message", bounded(self.message, MAX_FAILURE_MESSAGE))
+
+    def digest(self) -> str:
+        body = json.dumps([self.kind, self.code, self.message])
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionDecision:
+    """What ``complete`` did: ``completed`` (also for an idempotent repeat) or why not."""
+
+    inbound_id: str
+    disposition: CompletionDisposition
+    state: InboundState
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """What ``fail`` did: scheduled a retry at ``next_attempt_at``, dead-lettered, or why not."""
+
+    inbound_id: str
+    disposition: RetryDisposition
+    state: InboundState
+    attempt: int
+    next_attempt_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRecord:
+    """An inbound as operators see it: state, attempts, last failure; never the payload.
+
+    ``payload_pruned`` says retention removed the payload (the row stays as
+    the dedup tombstone). Times are wall-clock seconds.
+    """
+
+    inbound_id: str
+    channel_instance_id: str
+    platform_event_key: str
+    kind: str
+    conversation_key: str
+    state: InboundState
+    attempt: int
+    received_at: float
+    accepted_at: float
+    updated_at: float
+    due_at: float | None = None
+    result_kind: InboundResultKind | None = None
+    turn_id: str | None = None
+    failure_code: str = ""
+    failure_message: str = ""
+    payload_pruned: bool = False
+    requeues: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCounts:
+    """How many inbounds of one channel instance are in each state."""
+
+    channel_instance_id: str
+    ready: int = 0
+    claimed: int = 0
+    completed: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one retention pass removed: payloads cleared, tombstones deleted."""
+
+    payloads_cleared: int
+    tombstones_removed: int
