@@ -560,12 +560,14 @@ _V12_INBOX = Migration(
         # Due claims: per channel instance, oldest due first (rowid breaks ties: accept order).
         "CREATE INDEX inbox_due ON inbox(channel_instance_id, due_at) "
         "WHERE state IN ('ready', 'claimed')",
-        # Retention: completed rows by age, and those still holding a payload.
-        "CREATE INDEX inbox_prune ON inbox(state, updated_at)",
+        # Retention: completed rows by age, and those still holding a payload. Partial, so
+        # accepts and claims (the hot path) never maintain them.
+        "CREATE INDEX inbox_prune ON inbox(updated_at) WHERE state = 'completed'",
         "CREATE INDEX inbox_payloads ON inbox(updated_at) "
         "WHERE state = 'completed' AND payload IS NOT NULL",
-        # Operators: counts per channel and state; listings newest first.
+        # Operators: counts per channel and state; listings newest first; the dead letters.
         "CREATE INDEX inbox_list ON inbox(channel_instance_id, state, id)",
+        "CREATE INDEX inbox_dead ON inbox(id) WHERE state = 'dead_lettered'",
         # Fairness: each channel instance with the serve counter of its last claim.
         """CREATE TABLE inbox_channels (
             channel_instance_id TEXT PRIMARY KEY,

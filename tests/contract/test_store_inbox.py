@@ -120,6 +120,7 @@ async def test_migration_12_upgrades_a_v11_database_and_keeps_its_rows(tmp_path:
             "inbox_prune",
             "inbox_payloads",
             "inbox_list",
+            "inbox_dead",
             "inbox_channels_served",
         } <= tables
         (receipt,) = await new.inbox.accept([envelope("e1")], SourceCheckpoint("s", "7"), now=NOW)
