@@ -56,6 +56,8 @@ __all__ = [
 _EMPTY_LIST = "[]"
 _EMPTY_MAP = "{}"
 TURN_REQUEST_PREFIX = "inbound:"
+# The failure text of a row whose lease expired after its last allowed attempt.
+EXHAUSTED_MESSAGE = "the lease expired after the last allowed attempt"
 
 _INSERT = (
     "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "
@@ -100,7 +102,7 @@ _CLAIM = (
     "owner = ?, outcome_digest = NULL, updated_at = ? WHERE id = ?"
 )
 _EXHAUST = (
-    "UPDATE inbox SET state = 'dead_lettered', due_at = NULL, claim_token = NULL, "
+    "UPDATE inbox SET state = 'dead_lettered', due_at = NULL, claim_token = NULL, owner = NULL, "
     "outcome_digest = NULL, failure_kind = 'transient', failure_code = ?, failure_message = ?, "
     "updated_at = ? WHERE id = ?"
 )
@@ -298,16 +300,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
     if exhausted:
         conn.executemany(
             _EXHAUST,
-            [
-                (
-                    ATTEMPTS_EXHAUSTED,
-                    f"the lease of attempt {row['attempt']} of {args.max_attempts} expired "
-                    "without a result",
-                    args.now,
-                    row["id"],
-                )
-                for row in exhausted
-            ],
+            [(ATTEMPTS_EXHAUSTED, EXHAUSTED_MESSAGE, args.now, row["id"]) for row in exhausted],
         )
     if not chosen:
         return ()
