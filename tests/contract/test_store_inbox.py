@@ -354,3 +354,22 @@ async def test_rows_are_read_back_from_columns_not_a_blob(sqlite: SqliteStore) -
         ).fetchone()
     )
     assert tuple(row) == ("claimed", NOW + 60.0, 1, claimed.claim_token, "w")
+
+
+async def test_a_claim_pages_past_exhausted_rows_to_the_next_due_one(sqlite: SqliteStore) -> None:
+    # Two instances, limit 2: one due row per instance is fetched at a time, so the
+    # claim must page through channel "a"'s three poison rows to reach its live one.
+    inbox = sqlite.inbox
+    await inbox.accept([envelope(f"poison-{n}", "a") for n in range(3)], None, now=NOW)
+    await inbox.claim(owner="w", now=NOW, lease_s=5.0, limit=3, max_attempts=1)
+    await inbox.accept([envelope("live-a", "a"), envelope("live-b", "b")], None, now=NOW + 6)
+    claimed = await inbox.claim(owner="w", now=NOW + 10, lease_s=5.0, limit=2, max_attempts=1)
+    # "b" was never served, so it goes first; "a" gives its oldest due row that is not spent.
+    assert [c.envelope.platform_event_key for c in claimed] == ["live-b", "live-a"]
+    dead = await inbox.records(state="dead_lettered")
+    assert sorted(r.platform_event_key for r in dead) == ["poison-0", "poison-1", "poison-2"]
+    assert {(r.failure_code, r.due_at) for r in dead} == {("attempts_exhausted", None)}
+    tokens = await scalar(
+        sqlite, "SELECT COUNT(claim_token) FROM inbox WHERE state = 'dead_lettered'"
+    )
+    assert tokens == 0
