@@ -21,11 +21,13 @@ import anyio
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap
 from hostkit.inbox._memory_checks import (
+    MAX_PRUNE,
     check_batch,
     check_claim_args,
     check_count,
     check_duration,
     check_failure,
+    check_finite,
     check_instant,
     check_list,
     check_reason,
@@ -338,9 +340,18 @@ class MemoryInboxStore(InboxStore):
         self, *, payload_before: float, tombstone_before: float, limit: int
     ) -> PruneReport:
         await anyio.lowlevel.checkpoint()
-        check_instant("payload_before", payload_before)
-        check_instant("tombstone_before", tombstone_before)
-        check_count("limit", limit)
+        check_finite("payload_before", payload_before)
+        check_finite("tombstone_before", tombstone_before)
+        check_count("limit", limit, MAX_PRUNE)
+        # Tombstones past the horizon go first; then the rows that stay lose their payload.
+        removed = 0
+        while self._tombstones and self._tombstones[0][0] < tombstone_before and removed < limit:
+            _, _, inbound_id = heapq.heappop(self._tombstones)
+            row = self._rows.pop(inbound_id, None)
+            if row is not None:
+                del self._keys[row.envelope.dedup_key]
+                self._count(row.envelope.channel_instance_id, row.state, -1)
+                removed += 1
         cleared = 0
         while self._payloads and self._payloads[0][0] < payload_before and cleared < limit:
             _, _, inbound_id = heapq.heappop(self._payloads)
@@ -350,14 +361,6 @@ class MemoryInboxStore(InboxStore):
                     row, envelope=_without_payload(row.envelope), payload_pruned=True
                 )
                 cleared += 1
-        removed = 0
-        while self._tombstones and self._tombstones[0][0] < tombstone_before and removed < limit:
-            _, _, inbound_id = heapq.heappop(self._tombstones)
-            row = self._rows.pop(inbound_id, None)
-            if row is not None:
-                del self._keys[row.envelope.dedup_key]
-                self._count(row.envelope.channel_instance_id, row.state, -1)
-                removed += 1
         return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
 
     async def counts(self) -> tuple[ChannelCounts, ...]:

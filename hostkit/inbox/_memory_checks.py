@@ -9,7 +9,7 @@ is read or changed, with the limits the ``InboxStore`` docstrings name.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from hostkit.errors import InvalidValue
 from hostkit.store import MAX_CLAIM_BATCH, MAX_INBOX_LIST, MAX_REASON
@@ -23,12 +23,14 @@ from hostkit.types import (
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "MAX_PRUNE",
     "STATES",
     "check_batch",
     "check_claim_args",
     "check_count",
     "check_duration",
     "check_failure",
+    "check_finite",
     "check_instant",
     "check_list",
     "check_reason",
@@ -41,22 +43,31 @@ STATES = ("ready", "claimed", "completed", "dead_lettered")
 _MAX_REF = 256
 # The policy never allows more attempts than this (RetryPolicy.max_attempts).
 MAX_ATTEMPTS = 100
+# Rows of each kind one retention pass may touch.
+MAX_PRUNE = 1_000_000
+
+
+def check_finite(name: str, value: object) -> float:
+    """A time in seconds that may lie before the epoch (a retention cut-off)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidValue(f"{name} must be a finite number of seconds")
+    return float(value)
 
 
 def check_instant(name: str, value: object) -> float:
     """A wall-clock time in seconds: finite and not negative."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number of seconds")
-    if value < 0:
+    seconds = check_finite(name, value)
+    if seconds < 0:
         raise InvalidValue(f"{name} must not be negative")
-    return float(value)
+    return seconds
 
 
 def check_duration(name: str, value: object) -> float:
     """A length of time in seconds: finite and positive."""
-    if check_instant(name, value) <= 0:
+    seconds = check_finite(name, value)
+    if seconds <= 0:
         raise InvalidValue(f"{name} must be positive")
-    return float(value)  # type: ignore[arg-type]
+    return seconds
 
 
 def check_count(name: str, value: object, high: int | None = None) -> int:
@@ -71,24 +82,24 @@ def check_count(name: str, value: object, high: int | None = None) -> int:
 
 
 def check_ref(name: str, value: object) -> str:
-    """An id, token or owner text: non-empty, bounded, no NUL."""
-    if not isinstance(value, str) or not value or len(value) > _MAX_REF or "\x00" in value:
+    """An id, token or owner text: non-empty and bounded."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_REF:
         raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_REF} characters")
     return value
 
 
 def check_reason(value: object) -> str:
-    """An audit reason: non-empty text of at most ``MAX_REASON`` characters."""
+    """An audit reason: non-empty text of at most ``MAX_REASON`` characters, stripped."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_REASON:
-        raise InvalidValue(f"a requeue reason is non-empty text of at most {MAX_REASON} characters")
-    return value
+        raise InvalidValue(f"a requeue needs a reason of 1 to {MAX_REASON} characters")
+    return value.strip()
 
 
 def check_batch(
     envelopes: object, checkpoint: object
 ) -> tuple[tuple[InboundEnvelope, ...], SourceCheckpoint | None]:
     """1..``MAX_BATCH`` envelopes and an optional checkpoint, or ``InvalidValue``."""
-    if not isinstance(envelopes, Sequence) or isinstance(envelopes, str | bytes):
+    if not isinstance(envelopes, Iterable) or isinstance(envelopes, InboundEnvelope | str | bytes):
         raise InvalidValue("accept takes a sequence of InboundEnvelope")
     batch = tuple(envelopes)
     if not 1 <= len(batch) <= MAX_BATCH:
