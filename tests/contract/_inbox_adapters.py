@@ -105,35 +105,35 @@ async def open_inbox(name: str, tmp_path: Path, **options: Any) -> AsyncIterator
     options.setdefault("rng", random.Random(15))
     if name not in ADAPTERS:
         raise ValueError(f"unknown inbox adapter {name!r}")
-    async with RuntimeStore.open(tmp_path / f"{name}.db") as store:
-        async with AuthorityResolver.bind(store) as authority:
-            operator = await authority.operator_issuer().issue(
-                "ops", reason="inbox contract suite: requeue dead letters"
-            )
-            if name == "sqlite":
+    async with (
+        RuntimeStore.open(tmp_path / f"{name}.db") as store,
+        AuthorityResolver.bind(store) as authority,
+    ):
+        operator = await authority.operator_issuer().issue(
+            "ops", reason="inbox contract suite: requeue dead letters"
+        )
+        if name == "sqlite":
 
-                def another(**more: Any) -> ChannelInbox:
-                    return ChannelInbox.on_store(store, clock=clock, **more)
+            def another(**more: Any) -> ChannelInbox:
+                return ChannelInbox.on_store(store, clock=clock, **more)
 
-                async def audit() -> AuditRows:
-                    rows = await store.read_audit(operator, kind="inbox.requeue", limit=500)
-                    return tuple(
-                        (str(row.detail["inbound_id"]), str(row.principal_id), str(row.reason))
-                        for row in rows
-                    )
+            async def audit() -> AuditRows:
+                rows = await store.read_audit(operator, kind="inbox.requeue", limit=500)
+                return tuple(
+                    (str(row.detail["inbound_id"]), str(row.principal_id), str(row.reason))
+                    for row in rows
+                )
 
-                inbox = another(**options)
-                yield InboxUnderTest(name, inbox, store.inbox, clock, operator, another, audit)
-                return
-            memory = MemoryInboxStore()
+            inbox = another(**options)
+            yield InboxUnderTest(name, inbox, store.inbox, clock, operator, another, audit)
+            return
+        memory = MemoryInboxStore()
 
-            def another_in_memory(**more: Any) -> ChannelInbox:
-                return ChannelInbox(memory, clock=clock, verify_scope=store.verify_scope, **more)
+        def another_in_memory(**more: Any) -> ChannelInbox:
+            return ChannelInbox(memory, clock=clock, verify_scope=store.verify_scope, **more)
 
-            async def memory_audit() -> AuditRows:
-                return tuple((row.inbound_id, row.actor, row.reason) for row in memory.audit)
+        async def memory_audit() -> AuditRows:
+            return tuple((row.inbound_id, row.actor, row.reason) for row in memory.audit)
 
-            inbox = another_in_memory(**options)
-            yield InboxUnderTest(
-                name, inbox, memory, clock, operator, another_in_memory, memory_audit
-            )
+        inbox = another_in_memory(**options)
+        yield InboxUnderTest(name, inbox, memory, clock, operator, another_in_memory, memory_audit)

@@ -92,7 +92,8 @@ async def test_claim_expired_but_not_reclaimed_may_still_complete(
         done = await sut.inbox.complete(claimed, InboundResult("ignored"))
         assert done.disposition == "completed"
         record = await sut.inbox.record(receipt.inbound_id)
-        assert record is not None and (record.state, record.attempt) == ("completed", 1)
+        assert record is not None
+        assert (record.state, record.attempt) == ("completed", 1)
 
 
 async def test_claim_extend_keeps_the_lease_from_a_reclaim(adapter: str, tmp_path: Path) -> None:
@@ -124,4 +125,5 @@ async def test_claim_a_forged_token_is_a_stale_claim(adapter: str, tmp_path: Pat
         decision = await sut.inbox.complete(forged, InboundResult("ignored"))
         assert decision.disposition == "stale_claim"
         record = await sut.inbox.record(receipt.inbound_id)
-        assert record is not None and record.state == "claimed"
+        assert record is not None
+        assert record.state == "claimed"

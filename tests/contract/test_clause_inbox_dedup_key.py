@@ -75,7 +75,8 @@ async def test_dedup_key_holds_after_the_payload_was_pruned(adapter: str, tmp_pa
         report = await sut.inbox.prune()
         assert (report.payloads_cleared, report.tombstones_removed) == (1, 0)
         record = await sut.inbox.record(first.inbound_id)
-        assert record is not None and record.payload_pruned
+        assert record is not None
+        assert record.payload_pruned
         again = await sut.inbox.accept(envelope("evt-1", payload="secret body"))
         assert again == type(again)(first.inbound_id, "duplicate")
         assert await sut.inbox.claim() is None

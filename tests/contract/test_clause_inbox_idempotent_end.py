@@ -38,7 +38,8 @@ async def test_idempotent_complete_for_the_same_token_and_result(
         assert first == again
         assert (again.disposition, again.state) == ("completed", "completed")
         assert await sut.inbox.record(receipt.inbound_id) == record
-        assert record is not None and (record.result_kind, record.turn_id) == ("turn", "turn_1")
+        assert record is not None
+        assert (record.result_kind, record.turn_id) == ("turn", "turn_1")
 
 
 async def test_idempotent_complete_conflicts_for_another_result(
@@ -65,7 +66,8 @@ async def test_idempotent_fail_for_the_same_token_and_failure(adapter: str, tmp_
         claimed = await sut.inbox.claim()
         assert claimed is not None
         first = await sut.inbox.fail(claimed, InboundFailure("transient", "timeout", "upstream"))
-        assert first.disposition == "retry" and first.state == "ready"
+        assert first.disposition == "retry"
+        assert first.state == "ready"
         record = await sut.inbox.record(receipt.inbound_id)
         sut.clock.advance(1)
         again = await sut.inbox.fail(claimed, InboundFailure("transient", "timeout", "upstream"))

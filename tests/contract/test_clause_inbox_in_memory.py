@@ -25,7 +25,8 @@ async def test_in_memory_inbox_keeps_the_contract_without_a_store() -> None:
     receipt = await inbox.accept(envelope("evt-1"))
     assert (await inbox.accept(envelope("evt-1"))).inbound_id == receipt.inbound_id
     claimed = await inbox.claim()
-    assert claimed is not None and claimed.inbound_id == receipt.inbound_id
+    assert claimed is not None
+    assert claimed.inbound_id == receipt.inbound_id
     decision = await inbox.fail(claimed, InboundFailure("transient", "boom"))
     assert decision.disposition == "dead_lettered"
 

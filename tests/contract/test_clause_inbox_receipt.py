@@ -47,7 +47,8 @@ async def test_receipt_duplicate_returns_the_same_identity(adapter: str, tmp_pat
         assert [row.inbound_id for row in rows] == [first.inbound_id]
         # The first delivery is what is stored and worked on.
         claimed = await sut.inbox.claim()
-        assert claimed is not None and claimed.envelope.payload == "first"
+        assert claimed is not None
+        assert claimed.envelope.payload == "first"
         assert await sut.inbox.claim() is None
 
 

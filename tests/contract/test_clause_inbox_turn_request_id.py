@@ -30,7 +30,8 @@ async def test_turn_request_id_is_reserved_at_accept_and_stable_across_attempts(
         seen = []
         for attempt in (1, 2, 3):
             claimed = await sut.inbox.claim()
-            assert claimed is not None and claimed.attempt == attempt
+            assert claimed is not None
+            assert claimed.attempt == attempt
             seen.append(claimed.turn_request_id)
             if attempt == 1:
                 await sut.inbox.fail(claimed, InboundFailure("transient", "boom"))
@@ -46,9 +47,11 @@ async def test_turn_request_id_reserved_shows_on_the_next_attempt(
     async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
         await sut.inbox.accept(envelope("evt-1"))
         first = await sut.inbox.claim()
-        assert first is not None and not first.turn_reserved
+        assert first is not None
+        assert not first.turn_reserved
         reserved = await sut.inbox.reserve_turn(first)
-        assert reserved.turn_reserved and reserved.claim_token == first.claim_token
+        assert reserved.turn_reserved
+        assert reserved.claim_token == first.claim_token
         # Reserving again under the same claim is harmless.
         assert (await sut.inbox.reserve_turn(reserved)).turn_reserved
         sut.clock.advance(31)  # crash during the turn
@@ -65,14 +68,16 @@ async def test_turn_request_id_reserve_refuses_a_stale_claim(adapter: str, tmp_p
         assert first is not None
         sut.clock.advance(31)
         second = await sut.another(owner="worker.b", policy=POLICY).claim()
-        assert second is not None and not second.turn_reserved
+        assert second is not None
+        assert not second.turn_reserved
         with pytest.raises(StaleClaim) as refused:
             await sut.inbox.reserve_turn(first)
         assert refused.value.inbound_id == receipt.inbound_id
         # The stale attempt reserved nothing: a third attempt does not see a reservation.
         sut.clock.advance(31)
         third = await sut.another(owner="worker.c", policy=POLICY).claim()
-        assert third is not None and not third.turn_reserved
+        assert third is not None
+        assert not third.turn_reserved
 
 
 async def test_turn_request_id_a_released_claim_cannot_reserve(
