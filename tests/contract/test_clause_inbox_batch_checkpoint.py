@@ -87,8 +87,8 @@ async def test_batch_checkpoint_refused_at_the_adapter_stores_nothing(
         with pytest.raises(InvalidValue):
             await sut.store.accept(
                 [envelope("uid-1")],
-                "uid:2",
-                now=now,  # type: ignore[arg-type]
+                "uid:2",  # type: ignore[arg-type]
+                now=now,
             )
         with pytest.raises(InvalidValue):
             await sut.store.accept(

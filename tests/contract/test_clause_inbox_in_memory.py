@@ -50,7 +50,7 @@ async def test_in_memory_requeue_is_audited_and_readable() -> None:
     )
     with pytest.raises(ScopeError):
         await inbox.requeue(user, receipt.inbound_id, reason="retry it")
-    assert store.audit == ()
+    assert list(store.audit) == []
     operator = PrincipalScope(
         principal_id="operator:ops",
         authority="operator",
