@@ -104,8 +104,11 @@ _EXHAUST = (
     "outcome_digest = NULL, failure_kind = 'transient', failure_code = ?, failure_message = ?, "
     "updated_at = ? WHERE id = ?"
 )
-_SERVED = "UPDATE inbox_channels SET served_seq = ? WHERE channel_instance_id = ?"
-_LAST_SERVED = "SELECT COALESCE(MAX(served_seq), 0) FROM inbox_channels"
+# The serve counter: one more than the highest stamped so far (inbox_channels_served).
+_SERVED = (
+    "UPDATE inbox_channels SET served_seq = "
+    "(SELECT MAX(served_seq) FROM inbox_channels) + 1 WHERE channel_instance_id = ?"
+)
 
 # Fencing: only the current claimant's token changes a claimed row.
 _HELD = "inbound_id = ? AND state = 'claimed' AND claim_token = ?"
@@ -143,7 +146,8 @@ _PRUNE_TOMBSTONES = (
 )
 _PRUNE_PAYLOADS = (
     "UPDATE inbox SET payload = NULL, payload_ref = NULL, artifacts = NULL, metadata = NULL "
-    "WHERE id IN (SELECT id FROM inbox WHERE state = 'completed' AND payload IS NOT NULL "
+    "WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_payloads "
+    "WHERE state = 'completed' AND payload IS NOT NULL "
     "AND updated_at < ? ORDER BY updated_at LIMIT ?)"
 )
 
@@ -316,11 +320,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
             for token, row in zip(tokens, chosen, strict=True)
         ],
     )
-    served = conn.execute(_LAST_SERVED).fetchone()[0]
-    conn.executemany(
-        _SERVED,
-        [(served + n, row["channel_instance_id"]) for n, row in enumerate(chosen, start=1)],
-    )
+    conn.executemany(_SERVED, [(row["channel_instance_id"],) for row in chosen])
     return tuple(_claimed(row, token, lease) for token, row in zip(tokens, chosen, strict=True))
 
 

@@ -102,6 +102,10 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
                 job.result = job.fn(conn)
             except BaseException as exc:
                 guard.raised = False
+                if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
+                    # SQLite rolled the whole transaction back (SQLITE_FULL, an I/O
+                    # error): every job of the batch is lost, with this error.
+                    raise
                 conn.execute(ROLLBACK_TO)
                 job.error = exc
             finally:
@@ -126,7 +130,8 @@ def _run_alone(conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any]
             job.result = job.fn(conn)
         except BaseException as exc:
             guard.raised = False
-            conn.execute(ROLLBACK)
+            if conn.in_transaction:  # SQLITE_FULL and I/O errors may have rolled it back
+                conn.execute(ROLLBACK)
             job.error = exc
             return
         guard.raised = False

@@ -1,0 +1,355 @@
+"""The SQLite inbox adapter's own facts: indexes, migration 12, tombstones, bounds, audit.
+
+The behaviour every adapter shares is the ChannelInbox contract suite
+(``test_clause_inbox_*``); this module checks what only the SQLite adapter
+can get wrong: a claim that scans the table, a migration that loses old rows,
+a pruned payload that forgets its dedup key, bad input that writes anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
+from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore, SqliteStore
+from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS
+from hostkit.types import (
+    InboundEnvelope,
+    InboundFailure,
+    InboundResult,
+    McpServerStatus,
+    PrincipalScope,
+    SourceCheckpoint,
+)
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_800_000_000.0
+
+
+def envelope(key: str, channel: str = "webhook.main", **extra: Any) -> InboundEnvelope:
+    return InboundEnvelope(
+        channel_instance_id=channel,
+        platform_event_key=key,
+        conversation_key="chat-1",
+        principal_key="user-1",
+        authenticated_by="hmac",
+        received_at=NOW,
+        payload=f"hello {key}",
+        **extra,
+    )
+
+
+@pytest.fixture
+def sqlite(store: RuntimeStore) -> SqliteStore:
+    assert isinstance(store, SqliteStore)
+    return store
+
+
+async def scalar(store: SqliteStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    row = await store.read(lambda c: c.execute(sql, params).fetchone())
+    return None if row is None else row[0]
+
+
+async def plan(store: SqliteStore, sql: str, params: tuple[Any, ...]) -> list[str]:
+    rows = await store.read(lambda c: c.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall())
+    return [str(row[3]) for row in rows]
+
+
+async def test_the_claim_and_dedup_queries_search_their_indexes(sqlite: SqliteStore) -> None:
+    # Enough rows, in several states and channels, that a scan would be the planner's
+    # choice if the partial index did not fit the query.
+    inbox = sqlite.inbox
+    for channel in ("a.one", "b.two", "c.three"):
+        await inbox.accept([envelope(f"{channel}-{n}", channel) for n in range(40)], None, now=NOW)
+    claimed = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=30, max_attempts=5)
+    for item in claimed[:20]:
+        await inbox.complete(item.inbound_id, item.claim_token, InboundResult("ignored"), now=NOW)
+    await sqlite.write(lambda c: c.execute("ANALYZE"))
+
+    channels = await plan(sqlite, DUE_CHANNELS, (NOW,))
+    rows = await plan(sqlite, DUE_ROWS, ("a.one", NOW, 5))
+    dedup = await plan(
+        sqlite,
+        "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?",
+        ("a.one", "a.one-1"),
+    )
+    assert any("inbox_due" in line for line in channels), channels
+    assert [line for line in rows if "inbox_due" in line], rows
+    for line in channels + rows:
+        assert not line.startswith(("SCAN inbox", "SCAN i ")), (line, channels, rows)
+    assert not any("TEMP B-TREE" in line for line in rows), rows  # the index gives the order
+    assert len(dedup) == 1, dedup
+    assert dedup[0].startswith("SEARCH inbox USING"), dedup
+    assert "(channel_instance_id=? AND platform_event_key=?)" in dedup[0]
+
+
+async def test_migration_12_upgrades_a_v11_database_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "v11.db"
+    status = McpServerStatus(agent="assistant", server="files", state="connected", updated_at=5.0)
+    async with await RuntimeStore.open(path, migrations=MIGRATIONS[:11]) as old:
+        assert old.migration.to_version == 11
+        session_id, _ = await old.bind_conversation(
+            channel="webhook", conversation_key="c1", principal_id="alice"
+        )
+        await old.mcp_servers.record_mcp_status(status)
+        assert isinstance(old, SqliteStore)
+        assert await scalar(old, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'inbox'") == 0
+
+    async with await RuntimeStore.open(path) as new:
+        assert isinstance(new, SqliteStore)
+        assert (new.migration.from_version, new.migration.to_version) == (11, 12)
+        assert SCHEMA_VERSION == 12
+        assert await new.mcp_servers.mcp_statuses() == (status,)
+        assert await new.owner_facts(session_id) is not None
+        tables = await new.read(
+            lambda c: {
+                row[0]
+                for row in c.execute("SELECT name FROM sqlite_master WHERE name LIKE 'inbox%'")
+            }
+        )
+        assert {
+            "inbox",
+            "inbox_channels",
+            "inbox_checkpoints",
+            "inbox_due",
+            "inbox_prune",
+            "inbox_payloads",
+            "inbox_list",
+            "inbox_channels_served",
+        } <= tables
+        (receipt,) = await new.inbox.accept([envelope("e1")], SourceCheckpoint("s", "7"), now=NOW)
+        assert receipt.disposition == "accepted"
+        assert await new.inbox.checkpoint("s") == "7"
+
+
+async def test_a_pruned_payload_leaves_the_dedup_tombstone(sqlite: SqliteStore) -> None:
+    inbox = sqlite.inbox
+    first = envelope("evt-1", artifacts=("att-1",), metadata={"thread": "t1"})
+    (receipt,) = await inbox.accept([first], None, now=NOW)
+    (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
+    await inbox.complete(receipt.inbound_id, claimed.claim_token, InboundResult("ignored"), now=NOW)
+
+    report = await inbox.prune(payload_before=NOW + 1, tombstone_before=NOW - 1, limit=10)
+    assert (report.payloads_cleared, report.tombstones_removed) == (1, 0)
+    raw = await sqlite.read(
+        lambda c: c.execute(
+            "SELECT payload, payload_ref, artifacts, metadata, platform_event_key FROM inbox"
+        ).fetchall()
+    )
+    assert raw == [(None, None, None, None, "evt-1")]
+    record = await inbox.record(receipt.inbound_id)
+    assert record is not None
+    assert record.payload_pruned
+    assert record.state == "completed"
+    # The same platform event redelivered inside the horizon is still a duplicate.
+    (again,) = await inbox.accept([envelope("evt-1")], None, now=NOW + 2)
+    assert (again.inbound_id, again.disposition) == (receipt.inbound_id, "duplicate")
+    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox") == 1
+    # A second pass finds nothing more to clear; past the horizon the tombstone goes.
+    report = await inbox.prune(payload_before=NOW + 1, tombstone_before=NOW - 1, limit=10)
+    assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
+    report = await inbox.prune(payload_before=NOW + 1, tombstone_before=NOW + 1, limit=10)
+    assert (report.payloads_cleared, report.tombstones_removed) == (0, 1)
+    (later,) = await inbox.accept([envelope("evt-1")], None, now=NOW + 3)
+    assert later.disposition == "accepted"
+    assert later.inbound_id != receipt.inbound_id
+
+
+async def test_prune_never_touches_live_or_dead_rows(sqlite: SqliteStore) -> None:
+    inbox = sqlite.inbox
+    await inbox.accept([envelope(f"e{n}") for n in range(3)], None, now=NOW)
+    first, _ = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=2, max_attempts=3)
+    await inbox.fail(
+        first.inbound_id,
+        first.claim_token,
+        InboundFailure("permanent", "unparseable"),
+        retry_at=None,
+        now=NOW,
+    )
+    report = await inbox.prune(payload_before=NOW + 10**6, tombstone_before=NOW + 10**6, limit=10)
+    assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
+    nulls = await scalar(sqlite, "SELECT COUNT(*) FROM inbox WHERE payload IS NULL")
+    assert nulls == 0
+    assert {r.state for r in await inbox.records()} == {"ready", "claimed", "dead_lettered"}
+
+
+async def test_the_state_check_refuses_an_unknown_state(sqlite: SqliteStore) -> None:
+    (receipt,) = await sqlite.inbox.accept([envelope("e1")], None, now=NOW)
+    with pytest.raises(StoreError, match="CHECK"):
+        await sqlite.write(
+            lambda c: c.execute(
+                "UPDATE inbox SET state = 'lost' WHERE inbound_id = ?", [receipt.inbound_id]
+            )
+        )
+    with pytest.raises(StoreError, match="UNIQUE"):
+        await sqlite.write(
+            lambda c: c.execute(
+                "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "
+                "conversation_key, principal_key, authenticated_by, received_at, state, due_at, "
+                "accepted_at, updated_at) SELECT 'inb_x', channel_instance_id, "
+                "platform_event_key, kind, conversation_key, principal_key, authenticated_by, "
+                "received_at, 'ready', 0, 0, 0 FROM inbox"
+            )
+        )
+
+
+async def test_requeue_audits_actor_and_reason_in_its_transaction(
+    sqlite: SqliteStore, operator: PrincipalScope
+) -> None:
+    inbox = sqlite.inbox
+    (receipt,) = await inbox.accept([envelope("e1")], None, now=NOW)
+    with pytest.raises(InvalidValue, match="dead-lettered"):
+        await inbox.requeue(receipt.inbound_id, reason="try again", actor="ops", now=NOW)
+    with pytest.raises(NotFoundOrUnauthorized):
+        await inbox.requeue("inb_missing", reason="try again", actor="ops", now=NOW)
+    assert await sqlite.read_audit(operator, kind="inbox.requeue") == ()
+
+    (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
+    await inbox.fail(
+        receipt.inbound_id,
+        claimed.claim_token,
+        InboundFailure("permanent", "bad_payload"),
+        retry_at=None,
+        now=NOW,
+    )
+    record = await inbox.requeue(
+        receipt.inbound_id, reason="  parser fixed  ", actor="ops", now=NOW + 5
+    )
+    assert (record.state, record.attempt, record.requeues, record.due_at) == (
+        "ready",
+        0,
+        1,
+        NOW + 5,
+    )
+    (audit,) = await sqlite.read_audit(operator, kind="inbox.requeue")
+    assert (audit.principal_id, audit.reason, audit.subject) == (
+        "ops",
+        "parser fixed",
+        f"inbound:{receipt.inbound_id}",
+    )
+    assert dict(audit.detail) == {"inbound_id": receipt.inbound_id, "actor": "ops"}
+
+
+BAD_CALLS = [
+    ("claim", {"owner": "w", "now": math.nan, "lease_s": 1.0, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": math.inf, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": 0.0, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": 1.0, "limit": 0, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": 1.0, "limit": 65, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": 1.0, "limit": True, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": NOW, "lease_s": 1.0, "limit": 1, "max_attempts": 0}),
+    ("claim", {"owner": "", "now": NOW, "lease_s": 1.0, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": "w" * 257, "now": NOW, "lease_s": 1.0, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": 7, "now": NOW, "lease_s": 1.0, "limit": 1, "max_attempts": 3}),
+    ("claim", {"owner": "w", "now": "soon", "lease_s": 1.0, "limit": 1, "max_attempts": 3}),
+    ("prune", {"payload_before": math.nan, "tombstone_before": 0.0, "limit": 1}),
+    ("prune", {"payload_before": 0.0, "tombstone_before": 0.0, "limit": 0}),
+    ("records", {"limit": 501}),
+    ("records", {"state": "lost"}),
+    ("records", {"channel_instance_id": ""}),
+    ("checkpoint", {"source_id": "s" * 257}),
+    ("record", {"inbound_id": None}),
+]
+
+
+@pytest.mark.parametrize(("method", "kwargs"), BAD_CALLS)
+async def test_bad_arguments_raise_invalid_value_and_write_nothing(
+    sqlite: SqliteStore, method: str, kwargs: dict[str, Any]
+) -> None:
+    (receipt,) = await sqlite.inbox.accept([envelope("e1")], None, now=NOW)
+    before = await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
+    call = getattr(sqlite.inbox, method)(**kwargs)
+    with pytest.raises(InvalidValue):
+        await call
+    assert await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
+    assert (await sqlite.inbox.record(receipt.inbound_id)) is not None
+
+
+async def test_bad_fenced_calls_change_nothing(sqlite: SqliteStore) -> None:
+    inbox = sqlite.inbox
+    await inbox.accept([envelope("e1")], None, now=NOW)
+    (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
+    before = await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
+    inbound, token = claimed.inbound_id, claimed.claim_token
+    calls = [
+        inbox.complete(inbound, token, "done", now=NOW),  # type: ignore[arg-type]
+        inbox.complete(inbound, token, InboundResult("ignored"), now=math.inf),
+        inbox.complete("x" * 300, token, InboundResult("ignored"), now=NOW),
+        inbox.fail(inbound, token, InboundFailure("transient", "x"), retry_at=math.nan, now=NOW),
+        inbox.fail(inbound, 42, InboundFailure("transient", "x"), retry_at=None, now=NOW),  # type: ignore[arg-type]
+        inbox.extend(inbound, token, now=NOW, lease_s=-1.0),
+        inbox.reserve_turn(inbound, "", now=NOW),
+        inbox.release(inbound, token, now=-1.0),
+        inbox.requeue(inbound, reason="", actor="ops", now=NOW),
+        inbox.requeue(inbound, reason="r" * 501, actor="ops", now=NOW),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValue):
+            await call
+    assert await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
+
+
+async def test_a_bad_envelope_in_a_batch_writes_none_of_it(sqlite: SqliteStore) -> None:
+    inbox = sqlite.inbox
+    good = envelope("e1")
+    for batch, checkpoint in (
+        ([good, "e2"], SourceCheckpoint("src", "9")),
+        ([], SourceCheckpoint("src", "9")),
+        ([good] * 501, None),
+        ([good], "9"),
+        (good, None),
+    ):
+        with pytest.raises(InvalidValue):
+            await inbox.accept(batch, checkpoint, now=NOW)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        await inbox.accept([good], None, now=math.nan)
+    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox") == 0
+    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox_checkpoints") == 0
+    assert await inbox.checkpoint("src") is None
+
+
+async def test_two_opens_of_one_file_never_claim_the_same_row(db_path: Path) -> None:
+    async with (
+        await RuntimeStore.open(db_path) as one,
+        await RuntimeStore.open(db_path) as two,
+    ):
+        await one.inbox.accept([envelope(f"e{n}") for n in range(40)], None, now=NOW)
+        seen: list[str] = []
+        for _ in range(10):
+            for opened in (one, two):
+                claimed = await opened.inbox.claim(
+                    owner=f"w{id(opened)}", now=NOW, lease_s=600.0, limit=2, max_attempts=3
+                )
+                seen += [c.inbound_id for c in claimed]
+        assert len(seen) == len(set(seen)) == 40
+        assert (
+            await two.inbox.claim(owner="w", now=NOW, lease_s=600.0, limit=5, max_attempts=3) == ()
+        )
+
+
+async def test_rows_are_read_back_from_columns_not_a_blob(sqlite: SqliteStore) -> None:
+    checkpoint = SourceCheckpoint("imap.inbox", "uid:42")
+    sent = envelope(
+        "e1",
+        payload_ref="blob:1",
+        artifacts=("att-1", "att-2"),
+        metadata={"thread": {"id": "t1", "n": 2}, "api_key": "sk-live"},
+        source_checkpoint=checkpoint,
+    )
+    await sqlite.inbox.accept([sent], checkpoint, now=NOW)
+    (claimed,) = await sqlite.inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
+    assert claimed.envelope == sent
+    assert claimed.envelope.metadata["api_key"] == "[redacted]"
+    stored = await scalar(sqlite, "SELECT metadata FROM inbox")
+    assert "sk-live" not in stored
+    row = await sqlite.read(
+        lambda c: c.execute(
+            "SELECT state, due_at, attempt, claim_token, owner FROM inbox"
+        ).fetchone()
+    )
+    assert tuple(row) == ("claimed", NOW + 60.0, 1, claimed.claim_token, "w")
