@@ -54,7 +54,6 @@ from hostkit.types import (
 
 __all__ = ["MemoryInboxStore", "RequeueAudit"]
 
-_EXHAUSTED_MESSAGE = "the lease expired after the last allowed attempt"
 _ACTIVE = ("ready", "claimed")
 Refusal = Literal["stale_claim", "already_terminal", "conflict"]
 
@@ -174,7 +173,7 @@ class MemoryInboxStore(InboxStore):
             assert entry is not None  # rounds() offers only instances with a due row
             row = self._rows[entry[2]]
             if row.state == "claimed" and row.attempt >= max_attempts:
-                self._put(row, _exhausted(row, now))
+                self._put(row, _exhausted(row, now, max_attempts))
                 continue
             token = new_id("claim")
             expires = now + lease_s
@@ -463,7 +462,7 @@ def _fenced(row: _Row, claim_token: str, outcome: str) -> Refusal | None:
     return "stale_claim"
 
 
-def _exhausted(row: _Row, now: float) -> _Row:
+def _exhausted(row: _Row, now: float, max_attempts: int) -> _Row:
     """A row whose worker died on its last allowed attempt: a poison message."""
     return replace(
         row,
@@ -473,7 +472,11 @@ def _exhausted(row: _Row, now: float) -> _Row:
         owner=None,
         ended=None,
         decision=None,
-        failure=InboundFailure("transient", ATTEMPTS_EXHAUSTED, _EXHAUSTED_MESSAGE),
+        failure=InboundFailure(
+            "transient",
+            ATTEMPTS_EXHAUSTED,
+            f"the lease of attempt {row.attempt} of {max_attempts} expired without a result",
+        ),
         updated_at=now,
     )
 

@@ -117,6 +117,7 @@ async def test_dead_letter_attempts_exhausted_when_the_worker_dies_every_time(
             ATTEMPTS_EXHAUSTED,
         )
         assert record.due_at is None
+        assert "attempt 3 of 3" in record.failure_message
         counts = {c.channel_instance_id: c for c in await sut.inbox.counts()}
         assert counts["telegram.support"].dead_lettered == 1
         assert counts["slack.team"].dead_lettered == 1
