@@ -101,6 +101,8 @@ class ChannelInbox:
 
     async def accept(self, envelope: InboundEnvelope) -> InboxReceipt:
         """Durably store one envelope and its source checkpoint, or raise (``accept_batch``)."""
+        if not isinstance(envelope, InboundEnvelope):
+            raise InvalidValue("accept takes an InboundEnvelope")
         receipts = await self.accept_batch((envelope,), envelope.source_checkpoint)
         return receipts[0]
 

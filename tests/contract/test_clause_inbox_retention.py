@@ -1,0 +1,128 @@
+"""ChannelInbox clause: retention prunes payloads apart from dedup tombstones.
+
+Completed inbounds lose their payload after ``payload_s``; their rows stay
+as dedup tombstones until ``dedup_horizon_s`` (seven days by default, the
+longest transport replay window), so a redelivery inside the horizon is
+still a duplicate. Ready, claimed and dead-lettered rows are never pruned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.inbox import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
+from hostkit.types import InboundFailure, InboundResult
+from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
+
+RETENTION = RetentionPolicy(payload_s=100.0, dedup_horizon_s=1_000.0)
+POLICY = RetryPolicy(max_attempts=1, lease_s=50.0)
+
+
+async def completed(sut: InboxUnderTest, key: str) -> str:
+    receipt = await sut.inbox.accept(envelope(key, payload=f"body of {key}"))
+    claimed = await sut.inbox.claim()
+    assert claimed is not None
+    assert claimed.inbound_id == receipt.inbound_id
+    await sut.inbox.complete(claimed, InboundResult("ignored"))
+    return receipt.inbound_id
+
+
+async def test_retention_default_horizon_is_seven_days(adapter: str, tmp_path: Path) -> None:
+    assert DEDUP_HORIZON_S == 7 * 24 * 3600
+    async with open_inbox(adapter, tmp_path) as sut:
+        assert sut.inbox.retention.dedup_horizon_s == DEDUP_HORIZON_S
+        assert sut.inbox.retention.payload_s <= DEDUP_HORIZON_S
+        inbound_id = await completed(sut, "evt-1")
+        sut.clock.advance(DEDUP_HORIZON_S - 1)
+        await sut.inbox.prune()
+        assert (await sut.inbox.accept(envelope("evt-1"))).inbound_id == inbound_id
+        sut.clock.advance(2)
+        assert (await sut.inbox.prune()).tombstones_removed == 1
+
+
+async def test_retention_prunes_completed_payloads_after_payload_s(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        inbound_id = await completed(sut, "evt-1")
+        sut.clock.advance(99)
+        assert await sut.inbox.prune() == type(await sut.inbox.prune())(0, 0)
+        sut.clock.advance(2)
+        report = await sut.inbox.prune()
+        assert (report.payloads_cleared, report.tombstones_removed) == (1, 0)
+        record = await sut.inbox.record(inbound_id)
+        assert record is not None
+        assert record.payload_pruned
+        assert (record.state, record.result_kind) == ("completed", "ignored")
+        again = await sut.inbox.prune()
+        assert (again.payloads_cleared, again.tombstones_removed) == (0, 0)
+
+
+async def test_retention_duplicate_inside_the_horizon_after_the_payload_was_pruned(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        inbound_id = await completed(sut, "evt-1")
+        sut.clock.advance(999)
+        report = await sut.inbox.prune()
+        assert (report.payloads_cleared, report.tombstones_removed) == (1, 0)
+        again = await sut.inbox.accept(envelope("evt-1"))
+        assert (again.inbound_id, again.disposition) == (inbound_id, "duplicate")
+        assert await sut.inbox.claim() is None
+
+
+async def test_retention_tombstone_removed_after_the_horizon_then_accepted_again(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        inbound_id = await completed(sut, "evt-1")
+        sut.clock.advance(1_001)
+        report = await sut.inbox.prune()
+        assert report.tombstones_removed == 1
+        assert await sut.inbox.record(inbound_id) is None
+        assert await sut.inbox.counts() == ()
+        again = await sut.inbox.accept(envelope("evt-1"))
+        assert again.disposition == "accepted"
+        assert again.inbound_id != inbound_id
+
+
+async def test_retention_never_prunes_active_or_dead_lettered_rows(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        dead = (await sut.inbox.accept(envelope("dead"))).inbound_id
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.fail(claimed, InboundFailure("transient", "boom"))
+        held = (await sut.inbox.accept(envelope("held"))).inbound_id
+        assert await sut.inbox.claim() is not None
+        ready = (await sut.inbox.accept(envelope("ready", "slack.team"))).inbound_id
+        sut.clock.advance(100_000)
+        report = await sut.inbox.prune()
+        assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
+        for inbound_id, state in ((dead, "dead_lettered"), (held, "claimed"), (ready, "ready")):
+            record = await sut.inbox.record(inbound_id)
+            assert record is not None
+            assert (record.state, record.payload_pruned) == (state, False)
+        claimed_ready = await sut.inbox.claim_batch(3)
+        # The expired claim is dead-lettered (its only attempt is spent); the ready one is served
+        # with its payload intact.
+        assert [c.envelope.payload for c in claimed_ready] == ["hello"]
+
+
+async def test_retention_is_bounded_per_pass(adapter: str, tmp_path: Path) -> None:
+    retention = RetentionPolicy(payload_s=100.0, dedup_horizon_s=1_000.0, batch=2)
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=retention) as sut:
+        for i in range(5):
+            await completed(sut, f"evt-{i}")
+        sut.clock.advance(500)
+        reports = [await sut.inbox.prune() for _ in range(4)]
+        assert [r.payloads_cleared for r in reports] == [2, 2, 1, 0]
+        sut.clock.advance(600)
+        reports = [await sut.inbox.prune() for _ in range(4)]
+        assert [r.tombstones_removed for r in reports] == [2, 2, 1, 0]
+        assert await sut.inbox.records() == ()

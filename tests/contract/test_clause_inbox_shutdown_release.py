@@ -1,0 +1,81 @@
+"""ChannelInbox clause: worker shutdown releases its leases without spending an attempt.
+
+``release`` (one claim) and ``release_all`` (every claim this inbox still
+holds) make the inbound due at once, with its attempt count as it was before
+the claim, and fence the released token out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.inbox import RetryPolicy
+from hostkit.types import InboundResult
+from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
+
+POLICY = RetryPolicy(max_attempts=2, lease_s=600.0)
+
+
+async def test_shutdown_release_makes_it_due_at_once_without_an_attempt(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        receipt = await sut.inbox.accept(envelope("evt-1"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        sut.clock.advance(5)
+        assert await sut.inbox.release(claimed)
+        assert sut.inbox.held == 0
+        record = await sut.inbox.record(receipt.inbound_id)
+        assert record is not None
+        assert (record.state, record.attempt, record.due_at) == ("ready", 0, sut.clock.now)
+        again = await sut.another(owner="worker.b", policy=POLICY).claim()
+        assert again is not None
+        assert again.attempt == 1
+        # The released token is fenced out.
+        assert not await sut.inbox.release(claimed)
+        stale = await sut.inbox.complete(claimed, InboundResult("ignored"))
+        assert stale.disposition == "stale_claim"
+
+
+async def test_shutdown_release_all_gives_back_every_held_claim(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        await sut.inbox.accept_batch([envelope(f"evt-{i}") for i in range(4)])
+        claimed = await sut.inbox.claim_batch(4)
+        assert len(claimed) == 4
+        await sut.inbox.complete(claimed[0], InboundResult("ignored"))
+        assert sut.inbox.held == 3
+        assert await sut.inbox.release_all() == 3
+        assert sut.inbox.held == 0
+        (counts,) = await sut.inbox.counts()
+        assert (counts.ready, counts.claimed, counts.completed) == (3, 0, 1)
+        # Released many times over, a message never runs out of attempts.
+        for _ in range(5):
+            again = await sut.inbox.claim_batch(3)
+            assert [c.attempt for c in again] == [1, 1, 1]
+            assert await sut.inbox.release_all() == 3
+        dead = await sut.inbox.records(state="dead_lettered")
+        assert dead == ()
+
+
+async def test_shutdown_release_all_skips_claims_lost_meanwhile(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        receipt = await sut.inbox.accept(envelope("evt-1"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        sut.clock.advance(601)
+        other = sut.another(owner="worker.b", policy=POLICY)
+        taken = await other.claim()
+        assert taken is not None
+        assert await sut.inbox.release_all() == 0
+        record = await sut.inbox.record(receipt.inbound_id)
+        assert record is not None
+        assert (record.state, record.attempt) == ("claimed", 2)
