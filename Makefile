@@ -113,6 +113,7 @@ bench: install
 	$(BIN)/python bench/effects_bench.py
 	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/context_bench.py
+	$(BIN)/python bench/inbox_bench.py
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) .jupyter-kernels .hostkit-browser .pytest_cache .ruff_cache .hypothesis
