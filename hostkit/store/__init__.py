@@ -33,6 +33,7 @@ from hostkit.store._context_values import (
     StepRecord,
 )
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxStore
+from hostkit.store._inbox_sqlite import SqliteInboxStore
 from hostkit.store._inspect import (
     MAX_INSPECT_ROWS,
     InspectQueries,
@@ -144,6 +145,7 @@ __all__ = [
     "SessionBusy",
     "SessionLease",
     "SessionUsage",
+    "SqliteInboxStore",
     "SqliteStore",
     "StepRecord",
     "StoredAttachment",

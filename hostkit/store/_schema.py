@@ -509,6 +509,78 @@ _V11_MCP_SERVERS = Migration(
     ),
 )
 
+_INBOX_STATES = "('ready', 'claimed', 'completed', 'dead_lettered')"
+
+_V12_INBOX = Migration(
+    12,
+    "inbox: durable inbound envelopes, dedup, claims, dead letters, checkpoints",
+    (
+        # One row per platform event, in accept order (id). The dedup key is
+        # (channel_instance_id, platform_event_key); a completed row stays as its tombstone
+        # until the replay horizon passes, with payload, artifacts and metadata set to NULL
+        # once the payload retention passed. due_at is the next attempt while ready, the
+        # lease expiry while claimed, NULL when terminal. claim_token stays after
+        # complete/fail (idempotent repeats, "conflict") with outcome_digest naming what
+        # that token recorded ("r:" result, "f:" failure digest). Times are wall-clock
+        # seconds chosen by the caller. The turn-request id is "inbound:" + inbound_id.
+        f"""CREATE TABLE inbox (
+            id INTEGER PRIMARY KEY,
+            inbound_id TEXT NOT NULL UNIQUE,
+            channel_instance_id TEXT NOT NULL,
+            platform_event_key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            conversation_key TEXT NOT NULL,
+            principal_key TEXT NOT NULL,
+            authenticated_by TEXT NOT NULL,
+            received_at REAL NOT NULL,
+            payload TEXT,
+            payload_ref TEXT,
+            artifacts TEXT,
+            metadata TEXT,
+            source_id TEXT,
+            source_cursor TEXT,
+            state TEXT NOT NULL CHECK (state IN {_INBOX_STATES}),
+            due_at REAL,
+            attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+            claim_token TEXT,
+            owner TEXT,
+            outcome_digest TEXT,
+            result_kind TEXT,
+            turn_id TEXT,
+            failure_kind TEXT,
+            failure_code TEXT NOT NULL DEFAULT '',
+            failure_message TEXT NOT NULL DEFAULT '',
+            turn_reserved INTEGER NOT NULL DEFAULT 0,
+            requeues INTEGER NOT NULL DEFAULT 0,
+            accepted_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            UNIQUE (channel_instance_id, platform_event_key),
+            CHECK ((state IN ('ready', 'claimed')) = (due_at IS NOT NULL))
+        )""",
+        # Due claims: per channel instance, oldest due first (rowid breaks ties: accept order).
+        "CREATE INDEX inbox_due ON inbox(channel_instance_id, due_at) "
+        "WHERE state IN ('ready', 'claimed')",
+        # Retention: completed rows by age, and those still holding a payload.
+        "CREATE INDEX inbox_prune ON inbox(state, updated_at)",
+        "CREATE INDEX inbox_payloads ON inbox(updated_at) "
+        "WHERE state = 'completed' AND payload IS NOT NULL",
+        # Operators: counts per channel and state; listings newest first.
+        "CREATE INDEX inbox_list ON inbox(channel_instance_id, state, id)",
+        # Fairness: each channel instance with the serve counter of its last claim.
+        """CREATE TABLE inbox_channels (
+            channel_instance_id TEXT PRIMARY KEY,
+            served_seq INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID""",
+        "CREATE INDEX inbox_channels_served ON inbox_channels(served_seq, channel_instance_id)",
+        # A polled source's cursor, replaced in the transaction of the batch it covers.
+        """CREATE TABLE inbox_checkpoints (
+            source_id TEXT PRIMARY KEY,
+            cursor TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        ) WITHOUT ROWID""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -521,5 +593,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V9_ATTACHMENTS,
     _V10_APPROVAL_OUTCOMES,
     _V11_MCP_SERVERS,
+    _V12_INBOX,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

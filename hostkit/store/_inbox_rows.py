@@ -1,0 +1,540 @@
+"""The inbox group's statements: each function is one step run inside a write or read job.
+
+Every write function runs on the writer connection inside the writer's
+transaction (``BEGIN IMMEDIATE``), so a claim's select and update, or an
+accept's inserts and checkpoint, are one atomic step for every process on the
+database. Values are checked and encoded by the caller before the job is
+queued: these functions only run statements and build frozen values from rows
+(read by column name).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.freeze import FrozenMap, thaw
+from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
+from hostkit.store._sessions import insert_audit
+from hostkit.types import (
+    ChannelCounts,
+    ClaimedInbound,
+    CompletionDecision,
+    InboundEnvelope,
+    InboundRecord,
+    InboxReceipt,
+    PruneReport,
+    RetryDecision,
+    SourceCheckpoint,
+    new_id,
+)
+
+__all__ = [
+    "ClaimArgs",
+    "EndArgs",
+    "accept_rows",
+    "channel_counts",
+    "claim_rows",
+    "complete_row",
+    "envelope_params",
+    "extend_row",
+    "fail_row",
+    "list_records",
+    "one_record",
+    "prune_rows",
+    "read_checkpoint",
+    "release_row",
+    "requeue_row",
+    "reserve_row",
+]
+
+_EMPTY_LIST = "[]"
+_EMPTY_MAP = "{}"
+TURN_REQUEST_PREFIX = "inbound:"
+
+_INSERT = (
+    "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "
+    "conversation_key, principal_key, authenticated_by, received_at, payload, payload_ref, "
+    "artifacts, metadata, source_id, source_cursor, state, due_at, accepted_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?) "
+    "ON CONFLICT (channel_instance_id, platform_event_key) DO NOTHING"
+)
+_EXISTING = "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?"
+_CHANNEL = "INSERT INTO inbox_channels (channel_instance_id) VALUES (?) ON CONFLICT DO NOTHING"
+_CHECKPOINT = (
+    "INSERT INTO inbox_checkpoints (source_id, cursor, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (source_id) DO UPDATE SET cursor = excluded.cursor, "
+    "updated_at = excluded.updated_at"
+)
+
+# Channel instances with a due row, least recently served first (the EXISTS is one
+# probe of inbox_due per instance).
+DUE_CHANNELS = (
+    "SELECT c.channel_instance_id FROM inbox_channels AS c "
+    "WHERE EXISTS (SELECT 1 FROM inbox AS i WHERE i.channel_instance_id = c.channel_instance_id "
+    "AND i.state IN ('ready', 'claimed') AND i.due_at <= ?) "
+    "ORDER BY c.served_seq, c.channel_instance_id"
+)
+_CLAIM_COLUMNS = (
+    "id, inbound_id, channel_instance_id, platform_event_key, kind, conversation_key, "
+    "principal_key, authenticated_by, received_at, payload, payload_ref, artifacts, metadata, "
+    "source_id, source_cursor, state, due_at, attempt, turn_reserved"
+)
+# One channel instance's oldest due rows (due_at, then accept order), a page at a time.
+DUE_ROWS = (
+    f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
+    "AND state IN ('ready', 'claimed') AND due_at <= ? ORDER BY due_at, id LIMIT ?"
+)
+_DUE_ROWS_AFTER = (
+    f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
+    "AND state IN ('ready', 'claimed') AND due_at <= ? AND (due_at, id) > (?, ?) "
+    "ORDER BY due_at, id LIMIT ?"
+)
+_CLAIM = (
+    "UPDATE inbox SET state = 'claimed', due_at = ?, attempt = attempt + 1, claim_token = ?, "
+    "owner = ?, outcome_digest = NULL, updated_at = ? WHERE id = ?"
+)
+_EXHAUST = (
+    "UPDATE inbox SET state = 'dead_lettered', due_at = NULL, claim_token = NULL, "
+    "outcome_digest = NULL, failure_kind = 'transient', failure_code = ?, failure_message = ?, "
+    "updated_at = ? WHERE id = ?"
+)
+_SERVED = "UPDATE inbox_channels SET served_seq = ? WHERE channel_instance_id = ?"
+_LAST_SERVED = "SELECT COALESCE(MAX(served_seq), 0) FROM inbox_channels"
+
+# Fencing: only the current claimant's token changes a claimed row.
+_HELD = "inbound_id = ? AND state = 'claimed' AND claim_token = ?"
+_COMPLETE = (
+    "UPDATE inbox SET state = 'completed', due_at = NULL, result_kind = ?, turn_id = ?, "
+    f"outcome_digest = ?, updated_at = ? WHERE {_HELD}"
+)
+_FAIL = (
+    "UPDATE inbox SET state = ?, due_at = ?, failure_kind = ?, failure_code = ?, "
+    f"failure_message = ?, outcome_digest = ?, updated_at = ? WHERE {_HELD} RETURNING attempt"
+)
+_RELEASE = (
+    "UPDATE inbox SET state = 'ready', due_at = ?, attempt = MAX(attempt - 1, 0), "
+    f"claim_token = NULL, owner = NULL, updated_at = ? WHERE {_HELD}"
+)
+_RESERVE = f"UPDATE inbox SET turn_reserved = 1, updated_at = ? WHERE {_HELD}"
+_EXTEND = f"UPDATE inbox SET due_at = ?, updated_at = ? WHERE {_HELD}"
+_FENCE = (
+    "SELECT state, claim_token, outcome_digest, attempt, due_at FROM inbox WHERE inbound_id = ?"
+)
+_REQUEUE = (
+    "UPDATE inbox SET state = 'ready', due_at = ?, attempt = 0, requeues = requeues + 1, "
+    "claim_token = NULL, owner = NULL, outcome_digest = NULL, updated_at = ? "
+    "WHERE inbound_id = ? AND state = 'dead_lettered'"
+)
+
+_RECORD_COLUMNS = (
+    "inbound_id, channel_instance_id, platform_event_key, kind, conversation_key, state, "
+    "attempt, received_at, accepted_at, updated_at, due_at, result_kind, turn_id, "
+    "failure_code, failure_message, payload IS NULL AS pruned, requeues"
+)
+_PRUNE_TOMBSTONES = (
+    "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox WHERE state = 'completed' "
+    "AND updated_at < ? ORDER BY updated_at LIMIT ?)"
+)
+_PRUNE_PAYLOADS = (
+    "UPDATE inbox SET payload = NULL, payload_ref = NULL, artifacts = NULL, metadata = NULL "
+    "WHERE id IN (SELECT id FROM inbox WHERE state = 'completed' AND payload IS NOT NULL "
+    "AND updated_at < ? ORDER BY updated_at LIMIT ?)"
+)
+
+
+def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor
+
+
+# -- accept ----------------------------------------------------------------------------
+
+
+def envelope_params(envelope: InboundEnvelope, now: float) -> list[Any]:
+    """The insert's parameters for ``envelope`` (inbound id filled in by ``accept_rows``)."""
+    checkpoint = envelope.source_checkpoint
+    metadata = envelope.metadata
+    return [
+        None,
+        envelope.channel_instance_id,
+        envelope.platform_event_key,
+        envelope.kind,
+        envelope.conversation_key,
+        envelope.principal_key,
+        envelope.authenticated_by,
+        envelope.received_at,
+        envelope.payload,
+        envelope.payload_ref,
+        json.dumps(list(envelope.artifacts)) if envelope.artifacts else _EMPTY_LIST,
+        json.dumps(thaw(metadata), ensure_ascii=False) if metadata else _EMPTY_MAP,
+        None if checkpoint is None else checkpoint.source_id,
+        None if checkpoint is None else checkpoint.cursor,
+        now,
+        now,
+        now,
+    ]
+
+
+def accept_rows(
+    conn: sqlite3.Connection,
+    batch: Sequence[tuple[tuple[str, str], list[Any]]],
+    checkpoint: tuple[str, str, float] | None,
+) -> tuple[InboxReceipt, ...]:
+    """Insert each new key (dedup by the unique index), then the checkpoint; one transaction."""
+    receipts: list[InboxReceipt] = []
+    first: dict[tuple[str, str], str] = {}
+    channels: set[str] = set()
+    for key, params in batch:
+        known = first.get(key)
+        if known is not None:
+            receipts.append(InboxReceipt(known, "duplicate"))
+            continue
+        inbound_id = new_id("inb")
+        params[0] = inbound_id
+        if conn.execute(_INSERT, params).rowcount == 1:
+            channels.add(key[0])
+            receipts.append(InboxReceipt(inbound_id, "accepted"))
+        else:
+            inbound_id = conn.execute(_EXISTING, key).fetchone()[0]
+            receipts.append(InboxReceipt(inbound_id, "duplicate"))
+        first[key] = inbound_id
+    if channels:
+        conn.executemany(_CHANNEL, [(channel,) for channel in sorted(channels)])
+    if checkpoint is not None:
+        conn.execute(_CHECKPOINT, checkpoint)
+    return tuple(receipts)
+
+
+def read_checkpoint(conn: sqlite3.Connection, source_id: str) -> str | None:
+    row = (
+        _rows(conn)
+        .execute("SELECT cursor FROM inbox_checkpoints WHERE source_id = ?", [source_id])
+        .fetchone()
+    )
+    return None if row is None else str(row["cursor"])
+
+
+# -- claim -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimArgs:
+    """A checked claim request."""
+
+    owner: str
+    now: float
+    lease_s: float
+    limit: int
+    max_attempts: int
+
+
+class _Feed:
+    """One channel instance's due rows, fetched a page at a time as rounds need them."""
+
+    __slots__ = ("_conn", "_done", "_last", "_now", "_page", "_rows", "channel")
+
+    def __init__(self, conn: sqlite3.Connection, channel: str, now: float, page: int) -> None:
+        self._conn = conn
+        self.channel = channel
+        self._now = now
+        self._page = page
+        self._rows: deque[sqlite3.Row] = deque()
+        self._last: tuple[float, int] | None = None
+        self._done = False
+
+    def next(self) -> sqlite3.Row | None:
+        if not self._rows and not self._done:
+            cursor = _rows(self._conn)
+            if self._last is None:
+                page = cursor.execute(DUE_ROWS, [self.channel, self._now, self._page]).fetchall()
+            else:
+                page = cursor.execute(
+                    _DUE_ROWS_AFTER, [self.channel, self._now, *self._last, self._page]
+                ).fetchall()
+            self._done = len(page) < self._page
+            if page:
+                self._last = (page[-1]["due_at"], page[-1]["id"])
+            self._rows.extend(page)
+        return self._rows.popleft() if self._rows else None
+
+
+def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInbound, ...]:
+    """Plan the round-robin over due channel instances, then lease the planned rows."""
+    channels = [row[0] for row in conn.execute(DUE_CHANNELS, [args.now]).fetchall()]
+    if not channels:
+        return ()
+    page = -(-args.limit // len(channels))
+    active = [_Feed(conn, channel, args.now, page) for channel in channels]
+    chosen: list[sqlite3.Row] = []
+    exhausted: list[sqlite3.Row] = []
+    while active and len(chosen) < args.limit:
+        still: list[_Feed] = []
+        for feed in active:
+            if len(chosen) >= args.limit:
+                break
+            row = feed.next()
+            while (
+                row is not None
+                and row["state"] == "claimed"
+                and row["attempt"] >= args.max_attempts
+            ):
+                exhausted.append(row)
+                row = feed.next()
+            if row is not None:
+                chosen.append(row)
+                still.append(feed)
+        active = still
+    if exhausted:
+        conn.executemany(
+            _EXHAUST,
+            [
+                (
+                    ATTEMPTS_EXHAUSTED,
+                    f"the lease of attempt {row['attempt']} of {args.max_attempts} expired "
+                    "without a result",
+                    args.now,
+                    row["id"],
+                )
+                for row in exhausted
+            ],
+        )
+    if not chosen:
+        return ()
+    lease = args.now + args.lease_s
+    tokens = [new_id("clm") for _ in chosen]
+    conn.executemany(
+        _CLAIM,
+        [
+            (lease, token, args.owner, args.now, row["id"])
+            for token, row in zip(tokens, chosen, strict=True)
+        ],
+    )
+    served = conn.execute(_LAST_SERVED).fetchone()[0]
+    conn.executemany(
+        _SERVED,
+        [(served + n, row["channel_instance_id"]) for n, row in enumerate(chosen, start=1)],
+    )
+    return tuple(_claimed(row, token, lease) for token, row in zip(tokens, chosen, strict=True))
+
+
+def _exhausted(row: sqlite3.Row, max_attempts: int) -> bool:
+    """A due claimed row is an expired lease; past its last attempt it is dead-lettered."""
+    return bool(row["state"] == "claimed" and row["attempt"] >= max_attempts)
+
+
+def _claimed(row: sqlite3.Row, token: str, lease: float) -> ClaimedInbound:
+    return ClaimedInbound(
+        inbound_id=row["inbound_id"],
+        envelope=_envelope(row),
+        claim_token=token,
+        attempt=row["attempt"] + 1,
+        lease_expires_at=lease,
+        turn_request_id=TURN_REQUEST_PREFIX + row["inbound_id"],
+        turn_reserved=bool(row["turn_reserved"]),
+    )
+
+
+def _envelope(row: sqlite3.Row) -> InboundEnvelope:
+    artifacts = row["artifacts"]
+    metadata = row["metadata"]
+    source_id = row["source_id"]
+    return InboundEnvelope(
+        channel_instance_id=row["channel_instance_id"],
+        platform_event_key=row["platform_event_key"],
+        conversation_key=row["conversation_key"],
+        principal_key=row["principal_key"],
+        authenticated_by=row["authenticated_by"],
+        received_at=row["received_at"],
+        kind=row["kind"],
+        payload=row["payload"] or "",
+        payload_ref=row["payload_ref"],
+        artifacts=tuple(json.loads(artifacts)) if artifacts and artifacts != _EMPTY_LIST else (),
+        metadata=json.loads(metadata) if metadata and metadata != _EMPTY_MAP else FrozenMap(),
+        source_checkpoint=(
+            None if source_id is None else SourceCheckpoint(source_id, row["source_cursor"])
+        ),
+    )
+
+
+# -- fenced steps ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EndArgs:
+    """A checked complete or fail: the fence and what to record."""
+
+    inbound_id: str
+    claim_token: str
+    digest: str
+    now: float
+
+
+_Refusal = Literal["conflict", "already_terminal", "stale_claim"]
+
+
+def _fence(
+    conn: sqlite3.Connection, args: EndArgs
+) -> tuple[Literal["again"] | _Refusal, sqlite3.Row]:
+    """Why a fenced end did not apply: 'again', 'conflict', 'already_terminal', 'stale_claim'."""
+    row = _rows(conn).execute(_FENCE, [args.inbound_id]).fetchone()
+    if row is None:
+        raise NotFoundOrUnauthorized("inbound")
+    if row["claim_token"] == args.claim_token and row["outcome_digest"] is not None:
+        return ("again" if row["outcome_digest"] == args.digest else "conflict"), row
+    if row["state"] in ("completed", "dead_lettered"):
+        return "already_terminal", row
+    return "stale_claim", row
+
+
+def complete_row(
+    conn: sqlite3.Connection, args: EndArgs, result_kind: str, turn_id: str | None
+) -> CompletionDecision:
+    changed = conn.execute(
+        _COMPLETE,
+        [result_kind, turn_id, args.digest, args.now, args.inbound_id, args.claim_token],
+    ).rowcount
+    if changed == 1:
+        return CompletionDecision(args.inbound_id, "completed", "completed")
+    why, row = _fence(conn, args)
+    if why == "again":
+        return CompletionDecision(args.inbound_id, "completed", row["state"])
+    return CompletionDecision(args.inbound_id, why, row["state"])
+
+
+def fail_row(
+    conn: sqlite3.Connection,
+    args: EndArgs,
+    failure: tuple[str, str, str],
+    retry_at: float | None,
+) -> RetryDecision:
+    state = "dead_lettered" if retry_at is None else "ready"
+    done = conn.execute(
+        _FAIL,
+        [state, retry_at, *failure, args.digest, args.now, args.inbound_id, args.claim_token],
+    ).fetchone()
+    if done is not None:
+        if retry_at is None:
+            return RetryDecision(args.inbound_id, "dead_lettered", "dead_lettered", done[0])
+        return RetryDecision(args.inbound_id, "retry", "ready", done[0], retry_at)
+    why, row = _fence(conn, args)
+    if why != "again":
+        return RetryDecision(args.inbound_id, why, row["state"], row["attempt"])
+    if row["state"] == "ready":
+        return RetryDecision(args.inbound_id, "retry", "ready", row["attempt"], row["due_at"])
+    return RetryDecision(args.inbound_id, "dead_lettered", row["state"], row["attempt"])
+
+
+def release_row(conn: sqlite3.Connection, inbound_id: str, token: str, now: float) -> bool:
+    return conn.execute(_RELEASE, [now, now, inbound_id, token]).rowcount == 1
+
+
+def reserve_row(conn: sqlite3.Connection, inbound_id: str, token: str, now: float) -> bool:
+    return conn.execute(_RESERVE, [now, inbound_id, token]).rowcount == 1
+
+
+def extend_row(
+    conn: sqlite3.Connection, inbound_id: str, token: str, now: float, lease: float
+) -> float | None:
+    changed = conn.execute(_EXTEND, [lease, now, inbound_id, token]).rowcount
+    return lease if changed == 1 else None
+
+
+def requeue_row(
+    conn: sqlite3.Connection, inbound_id: str, *, reason: str, actor: str, now: float
+) -> InboundRecord:
+    """Dead letter -> ready, with its ``inbox.requeue`` audit row in the same transaction."""
+    if conn.execute(_REQUEUE, [now, now, inbound_id]).rowcount != 1:
+        if one_record(conn, inbound_id) is None:
+            raise NotFoundOrUnauthorized("inbound")
+        raise InvalidValue("only a dead-lettered inbound can be requeued")
+    insert_audit(
+        conn,
+        "inbox.requeue",
+        principal_id=actor,
+        authority="operator",
+        subject=f"inbound:{inbound_id}",
+        reason=reason,
+        detail={"inbound_id": inbound_id, "actor": actor},
+    )
+    record = one_record(conn, inbound_id)
+    assert record is not None  # updated just above, in this transaction
+    return record
+
+
+# -- retention and operators -----------------------------------------------------------
+
+
+def prune_rows(
+    conn: sqlite3.Connection, payload_before: float, tombstone_before: float, limit: int
+) -> PruneReport:
+    """Delete old tombstones first, then clear payloads of the completed rows that stay."""
+    removed = conn.execute(_PRUNE_TOMBSTONES, [tombstone_before, limit]).rowcount
+    cleared = conn.execute(_PRUNE_PAYLOADS, [payload_before, limit]).rowcount
+    return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
+
+
+def channel_counts(conn: sqlite3.Connection) -> tuple[ChannelCounts, ...]:
+    rows = _rows(conn).execute(
+        "SELECT channel_instance_id, state, COUNT(*) AS n FROM inbox "
+        "GROUP BY channel_instance_id, state ORDER BY channel_instance_id"
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["channel_instance_id"], {})[row["state"]] = row["n"]
+    return tuple(ChannelCounts(channel, **states) for channel, states in counts.items())
+
+
+def list_records(
+    conn: sqlite3.Connection, state: str | None, channel: str | None, limit: int
+) -> tuple[InboundRecord, ...]:
+    # Only the filters asked for, so the planner can use inbox_list / the rowid order.
+    where = [
+        clause
+        for clause, value in (("state = ?", state), ("channel_instance_id = ?", channel))
+        if value is not None
+    ]
+    params = [value for value in (state, channel) if value is not None]
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    rows = _rows(conn).execute(
+        f"SELECT {_RECORD_COLUMNS} FROM inbox {condition}ORDER BY id DESC LIMIT ?",
+        [*params, limit],
+    )
+    return tuple(_record(row) for row in rows)
+
+
+def one_record(conn: sqlite3.Connection, inbound_id: str) -> InboundRecord | None:
+    row = (
+        _rows(conn)
+        .execute(f"SELECT {_RECORD_COLUMNS} FROM inbox WHERE inbound_id = ?", [inbound_id])
+        .fetchone()
+    )
+    return None if row is None else _record(row)
+
+
+def _record(row: sqlite3.Row) -> InboundRecord:
+    return InboundRecord(
+        inbound_id=row["inbound_id"],
+        channel_instance_id=row["channel_instance_id"],
+        platform_event_key=row["platform_event_key"],
+        kind=row["kind"],
+        conversation_key=row["conversation_key"],
+        state=row["state"],
+        attempt=row["attempt"],
+        received_at=row["received_at"],
+        accepted_at=row["accepted_at"],
+        updated_at=row["updated_at"],
+        due_at=row["due_at"],
+        result_kind=row["result_kind"],
+        turn_id=row["turn_id"],
+        failure_code=row["failure_code"],
+        failure_message=row["failure_message"],
+        payload_pruned=bool(row["pruned"]),
+        requeues=row["requeues"],
+    )
