@@ -73,16 +73,20 @@ def counts_table(counts: InboxCounts, *, width: int) -> Table:
 
 
 def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
-    """One row per inbound, newest first; the inbound id is never cut."""
+    """One row per inbound, newest first; the inbound id is never cut.
+
+    On a narrow terminal the event key, due time, requeues and attempt are
+    left out, in that order, before the failure (``--json`` has them all).
+    """
     columns = (
         Column("inbound", whole=True),
         Column("channel", cap=24),
         Column("state", cap=13),
-        Column("attempt", cap=7),
+        Column("attempt", cap=7, drop=4),
         Column("requeues", cap=8, drop=3),
         Column("due", cap=8, drop=2),
-        Column("event", cap=24, drop=4),
-        Column("failure", flexible=True, wrap=True, drop=1),
+        Column("event", cap=24, drop=1),
+        Column("failure", flexible=True, wrap=True, drop=5),
     )
     rows = [
         (

@@ -161,6 +161,9 @@ class InboxMonitor(_Inspector):
     waits for the work in flight.
     """
 
+    # A class default: a monitor refused at construction is still closed by the widget's __del__.
+    _watch: asyncio.Task[None] | None = None
+
     def __init__(
         self,
         inbox: ChannelInbox,
@@ -179,7 +182,6 @@ class InboxMonitor(_Inspector):
         self.inbox, self.scope, self.limit = inbox, scope, limit
         self.model = view
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._watch: asyncio.Task[None] | None = None
         self.refreshed_at = time.time()
         self.lines: dict[str, _DeadLetter] = {}
         self.summary = widgets.HTML("")

@@ -21,7 +21,6 @@ import ipywidgets as widgets
 import pytest
 
 import hostkit.notebook as hn
-from hostkit.authority import AuthorityResolver
 from hostkit.errors import InvalidValue, UserError
 from hostkit.host import Host
 from hostkit.inbox import ChannelInbox, RetryPolicy
@@ -111,10 +110,9 @@ async def until(predicate: Any) -> None:
             await asyncio.sleep(0.01)
 
 
-async def requeue_audits(store: Any) -> list[Any]:
-    async with AuthorityResolver.bind(store) as resolver:
-        reader = await resolver.operator_issuer().issue("test", reason="read the audit")
-        return list(await store.read_audit(reader, kind="inbox.requeue"))
+async def requeue_audits(host: Host) -> list[Any]:
+    reader = await host.operator("test", reason="read the audit")
+    return list(await host.store.read_audit(reader, kind="inbox.requeue"))
 
 
 async def test_counts_by_state_per_channel_and_each_dead_letter_with_its_failure(
@@ -160,7 +158,7 @@ async def test_an_empty_reason_is_refused_in_the_row_and_nothing_is_requeued(
     record = await made.inbox.record(made.dead)
     assert record is not None
     assert (record.state, record.requeues) == ("dead_lettered", 0)
-    assert await requeue_audits(made.host.store) == []
+    assert await requeue_audits(made.host) == []
     line.cancel.click()
     assert not line.asking
     assert line.said == ""
@@ -178,8 +176,8 @@ async def test_a_reason_requeues_as_the_operator_and_the_monitor_refreshes(
     record = await made.inbox.record(made.dead)
     assert record is not None
     assert (record.state, record.attempt, record.requeues) == ("ready", 0, 1)
-    audits = await requeue_audits(made.host.store)
-    assert [(a.reason, a.principal_id) for a in audits] == [(REASON, "ops-ada")]
+    audits = await requeue_audits(made.host)
+    assert [(a.reason, a.principal_id) for a in audits] == [(REASON, "operator:ops-ada")]
     # Refreshed: the row left the dead letters, the counts moved, the status says what happened.
     assert list(monitor.lines) == [made.poison]
     chat = monitor.model.counts.of("demo.chat")
@@ -201,7 +199,7 @@ async def test_a_failed_requeue_shows_why_in_the_row_and_can_be_tried_again(
     await monitor.join()
     assert line.said.startswith("error: ")
     assert not line.confirm.disabled  # the row outlives the failure
-    assert len(await requeue_audits(made.host.store)) == 1
+    assert len(await requeue_audits(made.host)) == 1
 
 
 async def test_without_an_operator_scope_the_buttons_are_disabled(made: Inbox) -> None:
@@ -289,7 +287,7 @@ async def test_nb_inbox_monitor_acts_as_an_audited_operator_and_stops_at_close(
         record = await inbox.record(receipt.inbound_id)
         assert record is not None
         assert record.state == "ready"
-        audits = await requeue_audits(nb.host.store)
+        audits = await requeue_audits(nb.host)
         assert [a.reason for a in audits] == [REASON]
     finally:
         await nb.aclose()

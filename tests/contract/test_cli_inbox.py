@@ -196,8 +196,24 @@ async def test_the_table_fits_80_columns_with_ids_whole_and_no_control_character
         assert project[name] in out
     assert "\x1b" not in out
     assert SECRET not in out
-    assert "unreadable" in out
+    assert "unreadable" in out  # the failure is the last column given up
     assert "hostkit inbox requeue INBOUND_ID" in err
+    code, out, err = await hostkit("inbox", "list", cwd=Path(project["dir"]), columns=160)
+    assert code == 0, err
+    header = out.splitlines()[0].split()
+    assert header == [
+        "inbound",
+        "channel",
+        "state",
+        "attempt",
+        "requeues",
+        "due",
+        "event",
+        "failure",
+    ]
+    row = next(line for line in out.splitlines() if project["exhausted"] in line)
+    assert row.split()[:5] == [project["exhausted"], "demo.chat", "dead_lettered", "2", "0"]
+    assert "model_busy: the model answered 529" in row
 
 
 async def test_requeue_sends_a_dead_letter_round_again_and_audits_the_reason(
@@ -224,7 +240,7 @@ async def test_requeue_sends_a_dead_letter_round_again_and_audits_the_reason(
             audits = await store.read_audit(reader, kind="inbox.requeue")
     assert len(audits) == 1
     assert audits[0].reason == REASON
-    assert audits[0].principal_id == "ops-ada"
+    assert audits[0].principal_id == "operator:ops-ada"
     assert project["exhausted"] in json.dumps([audits[0].subject, dict(audits[0].detail)])
 
 
