@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 from anyio.abc import AsyncResource
@@ -37,6 +39,8 @@ from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
+from hostkit.host._inbound import InboundTurns
+from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
 from hostkit.turns import PinnedCore, TurnExecution
@@ -85,6 +89,10 @@ class Host(AsyncResource):
     ``warnings`` holds one line per configuration problem found at open (a
     workspace overlapping the Host's own state); each is also logged on the
     ``hostkit.host`` logger, and the CLI prints them on stderr.
+
+    ``inbox`` is the Host's ChannelInbox (in its store: claims hold across
+    processes sharing the database); ``inbox_worker()`` makes a worker that
+    answers it with turns.
     """
 
     def __init__(
@@ -145,6 +153,10 @@ class Host(AsyncResource):
             admission_timeout_s=config.host.admission_timeout_s,
         )
         self.attachments = HostAttachments(store=store, authority=authority)
+        self.inbox = ChannelInbox.on_store(store)
+        self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
+        # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.
+        self._workers: weakref.WeakSet[InboxWorker] = weakref.WeakSet()
         self.approvals = HostApprovals(
             store=store,
             authority=authority,
@@ -368,6 +380,43 @@ class Host(AsyncResource):
             raise TurnNotCompleted(result)
         return result.text
 
+    def inbox_worker(
+        self,
+        *,
+        agent: str = "assistant",
+        route: Route | None = None,
+        inbox: ChannelInbox | None = None,
+        **options: Any,
+    ) -> InboxWorker:
+        """A worker that answers ``inbox`` (default: ``self.inbox``) with this Host's turns.
+
+        ``async with host.inbox_worker() as worker:`` serves in the background
+        until the block ends; ``await worker.run()`` serves in your own task
+        group; ``await worker.drain()`` answers what is due now and returns.
+        ``route`` maps a channel instance id to the agent that answers it
+        (default: ``agent`` for every channel). ``options`` are
+        ``InboxWorker``'s (``concurrency``, ``idle_poll_s``, ``grace_s``, ...).
+        Closing the Host stops its workers first: no new claims, a grace
+        period for the turns in flight, every claim still held released.
+        """
+        if self._closed:
+            raise StoreClosed()
+        worker = InboxWorker(
+            inbox or self.inbox,
+            self._inbound.run,
+            route=route or (lambda _channel: agent),
+            find_turn=self._inbound.find,
+            **options,
+        )
+        self._workers.add(worker)
+        return worker
+
+    async def _stop_workers(self) -> None:
+        """Wind every inbox worker down together (each bounded by its own grace)."""
+        async with anyio.create_task_group() as group:
+            for worker in list(self._workers):
+                group.start_soon(worker.aclose)
+
     async def tool_catalog(self, agent: str, *, session_id: str | None = None) -> ToolCatalog:
         """``agent``'s tools as a new turn would be offered them, each with its source.
 
@@ -416,10 +465,11 @@ class Host(AsyncResource):
         """Stop: cancel running turns, revoke operator authority, close generations and store.
 
         Each step runs even when an earlier one raises (an exit stack, last
-        pushed first): prompts withdrawn, turns ended, every process tree any
-        generation started ended (grandchildren too), operator authority
-        revoked, generations closed, context decisions still held written,
-        then the store.
+        pushed first): prompts withdrawn, inbox workers wound down (their
+        turns get the workers' grace, their claims are released), turns
+        ended, every process tree any generation started ended (grandchildren
+        too), operator authority revoked, generations closed, context
+        decisions still held written, then the store.
         """
         if self._closed:
             return
@@ -438,6 +488,7 @@ class Host(AsyncResource):
                 stack.push_async_callback(self.processes.aclose)
                 stack.push_async_callback(self.mcp.aclose)
                 stack.push_async_callback(self.turns.shutdown)
+                stack.push_async_callback(self._stop_workers)
                 stack.callback(self._approval_runtime.close)
 
     @staticmethod

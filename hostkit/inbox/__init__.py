@@ -9,5 +9,15 @@ in-memory one (``ChannelInbox.in_memory``).
 
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
+from hostkit.inbox._worker import FindTurn, InboxWorker, Route, RunTurn
 
-__all__ = ["DEDUP_HORIZON_S", "ChannelInbox", "RetentionPolicy", "RetryPolicy"]
+__all__ = [
+    "DEDUP_HORIZON_S",
+    "ChannelInbox",
+    "FindTurn",
+    "InboxWorker",
+    "RetentionPolicy",
+    "RetryPolicy",
+    "Route",
+    "RunTurn",
+]

@@ -66,7 +66,10 @@ class AdmissionTicket:
             raise TurnRejected(_CLOSING)
         remaining = self.deadline - anyio.current_time()
         if remaining <= 0:
-            raise TurnRejected(_BUSY)
+            # About now, not about the request: asking again later may well succeed.
+            busy = TurnRejected(_BUSY)
+            busy.retryable = True
+            raise busy
         slot = table._slot(session_id)
         if self._queued_on != session_id:
             self._baton = False

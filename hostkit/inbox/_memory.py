@@ -1,0 +1,502 @@
+"""The strict in-memory InboxStore: the SQLite adapter's contract, nothing durable.
+
+For embedders' tests of code built on ``ChannelInbox`` (``ChannelInbox.in_memory()``).
+"Strict" means it refuses every argument the SQLite adapter refuses, with the
+same limits, and keeps the same states, dedup keys, fencing tokens and
+dispositions, so a test that passes here does not pass only because the fake
+was lenient. Rows are frozen values replaced whole; no method awaits between
+reading and writing them, so every step is atomic with respect to other tasks,
+and a batch accept checks everything before it stores anything.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import anyio
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.freeze import FrozenMap
+from hostkit.inbox._memory_checks import (
+    MAX_PRUNE,
+    check_batch,
+    check_claim_args,
+    check_count,
+    check_duration,
+    check_failure,
+    check_finite,
+    check_instant,
+    check_list,
+    check_reason,
+    check_ref,
+    check_result,
+)
+from hostkit.inbox._memory_index import DueEntry, DueIndex
+from hostkit.store import ATTEMPTS_EXHAUSTED, InboxStore
+from hostkit.types import (
+    ChannelCounts,
+    ClaimedInbound,
+    CompletionDecision,
+    InboundEnvelope,
+    InboundFailure,
+    InboundRecord,
+    InboundResult,
+    InboundState,
+    InboxReceipt,
+    PruneReport,
+    RetryDecision,
+    SourceCheckpoint,
+    new_id,
+)
+
+__all__ = ["MemoryInboxStore", "RequeueAudit"]
+
+_EXHAUSTED_MESSAGE = "the lease expired after the last allowed attempt"
+_ACTIVE = ("ready", "claimed")
+Refusal = Literal["stale_claim", "already_terminal", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueAudit:
+    """One operator requeue, as the SQLite adapter's ``inbox.requeue`` audit row holds it."""
+
+    inbound_id: str
+    actor: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One inbound; replaced whole on every change (``version`` moves with ``due_at``)."""
+
+    inbound_id: str
+    seq: int
+    envelope: InboundEnvelope
+    state: InboundState
+    attempt: int
+    accepted_at: float
+    updated_at: float
+    due_at: float | None
+    version: int = 0
+    claim_token: str | None = None
+    owner: str | None = None
+    turn_reserved: bool = False
+    # What ``claim_token`` did to end its attempt ("complete:<digest>" or "fail:<digest>").
+    ended: str | None = None
+    # The first answer to that fail, repeated for the same token and failure.
+    decision: RetryDecision | None = None
+    result: InboundResult | None = None
+    failure: InboundFailure | None = None
+    payload_pruned: bool = False
+    requeues: int = 0
+
+
+class MemoryInboxStore(InboxStore):
+    """Every ``InboxStore`` rule in one process's memory (see ``hostkit.store.InboxStore``)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, _Row] = {}  # accept order (dicts keep insertion order)
+        self._keys: dict[tuple[str, str], str] = {}
+        self._checkpoints: dict[str, str] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+        self._due = DueIndex(self._is_live)
+        # Completed rows by completion time: still holding a payload, and all of them.
+        self._payloads: list[tuple[float, int, str]] = []
+        self._tombstones: list[tuple[float, int, str]] = []
+        self._audit: list[RequeueAudit] = []
+        self._seq = 0
+
+    @property
+    def audit(self) -> tuple[RequeueAudit, ...]:
+        """Every requeue so far, oldest first (read-only)."""
+        return tuple(self._audit)
+
+    # -- accept ------------------------------------------------------------------------
+
+    async def accept(
+        self,
+        envelopes: Sequence[InboundEnvelope],
+        checkpoint: SourceCheckpoint | None,
+        *,
+        now: float,
+    ) -> tuple[InboxReceipt, ...]:
+        await anyio.lowlevel.checkpoint()
+        batch, cursor = check_batch(envelopes, checkpoint)
+        at = check_instant("now", now)
+        # Plan first (nothing can fail after this), then apply: all or nothing.
+        fresh: dict[tuple[str, str], str] = {}
+        receipts: list[InboxReceipt] = []
+        for envelope in batch:
+            known = self._keys.get(envelope.dedup_key) or fresh.get(envelope.dedup_key)
+            if known is not None:
+                receipts.append(InboxReceipt(known, "duplicate"))
+                continue
+            inbound_id = new_id("inb")
+            fresh[envelope.dedup_key] = inbound_id
+            receipts.append(InboxReceipt(inbound_id, "accepted"))
+        by_id = {envelope.dedup_key: envelope for envelope in reversed(batch)}
+        for key, inbound_id in fresh.items():
+            self._seq += 1
+            row = _Row(
+                inbound_id=inbound_id,
+                seq=self._seq,
+                envelope=by_id[key],
+                state="ready",
+                attempt=0,
+                accepted_at=at,
+                updated_at=at,
+                due_at=at,
+            )
+            self._keys[key] = inbound_id
+            self._put(None, row)
+        if cursor is not None:
+            self._checkpoints[cursor.source_id] = cursor.cursor
+        return tuple(receipts)
+
+    async def checkpoint(self, source_id: str) -> str | None:
+        await anyio.lowlevel.checkpoint()
+        return self._checkpoints.get(check_ref("source_id", source_id))
+
+    # -- claim -------------------------------------------------------------------------
+
+    async def claim(
+        self, *, owner: str, now: float, lease_s: float, limit: int, max_attempts: int
+    ) -> tuple[ClaimedInbound, ...]:
+        await anyio.lowlevel.checkpoint()
+        check_claim_args(owner, now, lease_s, limit, max_attempts)
+        claimed: list[ClaimedInbound] = []
+        for channel in self._due.rounds(now):
+            entry = self._due.head(channel)
+            assert entry is not None  # rounds() offers only instances with a due row
+            row = self._rows[entry[2]]
+            if row.state == "claimed" and row.attempt >= max_attempts:
+                self._put(row, _exhausted(row, now))
+                continue
+            token = new_id("claim")
+            expires = now + lease_s
+            self._put(
+                row,
+                replace(
+                    row,
+                    state="claimed",
+                    attempt=row.attempt + 1,
+                    due_at=expires,
+                    claim_token=token,
+                    owner=owner,
+                    ended=None,
+                    decision=None,
+                    updated_at=now,
+                ),
+            )
+            self._due.serve(channel)
+            claimed.append(
+                ClaimedInbound(
+                    inbound_id=row.inbound_id,
+                    envelope=row.envelope,
+                    claim_token=token,
+                    attempt=row.attempt + 1,
+                    lease_expires_at=expires,
+                    turn_request_id=f"inbound:{row.inbound_id}",
+                    turn_reserved=row.turn_reserved,
+                )
+            )
+            if len(claimed) == limit:
+                break
+        return tuple(claimed)
+
+    async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+        await anyio.lowlevel.checkpoint()
+        row = self._holding(inbound_id, claim_token, now)
+        if row is None:
+            return False
+        self._put(row, replace(row, turn_reserved=True, updated_at=now))
+        return True
+
+    async def extend(
+        self, inbound_id: str, claim_token: str, *, now: float, lease_s: float
+    ) -> float | None:
+        await anyio.lowlevel.checkpoint()
+        check_duration("lease_s", lease_s)
+        row = self._holding(inbound_id, claim_token, now)
+        if row is None:
+            return None
+        expires = now + lease_s
+        self._put(row, replace(row, due_at=expires, updated_at=now))
+        return expires
+
+    # -- end a claim -------------------------------------------------------------------
+
+    async def complete(
+        self, inbound_id: str, claim_token: str, result: InboundResult, *, now: float
+    ) -> CompletionDecision:
+        await anyio.lowlevel.checkpoint()
+        check_result(result)
+        row = self._known(inbound_id, claim_token, now)
+        outcome = f"complete:{result.digest()}"
+        if row.claim_token == claim_token and row.state == "claimed":
+            done = replace(
+                row, state="completed", due_at=None, result=result, ended=outcome, updated_at=now
+            )
+            self._put(row, done)
+            return CompletionDecision(inbound_id, "completed", "completed")
+        refusal = _fenced(row, claim_token, outcome)
+        if refusal is None:
+            return CompletionDecision(inbound_id, "completed", row.state)
+        return CompletionDecision(inbound_id, refusal, row.state)
+
+    async def fail(
+        self,
+        inbound_id: str,
+        claim_token: str,
+        failure: InboundFailure,
+        *,
+        retry_at: float | None,
+        now: float,
+    ) -> RetryDecision:
+        await anyio.lowlevel.checkpoint()
+        check_failure(failure)
+        if retry_at is not None:
+            check_instant("retry_at", retry_at)
+        row = self._known(inbound_id, claim_token, now)
+        outcome = f"fail:{failure.digest()}"
+        if row.claim_token == claim_token and row.state == "claimed":
+            if retry_at is None:
+                decision = RetryDecision(inbound_id, "dead_lettered", "dead_lettered", row.attempt)
+            else:
+                decision = RetryDecision(inbound_id, "retry", "ready", row.attempt, retry_at)
+            self._put(
+                row,
+                replace(
+                    row,
+                    state=decision.state,
+                    due_at=retry_at,
+                    failure=failure,
+                    ended=outcome,
+                    decision=decision,
+                    updated_at=now,
+                ),
+            )
+            return decision
+        refusal = _fenced(row, claim_token, outcome)
+        if refusal is None and row.decision is not None:
+            return row.decision
+        return RetryDecision(inbound_id, refusal or "conflict", row.state, row.attempt)
+
+    async def release(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+        await anyio.lowlevel.checkpoint()
+        row = self._holding(inbound_id, claim_token, now)
+        if row is None:
+            return False
+        released = replace(
+            row,
+            state="ready",
+            due_at=now,
+            attempt=max(row.attempt - 1, 0),
+            claim_token=None,
+            owner=None,
+            ended=None,
+            decision=None,
+            updated_at=now,
+        )
+        self._put(row, released)
+        return True
+
+    # -- operators ---------------------------------------------------------------------
+
+    async def requeue(
+        self, inbound_id: str, *, reason: str, actor: str, now: float
+    ) -> InboundRecord:
+        await anyio.lowlevel.checkpoint()
+        check_ref("inbound_id", inbound_id)
+        text = check_reason(reason)
+        check_ref("actor", actor)
+        at = check_instant("now", now)
+        row = self._rows.get(inbound_id)
+        if row is None:
+            raise NotFoundOrUnauthorized("inbound")
+        if row.state != "dead_lettered":
+            raise InvalidValue("only a dead-lettered inbound can be requeued")
+        again = replace(
+            row,
+            state="ready",
+            due_at=at,
+            attempt=0,
+            claim_token=None,
+            owner=None,
+            ended=None,
+            decision=None,
+            requeues=row.requeues + 1,
+            updated_at=at,
+        )
+        self._put(row, again)
+        self._audit.append(RequeueAudit(inbound_id, actor, text, at))
+        return _record(again)
+
+    async def prune(
+        self, *, payload_before: float, tombstone_before: float, limit: int
+    ) -> PruneReport:
+        await anyio.lowlevel.checkpoint()
+        check_finite("payload_before", payload_before)
+        check_finite("tombstone_before", tombstone_before)
+        check_count("limit", limit, MAX_PRUNE)
+        # Tombstones past the horizon go first; then the rows that stay lose their payload.
+        removed = 0
+        while self._tombstones and self._tombstones[0][0] < tombstone_before and removed < limit:
+            _, _, inbound_id = heapq.heappop(self._tombstones)
+            row = self._rows.pop(inbound_id, None)
+            if row is not None:
+                del self._keys[row.envelope.dedup_key]
+                self._count(row.envelope.channel_instance_id, row.state, -1)
+                removed += 1
+        cleared = 0
+        while self._payloads and self._payloads[0][0] < payload_before and cleared < limit:
+            _, _, inbound_id = heapq.heappop(self._payloads)
+            row = self._rows.get(inbound_id)
+            if row is not None and not row.payload_pruned:
+                self._rows[inbound_id] = replace(
+                    row, envelope=_without_payload(row.envelope), payload_pruned=True
+                )
+                cleared += 1
+        return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
+
+    async def counts(self) -> tuple[ChannelCounts, ...]:
+        await anyio.lowlevel.checkpoint()
+        return tuple(
+            ChannelCounts(channel, **by_state) for channel, by_state in sorted(self._counts.items())
+        )
+
+    async def records(
+        self,
+        *,
+        state: InboundState | None = None,
+        channel_instance_id: str | None = None,
+        limit: int = 100,
+    ) -> tuple[InboundRecord, ...]:
+        await anyio.lowlevel.checkpoint()
+        check_list(state, channel_instance_id, limit)
+        found: list[InboundRecord] = []
+        for row in reversed(self._rows.values()):
+            if state is not None and row.state != state:
+                continue
+            if channel_instance_id is not None and (
+                row.envelope.channel_instance_id != channel_instance_id
+            ):
+                continue
+            found.append(_record(row))
+            if len(found) == limit:
+                break
+        return tuple(found)
+
+    async def record(self, inbound_id: str) -> InboundRecord | None:
+        await anyio.lowlevel.checkpoint()
+        row = self._rows.get(check_ref("inbound_id", inbound_id))
+        return None if row is None else _record(row)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _is_live(self, entry: DueEntry) -> bool:
+        row = self._rows.get(entry[2])
+        return row is not None and row.version == entry[3] and row.state in _ACTIVE
+
+    def _known(self, inbound_id: str, claim_token: str, now: float) -> _Row:
+        check_ref("inbound_id", inbound_id)
+        check_ref("claim_token", claim_token)
+        check_instant("now", now)
+        row = self._rows.get(inbound_id)
+        if row is None:
+            raise NotFoundOrUnauthorized("inbound")
+        return row
+
+    def _holding(self, inbound_id: str, claim_token: str, now: float) -> _Row | None:
+        """The row if ``claim_token`` is its current claim (expired or not), else None."""
+        check_ref("inbound_id", inbound_id)
+        check_ref("claim_token", claim_token)
+        check_instant("now", now)
+        row = self._rows.get(inbound_id)
+        if row is None or row.state != "claimed" or row.claim_token != claim_token:
+            return None
+        return row
+
+    def _put(self, old: _Row | None, new: _Row) -> None:
+        """Store ``new`` in place of ``old``: counts, due index and retention follow."""
+        channel = new.envelope.channel_instance_id
+        if old is None or old.due_at != new.due_at or old.state != new.state:
+            new = replace(new, version=(old.version + 1) if old is not None else 0)
+        self._rows[new.inbound_id] = new
+        if old is None or old.state != new.state:
+            if old is not None:
+                self._count(channel, old.state, -1)
+            self._count(channel, new.state, +1)
+        if new.due_at is not None and (old is None or old.version != new.version):
+            by_state = self._counts[channel]
+            active = by_state.get("ready", 0) + by_state.get("claimed", 0)
+            self._due.push(
+                channel, (new.due_at, new.seq, new.inbound_id, new.version), active=active
+            )
+        if new.state == "completed" and (old is None or old.state != "completed"):
+            heapq.heappush(self._payloads, (new.updated_at, new.seq, new.inbound_id))
+            heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
+
+    def _count(self, channel: str, state: str, delta: int) -> None:
+        by_state = self._counts.setdefault(channel, {})
+        by_state[state] = by_state.get(state, 0) + delta
+        if not by_state[state]:
+            del by_state[state]
+        if not by_state:
+            del self._counts[channel]
+
+
+def _fenced(row: _Row, claim_token: str, outcome: str) -> Refusal | None:
+    """Why a token that does not hold the claim now is refused; None: it repeats its end."""
+    if row.claim_token == claim_token and row.ended is not None:
+        return None if row.ended == outcome else "conflict"
+    if row.state in ("completed", "dead_lettered"):
+        return "already_terminal"
+    return "stale_claim"
+
+
+def _exhausted(row: _Row, now: float) -> _Row:
+    """A row whose worker died on its last allowed attempt: a poison message."""
+    return replace(
+        row,
+        state="dead_lettered",
+        due_at=None,
+        claim_token=None,
+        owner=None,
+        ended=None,
+        decision=None,
+        failure=InboundFailure("transient", ATTEMPTS_EXHAUSTED, _EXHAUSTED_MESSAGE),
+        updated_at=now,
+    )
+
+
+def _without_payload(envelope: InboundEnvelope) -> InboundEnvelope:
+    """The envelope as a dedup tombstone keeps it: identity and routing, no content."""
+    return replace(envelope, payload="", payload_ref=None, artifacts=(), metadata=FrozenMap())
+
+
+def _record(row: _Row) -> InboundRecord:
+    envelope = row.envelope
+    return InboundRecord(
+        inbound_id=row.inbound_id,
+        channel_instance_id=envelope.channel_instance_id,
+        platform_event_key=envelope.platform_event_key,
+        kind=envelope.kind,
+        conversation_key=envelope.conversation_key,
+        state=row.state,
+        attempt=row.attempt,
+        received_at=envelope.received_at,
+        accepted_at=row.accepted_at,
+        updated_at=row.updated_at,
+        due_at=row.due_at,
+        result_kind=row.result.kind if row.result is not None else None,
+        turn_id=row.result.turn_id if row.result is not None else None,
+        failure_code=row.failure.code if row.failure is not None else "",
+        failure_message=row.failure.message if row.failure is not None else "",
+        payload_pruned=row.payload_pruned,
+        requeues=row.requeues,
+    )

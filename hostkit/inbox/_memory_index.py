@@ -1,0 +1,79 @@
+"""The in-memory inbox's due index: per channel instance, rows ordered by due time.
+
+The SQLite adapter reads due rows from an index on (channel instance, due
+time); this is its in-memory counterpart, so a claim costs O(channels +
+claimed · log rows) rather than a scan of every row, and an embedder can keep
+many messages in it. Entries are never updated in place: a row whose due time
+changes gets a new entry with a new version, and entries whose version is no
+longer the row's are dropped when they reach the top of the heap (or when a
+heap holds far more stale entries than live rows).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+__all__ = ["DueEntry", "DueIndex"]
+
+# (due_at, accept sequence, inbound id, row version)
+DueEntry = tuple[float, int, str, int]
+IsLive = Callable[[DueEntry], bool]
+# A heap is rebuilt from its live entries when it is this much larger than needed.
+_SLACK = 64
+
+
+class DueIndex:
+    """Heaps of waiting/leased rows per channel instance, and who was served when."""
+
+    def __init__(self, is_live: IsLive) -> None:
+        self._is_live = is_live
+        self._heaps: dict[str, list[DueEntry]] = {}
+        # The serve counter stamped on an instance each time one of its rows is claimed.
+        self._served: dict[str, int] = {}
+        self._counter = 0
+
+    def push(self, channel: str, entry: DueEntry, *, active: int) -> None:
+        """Index ``entry``; ``active`` is how many rows of ``channel`` may be due at all."""
+        heap = self._heaps.setdefault(channel, [])
+        heapq.heappush(heap, entry)
+        if len(heap) > 2 * active + _SLACK:
+            heap[:] = [item for item in heap if self._is_live(item)]
+            heapq.heapify(heap)
+
+    def head(self, channel: str) -> DueEntry | None:
+        """The live entry of ``channel`` due first, or None."""
+        heap = self._heaps.get(channel)
+        while heap:
+            if self._is_live(heap[0]):
+                return heap[0]
+            heapq.heappop(heap)
+        if heap is not None:
+            del self._heaps[channel]
+        return None
+
+    def rounds(self, now: float) -> Iterator[str]:
+        """Channel instances in claim order: least recently served first, ties by id.
+
+        After each yielded instance the caller either served it (``serve``),
+        which sends it to the back, or changed its head row; either way it is
+        offered again while it still has a due row. One row per instance per
+        round follows from the order alone.
+        """
+        order = [
+            (self._served.get(channel, 0), channel)
+            for channel in list(self._heaps)
+            if (entry := self.head(channel)) is not None and entry[0] <= now
+        ]
+        heapq.heapify(order)
+        while order:
+            _, channel = heapq.heappop(order)
+            yield channel
+            entry = self.head(channel)
+            if entry is not None and entry[0] <= now:
+                heapq.heappush(order, (self._served.get(channel, 0), channel))
+
+    def serve(self, channel: str) -> None:
+        """Stamp ``channel`` as served now (monotonically increasing counter)."""
+        self._counter += 1
+        self._served[channel] = self._counter

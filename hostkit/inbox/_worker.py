@@ -1,0 +1,469 @@
+"""InboxWorker: claimed inbounds become turns, each message answered by at most one turn.
+
+Per claimed inbound, in this order: decide whether it needs a turn at all
+(``ignored`` if not); build the ``TurnRequest`` from the envelope's
+*authenticated* fields only (channel instance, conversation key, principal
+key; never ``payload`` or ``metadata``) with the inbound's stable
+``turn_request_id``; durably reserve that id (``reserve_turn``); run the turn
+while a keepalive renews the claim every third of its lease; record the
+result (``complete``) or the typed failure (``fail``).
+
+The request id is the reconciliation: an attempt after a crash runs the same
+id, so ``TurnExecution`` answers with the turn the crashed attempt started
+(its recorded result, or ``TurnInProgress`` while it still runs) and never
+starts a second one.
+
+The worker takes the turn runner as a callable (``Host`` passes its own), so
+this package depends on no turn machinery.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from hostkit.errors import HostkitError, InvalidValue, StaleClaim
+from hostkit.inbox._inbox import ChannelInbox
+from hostkit.inbox._outcomes import failure_of, needs_no_turn, result_of
+from hostkit.store import MAX_CLAIM_BATCH
+from hostkit.types import (
+    ClaimedInbound,
+    ConversationFacts,
+    InboundFailure,
+    InboundResult,
+    TurnRequest,
+    TurnResult,
+)
+
+__all__ = ["FindTurn", "InboxWorker", "Route", "RunTurn"]
+
+_log = logging.getLogger("hostkit.inbox")
+
+RunTurn = Callable[[TurnRequest], Awaitable[TurnResult]]
+# The turn an earlier attempt started for this request, if any (for logs and
+# ClaimedInbound.existing_turn_id; the request id itself does the reconciling).
+FindTurn = Callable[[TurnRequest], Awaitable[str | None]]
+# Channel instance id -> the agent (core id) that answers it.
+Route = Callable[[str], str]
+Clock = Callable[[], float]
+
+# complete/fail tried this often when the store fails; after that the lease's
+# expiry brings the inbound back and the same request id reconciles it.
+_SETTLE_TRIES = 3
+
+
+def _assistant(channel_instance_id: str) -> str:
+    return "assistant"
+
+
+class InboxWorker:
+    """Claims due inbounds of one ``ChannelInbox`` and turns each into (at most) one turn.
+
+    ``run()`` serves until cancelled or ``stop()``; ``drain()`` serves until
+    nothing is due and nothing is in flight (tests, notebooks, batch jobs);
+    ``async with worker:`` runs ``run()`` in the background. Up to
+    ``concurrency`` claims are in flight at once; idle, the worker looks for
+    due inbounds every ``idle_poll_s`` (``wake()`` looks at once, after an
+    accept in this process).
+
+    Shutdown (cancellation, ``stop()``, ``aclose()``) stops claiming, gives
+    the turns in flight ``grace_s`` to finish and record their results, cuts
+    off the rest, and releases every claim still held: those inbounds are due
+    again at once, their attempt not spent (a turn cut off is recorded by its
+    ``TurnExecution``, and the next attempt gets that record). Every store
+    call is bounded by ``op_timeout_s``, every turn by ``turn_timeout_s``.
+    ``clock`` is the inbox's clock (wall seconds): the lease times it reads
+    come from it.
+    """
+
+    def __init__(
+        self,
+        inbox: ChannelInbox,
+        run_turn: RunTurn,
+        *,
+        route: Route = _assistant,
+        find_turn: FindTurn | None = None,
+        concurrency: int = 4,
+        idle_poll_s: float = 1.0,
+        grace_s: float = 10.0,
+        op_timeout_s: float = 30.0,
+        turn_timeout_s: float = 3_600.0,
+        clock: Clock = time.time,
+    ) -> None:
+        if not isinstance(inbox, ChannelInbox):
+            raise InvalidValue("InboxWorker needs a ChannelInbox")
+        if not callable(run_turn) or not callable(route):
+            raise InvalidValue("run_turn and route must be callables")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise InvalidValue("concurrency must be an integer")
+        if not 1 <= concurrency <= MAX_CLAIM_BATCH:
+            raise InvalidValue(f"concurrency must be between 1 and {MAX_CLAIM_BATCH}")
+        _seconds("idle_poll_s", idle_poll_s, 3_600.0)
+        _seconds("grace_s", grace_s, 3_600.0, zero=True)
+        _seconds("op_timeout_s", op_timeout_s, 3_600.0)
+        _seconds("turn_timeout_s", turn_timeout_s, 86_400.0)
+        self.inbox = inbox
+        self._run_turn = run_turn
+        self._route = route
+        self._find_turn = find_turn
+        self._concurrency = concurrency
+        self._idle_poll_s = float(idle_poll_s)
+        self._grace_s = float(grace_s)
+        self._op_timeout_s = float(op_timeout_s)
+        self._turn_timeout_s = float(turn_timeout_s)
+        self._clock = clock
+        # inbound id -> the claim this worker holds and has not ended (released on shutdown)
+        self._claims: dict[str, ClaimedInbound] = {}
+        # inbound id -> the cancel scope of its handler (shielded from the worker's own
+        # cancellation, so a shutdown can give it a grace period first)
+        self._inflight: dict[str, anyio.CancelScope] = {}
+        self._nudge = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        self._stopped.set()
+        self._running = False
+        self._stopping = False
+        self._handled = 0
+        self._group: TaskGroup | None = None
+
+    # -- observation ------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Claims being worked on now."""
+        return len(self._inflight)
+
+    @property
+    def handled(self) -> int:
+        """Claims this worker took to an end (result, failure, or loss) since it was made."""
+        return self._handled
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- serving ----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Look for due inbounds now instead of at the next poll."""
+        self._nudge.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled or ``stop()``; then wind down (grace, release)."""
+        await self._serve(until_idle=False, task_status=task_status)
+
+    async def drain(self) -> int:
+        """Serve until nothing is due and nothing is in flight; how many claims were handled."""
+        before = self._handled
+        await self._serve(until_idle=True, task_status=anyio.TASK_STATUS_IGNORED)
+        return self._handled - before
+
+    def stop(self) -> None:
+        """Ask a running worker to wind down; ``aclose()`` also waits for it."""
+        self._stop.set()
+        self._nudge.set()
+
+    async def aclose(self) -> None:
+        """Stop and wait (bounded) until the worker released what it held; idempotent."""
+        self.stop()
+        with anyio.move_on_after(self._wind_down_bound() + self._op_timeout_s, shield=True):
+            await self._stopped.wait()
+
+    async def __aenter__(self) -> InboxWorker:
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            await group.start(self.run)
+        except BaseException as exc:
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._group = group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        group, self._group = self._group, None
+        self.stop()
+        if group is None:
+            return None
+        return await group.__aexit__(exc_type, exc, traceback)
+
+    async def _serve(self, *, until_idle: bool, task_status: TaskStatus[None]) -> None:
+        if self._running:
+            raise InvalidValue("this worker is already running")
+        self._running, self._stopping = True, False
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        try:
+            async with anyio.create_task_group() as work:
+                task_status.started()
+                try:
+                    await self._claim_loop(work, until_idle=until_idle)
+                finally:
+                    self._stopping = True
+                    with anyio.CancelScope(shield=True):
+                        await self._wind_down()
+        finally:
+            self._running = False
+            self._stopped.set()
+
+    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+        while not self._stop.is_set():
+            free = self._concurrency - len(self._inflight)
+            claimed: tuple[ClaimedInbound, ...] = ()
+            if free > 0:
+                claimed = await self._claim(free)
+                for item in claimed:
+                    self._start(work, item)
+                if until_idle and not claimed and not self._inflight:
+                    return
+                if claimed and len(claimed) == free:
+                    continue
+            await self._pause()
+
+    async def _claim(self, limit: int) -> tuple[ClaimedInbound, ...]:
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                return await self.inbox.claim_batch(limit)
+        except (HostkitError, TimeoutError) as exc:
+            # Nothing was handed out (a claim that committed late expires and is reclaimed).
+            _log.warning("inbox claim failed: %s", _text(exc))
+            return ()
+
+    async def _pause(self) -> None:
+        """Until a slot frees, ``wake()``, ``stop()``, or the idle poll interval passes."""
+        with anyio.move_on_after(self._idle_poll_s):
+            await self._nudge.wait()
+        self._nudge = anyio.Event()
+
+    def _start(self, work: TaskGroup, claimed: ClaimedInbound) -> None:
+        scope = anyio.CancelScope(shield=True)
+        self._claims[claimed.inbound_id] = claimed
+        self._inflight[claimed.inbound_id] = scope
+        self._idle = anyio.Event()
+        work.start_soon(self._handle, claimed, scope)
+
+    async def _handle(self, claimed: ClaimedInbound, scope: anyio.CancelScope) -> None:
+        try:
+            with scope:
+                try:
+                    await self._process(claimed)
+                except Exception as exc:
+                    # A bug must not end the worker: the attempt fails (retried, then
+                    # dead-lettered), and the request id reconciles any turn it started.
+                    _log.exception("inbound %s: the worker failed handling it", claimed.inbound_id)
+                    if claimed.inbound_id in self._claims:
+                        await self._fail(claimed, failure_of(exc))
+        finally:
+            self._inflight.pop(claimed.inbound_id, None)
+            self._handled += 1
+            self._nudge.set()
+            if not self._inflight:
+                self._idle.set()
+
+    async def _wind_down(self) -> None:
+        """Grace for the turns in flight, then cut them off and release every held claim."""
+        with anyio.move_on_after(self._grace_s):
+            await self._idle.wait()
+        for scope in list(self._inflight.values()):
+            scope.cancel()
+        # A cut-off turn records its own end (bounded inside TurnExecution).
+        with anyio.move_on_after(self._op_timeout_s):
+            await self._idle.wait()
+        released = 0
+        for claimed in list(self._claims.values()):
+            try:
+                with anyio.fail_after(self._op_timeout_s):
+                    released += await self.inbox.release(claimed)
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("inbound %s: release failed: %s", claimed.inbound_id, _text(exc))
+            self._claims.pop(claimed.inbound_id, None)
+        if released:
+            _log.info("inbox worker released %d claims at shutdown", released)
+
+    def _wind_down_bound(self) -> float:
+        return self._grace_s + self._op_timeout_s * (2 + len(self._claims))
+
+    # -- one inbound ------------------------------------------------------------------
+
+    async def _process(self, claimed: ClaimedInbound) -> None:
+        reason = needs_no_turn(claimed.envelope)
+        if reason is not None:
+            await self._complete(claimed, InboundResult("ignored", detail=reason))
+            return
+        try:
+            request = self._request(claimed)
+        except Exception as exc:
+            await self._fail(claimed, failure_of(exc) if isinstance(exc, HostkitError) else None)
+            return
+        reserved_before = claimed.turn_reserved
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                claimed = await self.inbox.reserve_turn(claimed)
+        except StaleClaim:
+            self._lost(claimed, "before its turn started")
+            return
+        except (HostkitError, TimeoutError) as exc:
+            await self._fail(claimed, failure_of(exc))
+            return
+        if reserved_before:
+            claimed = await self._reconcile(claimed, request)
+        result, error, lost = await self._run(claimed, request)
+        if lost:
+            self._lost(claimed, "while its turn ran")
+        elif result is not None:
+            await self._complete(claimed, result_of(result))
+        else:
+            assert error is not None
+            await self._fail(claimed, failure_of(error))
+
+    def _request(self, claimed: ClaimedInbound) -> TurnRequest:
+        """The turn request of an inbound: authority from the authenticated fields only."""
+        envelope = claimed.envelope
+        facts = ConversationFacts(
+            channel=envelope.channel_instance_id,
+            conversation_key=envelope.conversation_key,
+            principal_key=envelope.principal_key,
+        )
+        core_id = self._route(envelope.channel_instance_id)
+        return TurnRequest(
+            input=envelope.payload,
+            principal=facts,
+            request_id=claimed.turn_request_id,
+            core_id=core_id,
+        )
+
+    async def _reconcile(self, claimed: ClaimedInbound, request: TurnRequest) -> ClaimedInbound:
+        """An earlier attempt reserved the request id: name the turn it started, if any."""
+        if self._find_turn is None:
+            return claimed
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                existing = await self._find_turn(request)
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning("inbound %s: turn lookup failed: %s", claimed.inbound_id, _text(exc))
+            return claimed
+        if existing is None:
+            return claimed
+        _log.info(
+            "inbound %s: attempt %d reconciles with turn %s",
+            claimed.inbound_id,
+            claimed.attempt,
+            existing,
+        )
+        return replace(claimed, existing_turn_id=existing)
+
+    async def _run(
+        self, claimed: ClaimedInbound, request: TurnRequest
+    ) -> tuple[TurnResult | None, BaseException | None, bool]:
+        """Run the turn while keeping the claim; (result, error, claim lost)."""
+        result: TurnResult | None = None
+        error: BaseException | None = None
+        lost = anyio.Event()
+        async with anyio.create_task_group() as keeper:
+            keeper.start_soon(self._keep, claimed, lost)
+            try:
+                with anyio.fail_after(self._turn_timeout_s):
+                    result = await self._run_turn(request)
+            except Exception as exc:
+                error = exc
+            finally:
+                keeper.cancel_scope.cancel()
+        return result, error, lost.is_set()
+
+    async def _keep(self, claimed: ClaimedInbound, lost: anyio.Event) -> None:
+        """Renew the claim every third of its lease until cancelled, or until it is lost.
+
+        A lost claim is someone else's now: the turn goes on (its record is what
+        the current claimant gets for the same request id), this worker stops caring.
+        """
+        lease_s = self.inbox.policy.lease_s
+        while True:
+            # A third of the lease after it was last set; never a tight loop, even when
+            # the clock given here disagrees with the inbox's.
+            due = claimed.lease_expires_at - lease_s * 2 / 3
+            await anyio.sleep(min(lease_s / 3, max(due - self._clock(), lease_s / 6)))
+            try:
+                with anyio.fail_after(min(self._op_timeout_s, lease_s / 3)):
+                    claimed = await self.inbox.extend(claimed)
+            except StaleClaim:
+                lost.set()
+                return
+            except (HostkitError, TimeoutError) as exc:
+                # Transient: the next beat tries again; should the lease lapse meanwhile,
+                # the fencing token refuses this worker's complete.
+                _log.warning("inbound %s: lease renewal failed: %s", claimed.inbound_id, _text(exc))
+                await anyio.sleep(lease_s / 6)
+
+    # -- ending a claim ---------------------------------------------------------------
+
+    async def _complete(self, claimed: ClaimedInbound, result: InboundResult) -> None:
+        for attempt in range(_SETTLE_TRIES):
+            try:
+                with anyio.fail_after(self._op_timeout_s):
+                    decision = await self.inbox.complete(claimed, result)
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("inbound %s: complete failed: %s", claimed.inbound_id, _text(exc))
+                await anyio.sleep(0.1 * 2**attempt)
+                continue
+            self._claims.pop(claimed.inbound_id, None)
+            if decision.disposition != "completed":
+                _log.warning(
+                    "inbound %s: complete refused (%s)", claimed.inbound_id, decision.disposition
+                )
+            return
+        # Left to the lease: it expires, the inbound comes back, the request id reconciles.
+        self._claims.pop(claimed.inbound_id, None)
+
+    async def _fail(self, claimed: ClaimedInbound, failure: InboundFailure | None) -> None:
+        if failure is None:
+            failure = InboundFailure("permanent", "unroutable", "no agent answers this channel")
+        if self._stopping and failure.kind == "transient":
+            # Shutting down (the Host is closing): give it back without spending the attempt.
+            return
+        for attempt in range(_SETTLE_TRIES):
+            try:
+                with anyio.fail_after(self._op_timeout_s):
+                    decision = await self.inbox.fail(claimed, failure)
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("inbound %s: fail failed: %s", claimed.inbound_id, _text(exc))
+                await anyio.sleep(0.1 * 2**attempt)
+                continue
+            self._claims.pop(claimed.inbound_id, None)
+            _log.info(
+                "inbound %s attempt %d failed (%s, %s): %s",
+                claimed.inbound_id,
+                claimed.attempt,
+                failure.code,
+                decision.disposition,
+                failure.message,
+            )
+            return
+        self._claims.pop(claimed.inbound_id, None)
+
+    def _lost(self, claimed: ClaimedInbound, when: str) -> None:
+        self._claims.pop(claimed.inbound_id, None)
+        _log.warning("inbound %s: the claim was lost %s", claimed.inbound_id, when)
+
+
+def _text(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, HostkitError) else type(exc).__name__
+
+
+def _seconds(name: str, value: float, limit: float, *, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidValue(f"{name} must be a finite number of seconds")
+    if value < 0 or (value == 0 and not zero) or value > limit:
+        raise InvalidValue(f"{name} must be in {'[' if zero else '('}0, {limit:g}] seconds")

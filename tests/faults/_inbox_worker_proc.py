@@ -1,0 +1,120 @@
+"""A Host process for the inbox worker crash tests (run as a script, not collected).
+
+``python _inbox_worker_proc.py '<json>'`` opens a Host on ``root/hostkit.db``
+and, by ``mode``:
+
+- ``serve``: runs the Host's inbox worker until inbound ``until`` is
+  terminal, then writes ``results`` (how many provider calls this process
+  made). With ``ready``/``go``: says it is open, and waits before serving.
+  With ``block``, the model writes ``marker`` and never answers (the test
+  SIGKILLs the process mid-turn).
+- ``stall``: a worker whose turn runner writes ``marker`` and never returns:
+  the claim is taken and the turn id reserved, the turn never started.
+- ``hold``: claims one inbound itself, writes ``marker``, then at each file of
+  ``steps`` tries to end the claim (``complete``, ``fail``, ``extend``) and
+  appends what the inbox answered to ``results``.
+
+Every inbox here has ``lease_s`` seconds of lease (short, so a test waits
+little for a dead claimant's lease to run out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostkit.errors import StaleClaim
+from hostkit.host import Host, parse_config
+from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
+from hostkit.testing import Reply, ScriptedModel, capabilities
+from hostkit.types import InboundFailure, InboundResult, ModelRequest, TurnRequest, TurnResult
+
+OPTIONS: dict[str, Any] = json.loads(sys.argv[1])
+ROOT = Path(OPTIONS["root"])
+DEADLINE_S = 60.0
+
+
+async def wait_for(path: str) -> None:
+    with anyio.fail_after(DEADLINE_S):
+        # Another process writes the file: there is no event to wait on across processes.
+        while not await anyio.Path(path).exists():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+async def answer(request: ModelRequest) -> Reply:
+    if OPTIONS.get("block"):
+        await anyio.Path(OPTIONS["marker"]).write_text(str(os.getpid()))
+        await anyio.sleep_forever()
+    return Reply(f"answered by {os.getpid()}")
+
+
+async def stall(request: TurnRequest) -> TurnResult:
+    await anyio.Path(OPTIONS["marker"]).write_text(request.request_id)
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+async def serve(host: Host, inbox: ChannelInbox, model: ScriptedModel) -> None:
+    worker = host.inbox_worker(inbox=inbox, idle_poll_s=0.05)
+    if OPTIONS.get("ready"):
+        await anyio.Path(OPTIONS["ready"]).write_text(str(os.getpid()))
+    if OPTIONS.get("go"):
+        await wait_for(OPTIONS["go"])
+    async with worker:
+        with anyio.fail_after(DEADLINE_S):
+            while True:
+                record = await inbox.record(OPTIONS["until"])
+                if record is not None and record.state in ("completed", "dead_lettered"):
+                    break
+                await anyio.sleep(0.05)
+    await anyio.Path(OPTIONS["results"]).write_text(json.dumps({"calls": len(model.requests)}))
+
+
+async def hold(inbox: ChannelInbox) -> None:
+    claimed = await inbox.claim()
+    assert claimed is not None
+    await anyio.Path(OPTIONS["marker"]).write_text(claimed.claim_token)
+    answers: list[Any] = []
+    for step in OPTIONS["steps"]:
+        await wait_for(step)
+        complete = await inbox.complete(claimed, InboundResult("ignored", detail="from A"))
+        failed = await inbox.fail(claimed, InboundFailure("transient", "from_a", "A failed"))
+        try:
+            await inbox.extend(claimed)
+            extended = "extended"
+        except StaleClaim:
+            extended = "stale_claim"
+        answers.append([complete.disposition, failed.disposition, extended])
+        await anyio.Path(OPTIONS["results"]).write_text(json.dumps(answers))
+
+
+async def main() -> None:
+    config = parse_config(
+        {
+            "host": {"database": str(ROOT / "hostkit.db"), "workspace": str(ROOT)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "test", "memory": False}},
+        },
+        base_dir=ROOT,
+    )
+    model = ScriptedModel([answer], repeat_last=True)
+    policy = RetryPolicy(max_attempts=5, base_delay_s=0.1, max_delay_s=0.5, lease_s=1.0)
+    async with Host.open(config, capabilities=capabilities(model)) as host:
+        inbox = ChannelInbox.on_store(host.store, policy=policy)
+        mode = OPTIONS["mode"]
+        if mode == "serve":
+            await serve(host, inbox, model)
+        elif mode == "stall":
+            async with InboxWorker(inbox, stall, idle_poll_s=0.05):
+                await anyio.sleep_forever()
+        elif mode == "hold":
+            await hold(inbox)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
