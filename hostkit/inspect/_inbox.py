@@ -15,8 +15,8 @@ from typing import get_args
 
 from hostkit.errors import InvalidValue
 from hostkit.inbox import ChannelInbox
-from hostkit.inspect._source import Source, bounded, store_of
-from hostkit.store import MAX_INBOX_LIST
+from hostkit.inspect._source import Source, bounded
+from hostkit.store import MAX_INBOX_LIST, RuntimeStore
 from hostkit.types import ChannelCounts, InboundRecord, InboundState
 
 __all__ = [
@@ -37,8 +37,10 @@ _MAX_CHANNEL = 64
 
 
 def inbox_of(source: Source) -> ChannelInbox:
-    """The inbox kept in ``source``'s store (the one place front ends get an inbox from)."""
-    return ChannelInbox.on_store(store_of(source))
+    """The Host's own inbox, or one over a bare store (the one place front ends get it from)."""
+    if isinstance(source, RuntimeStore):
+        return ChannelInbox.on_store(source)
+    return source.inbox
 
 
 def inbox_state(value: object) -> InboundState:
