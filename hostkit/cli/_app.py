@@ -1,5 +1,5 @@
 """The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
-mcp, demo."""
+mcp, inbox, demo."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from hostkit.cli._common import (
 )
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
+from hostkit.cli._inbox import inbox
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
 from hostkit.cli._render import sessions_table
@@ -50,6 +51,7 @@ app = typer.Typer(
 app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
 app.add_typer(mcp, name="mcp")
+app.add_typer(inbox, name="inbox")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

@@ -29,6 +29,17 @@ from hostkit.inspect._effects import (
     effect_audit_rows,
     terminal_run_rows,
 )
+from hostkit.inspect._inbox import (
+    INBOX_STATES,
+    InboxCounts,
+    InboxRows,
+    InboxView,
+    inbox_counts,
+    inbox_of,
+    inbox_rows,
+    inbox_state,
+    inbox_view,
+)
 from hostkit.inspect._lists import (
     MAX_APPROVALS,
     ActivityRows,
@@ -44,6 +55,7 @@ from hostkit.inspect._prices import PRICES, ModelPrice, cost_text, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
 
 __all__ = [
+    "INBOX_STATES",
     "MAX_APPROVALS",
     "MAX_STEPS",
     "MAX_TURNS",
@@ -58,6 +70,9 @@ __all__ = [
     "ContextStep",
     "ContextView",
     "EffectAuditRows",
+    "InboxCounts",
+    "InboxRows",
+    "InboxView",
     "McpServerRow",
     "McpServerRows",
     "ModelPrice",
@@ -74,6 +89,11 @@ __all__ = [
     "context_view",
     "cost_text",
     "effect_audit_rows",
+    "inbox_counts",
+    "inbox_of",
+    "inbox_rows",
+    "inbox_state",
+    "inbox_view",
     "latest_session",
     "mcp_server_rows",
     "mcp_server_view",

@@ -6,6 +6,7 @@ nb = await hn.start()                 # once per kernel; ./hostkit.toml or the d
 view = nb.chat("Summarise notes.md")  # returns the live panel at once
 result = await view                   # later, in another cell
 await nb.dashboard()                  # sessions, running turns, approvals, budget
+await nb.inbox_monitor()              # the channel inbox: counts, dead letters to requeue
 ```
 """
 
@@ -14,6 +15,7 @@ from hostkit.notebook._browser import SessionBrowser
 from hostkit.notebook._catalog import CatalogInspector
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._host import NotebookHost, current, start
+from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspectors import (
     ApprovalsPanel,
     BudgetInspector,
@@ -30,6 +32,7 @@ __all__ = [
     "CatalogInspector",
     "ContextInspector",
     "Dashboard",
+    "InboxMonitor",
     "NotebookHost",
     "RunningTurn",
     "SessionBrowser",

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import signal
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,12 @@ from anyio.abc import AsyncResource
 
 from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
 from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
+from hostkit.inbox import ChannelInbox
+from hostkit.inspect import inbox_of
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._catalog import CatalogInspector
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
+from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
 from hostkit.notebook._interrupt import watch_interrupts
@@ -80,6 +84,7 @@ class NotebookHost(AsyncResource):
         # Each running turn's cancellation token and its owner's scope, read when it starts.
         self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
         self._stop_scope: PrincipalScope | None = None
+        self._monitors: weakref.WeakSet[InboxMonitor] = weakref.WeakSet()
         self.config_source: HostConfig | str | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
@@ -161,6 +166,30 @@ class NotebookHost(AsyncResource):
             running=self.running_turns(),
             waiting=self.waiting_rows(),
         )
+
+    async def inbox_monitor(
+        self,
+        inbox: ChannelInbox | None = None,
+        *,
+        reason: str = "notebook inbox monitor",
+        watch: bool = True,
+        limit: int = 50,
+    ) -> InboxMonitor:
+        """The ChannelInbox's counts per channel and its dead letters, with Requeue buttons.
+
+        ``inbox`` defaults to the one in the Host's store. Requeues act as an
+        audited operator scope (``reason`` is recorded when it is issued; each
+        requeue records its own). ``watch`` refreshes it every 2 s for 5
+        minutes, on the loop; ``monitor.stop()`` ends that sooner.
+        """
+        scope = await self.host.operator(self.facts.principal_key, reason=reason)
+        monitor = await InboxMonitor.load(
+            inbox if inbox is not None else inbox_of(self.host), scope=scope, limit=limit
+        )
+        self._monitors.add(monitor)
+        if watch:
+            monitor.watch()
+        return monitor
 
     def running_turns(self) -> tuple[RunningTurn, ...]:
         """The turns this kernel's panels are running, with the effect awaiting a click if any."""
@@ -332,6 +361,8 @@ class NotebookHost(AsyncResource):
         if _current is self:
             _current = None
         atexit.unregister(self._emergency_stop)
+        for monitor in list(self._monitors):
+            monitor.stop()  # nothing left to read once the store closes
         await self.host.aclose()  # ends running turns: their tasks finish their panels
         for task in list(self._tasks):
             task.cancel()

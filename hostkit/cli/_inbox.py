@@ -1,0 +1,230 @@
+"""``hostkit inbox counts | list | requeue``: the ChannelInbox as an operator sees and acts on it.
+
+Every subcommand opens the Host with an audited operator scope, as
+``hostkit sessions`` does (``--reason`` optional on a database the local
+user owns). ``requeue`` always needs ``--reason``: it is the reason recorded
+in the ``inbox.requeue`` audit row. Rows never show a payload; a failure's
+message was redacted and bounded when it was recorded and is cut again here,
+with control characters escaped (it may quote what a platform sent).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from hostkit.cli._common import (
+    ConfigOption,
+    JsonOption,
+    Operator,
+    Reason,
+    console,
+    fail,
+    operator_host,
+    print_json,
+    run_command,
+)
+from hostkit.cli._render import Column, fit_table, one_line
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.inbox import ChannelInbox
+from hostkit.inspect import INBOX_STATES, InboxCounts, inbox_counts, inbox_of, inbox_rows
+from hostkit.store import MAX_INBOX_LIST
+from hostkit.types import InboundRecord
+
+__all__ = ["counts_table", "inbox", "records_table"]
+
+FAILURE_CHARS = 200
+# An inbound id is ``inb_`` and a few dozen characters; anything longer is not one.
+_MAX_ID = 80
+
+inbox = typer.Typer(
+    help="The channel inbox: counts by state, the rows, and requeueing a dead letter "
+    "(operator authority; audited).",
+    no_args_is_help=True,
+)
+
+
+def counts_table(counts: InboxCounts, *, width: int) -> Table:
+    """One row per channel instance, then the totals; the channel id is never cut."""
+    columns = (
+        Column("channel", whole=True),
+        Column("ready", cap=8),
+        Column("claimed", cap=8),
+        Column("completed", cap=10),
+        Column("dead-lettered", cap=14),
+    )
+    rows = [
+        (
+            c.channel_instance_id,
+            str(c.ready),
+            str(c.claimed),
+            str(c.completed),
+            str(c.dead_lettered),
+        )
+        for c in (*counts.channels, counts.totals)
+    ]
+    return fit_table(columns, rows, width)
+
+
+def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
+    """One row per inbound, newest first; the inbound id is never cut.
+
+    On a narrow terminal the event key, due time, requeues and attempt are
+    left out, in that order, before the failure (``--json`` has them all).
+    """
+    columns = (
+        Column("inbound", whole=True),
+        Column("channel", cap=24),
+        Column("state", cap=13),
+        Column("attempt", cap=7, drop=4),
+        Column("requeues", cap=8, drop=3),
+        Column("due", cap=8, drop=2),
+        Column("event", cap=24, drop=1),
+        Column("failure", flexible=True, wrap=True, drop=5),
+    )
+    rows = [
+        (
+            r.inbound_id,
+            r.channel_instance_id,
+            r.state,
+            str(r.attempt),
+            str(r.requeues),
+            _clock(r.due_at),
+            one_line(r.platform_event_key, 200),
+            failure_text(r),
+        )
+        for r in records
+    ]
+    return fit_table(columns, rows, width)
+
+
+def failure_text(record: InboundRecord) -> str:
+    """``code: message`` of the last failure, one bounded line ("" when none)."""
+    if not record.failure_code:
+        return ""
+    text = record.failure_code
+    if record.failure_message:
+        text += ": " + record.failure_message
+    return one_line(text, FAILURE_CHARS)
+
+
+def _clock(at: float | None) -> str:
+    return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@inbox.command("counts")
+def counts(
+    reason: Reason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """How many inbounds each channel instance has in each state, and the totals."""
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, _):
+            found = await inbox_counts(inbox_of(host))
+            if json_:
+                print_json({"channels": found.channels, "totals": found.totals})
+                return
+            if not found.channels:
+                console.print("the inbox is empty", highlight=False)
+                return
+            out = Console()
+            out.print(counts_table(found, width=out.width))
+
+    run_command(main)
+
+
+@inbox.command("list")
+def list_inbounds(
+    state: Annotated[
+        str | None, typer.Option(help=f"only this state: {', '.join(INBOX_STATES)}")
+    ] = None,
+    channel: Annotated[str | None, typer.Option(help="only this channel instance")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_INBOX_LIST - 1)] = 50,
+    reason: Reason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Inbounds newest first: state, attempt, requeues, next due time, last failure.
+
+    Never the payload.
+    """
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, _):
+            rows = await inbox_rows(
+                inbox_of(host), state=state, channel_instance_id=channel, limit=limit
+            )
+            if json_:
+                print_json(rows.records)
+                return
+            if not rows.records:
+                console.print("no inbounds" + _filters(state, channel), highlight=False)
+                return
+            out = Console()
+            out.print(records_table(rows.records, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
+            if any(r.state == "dead_lettered" for r in rows.records):
+                console.print(
+                    'requeue a dead letter: hostkit inbox requeue INBOUND_ID --reason "..."',
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+    run_command(main)
+
+
+@inbox.command("requeue")
+def requeue(
+    inbound_id: Annotated[str, typer.Argument(help="the dead-lettered inbound (inb_...)")],
+    reason: Annotated[
+        str, typer.Option(help="why it is sent round again (required; recorded in the audit)")
+    ],
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Send a dead letter round again: ready now, attempts from zero; the reason is audited."""
+    if not inbound_id or len(inbound_id) > _MAX_ID:
+        raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, scope):
+            channel_inbox = inbox_of(host)
+            await _check_dead_letter(channel_inbox, inbound_id)
+            record = await channel_inbox.requeue(scope, inbound_id, reason=reason)
+            console.print(
+                f"requeued {escape(record.inbound_id)}: {record.state}, attempt {record.attempt},"
+                f" requeued {record.requeues} time{'' if record.requeues == 1 else 's'}",
+                highlight=False,
+            )
+
+    run_command(main)
+
+
+async def _check_dead_letter(channel_inbox: ChannelInbox, inbound_id: str) -> None:
+    """A clear error before the (atomic, re-checked) requeue: unknown, or not a dead letter."""
+    found = await channel_inbox.record(inbound_id)
+    if found is None:
+        raise NotFoundOrUnauthorized("inbound")
+    if found.state != "dead_lettered":
+        raise InvalidValue(
+            f"inbound {found.inbound_id} is {found.state}, not dead_lettered: "
+            "only a dead letter can be requeued"
+        )
+
+
+def _filters(state: str | None, channel: str | None) -> str:
+    said = [f"in state {state}" if state else "", f"of channel {channel}" if channel else ""]
+    text = " ".join(part for part in said if part)
+    return f" {escape(one_line(text, 200))}" if text else ""
