@@ -283,7 +283,7 @@ class ChannelInbox:
 
 
 def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelope, ...]:
-    if isinstance(envelopes, InboundEnvelope | str | bytes):
+    if isinstance(envelopes, InboundEnvelope | str | bytes) or not isinstance(envelopes, Sequence):
         raise InvalidValue("accept_batch takes a sequence of InboundEnvelope")
     batch = tuple(envelopes)
     if not 1 <= len(batch) <= MAX_BATCH:

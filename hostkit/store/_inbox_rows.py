@@ -56,8 +56,12 @@ __all__ = [
 _EMPTY_LIST = "[]"
 _EMPTY_MAP = "{}"
 TURN_REQUEST_PREFIX = "inbound:"
-# The failure text of a row whose lease expired after its last allowed attempt.
-EXHAUSTED_MESSAGE = "the lease expired after the last allowed attempt"
+
+
+def exhausted_message(attempt: int, max_attempts: int) -> str:
+    """The failure text of a row whose lease expired after its last allowed attempt."""
+    return f"the lease of attempt {attempt} of {max_attempts} expired without a result"
+
 
 _INSERT = (
     "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "
@@ -300,7 +304,15 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
     if exhausted:
         conn.executemany(
             _EXHAUST,
-            [(ATTEMPTS_EXHAUSTED, EXHAUSTED_MESSAGE, args.now, row["id"]) for row in exhausted],
+            [
+                (
+                    ATTEMPTS_EXHAUSTED,
+                    exhausted_message(row["attempt"], args.max_attempts),
+                    args.now,
+                    row["id"],
+                )
+                for row in exhausted
+            ],
         )
     if not chosen:
         return ()

@@ -91,7 +91,9 @@ class SqliteInboxStore(InboxStore):
         now: float,
     ) -> tuple[InboxReceipt, ...]:
         at = _time("now", now)
-        if isinstance(envelopes, InboundEnvelope | str | bytes):
+        if isinstance(envelopes, InboundEnvelope | str | bytes) or not isinstance(
+            envelopes, Sequence
+        ):
             raise InvalidValue("accept takes a sequence of InboundEnvelope")
         batch = tuple(envelopes)
         if not 1 <= len(batch) <= MAX_BATCH:

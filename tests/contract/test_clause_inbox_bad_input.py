@@ -48,6 +48,8 @@ async def test_bad_input_through_the_inbox_changes_nothing(adapter: str, tmp_pat
             lambda: sut.inbox.accept("evt-3"),  # type: ignore[arg-type]
             lambda: sut.inbox.accept_batch(envelope("evt-3")),  # type: ignore[arg-type]
             lambda: sut.inbox.accept_batch([envelope("evt-3"), None]),  # type: ignore[list-item]
+            lambda: sut.inbox.accept_batch(42),  # type: ignore[arg-type]
+            lambda: sut.inbox.accept_batch({envelope("evt-3")}),  # type: ignore[arg-type]
             lambda: sut.inbox.accept_batch([envelope("evt-3")], "cursor"),  # type: ignore[arg-type]
             lambda: sut.inbox.checkpoint(""),
             lambda: sut.inbox.checkpoint(None),  # type: ignore[arg-type]
