@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
-from hostkit.freeze import FrozenMap, thaw
+from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
@@ -56,6 +56,7 @@ __all__ = [
 _EMPTY_LIST = "[]"
 _EMPTY_MAP = "{}"
 TURN_REQUEST_PREFIX = "inbound:"
+_NO_MAP = FrozenMap()
 
 
 def exhausted_message(attempt: int, max_attempts: int) -> str:
@@ -110,11 +111,10 @@ _EXHAUST = (
     "outcome_digest = NULL, failure_kind = 'transient', failure_code = ?, failure_message = ?, "
     "updated_at = ? WHERE id = ?"
 )
-# The serve counter: one more than the highest stamped so far (inbox_channels_served).
-_SERVED = (
-    "UPDATE inbox_channels SET served_seq = "
-    "(SELECT MAX(served_seq) FROM inbox_channels) + 1 WHERE channel_instance_id = ?"
-)
+# The serve counter: each claimed row stamps its channel instance with the next number
+# after the highest so far (inbox_channels_served); one write per instance per claim.
+_LAST_SERVED = "SELECT MAX(served_seq) FROM inbox_channels"
+_SERVED = "UPDATE inbox_channels SET served_seq = ? WHERE channel_instance_id = ?"
 
 # Fencing: only the current claimant's token changes a claimed row.
 _HELD = "inbound_id = ? AND state = 'claimed' AND claim_token = ?"
@@ -196,8 +196,12 @@ def accept_rows(
     conn: sqlite3.Connection,
     batch: Sequence[tuple[tuple[str, str], list[Any]]],
     checkpoint: tuple[str, str, float] | None,
+    known_channels: frozenset[str] = frozenset(),
 ) -> tuple[InboxReceipt, ...]:
-    """Insert each new key (dedup by the unique index), then the checkpoint; one transaction."""
+    """Insert each new key (dedup by the unique index), then the checkpoint; one transaction.
+
+    Channel instances in ``known_channels`` already have their fairness row.
+    """
     receipts: list[InboxReceipt] = []
     first: dict[tuple[str, str], str] = {}
     channels: set[str] = set()
@@ -209,14 +213,15 @@ def accept_rows(
         inbound_id = new_id("inb")
         params[0] = inbound_id
         if conn.execute(_INSERT, params).rowcount == 1:
-            channels.add(key[0])
+            if key[0] not in known_channels:
+                channels.add(key[0])
             receipts.append(InboxReceipt(inbound_id, "accepted"))
         else:
             inbound_id = conn.execute(_EXISTING, key).fetchone()[0]
             receipts.append(InboxReceipt(inbound_id, "duplicate"))
         first[key] = inbound_id
-    if channels:
-        conn.executemany(_CHANNEL, [(channel,) for channel in sorted(channels)])
+    for channel in sorted(channels):
+        conn.execute(_CHANNEL, (channel,))
     if checkpoint is not None:
         conn.execute(_CHECKPOINT, checkpoint)
     return tuple(receipts)
@@ -290,11 +295,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
             if len(chosen) >= args.limit:
                 break
             row = feed.next()
-            while (
-                row is not None
-                and row["state"] == "claimed"
-                and row["attempt"] >= args.max_attempts
-            ):
+            while row is not None and _exhausted(row, args.max_attempts):
                 exhausted.append(row)
                 row = feed.next()
             if row is not None:
@@ -325,7 +326,9 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
             for token, row in zip(tokens, chosen, strict=True)
         ],
     )
-    conn.executemany(_SERVED, [(row["channel_instance_id"],) for row in chosen])
+    last = conn.execute(_LAST_SERVED).fetchone()[0] or 0
+    served = {row["channel_instance_id"]: last + n for n, row in enumerate(chosen, start=1)}
+    conn.executemany(_SERVED, [(seq, channel) for channel, seq in served.items()])
     return tuple(_claimed(row, token, lease) for token, row in zip(tokens, chosen, strict=True))
 
 
@@ -350,7 +353,7 @@ def _envelope(row: sqlite3.Row) -> InboundEnvelope:
     artifacts = row["artifacts"]
     metadata = row["metadata"]
     source_id = row["source_id"]
-    return InboundEnvelope(
+    return InboundEnvelope.restore(
         channel_instance_id=row["channel_instance_id"],
         platform_event_key=row["platform_event_key"],
         conversation_key=row["conversation_key"],
@@ -361,7 +364,7 @@ def _envelope(row: sqlite3.Row) -> InboundEnvelope:
         payload=row["payload"] or "",
         payload_ref=row["payload_ref"],
         artifacts=tuple(json.loads(artifacts)) if artifacts and artifacts != _EMPTY_LIST else (),
-        metadata=json.loads(metadata) if metadata and metadata != _EMPTY_MAP else FrozenMap(),
+        metadata=freeze(json.loads(metadata)) if metadata and metadata != _EMPTY_MAP else _NO_MAP,
         source_checkpoint=(
             None if source_id is None else SourceCheckpoint(source_id, row["source_cursor"])
         ),

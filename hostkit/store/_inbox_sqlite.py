@@ -82,6 +82,9 @@ class SqliteInboxStore(InboxStore):
 
     def __init__(self, db: SqliteStore) -> None:
         self._db = db
+        # Channel instances whose inbox_channels row is known committed (rows are never
+        # deleted): an accept for one of them skips that statement.
+        self._channels: set[str] = set()
 
     async def accept(
         self,
@@ -108,7 +111,10 @@ class SqliteInboxStore(InboxStore):
             if not isinstance(checkpoint, SourceCheckpoint):
                 raise InvalidValue("checkpoint must be a SourceCheckpoint")
             cursor = (checkpoint.source_id, checkpoint.cursor, at)
-        return await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor))
+        known = frozenset(self._channels)
+        receipts = await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor, known))
+        self._channels.update(key[0] for key, _ in encoded)
+        return receipts
 
     async def checkpoint(self, source_id: str) -> str | None:
         source = _id("source_id", source_id)

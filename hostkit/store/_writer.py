@@ -156,6 +156,8 @@ class GroupCommitWriter:
         self._leader: _Job[Any] | None = None
         self._interactive_task: int | None = None
         self._closed = False
+        # Jobs in the last batch: more than one means writers are concurrent now.
+        self._last_batch = 0
         self.guard = TransactionGuard()
 
     async def submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -183,6 +185,11 @@ class GroupCommitWriter:
                     try:
                         # Shielded: once jobs are taken their callers must be woken.
                         with anyio.CancelScope(shield=True):
+                            if self._last_batch > 1 and len(self._pending) < self._max_batch:
+                                # The callers of the last shared batch are resubmitting
+                                # on this very loop pass: let them queue first, or this
+                                # job commits alone and the next batch waits behind it.
+                                await anyio.lowlevel.checkpoint()
                             await self._flush_once()
                     finally:
                         self._leader = None
@@ -208,6 +215,7 @@ class GroupCommitWriter:
             queued = self._pending.popleft()
             queued.taken = True
             batch.append(queued)
+        self._last_batch = len(batch)
         try:
             if self._closed:
                 raise StoreClosed()

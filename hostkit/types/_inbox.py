@@ -165,6 +165,20 @@ class InboundEnvelope:
         ):
             raise InvalidValue("source_checkpoint must be a SourceCheckpoint")
 
+    @classmethod
+    def restore(cls, **fields: Any) -> InboundEnvelope:
+        """An envelope read back from an inbox adapter, without checking it again.
+
+        For storage adapters only: every stored envelope passed ``__post_init__``
+        when it was accepted (metadata already redacted and bounded), and a claim
+        rebuilds many of them inside the claim's transaction. ``metadata`` must be
+        the frozen form.
+        """
+        envelope = object.__new__(cls)
+        for name in cls.__dataclass_fields__:
+            object.__setattr__(envelope, name, fields[name])
+        return envelope
+
     @property
     def dedup_key(self) -> tuple[str, str]:
         """The unique identity of this platform event."""
