@@ -70,9 +70,17 @@ __all__ = [
 MESSAGE_LIMIT = 500
 
 # Field names whose values never belong in an error message.
+# A secret-named key (also with a prefix: access_token, client_secret, db_password; also
+# quoted, as in JSON) followed by = or : and its value.
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b(api[_-]?key|token|secret|password|passwd|authorization|cookie|proof)"
-    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+    r"(?i)(?<![a-z0-9])((?:[a-z0-9]+[_-])*"
+    r"(?:api[_-]?key|token|secret|password|passwd|authorization|cookie|proof|credentials?))"
+    r"([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+)
+# Credentials recognisable by their shape alone (OpenAI/Anthropic, Slack, GitHub, AWS keys).
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})"
 )
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
@@ -89,6 +97,7 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     value = _BEARER.sub("Bearer [redacted]", value)
     value = _URL_CREDENTIALS.sub(r"\1\2:[redacted]@", value)
     value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
+    value = _TOKEN_SHAPES.sub("[redacted]", value)
     if len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value

@@ -40,7 +40,7 @@ _MAX_TIMEOUT_S = 86_400.0
 
 def is_effect_name(name: object) -> bool:
     """Dotted lower_snake_case of at most 64 characters (what providers and policies accept)."""
-    return isinstance(name, str) and len(name) <= 64 and _EFFECT_NAME.match(name) is not None
+    return isinstance(name, str) and len(name) <= 64 and _EFFECT_NAME.fullmatch(name) is not None
 
 
 def is_timeout(value: object) -> bool:

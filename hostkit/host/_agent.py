@@ -112,7 +112,7 @@ class Agent:
         max_steps: int = 8,
         memory: bool = False,
     ) -> None:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InvalidValue(
                 f"agent name {bounded(repr(name), 80)} must be 1-64 letters, digits, - or _"
             )

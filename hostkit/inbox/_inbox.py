@@ -20,9 +20,16 @@ from dataclasses import replace
 import anyio
 
 from hostkit.authority import RESERVED_CHANNELS
-from hostkit.errors import InvalidValue, ScopeError, StaleClaim
+from hostkit.errors import InvalidValue, ScopeError, StaleClaim, bounded
 from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
-from hostkit.store import MAX_CLAIM_BATCH, InboxStore, LeaseOwner, RuntimeStore, audit_reason
+from hostkit.store import (
+    MAX_CLAIM_BATCH,
+    MAX_REASON,
+    InboxStore,
+    LeaseOwner,
+    RuntimeStore,
+    audit_reason,
+)
 from hostkit.types import (
     MAX_BATCH,
     ChannelCounts,
@@ -240,7 +247,10 @@ class ChannelInbox:
         if not isinstance(scope, PrincipalScope) or scope.authority != "operator":
             raise ScopeError("requeueing a dead letter needs an operator scope")
         return await self._store.requeue(
-            inbound_id, reason=audit_reason(reason), actor=scope.principal_id, now=self._clock()
+            inbound_id,
+            reason=bounded(audit_reason(reason), MAX_REASON),
+            actor=scope.principal_id,
+            now=self._clock(),
         )
 
     async def prune(self) -> PruneReport:

@@ -8,7 +8,6 @@ is read or changed, with the limits the ``InboxStore`` docstrings name.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from hostkit.errors import InvalidValue
@@ -19,6 +18,7 @@ from hostkit.types import (
     InboundFailure,
     InboundResult,
     SourceCheckpoint,
+    finite_seconds,
 )
 
 __all__ = [
@@ -49,9 +49,7 @@ MAX_PRUNE = 1_000_000
 
 def check_finite(name: str, value: object) -> float:
     """A time in seconds that may lie before the epoch (a retention cut-off)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number of seconds")
-    return float(value)
+    return finite_seconds(name, value)
 
 
 def check_instant(name: str, value: object) -> float:

@@ -9,11 +9,11 @@ dead-lettered: there is no infinite automatic replay.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
 from hostkit.errors import InvalidValue
+from hostkit.types import finite_seconds
 
 __all__ = ["DEDUP_HORIZON_S", "RetentionPolicy", "RetryPolicy"]
 
@@ -27,11 +27,10 @@ _PAYLOAD_RETENTION_S = 24 * 3600.0
 
 
 def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number")
-    if value <= 0:
+    number = finite_seconds(name, value)
+    if number <= 0:
         raise InvalidValue(f"{name} must be positive")
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True, slots=True)

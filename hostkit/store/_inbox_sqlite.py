@@ -10,7 +10,6 @@ encoded here, on the caller's side, before a job is queued; bad input raises
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -31,6 +30,7 @@ from hostkit.types import (
     PruneReport,
     RetryDecision,
     SourceCheckpoint,
+    finite_seconds,
 )
 
 if TYPE_CHECKING:
@@ -52,9 +52,7 @@ def _id(name: str, value: object) -> str:
 
 
 def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number of seconds")
-    return float(value)
+    return finite_seconds(name, value)
 
 
 def _time(name: str, value: object) -> float:

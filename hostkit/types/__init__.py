@@ -31,6 +31,7 @@ from hostkit.types._inbox import (
     MAX_EVENT_KEY,
     MAX_FAILURE_MESSAGE,
     MAX_INBOUND_PAYLOAD,
+    MAX_METADATA_CHARS,
     ChannelCounts,
     ClaimedInbound,
     CompletionDecision,
@@ -48,6 +49,7 @@ from hostkit.types._inbox import (
     RetryDecision,
     RetryDisposition,
     SourceCheckpoint,
+    finite_seconds,
 )
 from hostkit.types._mcp import McpServerState, McpServerStatus, McpToolRow
 from hostkit.types._model import (
@@ -126,6 +128,7 @@ __all__ = [
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
     "MAX_INPUT_CHARS",
+    "MAX_METADATA_CHARS",
     "MAX_TURN_ATTACHMENT_BYTES",
     "MEDIA_TYPES",
     "NO_ATTACHMENTS",
@@ -203,6 +206,7 @@ __all__ = [
     "bounded_metadata",
     "check_content",
     "content_ref",
+    "finite_seconds",
     "is_secret_field",
     "new_id",
     "redact_secret_fields",

@@ -80,7 +80,7 @@ class Attachment:
             or not 0 < self.size <= MAX_ATTACHMENT_BYTES
         ):
             raise InvalidTurnRequest(f"an attachment is 1-{MAX_ATTACHMENT_BYTES} bytes")
-        if not isinstance(self.ref, str) or not _REF.match(self.ref):
+        if not isinstance(self.ref, str) or not _REF.fullmatch(self.ref):
             raise InvalidTurnRequest("an attachment ref is 'sha256:' and 64 hex digits")
 
     def to_json(self) -> dict[str, Any]:

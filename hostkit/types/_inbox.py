@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, bounded
-from hostkit.freeze import FrozenMap
+from hostkit.freeze import FrozenMap, thaw
 from hostkit.types._redact import bounded_metadata
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "MAX_EVENT_KEY",
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
+    "MAX_METADATA_CHARS",
     "ChannelCounts",
     "ClaimedInbound",
     "CompletionDecision",
@@ -46,6 +47,7 @@ __all__ = [
     "RetryDecision",
     "RetryDisposition",
     "SourceCheckpoint",
+    "finite_seconds",
 ]
 
 # Text of one inbound message (characters). Larger content travels as a
@@ -54,6 +56,9 @@ MAX_INBOUND_PAYLOAD = 65_536
 MAX_EVENT_KEY = 256
 MAX_ARTIFACTS = 16
 MAX_FAILURE_MESSAGE = 500
+# An envelope's metadata as JSON, after redaction and the per-level bounds: routing
+# facts (thread, reply-to, message ids), not content.
+MAX_METADATA_CHARS = 8_192
 # Envelopes in one batch accept (one transaction with its checkpoint).
 MAX_BATCH = 500
 _MAX_KEY = 256
@@ -61,6 +66,7 @@ _MAX_CURSOR = 1_024
 _MAX_DETAIL = 500
 # Channel instance ids name a configured transport ("telegram.support"); same shape as
 # ConversationFacts.channel, so an instance id is usable as the conversation's channel.
+_NO_METADATA = FrozenMap()
 _IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 ReceiptDisposition = Literal["accepted", "duplicate"]
@@ -76,7 +82,7 @@ InboundState = Literal["ready", "claimed", "completed", "dead_lettered"]
 
 
 def _identifier(name: str, value: object) -> str:
-    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise InvalidValue(f"{name} must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
     return value
 
@@ -89,12 +95,37 @@ def _text(name: str, value: object, limit: int = _MAX_KEY) -> str:
     return value
 
 
-def _time(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+def finite_seconds(name: str, value: object) -> float:
+    """``value`` as a finite float, or ``InvalidValue`` (never ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidValue(f"{name} must be a finite number of seconds")
-    if value < 0:
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidValue(f"{name} must be a finite number of seconds") from None
+    if not math.isfinite(seconds):
+        raise InvalidValue(f"{name} must be a finite number of seconds")
+    return seconds
+
+
+def _time(name: str, value: object) -> float:
+    seconds = finite_seconds(name, value)
+    if seconds < 0:
         raise InvalidValue(f"{name} must not be negative")
-    return float(value)
+    return seconds
+
+
+def _metadata(value: Mapping[str, Any]) -> FrozenMap:
+    if not value:
+        return _NO_METADATA
+    metadata = bounded_metadata(value)
+    try:
+        size = len(json.dumps(thaw(metadata), ensure_ascii=False))
+    except (TypeError, ValueError):
+        raise InvalidValue("metadata must be JSON data") from None
+    if size > MAX_METADATA_CHARS:
+        raise InvalidValue(f"metadata is at most {MAX_METADATA_CHARS} characters as JSON")
+    return metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +171,7 @@ class InboundEnvelope:
         _text("conversation_key", self.conversation_key)
         _text("principal_key", self.principal_key)
         _identifier("authenticated_by", self.authenticated_by)
-        _time("received_at", self.received_at)
+        object.__setattr__(self, "received_at", _time("received_at", self.received_at))
         _identifier("kind", self.kind)
         if not isinstance(self.payload, str) or len(self.payload) > MAX_INBOUND_PAYLOAD:
             raise InvalidValue(f"payload is text of at most {MAX_INBOUND_PAYLOAD} characters")
@@ -159,7 +190,7 @@ class InboundEnvelope:
         object.__setattr__(self, "artifacts", artifacts)
         if not isinstance(self.metadata, Mapping):
             raise InvalidValue("metadata must be a mapping")
-        object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
+        object.__setattr__(self, "metadata", _metadata(self.metadata))
         if self.source_checkpoint is not None and not isinstance(
             self.source_checkpoint, SourceCheckpoint
         ):
@@ -183,14 +214,6 @@ class InboundEnvelope:
     def dedup_key(self) -> tuple[str, str]:
         """The unique identity of this platform event."""
         return (self.channel_instance_id, self.platform_event_key)
-
-    def digest(self) -> str:
-        """A fingerprint of the content, to tell a true duplicate from a reused key."""
-        body = json.dumps(
-            [self.kind, self.conversation_key, self.principal_key, self.payload, self.payload_ref],
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

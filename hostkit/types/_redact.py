@@ -11,6 +11,8 @@ from hostkit.freeze import FrozenMap, freeze
 __all__ = ["REDACTED", "bounded_metadata", "is_secret_field", "redact_secret_fields"]
 
 REDACTED = "[redacted]"
+# Integers past 64 bits are kept as a short description, not their digits.
+_MAX_INT = 2**63
 _SECRET_FIELD = re.compile(
     r"(?i)(pass(word|wd)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key|proof)"
 )
@@ -67,6 +69,9 @@ def bounded_metadata(
 def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: int) -> Any:
     if isinstance(value, str):
         return value if len(value) <= max_string else value[: max_string - 1] + "…"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _MAX_INT:
+        # Its digits alone could be megabytes (and str() refuses past 4,300 of them).
+        return f"[integer of {value.bit_length()} bits]"
     if isinstance(value, int | float | bool) or value is None:
         return value
     if depth >= max_depth:

@@ -43,7 +43,7 @@ class ConversationFacts:
 
     def __post_init__(self) -> None:
         _check_text("channel", self.channel)
-        if not _CHANNEL.match(self.channel):
+        if not _CHANNEL.fullmatch(self.channel):
             raise InvalidValue("channel must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
         _check_text("conversation_key", self.conversation_key)
         _check_text("principal_key", self.principal_key)

@@ -318,7 +318,7 @@ def _is_surrogate(ch: str) -> bool:
 
 def _is_hostname(name: str) -> bool:
     labels = name.split(".")
-    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in labels)
+    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
 
 
 def _canonical_host(v6: str | None, name: str | None) -> tuple[str, IPAddress | None]:
