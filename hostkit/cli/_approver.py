@@ -24,8 +24,8 @@ import anyio.lowlevel
 from rich.console import Console
 from rich.text import Text
 
-from hostkit.cli._render import one_line
 from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
+from hostkit.inspect import one_line
 
 __all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_request"]
 

@@ -201,9 +201,32 @@ async def chosen_session(host: Host, scope: PrincipalScope, session_id: str | No
 
 
 def print_json(value: object) -> None:
-    """``value`` (dataclasses, mappings, sequences, scalars) as JSON on stdout."""
-    sys.stdout.write(json.dumps(_plain(value), indent=2, ensure_ascii=False) + "\n")
+    """``value`` (dataclasses, mappings, sequences, scalars) as JSON on stdout.
+
+    Readable text stays as it is (``ensure_ascii=False``), but every character
+    that is not printable (C1 controls such as CSI, bidi overrides, line
+    separators) is written as a JSON ``\\uXXXX`` escape, as ``json`` already
+    writes C0 controls: a ``--json`` read in a terminal cannot repaint it, and
+    a parser still gets the exact value back.
+    """
+    text = json.dumps(_plain(value), indent=2, ensure_ascii=False)
+    if not text.replace("\n", "").isprintable():
+        text = "".join(ch if ch == "\n" or ch.isprintable() else _json_escape(ch) for ch in text)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _json_escape(ch: str) -> str:
+    """``ch`` as a JSON string escape (a surrogate pair beyond the BMP).
+
+    Only ever applied inside strings: outside them ``json.dumps`` writes
+    nothing but printable characters and the newlines of its indent.
+    """
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def _plain(value: object) -> Any:

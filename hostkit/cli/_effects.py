@@ -27,10 +27,16 @@ from hostkit.cli._common import (
     print_json,
     run_command,
 )
-from hostkit.cli._render import Column, fit_table, one_line, short_time
+from hostkit.cli._render import Column, fit_table, short_time
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
-from hostkit.inspect import EffectAuditRows, TerminalRunRows, effect_audit_rows, terminal_run_rows
+from hostkit.inspect import (
+    EffectAuditRows,
+    TerminalRunRows,
+    effect_audit_rows,
+    one_line,
+    terminal_run_rows,
+)
 
 __all__ = ["audit_table", "effects", "runs_table"]
 

@@ -30,10 +30,17 @@ from hostkit.cli._common import (
     print_json,
     run_command,
 )
-from hostkit.cli._render import Column, fit_table, one_line
+from hostkit.cli._render import Column, fit_table
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.inbox import ChannelInbox
-from hostkit.inspect import INBOX_STATES, InboxCounts, inbox_counts, inbox_of, inbox_rows
+from hostkit.inspect import (
+    INBOX_STATES,
+    InboxCounts,
+    inbox_counts,
+    inbox_of,
+    inbox_rows,
+    one_line,
+)
 from hostkit.store import MAX_INBOX_LIST
 from hostkit.types import InboundRecord
 

@@ -29,9 +29,9 @@ from hostkit.cli._common import (
     print_json,
     run_command,
 )
-from hostkit.cli._render import Column, fit_table, one_line
+from hostkit.cli._render import Column, fit_table
 from hostkit.host import HostConfig, default_config, load_config
-from hostkit.inspect import McpServerRow, McpServerRows, mcp_server_rows
+from hostkit.inspect import McpServerRow, McpServerRows, mcp_server_rows, one_line
 from hostkit.store import RuntimeStore
 from hostkit.types import McpServerStatus
 

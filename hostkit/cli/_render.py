@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -15,8 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hostkit.effects import PendingApproval
-from hostkit.errors import bounded
-from hostkit.freeze import thaw
+from hostkit.inspect import one_line
 from hostkit.store import SessionActivity
 from hostkit.types import TurnResult
 
@@ -25,7 +22,6 @@ __all__ = [
     "approval_note",
     "approvals_table",
     "fit_table",
-    "one_line",
     "print_pending",
     "print_result",
     "resume_hints",
@@ -226,19 +222,3 @@ def resume_hints(approvals: Sequence[PendingApproval]) -> list[str]:
         for approval in approvals
         if approval.awaiting_continuation
     ]
-
-
-def one_line(value: Any, limit: int) -> str:
-    """A view value as one bounded, redacted line with control characters escaped.
-
-    Strings pass through ``bounded`` (which also redacts ``api_key=...``-style
-    assignments and bearer tokens); anything else is shown as compact JSON.
-    Escaping control and format characters (ESC, bidi overrides) keeps a
-    model-chosen value from repainting the terminal.
-    """
-    if isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
-    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in bounded(text, limit))
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"

@@ -4,7 +4,8 @@ Built from the store's owner-checked ``inspect`` queries and the typed
 ``ContextDecision`` records: a foreign and a missing id get the same
 ``NotFoundOrUnauthorized``. The values carry counts, budgets, names and ids,
 never message content. The CLI tables and the notebook widgets are drawn from
-these values alone; nothing here renders or decides policy.
+these values alone; nothing here renders or decides policy, except ``one_line``:
+the one rule both front ends share for showing outside text on one line.
 """
 
 from hostkit.inspect._budget import (
@@ -53,6 +54,7 @@ from hostkit.inspect._lists import (
 from hostkit.inspect._mcp import McpServerRow, McpServerRows, mcp_server_rows, mcp_server_view
 from hostkit.inspect._prices import PRICES, ModelPrice, cost_text, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
+from hostkit.inspect._text import one_line, printable
 
 __all__ = [
     "INBOX_STATES",
@@ -97,7 +99,9 @@ __all__ = [
     "latest_session",
     "mcp_server_rows",
     "mcp_server_view",
+    "one_line",
     "price_for",
+    "printable",
     "session_rows",
     "terminal_run_rows",
 ]

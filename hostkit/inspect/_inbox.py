@@ -10,6 +10,7 @@ get an audited operator scope first, as the CLI and the notebook do.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import get_args
 
@@ -32,8 +33,8 @@ __all__ = [
 ]
 
 INBOX_STATES: tuple[str, ...] = get_args(InboundState)
-# The longest channel instance id (types: ``[a-z0-9][a-z0-9_.-]{0,63}``).
-_MAX_CHANNEL = 64
+# A channel instance id, as ``InboundEnvelope`` requires it: no other id can have rows.
+_CHANNEL = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
 def inbox_of(source: Source) -> ChannelInbox:
@@ -41,6 +42,16 @@ def inbox_of(source: Source) -> ChannelInbox:
     if isinstance(source, RuntimeStore):
         return ChannelInbox.on_store(source)
     return source.inbox
+
+
+def _channel_id(value: object) -> str:
+    """``value`` if it can be a channel instance id, else ``InvalidValue`` (never echoing it)."""
+    if not isinstance(value, str) or not _CHANNEL.fullmatch(value):
+        raise InvalidValue(
+            "a channel instance id is 1 to 64 characters: a-z, 0-9, '_', '-', '.' "
+            "(starting with a letter or digit)"
+        )
+    return value
 
 
 def inbox_state(value: object) -> InboundState:
@@ -106,10 +117,8 @@ async def inbox_rows(
     """Through ``inbox.records()`` (``limit`` below ``MAX_INBOX_LIST``; bad filters raise)."""
     bounded("limit", limit, MAX_INBOX_LIST - 1)
     chosen = None if state is None else inbox_state(state)
-    if channel_instance_id is not None and (
-        not isinstance(channel_instance_id, str) or not 0 < len(channel_instance_id) <= _MAX_CHANNEL
-    ):
-        raise InvalidValue(f"a channel instance id has 1 to {_MAX_CHANNEL} characters")
+    if channel_instance_id is not None:
+        _channel_id(channel_instance_id)
     found = await inbox.records(
         state=chosen, channel_instance_id=channel_instance_id, limit=limit + 1
     )

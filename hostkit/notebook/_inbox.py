@@ -7,7 +7,8 @@ a click (which may arrive on a comm thread) only schedules work there, and
 (the Host's) is never blocked and never kept busy forever. A requeue asks
 for a reason first; an empty one is refused in the row and nothing is sent.
 Platform event keys and failure messages come from outside: every cell is
-escaped.
+escaped, for HTML and, in the text/plain view, for a terminal (control and
+bidi characters shown as escapes, as the CLI shows them).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import ipywidgets as widgets
 
 from hostkit.errors import HostkitError, InvalidValue, UserError, bounded
 from hostkit.inbox import ChannelInbox
-from hostkit.inspect import InboxView, inbox_view
+from hostkit.inspect import InboxView, inbox_view, one_line
 from hostkit.notebook._approval_view import button_layout, buttons_layout
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import _Inspector
@@ -40,6 +41,9 @@ TIMEOUT_S = 10.0
 MIN_EVERY_S = 0.2
 MAX_WATCH_S = 3_600.0
 _FAILURE_CHARS = 300
+_EVENT_CHARS = 120
+# A row's or the monitor's message (it may quote a reason or an error): one line in text/plain.
+_SAID_CHARS = 400
 _COUNT_COLUMNS = ("channel", "ready", "claimed", "completed", "dead-lettered")
 
 
@@ -54,10 +58,11 @@ def _counts_cells(c: ChannelCounts) -> tuple[str, ...]:
 
 
 def _failure(record: InboundRecord) -> str:
+    """``code: message``, one bounded line, control characters escaped (the text view too)."""
     text = record.failure_code or "-"
     if record.failure_message:
         text += ": " + record.failure_message
-    return bounded(text, _FAILURE_CHARS)
+    return one_line(text, _FAILURE_CHARS)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -98,7 +103,7 @@ class _DeadLetter:
 
     def _html(self) -> str:
         r = self.record
-        event = esc(bounded(r.platform_event_key, 120))
+        event = esc(one_line(r.platform_event_key, _EVENT_CHARS))
         return (
             f"<div><code>{esc(r.inbound_id)}</code> <b>{esc(r.channel_instance_id)}</b>"
             f" <span style='color:{MUTED}'>event</span> <code>{event}</code>"
@@ -144,10 +149,11 @@ class _DeadLetter:
     def text(self) -> str:
         r = self.record
         line = (
-            f"  {r.inbound_id}  {r.channel_instance_id}  event {bounded(r.platform_event_key, 120)}"
+            f"  {r.inbound_id}  {r.channel_instance_id}"
+            f"  event {one_line(r.platform_event_key, _EVENT_CHARS)}"
             f"  attempts {r.attempt}  requeues {r.requeues}  {_failure(r)}"
         )
-        return line + (f"  [{self.said}]" if self.said else "")
+        return line + (f"  [{one_line(self.said, _SAID_CHARS)}]" if self.said else "")
 
 
 class InboxMonitor(_Inspector):
@@ -366,7 +372,7 @@ class InboxMonitor(_Inspector):
         lines.append(f"dead letters ({shown}{more}):" if shown else "no dead letters")
         lines.extend(line.text() for line in self.lines.values())
         if self.status_text:
-            lines.append(self.status_text)
+            lines.append(one_line(self.status_text, _SAID_CHARS))
         return "\n".join(lines)
 
 

@@ -141,6 +141,23 @@ async def test_counts_by_state_per_channel_and_each_dead_letter_with_its_failure
     assert "<td>demo.mail</td>" in monitor.html()
 
 
+async def test_the_text_view_shows_control_and_bidi_characters_as_escapes() -> None:
+    inbox = ChannelInbox.in_memory()
+    key = "evt-\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil"
+    await inbox.accept(envelope("demo.chat", key))
+    claimed = await inbox.claim()
+    assert claimed is not None
+    said = "boom \x1b[31mRED\x1b[0m \u2028 <script>x</script>"
+    await inbox.fail(claimed, InboundFailure("permanent", "unreadable", said))
+    monitor = await InboxMonitor.load(inbox)
+    text = monitor._repr_mimebundle_()["text/plain"]
+    assert all(line.isprintable() for line in text.splitlines())
+    row = monitor.lines[claimed.inbound_id].text()
+    assert "event evt-\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202eevil" in row
+    assert "unreadable: boom \\x1b[31mRED\\x1b[0m \\u2028 <script>x</script>" in row
+    assert all(ch.isprintable() for ch in monitor.lines[claimed.inbound_id].description.value)
+
+
 async def test_an_empty_reason_is_refused_in_the_row_and_nothing_is_requeued(
     made: Inbox,
 ) -> None:

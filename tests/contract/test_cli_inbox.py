@@ -297,3 +297,37 @@ async def test_an_empty_inbox_says_so(tmp_path: Path) -> None:
     code, out, err = await hostkit("inbox", "list", "--state", "dead_lettered", cwd=tmp_path)
     assert (code, out) == (0, "")
     assert "no inbounds in state dead_lettered" in err
+
+
+# What a platform may put in an event key: ESC, a C1 CSI, a bidi override, a line separator.
+HOSTILE_KEYS = ("evt-\x1b[2J\x1b]0;pwned\x07", "evt-\x9b31mC1", "evt-\u202eevil", "evt-\u2028x")
+
+
+async def test_list_json_escapes_every_unprintable_character_and_keeps_each_value(
+    tmp_path: Path,
+) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        inbox = ChannelInbox.on_store(store)
+        for key in HOSTILE_KEYS:
+            await inbox.accept(envelope("demo.chat", key))
+    code, out, err = await hostkit("inbox", "list", "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert out.replace("\n", "").isprintable()  # nothing a terminal would act on
+    assert "\\u009b31mC1" in out
+    assert "\\u202eevil" in out
+    assert "\\u2028x" in out
+    assert sorted(row["platform_event_key"] for row in json.loads(out)) == sorted(HOSTILE_KEYS)
+
+
+@pytest.mark.parametrize(
+    "channel", ["Demo.chat", "demo\x1b[2J", "demo\u202echat", "-demo", "a" * 65, ""]
+)
+async def test_a_malformed_channel_is_one_error_line_exit_2(
+    project: dict[str, str], channel: str
+) -> None:
+    code, out, err = await hostkit("inbox", "list", "--channel", channel, cwd=Path(project["dir"]))
+    assert (code, out) == (2, "")
+    assert err.startswith("error: a channel instance id is 1 to 64 characters")
+    assert len(err.strip().splitlines()) == 1
+    assert err.isascii()  # the refused value is not echoed

@@ -249,3 +249,27 @@ async def test_no_server_anywhere_says_so(tmp_path: Path) -> None:
     assert (code, out) == (0, "")
     assert "no MCP servers declared or recorded" in err
     assert await listed(tmp_path) == []
+
+
+async def test_list_json_escapes_unprintable_characters_of_what_a_server_said(
+    tmp_path: Path,
+) -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    description = "Read \u202eelif\u202c one file \x9b2J\x1b[31m of the root"
+    status = McpServerStatus(
+        agent="assistant",
+        server="files",
+        state="connected",
+        detail="said \x9b1;1H hello",
+        tools=(McpToolRow("mcp.files.read_file", "read_file", description),),
+        updated_at=time.time(),
+    )
+    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        await store.mcp_servers.record_mcp_status(status)
+    code, out, err = await hostkit("mcp", "list", "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert out.replace("\n", "").isprintable()
+    assert "\\u202eelif\\u202c" in out
+    files = next(row for row in json.loads(out) if row["server"] == "files")
+    assert files["tools"][0]["description"] == description
+    assert files["detail"] == "said \x9b1;1H hello"
