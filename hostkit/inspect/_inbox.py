@@ -10,7 +10,6 @@ get an audited operator scope first, as the CLI and the notebook do.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import get_args
 
@@ -18,7 +17,7 @@ from hostkit.errors import InvalidValue
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect._source import Source, bounded
 from hostkit.store import MAX_INBOX_LIST, RuntimeStore
-from hostkit.types import ChannelCounts, InboundRecord, InboundState
+from hostkit.types import ChannelCounts, InboundRecord, InboundState, is_channel_id
 
 __all__ = [
     "INBOX_STATES",
@@ -34,7 +33,6 @@ __all__ = [
 
 INBOX_STATES: tuple[str, ...] = get_args(InboundState)
 # A channel instance id, as ``InboundEnvelope`` requires it: no other id can have rows.
-_CHANNEL = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
 def inbox_of(source: Source) -> ChannelInbox:
@@ -46,7 +44,7 @@ def inbox_of(source: Source) -> ChannelInbox:
 
 def _channel_id(value: object) -> str:
     """``value`` if it can be a channel instance id, else ``InvalidValue`` (never echoing it)."""
-    if not isinstance(value, str) or not _CHANNEL.fullmatch(value):
+    if not is_channel_id(value):
         raise InvalidValue(
             "a channel instance id is 1 to 64 characters: a-z, 0-9, '_', '-', '.' "
             "(starting with a letter or digit)"

@@ -98,6 +98,7 @@ from hostkit.types._scope import (
     Authority,
     ConversationFacts,
     PrincipalScope,
+    is_channel_id,
 )
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
@@ -207,6 +208,7 @@ __all__ = [
     "check_content",
     "content_ref",
     "finite_seconds",
+    "is_channel_id",
     "is_secret_field",
     "new_id",
     "redact_secret_fields",

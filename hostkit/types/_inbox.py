@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -21,6 +20,7 @@ from typing import Any, Literal, get_args
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types._redact import bounded_metadata
+from hostkit.types._scope import is_channel_id
 
 __all__ = [
     "INBOUND_RESULT_KINDS",
@@ -64,10 +64,7 @@ MAX_BATCH = 500
 _MAX_KEY = 256
 _MAX_CURSOR = 1_024
 _MAX_DETAIL = 500
-# Channel instance ids name a configured transport ("telegram.support"); same shape as
-# ConversationFacts.channel, so an instance id is usable as the conversation's channel.
 _NO_METADATA = FrozenMap()
-_IDENTIFIER = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 ReceiptDisposition = Literal["accepted", "duplicate"]
 InboundResultKind = Literal["turn", "command", "ignored", "cancelled"]
@@ -82,7 +79,10 @@ InboundState = Literal["ready", "claimed", "completed", "dead_lettered"]
 
 
 def _identifier(name: str, value: object) -> str:
-    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+    """Channel instance ids name a configured transport ("telegram.support") and are
+    channel ids, so usable as the conversation's channel; kinds, how a principal was
+    authenticated and failure codes have the same shape."""
+    if not is_channel_id(value):
         raise InvalidValue(f"{name} must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
     return value
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, TypeGuard, get_args
 
 from hostkit.errors import InvalidValue
 
-__all__ = ["MAX_ALLOWED_SESSIONS", "Authority", "ConversationFacts", "PrincipalScope"]
+__all__ = [
+    "MAX_ALLOWED_SESSIONS",
+    "Authority",
+    "ConversationFacts",
+    "PrincipalScope",
+    "is_channel_id",
+]
 
 Authority = Literal["conversation", "operator", "system", "delegated_agent"]
 _AUTHORITIES = frozenset(get_args(Authority))
@@ -19,7 +25,12 @@ _AUTHORITIES = frozenset(get_args(Authority))
 MAX_ALLOWED_SESSIONS = 16
 _MAX_ID = 256
 # No ':' in channel names, so "channel:principal_key" is an unambiguous principal id.
-_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_CHANNEL = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def is_channel_id(value: object) -> TypeGuard[str]:
+    """True for a channel (or channel instance) id: a-z, 0-9, '_', '-', '.', 1-64 chars."""
+    return isinstance(value, str) and _CHANNEL.fullmatch(value) is not None
 
 
 def _check_text(name: str, value: object, *, optional: bool = False) -> None:
@@ -43,7 +54,7 @@ class ConversationFacts:
 
     def __post_init__(self) -> None:
         _check_text("channel", self.channel)
-        if not _CHANNEL.fullmatch(self.channel):
+        if not is_channel_id(self.channel):
             raise InvalidValue("channel must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
         _check_text("conversation_key", self.conversation_key)
         _check_text("principal_key", self.principal_key)
