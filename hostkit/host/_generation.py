@@ -217,7 +217,10 @@ class Generation(AsyncResource):
             tools = await self.agent_tools(core_id)
         except HostkitError as exc:
             self.active -= 1
-            raise TurnRejected(f"agent {core_id!r} is not available: {exc.message}") from exc
+            rejected = TurnRejected(f"agent {core_id!r} is not available: {exc.message}")
+            # A provider or credential outage clears: whoever retries must know it may.
+            rejected.retryable = exc.retryable
+            raise rejected from exc
         except BaseException as exc:
             self.active -= 1
             if isinstance(exc, Exception):

@@ -7,12 +7,14 @@ the RuntimeStore's SQLite group (``ChannelInbox.on_store``) and a strict
 in-memory one (``ChannelInbox.in_memory``).
 """
 
-from hostkit.inbox._inbox import ChannelInbox
+from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
 from hostkit.inbox._worker import FindTurn, InboxWorker, Route, RunTurn
 
 __all__ = [
     "DEDUP_HORIZON_S",
+    "FRONT_END_CHANNELS",
+    "RESERVED_INBOUND_CHANNELS",
     "ChannelInbox",
     "FindTurn",
     "InboxWorker",

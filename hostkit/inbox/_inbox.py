@@ -48,7 +48,13 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["ChannelInbox"]
+__all__ = ["FRONT_END_CHANNELS", "RESERVED_INBOUND_CHANNELS", "ChannelInbox"]
+
+# The channels of the Host's own front ends (the CLI, notebooks, ``Host.run_turn``):
+# their conversations run as the local user, so no transport may speak in them.
+FRONT_END_CHANNELS = frozenset({"cli", "notebook", "embedder"})
+# What no inbound channel instance may be named: the Host's bindings and its front ends.
+RESERVED_INBOUND_CHANNELS = RESERVED_CHANNELS | FRONT_END_CHANNELS
 
 Clock = Callable[[], float]
 ScopeCheck = Callable[[object], PrincipalScope]
@@ -301,7 +307,7 @@ def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelop
     for envelope in batch:
         if not isinstance(envelope, InboundEnvelope):
             raise InvalidValue("accept takes InboundEnvelope values")
-        if envelope.channel_instance_id in RESERVED_CHANNELS:
+        if envelope.channel_instance_id in RESERVED_INBOUND_CHANNELS:
             raise InvalidValue(
                 f"channel instance {envelope.channel_instance_id!r} is reserved for the Host"
             )

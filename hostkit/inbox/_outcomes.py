@@ -27,11 +27,34 @@ from hostkit.types import (
     InboundEnvelope,
     InboundFailure,
     InboundResult,
-    InboundResultKind,
     TurnResult,
 )
 
-__all__ = ["failure_of", "needs_no_turn", "result_of"]
+__all__ = ["failure_of", "needs_no_turn", "result_of", "unsupported_content"]
+
+# The detail of an inbound whose turn was stopped by the Host, not by its user.
+_CUT_OFF = "cut off by the Host, not cancelled by the user"
+
+
+def unsupported_content(envelope: InboundEnvelope) -> InboundFailure | None:
+    """A permanent failure for content the worker cannot give a turn yet, or None.
+
+    Stored content (``payload_ref``) and artifacts are not resolved into turns
+    yet: answering without them would answer another message, and ``ignored``
+    would end it for good. A dead letter keeps it, requeueable once transports
+    resolve such references.
+    """
+    unsupported = []
+    if envelope.payload_ref is not None:
+        unsupported.append("stored content (payload_ref)")
+    if envelope.artifacts:
+        unsupported.append(f"{len(envelope.artifacts)} artifact(s)")
+    if not unsupported:
+        return None
+    what = " and ".join(unsupported)
+    return InboundFailure(
+        "permanent", "unsupported_content", f"the worker cannot answer {what} yet"
+    )
 
 
 def needs_no_turn(envelope: InboundEnvelope) -> str | None:
@@ -44,9 +67,20 @@ def needs_no_turn(envelope: InboundEnvelope) -> str | None:
 
 
 def result_of(result: TurnResult) -> InboundResult:
-    """The inbox record of a turn: ``cancelled`` (never replayed), else ``turn``."""
-    kind: InboundResultKind = "cancelled" if result.outcome == "cancelled" else "turn"
-    return InboundResult(kind, result.turn_id, result.outcome, result.error or "")
+    """The inbox record of a turn: ``cancelled`` when the user cancelled it, else ``turn``.
+
+    A turn the Host cut off (the worker's deadline or shutdown, the Host
+    closing) is no user's decision, so it is not ``cancelled``; it is still
+    the message's terminal result (``turn``, outcome ``cancelled``, a detail
+    naming the cut): the turn may have run effects before it was cut, and its
+    request id is spent, so the message is never run blindly again.
+    """
+    if result.outcome == "cancelled" and result.cancelled_by == "user":
+        return InboundResult("cancelled", result.turn_id, result.outcome, result.error or "")
+    detail = result.error or ""
+    if result.outcome in ("cancelled", "indeterminate") and result.cancelled_by != "user":
+        detail = f"{_CUT_OFF}: {detail}" if detail else _CUT_OFF
+    return InboundResult("turn", result.turn_id, result.outcome, detail)
 
 
 def failure_of(exc: BaseException) -> InboundFailure:

@@ -1,12 +1,14 @@
 """InboxWorker: claimed inbounds become turns, each message answered by at most one turn.
 
-Per claimed inbound, in this order: decide whether it needs a turn at all
-(``ignored`` if not); build the ``TurnRequest`` from the envelope's
-*authenticated* fields only (channel instance, conversation key, principal
-key; never ``payload`` or ``metadata``) with the inbound's stable
-``turn_request_id``; durably reserve that id (``reserve_turn``); run the turn
-while a keepalive renews the claim every third of its lease; record the
-result (``complete``) or the typed failure (``fail``).
+Per claimed inbound, in this order: refuse content it cannot give a turn
+yet (``payload_ref``, artifacts: a permanent ``unsupported_content``
+failure); decide whether it needs a turn at all (``ignored`` if not);
+build the ``TurnRequest`` from the envelope's *authenticated* fields only
+(channel instance, conversation key, principal key; never ``payload`` or
+``metadata``) with the inbound's stable ``turn_request_id``; durably
+reserve that id (``reserve_turn``); run the turn while a keepalive renews
+the claim every third of its lease; record the result (``complete``) or
+the typed failure (``fail``).
 
 The request id is the reconciliation: an attempt after a crash runs the same
 id, so ``TurnExecution`` answers with the turn the crashed attempt started
@@ -27,11 +29,17 @@ from dataclasses import replace
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit.errors import HostkitError, InvalidValue, StaleClaim
 from hostkit.inbox._inbox import ChannelInbox
-from hostkit.inbox._outcomes import failure_of, needs_no_turn, result_of
+from hostkit.inbox._outcomes import (
+    failure_of,
+    needs_no_turn,
+    result_of,
+    unsupported_content,
+)
 from hostkit.store import MAX_CLAIM_BATCH
 from hostkit.types import (
     ClaimedInbound,
@@ -168,13 +176,19 @@ class InboxWorker:
         return self._handled - before
 
     def stop(self) -> None:
-        """Ask a running worker to wind down; ``aclose()`` also waits for it."""
+        """Ask the worker to wind down (one not yet serving ends as soon as it starts);
+        ``aclose()`` also waits for it."""
         self._stop.set()
         self._nudge.set()
 
     async def aclose(self) -> None:
-        """Stop and wait (bounded) until the worker released what it held; idempotent."""
+        """Stop and wait (bounded) until the worker released what it held; idempotent.
+
+        A ``run()`` scheduled but not yet begun gets to begin first: it sees the
+        stop and ends at once (a stop is remembered until a serve ends).
+        """
         self.stop()
+        await anyio.lowlevel.checkpoint()
         with anyio.move_on_after(self._wind_down_bound() + self._op_timeout_s, shield=True):
             await self._stopped.wait()
 
@@ -205,7 +219,8 @@ class InboxWorker:
         if self._running:
             raise InvalidValue("this worker is already running")
         self._running, self._stopping = True, False
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        # ``_stop`` is kept: a stop asked for before this serve began is honoured.
+        self._stopped = anyio.Event()
         try:
             async with anyio.create_task_group() as work:
                 task_status.started()
@@ -217,6 +232,8 @@ class InboxWorker:
                         await self._wind_down()
         finally:
             self._running = False
+            # The stop is spent: a later run() or drain() serves again.
+            self._stop = anyio.Event()
             self._stopped.set()
 
     async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
@@ -299,6 +316,10 @@ class InboxWorker:
     # -- one inbound ------------------------------------------------------------------
 
     async def _process(self, claimed: ClaimedInbound) -> None:
+        unsupported = unsupported_content(claimed.envelope)
+        if unsupported is not None:
+            await self._fail(claimed, unsupported)
+            return
         reason = needs_no_turn(claimed.envelope)
         if reason is not None:
             await self._complete(claimed, InboundResult("ignored", detail=reason))

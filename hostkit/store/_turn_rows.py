@@ -241,6 +241,7 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
         durable_result_ref=turn_id,
         generation=row["generation"],
         pending_approval=pending,
+        cancelled_by="user" if cancelled else None,
     )
     _commit_terminal(
         conn, result, event_seq=None, route=None, detail={"recovered": True, "reason": reason}

@@ -16,6 +16,7 @@ from hostkit.types import (
     PrincipalScope,
     TokenKind,
     ToolCall,
+    TurnCanceller,
     TurnExecutionContext,
     TurnRequest,
     TurnToken,
@@ -43,6 +44,7 @@ class ActiveTurn:
     done: anyio.Event = field(default_factory=anyio.Event)
     in_flight: str | None = None
     cancel_reason: str = "cancelled on request"
+    cancelled_by: TurnCanceller = "user"
     text: str = ""
     # The validated structured answer (an agent with an output type), JSON-able.
     output: Any = None
@@ -59,10 +61,10 @@ class ActiveTurn:
     # While ``in_flight == "effect"`` the first of them may have run.
     unanswered: list[ToolCall] = field(default_factory=list)
 
-    def stop(self, reason: str) -> None:
-        """Cancel the turn's work with ``reason`` (the first reason given wins)."""
+    def stop(self, reason: str, by: TurnCanceller) -> None:
+        """Cancel the turn's work with ``reason`` (the first reason and canceller win)."""
         if not self.scope.cancel_called:
-            self.cancel_reason = reason
+            self.cancel_reason, self.cancelled_by = reason, by
             self.scope.cancel()
 
     def take_seq(self) -> int:

@@ -73,6 +73,8 @@ _UNKNOWN = (
     "recorded: its outcome is unknown"
 )
 _NOT_REACHED = "[cancelled] not run: the turn ended before this call"
+# The outcomes of a turn stopped by a cancellation (its result says who stopped it).
+_CANCELLED: tuple[TurnOutcome, ...] = ("cancelled", "indeterminate")
 _CLOSING = "the Host is shutting down"
 
 
@@ -266,6 +268,7 @@ class TurnExecution:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
                 outcome, error = "cancelled", "the caller was cancelled"
+                active.cancelled_by = "caller"
                 paused = await self._paused_on(context, active)
                 if paused is not None:
                     outcome, error = "needs_user", paused
@@ -713,7 +716,7 @@ class TurnExecution:
         if written.cancel_requested:
             # Another Host process recorded a cancel request: stop here, before the next
             # step (the writes that follow are shielded and would not deliver it).
-            active.stop(ON_REQUEST)
+            active.stop(ON_REQUEST, "user")
             await anyio.lowlevel.checkpoint()
 
     async def _finish(
@@ -743,6 +746,7 @@ class TurnExecution:
             generation=context.generation,
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
             truncated=outcome == "completed" and _hit_output_limit(active.final),
+            cancelled_by=active.cancelled_by if outcome in _CANCELLED else None,
         )
         seq, proposed = active.take_seq(), result
         try:
@@ -797,7 +801,7 @@ class TurnExecution:
             return TurnCancelResult(turn_id, "requested", None)
         # The live cancellation is what the turn's own captured token resolves to.
         active = self._tokens.resolve(active.context.cancellation_token)
-        active.stop(ON_REQUEST)
+        active.stop(ON_REQUEST, "user")
         with anyio.move_on_after(self._cancel_timeout_s):
             await active.done.wait()
         state = await self._store.turns.state(scope, turn_id)
@@ -859,7 +863,7 @@ class TurnExecution:
         self._closing = True
         self._leases.stop_waiting()
         for active in list(self._active.values()):
-            active.stop("the Host shut down")
+            active.stop("the Host shut down", "host")
         with anyio.move_on_after(self._cancel_timeout_s):
             for active in list(self._active.values()):
                 await active.done.wait()

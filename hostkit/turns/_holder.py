@@ -239,7 +239,7 @@ class LeaseHolder:
                     cancel_requested = await self._store.turns.renew(active.lease)
             except LeaseLost:
                 on_lost(active)
-                active.stop(_TAKEN_OVER)
+                active.stop(_TAKEN_OVER, "host")
                 return
             except (HostkitError, TimeoutError) as exc:
                 # Transient: the next beat tries again. Should the lease lapse and another
@@ -250,7 +250,7 @@ class LeaseHolder:
                 _log.exception("turn %s: lease renewal failed", active.context.turn_id)
                 continue
             if cancel_requested:
-                active.stop(ON_REQUEST)
+                active.stop(ON_REQUEST, "user")
 
     async def abandon(self, lease: SessionLease) -> bool:
         """End a turn this Host can no longer record (``lost``); True once its session is free.

@@ -24,12 +24,18 @@ __all__ = [
     "ResumeSession",
     "SessionSelector",
     "TurnCancelResult",
+    "TurnCanceller",
     "TurnOutcome",
     "TurnRequest",
     "TurnResult",
 ]
 
 TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"]
+# Who stopped a cancelled (or indeterminate) turn: ``user`` asked for it (``cancel``,
+# ``cancel_token``, a durable cancel request); ``caller`` cancelled the task running
+# the turn (Ctrl-C, an inbox worker's deadline or shutdown); ``host`` is the Host
+# shutting down. Only ``user`` means a person decided the turn should not finish.
+TurnCanceller = Literal["user", "caller", "host"]
 MAX_INPUT_CHARS = 100_000
 MAX_ATTACHMENTS = 8
 _MAX_KEY = 200
@@ -153,6 +159,8 @@ class TurnResult:
     # A completed turn of an agent with an ``output_type``: the validated answer as
     # JSON-able data (``output_as(Model)`` gives the typed value).
     output: Any = None
+    # A turn ended ``cancelled`` or ``indeterminate`` by a cancellation: who stopped it.
+    cancelled_by: TurnCanceller | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -194,6 +202,7 @@ class TurnResult:
             "generation": self.generation,
             "pending_approval": self.pending_approval,
             "truncated": self.truncated,
+            **({} if self.cancelled_by is None else {"cancelled_by": self.cancelled_by}),
             **({} if self.output is None else {"output": thaw(self.output)}),
         }
 

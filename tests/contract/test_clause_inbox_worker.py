@@ -7,6 +7,8 @@ backoff and leases pass without sleeping.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -16,15 +18,26 @@ from typing import Any
 import anyio
 import pytest
 
+from hostkit.authority import RESERVED_CHANNELS, conversation_principal
+from hostkit.cli._turn import terminal_user
+from hostkit.errors import InvalidValue, ProviderError
 from hostkit.host import Host
-from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
+from hostkit.inbox import (
+    FRONT_END_CHANNELS,
+    RESERVED_INBOUND_CHANNELS,
+    ChannelInbox,
+    InboxWorker,
+    RetryPolicy,
+)
 from hostkit.testing import Fail, Reply, ScriptedModel, capabilities
 from hostkit.types import (
     ConversationFacts,
     InboundEnvelope,
     InboundRecord,
+    InboundResult,
     ModelRequest,
     TurnRequest,
+    TurnResult,
 )
 from tests.hosts import config, open_host
 
@@ -74,6 +87,7 @@ class Rig:
     inbox: ChannelInbox
     clock: Clock
     gates: Gates
+    adapter: str  # "sqlite" (the Host's own store) or "memory"
 
     def worker(self, **options: Any) -> InboxWorker:
         options.setdefault("idle_poll_s", 0.05)
@@ -144,7 +158,7 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
             inbox = ChannelInbox.on_store(host.store, policy=POLICY, clock=clock)
         else:
             inbox = ChannelInbox.in_memory(policy=POLICY, clock=clock)
-        yield Rig(host, inbox, clock, gates)
+        yield Rig(host, inbox, clock, gates, request.param)
 
 
 async def wait_until(check: Callable[[], Any], *, timeout_s: float = 10.0) -> None:
@@ -230,6 +244,7 @@ async def test_user_cancelled_turn_is_terminal_and_never_replayed(rig: Rig) -> N
         await wait_until(lambda: _state_is(rig, inbound_id, "completed"))
     record = await rig.record(inbound_id)
     assert (record.result_kind, record.turn_id, record.attempt) == ("cancelled", turn_id, 1)
+    assert (await _recorded_turn(rig.host, inbound_id)).cancelled_by == "user"
     rig.clock.advance(3_600)
     assert await rig.worker().drain() == 0
     assert [status for _, status, *_ in await rig.turns_of(inbound_id)] == ["cancelled"]
@@ -400,6 +415,23 @@ async def test_host_close_winds_its_workers_down(tmp_path: Path) -> None:
         record = await reopened.inbox.record(inbound_id)
         assert record is not None
         assert (record.state, record.attempt) == ("ready", 0)
+        # The next attempt gets the cut turn's record: not the user's cancel, not a rerun.
+        assert await reopened.inbox_worker(idle_poll_s=0.05).drain() == 1
+        record = await reopened.inbox.record(inbound_id)
+        assert record is not None
+        (turn,) = await reopened.store.read(
+            lambda c: c.execute(
+                "SELECT turn_id, status FROM turns WHERE request_id = ?",
+                [f"inbound:{inbound_id}"],
+            ).fetchall()
+        )
+        assert (record.state, record.result_kind, record.turn_id) == ("completed", "turn", turn[0])
+        assert turn[1] == "cancelled"
+        result = await _recorded_turn(reopened, inbound_id)
+        assert (result.outcome, result.cancelled_by) == ("cancelled", "caller")
+        assert await _completed_as(
+            reopened, inbound_id, InboundResult("turn", turn[0], "cancelled", CUT_DETAIL)
+        )
 
 
 async def _open_later(opened: anyio.Event) -> None:
@@ -409,3 +441,144 @@ async def _open_later(opened: anyio.Event) -> None:
 
 async def _state_is(rig: Rig, inbound_id: str, state: str) -> bool:
     return (await rig.record(inbound_id)).state == state
+
+
+CUT_DETAIL = "cut off by the Host, not cancelled by the user: the caller was cancelled"
+
+
+async def _recorded_turn(host: Host, inbound_id: str) -> TurnResult:
+    """The recorded result of the inbound's turn (found by its request id)."""
+    facts = ConversationFacts(channel=CHANNEL, conversation_key="chat-1", principal_key="alice")
+    state = await host.store.turns.find(conversation_principal(facts), f"inbound:{inbound_id}")
+    assert state is not None
+    assert state.result is not None
+    return state.result
+
+
+async def _completed_as(host: Host, inbound_id: str, expected: InboundResult) -> bool:
+    """Whether the SQLite inbox row was completed with exactly ``expected``."""
+    (digest,) = await host.store.read(
+        lambda c: c.execute(
+            "SELECT outcome_digest FROM inbox WHERE inbound_id = ?", [inbound_id]
+        ).fetchone()
+    )
+    return bool(digest == "r:" + expected.digest())
+
+
+async def test_turn_cut_off_by_the_worker_deadline_is_not_a_user_cancel(rig: Rig) -> None:
+    """Rule 7 is for the user: a turn the worker's ``turn_timeout_s`` cut off completes
+    ``turn`` (outcome ``cancelled``, the detail naming the cut), never ``cancelled``,
+    and is not run a second time."""
+    rig.gates.gate("a very long job")  # never opened: the model never answers
+    inbound_id = await rig.accept("a very long job")
+    worker = rig.worker(turn_timeout_s=0.3)
+    assert await worker.drain() == 1
+    record = await rig.record(inbound_id)
+    assert (record.state, record.attempt, record.failure_code) == ("ready", 1, "timeout")
+    rig.clock.advance(POLICY.max_delay_s)
+    assert await worker.drain() == 1
+    record = await rig.record(inbound_id)
+    turns = await rig.turns_of(inbound_id)
+    assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
+    assert [(turn_id, status) for turn_id, status, *_ in turns] == [(record.turn_id, "cancelled")]
+    result = await _recorded_turn(rig.host, inbound_id)
+    assert (result.outcome, result.cancelled_by) == ("cancelled", "caller")
+    if rig.adapter == "sqlite":
+        expected = InboundResult("turn", record.turn_id, "cancelled", CUT_DETAIL)
+        assert await _completed_as(rig.host, inbound_id, expected)
+
+
+class _FlakyProviders:
+    """A provider source whose first lookup fails with a retryable ProviderError."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, 0
+
+    async def model_provider(self, request: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise ProviderError("credential service timed out", provider="test", retryable=True)
+        return await self.inner.model_provider(request)
+
+
+async def test_retryable_provider_error_while_loading_the_agent_is_transient(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    caps = capabilities(ScriptedModel([Reply("hi")], repeat_last=True))
+    caps = dataclasses.replace(caps, providers=_FlakyProviders(caps.providers))
+    async with Host.open(config(tmp_path), capabilities=caps) as host:
+        inbox = ChannelInbox.on_store(host.store, policy=POLICY, clock=clock)
+        inbound_id = (await inbox.accept(envelope("hello"))).inbound_id
+        worker = host.inbox_worker(inbox=inbox, clock=clock, idle_poll_s=0.05)
+        assert await worker.drain() == 1
+        record = await inbox.record(inbound_id)
+        assert record is not None
+        assert (record.state, record.attempt, record.failure_code) == (
+            "ready",
+            1,
+            "turn_rejected",
+        )
+        clock.advance(POLICY.max_delay_s)
+        assert await worker.drain() == 1
+        record = await inbox.record(inbound_id)
+        assert record is not None
+        assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
+
+
+async def test_unsupported_content_is_a_permanent_failure_never_ignored(rig: Rig) -> None:
+    """Until transports resolve payload_ref and artifacts, such a message is a dead letter
+    (``unsupported_content``), never ``ignored`` and never a turn without its content."""
+    stored = await rig.accept("", payload_ref="blob:1")
+    picture = await rig.accept("", artifacts=("art:1",))
+    captioned = await rig.accept("what is in this picture?", artifacts=("art:2", "art:3"))
+    reaction = await rig.accept("", kind="reaction", payload_ref="blob:2")
+    assert await rig.worker().drain() == 4
+    for inbound_id in (stored, picture, captioned, reaction):
+        record = await rig.record(inbound_id)
+        assert (record.state, record.attempt, record.failure_code) == (
+            "dead_lettered",
+            1,
+            "unsupported_content",
+        )
+        assert record.result_kind is None
+        assert await rig.turns_of(inbound_id) == []
+    assert "2 artifact(s)" in (await rig.record(captioned)).failure_message
+    assert "payload_ref" in (await rig.record(stored)).failure_message
+
+
+async def test_stop_before_the_worker_starts_is_honoured(rig: Rig) -> None:
+    inbound_id = await rig.accept("hello")
+    worker = rig.worker()
+    worker.stop()
+    assert await worker.drain() == 0
+    assert (await rig.record(inbound_id)).state == "ready"
+    # The stop was spent by that serve: the next one serves.
+    assert await worker.drain() == 1
+    # aclose() right after run() was scheduled: that run ends by itself, at once.
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await worker.aclose()
+            assert not worker.running
+    assert not worker.running
+
+
+async def test_front_end_channel_names_are_refused_at_accept(rig: Rig) -> None:
+    """A channel instance named like a front end's channel would speak as the local user."""
+    signature = inspect.signature(Host.run_turn)
+    front_ends = {
+        terminal_user("chat").channel,
+        "notebook",  # hostkit.notebook's NotebookHost conversations
+        signature.parameters["channel"].default,
+    }
+    assert front_ends <= FRONT_END_CHANNELS
+    assert RESERVED_CHANNELS | FRONT_END_CHANNELS <= RESERVED_INBOUND_CHANNELS
+    for name in sorted(RESERVED_INBOUND_CHANNELS):
+        with pytest.raises(InvalidValue, match="reserved for the Host"):
+            await rig.inbox.accept(envelope("hi", channel=name))
+        with pytest.raises(InvalidValue, match="reserved for the Host"):
+            await rig.inbox.accept_batch(
+                [envelope("ok", channel="web.chat"), envelope("hi", channel=name)]
+            )
+    assert [row.channel_instance_id for row in await rig.inbox.counts()] == []
