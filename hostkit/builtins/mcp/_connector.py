@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -10,16 +11,29 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from hostkit.builtins.mcp._connection import ClientConnection
-from hostkit.builtins.mcp._http import HttpLink
 from hostkit.builtins.mcp._launch import plan_launch
-from hostkit.builtins.mcp._stdio import StdioLink
 from hostkit.builtins.process import DEFAULT_ENV_ALLOWLIST, SandboxPolicy
 from hostkit.builtins.web import PinnedConnections, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.freeze import FrozenMap
 
 __all__ = ["McpClientConnector"]
+
+# The halves that use the MCP SDK. Importing it takes about a second, so it happens on
+# the first connect (in a worker thread, off the event loop), not whenever hostkit is
+# imported: `hostkit --help`, every CLI command and every Host without an MCP server
+# start without it.
+_SDK_MODULES = (
+    "hostkit.builtins.mcp._connection",
+    "hostkit.builtins.mcp._http",
+    "hostkit.builtins.mcp._stdio",
+)
+
+
+def _import_sdk() -> None:
+    for name in _SDK_MODULES:
+        importlib.import_module(name)
+
 
 _UNSANDBOXED_NOTE = 'UNSANDBOXED (sandbox = "none"): the MCP server runs with the Host\'s rights.'
 
@@ -88,6 +102,11 @@ class McpClientConnector:
         (all ``UserError``) before anything starts, ``McpConnectFailed`` when
         the server did not come up. The caller's deadline cancels it cleanly.
         """
+        await anyio.to_thread.run_sync(_import_sdk)
+        from hostkit.builtins.mcp._connection import ClientConnection
+        from hostkit.builtins.mcp._http import HttpLink
+        from hostkit.builtins.mcp._stdio import StdioLink
+
         if declaration.transport == "stdio":
             launch = await anyio.to_thread.run_sync(
                 lambda: plan_launch(
