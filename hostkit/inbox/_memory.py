@@ -20,22 +20,8 @@ import anyio
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap
-from hostkit.inbox._memory_checks import (
-    MAX_PRUNE,
-    check_batch,
-    check_claim_args,
-    check_count,
-    check_duration,
-    check_failure,
-    check_finite,
-    check_instant,
-    check_list,
-    check_reason,
-    check_ref,
-    check_result,
-)
 from hostkit.inbox._memory_index import DueEntry, DueIndex
-from hostkit.store import ATTEMPTS_EXHAUSTED, InboxStore
+from hostkit.store import ATTEMPTS_EXHAUSTED, InboxStore, inbox_checks
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -124,8 +110,8 @@ class MemoryInboxStore(InboxStore):
         now: float,
     ) -> tuple[InboxReceipt, ...]:
         await anyio.lowlevel.checkpoint()
-        batch, cursor = check_batch(envelopes, checkpoint)
-        at = check_instant("now", now)
+        batch, cursor = inbox_checks.check_batch(envelopes, checkpoint)
+        at = inbox_checks.check_instant("now", now)
         # Plan first (nothing can fail after this), then apply: all or nothing.
         fresh: dict[tuple[str, str], str] = {}
         receipts: list[InboxReceipt] = []
@@ -158,7 +144,7 @@ class MemoryInboxStore(InboxStore):
 
     async def checkpoint(self, source_id: str) -> str | None:
         await anyio.lowlevel.checkpoint()
-        return self._checkpoints.get(check_ref("source_id", source_id))
+        return self._checkpoints.get(inbox_checks.check_ref("source_id", source_id))
 
     # -- claim -------------------------------------------------------------------------
 
@@ -166,7 +152,7 @@ class MemoryInboxStore(InboxStore):
         self, *, owner: str, now: float, lease_s: float, limit: int, max_attempts: int
     ) -> tuple[ClaimedInbound, ...]:
         await anyio.lowlevel.checkpoint()
-        check_claim_args(owner, now, lease_s, limit, max_attempts)
+        inbox_checks.check_claim_args(owner, now, lease_s, limit, max_attempts)
         claimed: list[ClaimedInbound] = []
         for channel in self._due.rounds(now):
             entry = self._due.head(channel)
@@ -219,7 +205,7 @@ class MemoryInboxStore(InboxStore):
         self, inbound_id: str, claim_token: str, *, now: float, lease_s: float
     ) -> float | None:
         await anyio.lowlevel.checkpoint()
-        check_duration("lease_s", lease_s)
+        inbox_checks.check_duration("lease_s", lease_s)
         row = self._holding(inbound_id, claim_token, now)
         if row is None:
             return None
@@ -233,7 +219,7 @@ class MemoryInboxStore(InboxStore):
         self, inbound_id: str, claim_token: str, result: InboundResult, *, now: float
     ) -> CompletionDecision:
         await anyio.lowlevel.checkpoint()
-        check_result(result)
+        inbox_checks.check_result(result)
         row = self._known(inbound_id, claim_token, now)
         outcome = f"complete:{result.digest()}"
         if row.claim_token == claim_token and row.state == "claimed":
@@ -257,9 +243,9 @@ class MemoryInboxStore(InboxStore):
         now: float,
     ) -> RetryDecision:
         await anyio.lowlevel.checkpoint()
-        check_failure(failure)
+        inbox_checks.check_failure(failure)
         if retry_at is not None:
-            check_instant("retry_at", retry_at)
+            inbox_checks.check_instant("retry_at", retry_at)
         row = self._known(inbound_id, claim_token, now)
         outcome = f"fail:{failure.digest()}"
         if row.claim_token == claim_token and row.state == "claimed":
@@ -310,10 +296,10 @@ class MemoryInboxStore(InboxStore):
         self, inbound_id: str, *, reason: str, actor: str, now: float
     ) -> InboundRecord:
         await anyio.lowlevel.checkpoint()
-        check_ref("inbound_id", inbound_id)
-        text = check_reason(reason)
-        check_ref("actor", actor)
-        at = check_instant("now", now)
+        inbox_checks.check_ref("inbound_id", inbound_id)
+        text = inbox_checks.check_reason(reason)
+        inbox_checks.check_ref("actor", actor)
+        at = inbox_checks.check_instant("now", now)
         row = self._rows.get(inbound_id)
         if row is None:
             raise NotFoundOrUnauthorized("inbound")
@@ -339,9 +325,9 @@ class MemoryInboxStore(InboxStore):
         self, *, payload_before: float, tombstone_before: float, limit: int
     ) -> PruneReport:
         await anyio.lowlevel.checkpoint()
-        check_finite("payload_before", payload_before)
-        check_finite("tombstone_before", tombstone_before)
-        check_count("limit", limit, MAX_PRUNE)
+        inbox_checks.check_finite("payload_before", payload_before)
+        inbox_checks.check_finite("tombstone_before", tombstone_before)
+        inbox_checks.check_count("limit", limit, inbox_checks.MAX_PRUNE)
         # Tombstones past the horizon go first; then the rows that stay lose their payload.
         removed = 0
         while self._tombstones and self._tombstones[0][0] < tombstone_before and removed < limit:
@@ -376,7 +362,7 @@ class MemoryInboxStore(InboxStore):
         limit: int = 100,
     ) -> tuple[InboundRecord, ...]:
         await anyio.lowlevel.checkpoint()
-        check_list(state, channel_instance_id, limit)
+        inbox_checks.check_list(state, channel_instance_id, limit)
         found: list[InboundRecord] = []
         for row in reversed(self._rows.values()):
             if state is not None and row.state != state:
@@ -392,7 +378,7 @@ class MemoryInboxStore(InboxStore):
 
     async def record(self, inbound_id: str) -> InboundRecord | None:
         await anyio.lowlevel.checkpoint()
-        row = self._rows.get(check_ref("inbound_id", inbound_id))
+        row = self._rows.get(inbox_checks.check_ref("inbound_id", inbound_id))
         return None if row is None else _record(row)
 
     # -- internals ---------------------------------------------------------------------
@@ -402,9 +388,9 @@ class MemoryInboxStore(InboxStore):
         return row is not None and row.version == entry[3] and row.state in _ACTIVE
 
     def _known(self, inbound_id: str, claim_token: str, now: float) -> _Row:
-        check_ref("inbound_id", inbound_id)
-        check_ref("claim_token", claim_token)
-        check_instant("now", now)
+        inbox_checks.check_ref("inbound_id", inbound_id)
+        inbox_checks.check_ref("claim_token", claim_token)
+        inbox_checks.check_instant("now", now)
         row = self._rows.get(inbound_id)
         if row is None:
             raise NotFoundOrUnauthorized("inbound")
@@ -412,9 +398,9 @@ class MemoryInboxStore(InboxStore):
 
     def _holding(self, inbound_id: str, claim_token: str, now: float) -> _Row | None:
         """The row if ``claim_token`` is its current claim (expired or not), else None."""
-        check_ref("inbound_id", inbound_id)
-        check_ref("claim_token", claim_token)
-        check_instant("now", now)
+        inbox_checks.check_ref("inbound_id", inbound_id)
+        inbox_checks.check_ref("claim_token", claim_token)
+        inbox_checks.check_instant("now", now)
         row = self._rows.get(inbound_id)
         if row is None or row.state != "claimed" or row.claim_token != claim_token:
             return None

@@ -4,6 +4,7 @@ All SQL of hostkit lives in this package. Other packages use the abstract
 interface and the frozen values it returns.
 """
 
+from hostkit.store import _inbox_checks as inbox_checks
 from hostkit.store._approvals import (
     ApprovalAnswer,
     ApprovalDecision,
@@ -168,6 +169,7 @@ __all__ = [
     "UsageRow",
     "UsageSums",
     "audit_reason",
+    "inbox_checks",
     "insert_audit",
     "logical_fingerprint",
     "now",

@@ -1,22 +1,25 @@
-"""Argument checks of the strict in-memory inbox: the same refusals the SQLite adapter gives.
+"""The argument checks every ``InboxStore`` adapter applies, so all refuse alike.
 
 An embedder's tests run against the in-memory inbox; if it accepted an
 argument the production store refuses, those tests would pass on code that
-fails in production. So every check raises ``InvalidValue`` before any state
-is read or changed, with the limits the ``InboxStore`` docstrings name.
+fails in production. So the SQLite adapter, the in-memory one (and later
+PostgreSQL) call these same checks, each raising ``InvalidValue`` before any
+state is read or changed, with the limits the ``InboxStore`` docstrings name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import get_args
 
 from hostkit.errors import InvalidValue
-from hostkit.store import MAX_CLAIM_BATCH, MAX_INBOX_LIST, MAX_REASON
+from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_INBOX_LIST
 from hostkit.types import (
     MAX_BATCH,
     InboundEnvelope,
     InboundFailure,
     InboundResult,
+    InboundState,
     SourceCheckpoint,
     finite_seconds,
 )
@@ -38,7 +41,9 @@ __all__ = [
     "check_result",
 ]
 
-STATES = ("ready", "claimed", "completed", "dead_lettered")
+STATES: tuple[str, ...] = get_args(InboundState)
+# An audit reason's length (as hostkit.store.MAX_REASON).
+MAX_REASON = 500
 # The longest id, token, owner or source id the adapter stores (as the SQLite columns).
 _MAX_REF = 256
 # The policy never allows more attempts than this (RetryPolicy.max_attempts).
@@ -97,7 +102,7 @@ def check_batch(
     envelopes: object, checkpoint: object
 ) -> tuple[tuple[InboundEnvelope, ...], SourceCheckpoint | None]:
     """1..``MAX_BATCH`` envelopes and an optional checkpoint, or ``InvalidValue``."""
-    if not isinstance(envelopes, Iterable) or isinstance(envelopes, InboundEnvelope | str | bytes):
+    if not isinstance(envelopes, Sequence) or isinstance(envelopes, str | bytes):
         raise InvalidValue("accept takes a sequence of InboundEnvelope")
     batch = tuple(envelopes)
     if not 1 <= len(batch) <= MAX_BATCH:
