@@ -502,7 +502,7 @@ def channel_counts(conn: sqlite3.Connection) -> tuple[ChannelCounts, ...]:
 def list_records(
     conn: sqlite3.Connection, state: str | None, channel: str | None, limit: int
 ) -> tuple[InboundRecord, ...]:
-    # Only the filters asked for, so the planner can use inbox_list / the rowid order.
+    # Only the filters asked for, so the planner can use inbox_dead / the rowid order.
     where = [
         clause
         for clause, value in (("state = ?", state), ("channel_instance_id = ?", channel))

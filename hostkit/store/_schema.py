@@ -565,8 +565,9 @@ _V12_INBOX = Migration(
         "CREATE INDEX inbox_prune ON inbox(updated_at) WHERE state = 'completed'",
         "CREATE INDEX inbox_payloads ON inbox(updated_at) "
         "WHERE state = 'completed' AND payload IS NOT NULL",
-        # Operators: counts per channel and state; listings newest first; the dead letters.
-        "CREATE INDEX inbox_list ON inbox(channel_instance_id, state, id)",
+        # Operators: the dead letters, newest first. Counts and other listings read the
+        # table (rowid order) instead of keeping an index on (channel, state): that index
+        # cost every accept, claim and completion about a third of its insert time.
         "CREATE INDEX inbox_dead ON inbox(id) WHERE state = 'dead_lettered'",
         # Fairness: each channel instance with the serve counter of its last claim.
         """CREATE TABLE inbox_channels (

@@ -119,7 +119,6 @@ async def test_migration_12_upgrades_a_v11_database_and_keeps_its_rows(tmp_path:
             "inbox_due",
             "inbox_prune",
             "inbox_payloads",
-            "inbox_list",
             "inbox_dead",
             "inbox_channels_served",
         } <= tables
