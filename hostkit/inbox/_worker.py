@@ -22,11 +22,11 @@ this package depends on no turn machinery.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from types import TracebackType
+from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -43,11 +43,14 @@ from hostkit.inbox._outcomes import (
 from hostkit.store import MAX_CLAIM_BATCH
 from hostkit.types import (
     ClaimedInbound,
+    CompletionDecision,
     ConversationFacts,
     InboundFailure,
     InboundResult,
+    RetryDecision,
     TurnRequest,
     TurnResult,
+    finite_seconds,
 )
 
 __all__ = ["FindTurn", "InboxWorker", "Route", "RunTurn"]
@@ -65,6 +68,7 @@ Clock = Callable[[], float]
 # complete/fail tried this often when the store fails; after that the lease's
 # expiry brings the inbound back and the same request id reconciles it.
 _SETTLE_TRIES = 3
+_Decision = TypeVar("_Decision", CompletionDecision, RetryDecision)
 
 
 def _assistant(channel_instance_id: str) -> str:
@@ -431,22 +435,13 @@ class InboxWorker:
     # -- ending a claim ---------------------------------------------------------------
 
     async def _complete(self, claimed: ClaimedInbound, result: InboundResult) -> None:
-        for attempt in range(_SETTLE_TRIES):
-            try:
-                with anyio.fail_after(self._op_timeout_s):
-                    decision = await self.inbox.complete(claimed, result)
-            except (HostkitError, TimeoutError) as exc:
-                _log.warning("inbound %s: complete failed: %s", claimed.inbound_id, _text(exc))
-                await anyio.sleep(0.1 * 2**attempt)
-                continue
-            self._claims.pop(claimed.inbound_id, None)
-            if decision.disposition != "completed":
-                _log.warning(
-                    "inbound %s: complete refused (%s)", claimed.inbound_id, decision.disposition
-                )
-            return
-        # Left to the lease: it expires, the inbound comes back, the request id reconciles.
-        self._claims.pop(claimed.inbound_id, None)
+        decision = await self._settle(
+            claimed, "complete", lambda: self.inbox.complete(claimed, result)
+        )
+        if decision is not None and decision.disposition != "completed":
+            _log.warning(
+                "inbound %s: complete refused (%s)", claimed.inbound_id, decision.disposition
+            )
 
     async def _fail(self, claimed: ClaimedInbound, failure: InboundFailure | None) -> None:
         if failure is None:
@@ -454,15 +449,9 @@ class InboxWorker:
         if self._stopping and failure.kind == "transient":
             # Shutting down (the Host is closing): give it back without spending the attempt.
             return
-        for attempt in range(_SETTLE_TRIES):
-            try:
-                with anyio.fail_after(self._op_timeout_s):
-                    decision = await self.inbox.fail(claimed, failure)
-            except (HostkitError, TimeoutError) as exc:
-                _log.warning("inbound %s: fail failed: %s", claimed.inbound_id, _text(exc))
-                await anyio.sleep(0.1 * 2**attempt)
-                continue
-            self._claims.pop(claimed.inbound_id, None)
+        ended = failure
+        decision = await self._settle(claimed, "fail", lambda: self.inbox.fail(claimed, ended))
+        if decision is not None:
             _log.info(
                 "inbound %s attempt %d failed (%s, %s): %s",
                 claimed.inbound_id,
@@ -471,8 +460,26 @@ class InboxWorker:
                 decision.disposition,
                 failure.message,
             )
-            return
-        self._claims.pop(claimed.inbound_id, None)
+
+    async def _settle(
+        self, claimed: ClaimedInbound, what: str, end: Callable[[], Awaitable[_Decision]]
+    ) -> _Decision | None:
+        """Record a claim's end, retrying a store hiccup a few times; None if it never went.
+
+        Either way the claim is no longer this worker's: left unrecorded, its lease
+        expires, the inbound comes back and its request id reconciles the turn.
+        """
+        try:
+            for attempt in range(_SETTLE_TRIES):
+                try:
+                    with anyio.fail_after(self._op_timeout_s):
+                        return await end()
+                except (HostkitError, TimeoutError) as exc:
+                    _log.warning("inbound %s: %s failed: %s", claimed.inbound_id, what, _text(exc))
+                    await anyio.sleep(0.1 * 2**attempt)
+            return None
+        finally:
+            self._claims.pop(claimed.inbound_id, None)
 
     def _lost(self, claimed: ClaimedInbound, when: str) -> None:
         self._claims.pop(claimed.inbound_id, None)
@@ -484,7 +491,6 @@ def _text(exc: BaseException) -> str:
 
 
 def _seconds(name: str, value: float, limit: float, *, zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number of seconds")
+    value = finite_seconds(name, value)
     if value < 0 or (value == 0 and not zero) or value > limit:
         raise InvalidValue(f"{name} must be in {'[' if zero else '('}0, {limit:g}] seconds")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.errors import InvalidValue
-from hostkit.inbox import RetryPolicy
+from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
 from hostkit.types import MAX_METADATA_CHARS, ConversationFacts, InboundFailure
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
 
@@ -30,6 +30,12 @@ def test_bounded_values_times_that_overflow_a_float_are_invalid() -> None:
         RetryPolicy(lease_s=HUGE)
     with pytest.raises(InvalidValue, match="max_delay_s"):
         RetryPolicy(max_delay_s=HUGE)
+
+    async def never(_: object) -> object:
+        raise AssertionError("no turn runs")
+
+    with pytest.raises(InvalidValue, match="idle_poll_s"):
+        InboxWorker(ChannelInbox.in_memory(), never, idle_poll_s=HUGE)  # type: ignore[arg-type]
     # An integer time is kept as the float every adapter stores.
     assert isinstance(envelope("evt", received_at=1_700_000_000).received_at, float)
 
