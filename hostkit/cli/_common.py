@@ -205,9 +205,9 @@ def print_json(value: object) -> None:
 
     Readable text stays as it is (``ensure_ascii=False``), but every character
     that is not printable (C1 controls such as CSI, bidi overrides, line
-    separators) is written as a JSON ``\\uXXXX`` escape, as ``json`` already
-    writes C0 controls: a ``--json`` read in a terminal cannot repaint it, and
-    a parser still gets the exact value back.
+    separators) is written as a JSON ``\\u`` escape (four hex digits), as
+    ``json`` already writes C0 controls: a ``--json`` read in a terminal cannot
+    repaint it, and a parser still gets the exact value back.
     """
     text = json.dumps(_plain(value), indent=2, ensure_ascii=False)
     if not text.replace("\n", "").isprintable():
