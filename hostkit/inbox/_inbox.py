@@ -177,7 +177,7 @@ class ChannelInbox:
             raise StaleClaim(claimed.inbound_id)
         if claimed.turn_reserved:
             return claimed
-        return _replace(claimed, turn_reserved=True)
+        return replace(claimed, turn_reserved=True)
 
     async def extend(self, claimed: ClaimedInbound) -> ClaimedInbound:
         """Renew the lease of a claim still being worked on; ``StaleClaim`` if it was lost."""
@@ -188,7 +188,7 @@ class ChannelInbox:
         if expires is None:
             self._forget(claimed)
             raise StaleClaim(claimed.inbound_id)
-        return _replace(claimed, lease_expires_at=expires)
+        return replace(claimed, lease_expires_at=expires)
 
     # -- end a claim -------------------------------------------------------------------
 
@@ -317,7 +317,3 @@ def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelop
 def _check_claim(claimed: ClaimedInbound) -> None:
     if not isinstance(claimed, ClaimedInbound):
         raise InvalidValue("a ClaimedInbound from claim() is required")
-
-
-def _replace(claimed: ClaimedInbound, **changes: object) -> ClaimedInbound:
-    return replace(claimed, **changes)  # type: ignore[arg-type]
