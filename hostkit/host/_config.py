@@ -21,12 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects import ENV_NAME_PATTERN
 from hostkit.errors import ConfigError
+from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.host._config_mcp import MAX_MCP_SERVERS, McpServerConfig, McpServerName
+from hostkit.inbox import RESERVED_INBOUND_CHANNELS
+from hostkit.types import is_channel_id
 
 __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_CONFIG_DEPTH",
     "AgentConfig",
+    "ChannelConfig",
     "HostConfig",
     "HostSection",
     "McpServerConfig",
@@ -35,6 +39,7 @@ __all__ = [
     "ProviderConfig",
     "Sandbox",
     "ScriptStepConfig",
+    "ServeSection",
     "TelemetryConfig",
     "default_config",
     "load_config",
@@ -233,6 +238,9 @@ class HostConfig(_Strict):
     host: HostSection = Field(default_factory=HostSection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    # Channel instances (docs/channels.md) and the daemon that serves them (docs/service.md).
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict, max_length=MAX_CHANNELS)
+    serve: ServeSection = Field(default_factory=ServeSection)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     # The file this configuration was loaded from (None: built in code).
     source: Path | None = Field(default=None, exclude=True)
@@ -246,6 +254,20 @@ class HostConfig(_Strict):
                     raise ValueError(
                         f"agents.{name}.{key} names {value!r}, which is not under [providers]"
                     )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _channels_name_agents(self) -> HostConfig:
+        for name, channel in self.channels.items():
+            if not is_channel_id(name) or name in RESERVED_INBOUND_CHANNELS:
+                raise ValueError(
+                    f"channels.{name[:64]} is not a usable channel id (lower-case a-z, 0-9, "
+                    "'_', '-', '.'; not one of the Host's own front ends)"
+                )
+            if channel.agent not in self.agents:
+                raise ValueError(
+                    f"channels.{name}.agent names {channel.agent!r}, which is not under [agents]"
+                )
         return self
 
     def resolve(self, relative: str) -> Path:

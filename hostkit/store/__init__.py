@@ -33,6 +33,12 @@ from hostkit.store._context_values import (
     ObservedStep,
     StepRecord,
 )
+from hostkit.store._delivery import (
+    DELIVERY_ATTEMPTS_EXHAUSTED,
+    MAX_DELIVERY_CLAIM,
+    MAX_DELIVERY_LIST,
+    DeliveryStore,
+)
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxStore
 from hostkit.store._inbox_sqlite import SqliteInboxStore
 from hostkit.store._inspect import (
@@ -90,8 +96,11 @@ from hostkit.store._turns import TurnStore
 __all__ = [
     "APPLICATION_ID",
     "ATTEMPTS_EXHAUSTED",
+    "DELIVERY_ATTEMPTS_EXHAUSTED",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",
+    "MAX_DELIVERY_CLAIM",
+    "MAX_DELIVERY_LIST",
     "MAX_INBOX_LIST",
     "MAX_INSPECT_ROWS",
     "MAX_LEASE_TTL_S",
@@ -122,6 +131,7 @@ __all__ = [
     "ContextStore",
     "ConversationSelect",
     "ConversationTarget",
+    "DeliveryStore",
     "HistoryRow",
     "InboxStore",
     "InspectQueries",

@@ -5,7 +5,7 @@ it returns; no SQL and no database driver exists outside ``hostkit.store``
 (import-linter enforces it). Storage is grouped by what it stores: the
 methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
 and the audit log; ``turns``, ``context``, ``approvals``, ``memory``,
-``attachments``, ``inspect``, ``terminal_runs``, ``mcp_servers`` and ``inbox`` are the
+``attachments``, ``inspect``, ``terminal_runs``, ``mcp_servers``, ``inbox`` and ``delivery`` are the
 groups, each an abstract base of its own.
 
 An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from hostkit.store._attachments import AttachmentStore
     from hostkit.store._connection import Synchronous
     from hostkit.store._context import ContextStore
+    from hostkit.store._delivery import DeliveryStore
     from hostkit.store._inbox import InboxStore
     from hostkit.store._inspect import InspectQueries
     from hostkit.store._mcp import McpStatusStore
@@ -72,6 +73,7 @@ class RuntimeStore(AsyncResource):
     terminal_runs: TerminalRunStore
     mcp_servers: McpStatusStore
     inbox: InboxStore
+    delivery: DeliveryStore
 
     @classmethod
     def open(

@@ -15,6 +15,16 @@ from hostkit.types._attachment import (
     stand_in,
 )
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
+from hostkit.types._delivery import (
+    DELIVERY_STATUSES,
+    MAX_DELIVERY_ERROR,
+    ClaimedDelivery,
+    DeliveryCounts,
+    DeliveryFailure,
+    DeliveryIntent,
+    DeliveryStatus,
+    approval_code,
+)
 from hostkit.types._effect import (
     EffectOrigin,
     EffectRequest,
@@ -116,6 +126,7 @@ from hostkit.types._turn import (
 )
 
 __all__ = [
+    "DELIVERY_STATUSES",
     "IMAGE_TYPES",
     "INBOUND_RESULT_KINDS",
     "MAX_ALLOWED_SESSIONS",
@@ -126,6 +137,7 @@ __all__ = [
     "MAX_ATTACHMENT_NAME",
     "MAX_BATCH",
     "MAX_DECISION_TEXT",
+    "MAX_DELIVERY_ERROR",
     "MAX_EVENT_KEY",
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
@@ -141,6 +153,7 @@ __all__ = [
     "AuditRecord",
     "Authority",
     "ChannelCounts",
+    "ClaimedDelivery",
     "ClaimedInbound",
     "CompactionKind",
     "CompletionDecision",
@@ -151,6 +164,10 @@ __all__ = [
     "ContextRequest",
     "ConversationFacts",
     "DecisionKind",
+    "DeliveryCounts",
+    "DeliveryFailure",
+    "DeliveryIntent",
+    "DeliveryStatus",
     "EffectOrigin",
     "EffectRequest",
     "EffectResult",
@@ -206,6 +223,7 @@ __all__ = [
     "TurnToken",
     "Usage",
     "UsageObservation",
+    "approval_code",
     "bounded_metadata",
     "check_content",
     "content_ref",

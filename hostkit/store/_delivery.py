@@ -1,0 +1,118 @@
+"""The store's delivery group: the outbox as the DeliveryRuntime drains it.
+
+Outbox rows are written only by ``TurnStore.finish`` (one transaction with
+the terminal turn). This group leases them to delivery workers and records
+how each attempt went. Like the inbox group it holds no policy: the
+``DeliveryRuntime`` decides backoff, the maximum number of attempts and
+the lease length and passes the resulting times in. Every method is one
+atomic, conditional step, so the same rules hold for workers in one event
+loop, in several processes on one database, and (later) on several hosts:
+
+- claim: due rows (``pending`` past ``next_attempt_at``, or ``sending``
+  with an expired lease) oldest first, each with a fresh fencing token and
+  attempts + 1. A ``sending`` row whose lease expired after its last allowed
+  attempt is dead-lettered (``attempts_exhausted``) instead of returned.
+- delivered / failed / extend / release are fenced by the claim token: a
+  stale holder's call raises ``StaleClaim`` and changes nothing. A repeat of
+  the same ``delivered`` by the same token is a no-op that returns the row.
+- retry: an operator's audited move of a dead letter back to pending.
+
+Times are wall-clock seconds chosen by the caller (``now``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from hostkit.types import (
+    ClaimedDelivery,
+    DeliveryCounts,
+    DeliveryFailure,
+    DeliveryIntent,
+    DeliveryStatus,
+)
+
+__all__ = [
+    "DELIVERY_ATTEMPTS_EXHAUSTED",
+    "MAX_DELIVERY_CLAIM",
+    "MAX_DELIVERY_LIST",
+    "DeliveryStore",
+]
+
+MAX_DELIVERY_CLAIM = 64
+MAX_DELIVERY_LIST = 1_000
+DELIVERY_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+
+
+class DeliveryStore(ABC):
+    """Outbox leases and outcomes; every adapter implements this group.
+
+    Bad input (a non-positive limit, a time that is not finite, an empty
+    reason) raises ``InvalidValue`` and writes nothing.
+    """
+
+    @abstractmethod
+    async def claim(
+        self,
+        *,
+        limit: int,
+        lease_s: float,
+        max_attempts: int,
+        now: float,
+    ) -> tuple[ClaimedDelivery, ...]:
+        """Lease up to ``limit`` due intents (oldest first) until ``now + lease_s``."""
+
+    @abstractmethod
+    async def delivered(self, claim: ClaimedDelivery, *, now: float) -> DeliveryIntent:
+        """The channel accepted it: ``delivered`` (terminal). ``StaleClaim`` if not the holder."""
+
+    @abstractmethod
+    async def failed(
+        self,
+        claim: ClaimedDelivery,
+        failure: DeliveryFailure,
+        *,
+        retry_at: float | None,
+        now: float,
+    ) -> DeliveryIntent:
+        """Record a failed attempt: ``pending`` until ``retry_at``, or ``dead_lettered``
+        when ``retry_at`` is None. ``StaleClaim`` if not the holder."""
+
+    @abstractmethod
+    async def extend(
+        self, claim: ClaimedDelivery, *, lease_s: float, now: float
+    ) -> ClaimedDelivery:
+        """Renew the lease (a slow channel). ``StaleClaim`` if not the holder."""
+
+    @abstractmethod
+    async def release(self, claim: ClaimedDelivery, *, now: float) -> None:
+        """Give the intent back unsent (shutdown): pending, due now, attempt not spent.
+
+        A no-op when the claim is no longer held."""
+
+    @abstractmethod
+    async def retry(self, intent_id: str, *, reason: str, actor: str, now: float) -> DeliveryIntent:
+        """An operator's explicit retry of a dead letter: pending now, attempts 0, requeues+1.
+
+        Writes a ``delivery.retry`` audit row (actor, reason) in the same
+        transaction. ``NotFoundOrUnauthorized`` for an unknown id;
+        ``InvalidValue`` when the intent is not dead-lettered.
+        """
+
+    @abstractmethod
+    async def intents(
+        self, *, status: DeliveryStatus | None = None, limit: int = 100
+    ) -> tuple[DeliveryIntent, ...]:
+        """Intents newest first, optionally of one status; at most ``limit``."""
+
+    @abstractmethod
+    async def intent(self, intent_id: str) -> DeliveryIntent | None:
+        """One intent as operators see it, or None."""
+
+    @abstractmethod
+    async def counts(self) -> DeliveryCounts:
+        """Intents per status."""
+
+    @abstractmethod
+    async def next_due(self) -> float | None:
+        """The earliest time an intent becomes due (the idle worker's sleep), or None."""

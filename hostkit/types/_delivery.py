@@ -1,0 +1,176 @@
+"""Delivery values: the durable outbox intents a terminal turn commits, as delivery sees them.
+
+A turn's answer (or its approval prompt) is written to the outbox in the
+same transaction as the terminal turn record; the ``DeliveryRuntime`` then
+sends it through the outbound channel its captured route names. Delivery has
+its own states, attempts and dead letters: an inbound's completion never
+says its answer arrived. Every value is frozen and checked on construction;
+an error text is redacted and bounded before it can reach a row or a table.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from hostkit.errors import InvalidValue, bounded
+from hostkit.freeze import FrozenMap, freeze
+
+__all__ = [
+    "DELIVERY_STATUSES",
+    "MAX_DELIVERY_ERROR",
+    "ClaimedDelivery",
+    "DeliveryCounts",
+    "DeliveryFailure",
+    "DeliveryIntent",
+    "DeliveryStatus",
+    "approval_code",
+]
+
+# pending: waiting for its next attempt; sending: a delivery worker holds the lease;
+# delivered: the channel accepted it (terminal); dead_lettered: given up (terminal until
+# an operator retries it).
+DeliveryStatus = Literal["pending", "sending", "delivered", "dead_lettered"]
+DELIVERY_STATUSES: tuple[str, ...] = get_args(DeliveryStatus)
+MAX_DELIVERY_ERROR = 500
+_MAX_KEY = 256
+
+
+def approval_code(approval_id: str) -> str:
+    """The short code a channel user types to answer an approval (``approve K7QX2M``).
+
+    Derived from the approval id (six base32 characters of its sha256), so no
+    table maps codes: the answering path lists the replier's own pending
+    approvals and matches the code among them, which keeps the authority
+    check exactly that of every other answer. 30 bits make a collision among
+    one principal's pending approvals negligible.
+    """
+    if not isinstance(approval_id, str) or not approval_id:
+        raise InvalidValue("approval_id must be a non-empty string")
+    digest = hashlib.sha256(approval_id.encode()).digest()
+    return base64.b32encode(digest).decode()[:6]
+
+
+def _text(name: str, value: object, limit: int = _MAX_KEY) -> str:
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidValue(f"{name} must be a non-empty string of at most {limit} characters")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryIntent:
+    """One outbox row: what to send (``payload``), where (``route``), and how it went.
+
+    ``route`` is the route the turn captured at admission (``{"channel":
+    <outbound alias>, ...target facts}``), never re-resolved: a rebinding
+    affects later turns only. ``payload`` is ``{"text": ...}``, plus
+    ``{"approval": {"approval_id", "code", "tool", "summary"}}`` for an
+    approval prompt. ``attempts`` counts claims; ``next_attempt_at`` is the
+    next attempt time while pending, the lease expiry while sending, None
+    when terminal.
+    """
+
+    intent_id: str
+    turn_id: str
+    session_id: str
+    route: Mapping[str, Any]
+    payload: Mapping[str, Any]
+    status: DeliveryStatus
+    attempts: int = 0
+    next_attempt_at: float | None = None
+    created_at: str = ""
+    last_error: str | None = None
+    delivered_at: float | None = None
+    requeues: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("intent_id", "turn_id", "session_id"):
+            _text(name, getattr(self, name))
+        if self.status not in DELIVERY_STATUSES:
+            raise InvalidValue(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
+        if not isinstance(self.route, Mapping) or not isinstance(self.payload, Mapping):
+            raise InvalidValue("route and payload must be mappings")
+        object.__setattr__(self, "route", freeze(dict(self.route)))
+        object.__setattr__(self, "payload", freeze(dict(self.payload)))
+        if self.last_error is not None:
+            object.__setattr__(self, "last_error", bounded(self.last_error, MAX_DELIVERY_ERROR))
+
+    @property
+    def channel(self) -> str | None:
+        """The outbound channel alias the captured route names, if any."""
+        value = self.route.get("channel")
+        return value if isinstance(value, str) else None
+
+    @property
+    def approval(self) -> Mapping[str, Any] | None:
+        """The approval this intent prompts for, if it is an approval prompt."""
+        value = self.payload.get("approval")
+        return value if isinstance(value, FrozenMap) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDelivery:
+    """A leased intent: only the holder of ``claim_token`` records how its attempt went."""
+
+    intent: DeliveryIntent
+    claim_token: str
+    attempt: int
+    lease_expires_at: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.intent, DeliveryIntent):
+            raise InvalidValue("intent must be a DeliveryIntent")
+        _text("claim_token", self.claim_token)
+        if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
+            raise InvalidValue("attempt must be a positive integer")
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across attempts and processes: the receiver's dedup key for this intent."""
+        return self.intent.intent_id
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFailure:
+    """Why an attempt failed: ``transient`` is retried with backoff, ``permanent`` is not.
+
+    ``retry_after_s`` is what the channel asked for (HTTP 429 ``Retry-After``,
+    Telegram's ``retry_after``); the runtime waits at least that long.
+    """
+
+    kind: Literal["transient", "permanent"]
+    code: str
+    message: str = ""
+    retry_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("transient", "permanent"):
+            raise InvalidValue("kind must be transient or permanent")
+        _text("code", self.code, 64)
+        if not isinstance(self.message, str):
+            raise InvalidValue("message must be text")
+        object.__setattr__(self, "message", bounded(self.message, MAX_DELIVERY_ERROR))
+        if self.retry_after_s is not None:
+            if isinstance(self.retry_after_s, bool) or not isinstance(
+                self.retry_after_s, int | float
+            ):
+                raise InvalidValue("retry_after_s must be a number of seconds")
+            if not 0 <= float(self.retry_after_s) <= 86_400:
+                raise InvalidValue("retry_after_s must be between 0 and 86400 seconds")
+
+    def text(self) -> str:
+        """One line for the row's ``last_error``."""
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryCounts:
+    """Outbox rows per status (the live status line and ``hostkit delivery list``)."""
+
+    pending: int = 0
+    sending: int = 0
+    delivered: int = 0
+    dead_lettered: int = 0
