@@ -30,6 +30,7 @@ from hostkit.cli._common import (
     stdin_is_a_terminal,
     terminal_approver,
 )
+from hostkit.cli._delivery import delivery
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
 from hostkit.cli._inbox import inbox
@@ -52,6 +53,7 @@ app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
 app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
+app.add_typer(delivery, name="delivery")
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.
