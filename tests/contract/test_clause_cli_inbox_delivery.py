@@ -20,7 +20,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from typer.testing import CliRunner
 
 from hostkit.authority import AuthorityResolver
@@ -161,7 +160,9 @@ async def test_inbox_dlq_lists_only_dead_letters_with_their_failure(project: Pro
     assert "unreadable: cannot parse the body" in out
     assert all(len(line) <= 80 for line in out.splitlines())
     assert "hostkit inbox requeue INBOUND_ID" in err
-    code, out, err = await hostkit("inbox", "dlq", "--channel", "mail", cwd=project.dir)
+    code, out, err = await anyio.to_thread.run_sync(
+        lambda: invoke("inbox", "dlq", "--channel", "mail", cwd=project.dir)
+    )
     assert (code, out) == (0, "")
     assert "no dead letters of channel mail" in err
 
@@ -222,10 +223,8 @@ async def test_delivery_retry_sends_a_dead_letter_again_and_audits_the_reason(
 
 def invoke(*args: str, cwd: Path) -> tuple[int, str, str]:
     """The same typer app in this process (no interpreter start-up per refused call)."""
-    runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=cwd):
-        os.chdir(cwd)
-        result = runner.invoke(app, list(args), env={"COLUMNS": "80"})
+    argv = [*args, "--config", str(cwd / "hostkit.toml")]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "80"})
     return result.exit_code, result.stdout, result.stderr
 
 
