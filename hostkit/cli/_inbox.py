@@ -45,7 +45,7 @@ from hostkit.inspect import (
 from hostkit.store import MAX_INBOX_LIST
 from hostkit.types import InboundRecord
 
-__all__ = ["counts_table", "inbox", "record_table", "records_table"]
+__all__ = ["counts_table", "dead_letters_table", "inbox", "record_table", "records_table"]
 
 FAILURE_CHARS = 200
 # An inbound id is ``inb_`` and a few dozen characters; anything longer is not one.
@@ -112,6 +112,34 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
     return fit_table(columns, rows, width)
 
 
+def dead_letters_table(records: Sequence[InboundRecord], *, width: int) -> Table:
+    """The dead letters: what failed and how often it was tried; the inbound id is never cut.
+
+    On a narrow terminal the event key, then the requeues, are left out
+    before the failure.
+    """
+    columns = (
+        Column("inbound", whole=True),
+        Column("channel", cap=24),
+        Column("attempts", cap=8),
+        Column("requeues", cap=8, drop=2),
+        Column("event", cap=24, drop=1),
+        Column("failure", flexible=True, wrap=True, drop=3),
+    )
+    rows = [
+        (
+            r.inbound_id,
+            r.channel_instance_id,
+            str(r.attempt),
+            str(r.requeues),
+            one_line(r.platform_event_key, 200),
+            failure_text(r),
+        )
+        for r in records
+    ]
+    return fit_table(columns, rows, width)
+
+
 def record_table(record: InboundRecord) -> Table:
     """One inbound, field by field: its states, attempts, times, turn and last failure.
 
@@ -142,7 +170,7 @@ def record_table(record: InboundRecord) -> Table:
     )
     for name, value in fields:
         # Text, not markup: keys and failures come from a platform.
-        table.add_row(name, Text(value))
+        table.add_row(name, Text(value or "-"))
     return table
 
 
@@ -275,7 +303,7 @@ def dead_letters(
                 console.print("no dead letters" + _filters(None, channel), highlight=False)
                 return
             out = Console()
-            out.print(records_table(rows.records, width=out.width))
+            out.print(dead_letters_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
             _requeue_hint()
