@@ -29,7 +29,13 @@ from hostkit.cli import app
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from hostkit.testing import Reply, ScriptedModel
-from hostkit.types import DeliveryFailure, InboundEnvelope, InboundFailure, InboundResult
+from hostkit.types import (
+    ClaimedDelivery,
+    DeliveryFailure,
+    InboundEnvelope,
+    InboundFailure,
+    InboundResult,
+)
 from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +143,7 @@ async def project(tmp_path: Path) -> Project:
     )
 
 
-async def _claim(store: RuntimeStore) -> tuple[object, ...]:
+async def _claim(store: RuntimeStore) -> tuple[ClaimedDelivery, ...]:
     return await store.delivery.claim(limit=10, lease_s=30.0, max_attempts=3, now=NOW)
 
 
