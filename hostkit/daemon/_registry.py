@@ -26,9 +26,9 @@ class Daemon(Protocol):
     ``run`` serves until it is cancelled or stopped; it calls
     ``task_status.started()`` once it is ready (the supervisor reports
     ``running`` from then on). Raising or returning while no stop was asked
-    for is a failure: the supervisor restarts it after a backoff (a
-    ``hostkit.errors.UserError`` marks it ``failed`` instead: a restart
-    cannot fix a misconfiguration).
+    for is a failure: the supervisor restarts it after a backoff. A
+    ``HostkitError`` whose ``retryable`` is False (a ``ConfigError``, a
+    refused bot token) marks it ``failed`` instead: a restart cannot help.
 
     ``stop`` asks for a graceful end: stop taking new work, finish (or hand
     back) what is held, then ``run`` returns. The supervisor bounds both by

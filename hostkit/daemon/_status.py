@@ -9,8 +9,8 @@ __all__ = ["DAEMON_STATES", "DaemonExit", "DaemonState", "DaemonStatus"]
 
 # starting: run() called, task_status.started() not yet; running: started; backoff: it
 # raised or returned and waits for its restart; stopping: a shutdown asked it to stop;
-# stopped: it ended for the shutdown; failed: it raised a UserError (a restart cannot
-# help), so it stays down until the process restarts.
+# stopped: it ended for the shutdown; failed: it raised a HostkitError that is not
+# retryable (a restart cannot help), so it stays down until the process restarts.
 DaemonState = Literal["starting", "running", "backoff", "stopping", "stopped", "failed"]
 DAEMON_STATES: tuple[str, ...] = get_args(DaemonState)
 

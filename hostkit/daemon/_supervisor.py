@@ -2,7 +2,8 @@
 
 Each daemon gets a supervising loop: start it, and when it raises or returns
 without being asked to stop, record the failure, wait the policy's backoff
-and start it again (a ``UserError`` leaves it ``failed``). ``shutdown``
+and start it again (a ``HostkitError`` that is not ``retryable`` leaves it
+``failed``: a restart cannot help). ``shutdown``
 stops the daemons in reverse registration order, each ``stop()`` and the end
 of its ``run()`` bounded by what is left of one deadline; a daemon still
 running at the deadline is cancelled (``DaemonExit.cut`` names it).
@@ -22,7 +23,7 @@ from anyio.abc import TaskStatus
 from hostkit.daemon._policy import RestartPolicy
 from hostkit.daemon._registry import DaemonRegistry, Registered
 from hostkit.daemon._status import DaemonExit, DaemonState, DaemonStatus
-from hostkit.errors import InvalidValue, UserError, bounded, unbounded_message
+from hostkit.errors import HostkitError, InvalidValue, bounded, unbounded_message
 
 __all__ = ["Supervisor", "run"]
 
@@ -194,7 +195,7 @@ class Supervisor:
                 if slot.stop_asked.is_set():
                     break
                 text = _error_text(error)
-                if isinstance(error, UserError):
+                if isinstance(error, HostkitError) and not error.retryable:
                     slot.last_error = text
                     self._enter(slot, "failed")
                     _log.error("daemon %s failed and stays down: %s", slot.entry.name, text)

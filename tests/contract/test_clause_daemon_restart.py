@@ -3,8 +3,9 @@
 The supervisor reports each failure (state ``backoff``, the restart count,
 the redacted error, when the restart is due), waits the policy's
 exponential delay, starts the daemon again, and resets the backoff after a
-healthy run. A ``UserError`` leaves the daemon ``failed`` (a restart cannot
-fix it). No failure touches the other daemons.
+healthy run. A ``HostkitError`` that is not ``retryable`` (a ``ConfigError``,
+a refused bot token) leaves the daemon ``failed``; a retryable one restarts.
+No failure touches the other daemons.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from hostkit.daemon import DaemonRegistry, RestartPolicy, Supervisor
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, PollError, RuntimeFailure
 from tests.contract._daemons import Changes, Scripted
 
 pytestmark = pytest.mark.anyio
@@ -134,18 +135,23 @@ async def test_backoff_resets_after_a_healthy_run() -> None:
     assert delays == [0.01, 0.04, 0.01, 0.04]
 
 
-async def test_a_user_error_leaves_the_daemon_failed_and_the_rest_running() -> None:
+@pytest.mark.parametrize(
+    "error", [ConfigError("no token"), PollError("no token", status=401, retryable=False)]
+)
+async def test_a_permanent_error_leaves_the_daemon_failed_and_the_rest_running(
+    error: Exception,
+) -> None:
     log: list[str] = []
     steady = Scripted("steady", log)
     registry = DaemonRegistry()
     registry.register("steady", steady)
-    registry.register("misconfigured", Scripted("bad", log, failures=(ConfigError("no token"),)))
+    registry.register("misconfigured", Scripted("bad", log, failures=(error,)))
     supervisor = Supervisor(registry, policy=FAST)
     async with anyio.create_task_group() as group:
         await group.start(supervisor.run)
         status = supervisor.status("misconfigured")
         assert (status.state, status.restarts) == ("failed", 0)
-        assert status.last_error == "ConfigError: no token"
+        assert status.last_error == f"{type(error).__name__}: no token"
         # Not restarted, even after many backoff periods.
         await anyio.sleep(0.1)
         assert log.count("run:bad") == 1
@@ -164,3 +170,17 @@ async def test_when_every_daemon_failed_the_run_ends_with_code_1() -> None:
         exit_ = await supervisor.run()
     assert exit_.code == 1
     assert "every daemon failed" in exit_.reason
+
+
+async def test_a_retryable_hostkit_error_is_restarted() -> None:
+    registry = DaemonRegistry()
+    daemon = Scripted("store", [], failures=(RuntimeFailure("busy", retryable=True), None))
+    registry.register("store", daemon)
+    changes = Changes()
+    supervisor = Supervisor(registry, policy=FAST, on_change=changes)
+    async with anyio.create_task_group() as group:
+        await group.start(supervisor.run)
+        await changes.wait_for("store", "running", count=2)
+        assert supervisor.status("store").restarts == 1
+        await supervisor.shutdown(5)
+    assert daemon.runs == 2
