@@ -136,6 +136,8 @@ class HostDaemon:
         self._server: WebhookServer | None = None
         self.supervisor: Supervisor | None = None
         self._group: TaskGroup | None = None
+        # A shutdown asked for before run() made the supervisor (a signal during start-up).
+        self._early: tuple[str, float | None] | None = None
 
     # -- observation ------------------------------------------------------------------
 
@@ -181,6 +183,8 @@ class HostDaemon:
             self.supervisor = Supervisor(
                 self._registry(server), policy=self._policy, on_change=self._on_change
             )
+            if self._early is not None:
+                self.request_shutdown(reason=self._early[0], deadline_s=self._early[1])
             return await self.supervisor.run(task_status=task_status)
         finally:
             server.close()
@@ -188,9 +192,10 @@ class HostDaemon:
     def request_shutdown(
         self, *, reason: str = "shutdown", deadline_s: float | None = None
     ) -> None:
-        """Begin the graceful shutdown (safe from a signal-watching task)."""
+        """Begin the graceful shutdown (safe from a signal-watching task, also before ``run``)."""
         if self.supervisor is None:
-            raise InvalidValue("the daemon is not running")
+            self._early = self._early or (reason, deadline_s)
+            return
         self.supervisor.request_shutdown(
             deadline_s=self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
         )
