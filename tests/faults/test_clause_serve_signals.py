@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -91,7 +92,7 @@ class GatedModel:
 async def gated_model() -> AsyncIterator[GatedModel]:
     model = GatedModel()
     app = Starlette(routes=[Route("/v1/chat/completions", model.complete, methods=["POST"])])
-    sock = __import__("socket").create_server(("127.0.0.1", 0))
+    sock = socket.create_server(("127.0.0.1", 0))
     model.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
     server = uvicorn.Server(config)
