@@ -331,15 +331,17 @@ class LeaseLost(RuntimeFailure):
 
 
 class StaleClaim(RuntimeFailure):
-    """An inbox claim is no longer current: its lease was taken over or it already ended.
+    """An inbox or delivery claim is no longer current: its lease was taken over or it ended.
 
-    The holder must stop working on the inbound: the current claimant (or the
-    terminal record) owns its outcome now.
+    The holder must stop working on the inbound (or outbox intent): the current
+    claimant (or the terminal record) owns its outcome now. ``inbound_id`` is
+    the claimed row's id whatever ``subject`` names.
     """
 
-    def __init__(self, inbound_id: str) -> None:
+    def __init__(self, inbound_id: str, *, subject: str = "inbound") -> None:
         self.inbound_id = bounded(inbound_id, 80)
-        super().__init__(f"the claim on inbound {self.inbound_id} is no longer current")
+        self.subject = bounded(subject, 40)
+        super().__init__(f"the claim on {self.subject} {self.inbound_id} is no longer current")
 
 
 class _Failure(Protocol):
