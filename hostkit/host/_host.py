@@ -23,6 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
+from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
     ApprovalRuntime,
@@ -157,6 +158,8 @@ class Host(AsyncResource):
         self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
         # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.
         self._workers: weakref.WeakSet[InboxWorker] = weakref.WeakSet()
+        # Runtimes made by delivery_runtime(): stopped (grace, release) before channels close.
+        self._deliveries: weakref.WeakSet[DeliveryRuntime] = weakref.WeakSet()
         self.approvals = HostApprovals(
             store=store,
             authority=authority,
@@ -424,6 +427,46 @@ class Host(AsyncResource):
         configured = self.config.channels.get(channel)
         return default if configured is None else configured.agent
 
+    def delivery_runtime(self, **options: Any) -> DeliveryRuntime:
+        """A runtime that delivers this Host's outbox through its configured channels.
+
+        Each attempt looks the route's channel alias up in the *current*
+        generation (a config apply changes the adapter for later attempts;
+        the route a turn captured never changes; an alias no generation
+        configures fails closed as ``no_channel``). Policy and concurrency
+        come from ``[serve]``; ``options`` are ``DeliveryRuntime``'s
+        (``policy``, ``concurrency``, ``idle_poll_s``, ``grace_s``, ``clock``,
+        ...). ``async with host.delivery_runtime():`` serves in the
+        background; closing the Host stops it first (grace, claims released).
+        """
+        if self._closed:
+            raise StoreClosed()
+        serve = self.config.serve
+        options.setdefault(
+            "policy",
+            DeliveryPolicy(
+                max_attempts=serve.delivery_max_attempts,
+                backoff_s=serve.delivery_backoff_s,
+                backoff_max_s=max(serve.delivery_backoff_max_s, serve.delivery_backoff_s),
+            ),
+        )
+        options.setdefault("concurrency", serve.delivery_concurrency)
+        runtime = DeliveryRuntime(self.store.delivery, self._outbound_channel, **options)
+        self._deliveries.add(runtime)
+        return runtime
+
+    def _outbound_channel(self, alias: str) -> OutboundChannel | None:
+        """``alias``'s adapter in the current generation, looked up at each attempt."""
+        if self._closed:
+            return None
+        return self._generation.capabilities.channels.channel(alias)
+
+    async def _stop_deliveries(self) -> None:
+        """Wind every delivery runtime down together (each bounded by its own grace)."""
+        async with anyio.create_task_group() as group:
+            for runtime in list(self._deliveries):
+                group.start_soon(runtime.aclose)
+
     async def _stop_workers(self) -> None:
         """Wind every inbox worker down together (each bounded by its own grace)."""
         async with anyio.create_task_group() as group:
@@ -501,6 +544,7 @@ class Host(AsyncResource):
                 stack.push_async_callback(self.processes.aclose)
                 stack.push_async_callback(self.mcp.aclose)
                 stack.push_async_callback(self.turns.shutdown)
+                stack.push_async_callback(self._stop_deliveries)
                 stack.push_async_callback(self._stop_workers)
                 stack.callback(self._approval_runtime.close)
 
