@@ -40,7 +40,7 @@ from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
-from hostkit.host._inbound import InboundTurns
+from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
@@ -167,6 +167,7 @@ class Host(AsyncResource):
             turns=self.turns,
             fingerprint=self._approval_fingerprint,
         )
+        self._commands = InboundCommands(self.approvals, authority, self.turns, store)
         self._closed = False
 
     def _new_generation(
@@ -397,22 +398,34 @@ class Host(AsyncResource):
         until the block ends; ``await worker.run()`` serves in your own task
         group; ``await worker.drain()`` answers what is due now and returns.
         ``route`` maps a channel instance id to the agent that answers it
-        (default: ``agent`` for every channel). ``options`` are
-        ``InboxWorker``'s (``concurrency``, ``idle_poll_s``, ``grace_s``, ...).
-        Closing the Host stops its workers first: no new claims, a grace
-        period for the turns in flight, every claim still held released.
+        (default: the ``agent`` of its ``[channels.<id>]`` table, else
+        ``agent``). A channel configured under ``[channels]`` (read from the
+        current configuration at each inbound) gets a reply route: its turns'
+        answers and approval prompts become outbox intents for delivery; other
+        channels' turns write none. Command inbounds (``approve CODE``) answer
+        the sender's pending approval. ``options`` are ``InboxWorker``'s
+        (``concurrency``, ``idle_poll_s``, ``grace_s``, ...). Closing the Host
+        stops its workers first: no new claims, a grace period for the turns
+        in flight, every claim still held released.
         """
         if self._closed:
             raise StoreClosed()
         worker = InboxWorker(
             inbox or self.inbox,
             self._inbound.run,
-            route=route or (lambda _channel: agent),
+            route=route or functools.partial(self._channel_agent, agent),
             find_turn=self._inbound.find,
+            reply_route=lambda envelope: reply_route(self.config.channels, envelope),
+            run_command=self._commands.run,
             **options,
         )
         self._workers.add(worker)
         return worker
+
+    def _channel_agent(self, default: str, channel: str) -> str:
+        """The agent that answers ``channel``: its ``[channels.<id>]`` agent, else ``default``."""
+        configured = self.config.channels.get(channel)
+        return default if configured is None else configured.agent
 
     def delivery_runtime(self, **options: Any) -> DeliveryRuntime:
         """A runtime that delivers this Host's outbox through its configured channels.
