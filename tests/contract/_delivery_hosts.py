@@ -118,7 +118,8 @@ class Clock:
     """An injected wall clock the test moves by hand."""
 
     def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
+        # A second ahead: intents the test just wrote are due at once.
+        self.now = time.time() + 1.0 if start is None else start
 
     def __call__(self) -> float:
         return self.now
