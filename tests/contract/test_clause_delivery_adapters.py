@@ -48,7 +48,8 @@ async def test_slack_answer_is_chat_post_message_in_the_captured_thread(tmp_path
             runtime = host.delivery_runtime()
             assert await runtime.drain() == 1
             intent = await host.store.delivery.intent(result.deliveries[0])
-    assert intent is not None and intent.status == "delivered"
+    assert intent is not None
+    assert intent.status == "delivered"
     (message,) = slack.messages
     assert message.path == "/api/chat.postMessage"
     assert message.headers["authorization"] == f"Bearer {SLACK_TOKEN}"
@@ -62,7 +63,8 @@ async def test_slack_answer_is_chat_post_message_in_the_captured_thread(tmp_path
             "event_payload": {"intent_id": result.deliveries[0]},
         },
     }
-    assert runtime.delivered == 1 and runtime.failed == 0
+    assert runtime.delivered == 1
+    assert runtime.failed == 0
 
 
 async def test_slack_approval_prompt_has_approve_and_deny_buttons() -> None:
@@ -134,14 +136,16 @@ async def test_webhook_delivery_is_signed_json_with_the_intent_as_idempotency_ke
 
 
 async def test_webhook_prompt_carries_the_approval() -> None:
-    async with WebhookReceiver.running(secret=WEBHOOK_SECRET) as receiver:
-        async with httpx.AsyncClient() as client:
-            channel = WebhookChannel(receiver.deliver_url, WEBHOOK_SECRET, client)
-            route = {"channel": "hook", "conversation": "r:b", "reply": {"conversation": "r"}}
-            await channel.send(route, PROMPT, idempotency_key="out_9")
-            wrong = WebhookChannel(receiver.deliver_url, "another-secret", client)
-            with pytest.raises(DeliveryRefused) as refused:
-                await wrong.send(route, PROMPT, idempotency_key="out_10")
+    async with (
+        WebhookReceiver.running(secret=WEBHOOK_SECRET) as receiver,
+        httpx.AsyncClient() as client,
+    ):
+        channel = WebhookChannel(receiver.deliver_url, WEBHOOK_SECRET, client)
+        route = {"channel": "hook", "conversation": "r:b", "reply": {"conversation": "r"}}
+        await channel.send(route, PROMPT, idempotency_key="out_9")
+        wrong = WebhookChannel(receiver.deliver_url, "another-secret", client)
+        with pytest.raises(DeliveryRefused) as refused:
+            await wrong.send(route, PROMPT, idempotency_key="out_10")
     assert receiver.deliveries["out_9"][0]["approval"] == PROMPT["approval"]
     # The receiver refused the bad signature with 401: permanent, never retried.
     assert refused.value.failure.kind == "permanent"

@@ -34,12 +34,6 @@ def _intent_of(seen: Recorded) -> str:
     return str(seen.body["metadata"]["event_payload"]["intent_id"])
 
 
-async def _arrived(slack: FakeSlack, count: int) -> None:
-    with anyio.fail_after(10):
-        while len(slack.requests) < count:
-            await anyio.sleep(0.01)
-
-
 async def test_a_stale_holder_cannot_mark_an_intent_delivered(tmp_path: Path) -> None:
     clock = Clock()
     async with FakeSlack.running(token=SLACK_TOKEN) as slack:
@@ -56,13 +50,16 @@ async def test_a_stale_holder_cannot_mark_an_intent_delivered(tmp_path: Path) ->
                     settled.append(await slow.drain())
 
                 group.start_soon(drain_slow)
-                await _arrived(slack, 1)
+                await slack.wait_for_requests(1)
                 # The slow holder's lease expires; another runtime reclaims and delivers.
                 clock.advance(61.0)
                 assert await other.drain() == 1
             row = await host.store.delivery.intent(intent_id)
-    assert row is not None and (row.status, row.attempts) == ("delivered", 2)
-    assert settled == [0] and slow.delivered == 0 and other.delivered == 1
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 2)
+    assert settled == [0]
+    assert slow.delivered == 0
+    assert other.delivered == 1
     # Both attempts reached Slack under the one idempotency key (the receiver's dedup).
     assert [_intent_of(seen) for seen in slack.requests] == [intent_id, intent_id]
 
@@ -77,26 +74,31 @@ async def test_shutdown_releases_held_claims_without_spending_the_attempt(
             (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
             runtime = host.delivery_runtime(clock=clock, grace_s=0.1, idle_poll_s=0.05)
             async with runtime:
-                await _arrived(slack, 1)
+                await slack.wait_for_requests(1)
                 assert runtime.in_flight == 1
-            assert runtime.in_flight == 0 and not runtime.running
+            assert runtime.in_flight == 0
+            assert not runtime.running
             released = await host.store.delivery.intent(intent_id)
             assert released is not None
             assert (released.status, released.attempts) == ("pending", 0)
             # The next runtime's attempt is the first one again.
             assert await host.delivery_runtime(clock=clock).drain() == 1
             row = await host.store.delivery.intent(intent_id)
-    assert row is not None and (row.status, row.attempts) == ("delivered", 1)
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 1)
 
 
 async def test_an_alias_without_a_channel_fails_closed(tmp_path: Path) -> None:
-    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
-        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
-            result = await routed_turn(host, "slack-gone", {"channel": "C1"})
-            runtime = host.delivery_runtime(clock=Clock())
-            assert await runtime.drain() == 1
-            row = await host.store.delivery.intent(result.deliveries[0])
-    assert row is not None and (row.status, row.attempts) == ("dead_lettered", 1)
+    async with (
+        FakeSlack.running(token=SLACK_TOKEN) as slack,
+        channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host,
+    ):
+        result = await routed_turn(host, "slack-gone", {"channel": "C1"})
+        runtime = host.delivery_runtime(clock=Clock())
+        assert await runtime.drain() == 1
+        row = await host.store.delivery.intent(result.deliveries[0])
+    assert row is not None
+    assert (row.status, row.attempts) == ("dead_lettered", 1)
     assert row.last_error == "no_channel: no channel 'slack-gone' is configured"
     assert slack.requests == []
 
@@ -123,8 +125,11 @@ async def test_a_config_apply_changes_the_adapter_of_later_attempts_only(tmp_pat
             clock.advance(1.0)
             assert await runtime.drain() == 1
             row = await host.store.delivery.intent(intent_id)
-    assert row is not None and row.status == "delivered"
-    assert len(old.requests) == 1 and old.messages == []
+    assert row is not None
+    assert row.status == "delivered"
+    assert len(old.requests) == 1
+    assert old.messages == []
     (message,) = new.messages
     # The route the turn captured is what the new adapter used.
-    assert message.body["channel"] == "C1" and _intent_of(message) == intent_id
+    assert message.body["channel"] == "C1"
+    assert _intent_of(message) == intent_id

@@ -50,7 +50,8 @@ async def test_transient_failures_back_off_then_deliver_with_one_idempotency_key
             first = await _intent(host, intent_id)
             assert (first.status, first.attempts) == ("pending", 1)
             assert first.next_attempt_at == pytest.approx(clock.now + 2.0)
-            assert first.last_error is not None and first.last_error.startswith("http_503")
+            assert first.last_error is not None
+            assert first.last_error.startswith("http_503")
             # Not due yet: nothing is sent.
             clock.advance(1.9)
             assert await runtime.drain() == 0
@@ -93,7 +94,8 @@ async def test_slack_and_telegram_retry_after_is_honoured(tmp_path: Path) -> Non
             assert await runtime.drain() == 1
             rows = [await _intent(host, i) for i in (on_slack, on_tg)]
     assert [r.status for r in rows] == ["delivered", "delivered"]
-    assert len(slack.messages) == 1 and len(telegram.messages) == 1
+    assert len(slack.messages) == 1
+    assert len(telegram.messages) == 1
 
 
 async def test_a_permanent_failure_dead_letters_at_once_and_logs_one_line(
@@ -114,7 +116,9 @@ async def test_a_permanent_failure_dead_letters_at_once_and_logs_one_line(
     assert dead.last_error == "channel_not_found: slack refused the post"
     assert runtime.failed == 1
     lines = [r.getMessage() for r in caplog.records if r.name == "hostkit.delivery"]
-    assert len(lines) == 1 and intent_id in lines[0] and "channel_not_found" in lines[0]
+    assert len(lines) == 1
+    assert intent_id in lines[0]
+    assert "channel_not_found" in lines[0]
     assert len(slack.requests) == 1
 
 
