@@ -27,6 +27,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         │   ├── StoreClosed
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
+        ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
         ├── PollError              a polled platform (getUpdates) failed (status, retryable)
         ├── ProviderError          a model provider call failed (status, retryable, retry_after)
         │   └── ContextOverflow    the provider refused the request as too long for its window
@@ -39,6 +40,7 @@ branch on one flag whatever the concrete error is.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 __all__ = [
     "ApprovalClosed",
@@ -47,6 +49,7 @@ __all__ = [
     "ChannelRefused",
     "ConfigError",
     "ContextOverflow",
+    "DeliveryRefused",
     "HostkitError",
     "InvalidTurnRequest",
     "InvalidValue",
@@ -361,15 +364,50 @@ class PollError(RuntimeFailure):
 
 
 class StaleClaim(RuntimeFailure):
-    """An inbox claim is no longer current: its lease was taken over or it already ended.
+    """An inbox or delivery claim is no longer current: its lease was taken over or it ended.
 
-    The holder must stop working on the inbound: the current claimant (or the
-    terminal record) owns its outcome now.
+    The holder must stop working on the inbound (or outbox intent): the current
+    claimant (or the terminal record) owns its outcome now. ``inbound_id`` is
+    the claimed row's id whatever ``subject`` names.
     """
 
-    def __init__(self, inbound_id: str) -> None:
+    def __init__(self, inbound_id: str, *, subject: str = "inbound") -> None:
         self.inbound_id = bounded(inbound_id, 80)
-        super().__init__(f"the claim on inbound {self.inbound_id} is no longer current")
+        self.subject = bounded(subject, 40)
+        super().__init__(f"the claim on {self.subject} {self.inbound_id} is no longer current")
+
+
+class _Failure(Protocol):
+    """What ``DeliveryRefused`` carries: a ``hostkit.types.DeliveryFailure`` (no import here)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def retry_after_s(self) -> float | None: ...
+
+    def text(self) -> str: ...
+
+
+class DeliveryRefused(RuntimeFailure):
+    """One delivery attempt failed, classified: ``failure`` says transient or permanent, and why.
+
+    Raised by outbound channel adapters (``hostkit.delivery``); the
+    ``DeliveryRuntime`` records the failure on the intent and retries a
+    transient one with backoff (at least ``failure.retry_after_s`` later).
+    The message is the failure's redacted, bounded text: never a token,
+    never the payload.
+    """
+
+    def __init__(self, failure: _Failure) -> None:
+        self.failure = failure
+        super().__init__(
+            f"delivery {failure.kind}ly refused: {failure.text()}",
+            retryable=failure.kind == "transient",
+        )
 
 
 class ProviderError(RuntimeFailure):

@@ -39,6 +39,7 @@ from hostkit.store._delivery import (
     MAX_DELIVERY_LIST,
     DeliveryStore,
 )
+from hostkit.store._delivery_sqlite import SqliteDeliveryStore
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxStore
 from hostkit.store._inbox_sqlite import SqliteInboxStore
 from hostkit.store._inspect import (
@@ -156,6 +157,7 @@ __all__ = [
     "SessionBusy",
     "SessionLease",
     "SessionUsage",
+    "SqliteDeliveryStore",
     "SqliteInboxStore",
     "SqliteStore",
     "StepRecord",

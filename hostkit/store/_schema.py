@@ -584,6 +584,56 @@ _V12_INBOX = Migration(
     ),
 )
 
+_DELIVERY_STATUSES = "('pending', 'sending', 'delivered', 'dead_lettered')"
+# Wall-clock seconds of an ISO-8601 UTC text column (the outbox's created_at), to the ms.
+_EPOCH_OF_CREATED = "round((julianday(created_at) - 2440587.5) * 86400.0, 3)"
+
+_V13_DELIVERY = Migration(
+    13,
+    "outbox: delivery leases, fencing tokens, outcomes, dead letters",
+    (
+        # Rebuilt, because the status gains a CHECK and the due column a rule. One row per
+        # delivery intent, written only by TurnStore.finish with the terminal turn.
+        # next_attempt_at is the due column: the next attempt while pending, the lease
+        # expiry while sending, NULL when terminal. claim_token is the fencing token of
+        # the current (or, once terminal, the last) claim; attempts counts claims.
+        # Times are wall-clock seconds except created_at (ISO-8601 UTC text, as in v3).
+        f"""CREATE TABLE outbox_v13 (
+            id INTEGER PRIMARY KEY,
+            intent_id TEXT NOT NULL UNIQUE,
+            turn_id TEXT NOT NULL REFERENCES turns(turn_id),
+            session_id TEXT NOT NULL,
+            route TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {_DELIVERY_STATUSES}),
+            attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            next_attempt_at REAL,
+            created_at TEXT NOT NULL,
+            claim_token TEXT,
+            last_error TEXT,
+            delivered_at REAL,
+            requeues INTEGER NOT NULL DEFAULT 0 CHECK (requeues >= 0),
+            updated_at REAL NOT NULL,
+            CHECK ((status IN ('pending', 'sending')) = (next_attempt_at IS NOT NULL))
+        )""",
+        # Intents written before v13 were never read: each is pending and due from its
+        # creation time, so the first claim after the upgrade sends it.
+        f"""INSERT INTO outbox_v13 (id, intent_id, turn_id, session_id, route, payload, status,
+                attempts, next_attempt_at, created_at, updated_at)
+            SELECT id, intent_id, turn_id, session_id, route, payload, 'pending', 0,
+                COALESCE(next_attempt_at, {_EPOCH_OF_CREATED}, 0.0), created_at,
+                COALESCE({_EPOCH_OF_CREATED}, 0.0)
+            FROM outbox""",
+        "DROP TABLE outbox",
+        "ALTER TABLE outbox_v13 RENAME TO outbox",
+        # The claim's only path (and next_due's): due rows in due order, rowid breaking
+        # ties. Partial, so delivered rows (the bulk of the table) are not in it.
+        "CREATE INDEX outbox_due ON outbox(next_attempt_at) WHERE status IN ('pending', 'sending')",
+        # Operators: the dead letters, newest first.
+        "CREATE INDEX outbox_dead ON outbox(id) WHERE status = 'dead_lettered'",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -597,5 +647,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V10_APPROVAL_OUTCOMES,
     _V11_MCP_SERVERS,
     _V12_INBOX,
+    _V13_DELIVERY,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

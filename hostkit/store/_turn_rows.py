@@ -34,6 +34,7 @@ from hostkit.store._approval_rows import (
 )
 from hostkit.store._context_rows import observe_step
 from hostkit.store._context_values import ObservedStep
+from hostkit.store._delivery_rows import approval_prompt, insert_intents
 from hostkit.store._owned import now, owner_predicate
 from hostkit.store._turn_values import (
     RecoveredTurn,
@@ -166,9 +167,14 @@ def _commit_terminal(
     route: Mapping[str, Any] | None,
     detail: Mapping[str, Any] | None,
 ) -> TurnResult:
-    """The terminal state, its event and the delivery intents (the caller's transaction)."""
-    deliver = route is not None and result.outcome in ("completed", "needs_user") and result.text
-    intents = (new_id("out"),) if deliver else ()
+    """The terminal state, its event and the delivery intents (the caller's transaction).
+
+    A routed turn that answered gets one intent with its text; a routed turn
+    that pauses ``needs_user`` on a pending approval also gets the approval
+    prompt (``approval_prompt``). An unrouted turn (CLI, notebook) gets none.
+    """
+    payloads = _deliveries(conn, result) if route is not None else []
+    intents = tuple(new_id("out") for _ in payloads)
     result = dataclasses.replace(result, deliveries=intents)
     at = now(conn)
     cursor = conn.execute(
@@ -186,20 +192,28 @@ def _commit_terminal(
         {"error": result.error, **(detail or {})},
         at=at,
     )
-    for intent_id in intents:
-        conn.execute(
-            "INSERT INTO outbox (intent_id, turn_id, session_id, route, payload, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                intent_id,
-                result.turn_id,
-                result.session_id,
-                _json(thaw(route)),
-                json.dumps({"text": result.text}),
-                at,
-            ],
+    if route is not None:
+        insert_intents(
+            conn,
+            turn_id=result.turn_id,
+            session_id=result.session_id,
+            route=route,
+            intents=tuple(zip(intents, payloads, strict=True)),
+            created_at=at,
         )
     return result
+
+
+def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, Any]]:
+    """The payloads a routed terminal turn sends: its answer, then its approval prompt."""
+    payloads: list[dict[str, Any]] = []
+    if result.outcome in ("completed", "needs_user") and result.text:
+        payloads.append({"text": result.text})
+    if result.outcome == "needs_user" and result.pending_approval:
+        prompt = approval_prompt(conn, result.pending_approval)
+        if prompt is not None:
+            payloads.append(prompt)
+    return payloads
 
 
 def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> RecoveredTurn:

@@ -1,0 +1,75 @@
+"""Argument checks shared by the store's queue groups (inbox, delivery), so all refuse alike.
+
+Each raises ``InvalidValue`` before any state is read or changed. An adapter
+of either group (SQLite, in-memory, later PostgreSQL) calls these same
+functions, so an argument one adapter refuses is refused by every adapter.
+"""
+
+from __future__ import annotations
+
+from hostkit.errors import InvalidValue
+from hostkit.types import finite_seconds
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_REASON",
+    "check_count",
+    "check_duration",
+    "check_finite",
+    "check_instant",
+    "check_reason",
+    "check_ref",
+]
+
+# An audit reason's length (as hostkit.store.MAX_REASON).
+MAX_REASON = 500
+# The longest id, token, owner or source id the adapters store (as the SQLite columns).
+_MAX_REF = 256
+# No policy allows more attempts than this (RetryPolicy.max_attempts, delivery's too).
+MAX_ATTEMPTS = 100
+
+
+def check_finite(name: str, value: object) -> float:
+    """A time in seconds that may lie before the epoch (a retention cut-off)."""
+    return finite_seconds(name, value)
+
+
+def check_instant(name: str, value: object) -> float:
+    """A wall-clock time in seconds: finite and not negative."""
+    seconds = check_finite(name, value)
+    if seconds < 0:
+        raise InvalidValue(f"{name} must not be negative")
+    return seconds
+
+
+def check_duration(name: str, value: object) -> float:
+    """A length of time in seconds: finite and positive."""
+    seconds = check_finite(name, value)
+    if seconds <= 0:
+        raise InvalidValue(f"{name} must be positive")
+    return seconds
+
+
+def check_count(name: str, value: object, high: int | None = None) -> int:
+    """An integer from 1 to ``high`` (no upper bound when ``high`` is None)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"{name} must be an integer")
+    if high is None and value < 1:
+        raise InvalidValue(f"{name} must be a positive integer")
+    if high is not None and not 1 <= value <= high:
+        raise InvalidValue(f"{name} must be between 1 and {high}")
+    return value
+
+
+def check_ref(name: str, value: object) -> str:
+    """An id, token or owner text: non-empty and bounded."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_REF:
+        raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_REF} characters")
+    return value
+
+
+def check_reason(value: object, action: str = "a requeue") -> str:
+    """An audit reason: non-empty text of at most ``MAX_REASON`` characters, stripped."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_REASON:
+        raise InvalidValue(f"{action} needs a reason of 1 to {MAX_REASON} characters")
+    return value.strip()

@@ -1,0 +1,340 @@
+"""The delivery group's statements (the ``outbox`` table of migration 13).
+
+Every write function runs on the writer connection inside the writer's
+transaction (``BEGIN IMMEDIATE``), so a claim's select and update are one
+atomic step for every process on the database. Arguments are checked by the
+caller before the job is queued: these functions run statements and build
+frozen values from rows, read by column name. The inserts (``insert_intents``)
+run inside ``TurnStore.finish``'s transaction, with the terminal turn.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StaleClaim, bounded
+from hostkit.freeze import thaw
+from hostkit.store._approval_values import decode_view
+from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
+from hostkit.store._sessions import insert_audit
+from hostkit.types import (
+    ClaimedDelivery,
+    DeliveryCounts,
+    DeliveryIntent,
+    approval_code,
+    new_id,
+)
+
+__all__ = [
+    "ClaimArgs",
+    "approval_prompt",
+    "claim_rows",
+    "count_rows",
+    "delivered_row",
+    "extend_row",
+    "failed_row",
+    "insert_intents",
+    "list_intents",
+    "next_due_row",
+    "one_intent",
+    "release_row",
+    "retry_row",
+]
+
+# An approval prompt's one-line summary of the call's (already redacted) arguments.
+MAX_PROMPT_SUMMARY = 200
+_SUBJECT = "delivery intent"
+_DUE = "status IN ('pending', 'sending')"
+# The database clock in wall-clock seconds (as created_at, which is its ISO text).
+_CLOCK = "round((julianday('now') - 2440587.5) * 86400.0, 3)"
+
+_INSERT = (
+    "INSERT INTO outbox (intent_id, turn_id, session_id, route, payload, status, attempts, "
+    f"next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, {_CLOCK}, "
+    f"?, {_CLOCK})"
+)
+_COLUMNS = (
+    "id, intent_id, turn_id, session_id, route, payload, status, attempts, next_attempt_at, "
+    "created_at, claim_token, last_error, delivered_at, requeues"
+)
+# The due rows in due order (outbox_due gives the order; rowid breaks ties). A claimed or
+# dead-lettered row leaves the due set, so re-running the query pages forward.
+_DUE_ROWS = (
+    f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
+    "ORDER BY next_attempt_at, id LIMIT ?"
+)
+_CLAIM = (
+    "UPDATE outbox SET status = 'sending', next_attempt_at = ?, attempts = attempts + 1, "
+    "claim_token = ?, updated_at = ? WHERE id = ?"
+)
+_EXHAUST = (
+    "UPDATE outbox SET status = 'dead_lettered', next_attempt_at = NULL, last_error = ?, "
+    "updated_at = ? WHERE id = ?"
+)
+# Fencing: only the current claimant's token changes a sending row.
+_HELD = "intent_id = ? AND status = 'sending' AND claim_token = ?"
+_DELIVERED = (
+    "UPDATE outbox SET status = 'delivered', next_attempt_at = NULL, delivered_at = ?, "
+    f"updated_at = ? WHERE {_HELD}"
+)
+_FAILED = (
+    "UPDATE outbox SET status = ?, next_attempt_at = ?, last_error = ?, "
+    "claim_token = CASE WHEN ? = 'pending' THEN NULL ELSE claim_token END, "
+    f"updated_at = ? WHERE {_HELD}"
+)
+_EXTEND = f"UPDATE outbox SET next_attempt_at = ?, updated_at = ? WHERE {_HELD}"
+_RELEASE = (
+    "UPDATE outbox SET status = 'pending', next_attempt_at = ?, attempts = MAX(attempts - 1, 0), "
+    f"claim_token = NULL, updated_at = ? WHERE {_HELD}"
+)
+_RETRY = (
+    "UPDATE outbox SET status = 'pending', next_attempt_at = ?, attempts = 0, "
+    "requeues = requeues + 1, claim_token = NULL, updated_at = ? "
+    "WHERE intent_id = ? AND status = 'dead_lettered'"
+)
+_PROMPT_APPROVAL = "SELECT effect, view FROM approvals WHERE approval_id = ? AND status = 'pending'"
+
+
+def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor
+
+
+# -- written with the terminal turn ----------------------------------------------------
+
+
+def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | None:
+    """The outbox payload asking a channel user to answer ``approval_id``, if it is pending.
+
+    Read from the approvals row (same transaction): the tool is its effect, the
+    summary its stored view's arguments, which ``approval_view`` already
+    field-name-redacted and stripped of bound secret values; ``bounded`` masks
+    secret-shaped text once more and keeps it to one line.
+    """
+    row = _rows(conn).execute(_PROMPT_APPROVAL, [approval_id]).fetchone()
+    if row is None:
+        return None
+    view, _ = decode_view(row["view"], approval_id)
+    tool = _one_line(row["effect"], 100)
+    arguments = json.dumps(
+        thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str
+    )
+    summary = _one_line(arguments, MAX_PROMPT_SUMMARY)
+    code = approval_code(approval_id)
+    return {
+        "text": (f"Approval needed: {tool} — {summary}. Reply `approve {code}` or `deny {code}`."),
+        "approval": {
+            "approval_id": approval_id,
+            "code": code,
+            "tool": tool,
+            "summary": summary,
+        },
+    }
+
+
+def _one_line(text: str, limit: int) -> str:
+    """Bounded, redacted, with control and format characters escaped (they reach chats)."""
+    value = bounded(text, limit)
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
+
+
+def insert_intents(
+    conn: sqlite3.Connection,
+    *,
+    turn_id: str,
+    session_id: str,
+    route: Mapping[str, Any],
+    intents: Sequence[tuple[str, Mapping[str, Any]]],
+    created_at: str,
+) -> None:
+    """One pending intent per (intent id, payload), due now (the database clock)."""
+    encoded_route = json.dumps(thaw(route), separators=(",", ":"), sort_keys=True)
+    conn.executemany(
+        _INSERT,
+        [
+            (intent_id, turn_id, session_id, encoded_route, json.dumps(payload), created_at)
+            for intent_id, payload in intents
+        ],
+    )
+
+
+# -- claims ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimArgs:
+    """A checked claim."""
+
+    limit: int
+    lease_s: float
+    max_attempts: int
+    now: float
+
+
+def exhausted_message(attempts: int, max_attempts: int) -> str:
+    """The error of an intent whose lease expired after its last allowed attempt."""
+    return (
+        f"{DELIVERY_ATTEMPTS_EXHAUSTED}: the lease of attempt {attempts} of {max_attempts} "
+        "expired without an outcome"
+    )
+
+
+def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelivery, ...]:
+    """Lease up to ``limit`` due intents, oldest due first; dead-letter exhausted leases."""
+    lease = args.now + args.lease_s
+    claimed: list[ClaimedDelivery] = []
+    while len(claimed) < args.limit:
+        rows = _rows(conn).execute(_DUE_ROWS, [args.now, args.limit - len(claimed)]).fetchall()
+        if not rows:
+            break
+        for row in rows:
+            if row["status"] == "sending" and row["attempts"] >= args.max_attempts:
+                message = exhausted_message(row["attempts"], args.max_attempts)
+                conn.execute(_EXHAUST, [message, args.now, row["id"]])
+                continue
+            token = new_id("dlc")
+            conn.execute(_CLAIM, [lease, token, args.now, row["id"]])
+            attempt = row["attempts"] + 1
+            intent = _intent(row, status="sending", attempts=attempt, next_attempt_at=lease)
+            claimed.append(ClaimedDelivery(intent, token, attempt, lease))
+    return tuple(claimed)
+
+
+# -- fenced steps ----------------------------------------------------------------------
+
+
+def _stale(claim: ClaimedDelivery) -> StaleClaim:
+    return StaleClaim(claim.intent.intent_id, subject=_SUBJECT)
+
+
+def _current(conn: sqlite3.Connection, claim: ClaimedDelivery) -> DeliveryIntent:
+    intent = one_intent(conn, claim.intent.intent_id)
+    if intent is None:
+        raise _stale(claim)
+    return intent
+
+
+def delivered_row(conn: sqlite3.Connection, claim: ClaimedDelivery, now: float) -> DeliveryIntent:
+    """``delivered``; the same token's repeat returns the row unchanged; else ``StaleClaim``."""
+    intent_id, token = claim.intent.intent_id, claim.claim_token
+    if conn.execute(_DELIVERED, [now, now, intent_id, token]).rowcount == 1:
+        return _current(conn, claim)
+    row = (
+        _rows(conn)
+        .execute("SELECT status, claim_token FROM outbox WHERE intent_id = ?", [intent_id])
+        .fetchone()
+    )
+    if row is not None and row["status"] == "delivered" and row["claim_token"] == token:
+        return _current(conn, claim)
+    raise _stale(claim)
+
+
+def failed_row(
+    conn: sqlite3.Connection,
+    claim: ClaimedDelivery,
+    error: str,
+    retry_at: float | None,
+    now: float,
+) -> DeliveryIntent:
+    """``pending`` until ``retry_at``, or ``dead_lettered`` without one; else ``StaleClaim``."""
+    status = "dead_lettered" if retry_at is None else "pending"
+    params = [status, retry_at, error, status, now, claim.intent.intent_id, claim.claim_token]
+    if conn.execute(_FAILED, params).rowcount != 1:
+        raise _stale(claim)
+    return _current(conn, claim)
+
+
+def extend_row(
+    conn: sqlite3.Connection, claim: ClaimedDelivery, lease: float, now: float
+) -> ClaimedDelivery:
+    """The claim with its lease moved to ``lease``; ``StaleClaim`` if not the holder."""
+    params = [lease, now, claim.intent.intent_id, claim.claim_token]
+    if conn.execute(_EXTEND, params).rowcount != 1:
+        raise _stale(claim)
+    return ClaimedDelivery(_current(conn, claim), claim.claim_token, claim.attempt, lease)
+
+
+def release_row(conn: sqlite3.Connection, claim: ClaimedDelivery, now: float) -> None:
+    """Pending and due now, the attempt given back; nothing when no longer held."""
+    conn.execute(_RELEASE, [now, now, claim.intent.intent_id, claim.claim_token])
+
+
+def retry_row(
+    conn: sqlite3.Connection, intent_id: str, *, reason: str, actor: str, now: float
+) -> DeliveryIntent:
+    """Dead letter -> pending, with its ``delivery.retry`` audit row in the same transaction."""
+    if conn.execute(_RETRY, [now, now, intent_id]).rowcount != 1:
+        if one_intent(conn, intent_id) is None:
+            raise NotFoundOrUnauthorized("delivery intent")
+        raise InvalidValue("only a dead-lettered delivery intent can be retried")
+    insert_audit(
+        conn,
+        "delivery.retry",
+        principal_id=actor,
+        authority="operator",
+        subject=f"delivery:{intent_id}",
+        reason=reason,
+        detail={"intent_id": intent_id, "actor": actor},
+    )
+    intent = one_intent(conn, intent_id)
+    assert intent is not None  # updated just above, in this transaction
+    return intent
+
+
+# -- operators and the idle worker -----------------------------------------------------
+
+
+def list_intents(
+    conn: sqlite3.Connection, status: str | None, limit: int
+) -> tuple[DeliveryIntent, ...]:
+    # Only the filter asked for, so the planner can use outbox_dead / the rowid order.
+    where, params = ("WHERE status = ? ", [status]) if status is not None else ("", [])
+    rows = _rows(conn).execute(
+        f"SELECT {_COLUMNS} FROM outbox {where}ORDER BY id DESC LIMIT ?", [*params, limit]
+    )
+    return tuple(_intent(row) for row in rows)
+
+
+def one_intent(conn: sqlite3.Connection, intent_id: str) -> DeliveryIntent | None:
+    row = (
+        _rows(conn)
+        .execute(f"SELECT {_COLUMNS} FROM outbox WHERE intent_id = ?", [intent_id])
+        .fetchone()
+    )
+    return None if row is None else _intent(row)
+
+
+def count_rows(conn: sqlite3.Connection) -> DeliveryCounts:
+    rows = _rows(conn).execute("SELECT status, COUNT(*) AS n FROM outbox GROUP BY status")
+    return DeliveryCounts(**{row["status"]: row["n"] for row in rows})
+
+
+def next_due_row(conn: sqlite3.Connection) -> float | None:
+    row = conn.execute(f"SELECT MIN(next_attempt_at) FROM outbox WHERE {_DUE}").fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def _intent(row: sqlite3.Row, **changed: Any) -> DeliveryIntent:
+    values: dict[str, Any] = {
+        "intent_id": row["intent_id"],
+        "turn_id": row["turn_id"],
+        "session_id": row["session_id"],
+        "route": json.loads(row["route"]),
+        "payload": json.loads(row["payload"]),
+        "status": row["status"],
+        "attempts": row["attempts"],
+        "next_attempt_at": row["next_attempt_at"],
+        "created_at": row["created_at"],
+        "last_error": row["last_error"],
+        "delivered_at": row["delivered_at"],
+        "requeues": row["requeues"],
+    }
+    values.update(changed)
+    return DeliveryIntent(**values)
