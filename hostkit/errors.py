@@ -27,6 +27,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         │   ├── StoreClosed
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
+        ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
         ├── PollError              a polled platform (getUpdates) failed (status, retryable)
         ├── ProviderError          a model provider call failed (status, retryable, retry_after)
         │   └── ContextOverflow    the provider refused the request as too long for its window
@@ -39,6 +40,7 @@ branch on one flag whatever the concrete error is.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 __all__ = [
     "ApprovalClosed",
@@ -47,6 +49,7 @@ __all__ = [
     "ChannelRefused",
     "ConfigError",
     "ContextOverflow",
+    "DeliveryRefused",
     "HostkitError",
     "InvalidTurnRequest",
     "InvalidValue",
@@ -372,6 +375,39 @@ class StaleClaim(RuntimeFailure):
         self.inbound_id = bounded(inbound_id, 80)
         self.subject = bounded(subject, 40)
         super().__init__(f"the claim on {self.subject} {self.inbound_id} is no longer current")
+
+
+class _Failure(Protocol):
+    """What ``DeliveryRefused`` carries: a ``hostkit.types.DeliveryFailure`` (no import here)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def retry_after_s(self) -> float | None: ...
+
+    def text(self) -> str: ...
+
+
+class DeliveryRefused(RuntimeFailure):
+    """One delivery attempt failed, classified: ``failure`` says transient or permanent, and why.
+
+    Raised by outbound channel adapters (``hostkit.delivery``); the
+    ``DeliveryRuntime`` records the failure on the intent and retries a
+    transient one with backoff (at least ``failure.retry_after_s`` later).
+    The message is the failure's redacted, bounded text: never a token,
+    never the payload.
+    """
+
+    def __init__(self, failure: _Failure) -> None:
+        self.failure = failure
+        super().__init__(
+            f"delivery {failure.kind}ly refused: {failure.text()}",
+            retryable=failure.kind == "transient",
+        )
 
 
 class ProviderError(RuntimeFailure):

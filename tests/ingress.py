@@ -20,7 +20,7 @@ from hostkit.channels import ingress_app
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox
 
-__all__ = ["SECRETS", "NOW", "channels", "serve_ingress", "to_json"]
+__all__ = ["NOW", "SECRETS", "channels", "serve_ingress", "to_json"]
 
 # A fixed "now" for the app's clock: signatures are made at it, replays measured from it.
 NOW = 1_700_000_000

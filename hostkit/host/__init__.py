@@ -29,6 +29,7 @@ from hostkit.host._config import (
     parse_config,
 )
 from hostkit.host._defaults import (
+    ConfiguredChannels,
     DefaultCapabilities,
     DefaultMcpSource,
     DefaultToolSource,
@@ -46,6 +47,7 @@ __all__ = [
     "CatalogTool",
     "Channel",
     "ChannelSource",
+    "ConfiguredChannels",
     "DefaultCapabilities",
     "DefaultMcpSource",
     "DefaultToolSource",

@@ -1,12 +1,14 @@
 """HostDaemon: a Host's channels, inbox workers and delivery under one supervisor.
 
 The registry is built from the Host's current configuration, in dependency
-order: "inbox" (turns for inbound messages), one "poll:<id>" per Telegram
+order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
+messages), one "poll:<id>" per Telegram
 channel with ``inbound = "polling"``, and "webhooks" (uvicorn serving
 ``hostkit.channels.ingress_app``; it lingers through a shutdown to answer
 ``/readyz``). A shutdown stops them in reverse: the webhook routes refuse
 new requests and readiness goes 503, pollers stop, the inbox worker gives
-its turns the drain time and releases its claims.
+its turns the drain time and releases its claims, then delivery sends what
+became due (those turns' answers) and releases what it still holds.
 
 Secrets are read from the environment here, when the daemon is made: a
 missing variable is a ``ConfigError`` naming it before anything starts.
@@ -31,6 +33,7 @@ from hostkit.daemon import (
     RestartPolicy,
     Supervisor,
 )
+from hostkit.delivery import DeliveryRuntime
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
@@ -67,7 +70,7 @@ class _Stoppable(Protocol):
 
 
 class _Worker:
-    """A daemon over an InboxWorker / DeliveryRuntime: their stop() is synchronous."""
+    """A daemon over an InboxWorker: its stop() is synchronous."""
 
     def __init__(self, target: _Stoppable) -> None:
         self._target = target
@@ -77,6 +80,28 @@ class _Worker:
 
     async def stop(self) -> None:
         self._target.stop()
+
+
+class _Delivery:
+    """The "delivery" daemon: after a graceful stop it delivers what is due, then ends.
+
+    The inbox drains before delivery stops, so the answers of the turns it
+    let finish are due now; the supervisor's deadline bounds this last pass
+    (the runtime releases whatever it still holds when cut).
+    """
+
+    def __init__(self, runtime: DeliveryRuntime) -> None:
+        self._runtime = runtime
+        self._stopping = False
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        await self._runtime.run(task_status=task_status)
+        if self._stopping:
+            await self._runtime.drain()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._runtime.stop()
 
 
 class HostDaemon:
@@ -126,6 +151,7 @@ class HostDaemon:
         self.worker = host.inbox_worker(
             concurrency=serve.inbox_concurrency, grace_s=serve.drain_timeout_s
         )
+        self.delivery = host.delivery_runtime(grace_s=serve.drain_timeout_s)
         self._pollers = [
             TelegramPoller(cid, channels[cid], host.inbox, token=token, on_accept=self.worker.wake)
             for cid, token in tokens.items()
@@ -136,6 +162,8 @@ class HostDaemon:
         self._server: WebhookServer | None = None
         self.supervisor: Supervisor | None = None
         self._group: TaskGroup | None = None
+        # A shutdown asked for before run() made the supervisor (a signal during start-up).
+        self._early: tuple[str, float | None] | None = None
 
     # -- observation ------------------------------------------------------------------
 
@@ -154,14 +182,15 @@ class HostDaemon:
     async def status(self) -> ServeStatus:
         """A snapshot: daemon states, queued/running/delivered/failing, the listening URL."""
         counts = await self.host.inbox.counts()
+        outbox = await self.host.store.delivery.counts()
         daemons = self.statuses()
         troubled = sum(1 for d in daemons if d.state in ("backoff", "failed"))
         return ServeStatus(
             daemons=daemons,
             queued=sum(c.ready for c in counts),
             running=self.worker.in_flight,
-            delivered=0,
-            failing=sum(c.dead_lettered for c in counts) + troubled,
+            delivered=self.delivery.delivered,
+            failing=sum(c.dead_lettered for c in counts) + outbox.dead_lettered + troubled,
             listening=self.url,
             ready=self.ready,
         )
@@ -181,6 +210,8 @@ class HostDaemon:
             self.supervisor = Supervisor(
                 self._registry(server), policy=self._policy, on_change=self._on_change
             )
+            if self._early is not None:
+                self.request_shutdown(reason=self._early[0], deadline_s=self._early[1])
             return await self.supervisor.run(task_status=task_status)
         finally:
             server.close()
@@ -188,9 +219,10 @@ class HostDaemon:
     def request_shutdown(
         self, *, reason: str = "shutdown", deadline_s: float | None = None
     ) -> None:
-        """Begin the graceful shutdown (safe from a signal-watching task)."""
+        """Begin the graceful shutdown (safe from a signal-watching task, also before ``run``)."""
         if self.supervisor is None:
-            raise InvalidValue("the daemon is not running")
+            self._early = self._early or (reason, deadline_s)
+            return
         self.supervisor.request_shutdown(
             deadline_s=self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
         )
@@ -242,6 +274,7 @@ class HostDaemon:
 
     def _registry(self, server: WebhookServer) -> DaemonRegistry:
         registry = DaemonRegistry()
+        registry.register("delivery", _Delivery(self.delivery))
         registry.register("inbox", _Worker(self.worker))
         for poller in self._pollers:
             registry.register(f"poll:{poller.channel_id}", poller.run)
