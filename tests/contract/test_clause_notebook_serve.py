@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ import pytest
 import hostkit.notebook as hn
 from hostkit.channels import sign_webhook
 from hostkit.errors import ConfigError, UserError
-from hostkit.host import parse_config
+from hostkit.host import ConfiguredChannels, parse_config
 from hostkit.notebook import NotebookHost, ServeHandle, ServeMonitor
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest
+from tests.platforms import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 
@@ -50,26 +52,37 @@ class SlowModel:
         return Reply(f"echo: {text}")
 
 
+@dataclass
+class Served:
+    nb: NotebookHost
+    model: SlowModel
+    receiver: WebhookReceiver  # where the channel's answers are delivered
+
+
 @pytest.fixture
-async def notebook(tmp_path: Path) -> AsyncIterator[tuple[NotebookHost, SlowModel]]:
+async def notebook(tmp_path: Path) -> AsyncIterator[Served]:
     model = SlowModel()
-    config = parse_config(
-        {
-            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
-            "providers": {"test": {"kind": "scripted"}},
-            "agents": {"assistant": {"provider": "test", "policy": {"allow": ["*"]}}},
-            "channels": {"hooks": {"kind": "webhook", "secret_env": "HOOK_SECRET"}},
-            "serve": {"port": 0, "drain_timeout_s": 10},
-        },
-        base_dir=tmp_path,
-    )
-    provider = ScriptedModel([model], repeat_last=True)
-    nb = await hn.start(config, capabilities=capabilities(provider))
-    try:
-        yield nb, model
-    finally:
-        model.opened.set()
-        await nb.aclose()
+    async with WebhookReceiver.running(secret=SECRET) as receiver:
+        hooks = {"kind": "webhook", "secret_env": "HOOK_SECRET"}
+        config = parse_config(
+            {
+                "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+                "providers": {"test": {"kind": "scripted"}},
+                "agents": {"assistant": {"provider": "test", "policy": {"allow": ["*"]}}},
+                "channels": {"hooks": {**hooks, "deliver_url": receiver.deliver_url}},
+                "serve": {"port": 0, "drain_timeout_s": 10},
+            },
+            base_dir=tmp_path,
+        )
+        provider = ScriptedModel([model], repeat_last=True)
+        # The Host's own outbound channels (from [channels], secrets from ENV); the model scripted.
+        caps = replace(capabilities(provider), channels=ConfiguredChannels(config, ENV))
+        nb = await hn.start(config, capabilities=caps)
+        try:
+            yield Served(nb, model, receiver)
+        finally:
+            model.opened.set()
+            await nb.aclose()
 
 
 def signed(event_id: str, text: str) -> tuple[bytes, dict[str, str]]:
@@ -103,9 +116,9 @@ def figures(monitor: ServeMonitor) -> tuple[int, int, int, int]:
 
 
 async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_per_kernel(
-    notebook: tuple[NotebookHost, SlowModel],
+    notebook: Served,
 ) -> None:
-    nb, model = notebook
+    nb, model = notebook.nb, notebook.model
     served = await nb.serve(port=0, env=ENV, every_s=0.05, display=False)
     monitor = served.monitor
     assert monitor is not None
@@ -115,6 +128,7 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert served._task.get_loop() is asyncio.get_running_loop()
     assert serving(nb) is served
     assert {d.name: d.state for d in monitor.model.daemons} == {
+        "delivery": "running",
         "inbox": "running",
         "webhooks": "running",
     }
@@ -131,8 +145,10 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert "running 1" in monitor.text()
     assert ">running</span> <code>1</code>" in monitor.html()
     model.opened.set()
-    await until(lambda: monitor.model.running == 0)
-    assert figures(monitor) == (0, 0, 0, 0)
+    await until(lambda: monitor.model.delivered == 1)  # the answer reached the channel
+    assert figures(monitor) == (0, 0, 1, 0)
+    assert "delivered 1" in monitor.text()
+    assert [body["text"] for body in notebook.receiver.bodies()] == ["echo: slow"]
     drawn = monitor.refreshes
 
     exit_ = await nb.stop_serving()
@@ -150,9 +166,9 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
 
 
 async def test_stop_serving_refuses_new_webhooks_and_drains_the_turn_in_flight(
-    notebook: tuple[NotebookHost, SlowModel],
+    notebook: Served,
 ) -> None:
-    nb, model = notebook
+    nb, model = notebook.nb, notebook.model
     served = await nb.serve(port=0, env=ENV, every_s=0.05, display=False)
     accepted = await post(served.url, "evt-1", "slow")
     inbound_id = accepted.json()["inbound_id"]
@@ -178,9 +194,9 @@ async def test_stop_serving_refuses_new_webhooks_and_drains_the_turn_in_flight(
 
 
 async def test_a_daemon_that_cannot_start_is_raised_and_nothing_keeps_serving(
-    notebook: tuple[NotebookHost, SlowModel],
+    notebook: Served,
 ) -> None:
-    nb, _ = notebook
+    nb = notebook.nb
     with pytest.raises(ConfigError, match="HOOK_SECRET"):
         await nb.serve(port=0, env={}, display=False)
     assert serving(nb) is None
