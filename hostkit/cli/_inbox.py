@@ -1,4 +1,4 @@
-"""``hostkit inbox counts | list | requeue``: the ChannelInbox as an operator sees and acts on it.
+"""``hostkit inbox counts | list | show | dlq | requeue``: the ChannelInbox as an operator sees it.
 
 Every subcommand opens the Host with an audited operator scope, as
 ``hostkit sessions`` does (``--reason`` optional on a database the local
@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hostkit.cli._common import (
     ConfigOption,
@@ -44,7 +45,7 @@ from hostkit.inspect import (
 from hostkit.store import MAX_INBOX_LIST
 from hostkit.types import InboundRecord
 
-__all__ = ["counts_table", "inbox", "records_table"]
+__all__ = ["counts_table", "dead_letters_table", "inbox", "record_table", "records_table"]
 
 FAILURE_CHARS = 200
 # An inbound id is ``inb_`` and a few dozen characters; anything longer is not one.
@@ -111,6 +112,68 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
     return fit_table(columns, rows, width)
 
 
+def dead_letters_table(records: Sequence[InboundRecord], *, width: int) -> Table:
+    """The dead letters: what failed and how often it was tried; the inbound id is never cut.
+
+    On a narrow terminal the event key, then the requeues, are left out
+    before the failure.
+    """
+    columns = (
+        Column("inbound", whole=True),
+        Column("channel", cap=24),
+        Column("attempts", cap=8),
+        Column("requeues", cap=8, drop=2),
+        Column("event", cap=24, drop=1),
+        Column("failure", flexible=True, wrap=True, drop=3),
+    )
+    rows = [
+        (
+            r.inbound_id,
+            r.channel_instance_id,
+            str(r.attempt),
+            str(r.requeues),
+            one_line(r.platform_event_key, 200),
+            failure_text(r),
+        )
+        for r in records
+    ]
+    return fit_table(columns, rows, width)
+
+
+def record_table(record: InboundRecord) -> Table:
+    """One inbound, field by field: its states, attempts, times, turn and last failure.
+
+    The payload itself is never shown (only whether retention removed it):
+    operator views carry ids, states and failures, not what a user wrote.
+    """
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    payload = "pruned by retention" if record.payload_pruned else "kept (never shown here)"
+    fields = (
+        ("inbound", record.inbound_id),
+        ("channel", record.channel_instance_id),
+        ("kind", one_line(record.kind, 40)),
+        ("state", record.state),
+        ("attempt", str(record.attempt)),
+        ("requeues", str(record.requeues)),
+        ("event", one_line(record.platform_event_key, 200)),
+        ("conversation", one_line(record.conversation_key, 200)),
+        ("received", _when(record.received_at)),
+        ("accepted", _when(record.accepted_at)),
+        ("updated", _when(record.updated_at)),
+        ("due", _when(record.due_at)),
+        ("result", record.result_kind or ""),
+        ("turn", record.turn_id or ""),
+        ("failure", failure_text(record)),
+        ("payload", payload),
+    )
+    for name, value in fields:
+        # Text, not markup: keys and failures come from a platform.
+        table.add_row(name, Text(value or "-"))
+    return table
+
+
 def failure_text(record: InboundRecord) -> str:
     """``code: message`` of the last failure, one bounded line ("" when none)."""
     if not record.failure_code:
@@ -123,6 +186,10 @@ def failure_text(record: InboundRecord) -> str:
 
 def _clock(at: float | None) -> str:
     return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def _when(at: float | None) -> str:
+    return "" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 @inbox.command("counts")
@@ -182,12 +249,64 @@ def list_inbounds(
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
             if any(r.state == "dead_lettered" for r in rows.records):
-                console.print(
-                    'requeue a dead letter: hostkit inbox requeue INBOUND_ID --reason "..."',
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
+                _requeue_hint()
+
+    run_command(main)
+
+
+@inbox.command("show")
+def show(
+    inbound_id: Annotated[str, typer.Argument(help="the inbound (inb_...)")],
+    reason: Reason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """One inbound: state, attempts, due time, turn, last failure (never the payload)."""
+    _check_id(inbound_id)
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, _):
+            record = await inbox_of(host).record(inbound_id)
+            if record is None:
+                raise NotFoundOrUnauthorized("inbound")
+            if json_:
+                print_json(record)
+                return
+            Console().print(record_table(record))
+            if record.state == "dead_lettered":
+                _requeue_hint()
+
+    run_command(main)
+
+
+@inbox.command("dlq")
+def dead_letters(
+    channel: Annotated[str | None, typer.Option(help="only this channel instance")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_INBOX_LIST - 1)] = 50,
+    reason: Reason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """The dead letters, newest first: attempts, requeues and the failure that ended them."""
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, _):
+            rows = await inbox_rows(
+                inbox_of(host), state="dead_lettered", channel_instance_id=channel, limit=limit
+            )
+            if json_:
+                print_json(rows.records)
+                return
+            if not rows.records:
+                console.print("no dead letters" + _filters(None, channel), highlight=False)
+                return
+            out = Console()
+            out.print(dead_letters_table(rows.records, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
+            _requeue_hint()
 
     run_command(main)
 
@@ -202,8 +321,7 @@ def requeue(
     config: ConfigOption = None,
 ) -> None:
     """Send a dead letter round again: ready now, attempts from zero; the reason is audited."""
-    if not inbound_id or len(inbound_id) > _MAX_ID:
-        raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
+    _check_id(inbound_id)
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
@@ -217,6 +335,21 @@ def requeue(
             )
 
     run_command(main)
+
+
+def _check_id(inbound_id: str) -> None:
+    """An id no inbound can have is refused before anything opens (and never echoed)."""
+    if not inbound_id or len(inbound_id) > _MAX_ID:
+        raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
+
+
+def _requeue_hint() -> None:
+    console.print(
+        'requeue a dead letter: hostkit inbox requeue INBOUND_ID --reason "..."',
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 async def _check_dead_letter(channel_inbox: ChannelInbox, inbound_id: str) -> None:

@@ -29,6 +29,7 @@ from hostkit.host._config import (
     parse_config,
 )
 from hostkit.host._defaults import (
+    ConfiguredChannels,
     DefaultCapabilities,
     DefaultMcpSource,
     DefaultToolSource,
@@ -36,6 +37,7 @@ from hostkit.host._defaults import (
 )
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
+from hostkit.host._serve import HostDaemon, ServeStatus
 
 __all__ = [
     "Agent",
@@ -45,6 +47,7 @@ __all__ = [
     "CatalogTool",
     "Channel",
     "ChannelSource",
+    "ConfiguredChannels",
     "DefaultCapabilities",
     "DefaultMcpSource",
     "DefaultToolSource",
@@ -52,6 +55,7 @@ __all__ = [
     "Host",
     "HostAttachments",
     "HostConfig",
+    "HostDaemon",
     "McpServerConfig",
     "McpSource",
     "MemoryRequest",
@@ -64,6 +68,7 @@ __all__ = [
     "ProviderSource",
     "PydanticOutput",
     "RuntimeCapabilities",
+    "ServeStatus",
     "StoreMemorySource",
     "ToolCatalog",
     "ToolRequest",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import (
@@ -13,7 +14,13 @@ from hostkit.effects import (
     ApprovalStatus,
     PendingApproval,
 )
-from hostkit.errors import ApprovalRefused, InvalidValue, ScopeError, TurnInProgress
+from hostkit.errors import (
+    ApprovalRefused,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    TurnInProgress,
+)
 from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult
@@ -198,6 +205,7 @@ class HostApprovals:
             raise ApprovalRefused(
                 approval_id, "answered", "too many of its continuation turns were interrupted"
             )
+        route = await self._captured_route(approval, principal)
         try:
             return await self._turns.run(
                 TurnRequest(
@@ -206,6 +214,7 @@ class HostApprovals:
                     request_id=request_id,
                     core_id=approval.core_id,
                     continues=approval_id,
+                    route=route,
                 )
             )
         except TurnInProgress:
@@ -215,6 +224,26 @@ class HostApprovals:
                 "its continuation turn is running (here or in another process); "
                 "resume again when it has ended",
             ) from None
+
+    async def _captured_route(
+        self, approval: PendingApproval, principal: PrincipalScope
+    ) -> Mapping[str, Any] | None:
+        """The route the paused turn captured (its outbox intents carry it), or None.
+
+        Whoever answers (a channel reply, the CLI, a notebook), the
+        continuation's answer goes where the conversation asked: the route is
+        the paused turn's, never the answerer's. A turn with no route (a CLI or
+        notebook turn) wrote no intent, and its continuation gets none either.
+        """
+        try:
+            state = await self._store.turns.state(principal, approval.turn_id)
+        except NotFoundOrUnauthorized:
+            return None
+        for intent_id in () if state.result is None else state.result.deliveries:
+            intent = await self._store.delivery.intent(intent_id)
+            if intent is not None:
+                return intent.route
+        return None
 
     async def revoke(self, scope: PrincipalScope, session_id: str) -> int:
         """Drop the session's cached "approve for session" answers (owner-checked).

@@ -9,10 +9,10 @@ and turns keep the generation they started with.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import AsyncResource
@@ -24,6 +24,7 @@ from hostkit.builtins.process import (
     TerminalRuns,
     load_artifact_key,
 )
+from hostkit.delivery import OutboundChannel
 from hostkit.effects import AuthoredTool, EffectPolicy, McpServer, SourcedTool
 from hostkit.host._config import HostConfig
 from hostkit.providers import ModelProvider
@@ -164,14 +165,15 @@ class McpSource(Protocol):
     async def mcp_servers(self, request: ToolRequest) -> Sequence[McpServer]: ...
 
 
-class Channel(Protocol):
-    """An outbound channel: replies by route, scheduled delivery, approval prompts."""
-
-    async def send(self, route: Mapping[str, Any], payload: Mapping[str, Any]) -> None: ...
+# An outbound channel: replies by route, approval prompts (``hostkit.delivery``).
+Channel = OutboundChannel
 
 
 class ChannelSource(Protocol):
-    def channel(self, alias: str) -> Channel | None: ...
+    """A generation's outbound channels by alias (the ``[channels.<id>]`` id); None fails
+    the delivery closed (``no_channel``)."""
+
+    def channel(self, alias: str) -> OutboundChannel | None: ...
 
 
 @dataclass(frozen=True, slots=True)

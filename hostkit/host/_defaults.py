@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import anyio
 from anyio.abc import AsyncResource
@@ -19,15 +19,22 @@ from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.context import Estimator
+from hostkit.delivery import (
+    OutboundChannel,
+    SharedClient,
+    SlackChannel,
+    TelegramChannel,
+    WebhookChannel,
+)
 from hostkit.effects import AuthoredTool, McpServer, SourcedTool, provider_name
 from hostkit.errors import ConfigError
 from hostkit.host._capabilities import (
-    Channel,
     ProviderRequest,
     RuntimeCapabilities,
     ToolRequest,
 )
 from hostkit.host._config import HostConfig, ProviderConfig
+from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider
@@ -36,6 +43,7 @@ from hostkit.turns import Observer
 from hostkit.types import AttachmentSupport, ModelLimits
 
 __all__ = [
+    "ConfiguredChannels",
     "DefaultCapabilities",
     "DefaultMcpSource",
     "DefaultProviderSource",
@@ -269,10 +277,66 @@ def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
 
 
 class NoChannels:
-    """No outbound channels configured (delivery intents stay in the outbox)."""
+    """No outbound channels: every delivery fails closed (``no_channel``)."""
 
-    def channel(self, alias: str) -> Channel | None:
+    def channel(self, alias: str) -> OutboundChannel | None:
         return None
+
+
+class ConfiguredChannels(AsyncResource):
+    """One outbound adapter per ``[channels.<id>]`` that has an outbound side.
+
+    Slack and Telegram channels always (their ``token_env``); a webhook
+    channel when it has a ``deliver_url`` (signed with its ``secret_env``).
+    Secrets are read from ``env`` here, at configuration time: a missing
+    variable is a ``ConfigError`` naming it, before anything is served. The
+    adapters share one HTTP client (made on first send), closed by
+    ``aclose()`` with the generation.
+    """
+
+    def __init__(self, config: HostConfig, env: Mapping[str, str]) -> None:
+        self._client = SharedClient()
+        self._channels: dict[str, OutboundChannel] = {}
+        for channel_id, settings in config.channels.items():
+            built = self._build(channel_id, settings, env)
+            if built is not None:
+                self._channels[channel_id] = built
+
+    def _build(
+        self, channel_id: str, settings: ChannelConfig, env: Mapping[str, str]
+    ) -> OutboundChannel | None:
+        origin = settings.api_origin
+        if settings.kind == "webhook":
+            if settings.deliver_url is None:
+                return None
+            secret = _secret(env, settings.secret_env, f"channels.{channel_id}.secret_env")
+            return WebhookChannel(settings.deliver_url, secret, self._client)
+        token = _secret(env, settings.token_env, f"channels.{channel_id}.token_env")
+        assert origin is not None
+        if settings.kind == "slack":
+            return SlackChannel(origin, token, self._client)
+        return TelegramChannel(origin, token, self._client)
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The channel ids with an outbound adapter."""
+        return tuple(self._channels)
+
+    def channel(self, alias: str) -> OutboundChannel | None:
+        return self._channels.get(alias)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _secret(env: Mapping[str, str], name: str | None, key: str) -> str:
+    """The value of the environment variable ``name``; a ConfigError naming it if unset."""
+    if name is None:
+        raise ConfigError("is required to send through this channel", key=key)
+    value = env.get(name)
+    if not value:
+        raise ConfigError(f"{name} is not set: the channel reads its secret from it", key=key)
+    return value
 
 
 class DefaultCapabilities:
@@ -280,13 +344,19 @@ class DefaultCapabilities:
 
     @staticmethod
     def from_config(
-        config: HostConfig, *, store: RuntimeStore, observer: Observer | None = None
+        config: HostConfig,
+        *,
+        store: RuntimeStore,
+        observer: Observer | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> RuntimeCapabilities:
+        """``env`` (default: the process environment) holds the channels' secrets."""
+        channels = ConfiguredChannels(config, os.environ if env is None else env)
         return RuntimeCapabilities(
             providers=DefaultProviderSource(config),
             memory=StoreMemorySource(store),
             tools=DefaultToolSource(config),
-            channels=NoChannels(),
+            channels=channels,
             observer=observer,
             mcp=DefaultMcpSource(config),
         )

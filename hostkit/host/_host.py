@@ -23,6 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
+from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
     ApprovalRuntime,
@@ -39,7 +40,8 @@ from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
-from hostkit.host._inbound import InboundTurns
+from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._serve import HostDaemon
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
@@ -157,6 +159,8 @@ class Host(AsyncResource):
         self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
         # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.
         self._workers: weakref.WeakSet[InboxWorker] = weakref.WeakSet()
+        # Runtimes made by delivery_runtime(): stopped (grace, release) before channels close.
+        self._deliveries: weakref.WeakSet[DeliveryRuntime] = weakref.WeakSet()
         self.approvals = HostApprovals(
             store=store,
             authority=authority,
@@ -164,6 +168,7 @@ class Host(AsyncResource):
             turns=self.turns,
             fingerprint=self._approval_fingerprint,
         )
+        self._commands = InboundCommands(self.approvals, authority, self.turns, store)
         self._closed = False
 
     def _new_generation(
@@ -394,22 +399,88 @@ class Host(AsyncResource):
         until the block ends; ``await worker.run()`` serves in your own task
         group; ``await worker.drain()`` answers what is due now and returns.
         ``route`` maps a channel instance id to the agent that answers it
-        (default: ``agent`` for every channel). ``options`` are
-        ``InboxWorker``'s (``concurrency``, ``idle_poll_s``, ``grace_s``, ...).
-        Closing the Host stops its workers first: no new claims, a grace
-        period for the turns in flight, every claim still held released.
+        (default: the ``agent`` of its ``[channels.<id>]`` table, else
+        ``agent``). A channel configured under ``[channels]`` (read from the
+        current configuration at each inbound) gets a reply route: its turns'
+        answers and approval prompts become outbox intents for delivery; other
+        channels' turns write none. Command inbounds (``approve CODE``) answer
+        the sender's pending approval. ``options`` are ``InboxWorker``'s
+        (``concurrency``, ``idle_poll_s``, ``grace_s``, ...). Closing the Host
+        stops its workers first: no new claims, a grace period for the turns
+        in flight, every claim still held released.
         """
         if self._closed:
             raise StoreClosed()
         worker = InboxWorker(
             inbox or self.inbox,
             self._inbound.run,
-            route=route or (lambda _channel: agent),
+            route=route or functools.partial(self._channel_agent, agent),
             find_turn=self._inbound.find,
+            reply_route=lambda envelope: reply_route(self.config.channels, envelope),
+            run_command=self._commands.run,
             **options,
         )
         self._workers.add(worker)
         return worker
+
+    def _channel_agent(self, default: str, channel: str) -> str:
+        """The agent that answers ``channel``: its ``[channels.<id>]`` agent, else ``default``."""
+        configured = self.config.channels.get(channel)
+        return default if configured is None else configured.agent
+
+    def delivery_runtime(self, **options: Any) -> DeliveryRuntime:
+        """A runtime that delivers this Host's outbox through its configured channels.
+
+        Each attempt looks the route's channel alias up in the *current*
+        generation (a config apply changes the adapter for later attempts;
+        the route a turn captured never changes; an alias no generation
+        configures fails closed as ``no_channel``). Policy and concurrency
+        come from ``[serve]``; ``options`` are ``DeliveryRuntime``'s
+        (``policy``, ``concurrency``, ``idle_poll_s``, ``grace_s``, ``clock``,
+        ...). ``async with host.delivery_runtime():`` serves in the
+        background; closing the Host stops it first (grace, claims released).
+        """
+        if self._closed:
+            raise StoreClosed()
+        serve = self.config.serve
+        options.setdefault(
+            "policy",
+            DeliveryPolicy(
+                max_attempts=serve.delivery_max_attempts,
+                backoff_s=serve.delivery_backoff_s,
+                backoff_max_s=max(serve.delivery_backoff_max_s, serve.delivery_backoff_s),
+            ),
+        )
+        options.setdefault("concurrency", serve.delivery_concurrency)
+        runtime = DeliveryRuntime(self.store.delivery, self._outbound_channel, **options)
+        self._deliveries.add(runtime)
+        return runtime
+
+    def _outbound_channel(self, alias: str) -> OutboundChannel | None:
+        """``alias``'s adapter in the current generation, looked up at each attempt."""
+        if self._closed:
+            return None
+        return self._generation.capabilities.channels.channel(alias)
+
+    async def _stop_deliveries(self) -> None:
+        """Wind every delivery runtime down together (each bounded by its own grace)."""
+        async with anyio.create_task_group() as group:
+            for runtime in list(self._deliveries):
+                group.start_soon(runtime.aclose)
+
+    def serve(self, **options: Any) -> HostDaemon:
+        """This Host as a daemon: webhooks, pollers and inbox workers under one supervisor.
+
+        ``await host.serve(port=0).run()`` serves until its shutdown;
+        ``async with host.serve() as daemon:`` serves in the background
+        (``daemon.url``, ``await daemon.status()``). ``options`` are
+        ``HostDaemon``'s (``listen``, ``port``, ``env``, ``policy``). A secret
+        variable a channel names but the environment lacks is a ``ConfigError``
+        here, before anything starts (docs/service.md).
+        """
+        if self._closed:
+            raise StoreClosed()
+        return HostDaemon(self, **options)
 
     async def _stop_workers(self) -> None:
         """Wind every inbox worker down together (each bounded by its own grace)."""
@@ -488,6 +559,7 @@ class Host(AsyncResource):
                 stack.push_async_callback(self.processes.aclose)
                 stack.push_async_callback(self.mcp.aclose)
                 stack.push_async_callback(self.turns.shutdown)
+                stack.push_async_callback(self._stop_deliveries)
                 stack.push_async_callback(self._stop_workers)
                 stack.callback(self._approval_runtime.close)
 

@@ -1,23 +1,70 @@
-"""How the Host answers an inbound with a turn: the runner an InboxWorker is given.
+"""How the Host answers an inbound: the turn runner and command runner an InboxWorker is given.
 
 ``hostkit.inbox`` knows no turn machinery; the Host hands its workers these
-two callables. ``run`` adds the two things only the Host can do around
-``TurnExecution.run``: end a turn whose Host died (so an attempt after a
-crash gets that turn's record instead of waiting for it forever), and say
+callables. ``InboundTurns.run`` adds the two things only the Host can do
+around ``TurnExecution.run``: end a turn whose Host died (so an attempt after
+a crash gets that turn's record instead of waiting for it forever), and say
 that a refusal because this Host is closing is worth retrying elsewhere.
+``InboundCommands.run`` answers a channel user's ``approve CODE`` /
+``deny CODE`` with exactly the authority of every other answer. ``reply_route``
+is the route a channel's turns capture for their answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from hostkit.authority import conversation_principal
-from hostkit.errors import TurnInProgress, TurnRejected
+from hostkit.authority import AuthorityResolver, conversation_principal
+from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
+from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnInProgress, TurnRejected
+from hostkit.freeze import thaw
+from hostkit.host._approvals import MAX_LIST, HostApprovals
+from hostkit.host._config_channels import ChannelConfig
 from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
-from hostkit.types import ConversationFacts, TurnRequest, TurnResult
+from hostkit.types import (
+    ClaimedInbound,
+    ConversationFacts,
+    InboundEnvelope,
+    InboundResult,
+    PrincipalScope,
+    TurnRequest,
+    TurnResult,
+    approval_code,
+)
 
-__all__ = ["InboundTurns"]
+__all__ = ["InboundCommands", "InboundTurns", "reply_route"]
+
+# "approve K7QX2M" / "deny K7QX2M": the word in any case, the code in base32 (shown upper case).
+_COMMAND = re.compile(r"\s*(approve|deny)\s+([A-Za-z2-7]{6})\s*", re.IGNORECASE)
+_DECISIONS: dict[str, ApprovalDecision] = {"approve": "approve_once", "deny": "deny"}
+# One result for an unknown code and for another principal's approval: nothing leaks.
+_NOT_FOUND = InboundResult(
+    "command", outcome="not_found", detail="no pending approval of yours has this code"
+)
+
+
+def reply_route(
+    channels: Mapping[str, ChannelConfig], envelope: InboundEnvelope
+) -> Mapping[str, Any] | None:
+    """Where a configured channel's answer goes: its instance, conversation and reply target.
+
+    Built from the authenticated channel instance and conversation key plus
+    the reply target the transport put in ``metadata["reply"]``; it only says
+    where to deliver and grants no authority. Unconfigured channels (the CLI,
+    the notebook, tests) get None: their turns write no outbox intent.
+    """
+    channel = envelope.channel_instance_id
+    if channel not in channels:
+        return None
+    reply = envelope.metadata.get("reply")
+    return {
+        "channel": channel,
+        "conversation": envelope.conversation_key,
+        "reply": thaw(reply) if isinstance(reply, Mapping) else {},
+    }
 
 
 class InboundTurns:
@@ -62,3 +109,102 @@ class InboundTurns:
             conversation_principal(request.principal), request.request_id
         )
         return None if found is None else found.turn_id
+
+
+class InboundCommands:
+    """``run(claimed)``: a command inbound answers one pending approval of its sender.
+
+    The replier's scope comes from the authority resolver and the
+    envelope's authenticated fields (never its payload); the code is
+    matched only among the approvals that scope may answer
+    (``host.approvals.list``), so an unknown code and someone else's
+    approval give the same ``not_found`` and nothing is answered. The
+    answer runs through ``HostApprovals.answer``: the continuation turn runs
+    the approved call once, and a repeat of the same command (a crash after
+    the answer, a platform retry) resumes or reports that continuation
+    instead of running anything twice. A continuation still running
+    (elsewhere, or in a Host that died) is ``TurnInProgress``: the worker
+    retries the command later instead of recording a refusal.
+    """
+
+    def __init__(
+        self,
+        approvals: HostApprovals,
+        authority: AuthorityResolver,
+        turns: TurnExecution,
+        store: RuntimeStore,
+    ) -> None:
+        self._approvals = approvals
+        self._authority = authority
+        self._turns = turns
+        self._store = store
+
+    async def run(self, claimed: ClaimedInbound) -> InboundResult:
+        envelope = claimed.envelope
+        match = _COMMAND.fullmatch(envelope.payload)
+        if match is None:
+            return InboundResult(
+                "command", outcome="unknown_command", detail="expected approve CODE or deny CODE"
+            )
+        decision = _DECISIONS[match.group(1).lower()]
+        code = match.group(2).upper()
+        scope = await self._authority.for_conversation(
+            ConversationFacts(
+                channel=envelope.channel_instance_id,
+                conversation_key=envelope.conversation_key,
+                principal_key=envelope.principal_key,
+            )
+        )
+        approval = await self._find(scope, code)
+        if approval is None:
+            return _NOT_FOUND
+        if claimed.attempt > 1:
+            # An earlier attempt may have died with the continuation it started: end such
+            # turns (the lease rule) so their record, not a wait, answers this one.
+            await self._turns.recover()
+        try:
+            result = await self._answer(approval, decision, scope)
+        except NotFoundOrUnauthorized:
+            return _NOT_FOUND
+        except ApprovalRefused as exc:
+            if exc.reason == "answered" and await self._running(scope, approval, decision):
+                raise TurnInProgress(approval.approval_id) from None
+            return InboundResult("command", outcome="refused", detail=exc.message)
+        return InboundResult("command", result.turn_id, result.outcome, result.error or "")
+
+    async def _find(self, scope: PrincipalScope, code: str) -> PendingApproval | None:
+        """The approval of ``code`` among those ``scope`` may answer: pending first, then any
+        (an answered one: a repeated command reports or resumes its continuation)."""
+        statuses: tuple[ApprovalStatus | None, ...] = ("pending", None)
+        for status in statuses:
+            listed = await self._approvals.list(scope, status=status, limit=MAX_LIST)
+            found = next((a for a in listed if approval_code(a.approval_id) == code), None)
+            if found is not None:
+                return found
+        return None
+
+    async def _answer(
+        self, approval: PendingApproval, decision: ApprovalDecision, scope: PrincipalScope
+    ) -> TurnResult:
+        approval_id = approval.approval_id
+        try:
+            return await self._approvals.answer(approval_id, decision, by=scope)
+        except ApprovalRefused as exc:
+            if exc.reason != "answered" or approval.decision != decision:
+                raise
+        # The same answer again, its continuation already claimed: that turn's record.
+        return await self._approvals.resume(approval_id, by=scope)
+
+    async def _running(
+        self, scope: PrincipalScope, approval: PendingApproval, decision: ApprovalDecision
+    ) -> bool:
+        """Whether this same answer's continuation is still to end (so: retry later)."""
+        current = await self._approvals.get(scope, approval.approval_id)
+        if current.decision != decision:
+            return False
+        if current.awaiting_continuation:
+            return True
+        turn_id = current.continuation_turn_id
+        if turn_id is None or turn_id == current.turn_id:
+            return False
+        return (await self._store.turns.state(scope, turn_id)).result is None

@@ -9,7 +9,7 @@ in-memory one (``ChannelInbox.in_memory``).
 
 from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
-from hostkit.inbox._worker import FindTurn, InboxWorker, Route, RunTurn
+from hostkit.inbox._worker import FindTurn, InboxWorker, ReplyRoute, Route, RunCommand, RunTurn
 
 __all__ = [
     "DEDUP_HORIZON_S",
@@ -18,8 +18,10 @@ __all__ = [
     "ChannelInbox",
     "FindTurn",
     "InboxWorker",
+    "ReplyRoute",
     "RetentionPolicy",
     "RetryPolicy",
     "Route",
+    "RunCommand",
     "RunTurn",
 ]

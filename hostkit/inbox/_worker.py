@@ -5,7 +5,9 @@ yet (``payload_ref``, artifacts: a permanent ``unsupported_content``
 failure); decide whether it needs a turn at all (``ignored`` if not);
 build the ``TurnRequest`` from the envelope's *authenticated* fields only
 (channel instance, conversation key, principal key; never ``payload`` or
-``metadata``) with the inbound's stable ``turn_request_id``; durably
+``metadata``) with the inbound's stable ``turn_request_id`` and the reply
+route the caller derives (where the answer is delivered: no authority);
+durably
 reserve that id (``reserve_turn``); run the turn while a keepalive renews
 the claim every third of its lease; record the result (``complete``) or
 the typed failure (``fail``).
@@ -15,6 +17,11 @@ id, so ``TurnExecution`` answers with the turn the crashed attempt started
 (its recorded result, or ``TurnInProgress`` while it still runs) and never
 starts a second one.
 
+An inbound of kind ``command`` (a channel user's ``approve CODE``) is no
+message for the model: it goes to ``run_command``, whose ``InboundResult``
+ends it (``ignored`` without one). The command's own durable state (the
+approval it answers) is its reconciliation, so it reserves no turn id.
+
 The worker takes the turn runner as a callable (``Host`` passes its own), so
 this package depends on no turn machinery.
 """
@@ -23,10 +30,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -45,6 +52,7 @@ from hostkit.types import (
     ClaimedInbound,
     CompletionDecision,
     ConversationFacts,
+    InboundEnvelope,
     InboundFailure,
     InboundResult,
     RetryDecision,
@@ -53,7 +61,7 @@ from hostkit.types import (
     finite_seconds,
 )
 
-__all__ = ["FindTurn", "InboxWorker", "Route", "RunTurn"]
+__all__ = ["FindTurn", "InboxWorker", "ReplyRoute", "Route", "RunCommand", "RunTurn"]
 
 _log = logging.getLogger("hostkit.inbox")
 
@@ -63,12 +71,17 @@ RunTurn = Callable[[TurnRequest], Awaitable[TurnResult]]
 FindTurn = Callable[[TurnRequest], Awaitable[str | None]]
 # Channel instance id -> the agent (core id) that answers it.
 Route = Callable[[str], str]
+# An inbound -> where its turn's answer is delivered (TurnRequest.route), or None (no delivery).
+ReplyRoute = Callable[[InboundEnvelope], Mapping[str, Any] | None]
+# A command inbound -> its business result (the Host answers approvals with it).
+RunCommand = Callable[[ClaimedInbound], Awaitable[InboundResult]]
 Clock = Callable[[], float]
 
 # complete/fail tried this often when the store fails; after that the lease's
 # expiry brings the inbound back and the same request id reconciles it.
 _SETTLE_TRIES = 3
 _Decision = TypeVar("_Decision", CompletionDecision, RetryDecision)
+_Result = TypeVar("_Result", TurnResult, InboundResult)
 
 
 def _assistant(channel_instance_id: str) -> str:
@@ -93,6 +106,10 @@ class InboxWorker:
     call is bounded by ``op_timeout_s``, every turn by ``turn_timeout_s``.
     ``clock`` is the inbox's clock (wall seconds): the lease times it reads
     come from it.
+
+    ``reply_route`` gives each turn's ``TurnRequest.route`` (None: the turn
+    writes no outbox intent); ``run_command`` answers inbounds of kind
+    ``command`` (without it they are ``ignored``).
     """
 
     def __init__(
@@ -102,6 +119,8 @@ class InboxWorker:
         *,
         route: Route = _assistant,
         find_turn: FindTurn | None = None,
+        reply_route: ReplyRoute | None = None,
+        run_command: RunCommand | None = None,
         concurrency: int = 4,
         idle_poll_s: float = 1.0,
         grace_s: float = 10.0,
@@ -113,6 +132,8 @@ class InboxWorker:
             raise InvalidValue("InboxWorker needs a ChannelInbox")
         if not callable(run_turn) or not callable(route):
             raise InvalidValue("run_turn and route must be callables")
+        if any(f is not None and not callable(f) for f in (find_turn, reply_route, run_command)):
+            raise InvalidValue("find_turn, reply_route and run_command must be callables")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise InvalidValue("concurrency must be an integer")
         if not 1 <= concurrency <= MAX_CLAIM_BATCH:
@@ -125,6 +146,8 @@ class InboxWorker:
         self._run_turn = run_turn
         self._route = route
         self._find_turn = find_turn
+        self._reply_route = reply_route
+        self._run_command = run_command
         self._concurrency = concurrency
         self._idle_poll_s = float(idle_poll_s)
         self._grace_s = float(grace_s)
@@ -324,6 +347,9 @@ class InboxWorker:
         if unsupported is not None:
             await self._fail(claimed, unsupported)
             return
+        if claimed.envelope.kind == "command" and self._run_command is not None:
+            await self._command(claimed, self._run_command)
+            return
         reason = needs_no_turn(claimed.envelope)
         if reason is not None:
             await self._complete(claimed, InboundResult("ignored", detail=reason))
@@ -363,12 +389,29 @@ class InboxWorker:
             principal_key=envelope.principal_key,
         )
         core_id = self._route(envelope.channel_instance_id)
+        route = None if self._reply_route is None else self._reply_route(envelope)
         return TurnRequest(
             input=envelope.payload,
             principal=facts,
             request_id=claimed.turn_request_id,
             core_id=core_id,
+            route=route,
         )
+
+    async def _command(self, claimed: ClaimedInbound, run_command: RunCommand) -> None:
+        """A command inbound: its runner's result ends it, its failure is typed like a turn's.
+
+        A repeat (a crash after the command took effect) runs the same command
+        again: the runner answers it from the durable state it changed.
+        """
+        result, error, lost = await self._kept(claimed, lambda: run_command(claimed))
+        if lost:
+            self._lost(claimed, "while its command ran")
+        elif result is not None:
+            await self._complete(claimed, result)
+        else:
+            assert error is not None
+            await self._fail(claimed, failure_of(error))
 
     async def _reconcile(self, claimed: ClaimedInbound, request: TurnRequest) -> ClaimedInbound:
         """An earlier attempt reserved the request id: name the turn it started, if any."""
@@ -394,14 +437,20 @@ class InboxWorker:
         self, claimed: ClaimedInbound, request: TurnRequest
     ) -> tuple[TurnResult | None, BaseException | None, bool]:
         """Run the turn while keeping the claim; (result, error, claim lost)."""
-        result: TurnResult | None = None
+        return await self._kept(claimed, lambda: self._run_turn(request))
+
+    async def _kept(
+        self, claimed: ClaimedInbound, work: Callable[[], Awaitable[_Result]]
+    ) -> tuple[_Result | None, BaseException | None, bool]:
+        """Run ``work`` (bounded by the turn timeout) while keeping the claim."""
+        result: _Result | None = None
         error: BaseException | None = None
         lost = anyio.Event()
         async with anyio.create_task_group() as keeper:
             keeper.start_soon(self._keep, claimed, lost)
             try:
                 with anyio.fail_after(self._turn_timeout_s):
-                    result = await self._run_turn(request)
+                    result = await work()
             except Exception as exc:
                 error = exc
             finally:

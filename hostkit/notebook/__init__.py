@@ -7,6 +7,8 @@ view = nb.chat("Summarise notes.md")  # returns the live panel at once
 result = await view                   # later, in another cell
 await nb.dashboard()                  # sessions, running turns, approvals, budget
 await nb.inbox_monitor()              # the channel inbox: counts, dead letters to requeue
+served = await nb.serve(port=0)       # hostkit serve on the kernel's loop; a live status widget
+await nb.stop_serving()               # drain and stop it
 ```
 """
 
@@ -22,6 +24,7 @@ from hostkit.notebook._inspectors import (
     ContextInspector,
 )
 from hostkit.notebook._magic import load_ipython_extension
+from hostkit.notebook._serve import ServeHandle, ServeMonitor
 from hostkit.notebook._turn import ApprovalPending, ApprovalRow, TurnView
 
 __all__ = [
@@ -35,6 +38,8 @@ __all__ = [
     "InboxMonitor",
     "NotebookHost",
     "RunningTurn",
+    "ServeHandle",
+    "ServeMonitor",
     "SessionBrowser",
     "TurnView",
     "WidgetApprover",

@@ -22,6 +22,7 @@ import anyio
 import psutil
 from anyio.abc import AsyncResource
 
+from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
 from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
 from hostkit.inbox import ChannelInbox
@@ -33,6 +34,7 @@ from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
 from hostkit.notebook._interrupt import watch_interrupts
+from hostkit.notebook._serve import ServeHandle
 from hostkit.notebook._turn import ApprovalRow, TurnView
 from hostkit.types import (
     Attachment,
@@ -85,6 +87,8 @@ class NotebookHost(AsyncResource):
         self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
         self._stop_scope: PrincipalScope | None = None
         self._monitors: weakref.WeakSet[InboxMonitor] = weakref.WeakSet()
+        self.serving: ServeHandle | None = None
+        self._serve_lock = asyncio.Lock()
         self.config_source: HostConfig | str | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
@@ -190,6 +194,55 @@ class NotebookHost(AsyncResource):
         if watch:
             monitor.watch()
         return monitor
+
+    async def serve(
+        self,
+        *,
+        port: int | None = 0,
+        listen: str | None = None,
+        every_s: float = 1.0,
+        display: bool = True,
+        **options: Any,
+    ) -> ServeHandle:
+        """Run the Host's daemon (``hostkit serve``) on this kernel's loop; a live status widget.
+
+        ``port``/``listen`` override ``[serve]`` (``port=0``: a free port;
+        ``handle.url`` is the address). ``options`` go to ``Host.serve``
+        (``env``: where channel secrets are read, default ``os.environ``).
+        The widget (``handle.monitor``) is displayed unless ``display=False``
+        and refreshes every ``every_s`` seconds while serving. One daemon per
+        kernel: a second ``serve`` while serving is a ``UserError``.
+        """
+        async with self._serve_lock:
+            if self.closed:
+                raise UserError("this NotebookHost is closed")
+            if self.serving is not None and self.serving.running:
+                raise UserError(
+                    f"this kernel already serves on {self.serving.url}: "
+                    "await nb.stop_serving() first"
+                )
+            handle = await ServeHandle.start(
+                self.host, port=port, listen=listen, every_s=every_s, **options
+            )
+            self.serving = handle
+        if display and handle.monitor is not None:
+            from IPython.display import display as show
+
+            show(handle.monitor)  # type: ignore[no-untyped-call]
+        return handle
+
+    async def stop_serving(self, *, deadline_s: float | None = None) -> DaemonExit | None:
+        """Drain and stop the daemon ``serve`` started (None if none runs; safe to repeat).
+
+        New webhooks are refused at once (``/readyz`` answers 503), turns in
+        flight get ``deadline_s`` (default ``[serve] drain_timeout_s``) to
+        finish, and every lease is released; the widget shows the end.
+        """
+        async with self._serve_lock:
+            handle, self.serving = self.serving, None
+            if handle is None:
+                return None
+            return await handle.stop(deadline_s=deadline_s)
 
     def running_turns(self) -> tuple[RunningTurn, ...]:
         """The turns this kernel's panels are running, with the effect awaiting a click if any."""
@@ -361,6 +414,7 @@ class NotebookHost(AsyncResource):
         if _current is self:
             _current = None
         atexit.unregister(self._emergency_stop)
+        await self.stop_serving()  # drains its turns before the Host's own close ends them
         for monitor in list(self._monitors):
             monitor.stop()  # nothing left to read once the store closes
         await self.host.aclose()  # ends running turns: their tasks finish their panels

@@ -1,0 +1,172 @@
+"""``hostkit delivery list | retry``: the outbox as an operator sees and acts on it.
+
+Every subcommand opens the Host with an audited operator scope, as
+``hostkit inbox`` does. ``retry`` always needs ``--reason``: it is recorded
+in the ``delivery.retry`` audit row written with the retry. Rows never show
+the payload (the answer a user was sent); the last error was redacted and
+bounded when it was recorded and is cut again here, control characters
+escaped (it may quote what a platform answered).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from hostkit.cli._common import (
+    ConfigOption,
+    JsonOption,
+    Operator,
+    Reason,
+    console,
+    fail,
+    operator_host,
+    print_json,
+    run_command,
+)
+from hostkit.cli._render import Column, fit_table
+from hostkit.errors import HostkitError
+from hostkit.inspect import (
+    delivery_rows,
+    intent_id,
+    one_line,
+    retry_delivery,
+)
+from hostkit.store import MAX_DELIVERY_LIST
+from hostkit.types import DELIVERY_STATUSES, DeliveryIntent
+
+__all__ = ["delivery", "intents_table"]
+
+ERROR_CHARS = 200
+
+delivery = typer.Typer(
+    help="Delivery of answers and approval prompts: the outbox intents, and retrying a "
+    "dead letter (operator authority; audited).",
+    no_args_is_help=True,
+)
+
+
+def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
+    """One row per intent, newest first; the intent id is never cut.
+
+    On a narrow terminal the next attempt time, the turn and the attempts are
+    left out, in that order, before the last error (``--json`` has them all).
+    """
+    columns = (
+        Column("intent", whole=True),
+        Column("turn", cap=34, drop=2),
+        Column("channel", cap=24),
+        Column("status", cap=13),
+        Column("attempts", cap=8, drop=3),
+        Column("next", cap=8, drop=1),
+        Column("last error", flexible=True, wrap=True, drop=4),
+    )
+    rows = [
+        (
+            i.intent_id,
+            i.turn_id,
+            one_line(i.channel or "-", 64),
+            i.status,
+            str(i.attempts),
+            _clock(i.next_attempt_at),
+            one_line(i.last_error or "", ERROR_CHARS),
+        )
+        for i in intents
+    ]
+    return fit_table(columns, rows, width)
+
+
+def _clock(at: float | None) -> str:
+    return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@delivery.command("list")
+def list_intents(
+    status: Annotated[
+        str | None, typer.Option(help=f"only this status: {', '.join(DELIVERY_STATUSES)}")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_DELIVERY_LIST - 1)] = 50,
+    reason: Reason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Intents newest first: turn, channel, status, attempts, next attempt, last error.
+
+    Never the payload.
+    """
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, _):
+            rows = await delivery_rows(host, status=status, limit=limit)
+            if json_:
+                print_json([_json_row(i) for i in rows.intents])
+                return
+            if not rows.intents:
+                said = f" with status {status}" if status else ""
+                console.print(f"no delivery intents{said}", highlight=False)
+                return
+            out = Console()
+            out.print(intents_table(rows.intents, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
+            if any(i.status == "dead_lettered" for i in rows.intents):
+                console.print(
+                    'retry a dead letter: hostkit delivery retry INTENT_ID --reason "..."',
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+    run_command(main)
+
+
+@delivery.command("retry")
+def retry(
+    intent: Annotated[str, typer.Argument(help="the dead-lettered intent (out_...)")],
+    reason: Annotated[
+        str, typer.Option(help="why it is sent again (required; recorded in the audit)")
+    ],
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Send a dead letter again: pending now, attempts from zero; the reason is audited."""
+    try:
+        intent_id(intent)
+    except HostkitError as exc:
+        raise fail(exc) from None
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, scope):
+            found = await retry_delivery(host, scope, intent, reason=reason)
+            console.print(
+                f"retrying {escape(found.intent_id)}: {found.status}, attempts {found.attempts},"
+                f" retried {found.requeues} time{'' if found.requeues == 1 else 's'}",
+                highlight=False,
+            )
+
+    run_command(main)
+
+
+def _json_row(intent: DeliveryIntent) -> dict[str, object]:
+    """Every field an operator may see: the payload only as whether it prompts an approval."""
+    return {
+        "intent_id": intent.intent_id,
+        "turn_id": intent.turn_id,
+        "session_id": intent.session_id,
+        "channel": intent.channel,
+        "status": intent.status,
+        "attempts": intent.attempts,
+        "next_attempt_at": intent.next_attempt_at,
+        "created_at": intent.created_at,
+        "last_error": intent.last_error,
+        "delivered_at": intent.delivered_at,
+        "requeues": intent.requeues,
+        "approval_prompt": intent.approval is not None,
+    }

@@ -1,0 +1,130 @@
+"""One bounded HTTP POST for the adapters, and the httpx client they share.
+
+Every request has a deadline (connect and total) and reads at most
+``MAX_RESPONSE_BYTES`` of the answer; transport failures become transient
+``DeliveryRefused`` errors named by the exception's type only (the URL of a
+Telegram call carries the bot token, so no httpx message is ever kept).
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from hostkit.delivery._channel import transient
+
+__all__ = ["MAX_RESPONSE_BYTES", "Answer", "SharedClient", "post", "retry_after"]
+
+MAX_RESPONSE_BYTES = 64 * 1024
+CONNECT_TIMEOUT_S = 10.0
+_MAX_RETRY_AFTER_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A platform's answer: status, headers, and at most ``MAX_RESPONSE_BYTES`` of body."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON, or None when it is not JSON (a proxy's error page)."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+
+class SharedClient:
+    """An ``httpx.AsyncClient`` made on first use, in a worker thread (its TLS setup reads
+    certificate files), shared by a generation's channels and closed with them."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    async def get(self) -> httpx.AsyncClient:
+        async with self._lock:
+            if self._closed:
+                raise transient("channel_closed", "the channel was closed (a new configuration)")
+            if self._client is None:
+                self._client = await anyio.to_thread.run_sync(_new_client)
+            return self._client
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def _new_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(follow_redirects=False, trust_env=False)
+
+
+async def post(
+    client: httpx.AsyncClient | SharedClient,
+    url: str,
+    *,
+    content: bytes,
+    headers: Mapping[str, str],
+    timeout_s: float,
+) -> Answer:
+    """POST ``content`` and read a bounded answer; transport failures are transient refusals."""
+    http = await client.get() if isinstance(client, SharedClient) else client
+    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
+    try:
+        with anyio.fail_after(timeout_s):
+            async with http.stream(
+                "POST", url, content=content, headers=dict(headers), timeout=timeout
+            ) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body.extend(chunk[: MAX_RESPONSE_BYTES - len(body)])
+                    if len(body) >= MAX_RESPONSE_BYTES:
+                        break
+                return Answer(response.status_code, response.headers, bytes(body))
+    except TimeoutError as exc:
+        raise transient("timeout", f"no answer within {timeout_s:g}s") from exc
+    except httpx.TimeoutException as exc:
+        raise transient("timeout", type(exc).__name__) from exc
+    except httpx.TransportError as exc:
+        raise transient("connect_error", type(exc).__name__) from exc
+    except RuntimeError as exc:
+        # httpx: "Cannot send a request, as the client has been closed" (a retired generation).
+        raise transient("channel_closed", type(exc).__name__) from exc
+
+
+def retry_after(value: object, *, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` value (delta seconds or an HTTP date), bounded; else None."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError):
+                return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.UTC)
+            seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), _MAX_RETRY_AFTER_S)

@@ -1,0 +1,423 @@
+"""DeliveryRuntime: drains the outbox through outbound channels, the owner of delivery policy.
+
+Per claimed intent: look its channel up by the route's alias *now* (the
+current generation's adapter; none is a permanent ``no_channel`` failure,
+failing closed), send the captured route and payload with the intent id as
+idempotency key while a keeper renews the lease every third of it, then
+record the outcome fenced by the claim token: ``delivered``, or a failure
+with the next attempt time from the ``DeliveryPolicy`` (None dead-letters).
+A holder whose lease was taken over records nothing (``StaleClaim``): the
+current holder owns the intent. Delivery is at least once; the idempotency
+key lets a receiver drop the repeat a crash between send and record causes.
+
+The runtime never reads inbox state: an inbound is completed when its turn
+ran, whatever happens to the answer here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup, TaskStatus
+
+from hostkit.delivery._channel import ChannelLookup
+from hostkit.delivery._policy import DeliveryPolicy
+from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
+from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore
+from hostkit.types import ClaimedDelivery, DeliveryFailure
+
+__all__ = ["DeliveryRuntime"]
+
+_log = logging.getLogger("hostkit.delivery")
+
+Clock = Callable[[], float]
+# Recording an outcome is tried this often when the store fails; after that the
+# lease's expiry brings the intent back (and the receiver's dedup drops the repeat).
+_SETTLE_TRIES = 3
+
+
+def _seconds(name: str, value: object, high: float, *, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidValue(f"{name} must be a finite number of seconds")
+    if not (0 <= value <= high) or (not zero and value == 0):
+        raise InvalidValue(f"{name} must be between 0 and {high:g} seconds")
+
+
+def _failure(kind: str, code: str, message: str = "") -> DeliveryFailure:
+    return DeliveryFailure("transient" if kind == "transient" else "permanent", code, message)
+
+
+class DeliveryRuntime:
+    """Claims due outbox intents and sends each through its channel, with retries.
+
+    ``run()`` serves until cancelled or ``stop()``; ``drain()`` delivers what
+    is due now and returns; ``async with runtime:`` runs ``run()`` in the
+    background. Up to ``concurrency`` sends are in flight; idle, the runtime
+    looks for due intents every ``idle_poll_s`` (``wake()`` looks at once).
+    Every send is bounded by ``send_timeout_s``, every store call by
+    ``op_timeout_s``. Shutdown stops claiming, gives sends in flight
+    ``grace_s``, cuts off the rest and releases every claim still held
+    (pending again, attempt not spent). ``clock`` gives the wall-clock times
+    passed to the store (leases, next attempts).
+
+    Live figures of this runtime since it was made (status lines): ``in_flight``
+    (sends now), ``delivered`` (intents it delivered), ``failed`` (intents it
+    dead-lettered), ``retried`` (failed attempts it scheduled again).
+    """
+
+    def __init__(
+        self,
+        store: DeliveryStore,
+        channels: ChannelLookup,
+        *,
+        policy: DeliveryPolicy | None = None,
+        concurrency: int = 8,
+        idle_poll_s: float = 1.0,
+        send_timeout_s: float = 30.0,
+        op_timeout_s: float = 30.0,
+        grace_s: float = 10.0,
+        clock: Clock = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if not isinstance(store, DeliveryStore):
+            raise InvalidValue("DeliveryRuntime needs the store's DeliveryStore (store.delivery)")
+        if not callable(channels):
+            raise InvalidValue("channels must be a callable from alias to channel")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise InvalidValue("concurrency must be an integer")
+        if not 1 <= concurrency <= MAX_DELIVERY_CLAIM:
+            raise InvalidValue(f"concurrency must be between 1 and {MAX_DELIVERY_CLAIM}")
+        _seconds("idle_poll_s", idle_poll_s, 3_600.0)
+        _seconds("send_timeout_s", send_timeout_s, 3_600.0)
+        _seconds("op_timeout_s", op_timeout_s, 3_600.0)
+        _seconds("grace_s", grace_s, 3_600.0, zero=True)
+        self.store = store
+        self.policy = policy or DeliveryPolicy()
+        self._channels = channels
+        self._concurrency = concurrency
+        self._idle_poll_s = float(idle_poll_s)
+        self._send_timeout_s = float(send_timeout_s)
+        self._op_timeout_s = float(op_timeout_s)
+        self._grace_s = float(grace_s)
+        self._clock = clock
+        self._rand = rand
+        # intent id -> the latest claim this runtime holds (released on shutdown)
+        self._claims: dict[str, ClaimedDelivery] = {}
+        # intent id -> the shielded cancel scope of its send (cut off after the grace)
+        self._inflight: dict[str, anyio.CancelScope] = {}
+        self._nudge = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        self._stopped.set()
+        self._running = False
+        self._group: TaskGroup | None = None
+        self._settled = 0
+        self._delivered = 0
+        self._failed = 0
+        self._retried = 0
+
+    # -- observation ------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Sends in progress now."""
+        return len(self._inflight)
+
+    @property
+    def delivered(self) -> int:
+        """Intents this runtime delivered since it was made."""
+        return self._delivered
+
+    @property
+    def failed(self) -> int:
+        """Intents this runtime dead-lettered since it was made."""
+        return self._failed
+
+    @property
+    def retried(self) -> int:
+        """Failed attempts this runtime scheduled for another try."""
+        return self._retried
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- serving ----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Look for due intents now (a turn just finished) instead of at the next poll."""
+        self._nudge.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled or ``stop()``; then wind down (grace, release)."""
+        await self._serve(until_idle=False, task_status=task_status)
+
+    async def drain(self) -> int:
+        """Deliver what is due now; how many attempts were settled (delivered, rescheduled
+        or dead-lettered). An intent rescheduled for later is not waited for."""
+        before = self._settled
+        await self._serve(until_idle=True, task_status=anyio.TASK_STATUS_IGNORED)
+        return self._settled - before
+
+    def stop(self) -> None:
+        """Ask the runtime to wind down; ``aclose()`` also waits for it."""
+        self._stop.set()
+        self._nudge.set()
+
+    async def aclose(self) -> None:
+        """Stop and wait (bounded) until every held claim is released; idempotent."""
+        self.stop()
+        await anyio.lowlevel.checkpoint()
+        bound = self._grace_s + self._op_timeout_s * (2 + len(self._claims))
+        with anyio.move_on_after(bound, shield=True):
+            await self._stopped.wait()
+
+    async def __aenter__(self) -> DeliveryRuntime:
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            await group.start(self.run)
+        except BaseException as exc:
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._group = group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        group, self._group = self._group, None
+        self.stop()
+        if group is None:
+            return None
+        return await group.__aexit__(exc_type, exc, traceback)
+
+    async def _serve(self, *, until_idle: bool, task_status: TaskStatus[None]) -> None:
+        if self._running:
+            raise InvalidValue("this delivery runtime is already running")
+        self._running = True
+        self._stopped = anyio.Event()
+        try:
+            async with anyio.create_task_group() as work:
+                task_status.started()
+                try:
+                    await self._claim_loop(work, until_idle=until_idle)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._wind_down()
+        finally:
+            self._running = False
+            self._stop = anyio.Event()
+            self._stopped.set()
+
+    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+        while not self._stop.is_set():
+            free = self._concurrency - len(self._inflight)
+            claimed: tuple[ClaimedDelivery, ...] = ()
+            if free > 0:
+                claimed = await self._claim(free)
+                for item in claimed:
+                    self._start(work, item)
+                if until_idle and not claimed and not self._inflight:
+                    return
+                if claimed and len(claimed) == free:
+                    continue
+            await self._pause()
+
+    async def _claim(self, limit: int) -> tuple[ClaimedDelivery, ...]:
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                return await self.store.claim(
+                    limit=limit,
+                    lease_s=self.policy.lease_s,
+                    max_attempts=self.policy.max_attempts,
+                    now=self._clock(),
+                )
+        except (HostkitError, TimeoutError) as exc:
+            # Nothing was handed out (a claim that committed late expires and is reclaimed).
+            _log.warning("delivery claim failed: %s", _text(exc))
+            return ()
+
+    async def _pause(self) -> None:
+        with anyio.move_on_after(self._idle_poll_s):
+            await self._nudge.wait()
+        self._nudge = anyio.Event()
+
+    def _start(self, work: TaskGroup, claimed: ClaimedDelivery) -> None:
+        intent_id = claimed.intent.intent_id
+        scope = anyio.CancelScope(shield=True)
+        self._claims[intent_id] = claimed
+        self._inflight[intent_id] = scope
+        self._idle = anyio.Event()
+        work.start_soon(self._handle, claimed, scope)
+
+    async def _handle(self, claimed: ClaimedDelivery, scope: anyio.CancelScope) -> None:
+        intent_id = claimed.intent.intent_id
+        try:
+            with scope:
+                try:
+                    await self._attempt(claimed)
+                except Exception as exc:
+                    # A bug must not end the runtime: the claim's lease brings the intent back.
+                    _log.error("intent %s: delivery failed unexpectedly: %s", intent_id, _text(exc))
+        finally:
+            self._inflight.pop(intent_id, None)
+            self._nudge.set()
+            if not self._inflight:
+                self._idle.set()
+
+    async def _wind_down(self) -> None:
+        """Grace for sends in flight, then cut them off and release every held claim."""
+        with anyio.move_on_after(self._grace_s):
+            await self._idle.wait()
+        for scope in list(self._inflight.values()):
+            scope.cancel()
+        with anyio.move_on_after(self._op_timeout_s):
+            await self._idle.wait()
+        released = 0
+        for claimed in list(self._claims.values()):
+            try:
+                with anyio.fail_after(self._op_timeout_s):
+                    await self.store.release(claimed, now=self._clock())
+                released += 1
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("intent %s: release failed: %s", claimed.intent.intent_id, _text(exc))
+            self._claims.pop(claimed.intent.intent_id, None)
+        if released:
+            _log.info("delivery released %d claims at shutdown", released)
+
+    # -- one intent -------------------------------------------------------------------
+
+    async def _attempt(self, claimed: ClaimedDelivery) -> None:
+        intent_id = claimed.intent.intent_id
+        lost = anyio.Event()
+        failure: DeliveryFailure | None = None
+        sent = False
+        async with anyio.create_task_group() as keeper:
+            keeper.start_soon(self._keep, intent_id, lost, keeper.cancel_scope)
+            failure = await self._send(claimed)
+            sent = True
+            keeper.cancel_scope.cancel()
+        if lost.is_set() or not sent:
+            self._claims.pop(intent_id, None)
+            _log.info("intent %s: the claim was taken over while sending", intent_id)
+            return
+        await self._settle(intent_id, failure)
+
+    async def _send(self, claimed: ClaimedDelivery) -> DeliveryFailure | None:
+        """One attempt through the channel the route's alias names now; its failure, if any."""
+        intent = claimed.intent
+        alias = intent.channel
+        if alias is None:
+            return _failure("permanent", "bad_route", "the route names no channel")
+        try:
+            channel = self._channels(alias)
+        except Exception as exc:
+            return _failure("permanent", "no_channel", f"channel lookup failed: {_text(exc)}")
+        if channel is None:
+            return _failure("permanent", "no_channel", f"no channel {alias!r} is configured")
+        try:
+            with anyio.fail_after(self._send_timeout_s):
+                await channel.send(
+                    intent.route, intent.payload, idempotency_key=claimed.idempotency_key
+                )
+        except DeliveryRefused as exc:
+            return _as_failure(exc.failure)
+        except TimeoutError:
+            return _failure("transient", "timeout", f"no answer within {self._send_timeout_s:g}s")
+        except Exception as exc:
+            # Only the type: an adapter's own message may carry what it was sending.
+            _log.warning(
+                "intent %s: channel %r raised %s", intent.intent_id, alias, type(exc).__name__
+            )
+            return _failure("transient", "channel_error", type(exc).__name__)
+        return None
+
+    async def _keep(self, intent_id: str, lost: anyio.Event, scope: anyio.CancelScope) -> None:
+        """Renew the lease every third of it; a lost claim cuts the send off (someone else's)."""
+        while True:
+            await anyio.sleep(self.policy.lease_s / 3)
+            claimed = self._claims.get(intent_id)
+            if claimed is None:
+                return
+            try:
+                with anyio.fail_after(self._op_timeout_s):
+                    self._claims[intent_id] = await self.store.extend(
+                        claimed, lease_s=self.policy.lease_s, now=self._clock()
+                    )
+            except StaleClaim:
+                lost.set()
+                scope.cancel()
+                return
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("intent %s: lease renewal failed: %s", intent_id, _text(exc))
+
+    async def _settle(self, intent_id: str, failure: DeliveryFailure | None) -> None:
+        """Record the attempt's outcome, fenced by the claim (a few tries if the store fails)."""
+        try:
+            for attempt in range(1, _SETTLE_TRIES + 1):
+                claimed = self._claims[intent_id]
+                try:
+                    with anyio.fail_after(self._op_timeout_s):
+                        await self._record(claimed, failure)
+                    self._settled += 1
+                    return
+                except StaleClaim:
+                    _log.info("intent %s: the claim was taken over before recording", intent_id)
+                    return
+                except (HostkitError, TimeoutError) as exc:
+                    _log.warning(
+                        "intent %s: recording the attempt failed (%d/%d): %s",
+                        intent_id,
+                        attempt,
+                        _SETTLE_TRIES,
+                        _text(exc),
+                    )
+                    await anyio.sleep(min(1.0, self._op_timeout_s / 10) * attempt)
+        finally:
+            self._claims.pop(intent_id, None)
+
+    async def _record(self, claimed: ClaimedDelivery, failure: DeliveryFailure | None) -> None:
+        now = self._clock()
+        if failure is None:
+            await self.store.delivered(claimed, now=now)
+            self._delivered += 1
+            return
+        retry_at = self.policy.retry_at(claimed.attempt, failure, now=now, rand=self._rand())
+        row = await self.store.failed(claimed, failure, retry_at=retry_at, now=now)
+        if row.status == "dead_lettered":
+            self._failed += 1
+            _log.warning(
+                "intent %s (turn %s, channel %r) dead-lettered after %d attempts: %s",
+                row.intent_id,
+                row.turn_id,
+                row.channel,
+                claimed.attempt,
+                failure.text(),
+            )
+        else:
+            self._retried += 1
+
+
+def _as_failure(value: object) -> DeliveryFailure:
+    if isinstance(value, DeliveryFailure):
+        return value
+    return _failure("transient", "channel_error", "the channel refused without a classification")
+
+
+def _text(exc: BaseException) -> str:
+    if isinstance(exc, HostkitError):
+        return exc.message
+    return bounded(type(exc).__name__)

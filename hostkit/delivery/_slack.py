@@ -1,0 +1,146 @@
+"""The Slack channel: ``chat.postMessage`` with the bot token.
+
+JSON ``{"channel", "text", "thread_ts"?, "metadata"}`` where the metadata
+event (``hostkit_delivery``) carries the intent id, so a reader of the
+channel history can tell a retried post. An approval prompt adds Block Kit
+blocks: the text as a section and two buttons (``hostkit_approve`` /
+``hostkit_deny``) whose values are the commands ``approve CODE`` / ``deny
+CODE`` the Slack transport turns back into an inbound command.
+
+Slack answers errors with HTTP 200 and ``{"ok": false, "error": ...}``:
+``ratelimited`` and Slack-side failures are transient, everything else
+(``channel_not_found``, ``not_in_channel``, ``invalid_auth``, ...) is
+permanent. HTTP 429 (``Retry-After``) and 5xx are transient.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
+from hostkit.delivery._http import SharedClient, post, retry_after
+
+__all__ = ["SlackChannel"]
+
+# Slack truncates longer texts; a section block holds at most 3000 characters.
+MAX_TEXT = 40_000
+MAX_SECTION = 3_000
+_TRANSIENT_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+_ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A section with the prompt and an actions block with Approve / Deny buttons."""
+    code = str(approval.get("code", ""))
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, MAX_SECTION)}},
+        {
+            "type": "actions",
+            "block_id": "hostkit_approval",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "hostkit_approve",
+                    "text": {"type": "plain_text", "text": "Approve"},
+                    "style": "primary",
+                    "value": f"approve {code}",
+                },
+                {
+                    "type": "button",
+                    "action_id": "hostkit_deny",
+                    "text": {"type": "plain_text", "text": "Deny"},
+                    "style": "danger",
+                    "value": f"deny {code}",
+                },
+            ],
+        },
+    ]
+
+
+class SlackChannel:
+    """Posts to ``<api_origin>/chat.postMessage``; the token is sent only as a Bearer header."""
+
+    def __init__(
+        self,
+        api_origin: str,
+        token: str,
+        client: httpx.AsyncClient | SharedClient,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.api_origin = api_origin.rstrip("/")
+        self._token = token
+        self._client = client
+        self._timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"SlackChannel({self.api_origin!r})"
+
+    async def send(
+        self, route: Mapping[str, Any], payload: Mapping[str, Any], *, idempotency_key: str
+    ) -> None:
+        reply = reply_target(route)
+        channel, thread = reply.get("channel"), reply.get("thread_ts")
+        if not isinstance(channel, str) or not channel:
+            raise permanent("bad_route", "the slack reply target has no channel")
+        if thread is not None and (not isinstance(thread, str) or not thread):
+            raise permanent("bad_route", "the slack thread_ts is not a timestamp string")
+        text = _cut(payload_text(payload), MAX_TEXT)
+        body: dict[str, Any] = {
+            "channel": channel,
+            "text": text,
+            "metadata": {
+                "event_type": "hostkit_delivery",
+                "event_payload": {"intent_id": idempotency_key},
+            },
+        }
+        if thread:
+            body["thread_ts"] = thread
+        approval = payload.get("approval")
+        if isinstance(approval, Mapping):
+            body["blocks"] = approval_blocks(text, approval)
+        answer = await post(
+            self._client,
+            f"{self.api_origin}/chat.postMessage",
+            content=json.dumps(body, separators=(",", ":")).encode(),
+            headers={
+                "Content-Type": "application/json; charset=utf-8",
+                "Authorization": f"Bearer {self._token}",
+            },
+            timeout_s=self._timeout_s,
+        )
+        if answer.status == 429:
+            raise transient(
+                "ratelimited",
+                "slack answered HTTP 429",
+                retry_after_s=retry_after(answer.headers.get("retry-after")),
+            )
+        if answer.status >= 500 or answer.status == 408:
+            raise transient(f"http_{answer.status}", f"slack answered HTTP {answer.status}")
+        if answer.status != 200:
+            raise permanent(f"http_{answer.status}", f"slack answered HTTP {answer.status}")
+        data = answer.json()
+        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+            raise transient("bad_response", "slack's answer is not a Web API response")
+        if data["ok"]:
+            return
+        error = data.get("error")
+        code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else "slack_error"
+        if code in _TRANSIENT_ERRORS:
+            raise transient(
+                code,
+                "slack refused the post for now",
+                retry_after_s=retry_after(answer.headers.get("retry-after")),
+            )
+        raise permanent(code, "slack refused the post")

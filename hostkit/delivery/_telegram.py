@@ -1,0 +1,113 @@
+"""The Telegram channel: the Bot API's ``sendMessage``.
+
+JSON ``{"chat_id", "text"}``; an approval prompt adds an inline keyboard
+with Approve / Deny buttons whose ``callback_data`` are the commands
+``approve CODE`` / ``deny CODE``. The bot token is part of the URL path
+(``/bot<token>/sendMessage``), so no URL or httpx message ever reaches a
+log, an error or a row. 429 (``parameters.retry_after``) and 5xx are
+transient; 400, 401, 403, 404 (chat not found, bot blocked, bad token) are
+permanent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from hostkit.channels._redact_logs import hide_url_tokens
+from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
+from hostkit.delivery._http import SharedClient, post, retry_after
+
+__all__ = ["TelegramChannel"]
+
+MAX_TEXT = 4_096
+_CHAT_NAME = re.compile(r"^@[A-Za-z0-9_]{5,64}$")
+
+
+def _chat_id(value: object) -> int | str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and (
+        _CHAT_NAME.fullmatch(value) or re.fullmatch(r"-?\d{1,20}", value)
+    ):
+        return value
+    return None
+
+
+def approval_keyboard(approval: Mapping[str, Any]) -> dict[str, Any]:
+    code = str(approval.get("code", ""))
+    return {
+        "inline_keyboard": [
+            [
+                {"text": "Approve", "callback_data": f"approve {code}"},
+                {"text": "Deny", "callback_data": f"deny {code}"},
+            ]
+        ]
+    }
+
+
+class TelegramChannel:
+    """Sends through ``<api_origin>/bot<token>/sendMessage``."""
+
+    def __init__(
+        self,
+        api_origin: str,
+        token: str,
+        client: httpx.AsyncClient | SharedClient,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.api_origin = api_origin.rstrip("/")
+        self._token = token
+        # httpx logs every request URL at INFO, and this one carries the token.
+        hide_url_tokens()
+        self._client = client
+        self._timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"TelegramChannel({self.api_origin!r})"
+
+    async def send(
+        self, route: Mapping[str, Any], payload: Mapping[str, Any], *, idempotency_key: str
+    ) -> None:
+        chat_id = _chat_id(reply_target(route).get("chat_id"))
+        if chat_id is None:
+            raise permanent("bad_route", "the telegram reply target has no chat_id")
+        text = payload_text(payload)
+        if len(text) > MAX_TEXT:
+            text = text[: MAX_TEXT - 1] + "…"
+        body: dict[str, Any] = {"chat_id": chat_id, "text": text}
+        approval = payload.get("approval")
+        if isinstance(approval, Mapping):
+            body["reply_markup"] = approval_keyboard(approval)
+        answer = await post(
+            self._client,
+            f"{self.api_origin}/bot{self._token}/sendMessage",
+            content=json.dumps(body, separators=(",", ":")).encode(),
+            headers={"Content-Type": "application/json"},
+            timeout_s=self._timeout_s,
+        )
+        data = answer.json()
+        data = data if isinstance(data, dict) else {}
+        if answer.status == 200 and data.get("ok") is True:
+            return
+        code = f"telegram_{answer.status}"
+        if answer.status == 429:
+            parameters = data.get("parameters")
+            wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
+            raise transient(
+                code,
+                "telegram asked to slow down",
+                retry_after_s=retry_after(
+                    wait if wait is not None else answer.headers.get("retry-after")
+                ),
+            )
+        if answer.status >= 500 or answer.status in (408, 200):
+            raise transient(code, f"telegram answered HTTP {answer.status}")
+        description = data.get("description")
+        detail = description if isinstance(description, str) else f"HTTP {answer.status}"
+        raise permanent(code, detail.replace(self._token, "[redacted]"))

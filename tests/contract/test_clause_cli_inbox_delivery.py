@@ -1,0 +1,282 @@
+"""Clause: `hostkit inbox show|dlq` and `hostkit delivery list|retry`, as a script runs them.
+
+The rows are real: three routed turns run through a Host with a scripted
+model, so each commits a delivery intent with its terminal record; the
+DeliveryStore then records one delivered, one dead-lettered at once (a
+permanent failure quoting a secret and a control character) and one waiting
+for its retry. The inbox gets a completed inbound naming the first turn and
+a dead letter, through ``ChannelInbox.on_store``. The CLI runs on the same
+database as a subprocess where the terminal output is the point, and as the
+same typer app in-process (``CliRunner``, one interpreter start-up less per
+call) for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+from hostkit.authority import AuthorityResolver
+from hostkit.cli import app
+from hostkit.inbox import ChannelInbox
+from hostkit.store import RuntimeStore
+from hostkit.testing import Reply, ScriptedModel
+from hostkit.types import (
+    ClaimedDelivery,
+    DeliveryFailure,
+    InboundEnvelope,
+    InboundFailure,
+    InboundResult,
+)
+from tests.hosts import open_host, request
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[host]
+database = "hostkit.db"
+
+[providers.p]
+kind = "scripted"
+
+[agents.assistant]
+provider = "p"
+"""
+SECRET = "sk-live-0123456789abcdef"
+REASON = "the channel token was rotated"
+NOW = 1_800_000_000.0
+
+
+async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
+    """The CLI as a script runs it (no terminal on stdin), ``columns`` wide."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def invoke(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """The same typer app in this process (no interpreter start-up per refused call)."""
+    argv = [*args, "--config", str(cwd / "hostkit.toml")]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "80"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def run_here(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """``invoke`` in a worker thread: the command runs its own event loop, as it does alone."""
+    return await anyio.to_thread.run_sync(lambda: invoke(*args, cwd=cwd))
+
+
+@dataclass(frozen=True)
+class Project:
+    dir: Path
+    turn: str  # the turn the completed inbound ran
+    completed: str  # an inbound completed by that turn
+    dead_inbound: str  # an inbound dead-lettered at once
+    delivered: str  # intents by what happened to them
+    dead: str
+    waiting: str
+
+
+def envelope(key: str) -> InboundEnvelope:
+    return InboundEnvelope(
+        channel_instance_id="chat",
+        platform_event_key=key,
+        conversation_key="T1:C1:U1",
+        principal_key="U1",
+        authenticated_by="hmac-sha256",
+        received_at=NOW,
+        payload=f"the private words of {key}",
+    )
+
+
+@pytest.fixture
+async def project(tmp_path: Path) -> Project:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    model = ScriptedModel([Reply("answer one"), Reply("answer two"), Reply("answer three")])
+    async with open_host(tmp_path, model) as host:
+        turns = []
+        for n in range(3):
+            route = {"channel": "chat", "conversation": "c1", "reply": {"conversation": "c1"}}
+            result = await host.turns.run(request(f"question {n}", route=route))
+            assert result.outcome == "completed"
+            turns.append(result)
+        store = host.store
+        claims = {c.intent.turn_id: c for c in await _claim(store)}
+        assert len(claims) == 3
+        one, two, three = (claims[t.turn_id] for t in turns)
+        await store.delivery.delivered(one, now=NOW)
+        refused = DeliveryFailure(
+            "permanent", "channel_not_found", f"slack said no \x1b[31m token={SECRET}"
+        )
+        await store.delivery.failed(two, refused, retry_at=None, now=NOW)
+        busy = DeliveryFailure("transient", "http_503", "the platform answered 503")
+        await store.delivery.failed(three, busy, retry_at=NOW + 3600, now=NOW)
+
+        inbox = ChannelInbox.on_store(store)
+        completed = (await inbox.accept(envelope("evt-1"))).inbound_id
+        dead = (await inbox.accept(envelope("evt-2"))).inbound_id
+        held = {c.inbound_id: c for c in await inbox.claim_batch(2)}
+        await inbox.complete(held[completed], InboundResult("turn", turns[0].turn_id, "completed"))
+        poison = InboundFailure("permanent", "unreadable", "cannot parse the body")
+        await inbox.fail(held[dead], poison)
+    return Project(
+        tmp_path,
+        turns[0].turn_id,
+        completed,
+        dead,
+        one.intent.intent_id,
+        two.intent.intent_id,
+        three.intent.intent_id,
+    )
+
+
+async def _claim(store: RuntimeStore) -> tuple[ClaimedDelivery, ...]:
+    return await store.delivery.claim(limit=10, lease_s=30.0, max_attempts=3, now=NOW)
+
+
+async def test_inbox_show_prints_one_record_with_its_turn_and_never_its_payload(
+    project: Project,
+) -> None:
+    code, out, err = await hostkit("inbox", "show", project.completed, cwd=project.dir)
+    assert code == 0, err
+    pairs = (line.split(None, 1) for line in out.splitlines() if line.strip())
+    fields = {name: value.strip() for name, value in pairs}
+    assert fields["inbound"] == project.completed
+    assert fields["channel"] == "chat"
+    assert fields["state"] == "completed"
+    assert fields["attempt"] == "1"
+    assert fields["result"] == "turn"
+    assert fields["turn"] == project.turn
+    assert fields["event"] == "evt-1"
+    assert fields["payload"] == "kept (never shown here)"
+    assert "private words" not in out + err
+
+    code, out, err = await run_here(
+        "inbox", "show", project.dead_inbound, "--json", cwd=project.dir
+    )
+    assert code == 0, err
+    record = json.loads(out)
+    assert (record["state"], record["failure_code"]) == ("dead_lettered", "unreadable")
+    assert record["turn_id"] is None
+    assert "payload" not in record
+    assert "private words" not in out
+
+
+async def test_inbox_dlq_lists_only_dead_letters_with_their_failure(project: Project) -> None:
+    code, out, err = await run_here("inbox", "dlq", cwd=project.dir)
+    assert code == 0, err
+    assert project.dead_inbound in out
+    assert project.completed not in out
+    assert "unreadable" in out  # the failure is the last column given up
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "hostkit inbox requeue INBOUND_ID" in err
+    code, out, err = await run_here("inbox", "dlq", "--channel", "mail", cwd=project.dir)
+    assert (code, out) == (0, "")
+    assert "no dead letters of channel mail" in err
+
+
+async def test_delivery_list_shows_each_intent_status_attempts_and_error_never_payload(
+    project: Project,
+) -> None:
+    code, out, err = await run_here("delivery", "list", "--json", cwd=project.dir)
+    assert code == 0, err
+    rows = {row["intent_id"]: row for row in json.loads(out)}
+    assert set(rows) == {project.delivered, project.dead, project.waiting}
+    assert rows[project.delivered]["status"] == "delivered"
+    assert rows[project.delivered]["delivered_at"] == NOW
+    dead = rows[project.dead]
+    assert (dead["status"], dead["attempts"], dead["channel"]) == ("dead_lettered", 1, "chat")
+    assert dead["last_error"].startswith("channel_not_found: slack said no")
+    waiting = rows[project.waiting]
+    assert (waiting["status"], waiting["next_attempt_at"]) == ("pending", NOW + 3600)
+    assert waiting["last_error"] == "http_503: the platform answered 503"
+    assert SECRET not in out  # redacted when the failure was recorded
+    assert "answer " not in out  # the payload is the user's answer: never shown
+    assert rows[project.delivered]["turn_id"] == project.turn
+
+    code, out, err = await run_here(
+        "delivery", "list", "--status", "dead_lettered", cwd=project.dir
+    )
+    assert code == 0, err
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert project.dead in out
+    assert project.delivered not in out
+    assert project.waiting not in out
+    assert "\x1b" not in out
+    assert SECRET not in out
+    assert "channel_not_found" in out
+    assert "hostkit delivery retry INTENT_ID" in err
+
+
+async def test_delivery_retry_sends_a_dead_letter_again_and_audits_the_reason(
+    project: Project,
+) -> None:
+    code, out, err = await hostkit(
+        "delivery", "retry", project.dead, "--reason", REASON, "--operator", "ops-ada",
+        cwd=project.dir,
+    )  # fmt: skip
+    assert code == 0, err
+    assert out == ""
+    assert f"retrying {project.dead}: pending, attempts 0, retried 1 time" in err
+    async with RuntimeStore.open(project.dir / "hostkit.db") as store:
+        intent = await store.delivery.intent(project.dead)
+        assert intent is not None
+        assert (intent.status, intent.attempts, intent.requeues) == ("pending", 0, 1)
+        async with AuthorityResolver.bind(store) as resolver:
+            reader = await resolver.operator_issuer().issue("test", reason="read the audit")
+            audits = await store.read_audit(reader, kind="delivery.retry")
+    assert len(audits) == 1
+    assert audits[0].reason == REASON
+    assert audits[0].principal_id == "operator:ops-ada"
+    assert project.dead in json.dumps([audits[0].subject, dict(audits[0].detail)])
+
+
+REFUSED = [
+    (("delivery", "retry", "missing", "--reason", REASON), "error: delivery intent not found"),
+    (
+        ("delivery", "retry", "delivered", "--reason", REASON),
+        "is delivered, not dead_lettered: only a dead letter can be retried",
+    ),
+    (("delivery", "retry", "waiting", "--reason", REASON), "is pending, not dead_lettered"),
+    (("delivery", "retry", "dead", "--reason", "   "), "reason"),
+    (("delivery", "retry", "x" * 300, "--reason", REASON), "an intent id has 1 to 80"),
+    (("delivery", "list", "--status", "lost"), "status must be one of pending, sending,"),
+    (("inbox", "show", "missing"), "error: inbound not found"),
+    (("inbox", "show", "x" * 300), "an inbound id has 1 to 80 characters"),
+]
+
+
+async def test_a_command_that_cannot_be_done_is_one_error_line_and_changes_nothing(
+    project: Project,
+) -> None:
+    ids = {"delivered": project.delivered, "waiting": project.waiting, "dead": project.dead}
+    for args, says in REFUSED:
+        missing = "inb_" if args[0] == "inbox" else "out_"
+        named = ids | {"missing": missing + "000000000000ffffffffffffffff"}
+        argv = [named.get(arg, arg) for arg in args]
+        code, out, err = await run_here(*argv, cwd=project.dir)
+        assert (code, out) == (2, ""), args
+        assert err.startswith("error: ")
+        assert len(err.strip().splitlines()) == 1
+        assert says in err
+        assert len(err) < 300
+        async with RuntimeStore.open(project.dir / "hostkit.db") as store:
+            intents = await store.delivery.intents(limit=10)
+            dead = await ChannelInbox.on_store(store).record(project.dead_inbound)
+        assert all(i.requeues == 0 for i in intents)
+        assert sorted(i.status for i in intents) == ["dead_lettered", "delivered", "pending"]
+        assert dead is not None
+        assert dead.state == "dead_lettered"
