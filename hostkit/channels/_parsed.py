@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,10 +96,6 @@ def field_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise malformed(f"{name} must be an id of 1 to 128 letters, digits or _.@+-")
     return value
-
-
-def header(headers: Mapping[str, str], name: str) -> str | None:
-    return headers.get(name)
 
 
 def build_envelope(**fields: Any) -> InboundEnvelope:
