@@ -593,7 +593,7 @@ _V13_DELIVERY = Migration(
     "outbox: delivery leases, fencing tokens, outcomes, dead letters; turns.route",
     (
         # Rebuilt, because the status gains a CHECK and the due column a rule. One row per
-        # delivery intent, written only by TurnStore.finish with the terminal turn.
+        # delivery intent, written only with a terminal turn (finish, recovery).
         # next_attempt_at is the due column: the next attempt while pending, the lease
         # expiry while sending, NULL when terminal. claim_token is the fencing token of
         # the current (or, once terminal, the last) claim; attempts counts claims.
