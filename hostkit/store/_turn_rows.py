@@ -181,7 +181,9 @@ def _commit_terminal(
 
     A routed turn that answered gets one intent with its text; a routed turn
     that pauses ``needs_user`` on a pending approval also gets the approval
-    prompt (``approval_prompt``). An unrouted turn (CLI, notebook) gets none.
+    prompt (``approval_prompt``); a routed turn ended ``lost`` (recovery) gets
+    the notice that its message went unanswered. An unrouted turn (CLI,
+    notebook) gets none.
     """
     payloads = _deliveries(conn, result) if route is not None else []
     intents = tuple(new_id("out") for _ in payloads)
