@@ -17,6 +17,7 @@ from hostkit.store._turn_rows import (
     RUNNING_COLUMNS,
     Gone,
     all_rows,
+    encode_route,
     end_orphan,
     fence,
     find_turn,
@@ -90,7 +91,8 @@ def admit(
     ttl_s: float,
     now_epoch: float,
 ) -> Admitted | TurnState | SessionBusy:
-    """One transaction: idempotency check, session binding, session lease, turn, ``turn.started``.
+    """One transaction: idempotency check, session binding, session lease, turn (with the
+    route it captured), ``turn.started``.
 
     A repeated key returns the existing turn before anything else happens, or
     raises ``RequestConflict`` when it was used for a different request. A
@@ -135,8 +137,8 @@ def admit(
     )
     conn.execute(
         "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, core_revision, "
-        "generation, status, lease_owner, lease_expires_at, started_at, cancellation_digest) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+        "generation, status, lease_owner, lease_expires_at, started_at, cancellation_digest, "
+        "route) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
         [
             admission.turn_id,
             admission.request_id,
@@ -149,6 +151,7 @@ def admit(
             expires_at,
             at,
             admission.cancellation_digest,
+            encode_route(admission.route),
         ],
     )
     insert_event(

@@ -590,10 +590,10 @@ _EPOCH_OF_CREATED = "round((julianday(created_at) - 2440587.5) * 86400.0, 3)"
 
 _V13_DELIVERY = Migration(
     13,
-    "outbox: delivery leases, fencing tokens, outcomes, dead letters",
+    "outbox: delivery leases, fencing tokens, outcomes, dead letters; turns.route",
     (
         # Rebuilt, because the status gains a CHECK and the due column a rule. One row per
-        # delivery intent, written only by TurnStore.finish with the terminal turn.
+        # delivery intent, written only with a terminal turn (finish, recovery).
         # next_attempt_at is the due column: the next attempt while pending, the lease
         # expiry while sending, NULL when terminal. claim_token is the fencing token of
         # the current (or, once terminal, the last) claim; attempts counts claims.
@@ -631,6 +631,10 @@ _V13_DELIVERY = Migration(
         "CREATE INDEX outbox_due ON outbox(next_attempt_at) WHERE status IN ('pending', 'sending')",
         # Operators: the dead letters, newest first.
         "CREATE INDEX outbox_dead ON outbox(id) WHERE status = 'dead_lettered'",
+        # The route a turn captured at admission (JSON; NULL when unrouted), so recovery
+        # can tell the conversation of a turn whose process died: its approval prompt or
+        # that its message went unanswered. Turns admitted before v13 have none.
+        "ALTER TABLE turns ADD COLUMN route TEXT",
     ),
 )
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, LeaseLost
-from hostkit.freeze import thaw
+from hostkit.freeze import freeze, thaw
 from hostkit.store._approval_rows import (
     CANCELLED_WHILE_ASKED,
     call_name,
@@ -54,11 +54,13 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "LOST_NOTICE",
     "RUNNING_COLUMNS",
     "Gone",
     "abandon",
     "all_rows",
     "append_message",
+    "encode_route",
     "end_orphan",
     "fence",
     "find_turn",
@@ -67,11 +69,19 @@ __all__ = [
     "one_row",
     "owned_state",
     "request_cancel",
+    "route_of",
+    "stored_route",
     "token_unbound",
 ]
 
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
 _LOST_ERROR = "the Host stopped during this turn; nothing was replayed"
+# What a routed conversation is told when recovery ends its turn ``lost``: its message was
+# never answered, and nothing will answer it unless it is sent again.
+LOST_NOTICE = (
+    "I stopped while answering your last message (the service restarted), so it got no "
+    "answer. Please send it again."
+)
 
 
 def one_row(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
@@ -171,7 +181,9 @@ def _commit_terminal(
 
     A routed turn that answered gets one intent with its text; a routed turn
     that pauses ``needs_user`` on a pending approval also gets the approval
-    prompt (``approval_prompt``). An unrouted turn (CLI, notebook) gets none.
+    prompt (``approval_prompt``); a routed turn ended ``lost`` (recovery) gets
+    the notice that its message went unanswered. An unrouted turn (CLI,
+    notebook) gets none.
     """
     payloads = _deliveries(conn, result) if route is not None else []
     intents = tuple(new_id("out") for _ in payloads)
@@ -205,7 +217,10 @@ def _commit_terminal(
 
 
 def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, Any]]:
-    """The payloads a routed terminal turn sends: its answer, then its approval prompt."""
+    """The payloads a routed terminal turn sends: its answer, then its approval prompt; a
+    ``lost`` turn (its process died) sends the notice that the message went unanswered."""
+    if result.outcome == "lost":
+        return [{"text": LOST_NOTICE}]
     payloads: list[dict[str, Any]] = []
     if result.outcome in ("completed", "needs_user") and result.text:
         payloads.append({"text": result.text})
@@ -228,6 +243,13 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     answers it runs the call — unless a cancel was asked, which voids it. A
     call this turn claimed from an approval and never recorded a result for
     is ``indeterminate`` (``settle_claims``). Frees its session lease.
+
+    A routed turn (its route is on the turn row since admission) tells its
+    conversation in the same transaction, as ``finish`` would have: the
+    approval prompt when it pauses, a notice that the message went
+    unanswered when it is ``lost``; a ``cancelled`` turn sends nothing (the
+    person asked for that). The terminal commit is conditional on the row
+    still running, so a second recovery (another process) writes nothing.
     """
     turn_id, session_id = row["turn_id"], row["session_id"]
     settle_claims(conn, turn_id)
@@ -258,7 +280,11 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
         cancelled_by="user" if cancelled else None,
     )
     _commit_terminal(
-        conn, result, event_seq=None, route=None, detail={"recovered": True, "reason": reason}
+        conn,
+        result,
+        event_seq=None,
+        route=stored_route(row["route"]),
+        detail={"recovered": True, "reason": reason},
     )
     _free(conn, session_id, turn_id=turn_id)
     return RecoveredTurn(turn_id, session_id, outcome)
@@ -347,8 +373,34 @@ def _free(conn: sqlite3.Connection, session_id: str, *, turn_id: str) -> int:
 
 RUNNING_COLUMNS = (
     "t.turn_id, t.request_id, t.session_id, t.core_id, t.core_revision, t.generation, "
-    "t.cancel_requested_at"
+    "t.cancel_requested_at, t.route"
 )
+
+
+def encode_route(route: Mapping[str, Any] | None) -> str | None:
+    """The turns.route text of a captured (already bounded) route; None when unrouted."""
+    return None if route is None else _json(thaw(route))
+
+
+def stored_route(text: str | None) -> Mapping[str, Any] | None:
+    """A turn row's captured route, frozen; None when unrouted.
+
+    A value that does not decode to an object (a damaged row) counts as
+    unrouted: recovery must still end the turn, it just cannot tell anyone.
+    """
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return freeze(value) if isinstance(value, dict) else None
+
+
+def route_of(conn: sqlite3.Connection, turn_id: str) -> Mapping[str, Any] | None:
+    """The route ``turn_id`` captured at admission; None when unrouted or unknown."""
+    row = one_row(conn, "SELECT route FROM turns WHERE turn_id = ?", [turn_id])
+    return None if row is None else stored_route(row["route"])
 
 
 # -- reads, cancel -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 from hostkit.errors import InvalidValue
 from hostkit.store._context_values import StepRecord
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
-from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult
+from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult, bounded_metadata
 
 __all__ = [
     "MAX_LEASE_TTL_S",
@@ -116,8 +116,16 @@ class TurnAdmission:
     # sha256 (hex) of the turn's cancellation token nonce: a token presented to any
     # Host process is checked against it (``TurnStore.request_cancel``).
     cancellation_digest: str | None = None
+    # The route the turn captured (``TurnRequest.route``), stored on the turn row so that
+    # recovery can still reach the conversation of a turn whose process died. Bounded as
+    # the request bounds it; None for an unrouted turn (CLI, notebook).
+    route: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.route is not None:
+            if not isinstance(self.route, Mapping):
+                raise InvalidValue("route must be a mapping or None")
+            object.__setattr__(self, "route", bounded_metadata(self.route))
         for name in ("turn_id", "request_id", "principal_id", "core_id", "core_revision"):
             check_id(name, getattr(self, name))
         if isinstance(self.generation, bool) or not isinstance(self.generation, int):

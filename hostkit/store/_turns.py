@@ -77,7 +77,8 @@ class TurnStore(ABC):
         written; the binding stays), held by a dead or silent holder ends
         that turn ``lost`` (``cancelled`` if asked) and takes over with the
         next token; then the turn row with its admission lease and the
-        ``turn.started`` event (seq 1). Returns ``Admitted`` with the
+        ``turn.started`` event (seq 1); the turn row keeps ``admission.route``
+        (``route_of``, and recovery's delivery intents). Returns ``Admitted`` with the
         ``SessionLease`` every later write of the turn carries.
         ``ttl_s`` must be in (0, ``MAX_LEASE_TTL_S``].
         """
@@ -85,6 +86,15 @@ class TurnStore(ABC):
     @abstractmethod
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
         """The turn an idempotency key created, if any (a read; no owner check: Host-only)."""
+
+    @abstractmethod
+    async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
+        """The route ``turn_id`` captured at admission (frozen), or None when it was
+        unrouted or no such turn exists (a read; no owner check: Host-only).
+
+        An approval's continuation turn carries the paused turn's route with
+        it, so its answer reaches the conversation that asked.
+        """
 
     @abstractmethod
     async def session_lease(self, session_id: str) -> SessionLease | None:
@@ -177,8 +187,12 @@ class TurnStore(ABC):
         Without ``instance``: turns whose lease expired or whose owner is
         provably dead (the lease rule). With ``instance``: every running turn
         that Host instance holds (its shutdown). Each ends ``lost`` — or
-        ``cancelled`` when a cancel was requested — with one terminal event;
-        nothing is replayed.
+        ``cancelled`` when a cancel was requested, or ``needs_user`` when it
+        stopped while its approval was asked — with one terminal event;
+        nothing is replayed. A routed turn gets, in the same transaction, its
+        approval prompt (``needs_user``) or one notice that its message went
+        unanswered (``lost``); ``cancelled`` sends nothing. A turn ends once:
+        recovery run again, or by another process, writes nothing more.
         """
 
 
@@ -206,6 +220,10 @@ class SqliteTurnStore(TurnStore):
         check_id("principal_id", principal_id)
         check_id("request_id", request_id)
         return await self._db.read(lambda conn: rows.find_turn(conn, principal_id, request_id))
+
+    async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
+        check_id("turn_id", turn_id)
+        return await self._db.read(lambda conn: rows.route_of(conn, turn_id))
 
     async def session_lease(self, session_id: str) -> SessionLease | None:
         check_id("session_id", session_id)

@@ -156,6 +156,7 @@ class LeaseHolder:
                 session=session,
                 trace_id=trace_id,
                 cancellation_digest=cancellation_digest,
+                route=request.route,
                 # An ordinary turn's input is durable with its admission (one transaction).
                 input=input_message(request) if request.continues is None else None,
             )

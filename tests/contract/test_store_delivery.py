@@ -1,8 +1,10 @@
 """The SQLite delivery adapter's own facts: migration 13 and the outbox indexes.
 
 Intents written before v13 were never read; after the upgrade each is pending and due from
-its creation time, so the first claim sends it. The claim (and ``next_due``) read only the
-partial ``outbox_due`` index, in its order; the dead-letter listing reads ``outbox_dead``.
+its creation time, so the first claim sends it. Turns of v12 get ``turns.route`` NULL:
+unrouted, so recovering one of them sends nothing. The claim (and ``next_due``) read only
+the partial ``outbox_due`` index, in its order; the dead-letter listing reads
+``outbox_dead``.
 """
 
 from __future__ import annotations
@@ -23,17 +25,31 @@ pytestmark = pytest.mark.anyio
 LEGACY_CREATED = "2025-03-04T05:06:07.250Z"
 
 
+def v12_turn(conn: sqlite3.Connection, turn_id: str, session_id: str, status: str) -> None:
+    """A turn row as a v12 Host admitted it (no route column yet)."""
+    conn.execute(
+        "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+        "core_revision, generation, status, lease_owner, lease_expires_at, started_at) "
+        "VALUES (?, ?, 'suite', ?, 'assistant', 'rev', 1, ?, 'gone-host|1|1.000|gone', 1.0, ?)",
+        [turn_id, f"req-{turn_id}", session_id, status, LEGACY_CREATED],
+    )
+
+
 async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_path: Path) -> None:
     path = tmp_path / "v12.db"
     async with await RuntimeStore.open(path, migrations=MIGRATIONS[:12]) as old:
         assert isinstance(old, SqliteStore)
-        assert await finish_routed_turns(old, 1, route=None) == ()
-        turn_id = await old.read(lambda c: c.execute("SELECT turn_id FROM turns").fetchone()[0])
-        # What a v3..v12 Host wrote with a terminal turn (its only writer of the outbox).
+        session_id = await old.create_session(owner_kind="system", principal_id="suite")
+        # What a v12 Host wrote: a terminal turn with its intent (the outbox's only writer),
+        # and a turn still running when that Host died (its admission lease long expired).
+        await old.write(lambda c: v12_turn(c, "turn_done", session_id, "completed"))
+        await old.write(lambda c: v12_turn(c, "turn_cut", session_id, "running"))
+        turn_id = "turn_done"
         await old.write(
             lambda c: c.execute(
                 "INSERT INTO outbox (intent_id, turn_id, session_id, route, payload, created_at) "
-                "SELECT 'out_legacy', turn_id, session_id, ?, ?, ? FROM turns",
+                "SELECT 'out_legacy', turn_id, session_id, ?, ?, ? FROM turns "
+                "WHERE turn_id = 'turn_done'",
                 [json.dumps(dict(ROUTE)), json.dumps({"text": "old answer"}), LEGACY_CREATED],
             )
         )
@@ -49,6 +65,16 @@ async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_pat
         assert (legacy.turn_id, legacy.status, legacy.attempts) == (turn_id, "pending", 0)
         assert legacy.next_attempt_at == pytest.approx(created, abs=0.002)
         assert (legacy.route, legacy.payload) == (ROUTE, {"text": "old answer"})
+        # turns.route (v13): the turns of v12 have none, so they count as unrouted, and
+        # recovering the cut one writes no intent (there is nowhere to send it).
+        columns = await new.read(lambda c: c.execute("PRAGMA table_info(turns)").fetchall())
+        assert ("route", "TEXT", 0) in {(col[1], col[2], col[3]) for col in columns}
+        routes = await new.read(lambda c: c.execute("SELECT route FROM turns").fetchall())
+        assert routes == [(None,), (None,)]
+        assert await new.turns.route_of("turn_done") is None
+        recovered = await new.turns.recover()
+        assert [(r.turn_id, r.outcome) for r in recovered] == [("turn_cut", "lost")]
+        assert [i.intent_id for i in await new.delivery.intents()] == ["out_legacy"]
         assert await new.delivery.next_due() == legacy.next_attempt_at
         (claim,) = await new.delivery.claim(
             limit=5, lease_s=30.0, max_attempts=3, now=created + 0.01

@@ -1,0 +1,119 @@
+"""A Host process for the recovered-routed-turns crash test (run as a script, not collected).
+
+``python routed_turns_worker.py <root>`` opens a Host on ``root``'s SQLite file and runs
+three turns at once, each in its own conversation, then stops forever:
+
+- ``wait routed`` (route ``LOST_ROUTE``): its provider call never returns;
+- ``stamp it`` (route ``ASK_ROUTE``): asks ``files.stamp`` of an approver still deciding;
+- ``wait plain`` (no route, as from the CLI): its provider call never returns.
+
+Each writes a marker in ``root`` when it is there (``waiting-routed``, ``asked`` with the
+approval id, ``waiting-plain``), so the test kills the process with all three mid-turn.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, tool
+from hostkit.host import Host, HostConfig, parse_config
+from hostkit.testing import CallTools, ScriptedModel, capabilities
+from hostkit.types import ConversationFacts, ModelRequest, TurnRequest
+
+LOST_ROUTE: dict[str, Any] = {
+    "channel": "slack.main",
+    "conversation": "T1:C1:U1",
+    "reply": {"channel": "C1", "thread_ts": "17.5"},
+}
+ASK_ROUTE: dict[str, Any] = {
+    "channel": "telegram.main",
+    "conversation": "42:7",
+    "reply": {"chat_id": 42},
+}
+TURNS: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
+    ("wait routed", "c-routed", LOST_ROUTE),
+    ("stamp it", "c-ask", ASK_ROUTE),
+    ("wait plain", "c-plain", None),
+)
+
+
+def host_config(root: Path) -> HostConfig:
+    """The Host both processes open (``files.stamp`` is asked of an approver)."""
+    return parse_config(
+        {
+            "host": {"database": str(root / "hostkit.db"), "workspace": str(root)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "policy": {"allow": ["*"], "ask": ["files.stamp"]},
+                }
+            },
+        },
+        base_dir=root,
+    )
+
+
+@tool("files.stamp")
+async def stamp(ctx: ToolContext, label: str) -> str:
+    """Stamp a document (never runs here: its approval is never answered)."""
+    raise AssertionError("the call ran without an approval")
+
+
+class Deciding:
+    """A person who sees the prompt and has not decided yet; says so in ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        await anyio.Path(self.marker).write_text(request.approval_id)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+def routed_request(text: str, conversation: str, route: dict[str, Any] | None) -> TurnRequest:
+    return TurnRequest(
+        input=text,
+        principal=ConversationFacts(
+            channel="test", conversation_key=conversation, principal_key="alice"
+        ),
+        request_id=f"req-{conversation}",
+        route=route,
+    )
+
+
+def model(root: Path) -> ScriptedModel:
+    async def decide(request: ModelRequest) -> CallTools:
+        text = [m.content for m in request.messages if m.role == "user"][-1]
+        if "stamp" in text:
+            return CallTools(("files_stamp", {"label": "invoice 7"}))
+        await anyio.Path(root / text.replace(" ", "-").replace("wait", "waiting")).write_text(
+            "inside the provider call"
+        )
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return ScriptedModel([decide], repeat_last=True)
+
+
+async def main(root: Path) -> None:
+    async with (
+        Host.open(
+            host_config(root),
+            capabilities=capabilities(model(root), tools=[stamp]),
+            approver=Deciding(root / "asked"),
+        ) as host,
+        anyio.create_task_group() as group,
+    ):
+        for text, conversation, route in TURNS:
+            group.start_soon(host.turns.run, routed_request(text, conversation, route))
+
+
+if __name__ == "__main__":
+    anyio.run(main, Path(sys.argv[1]))
