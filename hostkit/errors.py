@@ -12,7 +12,8 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── InvalidValue           a contract value failed validation
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
-    │   └── ApprovalRefused        a second, stale or superseded answer to an approval
+    │   ├── ApprovalRefused        a second, stale or superseded answer to an approval
+    │   └── ChannelRefused         a channel transport refused an inbound request (status, code)
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     │   └── UnboundToken           a turn token no running turn holds (fails closed)
     ├── TurnRejected               validation/authority failure before turn.started
@@ -27,6 +28,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
         ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
+        ├── PollError              a polled platform (getUpdates) failed (status, retryable)
         ├── ProviderError          a model provider call failed (status, retryable, retry_after)
         │   └── ContextOverflow    the provider refused the request as too long for its window
         └── TurnInfrastructureError  no trustworthy terminal record (outcome "indeterminate")
@@ -44,6 +46,7 @@ __all__ = [
     "ApprovalClosed",
     "ApprovalRefused",
     "AttachmentRefused",
+    "ChannelRefused",
     "ConfigError",
     "ContextOverflow",
     "DeliveryRefused",
@@ -54,6 +57,7 @@ __all__ = [
     "MigrationError",
     "NotFoundOrUnauthorized",
     "PolicyRefusal",
+    "PollError",
     "ProviderError",
     "RequestConflict",
     "RuntimeFailure",
@@ -273,6 +277,22 @@ class ApprovalRefused(UserError):
         super().__init__(bounded(f"approval {approval_id}: {detail}", 300))
 
 
+class ChannelRefused(UserError):
+    """A channel transport refused an inbound request; nothing of it was accepted.
+
+    ``status`` is the HTTP status a webhook answers (400 unparsable, 401 bad or
+    stale signature, 403 sender not allowed, 413 too large); ``code`` a short
+    machine-readable reason. The message never holds the body or a secret.
+    """
+
+    message_limit = 200
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        self.status = status
+        self.code = bounded(code, 40)
+        super().__init__(message)
+
+
 class RuntimeFailure(HostkitError):
     """The runtime could not complete an operation that was valid."""
 
@@ -328,6 +348,19 @@ class LeaseLost(RuntimeFailure):
     def __init__(self, lease: str = "lease") -> None:
         self.lease = bounded(lease, 60)
         super().__init__(f"the {self.lease} is no longer held by this writer; write refused")
+
+
+class PollError(RuntimeFailure):
+    """A polled platform API (Telegram ``getUpdates``) failed; its cursor did not move.
+
+    ``retryable`` is False when the platform refused the credentials (401):
+    polling again with the same token cannot help, so the poller stops.
+    ``status`` is the HTTP status when there was one.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
+        self.status = status
+        super().__init__(message, retryable=retryable)
 
 
 class StaleClaim(RuntimeFailure):

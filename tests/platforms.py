@@ -82,6 +82,7 @@ class _Fake:
         self.url = ""
         self.requests: list[Recorded] = []
         self._script: deque[Scripted] = deque()
+        self._arrived_any = anyio.Event()
         self.app = Starlette(routes=self._routes())
 
     def _routes(self) -> list[Route]:
@@ -131,7 +132,15 @@ class _Fake:
             request.method, request.url.path, dict(request.headers), body, raw, time.time()
         )
         self.requests.append(seen)
+        self._arrived_any.set()
+        self._arrived_any = anyio.Event()
         return seen
+
+    async def wait_for_requests(self, count: int, *, timeout_s: float = 10.0) -> None:
+        """Until ``count`` requests have arrived (a send is in flight at the fake)."""
+        with anyio.fail_after(timeout_s):
+            while len(self.requests) < count:
+                await self._arrived_any.wait()
 
     @classmethod
     @asynccontextmanager

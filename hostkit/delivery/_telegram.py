@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, post, retry_after
 
@@ -62,6 +63,8 @@ class TelegramChannel:
     ) -> None:
         self.api_origin = api_origin.rstrip("/")
         self._token = token
+        # httpx logs every request URL at INFO, and this one carries the token.
+        hide_url_tokens()
         self._client = client
         self._timeout_s = timeout_s
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
+from hostkit.channels import sign_webhook
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, post, retry_after
-from hostkit.delivery._sign import sign_webhook
 from hostkit.freeze import thaw
 
 __all__ = ["WebhookChannel"]

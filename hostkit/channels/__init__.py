@@ -1,0 +1,27 @@
+"""Inbound channel transports: platform webhooks and polling into the ChannelInbox.
+
+``ingress_app`` is the Starlette app ``hostkit serve`` runs under uvicorn:
+``POST /channels/<id>`` verifies and parses a generic signed webhook, a Slack
+Events API / interactivity request or a Telegram bot update, and answers 200
+only after the inbox durably accepted it. ``TelegramPoller`` reads a bot's
+``getUpdates`` into the same inbox with a durable cursor. ``sign_webhook`` /
+``sign_slack`` produce the signature headers a sender (or a test) attaches.
+Outbound delivery is ``hostkit.delivery``'s.
+"""
+
+from hostkit.channels._app import ingress_app
+from hostkit.channels._commands import classify, parse_command
+from hostkit.channels._polling import TelegramPoller
+from hostkit.channels._settings import ChannelSettings
+from hostkit.channels._slack import sign_slack
+from hostkit.channels._webhook import sign_webhook
+
+__all__ = [
+    "ChannelSettings",
+    "TelegramPoller",
+    "classify",
+    "ingress_app",
+    "parse_command",
+    "sign_slack",
+    "sign_webhook",
+]

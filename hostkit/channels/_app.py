@@ -1,0 +1,210 @@
+"""The inbound webhook app: one POST route per configured channel, health and readiness.
+
+Every refusal (413, 401, 403, 400) happens before ``ChannelInbox.accept``, so
+a refused request writes no row. A 200 is sent only after the accept's
+transaction committed (``accepted``) or found the event already stored
+(``duplicate``): the platform may forget the event once it has our 200. A
+store failure or a slow store answers 503, so the platform retries and dedup
+absorbs any accept that did commit after all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from hostkit.channels._body import read_body
+from hostkit.channels._parsed import Challenge, Ignored, Parsed
+from hostkit.channels._settings import ChannelSettings, sender_allowed
+from hostkit.channels._slack import parse_slack
+from hostkit.channels._telegram import parse_telegram
+from hostkit.channels._webhook import parse_webhook
+from hostkit.errors import ChannelRefused, ConfigError, HostkitError, InvalidValue, bounded
+from hostkit.inbox import ChannelInbox
+from hostkit.types import InboundEnvelope
+
+__all__ = ["ingress_app"]
+
+_log = logging.getLogger("hostkit.channels")
+_MAX_ERROR = 200
+
+
+class _Format(Protocol):
+    def __call__(
+        self,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        channel_id: str,
+        config: ChannelSettings,
+        secret: str,
+        now: float,
+    ) -> Parsed: ...
+
+
+_FORMATS: dict[str, _Format] = {
+    "webhook": parse_webhook,
+    "slack": parse_slack,
+    "telegram": parse_telegram,
+}
+
+Readiness = Callable[[], tuple[bool, Mapping[str, Any]]]
+
+
+def _error(status: int, text: str) -> JSONResponse:
+    return JSONResponse({"error": bounded(text, _MAX_ERROR)}, status_code=status)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ingress:
+    channels: Mapping[str, ChannelSettings]
+    inbox: ChannelInbox
+    secrets: Mapping[str, str]
+    clock: Callable[[], float]
+    on_accept: Callable[[], None] | None
+    readiness: Readiness | None
+    accept_timeout_s: float
+    body_timeout_s: float
+
+    async def receive(self, request: Request) -> Response:
+        channel_id = request.path_params["channel_id"]
+        config = self.channels.get(channel_id)
+        if config is None or config.inbound != "webhook":
+            return _error(404, "no webhook channel by that id")
+        try:
+            body = await read_body(
+                request, limit=config.max_body_bytes, timeout_s=self.body_timeout_s
+            )
+            parsed = _FORMATS[config.kind](
+                body,
+                request.headers,
+                channel_id=channel_id,
+                config=config,
+                secret=self.secrets[channel_id],
+                now=self.clock(),
+            )
+            if isinstance(parsed, InboundEnvelope) and not sender_allowed(
+                config, parsed.principal_key
+            ):
+                raise ChannelRefused("the sender is not allowed", status=403, code="sender")
+        except ChannelRefused as refused:
+            _log.warning(
+                "channel %s refused a request: %d %s",
+                channel_id,
+                refused.status,
+                refused.code,
+                extra={"channel": channel_id, "status": refused.status, "code": refused.code},
+            )
+            return _error(refused.status, refused.message)
+        except ClientDisconnect:
+            return _error(400, "the client went away")
+        if isinstance(parsed, Challenge):
+            return JSONResponse({"challenge": parsed.value})
+        if isinstance(parsed, Ignored):
+            _log.info("channel %s ignored an event: %s", channel_id, parsed.reason)
+            return JSONResponse({"status": "ignored"})
+        return await self._accept(channel_id, parsed)
+
+    async def _accept(self, channel_id: str, envelope: InboundEnvelope) -> Response:
+        try:
+            with anyio.fail_after(self.accept_timeout_s):
+                receipt = await self.inbox.accept(envelope)
+        except InvalidValue as exc:
+            _log.warning("channel %s: the inbox refused an event: %s", channel_id, exc.message)
+            return _error(400, "the event is not a valid inbound")
+        except (HostkitError, TimeoutError) as exc:
+            # Not acknowledged: the platform retries, and dedup absorbs an accept
+            # that committed after the deadline.
+            what = exc.message if isinstance(exc, HostkitError) else "accept timed out"
+            _log.error("channel %s: accept failed, answering 503: %s", channel_id, what)
+            return _error(503, "the inbox is unavailable; retry later")
+        if receipt.disposition == "accepted" and self.on_accept is not None:
+            try:
+                self.on_accept()
+            except Exception as exc:
+                _log.warning("channel %s: on_accept failed: %s", channel_id, type(exc).__name__)
+        return JSONResponse({"inbound_id": receipt.inbound_id, "status": receipt.disposition})
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        if self.readiness is None:
+            return JSONResponse({"status": "ready"})
+        try:
+            ready, details = self.readiness()
+        except Exception as exc:
+            _log.warning("readiness check failed: %s", type(exc).__name__)
+            return JSONResponse({"status": "not ready"}, status_code=503)
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": dict(details)},
+            status_code=200 if ready else 503,
+        )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    return _error(
+        status, "not found" if status == 404 else "method not allowed" if status == 405 else "error"
+    )
+
+
+def ingress_app(
+    channels: Mapping[str, ChannelSettings],
+    inbox: ChannelInbox,
+    *,
+    secrets: Mapping[str, str],
+    clock: Callable[[], float] = time.time,
+    on_accept: Callable[[], None] | None = None,
+    readiness: Readiness | None = None,
+    accept_timeout_s: float = 5.0,
+    body_timeout_s: float = 10.0,
+) -> Starlette:
+    """The Starlette app serving ``POST /channels/<id>``, ``GET /healthz`` and ``GET /readyz``.
+
+    ``channels`` are the ``[channels.<id>]`` tables (only ``inbound = "webhook"``
+    ones get a route); ``secrets`` maps each such id to its signing secret /
+    secret token (the caller read ``secret_env``). A webhook channel without a
+    secret is a ``ConfigError`` here, never an open route. ``on_accept`` runs
+    after each newly accepted envelope (wake the inbox worker); ``readiness``
+    answers ``/readyz``. ``accept_timeout_s`` bounds the store write (then 503),
+    ``body_timeout_s`` the body upload (then 408).
+    """
+    for channel_id, config in channels.items():
+        if config.inbound != "webhook":
+            continue
+        if config.kind not in _FORMATS:
+            raise ConfigError(f"unknown channel kind {config.kind!r}", key=f"channels.{channel_id}")
+        if not secrets.get(channel_id):
+            raise ConfigError(
+                "a webhook channel needs its secret (secret_env is unset or empty)",
+                key=f"channels.{channel_id}.secret_env",
+            )
+    ingress = _Ingress(
+        channels=dict(channels),
+        inbox=inbox,
+        secrets=dict(secrets),
+        clock=clock,
+        on_accept=on_accept,
+        readiness=readiness,
+        accept_timeout_s=accept_timeout_s,
+        body_timeout_s=body_timeout_s,
+    )
+    return Starlette(
+        routes=[
+            Route("/channels/{channel_id}", ingress.receive, methods=["POST"]),
+            Route("/healthz", ingress.healthz, methods=["GET"]),
+            Route("/readyz", ingress.readyz, methods=["GET"]),
+        ],
+        exception_handlers={404: _http_error, 405: _http_error},
+    )

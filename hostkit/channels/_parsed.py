@@ -1,0 +1,111 @@
+"""What a format's verify+parse function returns, and the checks they share.
+
+A format function takes the raw body, the request headers (case-insensitive
+lookups on lower-case names), the channel's settings, its secret and the time,
+and returns an ``InboundEnvelope`` to accept, a ``Challenge`` to echo (Slack's
+``url_verification``) or ``Ignored`` (an event the Host does not act on), or
+raises ``ChannelRefused`` with the HTTP status to answer. Signatures are
+checked before a byte of the body is parsed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hostkit.errors import ChannelRefused, InvalidValue
+from hostkit.types import InboundEnvelope
+
+__all__ = [
+    "Challenge",
+    "Ignored",
+    "Parsed",
+    "build_envelope",
+    "check_fresh",
+    "field_id",
+    "json_object",
+    "same_secret",
+]
+
+# Platform ids that become parts of a conversation key: no ':' (the key's separator).
+_ID = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """A URL-verification handshake: answer 200 with this value, accept nothing."""
+
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """An authenticated event the Host does not act on (a bot's message, an edit)."""
+
+    reason: str
+
+
+Parsed = InboundEnvelope | Challenge | Ignored
+
+
+def unauthorized(code: str, message: str) -> ChannelRefused:
+    return ChannelRefused(message, status=401, code=code)
+
+
+def malformed(message: str) -> ChannelRefused:
+    return ChannelRefused(message, status=400, code="malformed")
+
+
+def same_secret(expected: str, given: str) -> bool:
+    """Constant-time equality of two header values (no early exit on the first difference)."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
+
+
+def check_fresh(header: str | None, *, now: float, window_s: float) -> str:
+    """The signed timestamp header, if it is within ``window_s`` of ``now``; else 401."""
+    if header is None:
+        raise unauthorized("missing_timestamp", "the request carries no signature timestamp")
+    if not _TIMESTAMP.fullmatch(header):
+        raise unauthorized("bad_timestamp", "the signature timestamp is not unix seconds")
+    if abs(now - int(header)) > window_s:
+        raise unauthorized(
+            "stale_timestamp", "the signature timestamp is outside the replay window"
+        )
+    return header
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or 400."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        raise malformed("the body is not JSON") from None
+    if not isinstance(value, dict):
+        raise malformed("the body is not a JSON object")
+    return value
+
+
+def field_id(value: Any, name: str) -> str:
+    """A platform id (a sender, a team, a channel) as text without ':', or 400."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise malformed(f"{name} must be an id of 1 to 128 letters, digits or _.@+-")
+    return value
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    return headers.get(name)
+
+
+def build_envelope(**fields: Any) -> InboundEnvelope:
+    """An ``InboundEnvelope``, with a value the contract refuses answered as 400."""
+    try:
+        return InboundEnvelope(**fields)
+    except InvalidValue as exc:
+        raise malformed(f"the event is not a valid inbound: {exc.message}") from None

@@ -1,0 +1,234 @@
+"""Telegram ``getUpdates`` polling with a durable cursor.
+
+The cursor (the next ``offset``) is stored by the inbox as the source
+checkpoint ``telegram-poll:<channel id>``, in the same transaction as the
+batch it follows, so it never moves past an update that was not stored. A
+failed poll or a failed accept keeps the old cursor: the same updates come
+back and dedup (``update_id``) absorbs any that were stored. A batch of only
+ignored updates (edits, bots, senders not allowed) has nothing to store; the
+cursor then advances in memory, and after a restart those updates are read
+(and ignored) again at most once more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+
+from hostkit.channels._parsed import Ignored
+from hostkit.channels._redact_logs import hide_url_tokens
+from hostkit.channels._settings import ChannelSettings, sender_allowed
+from hostkit.channels._telegram import envelope_from_update, update_id
+from hostkit.errors import ChannelRefused, ConfigError, PollError, StoreError
+from hostkit.inbox import ChannelInbox
+from hostkit.types import InboundEnvelope, SourceCheckpoint
+
+__all__ = ["POLLING_AUTHENTICATED_BY", "TelegramPoller"]
+
+POLLING_AUTHENTICATED_BY = "telegram-bot-token"
+_log = logging.getLogger("hostkit.channels")
+_ALLOWED_UPDATES = ("message", "callback_query")
+# Extra seconds the HTTP read may take beyond the long-poll timeout Telegram honours.
+_READ_MARGIN_S = 10.0
+
+
+class TelegramPoller:
+    """Reads one Telegram bot's updates with ``getUpdates`` into the inbox.
+
+    ``run`` polls until cancelled; ``poll_once`` is one round (for tests and
+    for callers with their own loop). ``client`` is an injected httpx client
+    (its owner closes it); without one the poller opens its own. The token
+    appears only in request URLs and never in a log line or an error.
+    """
+
+    def __init__(
+        self,
+        channel_id: str,
+        config: ChannelSettings,
+        inbox: ChannelInbox,
+        *,
+        token: str,
+        client: httpx.AsyncClient | None = None,
+        on_accept: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        limit: int = 100,
+        max_response_bytes: int = 4 * 1_048_576,
+        accept_timeout_s: float = 10.0,
+    ) -> None:
+        if config.kind != "telegram" or config.api_origin is None:
+            raise ConfigError("polling is the telegram transport", key=f"channels.{channel_id}")
+        if not token:
+            raise ConfigError(
+                "the bot token is unset or empty", key=f"channels.{channel_id}.token_env"
+            )
+        if not 1 <= limit <= 100:
+            raise ConfigError("getUpdates takes 1 to 100 updates per call", key="limit")
+        self.channel_id = channel_id
+        self.source_id = f"telegram-poll:{channel_id}"
+        self._config = config
+        self._inbox = inbox
+        self._token = token
+        self._url = f"{config.api_origin}/bot{token}/getUpdates"
+        self._client = client
+        self._on_accept = on_accept
+        self._clock = clock
+        self._limit = limit
+        self._max_bytes = max_response_bytes
+        self._accept_timeout_s = accept_timeout_s
+        self._cursor: int | None = None
+        self._loaded = False
+        hide_url_tokens()
+
+    @property
+    def cursor(self) -> int | None:
+        """The next ``offset`` this poller asks for (None: Telegram's oldest pending update)."""
+        return self._cursor
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Poll until cancelled, backing off after failures; a refused token raises PollError."""
+        async with self._session() as client:
+            await self._load()
+            task_status.started()
+            while True:
+                try:
+                    await self._poll(client)
+                except PollError as exc:
+                    if not exc.retryable:
+                        _log.error(
+                            "telegram channel %s stops polling: %s", self.channel_id, exc.message
+                        )
+                        raise
+                    await self._back_off(exc.message)
+                except (StoreError, TimeoutError) as exc:
+                    await self._back_off(
+                        getattr(exc, "message", "the inbox did not answer in time")
+                    )
+
+    async def poll_once(self) -> int:
+        """One ``getUpdates`` round; how many new envelopes the inbox accepted.
+
+        Raises ``PollError`` (the platform failed; the cursor did not move) or
+        the inbox's ``StoreError`` (nothing stored; the cursor did not move).
+        """
+        async with self._session() as client:
+            await self._load()
+            return await self._poll(client)
+
+    # -- internals ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._client is not None:
+            yield self._client
+            return
+        async with httpx.AsyncClient() as client:
+            yield client
+
+    async def _load(self) -> None:
+        if self._loaded:
+            return
+        stored = await self._inbox.checkpoint(self.source_id)
+        self._cursor = int(stored) if stored is not None and stored.isdigit() else None
+        self._loaded = True
+
+    async def _back_off(self, why: str) -> None:
+        _log.warning(
+            "telegram channel %s: poll failed (%s); retrying in %.1fs",
+            self.channel_id,
+            why,
+            self._config.poll_backoff_s,
+        )
+        await anyio.sleep(self._config.poll_backoff_s)
+
+    async def _poll(self, client: httpx.AsyncClient) -> int:
+        updates = await self._get_updates(client)
+        if not updates:
+            return 0
+        now = self._clock()
+        envelopes: list[InboundEnvelope] = []
+        cursor = self._cursor or 0
+        for update in updates:
+            if not isinstance(update, dict):
+                raise PollError("getUpdates returned an update that is not an object")
+            try:
+                cursor = max(cursor, update_id(update) + 1)
+                parsed = envelope_from_update(
+                    update,
+                    channel_id=self.channel_id,
+                    authenticated_by=POLLING_AUTHENTICATED_BY,
+                    now=now,
+                )
+            except ChannelRefused as refused:
+                _log.warning(
+                    "telegram channel %s skipped an update: %s", self.channel_id, refused.code
+                )
+                continue
+            if isinstance(parsed, Ignored):
+                continue
+            if not sender_allowed(self._config, parsed.principal_key):
+                _log.warning("telegram channel %s refused an update: sender", self.channel_id)
+                continue
+            envelopes.append(parsed)
+        accepted = 0
+        if envelopes:
+            checkpoint = SourceCheckpoint(self.source_id, str(cursor))
+            with anyio.fail_after(self._accept_timeout_s):
+                receipts = await self._inbox.accept_batch(envelopes, checkpoint)
+            accepted = sum(1 for receipt in receipts if receipt.disposition == "accepted")
+        self._cursor = cursor
+        if accepted and self._on_accept is not None:
+            self._on_accept()
+        return accepted
+
+    async def _get_updates(self, client: httpx.AsyncClient) -> list[Any]:
+        params: dict[str, Any] = {
+            "timeout": int(self._config.poll_timeout_s),
+            "limit": self._limit,
+            "allowed_updates": list(_ALLOWED_UPDATES),
+        }
+        if self._cursor is not None:
+            params["offset"] = self._cursor
+        timeout = httpx.Timeout(10.0, read=self._config.poll_timeout_s + _READ_MARGIN_S)
+        try:
+            async with client.stream("POST", self._url, json=params, timeout=timeout) as response:
+                body = await self._read(response)
+                status = response.status_code
+        except httpx.HTTPError as exc:
+            raise PollError(f"getUpdates failed: {type(exc).__name__}") from None
+        if status == 401:
+            raise PollError(
+                f"the bot token of channel {self.channel_id!r} was refused (401 Unauthorized); "
+                "check its token_env",
+                status=401,
+                retryable=False,
+            )
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError):
+            raise PollError(f"getUpdates answered {status} without JSON", status=status) from None
+        if status != 200 or not isinstance(answer, dict) or answer.get("ok") is not True:
+            description = answer.get("description") if isinstance(answer, dict) else None
+            text = str(description)[:120].replace(self._token, "[redacted]") if description else ""
+            raise PollError(f"getUpdates answered {status}: {text or 'not ok'}", status=status)
+        result = answer.get("result")
+        if not isinstance(result, list):
+            raise PollError("getUpdates returned no result list", status=status)
+        return result
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > self._max_bytes:
+                raise PollError(f"getUpdates answered more than {self._max_bytes} bytes")
+        return bytes(body)

@@ -1,0 +1,39 @@
+"""What a transport reads of a channel's configuration.
+
+``hostkit.host.ChannelConfig`` (a ``[channels.<id>]`` table) satisfies this
+protocol; transports name the protocol rather than the class because
+``hostkit.channels`` sits below ``hostkit.host`` in the layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["ChannelSettings", "sender_allowed"]
+
+
+class ChannelSettings(Protocol):
+    """The read-only fields of one channel instance that inbound transports use."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def inbound(self) -> str: ...
+    @property
+    def allow(self) -> Sequence[str]: ...
+    @property
+    def max_body_bytes(self) -> int: ...
+    @property
+    def replay_window_s(self) -> float: ...
+    @property
+    def poll_timeout_s(self) -> float: ...
+    @property
+    def poll_backoff_s(self) -> float: ...
+    @property
+    def api_origin(self) -> str | None: ...
+
+
+def sender_allowed(config: ChannelSettings, principal_key: str) -> bool:
+    """True when the allowlist lets this authenticated sender in ("*" lets everyone)."""
+    return "*" in config.allow or principal_key in config.allow

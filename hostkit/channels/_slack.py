@@ -1,0 +1,191 @@
+"""The Slack Events API and interactivity (button) requests.
+
+Slack signs every request with the app's signing secret:
+``X-Slack-Signature: v0=<hex HMAC-SHA256(secret, "v0:<ts>:" + body)>`` with
+``X-Slack-Request-Timestamp: <ts>``. ``url_verification`` is answered with its
+challenge only after that check. A ``message`` event from a person becomes an
+envelope keyed by its ``event_id``; Slack retries an unacknowledged event
+with the same ``event_id`` (and ``X-Slack-Retry-Num``), which dedup absorbs.
+Interactivity posts ``payload=<json>`` form-encoded; a ``block_actions``
+button whose value is ``approve CODE`` / ``deny CODE`` is a command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+from hostkit.channels._commands import classify, parse_command
+from hostkit.channels._parsed import (
+    Challenge,
+    Ignored,
+    Parsed,
+    build_envelope,
+    check_fresh,
+    field_id,
+    json_object,
+    malformed,
+    same_secret,
+    unauthorized,
+)
+from hostkit.channels._settings import ChannelSettings
+
+__all__ = ["AUTHENTICATED_BY", "parse_slack", "sign_slack"]
+
+AUTHENTICATED_BY = "slack-signature"
+_TIMESTAMP = "x-slack-request-timestamp"
+_SIGNATURE = "x-slack-signature"
+_RETRY_NUM = "x-slack-retry-num"
+_RETRY_REASON = "x-slack-retry-reason"
+_MAX_CHALLENGE = 256
+_MAX_EVENT_ID = 200
+
+
+def _mac(secret: str, timestamp: str, body: bytes) -> str:
+    base = f"v0:{timestamp}:".encode() + body
+    return hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+def sign_slack(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
+    """The headers Slack would send with ``body`` at ``timestamp`` (tests, relays)."""
+    stamp = str(int(timestamp))
+    return {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": f"v0={_mac(secret, stamp, body)}",
+    }
+
+
+def parse_slack(
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    channel_id: str,
+    config: ChannelSettings,
+    secret: str,
+    now: float,
+) -> Parsed:
+    """Verify Slack's signature, then parse an Events API or interactivity request."""
+    stamp = check_fresh(headers.get(_TIMESTAMP), now=now, window_s=config.replay_window_s)
+    given = headers.get(_SIGNATURE)
+    if given is None:
+        raise unauthorized("missing_signature", "the request carries no Slack signature")
+    if not same_secret(f"v0={_mac(secret, stamp, body)}", given):
+        raise unauthorized("bad_signature", "the Slack signature does not match the body")
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/x-www-form-urlencoded":
+        return _interaction(body, channel_id=channel_id, now=now)
+    return _event(json_object(body), headers, channel_id=channel_id, now=now)
+
+
+def _event(
+    request: dict[str, Any], headers: Mapping[str, str], *, channel_id: str, now: float
+) -> Parsed:
+    kind = request.get("type")
+    if kind == "url_verification":
+        challenge = request.get("challenge")
+        if not isinstance(challenge, str) or not 0 < len(challenge) <= _MAX_CHALLENGE:
+            raise malformed("url_verification needs a challenge string")
+        return Challenge(challenge)
+    if kind != "event_callback":
+        return Ignored(f"slack request type {str(kind)[:40]!r}")
+    event = request.get("event")
+    if not isinstance(event, dict):
+        raise malformed("event_callback needs an event object")
+    if event.get("type") != "message":
+        return Ignored(f"slack event type {str(event.get('type'))[:40]!r}")
+    if event.get("subtype") is not None or event.get("bot_id") is not None:
+        # Edits, joins and bot messages (the Host's own answers among them) start no turn.
+        return Ignored("slack message with a subtype or from a bot")
+    event_id = request.get("event_id")
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= _MAX_EVENT_ID:
+        raise malformed("event_callback needs an event_id")
+    team = field_id(request.get("team_id", event.get("team")), "team_id")
+    channel = field_id(event.get("channel"), "event.channel")
+    user = field_id(event.get("user"), "event.user")
+    text = event.get("text")
+    if not isinstance(text, str):
+        raise malformed("a message event needs its text")
+    if not text.strip():
+        return Ignored("slack message without text")
+    reply: dict[str, Any] = {"channel": channel}
+    thread = event.get("thread_ts")
+    if isinstance(thread, str) and thread:
+        reply["thread_ts"] = thread[:64]
+    metadata: dict[str, Any] = {"reply": reply}
+    if isinstance(event.get("ts"), str):
+        metadata["ts"] = event["ts"][:64]
+    retry = headers.get(_RETRY_NUM)
+    if retry is not None and retry.isdigit() and len(retry) <= 6:
+        metadata["retry_num"] = int(retry)
+        metadata["retry_reason"] = (headers.get(_RETRY_REASON) or "")[:64]
+    kind_of, payload = classify(text)
+    return build_envelope(
+        channel_instance_id=channel_id,
+        platform_event_key=event_id,
+        conversation_key=f"{team}:{channel}:{user}",
+        principal_key=user,
+        authenticated_by=AUTHENTICATED_BY,
+        received_at=now,
+        kind=kind_of,
+        payload=payload,
+        metadata=metadata,
+    )
+
+
+def _interaction(body: bytes, *, channel_id: str, now: float) -> Parsed:
+    try:
+        form = parse_qs(body.decode("utf-8"), max_num_fields=16, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        raise malformed("the interaction form is not readable") from None
+    raw = form.get("payload")
+    if not raw:
+        return Ignored("slack form without a payload (ssl_check)")
+    try:
+        payload = json.loads(raw[0])
+    except (ValueError, RecursionError):
+        raise malformed("the interaction payload is not JSON") from None
+    if not isinstance(payload, dict):
+        raise malformed("the interaction payload is not a JSON object")
+    if payload.get("type") != "block_actions":
+        return Ignored(f"slack interaction type {str(payload.get('type'))[:40]!r}")
+    actions = payload.get("actions")
+    if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
+        raise malformed("block_actions needs actions")
+    value = actions[0].get("value")
+    command = parse_command(value) if isinstance(value, str) else None
+    if command is None:
+        return Ignored("slack button that is not an approval answer")
+    user_obj = _obj(payload, "user")
+    team = field_id(_obj(payload, "team").get("id", user_obj.get("team_id")), "team.id")
+    user = field_id(user_obj.get("id"), "user.id")
+    container = _obj(payload, "container")
+    channel = field_id(
+        _obj(payload, "channel").get("id", container.get("channel_id")), "channel.id"
+    )
+    key = payload.get("trigger_id") or actions[0].get("action_ts")
+    if not isinstance(key, str) or not 0 < len(key) <= _MAX_EVENT_ID:
+        raise malformed("block_actions needs a trigger_id or action_ts")
+    reply: dict[str, Any] = {"channel": channel}
+    thread = _obj(payload, "message").get("thread_ts", container.get("thread_ts"))
+    if isinstance(thread, str) and thread:
+        reply["thread_ts"] = thread[:64]
+    return build_envelope(
+        channel_instance_id=channel_id,
+        platform_event_key=f"block_actions:{key}",
+        conversation_key=f"{team}:{channel}:{user}",
+        principal_key=user,
+        authenticated_by=AUTHENTICATED_BY,
+        received_at=now,
+        kind="command",
+        payload=command,
+        metadata={"reply": reply},
+    )
+
+
+def _obj(payload: dict[str, Any], name: str) -> dict[str, Any]:
+    value = payload.get(name)
+    return value if isinstance(value, dict) else {}

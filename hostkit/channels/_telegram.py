@@ -1,0 +1,119 @@
+"""Telegram bot updates: the webhook's secret-token check and the Update shape.
+
+``setWebhook(secret_token=...)`` makes Telegram send
+``X-Telegram-Bot-Api-Secret-Token`` with every update; it is compared in
+constant time. An Update's ``update_id`` is the dedup key (Telegram resends an
+unacknowledged update with the same id). A ``message`` with text from a
+person is a message (or a typed command); a ``callback_query`` whose data is
+``approve CODE`` / ``deny CODE`` (an inline button) is a command; every other
+update is acknowledged and ignored. The polling transport uses the same
+``envelope_from_update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hostkit.channels._commands import classify, parse_command
+from hostkit.channels._parsed import (
+    Ignored,
+    Parsed,
+    build_envelope,
+    field_id,
+    json_object,
+    malformed,
+    same_secret,
+    unauthorized,
+)
+from hostkit.channels._settings import ChannelSettings
+from hostkit.types import InboundEnvelope
+
+__all__ = ["WEBHOOK_AUTHENTICATED_BY", "envelope_from_update", "parse_telegram", "update_id"]
+
+WEBHOOK_AUTHENTICATED_BY = "telegram-secret-token"
+_SECRET_HEADER = "x-telegram-bot-api-secret-token"
+
+
+def parse_telegram(
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    channel_id: str,
+    config: ChannelSettings,
+    secret: str,
+    now: float,
+) -> Parsed:
+    """Check the secret token header, then parse one Update."""
+    given = headers.get(_SECRET_HEADER)
+    if given is None:
+        raise unauthorized("missing_secret_token", "the request carries no Telegram secret token")
+    if not same_secret(secret, given):
+        raise unauthorized("bad_secret_token", "the Telegram secret token does not match")
+    return envelope_from_update(
+        json_object(body), channel_id=channel_id, authenticated_by=WEBHOOK_AUTHENTICATED_BY, now=now
+    )
+
+
+def update_id(update: Mapping[str, Any]) -> int:
+    """The Update's id (a non-negative integer), or 400."""
+    value = update.get("update_id")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise malformed("an Update needs an integer update_id")
+    return value
+
+
+def envelope_from_update(
+    update: Mapping[str, Any], *, channel_id: str, authenticated_by: str, now: float
+) -> InboundEnvelope | Ignored:
+    """The envelope one Telegram Update carries, ``Ignored``, or ``ChannelRefused`` (400)."""
+    key = str(update_id(update))
+    message = update.get("message")
+    if isinstance(message, dict):
+        text = message.get("text")
+        sender = _obj(message, "from")
+        if not isinstance(text, str) or not text.strip():
+            return Ignored("telegram message without text")
+        if sender.get("is_bot") is True:
+            return Ignored("telegram message from a bot")
+        kind, payload = classify(text)
+        chat = _obj(message, "chat").get("id")
+        extra: dict[str, Any] = {}
+    elif isinstance(update.get("callback_query"), dict):
+        query = update["callback_query"]
+        data = query.get("data")
+        command = parse_command(data) if isinstance(data, str) else None
+        if command is None:
+            return Ignored("telegram button that is not an approval answer")
+        sender = _obj(query, "from")
+        kind, payload = "command", command
+        chat = _obj(_obj(query, "message"), "chat").get("id")
+        if chat is None:
+            return Ignored("telegram callback without its chat (inline mode)")
+        extra = {"callback_query_id": str(query.get("id", ""))[:64]}
+    else:
+        return Ignored("telegram update of another type")
+    user = field_id(sender.get("id"), "from.id")
+    chat_id = _chat_id(chat)
+    return build_envelope(
+        channel_instance_id=channel_id,
+        platform_event_key=key,
+        conversation_key=f"{chat_id}:{user}",
+        principal_key=user,
+        authenticated_by=authenticated_by,
+        received_at=now,
+        kind=kind,
+        payload=payload,
+        metadata={"reply": {"chat_id": chat_id}, **extra},
+    )
+
+
+def _chat_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
+        raise malformed("a Telegram chat id is an integer")
+    return value
+
+
+def _obj(value: Mapping[str, Any], name: str) -> dict[str, Any]:
+    inner = value.get(name)
+    return inner if isinstance(inner, dict) else {}

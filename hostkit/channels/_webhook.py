@@ -1,0 +1,115 @@
+"""The generic signed JSON webhook: any sender that can compute an HMAC.
+
+A request carries ``X-Hostkit-Timestamp`` (unix seconds) and
+``X-Hostkit-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)>``.
+Signing the timestamp with the body lets the receiver refuse a captured
+request replayed outside the channel's replay window. The body is
+``{"event_id", "sender", "conversation", "text", "kind"?}``; ``event_id`` is
+the dedup key, so a sender retries with the same one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from hostkit.channels._commands import classify, parse_command
+from hostkit.channels._parsed import (
+    Parsed,
+    build_envelope,
+    check_fresh,
+    field_id,
+    json_object,
+    malformed,
+    same_secret,
+    unauthorized,
+)
+from hostkit.channels._settings import ChannelSettings
+
+__all__ = ["AUTHENTICATED_BY", "parse_webhook", "sign_webhook"]
+
+AUTHENTICATED_BY = "hmac-sha256"
+_TIMESTAMP = "x-hostkit-timestamp"
+_SIGNATURE = "x-hostkit-signature"
+_MAX_EVENT_ID = 200
+_MAX_CONVERSATION = 120
+
+
+def _mac(secret: str, timestamp: str, body: bytes) -> str:
+    return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def sign_webhook(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
+    """The headers that sign ``body`` for a generic webhook channel at ``timestamp``.
+
+    Senders add them to their POST; the delivery side signs outbound webhooks
+    the same way, so one receiver check covers both directions.
+    """
+    stamp = str(int(timestamp))
+    return {
+        "X-Hostkit-Timestamp": stamp,
+        "X-Hostkit-Signature": f"sha256={_mac(secret, stamp, body)}",
+    }
+
+
+def parse_webhook(
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    channel_id: str,
+    config: ChannelSettings,
+    secret: str,
+    now: float,
+) -> Parsed:
+    """Verify the signature and freshness, then parse the event (``ChannelRefused`` if not)."""
+    stamp = check_fresh(headers.get(_TIMESTAMP), now=now, window_s=config.replay_window_s)
+    given = headers.get(_SIGNATURE)
+    if given is None:
+        raise unauthorized("missing_signature", "the request carries no signature")
+    if not same_secret(f"sha256={_mac(secret, stamp, body)}", given):
+        raise unauthorized("bad_signature", "the signature does not match the body")
+    event = json_object(body)
+    event_id = _text(event, "event_id", _MAX_EVENT_ID)
+    sender = field_id(event.get("sender"), "sender")
+    conversation = _text(event, "conversation", _MAX_CONVERSATION)
+    text = event.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise malformed("text must be a non-empty string")
+    kind, payload = _kind(event.get("kind", None), text)
+    return build_envelope(
+        channel_instance_id=channel_id,
+        platform_event_key=event_id,
+        conversation_key=f"{conversation}:{sender}",
+        principal_key=sender,
+        authenticated_by=AUTHENTICATED_BY,
+        received_at=now,
+        kind=kind,
+        payload=payload,
+        metadata={"reply": {"conversation": conversation}},
+    )
+
+
+def _text(event: dict[str, Any], name: str, limit: int) -> str:
+    value = event.get(name)
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise malformed(f"{name} must be a non-empty string of at most {limit} characters")
+    if not value.isprintable():
+        raise malformed(f"{name} must not contain control characters")
+    return value
+
+
+def _kind(declared: object, text: str) -> tuple[str, str]:
+    """No ``kind``: a typed ``approve CODE`` is a command. ``command``: it must be one.
+    ``message``: the text is a message whatever it says."""
+    if declared is None:
+        return classify(text)
+    if declared == "message":
+        return "message", text
+    if declared == "command":
+        command = parse_command(text)
+        if command is None:
+            raise malformed("a command is 'approve <CODE>' or 'deny <CODE>'")
+        return "command", command
+    raise malformed("kind must be 'message' or 'command'")

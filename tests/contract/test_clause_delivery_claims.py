@@ -1,0 +1,135 @@
+"""Delivery clause: claims are fenced, shutdown gives them back, unknown channels fail closed.
+
+Two DeliveryRuntimes on one real SQLite outbox (as two processes would
+share it), an injected clock to expire leases, loopback Slack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.adapters.scripted import Reply, ScriptedModel
+from hostkit.delivery import DeliveryPolicy
+from hostkit.host import ConfiguredChannels
+from hostkit.testing import capabilities
+from tests.contract._delivery_hosts import (
+    ENV,
+    SLACK_TOKEN,
+    Clock,
+    channel_host,
+    channel_tables,
+    host_config,
+    routed_turn,
+)
+from tests.platforms import FakeSlack, Recorded
+
+pytestmark = pytest.mark.anyio
+
+
+def _intent_of(seen: Recorded) -> str:
+    return str(seen.body["metadata"]["event_payload"]["intent_id"])
+
+
+async def test_a_stale_holder_cannot_mark_an_intent_delivered(tmp_path: Path) -> None:
+    clock = Clock()
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.slow_next(1, delay_s=1.0)
+        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            policy = DeliveryPolicy(lease_s=60.0, jitter=0.0)
+            slow = host.delivery_runtime(policy=policy, clock=clock)
+            other = host.delivery_runtime(policy=policy, clock=clock)
+            settled: list[int] = []
+            async with anyio.create_task_group() as group:
+
+                async def drain_slow() -> None:
+                    settled.append(await slow.drain())
+
+                group.start_soon(drain_slow)
+                await slack.wait_for_requests(1)
+                # The slow holder's lease expires; another runtime reclaims and delivers.
+                clock.advance(61.0)
+                assert await other.drain() == 1
+            row = await host.store.delivery.intent(intent_id)
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 2)
+    assert settled == [0]
+    assert slow.delivered == 0
+    assert other.delivered == 1
+    # Both attempts reached Slack under the one idempotency key (the receiver's dedup).
+    assert [_intent_of(seen) for seen in slack.requests] == [intent_id, intent_id]
+
+
+async def test_shutdown_releases_held_claims_without_spending_the_attempt(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.slow_next(1, delay_s=1.5)
+        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            runtime = host.delivery_runtime(clock=clock, grace_s=0.1, idle_poll_s=0.05)
+            async with runtime:
+                await slack.wait_for_requests(1)
+                assert runtime.in_flight == 1
+            assert runtime.in_flight == 0
+            assert not runtime.running
+            released = await host.store.delivery.intent(intent_id)
+            assert released is not None
+            assert (released.status, released.attempts) == ("pending", 0)
+            # The next runtime's attempt is the first one again.
+            assert await host.delivery_runtime(clock=clock).drain() == 1
+            row = await host.store.delivery.intent(intent_id)
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 1)
+
+
+async def test_an_alias_without_a_channel_fails_closed(tmp_path: Path) -> None:
+    async with (
+        FakeSlack.running(token=SLACK_TOKEN) as slack,
+        channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host,
+    ):
+        result = await routed_turn(host, "slack-gone", {"channel": "C1"})
+        runtime = host.delivery_runtime(clock=Clock())
+        assert await runtime.drain() == 1
+        row = await host.store.delivery.intent(result.deliveries[0])
+    assert row is not None
+    assert (row.status, row.attempts) == ("dead_lettered", 1)
+    assert row.last_error == "no_channel: no channel 'slack-gone' is configured"
+    assert slack.requests == []
+
+
+async def test_a_config_apply_changes_the_adapter_of_later_attempts_only(tmp_path: Path) -> None:
+    clock = Clock()
+    async with (
+        FakeSlack.running(token=SLACK_TOKEN) as old,
+        FakeSlack.running(token=SLACK_TOKEN) as new,
+    ):
+        old.fail_next(1, status=503)
+        async with channel_host(tmp_path, channel_tables(slack=old.api_base)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            runtime = host.delivery_runtime(
+                policy=DeliveryPolicy(backoff_s=1.0, jitter=0.0), clock=clock
+            )
+            assert await runtime.drain() == 1
+            config = host_config(tmp_path, channel_tables(slack=new.api_base))
+            caps = dataclasses.replace(
+                capabilities(ScriptedModel([Reply("x")])),
+                channels=ConfiguredChannels(config, ENV),
+            )
+            await host.apply_config(config, capabilities=caps)
+            clock.advance(1.0)
+            assert await runtime.drain() == 1
+            row = await host.store.delivery.intent(intent_id)
+    assert row is not None
+    assert row.status == "delivered"
+    assert len(old.requests) == 1
+    assert old.messages == []
+    (message,) = new.messages
+    # The route the turn captured is what the new adapter used.
+    assert message.body["channel"] == "C1"
+    assert _intent_of(message) == intent_id

@@ -1,0 +1,150 @@
+"""Clause: Slack Events API and button requests, verified with the v0 signing secret.
+
+``url_verification`` is answered only after the signature check; a person's
+message is one row however often Slack retries it (retry headers recorded);
+bot messages and other events are acknowledged without a row; an approval
+button is a command.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from hostkit.channels import sign_slack
+from hostkit.inbox import ChannelInbox
+from hostkit.store import RuntimeStore
+from tests.ingress import NOW, SECRETS, serve_ingress, to_json
+
+pytestmark = pytest.mark.anyio
+
+SECRET = SECRETS["slack-acme"]
+
+
+def _message(event_id: str = "Ev01", **event: Any) -> bytes:
+    body = {
+        "type": "event_callback",
+        "team_id": "T01",
+        "api_app_id": "A01",
+        "event_id": event_id,
+        "event_time": NOW,
+        "event": {
+            "type": "message",
+            "channel": "C123",
+            "user": "U42",
+            "text": "what is up",
+            "ts": "1700000000.000100",
+            **event,
+        },
+    }
+    return to_json(body)
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    body: bytes,
+    *,
+    secret: str = SECRET,
+    content_type: str = "application/json",
+    **headers: str,
+) -> httpx.Response:
+    signed = {**sign_slack(secret, body, timestamp=NOW), "Content-Type": content_type, **headers}
+    return await client.post("/channels/slack-acme", content=body, headers=signed)
+
+
+async def test_url_verification_echoes_the_challenge_only_when_signed(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    body = to_json({"type": "url_verification", "token": "t", "challenge": "3eZbrw1aB"})
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        signed = await _post(client, body)
+        forged = await _post(client, body, secret="not-the-signing-secret")
+    assert (signed.status_code, signed.json()) == (200, {"challenge": "3eZbrw1aB"})
+    assert forged.status_code == 401
+    assert "3eZbrw1aB" not in forged.text
+    assert await inbox.records() == ()
+
+
+async def test_a_message_and_its_retries_make_one_row_with_the_retry_recorded(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        retried = await _post(
+            client,
+            _message(thread_ts="1699999999.000200"),
+            **{"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"},
+        )
+        again = await _post(
+            client, _message(), **{"X-Slack-Retry-Num": "2", "X-Slack-Retry-Reason": "http_error"}
+        )
+    assert retried.json()["status"] == "accepted"
+    assert again.json() == {"inbound_id": retried.json()["inbound_id"], "status": "duplicate"}
+    assert len(await inbox.records(channel_instance_id="slack-acme")) == 1
+    claimed = await inbox.claim()
+    assert claimed is not None
+    envelope = claimed.envelope
+    assert envelope.platform_event_key == "Ev01"
+    assert envelope.conversation_key == "T01:C123:U42"
+    assert envelope.principal_key == "U42"
+    assert envelope.authenticated_by == "slack-signature"
+    assert (envelope.kind, envelope.payload) == ("message", "what is up")
+    assert dict(envelope.metadata["reply"]) == {"channel": "C123", "thread_ts": "1699999999.000200"}
+    # The stored envelope is the first delivery's (Retry-Num 1); the second was a duplicate.
+    assert envelope.metadata["retry_num"] == 1
+    assert envelope.metadata["retry_reason"] == "http_timeout"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"subtype": "message_changed"},
+        {"bot_id": "B99"},
+        {"type": "reaction_added"},
+    ],
+    ids=["edit", "bot", "other-event"],
+)
+async def test_bot_messages_edits_and_other_events_are_acknowledged_without_a_row(
+    store: RuntimeStore, event: dict[str, Any]
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        answer = await _post(client, _message(**event))
+    assert (answer.status_code, answer.json()) == (200, {"status": "ignored"})
+    assert await inbox.records() == ()
+
+
+def _button(value: str, trigger: str = "111.222.abc") -> bytes:
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U42", "team_id": "T01"},
+        "team": {"id": "T01"},
+        "channel": {"id": "C123"},
+        "container": {"type": "message", "channel_id": "C123", "message_ts": "1.2"},
+        "trigger_id": trigger,
+        "actions": [{"action_id": "approval", "value": value, "action_ts": "1700000000.1"}],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+async def test_an_approval_button_is_a_command_and_other_buttons_are_ignored(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    form = "application/x-www-form-urlencoded"
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        pressed = await _post(client, _button("approve k7qx2m"), content_type=form)
+        other = await _post(client, _button("open_settings", "9.9.x"), content_type=form)
+    assert pressed.json()["status"] == "accepted"
+    assert other.json() == {"status": "ignored"}
+    claimed = await inbox.claim()
+    assert claimed is not None
+    envelope = claimed.envelope
+    assert (envelope.kind, envelope.payload) == ("command", "approve K7QX2M")
+    assert envelope.platform_event_key == "block_actions:111.222.abc"
+    assert envelope.conversation_key == "T01:C123:U42"
+    assert dict(envelope.metadata["reply"]) == {"channel": "C123"}
+    assert len(await inbox.records()) == 1

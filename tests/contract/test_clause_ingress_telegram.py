@@ -1,0 +1,83 @@
+"""Clause: Telegram webhook updates, authenticated by the secret-token header.
+
+A text message and an inline approval button become envelopes keyed by
+``update_id``; a resent update is one row; updates the Host does not act on
+are acknowledged (200) so Telegram stops resending them, and write nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from hostkit.inbox import ChannelInbox
+from hostkit.store import RuntimeStore
+from tests.ingress import NOW, SECRETS, serve_ingress, to_json
+from tests.platforms import telegram_callback, telegram_message
+
+pytestmark = pytest.mark.anyio
+
+
+async def _post(
+    client: httpx.AsyncClient, update: dict[str, Any], token: str = SECRETS["tg"]
+) -> httpx.Response:
+    return await client.post(
+        "/channels/tg",
+        content=to_json(update),
+        headers={"X-Telegram-Bot-Api-Secret-Token": token, "Content-Type": "application/json"},
+    )
+
+
+async def test_a_message_and_a_button_are_accepted_once_each(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    message = {"update_id": 500, **telegram_message(-1001, 77, "hi bot")}
+    button = {"update_id": 501, **telegram_callback(-1001, 77, "deny k7qx2m", query_id="q-1")}
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        first = await _post(client, message)
+        resent = await _post(client, message)
+        pressed = await _post(client, button)
+    assert first.json()["status"] == "accepted"
+    assert resent.json() == {"inbound_id": first.json()["inbound_id"], "status": "duplicate"}
+    assert pressed.json()["status"] == "accepted"
+    assert len(await inbox.records(channel_instance_id="tg")) == 2
+    seen = {}
+    while (claimed := await inbox.claim()) is not None:
+        seen[claimed.envelope.platform_event_key] = claimed.envelope
+    assert set(seen) == {"500", "501"}
+    text, command = seen["500"], seen["501"]
+    assert (text.kind, text.payload) == ("message", "hi bot")
+    assert text.conversation_key == "-1001:77"
+    assert text.principal_key == "77"
+    assert text.authenticated_by == "telegram-secret-token"
+    assert dict(text.metadata["reply"]) == {"chat_id": -1001}
+    assert text.received_at == NOW
+    assert (command.kind, command.payload) == ("command", "deny K7QX2M")
+    assert command.metadata["callback_query_id"] == "q-1"
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"update_id": 9, "edited_message": telegram_message(5, 5, "edit")["message"]},
+        {"update_id": 9, **telegram_message(5, 5, "   ")},
+        {"update_id": 9, **telegram_callback(5, 5, "some-other-button")},
+        {
+            "update_id": 9,
+            "message": {
+                **telegram_message(5, 5, "hi")["message"],
+                "from": {"id": 5, "is_bot": True},
+            },
+        },
+    ],
+    ids=["edited", "no-text", "other-button", "bot"],
+)
+async def test_updates_the_host_does_not_act_on_are_acknowledged_without_a_row(
+    store: RuntimeStore, update: dict[str, Any]
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        answer = await _post(client, update)
+    assert (answer.status_code, answer.json()) == (200, {"status": "ignored"})
+    assert await inbox.records() == ()

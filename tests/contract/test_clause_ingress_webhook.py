@@ -1,0 +1,144 @@
+"""Clause: a signed generic webhook is accepted exactly once, end to end, before its 200.
+
+Real uvicorn on 127.0.0.1, real httpx, a real SQLite store: the 200 comes
+after the row exists, a redelivery of the same event_id is a 200 duplicate
+with the first inbound id and no second row, and a typed approval answer
+arrives as a normalised command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from hostkit.channels import classify, sign_webhook
+from hostkit.inbox import ChannelInbox
+from hostkit.store import RuntimeStore
+from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
+
+pytestmark = pytest.mark.anyio
+
+
+def _event(event_id: str = "evt-1", **fields: Any) -> bytes:
+    body = {"event_id": event_id, "sender": "u-7", "conversation": "ticket-9", "text": "hello"}
+    return to_json({**body, **fields})
+
+
+async def _post(
+    client: httpx.AsyncClient, body: bytes, *, secret: str = SECRETS["hooks"]
+) -> httpx.Response:
+    return await client.post(
+        "/channels/hooks", content=body, headers=sign_webhook(secret, body, timestamp=NOW)
+    )
+
+
+async def test_signed_webhook_is_accepted_once_and_a_redelivery_is_a_duplicate(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    woken: list[int] = []
+    async with (
+        serve_ingress(inbox, on_accept=lambda: woken.append(1)) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        first = await _post(client, _event())
+        assert first.status_code == 200
+        assert first.json()["status"] == "accepted"
+        # The row exists once the 200 arrived.
+        records = await inbox.records(channel_instance_id="hooks")
+        assert [r.inbound_id for r in records] == [first.json()["inbound_id"]]
+        again = await _post(client, _event())
+        assert again.status_code == 200
+        assert again.json() == {"inbound_id": first.json()["inbound_id"], "status": "duplicate"}
+    assert len(await inbox.records(channel_instance_id="hooks")) == 1
+    # on_accept wakes the worker for the new envelope only, not for the duplicate.
+    assert woken == [1]
+    claimed = await inbox.claim()
+    assert claimed is not None
+    envelope = claimed.envelope
+    assert envelope.platform_event_key == "evt-1"
+    assert envelope.conversation_key == "ticket-9:u-7"
+    assert envelope.principal_key == "u-7"
+    assert envelope.authenticated_by == "hmac-sha256"
+    assert envelope.kind == "message"
+    assert envelope.payload == "hello"
+    assert envelope.received_at == NOW
+    assert dict(envelope.metadata["reply"]) == {"conversation": "ticket-9"}
+
+
+async def test_a_typed_approval_answer_arrives_as_a_normalised_command(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        typed = await _post(client, _event("evt-a", text="  APPROVE k7qx2m "))
+        declared = await _post(client, _event("evt-b", text="deny ABCDEF", kind="command"))
+        forced = await _post(client, _event("evt-c", text="approve ABCDEF", kind="message"))
+        not_a_command = await _post(client, _event("evt-d", text="hi", kind="command"))
+    assert [typed.status_code, declared.status_code, forced.status_code] == [200, 200, 200]
+    assert not_a_command.status_code == 400
+    seen = {}
+    while (claimed := await inbox.claim()) is not None:
+        seen[claimed.envelope.platform_event_key] = (
+            claimed.envelope.kind,
+            claimed.envelope.payload,
+        )
+    assert seen == {
+        "evt-a": ("command", "approve K7QX2M"),
+        "evt-b": ("command", "deny ABCDEF"),
+        "evt-c": ("message", "approve ABCDEF"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("approve K7QX2M", ("command", "approve K7QX2M")),
+        ("Deny  k7qx2m", ("command", "deny K7QX2M")),
+        ("approve K7QX2", ("message", "approve K7QX2")),  # five characters
+        ("approve K7QX21", ("message", "approve K7QX21")),  # '1' is not base32
+        ("please approve K7QX2M", ("message", "please approve K7QX2M")),
+        ("approve K7QX2M now", ("message", "approve K7QX2M now")),
+    ],
+)
+def test_commands_are_exactly_approve_or_deny_and_a_base32_code(
+    text: str, expected: tuple[str, str]
+) -> None:
+    assert classify(text) == expected
+
+
+async def test_allowlisted_sender_passes_and_health_answers(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(hooks={"allow": ["u-7"]})
+    readiness_state = {"ready": False}
+    async with (
+        serve_ingress(
+            inbox,
+            configs=configs,
+            readiness=lambda: (readiness_state["ready"], {"inbox": "starting"}),
+        ) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        assert (await _post(client, _event())).status_code == 200
+        health = await client.get("/healthz")
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+        not_ready = await client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json() == {"status": "not ready", "checks": {"inbox": "starting"}}
+        readiness_state["ready"] = True
+        assert (await client.get("/readyz")).status_code == 200
+        assert (await client.get("/channels/hooks")).status_code == 405
+        assert (await client.post("/channels/unknown", content=b"{}")).status_code == 404
+    assert len(await inbox.records()) == 1
+
+
+async def test_a_polling_or_outbound_only_channel_has_no_webhook_route(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(tg={"inbound": "polling", "secret_env": None})
+    async with (
+        serve_ingress(inbox, configs=configs) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        answer = await client.post("/channels/tg", content=b"{}")
+    assert answer.status_code == 404
+    assert await inbox.records() == ()
