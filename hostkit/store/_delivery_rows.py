@@ -30,6 +30,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "DUE_ROWS",
     "ClaimArgs",
     "approval_prompt",
     "claim_rows",
@@ -63,7 +64,7 @@ _COLUMNS = (
 )
 # The due rows in due order (outbox_due gives the order; rowid breaks ties). A claimed or
 # dead-lettered row leaves the due set, so re-running the query pages forward.
-_DUE_ROWS = (
+DUE_ROWS = (
     f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
     "ORDER BY next_attempt_at, id LIMIT ?"
 )
@@ -191,7 +192,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
     lease = args.now + args.lease_s
     claimed: list[ClaimedDelivery] = []
     while len(claimed) < args.limit:
-        rows = _rows(conn).execute(_DUE_ROWS, [args.now, args.limit - len(claimed)]).fetchall()
+        rows = _rows(conn).execute(DUE_ROWS, [args.now, args.limit - len(claimed)]).fetchall()
         if not rows:
             break
         for row in rows:

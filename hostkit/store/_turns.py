@@ -137,8 +137,9 @@ class TurnStore(ABC):
         transaction (``final.event_seq`` precedes ``event_seq``).
         Exactly one terminal record per turn. A ``completed`` or
         ``needs_user`` result with text and a ``route`` gets one outbox
-        intent in the same transaction. Returns the result as persisted (its
-        ``deliveries`` are the intent ids). ``LeaseLost`` when the lease no
+        intent in the same transaction; a routed ``needs_user`` result paused
+        on a pending approval also gets its approval prompt. Returns the
+        result as persisted (its ``deliveries`` are the intent ids). ``LeaseLost`` when the lease no
         longer holds the session — whoever took it over recorded the turn.
         """
 

@@ -1,0 +1,101 @@
+"""DeliveryStore clause: claim leases due intents oldest first, in bounded batches, with a fresh
+fencing token and attempts + 1; an expired lease is claimed again; one that expired after its
+last allowed attempt is dead-lettered (``attempts_exhausted``) instead of returned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.errors import StaleClaim
+from hostkit.store import DELIVERY_ATTEMPTS_EXHAUSTED, MAX_DELIVERY_CLAIM
+from hostkit.types import DeliveryFailure
+from tests.contract._delivery_adapters import ADAPTERS, ROUTE, open_delivery
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
+
+
+async def test_claim_leases_due_intents_oldest_first_in_bounded_batches(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_delivery(adapter, tmp_path) as sut:
+        ids = await sut.seed(5)
+        now = sut.later()
+        first = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
+        second = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
+        third = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
+        empty = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
+    claimed = [c.intent.intent_id for c in (*first, *second, *third)]
+    assert claimed == list(ids)
+    assert (len(first), len(second), len(third), empty) == (2, 2, 1, ())
+    for c in (*first, *second, *third):
+        assert (c.attempt, c.intent.attempts, c.intent.status) == (1, 1, "sending")
+        assert c.lease_expires_at == c.intent.next_attempt_at == now + 30.0
+        assert c.intent.route == ROUTE
+        assert c.intent.payload["text"].startswith("the answer")
+    assert len({c.claim_token for c in (*first, *second, *third)}) == 5
+    assert MAX_DELIVERY_CLAIM == 64
+
+
+async def test_an_intent_is_not_due_before_its_next_attempt(adapter: str, tmp_path: Path) -> None:
+    async with open_delivery(adapter, tmp_path) as sut:
+        older, newer = await sut.seed(2)
+        now = sut.later()
+        (claim,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now)
+        assert claim.intent.intent_id == older
+        await sut.delivery.failed(
+            claim, DeliveryFailure("transient", "http_503"), retry_at=now + 100, now=now
+        )
+        (next_one,) = await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now)
+        assert next_one.intent.intent_id == newer
+        await sut.delivery.delivered(next_one, now=now)
+        assert await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now + 99) == ()
+        (again,) = await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now + 100)
+    assert (again.intent.intent_id, again.attempt) == (older, 2)
+
+
+async def test_an_expired_lease_is_claimed_again_with_a_new_token_and_attempt(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_delivery(adapter, tmp_path) as sut:
+        (intent_id,) = await sut.seed(1)
+        now = sut.later()
+        (first,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now)
+        # Still leased: nobody else gets it.
+        assert await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now + 9) == ()
+        (second,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now + 10)
+        assert second.intent.intent_id == intent_id
+        assert second.claim_token != first.claim_token
+        assert (second.attempt, second.intent.attempts) == (2, 2)
+        assert second.lease_expires_at == now + 20
+        # The first holder's late outcome is refused: the second claim owns it now.
+        with pytest.raises(StaleClaim):
+            await sut.delivery.delivered(first, now=now + 11)
+        done = await sut.delivery.delivered(second, now=now + 11)
+    assert (done.status, done.attempts) == ("delivered", 2)
+
+
+async def test_an_expired_last_attempt_is_dead_lettered_not_claimed(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_delivery(adapter, tmp_path) as sut:
+        (stuck,) = await sut.seed(1)
+        now = sut.later()
+        (one,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=2, now=now)
+        (two,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=2, now=now + 10)
+        assert one.intent.intent_id == two.intent.intent_id == stuck
+        assert two.attempt == 2
+        (fresh,) = await sut.seed(1)
+        # Its second (last) lease expires too: dead-lettered, and the claim moves on.
+        got = await sut.delivery.claim(limit=5, lease_s=10.0, max_attempts=2, now=now + 20)
+        assert [c.intent.intent_id for c in got] == [fresh]
+        dead = await sut.delivery.intent(stuck)
+        assert dead is not None
+        assert (dead.status, dead.attempts, dead.next_attempt_at) == ("dead_lettered", 2, None)
+        assert dead.last_error is not None
+        assert dead.last_error.startswith(DELIVERY_ATTEMPTS_EXHAUSTED)
+        with pytest.raises(StaleClaim):
+            await sut.delivery.delivered(two, now=now + 21)
+        assert [i.intent_id for i in await sut.delivery.intents(status="dead_lettered")] == [stuck]

@@ -1,0 +1,97 @@
+"""The SQLite delivery adapter's own facts: migration 13 and the outbox indexes.
+
+Intents written before v13 were never read; after the upgrade each is pending and due from
+its creation time, so the first claim sends it. The claim (and ``next_due``) read only the
+partial ``outbox_due`` index, in its order; the dead-letter listing reads ``outbox_dead``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore, SqliteStore
+from hostkit.store._delivery_rows import DUE_ROWS
+from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
+
+pytestmark = pytest.mark.anyio
+
+LEGACY_CREATED = "2025-03-04T05:06:07.250Z"
+
+
+async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_path: Path) -> None:
+    path = tmp_path / "v12.db"
+    async with await RuntimeStore.open(path, migrations=MIGRATIONS[:12]) as old:
+        assert isinstance(old, SqliteStore)
+        assert await finish_routed_turns(old, 1, route=None) == ()
+        turn_id = await old.read(lambda c: c.execute("SELECT turn_id FROM turns").fetchone()[0])
+        # What a v3..v12 Host wrote with a terminal turn (its only writer of the outbox).
+        await old.write(
+            lambda c: c.execute(
+                "INSERT INTO outbox (intent_id, turn_id, session_id, route, payload, created_at) "
+                "SELECT 'out_legacy', turn_id, session_id, ?, ?, ? FROM turns",
+                [json.dumps(dict(ROUTE)), json.dumps({"text": "old answer"}), LEGACY_CREATED],
+            )
+        )
+
+    async with await RuntimeStore.open(path) as new:
+        assert isinstance(new, SqliteStore)
+        assert (new.migration.from_version, new.migration.to_version) == (12, SCHEMA_VERSION)
+        assert SCHEMA_VERSION == 13
+        assert new.migration.backup is not None
+        created = datetime.fromisoformat(LEGACY_CREATED.replace("Z", "+00:00")).timestamp()
+        legacy = await new.delivery.intent("out_legacy")
+        assert legacy is not None
+        assert (legacy.turn_id, legacy.status, legacy.attempts) == (turn_id, "pending", 0)
+        assert legacy.next_attempt_at == pytest.approx(created, abs=0.002)
+        assert (legacy.route, legacy.payload) == (ROUTE, {"text": "old answer"})
+        assert await new.delivery.next_due() == legacy.next_attempt_at
+        (claim,) = await new.delivery.claim(
+            limit=5, lease_s=30.0, max_attempts=3, now=created + 0.01
+        )
+        assert claim.intent.intent_id == "out_legacy"
+        indexes = await new.read(
+            lambda c: {
+                row[0]: row[1]
+                for row in c.execute(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                    "AND tbl_name = 'outbox' AND sql IS NOT NULL"
+                )
+            }
+        )
+    assert set(indexes) == {"outbox_due", "outbox_dead"}
+    assert "WHERE status IN ('pending', 'sending')" in indexes["outbox_due"]
+    assert "WHERE status = 'dead_lettered'" in indexes["outbox_dead"]
+
+
+async def test_the_claim_reads_only_the_due_index_in_its_order(tmp_path: Path) -> None:
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        assert isinstance(store, SqliteStore)
+        await finish_routed_turns(store, 3)
+
+        def plans(conn: sqlite3.Connection) -> tuple[list[str], ...]:
+            queries = (
+                (DUE_ROWS, [1e12, 5]),
+                (
+                    "SELECT MIN(next_attempt_at) FROM outbox "
+                    "WHERE status IN ('pending', 'sending')",
+                    [],
+                ),
+                (
+                    "SELECT id FROM outbox WHERE status = 'dead_lettered' ORDER BY id DESC LIMIT 5",
+                    [],
+                ),
+            )
+            return tuple(
+                [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+                for sql, params in queries
+            )
+
+        due, soonest, dead = await store.read(plans)
+    assert due == ["SEARCH outbox USING INDEX outbox_due (next_attempt_at<?)"], due
+    assert soonest == ["SEARCH outbox USING INDEX outbox_due"], soonest
+    assert dead == ["SCAN outbox USING INDEX outbox_dead"], dead
