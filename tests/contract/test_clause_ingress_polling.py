@@ -1,0 +1,235 @@
+"""Clause: getUpdates polling keeps a durable cursor that moves only with its batch.
+
+Against a loopback Telegram (tests.platforms.FakeTelegram, which forgets
+updates below the offset it is asked for, as Telegram does): the cursor is
+committed with the batch; a failed poll or a failed accept keeps it, so the
+same updates come back; a restarted poller resumes from the stored cursor;
+updates whose accept committed but whose answer was lost are deduplicated; a
+refused bot token stops the poller with a clear error that never shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from hostkit.channels import TelegramPoller
+from hostkit.errors import PollError, StoreError
+from hostkit.host._config import ChannelConfig
+from hostkit.inbox import ChannelInbox
+from hostkit.inbox._memory import MemoryInboxStore
+from hostkit.store import RuntimeStore
+from hostkit.types import InboundEnvelope, InboxReceipt, SourceCheckpoint
+from tests.platforms import FakeTelegram, telegram_callback, telegram_message
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "123456:poll-token-SECRET"
+SOURCE = "telegram-poll:tg-poll"
+
+
+def _config(api_base: str, **extra: Any) -> ChannelConfig:
+    return ChannelConfig(
+        kind="telegram",
+        inbound="polling",
+        token_env="TG_TOKEN",
+        api_base=api_base,
+        poll_timeout_s=0,
+        poll_backoff_s=0.05,
+        **extra,
+    )
+
+
+def _poller(telegram: FakeTelegram, inbox: ChannelInbox, **extra: Any) -> TelegramPoller:
+    return TelegramPoller(
+        "tg-poll", _config(telegram.api_base, **extra), inbox, token=TOKEN, clock=lambda: 1e9
+    )
+
+
+async def test_the_cursor_is_committed_with_its_batch_and_confirms_the_updates(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 7, "one"))
+        telegram.push_update(telegram_callback(10, 7, "approve k7qx2m"))
+        poller = _poller(telegram, inbox)
+        assert await poller.poll_once() == 2
+        assert await inbox.checkpoint(SOURCE) == "3"
+        assert await poller.poll_once() == 0
+        # The second call asked for offset 3: Telegram has forgotten updates 1 and 2.
+        assert telegram.polls[-1].body["offset"] == 3
+        assert telegram.pending_updates == []
+        assert telegram.polls[0].body["allowed_updates"] == ["message", "callback_query"]
+    seen = {}
+    while (claimed := await inbox.claim()) is not None:
+        seen[claimed.envelope.platform_event_key] = claimed.envelope
+    assert {key: (e.kind, e.payload) for key, e in seen.items()} == {
+        "1": ("message", "one"),
+        "2": ("command", "approve K7QX2M"),
+    }
+    assert seen["1"].authenticated_by == "telegram-bot-token"
+    assert seen["1"].conversation_key == "10:7"
+    assert dict(seen["1"].metadata["reply"]) == {"chat_id": 10}
+
+
+async def test_a_failed_poll_keeps_the_cursor_and_the_next_reads_the_same_updates(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 7, "one"))
+        poller = _poller(telegram, inbox)
+        telegram.fail_next(1, status=502)
+        with pytest.raises(PollError) as failed:
+            await poller.poll_once()
+        assert failed.value.retryable
+        assert failed.value.status == 502
+        telegram.fail_next(1, status=400, description="Bad Request: nope")
+        with pytest.raises(PollError):
+            await poller.poll_once()
+        assert await inbox.checkpoint(SOURCE) is None
+        assert poller.cursor is None
+        assert await poller.poll_once() == 1
+    assert await inbox.checkpoint(SOURCE) == "2"
+
+
+async def test_a_failed_accept_rereads_and_a_restart_resumes_from_the_stored_cursor(
+    db_path: Path,
+) -> None:
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        async with RuntimeStore.open(db_path) as store:
+            telegram.push_update(telegram_message(10, 7, "first"))
+            assert await _poller(telegram, ChannelInbox.on_store(store)).poll_once() == 1
+        closed = await RuntimeStore.open(db_path)
+        poller = _poller(telegram, ChannelInbox.on_store(closed))
+        assert await poller.poll_once() == 0  # loads the stored cursor; nothing new yet
+        telegram.push_update(telegram_message(10, 7, "second"))
+        await closed.aclose()
+        with pytest.raises(StoreError):
+            await poller.poll_once()
+        assert poller.cursor == 2
+        # A restart: a new poller over the reopened store asks from the stored cursor
+        # and reads the update whose accept failed again.
+        async with RuntimeStore.open(db_path) as store:
+            inbox = ChannelInbox.on_store(store)
+            restarted = _poller(telegram, inbox)
+            assert await restarted.poll_once() == 1
+            assert [p.body.get("offset") for p in telegram.polls[-2:]] == [2, 2]
+            assert await inbox.checkpoint(SOURCE) == "3"
+            keys = sorted(r.platform_event_key for r in await inbox.records())
+    assert keys == ["1", "2"]
+
+
+class _LostAnswer(MemoryInboxStore):
+    """An InboxStore test adapter: the first accept commits, then its answer is lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose = True
+
+    async def accept(
+        self,
+        envelopes: Sequence[InboundEnvelope],
+        checkpoint: SourceCheckpoint | None,
+        *,
+        now: float,
+    ) -> tuple[InboxReceipt, ...]:
+        receipts = await super().accept(envelopes, checkpoint, now=now)
+        if self.lose:
+            self.lose = False
+            raise StoreError("connection lost after commit", retryable=True)
+        return receipts
+
+
+async def test_updates_stored_before_a_lost_answer_are_read_again_as_duplicates() -> None:
+    inbox = ChannelInbox(_LostAnswer())
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 7, "once"))
+        poller = _poller(telegram, inbox)
+        with pytest.raises(StoreError):
+            await poller.poll_once()
+        assert await poller.poll_once() == 0
+        assert telegram.polls[-1].body.get("offset") is None
+    assert [r.platform_event_key for r in await inbox.records()] == ["1"]
+
+
+async def test_ignored_and_unallowed_updates_advance_the_cursor_without_rows(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.push_update(telegram_message(10, 666, "not allowed"))
+        telegram.push_update(telegram_callback(10, 7, "other-button"))
+        poller = _poller(telegram, inbox, allow=["7"])
+        assert await poller.poll_once() == 0
+        assert poller.cursor == 3
+        assert await poller.poll_once() == 0
+        assert telegram.polls[-1].body["offset"] == 3
+    assert await inbox.records() == ()
+
+
+async def test_run_backs_off_after_a_failure_then_accepts(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    woken = anyio.Event()
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.fail_next(1, status=500)
+        telegram.push_update(telegram_message(10, 7, "after the failure"))
+        poller = TelegramPoller(
+            "tg-poll", _config(telegram.api_base), inbox, token=TOKEN, on_accept=woken.set
+        )
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(poller.run)
+            with anyio.fail_after(10):
+                await woken.wait()
+            tasks.cancel_scope.cancel()
+        assert len(telegram.polls) >= 2
+    assert [r.platform_event_key for r in await inbox.records()] == ["1"]
+
+
+async def test_a_refused_token_stops_run_with_a_clear_error_that_hides_the_token(
+    store: RuntimeStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    caplog.set_level(logging.DEBUG)
+    async with FakeTelegram.running(token="999:the-real-token") as telegram:
+        telegram.push_update(telegram_message(10, 7, "never read"))
+        poller = _poller(telegram, inbox)
+        with anyio.fail_after(10), pytest.raises(PollError) as stopped:
+            await poller.run()
+    assert stopped.value.status == 401
+    assert not stopped.value.retryable
+    assert "401" in stopped.value.message
+    assert "token_env" in stopped.value.message
+    assert TOKEN not in stopped.value.message
+    # httpx logs every request URL, and this one carries the token in its path.
+    assert any("getUpdates" in record.getMessage() for record in caplog.records)
+    assert all(TOKEN not in record.getMessage() for record in caplog.records)
+    assert TOKEN not in caplog.text
+    assert await inbox.records() == ()
+
+
+async def test_an_oversized_getupdates_answer_is_refused_without_moving_the_cursor(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram, httpx.AsyncClient() as client:
+        telegram.push_update(telegram_message(10, 7, "x" * 4000))
+        poller = TelegramPoller(
+            "tg-poll",
+            _config(telegram.api_base),
+            inbox,
+            token=TOKEN,
+            client=client,
+            max_response_bytes=1024,
+        )
+        with pytest.raises(PollError, match="more than 1024 bytes"):
+            await poller.poll_once()
+    assert poller.cursor is None
+    assert await inbox.records() == ()

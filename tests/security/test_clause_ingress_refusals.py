@@ -1,0 +1,220 @@
+"""Clause: every refusal happens before accept, writes no row, and leaks nothing.
+
+Parametrised over the three webhook formats: a missing or wrong signature, a
+signature over another body, a stale or replayed timestamp and a wrong secret
+token are 401; a sender not allowlisted 403; an unparsable body or shape
+400; a body over the limit 413, also when it streams without a
+Content-Length (refused once the limit passes, before the body ends). Error
+bodies and log lines are short and never hold the secret or the body.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from hostkit.channels import sign_slack, sign_webhook
+from hostkit.inbox import ChannelInbox
+from hostkit.store import RuntimeStore
+from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
+from tests.platforms import telegram_message
+
+pytestmark = pytest.mark.anyio
+
+MARKER = "BODY-MARKER-q81"
+Request = tuple[str, bytes, dict[str, str]]
+
+
+def _webhook(sign: Callable[[bytes], dict[str, str]] | None = None, **fields: Any) -> Request:
+    body = to_json(
+        {"event_id": "e1", "sender": "u-1", "conversation": "c", "text": MARKER, **fields}
+    )
+    headers = sign(body) if sign else sign_webhook(SECRETS["hooks"], body, timestamp=NOW)
+    return "hooks", body, headers
+
+
+def _slack(secret: str = SECRETS["slack-acme"], *, ts: int = NOW, user: str = "U42") -> Request:
+    event = {"type": "message", "channel": "C1", "user": user, "text": MARKER}
+    body = to_json({"type": "event_callback", "team_id": "T1", "event_id": "Ev1", "event": event})
+    return "slack-acme", body, {**sign_slack(secret, body, timestamp=ts)}
+
+
+def _telegram(token: str | None = SECRETS["tg"], update: dict[str, Any] | None = None) -> Request:
+    body = to_json(update or {"update_id": 1, **telegram_message(5, 9, MARKER)})
+    headers = {} if token is None else {"X-Telegram-Bot-Api-Secret-Token": token}
+    return "tg", body, headers
+
+
+def _other_body(body: bytes) -> dict[str, str]:
+    return sign_webhook(SECRETS["hooks"], body.replace(b"u-1", b"u-2"), timestamp=NOW)
+
+
+REFUSALS: dict[str, tuple[Request, int]] = {
+    "webhook-unsigned": (_webhook(lambda body: {}), 401),
+    "webhook-no-signature": (_webhook(lambda body: {"X-Hostkit-Timestamp": str(NOW)}), 401),
+    "webhook-wrong-secret": (
+        _webhook(lambda body: sign_webhook("guessed", body, timestamp=NOW)),
+        401,
+    ),
+    "webhook-signature-over-another-body": (_webhook(_other_body), 401),
+    "webhook-stale": (
+        _webhook(lambda body: sign_webhook(SECRETS["hooks"], body, timestamp=NOW - 301)),
+        401,
+    ),
+    "webhook-future": (
+        _webhook(lambda body: sign_webhook(SECRETS["hooks"], body, timestamp=NOW + 301)),
+        401,
+    ),
+    "webhook-timestamp-not-seconds": (
+        _webhook(
+            lambda body: {
+                **sign_webhook(SECRETS["hooks"], body, timestamp=NOW),
+                "X-Hostkit-Timestamp": "1e9",
+            }
+        ),
+        401,
+    ),
+    "webhook-sender-not-allowed": (_webhook(sender="intruder"), 403),
+    "webhook-sender-with-separator": (_webhook(sender="u:1"), 400),
+    "webhook-missing-text": (_webhook(text=None), 400),
+    "webhook-bad-kind": (_webhook(kind="admin"), 400),
+    "webhook-not-json": (
+        (
+            "hooks",
+            b"not json " + MARKER.encode(),
+            sign_webhook(SECRETS["hooks"], b"not json " + MARKER.encode(), timestamp=NOW),
+        ),
+        400,
+    ),
+    "slack-wrong-secret": (_slack("guessed"), 401),
+    "slack-stale": (_slack(ts=NOW - 3600), 401),
+    "slack-unsigned": (("slack-acme", _slack()[1], {}), 401),
+    "slack-user-not-allowed": (_slack(user="U666"), 403),
+    "telegram-no-token": (_telegram(None), 401),
+    "telegram-wrong-token": (_telegram("tg-secret-Mn5"), 401),
+    "telegram-not-allowed": (
+        _telegram(update={"update_id": 1, **telegram_message(5, 666, MARKER)}),
+        403,
+    ),
+    "telegram-bad-update-id": (_telegram(update={"update_id": "one", "message": {}}), 400),
+}
+
+CONFIGS = channels(
+    hooks={"allow": ["u-1", "u-2"]},
+    slack_acme={"allow": ["U42"]},
+    tg={"allow": ["9"]},
+)
+
+
+async def test_refused_requests_write_no_row_and_answer_a_short_secret_free_error(
+    store: RuntimeStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One server for every case (a server per case would cost a second each).
+    inbox = ChannelInbox.on_store(store)
+    caplog.set_level(logging.DEBUG)
+    async with (
+        serve_ingress(inbox, configs=CONFIGS) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        for case, ((channel, body, headers), status) in sorted(REFUSALS.items()):
+            caplog.clear()
+            answer = await client.post(f"/channels/{channel}", content=body, headers=headers)
+            assert answer.status_code == status, case
+            assert set(answer.json()) == {"error"}, case
+            assert len(answer.content) <= 240, case
+            for secret in SECRETS.values():
+                assert secret not in answer.text, case
+                assert secret not in caplog.text, case
+            assert MARKER not in answer.text, case
+            assert MARKER not in caplog.text, case
+            assert await inbox.records() == (), case
+            refusals = [r for r in caplog.records if r.name == "hostkit.channels"]
+            assert [getattr(r, "status", None) for r in refusals] == [status], case
+
+
+async def test_a_request_replayed_after_its_window_is_refused(store: RuntimeStore) -> None:
+    inbox = ChannelInbox.on_store(store)
+    clock = {"now": float(NOW)}
+    channel, body, headers = _webhook()
+    async with (
+        serve_ingress(inbox, clock=lambda: clock["now"]) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        first = await client.post(f"/channels/{channel}", content=body, headers=headers)
+        clock["now"] += 301
+        replayed = await client.post(f"/channels/{channel}", content=body, headers=headers)
+    assert first.status_code == 200
+    assert replayed.status_code == 401
+    assert len(await inbox.records()) == 1
+
+
+async def test_signatures_and_tokens_are_compared_in_constant_time(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    inbox = ChannelInbox.on_store(store)
+    async with (
+        serve_ingress(inbox, configs=CONFIGS) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        for channel, body, headers in (_webhook(), _slack(), _telegram()):
+            answer = await client.post(f"/channels/{channel}", content=body, headers=headers)
+            assert answer.status_code == 200
+    given = [b for _, b in compared]
+    assert (
+        sign_webhook(SECRETS["hooks"], _webhook()[1], timestamp=NOW)["X-Hostkit-Signature"].encode()
+        in given
+    )
+    assert _slack()[2]["X-Slack-Signature"].encode() in given
+    assert SECRETS["tg"].encode() in given
+
+
+async def _raw_request(url: str, head: str, chunks: list[bytes]) -> bytes:
+    """Send a request head and body chunks over a raw socket; the response bytes so far."""
+    host, port = url.removeprefix("http://").split(":")
+    async with await anyio.connect_tcp(host, int(port)) as sock:
+        await sock.send(head.encode())
+        for chunk in chunks:
+            await sock.send(chunk)
+        received = b""
+        with anyio.fail_after(10):
+            while b"\r\n\r\n" not in received:
+                received += await sock.receive()
+        return received
+
+
+async def test_an_oversize_body_without_length_is_refused_before_it_ends(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(hooks={"max_body_bytes": 1024})
+    piece = b"x" * 512
+    chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+    head = (
+        "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    async with serve_ingress(inbox, configs=configs) as url:
+        # Three chunks (1,536 bytes) and never the terminating chunk: the body has not ended.
+        answer = await _raw_request(url, head, [chunk, chunk, chunk])
+        declared = await _raw_request(
+            url,
+            "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n",
+            [],
+        )
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert declared.startswith(b"HTTP/1.1 413 ")
+    assert await inbox.records() == ()
