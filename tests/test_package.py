@@ -20,6 +20,7 @@ SEAMS = [
     "hostkit.effects",
     "hostkit.turns",
     "hostkit.host",
+    "hostkit.daemon",
     "hostkit.inspect",
     "hostkit.testing",
     "hostkit.cli",

@@ -1,5 +1,5 @@
 """The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
-mcp, inbox, demo."""
+mcp, inbox, serve, demo."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from hostkit.cli._inbox import inbox
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
 from hostkit.cli._render import sessions_table
+from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import InvalidValue
 from hostkit.inspect import activity_rows, budget_view, context_view
@@ -52,6 +53,7 @@ app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
 app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
+app.command()(serve)
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

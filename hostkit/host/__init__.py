@@ -37,6 +37,7 @@ from hostkit.host._defaults import (
 )
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
+from hostkit.host._serve import HostDaemon, ServeStatus
 
 __all__ = [
     "Agent",
@@ -54,6 +55,7 @@ __all__ = [
     "Host",
     "HostAttachments",
     "HostConfig",
+    "HostDaemon",
     "McpServerConfig",
     "McpSource",
     "MemoryRequest",
@@ -66,6 +68,7 @@ __all__ = [
     "ProviderSource",
     "PydanticOutput",
     "RuntimeCapabilities",
+    "ServeStatus",
     "StoreMemorySource",
     "ToolCatalog",
     "ToolRequest",

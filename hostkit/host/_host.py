@@ -41,6 +41,7 @@ from hostkit.host._config import HostConfig, default_config, load_config, state_
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._serve import HostDaemon
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
@@ -469,6 +470,20 @@ class Host(AsyncResource):
         async with anyio.create_task_group() as group:
             for runtime in list(self._deliveries):
                 group.start_soon(runtime.aclose)
+
+    def serve(self, **options: Any) -> HostDaemon:
+        """This Host as a daemon: webhooks, pollers and inbox workers under one supervisor.
+
+        ``await host.serve(port=0).run()`` serves until its shutdown;
+        ``async with host.serve() as daemon:`` serves in the background
+        (``daemon.url``, ``await daemon.status()``). ``options`` are
+        ``HostDaemon``'s (``listen``, ``port``, ``env``, ``policy``). A secret
+        variable a channel names but the environment lacks is a ``ConfigError``
+        here, before anything starts (docs/service.md).
+        """
+        if self._closed:
+            raise StoreClosed()
+        return HostDaemon(self, **options)
 
     async def _stop_workers(self) -> None:
         """Wind every inbox worker down together (each bounded by its own grace)."""

@@ -1,0 +1,137 @@
+"""``hostkit serve``: run the Host's daemon until SIGTERM/SIGINT.
+
+The first signal begins the graceful shutdown: webhooks are refused and
+``/readyz`` turns 503, pollers stop, turns in flight get ``[serve]
+drain_timeout_s`` to finish, every claim still held is released, and the
+process exits 0. A second signal exits at once (status 128 + the signal
+number), saying which signal it was; what was held is then recovered by
+lease expiry. On start one line on stdout says where it listens (``hostkit
+serve: listening on http://HOST:PORT``); logs go to stderr: JSON lines with
+``--log-format json`` or when stderr is not a terminal, else readable lines
+under a live status line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from anyio.abc import TaskStatus
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from hostkit.cli._common import ConfigOption, config_path, console, open_host, run_command
+from hostkit.cli._serve_logs import LogFormat, serve_logging
+from hostkit.daemon import DaemonExit
+from hostkit.host import HostDaemon, ServeStatus
+
+__all__ = ["serve", "status_text"]
+
+LISTENING = "hostkit serve: listening on {url}"
+# How often the terminal status line is redrawn.
+STATUS_INTERVAL_S = 0.5
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class LogChoice(StrEnum):
+    """``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
+def serve(
+    config: ConfigOption = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65_535, help="port (default: [serve] port; 0: any)")
+    ] = None,
+    listen: Annotated[
+        str | None, typer.Option(help="address to listen on (default: [serve] listen)")
+    ] = None,
+    log_format: Annotated[
+        LogChoice | None,
+        typer.Option(
+            "--log-format", help="text or json (default: json unless stderr is a terminal)"
+        ),
+    ] = None,
+) -> None:
+    """Serve channels: webhooks, polling, inbox workers (docs/service.md).
+
+    SIGTERM or SIGINT drains and exits 0; a second one exits at once.
+    """
+    terminal = _stderr_is_a_terminal()
+    chosen: LogFormat = "json" if log_format is LogChoice.json or not terminal else "text"
+    with serve_logging(chosen, console):
+        run_command(lambda: _serve(config_path(config), listen, port, live=chosen == "text"))
+
+
+async def _serve(config: Path | None, listen: str | None, port: int | None, *, live: bool) -> int:
+    with anyio.open_signal_receiver(*_SIGNALS) as signals:
+        async with open_host(config) as host:
+            daemon = host.serve(listen=listen, port=port)
+            ended: list[DaemonExit] = []
+            async with anyio.create_task_group() as group:
+                group.start_soon(_watch_signals, signals, daemon)
+
+                async def serve_daemon(*, task_status: TaskStatus[None]) -> None:
+                    ended.append(await daemon.run(task_status=task_status))
+                    group.cancel_scope.cancel()
+
+                await group.start(serve_daemon)
+                sys.stdout.write(LISTENING.format(url=daemon.url) + "\n")
+                sys.stdout.flush()
+                if live:
+                    group.start_soon(_status_line, daemon, console)
+    return ended[0].code if ended else 1
+
+
+async def _watch_signals(signals: AsyncIterator[int], daemon: HostDaemon) -> None:
+    seen = False
+    async for number in signals:
+        name = signal.Signals(number).name
+        if seen:
+            sys.stderr.write(
+                f"hostkit serve: second {name}: exiting at once without draining "
+                f"(status {128 + number})\n"
+            )
+            sys.stderr.flush()
+            os._exit(128 + number)
+        seen = True
+        daemon.request_shutdown(reason=f"{name} received")
+
+
+async def _status_line(daemon: HostDaemon, out: Console) -> None:
+    with Live(console=out, auto_refresh=False, transient=True) as live:
+        while True:
+            live.update(status_text(await daemon.status()), refresh=True)
+            await anyio.sleep(STATUS_INTERVAL_S)
+
+
+def status_text(status: ServeStatus) -> Text:
+    """The terminal status line: the figures, then each daemon's state."""
+    line = Text()
+    line.append(
+        f"queued {status.queued} · running {status.running} · "
+        f"delivered {status.delivered} · failing {status.failing}",
+        style="bold" if status.failing == 0 else "bold red",
+    )
+    for daemon in status.daemons:
+        style = "green" if daemon.state == "running" else "yellow"
+        line.append(f"  {daemon.name} ", style="dim")
+        line.append(daemon.state, style=style)
+    return line
+
+
+def _stderr_is_a_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (OSError, ValueError):
+        return False

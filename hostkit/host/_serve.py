@@ -1,0 +1,293 @@
+"""HostDaemon: a Host's channels, inbox workers and delivery under one supervisor.
+
+The registry is built from the Host's current configuration, in dependency
+order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
+messages), one "poll:<id>" per Telegram
+channel with ``inbound = "polling"``, and "webhooks" (uvicorn serving
+``hostkit.channels.ingress_app``; it lingers through a shutdown to answer
+``/readyz``). A shutdown stops them in reverse: the webhook routes refuse
+new requests and readiness goes 503, pollers stop, the inbox worker gives
+its turns the drain time and releases its claims, then delivery sends what
+became due (those turns' answers) and releases what it still holds.
+
+Secrets are read from the environment here, when the daemon is made: a
+missing variable is a ``ConfigError`` naming it before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from hostkit.channels import TelegramPoller, ingress_app
+from hostkit.daemon import (
+    DaemonExit,
+    DaemonRegistry,
+    DaemonStatus,
+    RestartPolicy,
+    Supervisor,
+)
+from hostkit.delivery import DeliveryRuntime
+from hostkit.errors import ConfigError, InvalidValue
+from hostkit.host._config_channels import ChannelConfig
+from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
+
+if TYPE_CHECKING:
+    from hostkit.host._host import Host
+
+__all__ = ["HostDaemon", "ServeStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeStatus:
+    """A live snapshot of a serving Host, for status lines and widgets.
+
+    ``queued``: inbound messages waiting for a turn; ``running``: turns in
+    flight in this process; ``delivered``: answers this process delivered;
+    ``failing``: dead letters (inbox and outbox) plus daemons in backoff or
+    failed; ``listening``: the webhook server's URL (the actual port when
+    ``[serve] port = 0``), None before it is bound.
+    """
+
+    daemons: tuple[DaemonStatus, ...]
+    queued: int
+    running: int
+    delivered: int
+    failing: int
+    listening: str | None
+    ready: bool
+
+
+class _Stoppable(Protocol):
+    async def run(self, *, task_status: TaskStatus[None]) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _Worker:
+    """A daemon over an InboxWorker: its stop() is synchronous."""
+
+    def __init__(self, target: _Stoppable) -> None:
+        self._target = target
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        await self._target.run(task_status=task_status)
+
+    async def stop(self) -> None:
+        self._target.stop()
+
+
+class _Delivery:
+    """The "delivery" daemon: after a graceful stop it delivers what is due, then ends.
+
+    The inbox drains before delivery stops, so the answers of the turns it
+    let finish are due now; the supervisor's deadline bounds this last pass
+    (the runtime releases whatever it still holds when cut).
+    """
+
+    def __init__(self, runtime: DeliveryRuntime) -> None:
+        self._runtime = runtime
+        self._stopping = False
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        await self._runtime.run(task_status=task_status)
+        if self._stopping:
+            await self._runtime.drain()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._runtime.stop()
+
+
+class HostDaemon:
+    """``hostkit serve`` for one Host: ``exit = await host.serve().run()``.
+
+    ``listen``/``port`` override ``[serve]``; ``env`` is where secrets are
+    read (default ``os.environ``). ``run()`` binds the listener (a
+    ``ConfigError`` if it cannot), then supervises until ``shutdown()`` or
+    ``request_shutdown()`` (bounded by ``[serve] drain_timeout_s`` unless
+    given) and returns the ``DaemonExit``. ``async with host.serve() as d:``
+    runs it in the background and shuts it down at the end of the block.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        listen: str | None = None,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+        policy: RestartPolicy | None = None,
+        on_change: Callable[[DaemonStatus], None] | None = None,
+    ) -> None:
+        serve = host.config.serve
+        self.host = host
+        self.listen = serve.listen if listen is None else listen
+        self.port = serve.port if port is None else port
+        if isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise InvalidValue("port must be an integer")
+        if not 0 <= self.port <= 65_535:
+            raise InvalidValue("port must be between 0 and 65535")
+        if not isinstance(self.listen, str) or not 0 < len(self.listen) <= 255:
+            raise InvalidValue("listen must be a host name or address")
+        self.drain_timeout_s = serve.drain_timeout_s
+        environment = os.environ if env is None else env
+        channels = host.config.channels
+        self._secrets = {
+            cid: _env(environment, cid, "secret_env", c.secret_env)
+            for cid, c in channels.items()
+            if c.inbound == "webhook"
+        }
+        tokens = {
+            cid: _env(environment, cid, "token_env", c.token_env)
+            for cid, c in channels.items()
+            if c.inbound == "polling"
+        }
+        self.worker = host.inbox_worker(
+            concurrency=serve.inbox_concurrency, grace_s=serve.drain_timeout_s
+        )
+        self.delivery = host.delivery_runtime(grace_s=serve.drain_timeout_s)
+        self._pollers = [
+            TelegramPoller(cid, channels[cid], host.inbox, token=token, on_accept=self.worker.wake)
+            for cid, token in tokens.items()
+        ]
+        self._channels: dict[str, ChannelConfig] = dict(channels)
+        self._policy = policy
+        self._on_change = on_change
+        self._server: WebhookServer | None = None
+        self.supervisor: Supervisor | None = None
+        self._group: TaskGroup | None = None
+        # A shutdown asked for before run() made the supervisor (a signal during start-up).
+        self._early: tuple[str, float | None] | None = None
+
+    # -- observation ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str | None:
+        """``http://host:port`` the webhook server listens on (None until ``run`` bound it)."""
+        return None if self._server is None else self._server.url
+
+    @property
+    def ready(self) -> bool:
+        return self.supervisor is not None and self.supervisor.ready
+
+    def statuses(self) -> tuple[DaemonStatus, ...]:
+        return () if self.supervisor is None else self.supervisor.statuses()
+
+    async def status(self) -> ServeStatus:
+        """A snapshot: daemon states, queued/running/delivered/failing, the listening URL."""
+        counts = await self.host.inbox.counts()
+        outbox = await self.host.store.delivery.counts()
+        daemons = self.statuses()
+        troubled = sum(1 for d in daemons if d.state in ("backoff", "failed"))
+        return ServeStatus(
+            daemons=daemons,
+            queued=sum(c.ready for c in counts),
+            running=self.worker.in_flight,
+            delivered=self.delivery.delivered,
+            failing=sum(c.dead_lettered for c in counts) + outbox.dead_lettered + troubled,
+            listening=self.url,
+            ready=self.ready,
+        )
+
+    def _readiness(self) -> tuple[bool, Mapping[str, Any]]:
+        return self.ready, {d.name: d.state for d in self.statuses()}
+
+    # -- control ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> DaemonExit:
+        """Bind, supervise until a shutdown, return how it ended (``task_status``: started)."""
+        if self.supervisor is not None:
+            raise InvalidValue("a HostDaemon runs once; make a new one with host.serve()")
+        sock = bind_listener(self.listen, self.port)
+        self._server = server = WebhookServer(DrainGate(self._app()), sock)
+        try:
+            self.supervisor = Supervisor(
+                self._registry(server), policy=self._policy, on_change=self._on_change
+            )
+            if self._early is not None:
+                self.request_shutdown(reason=self._early[0], deadline_s=self._early[1])
+            return await self.supervisor.run(task_status=task_status)
+        finally:
+            server.close()
+
+    def request_shutdown(
+        self, *, reason: str = "shutdown", deadline_s: float | None = None
+    ) -> None:
+        """Begin the graceful shutdown (safe from a signal-watching task, also before ``run``)."""
+        if self.supervisor is None:
+            self._early = self._early or (reason, deadline_s)
+            return
+        self.supervisor.request_shutdown(
+            deadline_s=self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
+        )
+
+    async def shutdown(
+        self, *, reason: str = "shutdown", deadline_s: float | None = None
+    ) -> DaemonExit:
+        """Shut down gracefully and wait for the end; the ``DaemonExit``."""
+        if self.supervisor is None:
+            raise InvalidValue("the daemon is not running")
+        return await self.supervisor.shutdown(
+            self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
+        )
+
+    async def __aenter__(self) -> HostDaemon:
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            await group.start(self.run)
+        except BaseException as exc:
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._group = group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        group, self._group = self._group, None
+        if group is None:
+            return None
+        if self.supervisor is not None and not self.supervisor.stopping:
+            self.request_shutdown(reason="the serving block ended")
+        return await group.__aexit__(exc_type, exc, traceback)
+
+    # -- composition ------------------------------------------------------------------
+
+    def _app(self) -> Any:
+        return ingress_app(
+            {cid: c for cid, c in self._channels.items() if c.inbound == "webhook"},
+            self.host.inbox,
+            secrets=self._secrets,
+            on_accept=self.worker.wake,
+            readiness=self._readiness,
+        )
+
+    def _registry(self, server: WebhookServer) -> DaemonRegistry:
+        registry = DaemonRegistry()
+        registry.register("delivery", _Delivery(self.delivery))
+        registry.register("inbox", _Worker(self.worker))
+        for poller in self._pollers:
+            registry.register(f"poll:{poller.channel_id}", poller.run)
+        registry.register("webhooks", server, linger=True)
+        return registry
+
+
+def _env(environment: Mapping[str, str], channel_id: str, key: str, name: str | None) -> str:
+    """The secret in environment variable ``name``; ``ConfigError`` naming it when unset."""
+    value = environment.get(name) if name else None
+    if not value:
+        raise ConfigError(
+            f"the environment variable {name} is unset or empty",
+            key=f"channels.{channel_id}.{key}",
+        )
+    return value

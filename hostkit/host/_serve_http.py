@@ -1,0 +1,180 @@
+"""The webhook daemon: uvicorn serving the ingress app in-process, behind a drain gate.
+
+uvicorn runs on the caller's event loop (``hostkit serve``'s, a notebook
+kernel's) with none of its own process behaviour: no signal handlers (the
+CLI owns SIGTERM/SIGINT), no lifespan, no logging configuration (its
+records go to the ``uvicorn.*`` loggers and from there into ours). The
+listening socket is bound once, before anything starts, so the port is known
+(``port = 0``) and a restart after a crash listens on the same one; each run
+serves a duplicate of it.
+
+Stopping is two steps: ``stop()`` closes the gate (``POST /channels/...``
+answers 503 with ``Retry-After``, so the platform retries later or
+elsewhere) and waits for the channel requests in flight to finish their
+accept; the server keeps answering ``/healthz`` and ``/readyz`` (503 while
+the rest drains) until the supervisor ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import uvicorn
+from anyio.abc import TaskStatus
+
+from hostkit.errors import ConfigError
+
+__all__ = ["DrainGate", "WebhookServer", "bind_listener"]
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+ASGIApp = Callable[[Scope, Receive, Send], Any]
+
+# Seconds a platform is told to wait before retrying a webhook refused while draining.
+RETRY_AFTER_S = 5
+# How long a connection still open when the server ends gets to finish its response.
+_SHUTDOWN_GRACE_S = 5
+_BACKLOG = 512
+_DRAINING = json.dumps({"error": "the server is shutting down; retry later"}).encode()
+
+
+def bind_listener(listen: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``listen:port`` (``port = 0``: a free one).
+
+    ``ConfigError`` naming ``serve.listen`` when the address cannot be bound
+    (in use, not local, not an address).
+    """
+    family = socket.AF_INET6 if ":" in listen else socket.AF_INET
+    try:
+        return socket.create_server((listen, port), family=family, backlog=_BACKLOG)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ConfigError(
+            f"cannot listen on {listen}:{port}: {reason}", key="serve.listen"
+        ) from exc
+
+
+def listening_url(sock: socket.socket) -> str:
+    """``http://host:port`` of a bound socket (IPv6 hosts bracketed)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class DrainGate:
+    """ASGI middleware: refuses channel requests once closed, and counts those in flight."""
+
+    def __init__(self, app: ASGIApp, *, prefix: str = "/channels/") -> None:
+        self._app = app
+        self._prefix = prefix
+        self._closed = False
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self._prefix):
+            await self._app(scope, receive, send)
+            return
+        if self._closed:
+            await _refuse(send)
+            return
+        with self._tracked():
+            await self._app(scope, receive, send)
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        self._in_flight += 1
+        self._idle = anyio.Event()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def close(self) -> None:
+        """Refuse new channel requests; return once those in flight have answered."""
+        self._closed = True
+        await self._idle.wait()
+
+
+async def _refuse(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(_DRAINING)).encode()),
+                (b"retry-after", str(RETRY_AFTER_S).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": _DRAINING})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its process-level signal handling, reporting its start."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The embedding process (hostkit serve, a notebook kernel) owns its signals.
+        yield
+
+    def install_signal_handlers(self) -> None:
+        """uvicorn < 0.29 installs its handlers here instead; the embedder owns them."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_started()
+
+
+class WebhookServer:
+    """The "webhooks" daemon: ``app`` (behind ``gate``) on an already bound ``sock``."""
+
+    def __init__(self, gate: DrainGate, sock: socket.socket) -> None:
+        self.gate = gate
+        self._socket = sock
+        self.url = listening_url(sock)
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        config = uvicorn.Config(
+            self.gate,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=_SHUTDOWN_GRACE_S,
+        )
+        server = _Server(config, task_status.started)
+        try:
+            await server.serve(sockets=[self._socket.dup()])
+        finally:
+            # Cancelled (the supervisor ended it): close what serve() did not get to.
+            server.should_exit = server.force_exit = True
+            for connection in list(server.server_state.connections):
+                connection.shutdown()
+            for listener in getattr(server, "servers", ()):
+                listener.close()
+
+    async def stop(self) -> None:
+        await self.gate.close()
+
+    def close(self) -> None:
+        """Close the listening socket itself (the daemon is over for good)."""
+        self._socket.close()

@@ -1,0 +1,215 @@
+"""Serve clause: a Host's daemon serves signed webhooks into turns, and drains on shutdown.
+
+``host.serve()`` reads its secrets from the environment it is given before
+anything starts (a missing variable is a ``ConfigError`` naming it), binds
+its listener (an address it cannot bind is a ``ConfigError``), and runs the
+webhook server and the inbox worker under one supervisor on the caller's
+loop, with delivery of the answers. ``/healthz`` answers while the process
+serves; ``/readyz`` is 200 only while every daemon runs. A shutdown first
+refuses new webhooks (503 with ``Retry-After``) and turns readiness 503,
+then lets the turn in flight finish (its inbound is completed, not
+released), and delivery sends that turn's answer before the daemon ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from hostkit.channels import sign_webhook
+from hostkit.errors import ConfigError
+from hostkit.host import Host, HostDaemon, parse_config
+from hostkit.host._defaults import ConfiguredChannels
+from hostkit.testing import Reply, ScriptedModel, capabilities
+from hostkit.types import ModelRequest
+from tests.contract._daemons import Changes
+from tests.platforms import WebhookReceiver
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "hook-secret-Vb7"
+ENV = {"HOOK_SECRET": SECRET}
+
+
+def _config(tmp_path: Path, deliver_url: str) -> Any:
+    return parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "test", "policy": {"allow": ["*"]}}},
+            "channels": {
+                "hooks": {
+                    "kind": "webhook",
+                    "secret_env": "HOOK_SECRET",
+                    "deliver_url": deliver_url,
+                }
+            },
+            "serve": {"port": 0, "drain_timeout_s": 10},
+        },
+        base_dir=tmp_path,
+    )
+
+
+class SlowModel:
+    """Answers "echo: <text>"; a message "slow" waits until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.opened = anyio.Event()
+
+    async def __call__(self, request: ModelRequest) -> Reply:
+        text = next(m.content for m in reversed(request.messages) if m.role == "user")
+        if text == "slow":
+            self.entered.set()
+            await self.opened.wait()
+        return Reply(f"echo: {text}")
+
+
+@asynccontextmanager
+async def serving(
+    tmp_path: Path, model: SlowModel, changes: Changes | None = None
+) -> AsyncIterator[tuple[Host, HostDaemon, WebhookReceiver]]:
+    async with WebhookReceiver.running(secret=SECRET) as receiver:
+        config = _config(tmp_path, receiver.deliver_url)
+        caps = dataclasses.replace(
+            capabilities(ScriptedModel([model], repeat_last=True)),
+            channels=ConfiguredChannels(config, ENV),
+        )
+        async with (
+            Host.open(config, capabilities=caps) as host,
+            host.serve(env=ENV, on_change=changes) as daemon,
+        ):
+            yield host, daemon, receiver
+
+
+def _signed(event_id: str, text: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(
+        {"event_id": event_id, "sender": "u1", "conversation": "room", "text": text}
+    ).encode()
+    headers = sign_webhook(SECRET, body, timestamp=int(time.time()))
+    return body, {**headers, "content-type": "application/json"}
+
+
+async def _state(host: Host, inbound_id: str, want: str) -> None:
+    with anyio.fail_after(10):
+        while True:
+            record = await host.inbox.record(inbound_id)
+            assert record is not None
+            if record.state == want:
+                return
+            await anyio.sleep(0.02)
+
+
+async def _delivered(host: Host, count: int) -> None:
+    with anyio.fail_after(10):
+        for _ in range(1_000):
+            if (await host.store.delivery.counts()).delivered >= count:
+                return
+            await anyio.sleep(0.02)
+
+
+async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path) -> None:
+    async with serving(tmp_path, SlowModel()) as (host, daemon, receiver):
+        assert daemon.url is not None
+        assert daemon.url.startswith("http://127.0.0.1:")
+        assert not daemon.url.endswith(":0")
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200
+            assert ready.json()["checks"] == {
+                "delivery": "running",
+                "inbox": "running",
+                "webhooks": "running",
+            }
+            body, headers = _signed("evt-1", "hello")
+            accepted = await client.post("/channels/hooks", content=body, headers=headers)
+            assert accepted.status_code == 200
+            assert accepted.json()["status"] == "accepted"
+            inbound_id = accepted.json()["inbound_id"]
+            await _state(host, inbound_id, "completed")
+            await _delivered(host, 1)
+            assert [body["text"] for body in receiver.bodies()] == ["echo: hello"]
+            status = await daemon.status()
+            assert (status.queued, status.running, status.failing) == (0, 0, 0)
+            assert status.delivered == 1
+            assert status.listening == daemon.url
+            assert status.ready
+        exit_ = await daemon.shutdown(reason="test")
+    assert (exit_.code, exit_.cut) == (0, ())
+    assert [d.state for d in daemon.statuses()] == ["stopped"] * 3
+
+
+async def test_shutdown_refuses_new_webhooks_and_drains_the_turn_in_flight(
+    tmp_path: Path,
+) -> None:
+    model = SlowModel()
+    changes = Changes()
+    async with serving(tmp_path, model, changes) as (host, daemon, receiver):
+        assert daemon.url is not None
+        async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+            body, headers = _signed("evt-slow", "slow")
+            accepted = await client.post("/channels/hooks", content=body, headers=headers)
+            inbound_id = accepted.json()["inbound_id"]
+            with anyio.fail_after(10):
+                await model.entered.wait()
+            daemon.request_shutdown(reason="SIGTERM")
+            await changes.wait_for("webhooks", "stopping")
+            # Draining: the listener still answers, readiness is 503, webhooks are refused.
+            assert (await client.get("/healthz")).status_code == 200
+            assert (await client.get("/readyz")).status_code == 503
+            body, headers = _signed("evt-late", "late")
+            refused = await client.post("/channels/hooks", content=body, headers=headers)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "5"
+            model.opened.set()
+            assert daemon.supervisor is not None
+            exit_ = await daemon.supervisor.shutdown(10)
+        assert exit_.code == 0
+        assert exit_.cut == ()
+        # The turn in flight finished and recorded its result; nothing was accepted late.
+        record = await host.inbox.record(inbound_id)
+        assert record is not None
+        assert record.state == "completed"
+        counts = await host.inbox.counts()
+        assert sum(c.ready + c.claimed for c in counts) == 0
+        # Delivery stopped last and sent the drained turn's answer first.
+        assert [body["text"] for body in receiver.bodies()] == ["echo: slow"]
+        assert (await host.store.delivery.counts()).delivered == 1
+
+
+async def test_a_missing_secret_is_a_config_error_naming_the_variable(tmp_path: Path) -> None:
+    provider = ScriptedModel([Reply("hi")], repeat_last=True)
+    config = _config(tmp_path, "http://127.0.0.1:9/deliver")
+    async with Host.open(config, capabilities=capabilities(provider)) as host:
+        with pytest.raises(ConfigError, match="HOOK_SECRET") as caught:
+            host.serve(env={})
+        assert caught.value.key == "channels.hooks.secret_env"
+        # An empty variable is as good as none.
+        with pytest.raises(ConfigError, match="HOOK_SECRET"):
+            host.serve(env={"HOOK_SECRET": ""})
+
+
+async def test_an_address_it_cannot_bind_is_a_config_error(tmp_path: Path) -> None:
+    provider = ScriptedModel([Reply("hi")], repeat_last=True)
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        config = _config(tmp_path, "http://127.0.0.1:9/deliver")
+        async with Host.open(config, capabilities=capabilities(provider)) as host:
+            daemon = host.serve(env=ENV, port=port)
+            with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+                await daemon.run()
+            assert daemon.supervisor is None
+    finally:
+        taken.close()
