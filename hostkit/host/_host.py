@@ -406,9 +406,9 @@ class Host(AsyncResource):
         channels' turns write none. Command inbounds (``approve CODE``) answer
         the sender's pending approval. ``options`` are ``InboxWorker``'s
         (``concurrency``, ``idle_poll_s``, ``grace_s``, ``reply_route``,
-        ``run_command``, ...). Closing the Host
-        stops its workers first: no new claims, a grace period for the turns
-        in flight, every claim still held released.
+        ``run_command``, ...). Closing the Host stops its workers first: no
+        new claims, a grace period for the turns in flight, every claim still
+        held released.
         """
         if self._closed:
             raise StoreClosed()
