@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager, closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import anyio
 import httpx
@@ -181,13 +182,31 @@ def slack_event(
     ).encode()
 
 
+def slack_button(
+    value: str, *, trigger: str, user: str = "U1", channel: str = "C1", team: str = "T1"
+) -> bytes:
+    """A Slack interactivity request: a block_actions press of a button whose value is given."""
+    payload = {
+        "type": "block_actions",
+        "trigger_id": trigger,
+        "team": {"id": team},
+        "user": {"id": user, "team_id": team},
+        "channel": {"id": channel},
+        "container": {"type": "message", "channel_id": channel},
+        "actions": [{"type": "button", "value": value, "action_ts": f"{time.time():.6f}"}],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
 async def post_slack(
     client: httpx.AsyncClient, url: str, body: bytes, *, retry_num: int | None = None
 ) -> httpx.Response:
-    """A Slack Events API delivery, signed like Slack does (retries carry X-Slack-Retry-*)."""
+    """A Slack Events API (JSON) or interactivity (form) request, signed like Slack does;
+    retries carry X-Slack-Retry-*."""
+    form = body.startswith(b"payload=")
     headers = {
         **sign_slack(SLACK_SECRET, body, timestamp=int(time.time())),
-        "content-type": "application/json",
+        "content-type": "application/x-www-form-urlencoded" if form else "application/json",
     }
     if retry_num is not None:
         headers["x-slack-retry-num"] = str(retry_num)

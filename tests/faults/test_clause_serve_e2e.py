@@ -28,6 +28,7 @@ from tests.faults._serve_proc import (
     post_slack,
     query,
     serving,
+    slack_button,
     slack_channel,
     slack_event,
     write_config,
@@ -126,6 +127,9 @@ async def test_serve_delivers_once_through_a_sigkill_and_the_platforms_retry(
 
 
 async def test_serve_channel_approval_answered_by_a_reply_message(tmp_path: Path) -> None:
+    """An ``ask`` is prompted in Slack with its code and buttons; a stranger's reply with
+    the code does nothing, the asker's ``approve CODE`` runs the write once and its
+    answer comes back to the channel; a second ask is denied with the prompt's button."""
     database = tmp_path / "hostkit.db"
     async with FakeSlack.running(token=SLACK_TOKEN) as slack, httpx.AsyncClient() as client:
         config = write_config(
@@ -133,6 +137,8 @@ async def test_serve_channel_approval_answered_by_a_reply_message(tmp_path: Path
             script=[
                 {"tool": "files.write", "arguments": {"path": "note.txt", "content": "approved"}},
                 {"reply": "written"},
+                {"tool": "files.write", "arguments": {"path": "other.txt", "content": "denied"}},
+                {"reply": "not written"},
             ],
             channels={SLACK: slack_channel(slack.api_base)},
             agent={"builtins": ["files.write"], "policy": {"allow": ["*"], "ask": ["files.write"]}},
@@ -165,16 +171,34 @@ async def test_serve_channel_approval_answered_by_a_reply_message(tmp_path: Path
                 return "written" in [m.body["text"] for m in slack.messages]
 
             await eventually(written, what="the continuation's answer to reach Slack")
+
+            # A second ask, answered with the prompt's Deny button (Slack interactivity).
+            again = await post_slack(client, served.url, slack_event("Ev4", "write another"))
+            assert again.status_code == 200
+
+            async def second_prompt() -> bool:
+                return len([m for m in slack.messages if "blocks" in m.body]) == 2
+
+            await eventually(second_prompt, what="the second approval prompt")
+            deny = [m.body for m in slack.messages if "blocks" in m.body][1]["blocks"][-1]
+            pressed = slack_button(deny["elements"][1]["value"], trigger="trig-1")
+            assert (await post_slack(client, served.url, pressed)).status_code == 200
+
+            async def told() -> bool:
+                return "not written" in [m.body["text"] for m in slack.messages]
+
+            await eventually(told, what="the denied continuation's answer")
             served.signal(signal.SIGTERM)
             assert await served.exit_code(15) == 0, served.output()[-2000:]
 
     assert (tmp_path / "ws" / "note.txt").read_text() == "approved"
-    ((status,),) = await query(database, "SELECT status FROM approvals")
-    assert status == "executed"
-    answers = [m.body for m in slack.messages if m.body["text"] == "written"]
-    assert [a["channel"] for a in answers] == ["C1"]
-    # One turn asked, one continuation ran; the stranger's reply ran nothing.
-    assert len(await query(database, "SELECT 1 FROM turns")) == 2
+    assert not (tmp_path / "ws" / "other.txt").exists()
+    statuses = await query(database, "SELECT status FROM approvals ORDER BY created_at")
+    assert [status for (status,) in statuses] == ["executed", "denied"]
+    answers = [m.body for m in slack.messages if m.body["text"] in ("written", "not written")]
+    assert [a["channel"] for a in answers] == ["C1", "C1"]
+    # Two turns asked, two continuations ran; the stranger's reply ran nothing.
+    assert len(await query(database, "SELECT 1 FROM turns")) == 4
     assert await turns(database, "Ev2") == []
 
 
