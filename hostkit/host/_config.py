@@ -61,13 +61,16 @@ class _Strict(BaseModel):
 class ScriptStepConfig(_Strict):
     """One step of a scripted provider: a reply, or a tool call with arguments.
 
-    ``finish_reason = "length"`` plays a reply cut at the output limit.
+    ``finish_reason = "length"`` plays a reply cut at the output limit;
+    ``delay_s`` makes the step take that long (a slow model, for tests of
+    what happens to a turn in flight: a crash, a shutdown).
     """
 
     reply: str | None = None
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
     finish_reason: Literal["stop", "length"] = "stop"
+    delay_s: float = Field(default=0.0, ge=0, le=3_600)
 
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> ScriptStepConfig:

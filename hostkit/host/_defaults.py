@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 from anyio.abc import AsyncResource
 
-from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
+from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptStep
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
@@ -33,14 +33,14 @@ from hostkit.host._capabilities import (
     RuntimeCapabilities,
     ToolRequest,
 )
-from hostkit.host._config import HostConfig, ProviderConfig
+from hostkit.host._config import HostConfig, ProviderConfig, ScriptStepConfig
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
-from hostkit.types import AttachmentSupport, ModelLimits
+from hostkit.types import AttachmentSupport, ModelLimits, ModelRequest
 
 __all__ = [
     "ConfiguredChannels",
@@ -65,6 +65,23 @@ def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits 
         estimator_id=base.estimator_id,
         safety_margin_tokens=base.safety_margin_tokens,
     )
+
+
+def _scripted_step(config: ScriptStepConfig) -> ScriptStep:
+    """A configured script step; one with ``delay_s`` answers only after that long."""
+    step: Reply | CallTools = (
+        Reply(config.reply, config.finish_reason)
+        if config.reply is not None
+        else CallTools((provider_name(config.tool or ""), config.arguments))
+    )
+    if not config.delay_s:
+        return step
+
+    async def slow(_request: ModelRequest) -> ScriptStep:
+        await anyio.sleep(config.delay_s)
+        return step
+
+    return slow
 
 
 def _needs_key(config: ProviderConfig) -> bool:
@@ -119,12 +136,7 @@ class DefaultProviderSource(AsyncResource):
             )
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.
-            steps = [
-                Reply(step.reply, step.finish_reason)
-                if step.reply is not None
-                else CallTools((provider_name(step.tool or ""), step.arguments))
-                for step in config.script
-            ]
+            steps = [_scripted_step(step) for step in config.script]
             return ScriptedModel(
                 steps,
                 name=name,

@@ -405,19 +405,22 @@ class Host(AsyncResource):
         answers and approval prompts become outbox intents for delivery; other
         channels' turns write none. Command inbounds (``approve CODE``) answer
         the sender's pending approval. ``options`` are ``InboxWorker``'s
-        (``concurrency``, ``idle_poll_s``, ``grace_s``, ...). Closing the Host
-        stops its workers first: no new claims, a grace period for the turns
-        in flight, every claim still held released.
+        (``concurrency``, ``idle_poll_s``, ``grace_s``, ``reply_route``,
+        ``run_command``, ...). Closing the Host stops its workers first: no
+        new claims, a grace period for the turns in flight, every claim still
+        held released.
         """
         if self._closed:
             raise StoreClosed()
+        options.setdefault(
+            "reply_route", lambda envelope: reply_route(self.config.channels, envelope)
+        )
+        options.setdefault("run_command", self._commands.run)
         worker = InboxWorker(
             inbox or self.inbox,
             self._inbound.run,
             route=route or functools.partial(self._channel_agent, agent),
             find_turn=self._inbound.find,
-            reply_route=lambda envelope: reply_route(self.config.channels, envelope),
-            run_command=self._commands.run,
             **options,
         )
         self._workers.add(worker)

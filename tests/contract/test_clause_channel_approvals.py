@@ -1,0 +1,304 @@
+"""Clause: channel approvals — an ``ask`` in a channel conversation is answered by a reply.
+
+"An ``ask`` in a channel conversation sends an approval prompt through
+delivery (with a short code), and the user's reply (``approve <code>`` /
+``deny <code>``, or a Slack button action) arrives as an inbound command that
+answers the pending approval — with the same authority rules as every other
+answer."
+
+A real Host on SQLite with a scripted model and an effect with an observable
+side effect (one line per run); inbounds go through the Host's own inbox and
+worker. The command's outcome is read from the Host's own command runner,
+wrapped to record what it returned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostkit.effects import ApprovalLedger
+from hostkit.host import Host
+from hostkit.host._inbound import InboundCommands
+from hostkit.testing import Reply, ScriptedModel
+from hostkit.types import (
+    ClaimedInbound,
+    ConversationFacts,
+    InboundResult,
+    ModelRequest,
+    approval_code,
+)
+from tests.contract.test_clause_inbound_route import (
+    SLACK,
+    accept,
+    channel_host,
+    inbound,
+    outbox,
+    turn_of,
+)
+from tests.contract.test_effects_approval_flow import ASK, Stamps, stamp_call
+
+pytestmark = pytest.mark.anyio
+
+ALICE = {"conversation": "T1:C1:U1", "principal": "U1"}
+BOB = {"conversation": "T1:C1:U2", "principal": "U2"}  # same Slack channel, another person
+ROUTE = {"channel": SLACK, "conversation": "T1:C1:U1", "reply": {"channel": "C1"}}
+
+
+def script(request: ModelRequest) -> Any:
+    """Stamp when asked to; after the stamp's result (or any other message), answer."""
+    last = request.messages[-1]
+    if last.role == "tool":
+        return Reply(f"done: {last.content}")
+    if last.role == "user" and last.content == "stamp it":
+        return stamp_call()
+    return Reply("nothing to stamp")
+
+
+class Commands:
+    """The Host's command runner, recording each result it returned."""
+
+    def __init__(self, host: Host) -> None:
+        self._runner = InboundCommands(host.approvals, host.authority, host.turns, host.store)
+        self.results: list[InboundResult] = []
+
+    async def run(self, claimed: ClaimedInbound) -> InboundResult:
+        result = await self._runner.run(claimed)
+        self.results.append(result)
+        return result
+
+
+async def paused(host: Host) -> tuple[str, str]:
+    """Alice asks for a stamp in her Slack conversation; (approval id, paused turn id)."""
+    inbound_id = await accept(host, inbound("stamp it", **ALICE))
+    assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+    turn_id = await turn_of(host, inbound_id)
+    state = await host.store.read(
+        lambda c: c.execute(
+            "SELECT status, approval_id FROM approvals WHERE turn_id = ?", [turn_id]
+        ).fetchall()
+    )
+    ((status, approval_id),) = state
+    assert status == "pending"
+    return approval_id, turn_id
+
+
+async def reply(
+    host: Host, text: str, commands: Commands, *, kind: str = "command", **who: str
+) -> tuple[str, InboundResult | None]:
+    """A reply arrives on the channel and is handled; (inbound id, the command's result)."""
+    before = len(commands.results)
+    inbound_id = await accept(host, inbound(text, kind=kind, **(who or ALICE)))
+    assert await host.inbox_worker(idle_poll_s=0.05, run_command=commands.run).drain() == 1
+    results = commands.results[before:]
+    return inbound_id, (results[0] if results else None)
+
+
+async def status_of(host: Host, approval_id: str) -> str:
+    rows = await host.store.read(
+        lambda c: c.execute(
+            "SELECT status FROM approvals WHERE approval_id = ?", [approval_id]
+        ).fetchall()
+    )
+    return str(rows[0][0])
+
+
+def host_for(tmp_path: Path, stamps: Stamps) -> Any:
+    return channel_host(
+        tmp_path, ScriptedModel([script], repeat_last=True), tools=[stamps.tool], policy=ASK
+    )
+
+
+async def test_an_ask_in_a_routed_conversation_writes_an_approval_prompt_with_its_code(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        approval_id, turn_id = await paused(host)
+        prompts = [(r, p) for r, p in await outbox(host, turn_id) if "approval" in p]
+        ((route, payload),) = prompts
+        code = approval_code(approval_id)
+        assert route == ROUTE
+        assert payload["approval"]["approval_id"] == approval_id
+        assert payload["approval"]["code"] == code
+        assert payload["approval"]["tool"] == "files.stamp"
+        assert f"approve {code}" in payload["text"]
+        assert f"deny {code}" in payload["text"]
+        assert stamps.lines() == []
+
+
+async def test_approve_by_the_same_principal_runs_once_and_answers_on_the_same_route(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        # The word in any case, the code as shown: the transport normalises, the Host agrees.
+        inbound_id, result = await reply(host, f"Approve {approval_code(approval_id)}", commands)
+        assert result is not None
+        assert (result.kind, result.outcome) == ("command", "completed")
+        assert stamps.lines() == ["one"]
+        assert await status_of(host, approval_id) == "executed"
+        record = await host.inbox.record(inbound_id)
+        assert record is not None
+        assert (record.result_kind, record.turn_id) == ("command", result.turn_id)
+        # The continuation's answer is delivered where the paused turn's was asked.
+        assert await outbox(host, result.turn_id or "") == [(ROUTE, {"text": "done: stamped one"})]
+
+
+async def test_the_default_worker_answers_commands_and_the_answer_is_routed(
+    tmp_path: Path,
+) -> None:
+    """No wrapper: the Host's own worker wiring takes a command to the approval."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        approval_id, _ = await paused(host)
+        inbound_id = await accept(
+            host, inbound(f"approve {approval_code(approval_id)}", kind="command", **ALICE)
+        )
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+        record = await host.inbox.record(inbound_id)
+        assert record is not None
+        assert record.result_kind == "command"
+        assert record.turn_id is not None
+        assert stamps.lines() == ["one"]
+        assert [route for route, _ in await outbox(host, record.turn_id)] == [ROUTE]
+
+
+async def test_deny_by_the_same_principal_denies_and_the_model_is_told(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        _, result = await reply(host, f"deny {approval_code(approval_id)}", commands)
+        assert result is not None
+        assert result.outcome == "completed"
+        assert stamps.lines() == []
+        assert await status_of(host, approval_id) == "denied"
+        ((route, payload),) = await outbox(host, result.turn_id or "")
+        assert route == ROUTE
+        assert payload["text"].startswith("done:")
+        assert "stamped" not in payload["text"]
+
+
+async def test_another_principal_a_wrong_code_and_an_answered_code_answer_nothing(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        code = approval_code(approval_id)
+        wrong = "AAAAAA" if code != "AAAAAA" else "BBBBBB"
+        _, by_bob = await reply(host, f"approve {code}", commands, **BOB)
+        _, by_wrong_code = await reply(host, f"approve {wrong}", commands)
+        # Someone else's approval and an unknown code: one result, nothing told apart.
+        assert by_bob is not None
+        assert by_bob == by_wrong_code
+        assert (by_bob.outcome, by_bob.turn_id) == ("not_found", None)
+        assert await status_of(host, approval_id) == "pending"
+        assert stamps.lines() == []
+        # Alice answers; a different answer to the same code afterwards changes nothing.
+        _, approved = await reply(host, f"approve {code}", commands)
+        assert approved is not None
+        assert approved.outcome == "completed"
+        _, late_deny = await reply(host, f"deny {code}", commands)
+        assert late_deny is not None
+        assert (late_deny.outcome, late_deny.turn_id) == ("refused", None)
+        assert "already" in late_deny.detail
+        # Bob still cannot tell the answered approval exists.
+        _, bob_again = await reply(host, f"approve {code}", commands, **BOB)
+        assert bob_again == by_bob
+        assert await status_of(host, approval_id) == "executed"
+        assert stamps.lines() == ["one"]
+
+
+async def test_a_command_in_the_payload_of_a_message_is_not_a_command(tmp_path: Path) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        inbound_id, result = await reply(
+            host, f"approve {approval_code(approval_id)}", commands, kind="message"
+        )
+        assert result is None  # never reached the command runner
+        record = await host.inbox.record(inbound_id)
+        assert record is not None
+        assert record.result_kind == "turn"
+        # A model turn ran on the text; the approval was not answered by it.
+        assert await status_of(host, approval_id) not in ("approved", "executed", "denied")
+        assert stamps.lines() == []
+
+
+async def test_a_retried_command_runs_nothing_twice(tmp_path: Path) -> None:
+    """The first attempt answered and ran the continuation, then its worker died before
+    recording the inbound's end; the command comes back and only reports that turn."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        inbound_id = await accept(
+            host, inbound(f"approve {approval_code(approval_id)}", kind="command", **ALICE)
+        )
+        (claimed,) = await host.inbox.claim_batch(1)
+        first = await commands.run(claimed)
+        assert stamps.lines() == ["one"]
+        # The crash: the claim is never completed; it comes back (here: released at once).
+        assert await host.inbox.release(claimed) == 1
+        assert await host.inbox_worker(idle_poll_s=0.05, run_command=commands.run).drain() == 1
+        second = commands.results[-1]
+        assert (second.turn_id, second.outcome) == (first.turn_id, "completed")
+        record = await host.inbox.record(inbound_id)
+        assert record is not None
+        assert (record.result_kind, record.turn_id) == ("command", first.turn_id)
+        assert stamps.lines() == ["one"]
+        assert len(await outbox(host, first.turn_id or "")) == 1
+        # The user sends the same reply again (a new platform event): still nothing runs.
+        _, again = await reply(host, f"approve {approval_code(approval_id)}", commands)
+        assert again is not None
+        assert (again.turn_id, stamps.lines()) == (first.turn_id, ["one"])
+
+
+async def test_a_command_after_an_answer_whose_continuation_never_ran_runs_it_once(
+    tmp_path: Path,
+) -> None:
+    """The answer was recorded but its continuation never started (the answering process
+    died between the two): the retried command runs the continuation, once."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        alice = await host.authority.for_conversation(
+            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
+        )
+        answered = await ApprovalLedger(host.store).answer(
+            alice, approval_id, decision="approve_once", fingerprint=None
+        )
+        assert answered.accepted
+        assert stamps.lines() == []
+        _, result = await reply(host, f"approve {approval_code(approval_id)}", commands)
+        assert result is not None
+        assert result.outcome == "completed"
+        assert stamps.lines() == ["one"]
+        assert await outbox(host, result.turn_id or "") == [(ROUTE, {"text": "done: stamped one"})]
+        _, again = await reply(host, f"approve {approval_code(approval_id)}", commands)
+        assert again is not None
+        assert (again.turn_id, stamps.lines()) == (result.turn_id, ["one"])
+
+
+async def test_an_answer_from_outside_the_channel_is_still_delivered_to_the_conversation(
+    tmp_path: Path,
+) -> None:
+    """An operator answers from the CLI or a notebook: the continuation's answer goes to
+    the route the paused turn captured, not nowhere."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        approval_id, _ = await paused(host)
+        operator = await host.operator("ops", reason="ticket 12: approve the stamp")
+        result = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert result.outcome == "completed"
+        assert stamps.lines() == ["one"]
+        assert await outbox(host, result.turn_id) == [(ROUTE, {"text": "done: stamped one"})]
