@@ -79,6 +79,7 @@ from hostkit.store._terminal_runs import (
     TerminalRunStore,
     TerminalStreamStats,
 )
+from hostkit.store._turn_rows import LOST_NOTICE
 from hostkit.store._turn_values import (
     MAX_LEASE_TTL_S,
     Admitted,
@@ -98,6 +99,7 @@ __all__ = [
     "APPLICATION_ID",
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
+    "LOST_NOTICE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",
     "MAX_DELIVERY_CLAIM",

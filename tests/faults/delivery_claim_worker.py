@@ -3,7 +3,7 @@
 ``python delivery_claim_worker.py '<json>'`` opens the store at ``db``, writes
 ``ready`` once open, waits for the file ``go`` (so the processes start
 together), then claims batches of ``batch`` (lease ``lease_s``) until nothing
-is due, marking each claim delivered. Each claim is one JSON line ``{"pid",
+is due, marking each claim delivered after a short pause (the send). Each claim is one JSON line ``{"pid",
 "intent_id", "token", "attempt"}`` in ``out``, written before its outcome.
 """
 
@@ -53,6 +53,8 @@ async def main() -> None:
                         "attempt": item.attempt,
                     }
                 )
+            # The send itself: while one process waits on its channel, the other claims.
+            await anyio.sleep(0.02)
             for item in claimed:
                 await store.delivery.delivered(item, now=time.time())
 

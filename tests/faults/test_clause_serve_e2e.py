@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hostkit.store import LOST_NOTICE
 from hostkit.types import approval_code
 from tests.faults._serve_proc import (
     SLACK,
@@ -69,7 +70,8 @@ async def test_serve_delivers_once_through_a_sigkill_and_the_platforms_retry(
     ``hostkit serve`` is SIGKILLed with event A's turn in flight. After a restart the
     platform retries both events: 200 duplicate each, no second turn; B's answer is
     delivered exactly once, by the new process. A's turn was cut: it ends ``lost`` and
-    is never run again (an effect may have happened), so nothing is sent for it."""
+    is never run again (an effect may have happened); its conversation gets one notice
+    that the message went unanswered, delivered once too."""
     database = tmp_path / "hostkit.db"
     async with FakeSlack.running(token=SLACK_TOKEN) as slack, httpx.AsyncClient() as client:
         config = write_config(
@@ -108,15 +110,17 @@ async def test_serve_delivers_once_through_a_sigkill_and_the_platforms_retry(
                 assert again.status_code == 200, again.text
                 assert again.json()["status"] == "duplicate"
 
-            async def b_delivered() -> bool:
-                return [s for _, s, _ in await intents(database)] == ["delivered"]
+            async def both_delivered() -> bool:
+                return [s for _, s, _ in await intents(database)] == ["delivered"] * 2
 
-            await eventually(b_delivered, what="B's answer to be delivered", timeout_s=15)
+            await eventually(
+                both_delivered, what="B's answer and A's notice to be delivered", timeout_s=15
+            )
             second.signal(signal.SIGTERM)
             assert await second.exit_code(15) == 0, second.output()[-2000:]
 
-    assert [m.body["text"] for m in slack.messages] == ["answer B"]
-    assert slack.messages[0].body["channel"] == "C1"
+    assert sorted(m.body["text"] for m in slack.messages) == sorted(["answer B", LOST_NOTICE])
+    assert {m.body["channel"] for m in slack.messages} == {"C1"}
     assert [s for _, s in await turns(database, "EvB")] == ["completed"]
     # Recovered at the restart: the turn the dead process ran is lost, never run twice.
     assert [s for _, s in await turns(database, "EvA")] == ["lost"]
