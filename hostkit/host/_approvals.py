@@ -17,7 +17,6 @@ from hostkit.effects import (
 from hostkit.errors import (
     ApprovalRefused,
     InvalidValue,
-    NotFoundOrUnauthorized,
     ScopeError,
     TurnInProgress,
 )
@@ -205,7 +204,7 @@ class HostApprovals:
             raise ApprovalRefused(
                 approval_id, "answered", "too many of its continuation turns were interrupted"
             )
-        route = await self._captured_route(approval, principal)
+        route = await self._captured_route(approval)
         try:
             return await self._turns.run(
                 TurnRequest(
@@ -225,25 +224,15 @@ class HostApprovals:
                 "resume again when it has ended",
             ) from None
 
-    async def _captured_route(
-        self, approval: PendingApproval, principal: PrincipalScope
-    ) -> Mapping[str, Any] | None:
-        """The route the paused turn captured (its outbox intents carry it), or None.
+    async def _captured_route(self, approval: PendingApproval) -> Mapping[str, Any] | None:
+        """The route the paused turn captured at admission, or None.
 
         Whoever answers (a channel reply, the CLI, a notebook), the
         continuation's answer goes where the conversation asked: the route is
         the paused turn's, never the answerer's. A turn with no route (a CLI or
-        notebook turn) wrote no intent, and its continuation gets none either.
+        notebook turn) gets a continuation with none either.
         """
-        try:
-            state = await self._store.turns.state(principal, approval.turn_id)
-        except NotFoundOrUnauthorized:
-            return None
-        for intent_id in () if state.result is None else state.result.deliveries:
-            intent = await self._store.delivery.intent(intent_id)
-            if intent is not None:
-                return intent.route
-        return None
+        return await self._store.turns.route_of(approval.turn_id)
 
     async def revoke(self, scope: PrincipalScope, session_id: str) -> int:
         """Drop the session's cached "approve for session" answers (owner-checked).
