@@ -242,12 +242,29 @@ def _plain(value: object) -> Any:
 
 
 def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:
-    """Run a command's async body and exit with its status (typed errors: message, 2)."""
+    """Run a command's async body and exit with its status (typed errors: message, 2).
+
+    A task group that failed with one typed error (nested groups of one
+    included) is that error: the same one line, not a traceback of the group.
+    """
     try:
         code = anyio.run(main)
     except HostkitError as exc:
         raise fail(exc) from None
+    except BaseExceptionGroup as group:
+        single = _single_error(group)
+        if single is None:
+            raise
+        raise fail(single) from None
     raise typer.Exit(code or EXIT_OK)
+
+
+def _single_error(group: BaseExceptionGroup[BaseException]) -> HostkitError | None:
+    """The one HostkitError ``group`` holds through groups of one, else None."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner if isinstance(inner, HostkitError) else None
 
 
 def exit_code(result: TurnResult) -> int:

@@ -4,9 +4,11 @@ The first signal begins the graceful shutdown: webhooks are refused and
 ``/readyz`` turns 503, pollers stop, turns in flight get ``[serve]
 drain_timeout_s`` to finish, every claim still held is released, and the
 process exits 0. A second signal exits at once (status 128 + the signal
-number), saying which signal it was; what was held is then recovered by
-lease expiry. On start one line on stdout says where it listens (``hostkit
-serve: listening on http://HOST:PORT``); logs go to stderr: JSON lines with
+number), saying which signal it was, also while the Host closes after the
+drain; what was held is then recovered by lease expiry. An address that
+cannot be bound is one error line (exit 2), before anything starts. On
+start one line on stdout says where it listens (``hostkit serve: listening
+on http://HOST:PORT``); logs go to stderr: JSON lines with
 ``--log-format json`` or when stderr is not a terminal, else readable lines
 under a live status line.
 """
@@ -31,6 +33,7 @@ from rich.text import Text
 from hostkit.cli._common import ConfigOption, config_path, console, open_host, run_command
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
+from hostkit.errors import HostkitError
 from hostkit.host import HostDaemon, ServeStatus
 
 __all__ = ["serve", "status_text"]
@@ -38,6 +41,8 @@ __all__ = ["serve", "status_text"]
 LISTENING = "hostkit serve: listening on {url}"
 # How often the terminal status line is redrawn.
 STATUS_INTERVAL_S = 0.5
+# A status read slower than this shows the last figures (marked stale) instead.
+STATUS_TIMEOUT_S = 2.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -75,49 +80,92 @@ def serve(
 
 async def _serve(config: Path | None, listen: str | None, port: int | None, *, live: bool) -> int:
     with anyio.open_signal_receiver(*_SIGNALS) as signals:
-        async with open_host(config) as host:
-            daemon = host.serve(listen=listen, port=port)
-            ended: list[DaemonExit] = []
-            async with anyio.create_task_group() as group:
-                group.start_soon(_watch_signals, signals, daemon)
+        watch = _SignalWatch()
+        code = 1
+        async with anyio.create_task_group() as outer:
+            # The watcher outlives the daemon: a second signal while the Host closes
+            # (turns cut, tracing flushed) still exits at once.
+            outer.start_soon(watch.run, signals)
+            try:
+                code = await _serve_host(config, listen, port, live=live, watch=watch)
+            finally:
+                outer.cancel_scope.cancel()
+    return code
 
-                async def serve_daemon(*, task_status: TaskStatus[None]) -> None:
-                    ended.append(await daemon.run(task_status=task_status))
-                    group.cancel_scope.cancel()
 
-                await group.start(serve_daemon)
-                sys.stdout.write(LISTENING.format(url=daemon.url) + "\n")
-                sys.stdout.flush()
-                if live:
-                    group.start_soon(_status_line, daemon, console)
+async def _serve_host(
+    config: Path | None, listen: str | None, port: int | None, *, live: bool, watch: _SignalWatch
+) -> int:
+    async with open_host(config) as host:
+        daemon = host.serve(listen=listen, port=port)
+        # Bound before any task group: a port in use is one ConfigError, not a group.
+        daemon.bind()
+        watch.attach(daemon)
+        ended: list[DaemonExit] = []
+        async with anyio.create_task_group() as group:
+
+            async def serve_daemon(*, task_status: TaskStatus[None]) -> None:
+                ended.append(await daemon.run(task_status=task_status))
+                group.cancel_scope.cancel()
+
+            await group.start(serve_daemon)
+            sys.stdout.write(LISTENING.format(url=daemon.url) + "\n")
+            sys.stdout.flush()
+            if live:
+                group.start_soon(_status_line, daemon, console)
     return ended[0].code if ended else 1
 
 
-async def _watch_signals(signals: AsyncIterator[int], daemon: HostDaemon) -> None:
-    seen = False
-    async for number in signals:
-        name = signal.Signals(number).name
-        if seen:
-            sys.stderr.write(
-                f"hostkit serve: second {name}: exiting at once without draining "
-                f"(status {128 + number})\n"
-            )
-            sys.stderr.flush()
-            os._exit(128 + number)
-        seen = True
-        daemon.request_shutdown(reason=f"{name} received")
+class _SignalWatch:
+    """First SIGTERM/SIGINT: graceful shutdown (remembered until the daemon exists);
+    the second: exit at once, whatever is running (the drain, the Host closing)."""
+
+    def __init__(self) -> None:
+        self._daemon: HostDaemon | None = None
+        self._first: str | None = None
+
+    def attach(self, daemon: HostDaemon) -> None:
+        self._daemon = daemon
+        if self._first is not None:
+            daemon.request_shutdown(reason=f"{self._first} received")
+
+    async def run(self, signals: AsyncIterator[int]) -> None:
+        async for number in signals:
+            name = signal.Signals(number).name
+            if self._first is not None:
+                sys.stderr.write(
+                    f"hostkit serve: second {name}: exiting at once without draining "
+                    f"(status {128 + number})\n"
+                )
+                sys.stderr.flush()
+                os._exit(128 + number)
+            self._first = name
+            if self._daemon is not None:
+                self._daemon.request_shutdown(reason=f"{name} received")
 
 
 async def _status_line(daemon: HostDaemon, out: Console) -> None:
+    last: ServeStatus | None = None
     with Live(console=out, auto_refresh=False, transient=True) as live:
         while True:
-            live.update(status_text(await daemon.status()), refresh=True)
+            stale = False
+            try:
+                with anyio.fail_after(STATUS_TIMEOUT_S):
+                    last = await daemon.status()
+            except (HostkitError, TimeoutError):
+                # The store is busy or failing: serving goes on; show what was last known.
+                stale = True
+            if last is not None:
+                live.update(status_text(last, stale=stale), refresh=True)
             await anyio.sleep(STATUS_INTERVAL_S)
 
 
-def status_text(status: ServeStatus) -> Text:
-    """The terminal status line: the figures, then each daemon's state."""
+def status_text(status: ServeStatus, *, stale: bool = False) -> Text:
+    """The terminal status line: the figures, then each daemon's state (``stale``: the
+    figures could not be read this time and are the last known ones)."""
     line = Text()
+    if stale:
+        line.append("(stale) ", style="dim")
     line.append(
         f"queued {status.queued} · running {status.running} · "
         f"delivered {status.delivered} · failing {status.failing}",

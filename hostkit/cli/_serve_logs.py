@@ -1,7 +1,10 @@
 """Logging for ``hostkit serve``: JSON lines for machines, Rich lines and a status line for people.
 
 Records are handed to a queue and written to stderr by a listener thread,
-so a slow terminal or pipe never blocks the event loop. JSON lines carry
+so a slow terminal or pipe never blocks the event loop. The queue is
+bounded (``MAX_QUEUED`` records): when the writer falls that far behind, new
+records are dropped and counted, and the next record that fits is preceded by
+a warning saying how many were lost. JSON lines carry
 ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``msg`` and ``fields`` (the
 record's extra attributes); messages are redacted and bounded like every
 hostkit error text.
@@ -24,9 +27,10 @@ from rich.logging import RichHandler
 
 from hostkit.errors import bounded
 
-__all__ = ["JsonLines", "LogFormat", "serve_logging"]
+__all__ = ["MAX_QUEUED", "DroppingQueueHandler", "JsonLines", "LogFormat", "serve_logging"]
 
 LogFormat = Literal["text", "json"]
+MAX_QUEUED = 10_000
 _MESSAGE_CHARS = 2_000
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
@@ -53,6 +57,44 @@ class JsonLines(logging.Formatter):
         )
 
 
+class DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to a bounded queue; never blocks: a full queue drops and counts."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord]) -> None:
+        super().__init__(records)
+        self._bounded = records
+        self.dropped = 0
+        self._unreported = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        # Called under the handler's own lock (Handler.handle), so the counters are safe.
+        if self._unreported and self._bounded.qsize() < self._bounded.maxsize - 1:
+            notice = logging.makeLogRecord(
+                {
+                    "name": "hostkit.serve",
+                    "levelno": logging.WARNING,
+                    "levelname": "WARNING",
+                    "msg": "%d log records were dropped (the log writer fell behind)",
+                    "args": (self._unreported,),
+                    "dropped": self._unreported,
+                }
+            )
+            self._bounded.put_nowait(notice)
+            self._unreported = 0
+        try:
+            self._bounded.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+            self._unreported += 1
+
+
+class _Listener(logging.handlers.QueueListener):
+    """Its stop waits for room for the end marker (the queue may be full) instead of failing."""
+
+    def enqueue_sentinel(self) -> None:
+        self.queue.put(self._sentinel)  # type: ignore[attr-defined]
+
+
 def _plain(value: object) -> object:
     if value is None or isinstance(value, bool | int | float):
         return value
@@ -68,9 +110,9 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
         handler.setFormatter(JsonLines())
     else:
         handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = logging.handlers.QueueListener(records, handler, respect_handler_level=True)
-    front = logging.handlers.QueueHandler(records)
+    records: queue.Queue[logging.LogRecord] = queue.Queue(MAX_QUEUED)
+    listener = _Listener(records, handler, respect_handler_level=True)
+    front = DroppingQueueHandler(records)
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
     root.handlers = [front]

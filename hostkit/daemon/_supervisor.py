@@ -100,6 +100,8 @@ class Supervisor:
         self._shutdown = anyio.Event()
         self._finished = anyio.Event()
         self._deadline_s = 30.0
+        # self._clock() by which the shutdown must be over (set when it begins)
+        self._deadline_at: float | None = None
         self._reason = "shutdown"
         self._code = 0
         self._ran = False
@@ -126,6 +128,15 @@ class Supervisor:
     @property
     def stopping(self) -> bool:
         return self._shutdown.is_set()
+
+    def time_left(self) -> float | None:
+        """Seconds left of the shutdown deadline (None while no shutdown has begun).
+
+        A daemon's ``stop()`` reads it to fit its own wind-down inside the deadline.
+        """
+        if self._deadline_at is None:
+            return None
+        return max(0.0, self._deadline_at - self._clock())
 
     @property
     def exit(self) -> DaemonExit | None:
@@ -171,6 +182,7 @@ class Supervisor:
         ):
             raise InvalidValue(f"deadline_s must be between 0 and {_MAX_DEADLINE_S:g} seconds")
         self._deadline_s = float(deadline_s)
+        self._deadline_at = self._clock() + self._deadline_s
         self._reason = bounded(reason, 200)
         _log.info("shutdown requested (%s), deadline %.1fs", self._reason, self._deadline_s)
         self._shutdown.set()
@@ -208,14 +220,19 @@ class Supervisor:
             slot.done.set()
 
     async def _attempt(self, slot: _Slot) -> BaseException | None:
-        """One start of the daemon: the exception it ended with (None: it returned)."""
+        """One start of the daemon: the exception it ended with (None: it returned).
+
+        ``SystemExit`` and ``KeyboardInterrupt`` raised by a daemon (uvicorn calls
+        ``sys.exit`` when it cannot start) are that daemon's failure, not the
+        process's; cancellation is never caught here.
+        """
         self._enter(slot, "starting")
         slot.running_since = None
         try:
             with anyio.CancelScope() as scope:
                 slot.scope = scope
                 await slot.entry.daemon.run(task_status=_Started(self, slot))
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
             return exc
         finally:
             slot.scope = None
@@ -247,7 +264,7 @@ class Supervisor:
     # -- shutdown ---------------------------------------------------------------------
 
     async def _stop_all(self) -> DaemonExit:
-        deadline = self._clock() + self._deadline_s
+        deadline = self._deadline_at if self._deadline_at is not None else self._clock()
         cut: list[str] = []
         for slot in reversed(self._slots):
             await self._stop_one(slot, deadline, cut, wait=not slot.entry.linger)

@@ -10,6 +10,12 @@ A holder whose lease was taken over records nothing (``StaleClaim``): the
 current holder owns the intent. Delivery is at least once; the idempotency
 key lets a receiver drop the repeat a crash between send and record causes.
 
+Shutdown never sends one intent twice: a send already under way when it is
+cut spends its attempt (a transient ``cut_off`` failure, retried after the
+backoff, by this process's successor or a peer), only a claim whose send never
+started is released with its attempt refunded, and the ``drain()`` a daemon
+runs after ``stop()`` skips every intent this runtime attempted while stopping.
+
 The runtime never reads inbox state: an inbound is completed when its turn
 ran, whatever happens to the answer here.
 """
@@ -54,6 +60,11 @@ def _failure(kind: str, code: str, message: str = "") -> DeliveryFailure:
     return DeliveryFailure("transient" if kind == "transient" else "permanent", code, message)
 
 
+# A send cut off by a shutdown may have reached the platform: the attempt is spent, and
+# the next one waits the backoff (the receiver's dedup drops a repeat).
+_CUT_OFF = _failure("transient", "cut_off", "the send was cut off by a shutdown")
+
+
 class DeliveryRuntime:
     """Claims due outbox intents and sends each through its channel, with retries.
 
@@ -63,9 +74,11 @@ class DeliveryRuntime:
     looks for due intents every ``idle_poll_s`` (``wake()`` looks at once).
     Every send is bounded by ``send_timeout_s``, every store call by
     ``op_timeout_s``. Shutdown stops claiming, gives sends in flight
-    ``grace_s``, cuts off the rest and releases every claim still held
-    (pending again, attempt not spent). ``clock`` gives the wall-clock times
-    passed to the store (leases, next attempts).
+    ``grace_s`` (less when ``stop(within_s=...)`` leaves less), cuts off the
+    rest (each such attempt is spent: ``cut_off``, retried after the backoff)
+    and releases the claims whose send never started (pending again, attempt
+    not spent). ``clock`` gives the wall-clock times passed to the store
+    (leases, next attempts).
 
     Live figures of this runtime since it was made (status lines): ``in_flight``
     (sends now), ``delivered`` (intents it delivered), ``failed`` (intents it
@@ -112,6 +125,12 @@ class DeliveryRuntime:
         self._claims: dict[str, ClaimedDelivery] = {}
         # intent id -> the shielded cancel scope of its send (cut off after the grace)
         self._inflight: dict[str, anyio.CancelScope] = {}
+        # intents whose channel.send began under the claim held in _claims (a cut spends it)
+        self._sending: set[str] = set()
+        # intents attempted while stopping: the drain() after stop() never sends them again
+        self._stopping_attempted: set[str] = set()
+        # anyio.current_time() by which a requested wind-down must be over (stop(within_s))
+        self._wind_by: float | None = None
         self._nudge = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
@@ -159,6 +178,8 @@ class DeliveryRuntime:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled or ``stop()``; then wind down (grace, release)."""
+        self._stopping_attempted.clear()
+        self._wind_by = None
         await self._serve(until_idle=False, task_status=task_status)
 
     async def drain(self) -> int:
@@ -168,8 +189,16 @@ class DeliveryRuntime:
         await self._serve(until_idle=True, task_status=anyio.TASK_STATUS_IGNORED)
         return self._settled - before
 
-    def stop(self) -> None:
-        """Ask the runtime to wind down; ``aclose()`` also waits for it."""
+    def stop(self, *, within_s: float | None = None) -> None:
+        """Ask the runtime to wind down; ``aclose()`` also waits for it.
+
+        ``within_s``: the wind-down (and a ``drain()`` that follows it) must
+        be over that many seconds from now (what is left of a supervisor's
+        deadline): sends in flight get ``min(grace_s, within_s)``.
+        """
+        if within_s is not None:
+            _seconds("within_s", within_s, 86_400.0, zero=True)
+            self._wind_by = anyio.current_time() + float(within_s)
         self._stop.set()
         self._nudge.set()
 
@@ -224,15 +253,23 @@ class DeliveryRuntime:
 
     async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
         while not self._stop.is_set():
+            if until_idle and self._wind_by is not None and anyio.current_time() >= self._wind_by:
+                return
             free = self._concurrency - len(self._inflight)
             claimed: tuple[ClaimedDelivery, ...] = ()
+            started = 0
             if free > 0:
                 claimed = await self._claim(free)
                 for item in claimed:
+                    if item.intent.intent_id in self._stopping_attempted:
+                        # Attempted while this runtime stopped: its successor's to send.
+                        await self._release(item)
+                        continue
                     self._start(work, item)
-                if until_idle and not claimed and not self._inflight:
+                    started += 1
+                if until_idle and not started and not self._inflight:
                     return
-                if claimed and len(claimed) == free:
+                if started and len(claimed) == free:
                     continue
             await self._pause()
 
@@ -273,30 +310,58 @@ class DeliveryRuntime:
                     # A bug must not end the runtime: the claim's lease brings the intent back.
                     _log.error("intent %s: delivery failed unexpectedly: %s", intent_id, _text(exc))
         finally:
+            if self._stop.is_set() or self._wind_by is not None:
+                self._stopping_attempted.add(intent_id)
             self._inflight.pop(intent_id, None)
             self._nudge.set()
             if not self._inflight:
                 self._idle.set()
 
+    def _grace_left(self) -> float:
+        """The grace sends in flight get now: ``grace_s``, less if the wind-down is due sooner."""
+        if self._wind_by is None:
+            return self._grace_s
+        return max(0.0, min(self._grace_s, self._wind_by - anyio.current_time()))
+
     async def _wind_down(self) -> None:
-        """Grace for sends in flight, then cut them off and release every held claim."""
-        with anyio.move_on_after(self._grace_s):
+        """Grace for sends in flight, then cut them off: a started send spends its attempt
+        (``cut_off``), a claim whose send never started is released."""
+        with anyio.move_on_after(self._grace_left()):
             await self._idle.wait()
         for scope in list(self._inflight.values()):
             scope.cancel()
         with anyio.move_on_after(self._op_timeout_s):
             await self._idle.wait()
-        released = 0
+        released = cut = 0
         for claimed in list(self._claims.values()):
-            try:
-                with anyio.fail_after(self._op_timeout_s):
-                    await self.store.release(claimed, now=self._clock())
-                released += 1
-            except (HostkitError, TimeoutError) as exc:
-                _log.warning("intent %s: release failed: %s", claimed.intent.intent_id, _text(exc))
-            self._claims.pop(claimed.intent.intent_id, None)
-        if released:
-            _log.info("delivery released %d claims at shutdown", released)
+            intent_id = claimed.intent.intent_id
+            self._stopping_attempted.add(intent_id)
+            if intent_id in self._sending:
+                await self._settle(intent_id, _CUT_OFF)
+                cut += 1
+            else:
+                released += await self._release(claimed)
+            self._forget(intent_id)
+        if released or cut:
+            _log.info(
+                "delivery at shutdown: %d sends cut off (retried later), %d claims released",
+                cut,
+                released,
+            )
+
+    async def _release(self, claimed: ClaimedDelivery) -> int:
+        """Hand an unsent claim back (due at once, attempt refunded); 1 if it was."""
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                await self.store.release(claimed, now=self._clock())
+            return 1
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning("intent %s: release failed: %s", claimed.intent.intent_id, _text(exc))
+            return 0
+
+    def _forget(self, intent_id: str) -> None:
+        self._claims.pop(intent_id, None)
+        self._sending.discard(intent_id)
 
     # -- one intent -------------------------------------------------------------------
 
@@ -311,7 +376,7 @@ class DeliveryRuntime:
             sent = True
             keeper.cancel_scope.cancel()
         if lost.is_set() or not sent:
-            self._claims.pop(intent_id, None)
+            self._forget(intent_id)
             _log.info("intent %s: the claim was taken over while sending", intent_id)
             return
         await self._settle(intent_id, failure)
@@ -329,6 +394,7 @@ class DeliveryRuntime:
         if channel is None:
             return _failure("permanent", "no_channel", f"no channel {alias!r} is configured")
         try:
+            self._sending.add(intent.intent_id)
             with anyio.fail_after(self._send_timeout_s):
                 await channel.send(
                     intent.route, intent.payload, idempotency_key=claimed.idempotency_key
@@ -387,7 +453,7 @@ class DeliveryRuntime:
                     )
                     await anyio.sleep(min(1.0, self._op_timeout_s / 10) * attempt)
         finally:
-            self._claims.pop(intent_id, None)
+            self._forget(intent_id)
 
     async def _record(self, claimed: ClaimedDelivery, failure: DeliveryFailure | None) -> None:
         now = self._clock()

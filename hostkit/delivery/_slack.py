@@ -11,6 +11,11 @@ Slack answers errors with HTTP 200 and ``{"ok": false, "error": ...}``:
 ``ratelimited`` and Slack-side failures are transient, everything else
 (``channel_not_found``, ``not_in_channel``, ``invalid_auth``, ...) is
 permanent. HTTP 429 (``Retry-After``) and 5xx are transient.
+
+Every text is posted as mrkdwn, so model text could otherwise write Slack
+control sequences (``<!channel>``, ``<https://evil|Approve>``): ``&``, ``<``
+and ``>`` are escaped the way Slack asks, in the message text and the prompt
+section alike.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ _ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def escape(text: str) -> str:
+    """Slack's mrkdwn escaping: no mention, link or command can be spelled in ``text``."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -96,7 +106,7 @@ class SlackChannel:
             raise permanent("bad_route", "the slack reply target has no channel")
         if thread is not None and (not isinstance(thread, str) or not thread):
             raise permanent("bad_route", "the slack thread_ts is not a timestamp string")
-        text = _cut(payload_text(payload), MAX_TEXT)
+        text = _cut(escape(payload_text(payload)), MAX_TEXT)
         body: dict[str, Any] = {
             "channel": channel,
             "text": text,

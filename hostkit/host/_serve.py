@@ -7,8 +7,11 @@ channel with ``inbound = "polling"``, and "webhooks" (uvicorn serving
 ``hostkit.channels.ingress_app``; it lingers through a shutdown to answer
 ``/readyz``). A shutdown stops them in reverse: the webhook routes refuse
 new requests and readiness goes 503, pollers stop, the inbox worker gives
-its turns the drain time and releases its claims, then delivery sends what
-became due (those turns' answers) and releases what it still holds.
+its turns the drain time less delivery's share and releases its claims, then
+delivery sends what became due (those turns' answers) in the rest of the
+deadline: a send cut there spends its attempt (retried after the backoff,
+never re-sent by this process), an unsent claim is released. Every terminal
+turn wakes delivery at once (an answer waits for no idle poll).
 
 Secrets are read from the environment here, when the daemon is made: a
 missing variable is a ``ConfigError`` naming it before anything starts.
@@ -35,13 +38,28 @@ from hostkit.daemon import (
 )
 from hostkit.delivery import DeliveryRuntime
 from hostkit.errors import ConfigError, InvalidValue
+from hostkit.host._bus import EventBus
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
 
 if TYPE_CHECKING:
     from hostkit.host._host import Host
 
-__all__ = ["HostDaemon", "ServeStatus"]
+__all__ = ["HostDaemon", "ServeStatus", "delivery_share"]
+
+# Of the shutdown deadline, delivery keeps this fraction (at most _DELIVERY_SHARE_MAX_S
+# seconds) for the answers of the turns the inbox drain let finish.
+_DELIVERY_SHARE = 0.25
+_DELIVERY_SHARE_MAX_S = 5.0
+_TERMINAL = frozenset(
+    f"turn.{outcome}"
+    for outcome in ("completed", "needs_user", "failed", "cancelled", "lost", "indeterminate")
+)
+
+
+def delivery_share(drain_timeout_s: float) -> float:
+    """The part of ``drain_timeout_s`` kept for delivery after the inbox drained."""
+    return min(_DELIVERY_SHARE_MAX_S, drain_timeout_s * _DELIVERY_SHARE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,22 +104,45 @@ class _Delivery:
     """The "delivery" daemon: after a graceful stop it delivers what is due, then ends.
 
     The inbox drains before delivery stops, so the answers of the turns it
-    let finish are due now; the supervisor's deadline bounds this last pass
-    (the runtime releases whatever it still holds when cut).
+    let finish are due now; what is left of the supervisor's deadline bounds
+    the wind-down and this last pass (``stop(within_s=...)``), which never
+    re-sends what was cut while stopping. While it runs, every terminal turn
+    on the Host's event bus wakes the runtime.
     """
 
-    def __init__(self, runtime: DeliveryRuntime) -> None:
+    def __init__(
+        self, runtime: DeliveryRuntime, events: EventBus, time_left: Callable[[], float | None]
+    ) -> None:
         self._runtime = runtime
+        self._events = events
+        self._time_left = time_left
         self._stopping = False
 
     async def run(self, *, task_status: TaskStatus[None]) -> None:
-        await self._runtime.run(task_status=task_status)
-        if self._stopping:
-            await self._runtime.drain()
+        failure: Exception | None = None
+        async with (
+            self._events.subscribe(lambda event: event.kind in _TERMINAL) as ended,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(self._wake_on, ended)
+            try:
+                await self._runtime.run(task_status=task_status)
+                if self._stopping:
+                    await self._runtime.drain()
+            except Exception as exc:
+                # Raised after the group, so the supervisor sees the error itself.
+                failure = exc
+            group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _wake_on(self, ended: Any) -> None:
+        async for _ in ended:
+            self._runtime.wake()
 
     async def stop(self) -> None:
         self._stopping = True
-        self._runtime.stop()
+        self._runtime.stop(within_s=self._time_left())
 
 
 class HostDaemon:
@@ -149,7 +190,8 @@ class HostDaemon:
             if c.inbound == "polling"
         }
         self.worker = host.inbox_worker(
-            concurrency=serve.inbox_concurrency, grace_s=serve.drain_timeout_s
+            concurrency=serve.inbox_concurrency,
+            grace_s=serve.drain_timeout_s - delivery_share(serve.drain_timeout_s),
         )
         self.delivery = host.delivery_runtime(grace_s=serve.drain_timeout_s)
         self._pollers = [
@@ -195,17 +237,33 @@ class HostDaemon:
             ready=self.ready,
         )
 
+    def _time_left(self) -> float | None:
+        return None if self.supervisor is None else self.supervisor.time_left()
+
     def _readiness(self) -> tuple[bool, Mapping[str, Any]]:
         return self.ready, {d.name: d.state for d in self.statuses()}
 
     # -- control ----------------------------------------------------------------------
 
+    def bind(self) -> str:
+        """Bind the listening socket now (idempotent); the URL it listens on.
+
+        ``ConfigError`` (``serve.listen``) when the address cannot be bound.
+        Call it before opening a task group to get that error plainly; ``run``
+        binds if this was not called.
+        """
+        if self._server is None:
+            sock = bind_listener(self.listen, self.port)
+            self._server = WebhookServer(DrainGate(self._app()), sock)
+        return self._server.url
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> DaemonExit:
         """Bind, supervise until a shutdown, return how it ended (``task_status``: started)."""
         if self.supervisor is not None:
             raise InvalidValue("a HostDaemon runs once; make a new one with host.serve()")
-        sock = bind_listener(self.listen, self.port)
-        self._server = server = WebhookServer(DrainGate(self._app()), sock)
+        self.bind()
+        server = self._server
+        assert server is not None  # bound just above
         try:
             self.supervisor = Supervisor(
                 self._registry(server), policy=self._policy, on_change=self._on_change
@@ -274,7 +332,7 @@ class HostDaemon:
 
     def _registry(self, server: WebhookServer) -> DaemonRegistry:
         registry = DaemonRegistry()
-        registry.register("delivery", _Delivery(self.delivery))
+        registry.register("delivery", _Delivery(self.delivery, self.host.events, self._time_left))
         registry.register("inbox", _Worker(self.worker))
         for poller in self._pollers:
             registry.register(f"poll:{poller.channel_id}", poller.run)

@@ -13,10 +13,17 @@ answers 503 with ``Retry-After``, so the platform retries later or
 elsewhere) and waits for the channel requests in flight to finish their
 accept; the server keeps answering ``/healthz`` and ``/readyz`` (503 while
 the rest drains) until the supervisor ends it.
+
+The listener is bounded against slow or many clients: at most
+``MAX_CONNECTIONS`` connections or requests at once (more get 503), an idle
+keep-alive connection is closed after ``KEEP_ALIVE_S``, and a connection
+that has not sent a whole request head within ``HEADER_TIMEOUT_S`` of
+opening (or of its previous response) is closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -26,6 +33,7 @@ from typing import Any
 import anyio
 import uvicorn
 from anyio.abc import TaskStatus
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hostkit.errors import ConfigError
 
@@ -41,6 +49,9 @@ RETRY_AFTER_S = 5
 # How long a connection still open when the server ends gets to finish its response.
 _SHUTDOWN_GRACE_S = 5
 _BACKLOG = 512
+MAX_CONNECTIONS = 512
+KEEP_ALIVE_S = 5
+HEADER_TIMEOUT_S = 10.0
 _DRAINING = json.dumps({"error": "the server is shutting down; retry later"}).encode()
 
 
@@ -123,6 +134,44 @@ async def _refuse(send: Send) -> None:
     await send({"type": "http.response.body", "body": _DRAINING})
 
 
+class _HeadTimeout(H11Protocol):
+    """h11 with a deadline on each request head: a client that trickles (or never sends)
+    its request line and headers loses the connection after ``HEADER_TIMEOUT_S``."""
+
+    header_timeout_s = HEADER_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_of = self.cycle
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
+            self.header_timeout_s, self._expire
+        )
+
+    def _disarm(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+
+    def _expire(self) -> None:
+        self._head_timer = None
+        # A new cycle means a whole request head arrived since the timer was armed.
+        if self.cycle is self._head_of and not self.transport.is_closing():
+            self.transport.close()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server without its process-level signal handling, reporting its start."""
 
@@ -160,6 +209,9 @@ class WebhookServer:
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=_SHUTDOWN_GRACE_S,
+            http=_HeadTimeout,
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = _Server(config, task_status.started)
         try:

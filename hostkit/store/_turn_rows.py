@@ -76,11 +76,12 @@ __all__ = [
 
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
 _LOST_ERROR = "the Host stopped during this turn; nothing was replayed"
-# What a routed conversation is told when recovery ends its turn ``lost``: its message was
-# never answered, and nothing will answer it unless it is sent again.
+# What a routed conversation is told when its turn ended without an answer the person did
+# not ask for: recovery ended it ``lost``, or the Host cut it off (a shutdown's drain, a
+# deadline). Nothing will answer that message unless it is sent again.
 LOST_NOTICE = (
-    "I stopped while answering your last message (the service restarted), so it got no "
-    "answer. Please send it again."
+    "I was stopped before I could answer your last message (the service stopped or "
+    "restarted), so it got no answer. Please send it again."
 )
 
 
@@ -217,9 +218,17 @@ def _commit_terminal(
 
 
 def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, Any]]:
-    """The payloads a routed terminal turn sends: its answer, then its approval prompt; a
-    ``lost`` turn (its process died) sends the notice that the message went unanswered."""
-    if result.outcome == "lost":
+    """The payloads a routed terminal turn sends: its answer, then its approval prompt.
+
+    A ``lost`` turn (its process died) and a turn the Host or its caller cut
+    off (``cancelled``/``indeterminate`` with ``cancelled_by`` not the user:
+    a shutdown's drain, a deadline) send the notice that the message went
+    unanswered; a person's own cancel sends nothing.
+    """
+    if result.outcome == "lost" or (
+        result.outcome in ("cancelled", "indeterminate")
+        and result.cancelled_by in ("host", "caller")
+    ):
         return [{"text": LOST_NOTICE}]
     payloads: list[dict[str, Any]] = []
     if result.outcome in ("completed", "needs_user") and result.text:

@@ -64,7 +64,7 @@ async def test_a_stale_holder_cannot_mark_an_intent_delivered(tmp_path: Path) ->
     assert [_intent_of(seen) for seen in slack.requests] == [intent_id, intent_id]
 
 
-async def test_shutdown_releases_held_claims_without_spending_the_attempt(
+async def test_shutdown_spends_the_attempt_of_a_cut_send_and_never_resends_it_itself(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
@@ -72,20 +72,35 @@ async def test_shutdown_releases_held_claims_without_spending_the_attempt(
         slack.slow_next(1, delay_s=1.5)
         async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
             (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
-            runtime = host.delivery_runtime(clock=clock, grace_s=0.1, idle_poll_s=0.05)
+            policy = DeliveryPolicy(backoff_s=2.0, jitter=0.0)
+            runtime = host.delivery_runtime(
+                policy=policy, clock=clock, grace_s=0.1, idle_poll_s=0.05
+            )
             async with runtime:
                 await slack.wait_for_requests(1)
                 assert runtime.in_flight == 1
             assert runtime.in_flight == 0
             assert not runtime.running
-            released = await host.store.delivery.intent(intent_id)
-            assert released is not None
-            assert (released.status, released.attempts) == ("pending", 0)
-            # The next runtime's attempt is the first one again.
+            cut = await host.store.delivery.intent(intent_id)
+            assert cut is not None
+            # The send may have reached Slack: its attempt is spent, retried after the backoff.
+            assert (cut.status, cut.attempts) == ("pending", 1)
+            assert cut.last_error is not None and cut.last_error.startswith("cut_off")
+            assert cut.next_attempt_at == pytest.approx(clock.now + 2.0)
+            # The drain after a stop never sends what this runtime cut, even once it is due:
+            # it hands the claim back (attempt refunded), for its successor.
+            clock.advance(3.0)
+            assert await runtime.drain() == 0
+            skipped = await host.store.delivery.intent(intent_id)
+            assert skipped is not None
+            assert (skipped.status, skipped.attempts) == ("pending", 1)
+            assert len(slack.requests) == 1
+            # The next runtime (the successor process) delivers it: attempt 2.
             assert await host.delivery_runtime(clock=clock).drain() == 1
             row = await host.store.delivery.intent(intent_id)
     assert row is not None
-    assert (row.status, row.attempts) == ("delivered", 1)
+    assert (row.status, row.attempts) == ("delivered", 2)
+    assert len(slack.requests) == 2
 
 
 async def test_an_alias_without_a_channel_fails_closed(tmp_path: Path) -> None:
