@@ -1,0 +1,96 @@
+"""CLI clause: ``hostkit serve`` on an address it cannot bind is one error line, exit 2.
+
+The listener is bound before any task group opens, and ``run_command``
+reads a task group that failed with one typed error (nested groups of one
+included) as that error: the user sees ``error: cannot listen on ...``,
+not a traceback of an exception group. A group of several errors is not
+hidden.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import anyio
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from hostkit.cli import app
+from hostkit.cli._common import EXIT_ERROR, run_command
+from hostkit.errors import ConfigError, InvalidValue
+
+CONFIG = """
+[host]
+database = "{root}/hostkit.db"
+workspace = "{root}/ws"
+
+[providers.test]
+kind = "scripted"
+script = [{{reply = "hi"}}]
+
+[agents.assistant]
+provider = "test"
+
+[channels.hook]
+kind = "webhook"
+secret_env = "CLI_HOOK_SECRET"
+
+[serve]
+listen = "127.0.0.1"
+"""
+
+
+def test_a_port_in_use_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "hostkit.toml"
+    config.write_text(CONFIG.format(root=tmp_path))
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            app,
+            ["serve", "--config", str(config), "--port", str(port), "--log-format", "json"],
+            env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
+        )
+    finally:
+        taken.close()
+    output = result.stdout + result.stderr
+    assert result.exit_code == EXIT_ERROR, output
+    assert f"error: serve.listen: cannot listen on 127.0.0.1:{port}" in output
+    assert "Traceback" not in output and "ExceptionGroup" not in output
+    assert len(output.strip().splitlines()) <= 3
+
+
+async def _nested_group_of_one() -> int:
+    async with anyio.create_task_group() as outer:
+
+        async def inner() -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_raise, ConfigError("the port is taken", key="serve.listen"))
+
+        outer.start_soon(inner)
+    return 0
+
+
+async def _raise(error: Exception) -> None:
+    raise error
+
+
+async def _group_of_two() -> int:
+    async with anyio.create_task_group() as group:
+        group.start_soon(_raise, InvalidValue("first"))
+        group.start_soon(_raise, InvalidValue("second"))
+    return 0
+
+
+def test_run_command_reads_a_group_of_one_typed_error_as_that_error() -> None:
+    with pytest.raises(typer.Exit) as caught:
+        run_command(_nested_group_of_one)
+    assert caught.value.exit_code == EXIT_ERROR
+
+
+def test_run_command_does_not_hide_a_group_of_several_errors() -> None:
+    with pytest.raises(BaseExceptionGroup) as caught:
+        run_command(_group_of_two)
+    assert len(caught.value.exceptions) == 2
