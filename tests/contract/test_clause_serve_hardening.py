@@ -1,0 +1,143 @@
+"""Serve clause: one misbehaving part never takes ``hostkit serve`` down or lets it grow unbounded.
+
+A daemon that calls ``sys.exit`` (uvicorn does when it cannot start) is
+that daemon's failure (backoff, restart), not the supervisor's; the status
+line survives a store error (it shows the last figures, marked stale); the
+webhook listener closes a connection that never finishes its request head
+and answers 503 beyond its connection limit; the log queue is bounded and
+says how many records it dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import queue
+import socket
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from rich.console import Console
+
+from hostkit.cli import _serve as cli_serve
+from hostkit.cli._serve_logs import DroppingQueueHandler
+from hostkit.daemon import DaemonRegistry, RestartPolicy, Supervisor
+from hostkit.errors import StoreError
+from hostkit.host import HostDaemon, ServeStatus
+from hostkit.host import _serve_http
+from tests.contract._daemons import Changes, Scripted
+from tests.contract.test_clause_serve_daemon import ENV, SlowModel, serving
+
+pytestmark = pytest.mark.anyio
+
+FAST = RestartPolicy(initial_s=0.01, max_s=0.05, factor=2.0, healthy_after_s=60.0)
+
+
+async def test_a_daemon_calling_sys_exit_is_restarted_not_the_process() -> None:
+    log: list[str] = []
+    exiting = Scripted("exiting", log, failures=(SystemExit(3), None))
+    steady = Scripted("steady", log)
+    registry = DaemonRegistry()
+    registry.register("steady", steady)
+    registry.register("exiting", exiting)
+    changes = Changes()
+    supervisor = Supervisor(registry, policy=FAST, on_change=changes)
+    async with anyio.create_task_group() as group:
+        await group.start(supervisor.run)
+        await changes.wait_for("exiting", "running", count=2)
+        status = supervisor.status("exiting")
+        assert status.restarts == 1
+        assert status.last_error is not None and status.last_error.startswith("SystemExit")
+        assert supervisor.status("steady").state == "running"
+        exit_ = await supervisor.shutdown(5)
+    assert exit_.code == 0
+
+
+class FlakyStatus(HostDaemon):
+    """A serving daemon whose status reads fail after the first (a busy store)."""
+
+    reads = 0
+
+    async def status(self) -> ServeStatus:
+        FlakyStatus.reads += 1
+        if FlakyStatus.reads > 1:
+            raise StoreError("the database is busy")
+        return await super().status()
+
+
+async def test_the_status_line_survives_a_store_error_and_shows_stale_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_serve, "STATUS_INTERVAL_S", 0.02)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    async with serving(tmp_path, SlowModel()) as (host, daemon, _):
+        flaky = FlakyStatus(host, env=ENV)
+        flaky.supervisor = daemon.supervisor
+        async with anyio.create_task_group() as group:
+            group.start_soon(cli_serve._status_line, flaky, console)
+            with anyio.fail_after(5):
+                while FlakyStatus.reads < 4:
+                    await anyio.sleep(0.02)
+            group.cancel_scope.cancel()
+    assert "(stale)" in out.getvalue()
+    assert "queued 0" in out.getvalue()
+
+
+async def test_a_connection_that_never_finishes_its_head_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_serve_http._HeadTimeout, "header_timeout_s", 0.3)
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _receiver):
+        assert daemon.url is not None
+        host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+        stream = await anyio.connect_tcp(host, int(port))
+        async with stream:
+            await stream.send(b"POST /channels/hooks HTTP/1.1\r\nHost: x\r\n")
+            with anyio.fail_after(3):
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                    while True:
+                        await stream.receive()
+        # A complete request on a fresh connection is still served.
+        async with httpx.AsyncClient(base_url=daemon.url) as client:
+            assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_connections_beyond_the_limit_are_answered_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_serve_http, "MAX_CONNECTIONS", 2)
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _receiver):
+        assert daemon.url is not None
+        host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+        idle = [socket.create_connection((host, int(port))) for _ in range(2)]
+        try:
+            await anyio.sleep(0.1)
+            async with httpx.AsyncClient(base_url=daemon.url) as client:
+                assert (await client.get("/healthz")).status_code == 503
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_the_log_queue_is_bounded_and_counts_what_it_dropped() -> None:
+    records: queue.Queue[logging.LogRecord] = queue.Queue(3)
+    handler = DroppingQueueHandler(records)
+    logger = logging.getLogger("hostkit.test.bounded")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for n in range(10):
+            logger.warning("record %d", n)
+        assert handler.dropped == 7
+        assert records.qsize() == 3
+        for _ in range(3):
+            records.get_nowait()
+        logger.warning("after")
+    finally:
+        logger.removeHandler(handler)
+    notice, after = records.get_nowait(), records.get_nowait()
+    assert notice.getMessage() == "7 log records were dropped (the log writer fell behind)"
+    assert after.getMessage() == "after"
