@@ -62,7 +62,7 @@ def test_an_envelope_refuses_text_that_is_not_utf8(case: str) -> None:
 
 
 def _raw_json(template: str) -> bytes:
-    """A JSON body with the six characters ``\\ud800`` inside (json.dumps would escape the backslash)."""
+    """A JSON body holding the escape ``\\ud800`` (json.dumps would escape its backslash)."""
     return template.replace("LONE", "\\ud800").encode()
 
 
