@@ -114,6 +114,7 @@ bench: install
 	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/context_bench.py
 	$(BIN)/python bench/inbox_bench.py
+	$(BIN)/python bench/serve_bench.py
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) .jupyter-kernels .hostkit-browser .pytest_cache .ruff_cache .hypothesis

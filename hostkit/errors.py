@@ -84,10 +84,13 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(?:api[_-]?key|token|secret|password|passwd|authorization|cookie|proof|credentials?))"
     r"([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
 )
-# Credentials recognisable by their shape alone (OpenAI/Anthropic, Slack, GitHub, AWS keys).
+# Credentials recognisable by their shape alone (OpenAI/Anthropic, Slack, GitHub, AWS keys;
+# Telegram bot tokens "<bot id>:<35 characters>", also inside a "/bot<token>/" URL path,
+# where no word boundary precedes the digits).
 _TOKEN_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})"
+    r"|(?<![0-9])[0-9]{6,12}:[A-Za-z0-9_-]{30,}"
 )
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)

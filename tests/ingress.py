@@ -31,8 +31,18 @@ def channels(**overrides: Mapping[str, Any]) -> dict[str, ChannelConfig]:
     """One channel of each kind (ids hooks, slack-acme, tg); ``overrides`` per id."""
     tables: dict[str, dict[str, Any]] = {
         "hooks": {"kind": "webhook", "secret_env": "HOOK_SECRET"},
-        "slack-acme": {"kind": "slack", "secret_env": "SLACK_SECRET", "token_env": "SLACK_TOKEN"},
-        "tg": {"kind": "telegram", "secret_env": "TG_SECRET", "token_env": "TG_TOKEN"},
+        "slack-acme": {
+            "kind": "slack",
+            "secret_env": "SLACK_SECRET",
+            "token_env": "SLACK_TOKEN",
+            "allow": ["*"],
+        },
+        "tg": {
+            "kind": "telegram",
+            "secret_env": "TG_SECRET",
+            "token_env": "TG_TOKEN",
+            "allow": ["*"],
+        },
     }
     for name, extra in overrides.items():
         tables[name.replace("_", "-")] = {**tables.get(name.replace("_", "-"), {}), **extra}

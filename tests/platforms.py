@@ -404,7 +404,10 @@ class FakeTelegram(_Fake):
         if not self._updates and timeout:
             with anyio.move_on_after(timeout):
                 await self._arrived.wait()
-        return JSONResponse({"ok": True, "result": self._updates[:limit]})
+        # ASCII-escaped JSON (as json.dumps writes it), so an update can carry any
+        # text a JSON escape can, a lone surrogate among them.
+        answer = json.dumps({"ok": True, "result": self._updates[:limit]})
+        return Response(answer, media_type="application/json")
 
 
 def _valid_markup(markup: Any) -> bool:
@@ -530,4 +533,5 @@ def slack_channel_config(
         "api_base": slack.api_base,
         "token_env": token_env,
         "secret_env": secret_env,
+        "allow": ["*"],
     }

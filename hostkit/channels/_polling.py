@@ -27,7 +27,7 @@ from hostkit.channels._parsed import Ignored
 from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.channels._settings import ChannelSettings, sender_allowed
 from hostkit.channels._telegram import envelope_from_update, update_id
-from hostkit.errors import ChannelRefused, ConfigError, PollError, StoreError
+from hostkit.errors import ChannelRefused, ConfigError, PollError, StoreError, bounded
 from hostkit.inbox import ChannelInbox
 from hostkit.types import InboundEnvelope, SourceCheckpoint
 
@@ -159,26 +159,20 @@ class TelegramPoller:
         cursor = self._cursor or 0
         for update in updates:
             if not isinstance(update, dict):
-                raise PollError("getUpdates returned an update that is not an object")
+                _log.warning(
+                    "telegram channel %s skipped an update: not an object", self.channel_id
+                )
+                continue
             try:
                 cursor = max(cursor, update_id(update) + 1)
-                parsed = envelope_from_update(
-                    update,
-                    channel_id=self.channel_id,
-                    authenticated_by=POLLING_AUTHENTICATED_BY,
-                    now=now,
-                )
+                parsed = self._envelope(update, now)
             except ChannelRefused as refused:
                 _log.warning(
                     "telegram channel %s skipped an update: %s", self.channel_id, refused.code
                 )
                 continue
-            if isinstance(parsed, Ignored):
-                continue
-            if not sender_allowed(self._config, parsed.principal_key):
-                _log.warning("telegram channel %s refused an update: sender", self.channel_id)
-                continue
-            envelopes.append(parsed)
+            if parsed is not None:
+                envelopes.append(parsed)
         accepted = 0
         if envelopes:
             checkpoint = SourceCheckpoint(self.source_id, str(cursor))
@@ -189,6 +183,34 @@ class TelegramPoller:
         if accepted and self._on_accept is not None:
             self._on_accept()
         return accepted
+
+    def _envelope(self, update: dict[str, Any], now: float) -> InboundEnvelope | None:
+        """The update's envelope, None to skip it, or ``ChannelRefused`` (unreadable).
+
+        An update that cannot become an envelope is stepped past, never
+        retried: it would come back in every batch and hold the cursor (and
+        every later update) forever.
+        """
+        try:
+            parsed = envelope_from_update(
+                update,
+                channel_id=self.channel_id,
+                authenticated_by=POLLING_AUTHENTICATED_BY,
+                now=now,
+            )
+        except ChannelRefused:
+            raise
+        except Exception as exc:
+            # A bug or an unforeseen shape in one update must not stop the bot.
+            raise ChannelRefused(
+                f"the update could not be read: {type(exc).__name__}", status=400, code="unreadable"
+            ) from None
+        if isinstance(parsed, Ignored):
+            return None
+        if not sender_allowed(self._config, parsed.principal_key):
+            _log.warning("telegram channel %s refused an update: sender", self.channel_id)
+            return None
+        return parsed
 
     async def _get_updates(self, client: httpx.AsyncClient) -> list[Any]:
         params: dict[str, Any] = {
@@ -218,7 +240,9 @@ class TelegramPoller:
             raise PollError(f"getUpdates answered {status} without JSON", status=status) from None
         if status != 200 or not isinstance(answer, dict) or answer.get("ok") is not True:
             description = answer.get("description") if isinstance(answer, dict) else None
-            text = str(description)[:120].replace(self._token, "[redacted]") if description else ""
+            # Redact before cutting: a token straddling the cut would survive in part.
+            shown = str(description).replace(self._token, "[redacted]") if description else ""
+            text = bounded(shown, 120) if shown else ""
             raise PollError(f"getUpdates answered {status}: {text or 'not ok'}", status=status)
         result = answer.get("result")
         if not isinstance(result, list):

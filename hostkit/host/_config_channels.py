@@ -78,7 +78,8 @@ class ChannelConfig(_Strict):
     # The environment variable holding the bot token (slack, telegram).
     token_env: str | None = Field(default=None, pattern=_ENV_NAME)
     # Platform user ids allowed to talk to the agent; "*" lets every authenticated sender.
-    allow: list[str] = Field(default_factory=lambda: ["*"], max_length=MAX_ALLOW)
+    # Required for slack and telegram (see _senders); the webhook's default is "*".
+    allow: list[str] = Field(default=None, max_length=MAX_ALLOW, validate_default=True)
     # Request bodies over this are refused with 413 before they are read in full.
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=8 * 1_048_576)
     # Signed requests older (or newer) than this are refused as replays.
@@ -88,6 +89,22 @@ class ChannelConfig(_Strict):
     # getUpdates long-poll timeout and the pause after a failed poll.
     poll_timeout_s: float = Field(default=25.0, ge=0, le=60)
     poll_backoff_s: float = Field(default=5.0, gt=0, le=600)
+
+    @pydantic.field_validator("allow", mode="before")
+    @classmethod
+    def _allow_given(cls, value: object, info: pydantic.ValidationInfo) -> object:
+        if value is not None:
+            return value
+        kind = info.data.get("kind")
+        if kind in ("slack", "telegram"):
+            # Anyone can message a Telegram bot, and every member of a Slack
+            # workspace can message its app: opening it to all is a choice to write down.
+            raise ValueError(
+                f"a {kind} channel needs allow: the platform user ids that may talk "
+                'to the agent (write allow = ["*"] to allow everyone explicitly)'
+            )
+        # The generic webhook's sender is asserted by whoever holds the signing secret.
+        return ["*"]
 
     @pydantic.field_validator("allow")
     @classmethod

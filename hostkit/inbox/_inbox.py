@@ -24,11 +24,13 @@ from hostkit.errors import InvalidValue, ScopeError, StaleClaim, bounded
 from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
 from hostkit.store import (
     MAX_CLAIM_BATCH,
+    MAX_CLAIM_OWNERS,
     MAX_REASON,
     InboxStore,
     LeaseOwner,
     RuntimeStore,
     audit_reason,
+    owner_is_dead,
 )
 from hostkit.types import (
     MAX_BATCH,
@@ -163,6 +165,30 @@ class ChannelInbox:
             self._held[item.inbound_id] = item.claim_token
         return claimed
 
+    async def recover_dead_claims(self) -> int:
+        """Make the claims of provably dead owners due now; how many inbounds were.
+
+        A Host killed mid-claim (SIGKILL, OOM) leaves its claims ``claimed``
+        until their leases run out. Its successor calls this when it starts
+        serving: an owner whose process is gone from this machine (or whose
+        pid now names another process) gives its claims up at once, exactly as
+        a turn lease does (``owner_is_dead``). A live owner, one on another
+        machine, or text that names no process keeps its lease. The claims
+        keep their token and spent attempt (see ``InboxStore.expire_claims``).
+        """
+        expired = 0
+        after: str | None = None
+        while True:
+            owners = await self._store.claimed_owners(after=after, limit=MAX_CLAIM_OWNERS)
+            if not owners:
+                return expired
+            dead = await anyio.to_thread.run_sync(_dead_among, owners)
+            if dead:
+                expired += await self._store.expire_claims(dead, now=self._clock())
+            if len(owners) < MAX_CLAIM_OWNERS:
+                return expired
+            after = owners[-1]
+
     async def reserve_turn(self, claimed: ClaimedInbound) -> ClaimedInbound:
         """Durably record that this claim starts its turn; ``StaleClaim`` if it is not current.
 
@@ -296,6 +322,11 @@ class ChannelInbox:
     def _forget(self, claimed: ClaimedInbound) -> None:
         if self._held.get(claimed.inbound_id) == claimed.claim_token:
             del self._held[claimed.inbound_id]
+
+
+def _dead_among(owners: Sequence[str]) -> tuple[str, ...]:
+    """The provably dead ones of ``owners`` (reads ``/proc``: run off the event loop)."""
+    return tuple(owner for owner in owners if owner_is_dead(owner))
 
 
 def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelope, ...]:

@@ -20,8 +20,8 @@ import anyio
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap
-from hostkit.inbox._memory_index import DueEntry, DueIndex
-from hostkit.store import ATTEMPTS_EXHAUSTED, InboxStore, inbox_checks
+from hostkit.inbox._memory_index import DueEntry, DueIndex, OwnerIndex
+from hostkit.store import ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, InboxStore, inbox_checks
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -89,6 +89,7 @@ class MemoryInboxStore(InboxStore):
         self._checkpoints: dict[str, str] = {}
         self._counts: dict[str, dict[str, int]] = {}
         self._due = DueIndex(self._is_live)
+        self._owners = OwnerIndex()
         # Completed rows by completion time: still holding a payload, and all of them.
         self._payloads: list[tuple[float, int, str]] = []
         self._tombstones: list[tuple[float, int, str]] = []
@@ -192,6 +193,26 @@ class MemoryInboxStore(InboxStore):
             if len(claimed) == limit:
                 break
         return tuple(claimed)
+
+    async def claimed_owners(
+        self, *, after: str | None = None, limit: int = MAX_CLAIM_OWNERS
+    ) -> tuple[str, ...]:
+        await anyio.lowlevel.checkpoint()
+        start, most = inbox_checks.check_owner_page(after, limit)
+        return self._owners.owners(start, most)
+
+    async def expire_claims(self, owners: Sequence[str], *, now: float) -> int:
+        await anyio.lowlevel.checkpoint()
+        named = inbox_checks.check_owners(owners)
+        at = inbox_checks.check_instant("now", now)
+        expired = 0
+        for owner in named:
+            for inbound_id in self._owners.claims(owner):
+                row = self._rows[inbound_id]
+                if row.due_at is not None and row.due_at > at:
+                    self._put(row, replace(row, due_at=at, updated_at=at))
+                    expired += 1
+        return expired
 
     async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
         await anyio.lowlevel.checkpoint()
@@ -416,6 +437,7 @@ class MemoryInboxStore(InboxStore):
         if old is not None and (old.due_at != new.due_at or old.state != new.state):
             object.__setattr__(new, "version", old.version + 1)
         self._rows[new.inbound_id] = new
+        self._owners.move(new.inbound_id, _claim_owner(old), _claim_owner(new))
         if old is None or old.state != new.state:
             if old is not None:
                 self._count(channel, old.state, -1)
@@ -437,6 +459,11 @@ class MemoryInboxStore(InboxStore):
             del by_state[state]
         if not by_state:
             del self._counts[channel]
+
+
+def _claim_owner(row: _Row | None) -> str | None:
+    """Who holds ``row``'s claim now (None: no row, or not claimed)."""
+    return row.owner if row is not None and row.state == "claimed" else None
 
 
 def _fenced(row: _Row, claim_token: str, outcome: str) -> Refusal | None:

@@ -1,4 +1,4 @@
-"""The in-memory inbox's due index: per channel instance, rows ordered by due time.
+"""The in-memory inbox's indexes: rows by due time per channel instance, claims by owner.
 
 The SQLite adapter reads due rows from an index on (channel instance, due
 time); this is its in-memory counterpart, so a claim costs O(channels +
@@ -6,7 +6,9 @@ claimed · log rows) rather than a scan of every row, and an embedder can keep
 many messages in it. Entries are never updated in place: a row whose due time
 changes gets a new entry with a new version, and entries whose version is no
 longer the row's are dropped when they reach the top of the heap (or when a
-heap holds far more stale entries than live rows).
+heap holds far more stale entries than live rows). ``OwnerIndex`` is the
+counterpart of the SQLite adapter's walk over claimed rows by owner: it finds a
+dead owner's claims without a scan of every row.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 
-__all__ = ["DueEntry", "DueIndex"]
+__all__ = ["DueEntry", "DueIndex", "OwnerIndex"]
 
 # (due_at, accept sequence, inbound id, row version)
 DueEntry = tuple[float, int, str, int]
@@ -77,3 +79,32 @@ class DueIndex:
         """Stamp ``channel`` as served now (monotonically increasing counter)."""
         self._counter += 1
         self._served[channel] = self._counter
+
+
+class OwnerIndex:
+    """The inbound ids of ``claimed`` rows, per claim owner."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, set[str]] = {}
+
+    def move(self, inbound_id: str, old: str | None, new: str | None) -> None:
+        """The row's claim passed from owner ``old`` to ``new`` (None: not claimed)."""
+        if old == new:
+            return
+        if old is not None:
+            held = self._claims.get(old)
+            if held is not None:
+                held.discard(inbound_id)
+                if not held:
+                    del self._claims[old]
+        if new is not None:
+            self._claims.setdefault(new, set()).add(inbound_id)
+
+    def owners(self, after: str | None, limit: int) -> tuple[str, ...]:
+        """Owners holding a claim, in text order, after ``after``; at most ``limit``."""
+        listed = sorted(owner for owner in self._claims if after is None or owner > after)
+        return tuple(listed[:limit])
+
+    def claims(self, owner: str) -> tuple[str, ...]:
+        """The inbound ids ``owner`` holds a claim on."""
+        return tuple(sorted(self._claims.get(owner, ())))

@@ -96,7 +96,9 @@ class InboxWorker:
     ``async with worker:`` runs ``run()`` in the background. Up to
     ``concurrency`` claims are in flight at once; idle, the worker looks for
     due inbounds every ``idle_poll_s`` (``wake()`` looks at once, after an
-    accept in this process).
+    accept in this process). Each serve starts with
+    ``ChannelInbox.recover_dead_claims``: a killed Host's claims are taken
+    over at once instead of when their leases run out.
 
     Shutdown (cancellation, ``stop()``, ``aclose()``) stops claiming, gives
     the turns in flight ``grace_s`` to finish and record their results, cuts
@@ -252,6 +254,7 @@ class InboxWorker:
             async with anyio.create_task_group() as work:
                 task_status.started()
                 try:
+                    await self._recover_dead_claims()
                     await self._claim_loop(work, until_idle=until_idle)
                 finally:
                     self._stopping = True
@@ -276,6 +279,18 @@ class InboxWorker:
                 if claimed and len(claimed) == free:
                     continue
             await self._pause()
+
+    async def _recover_dead_claims(self) -> None:
+        """Before the first claim: a killed Host's claims are due now, not at lease expiry."""
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                recovered = await self.inbox.recover_dead_claims()
+        except (HostkitError, TimeoutError) as exc:
+            # Those claims then wait out their leases, as they did before.
+            _log.warning("recovering dead owners' inbox claims failed: %s", _text(exc))
+            return
+        if recovered:
+            _log.info("made %d inbox claims of dead owners due now", recovered)
 
     async def _claim(self, limit: int) -> tuple[ClaimedInbound, ...]:
         try:

@@ -40,7 +40,13 @@ from hostkit.store._delivery import (
     DeliveryStore,
 )
 from hostkit.store._delivery_sqlite import SqliteDeliveryStore
-from hostkit.store._inbox import ATTEMPTS_EXHAUSTED, MAX_CLAIM_BATCH, MAX_INBOX_LIST, InboxStore
+from hostkit.store._inbox import (
+    ATTEMPTS_EXHAUSTED,
+    MAX_CLAIM_BATCH,
+    MAX_CLAIM_OWNERS,
+    MAX_INBOX_LIST,
+    InboxStore,
+)
 from hostkit.store._inbox_sqlite import SqliteInboxStore
 from hostkit.store._inspect import (
     MAX_INSPECT_ROWS,
@@ -102,6 +108,7 @@ __all__ = [
     "LOST_NOTICE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",
+    "MAX_CLAIM_OWNERS",
     "MAX_DELIVERY_CLAIM",
     "MAX_DELIVERY_LIST",
     "MAX_INBOX_LIST",

@@ -17,7 +17,10 @@ on several hosts sharing PostgreSQL:
   fencing token and attempt + 1. A row whose lease expired after its last
   allowed attempt is dead-lettered (``attempts_exhausted``) instead.
 - complete / fail / release / reserve_turn / extend are fenced by the claim
-  token: only the current claimant changes the row. Terminal rows never change
+  token: only the current claimant changes the row.
+- expire_claims: the claims of owners the caller proved dead are due now, as
+  if their leases had run out (token kept, attempt spent), so a restarted
+  Host need not wait out the lease of a killed one. Terminal rows never change
   again except by an operator's audited ``requeue`` of a dead letter.
 
 Times are wall-clock seconds chosen by the caller (``now``), so one clock
@@ -44,11 +47,19 @@ from hostkit.types import (
     SourceCheckpoint,
 )
 
-__all__ = ["ATTEMPTS_EXHAUSTED", "MAX_CLAIM_BATCH", "MAX_INBOX_LIST", "InboxStore"]
+__all__ = [
+    "ATTEMPTS_EXHAUSTED",
+    "MAX_CLAIM_BATCH",
+    "MAX_CLAIM_OWNERS",
+    "MAX_INBOX_LIST",
+    "InboxStore",
+]
 
 # Rows one claim call may lease; rows one list call returns.
 MAX_CLAIM_BATCH = 64
 MAX_INBOX_LIST = 500
+# Owners one claimed_owners page lists, and one expire_claims call names.
+MAX_CLAIM_OWNERS = 100
 # The failure code of a row whose lease expired after its last allowed attempt
 # (its worker died or hung every time: a poison message).
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
@@ -96,6 +107,27 @@ class InboxStore(ABC):
         ``owner``. A due row whose previous claim's lease expired and whose
         attempt is already ``max_attempts`` is dead-lettered with
         ``ATTEMPTS_EXHAUSTED`` instead of being claimed.
+        """
+
+    @abstractmethod
+    async def claimed_owners(
+        self, *, after: str | None = None, limit: int = MAX_CLAIM_OWNERS
+    ) -> tuple[str, ...]:
+        """The distinct owners of ``claimed`` rows, in text order, after ``after``.
+
+        At most ``limit`` (1..``MAX_CLAIM_OWNERS``); page on with the last one.
+        """
+
+    @abstractmethod
+    async def expire_claims(self, owners: Sequence[str], *, now: float) -> int:
+        """End the leases of ``owners``' claims now (1..``MAX_CLAIM_OWNERS`` owners).
+
+        For a caller that proved those owners dead: each of their ``claimed``
+        rows is due at ``now`` (if it was due later), exactly as if its lease
+        had expired. The claim token stays, so the dead owner's late calls are
+        fenced once the row is claimed again; the attempt stays spent, so a
+        message that kills its Host every time still reaches ``max_attempts``
+        and its dead letter. How many rows were made due.
         """
 
     @abstractmethod

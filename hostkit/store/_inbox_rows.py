@@ -40,8 +40,10 @@ __all__ = [
     "accept_rows",
     "channel_counts",
     "claim_rows",
+    "claimed_owners",
     "complete_row",
     "envelope_params",
+    "expire_claims",
     "extend_row",
     "fail_row",
     "list_records",
@@ -134,6 +136,16 @@ _RESERVE = f"UPDATE inbox SET turn_reserved = 1, updated_at = ? WHERE {_HELD}"
 _EXTEND = f"UPDATE inbox SET due_at = ?, updated_at = ? WHERE {_HELD}"
 _FENCE = (
     "SELECT state, claim_token, outcome_digest, attempt, due_at FROM inbox WHERE inbound_id = ?"
+)
+# Dead owners' claims: due now, as if their leases had run out (token and attempt kept).
+# The state IN term matches inbox_due's, so both statements walk that partial index.
+_CLAIMED_OWNERS = (
+    "SELECT DISTINCT owner FROM inbox WHERE state IN ('ready', 'claimed') "
+    "AND state = 'claimed' AND owner > ? ORDER BY owner LIMIT ?"
+)
+_EXPIRE = (
+    "UPDATE inbox SET due_at = ?, updated_at = ? WHERE state IN ('ready', 'claimed') "
+    "AND state = 'claimed' AND due_at > ? AND owner IN ({owners})"
 )
 _REQUEUE = (
     "UPDATE inbox SET state = 'ready', due_at = ?, attempt = 0, requeues = requeues + 1, "
@@ -452,6 +464,17 @@ def extend_row(
 ) -> float | None:
     changed = conn.execute(_EXTEND, [lease, now, inbound_id, token]).rowcount
     return lease if changed == 1 else None
+
+
+def claimed_owners(conn: sqlite3.Connection, after: str | None, limit: int) -> tuple[str, ...]:
+    rows = conn.execute(_CLAIMED_OWNERS, ["" if after is None else after, limit]).fetchall()
+    return tuple(str(row[0]) for row in rows)
+
+
+def expire_claims(conn: sqlite3.Connection, owners: Sequence[str], now: float) -> int:
+    """Make the claims of ``owners`` due at ``now``; how many rows changed."""
+    sql = _EXPIRE.format(owners=", ".join("?" * len(owners)))
+    return conn.execute(sql, [now, now, now, *owners]).rowcount
 
 
 def requeue_row(

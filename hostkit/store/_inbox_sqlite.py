@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hostkit.store import _inbox_checks as checks
 from hostkit.store import _inbox_rows as rows
-from hostkit.store._inbox import MAX_CLAIM_BATCH, InboxStore
+from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_CLAIM_OWNERS, InboxStore
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -77,6 +77,17 @@ class SqliteInboxStore(InboxStore):
             max_attempts=checks.check_count("max_attempts", max_attempts, checks.MAX_ATTEMPTS),
         )
         return await self._db.write(lambda raw: rows.claim_rows(raw, args))
+
+    async def claimed_owners(
+        self, *, after: str | None = None, limit: int = MAX_CLAIM_OWNERS
+    ) -> tuple[str, ...]:
+        start, most = checks.check_owner_page(after, limit)
+        return await self._db.read(lambda raw: rows.claimed_owners(raw, start, most))
+
+    async def expire_claims(self, owners: Sequence[str], *, now: float) -> int:
+        named = checks.check_owners(owners)
+        at = checks.check_instant("now", now)
+        return await self._db.write(lambda raw: rows.expire_claims(raw, named, at))
 
     async def reserve_turn(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
         inbound, token, at = _fenced(inbound_id, claim_token, now)

@@ -92,7 +92,19 @@ def _text(name: str, value: object, limit: int = _MAX_KEY) -> str:
         raise InvalidValue(f"{name} must be a non-empty string of at most {limit} characters")
     if "\x00" in value:
         raise InvalidValue(f"{name} must not contain NUL")
+    _utf8(name, value)
     return value
+
+
+def _utf8(name: str, value: str) -> None:
+    """Refuse text that cannot be stored: a lone surrogate (``"\\ud800"``, which a
+    JSON escape can carry) passes every other check and then fails inside the
+    store's write, where a webhook answers 500 (retried forever) and a poller
+    cannot step past it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValue(f"{name} must be valid Unicode text (no lone surrogates)") from None
 
 
 def finite_seconds(name: str, value: object) -> float:
@@ -120,9 +132,11 @@ def _metadata(value: Mapping[str, Any]) -> FrozenMap:
         return _NO_METADATA
     metadata = bounded_metadata(value)
     try:
-        size = len(json.dumps(thaw(metadata), ensure_ascii=False))
+        text = json.dumps(thaw(metadata), ensure_ascii=False)
     except (TypeError, ValueError):
         raise InvalidValue("metadata must be JSON data") from None
+    _utf8("metadata", text)
+    size = len(text)
     if size > MAX_METADATA_CHARS:
         raise InvalidValue(f"metadata is at most {MAX_METADATA_CHARS} characters as JSON")
     return metadata
@@ -177,6 +191,7 @@ class InboundEnvelope:
             raise InvalidValue(f"payload is text of at most {MAX_INBOUND_PAYLOAD} characters")
         if "\x00" in self.payload:
             raise InvalidValue("payload must not contain NUL")
+        _utf8("payload", self.payload)
         if self.payload_ref is not None:
             _text("payload_ref", self.payload_ref)
         artifacts = self.artifacts

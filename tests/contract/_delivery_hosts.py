@@ -42,6 +42,7 @@ def channel_tables(
             "api_base": slack,
             "token_env": "SLACK_BOT_TOKEN",
             "secret_env": "SLACK_SIGNING",
+            "allow": ["*"],
         }
     if telegram is not None:
         tables["tg"] = {
@@ -49,6 +50,7 @@ def channel_tables(
             "api_base": telegram,
             "token_env": "TG_TOKEN",
             "secret_env": "TG_SECRET",
+            "allow": ["*"],
         }
     if deliver_url is not None:
         tables["hook"] = {

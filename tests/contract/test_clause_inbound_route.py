@@ -54,6 +54,7 @@ def channel_config(
                     "agent": "helper",
                     "secret_env": "TEST_SLACK_SECRET",
                     "token_env": "TEST_SLACK_TOKEN",
+                    "allow": ["*"],
                 },
                 HOOK: {"kind": "webhook", "secret_env": "TEST_HOOK_SECRET"},
             },

@@ -42,7 +42,7 @@ def _config(api_base: str, **extra: Any) -> ChannelConfig:
         api_base=api_base,
         poll_timeout_s=0,
         poll_backoff_s=0.05,
-        **extra,
+        **{"allow": ["*"], **extra},
     )
 
 

@@ -14,8 +14,8 @@ and, by ``mode``:
   ``steps`` tries to end the claim (``complete``, ``fail``, ``extend``) and
   appends what the inbox answered to ``results``.
 
-Every inbox here has ``lease_s`` seconds of lease (short, so a test waits
-little for a dead claimant's lease to run out).
+Every inbox here has ``lease_s`` seconds of lease (default 1: short, so a test
+waits little for a dead claimant's lease to run out).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ async def main() -> None:
         base_dir=ROOT,
     )
     model = ScriptedModel([answer], repeat_last=True)
-    policy = RetryPolicy(max_attempts=5, base_delay_s=0.1, max_delay_s=0.5, lease_s=1.0)
+    lease_s = float(OPTIONS.get("lease_s", 1.0))
+    policy = RetryPolicy(max_attempts=5, base_delay_s=0.1, max_delay_s=0.5, lease_s=lease_s)
     async with Host.open(config, capabilities=capabilities(model)) as host:
         inbox = ChannelInbox.on_store(host.store, policy=policy)
         mode = OPTIONS["mode"]

@@ -90,6 +90,7 @@ def slack_channel(api_base: str, **extra: Any) -> dict[str, Any]:
         "secret_env": "E2E_SLACK_SECRET",
         "token_env": "E2E_SLACK_TOKEN",
         "api_base": api_base,
+        "allow": ["*"],
         **extra,
     }
 

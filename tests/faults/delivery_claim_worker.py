@@ -3,8 +3,9 @@
 ``python delivery_claim_worker.py '<json>'`` opens the store at ``db``, writes
 ``ready`` once open, waits for the file ``go`` (so the processes start
 together), then claims batches of ``batch`` (lease ``lease_s``) until nothing
-is due, marking each claim delivered after a short pause (the send). Each claim is one JSON line ``{"pid",
-"intent_id", "token", "attempt"}`` in ``out``, written before its outcome.
+is due, marking each claim delivered after a short pause (the send). Each
+claim is one JSON line ``{"pid", "intent_id", "token", "attempt"}`` in
+``out``, written before its outcome.
 """
 
 from __future__ import annotations
