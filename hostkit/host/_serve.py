@@ -51,6 +51,8 @@ __all__ = ["HostDaemon", "ServeStatus", "delivery_share"]
 # seconds) for the answers of the turns the inbox drain let finish.
 _DELIVERY_SHARE = 0.25
 _DELIVERY_SHARE_MAX_S = 5.0
+# Of what is left of the deadline when delivery stops, kept for recording cut-off sends.
+_RECORD_MARGIN_S = 0.25
 _TERMINAL = frozenset(
     f"turn.{outcome}"
     for outcome in ("completed", "needs_user", "failed", "cancelled", "lost", "indeterminate")
@@ -142,7 +144,11 @@ class _Delivery:
 
     async def stop(self) -> None:
         self._stopping = True
-        self._runtime.stop(within_s=self._time_left())
+        left = self._time_left()
+        if left is not None:
+            # Cut sends early enough to record their outcome before the supervisor cancels.
+            left = max(0.0, left - min(_RECORD_MARGIN_S, left / 4))
+        self._runtime.stop(within_s=left)
 
 
 class HostDaemon:

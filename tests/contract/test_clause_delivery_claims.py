@@ -85,7 +85,8 @@ async def test_shutdown_spends_the_attempt_of_a_cut_send_and_never_resends_it_it
             assert cut is not None
             # The send may have reached Slack: its attempt is spent, retried after the backoff.
             assert (cut.status, cut.attempts) == ("pending", 1)
-            assert cut.last_error is not None and cut.last_error.startswith("cut_off")
+            assert cut.last_error is not None
+            assert cut.last_error.startswith("cut_off")
             assert cut.next_attempt_at == pytest.approx(clock.now + 2.0)
             # The drain after a stop never sends what this runtime cut, even once it is due:
             # it hands the claim back (attempt refunded), for its successor.

@@ -20,9 +20,7 @@ from tests.platforms import FakeSlack
 pytestmark = pytest.mark.anyio
 
 HOSTILE = "<!channel> click <https://evil.example|Approve> & <@U0ADMIN>"
-ESCAPED = (
-    "&lt;!channel&gt; click &lt;https://evil.example|Approve&gt; &amp; &lt;@U0ADMIN&gt;"
-)
+ESCAPED = "&lt;!channel&gt; click &lt;https://evil.example|Approve&gt; &amp; &lt;@U0ADMIN&gt;"
 
 
 async def test_an_answer_is_posted_escaped() -> None:
@@ -35,7 +33,8 @@ async def test_an_answer_is_posted_escaped() -> None:
         )
     (message,) = slack.messages
     assert message.body["text"] == ESCAPED
-    assert "<" not in message.body["text"] and ">" not in message.body["text"]
+    assert "<" not in message.body["text"]
+    assert ">" not in message.body["text"]
 
 
 async def test_an_approval_prompt_section_is_posted_escaped() -> None:
@@ -51,7 +50,8 @@ async def test_an_approval_prompt_section_is_posted_escaped() -> None:
         )
     (message,) = slack.messages
     section = message.body["blocks"][0]["text"]["text"]
-    assert ESCAPED in section and ESCAPED in message.body["text"]
+    assert ESCAPED in section
+    assert ESCAPED in message.body["text"]
     assert "<!channel>" not in section
     # The buttons still carry the exact command the transport reads back.
     values = [b["value"] for b in message.body["blocks"][1]["elements"]]
