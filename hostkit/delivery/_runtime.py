@@ -27,12 +27,12 @@ import math
 import random
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
+from hostkit._background import Background
 from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
@@ -65,7 +65,7 @@ def _failure(kind: str, code: str, message: str = "") -> DeliveryFailure:
 _CUT_OFF = _failure("transient", "cut_off", "the send was cut off by a shutdown")
 
 
-class DeliveryRuntime:
+class DeliveryRuntime(Background):
     """Claims due outbox intents and sends each through its channel, with retries.
 
     ``run()`` serves until cancelled or ``stop()``; ``drain()`` delivers what
@@ -138,7 +138,6 @@ class DeliveryRuntime:
         self._stopped = anyio.Event()
         self._stopped.set()
         self._running = False
-        self._group: TaskGroup | None = None
         self._settled = 0
         self._delivered = 0
         self._failed = 0
@@ -210,28 +209,8 @@ class DeliveryRuntime:
         with anyio.move_on_after(bound, shield=True):
             await self._stopped.wait()
 
-    async def __aenter__(self) -> DeliveryRuntime:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        try:
-            await group.start(self.run)
-        except BaseException as exc:
-            await group.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._group = group
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        group, self._group = self._group, None
+    def _end_background(self) -> None:
         self.stop()
-        if group is None:
-            return None
-        return await group.__aexit__(exc_type, exc, traceback)
 
     async def _serve(self, *, until_idle: bool, task_status: TaskStatus[None]) -> None:
         if self._running:

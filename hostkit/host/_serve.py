@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
+from hostkit._background import Background
 from hostkit.channels import TelegramPoller, ingress_app
 from hostkit.daemon import (
     DaemonExit,
@@ -151,7 +151,7 @@ class _Delivery:
         self._runtime.stop(within_s=left)
 
 
-class HostDaemon:
+class HostDaemon(Background):
     """``hostkit serve`` for one Host: ``exit = await host.serve().run()``.
 
     ``listen``/``port`` override ``[serve]``; ``env`` is where secrets are
@@ -209,7 +209,6 @@ class HostDaemon:
         self._on_change = on_change
         self._server: WebhookServer | None = None
         self.supervisor: Supervisor | None = None
-        self._group: TaskGroup | None = None
         # A shutdown asked for before run() made the supervisor (a signal during start-up).
         self._early: tuple[str, float | None] | None = None
 
@@ -301,29 +300,9 @@ class HostDaemon:
             self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
         )
 
-    async def __aenter__(self) -> HostDaemon:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        try:
-            await group.start(self.run)
-        except BaseException as exc:
-            await group.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._group = group
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        group, self._group = self._group, None
-        if group is None:
-            return None
+    def _end_background(self) -> None:
         if self.supervisor is not None and not self.supervisor.stopping:
             self.request_shutdown(reason="the serving block ended")
-        return await group.__aexit__(exc_type, exc, traceback)
 
     # -- composition ------------------------------------------------------------------
 

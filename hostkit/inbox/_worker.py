@@ -32,13 +32,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
+from hostkit._background import Background
 from hostkit.errors import HostkitError, InvalidValue, StaleClaim
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
@@ -88,7 +88,7 @@ def _assistant(channel_instance_id: str) -> str:
     return "assistant"
 
 
-class InboxWorker:
+class InboxWorker(Background):
     """Claims due inbounds of one ``ChannelInbox`` and turns each into (at most) one turn.
 
     ``run()`` serves until cancelled or ``stop()``; ``drain()`` serves until
@@ -170,7 +170,6 @@ class InboxWorker:
         self._running = False
         self._stopping = False
         self._handled = 0
-        self._group: TaskGroup | None = None
 
     # -- observation ------------------------------------------------------------------
 
@@ -221,28 +220,8 @@ class InboxWorker:
         with anyio.move_on_after(self._wind_down_bound() + self._op_timeout_s, shield=True):
             await self._stopped.wait()
 
-    async def __aenter__(self) -> InboxWorker:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        try:
-            await group.start(self.run)
-        except BaseException as exc:
-            await group.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._group = group
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        group, self._group = self._group, None
+    def _end_background(self) -> None:
         self.stop()
-        if group is None:
-            return None
-        return await group.__aexit__(exc_type, exc, traceback)
 
     async def _serve(self, *, until_idle: bool, task_status: TaskStatus[None]) -> None:
         if self._running:
