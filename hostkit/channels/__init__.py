@@ -12,6 +12,7 @@ Outbound delivery is ``hostkit.delivery``'s.
 from hostkit.channels._app import ingress_app
 from hostkit.channels._commands import classify, parse_command
 from hostkit.channels._polling import TelegramPoller
+from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.channels._settings import ChannelSettings
 from hostkit.channels._slack import sign_slack
 from hostkit.channels._webhook import sign_webhook
@@ -20,6 +21,7 @@ __all__ = [
     "ChannelSettings",
     "TelegramPoller",
     "classify",
+    "hide_url_tokens",
     "ingress_app",
     "parse_command",
     "sign_slack",

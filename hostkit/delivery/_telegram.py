@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from hostkit.channels._redact_logs import hide_url_tokens
+from hostkit.channels import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, post, retry_after
 
