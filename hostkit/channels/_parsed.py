@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "field_id",
     "json_object",
     "same_secret",
+    "verify_signature",
 ]
 
 # Platform ids that become parts of a conversation key: no ':' (the key's separator).
@@ -76,6 +78,28 @@ def check_fresh(header: str | None, *, now: float, window_s: float) -> str:
             "stale_timestamp", "the signature timestamp is outside the replay window"
         )
     return header
+
+
+def verify_signature(
+    headers: Mapping[str, str],
+    *,
+    timestamp_header: str,
+    signature_header: str,
+    expected: Callable[[str], str],
+    window_s: float,
+    now: float,
+    platform: str = "",
+) -> str:
+    """The fresh, signed timestamp of a request whose signature header equals
+    ``expected(timestamp)`` (compared in constant time); else 401."""
+    stamp = check_fresh(headers.get(timestamp_header), now=now, window_s=window_s)
+    given = headers.get(signature_header)
+    named = f"{platform} signature" if platform else "signature"
+    if given is None:
+        raise unauthorized("missing_signature", f"the request carries no {named}")
+    if not same_secret(expected(stamp), given):
+        raise unauthorized("bad_signature", f"the {named} does not match the body")
+    return stamp
 
 
 def json_object(body: bytes) -> dict[str, Any]:

@@ -30,12 +30,10 @@ from hostkit.channels._parsed import (
     Ignored,
     Parsed,
     build_envelope,
-    check_fresh,
     field_id,
     json_object,
     malformed,
-    same_secret,
-    unauthorized,
+    verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
 
@@ -76,12 +74,15 @@ def parse_slack(
     now: float,
 ) -> Parsed:
     """Verify Slack's signature, then parse an Events API or interactivity request."""
-    stamp = check_fresh(headers.get(_TIMESTAMP), now=now, window_s=config.replay_window_s)
-    given = headers.get(_SIGNATURE)
-    if given is None:
-        raise unauthorized("missing_signature", "the request carries no Slack signature")
-    if not same_secret(f"v0={_mac(secret, stamp, body)}", given):
-        raise unauthorized("bad_signature", "the Slack signature does not match the body")
+    verify_signature(
+        headers,
+        timestamp_header=_TIMESTAMP,
+        signature_header=_SIGNATURE,
+        expected=lambda stamp: f"v0={_mac(secret, stamp, body)}",
+        window_s=config.replay_window_s,
+        now=now,
+        platform="Slack",
+    )
     if body.startswith(b"{"):
         return _event(json_object(body), headers, channel_id=channel_id, now=now)
     if body.startswith(_FORM_FIELD) and b"&" not in body and b";" not in body:

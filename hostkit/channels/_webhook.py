@@ -19,12 +19,10 @@ from hostkit.channels._commands import classify, parse_command
 from hostkit.channels._parsed import (
     Parsed,
     build_envelope,
-    check_fresh,
     field_id,
     json_object,
     malformed,
-    same_secret,
-    unauthorized,
+    verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
 
@@ -64,12 +62,14 @@ def parse_webhook(
     now: float,
 ) -> Parsed:
     """Verify the signature and freshness, then parse the event (``ChannelRefused`` if not)."""
-    stamp = check_fresh(headers.get(_TIMESTAMP), now=now, window_s=config.replay_window_s)
-    given = headers.get(_SIGNATURE)
-    if given is None:
-        raise unauthorized("missing_signature", "the request carries no signature")
-    if not same_secret(f"sha256={_mac(secret, stamp, body)}", given):
-        raise unauthorized("bad_signature", "the signature does not match the body")
+    verify_signature(
+        headers,
+        timestamp_header=_TIMESTAMP,
+        signature_header=_SIGNATURE,
+        expected=lambda stamp: f"sha256={_mac(secret, stamp, body)}",
+        window_s=config.replay_window_s,
+        now=now,
+    )
     event = json_object(body)
     event_id = _text(event, "event_id", _MAX_EVENT_ID)
     sender = field_id(event.get("sender"), "sender")
