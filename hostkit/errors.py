@@ -13,6 +13,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
     │   ├── ApprovalRefused        a second, stale or superseded answer to an approval
+    │   ├── PromotionRefused       a core promotion refused: a gate failed, a review token is stale
     │   └── ChannelRefused         a channel transport refused an inbound request (status, code)
     ├── NotFoundOrUnauthorized     the one external answer for "missing" and "not yours"
     │   └── UnboundToken           a turn token no running turn holds (fails closed)
@@ -22,6 +23,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   └── AttachmentRefused      the turn's provider does not accept an attachment's type
     ├── TurnInProgress             a repeated request whose first turn is still running
     ├── ApprovalClosed             the Host shut down while an approval was pending
+    ├── StateConflict              an authored state set whose expected version is not current
     └── RuntimeFailure             the runtime could not do its job
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
@@ -58,11 +60,13 @@ __all__ = [
     "NotFoundOrUnauthorized",
     "PolicyRefusal",
     "PollError",
+    "PromotionRefused",
     "ProviderError",
     "RequestConflict",
     "RuntimeFailure",
     "ScopeError",
     "StaleClaim",
+    "StateConflict",
     "StoreClosed",
     "StoreError",
     "TurnInProgress",
@@ -280,6 +284,20 @@ class ApprovalRefused(UserError):
         super().__init__(bounded(f"approval {approval_id}: {detail}", 300))
 
 
+class PromotionRefused(UserError):
+    """A core promotion (or rollback) that did not move the Host-owned ref.
+
+    ``gates`` holds each gate's verdict (``GateOutcome`` values); ``review``
+    is the content-bound ``mcp-review:<sha256>`` token the operator must pass
+    back when the MCP declarations changed (None when no review is needed).
+    """
+
+    def __init__(self, message: str, *, gates: tuple[object, ...] = (), review: str | None = None):
+        self.gates = gates
+        self.review = review
+        super().__init__(message)
+
+
 class ChannelRefused(UserError):
     """A channel transport refused an inbound request; nothing of it was accepted.
 
@@ -294,6 +312,22 @@ class ChannelRefused(UserError):
         self.status = status
         self.code = bounded(code, 40)
         super().__init__(message)
+
+
+class StateConflict(HostkitError):
+    """``ctx.state.set(..., expected=N)`` found another version: someone wrote in between.
+
+    Authored ``get()`` and ``set()`` are separate steps, not one transaction:
+    read again and decide. ``actual`` is the current version (None: absent).
+    """
+
+    def __init__(self, key: str, *, expected: int | None, actual: int | None) -> None:
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            bounded(f"state {key!r} is at version {actual}, not the expected {expected}", 300)
+        )
 
 
 class RuntimeFailure(HostkitError):

@@ -50,6 +50,7 @@ from hostkit.effects._mcp import (
     mcp_call_grant,
     mcp_connect_grant,
 )
+from hostkit.effects._mcp_config import MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.effects._mcp_pool import (
     DISCOVERY_WINDOW,
     FAILURE_TTL_S,
@@ -89,6 +90,7 @@ __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "MAX_DIFF_CHARS",
     "MAX_DIFF_LINES",
+    "MAX_MCP_SERVERS",
     "MAX_MODEL_VIEW_CHARS",
     "MAX_WARNING_CHARS",
     "MCP_SERVER_NAME_PATTERN",
@@ -112,7 +114,9 @@ __all__ = [
     "McpConnector",
     "McpDiscovery",
     "McpServer",
+    "McpServerConfig",
     "McpServerDeclaration",
+    "McpServerName",
     "McpTool",
     "McpToolSpec",
     "PendingApproval",

@@ -19,18 +19,19 @@ from urllib.parse import urlsplit
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from hostkit.effects import ENV_NAME_PATTERN
+from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
-from hostkit.host._config_mcp import MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
-from hostkit.types import is_channel_id
+from hostkit.types import is_channel_id, is_core_id
 
 __all__ = [
+    "DEFAULT_CORE_REF",
     "MAX_CONFIG_BYTES",
     "MAX_CONFIG_DEPTH",
     "AgentConfig",
     "ChannelConfig",
+    "CoreConfig",
     "HostConfig",
     "HostSection",
     "McpServerConfig",
@@ -172,6 +173,23 @@ class AgentConfig(_Strict):
     )
 
 
+DEFAULT_CORE_REF = "refs/hostkit/live"
+
+
+class CoreConfig(_Strict):
+    """``[cores.<id>]``: an Agent Core, a Git repository with ``agent.yaml`` + ``agent/``.
+
+    The table key is the core id (it must equal ``agent.yaml``'s ``id``) and
+    the name turns use, like an agent's. ``ref`` is the Host-owned ref that
+    says which commit is live; ``hostkit core promote`` moves it after the
+    gates, ``hostkit core rollback`` moves it back. Two Hosts (staging and
+    production) can serve one repository with different refs.
+    """
+
+    path: str = Field(min_length=1, max_length=1_000)
+    ref: str = Field(default=DEFAULT_CORE_REF, pattern=r"^refs/hostkit/[A-Za-z0-9._/-]{1,100}$")
+
+
 class ProcessLimits(_Strict):
     """Resource limits of every process the Host starts for an agent (setrlimit, per process)."""
 
@@ -223,6 +241,8 @@ class HostSection(_Strict):
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     # Private terminal output files, under one opaque directory per session.
     artifacts: str = ".hostkit-artifacts"
+    # Each core revision a turn runs, extracted read-only from its commit (Host state).
+    cores_dir: str = ".hostkit-cores"
     # How long an ``ask`` waits for the approver before the turn pauses needs_user.
     approval_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
     # A running turn holds its session's durable lease; it renews it every third of this.
@@ -241,6 +261,8 @@ class HostConfig(_Strict):
     host: HostSection = Field(default_factory=HostSection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    # Agent Cores (docs/cores.md): each becomes an agent of this name at its live revision.
+    cores: dict[str, CoreConfig] = Field(default_factory=dict, max_length=64)
     # Channel instances (docs/channels.md) and the daemon that serves them (docs/service.md).
     channels: dict[str, ChannelConfig] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     serve: ServeSection = Field(default_factory=ServeSection)
@@ -260,6 +282,18 @@ class HostConfig(_Strict):
         return self
 
     @pydantic.model_validator(mode="after")
+    def _cores_are_agents(self) -> HostConfig:
+        for name in self.cores:
+            if not is_core_id(name):
+                raise ValueError(
+                    f"cores.{name[:64]} is not a core id (lower-case a-z, 0-9, '_', '-'; "
+                    "starting with a letter; at most 64)"
+                )
+            if name in self.agents:
+                raise ValueError(f"cores.{name} and agents.{name}: one name, two agents")
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _channels_name_agents(self) -> HostConfig:
         for name, channel in self.channels.items():
             if not is_channel_id(name) or name in RESERVED_INBOUND_CHANNELS:
@@ -267,7 +301,7 @@ class HostConfig(_Strict):
                     f"channels.{name[:64]} is not a usable channel id (lower-case a-z, 0-9, "
                     "'_', '-', '.'; not one of the Host's own front ends)"
                 )
-            if channel.agent not in self.agents:
+            if channel.agent not in self.agents and channel.agent not in self.cores:
                 raise ValueError(
                     f"channels.{name}.agent names {channel.agent!r}, which is not under [agents]"
                 )
@@ -284,6 +318,10 @@ class HostConfig(_Strict):
     @property
     def artifact_root(self) -> Path:
         return self.resolve(self.host.artifacts)
+
+    @property
+    def cores_root(self) -> Path:
+        return self.resolve(self.host.cores_dir)
 
     def workspace_of(self, agent: str) -> Path:
         """The workspace directory of ``agent``: its own, else the Host's."""
@@ -305,7 +343,7 @@ class HostConfig(_Strict):
         configs = dict.fromkeys(
             path for path in (self.source, self.base_dir / "hostkit.toml") if path is not None
         )
-        return (database, *siblings, self.artifact_root, *configs)
+        return (database, *siblings, self.artifact_root, self.cores_root, *configs)
 
 
 def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> HostConfig:

@@ -33,6 +33,8 @@ from hostkit.store._context_values import (
     ObservedStep,
     StepRecord,
 )
+from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
+from hostkit.store._cores_sqlite import SqliteCoreStore
 from hostkit.store._delivery import (
     DELIVERY_ATTEMPTS_EXHAUSTED,
     MAX_DELIVERY_CLAIM,
@@ -102,6 +104,7 @@ from hostkit.store._turn_values import (
 from hostkit.store._turns import TurnStore
 
 __all__ = [
+    "ANY_VERSION",
     "APPLICATION_ID",
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
@@ -109,6 +112,7 @@ __all__ = [
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",
     "MAX_CLAIM_OWNERS",
+    "MAX_CORE_HISTORY",
     "MAX_DELIVERY_CLAIM",
     "MAX_DELIVERY_LIST",
     "MAX_INBOX_LIST",
@@ -141,6 +145,7 @@ __all__ = [
     "ContextStore",
     "ConversationSelect",
     "ConversationTarget",
+    "CoreStore",
     "DeliveryStore",
     "HistoryRow",
     "InboxStore",
@@ -166,6 +171,7 @@ __all__ = [
     "SessionBusy",
     "SessionLease",
     "SessionUsage",
+    "SqliteCoreStore",
     "SqliteDeliveryStore",
     "SqliteInboxStore",
     "SqliteStore",

@@ -5,8 +5,8 @@ it returns; no SQL and no database driver exists outside ``hostkit.store``
 (import-linter enforces it). Storage is grouped by what it stores: the
 methods on ``RuntimeStore`` itself cover sessions, ownership, owned queries
 and the audit log; ``turns``, ``context``, ``approvals``, ``memory``,
-``attachments``, ``inspect``, ``terminal_runs``, ``mcp_servers``, ``inbox`` and ``delivery`` are the
-groups, each an abstract base of its own.
+``attachments``, ``inspect``, ``terminal_runs``, ``mcp_servers``, ``inbox``,
+``delivery`` and ``cores`` are the groups, each an abstract base of its own.
 
 An adapter (SQLite today, PostgreSQL later) subclasses ``RuntimeStore`` and
 each group; the contract suite in ``tests/contract/test_store_*`` runs
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from hostkit.store._attachments import AttachmentStore
     from hostkit.store._connection import Synchronous
     from hostkit.store._context import ContextStore
+    from hostkit.store._cores import CoreStore
     from hostkit.store._delivery import DeliveryStore
     from hostkit.store._inbox import InboxStore
     from hostkit.store._inspect import InspectQueries
@@ -74,6 +75,7 @@ class RuntimeStore(AsyncResource):
     mcp_servers: McpStatusStore
     inbox: InboxStore
     delivery: DeliveryStore
+    cores: CoreStore
 
     @classmethod
     def open(

@@ -638,6 +638,45 @@ _V13_DELIVERY = Migration(
     ),
 )
 
+_CORE_ACTIONS = "('promote', 'rollback', 'refused')"
+
+_V14_CORES = Migration(
+    14,
+    "Agent Cores: promotion history (with gates) and authored state with versions",
+    (
+        # Every move of a core's Host-owned ref, and every refused promotion, with the
+        # gates' verdicts (JSON list) and the secret-safe MCP security diff (JSON object).
+        # revision / previous are 40-hex Git commit ids; at is wall-clock seconds.
+        f"""CREATE TABLE core_history (
+            id INTEGER PRIMARY KEY,
+            core_id TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN {_CORE_ACTIONS}),
+            revision TEXT NOT NULL,
+            previous TEXT,
+            gates TEXT NOT NULL,
+            security_diff TEXT NOT NULL DEFAULT '{{}}',
+            actor TEXT NOT NULL,
+            reason TEXT,
+            at REAL NOT NULL
+        )""",
+        "CREATE INDEX core_history_core ON core_history(core_id, id)",
+        # ctx.state: one JSON value per (core, scope, key); scope '' is core-wide, else a
+        # session id. version starts at 1 and grows by one per write (compare-and-set).
+        """CREATE TABLE core_state (
+            core_id TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            updated_at REAL NOT NULL,
+            turn_id TEXT,
+            PRIMARY KEY (core_id, scope, key)
+        ) WITHOUT ROWID""",
+        # Session pins: a session's latest turn of a core, found without a table scan.
+        "CREATE INDEX turns_core_session ON turns(core_id, session_id, id)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -652,5 +691,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V11_MCP_SERVERS,
     _V12_INBOX,
     _V13_DELIVERY,
+    _V14_CORES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -16,6 +16,7 @@ from hostkit.store._approvals import SqliteApprovalStore
 from hostkit.store._attachments import SqliteAttachmentStore
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._context import SqliteContextStore
+from hostkit.store._cores_sqlite import SqliteCoreStore
 from hostkit.store._delivery_sqlite import SqliteDeliveryStore
 from hostkit.store._inbox_sqlite import SqliteInboxStore
 from hostkit.store._inspect import SqliteInspectQueries
@@ -102,6 +103,7 @@ class SqliteStore(RuntimeStore):
         self.mcp_servers = SqliteMcpStatusStore(self)
         self.inbox = SqliteInboxStore(self)
         self.delivery = SqliteDeliveryStore(self)
+        self.cores = SqliteCoreStore(self)
 
     @classmethod
     async def connect(

@@ -15,6 +15,19 @@ from hostkit.types._attachment import (
     stand_in,
 )
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
+from hostkit.types._cores import (
+    CORE_ACTIONS,
+    MAX_STATE_KEY,
+    MAX_STATE_VALUE_BYTES,
+    CoreAction,
+    CoreEvent,
+    GateOutcome,
+    SessionPin,
+    StateEntry,
+    is_core_id,
+    is_revision,
+    state_json,
+)
 from hostkit.types._delivery import (
     DELIVERY_STATUSES,
     MAX_DELIVERY_ERROR,
@@ -126,6 +139,7 @@ from hostkit.types._turn import (
 )
 
 __all__ = [
+    "CORE_ACTIONS",
     "DELIVERY_STATUSES",
     "IMAGE_TYPES",
     "INBOUND_RESULT_KINDS",
@@ -143,6 +157,8 @@ __all__ = [
     "MAX_INBOUND_PAYLOAD",
     "MAX_INPUT_CHARS",
     "MAX_METADATA_CHARS",
+    "MAX_STATE_KEY",
+    "MAX_STATE_VALUE_BYTES",
     "MAX_TURN_ATTACHMENT_BYTES",
     "MEDIA_TYPES",
     "NO_ATTACHMENTS",
@@ -163,6 +179,8 @@ __all__ = [
     "ContextReady",
     "ContextRequest",
     "ConversationFacts",
+    "CoreAction",
+    "CoreEvent",
     "DecisionKind",
     "DeliveryCounts",
     "DeliveryFailure",
@@ -177,6 +195,7 @@ __all__ = [
     "FailureKind",
     "FinishReason",
     "FreshSession",
+    "GateOutcome",
     "InboundEnvelope",
     "InboundFailure",
     "InboundRecord",
@@ -206,9 +225,11 @@ __all__ = [
     "RetryDecision",
     "RetryDisposition",
     "Role",
+    "SessionPin",
     "SessionRecord",
     "SessionSelector",
     "SourceCheckpoint",
+    "StateEntry",
     "StreamEvent",
     "TaskRecord",
     "TokenKind",
@@ -229,9 +250,12 @@ __all__ = [
     "content_ref",
     "finite_seconds",
     "is_channel_id",
+    "is_core_id",
+    "is_revision",
     "is_secret_field",
     "new_id",
     "redact_secret_fields",
     "sanitize_name",
     "stand_in",
+    "state_json",
 ]

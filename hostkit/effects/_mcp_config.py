@@ -1,4 +1,5 @@
-"""``[agents.<agent>.mcp.<server>]``: one MCP server an agent declares, validated strictly.
+"""One MCP server an agent declares (``[agents.<agent>.mcp.<server>]`` or a core's
+``agent.yaml`` ``mcp:``), validated strictly.
 
 A server is a stdio ``command`` (argv; the Host starts it in the agent's
 sandbox) or a streamable-HTTP ``url``, never both. Everything is checked
@@ -17,7 +18,8 @@ from urllib.parse import urlsplit
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from hostkit.effects import ENV_NAME_PATTERN, MCP_SERVER_NAME_PATTERN, McpServerDeclaration
+from hostkit.effects._mcp import MCP_SERVER_NAME_PATTERN, McpServerDeclaration
+from hostkit.effects._runtime import ENV_NAME_PATTERN
 
 __all__ = [
     "MAX_MCP_ARGS",

@@ -1,0 +1,164 @@
+"""``agent.yaml``: what an Agent Core declares, as a strict pydantic schema.
+
+The core owns this file (and ``agent/``); the Host owns which revision of it
+runs. Capability grants are effect rules with an approval policy each:
+anything not granted is denied. Rules in the Host's vocabulary
+(``fs.read``, ``fs.write``, ``terminal.run``, ``terminal.network``,
+``web.extract``, ``mcp.connect:<server>``, ``secret.bind:<NAME>``) switch the
+builtin on; any other rule is a glob over the names of the core's authored
+tools (``notes.*``) or of an MCP server's tools (``mcp.docs.*``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from hostkit.effects import MAX_MCP_SERVERS, McpServerConfig, McpServerName
+
+__all__ = [
+    "MAX_CAPABILITIES",
+    "MAX_MANIFEST_BYTES",
+    "Approval",
+    "CoreLimits",
+    "CoreManifest",
+    "SlotsSpec",
+    "capability_problem",
+]
+
+MAX_MANIFEST_BYTES = 256 * 1024
+MAX_CAPABILITIES = 256
+Approval = Literal["allow", "ask", "deny"]
+# "module:function" inside the core's agent/ package ("slots:on_input").
+_ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Builtin rules, and the effect names each one grants.
+BUILTIN_RULES: dict[str, tuple[str, ...]] = {
+    "fs.read": ("files.read", "files.list"),
+    "fs.write": ("files.write", "files.edit"),
+    "fs.*": ("files.read", "files.list", "files.write", "files.edit"),
+    "terminal.run": ("terminal.run", "terminal.status", "terminal.stop"),
+    "terminal.network": ("terminal.network",),
+    "web.extract": ("web.extract",),
+}
+_RESERVED_PREFIXES = ("fs.", "files.", "terminal.", "web.", "mcp.connect:", "mcp.call:", "secret.")
+_SECRET_RULE = re.compile(r"secret\.bind:([A-Za-z_][A-Za-z0-9_]{0,127})")
+_MCP_CONNECT = re.compile(r"mcp\.connect:([a-z][a-z0-9_]{0,31})")
+_TOOL_GLOB = re.compile(r"[a-z0-9_*?]+(\.[a-z0-9_*?]+)*")
+
+
+def capability_problem(rule: str) -> str | None:
+    """Why ``rule`` is not a capability rule (None when it is one)."""
+    if rule in BUILTIN_RULES or _SECRET_RULE.fullmatch(rule) or _MCP_CONNECT.fullmatch(rule):
+        return None
+    if rule.startswith(_RESERVED_PREFIXES):
+        known = ", ".join([*BUILTIN_RULES, "mcp.connect:<server>", "secret.bind:<NAME>"])
+        return f"unknown capability {rule[:80]!r} (known: {known})"
+    if len(rule) > 64 or not _TOOL_GLOB.fullmatch(rule):
+        return f"{rule[:80]!r} is neither a known capability nor a tool-name glob"
+    return None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SlotsSpec(_Strict):
+    """Authored slots, each ``"module:function"`` inside ``agent/`` (all optional).
+
+    ``bootstrap(ctx)`` returns text added to the instructions of every turn;
+    ``input(ctx, text)`` returns the normalized input that is persisted and
+    sent to the model; ``output(ctx, text)`` returns the final answer.
+    """
+
+    bootstrap: str | None = None
+    input: str | None = None
+    output: str | None = None
+
+    @pydantic.field_validator("bootstrap", "input", "output")
+    @classmethod
+    def _entry(cls, value: str | None) -> str | None:
+        if value is not None and not _ENTRY.fullmatch(value):
+            raise ValueError(
+                "a slot is 'module:function' inside agent/ (for example 'slots:on_input')"
+            )
+        return value
+
+
+class CoreLimits(_Strict):
+    """Bounds of one core: model steps per turn, slot deadline, secret lifetime, test gate."""
+
+    max_steps: int = Field(default=8, ge=1, le=64)
+    slot_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
+    test_timeout_s: float = Field(default=300.0, gt=0, le=3_600)
+
+
+class CoreManifest(_Strict):
+    """The whole ``agent.yaml``.
+
+    ``model`` names a provider under ``[providers]`` of the Host's
+    ``hostkit.toml`` (credentials stay with the Host, never in the core).
+    ``instructions`` or ``instructions_file`` (a path inside the core), not
+    both. ``tools`` are module names inside ``agent/``. ``workspace`` is
+    relative to ``hostkit.toml``'s folder (default: the Host's).
+    ``dependencies`` are the Python requirements the core's code needs; a
+    change of them is flagged for manual review at promotion.
+    """
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
+    description: str = Field(default="", max_length=2_000)
+    model: str = Field(min_length=1, max_length=200)
+    summarizer: str | None = Field(default=None, min_length=1, max_length=200)
+    instructions: str | None = Field(default=None, max_length=100_000)
+    instructions_file: str | None = Field(default=None, max_length=500)
+    capabilities: dict[str, Approval] = Field(default_factory=dict, max_length=MAX_CAPABILITIES)
+    mcp: dict[McpServerName, McpServerConfig] = Field(
+        default_factory=dict, max_length=MAX_MCP_SERVERS
+    )
+    tools: list[str] = Field(default_factory=list, max_length=64)
+    slots: SlotsSpec = Field(default_factory=SlotsSpec)
+    limits: CoreLimits = Field(default_factory=CoreLimits)
+    workspace: str | None = Field(default=None, max_length=500)
+    sandbox: Literal["bubblewrap", "none"] = "bubblewrap"
+    memory: bool = True
+    url_allow_private: list[str] = Field(default_factory=list, max_length=64)
+    dependencies: list[str] = Field(default_factory=list, max_length=256)
+
+    @pydantic.field_validator("capabilities")
+    @classmethod
+    def _rules(cls, value: dict[str, Approval]) -> dict[str, Approval]:
+        for rule in value:
+            problem = capability_problem(rule)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @pydantic.field_validator("tools")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _MODULE.fullmatch(name):
+                raise ValueError(f"{name[:80]!r} is not a module name inside agent/ (like 'tools')")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _coherent(self) -> CoreManifest:
+        if self.instructions is not None and self.instructions_file is not None:
+            raise ValueError("give 'instructions' or 'instructions_file', not both")
+        for rule in self.capabilities:
+            connect = _MCP_CONNECT.fullmatch(rule)
+            if connect and connect.group(1) not in self.mcp:
+                raise ValueError(f"{rule!r} grants a server that is not declared under 'mcp'")
+        return self
+
+    def secrets(self) -> tuple[str, ...]:
+        """The environment variables granted by ``secret.bind:<NAME>`` rules (not denied)."""
+        return tuple(
+            match.group(1)
+            for rule, approval in self.capabilities.items()
+            if approval != "deny" and (match := _SECRET_RULE.fullmatch(rule))
+        )

@@ -1,0 +1,252 @@
+"""The SQLite adapter of the cores group: ``core_history`` and ``core_state`` (migration 14)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from hostkit.errors import InvalidValue, StateConflict
+from hostkit.freeze import thaw
+from hostkit.store._checks import check_count, check_instant
+from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
+from hostkit.store._sessions import insert_audit
+from hostkit.store._turn_rows import fence
+from hostkit.store._turn_values import SessionLease
+from hostkit.types import (
+    MAX_STATE_KEY,
+    CoreEvent,
+    GateOutcome,
+    SessionPin,
+    StateEntry,
+    is_core_id,
+    state_json,
+)
+
+if TYPE_CHECKING:
+    from hostkit.store._sqlite import SqliteStore
+
+__all__ = ["SqliteCoreStore"]
+
+_MAX_SCOPE = 256
+_EVENT_COLUMNS = "id, core_id, action, revision, previous, gates, security_diff, actor, reason, at"
+
+
+def _core(core_id: object) -> str:
+    if not is_core_id(core_id):
+        raise InvalidValue("core_id must be a core id (a-z, 0-9, '_', '-'; at most 64)")
+    assert isinstance(core_id, str)
+    return core_id
+
+
+def _scope(scope: object) -> str:
+    if not isinstance(scope, str) or len(scope) > _MAX_SCOPE:
+        raise InvalidValue(f"scope must be '' (core-wide) or a session id of at most {_MAX_SCOPE}")
+    return scope
+
+
+def _key(key: object) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_STATE_KEY or "\x00" in key:
+        raise InvalidValue(
+            f"a state key is a non-empty string of at most {MAX_STATE_KEY} characters"
+        )
+    return key
+
+
+def _event(row: sqlite3.Row) -> CoreEvent:
+    return CoreEvent(
+        core_id=row["core_id"],
+        action=row["action"],
+        revision=row["revision"],
+        previous=row["previous"],
+        gates=tuple(
+            GateOutcome(gate["gate"], bool(gate["passed"]), gate.get("detail", ""))
+            for gate in json.loads(row["gates"])
+        ),
+        actor=row["actor"],
+        at=row["at"],
+        reason=row["reason"],
+        security_diff=json.loads(row["security_diff"]),
+        event_id=row["id"],
+    )
+
+
+def _entry(row: sqlite3.Row) -> StateEntry:
+    return StateEntry(
+        core_id=row["core_id"],
+        scope=row["scope"],
+        key=row["key"],
+        value=json.loads(row["value"]),
+        version=row["version"],
+    )
+
+
+class SqliteCoreStore(CoreStore):
+    def __init__(self, db: SqliteStore) -> None:
+        self._db = db
+
+    async def record_event(self, event: CoreEvent) -> CoreEvent:
+        if not isinstance(event, CoreEvent):
+            raise InvalidValue("record_event takes a CoreEvent")
+        gates = json.dumps(
+            [{"gate": g.gate, "passed": g.passed, "detail": g.detail} for g in event.gates],
+            ensure_ascii=False,
+        )
+        diff = json.dumps(thaw(event.security_diff), ensure_ascii=False, sort_keys=True)
+
+        def write(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "INSERT INTO core_history (core_id, action, revision, previous, gates, "
+                "security_diff, actor, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    event.core_id,
+                    event.action,
+                    event.revision,
+                    event.previous,
+                    gates,
+                    diff,
+                    event.actor,
+                    event.reason,
+                    event.at,
+                ],
+            )
+            if event.action != "refused":
+                insert_audit(
+                    conn,
+                    f"core.{event.action}",
+                    principal_id=event.actor,
+                    subject=event.core_id,
+                    reason=event.reason,
+                    detail={"revision": event.revision, "previous": event.previous},
+                )
+            return int(cursor.lastrowid or 0)
+
+        event_id = await self._db.write(write)
+        return CoreEvent(
+            core_id=event.core_id,
+            action=event.action,
+            revision=event.revision,
+            previous=event.previous,
+            gates=event.gates,
+            actor=event.actor,
+            at=event.at,
+            reason=event.reason,
+            security_diff=event.security_diff,
+            event_id=event_id,
+        )
+
+    async def history(
+        self, core_id: str | None = None, *, limit: int = 100
+    ) -> tuple[CoreEvent, ...]:
+        limit = check_count("limit", limit, MAX_CORE_HISTORY)
+        if core_id is not None:
+            core_id = _core(core_id)
+
+        def read(conn: sqlite3.Connection) -> tuple[CoreEvent, ...]:
+            if core_id is None:
+                rows = conn.execute(
+                    f"SELECT {_EVENT_COLUMNS} FROM core_history ORDER BY id DESC LIMIT ?", [limit]
+                )
+            else:
+                rows = conn.execute(
+                    f"SELECT {_EVENT_COLUMNS} FROM core_history WHERE core_id = ? "
+                    "ORDER BY id DESC LIMIT ?",
+                    [core_id, limit],
+                )
+            return tuple(_event(row) for row in rows)
+
+        return await self._db.read(read)
+
+    async def session_pins(self, core_id: str, *, limit: int = 100) -> tuple[SessionPin, ...]:
+        core_id = _core(core_id)
+        limit = check_count("limit", limit, MAX_CORE_HISTORY)
+
+        def read(conn: sqlite3.Connection) -> tuple[SessionPin, ...]:
+            rows = conn.execute(
+                "SELECT t.session_id, t.core_revision, t.turn_id, "
+                "(julianday(t.started_at) - 2440587.5) * 86400.0 AS at "
+                "FROM turns t WHERE t.id IN (SELECT MAX(id) FROM turns WHERE core_id = ? "
+                "GROUP BY session_id) ORDER BY t.id DESC LIMIT ?",
+                [core_id, limit],
+            )
+            return tuple(
+                SessionPin(
+                    session_id=row["session_id"],
+                    core_id=core_id,
+                    core_revision=row["core_revision"],
+                    turn_id=row["turn_id"],
+                    at=float(row["at"] or 0.0),
+                )
+                for row in rows
+            )
+
+        return await self._db.read(read)
+
+    async def state_get(self, core_id: str, scope: str, key: str) -> StateEntry | None:
+        core_id, scope, key = _core(core_id), _scope(scope), _key(key)
+
+        def read(conn: sqlite3.Connection) -> StateEntry | None:
+            row = conn.execute(
+                "SELECT core_id, scope, key, value, version FROM core_state "
+                "WHERE core_id = ? AND scope = ? AND key = ?",
+                [core_id, scope, key],
+            ).fetchone()
+            return None if row is None else _entry(row)
+
+        return await self._db.read(read)
+
+    async def state_set(
+        self,
+        core_id: str,
+        scope: str,
+        key: str,
+        value: Any,
+        *,
+        lease: SessionLease,
+        expected: int | None = ANY_VERSION,
+        now: float,
+    ) -> StateEntry:
+        core_id, scope, key = _core(core_id), _scope(scope), _key(key)
+        text = state_json(value)
+        now = check_instant("now", now)
+        if not isinstance(lease, SessionLease):
+            raise InvalidValue("state_set takes the writing turn's SessionLease")
+        if expected is not ANY_VERSION and expected is not None:
+            expected = check_count("expected", expected)
+
+        def write(conn: sqlite3.Connection) -> StateEntry:
+            fence(conn, lease)
+            row = conn.execute(
+                "SELECT version FROM core_state WHERE core_id = ? AND scope = ? AND key = ?",
+                [core_id, scope, key],
+            ).fetchone()
+            current = None if row is None else int(row["version"])
+            if expected is not ANY_VERSION and expected != current:
+                raise StateConflict(key, expected=expected, actual=current)
+            version = (current or 0) + 1
+            conn.execute(
+                "INSERT INTO core_state (core_id, scope, key, value, version, updated_at, turn_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (core_id, scope, key) DO UPDATE SET "
+                "value = excluded.value, version = excluded.version, "
+                "updated_at = excluded.updated_at, turn_id = excluded.turn_id",
+                [core_id, scope, key, text, version, now, lease.turn_id],
+            )
+            return StateEntry(core_id, scope, key, json.loads(text), version)
+
+        return await self._db.write(write)
+
+    async def state_keys(
+        self, core_id: str, scope: str, *, limit: int = 100
+    ) -> tuple[StateEntry, ...]:
+        core_id, scope = _core(core_id), _scope(scope)
+        limit = check_count("limit", limit, MAX_CORE_HISTORY)
+
+        def read(conn: sqlite3.Connection) -> tuple[StateEntry, ...]:
+            rows = conn.execute(
+                "SELECT core_id, scope, key, value, version FROM core_state "
+                "WHERE core_id = ? AND scope = ? ORDER BY key LIMIT ?",
+                [core_id, scope, limit],
+            )
+            return tuple(_entry(row) for row in rows)
+
+        return await self._db.read(read)
