@@ -13,12 +13,21 @@ from hostkit.cores._manifest import (
     SlotsSpec,
     capability_problem,
 )
+from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "REVIEW_PREFIX",
     "Approval",
+    "CoreDiff",
     "CoreLimits",
     "CoreManifest",
+    "CoreStatus",
+    "FileChange",
+    "RevisionInfo",
     "SlotsSpec",
     "capability_problem",
+    "mcp_security_diff",
+    "review_token",
 ]
