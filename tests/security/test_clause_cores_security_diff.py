@@ -73,7 +73,8 @@ def test_the_diff_names_every_change_without_a_secret_value() -> None:
     assert docs["env"] == {"DOCS_TOKEN": "changed", "EXTRA_KEY": "set"}
     assert docs["after"]["env"] == ["DOCS_TOKEN", "EXTRA_KEY"]
     assert docs["fields"] == ["command", "env", "network", "connect"]
-    assert docs["before"]["connect"] == "ask" and docs["after"]["connect"] == "allow"
+    assert docs["before"]["connect"] == "ask"
+    assert docs["after"]["connect"] == "allow"
     assert docs["after"]["command"][:3] == ["docs-server", "--stdio", "--api-key"]
     assert docs["after"]["command"][3:] == ["[redacted]", "--token=[redacted]"]
     assert servers["search"]["after"]["url"] == "https://search.example:8443"
@@ -100,7 +101,8 @@ def test_the_first_promotion_reviews_every_declared_server() -> None:
 def test_the_token_binds_core_commits_and_diff() -> None:
     diff = mcp_security_diff(LIVE, CANDIDATE)
     token = review_token("notes", SHA_A, SHA_B, diff)
-    assert token.startswith("mcp-review:") and len(token) == len("mcp-review:") + 64
+    assert token.startswith("mcp-review:")
+    assert len(token) == len("mcp-review:") + 64
     assert token == review_token("notes", SHA_A, SHA_B, json.loads(json.dumps(diff)))
     other_diff = mcp_security_diff(None, CANDIDATE)
     assert (
@@ -124,7 +126,8 @@ def test_the_token_binds_core_commits_and_diff() -> None:
 def test_credential_shaped_argv_items_are_redacted(argv_item: str) -> None:
     candidate = _manifest({"docs": {"command": ["srv", argv_item]}}, docs="ask")
     text = json.dumps(mcp_security_diff(None, candidate))
-    assert SECRET not in text and URL_SECRET not in text
+    assert SECRET not in text
+    assert URL_SECRET not in text
 
 
 def test_the_patch_hides_env_values_and_url_credentials() -> None:
@@ -136,6 +139,7 @@ def test_the_patch_hides_env_values_and_url_credentials() -> None:
     patch = unified_patch(
         [("agent.yaml", before, after)], secrets=manifest_secrets(LIVE, CANDIDATE)
     )
-    assert "+++ b/agent.yaml" in patch and "DOCS_TOKEN" in patch
+    assert "+++ b/agent.yaml" in patch
+    assert "DOCS_TOKEN" in patch
     for secret in (SECRET, URL_SECRET, QUERY_SECRET, "old-token-value"):
         assert secret not in patch
