@@ -13,12 +13,34 @@ from hostkit.cores._manifest import (
     SlotsSpec,
     capability_problem,
 )
+from hostkit.cores._sdk import MAX_EMITS, AuthorContext, AuthorTurn, Emitter
+from hostkit.cores._slots import (
+    MAX_BOOTSTRAP_CHARS,
+    MAX_OUTPUT_CHARS,
+    SlotFailed,
+    SlotName,
+    SlotRuntime,
+)
+from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
 
 __all__ = [
+    "CORE_SCOPE",
+    "MAX_BOOTSTRAP_CHARS",
+    "MAX_EMITS",
     "MAX_MANIFEST_BYTES",
+    "MAX_OUTPUT_CHARS",
     "Approval",
+    "AuthorContext",
+    "AuthorTurn",
     "CoreLimits",
     "CoreManifest",
+    "Emitter",
+    "SlotFailed",
+    "SlotName",
+    "SlotRuntime",
     "SlotsSpec",
+    "StateHandle",
+    "StateRuntime",
+    "StateScopes",
     "capability_problem",
 ]
