@@ -5,14 +5,27 @@ which commit is live (a ref in the core's repository it moves only after
 promotion gates), rolls it back, and pins every turn to one revision.
 """
 
+from hostkit.cores._loaded import (
+    MANIFEST_FILE,
+    PACKAGE_DIR,
+    CoreLocation,
+    LoadedCore,
+    live_core,
+    load_core,
+    package_name,
+)
 from hostkit.cores._manifest import (
+    BUILTIN_RULES,
     MAX_MANIFEST_BYTES,
     Approval,
     CoreLimits,
     CoreManifest,
     SlotsSpec,
     capability_problem,
+    load_manifest,
+    manifest_error,
 )
+from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._sdk import MAX_EMITS, AuthorContext, AuthorTurn, Emitter
 from hostkit.cores._slots import (
     MAX_BOOTSTRAP_CHARS,
@@ -24,17 +37,24 @@ from hostkit.cores._slots import (
 from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
 
 __all__ = [
+    "BUILTIN_RULES",
     "CORE_SCOPE",
+    "MANIFEST_FILE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_EMITS",
     "MAX_MANIFEST_BYTES",
     "MAX_OUTPUT_CHARS",
+    "PACKAGE_DIR",
     "Approval",
     "AuthorContext",
     "AuthorTurn",
+    "CommitInfo",
     "CoreLimits",
+    "CoreLocation",
     "CoreManifest",
+    "CoreRepository",
     "Emitter",
+    "LoadedCore",
     "SlotFailed",
     "SlotName",
     "SlotRuntime",
@@ -43,4 +63,9 @@ __all__ = [
     "StateRuntime",
     "StateScopes",
     "capability_problem",
+    "live_core",
+    "load_core",
+    "load_manifest",
+    "manifest_error",
+    "package_name",
 ]
