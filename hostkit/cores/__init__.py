@@ -25,8 +25,11 @@ from hostkit.cores._manifest import (
     load_manifest,
     manifest_error,
 )
+from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
+from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
 from hostkit.cores._sdk import MAX_EMITS, AuthorContext, AuthorTurn, Emitter
+from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
 from hostkit.cores._slots import (
     MAX_BOOTSTRAP_CHARS,
     MAX_OUTPUT_CHARS,
@@ -45,16 +48,22 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_OUTPUT_CHARS",
     "PACKAGE_DIR",
+    "REVIEW_PREFIX",
     "Approval",
     "AuthorContext",
     "AuthorTurn",
     "CommitInfo",
+    "CoreDiff",
     "CoreLimits",
     "CoreLocation",
     "CoreManifest",
+    "CoreRegistry",
     "CoreRepository",
+    "CoreStatus",
     "Emitter",
+    "FileChange",
     "LoadedCore",
+    "RevisionInfo",
     "SlotFailed",
     "SlotName",
     "SlotRuntime",
@@ -67,5 +76,7 @@ __all__ = [
     "load_core",
     "load_manifest",
     "manifest_error",
+    "mcp_security_diff",
     "package_name",
+    "review_token",
 ]
