@@ -122,20 +122,23 @@ class AuthorTurn:
     def __init__(
         self,
         runtime: StateRuntime,
-        context: TurnExecutionContext,
+        *,
+        turn_id: str,
+        session_id: str,
+        core_id: str,
+        core_revision: str,
+        request_id: str,
         lease: SessionLease,
         sink: Sink,
     ) -> None:
-        self._state: StateScopes = runtime.open(
-            core_id=context.core_id, session_id=context.session_id, lease=lease
-        )
+        self._state: StateScopes = runtime.open(core_id=core_id, session_id=session_id, lease=lease)
         self._budget = _Budget(MAX_EMITS)
         self.context = AuthorContext(
-            turn_id=context.turn_id,
-            session_id=context.session_id,
-            core_id=context.core_id,
-            core_revision=context.core_revision,
-            request_id=context.request_id,
+            turn_id=turn_id,
+            session_id=session_id,
+            core_id=core_id,
+            core_revision=core_revision,
+            request_id=request_id,
             state=self._state.session,
             core_state=self._state.core,
             emit=Emitter(sink, "slot", self._budget),
@@ -144,6 +147,26 @@ class AuthorTurn:
             state=self._state.session,
             core_state=self._state.core,
             emit=lambda redact: Emitter(sink, "tool", self._budget, redact),
+        )
+
+    @classmethod
+    def of(
+        cls,
+        runtime: StateRuntime,
+        context: TurnExecutionContext,
+        lease: SessionLease,
+        sink: Sink,
+    ) -> AuthorTurn:
+        """The SDK of the admitted turn ``context`` holding ``lease``; events go to ``sink``."""
+        return cls(
+            runtime,
+            turn_id=context.turn_id,
+            session_id=context.session_id,
+            core_id=context.core_id,
+            core_revision=context.core_revision,
+            request_id=context.request_id,
+            lease=lease,
+            sink=sink,
         )
 
     def close(self) -> None:

@@ -325,7 +325,7 @@ class TurnExecution:
                 with anyio.move_on_after(self._turn_timeout_s) as deadline:
                     active.catalog = await core.effects.prepare_catalog(context)
                     self._announce_unavailable(context, active.catalog)
-                    active.author = AuthorTurn(
+                    active.author = AuthorTurn.of(
                         self._state,
                         context,
                         active.lease,
