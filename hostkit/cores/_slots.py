@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import anyio
 
+from hostkit.cores._loaded import LoadedCore
 from hostkit.cores._manifest import SlotsSpec
 from hostkit.cores._sdk import AuthorContext
 from hostkit.errors import RuntimeFailure, bounded
@@ -73,6 +74,19 @@ class SlotRuntime:
         }
         self._timeout_s = timeout_s
         self._loaded: dict[str, Callable[..., Any]] = {}
+
+    @classmethod
+    def of(cls, core: LoadedCore) -> SlotRuntime | None:
+        """The slots ``core``'s manifest declares at its revision; None when it declares none."""
+        slots = core.manifest.slots
+        if slots.bootstrap is None and slots.input is None and slots.output is None:
+            return None
+        return cls(
+            root=core.root,
+            package=core.package,
+            slots=slots,
+            timeout_s=core.manifest.limits.slot_timeout_s,
+        )
 
     def __repr__(self) -> str:
         return f"<SlotRuntime {self._package} {sorted(self._entries)}>"
