@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
+from hostkit.effects import ToolContext, tool
 from hostkit.host import Host, HostConfig
-from hostkit.testing import Reply, ScriptedModel, capabilities
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
 from tests.cores_support import core_host_config, make_core
 from tests.hosts import event_kinds, request
@@ -180,3 +181,50 @@ async def test_a_failing_slot_fails_the_turn_sanitized_and_recorded(
     assert following.outcome == "failed"
     cells = await anyio.to_thread.run_sync(lambda: list(table_rows(tmp_path / "hostkit.db")))
     assert not any(SECRET in cell for cell in cells)
+
+
+COUNTING = """
+async def boot(ctx):
+    await ctx.core_state.set("boots", (await ctx.core_state.get("boots") or 0) + 1)
+    return "counted"
+
+
+async def normalize(ctx, text):
+    await ctx.core_state.set("inputs", (await ctx.core_state.get("inputs") or 0) + 1)
+    await ctx.state.set("asked", text)
+    return text
+
+
+async def finish(ctx, text):
+    return text + " [out]"
+"""
+
+
+async def test_a_continuation_does_not_run_bootstrap_or_input_again(tmp_path: Path) -> None:
+    @tool("notes.stamp")
+    async def stamp(ctx: ToolContext) -> str:
+        """Stamp what the session asked (asks for approval first)."""
+        assert ctx.state is not None
+        return f"stamped {await ctx.state.get('asked')}"
+
+    manifest = {
+        "model": "test",
+        "capabilities": {"notes.*": "ask"},
+        "slots": {"bootstrap": "slots:boot", "input": "slots:normalize", "output": "slots:finish"},
+        "memory": False,
+    }
+    path, _ = make_core(tmp_path, "notes", manifest=manifest, files={"agent/slots.py": COUNTING})
+    config = core_host_config(tmp_path, {"notes": path})
+    model = ScriptedModel([CallTools(("notes_stamp", {})), Reply("done")])
+    async with Host.open(config, capabilities=capabilities(model, tools=[stamp])) as host:
+        paused = await host.turns.run(request("stamp it", core_id="notes"))
+        assert paused.outcome == "needs_user"
+        assert paused.pending_approval is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        finished = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        counts = [await host.store.cores.state_get("notes", "", key) for key in ("boots", "inputs")]
+    assert finished.outcome == "completed", finished.error
+    assert finished.text == "done [out]"  # output runs on the continuation's answer
+    assert [entry.value for entry in counts if entry is not None] == [1, 1]
+    # The approved tool ran in the continuation with the session's state.
+    assert "stamped stamp it" in model.requests[1].messages[-1].content
