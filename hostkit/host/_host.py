@@ -30,7 +30,7 @@ from hostkit.effects import (
     McpConnections,
     PendingApproval,
 )
-from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.errors import ConfigError, RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
@@ -41,6 +41,13 @@ from hostkit.host._config import HostConfig, default_config, load_config, state_
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._reload import (
+    ReloadOutcome,
+    config_changes,
+    core_changes,
+    live_revisions,
+    rejected,
+)
 from hostkit.host._serve import HostDaemon
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
@@ -170,6 +177,11 @@ class Host(AsyncResource):
         )
         self._commands = InboundCommands(self.approvals, authority, self.turns, store)
         self._closed = False
+        # reload(): the configuration as given (before Python agents and cores joined it),
+        # one reload at a time, and the live commits the last reload saw.
+        self._base_config = config
+        self._reload_lock = anyio.Lock()
+        self._seen_live: dict[str, str | None] = {}
 
     def _new_generation(
         self, number: int, config: HostConfig, capabilities: RuntimeCapabilities
@@ -220,7 +232,8 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None,
         agents: Sequence[Agent] = (),
     ) -> Host:
-        resolved, instances = compose_agents(await _resolve_config(config), agents)
+        base = await _resolve_config(config)
+        resolved, instances = compose_agents(base, agents)
         telemetry = resolved.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
         # Off the event loop: the first use imports the SDK and starts its export thread.
@@ -270,6 +283,7 @@ class Host(AsyncResource):
                 tracing=tracing,
                 agents=agents,
             )
+            host._base_config = base
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
             await host.processes.recover()
@@ -316,6 +330,7 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
+        given = config
         config, instances = compose_agents(config, self.agents)
         caps = with_agents(
             capabilities or DefaultCapabilities.from_config(config, store=self.store),
@@ -329,6 +344,7 @@ class Host(AsyncResource):
             _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
         self._generation = self._new_generation(previous.number + 1, config, caps)
         self.config = config
+        self._base_config = given
         # A changed (or removed) agent's session approvals were given for another revision.
         # New capability sources, or a change outside the agents' own sections, may change
         # what any agent is granted: its authority changed, so every agent's approvals go
@@ -355,6 +371,64 @@ class Host(AsyncResource):
         else:
             self._retired.append(previous)
         return self._generation.number
+
+    # -- live reload (docs/generations.md) --------------------------------------------
+
+    async def reload(self, *, read_timeout_s: float = 30.0) -> ReloadOutcome:
+        """Re-read what the Host was opened from; apply a new generation if anything changed.
+
+        The file (``config.source``; a configuration built in code is reused as
+        it is) is read off the event loop, each core's live ref is read, and
+        ``apply_config`` runs only when the configuration's content or a core's
+        live commit differs from what the current generation was built from;
+        running turns finish on theirs. A configuration that fails validation
+        (TOML, schema, a core's ``agent.yaml``, an unknown provider) changes
+        nothing: the outcome is ``rejected`` with the bounded reason, also logged.
+        Reloads run one at a time; reading is bounded by ``read_timeout_s``, and
+        once applying began it is never cut half-way.
+        """
+        if self._closed:
+            raise TurnRejected("the Host is closed")
+        async with self._reload_lock:
+            outcome = await self._reload(read_timeout_s)
+        if outcome.rejected:
+            _log.warning("%s", outcome)
+        elif outcome.applied:
+            _log.info("%s", outcome)
+        return outcome
+
+    async def _reload(self, read_timeout_s: float) -> ReloadOutcome:
+        base, number = self._base_config, self._generation.number
+        try:
+            with anyio.fail_after(read_timeout_s):
+                config = base
+                if base.source is not None:
+                    config = await anyio.to_thread.run_sync(
+                        load_config, base.source, abandon_on_cancel=True
+                    )
+                live = await live_revisions(config)
+        except ConfigError as exc:
+            return rejected(number, exc.message)
+        except TimeoutError:
+            return rejected(number, f"reading the configuration took over {read_timeout_s} s")
+        built = {core_id: self._built_from(core_id) for core_id in live}
+        changes = (*config_changes(base, config), *core_changes(built, live))
+        if not changes:
+            return ReloadOutcome(number, False)
+        try:
+            # Not cancellable once begun: a generation is applied whole or not at all.
+            with anyio.CancelScope(shield=True):
+                number = await self.apply_config(config)
+        except ConfigError as exc:
+            return rejected(number, exc.message)
+        self._seen_live = live
+        return ReloadOutcome(number, True, None, changes)
+
+    def _built_from(self, core_id: str) -> str | None:
+        """The live commit the current generation took for ``core_id`` (one it could not
+        load: the commit the last reload saw, so a broken revision is not retried)."""
+        loaded = self._generation.core(core_id)
+        return loaded.revision if loaded is not None else self._seen_live.get(core_id)
 
     # -- embedder conveniences -------------------------------------------------------
 
