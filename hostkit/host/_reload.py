@@ -15,10 +15,10 @@ import hashlib
 import logging
 import math
 import os
-from stat import S_ISREG
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Protocol
 
 import anyio
@@ -216,10 +216,9 @@ class ConfigWatcher:
             interval = self.interval_s
             with anyio.move_on_after(interval if interval > 0 else math.inf):
                 await self._wake.wait()
-            if self._stopping:
-                break
-            self._wake = anyio.Event()
-            await self.check()
+            if not self._stopping:  # stop() wakes the wait too
+                self._wake = anyio.Event()
+                await self.check()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -243,6 +242,9 @@ class ConfigWatcher:
             _log.warning("reload failed: %s", _reason(exc))
             return None
         self.last = outcome
+        if forced and not outcome.applied and not outcome.rejected:
+            # Asked for (SIGHUP): the operator hears the answer even when it is "nothing".
+            _log.info("%s", outcome)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
         return outcome

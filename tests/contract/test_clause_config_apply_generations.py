@@ -34,7 +34,10 @@ async def observed_host(host: Host) -> ObservedProviders:
         return await turn_rows(host)
 
     observed = ObservedProviders(caps.providers, statuses)
-    assert await host.apply_config(config, capabilities=dataclasses.replace(caps, providers=observed)) == 2
+    assert (
+        await host.apply_config(config, capabilities=dataclasses.replace(caps, providers=observed))
+        == 2
+    )
     return observed
 
 
@@ -49,23 +52,23 @@ async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
         async def slow() -> None:
             results["slow"] = await host.turns.run(request("slow", conversation="a"))
 
-        async with host.events.subscribe(lambda e: e.kind == "turn.started") as started:
-            async with anyio.create_task_group() as group:
-                group.start_soon(slow)
-                with anyio.fail_after(10):
-                    await started.receive()
-                write_config(
-                    tmp_path, reply="from the new script", instructions="You are the second."
-                )
-                outcome = await host.reload()
-                assert outcome.applied
-                assert outcome.generation == host.generation == 3
-                assert "providers.test" in outcome.changes
-                assert "agents.assistant" in outcome.changes
-                results["next"] = await host.turns.run(request("next", conversation="b"))
-                # The slow turn still runs on generation 2: its sources stay open.
-                assert "slow" not in results
-                assert not observed.closed.is_set()
+        async with (
+            host.events.subscribe(lambda e: e.kind == "turn.started") as started,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(slow)
+            with anyio.fail_after(10):
+                await started.receive()
+            write_config(tmp_path, reply="from the new script", instructions="You are the second.")
+            outcome = await host.reload()
+            assert outcome.applied
+            assert outcome.generation == host.generation == 3
+            assert "providers.test" in outcome.changes
+            assert "agents.assistant" in outcome.changes
+            results["next"] = await host.turns.run(request("next", conversation="b"))
+            # The slow turn still runs on generation 2: its sources stay open.
+            assert "slow" not in results
+            assert not observed.closed.is_set()
         with anyio.fail_after(5):
             await observed.closed.wait()
     assert (results["slow"].generation, results["slow"].text) == (2, "from the old script")
@@ -85,17 +88,20 @@ async def test_a_turn_waiting_for_its_busy_session_runs_on_the_generation_that_a
         async def run(name: str) -> None:
             results[name] = await host.turns.run(request(name, conversation="same"))
 
-        async with host.events.subscribe(lambda e: e.kind == "turn.started") as started:
-            async with anyio.create_task_group() as group:
-                group.start_soon(run, "first")
-                with anyio.fail_after(10):
-                    await started.receive()
-                group.start_soon(run, "waiting")
-                with anyio.fail_after(10):
-                    while host.turns.admission_holders < 2:
-                        await anyio.sleep(0.01)
-                write_config(tmp_path, reply="new", times=2, instructions="You are the second.")
-                assert (await host.reload()).generation == 2
+        async with (
+            host.events.subscribe(lambda e: e.kind == "turn.started") as started,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(run, "first")
+            with anyio.fail_after(10):
+                await started.receive()
+            group.start_soon(run, "waiting")
+            with anyio.fail_after(10):
+                # Waiting for its session has no event of its own: the count is the signal.
+                while host.turns.admission_holders < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            write_config(tmp_path, reply="new", times=2, instructions="You are the second.")
+            assert (await host.reload()).generation == 2
         first, waiting = results["first"], results["waiting"]
         new_revision = (await host.turns.run(request("later", conversation="other"))).core_revision
     assert (first.generation, first.text) == (1, "old")
