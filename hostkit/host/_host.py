@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
+from hostkit.cores import LoadedCore
 from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
@@ -38,11 +39,13 @@ from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
+from hostkit.host._cores import compose_cores, unavailable_reasons
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
 from hostkit.host._reload import (
     ReloadOutcome,
+    check_cores,
     config_changes,
     core_changes,
     live_revisions,
@@ -117,8 +120,13 @@ class Host(AsyncResource):
         warnings: tuple[str, ...] = (),
         tracing: Tracing | None = None,
         agents: Sequence[Agent] = (),
+        cores: Mapping[str, LoadedCore] | None = None,
+        declared: HostConfig | None = None,
     ) -> None:
         self.config = config
+        # The configuration as given, before its Agent Cores and Python agents were
+        # composed in: apply_config(host.declared_config) recomposes at the live refs now.
+        self.declared_config = declared or config
         # Python agents: composed into every configuration this Host applies.
         self.agents = tuple(agents)
         self.tracing = tracing
@@ -142,7 +150,9 @@ class Host(AsyncResource):
         # generations, all closed (every stdio process tree ended) by aclose().
         self.mcp = McpConnections(status=store.mcp_servers.record_mcp_status)
         self.estimators = EstimatorRegistry()
-        self._generation = self._new_generation(1, config, capabilities)
+        self._generation = self._new_generation(
+            1, config, capabilities, cores=cores, unavailable=unavailable_reasons(config, warnings)
+        )
         self._retired: list[Generation] = []
         self.context = ContextManager(
             store,
@@ -177,14 +187,17 @@ class Host(AsyncResource):
         )
         self._commands = InboundCommands(self.approvals, authority, self.turns, store)
         self._closed = False
-        # reload(): the configuration as given (before Python agents and cores joined it),
-        # one reload at a time, and the live commits the last reload saw.
-        self._base_config = config
+        # reload(): one at a time (SIGHUP and the watcher, a notebook cell).
         self._reload_lock = anyio.Lock()
-        self._seen_live: dict[str, str | None] = {}
 
     def _new_generation(
-        self, number: int, config: HostConfig, capabilities: RuntimeCapabilities
+        self,
+        number: int,
+        config: HostConfig,
+        capabilities: RuntimeCapabilities,
+        *,
+        cores: Mapping[str, LoadedCore] | None = None,
+        unavailable: Mapping[str, str] | None = None,
     ) -> Generation:
         return Generation(
             number,
@@ -196,6 +209,8 @@ class Host(AsyncResource):
             estimators=self.estimators,
             outputs={agent.name: agent.output for agent in self.agents if agent.output is not None},
             mcp=self.mcp,
+            cores=cores,
+            unavailable=unavailable,
         )
 
     @classmethod
@@ -232,8 +247,10 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None,
         agents: Sequence[Agent] = (),
     ) -> Host:
-        base = await _resolve_config(config)
-        resolved, instances = compose_agents(base, agents)
+        declared = await _resolve_config(config)
+        # Each Agent Core at its live revision; one that is not available is a warning.
+        composed, cores, core_warnings = await compose_cores(declared)
+        resolved, instances = compose_agents(composed, agents)
         telemetry = resolved.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
         # Off the event loop: the first use imports the SDK and starts its export thread.
@@ -247,7 +264,7 @@ class Host(AsyncResource):
         )
         try:
             await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
-            warnings = await _prepare_workspaces(resolved)
+            warnings = (*await _prepare_workspaces(resolved), *core_warnings)
             store = await RuntimeStore.open(
                 resolved.database_path, synchronous=resolved.host.synchronous
             )
@@ -282,8 +299,9 @@ class Host(AsyncResource):
                 warnings=warnings,
                 tracing=tracing,
                 agents=agents,
+                cores=cores,
+                declared=declared,
             )
-            host._base_config = base
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
             await host.processes.recover()
@@ -326,25 +344,34 @@ class Host(AsyncResource):
     ) -> int:
         """Make ``config`` the next generation; running turns keep the one they started with.
 
-        The Host's Python agents join ``config`` as they did at open.
+        The Host's Python agents join ``config`` as they did at open, and its
+        Agent Cores are loaded at their live refs now: applying the same
+        configuration after a promotion builds a generation on the new revision.
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
-        given = config
-        config, instances = compose_agents(config, self.agents)
+        declared = config
+        composed, cores, core_warnings = await compose_cores(config)
+        config, instances = compose_agents(composed, self.agents)
         caps = with_agents(
             capabilities or DefaultCapabilities.from_config(config, store=self.store),
             config,
             self.agents,
             instances,
         )
-        self.warnings = await _prepare_workspaces(config)
+        self.warnings = (*await _prepare_workspaces(config), *core_warnings)
         previous = self._generation
         if config.host.telemetry != previous.config.host.telemetry:
             _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
-        self._generation = self._new_generation(previous.number + 1, config, caps)
+        self._generation = self._new_generation(
+            previous.number + 1,
+            config,
+            caps,
+            cores=cores,
+            unavailable=unavailable_reasons(config, core_warnings),
+        )
         self.config = config
-        self._base_config = given
+        self.declared_config = declared
         # A changed (or removed) agent's session approvals were given for another revision.
         # New capability sources, or a change outside the agents' own sections, may change
         # what any agent is granted: its authority changed, so every agent's approvals go
@@ -398,37 +425,32 @@ class Host(AsyncResource):
         return outcome
 
     async def _reload(self, read_timeout_s: float) -> ReloadOutcome:
-        base, number = self._base_config, self._generation.number
+        declared, number = self.declared_config, self._generation.number
         try:
             with anyio.fail_after(read_timeout_s):
-                config = base
-                if base.source is not None:
+                config = declared
+                if declared.source is not None:
                     config = await anyio.to_thread.run_sync(
-                        load_config, base.source, abandon_on_cancel=True
+                        load_config, declared.source, abandon_on_cancel=True
                     )
                 live = await live_revisions(config)
+                built = {core_id: core.revision for core_id, core in self._generation.cores.items()}
+                changes = (*config_changes(declared, config), *core_changes(built, live))
+                if not changes:
+                    return ReloadOutcome(number, False)
+                # Strict, unlike open: a live revision that does not load rejects it all.
+                await check_cores(config, live)
         except ConfigError as exc:
             return rejected(number, exc.message)
         except TimeoutError:
             return rejected(number, f"reading the configuration took over {read_timeout_s} s")
-        built = {core_id: self._built_from(core_id) for core_id in live}
-        changes = (*config_changes(base, config), *core_changes(built, live))
-        if not changes:
-            return ReloadOutcome(number, False)
         try:
             # Not cancellable once begun: a generation is applied whole or not at all.
             with anyio.CancelScope(shield=True):
                 number = await self.apply_config(config)
         except ConfigError as exc:
             return rejected(number, exc.message)
-        self._seen_live = live
         return ReloadOutcome(number, True, None, changes)
-
-    def _built_from(self, core_id: str) -> str | None:
-        """The live commit the current generation took for ``core_id`` (one it could not
-        load: the commit the last reload saw, so a broken revision is not retried)."""
-        loaded = self._generation.core(core_id)
-        return loaded.revision if loaded is not None else self._seen_live.get(core_id)
 
     # -- embedder conveniences -------------------------------------------------------
 
