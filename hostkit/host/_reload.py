@@ -25,13 +25,15 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hostkit.cores import CoreRepository
-from hostkit.errors import HostkitError, bounded
+from hostkit.errors import ConfigError, HostkitError, bounded
 from hostkit.host._config import MAX_CONFIG_BYTES, HostConfig
+from hostkit.host._cores import compose_cores
 
 __all__ = [
     "ConfigWatcher",
     "ReloadOutcome",
     "Reloadable",
+    "check_cores",
     "config_changes",
     "core_changes",
     "live_revisions",
@@ -143,6 +145,23 @@ async def live_revisions(config: HostConfig) -> dict[str, str | None]:
             repository = await CoreRepository.open(config.resolve(core.path))
             revisions[core_id] = await repository.live(core.ref)
     return revisions
+
+
+async def check_cores(config: HostConfig, live: Mapping[str, str | None]) -> None:
+    """``ConfigError`` naming the core when a live revision does not load or compile.
+
+    A core without a live ref is left out: it is not available, as at open.
+    """
+    for core_id, sha in live.items():
+        if sha is None or core_id not in config.cores:
+            continue
+        only = config.model_copy(update={"cores": {core_id: config.cores[core_id]}})
+        try:
+            await compose_cores(only, strict=True)
+        except ConfigError as exc:
+            prefix = f"core {core_id!r}"
+            message = exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
+            raise ConfigError(message) from None
 
 
 class Reloadable(Protocol):
