@@ -213,6 +213,7 @@ class ConfigWatcher:
         self._forced = False
         self._stopping = False
         self._seen: _Fingerprint | None = None
+        self._problem: str | None = None
         self.last: ReloadOutcome | None = None
 
     @property
@@ -271,9 +272,14 @@ class ConfigWatcher:
     async def _fingerprint_or_none(self, previous: _Fingerprint | None) -> _Fingerprint | None:
         try:
             with anyio.fail_after(self.step_timeout_s):
-                return await self._fingerprint(previous)
+                fingerprint = await self._fingerprint(previous)
+            self._problem = None
+            return fingerprint
         except (HostkitError, TimeoutError, OSError) as exc:
-            _log.warning("cannot check the configuration for changes: %s", _reason(exc))
+            problem = f"cannot check the configuration for changes: {_reason(exc)}"
+            if problem != self._problem:  # once per problem, not once per poll
+                _log.warning("%s", problem)
+            self._problem = problem
             return None
 
     async def _fingerprint(self, previous: _Fingerprint | None) -> _Fingerprint:
@@ -288,8 +294,17 @@ class ConfigWatcher:
                 previous.digest if previous else None,
                 abandon_on_cancel=True,
             )
-        cores = await live_revisions(config)
-        return _Fingerprint(digest, tuple(sorted(cores.items())), stat)
+        cores: list[tuple[str, str | None]] = []
+        for core_id, core in sorted(config.cores.items()):
+            try:
+                with anyio.fail_after(CORE_READ_TIMEOUT_S):
+                    repository = await CoreRepository.open(config.resolve(core.path))
+                    cores.append((core_id, await repository.live(core.ref)))
+            except (HostkitError, TimeoutError, OSError) as exc:
+                # One unreadable core must not blind the watcher to the file and the others;
+                # the reload it leads to (when it changes) says what is wrong.
+                cores.append((core_id, f"unreadable: {type(exc).__name__}"))
+        return _Fingerprint(digest, tuple(cores), stat)
 
 
 def _file_state(

@@ -172,3 +172,24 @@ async def test_nb_reload_returns_the_outcome(tmp_path: Path) -> None:
     assert str(outcome) == "generation 2 applied (providers.test; agents.assistant)"
     assert "generation 2 applied" in outcome._repr_html_()
     assert again == ReloadOutcome(generation=2, applied=False)
+
+
+async def test_an_unreadable_core_does_not_blind_the_watcher_to_the_file(tmp_path: Path) -> None:
+    not_a_repository = tmp_path / "gone"
+    not_a_repository.mkdir()
+    extra = f'[cores.notes]\npath = "{not_a_repository}"'
+    path = write_config(tmp_path, reply="first", extra=extra)
+    async with Host.open(path) as host:
+        watcher = ConfigWatcher(host, interval_s=60)
+        async with anyio.create_task_group() as group:
+            await group.start(watcher.run)
+            unchanged = await watcher.check()
+            write_config(tmp_path, reply="second", extra=extra)
+            edited = await watcher.check()
+            await watcher.stop()
+    assert unchanged is None
+    # The edit is seen; the reload refuses a configuration whose core cannot be read.
+    assert edited is not None
+    assert edited.rejected
+    assert edited.reason is not None
+    assert "gone" in edited.reason
