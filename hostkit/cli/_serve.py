@@ -5,7 +5,11 @@ The first signal begins the graceful shutdown: webhooks are refused and
 drain_timeout_s`` to finish, every claim still held is released, and the
 process exits 0. A second signal exits at once (status 128 + the signal
 number), saying which signal it was, also while the Host closes after the
-drain; what was held is then recovered by lease expiry. An address that
+drain; what was held is then recovered by lease expiry. SIGHUP reloads
+``hostkit.toml`` and the cores' live refs at once; the "reload" daemon also
+polls them every ``[serve] reload_interval_s`` (docs/generations.md). Either
+logs "generation N applied" or "config rejected: <reason>; generation N keeps
+serving". An address that
 cannot be bound is one error line (exit 2), before anything starts. On
 start one line on stdout says where it listens (``hostkit serve: listening
 on http://HOST:PORT``); logs go to stderr: JSON lines with
@@ -43,7 +47,7 @@ LISTENING = "hostkit serve: listening on {url}"
 STATUS_INTERVAL_S = 0.5
 # A status read slower than this shows the last figures (marked stale) instead.
 STATUS_TIMEOUT_S = 2.0
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class LogChoice(StrEnum):
@@ -70,7 +74,8 @@ def serve(
 ) -> None:
     """Serve channels: webhooks, polling, inbox workers (docs/service.md).
 
-    SIGTERM or SIGINT drains and exits 0; a second one exits at once.
+    SIGTERM or SIGINT drains and exits 0; a second one exits at once. SIGHUP
+    reloads the configuration (a new generation for new turns).
     """
     terminal = _stderr_is_a_terminal()
     chosen: LogFormat = "json" if log_format is LogChoice.json or not terminal else "text"
@@ -97,7 +102,7 @@ async def _serve_host(
     config: Path | None, listen: str | None, port: int | None, *, live: bool, watch: _SignalWatch
 ) -> int:
     async with open_host(config) as host:
-        daemon = host.serve(listen=listen, port=port)
+        daemon = host.serve(listen=listen, port=port, watch=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
         daemon.bind()
         watch.attach(daemon)
@@ -118,7 +123,9 @@ async def _serve_host(
 
 class _SignalWatch:
     """First SIGTERM/SIGINT: graceful shutdown (remembered until the daemon exists);
-    the second: exit at once, whatever is running (the drain, the Host closing)."""
+    the second: exit at once, whatever is running (the drain, the Host closing).
+    SIGHUP: reload now (before the daemon exists there is nothing to reload: the
+    configuration is being read anyway)."""
 
     def __init__(self) -> None:
         self._daemon: HostDaemon | None = None
@@ -132,6 +139,10 @@ class _SignalWatch:
     async def run(self, signals: AsyncIterator[int]) -> None:
         async for number in signals:
             name = signal.Signals(number).name
+            if number == signal.SIGHUP:
+                if self._daemon is not None and self._first is None:
+                    self._daemon.reload_now()
+                continue
             if self._first is not None:
                 sys.stderr.write(
                     f"hostkit serve: second {name}: exiting at once without draining "
@@ -171,6 +182,9 @@ def status_text(status: ServeStatus, *, stale: bool = False) -> Text:
         f"delivered {status.delivered} · failing {status.failing}",
         style="bold" if status.failing == 0 else "bold red",
     )
+    line.append(f" · generation {status.generation}", style="bold")
+    if status.reload is not None and status.reload.rejected:
+        line.append(" (config rejected)", style="bold red")
     for daemon in status.daemons:
         style = "green" if daemon.state == "running" else "yellow"
         line.append(f"  {daemon.name} ", style="dim")

@@ -40,6 +40,7 @@ from hostkit.host._defaults import (
 )
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
+from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve import HostDaemon, ServeStatus
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "CatalogTool",
     "Channel",
     "ChannelSource",
+    "ConfigWatcher",
     "ConfiguredChannels",
     "CoreConfig",
     "DefaultCapabilities",
@@ -72,6 +74,7 @@ __all__ = [
     "ProviderRequest",
     "ProviderSource",
     "PydanticOutput",
+    "ReloadOutcome",
     "RuntimeCapabilities",
     "ServeStatus",
     "StoreMemorySource",

@@ -33,6 +33,7 @@ from hostkit.effects import ENV_NAME_PATTERN
 __all__ = [
     "DEFAULT_API_BASE",
     "MAX_CHANNELS",
+    "MIN_RELOAD_INTERVAL_S",
     "ChannelConfig",
     "ChannelKind",
     "ServeSection",
@@ -144,6 +145,10 @@ class ChannelConfig(_Strict):
         return self.api_base or DEFAULT_API_BASE.get(self.kind)
 
 
+# A shorter poll would spend the daemon's time stat-ing a file that rarely changes.
+MIN_RELOAD_INTERVAL_S = 0.1
+
+
 class ServeSection(_Strict):
     """``[serve]``: the daemon ``hostkit serve`` runs (docs/service.md)."""
 
@@ -158,3 +163,13 @@ class ServeSection(_Strict):
     delivery_backoff_max_s: float = Field(default=600.0, gt=0, le=86_400)
     # SIGTERM: how long turns in flight and deliveries get to finish before they are cut.
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3_600)
+    # How often the daemon checks hostkit.toml and each core's live ref for a change that
+    # makes a new generation (docs/generations.md); 0: only SIGHUP reloads.
+    reload_interval_s: float = Field(default=2.0, ge=0, le=3_600)
+
+    @pydantic.field_validator("reload_interval_s")
+    @classmethod
+    def _not_a_busy_loop(cls, value: float) -> float:
+        if 0 < value < MIN_RELOAD_INTERVAL_S:
+            raise ValueError(f"reload_interval_s is 0 (off) or at least {MIN_RELOAD_INTERVAL_S}")
+        return value

@@ -31,7 +31,7 @@ from hostkit.effects import (
     McpConnections,
     PendingApproval,
 )
-from hostkit.errors import RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.errors import ConfigError, RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
@@ -48,6 +48,14 @@ from hostkit.host._cores import (
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._reload import (
+    ReloadOutcome,
+    check_cores,
+    config_changes,
+    core_changes,
+    live_revisions,
+    rejected,
+)
 from hostkit.host._serve import HostDaemon
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
@@ -184,6 +192,8 @@ class Host(AsyncResource):
         )
         self._commands = InboundCommands(self.approvals, authority, self.turns, store)
         self._closed = False
+        # reload(): one at a time (SIGHUP and the watcher, a notebook cell).
+        self._reload_lock = anyio.Lock()
 
     def _new_generation(
         self,
@@ -418,6 +428,59 @@ class Host(AsyncResource):
         else:
             self._retired.append(previous)
         return self._generation.number
+
+    # -- live reload (docs/generations.md) --------------------------------------------
+
+    async def reload(self, *, read_timeout_s: float = 30.0) -> ReloadOutcome:
+        """Re-read what the Host was opened from; apply a new generation if anything changed.
+
+        The file (``config.source``; a configuration built in code is reused as
+        it is) is read off the event loop, each core's live ref is read, and
+        ``apply_config`` runs only when the configuration's content or a core's
+        live commit differs from what the current generation was built from;
+        running turns finish on theirs. A configuration that fails validation
+        (TOML, schema, a core's ``agent.yaml``, an unknown provider) changes
+        nothing: the outcome is ``rejected`` with the bounded reason, also logged.
+        Reloads run one at a time; reading is bounded by ``read_timeout_s``, and
+        once applying began it is never cut half-way.
+        """
+        if self._closed:
+            raise TurnRejected("the Host is closed")
+        async with self._reload_lock:
+            outcome = await self._reload(read_timeout_s)
+        if outcome.rejected:
+            _log.warning("%s", outcome)
+        elif outcome.applied:
+            _log.info("%s", outcome)
+        return outcome
+
+    async def _reload(self, read_timeout_s: float) -> ReloadOutcome:
+        declared, number = self.declared_config, self._generation.number
+        try:
+            with anyio.fail_after(read_timeout_s):
+                config = declared
+                if declared.source is not None:
+                    config = await anyio.to_thread.run_sync(
+                        load_config, declared.source, abandon_on_cancel=True
+                    )
+                live = await live_revisions(config)
+                built = {core_id: core.revision for core_id, core in self._generation.cores.items()}
+                changes = (*config_changes(declared, config), *core_changes(built, live))
+                if not changes:
+                    return ReloadOutcome(number, False)
+                # Strict, unlike open: a live revision that does not load rejects it all.
+                await check_cores(config, live)
+        except ConfigError as exc:
+            return rejected(number, exc.message)
+        except TimeoutError:
+            return rejected(number, f"reading the configuration took over {read_timeout_s} s")
+        try:
+            # Not cancellable once begun: a generation is applied whole or not at all.
+            with anyio.CancelScope(shield=True):
+                number = await self.apply_config(config)
+        except ConfigError as exc:
+            return rejected(number, exc.message)
+        return ReloadOutcome(number, True, None, changes)
 
     # -- embedder conveniences -------------------------------------------------------
 

@@ -3,7 +3,10 @@
 The registry is built from the Host's current configuration, in dependency
 order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
 messages), one "poll:<id>" per Telegram
-channel with ``inbound = "polling"``, and "webhooks" (uvicorn serving
+channel with ``inbound = "polling"``, with ``watch=True`` (``hostkit serve``)
+"reload" (the ``ConfigWatcher``: a changed ``hostkit.toml`` or core ref, or
+``reload_now()`` on SIGHUP, makes a new generation; docs/generations.md),
+and "webhooks" (uvicorn serving
 ``hostkit.channels.ingress_app``; it lingers through a shutdown to answer
 ``/readyz``). A shutdown stops them in reverse: the webhook routes refuse
 new requests and readiness goes 503, pollers stop, the inbox worker gives
@@ -19,6 +22,7 @@ missing variable is a ``ConfigError`` naming it before anything starts.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +44,7 @@ from hostkit.delivery import DeliveryRuntime
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host._bus import EventBus
 from hostkit.host._config_channels import ChannelConfig
+from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
 
 if TYPE_CHECKING:
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HostDaemon", "ServeStatus", "delivery_share"]
 
+_log = logging.getLogger("hostkit.serve")
 # Of the shutdown deadline, delivery keeps this fraction (at most _DELIVERY_SHARE_MAX_S
 # seconds) for the answers of the turns the inbox drain let finish.
 _DELIVERY_SHARE = 0.25
@@ -72,7 +78,10 @@ class ServeStatus:
     flight in this process; ``delivered``: answers this process delivered;
     ``failing``: dead letters (inbox and outbox) plus daemons in backoff or
     failed; ``listening``: the webhook server's URL (the actual port when
-    ``[serve] port = 0``), None before it is bound.
+    ``[serve] port = 0``), None before it is bound; ``generation``: the
+    configuration generation new turns use; ``reload``: the last reload's
+    outcome ("generation 3 applied (...)", "config rejected: ...; generation 2
+    keeps serving"), None before one.
     """
 
     daemons: tuple[DaemonStatus, ...]
@@ -82,6 +91,8 @@ class ServeStatus:
     failing: int
     listening: str | None
     ready: bool
+    generation: int = 1
+    reload: ReloadOutcome | None = None
 
 
 class _Stoppable(Protocol):
@@ -155,8 +166,11 @@ class HostDaemon(Background):
     """``hostkit serve`` for one Host: ``exit = await host.serve().run()``.
 
     ``listen``/``port`` override ``[serve]``; ``env`` is where secrets are
-    read (default ``os.environ``). ``run()`` binds the listener (a
-    ``ConfigError`` if it cannot), then supervises until ``shutdown()`` or
+    read (default ``os.environ``); ``watch`` adds the "reload" daemon (a
+    changed configuration or core ref applies a new generation; the
+    listener, the webhook routes and the pollers stay as they started).
+    ``run()`` binds the listener (a ``ConfigError`` if it cannot), then
+    supervises until ``shutdown()`` or
     ``request_shutdown()`` (bounded by ``[serve] drain_timeout_s`` unless
     given) and returns the ``DaemonExit``. ``async with host.serve() as d:``
     runs it in the background and shuts it down at the end of the block.
@@ -171,6 +185,7 @@ class HostDaemon(Background):
         env: Mapping[str, str] | None = None,
         policy: RestartPolicy | None = None,
         on_change: Callable[[DaemonStatus], None] | None = None,
+        watch: bool = False,
     ) -> None:
         serve = host.config.serve
         self.host = host
@@ -207,6 +222,8 @@ class HostDaemon(Background):
         self._channels: dict[str, ChannelConfig] = dict(channels)
         self._policy = policy
         self._on_change = on_change
+        # Polls [serve] reload_interval_s of whatever generation is current.
+        self.watcher = ConfigWatcher(host, on_outcome=_restart_note) if watch else None
         self._server: WebhookServer | None = None
         self.supervisor: Supervisor | None = None
         # A shutdown asked for before run() made the supervisor (a signal during start-up).
@@ -240,6 +257,8 @@ class HostDaemon(Background):
             failing=sum(c.dead_lettered for c in counts) + outbox.dead_lettered + troubled,
             listening=self.url,
             ready=self.ready,
+            generation=self.host.generation,
+            reload=None if self.watcher is None else self.watcher.last,
         )
 
     def _time_left(self) -> float | None:
@@ -278,6 +297,18 @@ class HostDaemon(Background):
             return await self.supervisor.run(task_status=task_status)
         finally:
             server.close()
+
+    def reload_now(self) -> None:
+        """Reload the configuration at once (SIGHUP; safe from a signal-watching task).
+
+        The watcher does it in its own task, so reloads never overlap; the
+        outcome is logged and shown by ``status().reload``. A daemon made
+        without ``watch=True`` has no watcher: ``InvalidValue`` (call
+        ``host.reload()`` instead).
+        """
+        if self.watcher is None:
+            raise InvalidValue("this daemon does not watch its configuration: use host.reload()")
+        self.watcher.trigger()
 
     def request_shutdown(
         self, *, reason: str = "shutdown", deadline_s: float | None = None
@@ -321,8 +352,23 @@ class HostDaemon(Background):
         registry.register("inbox", _Worker(self.worker))
         for poller in self._pollers:
             registry.register(f"poll:{poller.channel_id}", poller.run)
+        if self.watcher is not None:
+            # Stopped right after the webhooks: no generation is applied during the drain.
+            registry.register("reload", self.watcher)
         registry.register("webhooks", server, linger=True)
         return registry
+
+
+def _restart_note(outcome: ReloadOutcome) -> None:
+    """Say so when an applied change needs a restart to reach what the daemon built at start."""
+    if outcome.applied and any(
+        change.startswith(("serve.", "channels.")) and change != "serve.reload_interval_s"
+        for change in outcome.changes
+    ):
+        _log.warning(
+            "[serve] and [channels] changes reach new turns and deliveries now; the listener, "
+            "webhook routes, pollers and concurrency change when hostkit serve restarts"
+        )
 
 
 def _env(environment: Mapping[str, str], channel_id: str, key: str, name: str | None) -> str:

@@ -24,7 +24,7 @@ from anyio.abc import AsyncResource
 
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
-from hostkit.host import Agent, Host, HostConfig, RuntimeCapabilities
+from hostkit.host import Agent, Host, HostConfig, ReloadOutcome, RuntimeCapabilities
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import inbox_of
 from hostkit.notebook._approver import WidgetApprover
@@ -230,6 +230,23 @@ class NotebookHost(AsyncResource):
 
             show(handle.monitor)  # type: ignore[no-untyped-call]
         return handle
+
+    async def reload(self, *, display: bool = True) -> ReloadOutcome:
+        """Re-read ``hostkit.toml`` and the cores' live refs: a new generation if anything changed.
+
+        Turns running now finish on their generation; the next ``chat`` uses
+        the new one. A configuration that fails validation changes nothing and
+        the outcome says why (``outcome.rejected``, ``outcome.reason``). The
+        outcome is displayed unless ``display=False`` (docs/generations.md).
+        """
+        if self.closed:
+            raise UserError("this NotebookHost is closed")
+        outcome = await self.host.reload()
+        if display:
+            from IPython.display import display as show
+
+            show(outcome)  # type: ignore[no-untyped-call]
+        return outcome
 
     async def stop_serving(self, *, deadline_s: float | None = None) -> DaemonExit | None:
         """Drain and stop the daemon ``serve`` started (None if none runs; safe to repeat).

@@ -1,0 +1,341 @@
+"""Live config apply: what a reload did, and the watcher that asks for one.
+
+``Host.reload()`` re-reads ``hostkit.toml`` and every core's live ref and
+applies a new generation only when something changed; a configuration that
+fails validation leaves the current generation serving. ``ConfigWatcher``
+is the daemon ``hostkit serve`` runs: it polls a cheap fingerprint of the
+same inputs (the file's identity and size and modification time, hashed
+only when those moved; each core's live commit) and calls ``reload()`` when
+it changes, or at once when ``trigger()`` is called (SIGHUP).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from hostkit.cores import CoreRepository
+from hostkit.errors import ConfigError, HostkitError, bounded
+from hostkit.host._config import MAX_CONFIG_BYTES, HostConfig
+from hostkit.host._cores import compose_cores
+
+__all__ = [
+    "ConfigWatcher",
+    "ReloadOutcome",
+    "Reloadable",
+    "check_cores",
+    "config_changes",
+    "core_changes",
+    "live_revisions",
+]
+
+_log = logging.getLogger("hostkit.host")
+# A reason or change list is shown in logs and status lines: bounded like every error text.
+_REASON_CHARS = 500
+_MAX_CHANGES = 20
+# One core's ref read: a wedged file system must not stall the other cores' reads forever.
+CORE_READ_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOutcome:
+    """What ``Host.reload()`` did.
+
+    ``applied``: a new generation (``generation``) now serves new turns.
+    Otherwise ``generation`` keeps serving and ``reason`` says why when the
+    configuration was rejected (None: nothing changed). ``changes`` names what
+    differed (``agents.assistant``, ``core 'x' moved 1a2b3c4d5e6f -> ...``).
+    """
+
+    generation: int
+    applied: bool
+    reason: str | None = None
+    changes: tuple[str, ...] = ()
+
+    @property
+    def rejected(self) -> bool:
+        """The new configuration failed validation; the old generation keeps serving."""
+        return not self.applied and self.reason is not None
+
+    def __str__(self) -> str:
+        if self.applied:
+            what = "; ".join(self.changes)
+            return f"generation {self.generation} applied" + (f" ({what})" if what else "")
+        if self.reason is not None:
+            return f"config rejected: {self.reason}; generation {self.generation} keeps serving"
+        return f"nothing changed; generation {self.generation} keeps serving"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        colour = "#1a7f37" if self.applied else ("#cf222e" if self.rejected else "#57606a")
+        return f'<div style="color:{colour}"><b>reload</b>: {escape(str(self))}</div>'
+
+
+def rejected(generation: int, reason: str) -> ReloadOutcome:
+    return ReloadOutcome(generation, False, bounded(reason, _REASON_CHARS))
+
+
+def config_changes(old: HostConfig, new: HostConfig) -> tuple[str, ...]:
+    """The keys one level under each top-level table that differ (``agents.assistant``,
+    ``serve.port``); () when equal.
+
+    Compared as validated values, so a comment or reordering changes nothing.
+    """
+    if old == new:
+        return ()
+    changes: list[str] = []
+    if old.base_dir != new.base_dir or old.source != new.source:
+        changes.append("the configuration file")
+    before = old.model_dump(mode="json")
+    after = new.model_dump(mode="json")
+    for table in dict.fromkeys([*before, *after]):
+        a, b = before.get(table), after.get(table)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes.extend(
+                f"{table}.{name}" for name in dict.fromkeys([*a, *b]) if a.get(name) != b.get(name)
+            )
+        else:
+            changes.append(table)
+    return _bounded_list(changes)
+
+
+def core_changes(
+    applied: Mapping[str, str | None], live: Mapping[str, str | None]
+) -> tuple[str, ...]:
+    """One line per core whose live commit is not the one the generation was built from."""
+    lines = [
+        f"core {core_id!r} {_moved(applied.get(core_id), sha)}"
+        for core_id, sha in live.items()
+        if applied.get(core_id) != sha
+    ]
+    return _bounded_list(lines)
+
+
+def _moved(old: str | None, new: str | None) -> str:
+    if new is None:
+        return "has no live revision"
+    return f"moved {old[:12] if old else '(none)'} -> {new[:12]}"
+
+
+def _bounded_list(items: list[str]) -> tuple[str, ...]:
+    if len(items) <= _MAX_CHANGES:
+        return tuple(items)
+    return (*items[: _MAX_CHANGES - 1], f"{len(items) - _MAX_CHANGES + 1} more")
+
+
+async def live_revisions(config: HostConfig) -> dict[str, str | None]:
+    """Each configured core's live commit now (None: no ref). ``ConfigError`` for a core
+    whose directory is not a repository; each read bounded by ``CORE_READ_TIMEOUT_S``."""
+    revisions: dict[str, str | None] = {}
+    for core_id, core in config.cores.items():
+        with anyio.fail_after(CORE_READ_TIMEOUT_S):
+            repository = await CoreRepository.open(config.resolve(core.path))
+            revisions[core_id] = await repository.live(core.ref)
+    return revisions
+
+
+async def check_cores(config: HostConfig, live: Mapping[str, str | None]) -> None:
+    """``ConfigError`` naming the core when a live revision does not load or compile.
+
+    A core without a live ref is left out: it is not available, as at open.
+    """
+    for core_id, sha in live.items():
+        if sha is None or core_id not in config.cores:
+            continue
+        only = config.model_copy(update={"cores": {core_id: config.cores[core_id]}})
+        try:
+            await compose_cores(only, strict=True)
+        except ConfigError as exc:
+            prefix = f"core {core_id!r}"
+            message = exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
+            raise ConfigError(message) from None
+
+
+class Reloadable(Protocol):
+    """What the watcher needs of a Host: its current configuration and ``reload()``."""
+
+    @property
+    def config(self) -> HostConfig: ...
+
+    async def reload(self) -> ReloadOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Fingerprint:
+    """The cheap view of a reload's inputs: the file's hash and the live refs.
+
+    ``stat`` (inode, size, mtime_ns) only says when the file must be hashed again:
+    it takes no part in the comparison, so touching the file reloads nothing.
+    """
+
+    digest: str | None
+    cores: tuple[tuple[str, str | None], ...]
+    stat: tuple[int, int, int] | None = field(default=None, compare=False)
+
+
+class ConfigWatcher:
+    """A daemon: every ``reload_interval_s`` (``[serve]``, read at each wait; 0 = only
+    ``trigger()``), compare a fingerprint of the configuration file and every core's live
+    ref with the last one and ``reload()`` the Host when it changed.
+
+    ``trigger()`` (SIGHUP) reloads at the next moment, changed or not. Every step
+    has a deadline (``step_timeout_s``); a failure is logged and the watcher goes
+    on: it is never fatal to serving. ``last`` is the latest reload's outcome;
+    ``on_outcome`` hears each one (a status line); it must not block or raise.
+    """
+
+    def __init__(
+        self,
+        host: Reloadable,
+        *,
+        interval_s: float | None = None,
+        step_timeout_s: float = 30.0,
+        on_outcome: Callable[[ReloadOutcome], None] | None = None,
+    ) -> None:
+        self._host = host
+        self._interval_s = interval_s
+        self.step_timeout_s = step_timeout_s
+        self._on_outcome = on_outcome
+        self._wake = anyio.Event()
+        self._forced = False
+        self._stopping = False
+        self._seen: _Fingerprint | None = None
+        self._problem: str | None = None
+        self.last: ReloadOutcome | None = None
+
+    @property
+    def interval_s(self) -> float:
+        """The poll interval now: the one given, else the current ``[serve] reload_interval_s``."""
+        if self._interval_s is not None:
+            return self._interval_s
+        return self._host.config.serve.reload_interval_s
+
+    def trigger(self) -> None:
+        """Reload as soon as the watcher runs next (safe from a signal-handling task)."""
+        self._forced = True
+        self._wake.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Poll until ``stop()``: the first fingerprint is the baseline, taken before ready."""
+        self._seen = await self._fingerprint_or_none(None)
+        task_status.started()
+        while not self._stopping:
+            interval = self.interval_s
+            with anyio.move_on_after(interval if interval > 0 else math.inf):
+                await self._wake.wait()
+            if not self._stopping:  # stop() wakes the wait too
+                self._wake = anyio.Event()
+                await self.check()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def check(self) -> ReloadOutcome | None:
+        """One poll: reload when the fingerprint moved (or a trigger asked); None otherwise.
+
+        Never raises but for cancellation: a failed read or reload is logged.
+        """
+        forced, self._forced = self._forced, False
+        now = await self._fingerprint_or_none(self._seen)
+        if not forced and (now is None or now == self._seen):
+            return None
+        # Remembered before the reload: a rejected file is not retried until it changes.
+        self._seen = now if now is not None else self._seen
+        try:
+            with anyio.fail_after(self.step_timeout_s):
+                outcome = await self._host.reload()
+        except (HostkitError, TimeoutError, OSError) as exc:
+            _log.warning("reload failed: %s", _reason(exc))
+            return None
+        self.last = outcome
+        if forced and not outcome.applied and not outcome.rejected:
+            # Asked for (SIGHUP): the operator hears the answer even when it is "nothing".
+            _log.info("%s", outcome)
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
+        return outcome
+
+    async def _fingerprint_or_none(self, previous: _Fingerprint | None) -> _Fingerprint | None:
+        try:
+            with anyio.fail_after(self.step_timeout_s):
+                fingerprint = await self._fingerprint(previous)
+            self._problem = None
+            return fingerprint
+        except (HostkitError, TimeoutError, OSError) as exc:
+            problem = f"cannot check the configuration for changes: {_reason(exc)}"
+            if problem != self._problem:  # once per problem, not once per poll
+                _log.warning("%s", problem)
+            self._problem = problem
+            return None
+
+    async def _fingerprint(self, previous: _Fingerprint | None) -> _Fingerprint:
+        config = self._host.config
+        stat: tuple[int, int, int] | None = None
+        digest: str | None = None
+        if config.source is not None:
+            stat, digest = await anyio.to_thread.run_sync(
+                _file_state,
+                config.source,
+                previous.stat if previous else None,
+                previous.digest if previous else None,
+                abandon_on_cancel=True,
+            )
+        cores: list[tuple[str, str | None]] = []
+        for core_id, core in sorted(config.cores.items()):
+            try:
+                with anyio.fail_after(CORE_READ_TIMEOUT_S):
+                    repository = await CoreRepository.open(config.resolve(core.path))
+                    cores.append((core_id, await repository.live(core.ref)))
+            except (HostkitError, TimeoutError, OSError) as exc:
+                # One unreadable core must not blind the watcher to the file and the others;
+                # the reload it leads to (when it changes) says what is wrong.
+                cores.append((core_id, f"unreadable: {type(exc).__name__}"))
+        return _Fingerprint(digest, tuple(cores), stat)
+
+
+def _file_state(
+    path: Path, seen: tuple[int, int, int] | None, digest: str | None
+) -> tuple[tuple[int, int, int] | None, str | None]:
+    """(inode, size, mtime_ns) and the content hash, hashed again only when those moved.
+
+    A missing, oversized or irregular file is a state of its own (the reload that
+    follows says what is wrong); nothing but a regular file is read, and a FIFO is
+    never waited on (opened non-blocking, checked by fstat).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    try:
+        info = os.fstat(fd)
+        stat = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if stat == seen:
+            return stat, digest
+        if not S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            return stat, None
+        hasher, left = hashlib.sha256(), MAX_CONFIG_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(64 * 1024, left))):
+            hasher.update(chunk)
+            left -= len(chunk)
+        return stat, hasher.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _reason(exc: BaseException) -> str:
+    text = exc.message if isinstance(exc, HostkitError) else (str(exc) or type(exc).__name__)
+    return bounded(text, _REASON_CHARS)

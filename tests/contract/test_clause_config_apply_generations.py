@@ -1,0 +1,111 @@
+"""Clause: live config apply builds generation N+1; running turns finish on N, new turns
+use N+1, N's sources close after its last turn, and a turn waiting for its busy session
+pins the generation current when it is admitted.
+
+The Host is real (SQLite, a hostkit.toml on disk, the default capability
+sources with a scripted provider whose step takes ``delay_s``); the only
+adapter is the observer around the first generation's provider source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.host import DefaultCapabilities, Host, load_config
+from hostkit.types import TurnResult
+from tests.contract._config_apply import ObservedProviders, write_config
+from tests.hosts import request, turn_rows
+
+pytestmark = pytest.mark.anyio
+
+SLOW_S = 2.0
+
+
+async def observed_host(host: Host) -> ObservedProviders:
+    """Apply the file's configuration again with its provider source observed (generation 2)."""
+    config = await anyio.to_thread.run_sync(load_config, host.config.source)
+    caps = DefaultCapabilities.from_config(config, store=host.store)
+
+    async def statuses() -> list[tuple[str, str]]:
+        return await turn_rows(host)
+
+    observed = ObservedProviders(caps.providers, statuses)
+    assert (
+        await host.apply_config(config, capabilities=dataclasses.replace(caps, providers=observed))
+        == 2
+    )
+    return observed
+
+
+async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, reply="from the old script", delay_s=SLOW_S)
+    async with Host.open(path) as host:
+        observed = await observed_host(host)
+        results: dict[str, TurnResult] = {}
+
+        async def slow() -> None:
+            results["slow"] = await host.turns.run(request("slow", conversation="a"))
+
+        async with (
+            host.events.subscribe(lambda e: e.kind == "turn.started") as started,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(slow)
+            with anyio.fail_after(10):
+                await started.receive()
+            write_config(tmp_path, reply="from the new script", instructions="You are the second.")
+            outcome = await host.reload()
+            assert outcome.applied
+            assert outcome.generation == host.generation == 3
+            assert "providers.test" in outcome.changes
+            assert "agents.assistant" in outcome.changes
+            results["next"] = await host.turns.run(request("next", conversation="b"))
+            # The slow turn still runs on generation 2: its sources stay open.
+            assert "slow" not in results
+            assert not observed.closed.is_set()
+        with anyio.fail_after(5):
+            await observed.closed.wait()
+    assert (results["slow"].generation, results["slow"].text) == (2, "from the old script")
+    assert (results["next"].generation, results["next"].text) == (3, "from the new script")
+    assert results["slow"].core_revision != results["next"].core_revision
+    # Generation 2's provider source closed only once its last turn had its terminal record.
+    assert sorted(status for _, status in observed.seen_at_close) == ["completed", "completed"]
+
+
+async def test_a_turn_waiting_for_its_busy_session_runs_on_the_generation_that_admits_it(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, reply="old", delay_s=SLOW_S / 2)
+    async with Host.open(path) as host:
+        results: dict[str, TurnResult] = {}
+
+        async def run(name: str) -> None:
+            results[name] = await host.turns.run(request(name, conversation="same"))
+
+        async with (
+            host.events.subscribe(lambda e: e.kind == "turn.started") as started,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(run, "first")
+            with anyio.fail_after(10):
+                await started.receive()
+            group.start_soon(run, "waiting")
+            with anyio.fail_after(10):
+                # Waiting for its session has no event of its own: the count is the signal.
+                while host.turns.admission_holders < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            write_config(tmp_path, reply="new", times=2, instructions="You are the second.")
+            assert (await host.reload()).generation == 2
+        first, waiting = results["first"], results["waiting"]
+        new_revision = (await host.turns.run(request("later", conversation="other"))).core_revision
+    assert (first.generation, first.text) == (1, "old")
+    # Pinned when admitted, after the apply: the new generation's revision and content together.
+    assert (waiting.generation, waiting.text) == (2, "new")
+    assert waiting.core_revision == new_revision != first.core_revision
+    assert waiting.session_id == first.session_id
