@@ -13,12 +13,16 @@ from hostkit.cores._manifest import (
     SlotsSpec,
     capability_problem,
 )
+from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "STARTER_TOOL",
     "Approval",
     "CoreLimits",
     "CoreManifest",
     "SlotsSpec",
     "capability_problem",
+    "init_core",
+    "starter_files",
 ]
