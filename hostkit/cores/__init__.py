@@ -13,16 +13,25 @@ from hostkit.cores._manifest import (
     SlotsSpec,
     capability_problem,
 )
+from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
 from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "REVIEW_PREFIX",
     "STARTER_TOOL",
     "Approval",
+    "CoreDiff",
     "CoreLimits",
     "CoreManifest",
+    "CoreStatus",
+    "FileChange",
+    "RevisionInfo",
     "SlotsSpec",
     "capability_problem",
     "init_core",
+    "mcp_security_diff",
+    "review_token",
     "starter_files",
 ]
