@@ -79,7 +79,8 @@ def test_core_init_refuses_a_non_empty_directory_and_changes_nothing(tmp_path: P
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
-    assert err.startswith("error: ") and "is not empty" in err
+    assert err.startswith("error: ")
+    assert "is not empty" in err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
     assert (target / "notes.txt").read_text() == "keep me"
     with pytest.raises(ConfigError, match="is not empty"):
@@ -105,7 +106,8 @@ def test_core_init_refuses_a_bad_id_or_model_in_one_line(
     code, out, err = invoke("init", str(tmp_path / path), *options)
     assert code == 2
     assert out == ""
-    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert err.startswith("error: ")
     assert expected in err
     assert "\x1b" not in err
     assert not (tmp_path / path).exists()
