@@ -3,8 +3,8 @@
 The starter is the smallest core that shows every part a real one has: an
 ``agent.yaml`` that grants its one tool and nothing else, an ``agent/``
 package with one authored tool that keeps per-session state with
-compare-and-set, that tool's own tests (the promotion test gate runs them),
-and a Git repository with one commit. ``hostkit core promote`` accepts it as
+compare-and-set, that tool's own tests (the promotion test gate runs them, under the
+core's own ``pytest.ini``), and a Git repository with one commit. ``hostkit core promote`` accepts it as
 written. Blocking (files and dulwich): async callers run it in a thread.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from dulwich import porcelain
 from dulwich.repo import Repo
 
+from hostkit.cores._manifest import load_manifest
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.types import is_core_id
 
@@ -194,6 +195,13 @@ def test_word_count_is_the_tool_agent_yaml_grants(agent_package: ModuleType) -> 
     assert word_count.validate({{"text": "hi"}}) == {{"text": "hi"}}
 '''
 
+# Its own pytest configuration: pytest stops looking for one here, so the
+# settings of a project the core sits in (addopts, filterwarnings) do not apply.
+_PYTEST_INI = """\
+[pytest]
+testpaths = tests
+"""
+
 _GITIGNORE = """\
 __pycache__/
 *.pyc
@@ -225,6 +233,7 @@ def starter_files(core_id: str, *, model: str = "local") -> dict[str, str]:
         "agent/tools.py": _TOOLS.format(**values),
         "tests/conftest.py": _CONFTEST.format(**values),
         "tests/test_tools.py": _TEST_TOOLS.format(**values),
+        "pytest.ini": _PYTEST_INI,
         ".gitignore": _GITIGNORE,
     }
 
@@ -237,6 +246,8 @@ def init_core(path: Path, core_id: str, *, model: str = "local") -> str:
     the first ``hostkit core promote`` runs the gates and sets it.
     """
     files = starter_files(core_id, model=model)
+    # What the Host will load: a starter that fails its own schema is a hostkit bug.
+    load_manifest(files["agent.yaml"].encode(), source="agent.yaml")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()):

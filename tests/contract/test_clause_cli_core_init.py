@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from dulwich.repo import Repo
 from typer.testing import CliRunner
 
 from hostkit.cli import app
-from hostkit.cores import STARTER_TOOL, CoreManifest, init_core
+from hostkit.cores import STARTER_TOOL, init_core, load_manifest
 from hostkit.errors import ConfigError, InvalidValue
 
 STARTER_FILES = {
@@ -23,6 +22,7 @@ STARTER_FILES = {
     b"agent.yaml",
     b"agent/__init__.py",
     b"agent/tools.py",
+    b"pytest.ini",
     b"tests/conftest.py",
     b"tests/test_tools.py",
 }
@@ -53,7 +53,7 @@ def test_core_init_commits_a_starter_and_prints_the_table_that_serves_it(tmp_pat
     # The path is relative to hostkit.toml's folder, as [cores] paths are.
     assert out == '[cores.writer]\npath = "cores/writer"\n'
     assert 'hostkit core promote writer --reason "first revision"' in err
-    manifest = CoreManifest.model_validate(yaml.safe_load((target / "agent.yaml").read_text()))
+    manifest = load_manifest((target / "agent.yaml").read_bytes())
     assert manifest.id == "writer"
     assert manifest.model == "local"
     # The one tool it has is the one thing it is granted.
@@ -67,7 +67,7 @@ def test_core_init_takes_the_id_and_model_from_its_options(tmp_path: Path) -> No
     code, out, err = invoke("init", str(target), "--id", "notes-bot", "--model", "openai")
     assert code == 0, err
     assert out.startswith("[cores.notes-bot]\n")
-    manifest = CoreManifest.model_validate(yaml.safe_load((target / "agent.yaml").read_text()))
+    manifest = load_manifest((target / "agent.yaml").read_bytes())
     assert (manifest.id, manifest.model) == ("notes-bot", "openai")
 
 
