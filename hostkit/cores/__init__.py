@@ -25,6 +25,7 @@ from hostkit.cores._manifest import (
     load_manifest,
     manifest_error,
 )
+from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
 from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
@@ -43,6 +44,7 @@ __all__ = [
     "CoreLimits",
     "CoreLocation",
     "CoreManifest",
+    "CoreRegistry",
     "CoreRepository",
     "CoreStatus",
     "FileChange",
