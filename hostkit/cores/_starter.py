@@ -263,8 +263,10 @@ def init_core(path: Path, core_id: str, *, model: str = "local") -> str:
 
 
 def _first_commit(path: Path, names: list[str]) -> str:
-    with porcelain.init(str(path)) as repo:
-        porcelain.add(repo, paths=[str(path / name) for name in names])
+    # Absolute: dulwich reads a relative path against the repository, not the cwd.
+    root = path.absolute()
+    with porcelain.init(str(root)) as repo:
+        porcelain.add(repo, paths=[str(root / name) for name in names])
         author = _identity(repo, os.environ)
         sha = porcelain.commit(
             repo, message=b"A starter core written by hostkit", author=author, committer=author

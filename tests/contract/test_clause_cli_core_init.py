@@ -62,11 +62,16 @@ def test_core_init_commits_a_starter_and_prints_the_table_that_serves_it(tmp_pat
     assert f'@tool("{STARTER_TOOL}")' in (target / "agent" / "tools.py").read_text()
 
 
-def test_core_init_takes_the_id_and_model_from_its_options(tmp_path: Path) -> None:
+def test_core_init_takes_the_id_and_model_from_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     target = tmp_path / "Some Dir"
-    code, out, err = invoke("init", str(target), "--id", "notes-bot", "--model", "openai")
+    # A path relative to the working directory: every file is in the commit all the same.
+    code, out, err = invoke("init", "Some Dir", "--id", "notes-bot", "--model", "openai")
     assert code == 0, err
-    assert out.startswith("[cores.notes-bot]\n")
+    assert out == '[cores.notes-bot]\npath = "Some Dir"\n'
+    assert committed(target)[1] == STARTER_FILES
     manifest = load_manifest((target / "agent.yaml").read_bytes())
     assert (manifest.id, manifest.model) == ("notes-bot", "openai")
 
