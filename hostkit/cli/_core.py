@@ -40,8 +40,9 @@ from hostkit.cli._core_render import (
     short_sha,
     status_table,
 )
-from hostkit.cores import init_core
+from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
+from hostkit.host import Host
 from hostkit.types import CoreEvent, is_core_id
 
 __all__ = ["core", "cores_table"]
@@ -79,6 +80,13 @@ def _reason(value: str | None, verb: str) -> str:
     if len(value) > MAX_REASON_CHARS:
         raise fail(InvalidValue(f"--reason is at most {MAX_REASON_CHARS} characters"))
     return value
+
+
+def _registry(host: Host, core_id: str) -> CoreRegistry:
+    """The Host's cores, once ``core_id`` is one of them (else one line naming [cores])."""
+    if core_id not in host.config.cores:
+        raise InvalidValue(f"no core {core_id!r} under [cores] in the configuration")
+    return host.cores
 
 
 def cores_table(core_id: str, path: str) -> str:
@@ -135,7 +143,7 @@ def status(
     async def main() -> int:
         async with open_host(config_path(config)) as host:
             ids = [chosen] if chosen is not None else sorted(host.config.cores)
-            statuses = [await host.cores.status(one) for one in ids]
+            statuses = [await _registry(host, one).status(one) for one in ids]
         if json_:
             print_json(statuses)
         elif not statuses:
@@ -155,13 +163,14 @@ def log(
     json_: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Commits from HEAD (``*`` marks the live one), then every promotion with its gates."""
+    """Commits from HEAD (* marks the live one), then every promotion with its gates."""
     chosen = _core_id(core_id)
 
     async def main() -> int:
         async with open_host(config_path(config)) as host:
-            revisions = await host.cores.log(chosen, limit=limit)
-            history = await host.cores.history(chosen, limit=limit)
+            cores = _registry(host, chosen)
+            revisions = await cores.log(chosen, limit=limit)
+            history = await cores.history(chosen, limit=limit)
         if json_:
             print_json({"core_id": chosen, "revisions": revisions, "history": history})
             return EXIT_OK
@@ -194,7 +203,7 @@ def diff(
 
     async def main() -> int:
         async with open_host(config_path(config)) as host:
-            found = await host.cores.diff(chosen, base=base, target=target)
+            found = await _registry(host, chosen).diff(chosen, base=base, target=target)
         if json_:
             print_json(found)
         else:
@@ -230,7 +239,7 @@ def promote(
     async def main() -> int:
         async with open_host(config_path(config)) as host:
             try:
-                event = await host.cores.promote(
+                event = await _registry(host, chosen).promote(
                     chosen,
                     revision,
                     actor=operator,
@@ -263,7 +272,9 @@ def rollback(
     async def main() -> int:
         async with open_host(config_path(config)) as host:
             try:
-                event = await host.cores.rollback(chosen, actor=operator, reason=why, to=to)
+                event = await _registry(host, chosen).rollback(
+                    chosen, actor=operator, reason=why, to=to
+                )
             except PromotionRefused as refused:
                 return _refused(chosen, to or "the previous revision", refused, json_=json_)
         _moved(event, json_=json_)

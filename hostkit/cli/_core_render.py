@@ -27,6 +27,7 @@ from hostkit.types import CoreEvent, GateOutcome
 __all__ = [
     "diff_lines",
     "gate_lines",
+    "gates_cell",
     "history_table",
     "print_lines",
     "revisions_table",
@@ -110,8 +111,12 @@ def revisions_table(revisions: Sequence[RevisionInfo], *, width: int) -> Table:
     return fit_table(columns, rows, width)
 
 
-def _gates_cell(gates: Iterable[GateOutcome]) -> str:
-    return " ".join(f"{gate.gate}:{'passed' if gate.passed else 'FAILED'}" for gate in gates)
+def gates_cell(gates: Sequence[GateOutcome]) -> str:
+    """``all 4 passed``, or which gates failed (``failed: tests``); the details are in --json."""
+    failed = [gate.gate for gate in gates if not gate.passed]
+    if failed:
+        return "failed: " + ", ".join(failed)
+    return f"all {len(gates)} passed" if gates else "no gates"
 
 
 def history_table(events: Sequence[CoreEvent], *, width: int) -> Table:
@@ -121,9 +126,9 @@ def history_table(events: Sequence[CoreEvent], *, width: int) -> Table:
         Column("action", cap=8),
         Column("revision", whole=True),
         Column("from", whole=True, drop=4),
-        Column("gates", flexible=True, wrap=True),
+        Column("gates", cap=40),
         Column("actor", cap=16, drop=1),
-        Column("reason", cap=40, drop=2),
+        Column("reason", flexible=True, drop=2),
     )
     rows = [
         (
@@ -131,7 +136,7 @@ def history_table(events: Sequence[CoreEvent], *, width: int) -> Table:
             event.action,
             short_sha(event.revision),
             short_sha(event.previous),
-            _gates_cell(event.gates),
+            gates_cell(event.gates),
             one_line(event.actor, 200),
             one_line(event.reason or "", 200),
         )

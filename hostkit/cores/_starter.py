@@ -5,7 +5,8 @@ The starter is the smallest core that shows every part a real one has: an
 package with one authored tool that keeps per-session state with
 compare-and-set, that tool's own tests (the promotion test gate runs them,
 under the core's own ``pytest.ini``), and a Git repository with one
-commit. ``hostkit core promote`` accepts it as written. Blocking (files and dulwich): async callers run it in a thread.
+commit. ``hostkit core promote`` accepts it as written. Blocking (files
+and dulwich): async callers run it in a thread.
 """
 
 from __future__ import annotations
