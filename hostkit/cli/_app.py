@@ -139,6 +139,7 @@ def init(
         f"wrote {path} and the workspace {workspace}/; {core_note} {starter_core}/",
         highlight=False,
         markup=False,
+        soft_wrap=True,
     )
     suffix = "" if path == Path("hostkit.toml") else f" -c {path}"
     console.print(
