@@ -12,7 +12,7 @@ Blocking (dulwich, files): call them from test code, not from hostkit's event lo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,19 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
+from hostkit.cores import CoreLocation, CoreRegistry, LoadedCore
 from hostkit.host import DEFAULT_CORE_REF, HostConfig, parse_config
+from hostkit.store import RuntimeStore
 
-__all__ = ["IDENTITY", "commit", "core_host_config", "live_of", "make_core", "set_live"]
+__all__ = [
+    "IDENTITY",
+    "commit",
+    "core_host_config",
+    "core_registry",
+    "live_of",
+    "make_core",
+    "set_live",
+]
 
 # A fixed author: no user or system Git configuration is read.
 IDENTITY = b"hostkit tests <tests@example.invalid>"
@@ -116,4 +126,28 @@ def core_host_config(
             "cores": {core_id: {"path": str(path)} for core_id, path in cores.items()},
         },
         base_dir=tmp_path,
+    )
+
+
+# -- promotion (helper "promote"): a CoreRegistry over test cores -----------------------
+
+
+def core_registry(
+    tmp_path: Path,
+    store: RuntimeStore,
+    cores: Mapping[str, Path],
+    *,
+    validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
+    on_moved: Callable[[str, str], Awaitable[None]] | None = None,
+) -> CoreRegistry:
+    """A ``CoreRegistry`` over ``cores`` (id -> repository) at the default ref.
+
+    Revisions materialize under ``tmp_path/cores-state``; ``validate`` and
+    ``on_moved`` are the hooks a Host would pass (none by default).
+    """
+    locations = {
+        core_id: CoreLocation(core_id, path, DEFAULT_CORE_REF) for core_id, path in cores.items()
+    }
+    return CoreRegistry(
+        store, locations, cores_root=tmp_path / "cores-state", validate=validate, on_moved=on_moved
     )

@@ -34,7 +34,13 @@ from hostkit.cores._gates import (
 from hostkit.cores._loaded import CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
 from hostkit.cores._repository import CoreRepository
-from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._revisions import (
+    ChangeKind,
+    CoreDiff,
+    CoreStatus,
+    FileChange,
+    RevisionInfo,
+)
 from hostkit.cores._security_diff import mcp_security_diff, review_token
 from hostkit.errors import (
     ConfigError,
@@ -134,7 +140,9 @@ class CoreRegistry:
         for path in paths:
             before = None if base_sha is None else await repo.read(base_sha, path)
             after = await repo.read(target_sha, path)
-            change = "added" if before is None else "deleted" if after is None else "modified"
+            change: ChangeKind = (
+                "added" if before is None else "deleted" if after is None else "modified"
+            )
             files.append(FileChange(path, change))
             contents.append((path, before, after))
         security = (

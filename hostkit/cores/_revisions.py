@@ -14,7 +14,10 @@ from typing import Any, Literal
 
 from hostkit.freeze import FrozenMap, freeze
 
-__all__ = ["CoreDiff", "CoreStatus", "FileChange", "RevisionInfo"]
+__all__ = ["ChangeKind", "CoreDiff", "CoreStatus", "FileChange", "RevisionInfo"]
+
+
+ChangeKind = Literal["added", "modified", "deleted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class FileChange:
     """A path that differs between two revisions, and how."""
 
     path: str
-    change: Literal["added", "modified", "deleted"]
+    change: ChangeKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
-from hostkit.cores import LoadedCore
+from hostkit.cores import CoreRegistry, LoadedCore
 from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
@@ -39,7 +39,12 @@ from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
-from hostkit.host._cores import compose_cores, unavailable_reasons
+from hostkit.host._cores import (
+    compile_core,
+    compose_cores,
+    core_locations,
+    unavailable_reasons,
+)
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
@@ -308,6 +313,31 @@ class Host(AsyncResource):
     @property
     def generation(self) -> int:
         return self._generation.number
+
+    # -- Agent Core revisions: promote, rollback (docs/revisions.md) --------------------
+
+    @property
+    def cores(self) -> CoreRegistry:
+        """Status, log, diff, promote, rollback and history of this Host's Agent Cores.
+
+        Built over the current configuration's ``[cores]``. A move drops that
+        core's session approvals and applies a new generation at the new
+        live revision (running turns finish on theirs).
+        """
+        return CoreRegistry(
+            self.store,
+            core_locations(self.declared_config),
+            cores_root=self.declared_config.cores_root,
+            validate=self._validate_core,
+            on_moved=self._core_moved,
+        )
+
+    async def _validate_core(self, core: LoadedCore) -> None:
+        compile_core(self.declared_config, core)
+
+    async def _core_moved(self, core_id: str, revision: str) -> None:
+        self._approval_runtime.invalidate(core_id=core_id)
+        await self.apply_config(self.declared_config)
 
     # -- CoreResolver (TurnExecution pins cores through the Host) ---------------------
 

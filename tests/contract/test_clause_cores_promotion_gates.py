@@ -20,7 +20,7 @@ import pytest
 from hostkit.cores import CoreRegistry, LoadedCore
 from hostkit.errors import ConfigError, PromotionRefused
 from hostkit.store import RuntimeStore
-from tests.contract._cores_registry import commit, core_registry, live_of, make_core
+from tests.cores_support import commit, core_registry, live_of, make_core
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +58,9 @@ def test_hangs():
 """
 
 
-async def _refused(registry: CoreRegistry, revision: str = "HEAD", **options: object) -> PromotionRefused:
+async def _refused(
+    registry: CoreRegistry, revision: str = "HEAD", **options: object
+) -> PromotionRefused:
     with pytest.raises(PromotionRefused) as refused:
         await registry.promote("notes", revision, actor="ops", reason="test", **options)  # type: ignore[arg-type]
     return refused.value
@@ -68,7 +70,7 @@ async def test_passing_tests_promote_and_record_every_gate(
     tmp_path: Path, store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HK_PROMOTION_SECRET", "do-not-pass-me")
-    path, sha = await make_core(
+    path, sha = make_core(
         tmp_path,
         "notes",
         manifest=MANIFEST,
@@ -92,7 +94,7 @@ async def test_passing_tests_promote_and_record_every_gate(
         ("mcp_review", True),
     ]
     assert "1 passed" in event.gates[1].detail
-    assert await live_of(path) == sha
+    assert live_of(path) == sha
     assert moved == [("notes", sha)]
     assert (await registry.history("notes"))[0] == event
     # The fresh materialization is gone; the one turns import from stays.
@@ -103,7 +105,7 @@ async def test_passing_tests_promote_and_record_every_gate(
 async def test_a_core_without_tests_passes_the_test_gate(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, _ = await make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
+    path, _ = make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
     event = await core_registry(tmp_path, store, {"notes": path}).promote("notes", actor="ops")
     assert event.gates[1].gate == "tests"
     assert event.gates[1].passed
@@ -113,16 +115,16 @@ async def test_a_core_without_tests_passes_the_test_gate(
 async def test_failing_tests_refuse_record_and_leave_the_ref(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
-    broken = await commit(path, {"tests/test_tools.py": FAILING_TEST}, "a failing test")
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    broken = commit(path, {"tests/test_tools.py": FAILING_TEST}, "a failing test")
     registry = core_registry(tmp_path, store, {"notes": path})
     refused = await _refused(registry)
-    tests = dict((gate.gate, gate) for gate in refused.gates)["tests"]
+    tests = {gate.gate: gate for gate in refused.gates}["tests"]
     assert not tests.passed
     assert "word count is wrong" in tests.detail
     assert "tests:" in str(refused)
     assert refused.review is None
-    assert await live_of(path) == first
+    assert live_of(path) == first
     (event,) = await registry.history("notes")
     assert event.action == "refused"
     assert event.revision == broken
@@ -135,34 +137,34 @@ async def test_a_hanging_suite_is_killed_with_its_process_group(
 ) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     manifest = {**MANIFEST, "limits": {"test_timeout_s": 4}}
-    path, first = await make_core(tmp_path, "notes", manifest=manifest)
-    await commit(path, {"tests/test_hang.py": HANGING_TEST}, "a hanging test")
+    path, first = make_core(tmp_path, "notes", manifest=manifest)
+    commit(path, {"tests/test_hang.py": HANGING_TEST}, "a hanging test")
     refused = await _refused(core_registry(tmp_path, store, {"notes": path}))
-    tests = dict((gate.gate, gate) for gate in refused.gates)["tests"]
+    tests = {gate.gate: gate for gate in refused.gates}["tests"]
     assert tests.detail.startswith("timed out after 4 s")
     child = int(await anyio.Path(tmp_path / "child.pid").read_text())
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-    assert await live_of(path) == first
+    assert live_of(path) == first
 
 
 async def test_a_manifest_that_does_not_load_stops_at_the_first_gate(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
-    await commit(path, {"agent.yaml": "id: notes\nmodel: test\nbogus: 1\n"}, "typo")
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    commit(path, {"agent.yaml": "id: notes\nmodel: test\nbogus: 1\n"}, "typo")
     refused = await _refused(core_registry(tmp_path, store, {"notes": path}))
     (manifest,) = refused.gates
     assert manifest.gate == "manifest"
     assert not manifest.passed
     assert "line 3" in manifest.detail
     assert "bogus" in manifest.detail
-    assert await live_of(path) == first
+    assert live_of(path) == first
 
 
 async def test_the_hosts_validation_is_part_of_the_manifest_gate(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, _ = await make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
+    path, _ = make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
     seen: list[str] = []
 
     async def validate(loaded: LoadedCore) -> None:
@@ -174,7 +176,7 @@ async def test_the_hosts_validation_is_part_of_the_manifest_gate(
     assert [(gate.gate, gate.passed) for gate in refused.gates] == [("manifest", False)]
     assert "no provider named 'test'" in refused.gates[0].detail
     assert len(seen) == 1
-    assert await live_of(path) is None
+    assert live_of(path) is None
 
 
 @pytest.mark.parametrize(
@@ -187,20 +189,20 @@ async def test_the_hosts_validation_is_part_of_the_manifest_gate(
 async def test_a_dependency_change_needs_the_reviewed_flag(
     tmp_path: Path, store: RuntimeStore, change: dict[str, str]
 ) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
-    changed = await commit(path, change, "add requests")
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    changed = commit(path, change, "add requests")
     registry = core_registry(tmp_path, store, {"notes": path})
     diff = await registry.diff("notes")
     assert len(diff.dependency_changes) == 1
     assert "added: requests>=2" in diff.dependency_changes[0]
     refused = await _refused(registry)
-    deps = dict((gate.gate, gate) for gate in refused.gates)["dependencies"]
+    deps = {gate.gate: gate for gate in refused.gates}["dependencies"]
     assert not deps.passed
     assert "--reviewed-deps" in deps.detail
-    assert await live_of(path) == first
+    assert live_of(path) == first
     event = await registry.promote("notes", actor="ops", accept_dependencies=True)
-    deps = dict((gate.gate, gate) for gate in event.gates)["dependencies"]
+    deps = {gate.gate: gate for gate in event.gates}["dependencies"]
     assert deps.passed
     assert deps.detail.startswith("flagged, accepted by ops")
-    assert await live_of(path) == changed
+    assert live_of(path) == changed
     assert [event.action for event in await registry.history("notes")] == ["promote", "refused"]

@@ -18,7 +18,7 @@ from hostkit.cores import review_token
 from hostkit.errors import PromotionRefused
 from hostkit.freeze import thaw
 from hostkit.store import RuntimeStore
-from tests.contract._cores_registry import commit, core_registry, live_of, make_core
+from tests.cores_support import commit, core_registry, live_of, make_core
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +36,8 @@ OTHER_MCP = WITH_MCP.replace("ask", "allow")
 async def test_an_mcp_change_is_refused_without_and_with_a_stale_token(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=BASE)
-    candidate = await commit(path, {"agent.yaml": WITH_MCP}, "declare the docs server")
+    path, first = make_core(tmp_path, "notes", manifest=BASE)
+    candidate = commit(path, {"agent.yaml": WITH_MCP}, "declare the docs server")
     registry = core_registry(tmp_path, store, {"notes": path})
     diff = await registry.diff("notes")
     assert diff.review is not None
@@ -46,7 +46,7 @@ async def test_an_mcp_change_is_refused_without_and_with_a_stale_token(
     with pytest.raises(PromotionRefused) as missing:
         await registry.promote("notes", actor="ops")
     assert missing.value.review == diff.review
-    gate = dict((g.gate, g) for g in missing.value.gates)["mcp_review"]
+    gate = {g.gate: g for g in missing.value.gates}["mcp_review"]
     assert not gate.passed
     assert "missing" in gate.detail
     assert diff.review in gate.detail
@@ -54,8 +54,8 @@ async def test_an_mcp_change_is_refused_without_and_with_a_stale_token(
     stale = review_token("notes", first, candidate, {"servers": {"docs": {"change": "changed"}}})
     with pytest.raises(PromotionRefused) as refused:
         await registry.promote("notes", actor="ops", review=stale)
-    assert "stale" in dict((g.gate, g) for g in refused.value.gates)["mcp_review"].detail
-    assert await live_of(path) == first
+    assert "stale" in {g.gate: g for g in refused.value.gates}["mcp_review"].detail
+    assert live_of(path) == first
 
     events = await registry.history("notes")
     assert [event.action for event in events] == ["refused", "refused"]
@@ -68,21 +68,21 @@ async def test_an_mcp_change_is_refused_without_and_with_a_stale_token(
 async def test_the_right_token_promotes_exactly_that_change(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, _ = await make_core(tmp_path, "notes", manifest=BASE)
-    await commit(path, {"agent.yaml": WITH_MCP}, "declare the docs server")
+    path, _ = make_core(tmp_path, "notes", manifest=BASE)
+    commit(path, {"agent.yaml": WITH_MCP}, "declare the docs server")
     registry = core_registry(tmp_path, store, {"notes": path})
     token = (await registry.diff("notes")).review
     # A newer change makes that token stale: it reviewed another diff.
-    newer = await commit(path, {"agent.yaml": OTHER_MCP}, "grant docs without asking")
+    newer = commit(path, {"agent.yaml": OTHER_MCP}, "grant docs without asking")
     with pytest.raises(PromotionRefused) as refused:
         await registry.promote("notes", actor="ops", review=token)
     assert refused.value.review != token
     event = await registry.promote("notes", actor="ops", review=refused.value.review)
     assert event.action == "promote"
-    assert await live_of(path) == newer
-    assert dict((g.gate, g) for g in event.gates)["mcp_review"].passed
+    assert live_of(path) == newer
+    assert {g.gate: g for g in event.gates}["mcp_review"].passed
     assert event.security_diff["servers"]["docs"]["after"]["connect"] == "allow"
     # Unchanged declarations afterwards need no token.
-    later = await commit(path, {"notes.md": "unrelated\n"}, "docs only")
+    later = commit(path, {"notes.md": "unrelated\n"}, "docs only")
     assert (await registry.diff("notes")).review is None
     assert (await registry.promote("notes", actor="ops")).revision == later

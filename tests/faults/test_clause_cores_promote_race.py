@@ -20,7 +20,7 @@ from hostkit.cores import LoadedCore
 from hostkit.errors import PromotionRefused
 from hostkit.host._config import DEFAULT_CORE_REF
 from hostkit.store import RuntimeStore
-from tests.contract._cores_registry import commit, core_registry, live_of, make_core
+from tests.cores_support import commit, core_registry, live_of, make_core
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +29,9 @@ RACE_LOST = "the live revision changed during promotion"
 
 
 async def test_two_concurrent_promotions_one_wins(tmp_path: Path, store: RuntimeStore) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
-    left = await commit(path, {"notes.md": "left\n"}, "left")
-    right = await commit(path, {"notes.md": "right\n"}, "right")
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    left = commit(path, {"notes.md": "left\n"}, "left")
+    right = commit(path, {"notes.md": "right\n"}, "right")
     arrived = 0
     both = anyio.Event()
 
@@ -65,7 +65,7 @@ async def test_two_concurrent_promotions_one_wins(tmp_path: Path, store: Runtime
     assert isinstance(lost, PromotionRefused)
     assert lost.gates[-1].gate == "live_ref"
     assert lost.gates[-1].detail == RACE_LOST
-    assert await live_of(path) == won[0]
+    assert live_of(path) == won[0]
     events = await registry.history("notes")
     assert sorted((e.action, e.revision, e.previous) for e in events) == sorted(
         [("promote", won[0], first), ("refused", refused[0], first)]
@@ -76,9 +76,9 @@ async def test_two_concurrent_promotions_one_wins(tmp_path: Path, store: Runtime
 async def test_a_move_by_another_process_during_the_gates_refuses(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
-    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
-    other = await commit(path, {"notes.md": "other\n"}, "another promoter's revision")
-    candidate = await commit(path, {"notes.md": "mine\n"}, "mine")
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    other = commit(path, {"notes.md": "other\n"}, "another promoter's revision")
+    candidate = commit(path, {"notes.md": "mine\n"}, "mine")
     moved: list[str] = []
 
     async def validate(loaded: LoadedCore) -> None:
@@ -91,7 +91,7 @@ async def test_a_move_by_another_process_during_the_gates_refuses(
     with pytest.raises(PromotionRefused, match="the live revision changed") as refused:
         await registry.promote("notes", candidate, actor="ops")
     assert [gate.passed for gate in refused.value.gates][:-1] == [True, True, True, True]
-    assert await live_of(path) == other
+    assert live_of(path) == other
     assert moved == []
     (event,) = await registry.history("notes")
     assert (event.action, event.revision, event.previous) == ("refused", candidate, first)
