@@ -37,6 +37,7 @@ from hostkit.cores._slots import (
     SlotName,
     SlotRuntime,
 )
+from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "PACKAGE_DIR",
     "REVIEW_PREFIX",
+    "STARTER_TOOL",
     "Approval",
     "AuthorContext",
     "AuthorTurn",
@@ -72,6 +74,7 @@ __all__ = [
     "StateRuntime",
     "StateScopes",
     "capability_problem",
+    "init_core",
     "live_core",
     "load_core",
     "load_manifest",
@@ -79,4 +82,5 @@ __all__ = [
     "mcp_security_diff",
     "package_name",
     "review_token",
+    "starter_files",
 ]

@@ -72,7 +72,7 @@ async def test_init_writes_a_starter_config_once(tmp_path: Path) -> None:
     code, _, err = await hostkit("init", cwd=tmp_path)
     assert code == 0
     text = await anyio.Path(tmp_path / "hostkit.toml").read_text()
-    assert "[agents.assistant]" in text
+    assert "[cores.assistant]" in text
     assert 'workspace = "workspace"' in text
     assert await anyio.Path(tmp_path / "workspace").is_dir()
     code, _, err = await hostkit("init", cwd=tmp_path)
