@@ -5,20 +5,56 @@ which commit is live (a ref in the core's repository it moves only after
 promotion gates), rolls it back, and pins every turn to one revision.
 """
 
+from hostkit.cores._loaded import (
+    MANIFEST_FILE,
+    PACKAGE_DIR,
+    CoreLocation,
+    LoadedCore,
+    live_core,
+    load_core,
+    package_name,
+)
 from hostkit.cores._manifest import (
+    BUILTIN_RULES,
     MAX_MANIFEST_BYTES,
     Approval,
     CoreLimits,
     CoreManifest,
     SlotsSpec,
     capability_problem,
+    load_manifest,
+    manifest_error,
 )
+from hostkit.cores._registry import CoreRegistry
+from hostkit.cores._repository import CommitInfo, CoreRepository
+from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
 
 __all__ = [
+    "BUILTIN_RULES",
+    "MANIFEST_FILE",
     "MAX_MANIFEST_BYTES",
+    "PACKAGE_DIR",
+    "REVIEW_PREFIX",
     "Approval",
+    "CommitInfo",
+    "CoreDiff",
     "CoreLimits",
+    "CoreLocation",
     "CoreManifest",
+    "CoreRegistry",
+    "CoreRepository",
+    "CoreStatus",
+    "FileChange",
+    "LoadedCore",
+    "RevisionInfo",
     "SlotsSpec",
     "capability_problem",
+    "live_core",
+    "load_core",
+    "load_manifest",
+    "manifest_error",
+    "mcp_security_diff",
+    "package_name",
+    "review_token",
 ]

@@ -17,7 +17,9 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit.cores._yaml import YamlProblem, parse_yaml
 from hostkit.effects import MAX_MCP_SERVERS, McpServerConfig, McpServerName
+from hostkit.errors import ConfigError, bounded
 
 __all__ = [
     "MAX_CAPABILITIES",
@@ -27,6 +29,9 @@ __all__ = [
     "CoreManifest",
     "SlotsSpec",
     "capability_problem",
+    "load_manifest",
+    "manifest_error",
+    "manifest_with_lines",
 ]
 
 MAX_MANIFEST_BYTES = 256 * 1024
@@ -162,3 +167,91 @@ class CoreManifest(_Strict):
             for rule, approval in self.capabilities.items()
             if approval != "deny" and (match := _SECRET_RULE.fullmatch(rule))
         )
+
+
+_SHOWN_MESSAGE = 300
+_QUOTED = re.compile(r"'([^'\s]{1,80})'")
+
+
+def load_manifest(
+    data: bytes, *, source: str = "agent.yaml", max_bytes: int = MAX_MANIFEST_BYTES
+) -> CoreManifest:
+    """Parse and validate ``agent.yaml`` (blocking work: run it off the event loop).
+
+    Every problem is a ``ConfigError`` naming ``source``, the line and the key
+    path: ``agent.yaml line 7: capabilities.fs.wrte: unknown capability ...``.
+    Refused before validation: more than ``max_bytes``, not UTF-8, not YAML,
+    aliases or merge keys, duplicate keys, a document that is not a mapping.
+    """
+    return manifest_with_lines(data, source=source, max_bytes=max_bytes)[0]
+
+
+def manifest_with_lines(
+    data: bytes, *, source: str = "agent.yaml", max_bytes: int = MAX_MANIFEST_BYTES
+) -> tuple[CoreManifest, dict[str, int]]:
+    """``load_manifest``, plus the line of each top-level key (for later errors)."""
+    if len(data) > max_bytes:
+        raise ConfigError(f"{source} is larger than {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source} is not UTF-8 text (bad byte at offset {exc.start})") from None
+    try:
+        document, lines = parse_yaml(text)
+    except YamlProblem as exc:
+        raise manifest_error(source, exc.line, exc.path, exc.message) from None
+    if not isinstance(document, dict):
+        raise manifest_error(source, 1, (), "agent.yaml must be a mapping of keys (id, model, ...)")
+    rules = document.get("capabilities")
+    if isinstance(rules, dict):
+        # Checked one rule at a time so the error names the rule and its line.
+        for rule in rules:
+            problem = capability_problem(str(rule))
+            if problem is not None:
+                path = ("capabilities", rule)
+                raise manifest_error(source, _line_of(lines, path), path, problem)
+    try:
+        manifest = CoreManifest.model_validate(document)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc: tuple[str | int, ...] = tuple(part for part in first["loc"] if part != "[key]")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if not loc:
+            loc = _named_in(message, lines)
+        raise manifest_error(source, _line_of(lines, loc), loc, message) from None
+    top = {str(path[0]): line for path, line in lines.items() if len(path) == 1}
+    return manifest, top
+
+
+def manifest_error(
+    source: str, line: int | None, path: tuple[str | int, ...], message: str
+) -> ConfigError:
+    """A ``ConfigError`` for ``agent.yaml``: "<source> line <n>: <key.path>: <message>".
+
+    ``key`` is the dotted key path (None at the document's root).
+    """
+    key = ".".join(str(part) for part in path) or None
+    where = source if line is None else f"{source} line {line}"
+    shown = bounded(message, _SHOWN_MESSAGE)
+    error = ConfigError(f"{where}: {bounded(key, 200)}: {shown}" if key else f"{where}: {shown}")
+    error.key = key
+    return error
+
+
+def _named_in(message: str, lines: dict[tuple[str | int, ...], int]) -> tuple[str | int, ...]:
+    """A whole-document problem names its keys in quotes: point at the last one present."""
+    found: tuple[str | int, ...] = ()
+    for name in _QUOTED.findall(message):
+        for path in ((name,), ("capabilities", name)):
+            if path in lines:
+                found = path
+    return found
+
+
+def _line_of(lines: dict[tuple[str | int, ...], int], path: tuple[str | int, ...]) -> int | None:
+    """The line of ``path``, else of its nearest ancestor present in the document."""
+    for end in range(len(path), -1, -1):
+        line = lines.get(tuple(path[:end]))
+        if line is not None:
+            return line
+    return None

@@ -53,6 +53,13 @@ def _key(key: object) -> str:
     return key
 
 
+def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor whose rows are read by column name (the connection's factory is plain tuples)."""
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor
+
+
 def _event(row: sqlite3.Row) -> CoreEvent:
     return CoreEvent(
         core_id=row["core_id"],
@@ -144,11 +151,11 @@ class SqliteCoreStore(CoreStore):
 
         def read(conn: sqlite3.Connection) -> tuple[CoreEvent, ...]:
             if core_id is None:
-                rows = conn.execute(
+                rows = _rows(conn).execute(
                     f"SELECT {_EVENT_COLUMNS} FROM core_history ORDER BY id DESC LIMIT ?", [limit]
                 )
             else:
-                rows = conn.execute(
+                rows = _rows(conn).execute(
                     f"SELECT {_EVENT_COLUMNS} FROM core_history WHERE core_id = ? "
                     "ORDER BY id DESC LIMIT ?",
                     [core_id, limit],
@@ -162,7 +169,7 @@ class SqliteCoreStore(CoreStore):
         limit = check_count("limit", limit, MAX_CORE_HISTORY)
 
         def read(conn: sqlite3.Connection) -> tuple[SessionPin, ...]:
-            rows = conn.execute(
+            rows = _rows(conn).execute(
                 "SELECT t.session_id, t.core_revision, t.turn_id, "
                 "(julianday(t.started_at) - 2440587.5) * 86400.0 AS at "
                 "FROM turns t WHERE t.id IN (SELECT MAX(id) FROM turns WHERE core_id = ? "
@@ -186,7 +193,7 @@ class SqliteCoreStore(CoreStore):
         core_id, scope, key = _core(core_id), _scope(scope), _key(key)
 
         def read(conn: sqlite3.Connection) -> StateEntry | None:
-            row = conn.execute(
+            row = _rows(conn).execute(
                 "SELECT core_id, scope, key, value, version FROM core_state "
                 "WHERE core_id = ? AND scope = ? AND key = ?",
                 [core_id, scope, key],
@@ -216,7 +223,7 @@ class SqliteCoreStore(CoreStore):
 
         def write(conn: sqlite3.Connection) -> StateEntry:
             fence(conn, lease)
-            row = conn.execute(
+            row = _rows(conn).execute(
                 "SELECT version FROM core_state WHERE core_id = ? AND scope = ? AND key = ?",
                 [core_id, scope, key],
             ).fetchone()
@@ -242,7 +249,7 @@ class SqliteCoreStore(CoreStore):
         limit = check_count("limit", limit, MAX_CORE_HISTORY)
 
         def read(conn: sqlite3.Connection) -> tuple[StateEntry, ...]:
-            rows = conn.execute(
+            rows = _rows(conn).execute(
                 "SELECT core_id, scope, key, value, version FROM core_state "
                 "WHERE core_id = ? AND scope = ? ORDER BY key LIMIT ?",
                 [core_id, scope, limit],

@@ -1,0 +1,145 @@
+"""Comparing two revisions of a core: dependency changes and a redacted, bounded patch.
+
+A dependency change (the manifest's ``dependencies`` or ``requirements.txt``)
+means new third-party code runs with the Host's authority, so promotion
+flags it for a human. The patch is shown to operators: MCP env values and
+URL credentials of either manifest are redacted from it, like from the
+security diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+
+from hostkit.cores._manifest import CoreManifest
+from hostkit.cores._security_diff import REDACTED
+
+__all__ = [
+    "MAX_DEPENDENCY_CHANGES",
+    "MAX_PATCH_CHARS",
+    "REQUIREMENTS",
+    "dependency_changes",
+    "manifest_secrets",
+    "redact_text",
+    "unified_patch",
+]
+
+REQUIREMENTS = "requirements.txt"
+MAX_PATCH_CHARS = 100_000
+MAX_DEPENDENCY_CHANGES = 50
+# Env values shorter than this ("1", "on") are settings, not secrets; redacting them
+# would blank out every matching character of the patch.
+_MIN_SECRET = 4
+_COMMENT = re.compile(r"(^|\s)#.*$")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
+
+
+def dependency_changes(
+    live: CoreManifest | None,
+    live_requirements: bytes | None,
+    candidate: CoreManifest,
+    candidate_requirements: bytes | None,
+) -> tuple[str, ...]:
+    """One line per added or removed dependency (manifest or requirements.txt); () if none."""
+    changes = [
+        *_list_changes("dependency", live.dependencies if live else (), candidate.dependencies),
+        *_list_changes(
+            REQUIREMENTS, _requirements(live_requirements), _requirements(candidate_requirements)
+        ),
+    ]
+    if len(changes) > MAX_DEPENDENCY_CHANGES:
+        more = len(changes) - MAX_DEPENDENCY_CHANGES + 1
+        changes = [*changes[: MAX_DEPENDENCY_CHANGES - 1], f"… and {more} more"]
+    return tuple(changes)
+
+
+def manifest_secrets(*manifests: CoreManifest | None) -> tuple[str, ...]:
+    """Values an operator view must not show: MCP env values, longest first."""
+    values = {
+        value
+        for manifest in manifests
+        if manifest is not None
+        for server in manifest.mcp.values()
+        for value in server.env.values()
+        if len(value) >= _MIN_SECRET
+    }
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without the given values and without URL userinfo or query strings."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _URL_QUERY.sub(lambda m: f"{m.group(1)}?{REDACTED}", text)
+
+
+def unified_patch(
+    changes: Iterable[tuple[str, bytes | None, bytes | None]],
+    *,
+    secrets: Iterable[str] = (),
+    max_chars: int = MAX_PATCH_CHARS,
+) -> str:
+    """A unified diff of (path, before, after) text files, redacted and cut at ``max_chars``."""
+    hidden = tuple(secrets)
+    parts: list[str] = []
+    size = 0
+    for path, before, after in changes:
+        old, new = _text(before), _text(after)
+        if old is None or new is None:
+            chunk = f"Binary file {path} differs\n"
+        else:
+            chunk = "".join(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True),
+                    new.splitlines(keepends=True),
+                    fromfile="/dev/null" if before is None else f"a/{path}",
+                    tofile="/dev/null" if after is None else f"b/{path}",
+                )
+            )
+            if chunk and not chunk.endswith("\n"):
+                chunk += "\n"
+        chunk = redact_text(chunk, hidden)
+        if size + len(chunk) > max_chars:
+            parts.append(chunk[: max(0, max_chars - size)])
+            parts.append(f"\n… patch cut at {max_chars} characters\n")
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return "".join(parts)
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return ""
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _requirements(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    kept = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        # pip's comment: a '#' at the start or after whitespace (a URL's '#egg=' stays).
+        line = _COMMENT.sub("", line).strip()
+        if line:
+            kept.append(line)
+    return kept
+
+
+def _list_changes(label: str, before: Iterable[str], after: Iterable[str]) -> list[str]:
+    old, new = list(before), list(after)
+    added = [item for item in new if item not in old]
+    removed = [item for item in old if item not in new]
+    return [
+        *(f"{label} added: {redact_text(item, ())[:200]}" for item in added),
+        *(f"{label} removed: {redact_text(item, ())[:200]}" for item in removed),
+    ]

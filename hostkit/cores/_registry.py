@@ -1,0 +1,338 @@
+"""CoreRegistry: the Host-owned revision lifecycle of its Agent Cores.
+
+The Host, not the core's author, decides which commit runs: a ref in the
+core's repository (``refs/hostkit/live`` by default) that only ``promote``
+(after the gates) and ``rollback`` move, each with a compare-and-swap on the
+ref, so two promoters (two processes) cannot both win. Every attempt is
+recorded in the store, refused ones included; a move then calls the Host's
+``on_moved`` hook (new generation, that core's session approvals dropped).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostkit.cores._changes import (
+    REQUIREMENTS,
+    dependency_changes,
+    manifest_secrets,
+    unified_patch,
+)
+from hostkit.cores._gates import (
+    check_dependencies,
+    check_manifest,
+    check_mcp_review,
+    check_tests,
+)
+from hostkit.cores._loaded import CoreLocation, LoadedCore
+from hostkit.cores._manifest import CoreManifest, load_manifest
+from hostkit.cores._repository import CoreRepository
+from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._security_diff import mcp_security_diff, review_token
+from hostkit.errors import (
+    ConfigError,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    PromotionRefused,
+    bounded,
+)
+from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
+from hostkit.types import CoreEvent, GateOutcome, is_core_id
+
+__all__ = ["CoreRegistry"]
+
+MANIFEST = "agent.yaml"
+RACE_LOST = "the live revision changed during promotion"
+_MAX_LIMIT = 1_000
+
+
+class CoreRegistry:
+    """Status, log, diff, promote, rollback and history of the Host's configured cores.
+
+    ``locations`` maps each core id to its repository and Host-owned ref.
+    ``validate`` is the Host's check that a loaded candidate compiles against
+    its configuration (provider exists, ...); ``on_moved(core_id, sha)`` runs
+    after every recorded move. An unknown core id raises
+    ``NotFoundOrUnauthorized("core")``; a revision that does not resolve,
+    ``InvalidValue``.
+    """
+
+    def __init__(
+        self,
+        store: RuntimeStore,
+        locations: Mapping[str, CoreLocation],
+        *,
+        cores_root: Path,
+        validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
+        on_moved: Callable[[str, str], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._locations = dict(locations)
+        self._cores_root = cores_root
+        self._validate = validate
+        self._on_moved = on_moved
+        self._clock = clock
+
+    @property
+    def core_ids(self) -> tuple[str, ...]:
+        """The configured cores, sorted."""
+        return tuple(sorted(self._locations))
+
+    async def status(self, core_id: str) -> CoreStatus:
+        """Where ``core_id`` lives, its live commit (None: never promoted) and HEAD."""
+        location, repo = await self._open(core_id)
+        return CoreStatus(
+            core_id=core_id,
+            path=location.path,
+            ref=location.ref,
+            live=await repo.live(location.ref),
+            head=await repo.head(),
+        )
+
+    async def log(self, core_id: str, *, limit: int = 50) -> tuple[RevisionInfo, ...]:
+        """Commits from HEAD, newest first, the live one marked; () for an empty repository."""
+        _check_limit(limit)
+        location, repo = await self._open(core_id)
+        head = await repo.head()
+        if head is None:
+            return ()
+        live = await repo.live(location.ref)
+        return tuple(
+            RevisionInfo(
+                sha=commit.sha,
+                summary=commit.summary,
+                author=commit.author,
+                at=commit.at,
+                live=commit.sha == live,
+            )
+            for commit in await repo.log(head, limit=limit)
+        )
+
+    async def diff(
+        self, core_id: str, *, base: str | None = None, target: str = "HEAD"
+    ) -> CoreDiff:
+        """What promoting ``target`` over ``base`` (None: the live revision) would change."""
+        location, repo = await self._open(core_id)
+        base_sha = await repo.live(location.ref) if base is None else await _resolve(repo, base)
+        target_sha = await _resolve(repo, target)
+        # A broken manifest diffs as "nothing declared"; promotion refuses it anyway.
+        base_manifest = await _manifest_at(repo, base_sha, tolerant=True)
+        target_manifest = await _manifest_at(repo, target_sha, tolerant=True)
+        paths = await repo.changed(base_sha, target_sha)
+        contents: list[tuple[str, bytes | None, bytes | None]] = []
+        files: list[FileChange] = []
+        for path in paths:
+            before = None if base_sha is None else await repo.read(base_sha, path)
+            after = await repo.read(target_sha, path)
+            change = "added" if before is None else "deleted" if after is None else "modified"
+            files.append(FileChange(path, change))
+            contents.append((path, before, after))
+        security = (
+            mcp_security_diff(base_manifest, target_manifest) if target_manifest is not None else {}
+        )
+        return CoreDiff(
+            core_id=core_id,
+            base=base_sha,
+            target=target_sha,
+            files=tuple(files),
+            patch=unified_patch(contents, secrets=manifest_secrets(base_manifest, target_manifest)),
+            security_diff=security,
+            review=review_token(core_id, base_sha, target_sha, security) if security else None,
+            dependency_changes=(
+                await _dependencies(repo, base_sha, base_manifest, target_sha, target_manifest)
+                if target_manifest is not None
+                else ()
+            ),
+        )
+
+    async def promote(
+        self,
+        core_id: str,
+        revision: str = "HEAD",
+        *,
+        actor: str,
+        reason: str | None = None,
+        review: str | None = None,
+        accept_dependencies: bool = False,
+    ) -> CoreEvent:
+        """Run the gates on ``revision``, then move the Host-owned ref to it (compare-and-swap).
+
+        Returns the recorded ``promote`` event. A failing gate, a missing or
+        stale review token, or another move of the ref meanwhile records a
+        ``refused`` event and raises ``PromotionRefused`` (``gates``, and
+        ``review``: the token this change needs); the ref does not move.
+        """
+        location, repo = await self._open(core_id)
+        target = await _resolve(repo, revision)
+        live = await repo.live(location.ref)
+        if target == live:
+            raise InvalidValue(f"{target[:12]} is already the live revision of core {core_id!r}")
+        manifest, loaded = await check_manifest(
+            location, target, cores_root=self._cores_root, validate=self._validate
+        )
+        gates: list[GateOutcome] = [manifest]
+        security: dict[str, Any] = {}
+        token: str | None = None
+        if loaded is not None:
+            gates.append(await check_tests(location, loaded, cores_root=self._cores_root))
+            live_manifest = await _manifest_at(repo, live, tolerant=True)
+            changes = await _dependencies(repo, live, live_manifest, target, loaded.manifest)
+            gates.append(check_dependencies(changes, accept=accept_dependencies, actor=actor))
+            security = mcp_security_diff(live_manifest, loaded.manifest)
+            token = review_token(core_id, live, target, security) if security else None
+            gates.append(check_mcp_review(security, token=token or "", review=review))
+        event = CoreEvent(
+            core_id=core_id,
+            action="promote",
+            revision=target,
+            previous=live,
+            gates=tuple(gates),
+            actor=actor,
+            at=self._clock(),
+            reason=reason,
+            security_diff=security,
+        )
+        return await self._move(location, repo, event, review=token)
+
+    async def rollback(
+        self, core_id: str, *, actor: str, reason: str, to: str | None = None
+    ) -> CoreEvent:
+        """Move the ref back: to the revision live before the current one, or to ``to``.
+
+        ``to`` must have been live before (a recorded promotion or rollback);
+        only the manifest gate runs (the revision passed its gates once).
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidValue("a rollback needs a reason")
+        location, repo = await self._open(core_id)
+        live = await repo.live(location.ref)
+        if live is None:
+            raise InvalidValue(f"core {core_id!r} has no live revision to roll back")
+        moves = [
+            event
+            for event in await self._store.cores.history(core_id, limit=MAX_CORE_HISTORY)
+            if event.action != "refused"
+        ]
+        if to is None:
+            target = next((event.previous for event in moves if event.revision == live), None)
+            if target is None:
+                raise InvalidValue(f"core {core_id!r} has no earlier live revision to roll back to")
+        else:
+            target = await _resolve(repo, to)
+            if target == live:
+                raise InvalidValue(
+                    f"{target[:12]} is already the live revision of core {core_id!r}"
+                )
+            if not any(target in (event.revision, event.previous) for event in moves):
+                raise InvalidValue(f"{target[:12]} was never live for core {core_id!r}")
+        manifest, _ = await check_manifest(
+            location, target, cores_root=self._cores_root, validate=self._validate
+        )
+        event = CoreEvent(
+            core_id=core_id,
+            action="rollback",
+            revision=target,
+            previous=live,
+            gates=(manifest,),
+            actor=actor,
+            at=self._clock(),
+            reason=reason,
+        )
+        return await self._move(location, repo, event, review=None)
+
+    async def history(self, core_id: str, *, limit: int = 100) -> tuple[CoreEvent, ...]:
+        """Recorded moves and refused promotions of ``core_id``, newest first."""
+        _check_limit(limit)
+        self._location(core_id)
+        return await self._store.cores.history(core_id, limit=limit)
+
+    async def _move(
+        self, location: CoreLocation, repo: CoreRepository, event: CoreEvent, *, review: str | None
+    ) -> CoreEvent:
+        """Refuse (recorded) on a failed gate; else compare-and-swap the ref, record, notify."""
+        if event.passed:
+            moved = await repo.move_ref(location.ref, event.previous, event.revision)
+            if not moved:
+                event = replace(
+                    event, gates=(*event.gates, GateOutcome("live_ref", False, RACE_LOST))
+                )
+        if not event.passed:
+            refused = await self._store.cores.record_event(replace(event, action="refused"))
+            failed = [gate for gate in refused.gates if not gate.passed]
+            why = "; ".join(f"{gate.gate}: {gate.detail.splitlines()[0]}" for gate in failed)
+            raise PromotionRefused(
+                bounded(f"{event.action} of core {event.core_id!r} refused: {why}", 1_000),
+                gates=refused.gates,
+                review=review,
+            )
+        recorded = await self._store.cores.record_event(event)
+        if self._on_moved is not None:
+            await self._on_moved(event.core_id, event.revision)
+        return recorded
+
+    def _location(self, core_id: str) -> CoreLocation:
+        location = self._locations.get(core_id) if is_core_id(core_id) else None
+        if location is None:
+            raise NotFoundOrUnauthorized("core")
+        return location
+
+    async def _open(self, core_id: str) -> tuple[CoreLocation, CoreRepository]:
+        location = self._location(core_id)
+        return location, await CoreRepository.open(location.path)
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= _MAX_LIMIT:
+        raise InvalidValue(f"limit must be an integer from 1 to {_MAX_LIMIT}")
+
+
+async def _resolve(repo: CoreRepository, revision: str) -> str:
+    """A full sha for a revision name; any failure is one bounded ``InvalidValue``."""
+    if not isinstance(revision, str) or not 0 < len(revision) <= 256:
+        raise InvalidValue("a revision is a commit id, a unique prefix, HEAD, a branch or a tag")
+    try:
+        return await repo.resolve(revision)
+    except ConfigError as exc:
+        raise InvalidValue(bounded(str(exc), 300)) from None
+
+
+async def _manifest_at(
+    repo: CoreRepository, sha: str | None, *, tolerant: bool = False
+) -> CoreManifest | None:
+    """The manifest at ``sha`` (None: no revision; with ``tolerant``, also a broken one).
+
+    A broken live manifest compares as "nothing declared", so every MCP server
+    and dependency of the candidate needs review: the safe direction.
+    """
+    if sha is None:
+        return None
+    data = await repo.read(sha, MANIFEST)
+    try:
+        if data is None:
+            raise ConfigError(f"{MANIFEST} is missing at {sha[:12]}")
+        return await anyio.to_thread.run_sync(
+            lambda: load_manifest(data, source=f"{MANIFEST} at {sha[:12]}")
+        )
+    except ConfigError:
+        if tolerant:
+            return None
+        raise
+
+
+async def _dependencies(
+    repo: CoreRepository,
+    base: str | None,
+    base_manifest: CoreManifest | None,
+    target: str,
+    target_manifest: CoreManifest,
+) -> tuple[str, ...]:
+    before = None if base is None else await repo.read(base, REQUIREMENTS)
+    after = await repo.read(target, REQUIREMENTS)
+    return dependency_changes(base_manifest, before, target_manifest, after)

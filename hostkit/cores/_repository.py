@@ -1,0 +1,362 @@
+"""A core's Git repository, read and moved with dulwich (no system ``git`` needed).
+
+Every method runs dulwich in a worker thread and opens the repository for
+that call only, so nothing holds file handles between calls and a
+``CoreRepository`` needs no closing. The Host-owned ref moves only by
+compare-and-swap (Git's lock files), so a promotion racing another process,
+or the git CLI, either wins or sees ``False``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TypeVar
+
+import anyio
+from dulwich.diff_tree import tree_changes
+from dulwich.errors import NotGitRepository
+from dulwich.object_store import tree_lookup_path
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tag, Tree
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+
+from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.types import is_revision
+
+__all__ = [
+    "MAX_EXTRACT_BYTES",
+    "MAX_EXTRACT_FILES",
+    "MAX_READ_BYTES",
+    "CommitInfo",
+    "CoreRepository",
+]
+
+MAX_READ_BYTES = 4 * 1024 * 1024
+MAX_EXTRACT_BYTES = 64 * 1024 * 1024
+MAX_EXTRACT_FILES = 10_000
+MAX_EXTRACT_DEPTH = 32
+MAX_LOG = 1_000
+MAX_CHANGED = 10_000
+_SUMMARY_CHARS = 200
+_PERSON_CHARS = 200
+_SHORT = re.compile(r"[0-9a-f]{7,39}")
+_REF_NAME = re.compile(r"[A-Za-z0-9._/-]{1,200}")
+_GITLINK = 0o160000
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInfo:
+    """One commit of a core: its id, first line (bounded), author and time (epoch seconds)."""
+
+    sha: str
+    summary: str
+    author: str
+    at: float
+
+
+class CoreRepository:
+    """A core's Git repository at ``path`` (a work tree with ``.git``, or a bare repo)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path) -> CoreRepository:
+        """The repository at ``path``; ``ConfigError`` naming it when it is not one."""
+        repository = cls(Path(path))
+        await repository._run(lambda repo: None)
+        return repository
+
+    async def head(self) -> str | None:
+        """The commit ``HEAD`` names (None: no commit yet)."""
+        return await self._run(_head)
+
+    async def resolve(self, rev: str) -> str:
+        """The full commit id of ``rev``: a full id, a unique prefix of at least 7 hex,
+        ``HEAD``, a branch, a tag or a full ref name; ``InvalidValue`` otherwise."""
+        if not isinstance(rev, str) or not _REF_NAME.fullmatch(rev) or ".." in rev:
+            raise InvalidValue(f"{bounded(rev, 80)!r} is not a revision name")
+        return await self._run(lambda repo: _resolve(repo, rev))
+
+    async def live(self, ref: str) -> str | None:
+        """The commit the Host-owned ``ref`` points at (None: the ref does not exist)."""
+        return await self._run(lambda repo: _read_ref(repo, ref))
+
+    async def move_ref(self, ref: str, old: str | None, new: str) -> bool:
+        """Point ``ref`` at commit ``new`` if it still points at ``old`` (None: absent).
+
+        False when someone else moved (or created) it first; the ref is then
+        as they left it. ``InvalidValue`` when ``new`` is not a commit here.
+        """
+        if not ref.startswith("refs/hostkit/") or not _REF_NAME.fullmatch(ref):
+            raise InvalidValue(f"{bounded(ref, 80)!r} is not a Host-owned ref (refs/hostkit/...)")
+        if not is_revision(new) or (old is not None and not is_revision(old)):
+            raise InvalidValue("a ref moves between full 40-hex commit ids")
+        return await self._run(lambda repo: _move(repo, ref, old, new))
+
+    async def read(self, sha: str, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes | None:
+        """The file ``path`` in commit ``sha`` (None: no such regular file there).
+
+        ``ConfigError`` naming the path when it is larger than ``max_bytes``.
+        """
+        parts = _parts(path)
+        return await self._run(lambda repo: _read(repo, sha, parts, max_bytes))
+
+    async def log(self, start: str, *, limit: int = 50) -> tuple[CommitInfo, ...]:
+        """Commits reachable from ``start``, newest first, at most ``limit``."""
+        limit = max(1, min(limit, MAX_LOG))
+        return await self._run(lambda repo: _log(repo, start, limit))
+
+    async def changed(self, a: str | None, b: str) -> tuple[str, ...]:
+        """The paths that differ between commits ``a`` (None: nothing) and ``b``, sorted."""
+        return await self._run(lambda repo: _changed(repo, a, b))
+
+    async def extract(
+        self,
+        sha: str,
+        dest: Path,
+        *,
+        rename: Mapping[str, str] | None = None,
+        max_bytes: int = MAX_EXTRACT_BYTES,
+        max_files: int = MAX_EXTRACT_FILES,
+    ) -> None:
+        """Write commit ``sha``'s tree (never the work tree) into the new directory ``dest``.
+
+        Only regular files and directories: a symlink, a submodule, a name that
+        is absolute, ``.``, ``..``, contains ``/`` or NUL, or ``.git``, and a tree
+        past ``max_bytes`` or ``max_files``, are refused with a ``ConfigError``
+        naming the path (``dest`` may then hold part of the tree: extract into a
+        scratch directory). ``rename`` maps top-level names to others (``agent``
+        to the revision's package name).
+        """
+        renames = dict(rename or {})
+        await self._run(lambda repo: _extract(repo, sha, dest, renames, max_bytes, max_files))
+
+    async def _run(self, work: Callable[[Repo], _T]) -> _T:
+        return await anyio.to_thread.run_sync(_with_repo, self.path, work)
+
+
+# -- worker threads ------------------------------------------------------------------------
+
+
+def _with_repo(path: Path, work: Callable[[Repo], _T]) -> _T:
+    shown = bounded(str(path), 300)
+    if not path.is_dir():
+        raise ConfigError(f"core repository {shown} is not a directory")
+    try:
+        repo = Repo(str(path))
+    except NotGitRepository:
+        raise ConfigError(f"{shown} is not a Git repository (run `git init` there)") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot open core repository {shown}: {exc.strerror}") from None
+    try:
+        return work(repo)
+    finally:
+        repo.close()
+
+
+def _head(repo: Repo) -> str | None:
+    try:
+        return repo.refs[Ref(b"HEAD")].decode("ascii")
+    except KeyError:
+        return None
+
+
+def _read_ref(repo: Repo, ref: str) -> str | None:
+    try:
+        value = repo.refs[Ref(ref.encode())].decode("ascii")
+    except KeyError:
+        return None
+    return value if is_revision(value) else None
+
+
+def _commit(repo: Repo, sha: str) -> Commit:
+    """Commit ``sha`` (tags peeled); ``InvalidValue`` when there is none."""
+    obj: ShaFile | None
+    try:
+        obj = repo[sha.encode("ascii")] if is_revision(sha) else None
+    except (KeyError, ValueError):
+        obj = None
+    for _ in range(16):
+        if not isinstance(obj, Tag):
+            break
+        obj = repo[obj.object[1]]
+    if not isinstance(obj, Commit):
+        raise InvalidValue(f"{bounded(sha, 80)!r} is not a commit of this core")
+    return obj
+
+
+def _resolve(repo: Repo, rev: str) -> str:
+    if rev == "HEAD":
+        head = _head(repo)
+        if head is None:
+            raise InvalidValue("the core repository has no commits yet")
+        return _commit(repo, head).id.decode("ascii")
+    if is_revision(rev):
+        return _commit(repo, rev).id.decode("ascii")
+    names = [rev] if rev.startswith("refs/") else [f"refs/heads/{rev}", f"refs/tags/{rev}"]
+    for name in names:
+        try:
+            target = repo.refs[Ref(name.encode())].decode("ascii")
+        except KeyError:
+            continue
+        return _commit(repo, target).id.decode("ascii")
+    if _SHORT.fullmatch(rev):
+        commits = {
+            found.decode("ascii")
+            for found in repo.object_store.iter_prefix(rev.encode("ascii"))
+            if isinstance(repo[found], Commit)
+        }
+        if len(commits) == 1:
+            return commits.pop()
+        if commits:
+            raise InvalidValue(f"{rev!r} is ambiguous: give more of the commit id")
+    raise InvalidValue(f"no revision {bounded(rev, 80)!r} in this core")
+
+
+def _move(repo: Repo, ref: str, old: str | None, new: str) -> bool:
+    _commit(repo, new)
+    name, target = Ref(ref.encode()), ObjectID(new.encode("ascii"))
+    message = b"hostkit: move the live revision"
+    if old is None:
+        return bool(repo.refs.add_if_new(name, target, message=message))
+    return bool(
+        repo.refs.set_if_equals(name, ObjectID(old.encode("ascii")), target, message=message)
+    )
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    """``path`` inside a core as its parts; ``ConfigError`` if it could leave the core."""
+    shown = bounded(path, 200)
+    if not path or "\\" in path or "\x00" in path or PurePosixPath(path).is_absolute():
+        raise ConfigError(f"{shown!r} is not a relative path inside the core")
+    parts = tuple(part for part in path.split("/") if part not in ("", "."))
+    if not parts or ".." in parts:
+        raise ConfigError(f"{shown!r} is not a relative path inside the core")
+    return parts
+
+
+def _read(repo: Repo, sha: str, parts: tuple[str, ...], max_bytes: int) -> bytes | None:
+    tree = _commit(repo, sha).tree
+    try:
+        mode, blob_id = tree_lookup_path(repo.__getitem__, tree, "/".join(parts).encode())
+    except (KeyError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(mode):
+        return None
+    blob = repo[blob_id]
+    if not isinstance(blob, Blob):
+        return None
+    if blob.raw_length() > max_bytes:
+        raise ConfigError(f"{bounded('/'.join(parts), 200)} is larger than {max_bytes} bytes")
+    return blob.as_raw_string()
+
+
+def _log(repo: Repo, start: str, limit: int) -> tuple[CommitInfo, ...]:
+    head = _commit(repo, start).id
+    found: list[CommitInfo] = []
+    for entry in repo.get_walker(include=[head], max_entries=limit):
+        commit = entry.commit
+        message = commit.message.decode("utf-8", "replace").strip()
+        summary = message.splitlines()[0] if message else ""
+        found.append(
+            CommitInfo(
+                sha=commit.id.decode("ascii"),
+                summary=bounded(summary, _SUMMARY_CHARS),
+                author=bounded(commit.author.decode("utf-8", "replace"), _PERSON_CHARS),
+                at=float(commit.author_time),
+            )
+        )
+    return tuple(found)
+
+
+def _changed(repo: Repo, a: str | None, b: str) -> tuple[str, ...]:
+    old = None if a is None else _commit(repo, a).tree
+    new = _commit(repo, b).tree
+    paths: set[str] = set()
+    for change in tree_changes(repo.object_store, old, new):
+        for side in (change.old, change.new):
+            if side is not None and side.path is not None:
+                paths.add(side.path.decode("utf-8", "replace"))
+        if len(paths) > MAX_CHANGED:
+            raise ConfigError(f"more than {MAX_CHANGED} files changed between the revisions")
+    return tuple(sorted(paths))
+
+
+@dataclass
+class _Budget:
+    files: int
+    size: int
+
+
+def _extract(
+    repo: Repo,
+    sha: str,
+    dest: Path,
+    rename: Mapping[str, str],
+    max_bytes: int,
+    max_files: int,
+) -> None:
+    tree = repo[_commit(repo, sha).tree]
+    assert isinstance(tree, Tree)
+    dest.mkdir(mode=0o700)
+    budget = _Budget(files=max_files, size=max_bytes)
+    _write_tree(repo, tree, dest, (), rename, budget)
+
+
+def _write_tree(
+    repo: Repo,
+    tree: Tree,
+    into: Path,
+    prefix: tuple[str, ...],
+    rename: Mapping[str, str],
+    budget: _Budget,
+) -> None:
+    if len(prefix) >= MAX_EXTRACT_DEPTH:
+        raise ConfigError(f"{_shown(prefix)} is nested more than {MAX_EXTRACT_DEPTH} levels deep")
+    for entry in tree.iteritems():
+        raw, mode, child_id = entry.path, entry.mode, entry.sha
+        name = raw.decode("utf-8", "replace")
+        path = (*prefix, name)
+        if (
+            not raw
+            or raw in (b".", b"..")
+            or b"/" in raw
+            or b"\x00" in raw
+            or b"\\" in raw
+            or raw.lower() == b".git"
+        ):
+            raise ConfigError(f"the revision holds a path that is not allowed: {_shown(path)!r}")
+        budget.files -= 1
+        if budget.files < 0:
+            raise ConfigError("the revision holds too many files to materialize")
+        target = into / (rename.get(name, name) if not prefix else name)
+        if mode == _GITLINK:
+            raise ConfigError(f"the revision holds a submodule at {_shown(path)!r}")
+        if stat.S_ISLNK(mode):
+            raise ConfigError(f"the revision holds a symbolic link at {_shown(path)!r}")
+        child = repo[child_id]
+        if stat.S_ISDIR(mode) and isinstance(child, Tree):
+            target.mkdir(mode=0o700)
+            _write_tree(repo, child, target, path, rename, budget)
+        elif stat.S_ISREG(mode) and isinstance(child, Blob):
+            budget.size -= child.raw_length()
+            if budget.size < 0:
+                raise ConfigError("the revision is too large to materialize")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(target, flags, 0o700 if mode & 0o111 else 0o600)
+            with os.fdopen(fd, "wb") as file:
+                for chunk in child.as_raw_chunks():
+                    file.write(chunk)
+        else:
+            raise ConfigError(f"the revision holds an unsupported entry at {_shown(path)!r}")
+
+
+def _shown(path: tuple[str, ...]) -> str:
+    return bounded("/".join(path), 200)

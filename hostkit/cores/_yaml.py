@@ -1,0 +1,116 @@
+"""YAML with line numbers: ``agent.yaml`` parsed into plain data plus where each key was.
+
+PyYAML's SafeLoader composes the node tree (no arbitrary tags); aliases are
+refused before anything is constructed (no "billion laughs"), as are merge
+keys, duplicate keys and non-scalar keys, each naming its line. The data is
+built from the nodes here, so every value's path maps back to a line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+__all__ = ["MAX_YAML_NODES", "YamlProblem", "parse_yaml"]
+
+# agent.yaml is written by hand: far more nodes than any real one has.
+MAX_YAML_NODES = 20_000
+MAX_YAML_DEPTH = 32
+Path = tuple[str | int, ...]
+
+
+class YamlProblem(Exception):
+    """Why the document is not usable data, and the 1-based line where that was found."""
+
+    def __init__(self, message: str, line: int | None, path: Path = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.path = path
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases while composing (before any expansion)."""
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        if self.check_event(AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise YamlProblem("aliases (*name) are not allowed", event.start_mark.line + 1)
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
+    """The document's data and the line of each path in it (keys: the key's line).
+
+    Raises ``YamlProblem`` for invalid YAML, several documents, aliases, merge
+    keys, duplicate or non-scalar keys, unknown tags, too many nodes or levels.
+    """
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+    except YamlProblem:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = None if mark is None else mark.line + 1
+        raise YamlProblem(f"not valid YAML: {exc.problem or exc.context}", line) from None
+    except yaml.YAMLError as exc:
+        raise YamlProblem(f"not valid YAML: {exc}", None) from None
+    finally:
+        loader.dispose()
+    if root is None:
+        return None, {}
+    lines: dict[Path, int] = {}
+    builder = _Builder(loader, lines)
+    return builder.build(root, (), 0), lines
+
+
+class _Builder:
+    def __init__(self, loader: _Loader, lines: dict[Path, int]) -> None:
+        self._loader = loader
+        self._lines = lines
+        self._count = 0
+
+    def build(self, node: Node, path: Path, depth: int) -> Any:
+        line = node.start_mark.line + 1
+        self._count += 1
+        if self._count > MAX_YAML_NODES:
+            raise YamlProblem(f"the document has more than {MAX_YAML_NODES} nodes", line, path)
+        if depth > MAX_YAML_DEPTH:
+            raise YamlProblem(f"nested more than {MAX_YAML_DEPTH} levels deep", line, path)
+        self._lines.setdefault(path, line)
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, SequenceNode):
+            items = []
+            for index, item in enumerate(node.value):
+                items.append(self.build(item, (*path, index), depth + 1))
+            return items
+        assert isinstance(node, ScalarNode)
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise YamlProblem(f"cannot read this value: {problem}", line, path) from None
+
+    def _mapping(self, node: MappingNode, path: Path, depth: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise YamlProblem("merge keys (<<) are not allowed", line, path)
+            if not isinstance(key_node, ScalarNode):
+                raise YamlProblem("a key must be a plain string", line, path)
+            key = self.build(key_node, (*path, "[key]"), depth + 1)
+            if not isinstance(key, str):
+                key = str(key) if isinstance(key, int | float | bool) else None
+            if key is None:
+                raise YamlProblem("a key must be a plain string", line, path)
+            if key in result:
+                raise YamlProblem(f"duplicate key {key[:80]!r}", line, (*path, key))
+            self._lines[(*path, key)] = line
+            result[key] = self.build(value_node, (*path, key), depth + 1)
+        return result

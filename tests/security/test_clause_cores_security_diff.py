@@ -1,0 +1,145 @@
+"""Clause: the MCP security diff an operator reviews carries no secret.
+
+An MCP change is shown (CLI, widget) and recorded (core history) so a human
+can review it; the env values and URL credentials it is about must not leak
+through that view. Env entries appear by NAME with set/changed/removed, a URL
+by its origin only, and credential-looking argv items are redacted; the
+bounded patch of ``hostkit core diff`` hides the same values. The review
+token is bound to the exact change: any other diff or commit pair gives
+another token.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hostkit.cores import CoreManifest, mcp_security_diff, review_token
+from hostkit.cores._changes import manifest_secrets, unified_patch
+
+SECRET = "sk-live-0123456789abcdefSECRET"
+URL_SECRET = "hunter2pass"
+QUERY_SECRET = "qtok987654321"
+SHA_A = "a" * 40
+SHA_B = "b" * 40
+
+
+def _manifest(mcp: dict[str, Any], **capabilities: str) -> CoreManifest:
+    return CoreManifest.model_validate(
+        {
+            "id": "notes",
+            "model": "test",
+            "mcp": mcp,
+            "capabilities": {f"mcp.connect:{name}": value for name, value in capabilities.items()},
+        }
+    )
+
+
+LIVE = _manifest(
+    {
+        "docs": {"command": ["docs-server", "--stdio"], "env": {"DOCS_TOKEN": "old-token-value"}},
+        "gone": {"url": "https://gone.example/mcp"},
+    },
+    docs="ask",
+)
+CANDIDATE = _manifest(
+    {
+        "docs": {
+            "command": ["docs-server", "--stdio", "--api-key", SECRET, f"--token={SECRET}"],
+            "env": {"DOCS_TOKEN": SECRET, "EXTRA_KEY": SECRET},
+            "network": True,
+        },
+        "search": {"url": f"https://bob:{URL_SECRET}@search.example:8443/mcp?key={QUERY_SECRET}"},
+    },
+    docs="allow",
+    search="ask",
+)
+
+
+def test_the_diff_names_every_change_without_a_secret_value() -> None:
+    diff = mcp_security_diff(LIVE, CANDIDATE)
+    text = json.dumps(diff)
+    for secret in (SECRET, URL_SECRET, QUERY_SECRET, "old-token-value", "bob"):
+        assert secret not in text
+    servers = diff["servers"]
+    assert {name: entry["change"] for name, entry in servers.items()} == {
+        "docs": "changed",
+        "gone": "removed",
+        "search": "added",
+    }
+    docs = servers["docs"]
+    assert docs["env"] == {"DOCS_TOKEN": "changed", "EXTRA_KEY": "set"}
+    assert docs["after"]["env"] == ["DOCS_TOKEN", "EXTRA_KEY"]
+    assert docs["fields"] == ["command", "env", "network", "connect"]
+    assert docs["before"]["connect"] == "ask"
+    assert docs["after"]["connect"] == "allow"
+    assert docs["after"]["command"][:3] == ["docs-server", "--stdio", "--api-key"]
+    assert docs["after"]["command"][3:] == ["[redacted]", "--token=[redacted]"]
+    assert servers["search"]["after"]["url"] == "https://search.example:8443"
+    assert servers["search"]["after"]["connect"] == "ask"
+
+
+def test_an_unchanged_declaration_is_an_empty_diff_and_a_grant_change_is_not() -> None:
+    assert mcp_security_diff(LIVE, LIVE) == {}
+    regranted = _manifest(
+        {name: server.model_dump(exclude_defaults=True) for name, server in LIVE.mcp.items()},
+        docs="allow",
+    )
+    diff = mcp_security_diff(LIVE, regranted)
+    assert list(diff["servers"]) == ["docs"]
+    assert diff["servers"]["docs"]["fields"] == ["connect"]
+
+
+def test_the_first_promotion_reviews_every_declared_server() -> None:
+    diff = mcp_security_diff(None, CANDIDATE)
+    assert {entry["change"] for entry in diff["servers"].values()} == {"added"}
+    assert diff["servers"]["docs"]["env"] == {"DOCS_TOKEN": "set", "EXTRA_KEY": "set"}
+
+
+def test_the_token_binds_core_commits_and_diff() -> None:
+    diff = mcp_security_diff(LIVE, CANDIDATE)
+    token = review_token("notes", SHA_A, SHA_B, diff)
+    assert token.startswith("mcp-review:")
+    assert len(token) == len("mcp-review:") + 64
+    assert token == review_token("notes", SHA_A, SHA_B, json.loads(json.dumps(diff)))
+    other_diff = mcp_security_diff(None, CANDIDATE)
+    assert (
+        len(
+            {
+                token,
+                review_token("notes", SHA_A, SHA_B, other_diff),
+                review_token("notes", None, SHA_B, diff),
+                review_token("notes", SHA_A, "c" * 40, diff),
+                review_token("other", SHA_A, SHA_B, diff),
+            }
+        )
+        == 5
+    )
+
+
+@pytest.mark.parametrize(
+    "argv_item",
+    [f"--password={SECRET}", f"API_KEY={SECRET}", SECRET, f"https://u:{URL_SECRET}@h.example/x"],
+)
+def test_credential_shaped_argv_items_are_redacted(argv_item: str) -> None:
+    candidate = _manifest({"docs": {"command": ["srv", argv_item]}}, docs="ask")
+    text = json.dumps(mcp_security_diff(None, candidate))
+    assert SECRET not in text
+    assert URL_SECRET not in text
+
+
+def test_the_patch_hides_env_values_and_url_credentials() -> None:
+    before = b"mcp:\n  docs:\n    env: {DOCS_TOKEN: old-token-value}\n"
+    after = (
+        f"mcp:\n  docs:\n    env: {{DOCS_TOKEN: {SECRET}}}\n"
+        f"  search: {{url: 'https://bob:{URL_SECRET}@search.example/mcp?key={QUERY_SECRET}'}}\n"
+    ).encode()
+    patch = unified_patch(
+        [("agent.yaml", before, after)], secrets=manifest_secrets(LIVE, CANDIDATE)
+    )
+    assert "+++ b/agent.yaml" in patch
+    assert "DOCS_TOKEN" in patch
+    for secret in (SECRET, URL_SECRET, QUERY_SECRET, "old-token-value"):
+        assert secret not in patch
