@@ -38,7 +38,8 @@ TEST_ENV_ALLOWLIST = (
     "USER",
     "LOGNAME",
 )
-MAX_OUTPUT_TAIL = 4_000
+# Fits a GateOutcome detail (2,000 characters) with its first line.
+MAX_OUTPUT_TAIL = 1_800
 # The folder holding the hostkit package this Host runs (hostkit/cores/_test_gate.py -> ..).
 _HOSTKIT_HOME = Path(__file__).resolve().parents[2]
 
@@ -78,7 +79,22 @@ async def run_core_tests(
     env["PYTHONPATH"] = os.pathsep.join((str(root), hostkit_home))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONNOUSERSITE"] = "1"
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    # The suite gets pytest and anyio's plugin, not whatever plugins the Host's
+    # environment happens to hold (loading those all costs seconds per gate and
+    # makes a core's verdict depend on the Host's install); a core that needs
+    # another plugin names it in its conftest.py (``pytest_plugins = [...]``).
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "anyio.pytest_plugin",
+        "tests",
+    ]
     process = await anyio.open_process(
         argv,
         cwd=root,
