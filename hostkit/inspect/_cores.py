@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hostkit.cores import CoreStatus, RevisionInfo
+from hostkit.cores import CoreRegistry, CoreStatus, RevisionInfo
 from hostkit.inspect._source import bounded
-from hostkit.store import MAX_CORE_HISTORY
+from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
 from hostkit.types import CoreEvent, SessionPin
 
 if TYPE_CHECKING:
     from hostkit.host import Host
 
-__all__ = ["CoreHistoryView", "PinRow", "core_history"]
+__all__ = ["CoreHistoryView", "PinRow", "core_history", "core_history_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +64,23 @@ class CoreHistoryView:
 
 
 async def core_history(host: Host, core_id: str, *, limit: int = 50) -> CoreHistoryView:
+    """The history of ``core_id`` on ``host`` (its ``cores`` registry and its store)."""
+    return await core_history_of(host.cores, host.store, core_id, limit=limit)
+
+
+async def core_history_of(
+    registry: CoreRegistry, store: RuntimeStore, core_id: str, *, limit: int = 50
+) -> CoreHistoryView:
     """The history of ``core_id``: at most ``limit`` revisions, events and session pins each.
 
     An unknown core is the registry's error (``NotFoundOrUnauthorized``); a
     ``limit`` outside 1..``MAX_CORE_HISTORY - 1`` is ``InvalidValue``.
     """
     bounded("limit", limit, MAX_CORE_HISTORY - 1)
-    status = await host.cores.status(core_id)
-    revisions = await host.cores.log(core_id, limit=limit + 1)
-    events = await host.store.cores.history(core_id, limit=limit + 1)
-    pins = await host.store.cores.session_pins(core_id, limit=limit + 1)
+    status = await registry.status(core_id)
+    revisions = await registry.log(core_id, limit=limit + 1)
+    events = await store.cores.history(core_id, limit=limit + 1)
+    pins = await store.cores.session_pins(core_id, limit=limit + 1)
     truncated = tuple(
         name
         for name, rows in (("revisions", revisions), ("events", events), ("pins", pins))

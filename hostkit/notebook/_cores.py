@@ -23,10 +23,11 @@ from typing import Any
 import anyio
 import ipywidgets as widgets
 
+from hostkit.cores import CoreRegistry
 from hostkit.errors import HostkitError, UserError, bounded
 from hostkit.freeze import thaw
 from hostkit.host import Host
-from hostkit.inspect import CoreHistoryView, PinRow, core_history, one_line
+from hostkit.inspect import CoreHistoryView, PinRow, core_history_of, one_line
 from hostkit.notebook._approval_view import button_layout, buttons_layout, pre_html
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import _Inspector
@@ -40,6 +41,7 @@ from hostkit.notebook._theme import (
     ERROR,
     MUTED,
 )
+from hostkit.store import RuntimeStore
 from hostkit.types import CoreEvent, GateOutcome
 
 __all__ = ["CoreHistory", "short", "when"]
@@ -223,7 +225,9 @@ class CoreHistory(_Inspector):
     raising. ``join()`` waits for a click's refresh.
     """
 
-    def __init__(self, host: Host, view: CoreHistoryView, *, limit: int = 50) -> None:
+    def __init__(
+        self, registry: CoreRegistry, store: RuntimeStore, view: CoreHistoryView, *, limit: int = 50
+    ) -> None:
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError as exc:
@@ -231,7 +235,7 @@ class CoreHistory(_Inspector):
                 "a CoreHistory must be built on a running event loop "
                 "(in a notebook cell or async code)"
             ) from exc
-        self.host, self.limit, self.model = host, limit, view
+        self.registry, self.store, self.limit, self.model = registry, store, limit, view
         self._tasks: set[asyncio.Task[Any]] = set()
         self.panel = widgets.HTML("")
         self.status = widgets.HTML("")
@@ -249,14 +253,23 @@ class CoreHistory(_Inspector):
     @classmethod
     async def load(cls, host: Host, core_id: str, *, limit: int = 50) -> CoreHistory:
         """The history of ``core_id`` on ``host`` (at most ``limit`` rows of each list)."""
+        return await cls.load_from(host.cores, host.store, core_id, limit=limit)
+
+    @classmethod
+    async def load_from(
+        cls, registry: CoreRegistry, store: RuntimeStore, core_id: str, *, limit: int = 50
+    ) -> CoreHistory:
+        """The history of ``core_id`` from a registry and its store (a Host is not needed)."""
         with anyio.fail_after(TIMEOUT_S):
-            view = await core_history(host, core_id, limit=limit)
-        return cls(host, view, limit=limit)
+            view = await core_history_of(registry, store, core_id, limit=limit)
+        return cls(registry, store, view, limit=limit)
 
     async def refresh(self) -> CoreHistoryView:
         """Read the core's status, revisions, events and pins again."""
         with anyio.fail_after(TIMEOUT_S):
-            view = await core_history(self.host, self.model.core_id, limit=self.limit)
+            view = await core_history_of(
+                self.registry, self.store, self.model.core_id, limit=self.limit
+            )
         self._show(view)
         return view
 
