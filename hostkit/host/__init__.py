@@ -19,7 +19,9 @@ from hostkit.host._capabilities import (
 )
 from hostkit.host._catalog import CatalogServer, CatalogTool, ToolCatalog
 from hostkit.host._config import (
+    DEFAULT_CORE_REF,
     AgentConfig,
+    CoreConfig,
     HostConfig,
     McpServerConfig,
     PolicyConfig,
@@ -28,6 +30,7 @@ from hostkit.host._config import (
     load_config,
     parse_config,
 )
+from hostkit.host._cores import compile_core, compose_cores, core_locations
 from hostkit.host._defaults import (
     ConfiguredChannels,
     DefaultCapabilities,
@@ -40,6 +43,7 @@ from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._serve import HostDaemon, ServeStatus
 
 __all__ = [
+    "DEFAULT_CORE_REF",
     "Agent",
     "AgentConfig",
     "AgentMemory",
@@ -48,6 +52,7 @@ __all__ = [
     "Channel",
     "ChannelSource",
     "ConfiguredChannels",
+    "CoreConfig",
     "DefaultCapabilities",
     "DefaultMcpSource",
     "DefaultToolSource",
@@ -74,6 +79,9 @@ __all__ = [
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",
+    "compile_core",
+    "compose_cores",
+    "core_locations",
     "default_config",
     "load_agent",
     "load_config",

@@ -148,6 +148,9 @@ class AgentConfig(_Strict):
     provider: str
     instructions: str = "You are a helpful assistant. Answer briefly."
     tool_modules: list[str] = Field(default_factory=list)
+    # Directories looked in first for tool_modules' top-level packages (relative to
+    # hostkit.toml's folder); an Agent Core's is its materialized revision.
+    tool_path: list[str] = Field(default_factory=list, max_length=16)
     builtins: list[Builtin] = Field(default_factory=list)
     # Non-public hosts or CIDRs web.extract may reach (default: none; public only).
     url_allow_private: list[str] = Field(default_factory=list)

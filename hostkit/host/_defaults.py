@@ -115,7 +115,7 @@ class DefaultProviderSource(AsyncResource):
         self._locks: dict[str, anyio.Lock] = {}
 
     async def model_provider(self, request: ProviderRequest) -> ModelProvider:
-        name = request.provider or self._config.agents[request.agent].provider
+        name = request.provider or request.config.agents[request.agent].provider
         async with self._locks.setdefault(name, anyio.Lock()):
             provider = self._cache.get(name)
             if provider is None:
@@ -205,7 +205,9 @@ class DefaultToolSource:
         self._modules = ToolModules(timeout_s=discovery_timeout_s)
 
     async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
-        agent = self._config.agents[request.agent]
+        # The generation's configuration: it holds the agents composed from Agent Cores.
+        config = request.config
+        agent = config.agents[request.agent]
         tools: list[SourcedTool] = []
 
         def add(source: str, offered: Sequence[AuthoredTool]) -> None:
@@ -229,13 +231,14 @@ class DefaultToolSource:
                     key=f"agents.{request.agent}.builtins",
                 )
             runs = await request.processes.terminal_runs(request.workspace)
-            policy = sandbox_policy(self._config, request.agent)
+            policy = sandbox_policy(config, request.agent)
             add("builtin:terminal", [t for t in runs.tools(sandbox=policy) if t.name in wanted])
         for module_name in agent.tool_modules:
             found = await self._modules.tools(
                 module_name,
                 agent=request.agent,
-                sandbox=sandbox_policy(self._config, request.agent),
+                sandbox=sandbox_policy(config, request.agent),
+                search=[config.resolve(entry) for entry in agent.tool_path],
             )
             add(f"module:{module_name}", found)
         return tools
@@ -255,12 +258,13 @@ class DefaultMcpSource:
         self._config = config
 
     async def mcp_servers(self, request: ToolRequest) -> Sequence[McpServer]:
-        agent = self._config.agents[request.agent]
+        # The generation's configuration: it holds the agents composed from Agent Cores.
+        agent = request.config.agents[request.agent]
         if not agent.mcp:
             return ()
         connector = McpClientConnector(
             workspace=request.workspace,
-            sandbox=sandbox_policy(self._config, request.agent),
+            sandbox=sandbox_policy(request.config, request.agent),
             url_policy=UrlPolicy(allow_private=frozenset(agent.url_allow_private)),
             hidden=request.config.state_paths(),
         )

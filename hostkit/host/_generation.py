@@ -12,6 +12,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit.context import EstimatorRegistry, ProviderSummarizer, Summarizer
+from hostkit.cores import LoadedCore
 from hostkit.effects import (
     ApprovalRuntime,
     AuthoredTool,
@@ -94,8 +95,13 @@ class Generation(AsyncResource):
         estimators: EstimatorRegistry | None = None,
         outputs: Mapping[str, OutputCheck] | None = None,
         mcp: McpConnections | None = None,
+        cores: Mapping[str, LoadedCore] | None = None,
+        unavailable: Mapping[str, str] | None = None,
     ) -> None:
         self.number = number
+        # Agent Cores at the revision this generation pinned, and why others are missing.
+        self._cores = dict(cores or {})
+        self._unavailable = dict(unavailable or {})
         self.mcp = mcp
         # The answer check of each agent with an output type (Python agents).
         self.outputs = dict(outputs or {})
@@ -115,11 +121,24 @@ class Generation(AsyncResource):
         rules = self.config.agents[agent].policy
         return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny), ask=tuple(rules.ask))
 
+    def core(self, core_id: str) -> LoadedCore | None:
+        """The Agent Core ``core_id`` at this generation's revision (None: not a loaded core)."""
+        return self._cores.get(core_id)
+
+    @property
+    def cores(self) -> Mapping[str, LoadedCore]:
+        """Every Agent Core this generation loaded, by id."""
+        return dict(self._cores)
+
     def revision(self, agent: str) -> str:
-        """A content hash of everything that defines the agent in this configuration.
+        """An Agent Core's commit (40 hex); for an agent of ``hostkit.toml``, a content
+        hash of everything that defines it in this configuration.
 
         The configuration of a generation never changes: hashed once per agent.
         """
+        loaded = self._cores.get(agent)
+        if loaded is not None:
+            return loaded.revision
         cached = self._revisions.get(agent)
         if cached is not None:
             return cached
@@ -197,6 +216,8 @@ class Generation(AsyncResource):
     async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
         if self.retired or self._closed:
             raise TurnRejected("this configuration generation was replaced")
+        if core_id in self._unavailable:
+            raise TurnRejected(self._unavailable[core_id])
         if core_id not in self.config.agents:
             raise TurnRejected(f"no agent named {core_id!r}")
         current = self.revision(core_id)

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
+from hostkit.cores import LoadedCore
 from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
@@ -38,6 +39,7 @@ from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
+from hostkit.host._cores import compose_cores, unavailable_reasons
 from hostkit.host._defaults import DefaultCapabilities
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
@@ -110,8 +112,13 @@ class Host(AsyncResource):
         warnings: tuple[str, ...] = (),
         tracing: Tracing | None = None,
         agents: Sequence[Agent] = (),
+        cores: Mapping[str, LoadedCore] | None = None,
+        declared: HostConfig | None = None,
     ) -> None:
         self.config = config
+        # The configuration as given, before its Agent Cores and Python agents were
+        # composed in: apply_config(host.declared_config) recomposes at the live refs now.
+        self.declared_config = declared or config
         # Python agents: composed into every configuration this Host applies.
         self.agents = tuple(agents)
         self.tracing = tracing
@@ -135,7 +142,9 @@ class Host(AsyncResource):
         # generations, all closed (every stdio process tree ended) by aclose().
         self.mcp = McpConnections(status=store.mcp_servers.record_mcp_status)
         self.estimators = EstimatorRegistry()
-        self._generation = self._new_generation(1, config, capabilities)
+        self._generation = self._new_generation(
+            1, config, capabilities, cores=cores, unavailable=unavailable_reasons(config, warnings)
+        )
         self._retired: list[Generation] = []
         self.context = ContextManager(
             store,
@@ -172,7 +181,13 @@ class Host(AsyncResource):
         self._closed = False
 
     def _new_generation(
-        self, number: int, config: HostConfig, capabilities: RuntimeCapabilities
+        self,
+        number: int,
+        config: HostConfig,
+        capabilities: RuntimeCapabilities,
+        *,
+        cores: Mapping[str, LoadedCore] | None = None,
+        unavailable: Mapping[str, str] | None = None,
     ) -> Generation:
         return Generation(
             number,
@@ -184,6 +199,8 @@ class Host(AsyncResource):
             estimators=self.estimators,
             outputs={agent.name: agent.output for agent in self.agents if agent.output is not None},
             mcp=self.mcp,
+            cores=cores,
+            unavailable=unavailable,
         )
 
     @classmethod
@@ -220,7 +237,10 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None,
         agents: Sequence[Agent] = (),
     ) -> Host:
-        resolved, instances = compose_agents(await _resolve_config(config), agents)
+        declared = await _resolve_config(config)
+        # Each Agent Core at its live revision; one that is not available is a warning.
+        composed, cores, core_warnings = await compose_cores(declared)
+        resolved, instances = compose_agents(composed, agents)
         telemetry = resolved.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
         # Off the event loop: the first use imports the SDK and starts its export thread.
@@ -234,7 +254,7 @@ class Host(AsyncResource):
         )
         try:
             await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
-            warnings = await _prepare_workspaces(resolved)
+            warnings = (*await _prepare_workspaces(resolved), *core_warnings)
             store = await RuntimeStore.open(
                 resolved.database_path, synchronous=resolved.host.synchronous
             )
@@ -269,6 +289,8 @@ class Host(AsyncResource):
                 warnings=warnings,
                 tracing=tracing,
                 agents=agents,
+                cores=cores,
+                declared=declared,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
@@ -312,23 +334,34 @@ class Host(AsyncResource):
     ) -> int:
         """Make ``config`` the next generation; running turns keep the one they started with.
 
-        The Host's Python agents join ``config`` as they did at open.
+        The Host's Python agents join ``config`` as they did at open, and its
+        Agent Cores are loaded at their live refs now: applying the same
+        configuration after a promotion builds a generation on the new revision.
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
-        config, instances = compose_agents(config, self.agents)
+        declared = config
+        composed, cores, core_warnings = await compose_cores(config)
+        config, instances = compose_agents(composed, self.agents)
         caps = with_agents(
             capabilities or DefaultCapabilities.from_config(config, store=self.store),
             config,
             self.agents,
             instances,
         )
-        self.warnings = await _prepare_workspaces(config)
+        self.warnings = (*await _prepare_workspaces(config), *core_warnings)
         previous = self._generation
         if config.host.telemetry != previous.config.host.telemetry:
             _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
-        self._generation = self._new_generation(previous.number + 1, config, caps)
+        self._generation = self._new_generation(
+            previous.number + 1,
+            config,
+            caps,
+            cores=cores,
+            unavailable=unavailable_reasons(config, core_warnings),
+        )
         self.config = config
+        self.declared_config = declared
         # A changed (or removed) agent's session approvals were given for another revision.
         # New capability sources, or a change outside the agents' own sections, may change
         # what any agent is granted: its authority changed, so every agent's approvals go

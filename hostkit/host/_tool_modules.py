@@ -16,6 +16,12 @@ Discoveries are cached per version of the module's file (path, size,
 modification time), so a new configuration generation does not spawn again.
 A module the Host process imported already (an earlier call ran it) is used
 as it is: nothing is left to import.
+
+A ``search`` path (an Agent Core's materialized revision) is looked in first
+for the module's top-level package, by the discovery child and by the Host's
+own import at call time, without touching ``sys.path``: the package's parents
+are imported from there before the verified module, so relative imports
+inside ``agent/`` work and two revisions' packages never share a name.
 """
 
 from __future__ import annotations
@@ -104,11 +110,16 @@ class _ModuleVersion:
     it, its real tools in this process (shared by every agent and generation)."""
 
     def __init__(
-        self, module_name: str, stamp: _Stamp | None, definitions: tuple[dict[str, Any], ...]
+        self,
+        module_name: str,
+        stamp: _Stamp | None,
+        definitions: tuple[dict[str, Any], ...],
+        search: tuple[str, ...] = (),
     ) -> None:
         self.module_name = module_name
         self.stamp = stamp
         self.definitions = definitions
+        self.search = search
         self._lock = threading.Lock()
         self._tools: dict[str, AuthoredTool] | None = None
 
@@ -123,6 +134,8 @@ class _ModuleVersion:
                 return self._tools
             module = sys.modules.get(self.module_name)
             if module is None and self.stamp is not None:
+                if self.search:
+                    _import_parents(self.module_name, self.search)
                 module = self._import_verified(key)
             elif module is None:
                 module = importlib.import_module(self.module_name)
@@ -168,7 +181,33 @@ class _ModuleVersion:
         except BaseException:
             sys.modules.pop(self.module_name, None)
             raise
+        parent, _, child = self.module_name.rpartition(".")
+        if parent and parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
         return module
+
+
+def _import_parents(module_name: str, search: Sequence[str]) -> None:
+    """Worker thread: import ``module_name``'s parent packages, the top one from
+    ``search`` (not ``sys.path``), each further one from its parent's ``__path__``."""
+    parts = module_name.split(".")[:-1]
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name in sys.modules:
+            continue
+        where = list(search) if depth == 1 else sys.modules[".".join(parts[: depth - 1])].__path__
+        spec = importlib.machinery.PathFinder.find_spec(name, where)
+        if spec is None or spec.loader is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        try:
+            spec.loader.exec_module(package)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        if depth > 1:
+            setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
 
 
 class _VerifiedLoader(importlib.machinery.SourceFileLoader):
@@ -226,11 +265,22 @@ class ToolModules:
         self._timeout_s = timeout_s
 
     async def tools(
-        self, module_name: str, *, agent: str, sandbox: SandboxPolicy
+        self,
+        module_name: str,
+        *,
+        agent: str,
+        sandbox: SandboxPolicy,
+        search: Sequence[Path] = (),
     ) -> list[AuthoredTool]:
         """``module_name``'s tools for ``agent``; ``ConfigError`` naming
-        ``agents.<agent>.tool_modules`` when it cannot be discovered."""
+        ``agents.<agent>.tool_modules`` when it cannot be discovered.
+
+        ``search`` directories are looked in first for the module's top-level
+        package (before the Host's import path).
+        """
         key = f"agents.{agent}.tool_modules"
+        # Already absolute (the Host resolves them): no cwd lookup on the event loop.
+        paths = tuple(str(entry) for entry in search)
         shown = bounded(module_name, 120)
         if not _MODULE_NAME.fullmatch(module_name):
             raise ConfigError(f"{shown!r} is not a Python module name", key=key)
@@ -240,7 +290,7 @@ class ToolModules:
             definitions = [describe(tool) for tool in found]
             await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
             return found
-        located = await anyio.to_thread.run_sync(_locate, module_name)
+        located = await anyio.to_thread.run_sync(_locate, module_name, paths)
         if located is None:
             raise ConfigError(
                 f"cannot import tool module {shown!r}: No module named {shown!r}", key=key
@@ -249,26 +299,27 @@ class ToolModules:
         cache_key = None if stamp is None else (module_name, stamp.path, stamp.size, stamp.mtime_ns)
         version = _CACHE.get(cache_key) if cache_key is not None else None
         if version is None:
-            definitions = await self._discover(module_name, sandbox, key)
+            definitions = await self._discover(module_name, sandbox, key, paths)
             # Worker thread: jsonschema is imported on first use, a large schema is checked.
             await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
-            version = _ModuleVersion(module_name, stamp, tuple(definitions))
+            version = _ModuleVersion(module_name, stamp, tuple(definitions), paths)
             if cache_key is not None:
                 _remember(cache_key, version)
         return await anyio.to_thread.run_sync(_proxies, version, key)
 
     async def _discover(
-        self, module_name: str, sandbox: SandboxPolicy, key: str
+        self, module_name: str, sandbox: SandboxPolicy, key: str, search: tuple[str, ...]
     ) -> list[dict[str, Any]]:
         shown = bounded(module_name, 120)
-        source, path = await anyio.to_thread.run_sync(_child_plan)
+        source, host_path = await anyio.to_thread.run_sync(_child_plan)
+        path = [*search, *host_path]
         command = [sys.executable, "-I", "-B", "-c", source, module_name, json.dumps(path)]
         scratch: Path | None = None
         if sandbox.sandboxed:
             probe = await anyio.to_thread.run_sync(probe_bubblewrap)
             if probe.ok:
                 command, scratch = await anyio.to_thread.run_sync(
-                    _sandboxed, probe, sandbox, command, path
+                    _sandboxed, probe, sandbox, command, path, search
                 )
             elif not _ships_with_hostkit(module_name):
                 # Fail closed, as terminal.run does: the module's top level would run
@@ -371,15 +422,24 @@ def _remember(key: tuple[str, str, int, int], version: _ModuleVersion) -> None:
             _CACHE.popitem(last=False)
 
 
-def _locate(module_name: str) -> Path | None:
+def _locate(module_name: str, first: Sequence[str] = ()) -> Path | None:
     """Blocking: the file ``module_name`` would be imported from, found without running
-    any of its packages' code (their finders only), or None when there is none."""
+    any of its packages' code (their finders only), or None when there is none.
+
+    The top-level package is looked for in ``first`` before the import path."""
     parts = module_name.split(".")
     search: Sequence[str] | None = None
     for depth in range(1, len(parts) + 1):
         name = ".".join(parts[:depth])
         loaded = sys.modules.get(name)
-        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find_spec(name, search)
+        if loaded is not None:
+            spec = getattr(loaded, "__spec__", None)
+        else:
+            spec = None
+            if depth == 1 and first:
+                spec = importlib.machinery.PathFinder.find_spec(name, list(first))
+            if spec is None:
+                spec = _find_spec(name, search)
         if spec is None:
             return None
         if depth == len(parts):
@@ -434,11 +494,19 @@ def _child_source() -> str:
 
 
 def _sandboxed(
-    probe: Any, policy: SandboxPolicy, command: list[str], path: Sequence[str]
+    probe: Any,
+    policy: SandboxPolicy,
+    command: list[str],
+    path: Sequence[str],
+    search: Sequence[str] = (),
 ) -> tuple[list[str], Path]:
     """Blocking: ``command`` in the agent's sandbox, without network, seeing the
     interpreter and the import path read-only (the Host's state masked) and a
-    private scratch directory as its working directory."""
+    private scratch directory as its working directory.
+
+    The ``search`` directories (a core's materialized revision, itself under the
+    Host's state) are bound again after the masks: the child sees them and
+    nothing else of that state."""
     interpreter = (
         sys.prefix,
         sys.exec_prefix,
@@ -455,8 +523,9 @@ def _sandboxed(
     binds = [arg for root in roots for arg in ("--ro-bind", str(root), str(root))]
     masks = mask_plan(scratch, policy.hidden, roots=roots)
     quiet = dataclasses.replace(policy, network=False)
+    shown = [arg for entry in search for arg in ("--ro-bind", entry, entry)]
     argv = sandbox_argv(
-        probe, quiet, command, workspace=scratch, workdir=scratch, masks=[*binds, *masks]
+        probe, quiet, command, workspace=scratch, workdir=scratch, masks=[*binds, *masks, *shown]
     )
     return argv, scratch
 

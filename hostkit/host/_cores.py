@@ -1,0 +1,146 @@
+"""Agent Cores composed into a Host configuration, each at its live revision.
+
+``[cores.<id>]`` names a Git repository; the Host loads the commit its
+Host-owned ref points at (``hostkit.cores.live_core``) and compiles the
+revision's ``agent.yaml`` into an ``AgentConfig`` of the same name. A core
+without a live ref, or whose live revision cannot be loaded or compiled, is
+not available: the Host still opens and serves its other agents, and a turn
+for that core is rejected with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import get_args
+
+import pydantic
+
+from hostkit.cores import BUILTIN_RULES, CoreLocation, LoadedCore, live_core
+from hostkit.errors import ConfigError
+from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
+
+__all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reasons"]
+
+_log = logging.getLogger("hostkit.host")
+_BUILTINS = frozenset(get_args(Builtin))
+_MCP_CONNECT = "mcp.connect:"
+_SECRET_BIND = "secret.bind:"
+
+
+def core_locations(config: HostConfig) -> dict[str, CoreLocation]:
+    """Each ``[cores.<id>]`` as a location: its path resolved against the config's folder."""
+    return {
+        core_id: CoreLocation(core_id, config.resolve(core.path), core.ref)
+        for core_id, core in config.cores.items()
+    }
+
+
+async def compose_cores(
+    config: HostConfig, *, strict: bool = False
+) -> tuple[HostConfig, Mapping[str, LoadedCore], tuple[str, ...]]:
+    """``config`` with one agent per available core, the loaded cores, and a warning
+    per core that is not available (``core '<id>' ...``: the reason its turns get).
+
+    The live refs are read now, so composing the same configuration after a
+    promotion gives the new revision. An agent already named like a core (a
+    configuration composed before) is replaced. ``strict``: the first core
+    that is not available raises its ``ConfigError`` instead (a reload that
+    must not half-apply, a promotion's manifest gate).
+    """
+    agents = {name: agent for name, agent in config.agents.items() if name not in config.cores}
+    loaded: dict[str, LoadedCore] = {}
+    warnings: list[str] = []
+    for core_id, location in core_locations(config).items():
+        try:
+            core = await live_core(location, cores_root=config.cores_root)
+            if core is None:
+                raise ConfigError(
+                    f"core {core_id!r} has no live revision; run `hostkit core promote {core_id}`"
+                )
+            agents[core_id] = compile_core(config, core)
+        except ConfigError as exc:
+            if strict:
+                raise
+            reason = exc.message
+            if not reason.startswith(f"core {core_id!r} "):
+                reason = f"core {core_id!r} is not available: {reason}"
+            _log.warning("%s", reason)
+            warnings.append(reason)
+            continue
+        loaded[core_id] = core
+    composed = config.model_copy(update={"agents": agents})
+    return composed, loaded, tuple(warnings)
+
+
+def unavailable_reasons(config: HostConfig, warnings: tuple[str, ...]) -> dict[str, str]:
+    """Which configured cores ``compose_cores`` left out, each with its warning."""
+    reasons: dict[str, str] = {}
+    for core_id in config.cores:
+        prefix = f"core {core_id!r} "
+        reason = next((warning for warning in warnings if warning.startswith(prefix)), None)
+        if reason is not None:
+            reasons[core_id] = reason
+    return reasons
+
+
+def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
+    """The ``AgentConfig`` a core's revision declares, checked against ``config``.
+
+    Nothing is allowed that no rule grants (no ``*``): each builtin rule
+    switches its builtins on and puts their effects under the rule's
+    approval; ``mcp.connect:<server>`` is the connect's approval; any other
+    rule is a glob over tool names (authored or MCP) with its approval;
+    ``memory: true`` allows ``memory.*``. ``ConfigError`` naming
+    ``agent.yaml``'s line when ``model`` or ``summarizer`` is not a provider
+    under ``[providers]``.
+    """
+    manifest = core.manifest
+    for key in ("model", "summarizer"):
+        name = getattr(manifest, key)
+        if name is not None and name not in config.providers:
+            raise core.problem(
+                key, f"{name!r} is not a provider under [providers] of the Host's hostkit.toml"
+            )
+    rules: dict[str, list[str]] = {"allow": [], "ask": [], "deny": []}
+    builtins: set[str] = set()
+    for rule, approval in manifest.capabilities.items():
+        if rule.startswith(_SECRET_BIND):
+            continue  # manifest.secrets(): each binding is asked once per call anyway
+        effects = BUILTIN_RULES.get(rule, (rule,))
+        rules[approval].extend(effects)
+        if rule in BUILTIN_RULES and approval != "deny":
+            builtins.update(effect for effect in effects if effect in _BUILTINS)
+    if manifest.memory:
+        rules["allow"].append("memory.*")
+    try:
+        return _agent_config(core, rules, builtins)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "id"
+        raise core.problem(key, str(first["msg"])) from None
+
+
+def _agent_config(core: LoadedCore, rules: dict[str, list[str]], builtins: set[str]) -> AgentConfig:
+    manifest = core.manifest
+    return AgentConfig(
+        provider=manifest.model,
+        instructions=core.instructions or AgentConfig.model_fields["instructions"].default,
+        tool_modules=[core.module(name) for name in manifest.tools],
+        tool_path=[str(core.root)],
+        builtins=sorted(builtins),  # type: ignore[arg-type]
+        url_allow_private=list(manifest.url_allow_private),
+        memory=manifest.memory,
+        policy=PolicyConfig(**{kind: _unique(effects) for kind, effects in rules.items()}),
+        max_steps=manifest.limits.max_steps,
+        workspace=manifest.workspace,
+        secrets=list(manifest.secrets()),
+        secret_ttl_s=manifest.limits.secret_ttl_s,
+        summarizer=manifest.summarizer,
+        sandbox=manifest.sandbox,
+        mcp=dict(manifest.mcp),
+    )
+
+
+def _unique(effects: list[str]) -> list[str]:
+    return list(dict.fromkeys(effects))

@@ -1,0 +1,206 @@
+"""Clause: promotion moves the Host-owned ref only after gates; every attempt is recorded.
+
+"promotion moves a Host-owned ref only after gates — tests of the core pass,
+dependency changes flagged for manual review". Each gate is shown passing
+and failing on a real Git repository and a real store: a failing gate
+raises ``PromotionRefused`` with the gates, records a ``refused`` event and
+leaves the ref where it was. The test gate is a real pytest child in a fresh
+materialization with an allowlisted environment, killed with its process
+group at the core's ``limits.test_timeout_s``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from hostkit.cores import CoreRegistry, LoadedCore
+from hostkit.errors import ConfigError, PromotionRefused
+from hostkit.store import RuntimeStore
+from tests.contract._cores_registry import commit, core_registry, live_of, make_core
+
+pytestmark = pytest.mark.anyio
+
+MANIFEST = {"id": "notes", "model": "test", "instructions": "Take notes."}
+TOOLS = "VALUE = 2\n"
+# The core's own test: imports its revision's package the way the Host does, and
+# checks what the gate promised (fresh materialization, allowlisted environment).
+PASSING_TEST = """\
+import importlib
+import os
+from pathlib import Path
+
+
+def test_the_package_imports_from_a_fresh_materialization():
+    (package,) = [p.name for p in Path.cwd().iterdir() if p.name.startswith("hkcore_notes_")]
+    assert importlib.import_module(package + ".tools").VALUE == 2
+    assert ".gates" in Path.cwd().parts
+    assert "HK_PROMOTION_SECRET" not in os.environ
+"""
+FAILING_TEST = """\
+def test_the_word_count():
+    assert 1 + 1 == 3, "word count is wrong"
+"""
+HANGING_TEST = """\
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+def test_hangs():
+    child = subprocess.Popen(["sleep", "120"])
+    Path(os.environ["TMPDIR"], "child.pid").write_text(str(child.pid))
+    time.sleep(120)
+"""
+
+
+async def _refused(registry: CoreRegistry, revision: str = "HEAD", **options: object) -> PromotionRefused:
+    with pytest.raises(PromotionRefused) as refused:
+        await registry.promote("notes", revision, actor="ops", reason="test", **options)  # type: ignore[arg-type]
+    return refused.value
+
+
+async def test_passing_tests_promote_and_record_every_gate(
+    tmp_path: Path, store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HK_PROMOTION_SECRET", "do-not-pass-me")
+    path, sha = await make_core(
+        tmp_path,
+        "notes",
+        manifest=MANIFEST,
+        files={"agent/tools.py": TOOLS, "tests/test_tools.py": PASSING_TEST},
+        live=False,
+    )
+    moved: list[tuple[str, str]] = []
+
+    async def on_moved(core_id: str, revision: str) -> None:
+        moved.append((core_id, revision))
+
+    registry = core_registry(tmp_path, store, {"notes": path}, on_moved=on_moved)
+    event = await registry.promote("notes", actor="ops", reason="first")
+    assert event.action == "promote"
+    assert event.revision == sha
+    assert event.previous is None
+    assert [(gate.gate, gate.passed) for gate in event.gates] == [
+        ("manifest", True),
+        ("tests", True),
+        ("dependencies", True),
+        ("mcp_review", True),
+    ]
+    assert "1 passed" in event.gates[1].detail
+    assert await live_of(path) == sha
+    assert moved == [("notes", sha)]
+    assert (await registry.history("notes"))[0] == event
+    # The fresh materialization is gone; the one turns import from stays.
+    assert not [p async for p in anyio.Path(tmp_path / "cores-state" / ".gates").iterdir()]
+    assert await anyio.Path(tmp_path / "cores-state" / "notes" / sha).is_dir()
+
+
+async def test_a_core_without_tests_passes_the_test_gate(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    path, _ = await make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
+    event = await core_registry(tmp_path, store, {"notes": path}).promote("notes", actor="ops")
+    assert event.gates[1].gate == "tests"
+    assert event.gates[1].passed
+    assert event.gates[1].detail == "no tests"
+
+
+async def test_failing_tests_refuse_record_and_leave_the_ref(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
+    broken = await commit(path, {"tests/test_tools.py": FAILING_TEST}, "a failing test")
+    registry = core_registry(tmp_path, store, {"notes": path})
+    refused = await _refused(registry)
+    tests = dict((gate.gate, gate) for gate in refused.gates)["tests"]
+    assert not tests.passed
+    assert "word count is wrong" in tests.detail
+    assert "tests:" in str(refused)
+    assert refused.review is None
+    assert await live_of(path) == first
+    (event,) = await registry.history("notes")
+    assert event.action == "refused"
+    assert event.revision == broken
+    assert event.previous == first
+    assert event.gates == refused.gates
+
+
+async def test_a_hanging_suite_is_killed_with_its_process_group(
+    tmp_path: Path, store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    manifest = {**MANIFEST, "limits": {"test_timeout_s": 4}}
+    path, first = await make_core(tmp_path, "notes", manifest=manifest)
+    await commit(path, {"tests/test_hang.py": HANGING_TEST}, "a hanging test")
+    refused = await _refused(core_registry(tmp_path, store, {"notes": path}))
+    tests = dict((gate.gate, gate) for gate in refused.gates)["tests"]
+    assert tests.detail.startswith("timed out after 4 s")
+    child = int(await anyio.Path(tmp_path / "child.pid").read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert await live_of(path) == first
+
+
+async def test_a_manifest_that_does_not_load_stops_at_the_first_gate(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
+    await commit(path, {"agent.yaml": "id: notes\nmodel: test\nbogus: 1\n"}, "typo")
+    refused = await _refused(core_registry(tmp_path, store, {"notes": path}))
+    (manifest,) = refused.gates
+    assert manifest.gate == "manifest"
+    assert not manifest.passed
+    assert "line 3" in manifest.detail
+    assert "bogus" in manifest.detail
+    assert await live_of(path) == first
+
+
+async def test_the_hosts_validation_is_part_of_the_manifest_gate(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    path, _ = await make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
+    seen: list[str] = []
+
+    async def validate(loaded: LoadedCore) -> None:
+        seen.append(loaded.revision)
+        raise ConfigError("no provider named 'test' under [providers]", key="model")
+
+    registry = core_registry(tmp_path, store, {"notes": path}, validate=validate)
+    refused = await _refused(registry)
+    assert [(gate.gate, gate.passed) for gate in refused.gates] == [("manifest", False)]
+    assert "no provider named 'test'" in refused.gates[0].detail
+    assert len(seen) == 1
+    assert await live_of(path) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"agent.yaml": "id: notes\nmodel: test\ndependencies: ['requests>=2']\n"},
+        {"requirements.txt": "requests>=2  # http\n"},
+    ],
+)
+async def test_a_dependency_change_needs_the_reviewed_flag(
+    tmp_path: Path, store: RuntimeStore, change: dict[str, str]
+) -> None:
+    path, first = await make_core(tmp_path, "notes", manifest=MANIFEST)
+    changed = await commit(path, change, "add requests")
+    registry = core_registry(tmp_path, store, {"notes": path})
+    diff = await registry.diff("notes")
+    assert len(diff.dependency_changes) == 1
+    assert "added: requests>=2" in diff.dependency_changes[0]
+    refused = await _refused(registry)
+    deps = dict((gate.gate, gate) for gate in refused.gates)["dependencies"]
+    assert not deps.passed
+    assert "--reviewed-deps" in deps.detail
+    assert await live_of(path) == first
+    event = await registry.promote("notes", actor="ops", accept_dependencies=True)
+    deps = dict((gate.gate, gate) for gate in event.gates)["dependencies"]
+    assert deps.passed
+    assert deps.detail.startswith("flagged, accepted by ops")
+    assert await live_of(path) == changed
+    assert [event.action for event in await registry.history("notes")] == ["promote", "refused"]

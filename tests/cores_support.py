@@ -1,0 +1,119 @@
+"""Agent Core test helpers: a core is a real Git repository (dulwich), promoted by moving
+the Host-owned ref directly (the promotion gates are tested on their own).
+
+Blocking (dulwich, files): call them from test code, not from hostkit's event loop code.
+
+    path, sha = make_core(tmp_path, "notes", manifest={"model": "test", "tools": ["tools"]},
+                          files={"agent/tools.py": TOOL_SOURCE})
+    config = core_host_config(tmp_path, {"notes": path})
+    newer = commit(path, {"agent.yaml": ...}, "second")   # HEAD moves, the live ref does not
+    set_live(path, newer)                                 # now it does
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from dulwich import porcelain
+from dulwich.objects import ObjectID
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+
+from hostkit.host import DEFAULT_CORE_REF, HostConfig, parse_config
+
+__all__ = ["IDENTITY", "commit", "core_host_config", "live_of", "make_core", "set_live"]
+
+# A fixed author: no user or system Git configuration is read.
+IDENTITY = b"hostkit tests <tests@example.invalid>"
+
+
+def make_core(
+    root: Path,
+    core_id: str,
+    *,
+    manifest: Mapping[str, Any] | str,
+    files: Mapping[str, str] = {},
+    live: bool = True,
+) -> tuple[Path, str]:
+    """A core repository at ``root/core_id`` with ``agent.yaml`` and ``files`` in one commit.
+
+    ``manifest`` is agent.yaml's text, or a mapping (its ``id`` defaults to
+    ``core_id``) written as YAML. ``live``: the Host-owned ref points at the
+    commit (as if promoted). Returns (the repository path, the commit id).
+    """
+    path = root / core_id
+    path.mkdir(parents=True)
+    porcelain.init(str(path))
+    text = manifest if isinstance(manifest, str) else manifest_text({"id": core_id, **manifest})
+    sha = commit(path, {"agent.yaml": text, **files}, "first revision")
+    if live:
+        set_live(path, sha)
+    return path, sha
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    """``manifest`` as agent.yaml text."""
+    return yaml.safe_dump(dict(manifest), sort_keys=False)
+
+
+def commit(
+    path: Path, files: Mapping[str, str], message: str, *, remove: Iterable[str] = ()
+) -> str:
+    """Write ``files`` (relative paths), delete ``remove``, commit all of it; the commit id.
+
+    Only HEAD's branch moves: the live ref stays where it was.
+    """
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    removed = list(remove)
+    if removed:
+        porcelain.remove(str(path), paths=[str(path / name) for name in removed])
+    if files:
+        porcelain.add(str(path), paths=[str(path / name) for name in files])
+    sha = porcelain.commit(str(path), message=message.encode(), author=IDENTITY, committer=IDENTITY)
+    return sha.decode("ascii")
+
+
+def set_live(path: Path, sha: str, ref: str = DEFAULT_CORE_REF) -> None:
+    """Point the Host-owned ``ref`` at ``sha`` (a promotion without its gates)."""
+    with Repo(str(path)) as repo:
+        repo.refs[Ref(ref.encode())] = ObjectID(sha.encode("ascii"))
+
+
+def live_of(path: Path, ref: str = DEFAULT_CORE_REF) -> str | None:
+    """The commit ``ref`` points at (None: no such ref)."""
+    with Repo(str(path)) as repo:
+        try:
+            return repo.refs[Ref(ref.encode())].decode("ascii")
+        except KeyError:
+            return None
+
+
+def core_host_config(
+    tmp_path: Path,
+    cores: Mapping[str, Path],
+    *,
+    providers: Mapping[str, Any] | None = None,
+    agents: Mapping[str, Any] | None = None,
+) -> HostConfig:
+    """A Host configuration in ``tmp_path`` serving ``cores`` (id -> repository).
+
+    ``providers`` default to one scripted provider named ``test`` (the name a
+    test core's ``model`` uses); ``agents`` are extra ``[agents]`` tables.
+    The workspace is ``tmp_path/workspace``: the cores' materialized
+    revisions (``tmp_path/.hostkit-cores``) are outside it.
+    """
+    return parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": "workspace"},
+            "providers": dict(providers or {"test": {"kind": "scripted"}}),
+            "agents": dict(agents or {}),
+            "cores": {core_id: {"path": str(path)} for core_id, path in cores.items()},
+        },
+        base_dir=tmp_path,
+    )
