@@ -21,8 +21,12 @@ from dulwich import porcelain
 
 from hostkit.cores import CoreLocation, CoreRegistry
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, PromotionRefused
+from hostkit.host import Host
 from hostkit.inspect import core_history_of
 from hostkit.store import RuntimeStore
+from tests.cores_support import commit as commit_files
+from tests.cores_support import core_host_config, make_core
+from tests.cores_support import manifest_text as core_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +149,40 @@ async def test_a_bad_limit_is_refused(
 async def test_an_unknown_core_is_not_found(registry: CoreRegistry, store: RuntimeStore) -> None:
     with pytest.raises(NotFoundOrUnauthorized):
         await core_history_of(registry, store, "other")
+
+
+async def test_each_session_is_pinned_to_the_revision_its_latest_turn_ran_on(
+    tmp_path: Path,
+) -> None:
+    path, first = await anyio.to_thread.run_sync(
+        lambda: make_core(tmp_path, "notes", manifest={"model": "test", "memory": False})
+    )
+    script = {"kind": "scripted", "script": [{"reply": "noted"}, {"reply": "noted"}]}
+    config = core_host_config(tmp_path, {"notes": path}, providers={"test": script})
+    async with Host.open(config) as host:
+        registry = CoreRegistry(
+            host.store,
+            {"notes": CoreLocation("notes", path, LIVE_REF)},
+            cores_root=config.cores_root,
+        )
+        await host.run_turn("notes", "hello", conversation="early")
+        second = await anyio.to_thread.run_sync(
+            lambda: commit_files(
+                path,
+                {
+                    "agent.yaml": core_manifest(
+                        {"id": "notes", "model": "test", "memory": False, "description": "v2"}
+                    )
+                },
+                "second",
+            )
+        )
+        await registry.promote("notes", actor="ada", reason="v2")
+        await host.apply_config(host.declared_config)
+        await host.run_turn("notes", "hello", conversation="late")
+        view = await core_history_of(registry, host.store, "notes")
+    assert view.live == second
+    pins = [(row.pin.core_revision, row.live) for row in view.pins]
+    assert pins == [(second, True), (first, False)]
+    assert len({row.pin.session_id for row in view.pins}) == 2
+    assert all(row.pin.core_id == "notes" for row in view.pins)
