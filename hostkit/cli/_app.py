@@ -1,5 +1,5 @@
 """The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
-mcp, inbox, serve, demo."""
+mcp, inbox, delivery, core, serve, demo."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from hostkit.cli._common import (
     stdin_is_a_terminal,
     terminal_approver,
 )
+from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
@@ -39,7 +40,8 @@ from hostkit.cli._mcp import mcp
 from hostkit.cli._render import sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
-from hostkit.errors import InvalidValue
+from hostkit.cores import init_core
+from hostkit.errors import HostkitError, InvalidValue
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -55,6 +57,7 @@ app.add_typer(effects, name="effects")
 app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
 app.add_typer(delivery, name="delivery")
+app.add_typer(core, name="core")
 app.command()(serve)
 
 STARTER = """\
@@ -79,19 +82,29 @@ max_output_tokens = 128
 # model = "gpt-4o-mini"
 # api_key_env = "OPENAI_API_KEY"
 
-[agents.assistant]
+# The starter Agent Core (docs/cores.md): agent.yaml + agent/ in a Git repository.
+# Turns run the commit the Host made live, never the working tree: nothing runs
+# until `hostkit core promote assistant --reason "..."` passes its gates.
+[cores.assistant]
+path = "cores/assistant"
+
+# An agent defined here instead of in a core: the shipped example note tools.
+[agents.notes]
 provider = "local"
-instructions = "You are a helpful assistant. Answer briefly."
+instructions = "You answer from the shipped notes. Answer briefly."
 tool_modules = ["hostkit.examples.tools"]
 
-[agents.assistant.policy]
-allow = ["*"]
+[agents.notes.policy]
+allow = ["notes.*"]
 deny = []
 """
 
 
 # The workspace directory the starter configuration names (created by init).
 STARTER_WORKSPACE = "workspace"
+# The starter core's id and directory ([cores.assistant] above).
+STARTER_CORE = "assistant"
+STARTER_CORE_PATH = Path("cores") / STARTER_CORE
 
 
 @app.command()
@@ -99,18 +112,42 @@ def init(
     path: Annotated[Path, typer.Argument(help="where to write the file")] = Path("hostkit.toml"),
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
-    """Write a starter hostkit.toml and the agents' workspace directory beside it."""
+    """Write a starter hostkit.toml, the agents' workspace and a starter core beside it.
+
+    The core (cores/assistant: agent.yaml, agent/ with one tool and its test,
+    one commit) is written only where none is: --force rewrites the file and
+    keeps an existing core.
+    """
     if path.exists() and not force:
         console.print(f"{path} exists; use --force to overwrite", highlight=False)
         raise typer.Exit(1)
     workspace = path.parent / STARTER_WORKSPACE
+    starter_core = path.parent / STARTER_CORE_PATH
     try:
+        kept = (starter_core / "agent.yaml").is_file()
+        if not kept:
+            init_core(starter_core, STARTER_CORE)
         path.write_text(STARTER, encoding="utf-8")
         workspace.mkdir(parents=True, exist_ok=True)
+    except HostkitError as exc:
+        raise fail(exc) from None
     except OSError as exc:
         console.print(f"[bold red]error[/]: cannot write {path}: {exc.strerror}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from None
-    console.print(f"wrote {path} and the workspace {workspace}/", highlight=False)
+    core_note = "kept the core" if kept else "wrote the starter core"
+    console.print(
+        f"wrote {path} and the workspace {workspace}/; {core_note} {starter_core}/",
+        highlight=False,
+        markup=False,
+    )
+    suffix = "" if path == Path("hostkit.toml") else f" -c {path}"
+    console.print(
+        f'next: hostkit core promote {STARTER_CORE} --reason "first revision"{suffix}, '
+        f'then hostkit run "hello"{suffix}',
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()

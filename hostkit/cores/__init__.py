@@ -28,15 +28,32 @@ from hostkit.cores._manifest import (
 from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
+from hostkit.cores._sdk import MAX_EMITS, AuthorContext, AuthorTurn, Emitter
 from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
+from hostkit.cores._slots import (
+    MAX_BOOTSTRAP_CHARS,
+    MAX_OUTPUT_CHARS,
+    SlotFailed,
+    SlotName,
+    SlotRuntime,
+)
+from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
+from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
 
 __all__ = [
     "BUILTIN_RULES",
+    "CORE_SCOPE",
     "MANIFEST_FILE",
+    "MAX_BOOTSTRAP_CHARS",
+    "MAX_EMITS",
     "MAX_MANIFEST_BYTES",
+    "MAX_OUTPUT_CHARS",
     "PACKAGE_DIR",
     "REVIEW_PREFIX",
+    "STARTER_TOOL",
     "Approval",
+    "AuthorContext",
+    "AuthorTurn",
     "CommitInfo",
     "CoreDiff",
     "CoreLimits",
@@ -45,11 +62,19 @@ __all__ = [
     "CoreRegistry",
     "CoreRepository",
     "CoreStatus",
+    "Emitter",
     "FileChange",
     "LoadedCore",
     "RevisionInfo",
+    "SlotFailed",
+    "SlotName",
+    "SlotRuntime",
     "SlotsSpec",
+    "StateHandle",
+    "StateRuntime",
+    "StateScopes",
     "capability_problem",
+    "init_core",
     "live_core",
     "load_core",
     "load_manifest",
@@ -57,4 +82,5 @@ __all__ = [
     "mcp_security_diff",
     "package_name",
     "review_token",
+    "starter_files",
 ]

@@ -9,7 +9,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints, overload
+from typing import Any, Protocol, get_type_hints, overload
 
 import pydantic
 from pydantic.fields import FieldInfo
@@ -21,6 +21,8 @@ from hostkit.types import EffectStatus
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "MAX_WARNING_CHARS",
+    "AuthorHandles",
+    "AuthorState",
     "AuthoredTool",
     "Prepared",
     "ToolChanged",
@@ -68,6 +70,42 @@ class ToolChanged(ConfigError):
     """
 
 
+class AuthorState(Protocol):
+    """One scope of authored state (``ToolContext.state``, ``.core_state``; hostkit.cores)."""
+
+    async def get(self, key: str) -> Any:
+        """The current value of ``key`` as JSON data, or None."""
+        ...
+
+    async def entry(self, key: str) -> Any:
+        """The current ``StateEntry`` of ``key`` (value and version), or None."""
+        ...
+
+    async def set(self, key: str, value: Any, *, expected: int | None = ...) -> int:
+        """Write ``value`` as the next version (compare-and-set with ``expected``)."""
+        ...
+
+
+Emit = Callable[[str, Mapping[str, Any] | None], None]
+
+
+def _discard(kind: str, data: Mapping[str, Any] | None = None) -> None:
+    """``emit`` of a tool called outside a turn that lends its SDK: events go nowhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorHandles:
+    """What a running turn lends the authored tools it calls (built by hostkit.cores).
+
+    ``emit`` makes the call's emitter from the call's redactor, so a tool's
+    events are masked like its results.
+    """
+
+    state: AuthorState
+    core_state: AuthorState
+    emit: Callable[[Callable[[str], str]], Emit]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """The reduced, author-facing context an authored tool receives.
@@ -79,6 +117,12 @@ class ToolContext:
     approval checks (environment name -> value), and ``secrets_expire_at`` the
     wall-clock time (``time.time()``) the earliest binding expires; a tool that
     starts a process clamps its deadline to it.
+
+    The same SDK a slot's ``ctx`` has: ``core_revision``, ``request_id``,
+    ``state`` (the session's authored state of the turn's core),
+    ``core_state`` (core-wide) and ``emit(kind, data)`` (a ``tool.<kind>``
+    event). ``state`` and ``core_state`` are None when the tool is called
+    outside a turn (a direct ``execute`` without them).
     """
 
     turn_id: str
@@ -97,6 +141,11 @@ class ToolContext:
     # (a durable record of Host work): results are redacted by the runtime, such
     # records are not.
     redact: Callable[[str], str] = str
+    core_revision: str = ""
+    request_id: str = ""
+    state: AuthorState | None = None
+    core_state: AuthorState | None = None
+    emit: Emit = _discard
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import anyio
 from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
 from hostkit.effects._authored import (
     AuthoredTool,
+    AuthorHandles,
     Prepared,
     ToolChanged,
     ToolContext,
@@ -293,8 +294,18 @@ class EffectRuntime:
         or still waiting for approval (nothing ran)."""
         return frozenset(self._invoked.get(turn_id, ()))
 
-    async def execute(self, request: EffectRequest, context: TurnExecutionContext) -> EffectResult:
-        """Run one effect through the pipeline; returns a typed result, never adapter errors."""
+    async def execute(
+        self,
+        request: EffectRequest,
+        context: TurnExecutionContext,
+        *,
+        author: AuthorHandles | None = None,
+    ) -> EffectResult:
+        """Run one effect through the pipeline; returns a typed result, never adapter errors.
+
+        ``author``: the running turn's authored state and events, lent to the
+        tool in its ``ToolContext`` (``state``, ``core_state``, ``emit``).
+        """
         checked = self._check(request, context)
         if isinstance(checked, EffectResult):
             return checked
@@ -312,10 +323,15 @@ class EffectRuntime:
             refusal = await self._approve(checked, context)
             if refusal is not None:
                 return refusal
-        return await self._bind_and_invoke(checked, context)
+        return await self._bind_and_invoke(checked, context, author)
 
     async def execute_approved(
-        self, approval_id: str, catalog: PreparedEffectCatalog, context: TurnExecutionContext
+        self,
+        approval_id: str,
+        catalog: PreparedEffectCatalog,
+        context: TurnExecutionContext,
+        *,
+        author: AuthorHandles | None = None,
     ) -> tuple[str, str, EffectResult]:
         """Run the answered approval ``approval_id`` once; returns (call id, tool name, result).
 
@@ -330,7 +346,7 @@ class EffectRuntime:
         if claimed is None:
             raise ApprovalRefused(approval_id, "answered", "there is no answered call to run")
         approval = claimed.approval
-        result = await self._run_approved(claimed, catalog, context)
+        result = await self._run_approved(claimed, catalog, context, author)
         return approval.call_id, provider_name(approval.effect), result
 
     async def _run_approved(
@@ -338,6 +354,7 @@ class EffectRuntime:
         claimed: ClaimedApproval,
         catalog: PreparedEffectCatalog,
         context: TurnExecutionContext,
+        author: AuthorHandles | None,
     ) -> EffectResult:
         approval = claimed.approval
         call_id, effect = approval.call_id, approval.effect
@@ -362,7 +379,7 @@ class EffectRuntime:
         prepared = await self._prepare(checked)
         if isinstance(prepared, EffectResult):
             return prepared
-        return await self._bind_and_invoke(prepared, context)
+        return await self._bind_and_invoke(prepared, context, author)
 
     # -- the checks before approval ------------------------------------------------------
 
@@ -566,7 +583,7 @@ class EffectRuntime:
     # -- binding and invocation ----------------------------------------------------------
 
     async def _bind_and_invoke(
-        self, checked: _Checked, context: TurnExecutionContext
+        self, checked: _Checked, context: TurnExecutionContext, author: AuthorHandles | None
     ) -> EffectResult:
         secrets: dict[str, str] = {}
         for name in checked.secret_names:
@@ -593,7 +610,22 @@ class EffectRuntime:
             prepared=checked.prepared,
             call_id=checked.call_id,
             redact=checked.redactor.text,
+            core_revision=context.core_revision,
+            request_id=context.request_id,
         )
+        if author is not None:
+            tool_context = dataclasses.replace(
+                tool_context,
+                state=author.state,
+                core_state=author.core_state,
+                # Masked with the call's redactor, plus the values the call binds.
+                emit=author.emit(
+                    Redactor.of(
+                        {**checked.held, **secrets},
+                        _argument_secrets(checked.entry.tool, checked.raw_arguments),
+                    ).text
+                ),
+            )
         return await self._invoke(checked, tool_context, secrets)
 
     async def _invoke(

@@ -16,6 +16,7 @@ the lease together.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import json
 import sqlite3
@@ -66,6 +67,7 @@ __all__ = [
     "find_turn",
     "finish",
     "insert_event",
+    "normalize_input",
     "one_row",
     "owned_state",
     "request_cancel",
@@ -440,7 +442,19 @@ def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnA
         "ORDER BY seq LIMIT 1",
         [existing.session_id, existing.turn_id],
     )
-    return stored is None or stored["content"] == _json(admission.input.to_json())
+    content = _json(admission.input.to_json())
+    if stored is None or stored["content"] == content:
+        return True
+    # An input slot replaced the stored text: the event keeps the admitted input's digest.
+    normalized = one_row(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'input.normalized' "
+        "ORDER BY seq LIMIT 1",
+        [existing.turn_id],
+    )
+    if normalized is None:
+        return False
+    return bool(json.loads(normalized["detail"]).get("original_sha256") == _digest(content))
 
 
 # -- fenced writes of a running turn ------------------------------------------------------
@@ -480,6 +494,30 @@ def append_message(
     insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
     step = None if observed is None else observe_step(conn, observed)
     return TurnWrite(seq, cancel_requested, step)
+
+
+def normalize_input(
+    conn: sqlite3.Connection, lease: SessionLease, *, event_seq: int, message: ModelMessage
+) -> TurnWrite:
+    """Replace the turn's admitted user message with ``message`` and record it (fenced)."""
+    cancel_requested = fence(conn, lease)
+    stored = one_row(
+        conn,
+        "SELECT id, seq, content FROM messages WHERE session_id = ? AND turn_id = ? "
+        "AND role = 'user' ORDER BY seq LIMIT 1",
+        [lease.session_id, lease.turn_id],
+    )
+    if stored is None:
+        raise InvalidValue("this turn persisted no input to normalize")
+    content = _json(message.to_json())
+    conn.execute("UPDATE messages SET content = ? WHERE id = ?", [content, stored["id"]])
+    detail = {"original_sha256": _digest(stored["content"]), "chars": len(message.content)}
+    insert_event(conn, lease.turn_id, event_seq, "input.normalized", detail)
+    return TurnWrite(int(stored["seq"]), cancel_requested, None)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def insert_message(

@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 
+from hostkit.cores import AuthorTurn
 from hostkit.effects import PreparedEffectCatalog
 from hostkit.store import ObservedStep, SessionLease, TranscriptEntry
 from hostkit.turns._core import PinnedCore
@@ -60,6 +61,10 @@ class ActiveTurn:
     # The model's calls of the current step whose results are not durable yet, in order.
     # While ``in_flight == "effect"`` the first of them may have run.
     unanswered: list[ToolCall] = field(default_factory=list)
+    # The authored-code SDK of the turn (slots' ctx, tools' state); closed when it ends.
+    author: AuthorTurn | None = None
+    # The pinned instructions plus what the bootstrap slot added (None: the pinned ones).
+    instructions: str | None = None
 
     def stop(self, reason: str, by: TurnCanceller) -> None:
         """Cancel the turn's work with ``reason`` (the first reason and canceller win)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hostkit.cores import SlotRuntime
 from hostkit.effects import EffectRuntime
 from hostkit.providers import ModelProvider
 from hostkit.turns._events import Observer
@@ -38,6 +39,8 @@ class PinnedCore:
     observer: Observer | None = None
     # What the final answer must be (an Agent's ``output_type``); None: free text.
     output: OutputCheck | None = None
+    # The core revision's authored slots (bootstrap, input, output); None: none declared.
+    slots: SlotRuntime | None = None
 
 
 class OutputCheck(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -11,7 +12,8 @@ import anyio
 
 from hostkit.authority import AdmittedTurn, AuthorityResolver
 from hostkit.context import ContextManager
-from hostkit.effects import PreparedEffectCatalog
+from hostkit.cores import AuthorTurn, SlotFailed, StateRuntime
+from hostkit.effects import AuthorHandles, PreparedEffectCatalog
 from hostkit.errors import (
     HostkitError,
     InvalidValue,
@@ -42,6 +44,7 @@ from hostkit.turns._events import NullObserver, Observer, TurnEvent
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
+    AttachmentPart,
     ContextRequest,
     EffectRequest,
     EffectResult,
@@ -127,6 +130,8 @@ class TurnExecution:
         self._store = store
         self._context = context
         self._cores = cores
+        # Authored state (``ctx.state``) of the turns' slots and tools, fenced by their leases.
+        self._state = StateRuntime(store)
         self._observer = observer or NullObserver()
         # turn id -> the observer of the generation the turn was pinned with
         self._observers: dict[str, Observer] = {}
@@ -299,6 +304,8 @@ class TurnExecution:
                         # cancelled provider call) become durable with the turn's end.
                         await self._context.flush(context.turn_id)
                     finally:
+                        if active.author is not None:
+                            active.author.close()
                         self._tokens.unbind(context)
                         self._active.pop(context.turn_id, None)
                         self._observers.pop(context.turn_id, None)
@@ -318,6 +325,12 @@ class TurnExecution:
                 with anyio.move_on_after(self._turn_timeout_s) as deadline:
                     active.catalog = await core.effects.prepare_catalog(context)
                     self._announce_unavailable(context, active.catalog)
+                    active.author = AuthorTurn.of(
+                        self._state,
+                        context,
+                        active.lease,
+                        lambda kind, data: self._emit(context, kind, dict(data)),
+                    )
                     first = await self._first_message(request, context, core, active)
                     outcome, error = await self._steps(request, context, core, active, first)
                 if deadline.cancelled_caught:
@@ -329,6 +342,9 @@ class TurnExecution:
                         outcome, error = "needs_user", paused
             except ProviderError as exc:
                 outcome, error = "failed", f"provider failed: {exc.message}"
+            except SlotFailed as exc:
+                self._emit(context, "slot_runtime.failed", {"slot": exc.slot, "error": exc.message})
+                outcome, error = "failed", exc.message
             except InvalidValue as exc:
                 outcome, error = "failed", exc.message
         if active.scope.cancelled_caught:
@@ -386,7 +402,7 @@ class TurnExecution:
                     limits=provider.limits,
                     messages=tuple(messages),
                     definitions=catalog.definitions,
-                    instructions=core.instructions,
+                    instructions=active.instructions or core.instructions,
                     contributions=request.injected_context,
                     bootstrap=request.bootstrap,
                 )
@@ -426,12 +442,13 @@ class TurnExecution:
                     messages.append(invalid)
                     continue
             if not response.tool_calls:
+                final = await self._output_slot(context, core, active, assistant)
                 # The answer is written with the terminal record: one transaction.
                 active.final = TranscriptEntry(
-                    assistant, "provider.completed", active.take_seq(), detail
+                    final, "provider.completed", active.take_seq(), detail
                 )
                 active.final_step = staged
-                active.text = response.text
+                active.text = final.content
                 return "completed", None
             await self._persist(
                 context, active, assistant, "provider.completed", detail, observed=staged
@@ -456,7 +473,9 @@ class TurnExecution:
                         },
                     )
                     outcome = await core.effects.execute(
-                        EffectRequest(call.call_id, ref, call.arguments, "model"), context
+                        EffectRequest(call.call_id, ref, call.arguments, "model"),
+                        context,
+                        author=_lent(active),
                     )
                 if outcome is not None and outcome.pending_approval is not None:
                     # Paused: the approved call is answered by the continuation turn; the
@@ -539,15 +558,68 @@ class TurnExecution:
             # The input was persisted by the admission transaction (input.persisted).
             await core.effects.supersede_pending(context)
             self._emit(context, "input.persisted", {})
-            return await loaded_input(self._store, request, context.principal.principal_id)
+            message = await loaded_input(self._store, request, context.principal.principal_id)
+            return await self._input_slots(context, core, active, message)
+        # A continuation resumes the paused turn's work: bootstrap and input do not run again.
         approval_id = request.continues
         active.in_flight = "effect"
         self._emit(context, "effect.started", {"approval_id": approval_id})
-        call_id, name, outcome = await core.effects.execute_approved(approval_id, catalog, context)
+        call_id, name, outcome = await core.effects.execute_approved(
+            approval_id, catalog, context, author=_lent(active)
+        )
         active.unanswered = [ToolCall(call_id, name, {})]
         return await self._record_effect(
             context, active, active.unanswered[0], outcome, approval_id=approval_id
         )
+
+    async def _input_slots(
+        self,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+        message: ModelMessage,
+    ) -> ModelMessage:
+        """Run the bootstrap and input slots against the prepared catalog.
+
+        Bootstrap text joins this turn's instructions. A normalized input
+        replaces the persisted user text (``input.normalized``) before the
+        first model call, so the model and the transcript see the same.
+        """
+        if core.slots is None or active.author is None:
+            return message
+        ctx = active.author.context
+        extra = await core.slots.bootstrap(ctx)
+        if extra is not None:
+            active.instructions = f"{core.instructions}\n\n{extra}" if core.instructions else extra
+            self._emit(context, "instructions.extended", {"chars": len(extra)})
+        normalized = await core.slots.input(ctx, message.content)
+        if normalized == message.content:
+            return message
+        stored = ModelMessage("user", normalized, attachments=_references(message))
+        detail = {"chars": len(normalized)}
+        await self._store.turns.normalize_input(
+            self._tokens.lease(context.admission_lease_token),
+            event_seq=active.take_seq(),
+            message=stored,
+        )
+        self._emit(context, "input.normalized", detail)
+        return dataclasses.replace(message, content=normalized)
+
+    async def _output_slot(
+        self,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+        answer: ModelMessage,
+    ) -> ModelMessage:
+        """The final answer after the output slot: what is persisted and returned."""
+        if core.slots is None or active.author is None:
+            return answer
+        text = await core.slots.output(active.author.context, answer.content)
+        if text == answer.content:
+            return answer
+        self._emit(context, "output.transformed", {"chars": len(text)})
+        return dataclasses.replace(answer, content=text)
 
     async def _record_effect(
         self,
@@ -727,6 +799,9 @@ class TurnExecution:
         outcome: TurnOutcome,
         error: str | None,
     ) -> TurnResult:
+        if active.author is not None:
+            # Foreground completion: authored writes from here on are refused (LeaseLost).
+            active.author.close()
         if outcome in ("cancelled", "indeterminate", "failed", "needs_user") and active.unanswered:
             with contextlib.suppress(HostkitError):
                 await self._answer_the_rest(context, active)
@@ -933,6 +1008,16 @@ def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
         same = arguments is call.arguments
         recorded.append(call if same else ToolCall(call.call_id, call.name, arguments))
     return tuple(recorded)
+
+
+def _lent(active: ActiveTurn) -> AuthorHandles | None:
+    """What the turn lends the authored tools it calls: its state and its events."""
+    return None if active.author is None else active.author.tools
+
+
+def _references(message: ModelMessage) -> tuple[AttachmentPart, ...]:
+    """``message``'s attachments as the transcript keeps them: references, no bytes."""
+    return tuple(AttachmentPart(part.attachment) for part in message.attachments)
 
 
 def _maybe_ran(core: PinnedCore, context: TurnExecutionContext, active: ActiveTurn) -> bool:

@@ -1,0 +1,325 @@
+"""``hostkit core``: write a starter core, see its revisions, promote and roll back.
+
+The Host owns which commit of a core is live (a ref in the core's
+repository); these commands open the Host of ``-c`` like every other
+command and go through ``host.cores``, so a promotion here runs the same
+gates, records the same history and invalidates the same session approvals
+as one from Python. A refused promotion exits 1 after printing each gate
+(and the review token when one is needed); bad input exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hostkit.cli._common import (
+    EXIT_NOT_COMPLETED,
+    EXIT_OK,
+    ConfigOption,
+    JsonOption,
+    Operator,
+    config_path,
+    console,
+    fail,
+    open_host,
+    print_json,
+    run_command,
+)
+from hostkit.cli._core_render import (
+    diff_lines,
+    gate_lines,
+    history_table,
+    print_lines,
+    revisions_table,
+    short_sha,
+    status_table,
+)
+from hostkit.cores import CoreRegistry, init_core
+from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
+from hostkit.host import Host
+from hostkit.types import CoreEvent, is_core_id
+
+__all__ = ["core", "cores_table"]
+
+MAX_LIMIT = 500
+MAX_REASON_CHARS = 500
+
+core = typer.Typer(
+    help="Agent Cores: write a starter, list revisions, diff, promote and roll back.",
+    no_args_is_help=True,
+)
+
+CoreId = Annotated[str, typer.Argument(help="the core id (its [cores.<id>] table)")]
+CoreReason = Annotated[
+    str | None, typer.Option(help="why (required; recorded in the core's history)")
+]
+
+
+def _core_id(value: str) -> str:
+    """``value`` if it is a core id; else the one-line error, before any Host opens."""
+    if not is_core_id(value):
+        raise fail(
+            InvalidValue(
+                f"{value[:64]!r} is not a core id (lower-case a-z, 0-9, '_', '-'; "
+                "starting with a letter; at most 64)"
+            )
+        )
+    return value
+
+
+def _reason(value: str | None, verb: str) -> str:
+    """The audited reason: required, non-blank, bounded (one line, exit 2 otherwise)."""
+    if value is None or not value.strip():
+        raise fail(InvalidValue(f"--reason is required: say why this revision is {verb}"))
+    if len(value) > MAX_REASON_CHARS:
+        raise fail(InvalidValue(f"--reason is at most {MAX_REASON_CHARS} characters"))
+    return value
+
+
+def _registry(host: Host, core_id: str) -> CoreRegistry:
+    """The Host's cores, once ``core_id`` is one of them (else one line naming [cores])."""
+    if core_id not in host.config.cores:
+        raise InvalidValue(f"no core {core_id!r} under [cores] in the configuration")
+    return host.cores
+
+
+def cores_table(core_id: str, path: str) -> str:
+    """The ``[cores.<id>]`` table serving the core at ``path`` (a JSON string is a TOML one)."""
+    return f"[cores.{core_id}]\npath = {json.dumps(path, ensure_ascii=False)}\n"
+
+
+@core.command("init")
+def init(
+    path: Annotated[Path, typer.Argument(help="an empty (or new) directory for the core")],
+    core_id: Annotated[
+        str | None, typer.Option("--id", help="the core id (default: the directory's name)")
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="the provider under [providers] the core's agent.yaml names")
+    ] = "local",
+    config: ConfigOption = None,
+) -> None:
+    """Write a starter core (agent.yaml, agent/ with one tool, its test) and commit it.
+
+    Prints the [cores.<id>] table to add to hostkit.toml; nothing is live until
+    `hostkit core promote <id>` runs its tests and moves the Host-owned ref.
+    """
+    chosen = _core_id(core_id if core_id is not None else path.name)
+    file = config_path(config)
+    try:
+        sha = init_core(path, chosen, model=model)
+    except HostkitError as exc:
+        raise fail(exc) from None
+    base = (file.parent if file is not None else Path.cwd()).resolve()
+    console.print(
+        f"wrote the core {chosen} at {path} (commit {short_sha(sha)}); "
+        "add this table to hostkit.toml:",
+        highlight=False,
+        markup=False,
+    )
+    print_lines(Console(), cores_table(chosen, os.path.relpath(path.resolve(), base)).splitlines())
+    console.print(
+        f'then: hostkit core promote {chosen} --reason "first revision"',
+        highlight=False,
+        markup=False,
+    )
+
+
+@core.command("status")
+def status(
+    core_id: Annotated[str | None, typer.Argument(help="one core (default: every core)")] = None,
+    json_: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Each configured core: its live commit, its repository's HEAD, and whether they differ."""
+    chosen = _core_id(core_id) if core_id is not None else None
+
+    async def main() -> int:
+        async with open_host(config_path(config)) as host:
+            ids = [chosen] if chosen is not None else sorted(host.config.cores)
+            statuses = [await _registry(host, one).status(one) for one in ids]
+        if json_:
+            print_json(statuses)
+        elif not statuses:
+            console.print("no cores configured ([cores.<id>] in hostkit.toml)", highlight=False)
+        else:
+            out = Console()
+            out.print(status_table(statuses, width=out.width))
+        return EXIT_OK
+
+    run_command(main)
+
+
+@core.command("log")
+def log(
+    core_id: CoreId,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LIMIT, help="at most this many")] = 20,
+    json_: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Commits from HEAD (* marks the live one), then every promotion with its gates."""
+    chosen = _core_id(core_id)
+
+    async def main() -> int:
+        async with open_host(config_path(config)) as host:
+            cores = _registry(host, chosen)
+            revisions = await cores.log(chosen, limit=limit)
+            history = await cores.history(chosen, limit=limit)
+        if json_:
+            print_json({"core_id": chosen, "revisions": revisions, "history": history})
+            return EXIT_OK
+        out = Console()
+        out.print(revisions_table(revisions, width=out.width))
+        if history:
+            out.print(f"promotions of {chosen}, newest first:", highlight=False, markup=False)
+            out.print(history_table(history, width=out.width))
+        else:
+            out.print(f"{chosen} was never promoted", highlight=False, markup=False)
+        return EXIT_OK
+
+    run_command(main)
+
+
+@core.command("diff")
+def diff(
+    core_id: CoreId,
+    base: Annotated[str | None, typer.Option(help="from this revision (default: live)")] = None,
+    target: Annotated[str, typer.Option(help="to this revision")] = "HEAD",
+    json_: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """What promoting TARGET would change: files, patch, dependencies, the MCP security diff.
+
+    When the MCP declarations change, it prints the review token that
+    `hostkit core promote --review` needs for exactly this change.
+    """
+    chosen = _core_id(core_id)
+
+    async def main() -> int:
+        async with open_host(config_path(config)) as host:
+            found = await _registry(host, chosen).diff(chosen, base=base, target=target)
+        if json_:
+            print_json(found)
+        else:
+            print_lines(Console(), diff_lines(found))
+        return EXIT_OK
+
+    run_command(main)
+
+
+@core.command("promote")
+def promote(
+    core_id: CoreId,
+    revision: Annotated[str, typer.Argument(help="the commit to make live")] = "HEAD",
+    reason: CoreReason = None,
+    review: Annotated[
+        str | None,
+        typer.Option(help="the mcp-review:<sha256> token `hostkit core diff` printed"),
+    ] = None,
+    reviewed_deps: Annotated[
+        bool, typer.Option("--reviewed-deps", help="accept changed dependencies (reviewed)")
+    ] = False,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Run the gates on REV (default HEAD) and, if all pass, make it the live revision.
+
+    Exit status 0 promoted; 1 refused (each gate is printed, and the review
+    token when the MCP declarations changed); 2 bad input.
+    """
+    chosen, why = _core_id(core_id), _reason(reason, "promoted")
+
+    async def main() -> int:
+        async with open_host(config_path(config)) as host:
+            try:
+                event = await _registry(host, chosen).promote(
+                    chosen,
+                    revision,
+                    actor=operator,
+                    reason=why,
+                    review=review,
+                    accept_dependencies=reviewed_deps,
+                )
+            except PromotionRefused as refused:
+                return _refused(chosen, revision, refused, json_=json_)
+        _moved(event, json_=json_)
+        return EXIT_OK
+
+    run_command(main)
+
+
+@core.command("rollback")
+def rollback(
+    core_id: CoreId,
+    to: Annotated[
+        str | None, typer.Option(help="a revision promoted before (default: the previous one)")
+    ] = None,
+    reason: CoreReason = None,
+    json_: JsonOption = False,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """Move the live revision back (to the one before the current, or to --to)."""
+    chosen, why = _core_id(core_id), _reason(reason, "rolled back")
+
+    async def main() -> int:
+        async with open_host(config_path(config)) as host:
+            try:
+                event = await _registry(host, chosen).rollback(
+                    chosen, actor=operator, reason=why, to=to
+                )
+            except PromotionRefused as refused:
+                return _refused(chosen, to or "the previous revision", refused, json_=json_)
+        _moved(event, json_=json_)
+        return EXIT_OK
+
+    run_command(main)
+
+
+def _moved(event: CoreEvent, *, json_: bool) -> None:
+    if json_:
+        print_json(event)
+        return
+    out = Console()
+    print_lines(out, gate_lines(event.gates))
+    verb = "promoted" if event.action == "promote" else "rolled back"
+    print_lines(
+        out,
+        [
+            f"{verb} {event.core_id} to {event.revision} "
+            f"(was {event.previous or 'not live'}); new turns run it"
+        ],
+    )
+
+
+def _refused(core_id: str, revision: str, refused: PromotionRefused, *, json_: bool) -> int:
+    """Each gate on stdout, the refusal on stderr (one line) and the token to pass back."""
+    if json_:
+        print_json(
+            {
+                "core_id": core_id,
+                "revision": revision,
+                "refused": refused.message,
+                "gates": refused.gates,
+                "review": refused.review,
+            }
+        )
+    else:
+        print_lines(Console(), gate_lines(refused.gates))
+    fail(refused)  # prints the refusal as every error's one line; the exit status is ours
+    if refused.review is not None:
+        console.print(
+            f"review the security diff (hostkit core diff {core_id} --target {revision}), "
+            f"then pass: --review {refused.review}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    return EXIT_NOT_COMPLETED

@@ -1,0 +1,144 @@
+"""Clause: `hostkit core init` writes a starter core (agent.yaml + agent/ with one tool and
+its test) as one Git commit, and prints the [cores.<id>] table that serves it.
+
+The command runs in-process (``CliRunner``); the repository is read back with
+dulwich, and agent.yaml with the same schema the Host loads it with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dulwich.repo import Repo
+from typer.testing import CliRunner
+
+from hostkit.cli import app
+from hostkit.cores import STARTER_TOOL, init_core, load_manifest
+from hostkit.errors import ConfigError, InvalidValue
+
+STARTER_FILES = {
+    b".gitignore",
+    b"agent.yaml",
+    b"agent/__init__.py",
+    b"agent/tools.py",
+    b"pytest.ini",
+    b"tests/conftest.py",
+    b"tests/test_tools.py",
+}
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["core", *args], env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def committed(path: Path) -> tuple[str, set[bytes], bytes]:
+    """HEAD's sha, the paths of its tree, and its author."""
+    with Repo(str(path)) as repo:
+        head = repo.head()
+        commit = repo[head]
+        paths = {entry.path for entry in repo.object_store.iter_tree_contents(commit.tree)}
+        return head.decode(), paths, commit.author
+
+
+def test_core_init_commits_a_starter_and_prints_the_table_that_serves_it(tmp_path: Path) -> None:
+    (tmp_path / "hostkit.toml").write_text("")
+    target = tmp_path / "cores" / "writer"
+    code, out, err = invoke("init", str(target), "--config", str(tmp_path / "hostkit.toml"))
+    assert code == 0, err
+    head, paths, _ = committed(target)
+    assert paths == STARTER_FILES
+    assert f"wrote the core writer at {target} (commit {head[:12]})" in err
+    # The path is relative to hostkit.toml's folder, as [cores] paths are.
+    assert out == '[cores.writer]\npath = "cores/writer"\n'
+    assert 'hostkit core promote writer --reason "first revision"' in err
+    manifest = load_manifest((target / "agent.yaml").read_bytes())
+    assert manifest.id == "writer"
+    assert manifest.model == "local"
+    # The one tool it has is the one thing it is granted.
+    assert dict(manifest.capabilities) == {STARTER_TOOL: "allow"}
+    assert manifest.tools == ["tools"]
+    assert f'@tool("{STARTER_TOOL}")' in (target / "agent" / "tools.py").read_text()
+
+
+def test_core_init_takes_the_id_and_model_from_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "Some Dir"
+    # A path relative to the working directory: every file is in the commit all the same.
+    code, out, err = invoke("init", "Some Dir", "--id", "notes-bot", "--model", "openai")
+    assert code == 0, err
+    assert out == '[cores.notes-bot]\npath = "Some Dir"\n'
+    assert committed(target)[1] == STARTER_FILES
+    manifest = load_manifest((target / "agent.yaml").read_bytes())
+    assert (manifest.id, manifest.model) == ("notes-bot", "openai")
+
+
+def test_core_init_refuses_a_non_empty_directory_and_changes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    code, out, err = invoke("init", str(target))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("error: ")
+    assert "is not empty" in err
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+    assert (target / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ConfigError, match="is not empty"):
+        init_core(target, "mine")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="not a directory"):
+        init_core(tmp_path / "file", "file")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("Bad Name",), "is not a core id"),
+        (("x", "--id", "1abc"), "is not a core id"),
+        (("x", "--id", "a" * 65), "is not a core id"),
+        (("x", "--model", "\x1b[2J"), "model must name a provider"),
+    ],
+)
+def test_core_init_refuses_a_bad_id_or_model_in_one_line(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    path, *options = args
+    code, out, err = invoke("init", str(tmp_path / path), *options)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("error: ")
+    assert expected in err
+    assert "\x1b" not in err
+    assert not (tmp_path / path).exists()
+
+
+def test_the_first_commit_is_hostkit_unless_git_names_someone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    # No global, XDG or system git config: nobody is named.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    init_core(tmp_path / "a", "a")
+    assert committed(tmp_path / "a")[2] == b"hostkit <hostkit@localhost>"
+    (tmp_path / ".gitconfig").write_text("[user]\n\tname = Ada\n\temail = ada@example.org\n")
+    init_core(tmp_path / "b", "b")
+    assert committed(tmp_path / "b")[2] == b"Ada <ada@example.org>"
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Grace")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "grace@example.org")
+    init_core(tmp_path / "c", "c")
+    assert committed(tmp_path / "c")[2] == b"Grace <grace@example.org>"
+
+
+def test_a_bad_id_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValue, match="not a core id"):
+        init_core(tmp_path / "x", "X")
+    assert not (tmp_path / "x").exists()

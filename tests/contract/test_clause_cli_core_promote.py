@@ -1,0 +1,159 @@
+"""Clause: `hostkit core promote|rollback|log|status` move and show the Host-owned ref.
+
+A promotion prints each gate and exits 0 when the ref moved; a refused one
+prints the failing gate and, for an MCP change, the review token it needs,
+exits 1 and moves nothing. (The starter's own tests pass the test gate in
+test_clause_cli_init_core; here the core has no tests/, so no pytest child
+runs.) Rollback moves the ref back;
+`log` shows the commits with the live one marked and every move with its
+gates; `status` says whether HEAD is live. Each is checked against the
+repository's ref itself (dulwich) and the --json values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.contract._cli_cores import CORE, commit, head, invoke, live, make_project, manifest
+
+MCP_SERVER = """\
+mcp:
+  docs:
+    command: [docs-server, --stdio]
+    env:
+      DOCS_TOKEN: sk-live-0123456789abcdef
+"""
+
+
+def test_promote_prints_each_gate_and_refuses_changed_dependencies_until_reviewed(
+    tmp_path: Path,
+) -> None:
+    core = make_project(tmp_path)
+    first = head(core)
+    code, out, err = invoke("core", "promote", CORE, "--reason", "first", project=tmp_path)
+    assert code == 0, err
+    gates = [line.split()[:2] for line in out.splitlines()[:4]]
+    assert gates == [
+        ["passed", "manifest:"],
+        ["passed", "tests:"],
+        ["passed", "dependencies:"],
+        ["passed", "mcp_review:"],
+    ]
+    assert f"promoted {CORE} to {first} (was not live); new turns run it" in out
+    assert live(core) == first
+
+    changed = commit(core, {"requirements.txt": "humanize==4.9.0\n"}, "needs humanize")
+    code, out, err = invoke("core", "promote", CORE, "--reason", "deps", project=tmp_path)
+    assert code == 1
+    assert "FAILED  dependencies" in out
+    assert "humanize" in out
+    assert err.startswith(f"error: promote of core '{CORE}' refused: dependencies")
+    assert err.count("\n") == 1  # no review token: the MCP declarations did not change
+    assert live(core) == first
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "deps", "--reviewed-deps", project=tmp_path
+    )
+    assert code == 0, err
+    assert "passed  dependencies" in out
+    assert live(core) == changed
+    code, out, err = invoke("core", "log", CORE, "--json", project=tmp_path)
+    assert code == 0, err
+    history = json.loads(out)["history"]
+    assert [(event["action"], event["revision"]) for event in history] == [
+        ("promote", changed),
+        ("refused", changed),
+        ("promote", first),
+    ]
+    refused = {gate["gate"]: gate["passed"] for gate in history[1]["gates"]}
+    assert refused == {"manifest": True, "tests": True, "dependencies": False, "mcp_review": True}
+
+
+def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: Path) -> None:
+    core = make_project(tmp_path)
+    assert invoke("core", "promote", CORE, "--reason", "first", project=tmp_path)[0] == 0
+    before = live(core)
+    text = manifest(core).replace("capabilities:\n", "capabilities:\n  mcp.connect:docs: ask\n")
+    changed = commit(core, {"agent.yaml": text + MCP_SERVER}, "declare the docs server")
+
+    code, out, err = invoke("core", "promote", CORE, "--reason", "docs", project=tmp_path)
+    assert code == 1
+    assert "FAILED  mcp_review" in out
+    token = err.split("then pass: --review ", 1)[1].split()[0]
+    assert token.startswith("mcp-review:")
+    assert len(token) == len("mcp-review:") + 64
+    assert live(core) == before
+    assert "sk-live-0123456789abcdef" not in out + err
+
+    stale = "mcp-review:" + "0" * 64
+    code, out, _ = invoke(
+        "core", "promote", CORE, "--reason", "docs", "--review", stale, project=tmp_path
+    )
+    assert code == 1
+    assert live(core) == before
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "docs", "--review", token, project=tmp_path
+    )
+    assert code == 0, err
+    assert "passed  mcp_review" in out
+    assert live(core) == changed
+
+
+def test_rollback_moves_the_ref_back_and_log_marks_the_live_commit(tmp_path: Path) -> None:
+    core = make_project(tmp_path)
+    first = head(core)
+    assert invoke("core", "promote", CORE, first[:12], "--reason", "v1", project=tmp_path)[0] == 0
+    second = commit(core, {"agent/extra.py": "VALUE = 2\n"}, "a second revision")
+    assert invoke("core", "promote", CORE, "--reason", "v2", project=tmp_path)[0] == 0
+    assert live(core) == second
+
+    code, out, err = invoke("core", "rollback", CORE, "--reason", "v2 misbehaves", project=tmp_path)
+    assert code == 0, err
+    assert f"rolled back {CORE} to {first} (was {second})" in out
+    assert live(core) == first
+
+    code, out, err = invoke("core", "log", CORE, project=tmp_path)
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()]
+    marked = [row for row in rows if row and row[0] == "*"]
+    assert len(marked) == 1
+    assert marked[0][1] == first[:12]
+    assert "rollback" in out
+    assert "v2 misbehaves" in out
+    assert "all 4 passed" in out  # the promotions; the rollback ran the manifest gate only
+    assert "all 1 passed" in out
+
+    code, out, err = invoke("core", "log", CORE, "--json", "--limit", "2", project=tmp_path)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["core_id"] == CORE
+    assert [(rev["sha"], rev["live"]) for rev in shown["revisions"]] == [
+        (second, False),
+        (first, True),
+    ]
+    assert [event["action"] for event in shown["history"]] == ["rollback", "promote"]
+    assert shown["history"][0]["reason"] == "v2 misbehaves"
+    assert shown["history"][0]["previous"] == second
+
+    code, out, err = invoke(
+        "core", "rollback", CORE, "--to", second, "--reason", "fixed", project=tmp_path
+    )
+    assert code == 0, err
+    assert live(core) == second
+
+
+def test_status_says_whether_head_is_live(tmp_path: Path) -> None:
+    core = make_project(tmp_path)
+    code, out, err = invoke("core", "status", "--json", project=tmp_path)
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert (row["core_id"], row["live"], row["head"]) == (CORE, None, head(core))
+    assert row["ref"] == "refs/hostkit/live"
+    assert "no live revision: promote one" in invoke("core", "status", project=tmp_path)[1]
+    assert invoke("core", "promote", CORE, "--reason", "first", project=tmp_path)[0] == 0
+    code, out, _ = invoke("core", "status", CORE, project=tmp_path)
+    assert code == 0
+    assert f"{head(core)[:12]}" in out
+    assert "HEAD is live" in out
+    commit(core, {"agent/extra.py": "VALUE = 3\n"}, "not promoted yet")
+    assert "HEAD not promoted" in invoke("core", "status", project=tmp_path)[1]
