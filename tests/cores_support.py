@@ -60,11 +60,17 @@ def manifest_text(manifest: Mapping[str, Any]) -> str:
 
 
 def commit(
-    path: Path, files: Mapping[str, str], message: str, *, remove: Iterable[str] = ()
+    path: Path,
+    files: Mapping[str, str],
+    message: str,
+    *,
+    remove: Iterable[str] = (),
+    extra: Iterable[str] = (),
 ) -> str:
     """Write ``files`` (relative paths), delete ``remove``, commit all of it; the commit id.
 
-    Only HEAD's branch moves: the live ref stays where it was.
+    ``extra`` are paths already in the work tree to commit as they are (a
+    symlink). Only HEAD's branch moves: the live ref stays where it was.
     """
     for name, text in files.items():
         target = path / name
@@ -73,8 +79,9 @@ def commit(
     removed = list(remove)
     if removed:
         porcelain.remove(str(path), paths=[str(path / name) for name in removed])
-    if files:
-        porcelain.add(str(path), paths=[str(path / name) for name in files])
+    added = [*files, *extra]
+    if added:
+        porcelain.add(str(path), paths=[str(path / name) for name in added])
     sha = porcelain.commit(str(path), message=message.encode(), author=IDENTITY, committer=IDENTITY)
     return sha.decode("ascii")
 

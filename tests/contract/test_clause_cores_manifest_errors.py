@@ -1,0 +1,123 @@
+"""Clause: every agent.yaml problem is a ConfigError naming the file, the line and the key.
+
+Refused before validation: bad YAML, aliases (an alias bomb never expands),
+oversize documents; then the schema (unknown field, bad capability rule or
+approval, both instructions forms); then, when a revision is loaded and
+compiled, an id that is not the core's and a model that is not a provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.cores import MAX_MANIFEST_BYTES, CoreLocation, load_core, load_manifest
+from hostkit.errors import ConfigError
+from hostkit.host import compile_core, compose_cores
+from tests.cores_support import core_host_config, make_core
+
+pytestmark = pytest.mark.anyio
+
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
+        for i in range(9)
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("id: a\nmodel: m\nmodel: [\n", "agent.yaml line 4: not valid YAML"),
+        (
+            "id: a\nmodel: m\n\nbogus: 1\n",
+            "agent.yaml line 4: bogus: Extra inputs are not permitted",
+        ),
+        (
+            "id: a\nmodel: m\ncapabilities:\n  fs.read: allow\n  fs.wrte: ask\n",
+            "agent.yaml line 5: capabilities.fs.wrte: unknown capability 'fs.wrte'",
+        ),
+        (
+            "id: a\nmodel: m\ncapabilities:\n  fs.read: always\n",
+            "agent.yaml line 4: capabilities.fs.read: Input should be 'allow', 'ask' or 'deny'",
+        ),
+        (
+            "id: a\nmodel: m\ninstructions: hi\ninstructions_file: prompt.md\n",
+            "agent.yaml line 4: instructions_file: give 'instructions' or 'instructions_file'",
+        ),
+        ("id: a\nmodel: m\nlimits:\n  max_steps: 0\n", "agent.yaml line 4: limits.max_steps:"),
+        ("id: a\nmodel: m\nid: b\n", "agent.yaml line 3: id: duplicate key 'id'"),
+        ("id: !!python/object:os.system x\n", "agent.yaml line 1: id: cannot read this value"),
+        ("- id\n- model\n", "agent.yaml line 1: agent.yaml must be a mapping"),
+        (ALIAS_BOMB, "agent.yaml line 2: aliases (*name) are not allowed"),
+    ],
+    ids=[
+        "bad-yaml",
+        "unknown-field",
+        "bad-rule",
+        "bad-approval",
+        "both-instructions",
+        "out-of-bounds",
+        "duplicate-key",
+        "python-tag",
+        "not-a-mapping",
+        "alias-bomb",
+    ],
+)
+def test_a_bad_manifest_names_the_line_and_the_key(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(text.encode(), source="agent.yaml")
+    assert caught.value.message.startswith(expected), caught.value.message
+    assert len(caught.value.message) <= 500
+
+
+def test_an_oversize_or_non_utf8_manifest_is_refused_unparsed() -> None:
+    big = b"id: a\nmodel: m\ndescription: " + b"x" * MAX_MANIFEST_BYTES + b"\n"
+    with pytest.raises(ConfigError, match=f"larger than {MAX_MANIFEST_BYTES} bytes"):
+        load_manifest(big, source="agent.yaml")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_manifest(b"id: \xff\n", source="agent.yaml")
+
+
+async def test_an_id_that_is_not_the_cores_names_the_id_line(tmp_path: Path) -> None:
+    path, sha = make_core(tmp_path, "notes", manifest="model: test\n\nid: other\n")
+    with pytest.raises(ConfigError) as caught:
+        await load_core(
+            CoreLocation("notes", path, "refs/hostkit/live"), sha, cores_root=tmp_path / "cores"
+        )
+    assert caught.value.message.startswith(f"notes@{sha[:12]}:agent.yaml line 3: id: 'other'")
+
+
+async def test_an_instructions_file_outside_the_core_is_refused(tmp_path: Path) -> None:
+    path, sha = make_core(
+        tmp_path, "notes", manifest={"model": "test", "instructions_file": "../secret.txt"}
+    )
+    with pytest.raises(ConfigError, match=r"line 3: instructions_file: .*not a relative path"):
+        await load_core(
+            CoreLocation("notes", path, "refs/hostkit/live"), sha, cores_root=tmp_path / "cores"
+        )
+
+
+async def test_an_unknown_provider_names_the_model_line(tmp_path: Path) -> None:
+    path, sha = make_core(
+        tmp_path, "notes", manifest="id: notes\ndescription: x\nmodel: gpt-nonexistent\n"
+    )
+    config = core_host_config(tmp_path, {"notes": path})
+    loaded = await load_core(
+        CoreLocation("notes", path, "refs/hostkit/live"), sha, cores_root=config.cores_root
+    )
+    with pytest.raises(ConfigError) as caught:
+        compile_core(config, loaded)
+    assert caught.value.message.startswith(
+        f"notes@{sha[:12]}:agent.yaml line 3: model: 'gpt-nonexistent' is not a provider"
+    )
+    # Composing is strict on request (a reload); otherwise the core is unavailable, with why.
+    with pytest.raises(ConfigError, match="line 3: model"):
+        await compose_cores(config, strict=True)
+    composed, cores, warnings = await compose_cores(config)
+    assert "notes" not in composed.agents
+    assert not cores
+    assert warnings == (f"core 'notes' is not available: {caught.value.message}",)

@@ -1,0 +1,167 @@
+"""Clause: a revision is materialized read-only from its commit, under a package name of its own.
+
+The tree is extracted from the commit (never the work tree) into the Host's
+state (outside every workspace, refused by files.*), read-only; ``agent/``
+becomes ``hkcore_<id>_<sha12>`` so two revisions' same-named modules coexist
+in one process; a tree with a symlink or a ``..`` entry is refused whole.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+
+from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
+from hostkit.cores import CoreLocation, CoreRepository, load_core, package_name
+from hostkit.effects import provider_name
+from hostkit.errors import ConfigError, InvalidValue
+from hostkit.host import DefaultToolSource, Host, NoChannels, RuntimeCapabilities
+from hostkit.testing import InMemoryMemorySource, StaticProviderSource
+from tests.cores_support import IDENTITY, commit, core_host_config, make_core, set_live
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = '''
+from hostkit.effects import ToolContext, tool
+
+from . import version
+
+
+@tool("probe.version")
+async def which(ctx: ToolContext) -> str:
+    """Say which revision's code runs."""
+    return version.NAME
+'''
+MANIFEST = {"model": "test", "capabilities": {"probe.*": "allow"}, "tools": ["tools"]}
+
+
+def location(path: Path, core_id: str) -> CoreLocation:
+    return CoreLocation(core_id, path, "refs/hostkit/live")
+
+
+def sources(config: object, model: ScriptedModel) -> RuntimeCapabilities:
+    return RuntimeCapabilities(
+        providers=StaticProviderSource(model),
+        memory=InMemoryMemorySource(),
+        tools=DefaultToolSource(config),  # type: ignore[arg-type]
+        channels=NoChannels(),
+    )
+
+
+async def test_two_revisions_same_named_modules_coexist_in_one_process(tmp_path: Path) -> None:
+    files = {"agent/tools.py": TOOLS, "agent/version.py": "NAME = 'first'\n"}
+    path, first = make_core(tmp_path, "probe", manifest={**MANIFEST, "memory": False}, files=files)
+    config = core_host_config(tmp_path, {"probe": path})
+    call = CallTools((provider_name("probe.version"), {}))
+    model = ScriptedModel([call, Reply("one"), call, Reply("two")])
+    async with Host.open(config, capabilities=sources(config, model)) as host:
+        before = await host.turns.run(request(core_id="probe"))
+        second = commit(path, {"agent/version.py": "NAME = 'second'\n"}, "second")
+        set_live(path, second)
+        await host.apply_config(host.declared_config, capabilities=sources(config, model))
+        after = await host.turns.run(request(core_id="probe"))
+    answers = [m.content for r in (model.requests[1], model.requests[3]) for m in r.messages[-1:]]
+    assert (before.core_revision, after.core_revision) == (first, second)
+    assert "first" in answers[0]
+    assert "second" in answers[1]
+    one, two = package_name("probe", first), package_name("probe", second)
+    assert sys.modules[f"{one}.version"].NAME == "first"
+    assert sys.modules[f"{two}.version"].NAME == "second"
+    assert "version" not in sys.modules or not hasattr(sys.modules["version"], "NAME")
+
+
+async def test_the_materialized_revision_is_read_only_host_state_outside_the_workspace(
+    tmp_path: Path,
+) -> None:
+    path, sha = make_core(
+        tmp_path,
+        "reader",
+        manifest={
+            "model": "test",
+            "capabilities": {"fs.read": "allow"},
+            "memory": False,
+            "workspace": ".",
+        },
+    )
+    config = core_host_config(tmp_path, {"reader": path})
+    loaded = await load_core(location(path, "reader"), sha, cores_root=config.cores_root)
+    assert loaded.root == config.cores_root / "reader" / sha
+    assert loaded.root.is_relative_to(config.cores_root)
+    assert config.cores_root in config.state_paths()
+    assert not loaded.root.is_relative_to(config.resolve(config.host.workspace))
+    for where, _dirs, names in os.walk(loaded.root):
+        for entry in (where, *(os.path.join(where, name) for name in names)):
+            assert stat.S_IMODE(os.stat(entry).st_mode) & 0o222 == 0, entry
+    # The core's workspace is the folder holding the Host's state: files.* still refuse it.
+    target = f".hostkit-cores/reader/{sha}/agent.yaml"
+    model = ScriptedModel([CallTools((provider_name("files.read"), {"path": target})), Reply("x")])
+    async with Host.open(config, capabilities=sources(config, model)) as host:
+        result = await host.turns.run(request(core_id="reader"))
+    (effect,) = result.effects
+    assert (effect.effect, effect.status) != ("files.read", "succeeded")
+    assert "model: test" not in model.requests[1].messages[-1].content
+
+
+async def test_a_tree_with_a_symlink_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    path, _ = make_core(tmp_path, "linky", manifest={"model": "test"}, live=False)
+    (path / "agent").mkdir()
+    os.symlink("/etc/passwd", path / "agent" / "passwd")
+    sha = commit(path, {"agent/tools.py": "X = 1\n"}, "a link", extra=["agent/passwd"])
+    with pytest.raises(ConfigError, match="symbolic link at 'agent/passwd'"):
+        await load_core(location(path, "linky"), sha, cores_root=tmp_path / "cores")
+    assert list((tmp_path / "cores" / "linky").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [b"..", b".git", b"a\\b"])
+async def test_a_tree_with_an_escaping_name_is_refused(tmp_path: Path, name: bytes) -> None:
+    path, base = make_core(tmp_path, "escape", manifest={"model": "test"}, live=False)
+    with Repo(str(path)) as repo:
+        blob = Blob.from_string(b"planted\n")
+        inner = Tree()
+        inner.add(b"x", 0o100644, blob.id)
+        root = repo[repo[base.encode()].tree]
+        root.add(name, 0o040000, inner.id)
+        planted = Commit()
+        planted.tree, planted.parents = root.id, [base.encode()]
+        planted.author = planted.committer = IDENTITY
+        planted.author_time = planted.commit_time = 1_700_000_000
+        planted.author_timezone = planted.commit_timezone = 0
+        planted.message = b"planted"
+        for obj in (blob, inner, root, planted):
+            repo.object_store.add_object(obj)
+        sha = planted.id.decode()
+    with pytest.raises(ConfigError, match="a path that is not allowed"):
+        await load_core(location(path, "escape"), sha, cores_root=tmp_path / "cores")
+    assert not (tmp_path / "planted").exists()
+    assert not (tmp_path / "cores" / "x").exists()
+
+
+async def test_revisions_resolve_and_the_ref_moves_only_by_compare_and_swap(
+    tmp_path: Path,
+) -> None:
+    path, first = make_core(tmp_path, "cas", manifest={"model": "test"}, live=False)
+    second = commit(path, {"notes.md": "two\n"}, "second")
+    repository = await CoreRepository.open(path)
+    assert await repository.resolve("HEAD") == second
+    assert await repository.resolve(first[:9]) == first
+    with pytest.raises(InvalidValue):
+        await repository.resolve("no-such-branch")
+    ref = "refs/hostkit/live"
+    assert await repository.live(ref) is None
+    assert await repository.move_ref(ref, None, first)
+    assert not await repository.move_ref(ref, None, second)  # someone created it first
+    assert not await repository.move_ref(ref, second, first)  # stale expectation
+    assert await repository.move_ref(ref, first, second)
+    assert await repository.live(ref) == second
+    assert [info.sha for info in await repository.log(second, limit=5)] == [second, first]
+    assert await repository.changed(first, second) == ("notes.md",)
+    assert await repository.read(first, "notes.md") is None
+    with pytest.raises(ConfigError):
+        await CoreRepository.open(tmp_path / "workspace-that-is-not-a-repo")
