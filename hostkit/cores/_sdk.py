@@ -9,10 +9,14 @@ the Host's process can reach anything the Host user can.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from hostkit.cores._state import StateHandle, StateRuntime, StateScopes
 from hostkit.effects import AuthorHandles
@@ -46,10 +50,11 @@ class Emitter:
     is redacted (secret-named fields, then ``redact`` over every string) and
     bounded like any event metadata. Emitting never fails the caller once the
     kind is valid: past ``MAX_EMITS`` per turn, or after the turn ended, an
-    event is dropped.
+    event is dropped. Called from a sync slot's worker thread, the event is
+    handed to the event loop (observers run there).
     """
 
-    __slots__ = ("_budget", "_prefix", "_redact", "_sink")
+    __slots__ = ("_budget", "_loop_thread", "_prefix", "_redact", "_sink")
 
     def __init__(
         self, sink: Sink, prefix: str, budget: _Budget, redact: Callable[[str], str] = str
@@ -58,6 +63,8 @@ class Emitter:
         self._prefix = prefix
         self._budget = budget
         self._redact = redact
+        # Observers run on the event loop: a sync slot's worker thread hands events back.
+        self._loop_thread = threading.get_ident()
 
     def __repr__(self) -> str:
         return f"<emit {self._prefix}.*>"
@@ -74,7 +81,11 @@ class Emitter:
             safe = bounded_metadata(_strings(redact_secret_fields(dict(data or {})), self._redact))
         except Exception:
             safe = FrozenMap({"error": "the event data could not be made safe"})
-        self._sink(f"{self._prefix}.{kind}", safe)
+        if threading.get_ident() == self._loop_thread:
+            self._sink(f"{self._prefix}.{kind}", safe)
+            return
+        with contextlib.suppress(RuntimeError):  # not a worker thread of this loop: dropped
+            anyio.from_thread.run_sync(self._sink, f"{self._prefix}.{kind}", safe)
 
     def close(self) -> None:
         self._budget.left = 0

@@ -12,7 +12,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit.context import EstimatorRegistry, ProviderSummarizer, Summarizer
-from hostkit.cores import LoadedCore
+from hostkit.cores import LoadedCore, SlotRuntime
 from hostkit.effects import (
     ApprovalRuntime,
     AuthoredTool,
@@ -101,6 +101,8 @@ class Generation(AsyncResource):
         self.number = number
         # Agent Cores at the revision this generation pinned, and why others are missing.
         self._cores = dict(cores or {})
+        # Each core's slots, built once per generation (the functions import on first use).
+        self._slots = {core_id: SlotRuntime.of(loaded) for core_id, loaded in self._cores.items()}
         self._unavailable = dict(unavailable or {})
         self.mcp = mcp
         # The answer check of each agent with an output type (Python agents).
@@ -264,6 +266,7 @@ class Generation(AsyncResource):
             secret_grants=tools.secret_grants,
             observer=self.capabilities.observer,
             output=self.outputs.get(core_id),
+            slots=self._slots.get(core_id),
         )
 
     async def release(self) -> bool:

@@ -1,0 +1,182 @@
+"""Agent Slots in a turn: bootstrap, input and output of a core at its live revision.
+
+Clauses (TurnExecution): "Run bootstrap and input slots against that same
+catalog, then persist normalized input. Pass the catalog's final definitions
+to ContextManager.prepare(), then run provider/effect steps and output
+slots"; "Provider, slot, and effect failures after start are sanitized,
+persisted, and returned as TurnResult(outcome="failed")". Slots get the
+``ctx`` SDK: their state and events are the turn's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.host import Host, HostConfig
+from hostkit.testing import Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnEvent
+from tests.cores_support import core_host_config, make_core
+from tests.hosts import event_kinds, request
+from tests.support import table_rows
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "sk-live-SLOT-SECRET-0123456789"
+SLOTS = f'''
+import asyncio
+
+
+async def boot(ctx):
+    ctx.emit("booted", {{"revision": ctx.core_revision}})
+    seen = await ctx.core_state.get("turns") or 0
+    await ctx.core_state.set("turns", seen + 1)
+    return "Bootstrap: answer in French."
+
+
+async def normalize(ctx, text):
+    await ctx.state.set("raw", text)
+    ctx.emit("normalized", {{"chars": len(text)}})
+    return " ".join(text.split()).lower()
+
+
+def finish(ctx, text):
+    # A sync slot: it runs in a worker thread, its events still reach the turn.
+    ctx.emit("finished", {{"token": "{SECRET}"}})
+    return text + " [checked]"
+
+
+async def leak(ctx, text):
+    raise ValueError("{SECRET}")
+
+
+async def slow(ctx):
+    await asyncio.sleep(30)
+
+
+async def wrong(ctx, text):
+    return {{"not": "text"}}
+'''
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[TurnEvent] = []
+
+    def notify(self, event: TurnEvent) -> None:
+        self.events.append(event)
+
+
+def core(tmp_path: Path, slots: dict[str, str], **limits: Any) -> HostConfig:
+    manifest = {
+        "model": "test",
+        "instructions": "You are the notes core.",
+        "slots": slots,
+        "limits": limits,
+        "memory": False,
+    }
+    path, _ = make_core(tmp_path, "notes", manifest=manifest, files={"agent/slots.py": SLOTS})
+    return core_host_config(tmp_path, {"notes": path})
+
+
+async def messages(host: Host, session_id: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = await host.store.read(
+        lambda c: c.execute(
+            "SELECT role, content FROM messages WHERE session_id = ? ORDER BY seq", [session_id]
+        ).fetchall()
+    )
+    return [(row[0], json.loads(row[1])) for row in rows]
+
+
+async def test_bootstrap_input_and_output_shape_the_turn(tmp_path: Path) -> None:
+    config = core(
+        tmp_path, {"bootstrap": "slots:boot", "input": "slots:normalize", "output": "slots:finish"}
+    )
+    model, recorder = ScriptedModel([Reply("bonjour")]), Recorder()
+    async with Host.open(config, capabilities=capabilities(model, observer=recorder)) as host:
+        result = await host.turns.run(request("  HELLO   World ", core_id="notes"))
+        transcript = await messages(host, result.session_id)
+        kinds = await event_kinds(host, result.turn_id)
+        raw = await host.store.cores.state_get("notes", result.session_id, "raw")
+        turns = await host.store.cores.state_get("notes", "", "turns")
+    assert result.outcome == "completed"
+    # Output: the final answer as returned and as persisted.
+    assert result.text == "bonjour [checked]"
+    assert transcript[-1][0] == "assistant"
+    assert transcript[-1][1]["text"] == "bonjour [checked]"
+    # Input: what the model saw and what the transcript keeps is the normalized text.
+    sent = model.requests[0].messages
+    assert [m.content for m in sent if m.role == "user"] == ["hello world"]
+    assert transcript[0][0] == "user"
+    assert transcript[0][1]["text"] == "hello world"
+    assert kinds.index("input.persisted") < kinds.index("input.normalized")
+    # Bootstrap: its text joins the pinned instructions of this turn's model request.
+    system = "\n".join(m.content for m in sent if m.role == "system")
+    assert "You are the notes core." in system
+    assert "Bootstrap: answer in French." in system
+    # Slot state is the turn's: session-scoped and core-wide, durable.
+    assert raw is not None
+    assert raw.value == "  HELLO   World "
+    assert turns is not None
+    assert turns.value == 1
+    # Order: bootstrap, input, the model call, output; each slot's events are "slot.<kind>".
+    live = [e.kind for e in recorder.events if e.turn_id == result.turn_id]
+    order = ["slot.booted", "slot.normalized", "provider.started", "slot.finished"]
+    assert [kind for kind in live if kind in order] == order
+    booted = next(e for e in recorder.events if e.kind == "slot.booted")
+    assert booted.data["revision"] == result.core_revision
+    finished = next(e for e in recorder.events if e.kind == "slot.finished")
+    assert SECRET not in json.dumps(dict(finished.data))  # secret-named fields are redacted
+
+
+async def test_a_repeated_request_still_matches_its_normalized_turn(tmp_path: Path) -> None:
+    config = core(tmp_path, {"input": "slots:normalize"})
+    model = ScriptedModel([Reply("once")])
+    async with Host.open(config, capabilities=capabilities(model)) as host:
+        first = await host.turns.run(request("  SAME  ", core_id="notes", request_id="req-1"))
+        again = await host.turns.run(request("  SAME  ", core_id="notes", request_id="req-1"))
+    assert again.turn_id == first.turn_id
+    assert again.text == "once"
+    assert len(model.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("slots", "limits", "error", "model_called"),
+    [
+        ({"input": "slots:leak"}, {}, "slot 'input' failed (ValueError)", False),
+        ({"bootstrap": "slots:slow"}, {"slot_timeout_s": 0.3}, "slot 'bootstrap' did not", False),
+        ({"output": "slots:wrong"}, {}, "slot 'output' must return text", True),
+        ({"input": "gone:fn"}, {}, "slot 'input' cannot be loaded (ModuleNotFoundError)", False),
+    ],
+)
+async def test_a_failing_slot_fails_the_turn_sanitized_and_recorded(
+    tmp_path: Path,
+    slots: dict[str, str],
+    limits: dict[str, float],
+    error: str,
+    model_called: bool,
+) -> None:
+    config = core(tmp_path, slots, **limits)
+    model = ScriptedModel([Reply("never shown")])
+    async with Host.open(config, capabilities=capabilities(model)) as host:
+        with anyio.fail_after(20):
+            result = await host.turns.run(request("hello", core_id="notes"))
+        kinds = await event_kinds(host, result.turn_id)
+        transcript = await messages(host, result.session_id)
+        # The Host keeps serving the core: the next turn runs (and fails the same way).
+        following = await host.turns.run(request("again", core_id="notes"))
+    assert result.outcome == "failed"
+    assert result.error is not None
+    assert result.error.startswith(error)
+    assert result.text == ""
+    assert kinds[-1] == "turn.failed"
+    assert bool(model.requests) is model_called
+    # No answer was kept for a failed turn: the transcript holds the input only.
+    assert [role for role, _ in transcript] == ["user"]
+    assert following.outcome == "failed"
+    cells = await anyio.to_thread.run_sync(lambda: list(table_rows(tmp_path / "hostkit.db")))
+    assert not any(SECRET in cell for cell in cells)
