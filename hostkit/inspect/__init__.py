@@ -3,9 +3,11 @@
 Built from the store's owner-checked ``inspect`` queries and the typed
 ``ContextDecision`` records: a foreign and a missing id get the same
 ``NotFoundOrUnauthorized``. The values carry counts, budgets, names and ids,
-never message content. The CLI tables and the notebook widgets are drawn from
-these values alone; nothing here renders or decides policy, except ``one_line``:
-the one rule both front ends share for showing outside text on one line.
+never message content (``CoreHistoryView`` adds a core's revisions and
+promotions, read from its Git repository and the store's cores group). The
+CLI tables and the notebook widgets are drawn from these values alone;
+nothing here renders or decides policy, except ``one_line``: the one rule
+both front ends share for showing outside text on one line.
 """
 
 from hostkit.inspect._budget import (
@@ -24,6 +26,7 @@ from hostkit.inspect._catalog import (
     catalog_view,
 )
 from hostkit.inspect._context import ContextStep, ContextView, context_view
+from hostkit.inspect._cores import CoreHistoryView, PinRow, core_history, core_history_of
 from hostkit.inspect._delivery import (
     MAX_INTENT_ID,
     DeliveryRows,
@@ -84,6 +87,7 @@ __all__ = [
     "CatalogView",
     "ContextStep",
     "ContextView",
+    "CoreHistoryView",
     "DeliveryRows",
     "DeliveryView",
     "EffectAuditRows",
@@ -93,6 +97,7 @@ __all__ = [
     "McpServerRow",
     "McpServerRows",
     "ModelPrice",
+    "PinRow",
     "SessionRows",
     "StepUsage",
     "TerminalRunRows",
@@ -104,6 +109,8 @@ __all__ = [
     "catalog_rows",
     "catalog_view",
     "context_view",
+    "core_history",
+    "core_history_of",
     "cost_text",
     "delivery_counts",
     "delivery_intent",

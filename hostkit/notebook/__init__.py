@@ -7,6 +7,7 @@ view = nb.chat("Summarise notes.md")  # returns the live panel at once
 result = await view                   # later, in another cell
 await nb.dashboard()                  # sessions, running turns, approvals, budget
 await nb.inbox_monitor()              # the channel inbox: counts, dead letters to requeue
+await nb.core_history("notes")        # an Agent Core: revisions, promotions and gates, pins
 served = await nb.serve(port=0)       # hostkit serve on the kernel's loop; a live status widget
 await nb.stop_serving()               # drain and stop it
 ```
@@ -15,6 +16,7 @@ await nb.stop_serving()               # drain and stop it
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._browser import SessionBrowser
 from hostkit.notebook._catalog import CatalogInspector
+from hostkit.notebook._cores import CoreHistory
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._host import NotebookHost, current, start
 from hostkit.notebook._inbox import InboxMonitor
@@ -34,6 +36,7 @@ __all__ = [
     "BudgetInspector",
     "CatalogInspector",
     "ContextInspector",
+    "CoreHistory",
     "Dashboard",
     "InboxMonitor",
     "NotebookHost",

@@ -29,6 +29,7 @@ from hostkit.inbox import ChannelInbox
 from hostkit.inspect import inbox_of
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._catalog import CatalogInspector
+from hostkit.notebook._cores import CoreHistory
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
@@ -194,6 +195,16 @@ class NotebookHost(AsyncResource):
         if watch:
             monitor.watch()
         return monitor
+
+    async def core_history(self, core_id: str, *, limit: int = 50) -> CoreHistory:
+        """A CoreHistory widget of ``core_id``: revisions, promotions with their gates, pins.
+
+        The live revision is marked, each gate shows passed or failed, an MCP
+        change shows its secret-safe security diff, and every session shows
+        the revision its latest turn ran on. ``await widget.refresh()`` reads
+        it again.
+        """
+        return await CoreHistory.load(self.host, core_id, limit=limit)
 
     async def serve(
         self,
