@@ -193,11 +193,15 @@ class SqliteCoreStore(CoreStore):
         core_id, scope, key = _core(core_id), _scope(scope), _key(key)
 
         def read(conn: sqlite3.Connection) -> StateEntry | None:
-            row = _rows(conn).execute(
-                "SELECT core_id, scope, key, value, version FROM core_state "
-                "WHERE core_id = ? AND scope = ? AND key = ?",
-                [core_id, scope, key],
-            ).fetchone()
+            row = (
+                _rows(conn)
+                .execute(
+                    "SELECT core_id, scope, key, value, version FROM core_state "
+                    "WHERE core_id = ? AND scope = ? AND key = ?",
+                    [core_id, scope, key],
+                )
+                .fetchone()
+            )
             return None if row is None else _entry(row)
 
         return await self._db.read(read)
@@ -223,10 +227,14 @@ class SqliteCoreStore(CoreStore):
 
         def write(conn: sqlite3.Connection) -> StateEntry:
             fence(conn, lease)
-            row = _rows(conn).execute(
-                "SELECT version FROM core_state WHERE core_id = ? AND scope = ? AND key = ?",
-                [core_id, scope, key],
-            ).fetchone()
+            row = (
+                _rows(conn)
+                .execute(
+                    "SELECT version FROM core_state WHERE core_id = ? AND scope = ? AND key = ?",
+                    [core_id, scope, key],
+                )
+                .fetchone()
+            )
             current = None if row is None else int(row["version"])
             if expected is not ANY_VERSION and expected != current:
                 raise StateConflict(key, expected=expected, actual=current)
