@@ -122,6 +122,7 @@ def init(
         "add this table to hostkit.toml:",
         highlight=False,
         markup=False,
+        soft_wrap=True,
     )
     print_lines(Console(), cores_table(chosen, os.path.relpath(path.resolve(), base)).splitlines())
     console.print(
