@@ -97,6 +97,7 @@ class Generation(AsyncResource):
         mcp: McpConnections | None = None,
         cores: Mapping[str, LoadedCore] | None = None,
         unavailable: Mapping[str, str] | None = None,
+        supplied: RuntimeCapabilities | None = None,
     ) -> None:
         self.number = number
         # Agent Cores at the revision this generation pinned, and why others are missing.
@@ -104,6 +105,9 @@ class Generation(AsyncResource):
         # Each core's slots, built once per generation (the functions import on first use).
         self._slots = {core_id: SlotRuntime.of(loaded) for core_id, loaded in self._cores.items()}
         self._unavailable = dict(unavailable or {})
+        # The embedder's sources this generation shares with others (the Host closes
+        # them); None when ``capabilities`` were built for this generation alone.
+        self.supplied = supplied
         self.mcp = mcp
         # The answer check of each agent with an output type (Python agents).
         self.outputs = dict(outputs or {})
@@ -336,4 +340,5 @@ class Generation(AsyncResource):
         if self._closed:
             return
         self._closed = True
-        await self.capabilities.aclose()
+        if self.supplied is None:
+            await self.capabilities.aclose()

@@ -127,8 +127,14 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
         cores: Mapping[str, LoadedCore] | None = None,
         declared: HostConfig | None = None,
+        supplied: RuntimeCapabilities | None = None,
     ) -> None:
         self.config = config
+        # The capability sources the embedder supplied (open or apply_config), or None for
+        # the defaults built from each configuration. Supplied sources serve every later
+        # generation (a reload, a core promotion) until others are supplied; they close
+        # once no generation uses them and they are no longer the Host's.
+        self._supplied = supplied
         # The configuration as given, before its Agent Cores and Python agents were
         # composed in: apply_config(host.declared_config) recomposes at the live refs now.
         self.declared_config = declared or config
@@ -156,7 +162,12 @@ class Host(AsyncResource):
         self.mcp = McpConnections(status=store.mcp_servers.record_mcp_status)
         self.estimators = EstimatorRegistry()
         self._generation = self._new_generation(
-            1, config, capabilities, cores=cores, unavailable=unavailable_reasons(config, warnings)
+            1,
+            config,
+            capabilities,
+            cores=cores,
+            unavailable=unavailable_reasons(config, warnings),
+            supplied=supplied,
         )
         self._retired: list[Generation] = []
         self.context = ContextManager(
@@ -203,6 +214,7 @@ class Host(AsyncResource):
         *,
         cores: Mapping[str, LoadedCore] | None = None,
         unavailable: Mapping[str, str] | None = None,
+        supplied: RuntimeCapabilities | None = None,
     ) -> Generation:
         return Generation(
             number,
@@ -216,6 +228,7 @@ class Host(AsyncResource):
             mcp=self.mcp,
             cores=cores,
             unavailable=unavailable,
+            supplied=supplied,
         )
 
     @classmethod
@@ -306,6 +319,7 @@ class Host(AsyncResource):
                 agents=agents,
                 cores=cores,
                 declared=declared,
+                supplied=capabilities,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
@@ -363,10 +377,7 @@ class Host(AsyncResource):
                     self._retired.remove(generation)
                     # The turn's result is already durable: a failing source close is
                     # the Host's problem to log, not the caller's exception.
-                    try:
-                        await generation.aclose()
-                    except Exception:
-                        _log.exception("closing generation %s failed", generation.number)
+                    await self._close_generation(generation)
                 return
 
     async def apply_config(
@@ -383,8 +394,10 @@ class Host(AsyncResource):
         declared = config
         composed, cores, core_warnings = await compose_cores(config)
         config, instances = compose_agents(composed, self.agents)
+        if capabilities is not None:
+            self._supplied = capabilities
         caps = with_agents(
-            capabilities or DefaultCapabilities.from_config(config, store=self.store),
+            self._supplied or DefaultCapabilities.from_config(config, store=self.store),
             config,
             self.agents,
             instances,
@@ -399,6 +412,7 @@ class Host(AsyncResource):
             caps,
             cores=cores,
             unavailable=unavailable_reasons(config, core_warnings),
+            supplied=self._supplied,
         )
         self.config = config
         self.declared_config = declared
@@ -424,7 +438,7 @@ class Host(AsyncResource):
             )
         previous.retired = True
         if previous.active == 0:
-            await previous.aclose()
+            await self._close_generation(previous)
         else:
             self._retired.append(previous)
         return self._generation.number
@@ -682,6 +696,7 @@ class Host(AsyncResource):
                     # After the turns ended: their spans are exported before the Host is gone.
                     stack.push_async_callback(self.tracing.aclose)
                 stack.push_async_callback(self.context.aclose)
+                stack.push_async_callback(self._close_supplied)
                 for generation in (self._generation, *reversed(self._retired)):
                     stack.push_async_callback(self._close_generation, generation)
                 stack.push_async_callback(self.authority.aclose)
@@ -692,12 +707,32 @@ class Host(AsyncResource):
                 stack.push_async_callback(self._stop_workers)
                 stack.callback(self._approval_runtime.close)
 
-    @staticmethod
-    async def _close_generation(generation: Generation) -> None:
+    async def _close_generation(self, generation: Generation) -> None:
+        """Close a generation no turn uses, and supplied sources nothing uses any more."""
         try:
             await generation.aclose()
         except Exception:
             _log.exception("closing generation %s failed", generation.number)
+        supplied = generation.supplied
+        if (
+            supplied is None
+            or supplied is self._supplied
+            or any(g.supplied is supplied for g in (self._generation, *self._retired))
+        ):
+            return
+        try:
+            await supplied.aclose()
+        except Exception:
+            _log.exception(
+                "closing the capability sources of generation %s failed", generation.number
+            )
+
+    async def _close_supplied(self) -> None:
+        if self._supplied is not None:
+            try:
+                await self._supplied.aclose()
+            except Exception:
+                _log.exception("closing the supplied capability sources failed")
 
 
 def _declared_mcp(config: HostConfig) -> set[tuple[str, str, str]]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from hostkit.host import DefaultCapabilities, Host, load_config
+from hostkit.host import DefaultCapabilities, Host, RuntimeCapabilities, load_config
 from hostkit.types import TurnResult
 from tests.contract._config_apply import ObservedProviders, write_config
 from tests.hosts import request, turn_rows
@@ -25,28 +26,33 @@ pytestmark = pytest.mark.anyio
 SLOW_S = 2.0
 
 
-async def observed_host(host: Host) -> ObservedProviders:
-    """Apply the file's configuration again with its provider source observed (generation 2)."""
+async def observed_host(host: Host, monkeypatch: pytest.MonkeyPatch) -> ObservedProviders:
+    """Apply the file's configuration again (generation 2) on default sources whose provider
+    source is observed: built by the Host itself, so the generation owns and closes them."""
     config = await anyio.to_thread.run_sync(load_config, host.config.source)
-    caps = DefaultCapabilities.from_config(config, store=host.store)
+    built = DefaultCapabilities.from_config(config, store=host.store)
 
     async def statuses() -> list[tuple[str, str]]:
         return await turn_rows(host)
 
-    observed = ObservedProviders(caps.providers, statuses)
-    assert (
-        await host.apply_config(config, capabilities=dataclasses.replace(caps, providers=observed))
-        == 2
-    )
+    observed = ObservedProviders(built.providers, statuses)
+    defaults = DefaultCapabilities.from_config
+
+    def once(*args: Any, **kwargs: Any) -> RuntimeCapabilities:
+        monkeypatch.setattr(DefaultCapabilities, "from_config", defaults)
+        return dataclasses.replace(built, providers=observed)
+
+    monkeypatch.setattr(DefaultCapabilities, "from_config", once)
+    assert await host.apply_config(config) == 2
     return observed
 
 
 async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_config(tmp_path, reply="from the old script", delay_s=SLOW_S)
     async with Host.open(path) as host:
-        observed = await observed_host(host)
+        observed = await observed_host(host, monkeypatch)
         results: dict[str, TurnResult] = {}
 
         async def slow() -> None:
