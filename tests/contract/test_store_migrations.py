@@ -153,7 +153,8 @@ async def test_golden_database_of_each_released_version_migrates(
         )
     assert kinds.get("legacy_local", 0) >= 1
     assert kinds.get("conversation", 0) >= 1
-    if golden >= "hostkit-v3":
+    version = int(golden.removeprefix("hostkit-v").removesuffix(".db"))
+    if version >= 3:
         async with await RuntimeStore.open(copy) as store:
             turns, memory, approvals = await store.read(
                 lambda c: (
@@ -163,7 +164,7 @@ async def test_golden_database_of_each_released_version_migrates(
                 )
             )
         expected = [("turn_golden", "completed")]
-        if golden >= "hostkit-v5":
+        if version >= 5:
             expected.append(("turn_golden_running", "running"))
         assert turns == expected
         assert memory == [("likes tea",)]
@@ -306,6 +307,14 @@ RELEASED = {
     4: "8725113464a941ba65af85050f4576e2e52eaaa979aaaab64589dbd9729a060c",
     5: "0b0af56d88bfedb929a5c169917e8a4044aaf2a25e1170c2b6cd80adad11a225",
     6: "9603bef0c2c1bba50f5b39d2ed5039eceb8d339dafd388c7f1b66d65ba3fce0c",
+    7: "73f3d916e881a8d1ec3b8335c9ff21f73ead1cfa03437d38f2c240b86a0e6376",
+    8: "52ec8b66ea3ffb9ed44666de2942c3729cbfbffd15aaf097a5835704c285f14a",
+    9: "db62a26df50f6399e10ff69ca07a04809fcee6ff3bf2ae4774f32cfea43ec349",
+    10: "044fc8cfe9e4191db7cd32b4a81436e61aedd6f8d81bd09d221d7363d54146f5",
+    11: "5be8b27bbd716a15057bebcbf739c8109858d992e215bba323606910f7493b83",
+    12: "f1c6e025c82fc7024d5fa70bcc1ab69d767869f1a90c43b621b78feb19634406",
+    13: "3f93aff280eb069c23ebcacf0f833e4d6a8162c58b97336401f31c23df7e1d1a",
+    14: "98a921b405ea701d76f9e1f7fbbdd96c5015a6731af1fa3e457409229be956b5",
 }
 
 
