@@ -33,13 +33,31 @@ class YamlProblem(Exception):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases while composing (before any expansion)."""
+    """SafeLoader that refuses aliases and deep nesting while composing.
+
+    Both before anything is built: the composer recurses once per level, so a
+    short document of nested brackets would otherwise exhaust the interpreter's
+    stack (``RecursionError``) before any later check could run.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]
             raise YamlProblem("aliases (*name) are not allowed", event.start_mark.line + 1)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise YamlProblem(
+                f"nested more than {MAX_YAML_DEPTH} levels deep", event.start_mark.line + 1
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
@@ -59,6 +77,8 @@ def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
         raise YamlProblem(f"not valid YAML: {exc.problem or exc.context}", line) from None
     except yaml.YAMLError as exc:
         raise YamlProblem(f"not valid YAML: {exc}", None) from None
+    except RecursionError:
+        raise YamlProblem("nested too deeply to read", None) from None
     finally:
         loader.dispose()
     if root is None:

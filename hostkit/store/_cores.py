@@ -80,7 +80,9 @@ class CoreStore(ABC):
         key to be absent; an int requires that exact current version, else
         ``StateConflict`` (and nothing is written). ``lease`` is the writing
         turn's session lease: if it is no longer the session's current lease
-        (the turn ended, or another Host took over), ``LeaseLost``.
+        (the turn ended, or another Host took over), or if ``scope`` is neither
+        core-wide ('') nor that turn's session, or ``core_id`` is not that turn's
+        core, ``LeaseLost``: a turn writes its own session's and its core's state only.
         """
 
     @abstractmethod

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, StateConflict
+from hostkit.errors import InvalidValue, LeaseLost, StateConflict
 from hostkit.freeze import thaw
 from hostkit.store._checks import check_count, check_instant
 from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
@@ -224,9 +224,17 @@ class SqliteCoreStore(CoreStore):
             raise InvalidValue("state_set takes the writing turn's SessionLease")
         if expected is not ANY_VERSION and expected is not None:
             expected = check_count("expected", expected)
+        # A turn writes its own session's scope or its core's, never another's.
+        if scope not in ("", lease.session_id):
+            raise LeaseLost("session lease")
 
         def write(conn: sqlite3.Connection) -> StateEntry:
             fence(conn, lease)
+            owner = conn.execute(
+                "SELECT core_id FROM turns WHERE turn_id = ?", [lease.turn_id]
+            ).fetchone()
+            if owner is None or owner[0] != core_id:
+                raise LeaseLost("session lease")
             row = (
                 _rows(conn)
                 .execute(

@@ -53,6 +53,11 @@ ALIAS_BOMB = "\n".join(
         ("id: !!python/object:os.system x\n", "agent.yaml line 1: id: cannot read this value"),
         ("- id\n- model\n", "agent.yaml line 1: agent.yaml must be a mapping"),
         (ALIAS_BOMB, "agent.yaml line 2: aliases (*name) are not allowed"),
+        # Under 1 KB, yet deep enough to exhaust the interpreter's stack while composing.
+        (
+            "id: a\nmodel: m\ndescription: " + "[" * 400 + "]" * 400 + "\n",
+            "agent.yaml line 3: nested more than 32 levels deep",
+        ),
     ],
     ids=[
         "bad-yaml",
@@ -65,6 +70,7 @@ ALIAS_BOMB = "\n".join(
         "python-tag",
         "not-a-mapping",
         "alias-bomb",
+        "deep-nesting",
     ],
 )
 def test_a_bad_manifest_names_the_line_and_the_key(text: str, expected: str) -> None:
