@@ -9,6 +9,7 @@ operator sees every reason, and the review token, in one attempt.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import stat
 import uuid
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 Validate = Callable[[LoadedCore], Awaitable[None]]
+_log = logging.getLogger(__name__)
+
 # Scratch materializations for the test gate, inside the Host's cores dir (a state path).
 _SCRATCH = ".gates"
 
@@ -46,6 +49,12 @@ async def check_manifest(
             await validate(loaded)
     except HostkitError as exc:
         return GateOutcome("manifest", False, bounded(str(exc), 1_000)), None
+    except Exception as exc:
+        # A candidate no check foresaw (a corrupt object, a library bug): refused, never a crash.
+        _log.exception("loading revision %s of core %r failed", revision[:12], location.core_id)
+        return GateOutcome(
+            "manifest", False, f"the revision cannot be read ({type(exc).__name__})"
+        ), None
     return GateOutcome("manifest", True, f"agent.yaml of {revision[:12]} loads"), loaded
 
 

@@ -17,7 +17,7 @@ from typing import get_args
 import pydantic
 
 from hostkit.cores import BUILTIN_RULES, CoreLocation, LoadedCore, live_core
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, HostkitError
 from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
 
 __all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reasons"]
@@ -53,7 +53,18 @@ async def compose_cores(
     warnings: list[str] = []
     for core_id, location in core_locations(config).items():
         try:
-            core = await live_core(location, cores_root=config.cores_root)
+            try:
+                core = await live_core(location, cores_root=config.cores_root)
+            except ConfigError:
+                raise
+            except HostkitError as exc:
+                raise ConfigError(exc.message) from None
+            except Exception as exc:
+                # A repository or revision no check foresaw (a corrupt object, a library
+                # bug): this core is not available; the Host and its other agents are.
+                _log.exception("loading core %r failed", core_id)
+                failure = type(exc).__name__
+                raise ConfigError(f"its live revision cannot be read ({failure})") from None
             if core is None:
                 raise ConfigError(
                     f"core {core_id!r} has no live revision; run `hostkit core promote {core_id}`"
