@@ -22,7 +22,7 @@ from hostkit.cli._render import print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Agent, Host, HostConfig, load_agent
-from hostkit.inspect import latest_session
+from hostkit.inspect import latest_session, printable
 from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
@@ -93,8 +93,12 @@ def config_path(path: Path | None) -> Path | None:
 
 
 def fail(error: HostkitError) -> typer.Exit:
-    """Print a typed error's bounded message on one line; every error exits with status 2."""
-    message = " ".join(error.message.split())
+    """Print a typed error's bounded message on one line; every error exits with status 2.
+
+    A message may quote what a core's author or a config file wrote (a key, a path):
+    control characters are shown escaped, never sent to the terminal.
+    """
+    message = printable(" ".join(error.message.split()))
     console.print(f"[bold red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_ERROR)
 
@@ -130,7 +134,9 @@ async def open_host(
     async with Host.open(config, approver=approver, agents=agents) as host:
         for line in host.warnings:
             console.print(
-                f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True
+                f"[bold yellow]warning[/]: {escape(printable(line))}",
+                highlight=False,
+                soft_wrap=True,
             )
         yield host
 
