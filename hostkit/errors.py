@@ -334,6 +334,22 @@ class RuntimeFailure(HostkitError):
     """The runtime could not complete an operation that was valid."""
 
 
+class RefLocked(RuntimeFailure):
+    """A core's Host-owned ref stayed locked (Git's ``<ref>.lock``) for the whole bounded
+    wait: another promotion is moving it, or a crashed one left the lock file behind."""
+
+    def __init__(self, ref: str, lock: str) -> None:
+        self.ref = ref
+        self.lock = lock
+        super().__init__(
+            bounded(
+                f"the ref {ref} is locked ({lock}): another promotion is running, "
+                "or a stale lock file (remove it if no promotion is running)",
+                600,
+            )
+        )
+
+
 class StoreError(RuntimeFailure):
     """The runtime store failed; ``retryable`` says whether the same call may succeed later."""
 

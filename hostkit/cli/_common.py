@@ -6,9 +6,10 @@ import contextlib
 import dataclasses
 import getpass
 import json
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -130,15 +131,55 @@ async def open_host(
     approver: ApprovalProvider | None = None,
     agents: Sequence[Agent] = (),
 ) -> AsyncIterator[Host]:
-    """``Host.open`` for a command: each start-up warning is one line on stderr first."""
-    async with Host.open(config, approver=approver, agents=agents) as host:
-        for line in host.warnings:
-            console.print(
-                f"[bold yellow]warning[/]: {escape(printable(line))}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        yield host
+    """``Host.open`` for a command: each start-up warning is one line on stderr first.
+
+    The Host also logs each of them; with no logging configured (a plain
+    command) Python would print those records too, so they are held while the
+    Host opens and only the others are printed, as Python would have.
+    """
+    with _held_startup_records() as held:
+        async with Host.open(config, approver=approver, agents=agents) as host:
+            held.let_go(set(host.warnings))
+            for line in host.warnings:
+                console.print(
+                    f"[bold yellow]warning[/]: {escape(printable(line))}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            yield host
+
+
+class _HeldRecords(logging.Handler):
+    """hostkit's records logged while the Host opens, printed later unless shown otherwise."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+        self._logger = logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def let_go(self, shown: set[str]) -> None:
+        """Stop holding; print the held records (as Python would) except those in ``shown``."""
+        self._logger.removeHandler(self)
+        held, self.records = self.records, []
+        for record in held:
+            if record.getMessage() not in shown and logging.lastResort is not None:
+                logging.lastResort.handle(record)
+
+
+@contextlib.contextmanager
+def _held_startup_records() -> Iterator[_HeldRecords]:
+    logger = logging.getLogger("hostkit")
+    held = _HeldRecords(logger)
+    # Configured logging (``hostkit serve``, an embedding program) gets every record as is.
+    if not logger.hasHandlers():
+        logger.addHandler(held)
+    try:
+        yield held
+    finally:
+        held.let_go(set())
 
 
 def report(

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from dulwich.file import FileLocked
 
 from hostkit.cores._changes import (
     REQUIREMENTS,
@@ -47,6 +46,7 @@ from hostkit.errors import (
     InvalidValue,
     NotFoundOrUnauthorized,
     PromotionRefused,
+    RefLocked,
     bounded,
 )
 from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
@@ -57,8 +57,6 @@ __all__ = ["CoreRegistry"]
 MANIFEST = "agent.yaml"
 RACE_LOST = "the live revision changed during promotion"
 _MAX_LIMIT = 1_000
-_LOCK_ATTEMPTS = 8
-_LOCK_WAIT_S = 0.05
 
 
 class CoreRegistry:
@@ -269,7 +267,11 @@ class CoreRegistry:
     ) -> CoreEvent:
         """Refuse (recorded) on a failed gate; else compare-and-swap the ref, record, notify."""
         if event.passed:
-            lost = await _compare_and_swap(repo, location.ref, event.previous, event.revision)
+            try:
+                moved = await repo.move_ref(location.ref, event.previous, event.revision)
+                lost = None if moved else RACE_LOST
+            except RefLocked as exc:
+                lost = str(exc)
             if lost is not None:
                 event = replace(event, gates=(*event.gates, GateOutcome("live_ref", False, lost)))
         if not event.passed:
@@ -295,23 +297,6 @@ class CoreRegistry:
     async def _open(self, core_id: str) -> tuple[CoreLocation, CoreRepository]:
         location = self._location(core_id)
         return location, await CoreRepository.open(location.path)
-
-
-async def _compare_and_swap(
-    repo: CoreRepository, ref: str, old: str | None, new: str
-) -> str | None:
-    """Move ``ref`` from ``old`` to ``new``; None when moved, else why not.
-
-    Git's lock file held by another mover (another promotion in this or
-    another process) is waited out briefly: once it is released the ref has
-    usually moved, and the compare-and-swap then says so.
-    """
-    for attempt in range(_LOCK_ATTEMPTS):
-        try:
-            return None if await repo.move_ref(ref, old, new) else RACE_LOST
-        except FileLocked:
-            await anyio.sleep(_LOCK_WAIT_S * (attempt + 1))
-    return f"{ref} stays locked (another move in progress, or a stale {ref}.lock file)"
 
 
 def _check_limit(limit: int) -> None:

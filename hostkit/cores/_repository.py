@@ -20,15 +20,17 @@ from typing import TypeVar
 import anyio
 from dulwich.diff_tree import tree_changes
 from dulwich.errors import NotGitRepository
+from dulwich.file import FileLocked
 from dulwich.object_store import tree_lookup_path
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tag, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from hostkit.errors import ConfigError, InvalidValue, bounded
+from hostkit.errors import ConfigError, InvalidValue, RefLocked, bounded
 from hostkit.types import is_revision
 
 __all__ = [
+    "LOCK_WAIT_S",
     "MAX_EXTRACT_BYTES",
     "MAX_EXTRACT_FILES",
     "MAX_READ_BYTES",
@@ -42,6 +44,10 @@ MAX_EXTRACT_FILES = 10_000
 MAX_EXTRACT_DEPTH = 32
 MAX_LOG = 1_000
 MAX_CHANGED = 10_000
+# How long a move waits for another mover's ref lock, polling (doubling pauses up to a cap).
+LOCK_WAIT_S = 2.0
+_LOCK_POLL_S = 0.02
+_LOCK_POLL_MAX_S = 0.25
 _SUMMARY_CHARS = 200
 _PERSON_CHARS = 200
 _SHORT = re.compile(r"[0-9a-f]{7,39}")
@@ -88,17 +94,33 @@ class CoreRepository:
         """The commit the Host-owned ``ref`` points at (None: the ref does not exist)."""
         return await self._run(lambda repo: _read_ref(repo, ref))
 
-    async def move_ref(self, ref: str, old: str | None, new: str) -> bool:
+    async def move_ref(
+        self, ref: str, old: str | None, new: str, *, lock_wait_s: float = LOCK_WAIT_S
+    ) -> bool:
         """Point ``ref`` at commit ``new`` if it still points at ``old`` (None: absent).
 
         False when someone else moved (or created) it first; the ref is then
         as they left it. ``InvalidValue`` when ``new`` is not a commit here.
+        Git's lock file held by another mover (a promotion in this or another
+        process, the git CLI) is waited out for up to ``lock_wait_s``: once it
+        is released the ref has usually moved, and the compare-and-swap says
+        so. ``RefLocked`` (naming the lock file) when it is still held then.
         """
         if not ref.startswith("refs/hostkit/") or not _REF_NAME.fullmatch(ref):
             raise InvalidValue(f"{bounded(ref, 80)!r} is not a Host-owned ref (refs/hostkit/...)")
         if not is_revision(new) or (old is not None and not is_revision(old)):
             raise InvalidValue("a ref moves between full 40-hex commit ids")
-        return await self._run(lambda repo: _move(repo, ref, old, new))
+        deadline = anyio.current_time() + lock_wait_s
+        pause = _LOCK_POLL_S
+        while True:
+            try:
+                return await self._run(lambda repo: _move(repo, ref, old, new))
+            except FileLocked as exc:
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    raise RefLocked(ref, os.fsdecode(exc.lockfilename)) from None
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, _LOCK_POLL_MAX_S)
 
     async def read(self, sha: str, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes | None:
         """The file ``path`` in commit ``sha`` (None: no such regular file there).

@@ -11,7 +11,7 @@ for that core is rejected with the reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import get_args
 
 import pydantic
@@ -37,7 +37,7 @@ def core_locations(config: HostConfig) -> dict[str, CoreLocation]:
 
 
 async def compose_cores(
-    config: HostConfig, *, strict: bool = False
+    config: HostConfig, *, strict: bool = False, required: Collection[str] = ()
 ) -> tuple[HostConfig, Mapping[str, LoadedCore], tuple[str, ...]]:
     """``config`` with one agent per available core, the loaded cores, and a warning
     per core that is not available (``core '<id>' ...``: the reason its turns get).
@@ -46,7 +46,9 @@ async def compose_cores(
     promotion gives the new revision. An agent already named like a core (a
     configuration composed before) is replaced. ``strict``: the first core
     that is not available raises its ``ConfigError`` instead (a reload that
-    must not half-apply, a promotion's manifest gate).
+    must not half-apply, a promotion's manifest gate). ``required``: these cores
+    must load (the ones a reload checked): the first that does not raises a
+    ``ConfigError`` with its reason; the others may be left out.
     """
     agents = {name: agent for name, agent in config.agents.items() if name not in config.cores}
     loaded: dict[str, LoadedCore] = {}
@@ -76,6 +78,8 @@ async def compose_cores(
             reason = exc.message
             if not reason.startswith(f"core {core_id!r} "):
                 reason = f"core {core_id!r} is not available: {reason}"
+            if core_id in required:
+                raise ConfigError(reason) from None
             _log.warning("%s", reason)
             warnings.append(reason)
             continue

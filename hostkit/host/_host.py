@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -381,18 +381,25 @@ class Host(AsyncResource):
                 return
 
     async def apply_config(
-        self, config: HostConfig, *, capabilities: RuntimeCapabilities | None = None
+        self,
+        config: HostConfig,
+        *,
+        capabilities: RuntimeCapabilities | None = None,
+        require_cores: Collection[str] = (),
     ) -> int:
         """Make ``config`` the next generation; running turns keep the one they started with.
 
         The Host's Python agents join ``config`` as they did at open, and its
         Agent Cores are loaded at their live refs now: applying the same
         configuration after a promotion builds a generation on the new revision.
+        A core that does not load is left out (not available), except one of
+        ``require_cores``: its ``ConfigError`` is raised and nothing is applied
+        (a reload applies every core it checked or nothing).
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
         declared = config
-        composed, cores, core_warnings = await compose_cores(config)
+        composed, cores, core_warnings = await compose_cores(config, required=require_cores)
         config, instances = compose_agents(composed, self.agents)
         if capabilities is not None:
             self._supplied = capabilities
@@ -491,7 +498,10 @@ class Host(AsyncResource):
         try:
             # Not cancellable once begun: a generation is applied whole or not at all.
             with anyio.CancelScope(shield=True):
-                number = await self.apply_config(config)
+                # The refs are read again: one moved to a broken commit since the check
+                # rejects the reload instead of leaving its core out.
+                checked = [core_id for core_id, sha in live.items() if sha is not None]
+                number = await self.apply_config(config, require_cores=checked)
         except ConfigError as exc:
             return rejected(number, exc.message)
         return ReloadOutcome(number, True, None, changes)

@@ -312,14 +312,13 @@ class ToolModules:
     ) -> list[dict[str, Any]]:
         shown = bounded(module_name, 120)
         source, host_path = await anyio.to_thread.run_sync(_child_plan)
-        path = [*search, *host_path]
-        command = [sys.executable, "-I", "-B", "-c", source, module_name, json.dumps(path)]
+        command = _child_command(source, module_name, [*search, *host_path])
         scratch: Path | None = None
         if sandbox.sandboxed:
             probe = await anyio.to_thread.run_sync(probe_bubblewrap)
             if probe.ok:
                 command, scratch = await anyio.to_thread.run_sync(
-                    _sandboxed, probe, sandbox, command, path, search
+                    _sandboxed, probe, sandbox, (source, module_name), host_path, search, key
                 )
             elif not _ships_with_hostkit(module_name):
                 # Fail closed, as terminal.run does: the module's top level would run
@@ -493,20 +492,46 @@ def _child_source() -> str:
     return Path(__file__).with_name("_tool_child.py").read_text(encoding="utf-8")
 
 
+def _child_command(source: str, module_name: str, path: Sequence[str]) -> list[str]:
+    return [sys.executable, "-I", "-B", "-c", source, module_name, json.dumps(list(path))]
+
+
 def _sandboxed(
     probe: Any,
     policy: SandboxPolicy,
-    command: list[str],
-    path: Sequence[str],
-    search: Sequence[str] = (),
+    child: tuple[str, str],
+    host_path: Sequence[str],
+    search: Sequence[str],
+    key: str,
 ) -> tuple[list[str], Path]:
-    """Blocking: ``command`` in the agent's sandbox, without network, seeing the
-    interpreter and the import path read-only (the Host's state masked) and a
-    private scratch directory as its working directory.
+    """Blocking: the discovery child ``child`` (its source, the module name) in the
+    agent's sandbox, without network, seeing the interpreter and the import path
+    read-only (the Host's state masked) and a private scratch directory as its
+    working directory.
 
-    The ``search`` directories (a core's materialized revision, itself under the
-    Host's state) are bound again after the masks: the child sees them and
-    nothing else of that state."""
+    A ``search`` directory inside the Host's state (a core's materialized
+    revision, under ``.hostkit-cores``) is bound at a path of its own in the
+    scratch directory, and the child looks for the module there: the state
+    around it stays masked even when an import root holds it (``python -m``
+    and Jupyter put the project folder on ``sys.path``), and bubblewrap never
+    has to create a mount point inside a read-only mask. Any other ``search``
+    directory is an import root like the rest, its Host state masked.
+    """
+    hidden = [path.resolve() for path in policy.hidden]
+    aliased: list[tuple[Path, int]] = []
+    inner: list[str] = []
+    for index, entry in enumerate(search):
+        real = Path(os.path.realpath(entry))
+        if not any(real.is_relative_to(state) for state in hidden):
+            inner.append(str(real))
+            continue
+        if any(state != real and state.is_relative_to(real) for state in hidden):
+            raise ConfigError(
+                f"tool path {bounded(str(real), 160)!r} holds Host state of its own "
+                "and cannot be shown to the discovery process",
+                key=key,
+            )
+        aliased.append((real, index))
     interpreter = (
         sys.prefix,
         sys.exec_prefix,
@@ -515,18 +540,33 @@ def _sandboxed(
         os.path.dirname(os.path.realpath(sys.executable)),
     )
     roots: list[Path] = []
-    for entry in sorted({os.path.realpath(p) for p in (*interpreter, *path)}):
+    for entry in sorted({os.path.realpath(p) for p in (*interpreter, *inner, *host_path)}):
         root = Path(entry)
         if root.exists() and not any(root.is_relative_to(shown) for shown in roots):
             roots.append(root)
     scratch = Path(tempfile.mkdtemp(prefix="hostkit-discovery-"))
-    binds = [arg for root in roots for arg in ("--ro-bind", str(root), str(root))]
-    masks = mask_plan(scratch, policy.hidden, roots=roots)
-    quiet = dataclasses.replace(policy, network=False)
-    shown = [arg for entry in search for arg in ("--ro-bind", entry, entry)]
-    argv = sandbox_argv(
-        probe, quiet, command, workspace=scratch, workdir=scratch, masks=[*binds, *masks, *shown]
-    )
+    try:
+        shown: list[str] = []
+        for real, index in aliased:  # ascending: each lands at its place in the search order
+            alias = scratch / "search" / str(index)
+            alias.mkdir(parents=True)
+            shown += ["--ro-bind", str(real), str(alias)]
+            inner.insert(index, str(alias))
+        binds = [arg for root in roots for arg in ("--ro-bind", str(root), str(root))]
+        masks = mask_plan(scratch, policy.hidden, roots=roots)
+        quiet = dataclasses.replace(policy, network=False)
+        command = _child_command(*child, [*inner, *host_path])
+        argv = sandbox_argv(
+            probe,
+            quiet,
+            command,
+            workspace=scratch,
+            workdir=scratch,
+            masks=[*binds, *masks, *shown],
+        )
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     return argv, scratch
 
 
