@@ -183,7 +183,8 @@ class CoreManifest(_Strict):
         for rule in self.capabilities:
             server = _MCP_CONNECT.fullmatch(rule) or _MCP_TOOLS.fullmatch(rule)
             if server and server.group(1) not in self.mcp:
-                raise ValueError(f"{rule!r} grants a server that is not declared under 'mcp'")
+                # Only the rule is quoted: the error points at the rule's line, not at mcp's.
+                raise ValueError(f"{rule!r} grants a server that is not declared under mcp")
         return self
 
     def secrets(self) -> tuple[str, ...]:
