@@ -22,8 +22,10 @@ from hostkit.cores._manifest import (
     CoreManifest,
     SlotsSpec,
     capability_problem,
+    effect_policy,
     load_manifest,
     manifest_error,
+    policy_rules,
 )
 from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
@@ -74,6 +76,7 @@ __all__ = [
     "StateRuntime",
     "StateScopes",
     "capability_problem",
+    "effect_policy",
     "init_core",
     "live_core",
     "load_core",
@@ -81,6 +84,7 @@ __all__ = [
     "manifest_error",
     "mcp_security_diff",
     "package_name",
+    "policy_rules",
     "review_token",
     "starter_files",
 ]
