@@ -36,9 +36,9 @@ def test_promote_prints_each_gate_and_refuses_changed_dependencies_until_reviewe
     gates = [line.split()[:2] for line in out.splitlines()[:4]]
     assert gates == [
         ["passed", "manifest:"],
-        ["passed", "tests:"],
         ["passed", "dependencies:"],
         ["passed", "mcp_review:"],
+        ["passed", "tests:"],
     ]
     assert f"promoted {CORE} to {first} (was not live); new turns run it" in out
     assert live(core) == first
