@@ -147,7 +147,7 @@ def core_registry(
     *,
     validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
     on_moved: Callable[[str, str], Awaitable[None]] | None = None,
-    sandbox: TestSandbox | None | Literal["host"] = "host",
+    sandbox: TestSandbox | Literal["host"] | None = "host",
 ) -> CoreRegistry:
     """A ``CoreRegistry`` over ``cores`` (id -> repository) at the default ref.
 

@@ -467,7 +467,7 @@ def _size(repo: Repo, sha: bytes) -> int:
     if found is None:
         raise KeyError(hexsha)
     size, chain = found
-    if chain > MAX_DELTA_CHAIN_BYTES:
+    if chain > size and chain > MAX_DELTA_CHAIN_BYTES:  # a delta's bases: the caller checks size
         raise ConfigError(
             f"object {os.fsdecode(hexsha[:12])} of the core repository needs more than "
             f"{MAX_DELTA_CHAIN_BYTES} bytes to read"

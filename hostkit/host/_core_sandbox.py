@@ -63,7 +63,8 @@ def _plan(probe: SandboxProbe, policy: SandboxPolicy, argv: list[str], root: Pat
     revision = root.resolve()
     read_only = _runtime_roots()
     masks = mask_plan(revision, policy.hidden, roots=read_only)
-    masks += ["--remount-ro", str(revision), "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    masks += ["--remount-ro", str(revision)]
+    masks += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     return sandbox_argv(
         probe,
         policy,
