@@ -30,7 +30,16 @@ from dulwich.errors import (
 )
 from dulwich.file import FileLocked
 from dulwich.object_store import BaseObjectStore, tree_lookup_path
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tag, Tree, sha_to_hex
+from dulwich.objects import (
+    Blob,
+    Commit,
+    ObjectID,
+    RawObjectID,
+    ShaFile,
+    Tag,
+    Tree,
+    sha_to_hex,
+)
 from dulwich.pack import Pack
 from dulwich.refs import Ref
 from dulwich.repo import Repo
@@ -462,7 +471,7 @@ def _size(repo: Repo, sha: bytes) -> int:
     ``ConfigError`` when resolving it (a packed delta's bases) would hold more
     than ``MAX_DELTA_CHAIN_BYTES``.
     """
-    hexsha = sha_to_hex(sha) if len(sha) == 20 else sha
+    hexsha = sha_to_hex(RawObjectID(sha)) if len(sha) == 20 else sha
     found = _stored_size(repo.object_store, hexsha, 0)
     if found is None:
         raise KeyError(hexsha)
@@ -527,7 +536,7 @@ def _packed_size(store: Any, pack: Pack, offset: int, depth: int) -> tuple[int, 
             raise ConfigError("the core repository holds a malformed delta")
         base = _packed_size(store, pack, offset - back, depth + 1)
     else:
-        found = _stored_size(store, sha_to_hex(data[at : at + 20]), depth + 1)
+        found = _stored_size(store, sha_to_hex(RawObjectID(data[at : at + 20])), depth + 1)
         if found is None:
             raise KeyError(data[at : at + 20])
         base, at = found, at + 20

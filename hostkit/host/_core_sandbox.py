@@ -18,7 +18,6 @@ from pathlib import Path
 
 import anyio
 
-import hostkit
 from hostkit.builtins.process import (
     ResourceLimits,
     SandboxPolicy,
@@ -32,6 +31,9 @@ from hostkit.cores import TestSandbox
 from hostkit.host._config import HostConfig
 
 __all__ = ["core_test_sandbox"]
+
+# The hostkit package this Host runs (hostkit/host/_core_sandbox.py -> hostkit/).
+_HOSTKIT_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def core_test_sandbox(config: HostConfig, *, bwrap: str = "bwrap") -> TestSandbox:
@@ -83,7 +85,7 @@ def _runtime_roots() -> tuple[Path, ...]:
         for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
     }
     found.add(Path(os.path.realpath(sys.executable)).parent.parent)
-    found.add(Path(hostkit.__file__).resolve().parent)
+    found.add(_HOSTKIT_PACKAGE)
     existing = sorted(path for path in found if path.is_dir())
     return tuple(
         path
