@@ -41,6 +41,7 @@ from hostkit.cores._slots import (
 )
 from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
+from hostkit.cores._test_gate import TestSandbox
 
 __all__ = [
     "BUILTIN_RULES",
@@ -75,6 +76,7 @@ __all__ = [
     "StateHandle",
     "StateRuntime",
     "StateScopes",
+    "TestSandbox",
     "capability_problem",
     "effect_policy",
     "init_core",
