@@ -16,14 +16,13 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 
+from hostkit.cores._imports import import_parents
 from hostkit.cores._loaded import LoadedCore
 from hostkit.cores._manifest import SlotsSpec
 from hostkit.cores._sdk import AuthorContext
@@ -179,29 +178,7 @@ def _import(root: Path, package: str, module: str, name: str) -> Any:
     its directory, so nothing is added to ``sys.path`` and two revisions'
     same-named modules never meet.
     """
-    if package not in sys.modules:
-        directory = root / package
-        init = directory / "__init__.py"
-        if init.is_file():
-            spec = importlib.util.spec_from_file_location(
-                package, init, submodule_search_locations=[str(directory)]
-            )
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot import {package}")
-            created = importlib.util.module_from_spec(spec)
-            sys.modules[package] = created
-            try:
-                spec.loader.exec_module(created)
-            except BaseException:
-                sys.modules.pop(package, None)
-                raise
-        elif directory.is_dir():
-            namespace = types.ModuleType(package)
-            namespace.__path__ = [str(directory)]
-            namespace.__package__ = package
-            sys.modules.setdefault(package, namespace)
-        else:
-            raise ModuleNotFoundError(f"no package {package}")
+    import_parents(f"{package}.{module}", [str(root)])
     return getattr(importlib.import_module(f"{package}.{module}"), name)
 
 

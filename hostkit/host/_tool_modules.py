@@ -57,6 +57,7 @@ from hostkit.builtins.process import (
     probe_bubblewrap,
     sandbox_argv,
 )
+from hostkit.cores import import_parents
 from hostkit.effects import (
     MAX_DESCRIPTION_CHARS,
     MAX_WARNING_CHARS,
@@ -135,7 +136,7 @@ class _ModuleVersion:
             module = sys.modules.get(self.module_name)
             if module is None and self.stamp is not None:
                 if self.search:
-                    _import_parents(self.module_name, self.search)
+                    import_parents(self.module_name, self.search)
                 module = self._import_verified(key)
             elif module is None:
                 module = importlib.import_module(self.module_name)
@@ -185,29 +186,6 @@ class _ModuleVersion:
         if parent and parent in sys.modules:
             setattr(sys.modules[parent], child, module)
         return module
-
-
-def _import_parents(module_name: str, search: Sequence[str]) -> None:
-    """Worker thread: import ``module_name``'s parent packages, the top one from
-    ``search`` (not ``sys.path``), each further one from its parent's ``__path__``."""
-    parts = module_name.split(".")[:-1]
-    for depth in range(1, len(parts) + 1):
-        name = ".".join(parts[:depth])
-        if name in sys.modules:
-            continue
-        where = list(search) if depth == 1 else sys.modules[".".join(parts[: depth - 1])].__path__
-        spec = importlib.machinery.PathFinder.find_spec(name, where)
-        if spec is None or spec.loader is None:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[name] = package
-        try:
-            spec.loader.exec_module(package)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        if depth > 1:
-            setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
 
 
 class _VerifiedLoader(importlib.machinery.SourceFileLoader):

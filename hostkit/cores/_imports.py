@@ -1,0 +1,39 @@
+"""Import a module's parent packages from given roots, never from ``sys.path``.
+
+A core's revision is materialized under a package name unique to it
+(``hkcore_<id>_<sha12>``); its slots and authored tools are imported from
+that directory without adding it to ``sys.path``, so two revisions'
+same-named modules never meet and nothing else on the path can shadow them.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+__all__ = ["import_parents"]
+
+
+def import_parents(module_name: str, search: Sequence[str]) -> None:
+    """Worker thread: import ``module_name``'s parent packages, the top one from
+    ``search`` (not ``sys.path``), each further one from its parent's ``__path__``."""
+    parts = module_name.split(".")[:-1]
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        if name in sys.modules:
+            continue
+        where = list(search) if depth == 1 else sys.modules[".".join(parts[: depth - 1])].__path__
+        spec = importlib.machinery.PathFinder.find_spec(name, where)
+        if spec is None or spec.loader is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        try:
+            spec.loader.exec_module(package)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        if depth > 1:
+            setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
