@@ -26,22 +26,10 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
-__all__ = ["TEST_ENV_ALLOWLIST", "TestRun", "TestSandbox", "run_core_tests"]
+from hostkit.effects import DEFAULT_ENV_ALLOWLIST
 
-# Like the terminal builtin's allowlist (hostkit.builtins.process): what a process
-# needs to run, nothing that names a credential.
-TEST_ENV_ALLOWLIST = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TERM",
-    "TMPDIR",
-    "USER",
-    "LOGNAME",
-)
+__all__ = ["TestRun", "TestSandbox", "run_core_tests"]
+
 # Fits a GateOutcome detail (2,000 characters) with its first line.
 MAX_OUTPUT_TAIL = 1_800
 # The folder holding the hostkit package this Host runs (hostkit/cores/_test_gate.py -> ..).
@@ -90,7 +78,7 @@ async def run_core_tests(
     timeout_s: float,
     sandbox: TestSandbox | None,
     environ: Mapping[str, str] | None = None,
-    allowlist: Sequence[str] = TEST_ENV_ALLOWLIST,
+    allowlist: Sequence[str] = DEFAULT_ENV_ALLOWLIST,
     max_tail: int = MAX_OUTPUT_TAIL,
 ) -> TestRun:
     """Run ``python -m pytest -q -p no:cacheprovider tests`` with cwd and PYTHONPATH = ``root``.

@@ -70,6 +70,7 @@ from hostkit.effects._pending import (
 )
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
 from hostkit.effects._runtime import (
+    DEFAULT_ENV_ALLOWLIST,
     DEFAULT_SECRET_TTL_S,
     ENV_NAME_PATTERN,
     EffectRuntime,
@@ -83,6 +84,7 @@ from hostkit.effects._views import MAX_MODEL_VIEW_CHARS, MIN_SECRET_CHARS, redac
 
 __all__ = [
     "APPROVAL_TTL_S",
+    "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_SECRET_TTL_S",
     "DIFF_KEY",
     "DISCOVERY_WINDOW",

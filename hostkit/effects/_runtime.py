@@ -60,6 +60,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_SECRET_TTL_S",
     "ENV_NAME_PATTERN",
     "EffectRuntime",
@@ -76,6 +77,21 @@ _MAX_ERROR_SUMMARY = 300
 # environment variable of that name. hostkit.toml and terminal.run validate with it.
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)
+# What every process the Host starts for an agent or a core (terminal runs, MCP stdio
+# servers, tool discovery, a core's test gate) inherits of the Host's environment: what
+# a process needs to run, nothing that names a credential.
+DEFAULT_ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+)
 _SECRET_GRANT = "secret.bind:"
 _TOO_DEEP_TO_REDACT = (
     "the arguments are nested too deeply, or hold too many secret-named values, "

@@ -31,24 +31,12 @@ from hostkit.builtins.process._sandbox import (
     sandbox_argv,
     visible_roots,
 )
-from hostkit.effects import ENV_NAME_PATTERN, ToolOutcome, redact_secrets
+from hostkit.effects import DEFAULT_ENV_ALLOWLIST, ENV_NAME_PATTERN, ToolOutcome, redact_secrets
 from hostkit.errors import UserError
 from hostkit.types import EffectStatus
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRefused"]
 
-DEFAULT_ENV_ALLOWLIST = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TERM",
-    "TMPDIR",
-    "USER",
-    "LOGNAME",
-)
 
 # A secret is approved for *this* program. A shell, or a wrapper whose job is to run
 # another command (with other privileges, in another namespace, under a tracer, later),
