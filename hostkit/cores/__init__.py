@@ -25,6 +25,7 @@ from hostkit.cores._manifest import (
     load_manifest,
     manifest_error,
 )
+from hostkit.cores._mirror import heal_mirror, mirror_live
 from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
@@ -74,12 +75,14 @@ __all__ = [
     "StateRuntime",
     "StateScopes",
     "capability_problem",
+    "heal_mirror",
     "init_core",
     "live_core",
     "load_core",
     "load_manifest",
     "manifest_error",
     "mcp_security_diff",
+    "mirror_live",
     "package_name",
     "review_token",
     "starter_files",
