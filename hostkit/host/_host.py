@@ -271,32 +271,34 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
     ) -> Host:
         declared = await _resolve_config(config)
-        # The store first: it records which revision of each Agent Core is live.
-        await anyio.Path(declared.database_path.parent).mkdir(parents=True, exist_ok=True)
-        store = await RuntimeStore.open(
-            declared.database_path, synchronous=declared.host.synchronous
+        # Composing never changes [host]: its telemetry is the declared one.
+        telemetry = declared.host.telemetry
+        # Before anything is created: tracing asked for without the otel extra is refused.
+        # Off the event loop: the first use imports the SDK and starts its export thread.
+        tracing = await anyio.to_thread.run_sync(
+            functools.partial(
+                open_tracing,
+                telemetry.traces,
+                endpoint=telemetry.endpoint,
+                service_name=telemetry.service_name,
+            )
         )
-        tracing: Tracing | None = None
+        store: RuntimeStore | None = None
         try:
+            # The store before the cores: it records which revision of each core is live.
+            await anyio.Path(declared.database_path.parent).mkdir(parents=True, exist_ok=True)
+            store = await RuntimeStore.open(
+                declared.database_path, synchronous=declared.host.synchronous
+            )
             # Each Agent Core at its live revision; one that is not available is a warning.
             composed, cores, core_warnings = await compose_cores(declared, store.cores)
             resolved, instances = compose_agents(composed, agents)
-            telemetry = resolved.host.telemetry
-            # Before anything is created: tracing asked for without the otel extra is refused.
-            # Off the event loop: the first use imports the SDK and starts its export thread.
-            tracing = await anyio.to_thread.run_sync(
-                functools.partial(
-                    open_tracing,
-                    telemetry.traces,
-                    endpoint=telemetry.endpoint,
-                    service_name=telemetry.service_name,
-                )
-            )
             warnings = (*await _prepare_workspaces(resolved), *core_warnings)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 try:
-                    await store.aclose()
+                    if store is not None:
+                        await store.aclose()
                 finally:
                     if tracing is not None:
                         await tracing.aclose()
