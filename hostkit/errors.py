@@ -75,6 +75,7 @@ __all__ = [
     "UnboundToken",
     "UserError",
     "bounded",
+    "redact_credentials",
     "unbounded_message",
 ]
 
@@ -106,15 +107,24 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     Messages end up in logs, widgets and HTTP responses; an unbounded message
     (a whole SQL row, a provider body) is both a leak and a denial of service.
     """
-    value = str(text).replace("\r", " ").replace("\n", " ")
-    # Bearer first: otherwise "Authorization: Bearer x" would redact only the word "Bearer".
-    value = _BEARER.sub("Bearer [redacted]", value)
-    value = _URL_CREDENTIALS.sub(r"\1\2:[redacted]@", value)
-    value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
-    value = _TOKEN_SHAPES.sub("[redacted]", value)
+    value = redact_credentials(str(text).replace("\r", " ").replace("\n", " "))
     if len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with what ``bounded()`` masks: bearer values, URL passwords,
+    secret-named assignments and token-shaped strings (lines and length kept).
+
+    The one set of credential patterns: other operator views (a core's
+    security diff and patch) use it rather than a copy that drifts.
+    """
+    # Bearer first: otherwise "Authorization: Bearer x" would redact only the word "Bearer".
+    value = _BEARER.sub("Bearer [redacted]", text)
+    value = _URL_CREDENTIALS.sub(r"\1\2:[redacted]@", value)
+    value = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", value)
+    return _TOKEN_SHAPES.sub("[redacted]", value)
 
 
 def unbounded_message(exc: BaseException) -> str:

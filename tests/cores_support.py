@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import yaml
@@ -29,8 +29,9 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from hostkit.cores import CoreLocation, CoreRegistry, LoadedCore
+from hostkit.cores import CoreLocation, CoreRegistry, LoadedCore, TestSandbox
 from hostkit.host import DEFAULT_CORE_REF, HostConfig, parse_config
+from hostkit.host._core_sandbox import core_test_sandbox
 from hostkit.store import RuntimeStore
 from hostkit.types import CoreEvent, GateOutcome
 
@@ -207,15 +208,25 @@ def core_registry(
     *,
     validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
     on_moved: Callable[[str, str], Awaitable[None]] | None = None,
+    sandbox: TestSandbox | Literal["host"] | None = "host",
 ) -> CoreRegistry:
     """A ``CoreRegistry`` over ``cores`` (id -> repository) at the default ref.
 
     Revisions materialize under ``tmp_path/cores-state``; ``validate`` and
-    ``on_moved`` are the hooks a Host would pass (none by default).
+    ``on_moved`` are the hooks a Host would pass (none by default); the test
+    gate's ``sandbox`` is the one a Host over ``cores`` would pass (helper
+    "gate").
     """
     locations = {
         core_id: CoreLocation(core_id, path, DEFAULT_CORE_REF) for core_id, path in cores.items()
     }
+    if sandbox == "host":
+        sandbox = core_test_sandbox(core_host_config(tmp_path, cores))
     return CoreRegistry(
-        store, locations, cores_root=tmp_path / "cores-state", validate=validate, on_moved=on_moved
+        store,
+        locations,
+        cores_root=tmp_path / "cores-state",
+        validate=validate,
+        on_moved=on_moved,
+        sandbox=sandbox,
     )

@@ -22,8 +22,10 @@ from hostkit.cores._manifest import (
     CoreManifest,
     SlotsSpec,
     capability_problem,
+    effect_policy,
     load_manifest,
     manifest_error,
+    policy_rules,
 )
 from hostkit.cores._mirror import heal_mirror, mirror_live
 from hostkit.cores._registry import CoreRegistry
@@ -40,6 +42,7 @@ from hostkit.cores._slots import (
 )
 from hostkit.cores._starter import STARTER_TOOL, init_core, starter_files
 from hostkit.cores._state import CORE_SCOPE, StateHandle, StateRuntime, StateScopes
+from hostkit.cores._test_gate import TestSandbox
 
 __all__ = [
     "BUILTIN_RULES",
@@ -74,7 +77,9 @@ __all__ = [
     "StateHandle",
     "StateRuntime",
     "StateScopes",
+    "TestSandbox",
     "capability_problem",
+    "effect_policy",
     "heal_mirror",
     "init_core",
     "live_core",
@@ -84,6 +89,7 @@ __all__ = [
     "mcp_security_diff",
     "mirror_live",
     "package_name",
+    "policy_rules",
     "review_token",
     "starter_files",
 ]

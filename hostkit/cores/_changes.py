@@ -2,9 +2,9 @@
 
 A dependency change (the manifest's ``dependencies`` or ``requirements.txt``)
 means new third-party code runs with the Host's authority, so promotion
-flags it for a human. The patch is shown to operators: MCP env values and
-URL credentials of either manifest are redacted from it, like from the
-security diff.
+flags it for a human. The patch is shown to operators: it goes through the
+same redaction as the security diff (``hostkit.cores._redact``), with the
+MCP env values and hidden argv words of either manifest.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
-from hostkit.cores._security_diff import REDACTED
+from hostkit.cores._redact import manifest_secrets, redact_text
 
 __all__ = [
     "MAX_DEPENDENCY_CHANGES",
@@ -29,12 +29,7 @@ __all__ = [
 REQUIREMENTS = "requirements.txt"
 MAX_PATCH_CHARS = 100_000
 MAX_DEPENDENCY_CHANGES = 50
-# Env values shorter than this ("1", "on") are settings, not secrets; redacting them
-# would blank out every matching character of the patch.
-_MIN_SECRET = 4
 _COMMENT = re.compile(r"(^|\s)#.*$")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
-_URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
 
 
 def dependency_changes(
@@ -54,27 +49,6 @@ def dependency_changes(
         more = len(changes) - MAX_DEPENDENCY_CHANGES + 1
         changes = [*changes[: MAX_DEPENDENCY_CHANGES - 1], f"… and {more} more"]
     return tuple(changes)
-
-
-def manifest_secrets(*manifests: CoreManifest | None) -> tuple[str, ...]:
-    """Values an operator view must not show: MCP env values, longest first."""
-    values = {
-        value
-        for manifest in manifests
-        if manifest is not None
-        for server in manifest.mcp.values()
-        for value in server.env.values()
-        if len(value) >= _MIN_SECRET
-    }
-    return tuple(sorted(values, key=len, reverse=True))
-
-
-def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """``text`` without the given values and without URL userinfo or query strings."""
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
-    return _URL_QUERY.sub(lambda m: f"{m.group(1)}?{REDACTED}", text)
 
 
 def unified_patch(

@@ -1,15 +1,18 @@
-"""The promotion gates, in order: manifest, tests, dependencies, mcp_review.
+"""The promotion gates, in order: manifest, dependencies, mcp_review, tests.
 
 Each gate returns a ``GateOutcome`` recorded in the ``CoreEvent`` of the
-attempt, so a refused promotion says which gate refused and why. A candidate
-that does not load stops at the manifest gate (there is nothing to test); a
-failing test suite still computes the dependency and MCP gates, so the
-operator sees every reason, and the review token, in one attempt.
+attempt, so a refused promotion says which gate refused and why. The gates
+that run no core code come first: a candidate that does not load stops at
+the manifest gate, and the core's own tests run only once the dependency
+and MCP gates passed (a refusal still carries the review token), so a
+promotion an operator runs to learn the token never executes unreviewed
+code.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import stat
 import uuid
@@ -19,8 +22,8 @@ from typing import Any
 
 import anyio
 
-from hostkit.cores._loaded import CoreLocation, LoadedCore, load_core
-from hostkit.cores._test_gate import run_core_tests
+from hostkit.cores._loaded import GATES_DIR, CoreLocation, LoadedCore, load_core
+from hostkit.cores._test_gate import TestRun, TestSandbox, run_core_tests
 from hostkit.errors import HostkitError, bounded
 from hostkit.types import GateOutcome
 
@@ -34,9 +37,6 @@ __all__ = [
 
 Validate = Callable[[LoadedCore], Awaitable[None]]
 _log = logging.getLogger(__name__)
-
-# Scratch materializations for the test gate, inside the Host's cores dir (a state path).
-_SCRATCH = ".gates"
 
 
 async def check_manifest(
@@ -63,27 +63,49 @@ async def check_tests(
     loaded: LoadedCore,
     *,
     cores_root: Path,
+    sandbox: TestSandbox | None,
     environ: Mapping[str, str] | None = None,
 ) -> GateOutcome:
-    """Run the candidate's ``tests/`` in a fresh materialization; no ``tests/`` passes."""
+    """Run the candidate's ``tests/`` sandboxed in a fresh materialization; no ``tests/`` passes.
+
+    Where ``sandbox`` is None or cannot run here, the suite runs unsandboxed
+    only when the candidate's manifest says ``sandbox: none`` (its agent
+    processes run unsandboxed anyway); otherwise the gate fails closed.
+    """
     if not await anyio.Path(loaded.root / "tests").is_dir():
         return GateOutcome("tests", True, "no tests")
     # Fresh: the suite must not see (or leave) anything in the directory turns import from.
-    scratch = cores_root / _SCRATCH / uuid.uuid4().hex
+    # The pid in the name lets a later load remove it once this process is gone.
+    scratch = cores_root / GATES_DIR / f"{os.getpid()}-{uuid.uuid4().hex}"
+    limit = loaded.manifest.limits.test_timeout_s
+    note = ""
     try:
         fresh = await load_core(location, loaded.revision, cores_root=scratch)
-        run = await run_core_tests(
-            fresh.root, timeout_s=loaded.manifest.limits.test_timeout_s, environ=environ
-        )
+        run: TestRun | None = None
+        unavailable = "no sandbox is configured for the test gate"
+        if sandbox is not None:
+            try:
+                run = await run_core_tests(
+                    fresh.root, timeout_s=limit, sandbox=sandbox, environ=environ
+                )
+            except HostkitError as exc:  # the sandbox cannot run here: nothing started
+                unavailable = str(exc)
+        if run is None:
+            if loaded.manifest.sandbox != "none":
+                return GateOutcome(
+                    "tests", False, bounded(f"the tests cannot run sandboxed: {unavailable}", 1_000)
+                )
+            note = bounded(f"UNSANDBOXED (sandbox: none; {unavailable})", 300) + "\n"
+            run = await run_core_tests(fresh.root, timeout_s=limit, sandbox=None, environ=environ)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_remove_tree, scratch)
     if run.timed_out:
-        limit = loaded.manifest.limits.test_timeout_s
-        return GateOutcome("tests", False, f"timed out after {limit:g} s\n{run.tail}")
+        return GateOutcome("tests", False, f"{note}timed out after {limit:g} s\n{run.tail}")
     if run.passed:
-        return GateOutcome("tests", True, run.tail.strip().splitlines()[-1] if run.tail else "")
-    return GateOutcome("tests", False, f"pytest exited {run.returncode}\n{run.tail}")
+        last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
+        return GateOutcome("tests", True, f"{note}{last}")
+    return GateOutcome("tests", False, f"{note}pytest exited {run.returncode}\n{run.tail}")
 
 
 def check_dependencies(changes: tuple[str, ...], *, accept: bool, actor: str) -> GateOutcome:

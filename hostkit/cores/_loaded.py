@@ -25,6 +25,7 @@ from hostkit.store import CoreStore
 from hostkit.types import is_core_id, is_revision
 
 __all__ = [
+    "GATES_DIR",
     "MANIFEST_FILE",
     "PACKAGE_DIR",
     "CoreLocation",
@@ -38,6 +39,8 @@ MANIFEST_FILE = "agent.yaml"
 PACKAGE_DIR = "agent"
 MAX_INSTRUCTIONS_BYTES = 400_000
 _SCRATCH_PREFIX = ".partial-"
+# The test gate's fresh materializations, ``<cores_root>/.gates/<pid>-<uuid>``.
+GATES_DIR = ".gates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +174,57 @@ async def _materialize(
     assert is_revision(revision)
     parent = cores_root / core_id
     final = parent / revision
-    if await anyio.to_thread.run_sync(final.is_dir):
+    if await anyio.to_thread.run_sync(_sweep_and_check, cores_root, parent, final):
         return final
     await anyio.to_thread.run_sync(lambda: parent.mkdir(parents=True, exist_ok=True, mode=0o700))
-    scratch = parent / f"{_SCRATCH_PREFIX}{revision[:12]}-{secrets.token_hex(6)}"
+    # The pid in the name: a copy whose creator died (SIGKILL mid-extract) is removed later.
+    scratch = parent / f"{_SCRATCH_PREFIX}{os.getpid()}-{revision[:12]}-{secrets.token_hex(6)}"
     try:
         await repository.extract(revision, scratch, rename={PACKAGE_DIR: package})
         await anyio.to_thread.run_sync(_finish, scratch, final, package)
     finally:
         await anyio.to_thread.run_sync(_discard, scratch)
     return final
+
+
+def _sweep_and_check(cores_root: Path, parent: Path, final: Path) -> bool:
+    """Blocking: remove scratch copies whose creating process is gone; is ``final`` there?
+
+    A killed materialization leaves ``.partial-<pid>-*`` beside the revisions,
+    a killed promoter ``.gates/<pid>-*``; nothing else removes them. Copies of
+    live processes (this one's other tasks, another Host) are left alone.
+    """
+    candidates = [
+        (entry, entry.name[len(_SCRATCH_PREFIX) :])
+        for entry in _entries(parent)
+        if entry.name.startswith(_SCRATCH_PREFIX)
+    ]
+    candidates += [(entry, entry.name) for entry in _entries(cores_root / GATES_DIR)]
+    for entry, rest in candidates:
+        pid = rest.split("-", 1)[0]
+        if pid.isdecimal() and not _alive(int(pid)):
+            _discard(entry)
+    return final.is_dir()
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts; a reused pid is kept: safe side)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _finish(scratch: Path, final: Path, package: str) -> None:

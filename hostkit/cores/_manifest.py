@@ -5,8 +5,11 @@ runs. Capability grants are effect rules with an approval policy each:
 anything not granted is denied. Rules in the Host's vocabulary
 (``fs.read``, ``fs.write``, ``terminal.run``, ``terminal.network``,
 ``web.extract``, ``mcp.connect:<server>``, ``secret.bind:<NAME>``) switch the
-builtin on; any other rule is a glob over the names of the core's authored
-tools (``notes.*``) or of an MCP server's tools (``mcp.docs.*``).
+builtin on; ``mcp.<server>.<glob>`` is a glob over a declared server's
+tools (``mcp.docs.*``); any other rule is a glob over the names of the core's
+authored tools (``notes.*``), whose first segment is a literal name outside
+the Host's namespaces: a wildcard there (``*``, ``m*``) would match the
+Host's own effects (an MCP connect, a file write) without naming them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.cores._yaml import YamlProblem, parse_yaml
-from hostkit.effects import MAX_MCP_SERVERS, McpServerConfig, McpServerName
+from hostkit.effects import MAX_MCP_SERVERS, EffectPolicy, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, bounded
 
 __all__ = [
@@ -29,9 +32,11 @@ __all__ = [
     "CoreManifest",
     "SlotsSpec",
     "capability_problem",
+    "effect_policy",
     "load_manifest",
     "manifest_error",
     "manifest_with_lines",
+    "policy_rules",
 ]
 
 MAX_MANIFEST_BYTES = 256 * 1024
@@ -53,17 +58,38 @@ _RESERVED_PREFIXES = ("fs.", "files.", "terminal.", "web.", "mcp.connect:", "mcp
 _SECRET_RULE = re.compile(r"secret\.bind:([A-Za-z_][A-Za-z0-9_]{0,127})")
 _MCP_CONNECT = re.compile(r"mcp\.connect:([a-z][a-z0-9_]{0,31})")
 _TOOL_GLOB = re.compile(r"[a-z0-9_*?]+(\.[a-z0-9_*?]+)*")
+# A declared MCP server's tools: "mcp.<server>.<glob>" (the effect names are mcp.<server>.<tool>).
+_MCP_TOOLS = re.compile(r"mcp\.([a-z][a-z0-9_]{0,31})\.[a-z0-9_*?]+(\.[a-z0-9_*?]+)*")
+# First segments of the Host's own effects and grants: never the start of a tool glob.
+_RESERVED_SEGMENTS = frozenset(
+    {"fs", "files", "terminal", "web", "mcp", "secret", "memory", "host"}
+)
+_WILDCARDS = frozenset("*?[")
+_MEMORY_RULE = "memory.*"
 
 
 def capability_problem(rule: str) -> str | None:
     """Why ``rule`` is not a capability rule (None when it is one)."""
     if rule in BUILTIN_RULES or _SECRET_RULE.fullmatch(rule) or _MCP_CONNECT.fullmatch(rule):
         return None
+    if len(rule) <= 64 and _MCP_TOOLS.fullmatch(rule):
+        return None
     if rule.startswith(_RESERVED_PREFIXES):
         known = ", ".join([*BUILTIN_RULES, "mcp.connect:<server>", "secret.bind:<NAME>"])
         return f"unknown capability {rule[:80]!r} (known: {known})"
     if len(rule) > 64 or not _TOOL_GLOB.fullmatch(rule):
         return f"{rule[:80]!r} is neither a known capability nor a tool-name glob"
+    first = rule.split(".", 1)[0]
+    if _WILDCARDS.intersection(first):
+        return (
+            f"{rule[:80]!r}: a tool-name glob starts with a literal name ('notes.*'); "
+            "a wildcard in the first segment would also match the Host's own effects"
+        )
+    if first in _RESERVED_SEGMENTS:
+        return (
+            f"{rule[:80]!r}: {first!r} is the Host's namespace, not a tool glob "
+            "(an MCP server's tools are 'mcp.<server>.<glob>', with <server> declared under 'mcp')"
+        )
     return None
 
 
@@ -155,9 +181,10 @@ class CoreManifest(_Strict):
         if self.instructions is not None and self.instructions_file is not None:
             raise ValueError("give 'instructions' or 'instructions_file', not both")
         for rule in self.capabilities:
-            connect = _MCP_CONNECT.fullmatch(rule)
-            if connect and connect.group(1) not in self.mcp:
-                raise ValueError(f"{rule!r} grants a server that is not declared under 'mcp'")
+            server = _MCP_CONNECT.fullmatch(rule) or _MCP_TOOLS.fullmatch(rule)
+            if server and server.group(1) not in self.mcp:
+                # Only the rule is quoted: the error points at the rule's line, not at mcp's.
+                raise ValueError(f"{rule!r} grants a server that is not declared under mcp")
         return self
 
     def secrets(self) -> tuple[str, ...]:
@@ -167,6 +194,31 @@ class CoreManifest(_Strict):
             for rule, approval in self.capabilities.items()
             if approval != "deny" and (match := _SECRET_RULE.fullmatch(rule))
         )
+
+
+def policy_rules(manifest: CoreManifest) -> dict[Approval, list[str]]:
+    """The effect globs per approval that ``manifest``'s capabilities compile to.
+
+    A builtin rule stands for its effects; ``secret.bind`` rules are not
+    effects (each binding is asked per call); ``memory: true`` allows
+    ``memory.*``. Nothing else is allowed: there is no default ``*``.
+    """
+    rules: dict[Approval, list[str]] = {"allow": [], "ask": [], "deny": []}
+    for rule, approval in manifest.capabilities.items():
+        if _SECRET_RULE.fullmatch(rule):
+            continue
+        rules[approval].extend(BUILTIN_RULES.get(rule, (rule,)))
+    if manifest.memory:
+        rules["allow"].append(_MEMORY_RULE)
+    return {kind: list(dict.fromkeys(effects)) for kind, effects in rules.items()}
+
+
+def effect_policy(manifest: CoreManifest) -> EffectPolicy:
+    """The ``EffectPolicy`` a Host runs ``manifest``'s core with (what the security diff judges)."""
+    rules = policy_rules(manifest)
+    return EffectPolicy(
+        allow=tuple(rules["allow"]), deny=tuple(rules["deny"]), ask=tuple(rules["ask"])
+    )
 
 
 _SHOWN_MESSAGE = 300

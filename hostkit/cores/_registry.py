@@ -46,6 +46,7 @@ from hostkit.cores._revisions import (
     RevisionInfo,
 )
 from hostkit.cores._security_diff import mcp_security_diff, review_token
+from hostkit.cores._test_gate import TestSandbox
 from hostkit.errors import (
     ConfigError,
     InvalidValue,
@@ -73,7 +74,10 @@ class CoreRegistry:
     its configuration (provider exists, ...); ``on_moved(core_id, sha)`` runs
     after every recorded move. An unknown core id raises
     ``NotFoundOrUnauthorized("core")``; a revision that does not resolve,
-    ``InvalidValue``.
+    ``InvalidValue``. ``sandbox`` launches the test gate's pytest inside the
+    Host's process sandbox (the Host passes bubblewrap's); None, or one
+    that cannot run here, fails the test gate closed unless the candidate
+    says ``sandbox: none``.
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class CoreRegistry:
         on_moved: Callable[[str, str], Awaitable[None]] | None = None,
         closing: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.time,
+        sandbox: TestSandbox | None = None,
     ) -> None:
         self._store = store
         self._locations = dict(locations)
@@ -94,6 +99,7 @@ class CoreRegistry:
         self._on_moved = on_moved
         self._closing = closing
         self._clock = clock
+        self._sandbox = sandbox
 
     @property
     def core_ids(self) -> tuple[str, ...]:
@@ -198,13 +204,19 @@ class CoreRegistry:
         security: dict[str, Any] = {}
         token: str | None = None
         if loaded is not None:
-            gates.append(await check_tests(location, loaded, cores_root=self._cores_root))
             live_manifest = await _manifest_at(repo, live, tolerant=True)
             changes = await _dependencies(repo, live, live_manifest, target, loaded.manifest)
             gates.append(check_dependencies(changes, accept=accept_dependencies, actor=actor))
             security = mcp_security_diff(live_manifest, loaded.manifest)
             token = review_token(core_id, live, target, security) if security else None
             gates.append(check_mcp_review(security, token=token or "", review=review))
+            # The core's own code runs last, and only for a candidate nothing else refused.
+            if all(gate.passed for gate in gates):
+                gates.append(
+                    await check_tests(
+                        location, loaded, cores_root=self._cores_root, sandbox=self._sandbox
+                    )
+                )
         event = CoreEvent(
             core_id=core_id,
             action="promote",

@@ -12,21 +12,39 @@ from __future__ import annotations
 import os
 import re
 import stat
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from dulwich.diff_tree import tree_changes
-from dulwich.errors import NotGitRepository
+from dulwich.errors import (
+    ApplyDeltaError,
+    ChecksumMismatch,
+    FileFormatException,
+    NotGitRepository,
+    ObjectMissing,
+    WrongObjectException,
+)
 from dulwich.file import FileLocked, GitFile
-from dulwich.object_store import tree_lookup_path
-from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
+from dulwich.object_store import BaseObjectStore, tree_lookup_path
+from dulwich.objects import (
+    Blob,
+    Commit,
+    RawObjectID,
+    ShaFile,
+    Tag,
+    Tree,
+    sha_to_hex,
+)
+from dulwich.pack import Pack
 from dulwich.refs import Ref
 from dulwich.repo import Repo
+from dulwich.walk import Walker
 
-from hostkit.errors import ConfigError, InvalidValue, RefLocked, bounded
+from hostkit.errors import ConfigError, HostkitError, InvalidValue, RefLocked, bounded
 from hostkit.types import is_revision
 
 __all__ = [
@@ -53,6 +71,26 @@ _PERSON_CHARS = 200
 _SHORT = re.compile(r"[0-9a-f]{7,39}")
 _REF_NAME = re.compile(r"[A-Za-z0-9._/-]{1,200}")
 _GITLINK = 0o160000
+# Commits, trees and tags are read whole: none of a core's is legitimately this large.
+MAX_OBJECT_BYTES = MAX_READ_BYTES
+# What resolving one packed delta may hold in memory (its bases included).
+MAX_DELTA_CHAIN_BYTES = MAX_EXTRACT_BYTES
+_MAX_DELTA_DEPTH = 64
+_HEADER_PROBE = 512
+_OFS_DELTA, _REF_DELTA = 6, 7
+# A damaged or hostile object store: dulwich's and zlib's errors, and a missing object.
+_DAMAGED = (
+    zlib.error,
+    ApplyDeltaError,
+    ChecksumMismatch,
+    FileFormatException,
+    ObjectMissing,
+    WrongObjectException,
+    KeyError,
+    IndexError,
+    ValueError,
+    AssertionError,
+)
 _T = TypeVar("_T")
 
 
@@ -187,6 +225,13 @@ def _with_repo(path: Path, work: Callable[[Repo], _T]) -> _T:
         raise ConfigError(f"cannot open core repository {shown}: {exc.strerror}") from None
     try:
         return work(repo)
+    except (HostkitError, FileLocked):
+        raise
+    except _DAMAGED as exc:
+        raise ConfigError(
+            f"core repository {shown} cannot be read: an object is damaged or missing "
+            f"({type(exc).__name__})"
+        ) from None
     finally:
         repo.close()
 
@@ -210,13 +255,13 @@ def _commit(repo: Repo, sha: str) -> Commit:
     """Commit ``sha`` (tags peeled); ``InvalidValue`` when there is none."""
     obj: ShaFile | None
     try:
-        obj = repo[sha.encode("ascii")] if is_revision(sha) else None
+        obj = _get(repo, sha.encode("ascii"), MAX_OBJECT_BYTES) if is_revision(sha) else None
     except (KeyError, ValueError):
         obj = None
     for _ in range(16):
         if not isinstance(obj, Tag):
             break
-        obj = repo[obj.object[1]]
+        obj = _get(repo, obj.object[1], MAX_OBJECT_BYTES)
     if not isinstance(obj, Commit):
         raise InvalidValue(f"{bounded(sha, 80)!r} is not a commit of this core")
     return obj
@@ -241,7 +286,7 @@ def _resolve(repo: Repo, rev: str) -> str:
         commits = {
             found.decode("ascii")
             for found in repo.object_store.iter_prefix(rev.encode("ascii"))
-            if isinstance(repo[found], Commit)
+            if isinstance(_get(repo, found, MAX_OBJECT_BYTES), Commit)
         }
         if len(commits) == 1:
             return commits.pop()
@@ -281,23 +326,27 @@ def _parts(path: str) -> tuple[str, ...]:
 def _read(repo: Repo, sha: str, parts: tuple[str, ...], max_bytes: int) -> bytes | None:
     tree = _commit(repo, sha).tree
     try:
-        mode, blob_id = tree_lookup_path(repo.__getitem__, tree, "/".join(parts).encode())
+        mode, blob_id = tree_lookup_path(
+            _BoundedStore(repo).__getitem__, tree, "/".join(parts).encode()
+        )
     except (KeyError, NotADirectoryError):
         return None
     if not stat.S_ISREG(mode):
         return None
+    # The size from the object's header: a small object may inflate to gigabytes.
+    if _size(repo, blob_id) > max_bytes:
+        raise ConfigError(f"{bounded('/'.join(parts), 200)} is larger than {max_bytes} bytes")
     blob = repo[blob_id]
     if not isinstance(blob, Blob):
         return None
-    if blob.raw_length() > max_bytes:
-        raise ConfigError(f"{bounded('/'.join(parts), 200)} is larger than {max_bytes} bytes")
     return blob.as_raw_string()
 
 
 def _log(repo: Repo, start: str, limit: int) -> tuple[CommitInfo, ...]:
     head = _commit(repo, start).id
     found: list[CommitInfo] = []
-    for entry in repo.get_walker(include=[head], max_entries=limit):
+    walker = Walker(cast(BaseObjectStore, _BoundedStore(repo)), [head], max_entries=limit)
+    for entry in walker:
         commit = entry.commit
         message = commit.message.decode("utf-8", "replace").strip()
         summary = message.splitlines()[0] if message else ""
@@ -316,7 +365,7 @@ def _changed(repo: Repo, a: str | None, b: str) -> tuple[str, ...]:
     old = None if a is None else _commit(repo, a).tree
     new = _commit(repo, b).tree
     paths: set[str] = set()
-    for change in tree_changes(repo.object_store, old, new):
+    for change in tree_changes(cast(BaseObjectStore, _BoundedStore(repo)), old, new):
         for side in (change.old, change.new):
             if side is not None and side.path is not None:
                 paths.add(side.path.decode("utf-8", "replace"))
@@ -339,8 +388,9 @@ def _extract(
     max_bytes: int,
     max_files: int,
 ) -> None:
-    tree = repo[_commit(repo, sha).tree]
-    assert isinstance(tree, Tree)
+    tree = _get(repo, _commit(repo, sha).tree, MAX_OBJECT_BYTES)
+    if not isinstance(tree, Tree):
+        raise ConfigError("the revision's tree is not a tree")
     dest.mkdir(mode=0o700)
     budget = _Budget(files=max_files, size=max_bytes)
     _write_tree(repo, tree, dest, (), rename, budget)
@@ -377,14 +427,18 @@ def _write_tree(
             raise ConfigError(f"the revision holds a submodule at {_shown(path)!r}")
         if stat.S_ISLNK(mode):
             raise ConfigError(f"the revision holds a symbolic link at {_shown(path)!r}")
-        child = repo[child_id]
+        if stat.S_ISREG(mode):
+            # Counted from the object's header, before anything is inflated.
+            budget.size -= _size(repo, child_id)
+            if budget.size < 0:
+                raise ConfigError("the revision is too large to materialize")
+            child = repo[child_id]
+        else:
+            child = _get(repo, child_id, MAX_OBJECT_BYTES)
         if stat.S_ISDIR(mode) and isinstance(child, Tree):
             target.mkdir(mode=0o700)
             _write_tree(repo, child, target, path, rename, budget)
         elif stat.S_ISREG(mode) and isinstance(child, Blob):
-            budget.size -= child.raw_length()
-            if budget.size < 0:
-                raise ConfigError("the revision is too large to materialize")
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
             fd = os.open(target, flags, 0o700 if mode & 0o111 else 0o600)
             with os.fdopen(fd, "wb") as file:
@@ -396,3 +450,121 @@ def _write_tree(
 
 def _shown(path: tuple[str, ...]) -> str:
     return bounded("/".join(path), 200)
+
+
+# -- object sizes, read before anything is inflated -------------------------------------------
+
+
+class _BoundedStore:
+    """The object store as dulwich's walkers read it, refusing an object past
+    ``MAX_OBJECT_BYTES`` before inflating it (they read commits and trees only)."""
+
+    def __init__(self, repo: Repo) -> None:
+        self._repo = repo
+
+    def __getitem__(self, sha: bytes) -> ShaFile:
+        return _get(self._repo, sha, MAX_OBJECT_BYTES)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._repo.object_store, name)
+
+
+def _get(repo: Repo, sha: bytes, limit: int) -> ShaFile:
+    """Object ``sha``, refused (``ConfigError``) when its size is over ``limit``."""
+    if _size(repo, sha) > limit:
+        raise ConfigError(
+            f"object {sha[:12]!r} of the core repository is larger than {limit} bytes"
+        )
+    return repo[sha]
+
+
+def _size(repo: Repo, sha: bytes) -> int:
+    """The inflated size of object ``sha`` from its header; ``KeyError`` when it is absent.
+
+    ``ConfigError`` when resolving it (a packed delta's bases) would hold more
+    than ``MAX_DELTA_CHAIN_BYTES``.
+    """
+    hexsha = sha_to_hex(RawObjectID(sha)) if len(sha) == 20 else sha
+    found = _stored_size(repo.object_store, hexsha, 0)
+    if found is None:
+        raise KeyError(hexsha)
+    size, chain = found
+    if chain > size and chain > MAX_DELTA_CHAIN_BYTES:  # a delta's bases: the caller checks size
+        raise ConfigError(
+            f"object {os.fsdecode(hexsha[:12])} of the core repository needs more than "
+            f"{MAX_DELTA_CHAIN_BYTES} bytes to read"
+        )
+    return size
+
+
+def _stored_size(store: Any, hexsha: bytes, depth: int) -> tuple[int, int] | None:
+    """(size, the most its delta chain holds) of ``hexsha`` in ``store``; None: not there."""
+    if depth > _MAX_DELTA_DEPTH:
+        raise ConfigError("the core repository holds a delta chain that is too deep")
+    for pack in store.packs:
+        if hexsha in pack:
+            return _packed_size(store, pack, pack.index.object_offset(hexsha), depth)
+    path = os.path.join(store.path, os.fsdecode(hexsha[:2]), os.fsdecode(hexsha[2:]))
+    try:
+        with open(path, "rb") as file:
+            compressed = file.read(_HEADER_PROBE)
+    except FileNotFoundError:
+        pass
+    else:
+        header = zlib.decompressobj().decompress(compressed, 64)
+        _kind, space, length = header.partition(b"\x00")[0].partition(b" ")
+        if not space or not length.isdigit() or b"\x00" not in header:
+            raise ConfigError("the core repository holds a malformed object")
+        return int(length), int(length)
+    for alternate in store.alternates:
+        found = _stored_size(alternate, hexsha, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _packed_size(store: Any, pack: Pack, offset: int, depth: int) -> tuple[int, int]:
+    """A packed object's size: its recorded size, or for a delta the target size the
+    delta's own header records (its bases' sizes counted in the chain)."""
+    if depth > _MAX_DELTA_DEPTH:
+        raise ConfigError("the core repository holds a delta chain that is too deep")
+    with open(pack.data.path, "rb") as file:
+        file.seek(offset)
+        data = file.read(_HEADER_PROBE)
+    byte = data[0]
+    kind, size, shift, at = (byte >> 4) & 7, byte & 0x0F, 4, 1
+    while byte & 0x80:
+        byte = data[at]
+        size |= (byte & 0x7F) << shift
+        shift, at = shift + 7, at + 1
+    if kind not in (_OFS_DELTA, _REF_DELTA):
+        return size, size
+    if kind == _OFS_DELTA:
+        byte = data[at]
+        back, at = byte & 0x7F, at + 1
+        while byte & 0x80:
+            byte = data[at]
+            back, at = ((back + 1) << 7) | (byte & 0x7F), at + 1
+        if not 0 < back < offset:
+            raise ConfigError("the core repository holds a malformed delta")
+        base = _packed_size(store, pack, offset - back, depth + 1)
+    else:
+        found = _stored_size(store, sha_to_hex(RawObjectID(data[at : at + 20])), depth + 1)
+        if found is None:
+            raise KeyError(data[at : at + 20])
+        base, at = found, at + 20
+    delta = zlib.decompressobj().decompress(data[at:], 32)
+    _source, used = _varint(delta, 0)
+    target, _ = _varint(delta, used)
+    return target, max(target + base[1], base[1])
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """A delta header's size (7 bits a byte, low first) at ``at``; (value, next offset)."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        shift, at = shift + 7, at + 1
+        if not byte & 0x80:
+            return value, at

@@ -1,11 +1,15 @@
-"""The secret-safe MCP declaration diff an operator reviews before a promotion.
+"""The secret-safe MCP security diff an operator reviews before a promotion.
 
 An MCP server runs code or reaches a service with the core's authority, so a
-change of the declarations (or of their ``mcp.connect:<server>`` grants)
-needs a human to look. What they look at is recorded and shown in CLIs and
-widgets, so it must never carry a secret: env entries appear by NAME only
-("set", "changed", "removed"), a URL only as its origin (no userinfo, path or
-query), and argv items that look like credentials are redacted. The review
+change of what it is, or of what the core lets it do, needs a human to look.
+"What it may do" is judged on the compiled policy (``effect_policy``), not
+on the rules as written: the effective decision for ``mcp.connect:<server>``
+and the rules that reach the server's tools (``mcp.<server>.*``), and, for a
+stdio server, the core's ``sandbox`` (``none`` runs it unsandboxed). What
+they look at is recorded and shown in CLIs and widgets, so it must never
+carry a secret: env entries appear by NAME only ("set", "changed",
+"removed"), a URL only as its origin, and argv goes through the one
+redaction of ``hostkit.cores._redact`` (the patch uses it too). The review
 token binds the operator's "yes" to this exact diff between these two
 commits: a token for any other change is stale.
 """
@@ -14,64 +18,59 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from hostkit.cores._manifest import CoreManifest
-from hostkit.effects import McpServerConfig
+from hostkit.cores._manifest import CoreManifest, effect_policy
+from hostkit.cores._redact import manifest_secrets, origin, safe_argv
+from hostkit.effects import EffectPolicy, McpServerConfig, PolicyDecision
 
 __all__ = ["REVIEW_PREFIX", "mcp_security_diff", "review_token"]
 
 REVIEW_PREFIX = "mcp-review:"
-REDACTED = "[redacted]"
 _CONNECT = "mcp.connect:"
-# A flag whose value is a credential, either "--token=x" or "--token x".
-_SECRET_FLAG = re.compile(
-    r"(?i)^-{1,2}[a-z0-9_-]*(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)[a-z0-9_-]*$"
-)
-_SECRET_ASSIGN = re.compile(
-    r"(?i)^(-{0,2}[a-z0-9_.-]*(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)"
-    r"[a-z0-9_.-]*)[=:]"
-)
-# Bearer-like strings that need no flag to be recognised (sk-..., ghp_..., long hex/base64).
-_SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
-_MAX_ARG = 200
+_FIELDS = ("command", "url", "env", "network", "connect_timeout_seconds", "call_timeout_seconds")
+# View keys that come from the core's policy or sandbox rather than the declaration.
+_AUTHORITY = ("sandbox", "connect", "tools")
+_DECISIONS: tuple[PolicyDecision, ...] = ("deny", "ask", "allow")
 
 
 def mcp_security_diff(live: CoreManifest | None, candidate: CoreManifest) -> dict[str, Any]:
-    """What changes in MCP declarations and connect grants from ``live`` to ``candidate``.
+    """What changes from ``live`` to ``candidate`` in MCP declarations and their authority.
 
     ``{}`` when nothing changed. Otherwise ``{"servers": {name: {...}}}`` with
     one entry per added, removed or changed server, each with ``change``,
     ``before``/``after`` views (transport, argv, url origin, env names,
-    network, timeouts, connect approval) and, for a changed server, the
-    ``fields`` that differ and per env name ``set``/``changed``/``removed``.
+    network, timeouts; for stdio the ``sandbox``; the effective ``connect``
+    decision and the ``tools`` rules with their decisions) and, for a changed
+    server, the ``fields`` that differ and per env name
+    ``set``/``changed``/``removed``.
     """
     before = live.mcp if live is not None else {}
     after = candidate.mcp
+    secrets = manifest_secrets(live, candidate)
+    old_policy = effect_policy(live) if live is not None else EffectPolicy(allow=())
+    new_policy = effect_policy(candidate)
     servers: dict[str, Any] = {}
     for name in sorted({*before, *after}):
         old, new = before.get(name), after.get(name)
-        old_connect = _connect(live, name)
-        new_connect = _connect(candidate, name)
-        if old == new and old_connect == new_connect:
+        old_view = (
+            None if old is None or live is None else _view(name, old, live, old_policy, secrets)
+        )
+        new_view = None if new is None else _view(name, new, candidate, new_policy, secrets)
+        if old == new and old_view == new_view:
             continue
-        entry: dict[str, Any] = {
-            "before": None if old is None else _view(old, old_connect),
-            "after": None if new is None else _view(new, new_connect),
-        }
-        if old is None:
+        entry: dict[str, Any] = {"before": old_view, "after": new_view}
+        if old is None or old_view is None:
             entry["change"] = "added"
-        elif new is None:
+        elif new is None or new_view is None:
             entry["change"] = "removed"
         else:
             entry["change"] = "changed"
-            entry["fields"] = _changed_fields(old, new, old_connect, new_connect)
+            entry["fields"] = _changed_fields(old, new, old_view, new_view)
         entry["env"] = _env_changes(old, new)
         servers[name] = entry
-    # A connect grant for a server neither side declares is refused by the schema.
+    # A grant for a server neither side declares is refused by the schema.
     return {"servers": servers} if servers else {}
 
 
@@ -82,44 +81,70 @@ def review_token(core_id: str, live: str | None, candidate: str, diff: Mapping[s
     return REVIEW_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _connect(manifest: CoreManifest | None, name: str) -> str | None:
-    if manifest is None:
-        return None
-    return manifest.capabilities.get(_CONNECT + name)
-
-
-def _view(server: McpServerConfig, connect: str | None) -> dict[str, Any]:
+def _view(
+    name: str,
+    server: McpServerConfig,
+    manifest: CoreManifest,
+    policy: EffectPolicy,
+    secrets: tuple[str, ...],
+) -> dict[str, Any]:
     view: dict[str, Any] = {"transport": server.transport}
     if server.command is not None:
-        view["command"] = _safe_argv(server.command)
+        view["command"] = safe_argv(server.command, secrets)
         view["env"] = sorted(server.env)
         view["network"] = server.network
+        view["sandbox"] = manifest.sandbox
     else:
-        view["url"] = _origin(server.url or "")
+        view["url"] = origin(server.url or "")
     view["connect_timeout_seconds"] = server.connect_timeout_seconds
     view["call_timeout_seconds"] = server.call_timeout_seconds
-    # None: no mcp.connect grant, so the server is declared but cannot be used.
-    view["connect"] = connect
+    view["connect"] = _connect(policy, name)
+    view["tools"] = _tool_rules(policy, name)
     return view
 
 
+def _connect(policy: EffectPolicy, name: str) -> PolicyDecision:
+    """The connect's effective decision, as the MCP catalog takes it.
+
+    An ``allow`` from a rule that does not spell ``mcp.connect:`` is asked
+    (``EffectPolicy.explicitly_allows``); ``deny``: declared but cannot be used.
+    """
+    effect = _CONNECT + name
+    decision = policy.decide(effect)
+    if decision == "allow" and not policy.explicitly_allows(effect):
+        return "ask"
+    return decision
+
+
+def _tool_rules(policy: EffectPolicy, name: str) -> dict[str, PolicyDecision]:
+    """Every policy glob that can match one of the server's tools (``mcp.<name>.<tool>``),
+    with the decision it stands for (deny, then ask, then allow: the policy's order)."""
+    prefix = f"mcp.{name}."
+    found: dict[str, PolicyDecision] = {}
+    for decision in _DECISIONS:
+        for rule in getattr(policy, decision):
+            literal = _literal_prefix(rule)
+            if prefix.startswith(literal) or literal.startswith(prefix):
+                found.setdefault(rule, decision)
+    return dict(sorted(found.items()))
+
+
+def _literal_prefix(rule: str) -> str:
+    """The part of a glob before its first wildcard (a wildcard there can match anything after)."""
+    for index, char in enumerate(rule):
+        if char in "*?[":
+            return rule[:index]
+    return rule
+
+
 def _changed_fields(
-    old: McpServerConfig, new: McpServerConfig, old_connect: str | None, new_connect: str | None
+    old: McpServerConfig,
+    new: McpServerConfig,
+    old_view: Mapping[str, Any],
+    new_view: Mapping[str, Any],
 ) -> list[str]:
-    fields = [
-        name
-        for name in (
-            "command",
-            "url",
-            "env",
-            "network",
-            "connect_timeout_seconds",
-            "call_timeout_seconds",
-        )
-        if getattr(old, name) != getattr(new, name)
-    ]
-    if old_connect != new_connect:
-        fields.append("connect")
+    fields = [name for name in _FIELDS if getattr(old, name) != getattr(new, name)]
+    fields.extend(key for key in _AUTHORITY if old_view.get(key) != new_view.get(key))
     return fields
 
 
@@ -136,42 +161,6 @@ def _env_changes(old: McpServerConfig | None, new: McpServerConfig | None) -> di
         elif before[name] != after[name]:
             changes[name] = "changed"
     return changes
-
-
-def _origin(url: str) -> str:
-    """``scheme://host[:port]``: userinfo, path, query and fragment can all carry secrets."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
-
-
-def _safe_argv(argv: list[str]) -> list[str]:
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            shown.append(REDACTED)
-            hide_next = False
-            continue
-        assign = _SECRET_ASSIGN.match(arg)
-        if assign:
-            shown.append(assign.group(0) + REDACTED)
-        elif _SECRET_FLAG.match(arg):
-            shown.append(arg)
-            hide_next = True
-        elif "://" in arg:
-            shown.append(_origin(arg))
-        elif _SECRET_SHAPE.search(arg):
-            shown.append(REDACTED)
-        else:
-            shown.append(arg if len(arg) <= _MAX_ARG else arg[: _MAX_ARG - 1] + "…")
-    return shown
 
 
 def _plain(value: Any) -> Any:

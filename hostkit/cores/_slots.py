@@ -55,9 +55,10 @@ class SlotRuntime:
     ``root`` is the materialized revision (the directory holding the package
     dir ``package``); ``slots`` the manifest's ``module:function`` entries.
     Each function is imported once (in a worker thread, under the slot
-    deadline) and kept. An async slot runs under ``anyio.fail_after``; a sync
-    one in a worker thread that is abandoned at the deadline (it may go on
-    running in the background: Python cannot stop a thread).
+    deadline) and kept. An async slot runs on the event loop under the
+    deadline; a sync one in a worker thread that is abandoned at the deadline
+    (it may go on running in the background: Python cannot stop a thread).
+    A result that arrives after the deadline is never used.
     """
 
     def __init__(self, *, root: Path, package: str, slots: SlotsSpec, timeout_s: float) -> None:
@@ -145,7 +146,9 @@ class SlotRuntime:
                 if _is_cancellation(exc):
                     raise
                 raise SlotFailed(slot, f"failed ({type(exc).__name__})") from None
-        if deadline.cancelled_caught:
+        # By the clock, not by a caught cancellation: a slot that swallows it, or blocks
+        # the loop (time.sleep in an async slot) so it never fires, returns late: refused.
+        if deadline.cancel_called or anyio.current_time() >= deadline.deadline:
             raise SlotFailed(slot, f"did not finish within {self._timeout_s:g}s")
         return value
 

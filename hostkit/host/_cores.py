@@ -18,7 +18,14 @@ from typing import get_args
 
 import pydantic
 
-from hostkit.cores import BUILTIN_RULES, CoreLocation, LoadedCore, heal_mirror, live_core
+from hostkit.cores import (
+    BUILTIN_RULES,
+    CoreLocation,
+    LoadedCore,
+    heal_mirror,
+    live_core,
+    policy_rules,
+)
 from hostkit.errors import ConfigError, HostkitError, StoreError
 from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
 from hostkit.store import CoreStore
@@ -27,8 +34,6 @@ __all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reaso
 
 _log = logging.getLogger("hostkit.host")
 _BUILTINS = frozenset(get_args(Builtin))
-_MCP_CONNECT = "mcp.connect:"
-_SECRET_BIND = "secret.bind:"
 
 
 def core_locations(config: HostConfig) -> dict[str, CoreLocation]:
@@ -114,11 +119,10 @@ def unavailable_reasons(config: HostConfig, warnings: tuple[str, ...]) -> dict[s
 def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
     """The ``AgentConfig`` a core's revision declares, checked against ``config``.
 
-    Nothing is allowed that no rule grants (no ``*``): each builtin rule
-    switches its builtins on and puts their effects under the rule's
-    approval; ``mcp.connect:<server>`` is the connect's approval; any other
-    rule is a glob over tool names (authored or MCP) with its approval;
-    ``memory: true`` allows ``memory.*``. ``ConfigError`` naming
+    Nothing is allowed that no rule grants (no ``*``): the policy is
+    ``hostkit.cores.policy_rules`` (the one the security diff judges); each
+    builtin rule that is not denied also switches its builtins on.
+    ``ConfigError`` naming
     ``agent.yaml``'s line when ``model`` or ``summarizer`` is not a provider
     under ``[providers]``.
     """
@@ -129,17 +133,14 @@ def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
             raise core.problem(
                 key, f"{name!r} is not a provider under [providers] of the Host's hostkit.toml"
             )
-    rules: dict[str, list[str]] = {"allow": [], "ask": [], "deny": []}
-    builtins: set[str] = set()
-    for rule, approval in manifest.capabilities.items():
-        if rule.startswith(_SECRET_BIND):
-            continue  # manifest.secrets(): each binding is asked once per call anyway
-        effects = BUILTIN_RULES.get(rule, (rule,))
-        rules[approval].extend(effects)
-        if rule in BUILTIN_RULES and approval != "deny":
-            builtins.update(effect for effect in effects if effect in _BUILTINS)
-    if manifest.memory:
-        rules["allow"].append("memory.*")
+    rules = {str(kind): effects for kind, effects in policy_rules(manifest).items()}
+    builtins = {
+        effect
+        for rule, approval in manifest.capabilities.items()
+        if approval != "deny"
+        for effect in BUILTIN_RULES.get(rule, ())
+        if effect in _BUILTINS
+    }
     try:
         return _agent_config(core, rules, builtins)
     except pydantic.ValidationError as exc:
@@ -158,7 +159,7 @@ def _agent_config(core: LoadedCore, rules: dict[str, list[str]], builtins: set[s
         builtins=sorted(builtins),  # type: ignore[arg-type]
         url_allow_private=list(manifest.url_allow_private),
         memory=manifest.memory,
-        policy=PolicyConfig(**{kind: _unique(effects) for kind, effects in rules.items()}),
+        policy=PolicyConfig(**rules),
         max_steps=manifest.limits.max_steps,
         workspace=manifest.workspace,
         secrets=list(manifest.secrets()),
@@ -167,7 +168,3 @@ def _agent_config(core: LoadedCore, rules: dict[str, list[str]], builtins: set[s
         sandbox=manifest.sandbox,
         mcp=dict(manifest.mcp),
     )
-
-
-def _unique(effects: list[str]) -> list[str]:
-    return list(dict.fromkeys(effects))

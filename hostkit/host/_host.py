@@ -39,6 +39,7 @@ from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._catalog import ToolCatalog, tool_catalog
 from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
+from hostkit.host._core_sandbox import core_test_sandbox
 from hostkit.host._cores import (
     compile_core,
     compose_cores,
@@ -358,7 +359,8 @@ class Host(AsyncResource):
 
         Built over the current configuration's ``[cores]``. A move drops that
         core's session approvals and applies a new generation at the new
-        live revision (running turns finish on theirs).
+        live revision (running turns finish on theirs). The test gate runs a
+        candidate's suite in the bubblewrap sandbox of agent processes.
         """
         return CoreRegistry(
             self.store,
@@ -367,6 +369,7 @@ class Host(AsyncResource):
             validate=self._validate_core,
             on_moved=self._core_moved,
             closing=self._closing,
+            sandbox=core_test_sandbox(self.declared_config),
         )
 
     def _closing(self) -> bool:

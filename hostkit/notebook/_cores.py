@@ -14,23 +14,21 @@ on (a click may arrive on a comm thread).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable
-from typing import Any
 
 import anyio
 import ipywidgets as widgets
 
 from hostkit.cores import CoreRegistry
-from hostkit.errors import HostkitError, UserError, bounded
+from hostkit.errors import HostkitError, bounded
 from hostkit.freeze import thaw
 from hostkit.host import Host
 from hostkit.inspect import CoreHistoryView, PinRow, core_history_of, one_line
 from hostkit.notebook._approval_view import button_layout, buttons_layout, pre_html
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import _Inspector
+from hostkit.notebook._loop_work import LoopWork
 from hostkit.notebook._theme import (
     BADGE_BG,
     BADGE_TEXT,
@@ -228,20 +226,13 @@ class CoreHistory(_Inspector):
     def __init__(
         self, registry: CoreRegistry, store: RuntimeStore, view: CoreHistoryView, *, limit: int = 50
     ) -> None:
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError as exc:
-            raise UserError(
-                "a CoreHistory must be built on a running event loop "
-                "(in a notebook cell or async code)"
-            ) from exc
+        self._work = LoopWork("a CoreHistory")
         self.registry, self.store, self.limit, self.model = registry, store, limit, view
-        self._tasks: set[asyncio.Task[Any]] = set()
         self.panel = widgets.HTML("")
         self.status = widgets.HTML("")
         self.status_text = ""
         self.refresh_button = widgets.Button(description="Refresh", layout=button_layout())
-        self.refresh_button.on_click(lambda _: self._schedule(self._refresh_quietly))
+        self.refresh_button.on_click(lambda _: self._work.schedule(self._refresh_quietly))
         super().__init__(
             children=[
                 self.panel,
@@ -285,20 +276,9 @@ class CoreHistory(_Inspector):
         self.model = view
         self.panel.value = view_html(view)
 
-    def _schedule(self, work: Callable[[], Any]) -> None:
-        def start() -> None:
-            task = self._loop.create_task(work())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-        self._loop.call_soon_threadsafe(start)
-
     async def join(self) -> None:
         """Wait for every click's refresh scheduled so far."""
-        await asyncio.sleep(0)  # let work scheduled with call_soon_threadsafe start
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await asyncio.sleep(0)
+        await self._work.join()
 
     def _say(self, text: str, *, error: bool = False) -> None:
         self.status_text = text

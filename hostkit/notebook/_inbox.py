@@ -21,12 +21,13 @@ from typing import Any
 import anyio
 import ipywidgets as widgets
 
-from hostkit.errors import HostkitError, InvalidValue, UserError, bounded
+from hostkit.errors import HostkitError, InvalidValue, bounded
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import InboxView, inbox_view, one_line
 from hostkit.notebook._approval_view import button_layout, buttons_layout
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import _Inspector
+from hostkit.notebook._loop_work import LoopWork
 from hostkit.notebook._theme import ERROR, MUTED
 from hostkit.types import ChannelCounts, InboundRecord, PrincipalScope
 
@@ -178,23 +179,16 @@ class InboxMonitor(_Inspector):
         scope: PrincipalScope | None = None,
         limit: int = 50,
     ) -> None:
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError as exc:
-            raise UserError(
-                "an InboxMonitor must be built on a running event loop "
-                "(in a notebook cell or async code)"
-            ) from exc
+        self._work = LoopWork("an InboxMonitor")
         self.inbox, self.scope, self.limit = inbox, scope, limit
         self.model = view
-        self._tasks: set[asyncio.Task[Any]] = set()
         self.refreshed_at = time.time()
         self.lines: dict[str, _DeadLetter] = {}
         self.summary = widgets.HTML("")
         self.status = widgets.HTML("")
         self.status_text = ""
         self.refresh_button = widgets.Button(description="Refresh", layout=button_layout())
-        self.refresh_button.on_click(lambda _: self._schedule(self._refresh_quietly))
+        self.refresh_button.on_click(lambda _: self._work.schedule(self._refresh_quietly))
         self.letters = widgets.VBox([])
         super().__init__(
             children=[
@@ -234,7 +228,7 @@ class InboxMonitor(_Inspector):
         if not 0 < for_s <= MAX_WATCH_S:
             raise InvalidValue(f"for_s must be positive and at most {MAX_WATCH_S:g}")
         self.stop()
-        self._watch = self._loop.create_task(self._watching(every_s, for_s))
+        self._watch = self._work.loop.create_task(self._watching(every_s, for_s))
         return self._watch
 
     def stop(self) -> None:
@@ -297,7 +291,7 @@ class InboxMonitor(_Inspector):
                 return
             line.set_busy(True)
             line.tell("requeueing…")
-            self._schedule(lambda: self._requeue(line, reason))
+            self._work.schedule(lambda: self._requeue(line, reason))
 
         return confirmed
 
@@ -322,16 +316,6 @@ class InboxMonitor(_Inspector):
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _schedule(self, work: Callable[[], Any]) -> None:
-        """Run ``work()`` (a coroutine function) as a task on the monitor's loop (any thread)."""
-
-        def start() -> None:
-            task = self._loop.create_task(work())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-        self._loop.call_soon_threadsafe(start)
-
     def _say(self, text: str, *, error: bool = False) -> None:
         self.status_text = text
         colour = ERROR if error else MUTED
@@ -339,10 +323,7 @@ class InboxMonitor(_Inspector):
 
     async def join(self) -> None:
         """Wait for every click's work scheduled so far (its rows are then updated)."""
-        await asyncio.sleep(0)  # let work scheduled with call_soon_threadsafe start
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await asyncio.sleep(0)
+        await self._work.join()
 
     def close(self) -> None:
         self.stop()

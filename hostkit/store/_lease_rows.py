@@ -21,6 +21,7 @@ from hostkit.store._turn_rows import (
     end_orphan,
     fence,
     find_turn,
+    input_digest,
     insert_event,
     insert_message,
     one_row,
@@ -170,7 +171,13 @@ def admit(
         at=at,
     )
     next_event_seq = 2
-    if admission.input is not None:
+    if admission.input is not None and admission.input_deferred:
+        # Persisted after the core's input slot (normalized); only its digest now, so a
+        # repeat of this request is still recognised.
+        digest = {"sha256": input_digest(admission.input)}
+        insert_event(conn, admission.turn_id, 2, "input.admitted", digest, at=at)
+        next_event_seq = 3
+    elif admission.input is not None:
         insert_message(conn, session_id, admission.turn_id, admission.input, at=at)
         insert_event(conn, admission.turn_id, 2, "input.persisted", None, at=at)
         next_event_seq = 3

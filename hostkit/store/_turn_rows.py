@@ -66,8 +66,8 @@ __all__ = [
     "fence",
     "find_turn",
     "finish",
+    "input_digest",
     "insert_event",
-    "normalize_input",
     "one_row",
     "owned_state",
     "request_cancel",
@@ -436,25 +436,24 @@ def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnA
         return False
     if admission.input is None:
         return True
+    content = _json(admission.input.to_json())
+    # A core with an input slot persists its input after the slot (input.admitted keeps
+    # the digest of the input as admitted); any other turn persisted it at admission.
+    admitted = one_row(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'input.admitted' "
+        "ORDER BY seq LIMIT 1",
+        [existing.turn_id],
+    )
+    if admitted is not None:
+        return bool(json.loads(admitted["detail"]).get("sha256") == input_digest(admission.input))
     stored = one_row(
         conn,
         "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' "
         "ORDER BY seq LIMIT 1",
         [existing.session_id, existing.turn_id],
     )
-    content = _json(admission.input.to_json())
-    if stored is None or stored["content"] == content:
-        return True
-    # An input slot replaced the stored text: the event keeps the admitted input's digest.
-    normalized = one_row(
-        conn,
-        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'input.normalized' "
-        "ORDER BY seq LIMIT 1",
-        [existing.turn_id],
-    )
-    if normalized is None:
-        return False
-    return bool(json.loads(normalized["detail"]).get("original_sha256") == _digest(content))
+    return stored is None or bool(stored["content"] == content)
 
 
 # -- fenced writes of a running turn ------------------------------------------------------
@@ -496,28 +495,9 @@ def append_message(
     return TurnWrite(seq, cancel_requested, step)
 
 
-def normalize_input(
-    conn: sqlite3.Connection, lease: SessionLease, *, event_seq: int, message: ModelMessage
-) -> TurnWrite:
-    """Replace the turn's admitted user message with ``message`` and record it (fenced)."""
-    cancel_requested = fence(conn, lease)
-    stored = one_row(
-        conn,
-        "SELECT id, seq, content FROM messages WHERE session_id = ? AND turn_id = ? "
-        "AND role = 'user' ORDER BY seq LIMIT 1",
-        [lease.session_id, lease.turn_id],
-    )
-    if stored is None:
-        raise InvalidValue("this turn persisted no input to normalize")
-    content = _json(message.to_json())
-    conn.execute("UPDATE messages SET content = ? WHERE id = ?", [content, stored["id"]])
-    detail = {"original_sha256": _digest(stored["content"]), "chars": len(message.content)}
-    insert_event(conn, lease.turn_id, event_seq, "input.normalized", detail)
-    return TurnWrite(int(stored["seq"]), cancel_requested, None)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def input_digest(message: ModelMessage) -> str:
+    """The sha256 (hex) of a user input as stored: how a repeated request is recognised."""
+    return hashlib.sha256(_json(message.to_json()).encode()).hexdigest()
 
 
 def insert_message(

@@ -113,6 +113,10 @@ class TurnAdmission:
     # The user's input, persisted with ``input.persisted`` (event 2) in the same
     # transaction; None for a turn that opens otherwise (an approval continuation).
     input: ModelMessage | None = None
+    # True when the pinned core has an input slot: the contract persists the normalized
+    # input after the slot runs (an appended message), so admission records only the
+    # input's digest (``input.admitted``) and transcripts stay append-only.
+    input_deferred: bool = False
     # sha256 (hex) of the turn's cancellation token nonce: a token presented to any
     # Host process is checked against it (``TurnStore.request_cancel``).
     cancellation_digest: str | None = None

@@ -122,21 +122,6 @@ class TurnStore(ABC):
         """
 
     @abstractmethod
-    async def normalize_input(
-        self, lease: SessionLease, *, event_seq: int, message: ModelMessage
-    ) -> TurnWrite:
-        """Replace the lease's turn's persisted user input with ``message`` (fenced).
-
-        An input slot's normalized text is what the transcript keeps and every
-        later turn reads; the ``input.normalized`` event ``event_seq`` records
-        the change with the sha256 of the input as admitted, so a repeat of the
-        same request still matches its turn (idempotency). ``InvalidValue``
-        when ``message`` is not a user message or the turn persisted no input
-        (a continuation); ``LeaseLost`` when the lease no longer holds the
-        session.
-        """
-
-    @abstractmethod
     async def renew(self, lease: SessionLease) -> bool:
         """Heartbeat: move the lease's expiry to now + its ttl (fenced).
 
@@ -270,17 +255,6 @@ class SqliteTurnStore(TurnStore):
                 detail=detail,
                 observed=observed,
             )
-        )
-
-    async def normalize_input(
-        self, lease: SessionLease, *, event_seq: int, message: ModelMessage
-    ) -> TurnWrite:
-        _check_lease(lease)
-        _check_seq(event_seq)
-        if not isinstance(message, ModelMessage) or message.role != "user":
-            raise InvalidValue("a user ModelMessage is required")
-        return await self._db.write(
-            lambda conn: rows.normalize_input(conn, lease, event_seq=event_seq, message=message)
         )
 
     async def renew(self, lease: SessionLease) -> bool:

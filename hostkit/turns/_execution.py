@@ -555,11 +555,13 @@ class TurnExecution:
         catalog = active.catalog
         assert catalog is not None
         if request.continues is None:
-            # The input was persisted by the admission transaction (input.persisted).
+            # The input was persisted by the admission transaction (input.persisted),
+            # unless the core's input slot normalizes it first (_input_slots persists it).
             await core.effects.supersede_pending(context)
-            self._emit(context, "input.persisted", {})
             message = await loaded_input(self._store, request, context.principal.principal_id)
-            return await self._input_slots(context, core, active, message)
+            message = await self._input_slots(context, core, active, message)
+            self._emit(context, "input.persisted", {})
+            return message
         # A continuation resumes the paused turn's work: bootstrap and input do not run again.
         approval_id = request.continues
         active.in_flight = "effect"
@@ -581,9 +583,9 @@ class TurnExecution:
     ) -> ModelMessage:
         """Run the bootstrap and input slots against the prepared catalog.
 
-        Bootstrap text joins this turn's instructions. A normalized input
-        replaces the persisted user text (``input.normalized``) before the
-        first model call, so the model and the transcript see the same.
+        Bootstrap text joins this turn's instructions. With an input slot, the
+        normalized input is what the transcript keeps (appended now: admission
+        recorded only the input's digest) and what the model sees.
         """
         if core.slots is None or active.author is None:
             return message
@@ -592,17 +594,35 @@ class TurnExecution:
         if extra is not None:
             active.instructions = f"{core.instructions}\n\n{extra}" if core.instructions else extra
             self._emit(context, "instructions.extended", {"chars": len(extra)})
-        normalized = await core.slots.input(ctx, message.content)
-        if normalized == message.content:
+        if not core.slots.declared("input"):
             return message
+        lease = self._tokens.lease(context.admission_lease_token)
+        try:
+            normalized = await core.slots.input(ctx, message.content)
+        except SlotFailed:
+            # The turn fails, but the person's message stays in the transcript as sent.
+            stored = ModelMessage("user", message.content, attachments=_references(message))
+            await self._store.turns.append_message(
+                lease,
+                event_seq=active.take_seq(),
+                message=stored,
+                event="input.persisted",
+                detail={"normalized": False, "slot_failed": True},
+            )
+            raise
+        # Step 7 of the contract: the normalized input is persisted now, appended (the
+        # admission kept only its digest), before the first model call.
         stored = ModelMessage("user", normalized, attachments=_references(message))
-        detail = {"chars": len(normalized)}
-        await self._store.turns.normalize_input(
-            self._tokens.lease(context.admission_lease_token),
+        detail = {"normalized": normalized != message.content, "chars": len(normalized)}
+        await self._store.turns.append_message(
+            lease,
             event_seq=active.take_seq(),
             message=stored,
+            event="input.persisted",
+            detail=detail,
         )
-        self._emit(context, "input.normalized", detail)
+        if normalized != message.content:
+            self._emit(context, "input.normalized", detail)
         return dataclasses.replace(message, content=normalized)
 
     async def _output_slot(

@@ -157,8 +157,10 @@ class LeaseHolder:
                 trace_id=trace_id,
                 cancellation_digest=cancellation_digest,
                 route=request.route,
-                # An ordinary turn's input is durable with its admission (one transaction).
+                # An ordinary turn's input is durable with its admission (one transaction),
+                # unless the core's input slot normalizes it first (persisted after it).
                 input=input_message(request) if request.continues is None else None,
+                input_deferred=core.slots is not None and core.slots.declared("input"),
             )
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc

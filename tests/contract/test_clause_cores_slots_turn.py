@@ -114,7 +114,9 @@ async def test_bootstrap_input_and_output_shape_the_turn(tmp_path: Path) -> None
     assert [m.content for m in sent if m.role == "user"] == ["hello world"]
     assert transcript[0][0] == "user"
     assert transcript[0][1]["text"] == "hello world"
-    assert kinds.index("input.persisted") < kinds.index("input.normalized")
+    # Admission kept only the input's digest; the normalized input was appended after
+    # the slot ran, before the first model call (the transcript stays append-only).
+    assert kinds.index("input.admitted") < kinds.index("input.persisted")
     # Bootstrap: its text joins the pinned instructions of this turn's model request.
     system = "\n".join(m.content for m in sent if m.role == "system")
     assert "You are the notes core." in system

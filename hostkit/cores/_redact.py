@@ -1,0 +1,142 @@
+"""The one redaction of a core's operator views: the security diff and the patch.
+
+Both are recorded and shown (``core_history``, ``hostkit core diff``, the
+CoreHistory widget), so they hide the same things the same way: the MCP env
+values either manifest declares (wherever they are repeated), the words an
+argv marks as credentials (the word after ``--token`` or ``Bearer``, the
+value of ``password=...``, also inside one ``sh -c`` string), hostkit's
+shared credential patterns (``hostkit.errors.redact_credentials``) and URL
+userinfo and query strings. The patch cannot parse argv out of YAML, so the
+argv words hidden in the diff are hidden in the patch as literal values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from hostkit.cores._manifest import CoreManifest
+from hostkit.errors import redact_credentials
+
+__all__ = ["REDACTED", "manifest_secrets", "origin", "redact_text", "safe_argv"]
+
+REDACTED = "[redacted]"
+# Shorter values ("1", "on") are settings, not secrets: hiding them would blank out
+# every matching character of a view.
+MIN_SECRET = 4
+MAX_ARG = 200
+_KEYWORDS = r"(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)"
+# A word whose NEXT word is a credential: "--token x", "-p x" is too short to tell; "Bearer x".
+_SECRET_FLAG = re.compile(rf"(?i)^(-{{1,2}}[a-z0-9_-]*{_KEYWORDS}[a-z0-9_-]*|bearer|basic)$")
+# A word that carries its credential: "--token=x", "password=x", "API_KEY:x".
+_SECRET_ASSIGN = re.compile(rf"(?i)^(-{{0,2}}[a-z0-9_.-]*{_KEYWORDS}[a-z0-9_.-]*)[=:]")
+# Bearer-like words that need no flag to be recognised (sk-..., ghp_..., long hex/base64).
+_SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
+_SPACE = re.compile(r"(\s+)")
+_URL = re.compile(r"(?i)[a-z][a-z0-9+.-]*://\S*")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without the given values, hostkit's credential patterns, URL userinfo or query."""
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET:
+            text = text.replace(secret, REDACTED)
+    text = redact_credentials(text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _URL_QUERY.sub(lambda m: f"{m.group(1)}?{REDACTED}", text)
+
+
+def safe_argv(argv: Iterable[str], secrets: Iterable[str]) -> list[str]:
+    """``argv`` as an operator may see it: ``secrets`` and credential words redacted, items cut."""
+    return _argv(argv, tuple(secrets))[0]
+
+
+def manifest_secrets(*manifests: CoreManifest | None) -> tuple[str, ...]:
+    """What no operator view may show, longest first: every MCP env value of the
+    manifests and every argv word their security diff redacts."""
+    values = {
+        value
+        for manifest in manifests
+        if manifest is not None
+        for server in manifest.mcp.values()
+        for value in server.env.values()
+    }
+    ordered = _longest_first(values)
+    hidden = {
+        word
+        for manifest in manifests
+        if manifest is not None
+        for server in manifest.mcp.values()
+        if server.command is not None
+        for word in _argv(server.command, ordered)[1]
+    }
+    return _longest_first(values | hidden)
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]``: userinfo, path, query and fragment can all carry secrets."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def _longest_first(values: Iterable[str]) -> tuple[str, ...]:
+    # Longest first, so a value containing another is replaced whole.
+    return tuple(sorted({v for v in values if len(v) >= MIN_SECRET}, key=len, reverse=True))
+
+
+def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set[str]]:
+    """The shown argv and the words it hid.
+
+    Each item is read word by word (an ``sh -c`` script is one item): a
+    credential flag hides the next word, or the whole next item when it ends
+    the item ("--api-key", "<key>").
+    """
+    shown: list[str] = []
+    hidden: set[str] = set()
+    hide_item = False
+    for raw in argv:
+        item = raw
+        for secret in secrets:
+            item = item.replace(secret, REDACTED)
+        if hide_item:
+            hidden.add(item)
+            shown.append(REDACTED)
+            hide_item = False
+            continue
+        words = _SPACE.split(item)
+        hide_next = False
+        for index in range(0, len(words), 2):
+            word = words[index]
+            if not word:
+                continue
+            if hide_next:
+                hidden.add(word)
+                words[index] = REDACTED
+                hide_next = False
+                continue
+            assign = _SECRET_ASSIGN.match(word)
+            if assign:
+                hidden.add(word[assign.end() :])
+                words[index] = assign.group(0) + REDACTED
+            elif _SECRET_FLAG.match(word):
+                hide_next = True
+            elif "://" in word:
+                words[index] = _URL.sub(lambda m: origin(m.group(0)), word)
+            elif _SECRET_SHAPE.search(word):
+                hidden.add(word)
+                words[index] = REDACTED
+        hide_item = hide_next
+        text = redact_text("".join(words), ())
+        shown.append(text if len(text) <= MAX_ARG else text[: MAX_ARG - 1] + "…")
+    hidden.discard(REDACTED)
+    return shown, hidden
