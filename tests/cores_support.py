@@ -1,21 +1,28 @@
-"""Agent Core test helpers: a core is a real Git repository (dulwich), promoted by moving
-the Host-owned ref directly (the promotion gates are tested on their own).
+"""Agent Core test helpers: a core is a real Git repository (dulwich), promoted without
+its gates by recording the move in the test's store and mirroring the Host-owned ref (the
+promotion gates are tested on their own).
 
-Blocking (dulwich, files): call them from test code, not from hostkit's event loop code.
+Blocking (dulwich, files, a store opened in a worker thread): call them from test code,
+not from hostkit's event loop code. The test's store is ``<root>/hostkit.db`` (the
+database ``core_host_config`` and the ``store`` fixture use), ``<root>`` being the
+folder the core was made in; pass ``database=`` for another.
 
     path, sha = make_core(tmp_path, "notes", manifest={"model": "test", "tools": ["tools"]},
                           files={"agent/tools.py": TOOL_SOURCE})
     config = core_host_config(tmp_path, {"notes": path})
-    newer = commit(path, {"agent.yaml": ...}, "second")   # HEAD moves, the live ref does not
-    set_live(path, newer)                                 # now it does
+    newer = commit(path, {"agent.yaml": ...}, "second")   # HEAD moves, the live revision does not
+    set_live(path, newer)                                 # now it does (store and ref)
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import yaml
 from dulwich import porcelain
 from dulwich.objects import ObjectID
@@ -26,6 +33,7 @@ from hostkit.cores import CoreLocation, CoreRegistry, LoadedCore, TestSandbox
 from hostkit.host import DEFAULT_CORE_REF, HostConfig, parse_config
 from hostkit.host._core_sandbox import core_test_sandbox
 from hostkit.store import RuntimeStore
+from hostkit.types import CoreEvent, GateOutcome
 
 __all__ = [
     "IDENTITY",
@@ -34,6 +42,8 @@ __all__ = [
     "core_registry",
     "live_of",
     "make_core",
+    "move_ref",
+    "record_live",
     "set_live",
 ]
 
@@ -48,12 +58,14 @@ def make_core(
     manifest: Mapping[str, Any] | str,
     files: Mapping[str, str] = {},
     live: bool = True,
+    database: Path | None = None,
 ) -> tuple[Path, str]:
     """A core repository at ``root/core_id`` with ``agent.yaml`` and ``files`` in one commit.
 
     ``manifest`` is agent.yaml's text, or a mapping (its ``id`` defaults to
-    ``core_id``) written as YAML. ``live``: the Host-owned ref points at the
-    commit (as if promoted). Returns (the repository path, the commit id).
+    ``core_id``) written as YAML. ``live``: the commit is recorded live in the
+    test's store (``database``, default ``root/hostkit.db``) and the Host-owned
+    ref mirrors it (as if promoted). Returns (the repository path, the commit id).
     """
     path = root / core_id
     path.mkdir(parents=True)
@@ -61,7 +73,7 @@ def make_core(
     text = manifest if isinstance(manifest, str) else manifest_text({"id": core_id, **manifest})
     sha = commit(path, {"agent.yaml": text, **files}, "first revision")
     if live:
-        set_live(path, sha)
+        set_live(path, sha, database=database)
     return path, sha
 
 
@@ -97,8 +109,57 @@ def commit(
     return sha.decode("ascii")
 
 
-def set_live(path: Path, sha: str, ref: str = DEFAULT_CORE_REF) -> None:
-    """Point the Host-owned ``ref`` at ``sha`` (a promotion without its gates)."""
+def set_live(
+    path: Path,
+    sha: str,
+    ref: str = DEFAULT_CORE_REF,
+    *,
+    database: Path | None = None,
+    core_id: str | None = None,
+) -> None:
+    """Record ``sha`` live for the core at ``path`` (a promotion without its gates) and
+    point the Host-owned ``ref`` at it.
+
+    The move goes to the store at ``database`` (default: ``hostkit.db`` beside the core's
+    folder) under ``core_id`` (default: the folder's name), like ``hostkit core promote``
+    records it; a Host that has it open sees it at its next reload or apply.
+    """
+    store_path = database if database is not None else path.parent / "hostkit.db"
+    record_live(store_path, core_id or path.name, sha)
+    move_ref(path, sha, ref)
+
+
+def record_live(database: Path, core_id: str, sha: str) -> None:
+    """Record ``sha`` as ``core_id``'s live revision in the store at ``database`` (only the store).
+
+    Runs the store on its own event loop in a worker thread, so it works from a sync
+    test, an async one (blocking it briefly) and before or while a Host has the store open.
+    """
+
+    async def record() -> None:
+        async with await RuntimeStore.open(database) as store:
+            previous = await store.cores.live_revision(core_id)
+            if previous == sha:
+                return
+            await store.cores.move_live(
+                CoreEvent(
+                    core_id=core_id,
+                    action="promote",
+                    revision=sha,
+                    previous=previous,
+                    gates=(GateOutcome("tests", True, "set_live: recorded by the test"),),
+                    actor="tests",
+                    at=time.time(),
+                    reason="set_live",
+                )
+            )
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, record).result()
+
+
+def move_ref(path: Path, sha: str, ref: str = DEFAULT_CORE_REF) -> None:
+    """Only point ``ref`` at ``sha`` in the repository (what ``git update-ref`` does)."""
     with Repo(str(path)) as repo:
         repo.refs[Ref(ref.encode())] = ObjectID(sha.encode("ascii"))
 

@@ -28,6 +28,7 @@ from hostkit.cores._manifest import (
     manifest_error,
     policy_rules,
 )
+from hostkit.cores._mirror import heal_mirror, mirror_live
 from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
 from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
@@ -80,6 +81,7 @@ __all__ = [
     "TestSandbox",
     "capability_problem",
     "effect_policy",
+    "heal_mirror",
     "import_parents",
     "init_core",
     "live_core",
@@ -87,6 +89,7 @@ __all__ = [
     "load_manifest",
     "manifest_error",
     "mcp_security_diff",
+    "mirror_live",
     "package_name",
     "policy_rules",
     "review_token",

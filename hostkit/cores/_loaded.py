@@ -21,6 +21,7 @@ import anyio
 from hostkit.cores._manifest import CoreManifest, manifest_error, manifest_with_lines
 from hostkit.cores._repository import CoreRepository
 from hostkit.errors import ConfigError, bounded
+from hostkit.store import CoreStore
 from hostkit.types import is_core_id, is_revision
 
 __all__ = [
@@ -147,10 +148,15 @@ async def load_core(location: CoreLocation, revision: str, *, cores_root: Path) 
     )
 
 
-async def live_core(location: CoreLocation, *, cores_root: Path) -> LoadedCore | None:
-    """The core at its live revision (None: the Host-owned ref does not exist)."""
-    repository = await CoreRepository.open(location.path)
-    live = await repository.live(location.ref)
+async def live_core(
+    location: CoreLocation, store: CoreStore, *, cores_root: Path
+) -> LoadedCore | None:
+    """The core at the live revision the store recorded (None: never promoted).
+
+    The repository's ref is not asked: it is the author's to write, so it
+    is only a mirror (``hostkit.cores.heal_mirror``).
+    """
+    live = await store.live_revision(location.core_id)
     if live is None:
         return None
     return await load_core(location, live, cores_root=cores_root)

@@ -1,11 +1,15 @@
 """CoreRegistry: the Host-owned revision lifecycle of its Agent Cores.
 
-The Host, not the core's author, decides which commit runs: a ref in the
-core's repository (``refs/hostkit/live`` by default) that only ``promote``
-(after the gates) and ``rollback`` move, each with a compare-and-swap on the
-ref, so two promoters (two processes) cannot both win. Every attempt is
-recorded in the store, refused ones included; a move then calls the Host's
-``on_moved`` hook (new generation, that core's session approvals dropped).
+The Host, not the core's author, decides which commit runs: the store
+records the live revision, and only ``promote`` (after the gates) and
+``rollback`` change it, each with a compare-and-swap in one transaction with
+its history row (``CoreStore.move_live``), so two promoters (two processes)
+cannot both win and a crash leaves no move unrecorded. The ref in the core's
+repository (``refs/hostkit/live`` by default) is then pointed at the new
+revision as a mirror for Git tools; nothing reads it to decide what runs.
+Every attempt is recorded, refused ones included; a move then calls the
+Host's ``on_moved`` hook (new generation, that core's session approvals
+dropped).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from hostkit.cores._gates import (
 )
 from hostkit.cores._loaded import CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
+from hostkit.cores._mirror import mirror_live
 from hostkit.cores._repository import CoreRepository
 from hostkit.cores._revisions import (
     ChangeKind,
@@ -47,7 +52,8 @@ from hostkit.errors import (
     InvalidValue,
     NotFoundOrUnauthorized,
     PromotionRefused,
-    RefLocked,
+    StaleClaim,
+    TurnRejected,
     bounded,
 )
 from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
@@ -82,6 +88,7 @@ class CoreRegistry:
         cores_root: Path,
         validate: Callable[[LoadedCore], Awaitable[None]] | None = None,
         on_moved: Callable[[str, str], Awaitable[None]] | None = None,
+        closing: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.time,
         sandbox: TestSandbox | None = None,
     ) -> None:
@@ -90,6 +97,7 @@ class CoreRegistry:
         self._cores_root = cores_root
         self._validate = validate
         self._on_moved = on_moved
+        self._closing = closing
         self._clock = clock
         self._sandbox = sandbox
 
@@ -99,24 +107,24 @@ class CoreRegistry:
         return tuple(sorted(self._locations))
 
     async def status(self, core_id: str) -> CoreStatus:
-        """Where ``core_id`` lives, its live commit (None: never promoted) and HEAD."""
+        """Where ``core_id`` lives, its live commit (the store's; None: never promoted) and HEAD."""
         location, repo = await self._open(core_id)
         return CoreStatus(
             core_id=core_id,
             path=location.path,
             ref=location.ref,
-            live=await repo.live(location.ref),
+            live=await self._live(core_id),
             head=await repo.head(),
         )
 
     async def log(self, core_id: str, *, limit: int = 50) -> tuple[RevisionInfo, ...]:
         """Commits from HEAD, newest first, the live one marked; () for an empty repository."""
         _check_limit(limit)
-        location, repo = await self._open(core_id)
+        _location, repo = await self._open(core_id)
         head = await repo.head()
         if head is None:
             return ()
-        live = await repo.live(location.ref)
+        live = await self._live(core_id)
         return tuple(
             RevisionInfo(
                 sha=commit.sha,
@@ -132,8 +140,8 @@ class CoreRegistry:
         self, core_id: str, *, base: str | None = None, target: str = "HEAD"
     ) -> CoreDiff:
         """What promoting ``target`` over ``base`` (None: the live revision) would change."""
-        location, repo = await self._open(core_id)
-        base_sha = await repo.live(location.ref) if base is None else await _resolve(repo, base)
+        _location, repo = await self._open(core_id)
+        base_sha = await self._live(core_id) if base is None else await _resolve(repo, base)
         target_sha = await _resolve(repo, target)
         # A broken manifest diffs as "nothing declared"; promotion refuses it anyway.
         base_manifest = await _manifest_at(repo, base_sha, tolerant=True)
@@ -186,7 +194,7 @@ class CoreRegistry:
         """
         location, repo = await self._open(core_id)
         target = await _resolve(repo, revision)
-        live = await repo.live(location.ref)
+        live = await self._live(core_id)
         if target == live:
             raise InvalidValue(f"{target[:12]} is already the live revision of core {core_id!r}")
         manifest, loaded = await check_manifest(
@@ -220,12 +228,12 @@ class CoreRegistry:
             reason=reason,
             security_diff=security,
         )
-        return await self._move(location, repo, event, review=token)
+        return await self._move(location, event, review=token)
 
     async def rollback(
         self, core_id: str, *, actor: str, reason: str, to: str | None = None
     ) -> CoreEvent:
-        """Move the ref back: to the revision live before the current one, or to ``to``.
+        """Move the live revision back: to the one live before the current one, or to ``to``.
 
         ``to`` must have been live before (a recorded promotion or rollback);
         only the manifest gate runs (the revision passed its gates once).
@@ -233,16 +241,17 @@ class CoreRegistry:
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidValue("a rollback needs a reason")
         location, repo = await self._open(core_id)
-        live = await repo.live(location.ref)
-        if live is None:
-            raise InvalidValue(f"core {core_id!r} has no live revision to roll back")
         moves = [
             event
             for event in await self._store.cores.history(core_id, limit=MAX_CORE_HISTORY)
             if event.action != "refused"
         ]
+        # The newest move made the live revision; without ``to``, its ``previous`` is the target.
+        live = moves[0].revision if moves else None
+        if live is None:
+            raise InvalidValue(f"core {core_id!r} has no live revision to roll back")
         if to is None:
-            target = next((event.previous for event in moves if event.revision == live), None)
+            target = moves[0].previous
             if target is None:
                 raise InvalidValue(f"core {core_id!r} has no earlier live revision to roll back to")
         else:
@@ -266,7 +275,7 @@ class CoreRegistry:
             at=self._clock(),
             reason=reason,
         )
-        return await self._move(location, repo, event, review=None)
+        return await self._move(location, event, review=None)
 
     async def history(self, core_id: str, *, limit: int = 100) -> tuple[CoreEvent, ...]:
         """Recorded moves and refused promotions of ``core_id``, newest first."""
@@ -275,30 +284,39 @@ class CoreRegistry:
         return await self._store.cores.history(core_id, limit=limit)
 
     async def _move(
-        self, location: CoreLocation, repo: CoreRepository, event: CoreEvent, *, review: str | None
+        self, location: CoreLocation, event: CoreEvent, *, review: str | None
     ) -> CoreEvent:
-        """Refuse (recorded) on a failed gate; else compare-and-swap the ref, record, notify."""
-        if event.passed:
-            try:
-                moved = await repo.move_ref(location.ref, event.previous, event.revision)
-                lost = None if moved else RACE_LOST
-            except RefLocked as exc:
-                lost = str(exc)
-            if lost is not None:
-                event = replace(event, gates=(*event.gates, GateOutcome("live_ref", False, lost)))
-        if not event.passed:
-            refused = await self._store.cores.record_event(replace(event, action="refused"))
-            failed = [gate for gate in refused.gates if not gate.passed]
-            why = "; ".join(f"{gate.gate}: {gate.detail.splitlines()[0]}" for gate in failed)
-            raise PromotionRefused(
-                bounded(f"{event.action} of core {event.core_id!r} refused: {why}", 1_000),
-                gates=refused.gates,
-                review=review,
-            )
-        recorded = await self._store.cores.record_event(event)
-        if self._on_moved is not None:
-            await self._on_moved(event.core_id, event.revision)
-        return recorded
+        """Refuse (recorded) on a failed gate; else record the move, mirror the ref, notify.
+
+        Shielded from cancellation once the gates passed: a move is recorded,
+        mirrored and applied whole, or refused; a closing Host refuses it.
+        """
+        with anyio.CancelScope(shield=True):
+            if event.passed:
+                if self._closing is not None and self._closing():
+                    raise TurnRejected(f"the Host is closing: core {event.core_id!r} did not move")
+                try:
+                    recorded = await self._store.cores.move_live(event)
+                except StaleClaim:
+                    event = replace(
+                        event, gates=(*event.gates, GateOutcome("live_ref", False, RACE_LOST))
+                    )
+                else:
+                    await mirror_live(location, event.revision)
+                    if self._on_moved is not None:
+                        await self._on_moved(event.core_id, event.revision)
+                    return recorded
+        refused = await self._store.cores.record_event(replace(event, action="refused"))
+        failed = [gate for gate in refused.gates if not gate.passed]
+        why = "; ".join(f"{gate.gate}: {gate.detail.splitlines()[0]}" for gate in failed)
+        raise PromotionRefused(
+            bounded(f"{event.action} of core {event.core_id!r} refused: {why}", 1_000),
+            gates=refused.gates,
+            review=review,
+        )
+
+    async def _live(self, core_id: str) -> str | None:
+        return await self._store.cores.live_revision(core_id)
 
     def _location(self, core_id: str) -> CoreLocation:
         location = self._locations.get(core_id) if is_core_id(core_id) else None

@@ -2,9 +2,9 @@
 
 Every method runs dulwich in a worker thread and opens the repository for
 that call only, so nothing holds file handles between calls and a
-``CoreRepository`` needs no closing. The Host-owned ref moves only by
-compare-and-swap (Git's lock files), so a promotion racing another process,
-or the git CLI, either wins or sees ``False``.
+``CoreRepository`` needs no closing. The Host-owned ref is only a mirror
+of the store's live revision, written under Git's lock file and
+never through a symbolic ref or a symlink.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from dulwich.errors import (
     ObjectMissing,
     WrongObjectException,
 )
-from dulwich.file import FileLocked
+from dulwich.file import FileLocked, GitFile
 from dulwich.object_store import BaseObjectStore, tree_lookup_path
 from dulwich.objects import (
     Blob,
     Commit,
-    ObjectID,
     RawObjectID,
     ShaFile,
     Tag,
@@ -130,30 +129,38 @@ class CoreRepository:
         return await self._run(lambda repo: _resolve(repo, rev))
 
     async def live(self, ref: str) -> str | None:
-        """The commit the Host-owned ``ref`` points at (None: the ref does not exist)."""
+        """The commit ``ref`` names in the repository (None: no such ref).
+
+        Only the Host's mirror of the live revision: the store's record decides
+        what runs, because anyone who can write the repository can move a ref.
+        """
         return await self._run(lambda repo: _read_ref(repo, ref))
 
-    async def move_ref(
-        self, ref: str, old: str | None, new: str, *, lock_wait_s: float = LOCK_WAIT_S
-    ) -> bool:
-        """Point ``ref`` at commit ``new`` if it still points at ``old`` (None: absent).
+    async def mirror_ref(self, ref: str, sha: str, *, lock_wait_s: float = LOCK_WAIT_S) -> bool:
+        """Make ``ref`` a plain ref naming commit ``sha``; True when it had to change.
 
-        False when someone else moved (or created) it first; the ref is then
-        as they left it. ``InvalidValue`` when ``new`` is not a commit here.
-        Git's lock file held by another mover (a promotion in this or another
-        process, the git CLI) is waited out for up to ``lock_wait_s``: once it
-        is released the ref has usually moved, and the compare-and-swap says
-        so. ``RefLocked`` (naming the lock file) when it is still held then.
+        A symbolic ref (``ref: refs/heads/...``) or a symlinked ref file is
+        replaced, never written through, so the branch it pointed at is left
+        alone. Git's lock file held by someone else (the git CLI, a crashed
+        mover) is waited out for up to ``lock_wait_s``, then ``RefLocked``
+        naming it. ``InvalidValue`` for a name outside ``refs/hostkit/`` or a
+        ``sha`` that is not a commit here.
         """
-        if not ref.startswith("refs/hostkit/") or not _REF_NAME.fullmatch(ref):
+        if (
+            not ref.startswith("refs/hostkit/")
+            or not _REF_NAME.fullmatch(ref)
+            or ".." in ref
+            or "//" in ref
+            or ref.endswith(("/", ".lock"))
+        ):
             raise InvalidValue(f"{bounded(ref, 80)!r} is not a Host-owned ref (refs/hostkit/...)")
-        if not is_revision(new) or (old is not None and not is_revision(old)):
-            raise InvalidValue("a ref moves between full 40-hex commit ids")
+        if not is_revision(sha):
+            raise InvalidValue("a ref mirrors a full 40-hex commit id")
         deadline = anyio.current_time() + lock_wait_s
         pause = _LOCK_POLL_S
         while True:
             try:
-                return await self._run(lambda repo: _move(repo, ref, old, new))
+                return await self._run(lambda repo: _mirror(repo, ref, sha))
             except FileLocked as exc:
                 left = deadline - anyio.current_time()
                 if left <= 0:
@@ -288,15 +295,21 @@ def _resolve(repo: Repo, rev: str) -> str:
     raise InvalidValue(f"no revision {bounded(rev, 80)!r} in this core")
 
 
-def _move(repo: Repo, ref: str, old: str | None, new: str) -> bool:
-    _commit(repo, new)
-    name, target = Ref(ref.encode()), ObjectID(new.encode("ascii"))
-    message = b"hostkit: move the live revision"
-    if old is None:
-        return bool(repo.refs.add_if_new(name, target, message=message))
-    return bool(
-        repo.refs.set_if_equals(name, ObjectID(old.encode("ascii")), target, message=message)
-    )
+def _mirror(repo: Repo, ref: str, sha: str) -> bool:
+    _commit(repo, sha)
+    control = os.path.realpath(repo.controldir())
+    path = os.path.join(control, *ref.split("/"))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    if os.path.realpath(parent) != parent:
+        raise ConfigError(f"the directory of {bounded(ref, 80)} is a symbolic link")
+    raw = repo.refs.read_loose_ref(Ref(ref.encode()))
+    if raw == sha.encode("ascii") and not os.path.islink(path):
+        return False
+    # The lock file is renamed over the ref: a symlink or a symbolic ref is replaced.
+    with GitFile(path, "wb") as file:
+        file.write(sha.encode("ascii") + b"\n")
+    return True
 
 
 def _parts(path: str) -> tuple[str, ...]:

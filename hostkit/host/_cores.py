@@ -1,9 +1,11 @@
 """Agent Cores composed into a Host configuration, each at its live revision.
 
 ``[cores.<id>]`` names a Git repository; the Host loads the commit its
-Host-owned ref points at (``hostkit.cores.live_core``) and compiles the
-revision's ``agent.yaml`` into an ``AgentConfig`` of the same name. A core
-without a live ref, or whose live revision cannot be loaded or compiled, is
+store recorded as live (``hostkit.cores.live_core``: the newest promotion or
+rollback) and compiles the revision's ``agent.yaml`` into an ``AgentConfig``
+of the same name. The repository's ref only mirrors that record: a ref moved
+outside hostkit is reported and pointed back, and never changes what runs. A
+core never promoted, or whose live revision cannot be loaded or compiled, is
 not available: the Host still opens and serves its other agents, and a turn
 for that core is rejected with the reason.
 """
@@ -16,9 +18,17 @@ from typing import get_args
 
 import pydantic
 
-from hostkit.cores import BUILTIN_RULES, CoreLocation, LoadedCore, live_core, policy_rules
-from hostkit.errors import ConfigError, HostkitError
+from hostkit.cores import (
+    BUILTIN_RULES,
+    CoreLocation,
+    LoadedCore,
+    heal_mirror,
+    live_core,
+    policy_rules,
+)
+from hostkit.errors import ConfigError, HostkitError, StoreError
 from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
+from hostkit.store import CoreStore
 
 __all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reasons"]
 
@@ -35,14 +45,20 @@ def core_locations(config: HostConfig) -> dict[str, CoreLocation]:
 
 
 async def compose_cores(
-    config: HostConfig, *, strict: bool = False, required: Collection[str] = ()
+    config: HostConfig,
+    store: CoreStore,
+    *,
+    strict: bool = False,
+    required: Collection[str] = (),
 ) -> tuple[HostConfig, Mapping[str, LoadedCore], tuple[str, ...]]:
     """``config`` with one agent per available core, the loaded cores, and a warning
-    per core that is not available (``core '<id>' ...``: the reason its turns get).
+    per core that is not available (``core '<id>' ...``: the reason its turns get)
+    or whose ref had been moved outside hostkit (healed; the promoted revision runs).
 
-    The live refs are read now, so composing the same configuration after a
-    promotion gives the new revision. An agent already named like a core (a
-    configuration composed before) is replaced. ``strict``: the first core
+    The live revisions are read from ``store`` now, so composing the same
+    configuration after a promotion (in any process) gives the new revision.
+    An agent already named like a core (a configuration composed before) is
+    replaced. ``strict``: the first core
     that is not available raises its ``ConfigError`` instead (a reload that
     must not half-apply, a promotion's manifest gate). ``required``: these cores
     must load (the ones a reload checked): the first that does not raises a
@@ -54,9 +70,9 @@ async def compose_cores(
     for core_id, location in core_locations(config).items():
         try:
             try:
-                core = await live_core(location, cores_root=config.cores_root)
-            except ConfigError:
-                raise
+                core = await live_core(location, store, cores_root=config.cores_root)
+            except (ConfigError, StoreError):
+                raise  # a store that fails (or closed) fails the composition, not one core
             except HostkitError as exc:
                 raise ConfigError(exc.message) from None
             except Exception as exc:
@@ -70,6 +86,9 @@ async def compose_cores(
                     f"core {core_id!r} has no live revision; run `hostkit core promote {core_id}`"
                 )
             agents[core_id] = compile_core(config, core)
+            healed = await heal_mirror(location, core.revision)
+            if healed is not None:
+                warnings.append(healed)
         except ConfigError as exc:
             if strict:
                 raise

@@ -8,7 +8,7 @@ import logging
 import weakref
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 from anyio.abc import AsyncResource
@@ -74,6 +74,8 @@ from hostkit.types import (
 __all__ = ["Host", "TurnNotCompleted"]
 
 _log = logging.getLogger("hostkit.host")
+# aclose waits this long for an apply in progress before closing the generations anyway.
+APPLY_CLOSE_WAIT_S = 30.0
 
 
 class TurnNotCompleted(RuntimeFailure):
@@ -206,6 +208,9 @@ class Host(AsyncResource):
         self._closed = False
         # reload(): one at a time (SIGHUP and the watcher, a notebook cell).
         self._reload_lock = anyio.Lock()
+        # apply_config (reloads and core moves go through it): one at a time, composing to
+        # installing; aclose takes it (bounded) before closing the generations.
+        self._apply_lock = anyio.Lock()
 
     def _new_generation(
         self,
@@ -267,10 +272,8 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
     ) -> Host:
         declared = await _resolve_config(config)
-        # Each Agent Core at its live revision; one that is not available is a warning.
-        composed, cores, core_warnings = await compose_cores(declared)
-        resolved, instances = compose_agents(composed, agents)
-        telemetry = resolved.host.telemetry
+        # Composing never changes [host]: its telemetry is the declared one.
+        telemetry = declared.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.
         # Off the event loop: the first use imports the SDK and starts its export thread.
         tracing = await anyio.to_thread.run_sync(
@@ -281,16 +284,25 @@ class Host(AsyncResource):
                 service_name=telemetry.service_name,
             )
         )
+        store: RuntimeStore | None = None
         try:
-            await anyio.Path(resolved.database_path.parent).mkdir(parents=True, exist_ok=True)
-            warnings = (*await _prepare_workspaces(resolved), *core_warnings)
+            # The store before the cores: it records which revision of each core is live.
+            await anyio.Path(declared.database_path.parent).mkdir(parents=True, exist_ok=True)
             store = await RuntimeStore.open(
-                resolved.database_path, synchronous=resolved.host.synchronous
+                declared.database_path, synchronous=declared.host.synchronous
             )
+            # Each Agent Core at its live revision; one that is not available is a warning.
+            composed, cores, core_warnings = await compose_cores(declared, store.cores)
+            resolved, instances = compose_agents(composed, agents)
+            warnings = (*await _prepare_workspaces(resolved), *core_warnings)
         except BaseException:
-            if tracing is not None:
-                with anyio.CancelScope(shield=True):
-                    await tracing.aclose()
+            with anyio.CancelScope(shield=True):
+                try:
+                    if store is not None:
+                        await store.aclose()
+                finally:
+                    if tracing is not None:
+                        await tracing.aclose()
             raise
         try:
             authority = AuthorityResolver.bind(store)
@@ -356,15 +368,26 @@ class Host(AsyncResource):
             cores_root=self.declared_config.cores_root,
             validate=self._validate_core,
             on_moved=self._core_moved,
+            closing=self._closing,
             sandbox=core_test_sandbox(self.declared_config),
         )
+
+    def _closing(self) -> bool:
+        """aclose began (a method, so a check after an await reads it again)."""
+        return self._closed
 
     async def _validate_core(self, core: LoadedCore) -> None:
         compile_core(self.declared_config, core)
 
     async def _core_moved(self, core_id: str, revision: str) -> None:
         self._approval_runtime.invalidate(core_id=core_id)
-        await self.apply_config(self.declared_config)
+        if self._closed:
+            return  # recorded: the next open composes the new revision
+        try:
+            await self.apply_config(self.declared_config)
+        except TurnRejected:
+            if not self._closing():
+                raise
 
     # -- CoreResolver (TurnExecution pins cores through the Host) ---------------------
 
@@ -401,9 +424,29 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
+        # One apply at a time, from reading the live revisions to installing: an apply
+        # that read them before a promotion cannot install after the promotion's own.
+        async with self._apply_lock:
+            return await self._apply(config, capabilities, require_cores)
+
+    async def _apply(
+        self,
+        config: HostConfig,
+        capabilities: RuntimeCapabilities | None,
+        require_cores: Collection[str],
+    ) -> int:
         declared = config
-        composed, cores, core_warnings = await compose_cores(config, required=require_cores)
-        config, instances = compose_agents(composed, self.agents)
+        try:
+            composed, cores, core_warnings = await compose_cores(
+                config, self.store.cores, required=require_cores
+            )
+            config, instances = compose_agents(composed, self.agents)
+            workspace_warnings = await _prepare_workspaces(config)
+        except StoreClosed:
+            await self._refuse_closed(capabilities)
+        if self._closed:
+            # aclose ran meanwhile and closes the generations it finds: install nothing.
+            await self._refuse_closed(capabilities)
         if capabilities is not None:
             self._supplied = capabilities
         caps = with_agents(
@@ -412,7 +455,7 @@ class Host(AsyncResource):
             self.agents,
             instances,
         )
-        self.warnings = (*await _prepare_workspaces(config), *core_warnings)
+        self.warnings = (*workspace_warnings, *core_warnings)
         previous = self._generation
         if config.host.telemetry != previous.config.host.telemetry:
             _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
@@ -453,25 +496,43 @@ class Host(AsyncResource):
             self._retired.append(previous)
         return self._generation.number
 
+    async def _refuse_closed(self, capabilities: RuntimeCapabilities | None) -> NoReturn:
+        """The Host closed during an apply: the sources handed to it are closed, nothing is
+        installed (``TurnRejected``)."""
+        if capabilities is not None and capabilities is not self._supplied:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await capabilities.aclose()
+                except Exception:
+                    _log.exception("closing the capability sources of a refused apply failed")
+        raise TurnRejected("the Host is closed")
+
     # -- live reload (docs/generations.md) --------------------------------------------
 
     async def reload(self, *, read_timeout_s: float = 30.0) -> ReloadOutcome:
         """Re-read what the Host was opened from; apply a new generation if anything changed.
 
         The file (``config.source``; a configuration built in code is reused as
-        it is) is read off the event loop, each core's live ref is read, and
+        it is) is read off the event loop, each core's live revision is read
+        from the store (a promotion by another process counts), and
         ``apply_config`` runs only when the configuration's content or a core's
         live commit differs from what the current generation was built from;
         running turns finish on theirs. A configuration that fails validation
         (TOML, schema, a core's ``agent.yaml``, an unknown provider) changes
         nothing: the outcome is ``rejected`` with the bounded reason, also logged.
         Reloads run one at a time; reading is bounded by ``read_timeout_s``, and
-        once applying began it is never cut half-way.
+        once applying began it is never cut half-way. The Host closing meanwhile
+        rejects the reload (nothing is installed).
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
         async with self._reload_lock:
-            outcome = await self._reload(read_timeout_s)
+            try:
+                outcome = await self._reload(read_timeout_s)
+            except (StoreClosed, TurnRejected):
+                if not self._closing():
+                    raise
+                outcome = rejected(self._generation.number, "the Host is closing")
         if outcome.rejected:
             _log.warning("%s", outcome)
         elif outcome.applied:
@@ -487,13 +548,13 @@ class Host(AsyncResource):
                     config = await anyio.to_thread.run_sync(
                         load_config, declared.source, abandon_on_cancel=True
                     )
-                live = await live_revisions(config)
+                live = await live_revisions(config, self.store.cores)
                 built = {core_id: core.revision for core_id, core in self._generation.cores.items()}
                 changes = (*config_changes(declared, config), *core_changes(built, live))
                 if not changes:
                     return ReloadOutcome(number, False)
                 # Strict, unlike open: a live revision that does not load rejects it all.
-                await check_cores(config, live)
+                await check_cores(config, live, self.store.cores)
         except ConfigError as exc:
             return rejected(number, exc.message)
         except TimeoutError:
@@ -501,7 +562,7 @@ class Host(AsyncResource):
         try:
             # Not cancellable once begun: a generation is applied whole or not at all.
             with anyio.CancelScope(shield=True):
-                # The refs are read again: one moved to a broken commit since the check
+                # The live revisions are read again: one moved to a broken commit since the check
                 # rejects the reload instead of leaving its core out.
                 checked = [core_id for core_id, sha in live.items() if sha is not None]
                 number = await self.apply_config(config, require_cores=checked)
@@ -710,8 +771,7 @@ class Host(AsyncResource):
                     stack.push_async_callback(self.tracing.aclose)
                 stack.push_async_callback(self.context.aclose)
                 stack.push_async_callback(self._close_supplied)
-                for generation in (self._generation, *reversed(self._retired)):
-                    stack.push_async_callback(self._close_generation, generation)
+                stack.push_async_callback(self._close_generations)
                 stack.push_async_callback(self.authority.aclose)
                 stack.push_async_callback(self.processes.aclose)
                 stack.push_async_callback(self.mcp.aclose)
@@ -719,6 +779,25 @@ class Host(AsyncResource):
                 stack.push_async_callback(self._stop_deliveries)
                 stack.push_async_callback(self._stop_workers)
                 stack.callback(self._approval_runtime.close)
+
+    async def _close_generations(self) -> None:
+        """Close every generation, after an apply in progress finished (bounded wait).
+
+        The apply sees the Host closed and installs nothing; one that already
+        installed has its generation closed here, found after the wait.
+        """
+        held = False
+        with anyio.move_on_after(APPLY_CLOSE_WAIT_S):
+            await self._apply_lock.acquire()
+            held = True
+        if not held:
+            _log.warning("a configuration apply outlasted %s s; closing anyway", APPLY_CLOSE_WAIT_S)
+        try:
+            for generation in (*self._retired, self._generation):
+                await self._close_generation(generation)
+        finally:
+            if held:
+                self._apply_lock.release()
 
     async def _close_generation(self, generation: Generation) -> None:
         """Close a generation no turn uses, and supplied sources nothing uses any more."""

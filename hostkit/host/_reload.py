@@ -1,12 +1,16 @@
 """Live config apply: what a reload did, and the watcher that asks for one.
 
-``Host.reload()`` re-reads ``hostkit.toml`` and every core's live ref and
-applies a new generation only when something changed; a configuration that
-fails validation leaves the current generation serving. ``ConfigWatcher``
-is the daemon ``hostkit serve`` runs: it polls a cheap fingerprint of the
-same inputs (the file's identity and size and modification time, hashed
-only when those moved; each core's live commit) and calls ``reload()`` when
-it changes, or at once when ``trigger()`` is called (SIGHUP).
+``Host.reload()`` re-reads ``hostkit.toml`` and every core's live revision
+(the store's record, so a promotion by another process counts) and applies
+a new generation only when something changed; a configuration that fails
+validation leaves the current generation serving. ``ConfigWatcher`` is the
+daemon ``hostkit serve`` runs: it polls a cheap fingerprint of the same
+inputs (the file's identity and size and modification time, hashed only when
+those moved; each core's recorded live commit) and calls ``reload()`` when it
+changes, or at once when ``trigger()`` is called (SIGHUP). A file seen
+changing is applied only once it has settled (two polls agree on its
+identity, size and modification time, or it was last modified at least one
+interval ago), so an editor's in-place rewrite is not applied half-written.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +29,10 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from hostkit.cores import CoreRepository
 from hostkit.errors import ConfigError, HostkitError, bounded
 from hostkit.host._config import MAX_CONFIG_BYTES, HostConfig
 from hostkit.host._cores import compose_cores
+from hostkit.store import CoreStore, RuntimeStore
 
 __all__ = [
     "ConfigWatcher",
@@ -43,7 +48,7 @@ _log = logging.getLogger("hostkit.host")
 # A reason or change list is shown in logs and status lines: bounded like every error text.
 _REASON_CHARS = 500
 _MAX_CHANGES = 20
-# One core's ref read: a wedged file system must not stall the other cores' reads forever.
+# One core's live-revision read: a wedged store must not stall the watcher forever.
 CORE_READ_TIMEOUT_S = 10.0
 
 
@@ -136,28 +141,26 @@ def _bounded_list(items: list[str]) -> tuple[str, ...]:
     return (*items[: _MAX_CHANGES - 1], f"{len(items) - _MAX_CHANGES + 1} more")
 
 
-async def live_revisions(config: HostConfig) -> dict[str, str | None]:
-    """Each configured core's live commit now (None: no ref). ``ConfigError`` for a core
-    whose directory is not a repository; each read bounded by ``CORE_READ_TIMEOUT_S``."""
+async def live_revisions(config: HostConfig, store: CoreStore) -> dict[str, str | None]:
+    """Each configured core's live commit as the store recorded it (None: never promoted)."""
     revisions: dict[str, str | None] = {}
-    for core_id, core in config.cores.items():
+    for core_id in config.cores:
         with anyio.fail_after(CORE_READ_TIMEOUT_S):
-            repository = await CoreRepository.open(config.resolve(core.path))
-            revisions[core_id] = await repository.live(core.ref)
+            revisions[core_id] = await store.live_revision(core_id)
     return revisions
 
 
-async def check_cores(config: HostConfig, live: Mapping[str, str | None]) -> None:
+async def check_cores(config: HostConfig, live: Mapping[str, str | None], store: CoreStore) -> None:
     """``ConfigError`` naming the core when a live revision does not load or compile.
 
-    A core without a live ref is left out: it is not available, as at open.
+    A core never promoted is left out: it is not available, as at open.
     """
     for core_id, sha in live.items():
         if sha is None or core_id not in config.cores:
             continue
         only = config.model_copy(update={"cores": {core_id: config.cores[core_id]}})
         try:
-            await compose_cores(only, strict=True)
+            await compose_cores(only, store, strict=True)
         except ConfigError as exc:
             prefix = f"core {core_id!r}"
             message = exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
@@ -165,17 +168,20 @@ async def check_cores(config: HostConfig, live: Mapping[str, str | None]) -> Non
 
 
 class Reloadable(Protocol):
-    """What the watcher needs of a Host: its current configuration and ``reload()``."""
+    """What the watcher needs of a Host: its configuration, its store and ``reload()``."""
 
     @property
     def config(self) -> HostConfig: ...
+
+    @property
+    def store(self) -> RuntimeStore: ...
 
     async def reload(self) -> ReloadOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
 class _Fingerprint:
-    """The cheap view of a reload's inputs: the file's hash and the live refs.
+    """The cheap view of a reload's inputs: the file's hash and the recorded live revisions.
 
     ``stat`` (inode, size, mtime_ns) only says when the file must be hashed again:
     it takes no part in the comparison, so touching the file reloads nothing.
@@ -188,10 +194,13 @@ class _Fingerprint:
 
 class ConfigWatcher:
     """A daemon: every ``reload_interval_s`` (``[serve]``, read at each wait; 0 = only
-    ``trigger()``), compare a fingerprint of the configuration file and every core's live
-    ref with the last one and ``reload()`` the Host when it changed.
+    ``trigger()``), compare a fingerprint of the configuration file and every core's
+    recorded live revision with the last one and ``reload()`` the Host when it changed.
 
-    ``trigger()`` (SIGHUP) reloads at the next moment, changed or not. Every step
+    A changed file is reloaded once it settled: the previous poll saw the same
+    (inode, size, mtime_ns), or its mtime is at least one interval old (``clock``,
+    epoch seconds, tells). ``trigger()`` (SIGHUP) reloads at the next moment,
+    changed or not, settled or not. Every step
     has a deadline (``step_timeout_s``); a failure is logged and the watcher goes
     on: it is never fatal to serving. ``last`` is the latest reload's outcome;
     ``on_outcome`` hears each one (a status line); it must not block or raise.
@@ -204,8 +213,13 @@ class ConfigWatcher:
         interval_s: float | None = None,
         step_timeout_s: float = 30.0,
         on_outcome: Callable[[ReloadOutcome], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._host = host
+        self._clock = clock
+        # The file's (inode, size, mtime_ns) at the previous poll: a change is settled
+        # when two polls agree.
+        self._polled: tuple[int, int, int] | None = None
         self._interval_s = interval_s
         self.step_timeout_s = step_timeout_s
         self._on_outcome = on_outcome
@@ -231,6 +245,7 @@ class ConfigWatcher:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Poll until ``stop()``: the first fingerprint is the baseline, taken before ready."""
         self._seen = await self._fingerprint_or_none(None)
+        self._polled = None if self._seen is None else self._seen.stat
         task_status.started()
         while not self._stopping:
             interval = self.interval_s
@@ -251,8 +266,11 @@ class ConfigWatcher:
         """
         forced, self._forced = self._forced, False
         now = await self._fingerprint_or_none(self._seen)
+        polled, self._polled = self._polled, None if now is None else now.stat
         if not forced and (now is None or now == self._seen):
             return None
+        if not forced and now is not None and not self._settled(now, polled):
+            return None  # written right now: the next poll sees whether it goes on
         # Remembered before the reload: a rejected file is not retried until it changes.
         self._seen = now if now is not None else self._seen
         try:
@@ -268,6 +286,16 @@ class ConfigWatcher:
         if self._on_outcome is not None:
             self._on_outcome(outcome)
         return outcome
+
+    def _settled(self, now: _Fingerprint, polled: tuple[int, int, int] | None) -> bool:
+        """The file is not being written: unchanged, or the same as at the previous poll,
+        or last modified at least one interval ago."""
+        seen = self._seen
+        if (seen is not None and now.digest == seen.digest) or now.stat is None:
+            return True
+        if now.stat == polled:
+            return True
+        return self._clock() - now.stat[2] / 1e9 >= max(self.interval_s, 0.0) > 0
 
     async def _fingerprint_or_none(self, previous: _Fingerprint | None) -> _Fingerprint | None:
         try:
@@ -295,15 +323,11 @@ class ConfigWatcher:
                 abandon_on_cancel=True,
             )
         cores: list[tuple[str, str | None]] = []
-        for core_id, core in sorted(config.cores.items()):
-            try:
-                with anyio.fail_after(CORE_READ_TIMEOUT_S):
-                    repository = await CoreRepository.open(config.resolve(core.path))
-                    cores.append((core_id, await repository.live(core.ref)))
-            except (HostkitError, TimeoutError, OSError) as exc:
-                # One unreadable core must not blind the watcher to the file and the others;
-                # the reload it leads to (when it changes) says what is wrong.
-                cores.append((core_id, f"unreadable: {type(exc).__name__}"))
+        store = self._host.store.cores
+        for core_id in sorted(config.cores):
+            # One indexed read per core: a promotion recorded by another process counts.
+            with anyio.fail_after(CORE_READ_TIMEOUT_S):
+                cores.append((core_id, await store.live_revision(core_id)))
         return _Fingerprint(digest, tuple(cores), stat)
 
 

@@ -1,8 +1,11 @@
 """The store's cores group: promotion history, session pins and authored state.
 
-The Host-owned ref of a core lives in the core's Git repository; this group
-records every move of it (and every refused promotion) with its gates, so
-``hostkit core log`` and the ``CoreHistory`` widget read one table. Authored
+This group is the authority on which revision of a core is live: the
+newest recorded promotion or rollback (``live_revision``). The Git ref in
+the core's repository is only a mirror of it, because the repository is the
+author's to write. Every move (``move_live``, a compare-and-swap on the live
+revision) and every refused promotion (``record_event``) is one row with its
+gates, so ``hostkit core log`` and the ``CoreHistory`` widget read one table. Authored
 state (``ctx.state``) is versioned for compare-and-set, and a write is
 fenced by the writing turn's session lease: a slot or tool that writes after
 its turn ended (or after another Host took the session over) is refused with
@@ -42,11 +45,26 @@ class CoreStore(ABC):
 
     @abstractmethod
     async def record_event(self, event: CoreEvent) -> CoreEvent:
-        """Append ``event``; returns it with its ``event_id``.
+        """Append a ``refused`` event; returns it with its ``event_id``.
 
-        A ``promote`` or ``rollback`` also writes a ``core.<action>`` audit row
-        (actor, reason, revisions) in the same transaction.
+        A ``promote`` or ``rollback`` is a move: ``InvalidValue`` here (use
+        ``move_live``, which checks what it moves from).
         """
+
+    @abstractmethod
+    async def move_live(self, event: CoreEvent) -> CoreEvent:
+        """Make ``event.revision`` the live revision of ``event.core_id`` (a promote or rollback).
+
+        One transaction: the current live revision must equal ``event.previous``
+        (None: nothing live yet), else ``StaleClaim(core_id, subject="core live
+        revision")`` and nothing is written; then the event and its
+        ``core.<action>`` audit row (actor, reason, revisions) are appended.
+        Two movers (two processes) from the same revision: exactly one wins.
+        """
+
+    @abstractmethod
+    async def live_revision(self, core_id: str) -> str | None:
+        """The revision of ``core_id``'s newest promote or rollback (None: never promoted)."""
 
     @abstractmethod
     async def history(

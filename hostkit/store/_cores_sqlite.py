@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, LeaseLost, StateConflict
+from hostkit.errors import InvalidValue, LeaseLost, StaleClaim, StateConflict
 from hostkit.freeze import thaw
 from hostkit.store._checks import check_count, check_instant
 from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteCoreStore"]
 
 _MAX_SCOPE = 256
+_MOVES = ("promote", "rollback")
 _EVENT_COLUMNS = "id, core_id, action, revision, previous, gates, security_diff, actor, reason, at"
 
 
@@ -78,6 +80,44 @@ def _event(row: sqlite3.Row) -> CoreEvent:
     )
 
 
+def _event_row(event: CoreEvent) -> list[Any]:
+    gates = json.dumps(
+        [{"gate": g.gate, "passed": g.passed, "detail": g.detail} for g in event.gates],
+        ensure_ascii=False,
+    )
+    diff = json.dumps(thaw(event.security_diff), ensure_ascii=False, sort_keys=True)
+    return [
+        event.core_id,
+        event.action,
+        event.revision,
+        event.previous,
+        gates,
+        diff,
+        event.actor,
+        event.reason,
+        event.at,
+    ]
+
+
+def _insert_event(conn: sqlite3.Connection, row: list[Any]) -> int:
+    cursor = conn.execute(
+        "INSERT INTO core_history (core_id, action, revision, previous, gates, "
+        "security_diff, actor, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        row,
+    )
+    return int(cursor.lastrowid or 0)
+
+
+def _live(conn: sqlite3.Connection, core_id: str) -> str | None:
+    """The revision of the newest move of ``core_id`` (the index covers core_id, id)."""
+    found = conn.execute(
+        "SELECT revision FROM core_history WHERE core_id = ? "
+        "AND action IN ('promote', 'rollback') ORDER BY id DESC LIMIT 1",
+        [core_id],
+    ).fetchone()
+    return None if found is None else str(found[0])
+
+
 def _entry(row: sqlite3.Row) -> StateEntry:
     return StateEntry(
         core_id=row["core_id"],
@@ -95,52 +135,41 @@ class SqliteCoreStore(CoreStore):
     async def record_event(self, event: CoreEvent) -> CoreEvent:
         if not isinstance(event, CoreEvent):
             raise InvalidValue("record_event takes a CoreEvent")
-        gates = json.dumps(
-            [{"gate": g.gate, "passed": g.passed, "detail": g.detail} for g in event.gates],
-            ensure_ascii=False,
-        )
-        diff = json.dumps(thaw(event.security_diff), ensure_ascii=False, sort_keys=True)
+        if event.action != "refused":
+            raise InvalidValue("record_event records refused attempts; a move is move_live")
+        row = _event_row(event)
 
         def write(conn: sqlite3.Connection) -> int:
-            cursor = conn.execute(
-                "INSERT INTO core_history (core_id, action, revision, previous, gates, "
-                "security_diff, actor, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    event.core_id,
-                    event.action,
-                    event.revision,
-                    event.previous,
-                    gates,
-                    diff,
-                    event.actor,
-                    event.reason,
-                    event.at,
-                ],
-            )
-            if event.action != "refused":
-                insert_audit(
-                    conn,
-                    f"core.{event.action}",
-                    principal_id=event.actor,
-                    subject=event.core_id,
-                    reason=event.reason,
-                    detail={"revision": event.revision, "previous": event.previous},
-                )
-            return int(cursor.lastrowid or 0)
+            return _insert_event(conn, row)
 
-        event_id = await self._db.write(write)
-        return CoreEvent(
-            core_id=event.core_id,
-            action=event.action,
-            revision=event.revision,
-            previous=event.previous,
-            gates=event.gates,
-            actor=event.actor,
-            at=event.at,
-            reason=event.reason,
-            security_diff=event.security_diff,
-            event_id=event_id,
-        )
+        return replace(event, event_id=await self._db.write(write))
+
+    async def move_live(self, event: CoreEvent) -> CoreEvent:
+        if not isinstance(event, CoreEvent):
+            raise InvalidValue("move_live takes a CoreEvent")
+        if event.action not in _MOVES:
+            raise InvalidValue("move_live records a promote or a rollback")
+        row = _event_row(event)
+
+        def write(conn: sqlite3.Connection) -> int:
+            if _live(conn, event.core_id) != event.previous:
+                raise StaleClaim(event.core_id, subject="core live revision")
+            event_id = _insert_event(conn, row)
+            insert_audit(
+                conn,
+                f"core.{event.action}",
+                principal_id=event.actor,
+                subject=event.core_id,
+                reason=event.reason,
+                detail={"revision": event.revision, "previous": event.previous},
+            )
+            return event_id
+
+        return replace(event, event_id=await self._db.write(write))
+
+    async def live_revision(self, core_id: str) -> str | None:
+        core_id = _core(core_id)
+        return await self._db.read(lambda conn: _live(conn, core_id))
 
     async def history(
         self, core_id: str | None = None, *, limit: int = 100

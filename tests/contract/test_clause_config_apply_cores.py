@@ -1,10 +1,12 @@
-"""Clause: a core's live ref moved by someone else (another process, the git CLI) is a change
-``reload()`` and the watcher pick up; a commit that only moves HEAD is not; a live revision
-that does not load (a bad ``agent.yaml``, a ``model`` naming no provider) is rejected whole
-while generation N keeps serving the old commit.
+"""Clause: a core's live revision moved by someone else (another process's promotion,
+recorded in the shared store) is a change ``reload()`` and the watcher pick up; a commit
+that only moves HEAD is not, and neither is the Git ref moved alone (it only mirrors the
+store); a live revision that does not load (a bad ``agent.yaml``, a ``model`` naming no
+provider) is rejected whole while generation N keeps serving the old commit.
 
-Real Git repositories (dulwich); the ref is moved with a compare-and-swap
-straight on the repository, as another process would, never through the Host.
+Real Git repositories (dulwich) and the real store: the move is recorded in the database
+from another connection (its own event loop), as another process would, never through
+this Host.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from pathlib import Path
 
 import anyio
 import pytest
-from dulwich.objects import ObjectID
-from dulwich.refs import Ref
-from dulwich.repo import Repo
 
-from hostkit.host import DEFAULT_CORE_REF, ConfigWatcher, Host, HostConfig, ReloadOutcome
-from tests.cores_support import commit, core_host_config, make_core, manifest_text
+from hostkit.host import ConfigWatcher, Host, HostConfig, ReloadOutcome
+from tests.cores_support import (
+    commit,
+    core_host_config,
+    live_of,
+    make_core,
+    manifest_text,
+    set_live,
+)
+from tests.cores_support import move_ref as git_update_ref
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -39,20 +46,22 @@ def config_for(tmp_path: Path, core: Path) -> HostConfig:
 
 
 def move_ref(path: Path, old: str, new: str) -> None:
-    """Another process's promotion: compare-and-swap the Host-owned ref, nothing else."""
-    with Repo(str(path)) as repo:
-        moved = repo.refs.set_if_equals(
-            Ref(DEFAULT_CORE_REF.encode()), ObjectID(old.encode()), ObjectID(new.encode())
-        )
-    assert moved
+    """Another process's promotion: the move recorded in the shared store, the ref mirrored."""
+    assert live_of(path) == old
+    set_live(path, new)
 
 
-async def test_a_ref_moved_elsewhere_is_picked_up_but_a_new_head_is_not(tmp_path: Path) -> None:
+async def test_a_move_recorded_elsewhere_is_picked_up_but_a_new_head_or_ref_is_not(
+    tmp_path: Path,
+) -> None:
     path, first = make_core(tmp_path, "notes", manifest=manifest("first revision"))
     async with Host.open(config_for(tmp_path, path)) as host:
         before = await host.turns.run(request(core_id="notes"))
         second = commit(path, {"agent.yaml": manifest("second revision")}, "second")
         head_only = await host.reload()
+        git_update_ref(path, second)  # the ref alone: not a promotion
+        ref_only = await host.reload()
+        git_update_ref(path, first)
         move_ref(path, first, second)
         moved = await host.reload()
         after = await host.turns.run(request(core_id="notes", conversation="c2"))
@@ -60,6 +69,7 @@ async def test_a_ref_moved_elsewhere_is_picked_up_but_a_new_head_is_not(tmp_path
         again = await host.reload()
     assert (before.generation, before.core_revision) == (1, first)
     assert head_only == ReloadOutcome(generation=1, applied=False)
+    assert ref_only == ReloadOutcome(generation=1, applied=False)
     assert moved.applied
     assert moved.changes == (f"core 'notes' moved {first[:12]} -> {second[:12]}",)
     assert (after.generation, after.core_revision) == (2, second)
@@ -92,7 +102,7 @@ async def test_a_live_revision_that_does_not_load_is_rejected_whole(
     assert (served.generation, served.core_revision) == (1, first)
 
 
-async def test_the_watcher_picks_up_a_ref_moved_by_another_process(tmp_path: Path) -> None:
+async def test_the_watcher_picks_up_a_move_recorded_by_another_process(tmp_path: Path) -> None:
     path, first = make_core(tmp_path, "notes", manifest=manifest("first revision"))
     second = commit(path, {"agent.yaml": manifest("second revision")}, "second")
     send, outcomes = anyio.create_memory_object_stream[ReloadOutcome](4)

@@ -15,6 +15,7 @@ import pytest
 from hostkit.cores import MAX_MANIFEST_BYTES, CoreLocation, load_core, load_manifest
 from hostkit.errors import ConfigError
 from hostkit.host import compile_core, compose_cores
+from hostkit.store import RuntimeStore
 from tests.cores_support import core_host_config, make_core
 
 pytestmark = pytest.mark.anyio
@@ -107,7 +108,9 @@ async def test_an_instructions_file_outside_the_core_is_refused(tmp_path: Path) 
         )
 
 
-async def test_an_unknown_provider_names_the_model_line(tmp_path: Path) -> None:
+async def test_an_unknown_provider_names_the_model_line(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
     path, sha = make_core(
         tmp_path, "notes", manifest="id: notes\ndescription: x\nmodel: gpt-nonexistent\n"
     )
@@ -122,8 +125,8 @@ async def test_an_unknown_provider_names_the_model_line(tmp_path: Path) -> None:
     )
     # Composing is strict on request (a reload); otherwise the core is unavailable, with why.
     with pytest.raises(ConfigError, match="line 3: model"):
-        await compose_cores(config, strict=True)
-    composed, cores, warnings = await compose_cores(config)
+        await compose_cores(config, store.cores, strict=True)
+    composed, cores, warnings = await compose_cores(config, store.cores)
     assert "notes" not in composed.agents
     assert not cores
     assert warnings == (f"core 'notes' is not available: {caught.value.message}",)

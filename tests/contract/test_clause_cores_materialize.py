@@ -143,7 +143,7 @@ async def test_a_tree_with_an_escaping_name_is_refused(tmp_path: Path, name: byt
     assert not (tmp_path / "cores" / "x").exists()
 
 
-async def test_revisions_resolve_and_the_ref_moves_only_by_compare_and_swap(
+async def test_revisions_resolve_and_the_ref_mirrors_a_revision(
     tmp_path: Path,
 ) -> None:
     path, first = make_core(tmp_path, "cas", manifest={"model": "test"}, live=False)
@@ -155,11 +155,13 @@ async def test_revisions_resolve_and_the_ref_moves_only_by_compare_and_swap(
         await repository.resolve("no-such-branch")
     ref = "refs/hostkit/live"
     assert await repository.live(ref) is None
-    assert await repository.move_ref(ref, None, first)
-    assert not await repository.move_ref(ref, None, second)  # someone created it first
-    assert not await repository.move_ref(ref, second, first)  # stale expectation
-    assert await repository.move_ref(ref, first, second)
+    assert await repository.mirror_ref(ref, first)
+    assert not await repository.mirror_ref(ref, first)  # it already names it
+    assert await repository.mirror_ref(ref, second)
     assert await repository.live(ref) == second
+    for outside in ("refs/heads/master", "refs/hostkit/../heads/master"):
+        with pytest.raises(InvalidValue, match="not a Host-owned ref"):
+            await repository.mirror_ref(outside, first)
     assert [info.sha for info in await repository.log(second, limit=5)] == [second, first]
     assert await repository.changed(first, second) == ("notes.md",)
     assert await repository.read(first, "notes.md") is None

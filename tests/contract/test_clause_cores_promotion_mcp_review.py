@@ -58,7 +58,7 @@ async def test_an_mcp_change_is_refused_without_and_with_a_stale_token(
     assert live_of(path) == first
 
     events = await registry.history("notes")
-    assert [event.action for event in events] == ["refused", "refused"]
+    assert [event.action for event in events] == ["refused", "refused", "promote"]
     assert thaw(events[0].security_diff) == thaw(diff.security_diff)
     shown = json.dumps([thaw(e.security_diff) for e in events]) + str(missing.value) + diff.patch
     assert SECRET not in shown

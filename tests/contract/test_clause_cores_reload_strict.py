@@ -1,7 +1,7 @@
 """Clause: a reload applies every core it checked, or nothing.
 
 ``reload()`` checks each core's live revision strictly, then applies the
-configuration, which reads the live refs again. A ref moved to a commit that
+configuration, which reads the live revisions again. A move to a commit that
 does not load between the two (another process's promotion) rejects the
 reload: generation N keeps serving the checked-before revision, the core is
 not silently left out of generation N+1.
@@ -17,6 +17,7 @@ import pytest
 
 import hostkit.host._host as host_module
 from hostkit.host import Host, HostConfig
+from hostkit.store import CoreStore
 from tests.contract.test_clause_config_apply_cores import config_for, manifest, move_ref
 from tests.cores_support import commit, make_core
 from tests.hosts import request
@@ -33,8 +34,10 @@ async def test_a_ref_moved_to_a_broken_commit_after_the_check_rejects_the_reload
     real_check = host_module.check_cores
     checked: list[Mapping[str, str | None]] = []
 
-    async def check_then_move(config: HostConfig, live: Mapping[str, str | None]) -> None:
-        await real_check(config, live)  # the checked revision (second) loads
+    async def check_then_move(
+        config: HostConfig, live: Mapping[str, str | None], store: CoreStore
+    ) -> None:
+        await real_check(config, live, store)  # the checked revision (second) loads
         checked.append(dict(live))
         await anyio.to_thread.run_sync(move_ref, path, second, broken)
 

@@ -1,16 +1,16 @@
-"""Clause: of two concurrent moves of a core's live ref, exactly one wins.
+"""Clause: of two concurrent moves of a core's live revision, exactly one wins.
 
-The Host-owned ref moves with a compare-and-swap from the revision that was
-live when the promotion started. Two promotions of different revisions that
-both passed their gates race for it: one moves the ref, the other is refused
-("the live revision changed during promotion") and recorded, and the ref is
-the winner's. A competing move by another process (``git update-ref``, the
-git CLI's lock files) during the gates refuses the promotion the same way.
+The store records the live revision with a compare-and-swap from the revision
+that was live when the promotion started (``CoreStore.move_live``). Two
+promotions of different revisions that both passed their gates race for it:
+one moves it, the other is refused ("the live revision changed during
+promotion") and recorded, and the ref mirrors the winner. A competing move
+recorded by another process (its own store connection) during the gates
+refuses the promotion the same way.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import anyio
@@ -18,9 +18,8 @@ import pytest
 
 from hostkit.cores import LoadedCore
 from hostkit.errors import PromotionRefused
-from hostkit.host._config import DEFAULT_CORE_REF
 from hostkit.store import RuntimeStore
-from tests.cores_support import commit, core_registry, live_of, make_core
+from tests.cores_support import commit, core_registry, live_of, make_core, set_live
 
 pytestmark = pytest.mark.anyio
 
@@ -68,11 +67,10 @@ async def test_two_concurrent_promotions_one_wins(tmp_path: Path, store: Runtime
     assert live_of(path) == won[0]
     events = await registry.history("notes")
     assert sorted((e.action, e.revision, e.previous) for e in events) == sorted(
-        [("promote", won[0], first), ("refused", refused[0], first)]
+        [("promote", won[0], first), ("refused", refused[0], first), ("promote", first, None)]
     )
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git CLI as the competitor")
 async def test_a_move_by_another_process_during_the_gates_refuses(
     tmp_path: Path, store: RuntimeStore
 ) -> None:
@@ -82,7 +80,8 @@ async def test_a_move_by_another_process_during_the_gates_refuses(
     moved: list[str] = []
 
     async def validate(loaded: LoadedCore) -> None:
-        await anyio.run_process(["git", "-C", str(path), "update-ref", DEFAULT_CORE_REF, other])
+        # Another process's promotion: recorded through its own store connection.
+        await anyio.to_thread.run_sync(set_live, path, other)
 
     async def on_moved(core_id: str, revision: str) -> None:
         moved.append(revision)
@@ -93,5 +92,7 @@ async def test_a_move_by_another_process_during_the_gates_refuses(
     assert [gate.passed for gate in refused.value.gates][:-1] == [True, True, True, True]
     assert live_of(path) == other
     assert moved == []
-    (event,) = await registry.history("notes")
+    event, theirs, _made_live = await registry.history("notes")
     assert (event.action, event.revision, event.previous) == ("refused", candidate, first)
+    assert (theirs.action, theirs.revision, theirs.previous) == ("promote", other, first)
+    assert (await registry.status("notes")).live == other

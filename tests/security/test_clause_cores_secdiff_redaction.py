@@ -72,7 +72,12 @@ async def test_the_diff_the_stored_row_the_patch_and_the_widget_hide_every_shape
         await registry.promote("notes", actor="ops")
     assert _leaked(str(refused.value)) == []
     with sqlite3.connect(db_path) as raw:
-        rows = [row[0] for row in raw.execute("SELECT security_diff FROM core_history")]
+        rows = [
+            row[0]
+            for row in raw.execute(
+                "SELECT security_diff FROM core_history WHERE action = 'refused'"
+            )
+        ]
     assert len(rows) == 1
     assert '"servers"' in rows[0]
     assert _leaked(rows[0]) == []

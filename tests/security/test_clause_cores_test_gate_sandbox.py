@@ -66,7 +66,7 @@ async def test_a_spying_suite_sees_no_host_environment_network_or_writable_revis
     async with Host.open(core_host_config(tmp_path, {"notes": path})) as host:
         with pytest.raises(PromotionRefused) as refused:
             await host.cores.promote("notes", actor="ops")
-        (event,) = await host.cores.history("notes")
+        event, _made_live = await host.cores.history("notes")  # make_core recorded a move
     tests = {gate.gate: gate for gate in refused.value.gates}["tests"]
     assert "show the output" in tests.detail  # the suite ran, and its output was kept
     assert "HOST invisible" in tests.detail  # its own PID namespace: no Host in /proc
