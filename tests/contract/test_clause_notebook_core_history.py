@@ -138,4 +138,4 @@ async def test_a_widget_needs_a_running_loop(
 
     with pytest.raises(UserError, match="running event loop"):
         await anyio.to_thread.run_sync(build)
-    assert asyncio.get_running_loop() is widget._loop
+    assert asyncio.get_running_loop() is widget._work.loop
