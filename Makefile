@@ -94,8 +94,8 @@ test: lint $(OLDEST_SPEC) bytecode
 	HOSTKIT_REQUIRE_OLDEST_KERNEL=1 $(BIN)/python -m pytest -n 2 --dist worksteal \
 	    --ignore=tests/browser tests
 	$(BIN)/python -m pytest $(NBVAL) -n 2 --dist loadfile notebooks
-	JUPYTER_PATH='$(KERNELS)' $(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) \
-	    --nbval-kernel-name hostkit-oldest notebooks
+	JUPYTER_PATH='$(KERNELS)' $(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) -n 2 \
+	    --dist loadfile --nbval-kernel-name hostkit-oldest notebooks
 
 # Opt-in: JupyterLab on loopback, Debian's chromium driven by Playwright, a real click on
 # 02-approvals' Approve button; prints the click-to-resume latency (.hostkit-browser/). Then

@@ -55,7 +55,7 @@ core = typer.Typer(
     no_args_is_help=True,
 )
 
-CoreId = Annotated[str, typer.Argument(help="the core id (its [cores.<id>] table)")]
+CoreId = Annotated[str, typer.Argument(help="the core id (its \\[cores.<id>] table)")]
 CoreReason = Annotated[
     str | None, typer.Option(help="why (required; recorded in the core's history)")
 ]

@@ -50,6 +50,13 @@ STATUS_TIMEOUT_S = 2.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def log_format_of(choice: LogChoice | None, *, terminal: bool) -> LogFormat:
+    """An explicit ``--log-format`` wins; the default follows stderr (a terminal reads text)."""
+    if choice is None:
+        return "text" if terminal else "json"
+    return "json" if choice is LogChoice.json else "text"
+
+
 class LogChoice(StrEnum):
     """``--log-format``."""
 
@@ -78,9 +85,10 @@ def serve(
     reloads the configuration (a new generation for new turns).
     """
     terminal = _stderr_is_a_terminal()
-    chosen: LogFormat = "json" if log_format is LogChoice.json or not terminal else "text"
+    chosen = log_format_of(log_format, terminal=terminal)
+    live = chosen == "text" and terminal
     with serve_logging(chosen, console):
-        run_command(lambda: _serve(config_path(config), listen, port, live=chosen == "text"))
+        run_command(lambda: _serve(config_path(config), listen, port, live=live))
 
 
 async def _serve(config: Path | None, listen: str | None, port: int | None, *, live: bool) -> int:

@@ -16,7 +16,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from dulwich import porcelain
 from dulwich.repo import Repo
 
 from hostkit.cores._manifest import load_manifest
@@ -264,6 +263,10 @@ def init_core(path: Path, core_id: str, *, model: str = "local") -> str:
 
 
 def _first_commit(path: Path, names: list[str]) -> str:
+    # Imported here: porcelain is a tenth of a second of every hostkit process's start,
+    # and only `hostkit init` / `hostkit core init` write a first commit.
+    from dulwich import porcelain
+
     # Absolute: dulwich reads a relative path against the repository, not the cwd.
     root = path.absolute()
     with porcelain.init(str(root)) as repo:

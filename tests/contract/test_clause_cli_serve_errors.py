@@ -95,3 +95,12 @@ def test_run_command_does_not_hide_a_group_of_several_errors() -> None:
     with pytest.raises(BaseExceptionGroup) as caught:
         run_command(_group_of_two)
     assert len(caught.value.exceptions) == 2
+
+
+def test_an_explicit_log_format_wins_and_the_default_follows_stderr() -> None:
+    from hostkit.cli._serve import LogChoice, log_format_of
+
+    assert log_format_of(LogChoice.text, terminal=False) == "text"
+    assert log_format_of(LogChoice.json, terminal=True) == "json"
+    assert log_format_of(None, terminal=True) == "text"
+    assert log_format_of(None, terminal=False) == "json"
