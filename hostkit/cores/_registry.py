@@ -185,12 +185,14 @@ class CoreRegistry:
         review: str | None = None,
         accept_dependencies: bool = False,
     ) -> CoreEvent:
-        """Run the gates on ``revision``, then move the Host-owned ref to it (compare-and-swap).
+        """Run the gates on ``revision``, then make it the live revision.
 
-        Returns the recorded ``promote`` event. A failing gate, a missing or
-        stale review token, or another move of the ref meanwhile records a
+        The move is recorded in the store (a compare-and-swap on the live
+        revision, with its history row), then mirrored to the core's ref and
+        applied. Returns the recorded ``promote`` event. A failing gate, a
+        missing or stale review token, or another move meanwhile records a
         ``refused`` event and raises ``PromotionRefused`` (``gates``, and
-        ``review``: the token this change needs); the ref does not move.
+        ``review``: the token this change needs); nothing moves.
         """
         location, repo = await self._open(core_id)
         target = await _resolve(repo, revision)
