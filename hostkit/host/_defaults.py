@@ -7,8 +7,10 @@ families (runtime-composition step 7): the seams below only know the protocols.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import AsyncResource
@@ -42,6 +44,10 @@ from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
 from hostkit.types import AttachmentSupport, ModelLimits, ModelRequest
 
+if TYPE_CHECKING:
+    from hostkit.adapters.anthropic_messages import AnthropicProvider
+    from hostkit.adapters.openai_chat import OpenAIChatProvider
+
 __all__ = [
     "ConfiguredChannels",
     "DefaultCapabilities",
@@ -53,6 +59,22 @@ __all__ = [
 
 
 _DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+_SDK_ADAPTERS = {
+    "openai": ("hostkit.adapters.openai_chat", "OpenAIChatProvider"),
+    "anthropic": ("hostkit.adapters.anthropic_messages", "AnthropicProvider"),
+}
+
+
+async def _sdk_adapter(kind: str) -> type[OpenAIChatProvider | AnthropicProvider]:
+    """The adapter class of one SDK provider kind, imported off the event loop.
+
+    Only the kind that is configured is imported: a vendor SDK takes about a
+    second to import, which would otherwise stall every turn on the loop.
+    """
+    module, name = _SDK_ADAPTERS[kind]
+    loaded = await anyio.to_thread.run_sync(importlib.import_module, module)
+    adapter: type[OpenAIChatProvider | AnthropicProvider] = getattr(loaded, name)
+    return adapter
 
 
 def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
@@ -145,12 +167,7 @@ class DefaultProviderSource(AsyncResource):
                 attachments=AttachmentSupport(config.attachments or ()),
             )
         if config.kind in ("openai", "anthropic"):
-            from hostkit.adapters.anthropic_messages import AnthropicProvider
-            from hostkit.adapters.openai_chat import OpenAIChatProvider
-
-            sdk_provider: type[OpenAIChatProvider | AnthropicProvider] = (
-                OpenAIChatProvider if config.kind == "openai" else AnthropicProvider
-            )
+            sdk_provider = await _sdk_adapter(config.kind)
             # Both SDK adapters are async context managers: the exit stack closes them.
             return await self._resources.enter_async_context(
                 sdk_provider(
