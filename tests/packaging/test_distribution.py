@@ -10,16 +10,13 @@ adapter against a loopback server, a console trace.
 
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import time
-import tomllib
 from pathlib import Path
 
 import anyio
 import pytest
 
-import hostkit
 from hostkit.builtins.process import probe_bubblewrap
 from tests.packaging._build import (
     SDIST_TOP_LEVEL,
@@ -58,15 +55,6 @@ def anyio_backend() -> str:
 async def dists(tmp_path_factory: pytest.TempPathFactory) -> Distributions:
     # Built once for the module, outside the checkout.
     return await build_distributions(CHECKOUT, tmp_path_factory.mktemp("dist"))
-
-
-def test_the_version_is_written_once() -> None:
-    pyproject = tomllib.loads((CHECKOUT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "version" not in pyproject["project"]
-    assert pyproject["project"]["dynamic"] == ["version"]
-    assert pyproject["tool"]["hatch"]["version"]["path"] == "hostkit/_version.py"
-    assert hostkit.__version__ == read_version(CHECKOUT)
-    assert importlib.metadata.version("hostkit") == hostkit.__version__
 
 
 async def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(
