@@ -7,13 +7,13 @@ library: a bad option or a missing piece is a ``ConfigError`` naming it.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import IO
 
+from hostkit._extras import require_extra
 from hostkit.errors import ConfigError
 
 __all__ = [
@@ -57,9 +57,9 @@ def check_options(
 
 
 def check_wheel() -> None:
-    # find_spec only locates the package; importing it would load a 100 MB native library.
-    if importlib.util.find_spec("xllamacpp") is None:
-        raise ConfigError("the xllamacpp wheel is not installed; install hostkit[local]")
+    """Raise ``MissingDependency`` unless the ``local`` extra is installed (nothing imported:
+    the xllamacpp wheel's native library alone is 100 MB)."""
+    require_extra("local", feature="the embedded local model (LocalModel)")
 
 
 def resolve_model_path(model_path: Path | None) -> Path:
