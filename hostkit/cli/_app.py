@@ -65,8 +65,8 @@ app.command()(extras)
 
 @app.callback()
 def _options(version: VersionOption = False) -> None:
-    # Options of ``hostkit`` itself; --version is eager and exits before any command.
-    return
+    """Options of ``hostkit`` itself: ``--version`` is eager and exits before any command."""
+
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

@@ -76,7 +76,7 @@ def extras(json_: JsonOption = False) -> None:
         table.add_row(
             Text(status.extra),
             Text("yes" if status.installed else "no"),
-            Text(", ".join(status.missing)),
+            Text("\n".join(status.missing)),
             Text("" if status.installed else status.install),
         )
     Console().print(table)
