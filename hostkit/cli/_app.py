@@ -1,5 +1,5 @@
 """The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
-mcp, inbox, delivery, core, serve, demo."""
+mcp, inbox, delivery, core, model, serve, demo."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
+from hostkit.cli._model import model
 from hostkit.cli._render import sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
@@ -59,6 +60,7 @@ app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
 app.add_typer(delivery, name="delivery")
 app.add_typer(core, name="core")
+app.add_typer(model, name="model")
 app.command()(serve)
 app.command()(extras)
 

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from hostkit.cli._approver import PROMPT, ConsoleApprover, render_request
 from hostkit.cli._common import open_host
+from hostkit.cli._model import prefetch_model
 from hostkit.cli._render import print_result
 from hostkit.cli._turn import stream_turn
 from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
@@ -154,6 +155,8 @@ async def run_demo(
             else ("the embedded local model (llama.cpp, SmolLM2-135M, no network)")
         )
         console.rule(f"3. a real model: {label}")
+        if real.kind == "local":
+            await prefetch_model()
         console.print(f"[bold]you[/]: {LOCAL_QUESTION}", highlight=False)
         second = await stream_turn(
             host, LOCAL_QUESTION, agent="assistant", conversation="demo-real"

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hostkit import __version__
 from hostkit._extras import EXTRAS, install_command, missing_packages
+from hostkit._version import __version__
 from hostkit.cli._common import JsonOption, print_json
 
 __all__ = ["ExtraStatus", "VersionOption", "extra_statuses", "extras", "show_version"]
