@@ -1,6 +1,6 @@
 """Issue 19, "every extra is self-sufficient", in real processes: the CLI refuses a configured
 feature whose package is missing with one line and exit status 2 before any turn, ``--version``
-and ``hostkit extras`` answer, and no module outside the extras' own imports an extra.
+(in-process) and ``hostkit extras`` answer, and no module outside the extras' own imports an extra.
 
 A package is made missing in the child with ``sys.modules[name] = None`` before hostkit is
 imported: ``find_spec`` then answers None and an import raises, as if it were not installed.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
 import hostkit
 from hostkit._extras import EXTRAS
-
-pytestmark = pytest.mark.anyio
+from hostkit.cli import app
 
 # The child: block the modules, then run the CLI as the `hostkit` script would.
 BLOCKED_CLI = """
@@ -82,6 +82,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.anyio
 async def test_hostkit_demo_without_openai_is_one_line_naming_the_local_extra(
     tmp_path: Path,
 ) -> None:
@@ -97,6 +98,7 @@ async def test_hostkit_demo_without_openai_is_one_line_naming_the_local_extra(
     assert await anyio.to_thread.run_sync(count_turns, database) == 0
 
 
+@pytest.mark.anyio
 async def test_hostkit_run_with_an_openai_provider_without_openai_admits_nothing(
     tmp_path: Path,
 ) -> None:
@@ -113,15 +115,14 @@ async def test_hostkit_run_with_an_openai_provider_without_openai_admits_nothing
     assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
 
 
-async def test_hostkit_version_prints_the_package_version_first(tmp_path: Path) -> None:
-    code, out, err = await python(
-        "import sys; sys.argv = ['hostkit', '--version']; from hostkit.cli import main; main()",
-        cwd=tmp_path,
-    )
-    assert code == 0, err
-    assert out.splitlines()[0] == f"hostkit {hostkit.__version__}"
+def test_hostkit_version_prints_the_package_version_first() -> None:
+    # In-process (the option's wiring); tests/packaging runs the installed script itself.
+    result = CliRunner().invoke(app, ["--version", "extras"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"hostkit {hostkit.__version__}\n"  # eager: no command ran
 
 
+@pytest.mark.anyio
 async def test_hostkit_extras_reports_what_is_missing_and_the_command(tmp_path: Path) -> None:
     code, out, err = await hostkit_without(["xllamacpp", "gguf"], "extras", "--json", cwd=tmp_path)
     assert code == 0, err
@@ -138,6 +139,7 @@ async def test_hostkit_extras_reports_what_is_missing_and_the_command(tmp_path: 
     )
 
 
+@pytest.mark.anyio
 async def test_no_module_but_the_extras_own_imports_an_extra(tmp_path: Path) -> None:
     # Every extra's modules, as a base install lacks them; opentelemetry-api is not among
     # them: mcp (a core dependency) brings it, so only the otel SDK and exporter are missing.
