@@ -20,7 +20,7 @@ from tests.wire import anthropic_messages as wire_anthropic
 from tests.wire import openai_chat as wire_openai
 from tests.wire.scenario import Answer
 
-__all__ = ["EXTRAS", "Probe", "ProbeSite", "check_installed"]
+__all__ = ["EXTRAS", "Probe", "ProbeSite", "check_installed", "refuse_without_extras"]
 
 # Each command may first compile what it imports (a fresh environment has no bytecode).
 COMMAND_DEADLINE_S = 120.0
@@ -62,6 +62,18 @@ async def check_installed(venv: Venv, workdir: Path, site: ProbeSite) -> None:
     first = shown.stdout.splitlines()[0] if shown.stdout else ""
     assert shown.returncode == 0, shown.explain()
     assert first == f"hostkit {site.version}", shown.explain()
+
+
+async def refuse_without_extras(venv: Venv, workdir: Path, site: ProbeSite) -> None:
+    """Without the ``local`` extra, ``hostkit demo`` names the install in one line before any
+    turn runs (the failure issue 19 was filed for)."""
+    ran = await venv.run("hostkit", "demo", cwd=workdir, deadline_s=COMMAND_DEADLINE_S)
+    assert ran.returncode == 2, ran.explain()
+    assert ran.stdout == "", ran.explain()
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.explain()
+    assert "'xllamacpp'" in lines[0], ran.explain()
+    assert lines[0].endswith('pip install "hostkit[local]"'), ran.explain()
 
 
 async def _local(venv: Venv, workdir: Path, site: ProbeSite) -> None:
