@@ -21,14 +21,16 @@ from uv import find_uv_bin
 __all__ = ["Ran", "Venv", "create_venv"]
 
 INSTALL_DEADLINE_S = 180.0
-# Variables a user's shell has that a run may need: where home and temp are, the model
-# cache, proxies and certificates, an index uv is configured to use.
+# Variables a user's shell has that a run may need: where home and temp are, where the model
+# cache is (the one `make install` filled: the GGUF is fetched once per machine, not per
+# run), proxies and certificates, an index uv is configured to use.
 _PASSED = (
     "HOME",
     "LANG",
     "LC_ALL",
     "TMPDIR",
     "HOSTKIT_MODEL_CACHE",
+    "XDG_CACHE_HOME",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "NO_PROXY",
