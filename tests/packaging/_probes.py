@@ -20,7 +20,7 @@ from tests.wire import anthropic_messages as wire_anthropic
 from tests.wire import openai_chat as wire_openai
 from tests.wire.scenario import Answer
 
-__all__ = ["EXTRAS", "Probe", "ProbeSite", "check_installed", "refuse_without_extras"]
+__all__ = ["EXTRAS", "Probe", "ProbeSite", "check_installed"]
 
 # Each command may first compile what it imports (a fresh environment has no bytecode).
 COMMAND_DEADLINE_S = 120.0
@@ -64,10 +64,12 @@ async def check_installed(venv: Venv, workdir: Path, site: ProbeSite) -> None:
     assert first == f"hostkit {site.version}", shown.explain()
 
 
-async def refuse_without_extras(venv: Venv, workdir: Path, site: ProbeSite) -> None:
+async def _refuse_without_local(venv: Venv, workdir: Path) -> None:
     """Without the ``local`` extra, ``hostkit demo`` names the install in one line before any
     turn runs (the failure issue 19 was filed for)."""
-    ran = await venv.run("hostkit", "demo", cwd=workdir, deadline_s=COMMAND_DEADLINE_S)
+    empty = workdir / "demo-without-local"
+    await anyio.Path(empty).mkdir()
+    ran = await venv.run("hostkit", "demo", cwd=empty, deadline_s=COMMAND_DEADLINE_S)
     assert ran.returncode == 2, ran.explain()
     assert ran.stdout == "", ran.explain()
     lines = ran.stderr.strip().splitlines()
@@ -154,7 +156,8 @@ async def _anthropic(venv: Venv, workdir: Path, site: ProbeSite) -> None:
 
 
 async def _otel(venv: Venv, workdir: Path, site: ProbeSite) -> None:
-    """A scripted turn traced to the console: the agent span arrives on stderr."""
+    """A scripted turn traced to the console: the agent span arrives on stderr. This
+    environment lacks the ``local`` extra, so the demo must refuse in one line."""
     config = (
         '[host]\ndatabase = "state/hostkit.db"\n\n[host.telemetry]\ntraces = "console"\n\n'
         f'[providers.scripted]\nkind = "scripted"\nscript = [{{ reply = "{ANSWER}" }}]\n\n'
@@ -166,6 +169,7 @@ async def _otel(venv: Venv, workdir: Path, site: ProbeSite) -> None:
     assert ANSWER in ran.stdout, ran.explain()
     assert '"name": "invoke_agent assistant"' in ran.stderr, ran.explain()
     assert '"service.name": "hostkit"' in ran.stderr, ran.explain()
+    await _refuse_without_local(venv, workdir)
 
 
 EXTRAS: dict[str, Probe] = {

@@ -104,9 +104,16 @@ class Venv:
         return Ran(tuple(argv), done.returncode, done.stdout.decode(), done.stderr.decode())
 
     async def install(self, requirements: Sequence[str]) -> None:
-        """``uv pip install`` into this environment; raise with uv's output when it fails."""
+        """``uv pip install`` into this environment; raise with uv's output when it fails.
+
+        From uv's cache alone first (half a second, no index requests); only when the
+        cache lacks something (a new machine, a new pin) does uv ask the index.
+        """
         argv = [find_uv_bin(), "pip", "install", "--quiet", "--python", str(self.python)]
-        await _uv([*argv, *requirements], cwd=self.root.parent)
+        try:
+            await _uv([*argv, "--offline", *requirements], cwd=self.root.parent)
+        except AssertionError:
+            await _uv([*argv, *requirements], cwd=self.root.parent)
 
 
 async def create_venv(root: Path, *, checkout: Path) -> Venv:
