@@ -39,9 +39,9 @@ bubblewrap:
 	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed'; \
 	  fi; }
 
-# Reinstall only when the dependency declaration (or a pin here) changes; the package itself
-# is editable.
-$(STAMP): pyproject.toml Makefile
+# Reinstall only when the dependency declaration (or a pin here) or the version changes; the
+# package itself is editable, but its metadata (importlib.metadata.version) is written at install.
+$(STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP) --upgrade pip
 	$(BIN)/$(PIP) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
@@ -54,7 +54,7 @@ kernel-oldest: $(OLDEST_SPEC)
 # model speaks through the openai adapter), the oldest ipykernel, the MCP server 08-mcp
 # starts, and the model file the notebooks' local-model cells serve (its own hostkit fetches
 # it into the per-user cache the dev venv shares; nothing is fetched when it is there).
-$(OLDEST_STAMP): pyproject.toml Makefile
+$(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
 	$(OLDEST_VENV)/bin/hostkit model pull

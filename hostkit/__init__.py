@@ -16,6 +16,7 @@ for itself (the store, the authority resolver, scopes, turn contexts) lives
 in its own package (``hostkit.store``, ``hostkit.authority``, ``hostkit.types``).
 """
 
+from hostkit._version import __version__
 from hostkit.adapters.scripted import CallTools, Fail, Reply, ScriptedModel
 from hostkit.effects import (
     ApprovalDecision,
@@ -39,6 +40,7 @@ from hostkit.errors import (
     InvalidValue,
     LeaseLost,
     MigrationError,
+    MissingDependency,
     NotFoundOrUnauthorized,
     PolicyRefusal,
     PollError,
@@ -87,8 +89,6 @@ from hostkit.types import (
     Usage,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
     "Agent",
     "ApprovalClosed",
@@ -117,6 +117,7 @@ __all__ = [
     "LeaseLost",
     "MemorySource",
     "MigrationError",
+    "MissingDependency",
     "ModelLimits",
     "ModelMessage",
     "ModelProvider",

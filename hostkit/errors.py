@@ -7,6 +7,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     HostkitError
     ├── UserError                  misuse by the caller; fix the call, do not retry
     │   ├── ConfigError            a bad configuration value (names the key)
+    │   │   ├── MissingDependency  a feature's optional package is missing (names the extra)
     │   │   ├── EffectCollision    (hostkit.effects) two tools, one name: names both sources
     │   │   └── ToolChanged        (hostkit.effects) a tool module changed since discovery
     │   ├── InvalidValue           a contract value failed validation
@@ -42,6 +43,7 @@ branch on one flag whatever the concrete error is.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "InvalidValue",
     "LeaseLost",
     "MigrationError",
+    "MissingDependency",
     "NotFoundOrUnauthorized",
     "PolicyRefusal",
     "PollError",
@@ -168,6 +171,41 @@ class ConfigError(UserError):
     def __init__(self, message: str, *, key: str | None = None) -> None:
         self.key = key
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class MissingDependency(ConfigError, ImportError):
+    """A configured or imported feature needs an optional package that is not installed.
+
+    ``extra`` is the hostkit extra that installs it (``pip install "hostkit[<extra>]"``,
+    which the one-line message ends with), ``packages`` the missing distributions
+    (``package`` the first). Raised at configuration time (``Host.open``, a reload,
+    ``import hostkit.notebook``), never as a failed turn. A ``ConfigError``, so
+    every front end prints it as one (exit status 2 in the CLI); also an
+    ``ImportError``, so code that guards an optional import with ``except
+    ImportError`` keeps working when the import is ``hostkit.notebook``.
+    """
+
+    # The feature is quoted from configuration (a provider name): bounded, so the fix
+    # at the end of the message always survives the message limit.
+    feature_limit = 200
+
+    def __init__(
+        self, feature: str, *, extra: str, packages: Sequence[str], key: str | None = None
+    ) -> None:
+        self.extra = extra
+        self.packages = tuple(packages)
+        self.package = self.packages[0]
+        names = ", ".join(repr(name) for name in self.packages)
+        which = (
+            "the package {}, which is" if len(self.packages) == 1 else "the packages {}, which are"
+        )
+        # The feature names the setting in words; ConfigError's "key: " prefix would repeat it.
+        UserError.__init__(
+            self,
+            f"{bounded(feature, self.feature_limit)} needs {which.format(names)} not installed: "
+            f'pip install "hostkit[{extra}]"',
+        )
+        self.key = key
 
 
 class InvalidValue(UserError):

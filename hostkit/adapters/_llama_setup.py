@@ -6,12 +6,12 @@ library: a bad option or a missing piece is a ``ConfigError`` naming it.
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import os
 import re
 from typing import IO
 
+from hostkit._extras import require_extra
 from hostkit.adapters._model_source import (
     MODEL_DISTRIBUTION,
     packaged_model_path,
@@ -59,9 +59,9 @@ def check_options(
 
 
 def check_wheel() -> None:
-    # find_spec only locates the package; importing it would load a 100 MB native library.
-    if importlib.util.find_spec("xllamacpp") is None:
-        raise ConfigError("the xllamacpp wheel is not installed; install hostkit[local]")
+    """Raise ``MissingDependency`` unless the ``local`` extra is installed (nothing imported:
+    the xllamacpp wheel's native library alone is 100 MB)."""
+    require_extra("local", feature="the embedded local model (LocalModel)")
 
 
 def read_tail(log: IO[bytes]) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from hostkit._extras import missing_dependency
 from hostkit.context import (
     DEFAULT_CACHE_CHARS,
     DEFAULT_CACHE_ENTRIES,
@@ -150,9 +151,8 @@ def _read_metadata(path: Path) -> dict[str, Any]:
     try:
         from gguf import GGUFReader
     except ImportError as exc:
-        raise ConfigError(
-            "reading a GGUF tokenizer needs the gguf package; install hostkit[local]",
-            key="model_path",
+        raise missing_dependency(
+            "local", exc, feature="reading a GGUF tokenizer", key="model_path"
         ) from exc
     if not path.is_file():
         raise ConfigError(f"no model file at {path}", key="model_path")
@@ -185,9 +185,8 @@ def _build_tokenizer(metadata: dict[str, Any]) -> Any:
     try:
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     except ImportError as exc:
-        raise ConfigError(
-            "a GGUF tokenizer needs the tokenizers package; install hostkit[local]",
-            key="model_path",
+        raise missing_dependency(
+            "local", exc, feature="a GGUF tokenizer", key="model_path"
         ) from exc
     model = metadata.get("tokenizer.ggml.model")
     if model != "gpt2":

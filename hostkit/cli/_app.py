@@ -34,6 +34,7 @@ from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
 from hostkit.cli._demo import demo_approver, run_demo
 from hostkit.cli._effects import effects
+from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
@@ -61,6 +62,13 @@ app.add_typer(delivery, name="delivery")
 app.add_typer(core, name="core")
 app.add_typer(model, name="model")
 app.command()(serve)
+app.command()(extras)
+
+
+@app.callback()
+def _options(version: VersionOption = False) -> None:
+    """Options of ``hostkit`` itself: ``--version`` is eager and exits before any command."""
+
 
 STARTER = """\
 # hostkit configuration. Relative paths are relative to this file.

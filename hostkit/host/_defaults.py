@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import AsyncResource
 
+from hostkit._extras import missing_dependency, require_extra
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptStep
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
@@ -55,10 +56,13 @@ __all__ = [
     "DefaultProviderSource",
     "DefaultToolSource",
     "NoChannels",
+    "check_provider_extras",
 ]
 
 
 _DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+# The extra each provider kind's adapter needs (hostkit._extras); scripted needs none.
+_PROVIDER_EXTRAS = {"openai": "openai", "anthropic": "anthropic", "local": "local"}
 _SDK_ADAPTERS = {
     "openai": ("hostkit.adapters.openai_chat", "OpenAIChatProvider"),
     "anthropic": ("hostkit.adapters.anthropic_messages", "AnthropicProvider"),
@@ -75,6 +79,26 @@ async def _sdk_adapter(kind: str) -> type[OpenAIChatProvider | AnthropicProvider
     loaded = await anyio.to_thread.run_sync(importlib.import_module, module)
     adapter: type[OpenAIChatProvider | AnthropicProvider] = getattr(loaded, name)
     return adapter
+
+
+def _provider_feature(name: str, config: ProviderConfig) -> str:
+    return f"provider {name!r} (kind {config.kind})"
+
+
+def check_provider_extras(config: HostConfig) -> None:
+    """Every configured provider's extra is installed, else ``MissingDependency``.
+
+    The Host runs it (in a worker thread: ``find_spec`` reads the file
+    system) before it builds the default sources of a configuration, at open
+    and at every apply: a provider whose package is missing refuses the
+    configuration with one line, instead of each of its agent's turns.
+    """
+    for name, provider in sorted(config.providers.items()):
+        extra = _PROVIDER_EXTRAS.get(provider.kind)
+        if extra is not None:
+            require_extra(
+                extra, feature=_provider_feature(name, provider), key=f"providers.{name}.kind"
+            )
 
 
 def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
@@ -167,7 +191,17 @@ class DefaultProviderSource(AsyncResource):
                 attachments=AttachmentSupport(config.attachments or ()),
             )
         if config.kind in ("openai", "anthropic"):
-            sdk_provider = await _sdk_adapter(config.kind)
+            try:
+                sdk_provider = await _sdk_adapter(config.kind)
+            except ImportError as exc:
+                # Sources built without the Host's check (an embedder's from_config), or
+                # a package that is there but does not import: still one line, the fix.
+                raise missing_dependency(
+                    config.kind,
+                    exc,
+                    feature=_provider_feature(name, config),
+                    key=f"providers.{name}.kind",
+                ) from exc
             # Both SDK adapters are async context managers: the exit stack closes them.
             return await self._resources.enter_async_context(
                 sdk_provider(
@@ -383,7 +417,12 @@ class DefaultCapabilities:
         observer: Observer | None = None,
         env: Mapping[str, str] | None = None,
     ) -> RuntimeCapabilities:
-        """``env`` (default: the process environment) holds the channels' secrets."""
+        """``env`` (default: the process environment) holds the channels' secrets.
+
+        The Host calls ``check_provider_extras(config)`` first (off the event
+        loop); without it, a provider whose package is missing is refused when
+        its first turn builds it, with the same ``MissingDependency`` line.
+        """
         channels = ConfiguredChannels(config, os.environ if env is None else env)
         return RuntimeCapabilities(
             providers=DefaultProviderSource(config),

@@ -46,7 +46,7 @@ from hostkit.host._cores import (
     core_locations,
     unavailable_reasons,
 )
-from hostkit.host._defaults import DefaultCapabilities
+from hostkit.host._defaults import DefaultCapabilities, check_provider_extras
 from hostkit.host._generation import Generation
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
 from hostkit.host._reload import (
@@ -294,6 +294,10 @@ class Host(AsyncResource):
             # Each Agent Core at its live revision; one that is not available is a warning.
             composed, cores, core_warnings = await compose_cores(declared, store.cores)
             resolved, instances = compose_agents(composed, agents)
+            if capabilities is None:
+                # The default sources import each provider kind's package: one missing is
+                # refused here, before any turn, not as each of its agent's turns failing.
+                await anyio.to_thread.run_sync(check_provider_extras, resolved)
             warnings = (*await _prepare_workspaces(resolved), *core_warnings)
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -447,6 +451,11 @@ class Host(AsyncResource):
         if self._closed:
             # aclose ran meanwhile and closes the generations it finds: install nothing.
             await self._refuse_closed(capabilities)
+        if capabilities is None and self._supplied is None:
+            # As at open: nothing is applied when a provider's package is missing.
+            await anyio.to_thread.run_sync(check_provider_extras, config)
+            if self._closing():
+                await self._refuse_closed(capabilities)
         if capabilities is not None:
             self._supplied = capabilities
         caps = with_agents(

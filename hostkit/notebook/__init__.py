@@ -11,7 +11,16 @@ await nb.core_history("notes")        # an Agent Core: revisions, promotions and
 served = await nb.serve(port=0)       # hostkit serve on the kernel's loop; a live status widget
 await nb.stop_serving()               # drain and stop it
 ```
+
+Importing it without the notebook extra raises ``hostkit.MissingDependency``
+(also an ``ImportError``) naming the package and ``pip install "hostkit[notebook]"``,
+before any widget module is imported.
 """
+
+# ruff: noqa: E402  (the widget modules are imported after the extra's check)
+from hostkit._extras import require_extra
+
+require_extra("notebook", feature="hostkit.notebook")
 
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.notebook._browser import SessionBrowser

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hostkit.telemetry._setup import EXTRA_HINT, Tracing, open_tracing
+from hostkit._extras import missing_dependency
+from hostkit.telemetry._setup import Tracing, open_tracing
 
 if TYPE_CHECKING:
     from hostkit.telemetry._observer import TracingObserver
 
-__all__ = ["EXTRA_HINT", "Tracing", "TracingObserver", "open_tracing"]
+__all__ = ["Tracing", "TracingObserver", "open_tracing"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,6 +25,9 @@ def __getattr__(name: str) -> Any:
         try:
             from hostkit.telemetry._observer import TracingObserver
         except ImportError as exc:
-            raise ImportError(EXTRA_HINT) from exc
+            # A MissingDependency is an ImportError too: ``except ImportError`` still works.
+            raise missing_dependency(
+                "otel", exc, feature="hostkit.telemetry.TracingObserver"
+            ) from exc
         return TracingObserver
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

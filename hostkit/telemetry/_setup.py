@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 from anyio.abc import AsyncResource
 
-from hostkit.errors import ConfigError
+from hostkit._extras import missing_dependency, require_extra
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
     from hostkit.telemetry._observer import TracingObserver
 
-__all__ = ["EXTRA_HINT", "Tracing", "open_tracing"]
+__all__ = ["Tracing", "open_tracing"]
 
 _log = logging.getLogger("hostkit.telemetry")
-EXTRA_HINT = "tracing needs the otel extra: pip install 'hostkit[otel]'"
 # Per export request, and for the flush at Host close (which waits for nothing longer).
 _EXPORT_TIMEOUT_S = 5.0
 _SHUTDOWN_TIMEOUT_S = 10.0
 _TRACES_PATH = "/v1/traces"
+_KEY = "host.telemetry.traces"
 
 Traces = Literal["none", "console", "otlp"]
 
@@ -62,11 +62,14 @@ def open_tracing(
 ) -> Tracing | None:
     """The tracing ``[host.telemetry]`` asks for; None when ``traces = "none"``.
 
-    Raises ``ConfigError`` naming ``pip install 'hostkit[otel]'`` when tracing
-    is on and the OpenTelemetry SDK is not installed.
+    Raises ``MissingDependency`` (a ``ConfigError``) naming the package and
+    ``pip install "hostkit[otel]"`` when tracing is on and the otel extra is not
+    installed. Blocking (it looks for and imports the SDK): run it off the loop.
     """
     if traces == "none":
         return None
+    feature = f'[host.telemetry] traces = "{traces}"'
+    require_extra("otel", feature=feature, key=_KEY)
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -75,8 +78,8 @@ def open_tracing(
         from hostkit.telemetry._observer import TracingObserver
 
         exporter = _exporter(traces, endpoint)
-    except ImportError:
-        raise ConfigError(EXTRA_HINT, key="host.telemetry.traces") from None
+    except ImportError as exc:
+        raise missing_dependency("otel", exc, feature=feature, key=_KEY) from exc
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(
         BatchSpanProcessor(exporter, export_timeout_millis=_EXPORT_TIMEOUT_S * 1000)

@@ -1,0 +1,1 @@
+"""The packaging check: hostkit as a user gets it, a wheel installed outside the checkout."""
