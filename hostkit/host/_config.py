@@ -102,11 +102,16 @@ class ProviderConfig(_Strict):
     timeout_s: float = Field(default=60.0, gt=0)
     script: list[ScriptStepConfig] = Field(default_factory=list)
     attachments: list[MediaType] | None = None
+    # kind = "local" only: a GGUF file to serve instead of the embedded SmolLM2 (relative to
+    # the configuration's folder); unset, the cached or fetched default (docs/providers.md).
+    model_path: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @pydantic.model_validator(mode="after")
     def _local_reads_text(self) -> ProviderConfig:
         if self.kind == "local" and self.attachments:
             raise ValueError("the local model reads text only: it takes no attachments")
+        if self.kind != "local" and self.model_path is not None:
+            raise ValueError('model_path is for kind = "local" only')
         return self
 
 

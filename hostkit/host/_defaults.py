@@ -219,7 +219,12 @@ class DefaultProviderSource(AsyncResource):
         from hostkit.adapters.local_llama import LocalModel
 
         local = await self._resources.enter_async_context(
-            LocalModel.start(context_window=config.context_window or 2048)
+            LocalModel.start(
+                context_window=config.context_window or 2048,
+                model_path=None
+                if config.model_path is None
+                else self._config.resolve(config.model_path),
+            )
         )
         # The embedded model's exact tokenizer, for the ContextManager's budgets.
         self.estimators.append(await local.estimator())

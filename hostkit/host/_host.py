@@ -272,6 +272,10 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
     ) -> Host:
         declared = await _resolve_config(config)
+        if capabilities is None:
+            # The configured providers' packages, before the database is created or
+            # migrated; the Python agents' shorthand providers are checked once composed.
+            await anyio.to_thread.run_sync(check_provider_extras, declared)
         # Composing never changes [host]: its telemetry is the declared one.
         telemetry = declared.host.telemetry
         # Before anything is created: tracing asked for without the otel extra is refused.

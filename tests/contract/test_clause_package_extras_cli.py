@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 import hostkit
 from hostkit._extras import EXTRAS
 from hostkit.cli import app
+from hostkit.store import RuntimeStore
 
 # The child: block the modules, then run the CLI as the `hostkit` script would.
 BLOCKED_CLI = """
@@ -94,8 +95,8 @@ async def test_hostkit_demo_without_openai_is_one_line_naming_the_local_extra(
         'installed: pip install "hostkit[local]"'
     ]
     assert out == ""  # not even the first scripted turn ran
-    database = tmp_path / ".hostkit-demo" / "hostkit.db"
-    assert await anyio.to_thread.run_sync(count_turns, database) == 0
+    # Refused before the database is created, like tracing without the otel extra.
+    assert not await anyio.Path(tmp_path / ".hostkit-demo" / "hostkit.db").exists()
 
 
 @pytest.mark.anyio
@@ -106,6 +107,9 @@ async def test_hostkit_run_with_an_openai_provider_without_openai_admits_nothing
         '[providers.cloud]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n\n'
         '[agents.assistant]\nprovider = "cloud"\n'
     )
+    # A database that already exists (the Host ran before the package went missing).
+    async with await RuntimeStore.open(tmp_path / "hostkit.db"):
+        pass
     code, _, err = await hostkit_without(["openai"], "run", "hello", cwd=tmp_path)
     assert code == 2, err
     assert error_lines(err) == [

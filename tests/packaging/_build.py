@@ -31,7 +31,16 @@ BUILD_DEADLINE_S = 120.0
 # What an sdist holds at its top level: what builds the wheel, what a reader of the source
 # needs (docs, the notebooks), and what the backend always writes (PKG-INFO, .gitignore).
 SDIST_TOP_LEVEL = frozenset(
-    {"hostkit", "docs", "notebooks", "README.md", "pyproject.toml", "PKG-INFO", ".gitignore"}
+    {
+        "hostkit",
+        "docs",
+        "notebooks",
+        "README.md",
+        "LICENSE",
+        "pyproject.toml",
+        "PKG-INFO",
+        ".gitignore",
+    }
 )
 _VERSION = re.compile(r'^__version__ = "([^"]+)"$', re.MULTILINE)
 

@@ -78,6 +78,8 @@ async def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(
     for extra in EXTRAS:
         assert f"\nProvides-Extra: {extra}\n" in metadata
     assert "hostkit = hostkit.cli:main" in files[f"{info}/entry_points.txt"].decode()
+    # The license travels with the package (pyproject: Apache-2.0).
+    assert files[f"{info}/licenses/LICENSE"] == (CHECKOUT / "LICENSE").read_bytes()
 
 
 async def test_the_sdist_holds_what_builds_and_documents_hostkit_and_no_tests(
@@ -91,6 +93,7 @@ async def test_the_sdist_holds_what_builds_and_documents_hostkit_and_no_tests(
     notebooks = {path.name for path in (CHECKOUT / "notebooks").glob("*.ipynb")}
     assert {f"notebooks/{name}" for name in notebooks} <= set(files)
     assert "notebooks/sanitize.cfg" in files
+    assert "LICENSE" in files
     docs = {f"docs/{path.name}" for path in (CHECKOUT / "docs").glob("*.md")}
     assert docs <= {name for name in files if name.startswith("docs/")}
     for forbidden in ("tests/", "bench/", ".venv", ".hostkit", "__pycache__", ".ipynb_checkpoints"):
