@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from hostkit._extras import missing_dependency
+from hostkit.adapters._gguf_fields import cached_fields
 from hostkit.context import (
     DEFAULT_CACHE_CHARS,
     DEFAULT_CACHE_ENTRIES,
@@ -89,11 +90,13 @@ async def load_gguf_tokenizer(
     """Read ``path``'s tokenizer metadata in a worker thread and return its exact estimator.
 
     ``estimator_id`` defaults to ``gguf_estimator_id(path)``. Reading is
-    blocking file I/O (about two seconds for SmolLM2's 49k-token vocabulary),
-    so callers cache the result. Raises ``ConfigError`` (key ``model_path``)
-    when the file is missing or not a readable GGUF, lacks tokenizer
-    metadata, or uses a tokenizer this module cannot reproduce, and when
-    ``gguf`` or ``tokenizers`` (hostkit[local]) is not installed.
+    blocking file I/O (about six seconds of CPU for SmolLM2's 49k-token
+    vocabulary the first time; the fields are then cached per user, keyed by
+    the file's identity, see ``_gguf_fields``), so callers cache the result.
+    Raises ``ConfigError`` (key ``model_path``) when the file is missing or
+    not a readable GGUF, lacks tokenizer metadata, or uses a tokenizer this
+    module cannot reproduce, and when ``gguf`` or ``tokenizers``
+    (hostkit[local]) is not installed.
     """
     return await anyio.to_thread.run_sync(
         lambda: build_gguf_estimator(
@@ -113,7 +116,7 @@ def build_gguf_estimator(
     cache_chars: int = DEFAULT_CACHE_CHARS,
 ) -> TokenizerEstimator:
     """The blocking core of ``load_gguf_tokenizer``; never call it on the event loop."""
-    metadata = _read_metadata(path)
+    metadata = cached_fields(path, _read_metadata)
     tokenizer = _build_tokenizer(metadata)
 
     def count(text: str) -> int:
