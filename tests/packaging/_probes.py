@@ -7,6 +7,7 @@ talk to loopback wire servers the test runs (real HTTP, the real SDK).
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ DEMO_DEADLINE_S = 240.0
 API_KEY_ENV = "HOSTKIT_PACKAGING_KEY"
 API_KEY = "sk-packaging-check"
 ANSWER = "Installed from the wheel."
-NOTEBOOK = "00-store-and-authority.ipynb"
+# A notebook that drives hostkit.notebook (its widgets render the approval prompt and the
+# Markdown answer), on a scripted model: it needs the notebook extra and nothing else.
+NOTEBOOK = "02-approvals.ipynb"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,22 @@ async def _local(venv: Venv, workdir: Path, site: ProbeSite) -> None:
 
 
 async def _notebook(venv: Venv, workdir: Path, site: ProbeSite) -> None:
-    """A notebook under nbval on this environment's own ``python3`` kernel."""
+    """A notebook under nbval on this environment's own ``python3`` kernel.
+
+    The extra is checked on its own first: nbval brings ipykernel and IPython,
+    which would otherwise stand in for packages the extra failed to install.
+    """
+    extras = await venv.run(
+        "hostkit", "extras", "--json", cwd=workdir, deadline_s=COMMAND_DEADLINE_S
+    )
+    assert extras.returncode == 0, extras.explain()
+    (row,) = [row for row in json.loads(extras.stdout) if row["extra"] == "notebook"]
+    assert row["installed"], extras.explain()
+    assert not row["missing"], extras.explain()
+    imported = await venv.run(
+        "python", "-c", "import hostkit.notebook", cwd=workdir, deadline_s=COMMAND_DEADLINE_S
+    )
+    assert imported.returncode == 0, imported.explain()
     await venv.install(["pytest", "nbval"])
     for name in (NOTEBOOK, "sanitize.cfg"):
         await anyio.to_thread.run_sync(shutil.copyfile, site.notebooks / name, workdir / name)
