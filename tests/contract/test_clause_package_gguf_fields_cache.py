@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,80 @@ def test_a_missing_file_is_the_readers_error_not_the_caches(tmp_path: Path) -> N
     with pytest.raises(FileNotFoundError):
         cached_fields(tmp_path / "absent.gguf", read, cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_fields_folder_is_created_private(model: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cached_fields(model, Reader(), cache_dir=cache)
+    assert (cache / FIELDS_SUBDIR).stat().st_mode & 0o777 == 0o700
+
+
+def _forge(entry: Path, place: Path) -> Path:
+    """A copy of ``entry`` for the same file whose fields are an attacker's."""
+    data = json.loads(entry.read_text())
+    data["fields"]["tokenizer.ggml.tokens"] = ["forged"]
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.write_text(json.dumps(data))
+    return place
+
+
+def _folder_writable(entry: Path, attacker: Path) -> None:
+    _forge(entry, entry)
+    entry.parent.chmod(0o777)
+
+
+def _folder_symlink(entry: Path, attacker: Path) -> None:
+    _forge(entry, attacker / entry.name)
+    folder = entry.parent
+    for old in folder.iterdir():
+        old.unlink()
+    folder.rmdir()
+    folder.symlink_to(attacker)
+
+
+def _entry_symlink(entry: Path, attacker: Path) -> None:
+    forged = _forge(entry, attacker / entry.name)
+    entry.unlink()
+    entry.symlink_to(forged)
+
+
+def _entry_writable(entry: Path, attacker: Path) -> None:
+    _forge(entry, entry)
+    entry.chmod(0o666)
+
+
+def _entry_foreign(entry: Path, attacker: Path) -> None:
+    _forge(entry, entry)
+    os.chown(entry, 65534, 65534)
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        _folder_writable,
+        _folder_symlink,
+        _entry_symlink,
+        _entry_writable,
+        pytest.param(
+            _entry_foreign,
+            marks=pytest.mark.skipif(
+                os.geteuid() != 0, reason="giving a file to another uid (os.chown) needs root"
+            ),
+        ),
+    ],
+    ids=["folder-writable", "folder-symlink", "entry-symlink", "entry-writable", "entry-foreign"],
+)
+def test_an_untrusted_entry_is_never_served(
+    model: Path, tmp_path: Path, plant: Callable[[Path, Path], None]
+) -> None:
+    cache, read = tmp_path / "cache", Reader()
+    cached_fields(model, read, cache_dir=cache)
+    (entry,) = entries(cache)
+    plant(entry, tmp_path / "attacker")
+
+    # Not an error either: the cache only saves time, so the file is read again.
+    assert cached_fields(model, read, cache_dir=cache)["tokenizer.ggml.tokens"] == [
+        "hello",
+        "world",
+    ]
+    assert read.reads == 2

