@@ -3,12 +3,14 @@ mcp, inbox, delivery, core, model, serve, demo."""
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
@@ -18,9 +20,9 @@ from hostkit.cli._common import (
     Operator,
     Reason,
     chosen_session,
-    config_path,
     console,
     fail,
+    find_config,
     open_host,
     operator_host,
     print_json,
@@ -32,7 +34,7 @@ from hostkit.cli._common import (
 )
 from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
-from hostkit.cli._demo import demo_approver, run_demo
+from hostkit.cli._demo import check_demo_extras, demo_approver, run_demo
 from hostkit.cli._effects import effects
 from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
@@ -43,7 +45,8 @@ from hostkit.cli._render import sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.cores import init_core
-from hostkit.errors import HostkitError, InvalidValue
+from hostkit.errors import HostkitError, InvalidValue, MissingDependency
+from hostkit.host import check_provider_extras, load_config
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector
 
@@ -151,6 +154,7 @@ def init(
         markup=False,
         soft_wrap=True,
     )
+    _note_missing_extras(path)
     suffix = "" if path == Path("hostkit.toml") else f" -c {path}"
     console.print(
         f'next: hostkit core promote {STARTER_CORE} --reason "first revision"{suffix}, '
@@ -159,6 +163,22 @@ def init(
         markup=False,
         soft_wrap=True,
     )
+
+
+def _note_missing_extras(path: Path) -> None:
+    """One line when the written configuration's providers need an extra that is missing.
+
+    init still succeeds (the file is what the user asked for); ``run`` would
+    refuse it with the same line, so it is said now, with the fix.
+    """
+    try:
+        check_provider_extras(load_config(path))
+    except MissingDependency as exc:
+        console.print(
+            f"[bold yellow]note[/]: {escape(exc.message)}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -203,7 +223,7 @@ def run(
 
     async def main() -> int:
         async with open_host(
-            config_path(config), approver=terminal_approver(config), agents=python_agents
+            await find_config(config), approver=terminal_approver(config), agents=python_agents
         ) as host:
             attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
@@ -318,6 +338,11 @@ def demo(
     ),
 ) -> None:
     """A scripted multi-step turn, an approval before a file write, then a real model turn."""
+    try:
+        # Before the directory exists: a refused demo leaves nothing behind.
+        check_demo_extras(dict(os.environ))
+    except HostkitError as exc:
+        raise fail(exc) from None
     directory.mkdir(parents=True, exist_ok=True)
     approver = demo_approver(console, terminal=stdin_is_a_terminal())
     run_command(partial(run_demo, directory.resolve(), console, approver=approver))

@@ -128,7 +128,12 @@ def resume(
 
     async def main() -> int:
         async with operator_host(
-            config, operator, reason, approver=terminal_approver(), agents=agents
+            config,
+            operator,
+            reason,
+            approver=terminal_approver(),
+            agents=agents,
+            check_providers=True,  # the continuation is a turn
         ) as (
             host,
             scope,
@@ -152,7 +157,12 @@ def _answer(
     async def main() -> int:
         # The continuation may ask again: on a terminal, it is asked here.
         async with operator_host(
-            config, operator, reason, approver=terminal_approver(), agents=agents
+            config,
+            operator,
+            reason,
+            approver=terminal_approver(),
+            agents=agents,
+            check_providers=True,  # the continuation is a turn
         ) as (
             host,
             scope,

@@ -41,6 +41,7 @@ __all__ = [
     "console",
     "exit_code",
     "fail",
+    "find_config",
     "local_reason",
     "open_host",
     "operator_host",
@@ -93,6 +94,11 @@ def config_path(path: Path | None) -> Path | None:
     return default if default.exists() else None
 
 
+async def find_config(path: Path | None) -> Path | None:
+    """``config_path`` from a command's async body: the look for ./hostkit.toml is off the loop."""
+    return await anyio.to_thread.run_sync(config_path, path)
+
+
 def fail(error: HostkitError) -> typer.Exit:
     """Print a typed error's bounded message on one line; every error exits with status 2.
 
@@ -130,17 +136,28 @@ async def open_host(
     *,
     approver: ApprovalProvider | None = None,
     agents: Sequence[Agent] = (),
+    check_providers: bool = True,
+    moot: Callable[[str], bool] | None = None,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
     The Host also logs each of them; with no logging configured (a plain
     command) Python would print those records too, so they are held while the
     Host opens and only the others are printed, as Python would have.
+
+    ``check_providers=False`` for a command that runs no turn (a listing, a
+    core's review or promotion): a provider's missing package does not lock
+    the operator out. ``moot`` picks warnings the command itself answers (a
+    promotion of the core that has no live revision): not printed.
     """
     with _held_startup_records() as held:
-        async with Host.open(config, approver=approver, agents=agents) as host:
+        async with Host.open(
+            config, approver=approver, agents=agents, check_providers=check_providers
+        ) as host:
             held.let_go(set(host.warnings))
             for line in host.warnings:
+                if moot is not None and moot(line):
+                    continue
                 console.print(
                     f"[bold yellow]warning[/]: {escape(printable(line))}",
                     highlight=False,
@@ -203,13 +220,22 @@ async def operator_host(
     *,
     approver: ConsoleApprover | None = None,
     agents: Sequence[Agent] = (),
+    check_providers: bool = False,
 ) -> AsyncIterator[tuple[Host, PrincipalScope]]:
     """The Host of ``-c`` and an audited operator scope (every operator command starts so).
 
     Without ``--reason`` the scope is issued only to the local user who owns
-    the database file, and the audit says exactly that.
+    the database file, and the audit says exactly that. Most operator
+    commands list or requeue and run no turn: the providers' packages are
+    checked only for those that do (``check_providers=True``: an approval's
+    continuation).
     """
-    async with open_host(config_path(config), approver=approver, agents=agents) as host:
+    async with open_host(
+        await find_config(config),
+        approver=approver,
+        agents=agents,
+        check_providers=check_providers,
+    ) as host:
         if reason is None:
             reason = await local_reason(host.config.database_path)
         yield host, await host.operator(operator, reason=reason)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +28,7 @@ from hostkit.cli._common import (
     config_path,
     console,
     fail,
+    find_config,
     open_host,
     print_json,
     run_command,
@@ -59,6 +61,11 @@ CoreId = Annotated[str, typer.Argument(help="the core id (its \\[cores.<id>] tab
 CoreReason = Annotated[
     str | None, typer.Option(help="why (required; recorded in the core's history)")
 ]
+
+
+def _not_live(core_id: str) -> Callable[[str], bool]:
+    """The start-up warning that ``core_id`` has no live revision: moot while promoting it."""
+    return lambda line: line.startswith(f"core {core_id!r} has no live revision")
 
 
 def _core_id(value: str) -> str:
@@ -142,7 +149,7 @@ def status(
     chosen = _core_id(core_id) if core_id is not None else None
 
     async def main() -> int:
-        async with open_host(config_path(config)) as host:
+        async with open_host(await find_config(config), check_providers=False) as host:
             ids = [chosen] if chosen is not None else sorted(host.config.cores)
             statuses = [await _registry(host, one).status(one) for one in ids]
         if json_:
@@ -168,7 +175,7 @@ def log(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(config_path(config)) as host:
+        async with open_host(await find_config(config), check_providers=False) as host:
             cores = _registry(host, chosen)
             revisions = await cores.log(chosen, limit=limit)
             history = await cores.history(chosen, limit=limit)
@@ -203,7 +210,7 @@ def diff(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(config_path(config)) as host:
+        async with open_host(await find_config(config), check_providers=False) as host:
             found = await _registry(host, chosen).diff(chosen, base=base, target=target)
         if json_:
             print_json(found)
@@ -238,7 +245,9 @@ def promote(
     chosen, why = _core_id(core_id), _reason(reason, "promoted")
 
     async def main() -> int:
-        async with open_host(config_path(config)) as host:
+        async with open_host(
+            await find_config(config), check_providers=False, moot=_not_live(chosen)
+        ) as host:
             try:
                 event = await _registry(host, chosen).promote(
                     chosen,
@@ -271,7 +280,7 @@ def rollback(
     chosen, why = _core_id(core_id), _reason(reason, "rolled back")
 
     async def main() -> int:
-        async with open_host(config_path(config)) as host:
+        async with open_host(await find_config(config), check_providers=False) as host:
             try:
                 event = await _registry(host, chosen).rollback(
                     chosen, actor=operator, reason=why, to=to

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
+from hostkit._extras import require_extra
 from hostkit.cli._approver import PROMPT, ConsoleApprover, render_request
 from hostkit.cli._common import open_host
 from hostkit.cli._model import prefetch_model
@@ -22,7 +23,14 @@ from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
 from hostkit.host import parse_config
 from hostkit.types import TurnResult
 
-__all__ = ["DEMO_WORKSPACE", "NoTerminalApprover", "demo_approver", "demo_config", "run_demo"]
+__all__ = [
+    "DEMO_WORKSPACE",
+    "NoTerminalApprover",
+    "check_demo_extras",
+    "demo_approver",
+    "demo_config",
+    "run_demo",
+]
 
 DEMO_QUESTION = "What does hostkit record for every turn? Check the welcome note."
 WRITER_QUESTION = "Write a short summary of what hostkit records to summary.md."
@@ -126,6 +134,23 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
             },
         },
     }
+
+
+def check_demo_extras(environ: dict[str, str]) -> None:
+    """``MissingDependency`` if the demo's third turn needs the ``local`` extra and it is missing.
+
+    Run before the demo creates anything: the refusal names the demo's own
+    turn (not its internal provider name) and the one alternative, a server
+    ``OPENAI_BASE_URL`` names. Blocking ``find_spec`` lookups: call it
+    before the event loop runs.
+    """
+    if environ.get("OPENAI_BASE_URL"):
+        return
+    require_extra(
+        "local",
+        feature="hostkit demo's third turn, the embedded model "
+        "(unless OPENAI_BASE_URL names an OpenAI-compatible server),",
+    )
 
 
 async def run_demo(

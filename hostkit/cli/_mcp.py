@@ -24,8 +24,8 @@ from rich.text import Text
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
-    config_path,
     console,
+    find_config,
     print_json,
     run_command,
 )
@@ -144,7 +144,7 @@ def list_servers(
     """Each declared server's state, command or URL (env names only) and tools; connects nothing."""
 
     async def main() -> None:
-        settings = await _config(config_path(config))
+        settings = await _config(await find_config(config))
         rows = mcp_server_rows(settings, await _statuses(settings), agent=agent)
         if json_:
             print_json(rows.servers)

@@ -37,6 +37,7 @@ from hostkit.host._defaults import (
     DefaultMcpSource,
     DefaultToolSource,
     NoChannels,
+    check_provider_extras,
 )
 from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
@@ -82,6 +83,7 @@ __all__ = [
     "ToolRequest",
     "ToolSource",
     "TurnNotCompleted",
+    "check_provider_extras",
     "compile_core",
     "compose_cores",
     "core_locations",

@@ -493,13 +493,21 @@ def state_overlaps(config: HostConfig) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def default_config(*, base_dir: Path, environ: dict[str, str] | None = None) -> HostConfig:
+def default_config(
+    *, base_dir: Path, environ: dict[str, str] | None = None, assistant: bool = True
+) -> HostConfig:
     """The configuration used when none is given.
 
     With ``OPENAI_BASE_URL`` set, the assistant uses that OpenAI-compatible
     server (``OPENAI_MODEL``, default ``gpt-4o-mini``); otherwise the embedded
     local model. The scripted model is never chosen silently.
+
+    ``assistant=False``: no agent and no provider, only the defaults of
+    ``[host]``. For a Host whose agents are all given in Python: an implicit
+    assistant they never run must not need the ``local`` extra.
     """
+    if not assistant:
+        return parse_config({}, base_dir=base_dir)
     env = os.environ if environ is None else environ
     if env.get("OPENAI_BASE_URL"):
         provider: dict[str, Any] = {

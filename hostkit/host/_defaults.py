@@ -7,6 +7,7 @@ families (runtime-composition step 7): the seams below only know the protocols.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ __all__ = [
     "DefaultToolSource",
     "NoChannels",
     "check_provider_extras",
+    "used_providers",
 ]
 
 
@@ -85,15 +87,34 @@ def _provider_feature(name: str, config: ProviderConfig) -> str:
     return f"provider {name!r} (kind {config.kind})"
 
 
+def used_providers(config: HostConfig) -> tuple[str, ...]:
+    """The providers some agent runs on (its ``provider`` or ``summarizer``), sorted.
+
+    Turns build only these (lazily, at the first turn that needs one): a
+    provider declared for later, or for agents that are not configured, is
+    never built, so its package is never needed.
+    """
+    names = {
+        name
+        for agent in config.agents.values()
+        for name in (agent.provider, agent.summarizer)
+        if name is not None and name in config.providers
+    }
+    return tuple(sorted(names))
+
+
 def check_provider_extras(config: HostConfig) -> None:
-    """Every configured provider's extra is installed, else ``MissingDependency``.
+    """Every used provider's extra is installed, else ``MissingDependency``.
 
     The Host runs it (in a worker thread: ``find_spec`` reads the file
     system) before it builds the default sources of a configuration, at open
     and at every apply: a provider whose package is missing refuses the
-    configuration with one line, instead of each of its agent's turns.
+    configuration with one line, instead of each of its agent's turns. Only
+    the providers agents use (``used_providers``): a declared provider no
+    agent names is not refused.
     """
-    for name, provider in sorted(config.providers.items()):
+    for name in used_providers(config):
+        provider = config.providers[name]
         extra = _PROVIDER_EXTRAS.get(provider.kind)
         if extra is not None:
             require_extra(
@@ -179,6 +200,19 @@ class DefaultProviderSource(AsyncResource):
             raise ConfigError(
                 f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
                 key=f"providers.{name}.api_key_env",
+            )
+        extra = _PROVIDER_EXTRAS.get(config.kind)
+        if extra is not None:
+            # A Host opened without the check (an operator's listing, an embedder's
+            # from_config) refuses here, at the first turn that needs the provider, with
+            # the same one line rather than the adapter's ImportError.
+            await anyio.to_thread.run_sync(
+                functools.partial(
+                    require_extra,
+                    extra,
+                    feature=_provider_feature(name, config),
+                    key=f"providers.{name}.kind",
+                )
             )
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.

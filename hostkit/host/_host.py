@@ -131,8 +131,11 @@ class Host(AsyncResource):
         cores: Mapping[str, LoadedCore] | None = None,
         declared: HostConfig | None = None,
         supplied: RuntimeCapabilities | None = None,
+        check_providers: bool = True,
     ) -> None:
         self.config = config
+        # Whether open and every apply refuse a used provider whose package is missing.
+        self._check_providers = check_providers
         # The capability sources the embedder supplied (open or apply_config), or None for
         # the defaults built from each configuration. Supplied sources serve every later
         # generation (a reload, a core promotion) until others are supplied; they close
@@ -245,6 +248,7 @@ class Host(AsyncResource):
         capabilities: RuntimeCapabilities | None = None,
         approver: ApprovalProvider | None = None,
         agents: Sequence[Agent] = (),
+        check_providers: bool = True,
     ) -> Opening[Host]:
         """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
 
@@ -256,10 +260,24 @@ class Host(AsyncResource):
 
         ``agents`` are ``hostkit.Agent`` values defined in Python: each joins the
         configuration's agents (a name clash is a ``ConfigError``) and goes
-        through the same catalog, policy and approvals.
+        through the same catalog, policy and approvals. With no ``config`` and
+        some ``agents``, the default configuration has no ``assistant``: the
+        Python agents are what runs.
+
+        ``check_providers=False`` opens without checking that the used
+        providers' packages are installed (here and at every later apply): for
+        an operator's listing or review, which runs no turn. Providers are built
+        at a turn's first model call, so a turn that does run still refuses a
+        missing package with the same ``MissingDependency`` line.
         """
         return Opening(
-            lambda: cls._open(config, capabilities=capabilities, approver=approver, agents=agents)
+            lambda: cls._open(
+                config,
+                capabilities=capabilities,
+                approver=approver,
+                agents=agents,
+                check_providers=check_providers,
+            )
         )
 
     @classmethod
@@ -270,11 +288,14 @@ class Host(AsyncResource):
         capabilities: RuntimeCapabilities | None,
         approver: ApprovalProvider | None,
         agents: Sequence[Agent] = (),
+        check_providers: bool = True,
     ) -> Host:
-        declared = await _resolve_config(config)
-        if capabilities is None:
-            # The configured providers' packages, before the database is created or
-            # migrated; the Python agents' shorthand providers are checked once composed.
+        declared = await _resolve_config(config, assistant=not agents)
+        check = capabilities is None and check_providers
+        if check:
+            # The configured agents' providers' packages, before the database is created
+            # or migrated. The Python agents' shorthand providers and the cores' are
+            # checked once composed: a core is live only in a database that exists.
             await anyio.to_thread.run_sync(check_provider_extras, declared)
         # Composing never changes [host]: its telemetry is the declared one.
         telemetry = declared.host.telemetry
@@ -298,7 +319,7 @@ class Host(AsyncResource):
             # Each Agent Core at its live revision; one that is not available is a warning.
             composed, cores, core_warnings = await compose_cores(declared, store.cores)
             resolved, instances = compose_agents(composed, agents)
-            if capabilities is None:
+            if check:
                 # The default sources import each provider kind's package: one missing is
                 # refused here, before any turn, not as each of its agent's turns failing.
                 await anyio.to_thread.run_sync(check_provider_extras, resolved)
@@ -341,6 +362,7 @@ class Host(AsyncResource):
                 cores=cores,
                 declared=declared,
                 supplied=capabilities,
+                check_providers=check_providers,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
@@ -455,7 +477,7 @@ class Host(AsyncResource):
         if self._closed:
             # aclose ran meanwhile and closes the generations it finds: install nothing.
             await self._refuse_closed(capabilities)
-        if capabilities is None and self._supplied is None:
+        if capabilities is None and self._supplied is None and self._check_providers:
             # As at open: nothing is applied when a provider's package is missing.
             await anyio.to_thread.run_sync(check_provider_extras, config)
             if self._closing():
@@ -872,9 +894,12 @@ async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
     return warnings
 
 
-async def _resolve_config(config: HostConfig | str | Path | None) -> HostConfig:
+async def _resolve_config(
+    config: HostConfig | str | Path | None, *, assistant: bool = True
+) -> HostConfig:
+    """``config`` as a HostConfig; None is the default one (``assistant``: with its agent)."""
     if isinstance(config, HostConfig):
         return config
     if config is None:
-        return default_config(base_dir=Path(await anyio.Path.cwd()))
+        return default_config(base_dir=Path(await anyio.Path.cwd()), assistant=assistant)
     return await anyio.to_thread.run_sync(load_config, config)

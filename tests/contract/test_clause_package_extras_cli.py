@@ -91,12 +91,13 @@ async def test_hostkit_demo_without_openai_is_one_line_naming_the_local_extra(
     code, out, err = await hostkit_without(["openai"], "demo", cwd=tmp_path)
     assert code == 2, err
     assert error_lines(err) == [
-        "error: provider 'real' (kind local) needs the package 'openai', which is not "
-        'installed: pip install "hostkit[local]"'
+        "error: hostkit demo's third turn, the embedded model (unless OPENAI_BASE_URL names an "
+        "OpenAI-compatible server), needs the package 'openai', which is not installed: "
+        'pip install "hostkit[local]"'
     ]
     assert out == ""  # not even the first scripted turn ran
-    # Refused before the database is created, like tracing without the otel extra.
-    assert not await anyio.Path(tmp_path / ".hostkit-demo" / "hostkit.db").exists()
+    # Refused before the demo creates anything (its directory included).
+    assert not await anyio.Path(tmp_path / ".hostkit-demo").exists()
 
 
 @pytest.mark.anyio

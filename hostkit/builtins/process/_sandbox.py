@@ -54,7 +54,8 @@ __all__ = [
 ]
 
 INSTALL_HINT = (
-    "bubblewrap is not installed: run `make install` as root or `apt-get install bubblewrap`"
+    "bubblewrap is not installed: install bubblewrap with your package manager "
+    "(Debian/Ubuntu: apt-get install bubblewrap)"
 )
 PROBE_TIMEOUT_S = 10.0
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
