@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
 EXTRAS := notebook,test,openai,anthropic,local,otel
 PIP    := python -m pip install --quiet --disable-pip-version-check
+UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
 # The notebook extra allows ipykernel>=6.29; CI runs exactly two: this pin in .venv, and
 # the oldest supported one below. Both are stated in the README.
@@ -41,10 +42,12 @@ bubblewrap:
 
 # Reinstall only when the dependency declaration (or a pin here) or the version changes; the
 # package itself is editable, but its metadata (importlib.metadata.version) is written at install.
+# uv installs (pip's resolver semantics, parallel downloads, a shared cache the packaging
+# check's fresh environments reuse): pip only bootstraps it.
 $(STAMP): pyproject.toml Makefile hostkit/_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/$(PIP) --upgrade pip
-	$(BIN)/$(PIP) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
+	$(BIN)/$(PIP) 'uv>=0.5'
+	$(UV) -e '.[$(EXTRAS)]' 'ipykernel==$(PINNED_IPYKERNEL)'
 	$(BIN)/hostkit model pull
 	@touch $(STAMP)
 
@@ -54,9 +57,10 @@ kernel-oldest: $(OLDEST_SPEC)
 # model speaks through the openai adapter), the oldest ipykernel, the MCP server 08-mcp
 # starts, and the model file the notebooks' local-model cells serve (its own hostkit fetches
 # it into the per-user cache the dev venv shares; nothing is fetched when it is there).
-$(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py
-	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv --upgrade-deps $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/$(PIP) 'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
+$(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py $(STAMP)
+	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(BIN)/uv pip install --quiet --python $(OLDEST_VENV)/bin/python \
+	    'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
 	$(OLDEST_VENV)/bin/hostkit model pull
 	@touch $(OLDEST_STAMP)
 
