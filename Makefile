@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
 EXTRAS := notebook,test,openai,anthropic,local,otel
 PIP    := python -m pip install --quiet --disable-pip-version-check
-UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
+# --compile-bytecode as pip does: sandboxed children (tool discovery, a core's tests) see the
+# venv read-only and would otherwise compile every module they import, every time.
+UV     := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 
 # The notebook extra allows ipykernel>=6.29; CI runs exactly two: this pin in .venv, and
 # the oldest supported one below. Both are stated in the README.
@@ -59,7 +61,7 @@ kernel-oldest: $(OLDEST_SPEC)
 # it into the per-user cache the dev venv shares; nothing is fetched when it is there).
 $(OLDEST_STAMP): pyproject.toml Makefile hostkit/_version.py $(STAMP)
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
-	$(BIN)/uv pip install --quiet --python $(OLDEST_VENV)/bin/python \
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(OLDEST_VENV)/bin/python \
 	    'ipykernel==$(OLDEST_IPYKERNEL)' -e '.[$(KERNEL_EXTRAS)]'
 	$(OLDEST_VENV)/bin/hostkit model pull
 	@touch $(OLDEST_STAMP)
