@@ -28,10 +28,12 @@ from hostkit.errors import ConfigError
 __all__ = [
     "CACHE_ENV",
     "FOLDER_MODE",
+    "cache_folder",
     "check_file",
     "lstat_file",
     "open_folder",
     "trusted_root",
+    "unwritable",
 ]
 
 CACHE_ENV = "HOSTKIT_MODEL_CACHE"
@@ -45,6 +47,15 @@ def untrusted(where: Path, why: str) -> ConfigError:
     return ConfigError(
         f"{where} {why}; hostkit trusts only what it created there: remove it, "
         f"or set {CACHE_ENV} to a folder of your own",
+        key=CACHE_ENV,
+    )
+
+
+def unwritable(where: Path, exc: OSError, action: str) -> ConfigError:
+    """The one line for a cache folder that cannot be created, read or written."""
+    return ConfigError(
+        f"cannot {action} the model cache {where}: {exc.strerror or exc}; "
+        f"set {CACHE_ENV} to a writable directory",
         key=CACHE_ENV,
     )
 
@@ -77,11 +88,7 @@ def trusted_root(root: Path, *, create: bool) -> Path | None:
         try:
             real.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(
-                f"cannot create the model cache {root}: {exc.strerror or exc}; "
-                f"set {CACHE_ENV} to a writable directory",
-                key=CACHE_ENV,
-            ) from exc
+            raise unwritable(root, exc, "create") from exc
     try:
         info = os.lstat(real)
     except (FileNotFoundError, NotADirectoryError):
@@ -120,17 +127,22 @@ def open_folder(root: Path, name: str, *, create: bool) -> int | None:
         finally:
             os.close(root_fd)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot {'create' if create else 'read'} the model cache {where}: "
-            f"{exc.strerror or exc}; set {CACHE_ENV} to a writable directory",
-            key=CACHE_ENV,
-        ) from exc
+        raise unwritable(where, exc, "create" if create else "read") from exc
     try:
         _check(os.fstat(folder_fd), where, folder=True)
     except BaseException:
         os.close(folder_fd)
         raise
     return folder_fd
+
+
+def cache_folder(root: Path, name: str, *, create: bool) -> int | None:
+    """A descriptor of the trusted folder ``name`` in the cache ``root`` (checked first).
+
+    None when the root or the folder does not exist and ``create`` is false.
+    """
+    real = trusted_root(root, create=create)
+    return None if real is None else open_folder(real, name, create=create)
 
 
 def lstat_file(folder_fd: int, name: str, where: Path) -> os.stat_result | None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hostkit.adapters._cache_trust import check_file, open_folder, trusted_root
+from hostkit.adapters._cache_trust import cache_folder, check_file
 from hostkit.adapters._model_source import cache_root
 from hostkit.errors import ConfigError
 
@@ -66,8 +66,7 @@ def cached_fields(
 def _folder(root: Path, *, create: bool) -> int | None:
     """The trusted fields folder's descriptor; None when absent or not to be trusted."""
     try:
-        real = trusted_root(root, create=create)
-        return None if real is None else open_folder(real, FIELDS_SUBDIR, create=create)
+        return cache_folder(root, FIELDS_SUBDIR, create=create)
     except ConfigError:
         return None
 

@@ -1,4 +1,4 @@
-"""Options, model file and log of the llama.cpp server behind ``LocalModel``.
+"""Options, the wheel check and the log of the llama.cpp server behind ``LocalModel``.
 
 Checked before anything is started, without importing the 100 MB native
 library: a bad option or a missing piece is a ``ConfigError`` naming it.
@@ -12,14 +12,12 @@ import re
 from typing import IO
 
 from hostkit._extras import require_extra
-from hostkit.adapters._model_source import resolve_model_path
 from hostkit.errors import ConfigError
 
 __all__ = [
     "check_options",
     "check_wheel",
     "read_tail",
-    "resolve_model_path",
 ]
 
 # Below this the model's own chat template plus the safety margin leave no room to talk.

