@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.hostkit-installed
-EXTRAS := notebook,test,openai,anthropic,local,otel
+EXTRAS := notebook,test,openai,anthropic,local,otel,postgres
 PIP    := python -m pip install --quiet --disable-pip-version-check
 # --compile-bytecode as pip does: sandboxed children (tool discovery, a core's tests) see the
 # venv read-only and would otherwise compile every module they import, every time.

@@ -66,6 +66,12 @@ EXTRAS: Mapping[str, tuple[Package, ...]] = MappingProxyType(
             Package("tokenizers", "tokenizers"),
             Package("openai", "openai"),
         ),
+        # [store] url = "postgresql://...": psycopg's async connections and their pool.
+        "postgres": (
+            Package("psycopg", "psycopg"),
+            Package("psycopg-binary", "psycopg_binary"),
+            Package("psycopg-pool", "psycopg_pool"),
+        ),
         # [host.telemetry] traces = "console" | "otlp".
         "otel": (
             Package("opentelemetry-api", "opentelemetry.trace"),
