@@ -18,6 +18,7 @@ async def open_configured_store(config: HostConfig) -> RuntimeStore:
             pool_size=config.store.pool_size,
             connect_timeout_s=config.store.connect_timeout_s,
             statement_timeout_s=config.store.statement_timeout_s,
+            backup_dir=config.resolve(config.store.backup_dir),
         )
     await anyio.Path(config.database_path.parent).mkdir(parents=True, exist_ok=True)
     return await RuntimeStore.open(config.database_path, synchronous=config.host.synchronous)

@@ -120,6 +120,7 @@ class RuntimeStore(AsyncResource):
         pool_size: int = 8,
         connect_timeout_s: float = 10.0,
         statement_timeout_s: float = 30.0,
+        backup_dir: Path | None = None,
         migrations: Sequence[Migration] | None = None,
     ) -> Opening[RuntimeStore]:
         """Open (creating or upgrading) the PostgreSQL store at ``url`` (``hostkit[postgres]``).
@@ -133,6 +134,7 @@ class RuntimeStore(AsyncResource):
                 pool_size=pool_size,
                 connect_timeout_s=connect_timeout_s,
                 statement_timeout_s=statement_timeout_s,
+                backup_dir=backup_dir,
                 migrations=migrations,
             )
         )

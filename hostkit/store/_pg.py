@@ -19,9 +19,11 @@ fallback while its listening connection is down.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sqlite3
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,6 +32,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import PgConnection, register_loaders
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
@@ -114,6 +117,7 @@ class PgStore(RowStore):
         pool_size: int = 8,
         connect_timeout_s: float = 10.0,
         statement_timeout_s: float = 30.0,
+        backup_dir: Path | None = None,
         migrations: Sequence[Migration] | None = None,
     ) -> PgStore:
         """Open a pool on ``url`` and bring the schema to this version.
@@ -122,7 +126,8 @@ class PgStore(RowStore):
         libpq reads it from ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``.
         Raises ``StoreError`` (retryable) when the database cannot be reached
         within ``connect_timeout_s``, ``MigrationError`` when the schema cannot
-        be brought to this version.
+        be brought to this version. ``backup_dir`` is where a verified
+        ``pg_dump`` goes before an upgrade that drops data (none: refused).
         """
         check_url(url)
         if not 1 <= pool_size <= 100:
@@ -168,6 +173,9 @@ class PgStore(RowStore):
                         conn,
                         migrations=PG_MIGRATIONS if migrations is None else migrations,
                         location=location,
+                        backup=None
+                        if backup_dir is None
+                        else functools.partial(dump_and_verify, url, backup_dir, location=location),
                     )
                 finally:
                     await conn.set_autocommit(False)

@@ -7,17 +7,19 @@ the first migrates, the others then find nothing pending. A database that
 holds tables but no ``hostkit_schema`` is not ours and is refused, and so is a
 database of a newer hostkit.
 
-A destructive step (one that drops or rewrites data) on a database that holds
-data is refused until a verified backup exists: ``pg_dump -Fc`` into the
-backup folder, then ``pg_restore --list`` of that file. When those programs are
-missing the error says the same in words (docs/postgres.md, "Upgrades").
+A destructive step (``Migration.destructive``: it drops or rewrites data) on a
+database that holds data runs only after a verified backup (``_pg_backup``:
+``pg_dump -Fc`` into the backup folder, then ``pg_restore --list`` of that
+file). Without those programs, or without a backup folder, the upgrade is
+refused and the error says how to take one by hand (docs/postgres.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -43,13 +45,35 @@ class PgMigrationReport:
 
     from_version: int
     to_version: int
+    backup: Path | None = None
 
 
 async def upgrade(
-    conn: psycopg.AsyncConnection[Any], *, migrations: Sequence[Migration], location: str
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    migrations: Sequence[Migration],
+    location: str,
+    backup: Callable[[int], Awaitable[Path]] | None,
 ) -> PgMigrationReport:
-    """Bring the database at ``conn`` to the last of ``migrations``, or raise ``MigrationError``."""
+    """Bring the database at ``conn`` to the last of ``migrations``, or raise ``MigrationError``.
+
+    ``backup(version)`` takes and verifies a dump; it runs (before the upgrade
+    transaction) only when a pending step is destructive and the database has
+    a schema already.
+    """
     latest = migrations[-1].version if migrations else 0
+    taken: Path | None = None
+    async with conn.transaction():
+        before = await _current_version(conn, location)
+    if any(m.destructive for m in migrations if m.version > before) and before > 0:
+        if backup is None:
+            raise MigrationError(
+                f"upgrading {location} from version {before} drops data and needs a verified "
+                "backup first: give the store a backup folder, or take one by hand with "
+                "pg_dump --format=custom and check it with pg_restore --list",
+                database=location,
+            )
+        taken = await backup(before)
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
         current = await _current_version(conn, location)
@@ -61,7 +85,7 @@ async def upgrade(
             )
         pending = [m for m in migrations if m.version > current]
         if not pending:
-            return PgMigrationReport(current, current)
+            return PgMigrationReport(current, current, taken)
         await conn.execute(_VERSION_TABLE)
         for migration in pending:
             for statement in migration.statements:
@@ -70,7 +94,7 @@ async def upgrade(
                 "INSERT INTO hostkit_schema (version, name, applied_at) VALUES (%s, %s, %s)",
                 [migration.version, migration.name, time.time()],
             )
-    return PgMigrationReport(current, pending[-1].version)
+    return PgMigrationReport(current, pending[-1].version, taken)
 
 
 async def _current_version(conn: psycopg.AsyncConnection[Any], location: str) -> int:
