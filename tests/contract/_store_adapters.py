@@ -2,9 +2,10 @@
 
 Each suite is written against ``RuntimeStore``; only the few seeding and
 inspection hooks below know the adapter (rows another group owns, such as a
-running turn, and raw columns no interface method exposes on purpose). A new
-adapter (PostgreSQL) adds a branch to ``open_adapter`` and a name to
-``ADAPTERS``.
+running turn, and raw columns no interface method exposes on purpose). Both
+adapters are SQL stores over ``write``/``read`` in the SQL both engines accept,
+so the hooks are shared; "postgres" is a fresh database of the throwaway
+cluster (tests/postgres.py) cloned from the migrated template.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 from hostkit.authority import AuthorityResolver
 from hostkit.store import RuntimeStore, SqliteStore
 from hostkit.types import PrincipalScope, new_id
+from tests.postgres import HOSTKIT_TEMPLATE, active_cluster
 
-ADAPTERS = ("sqlite",)
+ADAPTERS = ("sqlite", "postgres")
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,15 @@ class StoreUnderTest:
 @asynccontextmanager
 async def open_store(name: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
     """A fresh, empty store of adapter ``name`` (no AuthorityResolver bound yet)."""
-    if name != "sqlite":
+    if name == "sqlite":
+        async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+            yield store
+    elif name == "postgres":
+        url = await active_cluster().create_database(template=HOSTKIT_TEMPLATE)
+        async with RuntimeStore.open_postgres(url) as store:
+            yield store
+    else:
         raise ValueError(f"unknown store adapter {name!r}")
-    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
-        yield store
 
 
 @asynccontextmanager
