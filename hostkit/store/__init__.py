@@ -34,14 +34,14 @@ from hostkit.store._context_values import (
     StepRecord,
 )
 from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
-from hostkit.store._cores_sqlite import SqliteCoreStore
+from hostkit.store._cores_sql import SqlCoreStore
 from hostkit.store._delivery import (
     DELIVERY_ATTEMPTS_EXHAUSTED,
     MAX_DELIVERY_CLAIM,
     MAX_DELIVERY_LIST,
     DeliveryStore,
 )
-from hostkit.store._delivery_sqlite import SqliteDeliveryStore
+from hostkit.store._delivery_sql import SqlDeliveryStore
 from hostkit.store._inbox import (
     ATTEMPTS_EXHAUSTED,
     MAX_CLAIM_BATCH,
@@ -49,7 +49,7 @@ from hostkit.store._inbox import (
     MAX_INBOX_LIST,
     InboxStore,
 )
-from hostkit.store._inbox_sqlite import SqliteInboxStore
+from hostkit.store._inbox_sql import SqlInboxStore
 from hostkit.store._inspect import (
     MAX_INSPECT_ROWS,
     InspectQueries,
@@ -74,10 +74,11 @@ from hostkit.store._mcp import (
 from hostkit.store._memory import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
+from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration
 from hostkit.store._scopes import ScopeMint
 from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
-from hostkit.store._sqlite import MAX_REASON, SqliteStore, Transaction, audit_reason
+from hostkit.store._sqlite import SqliteStore, Transaction
 from hostkit.store._terminal_runs import (
     MAX_TERMINAL_RUN_LIST,
     NewTerminalRun,
@@ -165,15 +166,16 @@ __all__ = [
     "PendingApproval",
     "RecordedDecision",
     "RecoveredTurn",
+    "RowStore",
     "RuntimeStore",
     "ScopeMint",
     "SessionActivity",
     "SessionBusy",
     "SessionLease",
     "SessionUsage",
-    "SqliteCoreStore",
-    "SqliteDeliveryStore",
-    "SqliteInboxStore",
+    "SqlCoreStore",
+    "SqlDeliveryStore",
+    "SqlInboxStore",
     "SqliteStore",
     "StepRecord",
     "StoredAttachment",

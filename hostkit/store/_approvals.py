@@ -42,7 +42,7 @@ from hostkit.store._sessions import insert_audit
 from hostkit.types import PrincipalScope
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_APPROVAL_LIST",
@@ -53,7 +53,7 @@ __all__ = [
     "ClaimedApproval",
     "NewApproval",
     "PendingApproval",
-    "SqliteApprovalStore",
+    "SqlApprovalStore",
 ]
 
 _STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
@@ -244,10 +244,10 @@ def _row(raw: sqlite3.Connection, approval_id: str) -> PendingApproval:
     return _approval(row)
 
 
-class SqliteApprovalStore(ApprovalStore):
+class SqlApprovalStore(ApprovalStore):
     """The SQLite adapter of ApprovalStore (one writer transaction per write)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def insert(self, approval: NewApproval) -> PendingApproval:

@@ -23,9 +23,9 @@ from hostkit.store._turn_values import check_id
 from hostkit.types import MAX_ATTACHMENT_BYTES, check_content, content_ref
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
-__all__ = ["AttachmentStore", "SqliteAttachmentStore", "StoredAttachment"]
+__all__ = ["AttachmentStore", "SqlAttachmentStore", "StoredAttachment"]
 
 # One turn's worth of refs per lookup: TurnRequest allows far fewer.
 _MAX_LOOKUP = 64
@@ -80,10 +80,10 @@ def _refs(refs: Sequence[str]) -> list[str]:
     return unique
 
 
-class SqliteAttachmentStore(AttachmentStore):
+class SqlAttachmentStore(AttachmentStore):
     """The SQLite adapter of AttachmentStore: the ``attachments`` table (schema v9)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def add(self, *, principal_id: str, data: bytes, media_type: str) -> StoredAttachment:

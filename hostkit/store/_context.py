@@ -25,14 +25,14 @@ from hostkit.store._context_values import (
 from hostkit.types import ContextDecision, UsageObservation
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_BOOTSTRAP_CHARS",
     "MAX_SUMMARY_CHARS",
     "MAX_WINDOW",
     "ContextStore",
-    "SqliteContextStore",
+    "SqlContextStore",
 ]
 
 # Bounds of what the context group accepts: history messages per state read, characters
@@ -229,10 +229,10 @@ def _text(name: str, value: object, most: int) -> str:
     return value
 
 
-class SqliteContextStore(ContextStore):
+class SqlContextStore(ContextStore):
     """The SQLite adapter of ContextStore (SQL in ``_context_rows``)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def read_state(

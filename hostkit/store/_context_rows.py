@@ -1,7 +1,7 @@
 """The context group's SQL (SQLite) and the persisted form of ``ContextDecision``.
 
 Every function here runs on the store's database thread inside one
-transaction (``SqliteStore.write``/``read``), so "X together with Y" is
+transaction (``RowStore.write``/``read``), so "X together with Y" is
 literally one transaction. Rows are read by column name. ``lease_id`` is the
 compaction lease's fencing token: only the holder of the lease id on the row
 may commit.
@@ -314,8 +314,8 @@ def keep_bootstrap(conn: sqlite3.Connection, session_id: str, snapshot: str, sou
     """Keep the session's first bootstrap snapshot; returns the one that is kept."""
     _require_session(conn, session_id)
     conn.execute(
-        "INSERT OR IGNORE INTO context_bootstrap (session_id, snapshot, source, created_at) "
-        "VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+        "INSERT INTO context_bootstrap (session_id, snapshot, source, created_at) "
+        "VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) ON CONFLICT DO NOTHING",
         [session_id, snapshot, source],
     )
     kept = _row(conn, "SELECT snapshot FROM context_bootstrap WHERE session_id = ?", [session_id])
@@ -388,10 +388,11 @@ def _append_usage(
 ) -> bool:
     usage = observation.usage
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO usage_observations (decision_id, session_id, turn_id, step_id, "
+        "INSERT INTO usage_observations (decision_id, session_id, turn_id, step_id, "
         "provider, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
         "estimated_input_tokens, finish_reason, provider_request_id, at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+        "ON CONFLICT DO NOTHING",
         [
             observation.decision_id,
             observation.session_id,

@@ -22,7 +22,7 @@ from hostkit.store._sessions import read_effect_audit
 from hostkit.types import AuditRecord, ContextDecision, PrincipalScope, SessionRecord
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_INSPECT_ROWS",
@@ -30,7 +30,7 @@ __all__ = [
     "RecordedDecision",
     "SessionActivity",
     "SessionUsage",
-    "SqliteInspectQueries",
+    "SqlInspectQueries",
     "TurnDecisions",
     "TurnHeader",
     "TurnUsageRows",
@@ -216,10 +216,10 @@ def _bounded(name: str, value: object) -> int:
     return value
 
 
-class SqliteInspectQueries(InspectQueries):
+class SqlInspectQueries(InspectQueries):
     """The SQLite adapter of InspectQueries."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def turn_decisions(

@@ -24,7 +24,7 @@ from hostkit.freeze import freeze, thaw
 from hostkit.types import McpServerState, McpServerStatus, McpToolRow
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_MCP_DESCRIPTION_CHARS",
@@ -32,7 +32,7 @@ __all__ = [
     "MAX_MCP_STATUS_ROWS",
     "MAX_MCP_TOOLS",
     "McpStatusStore",
-    "SqliteMcpStatusStore",
+    "SqlMcpStatusStore",
 ]
 
 MAX_MCP_DETAIL_CHARS = 300
@@ -125,10 +125,10 @@ def _status(row: sqlite3.Row) -> McpServerStatus:
     )
 
 
-class SqliteMcpStatusStore(McpStatusStore):
+class SqlMcpStatusStore(McpStatusStore):
     """The SQLite adapter of McpStatusStore: the ``mcp_servers`` table (migration 11)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def record_mcp_status(self, status: McpServerStatus) -> None:

@@ -20,7 +20,7 @@ from hostkit.errors import InvalidValue
 from hostkit.store._owned import now
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_MEMORY_CHARS",
@@ -30,7 +30,7 @@ __all__ = [
     "MAX_RECALL",
     "MemoryItem",
     "MemoryStore",
-    "SqliteMemoryStore",
+    "SqlMemoryStore",
 ]
 
 MAX_MEMORY_CHARS = 4_000
@@ -106,10 +106,10 @@ def _fts_query(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> str | None:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
-class SqliteMemoryStore(MemoryStore):
+class SqlMemoryStore(MemoryStore):
     """The SQLite adapter of MemoryStore: ``memory_items`` with an FTS5 index."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
@@ -123,10 +123,10 @@ class SqliteMemoryStore(MemoryStore):
             created_at = now(raw)
             cursor = raw.execute(
                 "INSERT INTO memory_items (agent, principal_id, text, created_at) "
-                "VALUES (?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?) RETURNING id",
                 [agent, owner, text, created_at],
             )
-            return MemoryItem(int(cursor.lastrowid or 0), agent, owner, text, created_at)
+            return MemoryItem(int(cursor.fetchone()[0]), agent, owner, text, created_at)
 
         return await self._db.write(insert)
 

@@ -66,10 +66,10 @@ def insert_audit(
     body = json.dumps(thaw(bounded_metadata(detail)), separators=(",", ":"), sort_keys=True)
     cursor = conn.execute(
         "INSERT INTO audit (at, kind, principal_id, authority, session_id, subject, reason, "
-        "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         [now(conn), kind, principal_id, authority, session_id, subject, reason, body],
     )
-    return int(cursor.lastrowid or 0)
+    return int(cursor.fetchone()[0])
 
 
 def create_session(
@@ -222,7 +222,7 @@ def read_effect_audit(
     turn_clause = "AND json_extract(detail, '$.turn_id') = ?" if turn_id is not None else ""
     return _audit_rows(
         conn,
-        f"WHERE kind GLOB 'effect.*' AND session_id = ? {turn_clause} ORDER BY id LIMIT ?",
+        f"WHERE kind LIKE 'effect.%' AND session_id = ? {turn_clause} ORDER BY id LIMIT ?",
         [session_id, *([turn_id] if turn_id is not None else []), limit],
     )
 

@@ -26,12 +26,12 @@ from hostkit.store._owned import now, owner_predicate
 from hostkit.types import PrincipalScope
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
 __all__ = [
     "MAX_TERMINAL_RUN_LIST",
     "NewTerminalRun",
-    "SqliteTerminalRunStore",
+    "SqlTerminalRunStore",
     "TerminalRunEnding",
     "TerminalRunRecord",
     "TerminalRunState",
@@ -223,10 +223,10 @@ def _select(raw: sqlite3.Connection, sql: str, params: list[Any]) -> list[sqlite
     return cursor.execute(sql, params).fetchall()
 
 
-class SqliteTerminalRunStore(TerminalRunStore):
+class SqlTerminalRunStore(TerminalRunStore):
     """The SQLite adapter of TerminalRunStore: the ``terminal_runs`` table (migration 8)."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def insert(self, run: NewTerminalRun) -> TerminalRunRecord:

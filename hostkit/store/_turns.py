@@ -38,9 +38,9 @@ from hostkit.store._turn_values import (
 from hostkit.types import ModelMessage, PrincipalScope, TurnResult
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
-__all__ = ["SqliteTurnStore", "TurnStore"]
+__all__ = ["SqlTurnStore", "TurnStore"]
 
 # Event kinds are dotted names ("provider.completed"); the bound keeps them short.
 _MAX_EVENT_KIND = 100
@@ -196,10 +196,10 @@ class TurnStore(ABC):
         """
 
 
-class SqliteTurnStore(TurnStore):
+class SqlTurnStore(TurnStore):
     """The SQLite adapter of TurnStore (lease times from this machine's clock)."""
 
-    def __init__(self, db: SqliteStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, db: RowStore, *, clock: Callable[[], float] = time.time) -> None:
         self._db = db
         self._clock = clock
 

@@ -11,7 +11,7 @@ from hostkit.effects import ToolContext, tool
 from hostkit.errors import TurnRejected
 from hostkit.host import Host
 from hostkit.store import Admitted, LeaseOwner, TurnAdmission
-from hostkit.store._turns import SqliteTurnStore
+from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
 from tests.hosts import config, open_host, request, turn_rows
@@ -61,7 +61,7 @@ async def test_cancelling_the_caller_while_turn_started_commits_still_ends_the_t
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inside, release = anyio.Event(), anyio.Event()
-    original = SqliteTurnStore.admit
+    original = SqlTurnStore.admit
 
     async def slow_admit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         inside.set()
@@ -69,7 +69,7 @@ async def test_cancelling_the_caller_while_turn_started_commits_still_ends_the_t
             await release.wait()
         return await original(self, *args, **kwargs)
 
-    monkeypatch.setattr(SqliteTurnStore, "admit", slow_admit)
+    monkeypatch.setattr(SqlTurnStore, "admit", slow_admit)
     async with open_host(tmp_path, ScriptedModel([Reply("x")])) as host:
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.turns.run, request())

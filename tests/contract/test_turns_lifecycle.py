@@ -20,7 +20,7 @@ from hostkit.errors import (
 )
 from hostkit.host import Host
 from hostkit.store import SessionLease
-from hostkit.store._turns import SqliteTurnStore
+from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
 from hostkit.types import ModelLimits, ModelMessage, ResumeSession, TurnRequest
 from tests.hosts import config, event_kinds, open_host, request, turn_rows
@@ -249,7 +249,7 @@ async def test_terminal_commit_failure_raises_infrastructure_error(
         raise StoreError("disk I/O error", retryable=True)
 
     async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
-        monkeypatch.setattr(SqliteTurnStore, "finish", broken)
+        monkeypatch.setattr(SqlTurnStore, "finish", broken)
         with pytest.raises(TurnInfrastructureError) as caught:
             await host.turns.run(request(request_id="req-infra"))
         assert caught.value.request_id == "req-infra"
@@ -273,9 +273,9 @@ async def test_a_turn_without_its_terminal_record_does_not_block_its_session(
 
     # Admission would wait up to ten minutes for a session still held by a live turn.
     async with open_host(tmp_path, ScriptedModel([Reply("ok")], repeat_last=True)) as host:
-        monkeypatch.setattr(SqliteTurnStore, "finish", broken)
+        monkeypatch.setattr(SqlTurnStore, "finish", broken)
         if abandon_fails:
-            monkeypatch.setattr(SqliteTurnStore, "abandon", broken)
+            monkeypatch.setattr(SqlTurnStore, "abandon", broken)
         with pytest.raises(TurnInfrastructureError) as caught:
             await host.turns.run(request())
         monkeypatch.undo()

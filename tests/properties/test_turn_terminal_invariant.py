@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import HostkitError, ProviderError, StoreError
 from hostkit.store import RuntimeStore
-from hostkit.store._turns import SqliteTurnStore
+from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
 from hostkit.types import ModelRequest, TurnOutcome
 from tests.hosts import open_host, request
@@ -60,7 +60,7 @@ async def scenario(root: Path, plans: list[tuple[list[str], bool]]) -> None:
         return Reply("done")
 
     model = ScriptedModel([decide], repeat_last=True)
-    original = SqliteTurnStore.finish
+    original = SqlTurnStore.finish
     fail_terminal = {"on": False}
 
     async def maybe_broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -68,7 +68,7 @@ async def scenario(root: Path, plans: list[tuple[list[str], bool]]) -> None:
             raise StoreError("injected terminal failure")
         return await original(self, *args, **kwargs)
 
-    SqliteTurnStore.finish = maybe_broken  # type: ignore[method-assign]
+    SqlTurnStore.finish = maybe_broken  # type: ignore[method-assign]
     try:
         async with open_host(root, model, tools=[ok_tool, failing_tool], max_steps=4) as host:
             for index, (steps, break_terminal) in enumerate(plans):
@@ -118,7 +118,7 @@ async def scenario(root: Path, plans: list[tuple[list[str], bool]]) -> None:
             assert status in get_args(TurnOutcome), (turn_id, status)
             assert terminal_events == 1, (turn_id, status, terminal_events)
     finally:
-        SqliteTurnStore.finish = original  # type: ignore[method-assign]
+        SqlTurnStore.finish = original  # type: ignore[method-assign]
 
 
 @pytest.mark.slow

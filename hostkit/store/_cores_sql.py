@@ -25,9 +25,9 @@ from hostkit.types import (
 )
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
-__all__ = ["SqliteCoreStore"]
+__all__ = ["SqlCoreStore"]
 
 _MAX_SCOPE = 256
 _MOVES = ("promote", "rollback")
@@ -102,10 +102,10 @@ def _event_row(event: CoreEvent) -> list[Any]:
 def _insert_event(conn: sqlite3.Connection, row: list[Any]) -> int:
     cursor = conn.execute(
         "INSERT INTO core_history (core_id, action, revision, previous, gates, "
-        "security_diff, actor, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "security_diff, actor, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         row,
     )
-    return int(cursor.lastrowid or 0)
+    return int(cursor.fetchone()[0])
 
 
 def _live(conn: sqlite3.Connection, core_id: str) -> str | None:
@@ -128,8 +128,8 @@ def _entry(row: sqlite3.Row) -> StateEntry:
     )
 
 
-class SqliteCoreStore(CoreStore):
-    def __init__(self, db: SqliteStore) -> None:
+class SqlCoreStore(CoreStore):
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def record_event(self, event: CoreEvent) -> CoreEvent:

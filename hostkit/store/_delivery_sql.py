@@ -1,4 +1,4 @@
-"""SqliteDeliveryStore: the SQLite adapter of ``DeliveryStore`` (the outbox of migration 13).
+"""SqlDeliveryStore: the SQLite adapter of ``DeliveryStore`` (the outbox of migration 13).
 
 Every write is one job of the store's group-commit writer: concurrent claims
 and outcomes share one ``COMMIT``, and each job runs inside the writer's
@@ -26,15 +26,15 @@ from hostkit.types import (
 )
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
-__all__ = ["SqliteDeliveryStore"]
+__all__ = ["SqlDeliveryStore"]
 
 
-class SqliteDeliveryStore(DeliveryStore):
-    """The ``outbox`` table of one SqliteStore, as the DeliveryRuntime drains it."""
+class SqlDeliveryStore(DeliveryStore):
+    """The ``outbox`` table of one RowStore, as the DeliveryRuntime drains it."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
 
     async def claim(

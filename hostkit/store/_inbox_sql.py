@@ -1,4 +1,4 @@
-"""SqliteInboxStore: the SQLite adapter of ``InboxStore`` (tables of migration 12).
+"""SqlInboxStore: the SQLite adapter of ``InboxStore`` (tables of migration 12).
 
 Every write is one job of the store's group-commit writer: concurrent accepts
 (and claims, completes) share one ``COMMIT``, and each job runs inside the
@@ -32,15 +32,15 @@ from hostkit.types import (
 )
 
 if TYPE_CHECKING:
-    from hostkit.store._sqlite import SqliteStore
+    from hostkit.store._row_store import RowStore
 
-__all__ = ["SqliteInboxStore"]
+__all__ = ["SqlInboxStore"]
 
 
-class SqliteInboxStore(InboxStore):
-    """The ``inbox``, ``inbox_channels`` and ``inbox_checkpoints`` tables of one SqliteStore."""
+class SqlInboxStore(InboxStore):
+    """The ``inbox``, ``inbox_channels`` and ``inbox_checkpoints`` tables of one RowStore."""
 
-    def __init__(self, db: SqliteStore) -> None:
+    def __init__(self, db: RowStore) -> None:
         self._db = db
         # Channel instances whose inbox_channels row is known committed (rows are never
         # deleted): an accept for one of them skips that statement.
