@@ -9,17 +9,18 @@ distinct path in a test, so everything that opens its store by path (the
 ``@pytest.mark.sqlite_only("why")`` keeps a test that is about the SQLite file
 itself off the postgres leg.
 
-Tests that already take an ``adapter`` parameter (the ADAPTERS tuples of
-tests/contract/_store_adapters.py, _inbox_adapters.py, _delivery_adapters.py)
-are not parametrized again: their "postgres" adapter opens a database itself,
-and ``store_adapter`` follows that parameter, so a ``RuntimeStore.open`` they
-also call lands on the same engine.
+Fixtures that open an adapter of tests/contract/_store_adapters.py take
+``store_adapter`` as the adapter name. Tests parametrized over an ``adapter``
+argument themselves (the ADAPTERS tuples, with "memory" for the inbox suite)
+are not parametrized again; ``store_adapter`` follows their ``adapter``, so a
+``RuntimeStore.open`` they also call lands on the same engine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import inspect
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -30,12 +31,12 @@ import psutil
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
+import tests.postgres as postgres_module
 from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.store import Migration, RuntimeStore
 from hostkit.types import PrincipalScope
 from tests.postgres import (
-    HOSTKIT_TEMPLATE,
     PostgresCluster,
     PostgresUnavailable,
     set_active,
@@ -53,11 +54,14 @@ STORE_MATRIX = (
     "test_clause_inbox_*.py",
     "test_clause_delivery_store_*.py",
     "test_store_inbox.py",
+    # The delivery suite's recovered-turns clause, written against the store ADAPTERS.
+    "test_clause_delivery_recovered_turns.py",
 )
 STORE_ADAPTERS = ("sqlite", "postgres")
 # The parameter name of the suites that choose their adapter themselves (ADAPTERS tuples).
 ADAPTER_PARAM = "adapter"
 _CONTRACT = Path(__file__).parent / "contract"
+_UNAVAILABLE_LINE = inspect.getsourcelines(PostgresUnavailable)[1]
 
 
 def in_store_matrix(path: Path) -> bool:
@@ -65,10 +69,20 @@ def in_store_matrix(path: Path) -> bool:
     return path.parent == _CONTRACT and any(fnmatch.fnmatch(path.name, p) for p in STORE_MATRIX)
 
 
+def _chooses_its_adapter(metafunc: pytest.Metafunc) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if ADAPTER_PARAM in names:
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not in_store_matrix(metafunc.definition.path):
         return
-    if "store_adapter" not in metafunc.fixturenames or ADAPTER_PARAM in metafunc.fixturenames:
+    if "store_adapter" not in metafunc.fixturenames or _chooses_its_adapter(metafunc):
         return
     only = metafunc.definition.get_closest_marker("sqlite_only")
     if only is not None and not (only.args and isinstance(only.args[0], str) and only.args[0]):
@@ -80,14 +94,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("store_adapter", legs, ids=legs)
 
 
+# Every skip for want of PostgreSQL starts with this; pytest reports a fixture's skip at
+# each test's own line, so they are moved to one place below and fold into one summary line.
+_NO_POSTGRES = "PostgreSQL store tests skipped: "
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    longrepr = report.longrepr
+    if (
+        report.skipped
+        and isinstance(longrepr, tuple)
+        and longrepr[2].removeprefix("Skipped: ").startswith(_NO_POSTGRES)
+    ):
+        report.longrepr = (postgres_module.__file__, _UNAVAILABLE_LINE, longrepr[2])
+    return report
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A sqlite_only test of a suite with its own adapter parameter loses its postgres item.
     dropped = [
         item
         for item in items
         if item.get_closest_marker("sqlite_only") is not None
-        and getattr(getattr(item, "callspec", None), "params", {}).get(ADAPTER_PARAM)
-        == "postgres"
+        and getattr(getattr(item, "callspec", None), "params", {}).get(ADAPTER_PARAM) == "postgres"
     ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -117,7 +148,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
     try:
         cluster = PostgresCluster.start()
     except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL tests skipped: {exc}")
+        pytest.skip(f"{_NO_POSTGRES}{exc}")
     previous = os.environ.get("PGPASSWORD")
     os.environ["PGPASSWORD"] = cluster.password
     set_active(cluster)
@@ -149,13 +180,9 @@ def _store_engine(store_adapter: str, request: pytest.FixtureRequest) -> Iterato
         yield
         return
     cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
-    databases: dict[str, str] = {}
 
-    async def open_database(key: str) -> RuntimeStore:
-        if key not in databases:
-            url = await cluster.create_database(template=HOSTKIT_TEMPLATE)
-            databases.setdefault(key, url)
-        return await RuntimeStore.open_postgres(databases[key])
+    async def open_database(path: str | Path) -> RuntimeStore:
+        return await RuntimeStore.open_postgres(await cluster.database_for(path))
 
     def open_on_postgres(
         cls: type[RuntimeStore],
@@ -175,9 +202,7 @@ def _store_engine(store_adapter: str, request: pytest.FixtureRequest) -> Iterato
                 '@pytest.mark.sqlite_only("...")',
                 pytrace=False,
             )
-        # abspath, not resolve(): no file-system call on the event loop.
-        key = os.path.abspath(os.fspath(path))
-        return Opening(lambda: open_database(key))
+        return Opening(lambda: open_database(path))
 
     # A MonkeyPatch of its own: a test's monkeypatch.undo() must not put SQLite back.
     with pytest.MonkeyPatch.context() as patch:

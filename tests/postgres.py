@@ -33,7 +33,7 @@ import tempfile
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import anyio
 import psycopg
@@ -117,6 +117,8 @@ class PostgresCluster:
     _template_ready: bool = False
     # Databases create_database made and drop_created has not dropped yet.
     _created: list[str] = field(default_factory=list)
+    # database_for: the database standing in for each SQLite path, until drop_created.
+    _by_path: dict[str, str] = field(default_factory=dict)
     # One lock per event loop: each anyio test runs on its own loop, and only the tests
     # of this one process share the cluster, one test at a time.
     _template_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
@@ -132,7 +134,7 @@ class PostgresCluster:
         bindir = find_bindir()
         if bindir is None:
             raise PostgresUnavailable(
-                "PostgreSQL server binaries (initdb, pg_ctl) are not on PATH or under "
+                "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or under "
                 f"{_DEBIAN_BINDIRS}/*/bin; {INSTALL_HINT}"
             )
         run_as: str | None = None
@@ -197,11 +199,24 @@ class PostgresCluster:
         self._created.append(name)
         return self.url(name)
 
+    async def database_for(self, path: str | os.PathLike[str]) -> str:
+        """The URL of the database standing in for the SQLite file ``path``: a fresh clone
+        of the migrated template the first time, the same database again after that (a
+        test that closes and reopens its file sees its data), until ``drop_created``."""
+        # The path as written, not resolve()d: no file-system call on the event loop (the
+        # tests' paths are absolute tmp_path ones).
+        key = str(PurePath(path))
+        if key not in self._by_path:
+            url = await self.create_database(template=HOSTKIT_TEMPLATE)
+            self._by_path.setdefault(key, url)
+        return self._by_path[key]
+
     def drop_created(self) -> None:
         """Drop every database ``create_database`` made since the last call (synchronous:
         a fixture's teardown, outside the event loop). Hundreds of tests each make one;
         left to the end they would fill the disk with copies of the template."""
         names, self._created = self._created, []
+        self._by_path.clear()
         if not names:
             return
         with psycopg.connect(
@@ -258,9 +273,9 @@ class PostgresCluster:
                 with anyio.fail_after(self.statement_timeout_s):
                     async with await self._admin() as conn:
                         await conn.execute(
-                            sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
-                                sql.Identifier(HOSTKIT_TEMPLATE)
-                            )
+                            sql.SQL(
+                                "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+                            ).format(sql.Identifier(HOSTKIT_TEMPLATE))
                         )
             except BaseException:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self.statement_timeout_s):
@@ -285,9 +300,19 @@ class PostgresCluster:
         try:
             self._run(
                 [
-                    "initdb", "-D", str(self.data), "-U", SUPERUSER, f"--pwfile={pwfile}",
-                    "-E", "UTF8", "--locale=C", "--auth-local=trust",
-                    "--auth-host=scram-sha-256", "--no-sync", "--no-instructions",
+                    "initdb",
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--no-sync",
+                    "--no-instructions",
                 ],
                 timeout_s=timeout_s,
             )
@@ -302,8 +327,17 @@ class PostgresCluster:
         log = self.root / "server.log"
         done = self._run(
             [
-                "pg_ctl", "-D", str(self.data), "-l", str(log), "-w",
-                "-t", str(round(timeout_s)), "-o", f"-p {self.port}", "start",
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                str(round(timeout_s)),
+                "-o",
+                f"-p {self.port}",
+                "start",
             ],
             timeout_s=timeout_s + 10.0,
             check=False,

@@ -27,7 +27,7 @@ from typing import Any
 from hostkit.authority import AuthorityResolver
 from hostkit.inbox import ChannelInbox
 from hostkit.inbox._memory import MemoryInboxStore
-from hostkit.store import InboxStore, RuntimeStore
+from hostkit.store import InboxStore
 from hostkit.types import InboundEnvelope, PrincipalScope, SourceCheckpoint
 from tests.contract._store_adapters import open_store
 

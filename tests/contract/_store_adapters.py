@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostkit.authority import AuthorityResolver
-from hostkit.store import RuntimeStore, SqliteStore
+from hostkit.store import RowStore, RuntimeStore
 from hostkit.types import PrincipalScope, new_id
-from tests.postgres import HOSTKIT_TEMPLATE, active_cluster
+from tests.postgres import active_cluster
 
 ADAPTERS = ("sqlite", "postgres")
 
@@ -45,7 +45,8 @@ async def open_store(name: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
         async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
             yield store
     elif name == "postgres":
-        url = await active_cluster().create_database(template=HOSTKIT_TEMPLATE)
+        # The same database for the same tmp_path, as the SQLite file is (a reopen sees it).
+        url = await active_cluster().database_for(tmp_path / "hostkit.db")
         async with RuntimeStore.open_postgres(url) as store:
             yield store
     else:
@@ -55,7 +56,7 @@ async def open_store(name: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
 @asynccontextmanager
 async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
     async with open_store(name, tmp_path) as store:
-        assert isinstance(store, SqliteStore)
+        assert isinstance(store, RowStore)
 
         async def seed_turn(session_id: str) -> str:
             # A turn of the principal the session's conversation is bound to (who may run
