@@ -24,9 +24,9 @@ KERNEL_EXTRAS    := notebook,openai,anthropic,local,mcp-servers
 
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
-.PHONY: install bubblewrap bytecode test test-fast lint typecheck demo bench notebooks kernel-oldest browser-test clean
+.PHONY: install bubblewrap postgresql bytecode test test-fast lint typecheck demo bench notebooks kernel-oldest browser-test clean
 
-install: $(STAMP) bubblewrap
+install: $(STAMP) bubblewrap postgresql
 
 # The sandbox of every process the Host starts for an agent (docs/effects.md, "Sandbox").
 # Installed when missing and this is root with apt-get; otherwise one line says what is
@@ -40,6 +40,21 @@ bubblewrap:
 	      || echo 'bubblewrap: apt-get install failed; terminal.run fails closed until it is installed'; \
 	  else \
 	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed'; \
+	  fi; }
+
+# The throwaway PostgreSQL the store matrix runs on (tests/postgres.py: initdb and pg_ctl
+# on loopback, never a system service). Installed when no server binaries are found and this
+# is root with apt-get; otherwise one line says what is missing (the postgres leg of the
+# store matrix skips). Never fails the install.
+postgresql:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 \
+	      || { apt-get update -qq >/dev/null 2>&1 \
+	           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; }; } \
+	      || echo 'postgresql: apt-get install failed; the PostgreSQL store tests skip until it is installed'; \
+	  else \
+	    echo 'PostgreSQL is missing (install the postgresql package as root); the PostgreSQL store tests skip'; \
 	  fi; }
 
 # Reinstall only when the dependency declaration (or a pin here) or the version changes; the

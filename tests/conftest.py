@@ -1,10 +1,29 @@
-"""Shared fixtures: asyncio via anyio, blocking-call detection, a real store per test."""
+"""Shared fixtures: asyncio via anyio, blocking-call detection, a real store per test.
+
+The store matrix: every test of the modules in ``STORE_MATRIX`` runs once on
+SQLite and once on PostgreSQL (ids ``[sqlite]`` and ``[postgres]``). On the
+postgres leg ``RuntimeStore.open(path)`` opens a fresh database of a
+throwaway cluster (tests/postgres.py) instead of the file, one database per
+distinct path in a test, so everything that opens its store by path (the
+``store`` fixture, ``Host.open``, a test that reopens the same file) follows.
+``@pytest.mark.sqlite_only("why")`` keeps a test that is about the SQLite file
+itself off the postgres leg.
+
+Fixtures that open an adapter of tests/contract/_store_adapters.py take
+``store_adapter`` as the adapter name. Tests parametrized over an ``adapter``
+argument themselves (the ADAPTERS tuples, with "memory" for the inbox suite)
+are not parametrized again; ``store_adapter`` follows their ``adapter``, so a
+``RuntimeStore.open`` they also call lands on the same engine.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import inspect
+import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +31,98 @@ import psutil
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
+import tests.postgres as postgres_module
+from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
-from hostkit.store import RuntimeStore
+from hostkit.store import Migration, RuntimeStore
 from hostkit.types import PrincipalScope
+from tests.postgres import (
+    PostgresCluster,
+    PostgresUnavailable,
+    set_active,
+)
+
+# The issue's "store, authority, turns, approvals and inbox contract suites" (issue 18):
+# every test in these modules of tests/contract runs on SQLite and on PostgreSQL.
+STORE_MATRIX = (
+    "test_store_*.py",
+    "test_authority.py",
+    "test_turns_*.py",
+    "test_clause_approvals_*.py",
+    "test_effects_approval*.py",
+    "test_effects_approvals.py",
+    "test_clause_inbox_*.py",
+    "test_clause_delivery_store_*.py",
+    "test_store_inbox.py",
+    # The delivery suite's recovered-turns clause, written against the store ADAPTERS.
+    "test_clause_delivery_recovered_turns.py",
+)
+STORE_ADAPTERS = ("sqlite", "postgres")
+# The parameter name of the suites that choose their adapter themselves (ADAPTERS tuples).
+ADAPTER_PARAM = "adapter"
+_CONTRACT = Path(__file__).parent / "contract"
+_UNAVAILABLE_LINE = inspect.getsourcelines(PostgresUnavailable)[1]
+
+
+def in_store_matrix(path: Path) -> bool:
+    """True for a test module of tests/contract named in ``STORE_MATRIX``."""
+    return path.parent == _CONTRACT and any(fnmatch.fnmatch(path.name, p) for p in STORE_MATRIX)
+
+
+def _chooses_its_adapter(metafunc: pytest.Metafunc) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if ADAPTER_PARAM in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not in_store_matrix(metafunc.definition.path):
+        return
+    if "store_adapter" not in metafunc.fixturenames or _chooses_its_adapter(metafunc):
+        return
+    only = metafunc.definition.get_closest_marker("sqlite_only")
+    if only is not None and not (only.args and isinstance(only.args[0], str) and only.args[0]):
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: sqlite_only needs a reason: "
+            '@pytest.mark.sqlite_only("what about the SQLite file this test checks")'
+        )
+    legs = ("sqlite",) if only is not None else STORE_ADAPTERS
+    metafunc.parametrize("store_adapter", legs, ids=legs)
+
+
+# Every skip for want of PostgreSQL starts with this; pytest reports a fixture's skip at
+# each test's own line, so they are moved to one place below and fold into one summary line.
+_NO_POSTGRES = "PostgreSQL store tests skipped: "
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    longrepr = report.longrepr
+    if (
+        report.skipped
+        and isinstance(longrepr, tuple)
+        and longrepr[2].removeprefix("Skipped: ").startswith(_NO_POSTGRES)
+    ):
+        report.longrepr = (postgres_module.__file__, _UNAVAILABLE_LINE, longrepr[2])
+    return report
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A sqlite_only test of a suite with its own adapter parameter loses its postgres item.
+    dropped = [
+        item
+        for item in items
+        if item.get_closest_marker("sqlite_only") is not None
+        and getattr(getattr(item, "callspec", None), "params", {}).get(ADAPTER_PARAM) == "postgres"
+    ]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture
@@ -28,6 +136,82 @@ def blockbuster() -> Iterator[BlockBuster]:
     """Fail any test in which hostkit makes a blocking call on the event loop thread."""
     with blockbuster_ctx("hostkit") as bb:
         yield bb
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL on loopback for this test process, started on first use.
+
+    Skips (one line: what is missing and how to install it) where this machine has
+    no PostgreSQL server binaries. Sets ``PGPASSWORD``: URLs carry no password.
+    """
+    try:
+        cluster = PostgresCluster.start()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"{_NO_POSTGRES}{exc}")
+    previous = os.environ.get("PGPASSWORD")
+    os.environ["PGPASSWORD"] = cluster.password
+    set_active(cluster)
+    try:
+        yield cluster
+    finally:
+        set_active(None)
+        if previous is None:
+            os.environ.pop("PGPASSWORD", None)
+        else:
+            os.environ["PGPASSWORD"] = previous
+        cluster.stop()
+
+
+@pytest.fixture
+def store_adapter(request: pytest.FixtureRequest) -> str:
+    """The engine under ``RuntimeStore.open`` in this test: "sqlite" unless the store
+    matrix parametrizes it, or the test's own ``adapter`` parameter says "postgres"."""
+    callspec = getattr(request.node, "callspec", None)
+    chosen = callspec.params.get(ADAPTER_PARAM) if callspec is not None else None
+    return "postgres" if chosen == "postgres" else "sqlite"
+
+
+@pytest.fixture(autouse=True)
+def _store_engine(store_adapter: str, request: pytest.FixtureRequest) -> Iterator[None]:
+    """On the postgres leg, ``RuntimeStore.open(path)`` opens a fresh PostgreSQL database
+    per distinct path (the same one again when the test reopens that path)."""
+    if store_adapter != "postgres":
+        yield
+        return
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+
+    async def open_database(path: str | Path) -> RuntimeStore:
+        return await RuntimeStore.open_postgres(await cluster.database_for(path))
+
+    def open_on_postgres(
+        cls: type[RuntimeStore],
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_s: float = 5.0,
+        max_batch: int = 64,
+        lock_timeout_s: float = 30.0,
+        migrations: Sequence[Migration] | None = None,
+    ) -> Opening[RuntimeStore]:
+        # synchronous, busy_timeout_s, max_batch and lock_timeout_s tune the SQLite file
+        # only; the PostgreSQL adapter has no such knobs, so they are accepted and ignored.
+        if migrations is not None:
+            pytest.fail(
+                "RuntimeStore.open(migrations=...) builds an old SQLite schema: mark this test "
+                '@pytest.mark.sqlite_only("...")',
+                pytrace=False,
+            )
+        return Opening(lambda: open_database(path))
+
+    # A MonkeyPatch of its own: a test's monkeypatch.undo() must not put SQLite back.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RuntimeStore, "open", classmethod(open_on_postgres))
+        try:
+            yield
+        finally:
+            patch.undo()
+            cluster.drop_created()
 
 
 @pytest.fixture

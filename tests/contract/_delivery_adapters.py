@@ -4,8 +4,7 @@ Every test takes an adapter name from ``ADAPTERS`` and opens
 ``open_delivery(name, tmp_path)``; nothing else in a test knows which adapter
 it runs on. Outbox rows are created the only way production creates them: a
 real turn admitted and finished through ``store.turns`` with a captured route.
-A new adapter (PostgreSQL) adds a name to ``ADAPTERS`` and a branch to
-``open_delivery`` that yields the same ``DeliveryUnderTest``.
+Each adapter is a fresh RuntimeStore from ``_store_adapters.open_store``.
 """
 
 from __future__ import annotations
@@ -22,10 +21,11 @@ import anyio
 from hostkit.authority import AuthorityResolver
 from hostkit.store import Admitted, DeliveryStore, LeaseOwner, RuntimeStore, TurnAdmission
 from hostkit.types import PrincipalScope, TurnResult, new_id
+from tests.contract._store_adapters import open_store
 
 __all__ = ["ADAPTERS", "ROUTE", "DeliveryUnderTest", "finish_routed_turns", "open_delivery"]
 
-ADAPTERS = ("sqlite",)
+ADAPTERS = ("sqlite", "postgres")
 ROUTE: Mapping[str, Any] = {
     "channel": "slack.main",
     "conversation": "T1:C1:U1",
@@ -117,7 +117,7 @@ async def open_delivery(name: str, tmp_path: Path) -> AsyncIterator[DeliveryUnde
     if name not in ADAPTERS:
         raise ValueError(f"unknown delivery adapter {name!r}")
     async with (
-        RuntimeStore.open(tmp_path / f"{name}.db") as store,
+        open_store(name, tmp_path) as store,
         AuthorityResolver.bind(store) as authority,
     ):
         operator = await authority.operator_issuer().issue(

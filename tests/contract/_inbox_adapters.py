@@ -4,11 +4,11 @@ Every ``test_clause_inbox_*`` test takes an adapter name from ``ADAPTERS``
 and opens ``open_inbox(name, tmp_path, **ChannelInbox options)``; nothing
 else in a test knows which adapter it runs on. The clock is a
 ``ManualClock`` (moved by the test, never slept on) unless a test passes its
-own. A new adapter (PostgreSQL) adds a name to ``ADAPTERS`` and a branch to
-``open_inbox`` that yields the same ``InboxUnderTest``.
+own. "sqlite" and "postgres" are ``ChannelInbox.on_store`` over a fresh
+RuntimeStore of that adapter (``_store_adapters.open_store``).
 
-Operator scopes: ``requeue`` needs a scope the inbox verifies. The SQLite
-inbox verifies against its own store (``ChannelInbox.on_store``). The
+Operator scopes: ``requeue`` needs a scope the inbox verifies. The SQL
+inboxes verify against their own store (``ChannelInbox.on_store``). The
 in-memory inbox has no store of its own, and on its own only checks that
 the scope's authority is ``operator``; here it is given the ``verify_scope``
 of a real store whose AuthorityResolver issues the suite's operator scope, so
@@ -27,8 +27,9 @@ from typing import Any
 from hostkit.authority import AuthorityResolver
 from hostkit.inbox import ChannelInbox
 from hostkit.inbox._memory import MemoryInboxStore
-from hostkit.store import InboxStore, RuntimeStore
+from hostkit.store import InboxStore
 from hostkit.types import InboundEnvelope, PrincipalScope, SourceCheckpoint
+from tests.contract._store_adapters import open_store
 
 __all__ = [
     "ADAPTERS",
@@ -38,7 +39,7 @@ __all__ = [
     "open_inbox",
 ]
 
-ADAPTERS = ("memory", "sqlite")
+ADAPTERS = ("memory", "sqlite", "postgres")
 # A start far from zero, so "now minus a retention period" stays a plausible time.
 _START = 1_700_000_000.0
 
@@ -105,14 +106,15 @@ async def open_inbox(name: str, tmp_path: Path, **options: Any) -> AsyncIterator
     options.setdefault("rng", random.Random(15))
     if name not in ADAPTERS:
         raise ValueError(f"unknown inbox adapter {name!r}")
+    # The in-memory inbox borrows a SQLite store's scope check (see the docstring).
     async with (
-        RuntimeStore.open(tmp_path / f"{name}.db") as store,
+        open_store("sqlite" if name == "memory" else name, tmp_path) as store,
         AuthorityResolver.bind(store) as authority,
     ):
         operator = await authority.operator_issuer().issue(
             "ops", reason="inbox contract suite: requeue dead letters"
         )
-        if name == "sqlite":
+        if name != "memory":
 
             def another(**more: Any) -> ChannelInbox:
                 return ChannelInbox.on_store(store, clock=clock, **more)

@@ -2,9 +2,10 @@
 
 Each suite is written against ``RuntimeStore``; only the few seeding and
 inspection hooks below know the adapter (rows another group owns, such as a
-running turn, and raw columns no interface method exposes on purpose). A new
-adapter (PostgreSQL) adds a branch to ``open_adapter`` and a name to
-``ADAPTERS``.
+running turn, and raw columns no interface method exposes on purpose). Both
+adapters are SQL stores over ``write``/``read`` in the SQL both engines accept,
+so the hooks are shared; "postgres" is a fresh database of the throwaway
+cluster (tests/postgres.py) cloned from the migrated template.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostkit.authority import AuthorityResolver
-from hostkit.store import RuntimeStore, SqliteStore
+from hostkit.store import RowStore, RuntimeStore
 from hostkit.types import PrincipalScope, new_id
+from tests.postgres import active_cluster
 
-ADAPTERS = ("sqlite",)
+ADAPTERS = ("sqlite", "postgres")
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,22 @@ class StoreUnderTest:
 @asynccontextmanager
 async def open_store(name: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
     """A fresh, empty store of adapter ``name`` (no AuthorityResolver bound yet)."""
-    if name != "sqlite":
+    if name == "sqlite":
+        async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+            yield store
+    elif name == "postgres":
+        # The same database for the same tmp_path, as the SQLite file is (a reopen sees it).
+        url = await active_cluster().database_for(tmp_path / "hostkit.db")
+        async with RuntimeStore.open_postgres(url) as store:
+            yield store
+    else:
         raise ValueError(f"unknown store adapter {name!r}")
-    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
-        yield store
 
 
 @asynccontextmanager
 async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
     async with open_store(name, tmp_path) as store:
-        assert isinstance(store, SqliteStore)
+        assert isinstance(store, RowStore)
 
         async def seed_turn(session_id: str) -> str:
             # A turn of the principal the session's conversation is bound to (who may run

@@ -28,7 +28,7 @@ from hostkit.freeze import thaw
 from hostkit.store import Admitted, LeaseOwner, NewApproval, RuntimeStore, TurnAdmission
 from hostkit.store._turn_rows import LOST_NOTICE
 from hostkit.types import DeliveryIntent, PrincipalScope, approval_code, new_id
-from tests.contract._store_adapters import ADAPTERS, open_store
+from tests.contract._store_adapters import open_store
 from tests.contract.test_store_turns import dead_like
 from tests.support import facts
 
@@ -41,9 +41,9 @@ ROUTE: Mapping[str, Any] = {
 }
 
 
-@pytest.fixture(params=ADAPTERS)
-async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    async with open_store(request.param, tmp_path) as store:
+@pytest.fixture
+async def runtime(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
+    async with open_store(store_adapter, tmp_path) as store:
         yield store
 
 

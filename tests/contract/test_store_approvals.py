@@ -28,10 +28,10 @@ from hostkit.store import (
     ClaimedApproval,
     NewApproval,
     PendingApproval,
-    SqliteStore,
+    RowStore,
 )
 from hostkit.types import PrincipalScope, new_id
-from tests.contract._store_adapters import ADAPTERS, StoreUnderTest, open_adapter
+from tests.contract._store_adapters import StoreUnderTest, open_adapter
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
@@ -39,9 +39,9 @@ pytestmark = pytest.mark.anyio
 MESSAGE_LIMIT = 500
 
 
-@pytest.fixture(params=ADAPTERS)
-async def sut(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
-    async with open_adapter(request.param, tmp_path) as opened:
+@pytest.fixture
+async def sut(store_adapter: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_adapter(store_adapter, tmp_path) as opened:
         yield opened
 
 
@@ -543,16 +543,16 @@ async def test_bad_arguments_to_owned_calls_are_typed_errors(
     assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "pending"
 
 
-# -- SQLite specifics -------------------------------------------------------------------
+# -- rows as an older hostkit wrote them, and damaged ones (raw SQL on either adapter) ----
 
 
 async def test_rows_written_before_the_typed_record_keep_their_secret_fact(
-    tmp_path: Path,
+    store_adapter: str, tmp_path: Path
 ) -> None:
     """Approvals recorded by an older hostkit hold the bare view; "binds" there still counts."""
-    async with open_adapter("sqlite", tmp_path) as sut:
+    async with open_adapter(store_adapter, tmp_path) as sut:
         store = sut.store
-        assert isinstance(store, SqliteStore)
+        assert isinstance(store, RowStore)
         alice = await owner(sut, "alice")
         turn = await sut.seed_turn(alice.session_id or "")
         legacy = {
@@ -578,10 +578,12 @@ async def test_rows_written_before_the_typed_record_keep_their_secret_fact(
         assert read["apr_odd"].binds_secret  # unreadable "binds": fail safe
 
 
-async def test_a_corrupt_view_record_is_a_store_error_not_a_crash(tmp_path: Path) -> None:
-    async with open_adapter("sqlite", tmp_path) as sut:
+async def test_a_corrupt_view_record_is_a_store_error_not_a_crash(
+    store_adapter: str, tmp_path: Path
+) -> None:
+    async with open_adapter(store_adapter, tmp_path) as sut:
         store = sut.store
-        assert isinstance(store, SqliteStore)
+        assert isinstance(store, RowStore)
         alice = await owner(sut, "alice")
         approval = await pending(sut, alice)
         await store.write(

@@ -26,8 +26,8 @@ from hostkit.store import (
     MAX_INSPECT_ROWS,
     MAX_SUMMARY_CHARS,
     MAX_WINDOW,
+    RowStore,
     RuntimeStore,
-    SqliteStore,
 )
 from hostkit.types import (
     MAX_DECISION_TEXT,
@@ -38,16 +38,16 @@ from hostkit.types import (
     Usage,
     UsageObservation,
 )
-from tests.contract._store_adapters import ADAPTERS, open_store
+from tests.contract._store_adapters import open_store
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=ADAPTERS)
-async def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
+@pytest.fixture
+async def adapter(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
     """One open store per adapter, empty."""
-    async with open_store(request.param, tmp_path) as store:
+    async with open_store(store_adapter, tmp_path) as store:
         yield store
 
 
@@ -683,13 +683,13 @@ async def test_inspect_queries_are_bounded_and_owner_checked(
         await refused(denied, kind=NotFoundOrUnauthorized)
 
 
-# -- the SQLite adapter's persisted form ------------------------------------------------
+# -- the SQL adapters' persisted form ---------------------------------------------------
 
 
 async def write_raw_decision(
     store: RuntimeStore, decision_id: str, session_id: str, kind: str, summary: str
 ) -> None:
-    assert isinstance(store, SqliteStore)
+    assert isinstance(store, RowStore)
     await store.write(
         lambda c: c.execute(
             "INSERT INTO context_decisions (decision_id, session_id, turn_id, step_id, kind, "

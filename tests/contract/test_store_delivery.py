@@ -35,6 +35,7 @@ def v12_turn(conn: sqlite3.Connection, turn_id: str, session_id: str, status: st
     )
 
 
+@pytest.mark.sqlite_only("a v12 SQLite file, PRAGMA table_info and sqlite_master")
 async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_path: Path) -> None:
     path = tmp_path / "v12.db"
     async with await RuntimeStore.open(path, migrations=MIGRATIONS[:12]) as old:
@@ -93,6 +94,7 @@ async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_pat
     assert "WHERE status = 'dead_lettered'" in indexes["outbox_dead"]
 
 
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN: SQLite planner and partial indexes")
 async def test_the_claim_reads_only_the_due_index_in_its_order(tmp_path: Path) -> None:
     async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
         assert isinstance(store, SqliteStore)

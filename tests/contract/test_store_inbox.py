@@ -1,9 +1,11 @@
-"""The SQLite inbox adapter's own facts: indexes, migration 12, tombstones, bounds, audit.
+"""The SQL inbox adapters' own facts: indexes, migration 12, tombstones, bounds, audit.
 
 The behaviour every adapter shares is the ChannelInbox contract suite
-(``test_clause_inbox_*``); this module checks what only the SQLite adapter
-can get wrong: a claim that scans the table, a migration that loses old rows,
-a pruned payload that forgets its dedup key, bad input that writes anyway.
+(``test_clause_inbox_*``); this module checks what only a SQL adapter can get
+wrong: a pruned payload that forgets its dedup key, bad input that writes
+anyway, two opens claiming one row. It runs on SQLite and PostgreSQL (the
+store matrix, tests/conftest.py); the query plans and migration 12 are the
+SQLite file's own (sqlite_only).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
-from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore, SqliteStore
+from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RowStore, RuntimeStore, SqliteStore
 from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS
 from hostkit.types import (
     InboundEnvelope,
@@ -45,36 +47,38 @@ def envelope(key: str, channel: str = "webhook.main", **extra: Any) -> InboundEn
 
 
 @pytest.fixture
-def sqlite(store: RuntimeStore) -> SqliteStore:
-    assert isinstance(store, SqliteStore)
+def sql_store(store: RuntimeStore) -> RowStore:
+    """The store as a SQL adapter: raw ``read``/``write`` for the columns no method shows."""
+    assert isinstance(store, RowStore)
     return store
 
 
-async def scalar(store: SqliteStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
+async def scalar(store: RowStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
     row = await store.read(lambda c: c.execute(sql, params).fetchone())
     return None if row is None else row[0]
 
 
-async def plan(store: SqliteStore, sql: str, params: tuple[Any, ...]) -> list[str]:
+async def plan(store: RowStore, sql: str, params: tuple[Any, ...]) -> list[str]:
     rows = await store.read(lambda c: c.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall())
     return [str(row[3]) for row in rows]
 
 
-async def test_the_claim_and_dedup_queries_search_their_indexes(sqlite: SqliteStore) -> None:
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN: SQLite's planner and its partial indexes")
+async def test_the_claim_and_dedup_queries_search_their_indexes(sql_store: RowStore) -> None:
     # Enough rows, in several states and channels, that a scan would be the planner's
     # choice if the partial index did not fit the query.
-    inbox = sqlite.inbox
+    inbox = sql_store.inbox
     for channel in ("a.one", "b.two", "c.three"):
         await inbox.accept([envelope(f"{channel}-{n}", channel) for n in range(40)], None, now=NOW)
     claimed = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=30, max_attempts=5)
     for item in claimed[:20]:
         await inbox.complete(item.inbound_id, item.claim_token, InboundResult("ignored"), now=NOW)
-    await sqlite.write(lambda c: c.execute("ANALYZE"))
+    await sql_store.write(lambda c: c.execute("ANALYZE"))
 
-    channels = await plan(sqlite, DUE_CHANNELS, (NOW,))
-    rows = await plan(sqlite, DUE_ROWS, ("a.one", NOW, 5))
+    channels = await plan(sql_store, DUE_CHANNELS, (NOW,))
+    rows = await plan(sql_store, DUE_ROWS, ("a.one", NOW, 5))
     dedup = await plan(
-        sqlite,
+        sql_store,
         "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?",
         ("a.one", "a.one-1"),
     )
@@ -88,6 +92,7 @@ async def test_the_claim_and_dedup_queries_search_their_indexes(sqlite: SqliteSt
     assert "(channel_instance_id=? AND platform_event_key=?)" in dedup[0]
 
 
+@pytest.mark.sqlite_only("a v11 SQLite file built from a prefix of the SQLite migrations")
 async def test_migration_12_upgrades_a_v11_database_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "v11.db"
     status = McpServerStatus(agent="assistant", server="files", state="connected", updated_at=5.0)
@@ -127,8 +132,8 @@ async def test_migration_12_upgrades_a_v11_database_and_keeps_its_rows(tmp_path:
         assert await new.inbox.checkpoint("s") == "7"
 
 
-async def test_a_pruned_payload_leaves_the_dedup_tombstone(sqlite: SqliteStore) -> None:
-    inbox = sqlite.inbox
+async def test_a_pruned_payload_leaves_the_dedup_tombstone(sql_store: RowStore) -> None:
+    inbox = sql_store.inbox
     first = envelope("evt-1", artifacts=("att-1",), metadata={"thread": "t1"})
     (receipt,) = await inbox.accept([first], None, now=NOW)
     (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
@@ -136,7 +141,7 @@ async def test_a_pruned_payload_leaves_the_dedup_tombstone(sqlite: SqliteStore) 
 
     report = await inbox.prune(payload_before=NOW + 1, tombstone_before=NOW - 1, limit=10)
     assert (report.payloads_cleared, report.tombstones_removed) == (1, 0)
-    raw = await sqlite.read(
+    raw = await sql_store.read(
         lambda c: c.execute(
             "SELECT payload, payload_ref, artifacts, metadata, platform_event_key FROM inbox"
         ).fetchall()
@@ -149,7 +154,7 @@ async def test_a_pruned_payload_leaves_the_dedup_tombstone(sqlite: SqliteStore) 
     # The same platform event redelivered inside the horizon is still a duplicate.
     (again,) = await inbox.accept([envelope("evt-1")], None, now=NOW + 2)
     assert (again.inbound_id, again.disposition) == (receipt.inbound_id, "duplicate")
-    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox") == 1
+    assert await scalar(sql_store, "SELECT COUNT(*) FROM inbox") == 1
     # A second pass finds nothing more to clear; past the horizon the tombstone goes.
     report = await inbox.prune(payload_before=NOW + 1, tombstone_before=NOW - 1, limit=10)
     assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
@@ -160,8 +165,8 @@ async def test_a_pruned_payload_leaves_the_dedup_tombstone(sqlite: SqliteStore) 
     assert later.inbound_id != receipt.inbound_id
 
 
-async def test_prune_never_touches_live_or_dead_rows(sqlite: SqliteStore) -> None:
-    inbox = sqlite.inbox
+async def test_prune_never_touches_live_or_dead_rows(sql_store: RowStore) -> None:
+    inbox = sql_store.inbox
     await inbox.accept([envelope(f"e{n}") for n in range(3)], None, now=NOW)
     first, _ = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=2, max_attempts=3)
     await inbox.fail(
@@ -173,21 +178,21 @@ async def test_prune_never_touches_live_or_dead_rows(sqlite: SqliteStore) -> Non
     )
     report = await inbox.prune(payload_before=NOW + 10**6, tombstone_before=NOW + 10**6, limit=10)
     assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
-    nulls = await scalar(sqlite, "SELECT COUNT(*) FROM inbox WHERE payload IS NULL")
+    nulls = await scalar(sql_store, "SELECT COUNT(*) FROM inbox WHERE payload IS NULL")
     assert nulls == 0
     assert {r.state for r in await inbox.records()} == {"ready", "claimed", "dead_lettered"}
 
 
-async def test_the_state_check_refuses_an_unknown_state(sqlite: SqliteStore) -> None:
-    (receipt,) = await sqlite.inbox.accept([envelope("e1")], None, now=NOW)
+async def test_the_state_check_refuses_an_unknown_state(sql_store: RowStore) -> None:
+    (receipt,) = await sql_store.inbox.accept([envelope("e1")], None, now=NOW)
     with pytest.raises(StoreError, match="CHECK"):
-        await sqlite.write(
+        await sql_store.write(
             lambda c: c.execute(
                 "UPDATE inbox SET state = 'lost' WHERE inbound_id = ?", [receipt.inbound_id]
             )
         )
     with pytest.raises(StoreError, match="UNIQUE"):
-        await sqlite.write(
+        await sql_store.write(
             lambda c: c.execute(
                 "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "
                 "conversation_key, principal_key, authenticated_by, received_at, state, due_at, "
@@ -199,15 +204,15 @@ async def test_the_state_check_refuses_an_unknown_state(sqlite: SqliteStore) -> 
 
 
 async def test_requeue_audits_actor_and_reason_in_its_transaction(
-    sqlite: SqliteStore, operator: PrincipalScope
+    sql_store: RowStore, operator: PrincipalScope
 ) -> None:
-    inbox = sqlite.inbox
+    inbox = sql_store.inbox
     (receipt,) = await inbox.accept([envelope("e1")], None, now=NOW)
     with pytest.raises(InvalidValue, match="dead-lettered"):
         await inbox.requeue(receipt.inbound_id, reason="try again", actor="ops", now=NOW)
     with pytest.raises(NotFoundOrUnauthorized):
         await inbox.requeue("inb_missing", reason="try again", actor="ops", now=NOW)
-    assert await sqlite.read_audit(operator, kind="inbox.requeue") == ()
+    assert await sql_store.read_audit(operator, kind="inbox.requeue") == ()
 
     (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
     await inbox.fail(
@@ -226,7 +231,7 @@ async def test_requeue_audits_actor_and_reason_in_its_transaction(
         1,
         NOW + 5,
     )
-    (audit,) = await sqlite.read_audit(operator, kind="inbox.requeue")
+    (audit,) = await sql_store.read_audit(operator, kind="inbox.requeue")
     assert (audit.principal_id, audit.reason, audit.subject) == (
         "ops",
         "parser fixed",
@@ -259,22 +264,22 @@ BAD_CALLS = [
 
 @pytest.mark.parametrize(("method", "kwargs"), BAD_CALLS)
 async def test_bad_arguments_raise_invalid_value_and_write_nothing(
-    sqlite: SqliteStore, method: str, kwargs: dict[str, Any]
+    sql_store: RowStore, method: str, kwargs: dict[str, Any]
 ) -> None:
-    (receipt,) = await sqlite.inbox.accept([envelope("e1")], None, now=NOW)
-    before = await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
-    call = getattr(sqlite.inbox, method)(**kwargs)
+    (receipt,) = await sql_store.inbox.accept([envelope("e1")], None, now=NOW)
+    before = await sql_store.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
+    call = getattr(sql_store.inbox, method)(**kwargs)
     with pytest.raises(InvalidValue):
         await call
-    assert await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
-    assert (await sqlite.inbox.record(receipt.inbound_id)) is not None
+    assert await sql_store.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
+    assert (await sql_store.inbox.record(receipt.inbound_id)) is not None
 
 
-async def test_bad_fenced_calls_change_nothing(sqlite: SqliteStore) -> None:
-    inbox = sqlite.inbox
+async def test_bad_fenced_calls_change_nothing(sql_store: RowStore) -> None:
+    inbox = sql_store.inbox
     await inbox.accept([envelope("e1")], None, now=NOW)
     (claimed,) = await inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
-    before = await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
+    before = await sql_store.read(lambda c: c.execute("SELECT * FROM inbox").fetchall())
     inbound, token = claimed.inbound_id, claimed.claim_token
     calls = [
         inbox.complete(inbound, token, "done", now=NOW),  # type: ignore[arg-type]
@@ -291,11 +296,11 @@ async def test_bad_fenced_calls_change_nothing(sqlite: SqliteStore) -> None:
     for call in calls:
         with pytest.raises(InvalidValue):
             await call
-    assert await sqlite.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
+    assert await sql_store.read(lambda c: c.execute("SELECT * FROM inbox").fetchall()) == before
 
 
-async def test_a_bad_envelope_in_a_batch_writes_none_of_it(sqlite: SqliteStore) -> None:
-    inbox = sqlite.inbox
+async def test_a_bad_envelope_in_a_batch_writes_none_of_it(sql_store: RowStore) -> None:
+    inbox = sql_store.inbox
     good = envelope("e1")
     for batch, checkpoint in (
         ([good, "e2"], SourceCheckpoint("src", "9")),
@@ -308,8 +313,8 @@ async def test_a_bad_envelope_in_a_batch_writes_none_of_it(sqlite: SqliteStore) 
             await inbox.accept(batch, checkpoint, now=NOW)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue):
         await inbox.accept([good], None, now=math.nan)
-    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox") == 0
-    assert await scalar(sqlite, "SELECT COUNT(*) FROM inbox_checkpoints") == 0
+    assert await scalar(sql_store, "SELECT COUNT(*) FROM inbox") == 0
+    assert await scalar(sql_store, "SELECT COUNT(*) FROM inbox_checkpoints") == 0
     assert await inbox.checkpoint("src") is None
 
 
@@ -332,7 +337,7 @@ async def test_two_opens_of_one_file_never_claim_the_same_row(db_path: Path) -> 
         )
 
 
-async def test_rows_are_read_back_from_columns_not_a_blob(sqlite: SqliteStore) -> None:
+async def test_rows_are_read_back_from_columns_not_a_blob(sql_store: RowStore) -> None:
     checkpoint = SourceCheckpoint("imap.inbox", "uid:42")
     sent = envelope(
         "e1",
@@ -341,13 +346,15 @@ async def test_rows_are_read_back_from_columns_not_a_blob(sqlite: SqliteStore) -
         metadata={"thread": {"id": "t1", "n": 2}, "api_key": "sk-live"},
         source_checkpoint=checkpoint,
     )
-    await sqlite.inbox.accept([sent], checkpoint, now=NOW)
-    (claimed,) = await sqlite.inbox.claim(owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3)
+    await sql_store.inbox.accept([sent], checkpoint, now=NOW)
+    (claimed,) = await sql_store.inbox.claim(
+        owner="w", now=NOW, lease_s=60.0, limit=1, max_attempts=3
+    )
     assert claimed.envelope == sent
     assert claimed.envelope.metadata["api_key"] == "[redacted]"
-    stored = await scalar(sqlite, "SELECT metadata FROM inbox")
+    stored = await scalar(sql_store, "SELECT metadata FROM inbox")
     assert "sk-live" not in stored
-    row = await sqlite.read(
+    row = await sql_store.read(
         lambda c: c.execute(
             "SELECT state, due_at, attempt, claim_token, owner FROM inbox"
         ).fetchone()
@@ -355,10 +362,10 @@ async def test_rows_are_read_back_from_columns_not_a_blob(sqlite: SqliteStore) -
     assert tuple(row) == ("claimed", NOW + 60.0, 1, claimed.claim_token, "w")
 
 
-async def test_a_claim_pages_past_exhausted_rows_to_the_next_due_one(sqlite: SqliteStore) -> None:
+async def test_a_claim_pages_past_exhausted_rows_to_the_next_due_one(sql_store: RowStore) -> None:
     # Two instances, limit 2: one due row per instance is fetched at a time, so the
     # claim must page through channel "a"'s three poison rows to reach its live one.
-    inbox = sqlite.inbox
+    inbox = sql_store.inbox
     await inbox.accept([envelope(f"poison-{n}", "a") for n in range(3)], None, now=NOW)
     await inbox.claim(owner="w", now=NOW, lease_s=5.0, limit=3, max_attempts=1)
     await inbox.accept([envelope("live-a", "a"), envelope("live-b", "b")], None, now=NOW + 6)
@@ -369,6 +376,6 @@ async def test_a_claim_pages_past_exhausted_rows_to_the_next_due_one(sqlite: Sql
     assert sorted(r.platform_event_key for r in dead) == ["poison-0", "poison-1", "poison-2"]
     assert {(r.failure_code, r.due_at) for r in dead} == {("attempts_exhausted", None)}
     tokens = await scalar(
-        sqlite, "SELECT COUNT(claim_token) FROM inbox WHERE state = 'dead_lettered'"
+        sql_store, "SELECT COUNT(claim_token) FROM inbox WHERE state = 'dead_lettered'"
     )
     assert tokens == 0

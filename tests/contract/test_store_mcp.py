@@ -28,9 +28,9 @@ from tests.contract._store_adapters import ADAPTERS, StoreUnderTest, open_adapte
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=ADAPTERS)
-async def sut(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
-    async with open_adapter(request.param, tmp_path) as opened:
+@pytest.fixture
+async def sut(store_adapter: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_adapter(store_adapter, tmp_path) as opened:
         yield opened
 
 

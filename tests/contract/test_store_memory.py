@@ -17,16 +17,16 @@ import pytest
 
 from hostkit.errors import InvalidValue
 from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
-from tests.contract._store_adapters import ADAPTERS, StoreUnderTest, open_adapter
+from tests.contract._store_adapters import StoreUnderTest, open_adapter
 
 pytestmark = pytest.mark.anyio
 
 AGENT = "assistant"
 
 
-@pytest.fixture(params=ADAPTERS)
-async def sut(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
-    async with open_adapter(request.param, tmp_path) as opened:
+@pytest.fixture
+async def sut(store_adapter: str, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    async with open_adapter(store_adapter, tmp_path) as opened:
         yield opened
 
 

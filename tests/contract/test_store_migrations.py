@@ -82,6 +82,7 @@ def schema(path: Path) -> list[tuple[str, str, str]]:
         conn.close()
 
 
+@pytest.mark.sqlite_only("the SQLite migration chain and its file backup")
 async def test_fresh_create_applies_every_migration_without_backup(db_path: Path) -> None:
     async with await RuntimeStore.open(db_path) as store:
         assert store.migration.to_version == SCHEMA_VERSION
@@ -92,6 +93,7 @@ async def test_fresh_create_applies_every_migration_without_backup(db_path: Path
     )
 
 
+@pytest.mark.sqlite_only("a v1 SQLite file built from a prefix of the SQLite migrations")
 async def test_upgrade_backfills_owners_and_marks_ambiguous_rows_legacy(db_path: Path) -> None:
     await make_v1(db_path)
     async with await RuntimeStore.open(db_path) as store:
@@ -107,6 +109,7 @@ async def test_upgrade_backfills_owners_and_marks_ambiguous_rows_legacy(db_path:
     }
 
 
+@pytest.mark.sqlite_only("the backup copy of the SQLite file, read with sqlite3")
 async def test_upgrade_backup_is_verified_and_equals_the_old_database(db_path: Path) -> None:
     await make_v1(db_path)
     before = await anyio.to_thread.run_sync(schema, db_path)
@@ -128,6 +131,7 @@ async def test_upgrade_backup_is_verified_and_equals_the_old_database(db_path: P
     assert await anyio.to_thread.run_sync(schema, backup) == before
 
 
+@pytest.mark.sqlite_only("compares two SQLite files schema by schema")
 async def test_fresh_schema_equals_a_migrated_old_one(tmp_path: Path) -> None:
     fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
     async with await RuntimeStore.open(fresh):
@@ -140,6 +144,7 @@ async def test_fresh_schema_equals_a_migrated_old_one(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.sqlite_only("golden SQLite files of released versions")
 @pytest.mark.parametrize("golden", sorted(p.name for p in GOLDEN.glob("hostkit-v*.db")))
 async def test_golden_database_of_each_released_version_migrates(
     tmp_path: Path, golden: str
@@ -171,6 +176,7 @@ async def test_golden_database_of_each_released_version_migrates(
         assert approvals == 0
 
 
+@pytest.mark.sqlite_only("a golden v5 SQLite file")
 async def test_a_turn_left_running_before_v6_holds_its_session_until_recovered(
     tmp_path: Path,
 ) -> None:
@@ -200,6 +206,7 @@ async def test_a_turn_left_running_before_v6_holds_its_session_until_recovered(
     assert summary == [(3,)]
 
 
+@pytest.mark.sqlite_only("the SQLite file bytes and its -wal file")
 async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) -> None:
     await make_v1(db_path)
     before = await digest(db_path)
@@ -221,6 +228,7 @@ async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) ->
     )
 
 
+@pytest.mark.sqlite_only("the SQLite file backup and an injected SQLite migration")
 async def test_matching_backup_is_reused_after_a_failed_attempt(db_path: Path) -> None:
     await make_v1(db_path)
     with pytest.raises(MigrationError):
@@ -230,6 +238,7 @@ async def test_matching_backup_is_reused_after_a_failed_attempt(db_path: Path) -
         assert store.migration.to_version == SCHEMA_VERSION
 
 
+@pytest.mark.sqlite_only("the SQLite file backup and a prefix of the SQLite migrations")
 async def test_stale_backup_stops_the_migration(db_path: Path) -> None:
     await make_v1(db_path)
     with pytest.raises(MigrationError):
@@ -250,6 +259,7 @@ async def test_stale_backup_stops_the_migration(db_path: Path) -> None:
     assert ("pragma", "user_version", "1") in version
 
 
+@pytest.mark.sqlite_only("the SQLite file backup")
 async def test_corrupt_backup_stops_the_migration(db_path: Path) -> None:
     await make_v1(db_path)
     await anyio.Path(db_path.with_name("hostkit.db.v1.backup")).write_bytes(b"not sqlite" * 100)
@@ -257,6 +267,7 @@ async def test_corrupt_backup_stops_the_migration(db_path: Path) -> None:
         await RuntimeStore.open(db_path)
 
 
+@pytest.mark.sqlite_only("a SQLite file migrated past this release (injected migration)")
 async def test_newer_database_is_refused(db_path: Path) -> None:
     future = Migration(SCHEMA_VERSION + 1, "future", ("CREATE TABLE future (x)",))
     async with await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, future)):
@@ -265,6 +276,7 @@ async def test_newer_database_is_refused(db_path: Path) -> None:
         await RuntimeStore.open(db_path)
 
 
+@pytest.mark.sqlite_only("a foreign SQLite file (application_id)")
 async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
     def foreign(path: Path) -> None:
         conn = sqlite3.connect(str(path))
@@ -277,6 +289,7 @@ async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
         await RuntimeStore.open(db_path)
 
 
+@pytest.mark.sqlite_only("an injected gap in the SQLite migration chain")
 async def test_migrations_must_be_contiguous(db_path: Path) -> None:
     gap = Migration(SCHEMA_VERSION + 2, "gap", ("SELECT 1",))
     with pytest.raises(MigrationError, match="without gaps"):
@@ -318,6 +331,7 @@ RELEASED = {
 }
 
 
+@pytest.mark.sqlite_only("digests of the SQLite migrations; no store is opened")
 def test_released_migrations_are_never_edited() -> None:
     for migration in MIGRATIONS:
         body = "\n;\n".join(migration.statements).encode()

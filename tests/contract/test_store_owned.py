@@ -238,6 +238,7 @@ def _plan(path: Path, sql: str, params: list[object]) -> str:
         conn.close()
 
 
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN on the SQLite file through sqlite3")
 async def test_owner_predicates_use_indexes_not_bind_lists(
     db_path: Path, authority: AuthorityResolver, operator: PrincipalScope
 ) -> None:

@@ -44,6 +44,7 @@ async def count(store: RuntimeStore) -> int:
     return await store.read(lambda c: c.execute("SELECT COUNT(*) FROM t").fetchone()[0])
 
 
+@pytest.mark.sqlite_only("PRAGMA journal_mode, user_version and foreign_keys of the SQLite file")
 async def test_fresh_database_is_wal_at_latest_version(store: RuntimeStore) -> None:
     pragmas = await store.read(
         lambda c: (
@@ -57,6 +58,7 @@ async def test_fresh_database_is_wal_at_latest_version(store: RuntimeStore) -> N
     assert store.migration.backup is None
 
 
+@pytest.mark.sqlite_only("the SQLite synchronous PRAGMA")
 @pytest.mark.parametrize(("setting", "level"), [("FULL", 2), ("NORMAL", 1), ("EXTRA", 3)])
 async def test_synchronous_setting_is_applied(db_path: Path, setting: str, level: int) -> None:
     async with await RuntimeStore.open(db_path, synchronous=setting) as store:  # type: ignore[arg-type]
@@ -64,11 +66,13 @@ async def test_synchronous_setting_is_applied(db_path: Path, setting: str, level
         assert value == level
 
 
+@pytest.mark.sqlite_only("the SQLite synchronous option")
 async def test_synchronous_off_is_refused(db_path: Path) -> None:
     with pytest.raises(InvalidValue, match="synchronous"):
         await RuntimeStore.open(db_path, synchronous="OFF")  # type: ignore[arg-type]
 
 
+@pytest.mark.sqlite_only("one hop to the SQLite connection thread (DbConnection.run)")
 async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
     store: RuntimeStore, hops: Hops
 ) -> None:
@@ -349,6 +353,7 @@ def _sqlite_threads() -> int:
     return sum("_connection_worker_thread" in t.name for t in threading.enumerate())
 
 
+@pytest.mark.sqlite_only("a SQLite file path that cannot be opened, and its connection thread")
 async def test_unopenable_path_is_a_typed_store_error_and_leaves_no_thread(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,393 @@
+"""A throwaway PostgreSQL cluster for the test suite: initdb, pg_ctl, loopback only.
+
+One cluster per test process (per pytest-xdist worker), started lazily by the
+session fixture ``postgres_cluster`` the first time a test needs it, stopped
+with ``pg_ctl stop -m immediate`` and removed at the end of the session.
+
+* Binaries: ``initdb`` and ``pg_ctl`` on PATH, else the highest version under
+  ``/usr/lib/postgresql/*/bin`` (Debian's layout). Missing binaries raise
+  ``PostgresUnavailable``, which the fixture turns into one skip line.
+* Root: postgres refuses to run as root, so when the euid is 0 the server runs
+  as the ``postgres`` system user (``runuser``) and owns the temp directory.
+* Auth: a superuser ``hostkit`` with a generated password, SCRAM on
+  127.0.0.1, trust on the private socket directory. ``url()`` never carries
+  the password: it comes from ``PGPASSWORD``, which the session fixture sets,
+  as production takes its secrets from the environment.
+* Speed: fsync, synchronous_commit and full_page_writes are off (a crash
+  loses the cluster, which is thrown away anyway); a fresh database is a
+  ``CREATE DATABASE ... TEMPLATE`` clone of one migrated once per cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import pwd
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "HOSTKIT_TEMPLATE",
+    "PostgresCluster",
+    "PostgresUnavailable",
+    "active_cluster",
+    "find_bindir",
+]
+
+# The database every fresh store database is cloned from: migrated once per cluster.
+HOSTKIT_TEMPLATE = "hostkit_template"
+SUPERUSER = "hostkit"
+INSTALL_HINT = "`make install` (as root with apt-get) installs Debian's postgresql package"
+_DEBIAN_BINDIRS = Path("/usr/lib/postgresql")
+# Settings for a cluster nobody needs to survive a crash; max_connections leaves room
+# for several pools (8 connections each by default) open at once in one test.
+_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "log_min_messages": "warning",
+}
+_PORT_ATTEMPTS = 5
+
+_active: PostgresCluster | None = None
+
+
+class PostgresUnavailable(Exception):
+    """This machine cannot run a throwaway PostgreSQL (the message says what is missing)."""
+
+
+def active_cluster() -> PostgresCluster:
+    """The cluster the session fixture ``postgres_cluster`` started in this process."""
+    if _active is None:
+        raise RuntimeError(
+            "no PostgreSQL cluster in this process: request the postgres_cluster fixture "
+            "(the postgres leg of store_adapter does)"
+        )
+    return _active
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", path.parent.name)) or (0,)
+
+
+def find_bindir() -> Path | None:
+    """The directory holding initdb and pg_ctl: PATH first, else Debian's newest version."""
+    on_path = shutil.which("initdb")
+    if on_path and shutil.which("pg_ctl", path=str(Path(on_path).parent)):
+        return Path(on_path).parent
+    found = [b for b in _DEBIAN_BINDIRS.glob("*/bin") if (b / "initdb").is_file()]
+    if not found:
+        return None
+    return max(found, key=_version_key)
+
+
+def _ident(name: str) -> str:
+    """A database name this module made, quoted (they are all lowercase word characters)."""
+    if not re.fullmatch(r"[a-z0-9_]{1,63}", name):
+        raise ValueError(f"not a test database name: {name!r}")
+    return f'"{name}"'
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class PostgresCluster:
+    """A running throwaway cluster: ``url(dbname)``, ``create_database()``, ``stop()``."""
+
+    bindir: Path
+    root: Path
+    port: int
+    password: str
+    run_as: str | None
+    connect_timeout_s: float = 10.0
+    statement_timeout_s: float = 60.0
+    _names: itertools.count[int] = field(default_factory=itertools.count)
+    _template_ready: bool = False
+    # Databases create_database made and drop_created has not dropped yet.
+    _created: list[str] = field(default_factory=list)
+    # database_for: the database standing in for each SQLite path, until drop_created.
+    _by_path: dict[str, str] = field(default_factory=dict)
+    # One lock per event loop: each anyio test runs on its own loop, and only the tests
+    # of this one process share the cluster, one test at a time.
+    _template_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+
+    # -- lifecycle (synchronous: the session fixture runs outside any event loop) -------
+
+    @classmethod
+    def start(cls, *, start_timeout_s: float = 60.0) -> PostgresCluster:
+        """initdb and start a cluster in a new temp directory; ``PostgresUnavailable`` if
+        this machine has no server binaries (or, as root, no ``postgres`` user)."""
+        bindir = find_bindir()
+        if bindir is None:
+            raise PostgresUnavailable(
+                "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or under "
+                f"{_DEBIAN_BINDIRS}/*/bin; {INSTALL_HINT}"
+            )
+        run_as: str | None = None
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                raise PostgresUnavailable(
+                    "running as root and there is no `postgres` system user to run the "
+                    f"server as; {INSTALL_HINT}"
+                ) from None
+            run_as = "postgres"
+        root = Path(tempfile.mkdtemp(prefix="hostkit-pg-"))
+        cluster = cls(bindir, root, 0, secrets.token_urlsafe(24), run_as)
+        try:
+            cluster._initdb(start_timeout_s)
+            for attempt in range(_PORT_ATTEMPTS):
+                cluster.port = _free_port()
+                if cluster._pg_ctl_start(start_timeout_s, last=attempt == _PORT_ATTEMPTS - 1):
+                    break
+        except BaseException:
+            cluster._remove()
+            raise
+        return cluster
+
+    def stop(self) -> None:
+        """Stop the server at once (nothing here must survive) and remove its directory."""
+        try:
+            self._run(
+                ["pg_ctl", "-D", str(self.data), "stop", "-m", "immediate", "-w", "-t", "30"],
+                timeout_s=40.0,
+                check=False,
+            )
+        finally:
+            self._remove()
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "sock"
+
+    def url(self, dbname: str = "postgres") -> str:
+        """A libpq URL for ``dbname`` as the superuser; the password is in ``PGPASSWORD``."""
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    # -- databases -------------------------------------------------------------------
+
+    async def create_database(self, *, template: str | None = None) -> str:
+        """A new database with a unique name; its URL.
+
+        ``template=None`` gives an empty database (``template0``).
+        ``template=HOSTKIT_TEMPLATE`` clones a database holding the migrated hostkit
+        schema, built on first use by opening the PostgreSQL store on it.
+        """
+        if template == HOSTKIT_TEMPLATE:
+            await self._ensure_hostkit_template()
+        name = f"t{os.getpid()}_{next(self._names)}"
+        await self._create(name, template or "template0")
+        self._created.append(name)
+        return self.url(name)
+
+    async def database_for(self, path: str | os.PathLike[str]) -> str:
+        """The URL of the database standing in for the SQLite file ``path``: a fresh clone
+        of the migrated template the first time, the same database again after that (a
+        test that closes and reopens its file sees its data), until ``drop_created``."""
+        # The path as written, not resolve()d: no file-system call on the event loop (the
+        # tests' paths are absolute tmp_path ones).
+        key = str(PurePath(path))
+        if key not in self._by_path:
+            url = await self.create_database(template=HOSTKIT_TEMPLATE)
+            self._by_path.setdefault(key, url)
+        return self._by_path[key]
+
+    def drop_created(self) -> None:
+        """Drop every database ``create_database`` made since the last call (synchronous:
+        a fixture's teardown, outside the event loop). Hundreds of tests each make one;
+        left to the end they would fill the disk with copies of the template."""
+        names, self._created = self._created, []
+        self._by_path.clear()
+        if not names:
+            return
+        import psycopg
+
+        with psycopg.connect(
+            self.url(),
+            password=self.password,
+            autocommit=True,
+            connect_timeout=max(1, round(self.connect_timeout_s)),
+            options=f"-c statement_timeout={round(self.statement_timeout_s * 1000)}",
+        ) as conn:
+            for name in names:
+                # FORCE: a test that failed may have left a pool connected.
+                conn.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
+
+    async def _create(self, name: str, template: str) -> None:
+        with anyio.fail_after(self.statement_timeout_s):
+            async with await self._admin() as conn:
+                # FILE_COPY: with fsync off its checkpoints cost nothing, and copying the
+                # files beats WAL_LOG's block-by-block copy (about 45 ms against 80 ms for
+                # a 60-table template, measured here).
+                await conn.execute(
+                    f"CREATE DATABASE {_ident(name)} TEMPLATE {_ident(template)} STRATEGY FILE_COPY"
+                )
+
+    async def _admin(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
+        # Imported here: a session that selects no PostgreSQL test never loads psycopg.
+        import psycopg
+
+        return await psycopg.AsyncConnection.connect(
+            self.url(),
+            password=self.password,
+            autocommit=True,
+            connect_timeout=max(1, round(self.connect_timeout_s)),
+            options=f"-c statement_timeout={round(self.statement_timeout_s * 1000)}",
+        )
+
+    def _template_built(self) -> bool:
+        return self._template_ready
+
+    async def _ensure_hostkit_template(self) -> None:
+        if self._template_ready:
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._template_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            if self._template_built():  # another task of this loop built it meanwhile
+                return
+            from hostkit.store import RuntimeStore
+
+            await self._create(HOSTKIT_TEMPLATE, "template0")
+            try:
+                url = self.url(HOSTKIT_TEMPLATE)
+                with anyio.fail_after(self.statement_timeout_s):
+                    async with RuntimeStore.open_postgres(url):
+                        pass
+                # A clone fails while anyone is connected to its template: refuse them.
+                with anyio.fail_after(self.statement_timeout_s):
+                    async with await self._admin() as conn:
+                        await conn.execute(
+                            f"ALTER DATABASE {_ident(HOSTKIT_TEMPLATE)} "
+                            "WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+                        )
+            except BaseException:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self.statement_timeout_s):
+                    async with await self._admin() as conn:
+                        await conn.execute(
+                            f"DROP DATABASE IF EXISTS {_ident(HOSTKIT_TEMPLATE)} WITH (FORCE)"
+                        )
+                raise
+            self._template_ready = True
+
+    # -- processes -------------------------------------------------------------------
+
+    def _initdb(self, timeout_s: float) -> None:
+        pwfile = self.root / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o600)
+        self.socket_dir.mkdir()
+        for path in (self.root, pwfile, self.socket_dir):
+            self._own(path)
+        try:
+            self._run(
+                [
+                    "initdb",
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--no-sync",
+                    "--no-instructions",
+                ],
+                timeout_s=timeout_s,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        settings = {**_SETTINGS, "unix_socket_directories": f"'{self.socket_dir}'"}
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write("\n# hostkit test cluster\n")
+            conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
+
+    def _pg_ctl_start(self, timeout_s: float, *, last: bool) -> bool:
+        log = self.root / "server.log"
+        done = self._run(
+            [
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                str(round(timeout_s)),
+                "-o",
+                f"-p {self.port}",
+                "start",
+            ],
+            timeout_s=timeout_s + 10.0,
+            check=False,
+        )
+        if done.returncode == 0:
+            return True
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else done.stdout
+        if not last and "could not bind" in tail:
+            return False  # the free port was taken meanwhile: try another
+        raise RuntimeError(f"pg_ctl start failed (exit {done.returncode}):\n{tail}")
+
+    def _run(
+        self, argv: Sequence[str], *, timeout_s: float, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        command = [str(self.bindir / argv[0]), *argv[1:]]
+        if self.run_as is not None:
+            command = ["runuser", "-u", self.run_as, "--", *command]
+        done = subprocess.run(
+            command,
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed (exit {done.returncode}):\n{done.stdout[-2000:]}")
+        return done
+
+    def _own(self, path: Path) -> None:
+        if self.run_as is not None:
+            entry = pwd.getpwnam(self.run_as)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def set_active(cluster: PostgresCluster | None) -> None:
+    """Make ``cluster`` the one ``active_cluster()`` returns (the session fixture's job)."""
+    global _active
+    _active = cluster

@@ -1,0 +1,69 @@
+"""The throwaway PostgreSQL cluster the store matrix runs on (tests/postgres.py)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from hostkit.store import RuntimeStore
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
+
+pytestmark = pytest.mark.anyio
+
+
+async def connect(url: str, **options: object) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    return await psycopg.AsyncConnection.connect(url, connect_timeout=10, **options)  # type: ignore[arg-type]
+
+
+async def test_a_url_without_password_connects_with_the_password_from_the_environment(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    assert "password" not in conninfo_to_dict(url)
+    assert postgres_cluster.password not in url
+    async with await connect(url) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT current_user, current_setting('listen_addresses'), "
+                "current_setting('fsync'), current_setting('password_encryption')"
+            )
+        ).fetchone()
+    assert row == ("hostkit", "127.0.0.1", "off", "scram-sha-256")
+
+
+async def test_a_wrong_or_missing_password_is_refused(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = postgres_cluster.url()
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        await connect(url, password="not-the-password")
+    # Loopback TCP is SCRAM, not trust: without PGPASSWORD there is no way in.
+    monkeypatch.delenv("PGPASSWORD")
+    with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+        await connect(url)
+
+
+async def test_two_created_databases_are_independent(postgres_cluster: PostgresCluster) -> None:
+    first = await postgres_cluster.create_database()
+    second = await postgres_cluster.create_database()
+    assert first != second
+    async with await connect(first, autocommit=True) as conn:
+        await conn.execute("CREATE TABLE only_here (v text)")
+        await conn.execute("INSERT INTO only_here VALUES ('first')")
+    async with await connect(second) as conn:
+        found = await (await conn.execute("SELECT to_regclass('only_here')")).fetchone()
+    assert found == (None,)
+
+
+async def test_template_clones_hold_the_migrated_schema_and_nothing_shared(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    first = await postgres_cluster.create_database(template=HOSTKIT_TEMPLATE)
+    second = await postgres_cluster.create_database(template=HOSTKIT_TEMPLATE)
+    async with RuntimeStore.open_postgres(first) as store:
+        session_id = await store.create_session(owner_kind="system", principal_id="one")
+    async with RuntimeStore.open_postgres(second) as store:
+        assert await store.owner_facts(session_id) is None
+    async with RuntimeStore.open_postgres(first) as store:
+        assert await store.owner_facts(session_id) is not None
