@@ -128,6 +128,11 @@ class PostgresCluster:
     _created: list[str] = field(default_factory=list)
     # database_for: the database standing in for each SQLite path, until drop_created.
     _by_path: dict[str, str] = field(default_factory=dict)
+    # Clones of the template (recyclable), emptied clones ready for reuse, and the
+    # template's table names (a clone whose tables differ is dropped, not reused).
+    _templated: set[str] = field(default_factory=set)
+    _recycled: list[str] = field(default_factory=list)
+    _template_tables: list[str] = field(default_factory=list)
     # One lock per event loop: each anyio test runs on its own loop, and only the tests
     # of this one process share the cluster, one test at a time.
     _template_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
@@ -206,6 +211,8 @@ class PostgresCluster:
         name = f"t{os.getpid()}_{next(self._names)}"
         await self._create(name, template or "template0")
         self._created.append(name)
+        if template == HOSTKIT_TEMPLATE:
+            self._templated.add(name)
         return self.url(name)
 
     async def database_for(self, path: str | os.PathLike[str]) -> str:
@@ -216,30 +223,84 @@ class PostgresCluster:
         # tests' paths are absolute tmp_path ones).
         key = str(PurePath(path))
         if key not in self._by_path:
-            url = await self.create_database(template=HOSTKIT_TEMPLATE)
+            if self._recycled:
+                name = self._recycled.pop()
+                self._created.append(name)
+                url = self.url(name)
+            else:
+                url = await self.create_database(template=HOSTKIT_TEMPLATE)
             self._by_path.setdefault(key, url)
         return self._by_path[key]
 
     def drop_created(self) -> None:
-        """Drop every database ``create_database`` made since the last call (synchronous:
-        a fixture's teardown, outside the event loop). Hundreds of tests each make one;
-        left to the end they would fill the disk with copies of the template."""
+        """Recycle or drop every database ``create_database`` made since the last call
+        (synchronous: a fixture's teardown, outside the event loop).
+
+        A clone of the hostkit template whose tables are still the template's is
+        emptied (every row deleted, every identity restarted, triggers and foreign
+        keys off for the deletion only) and kept for the next ``database_for``:
+        a few milliseconds, where dropping and cloning costs a checkpoint each.
+        Anything else (an empty database, a schema a test changed, rows that cannot
+        be deleted within the statement timeout) is dropped.
+        """
         names, self._created = self._created, []
         self._by_path.clear()
         if not names:
             return
+
+        doomed: list[str] = []
+        for name in names:
+            if name in self._templated and self._empty(name):
+                self._recycled.append(name)
+            else:
+                self._templated.discard(name)
+                doomed.append(name)
+        if not doomed:
+            return
+        with self._connect_sync(self.url()) as conn:
+            for name in doomed:
+                # FORCE: a test that failed may have left a pool connected.
+                conn.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
+
+    def _empty(self, name: str) -> bool:
+        """Delete every row of a template clone; False when it is not one any more."""
         import psycopg
 
-        with psycopg.connect(
-            self.url(),
+        try:
+            with self._connect_sync(self.url(name)) as conn:
+                tables = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                        "ORDER BY tablename"
+                    )
+                ]
+                if tables != self._template_tables:
+                    return False
+                with conn.transaction():
+                    conn.execute("SET LOCAL session_replication_role = replica")
+                    conn.execute("SET LOCAL lock_timeout = '2s'")
+                    for table in tables:
+                        if table != "hostkit_schema":
+                            conn.execute(f"DELETE FROM {_ident(table)}")
+                    for (sequence,) in conn.execute(
+                        "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'"
+                    ).fetchall():
+                        conn.execute(f"ALTER SEQUENCE {_ident(sequence)} RESTART")
+        except psycopg.Error:
+            return False
+        return True
+
+    def _connect_sync(self, url: str) -> psycopg.Connection[tuple[object, ...]]:
+        import psycopg
+
+        return psycopg.connect(
+            url,
             password=self.password,
             autocommit=True,
             connect_timeout=max(1, round(self.connect_timeout_s)),
             options=f"-c statement_timeout={round(self.statement_timeout_s * 1000)}",
-        ) as conn:
-            for name in names:
-                # FORCE: a test that failed may have left a pool connected.
-                conn.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
+        )
 
     async def _create(self, name: str, template: str) -> None:
         with anyio.fail_after(self.statement_timeout_s):
@@ -250,6 +311,17 @@ class PostgresCluster:
                 await conn.execute(
                     f"CREATE DATABASE {_ident(name)} TEMPLATE {_ident(template)} STRATEGY FILE_COPY"
                 )
+
+    async def _tables(self, url: str) -> list[str]:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(
+            url, password=self.password, autocommit=True
+        ) as conn:
+            cur = await conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+            )
+            return [str(row[0]) for row in await cur.fetchall()]
 
     async def _admin(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         # Imported here: a session that selects no PostgreSQL test never loads psycopg.
@@ -282,6 +354,7 @@ class PostgresCluster:
                 with anyio.fail_after(self.statement_timeout_s):
                     async with RuntimeStore.open_postgres(url):
                         pass
+                    self._template_tables = await self._tables(url)
                 # A clone fails while anyone is connected to its template: refuse them.
                 with anyio.fail_after(self.statement_timeout_s):
                     async with await self._admin() as conn:

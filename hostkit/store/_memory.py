@@ -121,7 +121,7 @@ def _pg_search(count: int) -> str:
     query = " || ".join(["plainto_tsquery('simple', ?)"] * count)
     return (
         "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
-        f"FROM memory_items m, ({query}) AS q(query) "
+        f"FROM memory_items m CROSS JOIN (SELECT {query} AS query) AS q "
         "WHERE m.search @@ q.query AND m.agent = ? AND m.principal_id = ? "
         "ORDER BY ts_rank(m.search, q.query) DESC, m.id LIMIT ?"
     )
