@@ -1,0 +1,417 @@
+"""The PostgreSQL adapter's own behaviour (hostkit/store/_pg.py, _pg_connection.py, _pg_listen.py).
+
+What the shared contract suites cannot see: a lost serialisation race is run
+again, a failing row function rolls back, an unreachable or refusing server
+is a bounded ``StoreError``, a URL's password never reaches a message or
+``location``, values PostgreSQL cannot hold are ``InvalidValue`` with nothing
+written, a closed store refuses every call, and LISTEN/NOTIFY wakes an
+idle inbox worker, again after its connection is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import psycopg
+import pytest
+
+from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.store import RuntimeStore
+from hostkit.types import InboundEnvelope
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_800_000_000.0
+# How long a NOTIFY may take to wake a listening worker (the brief's bound).
+WAKE_WITHIN_S = 1.0
+COUNTER = "counter"
+
+
+async def database(cluster: PostgresCluster) -> str:
+    return await cluster.create_database(template=HOSTKIT_TEMPLATE)
+
+
+def with_password(url: str, password: str) -> str:
+    user, _, rest = url.partition("@")
+    return f"{user}:{password}@{rest}"
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def messages(error: BaseException) -> str:
+    """The error and every cause and context under it, as a traceback would show them."""
+    seen: list[str] = []
+    current: BaseException | None = error
+    while current is not None and len(seen) < 20:
+        seen.append(f"{current!s} {current!r}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(seen)
+
+
+async def scalar(store: RuntimeStore, sql: str, params: list[Any] | None = None) -> Any:
+    def read(conn: sqlite3.Connection) -> Any:
+        row = conn.execute(sql, params or []).fetchone()
+        return None if row is None else row[0]
+
+    return await store.read(read)  # type: ignore[attr-defined]
+
+
+def envelope(key: str) -> InboundEnvelope:
+    return InboundEnvelope(
+        channel_instance_id="webhook.main",
+        platform_event_key=key,
+        conversation_key="chat-1",
+        principal_key="user-1",
+        authenticated_by="hmac",
+        received_at=NOW,
+        payload=f"hello {key}",
+    )
+
+
+async def admin(url: str, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with anyio.fail_after(30):
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=10
+        ) as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall() if cur.description is not None else []
+
+
+# -- transactions -----------------------------------------------------------------
+
+
+async def test_a_lost_serialisation_race_is_run_again_and_every_write_lands(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    writes = 16
+    runs = 0
+    runs_lock = threading.Lock()
+    # The first runs of two writes both read the counter before either updates it: one
+    # of them must lose (SQLSTATE 40001) and be run again, every time this test runs.
+    both_read = threading.Barrier(2, timeout=20)
+    raced: list[int] = []
+
+    def increment(conn: sqlite3.Connection) -> int:
+        nonlocal runs
+        with runs_lock:
+            runs += 1
+            run = runs
+        row = conn.execute(
+            "SELECT served_seq FROM inbox_channels WHERE channel_instance_id = ?", [COUNTER]
+        ).fetchone()
+        if run <= 2:
+            raced.append(run)
+            both_read.wait()
+        conn.execute(
+            "UPDATE inbox_channels SET served_seq = ? WHERE channel_instance_id = ?",
+            [row[0] + 1, COUNTER],
+        )
+        return int(row[0]) + 1
+
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        await store.write(  # type: ignore[attr-defined]
+            lambda conn: conn.execute(
+                "INSERT INTO inbox_channels (channel_instance_id, served_seq) VALUES (?, 0)",
+                [COUNTER],
+            )
+        )
+        results: list[int] = []
+
+        async def one() -> None:
+            results.append(await store.write(increment))  # type: ignore[attr-defined]
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(writes):
+                    tg.start_soon(one)
+        final = await scalar(
+            store, "SELECT served_seq FROM inbox_channels WHERE channel_instance_id = ?", [COUNTER]
+        )
+    assert final == writes
+    # Each write saw the value before its own increment: a serial order of the writes.
+    assert sorted(results) == list(range(1, writes + 1))
+    assert raced == [1, 2]
+    assert runs > writes  # at least the loser of the forced race ran twice
+
+
+async def test_a_failing_row_function_rolls_back_and_its_error_reaches_the_caller(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    class Boom(Exception):
+        pass
+
+    boom = Boom("row function failed")
+
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", ["rolled-back"])
+        raise boom
+
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        with pytest.raises(Boom) as caught:
+            await store.write(half_then_fail)  # type: ignore[attr-defined]
+        assert caught.value is boom
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
+        # The pooled connection is clean: the next write on it commits.
+        for _ in range(3):
+            await store.write(  # type: ignore[attr-defined]
+                lambda conn: conn.execute(
+                    "INSERT INTO inbox_channels (channel_instance_id) VALUES (?) "
+                    "ON CONFLICT DO NOTHING",
+                    ["kept"],
+                )
+            )
+        assert await scalar(store, "SELECT channel_instance_id FROM inbox_channels") == "kept"
+
+
+async def test_values_round_trip_whatever_quotes_and_placeholders_they_hold(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    # Client-side binding: psycopg quotes each value into the statement text.
+    title = "50% done? it's '%s' and \"?\" \\ %% ; DROP TABLE sessions; -- ünïcødé"
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        session_id = await store.create_session(
+            owner_kind="system", principal_id="ops", title=title
+        )
+        stored = await scalar(
+            store, "SELECT title FROM sessions WHERE session_id = ?", [session_id]
+        )
+        literal = await scalar(store, "SELECT 'a ? b %' || ? AS v", ["?%"])
+    assert stored == title
+    assert literal == "a ? b %?%"
+
+
+# -- connection failures ----------------------------------------------------------------
+
+
+def _threads() -> set[threading.Thread]:
+    # anyio's idle worker threads are a pool kept across calls, not a leak.
+    return {t for t in threading.enumerate() if not t.name.startswith("AnyIO worker thread")}
+
+
+async def test_an_unreachable_server_is_a_retryable_store_error_within_the_timeout() -> None:
+    port = closed_port()
+    timeout_s = 2.0
+    threads = _threads()
+    tasks = asyncio.all_tasks()
+    started = time.monotonic()
+    with pytest.raises(StoreError) as caught:
+        with anyio.fail_after(timeout_s + 10):
+            await RuntimeStore.open_postgres(
+                f"postgresql://hostkit@127.0.0.1:{port}/hostkit", connect_timeout_s=timeout_s
+            )
+    elapsed = time.monotonic() - started
+    assert caught.value.retryable
+    assert f"127.0.0.1:{port}" in str(caught.value)
+    assert elapsed < timeout_s + 2.0
+    # The pool's workers and connection attempts are gone with the failed open.
+    await anyio.lowlevel.checkpoint()
+    assert asyncio.all_tasks() - tasks == set()
+    assert _threads() - threads == set()
+
+
+async def test_a_wrong_password_is_a_store_error_that_never_shows_a_password(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await database(postgres_cluster)
+    wrong = "wr0ng-Passw0rd-from-env"
+    monkeypatch.setenv("PGPASSWORD", wrong)
+    with pytest.raises(StoreError) as from_env:
+        await RuntimeStore.open_postgres(url, connect_timeout_s=1)
+    in_url = "wr0ng-Passw0rd-in-url"
+    with pytest.raises(StoreError) as from_url:
+        await RuntimeStore.open_postgres(with_password(url, in_url), connect_timeout_s=1)
+    for caught, secret in ((from_env, wrong), (from_url, in_url)):
+        assert secret not in messages(caught.value)
+        assert postgres_cluster.password not in messages(caught.value)
+        assert url in str(caught.value)  # the redacted URL says which database
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://hostkit@127.0.0.1/hostkit",
+        "sqlite:///tmp/hostkit.db",
+        "host=127.0.0.1 dbname=hostkit",
+        "",
+        "postgresql://hostkit@127.0.0.1/" + "d" * 2048,
+    ],
+    ids=["mysql", "sqlite", "keywords", "empty", "too-long"],
+)
+async def test_a_url_that_is_not_postgresql_is_invalid_value(url: str) -> None:
+    with pytest.raises(InvalidValue):
+        await RuntimeStore.open_postgres(url, connect_timeout_s=1)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://hostkit@127.0.0.1:99999/hostkit",
+        "postgresql://hostkit@127.0.0.1:port/hostkit",
+        "postgresql://hostkit@[::1/hostkit",
+    ],
+    ids=["port-out-of-range", "port-not-a-number", "broken-ipv6"],
+)
+async def test_a_malformed_postgresql_url_is_invalid_value(url: str) -> None:
+    with pytest.raises(InvalidValue):
+        await RuntimeStore.open_postgres(url, connect_timeout_s=1)
+
+
+async def test_a_multi_host_url_is_tried_not_refused_as_malformed() -> None:
+    # libpq's failover syntax (host1:port1,host2:port2), which [store] url accepts.
+    first, second = closed_port(), closed_port()
+    url = f"postgresql://hostkit@127.0.0.1:{first},127.0.0.1:{second}/hostkit"
+    with pytest.raises(StoreError) as caught:
+        await RuntimeStore.open_postgres(url, connect_timeout_s=1)
+    assert caught.value.retryable
+    assert str(first) in str(caught.value)
+
+
+async def test_location_never_holds_the_password_given_in_the_url(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await database(postgres_cluster)
+    password = postgres_cluster.password
+    # Only the URL's password can get in now.
+    monkeypatch.delenv("PGPASSWORD")
+    for given in (
+        with_password(url, password),
+        f"{url}?password={password}&application_name=secretive",
+    ):
+        async with RuntimeStore.open_postgres(given) as store:
+            assert store.location == url
+            assert password not in store.location
+            assert await store.create_session(owner_kind="system", principal_id="ops")
+
+
+# -- values PostgreSQL cannot hold ----------------------------------------------------
+
+
+async def test_text_with_nul_is_invalid_value_and_nothing_of_the_write_is_kept(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    def first_fine_then_nul(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", ["before"])
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", ["a\x00b"])
+
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        with pytest.raises(InvalidValue, match="NUL"):
+            await store.write(first_fine_then_nul)  # type: ignore[attr-defined]
+        with pytest.raises(InvalidValue):
+            await store.create_session(owner_kind="system", principal_id="ops", title="t\x00")
+        with pytest.raises(InvalidValue):
+            await store.audit("test.nul", reason="r\x00")
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
+        assert await scalar(store, "SELECT count(*) FROM sessions") == 0
+        assert await scalar(store, "SELECT count(*) FROM session_owners") == 0
+        assert await scalar(store, "SELECT count(*) FROM audit WHERE kind = 'test.nul'") == 0
+        # The store is still usable.
+        session_id = await store.create_session(owner_kind="system", principal_id="ops")
+        assert await store.owner_facts(session_id) is not None
+
+
+# -- closed ------------------------------------------------------------------------
+
+
+async def test_after_aclose_every_call_raises_store_closed(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    store = await RuntimeStore.open_postgres(await database(postgres_cluster))
+    session_id = await store.create_session(owner_kind="system", principal_id="ops")
+    await store.aclose()
+    await store.aclose()  # idempotent
+    assert store.closed
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "write": lambda: store.write(lambda conn: None),  # type: ignore[attr-defined]
+        "read": lambda: store.read(lambda conn: None),  # type: ignore[attr-defined]
+        "create_session": lambda: store.create_session(owner_kind="system", principal_id="ops"),
+        "owner_facts": lambda: store.owner_facts(session_id),
+        "audit": lambda: store.audit("test.closed"),
+        "inbox.accept": lambda: store.inbox.accept([envelope("closed")], None, now=NOW),
+        "inbox.watch": lambda: store.inbox.watch(lambda: None),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreClosed), anyio.fail_after(5):
+            await call()
+        assert name  # each call checked in turn
+
+
+# -- LISTEN / NOTIFY -------------------------------------------------------------------
+
+
+class Wakes:
+    """A ``wake`` callable that counts its calls and lets a test wait for the next."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._event = anyio.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        self._event.set()
+
+    async def past(self, seen: int, *, within_s: float) -> None:
+        with anyio.fail_after(within_s):
+            while self.count <= seen:
+                self._event = anyio.Event()
+                await self._event.wait()
+
+
+async def listener_pids(url: str) -> list[int]:
+    rows = await admin(
+        url,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'hostkit-listen' "
+        "AND datname = current_database() ORDER BY pid",
+    )
+    return [int(row[0]) for row in rows]
+
+
+async def test_watch_wakes_when_another_store_accepts_and_again_after_its_connection_dies(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await database(postgres_cluster)
+    wakes = Wakes()
+    async with (
+        RuntimeStore.open_postgres(url) as watcher,
+        RuntimeStore.open_postgres(url) as other,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(watcher.inbox.watch, wakes)
+        # The first wake follows LISTEN: from here a NOTIFY reaches the watcher.
+        await wakes.past(0, within_s=15)
+        seen = wakes.count
+        await other.inbox.accept([envelope("first")], None, now=NOW)
+        await wakes.past(seen, within_s=WAKE_WITHIN_S)
+
+        [listener] = await listener_pids(url)
+        seen = wakes.count
+        [[terminated]] = await admin(url, "SELECT pg_terminate_backend(%s)", [listener])
+        assert terminated is True
+        # It reconnects (and wakes once, for what became ready while it was down) ...
+        await wakes.past(seen, within_s=15)
+        [relistener] = await listener_pids(url)
+        assert relistener != listener
+        # ... and a new inbound wakes it again.
+        seen = wakes.count
+        await other.inbox.accept([envelope("second")], None, now=NOW)
+        await wakes.past(seen, within_s=WAKE_WITHIN_S)
+        tg.cancel_scope.cancel()
+    # Cancelling the watch closes its connection.
+    for _ in range(300):
+        if not await listener_pids(url):
+            break
+        await anyio.sleep(0.05)
+    else:
+        pytest.fail("the listening connection outlived its cancelled watch")

@@ -1,0 +1,481 @@
+"""The PostgreSQL schema equals SQLite's, and its migrations keep SQLite's discipline.
+
+Parity: after ``PG_MIGRATIONS`` a database has exactly the tables, columns
+(name, type, nullability, default), primary keys, unique constraints, foreign
+keys and named indexes of a fresh SQLite file after ``MIGRATIONS``, apart from
+the ``*_ONLY`` constants below, where each engine does one thing its own way.
+
+Migrations: one transaction under an advisory lock, so a second open does
+nothing, concurrent first opens apply the schema once, a newer or foreign
+database is refused, and a failing statement leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from hostkit.errors import MigrationError
+from hostkit.store import Migration, RuntimeStore
+from hostkit.store._pg_migrate import PgMigrationReport
+from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
+from hostkit.store._sqlite import SqliteStore
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
+
+pytestmark = pytest.mark.anyio
+
+# What one engine has and the other does not, on purpose (the *_ONLY constants):
+# SQLite's memory search is an FTS5 virtual table and its shadow tables ...
+SQLITE_ONLY_TABLES = frozenset(
+    {"memory_fts", "memory_fts_config", "memory_fts_data", "memory_fts_docsize", "memory_fts_idx"}
+)
+# ... PostgreSQL's a generated tsvector column with a GIN index.
+PG_ONLY_COLUMNS = frozenset({("memory_items", "search")})
+PG_ONLY_INDEXES = frozenset({"memory_search"})
+# PostgreSQL records applied migrations in a table; SQLite in PRAGMA user_version.
+PG_ONLY_TABLES = frozenset({"hostkit_schema"})
+# SQLite declared type -> PostgreSQL type (_pg_schema's module doc).
+TYPES = {"INTEGER": "bigint", "TEXT": "text", "REAL": "double precision", "BLOB": "bytea"}
+
+
+@dataclass
+class Table:
+    # column -> (type, not null, default)
+    columns: dict[str, tuple[str, bool, str | None]] = field(default_factory=dict)
+    primary_key: tuple[str, ...] = ()
+    unique: set[tuple[str, ...]] = field(default_factory=set)
+    # (columns, referenced table, referenced columns)
+    foreign_keys: set[tuple[tuple[str, ...], str, tuple[str, ...]]] = field(default_factory=set)
+    # index name -> (columns, unique, partial)
+    indexes: dict[str, tuple[tuple[str, ...], bool, bool]] = field(default_factory=dict)
+
+
+Schema = dict[str, Table]
+
+
+# -- reading SQLite -------------------------------------------------------------------
+
+
+def _sqlite_schema(path: Path) -> Schema:
+    conn = sqlite3.connect(path)
+    try:
+        schema: Schema = {}
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        for name in names:
+            if name in SQLITE_ONLY_TABLES:
+                continue
+            table = schema[name] = Table()
+            info = conn.execute(f"PRAGMA table_info({name})").fetchall()
+            pk = sorted((row[5], row[1]) for row in info if row[5])
+            table.primary_key = tuple(column for _, column in pk)
+            for _, column, declared, notnull, default, in_pk in info:
+                # A key column is NOT NULL (SQLite's rowid tables let a non-integer key be
+                # NULL only by an old bug no row function relies on).
+                table.columns[column] = (
+                    TYPES.get(declared.upper(), f"?{declared}"),
+                    bool(notnull or in_pk),
+                    default,
+                )
+            for _, index, unique, origin, partial in conn.execute(f"PRAGMA index_list({name})"):
+                columns = tuple(
+                    row[2] for row in sorted(conn.execute(f"PRAGMA index_info({index})").fetchall())
+                )
+                if origin == "u":
+                    table.unique.add(columns)
+                elif origin == "c":
+                    table.indexes[index] = (columns, bool(unique), bool(partial))
+            fks: dict[int, list[tuple[int, str, str, str]]] = {}
+            for fk_id, seq, parent, source, target, *_ in conn.execute(
+                f"PRAGMA foreign_key_list({name})"
+            ):
+                fks.setdefault(fk_id, []).append((seq, parent, source, target))
+            for parts in fks.values():
+                parts.sort()
+                table.foreign_keys.add(
+                    (tuple(p[2] for p in parts), parts[0][1], tuple(p[3] for p in parts))
+                )
+        return schema
+    finally:
+        conn.close()
+
+
+async def sqlite_schema(tmp_path: Path) -> Schema:
+    path = tmp_path / "parity.db"
+    # SqliteStore directly: on the store matrix's postgres leg RuntimeStore.open is PostgreSQL.
+    store = await SqliteStore.connect(path)
+    await store.aclose()
+    return await anyio.to_thread.run_sync(_sqlite_schema, path)
+
+
+# -- reading PostgreSQL ---------------------------------------------------------------
+
+_KEY_COLUMNS = (
+    "array(SELECT a.attname::text FROM unnest({keys}) WITH ORDINALITY AS k(num, ord) "
+    "JOIN pg_attribute a ON a.attrelid = {rel} AND a.attnum = k.num ORDER BY k.ord)"
+)
+_CONSTRAINTS = (
+    "SELECT c.conrelid::regclass::text, c.contype, "
+    + _KEY_COLUMNS.format(keys="c.conkey", rel="c.conrelid")
+    + ", c.confrelid::regclass::text, "
+    + _KEY_COLUMNS.format(keys="c.confkey", rel="c.confrelid")
+    + " FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace "
+    "WHERE n.nspname = current_schema() AND c.contype IN ('p', 'u', 'f')"
+)
+_INDEXES = (
+    "SELECT t.relname::text, i.relname::text, ix.indisunique, ix.indpred IS NOT NULL, "
+    + _KEY_COLUMNS.format(keys="ix.indkey::int2[]", rel="ix.indrelid")
+    + " FROM pg_index ix JOIN pg_class i ON i.oid = ix.indexrelid "
+    "JOIN pg_class t ON t.oid = ix.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+    "WHERE n.nspname = current_schema() "
+    "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = ix.indexrelid)"
+)
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    with anyio.fail_after(30):
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+    async with conn:
+        yield conn
+
+
+async def fetch(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    async with connect(url) as conn:
+        with anyio.fail_after(30):
+            return await (await conn.execute(sql, params)).fetchall()
+
+
+def _pg_default(text: str | None) -> str | None:
+    # PostgreSQL shows a literal default with its cast: 'active'::text.
+    return None if text is None else re.sub(r"::[a-z ]+$", "", text)
+
+
+async def pg_schema(url: str) -> Schema:
+    schema: Schema = {}
+    for table, column, data_type, nullable, default in await fetch(
+        url,
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = current_schema() "
+        "ORDER BY table_name, ordinal_position",
+    ):
+        if table in PG_ONLY_TABLES or (table, column) in PG_ONLY_COLUMNS:
+            continue
+        schema.setdefault(table, Table()).columns[column] = (
+            data_type,
+            nullable == "NO",
+            _pg_default(default),
+        )
+    for table, kind, columns, parent, parent_columns in await fetch(url, _CONSTRAINTS):
+        if table in PG_ONLY_TABLES:
+            continue
+        if kind == "p":
+            schema[table].primary_key = tuple(columns)
+        elif kind == "u":
+            schema[table].unique.add(tuple(columns))
+        else:
+            schema[table].foreign_keys.add((tuple(columns), parent, tuple(parent_columns)))
+    for table, index, unique, partial, columns in await fetch(url, _INDEXES):
+        if index not in PG_ONLY_INDEXES:
+            schema[table].indexes[index] = (tuple(columns), unique, partial)
+    return schema
+
+
+async def migrated_database(cluster: PostgresCluster) -> str:
+    return await cluster.create_database(template=HOSTKIT_TEMPLATE)
+
+
+async def schema_rows(url: str) -> list[tuple[Any, ...]]:
+    return await fetch(url, "SELECT version, name FROM hostkit_schema ORDER BY version")
+
+
+async def table_names(url: str) -> list[str]:
+    rows = await fetch(
+        url,
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1",
+    )
+    return [row[0] for row in rows]
+
+
+async def open_fails(url: str, *, migrations: tuple[Migration, ...]) -> Exception:
+    """The error of an open that must fail (returned, so the test checks the database
+    before it checks the error's class)."""
+    try:
+        store = await RuntimeStore.open_postgres(url, migrations=migrations)
+    except Exception as exc:
+        return exc
+    await store.aclose()
+    raise AssertionError("the open with a failing migration succeeded")
+
+
+# -- parity ---------------------------------------------------------------------------
+
+
+async def test_postgres_and_sqlite_have_the_same_tables(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    sqlite = await sqlite_schema(tmp_path)
+    pg = await pg_schema(await migrated_database(postgres_cluster))
+    assert sorted(pg) == sorted(sqlite)
+    assert len(sqlite) > 25  # the whole schema, not an empty read
+
+
+async def test_every_table_has_the_same_columns_types_nullability_and_defaults(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    sqlite = await sqlite_schema(tmp_path)
+    pg = await pg_schema(await migrated_database(postgres_cluster))
+    differences = {
+        name: {"sqlite": sqlite[name].columns, "postgres": pg[name].columns}
+        for name in sorted(set(sqlite) & set(pg))
+        if sqlite[name].columns != pg[name].columns
+    }
+    assert differences == {}
+    # The comparison saw columns of every kind it maps.
+    kinds = {column[0] for table in pg.values() for column in table.columns.values()}
+    assert kinds == set(TYPES.values())
+
+
+async def test_every_table_has_the_same_keys_and_unique_constraints(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    sqlite = await sqlite_schema(tmp_path)
+    pg = await pg_schema(await migrated_database(postgres_cluster))
+    for name in sorted(set(sqlite) & set(pg)):
+        assert pg[name].primary_key == sqlite[name].primary_key, name
+        assert pg[name].primary_key, f"{name} has no primary key"
+        assert pg[name].unique == sqlite[name].unique, name
+        assert pg[name].foreign_keys == sqlite[name].foreign_keys, name
+    assert ("channel_instance_id", "platform_event_key") in pg["inbox"].unique
+    assert (("session_id",), "sessions", ("session_id",)) in pg["turns"].foreign_keys
+
+
+async def test_every_table_has_the_same_named_indexes(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    sqlite = await sqlite_schema(tmp_path)
+    pg = await pg_schema(await migrated_database(postgres_cluster))
+    for name in sorted(set(sqlite) & set(pg)):
+        assert pg[name].indexes == sqlite[name].indexes, name
+    assert pg["inbox"].indexes["inbox_due"] == (("channel_instance_id", "due_at"), False, True)
+
+
+async def test_the_schema_version_is_recorded_once_per_migration(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    assert await schema_rows(url) == [(m.version, m.name) for m in PG_MIGRATIONS]
+    assert PG_MIGRATIONS[-1].version == PG_SCHEMA_VERSION
+
+
+# -- migration behaviour ------------------------------------------------------------
+
+
+async def test_a_second_open_migrates_nothing(postgres_cluster: PostgresCluster) -> None:
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url) as first:
+        assert first.migration == PgMigrationReport(0, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        session_id = await first.create_session(owner_kind="system", principal_id="ops")
+    rows = await schema_rows(url)
+    async with RuntimeStore.open_postgres(url) as second:
+        assert second.migration == PgMigrationReport(  # type: ignore[attr-defined]
+            PG_SCHEMA_VERSION, PG_SCHEMA_VERSION
+        )
+        assert await second.owner_facts(session_id) is not None
+    assert await schema_rows(url) == rows
+
+
+async def test_concurrent_first_opens_apply_the_schema_once(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    reports: list[PgMigrationReport] = []
+
+    async def open_one() -> None:
+        async with RuntimeStore.open_postgres(url) as store:
+            reports.append(store.migration)  # type: ignore[attr-defined]
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(open_one)
+    assert sorted(r.from_version for r in reports) == [0, *[PG_SCHEMA_VERSION] * 3]
+    assert {r.to_version for r in reports} == {PG_SCHEMA_VERSION}
+    assert await schema_rows(url) == [(m.version, m.name) for m in PG_MIGRATIONS]
+
+
+async def test_a_database_of_a_newer_hostkit_is_refused_naming_both_versions(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    newer = PG_SCHEMA_VERSION + 41
+    async with connect(url) as conn:
+        await conn.execute(
+            "INSERT INTO hostkit_schema (version, name, applied_at) VALUES (%s, 'future', 0)",
+            [newer],
+        )
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open_postgres(url)
+    message = str(caught.value)
+    assert f"schema version {newer}" in message
+    assert f"version {PG_SCHEMA_VERSION})" in message
+    assert caught.value.database == url
+    assert not caught.value.retryable
+    assert (await schema_rows(url))[-1] == (newer, "future")
+
+
+async def test_a_database_holding_foreign_tables_is_refused_and_left_alone(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    async with connect(url) as conn:
+        await conn.execute("CREATE TABLE customers (id bigint PRIMARY KEY, name text)")
+        await conn.execute("INSERT INTO customers VALUES (1, 'acme')")
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open_postgres(url)
+    assert "1 tables but no hostkit schema" in str(caught.value)
+    assert await table_names(url) == ["customers"]
+    assert await fetch(url, "SELECT id, name FROM customers") == [(1, "acme")]
+
+
+async def test_a_failing_migration_leaves_the_database_as_it_was(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    async with RuntimeStore.open_postgres(url) as store:
+        session_id = await store.create_session(owner_kind="system", principal_id="ops")
+    tables = await table_names(url)
+    versions = await schema_rows(url)
+    failing = Migration(
+        PG_SCHEMA_VERSION + 1,
+        "injected failure",
+        (
+            "CREATE TABLE half_done (x BIGINT)",
+            "ALTER TABLE sessions ADD COLUMN half_done BIGINT",
+            "INSERT INTO no_such_table VALUES (1)",
+        ),
+    )
+    error = await open_fails(url, migrations=(*PG_MIGRATIONS, failing))
+    assert await table_names(url) == tables
+    assert await schema_rows(url) == versions
+    columns = await fetch(
+        url,
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = 'sessions' "
+        "AND column_name = 'half_done'",
+    )
+    assert columns == []
+    async with RuntimeStore.open_postgres(url) as store:
+        assert await store.owner_facts(session_id) is not None
+    # Checked last, so the rollback above is verified whatever the error's class.
+    assert isinstance(error, MigrationError), repr(error)
+    assert "no_such_table" in str(error)
+    assert error.database == url
+
+
+async def test_a_failing_first_migration_leaves_an_empty_database_empty(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    broken = Migration(1, "broken", ("CREATE TABLE sessions (id BIGINT)", "SELECT 1/0"))
+    error = await open_fails(url, migrations=(broken,))
+    assert await table_names(url) == []
+    # Nothing half-made is in the way of the real schema afterwards.
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(0, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+    assert isinstance(error, MigrationError), repr(error)
+    assert "division by zero" in str(error)
+
+
+# -- destructive steps: a verified pg_dump first --------------------------------------
+
+
+def destructive_step() -> Migration:
+    return Migration(PG_SCHEMA_VERSION + 1, "drop tasks", ("DROP TABLE tasks",), destructive=True)
+
+
+async def test_a_destructive_step_without_a_backup_folder_is_refused_and_changes_nothing(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    tables = await table_names(url)
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open_postgres(url, migrations=(*PG_MIGRATIONS, destructive_step()))
+    assert "pg_dump" in str(caught.value)
+    assert await table_names(url) == tables
+    assert await schema_rows(url) == [(m.version, m.name) for m in PG_MIGRATIONS]
+
+
+async def test_a_destructive_step_on_an_empty_database_needs_no_backup(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(
+        url, migrations=(*PG_MIGRATIONS, destructive_step())
+    ) as store:
+        assert store.migration.backup is None  # type: ignore[attr-defined]
+    assert "tasks" not in await table_names(url)
+
+
+async def test_a_destructive_step_runs_after_a_verified_dump(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    folder = tmp_path / "backups"
+    async with RuntimeStore.open_postgres(
+        url, backup_dir=folder, migrations=(*PG_MIGRATIONS, destructive_step())
+    ) as store:
+        report = store.migration  # type: ignore[attr-defined]
+    assert report.from_version == PG_SCHEMA_VERSION
+    assert report.to_version == PG_SCHEMA_VERSION + 1
+    assert report.backup is not None
+    assert report.backup.parent == folder
+    mode = (await anyio.Path(report.backup).stat()).st_mode & 0o777
+    assert mode == 0o600
+    listing = await anyio.run_process(["pg_restore", "--list", str(report.backup)])
+    # The dump holds the table the step dropped: it is the state before the upgrade.
+    assert b"TABLE public tasks" in listing.stdout
+    assert "tasks" not in await table_names(url)
+
+
+async def test_the_dump_never_carries_the_password_on_its_command_line(
+    postgres_cluster: PostgresCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await migrated_database(postgres_cluster)
+    password = postgres_cluster.password
+    user, _, rest = url.partition("@")
+    monkeypatch.delenv("PGPASSWORD")  # only the URL's password can get in now
+    argvs: list[list[str]] = []
+    real = anyio.run_process
+
+    async def spy(command: Any, **kwargs: Any) -> Any:
+        argvs.append([str(part) for part in command])
+        return await real(command, **kwargs)
+
+    # Every process's command line is world-readable (ps, /proc/<pid>/cmdline).
+    monkeypatch.setattr(anyio, "run_process", spy)
+    try:
+        store = await RuntimeStore.open_postgres(
+            f"{user}:{password}@{rest}",
+            backup_dir=tmp_path / "backups",
+            migrations=(*PG_MIGRATIONS, destructive_step()),
+        )
+    finally:
+        monkeypatch.setattr(anyio, "run_process", real)
+    await store.aclose()
+    assert [argv[0].rsplit("/", 1)[-1] for argv in argvs] == ["pg_dump", "pg_restore"]
+    leaked = [argv[0] for argv in argvs if any(password in part for part in argv)]
+    assert leaked == [], "the URL's password is on these programs' command lines"
