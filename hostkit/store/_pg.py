@@ -25,7 +25,6 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import psycopg
@@ -37,11 +36,12 @@ from hostkit.store._pg_connection import PgConnection, register_loaders
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
 from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
+from hostkit.store._pg_url import check_url, redact_url
 from hostkit.store._row_store import RowStore
 from hostkit.store._schema import Migration
 from hostkit.store._writer import map_sqlite_error
 
-__all__ = ["PgStore", "redact_url"]
+__all__ = ["PgStore"]
 
 T = TypeVar("T")
 
@@ -53,26 +53,6 @@ _MAX_RUNS = 12
 _RETRYABLE_CLASSES = ("40", "08", "53", "57")
 _RETRYABLE_STATES = ("55P03",)
 _RERUN_STATES = ("40001", "40P01")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password and query (which may carry secrets), for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
-
-
-def check_url(url: object) -> str:
-    """A ``postgresql://`` URL, or ``InvalidValue`` (bounded, never echoing a password)."""
-    if not isinstance(url, str) or len(url) > 2048:
-        raise InvalidValue("a PostgreSQL URL is a string of at most 2048 characters")
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise InvalidValue("a PostgreSQL URL starts with postgresql://")
-    return url
 
 
 def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:

@@ -10,6 +10,7 @@ environment (``PGPASSWORD`` / ``PGPASSFILE``), never the command line.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import anyio
 
 from hostkit.errors import MigrationError
+from hostkit.store._pg_url import without_password
 
 __all__ = ["dump_and_verify"]
 
@@ -25,7 +27,15 @@ _LIST_TIMEOUT_S = 300.0
 
 
 async def dump_and_verify(url: str, folder: Path, version: int, *, location: str) -> Path:
-    """Dump the database at ``url`` into ``folder`` and verify the archive; its path."""
+    """Dump the database at ``url`` into ``folder`` and verify the archive; its path.
+
+    A password in ``url`` goes to pg_dump in its environment, never on its
+    command line (which every local user can read).
+    """
+    url, password = without_password(url)
+    env = dict(os.environ)
+    if password is not None:
+        env["PGPASSWORD"] = password
     tools = await anyio.to_thread.run_sync(_tools)
     if tools is None:
         raise MigrationError(
@@ -44,6 +54,7 @@ async def dump_and_verify(url: str, folder: Path, version: int, *, location: str
         what="pg_dump",
         timeout_s=_DUMP_TIMEOUT_S,
         location=location,
+        env=env,
     )
     await anyio.Path(target).chmod(0o600)
     listing = await _run(
@@ -66,10 +77,17 @@ def _tools() -> tuple[str, str] | None:
     return (dump, restore) if dump and restore else None
 
 
-async def _run(argv: list[str], *, what: str, timeout_s: float, location: str) -> str:
+async def _run(
+    argv: list[str],
+    *,
+    what: str,
+    timeout_s: float,
+    location: str,
+    env: dict[str, str] | None = None,
+) -> str:
     try:
         with anyio.fail_after(timeout_s):
-            result = await anyio.run_process(argv, check=False)
+            result = await anyio.run_process(argv, check=False, env=env)
     except TimeoutError:
         raise MigrationError(
             f"{what} did not finish within {timeout_s:g} s; nothing was migrated",

@@ -61,6 +61,25 @@ async def upgrade(
     transaction) only when a pending step is destructive and the database has
     a schema already.
     """
+    try:
+        return await _upgrade(conn, migrations=migrations, location=location, backup=backup)
+    except psycopg.Error as exc:
+        # Transactional DDL: the failed transaction left the database as it was.
+        state = getattr(exc, "sqlstate", None) or "connection"
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise MigrationError(
+            f"the schema upgrade failed ({state}: {first}); nothing was migrated",
+            database=location,
+        ) from exc
+
+
+async def _upgrade(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    migrations: Sequence[Migration],
+    location: str,
+    backup: Callable[[int], Awaitable[Path]] | None,
+) -> PgMigrationReport:
     latest = migrations[-1].version if migrations else 0
     taken: Path | None = None
     async with conn.transaction():
