@@ -216,6 +216,9 @@ class PgStore(RowStore):
     async def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool) -> T:
         if self._closed:
             raise StoreClosed()
+        # A store call is a cancellation point, as on SQLite: the pool may hand out a
+        # connection without suspending, and the transaction itself is shielded.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         action = "read" if read_only else "write"
         try:
             async with self._pool.connection() as aconn:
