@@ -160,6 +160,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
     # blocking-call detector would charge to whichever hostkit frame is on the stack.
     import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
+
     previous = os.environ.get("PGPASSWORD")
     os.environ["PGPASSWORD"] = cluster.password
     set_active(cluster)
