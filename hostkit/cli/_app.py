@@ -237,7 +237,7 @@ def run(
             )
             return report(
                 result,
-                database=host.config.database_path,
+                database=host.config.store_location,
                 config=config,
                 agent=reference if python_agents else None,
             )

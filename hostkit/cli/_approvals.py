@@ -139,7 +139,7 @@ def resume(
             scope,
         ):
             result = await stream_resume(host, approval_id, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config, agent=agent)
+            return report(result, database=host.config.store_location, config=config, agent=agent)
 
     run_command(main)
 
@@ -168,6 +168,6 @@ def _answer(
             scope,
         ):
             result = await stream_answer(host, approval_id, decision, by=scope, progress=console)
-            return report(result, database=host.config.database_path, config=config, agent=agent)
+            return report(result, database=host.config.store_location, config=config, agent=agent)
 
     run_command(main)

@@ -200,13 +200,13 @@ def _held_startup_records() -> Iterator[_HeldRecords]:
 
 
 def report(
-    result: TurnResult, *, database: Path, config: Path | None, agent: str | None = None
+    result: TurnResult, *, database: str, config: Path | None, agent: str | None = None
 ) -> int:
     """Print a turn's result (and how to answer its pending approval); its exit status.
 
     ``agent``: the ``module:attribute`` of the Python agent that ran, if one did.
     """
-    print_result(console, result, database=str(database))
+    print_result(console, result, database=database)
     if result.outcome == "needs_user" and result.pending_approval:
         print_pending(console, result.pending_approval, config=config, agent=agent)
     return exit_code(result)
@@ -237,6 +237,11 @@ async def operator_host(
         check_providers=check_providers,
     ) as host:
         if reason is None:
+            if host.config.store.url is not None:
+                raise InvalidValue(
+                    f"--reason is required: the store is {host.config.store_location}, "
+                    "a shared PostgreSQL database no local user owns"
+                )
             reason = await local_reason(host.config.database_path)
         yield host, await host.operator(operator, reason=reason)
 

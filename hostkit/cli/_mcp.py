@@ -30,9 +30,14 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._render import Column, fit_table
-from hostkit.host import HostConfig, default_config, load_config
+from hostkit.host import (
+    HostConfig,
+    default_config,
+    load_config,
+    open_configured_store,
+    store_exists,
+)
 from hostkit.inspect import McpServerRow, McpServerRows, mcp_server_rows, one_line
-from hostkit.store import RuntimeStore
 from hostkit.types import McpServerStatus
 
 __all__ = ["mcp", "print_servers", "servers_table", "state_text", "tools_table"]
@@ -121,11 +126,10 @@ def print_servers(out: Console, rows: McpServerRows) -> None:
 
 async def _statuses(config: HostConfig) -> tuple[McpServerStatus, ...]:
     """The stored statuses; none when the database does not exist yet (it is not created)."""
-    if not await anyio.Path(config.database_path).exists():
+    if not await store_exists(config):
         return ()
-    async with RuntimeStore.open(
-        config.database_path, synchronous=config.host.synchronous
-    ) as store:
+    store = await open_configured_store(config)
+    async with store:
         return await store.mcp_servers.mcp_statuses()
 
 

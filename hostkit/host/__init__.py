@@ -26,6 +26,7 @@ from hostkit.host._config import (
     McpServerConfig,
     PolicyConfig,
     ProviderConfig,
+    StoreSection,
     default_config,
     load_config,
     parse_config,
@@ -43,6 +44,7 @@ from hostkit.host._host import Host, TurnNotCompleted
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve import HostDaemon, ServeStatus
+from hostkit.host._store import open_configured_store, store_exists
 
 __all__ = [
     "DEFAULT_CORE_REF",
@@ -79,6 +81,7 @@ __all__ = [
     "RuntimeCapabilities",
     "ServeStatus",
     "StoreMemorySource",
+    "StoreSection",
     "ToolCatalog",
     "ToolRequest",
     "ToolSource",
@@ -91,5 +94,7 @@ __all__ = [
     "load_agent",
     "load_config",
     "memory_tools",
+    "open_configured_store",
     "parse_config",
+    "store_exists",
 ]

@@ -14,7 +14,7 @@ import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +41,7 @@ __all__ = [
     "Sandbox",
     "ScriptStepConfig",
     "ServeSection",
+    "StoreSection",
     "TelemetryConfig",
     "default_config",
     "load_config",
@@ -263,10 +264,50 @@ class HostSection(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
 
+class StoreSection(_Strict):
+    """``[store]``: where the Host's state lives when it is not the embedded SQLite file.
+
+    ``url = "postgresql://user@host:5432/dbname"`` puts it in PostgreSQL, shared
+    by every Host that names the same database (docs/postgres.md; needs
+    ``pip install 'hostkit[postgres]'``). The password never goes in this file:
+    libpq reads it from ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``, and
+    every other ``PG*`` variable (``PGSSLMODE``, ...) applies as usual. Without
+    a url the store is ``[host] database``, a SQLite file.
+    """
+
+    url: str | None = Field(default=None, max_length=2048)
+    pool_size: int = Field(default=8, ge=1, le=100)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    statement_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    # Where a verified pg_dump goes before an upgrade that drops data (beside the config).
+    backup_dir: str = Field(default=".hostkit-backups", min_length=1, max_length=4096)
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _postgres_url_without_secrets(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parsed = urlsplit(value)
+        if parsed.scheme not in ("postgresql", "postgres"):
+            raise ValueError("url must be a postgresql:// URL (SQLite is [host] database)")
+        try:
+            password = parsed.password
+        except ValueError:
+            raise ValueError("url is not a valid URL") from None
+        query = parse_qs(parsed.query)
+        if password is not None or any(key.lower() == "password" for key in query):
+            raise ValueError(
+                "url must not carry a password: set PGPASSWORD (or use PGPASSFILE / "
+                "~/.pgpass) in the environment of every Host"
+            )
+        return value
+
+
 class HostConfig(_Strict):
     """The whole configuration; ``base_dir`` anchors relative paths (the file's folder)."""
 
     host: HostSection = Field(default_factory=HostSection)
+    store: StoreSection = Field(default_factory=StoreSection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     # Agent Cores (docs/cores.md): each becomes an agent of this name at its live revision.
@@ -321,7 +362,18 @@ class HostConfig(_Strict):
 
     @property
     def database_path(self) -> Path:
+        """The SQLite file (used when ``[store] url`` is not set)."""
         return self.resolve(self.host.database)
+
+    @property
+    def store_location(self) -> str:
+        """Where the state lives, for messages: the redacted PostgreSQL URL or the file."""
+        if self.store.url is not None:
+            parts = urlsplit(self.store.url)
+            netloc = parts.netloc.rpartition("@")[2]
+            user = f"{parts.username}@" if parts.username else ""
+            return urlunsplit((parts.scheme, f"{user}{netloc}", parts.path, "", ""))
+        return str(self.database_path)
 
     @property
     def artifact_root(self) -> Path:

@@ -58,6 +58,7 @@ from hostkit.host._reload import (
     rejected,
 )
 from hostkit.host._serve import HostDaemon
+from hostkit.host._store import open_configured_store
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
@@ -312,10 +313,7 @@ class Host(AsyncResource):
         store: RuntimeStore | None = None
         try:
             # The store before the cores: it records which revision of each core is live.
-            await anyio.Path(declared.database_path.parent).mkdir(parents=True, exist_ok=True)
-            store = await RuntimeStore.open(
-                declared.database_path, synchronous=declared.host.synchronous
-            )
+            store = await open_configured_store(declared)
             # Each Agent Core at its live revision; one that is not available is a warning.
             composed, cores, core_warnings = await compose_cores(declared, store.cores)
             resolved, instances = compose_agents(composed, agents)

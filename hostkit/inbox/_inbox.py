@@ -114,6 +114,11 @@ class ChannelInbox:
 
     # -- accept ------------------------------------------------------------------------
 
+    async def watch(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` when another process may have made an inbound ready (see
+        ``InboxStore.watch``); returns at once where the store cannot tell."""
+        await self._store.watch(wake)
+
     async def accept(self, envelope: InboundEnvelope) -> InboxReceipt:
         """Durably store one envelope and its source checkpoint, or raise (``accept_batch``)."""
         if not isinstance(envelope, InboundEnvelope):

@@ -232,10 +232,15 @@ class InboxWorker(Background):
         try:
             async with anyio.create_task_group() as work:
                 task_status.started()
+                # Woken by another process's accept where the store can say so (PostgreSQL's
+                # NOTIFY); the idle poll below stays the fallback.
+                watching = anyio.CancelScope()
+                work.start_soon(self._watch, watching)
                 try:
                     await self._recover_dead_claims()
                     await self._claim_loop(work, until_idle=until_idle)
                 finally:
+                    watching.cancel()
                     self._stopping = True
                     with anyio.CancelScope(shield=True):
                         await self._wind_down()
@@ -258,6 +263,13 @@ class InboxWorker(Background):
                 if claimed and len(claimed) == free:
                     continue
             await self._pause()
+
+    async def _watch(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            try:
+                await self.inbox.watch(self.wake)
+            except HostkitError as exc:
+                _log.warning("watching the inbox for new inbounds failed (polling): %s", _text(exc))
 
     async def _recover_dead_claims(self) -> None:
         """Before the first claim: a killed Host's claims are due now, not at lease expiry."""

@@ -110,7 +110,7 @@ class Dashboard(widgets.VBox):
             budget = BudgetInspector(await budget_view(host, scope, session_id))
         asking = frozenset(row.approval_id for row in waiting if row.approval_id)
         return cls(
-            database=str(host.config.database_path),
+            database=host.config.store_location,
             sessions=await SessionBrowser.load(host, scope),
             running=running,
             waiting=[row.widget for row in waiting],

@@ -299,7 +299,7 @@ class NotebookHost(AsyncResource):
             for name in self.host.config.agents
         )
         return (
-            ("database", str(self.host.config.database_path)),
+            ("database", self.host.config.store_location),
             ("agents", agents),
             ("running turns", str(self.host.turns.active_turns)),
             ("approvals waiting for a click", str(len(self.waiting_rows()))),

@@ -20,6 +20,7 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StaleClaim, bou
 from hostkit.freeze import thaw
 from hostkit.store._approval_values import decode_view
 from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
+from hostkit.store._dialect import claim_isolation
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
     ClaimedDelivery,
@@ -66,7 +67,7 @@ _COLUMNS = (
 # dead-lettered row leaves the due set, so re-running the query pages forward.
 DUE_ROWS = (
     f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
-    "ORDER BY next_attempt_at, id LIMIT ?"
+    "ORDER BY next_attempt_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
 )
 _CLAIM = (
     "UPDATE outbox SET status = 'sending', next_attempt_at = ?, attempts = attempts + 1, "
@@ -189,6 +190,7 @@ def exhausted_message(attempts: int, max_attempts: int) -> str:
 
 def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelivery, ...]:
     """Lease up to ``limit`` due intents, oldest due first; dead-letter exhausted leases."""
+    claim_isolation(conn)
     lease = args.now + args.lease_s
     claimed: list[ClaimedDelivery] = []
     while len(claimed) < args.limit:

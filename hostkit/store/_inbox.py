@@ -30,7 +30,7 @@ drives every adapter and tests can move it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hostkit.types import (
     ChannelCounts,
@@ -89,6 +89,16 @@ class InboxStore(ABC):
         replaces the source's cursor in the same transaction. Each new row
         reserves its turn-request id (``inbound:<inbound id>``) here.
         """
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` whenever another process may have made an inbound ready; until cancelled.
+
+        An adapter that can be told (PostgreSQL: LISTEN/NOTIFY) runs until the
+        caller cancels it; one that cannot (SQLite, in memory) returns at once,
+        and its workers find work by polling. Workers poll either way, so a
+        missed notification delays an inbound by one poll interval at most.
+        """
+        return
 
     @abstractmethod
     async def checkpoint(self, source_id: str) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
+from hostkit.store._dialect import claim_isolation
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
@@ -97,12 +98,13 @@ _CLAIM_COLUMNS = (
 # One channel instance's oldest due rows (due_at, then accept order), a page at a time.
 DUE_ROWS = (
     f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
-    "AND state IN ('ready', 'claimed') AND due_at <= ? ORDER BY due_at, id LIMIT ?"
+    "AND state IN ('ready', 'claimed') AND due_at <= ? ORDER BY due_at, id LIMIT ? "
+    "/*pg: FOR UPDATE SKIP LOCKED */"
 )
 _DUE_ROWS_AFTER = (
     f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
     "AND state IN ('ready', 'claimed') AND due_at <= ? AND (due_at, id) > (?, ?) "
-    "ORDER BY due_at, id LIMIT ?"
+    "ORDER BY due_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
 )
 _CLAIM = (
     "UPDATE inbox SET state = 'claimed', due_at = ?, attempt = attempt + 1, claim_token = ?, "
@@ -293,7 +295,12 @@ class _Feed:
 
 
 def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInbound, ...]:
-    """Plan the round-robin over due channel instances, then lease the planned rows."""
+    """Plan the round-robin over due channel instances, then lease the planned rows.
+
+    On PostgreSQL the candidates are locked as they are read (``FOR UPDATE
+    SKIP LOCKED`` at READ COMMITTED), so claimers on other Hosts skip them.
+    """
+    claim_isolation(conn)
     channels = [row[0] for row in conn.execute(DUE_CHANNELS, [args.now]).fetchall()]
     if not channels:
         return ()
@@ -340,7 +347,8 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
     )
     last = conn.execute(_LAST_SERVED).fetchone()[0] or 0
     served = {row["channel_instance_id"]: last + n for n, row in enumerate(chosen, start=1)}
-    conn.executemany(_SERVED, [(seq, channel) for channel, seq in served.items()])
+    # In channel order, so two claimers never lock two channel rows in opposite orders.
+    conn.executemany(_SERVED, [(served[channel], channel) for channel in sorted(served)])
     return tuple(_claimed(row, token, lease) for token, row in zip(tokens, chosen, strict=True))
 
 

@@ -10,7 +10,7 @@ encoded here, on the caller's side, before a job is queued; bad input raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from hostkit.store import _inbox_checks as checks
@@ -61,6 +61,9 @@ class SqlInboxStore(InboxStore):
         receipts = await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor, known))
         self._channels.update(key[0] for key, _ in encoded)
         return receipts
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        await self._db.watch_inbox(wake)
 
     async def checkpoint(self, source_id: str) -> str | None:
         source = checks.check_ref("source_id", source_id)

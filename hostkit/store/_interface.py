@@ -15,13 +15,17 @@ against every adapter.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from anyio.abc import AsyncResource
 
+from hostkit._extras import require_extra
 from hostkit._opening import Opening
 from hostkit.types import (
     AuditRecord,
@@ -104,6 +108,33 @@ class RuntimeStore(AsyncResource):
                 busy_timeout_s=busy_timeout_s,
                 max_batch=max_batch,
                 lock_timeout_s=lock_timeout_s,
+                migrations=migrations,
+            )
+        )
+
+    @classmethod
+    def open_postgres(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        statement_timeout_s: float = 30.0,
+        backup_dir: Path | None = None,
+        migrations: Sequence[Migration] | None = None,
+    ) -> Opening[RuntimeStore]:
+        """Open (creating or upgrading) the PostgreSQL store at ``url`` (``hostkit[postgres]``).
+
+        Any number of Hosts may open the same database. Keep the password out
+        of ``url``: libpq reads ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``.
+        """
+        return Opening(
+            lambda: _connect_postgres(
+                url,
+                pool_size=pool_size,
+                connect_timeout_s=connect_timeout_s,
+                statement_timeout_s=statement_timeout_s,
+                backup_dir=backup_dir,
                 migrations=migrations,
             )
         )
@@ -245,3 +276,13 @@ class RuntimeStore(AsyncResource):
         reason: str,
     ) -> LegacyRepairView:
         """The only path to rows with missing or ambiguous ownership (operator, audited)."""
+
+
+async def _connect_postgres(url: str, **options: Any) -> RuntimeStore:
+    """Check the extra and import the adapter off the event loop, then connect."""
+    await anyio.to_thread.run_sync(
+        functools.partial(require_extra, "postgres", feature="a PostgreSQL store", key="store.url")
+    )
+    module = await anyio.to_thread.run_sync(importlib.import_module, "hostkit.store._pg")
+    store: RuntimeStore = await module.PgStore.connect(url, **options)
+    return store

@@ -17,6 +17,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from hostkit.errors import InvalidValue
+from hostkit.store._dialect import is_postgres
 from hostkit.store._owned import now
 
 if TYPE_CHECKING:
@@ -93,21 +94,41 @@ def _unicode(what: str, value: str) -> None:
         raise InvalidValue(f"memory {what} is not valid Unicode (lone surrogate)") from exc
 
 
-def _fts_query(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> str | None:
-    """An FTS5 MATCH expression that ORs the words of ``query`` as quoted strings.
+def _terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+    """The words of ``query`` (``\\w+`` runs, each bounded), at most ``max_terms`` of them."""
+    return [m.group()[:_MAX_TERM_CHARS] for m in islice(_WORD.finditer(query), max_terms)]
 
-    Words are ``\\w+`` runs, so they hold no quote, operator or parenthesis; each
-    is still quoted (``"NEAR"`` is a word, not an operator). None when there is
-    no word to search for.
+
+def _fts_query(terms: list[str]) -> str:
+    """An FTS5 MATCH expression that ORs ``terms`` as quoted strings.
+
+    Words hold no quote, operator or parenthesis; each is still quoted
+    (``"NEAR"`` is a word, not an operator).
     """
-    terms = [m.group()[:_MAX_TERM_CHARS] for m in islice(_WORD.finditer(query), max_terms)]
-    if not terms:
-        return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
+_FTS_SEARCH = (
+    "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
+    "FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
+    "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
+    "ORDER BY bm25(memory_fts), m.id LIMIT ?"
+)
+
+
+def _pg_search(count: int) -> str:
+    """PostgreSQL: each word is its own ``plainto_tsquery`` (never tsquery syntax), ORed."""
+    query = " || ".join(["plainto_tsquery('simple', ?)"] * count)
+    return (
+        "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
+        f"FROM memory_items m, ({query}) AS q(query) "
+        "WHERE m.search @@ q.query AND m.agent = ? AND m.principal_id = ? "
+        "ORDER BY ts_rank(m.search, q.query) DESC, m.id LIMIT ?"
+    )
+
+
 class SqlMemoryStore(MemoryStore):
-    """The SQLite adapter of MemoryStore: ``memory_items`` with an FTS5 index."""
+    """MemoryStore on ``memory_items``: FTS5 on SQLite, a ``tsvector`` index on PostgreSQL."""
 
     def __init__(self, db: RowStore) -> None:
         self._db = db
@@ -141,20 +162,18 @@ class SqlMemoryStore(MemoryStore):
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL:
             raise InvalidValue(f"limit must be an integer 1-{MAX_RECALL}")
-        match = _fts_query(query)
-        if match is None:
+        terms = _terms(query)
+        if not terms:
             return ()
 
         def search(raw: sqlite3.Connection) -> tuple[MemoryItem, ...]:
             cursor = raw.cursor()
             cursor.row_factory = sqlite3.Row
-            rows = cursor.execute(
-                "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
-                "FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
-                "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
-                "ORDER BY bm25(memory_fts), m.id LIMIT ?",
-                [match, agent, owner, limit],
-            ).fetchall()
+            if is_postgres(raw):
+                sql, words = _pg_search(len(terms)), terms
+            else:
+                sql, words = _FTS_SEARCH, [_fts_query(terms)]
+            rows = cursor.execute(sql, [*words, agent, owner, limit]).fetchall()
             return tuple(
                 MemoryItem(
                     item_id=row["id"],

@@ -101,6 +101,10 @@ class RowStore(RuntimeStore):
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only transaction (a consistent snapshot)."""
 
+    async def watch_inbox(self, wake: Callable[[], None]) -> None:
+        """See ``InboxStore.watch``: this adapter cannot be told, so it returns at once."""
+        return
+
     # -- authority -------------------------------------------------------------------
 
     def bind_authority(self) -> ScopeMint:

@@ -17,11 +17,16 @@ APPLICATION_ID = 0x686B6974
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One schema step; ``statements`` run in order inside the upgrade transaction."""
+    """One schema step; ``statements`` run in order inside the upgrade transaction.
+
+    ``destructive``: the step drops or rewrites data. SQLite backs up before
+    every upgrade anyway; PostgreSQL requires a verified ``pg_dump`` first.
+    """
 
     version: int
     name: str
     statements: tuple[str, ...]
+    destructive: bool = False
 
 
 _V1_BASE = Migration(

@@ -1,0 +1,272 @@
+"""PgStore: the RuntimeStore adapter on a PostgreSQL database (psycopg 3, async pool).
+
+Several Hosts on several machines share one database. Each write is one
+SERIALIZABLE transaction on a pooled connection: PostgreSQL then guarantees
+what SQLite's single writer gives for free (the outcome equals some serial
+order of the writes), and a transaction that lost a serialisation race
+(SQLSTATE 40001, or a deadlock, 40P01) is run again from the start, a bounded
+number of times. Claims relax to READ COMMITTED and lock their rows with
+``FOR UPDATE SKIP LOCKED`` (``_dialect.claim_isolation``), so concurrent
+claimers take disjoint rows. Reads are REPEATABLE READ, READ ONLY: one
+snapshot per call. Leases, claims and fencing tokens are rows, as on SQLite:
+owner, expiry and token are checked inside the statements that write.
+
+New or re-readied inbounds are announced with NOTIFY by a trigger; each inbox
+worker LISTENs (``watch_inbox``) and wakes at once, and still polls as a
+fallback while its listening connection is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.store._pg_backup import dump_and_verify
+from hostkit.store._pg_connection import PgConnection, register_loaders
+from hostkit.store._pg_listen import listen
+from hostkit.store._pg_migrate import PgMigrationReport, upgrade
+from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
+from hostkit.store._row_store import RowStore
+from hostkit.store._schema import Migration
+from hostkit.store._writer import map_sqlite_error
+
+__all__ = ["PgStore", "redact_url"]
+
+T = TypeVar("T")
+
+# A write that keeps losing serialisation races gives up after this many runs.
+_MAX_RUNS = 12
+# SQLSTATE classes after which the same call may succeed later: serialisation and
+# deadlock (40), connection (08), resources (53), operator intervention (57: shutdown,
+# statement timeout), lock not available (55P03).
+_RETRYABLE_CLASSES = ("40", "08", "53", "57")
+_RETRYABLE_STATES = ("55P03",)
+_RERUN_STATES = ("40001", "40P01")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password and query (which may carry secrets), for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
+
+
+def check_url(url: object) -> str:
+    """A ``postgresql://`` URL, or ``InvalidValue`` (bounded, never echoing a password)."""
+    if not isinstance(url, str) or len(url) > 2048:
+        raise InvalidValue("a PostgreSQL URL is a string of at most 2048 characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise InvalidValue("a PostgreSQL URL starts with postgresql://")
+    return url
+
+
+def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
+    """A bounded ``StoreError`` (``retryable`` from the SQLSTATE) or ``InvalidValue``."""
+    if isinstance(exc, PoolTimeout):
+        return StoreError(f"{action} failed: no database connection in time", retryable=True)
+    state = getattr(exc, "sqlstate", None) or ""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    if isinstance(exc, psycopg.DataError):
+        return InvalidValue(f"PostgreSQL cannot store this value: {first}")
+    retryable = state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
+    if isinstance(exc, psycopg.OperationalError) and not state:
+        retryable = True  # the connection broke before the server answered
+    name = f"{state} " if state else ""
+    return StoreError(f"{action} failed: {name}{type(exc).__name__}: {first}", retryable=retryable)
+
+
+class PgStore(RowStore):
+    """One PostgreSQL database shared by any number of Hosts; see the module doc."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]],
+        *,
+        url: str,
+        connect_timeout_s: float,
+        location: str,
+        report: PgMigrationReport,
+    ) -> None:
+        super().__init__()
+        self._pool = pool
+        self._url = url
+        self._connect_timeout_s = connect_timeout_s
+        self._location = location
+        self.migration = report
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        statement_timeout_s: float = 30.0,
+        backup_dir: Path | None = None,
+        migrations: Sequence[Migration] | None = None,
+    ) -> PgStore:
+        """Open a pool on ``url`` and bring the schema to this version.
+
+        The password is never in ``url`` when it comes from configuration:
+        libpq reads it from ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``.
+        Raises ``StoreError`` (retryable) when the database cannot be reached
+        within ``connect_timeout_s``, ``MigrationError`` when the schema cannot
+        be brought to this version. ``backup_dir`` is where a verified
+        ``pg_dump`` goes before an upgrade that drops data (none: refused).
+        """
+        check_url(url)
+        if not 1 <= pool_size <= 100:
+            raise InvalidValue("pool_size must be 1-100")
+        location = redact_url(url)
+        options = (
+            f"-c statement_timeout={int(statement_timeout_s * 1000)} "
+            f"-c idle_in_transaction_session_timeout={int(4 * statement_timeout_s * 1000)}"
+        )
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            register_loaders(conn)
+
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={
+                "autocommit": False,
+                "cursor_factory": psycopg.AsyncClientCursor,
+                "connect_timeout": max(1, int(connect_timeout_s)),
+                "options": options,
+                "application_name": "hostkit",
+            },
+            configure=configure,
+            open=False,
+            timeout=connect_timeout_s,
+            name="hostkit",
+        )
+        try:
+            try:
+                await pool.open(wait=True, timeout=connect_timeout_s)
+            except (PoolTimeout, psycopg.Error) as exc:
+                raise StoreError(
+                    f"cannot connect to {location} within {connect_timeout_s:g} s: "
+                    f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                    retryable=True,
+                ) from exc
+            async with pool.connection() as conn:
+                await conn.set_autocommit(True)
+                try:
+                    report = await upgrade(
+                        conn,
+                        migrations=PG_MIGRATIONS if migrations is None else migrations,
+                        location=location,
+                        backup=None
+                        if backup_dir is None
+                        else functools.partial(dump_and_verify, url, backup_dir, location=location),
+                    )
+                finally:
+                    await conn.set_autocommit(False)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pool.close(timeout=5.0)
+            raise
+        return cls(
+            pool, url=url, connect_timeout_s=connect_timeout_s, location=location, report=report
+        )
+
+    async def aclose(self) -> None:
+        """Close the pool; idempotent. Scopes issued by this open stop verifying."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._keys.close()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._pool.close(timeout=10.0)
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    async def watch_inbox(self, wake: Callable[[], None]) -> None:
+        """LISTEN for ready inbounds and call ``wake()`` at each; until cancelled."""
+        if self._closed:
+            raise StoreClosed()
+        await listen(self._url, INBOX_CHANNEL, wake, connect_timeout_s=self._connect_timeout_s)
+
+    # -- transactions ----------------------------------------------------------------
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one SERIALIZABLE transaction; rerun it on a lost race.
+
+        ``fn`` may run more than once (each earlier run rolled back), so it
+        must not act outside the database. Cancelling the caller waits for the
+        transaction in flight to commit or roll back.
+        """
+        for run in range(_MAX_RUNS):
+            try:
+                return await self._transaction(fn, read_only=False)
+            except psycopg.Error as exc:
+                if getattr(exc, "sqlstate", None) not in _RERUN_STATES or run == _MAX_RUNS - 1:
+                    raise map_pg_error(exc, "write") from exc
+            await anyio.sleep(random.uniform(0.001, 0.004) * (run + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one REPEATABLE READ, READ ONLY transaction (one snapshot)."""
+        try:
+            return await self._transaction(fn, read_only=True)
+        except psycopg.Error as exc:
+            raise map_pg_error(exc, "read") from exc
+
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool) -> T:
+        if self._closed:
+            raise StoreClosed()
+        action = "read" if read_only else "write"
+        try:
+            async with self._pool.connection() as aconn:
+                with anyio.CancelScope(shield=True):
+                    result = await self._run(aconn, fn, read_only=read_only)
+            return result
+        except PoolTimeout as exc:
+            raise map_pg_error(exc, action) from exc
+        except sqlite3.Error as exc:
+            # A constraint the row function did not expect (PgConnection raises sqlite3's class).
+            raise map_sqlite_error(exc, action) from exc
+
+    @staticmethod
+    async def _run(
+        aconn: psycopg.AsyncConnection[Any],
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        read_only: bool,
+    ) -> T:
+        await aconn.set_read_only(read_only)
+        await aconn.set_isolation_level(
+            psycopg.IsolationLevel.REPEATABLE_READ
+            if read_only
+            else psycopg.IsolationLevel.SERIALIZABLE
+        )
+        conn = PgConnection(aconn)
+        try:
+            result = await anyio.to_thread.run_sync(fn, cast(sqlite3.Connection, conn))
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                await aconn.rollback()  # a broken connection is discarded by the pool
+            raise
+        await aconn.commit()
+        return result
