@@ -113,6 +113,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A fixture of a matrix module parametrized over the adapters itself would cross them
+    # with store_adapter (sqlite x postgres, four legs, two of them on the wrong engine).
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "store_adapter" not in params:
+            continue
+        crossed = [k for k, v in params.items() if k != "store_adapter" and v in STORE_ADAPTERS]
+        if crossed:
+            raise pytest.UsageError(
+                f"{item.nodeid}: {crossed[0]} is parametrized over the store adapters and so is "
+                "store_adapter; let the fixture take store_adapter instead"
+            )
     # A sqlite_only test of a suite with its own adapter parameter loses its postgres item.
     dropped = [
         item
