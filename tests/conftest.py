@@ -120,6 +120,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A fixture of a matrix module parametrized over the adapters itself would cross them
+    # with store_adapter (sqlite x postgres, four legs, two of them on the wrong engine).
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "store_adapter" not in params:
+            continue
+        crossed = [k for k, v in params.items() if k != "store_adapter" and v in STORE_ADAPTERS]
+        if crossed:
+            raise pytest.UsageError(
+                f"{item.nodeid}: {crossed[0]} is parametrized over the store adapters and so is "
+                "store_adapter; let the fixture take store_adapter instead"
+            )
     # A sqlite_only test of a suite with its own adapter parameter loses its postgres item.
     dropped = [
         item
@@ -156,10 +168,6 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         cluster = PostgresCluster.start()
     except PostgresUnavailable as exc:
         pytest.skip(f"{_NO_POSTGRES}{exc}")
-    # Imported here, off any event loop: its first import reads files, which the
-    # blocking-call detector would charge to whichever hostkit frame is on the stack.
-    import psycopg  # noqa: F401
-    import psycopg_pool  # noqa: F401
 
     previous = os.environ.get("PGPASSWORD")
     os.environ["PGPASSWORD"] = cluster.password

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import weakref
 from collections.abc import Sequence
@@ -65,6 +66,21 @@ _SETTINGS = {
     "log_min_messages": "warning",
 }
 _PORT_ATTEMPTS = 5
+# Stops the server and removes its directory when the test process dies without its
+# session teardown (SIGKILL, a CI timeout): argv is the test process id, the cluster
+# directory and the stop command. It exits on its own once the directory is gone.
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+parent, root, stop = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+while os.path.isdir(root):
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        subprocess.run(stop, timeout=60, check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+        break
+    time.sleep(0.5)
+"""
 
 _active: PostgresCluster | None = None
 
@@ -133,6 +149,7 @@ class PostgresCluster:
     _templated: set[str] = field(default_factory=set)
     _recycled: list[str] = field(default_factory=list)
     _template_tables: list[str] = field(default_factory=list)
+    _watchdog: subprocess.Popen[bytes] | None = None
     # One lock per event loop: each anyio test runs on its own loop, and only the tests
     # of this one process share the cluster, one test at a time.
     _template_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
@@ -161,6 +178,13 @@ class PostgresCluster:
                     f"server as; {INSTALL_HINT}"
                 ) from None
             run_as = "postgres"
+        # Imported here, outside any event loop: imported first inside a test, under the
+        # Host's frames, blockbuster refuses the import's file reads, psycopg falls back
+        # to its ctypes libpq and leaves an ldconfig process behind.
+        import psycopg
+        import psycopg_pool
+
+        del psycopg, psycopg_pool
         root = Path(tempfile.mkdtemp(prefix="hostkit-pg-"))
         cluster = cls(bindir, root, 0, secrets.token_urlsafe(24), run_as)
         try:
@@ -169,21 +193,44 @@ class PostgresCluster:
                 cluster.port = _free_port()
                 if cluster._pg_ctl_start(start_timeout_s, last=attempt == _PORT_ATTEMPTS - 1):
                     break
+            cluster._watchdog = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _WATCHDOG,
+                    str(os.getpid()),
+                    str(root),
+                    *cluster._command(cluster._stop_args()),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outlives a signal sent to the test run's group
+            )
         except BaseException:
-            cluster._remove()
+            try:
+                cluster._run(cluster._stop_args(), timeout_s=40.0, check=False)
+            finally:
+                cluster._remove()
             raise
         return cluster
 
     def stop(self) -> None:
         """Stop the server at once (nothing here must survive) and remove its directory."""
         try:
-            self._run(
-                ["pg_ctl", "-D", str(self.data), "stop", "-m", "immediate", "-w", "-t", "30"],
-                timeout_s=40.0,
-                check=False,
-            )
+            self._run(self._stop_args(), timeout_s=40.0, check=False)
         finally:
             self._remove()
+            if self._watchdog is not None:
+                # It sees the directory gone and exits within its poll interval.
+                try:
+                    self._watchdog.wait(timeout=10.0)
+                except subprocess.TimeoutExpired:
+                    self._watchdog.kill()
+                    self._watchdog.wait(timeout=10.0)
+
+    def _stop_args(self) -> list[str]:
+        return ["pg_ctl", "-D", str(self.data), "stop", "-m", "immediate", "-w", "-t", "30"]
 
     @property
     def data(self) -> Path:
@@ -435,11 +482,8 @@ class PostgresCluster:
     def _run(
         self, argv: Sequence[str], *, timeout_s: float, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        command = [str(self.bindir / argv[0]), *argv[1:]]
-        if self.run_as is not None:
-            command = ["runuser", "-u", self.run_as, "--", *command]
         done = subprocess.run(
-            command,
+            self._command(argv),
             cwd=self.root,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -450,6 +494,12 @@ class PostgresCluster:
         if check and done.returncode != 0:
             raise RuntimeError(f"{argv[0]} failed (exit {done.returncode}):\n{done.stdout[-2000:]}")
         return done
+
+    def _command(self, argv: Sequence[str]) -> list[str]:
+        command = [str(self.bindir / argv[0]), *argv[1:]]
+        if self.run_as is not None:
+            command = ["runuser", "-u", self.run_as, "--", *command]
+        return command
 
     def _own(self, path: Path) -> None:
         if self.run_as is not None:

@@ -1,8 +1,9 @@
 """Clause: the inbox worker turns each claimed inbound into at most one turn, through the Host.
 
-A real Host on SQLite with a scripted model; the inbox is the Host's own
-(SQLite) or the strict in-memory adapter, on a clock the test moves, so
-backoff and leases pass without sleeping.
+A real Host with a scripted model, on SQLite and on PostgreSQL (the store
+matrix, tests/conftest.py); the inbox is the Host's own store ("store") or the
+strict in-memory adapter ("memory"), on a clock the test moves, so backoff and
+leases pass without sleeping.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Rig:
     inbox: ChannelInbox
     clock: Clock
     gates: Gates
-    adapter: str  # "sqlite" (the Host's own store) or "memory"
+    adapter: str  # "store" (the Host's own store) or "memory"
 
     def worker(self, **options: Any) -> InboxWorker:
         options.setdefault("idle_poll_s", 0.05)
@@ -148,13 +149,13 @@ def envelope(
 POLICY = RetryPolicy(max_attempts=3, base_delay_s=1.0, max_delay_s=4.0, jitter=0.0, lease_s=30.0)
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["store", "memory"])
 async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
     gates = Gates({}, {}, set())
     clock = Clock()
     model = ScriptedModel([gates.answer], repeat_last=True)
     async with open_host(tmp_path, model) as host:
-        if request.param == "sqlite":
+        if request.param == "store":
             inbox = ChannelInbox.on_store(host.store, policy=POLICY, clock=clock)
         else:
             inbox = ChannelInbox.in_memory(policy=POLICY, clock=clock)
@@ -483,7 +484,7 @@ async def test_turn_cut_off_by_the_worker_deadline_is_not_a_user_cancel(rig: Rig
     assert [(turn_id, status) for turn_id, status, *_ in turns] == [(record.turn_id, "cancelled")]
     result = await _recorded_turn(rig.host, inbound_id)
     assert (result.outcome, result.cancelled_by) == ("cancelled", "caller")
-    if rig.adapter == "sqlite":
+    if rig.adapter == "store":
         expected = InboundResult("turn", record.turn_id, "cancelled", CUT_DETAIL)
         assert await _completed_as(rig.host, inbound_id, expected)
 

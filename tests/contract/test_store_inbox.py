@@ -185,13 +185,14 @@ async def test_prune_never_touches_live_or_dead_rows(sql_store: RowStore) -> Non
 
 async def test_the_state_check_refuses_an_unknown_state(sql_store: RowStore) -> None:
     (receipt,) = await sql_store.inbox.accept([envelope("e1")], None, now=NOW)
-    with pytest.raises(StoreError, match=r"(?i)check"):
+    # The engines word it differently: "CHECK constraint failed", "violates check constraint".
+    with pytest.raises(StoreError, match=r"(?i)check constraint"):
         await sql_store.write(
             lambda c: c.execute(
                 "UPDATE inbox SET state = 'lost' WHERE inbound_id = ?", [receipt.inbound_id]
             )
         )
-    with pytest.raises(StoreError, match="UNIQUE"):
+    with pytest.raises(StoreError, match=r"(?i)unique"):
         await sql_store.write(
             lambda c: c.execute(
                 "INSERT INTO inbox (inbound_id, channel_instance_id, platform_event_key, kind, "

@@ -1,7 +1,7 @@
 """The store's turns group: admission, session leases, fencing, terminal records, recovery.
 
 Written against the ``RuntimeStore`` interface: the ``runtime`` fixture yields
-each adapter (SQLite today; a PostgreSQL adapter joins the parametrisation).
+each adapter of the store matrix (SQLite and PostgreSQL, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -43,16 +43,16 @@ from hostkit.types import (
     UsageObservation,
     new_id,
 )
-from tests.contract._store_adapters import ADAPTERS, open_store
+from tests.contract._store_adapters import open_store
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=ADAPTERS)
-async def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    """One empty store per adapter (tests/contract/_store_adapters.py names them)."""
-    async with open_store(request.param, tmp_path) as store:
+@pytest.fixture
+async def runtime(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
+    """One empty store of each adapter (the store matrix, tests/conftest.py)."""
+    async with open_store(store_adapter, tmp_path) as store:
         yield store
 
 
