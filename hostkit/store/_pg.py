@@ -28,7 +28,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store._pg_backup import dump_and_verify
@@ -225,6 +225,8 @@ class PgStore(RowStore):
                 with anyio.CancelScope(shield=True):
                     result = await self._run(aconn, fn, read_only=read_only)
             return result
+        except PoolClosed:
+            raise StoreClosed() from None
         except PoolTimeout as exc:
             raise map_pg_error(exc, action) from exc
         except sqlite3.Error as exc:

@@ -29,7 +29,7 @@ import anyio.from_thread
 import psycopg
 from psycopg.adapt import Loader
 
-from hostkit.store._pg_translate import translate
+from hostkit.store._pg_translate import ends_transaction, translate
 
 __all__ = ["PgConnection", "PgRow", "register_loaders"]
 
@@ -81,6 +81,7 @@ class PgCursor:
         self.row_factory: object = None
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> PgCursor:
+        _refuse_control(sql)
         names, rows, self.rowcount = self._conn.run(translate(sql), _params(parameters))
         row = _row_class(tuple(names))
         self._rows = [row(values) for values in rows]
@@ -88,6 +89,7 @@ class PgCursor:
         return self
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
+        _refuse_control(sql)
         self.rowcount = self._conn.run_many(translate(sql), [_params(p) for p in seq])
         self._rows = []
         return self
@@ -169,6 +171,12 @@ class PgConnection:
                 return cur.rowcount
         except psycopg.IntegrityError as exc:
             raise sqlite3.IntegrityError(_bounded(exc)) from exc
+
+
+def _refuse_control(sql: str) -> None:
+    """The transaction is the store's: a row function may not begin, end or split it."""
+    if ends_transaction(sql):
+        raise sqlite3.DatabaseError("not authorized: the store owns the transaction")
 
 
 def _params(parameters: Sequence[Any]) -> list[Any]:

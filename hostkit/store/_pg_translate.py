@@ -21,7 +21,14 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["translate"]
+__all__ = ["ends_transaction", "translate"]
+
+# Statements that begin, end or split a transaction: the store runs those itself.
+_CONTROL = re.compile(
+    r"\s*(?:/\*.*?\*/\s*)*(BEGIN|COMMIT|ROLLBACK|END|ABORT|START|SAVEPOINT|RELEASE|PREPARE|SET\s+"
+    r"(?:SESSION\s+CHARACTERISTICS|TRANSACTION))\b",
+    re.IGNORECASE | re.DOTALL,
+)
 
 _ISO_NOW = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 _EPOCH_NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -51,6 +58,29 @@ def translate(sql: str) -> str:
     for pattern, replacement in _RULES:
         sql = pattern.sub(replacement, sql)
     return _placeholders(sql.replace("%", "%%"))
+
+
+def ends_transaction(sql: str) -> bool:
+    """True for a statement that would begin, end or split the store's transaction.
+
+    SQLite's writer refuses those with an authorizer; a PostgreSQL row function
+    gets the same refusal from ``PgConnection``. A second statement after a
+    ``;`` counts too: one ``execute`` is one statement.
+    """
+    return _CONTROL.match(sql) is not None or _has_second_statement(sql)
+
+
+def _has_second_statement(sql: str) -> bool:
+    quote: str | None = None
+    for index, char in enumerate(sql):
+        if quote is not None:
+            if char == quote:
+                quote = None
+        elif char in ("'", '"'):
+            quote = char
+        elif char == ";" and sql[index + 1 :].strip():
+            return True
+    return False
 
 
 def _placeholders(sql: str) -> str:
