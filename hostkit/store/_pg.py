@@ -1,11 +1,13 @@
-"""PgStore: the RuntimeStore adapter on a PostgreSQL database (psycopg 3, async pool).
+"""PgStore: the RuntimeStore adapter on a PostgreSQL database (psycopg 3, psycopg_pool).
 
 Several Hosts on several machines share one database. Each write is one
 SERIALIZABLE transaction on a pooled connection: PostgreSQL then guarantees
 what SQLite's single writer gives for free (the outcome equals some serial
-order of the writes), and a transaction that lost a serialisation race
-(SQLSTATE 40001, or a deadlock, 40P01) is run again from the start, a bounded
-number of times. Claims relax to READ COMMITTED and lock their rows with
+order of the writes). A transaction that lost a serialisation race (SQLSTATE
+40001, or a deadlock, 40P01) is run again from the start; after
+``_OPTIMISTIC_RUNS`` such losses it runs once more holding the writer lock
+alone (every write holds it shared), so it cannot lose again: no write is
+starved under contention. Claims relax to READ COMMITTED and lock their rows with
 ``FOR UPDATE SKIP LOCKED`` (``_dialect.claim_isolation``), so concurrent
 claimers take disjoint rows. Reads are REPEATABLE READ, READ ONLY: one
 snapshot per call. Leases, claims and fencing tokens are rows, as on SQLite:
@@ -28,11 +30,11 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store._pg_backup import dump_and_verify
-from hostkit.store._pg_connection import PgConnection, register_loaders
+from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
 from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
@@ -45,8 +47,8 @@ __all__ = ["PgStore"]
 
 T = TypeVar("T")
 
-# A write that keeps losing serialisation races gives up after this many runs.
-_MAX_RUNS = 12
+# Runs of a write before it takes the writer lock alone (its last run).
+_OPTIMISTIC_RUNS = 4
 # SQLSTATE classes after which the same call may succeed later: serialisation and
 # deadlock (40), connection (08), resources (53), operator intervention (57: shutdown,
 # statement timeout), lock not available (55P03).
@@ -75,7 +77,7 @@ class PgStore(RowStore):
 
     def __init__(
         self,
-        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]],
+        pool: ConnectionPool[psycopg.Connection[Any]],
         *,
         url: str,
         connect_timeout_s: float,
@@ -84,6 +86,8 @@ class PgStore(RowStore):
     ) -> None:
         super().__init__()
         self._pool = pool
+        # One worker thread per pooled connection at most: a transaction is one hop.
+        self._threads = anyio.CapacityLimiter(pool.max_size)
         self._url = url
         self._connect_timeout_s = connect_timeout_s
         self._location = location
@@ -118,50 +122,52 @@ class PgStore(RowStore):
             f"-c idle_in_transaction_session_timeout={int(4 * statement_timeout_s * 1000)}"
         )
 
-        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-            register_loaders(conn)
-
-        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
             kwargs={
                 "autocommit": False,
-                "cursor_factory": psycopg.AsyncClientCursor,
+                "cursor_factory": psycopg.ClientCursor,
+                "row_factory": pg_row,
                 "connect_timeout": max(1, int(connect_timeout_s)),
                 "options": options,
                 "application_name": "hostkit",
             },
-            configure=configure,
+            configure=register_loaders,
             open=False,
             timeout=connect_timeout_s,
             name="hostkit",
         )
         try:
             try:
-                await pool.open(wait=True, timeout=connect_timeout_s)
+                await anyio.to_thread.run_sync(
+                    functools.partial(pool.open, wait=True, timeout=connect_timeout_s)
+                )
             except (PoolTimeout, psycopg.Error) as exc:
                 raise StoreError(
                     f"cannot connect to {location} within {connect_timeout_s:g} s: "
                     f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
                     retryable=True,
                 ) from exc
-            async with pool.connection() as conn:
-                await conn.set_autocommit(True)
-                try:
-                    report = await upgrade(
-                        conn,
-                        migrations=PG_MIGRATIONS if migrations is None else migrations,
-                        location=location,
-                        backup=None
-                        if backup_dir is None
-                        else functools.partial(dump_and_verify, url, backup_dir, location=location),
-                    )
-                finally:
-                    await conn.set_autocommit(False)
+            async with await psycopg.AsyncConnection.connect(
+                url,
+                autocommit=True,
+                connect_timeout=max(1, int(connect_timeout_s)),
+                options=options,
+                application_name="hostkit-migrate",
+            ) as conn:
+                report = await upgrade(
+                    conn,
+                    migrations=PG_MIGRATIONS if migrations is None else migrations,
+                    location=location,
+                    backup=None
+                    if backup_dir is None
+                    else functools.partial(dump_and_verify, url, backup_dir, location=location),
+                )
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await pool.close(timeout=5.0)
+                await anyio.to_thread.run_sync(functools.partial(pool.close, timeout=5.0))
             raise
         return cls(
             pool, url=url, connect_timeout_s=connect_timeout_s, location=location, report=report
@@ -176,7 +182,7 @@ class PgStore(RowStore):
             self._keys.close()
         finally:
             with anyio.CancelScope(shield=True):
-                await self._pool.close(timeout=10.0)
+                await anyio.to_thread.run_sync(functools.partial(self._pool.close, timeout=10.0))
 
     @property
     def location(self) -> str:
@@ -197,11 +203,12 @@ class PgStore(RowStore):
         must not act outside the database. Cancelling the caller waits for the
         transaction in flight to commit or roll back.
         """
-        for run in range(_MAX_RUNS):
+        for run in range(_OPTIMISTIC_RUNS + 1):
+            alone = run == _OPTIMISTIC_RUNS
             try:
-                return await self._transaction(fn, read_only=False)
+                return await self._transaction(fn, read_only=False, alone=alone)
             except psycopg.Error as exc:
-                if getattr(exc, "sqlstate", None) not in _RERUN_STATES or run == _MAX_RUNS - 1:
+                if getattr(exc, "sqlstate", None) not in _RERUN_STATES or alone:
                     raise map_pg_error(exc, "write") from exc
             await anyio.sleep(random.uniform(0.001, 0.004) * (run + 1))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -209,22 +216,21 @@ class PgStore(RowStore):
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in one REPEATABLE READ, READ ONLY transaction (one snapshot)."""
         try:
-            return await self._transaction(fn, read_only=True)
+            return await self._transaction(fn, read_only=True, alone=False)
         except psycopg.Error as exc:
             raise map_pg_error(exc, "read") from exc
 
-    async def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool) -> T:
+    async def _transaction(
+        self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool
+    ) -> T:
         if self._closed:
             raise StoreClosed()
-        # A store call is a cancellation point, as on SQLite: the pool may hand out a
-        # connection without suspending, and the transaction itself is shielded.
+        # A store call is a cancellation point, as on SQLite; the hop itself runs to its end.
         await anyio.lowlevel.checkpoint_if_cancelled()
         action = "read" if read_only else "write"
+        job = functools.partial(self._run, fn, read_only=read_only, alone=alone)
         try:
-            async with self._pool.connection() as aconn:
-                with anyio.CancelScope(shield=True):
-                    result = await self._run(aconn, fn, read_only=read_only)
-            return result
+            return await anyio.to_thread.run_sync(job, limiter=self._threads)
         except PoolClosed:
             raise StoreClosed() from None
         except PoolTimeout as exc:
@@ -233,25 +239,33 @@ class PgStore(RowStore):
             # A constraint the row function did not expect (PgConnection raises sqlite3's class).
             raise map_sqlite_error(exc, action) from exc
 
-    @staticmethod
-    async def _run(
-        aconn: psycopg.AsyncConnection[Any],
-        fn: Callable[[sqlite3.Connection], T],
-        *,
-        read_only: bool,
-    ) -> T:
-        await aconn.set_read_only(read_only)
-        await aconn.set_isolation_level(
-            psycopg.IsolationLevel.REPEATABLE_READ
-            if read_only
-            else psycopg.IsolationLevel.SERIALIZABLE
-        )
-        conn = PgConnection(aconn)
-        try:
-            result = await anyio.to_thread.run_sync(fn, cast(sqlite3.Connection, conn))
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):
-                await aconn.rollback()  # a broken connection is discarded by the pool
-            raise
-        await aconn.commit()
-        return result
+    def _run(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
+        """The whole transaction, on a worker thread: checkout, run, commit, return."""
+        with self._pool.connection(timeout=self._connect_timeout_s) as raw:
+            if alone:
+                # Session-level, before the transaction's snapshot: it waits for every
+                # writer in flight, and the snapshot then sees all of them.
+                raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
+                raw.commit()
+            try:
+                raw.read_only = read_only
+                raw.isolation_level = (
+                    psycopg.IsolationLevel.REPEATABLE_READ
+                    if read_only
+                    else psycopg.IsolationLevel.SERIALIZABLE
+                )
+                conn = PgConnection(raw, writer=not read_only)
+                try:
+                    result = fn(cast(sqlite3.Connection, conn))
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        raw.rollback()  # a broken connection is discarded by the pool
+                    raise
+                raw.commit()
+                return result
+            finally:
+                if alone:
+                    with contextlib.suppress(psycopg.Error):
+                        raw.rollback()
+                        raw.execute("SELECT pg_advisory_unlock(%s)", [WRITE_LOCK])
+                        raw.commit()
