@@ -422,7 +422,10 @@ class WorkerPool(Generic[J, R]):
                 self._barrier.wait(self._timeout_s)
                 seconds.append(time.perf_counter() - started)
                 ended = sample()
-                server.append(None if cpu is None or ended is None else ended - cpu)
+                # Negative when a server process's time was lost between the samples (it
+                # exited and was not yet counted as reaped): unknown rather than wrong.
+                spent = None if cpu is None or ended is None else ended - cpu
+                server.append(None if spent is None or spent < 0 else spent)
                 if between is not None:
                     between(phase)
             values = self._collect(len(jobs))
@@ -577,8 +580,9 @@ def print_cpu_table(
     cpu: dict[tuple[str, Adapter, int], tuple[float, float | None]],
 ) -> None:
     """CPU milliseconds per unit of work: the worker processes' (all their threads), and
-    the PostgreSQL server's. Less disturbed than wall-clock rates by other load on the
-    machine, and what sizing a deployment needs."""
+    the PostgreSQL server's (n/a: not known, e.g. a server process exited mid-phase, or
+    a server this bench did not start). Less disturbed than wall-clock rates by other
+    load on the machine, and what sizing a deployment needs."""
     header = (
         f"{unit:<18}{'procs':>6}{'SQLite':>11}{'PG workers':>12}{'PG server':>11}"
         f"{'PG total':>10}{'PG/SQLite':>11}"
@@ -598,11 +602,12 @@ def print_cpu_table(
 
 
 def median_cpu(samples: Sequence[tuple[float, float | None]]) -> tuple[float, float | None]:
-    """The median of each part of (workers, server) CPU figures over rounds."""
+    """The median of each part of (workers, server) CPU figures over rounds (the
+    server's over the rounds where it is known)."""
     servers = [server for _, server in samples if server is not None]
     return (
         statistics.median(workers for workers, _ in samples),
-        statistics.median(servers) if len(servers) == len(samples) else None,
+        statistics.median(servers) if servers else None,
     )
 
 
