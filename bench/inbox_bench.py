@@ -44,6 +44,14 @@ acknowledged, so its throughput is bounded by commits; group commit shares one
 fsync among every producer waiting at the same moment, where a lock-per-call
 queue pays one fsync each. The goal is at least 3x persist-queue on both
 figures. No figure is asserted; ``--profile`` prints where hostkit's time goes.
+
+``--postgres`` measures something else, in place of all the above: hostkit's
+accept and claim+complete on SQLite and on PostgreSQL with 1, 2 and 4 worker
+processes sharing one database (``--processes``), each process with
+``--scale-tasks`` producer tasks and as many consumer tasks, the processes
+splitting ``--scale-count`` messages. PostgreSQL is a throwaway cluster with
+durable settings started for the run, or ``--postgres-url``; bench/_scaleout.py
+says how processes are started and timed.
 """
 
 from __future__ import annotations
@@ -65,18 +73,36 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import psutil
+from _scaleout import (
+    ADAPTERS,
+    Adapter,
+    Gate,
+    PostgresServer,
+    Target,
+    WorkerPool,
+    load_line,
+    machine_facts,
+    median_cpu,
+    parse_counts,
+    print_cpu_table,
+    print_pg_work,
+    print_seq_scans,
+    print_table,
+    stats_per,
+)
 from huey.storage import SqliteStorage
 from persistqueue import SQLiteAckQueue
 from persistqueue.exceptions import Empty
 
 from hostkit.inbox import ChannelInbox
 from hostkit.store import MAX_CLAIM_BATCH, RuntimeStore
-from hostkit.types import MAX_BATCH, ClaimedInbound, InboundEnvelope, InboundResult
+from hostkit.types import MAX_BATCH, ClaimedInbound, InboundEnvelope, InboundResult, new_id
 
 CHANNELS = ("bench.a", "bench.b", "bench.c", "bench.d")
 PAYLOAD = "m" * 256
@@ -170,6 +196,15 @@ async def hk_accept(inbox: ChannelInbox, run: str, count: int, producers: int) -
 
 async def hk_drain(inbox: ChannelInbox, count: int, consumers: int, batch: int) -> float:
     """Claim and complete everything due with ``consumers`` tasks; (claim+complete)/s."""
+    started = time.perf_counter()
+    done = await hk_drain_due(inbox, consumers, batch)
+    elapsed = time.perf_counter() - started
+    _check("hostkit claimed+completed", done, count)
+    return count / elapsed
+
+
+async def hk_drain_due(inbox: ChannelInbox, consumers: int, batch: int) -> int:
+    """Claim and complete until a claim finds nothing due; how many this call completed."""
     done = 0
 
     async def consume() -> None:
@@ -181,13 +216,10 @@ async def hk_drain(inbox: ChannelInbox, count: int, consumers: int, batch: int) 
                     raise RuntimeError(f"hostkit complete: {decision}")
             done += len(claimed)
 
-    started = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for _ in range(consumers):
             tg.start_soon(consume)
-    elapsed = time.perf_counter() - started
-    _check("hostkit claimed+completed", done, count)
-    return count / elapsed
+    return done
 
 
 async def hk_completed(inbox: ChannelInbox) -> tuple[int, int]:
@@ -599,6 +631,218 @@ def main(args: argparse.Namespace) -> None:
     )
 
 
+# -- SQLite and PostgreSQL across worker processes (--postgres) --------------------------
+
+# Phases of a worker process: warm-up accept, warm-up drain, accept, claim+complete.
+SCALE_PHASES = 4
+TIMED = {"accept": 2, "claim+complete": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleJob:
+    """What one worker process of a figure does: accept its share, then drain with the rest."""
+
+    target: Target
+    warmup: int
+    share: int
+    tasks: int
+    claim_batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleResult:
+    """What one worker process reports: messages it claimed+completed, CPU seconds spent."""
+
+    completed: int
+    accept_cpu_s: float
+    drain_cpu_s: float
+
+
+async def scale_worker(job: ScaleJob, index: int, gate: Gate) -> ScaleResult:
+    """One process: its own store on the shared database, ``tasks`` producers, then as
+    many consumers; CPU time is the process's (every thread) over each timed phase."""
+    async with job.target.open() as store:
+        inbox = ChannelInbox.on_store(store)
+        if job.target.adapter == "sqlite":
+            _check("hostkit synchronous", await writer_synchronous(store), FULL)
+        cpu = [0.0, 0.0]
+        done = 0
+        for run, count in (("warm", job.warmup), ("timed", job.share)):
+            await gate.wait()
+            started = time.process_time()
+            await hk_accept(inbox, f"{run}-p{index}", count, job.tasks)
+            cpu[0] = time.process_time() - started
+            await gate.wait()
+            await gate.wait()
+            started = time.process_time()
+            # Every message was accepted before this phase: nothing due means all claimed.
+            done = await hk_drain_due(inbox, job.tasks, job.claim_batch)
+            cpu[1] = time.process_time() - started
+            await gate.wait()
+    return ScaleResult(done, cpu[0], cpu[1])
+
+
+def _inbox_states(target: Target) -> tuple[int, int]:
+    """(ready rows, completed rows); raises when any row is claimed or dead-lettered."""
+    ready = target.count("SELECT count(*) FROM inbox WHERE state = 'ready'")
+    completed = target.count("SELECT count(*) FROM inbox WHERE state = 'completed'")
+    other = target.count("SELECT count(*) FROM inbox WHERE state NOT IN ('ready', 'completed')")
+    _check(f"{target.label} claimed or dead-lettered rows", other, 0)
+    return ready, completed
+
+
+Rates = dict[str, float]
+CpuMs = dict[str, tuple[float, float | None]]
+Scans = list[tuple[str, int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleFigure:
+    """One figure: msgs/s and CPU ms per message (workers, server) per timed phase, and
+    PostgreSQL's work per message over the whole figure (None on SQLite)."""
+
+    rates: Rates
+    cpu_ms: CpuMs
+    pg_work: dict[str, float] | None
+    seq_scans: Scans
+    messages: int
+
+
+def scale_figure(
+    pool: WorkerPool[ScaleJob, ScaleResult],
+    target: Target,
+    processes: int,
+    args: argparse.Namespace,
+    server: PostgresServer,
+) -> ScaleFigure:
+    """``processes`` workers on ``target``: warm-up, then accept, then claim+complete."""
+    count, tasks = args.scale_count, args.scale_tasks
+    warmup = tasks * 2
+    jobs = [
+        ScaleJob(target, warmup, len(share), tasks, args.claim_batch)
+        for share in _shares(count, processes)
+    ]
+    warm_total = warmup * processes
+    # (ready, completed) after each phase: every message accepted, then every one completed.
+    expected = [(warm_total, 0), (0, warm_total), (count, warm_total), (0, warm_total + count)]
+
+    def between(phase: int) -> None:
+        _check(f"{target.label} (ready, completed)", _inbox_states(target), expected[phase])
+
+    postgres = target.adapter == "postgres"
+    before = server.database_stats(target.location) if postgres else None
+    figure = pool.run(jobs, between=between, server_cpu=server.cpu_seconds if postgres else None)
+    completed = sum(result.completed for result in figure.values)
+    _check(f"{target.label} claimed+completed by the workers", completed, count)
+    workers = {
+        "accept": sum(r.accept_cpu_s for r in figure.values),
+        "claim+complete": sum(r.drain_cpu_s for r in figure.values),
+    }
+    rates, cpu = {}, {}
+    for metric, phase in TIMED.items():
+        rates[metric] = count / figure.seconds[phase]
+        served = figure.server_cpu_s[phase]
+        cpu[metric] = (
+            workers[metric] * 1000 / count,
+            None if served is None else served * 1000 / count,
+        )
+    messages = count + warm_total
+    work, scans = None, []
+    if before is not None:
+        work = stats_per(before, server.database_stats(target.location), messages)
+        scans = server.seq_scans(target.location)
+    return ScaleFigure(rates, cpu, work, scans, messages)
+
+
+async def _migrate(target: Target) -> None:
+    async with target.open():
+        pass
+
+
+def scale_main(args: argparse.Namespace) -> None:
+    counts = parse_counts(args.processes)
+    metrics = tuple(TIMED)
+    with (
+        PostgresServer.provide(args.postgres_url) as server,
+        _fresh(args.dir) as tmp,
+        WorkerPool(scale_worker, max(counts), phases=SCALE_PHASES) as pool,
+    ):
+        settings = server.settings()
+        for line in machine_facts({"SQLite files": tmp, **server.paths()}):
+            print(line)
+        print(load_line("at the start"))
+        print(server.describe(settings))
+        print(
+            "SQLite: one WAL file per figure, RuntimeStore.open(path, synchronous='FULL') in "
+            "every process (read back: FULL)"
+        )
+        print(
+            f"\nhostkit ChannelInbox, {args.scale_count} messages per figure split over the "
+            f"processes; each process {args.scale_tasks} producer tasks (accept), then "
+            f"{args.scale_tasks} consumer tasks (claim_batch({args.claim_batch}) + complete); "
+            f"warm-up {args.scale_tasks * 2} messages a process; a fresh database per figure; "
+            f"{args.scale_repeats} round(s), median; SQLite then PostgreSQL at each count"
+        )
+        rates: dict[tuple[str, Adapter, int], list[float]] = {}
+        cpus: dict[tuple[str, Adapter, int], list[tuple[float, float | None]]] = {}
+        pg_work: dict[int, list[dict[str, float]]] = {}
+        last_scans: tuple[Scans, int] | None = None
+        for _ in range(args.scale_repeats):
+            for n in counts:
+                for adapter in ADAPTERS:
+                    if adapter == "sqlite":
+                        target = Target(adapter, str(Path(tmp) / f"inbox-{new_id('db')}.db"))
+                    else:
+                        target = Target(adapter, server.create_database())
+                    anyio.run(_migrate, target)
+                    figure = scale_figure(pool, target, n, args, server)
+                    for metric in metrics:
+                        rates.setdefault((metric, adapter, n), []).append(figure.rates[metric])
+                        cpus.setdefault((metric, adapter, n), []).append(figure.cpu_ms[metric])
+                    if figure.pg_work is not None:
+                        pg_work.setdefault(n, []).append(figure.pg_work)
+                        last_scans = (figure.seq_scans, figure.messages)
+                    print(
+                        f"  {target.label}, {n} process(es): accept "
+                        f"{figure.rates['accept']:,.0f}/s, claim+complete "
+                        f"{figure.rates['claim+complete']:,.0f}/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    server.drop_created()
+        print()
+        print_table("msgs/s", metrics, counts, {k: statistics.median(v) for k, v in rates.items()})
+        print()
+        print_cpu_table("CPU ms/msg", metrics, counts, {k: median_cpu(v) for k, v in cpus.items()})
+        print()
+        print_pg_work(
+            "PostgreSQL per message",
+            counts,
+            {
+                n: {k: statistics.median(w[k] for w in ws) for k in ws[0]}
+                for n, ws in pg_work.items()
+            },
+        )
+        if last_scans:
+            print()
+            print_seq_scans(
+                f"PostgreSQL sequential scans, {counts[-1]} process(es), per message",
+                *last_scans,
+            )
+        print(load_line("at the end"))
+        print(SCALE_NOTES)
+
+
+SCALE_NOTES = """
+PG/SQLite: PostgreSQL's figure over SQLite's at the same process count; xN: the figure
+over the same adapter's 1-process figure. CPU: the worker processes' CPU time (all
+threads) and the PostgreSQL server's (postmaster and every child) over the timed phase,
+per message. The workers, the server and the parent share this machine's CPUs.
+Writes per message on both: accept, claim, complete (3 transactions; SQLite's group
+commit shares one COMMIT among the writes of one process that arrive together;
+PostgreSQL commits each on its own connection and shares WAL flushes between them)."""
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="ChannelInbox vs persist-queue and huey")
     parser.add_argument("--count", type=int, default=5000, help="messages per throughput figure")
@@ -613,6 +857,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile hostkit's rounds (event-loop thread)"
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="instead: hostkit on SQLite and on PostgreSQL with 1, 2, 4 worker processes",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=None,
+        help="--postgres on this server (a role that may CREATE DATABASE; password from "
+        "PGPASSWORD or ~/.pgpass) instead of a throwaway durable cluster",
+    )
+    parser.add_argument("--processes", default="1,2,4", help="--postgres: worker process counts")
+    parser.add_argument(
+        "--scale-count", type=int, default=1000, help="--postgres: messages per figure"
+    )
+    parser.add_argument(
+        "--scale-tasks", type=int, default=16, help="--postgres: producer/consumer tasks a process"
+    )
+    parser.add_argument("--scale-repeats", type=int, default=1, help="--postgres: rounds (median)")
     parser.add_argument("--burn-down-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--consumers", type=int, default=50, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -626,5 +889,7 @@ if __name__ == "__main__":
                 burn_down, Path(tmp), options.messages, options.consumers, options.claim_batch
             )
         print(json.dumps(result))
+    elif options.postgres or options.postgres_url:
+        scale_main(options)
     else:
         main(options)

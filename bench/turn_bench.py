@@ -15,6 +15,14 @@ things, so the output says what each one writes; read the ratios with that.
 
 Each figure uses a fresh database file and is preceded by a warm-up of the
 same shape in other sessions; afterwards the stored rows are counted.
+
+``--postgres`` measures something else, in place of all the above: hostkit's
+turns/s on SQLite and on PostgreSQL with 1, 2 and 4 worker processes, each a
+Host on the one shared database running ``--scale-sessions`` sessions of
+``--scale-turns`` turns (the zero-latency model, so the figures are the
+runtime's and the store's own cost). PostgreSQL is a throwaway cluster with
+durable settings started for the run, or ``--postgres-url``; bench/_scaleout.py
+says how processes are started and timed.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ import itertools
 import math
 import pstats
 import sqlite3
+import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,11 +47,30 @@ from typing import Any, Literal
 
 import agents
 import anyio
+from _scaleout import (
+    ADAPTERS,
+    Adapter,
+    Gate,
+    PostgresServer,
+    Target,
+    WorkerPool,
+    load_line,
+    machine_facts,
+    median_cpu,
+    parse_counts,
+    percentile,
+    print_cpu_table,
+    print_pg_work,
+    print_seq_scans,
+    print_table,
+    stats_per,
+)
 from agents import Agent, ModelResponse, Runner, SQLiteSession, Usage, function_tool
 from agents.items import TResponseStreamEvent
 from openai.types import responses as oai
 
 from hostkit.effects import ToolContext, tool
+from hostkit.errors import TurnInfrastructureError, TurnRejected
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
@@ -89,6 +118,41 @@ def _percentile(samples: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
 
 
+async def _sessions(
+    run_turn: RunTurn,
+    *,
+    sessions: int,
+    turns: int,
+    prefix: str,
+    failures: list[str] | None = None,
+) -> list[float]:
+    """``sessions`` concurrent sessions of ``turns`` turns each, in order; seconds per turn.
+
+    With ``failures``, a turn the store failed (``TurnRejected``: not admitted;
+    ``TurnInfrastructureError``: no terminal record could be written) is recorded there,
+    and its session runs no more turns (its lease may still be held); otherwise every
+    exception propagates.
+    """
+    latencies: list[float] = []
+
+    async def session(key: str) -> None:
+        for _ in range(turns):
+            start = time.perf_counter()
+            try:
+                await run_turn(key)
+            except (TurnInfrastructureError, TurnRejected) as exc:
+                if failures is None:
+                    raise
+                failures.append(f"{type(exc).__name__} <- {_root_cause(exc)}")
+                return
+            latencies.append(time.perf_counter() - start)
+
+    async with anyio.create_task_group() as tg:
+        for index in range(sessions):
+            tg.start_soon(session, f"{prefix}-{index}")
+    return latencies
+
+
 async def _drive(
     run_turn: RunTurn,
     *,
@@ -97,21 +161,11 @@ async def _drive(
     prefix: str,
     profiler: cProfile.Profile | None = None,
 ) -> Figures:
-    latencies: list[float] = []
-
-    async def session(key: str) -> None:
-        for _ in range(turns):
-            start = time.perf_counter()
-            await run_turn(key)
-            latencies.append(time.perf_counter() - start)
-
     start, cpu = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
     try:
-        async with anyio.create_task_group() as tg:
-            for index in range(sessions):
-                tg.start_soon(session, f"{prefix}-{index}")
+        latencies = await _sessions(run_turn, sessions=sessions, turns=turns, prefix=prefix)
     finally:
         if profiler is not None:
             profiler.disable()
@@ -160,6 +214,29 @@ def slow_decide(delay: float) -> Callable[[ModelRequest], Awaitable[Reply | Call
     return decider
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The innermost ``__cause__`` of ``exc``, bounded: what made the turn fail."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:200]}"
+
+
+def _turn_runner(host: Host) -> RunTurn:
+    """One turn of the bench workload in the session of conversation ``key``, checked."""
+
+    async def run_turn(key: str) -> None:
+        facts = ConversationFacts(channel="bench", conversation_key=key, principal_key=key)
+        result = await host.turns.run(
+            TurnRequest(input="hi", principal=facts, request_id=new_id("req"))
+        )
+        statuses = [effect.status for effect in result.effects]
+        if result.outcome != "completed" or result.text != "done" or statuses != ["succeeded"]:
+            raise RuntimeError(f"unexpected hostkit turn: {result}")
+
+    return run_turn
+
+
 async def bench_hostkit(
     root: Path,
     *,
@@ -179,18 +256,8 @@ async def bench_hostkit(
     )
     model = ScriptedModel([slow_decide(delay) if delay else decide], repeat_last=True)
     async with Host.open(config, capabilities=capabilities(model, tools=[hostkit_echo])) as host:
-
-        async def run_turn(key: str) -> None:
-            facts = ConversationFacts(channel="bench", conversation_key=key, principal_key=key)
-            result = await host.turns.run(
-                TurnRequest(input="hi", principal=facts, request_id=new_id("req"))
-            )
-            statuses = [effect.status for effect in result.effects]
-            if result.outcome != "completed" or result.text != "done" or statuses != ["succeeded"]:
-                raise RuntimeError(f"unexpected hostkit turn: {result}")
-
         figures = await _measure(
-            run_turn, sessions=sessions, turns=turns, warmup=warmup, profiler=profiler
+            _turn_runner(host), sessions=sessions, turns=turns, warmup=warmup, profiler=profiler
         )
     with closing(sqlite3.connect(database)) as conn:  # the loop is idle: blocking is fine
         (count,) = conn.execute("SELECT count(*) FROM turns WHERE status = 'completed'").fetchone()
@@ -365,14 +432,317 @@ async def main(args: argparse.Namespace) -> None:
     print(PERSISTED.format(build=build))
 
 
+# -- SQLite and PostgreSQL across worker processes (--postgres) --------------------------
+
+# Phases of a worker process: warm-up turns, timed turns.
+SCALE_PHASES = 2
+TIMED_PHASE = 1
+TURN_STATUSES = (
+    "completed",
+    "running",
+    "needs_user",
+    "failed",
+    "cancelled",
+    "lost",
+    "indeterminate",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleJob:
+    """What one worker process of a figure does: a Host on ``target`` running its sessions."""
+
+    target: Target
+    root: str  # this process's own directory: workspace, artifacts, cores
+    sessions: int
+    turns: int
+    warmup: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleResult:
+    """What one worker process reports: seconds per timed turn that completed, CPU
+    seconds over the timed phase, and why each failed turn (warm-up or timed) failed."""
+
+    latencies_s: tuple[float, ...]
+    cpu_s: float
+    failures: tuple[str, ...]
+    completed: int  # turns that returned completed, warm-up included
+
+
+def _scale_config(job: ScaleJob) -> Any:
+    root = Path(job.root)
+    section: dict[str, Any] = {"workspace": str(root / "workspace"), "synchronous": "FULL"}
+    document: dict[str, Any] = {
+        "host": section,
+        "providers": {"bench": {"kind": "scripted"}},
+        "agents": {
+            "assistant": {"provider": "bench", "instructions": INSTRUCTIONS, "memory": False}
+        },
+    }
+    if job.target.adapter == "sqlite":
+        section["database"] = job.target.location
+    else:
+        document["store"] = {"url": job.target.location}
+    return parse_config(document, base_dir=root)
+
+
+async def scale_worker(job: ScaleJob, index: int, gate: Gate) -> ScaleResult:
+    """One process: a Host on the shared database, its own sessions (``p{index}-...``)."""
+    model = ScriptedModel([decide], repeat_last=True)
+    tools = capabilities(model, tools=[hostkit_echo])
+    failures: list[str] = []
+    async with Host.open(_scale_config(job), capabilities=tools) as host:
+        run_turn = _turn_runner(host)
+        await gate.wait()
+        warm = await _sessions(
+            run_turn,
+            sessions=job.sessions,
+            turns=job.warmup,
+            prefix=f"warm-p{index}",
+            failures=failures,
+        )
+        await gate.wait()
+        await gate.wait()
+        cpu = time.process_time()
+        latencies = await _sessions(
+            run_turn,
+            sessions=job.sessions,
+            turns=job.turns,
+            prefix=f"bench-p{index}",
+            failures=failures,
+        )
+        cpu = time.process_time() - cpu
+        await gate.wait()
+    return ScaleResult(tuple(latencies), cpu, tuple(failures), len(warm) + len(latencies))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFigure:
+    """One figure: rates and latencies, CPU ms per turn (workers, server), failures."""
+
+    rates: dict[str, float]
+    cpu_ms: tuple[float, float | None]
+    failures: tuple[str, ...]
+    states: dict[str, int]  # turn rows by status at the end
+    pg_work: dict[str, float] | None  # pg_stat_database per completed turn
+    seq_scans: list[tuple[str, int, int, int]]  # PostgreSQL: the most-scanned tables
+
+
+def _turn_states(target: Target) -> dict[str, int]:
+    return {
+        status: target.count(f"SELECT count(*) FROM turns WHERE status = '{status}'")
+        for status in TURN_STATUSES
+    }
+
+
+def scale_figure(
+    pool: WorkerPool[ScaleJob, ScaleResult],
+    target: Target,
+    processes: int,
+    root: Path,
+    args: argparse.Namespace,
+    server: PostgresServer,
+) -> TurnFigure:
+    """``processes`` Hosts on ``target``, each running its sessions."""
+    sessions, turns, warmup = args.scale_sessions, args.scale_turns, 1
+    jobs = []
+    for index in range(processes):
+        home = root / f"p{index}"
+        home.mkdir()
+        jobs.append(ScaleJob(target, str(home), sessions, turns, warmup))
+    postgres = target.adapter == "postgres"
+    before = server.database_stats(target.location) if postgres else None
+    figure = pool.run(jobs, server_cpu=server.cpu_seconds if postgres else None)
+    latencies = [s for result in figure.values for s in result.latencies_s]
+    failures = tuple(f for result in figure.values for f in result.failures)
+    states = _turn_states(target)
+    # Every turn that returned has its one terminal record; a session stops at its first
+    # failed turn, so fewer turns ran than were planned only when some failed.
+    completed = sum(result.completed for result in figure.values)
+    _check(f"{target.label} completed turns", states["completed"], completed)
+    if not failures:
+        _check(f"{target.label} turns", completed, len(jobs) * sessions * (warmup + turns))
+    count = len(latencies)
+    if count == 0:
+        raise RuntimeError(f"{target.label}: no timed turn completed: {failures[:3]}")
+    served = figure.server_cpu_s[TIMED_PHASE]
+    rates = {
+        "turns/s": count / figure.seconds[TIMED_PHASE],
+        "p50 ms": percentile(latencies, 0.50) * 1000,
+        "p99 ms": percentile(latencies, 0.99) * 1000,
+    }
+    workers = sum(result.cpu_s for result in figure.values) * 1000 / count
+    work, scans = None, []
+    if before is not None:
+        work = stats_per(before, server.database_stats(target.location), states["completed"])
+        scans = server.seq_scans(target.location)
+    cpu = (workers, None if served is None else served * 1000 / count)
+    return TurnFigure(rates, cpu, failures, states, work, scans)
+
+
+async def _migrate(target: Target) -> None:
+    async with target.open():
+        pass
+
+
+def scale_main(args: argparse.Namespace) -> None:
+    counts = parse_counts(args.processes)
+    metrics = ("turns/s", "p50 ms", "p99 ms")
+    with (
+        PostgresServer.provide(args.postgres_url) as server,
+        tempfile.TemporaryDirectory(prefix="hostkit-turn-bench-", dir=args.dir) as tmp,
+        WorkerPool(scale_worker, max(counts), phases=SCALE_PHASES) as pool,
+    ):
+        settings = server.settings()
+        for line in machine_facts({"SQLite files": tmp, **server.paths()}):
+            print(line)
+        print(load_line("at the start"))
+        print(server.describe(settings))
+        print(
+            "SQLite: one WAL file per figure, every process's Host on it with "
+            "[host] synchronous = 'FULL'"
+        )
+        print(
+            f"\nhostkit Host.turns.run, {args.scale_sessions} concurrent sessions of "
+            f"{args.scale_turns} turns in each process (warm-up: 1 turn a session), a turn: "
+            "zero-latency scripted model -> 1 tool call -> model -> text; a fresh database per "
+            f"figure; {args.scale_repeats} round(s), median; SQLite then PostgreSQL at each "
+            "count"
+        )
+        figures: dict[tuple[str, Adapter, int], list[float]] = {}
+        cpus: dict[tuple[str, Adapter, int], list[tuple[float, float | None]]] = {}
+        failed: dict[tuple[Adapter, int], list[TurnFigure]] = {}
+        pg_work: dict[int, list[dict[str, float]]] = {}
+        last_scans: tuple[list[tuple[str, int, int, int]], int] | None = None
+        for repeat in range(args.scale_repeats):
+            for n in counts:
+                for adapter in ADAPTERS:
+                    root = Path(tmp) / f"{adapter}-{n}-{repeat}"
+                    root.mkdir()
+                    if adapter == "sqlite":
+                        target = Target(adapter, str(root / "hostkit.db"))
+                    else:
+                        target = Target(adapter, server.create_database())
+                    anyio.run(_migrate, target)
+                    figure = scale_figure(pool, target, n, root, args, server)
+                    progress(target, n, figure)
+                    for metric in metrics:
+                        figures.setdefault((metric, adapter, n), []).append(figure.rates[metric])
+                    cpus.setdefault(("cpu", adapter, n), []).append(figure.cpu_ms)
+                    if figure.failures:
+                        failed.setdefault((adapter, n), []).append(figure)
+                    if figure.pg_work is not None:
+                        pg_work.setdefault(n, []).append(figure.pg_work)
+                        last_scans = (figure.seq_scans, figure.states["completed"])
+                    server.drop_created()
+        medians = {key: statistics.median(values) for key, values in figures.items()}
+        print()
+        print_table("turns/s", metrics[:1], counts, medians, decimals=1)
+        print()
+        print_table("latency ms", metrics[1:], counts, medians, decimals=1)
+        print()
+        cpu_ms = {("turn", a, n): median_cpu(v) for (_, a, n), v in cpus.items()}
+        print_cpu_table("CPU ms/turn", ("turn",), counts, cpu_ms)
+        print()
+        print_pg_work(
+            "PostgreSQL per turn",
+            counts,
+            {
+                n: {k: statistics.median(w[k] for w in ws) for k in ws[0]}
+                for n, ws in pg_work.items()
+            },
+        )
+        if last_scans:
+            print()
+            print_seq_scans(
+                f"PostgreSQL sequential scans, {counts[-1]} process(es), per completed turn",
+                last_scans[0],
+                last_scans[1],
+            )
+        report_failures(failed, args)
+        print(load_line("at the end"))
+        print(SCALE_NOTES)
+
+
+def progress(target: Target, processes: int, figure: TurnFigure) -> None:
+    """One line per figure on stderr as it completes, so a long run shows where it is."""
+    print(
+        f"  {target.label}, {processes} process(es): {figure.rates['turns/s']:.1f} turns/s, "
+        f"{len(figure.failures)} failed",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def report_failures(
+    failed: dict[tuple[Adapter, int], list[TurnFigure]], args: argparse.Namespace
+) -> None:
+    """Say loudly which figures had turns without a terminal record, and why."""
+    if not failed:
+        print("\nevery turn completed with its one terminal record (rows counted)")
+        return
+    planned = args.scale_sessions * (1 + args.scale_turns)
+    print("\nFAILED TURNS (TurnRejected: the store could not admit it; TurnInfrastructureError:")
+    print("no trustworthy terminal record); a session stops at its first failure, so its later")
+    print("turns did not run; the figures above are over the turns that completed:")
+    for (adapter, n), figures in sorted(failed.items()):
+        for figure in figures:
+            causes: dict[str, int] = {}
+            for cause in figure.failures:
+                causes[cause] = causes.get(cause, 0) + 1
+            states = ", ".join(f"{k} {v}" for k, v in figure.states.items() if v)
+            print(
+                f"  {adapter}, {n} process(es): {len(figure.failures)} failed of "
+                f"{n * planned} planned; turn rows: {states}"
+            )
+            for cause, times in sorted(causes.items(), key=lambda item: -item[1]):
+                print(f"    {times} x {cause}")
+
+
+SCALE_NOTES = """
+PG/SQLite: PostgreSQL's figure over SQLite's at the same process count (for latency,
+above 1 is slower); xN: the figure over the same adapter's 1-process figure. CPU: the
+worker processes' CPU time (all threads) and the PostgreSQL server's (postmaster and
+every child) over the timed turns, per turn. The workers, the server and the parent
+share this machine's CPUs. Per turn both adapters write the same rows in 4 write
+transactions (admission, the tool-calling answer, the tool's result, the terminal
+commit) and hold the session's durable lease while it runs; SQLite's group commit
+shares a COMMIT among one process's concurrent writes, PostgreSQL commits each on its
+own pooled connection (SERIALIZABLE) and shares WAL flushes between them."""
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="hostkit vs openai-agents turn latency")
     parser.add_argument("--quick", action="store_true", help="30 sequential turns, 50 x 2")
     parser.add_argument("--dir", default=None, help="parent directory for the temporary files")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="model latency, scaling")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of hostkit")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="instead: hostkit on SQLite and on PostgreSQL with 1, 2, 4 worker processes",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=None,
+        help="--postgres on this server (a role that may CREATE DATABASE; password from "
+        "PGPASSWORD or ~/.pgpass) instead of a throwaway durable cluster",
+    )
+    parser.add_argument("--processes", default="1,2,4", help="--postgres: worker process counts")
+    parser.add_argument(
+        "--scale-sessions", type=int, default=4, help="--postgres: concurrent sessions a process"
+    )
+    parser.add_argument(
+        "--scale-turns", type=int, default=4, help="--postgres: timed turns a session"
+    )
+    parser.add_argument("--scale-repeats", type=int, default=1, help="--postgres: rounds (median)")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
-    anyio.run(main, parse_args())
+    options = parse_args()
+    if options.postgres or options.postgres_url:
+        scale_main(options)
+    else:
+        anyio.run(main, options)

@@ -16,6 +16,8 @@ with ``pg_ctl stop -m immediate`` and removed at the end of the session.
 * Speed: fsync, synchronous_commit and full_page_writes are off (a crash
   loses the cluster, which is thrown away anyway); a fresh database is a
   ``CREATE DATABASE ... TEMPLATE`` clone of one migrated once per cluster.
+  ``PostgresCluster.start(durable=True)`` keeps them on, as a production
+  server has them: the benchmarks measure that (bench/_scaleout.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ _SETTINGS = {
     "max_connections": "200",
     "log_min_messages": "warning",
 }
+# What start(durable=True) puts back: every COMMIT on disk when it returns, torn pages repaired.
+_DURABLE_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 _PORT_ATTEMPTS = 5
 # Stops the server and removes its directory when the test process dies without its
 # session teardown (SIGKILL, a CI timeout): argv is the test process id, the cluster
@@ -159,9 +163,10 @@ class PostgresCluster:
     # -- lifecycle (synchronous: the session fixture runs outside any event loop) -------
 
     @classmethod
-    def start(cls, *, start_timeout_s: float = 60.0) -> PostgresCluster:
+    def start(cls, *, start_timeout_s: float = 60.0, durable: bool = False) -> PostgresCluster:
         """initdb and start a cluster in a new temp directory; ``PostgresUnavailable`` if
-        this machine has no server binaries (or, as root, no ``postgres`` user)."""
+        this machine has no server binaries (or, as root, no ``postgres`` user).
+        ``durable=True`` keeps fsync, synchronous_commit and full_page_writes on."""
         bindir = find_bindir()
         if bindir is None:
             raise PostgresUnavailable(
@@ -188,7 +193,7 @@ class PostgresCluster:
         root = Path(tempfile.mkdtemp(prefix="hostkit-pg-"))
         cluster = cls(bindir, root, 0, secrets.token_urlsafe(24), run_as)
         try:
-            cluster._initdb(start_timeout_s)
+            cluster._initdb(start_timeout_s, durable=durable)
             for attempt in range(_PORT_ATTEMPTS):
                 cluster.port = _free_port()
                 if cluster._pg_ctl_start(start_timeout_s, last=attempt == _PORT_ATTEMPTS - 1):
@@ -420,7 +425,7 @@ class PostgresCluster:
 
     # -- processes -------------------------------------------------------------------
 
-    def _initdb(self, timeout_s: float) -> None:
+    def _initdb(self, timeout_s: float, *, durable: bool = False) -> None:
         pwfile = self.root / "pwfile"
         pwfile.write_text(self.password + "\n")
         pwfile.chmod(0o600)
@@ -448,7 +453,11 @@ class PostgresCluster:
             )
         finally:
             pwfile.unlink(missing_ok=True)
-        settings = {**_SETTINGS, "unix_socket_directories": f"'{self.socket_dir}'"}
+        settings = {
+            **_SETTINGS,
+            **(_DURABLE_SETTINGS if durable else {}),
+            "unix_socket_directories": f"'{self.socket_dir}'",
+        }
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n# hostkit test cluster\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import anyio
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from hostkit.store import RuntimeStore
-from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster, PostgresUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +68,22 @@ async def test_template_clones_hold_the_migrated_schema_and_nothing_shared(
         assert await store.owner_facts(session_id) is None
     async with RuntimeStore.open_postgres(first) as store:
         assert await store.owner_facts(session_id) is not None
+
+
+async def test_a_durable_cluster_keeps_every_commit_on_disk() -> None:
+    # What the benchmarks (bench/_scaleout.py) measure on, unlike the tests' fast cluster.
+    try:
+        cluster = await anyio.to_thread.run_sync(lambda: PostgresCluster.start(durable=True))
+    except PostgresUnavailable as exc:
+        pytest.skip(f"PostgreSQL store tests skipped: {exc}")
+    try:
+        async with await connect(cluster.url(), password=cluster.password) as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT current_setting('fsync'), current_setting('synchronous_commit'), "
+                    "current_setting('full_page_writes'), current_setting('listen_addresses')"
+                )
+            ).fetchone()
+    finally:
+        await anyio.to_thread.run_sync(cluster.stop)
+    assert row == ("on", "on", "on", "127.0.0.1")
