@@ -269,7 +269,9 @@ class TurnExecution:
                 lambda: self._body(request, context, core, active),
                 on_lost=lambda lost: self._tokens.lease_lost(lost.context),
             )
-            return await self._finish(request, context, active, outcome, error)
+            return await self._leases.keeping(
+                active, lambda: self._finish(request, context, active, outcome, error)
+            )
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
                 outcome, error = "cancelled", "the caller was cancelled"

@@ -230,6 +230,42 @@ class LeaseHolder:
             raise failure
         return value  # type: ignore[no-any-return]
 
+    async def keeping(self, active: ActiveTurn, finish: Callable[[], Awaitable[T]]) -> T:
+        """Run ``finish`` (the terminal write) while the session lease is kept alive.
+
+        A terminal write slowed past the lease (a busy database, writes rerun after
+        lost serialisation races) must not let another Host take over a turn this
+        live Host is ending. A renewal that finds the lease gone stops renewing:
+        the terminal write's own fence then decides. Exceptions propagate as
+        themselves.
+        """
+        failure: BaseException | None = None
+        value: Any = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._keep_alive, active)
+            try:
+                value = await finish()
+            except BaseException as exc:
+                failure = exc
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return value  # type: ignore[no-any-return]
+
+    async def _keep_alive(self, active: ActiveTurn) -> None:
+        interval = active.lease.ttl_s / 3
+        bound = max(interval, 1.0)
+        while True:
+            await anyio.sleep(interval)
+            try:
+                with anyio.fail_after(bound):
+                    await self._store.turns.renew(active.lease)
+            except LeaseLost:
+                return
+            except (HostkitError, TimeoutError) as exc:
+                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""
         interval = active.lease.ttl_s / 3
