@@ -69,7 +69,6 @@ EXTRAS: Mapping[str, tuple[Package, ...]] = MappingProxyType(
         # [store] url = "postgresql://...": psycopg's async connections and their pool.
         "postgres": (
             Package("psycopg", "psycopg"),
-            Package("psycopg-binary", "psycopg_binary"),
             Package("psycopg-pool", "psycopg_pool"),
         ),
         # [host.telemetry] traces = "console" | "otlp".

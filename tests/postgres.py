@@ -153,6 +153,7 @@ class PostgresCluster:
     _templated: set[str] = field(default_factory=set)
     _recycled: list[str] = field(default_factory=list)
     _template_tables: list[str] = field(default_factory=list)
+    _template_versions: list[int] = field(default_factory=list)
     _watchdog: subprocess.Popen[bytes] | None = None
     # One lock per event loop: each anyio test runs on its own loop, and only the tests
     # of this one process share the cluster, one test at a time.
@@ -329,6 +330,10 @@ class PostgresCluster:
                 ]
                 if tables != self._template_tables:
                     return False
+                # A test that migrated it to another version (a synthetic step) dirtied it.
+                versions = conn.execute("SELECT version FROM hostkit_schema ORDER BY version")
+                if [row[0] for row in versions] != self._template_versions:
+                    return False
                 with conn.transaction():
                     conn.execute("SET LOCAL session_replication_role = replica")
                     conn.execute("SET LOCAL lock_timeout = '2s'")
@@ -399,6 +404,7 @@ class PostgresCluster:
             if self._template_built():  # another task of this loop built it meanwhile
                 return
             from hostkit.store import RuntimeStore
+            from hostkit.store._pg_schema import PG_SCHEMA_VERSION
 
             await self._create(HOSTKIT_TEMPLATE, "template0")
             try:
@@ -407,6 +413,7 @@ class PostgresCluster:
                     async with RuntimeStore.open_postgres(url):
                         pass
                     self._template_tables = await self._tables(url)
+                    self._template_versions = list(range(1, PG_SCHEMA_VERSION + 1))
                 # A clone fails while anyone is connected to its template: refuse them.
                 with anyio.fail_after(self.statement_timeout_s):
                     async with await self._admin() as conn:

@@ -245,8 +245,12 @@ class PgStore(RowStore):
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.
-                raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
-                raw.commit()
+                try:
+                    raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
+                    raw.commit()
+                except BaseException:
+                    raw.close()  # never back in the pool holding (or awaiting) the lock
+                    raise
             try:
                 raw.read_only = read_only
                 raw.isolation_level = (
@@ -261,11 +265,23 @@ class PgStore(RowStore):
                     with contextlib.suppress(psycopg.Error):
                         raw.rollback()  # a broken connection is discarded by the pool
                     raise
-                raw.commit()
+                try:
+                    raw.commit()
+                except psycopg.OperationalError as exc:
+                    if getattr(exc, "sqlstate", None) in _RERUN_STATES:
+                        raise
+                    # The connection broke during COMMIT: it may or may not have landed.
+                    raise StoreError(
+                        "the connection broke during COMMIT; whether the write landed is "
+                        "unknown: read the state again before retrying",
+                        retryable=False,
+                    ) from exc
                 return result
             finally:
                 if alone:
-                    with contextlib.suppress(psycopg.Error):
+                    try:
                         raw.rollback()
                         raw.execute("SELECT pg_advisory_unlock(%s)", [WRITE_LOCK])
                         raw.commit()
+                    except BaseException:
+                        raw.close()  # the server releases a closed session's lock

@@ -46,9 +46,13 @@ async def dump_and_verify(url: str, folder: Path, version: int, *, location: str
         )
     dump, restore = tools
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+    await anyio.Path(folder).chmod(0o700)
     target = folder / f"hostkit-v{version}-{time.strftime('%Y%m%dT%H%M%S')}.dump"
-    if await anyio.Path(target).exists():
-        raise MigrationError(f"{target} exists; retry in a second", database=location)
+    try:
+        # Created empty and private before pg_dump writes a byte of the database into it.
+        await anyio.to_thread.run_sync(_create_private, target)
+    except FileExistsError:
+        raise MigrationError(f"{target} exists; retry in a second", database=location) from None
     await _run(
         [dump, "--format=custom", f"--file={target}", f"--dbname={url}"],
         what="pg_dump",
@@ -70,6 +74,10 @@ async def dump_and_verify(url: str, folder: Path, version: int, *, location: str
             backup=str(target),
         )
     return target
+
+
+def _create_private(path: Path) -> None:
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def _tools() -> tuple[str, str] | None:

@@ -33,6 +33,11 @@ async def listen(
                 autocommit=True,
                 connect_timeout=max(1, int(connect_timeout_s)),
                 application_name="hostkit-listen",
+                # A silently dropped connection (a NAT timeout) is noticed and reopened.
+                keepalives=1,
+                keepalives_idle=30,
+                keepalives_interval=10,
+                keepalives_count=3,
             )
             async with conn:
                 await conn.execute(f"LISTEN {channel}")

@@ -32,6 +32,9 @@ __all__ = ["PgMigrationReport", "upgrade"]
 # pg_advisory_xact_lock key of the schema migrator: "hkit" as a 32-bit integer.
 _MIGRATION_LOCK = 0x686B6974
 
+# How long a starting Host waits for another Host's upgrade before giving up.
+_LOCK_WAIT_S = 900
+
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS hostkit_schema (
     version BIGINT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -94,7 +97,11 @@ async def _upgrade(
             )
         taken = await backup(before)
     async with conn.transaction():
+        # Another Host's upgrade may take a while: wait for it, boundedly; a step itself
+        # (rewriting a large table) is not cut off by the store's statement timeout.
+        await conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_WAIT_S}s'")
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+        await conn.execute("SET LOCAL statement_timeout = 0")
         current = await _current_version(conn, location)
         if current > latest:
             raise MigrationError(
@@ -105,6 +112,13 @@ async def _upgrade(
         pending = [m for m in migrations if m.version > current]
         if not pending:
             return PgMigrationReport(current, current, taken)
+        if current > 0 and taken is None and any(m.destructive for m in pending):
+            # Another Host created or upgraded the schema since the backup was decided.
+            raise MigrationError(
+                f"{location} changed to version {current} while this Host started; "
+                "start it again (its upgrade drops data and takes a verified backup first)",
+                database=location,
+            )
         await conn.execute(_VERSION_TABLE)
         for migration in pending:
             for statement in migration.statements:

@@ -44,7 +44,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"\(julianday\(([\w.]+)\) - 2440587\.5\) \* 86400\.0"),
         r"extract(epoch FROM (\1)::timestamptz)::float8",
     ),
-    (re.compile(r"json_extract\((\w+), '\$\.(\w+)'\)"), r"((\1)::jsonb ->> '\2')"),
+    (re.compile(r"json_extract\((\w+), '\$\.(\w+)'\)"), r"((\1)::json ->> '\2')"),
     (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json) AS value"),
     (re.compile(r"\bMAX\(([^(),]+), ([^(),]+)\)"), r"GREATEST(\1, \2)"),
     (re.compile(r"\bMIN\(([^(),]+), ([^(),]+)\)"), r"LEAST(\1, \2)"),

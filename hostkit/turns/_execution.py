@@ -281,18 +281,25 @@ class TurnExecution:
                     outcome, error = "needs_user", paused
                 elif _maybe_ran(core, context, active):
                     outcome = "indeterminate"
-                await self._finish(request, context, active, outcome, error)
+                await self._leases.keeping(
+                    active, lambda: self._finish(request, context, active, outcome, error)
+                )
             raise
         except TurnInfrastructureError:
             raise
         except HostkitError as exc:
             # A store failure mid-turn: try to record it; if even that fails, say so.
-            return await self._finish(request, context, active, "failed", exc.message)
+            message = exc.message
+            return await self._leases.keeping(
+                active, lambda: self._finish(request, context, active, "failed", message)
+            )
         except Exception as exc:
             # An adapter or embedder bug: never leak it and never leave the turn running.
             _log.exception("turn %s failed unexpectedly", context.turn_id)
             error = f"internal error ({type(exc).__name__})"
-            return await self._finish(request, context, active, "failed", error)
+            return await self._leases.keeping(
+                active, lambda: self._finish(request, context, active, "failed", error)
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 try:

@@ -254,10 +254,11 @@ class LeaseHolder:
         return value  # type: ignore[no-any-return]
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
+        """Renew at once (the last heartbeat may be a third of a ttl old, or failed),
+        then every ttl/3, until the terminal write ends; never raises."""
         interval = active.lease.ttl_s / 3
         bound = max(interval, 1.0)
         while True:
-            await anyio.sleep(interval)
             try:
                 with anyio.fail_after(bound):
                     await self._store.turns.renew(active.lease)
@@ -265,6 +266,9 @@ class LeaseHolder:
                 return
             except (HostkitError, TimeoutError) as exc:
                 _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+            except Exception:
+                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
+            await anyio.sleep(interval)
 
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew the lease every ttl/3; stop the turn if it was lost or a cancel was recorded."""

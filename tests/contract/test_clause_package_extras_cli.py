@@ -55,7 +55,17 @@ print(json.dumps(failed))
 # Modules that are an extra's own feature: each is expected to need its extra (and
 # hostkit.notebook, which says so with MissingDependency). hostkit.telemetry._observer
 # imports only the OpenTelemetry API, which mcp brings to every install.
-EXTRA_MODULES = {"hostkit.adapters.openai_chat", "hostkit.adapters.anthropic_messages"}
+EXTRA_MODULES = {
+    "hostkit.adapters.openai_chat",
+    "hostkit.adapters.anthropic_messages",
+    # The PostgreSQL adapter (hostkit[postgres]); RuntimeStore.open_postgres imports it.
+    "hostkit.store._pg",
+    "hostkit.store._pg_backup",
+    "hostkit.store._pg_connection",
+    "hostkit.store._pg_listen",
+    "hostkit.store._pg_migrate",
+    "hostkit.store._pg_url",
+}
 
 
 async def python(code: str, *, cwd: Path) -> tuple[int, str, str]:
