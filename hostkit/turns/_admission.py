@@ -151,6 +151,11 @@ class SessionAdmission:
         """Turns inside or waiting for admission, across all sessions."""
         return len(self._tickets)
 
+    @property
+    def queued(self) -> int:
+        """Turns queued behind a busy session, across all sessions."""
+        return sum(len(slot.queue) for slot in self._slots.values())
+
     def backoff(self, polls: int) -> float:
         """The pause before the ``polls``-th re-check of a session another process holds."""
         base = min(self.poll_max_s, self.poll_initial_s * (1.5**polls))

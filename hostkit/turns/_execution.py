@@ -161,6 +161,11 @@ class TurnExecution:
         return self._leases.waiting.holders
 
     @property
+    def admission_waiters(self) -> int:
+        """Turns of this process queued behind their busy session (in arrival order)."""
+        return self._leases.waiting.queued
+
+    @property
     def admitted_sessions(self) -> int:
         """Sessions with a local admission entry (idle entries are removed)."""
         return len(self._leases.waiting)

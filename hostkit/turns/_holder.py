@@ -254,10 +254,12 @@ class LeaseHolder:
         return value  # type: ignore[no-any-return]
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
-        """Renew at once (the last heartbeat may be a third of a ttl old, or failed),
-        then every ttl/3, until the terminal write ends; never raises."""
+        """Renew after a sixth of the ttl (the last heartbeat may be a third old), then
+        every third, until the terminal write ends; never raises. A terminal write
+        that ends sooner (nearly all) costs no renewal."""
         interval = active.lease.ttl_s / 3
         bound = max(interval, 1.0)
+        await anyio.sleep(interval / 2)
         while True:
             try:
                 with anyio.fail_after(bound):

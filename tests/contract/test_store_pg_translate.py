@@ -155,10 +155,11 @@ def test_epoch_of_an_iso_text_column_becomes_extract_epoch() -> None:
 # -- JSON ------------------------------------------------------------------------------
 
 
-def test_json_extract_of_a_key_becomes_jsonb_text_access() -> None:
-    # hostkit/store/_approvals.py: the operator issuance row of a grant.
+def test_json_extract_of_a_key_becomes_json_text_access() -> None:
+    # hostkit/store/_approvals.py: the operator issuance row of a grant. json, not jsonb:
+    # jsonb refuses a stored \u0000, which SQLite and json keep.
     sql = "AND principal_id = ? AND json_extract(detail, '$.grant_id') = ? "
-    assert translate(sql) == "AND principal_id = %s AND ((detail)::jsonb ->> 'grant_id') = %s "
+    assert translate(sql) == "AND principal_id = %s AND ((detail)::json ->> 'grant_id') = %s "
 
 
 def test_json_each_of_a_parameter_becomes_json_array_elements_text_named_value() -> None:
