@@ -14,7 +14,7 @@ import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +23,7 @@ from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, 
 from hostkit.errors import ConfigError
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
+from hostkit.store import redact_url
 from hostkit.types import is_channel_id, is_core_id
 
 __all__ = [
@@ -369,10 +370,7 @@ class HostConfig(_Strict):
     def store_location(self) -> str:
         """Where the state lives, for messages: the redacted PostgreSQL URL or the file."""
         if self.store.url is not None:
-            parts = urlsplit(self.store.url)
-            netloc = parts.netloc.rpartition("@")[2]
-            user = f"{parts.username}@" if parts.username else ""
-            return urlunsplit((parts.scheme, f"{user}{netloc}", parts.path, "", ""))
+            return redact_url(self.store.url)
         return str(self.database_path)
 
     @property

@@ -10,16 +10,8 @@ statement by statement is asked for here, by name.
 from __future__ import annotations
 
 import sqlite3
-from typing import Protocol, runtime_checkable
 
 __all__ = ["claim_isolation", "is_postgres"]
-
-
-@runtime_checkable
-class _Relaxable(Protocol):
-    dialect: str
-
-    def read_committed(self) -> None: ...
 
 
 def is_postgres(conn: sqlite3.Connection | object) -> bool:
@@ -36,5 +28,5 @@ def claim_isolation(conn: sqlite3.Connection | object) -> None:
     claimers on several Hosts take disjoint rows rather than failing each
     other. Call it before the transaction's first statement.
     """
-    if isinstance(conn, _Relaxable) and conn.dialect == "postgresql":
-        conn.read_committed()
+    if is_postgres(conn):
+        conn.read_committed()  # type: ignore[union-attr]

@@ -60,6 +60,7 @@ def translate(sql: str) -> str:
     return _placeholders(sql.replace("%", "%%"))
 
 
+@functools.lru_cache(maxsize=2048)
 def ends_transaction(sql: str) -> bool:
     """True for a statement that would begin, end or split the store's transaction.
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import psycopg
-
 from hostkit.errors import InvalidValue
 
 __all__ = ["check_url", "redact_url", "without_password"]
@@ -37,7 +35,13 @@ def without_password(url: str) -> tuple[str, str | None]:
 
 
 def check_url(url: object) -> str:
-    """A ``postgresql://`` URL libpq can parse, or ``InvalidValue`` (never echoing it)."""
+    """A ``postgresql://`` URL libpq can parse, or ``InvalidValue`` (never echoing it).
+
+    Called by the adapter, which has psycopg imported already: the rest of this
+    module (redaction) needs no driver, so configuration can use it.
+    """
+    import psycopg
+
     if not isinstance(url, str) or len(url) > 2048:
         raise InvalidValue("a PostgreSQL URL is a string of at most 2048 characters")
     try:

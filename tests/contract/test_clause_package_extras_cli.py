@@ -60,11 +60,9 @@ EXTRA_MODULES = {
     "hostkit.adapters.anthropic_messages",
     # The PostgreSQL adapter (hostkit[postgres]); RuntimeStore.open_postgres imports it.
     "hostkit.store._pg",
-    "hostkit.store._pg_backup",
     "hostkit.store._pg_connection",
     "hostkit.store._pg_listen",
     "hostkit.store._pg_migrate",
-    "hostkit.store._pg_url",
 }
 
 
