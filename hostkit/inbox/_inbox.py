@@ -335,7 +335,9 @@ def _dead_among(owners: Sequence[str]) -> tuple[str, ...]:
 
 
 def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelope, ...]:
-    if isinstance(envelopes, InboundEnvelope | str | bytes) or not isinstance(envelopes, Sequence):
+    if type(envelopes) is not tuple and (  # a tuple skips the costlier ABC check
+        isinstance(envelopes, InboundEnvelope | str | bytes) or not isinstance(envelopes, Sequence)
+    ):
         raise InvalidValue("accept_batch takes a sequence of InboundEnvelope")
     batch = tuple(envelopes)
     if not 1 <= len(batch) <= MAX_BATCH:

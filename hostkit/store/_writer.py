@@ -3,8 +3,9 @@
 Every write to the database goes through one ``GroupCommitWriter`` per store,
 so concurrent writers queue instead of racing for SQLite's lock (no
 ``database is locked``), and small writes that arrive together share one
-``COMMIT`` (one fsync). Each job runs inside its own SAVEPOINT, so a job that
-raises is rolled back alone and its error goes to its caller only. While a job
+``COMMIT`` (one fsync). A job that raises is rolled back alone and its error
+goes to its caller only: the batch then runs again with each job in its own
+SAVEPOINT (``_run_batch`` says why not always). While a job
 runs, an authorizer refuses ``BEGIN``/``COMMIT``/``ROLLBACK`` and the writer's
 own savepoint, so one job cannot end the transaction it shares with others.
 
@@ -16,6 +17,7 @@ and a cancelled caller whose job was not yet taken is simply dequeued.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -79,38 +81,32 @@ class _Job(Generic[T]):
         self.error: BaseException | None = None
         self.taken = False
         self.finished = False
-        # Created only when the job has to wait for another leader's batch.
-        self.wake: anyio.Event | None = None
+        # Created only when the job has to wait for another leader's batch. A bare
+        # asyncio future, not an anyio.Event: this writer runs on aiosqlite (asyncio
+        # only), and the event costs five times as much, once per queued write.
+        self.wake: asyncio.Future[None] | None = None
 
     def rouse(self) -> None:
-        if self.wake is not None:
-            self.wake.set()
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
 
 
 def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
-    """Run ``jobs`` in one transaction, each in a savepoint; runs on the DB thread."""
+    """Run ``jobs`` in one transaction; runs on the DB thread.
+
+    The jobs first run back to back with no savepoint between them (two
+    statements fewer per job). If one raises, that transaction is rolled back
+    and the batch runs again with each job in its own savepoint, so the failure
+    is rolled back alone. Jobs are therefore run twice in that case: like the
+    PostgreSQL adapter's reruns, a job must be a function of the database only.
+    """
     guard.raised = False  # never inherit a raised guard from an interrupted transaction
     if len(jobs) == 1:
         _run_alone(conn, guard, jobs[0])
         return
     try:
-        conn.execute(BEGIN)
-        for job in jobs:
-            conn.execute(SAVEPOINT)
-            guard.raised = True
-            try:
-                job.result = job.fn(conn)
-            except BaseException as exc:
-                guard.raised = False
-                if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
-                    # SQLite rolled the whole transaction back (SQLITE_FULL, an I/O
-                    # error): every job of the batch is lost, with this error.
-                    raise
-                conn.execute(ROLLBACK_TO)
-                job.error = exc
-            finally:
-                guard.raised = False
-            conn.execute(RELEASE)
+        if not _run_together(conn, guard, jobs):
+            _run_in_savepoints(conn, guard, jobs)
         conn.execute(COMMIT)
     except sqlite3.Error as exc:
         if conn.in_transaction:
@@ -119,6 +115,47 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
         for job in jobs:
             job.result = None
             job.error = failure
+
+
+def _run_together(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> bool:
+    """Run every job in one open transaction; False (rolled back) when one of them raised."""
+    conn.execute(BEGIN)
+    for job in jobs:
+        guard.raised = True
+        try:
+            job.result = job.fn(conn)
+        except BaseException as exc:
+            guard.raised = False
+            if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
+                # SQLite rolled the whole transaction back (SQLITE_FULL, an I/O
+                # error): every job of the batch is lost, with this error.
+                raise
+            conn.execute(ROLLBACK)
+            return False
+        guard.raised = False
+    return True
+
+
+def _run_in_savepoints(
+    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]
+) -> None:
+    """Run each job in its own savepoint of one open transaction: a failure is its own."""
+    conn.execute(BEGIN)
+    for job in jobs:
+        job.result = None
+        conn.execute(SAVEPOINT)
+        guard.raised = True
+        try:
+            job.result = job.fn(conn)
+        except BaseException as exc:
+            guard.raised = False
+            if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
+                raise
+            conn.execute(ROLLBACK_TO)
+            job.error = exc
+        finally:
+            guard.raised = False
+        conn.execute(RELEASE)
 
 
 def _run_alone(conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any]) -> None:
@@ -196,9 +233,11 @@ class GroupCommitWriter:
                         if self._pending:
                             self._pending[0].rouse()
                 else:
-                    job.wake = anyio.Event()
-                    await job.wake.wait()
-                    job.wake = None
+                    job.wake = asyncio.get_running_loop().create_future()
+                    try:
+                        await job.wake
+                    finally:
+                        job.wake = None
         except BaseException:
             if not job.taken:
                 self._pending.remove(job)

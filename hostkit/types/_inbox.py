@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, bounded
@@ -127,6 +127,17 @@ def _time(name: str, value: object) -> float:
     return seconds
 
 
+def _artifacts(value: object) -> tuple[str, ...]:
+    if not isinstance(value, tuple | list):
+        raise InvalidValue("artifacts is a sequence of references")
+    artifacts = tuple(value)
+    if len(artifacts) > MAX_ARTIFACTS:
+        raise InvalidValue(f"at most {MAX_ARTIFACTS} artifact references per inbound")
+    for ref in artifacts:
+        _text("artifact reference", ref)
+    return artifacts
+
+
 def _metadata(value: Mapping[str, Any]) -> FrozenMap:
     if not value:
         return _NO_METADATA
@@ -176,7 +187,7 @@ class InboundEnvelope:
     payload: str = ""
     payload_ref: str | None = None
     artifacts: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
+    metadata: Mapping[str, Any] = _NO_METADATA
     source_checkpoint: SourceCheckpoint | None = None
 
     def __post_init__(self) -> None:
@@ -194,18 +205,12 @@ class InboundEnvelope:
         _utf8("payload", self.payload)
         if self.payload_ref is not None:
             _text("payload_ref", self.payload_ref)
-        artifacts = self.artifacts
-        if not isinstance(artifacts, tuple | list):
-            raise InvalidValue("artifacts is a sequence of references")
-        artifacts = tuple(artifacts)
-        if len(artifacts) > MAX_ARTIFACTS:
-            raise InvalidValue(f"at most {MAX_ARTIFACTS} artifact references per inbound")
-        for ref in artifacts:
-            _text("artifact reference", ref)
-        object.__setattr__(self, "artifacts", artifacts)
-        if not isinstance(self.metadata, Mapping):
-            raise InvalidValue("metadata must be a mapping")
-        object.__setattr__(self, "metadata", _metadata(self.metadata))
+        if self.artifacts != ():
+            object.__setattr__(self, "artifacts", _artifacts(self.artifacts))
+        if self.metadata is not _NO_METADATA:
+            if not isinstance(self.metadata, Mapping):
+                raise InvalidValue("metadata must be a mapping")
+            object.__setattr__(self, "metadata", _metadata(self.metadata))
         if self.source_checkpoint is not None and not isinstance(
             self.source_checkpoint, SourceCheckpoint
         ):

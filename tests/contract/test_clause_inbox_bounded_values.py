@@ -15,7 +15,7 @@ import pytest
 
 from hostkit.errors import InvalidValue
 from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
-from hostkit.types import MAX_METADATA_CHARS, ConversationFacts, InboundFailure
+from hostkit.types import MAX_ARTIFACTS, MAX_METADATA_CHARS, ConversationFacts, InboundFailure
 from tests.contract._inbox_adapters import ADAPTERS, envelope, open_inbox
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +54,23 @@ async def test_bounded_values_the_adapter_refuses_overflowing_times(
             with pytest.raises(InvalidValue):
                 await call()
         assert await sut.inbox.records() == ()
+
+
+def test_bounded_values_artifacts_and_metadata_have_their_shapes() -> None:
+    # Artifacts: a list or tuple of bounded references, kept as a tuple.
+    assert envelope("evt", artifacts=["att_1", "att_2"]).artifacts == ("att_1", "att_2")
+    assert envelope("evt", artifacts=[]).artifacts == ()
+    for bad in ("att_1", {"att_1"}, ["ok", ""], ["ok", 7], ["x" * 257], ["a\x00b"]):
+        with pytest.raises(InvalidValue, match="artifact"):
+            envelope("evt", artifacts=bad)
+    with pytest.raises(InvalidValue, match=str(MAX_ARTIFACTS)):
+        envelope("evt", artifacts=[f"att_{i}" for i in range(MAX_ARTIFACTS + 1)])
+    # Metadata: a mapping, frozen; an empty one and the default are the same value.
+    assert envelope("evt").metadata == {} == envelope("evt", metadata={}).metadata
+    assert envelope("evt", metadata={"thread": [1, 2]}).metadata["thread"] == (1, 2)
+    for bad in (None, ["thread"], "thread", 7):
+        with pytest.raises(InvalidValue, match="metadata must be a mapping"):
+            envelope("evt", metadata=bad)
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)

@@ -135,6 +135,67 @@ async def test_failing_write_rolls_back_only_itself_in_a_shared_commit(
     assert bad_rows == 0
 
 
+async def test_a_write_may_run_again_but_commits_once(store: RuntimeStore) -> None:
+    """A job must be a function of the database only: the store may run it again.
+
+    SQLite runs a shared commit's jobs back to back and, when one raises, runs
+    the batch again with each job in its own savepoint; PostgreSQL reruns a
+    write that lost a serialization race. Either way each write commits once.
+    """
+    await make_table(store)
+    runs: dict[int, int] = {}
+
+    def insert(i: int, conn: sqlite3.Connection) -> int:
+        runs[i] = runs.get(i, 0) + 1
+        return int(conn.execute("INSERT INTO t (v) VALUES (?)", [f"good{i}"]).rowcount)
+
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (v) VALUES ('bad')")
+        raise ValueError("refused by the caller")
+
+    async def good(i: int) -> None:
+        assert await store.write(lambda c: insert(i, c)) == 1
+
+    async def failing() -> None:
+        with pytest.raises(ValueError, match="refused"):
+            await store.write(bad)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(good, i)
+        tg.start_soon(failing)
+        for i in range(4, 8):
+            tg.start_soon(good, i)
+    values = await store.read(lambda c: sorted(r[0] for r in c.execute("SELECT v FROM t")))
+    assert values == [f"good{i}" for i in range(8)]
+    assert set(runs) == set(range(8))
+    if isinstance(store, SqliteStore):
+        # The first write commits alone; the rest queue behind it as one batch in
+        # which the jobs before the failing one ran twice (together, then each in
+        # its savepoint) and no job ran more often.
+        assert max(runs.values()) == 2
+
+
+@pytest.mark.sqlite_only("the SQLite writer's group commit")
+async def test_a_shared_commit_with_no_failure_runs_each_job_once(
+    store: RuntimeStore, hops: Hops
+) -> None:
+    await make_table(store)
+    runs: dict[int, int] = {}
+
+    def insert(i: int, conn: sqlite3.Connection) -> None:
+        runs[i] = runs.get(i, 0) + 1
+        conn.execute("INSERT INTO t (v) VALUES (?)", [str(i)])
+
+    before = hops.count
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(store.write, lambda c, i=i: insert(i, c))
+    assert runs == dict.fromkeys(range(20), 1)
+    assert hops.count - before < 20
+    assert await count(store) == 20
+
+
 async def test_concurrent_writers_share_commits_and_never_hit_locked(
     store: RuntimeStore, hops: Hops
 ) -> None:
