@@ -95,7 +95,11 @@ class RowStore(RuntimeStore):
 
     @abstractmethod
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in one committed write transaction; its error rolls it back."""
+        """Run ``fn(conn)`` in one committed write transaction; its error rolls it back.
+
+        ``fn`` may run more than once (each earlier run rolled back), so it must
+        be a function of the database only: both adapters rerun writes.
+        """
 
     @abstractmethod
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -143,9 +143,10 @@ class SqliteStore(RowStore):
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the database thread in a committed transaction; one hop.
 
-        Concurrent calls may share one commit; each runs in its own savepoint,
-        so an exception from ``fn`` rolls back only ``fn``'s statements and is
-        re-raised here. sqlite errors become ``StoreError`` (see ``retryable``).
+        Concurrent calls may share one commit; an exception from ``fn`` rolls
+        back only ``fn``'s statements and is re-raised here (the others of the
+        commit then run again, each in its own savepoint: ``fn`` may run twice).
+        sqlite errors become ``StoreError`` (see ``retryable``).
         """
         if self._closed:
             raise StoreClosed()
