@@ -210,11 +210,12 @@ def accept_rows(
     conn: sqlite3.Connection,
     batch: Sequence[tuple[tuple[str, str], list[Any]]],
     checkpoint: tuple[str, str, float] | None,
-    known_channels: frozenset[str] = frozenset(),
+    unseen_channels: frozenset[str],
 ) -> tuple[InboxReceipt, ...]:
     """Insert each new key (dedup by the unique index), then the checkpoint; one transaction.
 
-    Channel instances in ``known_channels`` already have their fairness row.
+    Only channel instances in ``unseen_channels`` may lack their fairness row:
+    the ones of those that got an accepted row get it (if still missing).
     """
     receipts: list[InboxReceipt] = []
     first: dict[tuple[str, str], str] = {}
@@ -227,7 +228,7 @@ def accept_rows(
         inbound_id = new_id("inb")
         params[0] = inbound_id
         if conn.execute(_INSERT, params).rowcount == 1:
-            if key[0] not in known_channels:
+            if key[0] in unseen_channels:
                 channels.add(key[0])
             receipts.append(InboxReceipt(inbound_id, "accepted"))
         else:

@@ -57,9 +57,11 @@ class SqlInboxStore(InboxStore):
         batch, source = checks.check_batch(envelopes, checkpoint)
         encoded = [(envelope.dedup_key, rows.envelope_params(envelope, at)) for envelope in batch]
         cursor = None if source is None else (source.source_id, source.cursor, at)
-        known = frozenset(self._channels)
-        receipts = await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor, known))
-        self._channels.update(key[0] for key, _ in encoded)
+        # Only instances this store has not yet seen may lack their fairness row: the
+        # job gets those few, never a copy of every known instance.
+        unseen = frozenset(key[0] for key, _ in encoded).difference(self._channels)
+        receipts = await self._db.write(lambda raw: rows.accept_rows(raw, encoded, cursor, unseen))
+        self._channels.update(unseen)
         return receipts
 
     async def watch(self, wake: Callable[[], None]) -> None:

@@ -101,6 +101,8 @@ def _utf8(name: str, value: str) -> None:
     JSON escape can carry) passes every other check and then fails inside the
     store's write, where a webhook answers 500 (retried forever) and a poller
     cannot step past it."""
+    if value.isascii():  # a flag of the string: no copy, and ASCII always encodes
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -109,6 +111,8 @@ def _utf8(name: str, value: str) -> None:
 
 def finite_seconds(name: str, value: object) -> float:
     """``value`` as a finite float, or ``InvalidValue`` (never ``OverflowError``)."""
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidValue(f"{name} must be a finite number of seconds")
     try:
