@@ -209,7 +209,7 @@ class InboundEnvelope:
         _utf8("payload", self.payload)
         if self.payload_ref is not None:
             _text("payload_ref", self.payload_ref)
-        if self.artifacts != ():
+        if type(self.artifacts) is not tuple or self.artifacts:
             object.__setattr__(self, "artifacts", _artifacts(self.artifacts))
         if self.metadata is not _NO_METADATA:
             if not isinstance(self.metadata, Mapping):

@@ -60,7 +60,12 @@ def test_bounded_values_artifacts_and_metadata_have_their_shapes() -> None:
     # Artifacts: a list or tuple of bounded references, kept as a tuple.
     assert envelope("evt", artifacts=["att_1", "att_2"]).artifacts == ("att_1", "att_2")
     assert envelope("evt", artifacts=[]).artifacts == ()
-    for bad in ("att_1", {"att_1"}, ["ok", ""], ["ok", 7], ["x" * 257], ["a\x00b"]):
+
+    class Unequal:
+        def __ne__(self, other: object) -> bool:
+            raise RuntimeError("a hostile value's own comparison never runs")
+
+    for bad in ("att_1", {"att_1"}, Unequal(), ["ok", ""], ["ok", 7], ["x" * 257], ["a\x00b"]):
         with pytest.raises(InvalidValue, match="artifact"):
             envelope("evt", artifacts=bad)
     with pytest.raises(InvalidValue, match=str(MAX_ARTIFACTS)):
