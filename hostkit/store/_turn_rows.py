@@ -50,7 +50,7 @@ from hostkit.types import (
     PrincipalScope,
     TurnOutcome,
     TurnResult,
-    bounded_metadata,
+    bounded_data,
     new_id,
 )
 
@@ -100,12 +100,16 @@ def all_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[
     return cursor.execute(sql, params).fetchall()
 
 
+# One encoder for every stored JSON text: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str:
-    return _json(thaw(bounded_metadata(detail)))
+    return _json(bounded_data(detail))
 
 
 _STATE_COLUMNS = (

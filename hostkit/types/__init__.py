@@ -112,6 +112,7 @@ from hostkit.types._records import (
 )
 from hostkit.types._redact import (
     REDACTED,
+    bounded_data,
     bounded_metadata,
     is_secret_field,
     redact_secret_fields,
@@ -245,6 +246,7 @@ __all__ = [
     "Usage",
     "UsageObservation",
     "approval_code",
+    "bounded_data",
     "bounded_metadata",
     "check_content",
     "content_ref",

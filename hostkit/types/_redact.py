@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from hostkit.freeze import FrozenMap, freeze
 
-__all__ = ["REDACTED", "bounded_metadata", "is_secret_field", "redact_secret_fields"]
+__all__ = [
+    "REDACTED",
+    "bounded_data",
+    "bounded_metadata",
+    "is_secret_field",
+    "redact_secret_fields",
+]
 
 REDACTED = "[redacted]"
 # Integers past 64 bits are kept as a short description, not their digits.
@@ -18,8 +25,20 @@ _SECRET_FIELD = re.compile(
 )
 
 
+# Field names repeat (every event, every turn): names up to this length have their
+# answer cached, so a hostile stream of long or unique names cannot grow the cache.
+_CACHED_NAME = 128
+
+
 def is_secret_field(name: str) -> bool:
     """True when a field's name says its value must never be shown."""
+    if len(name) <= _CACHED_NAME:
+        return _secret_name(name)
+    return bool(_SECRET_FIELD.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
     return bool(_SECRET_FIELD.search(name))
 
 
@@ -62,8 +81,20 @@ def bounded_metadata(
     to ``max_keys`` keys per level, ``max_depth`` levels and ``max_string``
     characters per string so a hostile adapter cannot inflate it.
     """
-    frozen: FrozenMap = freeze(_bound(value or {}, max_keys, max_depth, max_string, 0))
+    frozen: FrozenMap = freeze(bounded_data(value, max_keys, max_depth, max_string))
     return frozen
+
+
+def bounded_data(
+    value: Mapping[str, Any] | None, max_keys: int = 32, max_depth: int = 4, max_string: int = 512
+) -> dict[str, Any]:
+    """What ``bounded_metadata`` freezes, as plain JSON data (dicts, lists, scalars).
+
+    For a value about to be encoded anyway (a stored event's detail), where
+    freezing it only to thaw it again would double the work.
+    """
+    data: dict[str, Any] = _bound(value or {}, max_keys, max_depth, max_string, 0)
+    return data
 
 
 def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: int) -> Any:

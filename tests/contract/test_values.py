@@ -27,7 +27,9 @@ from hostkit.types import (
     PrincipalScope,
     TurnExecutionContext,
     TurnToken,
+    bounded_data,
     bounded_metadata,
+    is_secret_field,
     new_id,
 )
 
@@ -174,6 +176,32 @@ def test_interaction_metadata_is_bounded_and_redacted() -> None:
     assert metadata["nested"]["password"] == REDACTED
     assert len(metadata["long"]) <= 512
     assert len(metadata) <= 33
+
+
+def test_bounded_data_is_the_thawed_bounded_metadata() -> None:
+    """A stored event's detail skips the freeze: same redaction, same bounds, plain data."""
+    hostile = {
+        "api_key": "sk-live",
+        "nested": {"password": "p", "items": ({"cookie": "c"}, {1, 2}), "deep": {"a": {"b": {}}}},
+        "long": "x" * 5000,
+        "huge": 10**100,
+        7: object(),
+    } | {f"k{i}": i for i in range(100)}
+    data = bounded_data(hostile)
+    assert data == thaw(bounded_metadata(hostile))
+    assert type(data) is dict
+    assert type(data["nested"]["items"]) is list
+    assert data["api_key"] == data["nested"]["password"] == REDACTED
+    assert data["nested"]["items"][0]["cookie"] == REDACTED
+    assert bounded_data(None) == {}
+
+
+def test_secret_field_names_answer_the_same_at_any_length() -> None:
+    for name in ("password", "API-Key", "x_refresh_token", "name", "step"):
+        for padded in (name, "a" * 200 + name, name + "z" * 200):
+            assert is_secret_field(padded) == is_secret_field(name)
+    assert is_secret_field("a" * 10_000 + "secret")
+    assert not is_secret_field("a" * 10_000)
 
 
 def test_records_freeze_their_payloads() -> None:
