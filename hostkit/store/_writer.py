@@ -105,8 +105,8 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
         _run_alone(conn, guard, jobs[0])
         return
     try:
-        if not _run_together(conn, guard, jobs):
-            _run_in_savepoints(conn, guard, jobs)
+        if not _run_jobs(conn, guard, jobs, savepoints=False):
+            _run_jobs(conn, guard, jobs, savepoints=True)
         conn.execute(COMMIT)
     except sqlite3.Error as exc:
         if conn.in_transaction:
@@ -117,10 +117,20 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
             job.error = failure
 
 
-def _run_together(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> bool:
-    """Run every job in one open transaction; False (rolled back) when one of them raised."""
+def _run_jobs(
+    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]], *, savepoints: bool
+) -> bool:
+    """Run every job in one open transaction; each in its own savepoint if ``savepoints``.
+
+    Without savepoints, a job that raises rolls the whole transaction back and
+    the answer is False (run them again with savepoints); with them, its error
+    is its own and the others go on.
+    """
     conn.execute(BEGIN)
     for job in jobs:
+        job.result = None
+        if savepoints:
+            conn.execute(SAVEPOINT)
         guard.raised = True
         try:
             job.result = job.fn(conn)
@@ -130,32 +140,16 @@ def _run_together(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[
                 # SQLite rolled the whole transaction back (SQLITE_FULL, an I/O
                 # error): every job of the batch is lost, with this error.
                 raise
-            conn.execute(ROLLBACK)
-            return False
-        guard.raised = False
-    return True
-
-
-def _run_in_savepoints(
-    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]
-) -> None:
-    """Run each job in its own savepoint of one open transaction: a failure is its own."""
-    conn.execute(BEGIN)
-    for job in jobs:
-        job.result = None
-        conn.execute(SAVEPOINT)
-        guard.raised = True
-        try:
-            job.result = job.fn(conn)
-        except BaseException as exc:
-            guard.raised = False
-            if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
-                raise
+            if not savepoints:
+                conn.execute(ROLLBACK)
+                return False
             conn.execute(ROLLBACK_TO)
             job.error = exc
         finally:
             guard.raised = False
-        conn.execute(RELEASE)
+        if savepoints:
+            conn.execute(RELEASE)
+    return True
 
 
 def _run_alone(conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any]) -> None:
