@@ -61,7 +61,6 @@ import cProfile
 import importlib.metadata
 import io
 import json
-import math
 import pickle
 import pstats
 import resource
@@ -90,6 +89,7 @@ from _scaleout import (
     machine_facts,
     median_cpu,
     parse_counts,
+    percentile,
     print_cpu_table,
     print_pg_work,
     print_seq_scans,
@@ -156,12 +156,6 @@ def _shares(total: int, parts: int) -> list[range]:
 def _check(label: str, found: object, expected: object) -> None:
     if found != expected:
         raise RuntimeError(f"{label}: found {found!r}, expected {expected!r}")
-
-
-def _percentile(samples: list[float], fraction: float) -> float:
-    """Nearest rank: the p99 of 1000 samples is the 990th smallest."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
 
 
 # -- hostkit -----------------------------------------------------------------------------
@@ -607,8 +601,8 @@ def main(args: argparse.Namespace) -> None:
     print(
         f"\naccept->claim latency, hostkit ({args.latency_messages} messages at "
         f"{args.rate:g}/s, one worker polling every {args.poll_ms:g} ms when idle): "
-        f"p50 {_percentile(samples, 0.5) * 1000:.2f} ms, "
-        f"p99 {_percentile(samples, 0.99) * 1000:.2f} ms; {shared} claimed in the same group "
+        f"p50 {percentile(samples, 0.5) * 1000:.2f} ms, "
+        f"p99 {percentile(samples, 0.99) * 1000:.2f} ms; {shared} claimed in the same group "
         "commit as their accept (counted as 0)"
     )
 

@@ -32,7 +32,6 @@ import cProfile
 import importlib.metadata
 import io
 import itertools
-import math
 import pstats
 import sqlite3
 import statistics
@@ -112,12 +111,6 @@ class Figures:
     cpu_ms_per_turn: float
 
 
-def _percentile(samples: list[float], fraction: float) -> float:
-    """Nearest rank: the p99 of 200 samples is the 198th smallest."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
-
-
 async def _sessions(
     run_turn: RunTurn,
     *,
@@ -170,7 +163,7 @@ async def _drive(
         if profiler is not None:
             profiler.disable()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     count = len(latencies)
     return Figures(p50 * 1000, p99 * 1000, count / wall, cpu * 1000 / count)
 

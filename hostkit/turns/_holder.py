@@ -10,7 +10,7 @@ can no longer record so its session does not stay blocked.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -216,19 +216,7 @@ class LeaseHolder:
         turn is stopped. ``body``'s exceptions propagate as themselves (never
         as an exception group); the heartbeat never raises.
         """
-        failure: Exception | None = None
-        value: Any = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._heartbeat, active, on_lost)
-            try:
-                value = await body()
-            except Exception as exc:
-                failure = exc
-            finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return value  # type: ignore[no-any-return]
+        return await _beside(lambda: self._heartbeat(active, on_lost), body, Exception)
 
     async def keeping(self, active: ActiveTurn, finish: Callable[[], Awaitable[T]]) -> T:
         """Run ``finish`` (the terminal write) while the session lease is kept alive.
@@ -239,19 +227,7 @@ class LeaseHolder:
         the terminal write's own fence then decides. Exceptions propagate as
         themselves.
         """
-        failure: BaseException | None = None
-        value: Any = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._keep_alive, active)
-            try:
-                value = await finish()
-            except BaseException as exc:
-                failure = exc
-            finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return value  # type: ignore[no-any-return]
+        return await _beside(lambda: self._keep_alive(active), finish, BaseException)
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
         """Renew after a sixth of the ttl (the last heartbeat may be a third old), then
@@ -328,3 +304,28 @@ class LeaseHolder:
             _log.warning("could not end this Host's remaining turns: %s", exc)
         else:
             self._abandoned.clear()
+
+
+async def _beside(
+    background: Callable[[], Coroutine[Any, Any, None]],
+    body: Callable[[], Awaitable[T]],
+    caught: type[BaseException],
+) -> T:
+    """Run ``body`` while ``background`` runs in a task, then stop that task.
+
+    What ``body`` raises of ``caught`` propagates as itself, never wrapped in an
+    exception group.
+    """
+    failure: BaseException | None = None
+    value: Any = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(background)
+        try:
+            value = await body()
+        except caught as exc:
+            failure = exc
+        finally:
+            group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return value  # type: ignore[no-any-return]
