@@ -5,12 +5,14 @@ of several statements pays several hops: at synchronous=NORMAL that costs about
 half the commit throughput (bench/store_bench.py); at FULL the fsync dominates.
 ``DbConnection.run`` ships a whole synchronous function to the connection's
 thread in one hop instead. aiosqlite has no public
-API for that, so this module is the one place that uses ``Connection._execute``
-(its dependency range is pinned in pyproject.toml and a test checks the hop).
+API for that, so this module is the one place that uses its connection's
+private work queue, exactly as ``Connection._execute`` does (its dependency
+range is pinned in pyproject.toml and a test checks the hop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +44,22 @@ class DbConnection:
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` on the connection's thread: one hop, however many statements."""
-        result: T = await self._aio._execute(fn, self._raw)  # type: ignore[no-untyped-call]
-        return result
+        return await self.start(fn)
+
+    def start(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn(connection)`` on the connection's thread; its result, as a future.
+
+        For a caller that must not wait in a task (the group-commit writer
+        starts its drain from a callback). ``ValueError`` when the connection
+        is closed, as aiosqlite says it.
+        """
+        aio = self._aio
+        if not aio._running or not aio._connection:
+            raise ValueError("Connection closed")
+        raw = self._raw
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        aio._tx.put_nowait((future, lambda: fn(raw)))
+        return future
 
     async def close(self) -> None:
         await self._aio.close()

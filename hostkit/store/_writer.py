@@ -9,15 +9,20 @@ SAVEPOINT (``_run_batch`` says why not always). While a job
 runs, an authorizer refuses ``BEGIN``/``COMMIT``/``ROLLBACK`` and the writer's
 own savepoint, so one job cannot end the transaction it shares with others.
 
-The batch is led by whichever caller finds no leader: it ships up to
-``max_batch`` queued jobs to the connection thread in one hop, wakes their
-callers, and hands leadership to the next waiter. No background task is needed,
-and a cancelled caller whose job was not yet taken is simply dequeued.
+Callers queue their jobs; one drain at a time runs on the connection's
+thread and takes up to ``max_batch`` queued jobs per transaction, batch after
+batch, until the queue is empty. Each batch's callers are woken with one
+callback as soon as its transaction ended, and the next batch starts at once
+with what queued meanwhile: commits never wait for a turn of the event loop
+(under load the loop is busy, and a leader task handing over between batches
+left the database idle most of the time). No background task is needed, and a
+cancelled caller whose job was not yet taken is simply dequeued.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -73,22 +78,14 @@ class TransactionGuard:
 
 
 class _Job(Generic[T]):
-    __slots__ = ("error", "finished", "fn", "result", "taken", "wake")
+    __slots__ = ("done", "error", "fn", "result")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], T]) -> None:
+    def __init__(self, fn: Callable[[sqlite3.Connection], T], done: asyncio.Future[None]) -> None:
         self.fn = fn
         self.result: T | None = None
         self.error: BaseException | None = None
-        self.taken = False
-        self.finished = False
-        # Created only when the job has to wait for another leader's batch. A bare
-        # asyncio future, not an anyio.Event: this writer runs on aiosqlite (asyncio
-        # only), and the event costs five times as much, once per queued write.
-        self.wake: asyncio.Future[None] | None = None
-
-    def rouse(self) -> None:
-        if self.wake is not None and not self.wake.done():
-            self.wake.set_result(None)
+        # Resolved on the event loop once the job's transaction ended (committed or not).
+        self.done = done
 
 
 def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
@@ -182,13 +179,16 @@ class GroupCommitWriter:
         self._conn = conn
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
-        self._lock = anyio.Lock()
+        # Shared with the database thread, which only pops from the left; the loop appends,
+        # and removes a cancelled caller's job. Each of those is atomic.
         self._pending: deque[_Job[Any]] = deque()
-        self._leader: _Job[Any] | None = None
+        # The drain on the database thread, while one runs (loop thread only).
+        self._drain: asyncio.Future[None] | None = None
+        # An interactive transaction holds the connection: no drain runs meanwhile.
+        self._lock = anyio.Lock()
+        self._held = False
         self._interactive_task: int | None = None
         self._closed = False
-        # Jobs in the last batch: more than one means writers are concurrent now.
-        self._last_batch = 0
         self.guard = TransactionGuard()
 
     async def submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -207,79 +207,77 @@ class GroupCommitWriter:
                 "store.write() inside this task's store.transaction() would deadlock; "
                 "use tx.run(fn) instead"
             )
-        job: _Job[T] = _Job(fn)
+        job: _Job[T] = _Job(fn, asyncio.get_running_loop().create_future())
         self._pending.append(job)
+        self._start_drain()
         try:
-            while not job.finished:
-                if self._leader is None:
-                    self._leader = job
-                    try:
-                        # Shielded: once jobs are taken their callers must be woken.
-                        with anyio.CancelScope(shield=True):
-                            if self._last_batch > 1 and len(self._pending) < self._max_batch:
-                                # The callers of the last shared batch are resubmitting
-                                # on this very loop pass: let them queue first, or this
-                                # job commits alone and the next batch waits behind it.
-                                await anyio.lowlevel.checkpoint()
-                            await self._flush_once()
-                    finally:
-                        self._leader = None
-                        if self._pending:
-                            self._pending[0].rouse()
-                else:
-                    job.wake = asyncio.get_running_loop().create_future()
-                    try:
-                        await job.wake
-                    finally:
-                        job.wake = None
+            await job.done
         except BaseException:
-            if not job.taken:
+            with contextlib.suppress(ValueError):  # not there: taken, it may still commit
                 self._pending.remove(job)
-                if self._leader is None and self._pending:
-                    self._pending[0].rouse()
             raise
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[return-value]
 
-    async def _flush_once(self) -> None:
-        batch: list[_Job[Any]] = []
-        while self._pending and len(batch) < self._max_batch:
-            queued = self._pending.popleft()
-            queued.taken = True
-            batch.append(queued)
-        self._last_batch = len(batch)
+    def _start_drain(self) -> None:
+        """Ship the queue's drain to the database thread unless one runs or must not."""
+        if self._drain is not None or self._held or self._closed or not self._pending:
+            return
+        loop = asyncio.get_running_loop()
+
+        def settle(batch: list[_Job[Any]]) -> None:
+            for job in batch:
+                if not job.done.done():
+                    job.done.set_result(None)
+
+        def deliver(batch: list[_Job[Any]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(settle, batch)
+
+        def stop() -> bool:
+            return self._held or self._closed
+
         try:
-            if self._closed:
-                raise StoreClosed()
-            # The lock is contended only by interactive transactions: take it at once
-            # when free, and wait (bounded) only when one holds it.
-            try:
-                self._lock.acquire_nowait()
-            except anyio.WouldBlock:
-                with anyio.fail_after(self._lock_timeout_s):
-                    await self._lock.acquire()
-            try:
-                await self._conn.run(lambda raw: _run_batch(raw, self.guard, batch))
-            finally:
-                self._lock.release()
-        except TimeoutError:
-            _fail(batch, StoreError("timed out waiting for the database writer", retryable=True))
-        except HostkitError as exc:
-            _fail(batch, exc)
-        except sqlite3.Error as exc:
-            _fail(batch, map_sqlite_error(exc, "write"))
-        except Exception as exc:
-            # aiosqlite reports a connection closed under us as ValueError.
-            _fail(batch, StoreError(f"write failed: {type(exc).__name__}: {exc}"))
-        finally:
-            for queued in batch:
-                queued.finished = True
-                queued.rouse()
+            drain = self._conn.start(
+                lambda raw: _drain(raw, self.guard, self._pending, self._max_batch, stop, deliver)
+            )
+        except Exception as exc:  # the connection is closed: nothing queued can run
+            self._fail_queued(_as_store_error(exc))
+            return
+        self._drain = drain
+        drain.add_done_callback(self._drained)
+
+    def _drained(self, drain: asyncio.Future[None]) -> None:
+        """The drain returned (queue empty, or asked to stop): start another if needed."""
+        self._drain = None
+        if not drain.cancelled() and drain.exception() is not None:
+            # The connection itself failed (closed under us): nothing queued can run.
+            self._fail_queued(_as_store_error(drain.exception()))
+            return
+        self._start_drain()
+
+    def _fail_queued(self, error: BaseException) -> None:
+        """Fail every job not yet taken with ``error`` and wake its caller."""
+        while self._pending:
+            with contextlib.suppress(IndexError):  # the database thread took it meanwhile
+                job = self._pending.popleft()
+                job.error = error
+                if not job.done.done():
+                    job.done.set_result(None)
+
+    async def _drain_ended(self) -> None:
+        drain = self._drain
+        if drain is not None:
+            await asyncio.wait((drain,))
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[DbConnection]:
-        """Hold the writer for an interactive transaction (statement-at-a-time)."""
+        """Hold the writer for an interactive transaction (statement-at-a-time).
+
+        The drain in flight stops after its current batch; queued writes wait
+        and run once the transaction ends.
+        """
         if self._closed:
             raise StoreClosed()
         try:
@@ -287,25 +285,74 @@ class GroupCommitWriter:
                 await self._lock.acquire()
         except TimeoutError as exc:
             raise StoreError("timed out waiting for the database writer", retryable=True) from exc
+        self._held = True
         self._interactive_task = anyio.get_current_task().id
         try:
+            try:
+                # Its statements would queue behind the drain on the connection's thread
+                # anyway; waiting here keeps the lock timeout the bound of the whole wait.
+                with anyio.fail_after(self._lock_timeout_s):
+                    await self._drain_ended()
+            except TimeoutError as exc:
+                raise StoreError(
+                    "timed out waiting for the database writer", retryable=True
+                ) from exc
             yield self._conn
         finally:
             self._interactive_task = None
+            self._held = False
             self._lock.release()
+            self._start_drain()
 
     async def close(self) -> None:
         """Refuse new writes, fail queued ones (``StoreClosed``), let the batch in flight end."""
         self._closed = True
-        while self._pending:
-            queued = self._pending.popleft()
-            queued.taken = True
-            queued.error = StoreClosed()
-            queued.finished = True
-            queued.rouse()
+        self._fail_queued(StoreClosed())
         with anyio.move_on_after(self._lock_timeout_s):
+            await self._drain_ended()
             await self._lock.acquire()
             self._lock.release()
+
+
+def _drain(
+    conn: sqlite3.Connection,
+    guard: TransactionGuard,
+    pending: deque[_Job[Any]],
+    max_batch: int,
+    stop: Callable[[], bool],
+    deliver: Callable[[list[_Job[Any]]], None],
+) -> None:
+    """Run queued jobs in batches until none is left (or ``stop``); on the DB thread.
+
+    Each batch is one transaction, delivered to the loop as soon as it ended,
+    and the next batch starts at once with whatever queued meanwhile: the
+    database never waits for the event loop between two commits.
+    """
+    while not stop():
+        batch: list[_Job[Any]] = []
+        while len(batch) < max_batch:
+            try:
+                batch.append(pending.popleft())
+            except IndexError:
+                break
+        if not batch:
+            return
+        try:
+            _run_batch(conn, guard, batch)
+        except BaseException as exc:
+            _fail(batch, _as_store_error(exc))
+            deliver(batch)
+            raise
+        deliver(batch)
+
+
+def _as_store_error(exc: BaseException | None) -> BaseException:
+    if isinstance(exc, HostkitError):
+        return exc
+    if isinstance(exc, sqlite3.Error):
+        return map_sqlite_error(exc, "write")
+    # aiosqlite reports a connection closed under us as ValueError.
+    return StoreError(f"write failed: {type(exc).__name__}: {exc}")
 
 
 def _fail(batch: list[_Job[Any]], error: BaseException) -> None:

@@ -32,7 +32,7 @@ async def make_table(store: RuntimeStore) -> None:
 
 
 class Hops:
-    """Counts hops to the database thread (calls of DbConnection.run)."""
+    """Counts hops to the database thread (calls of DbConnection.start, which run uses)."""
 
     count = 0
 
@@ -40,13 +40,13 @@ class Hops:
 @pytest.fixture
 def hops(monkeypatch: pytest.MonkeyPatch) -> Hops:
     counter = Hops()
-    original = DbConnection.run
+    original = DbConnection.start
 
-    async def counting_run(self: DbConnection, fn):  # type: ignore[no-untyped-def]
+    def counting_start(self: DbConnection, fn):  # type: ignore[no-untyped-def]
         counter.count += 1
-        return await original(self, fn)
+        return original(self, fn)
 
-    monkeypatch.setattr(DbConnection, "run", counting_run)
+    monkeypatch.setattr(DbConnection, "start", counting_start)
     return counter
 
 
@@ -82,7 +82,7 @@ async def test_synchronous_off_is_refused(db_path: Path) -> None:
         await RuntimeStore.open(db_path, synchronous="OFF")  # type: ignore[arg-type]
 
 
-@pytest.mark.sqlite_only("one hop to the SQLite connection thread (DbConnection.run)")
+@pytest.mark.sqlite_only("one hop to the SQLite connection thread (DbConnection.start)")
 async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
     store: RuntimeStore, hops: Hops
 ) -> None:
@@ -251,6 +251,56 @@ async def test_interactive_transaction_rolls_back_on_error(store: RuntimeStore) 
     with pytest.raises(RuntimeError, match="abort"):
         await aborted()
     assert await count(store) == 0
+
+
+@pytest.mark.sqlite_only(INTERACTIVE)
+async def test_a_timeout_inside_a_transaction_comes_out_as_itself(store: RuntimeStore) -> None:
+    """The writer's own wait is bounded; the caller's code raising TimeoutError is not it."""
+    await make_table(store)
+
+    async def timed_out() -> None:
+        async with store.transaction() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES ('x')")
+            raise TimeoutError("the caller's own")
+
+    with pytest.raises(TimeoutError, match="the caller's own"):
+        await timed_out()
+    assert await count(store) == 0
+
+
+@pytest.mark.sqlite_only("the SQLite writer's drain on its connection thread")
+async def test_queued_writes_commit_while_the_event_loop_is_busy(store: RuntimeStore) -> None:
+    """Batches follow each other on the database thread without a turn of the loop.
+
+    The first write holds its transaction until the others are queued; then
+    the loop thread blocks (as a busy loop does) and the queued writes still
+    commit meanwhile.
+    """
+    await make_table(store)
+    token = anyio.lowlevel.current_token()
+    entered, go, committed = anyio.Event(), threading.Event(), threading.Event()
+    queued = 5
+
+    def first(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (v) VALUES ('first')")
+        anyio.from_thread.run_sync(entered.set, token=token)
+        go.wait(10)
+
+    def later(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t (v) VALUES ('later')")
+        if conn.execute("SELECT COUNT(*) FROM t WHERE v = 'later'").fetchone()[0] == queued:
+            committed.set()  # the last of them: its batch commits right after this
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, first)
+        await entered.wait()
+        for _ in range(queued):
+            tg.start_soon(store.write, later)
+        await anyio.lowlevel.checkpoint()
+        go.set()
+        # The loop thread blocks here: nothing of the writer runs on it meanwhile.
+        assert committed.wait(10)
+    assert await count(store) == queued + 1
 
 
 @pytest.mark.sqlite_only(INTERACTIVE)
