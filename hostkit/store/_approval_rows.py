@@ -24,8 +24,10 @@ __all__ = [
     "OpenApproval",
     "Unsettled",
     "call_name",
+    "has_open_calls",
     "mark_indeterminate",
     "open_approval",
+    "supersede_open",
     "unsettled_claims",
     "void_open",
 ]
@@ -49,6 +51,23 @@ class OpenApproval:
 _OPEN = (
     "(status = 'pending' OR (status IN ('approved', 'denied') AND continuation_turn_id IS NULL))"
 )
+
+
+def has_open_calls(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the session has a call that can still run (what a new turn supersedes)."""
+    sql = f"SELECT 1 FROM approvals WHERE session_id = ? AND {_OPEN} LIMIT 1"
+    return conn.execute(sql, [session_id]).fetchone() is not None
+
+
+def supersede_open(conn: sqlite3.Connection, session_id: str, reason: str) -> int:
+    """Void every call of the session that has not run (its arguments too); how many."""
+    cursor = conn.execute(
+        "UPDATE approvals SET status = 'superseded', void_reason = ?, "
+        "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
+        f"WHERE session_id = ? AND {_OPEN}",
+        [reason, now(conn), session_id],
+    )
+    return cursor.rowcount
 
 
 def _rows(conn: sqlite3.Connection, sql: str, params: list[str]) -> list[sqlite3.Row]:

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, bounded
 from hostkit.freeze import FrozenMap
-from hostkit.store._approval_rows import open_approval, void_open
+from hostkit.store._approval_rows import (
+    has_open_calls,
+    open_approval,
+    supersede_open,
+    void_open,
+)
 from hostkit.store._approval_values import (
     MAX_APPROVAL_LIST,
     ApprovalAnswer,
@@ -485,33 +490,12 @@ class SqlApprovalStore(ApprovalStore):
 
     async def supersede(self, session_id: str) -> int:
         check_id("session_id", session_id)
-
-        def open_calls(raw: sqlite3.Connection) -> bool:
-            row = raw.execute(
-                "SELECT 1 FROM approvals WHERE session_id = ? AND (status = 'pending' OR "
-                "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL)) LIMIT 1",
-                [session_id],
-            ).fetchone()
-            return row is not None
-
         # Most turns have nothing to void: a read on the reader connection, no write
         # transaction. The caller holds the session lease, so no turn of this session
         # can add an approval between the read and the write.
-        if not await self._db.read(open_calls):
+        if not await self._db.read(lambda raw: has_open_calls(raw, session_id)):
             return 0
-
-        def supersede(raw: sqlite3.Connection) -> int:
-            # Answered but not yet run counts too: its result would land after newer messages.
-            cursor = raw.execute(
-                "UPDATE approvals SET status = 'superseded', void_reason = ?, "
-                "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
-                "WHERE session_id = ? AND (status = 'pending' OR "
-                "(status IN ('approved', 'denied') AND continuation_turn_id IS NULL))",
-                [SUPERSEDED, now(raw), session_id],
-            )
-            return cursor.rowcount
-
-        return await self._db.write(supersede)
+        return await self._db.write(lambda raw: supersede_open(raw, session_id, SUPERSEDED))
 
     async def _deny(self, scope: PrincipalScope, approval_id: str) -> NoReturn:
         """Record why an owned lookup found nothing (Host-only audit), then refuse.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
+from hostkit.store._approval_rows import has_open_calls
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
 from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
@@ -188,6 +189,7 @@ def admit(
         created=created,
         recovered=recovered,
         next_event_seq=next_event_seq,
+        open_approvals=has_open_calls(conn, session_id),
     )
 
 

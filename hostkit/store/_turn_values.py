@@ -186,6 +186,10 @@ class Admitted:
     (the AuthorityResolver mints the turn's scope from it). ``created`` says a
     new session was created; ``recovered`` lists the turn of a dead or silent
     holder this admission ended before taking its session over.
+    ``open_approvals`` says the session had calls that can still run (pending,
+    or answered and not yet claimed), read in the same transaction: while the
+    lease holds, no other turn can add one, so False spares a new turn its
+    look for calls to supersede.
     """
 
     lease: SessionLease
@@ -194,6 +198,7 @@ class Admitted:
     recovered: tuple[RecoveredTurn, ...] = ()
     # The seq of the turn's next event: 2, or 3 when the input was persisted too.
     next_event_seq: int = 2
+    open_approvals: bool = True
 
     @property
     def session_id(self) -> str:

@@ -41,6 +41,8 @@ class ActiveTurn:
     # Where the turn's replies go, captured at admission; resolved through the route token.
     route: Mapping[str, Any] | None = None
     next_seq: int = 2  # turn.started is 1, written by the admission
+    # The session had calls to supersede when admitted (none can appear while it holds).
+    open_approvals: bool = True
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
     in_flight: str | None = None

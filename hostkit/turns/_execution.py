@@ -29,11 +29,11 @@ from hostkit.errors import (
 )
 from hostkit.store import (
     MAX_LEASE_TTL_S,
+    Admitted,
     LeaseOwner,
     ObservedStep,
     RuntimeStore,
     SessionBusy,
-    SessionLease,
     TranscriptEntry,
     TurnState,
 )
@@ -238,9 +238,7 @@ class TurnExecution:
                         if core.observer is not None:
                             self._observers[turn_id] = core.observer
                         self._emit(context, "turn.started", {"core_id": core.core_id})
-                        return await self._drive(
-                            request, context, core, admitted.lease, admitted.next_event_seq
-                        )
+                        return await self._drive(request, context, core, admitted)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._cores.release(core)
@@ -262,10 +260,15 @@ class TurnExecution:
         request: TurnRequest,
         context: TurnExecutionContext,
         core: PinnedCore,
-        lease: SessionLease,
-        next_event_seq: int,
+        admitted: Admitted,
     ) -> TurnResult:
-        active = ActiveTurn(context, lease, route=request.route, next_seq=next_event_seq)
+        active = ActiveTurn(
+            context,
+            admitted.lease,
+            route=request.route,
+            next_seq=admitted.next_event_seq,
+            open_approvals=admitted.open_approvals,
+        )
         self._active[context.turn_id] = active
         self._tokens.bind(active)
         try:
@@ -571,7 +574,8 @@ class TurnExecution:
         if request.continues is None:
             # The input was persisted by the admission transaction (input.persisted),
             # unless the core's input slot normalizes it first (_input_slots persists it).
-            await core.effects.supersede_pending(context)
+            if active.open_approvals:
+                await core.effects.supersede_pending(context)
             message = await loaded_input(self._store, request, context.principal.principal_id)
             message = await self._input_slots(context, core, active, message)
             self._emit(context, "input.persisted", {})

@@ -300,12 +300,23 @@ async def test_an_approval_whose_agent_is_no_longer_offered_is_stale(tmp_path: P
 
 
 async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
+    """Only a turn admitted with calls still open looks for them (the admission says so)."""
     stamps = Stamps(tmp_path / "stamps.txt")
     model = ScriptedModel([stamp_call(), Reply("moved on")])
     async with approval_host(tmp_path, model, stamps) as host:
+        looked: list[str] = []
+        supersede = host.store.approvals.supersede
+
+        async def counted(session_id: str) -> int:
+            looked.append(session_id)
+            return await supersede(session_id)
+
+        host.store.approvals.supersede = counted  # type: ignore[method-assign]
         paused = await host.turns.run(request("stamp it"))
         assert paused.pending_approval
+        assert looked == []  # the session had no call to void
         assert (await host.turns.run(request("never mind"))).outcome == "completed"
+        assert looked == [paused.session_id]
         operator = await host.operator("ops", reason="answer approvals")
         with pytest.raises(ApprovalRefused) as refused:
             await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)

@@ -23,12 +23,15 @@ from hostkit.errors import (
     StoreError,
 )
 from hostkit.store import (
+    Admitted,
     ApprovalAnswer,
     ApprovalDecision,
     ClaimedApproval,
+    LeaseOwner,
     NewApproval,
     PendingApproval,
     RowStore,
+    TurnAdmission,
 )
 from hostkit.types import PrincipalScope, new_id
 from tests.contract._store_adapters import StoreUnderTest, open_adapter
@@ -426,6 +429,43 @@ async def test_a_newer_turn_supersedes_exactly_the_calls_that_have_not_run(
     assert await sut.raw_arguments(elsewhere.approval_id) != "{}"
     late = await store.answer(alice, waiting.approval_id, decision="approve_once", fingerprint=None)
     assert (late.accepted, late.approval.status) == (False, "superseded")
+
+
+async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
+    sut: StoreUnderTest,
+) -> None:
+    """Read in the admission transaction: a turn admitted with none skips its own look."""
+    alice = await owner(sut, "alice")
+    session = alice.session_id or ""
+    holder = LeaseOwner("another-machine", 4242, 1.0, "remote-instance")
+
+    async def admitted_open() -> bool:
+        admission = TurnAdmission(
+            turn_id=new_id("turn"),
+            request_id=new_id("req"),
+            principal_id=alice.principal_id,
+            core_id="assistant",
+            core_revision="rev1",
+            generation=1,
+            session=session,
+            trace_id=new_id("trace"),
+        )
+        admitted = await sut.store.turns.admit(admission, owner=holder, ttl_s=600.0)
+        assert isinstance(admitted, Admitted), admitted
+        await sut.store.turns.abandon(admitted.lease)  # free the session for the next one
+        return admitted.open_approvals
+
+    assert await admitted_open() is False
+    asked = await pending(sut, alice)
+    assert await admitted_open() is True
+    await sut.store.approvals.answer(
+        alice, asked.approval_id, decision="approve_once", fingerprint=None
+    )
+    assert await admitted_open() is True  # answered, not yet run: still to supersede
+    assert await sut.store.approvals.supersede(session) == 1
+    assert await admitted_open() is False
+    await pending(sut, await owner(sut, "bob"))  # another session's call is not this one's
+    assert await admitted_open() is False
 
 
 async def test_mark_stale_voids_an_open_approval_once(sut: StoreUnderTest) -> None:
