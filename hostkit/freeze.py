@@ -27,6 +27,11 @@ class FrozenMap(Mapping[str, Any]):
     _hash: int | None
 
     def __init__(self, data: Mapping[Any, Any] | None = None) -> None:
+        if type(data) is FrozenMap:
+            # Already frozen all the way down, and its dict is never changed: share it.
+            object.__setattr__(self, "_data", data._data)
+            object.__setattr__(self, "_hash", data._hash)
+            return
         frozen = {_freeze_key(k): freeze(v) for k, v in (data or {}).items()}
         object.__setattr__(self, "_data", frozen)
         object.__setattr__(self, "_hash", None)

@@ -188,7 +188,7 @@ class CalibratedEstimator:
         if memo is None:
             return self.base.definitions(definitions)
         found = memo.definitions
-        if found is not None and found[0] is definitions:
+        if found is not None and _same_schemas(found[0], definitions):
             return found[1]
         size = self.base.definitions(definitions)
         memo.definitions = (definitions, size)
@@ -207,6 +207,23 @@ class CalibratedEstimator:
         self, messages: Sequence[ModelMessage], definitions: Sequence[ToolDefinition] = ()
     ) -> int:
         return math.ceil(self.base.request(messages, definitions) * self.factor)
+
+
+def _same_schemas(counted: Sequence[ToolDefinition], asked: Sequence[ToolDefinition]) -> bool:
+    """Definitions a count cannot tell apart: the same names, descriptions and schemas.
+
+    Each turn's catalog builds new definitions around its tools' schemas, so
+    comparing them (cheaper than counting them again, and the same object in
+    the common case) is what spares each turn the count.
+    """
+    if counted is asked:
+        return True
+    return len(counted) == len(asked) and all(
+        a.name == b.name
+        and a.description == b.description
+        and (a.parameters is b.parameters or a.parameters == b.parameters)
+        for a, b in zip(counted, asked, strict=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,8 @@ class ToolDefinition:
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 64:
             raise InvalidValue("tool names are 1-64 characters")
-        object.__setattr__(self, "parameters", FrozenMap(self.parameters))
+        if type(self.parameters) is not FrozenMap:  # a frozen schema is kept as it is
+            object.__setattr__(self, "parameters", FrozenMap(self.parameters))
 
 
 @dataclass(frozen=True, slots=True)

@@ -532,6 +532,7 @@ class Counting:
 
     inner: CharEstimator = field(default_factory=CharEstimator)
     calls: dict[str, int] = field(default_factory=dict)
+    definition_counts: int = 0
 
     @property
     def estimator_id(self) -> str:
@@ -545,6 +546,7 @@ class Counting:
         return self.inner.message(message)
 
     def definitions(self, definitions: Sequence[ToolDefinition]) -> int:
+        self.definition_counts += 1
         return self.inner.definitions(definitions)
 
     def request(
@@ -589,6 +591,48 @@ async def test_each_history_message_is_estimated_once_and_the_figures_do_not_cha
         count == 1 for text, count in counting_estimator.calls.items() if text.startswith("history")
     )
     assert all(count <= 2 for count in counting_estimator.calls.values()), counting_estimator.calls
+
+
+async def test_tool_schemas_are_counted_once_while_they_stay_the_same(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Each turn's catalog wraps the same schema objects in new definitions: one count.
+
+    A changed schema, description or name is counted again, and every figure is
+    the one a manager that never counted before arrives at.
+    """
+    session = Session(store, await authority.for_conversation(facts("schemas")))
+    counting_estimator = Counting()
+    registry = EstimatorRegistry()
+    registry.register(counting_estimator)
+    limits = ModelLimits(64_000, 1_000, estimator_id="counting", safety_margin_tokens=100)
+    manager = ContextManager(store, estimators=registry)
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    frozen = ToolDefinition("notes_read", "Read a note.", schema).parameters
+    other = ToolDefinition("notes_read", "Read a note.", {"type": "object"}).parameters
+    turns: list[tuple[str, str, str, Any, int]] = [
+        ("t0", "notes_read", "Read a note.", frozen, 1),
+        ("t1", "notes_read", "Read a note.", frozen, 1),  # new definitions, same schema
+        ("t2", "notes_read", "Read a note.", dict(schema), 1),  # an equal schema
+        ("t3", "notes_read", "Read a note.", other, 2),  # another schema
+        ("t4", "notes_read", "Read one note.", other, 3),
+        ("t5", "notes_list", "Read one note.", other, 4),
+    ]
+    for turn_id, name, description, parameters, counted in turns:
+        definitions = (ToolDefinition(name, description, parameters),)
+        ask = request(session.scope, turn_id, [ModelMessage("user", "hi")], limits=limits)
+        ask = replace(ask, definitions=definitions)
+        ready = await manager.prepare(ask)
+        assert isinstance(ready, ContextReady)
+        assert counting_estimator.definition_counts == counted
+        fresh_registry = EstimatorRegistry()
+        fresh_registry.register(Counting())
+        fresh = await ContextManager(store, estimators=fresh_registry).prepare(
+            replace(ask, step_id=1)
+        )
+        assert isinstance(fresh, ContextReady)
+        assert ready.estimated_input_tokens == fresh.estimated_input_tokens
+        await manager.flush(turn_id)
 
 
 async def test_the_raw_estimate_is_the_whole_request_for_every_estimator_kind(

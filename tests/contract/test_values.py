@@ -25,6 +25,7 @@ from hostkit.types import (
     ConversationFacts,
     MessageRecord,
     PrincipalScope,
+    ToolDefinition,
     TurnExecutionContext,
     TurnToken,
     bounded_data,
@@ -95,6 +96,20 @@ def test_frozen_map_cannot_be_mutated_and_is_hashable() -> None:
         frozen._data = {}  # type: ignore[misc]
     assert hash(frozen) == hash(FrozenMap({"k": (1,)}))
     assert pickle.loads(pickle.dumps(frozen)) == frozen
+
+
+def test_a_frozen_map_of_a_frozen_map_is_equal_and_a_tool_schema_is_kept_as_is() -> None:
+    inner = FrozenMap({"type": "object", "properties": {"p": {"type": "string"}}})
+    copy = FrozenMap(inner)
+    assert copy == inner
+    assert hash(copy) == hash(inner)
+    assert copy["properties"] is inner["properties"]  # shared: nothing is frozen twice
+    with pytest.raises(AttributeError):
+        copy._data = {}  # type: ignore[misc]
+    assert ToolDefinition("t", "d", inner).parameters is inner
+    thawed = ToolDefinition("t", "d", {"type": "object"}).parameters
+    assert isinstance(thawed, FrozenMap)
+    assert thawed == {"type": "object"}
 
 
 def test_principal_scope_fields_and_nested_values_are_immutable() -> None:
