@@ -29,6 +29,7 @@ from hostkit.store._context_values import (
     ObservedStep,
     StepRecord,
 )
+from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
 from hostkit.types import (
     MAX_DECISION_TEXT,
@@ -145,7 +146,7 @@ def encode_decision(decision: ContextDecision) -> str:
         {"name": x.name, "tokens": x.tokens, "items": x.items, "pruned": x.pruned}
         for x in decision.layers
     ]
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return canonical_json(body)
 
 
 def decode_decision(row: sqlite3.Row) -> ContextDecision:

@@ -21,6 +21,7 @@ from hostkit.freeze import thaw
 from hostkit.store._approval_values import decode_view
 from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
 from hostkit.store._dialect import claim_isolation
+from hostkit.store._json import canonical_json
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
     ClaimedDelivery,
@@ -157,7 +158,7 @@ def insert_intents(
     created_at: str,
 ) -> None:
     """One pending intent per (intent id, payload), due now (the database clock)."""
-    encoded_route = json.dumps(thaw(route), separators=(",", ":"), sort_keys=True)
+    encoded_route = canonical_json(thaw(route))
     conn.executemany(
         _INSERT,
         [

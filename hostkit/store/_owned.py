@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, TurnInProgress
+from hostkit.store._json import canonical_json
 from hostkit.types import (
     LegacyRepairView,
     MessageRecord,
@@ -198,7 +199,7 @@ def append_message(
         raise TurnInProgress(str(held[0]))
     message_id = new_id("msg")
     created_at = now(conn)
-    body = json.dumps(content, separators=(",", ":"), sort_keys=True)
+    body = canonical_json(content)
     cursor = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         "SELECT ?, o.session_id, "
@@ -254,7 +255,7 @@ def create_task(
     where, params = owner_predicate(scope)
     task_id = new_id("task")
     created_at = now(conn)
-    body = json.dumps(detail, separators=(",", ":"), sort_keys=True)
+    body = canonical_json(detail)
     cursor = conn.execute(
         "INSERT INTO tasks (task_id, session_id, kind, status, detail, created_at, updated_at) "
         f"SELECT ?, o.session_id, ?, 'pending', ?, ?, ? FROM session_owners o "

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hostkit.errors import NotFoundOrUnauthorized
-from hostkit.freeze import thaw
+from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
-from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_metadata, new_id
+from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, new_id
 
 __all__ = [
     "ConversationSelect",
@@ -63,7 +63,7 @@ def insert_audit(
     if scope is not None:
         principal_id = principal_id or scope.principal_id
         authority = authority or scope.authority
-    body = json.dumps(thaw(bounded_metadata(detail)), separators=(",", ":"), sort_keys=True)
+    body = canonical_json(bounded_data(detail))
     cursor = conn.execute(
         "INSERT INTO audit (at, kind, principal_id, authority, session_id, subject, reason, "
         "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",

@@ -36,6 +36,7 @@ from hostkit.store._approval_rows import (
 from hostkit.store._context_rows import observe_step
 from hostkit.store._context_values import ObservedStep
 from hostkit.store._delivery_rows import approval_prompt, insert_intents
+from hostkit.store._json import canonical_json
 from hostkit.store._owned import now, owner_predicate
 from hostkit.store._turn_values import (
     RecoveredTurn,
@@ -100,16 +101,8 @@ def all_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[
     return cursor.execute(sql, params).fetchall()
 
 
-# One encoder for every stored JSON text: json.dumps with options builds a new one per call.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-
-def _json(value: Any) -> str:
-    return _ENCODER.encode(value)
-
-
 def _detail(detail: Mapping[str, Any] | None) -> str:
-    return _json(bounded_data(detail))
+    return canonical_json(bounded_data(detail))
 
 
 _STATE_COLUMNS = (
@@ -199,7 +192,7 @@ def _commit_terminal(
     cursor = conn.execute(
         "UPDATE turns SET status = ?, result = ?, ended_at = ?, lease_owner = NULL, "
         "lease_expires_at = NULL WHERE turn_id = ? AND status = 'running'",
-        [result.outcome, _json(result.to_json()), at, result.turn_id],
+        [result.outcome, canonical_json(result.to_json()), at, result.turn_id],
     )
     if cursor.rowcount != 1:
         raise InvalidValue("the turn already has a terminal record")
@@ -394,7 +387,7 @@ RUNNING_COLUMNS = (
 
 def encode_route(route: Mapping[str, Any] | None) -> str | None:
     """The turns.route text of a captured (already bounded) route; None when unrouted."""
-    return None if route is None else _json(thaw(route))
+    return None if route is None else canonical_json(thaw(route))
 
 
 def stored_route(text: str | None) -> Mapping[str, Any] | None:
@@ -440,7 +433,7 @@ def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnA
         return False
     if admission.input is None:
         return True
-    content = _json(admission.input.to_json())
+    content = canonical_json(admission.input.to_json())
     # A core with an input slot persists its input after the slot (input.admitted keeps
     # the digest of the input as admitted); any other turn persisted it at admission.
     admitted = one_row(
@@ -501,7 +494,7 @@ def append_message(
 
 def input_digest(message: ModelMessage) -> str:
     """The sha256 (hex) of a user input as stored: how a repeated request is recognised."""
-    return hashlib.sha256(_json(message.to_json()).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(message.to_json()).encode()).hexdigest()
 
 
 def insert_message(
@@ -521,7 +514,15 @@ def insert_message(
     conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [new_id("msg"), session_id, seq, message.role, _json(message.to_json()), turn_id, at],
+        [
+            new_id("msg"),
+            session_id,
+            seq,
+            message.role,
+            canonical_json(message.to_json()),
+            turn_id,
+            at,
+        ],
     )
     return seq
 
