@@ -97,7 +97,9 @@ async def test_write_runs_whole_transaction_in_one_hop_off_the_loop(
 
     before = hops.count
     assert await store.write(transaction) == 10
-    assert hops.count - before == 1
+    # At most one: none when the drain that committed the table was still running and
+    # took this job too (eleven statements, never a hop each).
+    assert hops.count - before <= 1
 
 
 async def test_failing_write_rolls_back_only_itself_in_a_shared_commit(
