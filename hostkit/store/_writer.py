@@ -15,7 +15,7 @@ batch, until the queue is empty. Each batch's callers are woken with one
 callback as soon as its transaction ended, and the next batch starts at once
 with what queued meanwhile: commits never wait for a turn of the event loop
 (under load the loop is busy, and a leader task handing over between batches
-left the database idle most of the time). No background task is needed, and a
+kept the database waiting for it). No background task is needed, and a
 cancelled caller whose job was not yet taken is simply dequeued.
 """
 
