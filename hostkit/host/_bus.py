@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hostkit.turns import Observer, TurnEvent
+from hostkit.turns import Observer, TurnEvent, listening
 
 __all__ = ["EventBus"]
 
@@ -26,6 +26,11 @@ class EventBus:
         self._subscribers: list[
             tuple[Callable[[TurnEvent], bool], MemoryObjectSendStream[TurnEvent]]
         ] = []
+
+    @property
+    def listening(self) -> bool:
+        """Whether an event now would reach anyone (a subscriber or the forward)."""
+        return bool(self._subscribers) or (self._forward is not None and listening(self._forward))
 
     def notify(self, event: TurnEvent) -> None:
         for accepts, stream in list(self._subscribers):

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from hostkit.freeze import FrozenMap
 
-__all__ = ["NullObserver", "Observer", "TurnEvent"]
+__all__ = ["NullObserver", "Observer", "TurnEvent", "listening"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +34,26 @@ class TurnEvent:
 
 
 class Observer(Protocol):
-    """Receives turn events; must return quickly and never raise into the turn."""
+    """Receives turn events; must return quickly and never raise into the turn.
+
+    An observer that would drop every event for now may say so with a
+    ``listening`` attribute that is False (hostkit's own ``NullObserver`` and
+    the Host's event bus without subscribers do): the turn then builds no
+    event for it. Without the attribute an observer receives every event.
+    """
 
     def notify(self, event: TurnEvent) -> None: ...
 
 
+def listening(observer: Observer) -> bool:
+    """Whether ``observer`` wants events now (``listening`` absent: always)."""
+    return getattr(observer, "listening", True) is not False
+
+
 class NullObserver:
     """An observer that ignores everything."""
+
+    listening = False
 
     def notify(self, event: TurnEvent) -> None:
         return None

@@ -40,7 +40,7 @@ from hostkit.store import (
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
 from hostkit.turns._attachments import check_attachments, loaded_input
 from hostkit.turns._core import CoreResolver, PinnedCore
-from hostkit.turns._events import NullObserver, Observer, TurnEvent
+from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
@@ -1002,10 +1002,16 @@ class TurnExecution:
                 self._emit(context, "mcp.unavailable", data)
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
-        event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
-        with contextlib.suppress(Exception):
-            self._observer.notify(event)
+        observer = self._observer if listening(self._observer) else None
         pinned = self._observers.get(context.turn_id)
+        if pinned is not None and not listening(pinned):
+            pinned = None
+        if observer is None and pinned is None:
+            return  # nobody would see it: a dozen events per turn not built (and frozen)
+        event = TurnEvent(kind, context.request_id, context.turn_id, context.session_id, data)
+        if observer is not None:
+            with contextlib.suppress(Exception):
+                observer.notify(event)
         if pinned is not None:
             with contextlib.suppress(Exception):
                 pinned.notify(event)

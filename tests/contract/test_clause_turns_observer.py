@@ -69,3 +69,52 @@ async def test_the_observer_belongs_to_its_configuration_generation(tmp_path: Pa
     # The turn admitted after apply_config reported to the new observer only.
     assert after.turn_id in new.turns()
     assert after.turn_id not in old.turns()
+
+
+class Quiet(Recorder):
+    """An observer that says it would drop everything for now."""
+
+    listening = False
+
+
+async def test_no_event_is_built_for_observers_that_are_not_listening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody subscribed and a quiet observer: the turn builds (and freezes) no event.
+
+    An observer without a ``listening`` attribute receives every event, and a
+    subscriber of the Host's bus gets them from the moment it subscribes.
+    """
+    import hostkit.turns._execution as execution
+
+    built: list[str] = []
+
+    class Counted(TurnEvent):
+        def __post_init__(self) -> None:
+            built.append(self.kind)
+            super().__post_init__()
+
+    monkeypatch.setattr(execution, "TurnEvent", Counted)
+    model = ScriptedModel([Reply("ok")], repeat_last=True)
+    quiet = Quiet()
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, observer=quiet)) as h:
+        assert (await h.turns.run(request("one"))).outcome == "completed"
+        assert built == []
+        assert quiet.events == []
+        async with h.events.subscribe() as events:
+            second = await h.turns.run(request("two"))
+            assert built[0] == "turn.started"
+            assert built[-1] == "turn.completed"
+            received = []
+            while True:
+                try:
+                    received.append(events.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+        assert [e.kind for e in received] == built
+        assert {e.turn_id for e in received} == {second.turn_id}
+    loud = Recorder()
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, observer=loud)) as h:
+        third = await h.turns.run(request("three"))
+    assert [e.kind for e in loud.events][-1] == "turn.completed"
+    assert loud.turns() == {third.turn_id}
