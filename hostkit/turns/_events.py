@@ -46,8 +46,15 @@ class Observer(Protocol):
 
 
 def listening(observer: Observer) -> bool:
-    """Whether ``observer`` wants events now (``listening`` absent: always)."""
-    return getattr(observer, "listening", True) is not False
+    """Whether ``observer`` wants events now (``listening`` absent: always).
+
+    Never raises into the turn: an attribute that fails counts as listening
+    (its ``notify`` errors are suppressed like any observer's).
+    """
+    try:
+        return getattr(observer, "listening", True) is not False
+    except Exception:
+        return True
 
 
 class NullObserver:

@@ -118,3 +118,20 @@ async def test_no_event_is_built_for_observers_that_are_not_listening(
         third = await h.turns.run(request("three"))
     assert [e.kind for e in loud.events][-1] == "turn.completed"
     assert loud.turns() == {third.turn_id}
+
+
+class Broken(Recorder):
+    """An observer whose ``listening`` fails: it still gets the events, the turn goes on."""
+
+    @property
+    def listening(self) -> bool:
+        raise RuntimeError("listening is broken")
+
+
+async def test_an_observer_whose_listening_fails_breaks_nothing(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("ok")], repeat_last=True)
+    broken = Broken()
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, observer=broken)) as h:
+        result = await h.turns.run(request("one"))
+    assert (result.outcome, result.text) == ("completed", "ok")
+    assert [e.kind for e in broken.events][-1] == "turn.completed"
