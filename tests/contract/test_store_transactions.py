@@ -455,6 +455,41 @@ async def test_write_inside_own_transaction_is_refused_not_deadlocked(store: Run
     assert await count(store) == 1
 
 
+@pytest.mark.sqlite_only("the SQLite writer's drain on its connection thread")
+async def test_a_drain_that_breaks_fails_its_writes_and_the_next_write_works(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing waits forever when the drain itself fails: every taken or queued write
+    gets a typed error, and the writer starts afresh for the next one."""
+    import hostkit.store._writer as writer
+
+    await make_table(store)
+    run_batch = writer._run_batch
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("the drain broke")
+
+    monkeypatch.setattr(writer, "_run_batch", broken)
+    outcomes: list[str] = []
+
+    async def attempt(i: int) -> None:
+        try:
+            await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", [str(i)]))
+        except StoreError as exc:
+            outcomes.append("failed: the drain broke" if "the drain broke" in str(exc) else "?")
+        else:
+            outcomes.append("committed")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(attempt, i)
+    assert outcomes == ["failed: the drain broke"] * 20
+    monkeypatch.setattr(writer, "_run_batch", run_batch)
+    await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES ('after')"))
+    assert await count(store) == 1
+
+
 async def test_close_with_queued_writes_fails_them_cleanly(db_path: Path) -> None:
     store = await RuntimeStore.open(db_path)
     await make_table(store)
