@@ -252,7 +252,8 @@ class GroupCommitWriter:
         """The drain returned (queue empty, or asked to stop): start another if needed."""
         self._drain = None
         if not drain.cancelled() and drain.exception() is not None:
-            # The connection itself failed (closed under us): nothing queued can run.
+            # The drain failed outside any batch (its connection thread, not a job):
+            # fail what is queued rather than start another that may fail alike.
             self._fail_queued(_as_store_error(drain.exception()))
             return
         self._start_drain()
@@ -326,7 +327,9 @@ def _drain(
 
     Each batch is one transaction, delivered to the loop as soon as it ended,
     and the next batch starts at once with whatever queued meanwhile: the
-    database never waits for the event loop between two commits.
+    database never waits for the event loop between two commits. A batch
+    that fails as a whole fails its own jobs only (typed); the drain goes on,
+    and every failed batch took at least one job, so it cannot spin.
     """
     while not stop():
         batch: list[_Job[Any]] = []
@@ -341,9 +344,16 @@ def _drain(
             _run_batch(conn, guard, batch)
         except BaseException as exc:
             _fail(batch, _as_store_error(exc))
-            deliver(batch)
-            raise
+            _abandon_transaction(conn, guard)
         deliver(batch)
+
+
+def _abandon_transaction(conn: sqlite3.Connection, guard: TransactionGuard) -> None:
+    """After a batch failed outside its jobs: no half-open transaction for the next one."""
+    guard.raised = False
+    with contextlib.suppress(sqlite3.Error):
+        if conn.in_transaction:
+            conn.execute(ROLLBACK)
 
 
 def _as_store_error(exc: BaseException | None) -> BaseException:

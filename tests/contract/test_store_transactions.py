@@ -459,14 +459,16 @@ async def test_write_inside_own_transaction_is_refused_not_deadlocked(store: Run
 async def test_a_drain_that_breaks_fails_its_writes_and_the_next_write_works(
     store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing waits forever when the drain itself fails: every taken or queued write
-    gets a typed error, and the writer starts afresh for the next one."""
+    """Nothing waits forever when a batch fails outside its jobs (here with its
+    transaction still open): each of its writes gets a typed error, the
+    transaction is abandoned, and the next write commits."""
     import hostkit.store._writer as writer
 
     await make_table(store)
     run_batch = writer._run_batch
 
-    def broken(*args: object) -> None:
+    def broken(conn: sqlite3.Connection, *args: object) -> None:
+        conn.execute(writer.BEGIN)  # and leaves its transaction open
         raise RuntimeError("the drain broke")
 
     monkeypatch.setattr(writer, "_run_batch", broken)
