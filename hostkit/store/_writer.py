@@ -108,10 +108,7 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
     except sqlite3.Error as exc:
         if conn.in_transaction:
             conn.execute(ROLLBACK)
-        failure = map_sqlite_error(exc, "commit")
-        for job in jobs:
-            job.result = None
-            job.error = failure
+        _fail(jobs, map_sqlite_error(exc, "commit"))
 
 
 def _run_jobs(
