@@ -28,16 +28,19 @@ says how processes are started and timed.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import importlib.metadata
 import io
 import itertools
 import pstats
+import queue
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import closing
@@ -110,6 +113,10 @@ class Figures:
     p99_ms: float
     turns_per_s: float
     cpu_ms_per_turn: float
+    # Of cpu_ms_per_turn, what the event loop's own thread spent; the rest ran on other
+    # threads (for hostkit: its SQLite connections' threads, where statements and
+    # commits run).
+    loop_cpu_ms_per_turn: float
 
 
 async def _sessions(
@@ -155,7 +162,7 @@ async def _drive(
     prefix: str,
     profiler: cProfile.Profile | None = None,
 ) -> Figures:
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
     if profiler is not None:
         profiler.enable()
     try:
@@ -164,9 +171,12 @@ async def _drive(
         if profiler is not None:
             profiler.disable()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    loop_cpu = time.thread_time() - loop_cpu
     p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     count = len(latencies)
-    return Figures(p50 * 1000, p99 * 1000, count / wall, cpu * 1000 / count)
+    return Figures(
+        p50 * 1000, p99 * 1000, count / wall, cpu * 1000 / count, loop_cpu * 1000 / count
+    )
 
 
 async def _measure(
@@ -348,6 +358,57 @@ def _row(label: str, mode: str, f: Figures, peer: Figures | None) -> str:
     return cells + ratios
 
 
+def _commit_cpu_ms(root: Path, commits: int = 300) -> float:
+    """CPU (ms, this thread, system time included) of one synchronous=FULL WAL commit.
+
+    One small row per transaction, on the filesystem the figures ran on: the
+    floor under each of a turn's write transactions, whatever the runtime does.
+    """
+    with closing(sqlite3.connect(root / "commit-floor.db", isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, value TEXT)")
+        start = time.thread_time()
+        for _ in range(commits):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO floor (value) VALUES (?)", ("x" * 100,))
+            conn.execute("COMMIT")
+        return (time.thread_time() - start) * 1000 / commits
+
+
+async def _hop_cpu_ms(rounds: int = 5, trips: int = 400) -> float:
+    """CPU (ms, all threads) of one round trip: event loop -> a thread -> event loop.
+
+    The thread does nothing. This is what handing work to a thread and
+    awaiting its answer costs here (aiosqlite's way: a queue, then
+    ``call_soon_threadsafe``), whatever the work and whatever the runtime.
+    It depends on how idle the machine's CPUs are (waking a thread on an
+    idle CPU costs more), so it is the median of a few rounds.
+    """
+    loop = asyncio.get_running_loop()
+    inbox: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while (future := inbox.get()) is not None:
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    thread = threading.Thread(target=worker, name="bench-hop", daemon=True)
+    thread.start()
+    figures = []
+    try:
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(trips):
+                future = loop.create_future()
+                inbox.put(future)
+                await future
+            figures.append((time.process_time() - start) * 1000 / trips)
+    finally:
+        inbox.put(None)
+        await anyio.to_thread.run_sync(thread.join)
+    return statistics.median(figures)
+
+
 async def _profile(root: Path, *, turns: int) -> None:
     """cProfile of the event-loop thread over ``turns`` sequential turns (FULL)."""
     profiler = cProfile.Profile()
@@ -419,8 +480,27 @@ async def main(args: argparse.Namespace) -> None:
         print(_row("hostkit FULL", f"1 x {latency_turns}", one, None))
         print(_row("hostkit FULL", f"{SESSIONS} x {many_turns}", many, None))
         print("\nsummary (goals from issue 10):")
-        cpu = results["1 session"].cpu_ms_per_turn
+        single = results["1 session"]
+        cpu, loop_cpu = single.cpu_ms_per_turn, single.loop_cpu_ms_per_turn
         print(f"  Host CPU per turn, 1 session, FULL: {cpu:.3f} ms (goal <= 1 ms)")
+        print(
+            f"    event-loop thread {loop_cpu:.3f} ms, SQLite connection threads "
+            f"{cpu - loop_cpu:.3f} ms (statements and commits)"
+        )
+        commit = await anyio.to_thread.run_sync(_commit_cpu_ms, root)
+        print(
+            f"    one FULL commit of one small row here: {commit:.3f} ms of CPU; "
+            "a turn makes 4 write transactions"
+        )
+        hop = await _hop_cpu_ms()
+        print(
+            f"    one round trip event loop -> thread -> event loop here: {hop:.3f} ms of CPU; "
+            "a turn makes 5 to its SQLite threads (4 writes, 1 read)"
+        )
+        print(
+            f"    so {4 * commit + 5 * hop:.3f} ms of a turn's CPU is commits and thread hops "
+            "at their floor, before any statement or turn logic runs"
+        )
         ratio = many.turns_per_s / one.turns_per_s
         print(
             f"  {SESSIONS} sessions / 1 session turns/s at {args.latency_ms:g} ms model latency: "
