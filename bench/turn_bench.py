@@ -34,6 +34,7 @@ import gc
 import importlib.metadata
 import io
 import itertools
+import os
 import pstats
 import queue
 import sqlite3
@@ -376,37 +377,50 @@ def _commit_cpu_ms(root: Path, commits: int = 300) -> float:
         return (time.thread_time() - start) * 1000 / commits
 
 
-async def _hop_cpu_ms(rounds: int = 5, trips: int = 400) -> float:
+async def _hop_cpu_ms(cpus: tuple[int, int] | None, trips: int = 2000) -> float:
     """CPU (ms, all threads) of one round trip: event loop -> a thread -> event loop.
 
     The thread does nothing. This is what handing work to a thread and
     awaiting its answer costs here (aiosqlite's way: a queue, then
     ``call_soon_threadsafe``), whatever the work and whatever the runtime.
-    It depends on how idle the machine's CPUs are (waking a thread on an
-    idle CPU costs more), so it is the median of a few rounds.
+    It depends on where the scheduler put the two threads (waking a thread
+    on another, idle CPU costs several times more), so ``cpus`` pins the loop's
+    thread and the other one to these two CPUs for the measurement.
     """
     loop = asyncio.get_running_loop()
     inbox: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
 
     def worker() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, {cpus[1]})
         while (future := inbox.get()) is not None:
             loop.call_soon_threadsafe(future.set_result, None)
 
+    allowed = os.sched_getaffinity(0) if cpus is not None else set()
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus[0]})
     thread = threading.Thread(target=worker, name="bench-hop", daemon=True)
     thread.start()
-    figures = []
     try:
-        for _ in range(rounds):
-            start = time.process_time()
-            for _ in range(trips):
-                future = loop.create_future()
-                inbox.put(future)
-                await future
-            figures.append((time.process_time() - start) * 1000 / trips)
+        start = time.process_time()
+        for _ in range(trips):
+            future = loop.create_future()
+            inbox.put(future)
+            await future
+        return (time.process_time() - start) * 1000 / trips
     finally:
         inbox.put(None)
         await anyio.to_thread.run_sync(thread.join)
-    return statistics.median(figures)
+        if cpus is not None:
+            os.sched_setaffinity(0, allowed)
+
+
+def _two_cpus() -> tuple[int, int] | None:
+    """Two CPUs this process may run on, if it can pin threads to them (Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return (allowed[0], allowed[1]) if len(allowed) >= 2 else None
 
 
 async def _profile(root: Path, *, turns: int) -> None:
@@ -492,15 +506,20 @@ async def main(args: argparse.Namespace) -> None:
             f"    one FULL commit of one small row here: {commit:.3f} ms of CPU; "
             "a turn makes 4 write transactions"
         )
-        hop = await _hop_cpu_ms()
-        print(
-            f"    one round trip event loop -> thread -> event loop here: {hop:.3f} ms of CPU; "
-            "a turn makes 5 to its SQLite threads (4 writes, 1 read)"
-        )
-        print(
-            f"    so {4 * commit + 5 * hop:.3f} ms of a turn's CPU is commits and thread hops "
-            "at their floor, before any statement or turn logic runs"
-        )
+        cpus = _two_cpus()
+        if cpus is not None:
+            near = await _hop_cpu_ms((cpus[0], cpus[0]))
+            far = await _hop_cpu_ms(cpus)
+            print(
+                "    one round trip event loop -> thread -> event loop here: "
+                f"{near:.3f} ms of CPU with both threads on one CPU, {far:.3f} ms on two; "
+                "a turn makes 5 to its SQLite threads (4 writes, 1 read)"
+            )
+            print(
+                f"    so {4 * commit + 5 * near:.3f} to {4 * commit + 5 * far:.3f} ms of a "
+                "turn's CPU is commits and thread hops at their floor, before any statement "
+                "or turn logic runs"
+            )
         ratio = many.turns_per_s / one.turns_per_s
         print(
             f"  {SESSIONS} sessions / 1 session turns/s at {args.latency_ms:g} ms model latency: "

@@ -33,6 +33,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.store._checks import check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
 from hostkit.store._pg_listen import listen
@@ -114,8 +115,9 @@ class PgStore(RowStore):
         ``pg_dump`` goes before an upgrade that drops data (none: refused).
         """
         check_url(url)
-        if not 1 <= pool_size <= 100:
-            raise InvalidValue("pool_size must be 1-100")
+        check_count("pool_size", pool_size, 100)
+        check_duration("connect_timeout_s", connect_timeout_s)
+        check_duration("statement_timeout_s", statement_timeout_s)
         location = redact_url(url)
         options = (
             f"-c statement_timeout={int(statement_timeout_s * 1000)} "

@@ -11,12 +11,20 @@ from typing import TypeVar
 import anyio
 
 from hostkit.errors import InvalidValue, StoreClosed
+from hostkit.store._checks import check_count, check_duration
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._transaction import Transaction
-from hostkit.store._writer import BEGIN, COMMIT, ROLLBACK, GroupCommitWriter, map_sqlite_error
+from hostkit.store._writer import (
+    BEGIN,
+    COMMIT,
+    MAX_BATCH,
+    ROLLBACK,
+    GroupCommitWriter,
+    map_sqlite_error,
+)
 
 __all__ = ["MAX_REASON", "SqliteStore", "Transaction", "audit_reason"]
 
@@ -78,8 +86,11 @@ class SqliteStore(RowStore):
         """
         if synchronous not in _SYNCHRONOUS:
             raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        # Checked before anything opens: a batch of no jobs would drain nothing, forever.
+        busy_ms = int(check_duration("busy_timeout_s", busy_timeout_s) * 1000)
+        check_count("max_batch", max_batch, MAX_BATCH)
+        check_duration("lock_timeout_s", lock_timeout_s)
         database = Path(await (await anyio.Path(path).expanduser()).resolve())
-        busy_ms = int(busy_timeout_s * 1000)
         try:
             writer = await open_connection(
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms

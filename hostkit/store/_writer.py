@@ -34,9 +34,13 @@ import anyio
 from hostkit.errors import HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import DbConnection
 
-__all__ = ["GroupCommitWriter", "TransactionGuard", "map_sqlite_error"]
+__all__ = ["MAX_BATCH", "GroupCommitWriter", "TransactionGuard", "map_sqlite_error"]
 
 T = TypeVar("T")
+
+# The most jobs one transaction takes. Past a few dozen, a larger batch saves no
+# commit worth having and only delays the callers of its first jobs.
+MAX_BATCH = 1024
 
 # SQLite result codes after which the same statement may succeed later.
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
@@ -283,6 +287,9 @@ class GroupCommitWriter:
                 await self._lock.acquire()
         except TimeoutError as exc:
             raise StoreError("timed out waiting for the database writer", retryable=True) from exc
+        if self._closed:  # closed while this transaction waited for the one before it
+            self._lock.release()
+            raise StoreClosed()
         self._held = True
         self._interactive_task = anyio.get_current_task().id
         try:
@@ -303,7 +310,10 @@ class GroupCommitWriter:
             self._start_drain()
 
     async def close(self) -> None:
-        """Refuse new writes, fail queued ones (``StoreClosed``), let the batch in flight end."""
+        """Refuse new writes, fail queued ones and waiting transactions (``StoreClosed``).
+
+        The batch in flight, and the transaction holding the writer, end as they would.
+        """
         self._closed = True
         self._fail_queued(StoreClosed())
         with anyio.move_on_after(self._lock_timeout_s):

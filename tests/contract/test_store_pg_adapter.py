@@ -269,6 +269,33 @@ async def test_a_malformed_postgresql_url_is_invalid_value(url: str) -> None:
         await RuntimeStore.open_postgres(url, connect_timeout_s=1)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"pool_size": 0},
+        {"pool_size": 101},
+        {"pool_size": True},
+        {"pool_size": 2.5},
+        {"connect_timeout_s": float("nan")},
+        {"connect_timeout_s": 0},
+        {"statement_timeout_s": -1},
+        {"statement_timeout_s": float("inf")},
+        {"statement_timeout_s": "30"},
+    ],
+    ids=str,
+)
+async def test_an_unusable_option_is_invalid_value_before_any_connection(
+    options: dict[str, Any],
+) -> None:
+    # A closed port: were the options not checked first, this would be a StoreError.
+    url = f"postgresql://hostkit@127.0.0.1:{closed_port()}/hostkit"
+    options.setdefault("connect_timeout_s", 1)
+    with pytest.raises(InvalidValue) as caught:
+        await RuntimeStore.open_postgres(url, **options)
+    assert len(str(caught.value)) < 200
+    assert next(name for name in options if name in str(caught.value))
+
+
 async def test_a_multi_host_url_is_tried_not_refused_as_malformed() -> None:
     # libpq's failover syntax (host1:port1,host2:port2), which [store] url accepts.
     first, second = closed_port(), closed_port()

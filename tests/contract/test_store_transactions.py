@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -13,6 +14,7 @@ import pytest
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store import SCHEMA_VERSION, RuntimeStore, SqliteStore
 from hostkit.store._connection import DbConnection
+from hostkit.store._writer import MAX_BATCH
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +82,73 @@ async def test_synchronous_setting_is_applied(db_path: Path, setting: str, level
 async def test_synchronous_off_is_refused(db_path: Path) -> None:
     with pytest.raises(InvalidValue, match="synchronous"):
         await RuntimeStore.open(db_path, synchronous="OFF")  # type: ignore[arg-type]
+
+
+@pytest.mark.sqlite_only("the SQLite adapter's open options")
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_batch": 0},
+        {"max_batch": -3},
+        {"max_batch": MAX_BATCH + 1},
+        {"max_batch": True},
+        {"max_batch": 8.0},
+        {"lock_timeout_s": 0},
+        {"lock_timeout_s": float("nan")},
+        {"busy_timeout_s": -1},
+        {"busy_timeout_s": float("inf")},
+        {"busy_timeout_s": "5"},
+    ],
+    ids=str,
+)
+async def test_an_unusable_open_option_is_invalid_value_and_opens_nothing(
+    db_path: Path, options: dict[str, Any]
+) -> None:
+    # A batch of at most 0 jobs would drain nothing while writes wait forever.
+    before = _sqlite_threads()
+    with pytest.raises(InvalidValue) as caught:
+        await RuntimeStore.open(db_path, **options)
+    assert next(iter(options)) in str(caught.value)
+    assert len(str(caught.value)) < 200
+    assert not await anyio.Path(db_path).exists()
+    assert _sqlite_threads() <= before
+
+
+@pytest.mark.sqlite_only("SqliteStore.transaction(), that adapter's interactive API")
+async def test_a_transaction_waiting_when_the_store_closes_is_refused(db_path: Path) -> None:
+    store = await RuntimeStore.open(db_path, lock_timeout_s=5)
+    assert isinstance(store, SqliteStore)
+    await make_table(store)
+    holding, release = anyio.Event(), anyio.Event()
+    outcome: list[str] = []
+
+    async def first() -> None:
+        async with store.transaction() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES ('first')")
+            holding.set()
+            await release.wait()
+
+    async def second() -> None:
+        try:
+            async with store.transaction() as tx:
+                await tx.execute("INSERT INTO t (v) VALUES ('second')")
+            outcome.append("committed")
+        except StoreClosed:
+            outcome.append("closed")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await holding.wait()
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()  # second waits for the writer's lock
+            tg.start_soon(store.aclose)
+            await anyio.wait_all_tasks_blocked()  # aclose began: it waits for the lock too
+            release.set()
+    assert outcome == ["closed"]
+    async with await RuntimeStore.open(db_path) as reopened:
+        rows = await reopened.read(lambda c: c.execute("SELECT v FROM t").fetchall())
+    assert rows == [("first",)]
 
 
 @pytest.mark.sqlite_only("one hop to the SQLite connection thread (DbConnection.start)")
