@@ -287,7 +287,7 @@ class GroupCommitWriter:
                 await self._lock.acquire()
         except TimeoutError as exc:
             raise StoreError("timed out waiting for the database writer", retryable=True) from exc
-        if self._closed:  # closed while this transaction waited for the one before it
+        if self._closed_meanwhile():  # while this transaction waited for the one before it
             self._lock.release()
             raise StoreClosed()
         self._held = True
@@ -308,6 +308,10 @@ class GroupCommitWriter:
             self._held = False
             self._lock.release()
             self._start_drain()
+
+    def _closed_meanwhile(self) -> bool:
+        """Whether ``close()`` began, asked after an await (a call: never narrowed away)."""
+        return self._closed
 
     async def close(self) -> None:
         """Refuse new writes, fail queued ones and waiting transactions (``StoreClosed``).
