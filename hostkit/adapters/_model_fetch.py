@@ -192,7 +192,7 @@ async def _download(
         if response.status_code != httpx.codes.OK:
             raise _refused(source, f"it answered HTTP {response.status_code}")
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > source.max_wheel_bytes:
+        if declared.isascii() and declared.isdigit() and int(declared) > source.max_wheel_bytes:
             raise _refused(source, f"it is {declared} bytes, over {source.max_wheel_bytes}")
         received = 0
         pending = bytearray()

@@ -31,7 +31,7 @@ from hostkit.channels._telegram import parse_telegram
 from hostkit.channels._webhook import parse_webhook
 from hostkit.errors import ChannelRefused, ConfigError, HostkitError, InvalidValue, bounded
 from hostkit.inbox import ChannelInbox
-from hostkit.types import InboundEnvelope
+from hostkit.types import InboundEnvelope, is_seconds
 
 __all__ = ["ingress_app"]
 
@@ -180,12 +180,19 @@ def ingress_app(
     answers ``/readyz``. ``accept_timeout_s`` bounds the store write (then 503),
     ``body_timeout_s`` the body upload (then 408).
     """
+    for key, seconds in (
+        ("accept_timeout_s", accept_timeout_s),
+        ("body_timeout_s", body_timeout_s),
+    ):
+        # Checked here, not at the first request: a bad value would fail every request.
+        if not is_seconds(seconds, high=86_400):
+            raise ConfigError("must be a positive, finite number of seconds", key=key)
     for channel_id, config in channels.items():
         if config.inbound != "webhook":
             continue
         if config.kind not in _FORMATS:
             raise ConfigError(f"unknown channel kind {config.kind!r}", key=f"channels.{channel_id}")
-        if not secrets.get(channel_id):
+        if not secrets.get(channel_id) or not isinstance(secrets[channel_id], str):
             raise ConfigError(
                 "a webhook channel needs its secret (secret_env is unset or empty)",
                 key=f"channels.{channel_id}.secret_env",

@@ -29,7 +29,7 @@ from hostkit.channels._settings import ChannelSettings, sender_allowed
 from hostkit.channels._telegram import envelope_from_update, update_id
 from hostkit.errors import ChannelRefused, ConfigError, PollError, StoreError, bounded
 from hostkit.inbox import ChannelInbox
-from hostkit.types import InboundEnvelope, SourceCheckpoint
+from hostkit.types import InboundEnvelope, SourceCheckpoint, is_count, is_seconds
 
 __all__ = ["POLLING_AUTHENTICATED_BY", "TelegramPoller"]
 
@@ -65,12 +65,19 @@ class TelegramPoller:
     ) -> None:
         if config.kind != "telegram" or config.api_origin is None:
             raise ConfigError("polling is the telegram transport", key=f"channels.{channel_id}")
-        if not token:
+        if not token or not isinstance(token, str):
             raise ConfigError(
                 "the bot token is unset or empty", key=f"channels.{channel_id}.token_env"
             )
-        if not 1 <= limit <= 100:
+        if not is_count(limit, high=100):
             raise ConfigError("getUpdates takes 1 to 100 updates per call", key="limit")
+        # NaN would compare false with every size and read any response whole.
+        if not is_count(max_response_bytes, high=1 << 30):
+            raise ConfigError("must be a positive integer (bytes)", key="max_response_bytes")
+        if not is_seconds(accept_timeout_s, high=86_400):
+            raise ConfigError(
+                "must be a positive, finite number of seconds", key="accept_timeout_s"
+            )
         self.channel_id = channel_id
         self.source_id = f"telegram-poll:{channel_id}"
         self._config = config
@@ -138,7 +145,9 @@ class TelegramPoller:
         if self._loaded:
             return
         stored = await self._inbox.checkpoint(self.source_id)
-        self._cursor = int(stored) if stored is not None and stored.isdigit() else None
+        self._cursor = (
+            int(stored) if stored is not None and stored.isascii() and stored.isdigit() else None
+        )
         self._loaded = True
 
     async def _back_off(self, why: str) -> None:

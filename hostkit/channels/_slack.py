@@ -36,6 +36,8 @@ from hostkit.channels._parsed import (
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
+from hostkit.errors import InvalidValue
+from hostkit.types import is_seconds
 
 __all__ = ["AUTHENTICATED_BY", "parse_slack", "sign_slack"]
 
@@ -57,6 +59,8 @@ def _mac(secret: str, timestamp: str, body: bytes) -> str:
 
 def sign_slack(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
     """The headers Slack would send with ``body`` at ``timestamp`` (tests, relays)."""
+    if not is_seconds(timestamp):  # NaN and inf have no int(); a stamp is a time
+        raise InvalidValue("timestamp must be a finite, positive number of seconds")
     stamp = str(int(timestamp))
     return {
         "X-Slack-Request-Timestamp": stamp,
@@ -128,7 +132,9 @@ def _event(
     if isinstance(event.get("ts"), str):
         metadata["ts"] = event["ts"][:64]
     retry = headers.get(_RETRY_NUM)
-    if retry is not None and retry.isdigit() and len(retry) <= 6:
+    # ASCII digits only: str.isdigit() is also true of "²", which int() refuses (and the
+    # retry headers are not covered by the signature).
+    if retry is not None and retry.isascii() and retry.isdigit() and len(retry) <= 6:
         metadata["retry_num"] = int(retry)
         metadata["retry_reason"] = (headers.get(_RETRY_REASON) or "")[:64]
     kind_of, payload = classify(text)

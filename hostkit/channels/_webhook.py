@@ -25,6 +25,8 @@ from hostkit.channels._parsed import (
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
+from hostkit.errors import InvalidValue
+from hostkit.types import is_seconds
 
 __all__ = ["AUTHENTICATED_BY", "parse_webhook", "sign_webhook"]
 
@@ -45,6 +47,8 @@ def sign_webhook(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
     Senders add them to their POST; the delivery side signs outbound webhooks
     the same way, so one receiver check covers both directions.
     """
+    if not is_seconds(timestamp):  # NaN and inf have no int(); a stamp is a time
+        raise InvalidValue("timestamp must be a finite, positive number of seconds")
     stamp = str(int(timestamp))
     return {
         "X-Hostkit-Timestamp": stamp,

@@ -94,7 +94,8 @@ def capability_problem(rule: str) -> str | None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity: NaN passes every bound, and an infinite wait is no bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SlotsSpec(_Strict):
@@ -122,7 +123,7 @@ class SlotsSpec(_Strict):
 class CoreLimits(_Strict):
     """Bounds of one core: model steps per turn, slot deadline, secret lifetime, test gate."""
 
-    max_steps: int = Field(default=8, ge=1, le=64)
+    max_steps: int = Field(default=8, ge=1, le=64, strict=True)
     slot_timeout_s: float = Field(default=10.0, gt=0, le=600)
     secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
     test_timeout_s: float = Field(default=300.0, gt=0, le=3_600)

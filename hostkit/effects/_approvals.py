@@ -31,6 +31,7 @@ from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
 from hostkit.store import ApprovalDecision
+from hostkit.types import is_seconds
 
 __all__ = [
     "APPROVAL_TTL_S",
@@ -176,6 +177,14 @@ class ApprovalRuntime:
         watch_interval_s: float = 1.0,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        # A NaN or infinite ttl would keep an "approve for the session" answer for ever.
+        for name, seconds in (
+            ("ttl_s", ttl_s),
+            ("decision_timeout_s", decision_timeout_s),
+            ("watch_interval_s", watch_interval_s),
+        ):
+            if not is_seconds(seconds):
+                raise InvalidValue(f"ApprovalRuntime {name} must be a positive, finite number")
         self.provider = provider
         # ``ApprovalRequest.expires_at`` is wall-clock time: a person reads it as a countdown.
         self._wall_clock = wall_clock

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from hostkit.effects._authored import ToolOutcome
+from hostkit.effects._authored import ToolOutcome, is_timeout
+from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
 
 __all__ = [
@@ -67,12 +68,17 @@ class McpServerDeclaration:
     call_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not _SERVER_NAME.fullmatch(self.name):
-            raise ValueError(f"MCP server name must match {MCP_SERVER_NAME_PATTERN}")
+        if not isinstance(self.name, str) or not _SERVER_NAME.fullmatch(self.name):
+            raise InvalidValue(f"MCP server name must match {MCP_SERVER_NAME_PATTERN}")
+        if self.transport not in ("stdio", "http"):
+            raise InvalidValue('MCP server transport must be "stdio" or "http"')
         if self.transport == "stdio" and not self.command:
-            raise ValueError("a stdio MCP server needs a command")
+            raise InvalidValue("a stdio MCP server needs a command")
         if self.transport == "http" and not self.url:
-            raise ValueError("an http MCP server needs a url")
+            raise InvalidValue("an http MCP server needs a url")
+        for key in ("connect_timeout_s", "call_timeout_s"):
+            if not is_timeout(getattr(self, key)):
+                raise InvalidValue(f"MCP server {key} must be a number of seconds in (0, 86400]")
         object.__setattr__(self, "env", FrozenMap(dict(self.env)))
 
     def digest(self) -> str:

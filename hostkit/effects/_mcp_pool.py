@@ -31,9 +31,9 @@ from hostkit.effects._catalog import provider_name
 from hostkit.effects._mcp import McpConnection, McpServer, McpServerDeclaration, McpToolSpec
 from hostkit.effects._redaction import Redactor
 from hostkit.effects._schema import SchemaTool, schema_problem
-from hostkit.errors import bounded, unbounded_message
+from hostkit.errors import InvalidValue, bounded, unbounded_message
 from hostkit.freeze import FrozenMap
-from hostkit.types import McpServerState, McpServerStatus, McpToolRow
+from hostkit.types import McpServerState, McpServerStatus, McpToolRow, is_count, is_seconds
 
 __all__ = [
     "DISCOVERY_WINDOW",
@@ -200,6 +200,13 @@ class McpConnections:
         wall_clock: Callable[[], float] = time.time,
         status: StatusSink | None = None,
     ) -> None:
+        # A window of 0 would make every discovery wait for ever; NaN limits nothing.
+        for name, count in (("window", window), ("max_connections", max_connections)):
+            if not is_count(count):
+                raise InvalidValue(f"McpConnections {name} must be a positive integer")
+        for name, seconds in (("failure_ttl_s", failure_ttl_s), ("idle_ttl_s", idle_ttl_s)):
+            if not is_seconds(seconds):
+                raise InvalidValue(f"McpConnections {name} must be a positive, finite number")
         self._window = anyio.CapacityLimiter(window)
         self._failure_ttl_s = failure_ttl_s
         self._idle_ttl_s = idle_ttl_s

@@ -6,9 +6,16 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Literal
 
+from hostkit.errors import InvalidValue
+from hostkit.types import is_names
+
 __all__ = ["EffectPolicy", "PolicyDecision"]
 
 PolicyDecision = Literal["allow", "ask", "deny"]
+
+# Bounds of one rule list: more globs or longer ones than any policy needs.
+_MAX_RULES = 1000
+_MAX_RULE_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +29,18 @@ class EffectPolicy:
     allow: tuple[str, ...] = ("*",)
     deny: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A bare string would be matched one character at a time: deny="terminal.run"
+        # would deny nothing, and the effect would run unasked.
+        for name in ("allow", "deny", "ask"):
+            rules = getattr(self, name)
+            if not is_names(rules, limit=_MAX_RULE_CHARS, items=_MAX_RULES):
+                raise InvalidValue(
+                    f"EffectPolicy.{name} must be a list of glob strings (at most {_MAX_RULES}, "
+                    f"each 1-{_MAX_RULE_CHARS} characters), not {type(rules).__name__}"
+                )
+            object.__setattr__(self, name, tuple(rules))
 
     def decide(self, effect: str) -> PolicyDecision:
         if _matches(effect, self.deny):

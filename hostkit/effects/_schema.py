@@ -25,7 +25,13 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from hostkit.effects._authored import MAX_DESCRIPTION_CHARS, AuthoredTool, ToolContext
+from hostkit.effects._authored import (
+    MAX_DESCRIPTION_CHARS,
+    AuthoredTool,
+    ToolContext,
+    is_effect_name,
+    is_timeout,
+)
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 
@@ -82,7 +88,12 @@ class SchemaTool(AuthoredTool):
         approval_warning: str | None = None,
         secrets_argument: str | None = None,
     ) -> None:
-        # No AuthoredTool.__init__: there is no Python signature to derive a model from.
+        # No AuthoredTool.__init__: there is no Python signature to derive a model from,
+        # so the checks it makes of a name and a timeout are made here.
+        if not is_effect_name(name):
+            raise InvalidValue("a tool name is dotted lower_snake_case of at most 64 characters")
+        if not is_timeout(timeout_s):
+            raise InvalidValue("a tool timeout is a number of seconds in (0, 86400]")
         self.name = name
         self.fn = call
         self.description = description[:MAX_DESCRIPTION_CHARS]
@@ -261,7 +272,12 @@ def _target(reference: Any, root: dict[str, Any]) -> Any:
                     node = None
                     break
                 node = node[key]
-            elif isinstance(node, list) and segment.isdigit() and int(segment) < len(node):
+            elif (
+                isinstance(node, list)
+                and segment.isascii()
+                and segment.isdigit()
+                and int(segment) < len(node)
+            ):
                 node = node[int(segment)]
             else:
                 node = None

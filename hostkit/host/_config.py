@@ -58,7 +58,8 @@ _SHOWN_PATH_CHARS = 300
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity: "timeout_s = inf" would be no timeout, and NaN passes every bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ScriptStepConfig(_Strict):
@@ -99,9 +100,9 @@ class ProviderConfig(_Strict):
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
-    max_output_tokens: int | None = Field(default=None, gt=0)
-    timeout_s: float = Field(default=60.0, gt=0)
+    context_window: int | None = Field(default=None, gt=0, strict=True)
+    max_output_tokens: int | None = Field(default=None, gt=0, strict=True)
+    timeout_s: float = Field(default=60.0, gt=0, le=86_400)
     script: list[ScriptStepConfig] = Field(default_factory=list)
     attachments: list[MediaType] | None = None
     # kind = "local" only: a GGUF file to serve instead of the embedded SmolLM2 (relative to
@@ -163,7 +164,7 @@ class AgentConfig(_Strict):
     url_allow_private: list[str] = Field(default_factory=list)
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    max_steps: int = Field(default=8, ge=1, le=64)
+    max_steps: int = Field(default=8, ge=1, le=64, strict=True)
     workspace: str | None = None
     # Host environment variables terminal.run may bind (secret.bind:<NAME>), each
     # after a one-shot approval, for at most secret_ttl_s seconds.
@@ -203,10 +204,10 @@ class CoreConfig(_Strict):
 class ProcessLimits(_Strict):
     """Resource limits of every process the Host starts for an agent (setrlimit, per process)."""
 
-    cpu_time_s: int = Field(default=600, ge=1, le=86_400)
-    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576)
-    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
-    processes: int = Field(default=256, ge=1, le=65_536)
+    cpu_time_s: int = Field(default=600, ge=1, le=86_400, strict=True)
+    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576, strict=True)
+    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576, strict=True)
+    processes: int = Field(default=256, ge=1, le=65_536, strict=True)
 
 
 class TelemetryConfig(_Strict):
@@ -277,7 +278,7 @@ class StoreSection(_Strict):
     """
 
     url: str | None = Field(default=None, max_length=2048)
-    pool_size: int = Field(default=8, ge=1, le=100)
+    pool_size: int = Field(default=8, ge=1, le=100, strict=True)
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     statement_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
     # Where a verified pg_dump goes before an upgrade that drops data (beside the config).

@@ -47,6 +47,7 @@ from hostkit.types import (
     PruneReport,
     RetryDecision,
     SourceCheckpoint,
+    is_text,
     new_id,
 )
 
@@ -85,6 +86,15 @@ class ChannelInbox:
     ) -> None:
         if not isinstance(store, InboxStore):
             raise InvalidValue("ChannelInbox needs an InboxStore")
+        # Wrong types here would fail only at the first claim or prune, mid-service.
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            raise InvalidValue("ChannelInbox policy must be a RetryPolicy")
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise InvalidValue("ChannelInbox retention must be a RetentionPolicy")
+        if rng is not None and not isinstance(rng, random.Random):
+            raise InvalidValue("ChannelInbox rng must be a random.Random")
+        if owner is not None and not is_text(owner, limit=256):
+            raise InvalidValue("ChannelInbox owner must be 1 to 256 characters of valid text")
         self._store = store
         self.policy = policy or RetryPolicy()
         self.retention = retention or RetentionPolicy()

@@ -13,7 +13,8 @@ import random
 from dataclasses import dataclass
 
 from hostkit.errors import InvalidValue
-from hostkit.types import finite_seconds
+from hostkit.store import inbox_checks
+from hostkit.types import finite_seconds, is_count
 
 __all__ = ["DEDUP_HORIZON_S", "RetentionPolicy", "RetryPolicy"]
 
@@ -24,12 +25,20 @@ __all__ = ["DEDUP_HORIZON_S", "RetentionPolicy", "RetryPolicy"]
 # redeliver for up to 3 days. Seven days covers them all.
 DEDUP_HORIZON_S = 7 * 24 * 3600.0
 _PAYLOAD_RETENTION_S = 24 * 3600.0
+# A claim lease shorter than a second expires while it is granted (the next claim takes
+# the same inbound again); one longer than a day strands it on a Host that died.
+_LEASE_S = (1.0, 24 * 3600.0)
+# No retry waits longer than the dedup horizon: past it, the platform's redelivery
+# would no longer be recognised.
+_MAX_DELAY_S = DEDUP_HORIZON_S
 
 
-def _positive(name: str, value: float) -> float:
+def _positive(name: str, value: float, high: float | None = None) -> float:
     number = finite_seconds(name, value)
     if number <= 0:
         raise InvalidValue(f"{name} must be positive")
+    if high is not None and number > high:
+        raise InvalidValue(f"{name} must be at most {high:g} seconds")
     return number
 
 
@@ -48,13 +57,19 @@ class RetryPolicy:
             raise InvalidValue("max_attempts must be an integer")
         if not 1 <= self.max_attempts <= 100:
             raise InvalidValue("max_attempts must be between 1 and 100")
-        _positive("base_delay_s", self.base_delay_s)
-        _positive("max_delay_s", self.max_delay_s)
-        _positive("lease_s", self.lease_s)
+        _positive("base_delay_s", self.base_delay_s, _MAX_DELAY_S)
+        _positive("max_delay_s", self.max_delay_s, _MAX_DELAY_S)
+        low, high = _LEASE_S
+        if _positive("lease_s", self.lease_s, high) < low:
+            raise InvalidValue(f"lease_s must be at least {low:g} second")
         if self.max_delay_s < self.base_delay_s:
             raise InvalidValue("max_delay_s must not be below base_delay_s")
-        if isinstance(self.jitter, bool) or not 0.0 <= self.jitter <= 1.0:
-            raise InvalidValue("jitter must be between 0 and 1")
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, int | float)
+            or not 0.0 <= self.jitter <= 1.0
+        ):
+            raise InvalidValue("jitter must be a number between 0 and 1")
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt ``attempt`` (1-based), jitter applied."""
@@ -88,5 +103,5 @@ class RetentionPolicy:
         _positive("dedup_horizon_s", self.dedup_horizon_s)
         if self.dedup_horizon_s < self.payload_s:
             raise InvalidValue("dedup_horizon_s must not be shorter than payload_s")
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-            raise InvalidValue("batch must be a positive integer")
+        if not is_count(self.batch, high=inbox_checks.MAX_PRUNE):
+            raise InvalidValue(f"batch must be an integer from 1 to {inbox_checks.MAX_PRUNE}")

@@ -8,7 +8,7 @@ functions, so an argument one adapter refuses is refused by every adapter.
 from __future__ import annotations
 
 from hostkit.errors import InvalidValue
-from hostkit.types import finite_seconds
+from hostkit.types import finite_seconds, is_count, is_text
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -54,22 +54,26 @@ def check_count(name: str, value: object, high: int | None = None) -> int:
     """An integer from 1 to ``high`` (no upper bound when ``high`` is None)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidValue(f"{name} must be an integer")
-    if high is None and value < 1:
-        raise InvalidValue(f"{name} must be a positive integer")
-    if high is not None and not 1 <= value <= high:
-        raise InvalidValue(f"{name} must be between 1 and {high}")
+    if not is_count(value, high=high):
+        raise InvalidValue(
+            f"{name} must be a positive integer"
+            if high is None
+            else f"{name} must be between 1 and {high}"
+        )
     return value
 
 
 def check_ref(name: str, value: object) -> str:
-    """An id, token or owner text: non-empty and bounded."""
-    if not isinstance(value, str) or not value or len(value) > _MAX_REF:
-        raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_REF} characters")
-    return value
+    """An id, token or owner text: non-empty, bounded, storable (no lone surrogate)."""
+    if not is_text(value, limit=_MAX_REF):
+        raise InvalidValue(
+            f"{name} must be a non-empty string of at most {_MAX_REF} characters of valid text"
+        )
+    return str(value)
 
 
 def check_reason(value: object, action: str = "a requeue") -> str:
     """An audit reason: non-empty text of at most ``MAX_REASON`` characters, stripped."""
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_REASON:
-        raise InvalidValue(f"{action} needs a reason of 1 to {MAX_REASON} characters")
-    return value.strip()
+    if not is_text(value, limit=MAX_REASON) or not str(value).strip():
+        raise InvalidValue(f"{action} needs a reason of 1 to {MAX_REASON} characters of valid text")
+    return str(value).strip()

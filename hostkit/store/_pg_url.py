@@ -54,6 +54,6 @@ def check_url(url: object) -> str:
             "the PostgreSQL URL is malformed (see libpq's connection URIs)"
         ) from None
     for port in filter(None, ports.split(",")):
-        if not port.isdigit() or not 1 <= int(port) <= 65_535:
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65_535:
             raise InvalidValue("a port in the PostgreSQL URL is not a number 1-65535")
     return url

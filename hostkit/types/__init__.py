@@ -14,6 +14,7 @@ from hostkit.types._attachment import (
     sanitize_name,
     stand_in,
 )
+from hostkit.types._bounds import is_count, is_names, is_seconds, is_text
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
 from hostkit.types._cores import (
     CORE_ACTIONS,
@@ -253,8 +254,12 @@ __all__ = [
     "finite_seconds",
     "is_channel_id",
     "is_core_id",
+    "is_count",
+    "is_names",
     "is_revision",
+    "is_seconds",
     "is_secret_field",
+    "is_text",
     "new_id",
     "redact_secret_fields",
     "sanitize_name",

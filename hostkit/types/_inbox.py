@@ -321,7 +321,10 @@ class InboundFailure:
         _identifier("failure code", self.code)
         if not isinstance(self.message, str):
             raise InvalidValue("failure message must be text")
-        object.__setattr__(self, "message", bounded(self.message, MAX_FAILURE_MESSAGE))
+        # From an exception's text, which may hold anything: a lone surrogate would fail
+        # the store's write and leave the inbound claimed, so it becomes "?" instead.
+        message = self.message.encode("utf-8", "replace").decode("utf-8")
+        object.__setattr__(self, "message", bounded(message, MAX_FAILURE_MESSAGE))
 
     def digest(self) -> str:
         body = json.dumps([self.kind, self.code, self.message])

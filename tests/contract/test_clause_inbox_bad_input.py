@@ -53,6 +53,13 @@ async def test_bad_input_through_the_inbox_changes_nothing(adapter: str, tmp_pat
             lambda: sut.inbox.accept_batch([envelope("evt-3")], "cursor"),  # type: ignore[arg-type]
             lambda: sut.inbox.checkpoint(""),
             lambda: sut.inbox.checkpoint(None),  # type: ignore[arg-type]
+            # A lone surrogate cannot be stored: refused alike, not a raw UnicodeEncodeError.
+            lambda: sut.inbox.checkpoint("imap\udcff"),
+            lambda: sut.inbox.record("inb_\udcff"),
+            lambda: sut.inbox.records(channel_instance_id="telegram\udcff"),
+            lambda: sut.inbox.complete(
+                replace(claimed, claim_token="t\udcff"), InboundResult("ignored")
+            ),
             lambda: sut.inbox.claim_batch(0),
             lambda: sut.inbox.complete("claim", InboundResult("ignored")),  # type: ignore[arg-type]
             lambda: sut.inbox.complete(claimed, "done"),  # type: ignore[arg-type]
@@ -146,3 +153,21 @@ async def test_bad_input_on_the_adapter_is_refused_alike(adapter: str, tmp_path:
         # Retention cut-offs may lie before the epoch (a young clock minus a long period).
         report = await sut.store.prune(payload_before=-10.0, tombstone_before=-5.0, limit=10)
         assert (report.payloads_cleared, report.tombstones_removed) == (0, 0)
+
+
+async def test_a_failure_message_with_a_lone_surrogate_is_recorded(
+    adapter: str, tmp_path: Path
+) -> None:
+    # An exception's text may hold one; it used to fail the SQLite write and leave the
+    # inbound claimed until its lease ended, where the in-memory adapter retried it.
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        await sut.inbox.accept(envelope("evt-1"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        failure = InboundFailure("transient", "handler", "it broke: \ud83d")
+        assert failure.message == "it broke: ?"
+        decision = await sut.inbox.fail(claimed, failure)
+        assert decision.disposition == "retry"
+        (record,) = await sut.inbox.records()
+        assert (record.state, record.attempt) == ("ready", 1)
+        assert record.failure_message == "it broke: ?"

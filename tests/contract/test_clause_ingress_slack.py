@@ -147,3 +147,22 @@ async def test_an_approval_button_is_a_command_and_other_buttons_are_ignored(
     assert envelope.conversation_key == "T01:C123:U42"
     assert dict(envelope.metadata["reply"]) == {"channel": "C123"}
     assert len(await inbox.records()) == 1
+
+
+async def test_a_retry_header_that_is_no_ascii_number_is_not_recorded(store: RuntimeStore) -> None:
+    # "²" is a digit to str.isdigit() and not to int(); the retry headers are not signed,
+    # so anyone on the path could send it: it used to answer 500 to a signed message.
+    inbox = ChannelInbox.on_store(store)
+    body = _message()
+    headers = {**sign_slack(SECRET, body, timestamp=NOW), "Content-Type": "application/json"}
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        answer = await client.post(
+            "/channels/slack-acme",
+            content=body,
+            headers=[*headers.items(), ("X-Slack-Retry-Num", "\u00b2".encode("latin-1"))],
+        )
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "accepted"
+    claimed = await inbox.claim()
+    assert claimed is not None
+    assert "retry_num" not in claimed.envelope.metadata

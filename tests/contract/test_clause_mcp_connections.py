@@ -41,6 +41,7 @@ from hostkit.effects import (
     mcp_connect_grant,
     tool,
 )
+from hostkit.errors import InvalidValue
 from hostkit.freeze import freeze
 from hostkit.types import EffectRequest, McpServerStatus, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
@@ -559,13 +560,23 @@ async def test_clause_broad_globs_are_no_connect_approval(authority: AuthorityRe
 
 
 async def test_clause_bad_declarations_are_refused() -> None:
+    stdio = {"name": "ok", "transport": "stdio", "command": ("x",)}
     for bad in (
-        {"name": "Bad-Name", "transport": "stdio", "command": ("x",)},
+        {**stdio, "name": "Bad-Name"},
+        {**stdio, "name": 7},
+        {**stdio, "transport": "stdoi"},
         {"name": "ok", "transport": "stdio"},
         {"name": "ok", "transport": "http"},
+        {**stdio, "connect_timeout_s": float("nan")},
+        {**stdio, "call_timeout_s": float("inf")},
+        {**stdio, "call_timeout_s": 0},
+        {**stdio, "connect_timeout_s": "30"},
     ):
-        with pytest.raises(ValueError, match=r"MCP server|needs a"):
-            McpServerDeclaration(**bad)
+        with pytest.raises(InvalidValue, match=r"MCP server|needs a"):
+            McpServerDeclaration(**bad)  # type: ignore[arg-type]
+    for options in ({"window": 0}, {"window": 2.5}, {"max_connections": float("nan")}):
+        with pytest.raises(InvalidValue, match="McpConnections"):
+            McpConnections(**options)  # type: ignore[arg-type]
     secret = declared("s", env={"API_TOKEN": "tok-123456789"})
     assert "tok-123456789" not in repr(secret.view())
     assert secret.digest() != declared("s", env={"API_TOKEN": "other-12345678"}).digest()

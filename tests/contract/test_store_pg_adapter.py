@@ -261,8 +261,9 @@ async def test_a_url_that_is_not_postgresql_is_invalid_value(url: str) -> None:
         "postgresql://hostkit@127.0.0.1:99999/hostkit",
         "postgresql://hostkit@127.0.0.1:port/hostkit",
         "postgresql://hostkit@[::1/hostkit",
+        "postgresql://hostkit@127.0.0.1:\u00b2/hostkit",
     ],
-    ids=["port-out-of-range", "port-not-a-number", "broken-ipv6"],
+    ids=["port-out-of-range", "port-not-a-number", "broken-ipv6", "port-a-non-ascii-digit"],
 )
 async def test_a_malformed_postgresql_url_is_invalid_value(url: str) -> None:
     with pytest.raises(InvalidValue):

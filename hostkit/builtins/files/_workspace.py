@@ -59,6 +59,7 @@ from hostkit.builtins.files._openat import (
 )
 from hostkit.builtins.files._openat import MAX_SYMLINK_HOPS as MAX_SYMLINK_HOPS
 from hostkit.errors import ConfigError, InvalidValue
+from hostkit.types import is_count
 
 __all__ = [
     "MAX_LIST_ENTRIES",
@@ -185,7 +186,7 @@ class WorkspaceScope:
             ("max_list_scan", max_list_scan),
             ("max_path_chars", max_path_chars),
         ):
-            if value < 1:
+            if not is_count(value):  # NaN passes "< 1" and then bounds nothing
                 raise ConfigError("must be a positive integer", key=key)
         self.root = os.fspath(root)
         self.max_read_bytes = max_read_bytes

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import os
 import signal
 import subprocess
@@ -59,7 +58,7 @@ from hostkit.builtins.process._process_streams import (
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
 from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
-from hostkit.types import new_id
+from hostkit.types import is_seconds, new_id
 
 __all__ = [
     "DEFAULT_CONFIRM_S",
@@ -292,7 +291,7 @@ def _check_options(
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise InvalidValue(f"invalid environment entry {bounded(key, 60)!r}")
     for name, limit in limits.items():
-        if not math.isfinite(limit) or limit < 0 or (limit == 0 and name != "grace_s"):
+        if not is_seconds(limit, zero=name == "grace_s"):
             raise InvalidValue(f"{name} must be a positive finite number")
     return list(argv)
 

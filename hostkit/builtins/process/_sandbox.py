@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Literal
 
 from hostkit.builtins.process._reaper import init_argv
-from hostkit.errors import UserError, bounded
+from hostkit.errors import InvalidValue, UserError, bounded
+from hostkit.types import is_count
 
 __all__ = [
     "INSTALL_HINT",
@@ -69,6 +70,15 @@ class SandboxUnavailable(UserError):
     """The agent's processes must run in bubblewrap, and bubblewrap cannot run here."""
 
 
+# The ranges hostkit.toml's [sandbox.limits] accepts (hostkit/host/_config.py).
+_LIMIT_RANGES = {
+    "cpu_time_s": (1, 86_400),
+    "address_space_mb": (64, 1_048_576),
+    "file_size_mb": (1, 1_048_576),
+    "processes": (1, 65_536),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceLimits:
     """Per-process limits (setrlimit through ``prlimit``) for everything a run starts."""
@@ -77,6 +87,12 @@ class ResourceLimits:
     address_space_mb: int = 4096
     file_size_mb: int = 1024
     processes: int = 256
+
+    def __post_init__(self) -> None:
+        # prlimit reads -1 as "unlimited", and a float or NaN fails only when a run starts.
+        for name, (low, high) in _LIMIT_RANGES.items():
+            if not is_count(getattr(self, name), low=low, high=high):
+                raise InvalidValue(f"ResourceLimits.{name} must be an integer from {low} to {high}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,15 @@ class SandboxPolicy:
     network: bool = False
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     hidden: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A misspelt mode must not quietly mean "no sandbox".
+        if self.mode not in ("bubblewrap", "none"):
+            raise InvalidValue('SandboxPolicy.mode must be "bubblewrap" or "none"')
+        if not isinstance(self.network, bool):
+            raise InvalidValue("SandboxPolicy.network must be True or False")
+        if not isinstance(self.limits, ResourceLimits):
+            raise InvalidValue("SandboxPolicy.limits must be a ResourceLimits")
 
     @property
     def sandboxed(self) -> bool:

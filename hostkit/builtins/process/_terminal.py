@@ -99,7 +99,7 @@ from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, re
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, HostkitError, UserError, bounded
 from hostkit.store import NewTerminalRun
-from hostkit.types import new_id
+from hostkit.types import is_count, is_seconds, new_id
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRuns"]
 
@@ -169,10 +169,23 @@ class TerminalRuns(AsyncResource):
         bwrap: str = "bwrap",
         journal: RunJournal | None = None,
     ) -> None:
-        if not 0 < default_deadline_s <= max_deadline_s:
+        # NaN passes comparisons like "< 1" and then limits nothing; inf never ends a run.
+        for key, seconds in (
+            ("max_deadline_s", max_deadline_s),
+            ("grace_s", grace_s),
+            ("confirm_s", confirm_s),
+            ("start_timeout_s", start_timeout_s),
+        ):
+            if not is_seconds(seconds):
+                raise ConfigError("must be a positive, finite number of seconds", key=key)
+        if not is_seconds(default_deadline_s, high=max_deadline_s):
             raise ConfigError("must be in (0, max_deadline_s]", key="default_deadline_s")
-        if min(max_background, max_finished_runs) < 1:
-            raise ConfigError("max_background and max_finished_runs must be positive")
+        for key, count in (
+            ("max_background", max_background),
+            ("max_finished_runs", max_finished_runs),
+        ):
+            if not is_count(count):
+                raise ConfigError("must be a positive integer", key=key)
         opaque_artifact_dir(artifact_root, "", key=artifact_key)  # refuses a short key now
         self._supervisor = supervisor
         self._workspace = workspace

@@ -38,7 +38,7 @@ import httpx
 from hostkit.builtins.web._errors import FetchError, UrlDenied
 from hostkit.errors import ConfigError, bounded
 from hostkit.freeze import FrozenMap
-from hostkit.types import bounded_metadata
+from hostkit.types import bounded_metadata, is_count, is_seconds
 
 __all__ = ["Resolver", "UrlPolicy", "ValidatedTarget"]
 
@@ -132,12 +132,13 @@ class UrlPolicy:
     def __post_init__(self) -> None:
         if not self.allowed_schemes or not self.allowed_schemes <= set(_DEFAULT_PORTS):
             raise ConfigError("only http and https can be allowed", key="allowed_schemes")
+        # NaN passes a "< 1" check and then bounds nothing; inf waits forever.
         for key in ("max_redirects", "max_body_bytes", "max_url_chars"):
-            if getattr(self, key) < (0 if key == "max_redirects" else 1):
-                raise ConfigError("must be a positive bound", key=key)
+            if not is_count(getattr(self, key), low=0 if key == "max_redirects" else 1):
+                raise ConfigError("must be a positive integer bound", key=key)
         for key in ("resolve_timeout_s", "connect_timeout_s", "read_timeout_s", "total_timeout_s"):
-            if not getattr(self, key) > 0:
-                raise ConfigError("must be a positive number of seconds", key=key)
+            if not is_seconds(getattr(self, key)):
+                raise ConfigError("must be a positive, finite number of seconds", key=key)
         hosts: set[str] = set()
         networks = []
         for entry in self.allow_private:

@@ -1,0 +1,57 @@
+"""Predicates for the numbers and names that set a limit, a timeout or a count.
+
+A limit is where a bad value does the most harm quietly: ``NaN`` compares
+false with everything, so ``value < 1`` lets it through and every later
+``used >= value`` never stops anything; ``inf`` waits forever; ``-1`` means
+"unlimited" to ``prlimit``; ``True`` is an ``int``; a ``str`` is a sequence
+of one-character patterns. Every constructor that takes such a value asks
+these predicates and raises its own typed error (``InvalidValue`` for an API
+argument, ``ConfigError`` with the key for configuration).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+__all__ = ["is_count", "is_names", "is_seconds", "is_text"]
+
+
+def is_count(value: object, *, low: int = 1, high: int | None = None) -> bool:
+    """An ``int`` (not a ``bool``) from ``low`` to ``high`` (no upper bound when None)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return low <= value and (high is None or value <= high)
+
+
+def is_seconds(value: object, *, high: float | None = None, zero: bool = False) -> bool:
+    """A finite real number of seconds, positive (or 0 with ``zero``), at most ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past the float range
+        return False
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        return False
+    return high is None or seconds <= high
+
+
+def is_text(value: object, *, limit: int) -> bool:
+    """A ``str`` of 1 to ``limit`` characters that can be stored (no lone surrogate)."""
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_names(value: object, *, limit: int, items: int) -> bool:
+    """A collection (never a bare ``str``) of at most ``items`` texts (see ``is_text``)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Collection):
+        return False
+    return len(value) <= items and all(is_text(name, limit=limit) for name in value)

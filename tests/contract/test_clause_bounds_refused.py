@@ -1,0 +1,311 @@
+"""Clause: a limit, timeout or count given to a public constructor is checked when given.
+
+The family: ``NaN`` passes ``value < 1`` and then bounds nothing; ``inf``
+waits forever; ``-1`` is "unlimited" to ``prlimit``; ``True`` is an ``int``;
+``"5"`` fails deep inside a call; a bare ``str`` where a list of rules is
+meant is a sequence of one-character rules. Each such value is refused with
+the constructor's typed error (``InvalidValue``, or ``ConfigError`` naming
+the key) and a bounded message, before anything runs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import (
+    ProcessSupervisor,
+    ResourceLimits,
+    SandboxPolicy,
+    TerminalRuns,
+    run_process,
+)
+from hostkit.builtins.web import UrlPolicy
+from hostkit.channels import TelegramPoller, ingress_app, sign_slack, sign_webhook
+from hostkit.effects import ApprovalRuntime, EffectPolicy, SchemaTool, schema_problem
+from hostkit.errors import ConfigError, HostkitError, InvalidValue
+from hostkit.host import parse_config
+from hostkit.host._config import ChannelConfig
+from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
+
+pytestmark = pytest.mark.anyio
+
+NAN, INF = float("nan"), float("inf")
+KEY = b"bounds-test-artifact-key-32bytes"
+
+
+def refused(make: Callable[[], object], error: type[HostkitError], *names: str) -> HostkitError:
+    """``make()`` raises ``error`` with a short message that names one of ``names``."""
+    with pytest.raises(error) as caught:
+        make()
+    text = f"{caught.value} {getattr(caught.value, 'key', '')}"
+    assert len(str(caught.value)) < 300
+    assert any(name in text for name in names), text
+    return caught.value
+
+
+@pytest.mark.parametrize("rules", ["terminal.run", ["x", 3], [""], ["a" * 300], None])
+def test_an_effect_policy_takes_lists_of_globs_only(rules: object) -> None:
+    # A bare string used to be matched character by character: ask="terminal.run" then
+    # asked for nothing, and deny="terminal.run" denied nothing.
+    for name in ("allow", "deny", "ask"):
+        options = {name: rules}
+        refused(lambda: EffectPolicy(**options), InvalidValue, name)  # type: ignore[arg-type]  # noqa: B023
+    policy = EffectPolicy(ask=["terminal.*"], deny={"files.delete"})  # type: ignore[arg-type]
+    assert policy.decide("terminal.run") == "ask"
+    assert policy.decide("files.delete") == "deny"
+    assert isinstance(policy.deny, tuple)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"cpu_time_s": -1},
+        {"cpu_time_s": NAN},
+        {"address_space_mb": True},
+        {"file_size_mb": 2.5},
+        {"processes": "7"},
+        {"processes": 0},
+        {"address_space_mb": 10},
+    ],
+    ids=str,
+)
+def test_process_limits_are_whole_numbers_in_range(limits: dict[str, Any]) -> None:
+    # prlimit reads -1 as "unlimited": a limit must never be able to switch itself off.
+    refused(lambda: ResourceLimits(**limits), InvalidValue, *limits)
+
+
+def test_a_misspelt_sandbox_mode_is_refused_not_unsandboxed() -> None:
+    refused(lambda: SandboxPolicy(mode="bwrap"), InvalidValue, "mode")  # type: ignore[arg-type]
+    refused(lambda: SandboxPolicy(network="yes"), InvalidValue, "network")  # type: ignore[arg-type]
+    assert SandboxPolicy().sandboxed
+    assert not SandboxPolicy(mode="none").sandboxed
+
+
+@pytest.mark.parametrize("value", [NAN, INF, 0, -5, "100", True, 2.5])
+@pytest.mark.parametrize("key", ["max_read_bytes", "max_write_bytes", "max_path_chars"])
+def test_workspace_bounds_are_positive_integers(tmp_path: Path, key: str, value: object) -> None:
+    refused(lambda: WorkspaceScope(tmp_path, **{key: value}), ConfigError, key)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_redirects": NAN},
+        {"max_redirects": INF},
+        {"max_redirects": -1},
+        {"max_body_bytes": 10.5},
+        {"max_body_bytes": INF},
+        {"max_url_chars": NAN},
+        {"connect_timeout_s": "10"},
+        {"total_timeout_s": INF},
+        {"read_timeout_s": 0},
+    ],
+    ids=str,
+)
+def test_url_policy_bounds_are_finite(options: dict[str, Any]) -> None:
+    refused(lambda: UrlPolicy(**options), ConfigError, *options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_background": NAN},
+        {"max_finished_runs": 2.5},
+        {"max_finished_runs": 0},
+        {"grace_s": INF},
+        {"start_timeout_s": NAN},
+        {"confirm_s": -1},
+        {"max_deadline_s": INF},
+        {"default_deadline_s": NAN},
+        {"default_deadline_s": 601},
+    ],
+    ids=str,
+)
+async def test_terminal_runs_options_are_checked(tmp_path: Path, options: dict[str, Any]) -> None:
+    async with ProcessSupervisor() as supervisor:
+        refused(
+            lambda: TerminalRuns(
+                supervisor=supervisor,
+                workspace=WorkspaceScope(tmp_path),
+                artifact_root=tmp_path / "artifacts",
+                artifact_key=KEY,
+                **options,
+            ),
+            ConfigError,
+            *options,
+        )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ttl_s": NAN},
+        {"ttl_s": INF},
+        {"ttl_s": 0},
+        {"decision_timeout_s": NAN},
+        {"watch_interval_s": 0},
+        {"watch_interval_s": "1"},
+    ],
+    ids=str,
+)
+def test_approval_runtime_times_are_finite(options: dict[str, Any]) -> None:
+    # An infinite ttl would keep an "approve for the session" answer for ever.
+    refused(lambda: ApprovalRuntime(**options), InvalidValue, *options)
+
+
+async def _call(ctx: object, **arguments: object) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("name", "timeout_s"), [("Not A Name!", 5.0), ("ok.tool", NAN), ("ok.tool", 0)]
+)
+def test_a_schema_tool_checks_its_name_and_timeout(name: str, timeout_s: float) -> None:
+    refused(
+        lambda: SchemaTool(
+            name, _call, description="d", parameters={"type": "object"}, timeout_s=timeout_s
+        ),
+        InvalidValue,
+        "name",
+        "timeout",
+    )
+
+
+def test_a_reference_with_a_non_ascii_digit_names_no_subschema() -> None:
+    # "²".isdigit() is true and int("²") fails: a discovered schema must not raise that.
+    schema = {"type": "object", "allOf": [{}], "properties": {"a": {"$ref": "#/allOf/²"}}}
+    assert "names no subschema" in (schema_problem(schema) or "")
+
+
+@pytest.mark.parametrize("deadline_s", ["5", NAN, INF, 0, True])
+async def test_run_process_refuses_an_unusable_deadline(tmp_path: Path, deadline_s: object) -> None:
+    async with ProcessSupervisor() as supervisor:
+        with pytest.raises(InvalidValue, match="deadline_s"):
+            await run_process(
+                ["true"],
+                supervisor=supervisor,
+                cwd=tmp_path,
+                env={},
+                deadline_s=deadline_s,  # type: ignore[arg-type]
+                artifact_dir=tmp_path / "artifacts",
+            )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"lease_s": 1e-9},
+        {"lease_s": 1e300},
+        {"max_delay_s": 1e300},
+        {"base_delay_s": INF},
+        {"jitter": "0.5"},
+        {"jitter": None},
+    ],
+    ids=str,
+)
+def test_a_retry_policy_keeps_claims_and_retries_in_a_usable_range(
+    options: dict[str, Any],
+) -> None:
+    # A lease of a nanosecond expired as it was granted: the next claim took the same
+    # inbound again, and again, until it was dead-lettered while still being worked on.
+    refused(lambda: RetryPolicy(**options), InvalidValue, *options)
+
+
+def test_a_retention_batch_is_refused_when_given_not_at_the_first_prune() -> None:
+    refused(lambda: RetentionPolicy(batch=10**7), InvalidValue, "batch")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"policy": {"lease_s": 1}},
+        {"retention": 5},
+        {"rng": 7},
+        {"owner": "own\udcff"},
+        {"owner": ""},
+    ],
+    ids=str,
+)
+def test_a_channel_inbox_checks_its_parts_when_built(options: dict[str, Any]) -> None:
+    refused(lambda: ChannelInbox.in_memory(**options), InvalidValue, *options)
+    assert ChannelInbox.in_memory(rng=random.Random(1), owner="worker.a")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"accept_timeout_s": "5"},
+        {"accept_timeout_s": 0},
+        {"body_timeout_s": NAN},
+        {"body_timeout_s": INF},
+    ],
+    ids=str,
+)
+def test_ingress_timeouts_are_checked_when_the_app_is_built(options: dict[str, Any]) -> None:
+    # Each of these used to answer every request with a 500 or a 503.
+    inbox = ChannelInbox.in_memory()
+    refused(lambda: ingress_app({}, inbox, secrets={}, **options), ConfigError, *options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"limit": "5"},
+        {"limit": 2.5},
+        {"limit": True},
+        {"max_response_bytes": NAN},
+        {"max_response_bytes": -1},
+        {"accept_timeout_s": NAN},
+        {"token": 123},
+    ],
+    ids=str,
+)
+def test_a_telegram_poller_checks_its_options(options: dict[str, Any]) -> None:
+    config = ChannelConfig(
+        kind="telegram",
+        inbound="polling",
+        token_env="TG_TOKEN",
+        api_base="http://127.0.0.1:9",
+        allow=["*"],
+    )
+    arguments: dict[str, Any] = {"token": "123456:token", **options}
+    refused(
+        lambda: TelegramPoller("tg", config, ChannelInbox.in_memory(), **arguments),
+        ConfigError,
+        *options,
+        "token_env",
+    )
+
+
+@pytest.mark.parametrize("sign", [sign_slack, sign_webhook])
+@pytest.mark.parametrize("timestamp", [NAN, INF, -1])
+def test_signing_refuses_a_timestamp_that_is_no_time(
+    sign: Callable[..., dict[str, str]], timestamp: float
+) -> None:
+    refused(lambda: sign("secret", b"{}", timestamp=timestamp), InvalidValue, "timestamp")
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ({"providers": {"p": {"kind": "scripted", "timeout_s": INF}}}, "timeout_s"),
+        ({"providers": {"p": {"kind": "scripted", "timeout_s": NAN}}}, "timeout_s"),
+        ({"agents": {"a": {"provider": "p", "max_steps": True}}}, "max_steps"),
+        ({"agents": {"a": {"provider": "p", "max_steps": "8"}}}, "max_steps"),
+    ],
+    ids=["timeout inf", "timeout nan", "steps true", "steps text"],
+)
+def test_config_numbers_are_numbers(tmp_path: Path, section: dict[str, Any], problem: str) -> None:
+    document: dict[str, Any] = {
+        "providers": {"p": {"kind": "scripted"}},
+        "agents": {"a": {"provider": "p"}},
+    }
+    for key, value in section.items():
+        document[key] = {**document[key], **value}
+    refused(lambda: parse_config(document, base_dir=tmp_path), ConfigError, problem)
