@@ -4,6 +4,7 @@ mcp, inbox, delivery, core, model, serve, demo."""
 from __future__ import annotations
 
 import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -48,7 +49,7 @@ from hostkit.cores import init_core
 from hostkit.errors import HostkitError, InvalidValue, MissingDependency
 from hostkit.host import check_provider_extras, load_config
 from hostkit.inspect import activity_rows, budget_view, context_view
-from hostkit.types import FreshSession, ResumeSession, SessionSelector
+from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
 
 __all__ = ["app", "main"]
 
@@ -349,4 +350,10 @@ def demo(
 
 
 def main() -> None:
+    # Bytes the locale cannot decode arrive as lone surrogates, which no store, file
+    # name or message can take: one clear line for all of them, before any command runs.
+    for position, argument in enumerate(sys.argv[1:], start=1):
+        if argument and not is_text(argument, limit=len(argument)):
+            fail(InvalidValue(f"argument {position} is not valid text (undecodable bytes)"))
+            raise SystemExit(EXIT_ERROR)
     app()

@@ -13,6 +13,7 @@ from hostkit.types import finite_seconds, is_count, is_text
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_REASON",
+    "UNSTORABLE_TEXT",
     "check_count",
     "check_duration",
     "check_finite",
@@ -25,6 +26,10 @@ __all__ = [
 MAX_REASON = 500
 # The longest id, token, owner or source id the adapters store (as the SQLite columns).
 _MAX_REF = 256
+# What a store call raises (InvalidValue) when text it was given holds a lone surrogate
+# (undecodable bytes, e.g. from a command line): no database can store it, and the
+# engine's own UnicodeEncodeError would name neither the value nor the caller's fault.
+UNSTORABLE_TEXT = "text with a lone surrogate (undecodable bytes) cannot be stored"
 # No policy allows more attempts than this (RetryPolicy.max_attempts, delivery's too).
 MAX_ATTEMPTS = 100
 

@@ -33,7 +33,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
-from hostkit.store._checks import check_count, check_duration
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
 from hostkit.store._pg_listen import listen
@@ -240,6 +240,8 @@ class PgStore(RowStore):
         except sqlite3.Error as exc:
             # A constraint the row function did not expect (PgConnection raises sqlite3's class).
             raise map_sqlite_error(exc, action) from exc
+        except UnicodeEncodeError:  # fn's text, not the database: rolled back, nothing stored
+            raise InvalidValue(UNSTORABLE_TEXT) from None
 
     def _run(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
         """The whole transaction, on a worker thread: checkout, run, commit, return."""

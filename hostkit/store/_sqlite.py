@@ -11,7 +11,7 @@ from typing import TypeVar
 import anyio
 
 from hostkit.errors import InvalidValue, StoreClosed
-from hostkit.store._checks import check_count, check_duration
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
@@ -165,6 +165,8 @@ class SqliteStore(RowStore):
             return await self._writer.submit(fn)
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, "write") from exc
+        except UnicodeEncodeError:  # fn's text, not the database: rolled back, nothing stored
+            raise InvalidValue(UNSTORABLE_TEXT) from None
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in one read transaction (a consistent snapshot); one hop."""
@@ -182,6 +184,8 @@ class SqliteStore(RowStore):
             return await self._reader.run(snapshot)
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, "read") from exc
+        except UnicodeEncodeError:
+            raise InvalidValue(UNSTORABLE_TEXT) from None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from hostkit.errors import InvalidValue
+from hostkit.store._checks import UNSTORABLE_TEXT
 from hostkit.store._connection import DbConnection
 from hostkit.store._writer import map_sqlite_error
 
@@ -47,3 +48,5 @@ class Transaction:
             return await self._conn.run(fn)
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, "statement") from exc
+        except UnicodeEncodeError:
+            raise InvalidValue(UNSTORABLE_TEXT) from None

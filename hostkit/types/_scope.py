@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeGuard, get_args
 
 from hostkit.errors import InvalidValue
+from hostkit.types._bounds import is_text
 
 __all__ = [
     "MAX_ALLOWED_SESSIONS",
@@ -36,8 +37,10 @@ def is_channel_id(value: object) -> TypeGuard[str]:
 def _check_text(name: str, value: object, *, optional: bool = False) -> None:
     if value is None and optional:
         return
-    if not isinstance(value, str) or not value or len(value) > _MAX_ID:
-        raise InvalidValue(f"{name} must be a non-empty string of at most {_MAX_ID} characters")
+    if not is_text(value, limit=_MAX_ID):  # a lone surrogate could never be stored
+        raise InvalidValue(
+            f"{name} must be a non-empty string of at most {_MAX_ID} characters of valid text"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeVar
 from hostkit.errors import InvalidTurnRequest, InvalidValue
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
+from hostkit.types._bounds import is_text
 from hostkit.types._model import Usage
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import ConversationFacts, PrincipalScope
@@ -52,6 +53,10 @@ class ResumeSession:
 
     session_id: str
 
+    def __post_init__(self) -> None:
+        if not is_text(self.session_id, limit=_MAX_KEY):
+            raise InvalidTurnRequest("ResumeSession needs a session id of valid text")
+
 
 SessionSelector = Literal["bound"] | FreshSession | ResumeSession
 
@@ -88,13 +93,16 @@ class TurnRequest:
             raise InvalidTurnRequest("input must be non-empty text")
         if len(self.input) > MAX_INPUT_CHARS:
             raise InvalidTurnRequest(f"input is limited to {MAX_INPUT_CHARS} characters")
+        if not is_text(self.input, limit=MAX_INPUT_CHARS):
+            # Undecodable bytes (a lone surrogate): whatever stores or summarizes it fails.
+            raise InvalidTurnRequest("input must be valid text (no lone surrogates)")
         if not isinstance(self.principal, ConversationFacts | PrincipalScope):
             raise InvalidTurnRequest("principal must be ConversationFacts or a Host-issued scope")
         for name in ("request_id", "core_id"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value or len(value) > _MAX_KEY:
+            if not is_text(value, limit=_MAX_KEY):
                 raise InvalidTurnRequest(
-                    f"{name} must be a non-empty string of at most {_MAX_KEY} chars"
+                    f"{name} must be a non-empty string of at most {_MAX_KEY} chars of valid text"
                 )
         if not (self.session == "bound" or isinstance(self.session, FreshSession | ResumeSession)):
             raise InvalidTurnRequest("session must be 'bound', FreshSession() or ResumeSession(id)")
@@ -116,13 +124,14 @@ class TurnRequest:
             self, "route", None if self.route is None else bounded_metadata(self.route)
         )
         context = tuple(self.injected_context)
-        if any(not isinstance(item, str) or len(item) > MAX_INPUT_CHARS for item in context):
-            raise InvalidTurnRequest("injected_context entries must be bounded text")
+        if any(
+            not isinstance(item, str) or (item and not is_text(item, limit=MAX_INPUT_CHARS))
+            for item in context
+        ):
+            raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
-        if self.continues is not None and (
-            not isinstance(self.continues, str) or not 0 < len(self.continues) <= _MAX_KEY
-        ):
+        if self.continues is not None and not is_text(self.continues, limit=_MAX_KEY):
             raise InvalidTurnRequest("continues must name an approval")
 
 

@@ -189,3 +189,33 @@ async def test_an_overlapping_workspace_is_one_warning_line(tmp_path: Path) -> N
     assert len(warnings) == 1, err
     assert "overlaps the Host's own state (hostkit.db" in warnings[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sessions", "--operator", "\udcff", "--reason", "audit"),
+        ("run", "hi", "--conversation", "\udcff"),
+        ("init", "dir\udcff/hostkit.toml"),
+        ("context", "\udcff"),
+    ],
+    ids=["operator", "conversation", "init-path", "session"],
+)
+async def test_an_argument_of_undecodable_bytes_is_one_line_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # A byte the locale cannot decode (bash: $'\xff') reaches Python as a lone surrogate.
+    argv = [arg.encode("utf-8", "surrogateescape") for arg in args]
+    result = await anyio.run_process(
+        [sys.executable.encode(), b"-m", b"hostkit", *argv],
+        cwd=tmp_path,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "LC_ALL": "C.UTF-8", "COLUMNS": "200"},
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "not valid text" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
