@@ -37,7 +37,7 @@ from hostkit.context._summarizer import (
 )
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.store import CommittedSummary, LeaseOwner, LeaseTake, RuntimeStore, owner_is_dead
-from hostkit.types import CompactionKind, ModelMessage, new_id
+from hostkit.types import CompactionKind, ModelMessage, new_id, storable
 
 __all__ = [
     "COMMIT_MARGIN_S",
@@ -284,7 +284,8 @@ class SessionCompactor:
                         previous, messages, max_tokens=self._max_tokens
                     )
                 if isinstance(text, str) and text.strip():
-                    return text.strip()[: self._max_chars], str(summarizer.name)[:200], None
+                    name = storable(str(summarizer.name)[:200])
+                    return storable(text.strip()[: self._max_chars]), name, None
                 failure = "the summarizer returned no text"
             except TimeoutError:
                 failure = f"the summarizer timed out after {self._summarize_timeout_s:g}s"
@@ -293,7 +294,7 @@ class SessionCompactor:
                 failure = f"the summarizer failed ({type(exc).__name__})"
             _log.warning("context compaction used the fallback summary: %s", failure)
         text = fallback_summary(previous, messages, max_chars=self._max_chars)
-        return text, "fallback", failure
+        return storable(text), "fallback", failure
 
     async def _release(self, session_id: str, lease_id: str) -> None:
         # Shielded and bounded: a cancelled caller still frees the lease, and a store

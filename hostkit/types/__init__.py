@@ -14,7 +14,7 @@ from hostkit.types._attachment import (
     sanitize_name,
     stand_in,
 )
-from hostkit.types._bounds import is_count, is_names, is_seconds, is_text
+from hostkit.types._bounds import is_count, is_names, is_seconds, is_text, storable
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
 from hostkit.types._cores import (
     CORE_ACTIONS,
@@ -265,4 +265,5 @@ __all__ = [
     "sanitize_name",
     "stand_in",
     "state_json",
+    "storable",
 ]

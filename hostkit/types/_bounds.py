@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-__all__ = ["is_count", "is_names", "is_seconds", "is_text"]
+__all__ = ["is_count", "is_names", "is_seconds", "is_text", "storable"]
 
 
 def is_count(value: object, *, low: int = 1, high: int | None = None) -> bool:
@@ -55,3 +55,15 @@ def is_names(value: object, *, limit: int, items: int) -> bool:
     if isinstance(value, str | bytes) or not isinstance(value, Collection):
         return False
     return len(value) <= items and all(is_text(name, limit=limit) for name in value)
+
+
+def storable(text: str) -> str:
+    """``text`` with each lone surrogate replaced by ``?``: for text hostkit must keep.
+
+    A failure message or a summary comes from an exception, a platform or a
+    model (a JSON ``"\\ud83d"`` escape decodes to one); refusing it would lose
+    the record, and storing it as is fails in the database.
+    """
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "replace").decode("utf-8")

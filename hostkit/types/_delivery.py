@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze
+from hostkit.types._bounds import storable
 
 __all__ = [
     "DELIVERY_STATUSES",
@@ -152,7 +153,9 @@ class DeliveryFailure:
         _text("code", self.code, 64)
         if not isinstance(self.message, str):
             raise InvalidValue("message must be text")
-        object.__setattr__(self, "message", bounded(self.message, MAX_DELIVERY_ERROR))
+        # A platform's error text may decode to a lone surrogate: kept as "?", or the
+        # failure could not be recorded and the intent would be sent again and again.
+        object.__setattr__(self, "message", bounded(storable(self.message), MAX_DELIVERY_ERROR))
         if self.retry_after_s is not None:
             if isinstance(self.retry_after_s, bool) or not isinstance(
                 self.retry_after_s, int | float

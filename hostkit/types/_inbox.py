@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
+from hostkit.types._bounds import storable
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import is_channel_id
 
@@ -322,9 +323,8 @@ class InboundFailure:
         if not isinstance(self.message, str):
             raise InvalidValue("failure message must be text")
         # From an exception's text, which may hold anything: a lone surrogate would fail
-        # the store's write and leave the inbound claimed, so it becomes "?" instead.
-        message = self.message.encode("utf-8", "replace").decode("utf-8")
-        object.__setattr__(self, "message", bounded(message, MAX_FAILURE_MESSAGE))
+        # the store's write and leave the inbound claimed.
+        object.__setattr__(self, "message", bounded(storable(self.message), MAX_FAILURE_MESSAGE))
 
     def digest(self) -> str:
         body = json.dumps([self.kind, self.code, self.message])

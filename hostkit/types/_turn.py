@@ -55,7 +55,9 @@ class ResumeSession:
 
     def __post_init__(self) -> None:
         if not is_text(self.session_id, limit=_MAX_KEY):
-            raise InvalidTurnRequest("ResumeSession needs a session id of valid text")
+            raise InvalidTurnRequest(
+                "ResumeSession needs a session id of valid text (1-200 characters)"
+            )
 
 
 SessionSelector = Literal["bound"] | FreshSession | ResumeSession
@@ -132,7 +134,7 @@ class TurnRequest:
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
         if self.continues is not None and not is_text(self.continues, limit=_MAX_KEY):
-            raise InvalidTurnRequest("continues must name an approval")
+            raise InvalidTurnRequest("continues must name an approval (1-200 characters of valid text)")
 
 
 @dataclass(frozen=True, slots=True)

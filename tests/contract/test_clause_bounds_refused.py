@@ -28,10 +28,17 @@ from hostkit.builtins.process import (
 from hostkit.builtins.web import UrlPolicy
 from hostkit.channels import TelegramPoller, ingress_app, sign_slack, sign_webhook
 from hostkit.effects import ApprovalRuntime, EffectPolicy, SchemaTool, schema_problem
-from hostkit.errors import ConfigError, HostkitError, InvalidValue
+from hostkit.errors import ConfigError, HostkitError, InvalidTurnRequest, InvalidValue
 from hostkit.host import parse_config
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
+from hostkit.types import (
+    ConversationFacts,
+    DeliveryFailure,
+    InboundFailure,
+    ResumeSession,
+    TurnRequest,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +316,35 @@ def test_config_numbers_are_numbers(tmp_path: Path, section: dict[str, Any], pro
     for key, value in section.items():
         document[key] = {**document[key], **value}
     refused(lambda: parse_config(document, base_dir=tmp_path), ConfigError, problem)
+
+
+def test_failure_texts_keep_a_lone_surrogate_as_a_question_mark() -> None:
+    # From an exception or a platform's answer: refusing it would lose the record.
+    assert DeliveryFailure("permanent", "telegram_400", "Bad \udcff").message == "Bad ?"
+    assert InboundFailure("transient", "handler", "it broke \ud83d").message == "it broke ?"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"input": "hi \udcff"},
+        {"request_id": "req-\udcff"},
+        {"injected_context": ("note \ud83d",)},
+        {"continues": "apr_\udcff"},
+    ],
+    ids=["input", "request_id", "injected_context", "continues"],
+)
+def test_a_turn_request_refuses_text_that_cannot_be_stored(fields: dict[str, Any]) -> None:
+    def make() -> TurnRequest:
+        facts = ConversationFacts("cli", "chat-1", "alice")
+        return TurnRequest(**{"input": "hi", "principal": facts, "request_id": "r1", **fields})
+
+    with pytest.raises(InvalidTurnRequest, match="valid text"):
+        make()
+    with pytest.raises(InvalidTurnRequest, match="valid text"):
+        ResumeSession("ses_\udcff")
+
+
+def test_conversation_facts_refuse_text_that_cannot_be_stored() -> None:
+    refused(lambda: ConversationFacts("cli", "chat-\udcff", "alice"), InvalidValue, "conversation")
+    refused(lambda: ConversationFacts("cli", "chat-1", "\udcff"), InvalidValue, "principal")

@@ -602,3 +602,23 @@ async def test_unopenable_path_is_a_typed_store_error_and_leaves_no_thread(
     # report to this event loop after the loop has closed. (Fewer is fine: an earlier
     # test's store may finish closing meanwhile.)
     assert _sqlite_threads() <= before
+
+
+async def test_text_with_a_lone_surrogate_is_invalid_value_and_nothing_is_written(
+    store: RuntimeStore,
+) -> None:
+    # Undecodable bytes (a command line's $'\xff') arrive as a lone surrogate, which no
+    # engine can encode: the caller's value is at fault, said as such, and rolled back.
+    await make_table(store)
+
+    def insert_both(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t (v) VALUES ('before')")
+        c.execute("INSERT INTO t (v) VALUES (?)", ["bad \udcff"])
+
+    with pytest.raises(InvalidValue, match="lone surrogate"):
+        await store.write(insert_both)
+    with pytest.raises(InvalidValue, match="lone surrogate"):
+        await store.read(lambda c: c.execute("SELECT v FROM t WHERE v = ?", ["\udcff"]).fetchall())
+    assert await count(store) == 0
+    await store.write(lambda c: c.execute("INSERT INTO t (v) VALUES ('after')"))
+    assert await count(store) == 1
