@@ -134,7 +134,9 @@ class TurnRequest:
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
         if self.continues is not None and not is_text(self.continues, limit=_MAX_KEY):
-            raise InvalidTurnRequest("continues must name an approval (1-200 characters of valid text)")
+            raise InvalidTurnRequest(
+                "continues must name an approval (1-200 characters of valid text)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
