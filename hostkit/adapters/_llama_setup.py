@@ -13,6 +13,7 @@ from typing import IO
 
 from hostkit._extras import require_extra
 from hostkit.errors import ConfigError
+from hostkit.types import is_count, is_seconds
 
 __all__ = [
     "check_options",
@@ -40,14 +41,15 @@ def check_options(
             raise ConfigError(
                 "the local server speaks plain HTTP and stays on loopback", key="host"
             )
-    if not 0 <= port <= 65535:
+    # Whole numbers and finite times: NaN and inf passed the comparisons below them.
+    if not is_count(port, low=0, high=65535):
         raise ConfigError("must be 0 (any free port) or a TCP port number", key="port")
-    if context_window < MIN_CONTEXT_WINDOW:
+    if not is_count(context_window, low=MIN_CONTEXT_WINDOW, high=1 << 24):
         raise ConfigError(f"must be at least {MIN_CONTEXT_WINDOW} tokens", key="context_window")
-    if threads < 1:
-        raise ConfigError("must be at least 1", key="threads")
-    if startup_timeout_s <= 0:
-        raise ConfigError("must be positive", key="startup_timeout_s")
+    if not is_count(threads, high=1024):
+        raise ConfigError("must be an integer from 1 to 1024", key="threads")
+    if not is_seconds(startup_timeout_s, high=86_400):
+        raise ConfigError("must be in (0, 86400] seconds", key="startup_timeout_s")
 
 
 def check_wheel() -> None:

@@ -27,7 +27,7 @@ import anyio
 from hostkit.adapters._base import ProviderBase
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError
 from hostkit.providers import RetryPolicy, retry_after_seconds
-from hostkit.types import AttachmentSupport, ModelLimits
+from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
 
 __all__ = ["SdkErrors", "SdkProvider"]
 
@@ -115,8 +115,9 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
         """
         if not model:
             raise ConfigError("must name a model", key="model")
-        if timeout_s <= 0:
-            raise ConfigError("must be a positive number of seconds", key="timeout_s")
+        # NaN failed every call with a raw ValueError, and inf waited for ever.
+        if not is_seconds(timeout_s, high=86_400):
+            raise ConfigError("must be in (0, 86400] seconds", key="timeout_s")
         super().__init__(
             name=name or self._default_name,
             model=model,

@@ -14,7 +14,8 @@ from typing import Protocol
 
 import anyio
 
-from hostkit.types import TurnExecutionContext
+from hostkit.errors import InvalidValue
+from hostkit.types import TurnExecutionContext, is_count, is_names
 
 __all__ = ["DEFAULT_BOOTSTRAP_FILES", "BootstrapSnapshot", "BootstrapSource", "WorkspaceBootstrap"]
 
@@ -43,7 +44,12 @@ class WorkspaceBootstrap:
     def __init__(
         self, names: Sequence[str] = DEFAULT_BOOTSTRAP_FILES, *, max_chars: int = 4_000
     ) -> None:
-        self._names = tuple(name for name in names if name and "/" not in name and name != "..")
+        # A bare string would be read as one file per character, finding none.
+        if not is_names(names, limit=255, items=64):
+            raise InvalidValue("WorkspaceBootstrap names must be a list of file names")
+        if not is_count(max_chars, high=1_000_000):
+            raise InvalidValue("WorkspaceBootstrap max_chars must be an integer from 1 to 1000000")
+        self._names = tuple(name for name in names if "/" not in name and name != "..")
         self._max_chars = max_chars
 
     async def snapshot(self, context: TurnExecutionContext) -> BootstrapSnapshot | None:

@@ -37,7 +37,7 @@ from hostkit.context._summarizer import (
 )
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.store import CommittedSummary, LeaseOwner, LeaseTake, RuntimeStore, owner_is_dead
-from hostkit.types import CompactionKind, ModelMessage, new_id, storable
+from hostkit.types import CompactionKind, ModelMessage, is_count, is_seconds, new_id, storable
 
 __all__ = [
     "COMMIT_MARGIN_S",
@@ -123,12 +123,23 @@ class SessionCompactor:
         release_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if min(lease_ttl_s, poll_s, summarize_timeout_s, release_timeout_s) <= 0:
-            raise InvalidValue("lease_ttl_s, poll_s and the timeouts must be positive")
-        if wait_s < 0 or cooldown_s < 0:
-            raise InvalidValue("wait_s and cooldown_s cannot be negative")
-        if summary_max_tokens <= 0 or summary_max_chars <= 0:
-            raise InvalidValue("summary limits must be positive")
+        # Checked whole: NaN passes "<= 0", and fails (or bounds nothing) only at compaction.
+        for name, seconds, zero in (
+            ("lease_ttl_s", lease_ttl_s, False),
+            ("poll_s", poll_s, False),
+            ("summarize_timeout_s", summarize_timeout_s, False),
+            ("release_timeout_s", release_timeout_s, False),
+            ("wait_s", wait_s, True),
+            ("cooldown_s", cooldown_s, True),
+        ):
+            if not is_seconds(seconds, high=86_400.0, zero=zero):
+                raise InvalidValue(f"SessionCompactor {name} must be a finite number of seconds")
+        for name, count in (
+            ("summary_max_tokens", summary_max_tokens),
+            ("summary_max_chars", summary_max_chars),
+        ):
+            if not is_count(count):
+                raise InvalidValue(f"SessionCompactor {name} must be a positive integer")
         self._store = store
         self._owner = owner.encode()
         self._hold_s = max(lease_ttl_s, summarize_timeout_s + COMMIT_MARGIN_S)

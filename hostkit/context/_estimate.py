@@ -18,7 +18,15 @@ from typing import Any, Protocol
 
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
-from hostkit.types import AttachmentPart, ModelMessage, ToolDefinition, stand_in
+from hostkit.types import (
+    AttachmentPart,
+    ModelMessage,
+    ToolDefinition,
+    is_count,
+    is_positive,
+    is_text,
+    stand_in,
+)
 
 __all__ = [
     "DEFAULT_CACHE_CHARS",
@@ -118,12 +126,19 @@ class CharEstimator:
         message_overhead: int = MESSAGE_OVERHEAD_TOKENS,
         request_overhead: int = REQUEST_OVERHEAD_TOKENS,
     ) -> None:
-        if chars_per_token <= 0:
-            raise ConfigError("must be positive", key="chars_per_token")
-        if punctuation_per_token <= 0:
-            raise ConfigError("must be positive", key="punctuation_per_token")
-        if message_overhead < 0 or request_overhead < 0:
-            raise ConfigError("cannot be negative", key="message_overhead")
+        # Finite and positive: an infinite ratio counts every text as one token.
+        for key, ratio in (
+            ("chars_per_token", chars_per_token),
+            ("punctuation_per_token", punctuation_per_token),
+        ):
+            if not is_positive(ratio, high=1_000.0):
+                raise ConfigError("must be a positive, finite number", key=key)
+        for key, tokens in (
+            ("message_overhead", message_overhead),
+            ("request_overhead", request_overhead),
+        ):
+            if not is_count(tokens, low=0):
+                raise ConfigError("must be an integer of at least 0", key=key)
         self._ratio = chars_per_token
         self._punctuation = punctuation_per_token
         self._message_overhead = message_overhead
@@ -201,10 +216,11 @@ class TokenizerEstimator:
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         cache_chars: int = DEFAULT_CACHE_CHARS,
     ) -> None:
-        if not estimator_id:
-            raise ConfigError("must not be empty", key="estimator_id")
-        if cache_entries < 0 or cache_chars < 0:
-            raise ConfigError("cache bounds cannot be negative", key="cache_entries")
+        if not is_text(estimator_id, limit=200):
+            raise ConfigError("must be 1 to 200 characters of text", key="estimator_id")
+        for key, bound in (("cache_entries", cache_entries), ("cache_chars", cache_chars)):
+            if not is_count(bound, low=0):
+                raise ConfigError("must be an integer of at least 0", key=key)
         overheads = (
             dict(message_overhead)
             if isinstance(message_overhead, Mapping)

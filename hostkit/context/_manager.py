@@ -38,6 +38,8 @@ from hostkit.types import (
     PreparedContext,
     TurnExecutionContext,
     UsageObservation,
+    is_count,
+    is_positive,
     new_id,
 )
 
@@ -104,12 +106,23 @@ class ContextManager:
         summarizers: SummarizerSource | None = None,
         degraded_factor: float = 1.25,
     ) -> None:
-        if not 0 < history_window <= MAX_WINDOW:
+        # Whole numbers in range: NaN passes "< 1" and then caps nothing.
+        if not is_count(history_window, high=MAX_WINDOW):
             raise ConfigError(f"must be between 1 and {MAX_WINDOW}", key="history_window")
-        if window_cache < 1:
-            raise ConfigError("must be at least 1", key="window_cache")
-        if pending_decisions < 1:
-            raise ConfigError("must be at least 1", key="pending_decisions")
+        for key, count in (
+            ("window_cache", window_cache),
+            ("pending_decisions", pending_decisions),
+            ("min_output_tokens", min_output_tokens),
+        ):
+            if not is_count(count):
+                raise ConfigError("must be a positive integer", key=key)
+        for key, count in (("protect_head", protect_head), ("protect_tail", protect_tail)):
+            if not is_count(count, low=0):
+                raise ConfigError("must be an integer of at least 0", key=key)
+        if not is_positive(max_output_fraction, high=1.0):
+            raise ConfigError("must be a number in (0, 1]", key="max_output_fraction")
+        if not is_positive(degraded_factor, high=100.0) or degraded_factor < 1:
+            raise ConfigError("must be a number from 1 to 100", key="degraded_factor")
         self._store = store
         self.estimators = estimators or EstimatorRegistry()
         self._window = history_window

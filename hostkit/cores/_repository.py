@@ -45,7 +45,7 @@ from dulwich.repo import Repo
 from dulwich.walk import Walker
 
 from hostkit.errors import ConfigError, HostkitError, InvalidValue, RefLocked, bounded
-from hostkit.types import is_revision
+from hostkit.types import is_revision, is_seconds
 
 __all__ = [
     "LOCK_WAIT_S",
@@ -156,6 +156,8 @@ class CoreRepository:
             raise InvalidValue(f"{bounded(ref, 80)!r} is not a Host-owned ref (refs/hostkit/...)")
         if not is_revision(sha):
             raise InvalidValue("a ref mirrors a full 40-hex commit id")
+        if not is_seconds(lock_wait_s, high=3_600, zero=True):  # NaN would wait for ever
+            raise InvalidValue("lock_wait_s must be a number of seconds from 0 to 3600")
         deadline = anyio.current_time() + lock_wait_s
         pause = _LOCK_POLL_S
         while True:

@@ -20,7 +20,7 @@ from dulwich.repo import Repo
 
 from hostkit.cores._manifest import load_manifest
 from hostkit.errors import ConfigError, InvalidValue
-from hostkit.types import is_core_id
+from hostkit.types import is_core_id, is_text
 
 __all__ = ["STARTER_AUTHOR", "STARTER_TOOL", "init_core", "starter_files"]
 
@@ -245,6 +245,9 @@ def init_core(path: Path, core_id: str, *, model: str = "local") -> str:
     naming it): nothing there is overwritten. The Host-owned ref is not set:
     the first ``hostkit core promote`` runs the gates and sets it.
     """
+    if not is_text(str(path), limit=4_096):
+        # Undecodable bytes in a name: git could not record it, and half a core would stay.
+        raise ConfigError("the core's path is not valid text (undecodable bytes)")
     files = starter_files(core_id, model=model)
     # What the Host will load: a starter that fails its own schema is a hostkit bug.
     load_manifest(files["agent.yaml"].encode(), source="agent.yaml")

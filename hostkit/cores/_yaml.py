@@ -14,6 +14,8 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from hostkit.types import is_text
+
 __all__ = ["MAX_YAML_NODES", "YamlProblem", "parse_yaml"]
 
 # agent.yaml is written by hand: far more nodes than any real one has.
@@ -111,10 +113,14 @@ class _Builder:
             return items
         assert isinstance(node, ScalarNode)
         try:
-            return self._loader.construct_object(node, deep=True)
+            value = self._loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             raise YamlProblem(f"cannot read this value: {problem}", line, path) from None
+        if isinstance(value, str) and value and not is_text(value, limit=len(value)):
+            # A "\udcff" escape: wherever the value goes (a store, a command), it cannot.
+            raise YamlProblem("a lone surrogate escape is not text", line, path)
+        return value
 
     def _mapping(self, node: MappingNode, path: Path, depth: int) -> dict[str, Any]:
         result: dict[str, Any] = {}

@@ -21,6 +21,8 @@ import anyio
 import httpx
 
 from hostkit.delivery._channel import transient
+from hostkit.errors import InvalidValue
+from hostkit.types import is_seconds, is_text
 
 __all__ = ["MAX_RESPONSE_BYTES", "Answer", "SharedClient", "post", "retry_after"]
 
@@ -74,6 +76,21 @@ def _new_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(follow_redirects=False, trust_env=False)
 
 
+def check_channel(target: object, secret: object, timeout_s: object) -> float:
+    """A channel's target URL, token or secret, and send timeout, checked when it is built.
+
+    A NaN timeout failed every send with a raw ValueError, 0 timed every one out,
+    and a target that is not text failed only at the first send.
+    """
+    if not is_text(target, limit=4_096):
+        raise InvalidValue("a delivery channel needs its target URL as text")
+    if not is_text(secret, limit=4_096):
+        raise InvalidValue("a delivery channel needs its token or secret as text")
+    if not is_seconds(timeout_s, high=600.0):
+        raise InvalidValue("a delivery channel's timeout_s must be in (0, 600] seconds")
+    return float(timeout_s)
+
+
 async def post(
     client: httpx.AsyncClient | SharedClient,
     url: str,
@@ -111,6 +128,8 @@ def retry_after(value: object, *, now: float | None = None) -> float | None:
     """Seconds from a ``Retry-After`` value (delta seconds or an HTTP date), bounded; else None."""
     if value is None:
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > _MAX_RETRY_AFTER_S:
+        return _MAX_RETRY_AFTER_S  # float() of an int past the float range would raise
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:

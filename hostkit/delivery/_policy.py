@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hostkit.errors import InvalidValue
-from hostkit.types import DeliveryFailure
+from hostkit.types import DeliveryFailure, is_positive
 
 __all__ = ["DeliveryPolicy"]
 
 
 def _seconds(name: str, value: object, *, low: float, high: float, zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number")
+    if not is_positive(value, zero=True):  # math.isfinite(10**400) raises OverflowError
+        raise InvalidValue(f"{name} must be a finite number of at least 0")
     if not (low <= value <= high) or (not zero and value == 0):
         raise InvalidValue(f"{name} must be between {low:g} and {high:g}")
 

@@ -23,7 +23,6 @@ ran, whatever happens to the answer here.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
 from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore
-from hostkit.types import ClaimedDelivery, DeliveryFailure
+from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds
 
 __all__ = ["DeliveryRuntime"]
 
@@ -50,10 +49,9 @@ _SETTLE_TRIES = 3
 
 
 def _seconds(name: str, value: object, high: float, *, zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidValue(f"{name} must be a finite number of seconds")
-    if not (0 <= value <= high) or (not zero and value == 0):
-        raise InvalidValue(f"{name} must be between 0 and {high:g} seconds")
+    # is_seconds, not math.isfinite: that raises OverflowError for an int like 10**400.
+    if not is_seconds(value, high=high, zero=zero):
+        raise InvalidValue(f"{name} must be a finite number of seconds from 0 to {high:g}")
 
 
 def _failure(kind: str, code: str, message: str = "") -> DeliveryFailure:
@@ -111,6 +109,8 @@ class DeliveryRuntime(Background):
         _seconds("send_timeout_s", send_timeout_s, 3_600.0)
         _seconds("op_timeout_s", op_timeout_s, 3_600.0)
         _seconds("grace_s", grace_s, 3_600.0, zero=True)
+        if policy is not None and not isinstance(policy, DeliveryPolicy):
+            raise InvalidValue("DeliveryRuntime policy must be a DeliveryPolicy")
         self.store = store
         self.policy = policy or DeliveryPolicy()
         self._channels = channels

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
-from hostkit.delivery._http import SharedClient, post, retry_after
+from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 
 __all__ = ["SlackChannel"]
 
@@ -89,6 +89,7 @@ class SlackChannel:
         *,
         timeout_s: float = 30.0,
     ) -> None:
+        timeout_s = check_channel(api_origin, token, timeout_s)
         self.api_origin = api_origin.rstrip("/")
         self._token = token
         self._client = client

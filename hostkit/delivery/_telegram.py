@@ -20,7 +20,7 @@ import httpx
 
 from hostkit.channels import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
-from hostkit.delivery._http import SharedClient, post, retry_after
+from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 
 __all__ = ["TelegramChannel"]
 
@@ -61,6 +61,7 @@ class TelegramChannel:
         *,
         timeout_s: float = 30.0,
     ) -> None:
+        timeout_s = check_channel(api_origin, token, timeout_s)
         self.api_origin = api_origin.rstrip("/")
         self._token = token
         # httpx logs every request URL at INFO, and this one carries the token.

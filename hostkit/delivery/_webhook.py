@@ -19,7 +19,7 @@ import httpx
 
 from hostkit.channels import sign_webhook
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
-from hostkit.delivery._http import SharedClient, post, retry_after
+from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 from hostkit.freeze import thaw
 
 __all__ = ["WebhookChannel"]
@@ -39,6 +39,7 @@ class WebhookChannel:
         timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        timeout_s = check_channel(deliver_url, secret, timeout_s)
         self.deliver_url = deliver_url
         self._secret = secret
         self._client = client

@@ -54,7 +54,7 @@ class McpServerConfig(BaseModel):
     (start, initialize, list tools) and one tool call.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     command: list[str] | None = Field(default=None, max_length=MAX_MCP_ARGS)
     url: str | None = Field(default=None, max_length=MAX_MCP_URL_CHARS)
@@ -62,8 +62,8 @@ class McpServerConfig(BaseModel):
         default_factory=dict
     )
     network: bool = False
-    connect_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    connect_timeout_seconds: float = Field(default=30.0, gt=0, le=600, strict=True)
+    call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600, strict=True)
 
     @pydantic.model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

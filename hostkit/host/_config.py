@@ -453,6 +453,8 @@ def _read_regular(file: Path, shown: str, max_bytes: int) -> bytes:
     """The whole file, at most ``max_bytes``; anything but a regular file is refused unread."""
     # O_NONBLOCK: opening a FIFO does not wait for a writer; it is then refused by fstat.
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    if "\0" in str(file):
+        raise ConfigError(f"{shown} is not a file name (it holds a NUL character)")
     try:
         fd = os.open(file, flags)
     except FileNotFoundError:

@@ -69,6 +69,8 @@ from hostkit.types import (
     TurnExecutionContext,
     TurnRequest,
     TurnResult,
+    is_names,
+    is_seconds,
     new_id,
 )
 
@@ -452,6 +454,10 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
+        if not isinstance(config, HostConfig):
+            raise ConfigError("apply_config takes a HostConfig (parse_config or load_config)")
+        if not is_names(require_cores, limit=200, items=1_000):
+            raise ConfigError("require_cores must be a list of core ids")
         # One apply at a time, from reading the live revisions to installing: an apply
         # that read them before a promotion cannot install after the promotion's own.
         async with self._apply_lock:
@@ -559,6 +565,8 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
+        if not is_seconds(read_timeout_s, high=3_600):
+            raise ConfigError("read_timeout_s must be in (0, 3600] seconds")
         async with self._reload_lock:
             try:
                 outcome = await self._reload(read_timeout_s)
@@ -900,4 +908,6 @@ async def _resolve_config(
         return config
     if config is None:
         return default_config(base_dir=Path(await anyio.Path.cwd()), assistant=assistant)
+    if not isinstance(config, str | Path):
+        raise ConfigError("config must be a HostConfig, a path to hostkit.toml, or None")
     return await anyio.to_thread.run_sync(load_config, config)

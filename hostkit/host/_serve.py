@@ -46,6 +46,7 @@ from hostkit.host._bus import EventBus
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
+from hostkit.types import is_seconds, is_text
 
 if TYPE_CHECKING:
     from hostkit.host._host import Host
@@ -195,8 +196,8 @@ class HostDaemon(Background):
             raise InvalidValue("port must be an integer")
         if not 0 <= self.port <= 65_535:
             raise InvalidValue("port must be between 0 and 65535")
-        if not isinstance(self.listen, str) or not 0 < len(self.listen) <= 255:
-            raise InvalidValue("listen must be a host name or address")
+        if not is_text(self.listen, limit=255) or not self.listen.isascii():
+            raise InvalidValue("listen must be a host name or address (ASCII, 1-255 characters)")
         self.drain_timeout_s = serve.drain_timeout_s
         environment = os.environ if env is None else env
         channels = host.config.channels
@@ -315,6 +316,9 @@ class HostDaemon(Background):
     ) -> None:
         """Begin the graceful shutdown (safe from a signal-watching task, also before ``run``)."""
         if self.supervisor is None:
+            # Checked now, as the supervisor would: not later, when run() starts.
+            if deadline_s is not None and not is_seconds(deadline_s, high=86_400, zero=True):
+                raise InvalidValue("deadline_s must be a number of seconds from 0 to 86400")
             self._early = self._early or (reason, deadline_s)
             return
         self.supervisor.request_shutdown(

@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import anyio
 
-from hostkit.errors import ProviderError
+from hostkit.errors import InvalidValue, ProviderError
+from hostkit.types import is_count, is_positive, is_seconds
 
 __all__ = ["RetryPolicy", "call_with_retries"]
 
@@ -31,6 +32,16 @@ class RetryPolicy:
     max_delay_s: float = 20.0
     max_retry_after_s: float = 60.0
     jitter: float = 0.25
+
+    def __post_init__(self) -> None:
+        # NaN attempts retried without end; a jitter above 1 made delays negative.
+        if not is_count(self.max_attempts, high=100):
+            raise InvalidValue("max_attempts must be an integer from 1 to 100")
+        for name in ("base_delay_s", "max_delay_s", "max_retry_after_s"):
+            if not is_seconds(getattr(self, name), high=3_600, zero=True):
+                raise InvalidValue(f"{name} must be a number of seconds from 0 to 3600")
+        if not is_positive(self.jitter, high=1.0, zero=True):
+            raise InvalidValue("jitter must be a number from 0 to 1")
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""

@@ -61,6 +61,7 @@ from hostkit.types import (
     TurnResult,
     TurnToken,
     UsageObservation,
+    is_seconds,
     new_id,
     redact_secret_fields,
 )
@@ -79,6 +80,8 @@ _NOT_REACHED = "[cancelled] not run: the turn ended before this call"
 # The outcomes of a turn stopped by a cancellation (its result says who stopped it).
 _CANCELLED: tuple[TurnOutcome, ...] = ("cancelled", "indeterminate")
 _CLOSING = "the Host is shutting down"
+# The longest any of a turn's own deadlines may be (as hostkit.toml allows).
+_MAX_TIMEOUT_S = 86_400.0
 
 
 class TurnExecution:
@@ -125,8 +128,17 @@ class TurnExecution:
         cancel_timeout_s: float = 30.0,
         terminal_timeout_s: float = 30.0,
     ) -> None:
-        if not 0 < lease_ttl_s <= MAX_LEASE_TTL_S:
+        if not is_seconds(lease_ttl_s, high=MAX_LEASE_TTL_S):
             raise InvalidValue(f"lease_ttl_s must be in (0, {MAX_LEASE_TTL_S:g}] seconds")
+        # NaN fails every deadline with a raw ValueError; inf never ends a turn or a wait.
+        for name, seconds in (
+            ("admission_timeout_s", admission_timeout_s),
+            ("turn_timeout_s", turn_timeout_s),
+            ("cancel_timeout_s", cancel_timeout_s),
+            ("terminal_timeout_s", terminal_timeout_s),
+        ):
+            if not is_seconds(seconds, high=_MAX_TIMEOUT_S):
+                raise InvalidValue(f"{name} must be in (0, {_MAX_TIMEOUT_S:g}] seconds")
         self._store = store
         self._context = context
         self._cores = cores

@@ -14,7 +14,14 @@ from hostkit.types._attachment import (
     sanitize_name,
     stand_in,
 )
-from hostkit.types._bounds import is_count, is_names, is_seconds, is_text, storable
+from hostkit.types._bounds import (
+    is_count,
+    is_names,
+    is_positive,
+    is_seconds,
+    is_text,
+    storable,
+)
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
 from hostkit.types._cores import (
     CORE_ACTIONS,
@@ -256,6 +263,7 @@ __all__ = [
     "is_core_id",
     "is_count",
     "is_names",
+    "is_positive",
     "is_revision",
     "is_seconds",
     "is_secret_field",

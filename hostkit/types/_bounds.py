@@ -13,19 +13,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from typing import TypeGuard
 
-__all__ = ["is_count", "is_names", "is_seconds", "is_text", "storable"]
+__all__ = ["is_count", "is_names", "is_positive", "is_seconds", "is_text", "storable"]
 
 
-def is_count(value: object, *, low: int = 1, high: int | None = None) -> bool:
+def is_count(value: object, *, low: int = 1, high: int | None = None) -> TypeGuard[int]:
     """An ``int`` (not a ``bool``) from ``low`` to ``high`` (no upper bound when None)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     return low <= value and (high is None or value <= high)
 
 
-def is_seconds(value: object, *, high: float | None = None, zero: bool = False) -> bool:
-    """A finite real number of seconds, positive (or 0 with ``zero``), at most ``high``."""
+def is_seconds(value: object, *, high: float | None = None, zero: bool = False) -> TypeGuard[float]:
+    """A finite number of seconds, positive (or 0 with ``zero``), at most ``high``."""
+    return is_positive(value, high=high, zero=zero)
+
+
+def is_positive(
+    value: object, *, high: float | None = None, zero: bool = False
+) -> TypeGuard[float]:
+    """A finite real number (not a ``bool``), above 0 (or 0 with ``zero``), at most ``high``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
@@ -37,7 +45,7 @@ def is_seconds(value: object, *, high: float | None = None, zero: bool = False) 
     return high is None or seconds <= high
 
 
-def is_text(value: object, *, limit: int) -> bool:
+def is_text(value: object, *, limit: int) -> TypeGuard[str]:
     """A ``str`` of 1 to ``limit`` characters that can be stored (no lone surrogate)."""
     if not isinstance(value, str) or not 0 < len(value) <= limit:
         return False

@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze
-from hostkit.types._bounds import storable
+from hostkit.types._bounds import is_seconds, storable
 
 __all__ = [
     "DELIVERY_STATUSES",
@@ -156,13 +156,10 @@ class DeliveryFailure:
         # A platform's error text may decode to a lone surrogate: kept as "?", or the
         # failure could not be recorded and the intent would be sent again and again.
         object.__setattr__(self, "message", bounded(storable(self.message), MAX_DELIVERY_ERROR))
-        if self.retry_after_s is not None:
-            if isinstance(self.retry_after_s, bool) or not isinstance(
-                self.retry_after_s, int | float
-            ):
-                raise InvalidValue("retry_after_s must be a number of seconds")
-            if not 0 <= float(self.retry_after_s) <= 86_400:
-                raise InvalidValue("retry_after_s must be between 0 and 86400 seconds")
+        if self.retry_after_s is not None and not is_seconds(
+            self.retry_after_s, high=86_400, zero=True
+        ):
+            raise InvalidValue("retry_after_s must be a number of seconds from 0 to 86400")
 
     def text(self) -> str:
         """One line for the row's ``last_error``."""

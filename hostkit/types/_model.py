@@ -13,6 +13,7 @@ from typing import Any, Literal
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, nested_deeper_than, thaw
 from hostkit.types._attachment import Attachment, AttachmentPart
+from hostkit.types._bounds import is_count
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -49,12 +50,12 @@ class ModelLimits:
     safety_margin_tokens: int = 256
 
     def __post_init__(self) -> None:
-        if self.context_window <= 0 or self.max_output_tokens <= 0:
-            raise InvalidValue("context_window and max_output_tokens must be positive")
+        if not is_count(self.context_window) or not is_count(self.max_output_tokens):
+            raise InvalidValue("context_window and max_output_tokens must be positive integers")
         if self.max_output_tokens >= self.context_window:
             raise InvalidValue("max_output_tokens must be smaller than context_window")
-        if self.safety_margin_tokens < 0:
-            raise InvalidValue("safety_margin_tokens cannot be negative")
+        if not is_count(self.safety_margin_tokens, low=0):
+            raise InvalidValue("safety_margin_tokens must be an integer of at least 0")
 
 
 @dataclass(frozen=True, slots=True)
