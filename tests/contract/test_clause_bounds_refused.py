@@ -15,8 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
 
+from hostkit.adapters._llama_setup import check_options as check_local_options
+from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process import (
     ProcessSupervisor,
@@ -27,15 +31,35 @@ from hostkit.builtins.process import (
 )
 from hostkit.builtins.web import UrlPolicy
 from hostkit.channels import TelegramPoller, ingress_app, sign_slack, sign_webhook
+from hostkit.context import (
+    CharEstimator,
+    ContextManager,
+    SessionCompactor,
+    TokenizerEstimator,
+    WorkspaceBootstrap,
+)
+from hostkit.cores import init_core
+from hostkit.cores._yaml import YamlProblem, parse_yaml
+from hostkit.delivery import (
+    DeliveryPolicy,
+    SlackChannel,
+    TelegramChannel,
+    WebhookChannel,
+)
+from hostkit.delivery._http import retry_after
 from hostkit.effects import ApprovalRuntime, EffectPolicy, SchemaTool, schema_problem
 from hostkit.errors import ConfigError, HostkitError, InvalidTurnRequest, InvalidValue
-from hostkit.host import parse_config
+from hostkit.host import Host, parse_config
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
+from hostkit.providers import RetryPolicy as ProviderRetryPolicy
+from hostkit.store import LeaseOwner
+from hostkit.turns import TurnExecution
 from hostkit.types import (
     ConversationFacts,
     DeliveryFailure,
     InboundFailure,
+    ModelLimits,
     ResumeSession,
     TurnRequest,
 )
@@ -348,3 +372,215 @@ def test_a_turn_request_refuses_text_that_cannot_be_stored(fields: dict[str, Any
 def test_conversation_facts_refuse_text_that_cannot_be_stored() -> None:
     refused(lambda: ConversationFacts("cli", "chat-\udcff", "alice"), InvalidValue, "conversation")
     refused(lambda: ConversationFacts("cli", "chat-1", "\udcff"), InvalidValue, "principal")
+
+
+# -- the second sweep: turns, context, delivery, providers, cores, the Host --------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"turn_timeout_s": NAN},
+        {"turn_timeout_s": "900"},
+        {"turn_timeout_s": -1},
+        {"admission_timeout_s": INF},
+        {"terminal_timeout_s": 0},
+        {"lease_ttl_s": True},
+        {"lease_ttl_s": "60"},
+    ],
+    ids=str,
+)
+def test_turn_execution_deadlines_are_checked(options: dict[str, Any]) -> None:
+    # NaN failed every turn with a raw ValueError; inf never rejected a waiting turn.
+    refused(
+        lambda: TurnExecution(
+            store=None,  # type: ignore[arg-type]
+            authority=None,  # type: ignore[arg-type]
+            context=None,  # type: ignore[arg-type]
+            cores=None,  # type: ignore[arg-type]
+            **options,
+        ),
+        InvalidValue,
+        *options,
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_output_fraction": NAN},
+        {"max_output_fraction": 1.5},
+        {"window_cache": NAN},
+        {"pending_decisions": 2.5},
+        {"history_window": "200"},
+        {"degraded_factor": INF},
+        {"protect_tail": -1},
+    ],
+    ids=str,
+)
+def test_context_manager_options_are_checked(options: dict[str, Any]) -> None:
+    refused(lambda: ContextManager(None, **options), ConfigError, *options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: CharEstimator(chars_per_token=INF),
+        lambda: CharEstimator(chars_per_token=NAN),
+        lambda: CharEstimator(message_overhead=2.5),
+        lambda: TokenizerEstimator(object(), estimator_id=5),  # type: ignore[arg-type]
+        lambda: TokenizerEstimator(object(), estimator_id="t", cache_entries=NAN),
+    ],
+    ids=["ratio inf", "ratio nan", "overhead float", "id not text", "cache nan"],
+)
+def test_estimator_options_are_checked(make: Callable[[], object]) -> None:
+    # An infinite ratio counted every text as one token: the budget bounded nothing.
+    refused(make, ConfigError, "per_token", "overhead", "estimator_id", "cache")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"summary_max_chars": NAN},
+        {"lease_ttl_s": 10**400},
+        {"wait_s": -1},
+        {"summarize_timeout_s": INF},
+    ],
+    ids=str,
+)
+async def test_session_compactor_options_are_checked(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    owner = await anyio.to_thread.run_sync(LeaseOwner.current, "bounds")
+    refused(lambda: SessionCompactor(None, owner=owner, **options), InvalidValue, *options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"names": "AGENTS.md"}, {"max_chars": NAN}, {"max_chars": "4000"}, {"names": [""]}],
+    ids=str,
+)
+def test_workspace_bootstrap_options_are_checked(options: dict[str, Any]) -> None:
+    # A bare string was read as one file name per character, and found nothing.
+    refused(lambda: WorkspaceBootstrap(**options), InvalidValue, "names", "max_chars")
+
+
+@pytest.mark.parametrize("channel", [SlackChannel, TelegramChannel, WebhookChannel])
+@pytest.mark.parametrize(
+    ("target", "timeout_s"), [("http://127.0.0.1:9", NAN), ("http://127.0.0.1:9", 0), (None, 30.0)]
+)
+def test_delivery_channels_check_their_target_and_timeout(
+    channel: Callable[..., object], target: object, timeout_s: object
+) -> None:
+    refused(
+        lambda: channel(target, "secret-token", httpx.AsyncClient(), timeout_s=timeout_s),
+        InvalidValue,
+        "timeout_s",
+        "target",
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DeliveryPolicy(backoff_s=10**400),
+        lambda: DeliveryFailure("transient", "rate_limited", retry_after_s=10**400),
+        lambda: DeliveryFailure("transient", "rate_limited", retry_after_s=NAN),
+    ],
+    ids=["policy backoff", "retry after huge", "retry after nan"],
+)
+def test_delivery_times_past_the_float_range_are_invalid_value(
+    make: Callable[[], object],
+) -> None:
+    # math.isfinite(10**400) raises OverflowError: these used to escape as that.
+    refused(make, InvalidValue, "backoff_s", "retry_after_s")
+
+
+def test_a_retry_after_past_the_float_range_is_the_longest_wait() -> None:
+    assert retry_after(10**400) == retry_after(86_400 * 30)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_attempts": NAN},
+        {"max_attempts": 0},
+        {"jitter": 3},
+        {"base_delay_s": NAN},
+        {"max_delay_s": INF},
+    ],
+    ids=str,
+)
+def test_a_provider_retry_policy_is_checked(options: dict[str, Any]) -> None:
+    # NaN attempts retried without end; a jitter of 3 made delays negative.
+    refused(lambda: ProviderRetryPolicy(**options), InvalidValue, *options)
+
+
+@pytest.mark.parametrize("timeout_s", [NAN, INF, "5", None, 0])
+def test_a_provider_timeout_is_checked(timeout_s: object) -> None:
+    refused(
+        lambda: OpenAIChatProvider(
+            model="m", base_url="http://127.0.0.1:9/v1", api_key="k", timeout_s=timeout_s
+        ),
+        ConfigError,
+        "timeout_s",
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"startup_timeout_s": NAN},
+        {"startup_timeout_s": INF},
+        {"threads": 2.5},
+        {"threads": True},
+        {"context_window": 4096.5},
+        {"port": 80.5},
+    ],
+    ids=str,
+)
+def test_local_model_options_are_checked(options: dict[str, Any]) -> None:
+    arguments = {
+        "host": "127.0.0.1",
+        "port": 0,
+        "context_window": 4096,
+        "threads": 2,
+        "startup_timeout_s": 60.0,
+        **options,
+    }
+    refused(lambda: check_local_options(**arguments), ConfigError, *options)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"context_window": NAN}, {"max_output_tokens": 10.5}, {"safety_margin_tokens": -1}],
+    ids=str,
+)
+def test_model_limits_are_whole_numbers(limits: dict[str, Any]) -> None:
+    options: dict[str, Any] = {"context_window": 8192, "max_output_tokens": 512, **limits}
+    refused(lambda: ModelLimits(**options), InvalidValue, *limits)
+
+
+@pytest.mark.parametrize(
+    "document",
+    ['name: "\\udcff"\n', 'dependencies: ["ok", "\\udcff"]\n'],
+    ids=["scalar", "in a list"],
+)
+def test_core_yaml_refuses_a_lone_surrogate_escape(document: str) -> None:
+    with pytest.raises(YamlProblem, match="surrogate"):
+        parse_yaml(document)
+
+
+def test_a_core_path_that_is_no_text_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "core-\udcff"
+    refused(lambda: init_core(target, "assistant"), ConfigError, "path")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("config", ["a\x00b.toml", 123])
+async def test_host_open_refuses_a_config_that_is_no_path(config: object) -> None:
+    with pytest.raises(ConfigError):
+        async with Host.open(config):  # type: ignore[arg-type]
+            pass
