@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hostkit.errors import InvalidValue, ScopeError
 from hostkit.store import RuntimeStore, ScopeMint, audit_reason
-from hostkit.types import PrincipalScope
+from hostkit.types import PrincipalScope, is_text
 
 __all__ = ["OPERATOR_CHANNEL", "OperatorIssuer"]
 
@@ -42,8 +42,10 @@ class OperatorIssuer:
         if not self._live:
             raise ScopeError("operator issuance was revoked (the Host is closed)")
         text = audit_reason(reason)
-        if not isinstance(operator_id, str) or not operator_id or len(operator_id) > 128:
-            raise InvalidValue("operator_id must be a non-empty string of at most 128 characters")
+        if not is_text(operator_id, limit=128):
+            raise InvalidValue("operator_id must be 1 to 128 characters of valid text")
+        if conversation_key is not None and not is_text(conversation_key, limit=128):
+            raise InvalidValue("conversation_key must be 1 to 128 characters of valid text")
         principal_id = f"operator:{operator_id}"
         session_id: str | None = None
         key: str | None = None

@@ -21,7 +21,7 @@ from hostkit.store import (
     TurnAdmission,
     TurnState,
 )
-from hostkit.types import ConversationFacts, PrincipalScope, TurnResult, new_id
+from hostkit.types import ConversationFacts, PrincipalScope, TurnResult, is_text, new_id
 
 __all__ = ["AdmittedTurn", "AuthorityResolver", "BindingListener", "conversation_principal"]
 
@@ -240,8 +240,8 @@ class AuthorityResolver(AsyncResource):
     async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:
         """System authority limited to one scheduled run's own session (idempotent per run)."""
         for name, value in (("schedule_id", schedule_id), ("run_id", run_id)):
-            if not isinstance(value, str) or not value or len(value) > 128:
-                raise InvalidValue(f"{name} must be a non-empty string of at most 128 characters")
+            if not is_text(value, limit=128):
+                raise InvalidValue(f"{name} must be 1 to 128 characters of valid text")
         principal_id = f"schedule:{schedule_id}"
         key = f"{schedule_id}/{run_id}"
         session_id, _ = await self._store.bind_conversation(

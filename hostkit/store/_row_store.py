@@ -40,6 +40,7 @@ from hostkit.types import (
     PrincipalScope,
     SessionRecord,
     TaskRecord,
+    is_text,
 )
 
 __all__ = ["MAX_REASON", "RowStore", "audit_reason"]
@@ -62,6 +63,8 @@ def audit_reason(reason: object) -> str:
         raise ScopeError("a non-empty audit reason is required")
     if len(reason) > MAX_REASON:
         raise ScopeError(f"the audit reason is limited to {MAX_REASON} characters")
+    if not is_text(reason, limit=MAX_REASON):  # a lone surrogate: the audit row could not hold it
+        raise ScopeError("the audit reason must be valid text (no undecodable bytes)")
     return reason.strip()
 
 

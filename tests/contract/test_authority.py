@@ -143,12 +143,33 @@ async def test_store_binds_exactly_one_resolver(store: RuntimeStore) -> None:
 # -- operator authority ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reason", ["", "   ", None, "x" * 501])
+@pytest.mark.parametrize("reason", ["", "   ", None, "x" * 501, "ticket \udcff"])
 async def test_operator_scope_needs_a_bounded_nonempty_reason(
     issuer: OperatorIssuer, reason: object
 ) -> None:
     with pytest.raises(ScopeError, match="reason"):
         await issuer.issue("ops", reason=reason)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("operator_id", "conversation_key"),
+    [("op\udcff", None), ("", None), (7, None), ("ops", 5), ("ops", "k\udcff"), ("ops", "")],
+)
+async def test_operator_ids_are_text_that_can_be_stored(
+    issuer: OperatorIssuer, operator_id: object, conversation_key: object
+) -> None:
+    with pytest.raises(InvalidValue, match="valid text"):
+        await issuer.issue(operator_id, reason="audit", conversation_key=conversation_key)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("schedule_id", "run_id"), [("nightly\udcff", "r1"), ("nightly", 3), ("", "r1")]
+)
+async def test_scheduled_run_ids_are_text_that_can_be_stored(
+    authority: AuthorityResolver, schedule_id: object, run_id: object
+) -> None:
+    with pytest.raises(InvalidValue, match="valid text"):
+        await authority.for_scheduled_run(schedule_id=schedule_id, run_id=run_id)  # type: ignore[arg-type]
 
 
 async def test_operator_issuance_is_audited_with_its_reason(
