@@ -12,10 +12,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from hostkit.adapters._base import ProviderBase
-from hostkit.errors import ProviderError
+from hostkit.errors import InvalidValue, ProviderError
 from hostkit.types import (
     NO_ATTACHMENTS,
     AttachmentSupport,
@@ -26,6 +26,7 @@ from hostkit.types import (
     StreamEvent,
     ToolCall,
     Usage,
+    is_count,
     new_id,
 )
 
@@ -39,6 +40,12 @@ class Reply:
     text: str
     finish_reason: FinishReason = "stop"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise InvalidValue("Reply text must be a str")
+        if self.finish_reason not in get_args(FinishReason):
+            raise InvalidValue(f"Reply finish_reason must be one of {get_args(FinishReason)}")
+
 
 @dataclass(frozen=True, slots=True)
 class CallTools:
@@ -48,6 +55,17 @@ class CallTools:
     text: str = ""
 
     def __init__(self, *calls: tuple[str, Mapping[str, Any]], text: str = "") -> None:
+        # Checked here, not at the first model call: CallTools("t", {...}) is a common slip.
+        for call in calls:
+            if not (
+                isinstance(call, tuple)
+                and len(call) == 2
+                and isinstance(call[0], str)
+                and isinstance(call[1], Mapping)
+            ):
+                raise InvalidValue("each CallTools item is a (tool_name, arguments) tuple")
+        if not isinstance(text, str):
+            raise InvalidValue("CallTools text must be a str")
         object.__setattr__(self, "calls", tuple(calls))
         object.__setattr__(self, "text", text)
 
@@ -59,6 +77,10 @@ class Fail:
     error: BaseException = field(
         default_factory=lambda: ProviderError("scripted failure", provider="scripted")
     )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.error, BaseException):
+            raise InvalidValue("Fail takes an exception to raise, not a message")
 
 
 Decider = Callable[[ModelRequest], "ScriptStep | Awaitable[ScriptStep]"]
@@ -97,6 +119,14 @@ class ScriptedModel(ProviderBase):
             limits=limits or ModelLimits(context_window=8192, max_output_tokens=1024),
             attachments=attachments,
         )
+        # A bare string would be a script of one-character replies.
+        if isinstance(script, str | bytes) or not isinstance(script, Sequence):
+            raise InvalidValue("the script is a list of steps (Reply, CallTools, Fail, str, ...)")
+        for step in script:
+            if not (isinstance(step, Reply | CallTools | Fail | str) or callable(step)):
+                raise InvalidValue(f"a script step cannot be a {type(step).__name__}")
+        if not is_count(keep_requests, low=0, high=1_000_000):
+            raise InvalidValue("keep_requests must be an integer from 0 to 1000000")
         self._script = list(script)
         self._repeat_last = repeat_last
         self._position = 0
@@ -108,7 +138,7 @@ class ScriptedModel(ProviderBase):
         if self.closed:
             raise ProviderError("provider is closed", provider=self._name)
         self.requests.append(request)
-        if len(self.requests) > self._keep:
+        while len(self.requests) > self._keep:
             del self.requests[0]
         if self._position >= len(self._script):
             if not (self._repeat_last and self._script):

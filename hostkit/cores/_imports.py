@@ -13,7 +13,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-__all__ = ["import_parents"]
+__all__ = ["forget_package", "import_parents"]
 
 
 def import_parents(module_name: str, search: Sequence[str]) -> None:
@@ -37,3 +37,16 @@ def import_parents(module_name: str, search: Sequence[str]) -> None:
             raise
         if depth > 1:
             setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
+
+
+def forget_package(package: str) -> None:
+    """Drop ``package`` and its submodules from ``sys.modules`` (its revision is retired).
+
+    Each revision is imported under its own name, so without this a Host that
+    is promoted and reloaded for weeks keeps every revision's modules, and all
+    their globals, for good. Whoever still holds one of the modules keeps it
+    (a running turn); it is freed once nobody does.
+    """
+    prefix = f"{package}."
+    for name in [name for name in list(sys.modules) if name == package or name.startswith(prefix)]:
+        sys.modules.pop(name, None)

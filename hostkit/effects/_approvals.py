@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -237,10 +238,17 @@ class ApprovalRuntime:
 
     def _store(self, key: ApprovalKey) -> None:
         now = self._clock()
+        self._cache.pop(key, None)  # re-inserted last: the cache is in expiry order
         if len(self._cache) >= MAX_TRACKED:
             # Expired entries are otherwise dropped only when their key is looked up.
             for stale in [k for k, expires in self._cache.items() if expires <= now]:
                 del self._cache[stale]
+            # Still full of live answers: the oldest tenth are forgotten (their calls are
+            # asked again), so the cache stays bounded and a full one is not rescanned
+            # on every answer.
+            if len(self._cache) >= MAX_TRACKED:
+                for oldest in list(islice(self._cache, MAX_TRACKED // 10)):
+                    del self._cache[oldest]
         self._cache[key] = now + self._ttl_s
 
     def cached(self, key: ApprovalKey) -> bool:

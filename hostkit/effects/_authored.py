@@ -8,6 +8,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, get_type_hints, overload
 
@@ -58,6 +59,8 @@ def is_timeout(value: object) -> bool:
 # Every integer argument fits a signed 64-bit integer: what SQLite, struct, os and
 # most C-backed calls accept. Wider values fail deep in a tool with a raw OverflowError.
 _INT64 = (-(2**63), 2**63 - 1)
+# A Decimal argument's exponent past this is no quantity a tool means to handle.
+_MAX_DECIMAL_EXPONENT = 1_000
 _MAX_ARGUMENT_DEPTH = 32
 
 
@@ -229,6 +232,10 @@ class AuthoredTool:
             raise InvalidValue(f"timeout_s of {name} must be a number of seconds in (0, 86400]")
         if not inspect.iscoroutinefunction(fn):
             raise InvalidValue(f"authored tool {name} must be an async function")
+        if description is not None and not isinstance(description, str):
+            raise InvalidValue(f"the description of {name} must be a str")
+        if approval_warning is not None and not isinstance(approval_warning, str):
+            raise InvalidValue(f"the approval_warning of {name} must be a str")
         self.name = name
         self.fn = fn
         summary, documented = _docstring(inspect.getdoc(fn) or "")
@@ -242,8 +249,19 @@ class AuthoredTool:
         )
         self.preview_diff = preview_diff
         self.takes_context, self._model = _arguments_model(name, fn, documented)
-        schema = self._model.model_json_schema()
+        try:
+            schema = self._model.model_json_schema()
+        except pydantic.PydanticUserError as exc:  # an annotation JSON Schema cannot describe
+            raise InvalidValue(
+                f"authored tool {name} has an argument type no JSON schema describes: "
+                f"{bounded(str(exc).splitlines()[0], 200)}"
+            ) from None
         schema.pop("title", None)
+        if secrets_argument is not None and not _takes_names(schema, secrets_argument):
+            # Bound secret names come from this argument: a str would be read per character.
+            raise InvalidValue(
+                f"secrets_argument of {name} must name one of its arguments typed as a list of str"
+            )
         self.parameters: Mapping[str, Any] = FrozenMap(schema)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -282,10 +300,22 @@ def _out_of_bounds(value: Any, path: str, depth: int) -> str | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{where}: the number must be finite"
+    if isinstance(value, complex):
+        finite = math.isfinite(value.real) and math.isfinite(value.imag)
+        return None if finite else f"{where}: the number must be finite"
+    if isinstance(value, Decimal):
+        # "1e999999999" is a finite Decimal whose int() or str() would not end in time.
+        if not value.is_finite() or abs(value.adjusted()) > _MAX_DECIMAL_EXPONENT:
+            return f"{where}: the number must be finite and of a usual size"
+        return None
     if depth >= _MAX_ARGUMENT_DEPTH:
         return f"{where}: nested too deeply"
     items: Any = ()
     if isinstance(value, Mapping):
+        for key in value:  # keys are arguments too (dict[int, str]: a 30-digit key)
+            problem = _out_of_bounds(key, f"{path}.<key>" if path else "<key>", depth + 1)
+            if problem is not None:
+                return problem
         items = ((str(key), item) for key, item in value.items())
     elif isinstance(value, list | tuple | Set):
         items = ((str(index), item) for index, item in enumerate(value))
@@ -326,6 +356,12 @@ def _arguments_model(
     for parameter in parameters[1:] if takes_context else parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise InvalidValue(f"authored tool {name} cannot take *args or **kwargs")
+        if parameter.name.startswith("_") or parameter.name.startswith("model_"):
+            # pydantic drops or reserves these names: the model could never pass the argument.
+            raise InvalidValue(
+                f"authored tool {name}: argument {parameter.name!r} cannot start with "
+                "'_' or 'model_'"
+            )
         if hints.get(parameter.name) is ToolContext:
             raise InvalidValue(f"authored tool {name} takes the ToolContext first or not at all")
         annotation = hints.get(parameter.name, Any)
@@ -336,10 +372,31 @@ def _arguments_model(
             default = pydantic.Field(default, description=described)
         fields[parameter.name] = (annotation, default)
     config = pydantic.ConfigDict(extra="forbid")
-    model = pydantic.create_model(
-        f"{name.replace('.', '_')}_arguments", __config__=config, **fields
-    )
+    try:
+        model = pydantic.create_model(
+            f"{name.replace('.', '_')}_arguments", __config__=config, **fields
+        )
+    except pydantic.PydanticUserError as exc:  # e.g. a class pydantic cannot validate
+        raise InvalidValue(
+            f"authored tool {name} has an argument type that cannot be validated: "
+            f"{bounded(str(exc).splitlines()[0], 200)}"
+        ) from None
     return takes_context, model
+
+
+def _takes_names(schema: Mapping[str, Any], argument: str) -> bool:
+    """Whether ``argument`` is in the arguments' schema as an array of strings."""
+    declared = schema.get("properties", {}).get(argument)
+    if not isinstance(declared, Mapping):
+        return False
+    options = declared.get("anyOf", [declared])
+    return any(
+        isinstance(option, Mapping)
+        and option.get("type") == "array"
+        and isinstance(option.get("items"), Mapping)
+        and option["items"].get("type") == "string"
+        for option in options
+    )
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns?|Raises|Yields|Examples?|Notes?):\s*$")

@@ -7,6 +7,7 @@ items apart; this module adapts it to the ``AgentMemory`` protocol tools use.
 from __future__ import annotations
 
 from hostkit.effects import AuthoredTool, ToolContext
+from hostkit.errors import InvalidValue
 from hostkit.host._capabilities import AgentMemory, MemoryRequest
 from hostkit.store import MAX_RECALL, RuntimeStore
 
@@ -30,6 +31,8 @@ class StoreMemory:
 
     async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
         """``owner``'s items best matching the words of ``query`` (``limit`` clamped 1..20)."""
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidValue("limit must be an integer")
         items = await self._store.memory.recall(
             agent=self.agent, owner=owner, query=query, limit=max(1, min(limit, MAX_RECALL))
         )

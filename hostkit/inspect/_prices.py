@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from hostkit.errors import InvalidValue
+from hostkit.types import is_positive
+
 __all__ = ["PRICES", "ModelPrice", "cost_text", "price_for"]
 
 
@@ -23,6 +26,15 @@ class ModelPrice:
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+
+    def __post_init__(self) -> None:
+        # A NaN, infinite or negative price has no cost to show (cost_text would fail).
+        for name in ("input", "output", "cache_read", "cache_write"):
+            value = getattr(self, name)
+            if (value is not None or name in ("input", "output")) and not is_positive(
+                value, high=1_000_000, zero=True
+            ):
+                raise InvalidValue(f"ModelPrice.{name} must be USD per million tokens, 0 or more")
 
     def cost(
         self,
@@ -78,7 +90,7 @@ def cost_text(value: float | None) -> str:
 
     ``unknown`` for an unpriced model: never shown as free.
     """
-    if value is None:
+    if value is None or not math.isfinite(value) or value < 0:
         return "unknown"
     if value == 0:
         return "$0"

@@ -23,7 +23,13 @@ import psutil
 from anyio.abc import AsyncResource
 
 from hostkit.daemon import DaemonExit
-from hostkit.errors import ConfigError, NotFoundOrUnauthorized, UnboundToken, UserError
+from hostkit.errors import (
+    ConfigError,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    UnboundToken,
+    UserError,
+)
 from hostkit.host import Agent, Host, HostConfig, ReloadOutcome, RuntimeCapabilities
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import inbox_of
@@ -48,6 +54,7 @@ from hostkit.types import (
     TurnRequest,
     TurnResult,
     TurnToken,
+    is_seconds,
     new_id,
 )
 
@@ -266,6 +273,10 @@ class NotebookHost(AsyncResource):
         flight get ``deadline_s`` (default ``[serve] drain_timeout_s``) to
         finish, and every lease is released; the widget shows the end.
         """
+        # Checked before the handle is let go: a refused deadline must leave the daemon
+        # stoppable, not running with nothing left that can stop it.
+        if deadline_s is not None and not is_seconds(deadline_s, high=86_400, zero=True):
+            raise InvalidValue("deadline_s must be a number of seconds from 0 to 86400")
         async with self._serve_lock:
             handle, self.serving = self.serving, None
             if handle is None:

@@ -29,7 +29,7 @@ from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_ht
 from hostkit.notebook._inspectors import _Inspector
 from hostkit.notebook._loop_work import LoopWork
 from hostkit.notebook._theme import ERROR, MUTED
-from hostkit.types import ChannelCounts, InboundRecord, PrincipalScope
+from hostkit.types import ChannelCounts, InboundRecord, PrincipalScope, is_seconds
 
 __all__ = ["REASON_REQUIRED", "REQUEUE", "InboxMonitor"]
 
@@ -223,9 +223,9 @@ class InboxMonitor(_Inspector):
         A failed read is shown and the next one is tried; a second ``watch``
         replaces the first.
         """
-        if not MIN_EVERY_S <= every_s <= MAX_WATCH_S:
+        if not is_seconds(every_s, high=MAX_WATCH_S) or every_s < MIN_EVERY_S:
             raise InvalidValue(f"every_s must be between {MIN_EVERY_S} and {MAX_WATCH_S:g}")
-        if not 0 < for_s <= MAX_WATCH_S:
+        if not is_seconds(for_s, high=MAX_WATCH_S):
             raise InvalidValue(f"for_s must be positive and at most {MAX_WATCH_S:g}")
         self.stop()
         self._watch = self._work.loop.create_task(self._watching(every_s, for_s))

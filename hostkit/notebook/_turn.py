@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import ipywidgets as widgets
 
-from hostkit.errors import HostkitError
+from hostkit.errors import HostkitError, InvalidValue
 from hostkit.inspect import cost_text, price_for
 from hostkit.notebook._approval_view import (
     APPROVE_ONCE,
@@ -32,7 +32,7 @@ from hostkit.notebook._approval_view import (
 from hostkit.notebook._interrupt import running_cell
 from hostkit.notebook._markdown import render_markdown
 from hostkit.turns import TurnEvent
-from hostkit.types import TurnCancelResult, TurnResult
+from hostkit.types import TurnCancelResult, TurnResult, is_seconds
 
 __all__ = ["ApprovalPending", "ApprovalRow", "TurnView", "close_tree"]
 
@@ -88,6 +88,8 @@ class ApprovalRow:
         expires_at: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if expires_at is not None and not is_seconds(expires_at):  # a wall-clock time
+            raise InvalidValue("expires_at must be a time in seconds since the epoch")
         self.effect = effect
         # The durable approval this row asks (it is stored pending from the moment asked).
         self.approval_id = approval_id
@@ -371,6 +373,8 @@ class TurnView:
 
         Safe to await in a cell: it needs no click to return.
         """
+        if not is_seconds(timeout_s, high=86_400):  # NaN fails inside anyio, inf never returns
+            raise InvalidValue("timeout_s must be in (0, 86400] seconds")
         with anyio.move_on_after(timeout_s):
             while self.pending_row is None and not self._done.is_set():
                 self._asking.clear()

@@ -22,9 +22,10 @@ from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from hostkit.effects import provider_name
-from hostkit.errors import bounded
+from hostkit.errors import InvalidValue, bounded
 from hostkit.telemetry import _names as n
 from hostkit.turns import TurnEvent
+from hostkit.types import is_count
 
 __all__ = ["TracingObserver"]
 
@@ -90,6 +91,9 @@ class TracingObserver:
         *,
         max_turns: int = _DEFAULT_MAX_TURNS,
     ) -> None:
+        # 0 would end every turn's span at once, NaN would bound nothing.
+        if not is_count(max_turns, high=1_000_000):
+            raise InvalidValue("max_turns must be an integer from 1 to 1000000")
         self._tracer = trace.get_tracer("hostkit", _VERSION, tracer_provider=tracer_provider)
         self._max_turns = max_turns
         self._turns: dict[str, _Turn] = {}

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import AsyncResource
 
 from hostkit._extras import missing_dependency, require_extra
+from hostkit.errors import ConfigError
+from hostkit.types import is_text
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -66,6 +68,10 @@ def open_tracing(
     ``pip install "hostkit[otel]"`` when tracing is on and the otel extra is not
     installed. Blocking (it looks for and imports the SDK): run it off the loop.
     """
+    if traces not in get_args(Traces):  # any other word would quietly mean OTLP
+        raise ConfigError(f"traces must be one of {', '.join(get_args(Traces))}", key=_KEY)
+    if not is_text(service_name, limit=200):
+        raise ConfigError("service_name must be 1 to 200 characters of text", key=_KEY)
     if traces == "none":
         return None
     feature = f'[host.telemetry] traces = "{traces}"'

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hostkit.effects import AuthoredTool, SourcedTool
+from hostkit.errors import InvalidValue
 from hostkit.host import (
     AgentMemory,
     DefaultMcpSource,
@@ -18,7 +19,9 @@ from hostkit.host import (
     memory_tools,
 )
 from hostkit.providers import ModelProvider
+from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL
 from hostkit.turns import Observer
+from hostkit.types import is_text
 
 __all__ = [
     "InMemoryMemory",
@@ -65,18 +68,26 @@ class StaticToolSource:
 
 
 class InMemoryMemory:
-    """Substring-match memory partitioned by owner."""
+    """Substring-match memory partitioned by owner.
+
+    As strict as the store's memory (same text and limit rules), so a test
+    cannot pass on input the real one refuses.
+    """
 
     def __init__(self) -> None:
         self.items: dict[str, list[str]] = {}
 
     async def remember(self, owner: str, text: str) -> None:
+        if not is_text(text, limit=MAX_MEMORY_CHARS) or not text.strip():
+            raise InvalidValue(f"a memory is 1 to {MAX_MEMORY_CHARS} characters of text")
         self.items.setdefault(owner, []).append(text)
 
     async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidValue("limit must be an integer")
         words = query.lower().split()
         found = [t for t in self.items.get(owner, []) if any(w in t.lower() for w in words)]
-        return found[:limit]
+        return found[: max(1, min(limit, MAX_RECALL))]
 
 
 class InMemoryMemorySource:

@@ -214,6 +214,25 @@ async def test_expired_approvals_are_swept_when_the_cache_is_full(
     assert runtime.cached(fresh)
 
 
+async def test_a_cache_full_of_live_approvals_forgets_the_oldest_and_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It used to insert past its cap (and rescan the whole cache on every answer) while
+    # every entry was still live: a long-running Host grew with each session's approvals.
+    from hostkit.effects import _approvals
+
+    monkeypatch.setattr(_approvals, "MAX_TRACKED", 20)
+    runtime = ApprovalRuntime(clock=Clock())
+    keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(100)]
+    for key in keys:
+        runtime.remember(key)
+        assert len(runtime._cache) <= 20
+    assert all(runtime.cached(key) for key in keys[-10:])
+    assert not runtime.cached(keys[0])  # forgotten: that session is asked again
+    runtime.remember(keys[-20])  # answered again: kept as the newest
+    assert list(runtime._cache)[-1] == keys[-20]
+
+
 async def test_an_invalidation_during_a_prompt_keeps_its_answer_out_of_the_cache() -> None:
     runtime = ApprovalRuntime()
     gate = anyio.Event()
