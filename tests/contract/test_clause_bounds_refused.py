@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,24 @@ from hostkit.delivery import (
     WebhookChannel,
 )
 from hostkit.delivery._http import retry_after
-from hostkit.effects import ApprovalRuntime, EffectPolicy, SchemaTool, schema_problem
+from hostkit.effects import (
+    ApprovalRuntime,
+    AuthoredTool,
+    EffectPolicy,
+    SchemaTool,
+    ToolContext,
+    schema_problem,
+)
 from hostkit.errors import ConfigError, HostkitError, InvalidTurnRequest, InvalidValue
 from hostkit.host import Host, parse_config
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
+from hostkit.inspect import ModelPrice, cost_text
 from hostkit.providers import RetryPolicy as ProviderRetryPolicy
-from hostkit.store import LeaseOwner
+from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, LeaseOwner
+from hostkit.telemetry import TracingObserver, open_tracing
+from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
+from hostkit.testing._sources import InMemoryMemory
 from hostkit.turns import TurnExecution
 from hostkit.types import (
     ConversationFacts,
@@ -584,3 +596,105 @@ async def test_host_open_refuses_a_config_that_is_no_path(config: object) -> Non
     with pytest.raises(ConfigError):
         async with Host.open(config):  # type: ignore[arg-type]
             pass
+
+
+# -- the third sweep: notebook, telemetry, testing helpers, prices, @tool ----------------
+
+
+@pytest.mark.parametrize("max_turns", [NAN, INF, 0, -1, "5"])
+def test_a_tracing_observer_bound_is_a_whole_number(max_turns: object) -> None:
+    # 0 ended every turn's span at once; NaN bounded nothing.
+    refused(lambda: TracingObserver(max_turns=max_turns), InvalidValue, "max_turns")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ScriptedModel("hello"),  # type: ignore[arg-type]
+        lambda: ScriptedModel([42]),  # type: ignore[list-item]
+        lambda: ScriptedModel([Reply("x")], keep_requests=NAN),  # type: ignore[arg-type]
+        lambda: CallTools("tool", {"a": 1}),  # type: ignore[arg-type]
+        lambda: Reply(None),  # type: ignore[arg-type]
+        lambda: Fail("boom"),  # type: ignore[arg-type]
+    ],
+    ids=["bare str", "a number", "keep nan", "call not a pair", "reply none", "fail str"],
+)
+def test_a_scripted_model_is_checked_when_written(make: Callable[[], object]) -> None:
+    # Each of these used to fail only at the first model call, as a raw exception.
+    with pytest.raises(InvalidValue):
+        make()
+
+
+@pytest.mark.parametrize(
+    "price", [(NAN, 1.0), (INF, 1.0), (-3.0, 1.0), ("3", 1.0), (1.0, 1.0, NAN)], ids=str
+)
+def test_a_model_price_is_a_finite_amount(price: tuple[Any, ...]) -> None:
+    with pytest.raises(InvalidValue, match="ModelPrice"):
+        ModelPrice(*price)
+    assert cost_text(NAN) == cost_text(-1.0) == "unknown"
+
+
+async def _tagged(ctx: ToolContext, text: str, _tag: str = "x") -> str:
+    return text
+
+
+async def _callable_arg(ctx: ToolContext, fn: Callable[[], None]) -> str:
+    return ""
+
+
+async def _named(ctx: ToolContext, env: str, secrets: list[str] | None = None) -> str:
+    return env
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: AuthoredTool("t.tagged", _tagged),
+        lambda: AuthoredTool("t.callable", _callable_arg),
+        lambda: AuthoredTool("t.named", _named, description=5),  # type: ignore[arg-type]
+        lambda: AuthoredTool("t.named", _named, secrets_argument="env"),
+        lambda: AuthoredTool("t.named", _named, secrets_argument="nope"),
+    ],
+    ids=["underscore arg", "callable arg", "description int", "secrets str arg", "no such arg"],
+)
+def test_an_authored_tool_is_checked_when_declared(make: Callable[[], object]) -> None:
+    with pytest.raises(InvalidValue):
+        make()
+    assert AuthoredTool("t.named", _named, secrets_argument="secrets").secrets_argument
+
+
+async def _numbers(
+    ctx: ToolContext, m: dict[int, str], c: complex = 0j, d: Decimal = Decimal(0)
+) -> str:
+    return ""
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"m": {"9" * 30: "a"}}, {"m": {}, "c": "inf+infj"}, {"m": {}, "d": "1e999999999"}],
+    ids=["wide key", "complex inf", "huge decimal"],
+)
+def test_a_model_cannot_pass_a_number_no_tool_should_receive(arguments: dict[str, Any]) -> None:
+    tool_ = AuthoredTool("t.numbers", _numbers)
+    with pytest.raises(InvalidValue, match=r"arguments for t\.numbers"):
+        tool_.validate(arguments)
+    assert tool_.validate({"m": {"1": "a"}, "d": "1.5"})["d"] == Decimal("1.5")
+
+
+@pytest.mark.parametrize("traces", ["Console", "jaeger", ""])
+def test_tracing_refuses_an_unknown_exporter(traces: str) -> None:
+    # Any other word used to build an OTLP exporter to the default collector.
+    refused(lambda: open_tracing(traces), ConfigError, "traces")  # type: ignore[arg-type]
+
+
+async def test_the_in_memory_memory_is_as_strict_as_the_store() -> None:
+    memory = InMemoryMemory()
+    for text in ("", "   ", "x" * (MAX_MEMORY_CHARS + 1), "bad \udcff"):
+        with pytest.raises(InvalidValue):
+            await memory.remember("alice", text)
+    for index in range(30):
+        await memory.remember("alice", f"fact {index}")
+    assert len(await memory.recall("alice", "fact", limit=-1)) == 1
+    assert len(await memory.recall("alice", "fact", limit=10**6)) == MAX_RECALL
+    with pytest.raises(InvalidValue, match="limit"):
+        await memory.recall("alice", "fact", limit="5")  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ import pytest
 
 import hostkit.notebook as hn
 from hostkit.channels import sign_webhook
-from hostkit.errors import ConfigError, UserError
+from hostkit.errors import ConfigError, InvalidValue, UserError
 from hostkit.host import ConfiguredChannels, parse_config
 from hostkit.notebook import NotebookHost, ServeHandle, ServeMonitor
 from hostkit.testing import Reply, ScriptedModel, capabilities
@@ -150,6 +150,13 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert "delivered 1" in monitor.text()
     assert [body["text"] for body in notebook.receiver.bodies()] == ["echo: slow"]
     drawn = monitor.refreshes
+
+    # A refused deadline leaves the daemon serving and still stoppable through nb.
+    for deadline_s in (-1, float("nan"), "30"):
+        with pytest.raises(InvalidValue, match="deadline_s"):
+            await nb.stop_serving(deadline_s=deadline_s)  # type: ignore[arg-type]
+    assert served.running
+    assert serving(nb) is served
 
     exit_ = await nb.stop_serving()
     assert exit_ is not None
