@@ -142,6 +142,8 @@ class SessionAdmission:
         self.poll_max_s = poll_max_s
         self.local_recheck_s = local_recheck_s
         self.closing = False
+        # Set when the last ticket leaves, for whoever waits in ``drained``.
+        self._empty: anyio.Event | None = None
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -173,6 +175,15 @@ class SessionAdmission:
         finally:
             self._tickets.discard(ticket)
             ticket._leave()
+            if not self._tickets and self._empty is not None:
+                self._empty.set()
+
+    async def drained(self) -> None:
+        """Until no turn holds a ticket: one whose admission was in flight ended too."""
+        while self._tickets:
+            if self._empty is None or self._empty.is_set():
+                self._empty = anyio.Event()
+            await self._empty.wait()
 
     def close(self) -> None:
         """Refuse new turns and wake every waiter (each then raises ``TurnRejected``)."""

@@ -283,6 +283,10 @@ class TurnExecution:
         )
         self._active[context.turn_id] = active
         self._tokens.bind(active)
+        if self._closing:
+            # Admitted while the Host began to shut down (the session came free as the
+            # turn before it ended): it stops at once and records that, like the others.
+            active.stop("the Host shut down", "host")
         try:
             outcome, error = await self._leases.heartbeating(
                 active,
@@ -992,6 +996,9 @@ class TurnExecution:
         with anyio.move_on_after(self._cancel_timeout_s):
             for active in list(self._active.values()):
                 await active.done.wait()
+            # A turn whose admission was on its way commits as the session comes free:
+            # it stops at once (see _drive) and is waited for here, before the store closes.
+            await self._leases.waiting.drained()
         # Turns of this instance still running now have no owner left (their terminal
         # write failed, or they did not stop in time): end them and free their sessions.
         await self._leases.end_remaining()

@@ -61,20 +61,25 @@ async def test_two_revisions_same_named_modules_coexist_in_one_process(tmp_path:
     config = core_host_config(tmp_path, {"probe": path})
     call = CallTools((provider_name("probe.version"), {}))
     model = ScriptedModel([call, Reply("one"), call, Reply("two")])
+    one = package_name("probe", first)
     async with Host.open(config, capabilities=sources(config, model)) as host:
         before = await host.turns.run(request(core_id="probe"))
+        old_version = sys.modules[f"{one}.version"]
         second = commit(path, {"agent/version.py": "NAME = 'second'\n"}, "second")
         set_live(path, second)
         await host.apply_config(host.declared_config, capabilities=sources(config, model))
+        two = package_name("probe", second)
         after = await host.turns.run(request(core_id="probe"))
+        new_version = sys.modules[f"{two}.version"]
+        # The retired revision's modules left sys.modules with its generation.
+        assert f"{one}.version" not in sys.modules
     answers = [m.content for r in (model.requests[1], model.requests[3]) for m in r.messages[-1:]]
     assert (before.core_revision, after.core_revision) == (first, second)
     assert "first" in answers[0]
     assert "second" in answers[1]
-    one, two = package_name("probe", first), package_name("probe", second)
-    assert sys.modules[f"{one}.version"].NAME == "first"
-    assert sys.modules[f"{two}.version"].NAME == "second"
+    assert (old_version.NAME, new_version.NAME) == ("first", "second")
     assert "version" not in sys.modules or not hasattr(sys.modules["version"], "NAME")
+    assert not [name for name in sys.modules if name.startswith((one, two))]
 
 
 async def test_the_materialized_revision_is_read_only_host_state_outside_the_workspace(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import NotFoundOrUnauthorized, TurnRejected
 from hostkit.host import Host
+from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ModelRequest, TurnResult
 from tests.hosts import event_kinds, open_host, request, turn_rows
@@ -147,6 +149,49 @@ async def test_host_close_cancels_running_turns_and_records_them(tmp_path: Path)
     assert results[0].error == "the Host shut down"
 
 
+async def test_a_turn_admitted_as_the_host_shuts_down_is_stopped_and_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second turn's admission is on its way when the Host begins to close, and
+    # commits once the first turn freed the session. It used to run on, unwaited for,
+    # into the closed store.
+    blocked = Blocked()
+    on_its_way, go = anyio.Event(), anyio.Event()
+    original = SqlTurnStore.admit
+    calls = 0
+
+    async def admit(self: SqlTurnStore, *args: Any, **options: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            on_its_way.set()
+            await go.wait()
+        return await original(self, *args, **options)
+
+    monkeypatch.setattr(SqlTurnStore, "admit", admit)
+    outcomes: dict[str, str] = {}
+    with anyio.fail_after(30):
+        async with open_host(tmp_path, ScriptedModel([blocked], repeat_last=True)) as host:
+
+            async def run(text: str) -> None:
+                result = await host.turns.run(request(text))
+                outcomes[text] = f"{result.outcome}: {result.error}"
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "first")
+                await blocked.entered.wait()
+                tg.start_soon(run, "second")
+                await on_its_way.wait()
+                tg.start_soon(host.aclose)
+                while host.turns.active_turns:  # noqa: ASYNC110 (the first ends, recorded)
+                    await anyio.sleep(0.01)
+                go.set()
+    assert outcomes == {
+        "first": "cancelled: the Host shut down",
+        "second": "cancelled: the Host shut down",
+    }
+
+
 async def test_host_close_rejects_turns_still_waiting_for_admission(tmp_path: Path) -> None:
     blocked = Blocked()
     outcomes: list[str] = []
@@ -165,4 +210,11 @@ async def test_host_close_rejects_turns_still_waiting_for_admission(tmp_path: Pa
             while host.turns.admission_holders < 2:
                 await anyio.lowlevel.checkpoint()
             await host.aclose()
-    assert sorted(outcomes) == ["cancelled", "rejected: the Host is shutting down"]
+    # The second is refused while it waits; or, when its admission was already on its
+    # way and committed as the first turn freed the session, it is stopped at once and
+    # recorded (cancelled), never left to fail against the closed store (which raised
+    # TurnInfrastructureError out of the task group).
+    assert sorted(outcomes) in (
+        ["cancelled", "rejected: the Host is shutting down"],
+        ["cancelled", "cancelled"],
+    )
