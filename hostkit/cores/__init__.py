@@ -5,7 +5,7 @@ which commit is live (a ref in the core's repository it moves only after
 promotion gates), rolls it back, and pins every turn to one revision.
 """
 
-from hostkit.cores._imports import forget_package, import_parents
+from hostkit.cores._imports import hold_package, import_parents, release_package
 from hostkit.cores._loaded import (
     MANIFEST_FILE,
     PACKAGE_DIR,
@@ -81,8 +81,8 @@ __all__ = [
     "TestSandbox",
     "capability_problem",
     "effect_policy",
-    "forget_package",
     "heal_mirror",
+    "hold_package",
     "import_parents",
     "init_core",
     "live_core",
@@ -93,6 +93,7 @@ __all__ = [
     "mirror_live",
     "package_name",
     "policy_rules",
+    "release_package",
     "review_token",
     "starter_files",
 ]

@@ -11,9 +11,11 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import sys
+import threading
+from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["forget_package", "import_parents"]
+__all__ = ["hold_package", "import_parents", "release_package"]
 
 
 def import_parents(module_name: str, search: Sequence[str]) -> None:
@@ -39,14 +41,33 @@ def import_parents(module_name: str, search: Sequence[str]) -> None:
             setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], package)
 
 
-def forget_package(package: str) -> None:
-    """Drop ``package`` and its submodules from ``sys.modules`` (its revision is retired).
+# Open generations, of every Host in this process, running each revision's package.
+# sys.modules is process-wide: a package leaves it only when the last of them closes.
+_holders: Counter[str] = Counter()
+_HOLDERS_LOCK = threading.Lock()
 
+
+def hold_package(package: str) -> None:
+    """A generation runs ``package``: it stays imported until ``release_package``."""
+    with _HOLDERS_LOCK:
+        _holders[package] += 1
+
+
+def release_package(package: str) -> bool:
+    """A generation running ``package`` closed; True when it was the last one.
+
+    The last one drops the package and its submodules from ``sys.modules``.
     Each revision is imported under its own name, so without this a Host that
     is promoted and reloaded for weeks keeps every revision's modules, and all
-    their globals, for good. Whoever still holds one of the modules keeps it
-    (a running turn); it is freed once nobody does.
+    their globals, for good. Whoever still holds one of the modules keeps it;
+    it is freed once nobody does. A revision loaded again is imported afresh.
     """
-    prefix = f"{package}."
-    for name in [name for name in list(sys.modules) if name == package or name.startswith(prefix)]:
-        sys.modules.pop(name, None)
+    with _HOLDERS_LOCK:
+        if _holders[package] > 1:
+            _holders[package] -= 1
+            return False
+        _holders.pop(package, None)
+        prefix = f"{package}."
+        for name in [n for n in list(sys.modules) if n == package or n.startswith(prefix)]:
+            sys.modules.pop(name, None)
+        return True

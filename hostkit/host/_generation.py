@@ -12,7 +12,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit.context import EstimatorRegistry, ProviderSummarizer, Summarizer
-from hostkit.cores import LoadedCore, SlotRuntime
+from hostkit.cores import LoadedCore, SlotRuntime, hold_package, release_package
 from hostkit.effects import (
     ApprovalRuntime,
     AuthoredTool,
@@ -39,6 +39,7 @@ from hostkit.host._capabilities import (
     ToolRequest,
 )
 from hostkit.host._config import HostConfig
+from hostkit.host._tool_modules import forget_versions
 from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
@@ -102,6 +103,8 @@ class Generation(AsyncResource):
         self.number = number
         # Agent Cores at the revision this generation pinned, and why others are missing.
         self._cores = dict(cores or {})
+        for loaded in self._cores.values():
+            hold_package(loaded.package)  # imported until this generation closes
         # Each core's slots, built once per generation (the functions import on first use).
         self._slots = {core_id: SlotRuntime.of(loaded) for core_id, loaded in self._cores.items()}
         self._unavailable = dict(unavailable or {})
@@ -340,5 +343,8 @@ class Generation(AsyncResource):
         if self._closed:
             return
         self._closed = True
+        for loaded in self._cores.values():
+            if release_package(loaded.package):
+                forget_versions(loaded.package)
         if self.supplied is None:
             await self.capabilities.aclose()

@@ -23,7 +23,7 @@ from hostkit.context import (
     Summarizer,
     WorkspaceBootstrap,
 )
-from hostkit.cores import CoreRegistry, LoadedCore, forget_package
+from hostkit.cores import CoreRegistry, LoadedCore
 from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
@@ -840,26 +840,12 @@ class Host(AsyncResource):
             if held:
                 self._apply_lock.release()
 
-    def _forget_core_modules(self, generation: Generation) -> None:
-        """Unimport the core revisions only ``generation`` loaded (nothing else runs them)."""
-        others = (self._generation, *self._retired)
-        kept = {
-            loaded.package
-            for other in others
-            if other is not generation
-            for loaded in other.cores.values()
-        }
-        for loaded in generation.cores.values():
-            if loaded.package not in kept:
-                forget_package(loaded.package)
-
     async def _close_generation(self, generation: Generation) -> None:
         """Close a generation no turn uses, and supplied sources nothing uses any more."""
         try:
             await generation.aclose()
         except Exception:
             _log.exception("closing generation %s failed", generation.number)
-        self._forget_core_modules(generation)
         supplied = generation.supplied
         if (
             supplied is None

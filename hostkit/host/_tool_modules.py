@@ -72,7 +72,13 @@ from hostkit.effects import (
 from hostkit.errors import ConfigError, bounded
 from hostkit.host._tool_child import describe
 
-__all__ = ["DISCOVERY_TIMEOUT_S", "MAX_DISCOVERY_BYTES", "ModuleTool", "ToolModules"]
+__all__ = [
+    "DISCOVERY_TIMEOUT_S",
+    "MAX_DISCOVERY_BYTES",
+    "ModuleTool",
+    "ToolModules",
+    "forget_versions",
+]
 
 DISCOVERY_TIMEOUT_S = 30.0
 MAX_DISCOVERY_BYTES = 1_000_000
@@ -397,6 +403,18 @@ def _remember(key: tuple[str, str, int, int], version: _ModuleVersion) -> None:
         _CACHE.move_to_end(key)
         while len(_CACHE) > _CACHED_VERSIONS:
             _CACHE.popitem(last=False)
+
+
+def forget_versions(package: str) -> None:
+    """Drop the discovered modules of ``package`` (its revision left ``sys.modules``).
+
+    A revision loaded again (a rollback) then imports its modules afresh,
+    instead of handing out tools whose package can no longer be imported.
+    """
+    prefix = f"{package}."
+    with _CACHE_LOCK:
+        for key in [k for k in _CACHE if k[0] == package or k[0].startswith(prefix)]:
+            del _CACHE[key]
 
 
 def _locate(module_name: str, first: Sequence[str] = ()) -> Path | None:

@@ -172,3 +172,54 @@ async def test_revisions_resolve_and_the_ref_mirrors_a_revision(
     assert await repository.read(first, "notes.md") is None
     with pytest.raises(ConfigError):
         await CoreRepository.open(tmp_path / "workspace-that-is-not-a-repo")
+
+
+LAZY_TOOLS = '''
+import importlib
+
+from hostkit.effects import ToolContext, tool
+
+
+@tool("probe.version")
+async def which(ctx: ToolContext) -> str:
+    """Say which revision's code runs (its sibling module imported at call time)."""
+    return importlib.import_module(f"{__package__}.version").NAME
+'''
+
+
+async def test_a_rolled_back_revision_imports_its_modules_again(tmp_path: Path) -> None:
+    # A's modules leave sys.modules when B's generation replaces A's; rolling back to A
+    # must import them afresh, not hand out A's old tools whose package is gone.
+    files = {"agent/tools.py": LAZY_TOOLS, "agent/version.py": "NAME = 'first'\n"}
+    path, first = make_core(tmp_path, "probe", manifest={**MANIFEST, "memory": False}, files=files)
+    config = core_host_config(tmp_path, {"probe": path})
+    call = CallTools((provider_name("probe.version"), {}))
+    model = ScriptedModel([call, Reply("one"), call, Reply("two"), call, Reply("three")])
+    async with Host.open(config, capabilities=sources(config, model)) as host:
+        await host.turns.run(request(core_id="probe"))
+        second = commit(path, {"agent/version.py": "NAME = 'second'\n"}, "second")
+        for live in (second, first):
+            set_live(path, live)
+            await host.apply_config(host.declared_config, capabilities=sources(config, model))
+            await host.turns.run(request(core_id="probe"))
+    answers = [
+        r.messages[-1].content for r in (model.requests[1], model.requests[3], model.requests[5])
+    ]
+    assert ["first" in answers[0], "second" in answers[1], "first" in answers[2]] == [True] * 3
+
+
+async def test_a_host_closing_leaves_another_hosts_revision_imported(tmp_path: Path) -> None:
+    # sys.modules is the process's: a revision two Hosts run stays until both closed it.
+    files = {"agent/tools.py": LAZY_TOOLS, "agent/version.py": "NAME = 'first'\n"}
+    path, first = make_core(tmp_path, "probe", manifest={**MANIFEST, "memory": False}, files=files)
+    configs = [core_host_config(tmp_path, {"probe": path})] * 2  # two Hosts, one database
+    call = CallTools((provider_name("probe.version"), {}))
+    models = [ScriptedModel([call, Reply("one")], repeat_last=True) for _ in configs]
+    package = package_name("probe", first)
+    async with Host.open(configs[1], capabilities=sources(configs[1], models[1])) as other:
+        async with Host.open(configs[0], capabilities=sources(configs[0], models[0])) as host:
+            await host.turns.run(request(core_id="probe"))
+        assert package in sys.modules
+        await other.turns.run(request(core_id="probe"))
+        assert "first" in models[1].requests[-1].messages[-1].content
+    assert package not in sys.modules
