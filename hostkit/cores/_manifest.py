@@ -123,10 +123,10 @@ class SlotsSpec(_Strict):
 class CoreLimits(_Strict):
     """Bounds of one core: model steps per turn, slot deadline, secret lifetime, test gate."""
 
-    max_steps: int = Field(default=8, ge=1, le=64, strict=True)
-    slot_timeout_s: float = Field(default=10.0, gt=0, le=600, strict=True)
-    secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400, strict=True)
-    test_timeout_s: float = Field(default=300.0, gt=0, le=3_600, strict=True)
+    max_steps: int = Field(default=8, ge=1, le=64)
+    slot_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    secret_ttl_s: float = Field(default=300.0, gt=0, le=86_400)
+    test_timeout_s: float = Field(default=300.0, gt=0, le=3_600)
 
 
 class CoreManifest(_Strict):

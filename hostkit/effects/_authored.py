@@ -356,11 +356,12 @@ def _arguments_model(
     for parameter in parameters[1:] if takes_context else parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise InvalidValue(f"authored tool {name} cannot take *args or **kwargs")
-        if parameter.name.startswith("_") or parameter.name.startswith("model_"):
-            # pydantic drops or reserves these names: the model could never pass the argument.
+        if parameter.name.startswith("_") or hasattr(pydantic.BaseModel, parameter.name):
+            # pydantic drops a private name and cannot have a field shadow its own
+            # (model_config, model_dump, ...): the model could never pass the argument.
             raise InvalidValue(
-                f"authored tool {name}: argument {parameter.name!r} cannot start with "
-                "'_' or 'model_'"
+                f"authored tool {name}: argument {parameter.name!r} is private or a name "
+                "pydantic reserves"
             )
         if hints.get(parameter.name) is ToolContext:
             raise InvalidValue(f"authored tool {name} takes the ToolContext first or not at all")

@@ -62,8 +62,8 @@ class McpServerConfig(BaseModel):
         default_factory=dict
     )
     network: bool = False
-    connect_timeout_seconds: float = Field(default=30.0, gt=0, le=600, strict=True)
-    call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600, strict=True)
+    connect_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @pydantic.model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

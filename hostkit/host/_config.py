@@ -100,8 +100,8 @@ class ProviderConfig(_Strict):
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
-    context_window: int | None = Field(default=None, gt=0, strict=True)
-    max_output_tokens: int | None = Field(default=None, gt=0, strict=True)
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=60.0, gt=0, le=86_400)
     script: list[ScriptStepConfig] = Field(default_factory=list)
     attachments: list[MediaType] | None = None
@@ -118,15 +118,20 @@ class ProviderConfig(_Strict):
         return self
 
 
+_Rule = Annotated[str, Field(min_length=1, max_length=256)]
+
+
 class PolicyConfig(_Strict):
     """Glob rules over dotted effect names: deny wins, then ask, then allow; unmatched: denied.
 
     ``ask`` effects run only after an approval (console, widget, CLI).
     """
 
-    allow: list[str] = Field(default_factory=lambda: ["*"])
-    deny: list[str] = Field(default_factory=list)
-    ask: list[str] = Field(default_factory=list)
+    # The bounds EffectPolicy holds a rule list to: refused here, when the file is read,
+    # not when each turn of the agent starts.
+    allow: list[_Rule] = Field(default_factory=lambda: ["*"], max_length=1000)
+    deny: list[_Rule] = Field(default_factory=list, max_length=1000)
+    ask: list[_Rule] = Field(default_factory=list, max_length=1000)
 
 
 Builtin = Literal[
@@ -164,7 +169,7 @@ class AgentConfig(_Strict):
     url_allow_private: list[str] = Field(default_factory=list)
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    max_steps: int = Field(default=8, ge=1, le=64, strict=True)
+    max_steps: int = Field(default=8, ge=1, le=64)
     workspace: str | None = None
     # Host environment variables terminal.run may bind (secret.bind:<NAME>), each
     # after a one-shot approval, for at most secret_ttl_s seconds.
@@ -204,10 +209,10 @@ class CoreConfig(_Strict):
 class ProcessLimits(_Strict):
     """Resource limits of every process the Host starts for an agent (setrlimit, per process)."""
 
-    cpu_time_s: int = Field(default=600, ge=1, le=86_400, strict=True)
-    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576, strict=True)
-    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576, strict=True)
-    processes: int = Field(default=256, ge=1, le=65_536, strict=True)
+    cpu_time_s: int = Field(default=600, ge=1, le=86_400)
+    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576)
+    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    processes: int = Field(default=256, ge=1, le=65_536)
 
 
 class TelemetryConfig(_Strict):
@@ -278,7 +283,7 @@ class StoreSection(_Strict):
     """
 
     url: str | None = Field(default=None, max_length=2048)
-    pool_size: int = Field(default=8, ge=1, le=100, strict=True)
+    pool_size: int = Field(default=8, ge=1, le=100)
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     statement_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
     # Where a verified pg_dump goes before an upgrade that drops data (beside the config).

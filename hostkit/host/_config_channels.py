@@ -83,7 +83,7 @@ class ChannelConfig(_Strict):
     # Required for slack and telegram (see _senders); the webhook's default is "*".
     allow: list[str] = Field(default=None, max_length=MAX_ALLOW, validate_default=True)
     # Request bodies over this are refused with 413 before they are read in full.
-    max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=8 * 1_048_576, strict=True)
+    max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=8 * 1_048_576)
     # Signed requests older (or newer) than this are refused as replays.
     replay_window_s: float = Field(default=300.0, gt=0, le=3_600)
     api_base: str | None = Field(default=None, max_length=2_048)
@@ -154,12 +154,12 @@ class ServeSection(_Strict):
     """``[serve]``: the daemon ``hostkit serve`` runs (docs/service.md)."""
 
     listen: str = Field(default="127.0.0.1", min_length=1, max_length=255)
-    port: int = Field(default=8787, ge=0, le=65_535, strict=True)
+    port: int = Field(default=8787, ge=0, le=65_535)
     # Inbound messages in flight (turns) and outbox intents in flight (sends) at once.
-    inbox_concurrency: int = Field(default=4, ge=1, le=64, strict=True)
-    delivery_concurrency: int = Field(default=8, ge=1, le=64, strict=True)
+    inbox_concurrency: int = Field(default=4, ge=1, le=64)
+    delivery_concurrency: int = Field(default=8, ge=1, le=64)
     # Delivery: attempts before the dead letter, and the backoff between them.
-    delivery_max_attempts: int = Field(default=8, ge=1, le=100, strict=True)
+    delivery_max_attempts: int = Field(default=8, ge=1, le=100)
     delivery_backoff_s: float = Field(default=2.0, gt=0, le=3_600)
     delivery_backoff_max_s: float = Field(default=600.0, gt=0, le=86_400)
     # SIGTERM: how long turns in flight and deliveries get to finish before they are cut.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import weakref
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -908,6 +909,6 @@ async def _resolve_config(
         return config
     if config is None:
         return default_config(base_dir=Path(await anyio.Path.cwd()), assistant=assistant)
-    if not isinstance(config, str | Path):
+    if not isinstance(config, str | os.PathLike):
         raise ConfigError("config must be a HostConfig, a path to hostkit.toml, or None")
     return await anyio.to_thread.run_sync(load_config, config)

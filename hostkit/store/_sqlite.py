@@ -25,6 +25,7 @@ from hostkit.store._writer import (
     GroupCommitWriter,
     map_sqlite_error,
 )
+from hostkit.types import is_seconds
 
 __all__ = ["MAX_REASON", "SqliteStore", "Transaction", "audit_reason"]
 
@@ -87,7 +88,9 @@ class SqliteStore(RowStore):
         if synchronous not in _SYNCHRONOUS:
             raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
         # Checked before anything opens: a batch of no jobs would drain nothing, forever.
-        busy_ms = int(check_duration("busy_timeout_s", busy_timeout_s) * 1000)
+        if not is_seconds(busy_timeout_s, high=3_600, zero=True):  # 0: never wait for a lock
+            raise InvalidValue("busy_timeout_s must be a number of seconds from 0 to 3600")
+        busy_ms = int(busy_timeout_s * 1000)
         check_count("max_batch", max_batch, MAX_BATCH)
         check_duration("lock_timeout_s", lock_timeout_s)
         database = Path(await (await anyio.Path(path).expanduser()).resolve())

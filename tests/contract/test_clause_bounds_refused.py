@@ -62,7 +62,7 @@ from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
 from hostkit.inspect import ModelPrice, cost_text
 from hostkit.providers import RetryPolicy as ProviderRetryPolicy
-from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, LeaseOwner
+from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, LeaseOwner, RuntimeStore
 from hostkit.telemetry import TracingObserver, open_tracing
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
 from hostkit.testing._sources import InMemoryMemory
@@ -339,10 +339,10 @@ def test_signing_refuses_a_timestamp_that_is_no_time(
     [
         ({"providers": {"p": {"kind": "scripted", "timeout_s": INF}}}, "timeout_s"),
         ({"providers": {"p": {"kind": "scripted", "timeout_s": NAN}}}, "timeout_s"),
-        ({"agents": {"a": {"provider": "p", "max_steps": True}}}, "max_steps"),
-        ({"agents": {"a": {"provider": "p", "max_steps": "8"}}}, "max_steps"),
+        ({"agents": {"a": {"provider": "p", "policy": {"ask": [""]}}}}, "ask"),
+        ({"agents": {"a": {"provider": "p", "policy": {"deny": ["x" * 300]}}}}, "deny"),
     ],
-    ids=["timeout inf", "timeout nan", "steps true", "steps text"],
+    ids=["timeout inf", "timeout nan", "empty rule", "long rule"],
 )
 def test_config_numbers_are_numbers(tmp_path: Path, section: dict[str, Any], problem: str) -> None:
     document: dict[str, Any] = {
@@ -661,6 +661,42 @@ def test_an_authored_tool_is_checked_when_declared(make: Callable[[], object]) -
     with pytest.raises(InvalidValue):
         make()
     assert AuthoredTool("t.named", _named, secrets_argument="secrets").secrets_argument
+
+
+async def _reserved(ctx: ToolContext, model_config: str) -> str:
+    return model_config
+
+
+async def _model_named(ctx: ToolContext, model_name: str) -> str:
+    return model_name
+
+
+def test_only_names_pydantic_reserves_are_refused_as_tool_arguments() -> None:
+    with pytest.raises(InvalidValue, match="reserves"):
+        AuthoredTool("t.reserved", _reserved)
+    assert AuthoredTool("t.model", _model_named).validate({"model_name": "m"}) == {
+        "model_name": "m"
+    }
+
+
+async def test_zero_where_zero_means_no_wait_is_accepted(tmp_path: Path) -> None:
+    async with ProcessSupervisor() as supervisor:
+        runs = TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(tmp_path),
+            artifact_root=tmp_path / "artifacts",
+            artifact_key=KEY,
+            grace_s=0,
+        )
+        await runs.aclose()
+    async with await RuntimeStore.open(tmp_path / "db.sqlite", busy_timeout_s=0) as store:
+        assert await store.read(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == 0
+
+
+async def test_host_open_takes_any_path_like(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no configuration file"):
+        async with Host.open(anyio.Path(tmp_path / "missing.toml")):  # type: ignore[arg-type]
+            pass
 
 
 async def _numbers(

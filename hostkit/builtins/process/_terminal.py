@@ -170,14 +170,14 @@ class TerminalRuns(AsyncResource):
         journal: RunJournal | None = None,
     ) -> None:
         # NaN passes comparisons like "< 1" and then limits nothing; inf never ends a run.
-        for key, seconds in (
-            ("max_deadline_s", max_deadline_s),
-            ("grace_s", grace_s),
-            ("confirm_s", confirm_s),
-            ("start_timeout_s", start_timeout_s),
+        for key, seconds, zero in (
+            ("max_deadline_s", max_deadline_s, False),
+            ("grace_s", grace_s, True),  # 0: KILL at once, as the process runner allows
+            ("confirm_s", confirm_s, False),
+            ("start_timeout_s", start_timeout_s, False),
         ):
-            if not is_seconds(seconds):
-                raise ConfigError("must be a positive, finite number of seconds", key=key)
+            if not is_seconds(seconds, zero=zero):
+                raise ConfigError("must be a finite number of seconds", key=key)
         if not is_seconds(default_deadline_s, high=max_deadline_s):
             raise ConfigError("must be in (0, max_deadline_s]", key="default_deadline_s")
         for key, count in (
