@@ -75,6 +75,7 @@ from hostkit.types import (
     ResumeSession,
     TurnRequest,
 )
+from tests.hosts import open_host
 
 pytestmark = pytest.mark.anyio
 
@@ -734,3 +735,25 @@ async def test_the_in_memory_memory_is_as_strict_as_the_store() -> None:
     assert len(await memory.recall("alice", "fact", limit=10**6)) == MAX_RECALL
     with pytest.raises(InvalidValue, match="limit"):
         await memory.recall("alice", "fact", limit="5")  # type: ignore[arg-type]
+
+
+async def test_a_hosts_own_options_are_checked(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("x")], repeat_last=True)
+    async with open_host(tmp_path, model) as host:
+        for read_timeout_s in (NAN, "30", 0):
+            with pytest.raises(ConfigError, match="read_timeout_s"):
+                await host.reload(read_timeout_s=read_timeout_s)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="HostConfig"):
+            await host.apply_config({"host": {}})  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="require_cores"):
+            await host.apply_config(host.declared_config, require_cores="abc")
+        with pytest.raises(InvalidValue, match="listen"):
+            host.serve(listen="\udcff", port=0)
+        daemon = host.serve(port=0)
+        with pytest.raises(InvalidValue, match="deadline_s"):
+            daemon.request_shutdown(deadline_s=NAN)  # refused now, not when run() starts
+        with pytest.raises(InvalidValue, match="policy"):
+            host.delivery_runtime(policy={"max_attempts": 3})
+        runtime = host.delivery_runtime()
+        with pytest.raises(InvalidValue, match="within_s"):
+            runtime.stop(within_s=10**400)
