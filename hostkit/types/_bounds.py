@@ -37,12 +37,12 @@ def is_positive(
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
-        seconds = float(value)
+        number = float(value)
     except OverflowError:  # an int past the float range
         return False
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
         return False
-    return high is None or seconds <= high
+    return high is None or number <= high
 
 
 def is_text(value: object, *, limit: int) -> TypeGuard[str]:
