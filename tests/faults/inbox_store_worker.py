@@ -7,8 +7,9 @@ their work together), then runs ``mode``:
 - ``accept``: ``tasks`` concurrent accepts of the one envelope ``key``; each
   receipt is one JSON line ``{"pid", "inbound_id", "disposition"}`` in ``out``.
 - ``claim``: claims batches of ``batch`` (lease ``lease_s``) until nothing is
-  due, completing each claim; each claim is one line ``{"pid", "inbound_id",
-  "token", "attempt", "at"}`` in ``out``, written before it is completed.
+  due, completing each claim after holding it ``hold_s`` (default 0); each
+  claim is one line ``{"pid", "inbound_id", "token", "attempt", "at"}`` in
+  ``out``, written before it is completed.
 - ``ioerror``: accepts ``batch`` envelopes with checkpoint ``c2`` while the
   process may not write files past ``fsize`` bytes (``RLIMIT_FSIZE``: the
   kernel refuses the write, SQLite gets a real I/O error), then lifts the
@@ -94,6 +95,8 @@ async def claim(inbox: ChannelInbox) -> None:
                     "at": time.time(),
                 }
             )
+        # Held a moment, as a handler would hold it: the other processes claim meanwhile.
+        await anyio.sleep(OPTIONS.get("hold_s", 0.0))
         for item in claimed:
             await inbox.complete(item, InboundResult("ignored"))
 

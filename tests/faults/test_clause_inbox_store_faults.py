@@ -122,7 +122,15 @@ async def test_worker_processes_never_hold_the_same_inbound(tmp_path: Path) -> N
     await run_together(
         tmp_path,
         [
-            {"db": str(db), "out": str(out), "mode": "claim", "batch": batch, "lease_s": 600.0}
+            {
+                "db": str(db),
+                "out": str(out),
+                "mode": "claim",
+                "batch": batch,
+                "lease_s": 600.0,
+                # Without it one process could claim all 120 before the others woke.
+                "hold_s": 0.005,
+            }
             for batch in (1, 3, 4)[:processes]
         ],
     )
