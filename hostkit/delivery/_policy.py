@@ -10,11 +10,10 @@ from hostkit.types import DeliveryFailure, is_positive
 __all__ = ["DeliveryPolicy"]
 
 
-def _seconds(name: str, value: object, *, low: float, high: float, zero: bool = False) -> None:
-    if not is_positive(value, zero=True):  # math.isfinite(10**400) raises OverflowError
-        raise InvalidValue(f"{name} must be a finite number of at least 0")
-    if not (low <= value <= high) or (not zero and value == 0):
-        raise InvalidValue(f"{name} must be between {low:g} and {high:g}")
+def _seconds(name: str, value: object, *, high: float, zero: bool = False) -> None:
+    # is_positive, not math.isfinite: that raises OverflowError for an int like 10**400.
+    if not is_positive(value, high=high, zero=zero):
+        raise InvalidValue(f"{name} must be a finite number from 0 to {high:g}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +41,10 @@ class DeliveryPolicy:
             or not 1 <= self.max_attempts <= 100
         ):
             raise InvalidValue("max_attempts must be an integer between 1 and 100")
-        _seconds("backoff_s", self.backoff_s, low=0, high=3_600)
-        _seconds("backoff_max_s", self.backoff_max_s, low=0, high=86_400)
-        _seconds("jitter", self.jitter, low=0, high=0.99, zero=True)
-        _seconds("lease_s", self.lease_s, low=0, high=3_600)
+        _seconds("backoff_s", self.backoff_s, high=3_600)
+        _seconds("backoff_max_s", self.backoff_max_s, high=86_400)
+        _seconds("jitter", self.jitter, high=0.99, zero=True)
+        _seconds("lease_s", self.lease_s, high=3_600)
         if self.backoff_max_s < self.backoff_s:
             raise InvalidValue("backoff_max_s must be at least backoff_s")
 
