@@ -74,7 +74,8 @@ class ContextManager:
 
     A step costs what is new since the last one: the manager keeps each
     session's window (decoded messages, groups, token counts per estimator)
-    in an LRU of ``window_cache`` sessions, and each ``prepare`` reads only
+    in an LRU of ``window_cache`` sessions holding at most ``window_cache_chars``
+    characters of text (64 MiB by default), and each ``prepare`` reads only
     the rows after the newest one it holds, together with the summary's
     cutoff, the bootstrap snapshot and the calibration, in one read. Another
     Host appending to the session is seen at the next read; a moved cutoff
@@ -98,6 +99,7 @@ class ContextManager:
         max_output_fraction: float = 0.25,
         min_output_tokens: int = 256,
         window_cache: int = 256,
+        window_cache_chars: int = 64 * 1024 * 1024,
         pending_decisions: int = 1024,
         protect_head: int = 1,
         protect_tail: int = 2,
@@ -111,6 +113,7 @@ class ContextManager:
             raise ConfigError(f"must be between 1 and {MAX_WINDOW}", key="history_window")
         for key, count in (
             ("window_cache", window_cache),
+            ("window_cache_chars", window_cache_chars),
             ("pending_decisions", pending_decisions),
             ("min_output_tokens", min_output_tokens),
         ):
@@ -139,6 +142,10 @@ class ContextManager:
         # Each session's window as last read, least recently used first.
         self._windows: OrderedDict[str, SessionWindow] = OrderedDict()
         self._window_cache = window_cache
+        self._window_cache_chars = window_cache_chars
+        # Each cached window's ``chars`` as last counted, and their sum.
+        self._counted: dict[str, int] = {}
+        self._cached_chars = 0
         # Ready decisions waiting for their observation, oldest first.
         self._pending: OrderedDict[str, ContextDecision] = OrderedDict()
         self._pending_limit = pending_decisions
@@ -151,6 +158,12 @@ class ContextManager:
     def cached_sessions(self) -> int:
         """How many sessions' windows this manager keeps (at most ``window_cache``)."""
         return len(self._windows)
+
+    @property
+    def cached_chars(self) -> int:
+        """About how much text the cached windows hold (at most ``window_cache_chars``,
+        or the one window a turn is using when that alone is more)."""
+        return self._cached_chars
 
     @property
     def pending_decisions(self) -> int:
@@ -296,7 +309,7 @@ class ContextManager:
         )
         groups = group_history(state.window)
         outcome = await self._compact(request, state.cutoff, groups, force=True)
-        self._windows.pop(context.session_id, None)  # the cutoff may have moved
+        self._forget(context.session_id)  # the cutoff may have moved
         return outcome
 
     async def observe(self, observation: UsageObservation) -> None:
@@ -445,11 +458,29 @@ class ContextManager:
         if request.bootstrap and window.bootstrap is None and self._bootstrap is not None:
             window.bootstrap = await self._take_bootstrap(context)
         window.current = turn_id
+        self._keep(session_id, window)
+        return window
+
+    def _keep(self, session_id: str, window: SessionWindow) -> None:
+        """Cache ``window`` as the newest; evict the least recently used past either bound.
+
+        The window just kept stays even when it alone is over ``window_cache_chars``:
+        its turn is using it.
+        """
         self._windows[session_id] = window
         self._windows.move_to_end(session_id)
-        while len(self._windows) > self._window_cache:
-            self._windows.popitem(last=False)
-        return window
+        chars = window.chars
+        self._cached_chars += chars - self._counted.get(session_id, 0)
+        self._counted[session_id] = chars
+        while len(self._windows) > 1 and (
+            len(self._windows) > self._window_cache or self._cached_chars > self._window_cache_chars
+        ):
+            oldest = next(iter(self._windows))
+            self._forget(oldest)
+
+    def _forget(self, session_id: str) -> None:
+        self._windows.pop(session_id, None)
+        self._cached_chars -= self._counted.pop(session_id, 0)
 
     async def _take_bootstrap(self, context: TurnExecutionContext) -> str | None:
         assert self._bootstrap is not None

@@ -10,10 +10,12 @@ costs what is new since the last one, not what the window holds.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable
 
 from hostkit.context._assemble import Head, History, SizeMemo
+from hostkit.freeze import thaw
 from hostkit.store import Calibration, ContextState
 from hostkit.types import ModelMessage
 
@@ -25,6 +27,18 @@ _Row = tuple[int, ModelMessage, str | None]
 _MAX_MEMOS = 4
 # System messages one window keeps (instructions, bootstrap, summary, contributions).
 _MAX_HEADS = 64
+# What one held message costs beyond its text, in characters (objects, ids, groups).
+_MESSAGE_OVERHEAD = 256
+
+
+def held_chars(message: ModelMessage) -> int:
+    """About how much memory ``message`` takes in a window, in characters of text."""
+    size = _MESSAGE_OVERHEAD + len(message.content)
+    for call in message.tool_calls:
+        size += len(call.name) + len(json.dumps(thaw(call.arguments)))
+    for part in message.attachments:
+        size += _MESSAGE_OVERHEAD + (len(part.data) if part.data is not None else 0)
+    return size
 
 
 class SessionWindow:
@@ -39,6 +53,7 @@ class SessionWindow:
     """
 
     __slots__ = (
+        "_rows_chars",
         "_turns",
         "bootstrap",
         "calibration",
@@ -77,8 +92,14 @@ class SessionWindow:
         self.history = History()
         self._turns: deque[str | None] = deque()
         self.own: list[_Row] = []
+        self._rows_chars = 0
         self.older = state.older
         self._load(((r.seq, r.message, r.turn_id) for r in state.rows), state.turn_id, state.older)
+
+    @property
+    def chars(self) -> int:
+        """About how much memory the window holds, in characters: what a cache bounds."""
+        return self._rows_chars + len(self.bootstrap or "") + len(self.summary or "")
 
     @property
     def exact(self) -> bool:
@@ -107,7 +128,7 @@ class SessionWindow:
         self.turn_id = turn_id
         self.own = []
         for row in moved:
-            self._add(row)
+            self._place(row)
         self._trim()
 
     def extend(self, state: ContextState) -> bool:
@@ -165,12 +186,18 @@ class SessionWindow:
         self.history = History()
         self._turns = deque()
         self.own = []
+        self._rows_chars = 0
         self.older = older
         for row in rows:
             self._add(row)
         self._trim()
 
     def _add(self, row: _Row) -> None:
+        self._rows_chars += held_chars(row[1])
+        self._place(row)
+
+    def _place(self, row: _Row) -> None:
+        """Put a row already counted in ``chars`` where it belongs: own or history."""
         seq, message, turn_id = row
         if turn_id == self.turn_id:
             self.own.append(row)
@@ -182,6 +209,6 @@ class SessionWindow:
 
     def _trim(self) -> None:
         while len(self.history) > self.limit:
-            self.history.popleft()
+            self._rows_chars -= held_chars(self.history.popleft()[1])
             self._turns.popleft()
             self.older = True

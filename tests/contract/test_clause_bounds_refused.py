@@ -424,6 +424,8 @@ def test_turn_execution_deadlines_are_checked(options: dict[str, Any]) -> None:
         {"max_output_fraction": NAN},
         {"max_output_fraction": 1.5},
         {"window_cache": NAN},
+        {"window_cache_chars": -1},
+        {"window_cache_chars": INF},
         {"pending_decisions": 2.5},
         {"history_window": "200"},
         {"degraded_factor": INF},

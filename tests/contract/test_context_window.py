@@ -389,6 +389,67 @@ async def test_the_window_cache_is_bounded_and_an_evicted_session_reads_again(
         ContextManager(store, window_cache=0)
 
 
+async def test_the_window_cache_is_bounded_by_the_text_it_holds(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Few sessions of long messages are bounded too: 256 windows of 200 messages of
+    100,000 characters would otherwise be gigabytes in a long-running Host."""
+    manager = ContextManager(store, window_cache=100, window_cache_chars=50_000)
+    sessions = []
+    for index in range(5):
+        session = Session(store, await authority.for_conversation(facts(f"big {index}")))
+        await session.append(ModelMessage("user", f"{index}" * 20_000), "turn_old")
+        sessions.append(session)
+        await same_as_uncached(
+            manager, store, request(session.scope, f"t{index}", [ModelMessage("user", "q")])
+        )
+        # Two windows of about 20,000 characters fit in 50,000; a third does not.
+        assert manager.cached_sessions == min(index + 1, 2)
+        assert 20_000 * manager.cached_sessions < manager.cached_chars <= 50_000
+    # An evicted session reads again, and still right.
+    again = await same_as_uncached(
+        manager, store, request(sessions[0].scope, "t9", [ModelMessage("user", "q")])
+    )
+    assert contents(again)[1] == "0" * 20_000
+    assert manager.cached_sessions == 2
+    # A window over the bound alone is kept for the turn using it, and only it.
+    alone = ContextManager(store, window_cache_chars=10_000)
+    for session in sessions[:3]:
+        await same_as_uncached(
+            alone, store, request(session.scope, "t10", [ModelMessage("user", "q")])
+        )
+        assert alone.cached_sessions == 1
+        assert alone.cached_chars > 20_000
+    with pytest.raises(Exception, match="window_cache_chars"):
+        ContextManager(store, window_cache_chars=0)
+
+
+async def test_the_text_a_window_holds_is_counted_as_rows_come_and_go(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Rows trimmed past the history window leave the count; a turn's own rows moving to
+    history are not counted twice: the figure follows the window, it does not creep."""
+    manager = ContextManager(store, history_window=4)
+    session = Session(store, await authority.for_conversation(facts("counted")))
+    figures = []
+    for turn in range(12):
+        turn_id = f"turn_{turn}"
+        for step, role in enumerate(("user", "assistant")):
+            message = ModelMessage(role, chr(ord("a") + turn) * 1_000)
+            await session.append(message, turn_id)
+            await same_as_uncached(
+                manager,
+                store,
+                request(session.scope, turn_id, [message], step=step),
+                history_window=4,
+            )
+        figures.append(manager.cached_chars)
+    # Four history rows and what this turn's rows the window holds: 1,000 characters each
+    # and some overhead, the same figure at every turn.
+    assert all(4_000 < figure < 6 * (1_000 + 1_000) for figure in figures[3:])
+    assert len(set(figures[3:])) == 1
+
+
 # -- decisions: one write per observed step; the unobserved ones are not lost -----------
 
 
