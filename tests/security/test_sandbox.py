@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,55 @@ async def test_host_state_inside_the_workspace_is_masked(sandbox: Sandbox) -> No
     assert "notes.txt visible" in text
     # The real files are untouched by the masks.
     assert await anyio.Path(ws / "hostkit.db").read_text() == "SECRET-db-rows"
+
+
+async def test_no_sqlite_side_file_can_be_planted_beside_a_database_in_the_workspace(
+    sandbox: Sandbox,
+) -> None:
+    """A ``-journal`` written beside the database would be replayed into it by the next
+    open (a forged database), a ``-wal`` read as its newest pages: absent or not, the
+    sandbox cannot create, replace or remove them, and the database stays whole."""
+    ws = sandbox.workspace
+    database = ws / "hostkit.db"
+    await anyio.to_thread.run_sync(_wal_database, database)
+    code = (
+        "import os, sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    for act in ('write', 'remove'):\n"
+        "        try:\n"
+        "            (open(n, 'wb').write(b'forged') if act == 'write' else os.remove(n))\n"
+        "            print(n, act, 'done')\n"
+        "        except OSError as e: print(n, act, 'refused')\n"
+    )
+    sides = ["hostkit.db-journal", "hostkit.db-wal", "hostkit.db-shm"]
+    outcome = await sandbox.run(SandboxPolicy(hidden=(database,)), PY3, "-c", code, *sides)
+    assert outcome.status == "succeeded", outcome
+    assert "done" not in stdout(outcome)
+    assert stdout(outcome).count("refused") == 6
+    for side in sides:
+        path = anyio.Path(ws / side)
+        assert not await path.exists() or await path.read_bytes() == b""
+    rows = await anyio.to_thread.run_sync(_rows, database)
+    assert rows == [("kept",)]
+
+
+def _wal_database(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("INSERT INTO t VALUES ('kept')")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _rows(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.execute("SELECT x FROM t"))
+    finally:
+        conn.close()
 
 
 async def test_kernel_settings_are_read_only_inside(sandbox: Sandbox) -> None:

@@ -62,6 +62,8 @@ PROBE_TIMEOUT_S = 10.0
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 MB = 1024 * 1024
+# What SQLite opens beside a database file, by name, whether or not it exists yet.
+_SQLITE_SIDES = ("-journal", "-wal", "-shm")
 
 SandboxMode = Literal["bubblewrap", "none"]
 
@@ -199,9 +201,12 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     or inside one of the extra ``roots`` a spawner binds (a tool module's import path).
 
     A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
-    ``.v3.backup``) are masked with it. A path that does not exist yet cannot be
-    masked (bwrap would create it): create directories such as the artifact root
-    before planning.
+    ``.v3.backup``) are masked with it. Inside the workspace, where the sandbox
+    can write, its SQLite side files are masked even when absent (bwrap leaves an
+    empty file there): a planted ``-journal`` would be replayed into the database
+    by the next open, and a planted ``-wal`` read as its newest pages. Any other
+    path that does not exist yet cannot be masked: create directories such as the
+    artifact root before planning.
     """
     root = workspace.resolve()
     shown = [Path(os.path.realpath(r)) for r in (*visible_roots(root), *roots)]
@@ -212,6 +217,8 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
             continue
         if resolved.exists():
             targets.add(resolved)
+        if resolved.is_file() and resolved.is_relative_to(root):
+            targets.update(resolved.with_name(resolved.name + side) for side in _SQLITE_SIDES)
         if resolved.parent.is_dir():
             for sibling in resolved.parent.iterdir():
                 if sibling.name.startswith(resolved.name) and sibling != resolved:
