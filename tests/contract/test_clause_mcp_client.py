@@ -10,15 +10,19 @@ only through the shared URL policy.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import http.server
+import io
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import httpcore
@@ -539,6 +543,74 @@ async def test_http_oversized_response_fails_bounded(workspace: Path, http_serve
         assert not connection.alive
     finally:
         await connection.aclose()
+
+
+class _GzipBomb(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with a 200 MB JSON body gzipped to about 200 KB."""
+
+    body = b""
+    asked: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.asked.append(self.headers.get("accept-encoding", ""))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-encoding", "gzip")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _gzip_bomb(inflated_mb: int) -> bytes:
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9) as out:
+        out.write(b'{"jsonrpc":"2.0","id":0,"result":{"x":"')
+        for _ in range(inflated_mb):
+            out.write(b"A" * (1 << 20))
+        out.write(b'"}}')
+    return buffer.getvalue()
+
+
+async def test_http_compressed_body_is_refused_not_inflated(workspace: Path) -> None:
+    """The message cap counts the bytes that arrive: a gzip body far under it would
+    inflate past it in one read. Bodies are asked for uncompressed, and a compressed one
+    is refused before any of it is decoded."""
+    _GzipBomb.body = await anyio.to_thread.run_sync(_gzip_bomb, 200)
+    assert len(_GzipBomb.body) < MAX_MCP_MESSAGE_BYTES // 4
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GzipBomb)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+    )
+    url = f"http://127.0.0.1:{server.server_port}/mcp"
+    declaration = McpServerDeclaration(name="bomb", transport="http", url=url)
+    try:
+
+        async def connect() -> BaseException | None:
+            try:
+                with anyio.fail_after(30):
+                    connection = await connector.connect(declaration)
+            except Exception as exc:
+                return exc
+            await connection.aclose()
+            return None
+
+        failure, growth = await peak_rss_growth(connect)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert isinstance(failure, McpConnectFailed)
+    assert "compressed" in failure.message
+    assert _GzipBomb.asked
+    assert set(_GzipBomb.asked) == {"identity"}
+    assert growth < 50 * 1024 * 1024  # the first connect imports the SDK's client side too
 
 
 async def test_http_server_that_is_not_there_fails_to_connect(workspace: Path) -> None:

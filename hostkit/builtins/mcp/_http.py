@@ -7,7 +7,9 @@ by the agent's ``UrlPolicy`` before it is sent (a new host is resolved once
 and every answer checked, a known one re-checked against its pins) and the
 connection goes only to validated addresses. A JSON body is capped at
 ``MAX_MCP_MESSAGE_BYTES`` while it streams; an SSE event is capped by the
-SDK's ``max_sse_event_size``. Passing the cap breaks the connection.
+SDK's ``max_sse_event_size``. Passing the cap breaks the connection. Bodies
+are asked for and accepted only uncompressed: the cap counts the bytes that
+arrive, and a 1 MB gzip body can inflate to gigabytes in one read.
 """
 
 from __future__ import annotations
@@ -142,12 +144,14 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
             await self._connections.admit(origin)
         except UrlDenied as exc:
             raise httpx2.ConnectError(f"refused by the URL policy: {exc.message}") from exc
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"accept-encoding"]
+        headers.append((b"accept-encoding", b"identity"))
         core = httpcore.Request(
             method=request.method,
             url=httpcore.URL(
                 scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
             ),
-            headers=request.headers.raw,
+            headers=headers,
             content=request.stream,
             extensions=request.extensions,
         )
@@ -155,6 +159,12 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
             response = await self._connections.handle(core)
         except Exception as exc:
             raise _as_httpx2(exc) from exc
+        encoding = _header(response.headers, b"content-encoding")
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            reason = f"the server sent a compressed body ({bounded(encoding, 40)}), asked not to"
+            self._on_oversize(reason)
+            raise httpx2.DecodingError(reason)
         content_type = _header(response.headers, b"content-type")
         cap = None if content_type.startswith("text/event-stream") else MAX_MCP_MESSAGE_BYTES
         assert isinstance(response.stream, AsyncIterable)  # the async pool's streams are
