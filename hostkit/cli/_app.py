@@ -42,7 +42,7 @@ from hostkit.cli._inbox import inbox
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
-from hostkit.cli._render import sessions_table
+from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.cores import init_core
@@ -133,8 +133,7 @@ def init(
     keeps an existing core.
     """
     if path.exists() and not force:
-        console.print(f"{path} exists; use --force to overwrite", highlight=False)
-        raise typer.Exit(1)
+        raise fail(InvalidValue(f"{path} exists; use --force to overwrite it"))
     workspace = path.parent / STARTER_WORKSPACE
     starter_core = path.parent / STARTER_CORE_PATH
     try:
@@ -146,8 +145,7 @@ def init(
     except HostkitError as exc:
         raise fail(exc) from None
     except OSError as exc:
-        console.print(f"[bold red]error[/]: cannot write {path}: {exc.strerror}", highlight=False)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise fail(InvalidValue(f"cannot write {path}: {exc.strerror}")) from None
     core_note = "kept the core" if kept else "wrote the starter core"
     console.print(
         f"wrote {path} and the workspace {workspace}/; {core_note} {starter_core}/",
@@ -156,10 +154,11 @@ def init(
         soft_wrap=True,
     )
     _note_missing_extras(path)
-    suffix = "" if path == Path("hostkit.toml") else f" -c {path}"
+    config = None if path == Path("hostkit.toml") else path
+    promote = command_line("core", "promote", STARTER_CORE, reason="first revision", config=config)
+    hello = command_line("run", config=config) + ' "hello"'  # quoted as one types a message
     console.print(
-        f'next: hostkit core promote {STARTER_CORE} --reason "first revision"{suffix}, '
-        f'then hostkit run "hello"{suffix}',
+        f"next: {promote}, then {hello}",
         highlight=False,
         markup=False,
         soft_wrap=True,
@@ -197,9 +196,10 @@ def run(
     new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
     conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
     attach: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
             "--attach",
+            metavar="FILE",
             help="attach a file (repeatable): .png .jpg .gif .webp .pdf .txt .md .log .csv",
         ),
     ] = None,
@@ -215,8 +215,16 @@ def run(
     if new and session is not None:
         # Contradictory flags: the usual one-line error, exit status 2, before anything runs.
         raise fail(InvalidValue("choose one of --new (a fresh session) and --session (resume one)"))
+    if session is not None and not session.strip():
+        # Not "no session": a script whose variable came out empty must not talk elsewhere.
+        raise fail(
+            InvalidValue(
+                "--session needs a session id (ses_...); leave it out to continue "
+                "this conversation's session"
+            )
+        )
     selector: SessionSelector = (
-        FreshSession() if new else ResumeSession(session) if session else "bound"
+        FreshSession() if new else ResumeSession(session) if session is not None else "bound"
     )
     reference, python_agents = agent, python_agent(agent)
     if python_agents:
@@ -224,7 +232,9 @@ def run(
 
     async def main() -> int:
         async with open_host(
-            await find_config(config), approver=terminal_approver(config), agents=python_agents
+            await find_config(config),
+            approver=terminal_approver(config, agent=reference if python_agents else None),
+            agents=python_agents,
         ) as host:
             attachments = await attach_files(host, conversation, attach or ())
             result = await stream_turn(
@@ -327,7 +337,8 @@ def budget(
             if json_:
                 print_json(view)
             else:
-                Console().print(budget_report(view))
+                out = Console()
+                out.print(budget_report(view, width=out.width))
 
     run_command(main)
 

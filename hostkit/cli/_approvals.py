@@ -74,7 +74,7 @@ def list_approvals(
                 return
             out = Console()
             out.print(approvals_table(found, width=out.width))
-            for hint in resume_hints(found):
+            for hint in resume_hints(found, config=config):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
 
     run_command(main)

@@ -24,6 +24,7 @@ import anyio.lowlevel
 from rich.console import Console
 from rich.text import Text
 
+from hostkit.cli._render import command_line
 from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
 from hostkit.inspect import one_line
 
@@ -118,17 +119,21 @@ def _print_block(
         console.print(f"{indent}… {len(lines) - max_lines} more lines not shown", highlight=False)
 
 
-def interrupted_line(approval_id: str, *, config: Path | None = None) -> str:
+def interrupted_line(
+    approval_id: str, *, config: Path | None = None, agent: str | None = None
+) -> str:
     """What a prompt left unanswered prints (Ctrl-C, no answer in time): it stays pending.
 
     True because the approval was recorded pending before the prompt, and the
     turn pauses on it; printed unwrapped so the command can be copied.
     """
-    suffix = f" -c {config}" if config is not None else ""
+    approve, deny = (
+        command_line("approvals", verb, approval_id, config=config, agent=agent)
+        for verb in ("approve", "deny")
+    )
     return (
         f"(no answer here: approval {approval_id} stays pending; "
-        f"answer it with `hostkit approvals approve {approval_id}{suffix}` "
-        f"or `hostkit approvals deny {approval_id}{suffix}`)"
+        f"answer it with `{approve}` or `{deny}`)"
     )
 
 
@@ -158,9 +163,11 @@ class ConsoleApprover:
         max_arguments: int = 16,
         max_value_chars: int = 200,
         config: Path | None = None,
+        agent: str | None = None,
     ) -> None:
         self._console = console or Console(stderr=True)
         self._config = config
+        self._agent = agent
         # Why the runtime withdrew the prompt open now (told before it is cancelled).
         self._told: dict[str, str] = {}
         self._asking: str | None = None
@@ -189,7 +196,9 @@ class ConsoleApprover:
                 line = (
                     f"(no answer here: {told})"
                     if told is not None
-                    else interrupted_line(request.approval_id, config=self._config)
+                    else interrupted_line(
+                        request.approval_id, config=self._config, agent=self._agent
+                    )
                 )
                 self._console.print("\n" + line, highlight=False, markup=False, soft_wrap=True)
                 raise

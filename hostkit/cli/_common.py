@@ -362,11 +362,14 @@ def stdin_is_a_terminal() -> bool:
         return False
 
 
-def terminal_approver(config: Path | None = None) -> ConsoleApprover | None:
+def terminal_approver(
+    config: Path | None = None, *, agent: str | None = None
+) -> ConsoleApprover | None:
     """Ask on the terminal when there is one; otherwise None, so ``ask`` pauses the turn.
 
-    ``config`` (the ``--config`` given, if any) is named in the commands it prints.
+    ``config`` (the ``--config`` given, if any) and ``agent`` (a Python agent's
+    ``module:attribute``: its continuation needs it) are named in the commands it prints.
     """
     if not stdin_is_a_terminal():
         return None
-    return ConsoleApprover(console=console, config=config)
+    return ConsoleApprover(console=console, config=config, agent=agent)

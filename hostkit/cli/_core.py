@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -42,6 +43,7 @@ from hostkit.cli._core_render import (
     short_sha,
     status_table,
 )
+from hostkit.cli._render import command_line
 from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host
@@ -108,13 +110,13 @@ def init(
         str | None, typer.Option("--id", help="the core id (default: the directory's name)")
     ] = None,
     model: Annotated[
-        str, typer.Option(help="the provider under [providers] the core's agent.yaml names")
+        str, typer.Option(help="the provider under \\[providers] the core's agent.yaml names")
     ] = "local",
     config: ConfigOption = None,
 ) -> None:
     """Write a starter core (agent.yaml, agent/ with one tool, its test) and commit it.
 
-    Prints the [cores.<id>] table to add to hostkit.toml; nothing is live until
+    Prints the \\[cores.<id>] table to add to hostkit.toml; nothing is live until
     `hostkit core promote <id>` runs its tests and moves the Host-owned ref.
     """
     chosen = _core_id(core_id if core_id is not None else path.name)
@@ -132,11 +134,8 @@ def init(
         soft_wrap=True,
     )
     print_lines(Console(), cores_table(chosen, os.path.relpath(path.resolve(), base)).splitlines())
-    console.print(
-        f'then: hostkit core promote {chosen} --reason "first revision"',
-        highlight=False,
-        markup=False,
-    )
+    promote = command_line("core", "promote", chosen, reason="first revision", config=config)
+    console.print(f"then: {promote}", highlight=False, markup=False, soft_wrap=True)
 
 
 @core.command("status")
@@ -155,7 +154,9 @@ def status(
         if json_:
             print_json(statuses)
         elif not statuses:
-            console.print("no cores configured ([cores.<id>] in hostkit.toml)", highlight=False)
+            console.print(
+                "no cores configured ([cores.<id>] in hostkit.toml)", highlight=False, markup=False
+            )
         else:
             out = Console()
             out.print(status_table(statuses, width=out.width))
@@ -215,7 +216,7 @@ def diff(
         if json_:
             print_json(found)
         else:
-            print_lines(Console(), diff_lines(found))
+            print_lines(Console(), diff_lines(found, config=config))
         return EXIT_OK
 
     run_command(main)
@@ -258,7 +259,7 @@ def promote(
                     accept_dependencies=reviewed_deps,
                 )
             except PromotionRefused as refused:
-                return _refused(chosen, revision, refused, json_=json_)
+                return _refused(chosen, revision, refused, json_=json_, config=config)
         _moved(event, json_=json_)
         return EXIT_OK
 
@@ -286,7 +287,9 @@ def rollback(
                     chosen, actor=operator, reason=why, to=to
                 )
             except PromotionRefused as refused:
-                return _refused(chosen, to or "the previous revision", refused, json_=json_)
+                return _refused(
+                    chosen, to or "the previous revision", refused, json_=json_, config=config
+                )
         _moved(event, json_=json_)
         return EXIT_OK
 
@@ -309,7 +312,14 @@ def _moved(event: CoreEvent, *, json_: bool) -> None:
     )
 
 
-def _refused(core_id: str, revision: str, refused: PromotionRefused, *, json_: bool) -> int:
+def _refused(
+    core_id: str,
+    revision: str,
+    refused: PromotionRefused,
+    *,
+    json_: bool,
+    config: Path | None = None,
+) -> int:
     """Each gate on stdout, the refusal on stderr (one line) and the token to pass back."""
     if json_:
         print_json(
@@ -325,9 +335,10 @@ def _refused(core_id: str, revision: str, refused: PromotionRefused, *, json_: b
         print_lines(Console(), gate_lines(refused.gates))
     fail(refused)  # prints the refusal as every error's one line; the exit status is ours
     if refused.review is not None:
+        diff_command = command_line("core", "diff", core_id, "--target", revision, config=config)
         console.print(
-            f"review the security diff (hostkit core diff {core_id} --target {revision}), "
-            f"then pass: --review {refused.review}",
+            f"review the security diff ({diff_command}), "
+            f"then pass: {shlex.join(['--review', refused.review])}",
             highlight=False,
             markup=False,
             soft_wrap=True,

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hostkit.cli._render import Column, fit_table
+from hostkit.cli._render import Column, command_line, fit_table
 from hostkit.cores import CoreDiff, CoreStatus, RevisionInfo
 from hostkit.freeze import thaw
 from hostkit.inspect import one_line, printable
@@ -166,8 +167,11 @@ def _json_lines(value: Mapping[str, Any]) -> list[str]:
     return [printable(line) for line in text.splitlines()]
 
 
-def diff_lines(diff: CoreDiff) -> list[str]:
-    """The whole report: files, dependency changes, the security diff, the token, the patch."""
+def diff_lines(diff: CoreDiff, *, config: Path | None = None) -> list[str]:
+    """The whole report: files, dependency changes, the security diff, the token, the patch.
+
+    ``config`` (the ``-c`` given) is named in the promote command it prints.
+    """
     base = short_sha(diff.base) if diff.base else "(no live revision)"
     lines = [f"core {diff.core_id}: {base} -> {short_sha(diff.target)}"]
     marks = {"added": "A", "modified": "M", "deleted": "D"}
@@ -181,10 +185,18 @@ def diff_lines(diff: CoreDiff) -> list[str]:
         lines.extend(f"  {line}" for line in _json_lines(diff.security_diff))
     if diff.review:
         lines.append(f"review token: {diff.review}")
-        lines.append(
-            f"  promote with: hostkit core promote {diff.core_id} {short_sha(diff.target)} "
-            f"--review {diff.review} --reason TEXT"
+        promote = command_line(
+            "core",
+            "promote",
+            diff.core_id,
+            short_sha(diff.target),
+            "--review",
+            diff.review,
+            "--reason",
+            "TEXT",
+            config=config,
         )
+        lines.append(f"  promote with: {promote}")
     if diff.patch:
         lines.append("")
         lines.extend(printable(line) for line in diff.patch.splitlines())

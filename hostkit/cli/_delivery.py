@@ -109,7 +109,7 @@ def list_intents(
                 print_json([_json_row(i) for i in rows.intents])
                 return
             if not rows.intents:
-                said = f" with status {status}" if status else ""
+                said = f" with status {escape(status)}" if status else ""
                 console.print(f"no delivery intents{said}", highlight=False)
                 return
             out = Console()

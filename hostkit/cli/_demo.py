@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 
 from hostkit._extras import require_extra
 from hostkit.cli._approver import PROMPT, ConsoleApprover, render_request
@@ -198,7 +199,8 @@ async def _show_written(console: Console, workspace: Path, result: TurnResult) -
     if statuses == ["succeeded"] and await path.exists():
         size = (await path.stat()).st_size
         console.print(
-            f"[bold]file[/]: {SUMMARY_FILE} ({size} bytes) in the demo workspace {workspace}",
+            f"[bold]file[/]: {SUMMARY_FILE} ({size} bytes) in the demo workspace "
+            f"{escape(str(workspace))}",
             highlight=False,
         )
     else:

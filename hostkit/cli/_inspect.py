@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hostkit.cli._render import Column, fit_table
 from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
 
 __all__ = [
@@ -134,41 +135,50 @@ def _legend() -> Text:
     return legend
 
 
-def budget_report(view: BudgetView) -> RenderableType:
-    """Per turn and step: reported buckets, estimate and error, cost; calibration and totals."""
-    table = Table(
-        "turn",
-        "step",
-        "model",
-        "input",
-        "output",
-        "cache read",
-        "cache write",
-        "estimated",
-        "error %",
-        "cost",
-        title=f"session {view.session_id}",
+def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
+    """Per turn and step: reported buckets, estimate and error, cost; calibration and totals.
+
+    Turn ids are never cut or wrapped (they are what ``hostkit context
+    --turn`` takes): on a narrow terminal the cache columns, the estimate and
+    its error are left out first, in that order (``--json`` has them all).
+    """
+    columns = (
+        Column("turn", whole=True),
+        Column("step", cap=5, justify="right"),
+        Column("model", flexible=True, wrap=True, drop=5),
+        Column("input", cap=14, justify="right"),
+        Column("output", cap=14, justify="right"),
+        Column("cache read", cap=14, justify="right", drop=2),
+        Column("cache write", cap=14, justify="right", drop=1),
+        Column("estimated", cap=14, justify="right", drop=3),
+        Column("error %", cap=8, justify="right", drop=4),
+        Column("cost", cap=12, justify="right"),
     )
-    table.columns[0].overflow = "fold"
+    rows: list[tuple[str, ...]] = []
     for turn in view.turns:
         if not turn.steps:
-            table.add_row(Text(turn.turn_id), "-", Text(f"({turn.status}, no usage)"))
+            rows.append((turn.turn_id, "-", f"({turn.status}, no usage)", *[""] * 7))
         for index, step in enumerate(turn.steps):
-            table.add_row(
-                Text(turn.turn_id if index == 0 else ""),
-                str(step.step_id),
-                Text(step.model),
-                f"{step.input_tokens:,}",
-                f"{step.output_tokens:,}",
-                f"{step.cache_read_tokens:,}",
-                f"{step.cache_write_tokens:,}",
-                _n(step.estimated_input_tokens),
-                "-" if step.error_pct is None else f"{step.error_pct:+.1f}",
-                _cost(step.cost_usd),
+            rows.append(
+                (
+                    turn.turn_id if index == 0 else "",
+                    str(step.step_id),
+                    step.model,
+                    f"{step.input_tokens:,}",
+                    f"{step.output_tokens:,}",
+                    f"{step.cache_read_tokens:,}",
+                    f"{step.cache_write_tokens:,}",
+                    _n(step.estimated_input_tokens),
+                    "-" if step.error_pct is None else f"{step.error_pct:+.1f}",
+                    cost_text(step.cost_usd),
+                )
             )
         if turn.steps_truncated:
-            table.add_row("", Text(f"(first {len(turn.steps)} steps shown)", style="dim"))
-    parts: list[RenderableType] = [table]
+            rows.append(("", "", f"(first {len(turn.steps)} steps shown)", *[""] * 7))
+    table = fit_table(columns, rows, width)
+    # Whole, on its own line: the session id is copied into the next command too.
+    title = Text.assemble(("session ", "bold"), view.session_id, no_wrap=True)
+    parts: list[RenderableType] = [title, table]
     if view.turns_truncated:
         parts.append(Text(f"(the newest {len(view.turns)} turns are shown)", style="dim"))
     calibration = view.calibration
@@ -199,7 +209,3 @@ def totals_line(totals: TokenTotals) -> str:
 
 def _n(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
-
-
-def _cost(value: float | None) -> str:
-    return "-" if value is None else cost_text(value)

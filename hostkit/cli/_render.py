@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from rich import box
 from rich.console import Console
@@ -21,6 +23,7 @@ __all__ = [
     "Column",
     "approval_note",
     "approvals_table",
+    "command_line",
     "fit_table",
     "print_pending",
     "print_result",
@@ -31,14 +34,53 @@ __all__ = [
 
 # The arguments column of ``hostkit approvals list``: enough to recognise the call.
 ARGUMENTS_CHARS = 80
+# What a printed command puts where the reader writes their own reason.
+REASON_PLACEHOLDER = "..."
+
+
+def command_line(
+    *words: str,
+    reason: str | None = None,
+    config: Path | None = None,
+    agent: str | None = None,
+) -> str:
+    """``hostkit WORDS [--reason "REASON"] [-c CONFIG] [--agent AGENT]``, to copy and paste.
+
+    Every word, path and id is shell-quoted (a config in ``my project/`` or an
+    id with a quote pastes as the same arguments). ``reason`` is a fixed text
+    of ours (a placeholder such as ``...``), shown in double quotes as the
+    reader would type their own.
+    """
+    argv = ["hostkit", *words]
+    line = shlex.join(argv)
+    if reason is not None:
+        if any(ch in reason for ch in '"\\$`!'):
+            raise ValueError(f"a reason shown in a hint is plain text: {reason!r}")
+        line += f' --reason "{reason}"'
+    if config is not None:
+        line += " " + shlex.join(["-c", str(config)])
+    if agent is not None:
+        line += " " + shlex.join(["--agent", agent])
+    return line
 
 
 def print_result(console: Console, result: TurnResult, *, database: str) -> None:
-    """Outcome, effects, usage and where the state lives, after a streamed answer."""
+    """Outcome, effects, usage and where the state lives, after a streamed answer.
+
+    A turn paused for an approval is not an error: its last line says which
+    approval it waits for (``print_pending`` then says how to answer it).
+    """
     style = "green" if result.outcome == "completed" else "yellow"
     console.print(f"[bold {style}]outcome[/]: {result.outcome}", highlight=False)
-    if result.error:
-        console.print(f"[bold]error[/]: {escape(result.error)}", highlight=False)
+    waiting = result.pending_approval if result.outcome == "needs_user" else None
+    error = result.error
+    if waiting is not None and error:
+        # The stored error says it waits for the approval; only what it adds is news
+        # (the Host stopped while it was asked).
+        error = error.removeprefix(f"waiting for approval {waiting}").strip(" ()")
+    if error:
+        label = "note" if waiting is not None else "error"
+        console.print(f"[bold]{label}[/]: {escape(error)}", highlight=False)
     if result.truncated:
         console.print("[bold yellow]truncated[/]: the answer hit the output limit", highlight=False)
     for effect in result.effects:
@@ -49,28 +91,38 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
         f" (cache read {usage.cache_read_tokens}, cache write {usage.cache_write_tokens})",
         highlight=False,
     )
+    # Unwrapped: ids and the path are copied into the next command, so none is split.
     console.print(
-        f"[bold]session[/]: {result.session_id}  [bold]turn[/]: {result.turn_id}", highlight=False
+        f"[bold]session[/]: {escape(result.session_id)}  [bold]turn[/]: {escape(result.turn_id)}",
+        highlight=False,
+        soft_wrap=True,
     )
-    console.print(f"[bold]database[/]: {escape(database)}", highlight=False)
+    console.print(f"[bold]database[/]: {escape(database)}", highlight=False, soft_wrap=True)
+    if waiting is not None:
+        console.print(
+            f"[bold yellow]waiting for approval[/]: {escape(waiting)}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def print_pending(
     console: Console, approval_id: str, *, config: Path | None = None, agent: str | None = None
 ) -> None:
-    """How to answer a paused turn's approval (printed unwrapped, so it can be copied).
+    """The two commands that answer a paused turn's approval, each unwrapped to be copied.
 
-    ``agent`` is the ``module:attribute`` of a Python agent: its continuation needs it.
+    Printed under ``print_result``'s ``waiting for approval`` line. ``agent``
+    is the ``module:attribute`` of a Python agent: its continuation needs it.
     """
-    suffix = f" -c {config}" if config is not None else ""
-    suffix += f" --agent {agent}" if agent is not None else ""
-    console.print(
-        f"[bold yellow]waiting for approval[/]: {escape(approval_id)}",
-        highlight=False,
-        soft_wrap=True,
-    )
     for verb in ("approve", "deny"):
-        command = f'hostkit approvals {verb} {approval_id} --reason "..."{suffix}'
+        command = command_line(
+            "approvals",
+            verb,
+            approval_id,
+            reason=REASON_PLACEHOLDER,
+            config=config,
+            agent=agent,
+        )
         console.print(f"  {verb:<8} {command}", highlight=False, markup=False, soft_wrap=True)
 
 
@@ -81,7 +133,8 @@ class Column:
     ``cap`` bounds a column's width (cells beyond it end in an ellipsis);
     ``flexible`` takes what the others leave, and ``wrap`` lets its long cells
     run over several lines instead of being cut; ``drop`` orders the columns
-    left out first when even that does not fit (1 first; 0 never).
+    left out first when even that does not fit (1 first; 0 never);
+    ``justify="right"`` lines numbers up.
     """
 
     header: str
@@ -90,6 +143,7 @@ class Column:
     flexible: bool = False
     wrap: bool = False
     drop: int = 0
+    justify: Literal["left", "right"] = "left"
 
 
 # Columns narrower than this are not worth showing; a flexible one is dropped instead.
@@ -134,9 +188,15 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
         if column.flexible:
             size = max(_MIN_FLEXIBLE, min(size, flexible_room()))
         if column.wrap:
-            table.add_column(column.header, width=size, overflow="fold")
+            table.add_column(column.header, width=size, overflow="fold", justify=column.justify)
         else:
-            table.add_column(column.header, width=size, no_wrap=True, overflow="ellipsis")
+            table.add_column(
+                column.header,
+                width=size,
+                no_wrap=True,
+                overflow="ellipsis",
+                justify=column.justify,
+            )
     for row in rows:
         # Text, not markup: ids, titles and arguments come from the database or a model.
         table.add_row(*(Text(row[i]) for i in shown))
@@ -215,10 +275,10 @@ def approval_note(approval: PendingApproval) -> str:
     return ""
 
 
-def resume_hints(approvals: Sequence[PendingApproval]) -> list[str]:
+def resume_hints(approvals: Sequence[PendingApproval], *, config: Path | None = None) -> list[str]:
     """The command that finishes each answered approval whose call has not run yet."""
     return [
-        f"hostkit approvals resume {approval.approval_id}"
+        command_line("approvals", "resume", approval.approval_id, config=config)
         for approval in approvals
         if approval.awaiting_continuation
     ]

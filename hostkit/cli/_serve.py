@@ -68,10 +68,10 @@ class LogChoice(StrEnum):
 def serve(
     config: ConfigOption = None,
     port: Annotated[
-        int | None, typer.Option(min=0, max=65_535, help="port (default: [serve] port; 0: any)")
+        int | None, typer.Option(min=0, max=65_535, help="port (default: \\[serve] port; 0: any)")
     ] = None,
     listen: Annotated[
-        str | None, typer.Option(help="address to listen on (default: [serve] listen)")
+        str | None, typer.Option(help="address to listen on (default: \\[serve] listen)")
     ] = None,
     log_format: Annotated[
         LogChoice | None,

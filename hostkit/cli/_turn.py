@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 
 from hostkit.effects import ApprovalDecision
-from hostkit.errors import HostkitError
+from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
 from hostkit.turns import TurnEvent
 from hostkit.types import (
@@ -25,6 +25,7 @@ from hostkit.types import (
     TurnRequest,
     TurnResult,
     new_id,
+    sanitize_name,
 )
 
 __all__ = [
@@ -45,11 +46,23 @@ def terminal_user(conversation: str) -> ConversationFacts:
 
 
 async def attach_files(
-    host: Host, conversation: str, paths: Sequence[Path]
+    host: Host, conversation: str, paths: Sequence[str | Path]
 ) -> tuple[Attachment, ...]:
-    """Store each file for the terminal user; the first bad one raises (``InvalidValue``)."""
+    """Store each file for the terminal user; the first bad one raises (``InvalidValue``).
+
+    ``--attach`` takes the path as typed: an empty one and a directory are
+    said to be what they are here (a directory named ``d.png`` is not "no such
+    file"); everything else is the store's check (``add_file``).
+    """
     principal = terminal_user(conversation)
-    return tuple([await host.attachments.add_file(principal, path) for path in paths])
+    attachments: list[Attachment] = []
+    for path in paths:
+        if not str(path):
+            raise InvalidValue("--attach needs a file path; it was given an empty one")
+        if await anyio.Path(path).is_dir():
+            raise InvalidValue(f"{sanitize_name(str(path)) or path}: is a directory, not a file")
+        attachments.append(await host.attachments.add_file(principal, path))
+    return tuple(attachments)
 
 
 class Waiting:

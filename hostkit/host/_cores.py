@@ -13,6 +13,7 @@ for that core is rejected with the reason.
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Collection, Mapping
 from typing import get_args
 
@@ -83,7 +84,7 @@ async def compose_cores(
                 raise ConfigError(f"its live revision cannot be read ({failure})") from None
             if core is None:
                 raise ConfigError(
-                    f"core {core_id!r} has no live revision; run `hostkit core promote {core_id}`"
+                    f"core {core_id!r} has no live revision; run `{_promote_command(core_id)}`"
                 )
             agents[core_id] = compile_core(config, core)
             healed = await heal_mirror(location, core.revision)
@@ -103,6 +104,11 @@ async def compose_cores(
         loaded[core_id] = core
     composed = config.model_copy(update={"agents": agents})
     return composed, loaded, tuple(warnings)
+
+
+def _promote_command(core_id: str) -> str:
+    """The command that makes a core live, as it works when pasted: ``--reason`` is required."""
+    return shlex.join(["hostkit", "core", "promote", core_id]) + ' --reason "..."'
 
 
 def unavailable_reasons(config: HostConfig, warnings: tuple[str, ...]) -> dict[str, str]:

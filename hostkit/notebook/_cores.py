@@ -148,9 +148,10 @@ def view_html(view: CoreHistoryView) -> str:
         )
     ]
     if status.live is None:
+        promote = f'hostkit core promote {status.core_id} --reason "..."'
         parts.append(
             f'<div style="color:{ERROR}">no live revision: the core is not available until '
-            f"{esc(f'hostkit core promote {status.core_id}')}</div>"
+            f"{esc(promote)}</div>"
         )
     live_badge = _badge("live", (BADGE_TEXT, BADGE_BG))
     revisions = "".join(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from hostkit.errors import InvalidValue, bounded
+from hostkit.errors import InvalidValue, bounded, redact_credentials
 from hostkit.freeze import FrozenMap, freeze
 
 __all__ = [
@@ -40,6 +40,8 @@ MAX_STATE_KEY = 200
 # One state value, serialised as JSON.
 MAX_STATE_VALUE_BYTES = 64 * 1024
 _MAX_DETAIL = 2_000
+# A long detail keeps its first line (the headline a refusal quotes) up to this.
+_MAX_DETAIL_HEADLINE = 300
 _MAX_REASON = 500
 _CORE_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _REVISION = re.compile(r"[0-9a-f]{40}")
@@ -71,6 +73,27 @@ def state_json(value: Any) -> str:
     return text
 
 
+def _gate_detail(text: object, *, limit: int = _MAX_DETAIL) -> str:
+    """A gate's output, redacted and bounded like ``bounded()`` but kept line by line.
+
+    The first line is the gate's headline (``pytest exited 1``: what a refusal
+    quotes); a failed suite's verdict is at the end of its output (the summary,
+    the last traceback). So a long detail keeps its first line and its tail,
+    with a ``…`` line where the middle was cut; line endings become ``\\n``.
+    """
+    # Whole, not line by line: a "token:" whose value is on the next line is masked, as
+    # bounded() masks it (the patterns' \s spans a newline as it spans a space).
+    value = redact_credentials(str(text).replace("\r\n", "\n").replace("\r", "\n"))
+    if len(value) <= limit:
+        return value
+    first, _, rest = value.partition("\n")
+    if not rest:
+        return bounded(value, limit)  # one long line: a message, read from its start
+    first = bounded(first, _MAX_DETAIL_HEADLINE)
+    room = max(0, limit - len(first) - len("\n…\n"))
+    return f"{first}\n…\n{rest[len(rest) - room :]}"
+
+
 @dataclass(frozen=True, slots=True)
 class GateOutcome:
     """One promotion gate's verdict: ``tests``, ``dependencies``, ``mcp_review``, ``manifest``."""
@@ -82,7 +105,7 @@ class GateOutcome:
     def __post_init__(self) -> None:
         if not isinstance(self.gate, str) or not 0 < len(self.gate) <= 64:
             raise InvalidValue("gate must be a short name")
-        object.__setattr__(self, "detail", bounded(str(self.detail), _MAX_DETAIL))
+        object.__setattr__(self, "detail", _gate_detail(self.detail))
 
 
 @dataclass(frozen=True, slots=True)

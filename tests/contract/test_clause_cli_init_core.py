@@ -57,7 +57,7 @@ def test_init_writes_a_config_serving_the_starter_core(tmp_path: Path) -> None:
 
     first = head(core)
     code, _, err = invoke("init", str(file))
-    assert code == 1
+    assert code == 2
     assert "exists; use --force to overwrite" in err
     file.write_text("# edited\n")
     code, _, err = invoke("init", str(file), "--force")

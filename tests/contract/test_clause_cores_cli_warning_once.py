@@ -35,7 +35,10 @@ def test_a_core_without_a_live_revision_is_warned_about_once(tmp_path: Path) -> 
     )
     err = result.stderr.decode()
     assert result.returncode == 0, err
-    reason = "core 'assistant' has no live revision; run `hostkit core promote assistant`"
+    reason = (
+        "core 'assistant' has no live revision; "
+        'run `hostkit core promote assistant --reason "..."`'
+    )
     assert err.count(reason) == 1, err
     assert f"warning: {reason}" in err
     assert err.count("cannot create the workspace") == 1, err

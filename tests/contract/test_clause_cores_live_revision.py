@@ -167,7 +167,8 @@ async def test_a_core_without_a_live_ref_is_rejected_while_other_agents_work(
     model = ScriptedModel([Reply("still here")])
     async with core_host(config, model) as host:
         assert any("hostkit core promote draft" in line for line in host.warnings)
-        with pytest.raises(TurnRejected, match=r"run `hostkit core promote draft`"):
+        promote = r'run `hostkit core promote draft --reason "\.\.\."`'
+        with pytest.raises(TurnRejected, match=promote):
             await host.turns.run(request(core_id="draft"))
         answer = await host.run_turn("assistant", "hello")
     assert answer == "still here"

@@ -76,8 +76,8 @@ async def test_init_writes_a_starter_config_once(tmp_path: Path) -> None:
     assert 'workspace = "workspace"' in text
     assert await anyio.Path(tmp_path / "workspace").is_dir()
     code, _, err = await hostkit("init", cwd=tmp_path)
-    assert code == 1
-    assert "exists" in err
+    assert code == 2  # a usage error, as every other (docs/cli.md, "Exit status")
+    assert err.startswith("error: hostkit.toml exists")
     assert (await hostkit("init", "--force", cwd=tmp_path))[0] == 0
 
 

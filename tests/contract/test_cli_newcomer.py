@@ -1,0 +1,343 @@
+"""What a newcomer meets first: hints that work when pasted, help that shows every name,
+ids kept whole at 80 columns, a failed gate's tail, one clear line per mistake.
+
+Width-sensitive output runs as a real subprocess (its console reads ``COLUMNS`` at
+start-up); the rest runs in-process (``CliRunner``), as in ``_cli_cores``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from click import Command
+from rich.console import Console
+
+from hostkit.cli import app
+from hostkit.cli._approver import interrupted_line
+from hostkit.cli._core_render import gate_lines
+from hostkit.cli._inspect import budget_report
+from hostkit.cli._render import command_line, resume_hints
+from hostkit.inspect import BudgetView, StepUsage, TokenTotals, TurnUsage
+from hostkit.store import PendingApproval
+from hostkit.types import GateOutcome
+from tests.contract._cli_cores import CORE, invoke, make_project
+
+WRITER = """
+[host]
+database = "hostkit.db"
+workspace = "workspace"
+
+[providers.scripted]
+kind = "scripted"
+script = [
+  { tool = "files.write", arguments = { path = "a.md", content = "x" } },
+  { reply = "Done." },
+]
+
+[agents.writer]
+provider = "scripted"
+builtins = ["files.write"]
+memory = false
+
+[agents.writer.policy]
+allow = ["*"]
+ask = ["files.write"]
+"""
+SESSION_ID = re.compile(r"\bses_[0-9a-f]{28}\b")
+TURN_ID = re.compile(r"\bturn_[0-9a-f]{26,}\b")
+
+
+def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
+    """The CLI as a script runs it: a real process, no terminal on stdin, ``columns`` wide."""
+    result = subprocess.run(
+        [sys.executable, "-m", "hostkit", *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def paused_writer(tmp_path: Path) -> tuple[Path, str]:
+    """A project in a folder with a space in its name whose ``writer`` turn paused; stderr."""
+    folder = tmp_path / "sp ace"
+    folder.mkdir()
+    (folder / "hostkit.toml").write_text(WRITER)
+    config = str(folder / "hostkit.toml")
+    code, _, err = hostkit("run", "-c", config, "--agent", "writer", "write", cwd=tmp_path)
+    assert code == 3, err
+    return folder / "hostkit.toml", err
+
+
+# -- 1. hints are shell-quoted ------------------------------------------------------
+
+
+def test_the_approval_hints_of_a_paused_turn_paste_as_the_intended_arguments(
+    tmp_path: Path,
+) -> None:
+    config, err = paused_writer(tmp_path)
+    approval = re.search(r"\bapr_[0-9a-f]+\b", err)
+    assert approval, err
+    for verb in ("approve", "deny"):
+        line = next(line for line in err.splitlines() if f"hostkit approvals {verb}" in line)
+        argv = shlex.split(line.split(None, 1)[1])
+        assert argv == [
+            "hostkit",
+            "approvals",
+            verb,
+            approval[0],
+            "--reason",
+            "...",
+            "-c",
+            str(config),
+        ]
+
+
+def test_init_next_line_pastes_as_the_intended_arguments(tmp_path: Path) -> None:
+    code, _, err = invoke("init", str(tmp_path / "sub dir" / "my.toml"))
+    assert code == 0, err
+    line = next(line for line in err.splitlines() if line.startswith("next: "))
+    promote, run = line.removeprefix("next: ").split(", then ")
+    config = str(tmp_path / "sub dir" / "my.toml")
+    assert shlex.split(promote) == [
+        "hostkit",
+        "core",
+        "promote",
+        "assistant",
+        "--reason",
+        "first revision",
+        "-c",
+        config,
+    ]
+    assert shlex.split(run) == ["hostkit", "run", "-c", config, "hello"]
+
+
+def test_every_other_printed_command_quotes_its_paths_and_ids() -> None:
+    config = Path("my project/hostkit.toml")
+    line = interrupted_line("apr_1", config=config)
+    commands = re.findall(r"`([^`]+)`", line)
+    assert [shlex.split(command) for command in commands] == [
+        ["hostkit", "approvals", verb, "apr_1", "-c", str(config)] for verb in ("approve", "deny")
+    ]
+    answered = PendingApproval(
+        approval_id="apr_2",
+        session_id="ses_1",
+        turn_id="turn_1",
+        principal_id="cli:local-user",
+        core_id="writer",
+        core_revision="r",
+        effect="files.write",
+        call_id="call_1",
+        view={},
+        policy_fingerprint="apf_1",
+        rule_key="files.write",
+        status="approved",
+        decision="approve_once",
+        decided_by="cli",
+        continuation_turn_id=None,
+        created_at="2026-01-01T00:00:00Z",
+        decided_at="2026-01-01T00:01:00Z",
+    )
+    assert [shlex.split(hint) for hint in resume_hints([answered], config=config)] == [
+        ["hostkit", "approvals", "resume", "apr_2", "-c", str(config)]
+    ]
+    assert shlex.split(command_line("run", "it's", config=config, agent="m:a")) == [
+        "hostkit",
+        "run",
+        "it's",
+        "-c",
+        str(config),
+        "--agent",
+        "m:a",
+    ]
+
+
+# -- 2. the not-promoted hint runs as printed ---------------------------------------
+
+
+def test_the_not_promoted_hint_is_a_command_that_works_as_printed(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    code, _, err = invoke("core", "status", project=tmp_path)
+    assert code == 0, err
+    hint = re.search(r"has no live revision; run `([^`]+)`", err)
+    assert hint, err
+    argv = shlex.split(hint[1])
+    assert argv[:4] == ["hostkit", "core", "promote", CORE]
+    code, out, err = invoke(*argv[1:], project=tmp_path)
+    assert code == 0, err
+    assert f"promoted {CORE}" in out
+
+
+# -- 3. bracketed names survive Rich markup -------------------------------------------
+
+
+def commands() -> Iterator[tuple[list[str], Command]]:
+    def walk(command: Command, path: list[str]) -> Iterator[tuple[list[str], Command]]:
+        yield path, command
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            yield from walk(sub, [*path, name])
+
+    yield from walk(typer.main.get_command(app), [])
+
+
+def bracketed(text: str) -> list[str]:
+    """The ``[name]`` tokens a help text means to show (``\\[`` is Rich's escape)."""
+    return re.findall(r"\[[^\]\s]+\]", text.replace("\\[", "["))
+
+
+def test_every_bracketed_name_in_help_is_shown() -> None:
+    checked = 0
+    for path, command in commands():
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        names = [name for text in texts for name in bracketed(text)]
+        if not names:
+            continue
+        code, out, _ = invoke(*path, "--help")
+        assert code == 0, path
+        flat = " ".join(out.replace("│", " ").split())
+        for name in names:
+            assert name in flat, (path, name, out)
+            checked += 1
+    assert checked >= 4  # serve's [serve] twice, core init's [cores.<id>] and [providers]
+
+
+def test_output_outside_a_project_names_the_cores_table(tmp_path: Path) -> None:
+    (tmp_path / "hostkit.toml").write_text('[host]\ndatabase = "hostkit.db"\n')
+    code, _, err = invoke("core", "status", project=tmp_path)
+    assert code == 0, err
+    assert "no cores configured ([cores.<id>] in hostkit.toml)" in err
+
+
+# -- 4. ids whole at 80 columns -----------------------------------------------------
+
+
+def budget(model: str = "scripted-1", cost: float | None = 0.0) -> BudgetView:
+    totals = TokenTotals(1, 76, 2, 0, 0, cost, 0 if cost is not None else 1)
+    step = StepUsage(
+        step_id=0,
+        decision_id="dec_01a2372c3a7dfd1add4f7dc976e7",
+        provider="p",
+        model=model,
+        input_tokens=12_345,
+        output_tokens=2,
+        cache_read_tokens=1_000,
+        cache_write_tokens=0,
+        estimated_input_tokens=12_000,
+        raw_input_tokens=12_000,
+        error_pct=-2.8,
+        finish_reason="stop",
+        cost_usd=cost,
+        at="2026-01-01T00:00:00Z",
+    )
+    turns = tuple(
+        TurnUsage(turn, "completed", "writer", "2026-01-01T00:00:00Z", (step,), totals, False)
+        for turn in ("turn_01a2372c3a71ca42930d8fa46d22", "turn_01a2372c3a71ca42930d8fa46d23")
+    )
+    return BudgetView("ses_01a2372c3a77b3550ede62a2d39d", turns, None, totals, False)
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_budget_keeps_every_id_whole_on_one_line(width: int) -> None:
+    shown = io.StringIO()
+    Console(file=shown, width=width, color_system=None).print(budget_report(budget(), width=width))
+    out = shown.getvalue()
+    assert all(len(line) <= width for line in out.splitlines()), out
+    assert set(TURN_ID.findall(out)) == {
+        "turn_01a2372c3a71ca42930d8fa46d22",
+        "turn_01a2372c3a71ca42930d8fa46d23",
+    }, out
+    assert "ses_01a2372c3a77b3550ede62a2d39d" in out
+    assert "12,345" in out  # the input column is never the one left out
+
+
+def test_budget_says_an_unpriced_cost_is_unknown_never_a_dash() -> None:
+    shown = io.StringIO()
+    Console(file=shown, width=200, color_system=None).print(
+        budget_report(budget("gpt-x", None), width=200)
+    )
+    rows = [line for line in shown.getvalue().splitlines() if "gpt-x" in line]
+    assert rows, shown.getvalue()
+    assert all(line.rstrip().endswith("unknown") for line in rows), shown.getvalue()
+
+
+def test_the_run_footer_keeps_the_session_and_turn_ids_whole(tmp_path: Path) -> None:
+    _, err = paused_writer(tmp_path)
+    footer = next(line for line in err.splitlines() if line.startswith("session: "))
+    assert SESSION_ID.search(footer), err
+    assert TURN_ID.search(footer), err
+
+
+# -- 5. a failed gate shows the end of its output, line by line -----------------------
+
+
+def test_a_failed_gate_keeps_the_tail_of_its_output_line_by_line() -> None:
+    output = "pytest exited 1\n" + "\n".join(f"line {i} token=sk-{i:032d}" for i in range(400))
+    gate = GateOutcome("tests", False, output)
+    assert len(gate.detail) <= 2_000
+    assert gate.detail.splitlines()[:2] == ["pytest exited 1", "…"]  # the headline, then the cut
+    assert gate.detail.splitlines()[-1].startswith("line 399 ")
+    assert "sk-" not in gate.detail  # still redacted
+    lines = gate_lines([gate])
+    assert lines[0] == "FAILED  tests"
+    assert [line.split()[:2] for line in lines[-3:]] == [
+        ["line", "397"],
+        ["line", "398"],
+        ["line", "399"],
+    ]
+
+
+def test_a_gate_detail_keeps_short_output_whole() -> None:
+    gate = GateOutcome("tests", False, "pytest exited 1\r\nE   assert 1 == 2\n1 failed")
+    assert gate.detail == "pytest exited 1\nE   assert 1 == 2\n1 failed"
+
+
+# -- 6. one clear line per mistake ------------------------------------------------------
+
+
+def test_a_paused_turn_says_it_waits_once_and_not_as_an_error(tmp_path: Path) -> None:
+    _, err = paused_writer(tmp_path)
+    assert "error:" not in err, err
+    assert err.count("waiting for approval") == 1, err
+
+
+def test_init_over_an_existing_file_is_one_error_line_with_status_2(tmp_path: Path) -> None:
+    (tmp_path / "hostkit.toml").write_text("# mine\n")
+    code, _, err = invoke("init", str(tmp_path / "hostkit.toml"))
+    assert code == 2
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert "--force" in err
+    assert (tmp_path / "hostkit.toml").read_text() == "# mine\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--session", ""), "--session needs a session id"),
+        (("--attach", "d.png"), "d.png: is a directory, not a file"),
+        (("--attach", ""), "--attach needs a file path"),
+    ],
+)
+def test_run_refuses_an_empty_or_wrong_argument_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], said: str
+) -> None:
+    (tmp_path / "hostkit.toml").write_text(WRITER)
+    (tmp_path / "d.png").mkdir()
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("run", "--agent", "writer", *args, "hello", project=tmp_path)
+    assert code == 2
+    assert err.startswith(f"error: {said}"), err
+    assert err.count("\n") == 1, err
+    assert out == ""
