@@ -11,11 +11,16 @@ cancelled or abandoned stream leaves no connection behind.
 A vendor adapter supplies only what differs: its endpoint and parameters,
 and how a whole body (``_read``) and one streamed item (``_apply``) fill the
 draft, its usage fields included (as ``Draft.tokens``, which the draft
-normalizes).
+normalizes). The draft is filled only through its methods (``add_text``,
+``open_call``, ``identify``, ``add_fragment``), which hold the response to the
+bounds of ``hostkit.adapters._bounds`` as it arrives: a response past one
+fails at the item that passed it, with a ``ProviderError`` naming the bound,
+and nothing of it reaches the turn.
 """
 
 from __future__ import annotations
 
+import json
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +28,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 
+from hostkit.adapters._bounds import OverBound, ResponseMeter, refused
 from hostkit.adapters._sdk import ClientT, SdkProvider
 from hostkit.errors import ProviderError
 from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
@@ -58,7 +64,7 @@ class PartialCall:
     fragments: list[str] = field(default_factory=list)
     start_input: object = None
 
-    def finish(self, index: int) -> ToolCall:
+    def finish(self, position: int) -> ToolCall:
         raw = "".join(self.fragments)
         if raw or self.start_input is None:
             arguments = parse_tool_arguments(raw)
@@ -67,7 +73,7 @@ class PartialCall:
         else:
             arguments = {"_raw": str(self.start_input)[:RAW_INPUT_CHARS]}
         # Some local servers omit call ids; the tool message still needs one to answer.
-        return ToolCall(self.call_id or f"call_{index}", self.name, arguments)
+        return ToolCall(self.call_id or f"call_{position}", self.name, arguments)
 
 
 @dataclass(slots=True)
@@ -77,6 +83,8 @@ class Draft:
     ``tokens`` holds the reported counts under ``input``, ``output``,
     ``cache_read`` and ``cache_write``; a later report of a field replaces an
     earlier one. ``count`` is the number of streamed items folded in.
+    ``meter`` counts the calls and bytes against the response bounds; the
+    methods that add to the draft raise ``OverBound`` past one.
     """
 
     request_id: str | None = None
@@ -87,16 +95,61 @@ class Draft:
     finish: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     count: int = 0
+    meter: ResponseMeter = field(default_factory=ResponseMeter)
+
+    def add_text(self, text: str) -> str:
+        """Append a text delta (or a whole body's text); return it."""
+        self.text.append(self.meter.add(text))
+        return text
+
+    def open_call(
+        self,
+        index: int,
+        *,
+        call_id: str | None = None,
+        name: str | None = None,
+        fragments: tuple[str, ...] = (),
+        start_input: object = None,
+    ) -> PartialCall:
+        """Start the call at ``index`` afresh (a whole call, or a streamed block's start).
+
+        A missing id or name (some local servers send none) is kept as "".
+        """
+        if index not in self.calls:
+            self.meter.open_call()
+        call = PartialCall(self.meter.call_id(call_id or ""), self.meter.name(name or ""))
+        for fragment in fragments:
+            call.fragments.append(self.meter.add(fragment))
+        if start_input:
+            # Sent whole, and parsed by the SDK already: counted as the JSON it came as. The
+            # empty input a streamed block starts with is not: its fragments replace it.
+            self.meter.add(json.dumps(start_input, default=str, ensure_ascii=False))
+        call.start_input = start_input
+        self.calls[index] = call
+        return call
 
     def call(self, index: int) -> PartialCall:
         """The call at ``index``, started empty when it is new."""
-        return self.calls.setdefault(index, PartialCall())
+        found = self.calls.get(index)
+        return found if found is not None else self.open_call(index)
+
+    def identify(self, call: PartialCall, *, call_id: str | None, name: str | None) -> None:
+        """Give ``call`` the id and name it does not have yet (the first ones sent stand)."""
+        call.call_id = call.call_id or self.meter.call_id(call_id or "")
+        call.name = call.name or self.meter.name(name or "")
+
+    def add_fragment(self, call: PartialCall, fragment: str) -> None:
+        """Append one fragment of ``call``'s argument JSON."""
+        call.fragments.append(self.meter.add(fragment))
 
     def response(self, *, provider: str, model: str, cache_in_input: bool) -> ModelResponse:
         """Freeze the draft; ``cache_in_input`` says the reported input already counts the cache."""
         return ModelResponse(
             text="".join(self.text),
-            tool_calls=tuple(call.finish(index) for index, call in sorted(self.calls.items())),
+            tool_calls=tuple(
+                call.finish(position)
+                for position, (_, call) in enumerate(sorted(self.calls.items()))
+            ),
             usage=self._usage(cache_in_input=cache_in_input),
             finish_reason=to_finish_reason(self.finish),
             provider=provider,
@@ -143,6 +196,8 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                         draft = Draft(request_id=raw.request_id)
                         self._read(await raw.parse(), draft)
                         return self._response(draft)
+                    except OverBound as exc:
+                        raise refused(exc, provider=self._name) from exc
                     except Exception as exc:
                         raise self._arrived_error("unreadable response", exc) from exc
             except self._errors.base as exc:
@@ -224,6 +279,9 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         draft.count += 1
         try:
             return self._apply(item, draft)
+        except OverBound as exc:
+            # Never retried, even on the first item: the same request would flood again.
+            raise refused(exc, provider=self._name) from exc
         except Exception as exc:
             raise self._arrived_error(f"malformed stream {self._unit}", exc) from exc
 
@@ -237,8 +295,14 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
 
     @abstractmethod
     def _read(self, body: object, draft: Draft) -> None:
-        """Fill ``draft`` from a whole response body; raise ``TypeError`` for a wrong shape."""
+        """Fill ``draft`` from a whole response body; raise ``TypeError`` for a wrong shape.
+
+        Fill it through its methods (``add_text``, ``open_call``), which bound it.
+        """
 
     @abstractmethod
     def _apply(self, item: ItemT, draft: Draft) -> str:
-        """Fold one streamed item into ``draft``; return its text delta ("" for none)."""
+        """Fold one streamed item into ``draft``; return its text delta ("" for none).
+
+        Fold it through the draft's methods, which raise ``OverBound`` past a bound.
+        """

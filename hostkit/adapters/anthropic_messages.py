@@ -23,7 +23,7 @@ import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
 from hostkit.adapters._sdk import SdkErrors
-from hostkit.adapters._streaming import Draft, PartialCall, SdkModelProvider
+from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -140,9 +140,9 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
             raise TypeError("the body is not a message with a list of content blocks")
         for index, block in enumerate(body.content):
             if block.type == "text":
-                draft.text.append(block.text)
+                draft.add_text(block.text)
             elif block.type == "tool_use":
-                draft.calls[index] = PartialCall(block.id, block.name, start_input=block.input)
+                draft.open_call(index, call_id=block.id, name=block.name, start_input=block.input)
         draft.tokens.update(_token_counts(body.usage))
         draft.finish = body.stop_reason
         draft.model = body.model
@@ -156,18 +156,18 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         elif item.type == "content_block_start":
             block = item.content_block
             if block.type == "tool_use":
-                draft.calls[item.index] = PartialCall(block.id, block.name, start_input=block.input)
+                draft.open_call(
+                    item.index, call_id=block.id, name=block.name, start_input=block.input
+                )
             elif block.type == "text" and block.text:
-                draft.text.append(block.text)
-                return block.text
+                return draft.add_text(block.text)
         elif item.type == "content_block_delta":
             delta = item.delta
             if delta.type == "text_delta":
-                draft.text.append(delta.text)
-                return delta.text
+                return draft.add_text(delta.text)
             if delta.type == "input_json_delta":
                 # A fragment for a block that never started is a malformed stream, not a new call.
-                draft.calls[item.index].fragments.append(delta.partial_json)
+                draft.add_fragment(draft.calls[item.index], delta.partial_json)
         elif item.type == "message_delta":
             draft.finish = item.delta.stop_reason or draft.finish
             # message_delta repeats counts cumulatively; a later value wins.

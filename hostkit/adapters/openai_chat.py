@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from hostkit.adapters._sdk import SdkErrors
-from hostkit.adapters._streaming import Draft, PartialCall, SdkModelProvider
+from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -133,11 +133,13 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
         if not isinstance(body, ChatCompletion) or not body.choices:
             raise TypeError("the body is not a chat completion with at least one choice")
         message = body.choices[0].message
-        draft.text.append(message.content or message.refusal or "")
+        draft.add_text(message.content or message.refusal or "")
         for index, call in enumerate(message.tool_calls or ()):
             if call.type == "function":
-                fragments = [call.function.arguments or ""]
-                draft.calls[index] = PartialCall(call.id, call.function.name, fragments)
+                fragments = (call.function.arguments or "",)
+                draft.open_call(
+                    index, call_id=call.id, name=call.function.name, fragments=fragments
+                )
         draft.tokens.update(_token_counts(body.usage))
         draft.finish = body.choices[0].finish_reason
         draft.model = body.model
@@ -156,15 +158,15 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
             if delta is None:
                 continue
             if delta.content:
-                draft.text.append(delta.content)
-                delta_text += delta.content
+                delta_text += draft.add_text(delta.content)
             for fragment in delta.tool_calls or ():
                 index = fragment.index if isinstance(fragment.index, int) else len(draft.calls)
                 call = draft.call(index)
-                call.call_id = call.call_id or fragment.id or ""
-                if fragment.function is not None:
-                    call.name = call.name or fragment.function.name or ""
-                    call.fragments.append(fragment.function.arguments or "")
+                function = fragment.function
+                name = function.name if function is not None else None
+                draft.identify(call, call_id=fragment.id, name=name)
+                if function is not None:
+                    draft.add_fragment(call, function.arguments or "")
         return delta_text
 
     def _status_detail(self, exc: openai.APIStatusError) -> str:

@@ -4,18 +4,23 @@ For tests, demos and notebooks: each provider call consumes the next step of
 the script (a reply, tool calls, a failure, or a callable that decides). Usage
 is estimated deterministically from the request and reply sizes so budgets and
 inspectors show real numbers. It is never a silent default: a Host uses it only
-where the configuration names ``kind = "scripted"`` or a test supplies it.
+where the configuration names ``kind = "scripted"`` or a test supplies it. Its
+responses are held to the same bounds as every adapter's
+(``hostkit.adapters._bounds``): a step past one fails as the SDK adapters do.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from hostkit.adapters._base import ProviderBase
+from hostkit.adapters._bounds import OverBound, ResponseMeter, refused
 from hostkit.errors import InvalidValue, ProviderError
+from hostkit.freeze import thaw
 from hostkit.types import (
     NO_ATTACHMENTS,
     AttachmentSupport,
@@ -91,6 +96,11 @@ def _estimate(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def _json(arguments: Mapping[str, Any]) -> str:
+    """Arguments as the JSON a provider would have sent them in (what the byte bound counts)."""
+    return json.dumps(thaw(arguments), default=str, ensure_ascii=False, skipkeys=True)
+
+
 class ScriptedModel(ProviderBase):
     """A ModelProvider whose answers come from a script, one step per call.
 
@@ -99,7 +109,9 @@ class ScriptedModel(ProviderBase):
     scripted Host growing without bound. ``repeat_last`` keeps answering with the last
     step instead of failing when the script runs out. Like every provider, it
     refuses requests once closed. It accepts no attachments unless
-    ``attachments`` says which (a test of what reaches the provider).
+    ``attachments`` says which (a test of what reaches the provider). A step
+    past a response bound (more than 64 calls, a name past 64 characters,
+    more than 4 MiB of text and argument JSON) raises ``ProviderError``.
     """
 
     def __init__(
@@ -156,12 +168,9 @@ class ScriptedModel(ProviderBase):
         prompt = "".join(m.content for m in request.messages) + "".join(
             t.name + t.description for t in request.tools
         )
-        calls: tuple[ToolCall, ...] = ()
-        finish: FinishReason = step.finish_reason if isinstance(step, Reply) else "stop"
+        calls = self._bounded(step)
+        finish: FinishReason = step.finish_reason if isinstance(step, Reply) else "tool_calls"
         text = step.text
-        if isinstance(step, CallTools):
-            calls = tuple(ToolCall(new_id("call"), name, args) for name, args in step.calls)
-            finish = "tool_calls"
         output = text + "".join(call.name for call in calls)
         return ModelResponse(
             text=text,
@@ -172,6 +181,24 @@ class ScriptedModel(ProviderBase):
             model=self._model,
             provider_request_id=new_id("scripted"),
         )
+
+    def _bounded(self, step: Reply | CallTools) -> tuple[ToolCall, ...]:
+        """The step's calls, its text and calls held to the response bounds like any adapter's."""
+        meter = ResponseMeter()
+        scripted = step.calls if isinstance(step, CallTools) else ()
+        try:
+            meter.add(step.text)
+            # Count and names first: a flood fails before a single call is built.
+            for name, _ in scripted:
+                meter.open_call()
+                meter.name(name)
+            calls = tuple(ToolCall(new_id("call"), name, args) for name, args in scripted)
+            for call in calls:
+                # Built, so nested no deeper than any encoder can follow.
+                meter.add(_json(call.arguments))
+        except OverBound as exc:
+            raise refused(exc, provider=self._name) from exc
+        return calls
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """The next step's response, or its failure raised."""

@@ -17,6 +17,10 @@ from hostkit.types._bounds import is_count
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
+    "MAX_CALL_ID_CHARS",
+    "MAX_RESPONSE_BYTES",
+    "MAX_TOOL_CALLS",
+    "MAX_TOOL_NAME_CHARS",
     "FinishReason",
     "ModelLimits",
     "ModelMessage",
@@ -32,6 +36,19 @@ __all__ = [
 # How deep a tool call's arguments may nest: far past any real schema, well short of the
 # recursion a deeper structure would cost every layer that freezes, encodes or checks it.
 MAX_ARGUMENT_DEPTH = 64
+# What one model response may hold. Every call in a response is executed (or recorded as
+# unknown) in its own transaction before the step limit is looked at, so these bound the
+# work and the rows one response can cause. 64 calls is far past the parallel calls any
+# model makes; a name past what a ToolDefinition allows can never name a tool; a call id
+# is a provider's short token. The byte bound covers text plus tool-argument JSON: four
+# times the largest file ``files.write`` takes (1 MiB), so one full-size write survives
+# JSON escaping, and below the 5 MiB a single attachment may be. Adapters enforce these
+# while a response streams in (``hostkit.adapters``); ``ModelResponse`` refuses a response
+# past the first three from any provider.
+MAX_TOOL_CALLS = 64
+MAX_TOOL_NAME_CHARS = 64
+MAX_CALL_ID_CHARS = 128
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
 
@@ -67,8 +84,8 @@ class ToolDefinition:
     parameters: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 64:
-            raise InvalidValue("tool names are 1-64 characters")
+        if not self.name or len(self.name) > MAX_TOOL_NAME_CHARS:
+            raise InvalidValue(f"tool names are 1-{MAX_TOOL_NAME_CHARS} characters")
         if type(self.parameters) is not FrozenMap:  # a frozen schema is kept as it is
             object.__setattr__(self, "parameters", FrozenMap(self.parameters))
 
@@ -187,7 +204,12 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """A normalized provider response."""
+    """A normalized provider response.
+
+    At most ``MAX_TOOL_CALLS`` tool calls, each named in at most
+    ``MAX_TOOL_NAME_CHARS`` and identified in at most ``MAX_CALL_ID_CHARS``
+    characters; more is an ``InvalidValue``, whichever provider built it.
+    """
 
     text: str
     tool_calls: tuple[ToolCall, ...]
@@ -198,7 +220,17 @@ class ModelResponse:
     provider_request_id: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        calls = tuple(self.tool_calls)
+        # Checked here, not on ToolCall: a transcript written before these bounds must
+        # still load, but no provider may hand a turn a response past them.
+        if len(calls) > MAX_TOOL_CALLS:
+            raise InvalidValue(f"a response holds more than {MAX_TOOL_CALLS} tool calls")
+        for call in calls:
+            if len(call.name) > MAX_TOOL_NAME_CHARS:
+                raise InvalidValue(f"a tool name is longer than {MAX_TOOL_NAME_CHARS} characters")
+            if len(call.call_id) > MAX_CALL_ID_CHARS:
+                raise InvalidValue(f"a tool call id is longer than {MAX_CALL_ID_CHARS} characters")
+        object.__setattr__(self, "tool_calls", calls)
 
 
 @dataclass(frozen=True, slots=True)
