@@ -323,7 +323,9 @@ class ApprovalRefused(UserError):
     ``superseded``: a newer turn ran in the session (or the asking turn was
     cancelled), so the paused call is void; ``indeterminate``: its continuation
     stopped after claiming the call, which may have run and never runs again;
-    ``pending``: there is no answer to resume yet.
+    ``pending``: there is no answer to resume yet; ``unavailable``: the answering
+    Host cannot run the agent that asked (not configured there, or its provider is
+    out), and nothing was recorded.
     """
 
     def __init__(self, approval_id: str, reason: str, detail: str) -> None:

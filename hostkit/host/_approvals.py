@@ -131,7 +131,7 @@ class HostApprovals:
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
-            # The effect (or the agent) is no longer offered: as for a changed fingerprint.
+            # The agent runs here and no longer offers the effect: as for a changed fingerprint.
             await self._ledger.mark_stale(approval_id)
             raise ApprovalRefused(approval_id, "stale", "the agent no longer offers this effect")
         answered = await self._ledger.answer(

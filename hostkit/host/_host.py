@@ -32,7 +32,7 @@ from hostkit.effects import (
     McpConnections,
     PendingApproval,
 )
-from hostkit.errors import ConfigError, RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.errors import ApprovalRefused, ConfigError, RuntimeFailure, StoreClosed, TurnRejected
 from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
@@ -768,11 +768,21 @@ class Host(AsyncResource):
 
     async def _approval_fingerprint(self, approval: PendingApproval) -> str | None:
         """What the approval's effect fingerprints to now ("" when it is no longer offered;
-        None when only its continuation can tell: an MCP tool without a connection here)."""
+        None when only its continuation can tell: an MCP tool without a connection here).
+
+        ``ApprovalRefused`` (``unavailable``) when this Host cannot run the agent that
+        asked: not configured here (a CLI opened without its ``--agent``), or its
+        provider is out. That says nothing about the approval, which stays pending.
+        """
         try:
             core = await self.pin(approval.core_id, None)
-        except TurnRejected:
-            return ""
+        except TurnRejected as exc:
+            raise ApprovalRefused(
+                approval.approval_id,
+                "unavailable",
+                f"this Host cannot run agent {approval.core_id!r} ({exc.message}); nothing "
+                "was recorded: answer it from a Host that runs that agent",
+            ) from exc
         try:
             generation = self._generation_of(core.generation)
             if generation is None:

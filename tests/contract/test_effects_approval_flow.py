@@ -275,7 +275,12 @@ async def test_a_stale_policy_fingerprint_is_refused_and_nothing_runs(tmp_path: 
     assert stamps.lines() == []
 
 
-async def test_an_approval_whose_agent_is_no_longer_offered_is_stale(tmp_path: Path) -> None:
+async def test_an_approval_answered_where_its_agent_does_not_run_stays_pending(
+    tmp_path: Path,
+) -> None:
+    """A Host without the asking agent (a CLI opened without its ``--agent``, another
+    process's config) cannot tell whether the agent changed: it refuses the answer as
+    ``unavailable`` and records nothing, and a Host that runs the agent then takes it."""
     stamps = Stamps(tmp_path / "stamps.txt")
     model = ScriptedModel([stamp_call(), Reply("done")])
     async with approval_host(tmp_path, model, stamps) as host:
@@ -293,10 +298,16 @@ async def test_an_approval_whose_agent_is_no_longer_offered_is_stale(tmp_path: P
         operator = await host.operator("ops", reason="answer approvals")
         with pytest.raises(ApprovalRefused) as refused:
             await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
-        assert refused.value.reason == "stale"
+        assert refused.value.reason == "unavailable"
+        assert "'assistant'" in refused.value.message
         row = await host.approvals.get(operator, paused.pending_approval)
-        assert row.status == "stale"
+        assert row.status == "pending"
     assert stamps.lines() == []
+    async with approval_host(tmp_path, model, stamps) as host:
+        operator = await host.operator("ops", reason="answer approvals")
+        result = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+    assert result.outcome == "completed"
+    assert len(stamps.lines()) == 1
 
 
 async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
