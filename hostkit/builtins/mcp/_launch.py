@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,10 +71,11 @@ def plan_launch(
         return Launch(tuple(command), env, root, False, str(program))
     probe = probe_bubblewrap(bwrap)
     shown = visible_roots(root)
-    read_only = _program_roots(program, shown)
+    state = (*sandbox.hidden, *hidden)
+    read_only = _program_roots(program, shown, workspace=root, state=state, environ=environ)
     _check_visible(declaration.name, program, (*shown, *read_only))
     policy = dataclasses.replace(sandbox, network=declaration.network)
-    masks = mask_plan(root, (*sandbox.hidden, *hidden), roots=read_only)
+    masks = mask_plan(root, state, roots=read_only)
     argv = sandbox_argv(
         probe, policy, command, workspace=root, workdir=root, masks=masks, read_only=read_only
     )
@@ -99,19 +101,35 @@ def _resolve(declaration: McpServerDeclaration, workspace: Path, path: str) -> P
     return Path(os.path.abspath(found))
 
 
-def _program_roots(program: Path, shown: Sequence[Path]) -> tuple[Path, ...]:
+def _program_roots(
+    program: Path,
+    shown: Sequence[Path],
+    *,
+    workspace: Path,
+    state: Sequence[Path],
+    environ: Mapping[str, str],
+) -> tuple[Path, ...]:
     """The virtualenv root and base interpreter prefix ``program`` needs, if it lives in one
-    (those the sandbox does not show already)."""
+    (those the sandbox does not show already).
+
+    Only a ``pyvenv.cfg`` outside the workspace counts: one the agent could have
+    written never adds a bind. A program inside the workspace needs nothing but
+    the workspace (its path or its target there gets no extra root).
+    """
+    ws = Path(os.path.realpath(workspace))
+    candidates = (program, Path(os.path.realpath(program)))
+    if any(_under(Path(os.path.abspath(c)), (workspace, ws)) for c in candidates):
+        return ()
+    guarded = _Guarded(ws, state, environ)
     roots: list[Path] = []
-    for candidate in (program, Path(os.path.realpath(program))):
+    for candidate in candidates:
         venv = next((p for p in candidate.parents if (p / "pyvenv.cfg").is_file()), None)
-        if venv is None:
+        if venv is None or not guarded.venv_ok(venv):
             continue
         roots.append(venv)
-        home = _venv_home(venv / "pyvenv.cfg")
-        if home is not None:
-            prefix = home.parent if home.name == "bin" else home
-            roots.append(Path(os.path.realpath(prefix)))
+        prefix = _venv_prefix(venv / "pyvenv.cfg")
+        if prefix is not None and guarded.prefix_ok(prefix):
+            roots.append(prefix)
     kept: list[Path] = []
     for root in roots:
         if _under(root, shown) or root in kept:
@@ -120,8 +138,67 @@ def _program_roots(program: Path, shown: Sequence[Path]) -> tuple[Path, ...]:
     return tuple(kept)
 
 
+class _Guarded:
+    """What an extra read-only root must never be, hold, or sit inside (all resolved)."""
+
+    __slots__ = ("homes", "inside")
+
+    def __init__(self, workspace: Path, state: Sequence[Path], environ: Mapping[str, str]) -> None:
+        homes = {os.path.expanduser("~")}
+        if environ.get("HOME", "").startswith("/"):
+            homes.add(environ["HOME"])
+        self.inside = (workspace, *(Path(os.path.realpath(p)) for p in state))
+        self.homes = tuple(Path(os.path.realpath(h)) for h in sorted(homes))
+
+    def _refused(self, root: Path) -> bool:
+        """``/``, inside the workspace or Host state, or holding one of them or a home."""
+        if root == Path("/") or _under(root, self.inside):
+            return True
+        return any(p.is_relative_to(root) for p in (*self.inside, *self.homes))
+
+    def venv_ok(self, venv: Path) -> bool:
+        config = Path(os.path.realpath(venv / "pyvenv.cfg"))
+        return not _under(config, self.inside) and not self._refused(Path(os.path.realpath(venv)))
+
+    def prefix_ok(self, prefix: Path) -> bool:
+        return not self._refused(prefix)
+
+
+_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+
+
+def _holds_python(directory: Path) -> bool:
+    """``directory`` holds an executable ``python``, ``python3`` or ``python3.N``."""
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return False
+    return any(
+        _PYTHON.fullmatch(e.name) is not None and e.is_file() and os.access(e, os.X_OK)
+        for e in entries
+    )
+
+
+def _venv_prefix(config: Path) -> Path | None:
+    """The base interpreter's install prefix the ``home =`` line names, resolved: None
+    unless ``home`` is an absolute, existing directory other than ``/`` that holds a
+    Python interpreter (a real installation, never just any directory)."""
+    home = _venv_home(config)
+    if home is None or not home.is_absolute():
+        return None
+    resolved = Path(os.path.realpath(home))
+    if resolved == Path("/") or not resolved.is_dir() or not _holds_python(resolved):
+        return None
+    prefix = resolved.parent if resolved.name == "bin" else resolved
+    return None if prefix == Path("/") else prefix
+
+
 def _venv_home(config: Path) -> Path | None:
-    for line in config.read_text(encoding="utf-8", errors="replace").splitlines():
+    try:
+        text = config.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.strip() == "home" and value.strip():
             return Path(value.strip())
