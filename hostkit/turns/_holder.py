@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -235,43 +236,48 @@ class LeaseHolder:
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
         """Renew now, then every ttl/3, until the terminal write ends; never raises."""
-        interval = active.lease.ttl_s / 3
-        bound = max(interval, 1.0)
+        pace = _Pace(active.lease)
         while True:
+            start = anyio.current_time()
             try:
-                with anyio.fail_after(bound):
+                with anyio.fail_after(pace.limit(start)):
                     await self._store.turns.renew(active.lease)
             except LeaseLost:
                 return
             except (HostkitError, TimeoutError) as exc:
                 _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+                await anyio.sleep(pace.failed(exc))
             except Exception:
                 _log.exception("turn %s: lease renewal failed", active.context.turn_id)
-            await anyio.sleep(interval)
+                await anyio.sleep(pace.failed(None))
+            else:
+                await anyio.sleep(pace.renewed(start))
 
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
-        interval = active.lease.ttl_s / 3
-        # A renewal slower than this is retried at the next beat (a busy writer, a slow disk).
-        bound = max(interval, 1.0)
+        pace = _Pace(active.lease)
         while True:
+            start = anyio.current_time()
             try:
-                with anyio.fail_after(bound):
+                with anyio.fail_after(pace.limit(start)):
                     cancel_requested = await self._store.turns.renew(active.lease)
             except LeaseLost:
                 on_lost(active)
                 active.stop(_TAKEN_OVER, "host")
                 return
             except (HostkitError, TimeoutError) as exc:
-                # Transient: the next beat tries again. Should the lease lapse and another
-                # Host take the session over, the fence refuses this turn's next write.
+                # Transient (a busy writer, a slow disk): retried promptly, while the lease
+                # still has a margin left. Should it lapse anyway and another Host take the
+                # session over, the next renewal says so and the fence refuses this turn's writes.
                 _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+                await anyio.sleep(pace.failed(exc))
             except Exception:
                 _log.exception("turn %s: lease renewal failed", active.context.turn_id)
+                await anyio.sleep(pace.failed(None))
             else:
                 if cancel_requested:
                     active.stop(ON_REQUEST, "user")
-            await anyio.sleep(interval)
+                await anyio.sleep(pace.renewed(start))
 
     async def abandon(self, lease: SessionLease) -> bool:
         """End a turn this Host can no longer record (``lost``); True once its session is free.
@@ -304,6 +310,56 @@ class LeaseHolder:
             _log.warning("could not end this Host's remaining turns: %s", exc)
         else:
             self._abandoned.clear()
+
+
+class _Pace:
+    """When a lease's renewals start and how long each may take, so none starts at its expiry.
+
+    Renewals that succeed come every third of the ttl, as they always did. A
+    renewal may take a third of the lease still left (``interval / 10`` at
+    least; the full ``max(interval, 1 s)`` once the lease is believed expired),
+    so one that stalls to its limit leaves two thirds of that for the next
+    try, which starts at once after a timeout and after a short backoff
+    (doubling, capped by the interval and by a third of the lease left) after
+    an error. Only the store decides the lease is lost (``LeaseLost``): a
+    renewal that lands after the expiry still keeps a session nobody took over.
+
+    Times are ``anyio.current_time()``; a renewal that started at ``s`` moved
+    the expiry to at least ``s + ttl``.
+    """
+
+    __slots__ = ("_backoff", "_bound", "_expires", "_interval", "_ttl")
+
+    def __init__(self, lease: SessionLease) -> None:
+        self._ttl = lease.ttl_s
+        self._interval = lease.ttl_s / 3
+        self._bound = max(self._interval, 1.0)
+        self._backoff = self._interval / 10
+        # The expiry as of admission (epoch seconds of the store's clock, normally this one).
+        left = min(lease.expires_at - time.time(), lease.ttl_s)
+        self._expires = anyio.current_time() + left
+
+    def limit(self, start: float) -> float:
+        """How long a renewal starting at ``start`` may take."""
+        left = self._expires - start
+        if left <= 0:
+            return self._bound
+        return min(self._bound, max(left / 3, self._interval / 10))
+
+    def renewed(self, start: float) -> float:
+        """After a renewal that started at ``start`` succeeded: the pause before the next."""
+        self._expires = start + self._ttl
+        self._backoff = self._interval / 10
+        return self._interval
+
+    def failed(self, error: BaseException | None) -> float:
+        """After a renewal failed (timed out, or ``error``): the pause before the retry."""
+        if isinstance(error, TimeoutError):
+            return 0.0  # it took its whole limit already
+        pause = self._backoff
+        self._backoff = min(self._backoff * 2, self._interval)
+        left = self._expires - anyio.current_time()
+        return pause if left <= 0 else min(pause, max(left / 3, self._interval / 10))
 
 
 async def _beside(

@@ -1,0 +1,134 @@
+"""A renewal that stalls to its limit leaves a margin: the retry never starts at the expiry.
+
+A busy store can stall one renewal for as long as it is allowed to take. The
+retry must then come at once, with a safe part of the lease still left, so no
+other Host (recovery, admission) or inbox worker (claim) takes over in
+between. Both keepers are tested over the real SQLite store, with its renewal
+wrapped to stall once: the session lease's heartbeat and the inbox claim's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.host import Host
+from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
+from hostkit.store import RuntimeStore, SessionLease
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import TurnRequest, TurnResult
+from tests.contract._inbox_adapters import envelope
+from tests.hosts import config, request
+
+pytestmark = pytest.mark.anyio
+
+TTL = 1.5
+# What every renewal try must start with: a third of the lease.
+MARGIN = TTL / 3
+WORK_S = 2.5
+STALL_S = 30.0  # far past any renewal's limit: the try is cut off at its bound
+
+
+async def test_a_stalled_session_renewal_is_retried_with_a_margin_left(tmp_path: Path) -> None:
+    @tool("slow.work")
+    async def slow_work(ctx: ToolContext) -> str:
+        """Outlives the session lease."""
+        await anyio.sleep(WORK_S)
+        return "worked"
+
+    cfg = config(tmp_path)
+    cfg = cfg.model_copy(update={"host": cfg.host.model_copy(update={"session_lease_ttl_s": TTL})})
+    model = ScriptedModel([CallTools(("slow_work", {})), Reply("done")])
+    async with (
+        Host.open(cfg, capabilities=capabilities(model, tools=[slow_work])) as host,
+        Host.open(cfg, capabilities=capabilities(ScriptedModel([]))) as other,
+    ):
+        real = host.store.turns.renew
+        left_at_try: list[float] = []
+
+        async def stalls_once(lease: SessionLease) -> bool:
+            current = await host.store.turns.session_lease(lease.session_id)
+            left_at_try.append(-1.0 if current is None else current.expires_at - time.time())
+            if len(left_at_try) == 1:
+                await anyio.sleep(STALL_S)  # a busy store: cancelled at the try's limit
+            return await real(lease)
+
+        host.store.turns.renew = stalls_once  # type: ignore[method-assign]
+        results: list[TurnResult] = []
+        recovered: list[object] = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request("work please")))
+
+        with anyio.fail_after(WORK_S + 10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                # Another Host's recovery, as any admission elsewhere would run it.
+                while not results:
+                    recovered.extend(await other.store.turns.recover())
+                    await anyio.sleep(0.01)
+                group.cancel_scope.cancel()
+
+    assert all(left >= MARGIN for left in left_at_try), left_at_try
+    assert len(left_at_try) >= 3, left_at_try
+    assert recovered == []
+    assert results[0].outcome == "completed", results[0].error
+    assert results[0].text == "done"
+
+
+async def test_a_stalled_claim_renewal_is_retried_with_a_margin_left(tmp_path: Path) -> None:
+    policy = RetryPolicy(max_attempts=2, lease_s=TTL)
+    async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        inbox = ChannelInbox.on_store(store, policy=policy, owner="worker.a")
+        rival = ChannelInbox.on_store(store, policy=policy, owner="worker.b")
+        await inbox.accept(envelope("evt-1", received_at=time.time()))
+        real = store.inbox.extend
+        left_at_try: list[float] = []
+
+        async def stalls_once(inbound_id: str, claim_token: str, **options: float) -> float | None:
+            record = await inbox.record(inbound_id)
+            left_at_try.append(-1.0 if record is None else record.due_at - time.time())
+            if len(left_at_try) == 1:
+                await anyio.sleep(STALL_S)  # a busy store: cancelled at the try's limit
+            return await real(inbound_id, claim_token, **options)
+
+        store.inbox.extend = stalls_once  # type: ignore[method-assign]
+        taken: list[object] = []
+        running, finished = anyio.Event(), anyio.Event()
+
+        async def run_turn(turn: TurnRequest) -> TurnResult:
+            running.set()
+            await anyio.sleep(WORK_S)
+            return TurnResult(
+                request_id=turn.request_id,
+                turn_id="turn_1",
+                session_id="sess_1",
+                core_id=turn.core_id,
+                core_revision="r1",
+                outcome="completed",
+                text="ok",
+                durable_result_ref="turn_1",
+            )
+
+        async def rival_claims() -> None:
+            await running.wait()  # the worker holds the claim: another may take it only if lost
+            while not finished.is_set():
+                claimed = await rival.claim()
+                if claimed is not None:
+                    taken.append(claimed)
+                await anyio.sleep(0.01)
+
+        worker = InboxWorker(inbox, run_turn, idle_poll_s=0.05)
+        with anyio.fail_after(WORK_S + 10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(rival_claims)
+                handled = await worker.drain()
+                finished.set()
+    assert all(left >= MARGIN for left in left_at_try), left_at_try
+    assert len(left_at_try) >= 3, left_at_try
+    assert taken == []
+    assert handled == 1
