@@ -10,6 +10,7 @@ leak a secret nor repaint the terminal to fake a different request.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import threading
 from collections import deque
@@ -26,7 +27,10 @@ from rich.text import Text
 
 from hostkit.cli._render import command_line
 from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
+from hostkit.errors import redact_credentials
+from hostkit.freeze import thaw
 from hostkit.inspect import one_line
+from hostkit.types import PARTIAL_KEY
 
 __all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_request"]
 
@@ -49,6 +53,10 @@ _SAID: Mapping[ApprovalDecision, str] = {
 PROMPT = "[o]nce / [s]ession / [d]eny? "
 # A multi-line argument shows at most this many lines (a diff three times as many).
 MAX_BLOCK_LINES = 20
+_HIDDEN_NOTE = (
+    "not all of this call is shown (cut to fit, or masked as secret-looking text): "
+    "approve only if you know what it runs"
+)
 
 
 def render_request(
@@ -72,6 +80,7 @@ def render_request(
         )
     )
     arguments = view.get("arguments")
+    hidden = bool(view.get(PARTIAL_KEY))
     if isinstance(arguments, Mapping):
         items = list(arguments.items())
         for name, value in items[:max_arguments]:
@@ -79,14 +88,24 @@ def render_request(
             if isinstance(value, str) and "\n" in value.rstrip("\n"):
                 console.print(Text.assemble("  ", (label, "bold"), ":"))
                 _print_block(console, value, "    │ ", max_lines, max_value_chars, "")
+                lines = value.rstrip("\n").split("\n")
+                hidden = hidden or len(lines) > max_lines
+                hidden = hidden or any(_hides(line, max_value_chars) for line in lines)
                 continue
             console.print(
                 Text.assemble("  ", (label, "bold"), ": ", one_line(value, max_value_chars))
             )
+            hidden = hidden or _hides(value, max_value_chars)
         if len(items) > max_arguments:
             console.print(f"  … {len(items) - max_arguments} more arguments not shown")
+            hidden = True
     elif arguments is not None:
         console.print(Text.assemble("  arguments: ", one_line(arguments, max_value_chars)))
+        hidden = hidden or _hides(arguments, max_value_chars)
+    if hidden:
+        # A model can shape its arguments so the part that matters is what gets cut or
+        # masked: the approver must know what is shown is not the whole call.
+        console.print(Text(f"  ! {_HIDDEN_NOTE}", style="bold yellow"))
     target = view.get("target")
     if target is not None:
         # What the Host validated before asking (web: the origin and its checked addresses).
@@ -103,6 +122,17 @@ def render_request(
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
     if request.warning:
         console.print(Text.assemble("  warning: ", (one_line(request.warning, 300), "bold red")))
+
+
+def _hides(value: Any, limit: int) -> bool:
+    """Whether ``one_line(value, limit)`` leaves something out: cut, or masked as
+    secret-looking text (a model-chosen ``token="$(…)"`` is masked whole)."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
+    flat = text.replace("\r", " ").replace("\n", " ")
+    return len(flat) > limit or redact_credentials(flat) != flat
 
 
 def _print_block(

@@ -51,11 +51,14 @@ from hostkit.errors import (
 from hostkit.freeze import FrozenMap
 from hostkit.store import RuntimeStore
 from hostkit.types import (
+    PARTIAL_KEY,
+    PARTIAL_NOTE,
     EffectRequest,
     EffectResult,
     EffectStatus,
     TurnExecutionContext,
     bounded_metadata,
+    is_cut,
     new_id,
 )
 
@@ -73,6 +76,8 @@ DEFAULT_SECRET_TTL_S = 300.0
 # How much of an exception's text is read (and redacted) before it is bounded.
 _MAX_EXCEPTION_READ = 16_000
 _MAX_ERROR_SUMMARY = 300
+# Characters of one string an approval view keeps.
+_VIEW_STRING = 300
 # What a secret's (or any bound variable's) name may be: a secret is the Host
 # environment variable of that name. hostkit.toml and terminal.run validate with it.
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
@@ -824,7 +829,10 @@ def approval_view(
         view["binds"] = [secret_grant(name) for name in secret_names]
     if warning:
         view["warning"] = warning  # kept with a durable pending approval, for the CLI
-    bounded = bounded_metadata(view, max_string=300)
+    if is_cut(view, max_string=_VIEW_STRING):
+        # What runs is more than what is shown: every front end says so beside the view.
+        view[PARTIAL_KEY] = PARTIAL_NOTE
+    bounded = bounded_metadata(view, max_string=_VIEW_STRING)
     if diff is None:
         return bounded
     return FrozenMap({**bounded, DIFF_KEY: bound_diff(redactor.text(safe_text(diff)))})

@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StaleClaim, bounded
+from hostkit.errors import (
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    StaleClaim,
+    bounded,
+    redact_credentials,
+)
 from hostkit.freeze import thaw
 from hostkit.store._approval_values import decode_view
 from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
@@ -24,6 +30,7 @@ from hostkit.store._dialect import claim_isolation
 from hostkit.store._json import canonical_json
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
+    PARTIAL_KEY,
     ClaimedDelivery,
     DeliveryCounts,
     DeliveryIntent,
@@ -102,6 +109,10 @@ _RETRY = (
 _PROMPT_APPROVAL = "SELECT effect, view FROM approvals WHERE approval_id = ? AND status = 'pending'"
 
 
+# Said beside a summary that leaves part of the call out.
+PARTIAL_PROMPT = "not all of this call is shown: approve only if you know what it runs"
+
+
 def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
@@ -128,6 +139,11 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
         thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str
     )
     summary = _one_line(arguments, MAX_PROMPT_SUMMARY)
+    flat = arguments.replace("\r", " ").replace("\n", " ")
+    partial = bool(view.get(PARTIAL_KEY)) or len(flat) > MAX_PROMPT_SUMMARY
+    if partial or redact_credentials(flat) != flat:
+        # A model can shape its arguments so the part that matters is what gets cut or masked.
+        summary += f" ({PARTIAL_PROMPT})"
     code = approval_code(approval_id)
     return {
         "text": (f"Approval needed: {tool} — {summary}. Reply `approve {code}` or `deny {code}`."),

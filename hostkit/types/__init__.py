@@ -123,9 +123,12 @@ from hostkit.types._records import (
     TaskRecord,
 )
 from hostkit.types._redact import (
+    PARTIAL_KEY,
+    PARTIAL_NOTE,
     REDACTED,
     bounded_data,
     bounded_metadata,
+    is_cut,
     is_secret_field,
     redact_secret_fields,
 )
@@ -179,6 +182,8 @@ __all__ = [
     "MAX_TURN_ATTACHMENT_BYTES",
     "MEDIA_TYPES",
     "NO_ATTACHMENTS",
+    "PARTIAL_KEY",
+    "PARTIAL_NOTE",
     "REDACTED",
     "Attachment",
     "AttachmentPart",
@@ -270,6 +275,7 @@ __all__ = [
     "is_channel_id",
     "is_core_id",
     "is_count",
+    "is_cut",
     "is_names",
     "is_positive",
     "is_revision",

@@ -10,14 +10,20 @@ from typing import Any
 from hostkit.freeze import FrozenMap, freeze
 
 __all__ = [
+    "PARTIAL_KEY",
+    "PARTIAL_NOTE",
     "REDACTED",
     "bounded_data",
     "bounded_metadata",
+    "is_cut",
     "is_secret_field",
     "redact_secret_fields",
 ]
 
 REDACTED = "[redacted]"
+# The key an approval view carries when its arguments are cut to fit, and what it says.
+PARTIAL_KEY = "partial"
+PARTIAL_NOTE = "the arguments are longer than shown: text or items are cut"
 # Integers past 64 bits are kept as a short description, not their digits.
 _MAX_INT = 2**63
 _SECRET_FIELD = re.compile(
@@ -121,6 +127,35 @@ def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: in
             )
         return out
     if isinstance(value, list | tuple | set | frozenset):
-        items = list(value)[:max_keys]
-        return [_bound(item, max_keys, max_depth, max_string, depth + 1) for item in items]
+        items = list(value)
+        kept = [
+            _bound(item, max_keys, max_depth, max_string, depth + 1) for item in items[:max_keys]
+        ]
+        if len(items) > max_keys:
+            # Said, never silent: an approver reading 32 items must know a 33rd exists.
+            kept.append(f"… {len(items) - max_keys} more items")
+        return kept
     return _bound(repr(value), max_keys, max_depth, max_string, depth)
+
+
+def is_cut(value: Any, max_keys: int = 32, max_depth: int = 4, max_string: int = 512) -> bool:
+    """Whether ``bounded_data`` with these bounds would leave part of ``value`` out."""
+    if isinstance(value, str):
+        return len(value) > max_string
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) >= _MAX_INT
+    if isinstance(value, float | bool) or value is None:
+        return False
+    if max_depth <= 0:
+        return True
+    if isinstance(value, Mapping):
+        items: list[Any] = [*value.keys(), *value.values()]
+        if len(value) > max_keys:
+            return True
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        if len(items) > max_keys:
+            return True
+    else:
+        return is_cut(repr(value), max_keys, max_depth, max_string)
+    return any(is_cut(item, max_keys, max_depth - 1, max_string) for item in items)
