@@ -213,6 +213,7 @@ class ProcessLimits(_Strict):
     address_space_mb: int = Field(default=4096, ge=64, le=1_048_576)
     file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
     processes: int = Field(default=256, ge=1, le=65_536)
+    tmp_mb: int = Field(default=512, ge=1, le=1_048_576)
 
 
 class TelemetryConfig(_Strict):

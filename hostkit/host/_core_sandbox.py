@@ -42,12 +42,7 @@ def core_test_sandbox(config: HostConfig, *, bwrap: str = "bwrap") -> TestSandbo
     limits = config.host.limits
     policy = SandboxPolicy(
         network=False,
-        limits=ResourceLimits(
-            cpu_time_s=limits.cpu_time_s,
-            address_space_mb=limits.address_space_mb,
-            file_size_mb=limits.file_size_mb,
-            processes=limits.processes,
-        ),
+        limits=ResourceLimits(**limits.model_dump()),
         hidden=config.state_paths(),
     )
 

@@ -364,12 +364,7 @@ def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
     return SandboxPolicy(
         mode=settings.sandbox,
         network="terminal.network" in settings.builtins,
-        limits=ResourceLimits(
-            cpu_time_s=limits.cpu_time_s,
-            address_space_mb=limits.address_space_mb,
-            file_size_mb=limits.file_size_mb,
-            processes=limits.processes,
-        ),
+        limits=ResourceLimits(**limits.model_dump()),
         hidden=config.state_paths(),
     )
 

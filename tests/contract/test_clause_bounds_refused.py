@@ -115,6 +115,8 @@ def test_an_effect_policy_takes_lists_of_globs_only(rules: object) -> None:
         {"file_size_mb": 2.5},
         {"processes": "7"},
         {"processes": 0},
+        {"tmp_mb": 0},
+        {"tmp_mb": -1},
         {"address_space_mb": 10},
     ],
     ids=str,

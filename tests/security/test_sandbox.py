@@ -327,6 +327,25 @@ async def test_the_file_size_limit_stops_a_large_write(sandbox: Sandbox) -> None
     assert stdout(outcome).strip() != "0"  # head was stopped (SIGXFSZ or EFBIG)
 
 
+async def test_the_tmp_size_limit_stops_filling_memory(sandbox: Sandbox) -> None:
+    """/tmp is memory (tmpfs) that no rlimit counts: many files under the per-file
+    limit would fill the host's RAM without ``tmp_mb``."""
+    probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+    if not probe.sized_tmpfs:
+        pytest.skip(probe.reason)
+    code = (
+        "import os\n"
+        "for n in range(8):\n"
+        "    with open(f'/tmp/f{n}', 'wb') as out: out.write(b'x' * (1 << 20))\n"
+    )
+    policy = SandboxPolicy(limits=ResourceLimits(tmp_mb=4, file_size_mb=2))
+    outcome = await sandbox.run(policy, PY3, "-c", code)
+    assert outcome.status == "failed"
+    assert "No space left on device" in outcome.output["stderr"]["tail"]
+    fits = await sandbox.run(policy, PY3, "-c", code.replace("range(8)", "range(2)"))
+    assert fits.status == "succeeded", fits
+
+
 async def test_the_address_space_limit_refuses_a_large_allocation(sandbox: Sandbox) -> None:
     policy = SandboxPolicy(limits=ResourceLimits(address_space_mb=256))
     code = (

@@ -78,6 +78,7 @@ _LIMIT_RANGES = {
     "address_space_mb": (64, 1_048_576),
     "file_size_mb": (1, 1_048_576),
     "processes": (1, 65_536),
+    "tmp_mb": (1, 1_048_576),
 }
 
 
@@ -89,6 +90,8 @@ class ResourceLimits:
     address_space_mb: int = 4096
     file_size_mb: int = 1024
     processes: int = 256
+    # The sandbox's /tmp is memory (tmpfs): bounded, or many files fill the host's RAM.
+    tmp_mb: int = 512
 
     def __post_init__(self) -> None:
         # prlimit reads -1 as "unlimited", and a float or NaN fails only when a run starts.
@@ -135,6 +138,8 @@ class SandboxProbe:
     reason: str
     bwrap: str | None = None
     prlimit: str | None = None
+    # Whether this bubblewrap bounds a tmpfs (``--size``, bubblewrap 0.8 and later).
+    sized_tmpfs: bool = False
 
 
 @functools.cache
@@ -172,7 +177,20 @@ def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
         return SandboxProbe(
             False, bounded(f"bubblewrap cannot create namespaces here: {detail}", 300)
         )
-    return SandboxProbe(True, "bubblewrap works", bwrap=bwrap, prlimit=prlimit)
+    sized = _knows_option(bwrap, "--size")
+    reason = "bubblewrap works" if sized else "bubblewrap works (older than 0.8: /tmp unbounded)"
+    return SandboxProbe(True, reason, bwrap=bwrap, prlimit=prlimit, sized_tmpfs=sized)
+
+
+def _knows_option(bwrap: str, option: str) -> bool:
+    """Blocking: whether ``bwrap --help`` lists ``option``."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--help"], capture_output=True, timeout=PROBE_TIMEOUT_S, env={}, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return f"{option} ".encode() in done.stdout + done.stderr
 
 
 def _system_mounts() -> list[str]:
@@ -277,7 +295,10 @@ def sandbox_argv(
     # root when the Host runs as root, and /proc/sys/kernel/core_pattern (run a program
     # outside every namespace) or vm/drop_caches would be writable.
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-    argv += ["--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--dev", "/dev"]
+    if probe.sized_tmpfs:
+        argv += ["--size", str(policy.limits.tmp_mb * MB)]
+    argv += ["--tmpfs", "/tmp"]
     for root in read_only:
         argv += ["--ro-bind", str(root), str(root)]
     argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
