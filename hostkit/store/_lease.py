@@ -7,6 +7,12 @@ machine, and its pid is gone or now belongs to a process with another start
 time) gives its lease up at once, so a restarted Host does not wait out a TTL
 for work whose process was killed.
 
+A start time is counted from boot (``/proc/<pid>/stat``), not read off the
+wall clock: a clock step (NTP, a VM resumed or migrated, ``date -s``) moves
+every wall-clock start time, and a live Host would look like a reused pid.
+Owners recorded with a wall-clock start time (where ``/proc`` is missing, or
+by an earlier hostkit) are still compared as such.
+
 Every check reads ``/proc`` (psutil): call ``LeaseOwner.current``,
 ``LeaseOwner.liveness`` and ``owner_is_dead`` off the event loop
 (``anyio.to_thread.run_sync``).
@@ -14,6 +20,7 @@ Every check reads ``/proc`` (psutil): call ``LeaseOwner.current``,
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from typing import Literal
@@ -26,6 +33,28 @@ Liveness = Literal["alive", "dead", "unknown"]
 
 # psutil start times sit on a whole-second boot-time base.
 START_TIME_SLACK_S = 1.0
+# Start times since boot are whole clock ticks (10 ms at the usual 100 Hz).
+_BOOT_TIME_SLACK_S = 0.05
+# A start time at least this large is a wall-clock one (2001 on): no uptime is that long.
+_WALL_CLOCK_FROM = 1e9
+
+
+def _started_since_boot(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot; None without ``/proc``.
+
+    ``FileNotFoundError`` (``ProcessLookupError`` for a pid that exits while read)
+    when there is no such process.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except FileNotFoundError:
+        if not os.path.isdir("/proc/self"):
+            return None
+        raise
+    # Field 22, starttime; fields are counted after the name, which may hold ") ".
+    fields = text[text.rindex(b")") + 2 :].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +69,11 @@ class LeaseOwner:
     @classmethod
     def current(cls, instance: str) -> LeaseOwner:
         """This process as the Host instance ``instance`` (reads ``/proc``: not on the loop)."""
-        process = psutil.Process()
-        return cls(socket.gethostname(), process.pid, process.create_time(), instance)
+        pid = os.getpid()
+        started = _started_since_boot(pid)
+        if started is None:
+            started = psutil.Process(pid).create_time()
+        return cls(socket.gethostname(), pid, started, instance)
 
     def encode(self) -> str:
         """The persisted form, ``host|pid|start time|instance``; ``decode`` reverses it."""
@@ -65,10 +97,17 @@ class LeaseOwner:
         if self.host != socket.gethostname():
             return "unknown"
         try:
-            same = abs(psutil.Process(self.pid).create_time() - self.started) <= START_TIME_SLACK_S
-        except psutil.NoSuchProcess:
+            if self.started < _WALL_CLOCK_FROM:
+                started = _started_since_boot(self.pid)
+                if started is None:
+                    return "unknown"
+                same = abs(started - self.started) <= _BOOT_TIME_SLACK_S
+            else:
+                started = psutil.Process(self.pid).create_time()
+                same = abs(started - self.started) <= START_TIME_SLACK_S
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return "dead"
-        except psutil.Error:
+        except (psutil.Error, OSError, ValueError, IndexError):
             return "unknown"
         return "alive" if same else "dead"
 
