@@ -27,6 +27,7 @@ from hostkit.errors import (
     ConfigError,
     InvalidValue,
     NotFoundOrUnauthorized,
+    StoreClosed,
     UnboundToken,
     UserError,
 )
@@ -381,6 +382,13 @@ class NotebookHost(AsyncResource):
         return await self.host.turns.cancel_token(*token)
 
     async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
+        try:
+            return await self._read_token(turn_id)
+        except StoreClosed:
+            # Read beside its turn, which may end (and the Host close) first: nothing to stop.
+            return None
+
+    async def _read_token(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
         scope = await self.scope()
         try:
             return await self.host.turns.cancellation_token(turn_id, scope), scope

@@ -19,10 +19,13 @@ import hostkit
 import hostkit.notebook as hn
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import NotFoundOrUnauthorized, UserError
-from hostkit.host import parse_config
+from hostkit.host import Host, parse_config
 from hostkit.inspect import SessionRows
+from hostkit.notebook import NotebookHost
+from hostkit.notebook._approver import WidgetApprover
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest, SessionRecord
+from tests.contract._config_apply import write_config
 from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
@@ -294,3 +297,16 @@ async def test_an_empty_agent_cell_is_refused(shell: Any) -> None:
     hostkit.load_ipython_extension(shell)
     with pytest.raises(UserError, match="needs a message"):
         await hn._magic.agent_cell("", "  \n")  # type: ignore[attr-defined]
+
+
+async def test_a_stop_token_read_after_the_host_closed_is_none_not_an_orphan_error(
+    tmp_path: Path,
+) -> None:
+    """The Stop button's token is read beside its turn; when the turn ends and the Host
+    closes first, the read ends quietly (an error in that task surfaced nowhere useful,
+    and failed whatever ran the loop next)."""
+    path = write_config(tmp_path, reply="done")
+    async with Host.open(path) as host:
+        nb = NotebookHost(host, WidgetApprover())
+        result = await host.turns.run(request("hi"))
+    assert await nb._token_of(result.turn_id) is None
