@@ -406,7 +406,9 @@ class SqlApprovalStore(ApprovalStore):
                 # principal sharing the conversation cannot continue it.
                 "AND EXISTS (SELECT 1 FROM turns t WHERE t.turn_id = ? "
                 "AND t.session_id = approvals.session_id "
-                "AND t.principal_id = approvals.principal_id)",
+                "AND t.principal_id = approvals.principal_id "
+                # A turn already ended (recovered from a stalled process) runs nothing.
+                "AND t.status = 'running')",
                 [approval_id, session_id, turn_id],
             ).fetchone()
             if row is None:
@@ -442,7 +444,11 @@ class SqlApprovalStore(ApprovalStore):
             cursor = raw.execute(
                 "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, decided_at = ?, "
                 "continuation_turn_id = turn_id, arguments = '{}' "
-                "WHERE approval_id = ? AND turn_id = ? AND status = 'pending'",
+                "WHERE approval_id = ? AND turn_id = ? AND status = 'pending' "
+                # Only while the asking turn runs: one ended meanwhile (a stalled process
+                # recovered elsewhere) would record the call executed and never run it.
+                "AND EXISTS (SELECT 1 FROM turns t "
+                "WHERE t.turn_id = approvals.turn_id AND t.status = 'running')",
                 [status, decision, decided_by, now(raw), approval_id, turn_id],
             )
             found = raw.execute(

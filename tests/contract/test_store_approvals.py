@@ -347,6 +347,55 @@ async def test_an_approved_call_is_claimed_once_with_its_arguments_which_are_the
     assert (late.accepted, late.approval.status) == (False, "executed")
 
 
+async def _end_turn(sut: StoreUnderTest, turn_id: str) -> None:
+    """What recovery does to a turn whose process stalled past its lease."""
+    store = sut.store
+    assert isinstance(store, RowStore)
+    await store.write(
+        lambda c: c.execute("UPDATE turns SET status = 'needs_user' WHERE turn_id = ?", [turn_id])
+    )
+
+
+async def test_an_inline_answer_is_taken_only_while_the_asking_turn_runs(
+    sut: StoreUnderTest,
+) -> None:
+    """A turn ended meanwhile (its stalled process recovered elsewhere) would record the
+    call executed and never run it: the answer is refused and the approval stays pending
+    for the continuation path."""
+    alice = await owner(sut, "alice")
+    running = await pending(sut, alice)
+    taken = await sut.store.approvals.answer_inline(
+        running.approval_id, turn_id=running.turn_id, decision="approve_once", decided_by="me"
+    )
+    assert taken.accepted
+    assert taken.approval.status == "executed"
+    ended = await pending(sut, alice)
+    await _end_turn(sut, ended.turn_id)
+    refused = await sut.store.approvals.answer_inline(
+        ended.approval_id, turn_id=ended.turn_id, decision="approve_once", decided_by="me"
+    )
+    assert not refused.accepted
+    assert refused.approval.status == "pending"
+    assert refused.approval.continuation_turn_id is None
+
+
+async def test_a_continuation_that_has_ended_claims_nothing(sut: StoreUnderTest) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    session = approval.session_id
+    await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    stalled = await sut.seed_turn(session)
+    await _end_turn(sut, stalled)
+    claim = sut.store.approvals.claim
+    assert await claim(approval.approval_id, session_id=session, turn_id=stalled) is None
+    live = await sut.seed_turn(session)
+    claimed = await claim(approval.approval_id, session_id=session, turn_id=live)
+    assert claimed is not None
+    assert claimed.approval.continuation_turn_id == live
+
+
 async def test_a_denied_call_is_claimed_once_and_stays_denied(sut: StoreUnderTest) -> None:
     alice = await owner(sut, "alice")
     approval = await pending(sut, alice)
