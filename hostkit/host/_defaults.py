@@ -382,16 +382,24 @@ class ConfiguredChannels(AsyncResource):
     Slack and Telegram channels always (their ``token_env``); a webhook
     channel when it has a ``deliver_url`` (signed with its ``secret_env``).
     Secrets are read from ``env`` here, at configuration time: a missing
-    variable is a ``ConfigError`` naming it, before anything is served. The
-    adapters share one HTTP client (made on first send), closed by
-    ``aclose()`` with the generation.
+    variable is a ``ConfigError`` naming it, before anything is served. With
+    ``require=False`` (a Host for commands that run no turn and send nothing:
+    a listing, an approval list) such a channel is left out instead, so one
+    unset secret does not lock the operator out of the database. The adapters
+    share one HTTP client (made on first send), closed by ``aclose()`` with
+    the generation.
     """
 
-    def __init__(self, config: HostConfig, env: Mapping[str, str]) -> None:
+    def __init__(self, config: HostConfig, env: Mapping[str, str], *, require: bool = True):
         self._client = SharedClient()
         self._channels: dict[str, OutboundChannel] = {}
         for channel_id, settings in config.channels.items():
-            built = self._build(channel_id, settings, env)
+            try:
+                built = self._build(channel_id, settings, env)
+            except ConfigError:
+                if require:
+                    raise
+                continue
             if built is not None:
                 self._channels[channel_id] = built
 
@@ -442,14 +450,17 @@ class DefaultCapabilities:
         store: RuntimeStore,
         observer: Observer | None = None,
         env: Mapping[str, str] | None = None,
+        require_channels: bool = True,
     ) -> RuntimeCapabilities:
-        """``env`` (default: the process environment) holds the channels' secrets.
+        """``env`` (default: the process environment) holds the channels' secrets;
+        ``require_channels=False`` leaves out a channel whose secret is unset.
 
         The Host calls ``check_provider_extras(config)`` first (off the event
         loop); without it, a provider whose package is missing is refused when
         its first turn builds it, with the same ``MissingDependency`` line.
         """
-        channels = ConfiguredChannels(config, os.environ if env is None else env)
+        environ = os.environ if env is None else env
+        channels = ConfiguredChannels(config, environ, require=require_channels)
         return RuntimeCapabilities(
             providers=DefaultProviderSource(config),
             memory=StoreMemorySource(store),

@@ -272,7 +272,8 @@ class Host(AsyncResource):
         providers' packages are installed (here and at every later apply): for
         an operator's listing or review, which runs no turn. Providers are built
         at a turn's first model call, so a turn that does run still refuses a
-        missing package with the same ``MissingDependency`` line.
+        missing package with the same ``MissingDependency`` line. A channel
+        whose secret variable is unset is then left out too, not refused.
         """
         return Opening(
             lambda: cls._open(
@@ -344,7 +345,10 @@ class Host(AsyncResource):
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
             caps = with_agents(
-                capabilities or DefaultCapabilities.from_config(resolved, store=store),
+                capabilities
+                or DefaultCapabilities.from_config(
+                    resolved, store=store, require_channels=check_providers
+                ),
                 resolved,
                 agents,
                 instances,
@@ -490,7 +494,10 @@ class Host(AsyncResource):
         if capabilities is not None:
             self._supplied = capabilities
         caps = with_agents(
-            self._supplied or DefaultCapabilities.from_config(config, store=self.store),
+            self._supplied
+            or DefaultCapabilities.from_config(
+                config, store=self.store, require_channels=self._check_providers
+            ),
             config,
             self.agents,
             instances,

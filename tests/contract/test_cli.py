@@ -219,3 +219,25 @@ async def test_an_argument_of_undecodable_bytes_is_one_line_and_writes_nothing(
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
+
+
+async def test_a_channel_secret_left_unset_locks_out_no_listing_but_refuses_a_turn(
+    tmp_path: Path,
+) -> None:
+    """Secrets are for sending: a listing reads the database without them, while a
+    turn (whose answer may go out through the channel) still refuses, naming the
+    variable."""
+    config = (
+        '[providers.test]\nkind = "scripted"\nscript = [{reply = "hi"}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+        '[channels.hooks]\nkind = "webhook"\nsecret_env = "HK_TEST_HOOKS_SECRET"\n'
+        'deliver_url = "https://hooks.example.com/in"\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+    unset = {k: v for k, v in os.environ.items() if k != "HK_TEST_HOOKS_SECRET"}
+    for listing in (("sessions",), ("approvals", "list"), ("inbox", "counts")):
+        code, _, err = await hostkit(*listing, cwd=tmp_path, env=unset)
+        assert code == 0, (listing, err)
+    code, _, err = await hostkit("run", "hello", cwd=tmp_path, env=unset)
+    assert code == 2
+    assert "HK_TEST_HOOKS_SECRET is not set" in err
