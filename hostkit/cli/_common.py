@@ -22,7 +22,7 @@ from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError, InvalidValue
-from hostkit.host import Agent, Host, HostConfig, load_agent
+from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
 from hostkit.inspect import latest_session, printable
 from hostkit.types import PrincipalScope, TurnResult
 
@@ -228,10 +228,21 @@ async def operator_host(
     the database file, and the audit says exactly that. Most operator
     commands list or requeue and run no turn: the providers' packages are
     checked only for those that do (``check_providers=True``: an approval's
-    continuation).
+    continuation). With no ``hostkit.toml`` here and no database at the
+    default path there is nothing to act on: refused, and nothing is created
+    (a command run from the wrong directory left a stray database behind).
     """
+    found = await find_config(config)
+    if found is None:
+        default = default_config(base_dir=Path(await anyio.Path.cwd()))
+        if default.store.url is None and not await anyio.Path(default.database_path).exists():
+            raise InvalidValue(
+                f"no hostkit.toml in this directory and no database at "
+                f"{default.database_path}: nothing to read here (cd to the project, "
+                "or pass -c FILE)"
+            )
     async with open_host(
-        await find_config(config),
+        found,
         approver=approver,
         agents=agents,
         check_providers=check_providers,

@@ -241,3 +241,15 @@ async def test_a_channel_secret_left_unset_locks_out_no_listing_but_refuses_a_tu
     code, _, err = await hostkit("run", "hello", cwd=tmp_path, env=unset)
     assert code == 2
     assert "HK_TEST_HOOKS_SECRET is not set" in err
+
+
+async def test_an_operator_command_where_there_is_no_project_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """Run from the wrong directory, a listing (or an answer) says there is nothing here
+    instead of creating an empty database and workspace to list."""
+    for command in (("sessions",), ("approvals", "list"), ("approvals", "approve", "apr_x")):
+        code, _, err = await hostkit(*command, cwd=tmp_path)
+        assert code == 2, (command, err)
+        assert "no hostkit.toml in this directory and no database" in err
+    assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == []
