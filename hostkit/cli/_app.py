@@ -194,7 +194,12 @@ def run(
     ] = "assistant",
     session: Annotated[str | None, typer.Option(help="resume this session id")] = None,
     new: Annotated[bool, typer.Option("--new", help="start a fresh session")] = False,
-    conversation: Annotated[str, typer.Option(help="conversation key")] = "terminal",
+    conversation: Annotated[
+        str | None,
+        typer.Option(
+            help="conversation key (default: terminal, or terminal/AGENT for another agent)"
+        ),
+    ] = None,
     attach: Annotated[
         list[str] | None,
         typer.Option(
@@ -229,6 +234,10 @@ def run(
     reference, python_agents = agent, python_agent(agent)
     if python_agents:
         agent = python_agents[0].name
+    if conversation is None:
+        # Each agent its own conversation: --agent notes must not continue (and relabel)
+        # the assistant's session, whose history is about something else.
+        conversation = "terminal" if agent == "assistant" else f"terminal/{agent}"
 
     async def main() -> int:
         async with open_host(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -253,3 +254,28 @@ async def test_an_operator_command_where_there_is_no_project_creates_nothing(
         assert code == 2, (command, err)
         assert "no hostkit.toml in this directory and no database" in err
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == []
+
+
+async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path) -> None:
+    """``--agent notes`` after the assistant must not continue (and relabel) the
+    assistant's session, whose history is about something else."""
+    config = (
+        '[providers.test]\nkind = "scripted"\nscript = [{reply = "hi"}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+        '[agents.notes]\nprovider = "test"\nmemory = false\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+
+    async def session_of(*args: str) -> str:
+        code, out, err = await hostkit("run", *args, "hello", cwd=tmp_path)
+        assert code == 0, err
+        found = re.search(r"session: (ses_\w+)", out + err)
+        assert found, out + err
+        return found.group(1)
+
+    first = await session_of()
+    notes = await session_of("--agent", "notes")
+    assert notes != first
+    assert await session_of() == first
+    assert await session_of("--agent", "notes") == notes
+    assert await session_of("--conversation", "terminal/notes") == notes
