@@ -33,7 +33,7 @@ _MAX_MODEL_CHARS = 200
 _MANIFEST = """\
 # An Agent Core (docs/cores.md). The Host runs the commit its ref
 # refs/hostkit/live points at, never this working tree: commit a change,
-# then `hostkit core promote {core_id} --reason "..."` runs tests/ and moves the ref.
+# then `hostkit core promote {core_id}` runs tests/ and moves the ref.
 id: {core_id_json}
 description: The starter core written by hostkit.
 # A provider under [providers] in the Host's hostkit.toml (credentials stay there).
