@@ -91,7 +91,8 @@ class HostAttachments:
             raise InvalidValue(f"{label}: unknown attachment type (known suffixes: {known})")
         try:
             if not await file.is_file():
-                raise InvalidValue(f"{label}: no such file")
+                what = "a directory, not a file" if await file.is_dir() else "no such file"
+                raise InvalidValue(f"{label}: {what}")
             size = (await file.stat()).st_size
             if size > MAX_ATTACHMENT_BYTES:
                 raise InvalidValue(

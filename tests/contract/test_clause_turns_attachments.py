@@ -124,6 +124,18 @@ async def test_add_stores_content_addressed_bytes_and_refuses_what_is_not_its_ty
         ]
 
 
+async def test_add_file_says_a_directory_is_a_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "d.png"
+    await anyio.Path(folder).mkdir()
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        with pytest.raises(InvalidValue) as directory:
+            await host.attachments.add_file(ALICE, folder)
+        with pytest.raises(InvalidValue) as missing:
+            await host.attachments.add_file(ALICE, tmp_path / "nowhere.png")
+    assert directory.value.message.endswith("d.png: a directory, not a file")
+    assert missing.value.message.endswith("nowhere.png: no such file")
+
+
 async def test_names_are_sanitized_and_attachment_values_are_checked() -> None:
     from hostkit.types import sanitize_name
 
