@@ -39,6 +39,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._renewal import RenewalPace
 from hostkit.errors import HostkitError, InvalidValue, StaleClaim
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
@@ -469,10 +470,11 @@ class InboxWorker(Background):
         A lost claim is someone else's now: the turn goes on (its record is what
         the current claimant gets for the same request id), this worker stops caring.
         A renewal that fails is retried promptly, each try bounded by a third of the
-        lease still left, so no try starts at the lease's expiry (``_Pace``).
+        lease still left, so no try starts at the lease's expiry (``RenewalPace``).
         """
         lease_s = self.inbox.policy.lease_s
-        pace = _Pace(lease_s, claimed.lease_expires_at - self._clock(), self._op_timeout_s)
+        left = claimed.lease_expires_at - self._clock()
+        pace = RenewalPace(lease_s, left, min(self._op_timeout_s, lease_s / 3))
         # A third of the lease after it was last set; never a tight loop, even when
         # the clock given here disagrees with the inbox's.
         due = claimed.lease_expires_at - lease_s * 2 / 3
@@ -558,48 +560,3 @@ def _seconds(name: str, value: float, limit: float, *, zero: bool = False) -> No
     value = finite_seconds(name, value)
     if value < 0 or (value == 0 and not zero) or value > limit:
         raise InvalidValue(f"{name} must be in {'[' if zero else '('}0, {limit:g}] seconds")
-
-
-class _Pace:
-    """How long a claim's renewal may take, and when a failed one is retried.
-
-    A renewal may take a third of the lease still left (at most
-    ``min(op_timeout_s, lease_s / 3)``, at least ``lease_s / 30``; the most once
-    the lease is believed expired), so one that stalls to its limit leaves two
-    thirds of that for the retry: at once after a timeout, after a short backoff
-    (doubling, capped by a third of the lease and a third of what is left) after
-    an error. Only the inbox decides the claim is lost (``StaleClaim``).
-
-    Times are ``anyio.current_time()``; a renewal that started at ``s`` moved
-    the expiry to at least ``s + lease_s``.
-    """
-
-    __slots__ = ("_backoff", "_bound", "_expires", "_floor", "_lease_s")
-
-    def __init__(self, lease_s: float, left_s: float, op_timeout_s: float) -> None:
-        self._lease_s = lease_s
-        self._bound = min(op_timeout_s, lease_s / 3)
-        self._floor = min(self._bound, lease_s / 30)
-        self._backoff = self._floor
-        self._expires = anyio.current_time() + min(left_s, lease_s)
-
-    def limit(self, start: float) -> float:
-        """How long a renewal starting at ``start`` may take."""
-        left = self._expires - start
-        if left <= 0:
-            return self._bound
-        return min(self._bound, max(left / 3, self._floor))
-
-    def renewed(self, start: float) -> None:
-        """A renewal that started at ``start`` succeeded."""
-        self._expires = start + self._lease_s
-        self._backoff = self._floor
-
-    def failed(self, error: BaseException) -> float:
-        """After a renewal failed (timed out, or ``error``): the pause before the retry."""
-        if isinstance(error, TimeoutError):
-            return 0.0  # it took its whole limit already
-        pause = self._backoff
-        self._backoff = min(self._backoff * 2, self._lease_s / 3)
-        left = self._expires - anyio.current_time()
-        return pause if left <= 0 else min(pause, max(left / 3, self._floor))

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from hostkit._renewal import RenewalPace
 from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
 from hostkit.errors import (
     HostkitError,
@@ -236,7 +237,7 @@ class LeaseHolder:
 
     async def _keep_alive(self, active: ActiveTurn) -> None:
         """Renew now, then every ttl/3, until the terminal write ends; never raises."""
-        pace = _Pace(active.lease)
+        pace = _pace(active.lease)
         while True:
             start = anyio.current_time()
             try:
@@ -251,11 +252,12 @@ class LeaseHolder:
                 _log.exception("turn %s: lease renewal failed", active.context.turn_id)
                 await anyio.sleep(pace.failed(None))
             else:
-                await anyio.sleep(pace.renewed(start))
+                pace.renewed(start)
+                await anyio.sleep(active.lease.ttl_s / 3)
 
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
-        pace = _Pace(active.lease)
+        pace = _pace(active.lease)
         while True:
             start = anyio.current_time()
             try:
@@ -277,7 +279,8 @@ class LeaseHolder:
             else:
                 if cancel_requested:
                     active.stop(ON_REQUEST, "user")
-                await anyio.sleep(pace.renewed(start))
+                pace.renewed(start)
+                await anyio.sleep(active.lease.ttl_s / 3)
 
     async def abandon(self, lease: SessionLease) -> bool:
         """End a turn this Host can no longer record (``lost``); True once its session is free.
@@ -312,54 +315,11 @@ class LeaseHolder:
             self._abandoned.clear()
 
 
-class _Pace:
-    """When a lease's renewals start and how long each may take, so none starts at its expiry.
-
-    Renewals that succeed come every third of the ttl, as they always did. A
-    renewal may take a third of the lease still left (``interval / 10`` at
-    least; the full ``max(interval, 1 s)`` once the lease is believed expired),
-    so one that stalls to its limit leaves two thirds of that for the next
-    try, which starts at once after a timeout and after a short backoff
-    (doubling, capped by the interval and by a third of the lease left) after
-    an error. Only the store decides the lease is lost (``LeaseLost``): a
-    renewal that lands after the expiry still keeps a session nobody took over.
-
-    Times are ``anyio.current_time()``; a renewal that started at ``s`` moved
-    the expiry to at least ``s + ttl``.
-    """
-
-    __slots__ = ("_backoff", "_bound", "_expires", "_interval", "_ttl")
-
-    def __init__(self, lease: SessionLease) -> None:
-        self._ttl = lease.ttl_s
-        self._interval = lease.ttl_s / 3
-        self._bound = max(self._interval, 1.0)
-        self._backoff = self._interval / 10
-        # The expiry as of admission (epoch seconds of the store's clock, normally this one).
-        left = min(lease.expires_at - time.time(), lease.ttl_s)
-        self._expires = anyio.current_time() + left
-
-    def limit(self, start: float) -> float:
-        """How long a renewal starting at ``start`` may take."""
-        left = self._expires - start
-        if left <= 0:
-            return self._bound
-        return min(self._bound, max(left / 3, self._interval / 10))
-
-    def renewed(self, start: float) -> float:
-        """After a renewal that started at ``start`` succeeded: the pause before the next."""
-        self._expires = start + self._ttl
-        self._backoff = self._interval / 10
-        return self._interval
-
-    def failed(self, error: BaseException | None) -> float:
-        """After a renewal failed (timed out, or ``error``): the pause before the retry."""
-        if isinstance(error, TimeoutError):
-            return 0.0  # it took its whole limit already
-        pause = self._backoff
-        self._backoff = min(self._backoff * 2, self._interval)
-        left = self._expires - anyio.current_time()
-        return pause if left <= 0 else min(pause, max(left / 3, self._interval / 10))
+def _pace(lease: SessionLease) -> RenewalPace:
+    """Renewals of a session lease: each takes at most ``max(ttl / 3, 1 s)``."""
+    # The expiry as of admission (epoch seconds of the store's clock, normally this one).
+    left = lease.expires_at - time.time()
+    return RenewalPace(lease.ttl_s, left, max(lease.ttl_s / 3, 1.0))
 
 
 async def _beside(
