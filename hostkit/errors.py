@@ -78,6 +78,7 @@ __all__ = [
     "UnboundToken",
     "UserError",
     "bounded",
+    "bounded_hides",
     "redact_credentials",
     "unbounded_message",
 ]
@@ -114,6 +115,13 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     if len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value
+
+
+def bounded_hides(text: object, limit: int = MESSAGE_LIMIT) -> bool:
+    """Whether ``bounded(text, limit)`` leaves part of ``text`` out: cut, or masked as a
+    credential. For views a person decides on, which must say when they are partial."""
+    flat = str(text).replace("\r", " ").replace("\n", " ")
+    return len(flat) > limit or redact_credentials(flat) != flat
 
 
 def redact_credentials(text: str) -> str:

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from hostkit.cli._render import command_line
 from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
-from hostkit.errors import redact_credentials
+from hostkit.errors import bounded_hides
 from hostkit.freeze import thaw
 from hostkit.inspect import one_line
 from hostkit.types import PARTIAL_KEY
@@ -131,8 +131,7 @@ def _hides(value: Any, limit: int) -> bool:
         text = value
     else:
         text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
-    flat = text.replace("\r", " ").replace("\n", " ")
-    return len(flat) > limit or redact_credentials(flat) != flat
+    return bounded_hides(text, limit)
 
 
 def _print_block(

@@ -21,7 +21,7 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     StaleClaim,
     bounded,
-    redact_credentials,
+    bounded_hides,
 )
 from hostkit.freeze import thaw
 from hostkit.store._approval_values import decode_view
@@ -139,9 +139,7 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
         thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str
     )
     summary = _one_line(arguments, MAX_PROMPT_SUMMARY)
-    flat = arguments.replace("\r", " ").replace("\n", " ")
-    partial = bool(view.get(PARTIAL_KEY)) or len(flat) > MAX_PROMPT_SUMMARY
-    if partial or redact_credentials(flat) != flat:
+    if view.get(PARTIAL_KEY) or bounded_hides(arguments, MAX_PROMPT_SUMMARY):
         # A model can shape its arguments so the part that matters is what gets cut or masked.
         summary += f" ({PARTIAL_PROMPT})"
     code = approval_code(approval_id)
