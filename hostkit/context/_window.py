@@ -31,7 +31,7 @@ _MAX_HEADS = 64
 _MESSAGE_OVERHEAD = 256
 
 
-def held_chars(message: ModelMessage) -> int:
+def _held_chars(message: ModelMessage) -> int:
     """About how much memory ``message`` takes in a window, in characters of text."""
     size = _MESSAGE_OVERHEAD + len(message.content)
     for call in message.tool_calls:
@@ -193,7 +193,7 @@ class SessionWindow:
         self._trim()
 
     def _add(self, row: _Row) -> None:
-        self._rows_chars += held_chars(row[1])
+        self._rows_chars += _held_chars(row[1])
         self._place(row)
 
     def _place(self, row: _Row) -> None:
@@ -209,6 +209,6 @@ class SessionWindow:
 
     def _trim(self) -> None:
         while len(self.history) > self.limit:
-            self._rows_chars -= held_chars(self.history.popleft()[1])
+            self._rows_chars -= _held_chars(self.history.popleft()[1])
             self._turns.popleft()
             self.older = True
