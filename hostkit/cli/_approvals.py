@@ -1,11 +1,13 @@
-"""``hostkit approvals list | approve | deny | resume``: answering paused turns from the terminal.
+"""``hostkit approvals list | approve | deny | resume | revoke``: approvals from the terminal.
 
 Every subcommand acts with an audited operator scope (``--reason``, optional
 only on a database the local user owns, as for ``hostkit sessions``).
 ``approve`` and ``deny`` record the first answer and run the continuation
 turn, whose answer is streamed; run again with the same answer after an
 interruption, they finish the job. ``resume`` runs (or reports) the
-continuation of an answered approval.
+continuation of an answered approval. ``revoke`` ends a session's "approve for
+session" answers in every Host process on the database (a running daemon
+included): each is asked again.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ MAX_LIST = 200  # the Host's own bound on one approvals page
 
 approvals = typer.Typer(
     help=(
-        "Approvals that paused a turn: list, approve, deny or resume (operator authority; audited)."
+        "Approvals that paused a turn: list, approve, deny or resume; revoke a session's "
+        '"approve for session" answers (operator authority; audited).'
     ),
     no_args_is_help=True,
 )
 
 ApprovalId = Annotated[str, typer.Argument(help="the approval id (apr_...)")]
+SessionId = Annotated[str, typer.Argument(help="the session id (ses_...; see hostkit sessions)")]
 
 
 @approvals.command("list")
@@ -140,6 +144,32 @@ def resume(
         ):
             result = await stream_resume(host, approval_id, by=scope, progress=console)
             return report(result, database=host.config.store_location, config=config, agent=agent)
+
+    run_command(main)
+
+
+@approvals.command()
+def revoke(
+    session_id: SessionId,
+    reason: Reason = None,
+    operator: Operator = "cli",
+    config: ConfigOption = None,
+) -> None:
+    """End every "approve for session" answer in a session, in every Host process.
+
+    A running daemon or notebook on the same database stops using them before
+    its next call: each such call is asked again.
+    """
+
+    async def main() -> None:
+        async with operator_host(config, operator, reason) as (host, scope):
+            await host.approvals.revoke(scope, session_id, reason=reason or "revoked by operator")
+        console.print(
+            f"revoked: session approvals of {session_id} end in every Host process "
+            "(each such call is asked again)",
+            highlight=False,
+            markup=False,
+        )
 
     run_command(main)
 

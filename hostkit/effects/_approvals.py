@@ -31,7 +31,7 @@ import anyio
 from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
-from hostkit.store import ApprovalDecision
+from hostkit.store import ApprovalDecision, ApprovalRevocation, RevocationPage
 from hostkit.types import is_seconds
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalRuntime",
     "AskRecord",
+    "RevocationFeed",
 ]
 
 APPROVAL_TTL_S = 8 * 3600.0
@@ -127,6 +128,13 @@ class AskRecord(Protocol):
     async def still_open(self) -> bool: ...
 
 
+class RevocationFeed(Protocol):
+    """Where ends of session approvals recorded by any Host process are read
+    (``ApprovalStore.revocations_after``)."""
+
+    async def revocations_after(self, cursor: int | None) -> RevocationPage: ...
+
+
 def withdraw(provider: ApprovalProvider, request: ApprovalRequest, reason: str) -> None:
     """Tell a provider that offers ``withdrawn(request, reason)`` why its prompt went away.
 
@@ -153,6 +161,15 @@ ANSWERED_ELSEWHERE = "answered elsewhere first: this prompt's answer was not use
 GONE = "no longer pending (answered elsewhere, or void)"
 
 
+def _ends(revocation: ApprovalRevocation, key: ApprovalKey) -> bool:
+    """True when ``revocation`` ends the answers cached under ``key``."""
+    return (
+        (revocation.session_id is None or revocation.session_id == key.session_id)
+        and (revocation.principal_id is None or revocation.principal_id == key.principal_id)
+        and (revocation.core_id is None or revocation.core_id == key.core_id)
+    )
+
+
 @dataclass
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -166,6 +183,10 @@ class ApprovalRuntime:
     already separates revisions). ``provider`` is whoever answers now: the
     console, a notebook widget, a script, or None (every ``ask`` then pauses
     its turn ``needs_user``); it can be replaced at any time.
+
+    With ``revocations`` (the Host passes its store), ends recorded by any
+    Host process reach this one: they are read before a cached answer is
+    used and before one is kept, and a read that fails uses no cached answer.
     """
 
     def __init__(
@@ -176,6 +197,7 @@ class ApprovalRuntime:
         decision_timeout_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         watch_interval_s: float = 1.0,
+        revocations: RevocationFeed | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         # A NaN or infinite ttl would keep an "approve for the session" answer for ever.
@@ -201,6 +223,10 @@ class ApprovalRuntime:
         self._asking: dict[anyio.CancelScope, tuple[ApprovalProvider, ApprovalRequest, bool]] = {}
         # Bumped by every invalidation: an answer given across one is not cached.
         self._epoch = 0
+        # Ends recorded by every Host process, read up to ``_seen`` before a cached
+        # answer is used or one is kept (None: not read yet).
+        self._revocations = revocations
+        self._seen: int | None = None
         self._closed = False
 
     @property
@@ -231,10 +257,53 @@ class ApprovalRuntime:
         if previous is not None and previous != session_id:
             self.invalidate(session_id=previous)
 
-    def remember(self, key: ApprovalKey) -> None:
-        """Cache an "approve for session" given outside a prompt (a durable answer)."""
-        if not self._closed:
+    async def refresh(self) -> bool:
+        """Apply the ends of session approvals recorded by every Host process since the
+        last read; False when they could not be read.
+
+        Call it before a durable answer is recorded, so that ``remember`` after
+        it sees only the ends recorded since.
+        """
+        return await self._caught_up()
+
+    async def remember(self, key: ApprovalKey) -> None:
+        """Cache an "approve for session" given outside a prompt (a durable answer).
+
+        Not cached when an end of it was recorded (by any process) since the
+        last read (``refresh``), nor when the ends cannot be read.
+        """
+        if await self._caught_up(key) and not self._closed:
             self._store(key)
+
+    async def _caught_up(self, key: ApprovalKey | None = None) -> bool:
+        """Apply the ends recorded by every Host process since the last read.
+
+        False when they could not be read (no cached answer is used or kept
+        then: the call is asked, since one may have been revoked), or when one
+        of them ends ``key``'s answers.
+        """
+        if self._revocations is None:
+            return True
+        try:
+            page = await self._revocations.revocations_after(self._seen)
+        except Exception:  # whatever failed, an unread end must never approve a call
+            return False
+        ends_key = page.overflow
+        if page.overflow:
+            self._epoch += 1
+            self._cache.clear()
+        for revocation in page.revocations:
+            self._revoked(revocation)
+            ends_key = ends_key or (key is not None and _ends(revocation, key))
+        # Two reads may finish out of order: the cursor never moves back.
+        self._seen = page.cursor if self._seen is None else max(self._seen, page.cursor)
+        return not ends_key
+
+    def _revoked(self, revocation: ApprovalRevocation) -> None:
+        if revocation.session_id is not None:
+            self.invalidate(session_id=revocation.session_id, principal_id=revocation.principal_id)
+        elif revocation.core_id is not None:
+            self.invalidate(core_id=revocation.core_id)
 
     def _store(self, key: ApprovalKey) -> None:
         now = self._clock()
@@ -284,7 +353,7 @@ class ApprovalRuntime:
         while True:
             if self._closed:
                 raise ApprovalClosed()
-            if cacheable and self.cached(key):
+            if cacheable and self.cached(key) and await self._caught_up() and self.cached(key):
                 return "approved"
             pending = self._pending.get(key)
             if pending is None:
@@ -318,6 +387,9 @@ class ApprovalRuntime:
             request, expires_at=self._wall_clock() + self._decision_timeout_s
         )
         decision: ApprovalDecision | None = None
+        # Read before the person is asked: the read after the answer then sees only
+        # the ends recorded while they decided (unread, the answer is not kept).
+        fed = cacheable and await self._caught_up()
         epoch = self._epoch
         with anyio.move_on_after(self._decision_timeout_s) as asking:
             self._asking[asking] = (provider, request, record is not None)
@@ -334,7 +406,13 @@ class ApprovalRuntime:
         if record is not None and not await record.answered(decision):
             withdraw(provider, request, ANSWERED_ELSEWHERE)
             return "unanswered"
-        if decision == "approve_session" and cacheable and epoch == self._epoch:
+        if (
+            decision == "approve_session"
+            and fed
+            and epoch == self._epoch
+            and await self._caught_up(key)
+            and not self._closed
+        ):
             self._store(key)
         return "denied" if decision == "deny" else "approved"
 

@@ -126,7 +126,8 @@ class HostApprovals:
             # The same answer again, after one whose continuation never ran (its caller
             # was interrupted): finish the job instead of refusing.
             continuation = await self._continuation_principal(approval, principal)
-            self._remember(approval, decision)
+            await self.runtime.refresh()
+            await self._remember(approval, decision)
             return await self._continue(approval, continuation)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
@@ -134,18 +135,20 @@ class HostApprovals:
             # The agent runs here and no longer offers the effect: as for a changed fingerprint.
             await self._ledger.mark_stale(approval_id)
             raise ApprovalRefused(approval_id, "stale", "the agent no longer offers this effect")
+        # Ends recorded before this answer must not void it; those after it do.
+        await self.runtime.refresh()
         answered = await self._ledger.answer(
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
         if not answered.accepted:
             raise _refused(answered.approval)
-        self._remember(answered.approval, decision)
+        await self._remember(answered.approval, decision)
         return await self._continue(answered.approval, continuation)
 
-    def _remember(self, approval: PendingApproval, decision: ApprovalDecision) -> None:
+    async def _remember(self, approval: PendingApproval, decision: ApprovalDecision) -> None:
         # A call that binds secrets is approved once, whatever was answered.
         if decision == "approve_session" and not approval.binds_secret:
-            self.runtime.remember(
+            await self.runtime.remember(
                 ApprovalKey(
                     principal_id=approval.principal_id,
                     session_id=approval.session_id,
@@ -234,15 +237,23 @@ class HostApprovals:
         """
         return await self._store.turns.route_of(approval.turn_id)
 
-    async def revoke(self, scope: PrincipalScope, session_id: str) -> int:
-        """Drop the session's cached "approve for session" answers (owner-checked).
+    async def revoke(
+        self, scope: PrincipalScope, session_id: str, *, reason: str = "revoked"
+    ) -> int:
+        """End the session's "approve for session" answers, in every Host process.
 
-        An operator drops every principal's; anyone else only their own.
+        An operator ends every principal's; anyone else only their own. The
+        end is recorded in the store (owner-checked, audited) before this
+        Host drops its own; other Hosts drop theirs before they next use one.
+        Returns how many this Host dropped.
         """
-        await self._store.get_session(scope, session_id)  # owner-checked; raises if not
-        if scope.authority == "operator":
-            return self.runtime.invalidate(session_id=session_id)
-        return self.runtime.invalidate(session_id=session_id, principal_id=scope.principal_id)
+        revocation = await self._store.approvals.revoke(scope, session_id, reason=reason)
+        dropped = self.runtime.invalidate(
+            session_id=session_id, principal_id=revocation.principal_id
+        )
+        # Read past this end now, so an answer given after it is kept.
+        await self.runtime.refresh()
+        return dropped
 
     async def _continuation_principal(
         self, approval: PendingApproval, principal: PrincipalScope | None

@@ -157,7 +157,9 @@ class Host(AsyncResource):
         self.events = events
         self._issuer: OperatorIssuer = authority.operator_issuer()
         self._approval_runtime = ApprovalRuntime(
-            provider=approver, decision_timeout_s=config.host.approval_timeout_s
+            provider=approver,
+            decision_timeout_s=config.host.approval_timeout_s,
+            revocations=store.approvals,
         )
         # A conversation moved to another session ends the old one's session approvals.
         authority.watch_bindings(self._approval_runtime.observe_conversation)
@@ -416,6 +418,9 @@ class Host(AsyncResource):
 
     async def _core_moved(self, core_id: str, revision: str) -> None:
         self._approval_runtime.invalidate(core_id=core_id)
+        # The store recorded this end for every other Host: read past it, so an answer
+        # given for the new revision is kept here.
+        await self._approval_runtime.refresh()
         if self._closed:
             return  # recorded: the next open composes the new revision
         try:

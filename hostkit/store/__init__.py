@@ -8,11 +8,13 @@ from hostkit.store import _inbox_checks as inbox_checks
 from hostkit.store._approvals import (
     ApprovalAnswer,
     ApprovalDecision,
+    ApprovalRevocation,
     ApprovalStatus,
     ApprovalStore,
     ClaimedApproval,
     NewApproval,
     PendingApproval,
+    RevocationPage,
 )
 from hostkit.store._attachments import AttachmentStore, StoredAttachment
 from hostkit.store._connection import Synchronous
@@ -135,6 +137,7 @@ __all__ = [
     "Admitted",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalRevocation",
     "ApprovalStatus",
     "ApprovalStore",
     "AttachmentStore",
@@ -167,6 +170,7 @@ __all__ = [
     "PendingApproval",
     "RecordedDecision",
     "RecoveredTurn",
+    "RevocationPage",
     "RowStore",
     "RuntimeStore",
     "ScopeMint",

@@ -24,6 +24,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, bounded
 from hostkit.freeze import FrozenMap
+from hostkit.store._approval_revocations import (
+    ApprovalRevocation,
+    RevocationPage,
+    insert_revocation,
+    latest_revocation,
+    revocations_after,
+)
 from hostkit.store._approval_rows import (
     has_open_calls,
     open_approval,
@@ -53,11 +60,13 @@ __all__ = [
     "MAX_APPROVAL_LIST",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalRevocation",
     "ApprovalStatus",
     "ApprovalStore",
     "ClaimedApproval",
     "NewApproval",
     "PendingApproval",
+    "RevocationPage",
     "SqlApprovalStore",
 ]
 
@@ -174,6 +183,28 @@ class ApprovalStore(ABC):
 
         Pending approvals and answered ones not yet claimed become
         ``superseded`` and lose their arguments; returns how many.
+        """
+
+    @abstractmethod
+    async def revoke(
+        self, scope: PrincipalScope, session_id: str, *, reason: str
+    ) -> ApprovalRevocation:
+        """End "approve for session" answers in an owned session, in every Host process.
+
+        An operator ends every principal's answers there; anyone else only
+        their own. Recorded (and audited, ``approval.revoked``) in one
+        transaction; ``NotFoundOrUnauthorized`` when the scope does not own
+        the session, and nothing is recorded.
+        """
+
+    @abstractmethod
+    async def revocations_after(self, cursor: int | None) -> RevocationPage:
+        """The revocations recorded after ``cursor``, oldest first and bounded.
+
+        ``None``: a new reader, which starts after the newest one (its page is
+        empty). A reader further behind than one page gets ``overflow``. The
+        store records revocations itself where an end happens: a conversation
+        moved to another session, a core's live revision moved, ``revoke``.
         """
 
 
@@ -502,6 +533,53 @@ class SqlApprovalStore(ApprovalStore):
         if not await self._db.read(lambda raw: has_open_calls(raw, session_id)):
             return 0
         return await self._db.write(lambda raw: supersede_open(raw, session_id, SUPERSEDED))
+
+    async def revoke(
+        self, scope: PrincipalScope, session_id: str, *, reason: str
+    ) -> ApprovalRevocation:
+        self._db.verify_scope(scope)
+        check_id("session_id", session_id)
+        text = bounded(str(reason), MAX_REASON_CHARS)
+        principal_id = None if scope.authority == "operator" else scope.principal_id
+
+        def revoke(raw: sqlite3.Connection) -> ApprovalRevocation | None:
+            if not session_authorized(raw, scope, session_id):
+                insert_audit(
+                    raw,
+                    "principal_scope.owner_lookup_denied",
+                    scope=scope,
+                    subject=f"session:{session_id}",
+                    reason=denial_reason(raw, "session", session_id),
+                )
+                return None
+            revocation = insert_revocation(
+                raw,
+                actor=scope.principal_id,
+                reason=text,
+                session_id=session_id,
+                principal_id=principal_id,
+            )
+            insert_audit(
+                raw,
+                "approval.revoked",
+                scope=scope,
+                session_id=session_id,
+                reason=text,
+                detail={"revocation": revocation.id, "every_principal": principal_id is None},
+            )
+            return revocation
+
+        done = await self._db.write(revoke)
+        if done is None:
+            raise NotFoundOrUnauthorized("session")
+        return done
+
+    async def revocations_after(self, cursor: int | None) -> RevocationPage:
+        if cursor is None:
+            return RevocationPage(await self._db.read(latest_revocation), ())
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise InvalidValue("a revocation cursor is a non-negative integer (or None)")
+        return await self._db.read(lambda raw: revocations_after(raw, cursor))
 
     async def _deny(self, scope: PrincipalScope, approval_id: str) -> NoReturn:
         """Record why an owned lookup found nothing (Host-only audit), then refuse.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue, LeaseLost, StaleClaim, StateConflict
 from hostkit.freeze import thaw
+from hostkit.store._approval_revocations import insert_revocation
 from hostkit.store._checks import check_count, check_instant
 from hostkit.store._cores import ANY_VERSION, MAX_CORE_HISTORY, CoreStore
 from hostkit.store._sessions import insert_audit
@@ -155,6 +156,13 @@ class SqlCoreStore(CoreStore):
             if _live(conn, event.core_id) != event.previous:
                 raise StaleClaim(event.core_id, subject="core live revision")
             event_id = _insert_event(conn, row)
+            # Answers given for the core's previous revision end in every Host process.
+            insert_revocation(
+                conn,
+                actor=event.actor,
+                reason=f"the core's live revision moved ({event.action})",
+                core_id=event.core_id,
+            )
             insert_audit(
                 conn,
                 f"core.{event.action}",

@@ -682,6 +682,28 @@ _V14_CORES = Migration(
     ),
 )
 
+_V15_APPROVAL_REVOCATIONS = Migration(
+    15,
+    "approval revocations: ends of cached session approvals, seen by every Host process",
+    (
+        # One row per end of "approve for session" answers: an explicit revocation, a
+        # conversation moved to another session, a core's revision moved. Each Host keeps
+        # its answers in memory and reads the rows after the last one it saw before it
+        # uses one, so an end recorded by any process reaches every other. principal_id
+        # NULL: every principal's answers in the session. at is wall-clock seconds.
+        """CREATE TABLE approval_revocations (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT,
+            principal_id TEXT,
+            core_id TEXT,
+            actor TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            at REAL NOT NULL,
+            CHECK (session_id IS NOT NULL OR core_id IS NOT NULL)
+        )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -697,5 +719,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V12_INBOX,
     _V13_DELIVERY,
     _V14_CORES,
+    _V15_APPROVAL_REVOCATIONS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hostkit.errors import NotFoundOrUnauthorized
+from hostkit.store._approval_revocations import insert_revocation
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
 from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, new_id
@@ -172,6 +173,13 @@ def bind_conversation(
         [channel, conversation_key, principal_id, session_id, now(conn)],
     )
     if previous is not None and previous != session_id:
+        # The previous session's "approve for session" answers end in every Host process.
+        insert_revocation(
+            conn,
+            actor=principal_id,
+            reason="the conversation moved to another session",
+            session_id=previous,
+        )
         insert_audit(
             conn,
             "conversation.rebound",

@@ -12,7 +12,8 @@ from hostkit.effects import (
     ApprovalRequest,
     ApprovalRuntime,
 )
-from hostkit.errors import ApprovalClosed, InvalidValue
+from hostkit.errors import ApprovalClosed, InvalidValue, StoreError
+from hostkit.store import ApprovalRevocation, RevocationPage
 
 pytestmark = pytest.mark.anyio
 
@@ -206,10 +207,10 @@ async def test_expired_approvals_are_swept_when_the_cache_is_full(
     runtime = ApprovalRuntime(clock=clock)
     keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(3)]
     for key in keys:
-        runtime.remember(key)
+        await runtime.remember(key)
     clock.now += APPROVAL_TTL_S + 1
     fresh = ApprovalKey("p", "ses_new", "fp", "files.write")
-    runtime.remember(fresh)
+    await runtime.remember(fresh)
     assert len(runtime._cache) == 1
     assert runtime.cached(fresh)
 
@@ -225,11 +226,11 @@ async def test_a_cache_full_of_live_approvals_forgets_the_oldest_and_stays_bound
     runtime = ApprovalRuntime(clock=Clock())
     keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(100)]
     for key in keys:
-        runtime.remember(key)
+        await runtime.remember(key)
         assert len(runtime._cache) <= 20
     assert all(runtime.cached(key) for key in keys[-10:])
     assert not runtime.cached(keys[0])  # forgotten: that session is asked again
-    runtime.remember(keys[-20])  # answered again: kept as the newest
+    await runtime.remember(keys[-20])  # answered again: kept as the newest
     assert list(runtime._cache)[-1] == keys[-20]
 
 
@@ -249,3 +250,161 @@ async def test_an_invalidation_during_a_prompt_keeps_its_answer_out_of_the_cache
         gate.set()
     assert outcome == ["approved"]  # this call was answered...
     assert not runtime.cached(KEY)  # ...but the session approval does not outlive the change
+
+
+# -- ends recorded by other Host processes (the store's revocation feed) ----------------
+
+
+class Feed:
+    """A test adapter of the store's revocation rows: appended here as another process
+    would, read by cursor as ``ApprovalStore.revocations_after`` does."""
+
+    def __init__(self) -> None:
+        self.rows: list[ApprovalRevocation] = []
+        self.reads = 0
+        self.failing = False
+        self.overflow = False
+
+    def end(
+        self,
+        *,
+        session_id: str | None = None,
+        principal_id: str | None = None,
+        core_id: str | None = None,
+    ) -> None:
+        self.rows.append(
+            ApprovalRevocation(
+                len(self.rows) + 1, session_id, principal_id, core_id, "ops", "revoked", 0.0
+            )
+        )
+
+    async def revocations_after(self, cursor: int | None) -> RevocationPage:
+        self.reads += 1
+        if self.failing:
+            raise StoreError("the database is unavailable")
+        if cursor is None:
+            return RevocationPage(len(self.rows), ())
+        if self.overflow:
+            return RevocationPage(len(self.rows), (), overflow=True)
+        return RevocationPage(len(self.rows), tuple(self.rows[cursor:]))
+
+
+async def test_an_end_recorded_elsewhere_is_applied_before_a_cached_answer_is_used() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    approver = Approver("approve_session")
+    other = ApprovalKey("webhook:bob", "ses_2", "fp_1", "files.write")
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert await runtime.resolve(other, lambda: make_request(other), approver) == "approved"
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert len(approver.prompts) == 2  # both cached
+    feed.end(session_id=KEY.session_id, principal_id=KEY.principal_id)
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert len(approver.prompts) == 3  # asked again: another process ended it
+    assert await runtime.resolve(other, lambda: make_request(other), approver) == "approved"
+    assert len(approver.prompts) == 3  # another session's answer stays
+
+
+async def test_a_core_end_recorded_elsewhere_drops_every_answer_for_the_core() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    notes = ApprovalKey("p", "ses_1", "fp", "files.write", core_id="notes")
+    other = ApprovalKey("p", "ses_1", "fp", "files.write", core_id="other")
+    approver = Approver("approve_session")
+    for key in (notes, other):
+        assert await runtime.resolve(key, lambda k=key: make_request(k), approver) == "approved"
+    feed.end(core_id="notes")
+    for key in (notes, other):
+        assert await runtime.resolve(key, lambda k=key: make_request(k), approver) == "approved"
+    assert [p.key for p in approver.prompts] == [notes, other, notes]
+
+
+async def test_no_cached_answer_is_used_or_kept_while_the_ends_cannot_be_read() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    approver = Approver("approve_session")
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    feed.failing = True
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert len(approver.prompts) == 2  # asked: it may have been revoked
+    feed.failing = False
+    await runtime.remember(KEY)  # a durable answer: kept once the ends can be read
+    assert runtime.cached(KEY)
+    feed.failing = True
+    runtime.invalidate(key=KEY)
+    await runtime.remember(KEY)
+    assert not runtime.cached(KEY)
+
+
+async def test_an_end_recorded_elsewhere_while_a_person_decides_keeps_the_answer_out() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    gate = anyio.Event()
+    approver = Approver("approve_session", gate)
+    async with anyio.create_task_group() as group:
+        outcome: list[str] = []
+
+        async def ask() -> None:
+            outcome.append(await runtime.resolve(KEY, make_request, approver))
+
+        group.start_soon(ask)
+        await approver.asked.wait()
+        feed.end(session_id=KEY.session_id)
+        gate.set()
+    assert outcome == ["approved"]
+    assert not runtime.cached(KEY)
+
+
+async def test_ends_recorded_before_an_answer_or_for_others_do_not_void_it() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    await runtime.refresh()
+    feed.end(session_id=KEY.session_id)  # before the answer below
+    assert await runtime.refresh()
+    gate = anyio.Event()
+    approver = Approver("approve_session", gate)
+    async with anyio.create_task_group() as group:
+        group.start_soon(runtime.resolve, KEY, make_request, approver)
+        await approver.asked.wait()
+        feed.end(session_id="ses_other")  # while asked: another session
+        feed.end(core_id="another_core")
+        gate.set()
+    assert runtime.cached(KEY)
+    feed.end(session_id=KEY.session_id)
+    await runtime.remember(KEY)  # a durable answer after an end of its session: not kept
+    assert not runtime.cached(KEY)
+
+
+async def test_a_reader_too_far_behind_forgets_every_cached_answer() -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    approver = Approver("approve_session")
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    feed.overflow = True
+    assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert len(approver.prompts) == 2
+
+
+async def test_the_ends_are_read_only_when_a_cached_answer_would_be_used() -> None:
+    # The turn's hot path pays nothing: a call that needs no approval never reaches the
+    # runtime, and one with no cached answer reads the ends once, before its prompt.
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    approver = Approver("approve_once")
+    for _ in range(3):
+        assert await runtime.resolve(KEY, make_request, approver) == "approved"
+    assert feed.reads == 3
+
+
+async def test_an_answer_is_not_kept_when_the_ends_could_not_be_read_before_the_prompt() -> None:
+    feed = Feed()
+    feed.failing = True
+    runtime = ApprovalRuntime(revocations=feed)
+    gate = anyio.Event()
+    approver = Approver("approve_session", gate)
+    async with anyio.create_task_group() as group:
+        group.start_soon(runtime.resolve, KEY, make_request, approver)
+        await approver.asked.wait()
+        feed.failing = False  # readable again when the answer comes: still not kept
+        gate.set()
+    assert not runtime.cached(KEY)

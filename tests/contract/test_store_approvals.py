@@ -701,6 +701,8 @@ def test_the_interface_is_abstract_and_complete() -> None:
         "void",
         "mark_stale",
         "supersede",
+        "revoke",
+        "revocations_after",
     }
     assert ApprovalStore.__abstractmethods__ == expected
     for name in expected:
