@@ -32,6 +32,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._renewal import RenewalPace
 from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
@@ -391,16 +392,30 @@ class DeliveryRuntime(Background):
         return None
 
     async def _keep(self, intent_id: str, lost: anyio.Event, scope: anyio.CancelScope) -> None:
-        """Renew the lease every third of it; a lost claim cuts the send off (someone else's)."""
+        """Renew the lease every third of it; a lost claim cuts the send off (someone else's).
+
+        A renewal that fails is retried promptly, each try bounded by a third
+        of the lease still left, so no try starts at the lease's expiry
+        (``RenewalPace``, as the session lease and the inbox claim).
+        """
+        lease_s = self.policy.lease_s
+        claimed = self._claims.get(intent_id)
+        if claimed is None:
+            return
+        pace = RenewalPace(
+            lease_s, claimed.lease_expires_at - self._clock(), min(self._op_timeout_s, lease_s / 3)
+        )
+        pause = lease_s / 3
         while True:
-            await anyio.sleep(self.policy.lease_s / 3)
+            await anyio.sleep(pause)
             claimed = self._claims.get(intent_id)
             if claimed is None:
                 return
+            start = anyio.current_time()
             try:
-                with anyio.fail_after(self._op_timeout_s):
+                with anyio.fail_after(pace.limit(start)):
                     self._claims[intent_id] = await self.store.extend(
-                        claimed, lease_s=self.policy.lease_s, now=self._clock()
+                        claimed, lease_s=lease_s, now=self._clock()
                     )
             except StaleClaim:
                 lost.set()
@@ -408,6 +423,10 @@ class DeliveryRuntime(Background):
                 return
             except (HostkitError, TimeoutError) as exc:
                 _log.warning("intent %s: lease renewal failed: %s", intent_id, _text(exc))
+                pause = pace.failed(exc)
+            else:
+                pace.renewed(start)
+                pause = lease_s / 3
 
     async def _settle(self, intent_id: str, failure: DeliveryFailure | None) -> None:
         """Record the attempt's outcome, fenced by the claim (a few tries if the store fails)."""

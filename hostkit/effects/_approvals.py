@@ -257,21 +257,25 @@ class ApprovalRuntime:
         if previous is not None and previous != session_id:
             self.invalidate(session_id=previous)
 
-    async def refresh(self) -> bool:
+    async def refresh(self) -> int | None:
         """Apply the ends of session approvals recorded by every Host process since the
-        last read; False when they could not be read.
+        last read; returns the mark ``remember`` takes (None when they could not be read).
 
-        Call it before a durable answer is recorded, so that ``remember`` after
-        it sees only the ends recorded since.
+        Take it before a durable answer is recorded: ``remember`` then keeps
+        the answer only if nothing ended answers between the mark and itself.
         """
-        return await self._caught_up()
+        return self._epoch if await self._caught_up() else None
 
-    async def remember(self, key: ApprovalKey) -> None:
+    async def remember(self, key: ApprovalKey, *, since: int | None) -> None:
         """Cache an "approve for session" given outside a prompt (a durable answer).
 
-        Not cached when an end of it was recorded (by any process) since the
-        last read (``refresh``), nor when the ends cannot be read.
+        ``since`` is the mark ``refresh`` returned before the answer was
+        recorded. Not cached when the ends could not be read then or now, when
+        anything ended answers in this Host since the mark (another task may
+        have read an end of this one), or when an end of it was recorded since.
         """
+        if since is None or since != self._epoch or self._closed:
+            return
         if await self._caught_up(key) and not self._closed:
             self._store(key)
 

@@ -126,8 +126,7 @@ class HostApprovals:
             # The same answer again, after one whose continuation never ran (its caller
             # was interrupted): finish the job instead of refusing.
             continuation = await self._continuation_principal(approval, principal)
-            await self.runtime.refresh()
-            await self._remember(approval, decision)
+            await self._remember(approval, decision, await self.runtime.refresh())
             return await self._continue(approval, continuation)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
@@ -136,16 +135,18 @@ class HostApprovals:
             await self._ledger.mark_stale(approval_id)
             raise ApprovalRefused(approval_id, "stale", "the agent no longer offers this effect")
         # Ends recorded before this answer must not void it; those after it do.
-        await self.runtime.refresh()
+        mark = await self.runtime.refresh()
         answered = await self._ledger.answer(
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
         if not answered.accepted:
             raise _refused(answered.approval)
-        await self._remember(answered.approval, decision)
+        await self._remember(answered.approval, decision, mark)
         return await self._continue(answered.approval, continuation)
 
-    async def _remember(self, approval: PendingApproval, decision: ApprovalDecision) -> None:
+    async def _remember(
+        self, approval: PendingApproval, decision: ApprovalDecision, mark: int | None
+    ) -> None:
         # A call that binds secrets is approved once, whatever was answered.
         if decision == "approve_session" and not approval.binds_secret:
             await self.runtime.remember(
@@ -155,7 +156,8 @@ class HostApprovals:
                     policy_fingerprint=approval.policy_fingerprint,
                     rule_key=approval.rule_key,
                     core_id=approval.core_id,
-                )
+                ),
+                since=mark,
             )
 
     async def resume(

@@ -84,6 +84,7 @@ from hostkit.store._sessions import ConversationSelect, OwnerFacts, insert_audit
 from hostkit.store._sqlite import SqliteStore, Transaction
 from hostkit.store._terminal_runs import (
     MAX_TERMINAL_RUN_LIST,
+    TERMINAL_RUN_LEASE_S,
     NewTerminalRun,
     TerminalRunEnding,
     TerminalRunRecord,
@@ -134,6 +135,7 @@ __all__ = [
     "MAX_WINDOW",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "TERMINAL_RUN_LEASE_S",
     "Admitted",
     "ApprovalAnswer",
     "ApprovalDecision",

@@ -97,7 +97,10 @@ class RuntimeStore(AsyncResource):
         ``async with RuntimeStore.open(path) as store`` or ``store = await
         RuntimeStore.open(path)`` (then ``await store.aclose()``).
         ``migrations`` defaults to the whole schema; tests pass a prefix of it
-        to build a database of an older released version.
+        to build a database of an older released version. ``busy_timeout_s``
+        is how long one statement waits for another process's lock (0: not
+        at all); a write waits for another process's write lock, try after
+        try, up to ``lock_timeout_s`` in all (then ``StoreError``, retryable).
         """
         from hostkit.store._sqlite import SqliteStore
 

@@ -422,5 +422,11 @@ _V2_APPROVAL_REVOCATIONS = Migration(
     ),
 )
 
-PG_MIGRATIONS: tuple[Migration, ...] = (_V1, _V2_APPROVAL_REVOCATIONS)
+_V3_TERMINAL_RUN_LEASES = Migration(
+    3,
+    "background terminal runs: a lease their Host renews",
+    ("ALTER TABLE terminal_runs ADD COLUMN lease_expires_at DOUBLE PRECISION",),
+)
+
+PG_MIGRATIONS: tuple[Migration, ...] = (_V1, _V2_APPROVAL_REVOCATIONS, _V3_TERMINAL_RUN_LEASES)
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -704,6 +704,17 @@ _V15_APPROVAL_REVOCATIONS = Migration(
     ),
 )
 
+_V16_TERMINAL_RUN_LEASES = Migration(
+    16,
+    "background terminal runs: a lease their Host renews",
+    (
+        # Wall-clock seconds until which the run is its Host's without a renewal. A Host
+        # on another machine cannot tell whether the owner lives: it orphans the run
+        # only once this passed. NULL for runs recorded before v16 (liveness decides).
+        "ALTER TABLE terminal_runs ADD COLUMN lease_expires_at REAL",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -720,5 +731,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V13_DELIVERY,
     _V14_CORES,
     _V15_APPROVAL_REVOCATIONS,
+    _V16_TERMINAL_RUN_LEASES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -88,7 +88,7 @@ class SqliteStore(RowStore):
         if synchronous not in _SYNCHRONOUS:
             raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
         # Checked before anything opens: a batch of no jobs would drain nothing, forever.
-        if not is_seconds(busy_timeout_s, high=3_600, zero=True):  # 0: never wait for a lock
+        if not is_seconds(busy_timeout_s, high=3_600, zero=True):  # 0: a statement never waits
             raise InvalidValue("busy_timeout_s must be a number of seconds from 0 to 3600")
         busy_ms = int(busy_timeout_s * 1000)
         check_count("max_batch", max_batch, MAX_BATCH)

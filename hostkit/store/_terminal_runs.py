@@ -9,14 +9,20 @@ as ``orphaned`` (``mark_orphaned``). Both ends apply only to a ``running``
 row, so a late finish never overwrites an orphan mark and vice versa.
 
 ``host_owner`` is ``LeaseOwner.encode()`` of the Host process that spawned
-the run: a later Host tells its own runs from a dead Host's by it.
+the run: a later Host tells its own runs from a dead Host's by it. That Host
+renews the run's lease (``renew``) while the run lives; a Host on another
+machine, which cannot tell whether the owner lives, orphans a run only once
+its lease expired (``mark_orphaned(..., lease_expired=True)``), and the owner
+whose renewal then finds the run no longer its own stops it.
 ``argv`` is never stored: only the program's base name and the argument
 count (an argument may carry a value the model was given).
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_TERMINAL_RUN_LIST",
+    "TERMINAL_RUN_LEASE_S",
     "NewTerminalRun",
     "SqlTerminalRunStore",
     "TerminalRunEnding",
@@ -40,6 +47,9 @@ __all__ = [
 ]
 
 MAX_TERMINAL_RUN_LIST = 500
+# How long a background run's record stays its Host's without a renewal (wall-clock
+# seconds, as session leases): its Host renews it every third of this.
+TERMINAL_RUN_LEASE_S = 60.0
 MAX_RUN_REASON = 500
 _MAX_ID = 200
 _MAX_PATH = 4_096
@@ -77,6 +87,7 @@ class NewTerminalRun:
     cwd: str
     sandbox: str
     host_owner: str
+    lease_s: float = TERMINAL_RUN_LEASE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +128,15 @@ class TerminalRunRecord:
     stderr: TerminalStreamStats
     started_at: str
     ended_at: str | None
+    # Wall-clock seconds; None for a run recorded before runs had leases.
+    lease_expires_at: float | None = None
 
 
 class TerminalRunStore(ABC):
     """Durable background terminal runs; every adapter implements this group.
 
-    ``insert``, ``mark_started``, ``finish``, ``get``, ``running`` and
-    ``mark_orphaned`` are the Host's own bookkeeping (the terminal effects
+    ``insert``, ``mark_started``, ``renew``, ``finish``, ``get``, ``running``
+    and ``mark_orphaned`` are the Host's own bookkeeping (the terminal effects
     key ``get`` by the calling principal and session, so another owner's run
     answers like a missing one). ``list`` is the owner-checked read for
     operators and inspectors. Bad input raises ``InvalidValue`` (bounded
@@ -141,14 +154,23 @@ class TerminalRunStore(ABC):
         """Attach the spawned root's pid, OS start time and spawn id; False unless running."""
 
     @abstractmethod
+    async def renew(self, run_id: str, *, host_owner: str, lease_s: float) -> bool:
+        """Move the run's lease expiry to now + ``lease_s``; False (nothing written) unless
+        it is still ``running`` under ``host_owner`` (another Host orphaned it)."""
+
+    @abstractmethod
     async def finish(self, run_id: str, ending: TerminalRunEnding) -> bool:
         """Record how a running run ended; False (nothing written) when it is not running."""
 
     @abstractmethod
-    async def mark_orphaned(self, run_id: str, *, host_owner: str, reason: str) -> bool:
+    async def mark_orphaned(
+        self, run_id: str, *, host_owner: str, reason: str, lease_expired: bool = False
+    ) -> bool:
         """End a run still ``running`` under ``host_owner`` as ``orphaned`` with ``reason``.
 
-        False when the run ended meanwhile or belongs to another owner.
+        With ``lease_expired``, only if its lease expired (checked in the same
+        statement, so a renewal that lands first keeps the run). False when
+        the run ended meanwhile, belongs to another owner or was renewed.
         """
 
     @abstractmethod
@@ -158,8 +180,14 @@ class TerminalRunStore(ABC):
         """The run if it belongs to this principal and session; None otherwise."""
 
     @abstractmethod
-    async def running(self, *, limit: int = 100) -> tuple[TerminalRunRecord, ...]:
-        """Runs still recorded as ``running`` (any owner), oldest first; for recovery."""
+    async def running(
+        self, *, limit: int = 100, after: str | None = None, exclude_owner: str | None = None
+    ) -> tuple[TerminalRunRecord, ...]:
+        """Runs still recorded as ``running``, oldest first; for recovery.
+
+        ``after``: the last run id of the previous page; ``exclude_owner``: not
+        this Host's own runs.
+        """
 
     @abstractmethod
     async def list(
@@ -172,6 +200,14 @@ def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
     if not isinstance(value, str) or (not empty and not value) or len(value) > limit:
         raise InvalidValue(f"terminal run {what} must be a string of at most {limit} characters")
     return value
+
+
+def _lease(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InvalidValue("a terminal run lease is a positive number of seconds (at most a day)")
+    if not math.isfinite(seconds) or not 0 < seconds <= 86_400:
+        raise InvalidValue("a terminal run lease is a positive number of seconds (at most a day)")
+    return float(seconds)
 
 
 def _limit(limit: object) -> int:
@@ -214,6 +250,7 @@ def _record(row: sqlite3.Row) -> TerminalRunRecord:
         stderr=_stats(row, "stderr"),
         started_at=row["started_at"],
         ended_at=row["ended_at"],
+        lease_expires_at=row["lease_expires_at"],
     )
 
 
@@ -245,6 +282,7 @@ class SqlTerminalRunStore(TerminalRunStore):
             _text("call_id", run.call_id, _MAX_ID)
         if isinstance(run.argc, bool) or not isinstance(run.argc, int) or run.argc < 1:
             raise InvalidValue("terminal run argc must be a positive integer")
+        _lease(run.lease_s)
 
         def insert(raw: sqlite3.Connection) -> TerminalRunRecord:
             exists = raw.execute(
@@ -254,8 +292,8 @@ class SqlTerminalRunStore(TerminalRunStore):
                 raise InvalidValue("terminal run id already used")
             raw.execute(
                 "INSERT INTO terminal_runs (run_id, session_id, turn_id, call_id, principal_id, "
-                "program, argc, cwd, sandbox, state, host_owner, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                "program, argc, cwd, sandbox, state, host_owner, started_at, lease_expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
                 [
                     run.run_id,
                     run.session_id,
@@ -268,6 +306,7 @@ class SqlTerminalRunStore(TerminalRunStore):
                     run.sandbox,
                     run.host_owner,
                     now(raw),
+                    time.time() + run.lease_s,
                 ],
             )
             rows = _select(raw, "SELECT * FROM terminal_runs WHERE run_id = ?", [run.run_id])
@@ -288,6 +327,21 @@ class SqlTerminalRunStore(TerminalRunStore):
                 "UPDATE terminal_runs SET pid = ?, pid_start = ?, spawn_id = ? "
                 "WHERE run_id = ? AND state = 'running'",
                 [pid, pid_start, spawn_id, run_id],
+            )
+            return cursor.rowcount == 1
+
+        return await self._db.write(update)
+
+    async def renew(self, run_id: str, *, host_owner: str, lease_s: float) -> bool:
+        _text("run_id", run_id, _MAX_ID)
+        _text("host_owner", host_owner, _MAX_PATH)
+        _lease(lease_s)
+
+        def update(raw: sqlite3.Connection) -> bool:
+            cursor = raw.execute(
+                "UPDATE terminal_runs SET lease_expires_at = ? "
+                "WHERE run_id = ? AND state = 'running' AND host_owner = ?",
+                [time.time() + lease_s, run_id, host_owner],
             )
             return cursor.rowcount == 1
 
@@ -324,16 +378,25 @@ class SqlTerminalRunStore(TerminalRunStore):
 
         return await self._db.write(update)
 
-    async def mark_orphaned(self, run_id: str, *, host_owner: str, reason: str) -> bool:
+    async def mark_orphaned(
+        self, run_id: str, *, host_owner: str, reason: str, lease_expired: bool = False
+    ) -> bool:
         _text("run_id", run_id, _MAX_ID)
         _text("host_owner", host_owner, _MAX_PATH)
         _text("reason", reason, MAX_RUN_REASON * 4)
+        expired = " AND lease_expires_at < ?" if lease_expired else ""
 
         def update(raw: sqlite3.Connection) -> bool:
             cursor = raw.execute(
                 "UPDATE terminal_runs SET state = 'orphaned', reason = ?, ended_at = ? "
-                "WHERE run_id = ? AND state = 'running' AND host_owner = ?",
-                [bounded(reason, MAX_RUN_REASON), now(raw), run_id, host_owner],
+                f"WHERE run_id = ? AND state = 'running' AND host_owner = ?{expired}",
+                [
+                    bounded(reason, MAX_RUN_REASON),
+                    now(raw),
+                    run_id,
+                    host_owner,
+                    *([time.time()] if lease_expired else []),
+                ],
             )
             return cursor.rowcount == 1
 
@@ -356,14 +419,25 @@ class SqlTerminalRunStore(TerminalRunStore):
 
         return await self._db.read(query)
 
-    async def running(self, *, limit: int = 100) -> tuple[TerminalRunRecord, ...]:
+    async def running(
+        self, *, limit: int = 100, after: str | None = None, exclude_owner: str | None = None
+    ) -> tuple[TerminalRunRecord, ...]:
         _limit(limit)
+        where, params = "state = 'running'", []
+        if after is not None:
+            _text("after", after, _MAX_ID)
+            where += " AND id > COALESCE((SELECT id FROM terminal_runs WHERE run_id = ?), 0)"
+            params.append(after)
+        if exclude_owner is not None:
+            _text("exclude_owner", exclude_owner, _MAX_PATH)
+            where += " AND host_owner != ?"
+            params.append(exclude_owner)
 
         def query(raw: sqlite3.Connection) -> tuple[TerminalRunRecord, ...]:
             rows = _select(
                 raw,
-                "SELECT * FROM terminal_runs WHERE state = 'running' ORDER BY id LIMIT ?",
-                [limit],
+                f"SELECT * FROM terminal_runs WHERE {where} ORDER BY id LIMIT ?",
+                [*params, limit],
             )
             return tuple(_record(row) for row in rows)
 

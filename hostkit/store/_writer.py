@@ -17,6 +17,12 @@ with what queued meanwhile: commits never wait for a turn of the event loop
 (under load the loop is busy, and a leader task handing over between batches
 kept the database waiting for it). No background task is needed, and a
 cancelled caller whose job was not yet taken is simply dequeued.
+
+Another process may hold SQLite's write lock for longer than the busy
+timeout (a long interactive transaction, a backup). A ``BEGIN`` that fails
+on that lock has run no job, so it is tried again until the writer's lock
+timeout: a write fails then, not after one busy timeout, and a tool call that
+ran is not reported lost because another process wrote for a few seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -44,6 +51,10 @@ MAX_BATCH = 1024
 
 # SQLite result codes after which the same statement may succeed later.
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
+# Another process's write lock: its holder ends it, then a BEGIN succeeds.
+_LOCK_HELD = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+# Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
+_BEGIN_PAUSE_S = 0.01
 
 # The writer's own control statements. Their text differs from anything a caller
 # would write, so a caller's "COMMIT" never reuses a statement prepared (and
@@ -92,7 +103,31 @@ class _Job(Generic[T]):
         self.done = done
 
 
-def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]]) -> None:
+def _begin(conn: sqlite3.Connection, wait_s: float) -> None:
+    """``BEGIN IMMEDIATE``, tried again while another process holds the write lock.
+
+    Each try waits up to the connection's busy timeout; after ``wait_s`` in
+    all, the lock's error is raised. Nothing ran yet, so trying again is safe.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        started = time.monotonic()
+        try:
+            conn.execute(BEGIN)
+            return
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            if not isinstance(code, int) or code & 0xFF not in _LOCK_HELD:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            if time.monotonic() - started < _BEGIN_PAUSE_S:
+                time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
+
+
+def _run_batch(
+    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]], lock_wait_s: float
+) -> None:
     """Run ``jobs`` in one transaction; runs on the DB thread.
 
     The jobs first run back to back with no savepoint between them (two
@@ -103,11 +138,11 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
     """
     guard.raised = False  # never inherit a raised guard from an interrupted transaction
     if len(jobs) == 1:
-        _run_alone(conn, guard, jobs[0])
+        _run_alone(conn, guard, jobs[0], lock_wait_s)
         return
     try:
-        if not _run_jobs(conn, guard, jobs, savepoints=False):
-            _run_jobs(conn, guard, jobs, savepoints=True)
+        if not _run_jobs(conn, guard, jobs, savepoints=False, lock_wait_s=lock_wait_s):
+            _run_jobs(conn, guard, jobs, savepoints=True, lock_wait_s=lock_wait_s)
         conn.execute(COMMIT)
     except sqlite3.Error as exc:
         if conn.in_transaction:
@@ -116,7 +151,12 @@ def _run_batch(conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Jo
 
 
 def _run_jobs(
-    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]], *, savepoints: bool
+    conn: sqlite3.Connection,
+    guard: TransactionGuard,
+    jobs: list[_Job[Any]],
+    *,
+    savepoints: bool,
+    lock_wait_s: float,
 ) -> bool:
     """Run every job in one open transaction; each in its own savepoint if ``savepoints``.
 
@@ -124,7 +164,7 @@ def _run_jobs(
     the answer is False (run them again with savepoints); with them, its error
     is its own and the others go on.
     """
-    conn.execute(BEGIN)
+    _begin(conn, lock_wait_s)
     for job in jobs:
         job.result = None
         if savepoints:
@@ -150,10 +190,12 @@ def _run_jobs(
     return True
 
 
-def _run_alone(conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any]) -> None:
+def _run_alone(
+    conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any], lock_wait_s: float
+) -> None:
     """One job, one transaction: no savepoint is needed to roll it back alone."""
     try:
-        conn.execute(BEGIN)
+        _begin(conn, lock_wait_s)
         guard.raised = True
         try:
             job.result = job.fn(conn)
@@ -241,7 +283,15 @@ class GroupCommitWriter:
 
         try:
             drain = self._conn.start(
-                lambda raw: _drain(raw, self.guard, self._pending, self._max_batch, stop, deliver)
+                lambda raw: _drain(
+                    raw,
+                    self.guard,
+                    self._pending,
+                    self._max_batch,
+                    stop,
+                    deliver,
+                    self._lock_timeout_s,
+                )
             )
         except Exception as exc:  # the connection is closed: nothing queued can run
             self._fail_queued(_as_store_error(exc))
@@ -333,6 +383,7 @@ def _drain(
     max_batch: int,
     stop: Callable[[], bool],
     deliver: Callable[[list[_Job[Any]]], None],
+    lock_wait_s: float,
 ) -> None:
     """Run queued jobs in batches until none is left (or ``stop``); on the DB thread.
 
@@ -352,7 +403,7 @@ def _drain(
         if not batch:
             return
         try:
-            _run_batch(conn, guard, batch)
+            _run_batch(conn, guard, batch, lock_wait_s)
         except BaseException as exc:
             _fail(batch, _as_store_error(exc))
             _abandon_transaction(conn, guard)

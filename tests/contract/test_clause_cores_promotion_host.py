@@ -43,8 +43,8 @@ async def test_promote_and_rollback_move_new_turns_and_drop_session_approvals(
         before = await host.turns.run(request(core_id="notes"))
         assert before.core_revision == first
         cache = host.approvals.runtime
-        await cache.remember(session_key("notes"))
-        await cache.remember(session_key("other"))
+        await cache.remember(session_key("notes"), since=await cache.refresh())
+        await cache.remember(session_key("other"), since=await cache.refresh())
         generation = host.generation
 
         second = commit(path, {"agent.yaml": manifest_text(manifest("notes", "v2"))}, "v2")
@@ -58,7 +58,7 @@ async def test_promote_and_rollback_move_new_turns_and_drop_session_approvals(
         status = await host.cores.status("notes")
         assert (status.live, status.head, status.path) == (second, second, path)
 
-        await cache.remember(session_key("notes"))
+        await cache.remember(session_key("notes"), since=await cache.refresh())
         back = await host.cores.rollback("notes", actor="ops", reason="v2 was wrong")
         assert back.revision == first
         assert host.generation == generation + 2

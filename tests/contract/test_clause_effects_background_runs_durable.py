@@ -78,10 +78,13 @@ async def me(instance: str) -> LeaseOwner:
 
 async def dead_host() -> LeaseOwner:
     """The identity of a real process that has exited: a Host that died."""
-    child = await anyio.open_process([PY, "-c", "pass"])
+    # It lives until its stdin closes, so its start time can be read before it exits.
+    child = await anyio.open_process([PY, "-c", "import sys; sys.stdin.read()"])
     async with child:
         info = await anyio.to_thread.run_sync(psutil.Process, child.pid)
         started = await anyio.to_thread.run_sync(info.create_time)
+        assert child.stdin is not None
+        await child.stdin.aclose()
         await child.wait()
     owner = await me("host_dead")
     return dataclasses.replace(owner, pid=child.pid, started=started)

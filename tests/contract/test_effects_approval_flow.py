@@ -416,7 +416,7 @@ async def test_a_revision_change_and_explicit_revocation_invalidate(tmp_path: Pa
         operator = await host.operator("ops", reason="revoke")
         assert await host.approvals.revoke(operator, result.session_id) == 1
         assert not runtime.cached(key)
-        await runtime.remember(key)
+        await runtime.remember(key, since=await runtime.refresh())
         await host.apply_config(
             host_config(tmp_path, ASK, instructions="Be terse."),
             capabilities=capabilities(model, tools=[stamps.tool]),

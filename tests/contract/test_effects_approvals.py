@@ -207,10 +207,10 @@ async def test_expired_approvals_are_swept_when_the_cache_is_full(
     runtime = ApprovalRuntime(clock=clock)
     keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(3)]
     for key in keys:
-        await runtime.remember(key)
+        await runtime.remember(key, since=await runtime.refresh())
     clock.now += APPROVAL_TTL_S + 1
     fresh = ApprovalKey("p", "ses_new", "fp", "files.write")
-    await runtime.remember(fresh)
+    await runtime.remember(fresh, since=await runtime.refresh())
     assert len(runtime._cache) == 1
     assert runtime.cached(fresh)
 
@@ -226,11 +226,12 @@ async def test_a_cache_full_of_live_approvals_forgets_the_oldest_and_stays_bound
     runtime = ApprovalRuntime(clock=Clock())
     keys = [ApprovalKey("p", f"ses_{i}", "fp", "files.write") for i in range(100)]
     for key in keys:
-        await runtime.remember(key)
+        await runtime.remember(key, since=await runtime.refresh())
         assert len(runtime._cache) <= 20
     assert all(runtime.cached(key) for key in keys[-10:])
     assert not runtime.cached(keys[0])  # forgotten: that session is asked again
-    await runtime.remember(keys[-20])  # answered again: kept as the newest
+    # Answered again: kept as the newest.
+    await runtime.remember(keys[-20], since=await runtime.refresh())
     assert list(runtime._cache)[-1] == keys[-20]
 
 
@@ -328,11 +329,12 @@ async def test_no_cached_answer_is_used_or_kept_while_the_ends_cannot_be_read() 
     assert await runtime.resolve(KEY, make_request, approver) == "approved"
     assert len(approver.prompts) == 2  # asked: it may have been revoked
     feed.failing = False
-    await runtime.remember(KEY)  # a durable answer: kept once the ends can be read
+    # A durable answer: kept once the ends can be read.
+    await runtime.remember(KEY, since=await runtime.refresh())
     assert runtime.cached(KEY)
     feed.failing = True
     runtime.invalidate(key=KEY)
-    await runtime.remember(KEY)
+    await runtime.remember(KEY, since=await runtime.refresh())
     assert not runtime.cached(KEY)
 
 
@@ -370,8 +372,9 @@ async def test_ends_recorded_before_an_answer_or_for_others_do_not_void_it() -> 
         feed.end(core_id="another_core")
         gate.set()
     assert runtime.cached(KEY)
+    mark = await runtime.refresh()  # a durable answer: marked, recorded, then ended
     feed.end(session_id=KEY.session_id)
-    await runtime.remember(KEY)  # a durable answer after an end of its session: not kept
+    await runtime.remember(KEY, since=mark)
     assert not runtime.cached(KEY)
 
 
@@ -408,3 +411,34 @@ async def test_an_answer_is_not_kept_when_the_ends_could_not_be_read_before_the_
         feed.failing = False  # readable again when the answer comes: still not kept
         gate.set()
     assert not runtime.cached(KEY)
+
+
+async def test_an_end_another_task_read_between_the_mark_and_remember_still_counts() -> None:
+    # Another call's cached check (or a revoke's own refresh) may read the end first: the
+    # durable answer recorded before it is still not kept.
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
+    mark = await runtime.refresh()
+    feed.end(session_id=KEY.session_id)
+    assert await runtime.refresh() is not None  # another task read it
+    await runtime.remember(KEY, since=mark)
+    assert not runtime.cached(KEY)
+    runtime.invalidate(session_id="ses_unrelated")  # a local end after the mark: the same
+    mark = await runtime.refresh()
+    runtime.invalidate(session_id=KEY.session_id)
+    await runtime.remember(KEY, since=mark)
+    assert not runtime.cached(KEY)
+
+
+async def test_a_durable_answer_marked_while_the_ends_could_not_be_read_is_not_kept() -> None:
+    feed = Feed()
+    feed.failing = True
+    runtime = ApprovalRuntime(revocations=feed)
+    mark = await runtime.refresh()
+    assert mark is None
+    feed.failing = False
+    feed.end(session_id=KEY.session_id)  # recorded after the answer: must not be missed
+    await runtime.remember(KEY, since=mark)
+    assert not runtime.cached(KEY)
+    await runtime.remember(KEY, since=await runtime.refresh())  # marked after it: kept
+    assert runtime.cached(KEY)

@@ -3,8 +3,9 @@
 A busy store can stall one renewal for as long as it is allowed to take. The
 retry must then come at once, with a safe part of the lease still left, so no
 other Host (recovery, admission) or inbox worker (claim) takes over in
-between. Both keepers are tested over the real SQLite store, with its renewal
-wrapped to stall once: the session lease's heartbeat and the inbox claim's.
+between. Every keeper is tested over the real SQLite store, with its renewal
+wrapped to stall once: the session lease's heartbeat, the inbox claim's and
+the delivery claim's (a slow send while a rival runtime keeps claiming).
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from pathlib import Path
 import anyio
 import pytest
 
+from hostkit.delivery import DeliveryPolicy
 from hostkit.effects import ToolContext, tool
 from hostkit.host import Host
 from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
 from hostkit.store import RuntimeStore, SessionLease
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import TurnRequest, TurnResult
+from hostkit.types import ClaimedDelivery, TurnRequest, TurnResult
+from tests.contract._delivery_hosts import SLACK_TOKEN, channel_host, channel_tables, routed_turn
 from tests.contract._inbox_adapters import envelope
 from tests.hosts import config, request
+from tests.platforms import FakeSlack
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +136,47 @@ async def test_a_stalled_claim_renewal_is_retried_with_a_margin_left(tmp_path: P
     assert len(left_at_try) >= 3, left_at_try
     assert taken == []
     assert handled == 1
+
+
+async def test_a_stalled_delivery_renewal_is_retried_with_a_margin_left(tmp_path: Path) -> None:
+    policy = DeliveryPolicy(lease_s=TTL, jitter=0.0)
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.slow_next(1, delay_s=WORK_S)  # the send outlives the lease
+        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            real = host.store.delivery.extend
+            left_at_try: list[float] = []
+
+            async def stalls_once(claimed: ClaimedDelivery, **options: float) -> ClaimedDelivery:
+                row = await host.store.delivery.intent(claimed.intent.intent_id)
+                left = -1.0 if row is None or row.next_attempt_at is None else row.next_attempt_at
+                left_at_try.append(left - time.time())
+                if len(left_at_try) == 1:
+                    await anyio.sleep(STALL_S)  # a busy store: cancelled at the try's limit
+                return await real(claimed, **options)
+
+            host.store.delivery.extend = stalls_once  # type: ignore[method-assign]
+            holder = host.delivery_runtime(policy=policy)
+            rival = host.delivery_runtime(policy=policy)
+            finished = anyio.Event()
+            rival_sent = 0
+
+            async def rival_drains() -> None:
+                nonlocal rival_sent
+                await slack.wait_for_requests(1)  # held: the rival may take it only if lost
+                while not finished.is_set():
+                    rival_sent += await rival.drain()
+                    await anyio.sleep(0.01)
+
+            with anyio.fail_after(WORK_S + 10):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(rival_drains)
+                    sent = await holder.drain()
+                    finished.set()
+            row = await host.store.delivery.intent(intent_id)
+    assert all(left >= MARGIN for left in left_at_try), left_at_try
+    assert len(left_at_try) >= 3, left_at_try
+    assert (sent, rival_sent) == (1, 0)
+    assert row is not None
+    assert (row.status, row.attempts) == ("delivered", 1)
+    assert len(slack.requests) == 1

@@ -131,6 +131,8 @@ class _BackgroundRun:
     turn_id: str
     control: ProcessControl = field(default_factory=ProcessControl)
     done: anyio.Event = field(default_factory=anyio.Event)
+    # Set when the process tree ended (before its end is recorded): the lease keeper stops.
+    exited: anyio.Event = field(default_factory=anyio.Event)
     began: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     outcome: ProcessOutcome | None = None
@@ -505,6 +507,7 @@ class TerminalRuns(AsyncResource):
                 except Exception as exc:  # kept for terminal.status; never an unretrieved error
                     run.error = bounded(f"{type(exc).__name__}: {exc}", 300)
                 finally:
+                    run.exited.set()
                     if run.control.owner is None:
                         group.cancel_scope.cancel()  # never spawned: nothing to record
         finally:
@@ -524,7 +527,8 @@ class TerminalRuns(AsyncResource):
                 run.done.set()
 
     async def _record_start(self, run: _BackgroundRun) -> None:
-        """Persist the root's pid and start marker; failing that, the run may not go on."""
+        """Persist the root's pid and start marker, then keep the run's lease until it
+        exits; failing either, the run may not go on."""
         owner = await run.control.wait_started()
         if owner is None or self._journal is None:
             return
@@ -532,6 +536,12 @@ class TerminalRuns(AsyncResource):
             await self._journal.started(run.run_id, owner)
         except HostkitError as exc:
             run.control.fail(f"recording the run failed: {exc.message}")
+            return
+        if not await self._journal.keep(run.run_id, run.exited):
+            run.control.fail(
+                "another Host recorded this run as orphaned after its lease expired "
+                "(this Host could not renew it), so it was stopped"
+            )
 
     async def _workdir(self, cwd: str) -> tuple[int, Path] | ToolOutcome:
         try:

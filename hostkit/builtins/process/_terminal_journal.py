@@ -10,8 +10,11 @@ After a crash a record stays ``running`` under a Host that no longer exists.
 ``recover()`` (Host start) and every ``lookup`` of such a record mark it
 ``orphaned`` with a reason, after ending whatever is left of its tree (the
 per-run init and bubblewrap die with their parent, so normally nothing is).
-A Host is gone only when its pid and start time prove it on this machine; a
-record of a live Host process, or of one on another machine, is left alone.
+A Host is gone when its pid and start time prove it on this machine, or,
+for a Host on another machine (which no pid here can prove), when it stopped
+renewing the run's lease (``keep``) and the lease expired. Its processes
+there cannot be signalled from here: an owner that still lives finds, at its
+next renewal, that the run is no longer its own, and stops it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -32,6 +35,7 @@ from hostkit.builtins.process._process_tree import START_TIME_SLACK_S
 from hostkit.effects import ToolOutcome
 from hostkit.errors import HostkitError, bounded
 from hostkit.store import (
+    TERMINAL_RUN_LEASE_S,
     LeaseOwner,
     NewTerminalRun,
     RuntimeStore,
@@ -56,7 +60,7 @@ _EFFECT_STATUS: dict[TerminalRunState, EffectStatus] = {
     "indeterminate": "indeterminate",
     "orphaned": "indeterminate",
 }
-DEFAULT_RECOVER_LIMIT = 500  # running records examined per recovery pass
+DEFAULT_RECOVER_LIMIT = 500  # running records read per page of a recovery pass
 DEFAULT_KILL_CONFIRM_S = 5.0  # how long an orphan's leftover processes get to disappear
 _POLL_S = 0.02
 
@@ -74,6 +78,7 @@ class RunJournal:
     host_owner: LeaseOwner
     observer: Observer | None = None
     kill_confirm_s: float = DEFAULT_KILL_CONFIRM_S
+    lease_s: float = TERMINAL_RUN_LEASE_S
 
     @property
     def owner_text(self) -> str:
@@ -81,7 +86,30 @@ class RunJournal:
 
     async def begin(self, run: NewTerminalRun) -> None:
         """Record a run as ``running`` before anything is spawned (raises ``HostkitError``)."""
-        await self.store.terminal_runs.insert(run)
+        await self.store.terminal_runs.insert(replace(run, lease_s=self.lease_s))
+
+    async def keep(self, run_id: str, ended: anyio.Event) -> bool:
+        """Renew the run's lease every third of it until ``ended``; False when the run
+        stopped being this Host's (another Host orphaned it after its lease expired).
+
+        A renewal that fails (the store is slow or down) is retried at the next
+        beat: only the store decides the run is lost.
+        """
+        beat = self.lease_s / 3
+        while True:
+            with anyio.move_on_after(beat):
+                await ended.wait()
+            if ended.is_set():
+                return True
+            try:
+                with anyio.fail_after(beat):
+                    kept = await self.store.terminal_runs.renew(
+                        run_id, host_owner=self.owner_text, lease_s=self.lease_s
+                    )
+            except (HostkitError, TimeoutError):
+                continue
+            if not kept and not ended.is_set():
+                return False
 
     async def started(self, run_id: str, owner: ProcessOwner) -> None:
         """Attach the spawned root's pid and start time (raises ``HostkitError``)."""
@@ -121,18 +149,28 @@ class RunJournal:
         return record
 
     async def recover(self, *, limit: int = DEFAULT_RECOVER_LIMIT) -> int:
-        """Mark every ``running`` run of a dead Host ``orphaned``; returns how many."""
-        marked = 0
-        for record in await self.store.terminal_runs.running(limit=limit):
-            if record.host_owner != self.owner_text and await self._orphan(record):
-                marked += 1
-        return marked
+        """Mark every ``running`` run of a gone Host ``orphaned``; returns how many.
+
+        Every such record is examined, a page of ``limit`` at a time.
+        """
+        marked, after = 0, None
+        while True:
+            page = await self.store.terminal_runs.running(
+                limit=limit, after=after, exclude_owner=self.owner_text
+            )
+            for record in page:
+                marked += await self._orphan(record)
+            if len(page) < limit:
+                return marked
+            after = page[-1].run_id
 
     async def _orphan(self, record: TerminalRunRecord) -> bool:
         owner = LeaseOwner.decode(record.host_owner)
         if owner is None:
             return False
         liveness = await anyio.to_thread.run_sync(owner.liveness)
+        if liveness == "unknown":
+            return await self._expired(record, owner)
         if liveness != "dead":
             return False
         killed, alive = await anyio.to_thread.run_sync(
@@ -145,6 +183,23 @@ class RunJournal:
             reason += f"; {alive} could not be confirmed gone"
         marked = await self.store.terminal_runs.mark_orphaned(
             record.run_id, host_owner=record.host_owner, reason=reason
+        )
+        if marked:
+            self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
+        return marked
+
+    async def _expired(self, record: TerminalRunRecord, owner: LeaseOwner) -> bool:
+        """Orphan the run of a Host this machine cannot see, once its lease expired."""
+        expires = record.lease_expires_at
+        if expires is None or expires >= time.time():
+            return False
+        reason = (
+            f"the Host process {owner.pid} on {owner.host} that owned the run stopped renewing "
+            "its lease; its processes there could not be signalled from here (that Host "
+            "stops them if it still runs)"
+        )
+        marked = await self.store.terminal_runs.mark_orphaned(
+            record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=True
         )
         if marked:
             self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)

@@ -1,0 +1,174 @@
+"""Clause: a background run of a Host on another machine is orphaned once its lease expired.
+
+No pid on this machine can prove a Host on another machine dead, so a
+background run records a lease its Host renews while the run lives. Another
+Host orphans the run only after that lease expired (checked in the statement
+that marks it, so a renewal that lands first keeps the run); the owner whose
+renewal then finds the run no longer its own stops the run's processes.
+Recovery examines every running record, however many there are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.builtins.process import RunJournal
+from hostkit.errors import InvalidValue
+from hostkit.store import LeaseOwner, RuntimeStore
+from tests.contract.test_clause_effects_background_runs_durable import (
+    completed,
+    dead_host,
+    host_process,
+    me,
+    new_run,
+    session_of,
+    start,
+)
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 30.0
+SHORT_LEASE_S = 0.6
+
+
+@dataclass(frozen=True)
+class ShortLease(RunJournal):
+    """A Host whose runs' leases are short, so a test sees several renewals."""
+
+    lease_s: float = SHORT_LEASE_S
+
+
+async def elsewhere() -> LeaseOwner:
+    """A Host process on another machine: this one can neither see nor signal it."""
+    return dataclasses.replace(await me("host_far"), host="another-machine.invalid")
+
+
+async def test_a_far_hosts_run_is_orphaned_only_once_its_lease_expired(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await session_of(authority)
+    far = await elsewhere()
+    run = dataclasses.replace(new_run(scope, "run_far", far), lease_s=SHORT_LEASE_S)
+    recorded = await store.terminal_runs.insert(run)
+    assert recorded.lease_expires_at is not None
+    assert abs(recorded.lease_expires_at - (time.time() + SHORT_LEASE_S)) < 5
+    async with host_process(store, authority, tmp_path, "host_near") as host:
+        assert await host.journal.recover() == 0  # its lease still runs: left alone
+        await anyio.sleep(SHORT_LEASE_S + 0.2)
+        assert await host.journal.recover() == 1
+        event = await host.events.wait_for(completed("run_far"))
+    record = await store.terminal_runs.get(
+        "run_far", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert record.state == "orphaned"
+    assert "another-machine.invalid" in (record.reason or "")
+    assert "stopped renewing its lease" in (record.reason or "")
+    assert dict(event.data) == {"run_id": "run_far", "state": "orphaned"}
+
+
+async def test_a_renewal_that_lands_before_the_orphaning_keeps_the_run(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await session_of(authority)
+    far = await elsewhere()
+    run = dataclasses.replace(new_run(scope, "run_far", far), lease_s=0.1)
+    await store.terminal_runs.insert(run)
+    await anyio.sleep(0.2)  # expired: then its Host comes back and renews it
+    assert await store.terminal_runs.renew("run_far", host_owner=far.encode(), lease_s=60)
+    async with host_process(store, authority, tmp_path, "host_near") as host:
+        assert await host.journal.recover() == 0
+    # The mark itself checks the expiry: read as expired, renewed before the write.
+    assert not await store.terminal_runs.mark_orphaned(
+        "run_far", host_owner=far.encode(), reason="late", lease_expired=True
+    )
+    record = await store.terminal_runs.get(
+        "run_far", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert record.state == "running"
+
+
+async def test_a_live_host_renews_its_runs_and_stops_one_another_host_orphaned(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    async with host_process(store, authority, tmp_path, "host_a", ShortLease) as host:
+        session = await host.session()
+        run_id = await start(session, "import time; time.sleep(60)")
+        key = {
+            "principal_id": session.context.principal.principal_id,
+            "session_id": session.context.session_id,
+        }
+        await anyio.sleep(SHORT_LEASE_S * 2.5)  # several leases long: renewed all along
+        record = await store.terminal_runs.get(run_id, **key)
+        assert record is not None
+        assert record.state == "running"
+        assert record.lease_expires_at is not None
+        assert record.lease_expires_at > time.time()
+        assert record.pid is not None
+        # Another Host, which could not see this one, took the run from it.
+        assert await store.terminal_runs.mark_orphaned(
+            run_id, host_owner=record.host_owner, reason="its lease expired"
+        )
+        with anyio.fail_after(WAIT_S):
+            while True:  # polled: the process is not ours to wait for, and its end is recorded
+                gone = not await anyio.to_thread.run_sync(psutil.pid_exists, record.pid)
+                status = await session.call("terminal.status", run_id=run_id)
+                if gone and status.status != "succeeded":  # no longer reads running
+                    break
+                await anyio.sleep(0.05)
+    # The end was another Host's to record: this one announces none.
+    assert not [e for e in host.events.seen if e.data["run_id"] == run_id]
+    assert "orphaned" in (status.error or "")
+    final = await store.terminal_runs.get(run_id, **key)
+    assert final is not None
+    assert (final.state, final.reason) == ("orphaned", "its lease expired")
+
+
+async def test_recovery_examines_every_running_record_a_page_at_a_time(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await session_of(authority)
+    dead = await dead_host()
+    async with host_process(store, authority, tmp_path, "host_new") as host:
+        mine = dataclasses.replace(
+            new_run(scope, "run_mine", dead), host_owner=host.journal.owner_text
+        )
+        await store.terminal_runs.insert(mine)  # this Host's own: never examined
+        for index in range(7):
+            await store.terminal_runs.insert(new_run(scope, f"run_{index}", dead))
+        assert await host.journal.recover(limit=3) == 7
+        assert await host.journal.recover(limit=3) == 0
+    running = await store.terminal_runs.running(limit=10)
+    assert [r.run_id for r in running] == ["run_mine"]
+
+
+async def test_bad_leases_and_cursors_are_refused_and_change_nothing(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await session_of(authority)
+    far = await elsewhere()
+    for bad in (0, -1, math.nan, math.inf, True, "60", 86_401):
+        with pytest.raises(InvalidValue, match="lease"):
+            await store.terminal_runs.insert(
+                dataclasses.replace(new_run(scope, "run_bad", far), lease_s=bad)  # type: ignore[arg-type]
+            )
+        with pytest.raises(InvalidValue, match="lease"):
+            await store.terminal_runs.renew("run_x", host_owner=far.encode(), lease_s=bad)  # type: ignore[arg-type]
+    assert await store.terminal_runs.running() == ()
+    await store.terminal_runs.insert(new_run(scope, "run_far", far))
+    # Only its owner renews it; an unknown cursor starts from the beginning.
+    assert not await store.terminal_runs.renew("run_far", host_owner="someone|1|1|x", lease_s=5)
+    assert not await store.terminal_runs.renew("run_missing", host_owner=far.encode(), lease_s=5)
+    assert [r.run_id for r in await store.terminal_runs.running(after="run_unknown")] == ["run_far"]
+    with pytest.raises(InvalidValue):
+        await store.terminal_runs.running(after="x" * 1_000)
