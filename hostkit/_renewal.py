@@ -1,8 +1,8 @@
 """How a lease keeper paces its renewals, so that no renewal starts at the lease's expiry.
 
 Shared by the keepers of a durable lease: a turn's session lease
-(``hostkit.turns``), an inbox claim (``hostkit.inbox``) and a delivery claim
-(``hostkit.delivery``). A renewal may take
+(``hostkit.turns``), an inbox claim (``hostkit.inbox``), a delivery claim
+(``hostkit.delivery``) and a background run's (``hostkit.builtins.process``). A renewal may take
 a third of the lease still left (at least ``lease_s / 30``, at most
 ``bound_s``; ``bound_s`` once the lease is believed expired), so one that
 stalls to its limit leaves two thirds of that for the retry. The retry

@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 import psutil
 
+from hostkit._renewal import RenewalPace
 from hostkit.builtins.process._process import ProcessOutcome, ProcessOwner, StreamCapture
 from hostkit.builtins.process._process_tree import START_TIME_SLACK_S
 from hostkit.effects import ToolOutcome
@@ -92,24 +93,31 @@ class RunJournal:
         """Renew the run's lease every third of it until ``ended``; False when the run
         stopped being this Host's (another Host orphaned it after its lease expired).
 
-        A renewal that fails (the store is slow or down) is retried at the next
-        beat: only the store decides the run is lost.
+        A renewal that fails (the store is slow or down) is retried promptly,
+        each try bounded by a third of the lease still left (``RenewalPace``,
+        as every lease keeper): only the store decides the run is lost.
         """
         beat = self.lease_s / 3
+        pace = RenewalPace(self.lease_s, self.lease_s, beat)
+        pause = beat
         while True:
-            with anyio.move_on_after(beat):
+            with anyio.move_on_after(pause):
                 await ended.wait()
             if ended.is_set():
                 return True
+            start = anyio.current_time()
             try:
-                with anyio.fail_after(beat):
+                with anyio.fail_after(pace.limit(start)):
                     kept = await self.store.terminal_runs.renew(
                         run_id, host_owner=self.owner_text, lease_s=self.lease_s
                     )
-            except (HostkitError, TimeoutError):
+            except (HostkitError, TimeoutError) as exc:
+                pause = pace.failed(exc)
                 continue
-            if not kept and not ended.is_set():
-                return False
+            if not kept:
+                return ended.is_set()  # an end recorded meanwhile is its own, not a loss
+            pace.renewed(start)
+            pause = beat
 
     async def started(self, run_id: str, owner: ProcessOwner) -> None:
         """Attach the spawned root's pid and start time (raises ``HostkitError``)."""
