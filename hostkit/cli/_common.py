@@ -9,7 +9,15 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
-from hostkit.cli._render import print_pending, print_result
+from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
@@ -46,6 +54,7 @@ __all__ = [
     "open_host",
     "operator_host",
     "print_json",
+    "project_config",
     "python_agent",
     "report",
     "run_command",
@@ -54,6 +63,8 @@ __all__ = [
 ]
 
 # The documented exit statuses (docs/cli.md): scripts branch on these.
+# What every command reads when no -c is given (and it exists here).
+DEFAULT_CONFIG = "hostkit.toml"
 EXIT_OK = 0
 EXIT_NOT_COMPLETED = 1
 EXIT_ERROR = 2
@@ -90,7 +101,7 @@ def config_path(path: Path | None) -> Path | None:
     """The ``-c`` file, else ``./hostkit.toml`` if present, else None (the default config)."""
     if path is not None:
         return path
-    default = Path("hostkit.toml")
+    default = Path(DEFAULT_CONFIG)
     return default if default.exists() else None
 
 
@@ -155,15 +166,32 @@ async def open_host(
             config, approver=approver, agents=agents, check_providers=check_providers
         ) as host:
             held.let_go(set(host.warnings))
+            given = config if isinstance(config, Path) and config != Path(DEFAULT_CONFIG) else None
             for line in host.warnings:
                 if moot is not None and moot(line):
                     continue
+                if given is not None:
+                    line = _naming_config(line, host.config.cores, given)
                 console.print(
                     f"[bold yellow]warning[/]: {escape(printable(line))}",
                     highlight=False,
                     soft_wrap=True,
                 )
             yield host
+
+
+def _naming_config(line: str, cores: Iterable[str], config: Path) -> str:
+    """A warning whose hint promotes a core, with the hint naming ``-c`` as given.
+
+    The Host words the hint for the project's own directory; pasted
+    elsewhere, without ``-c``, it would act on another (or no) project.
+    """
+    for core_id in cores:
+        plain = command_line("core", "promote", core_id, reason="...")
+        if plain in line:
+            named = command_line("core", "promote", core_id, reason="...", config=config)
+            line = line.replace(plain, named)
+    return line
 
 
 class _HeldRecords(logging.Handler):
@@ -212,6 +240,26 @@ def report(
     return exit_code(result)
 
 
+async def project_config(config: Path | None) -> Path | None:
+    """``find_config``, refusing where there is no project to act on.
+
+    With no ``hostkit.toml`` here and no database at the default path, a
+    command that reads or changes a project's state is refused
+    (``InvalidValue``) and nothing is created: one run from the wrong
+    directory used to leave a stray database and workspace behind.
+    """
+    found = await find_config(config)
+    if found is None:
+        default = default_config(base_dir=Path(await anyio.Path.cwd()))
+        if default.store.url is None and not await anyio.Path(default.database_path).exists():
+            raise InvalidValue(
+                f"no hostkit.toml in this directory and no database at "
+                f"{default.database_path}: nothing to read here (cd to the project, "
+                "or pass -c FILE)"
+            )
+    return found
+
+
 @contextlib.asynccontextmanager
 async def operator_host(
     config: Path | None,
@@ -228,21 +276,10 @@ async def operator_host(
     the database file, and the audit says exactly that. Most operator
     commands list or requeue and run no turn: the providers' packages are
     checked only for those that do (``check_providers=True``: an approval's
-    continuation). With no ``hostkit.toml`` here and no database at the
-    default path there is nothing to act on: refused, and nothing is created
-    (a command run from the wrong directory left a stray database behind).
+    continuation). Where there is no project, refused (``project_config``).
     """
-    found = await find_config(config)
-    if found is None:
-        default = default_config(base_dir=Path(await anyio.Path.cwd()))
-        if default.store.url is None and not await anyio.Path(default.database_path).exists():
-            raise InvalidValue(
-                f"no hostkit.toml in this directory and no database at "
-                f"{default.database_path}: nothing to read here (cd to the project, "
-                "or pass -c FILE)"
-            )
     async with open_host(
-        found,
+        await project_config(config),
         approver=approver,
         agents=agents,
         check_providers=check_providers,

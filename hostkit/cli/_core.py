@@ -29,9 +29,9 @@ from hostkit.cli._common import (
     config_path,
     console,
     fail,
-    find_config,
     open_host,
     print_json,
+    project_config,
     run_command,
 )
 from hostkit.cli._core_render import (
@@ -148,7 +148,7 @@ def status(
     chosen = _core_id(core_id) if core_id is not None else None
 
     async def main() -> int:
-        async with open_host(await find_config(config), check_providers=False) as host:
+        async with open_host(await project_config(config), check_providers=False) as host:
             ids = [chosen] if chosen is not None else sorted(host.config.cores)
             statuses = [await _registry(host, one).status(one) for one in ids]
         if json_:
@@ -176,7 +176,7 @@ def log(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(await find_config(config), check_providers=False) as host:
+        async with open_host(await project_config(config), check_providers=False) as host:
             cores = _registry(host, chosen)
             revisions = await cores.log(chosen, limit=limit)
             history = await cores.history(chosen, limit=limit)
@@ -211,7 +211,7 @@ def diff(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(await find_config(config), check_providers=False) as host:
+        async with open_host(await project_config(config), check_providers=False) as host:
             found = await _registry(host, chosen).diff(chosen, base=base, target=target)
         if json_:
             print_json(found)
@@ -247,7 +247,7 @@ def promote(
 
     async def main() -> int:
         async with open_host(
-            await find_config(config), check_providers=False, moot=_not_live(chosen)
+            await project_config(config), check_providers=False, moot=_not_live(chosen)
         ) as host:
             try:
                 event = await _registry(host, chosen).promote(
@@ -281,7 +281,7 @@ def rollback(
     chosen, why = _core_id(core_id), _reason(reason, "rolled back")
 
     async def main() -> int:
-        async with open_host(await find_config(config), check_providers=False) as host:
+        async with open_host(await project_config(config), check_providers=False) as host:
             try:
                 event = await _registry(host, chosen).rollback(
                     chosen, actor=operator, reason=why, to=to

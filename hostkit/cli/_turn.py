@@ -181,6 +181,8 @@ async def _streamed(
 ) -> TurnResult:
     result: TurnResult | None = None
     failure: HostkitError | None = None
+    # Whether anything reached ``out``: a turn refused before it streamed prints nothing there.
+    wrote = False
     async with host.events.subscribe(accepts) as events:
 
         async def run() -> None:
@@ -193,22 +195,26 @@ async def _streamed(
                 tg.cancel_scope.cancel()
 
         def show(event: TurnEvent) -> None:
+            nonlocal wrote
             if event.kind == "provider.started":
                 waiting.start("waiting for the model")
             elif event.kind == "text.delta":
                 waiting.stop()
                 out.write(str(event.data["text"]))
                 out.flush()
+                wrote = True
             elif event.kind in ("provider.responded", "provider.failed"):
                 # Tools run next, and may ask for an approval on this terminal.
                 waiting.stop()
             elif event.kind == "provider.completed" and event.data.get("tool_calls"):
                 out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+                wrote = True
             elif event.kind == "mcp.unavailable":
                 # Why a declared server's tools are missing from this turn.
                 waiting.stop()
                 detail = event.data.get("detail") or event.data.get("state")
                 out.write(f"[MCP server {event.data['server']} unavailable: {detail}]\n")
+                wrote = True
 
         try:
             waiting.start("waiting for the model")  # admission and tool discovery come first
@@ -224,7 +230,8 @@ async def _streamed(
                     break
         finally:
             waiting.stop()
-    out.write("\n")
+    if wrote:
+        out.write("\n")
     if failure is not None:
         raise failure
     assert result is not None

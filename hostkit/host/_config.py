@@ -10,6 +10,7 @@ before the parser ever waits on it.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import tomllib
 from pathlib import Path
@@ -464,7 +465,8 @@ def _read_regular(file: Path, shown: str, max_bytes: int) -> bytes:
     try:
         fd = os.open(file, flags)
     except FileNotFoundError:
-        raise ConfigError(f"no configuration file at {shown}; run `hostkit init`") from None
+        init = shlex.join(["hostkit", "init", shown]) if shown == str(file) else "hostkit init"
+        raise ConfigError(f"no configuration file at {shown}; run `{init}`") from None
     except OSError as exc:
         raise ConfigError(f"{shown} cannot be opened: {_reason(exc)}") from None
     try:

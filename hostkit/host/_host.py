@@ -793,7 +793,8 @@ class Host(AsyncResource):
                 approval.approval_id,
                 "unavailable",
                 f"this Host cannot run agent {approval.core_id!r} ({exc.message}); nothing "
-                "was recorded: answer it from a Host that runs that agent",
+                "was recorded: answer it from a Host that runs that agent (on the command "
+                "line, an agent defined in Python needs --agent module:attribute)",
             ) from exc
         try:
             generation = self._generation_of(core.generation)

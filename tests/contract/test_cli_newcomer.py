@@ -341,3 +341,70 @@ def test_run_refuses_an_empty_or_wrong_argument_in_one_line(
     assert err.startswith(f"error: {said}"), err
     assert err.count("\n") == 1, err
     assert out == ""
+
+
+# -- 5. stop 33's newcomer review -------------------------------------------------------
+
+
+def test_the_not_promoted_hint_names_the_config_it_was_given_and_works_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # Printed for a project opened with -c, the hint used to leave -c out: pasted where
+    # the user stood it acted on no project (and created a stray database there).
+    project = tmp_path / "my proj"
+    project.mkdir()
+    code, _, err = hostkit("init", cwd=project)
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, _, err = hostkit("sessions", "-c", str(project / "hostkit.toml"), cwd=elsewhere)
+    assert code == 0, err
+    hint = re.search(r"has no live revision; run `([^`]+)`", err)
+    assert hint, err
+    argv = shlex.split(hint[1])
+    assert argv[:4] == ["hostkit", "core", "promote", "assistant"]
+    assert argv[-2:] == ["-c", str(project / "hostkit.toml")]
+    code, out, err = hostkit(*argv[1:], cwd=elsewhere)
+    assert code == 0, err
+    assert "promoted assistant" in out
+    assert sorted(p.name for p in elsewhere.iterdir()) == []
+    # Opened from the project itself, the hint needs no -c.
+    code, _, err = hostkit("sessions", cwd=project)
+    assert "has no live revision" not in err
+
+
+def test_a_missing_config_file_names_the_init_that_writes_it(tmp_path: Path) -> None:
+    code, _, err = hostkit("sessions", "-c", "sp ace/nope.toml", cwd=tmp_path)
+    assert code == 2
+    hint = re.search(r"run `([^`]+)`", err)
+    assert hint, err
+    assert shlex.split(hint[1]) == ["hostkit", "init", "sp ace/nope.toml"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("core", "status"),
+        ("core", "log", "assistant"),
+        ("core", "diff", "assistant"),
+        ("core", "promote", "assistant", "--reason", "x"),
+        ("core", "rollback", "assistant", "--reason", "x"),
+    ],
+)
+def test_core_commands_outside_a_project_refuse_and_create_nothing(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    code, out, err = hostkit(*args, cwd=tmp_path)
+    assert code == 2
+    assert "nothing to read here" in err, err
+    assert out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_refused_before_it_started_prints_nothing_on_stdout(tmp_path: Path) -> None:
+    (tmp_path / "hostkit.toml").write_text(WRITER)
+    code, out, err = hostkit("run", "--agent", "nosuch", "hi", cwd=tmp_path)
+    assert code == 2
+    assert "no agent named 'nosuch'" in err
+    assert out == ""

@@ -300,6 +300,8 @@ async def test_an_approval_answered_where_its_agent_does_not_run_stays_pending(
             await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
         assert refused.value.reason == "unavailable"
         assert "'assistant'" in refused.value.message
+        assert "--agent module:attribute" in refused.value.message  # where a CLI user goes next
+        assert len(refused.value.message) <= 500
         row = await host.approvals.get(operator, paused.pending_approval)
         assert row.status == "pending"
     assert stamps.lines() == []
