@@ -337,7 +337,8 @@ async def main(args: argparse.Namespace) -> None:
         "protocol%: signed mean of the sum over messages and schemas alone (without the\n"
         "framing layer the ContextManager adds); the template's generation prompt and default\n"
         "system prompt are outside it. SmolLM2's template drops tool schemas and tool-call\n"
-        "arguments, which every estimator counts: the tool rows over-estimate by design."
+        "arguments: the GGUF tokenizer reads that from the template and counts neither, the\n"
+        "generic estimators count both (their tool rows over-estimate by design)."
     )
 
 

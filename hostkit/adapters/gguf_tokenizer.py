@@ -16,9 +16,14 @@ and a default system prompt the template inserts, each counted with the
 tokenizer itself. Other templates keep the generic overhead, which the
 ContextManager's safety margin and calibration absorb.
 
-Tool schemas and tool-call arguments are always counted, although
-SmolLM2's template drops them: another server or template may render them,
-so the estimate errs high there.
+Tool schemas and tool-call arguments are counted only when the template
+has a place for them (it names ``tools``, ``tool_calls``): llama.cpp renders
+a request through the template, so a template without them (SmolLM2's)
+drops them, whether or not the request carries them, and the exact estimate
+must not count what the model never reads. The recorded usage shows it: the
+same prompt tokens with tools offered as without. A template that names
+them, or a file with no template, keeps them counted, which errs high where
+the rendering is not reproduced here.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ _IMPLICIT_SYSTEM = re.compile(
     r"""(<\|im_start\|>system(?:\n|\\n).*?)\1\s*-?\}\}""",
     re.DOTALL,
 )
+# The ``tools`` variable (not ``tool_calls``, nor a ``tool`` role): what renders schemas.
+_TOOLS = re.compile(r"\btools\b")
 
 
 def gguf_estimator_id(path: Path) -> str:
@@ -122,17 +129,19 @@ def build_gguf_estimator(
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
 
-    overheads, request_overhead, implicit_system = _chat_framing(
-        count, str(metadata.get("tokenizer.chat_template") or "")
-    )
+    template = str(metadata.get("tokenizer.chat_template") or "")
+    overheads, request_overhead, implicit_system = _chat_framing(count, template)
     if metadata.get("tokenizer.ggml.add_bos_token"):
         request_overhead += 1
+    renders_definitions, renders_tool_calls = _tool_rendering(template)
     return TokenizerEstimator(
         count,
         estimator_id=estimator_id or gguf_estimator_id(path),
         message_overhead=overheads,
         request_overhead=request_overhead,
         implicit_system_tokens=implicit_system,
+        renders_definitions=renders_definitions,
+        renders_tool_calls=renders_tool_calls,
         cache_entries=cache_entries,
         cache_chars=cache_chars,
     )
@@ -255,3 +264,16 @@ def _chat_framing(count: Callable[[str], int], template: str) -> tuple[dict[str,
         block = found.group(2).replace("\\n", "\n")
         implicit = count(block if block.endswith("\n") else block + "\n")
     return overheads, generation, implicit
+
+
+def _tool_rendering(template: str) -> tuple[bool, bool]:
+    """(renders tool schemas, renders tool calls) for a chat template.
+
+    A Jinja template reaches the request's tools only through the ``tools``
+    variable and an assistant message's calls only through ``tool_calls``;
+    one that names neither cannot render them. Without a template llama.cpp
+    picks a built-in one this module does not read, so both stay counted.
+    """
+    if not template:
+        return True, True
+    return _TOOLS.search(template) is not None, "tool_calls" in template

@@ -171,7 +171,7 @@ async def open_host(
                 if moot is not None and moot(line):
                     continue
                 if given is not None:
-                    line = _naming_config(line, host.config.cores, given)
+                    line = naming_config(line, host.config.cores, given)
                 console.print(
                     f"[bold yellow]warning[/]: {escape(printable(line))}",
                     highlight=False,
@@ -180,7 +180,7 @@ async def open_host(
             yield host
 
 
-def _naming_config(line: str, cores: Iterable[str], config: Path) -> str:
+def naming_config(line: str, cores: Iterable[str], config: Path) -> str:
     """A warning whose hint promotes a core, with the hint naming ``-c`` as given.
 
     The Host words the hint for the project's own directory; pasted

@@ -200,6 +200,12 @@ class TokenizerEstimator:
     with a system message (a template's default system prompt); both only
     enter ``request()``, which the ``Estimator`` protocol does not have.
 
+    ``renders_definitions`` and ``renders_tool_calls`` say whether the chat
+    template puts tool schemas and tool-call arguments into the prompt. A
+    template with no place for them (SmolLM2's ChatML) drops them, and then
+    they cost nothing: ``definitions()`` is 0 and a message counts without its
+    calls. Both default to True, which errs high where nothing is known.
+
     Counts are memoized in an LRU keyed by the text, bounded by
     ``cache_entries`` and by ``cache_chars`` in total; a text longer than
     ``cache_chars`` is counted every time.
@@ -213,6 +219,8 @@ class TokenizerEstimator:
         message_overhead: int | Mapping[str, int] = MESSAGE_OVERHEAD_TOKENS,
         request_overhead: int = 0,
         implicit_system_tokens: int = 0,
+        renders_definitions: bool = True,
+        renders_tool_calls: bool = True,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         cache_chars: int = DEFAULT_CACHE_CHARS,
     ) -> None:
@@ -236,6 +244,8 @@ class TokenizerEstimator:
         self._default_overhead = max(overheads.values())
         self._request_overhead = request_overhead
         self._implicit_system = implicit_system_tokens
+        self._renders_definitions = bool(renders_definitions)
+        self._renders_tool_calls = bool(renders_tool_calls)
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_entries = cache_entries
         self._cache_chars = cache_chars
@@ -254,6 +264,16 @@ class TokenizerEstimator:
     def implicit_system_tokens(self) -> int:
         """Tokens the template adds when a request does not open with a system message."""
         return self._implicit_system
+
+    @property
+    def renders_definitions(self) -> bool:
+        """Whether the template puts tool schemas into the prompt (else they count 0)."""
+        return self._renders_definitions
+
+    @property
+    def renders_tool_calls(self) -> bool:
+        """Whether the template puts an assistant message's tool calls into the prompt."""
+        return self._renders_tool_calls
 
     def overhead(self, role: str) -> int:
         """The framing tokens around one message of ``role``."""
@@ -274,9 +294,13 @@ class TokenizerEstimator:
         return count
 
     def message(self, message: ModelMessage) -> int:
-        return _message(self.text, message, self.overhead(message.role))
+        return _message(
+            self.text, message, self.overhead(message.role), calls=self._renders_tool_calls
+        )
 
     def definitions(self, definitions: Sequence[ToolDefinition]) -> int:
+        if not self._renders_definitions:
+            return 0  # sent, perhaps, but never part of the prompt the model reads
         return _definitions(self.text, definitions, self._default_overhead)
 
     def request(
@@ -366,9 +390,11 @@ def _counter(tokenizer: Any) -> Callable[[str], int]:
     return count
 
 
-def _message(count: Callable[[str], int], message: ModelMessage, overhead: int) -> int:
+def _message(
+    count: Callable[[str], int], message: ModelMessage, overhead: int, *, calls: bool = True
+) -> int:
     size = count(message.content) + overhead
-    for call in message.tool_calls:
+    for call in message.tool_calls if calls else ():
         size += count(call.name) + count(json.dumps(thaw(call.arguments)))
     for part in message.attachments:
         size += _attachment(count, part)

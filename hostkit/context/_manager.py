@@ -504,6 +504,11 @@ class ContextManager:
             calibration.estimator,
         ) == (snapshot.get("provider"), snapshot.get("model"), base.estimator_id):
             factor = calibration.ratio
+        if exact:
+            # An exact count is never scaled down. A ratio below 1 learned against it came
+            # from counting what the model never read (an older hostkit counted the tool
+            # schemas a chat template drops): applied now, it would under-count the window.
+            factor = max(factor, 1.0)
         if request.context.session_id in self._degraded:
             factor = max(factor, 1.0) * self._degraded_factor
         return CalibratedEstimator(base, factor, window.memo(base.estimator_id)), exact

@@ -65,16 +65,23 @@ def mcp_server_rows(
 ) -> McpServerRows:
     """Join the declared servers of ``config`` (of ``agent``, or all) with ``statuses``.
 
-    An ``agent`` neither configured nor in any status is ``InvalidValue``.
+    ``config`` is the one the Host runs (``host.config``): each Agent Core it
+    could load is an agent there, declaring what its live revision's
+    ``agent.yaml`` declares. A core under ``[cores]`` that is not among its
+    agents (not live, or not loadable) has no known declarations: its
+    statuses are left out, not shown as ``removed``. An ``agent`` that is
+    neither an agent, nor a core, nor in any status is ``InvalidValue``.
     """
-    if (
-        agent is not None
-        and agent not in config.agents
-        and not any(s.agent == agent for s in statuses)
-    ):
-        known = ", ".join(sorted(config.agents)[:20]) or "none"
+    names = {*config.agents, *config.cores}
+    if agent is not None and agent not in names and not any(s.agent == agent for s in statuses):
+        known = ", ".join(sorted(names)[:20]) or "none"
         raise InvalidValue(f"no agent named {agent!r} in the configuration (agents: {known})")
-    stored = {(s.agent, s.server): s for s in statuses if agent is None or s.agent == agent}
+    unknown = set(config.cores) - set(config.agents)
+    stored = {
+        (s.agent, s.server): s
+        for s in statuses
+        if (agent is None or s.agent == agent) and s.agent not in unknown
+    }
     rows: dict[tuple[str, str], McpServerRow] = {}
     for name, settings in config.agents.items():
         if agent is not None and name != agent:

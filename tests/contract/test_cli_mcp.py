@@ -4,6 +4,12 @@ Run as a script runs it (a real subprocess on a real database whose rows were
 written through ``record_mcp_status``). Listing starts no server and connects
 nothing; secrets (env values, URL credentials) never appear; a server no
 longer declared shows as ``removed``; bad input is one ``error:`` line, exit 2.
+
+Agent Cores are listed as the Host runs them: each core with the servers its
+live revision's ``agent.yaml`` declares (not HEAD's), a core that is not live
+is one warning (not an error, not ``removed`` rows), and an unknown agent's
+error names the cores too. Those tests promote through the real ``hostkit
+core promote`` in-process, as the core CLI tests do (``_cli_cores``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import pytest
 from hostkit.effects import McpServerDeclaration
 from hostkit.store import RuntimeStore
 from hostkit.types import McpServerStatus, McpToolRow
+from tests.contract._cli_cores import CORE, commit, invoke, live, make_project, manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -273,3 +280,136 @@ async def test_list_json_escapes_unprintable_characters_of_what_a_server_said(
     files = next(row for row in json.loads(out) if row["server"] == "files")
     assert files["tools"][0]["description"] == description
     assert files["detail"] == "said \x9b1;1H hello"
+
+
+# -- Agent Cores: the agents the Host runs, each core at its live revision -------------
+
+CORE_MCP = """\
+mcp:
+  docs:
+    command: [docs-server, --stdio]
+    env:
+      DOCS_TOKEN: sk-live-0123456789abcdef
+"""
+CORE_HELPER = """
+[agents.helper]
+provider = "p"
+
+[agents.helper.mcp.notes]
+command = ["notes-server"]
+"""
+
+
+def core_project(root: Path) -> Path:
+    """The starter core under ``[cores.assistant]`` beside ``[agents.helper]``; the core's dir."""
+    core = make_project(root)
+    with (root / "hostkit.toml").open("a") as config:
+        config.write(CORE_HELPER)
+    return core
+
+
+def promote_with_docs(root: Path, core: Path) -> str:
+    """Make the core live, then promote a revision declaring ``docs`` (reviewed); its sha."""
+    assert invoke("core", "promote", CORE, "--reason", "first", project=root)[0] == 0
+    text = manifest(core).replace("capabilities:\n", "capabilities:\n  mcp.connect:docs: ask\n")
+    changed = commit(core, {"agent.yaml": text + CORE_MCP}, "declare the docs server")
+    code, _, err = invoke("core", "promote", CORE, "--reason", "docs", project=root)
+    assert code == 1, err
+    token = err.split("then pass: --review ", 1)[1].split()[0]
+    code, _, err = invoke(
+        "core", "promote", CORE, "--reason", "docs", "--review", token, project=root
+    )
+    assert code == 0, err
+    assert live(core) == changed
+    return changed
+
+
+def listed_in_process(root: Path, *args: str) -> list[dict[str, object]]:
+    code, out, err = invoke("mcp", "list", "--json", *args, project=root)
+    assert code == 0, err
+    rows = json.loads(out)
+    assert isinstance(rows, list)
+    return rows
+
+
+def test_a_live_core_lists_the_servers_its_live_revision_declares(tmp_path: Path) -> None:
+    core = core_project(tmp_path)
+    promote_with_docs(tmp_path, core)
+    # Committed but not promoted: HEAD declares another server; the live revision does not.
+    moved = manifest(core) + "  extra:\n    url: https://extra.example.com/mcp\n"
+    commit(core, {"agent.yaml": moved}, "declare another server, not promoted")
+
+    rows = listed_in_process(tmp_path)
+    assert [(r["agent"], r["server"], r["state"]) for r in rows] == [
+        ("assistant", "docs", "never connected"),
+        ("helper", "notes", "never connected"),
+    ]
+    docs = rows[0]
+    assert docs["transport"] == "stdio"
+    assert docs["target"] == "docs-server --stdio"
+    assert docs["env"] == ["DOCS_TOKEN"]
+    assert docs["provenance"] == "mcp:docs"
+
+    only = listed_in_process(tmp_path, "--agent", CORE)
+    assert [(r["agent"], r["server"]) for r in only] == [("assistant", "docs")]
+    code, out, err = invoke("mcp", "list", "--agent", CORE, project=tmp_path)
+    assert code == 0, err
+    assert "agent assistant" in out
+    assert re.search(r"\bdocs\s+never connected\s+stdio\b", out)
+    assert "sk-live-0123456789abcdef" not in out + err
+    assert "warning" not in err
+
+
+def test_a_core_without_a_live_revision_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    core_project(tmp_path)
+    hint = f'hostkit core promote assistant --reason "..." -c {tmp_path / "hostkit.toml"}'
+    # No database yet (none is created), then one the Host made but with nothing promoted.
+    for database in (False, True):
+        if database:
+            assert invoke("core", "status", project=tmp_path)[0] == 0
+        assert (tmp_path / "hostkit.db").exists() is database
+
+        code, out, err = invoke("mcp", "list", "--agent", CORE, "--json", project=tmp_path)
+        assert (code, json.loads(out)) == (0, [])
+        assert err.count("core 'assistant' has no live revision") == 1, err
+        assert hint in " ".join(err.split())
+        assert "its MCP servers are not listed" in " ".join(err.split())
+
+        code, out, err = invoke("mcp", "list", project=tmp_path)
+        assert code == 0, err
+        assert "agent helper" in out
+        assert "agent assistant" not in out
+        assert err.count("core 'assistant' has no live revision") == 1, err
+
+
+def test_a_not_live_cores_recorded_servers_are_not_shown_as_removed(tmp_path: Path) -> None:
+    core_project(tmp_path)
+    assert invoke("core", "status", project=tmp_path)[0] == 0
+
+    async def record() -> None:
+        async with RuntimeStore.open(tmp_path / "hostkit.db") as store:
+            await store.mcp_servers.record_mcp_status(
+                McpServerStatus(agent=CORE, server="docs", state="closed")
+            )
+
+    anyio.run(record)
+    # Its declarations are unknown (no revision runs): neither listed nor "removed".
+    rows = listed_in_process(tmp_path)
+    assert [(r["agent"], r["server"], r["state"]) for r in rows] == [
+        ("helper", "notes", "never connected")
+    ]
+    assert listed_in_process(tmp_path, "--agent", CORE) == []
+
+
+@pytest.mark.parametrize("database", [False, True], ids=["no-database", "database"])
+def test_an_unknown_agent_is_one_error_line_naming_the_cores_too(
+    tmp_path: Path, database: bool
+) -> None:
+    core = core_project(tmp_path)
+    if database:
+        promote_with_docs(tmp_path, core)
+    code, out, err = invoke("mcp", "list", "--agent", "nobody", project=tmp_path)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: no agent named 'nobody' in the configuration")
+    assert "(agents: assistant, helper)" in err
+    assert len(err.strip().splitlines()) == 1

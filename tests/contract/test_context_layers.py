@@ -10,7 +10,13 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.context import REFERENCE_ONLY, ContextManager, WorkspaceBootstrap
+from hostkit.context import (
+    REFERENCE_ONLY,
+    ContextManager,
+    EstimatorRegistry,
+    TokenizerEstimator,
+    WorkspaceBootstrap,
+)
 from hostkit.errors import StoreError
 from hostkit.store import RuntimeStore
 from hostkit.types import (
@@ -385,3 +391,27 @@ async def test_calibration_follows_the_pinned_model_when_the_provider_reports_an
     )
     assert isinstance(second, ContextReady)
     assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+
+
+async def test_an_exact_estimate_is_never_scaled_down_by_a_learned_ratio(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    # An exact estimator whose counts once included what the model never read (tool
+    # schemas a chat template drops) learned a ratio below 1; with the counts fixed,
+    # applying it would under-count the window by that much.
+    words = TokenizerEstimator(lambda text: len(text.split()), estimator_id="words:test")
+    estimators = EstimatorRegistry()
+    estimators.register(words)
+    scope = await scope_with(authority, store, [ModelMessage("user", "w " * 3_500)])
+    manager = ContextManager(store, estimators=estimators)
+    limits = dataclasses.replace(ROOMY, estimator_id="words:test")
+    context = with_model(context_for(scope, "t1"), "p", "m")
+    first = await manager.prepare(request_for(context, limits))
+    assert isinstance(first, ContextReady)
+    await observe(manager, first, context, first.estimated_input_tokens // 2)
+    assert await calibration_samples(store, context.session_id) == 1
+    second = await manager.prepare(
+        request_for(with_model(context_for(scope, "t2"), "p", "m"), limits)
+    )
+    assert isinstance(second, ContextReady)
+    assert second.estimated_input_tokens == first.estimated_input_tokens
