@@ -12,31 +12,21 @@ OpenAI-compatible server), keeps its schemas counted.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
 import anyio
 import pytest
 
 from hostkit.adapters.gguf_tokenizer import load_gguf_tokenizer
-from hostkit.adapters.local_llama import load_local_estimator, local_model_available
+from hostkit.adapters.local_llama import load_local_estimator
 from hostkit.authority import AuthorityResolver
 from hostkit.context import CharEstimator, ContextManager, EstimatorRegistry, TokenizerEstimator
 from hostkit.store import RuntimeStore
 from hostkit.testing import ScriptedModel
 from hostkit.types import ContextRequest, ModelLimits, ModelMessage, ToolCall, ToolDefinition
 from tests.contract.test_context_basic import context_for
-from tests.contract.test_context_estimator import Recorded, recorded
+from tests.contract.test_context_estimator import Recorded, needs_gguf, recorded
 from tests.support import facts
-
-needs_gguf = pytest.mark.skipif(
-    not local_model_available()
-    or importlib.util.find_spec("gguf") is None
-    or importlib.util.find_spec("tokenizers") is None,
-    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the embedded GGUF "
-    "(hostkit model pull)",
-)
 
 SCHEMA = ToolDefinition(
     "get_weather",
@@ -168,40 +158,6 @@ async def test_clause_a_gguf_template_that_renders_tools_keeps_them_counted(
     assert estimator.renders_tool_calls is renders
     assert (estimator.definitions([SCHEMA]) > 0) is renders
     assert (estimator.message(call) > estimator.message(ModelMessage("assistant", ""))) is renders
-
-
-@needs_gguf
-@pytest.mark.slow
-@pytest.mark.anyio
-async def test_clause_a_host_turn_with_tools_is_estimated_as_the_local_model_reports(
-    tmp_path: Path,
-) -> None:
-    from hostkit.host import Host, parse_config
-
-    config = parse_config(
-        {
-            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
-            "providers": {"local": {"kind": "local", "max_output_tokens": 8}},
-            # Memory tools are on offer: the model is sent their schemas and never sees them.
-            "agents": {"assistant": {"provider": "local", "memory": True}},
-        },
-        base_dir=tmp_path,
-    )
-    async with Host.open(config) as host:
-        await host.run_turn("assistant", "hello")
-        rows = await host.store.read(
-            lambda c: c.execute(
-                "SELECT d.summary, u.input_tokens FROM context_decisions d "
-                "JOIN usage_observations u ON u.decision_id = d.decision_id"
-            ).fetchall()
-        )
-    (summary, reported), *_ = rows
-    decision = json.loads(summary)
-    schemas = next(layer for layer in decision["layers"] if layer["name"] == "schemas")
-    assert schemas["items"] > 0, "the agent offers tools"
-    assert schemas["tokens"] == 0
-    assert decision["exact_estimator"] is True
-    assert decision["raw_input_tokens"] == reported
 
 
 def _write_tiny_gguf(path: Path, template: str) -> None:

@@ -235,8 +235,10 @@ async def test_a_cache_full_of_live_approvals_forgets_the_oldest_and_stays_bound
     assert list(runtime._cache)[-1] == keys[-20]
 
 
-async def test_an_invalidation_during_a_prompt_keeps_its_answer_out_of_the_cache() -> None:
-    runtime = ApprovalRuntime()
+@pytest.mark.parametrize("where", ["this Host", "another process"])
+async def test_an_end_while_a_person_decides_keeps_the_answer_out_of_the_cache(where: str) -> None:
+    feed = Feed()
+    runtime = ApprovalRuntime(revocations=feed)
     gate = anyio.Event()
     approver = Approver("approve_session", gate)
     async with anyio.create_task_group() as group:
@@ -247,7 +249,10 @@ async def test_an_invalidation_during_a_prompt_keeps_its_answer_out_of_the_cache
 
         group.start_soon(ask)
         await approver.asked.wait()
-        runtime.invalidate(session_id=KEY.session_id)  # e.g. the session was replaced
+        if where == "this Host":
+            runtime.invalidate(session_id=KEY.session_id)  # e.g. the session was replaced
+        else:
+            feed.end(session_id=KEY.session_id)  # recorded in the store by another process
         gate.set()
     assert outcome == ["approved"]  # this call was answered...
     assert not runtime.cached(KEY)  # ...but the session approval does not outlive the change
@@ -335,25 +340,6 @@ async def test_no_cached_answer_is_used_or_kept_while_the_ends_cannot_be_read() 
     feed.failing = True
     runtime.invalidate(key=KEY)
     await runtime.remember(KEY, since=await runtime.refresh())
-    assert not runtime.cached(KEY)
-
-
-async def test_an_end_recorded_elsewhere_while_a_person_decides_keeps_the_answer_out() -> None:
-    feed = Feed()
-    runtime = ApprovalRuntime(revocations=feed)
-    gate = anyio.Event()
-    approver = Approver("approve_session", gate)
-    async with anyio.create_task_group() as group:
-        outcome: list[str] = []
-
-        async def ask() -> None:
-            outcome.append(await runtime.resolve(KEY, make_request, approver))
-
-        group.start_soon(ask)
-        await approver.asked.wait()
-        feed.end(session_id=KEY.session_id)
-        gate.set()
-    assert outcome == ["approved"]
     assert not runtime.cached(KEY)
 
 

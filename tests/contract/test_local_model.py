@@ -189,14 +189,17 @@ async def test_close_is_idempotent_and_frees_the_port() -> None:
     assert await child_pids() == before
 
 
-async def test_a_host_budgets_the_embedded_model_with_its_exact_tokenizer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("memory", [False, True], ids=["no tools", "memory tools"])
+async def test_a_host_budgets_the_embedded_model_with_its_exact_tokenizer(
+    tmp_path: Path, memory: bool
+) -> None:
     from hostkit.host import Host, parse_config
 
     config = parse_config(
         {
             "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
             "providers": {"local": {"kind": "local", "max_output_tokens": 8}},
-            "agents": {"assistant": {"provider": "local", "memory": False}},
+            "agents": {"assistant": {"provider": "local", "memory": memory}},
         },
         base_dir=tmp_path,
     )
@@ -214,3 +217,10 @@ async def test_a_host_budgets_the_embedded_model_with_its_exact_tokenizer(tmp_pa
     assert decision["exact_estimator"] is True
     # Exact tokenizer and template framing: the raw estimate is the provider's count.
     assert abs(decision["raw_input_tokens"] - reported) <= max(2, reported // 50)
+    if memory:
+        # The memory tools' schemas are sent, and the chat template drops them: they cost
+        # nothing (they were once counted, and the "exact" estimate was several times high).
+        schemas = next(layer for layer in decision["layers"] if layer["name"] == "schemas")
+        assert schemas["items"] > 0
+        assert schemas["tokens"] == 0
+        assert decision["raw_input_tokens"] == reported
