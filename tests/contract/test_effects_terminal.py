@@ -384,6 +384,13 @@ async def test_a_working_directory_linked_out_of_the_workspace_is_refused(
         ["perl", "-e", "print 1"],
         ["ruby", "-e", "p 1"],
         ["node", "--eval=1"],
+        # They run another program through an option, a language or a workspace file.
+        ["find", ".", "-exec", "sh", "-c", "echo $API_TOKEN", ";"],
+        ["awk", 'BEGIN { system(ENVIRON["X"]) }'],
+        ["sed", "-n", "1e sh", "x"],
+        ["git", "-c", "alias.x=!sh", "x"],
+        ["make", "-f", "Makefile"],
+        ["tar", "--to-command=sh", "-xf", "a.tar"],
     ],
 )
 async def test_secrets_never_go_to_execution_control_targets(
@@ -396,8 +403,26 @@ async def test_secrets_never_go_to_execution_control_targets(
 
 
 def test_programs_that_run_only_themselves_may_receive_secrets() -> None:
-    for argv in (["python3", "tool.py", "--flag"], ["git", "status"], ["/usr/bin/node", "a.js"]):
+    for argv in (["python3", "tool.py", "--flag"], ["curl", "-s", "u"], ["/usr/bin/node", "a.js"]):
         assert program_refusal(argv[0], argv) is None
+        assert program_refusal(argv[0], argv, Path("/srv/ws")) is None
+
+
+@pytest.mark.parametrize("name", ["fmt", "curl", "python3"])
+async def test_a_program_inside_the_workspace_never_receives_secrets(
+    terminal: Terminal, name: str
+) -> None:
+    # A run without secrets can copy a shell into the workspace under any name; its name
+    # then says nothing of what it is (a hard link or a copy is not a symlink).
+    planted = terminal.workspace / "bin" / name
+    await anyio.Path(planted.parent).mkdir(exist_ok=True)
+    await anyio.Path(planted).write_bytes(await anyio.Path("/bin/sh").read_bytes())
+    await anyio.Path(planted).chmod(0o755)
+    outcome = await terminal.invoke(
+        {"API_TOKEN": SECRET}, argv=[str(planted), "-c", 'printf %s "$API_TOKEN" | rev']
+    )
+    assert (outcome.status, outcome.output) == ("denied", None)
+    assert "inside the workspace" in (outcome.error or "")
 
 
 async def test_a_link_to_a_shell_is_judged_by_its_target(terminal: Terminal) -> None:

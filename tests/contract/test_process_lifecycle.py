@@ -239,6 +239,46 @@ async def test_artifact_write_failure_ends_the_run_and_the_child_never_blocks(
     assert gone(outcome.owner.pid, outcome.owner.create_time)
 
 
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+async def test_output_past_its_limit_ends_the_run_and_the_artifact_keeps_the_limit(
+    supervisor: ProcessSupervisor, tmp_path: Path, stream: str
+) -> None:
+    # The artifact is the Host's file on the Host's disk: no sandbox limit bounds it, so
+    # an endless writer (``yes``) used to fill the disk until its deadline.
+    code = f"import sys\nout = sys.{stream}.buffer\nwhile True: out.write(b'y\\n' * 32768)\n"
+    with anyio.fail_after(WAIT_S):
+        outcome = await run(supervisor, tmp_path, code, grace_s=0.5, max_output_bytes=MB)
+    capture = outcome.stdout if stream == "stdout" else outcome.stderr
+    assert outcome.status == "failed"
+    assert f"{stream} passed the output limit of 1 MiB" in outcome.reason
+    assert outcome.cleanup_confirmed
+    assert capture.artifact is not None
+    data = await anyio.Path(capture.artifact).read_bytes()
+    assert data == b"y\n" * (MB // 2)  # exactly the first MiB, whole
+    assert capture.total_bytes >= MB  # what the child wrote is still counted
+    assert outcome.owner is not None
+    assert gone(outcome.owner.pid, outcome.owner.create_time)
+
+
+async def test_output_within_its_limit_is_kept_whole(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    code = f"import sys\nsys.stdout.buffer.write(b'x' * {MB})\n"
+    outcome = await run(supervisor, tmp_path, code, max_output_bytes=MB)
+    assert outcome.status == "exited"
+    assert outcome.stdout.artifact is not None
+    assert len(await anyio.Path(outcome.stdout.artifact).read_bytes()) == MB
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "1"])
+async def test_a_bad_output_limit_is_refused_before_anything_runs(
+    supervisor: ProcessSupervisor, tmp_path: Path, bad: object
+) -> None:
+    with pytest.raises(InvalidValue, match="max_output_bytes"):
+        await run(supervisor, tmp_path, "pass", max_output_bytes=bad)
+    assert not (tmp_path / "artifacts").exists()
+
+
 # --- deadline and cancellation --------------------------------------------------------
 
 

@@ -1,9 +1,11 @@
-"""A tool printing 1 GiB through ``terminal.run`` keeps the Host's memory bounded.
+"""A tool printing 1 GiB through ``terminal.run`` keeps the Host's memory and disk bounded.
 
 The whole stream goes to the private artifact file; the Host holds only the
 12,000-character tails and a few queued chunks, and the model view stays
 within its bound. (bench/effects_bench.py prints the same figure against
-``subprocess.run``.)
+``subprocess.run``.) The artifact is the Host's own file, out of the
+sandbox's reach: each stream is held to the agent's ``file_size_mb``, and a
+run that passes it fails, as a process whose file passes the limit does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 import anyio
 import pytest
 
+from hostkit.builtins.process import UNSANDBOXED, ResourceLimits, SandboxPolicy, probe_bubblewrap
+from hostkit.effects import ToolContext, ToolOutcome
 from hostkit.types import EffectResult
 from tests.contract.test_effects_terminal import Terminal
 from tests.support import peak_rss_growth
@@ -47,3 +51,22 @@ async def test_a_1_gib_flood_is_drained_with_bounded_memory(terminal: Terminal) 
     assert f'"total_bytes": {GIB}' in stdout
     assert '"truncated": true' in stdout
     assert growth < 100 * MB, f"RSS grew by {growth / MB:.1f} MiB"
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "unsandboxed"])
+async def test_an_endless_writer_stops_at_the_file_size_limit_of_the_host_disk(
+    terminal: Terminal, sandboxed: bool
+) -> None:
+    if sandboxed and not (await anyio.to_thread.run_sync(probe_bubblewrap)).ok:
+        pytest.fail("bubblewrap is not usable here: `make bubblewrap` installs it")
+    base = SandboxPolicy() if sandboxed else UNSANDBOXED
+    policy = SandboxPolicy(mode=base.mode, limits=ResourceLimits(file_size_mb=1))
+    tool = next(t for t in terminal.runs.tools(sandbox=policy) if t.name == "terminal.run")
+    context = ToolContext("turn", "sess", "core", "owner", terminal.workspace)
+    with anyio.fail_after(60):
+        outcome = await tool.invoke(context, tool.validate({"argv": ["yes"], "deadline_s": 50}))
+    assert isinstance(outcome, ToolOutcome)
+    assert outcome.status == "failed"
+    assert "stdout passed the output limit of 1 MiB" in (outcome.error or "")
+    on_disk = [p for p in terminal.artifacts.rglob("*.stdout") if p.is_file()]
+    assert [p.stat().st_size for p in on_disk] == [MB]

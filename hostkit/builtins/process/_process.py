@@ -308,6 +308,7 @@ async def _spawn(
     artifact_dir: Path,
     spawn_id: str,
     tail_chars: int,
+    max_output_bytes: int | None,
 ) -> tuple[Process, tuple[_Sink, _Sink], int | None]:
     """Create the artifact files, then the process in a new session; undo the files on failure.
 
@@ -338,6 +339,7 @@ async def _spawn(
             path=out_path,
             tail_chars=tail_chars,
             write_chunks=_write_chunks,
+            max_bytes=max_output_bytes,
         ),
         _Sink(
             name="stderr",
@@ -345,6 +347,7 @@ async def _spawn(
             path=err_path,
             tail_chars=tail_chars,
             write_chunks=_write_chunks,
+            max_bytes=max_output_bytes,
         ),
     )
     return process, sinks, report
@@ -365,6 +368,7 @@ async def run_process(
     snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S,
     max_processes: int | None = None,
+    max_output_bytes: int | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` as an owned process tree and return how it ended, after cleanup.
 
@@ -379,7 +383,9 @@ async def run_process(
     supervisor close (``cancelled``). Ending a tree sends TERM, waits
     ``grace_s``, then KILLs until every tracked process is gone or
     ``confirm_s`` passes (``indeterminate``). A tree seen with more than
-    ``max_processes`` processes (besides its root) is ended as ``failed``.
+    ``max_processes`` processes (besides its root) is ended as ``failed``, and
+    so is one whose stdout or stderr passes ``max_output_bytes`` (its artifact
+    keeps that much).
     ``argv`` may itself be a sandbox launcher (``_sandbox.sandbox_argv``).
 
     Raises ``InvalidValue`` for bad options and ``RuntimeFailure`` when the
@@ -397,6 +403,12 @@ async def run_process(
         "tail_chars": tail_chars,
     }
     command = _check_options(argv, env, limits)
+    if max_output_bytes is not None and (
+        isinstance(max_output_bytes, bool)
+        or not isinstance(max_output_bytes, int)
+        or max_output_bytes < 1
+    ):
+        raise InvalidValue("max_output_bytes must be a positive integer (or None)")
     environment = dict(env)
     control = control if control is not None else ProcessControl()
     control._claim()
@@ -428,6 +440,7 @@ async def run_process(
             artifact_dir=Path(artifact_dir),
             spawn_id=spawn_id,
             tail_chars=tail_chars,
+            max_output_bytes=max_output_bytes,
         )
     tree = _Tree(
         process,

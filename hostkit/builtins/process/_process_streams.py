@@ -5,7 +5,10 @@ into private artifact files (a 0o700 directory, 0o600 files created
 exclusively, never through a symlink). An artifact write failure is a
 terminal error: the sink reports it at once (the run ends the process tree
 and fails) and draining goes on until the tree is gone, so the child never
-blocks on a full pipe meanwhile.
+blocks on a full pipe meanwhile. So is a stream that passes its output limit:
+the artifact keeps the first ``max_bytes`` and the run fails, as a process
+fails whose file passes its size limit (the artifact is the Host's file, on
+the Host's disk, out of the sandbox's limits).
 
 Every file write runs in a worker thread: the Host shares its event loop with
 turns, widgets and the inbox.
@@ -106,6 +109,7 @@ class _Sink:
         path: Path,
         tail_chars: int,
         write_chunks: Callable[[int, Sequence[bytes]], None],
+        max_bytes: int | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -121,6 +125,8 @@ class _Sink:
         self._tail = ""
         self._bytes = 0
         self._chars = 0
+        self._max_bytes = max_bytes
+        self._kept = 0  # bytes written to the artifact
 
     def capture(self) -> StreamCapture:
         """The stream as seen so far."""
@@ -193,23 +199,47 @@ class _Sink:
                             break
                         batch.append(more)
                         size += len(more)
-                    if not await self._write(batch):
+                    if not await self._write(self._within_limit(batch, size)):
                         on_write_failure()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close(sync=self.error is None)
                 self.closed.set()
 
-    async def _write(self, batch: list[bytes]) -> bool:
-        """Write ``batch``; False once writing has failed (now or before)."""
+    def _within_limit(self, batch: list[bytes], size: int) -> list[bytes] | None:
+        """``batch``, cut at the output limit; None (and ``error`` set) past it."""
+        if self._max_bytes is None or self._kept + size <= self._max_bytes:
+            return batch
+        room = self._max_bytes - self._kept
+        kept: list[bytes] = []
+        for chunk in batch:
+            if room <= 0:
+                break
+            kept.append(chunk[:room])
+            room -= len(kept[-1])
+        if self.error is None:
+            limit = _mib(self._max_bytes)
+            self.error = (
+                f"{self.name} passed the output limit of {limit} (its artifact keeps the "
+                f"first {limit})"
+            )
+        return kept or None
+
+    async def _write(self, batch: list[bytes] | None) -> bool:
+        """Write ``batch`` (None: the limit was passed); False once writing has stopped."""
         # After a failure the chunks are dropped, but still consumed: the drain never stalls.
         if self._fd is None:
             return False
-        try:
-            await anyio.to_thread.run_sync(self._write_chunks, self._fd, batch)
-        except OSError as exc:
-            self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
-            await self._close(sync=False)
+        if batch:
+            try:
+                await anyio.to_thread.run_sync(self._write_chunks, self._fd, batch)
+            except OSError as exc:
+                self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
+                await self._close(sync=False)
+                return False
+            self._kept += sum(len(chunk) for chunk in batch)
+        if self._max_bytes is not None and self.error is not None:
+            await self._close(sync=True)  # what it kept is the record of the output
             return False
         return True
 
@@ -221,6 +251,10 @@ class _Sink:
             await anyio.to_thread.run_sync(functools.partial(_close_artifact, fd, sync=sync))
         except OSError as exc:
             self.error = self.error or bounded(f"{self.name} artifact sync failed: {exc!r}")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MiB"
 
 
 ARTIFACT_KEY_FILE = ".key"

@@ -77,6 +77,7 @@ from hostkit.builtins.process._process import (
     run_process,
 )
 from hostkit.builtins.process._sandbox import (
+    MB,
     SandboxPolicy,
     SandboxUnavailable,
     probe_bubblewrap,
@@ -365,7 +366,10 @@ class TerminalRuns(AsyncResource):
                 "denied", None, f"program {bounded(argv[0], 80)!r} was not found{where}"
             )
         if ctx.secrets:
-            refusal = program_refusal(real, argv)  # through a link to a shell, say
+            # The real path: through a link to a shell, or a program the agent put in the
+            # workspace.
+            root = Path(await anyio.to_thread.run_sync(os.path.realpath, workspace))
+            refusal = program_refusal(real, argv, root)
             if refusal is not None:
                 return ToolOutcome("denied", None, refusal)
         opened = await self._workdir(cwd)
@@ -375,6 +379,9 @@ class TerminalRuns(AsyncResource):
         # From here the descriptor is owned: closed below, or by the background driver.
         options = {"cwd": workdir, "env": env, "deadline_s": deadline_s, **self._options(ctx)}
         options["max_processes"] = policy.limits.processes
+        # The output is kept on the Host's disk, out of the sandbox's file size limit:
+        # each stream is held to the same limit.
+        options["max_output_bytes"] = policy.limits.file_size_mb * MB
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
                 launch_argv, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root

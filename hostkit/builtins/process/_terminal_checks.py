@@ -41,7 +41,10 @@ __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRefuse
 # A secret is approved for *this* program. A shell, or a wrapper whose job is to run
 # another command (with other privileges, in another namespace, under a tracer, later),
 # would hand it to a program nobody approved, so secrets never go to one of these,
-# whatever its arguments.
+# whatever its arguments. So do the programs that run another one through an option, a
+# script language of their own or a file in the workspace (find -exec, awk's system(),
+# GNU sed's e command, a Makefile, git's aliases and hooks, tar's --to-command, an
+# editor's or pager's shell escape).
 EXECUTION_CONTROL_TARGETS = frozenset(
     {
         # shells
@@ -52,6 +55,11 @@ EXECUTION_CONTROL_TARGETS = frozenset(
         "taskset", "stdbuf", "flock", "watch", "script", "command", "exec", "time",
         # tracers and debuggers run (and can steer) whatever they are given
         "strace", "ltrace", "gdb", "lldb", "valgrind",
+        # run another program through an option, their own language or a workspace file
+        "find", "parallel", "make", "gmake", "git", "awk", "gawk", "mawk", "nawk", "sed",
+        "gsed", "tar", "rsync", "ssh", "scp", "sftp", "expect", "tclsh", "wish", "lua",
+        "luajit", "R", "Rscript", "julia", "npx", "vi", "vim", "nvim", "ex", "ed", "emacs",
+        "less", "more", "man",
     }
 )  # fmt: skip
 
@@ -91,8 +99,20 @@ class TerminalRefused(UserError):
     """``terminal.run`` will not start this command; the message says why."""
 
 
-def program_refusal(argv0: str, argv: Sequence[str]) -> str | None:
-    """Why ``argv`` may not receive secrets (None when it may); pure."""
+def program_refusal(argv0: str, argv: Sequence[str], workspace: Path | None = None) -> str | None:
+    """Why ``argv`` may not receive secrets (None when it may); pure.
+
+    With ``workspace`` (``argv0`` is then the real path that runs), a program
+    inside it is refused too: the agent can write there, so its name says
+    nothing of what it is (a copy of ``bash`` named ``fmt``).
+    """
+    if workspace is not None:
+        real = Path(argv0)
+        if real == workspace or real.is_relative_to(workspace):
+            return (
+                "secrets are never passed to a program inside the workspace: the agent "
+                "can write there, so it may be any program under any name"
+            )
     name = os.path.basename(argv0)
     if name in EXECUTION_CONTROL_TARGETS:
         return f"secrets are never passed to {name!r}: it runs other programs"
