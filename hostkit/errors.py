@@ -28,6 +28,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     └── RuntimeFailure             the runtime could not do its job
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
+        │   ├── StoreOutcomeUnknown a COMMIT whose answer was lost: it may have landed
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
         ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
@@ -72,6 +73,7 @@ __all__ = [
     "StateConflict",
     "StoreClosed",
     "StoreError",
+    "StoreOutcomeUnknown",
     "TurnInProgress",
     "TurnInfrastructureError",
     "TurnRejected",
@@ -417,6 +419,15 @@ class StoreClosed(StoreError):
 
     def __init__(self) -> None:
         super().__init__("runtime store is closed")
+
+
+class StoreOutcomeUnknown(StoreError):
+    """A write's COMMIT was sent and its answer lost (the connection broke): it may or may
+    not have landed. Read the state again before retrying; a write keyed by a request id
+    or fenced by a token may be run again to find out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
 
 
 class MigrationError(StoreError):

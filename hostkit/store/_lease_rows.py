@@ -38,7 +38,7 @@ from hostkit.store._turn_values import (
     TurnState,
 )
 
-__all__ = ["admit", "holder_gone", "recover", "renew", "session_lease"]
+__all__ = ["admit", "admitted_by", "holder_gone", "recover", "renew", "session_lease"]
 
 _LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s"
 
@@ -189,6 +189,47 @@ def admit(
         created=created,
         recovered=recovered,
         next_event_seq=next_event_seq,
+        open_approvals=has_open_calls(conn, session_id),
+    )
+
+
+def admitted_by(
+    conn: sqlite3.Connection, admission: TurnAdmission, owner: LeaseOwner
+) -> Admitted | None:
+    """``admission`` as its transaction left it, if that committed and ``owner`` still holds
+    the session for it; None when nothing of it landed (or it was taken over since).
+
+    Read back after a COMMIT whose answer was lost. The turn of a dead holder
+    the admission may have ended is not known here (``recovered`` is empty);
+    that turn's own record says how it ended.
+    """
+    encoded = owner.encode()
+    held = one_row(
+        conn,
+        f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE turn_id = ? AND owner = ?",
+        [admission.turn_id, encoded],
+    )
+    turn = one_row(
+        conn,
+        "SELECT status FROM turns WHERE turn_id = ? AND principal_id = ? AND request_id = ?",
+        [admission.turn_id, admission.principal_id, admission.request_id],
+    )
+    if held is None or turn is None or turn["status"] != "running":
+        return None
+    session_id = str(held["session_id"])
+    facts = owner_facts(conn, session_id)
+    if facts is None:
+        return None
+    last = conn.execute(
+        "SELECT MAX(seq) FROM turn_events WHERE turn_id = ?", [admission.turn_id]
+    ).fetchone()[0]
+    lease = SessionLease(
+        session_id, admission.turn_id, held["token"], encoded, held["expires_at"], held["ttl_s"]
+    )
+    return Admitted(
+        lease=lease,
+        owner=facts,
+        next_event_seq=int(last or 1) + 1,
         open_approvals=has_open_calls(conn, session_id),
     )
 

@@ -32,7 +32,7 @@ import anyio
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.errors import InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
@@ -275,10 +275,9 @@ class PgStore(RowStore):
                     if getattr(exc, "sqlstate", None) in _RERUN_STATES:
                         raise
                     # The connection broke during COMMIT: it may or may not have landed.
-                    raise StoreError(
+                    raise StoreOutcomeUnknown(
                         "the connection broke during COMMIT; whether the write landed is "
-                        "unknown: read the state again before retrying",
-                        retryable=False,
+                        "unknown: read the state again before retrying"
                     ) from exc
                 return result
             finally:

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, StoreError, StoreOutcomeUnknown
 from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
 from hostkit.store._context_values import ObservedStep
@@ -80,7 +80,10 @@ class TurnStore(ABC):
         ``turn.started`` event (seq 1); the turn row keeps ``admission.route``
         (``route_of``, and recovery's delivery intents). Returns ``Admitted`` with the
         ``SessionLease`` every later write of the turn carries.
-        ``ttl_s`` must be in (0, ``MAX_LEASE_TTL_S``].
+        ``ttl_s`` must be in (0, ``MAX_LEASE_TTL_S``]. A COMMIT whose answer
+        was lost (a connection that broke) is read back: the admission if it
+        landed, else a retryable ``StoreError`` (the request id is still free,
+        or finds the turn that landed).
         """
 
     @abstractmethod
@@ -212,9 +215,30 @@ class SqlTurnStore(TurnStore):
             raise InvalidValue("a LeaseOwner is required")
         ttl = check_ttl(ttl_s)
         clock = self._clock
-        return await self._db.write(
-            lambda conn: leases.admit(conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock())
-        )
+        try:
+            return await self._db.write(
+                lambda conn: leases.admit(
+                    conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock()
+                )
+            )
+        except StoreOutcomeUnknown:
+            # The COMMIT's answer was lost (a connection that broke): read what landed. The
+            # admission is ours to go on with if it did; if nothing of it did, admitting
+            # again is safe (the request id is still free), so the error says retry.
+            try:
+                landed = await self._db.read(
+                    lambda conn: leases.admitted_by(conn, admission, owner)
+                )
+            except StoreError:
+                landed = None
+            if landed is not None:
+                return landed
+            # Admission is idempotent by request id: a turn that landed is found again.
+            raise StoreError(
+                "the connection broke during the admission's COMMIT and this admission is "
+                "not there to go on with; admitting the request again is safe",
+                retryable=True,
+            ) from None
 
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
         check_id("principal_id", principal_id)

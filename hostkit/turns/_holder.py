@@ -189,8 +189,9 @@ class LeaseHolder:
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc
         except StoreError as exc:
-            # The admission transaction rolled back whole: nothing of the turn exists, so
-            # the request id stays free for a retry (which the store's error says is worth it).
+            # The admission transaction rolled back whole (a COMMIT whose answer was lost was
+            # read back by the store first): nothing of the turn exists, so the request id
+            # stays free for a retry (which the store's error says is worth it).
             rejected = TurnRejected(f"the store could not admit the turn: {exc.message}")
             rejected.retryable = exc.retryable
             raise rejected from exc

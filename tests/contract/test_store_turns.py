@@ -10,6 +10,7 @@ import dataclasses
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,8 @@ from hostkit.errors import (
     InvalidValue,
     LeaseLost,
     NotFoundOrUnauthorized,
+    StoreError,
+    StoreOutcomeUnknown,
     TurnInProgress,
 )
 from hostkit.store import (
@@ -629,3 +632,68 @@ async def test_a_step_observation_commits_with_the_transcript_write(
     assert not await runtime.context.record_usage(last.observation)
     messages = await runtime.list_messages(scope, lease.session_id)
     assert [m.role for m in messages.items] == ["assistant", "assistant"]
+
+
+# -- a COMMIT whose answer was lost ----------------------------------------------------
+
+
+def lost_answers(
+    runtime: RuntimeStore, monkeypatch: pytest.MonkeyPatch, *, landed: bool
+) -> list[int]:
+    """The next write's COMMIT loses its answer (the connection broke), after committing
+    (``landed``) or not; PostgreSQL reports that as ``StoreOutcomeUnknown``."""
+    real = runtime.write
+    hits: list[int] = []
+
+    async def write(fn: Any) -> Any:
+        if hits:
+            return await real(fn)
+        hits.append(1)
+        if landed:
+            await real(fn)
+        raise StoreOutcomeUnknown("the connection broke during COMMIT")
+
+    monkeypatch.setattr(runtime, "write", write)
+    return hits
+
+
+async def test_an_admission_whose_commit_landed_unanswered_is_read_back_and_goes_on(
+    runtime: RuntimeStore,
+    resolver: AuthorityResolver,
+    live: LeaseOwner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It used to fail permanently: an inbound was dead-lettered, its turn left to be lost.
+    scope = await conversation(resolver)
+    hits = lost_answers(runtime, monkeypatch, landed=True)
+    wanted = admission(scope)
+    admitted = await runtime.turns.admit(wanted, owner=live, ttl_s=60)
+    assert hits == [1]
+    assert isinstance(admitted, Admitted)
+    lease = admitted.lease
+    assert (lease.turn_id, lease.token, lease.owner) == (wanted.turn_id, 1, live.encode())
+    assert await runtime.turns.session_lease(lease.session_id) == lease
+    assert admitted.next_event_seq == 2
+    # The turn goes on under that lease, to its one terminal record.
+    assert await say(runtime, lease, admitted.next_event_seq) == 1
+    await runtime.turns.finish(lease, result_of(lease), event_seq=3)
+    assert (await runtime.turns.state(scope, lease.turn_id)).status == "completed"
+
+
+async def test_an_admission_whose_commit_did_not_land_is_retryable_and_the_id_stays_free(
+    runtime: RuntimeStore,
+    resolver: AuthorityResolver,
+    live: LeaseOwner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scope = await conversation(resolver)
+    lost_answers(runtime, monkeypatch, landed=False)
+    wanted = admission(scope, request_id="req-unanswered")
+    with pytest.raises(StoreError) as caught:
+        await runtime.turns.admit(wanted, owner=live, ttl_s=60)
+    assert caught.value.retryable
+    assert not isinstance(caught.value, StoreOutcomeUnknown)
+    assert await runtime.turns.find(scope.principal_id, "req-unanswered") is None
+    again = await runtime.turns.admit(wanted, owner=live, ttl_s=60)
+    assert isinstance(again, Admitted)
+    assert again.lease.turn_id == wanted.turn_id
