@@ -403,9 +403,38 @@ async def test_secrets_never_go_to_execution_control_targets(
 
 
 def test_programs_that_run_only_themselves_may_receive_secrets() -> None:
-    for argv in (["python3", "tool.py", "--flag"], ["curl", "-s", "u"], ["/usr/bin/node", "a.js"]):
+    for argv in (
+        ["python3", "tool.py", "--flag"],
+        ["curl", "-s", "u"],
+        ["/usr/bin/node", "a.js"],
+        ["/usr/bin/ssh-keygen", "-y"],
+        ["/usr/bin/python3.11", "-m", "tool"],
+        ["/usr/bin/ldd", "x"],
+    ):
         assert program_refusal(argv[0], argv) is None
         assert program_refusal(argv[0], argv, Path("/srv/ws")) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # The real paths short names lead to (Debian's alternatives): vi -> vim.basic.
+        ["/usr/bin/vim.basic", "-Es", "-c", "call writefile([$API_TOKEN], 'x')"],
+        ["/usr/bin/tclsh8.6"],
+        ["/usr/bin/emacs-nox", "--batch"],
+        ["/usr/bin/ksh93", "-c", "true"],
+        ["/usr/bin/lua5.4", "x.lua"],
+        ["/usr/bin/perl5.36-x86_64-linux-gnu", "-e", "print 1"],
+        ["/usr/bin/view", "x"],
+        # The dynamic loader runs any program it is given.
+        ["/usr/bin/ld.so", "/bin/sh", "-c", "true"],
+        ["/lib64/ld-linux-x86-64.so.2", "/bin/sh"],
+        ["/lib/ld-musl-x86_64.so.1", "/bin/sh"],
+    ],
+)
+def test_a_version_flavour_or_loader_of_a_refused_program_is_refused(argv: list[str]) -> None:
+    assert program_refusal(argv[0], argv) is not None
+    assert program_refusal(argv[0], argv, Path("/srv/ws")) is not None
 
 
 @pytest.mark.parametrize("name", ["fmt", "curl", "python3"])

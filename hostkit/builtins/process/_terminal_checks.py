@@ -59,7 +59,7 @@ EXECUTION_CONTROL_TARGETS = frozenset(
         "find", "parallel", "make", "gmake", "git", "awk", "gawk", "mawk", "nawk", "sed",
         "gsed", "tar", "rsync", "ssh", "scp", "sftp", "expect", "tclsh", "wish", "lua",
         "luajit", "R", "Rscript", "julia", "npx", "vi", "vim", "nvim", "ex", "ed", "emacs",
-        "less", "more", "man",
+        "view", "rvim", "vimdiff", "editor", "less", "more", "man",
     }
 )  # fmt: skip
 
@@ -99,6 +99,24 @@ class TerminalRefused(UserError):
     """``terminal.run`` will not start this command; the message says why."""
 
 
+# The dynamic loader (``ld.so /bin/sh ...``) runs whatever program it is given.
+_LOADER = re.compile(r"ld(\.so[\d.]*|-linux[\w.-]*|-musl[\w.-]*)")
+# A distribution's flavour of a program: emacs-nox, perl5.36-x86_64-linux-gnu.
+_FLAVOUR = re.compile(r"-(nox|gtk\w*|lucid|x11|motif|\w+-linux-\w+)$")
+
+
+def _program_names(name: str) -> frozenset[str]:
+    """``name`` and the program it is a version or flavour of: ``vim.basic`` (what ``vi``
+    links to on Debian) is ``vim``, ``tclsh8.6`` is ``tclsh``, ``emacs-nox`` is ``emacs``.
+
+    The real path of a short name is often such a file: checked by the short
+    name alone, the programs listed here would be let through by their own path.
+    """
+    base = _FLAVOUR.sub("", name)
+    base = base.split(".", 1)[0] or base
+    return frozenset({name, base, base.rstrip("0123456789") or base})
+
+
 def program_refusal(argv0: str, argv: Sequence[str], workspace: Path | None = None) -> str | None:
     """Why ``argv`` may not receive secrets (None when it may); pure.
 
@@ -114,10 +132,13 @@ def program_refusal(argv0: str, argv: Sequence[str], workspace: Path | None = No
                 "can write there, so it may be any program under any name"
             )
     name = os.path.basename(argv0)
-    if name in EXECUTION_CONTROL_TARGETS:
+    if _LOADER.fullmatch(name):
+        return f"secrets are never passed to {name!r}: the dynamic loader runs any program"
+    names = _program_names(name)
+    if names & EXECUTION_CONTROL_TARGETS:
         return f"secrets are never passed to {name!r}: it runs other programs"
     for pattern, letters, long_forms in _INLINE_CODE:
-        if not pattern.fullmatch(name):
+        if not any(pattern.fullmatch(candidate) for candidate in names):
             continue
         for arg in argv[1:]:
             if arg.startswith("--"):
