@@ -68,10 +68,15 @@ RELEASE = f"RELEASE {_SAVEPOINT} /* hostkit writer */"
 ROLLBACK_TO = f"ROLLBACK TO {_SAVEPOINT} /* hostkit writer */"
 
 
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """The primary SQLite result code of ``exc`` (extended codes share its low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def map_sqlite_error(exc: sqlite3.Error, action: str) -> StoreError:
     """Map a sqlite3 error to a bounded ``StoreError`` with ``retryable`` set."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
+    primary = _primary_code(exc)
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return StoreError(f"{action} failed: {name}: {exc}", retryable=primary in _RETRYABLE)
 
@@ -116,10 +121,7 @@ def _begin(conn: sqlite3.Connection, wait_s: float) -> None:
             conn.execute(BEGIN)
             return
         except sqlite3.OperationalError as exc:
-            code = getattr(exc, "sqlite_errorcode", None)
-            if not isinstance(code, int) or code & 0xFF not in _LOCK_HELD:
-                raise
-            if time.monotonic() >= deadline:
+            if _primary_code(exc) not in _LOCK_HELD or time.monotonic() >= deadline:
                 raise
             if time.monotonic() - started < _BEGIN_PAUSE_S:
                 time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
