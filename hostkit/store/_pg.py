@@ -56,6 +56,17 @@ _OPTIMISTIC_RUNS = 4
 _RETRYABLE_CLASSES = ("40", "08", "53", "57")
 _RETRYABLE_STATES = ("55P03",)
 _RERUN_STATES = ("40001", "40P01")
+# Reruns of a transaction whose connection was lost before its COMMIT, each on a
+# connection the pool checked: a restarted server leaves every idle one dead.
+_LOST_CONNECTION_RUNS = 2
+
+
+class _ConnectionLost(Exception):
+    """The connection broke before the transaction's COMMIT was sent: nothing landed."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
@@ -244,7 +255,25 @@ class PgStore(RowStore):
             raise InvalidValue(UNSTORABLE_TEXT) from None
 
     def _run(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
-        """The whole transaction, on a worker thread: checkout, run, commit, return."""
+        """The whole transaction, on a worker thread; rerun when its connection was lost.
+
+        A pooled connection can be dead without the pool knowing (a server
+        restart, a failover, a terminated backend). A transaction whose
+        connection broke before its COMMIT was sent committed nothing, so it
+        is run again on a connection the pool has checked, instead of failing
+        the caller once per dead pooled connection.
+        """
+        for run in range(_LOST_CONNECTION_RUNS + 1):
+            try:
+                return self._attempt(fn, read_only=read_only, alone=alone)
+            except _ConnectionLost as lost:
+                if run == _LOST_CONNECTION_RUNS:
+                    raise lost.error from None
+                self._pool.check()  # dispose of every other dead idle connection too
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
+        """Checkout, run, commit, return: one try."""
         with self._pool.connection(timeout=self._connect_timeout_s) as raw:
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
@@ -252,8 +281,14 @@ class PgStore(RowStore):
                 try:
                     raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
                     raw.commit()
-                except BaseException:
+                except psycopg.OperationalError as exc:
+                    lost = raw.broken
                     raw.close()  # never back in the pool holding (or awaiting) the lock
+                    if lost:
+                        raise _ConnectionLost(exc) from exc
+                    raise
+                except BaseException:
+                    raw.close()
                     raise
             try:
                 raw.read_only = read_only
@@ -265,9 +300,11 @@ class PgStore(RowStore):
                 conn = PgConnection(raw, writer=not read_only)
                 try:
                     result = fn(cast(sqlite3.Connection, conn))
-                except BaseException:
+                except BaseException as exc:
                     with contextlib.suppress(psycopg.Error):
                         raw.rollback()  # a broken connection is discarded by the pool
+                    if isinstance(exc, psycopg.OperationalError) and raw.broken:
+                        raise _ConnectionLost(exc) from exc  # before COMMIT: nothing landed
                     raise
                 try:
                     raw.commit()

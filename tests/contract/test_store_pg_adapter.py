@@ -176,6 +176,106 @@ async def test_a_failing_row_function_rolls_back_and_its_error_reaches_the_calle
         assert await scalar(store, "SELECT channel_instance_id FROM inbox_channels") == "kept"
 
 
+async def kill_backends(url: str) -> int:
+    """Terminate every hostkit pooled connection to ``url``'s database, as a restart would."""
+    rows = await admin(
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'hostkit' "
+        "AND pid <> pg_backend_pid()",
+    )
+    return len(rows)
+
+
+async def test_calls_after_every_pooled_connection_died_succeed_on_fresh_connections(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await database(postgres_cluster)
+    async with RuntimeStore.open_postgres(url, pool_size=4) as store:
+        # Four reads at once: the pool holds four connections, all idle afterwards.
+        together = threading.Barrier(4, timeout=20)
+
+        def hold(conn: sqlite3.Connection) -> int:
+            together.wait()
+            return int(conn.execute("SELECT 1").fetchone()[0])
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(store.read, hold)  # type: ignore[attr-defined]
+        assert await kill_backends(url) == 4
+
+        runs = 0
+
+        def insert(key: str) -> Callable[[sqlite3.Connection], None]:
+            def write(conn: sqlite3.Connection) -> None:
+                nonlocal runs
+                runs += 1
+                conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", [key])
+
+            return write
+
+        # Every call after the kill succeeds: none is failed for a connection that was
+        # dead before it started, whichever of the four dead ones it was handed.
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for index in range(4):
+                    tg.start_soon(store.write, insert(f"after-{index}"))  # type: ignore[attr-defined]
+            assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 4
+        assert runs > 4  # at least one write met a dead connection and was run again
+
+
+async def test_a_write_whose_connection_dies_before_commit_lands_once(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await database(postgres_cluster)
+    runs = 0
+
+    def insert_then_lose_the_connection(conn: sqlite3.Connection) -> None:
+        nonlocal runs
+        runs += 1
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", ["once"])
+        if runs == 1:
+            with psycopg.connect(url, autocommit=True) as other:
+                other.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = 'hostkit'"
+                )
+            conn.execute("SELECT 1")  # the server is gone: this statement fails
+
+    async with RuntimeStore.open_postgres(url) as store:
+        with anyio.fail_after(30):
+            await store.write(insert_then_lose_the_connection)  # type: ignore[attr-defined]
+        assert runs == 2
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 1
+
+
+async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await database(postgres_cluster)
+    runs = 0
+
+    def always_lose_the_connection(conn: sqlite3.Connection) -> None:
+        nonlocal runs
+        runs += 1
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES (?)", [f"r{runs}"])
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = 'hostkit'"
+            )
+        conn.execute("SELECT 1")
+
+    async with RuntimeStore.open_postgres(url) as store:
+        with anyio.fail_after(30), pytest.raises(StoreError) as caught:
+            await store.write(always_lose_the_connection)  # type: ignore[attr-defined]
+        assert caught.value.retryable
+        assert len(str(caught.value)) <= 500
+        assert runs == 3  # the first run and two reruns, no more
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
+
+
 async def test_values_round_trip_whatever_quotes_and_placeholders_they_hold(
     postgres_cluster: PostgresCluster,
 ) -> None:
