@@ -42,6 +42,7 @@ __all__ = [
     "ProviderConfig",
     "Sandbox",
     "ScriptStepConfig",
+    "SecretConfig",
     "ServeSection",
     "StoreSection",
     "TelemetryConfig",
@@ -312,6 +313,29 @@ class StoreSection(_Strict):
         return value
 
 
+class SecretConfig(_Strict):
+    """``[secrets.<NAME>]``: where the Host lets the environment variable ``NAME`` go.
+
+    ``programs`` lists the only programs ``terminal.run`` binds it for, by
+    absolute path; a run's program is compared by its real path (after
+    links) with each entry's. Without the table, any program passes that is
+    not refused by name (shells, interpreters running inline code, ...).
+    """
+
+    programs: list[str] = Field(min_length=1, max_length=32)
+
+    @pydantic.field_validator("programs")
+    @classmethod
+    def _absolute(cls, programs: list[str]) -> list[str]:
+        for program in programs:
+            if "\0" in program or len(program) > 4096 or not os.path.isabs(program):
+                raise ValueError(
+                    f"{program[:80]!r} is not an absolute path: list each program a secret "
+                    "may go to by its full path (for example '/usr/bin/curl')"
+                )
+        return programs
+
+
 class HostConfig(_Strict):
     """The whole configuration; ``base_dir`` anchors relative paths (the file's folder)."""
 
@@ -324,6 +348,10 @@ class HostConfig(_Strict):
     # Channel instances (docs/channels.md) and the daemon that serves them (docs/service.md).
     channels: dict[str, ChannelConfig] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     serve: ServeSection = Field(default_factory=ServeSection)
+    # The programs each secret may be bound for, whichever agent binds it.
+    secrets: dict[Annotated[str, Field(pattern=_ENV_NAME)], SecretConfig] = Field(
+        default_factory=dict, max_length=256
+    )
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     # The file this configuration was loaded from (None: built in code).
     source: Path | None = Field(default=None, exclude=True)

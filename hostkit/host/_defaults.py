@@ -366,6 +366,7 @@ def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
         network="terminal.network" in settings.builtins,
         limits=ResourceLimits(**limits.model_dump()),
         hidden=config.state_paths(),
+        secret_programs={name: tuple(secret.programs) for name, secret in config.secrets.items()},
     )
 
 

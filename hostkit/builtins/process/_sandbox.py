@@ -31,9 +31,10 @@ import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 from hostkit.builtins.process._reaper import init_argv
@@ -106,12 +107,16 @@ class SandboxPolicy:
 
     ``hidden`` lists the Host's own state paths; those that sit inside a
     workspace are masked in the sandbox (outside it they are not visible).
+    ``secret_programs`` maps a secret's name to the absolute paths of the only
+    programs it may be bound for (``[secrets.<NAME>] programs``); a secret
+    not in it may go to any program not refused by name.
     """
 
     mode: SandboxMode = "bubblewrap"
     network: bool = False
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     hidden: tuple[Path, ...] = ()
+    secret_programs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A misspelt mode must not quietly mean "no sandbox".
@@ -121,6 +126,19 @@ class SandboxPolicy:
             raise InvalidValue("SandboxPolicy.network must be True or False")
         if not isinstance(self.limits, ResourceLimits):
             raise InvalidValue("SandboxPolicy.limits must be a ResourceLimits")
+        programs: object = self.secret_programs
+        if not isinstance(programs, Mapping) or not all(
+            isinstance(name, str)
+            and isinstance(paths, tuple | list)
+            and paths
+            and all(isinstance(path, str) and os.path.isabs(path) for path in paths)
+            for name, paths in programs.items()
+        ):
+            raise InvalidValue(
+                "SandboxPolicy.secret_programs must map secret names to absolute program paths"
+            )
+        frozen = MappingProxyType({name: tuple(paths) for name, paths in programs.items()})
+        object.__setattr__(self, "secret_programs", frozen)
 
     @property
     def sandboxed(self) -> bool:

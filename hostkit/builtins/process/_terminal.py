@@ -95,6 +95,7 @@ from hostkit.builtins.process._terminal_checks import (
     program_refusal,
     resolve_program,
     run_preflight,
+    secret_program_refusal,
 )
 from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, record_view
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
@@ -369,7 +370,9 @@ class TerminalRuns(AsyncResource):
             # The real path: through a link to a shell, or a program the agent put in the
             # workspace.
             root = Path(await anyio.to_thread.run_sync(os.path.realpath, workspace))
-            refusal = program_refusal(real, argv, root)
+            refusal = program_refusal(real, argv, root) or await anyio.to_thread.run_sync(
+                secret_program_refusal, real, tuple(ctx.secrets), policy.secret_programs
+            )
             if refusal is not None:
                 return ToolOutcome("denied", None, refusal)
         opened = await self._workdir(cwd)

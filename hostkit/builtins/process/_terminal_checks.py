@@ -16,7 +16,7 @@ import dataclasses
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from hostkit.builtins.process._sandbox import (
     visible_roots,
 )
 from hostkit.effects import DEFAULT_ENV_ALLOWLIST, ENV_NAME_PATTERN, ToolOutcome, redact_secrets
-from hostkit.errors import UserError
+from hostkit.errors import UserError, bounded
 from hostkit.types import EffectStatus
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRefused"]
@@ -146,6 +146,29 @@ def program_refusal(argv0: str, argv: Sequence[str], workspace: Path | None = No
                     return f"secrets are never passed to {name!r} running inline code"
             elif arg.startswith("-") and any(letter in arg[1:] for letter in letters):
                 return f"secrets are never passed to {name!r} running inline code"
+    return None
+
+
+def secret_program_refusal(
+    real: str, names: Iterable[str], programs: Mapping[str, Sequence[str]]
+) -> str | None:
+    """Worker thread: why the program at ``real`` (a real path) may not receive the secrets
+    ``names`` under their ``[secrets.<NAME>] programs`` lists; None when it may.
+
+    Each listed path is compared by its own real path, read now: a link in the
+    list follows its target, as the run's program does.
+    """
+    for name in sorted(names):
+        allowed = programs.get(name)
+        if allowed is None:
+            continue
+        if real not in {os.path.realpath(path) for path in allowed}:
+            listed = ", ".join(bounded(path, 80) for path in allowed[:4])
+            more = f" and {len(allowed) - 4} more" if len(allowed) > 4 else ""
+            return (
+                f"{name} is bound only for the programs listed for it ({listed}{more}); "
+                f"this run's program is {bounded(real, 120)!r}"
+            )
     return None
 
 

@@ -1,0 +1,225 @@
+"""``[secrets.<NAME>] programs``: a secret goes only to the programs the operator listed.
+
+Refusing programs by name (shells, interpreters running inline code, programs
+that run other programs) cannot be complete: an unsandboxed run can copy a
+shell to ``/tmp/curl``, and the name then says nothing. An operator who lists
+a secret's programs by absolute path closes that family: the run's program is
+compared by its real path (after links) with each listed path's real path, so
+a copy anywhere is refused, and a link to a listed program is that program.
+The name checks still apply to listed programs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import ProcessSupervisor, SandboxPolicy, TerminalRuns
+from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, ToolOutcome
+from hostkit.errors import ConfigError, InvalidValue
+from hostkit.host import Host, HostConfig, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+NAME = "HK_DEPLOY_TOKEN"
+OTHER = "HK_OTHER_TOKEN"
+SECRET = "deploy-token-7731-Xq"
+PRINTENV = os.path.realpath("/usr/bin/printenv")
+CAT = os.path.realpath("/bin/cat")
+PYTHON = os.path.realpath(shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3")
+KEY = b"allowlist-test-artifact-key-32by"
+
+
+def policy(programs: Mapping[str, tuple[str, ...]]) -> SandboxPolicy:
+    return SandboxPolicy(mode="none", secret_programs=programs)
+
+
+@pytest.fixture
+async def runs(tmp_path: Path) -> AsyncIterator[TerminalRuns]:
+    workspace = tmp_path / "ws"
+    await anyio.Path(workspace).mkdir()
+    async with (
+        ProcessSupervisor() as supervisor,
+        TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(workspace),
+            artifact_root=tmp_path / "artifacts",
+            artifact_key=KEY,
+        ) as opened,
+    ):
+        yield opened
+
+
+async def invoke(
+    runs: TerminalRuns, sandbox: SandboxPolicy, bound: Mapping[str, str], argv: list[str]
+) -> ToolOutcome:
+    """``terminal.run`` as the runtime calls it after binding ``bound``."""
+    tool = next(t for t in runs.tools(sandbox=sandbox) if t.name == "terminal.run")
+    context = ToolContext("turn", "sess", "core", "owner", Path("."), bound, None)
+    outcome = await tool.invoke(context, tool.validate({"argv": argv, "secrets": tuple(bound)}))
+    assert isinstance(outcome, ToolOutcome)
+    return outcome
+
+
+async def test_a_listed_program_receives_the_secret(runs: TerminalRuns) -> None:
+    outcome = await invoke(runs, policy({NAME: (PRINTENV,)}), {NAME: SECRET}, [PRINTENV, NAME])
+    assert outcome.status == "succeeded", outcome.error
+
+
+async def test_a_copy_of_a_listed_program_outside_the_workspace_is_refused(
+    runs: TerminalRuns, tmp_path: Path
+) -> None:
+    # The copy carries the listed program's name, so no name check can tell it apart.
+    elsewhere = tmp_path / "elsewhere"
+    await anyio.Path(elsewhere).mkdir()
+    copy = elsewhere / "printenv"
+    await anyio.to_thread.run_sync(shutil.copy2, "/bin/sh", copy)
+    outcome = await invoke(
+        runs,
+        policy({NAME: (PRINTENV,)}),
+        {NAME: SECRET},
+        [str(copy), "-c", "echo $HK_DEPLOY_TOKEN"],
+    )
+    assert (outcome.status, outcome.output) == ("denied", None)
+    assert f"{NAME} is bound only for the programs listed for it ({PRINTENV})" in (
+        outcome.error or ""
+    )
+    assert str(copy) in (outcome.error or "")
+
+
+async def test_a_program_not_refused_by_name_is_refused_when_not_listed(
+    runs: TerminalRuns,
+) -> None:
+    outcome = await invoke(runs, policy({NAME: (PRINTENV,)}), {NAME: SECRET}, [CAT, "/dev/null"])
+    assert outcome.status == "denied"
+    assert "bound only for the programs listed" in (outcome.error or "")
+    # Without a list for the secret, the same run is let through.
+    unlisted = await invoke(runs, policy({}), {NAME: SECRET}, [CAT, "/dev/null"])
+    assert unlisted.status == "succeeded", unlisted.error
+
+
+async def test_programs_are_compared_by_real_path_on_both_sides(
+    runs: TerminalRuns, tmp_path: Path
+) -> None:
+    # A link to the listed program is that program; a listed link stands for its target.
+    link = tmp_path / "env-printer"
+    await anyio.Path(link).symlink_to(PRINTENV)
+    by_link = await invoke(runs, policy({NAME: (PRINTENV,)}), {NAME: SECRET}, [str(link), NAME])
+    assert by_link.status == "succeeded", by_link.error
+    listed_link = await invoke(runs, policy({NAME: (str(link),)}), {NAME: SECRET}, [PRINTENV])
+    assert listed_link.status == "succeeded", listed_link.error
+
+
+async def test_every_bound_secret_must_allow_the_program(runs: TerminalRuns) -> None:
+    sandbox = policy({NAME: (PRINTENV,), OTHER: ("/usr/bin/curl",)})
+    outcome = await invoke(runs, sandbox, {NAME: SECRET, OTHER: SECRET + "-2"}, [PRINTENV])
+    assert outcome.status == "denied"
+    assert f"{OTHER} is bound only for" in (outcome.error or "")
+
+
+async def test_a_listed_interpreter_still_never_runs_inline_code_with_the_secret(
+    runs: TerminalRuns,
+) -> None:
+    outcome = await invoke(
+        runs, policy({NAME: (PYTHON,)}), {NAME: SECRET}, [PYTHON, "-c", "print(1)"]
+    )
+    assert outcome.status == "denied"
+    assert "inline code" in (outcome.error or "")
+
+
+@pytest.mark.parametrize(
+    "programs",
+    [{"k": ["relative/bin"]}, {"k": []}, {"k": "/usr/bin/printenv"}, ["/usr/bin/printenv"]],
+)
+def test_a_malformed_policy_is_invalid_value(programs: Any) -> None:
+    with pytest.raises(InvalidValue, match="secret_programs"):
+        SandboxPolicy(mode="none", secret_programs=programs)
+
+
+# --- configuration and a real Host ----------------------------------------------------
+
+
+class Approve:
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        return "approve_once"
+
+
+def host_config(tmp_path: Path, secrets: dict[str, Any]) -> HostConfig:
+    state, workspace = tmp_path / "state", tmp_path / "workspace"
+    state.mkdir(exist_ok=True)
+    workspace.mkdir(exist_ok=True)
+    agent = {
+        "provider": "test",
+        "memory": False,
+        "policy": {"allow": ["*"]},
+        "secrets": [NAME, OTHER],
+        "builtins": ["terminal.run"],
+    }
+    return parse_config(
+        {
+            "host": {
+                "database": str(state / "hostkit.db"),
+                "artifacts": str(state / "artifacts"),
+                "workspace": str(workspace),
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": agent},
+            "secrets": secrets,
+        },
+        base_dir=state,
+    )
+
+
+@pytest.mark.parametrize(
+    ("secrets", "message"),
+    [
+        ({NAME: {"programs": ["bin/deploy"]}}, "is not an absolute path"),
+        ({NAME: {"programs": []}}, "at least 1 item"),
+        ({NAME: {"programs": ["/bin/x"] * 33}}, "at most 32 items"),
+        ({"not-a-name": {"programs": ["/bin/x"]}}, "should match pattern"),
+        ({NAME: {"programs": ["/bin/x"], "glob": True}}, "Extra inputs are not permitted"),
+        ({NAME: {"programs": ["/" + "x" * 5000]}}, "is not an absolute path"),
+    ],
+)
+def test_a_malformed_secrets_table_is_a_config_error(
+    tmp_path: Path, secrets: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        host_config(tmp_path, secrets)
+    assert message in str(caught.value)
+    assert len(str(caught.value)) <= 2000
+
+
+async def test_a_host_binds_a_secret_only_for_its_listed_programs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(NAME, SECRET)
+    monkeypatch.setenv(OTHER, SECRET + "-other")
+    config = host_config(tmp_path, {NAME: {"programs": ["/usr/bin/printenv"]}})
+    model = ScriptedModel(
+        [
+            CallTools(("terminal_run", {"argv": ["printenv", NAME], "secrets": [NAME]})),
+            CallTools(("terminal_run", {"argv": ["cat", "/dev/null"], "secrets": [NAME]})),
+            # A secret with no list goes to any program not refused by name.
+            CallTools(("terminal_run", {"argv": ["cat", "/dev/null"], "secrets": [OTHER]})),
+            Reply("done"),
+        ]
+    )
+    caps = capabilities(model, config=config)
+    async with Host.open(config, capabilities=caps, approver=Approve()) as host:
+        result = await host.turns.run(request("deploy"))
+    assert [e.status for e in result.effects] == ["succeeded", "denied", "succeeded"], (
+        result.effects
+    )
+    tool_texts = [m.content for m in model.requests[-1].messages if m.role == "tool"]
+    assert f"[redacted:{NAME}]" in tool_texts[0]
+    assert "bound only for the programs listed for it (/usr/bin/printenv)" in tool_texts[1]
