@@ -89,6 +89,8 @@ class ProcessResources(AsyncResource):
     # The Host's own state (``HostConfig.state_paths()``): never a run's working directory.
     protected: tuple[Path, ...] = ()
     journal: RunJournal | None = None
+    # Free bytes terminal output leaves on the artifacts' disk (``host.artifact_reserve_mb``).
+    artifact_reserve_bytes: int = 0
     _terminals: dict[Path, TerminalRuns] = field(default_factory=dict)
     _key: list[bytes] = field(default_factory=list)
 
@@ -109,6 +111,7 @@ class ProcessResources(AsyncResource):
                 artifact_root=self.artifact_root,
                 artifact_key=key,
                 journal=self.journal,
+                artifact_reserve_bytes=self.artifact_reserve_bytes,
             )
         return runs
 

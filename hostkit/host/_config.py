@@ -260,6 +260,10 @@ class HostSection(_Strict):
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     # Private terminal output files, under one opaque directory per session.
     artifacts: str = ".hostkit-artifacts"
+    # Free space terminal output never takes from the artifacts' disk (0: none kept): a run
+    # is refused below it, and one whose output would pass it ends failed. The database
+    # and its backups usually share that disk.
+    artifact_reserve_mb: int = Field(default=256, ge=0, le=1_048_576)
     # Each core revision a turn runs, extracted read-only from its commit (Host state).
     cores_dir: str = ".hostkit-cores"
     # How long an ``ask`` waits for the approver before the turn pauses needs_user.

@@ -168,6 +168,7 @@ class Host(AsyncResource):
             artifact_root=config.artifact_root,
             protected=config.state_paths(),
             journal=RunJournal(store=store, host_owner=lease_owner, observer=events),
+            artifact_reserve_bytes=config.host.artifact_reserve_mb * 1024 * 1024,
         )
         # MCP connections are the Host's: session-scoped, reused across turns and
         # generations, all closed (every stdio process tree ended) by aclose().

@@ -58,7 +58,7 @@ from hostkit.builtins.process._process_streams import (
 from hostkit.builtins.process._process_tree import ProcessOwner, _Cause, _Tree
 from hostkit.builtins.process._reaper import become_subreaper, read_report, spawn_under_init
 from hostkit.errors import InvalidValue, RuntimeFailure, bounded
-from hostkit.types import is_seconds, new_id
+from hostkit.types import is_count, is_seconds, new_id
 
 __all__ = [
     "DEFAULT_CONFIRM_S",
@@ -309,6 +309,7 @@ async def _spawn(
     spawn_id: str,
     tail_chars: int,
     max_output_bytes: int | None,
+    min_free_bytes: int | None,
 ) -> tuple[Process, tuple[_Sink, _Sink], int | None]:
     """Create the artifact files, then the process in a new session; undo the files on failure.
 
@@ -340,6 +341,7 @@ async def _spawn(
             tail_chars=tail_chars,
             write_chunks=_write_chunks,
             max_bytes=max_output_bytes,
+            min_free_bytes=min_free_bytes,
         ),
         _Sink(
             name="stderr",
@@ -348,6 +350,7 @@ async def _spawn(
             tail_chars=tail_chars,
             write_chunks=_write_chunks,
             max_bytes=max_output_bytes,
+            min_free_bytes=min_free_bytes,
         ),
     )
     return process, sinks, report
@@ -369,6 +372,7 @@ async def run_process(
     drain_grace_s: float = DEFAULT_DRAIN_GRACE_S,
     max_processes: int | None = None,
     max_output_bytes: int | None = None,
+    min_free_bytes: int | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` as an owned process tree and return how it ended, after cleanup.
 
@@ -385,7 +389,8 @@ async def run_process(
     ``confirm_s`` passes (``indeterminate``). A tree seen with more than
     ``max_processes`` processes (besides its root) is ended as ``failed``, and
     so is one whose stdout or stderr passes ``max_output_bytes`` (its artifact
-    keeps that much).
+    keeps that much), and so is one whose output would leave less than
+    ``min_free_bytes`` free on the artifacts' disk.
     ``argv`` may itself be a sandbox launcher (``_sandbox.sandbox_argv``).
 
     Raises ``InvalidValue`` for bad options and ``RuntimeFailure`` when the
@@ -409,6 +414,8 @@ async def run_process(
         or max_output_bytes < 1
     ):
         raise InvalidValue("max_output_bytes must be a positive integer (or None)")
+    if min_free_bytes is not None and not is_count(min_free_bytes, low=0):
+        raise InvalidValue("min_free_bytes must be a whole number of bytes (or None)")
     environment = dict(env)
     control = control if control is not None else ProcessControl()
     control._claim()
@@ -441,6 +448,7 @@ async def run_process(
             spawn_id=spawn_id,
             tail_chars=tail_chars,
             max_output_bytes=max_output_bytes,
+            min_free_bytes=min_free_bytes,
         )
     tree = _Tree(
         process,

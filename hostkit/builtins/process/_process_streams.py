@@ -17,6 +17,7 @@ turns, widgets and the inbox.
 from __future__ import annotations
 
 import codecs
+import errno
 import functools
 import os
 import secrets
@@ -110,6 +111,7 @@ class _Sink:
         tail_chars: int,
         write_chunks: Callable[[int, Sequence[bytes]], None],
         max_bytes: int | None = None,
+        min_free_bytes: int | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -126,6 +128,7 @@ class _Sink:
         self._bytes = 0
         self._chars = 0
         self._max_bytes = max_bytes
+        self._min_free = min_free_bytes
         self._kept = 0  # bytes written to the artifact
 
     def capture(self) -> StreamCapture:
@@ -232,7 +235,7 @@ class _Sink:
             return False
         if batch:
             try:
-                await anyio.to_thread.run_sync(self._write_chunks, self._fd, batch)
+                await anyio.to_thread.run_sync(self._write_leaving_free, self._fd, batch)
             except OSError as exc:
                 self.error = bounded(f"{self.name} artifact write failed: {exc.strerror or exc!r}")
                 await self._close(sync=False)
@@ -242,6 +245,18 @@ class _Sink:
             await self._close(sync=True)  # what it kept is the record of the output
             return False
         return True
+
+    def _write_leaving_free(self, fd: int, batch: Sequence[bytes]) -> None:
+        """Worker thread: write ``batch``, unless its disk would keep less than the reserve."""
+        if self._min_free is not None:
+            size = sum(len(chunk) for chunk in batch)
+            if free_bytes_at(fd) - size < self._min_free:
+                raise OSError(
+                    errno.ENOSPC,
+                    f"the disk would keep less than the {_mib(self._min_free)} the Host "
+                    "reserves (host.artifact_reserve_mb)",
+                )
+        self._write_chunks(fd, batch)
 
     async def _close(self, *, sync: bool) -> None:
         fd, self._fd = self._fd, None
@@ -255,6 +270,19 @@ class _Sink:
 
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):g} MiB"
+
+
+def free_bytes_at(where: int | Path) -> int:
+    """Blocking: the bytes an unprivileged writer may still use on the file system of
+    ``where`` (an open descriptor, or a path: its nearest existing ancestor's)."""
+    if isinstance(where, int):
+        stats = os.fstatvfs(where)
+    else:
+        path = where
+        while not path.exists() and path.parent != path:
+            path = path.parent
+        stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
 
 
 ARTIFACT_KEY_FILE = ".key"

@@ -76,6 +76,7 @@ from hostkit.builtins.process._process import (
     opaque_artifact_dir,
     run_process,
 )
+from hostkit.builtins.process._process_streams import free_bytes_at
 from hostkit.builtins.process._sandbox import (
     MB,
     SandboxPolicy,
@@ -172,6 +173,7 @@ class TerminalRuns(AsyncResource):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         bwrap: str = "bwrap",
         journal: RunJournal | None = None,
+        artifact_reserve_bytes: int = 0,
     ) -> None:
         # NaN passes comparisons like "< 1" and then limits nothing; inf never ends a run.
         for key, seconds, zero in (
@@ -190,6 +192,8 @@ class TerminalRuns(AsyncResource):
         ):
             if not is_count(count):
                 raise ConfigError("must be a positive integer", key=key)
+        if not is_count(artifact_reserve_bytes, low=0):
+            raise ConfigError("must be a whole number of bytes", key="artifact_reserve_bytes")
         opaque_artifact_dir(artifact_root, "", key=artifact_key)  # refuses a short key now
         self._supervisor = supervisor
         self._workspace = workspace
@@ -208,6 +212,7 @@ class TerminalRuns(AsyncResource):
         self._end_s = grace_s + confirm_s + 2 * DEFAULT_DRAIN_GRACE_S + _SLACK_S
         self._runs: dict[str, _BackgroundRun] = {}
         self._journal = journal
+        self._reserve = artifact_reserve_bytes
         self._closed = False
 
     async def aclose(self) -> None:
@@ -375,6 +380,16 @@ class TerminalRuns(AsyncResource):
             )
             if refusal is not None:
                 return ToolOutcome("denied", None, refusal)
+        if self._reserve:
+            free = await anyio.to_thread.run_sync(free_bytes_at, self._artifact_root)
+            if free < self._reserve:
+                return ToolOutcome(
+                    "denied",
+                    None,
+                    f"the Host's disk has {free / MB:.0f} MiB free, less than the "
+                    f"{self._reserve / MB:.0f} MiB it reserves (host.artifact_reserve_mb): "
+                    "no run starts until space is freed",
+                )
         opened = await self._workdir(cwd)
         if isinstance(opened, ToolOutcome):
             return opened
@@ -385,6 +400,8 @@ class TerminalRuns(AsyncResource):
         # The output is kept on the Host's disk, out of the sandbox's file size limit:
         # each stream is held to the same limit.
         options["max_output_bytes"] = policy.limits.file_size_mb * MB
+        # ... and all output together leaves the Host's reserve free on the artifacts' disk.
+        options["min_free_bytes"] = self._reserve or None
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
                 launch_argv, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root

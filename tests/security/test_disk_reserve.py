@@ -1,0 +1,174 @@
+"""Terminal output never takes the Host's last free disk space (``host.artifact_reserve_mb``).
+
+Each stream is held to ``file_size_mb``, but runs add up: many runs, or
+several sessions at once, could fill the disk the Host's database and backups
+share with the artifacts. The file system is the one shared truth across
+processes, so the reserve is read from it: a run is refused while the disk
+has less free than the reserve, and a run whose next write would go below it
+ends ``failed``, its artifact keeping what fit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import (
+    UNSANDBOXED,
+    ProcessSupervisor,
+    TerminalRuns,
+    run_process,
+)
+from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, ToolOutcome
+from hostkit.errors import ConfigError, InvalidValue
+from hostkit.host import Host, HostConfig, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from tests.hosts import request
+
+pytestmark = pytest.mark.anyio
+
+MB = 1 << 20
+KEY = b"reserve-test-artifact-key-32byte"
+# Room left above the reserve when a test starts: what a run may still write.
+ROOM = 48 * MB
+
+
+def free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+async def runs_with_reserve(tmp_path: Path, reserve: int) -> AsyncIterator[TerminalRuns]:
+    workspace = tmp_path / "ws"
+    await anyio.Path(workspace).mkdir(exist_ok=True)
+    async with (
+        ProcessSupervisor() as supervisor,
+        TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(workspace),
+            artifact_root=tmp_path / "artifacts",
+            artifact_key=KEY,
+            artifact_reserve_bytes=reserve,
+        ) as runs,
+    ):
+        yield runs
+
+
+async def run(runs: TerminalRuns, argv: list[str]) -> ToolOutcome:
+    tool = next(t for t in runs.tools(sandbox=UNSANDBOXED) if t.name == "terminal.run")
+    context = ToolContext("turn", "sess", "core", "owner", Path("."))
+    with anyio.fail_after(60):
+        outcome = await tool.invoke(context, tool.validate({"argv": argv, "deadline_s": 50}))
+    assert isinstance(outcome, ToolOutcome)
+    return outcome
+
+
+async def test_a_run_whose_output_would_take_the_reserve_ends_failed(tmp_path: Path) -> None:
+    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) - ROOM
+    async for runs in runs_with_reserve(tmp_path, reserve):
+        # `yes` writes without end; its file_size_mb (1 GiB by default) is far off.
+        outcome = await run(runs, ["yes"])
+    assert outcome.status == "failed"
+    assert "stdout artifact write failed" in (outcome.error or "")
+    assert "the Host reserves (host.artifact_reserve_mb)" in (outcome.error or "")
+    kept = sum(p.stat().st_size for p in (tmp_path / "artifacts").rglob("*.stdout"))
+    # What fit above the reserve, at most: never the reserve itself (other writers on this
+    # disk may have taken some of the room meanwhile, so less is fine).
+    assert 0 < kept <= ROOM
+
+
+async def test_no_run_starts_while_the_disk_is_below_the_reserve(tmp_path: Path) -> None:
+    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) + 1024 * MB
+    async for runs in runs_with_reserve(tmp_path, reserve):
+        outcome = await run(runs, ["true"])
+    assert (outcome.status, outcome.output) == ("denied", None)
+    assert "less than the" in (outcome.error or "")
+    assert "no run starts until space is freed" in (outcome.error or "")
+    assert not list((tmp_path / "artifacts").rglob("*.stdout"))
+
+
+async def test_a_reserve_of_zero_keeps_nothing_back(tmp_path: Path) -> None:
+    async for runs in runs_with_reserve(tmp_path, 0):
+        outcome = await run(runs, ["true"])
+    assert outcome.status == "succeeded", outcome.error
+
+
+@pytest.mark.parametrize("reserve", [-1, 1.5, True, "1"])
+async def test_a_malformed_reserve_is_refused(tmp_path: Path, reserve: Any) -> None:
+    with pytest.raises(ConfigError, match="artifact_reserve_bytes"):
+        async for _ in runs_with_reserve(tmp_path, reserve):
+            pass
+    async with ProcessSupervisor() as supervisor:
+        with pytest.raises(InvalidValue, match="min_free_bytes"):
+            await run_process(
+                ["true"],
+                supervisor=supervisor,
+                cwd=tmp_path,
+                env={},
+                deadline_s=5,
+                artifact_dir=tmp_path / "a",
+                min_free_bytes=reserve,
+            )
+
+
+# --- configuration and a real Host ----------------------------------------------------
+
+
+class Approve:
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        return "approve_once"
+
+
+def host_config(tmp_path: Path, reserve_mb: Any) -> HostConfig:
+    state, workspace = tmp_path / "state", tmp_path / "workspace"
+    state.mkdir(exist_ok=True)
+    workspace.mkdir(exist_ok=True)
+    return parse_config(
+        {
+            "host": {
+                "database": str(state / "hostkit.db"),
+                "artifacts": str(state / "artifacts"),
+                "workspace": str(workspace),
+                "artifact_reserve_mb": reserve_mb,
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "policy": {"allow": ["*"]},
+                    "builtins": ["terminal.run"],
+                    "sandbox": "none",
+                }
+            },
+        },
+        base_dir=state,
+    )
+
+
+@pytest.mark.parametrize("reserve_mb", [-1, 1_048_577, "lots", 2.5])
+def test_a_malformed_reserve_in_the_configuration_is_a_config_error(
+    tmp_path: Path, reserve_mb: Any
+) -> None:
+    with pytest.raises(ConfigError, match="artifact_reserve_mb") as caught:
+        host_config(tmp_path, reserve_mb)
+    assert len(str(caught.value)) <= 2000
+
+
+async def test_a_host_refuses_runs_below_its_configured_reserve(tmp_path: Path) -> None:
+    # The largest reserve the configuration takes (1 TiB) is more than this disk has free.
+    config = host_config(tmp_path, 1_048_576)
+    model = ScriptedModel([CallTools(("terminal_run", {"argv": ["true"]})), Reply("done")])
+    async with Host.open(
+        config, capabilities=capabilities(model, config=config), approver=Approve()
+    ) as host:
+        result = await host.turns.run(request("run true"))
+    assert [e.status for e in result.effects] == ["denied"], result.effects
+    tool_text = next(m.content for m in model.requests[-1].messages if m.role == "tool")
+    assert "less than the 1048576 MiB it reserves (host.artifact_reserve_mb)" in tool_text
