@@ -46,7 +46,7 @@ from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.cores import init_core
-from hostkit.errors import HostkitError, InvalidValue, MissingDependency
+from hostkit.errors import HostkitError, InvalidValue, MissingDependency, bounded
 from hostkit.host import check_provider_extras, load_config
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
@@ -364,7 +364,15 @@ def demo(
         check_demo_extras(dict(os.environ))
     except HostkitError as exc:
         raise fail(exc) from None
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(
+            InvalidValue(
+                f"--directory {bounded(str(directory), 200)}: cannot create it: "
+                f"{exc.strerror or exc}"
+            )
+        ) from None
     approver = demo_approver(console, terminal=stdin_is_a_terminal())
     run_command(partial(run_demo, directory.resolve(), console, approver=approver))
 

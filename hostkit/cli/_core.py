@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -98,6 +99,27 @@ def _registry(host: Host, core_id: str) -> CoreRegistry:
     return host.cores
 
 
+def _agent_names(file: Path | None) -> set[str]:
+    """The agent and core names ``file`` already configures (none if it is absent or unreadable).
+
+    Checked before ``core init`` writes: a core under a taken name would make the
+    printed table break the configuration it is meant to join.
+    """
+    if file is None:
+        return set()
+    try:
+        with file.open("rb") as handle:
+            document = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return set()
+    return {
+        str(name)
+        for table in ("agents", "cores")
+        if isinstance(document.get(table), dict)
+        for name in document[table]
+    }
+
+
 def cores_table(core_id: str, path: str) -> str:
     """The ``[cores.<id>]`` table serving the core at ``path`` (a JSON string is a TOML one)."""
     return f"[cores.{core_id}]\npath = {json.dumps(path, ensure_ascii=False)}\n"
@@ -121,6 +143,13 @@ def init(
     """
     chosen = _core_id(core_id if core_id is not None else path.name)
     file = config_path(config)
+    if chosen in _agent_names(file):
+        raise fail(
+            InvalidValue(
+                f"{file} already configures an agent named {chosen!r} ([agents.{chosen}] or "
+                f"[cores.{chosen}]): choose another --id; nothing was written"
+            )
+        )
     try:
         sha = init_core(path, chosen, model=model)
     except HostkitError as exc:

@@ -327,6 +327,11 @@ class _AgentTools:
             await close()
 
 
+def _raised(exc: Exception) -> str:
+    """An exception from operator code as one bounded line: its type, then its message."""
+    return bounded(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 300)
+
+
 def load_agent(spec: str) -> Agent:
     """The ``Agent`` a ``module:attribute`` reference names (``hostkit run --agent``).
 
@@ -340,15 +345,24 @@ def load_agent(spec: str) -> Agent:
         raise ConfigError(f"{shown!r} is not a module:attribute reference to a hostkit.Agent")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r} for {shown!r}: {exc}") from None
+    except Exception as exc:  # operator code: whatever its import raises is its error
+        raise ConfigError(
+            f"cannot import {bounded(module_name, 120)!r} for {shown!r}: {_raised(exc)}"
+        ) from None
     value: Any = module
     for part in attribute.split("."):
         value = getattr(value, part, None)
         if value is None:
-            raise ConfigError(f"{module_name!r} has no attribute {attribute!r}")
+            raise ConfigError(
+                f"{bounded(module_name, 120)!r} has no attribute {bounded(attribute, 120)!r}"
+            )
     if callable(value) and not isinstance(value, Agent):
-        value = value()
+        try:
+            value = value()
+        except Exception as exc:  # the factory is operator code too
+            raise ConfigError(
+                f"{shown!r} raised while building the agent: {_raised(exc)}"
+            ) from None
     if not isinstance(value, Agent):
         raise ConfigError(f"{shown!r} is a {type(value).__name__}, not a hostkit.Agent")
     return value

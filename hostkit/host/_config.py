@@ -311,8 +311,8 @@ class StoreSection(_Strict):
         query = parse_qs(parsed.query)
         if password is not None or any(key.lower() == "password" for key in query):
             raise ValueError(
-                "url must not carry a password: set PGPASSWORD (or use PGPASSFILE / "
-                "~/.pgpass) in the environment of every Host"
+                "url must not carry a password; the Host reads it from PGPASSWORD, "
+                "PGPASSFILE or ~/.pgpass in the environment of every Host"
             )
         return value
 
@@ -454,8 +454,10 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
         first = exc.errors()[0]
         # A bad table key (an MCP server name) is reported at the key itself.
         parts = [str(part) for part in first["loc"] if part != "[key]"]
-        key = ".".join(parts) or "(root)"
-        raise ConfigError(first["msg"], key=key) from None
+        # A validator's own sentence, without pydantic's "Value error, " in front;
+        # a check across tables names its keys itself.
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(message, key=".".join(parts) or None) from None
     except RecursionError:
         raise ConfigError("the configuration is nested too deeply") from None
 
@@ -607,8 +609,10 @@ def default_config(
             "kind": "openai",
             "base_url": env["OPENAI_BASE_URL"],
             "model": env.get("OPENAI_MODEL", "gpt-4o-mini"),
-            "api_key_env": "OPENAI_API_KEY",
         }
+        if env.get("OPENAI_API_KEY"):
+            # A server that takes a key gets it; a local one with none set runs keyless.
+            provider["api_key_env"] = "OPENAI_API_KEY"
         name = "openai"
     else:
         provider, name = {"kind": "local"}, "local"

@@ -153,16 +153,20 @@ def _scripted_step(config: ScriptStepConfig) -> ScriptStep:
 
 
 def _needs_key(config: ProviderConfig) -> bool:
-    """Whether the adapter cannot work without a key (as the adapters decide it).
+    """Whether an unset ``api_key_env`` is a configuration error.
 
-    An OpenAI-compatible or Anthropic-compatible ``base_url`` (a local server)
-    may need none, and Anthropic also accepts ``ANTHROPIC_AUTH_TOKEN``.
+    A ``base_url`` written next to ``api_key_env`` says that endpoint takes
+    that key (a hosted OpenAI-compatible service): missing, the turn would
+    only fail on the server's 401. Only a server named by ``OPENAI_BASE_URL``
+    (a local one) or an Anthropic bearer ``ANTHROPIC_AUTH_TOKEN`` goes without.
     """
+    if config.kind not in ("openai", "anthropic"):
+        return False
+    if config.base_url:
+        return True
     if config.kind == "openai":
-        return not (config.base_url or os.environ.get("OPENAI_BASE_URL"))
-    if config.kind == "anthropic":
-        return not (config.base_url or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
-    return False
+        return not os.environ.get("OPENAI_BASE_URL")
+    return not os.environ.get("ANTHROPIC_AUTH_TOKEN")
 
 
 class DefaultProviderSource(AsyncResource):

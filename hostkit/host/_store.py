@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 
+from hostkit.errors import StoreError, bounded
 from hostkit.host._config import HostConfig
 from hostkit.store import RuntimeStore
 
@@ -20,7 +21,18 @@ async def open_configured_store(config: HostConfig) -> RuntimeStore:
             statement_timeout_s=config.store.statement_timeout_s,
             backup_dir=config.resolve(config.store.backup_dir),
         )
-    await anyio.Path(config.database_path.parent).mkdir(parents=True, exist_ok=True)
+    folder = config.database_path.parent
+    try:
+        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # The same one line as a file SQLite cannot open, not the OS error's traceback.
+        raise StoreError(
+            bounded(
+                f"opening {config.database_path} failed: cannot create its folder {folder}: "
+                f"{exc.strerror or exc}",
+                600,
+            )
+        ) from None
     return await RuntimeStore.open(config.database_path, synchronous=config.host.synchronous)
 
 

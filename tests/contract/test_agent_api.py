@@ -305,6 +305,25 @@ async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) 
     assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_configured_base_url_with_an_unset_key_is_one_line_exit_2(
+    tmp_path: Path, kind: str
+) -> None:
+    """A base_url written beside api_key_env is a hosted endpoint that takes that key:
+    unset, the run stops before any request, not on the server's 401 after a stored turn."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        f'[providers.cloud]\nkind = "{kind}"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n[agents.assistant]\nprovider = "cloud"\n'
+    )
+    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "ANTHROPIC_AUTH_TOKEN": "token"}
+    code, _, err = await hostkit_cli("run", "hello", cwd=tmp_path, env=env)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "HOSTKIT_TEST_NO_SUCH_KEY is not set" in lines[0]
+    assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
+
+
 async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -348,6 +367,41 @@ async def test_hostkit_run_reaches_a_python_agent_by_module_attribute(tmp_path: 
     )
     assert code == 2
     assert "has no attribute 'nothing'" in err
+
+
+BROKEN_AGENT_MODULES = {
+    "raises_at_import": (
+        "raise RuntimeError('no database configured' + 'x' * 5000)\n",
+        "RuntimeError",
+    ),
+    "bad_syntax": ("def agent(:\n    pass\n", "SyntaxError"),
+    "factory_raises": ("def agent():\n    raise KeyError('model')\n", "KeyError"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(BROKEN_AGENT_MODULES))
+@pytest.mark.parametrize("command", ["run", "approve"])
+async def test_a_broken_agent_module_is_one_bounded_line_exit_2(
+    tmp_path: Path, module: str, command: str
+) -> None:
+    """Operator code that raises while the agent is found (on import, in a factory) is the
+    operator's error: one line naming its type, exit status 2, no traceback, no turn."""
+    source, raised = BROKEN_AGENT_MODULES[module]
+    await anyio.Path(tmp_path / f"{module}.py").write_text(source)
+    args = (
+        ("run", "--agent", f"{module}:agent", "hi")
+        if command == "run"
+        else ("approvals", "approve", "apr_x", "--agent", f"{module}:agent")
+    )
+    code, _, err = await hostkit_cli(*args, cwd=tmp_path, env={})
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert f"{module}:agent" in lines[0]
+    assert raised in lines[0]
+    assert len(lines[0]) < 700
+    assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
 
 
 ASKING_MODULE = '''

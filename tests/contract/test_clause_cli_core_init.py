@@ -142,3 +142,35 @@ def test_a_bad_id_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     with pytest.raises(InvalidValue, match="not a core id"):
         init_core(tmp_path / "x", "X")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name", ["notes", "assistant"])
+def test_core_init_refuses_a_name_the_configuration_already_gives_an_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """`hostkit init` configures the agent `notes` and the core `assistant`: a core under
+    either name would make the printed table break hostkit.toml, so nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    config = '[cores.assistant]\npath = "cores/assistant"\n\n[agents.notes]\nprovider = "local"\n'
+    (tmp_path / "hostkit.toml").write_text(config)
+    code, out, err = invoke("init", f"cores/{name}")
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"hostkit.toml already configures an agent named {name!r}" in lines[0]
+    assert "choose another --id" in lines[0]
+    assert not (tmp_path / "cores").exists()
+    # Another id for the same directory is fine.
+    code, out, err = invoke("init", f"cores/{name}", "--id", "writer")
+    assert code == 0, err
+    assert out == f'[cores.writer]\npath = "cores/{name}"\n'
+
+
+def test_core_init_beside_an_unreadable_configuration_still_writes(tmp_path: Path) -> None:
+    """A file that is not TOML names no agents; the commands that load it say what is wrong."""
+    (tmp_path / "hostkit.toml").write_text("[agents.notes\n")
+    target = tmp_path / "notes"
+    code, _, err = invoke("init", str(target), "--config", str(tmp_path / "hostkit.toml"))
+    assert code == 0, err
+    assert committed(target)[1] == STARTER_FILES

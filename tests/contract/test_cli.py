@@ -132,6 +132,30 @@ async def test_errors_are_typed_and_bounded(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("where", ["a file", "under a missing folder", "the database's folder"])
+async def test_a_place_that_cannot_be_created_is_one_line_exit_2(
+    tmp_path: Path, where: str
+) -> None:
+    """A demo directory or a database folder the OS refuses is the operator's input:
+    one line naming it, exit status 2, no traceback."""
+    await anyio.Path(tmp_path / "taken").write_text("a file, not a folder")
+    if where == "the database's folder":
+        await anyio.Path(tmp_path / "h.toml").write_text(
+            '[host]\ndatabase = "taken/sub/hostkit.db"\n'
+        )
+        code, _, err = await hostkit("sessions", "-c", "h.toml", cwd=tmp_path)
+        expected = "cannot create its folder"
+    else:
+        target = "taken" if where == "a file" else "taken/sub"
+        code, _, err = await hostkit("demo", "--directory", target, cwd=tmp_path)
+        expected = f"--directory {target}: cannot create it"
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+
+
 async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: WireServer) -> None:
     # The real-model step talks to a loopback OpenAI-compatible server, not the local model.
     wire.script(text_answer("A database stores data."), text_answer("Again."))

@@ -68,7 +68,11 @@ def test_a_password_in_the_url_is_refused_naming_pgpassword_without_echoing_it(
 ) -> None:
     error = refused(tmp_path, url=url)
     assert error.key == "store.url"
-    assert "PGPASSWORD" in str(error)
+    # The fix reads whole: the secret redactor takes none of it for a password.
+    assert str(error) == (
+        "store.url: url must not carry a password; the Host reads it from PGPASSWORD, "
+        "PGPASSFILE or ~/.pgpass in the environment of every Host"
+    )
     assert SECRET not in str(error)
     assert SECRET not in repr(error)
     assert error.__cause__ is None
@@ -196,3 +200,20 @@ def test_a_password_in_a_file_is_refused_without_echoing_it(tmp_path: Path) -> N
     assert caught.value.key == "store.url"
     assert "PGPASSWORD" in str(caught.value)
     assert SECRET not in str(caught.value)
+
+
+def test_a_check_across_tables_is_its_own_sentence_without_pydantics_prefix(
+    tmp_path: Path,
+) -> None:
+    """A rule that spans tables names its keys itself: no "(root)" key, no "Value error"."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {
+                "providers": {"local": {"kind": "local"}},
+                "cores": {"notes": {"path": "cores/notes"}},
+                "agents": {"notes": {"provider": "local"}},
+            },
+            base_dir=tmp_path,
+        )
+    assert caught.value.key is None
+    assert str(caught.value) == "cores.notes and agents.notes: one name, two agents"
