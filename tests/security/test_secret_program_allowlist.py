@@ -21,7 +21,13 @@ import anyio
 import pytest
 
 from hostkit.builtins.files import WorkspaceScope
-from hostkit.builtins.process import ProcessSupervisor, SandboxPolicy, TerminalRuns
+from hostkit.builtins.process import (
+    ProcessSupervisor,
+    SandboxPolicy,
+    TerminalRuns,
+    probe_bubblewrap,
+)
+from hostkit.builtins.process import _terminal as terminal_module
 from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host import Host, HostConfig, parse_config
@@ -138,7 +144,13 @@ async def test_a_listed_interpreter_still_never_runs_inline_code_with_the_secret
 
 @pytest.mark.parametrize(
     "programs",
-    [{"k": ["relative/bin"]}, {"k": []}, {"k": "/usr/bin/printenv"}, ["/usr/bin/printenv"]],
+    [
+        {"k": ["relative/bin"]},
+        {"k": []},
+        {"k": "/usr/bin/printenv"},
+        ["/usr/bin/printenv"],
+        {"k": ["/usr/bin/print\0env"]},
+    ],
 )
 def test_a_malformed_policy_is_invalid_value(programs: Any) -> None:
     with pytest.raises(InvalidValue, match="secret_programs"):
@@ -223,3 +235,46 @@ async def test_a_host_binds_a_secret_only_for_its_listed_programs(
     tool_texts = [m.content for m in model.requests[-1].messages if m.role == "tool"]
     assert f"[redacted:{NAME}]" in tool_texts[0]
     assert "bound only for the programs listed for it (/usr/bin/printenv)" in tool_texts[1]
+
+
+@pytest.mark.parametrize("mode", ["none", "bubblewrap"])
+async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret(
+    runs: TerminalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The checks read a link's target; the run executes that target, not the link.
+
+    The agent's own background run can flip a link between the checks and the
+    exec: here the flip happens exactly there, from a shell copy to the listed
+    program's real path, and the shell must not run.
+    """
+    if mode == "bubblewrap":
+        probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+        if not probe.ok:
+            pytest.skip(probe.reason)
+    # Sandboxed, only the workspace is writable (and visible) to the agent.
+    place = tmp_path / "ws" if mode == "bubblewrap" else tmp_path / "elsewhere"
+    await anyio.Path(place).mkdir(exist_ok=True)
+    shell = place / "sh-copy"
+    await anyio.to_thread.run_sync(shutil.copy2, "/bin/sh", shell)
+    link = place / "tool"
+    await anyio.Path(link).symlink_to(PRINTENV)
+    checked = terminal_module.secret_program_refusal
+
+    def check_then_flip(real: str, names: Any, programs: Any) -> str | None:
+        refusal = checked(real, names, programs)
+        os.unlink(link)
+        os.symlink(shell, link)
+        return refusal
+
+    monkeypatch.setattr(terminal_module, "secret_program_refusal", check_then_flip)
+    sandbox = SandboxPolicy(mode=mode, secret_programs={NAME: (PRINTENV,)})  # type: ignore[arg-type]
+    leak = place / "leak"
+    # The workspace has the same path in the sandbox.
+    outcome = await invoke(
+        runs, sandbox, {NAME: SECRET}, [str(link), "-c", f"echo ${NAME} > {leak}"]
+    )
+    assert not await anyio.Path(leak).exists()
+    # printenv ran, and refused the shell's -c.
+    assert outcome.status == "failed", outcome
+    assert "invalid option" in (outcome.output or {}).get("stderr", {}).get("tail", "")
+    assert outcome.audit is not None and outcome.audit["executable_real"] == PRINTENV

@@ -131,7 +131,9 @@ class SandboxPolicy:
             isinstance(name, str)
             and isinstance(paths, tuple | list)
             and paths
-            and all(isinstance(path, str) and os.path.isabs(path) for path in paths)
+            and all(
+                isinstance(path, str) and os.path.isabs(path) and "\0" not in path for path in paths
+            )
             for name, paths in programs.items()
         ):
             raise InvalidValue(

@@ -402,9 +402,12 @@ class TerminalRuns(AsyncResource):
         options["max_output_bytes"] = policy.limits.file_size_mb * MB
         # ... and all output together leaves the Host's reserve free on the artifacts' disk.
         options["min_free_bytes"] = self._reserve or None
+        # A secret run executes the very path its checks read (no link left in it), so a
+        # link the agent swaps after the checks cannot make another program receive it.
+        program = real if ctx.secrets else found
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
-                launch_argv, probe, policy, [found, *argv[1:]], workspace, fd, self._artifact_root
+                launch_argv, probe, policy, [program, *argv[1:]], workspace, fd, self._artifact_root
             )
         except UserError as exc:
             await _close(fd)
