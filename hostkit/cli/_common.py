@@ -121,6 +121,22 @@ def fail(error: HostkitError) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
+MAX_REASON_CHARS = 500
+
+
+def required_reason(value: str | None, why: str) -> str:
+    """The audited ``--reason`` a command requires: given, not blank, bounded.
+
+    Declared optional to click, so a missing one is this one line (exit
+    status 2), not click's usage box.
+    """
+    if value is None or not value.strip():
+        raise fail(InvalidValue(f"--reason is required: {why}"))
+    if len(value) > MAX_REASON_CHARS:
+        raise fail(InvalidValue(f"--reason is at most {MAX_REASON_CHARS} characters"))
+    return value
+
+
 def python_agent(reference: str | None) -> tuple[Agent, ...]:
     """The Agent ``--agent module:attribute`` names (the working directory is importable)."""
     if reference is None or ":" not in reference:

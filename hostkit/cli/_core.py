@@ -33,6 +33,7 @@ from hostkit.cli._common import (
     open_host,
     print_json,
     project_config,
+    required_reason,
     run_command,
 )
 from hostkit.cli._core_render import (
@@ -53,7 +54,6 @@ from hostkit.types import CoreEvent, is_core_id
 __all__ = ["core", "cores_table"]
 
 MAX_LIMIT = 500
-MAX_REASON_CHARS = 500
 
 core = typer.Typer(
     help="Agent Cores: write a starter, list revisions, diff, promote and roll back.",
@@ -80,15 +80,6 @@ def _core_id(value: str) -> str:
                 "starting with a letter; at most 64)"
             )
         )
-    return value
-
-
-def _reason(value: str | None, verb: str) -> str:
-    """The audited reason: required, non-blank, bounded (one line, exit 2 otherwise)."""
-    if value is None or not value.strip():
-        raise fail(InvalidValue(f"--reason is required: say why this revision is {verb}"))
-    if len(value) > MAX_REASON_CHARS:
-        raise fail(InvalidValue(f"--reason is at most {MAX_REASON_CHARS} characters"))
     return value
 
 
@@ -272,7 +263,7 @@ def promote(
     Exit status 0 promoted; 1 refused (each gate is printed, and the review
     token when the MCP declarations changed); 2 bad input.
     """
-    chosen, why = _core_id(core_id), _reason(reason, "promoted")
+    chosen, why = _core_id(core_id), required_reason(reason, "say why this revision is promoted")
 
     async def main() -> int:
         async with open_host(
@@ -307,7 +298,7 @@ def rollback(
     config: ConfigOption = None,
 ) -> None:
     """Move the live revision back (to the one before the current, or to --to)."""
-    chosen, why = _core_id(core_id), _reason(reason, "rolled back")
+    chosen, why = _core_id(core_id), required_reason(reason, "say why this revision is rolled back")
 
     async def main() -> int:
         async with open_host(await project_config(config), check_providers=False) as host:

@@ -28,6 +28,7 @@ from hostkit.cli._common import (
     fail,
     operator_host,
     print_json,
+    required_reason,
     run_command,
 )
 from hostkit.cli._render import Column, fit_table
@@ -131,8 +132,8 @@ def list_intents(
 def retry(
     intent: Annotated[str, typer.Argument(help="the dead-lettered intent (out_...)")],
     reason: Annotated[
-        str, typer.Option(help="why it is sent again (required; recorded in the audit)")
-    ],
+        str | None, typer.Option(help="why it is sent again (required; recorded in the audit)")
+    ] = None,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
@@ -141,6 +142,7 @@ def retry(
         intent_id(intent)
     except HostkitError as exc:
         raise fail(exc) from None
+    reason = required_reason(reason, "say why this dead letter is sent again")
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):

@@ -29,6 +29,7 @@ from hostkit.cli._common import (
     fail,
     operator_host,
     print_json,
+    required_reason,
     run_command,
 )
 from hostkit.cli._render import Column, fit_table
@@ -315,13 +316,15 @@ def dead_letters(
 def requeue(
     inbound_id: Annotated[str, typer.Argument(help="the dead-lettered inbound (inb_...)")],
     reason: Annotated[
-        str, typer.Option(help="why it is sent round again (required; recorded in the audit)")
-    ],
+        str | None,
+        typer.Option(help="why it is sent round again (required; recorded in the audit)"),
+    ] = None,
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
     """Send a dead letter round again: ready now, attempts from zero; the reason is audited."""
     _check_id(inbound_id)
+    reason = required_reason(reason, "say why this dead letter is sent round again")
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, ScopeError
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.store._context_rows import decode_decision, read_calibration, rows
 from hostkit.store._context_values import Calibration
 from hostkit.store._owned import OwnedKind, owner_predicate
@@ -207,6 +207,7 @@ class InspectQueries(ABC):
         (a terminal run's working directory, environment names, executable and
         launcher; a fetch's origin and validated addresses per hop). The audit
         log is Host-only: ``ScopeError`` unless ``scope`` is an operator's.
+        A missing session, or a turn not in it, is ``NotFoundOrUnauthorized``.
         """
 
 
@@ -347,11 +348,26 @@ class SqlInspectQueries(InspectQueries):
         verified = self._db.verify_scope(scope)
         if verified.authority != "operator":
             raise ScopeError("effect audit views require operator authority")
-        return await self._db.read(
-            lambda conn: read_effect_audit(
+        where, params = owner_predicate(verified)
+
+        def read(conn: sqlite3.Connection) -> tuple[bool, tuple[AuditRecord, ...]] | None:
+            # A mistyped id is "not found", never an empty list that looks like a quiet one.
+            if not _session_owned(conn, where, params, session_id):
+                return None
+            if turn_id is not None and not rows(
+                conn,
+                "SELECT 1 FROM turns WHERE turn_id = ? AND session_id = ?",
+                [turn_id, session_id],
+            ):
+                return False, ()
+            return True, read_effect_audit(
                 conn, session_id=session_id, turn_id=turn_id, limit=limit
             )
-        )
+
+        turn_known, audits = await self._db.owned(scope, "session", session_id, read)
+        if not turn_known:
+            raise NotFoundOrUnauthorized("turn")
+        return audits
 
 
 _TURN_COLUMNS = "t.session_id, t.turn_id, t.status, t.core_id, t.started_at"

@@ -252,6 +252,7 @@ REFUSED = [
     ),
     (("delivery", "retry", "waiting", "--reason", REASON), "is pending, not dead_lettered"),
     (("delivery", "retry", "dead", "--reason", "   "), "reason"),
+    (("delivery", "retry", "dead"), "error: --reason is required: say why this dead letter"),
     (("delivery", "retry", "x" * 300, "--reason", REASON), "an intent id has 1 to 80"),
     (("delivery", "list", "--status", "lost"), "status must be one of pending, sending,"),
     (("inbox", "show", "missing"), "error: inbound not found"),

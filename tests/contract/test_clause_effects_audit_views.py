@@ -266,10 +266,10 @@ async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
     tmp_path: Path,
 ) -> None:
     await anyio.Path(tmp_path / "hostkit.toml").write_text(CLI_CONFIG)
-    code, _, err = await hostkit("run", "start it", cwd=tmp_path)
-    assert code == 0, err
-    found = re.search(r"session: (ses_\w+)", err)
-    assert found is not None, err
+    code, _, started = await hostkit("run", "start it", cwd=tmp_path)
+    assert code == 0, started
+    found = re.search(r"session: (ses_\w+)", started)
+    assert found is not None, started
     code, out, err = await hostkit(
         "effects", "audit", found.group(1), "--reason", "what ran", cwd=tmp_path
     )
@@ -277,6 +277,20 @@ async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
     assert "terminal.run" in out
     assert "executable" in out
     assert "succeeded" in out
+    turn = re.search(r"turn: (turn_\w+)", started)
+    assert turn is not None, started
+    code, by_turn, err = await hostkit(
+        "effects", "audit", found.group(1), "--turn", turn.group(1), cwd=tmp_path
+    )
+    assert (code, by_turn) == (0, out), err
+    # A mistyped session or turn is "not found", as for context and budget, not an empty list.
+    for args, says in [
+        ((found.group(1)[:-1] + "x",), "error: session not found"),
+        ((found.group(1), "--turn", "turn_nope"), "error: turn not found"),
+    ]:
+        code, listed, err = await hostkit("effects", "audit", *args, cwd=tmp_path)
+        assert (code, listed) == (2, ""), err
+        assert err.strip().splitlines() == [says]
     code, out, err = await hostkit("effects", "runs", "--reason", "what ran", cwd=tmp_path)
     assert code == 0, err
     assert "echo (2 args)" in out
