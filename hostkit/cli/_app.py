@@ -228,6 +228,20 @@ def run(
                 "this conversation's session"
             )
         )
+    # Blank names are the script's mistake, said in the command's own words.
+    if not agent.strip():
+        raise fail(
+            InvalidValue(
+                "--agent needs an agent's name ([agents.<name>] or [cores.<name>]) or "
+                "module:attribute; leave it out for assistant"
+            )
+        )
+    if conversation is not None and not conversation.strip():
+        raise fail(
+            InvalidValue(
+                "--conversation needs a key; leave it out for this agent's terminal conversation"
+            )
+        )
     selector: SessionSelector = (
         FreshSession() if new else ResumeSession(session) if session is not None else "bound"
     )

@@ -25,6 +25,7 @@ from hostkit.cli._common import (
     PythonAgent,
     Reason,
     console,
+    fail,
     operator_host,
     print_json,
     python_agent,
@@ -35,6 +36,7 @@ from hostkit.cli._common import (
 from hostkit.cli._render import approvals_table, resume_hints
 from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
+from hostkit.errors import InvalidValue
 
 __all__ = ["approvals"]
 
@@ -160,6 +162,8 @@ def revoke(
     A running daemon or notebook on the same database stops using them before
     its next call: each such call is asked again.
     """
+    if not session_id.strip():
+        raise fail(InvalidValue("revoke needs a session id (ses_...)"))
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):

@@ -295,5 +295,6 @@ def _refused(approval: PendingApproval) -> ApprovalRefused:
     status = approval.status
     reason, detail = _REFUSALS.get(status, ("answered", f"it is {status}"))
     if approval.void_reason:
-        detail = f"{detail}: {approval.void_reason}"
+        # The recorded reason says what changed; the generic line would only repeat it.
+        detail = f"it is {status}: {approval.void_reason}"
     return ApprovalRefused(approval.approval_id, reason, detail)

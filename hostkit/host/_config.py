@@ -457,6 +457,9 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
         # A validator's own sentence, without pydantic's "Value error, " in front;
         # a check across tables names its keys itself.
         message = str(first["msg"]).removeprefix("Value error, ")
+        if first["type"] in ("model_type", "dict_type"):
+            # Not pydantic's class name: the file's word for it.
+            message = f"must be a table, not {type(first['input']).__name__}"
         raise ConfigError(message, key=".".join(parts) or None) from None
     except RecursionError:
         raise ConfigError("the configuration is nested too deeply") from None

@@ -912,14 +912,19 @@ def _outside_agents(config: HostConfig) -> dict[str, object]:
 
 
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
-    """Create missing agent workspaces; log (and return) every overlap with Host state."""
+    """Create missing agent workspaces; log (and return) each that cannot be, and every
+    overlap with Host state: the start-up warnings a front end shows."""
+    missing: list[str] = []
     for workspace in dict.fromkeys(config.workspace_of(agent) for agent in config.agents):
         try:
             await anyio.Path(workspace).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             # Not fatal: the file tools report an unavailable root if it stays missing.
-            _log.warning("cannot create the workspace %s: %s", workspace, exc.strerror)
-    warnings = await anyio.to_thread.run_sync(state_overlaps, config)
+            missing.append(
+                f"cannot create the workspace {workspace}: {exc.strerror or exc}; "
+                "the agents' file and terminal tools are unavailable until it exists"
+            )
+    warnings = (*missing, *await anyio.to_thread.run_sync(state_overlaps, config))
     for line in warnings:
         _log.warning("%s", line)
     return warnings

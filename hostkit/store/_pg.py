@@ -84,6 +84,14 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     return StoreError(f"{action} failed: {name}{type(exc).__name__}: {first}", retryable=retryable)
 
 
+def _unreachable(location: str, timeout_s: float, exc: Exception) -> StoreError:
+    """The one-line, retryable error of a server that could not be reached in time."""
+    first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return StoreError(
+        f"cannot connect to {location} within {timeout_s:g} s: {first}", retryable=True
+    )
+
+
 class PgStore(RowStore):
     """One PostgreSQL database shared by any number of Hosts; see the module doc."""
 
@@ -153,23 +161,19 @@ class PgStore(RowStore):
             name="hostkit",
         )
         try:
+            # One direct connection first (it migrates): when the server cannot be reached
+            # its error is the reason shown, and the pool never logs its retries.
             try:
-                await anyio.to_thread.run_sync(
-                    functools.partial(pool.open, wait=True, timeout=connect_timeout_s)
+                migrating = await psycopg.AsyncConnection.connect(
+                    url,
+                    autocommit=True,
+                    connect_timeout=max(1, int(connect_timeout_s)),
+                    options=options,
+                    application_name="hostkit-migrate",
                 )
-            except (PoolTimeout, psycopg.Error) as exc:
-                raise StoreError(
-                    f"cannot connect to {location} within {connect_timeout_s:g} s: "
-                    f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
-                    retryable=True,
-                ) from exc
-            async with await psycopg.AsyncConnection.connect(
-                url,
-                autocommit=True,
-                connect_timeout=max(1, int(connect_timeout_s)),
-                options=options,
-                application_name="hostkit-migrate",
-            ) as conn:
+            except psycopg.Error as exc:
+                raise _unreachable(location, connect_timeout_s, exc) from exc
+            async with migrating as conn:
                 report = await upgrade(
                     conn,
                     migrations=PG_MIGRATIONS if migrations is None else migrations,
@@ -178,6 +182,12 @@ class PgStore(RowStore):
                     if backup_dir is None
                     else functools.partial(dump_and_verify, url, backup_dir, location=location),
                 )
+            try:
+                await anyio.to_thread.run_sync(
+                    functools.partial(pool.open, wait=True, timeout=connect_timeout_s)
+                )
+            except (PoolTimeout, psycopg.Error) as exc:
+                raise _unreachable(location, connect_timeout_s, exc) from exc
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(functools.partial(pool.close, timeout=5.0))

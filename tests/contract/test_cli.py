@@ -156,6 +156,44 @@ async def test_a_place_that_cannot_be_created_is_one_line_exit_2(
     assert expected in lines[0]
 
 
+async def test_a_workspace_that_cannot_be_created_is_one_warning_line(tmp_path: Path) -> None:
+    """Not fatal (a turn without file tools still runs), but said once, as a warning."""
+    await anyio.Path(tmp_path / "taken").write_text("a file, not a folder")
+    await anyio.Path(tmp_path / "h.toml").write_text(
+        '[host]\nworkspace = "taken/ws"\n\n[providers.s]\nkind = "scripted"\n'
+        'script = [{ reply = "hi" }]\n\n[agents.assistant]\nprovider = "s"\n'
+    )
+    code, out, err = await hostkit("run", "-c", "h.toml", "hello", cwd=tmp_path)
+    assert code == 0, err
+    assert "hi" in out
+    said = [line for line in err.splitlines() if "cannot create the workspace" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith(f"warning: cannot create the workspace {tmp_path / 'taken' / 'ws'}")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("run", "--agent", " ", "hi"), "error: --agent needs an agent's name"),
+        (("run", "--conversation", "", "hi"), "error: --conversation needs a key"),
+        (("approvals", "revoke", ""), "error: revoke needs a session id (ses_...)"),
+        (("sessions", "-c", "host.toml"), "error: host: must be a table, not str"),
+    ],
+)
+async def test_blank_names_and_wrong_shapes_are_said_in_the_users_words(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    """Not the API's field names (core_id, conversation_key) or pydantic's class names."""
+    await anyio.Path(tmp_path / "host.toml").write_text('host = "x"\n')
+    code, out, err = await hostkit(*args, cwd=tmp_path)
+    assert (code, out) == (2, ""), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(says)
+    for internal in ("core_id", "conversation_key", "session_id", "HostSection", "Value error"):
+        assert internal not in lines[0]
+
+
 async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: WireServer) -> None:
     # The real-model step talks to a loopback OpenAI-compatible server, not the local model.
     wire.script(text_answer("A database stores data."), text_answer("Again."))

@@ -272,6 +272,13 @@ async def test_a_stale_policy_fingerprint_is_refused_and_nothing_runs(tmp_path: 
         assert refused.value.reason == "stale"
         (row,) = await host.approvals.list(operator, status=None)
         assert row.status == "stale"
+        # Asked again, the recorded reason is said once, not after a generic version of it.
+        with pytest.raises(ApprovalRefused) as again:
+            await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert str(again.value) == (
+            f"approval {paused.pending_approval}: it is stale: the agent's policy, revision, "
+            "capabilities or conversation binding changed"
+        )
     assert stamps.lines() == []
 
 

@@ -11,6 +11,7 @@ idle inbox worker, again after its connection is killed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import sqlite3
 import threading
@@ -301,7 +302,10 @@ def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if not t.name.startswith("AnyIO worker thread")}
 
 
-async def test_an_unreachable_server_is_a_retryable_store_error_within_the_timeout() -> None:
+async def test_an_unreachable_server_is_a_retryable_store_error_within_the_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="psycopg")
     port = closed_port()
     timeout_s = 2.0
     threads = _threads()
@@ -315,6 +319,10 @@ async def test_an_unreachable_server_is_a_retryable_store_error_within_the_timeo
     elapsed = time.monotonic() - started
     assert caught.value.retryable
     assert f"127.0.0.1:{port}" in str(caught.value)
+    # The server's own answer is the reason shown, and the pool never tried (nor logged).
+    assert "Connection refused" in str(caught.value)
+    logged = [r for r in caplog.records if r.name.startswith("psycopg")]
+    assert [r.getMessage() for r in logged if r.levelno >= logging.WARNING] == []
     assert elapsed < timeout_s + 2.0
     # The pool's workers and connection attempts are gone with the failed open.
     await anyio.lowlevel.checkpoint()

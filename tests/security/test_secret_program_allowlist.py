@@ -277,4 +277,5 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
     # printenv ran, and refused the shell's -c.
     assert outcome.status == "failed", outcome
     assert "invalid option" in (outcome.output or {}).get("stderr", {}).get("tail", "")
-    assert outcome.audit is not None and outcome.audit["executable_real"] == PRINTENV
+    assert outcome.audit is not None
+    assert outcome.audit["executable_real"] == PRINTENV
