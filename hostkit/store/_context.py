@@ -41,7 +41,7 @@ MAX_WINDOW = 10_000
 MAX_BOOTSTRAP_CHARS = 256_000
 MAX_SUMMARY_CHARS = 100_000
 _MAX_NAME = 300
-_MAX_OWNER = 1_000  # LeaseOwner.encode(): host name, pid, start time and instance name
+_MAX_OWNER = 1_000  # LeaseOwner.encode(): host name, pid, start time, instance, machine
 
 
 class ContextStore(ABC):

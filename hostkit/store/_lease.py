@@ -1,4 +1,4 @@
-"""Who holds a durable lease: a Host process identified by host, pid and start time.
+"""Who holds a durable lease: a Host process identified by machine, pid and start time.
 
 Session leases (one running turn per session), turn admission rows and
 context compaction leases all record their owner as ``LeaseOwner.encode()``.
@@ -6,6 +6,12 @@ A lease normally ends by expiry; an owner that is *provably* dead (same
 machine, and its pid is gone or now belongs to a process with another start
 time) gives its lease up at once, so a restarted Host does not wait out a TTL
 for work whose process was killed.
+
+"Same machine" is the host name *and* the kernel's boot id with the PID
+namespace the owner's pids are numbered in: containers that share a host
+name but not a PID namespace (or two machines both called ``localhost``)
+cannot read each other's pids, so their owners are ``unknown`` to each
+other and only expiry ends their leases.
 
 A start time is counted from boot (``/proc/<pid>/stat``), not read off the
 wall clock: a clock step (NTP, a VM resumed or migrated, ``date -s``) moves
@@ -20,9 +26,10 @@ Every check reads ``/proc`` (psutil): call ``LeaseOwner.current``,
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import psutil
@@ -57,14 +64,31 @@ def _started_since_boot(pid: int) -> float | None:
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
+@functools.cache
+def machine_identity() -> str:
+    """This kernel boot and PID namespace (``boot id:namespace inode``); "" without ``/proc``.
+
+    Fixed for the process's life; read once.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            boot_id = boot.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return ""
+    return f"{boot_id}:{namespace}"
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseOwner:
-    """Which Host process holds a lease (host, pid, process start time, Host instance id)."""
+    """Which Host process holds a lease (host, pid, process start time, Host instance id,
+    and the machine its pid is numbered on: this one unless given)."""
 
     host: str
     pid: int
     started: float
     instance: str
+    machine: str = field(default_factory=machine_identity)
 
     @classmethod
     def current(cls, instance: str) -> LeaseOwner:
@@ -76,15 +100,19 @@ class LeaseOwner:
         return cls(socket.gethostname(), pid, started, instance)
 
     def encode(self) -> str:
-        """The persisted form, ``host|pid|start time|instance``; ``decode`` reverses it."""
-        return f"{self.host}|{self.pid}|{self.started:.3f}|{self.instance}"
+        """The persisted form, ``host|pid|start time|instance|machine``; ``decode`` reverses it."""
+        return f"{self.host}|{self.pid}|{self.started:.3f}|{self.instance}|{self.machine}"
 
     @classmethod
     def decode(cls, text: str) -> LeaseOwner | None:
-        """The owner ``encode`` wrote, or None for any other text."""
+        """The owner ``encode`` wrote, or None for any other text.
+
+        An owner written before the machine was recorded (four fields) names no
+        machine: its liveness is ``unknown`` wherever ``/proc`` tells machines apart.
+        """
         try:
-            host, pid, started, instance = text.split("|", 3)
-            return cls(host, int(pid), float(started), instance)
+            host, pid, started, instance, *machine = text.split("|", 4)
+            return cls(host, int(pid), float(started), instance, machine[0] if machine else "")
         except ValueError:
             return None
 
@@ -92,9 +120,10 @@ class LeaseOwner:
         """Whether the owning process still runs, as far as this machine can tell.
 
         The process start time guards against PID reuse. An owner on another
-        machine is ``unknown`` here; its lease expiry decides.
+        machine, or in another PID namespace, is ``unknown`` here; its lease
+        expiry decides.
         """
-        if self.host != socket.gethostname():
+        if self.host != socket.gethostname() or self.machine != machine_identity():
             return "unknown"
         try:
             if self.started < _WALL_CLOCK_FROM:

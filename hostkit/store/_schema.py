@@ -289,7 +289,7 @@ _V5_CONTEXT = Migration(
             created_at TEXT NOT NULL
         ) WITHOUT ROWID""",
         # The durable compaction lease and cooldown of a session. lease_id is NULL when
-        # nobody holds it; owner is LeaseOwner.encode() ("host|pid|start time|instance")
+        # nobody holds it; owner is LeaseOwner.encode() ("host|pid|start|instance|machine")
         # so a restarted Host can tell a dead holder from a live one.
         """CREATE TABLE context_leases (
             session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
