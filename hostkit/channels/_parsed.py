@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostkit.errors import ChannelRefused, InvalidValue
-from hostkit.types import InboundEnvelope
+from hostkit.types import UNPROCESSABLE, InboundEnvelope
 
 __all__ = [
     "Challenge",
@@ -123,8 +123,25 @@ def field_id(value: Any, name: str) -> str:
 
 
 def build_envelope(**fields: Any) -> InboundEnvelope:
-    """An ``InboundEnvelope``, with a value the contract refuses answered as 400."""
+    """An ``InboundEnvelope`` of an authenticated event.
+
+    An event whose identity holds but whose text the inbox cannot keep (too
+    long, a NUL) is accepted as kind ``unprocessable`` without its text: the
+    platform gets its acknowledgement, and the worker dead-letters it where
+    an operator sees it, instead of a 400 that leaves no record. Any other
+    refused value is answered as 400.
+    """
     try:
         return InboundEnvelope(**fields)
     except InvalidValue as exc:
-        raise malformed(f"the event is not a valid inbound: {exc.message}") from None
+        try:
+            return InboundEnvelope(
+                **{
+                    **fields,
+                    "kind": UNPROCESSABLE,
+                    "payload": "",
+                    "metadata": {**fields.get("metadata", {}), UNPROCESSABLE: exc.message},
+                }
+            )
+        except InvalidValue:
+            raise malformed(f"the event is not a valid inbound: {exc.message}") from None

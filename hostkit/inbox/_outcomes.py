@@ -23,6 +23,7 @@ from hostkit.errors import (
     UserError,
 )
 from hostkit.types import (
+    UNPROCESSABLE,
     FailureKind,
     InboundEnvelope,
     InboundFailure,
@@ -44,6 +45,15 @@ def unsupported_content(envelope: InboundEnvelope) -> InboundFailure | None:
     would end it for good. A dead letter keeps it, requeueable once transports
     resolve such references.
     """
+    if envelope.kind == UNPROCESSABLE:
+        why = envelope.metadata.get(UNPROCESSABLE)
+        return InboundFailure(
+            "permanent",
+            UNPROCESSABLE,
+            f"the channel accepted the event without its text: {why}"
+            if isinstance(why, str)
+            else "the channel accepted the event without its text",
+        )
     unsupported = []
     if envelope.payload_ref is not None:
         unsupported.append("stored content (payload_ref)")

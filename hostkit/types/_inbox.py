@@ -31,6 +31,7 @@ __all__ = [
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
     "MAX_METADATA_CHARS",
+    "UNPROCESSABLE",
     "ChannelCounts",
     "ClaimedInbound",
     "CompletionDecision",
@@ -54,6 +55,9 @@ __all__ = [
 # Text of one inbound message (characters). Larger content travels as a
 # payload_ref / artifact reference the transport stored first.
 MAX_INBOUND_PAYLOAD = 65_536
+# The kind (and metadata key, holding why) of an authenticated event whose text the inbox
+# cannot keep: accepted without it, then dead-lettered by the worker where operators see it.
+UNPROCESSABLE = "unprocessable"
 MAX_EVENT_KEY = 256
 MAX_ARTIFACTS = 16
 MAX_FAILURE_MESSAGE = 500

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from hostkit.channels import classify, sign_webhook
-from hostkit.inbox import ChannelInbox
+from hostkit.inbox import ChannelInbox, InboxWorker
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
 
@@ -142,3 +142,38 @@ async def test_a_polling_or_outbound_only_channel_has_no_webhook_route(store: Ru
         answer = await client.post("/channels/tg", content=b"{}")
     assert answer.status_code == 404
     assert await inbox.records() == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("hello\x00world", "payload must not contain NUL"),
+        ("x" * 70_000, "payload is text of at most 65536 characters"),
+    ],
+    ids=["nul", "over-long"],
+)
+async def test_an_authenticated_event_whose_text_cannot_be_kept_is_a_dead_letter(
+    store: RuntimeStore, text: str, why: str
+) -> None:
+    """Signed, so not a 4xx that leaves no trace: accepted without its text (a retry is a
+    duplicate), then dead-lettered at once, where `hostkit inbox dlq` shows it."""
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        first = await _post(client, _event("evt-bad", text=text))
+        again = await _post(client, _event("evt-bad", text=text))
+    assert (first.status_code, first.json()["status"]) == (200, "accepted")
+    assert again.json() == {"inbound_id": first.json()["inbound_id"], "status": "duplicate"}
+
+    async def no_turn(request: object) -> object:
+        raise AssertionError("an unprocessable event never gets a turn")
+
+    assert await InboxWorker(inbox, no_turn, idle_poll_s=0.05).drain() == 1  # type: ignore[arg-type]
+    record = await inbox.record(first.json()["inbound_id"])
+    assert record is not None
+    assert (record.state, record.attempt, record.failure_code) == (
+        "dead_lettered",
+        1,
+        "unprocessable",
+    )
+    assert record.failure_message == f"the channel accepted the event without its text: {why}"
+    assert record.kind == "unprocessable"

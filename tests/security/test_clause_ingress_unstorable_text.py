@@ -1,12 +1,14 @@
-"""Clause: text that cannot be stored is refused up front, and never stalls a transport.
+"""Clause: text that cannot be stored never reaches the store, and never stalls a transport.
 
 A JSON escape can carry a lone surrogate (``"\\ud800"``): valid JSON, a valid
 Python ``str``, but not UTF-8, so the store's write fails. Every string an
 ``InboundEnvelope`` holds (keys, payload, metadata after redaction) must encode
-as UTF-8, else ``InvalidValue``: a webhook answers 400 with no row (not a 500
-the platform retries forever), and the Telegram poller logs the update and
-steps past it, storing the rest of its batch (not a crash loop with the cursor
-stuck).
+as UTF-8, else ``InvalidValue``. An authenticated event whose *text* is such is
+accepted without it (kind ``unprocessable``) and dead-lettered: a record an
+operator sees, not a 4xx that leaves none. One whose identity is such (its
+event key) cannot be deduplicated: a webhook answers 400 with no row (not a
+500 the platform retries forever). The Telegram poller never stalls on either
+(not a crash loop with the cursor stuck).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def _raw_json(template: str) -> bytes:
     return template.replace("LONE", "\\ud800").encode()
 
 
-async def test_webhooks_answer_400_and_store_nothing(store: RuntimeStore) -> None:
+async def test_unstorable_text_is_a_dead_letter_and_an_unstorable_key_a_400(
+    store: RuntimeStore,
+) -> None:
     inbox = ChannelInbox.on_store(store)
     hook = _raw_json('{"event_id":"e1","sender":"u","conversation":"c","text":"hi LONE"}')
     slack = _raw_json(
@@ -95,12 +99,19 @@ async def test_webhooks_answer_400_and_store_nothing(store: RuntimeStore) -> Non
                 headers={"X-Telegram-Bot-Api-Secret-Token": SECRETS["tg"]},
             ),
         ]
-    assert [a.status_code for a in answers] == [400, 400, 400]
-    assert all("Unicode" in a.json()["error"] for a in answers)
-    assert await inbox.records() == ()
+    assert [a.status_code for a in answers] == [200, 400, 200]
+    assert "Unicode" in answers[1].json()["error"]
+    kept = await inbox.records()
+    assert sorted(r.channel_instance_id for r in kept) == ["hooks", "tg"]
+    assert all(r.kind == "unprocessable" for r in kept)
+    while (claimed := await inbox.claim()) is not None:
+        assert claimed.envelope.payload == ""
+        assert "Unicode" in str(claimed.envelope.metadata["unprocessable"])
 
 
-async def test_the_poller_steps_past_an_update_it_cannot_store(store: RuntimeStore) -> None:
+async def test_the_poller_keeps_an_update_it_cannot_store_as_a_dead_letter_and_moves_on(
+    store: RuntimeStore,
+) -> None:
     inbox = ChannelInbox.on_store(store)
     async with FakeTelegram.running(token=TOKEN) as telegram:
         telegram.push_update(telegram_message(10, 7, f"bad {LONE}"))
@@ -114,13 +125,13 @@ async def test_the_poller_steps_past_an_update_it_cannot_store(store: RuntimeSto
             poll_timeout_s=0,
         )
         poller = TelegramPoller("tg-poll", config, inbox, token=TOKEN, clock=lambda: 1e9)
-        assert await poller.poll_once() == 1
+        assert await poller.poll_once() == 2
         # The next round asks past both: Telegram forgets the bad update too.
         assert await poller.poll_once() == 0
         assert telegram.polls[-1].body["offset"] == 3
         assert telegram.pending_updates == []
     assert await inbox.checkpoint("telegram-poll:tg-poll") == "3"
-    claimed = await inbox.claim()
-    assert claimed is not None
-    assert claimed.envelope.payload == "good"
-    assert await inbox.claim() is None
+    kinds = {}
+    while (claimed := await inbox.claim()) is not None:
+        kinds[claimed.envelope.kind] = claimed.envelope.payload
+    assert kinds == {"unprocessable": "", "message": "good"}
