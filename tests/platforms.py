@@ -289,6 +289,11 @@ def telegram_callback(
     }
 
 
+# How far above an update's id an offset still confirms it: more than any batch, less than
+# the jump of a renumbering (restart_ids).
+_RENUMBERED_GAP = 1 << 20
+
+
 class FakeTelegram(_Fake):
     """The Telegram Bot API's ``sendMessage`` and ``getUpdates`` (``api_base`` is ``url``).
 
@@ -297,6 +302,10 @@ class FakeTelegram(_Fake):
     ``parameters.retry_after``. ``getUpdates`` honours ``offset`` (updates
     below it are confirmed and forgotten, as Telegram does) and long-polls up
     to ``timeout`` seconds (capped at ``MAX_LONG_POLL_S``) for new ones.
+    ``restart_ids(first)`` numbers the next updates from ``first``, as
+    Telegram does after a week without updates ("chosen randomly"): an
+    offset left far above them by the old numbering confirms none of them,
+    so Telegram keeps returning them until an offset just above them comes.
     ``messages`` are the accepted ``sendMessage`` calls; ``polls`` every
     ``getUpdates`` call.
     """
@@ -327,6 +336,10 @@ class FakeTelegram(_Fake):
             Route("/bot{token}/sendMessage", self._send_message, methods=["GET", "POST"]),
             Route("/bot{token}/getUpdates", self._get_updates, methods=["GET", "POST"]),
         ]
+
+    def restart_ids(self, first: int) -> None:
+        """Number the next updates from ``first`` (Telegram's renumbering after a quiet week)."""
+        self._update_ids = itertools.count(first)
 
     def push_update(self, update: Mapping[str, Any]) -> int:
         """Queue an Update (``telegram_message`` / ``telegram_callback``); its ``update_id``."""
@@ -399,8 +412,13 @@ class FakeTelegram(_Fake):
         except (TypeError, ValueError):
             return _tg_error(400, "Bad Request: wrong parameter")
         if offset:
-            # Telegram forgets every update below the offset: they are confirmed.
-            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+            # Telegram forgets every update below the offset: they are confirmed. An offset
+            # from before a renumbering, far above an update's id, confirms nothing.
+            self._updates = [
+                u
+                for u in self._updates
+                if not u["update_id"] < offset <= u["update_id"] + _RENUMBERED_GAP
+            ]
         if not self._updates and timeout:
             with anyio.move_on_after(timeout):
                 await self._arrived.wait()

@@ -165,7 +165,10 @@ class TelegramPoller:
             return 0
         now = self._clock()
         envelopes: list[InboundEnvelope] = []
-        cursor = self._cursor or 0
+        # The next offset is this batch's highest id + 1, not the highest ever seen: after a
+        # week without updates Telegram numbers them afresh, possibly below the old cursor,
+        # and only an offset just above them confirms them.
+        cursor: int | None = None
         for update in updates:
             if not isinstance(update, dict):
                 _log.warning(
@@ -173,7 +176,7 @@ class TelegramPoller:
                 )
                 continue
             try:
-                cursor = max(cursor, update_id(update) + 1)
+                cursor = max(cursor or 0, update_id(update) + 1)
                 parsed = self._envelope(update, now)
             except ChannelRefused as refused:
                 _log.warning(
@@ -182,6 +185,8 @@ class TelegramPoller:
                 continue
             if parsed is not None:
                 envelopes.append(parsed)
+        if cursor is None:
+            return 0  # no update had an id: nothing to confirm, the cursor stays
         accepted = 0
         if envelopes:
             checkpoint = SourceCheckpoint(self.source_id, str(cursor))

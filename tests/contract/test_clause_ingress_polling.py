@@ -233,3 +233,32 @@ async def test_an_oversized_getupdates_answer_is_refused_without_moving_the_curs
             await poller.poll_once()
     assert poller.cursor is None
     assert await inbox.records() == ()
+
+
+async def test_updates_renumbered_below_the_cursor_are_read_and_confirmed(
+    store: RuntimeStore,
+) -> None:
+    """After a week without updates Telegram numbers the next ones afresh, possibly below
+    the stored cursor: the next offset is the batch's own highest id + 1, so they are
+    confirmed once, not returned again forever (and the ones behind them are read)."""
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.restart_ids(5_000_000)
+        telegram.push_update(telegram_message(10, 7, "before the quiet week"))
+        poller = TelegramPoller(
+            "tg-poll", _config(telegram.api_base), inbox, token=TOKEN, clock=lambda: 1e9, limit=2
+        )
+        assert await poller.poll_once() == 1
+        assert await inbox.checkpoint(SOURCE) == "5000001"
+        telegram.restart_ids(100)
+        for text in ("one", "two", "three"):
+            telegram.push_update(telegram_message(10, 7, text))
+        assert await poller.poll_once() == 2
+        assert await inbox.checkpoint(SOURCE) == "102"
+        assert await poller.poll_once() == 1
+        assert await poller.poll_once() == 0
+        assert telegram.pending_updates == []
+    texts = []
+    while (claimed := await inbox.claim()) is not None:
+        texts.append(claimed.envelope.payload)
+    assert sorted(texts) == sorted(["before the quiet week", "one", "two", "three"])
