@@ -167,6 +167,9 @@ class ServeSection(_Strict):
     # How often the daemon checks hostkit.toml and each core's live ref for a change that
     # makes a new generation (docs/generations.md); 0: only SIGHUP reloads.
     reload_interval_s: float = Field(default=2.0, ge=0, le=3_600)
+    # How often the "retention" daemon prunes the inbox (payloads of completed inbounds
+    # after a day, dedup tombstones past the horizon; docs/inbox.md).
+    retention_interval_s: float = Field(default=600.0, ge=1, le=86_400)
 
     @pydantic.field_validator("reload_interval_s")
     @classmethod

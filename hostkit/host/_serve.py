@@ -2,7 +2,8 @@
 
 The registry is built from the Host's current configuration, in dependency
 order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
-messages), one "poll:<id>" per Telegram
+messages), "retention" (``ChannelInbox.prune`` every ``[serve]
+retention_interval_s``), one "poll:<id>" per Telegram
 channel with ``inbound = "polling"``, with ``watch=True`` (``hostkit serve``)
 "reload" (the ``ConfigWatcher``: a changed ``hostkit.toml`` or core ref, or
 ``reload_now()`` on SIGHUP, makes a new generation; docs/generations.md),
@@ -46,6 +47,7 @@ from hostkit.host._bus import EventBus
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
+from hostkit.inbox import RetentionSweeper
 from hostkit.types import is_seconds, is_text
 
 if TYPE_CHECKING:
@@ -221,6 +223,7 @@ class HostDaemon(Background):
             for cid, token in tokens.items()
         ]
         self._channels: dict[str, ChannelConfig] = dict(channels)
+        self.retention = RetentionSweeper(host.inbox, interval_s=serve.retention_interval_s)
         self._policy = policy
         self._on_change = on_change
         # Polls [serve] reload_interval_s of whatever generation is current.
@@ -354,6 +357,7 @@ class HostDaemon(Background):
         registry = DaemonRegistry()
         registry.register("delivery", _Delivery(self.delivery, self.host.events, self._time_left))
         registry.register("inbox", _Worker(self.worker))
+        registry.register("retention", _Worker(self.retention))
         for poller in self._pollers:
             registry.register(f"poll:{poller.channel_id}", poller.run)
         if self.watcher is not None:

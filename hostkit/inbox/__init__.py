@@ -9,6 +9,7 @@ in-memory one (``ChannelInbox.in_memory``).
 
 from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
+from hostkit.inbox._retention import RetentionSweeper
 from hostkit.inbox._worker import FindTurn, InboxWorker, ReplyRoute, Route, RunCommand, RunTurn
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "InboxWorker",
     "ReplyRoute",
     "RetentionPolicy",
+    "RetentionSweeper",
     "RetryPolicy",
     "Route",
     "RunCommand",

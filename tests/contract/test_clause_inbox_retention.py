@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
-from hostkit.inbox import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
-from hostkit.types import InboundFailure, InboundResult
+from hostkit.errors import InvalidValue, StoreError
+from hostkit.inbox import (
+    DEDUP_HORIZON_S,
+    ChannelInbox,
+    RetentionPolicy,
+    RetentionSweeper,
+    RetryPolicy,
+)
+from hostkit.types import InboundFailure, InboundResult, PruneReport
 from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -126,3 +134,77 @@ async def test_retention_is_bounded_per_pass(adapter: str, tmp_path: Path) -> No
         reports = [await sut.inbox.prune() for _ in range(4)]
         assert [r.tombstones_removed for r in reports] == [2, 2, 1, 0]
         assert await sut.inbox.records() == ()
+
+
+async def test_the_sweeper_prunes_a_backlog_in_bounded_passes_each_round(
+    adapter: str, tmp_path: Path
+) -> None:
+    """What `hostkit serve` runs (the "retention" daemon): passes until one removes less
+    than a batch, so a backlog larger than a batch is pruned in one round."""
+    retention = RetentionPolicy(payload_s=100.0, dedup_horizon_s=1_000.0, batch=2)
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=retention) as sut:
+        ids = [await completed(sut, f"evt-{n}") for n in range(5)]
+        sweeper = RetentionSweeper(sut.inbox, interval_s=3_600)
+        assert await sweeper.sweep() == (0, 0)
+        sut.clock.advance(101)
+        assert await sweeper.sweep() == (5, 0)
+        for inbound_id in ids:
+            record = await sut.inbox.record(inbound_id)
+            assert record is not None
+            assert record.payload_pruned
+        sut.clock.advance(1_000)
+        assert await sweeper.sweep() == (0, 5)
+        assert sweeper.rounds == 3
+
+
+async def test_the_sweeper_runs_at_once_then_every_interval_and_stops_promptly(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        inbound_id = await completed(sut, "evt-1")
+        sut.clock.advance(101)
+        sweeper = RetentionSweeper(sut.inbox, interval_s=0.05)
+        prune, passes, third = sut.inbox.prune, [], anyio.Event()
+
+        async def counted() -> PruneReport:
+            passes.append(1)
+            if len(passes) == 3:
+                third.set()
+            return await prune()
+
+        monkeypatch.setattr(sut.inbox, "prune", counted)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                await group.start(sweeper.run)
+                await third.wait()
+                sweeper.stop()
+        # One pass per round here (nothing fills a batch), the first at once.
+        assert sweeper.rounds == len(passes) >= 3
+        record = await sut.inbox.record(inbound_id)
+        assert record is not None
+        assert record.payload_pruned
+
+
+async def test_a_failed_round_is_logged_and_the_next_one_prunes(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        await completed(sut, "evt-1")
+        sut.clock.advance(101)
+        sweeper = RetentionSweeper(sut.inbox, interval_s=3_600)
+        prune = sut.inbox.prune
+
+        async def failing() -> PruneReport:
+            raise StoreError("database is locked", retryable=True)
+
+        monkeypatch.setattr(sut.inbox, "prune", failing)
+        assert await sweeper.sweep() == (0, 0)
+        assert "pruning failed, retrying next round: database is locked" in caplog.text
+        monkeypatch.setattr(sut.inbox, "prune", prune)
+        assert await sweeper.sweep() == (1, 0)
+
+
+def test_the_interval_is_a_positive_number_of_seconds(adapter: str) -> None:
+    for bad in (0, -1.0, float("nan"), "600", True):
+        with pytest.raises(InvalidValue, match="interval_s"):
+            RetentionSweeper(ChannelInbox.in_memory(), interval_s=bad)  # type: ignore[arg-type]

@@ -130,6 +130,7 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert {d.name: d.state for d in monitor.model.daemons} == {
         "delivery": "running",
         "inbox": "running",
+        "retention": "running",
         "webhooks": "running",
     }
     assert figures(monitor) == (0, 0, 0, 0)

@@ -130,6 +130,7 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
             assert ready.json()["checks"] == {
                 "delivery": "running",
                 "inbox": "running",
+                "retention": "running",
                 "webhooks": "running",
             }
             body, headers = _signed("evt-1", "hello")
@@ -147,7 +148,7 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
             assert status.ready
         exit_ = await daemon.shutdown(reason="test")
     assert (exit_.code, exit_.cut) == (0, ())
-    assert [d.state for d in daemon.statuses()] == ["stopped"] * 3
+    assert [d.state for d in daemon.statuses()] == ["stopped"] * 4
 
 
 async def test_shutdown_refuses_new_webhooks_and_drains_the_turn_in_flight(

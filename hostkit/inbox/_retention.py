@@ -1,0 +1,75 @@
+"""The retention sweeper: ``ChannelInbox.prune`` on a timer, for a serving Host.
+
+Completed inbounds lose their payload after ``RetentionPolicy.payload_s`` and
+their dedup tombstone after the horizon only when something prunes: a
+daemon that never did would keep every message's text forever. Each round
+runs bounded passes until one removes less than a batch (at most
+``MAX_PASSES``), each under a deadline; a failed round is logged and the
+next one tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from anyio.abc import TaskStatus
+
+from hostkit.errors import HostkitError, InvalidValue
+from hostkit.inbox._inbox import ChannelInbox
+from hostkit.types import is_seconds
+
+__all__ = ["RetentionSweeper"]
+
+_log = logging.getLogger("hostkit.inbox")
+
+# Passes per round: a backlog larger than this many batches waits for the next round.
+MAX_PASSES = 20
+# One pass is one bounded transaction; past this it is counted as failed.
+PASS_TIMEOUT_S = 60.0
+
+
+class RetentionSweeper:
+    """``await sweeper.run()`` prunes ``inbox`` now and every ``interval_s``; ``stop()`` ends it."""
+
+    def __init__(self, inbox: ChannelInbox, *, interval_s: float) -> None:
+        if not is_seconds(interval_s):
+            raise InvalidValue("interval_s must be a positive number of seconds")
+        self._inbox = inbox
+        self._interval_s = interval_s
+        self._stopped = anyio.Event()
+        self.rounds = 0
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while not self._stopped.is_set():
+            await self.sweep()
+            with anyio.move_on_after(self._interval_s):
+                await self._stopped.wait()
+
+    async def sweep(self) -> tuple[int, int]:
+        """One round: (payloads cleared, tombstones removed); a failure is logged, not raised."""
+        cleared = removed = 0
+        try:
+            for _ in range(MAX_PASSES):
+                with anyio.fail_after(PASS_TIMEOUT_S):
+                    report = await self._inbox.prune()
+                cleared += report.payloads_cleared
+                removed += report.tombstones_removed
+                batch = self._inbox.retention.batch
+                if report.payloads_cleared < batch and report.tombstones_removed < batch:
+                    break
+        except (HostkitError, TimeoutError) as exc:
+            what = exc.message if isinstance(exc, HostkitError) else "a pass timed out"
+            _log.warning("inbox retention: pruning failed, retrying next round: %s", what)
+        self.rounds += 1
+        if cleared or removed:
+            _log.info(
+                "inbox retention: %d payloads cleared, %d dedup tombstones removed",
+                cleared,
+                removed,
+            )
+        return cleared, removed
+
+    def stop(self) -> None:
+        self._stopped.set()
