@@ -65,6 +65,29 @@ def _error(status: int, text: str) -> JSONResponse:
     return JSONResponse({"error": bounded(text, _MAX_ERROR)}, status_code=status)
 
 
+# After the inbox failed to store an event, readiness answers 503 this long: a load
+# balancer sends the next ones elsewhere while every accept here would be a 503 too, and
+# after it readiness is tried again (the next accept decides).
+STORE_FAILURE_COOLDOWN_S = 10.0
+
+
+class _StoreHealth:
+    """Whether the last accept could reach the store (monotonic clock: no wall steps)."""
+
+    def __init__(self) -> None:
+        self.failing_until = 0.0
+
+    def failed(self) -> None:
+        self.failing_until = time.monotonic() + STORE_FAILURE_COOLDOWN_S
+
+    def stored(self) -> None:
+        self.failing_until = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return time.monotonic() < self.failing_until
+
+
 @dataclass(frozen=True, slots=True)
 class _Ingress:
     channels: Mapping[str, ChannelSettings]
@@ -75,6 +98,7 @@ class _Ingress:
     readiness: Readiness | None
     accept_timeout_s: float
     body_timeout_s: float
+    store: _StoreHealth
 
     async def receive(self, request: Request) -> Response:
         channel_id = request.path_params["channel_id"]
@@ -127,7 +151,9 @@ class _Ingress:
             # that committed after the deadline.
             what = exc.message if isinstance(exc, HostkitError) else "accept timed out"
             _log.error("channel %s: accept failed, answering 503: %s", channel_id, what)
+            self.store.failed()
             return _error(503, "the inbox is unavailable; retry later")
+        self.store.stored()
         if receipt.disposition == "accepted" and self.on_accept is not None:
             try:
                 self.on_accept()
@@ -139,13 +165,17 @@ class _Ingress:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        if self.readiness is None:
+        ready, details = True, {}
+        if self.readiness is not None:
+            try:
+                ready, details = self.readiness()
+            except Exception as exc:
+                _log.warning("readiness check failed: %s", type(exc).__name__)
+                return JSONResponse({"status": "not ready"}, status_code=503)
+        if self.store.failing:
+            ready, details = False, {**details, "store": "failing"}
+        if self.readiness is None and ready:
             return JSONResponse({"status": "ready"})
-        try:
-            ready, details = self.readiness()
-        except Exception as exc:
-            _log.warning("readiness check failed: %s", type(exc).__name__)
-            return JSONResponse({"status": "not ready"}, status_code=503)
         return JSONResponse(
             {"status": "ready" if ready else "not ready", "checks": dict(details)},
             status_code=200 if ready else 503,
@@ -177,7 +207,8 @@ def ingress_app(
     secret token (the caller read ``secret_env``). A webhook channel without a
     secret is a ``ConfigError`` here, never an open route. ``on_accept`` runs
     after each newly accepted envelope (wake the inbox worker); ``readiness``
-    answers ``/readyz``. ``accept_timeout_s`` bounds the store write (then 503),
+    answers ``/readyz`` (503 for ``STORE_FAILURE_COOLDOWN_S`` after an accept could
+    not store its event). ``accept_timeout_s`` bounds the store write (then 503),
     ``body_timeout_s`` the body upload (then 408).
     """
     for key, seconds in (
@@ -206,6 +237,7 @@ def ingress_app(
         readiness=readiness,
         accept_timeout_s=accept_timeout_s,
         body_timeout_s=body_timeout_s,
+        store=_StoreHealth(),
     )
     return Starlette(
         routes=[

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
+from hostkit.channels import _app as ingress_app_module
 from hostkit.channels import classify, sign_webhook
+from hostkit.errors import StoreError
 from hostkit.inbox import ChannelInbox, InboxWorker
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
@@ -177,3 +180,37 @@ async def test_an_authenticated_event_whose_text_cannot_be_kept_is_a_dead_letter
     )
     assert record.failure_message == f"the channel accepted the event without its text: {why}"
     assert record.kind == "unprocessable"
+
+
+async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_event(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every accept answering 503 while /readyz says 200 would keep a load balancer sending
+    events here; after the cooldown readiness is tried again, and a stored event clears it."""
+    inbox = ChannelInbox.on_store(store)
+    accept = inbox.accept
+
+    async def locked(envelope: object) -> object:
+        raise StoreError("write failed: SQLITE_BUSY: database is locked", retryable=True)
+
+    monkeypatch.setattr(ingress_app_module, "STORE_FAILURE_COOLDOWN_S", 1.0)
+    async with (
+        serve_ingress(inbox, readiness=lambda: (True, {"inbox": "running"})) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        assert (await client.get("/readyz")).status_code == 200
+        monkeypatch.setattr(inbox, "accept", locked)
+        assert (await _post(client, _event("evt-1"))).status_code == 503
+        not_ready = await client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json() == {
+            "status": "not ready",
+            "checks": {"inbox": "running", "store": "failing"},
+        }
+        await anyio.sleep(1.1)
+        assert (await client.get("/readyz")).status_code == 200
+        assert (await _post(client, _event("evt-2"))).status_code == 503
+        assert (await client.get("/readyz")).status_code == 503
+        monkeypatch.setattr(inbox, "accept", accept)
+        assert (await _post(client, _event("evt-3"))).status_code == 200
+        assert (await client.get("/readyz")).status_code == 200
