@@ -165,7 +165,8 @@ class _Ingress:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        ready, details = True, {}
+        ready = True
+        details: Mapping[str, Any] = {}
         if self.readiness is not None:
             try:
                 ready, details = self.readiness()

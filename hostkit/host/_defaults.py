@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import AsyncResource
@@ -155,18 +157,31 @@ def _scripted_step(config: ScriptStepConfig) -> ScriptStep:
 def _needs_key(config: ProviderConfig) -> bool:
     """Whether an unset ``api_key_env`` is a configuration error.
 
-    A ``base_url`` written next to ``api_key_env`` says that endpoint takes
-    that key (a hosted OpenAI-compatible service): missing, the turn would
-    only fail on the server's 401. Only a server named by ``OPENAI_BASE_URL``
-    (a local one) or an Anthropic bearer ``ANTHROPIC_AUTH_TOKEN`` goes without.
+    A hosted ``base_url`` written next to ``api_key_env`` takes that key:
+    missing, the turn would only fail on the server's 401. A server on this
+    machine or the local network (loopback, a private address, ``localhost``),
+    one named by ``OPENAI_BASE_URL``, or an Anthropic bearer
+    ``ANTHROPIC_AUTH_TOKEN`` may go without: a key that is set is still sent.
     """
     if config.kind not in ("openai", "anthropic"):
         return False
     if config.base_url:
-        return True
+        return not _is_local(config.base_url)
     if config.kind == "openai":
         return not os.environ.get("OPENAI_BASE_URL")
     return not os.environ.get("ANTHROPIC_AUTH_TOKEN")
+
+
+def _is_local(url: str) -> bool:
+    """Whether ``url``'s host is this machine or a private network (a keyless server's place)."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
 
 
 class DefaultProviderSource(AsyncResource):

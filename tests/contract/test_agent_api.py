@@ -18,6 +18,8 @@ import pytest
 import hostkit
 from hostkit.effects import ApprovalDecision, ApprovalRequest, provider_name
 from hostkit.freeze import thaw
+from hostkit.host import parse_config
+from hostkit.host._defaults import DefaultProviderSource
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.hosts import config, event_kinds, request, turn_rows
 
@@ -309,10 +311,10 @@ async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) 
 async def test_a_configured_base_url_with_an_unset_key_is_one_line_exit_2(
     tmp_path: Path, kind: str
 ) -> None:
-    """A base_url written beside api_key_env is a hosted endpoint that takes that key:
-    unset, the run stops before any request, not on the server's 401 after a stored turn."""
+    """A hosted base_url written beside api_key_env takes that key: unset, the run stops
+    before any request, not on the server's 401 after a stored turn."""
     await anyio.Path(tmp_path / "hostkit.toml").write_text(
-        f'[providers.cloud]\nkind = "{kind}"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        f'[providers.cloud]\nkind = "{kind}"\nbase_url = "https://llm.example.com/v1"\n'
         'api_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n[agents.assistant]\nprovider = "cloud"\n'
     )
     env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "ANTHROPIC_AUTH_TOKEN": "token"}
@@ -322,6 +324,36 @@ async def test_a_configured_base_url_with_an_unset_key_is_one_line_exit_2(
     assert len(lines) == 1, err
     assert "HOSTKIT_TEST_NO_SUCH_KEY is not set" in lines[0]
     assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://127.0.0.1:8000/v1",
+        "http://localhost:8000/v1",
+        "http://[::1]:8000/v1",
+        "http://192.168.1.20:8000/v1",
+        "http://10.0.0.5/v1",
+    ],
+)
+async def test_a_local_or_private_base_url_runs_keyless_with_its_key_variable_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_url: str
+) -> None:
+    """`hostkit init`'s commented OpenAI-compatible block (vLLM, llama.cpp, Ollama on this
+    machine or the LAN) names OPENAI_API_KEY: unset, the provider is built and sends none."""
+    monkeypatch.delenv("HOSTKIT_TEST_NO_SUCH_KEY", raising=False)
+    provider_config = {
+        "kind": "openai",
+        "base_url": base_url,
+        "api_key_env": "HOSTKIT_TEST_NO_SUCH_KEY",
+    }
+    config = parse_config(
+        {"providers": {"lan": provider_config}, "agents": {"assistant": {"provider": "lan"}}},
+        base_dir=tmp_path,
+    )
+    async with DefaultProviderSource(config) as source:
+        provider = await source._build("lan")
+        assert provider is not None
 
 
 async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(
