@@ -38,12 +38,17 @@ class RetentionSweeper:
         self._inbox = inbox
         self._interval_s = interval_s
         self._stopped = anyio.Event()
+        self._round: anyio.CancelScope | None = None
         self.rounds = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while not self._stopped.is_set():
-            await self.sweep()
+            # A stop cancels the round in progress: each pass is one transaction, and a
+            # shutdown's drain deadline belongs to the turns in flight, not to pruning.
+            with anyio.CancelScope() as self._round:
+                await self.sweep()
+            self._round = None
             with anyio.move_on_after(self._interval_s):
                 await self._stopped.wait()
 
@@ -73,3 +78,5 @@ class RetentionSweeper:
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._round is not None:
+            self._round.cancel()

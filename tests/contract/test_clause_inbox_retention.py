@@ -170,6 +170,7 @@ async def test_the_sweeper_runs_at_once_then_every_interval_and_stops_promptly(
             passes.append(1)
             if len(passes) == 3:
                 third.set()
+                await anyio.sleep_forever()  # until the stop cuts this round
             return await prune()
 
         monkeypatch.setattr(sut.inbox, "prune", counted)
@@ -178,8 +179,9 @@ async def test_the_sweeper_runs_at_once_then_every_interval_and_stops_promptly(
                 await group.start(sweeper.run)
                 await third.wait()
                 sweeper.stop()
-        # One pass per round here (nothing fills a batch), the first at once.
-        assert sweeper.rounds == len(passes) >= 3
+        # One pass per round here (nothing fills a batch), the first at once; the stop cut
+        # the third.
+        assert (sweeper.rounds, len(passes)) == (2, 3)
         record = await sut.inbox.record(inbound_id)
         assert record is not None
         assert record.payload_pruned
@@ -208,3 +210,25 @@ def test_the_interval_is_a_positive_number_of_seconds(adapter: str) -> None:
     for bad in (0, -1.0, float("nan"), "600", True):
         with pytest.raises(InvalidValue, match="interval_s"):
             RetentionSweeper(ChannelInbox.in_memory(), interval_s=bad)  # type: ignore[arg-type]
+
+
+async def test_a_stop_cuts_the_round_in_progress(
+    adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown's drain deadline is for the turns in flight: a slow pass ends at once."""
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        entered = anyio.Event()
+
+        async def slow() -> PruneReport:
+            entered.set()
+            await anyio.sleep(30)
+            raise AssertionError("the pass was not cut")
+
+        monkeypatch.setattr(sut.inbox, "prune", slow)
+        sweeper = RetentionSweeper(sut.inbox, interval_s=3_600)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                await group.start(sweeper.run)
+                await entered.wait()
+                sweeper.stop()
+        assert sweeper.rounds == 0
