@@ -254,6 +254,8 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
     # Sandboxed, only the workspace is writable (and visible) to the agent.
     place = tmp_path / "ws" if mode == "bubblewrap" else tmp_path / "elsewhere"
     await anyio.Path(place).mkdir(exist_ok=True)
+    # Unsandboxed, a directory anyone may write (as /tmp): the agent's own runs can.
+    await anyio.Path(place).chmod(0o1777)
     shell = place / "sh-copy"
     await anyio.to_thread.run_sync(shutil.copy2, "/bin/sh", shell)
     link = place / "tool"
@@ -279,3 +281,29 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
     assert "invalid option" in (outcome.output or {}).get("stderr", {}).get("tail", "")
     assert outcome.audit is not None
     assert outcome.audit["executable_real"] == PRINTENV
+
+
+async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
+    runs: TerminalRuns, tmp_path: Path
+) -> None:
+    """Programs that read the name they were started by (Debian's psql through
+    pg_wrapper, a virtualenv's python) keep it when no link on the way lies where the
+    agent writes; through a world-writable directory the real path runs instead."""
+    script = tmp_path / "ws" / "where.py"
+    await anyio.Path(script).write_text("import sys\nprint(sys.executable)\n")
+    fixed = tmp_path / "fixed"
+    shared = tmp_path / "shared"
+    for place, mode in ((fixed, 0o755), (shared, 0o1777)):
+        await anyio.Path(place).mkdir()
+        await anyio.Path(place).chmod(mode)
+        await anyio.Path(place / "py").symlink_to(PYTHON)
+    sandbox = policy({})
+    kept = await invoke(runs, sandbox, {NAME: SECRET}, [str(fixed / "py"), str(script)])
+    swapped = await invoke(runs, sandbox, {NAME: SECRET}, [str(shared / "py"), str(script)])
+    assert (kept.status, swapped.status) == ("succeeded", "succeeded"), (kept, swapped)
+    assert kept.output is not None
+    assert swapped.output is not None
+    if os.geteuid() == 0:
+        # Root-owned and not world-writable: the operator's, so the link is run as given.
+        assert kept.output["stdout"]["tail"].strip() == str(fixed / "py")
+    assert swapped.output["stdout"]["tail"].strip() == PYTHON

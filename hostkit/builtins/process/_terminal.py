@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -97,6 +98,7 @@ from hostkit.builtins.process._terminal_checks import (
     resolve_program,
     run_preflight,
     secret_program_refusal,
+    swappable,
 )
 from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, record_view
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
@@ -371,6 +373,7 @@ class TerminalRuns(AsyncResource):
             return ToolOutcome(
                 "denied", None, f"program {bounded(argv[0], 80)!r} was not found{where}"
             )
+        program = found
         if ctx.secrets:
             # The real path: through a link to a shell, or a program the agent put in the
             # workspace.
@@ -380,6 +383,12 @@ class TerminalRuns(AsyncResource):
             )
             if refusal is not None:
                 return ToolOutcome("denied", None, refusal)
+            # A path with a link the agent could re-point after these checks runs the very
+            # file they read, so no other program receives the secret.
+            if await anyio.to_thread.run_sync(
+                functools.partial(swappable, found, root, sandboxed=policy.sandboxed)
+            ):
+                program = real
         if self._reserve:
             free = await anyio.to_thread.run_sync(free_bytes_at, self._artifact_root)
             if free < self._reserve:
@@ -402,9 +411,6 @@ class TerminalRuns(AsyncResource):
         options["max_output_bytes"] = policy.limits.file_size_mb * MB
         # ... and all output together leaves the Host's reserve free on the artifacts' disk.
         options["min_free_bytes"] = self._reserve or None
-        # A secret run executes the very path its checks read (no link left in it), so a
-        # link the agent swaps after the checks cannot make another program receive it.
-        program = real if ctx.secrets else found
         try:
             command, resolved_cwd, launcher = await anyio.to_thread.run_sync(
                 launch_argv, probe, policy, [program, *argv[1:]], workspace, fd, self._artifact_root

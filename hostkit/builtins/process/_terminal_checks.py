@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -170,6 +172,74 @@ def secret_program_refusal(
                 f"this run's program is {bounded(real, 120)!r}"
             )
     return None
+
+
+# Symbolic links followed at most, as the kernel does (ELOOP past it).
+_MAX_LINKS = 40
+
+
+def swappable(path: str, workspace: Path, *, sandboxed: bool) -> bool:
+    """Worker thread: whether the agent could re-point ``path`` after it was checked.
+
+    True when a symbolic link ``path`` resolves through lies in a directory the
+    agent can write: the workspace; unsandboxed also a world-writable one, or
+    one the Host's own (non-root) user may write. A secret run of such a path
+    executes its real path instead; any other keeps the name it was given
+    (``psql`` through its wrapper, a virtualenv's ``python``), which its
+    program may depend on. A path that cannot be walked counts as swappable.
+    """
+    try:
+        return any(
+            _agent_writes(directory, workspace, sandboxed=sandboxed)
+            for directory in _link_directories(path)
+        )
+    except (OSError, ValueError):
+        return True
+
+
+def _link_directories(path: str) -> list[Path]:
+    """The real directories holding each symbolic link ``path`` resolves through."""
+    held: list[Path] = []
+    current = Path("/")
+    pending = list(Path(path).parts[1:])
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.parent
+            continue
+        candidate = current / name
+        if not candidate.is_symlink():
+            current = candidate
+            continue
+        if len(held) >= _MAX_LINKS:
+            raise OSError(errno.ELOOP, "too many levels of symbolic links")
+        held.append(current)
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = Path("/")
+            pending = list(target.parts[1:]) + pending
+        else:
+            pending = list(target.parts) + pending
+    return held
+
+
+def _agent_writes(directory: Path, workspace: Path, *, sandboxed: bool) -> bool:
+    if directory == workspace or directory.is_relative_to(workspace):
+        return True
+    if sandboxed:
+        return False  # the sandbox writes nothing of the Host's outside the workspace
+    info = os.stat(directory)
+    if info.st_mode & stat.S_IWOTH:
+        return True
+    uid = os.geteuid()
+    if uid == 0:
+        return False  # root-owned system directories are the operator's (docs/effects.md)
+    if info.st_uid == uid and info.st_mode & stat.S_IWUSR:
+        return True
+    groups = {os.getegid(), *os.getgroups()}
+    return bool(info.st_mode & stat.S_IWGRP) and info.st_gid in groups
 
 
 def run_preflight(
