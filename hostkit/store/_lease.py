@@ -11,7 +11,9 @@ for work whose process was killed.
 namespace the owner's pids are numbered in: containers that share a host
 name but not a PID namespace (or two machines both called ``localhost``)
 cannot read each other's pids, so their owners are ``unknown`` to each
-other and only expiry ends their leases.
+other and only expiry ends their leases. That includes a container restarted
+into a new PID namespace (and a rebooted machine): it waits out the leases
+of the process it replaced.
 
 A start time is counted from boot (``/proc/<pid>/stat``), not read off the
 wall clock: a clock step (NTP, a VM resumed or migrated, ``date -s``) moves
