@@ -293,31 +293,26 @@ def count_turns(database: Path) -> int:
         return int(db.execute("SELECT count(*) FROM turns").fetchone()[0])
 
 
-async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kind", "base_url"),
+    [
+        ("openai", None),
+        ("openai", "https://llm.example.com/v1"),
+        ("anthropic", "https://llm.example.com/v1"),
+    ],
+    ids=["openai", "openai-hosted-base-url", "anthropic-hosted-base-url"],
+)
+async def test_a_missing_api_key_is_one_line_exit_2_and_no_turn(
+    tmp_path: Path, kind: str, base_url: str | None
+) -> None:
+    """A hosted base_url written beside api_key_env takes that key too: unset, the run stops
+    before any request, not on the server's 401 after a stored turn."""
+    where = "" if base_url is None else f'base_url = "{base_url}"\n'
     await anyio.Path(tmp_path / "hostkit.toml").write_text(
-        '[providers.cloud]\nkind = "openai"\napi_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n'
+        f'[providers.cloud]\nkind = "{kind}"\n{where}api_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n'
         '[agents.assistant]\nprovider = "cloud"\n'
     )
-    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "OPENAI_BASE_URL": ""}
-    code, _, err = await hostkit_cli("run", "hello", cwd=tmp_path, env=env)
-    assert code == 2
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert "HOSTKIT_TEST_NO_SUCH_KEY is not set" in lines[0]
-    assert await anyio.to_thread.run_sync(count_turns, tmp_path / "hostkit.db") == 0
-
-
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
-async def test_a_configured_base_url_with_an_unset_key_is_one_line_exit_2(
-    tmp_path: Path, kind: str
-) -> None:
-    """A hosted base_url written beside api_key_env takes that key: unset, the run stops
-    before any request, not on the server's 401 after a stored turn."""
-    await anyio.Path(tmp_path / "hostkit.toml").write_text(
-        f'[providers.cloud]\nkind = "{kind}"\nbase_url = "https://llm.example.com/v1"\n'
-        'api_key_env = "HOSTKIT_TEST_NO_SUCH_KEY"\n\n[agents.assistant]\nprovider = "cloud"\n'
-    )
-    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "ANTHROPIC_AUTH_TOKEN": "token"}
+    env = {"HOSTKIT_TEST_NO_SUCH_KEY": "", "OPENAI_BASE_URL": "", "ANTHROPIC_AUTH_TOKEN": "token"}
     code, _, err = await hostkit_cli("run", "hello", cwd=tmp_path, env=env)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
