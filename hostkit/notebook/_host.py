@@ -27,6 +27,7 @@ from hostkit.errors import (
     ConfigError,
     InvalidValue,
     NotFoundOrUnauthorized,
+    ScopeError,
     StoreClosed,
     UnboundToken,
     UserError,
@@ -384,9 +385,12 @@ class NotebookHost(AsyncResource):
     async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
         try:
             return await self._read_token(turn_id)
-        except StoreClosed:
-            # Read beside its turn, which may end (and the Host close) first: nothing to stop.
-            return None
+        except (StoreClosed, ScopeError):
+            # Read beside its turn, which may end (and the Host close) first: nothing to
+            # stop. The store may close between reading the binding and signing the scope.
+            if self.host.store.closed:
+                return None
+            raise
 
     async def _read_token(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
         scope = await self.scope()

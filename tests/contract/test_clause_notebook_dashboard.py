@@ -18,13 +18,13 @@ from IPython.core.interactiveshell import InteractiveShell
 import hostkit
 import hostkit.notebook as hn
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import NotFoundOrUnauthorized, UserError
+from hostkit.errors import NotFoundOrUnauthorized, ScopeError, UserError
 from hostkit.host import Host, parse_config
 from hostkit.inspect import SessionRows
 from hostkit.notebook import NotebookHost
 from hostkit.notebook._approver import WidgetApprover
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import ModelRequest, SessionRecord
+from hostkit.types import ModelRequest, PrincipalScope, SessionRecord
 from tests.contract._config_apply import write_config
 from tests.hosts import open_host, request
 
@@ -309,4 +309,25 @@ async def test_a_stop_token_read_after_the_host_closed_is_none_not_an_orphan_err
     async with Host.open(path) as host:
         nb = NotebookHost(host, WidgetApprover())
         result = await host.turns.run(request("hi"))
+    assert await nb._token_of(result.turn_id) is None
+
+
+async def test_a_stop_token_read_cut_by_the_host_closing_mid_scope_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store may close between reading the conversation's binding and signing its
+    scope (a ScopeError, not StoreClosed): still no orphan error once it is closed, and
+    the same error while the store is open is not swallowed."""
+    path = write_config(tmp_path, reply="done")
+    signing = ScopeError("the issuing store is closed")
+
+    async def closing_scope() -> PrincipalScope:
+        raise signing
+
+    async with Host.open(path) as host:
+        nb = NotebookHost(host, WidgetApprover())
+        result = await host.turns.run(request("hi"))
+        monkeypatch.setattr(nb, "scope", closing_scope)
+        with pytest.raises(ScopeError):
+            await nb._token_of(result.turn_id)
     assert await nb._token_of(result.turn_id) is None
