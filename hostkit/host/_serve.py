@@ -104,7 +104,7 @@ class _Stoppable(Protocol):
 
 
 class _Worker:
-    """A daemon over an InboxWorker: its stop() is synchronous."""
+    """A daemon over a worker whose stop() is synchronous (InboxWorker, RetentionSweeper)."""
 
     def __init__(self, target: _Stoppable) -> None:
         self._target = target
