@@ -82,10 +82,8 @@ def demo_config(directory: Path, *, environ: dict[str, str]) -> dict[str, object
             "kind": "openai",
             "base_url": environ["OPENAI_BASE_URL"],
             "model": environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+            "api_key_env": "OPENAI_API_KEY",
         }
-        if environ.get("OPENAI_API_KEY"):
-            # A server that takes a key gets it; a local one with none set runs keyless.
-            real["api_key_env"] = "OPENAI_API_KEY"
     else:
         real = {"kind": "local", "context_window": 2048, "max_output_tokens": 96}
     return {

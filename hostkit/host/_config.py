@@ -612,10 +612,8 @@ def default_config(
             "kind": "openai",
             "base_url": env["OPENAI_BASE_URL"],
             "model": env.get("OPENAI_MODEL", "gpt-4o-mini"),
+            "api_key_env": "OPENAI_API_KEY",
         }
-        if env.get("OPENAI_API_KEY"):
-            # A server that takes a key gets it; a local one with none set runs keyless.
-            provider["api_key_env"] = "OPENAI_API_KEY"
         name = "openai"
     else:
         provider, name = {"kind": "local"}, "local"

@@ -196,10 +196,3 @@ async def test_default_config_never_picks_the_scripted_model(tmp_path: Path) -> 
     remote = default_config(base_dir=tmp_path, environ={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
     assert remote.providers["openai"].kind == "openai"
     assert remote.providers["openai"].base_url == "http://127.0.0.1:9/v1"
-    # A local server with no key set runs keyless; a key that is set is sent.
-    assert remote.providers["openai"].api_key_env is None
-    keyed = default_config(
-        base_dir=tmp_path,
-        environ={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "k"},
-    )
-    assert keyed.providers["openai"].api_key_env == "OPENAI_API_KEY"
