@@ -245,9 +245,9 @@ CHILD = textwrap.dedent(
         owner = await host.authority.for_conversation(facts)
         token = await host.turns.cancellation_token(ctx.turn_id, owner)
         fields = ("kind", "request_id", "turn_id", "session_id", "nonce")
-        await anyio.Path(token_file).write_text(
-            json.dumps({name: getattr(token, name) for name in fields})
-        )
+        part = anyio.Path(f"{token_file}.part")  # whole or absent for the poller
+        await part.write_text(json.dumps({name: getattr(token, name) for name in fields}))
+        await part.rename(token_file)
         await anyio.sleep_forever()
         return "never"
 

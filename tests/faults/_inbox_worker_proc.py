@@ -39,6 +39,13 @@ ROOT = Path(OPTIONS["root"])
 DEADLINE_S = 60.0
 
 
+async def publish(path: str | Path, text: str) -> None:
+    """Write ``text`` whole or not at all for a reader polling from another process."""
+    part = anyio.Path(f"{path}.part")
+    await part.write_text(text)
+    await part.rename(path)
+
+
 async def wait_for(path: str) -> None:
     with anyio.fail_after(DEADLINE_S):
         # Another process writes the file: there is no event to wait on across processes.
@@ -54,7 +61,7 @@ async def answer(request: ModelRequest) -> Reply:
 
 
 async def stall(request: TurnRequest) -> TurnResult:
-    await anyio.Path(OPTIONS["marker"]).write_text(request.request_id)
+    await publish(OPTIONS["marker"], request.request_id)
     await anyio.sleep_forever()
     raise AssertionError("unreachable")
 
@@ -78,7 +85,7 @@ async def serve(host: Host, inbox: ChannelInbox, model: ScriptedModel) -> None:
 async def hold(inbox: ChannelInbox) -> None:
     claimed = await inbox.claim()
     assert claimed is not None
-    await anyio.Path(OPTIONS["marker"]).write_text(claimed.claim_token)
+    await publish(OPTIONS["marker"], claimed.claim_token)
     answers: list[Any] = []
     for step in OPTIONS["steps"]:
         await wait_for(step)
@@ -90,7 +97,7 @@ async def hold(inbox: ChannelInbox) -> None:
         except StaleClaim:
             extended = "stale_claim"
         answers.append([complete.disposition, failed.disposition, extended])
-        await anyio.Path(OPTIONS["results"]).write_text(json.dumps(answers))
+        await publish(OPTIONS["results"], json.dumps(answers))
 
 
 async def main() -> None:

@@ -65,6 +65,13 @@ async def stamp(ctx: ToolContext, label: str) -> str:
     raise AssertionError("the call ran without an approval")
 
 
+async def publish(path: str | Path, text: str) -> None:
+    """Write ``text`` whole or not at all for a reader polling from another process."""
+    part = anyio.Path(f"{path}.part")
+    await part.write_text(text)
+    await part.rename(path)
+
+
 class Deciding:
     """A person who sees the prompt and has not decided yet; says so in ``marker``."""
 
@@ -72,7 +79,7 @@ class Deciding:
         self.marker = marker
 
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        await anyio.Path(self.marker).write_text(request.approval_id)
+        await publish(self.marker, request.approval_id)
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 

@@ -76,7 +76,9 @@ CHILD = textwrap.dedent(
                     if rows:
                         break
                     await anyio.sleep(0.02)
-            await anyio.Path(marker).write_text(rows[0][0])
+            part = anyio.Path(f"{marker}.part")  # whole or absent for the poller
+            await part.write_text(rows[0][0])
+            await part.rename(marker)
             await anyio.sleep_forever()
 
     anyio.run(main)
