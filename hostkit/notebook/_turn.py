@@ -214,6 +214,7 @@ class TurnView:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stops: set[asyncio.Task[Any]] = set()
         self.stopping = False
+        self.stop_error: BaseException | None = None  # why the last stop failed, if it did
         self._priced: list[float | None] = []  # the cost of each provider call, if priced
         self._next_render = 0.0
         # Where the current model step's text starts in ``_reply`` (the final answer's, at the end).
@@ -336,7 +337,24 @@ class TurnView:
     def _cancel_task(self) -> None:
         task = asyncio.get_running_loop().create_task(self.cancel())
         self._stops.add(task)
-        task.add_done_callback(self._stops.discard)
+        task.add_done_callback(self._stop_ended)
+
+    def _stop_ended(self, task: asyncio.Task[Any]) -> None:
+        """A stop that raised says so on the panel, and Stop can be clicked again.
+
+        Nothing awaits a click's task: without this its error would vanish
+        and the panel would show "Stopping…" over a turn that still runs.
+        """
+        self._stops.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is None or self.done:
+            return
+        self.stop_error = error
+        self.stopping = False
+        self._step(f"stop failed: {type(error).__name__}: {error}", _STATUS_COLOURS["failed"])
+        if self._panel is not None:
+            self._panel.stop.disabled = False
+            self._panel.stop.description = "Stop"
 
     def _stopping(self) -> None:
         if self.done or self.stopping:

@@ -15,6 +15,7 @@ import pytest
 
 import hostkit.notebook as hn
 from hostkit.adapters.scripted import Reply, ScriptedModel
+from hostkit.errors import StoreError
 from hostkit.notebook._markdown import render_markdown
 from hostkit.notebook._turn import TRUNCATED
 from hostkit.testing import capabilities
@@ -79,6 +80,38 @@ async def test_the_stop_button_ends_the_running_turn_cancelled(
     assert stop.disabled
     assert stop.description == "Stopping…"
     assert "cancelled" in view.text()
+    assert panel is view.panel
+
+
+async def test_a_stop_that_fails_says_so_and_the_button_can_be_clicked_again(
+    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nb, model = held
+    view = nb.chat("Wait for me.")
+    panel = view.panel
+    await until(lambda: view.turn_id is not None and model.requests)
+    stop = view.stop_button
+    assert stop is not None
+    cancel_token = nb.host.turns.cancel_token
+    failures = [StoreError("the store is briefly unavailable")]
+
+    async def flaky(*args: Any) -> TurnCancelResult:
+        if failures:
+            raise failures.pop()
+        return await cancel_token(*args)
+
+    monkeypatch.setattr(nb.host.turns, "cancel_token", flaky)
+
+    stop.click()
+    await until(lambda: view.stop_error is not None)
+    assert isinstance(view.stop_error, StoreError)
+    assert not view.done  # the turn still runs, and the panel does not claim it is stopping
+    assert (stop.disabled, stop.description) == (False, "Stop")
+    assert "stop failed: StoreError: the store is briefly unavailable" in view.text()
+
+    stop.click()  # the second click stops it
+    await until(lambda: view.done)
+    assert (await view).outcome == "cancelled"
     assert panel is view.panel
 
 

@@ -50,7 +50,11 @@ blocked = nb.chat("stop me too", session="new")
 print("sleeping", flush=True)
 time.sleep(60)"""
 OUTCOME = """\
-r = await asyncio.wait_for({name}.wait(), 20)
+try:
+    r = await asyncio.wait_for({name}.wait(), 20)
+except TimeoutError:  # what the panel knows, for the failure's message
+    v = {name}
+    raise AssertionError(f"not ended: {{v.turn_id=}} {{v.stopping=}} {{v.stop_error=}} {{v.cell=}}")
 print(r.outcome, earlier.done)"""
 CLEANUP = "await earlier.cancel()\nawait nb.aclose()"
 CELL_TIMEOUT_S = 30.0
