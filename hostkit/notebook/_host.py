@@ -66,6 +66,8 @@ _current: NotebookHost | None = None
 _starting: asyncio.Future[None] | None = None
 # How long a stop waits for a turn still being admitted (a session busy elsewhere).
 _ADMISSION_WAIT_S = 10.0
+# How long it then waits for the stopped admission to end (a committed one records its end).
+_STOPPED_WAIT_S = 30.0
 
 
 class NotebookHost(AsyncResource):
@@ -96,6 +98,8 @@ class NotebookHost(AsyncResource):
         # Each running turn's cancellation token and its owner's scope, read when it starts.
         self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
         self._stop_scope: PrincipalScope | None = None
+        # Each driven turn's cancel scope: what a stop cancels while the turn is admitted.
+        self._admitting: dict[TurnView, anyio.CancelScope] = {}
         self._monitors: weakref.WeakSet[InboxMonitor] = weakref.WeakSet()
         self.serving: ServeHandle | None = None
         self._serve_lock = asyncio.Lock()
@@ -364,16 +368,25 @@ class NotebookHost(AsyncResource):
     async def stop(self, view: TurnView) -> TurnCancelResult | None:
         """Cancel the panel's turn through its cancellation token (the Stop button's action).
 
-        A turn still being admitted is waited for (bounded); one never
-        admitted has its task cancelled and its panel ends with that error.
+        A turn still being admitted is waited for (bounded); then its
+        admission is cancelled through a cancel scope, never the task: an
+        admission that has committed (shielded) still runs to its recorded
+        end, ``cancelled``. None when no turn was admitted (the panel then ends
+        with that error).
         """
         with anyio.move_on_after(_ADMISSION_WAIT_S):
             await view.admitted.wait()
         if view.turn_id is None:
-            if not view.done and view._task is not None:
-                view._task.cancel()
-                view.finish(None, UserError("stopped before the turn was admitted"))
-            return None
+            admission = self._admitting.get(view)
+            if admission is None:
+                return None
+            admission.cancel()
+            with anyio.move_on_after(_STOPPED_WAIT_S):
+                await view._done.wait()
+            ended = view.result
+            if ended is None:
+                return None
+            return TurnCancelResult(ended.turn_id, "cancelled", ended.outcome)
         held = self._tokens.get(view)
         token = await held if held is not None else None
         scope = await self.scope()
@@ -427,7 +440,8 @@ class NotebookHost(AsyncResource):
                 anyio.create_task_group() as group,
             ):
                 group.start_soon(self._pump, view, events)
-                result = await self.host.turns.run(request)
+                with anyio.CancelScope() as self._admitting[view]:
+                    result = await self.host.turns.run(request)
                 group.cancel_scope.cancel()
                 # What the turn emitted last may still be queued: apply it now.
                 while True:
@@ -435,10 +449,17 @@ class NotebookHost(AsyncResource):
                         self._apply(view, events.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
+            if result is None:  # stopped while being admitted
+                if view.turn_id is None:
+                    view.finish(None, UserError("stopped before the turn was admitted"))
+                    return
+                # Admitted as it was stopped: the same request answers with its recorded end.
+                result = await self.host.turns.run(request)
         except Exception as exc:
             view.finish(None, exc)
             return
         finally:
+            self._admitting.pop(view, None)
             self.views.pop(request.request_id, None)
             if view.turn_id is not None:
                 self._by_turn.pop(view.turn_id, None)

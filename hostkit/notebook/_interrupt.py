@@ -2,8 +2,10 @@
 
 An interrupt reaches the running cell as ``KeyboardInterrupt`` (synchronous
 code) or as a cancellation of the cell's coroutine (ipykernel 6.29 and 7.x
-cancel an awaiting cell on SIGINT); either way IPython records it as the
-cell's ``error_in_exec`` and then runs the ``post_run_cell`` hooks. Each
+cancel an awaiting cell on SIGINT); IPython records it as the cell's
+``error_in_exec``, or as ``error_before_exec`` when it lands between two of
+the cell's top-level statements (IPython runs and compiles them one at a
+time), and then runs the ``post_run_cell`` hooks. Each
 TurnView records the cell it was started in, and that hook cancels, through
 their tokens, the unfinished turns of the interrupted cell. Turns started by
 earlier cells, and an interrupt of an idle kernel, are left alone.
@@ -56,8 +58,8 @@ def running_cell() -> object | None:
 
 def interrupted(result: Any) -> bool:
     """The cell ended by the kernel's interrupt (either way ipykernel delivers it)."""
-    error = getattr(result, "error_in_exec", None)
-    return isinstance(error, KeyboardInterrupt | asyncio.CancelledError)
+    errors = (getattr(result, "error_in_exec", None), getattr(result, "error_before_exec", None))
+    return any(isinstance(error, KeyboardInterrupt | asyncio.CancelledError) for error in errors)
 
 
 def watch_interrupts(views: Callable[[], Iterable[_Cancellable]]) -> None:

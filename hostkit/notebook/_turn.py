@@ -340,13 +340,17 @@ class TurnView:
         task.add_done_callback(self._stop_ended)
 
     def _stop_ended(self, task: asyncio.Task[Any]) -> None:
-        """A stop that raised says so on the panel, and Stop can be clicked again.
+        """A stop that raised, or was cancelled, says so on the panel; Stop can be clicked again.
 
         Nothing awaits a click's task: without this its error would vanish
         and the panel would show "Stopping…" over a turn that still runs.
         """
         self._stops.discard(task)
-        error = None if task.cancelled() else task.exception()
+        error = (
+            asyncio.CancelledError("the stop was cancelled")
+            if task.cancelled()
+            else task.exception()
+        )
         if error is None or self.done:
             return
         self.stop_error = error

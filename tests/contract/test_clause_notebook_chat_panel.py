@@ -115,6 +115,102 @@ async def test_a_stop_that_fails_says_so_and_the_button_can_be_clicked_again(
     assert panel is view.panel
 
 
+async def test_a_stop_cancelled_before_it_ended_says_so(
+    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nb, model = held
+    view = nb.chat("Wait for me.")
+    await until(lambda: view.turn_id is not None and model.requests)
+    stop = view.stop_button
+    assert stop is not None
+    cancel_token = nb.host.turns.cancel_token
+    stuck = asyncio.Event()
+
+    async def hangs(*args: Any) -> TurnCancelResult:
+        stuck.set()
+        await asyncio.Event().wait()
+        return await cancel_token(*args)
+
+    monkeypatch.setattr(nb.host.turns, "cancel_token", hangs)
+    stop.click()
+    await stuck.wait()
+    for task in list(view._stops):
+        task.cancel()  # the loop's shutdown, or anything else, cut the click's task short
+
+    await until(lambda: view.stop_error is not None)
+    assert isinstance(view.stop_error, asyncio.CancelledError)
+    assert (stop.disabled, stop.description) == (False, "Stop")
+    monkeypatch.setattr(nb.host.turns, "cancel_token", cancel_token)
+    stop.click()
+    await until(lambda: view.done)
+    assert (await view).outcome == "cancelled"
+
+
+async def test_a_stop_while_the_turn_is_admitted_never_strands_it_running(
+    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stop gives up waiting for admission while the admission transaction has committed
+    # (turn.started, the session lease) but has not returned: the turn must still end.
+    nb, _ = held
+    monkeypatch.setattr("hostkit.notebook._host._ADMISSION_WAIT_S", 0.2)
+    leases = nb.host.turns._leases
+    admit = leases.admit
+    admitted: list[str] = []
+
+    async def slow(request: Any, admission: Any, scope: Any) -> Any:
+        outcome = await admit(request, admission, scope)
+        admitted.append(admission.turn_id)
+        await asyncio.sleep(1.0)  # the commit is durable; its answer is late
+        return outcome
+
+    monkeypatch.setattr(leases, "admit", slow)
+    view = nb.chat("Stop me while I am admitted.", session="new")
+    await until(lambda: admitted)
+
+    answer = await view.cancel()
+
+    assert answer == TurnCancelResult(admitted[0], "cancelled", "cancelled")
+    state = await nb.host.store.turns.state(await nb.scope(), admitted[0])
+    assert state.status != "running"
+    assert state.result is not None
+    assert state.result.outcome == "cancelled"
+    assert view.done
+    assert (await view).outcome == "cancelled"
+
+
+async def test_a_stop_before_admission_ends_the_panel_with_no_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session is busy with another turn: the stopped one is never admitted.
+    started = asyncio.Event()
+
+    async def hold(request: ModelRequest) -> Reply:
+        started.set()
+        await asyncio.Event().wait()
+        return Reply("never")
+
+    monkeypatch.setattr("hostkit.notebook._host._ADMISSION_WAIT_S", 0.2)
+    nb = await hn.start(
+        notebook_config(tmp_path),
+        capabilities=capabilities(ScriptedModel([hold], repeat_last=True)),
+    )
+    try:
+        first = nb.chat("Hold the session.")
+        await started.wait()
+        second = nb.chat("Wait behind it.")
+
+        assert await second.cancel() is None
+
+        assert second.done
+        assert second.turn_id is None
+        assert "stopped before the turn was admitted" in str(second.error)
+        assert not first.done  # the turn holding the session was not touched
+        await first.cancel()
+        assert (await first).outcome == "cancelled"
+    finally:
+        await nb.aclose()
+
+
 async def test_view_cancel_goes_through_the_turns_token_and_is_idempotent(
     held: tuple[hn.NotebookHost, ScriptedModel],
 ) -> None:

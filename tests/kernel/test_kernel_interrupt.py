@@ -1,7 +1,8 @@
 """A real kernel interrupted as JupyterLab's stop button does: the turn the interrupted cell
 started is cancelled through its token, whether the cell was awaiting it (ipykernel cancels the
-cell's coroutine) or blocked in synchronous code (``KeyboardInterrupt``); a turn an earlier cell
-started keeps running."""
+cell's coroutine), blocked in synchronous code (``KeyboardInterrupt``) or between two of its
+statements (IPython compiles each just before running it, and records an interrupt there as
+``error_before_exec``); a turn an earlier cell started keeps running."""
 
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ import time
 blocked = nb.chat("stop me too", session="new")
 print("sleeping", flush=True)
 time.sleep(60)"""
+BETWEEN = """\
+import ast, time
+Compiler = type(get_ipython().compile)
+plain = Compiler.__call__
+def slow(self, source, *args, **kwargs):  # the interrupt lands while a statement compiles
+    if "slow_to_compile" in ast.dump(source):
+        time.sleep(60)
+    return plain(self, source, *args, **kwargs)
+Compiler.__call__ = slow
+between = nb.chat("stop me between statements", session="new")
+print("compiling", flush=True)
+slow_to_compile = True"""
 OUTCOME = """\
 try:
     r = await asyncio.wait_for({name}.wait(), 20)
@@ -80,7 +93,14 @@ async def outcome(frontend: Frontend, name: str) -> str:
     return frontend.stdout(cell).strip()
 
 
-@pytest.mark.parametrize("cell", ["awaiting", "blocked"])
+CELLS = {
+    "awaiting": (AWAITING, "running", "view"),
+    "blocked": (BLOCKED, "sleeping", "blocked"),
+    "between": (BETWEEN, "compiling", "between"),
+}
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
 async def test_the_kernel_interrupt_cancels_the_turn_its_cell_started(
     kernel: KernelChoice, tmp_path: Path, cell: str
 ) -> None:
@@ -88,11 +108,7 @@ async def test_the_kernel_interrupt_cancels_the_turn_its_cell_started(
         setup = frontend.execute(SETUP)
         reply = await frontend.finished(setup, timeout_s=CELL_TIMEOUT_S)
         assert reply["status"] == "ok", reply
-        code, line, name = (
-            (AWAITING, "running", "view")
-            if cell == "awaiting"
-            else (BLOCKED, "sleeping", "blocked")
-        )
+        code, line, name = CELLS[cell]
         interrupted = await interrupt_when_printed(frontend, frontend.execute(code), line)
         ended = await outcome(frontend, name)
         cleanup = frontend.execute(CLEANUP)
