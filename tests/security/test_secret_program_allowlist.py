@@ -28,6 +28,7 @@ from hostkit.builtins.process import (
     probe_bubblewrap,
 )
 from hostkit.builtins.process import _terminal as terminal_module
+from hostkit.builtins.process._terminal_checks import swappable
 from hostkit.effects import ApprovalDecision, ApprovalRequest, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host import Host, HostConfig, parse_config
@@ -237,15 +238,17 @@ async def test_a_host_binds_a_secret_only_for_its_listed_programs(
     assert "bound only for the programs listed for it (/usr/bin/printenv)" in tool_texts[1]
 
 
+@pytest.mark.parametrize("into", ["link", "file"])
 @pytest.mark.parametrize("mode", ["none", "bubblewrap"])
 async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret(
-    runs: TerminalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    runs: TerminalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, into: str
 ) -> None:
     """The checks read a link's target; the run executes that target, not the link.
 
-    The agent's own background run can flip a link between the checks and the
-    exec: here the flip happens exactly there, from a shell copy to the listed
-    program's real path, and the shell must not run.
+    The agent's own background run can swap the link between the checks and the
+    exec: here the swap happens exactly there, from the listed program's real path
+    to a shell copy (re-pointed, or the copy renamed over the link: a plain file
+    then, with no link left to see), and the shell must not run.
     """
     if mode == "bubblewrap":
         probe = await anyio.to_thread.run_sync(probe_bubblewrap)
@@ -264,8 +267,11 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
 
     def check_then_flip(real: str, names: Any, programs: Any) -> str | None:
         refusal = checked(real, names, programs)
-        os.unlink(link)
-        os.symlink(shell, link)
+        if into == "link":
+            os.unlink(link)
+            os.symlink(shell, link)
+        else:
+            os.replace(shell, link)
         return refusal
 
     monkeypatch.setattr(terminal_module, "secret_program_refusal", check_then_flip)
@@ -283,27 +289,64 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
     assert outcome.audit["executable_real"] == PRINTENV
 
 
+@pytest.mark.parametrize("mode", ["none", "bubblewrap"])
 async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
-    runs: TerminalRuns, tmp_path: Path
+    runs: TerminalRuns, tmp_path: Path, mode: str
 ) -> None:
     """Programs that read the name they were started by (Debian's psql through
-    pg_wrapper, a virtualenv's python) keep it when no link on the way lies where the
-    agent writes; through a world-writable directory the real path runs instead."""
+    pg_wrapper, a virtualenv's python) keep it when no directory on the way is one the
+    agent writes; through the workspace (or, unsandboxed, any directory the Host's user
+    may write, and every one for a root Host) the real path runs instead."""
+    sandboxed = mode == "bubblewrap"
+    if sandboxed:
+        probe = await anyio.to_thread.run_sync(probe_bubblewrap)
+        if not probe.ok:
+            pytest.skip(probe.reason)
+    system = "/usr/bin/python3"
+    if not await anyio.Path(system).is_symlink():
+        pytest.skip(f"{system} is not a link here")
     script = tmp_path / "ws" / "where.py"
     await anyio.Path(script).write_text("import sys\nprint(sys.executable)\n")
-    fixed = tmp_path / "fixed"
-    shared = tmp_path / "shared"
-    for place, mode in ((fixed, 0o755), (shared, 0o1777)):
-        await anyio.Path(place).mkdir()
-        await anyio.Path(place).chmod(mode)
-        await anyio.Path(place / "py").symlink_to(PYTHON)
-    sandbox = policy({})
-    kept = await invoke(runs, sandbox, {NAME: SECRET}, [str(fixed / "py"), str(script)])
-    swapped = await invoke(runs, sandbox, {NAME: SECRET}, [str(shared / "py"), str(script)])
-    assert (kept.status, swapped.status) == ("succeeded", "succeeded"), (kept, swapped)
-    assert kept.output is not None
-    assert swapped.output is not None
-    if os.geteuid() == 0:
-        # Root-owned and not world-writable: the operator's, so the link is run as given.
-        assert kept.output["stdout"]["tail"].strip() == str(fixed / "py")
-    assert swapped.output["stdout"]["tail"].strip() == PYTHON
+    own = tmp_path / "ws" / "py"
+    await anyio.Path(own).symlink_to(PYTHON)
+    sandbox = SandboxPolicy(mode=mode, secret_programs={})  # type: ignore[arg-type]
+    through_system = await invoke(runs, sandbox, {NAME: SECRET}, [system, str(script)])
+    through_workspace = await invoke(runs, sandbox, {NAME: SECRET}, [str(own), str(script)])
+    assert through_system.status == "succeeded", through_system
+    assert through_workspace.status == "succeeded", through_workspace
+    assert through_system.output is not None
+    assert through_workspace.output is not None
+    # A system link (root-owned, in a directory the agent cannot write) keeps its name,
+    # except unsandboxed as root, where the agent could write every directory.
+    kept = sandboxed or os.geteuid() != 0
+    expected = system if kept else PYTHON
+    assert through_system.output["stdout"]["tail"].strip() == expected
+    assert through_workspace.output["stdout"]["tail"].strip() == PYTHON
+
+
+@pytest.mark.parametrize(
+    ("layout", "sandboxed", "expected"),
+    [
+        ("plain file in the workspace", True, True),
+        ("plain file in a directory under the workspace", True, True),
+        ("plain file outside the workspace, sandboxed", True, False),
+        ("plain file in the Host user's own directory, unsandboxed", False, True),
+    ],
+)
+def test_every_directory_on_the_way_counts_not_only_those_holding_a_link(
+    tmp_path: Path, layout: str, sandboxed: bool, expected: bool
+) -> None:
+    """A name that was a link when the checks read it may be a plain file when the walk
+    reads it: the directory holding every component is what the agent must not write."""
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    path = {
+        "plain file in the workspace": workspace / "tool",
+        "plain file in a directory under the workspace": workspace / "sub" / "tool",
+        "plain file outside the workspace, sandboxed": outside / "tool",
+        "plain file in the Host user's own directory, unsandboxed": outside / "tool",
+    }[layout]
+    path.write_text("")
+    assert swappable(str(path), workspace, sandboxed=sandboxed) is expected

@@ -17,7 +17,6 @@ import errno
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,25 +180,28 @@ _MAX_LINKS = 40
 def swappable(path: str, workspace: Path, *, sandboxed: bool) -> bool:
     """Worker thread: whether the agent could re-point ``path`` after it was checked.
 
-    True when a symbolic link ``path`` resolves through lies in a directory the
-    agent can write: the workspace; unsandboxed also a world-writable one, or
-    one the Host's own (non-root) user may write. A secret run of such a path
-    executes its real path instead; any other keeps the name it was given
-    (``psql`` through its wrapper, a virtualenv's ``python``), which its
-    program may depend on. A path that cannot be walked counts as swappable.
+    True when any directory ``path`` resolves through (the one holding each of
+    its components: a link, or a plain name that was a link when the checks read
+    it) is one the agent can write: the workspace; unsandboxed also any the
+    Host's user owns or may write, and every directory when the Host runs as root
+    (its agent's programs run as root too). A secret run of such a path executes
+    its real path instead; any other keeps the name it was given (``psql``
+    through its wrapper, a virtualenv's ``python``), which its program may
+    depend on. A path that cannot be walked counts as swappable.
     """
     try:
         return any(
             _agent_writes(directory, workspace, sandboxed=sandboxed)
-            for directory in _link_directories(path)
+            for directory in _walked_directories(path)
         )
     except (OSError, ValueError):
         return True
 
 
-def _link_directories(path: str) -> list[Path]:
-    """The real directories holding each symbolic link ``path`` resolves through."""
+def _walked_directories(path: str) -> list[Path]:
+    """The real directories holding each component ``path`` resolves through, in order."""
     held: list[Path] = []
+    links = 0
     current = Path("/")
     pending = list(Path(path).parts[1:])
     while pending:
@@ -209,13 +211,15 @@ def _link_directories(path: str) -> list[Path]:
         if name == "..":
             current = current.parent
             continue
+        if current not in held:
+            held.append(current)
         candidate = current / name
         if not candidate.is_symlink():
             current = candidate
             continue
-        if len(held) >= _MAX_LINKS:
+        links += 1
+        if links > _MAX_LINKS:
             raise OSError(errno.ELOOP, "too many levels of symbolic links")
-        held.append(current)
         target = Path(os.readlink(candidate))
         if target.is_absolute():
             current = Path("/")
@@ -230,16 +234,11 @@ def _agent_writes(directory: Path, workspace: Path, *, sandboxed: bool) -> bool:
         return True
     if sandboxed:
         return False  # the sandbox writes nothing of the Host's outside the workspace
-    info = os.stat(directory)
-    if info.st_mode & stat.S_IWOTH:
-        return True
     uid = os.geteuid()
     if uid == 0:
-        return False  # root-owned system directories are the operator's (docs/effects.md)
-    if info.st_uid == uid and info.st_mode & stat.S_IWUSR:
-        return True
-    groups = {os.getegid(), *os.getgroups()}
-    return bool(info.st_mode & stat.S_IWGRP) and info.st_gid in groups
+        return True  # an unsandboxed root Host's agent writes wherever it likes
+    # An owner may chmod its own directory; access() also reads ACLs and groups.
+    return os.stat(directory).st_uid == uid or os.access(directory, os.W_OK, effective_ids=True)
 
 
 def run_preflight(
