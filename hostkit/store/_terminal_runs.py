@@ -168,8 +168,8 @@ class TerminalRunStore(ABC):
     ) -> bool:
         """End a run still ``running`` under ``host_owner`` as ``orphaned`` with ``reason``.
 
-        With ``lease_expired``, only if its lease expired (checked in the same
-        statement, so a renewal that lands first keeps the run). False when
+        With ``lease_expired``, only if its lease expired or it has none (checked
+        in the same statement, so a renewal that lands first keeps the run). False when
         the run ended meanwhile, belongs to another owner or was renewed.
         """
 
@@ -384,7 +384,8 @@ class SqlTerminalRunStore(TerminalRunStore):
         _text("run_id", run_id, _MAX_ID)
         _text("host_owner", host_owner, _MAX_PATH)
         _text("reason", reason, MAX_RUN_REASON * 4)
-        expired = " AND lease_expires_at < ?" if lease_expired else ""
+        # A run recorded before runs had leases (NULL) has nobody to renew it.
+        expired = " AND (lease_expires_at IS NULL OR lease_expires_at < ?)" if lease_expired else ""
 
         def update(raw: sqlite3.Connection) -> bool:
             cursor = raw.execute(

@@ -175,7 +175,7 @@ class RunJournal:
     async def _orphan(self, record: TerminalRunRecord) -> bool:
         owner = LeaseOwner.decode(record.host_owner)
         if owner is None:
-            return False
+            return await self._expired(record, None)
         liveness = await anyio.to_thread.run_sync(owner.liveness)
         if liveness == "unknown":
             return await self._expired(record, owner)
@@ -196,15 +196,24 @@ class RunJournal:
             self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
         return marked
 
-    async def _expired(self, record: TerminalRunRecord, owner: LeaseOwner) -> bool:
-        """Orphan the run of a Host this machine cannot see, once its lease expired."""
+    async def _expired(self, record: TerminalRunRecord, owner: LeaseOwner | None) -> bool:
+        """Orphan the run of a Host this machine cannot see, once its lease expired.
+
+        A run recorded before runs had leases (none) or by an owner this
+        version cannot read has nobody to renew it: it counts as expired.
+        """
         expires = record.lease_expires_at
-        if expires is None or expires >= time.time():
+        if expires is not None and expires >= time.time():
             return False
+        who = (
+            f"the Host process {owner.pid} on {owner.host}"
+            if owner is not None
+            else f"the Host {bounded(record.host_owner, 80)!r}"
+        )
+        renewing = "stopped renewing its lease" if expires is not None else "recorded no lease"
         reason = (
-            f"the Host process {owner.pid} on {owner.host} that owned the run stopped renewing "
-            "its lease; its processes there could not be signalled from here (that Host "
-            "stops them if it still runs)"
+            f"{who} that owned the run {renewing}; its processes there could not be "
+            "signalled from here (that Host stops them if it still runs)"
         )
         marked = await self.store.terminal_runs.mark_orphaned(
             record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=True

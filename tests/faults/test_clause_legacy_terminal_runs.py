@@ -1,0 +1,91 @@
+"""Clause: a background run recorded before runs had leases still ends once its Host is gone.
+
+A database migrated from before run leases holds ``running`` runs with no
+lease expiry, some under an owner written before machines were recorded
+(four fields) or in a form this version cannot read. Nobody renews such a
+run: a Host that cannot prove its owner alive or dead orphans it, as it
+orphans a run whose lease expired, instead of leaving it ``running`` for
+ever. A run with a lease still running is left alone, whatever its owner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hostkit.authority import AuthorityResolver
+from hostkit.store import RuntimeStore
+from tests.contract.test_clause_effects_background_runs_durable import (
+    completed,
+    host_process,
+    me,
+    new_run,
+    session_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+FAR = "another-machine.invalid"
+
+
+def without_lease(db_path: Path, run_id: str) -> None:
+    """The row as a database from before run leases holds it."""
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE terminal_runs SET lease_expires_at = NULL WHERE run_id = ?", [run_id])
+    raw.close()
+
+
+@pytest.mark.parametrize(
+    "owner",
+    ["four fields", "five fields", "unreadable"],
+)
+async def test_a_run_without_a_lease_whose_host_cannot_be_seen_is_orphaned(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, db_path: Path, owner: str
+) -> None:
+    scope = await session_of(authority)
+    far = dataclasses.replace(await me("host_far"), host=FAR)
+    text = {
+        "four fields": far.encode().rsplit("|", 1)[0],
+        "five fields": far.encode(),
+        "unreadable": "a Host of another version",
+    }[owner]
+    run = dataclasses.replace(new_run(scope, "run_old", far), host_owner=text)
+    await store.terminal_runs.insert(run)
+    await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+
+    async with host_process(store, authority, tmp_path, "host_near") as host:
+        assert await host.journal.recover() == 1
+        event = await host.events.wait_for(completed("run_old"))
+        assert await host.journal.recover() == 0  # ended once
+
+    record = await store.terminal_runs.get(
+        "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert record.state == "orphaned"
+    assert "recorded no lease" in (record.reason or "")
+    assert dict(event.data) == {"run_id": "run_old", "state": "orphaned"}
+
+
+async def test_an_unreadable_owner_whose_lease_still_runs_is_left_alone(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    scope = await session_of(authority)
+    far = await me("host_far")
+    run = dataclasses.replace(
+        new_run(scope, "run_new", far), host_owner="a Host of a later version", lease_s=60
+    )
+    await store.terminal_runs.insert(run)
+
+    async with host_process(store, authority, tmp_path, "host_near") as host:
+        assert await host.journal.recover() == 0
+
+    record = await store.terminal_runs.get(
+        "run_new", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert record.state == "running"
