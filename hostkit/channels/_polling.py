@@ -8,6 +8,12 @@ back and dedup (``update_id``) absorbs any that were stored. A batch of only
 ignored updates (edits, bots, senders not allowed) has nothing to store; the
 cursor then advances in memory, and after a restart those updates are read
 (and ignored) again at most once more.
+
+After a week without updates Telegram numbers the next ones afresh, possibly
+below the cursor and onto ids it gave before. A batch below the cursor starts
+a new *numbering*: it is stored with the cursor (``<numbering>:<cursor>``;
+plain ``<cursor>`` for the first) and is part of each later update's dedup
+key, so a new update is never taken for an old one with the same id.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ class TelegramPoller:
         self._max_bytes = max_response_bytes
         self._accept_timeout_s = accept_timeout_s
         self._cursor: int | None = None
+        self._numbering = 0
         self._loaded = False
         hide_url_tokens()
 
@@ -145,9 +152,7 @@ class TelegramPoller:
         if self._loaded:
             return
         stored = await self._inbox.checkpoint(self.source_id)
-        self._cursor = (
-            int(stored) if stored is not None and stored.isascii() and stored.isdigit() else None
-        )
+        self._numbering, self._cursor = _read_checkpoint(stored)
         self._loaded = True
 
     async def _back_off(self, why: str) -> None:
@@ -165,6 +170,7 @@ class TelegramPoller:
             return 0
         now = self._clock()
         envelopes: list[InboundEnvelope] = []
+        numbering = self._numbering + self._renumbered(updates)
         # The next offset is this batch's highest id + 1, not the highest ever seen: after a
         # week without updates Telegram numbers them afresh, possibly below the old cursor,
         # and only an offset just above them confirms them.
@@ -177,7 +183,7 @@ class TelegramPoller:
                 continue
             try:
                 cursor = max(cursor or 0, update_id(update) + 1)
-                parsed = self._envelope(update, now)
+                parsed = self._envelope(update, now, numbering)
             except ChannelRefused as refused:
                 _log.warning(
                     "telegram channel %s skipped an update: %s", self.channel_id, refused.code
@@ -189,16 +195,30 @@ class TelegramPoller:
             return 0  # no update had an id: nothing to confirm, the cursor stays
         accepted = 0
         if envelopes:
-            checkpoint = SourceCheckpoint(self.source_id, str(cursor))
+            position = f"{numbering}:{cursor}" if numbering else str(cursor)
+            checkpoint = SourceCheckpoint(self.source_id, position)
             with anyio.fail_after(self._accept_timeout_s):
                 receipts = await self._inbox.accept_batch(envelopes, checkpoint)
             accepted = sum(1 for receipt in receipts if receipt.disposition == "accepted")
-        self._cursor = cursor
+        self._cursor, self._numbering = cursor, numbering
         if accepted and self._on_accept is not None:
             self._on_accept()
         return accepted
 
-    def _envelope(self, update: dict[str, Any], now: float) -> InboundEnvelope | None:
+    def _renumbered(self, updates: list[Any]) -> bool:
+        """Whether Telegram numbered this batch afresh: an id below the cursor it was asked
+        for (Telegram returns none of the ids it numbered before below the offset)."""
+        if self._cursor is None:
+            return False
+        ids = (update.get("update_id") for update in updates if isinstance(update, dict))
+        return any(
+            isinstance(value, int) and not isinstance(value, bool) and value < self._cursor
+            for value in ids
+        )
+
+    def _envelope(
+        self, update: dict[str, Any], now: float, numbering: int
+    ) -> InboundEnvelope | None:
         """The update's envelope, None to skip it, or ``ChannelRefused`` (unreadable).
 
         An update that cannot become an envelope is stepped past, never
@@ -211,6 +231,7 @@ class TelegramPoller:
                 channel_id=self.channel_id,
                 authenticated_by=POLLING_AUTHENTICATED_BY,
                 now=now,
+                numbering=numbering,
             )
         except ChannelRefused:
             raise
@@ -270,3 +291,18 @@ class TelegramPoller:
             if len(body) > self._max_bytes:
                 raise PollError(f"getUpdates answered more than {self._max_bytes} bytes")
         return bytes(body)
+
+
+def _read_checkpoint(stored: str | None) -> tuple[int, int | None]:
+    """``(numbering, cursor)`` from ``<numbering>:<cursor>`` or ``<cursor>``; (0, None) for
+    none or anything else (then Telegram's oldest pending update is read first)."""
+    if stored is None:
+        return 0, None
+    numbering, _, cursor = stored.rpartition(":")
+    if not (cursor.isascii() and cursor.isdigit()):
+        return 0, None
+    if not numbering:
+        return 0, int(cursor)
+    if not (numbering.isascii() and numbering.isdigit()):
+        return 0, None
+    return int(numbering), int(cursor)

@@ -64,10 +64,20 @@ def update_id(update: Mapping[str, Any]) -> int:
 
 
 def envelope_from_update(
-    update: Mapping[str, Any], *, channel_id: str, authenticated_by: str, now: float
+    update: Mapping[str, Any],
+    *,
+    channel_id: str,
+    authenticated_by: str,
+    now: float,
+    numbering: int = 0,
 ) -> InboundEnvelope | Ignored:
-    """The envelope one Telegram Update carries, ``Ignored``, or ``ChannelRefused`` (400)."""
-    key = str(update_id(update))
+    """The envelope one Telegram Update carries, ``Ignored``, or ``ChannelRefused`` (400).
+
+    ``numbering`` counts the times the poller saw Telegram number updates afresh
+    (after a quiet week): from the first, the dedup key carries it, so a new
+    update never repeats the key of an old one with the same id.
+    """
+    key = f"{numbering}:{update_id(update)}" if numbering else str(update_id(update))
     message = update.get("message")
     if isinstance(message, dict):
         text = message.get("text")

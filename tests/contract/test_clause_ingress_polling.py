@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from hostkit.channels import TelegramPoller
+from hostkit.channels._polling import _read_checkpoint
 from hostkit.errors import PollError, StoreError
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox
@@ -235,6 +236,56 @@ async def test_an_oversized_getupdates_answer_is_refused_without_moving_the_curs
     assert await inbox.records() == ()
 
 
+async def test_an_update_renumbered_onto_an_old_id_is_a_new_message(store: RuntimeStore) -> None:
+    """Renumbered updates may take ids Telegram gave before, whose dedup keys the inbox
+    still holds: each numbering has keys of its own, across restarts of the poller, so
+    none of them is dropped as a duplicate of an old message."""
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.restart_ids(100)
+        for text in ("old 100", "old 101"):
+            telegram.push_update(telegram_message(10, 7, text))
+        first = _poller(telegram, inbox)
+        assert await first.poll_once() == 2
+        assert await inbox.checkpoint(SOURCE) == "102"
+        telegram.restart_ids(5_000_000)  # afresh, above the cursor: nothing to tell apart
+        telegram.push_update(telegram_message(10, 7, "far 5000000"))
+        assert await first.poll_once() == 1
+        assert await inbox.checkpoint(SOURCE) == "5000001"
+        telegram.restart_ids(100)  # afresh again, onto ids the inbox holds keys for
+        telegram.push_update(telegram_message(10, 7, "new 100"))
+        assert await first.poll_once() == 1
+        assert await inbox.checkpoint(SOURCE) == "1:101"
+        telegram.push_update(telegram_message(10, 7, "new 101"))
+        restarted = _poller(telegram, inbox)  # reads its numbering from the checkpoint
+        assert await restarted.poll_once() == 1
+        assert await inbox.checkpoint(SOURCE) == "1:102"
+        assert await restarted.poll_once() == 0  # its offset confirms the last one
+        assert telegram.pending_updates == []
+    texts = []
+    while (claimed := await inbox.claim()) is not None:
+        texts.append(claimed.envelope.payload)
+    assert sorted(texts) == ["far 5000000", "new 100", "new 101", "old 100", "old 101"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        (None, (0, None)),
+        ("102", (0, 102)),
+        ("3:102", (3, 102)),
+        ("x:102", (0, None)),
+        ("3:", (0, None)),
+        ("\uff11\uff10\uff12", (0, None)),  # fullwidth digits
+        ("-5", (0, None)),
+    ],
+)
+def test_a_checkpoint_reads_as_its_numbering_and_cursor_or_as_none(
+    stored: str | None, expected: tuple[int, int | None]
+) -> None:
+    assert _read_checkpoint(stored) == expected
+
+
 async def test_updates_renumbered_below_the_cursor_are_read_and_confirmed(
     store: RuntimeStore,
 ) -> None:
@@ -254,7 +305,7 @@ async def test_updates_renumbered_below_the_cursor_are_read_and_confirmed(
         for text in ("one", "two", "three"):
             telegram.push_update(telegram_message(10, 7, text))
         assert await poller.poll_once() == 2
-        assert await inbox.checkpoint(SOURCE) == "102"
+        assert await inbox.checkpoint(SOURCE) == "1:102"  # the second numbering
         assert await poller.poll_once() == 1
         assert await poller.poll_once() == 0
         assert telegram.pending_updates == []
