@@ -23,6 +23,7 @@ from hostkit.freeze import FrozenMap
 from hostkit.inbox._memory_index import DueEntry, DueIndex, OwnerIndex
 from hostkit.store import ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, InboxStore, inbox_checks
 from hostkit.types import (
+    UNPROCESSABLE,
     ChannelCounts,
     ClaimedInbound,
     CompletionDecision,
@@ -93,6 +94,8 @@ class MemoryInboxStore(InboxStore):
         # Completed rows by completion time: still holding a payload, and all of them.
         self._payloads: list[tuple[float, int, str]] = []
         self._tombstones: list[tuple[float, int, str]] = []
+        # Dead letters accepted without their text, by when they were dead-lettered.
+        self._unprocessable: list[tuple[float, int, str]] = []
         self._audit: list[RequeueAudit] = []
         self._seq = 0
 
@@ -358,16 +361,31 @@ class MemoryInboxStore(InboxStore):
                 del self._keys[row.envelope.dedup_key]
                 self._count(row.envelope.channel_instance_id, row.state, -1)
                 removed += 1
+        unprocessable = 0
+        while (
+            self._unprocessable
+            and self._unprocessable[0][0] < tombstone_before
+            and unprocessable < limit
+        ):
+            at, _, inbound_id = heapq.heappop(self._unprocessable)
+            row = self._rows.get(inbound_id)
+            # Requeued since (and maybe dead-lettered again, under a later entry): not this one.
+            if row is not None and _unprocessable(row) and row.updated_at == at:
+                del self._rows[inbound_id]
+                del self._keys[row.envelope.dedup_key]
+                self._count(row.envelope.channel_instance_id, row.state, -1)
+                unprocessable += 1
         cleared = 0
         while self._payloads and self._payloads[0][0] < payload_before and cleared < limit:
-            _, _, inbound_id = heapq.heappop(self._payloads)
+            at, _, inbound_id = heapq.heappop(self._payloads)
             row = self._rows.get(inbound_id)
-            if row is not None and not row.payload_pruned:
+            # One old enough to be deleted is left whole for the pass that deletes it.
+            if row is not None and not row.payload_pruned and at >= tombstone_before:
                 self._rows[inbound_id] = replace(
                     row, envelope=_without_payload(row.envelope), payload_pruned=True
                 )
                 cleared += 1
-        return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
+        return PruneReport(payloads_cleared=cleared, tombstones_removed=removed + unprocessable)
 
     async def counts(self) -> tuple[ChannelCounts, ...]:
         await anyio.lowlevel.checkpoint()
@@ -451,6 +469,8 @@ class MemoryInboxStore(InboxStore):
         if new.state == "completed" and (old is None or old.state != "completed"):
             heapq.heappush(self._payloads, (new.updated_at, new.seq, new.inbound_id))
             heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
+        if _unprocessable(new) and (old is None or not _unprocessable(old)):
+            heapq.heappush(self._unprocessable, (new.updated_at, new.seq, new.inbound_id))
 
     def _count(self, channel: str, state: str, delta: int) -> None:
         by_state = self._counts.setdefault(channel, {})
@@ -459,6 +479,15 @@ class MemoryInboxStore(InboxStore):
             del by_state[state]
         if not by_state:
             del self._counts[channel]
+
+
+def _unprocessable(row: _Row) -> bool:
+    """A dead letter the channel accepted without its text (pruned after the horizon)."""
+    return (
+        row.state == "dead_lettered"
+        and row.failure is not None
+        and row.failure.code == UNPROCESSABLE
+    )
 
 
 def _claim_owner(row: _Row | None) -> str | None:

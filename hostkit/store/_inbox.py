@@ -204,8 +204,9 @@ class InboxStore(ABC):
         Completed rows last updated before ``payload_before`` lose their
         payload, payload ref, artifacts and metadata (the row stays as the
         dedup tombstone). Completed rows last updated before
-        ``tombstone_before`` are deleted. Ready, claimed and dead-lettered rows
-        are never pruned.
+        ``tombstone_before`` are deleted, and so are dead letters the channel
+        accepted without their text (failure ``unprocessable``: nothing to
+        requeue). Ready, claimed and other dead-lettered rows are never pruned.
         """
 
     @abstractmethod

@@ -23,6 +23,7 @@ from hostkit.store._dialect import claim_isolation
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
+    UNPROCESSABLE,
     ChannelCounts,
     ClaimedInbound,
     CompletionDecision,
@@ -164,11 +165,20 @@ _PRUNE_TOMBSTONES = (
     "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox WHERE state = 'completed' "
     "AND updated_at < ? ORDER BY updated_at LIMIT ?)"
 )
+# Not the rows old enough to be deleted: a pass whose deletes stopped at its limit leaves
+# them for the next pass, which deletes them whole.
 _PRUNE_PAYLOADS = (
     "UPDATE inbox SET payload = NULL, payload_ref = NULL, artifacts = NULL, metadata = NULL "
     "WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_payloads "
     "WHERE state = 'completed' AND payload IS NOT NULL "
-    "AND updated_at < ? ORDER BY updated_at LIMIT ?)"
+    "AND updated_at < ? AND updated_at >= ? ORDER BY updated_at LIMIT ?)"
+)
+# A dead letter the channel accepted without its text has nothing a requeue could answer:
+# past the replay horizon it goes as a tombstone does (a sender cannot fill the table).
+_PRUNE_UNPROCESSABLE = (
+    "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_dead "
+    f"WHERE state = 'dead_lettered' AND failure_code = '{UNPROCESSABLE}' "
+    "AND updated_at < ? ORDER BY id LIMIT ?)"
 )
 
 
@@ -514,9 +524,11 @@ def requeue_row(
 def prune_rows(
     conn: sqlite3.Connection, payload_before: float, tombstone_before: float, limit: int
 ) -> PruneReport:
-    """Delete old tombstones first, then clear payloads of the completed rows that stay."""
+    """Delete old tombstones (and unprocessable dead letters) first, then clear payloads of
+    the completed rows that stay."""
     removed = conn.execute(_PRUNE_TOMBSTONES, [tombstone_before, limit]).rowcount
-    cleared = conn.execute(_PRUNE_PAYLOADS, [payload_before, limit]).rowcount
+    removed += conn.execute(_PRUNE_UNPROCESSABLE, [tombstone_before, limit]).rowcount
+    cleared = conn.execute(_PRUNE_PAYLOADS, [payload_before, tombstone_before, limit]).rowcount
     return PruneReport(payloads_cleared=cleared, tombstones_removed=removed)
 
 

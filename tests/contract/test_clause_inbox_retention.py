@@ -3,7 +3,9 @@
 Completed inbounds lose their payload after ``payload_s``; their rows stay
 as dedup tombstones until ``dedup_horizon_s`` (seven days by default, the
 longest transport replay window), so a redelivery inside the horizon is
-still a duplicate. Ready, claimed and dead-lettered rows are never pruned.
+still a duplicate. Ready, claimed and dead-lettered rows are never pruned,
+except dead letters the channel accepted without their text (``unprocessable``:
+nothing a requeue could answer), which go after the horizon as tombstones do.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from hostkit.inbox import (
     RetentionSweeper,
     RetryPolicy,
 )
-from hostkit.types import InboundFailure, InboundResult, PruneReport
+from hostkit.types import UNPROCESSABLE, InboundFailure, InboundResult, PruneReport
 from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -120,6 +122,70 @@ async def test_retention_never_prunes_active_or_dead_lettered_rows(
         # The expired claim is dead-lettered (its only attempt is spent); the ready one is served
         # with its payload intact.
         assert [c.envelope.payload for c in claimed_ready] == ["hello"]
+
+
+async def test_retention_removes_unprocessable_dead_letters_after_the_horizon(
+    adapter: str, tmp_path: Path
+) -> None:
+    """A sender whose events cannot be kept (too long, a NUL) leaves a dead letter each:
+    without this they would fill the table for ever."""
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        dead: dict[str, str] = {}
+        for key, code in (("too-long", UNPROCESSABLE), ("poison", "boom")):
+            dead[code] = (await sut.inbox.accept(envelope(key))).inbound_id
+            claimed = await sut.inbox.claim()
+            assert claimed is not None
+            await sut.inbox.fail(claimed, InboundFailure("permanent", code, "why"))
+        sut.clock.advance(999)
+        assert (await sut.inbox.prune()).tombstones_removed == 0
+        sut.clock.advance(2)
+        assert (await sut.inbox.prune()).tombstones_removed == 1
+        assert await sut.inbox.record(dead[UNPROCESSABLE]) is None
+        kept = await sut.inbox.record(dead["boom"])
+        assert kept is not None
+        assert kept.state == "dead_lettered"  # evidence an operator can still requeue
+        again = await sut.inbox.accept(envelope("too-long"))
+        assert (again.disposition, again.inbound_id != dead[UNPROCESSABLE]) == ("accepted", True)
+
+
+async def test_an_unprocessable_dead_letter_requeued_counts_from_its_new_end(
+    adapter: str, tmp_path: Path
+) -> None:
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
+        inbound_id = (await sut.inbox.accept(envelope("too-long"))).inbound_id
+        failure = InboundFailure("permanent", UNPROCESSABLE, "why")
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.fail(claimed, failure)
+        sut.clock.advance(600)
+        await sut.inbox.requeue(sut.operator, inbound_id, reason="try it once more")
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        await sut.inbox.fail(claimed, failure)
+        sut.clock.advance(600)  # past the horizon from the first end, not from the second
+        assert (await sut.inbox.prune()).tombstones_removed == 0
+        sut.clock.advance(401)
+        assert (await sut.inbox.prune()).tombstones_removed == 1
+        assert await sut.inbox.record(inbound_id) is None
+
+
+async def test_a_pass_stopped_by_its_limit_leaves_older_rows_whole_for_the_next(
+    adapter: str, tmp_path: Path
+) -> None:
+    """Rows old enough to be deleted are not worth clearing first: the next pass deletes
+    them whole."""
+    retention = RetentionPolicy(payload_s=100.0, dedup_horizon_s=1_000.0, batch=2)
+    async with open_inbox(adapter, tmp_path, policy=POLICY, retention=retention) as sut:
+        ids = [await completed(sut, f"evt-{i}") for i in range(3)]
+        sut.clock.advance(1_001)
+        first = await sut.inbox.prune()
+        assert (first.payloads_cleared, first.tombstones_removed) == (0, 2)
+        left = await sut.inbox.record(ids[2])
+        assert left is not None
+        assert not left.payload_pruned
+        second = await sut.inbox.prune()
+        assert (second.payloads_cleared, second.tombstones_removed) == (0, 1)
+        assert await sut.inbox.records() == ()
 
 
 async def test_retention_is_bounded_per_pass(adapter: str, tmp_path: Path) -> None:
