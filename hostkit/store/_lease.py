@@ -48,8 +48,8 @@ _BOOT_TIME_SLACK_S = 0.05
 _WALL_CLOCK_FROM = 1e9
 
 
-def _started_since_boot(pid: int) -> float | None:
-    """When ``pid`` started, in seconds since boot; None without ``/proc``.
+def _started_since_boot(pid: int | Literal["self"]) -> float | None:
+    """When ``pid`` (or this process) started, in seconds since boot; None without ``/proc``.
 
     ``FileNotFoundError`` (``ProcessLookupError`` for a pid that exits while read)
     when there is no such process.
@@ -81,6 +81,20 @@ def machine_identity() -> str:
     return f"{boot_id}:{namespace}"
 
 
+@functools.cache
+def _proc_numbers_another_namespace() -> bool:
+    """Whether ``/proc`` is mounted from a PID namespace other than this process's.
+
+    A process in a PID namespace of its own that kept its parent's ``/proc``
+    (``unshare --pid`` without ``--mount-proc``) would read other processes
+    under the pids it knows: no pid it holds can be looked up there.
+    """
+    try:
+        return int(os.readlink("/proc/self")) != os.getpid()
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseOwner:
     """Which Host process holds a lease (host, pid, process start time, Host instance id,
@@ -96,7 +110,8 @@ class LeaseOwner:
     def current(cls, instance: str) -> LeaseOwner:
         """This process as the Host instance ``instance`` (reads ``/proc``: not on the loop)."""
         pid = os.getpid()
-        started = _started_since_boot(pid)
+        # /proc/self is this process whatever namespace /proc numbers.
+        started = _started_since_boot("self")
         if started is None:
             started = psutil.Process(pid).create_time()
         return cls(socket.gethostname(), pid, started, instance)
@@ -123,9 +138,12 @@ class LeaseOwner:
 
         The process start time guards against PID reuse. An owner on another
         machine, or in another PID namespace, is ``unknown`` here; its lease
-        expiry decides.
+        expiry decides. So is every owner when this process's ``/proc`` numbers
+        another namespace's processes.
         """
         if self.host != socket.gethostname() or self.machine != machine_identity():
+            return "unknown"
+        if _proc_numbers_another_namespace():
             return "unknown"
         try:
             if self.started < _WALL_CLOCK_FROM:

@@ -6,11 +6,16 @@ owner's pid names another process (or none), so a live Host would look dead
 and lose its turns, claims and session leases to the first Host that
 looked. The owner records the kernel's boot id and its PID namespace; an
 owner from anywhere else is ``unknown`` and only its lease expiry ends it.
+A Host whose ``/proc`` was mounted from another PID namespace than its own
+(``unshare --pid`` without ``--mount-proc``) cannot look up any pid it holds:
+every owner is ``unknown`` to it, and its own start time comes from
+``/proc/self``, which is itself whatever the mount numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -81,3 +86,40 @@ def test_a_live_host_in_its_own_pid_namespace_is_never_taken_for_dead() -> None:
     finally:
         child.kill()
         child.communicate(timeout=10)
+
+
+# Beside its parent's /proc: a Host recorded as pid 2 of this namespace, started long ago,
+# must not look dead because pid 2 of the parent's namespace is another process.
+BESIDE_PARENTS_PROC = """
+import json, os, socket
+from hostkit.store import LeaseOwner, owner_is_dead
+me = LeaseOwner.current("host-in-a-namespace")
+with open("/proc/self/stat", "rb") as f:
+    text = f.read()
+ticks = int(text[text.rindex(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
+other = LeaseOwner(socket.gethostname(), 2, 0.5, "host-b")
+print(json.dumps({
+    "pid": os.getpid(), "started": me.started, "ticks": ticks, "me": me.liveness(),
+    "other": other.liveness(), "other_dead": owner_is_dead(other.encode()),
+}))
+"""
+
+
+def test_a_host_whose_proc_numbers_another_namespace_proves_no_owner_dead() -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("util-linux's unshare is not installed")
+    done = subprocess.run(
+        [unshare, "--pid", "--fork", sys.executable, "-c", BESIDE_PARENTS_PROC],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0 and "unshare" in done.stderr:
+        pytest.skip(f"this machine cannot make a PID namespace here: {done.stderr[:200]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["pid"] == 1  # numbered by its own namespace, beside the parent's /proc
+    assert (seen["me"], seen["other"], seen["other_dead"]) == ("unknown", "unknown", False)
+    assert seen["started"] == seen["ticks"]  # its own start, not the parent's pid 1's
