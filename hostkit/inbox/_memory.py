@@ -485,6 +485,7 @@ def _unprocessable(row: _Row) -> bool:
     """A dead letter the channel accepted without its text (pruned after the horizon)."""
     return (
         row.state == "dead_lettered"
+        and row.envelope.kind == UNPROCESSABLE
         and row.failure is not None
         and row.failure.code == UNPROCESSABLE
     )

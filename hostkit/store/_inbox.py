@@ -205,8 +205,8 @@ class InboxStore(ABC):
         payload, payload ref, artifacts and metadata (the row stays as the
         dedup tombstone). Completed rows last updated before
         ``tombstone_before`` are deleted, and so are dead letters the channel
-        accepted without their text (failure ``unprocessable``: nothing to
-        requeue). Ready, claimed and other dead-lettered rows are never pruned.
+        accepted without their text (kind and failure ``unprocessable``:
+        nothing to requeue). Ready, claimed and other dead-lettered rows are never pruned.
         """
 
     @abstractmethod

@@ -177,7 +177,8 @@ _PRUNE_PAYLOADS = (
 # past the replay horizon it goes as a tombstone does (a sender cannot fill the table).
 _PRUNE_UNPROCESSABLE = (
     "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_dead "
-    f"WHERE state = 'dead_lettered' AND failure_code = '{UNPROCESSABLE}' "
+    f"WHERE state = 'dead_lettered' AND kind = '{UNPROCESSABLE}' "
+    f"AND failure_code = '{UNPROCESSABLE}' "
     "AND updated_at < ? ORDER BY id LIMIT ?)"
 )
 

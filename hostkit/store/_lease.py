@@ -91,6 +91,9 @@ def _proc_numbers_another_namespace() -> bool:
     """
     try:
         return int(os.readlink("/proc/self")) != os.getpid()
+    except FileNotFoundError:
+        # A /proc that does not show this process at all (a child namespace's), or none.
+        return os.path.isdir("/proc/1")
     except (OSError, ValueError):
         return False
 

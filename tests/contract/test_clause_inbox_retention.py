@@ -131,8 +131,16 @@ async def test_retention_removes_unprocessable_dead_letters_after_the_horizon(
     without this they would fill the table for ever."""
     async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
         dead: dict[str, str] = {}
-        for key, code in (("too-long", UNPROCESSABLE), ("poison", "boom")):
-            dead[code] = (await sut.inbox.accept(envelope(key))).inbound_id
+        # A message that still holds its text stays, whatever its failure's code says.
+        for key, kind, code in (
+            ("too-long", UNPROCESSABLE, UNPROCESSABLE),
+            ("poison", "message", "boom"),
+            ("held-text", "message", UNPROCESSABLE),
+        ):
+            payload = "" if kind == UNPROCESSABLE else "text"
+            dead[key] = (
+                await sut.inbox.accept(envelope(key, kind=kind, payload=payload))
+            ).inbound_id
             claimed = await sut.inbox.claim()
             assert claimed is not None
             await sut.inbox.fail(claimed, InboundFailure("permanent", code, "why"))
@@ -140,19 +148,21 @@ async def test_retention_removes_unprocessable_dead_letters_after_the_horizon(
         assert (await sut.inbox.prune()).tombstones_removed == 0
         sut.clock.advance(2)
         assert (await sut.inbox.prune()).tombstones_removed == 1
-        assert await sut.inbox.record(dead[UNPROCESSABLE]) is None
-        kept = await sut.inbox.record(dead["boom"])
-        assert kept is not None
-        assert kept.state == "dead_lettered"  # evidence an operator can still requeue
-        again = await sut.inbox.accept(envelope("too-long"))
-        assert (again.disposition, again.inbound_id != dead[UNPROCESSABLE]) == ("accepted", True)
+        assert await sut.inbox.record(dead["too-long"]) is None
+        for key in ("poison", "held-text"):
+            kept = await sut.inbox.record(dead[key])
+            assert kept is not None
+            assert kept.state == "dead_lettered"  # evidence an operator can still requeue
+        again = await sut.inbox.accept(envelope("too-long", kind=UNPROCESSABLE, payload=""))
+        assert (again.disposition, again.inbound_id != dead["too-long"]) == ("accepted", True)
 
 
 async def test_an_unprocessable_dead_letter_requeued_counts_from_its_new_end(
     adapter: str, tmp_path: Path
 ) -> None:
     async with open_inbox(adapter, tmp_path, policy=POLICY, retention=RETENTION) as sut:
-        inbound_id = (await sut.inbox.accept(envelope("too-long"))).inbound_id
+        unkept = envelope("too-long", kind=UNPROCESSABLE, payload="")
+        inbound_id = (await sut.inbox.accept(unkept)).inbound_id
         failure = InboundFailure("permanent", UNPROCESSABLE, "why")
         claimed = await sut.inbox.claim()
         assert claimed is not None

@@ -295,8 +295,8 @@ async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
 ) -> None:
     """Programs that read the name they were started by (Debian's psql through
     pg_wrapper, a virtualenv's python) keep it when no directory on the way is one the
-    agent writes; through the workspace (or, unsandboxed, any directory the Host's user
-    may write, and every one for a root Host) the real path runs instead."""
+    agent writes; through the workspace (or, unsandboxed, a world-writable directory or
+    one a non-root Host's user may write) the real path runs instead."""
     sandboxed = mode == "bubblewrap"
     if sandboxed:
         probe = await anyio.to_thread.run_sync(probe_bubblewrap)
@@ -316,11 +316,8 @@ async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
     assert through_workspace.status == "succeeded", through_workspace
     assert through_system.output is not None
     assert through_workspace.output is not None
-    # A system link (root-owned, in a directory the agent cannot write) keeps its name,
-    # except unsandboxed as root, where the agent could write every directory.
-    kept = sandboxed or os.geteuid() != 0
-    expected = system if kept else PYTHON
-    assert through_system.output["stdout"]["tail"].strip() == expected
+    # A system link (root-owned, in a directory the agent cannot write) keeps its name.
+    assert through_system.output["stdout"]["tail"].strip() == system
     assert through_workspace.output["stdout"]["tail"].strip() == PYTHON
 
 
@@ -330,7 +327,7 @@ async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
         ("plain file in the workspace", True, True),
         ("plain file in a directory under the workspace", True, True),
         ("plain file outside the workspace, sandboxed", True, False),
-        ("plain file in the Host user's own directory, unsandboxed", False, True),
+        ("plain file in a world-writable directory, unsandboxed", False, True),
     ],
 )
 def test_every_directory_on_the_way_counts_not_only_those_holding_a_link(
@@ -346,7 +343,9 @@ def test_every_directory_on_the_way_counts_not_only_those_holding_a_link(
         "plain file in the workspace": workspace / "tool",
         "plain file in a directory under the workspace": workspace / "sub" / "tool",
         "plain file outside the workspace, sandboxed": outside / "tool",
-        "plain file in the Host user's own directory, unsandboxed": outside / "tool",
+        "plain file in a world-writable directory, unsandboxed": outside / "tool",
     }[layout]
+    if not sandboxed:
+        outside.chmod(0o1777)
     path.write_text("")
     assert swappable(str(path), workspace, sandboxed=sandboxed) is expected

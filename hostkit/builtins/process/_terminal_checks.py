@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -182,9 +183,9 @@ def swappable(path: str, workspace: Path, *, sandboxed: bool) -> bool:
 
     True when any directory ``path`` resolves through (the one holding each of
     its components: a link, or a plain name that was a link when the checks read
-    it) is one the agent can write: the workspace; unsandboxed also any the
-    Host's user owns or may write, and every directory when the Host runs as root
-    (its agent's programs run as root too). A secret run of such a path executes
+    it) is one the agent can write: the workspace; unsandboxed also a
+    world-writable one, and for a non-root Host any its user owns or may write.
+    A secret run of such a path executes
     its real path instead; any other keeps the name it was given (``psql``
     through its wrapper, a virtualenv's ``python``), which its program may
     depend on. A path that cannot be walked counts as swappable.
@@ -234,11 +235,15 @@ def _agent_writes(directory: Path, workspace: Path, *, sandboxed: bool) -> bool:
         return True
     if sandboxed:
         return False  # the sandbox writes nothing of the Host's outside the workspace
+    info = os.stat(directory)
+    if info.st_mode & stat.S_IWOTH:
+        return True
     uid = os.geteuid()
     if uid == 0:
-        return True  # an unsandboxed root Host's agent writes wherever it likes
+        # Root may write anywhere: its other directories are the operator's (docs/effects.md).
+        return False
     # An owner may chmod its own directory; access() also reads ACLs and groups.
-    return os.stat(directory).st_uid == uid or os.access(directory, os.W_OK, effective_ids=True)
+    return info.st_uid == uid or os.access(directory, os.W_OK, effective_ids=True)
 
 
 def run_preflight(
