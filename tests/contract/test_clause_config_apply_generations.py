@@ -3,8 +3,10 @@ use N+1, N's sources close after its last turn, and a turn waiting for its busy 
 pins the generation current when it is admitted.
 
 The Host is real (SQLite, a hostkit.toml on disk, the default capability
-sources with a scripted provider whose step takes ``delay_s``); the only
-adapter is the observer around the first generation's provider source.
+sources with a scripted provider); the only adapter is the observer around
+the provider source of the first generation applied (generation 2), whose
+model calls answer only once the test lets them: a turn is running for
+certain while the test reloads, however loaded the machine.
 """
 
 from __future__ import annotations
@@ -23,19 +25,20 @@ from tests.hosts import request, turn_rows
 
 pytestmark = pytest.mark.anyio
 
-SLOW_S = 2.0
 
-
-async def observed_host(host: Host, monkeypatch: pytest.MonkeyPatch) -> ObservedProviders:
+async def observed_host(
+    host: Host, monkeypatch: pytest.MonkeyPatch, *, hold: anyio.Event
+) -> ObservedProviders:
     """Apply the file's configuration again (generation 2) on default sources whose provider
-    source is observed: built by the Host itself, so the generation owns and closes them."""
+    source is observed: built by the Host itself, so the generation owns and closes them.
+    Its model calls wait for ``hold``."""
     config = await anyio.to_thread.run_sync(load_config, host.config.source)
     built = DefaultCapabilities.from_config(config, store=host.store)
 
     async def statuses() -> list[tuple[str, str]]:
         return await turn_rows(host)
 
-    observed = ObservedProviders(built.providers, statuses)
+    observed = ObservedProviders(built.providers, statuses, hold=hold)
     defaults = DefaultCapabilities.from_config
 
     def once(*args: Any, **kwargs: Any) -> RuntimeCapabilities:
@@ -50,9 +53,10 @@ async def observed_host(host: Host, monkeypatch: pytest.MonkeyPatch) -> Observed
 async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = write_config(tmp_path, reply="from the old script", delay_s=SLOW_S)
+    path = write_config(tmp_path, reply="from the old script")
     async with Host.open(path) as host:
-        observed = await observed_host(host, monkeypatch)
+        answer = anyio.Event()  # the slow turn's model answers only when this is set
+        observed = await observed_host(host, monkeypatch, hold=answer)
         results: dict[str, TurnResult] = {}
 
         async def slow() -> None:
@@ -75,6 +79,7 @@ async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
             # The slow turn still runs on generation 2: its sources stay open.
             assert "slow" not in results
             assert not observed.closed.is_set()
+            answer.set()
         with anyio.fail_after(5):
             await observed.closed.wait()
     assert (results["slow"].generation, results["slow"].text) == (2, "from the old script")
@@ -85,10 +90,12 @@ async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
 
 
 async def test_a_turn_waiting_for_its_busy_session_runs_on_the_generation_that_admits_it(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = write_config(tmp_path, reply="old", delay_s=SLOW_S / 2)
+    path = write_config(tmp_path, reply="old")
     async with Host.open(path) as host:
+        answer = anyio.Event()  # the first turn's model answers only when this is set
+        await observed_host(host, monkeypatch, hold=answer)
         results: dict[str, TurnResult] = {}
 
         async def run(name: str) -> None:
@@ -107,11 +114,12 @@ async def test_a_turn_waiting_for_its_busy_session_runs_on_the_generation_that_a
                 while host.turns.admission_holders < 2:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             write_config(tmp_path, reply="new", times=2, instructions="You are the second.")
-            assert (await host.reload()).generation == 2
+            assert (await host.reload()).generation == 3
+            answer.set()  # the session frees only now: the waiting turn is admitted after the apply
         first, waiting = results["first"], results["waiting"]
         new_revision = (await host.turns.run(request("later", conversation="other"))).core_revision
-    assert (first.generation, first.text) == (1, "old")
+    assert (first.generation, first.text) == (2, "old")
     # Pinned when admitted, after the apply: the new generation's revision and content together.
-    assert (waiting.generation, waiting.text) == (2, "new")
+    assert (waiting.generation, waiting.text) == (3, "new")
     assert waiting.core_revision == new_revision != first.core_revision
     assert waiting.session_id == first.session_id

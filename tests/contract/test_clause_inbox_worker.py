@@ -470,10 +470,12 @@ async def test_turn_cut_off_by_the_worker_deadline_is_not_a_user_cancel(rig: Rig
     """Rule 7 is for the user: a turn the worker's ``turn_timeout_s`` cut off completes
     ``turn`` (outcome ``cancelled``, the detail naming the cut), never ``cancelled``,
     and is not run a second time."""
-    rig.gates.gate("a very long job")  # never opened: the model never answers
+    asked, _ = rig.gates.gate("a very long job")  # never opened: the model never answers
     inbound_id = await rig.accept("a very long job")
-    worker = rig.worker(turn_timeout_s=0.3)
+    # Long enough for the turn to be admitted and recorded first, on a loaded machine too.
+    worker = rig.worker(turn_timeout_s=3.0)
     assert await worker.drain() == 1
+    assert asked.is_set()  # cut off inside its model call, not before it began
     record = await rig.record(inbound_id)
     assert (record.state, record.attempt, record.failure_code) == ("ready", 1, "timeout")
     rig.clock.advance(POLICY.max_delay_s)

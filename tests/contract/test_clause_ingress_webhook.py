@@ -8,9 +8,9 @@ arrives as a normalised command.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -182,6 +182,23 @@ async def test_an_authenticated_event_whose_text_cannot_be_kept_is_a_dead_letter
     assert record.kind == "unprocessable"
 
 
+class SteppedMonotonic:
+    """The ingress module's ``time``, its monotonic clock moved by the test only (the
+    cooldown is then neither shortened nor overrun by a loaded machine's scheduling)."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_event(
     store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,7 +210,9 @@ async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_e
     async def locked(envelope: object) -> object:
         raise StoreError("write failed: SQLITE_BUSY: database is locked", retryable=True)
 
-    monkeypatch.setattr(ingress_app_module, "STORE_FAILURE_COOLDOWN_S", 1.0)
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(ingress_app_module, "time", clock)
+    cooldown_s = ingress_app_module.STORE_FAILURE_COOLDOWN_S
     async with (
         serve_ingress(inbox, readiness=lambda: (True, {"inbox": "running"})) as url,
         httpx.AsyncClient(base_url=url) as client,
@@ -207,7 +226,9 @@ async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_e
             "status": "not ready",
             "checks": {"inbox": "running", "store": "failing"},
         }
-        await anyio.sleep(1.1)
+        clock.advance(cooldown_s - 0.1)
+        assert (await client.get("/readyz")).status_code == 503
+        clock.advance(0.2)
         assert (await client.get("/readyz")).status_code == 200
         assert (await _post(client, _event("evt-2"))).status_code == 503
         assert (await client.get("/readyz")).status_code == 503

@@ -295,7 +295,9 @@ async def test_the_answer_is_rendered_markdown_without_the_models_html(tmp_path:
 
 async def test_the_waiting_line_counts_until_the_first_token_then_stops(tmp_path: Path) -> None:
     async def slow(request: ModelRequest) -> Reply:
-        await asyncio.sleep(1.3)  # a local model loading
+        # A local model loading: five ticks long, so the line shows a second or more even
+        # when a loaded machine delays every tick.
+        await asyncio.sleep(2.5)
         return Reply("Here it is.")
 
     nb = await answering(tmp_path, slow)
@@ -303,7 +305,8 @@ async def test_the_waiting_line_counts_until_the_first_token_then_stops(tmp_path
         view = nb.chat("Hi.")
         seen: list[str] = []
         view.waiting_widget.observe(lambda change: seen.append(change["new"]), names="value")
-        await until(lambda: view.done)
+        await asyncio.wait_for(view.wait(), 30)
+        assert view.done
         after_end = len(seen)
         await asyncio.sleep(1.1)  # two more ticks' worth: nothing may change now
     finally:

@@ -36,6 +36,8 @@ from tests.platforms import FakeSlack, WebhookReceiver
 pytestmark = pytest.mark.anyio
 
 HOOK_SECRET = ENV["HOOK_SECRET"]
+# A send far longer than any bound below: a stop that waited for it could not pass them.
+SEND_S = 10.0
 
 
 def _config(tmp_path: Path, channels: dict[str, Any], drain_s: float) -> Any:
@@ -64,9 +66,10 @@ async def host_of(config: Any, model: Any) -> AsyncIterator[Host]:
 async def test_a_send_cut_by_the_drain_is_posted_once_and_within_the_deadline(
     tmp_path: Path,
 ) -> None:
+    drain_s = 2.0
     async with FakeSlack.running(token=SLACK_TOKEN) as slack:
-        slack.slow_next(1, delay_s=2.0)
-        config = _config(tmp_path, channel_tables(slack=slack.api_base), drain_s=1.0)
+        slack.slow_next(1, delay_s=SEND_S)
+        config = _config(tmp_path, channel_tables(slack=slack.api_base), drain_s=drain_s)
         async with host_of(config, Reply("the answer")) as host:
             daemon = host.serve(env=ENV)
             async with anyio.create_task_group() as group:
@@ -84,14 +87,15 @@ async def test_a_send_cut_by_the_drain_is_posted_once_and_within_the_deadline(
     assert (row.status, row.attempts) == ("pending", 1)
     assert row.last_error is not None
     assert row.last_error.startswith("cut_off")
-    # The whole drain kept to drain_timeout_s (plus store round trips), not twice it.
-    assert took < 1.8
+    # The whole drain kept to drain_timeout_s (plus store round trips and a loaded machine's
+    # scheduling), not twice it.
+    assert took < 1.8 * drain_s
 
 
 async def test_stop_within_bounds_the_grace_of_sends_in_flight(tmp_path: Path) -> None:
     clock = Clock()
     async with FakeSlack.running(token=SLACK_TOKEN) as slack:
-        slack.slow_next(1, delay_s=2.0)
+        slack.slow_next(1, delay_s=SEND_S)
         config = _config(tmp_path, channel_tables(slack=slack.api_base), drain_s=1.0)
         async with host_of(config, Reply("the answer")) as host:
             await routed_turn(host, "slack-acme", {"channel": "C1"})
@@ -105,7 +109,8 @@ async def test_stop_within_bounds_the_grace_of_sends_in_flight(tmp_path: Path) -
                 runtime.stop(within_s=0.2)
             took = time.monotonic() - started
             counts = await host.store.delivery.counts()
-    assert took < 1.0
+    # Within 0.2 s (plus recording the cut send), not the 30 s grace nor the send's 10 s.
+    assert took < 3.0
     assert (counts.pending, counts.sending) == (1, 0)
 
 

@@ -260,8 +260,9 @@ async def test_a_holder_that_renews_keeps_its_lease_past_its_first_expiry(
 ) -> None:
     scope = await conversation(resolver)
     # A ttl the renewal and the next admission fit in, on a loaded machine too.
-    lease = (await admit(runtime, scope, REMOTE, ttl_s=0.5)).lease
-    await anyio.sleep(0.6)  # expired, but nobody took the session over yet
+    ttl_s = 2.0
+    lease = (await admit(runtime, scope, REMOTE, ttl_s=ttl_s)).lease
+    await anyio.sleep(ttl_s + 0.1)  # expired, but nobody took the session over yet
     assert await runtime.turns.renew(lease) is False
     held = await runtime.turns.session_lease(lease.session_id)
     assert held is not None

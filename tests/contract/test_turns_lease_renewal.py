@@ -131,8 +131,25 @@ async def test_a_turn_longer_than_its_lease_renews_it_and_leaves_no_task_behind(
         assert len(renewals) >= 4
         assert set(renewals) == {result.turn_id}
         assert len(asyncio.all_tasks()) == before
-        # A short turn starts no renewal at all.
-        renewals.clear()
+
+
+async def test_a_turn_shorter_than_a_third_of_its_lease_starts_no_renewal(tmp_path: Path) -> None:
+    """ttl 60 s: the first renewal would be due after 20 s (the keep-alive around the
+    terminal write after 10 s), which no turn of a scripted reply reaches, however loaded
+    the machine."""
+    cfg = config(tmp_path)
+    cfg = cfg.model_copy(update={"host": cfg.host.model_copy(update={"session_lease_ttl_s": 60.0})})
+    model = ScriptedModel([Reply("quick")], repeat_last=True)
+    async with Host.open(cfg, capabilities=capabilities(model)) as host:
+        renewals: list[str] = []
+        renew = host.store.turns.renew
+
+        async def counted(lease: object) -> bool:
+            renewals.append(getattr(lease, "turn_id", ""))
+            return await renew(lease)  # type: ignore[arg-type]
+
+        host.store.turns.renew = counted  # type: ignore[method-assign]
         short = await host.turns.run(request("again"))
         assert short.outcome == "completed"
+        assert short.text == "quick"
         assert renewals == []

@@ -143,9 +143,9 @@ async def main() -> None:
     )
     model = ScriptedModel([answer], repeat_last=True)
     # An attempt that finds the dead Host's turn still holding its session (TurnInProgress)
-    # is retried: these attempts span about 5 s, well past a lease of a few seconds.
+    # is retried: these attempts span 9 s at least, well past a lease of a few seconds.
     policy = RetryPolicy(
-        max_attempts=20, base_delay_s=0.05, max_delay_s=0.3, lease_s=OPTIONS["lease_s"]
+        max_attempts=60, base_delay_s=0.05, max_delay_s=0.3, lease_s=OPTIONS["lease_s"]
     )
     turns: dict[str, list[str]] = {}
     async with (

@@ -30,10 +30,14 @@ from tests.platforms import FakeSlack
 
 pytestmark = pytest.mark.anyio
 
-TTL = 1.5
+# The first try starts with 2/3 of the lease left and stalls a third of that, so the retry
+# starts with 4/9 of it: TTL/9 above the margin is what scheduling delay may take from it
+# before the check below fails (two thirds of a second at 6 s; a loaded two-core machine).
+TTL = 6.0
 # What every renewal try must start with: a third of the lease.
 MARGIN = TTL / 3
-WORK_S = 2.5
+# Outlives the lease by 2 s: three tries at least (at 3/9, 5/9 and 8/9 of the lease).
+WORK_S = TTL + 2.0
 STALL_S = 30.0  # far past any renewal's limit: the try is cut off at its bound
 
 

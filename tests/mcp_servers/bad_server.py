@@ -100,11 +100,24 @@ async def sleep(seconds: float) -> str:
 
 
 HELPER = "import time; time.sleep(600)"
+# Its parent writes helper.pid as write_pid does, whole or not at all.
 DETACHED = (
-    "import os, subprocess, sys; os.setsid(); "
-    f"p = subprocess.Popen([sys.executable, '-c', {HELPER!r}]); "
-    "open('helper.pid', 'w').write(str(p.pid)); os._exit(0)"
+    "import os, subprocess, sys\n"
+    "os.setsid()\n"
+    f"p = subprocess.Popen([sys.executable, '-c', {HELPER!r}])\n"
+    "with open('helper.pid.part', 'w') as handle:\n"
+    "    handle.write(str(p.pid))\n"
+    "os.replace('helper.pid.part', 'helper.pid')\n"
+    "os._exit(0)\n"
 )
+
+
+def write_pid(pid: int) -> None:
+    """``helper.pid``, written whole or not at all (renamed over from a temporary file): a
+    test polling for it never reads half a pid."""
+    with open("helper.pid.part", "w") as handle:
+        handle.write(str(pid))
+    os.replace("helper.pid.part", "helper.pid")
 
 
 def spawn_helper(how: str) -> None:
@@ -113,8 +126,7 @@ def spawn_helper(how: str) -> None:
         subprocess.run([sys.executable, "-c", DETACHED], check=True)
         return
     helper = subprocess.Popen([sys.executable, "-c", HELPER])
-    with open("helper.pid", "w") as handle:
-        handle.write(str(helper.pid))
+    write_pid(helper.pid)
 
 
 def main() -> None:
