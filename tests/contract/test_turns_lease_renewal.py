@@ -101,6 +101,19 @@ async def test_a_background_that_crashed_is_not_swallowed() -> None:
         await _beside(crash, body, after=0.01)
 
 
+def counted_renewals(host: Host) -> list[str]:
+    """The turn id of every session-lease renewal the Host writes from now on."""
+    renewals: list[str] = []
+    renew = host.store.turns.renew
+
+    async def counted(lease: object) -> bool:
+        renewals.append(getattr(lease, "turn_id", ""))
+        return await renew(lease)  # type: ignore[arg-type]
+
+    host.store.turns.renew = counted  # type: ignore[method-assign]
+    return renewals
+
+
 async def test_a_turn_longer_than_its_lease_renews_it_and_leaves_no_task_behind(
     tmp_path: Path,
 ) -> None:
@@ -116,14 +129,7 @@ async def test_a_turn_longer_than_its_lease_renews_it_and_leaves_no_task_behind(
     cfg = cfg.model_copy(update={"host": cfg.host.model_copy(update={"session_lease_ttl_s": 0.6})})
     model = ScriptedModel([CallTools(("slow_step", {})), Reply("finished")], repeat_last=True)
     async with Host.open(cfg, capabilities=capabilities(model, tools=[slow_step])) as host:
-        renewals: list[str] = []
-        renew = host.store.turns.renew
-
-        async def counted(lease: object) -> bool:
-            renewals.append(getattr(lease, "turn_id", ""))
-            return await renew(lease)  # type: ignore[arg-type]
-
-        host.store.turns.renew = counted  # type: ignore[method-assign]
+        renewals = counted_renewals(host)
         before = len(asyncio.all_tasks())
         result = await host.turns.run(request("slow please"))
         assert result.outcome == "completed"
@@ -141,14 +147,7 @@ async def test_a_turn_shorter_than_a_third_of_its_lease_starts_no_renewal(tmp_pa
     cfg = cfg.model_copy(update={"host": cfg.host.model_copy(update={"session_lease_ttl_s": 60.0})})
     model = ScriptedModel([Reply("quick")], repeat_last=True)
     async with Host.open(cfg, capabilities=capabilities(model)) as host:
-        renewals: list[str] = []
-        renew = host.store.turns.renew
-
-        async def counted(lease: object) -> bool:
-            renewals.append(getattr(lease, "turn_id", ""))
-            return await renew(lease)  # type: ignore[arg-type]
-
-        host.store.turns.renew = counted  # type: ignore[method-assign]
+        renewals = counted_renewals(host)
         short = await host.turns.run(request("again"))
         assert short.outcome == "completed"
         assert short.text == "quick"
