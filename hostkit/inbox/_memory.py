@@ -356,10 +356,9 @@ class MemoryInboxStore(InboxStore):
         removed = 0
         while self._tombstones and self._tombstones[0][0] < tombstone_before and removed < limit:
             _, _, inbound_id = heapq.heappop(self._tombstones)
-            row = self._rows.pop(inbound_id, None)
+            row = self._rows.get(inbound_id)
             if row is not None:
-                del self._keys[row.envelope.dedup_key]
-                self._count(row.envelope.channel_instance_id, row.state, -1)
+                self._delete(row)
                 removed += 1
         unprocessable = 0
         while (
@@ -371,9 +370,7 @@ class MemoryInboxStore(InboxStore):
             row = self._rows.get(inbound_id)
             # Requeued since (and maybe dead-lettered again, under a later entry): not this one.
             if row is not None and _unprocessable(row) and row.updated_at == at:
-                del self._rows[inbound_id]
-                del self._keys[row.envelope.dedup_key]
-                self._count(row.envelope.channel_instance_id, row.state, -1)
+                self._delete(row)
                 unprocessable += 1
         cleared = 0
         while self._payloads and self._payloads[0][0] < payload_before and cleared < limit:
@@ -471,6 +468,12 @@ class MemoryInboxStore(InboxStore):
             heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
         if _unprocessable(new) and (old is None or not _unprocessable(old)):
             heapq.heappush(self._unprocessable, (new.updated_at, new.seq, new.inbound_id))
+
+    def _delete(self, row: _Row) -> None:
+        """Forget ``row`` and its dedup key (retention: the event may be accepted again)."""
+        del self._rows[row.inbound_id]
+        del self._keys[row.envelope.dedup_key]
+        self._count(row.envelope.channel_instance_id, row.state, -1)
 
     def _count(self, channel: str, state: str, delta: int) -> None:
         by_state = self._counts.setdefault(channel, {})

@@ -185,10 +185,10 @@ def swappable(path: str, workspace: Path, *, sandboxed: bool) -> bool:
     its components: a link, or a plain name that was a link when the checks read
     it) is one the agent can write: the workspace; unsandboxed also a
     world-writable one, and for a non-root Host any its user owns or may write.
-    A secret run of such a path executes
-    its real path instead; any other keeps the name it was given (``psql``
-    through its wrapper, a virtualenv's ``python``), which its program may
-    depend on. A path that cannot be walked counts as swappable.
+    A secret run of such a path executes its real path instead; any other keeps
+    the name it was given (``psql`` through its wrapper, a virtualenv's
+    ``python``), which its program may depend on. A path that cannot be walked
+    counts as swappable.
     """
     try:
         return any(
