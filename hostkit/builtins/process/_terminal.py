@@ -91,6 +91,7 @@ from hostkit.builtins.process._terminal_checks import (
     MAX_SECRETS,
     child_environment,
     drop_artifacts,
+    in_workspace,
     launch_argv,
     open_workdir,
     outcome_view,
@@ -378,9 +379,12 @@ class TerminalRuns(AsyncResource):
             # The real path: through a link to a shell, or a program the agent put in the
             # workspace.
             root = Path(await anyio.to_thread.run_sync(os.path.realpath, workspace))
-            refusal = program_refusal(real, argv, root) or await anyio.to_thread.run_sync(
-                secret_program_refusal, real, tuple(ctx.secrets), policy.secret_programs
-            )
+            inside = await anyio.to_thread.run_sync(in_workspace, real, root)
+            refusal = program_refusal(real, argv, in_workspace=inside)
+            if refusal is None:
+                refusal = await anyio.to_thread.run_sync(
+                    secret_program_refusal, real, tuple(ctx.secrets), policy.secret_programs
+                )
             if refusal is not None:
                 return ToolOutcome("denied", None, refusal)
             # A path with a link the agent could re-point after these checks runs the very

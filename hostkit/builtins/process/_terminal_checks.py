@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process._mounts import MountedTree
 from hostkit.builtins.process._process import ProcessOutcome, StreamCapture
 from hostkit.builtins.process._sandbox import (
     SandboxPolicy,
@@ -119,20 +120,18 @@ def _program_names(name: str) -> frozenset[str]:
     return frozenset({name, base, base.rstrip("0123456789") or base})
 
 
-def program_refusal(argv0: str, argv: Sequence[str], workspace: Path | None = None) -> str | None:
+def program_refusal(argv0: str, argv: Sequence[str], *, in_workspace: bool = False) -> str | None:
     """Why ``argv`` may not receive secrets (None when it may); pure.
 
-    With ``workspace`` (``argv0`` is then the real path that runs), a program
-    inside it is refused too: the agent can write there, so its name says
-    nothing of what it is (a copy of ``bash`` named ``fmt``).
+    ``in_workspace`` (what ``in_workspace()`` says of the real path that runs)
+    refuses a program inside the workspace: the agent can write there, so its
+    name says nothing of what it is (a copy of ``bash`` named ``fmt``).
     """
-    if workspace is not None:
-        real = Path(argv0)
-        if real == workspace or real.is_relative_to(workspace):
-            return (
-                "secrets are never passed to a program inside the workspace: the agent "
-                "can write there, so it may be any program under any name"
-            )
+    if in_workspace:
+        return (
+            "secrets are never passed to a program inside the workspace: the agent "
+            "can write there, so it may be any program under any name"
+        )
     name = os.path.basename(argv0)
     if _LOADER.fullmatch(name):
         return f"secrets are never passed to {name!r}: the dynamic loader runs any program"
@@ -174,6 +173,13 @@ def secret_program_refusal(
     return None
 
 
+def in_workspace(real: str, workspace: Path) -> bool:
+    """Worker thread: whether the real path ``real`` lies in the (real) ``workspace``,
+    under its own name or a mount that shows it elsewhere (a bind of it or of a
+    directory inside it)."""
+    return MountedTree(workspace).holds(Path(real))
+
+
 # Symbolic links followed at most, as the kernel does (ELOOP past it).
 _MAX_LINKS = 40
 
@@ -183,16 +189,17 @@ def swappable(path: str, workspace: Path, *, sandboxed: bool) -> bool:
 
     True when any directory ``path`` resolves through (the one holding each of
     its components: a link, or a plain name that was a link when the checks read
-    it) is one the agent can write: the workspace; unsandboxed also a
-    world-writable one, and for a non-root Host any its user owns or may write.
-    A secret run of such a path executes its real path instead; any other keeps
-    the name it was given (``psql`` through its wrapper, a virtualenv's
-    ``python``), which its program may depend on. A path that cannot be walked
-    counts as swappable.
+    it) is one the agent can write: the workspace (at any path a mount shows
+    it); unsandboxed also a world-writable one, and for a non-root Host any its
+    user owns or may write. A secret run of such a path executes its real path
+    instead; any other keeps the name it was given (``psql`` through its
+    wrapper, a virtualenv's ``python``), which its program may depend on. A
+    path that cannot be walked counts as swappable.
     """
     try:
+        tree = MountedTree(workspace)
         return any(
-            _agent_writes(directory, workspace, sandboxed=sandboxed)
+            _agent_writes(directory, tree, sandboxed=sandboxed)
             for directory in _walked_directories(path)
         )
     except (OSError, ValueError):
@@ -230,8 +237,8 @@ def _walked_directories(path: str) -> list[Path]:
     return held
 
 
-def _agent_writes(directory: Path, workspace: Path, *, sandboxed: bool) -> bool:
-    if directory == workspace or directory.is_relative_to(workspace):
+def _agent_writes(directory: Path, workspace: MountedTree, *, sandboxed: bool) -> bool:
+    if workspace.holds(directory):
         return True
     if sandboxed:
         return False  # the sandbox writes nothing of the Host's outside the workspace

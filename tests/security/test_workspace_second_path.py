@@ -1,0 +1,131 @@
+"""A workspace a mount also shows at another path is still the agent's workspace there.
+
+Secrets never go to a program inside the workspace: the agent can write there,
+so a copy of a shell may sit under any name. A bind mount shows the workspace,
+or a directory inside it, at a second path that no prefix check recognises;
+the same file the agent wrote then looked like an operator's program and ran
+with the secret. Each case runs in a child in its own mount namespace (the
+mounts are real and vanish with it), through ``terminal.run`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SECRET = "s3cr3t-Value-9f2c"
+
+CHILD = r"""
+import asyncio, json, shutil, subprocess, sys
+from pathlib import Path
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import UNSANDBOXED, ProcessSupervisor, TerminalRuns
+from hostkit.builtins.process._terminal_checks import swappable
+from hostkit.effects import ToolContext
+
+root = Path(sys.argv[1])
+secret = sys.argv[2]
+ws, alias, tools, nested = root / "ws", root / "alias", root / "tools dir", root / "nested"
+for directory in (ws / "bin", ws / "scratch", alias, tools, nested):
+    directory.mkdir(parents=True)
+subprocess.run(["mount", "-t", "tmpfs", "scratch", str(ws / "scratch")], check=True)
+for planted in (ws / "bin" / "fmt", ws / "scratch" / "fmt"):
+    shutil.copy("/bin/sh", planted)
+    planted.chmod(0o755)
+(ws / "bin" / "link").symlink_to(shutil.which("printenv"))
+subprocess.run(["mount", "--bind", str(ws), str(alias)], check=True)
+subprocess.run(["mount", "--bind", str(ws / "bin"), str(tools)], check=True)
+subprocess.run(["mount", "--rbind", str(ws), str(nested)], check=True)
+programs = {
+    "workspace bound at a second path": alias / "bin" / "fmt",
+    "a directory inside it bound elsewhere": tools / "fmt",
+    "a file system mounted in it, through a recursive bind": nested / "scratch" / "fmt",
+    "an operator's program": Path(shutil.which("printenv")),
+}
+
+
+async def main():
+    answers = {}
+    async with (
+        ProcessSupervisor() as supervisor,
+        TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(ws),
+            artifact_root=root / "artifacts",
+            artifact_key=b"terminal-test-artifact-key-32byt",
+        ) as runs,
+    ):
+        run = next(t for t in runs.tools(sandbox=UNSANDBOXED) if t.name == "terminal.run")
+        context = ToolContext("turn", "sess", "core", "owner", ws, {"API_TOKEN": secret}, None)
+        for case, program in programs.items():
+            argv = [str(program)] + (["API_TOKEN"] if "operator" in case else ["-c", "echo $API_TOKEN | rev"])
+            outcome = await run.invoke(context, run.validate({"argv": argv, "secrets": ["API_TOKEN"]}))
+            answers[case] = [outcome.status, outcome.error or ""]
+    answers["link swappable, sandboxed"] = swappable(str(alias / "bin" / "link"), ws, sandboxed=True)
+    print(json.dumps(answers), flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+def _namespace_argv() -> list[str]:
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        pytest.skip("util-linux's unshare and mount are needed for a private mount namespace")
+    if os.geteuid() == 0:
+        return [unshare, "--mount", "--propagation", "private"]
+    return [unshare, "--map-root-user", "--mount", "--propagation", "private"]
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("second-path")
+    done = subprocess.run(
+        [*_namespace_argv(), sys.executable, "-c", CHILD, str(root), SECRET],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
+        pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "workspace bound at a second path",
+        "a directory inside it bound elsewhere",
+        "a file system mounted in it, through a recursive bind",
+    ],
+)
+def test_a_program_the_agent_wrote_gets_no_secret_by_another_mount_path(
+    answers: dict[str, object], case: str
+) -> None:
+    status, error = answers[case]  # type: ignore[misc]
+    assert status == "denied"
+    assert "inside the workspace" in error
+
+
+def test_an_operators_program_still_gets_its_secret(answers: dict[str, object]) -> None:
+    """The control: the same harness runs a program outside every mount of the workspace."""
+    assert answers["an operator's program"] == ["succeeded", ""]
+
+
+def test_a_link_in_the_workspace_by_another_mount_path_is_run_by_its_real_path(
+    answers: dict[str, object],
+) -> None:
+    """Sandboxed, the workspace is the one directory the agent writes: a link the checks
+    read there may be re-pointed before the run, at whichever path it was named."""
+    assert answers["link swappable, sandboxed"] is True
