@@ -65,10 +65,12 @@ async def main():
         run = next(t for t in runs.tools(sandbox=UNSANDBOXED) if t.name == "terminal.run")
         context = ToolContext("turn", "sess", "core", "owner", ws, {"API_TOKEN": secret}, None)
         for case, program in programs.items():
-            argv = [str(program)] + (["API_TOKEN"] if "operator" in case else ["-c", "echo $API_TOKEN | rev"])
-            outcome = await run.invoke(context, run.validate({"argv": argv, "secrets": ["API_TOKEN"]}))
+            rest = ["API_TOKEN"] if "operator" in case else ["-c", "echo $API_TOKEN | rev"]
+            arguments = {"argv": [str(program), *rest], "secrets": ["API_TOKEN"]}
+            outcome = await run.invoke(context, run.validate(arguments))
             answers[case] = [outcome.status, outcome.error or ""]
-    answers["link swappable, sandboxed"] = swappable(str(alias / "bin" / "link"), ws, sandboxed=True)
+    link = alias / "bin" / "link"
+    answers["link swappable, sandboxed"] = swappable(str(link), ws, sandboxed=True)
     print(json.dumps(answers), flush=True)
 
 
