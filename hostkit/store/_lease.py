@@ -146,6 +146,17 @@ class LeaseOwner:
         """
         if self.host != socket.gethostname() or self.machine != machine_identity():
             return "unknown"
+        return self._seen_here()
+
+    def runs_here_maybe(self) -> bool:
+        """Whether a process with this owner's pid and start time runs where this one
+        looks: how an owner that recorded no machine, which ``liveness`` cannot
+        place, may still be alive. It proves nothing dead, so it may only keep a
+        record as it is, never end one. (Reads ``/proc``: not on the loop.)"""
+        return self.host == socket.gethostname() and self._seen_here() == "alive"
+
+    def _seen_here(self) -> Liveness:
+        """This owner's pid and start time, looked up in this process's ``/proc``."""
         if _proc_numbers_another_namespace():
             return "unknown"
         try:

@@ -5,20 +5,26 @@ lease expiry, some under an owner written before machines were recorded
 (four fields) or in a form this version cannot read. Nobody renews such a
 run: a Host that cannot prove its owner alive or dead orphans it, as it
 orphans a run whose lease expired, instead of leaving it ``running`` for
-ever. A run with a lease still running is left alone, whatever its owner.
+ever. A run with a lease still running is left alone, whatever its owner; so
+is a lease-less run whose four-field owner names a process that runs on this
+machine with that pid and start time: an older Host, upgraded beside, may
+still be running it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 import sqlite3
+import sys
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.store import RuntimeStore
+from hostkit.store import LeaseOwner, RuntimeStore
 from tests.contract.test_clause_effects_background_runs_durable import (
     completed,
     host_process,
@@ -89,3 +95,40 @@ async def test_an_unreadable_owner_whose_lease_still_runs_is_left_alone(
     )
     assert record is not None
     assert record.state == "running"
+
+
+async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left_alone(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, db_path: Path
+) -> None:
+    """The older Host is a real process on this machine, named as that version named it
+    (four fields, no machine); its run is orphaned only once that process is gone."""
+    scope = await session_of(authority)
+    older = await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"])
+    async with older:
+        info = await anyio.to_thread.run_sync(psutil.Process, older.pid)
+        started = await anyio.to_thread.run_sync(info.create_time)
+        owner = LeaseOwner(socket.gethostname(), older.pid, started, "host_old", machine="")
+        text = owner.encode().rsplit("|", 1)[0]
+        run = dataclasses.replace(new_run(scope, "run_old", owner), host_owner=text)
+        await store.terminal_runs.insert(run)
+        await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+
+        async with host_process(store, authority, tmp_path, "host_near") as host:
+            assert await host.journal.recover() == 0
+            record = await store.terminal_runs.get(
+                "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
+            )
+            assert record is not None
+            assert record.state == "running"
+
+            assert older.stdin is not None
+            await older.stdin.aclose()
+            await older.wait()
+            assert await host.journal.recover() == 1
+            await host.events.wait_for(completed("run_old"))
+
+    record = await store.terminal_runs.get(
+        "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    assert (record.state, "recorded no lease" in (record.reason or "")) == ("orphaned", True)

@@ -200,10 +200,19 @@ class RunJournal:
         """Orphan the run of a Host this machine cannot see, once its lease expired.
 
         A run recorded before runs had leases (none) or by an owner this
-        version cannot read has nobody to renew it: it counts as expired.
+        version cannot read has nobody to renew it: it counts as expired, unless
+        its owner's process may still be running here.
         """
         expires = record.lease_expires_at
         if expires is not None and expires >= time.time():
+            return False
+        # An older Host on this machine records no machine and no lease: while a
+        # process with its pid and start time runs, it may be that Host, running.
+        if (
+            expires is None
+            and owner is not None
+            and await anyio.to_thread.run_sync(owner.runs_here_maybe)
+        ):
             return False
         who = (
             f"the Host process {owner.pid} on {owner.host}"
