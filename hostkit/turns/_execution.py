@@ -21,6 +21,7 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     ProviderError,
     RequestConflict,
+    StoreClosed,
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
@@ -192,10 +193,20 @@ class TurnExecution:
     async def run(self, request: TurnRequest) -> TurnResult:
         if not isinstance(request, TurnRequest):
             raise TurnRejected("a TurnRequest is required")
+        principal_id = self._leases.principal_id(request)
+        try:
+            return await self._run(request, principal_id)
+        except TurnRejected as refused:
+            if not self._closing:
+                raise
+            # Closing refuses new turns, not the record of one that ran: a retry, or a
+            # Stop reading how its turn ended, still gets it.
+            return await self._recorded(request, principal_id, refused)
+
+    async def _run(self, request: TurnRequest, principal_id: str) -> TurnResult:
         if self._closing:
             raise TurnRejected(_CLOSING)
         leases = self._leases
-        principal_id = leases.principal_id(request)
         scope = leases.bound_scope(request)
         turn_id, trace_id, nonces = new_id("turn"), new_id("trace"), new_nonces()
         async with leases.waiting.enter() as ticket:
@@ -204,14 +215,9 @@ class TurnExecution:
                     raise TurnRejected(_CLOSING)
                 try:
                     core = await self._cores.pin(request.core_id, request.core_revision)
-                except TurnRejected:
+                except TurnRejected as refused:
                     # A repeated request whose agent has gone since still gets its record.
-                    existing = await self._store.turns.find(principal_id, request.request_id)
-                    if existing is None:
-                        raise
-                    if existing.result is not None and existing.result.core_id != request.core_id:
-                        raise RequestConflict(request.request_id) from None
-                    return self._existing(existing)
+                    return await self._recorded(request, principal_id, refused)
                 try:
                     # Owned, as declared, and accepted by the pinned provider; else refused.
                     await check_attachments(self._store, request, principal_id, core.provider)
@@ -258,6 +264,22 @@ class TurnExecution:
                 # current when it is finally admitted.
                 assert isinstance(outcome, SessionBusy)
                 await leases.await_turn(outcome, ticket)
+
+    async def _recorded(
+        self, request: TurnRequest, principal_id: str, refused: TurnRejected
+    ) -> TurnResult:
+        """The record of a request already run, when no new turn may start (the Host is
+        closing, its agent is gone). ``refused`` is raised for a request never seen,
+        or once the store has closed."""
+        try:
+            existing = await self._store.turns.find(principal_id, request.request_id)
+        except StoreClosed:
+            raise refused from None
+        if existing is None:
+            raise refused
+        if existing.result is not None and existing.result.core_id != request.core_id:
+            raise RequestConflict(request.request_id) from None
+        return self._existing(existing)
 
     @staticmethod
     def _existing(existing: TurnState) -> TurnResult:

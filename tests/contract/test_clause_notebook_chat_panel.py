@@ -178,6 +178,37 @@ async def test_a_stop_while_the_turn_is_admitted_never_strands_it_running(
     assert (await view).outcome == "cancelled"
 
 
+async def test_a_stop_while_admitted_reads_the_turns_end_though_the_host_is_closing(
+    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, while the Host shuts down: the panel reads the turn's recorded end by
+    # its request, which a closing Host still answers (it refuses only new turns).
+    nb, _ = held
+    monkeypatch.setattr("hostkit.notebook._host._ADMISSION_WAIT_S", 0.2)
+    leases = nb.host.turns._leases
+    admit = leases.admit
+    admitted: list[str] = []
+
+    async def slow(request: Any, admission: Any, scope: Any) -> Any:
+        outcome = await admit(request, admission, scope)
+        admitted.append(admission.turn_id)
+        await asyncio.sleep(1.0)
+        return outcome
+
+    monkeypatch.setattr(leases, "admit", slow)
+    view = nb.chat("Stop me while the Host closes.", session="new")
+    await until(lambda: admitted)
+    closing = asyncio.get_running_loop().create_task(nb.host.turns.shutdown())
+
+    await view.cancel()
+    await closing
+
+    assert view.done
+    assert view.error is None
+    result = await view
+    assert (result.turn_id, result.outcome) == (admitted[0], "cancelled")
+
+
 async def test_a_stop_before_admission_ends_the_panel_with_no_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -218,3 +218,21 @@ async def test_host_close_rejects_turns_still_waiting_for_admission(tmp_path: Pa
         ["cancelled", "rejected: the Host is shutting down"],
         ["cancelled", "cancelled"],
     )
+
+
+async def test_a_request_already_run_answers_with_its_record_while_the_host_closes(
+    tmp_path: Path,
+) -> None:
+    """Closing refuses new turns, not the record of one that ran: a retry (or a notebook's
+    Stop reading how its turn ended) gets that record until the store has closed."""
+    async with open_host(tmp_path, ScriptedModel(["done"], repeat_last=True)) as host:
+        first = request("first")
+        done = await host.turns.run(first)
+        await host.turns.shutdown()
+        again = await host.turns.run(first)
+        assert (again.turn_id, again.outcome, again.text) == (done.turn_id, "completed", "done")
+        with pytest.raises(TurnRejected, match="shutting down"):
+            await host.turns.run(request("second"))
+        assert await turn_rows(host) == [(done.turn_id, "completed")]
+    with pytest.raises(TurnRejected, match="shutting down"):
+        await host.turns.run(first)
