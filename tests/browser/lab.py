@@ -88,7 +88,6 @@ def serve_lab(
 ) -> Iterator[Lab]:
     """Serve ``notebooks`` with JupyterLab on 127.0.0.1; stop it (and its kernels) on exit."""
     token = secrets.token_hex(16)
-    port = _free_port()
     config, runtime, settings = root / "config", root / "runtime", root / "lab-settings"
     _write_json(config / "jupyter_server_config.json", _SERVER_CONFIG)
     for name, data in _LAB_SETTINGS.items():
@@ -101,45 +100,66 @@ def serve_lab(
         "JUPYTERLAB_WORKSPACES_DIR": str(root / "workspaces"),
         "JUPYTER_PLATFORM_DIRS": "1",
     }
-    log = (root / "lab.log").open("wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            f"--ServerApp.root_dir={notebooks}",
-            f"--IdentityProvider.token={token}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its kernels share its process group: one kill ends all
-    )
-    lab = Lab(f"http://127.0.0.1:{port}", token)
-    try:
-        _wait_ready(lab, server, startup_timeout_s, root / "lab.log")
-        yield lab
-    finally:
-        server.send_signal(signal.SIGTERM)  # jupyter_server shuts its kernels down on TERM
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=stop_timeout_s)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=stop_timeout_s)
-        log.close()
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = _free_port()
+        log_path = root / f"lab-{attempt}.log"
+        log = log_path.open("wb")
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                # A port another process took after it was found free ends the server
+                # (another port is tried here), instead of moving it to a port this
+                # test never looks at.
+                "--ServerApp.port_retries=0",
+                f"--ServerApp.root_dir={notebooks}",
+                f"--IdentityProvider.token={token}",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its kernels share its process group: one kill ends all
+        )
+        lab = Lab(f"http://127.0.0.1:{port}", token)
+        try:
+            ready = _wait_ready(lab, server, startup_timeout_s, log_path)
+            if ready:
+                yield lab
+        finally:
+            _stop(server, stop_timeout_s)
+            log.close()
+        if ready:
+            return
+        if attempt == _PORT_ATTEMPTS:
+            raise RuntimeError(f"JupyterLab exited ({server.returncode}):\n{log_path.read_text()}")
 
 
-def _wait_ready(lab: Lab, server: subprocess.Popen[bytes], timeout_s: float, log: Path) -> None:
+# Ports tried: each was free when found, but another process may bind it first.
+_PORT_ATTEMPTS = 3
+
+
+def _stop(server: subprocess.Popen[bytes], timeout_s: float) -> None:
+    server.send_signal(signal.SIGTERM)  # jupyter_server shuts its kernels down on TERM
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(timeout=timeout_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=timeout_s)
+
+
+def _wait_ready(lab: Lab, server: subprocess.Popen[bytes], timeout_s: float, log: Path) -> bool:
+    """True once the server answers; False if it exited first (its port was taken)."""
     deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"token {lab.token}"}
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if server.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited ({server.returncode}):\n{log.read_text()}")
+                return False
             with contextlib.suppress(httpx.TransportError):
                 if client.get(f"{lab.base_url}/api/status", headers=headers).status_code == 200:
-                    return
+                    return True
             time.sleep(0.2)  # polling a server we started, not ordering the test
     raise RuntimeError(f"JupyterLab not ready after {timeout_s} s:\n{log.read_text()}")

@@ -493,25 +493,47 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[str]:
-    """bad_server.py serving streamable HTTP on loopback, in a subprocess on the Host."""
-    port = _free_port()
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself listens on ``port`` (not another that took it)."""
+    try:
+        found = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in found)
+
+
+def _serving(port: int) -> subprocess.Popen[bytes] | None:
+    """bad_server.py listening on ``port``; None if it exited first (the port was taken
+    between finding it free and the server binding it)."""
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 20
+    while True:
+        if _listens(process.pid, port):
+            return process
+        if process.poll() is not None:
+            return None
+        if time.monotonic() >= deadline:
+            process.kill()
+            process.wait(10)
+            raise AssertionError("bad_server.py was not listening after 20 s")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """bad_server.py serving streamable HTTP on loopback, in a subprocess on the Host."""
+    for _ in range(5):
+        port = _free_port()
+        process = _serving(port)
+        if process is not None:
+            break
+    else:
+        raise AssertionError("bad_server.py exited at start on 5 ports in a row")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert process.poll() is None
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
@@ -637,13 +659,16 @@ async def test_http_server_that_is_not_there_fails_to_connect(workspace: Path) -
         sandbox=SandboxPolicy(),
         url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
     )
-    port = _free_port()
-    declaration = McpServerDeclaration(
-        name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp"
-    )
-    with pytest.raises(McpConnectFailed, match=f"127.0.0.1:{port}"):
-        with anyio.fail_after(30):
-            await connector.connect(declaration)
+    # Held bound and never listened on: refused, and no other process can take the port.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        declaration = McpServerDeclaration(
+            name="web", transport="http", url=f"http://127.0.0.1:{port}/mcp"
+        )
+        with pytest.raises(McpConnectFailed, match=f"127.0.0.1:{port}"):
+            with anyio.fail_after(30):
+                await connector.connect(declaration)
 
 
 async def test_http_refused_by_the_url_policy_connects_nothing(workspace: Path) -> None:

@@ -11,12 +11,13 @@ idle inbox worker, again after its connection is killed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -46,10 +47,13 @@ def with_password(url: str, password: str) -> str:
     return f"{user}:{password}@{rest}"
 
 
-def closed_port() -> int:
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port held bound and never listened on: a connection to it is refused,
+    and no other process can take it meanwhile (a port merely found free could be)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+        yield int(probe.getsockname()[1])
 
 
 def messages(error: BaseException) -> str:
@@ -306,12 +310,11 @@ async def test_an_unreachable_server_is_a_retryable_store_error_within_the_timeo
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="psycopg")
-    port = closed_port()
     timeout_s = 2.0
     threads = _threads()
     tasks = asyncio.all_tasks()
     started = time.monotonic()
-    with pytest.raises(StoreError) as caught:
+    with closed_port() as port, pytest.raises(StoreError) as caught:
         with anyio.fail_after(timeout_s + 10):
             await RuntimeStore.open_postgres(
                 f"postgresql://hostkit@127.0.0.1:{port}/hostkit", connect_timeout_s=timeout_s
@@ -397,20 +400,21 @@ async def test_an_unusable_option_is_invalid_value_before_any_connection(
     options: dict[str, Any],
 ) -> None:
     # A closed port: were the options not checked first, this would be a StoreError.
-    url = f"postgresql://hostkit@127.0.0.1:{closed_port()}/hostkit"
     options.setdefault("connect_timeout_s", 1)
-    with pytest.raises(InvalidValue) as caught:
-        await RuntimeStore.open_postgres(url, **options)
+    with closed_port() as port:
+        url = f"postgresql://hostkit@127.0.0.1:{port}/hostkit"
+        with pytest.raises(InvalidValue) as caught:
+            await RuntimeStore.open_postgres(url, **options)
     assert len(str(caught.value)) < 200
     assert next(name for name in options if name in str(caught.value))
 
 
 async def test_a_multi_host_url_is_tried_not_refused_as_malformed() -> None:
     # libpq's failover syntax (host1:port1,host2:port2), which [store] url accepts.
-    first, second = closed_port(), closed_port()
-    url = f"postgresql://hostkit@127.0.0.1:{first},127.0.0.1:{second}/hostkit"
-    with pytest.raises(StoreError) as caught:
-        await RuntimeStore.open_postgres(url, connect_timeout_s=1)
+    with closed_port() as first, closed_port() as second:
+        url = f"postgresql://hostkit@127.0.0.1:{first},127.0.0.1:{second}/hostkit"
+        with pytest.raises(StoreError) as caught:
+            await RuntimeStore.open_postgres(url, connect_timeout_s=1)
     assert caught.value.retryable
     assert str(first) in str(caught.value)
 
