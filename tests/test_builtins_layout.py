@@ -50,7 +50,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
         ("_terminal",),
         ("_terminal_checks", "_terminal_journal"),
         ("_process", "_owned", "_sandbox"),
-        ("_process_streams", "_process_tree"),
+        ("_process_streams", "_process_tree", "_mounts"),
         ("_reaper",),
     ],
     "hostkit.builtins.files": [("_files",), ("_workspace",), ("_openat",), ("_errors",)],
