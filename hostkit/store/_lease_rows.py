@@ -104,7 +104,7 @@ def admit(
     """
     existing = find_turn(conn, admission.principal_id, admission.request_id)
     if existing is not None:
-        if not same_request(conn, existing, admission):
+        if not same_request(conn, existing, admission.core_id, admission.input):
             raise RequestConflict(admission.request_id)
         return existing
     session_id, created, facts = _resolve_session(conn, admission)

@@ -42,7 +42,6 @@ from hostkit.store._turn_values import (
     RecoveredTurn,
     SessionLease,
     TranscriptEntry,
-    TurnAdmission,
     TurnState,
     TurnWrite,
 )
@@ -424,16 +423,19 @@ def find_turn(conn: sqlite3.Connection, principal_id: str, request_id: str) -> T
     return _state(row) if row is not None else None
 
 
-def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnAdmission) -> bool:
-    """Whether ``admission`` repeats the request that created ``existing``: same agent and,
-    for an ordinary turn, the same input (a turn stored before inputs were kept with the
-    admission has no input row and is taken as the same)."""
+def same_request(
+    conn: sqlite3.Connection, existing: TurnState, core_id: str, message: ModelMessage | None
+) -> bool:
+    """Whether a request for ``core_id`` with the input ``message`` repeats the request that
+    created ``existing``: same agent and, for an ordinary turn, the same input (a turn
+    stored before inputs were kept with the admission has no input row and is taken as
+    the same)."""
     row = one_row(conn, "SELECT core_id FROM turns WHERE turn_id = ?", [existing.turn_id])
-    if row is None or row["core_id"] != admission.core_id:
+    if row is None or row["core_id"] != core_id:
         return False
-    if admission.input is None:
+    if message is None:
         return True
-    content = canonical_json(admission.input.to_json())
+    content = canonical_json(message.to_json())
     # A core with an input slot persists its input after the slot (input.admitted keeps
     # the digest of the input as admitted); any other turn persisted it at admission.
     admitted = one_row(
@@ -443,7 +445,7 @@ def same_request(conn: sqlite3.Connection, existing: TurnState, admission: TurnA
         [existing.turn_id],
     )
     if admitted is not None:
-        return bool(json.loads(admitted["detail"]).get("sha256") == input_digest(admission.input))
+        return bool(json.loads(admitted["detail"]).get("sha256") == input_digest(message))
     stored = one_row(
         conn,
         "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user' "

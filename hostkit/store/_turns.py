@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, StoreError, StoreOutcomeUnknown
+from hostkit.errors import InvalidValue, RequestConflict, StoreError, StoreOutcomeUnknown
 from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
 from hostkit.store._context_values import ObservedStep
@@ -89,6 +89,15 @@ class TurnStore(ABC):
     @abstractmethod
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
         """The turn an idempotency key created, if any (a read; no owner check: Host-only)."""
+
+    @abstractmethod
+    async def find_repeat(
+        self, principal_id: str, request_id: str, *, core_id: str, message: ModelMessage | None
+    ) -> TurnState | None:
+        """The turn an idempotency key created, when a request for ``core_id`` with the
+        input ``message`` (None: a continuation) repeats it, as an admission checks;
+        ``RequestConflict`` when the key named another request; None when it is unused.
+        """
 
     @abstractmethod
     async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
@@ -244,6 +253,23 @@ class SqlTurnStore(TurnStore):
         check_id("principal_id", principal_id)
         check_id("request_id", request_id)
         return await self._db.read(lambda conn: rows.find_turn(conn, principal_id, request_id))
+
+    async def find_repeat(
+        self, principal_id: str, request_id: str, *, core_id: str, message: ModelMessage | None
+    ) -> TurnState | None:
+        check_id("principal_id", principal_id)
+        check_id("request_id", request_id)
+        check_id("core_id", core_id)
+        if message is not None and not isinstance(message, ModelMessage):
+            raise InvalidValue("a ModelMessage is required")
+
+        def read(conn: sqlite3.Connection) -> TurnState | None:
+            existing = rows.find_turn(conn, principal_id, request_id)
+            if existing is not None and not rows.same_request(conn, existing, core_id, message):
+                raise RequestConflict(request_id)
+            return existing
+
+        return await self._db.read(read)
 
     async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
         check_id("turn_id", turn_id)

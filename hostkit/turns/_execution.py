@@ -20,7 +20,6 @@ from hostkit.errors import (
     LeaseLost,
     NotFoundOrUnauthorized,
     ProviderError,
-    RequestConflict,
     StoreClosed,
     TurnInfrastructureError,
     TurnInProgress,
@@ -39,7 +38,7 @@ from hostkit.store import (
     TurnState,
 )
 from hostkit.turns._active import ActiveTurn, add_usage, bind_context
-from hostkit.turns._attachments import check_attachments, loaded_input
+from hostkit.turns._attachments import check_attachments, input_message, loaded_input
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
@@ -271,14 +270,15 @@ class TurnExecution:
         """The record of a request already run, when no new turn may start (the Host is
         closing, its agent is gone). ``refused`` is raised for a request never seen,
         or once the store has closed."""
+        message = input_message(request) if request.continues is None else None
         try:
-            existing = await self._store.turns.find(principal_id, request.request_id)
+            existing = await self._store.turns.find_repeat(
+                principal_id, request.request_id, core_id=request.core_id, message=message
+            )
         except StoreClosed:
             raise refused from None
         if existing is None:
             raise refused
-        if existing.result is not None and existing.result.core_id != request.core_id:
-            raise RequestConflict(request.request_id) from None
         return self._existing(existing)
 
     @staticmethod

@@ -7,6 +7,7 @@ each adapter of the store matrix (SQLite and PostgreSQL, tests/conftest.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from hostkit.errors import (
     InvalidValue,
     LeaseLost,
     NotFoundOrUnauthorized,
+    RequestConflict,
     StoreError,
     StoreOutcomeUnknown,
     TurnInProgress,
@@ -195,6 +197,36 @@ async def test_a_repeated_request_returns_the_existing_turn_and_writes_nothing(
     assert await runtime.turns.find(scope.principal_id, "req-same") == done
     # The repeats took no lease: the next new turn gets token 2.
     assert (await admit(runtime, scope, live)).lease.token == 2
+
+
+async def test_a_repeat_is_found_only_for_the_request_its_key_named(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """What a Host that may not admit (closing, its agent gone) answers a repeated key
+    with: the turn when agent and input match, as an admission would; else a conflict."""
+    scope = await conversation(resolver)
+    said = ModelMessage("user", "hello")
+    first = await runtime.turns.admit(
+        dataclasses.replace(admission(scope, request_id="req-kept"), input=said),
+        owner=live,
+        ttl_s=60,
+    )
+    assert isinstance(first, Admitted)
+    find = functools.partial(runtime.turns.find_repeat, scope.principal_id, "req-kept")
+    found = await find(core_id="assistant", message=said)
+    assert found is not None
+    assert (found.turn_id, found.status) == (first.lease.turn_id, "running")
+    for core_id, message in (("other", said), ("assistant", ModelMessage("user", "bye"))):
+        with pytest.raises(RequestConflict):
+            await find(core_id=core_id, message=message)
+    assert (
+        await runtime.turns.find_repeat(
+            scope.principal_id, "req-unused", core_id="assistant", message=said
+        )
+        is None
+    )
+    with pytest.raises(InvalidValue):
+        await find(core_id="assistant", message="hello")  # type: ignore[arg-type]
 
 
 async def test_a_busy_session_admits_nobody_else(

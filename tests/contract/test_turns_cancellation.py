@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import NotFoundOrUnauthorized, TurnRejected
+from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, TurnRejected
 from hostkit.host import Host
 from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Reply, ScriptedModel
@@ -233,6 +234,9 @@ async def test_a_request_already_run_answers_with_its_record_while_the_host_clos
         assert (again.turn_id, again.outcome, again.text) == (done.turn_id, "completed", "done")
         with pytest.raises(TurnRejected, match="shutting down"):
             await host.turns.run(request("second"))
+        # The key names one request, closing or not.
+        with pytest.raises(RequestConflict):
+            await host.turns.run(dataclasses.replace(first, input="something else"))
         assert await turn_rows(host) == [(done.turn_id, "completed")]
     with pytest.raises(TurnRejected, match="shutting down"):
         await host.turns.run(first)
