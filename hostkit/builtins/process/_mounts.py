@@ -94,9 +94,13 @@ class MountedTree:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._table = _mounts()
-        mount = self._table.get(_mount_id(str(root)) or -1)
+        mount = self._mount_of(root)
         inside = None if mount is None else mount.inside(PurePosixPath(root))
         self._placed = None if mount is None or inside is None else (mount.device, inside)
+
+    def _mount_of(self, path: Path) -> _Mount | None:
+        found = _mount_id(str(path))
+        return None if found is None else self._table.get(found)
 
     def holds(self, path: Path) -> bool:
         """Whether the real path ``path`` is the root or lies under it, by any mount."""
@@ -106,7 +110,7 @@ class MountedTree:
             return False
         device, tree = self._placed
         named = PurePosixPath(path)
-        mount = self._table.get(_mount_id(str(path)) or -1)
+        mount = self._mount_of(path)
         # From the path's own mount out through the mounts its mount point is on:
         # a mount whose mount point lies in the tree brings what it shows into it.
         for _ in range(len(self._table)):
