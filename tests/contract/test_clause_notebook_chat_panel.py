@@ -146,12 +146,9 @@ async def test_a_stop_cancelled_before_it_ended_says_so(
     assert (await view).outcome == "cancelled"
 
 
-async def test_a_stop_while_the_turn_is_admitted_never_strands_it_running(
-    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Stop gives up waiting for admission while the admission transaction has committed
-    # (turn.started, the session lease) but has not returned: the turn must still end.
-    nb, _ = held
+def late_admissions(nb: hn.NotebookHost, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Admissions whose commit is durable but whose answer comes a second late, while a
+    Stop waits 0.2 s for admission; the list collects each admitted turn id."""
     monkeypatch.setattr("hostkit.notebook._host._ADMISSION_WAIT_S", 0.2)
     leases = nb.host.turns._leases
     admit = leases.admit
@@ -160,10 +157,20 @@ async def test_a_stop_while_the_turn_is_admitted_never_strands_it_running(
     async def slow(request: Any, admission: Any, scope: Any) -> Any:
         outcome = await admit(request, admission, scope)
         admitted.append(admission.turn_id)
-        await asyncio.sleep(1.0)  # the commit is durable; its answer is late
+        await asyncio.sleep(1.0)
         return outcome
 
     monkeypatch.setattr(leases, "admit", slow)
+    return admitted
+
+
+async def test_a_stop_while_the_turn_is_admitted_never_strands_it_running(
+    held: tuple[hn.NotebookHost, ScriptedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stop gives up waiting for admission while the admission transaction has committed
+    # (turn.started, the session lease) but has not returned: the turn must still end.
+    nb, _ = held
+    admitted = late_admissions(nb, monkeypatch)
     view = nb.chat("Stop me while I am admitted.", session="new")
     await until(lambda: admitted)
 
@@ -184,18 +191,7 @@ async def test_a_stop_while_admitted_reads_the_turns_end_though_the_host_is_clos
     # As above, while the Host shuts down: the panel reads the turn's recorded end by
     # its request, which a closing Host still answers (it refuses only new turns).
     nb, _ = held
-    monkeypatch.setattr("hostkit.notebook._host._ADMISSION_WAIT_S", 0.2)
-    leases = nb.host.turns._leases
-    admit = leases.admit
-    admitted: list[str] = []
-
-    async def slow(request: Any, admission: Any, scope: Any) -> Any:
-        outcome = await admit(request, admission, scope)
-        admitted.append(admission.turn_id)
-        await asyncio.sleep(1.0)
-        return outcome
-
-    monkeypatch.setattr(leases, "admit", slow)
+    admitted = late_admissions(nb, monkeypatch)
     view = nb.chat("Stop me while the Host closes.", session="new")
     await until(lambda: admitted)
     closing = asyncio.get_running_loop().create_task(nb.host.turns.shutdown())
