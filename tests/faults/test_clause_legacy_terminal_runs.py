@@ -24,7 +24,8 @@ import psutil
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.store import LeaseOwner, RuntimeStore, TerminalRunRecord
+from hostkit.types import PrincipalScope
 from tests.contract.test_clause_effects_background_runs_durable import (
     completed,
     host_process,
@@ -43,6 +44,15 @@ def without_lease(db_path: Path, run_id: str) -> None:
     with sqlite3.connect(db_path) as raw:
         raw.execute("UPDATE terminal_runs SET lease_expires_at = NULL WHERE run_id = ?", [run_id])
     raw.close()
+
+
+async def recorded(store: RuntimeStore, scope: PrincipalScope, run_id: str) -> TerminalRunRecord:
+    """The run's stored record, which must exist."""
+    record = await store.terminal_runs.get(
+        run_id, principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    return record
 
 
 @pytest.mark.parametrize(
@@ -68,10 +78,7 @@ async def test_a_run_without_a_lease_whose_host_cannot_be_seen_is_orphaned(
         event = await host.events.wait_for(completed("run_old"))
         assert await host.journal.recover() == 0  # ended once
 
-    record = await store.terminal_runs.get(
-        "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
-    )
-    assert record is not None
+    record = await recorded(store, scope, "run_old")
     assert record.state == "orphaned"
     assert "recorded no lease" in (record.reason or "")
     assert dict(event.data) == {"run_id": "run_old", "state": "orphaned"}
@@ -90,10 +97,7 @@ async def test_an_unreadable_owner_whose_lease_still_runs_is_left_alone(
     async with host_process(store, authority, tmp_path, "host_near") as host:
         assert await host.journal.recover() == 0
 
-    record = await store.terminal_runs.get(
-        "run_new", principal_id=scope.principal_id, session_id=scope.session_id or ""
-    )
-    assert record is not None
+    record = await recorded(store, scope, "run_new")
     assert record.state == "running"
 
 
@@ -115,10 +119,7 @@ async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left
 
         async with host_process(store, authority, tmp_path, "host_near") as host:
             assert await host.journal.recover() == 0
-            record = await store.terminal_runs.get(
-                "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
-            )
-            assert record is not None
+            record = await recorded(store, scope, "run_old")
             assert record.state == "running"
 
             assert older.stdin is not None
@@ -127,8 +128,5 @@ async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left
             assert await host.journal.recover() == 1
             await host.events.wait_for(completed("run_old"))
 
-    record = await store.terminal_runs.get(
-        "run_old", principal_id=scope.principal_id, session_id=scope.session_id or ""
-    )
-    assert record is not None
+    record = await recorded(store, scope, "run_old")
     assert (record.state, "recorded no lease" in (record.reason or "")) == ("orphaned", True)
