@@ -10,6 +10,7 @@ keeps its base interpreter and still starts.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,49 @@ def test_a_real_venv_outside_the_workspace_keeps_its_base_interpreter(tmp_path: 
     outcome = _run(launch)
     assert outcome.returncode == 0, outcome.stderr
     assert '"ok"' in outcome.stdout
+
+
+def test_a_planted_pyvenv_cfg_binds_nothing_by_another_mount_path_of_the_workspace(
+    tmp_path: Path,
+) -> None:
+    """The server's command names the workspace through a bind mount of it: the
+    ``pyvenv.cfg`` beside it is still the agent's, wherever the mount shows it, and
+    never turns into a bind (it named a home holding an SSH key)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        pytest.skip("util-linux's unshare and mount are needed for a private mount namespace")
+    victim = _victim(tmp_path)
+    workspace, alias = tmp_path / "ws", tmp_path / "alias"
+    _script(workspace / "server.sh", f"cat {victim}/.ssh/id_rsa")
+    (workspace / "pyvenv.cfg").write_text(f"home = {victim}/bin\n")
+    alias.mkdir()
+    child = (
+        "import subprocess, sys\n"
+        "from pathlib import Path\n"
+        "from tests.security.test_mcp_program_roots import _plan\n"
+        "ws, alias = Path(sys.argv[1]), Path(sys.argv[2])\n"
+        "subprocess.run(['mount', '--bind', str(ws), str(alias)], check=True)\n"
+        "try:\n"
+        "    print(repr(_plan(ws, (str(alias / 'server.sh'),)).read_only))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    namespace = [unshare, "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace.insert(1, "--map-root-user")
+    done = subprocess.run(
+        [*namespace, sys.executable, "-c", child, str(workspace), str(alias)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
+        pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = done.stdout.strip().splitlines()[-1]
+    # Nothing is bound for it: the workspace is shown at its own path only, so the
+    # server's path there is refused as one the sandbox does not show.
+    assert str(victim) not in answer
+    assert answer.startswith("McpCommandNotFound")
+    assert "outside what the sandbox shows" in answer

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hostkit.builtins.mcp._errors import McpCommandNotFound
 from hostkit.builtins.process import (
+    MountedTree,
     SandboxPolicy,
     mask_plan,
     probe_bubblewrap,
@@ -114,13 +115,17 @@ def _program_roots(
 
     Only a ``pyvenv.cfg`` outside the workspace counts: one the agent could have
     written never adds a bind. A program inside the workspace needs nothing but
-    the workspace (its path or its target there gets no extra root).
+    the workspace (its path or its target there gets no extra root). "Inside"
+    counts every path a mount shows the workspace at.
     """
     ws = Path(os.path.realpath(workspace))
+    tree = MountedTree(ws)
     candidates = (program, Path(os.path.realpath(program)))
-    if any(_under(Path(os.path.abspath(c)), (workspace, ws)) for c in candidates):
+    if any(_under(Path(os.path.abspath(c)), (workspace,)) for c in candidates) or any(
+        tree.holds(Path(os.path.realpath(c))) for c in candidates
+    ):
         return ()
-    guarded = _Guarded(ws, state, environ)
+    guarded = _Guarded(tree, state, environ)
     roots: list[Path] = []
     for candidate in candidates:
         venv = next((p for p in candidate.parents if (p / "pyvenv.cfg").is_file()), None)
@@ -141,24 +146,31 @@ def _program_roots(
 class _Guarded:
     """What an extra read-only root must never be, hold, or sit inside (all resolved)."""
 
-    __slots__ = ("homes", "inside")
+    __slots__ = ("homes", "inside", "workspace")
 
-    def __init__(self, workspace: Path, state: Sequence[Path], environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, workspace: MountedTree, state: Sequence[Path], environ: Mapping[str, str]
+    ) -> None:
         homes = {os.path.expanduser("~")}
         if environ.get("HOME", "").startswith("/"):
             homes.add(environ["HOME"])
-        self.inside = (workspace, *(Path(os.path.realpath(p)) for p in state))
+        self.workspace = workspace
+        self.inside = (workspace.root, *(Path(os.path.realpath(p)) for p in state))
         self.homes = tuple(Path(os.path.realpath(h)) for h in sorted(homes))
+
+    def _within(self, path: Path) -> bool:
+        """Inside the workspace (at any mount path of it) or Host state."""
+        return _under(path, self.inside) or self.workspace.holds(path)
 
     def _refused(self, root: Path) -> bool:
         """``/``, inside the workspace or Host state, or holding one of them or a home."""
-        if root == Path("/") or _under(root, self.inside):
+        if root == Path("/") or self._within(root):
             return True
         return any(p.is_relative_to(root) for p in (*self.inside, *self.homes))
 
     def venv_ok(self, venv: Path) -> bool:
         config = Path(os.path.realpath(venv / "pyvenv.cfg"))
-        return not _under(config, self.inside) and not self._refused(Path(os.path.realpath(venv)))
+        return not self._within(config) and not self._refused(Path(os.path.realpath(venv)))
 
     def prefix_ok(self, prefix: Path) -> bool:
         return not self._refused(prefix)

@@ -25,6 +25,7 @@ Inside, modules import one way only: ``_terminal`` → ``_terminal_journal``,
 public interface.
 """
 
+from hostkit.builtins.process._mounts import MountedTree
 from hostkit.builtins.process._owned import OwnedProcess, owned_process
 from hostkit.builtins.process._process import (
     ProcessControl,
@@ -61,6 +62,7 @@ __all__ = [
     "EXECUTION_CONTROL_TARGETS",
     "INSTALL_HINT",
     "UNSANDBOXED",
+    "MountedTree",
     "OwnedProcess",
     "ProcessControl",
     "ProcessOutcome",
