@@ -4,7 +4,9 @@ Secrets never go to a program inside the workspace: the agent can write there,
 so a copy of a shell may sit under any name. A bind mount shows the workspace,
 or a directory inside it, at a second path that no prefix check recognises;
 the same file the agent wrote then looked like an operator's program and ran
-with the secret. Each case runs in a child in its own mount namespace (the
+with the secret. The Host's own state is masked in the sandbox wherever the
+workspace shows it: named through a bind of the workspace, or bound into it
+from outside. Each case runs in a child in its own mount namespace (the
 mounts are real and vanish with it), through ``terminal.run`` itself.
 """
 
@@ -16,8 +18,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from hostkit.builtins.process import probe_bubblewrap
 
 SECRET = "s3cr3t-Value-9f2c"
 
@@ -78,6 +83,56 @@ asyncio.run(main())
 """
 
 
+STATE_CHILD = r"""
+import asyncio, json, subprocess, sys
+from pathlib import Path
+
+from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.process import ProcessSupervisor, SandboxPolicy, TerminalRuns
+from hostkit.effects import ToolContext
+
+root = Path(sys.argv[1])
+ws, alias, state = root / "ws", root / "alias", root / "state"
+for directory in (ws / "bound", alias, state):
+    directory.mkdir(parents=True)
+(ws / "hostkit.db").write_text("SECRET-db-in-the-workspace")
+(state / "other.db").write_text("SECRET-db-bound-in")
+subprocess.run(["mount", "--bind", str(ws), str(alias)], check=True)
+subprocess.run(["mount", "--bind", str(state), str(ws / "bound")], check=True)
+# The operator names the state where it lives for them: through the bind of the
+# workspace, and at the state directory's own path.
+hidden = (alias / "hostkit.db", state / "other.db")
+code = (
+    "import sys\n"
+    "for n in sys.argv[1:]:\n"
+    "    try: print(n, open(n).read())\n"
+    "    except OSError as e: print(n, 'refused', e.errno)\n"
+)
+
+
+async def main():
+    async with (
+        ProcessSupervisor() as supervisor,
+        TerminalRuns(
+            supervisor=supervisor,
+            workspace=WorkspaceScope(ws),
+            artifact_root=root / "artifacts",
+            artifact_key=b"sandbox-test-artifact-key-32byte",
+        ) as runs,
+    ):
+        tools = runs.tools(sandbox=SandboxPolicy(hidden=hidden))
+        run = next(t for t in tools if t.name == "terminal.run")
+        context = ToolContext("turn", "sess", "core", "owner", ws)
+        argv = ["/usr/bin/python3", "-c", code, "hostkit.db", "bound/other.db"]
+        outcome = await run.invoke(context, run.validate({"argv": argv}))
+    tail = outcome.output["stdout"]["tail"] if outcome.output else outcome.error
+    print(json.dumps([outcome.status, tail]))
+
+
+asyncio.run(main())
+"""
+
+
 def _namespace_argv() -> list[str]:
     unshare = shutil.which("unshare")
     if unshare is None or shutil.which("mount") is None:
@@ -87,11 +142,10 @@ def _namespace_argv() -> list[str]:
     return [unshare, "--map-root-user", "--mount", "--propagation", "private"]
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    root = tmp_path_factory.mktemp("second-path")
+def _in_namespace(script: str, *args: str) -> Any:
+    """Run ``script`` in a private mount namespace; the JSON its last line printed."""
     done = subprocess.run(
-        [*_namespace_argv(), sys.executable, "-c", CHILD, str(root), SECRET],
+        [*_namespace_argv(), sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -100,7 +154,14 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
         pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
-    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    found: dict[str, object] = _in_namespace(
+        CHILD, str(tmp_path_factory.mktemp("second-path")), SECRET
+    )
     return found
 
 
@@ -131,3 +192,13 @@ def test_a_link_in_the_workspace_by_another_mount_path_is_run_by_its_real_path(
     """Sandboxed, the workspace is the one directory the agent writes: a link the checks
     read there may be re-pointed before the run, at whichever path it was named."""
     assert answers["link swappable, sandboxed"] is True
+
+
+def test_host_state_is_masked_wherever_the_workspace_shows_it(tmp_path: Path) -> None:
+    if not probe_bubblewrap().ok:
+        pytest.skip(probe_bubblewrap().reason)
+    status, tail = _in_namespace(STATE_CHILD, str(tmp_path))
+    assert status == "succeeded", tail
+    assert "SECRET" not in tail
+    assert "hostkit.db refused" in tail
+    assert "bound/other.db refused" in tail

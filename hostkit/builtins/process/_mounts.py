@@ -104,10 +104,15 @@ class MountedTree:
 
     def holds(self, path: Path) -> bool:
         """Whether the real path ``path`` is the root or lies under it, by any mount."""
+        return self.located(path) is not None
+
+    def located(self, path: Path) -> Path | None:
+        """The path under the root (as named) at which the real path ``path`` shows, when
+        it is the root or lies under it by any mount; None otherwise."""
         if path == self.root or path.is_relative_to(self.root):
-            return True
+            return path
         if self._placed is None:
-            return False
+            return None
         device, tree = self._placed
         named = PurePosixPath(path)
         mount = self._mount_of(path)
@@ -115,11 +120,35 @@ class MountedTree:
         # a mount whose mount point lies in the tree brings what it shows into it.
         for _ in range(len(self._table)):
             if mount is None:
-                return False
+                return None
             inside = mount.inside(named)
             if inside is None:
-                return False
+                return None
             if mount.device == device and inside.is_relative_to(tree):
-                return True
+                rest = PurePosixPath(path).relative_to(named)
+                return self.root / inside.relative_to(tree) / rest
             named, mount = mount.point, self._table.get(mount.parent)
-        return False
+        return None
+
+    def shown_at(self, path: Path) -> list[Path]:
+        """Every path under the root (as named) at which the real path ``path`` shows:
+        its own place in the tree (``located``), and each mount whose mount point
+        lies in the tree and whose file system directory holds it (a directory of
+        the Host's bound into the workspace)."""
+        found: list[Path] = []
+        place = self.located(path)
+        if place is not None:
+            found.append(place)
+        mount = self._mount_of(path)
+        inside = None if mount is None else mount.inside(PurePosixPath(path))
+        if mount is None or inside is None:
+            return found
+        for other in self._table.values():
+            point = Path(other.point)
+            if point == self.root or not point.is_relative_to(self.root):
+                continue
+            if other.device == mount.device and inside.is_relative_to(other.root):
+                shown = point / inside.relative_to(other.root)
+                if shown not in found:
+                    found.append(shown)
+        return found

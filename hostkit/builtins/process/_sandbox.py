@@ -37,6 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from hostkit.builtins.process._mounts import MountedTree
 from hostkit.builtins.process._reaper import init_argv
 from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.types import is_count
@@ -248,19 +249,25 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     """
     root = workspace.resolve()
     shown = [Path(os.path.realpath(r)) for r in (*visible_roots(root), *roots)]
+    tree = MountedTree(root)
     targets: set[Path] = set()
     for path in hidden:
         resolved = path.resolve()
-        if not any(resolved == r or resolved.is_relative_to(r) for r in shown):
-            continue
-        if resolved.exists():
-            targets.add(resolved)
-        if resolved.is_file() and resolved.is_relative_to(root):
-            targets.update(resolved.with_name(resolved.name + side) for side in _SQLITE_SIDES)
-        if resolved.parent.is_dir():
-            for sibling in resolved.parent.iterdir():
-                if sibling.name.startswith(resolved.name) and sibling != resolved:
-                    targets.add(sibling)
+        places = (
+            [resolved] if any(resolved == r or resolved.is_relative_to(r) for r in shown) else []
+        )
+        # State the workspace shows under another name (a bind of it, or of the state's
+        # directory into it) is masked where the sandbox shows it.
+        places += [place for place in tree.shown_at(resolved) if place not in places]
+        for place in places:
+            if place.exists():
+                targets.add(place)
+            if place.is_file() and place.is_relative_to(root):
+                targets.update(place.with_name(place.name + side) for side in _SQLITE_SIDES)
+            if place.parent.is_dir():
+                for sibling in place.parent.iterdir():
+                    if sibling.name.startswith(place.name) and sibling != place:
+                        targets.add(sibling)
     args: list[str] = []
     for target in sorted(targets):
         if target == root:
