@@ -153,7 +153,12 @@ class LeaseOwner:
         looks: how an owner that recorded no machine, which ``liveness`` cannot
         place, may still be alive. It proves nothing dead, so it may only keep a
         record as it is, never end one. (Reads ``/proc``: not on the loop.)"""
-        return self.host == socket.gethostname() and self._seen_here() == "alive"
+        if self.host != socket.gethostname() or self.pid == os.getpid():
+            # A pid this process holds names it here: an owner written by an older
+            # version (the only kind asked) is never this Host, but another PID
+            # namespace's process numbered the same.
+            return False
+        return self._seen_here() == "alive"
 
     def _seen_here(self) -> Liveness:
         """This owner's pid and start time, looked up in this process's ``/proc``."""
@@ -168,6 +173,9 @@ class LeaseOwner:
             else:
                 started = psutil.Process(self.pid).create_time()
                 same = abs(started - self.started) <= START_TIME_SLACK_S
+            # An exited process its parent has not reaped keeps its pid and start time.
+            if same and psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE:
+                return "dead"
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return "dead"
         except (psutil.Error, OSError, ValueError, IndexError):

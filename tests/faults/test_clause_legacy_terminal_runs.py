@@ -130,3 +130,44 @@ async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left
 
     record = await recorded(store, scope, "run_old")
     assert (record.state, "recorded no lease" in (record.reason or "")) == ("orphaned", True)
+
+
+async def test_a_run_of_an_older_host_that_exited_unreaped_is_orphaned(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, db_path: Path
+) -> None:
+    """A zombie keeps its pid and start time until its parent reaps it, which a parent
+    that never waits (a shell that execs on) never does: it runs nothing."""
+    scope = await session_of(authority)
+    older = "import os, time; print(os.getpid(), flush=True); time.sleep(0.2)"
+    parent = await anyio.open_process(
+        ["sh", "-c", f"{sys.executable} -c '{older}' & exec sleep 30"]
+    )
+    async with parent:
+        assert parent.stdout is not None
+        pid = int((await parent.stdout.receive()).decode().split()[0])
+        info = await anyio.to_thread.run_sync(psutil.Process, pid)
+        started = await anyio.to_thread.run_sync(info.create_time)
+        with anyio.fail_after(20):
+            # Polling another process's state, which no event reports.
+            while await anyio.to_thread.run_sync(info.status) != psutil.STATUS_ZOMBIE:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        owner = LeaseOwner(socket.gethostname(), pid, started, "host_old", machine="")
+        run = dataclasses.replace(
+            new_run(scope, "run_old", owner), host_owner=owner.encode().rsplit("|", 1)[0]
+        )
+        await store.terminal_runs.insert(run)
+        await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+
+        async with host_process(store, authority, tmp_path, "host_near") as host:
+            assert await host.journal.recover() == 1
+        parent.kill()
+
+    assert (await recorded(store, scope, "run_old")).state == "orphaned"
+
+
+def test_an_older_owner_that_names_this_very_process_is_never_taken_for_running() -> None:
+    """In another PID namespace with the same host name, an older Host's pid (1, say)
+    names the checking Host itself, with a start time that may match to the tick."""
+    ours = LeaseOwner.current("host-here")
+    older = dataclasses.replace(ours, instance="host_old", machine="")
+    assert not older.runs_here_maybe()
