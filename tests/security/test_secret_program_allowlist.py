@@ -349,3 +349,16 @@ def test_every_directory_on_the_way_counts_not_only_those_holding_a_link(
         outside.chmod(0o1777)
     path.write_text("")
     assert swappable(str(path), workspace, sandboxed=sandboxed) is expected
+
+
+@pytest.mark.parametrize("sandboxed", [True, False])
+@pytest.mark.parametrize(
+    "through", ["/proc/self/cwd", "/proc/1/root", "/dev/fd/../../proc/self/cwd"]
+)
+def test_a_path_through_procs_process_links_is_run_by_its_real_path(
+    through: str, sandboxed: bool
+) -> None:
+    """``/proc/<pid>/cwd`` resolves in the Host to a system program, and in the child (whose
+    working directory is the workspace) to whatever the agent wrote there."""
+    path = f"{through}{os.path.realpath('/usr/bin/env')}"
+    assert swappable(path, Path("/nonexistent-workspace"), sandboxed=sandboxed) is True

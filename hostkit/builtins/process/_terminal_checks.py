@@ -180,6 +180,7 @@ def in_workspace(real: str, workspace: Path) -> bool:
     return MountedTree(workspace).holds(Path(real))
 
 
+_PROC = Path("/proc")
 # Symbolic links followed at most, as the kernel does (ELOOP past it).
 _MAX_LINKS = 40
 
@@ -238,7 +239,9 @@ def _walked_directories(path: str) -> list[Path]:
 
 
 def _agent_writes(directory: Path, workspace: MountedTree, *, sandboxed: bool) -> bool:
-    if workspace.holds(directory):
+    # /proc's per-process links (cwd, root, fd) name what the process reading them
+    # sees: the child reads them again at exec, from its own working directory.
+    if workspace.holds(directory) or directory.is_relative_to(_PROC):
         return True
     if sandboxed:
         return False  # the sandbox writes nothing of the Host's outside the workspace
