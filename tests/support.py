@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import psutil
+import pytest
 
 from hostkit.types import ConversationFacts
 
@@ -114,3 +119,26 @@ def git_repository(repo: Path, *, message: str, files: dict[str, str]) -> Path:
     ):
         subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
     return repo
+
+
+def in_mount_namespace(script: str, *args: str) -> Any:
+    """Run the Python ``script`` in a private mount namespace (its mounts are real and
+    vanish with it); the JSON its last line printed. Skips where no namespace can be made.
+    """
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        pytest.skip("util-linux's unshare and mount are needed for a private mount namespace")
+    namespace = [unshare, "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace.insert(1, "--map-root-user")
+    done = subprocess.run(
+        [*namespace, sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
+        pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,7 +10,6 @@ keeps its base interpreter and still starts.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from hostkit.builtins.mcp._launch import Launch, plan_launch
 from hostkit.builtins.process import SandboxPolicy, probe_bubblewrap, visible_roots
 from hostkit.effects import McpServerDeclaration
+from tests.support import in_mount_namespace
 
 pytestmark = pytest.mark.skipif(
     not probe_bubblewrap().ok, reason="bubblewrap cannot run here: plan_launch refuses"
@@ -171,39 +171,24 @@ def test_a_planted_pyvenv_cfg_binds_nothing_by_another_mount_path_of_the_workspa
     """The server's command names the workspace through a bind mount of it: the
     ``pyvenv.cfg`` beside it is still the agent's, wherever the mount shows it, and
     never turns into a bind (it named a home holding an SSH key)."""
-    unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("mount") is None:
-        pytest.skip("util-linux's unshare and mount are needed for a private mount namespace")
     victim = _victim(tmp_path)
     workspace, alias = tmp_path / "ws", tmp_path / "alias"
     _script(workspace / "server.sh", f"cat {victim}/.ssh/id_rsa")
     (workspace / "pyvenv.cfg").write_text(f"home = {victim}/bin\n")
     alias.mkdir()
     child = (
-        "import subprocess, sys\n"
+        "import json, subprocess, sys\n"
         "from pathlib import Path\n"
         "from tests.security.test_mcp_program_roots import _plan\n"
         "ws, alias = Path(sys.argv[1]), Path(sys.argv[2])\n"
         "subprocess.run(['mount', '--bind', str(ws), str(alias)], check=True)\n"
         "try:\n"
-        "    print(repr(_plan(ws, (str(alias / 'server.sh'),)).read_only))\n"
+        "    answer = repr(_plan(ws, (str(alias / 'server.sh'),)).read_only)\n"
         "except Exception as exc:\n"
-        "    print(type(exc).__name__, exc)\n"
+        "    answer = f'{type(exc).__name__} {exc}'\n"
+        "print(json.dumps(answer))\n"
     )
-    namespace = [unshare, "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
-        namespace.insert(1, "--map-root-user")
-    done = subprocess.run(
-        [*namespace, sys.executable, "-c", child, str(workspace), str(alias)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )
-    if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
-        pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    answer = done.stdout.strip().splitlines()[-1]
+    answer = in_mount_namespace(child, str(workspace), str(alias))
     # Nothing is bound for it: the workspace is shown at its own path only, so the
     # server's path there is refused as one the sandbox does not show.
     assert str(victim) not in answer

@@ -12,17 +12,12 @@ mounts are real and vanish with it), through ``terminal.run`` itself.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hostkit.builtins.process import probe_bubblewrap
+from tests.support import in_mount_namespace
 
 SECRET = "s3cr3t-Value-9f2c"
 
@@ -133,33 +128,9 @@ asyncio.run(main())
 """
 
 
-def _namespace_argv() -> list[str]:
-    unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("mount") is None:
-        pytest.skip("util-linux's unshare and mount are needed for a private mount namespace")
-    if os.geteuid() == 0:
-        return [unshare, "--mount", "--propagation", "private"]
-    return [unshare, "--map-root-user", "--mount", "--propagation", "private"]
-
-
-def _in_namespace(script: str, *args: str) -> Any:
-    """Run ``script`` in a private mount namespace; the JSON its last line printed."""
-    done = subprocess.run(
-        [*_namespace_argv(), sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )
-    if done.returncode != 0 and "mount" in done.stderr and "permission" in done.stderr.lower():
-        pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    found: dict[str, object] = _in_namespace(
+    found: dict[str, object] = in_mount_namespace(
         CHILD, str(tmp_path_factory.mktemp("second-path")), SECRET
     )
     return found
@@ -197,7 +168,7 @@ def test_a_link_in_the_workspace_by_another_mount_path_is_run_by_its_real_path(
 def test_host_state_is_masked_wherever_the_workspace_shows_it(tmp_path: Path) -> None:
     if not probe_bubblewrap().ok:
         pytest.skip(probe_bubblewrap().reason)
-    status, tail = _in_namespace(STATE_CHILD, str(tmp_path))
+    status, tail = in_mount_namespace(STATE_CHILD, str(tmp_path))
     assert status == "succeeded", tail
     assert "SECRET" not in tail
     assert "hostkit.db refused" in tail
