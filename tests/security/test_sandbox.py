@@ -470,3 +470,39 @@ async def test_the_approval_prompt_says_when_a_run_would_be_unsandboxed(tmp_path
     assert open_request.view["warning"] == open_request.warning
     assert boxed_request.warning is None
     assert "warning" not in boxed_request.view
+
+
+async def test_host_state_in_a_workspace_directory_stays_masked_after_a_rename(
+    sandbox: Sandbox,
+) -> None:
+    """The masks cover paths, so a run that renames a directory on the way to a masked
+    file (``state/`` to ``moved/``) would leave the next run's masks on a name that no
+    longer exists and the database under a new one: every directory from the
+    workspace down to a masked path is a mount point in the sandbox, which no run
+    can rename, and the state stays where the Host keeps it."""
+    ws = sandbox.workspace
+    deep = ws / "state" / "db"
+    await anyio.Path(deep).mkdir(parents=True)
+    await anyio.Path(deep / "hostkit.db").write_text("SECRET-db-rows")
+    await anyio.Path(ws / "state" / "notes.txt").write_text("visible")
+    policy = SandboxPolicy(hidden=(deep / "hostkit.db",))
+    rename = (
+        "import os\n"
+        "for old, new in (('state/db', 'db2'), ('state', 'moved'), ('state/db', 'state/x')):\n"
+        "    try: os.rename(old, new); print(old, 'renamed')\n"
+        "    except OSError as e: print(old, 'refused', e.errno)\n"
+    )
+    renamed = await sandbox.run(policy, PY3, "-c", rename)
+    assert renamed.status == "succeeded", renamed
+    assert "renamed" not in stdout(renamed)
+    read = (
+        "import glob\n"
+        "for n in sorted(glob.glob('**/*', recursive=True)):\n"
+        "    try: print(n, open(n).read())\n"
+        "    except OSError as e: print(n, 'refused', e.errno)\n"
+    )
+    after = await sandbox.run(policy, PY3, "-c", read)
+    assert after.status == "succeeded", after
+    assert "SECRET" not in stdout(after)
+    assert "state/notes.txt visible" in stdout(after)
+    assert await anyio.Path(deep / "hostkit.db").read_text() == "SECRET-db-rows"

@@ -4,9 +4,13 @@ Secrets never go to a program inside the workspace: the agent can write there,
 so a copy of a shell may sit under any name. A bind mount shows the workspace,
 or a directory inside it, at a second path that no prefix check recognises;
 the same file the agent wrote then looked like an operator's program and ran
-with the secret. The Host's own state is masked in the sandbox wherever the
-workspace shows it: named through a bind of the workspace, or bound into it
-from outside. Each case runs in a child in its own mount namespace (the
+with the secret. So does a directory of the operator's bound into the
+workspace read-write, the workspace's own mount shown elsewhere, and an
+overlay with a layer in it; a read-only bind of a system directory into the
+workspace does not make that directory the agent's. The Host's own state is
+masked in the sandbox wherever the workspace shows it: named through a bind of
+the workspace, bound into it from outside, or a layer of an overlay in it.
+Each case runs in a child in its own mount namespace (the
 mounts are real and vanish with it), through ``terminal.run`` itself.
 """
 
@@ -26,7 +30,7 @@ import asyncio, json, shutil, subprocess, sys
 from pathlib import Path
 
 from hostkit.builtins.files import WorkspaceScope
-from hostkit.builtins.process import UNSANDBOXED, ProcessSupervisor, TerminalRuns
+from hostkit.builtins.process import UNSANDBOXED, MountedTree, ProcessSupervisor, TerminalRuns
 from hostkit.builtins.process._terminal_checks import swappable
 from hostkit.effects import ToolContext
 
@@ -43,11 +47,30 @@ for planted in (ws / "bin" / "fmt", ws / "scratch" / "fmt"):
 subprocess.run(["mount", "--bind", str(ws), str(alias)], check=True)
 subprocess.run(["mount", "--bind", str(ws / "bin"), str(tools)], check=True)
 subprocess.run(["mount", "--rbind", str(ws), str(nested)], check=True)
+# An operator's directory bound into the workspace read-write: the agent writes it there.
+ops, scratch, merged, lower = root / "ops", root / "scratch", root / "merged", root / "lower"
+for directory in (ops, ws / "ops", scratch, merged, lower, ws / "upper", ws / "work", ws / "sys"):
+    directory.mkdir()
+shutil.copy("/bin/sh", ops / "fmt")
+subprocess.run(["mount", "--bind", str(ops), str(ws / "ops")], check=True)
+# The file system mounted in the workspace, bound at another path by itself.
+subprocess.run(["mount", "--bind", str(ws / "scratch"), str(scratch)], check=True)
+# An overlay whose upper layer is in the workspace: what the agent writes there shows.
+shutil.copy("/bin/sh", ws / "upper" / "fmt")
+layers = f"lowerdir={lower},upperdir={ws / 'upper'},workdir={ws / 'work'}"
+subprocess.run(["mount", "-t", "overlay", "overlay", "-o", layers, str(merged)], check=True)
+# A system directory bound into the workspace read-only: not the agent's to write.
+printenv = Path(shutil.which("printenv"))
+subprocess.run(["mount", "--bind", str(printenv.parent), str(ws / "sys")], check=True)
+subprocess.run(["mount", "-o", "remount,bind,ro", str(ws / "sys")], check=True)
 programs = {
     "workspace bound at a second path": alias / "bin" / "fmt",
     "a directory inside it bound elsewhere": tools / "fmt",
     "a file system mounted in it, through a recursive bind": nested / "scratch" / "fmt",
-    "an operator's program": Path(shutil.which("printenv")),
+    "an operator's directory bound into it": ops / "fmt",
+    "a file system mounted in it, bound elsewhere": scratch / "fmt",
+    "an overlay with its upper layer in it": merged / "fmt",
+    "an operator's program": printenv,
 }
 
 
@@ -71,6 +94,12 @@ async def main():
             answers[case] = [outcome.status, outcome.error or ""]
     link = alias / "bin" / "link"
     answers["link swappable, sandboxed"] = swappable(str(link), ws, sandboxed=True)
+    # What the checks read may change under them: a program renamed away, a directory
+    # on the way turned into a link out of the workspace. Each is placed where it was.
+    (ws / "bin" / "away").symlink_to(printenv.parent)
+    tree = MountedTree(ws)
+    answers["renamed away"] = tree.holds(alias / "bin" / "gone")
+    answers["through a link placed on the way"] = tree.holds(alias / "bin" / "away" / "printenv")
     print(json.dumps(answers), flush=True)
 
 
@@ -94,6 +123,11 @@ for directory in (ws / "bound", alias, state):
 (state / "other.db").write_text("SECRET-db-bound-in")
 subprocess.run(["mount", "--bind", str(ws), str(alias)], check=True)
 subprocess.run(["mount", "--bind", str(state), str(ws / "bound")], check=True)
+# An overlay in the workspace with the state directory as its lower layer.
+(ws / "merged").mkdir()
+(root / "empty").mkdir()
+overlay = f"lowerdir={state}:{root / 'empty'}"  # read-only: two lower layers, no upper
+subprocess.run(["mount", "-t", "overlay", "overlay", "-o", overlay, str(ws / "merged")], check=True)
 # The operator names the state where it lives for them: through the bind of the
 # workspace, and at the state directory's own path.
 hidden = (alias / "hostkit.db", state / "other.db")
@@ -118,7 +152,7 @@ async def main():
         tools = runs.tools(sandbox=SandboxPolicy(hidden=hidden))
         run = next(t for t in tools if t.name == "terminal.run")
         context = ToolContext("turn", "sess", "core", "owner", ws)
-        argv = ["/usr/bin/python3", "-c", code, "hostkit.db", "bound/other.db"]
+        argv = ["/usr/bin/python3", "-c", code, "hostkit.db", "bound/other.db", "merged/other.db"]
         outcome = await run.invoke(context, run.validate({"argv": argv}))
     tail = outcome.output["stdout"]["tail"] if outcome.output else outcome.error
     print(json.dumps([outcome.status, tail]))
@@ -142,6 +176,9 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "workspace bound at a second path",
         "a directory inside it bound elsewhere",
         "a file system mounted in it, through a recursive bind",
+        "an operator's directory bound into it",
+        "a file system mounted in it, bound elsewhere",
+        "an overlay with its upper layer in it",
     ],
 )
 def test_a_program_the_agent_wrote_gets_no_secret_by_another_mount_path(
@@ -153,7 +190,8 @@ def test_a_program_the_agent_wrote_gets_no_secret_by_another_mount_path(
 
 
 def test_an_operators_program_still_gets_its_secret(answers: dict[str, object]) -> None:
-    """The control: the same harness runs a program outside every mount of the workspace."""
+    """The control: the same harness runs a program outside every mount of the workspace
+    the agent writes (its directory is also bound into the workspace, read-only)."""
     assert answers["an operator's program"] == ["succeeded", ""]
 
 
@@ -173,3 +211,14 @@ def test_host_state_is_masked_wherever_the_workspace_shows_it(tmp_path: Path) ->
     assert "SECRET" not in tail
     assert "hostkit.db refused" in tail
     assert "bound/other.db refused" in tail
+    assert "merged/other.db refused" in tail
+
+
+@pytest.mark.parametrize("case", ["renamed away", "through a link placed on the way"])
+def test_a_path_changed_under_the_check_is_placed_where_it_was(
+    answers: dict[str, object], case: str
+) -> None:
+    """A name missing since it was resolved, or a directory on the way turned into a link
+    out of the workspace, is placed by the last name reached without following a link:
+    still inside the workspace's bind, never nowhere (where the secret would go)."""
+    assert answers[case] is True

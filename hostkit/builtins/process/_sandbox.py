@@ -242,10 +242,11 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
     ``.v3.backup``) are masked with it. Inside the workspace, where the sandbox
     can write, its SQLite side files are masked even when absent (bwrap leaves an
-    empty file there): a planted ``-journal`` would be replayed into the database
+    empty file there; not on a read-only mount, where none can be created): a planted ``-journal`` would be replayed into the database
     by the next open, and a planted ``-wal`` read as its newest pages. Any other
     path that does not exist yet cannot be masked: create directories such as the
-    artifact root before planning.
+    artifact root before planning. Every directory between the workspace and a
+    masked path is bound onto itself, so no run can rename it away from its mask.
     """
     root = workspace.resolve()
     shown = [Path(os.path.realpath(r)) for r in (*visible_roots(root), *roots)]
@@ -262,13 +263,29 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
         for place in places:
             if place.exists():
                 targets.add(place)
-            if place.is_file() and place.is_relative_to(root):
+            # Where nothing can be written (a read-only mount) nothing can be planted.
+            writable = place.is_relative_to(root) and os.access(place.parent, os.W_OK)
+            if place.is_file() and writable:
                 targets.update(place.with_name(place.name + side) for side in _SQLITE_SIDES)
             if place.parent.is_dir():
                 for sibling in place.parent.iterdir():
                     if sibling.name.startswith(place.name) and sibling != place:
                         targets.add(sibling)
+    # A mask covers a path: a run that renamed a directory on the way to it would leave
+    # the next run's masks on a name that no longer exists. A mount point cannot be
+    # renamed, so each such directory is bound onto itself first.
+    masked_dirs = [t for t in targets if t.is_dir()]
+    on_the_way = {
+        parent
+        for target in targets
+        for parent in target.parents
+        if parent != root
+        and parent.is_relative_to(root)
+        and not any(parent == d or parent.is_relative_to(d) for d in masked_dirs)
+    }
     args: list[str] = []
+    for directory in sorted(on_the_way):
+        args += ["--bind", str(directory), str(directory)]
     for target in sorted(targets):
         if target == root:
             continue  # the workspace itself is the Host's state: refused before this
