@@ -80,18 +80,13 @@ class InboundTurns:
     async def run(self, request: TurnRequest) -> TurnResult:
         """The turn of an inbound's request id: run now, or the one an earlier attempt ran.
 
-        ``TurnInProgress`` once more means the earlier turn's holder is alive
-        (another process still runs it): the worker retries later.
+        An earlier attempt's turn whose holder is gone (its lease expired, its
+        owner provably dead) is ended by the repeat's admission, which answers
+        with that record; ``TurnInProgress`` means its holder is alive (another
+        process still runs it): the worker defers the message, its attempt not spent.
         """
         try:
-            try:
-                return await self._turns.run(request)
-            except TurnInProgress:
-                # The attempt that started it may have died with its Host: end such
-                # turns now (the lease rule: expired, or owner provably dead), then ask
-                # again; the request id then answers with that turn's record.
-                await self._turns.recover()
-                return await self._turns.run(request)
+            return await self._turns.run(request)
         except TurnRejected as exc:
             if exc.retryable or not self._closed():
                 raise

@@ -273,6 +273,26 @@ class ChannelInbox:
         self._forget(claimed)
         return released
 
+    def waits(self, claimed: ClaimedInbound) -> bool:
+        """Whether ``claimed``, whose earlier turn still runs under a live holder, may be
+        deferred for it (``defer``): until ``policy.turn_wait_s`` after it was received."""
+        return self._clock() < claimed.envelope.received_at + self.policy.turn_wait_s
+
+    async def defer(self, claimed: ClaimedInbound) -> bool:
+        """Give a claim back due after this attempt's backoff, the attempt not spent: the
+        turn an earlier attempt started still runs under a live holder (another Host),
+        whose lease ends with that turn's deadline, or with the holder, at the latest."""
+        _check_claim(claimed)
+        now = self._clock()
+        deferred = await self._store.release(
+            claimed.inbound_id,
+            claimed.claim_token,
+            now=now,
+            due_at=now + self.policy.delay(claimed.attempt, self._rng),
+        )
+        self._forget(claimed)
+        return deferred
+
     async def release_all(self) -> int:
         """Release every claim this inbox still holds (worker shutdown); how many were."""
         released = 0

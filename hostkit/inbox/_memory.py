@@ -295,7 +295,9 @@ class MemoryInboxStore(InboxStore):
             return row.decision
         return RetryDecision(inbound_id, refusal or "conflict", row.state, row.attempt)
 
-    async def release(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+    async def release(
+        self, inbound_id: str, claim_token: str, *, now: float, due_at: float | None = None
+    ) -> bool:
         await anyio.lowlevel.checkpoint()
         row = self._holding(inbound_id, claim_token, now)
         if row is None:
@@ -303,7 +305,7 @@ class MemoryInboxStore(InboxStore):
         released = replace(
             row,
             state="ready",
-            due_at=now,
+            due_at=now if due_at is None else max(inbox_checks.check_instant("due_at", due_at), now),
             attempt=max(row.attempt - 1, 0),
             claim_token=None,
             owner=None,

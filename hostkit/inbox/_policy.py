@@ -44,13 +44,21 @@ def _positive(name: str, value: float, high: float | None = None) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Attempts, backoff and lease length of every inbound of one inbox."""
+    """Attempts, backoff and lease length of every inbound of one inbox.
+
+    ``turn_wait_s``: how long after it was received an inbound whose earlier
+    turn still runs under a live holder (another Host) is deferred without
+    spending an attempt; a turn ends within its deadline (the worker's default
+    is an hour), so past this wait a turn that never ends counts against the
+    attempts like any other transient failure.
+    """
 
     max_attempts: int = 5
     base_delay_s: float = 1.0
     max_delay_s: float = 300.0
     jitter: float = 0.5
     lease_s: float = 60.0
+    turn_wait_s: float = 7_200.0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
@@ -62,6 +70,7 @@ class RetryPolicy:
         low, high = _LEASE_S
         if _positive("lease_s", self.lease_s, high) < low:
             raise InvalidValue(f"lease_s must be at least {low:g} second")
+        _positive("turn_wait_s", self.turn_wait_s, _MAX_DELAY_S)
         if self.max_delay_s < self.base_delay_s:
             raise InvalidValue("max_delay_s must not be below base_delay_s")
         if (

@@ -81,7 +81,7 @@ Clock = Callable[[], float]
 # complete/fail tried this often when the store fails; after that the lease's
 # expiry brings the inbound back and the same request id reconciles it.
 _SETTLE_TRIES = 3
-_Decision = TypeVar("_Decision", CompletionDecision, RetryDecision)
+_Decision = TypeVar("_Decision", CompletionDecision, RetryDecision, bool)
 _Result = TypeVar("_Result", TurnResult, InboundResult)
 
 
@@ -514,6 +514,14 @@ class InboxWorker(Background):
             failure = InboundFailure("permanent", "unroutable", "no agent answers this channel")
         if self._stopping and failure.kind == "transient":
             # Shutting down (the Host is closing): give it back without spending the attempt.
+            return
+        if failure.code == "turn_in_progress" and self.inbox.waits(claimed):
+            # An earlier attempt's turn still runs under a live holder (another Host): it
+            # ends with that turn's deadline at the latest (a gone holder's turn is ended
+            # by the next repeat), so waiting for it spends no attempt toward a dead letter.
+            deferred = await self._settle(claimed, "defer", lambda: self.inbox.defer(claimed))
+            if deferred:
+                _log.info("inbound %s deferred: %s", claimed.inbound_id, failure.message)
             return
         ended = failure
         decision = await self._settle(claimed, "fail", lambda: self.inbox.fail(claimed, ended))

@@ -181,8 +181,12 @@ class InboxStore(ABC):
         """
 
     @abstractmethod
-    async def release(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
-        """Give a claim back without a result (shutdown): ``ready`` now, attempt not spent."""
+    async def release(
+        self, inbound_id: str, claim_token: str, *, now: float, due_at: float | None = None
+    ) -> bool:
+        """Give a claim back without a result: ``ready`` at ``due_at`` (now when None),
+        the attempt not spent. A shutdown gives it back due now; a worker defers an
+        inbound whose earlier turn still runs under a live holder until later."""
 
     @abstractmethod
     async def requeue(

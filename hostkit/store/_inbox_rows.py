@@ -471,8 +471,10 @@ def fail_row(
     return RetryDecision(args.inbound_id, "dead_lettered", row["state"], row["attempt"])
 
 
-def release_row(conn: sqlite3.Connection, inbound_id: str, token: str, now: float) -> bool:
-    return conn.execute(_RELEASE, [now, now, inbound_id, token]).rowcount == 1
+def release_row(
+    conn: sqlite3.Connection, inbound_id: str, token: str, now: float, due_at: float
+) -> bool:
+    return conn.execute(_RELEASE, [due_at, now, inbound_id, token]).rowcount == 1
 
 
 def reserve_row(conn: sqlite3.Connection, inbound_id: str, token: str, now: float) -> bool:

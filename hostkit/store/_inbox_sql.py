@@ -131,9 +131,12 @@ class SqlInboxStore(InboxStore):
         recorded = (failure.kind, failure.code, failure.message)
         return await self._db.write(lambda raw: rows.fail_row(raw, args, recorded, retry))
 
-    async def release(self, inbound_id: str, claim_token: str, *, now: float) -> bool:
+    async def release(
+        self, inbound_id: str, claim_token: str, *, now: float, due_at: float | None = None
+    ) -> bool:
         inbound, token, at = _fenced(inbound_id, claim_token, now)
-        return await self._db.write(lambda raw: rows.release_row(raw, inbound, token, at))
+        due = at if due_at is None else max(checks.check_instant("due_at", due_at), at)
+        return await self._db.write(lambda raw: rows.release_row(raw, inbound, token, at, due))
 
     async def requeue(
         self, inbound_id: str, *, reason: str, actor: str, now: float

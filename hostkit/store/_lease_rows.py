@@ -96,7 +96,8 @@ def admit(
     """One transaction: idempotency check, session binding, session lease, turn (with the
     route it captured), ``turn.started``.
 
-    A repeated key returns the existing turn before anything else happens, or
+    A repeated key returns the existing turn before anything else happens (a
+    running one whose holder is gone ended first, as recovery would), or
     raises ``RequestConflict`` when it was used for a different request. A
     session held by a live holder returns ``SessionBusy`` (the binding stays).
     A holder whose lease expired, or whose owner is provably dead, has its
@@ -106,6 +107,10 @@ def admit(
     if existing is not None:
         if not same_request(conn, existing, admission.core_id, admission.input):
             raise RequestConflict(admission.request_id)
+        if existing.status == "running" and _end_gone(conn, now_epoch, existing.turn_id):
+            # Its holder is gone: the repeat gets the record recovery leaves, not a wait
+            # that would last until someone else ran recovery.
+            return find_turn(conn, admission.principal_id, admission.request_id) or existing
         return existing
     session_id, created, facts = _resolve_session(conn, admission)
     held = one_row(
@@ -275,23 +280,36 @@ def recover(
     The holder of a running turn is its session lease when the lease names
     it, else the turn's own admission columns (turns older than the lease).
     """
-    rows = all_rows(
-        conn,
-        f"SELECT {RUNNING_COLUMNS}, COALESCE(l.owner, t.lease_owner) AS owner, "
-        "CASE WHEN l.turn_id IS NULL THEN t.lease_expires_at ELSE l.expires_at END AS expires_at "
-        "FROM turns t LEFT JOIN session_leases l "
-        "ON l.session_id = t.session_id AND l.turn_id = t.turn_id "
-        "WHERE t.status = 'running' ORDER BY t.id",
-        [],
-    )
+    if instance is None:
+        return _end_gone(conn, now_epoch)
+    recovered: list[RecoveredTurn] = []
+    for row in all_rows(conn, _RUNNING_HOLDERS.format(turn=""), []):
+        holder = LeaseOwner.decode(row["owner"] or "")
+        if holder is not None and holder.instance == instance:
+            recovered.append(end_orphan(conn, row, "shutdown"))
+    return tuple(recovered)
+
+
+# Running turns with their holder: the session lease when it names the turn, else the
+# turn's own admission columns.
+_RUNNING_HOLDERS = (
+    f"SELECT {RUNNING_COLUMNS}, COALESCE(l.owner, t.lease_owner) AS owner, "
+    "CASE WHEN l.turn_id IS NULL THEN t.lease_expires_at ELSE l.expires_at END AS expires_at "
+    "FROM turns t LEFT JOIN session_leases l "
+    "ON l.session_id = t.session_id AND l.turn_id = t.turn_id "
+    "WHERE t.status = 'running'{turn} ORDER BY t.id"
+)
+
+
+def _end_gone(
+    conn: sqlite3.Connection, now_epoch: float, turn_id: str | None = None
+) -> tuple[RecoveredTurn, ...]:
+    """End the running turns (or the one ``turn_id``) whose holder is gone (the lease rule)."""
+    turn = "" if turn_id is None else " AND t.turn_id = ?"
+    rows = all_rows(conn, _RUNNING_HOLDERS.format(turn=turn), [] if turn_id is None else [turn_id])
     recovered: list[RecoveredTurn] = []
     for row in rows:
-        gone: Gone | None
-        if instance is not None:
-            holder = LeaseOwner.decode(row["owner"] or "")
-            gone = "shutdown" if holder is not None and holder.instance == instance else None
-        else:
-            gone = holder_gone(row["owner"], row["expires_at"], now_epoch)
+        gone = holder_gone(row["owner"], row["expires_at"], now_epoch)
         if gone is not None:
             recovered.append(end_orphan(conn, row, gone))
     return tuple(recovered)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -251,8 +252,13 @@ async def test_user_cancelled_turn_is_terminal_and_never_replayed(rig: Rig) -> N
     assert [status for _, status, *_ in await rig.turns_of(inbound_id)] == ["cancelled"]
 
 
-async def test_retryable_failure_is_retried_then_completed(rig: Rig) -> None:
-    """The first attempt meets the request's turn still running elsewhere (TurnInProgress)."""
+async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an_attempt(
+    rig: Rig,
+) -> None:
+    """The first attempt meets the request's turn still running under a live holder
+    (TurnInProgress): the inbound is deferred by the attempt's backoff, the attempt not
+    spent (waiting is not failing: a slow turn elsewhere never dead-letters its
+    message), and the next attempt completes it with that turn's record."""
     entered, opened = rig.gates.gate("slow question")
     inbound_id = await rig.accept("slow question")
     request = TurnRequest(
@@ -266,24 +272,22 @@ async def test_retryable_failure_is_retried_then_completed(rig: Rig) -> None:
             await entered.wait()
         assert await rig.worker().drain() == 1
         record = await rig.record(inbound_id)
-        assert (record.state, record.attempt, record.failure_code) == (
-            "ready",
-            1,
-            "turn_in_progress",
-        )
+        assert (record.state, record.attempt) == ("ready", 0)
+        assert record.due_at == rig.clock.now + POLICY.delay(1, random.Random())
         opened.set()
     rig.clock.advance(POLICY.max_delay_s)
     assert await rig.worker().drain() == 1
     record = await rig.record(inbound_id)
     turns = await rig.turns_of(inbound_id)
-    assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
+    assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 1)
     assert [(turn_id, status) for turn_id, status, *_ in turns] == [(record.turn_id, "completed")]
 
 
 async def test_poison_message_is_dead_lettered_after_exactly_max_attempts_others_flow(
     rig: Rig,
 ) -> None:
-    """A message whose turn hangs (its request's turn never ends) fails every attempt."""
+    """A message whose turn hangs (its request's turn never ends, its holder alive) waits
+    for it unspent for ``turn_wait_s`` after it was received, then fails every attempt."""
     entered, opened = rig.gates.gate("poison")
     poison = await rig.accept("poison", conversation="chat-p")
     hung = TurnRequest(
@@ -297,6 +301,12 @@ async def test_poison_message_is_dead_lettered_after_exactly_max_attempts_others
         with anyio.fail_after(10):
             await entered.wait()
         worker = rig.worker(concurrency=2)
+        assert await worker.drain() == 1
+        assert ((await rig.record(poison)).state, (await rig.record(poison)).attempt) == (
+            "ready",
+            0,
+        )
+        rig.clock.advance(POLICY.turn_wait_s + POLICY.max_delay_s)  # past the received time too
         for attempt in range(1, POLICY.max_attempts + 1):
             others.append(await rig.accept(f"fine {attempt}", conversation=f"chat-{attempt}"))
             assert await worker.drain() == 2

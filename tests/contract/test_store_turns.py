@@ -199,6 +199,45 @@ async def test_a_repeated_request_returns_the_existing_turn_and_writes_nothing(
     assert (await admit(runtime, scope, live)).lease.token == 2
 
 
+@pytest.mark.parametrize("gone", ["owner_dead", "lease_expired"])
+async def test_a_repeat_of_a_turn_whose_holder_is_gone_gets_its_ended_record(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner, gone: str
+) -> None:
+    """A repeat is answered from the turn's record: while its holder lives that is "still
+    running", but once the holder is gone (its lease expired, its owner provably dead)
+    the repeat ends the turn as recovery would and gets that end, in the same
+    transaction, instead of waiting until someone else runs recovery."""
+    scope = await conversation(resolver)
+    if gone == "owner_dead":
+        holder = await admit(runtime, scope, dead_like(live), request_id="req-orphan")
+    else:
+        holder = await admit(runtime, scope, REMOTE, ttl_s=0.05, request_id="req-orphan")
+        await anyio.sleep(0.1)  # wall-clock expiry is the subject of this case
+    repeat = await runtime.turns.admit(
+        admission(scope, request_id="req-orphan"), owner=live, ttl_s=60
+    )
+    assert isinstance(repeat, TurnState)
+    assert (repeat.turn_id, repeat.status) == (holder.lease.turn_id, "lost")
+    assert repeat.result is not None and "nothing was replayed" in (repeat.result.error or "")
+    # The session is free: the next turn takes it over without recovering anything.
+    successor = await admit(runtime, scope, live)
+    assert successor.recovered == ()
+    assert successor.lease.token == holder.lease.token + 1
+
+
+async def test_a_repeat_of_a_turn_whose_holder_lives_is_still_running(
+    runtime: RuntimeStore, resolver: AuthorityResolver
+) -> None:
+    """The control: a holder on another machine with a live lease is never ended early."""
+    scope = await conversation(resolver)
+    holder = await admit(runtime, scope, REMOTE, request_id="req-held")
+    repeat = await runtime.turns.admit(
+        admission(scope, request_id="req-held"), owner=REMOTE, ttl_s=60
+    )
+    assert isinstance(repeat, TurnState)
+    assert (repeat.turn_id, repeat.status) == (holder.lease.turn_id, "running")
+
+
 async def test_a_repeat_is_found_only_for_the_request_its_key_named(
     runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
 ) -> None:

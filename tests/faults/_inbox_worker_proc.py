@@ -15,26 +15,38 @@ and, by ``mode``:
   appends what the inbox answered to ``results``.
 
 Every inbox here has ``lease_s`` seconds of lease (default 1: short, so a test
-waits little for a dead claimant's lease to run out).
+waits little for a dead claimant's lease to run out). With ``hostname`` the
+process pretends to run on that machine (its leases then end by expiry only,
+never by a liveness check of its pid); ``session_lease_ttl_s`` sets its Host's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from hostkit.errors import StaleClaim
-from hostkit.host import Host, parse_config
-from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy
-from hostkit.testing import Reply, ScriptedModel, capabilities
-from hostkit.types import InboundFailure, InboundResult, ModelRequest, TurnRequest, TurnResult
-
 OPTIONS: dict[str, Any] = json.loads(sys.argv[1])
+if "hostname" in OPTIONS:
+    socket.gethostname = lambda: OPTIONS["hostname"]
+
+import anyio  # noqa: E402
+
+from hostkit.errors import StaleClaim  # noqa: E402
+from hostkit.host import Host, parse_config  # noqa: E402
+from hostkit.inbox import ChannelInbox, InboxWorker, RetryPolicy  # noqa: E402
+from hostkit.testing import Reply, ScriptedModel, capabilities  # noqa: E402
+from hostkit.types import (  # noqa: E402
+    InboundFailure,
+    InboundResult,
+    ModelRequest,
+    TurnRequest,
+    TurnResult,
+)
+
 ROOT = Path(OPTIONS["root"])
 DEADLINE_S = 60.0
 
@@ -103,7 +115,11 @@ async def hold(inbox: ChannelInbox) -> None:
 async def main() -> None:
     config = parse_config(
         {
-            "host": {"database": str(ROOT / "hostkit.db"), "workspace": str(ROOT)},
+            "host": {
+                "database": str(ROOT / "hostkit.db"),
+                "workspace": str(ROOT),
+                "session_lease_ttl_s": float(OPTIONS.get("session_lease_ttl_s", 60.0)),
+            },
             "providers": {"test": {"kind": "scripted"}},
             "agents": {"assistant": {"provider": "test", "memory": False}},
         },

@@ -160,6 +160,56 @@ async def test_sigkill_mid_turn_reconciles_with_that_turn_and_runs_no_second(
     assert json.loads(results.read_text()) == {"calls": 0}, "the message was not run again"
 
 
+async def test_a_turn_whose_holder_may_still_live_is_waited_for_not_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    """The first worker runs on another machine (so its death cannot be proven: only its
+    session lease's expiry frees the turn) and is killed mid-turn. Its inbox claim
+    (one second) runs out long before that lease (six): the second worker's attempts
+    meet the turn still running (``TurnInProgress``) and defer the message without
+    spending attempts (five would run out in under two seconds), and the first
+    attempt after the lease expired ends the turn ``lost`` and completes the message
+    with that record. Nothing is run twice, nothing dead-lettered."""
+    inbound_id = await accept(tmp_path, "hello from afar")
+    marker = anyio.Path(tmp_path / "in_provider")
+    ready, go = tmp_path / "second_ready", tmp_path / "second_go"
+    results = tmp_path / "results.json"
+    second = command(
+        root=str(tmp_path),
+        mode="serve",
+        until=inbound_id,
+        results=str(results),
+        ready=str(ready),
+        go=str(go),
+    )
+    first = command(
+        root=str(tmp_path),
+        mode="serve",
+        until=inbound_id,
+        block=True,
+        marker=str(marker),
+        hostname="another-machine",
+        session_lease_ttl_s=6.0,
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_to_end, second)
+
+        async def first_in_turn_second_open() -> bool:
+            return await marker.exists() and await anyio.Path(ready).exists()
+
+        await sigkill_when(first, first_in_turn_second_open, what="its turn reached the model")
+        killed_at = time.monotonic()
+        await anyio.Path(go).write_text("go")
+    record = await inbound(tmp_path, inbound_id)
+    turns, messages = await turns_and_messages(tmp_path, inbound_id)
+    assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
+    assert turns == [(record.turn_id, "lost")], "one turn: the dead worker's, ended lost"
+    assert [role for role, _ in messages] == ["user"]
+    assert json.loads(results.read_text()) == {"calls": 0}, "the message was not run again"
+    # Renewed every third of its six seconds, the lease outlived the kill by four at least.
+    assert time.monotonic() - killed_at >= 3.5, "ended by the lease's expiry, not before it"
+
+
 async def test_stale_complete_after_a_reclaim_is_refused(tmp_path: Path) -> None:
     inbound_id = await accept(tmp_path, "who wins")
     marker = anyio.Path(tmp_path / "held")
