@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
@@ -39,15 +38,14 @@ from hostkit.cli._demo import check_demo_extras, demo_approver, run_demo
 from hostkit.cli._effects import effects
 from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
+from hostkit.cli._init import init
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
-from hostkit.cli._render import command_line, sessions_table
+from hostkit.cli._render import sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
-from hostkit.cores import init_core
-from hostkit.errors import HostkitError, InvalidValue, MissingDependency, bounded
-from hostkit.host import check_provider_extras, load_config
+from hostkit.errors import HostkitError, InvalidValue, bounded
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
 
@@ -65,6 +63,7 @@ app.add_typer(inbox, name="inbox")
 app.add_typer(delivery, name="delivery")
 app.add_typer(core, name="core")
 app.add_typer(model, name="model")
+app.command()(init)
 app.command()(serve)
 app.command()(extras)
 
@@ -72,113 +71,6 @@ app.command()(extras)
 @app.callback()
 def _options(version: VersionOption = False) -> None:
     """Options of ``hostkit`` itself: ``--version`` is eager and exits before any command."""
-
-
-STARTER = """\
-# hostkit configuration. Relative paths are relative to this file.
-# The Host's own state (database, its WAL, artifacts, this file) stays beside it,
-# outside the agents' workspace: files.* refuse it even if a workspace overlaps it.
-[host]
-database = "hostkit.db"
-workspace = "workspace"   # what the agents' file and terminal tools may touch
-synchronous = "FULL"   # FULL: durable on power loss; NORMAL: faster, may lose the last commits
-
-# The embedded local model (llama.cpp + SmolLM2-135M): no network, good for plumbing checks.
-[providers.local]
-kind = "local"
-context_window = 2048
-max_output_tokens = 128
-
-# An OpenAI-compatible server (OpenAI, vLLM, llama.cpp server, Ollama):
-# [providers.openai]
-# kind = "openai"
-# base_url = "http://127.0.0.1:8000/v1"
-# model = "gpt-4o-mini"
-# api_key_env = "OPENAI_API_KEY"
-
-# The starter Agent Core (docs/cores.md): agent.yaml + agent/ in a Git repository.
-# Turns run the commit the Host made live, never the working tree: nothing runs
-# until `hostkit core promote assistant --reason "..."` passes its gates.
-[cores.assistant]
-path = "cores/assistant"
-
-# An agent defined here instead of in a core: the shipped example note tools.
-[agents.notes]
-provider = "local"
-instructions = "You answer from the shipped notes. Answer briefly."
-tool_modules = ["hostkit.examples.tools"]
-
-[agents.notes.policy]
-allow = ["notes.*"]
-deny = []
-"""
-
-
-# The workspace directory the starter configuration names (created by init).
-STARTER_WORKSPACE = "workspace"
-# The starter core's id and directory ([cores.assistant] above).
-STARTER_CORE = "assistant"
-STARTER_CORE_PATH = Path("cores") / STARTER_CORE
-
-
-@app.command()
-def init(
-    path: Annotated[Path, typer.Argument(help="where to write the file")] = Path("hostkit.toml"),
-    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
-) -> None:
-    """Write a starter hostkit.toml, the agents' workspace and a starter core beside it.
-
-    The core (cores/assistant: agent.yaml, agent/ with one tool and its test,
-    one commit) is written only where none is: --force rewrites the file and
-    keeps an existing core.
-    """
-    if path.exists() and not force:
-        raise fail(InvalidValue(f"{path} exists; use --force to overwrite it"))
-    workspace = path.parent / STARTER_WORKSPACE
-    starter_core = path.parent / STARTER_CORE_PATH
-    try:
-        kept = (starter_core / "agent.yaml").is_file()
-        if not kept:
-            init_core(starter_core, STARTER_CORE)
-        path.write_text(STARTER, encoding="utf-8")
-        workspace.mkdir(parents=True, exist_ok=True)
-    except HostkitError as exc:
-        raise fail(exc) from None
-    except OSError as exc:
-        raise fail(InvalidValue(f"cannot write {path}: {exc.strerror}")) from None
-    core_note = "kept the core" if kept else "wrote the starter core"
-    console.print(
-        f"wrote {path} and the workspace {workspace}/; {core_note} {starter_core}/",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
-    _note_missing_extras(path)
-    config = None if path == Path("hostkit.toml") else path
-    promote = command_line("core", "promote", STARTER_CORE, reason="first revision", config=config)
-    hello = command_line("run", config=config) + ' "hello"'  # quoted as one types a message
-    console.print(
-        f"next: {promote}, then {hello}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
-
-
-def _note_missing_extras(path: Path) -> None:
-    """One line when the written configuration's providers need an extra that is missing.
-
-    init still succeeds (the file is what the user asked for); ``run`` would
-    refuse it with the same line, so it is said now, with the fix.
-    """
-    try:
-        check_provider_extras(load_config(path))
-    except MissingDependency as exc:
-        console.print(
-            f"[bold yellow]note[/]: {escape(exc.message)}",
-            highlight=False,
-            soft_wrap=True,
-        )
 
 
 @app.command()

@@ -29,12 +29,13 @@ from rich.markup import escape
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
-from hostkit.errors import HostkitError, InvalidValue
+from hostkit.errors import ConfigError, HostkitError, InvalidValue
 from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
 from hostkit.inspect import latest_session, printable
 from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
+    "DEFAULT_CONFIG",
     "EXIT_ERROR",
     "EXIT_NEEDS_USER",
     "EXIT_NOT_COMPLETED",
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 # The documented exit statuses (docs/cli.md): scripts branch on these.
-# What every command reads when no -c is given (and it exists here).
+# What every command reads when no -c is given (here, else in the nearest parent with one).
 DEFAULT_CONFIG = "hostkit.toml"
 EXIT_OK = 0
 EXIT_NOT_COMPLETED = 1
@@ -80,7 +81,7 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="hostkit.toml (default: ./hostkit.toml if present)",
+        help="hostkit.toml (default: the nearest hostkit.toml here or in a parent directory)",
         readable=False,
     ),
 ]
@@ -98,15 +99,61 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON on stdout i
 
 
 def config_path(path: Path | None) -> Path | None:
-    """The ``-c`` file, else ``./hostkit.toml`` if present, else None (the default config)."""
+    """The ``-c`` file, else the project's ``hostkit.toml``, else None (the default config).
+
+    The project's file is looked for as git looks for ``.git``: in the working
+    directory (``./hostkit.toml``, returned as that relative path), then in
+    each parent (returned absolute), so a command run from ``project/workspace``
+    acts on the project, not on a second one started there. The look stops at
+    the home directory (inclusive) when the working directory is inside it,
+    else at the filesystem root. A file found in a parent that belongs to
+    another user is refused (``ConfigError``), not used: it would choose the
+    code that runs (tool modules), like a planted ``/tmp/hostkit.toml``.
+    """
     if path is not None:
         return path
     default = Path(DEFAULT_CONFIG)
-    return default if default.exists() else None
+    if default.exists():
+        return default
+    try:
+        here = Path.cwd()
+    except OSError:  # the working directory was removed: there is no project around it
+        return None
+    for folder in _parents_to_search(here):
+        found = folder / DEFAULT_CONFIG
+        try:
+            owners = [found.lstat().st_uid]
+        except OSError:  # not there (or not reachable): keep looking
+            continue
+        with contextlib.suppress(OSError):  # a link: whoever owns what it points to, too
+            owners.append(found.stat().st_uid)
+        uid = os.getuid() if hasattr(os, "getuid") else owners[0]
+        foreign = [owner for owner in owners if owner != uid]
+        if foreign:
+            raise ConfigError(
+                f"{found} (found above {here}) belongs to another user (uid {foreign[0]}); "
+                "not used: pass -c FILE to use it"
+            )
+        return found
+    return None
+
+
+def _parents_to_search(here: Path) -> list[Path]:
+    """``here``'s parents, nearest first, up to the home directory if ``here`` is inside it."""
+    try:
+        home: Path | None = Path.home().resolve()  # cwd is a real path: compare like with like
+    except (RuntimeError, KeyError, OSError):  # no home directory for this user (a container)
+        home = None
+    parents: list[Path] = []
+    for folder in here.parents:
+        if home is not None and here.is_relative_to(home) and not folder.is_relative_to(home):
+            break
+        parents.append(folder)
+    return parents
 
 
 async def find_config(path: Path | None) -> Path | None:
-    """``config_path`` from a command's async body: the look for ./hostkit.toml is off the loop."""
+    """``config_path`` from a command's async body: the look for hostkit.toml is off the loop."""
     return await anyio.to_thread.run_sync(config_path, path)
 
 
@@ -259,7 +306,7 @@ def report(
 async def project_config(config: Path | None) -> Path | None:
     """``find_config``, refusing where there is no project to act on.
 
-    With no ``hostkit.toml`` here and no database at the default path, a
+    With no ``hostkit.toml`` here or above and no database at the default path, a
     command that reads or changes a project's state is refused
     (``InvalidValue``) and nothing is created: one run from the wrong
     directory used to leave a stray database and workspace behind.
@@ -269,7 +316,7 @@ async def project_config(config: Path | None) -> Path | None:
         default = default_config(base_dir=Path(await anyio.Path.cwd()))
         if default.store.url is None and not await anyio.Path(default.database_path).exists():
             raise InvalidValue(
-                f"no hostkit.toml in this directory and no database at "
+                f"no hostkit.toml in this directory or above it and no database at "
                 f"{default.database_path}: nothing to read here (cd to the project, "
                 "or pass -c FILE)"
             )

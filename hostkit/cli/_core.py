@@ -133,7 +133,10 @@ def init(
     `hostkit core promote <id>` runs its tests and moves the Host-owned ref.
     """
     chosen = _core_id(core_id if core_id is not None else path.name)
-    file = config_path(config)
+    try:
+        file = config_path(config)
+    except HostkitError as exc:
+        raise fail(exc) from None
     if chosen in _agent_names(file):
         raise fail(
             InvalidValue(

@@ -20,6 +20,7 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit._unknown_keys import EXTRA_FORBIDDEN, unknown_key
 from hostkit.cores._yaml import YamlProblem, parse_yaml
 from hostkit.effects import MAX_MCP_SERVERS, EffectPolicy, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, bounded
@@ -268,6 +269,13 @@ def manifest_with_lines(
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc: tuple[str | int, ...] = tuple(part for part in first["loc"] if part != "[key]")
+        if first["type"] == EXTRA_FORBIDDEN:
+            # One sentence naming the key, not "key: message" (see hostkit._unknown_keys).
+            error = manifest_error(
+                source, _line_of(lines, loc), (), unknown_key(CoreManifest, loc, style="yaml")
+            )
+            error.key = ".".join(str(part) for part in loc)
+            raise error from None
         message = str(first["msg"]).removeprefix("Value error, ")
         if not loc:
             loc = _named_in(message, lines)

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit._unknown_keys import EXTRA_FORBIDDEN, unknown_key
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
@@ -453,7 +454,14 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         # A bad table key (an MCP server name) is reported at the key itself.
-        parts = [str(part) for part in first["loc"] if part != "[key]"]
+        loc = tuple(part for part in first["loc"] if part != "[key]")
+        parts = [str(part) for part in loc]
+        if first["type"] == EXTRA_FORBIDDEN:
+            # The sentence names the key and its table itself. Not "key: message": a key
+            # named api_key or token would read as a secret assignment bounded() masks.
+            error = ConfigError(unknown_key(HostConfig, loc, style="toml"))
+            error.key = ".".join(parts)
+            raise error from None
         # A validator's own sentence, without pydantic's "Value error, " in front;
         # a check across tables names its keys itself.
         message = str(first["msg"]).removeprefix("Value error, ")

@@ -103,7 +103,6 @@ def test_an_agent_without_mcp_tables_declares_no_server(tmp_path: Path) -> None:
             "s.call_timeout_seconds",
             "3600",
         ),
-        ('[agents.assistant.mcp.s]\ncommand = ["srv"]\ncwd = "/"', "s.cwd", "Extra"),
         ('[agents.assistant.mcp.s]\ncommand = "srv --flag"', "s.command", "list"),
     ],
 )
@@ -115,6 +114,13 @@ def test_a_bad_server_table_is_a_config_error_naming_it(
     assert raised.value.key == f"agents.assistant.mcp.{key}"
     assert raised.value.message.startswith(f"agents.assistant.mcp.{key}: ")
     assert words in raised.value.message
+
+
+def test_an_unknown_server_key_is_named_with_its_table(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load(tmp_path, '[agents.assistant.mcp.s]\ncommand = ["srv"]\ncwd = "/"')
+    assert raised.value.key == "agents.assistant.mcp.s.cwd"
+    assert raised.value.message == "unknown key 'cwd' in [agents.assistant.mcp.s]"
 
 
 def test_env_is_bounded_in_count_and_no_value_reaches_the_message(tmp_path: Path) -> None:

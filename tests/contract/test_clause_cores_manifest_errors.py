@@ -35,7 +35,7 @@ ALIAS_BOMB = "\n".join(
         ("id: a\nmodel: m\nmodel: [\n", "agent.yaml line 4: not valid YAML"),
         (
             "id: a\nmodel: m\n\nbogus: 1\n",
-            "agent.yaml line 4: bogus: Extra inputs are not permitted",
+            "agent.yaml line 4: unknown key 'bogus'",
         ),
         (
             "id: a\nmodel: m\ncapabilities:\n  fs.read: allow\n  fs.wrte: ask\n",

@@ -314,7 +314,7 @@ async def test_an_operator_command_where_there_is_no_project_creates_nothing(
     for command in (("sessions",), ("approvals", "list"), ("approvals", "approve", "apr_x")):
         code, _, err = await hostkit(*command, cwd=tmp_path)
         assert code == 2, (command, err)
-        assert "no hostkit.toml in this directory and no database" in err
+        assert "no hostkit.toml in this directory or above it and no database" in err
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == []
 
 

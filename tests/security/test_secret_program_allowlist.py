@@ -199,7 +199,7 @@ def host_config(tmp_path: Path, secrets: dict[str, Any]) -> HostConfig:
         ({NAME: {"programs": []}}, "at least 1 item"),
         ({NAME: {"programs": ["/bin/x"] * 33}}, "at most 32 items"),
         ({"not-a-name": {"programs": ["/bin/x"]}}, "should match pattern"),
-        ({NAME: {"programs": ["/bin/x"], "glob": True}}, "Extra inputs are not permitted"),
+        ({NAME: {"programs": ["/bin/x"], "glob": True}}, "unknown key 'glob' in [secrets."),
         ({NAME: {"programs": ["/" + "x" * 5000]}}, "is not an absolute path"),
     ],
 )

@@ -1,0 +1,131 @@
+"""An unknown key in hostkit.toml or agent.yaml is one sentence naming it, its table and
+the closest known key: never pydantic's "Extra inputs are not permitted", never a name
+masked as ``[redacted]`` because it looks like a secret, never the value written there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hostkit.cores import load_manifest
+from hostkit.errors import ConfigError
+from hostkit.host import parse_config
+from tests.contract._cli_cores import invoke
+
+# What a user might paste as the value: it must never come back in a message.
+VALUE = "hunter2-not-for-logs"
+
+
+def refused(data: dict[str, object]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, base_dir=Path("/nonexistent"))
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("api_key", "; did you mean 'api_key_env'?"),
+        ("token", ""),
+        ("password", ""),
+        ("client_secret", ""),
+        ("modle", "; did you mean 'model'?"),
+    ],
+)
+def test_an_unknown_provider_key_is_named_with_its_table_through_the_cli(
+    tmp_path: Path, key: str, hint: str
+) -> None:
+    (tmp_path / "hostkit.toml").write_text(
+        f'[providers.local]\nkind = "local"\n{key} = "{VALUE}"\n'
+    )
+    code, out, err = invoke("run", "hi", project=tmp_path)
+    assert code == 2
+    assert out == ""
+    assert err == f"error: unknown key '{key}' in [providers.local]{hint}\n"
+    assert "[redacted]" not in err
+    assert VALUE not in err
+
+
+@pytest.mark.parametrize(
+    ("data", "message", "key"),
+    [
+        ({"hots": {}}, "unknown key 'hots' at the top level; did you mean 'host'?", "hots"),
+        # Loader-set fields are not keys of the file: never offered.
+        ({"base_dirr": "."}, "unknown key 'base_dirr' at the top level", "base_dirr"),
+        (
+            {"host": {"limits": {"cpu_time": 1}}},
+            "unknown key 'cpu_time' in [host.limits]; did you mean 'cpu_time_s'?",
+            "host.limits.cpu_time",
+        ),
+        (
+            {"providers": {"p": {"kind": "scripted", "script": [{"replly": "x"}]}}},
+            "unknown key 'replly' in providers.p.script[0]; did you mean 'reply'?",
+            "providers.p.script.0.replly",
+        ),
+        (
+            {
+                "providers": {"p": {"kind": "scripted"}},
+                "agents": {"a": {"provider": "p", "policy": {"alow": ["*"]}}},
+            },
+            "unknown key 'alow' in [agents.a.policy]; did you mean 'allow'?",
+            "agents.a.policy.alow",
+        ),
+        (
+            {
+                "providers": {"p": {"kind": "scripted"}},
+                "agents": {"a": {"provider": "p", "mcp": {"s": {"command": ["x"], "netwrk": 1}}}},
+            },
+            "unknown key 'netwrk' in [agents.a.mcp.s]; did you mean 'network'?",
+            "agents.a.mcp.s.netwrk",
+        ),
+        (
+            {"secrets": {"HK_DEPLOY_TOKEN": {"programs": ["/bin/x"], "glob": True}}},
+            "unknown key 'glob' in [secrets.HK_DEPLOY_TOKEN]",
+            "secrets.HK_DEPLOY_TOKEN.glob",
+        ),
+        (
+            {"channels": {"hooks": {"kind": "webhook", "secret": VALUE}}},
+            "unknown key 'secret' in [channels.hooks]; did you mean 'secret_env'?",
+            "channels.hooks.secret",
+        ),
+    ],
+    ids=["top", "excluded", "nested", "array", "policy", "mcp", "secrets", "channel"],
+)
+def test_an_unknown_key_anywhere_names_its_table_and_the_closest_key(
+    data: dict[str, object], message: str, key: str
+) -> None:
+    error = refused(data)
+    assert error.message == message
+    assert error.key == key
+
+
+def test_a_key_name_that_is_itself_a_credential_stays_masked() -> None:
+    token = "sk-" + "a" * 40
+    error = refused({"providers": {"p": {"kind": "scripted", token: 1}}})
+    assert token not in error.message
+    assert error.message.startswith("unknown key '[redacted]' in [providers.p]")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "key"),
+    [
+        (
+            f"id: a\nmodel: m\napi_key: {VALUE}\n",
+            "agent.yaml line 3: unknown key 'api_key'",
+            "api_key",
+        ),
+        (
+            "id: a\nmodel: m\nlimits:\n  max_step: 1\n",
+            "agent.yaml line 4: unknown key 'max_step' under limits; did you mean 'max_steps'?",
+            "limits.max_step",
+        ),
+    ],
+)
+def test_an_unknown_manifest_key_is_named_not_redacted(text: str, expected: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(text.encode(), source="agent.yaml")
+    assert caught.value.message == expected
+    assert caught.value.key == key
+    assert VALUE not in caught.value.message
