@@ -305,7 +305,9 @@ class MemoryInboxStore(InboxStore):
         released = replace(
             row,
             state="ready",
-            due_at=now if due_at is None else max(inbox_checks.check_instant("due_at", due_at), now),
+            due_at=now
+            if due_at is None
+            else max(inbox_checks.check_instant("due_at", due_at), now),
             attempt=max(row.attempt - 1, 0),
             claim_token=None,
             owner=None,

@@ -242,8 +242,9 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     A database's siblings that share its name as a prefix (``-wal``, ``-shm``,
     ``.v3.backup``) are masked with it. Inside the workspace, where the sandbox
     can write, its SQLite side files are masked even when absent (bwrap leaves an
-    empty file there; not on a read-only mount, where none can be created): a planted ``-journal`` would be replayed into the database
-    by the next open, and a planted ``-wal`` read as its newest pages. Any other
+    empty file there; not on a read-only mount, where none can be created): a
+    planted ``-journal`` would be replayed into the database by the next open,
+    and a planted ``-wal`` read as its newest pages. Any other
     path that does not exist yet cannot be masked: create directories such as the
     artifact root before planning. Every directory between the workspace and a
     masked path is bound onto itself, so no run can rename it away from its mask.
