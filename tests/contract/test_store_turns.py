@@ -218,7 +218,8 @@ async def test_a_repeat_of_a_turn_whose_holder_is_gone_gets_its_ended_record(
     )
     assert isinstance(repeat, TurnState)
     assert (repeat.turn_id, repeat.status) == (holder.lease.turn_id, "lost")
-    assert repeat.result is not None and "nothing was replayed" in (repeat.result.error or "")
+    assert repeat.result is not None
+    assert "nothing was replayed" in (repeat.result.error or "")
     # The session is free: the next turn takes it over without recovering anything.
     successor = await admit(runtime, scope, live)
     assert successor.recovered == ()
