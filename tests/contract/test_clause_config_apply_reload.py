@@ -67,7 +67,7 @@ BAD = {
     ),
     "an unknown key": (
         '[providers.p]\nkind = "scripted"\n[agents.assistant]\nprovider = "p"\nprovder = "p"',
-        "agents.assistant.provder",
+        "unknown key 'provder' in [agents.assistant]",
     ),
 }
 
