@@ -90,25 +90,32 @@ def _registry(host: Host, core_id: str) -> CoreRegistry:
     return host.cores
 
 
-def _agent_names(file: Path | None) -> set[str]:
-    """The agent and core names ``file`` already configures (none if it is absent or unreadable).
+def _agent_names(file: Path | None) -> dict[str, Path | None]:
+    """The agent and core names ``file`` already configures (none if it is absent or
+    unreadable), each core's with its resolved ``path`` (None for an agent).
 
     Checked before ``core init`` writes: a core under a taken name would make the
-    printed table break the configuration it is meant to join.
+    printed table break the configuration it is meant to join, unless it is the
+    configured core's own path (its repository is missing: init makes it).
     """
     if file is None:
-        return set()
+        return {}
     try:
         with file.open("rb") as handle:
             document = tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return set()
-    return {
-        str(name)
-        for table in ("agents", "cores")
-        if isinstance(document.get(table), dict)
-        for name in document[table]
-    }
+        return {}
+    names: dict[str, Path | None] = {}
+    for table in ("agents", "cores"):
+        entries = document.get(table)
+        if not isinstance(entries, dict):
+            continue
+        for name, entry in entries.items():
+            where = entry.get("path") if table == "cores" and isinstance(entry, dict) else None
+            names[str(name)] = (
+                (file.parent / where).resolve() if isinstance(where, str) and where else None
+            )
+    return names
 
 
 def cores_table(core_id: str, path: str) -> str:
@@ -137,7 +144,9 @@ def init(
         file = config_path(config)
     except HostkitError as exc:
         raise fail(exc) from None
-    if chosen in _agent_names(file):
+    taken = _agent_names(file)
+    configured = chosen in taken and taken[chosen] == path.resolve()
+    if chosen in taken and not configured:
         raise fail(
             InvalidValue(
                 f"{file} already configures an agent named {chosen!r} ([agents.{chosen}] or "
@@ -148,15 +157,25 @@ def init(
         sha = init_core(path, chosen, model=model)
     except HostkitError as exc:
         raise fail(exc) from None
-    base = (file.parent if file is not None else Path.cwd()).resolve()
-    console.print(
-        f"wrote the core {chosen} at {path} (commit {short_sha(sha)}); "
-        "add this table to hostkit.toml:",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
-    print_lines(Console(), cores_table(chosen, os.path.relpath(path.resolve(), base)).splitlines())
+    if configured:
+        console.print(
+            f"wrote the core {chosen} at {path} (commit {short_sha(sha)}), where {file} "
+            "configures it",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        base = (file.parent if file is not None else Path.cwd()).resolve()
+        console.print(
+            f"wrote the core {chosen} at {path} (commit {short_sha(sha)}); "
+            "add this table to hostkit.toml:",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        table = cores_table(chosen, os.path.relpath(path.resolve(), base))
+        print_lines(Console(), table.splitlines())
     promote = command_line("core", "promote", chosen, reason="first revision", config=config)
     console.print(f"then: {promote}", highlight=False, markup=False, soft_wrap=True)
 

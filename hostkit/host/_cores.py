@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Collection, Mapping
 from typing import get_args
 
+import anyio
 import pydantic
 
 from hostkit.cores import (
@@ -82,6 +83,13 @@ async def compose_cores(
                 _log.exception("loading core %r failed", core_id)
                 failure = type(exc).__name__
                 raise ConfigError(f"its live revision cannot be read ({failure})") from None
+            if core is None and not await anyio.Path(location.path).is_dir():
+                # Never promoted because there is nothing to promote: say that, not "promote".
+                create = shlex.join(["hostkit", "core", "init", str(location.path)])
+                raise ConfigError(
+                    f"core {core_id!r} has no repository at {location.path} "
+                    f"([cores.{core_id}] path); create one with `{create}`"
+                )
             if core is None:
                 raise ConfigError(
                     f"core {core_id!r} has no live revision; run `{_promote_command(core_id)}`"

@@ -144,27 +144,43 @@ def test_a_bad_id_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("name", ["notes", "assistant"])
+@pytest.mark.parametrize(("name", "where"), [("notes", "cores"), ("assistant", "elsewhere")])
 def test_core_init_refuses_a_name_the_configuration_already_gives_an_agent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, where: str
 ) -> None:
-    """`hostkit init` configures the agent `notes` and the core `assistant`: a core under
-    either name would make the printed table break hostkit.toml, so nothing is written."""
+    """`hostkit init` configures the agent `notes` and the core `assistant` (at
+    cores/assistant): a core under either name anywhere else would make the printed
+    table break hostkit.toml, so nothing is written."""
     monkeypatch.chdir(tmp_path)
     config = '[cores.assistant]\npath = "cores/assistant"\n\n[agents.notes]\nprovider = "local"\n'
     (tmp_path / "hostkit.toml").write_text(config)
-    code, out, err = invoke("init", f"cores/{name}")
+    code, out, err = invoke("init", f"{where}/{name}")
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert f"hostkit.toml already configures an agent named {name!r}" in lines[0]
     assert "choose another --id" in lines[0]
-    assert not (tmp_path / "cores").exists()
+    assert not (tmp_path / where).exists()
     # Another id for the same directory is fine.
-    code, out, err = invoke("init", f"cores/{name}", "--id", "writer")
+    code, out, err = invoke("init", f"{where}/{name}", "--id", "writer")
     assert code == 0, err
-    assert out == f'[cores.writer]\npath = "cores/{name}"\n'
+    assert out == f'[cores.writer]\npath = "{where}/{name}"\n'
+
+
+def test_core_init_at_the_configured_path_of_a_core_makes_its_missing_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The configuration names the core and its path, the repository is not there (the
+    composition says "no repository at ...; create one with `hostkit core init PATH`"):
+    init writes it there and prints no table to add, the one there already serving it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostkit.toml").write_text('[cores.assistant]\npath = "cores/assistant"\n')
+    code, out, err = invoke("init", "cores/assistant")
+    assert code == 0, err
+    assert out == ""
+    assert "where hostkit.toml configures it" in err
+    assert (tmp_path / "cores" / "assistant" / "agent.yaml").is_file()
 
 
 def test_core_init_beside_an_unreadable_configuration_still_writes(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -178,6 +179,24 @@ def test_the_not_promoted_hint_is_a_command_that_works_as_printed(tmp_path: Path
     code, out, err = invoke(*argv[1:], project=tmp_path)
     assert code == 0, err
     assert f"promoted {CORE}" in out
+
+
+def test_a_core_without_a_repository_says_so_and_how_to_make_one(tmp_path: Path) -> None:
+    """Not "no live revision; run promote" (promote would fail next): the path names no
+    repository, and the hint that creates one works as printed."""
+    core = make_project(tmp_path)
+    shutil.rmtree(core)
+    _, _, err = invoke("core", "status", project=tmp_path)
+    assert "has no live revision" not in err
+    hint = re.search(rf"core '{CORE}' has no repository at (\S+) .*create one with `([^`]+)`", err)
+    assert hint, err
+    assert Path(hint[1]) == core
+    argv = shlex.split(hint[2])
+    assert argv == ["hostkit", "core", "init", str(core)]
+    code, _, err = invoke(*argv[1:], project=tmp_path)
+    assert code == 0, err
+    code, _, err = invoke("core", "status", project=tmp_path)
+    assert "has no live revision" in err
 
 
 # -- 3. bracketed names survive Rich markup -------------------------------------------
