@@ -137,7 +137,8 @@ browser-test: install
 	HOSTKIT_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider -s tests/browser
 
 # A scripted multi-step turn with an authored tool, then a real model (local, or OPENAI_BASE_URL).
-demo: install
+# The demo runs on embedded SQLite: it does not wait for PostgreSQL (only the tests need it).
+demo: $(STAMP) bubblewrap
 	$(BIN)/hostkit demo
 
 # Re-execute the notebooks in place after changing what they show (outputs are the spec).
