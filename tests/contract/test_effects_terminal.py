@@ -402,6 +402,44 @@ async def test_secrets_never_go_to_execution_control_targets(
     assert "secrets are never passed to" in (result.error or "")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # Wrappers: each runs the command after it, with the secret in its environment.
+        ["prlimit", "--cpu=1", "sh"],
+        ["setarch", "x86_64", "sh"],
+        ["linux64", "sh"],
+        ["capsh", "--", "-c", "sh"],
+        ["ssh-agent", "sh"],
+        ["dbus-run-session", "sh"],
+        ["systemd-run", "--pty", "sh"],
+        ["run-parts", "dir"],
+        ["sg", "users", "sh"],
+        ["newgrp", "users"],
+        ["socat", "-", "EXEC:sh"],
+        ["unbuffer", "sh"],
+        ["fakeroot", "sh"],
+        ["bwrap", "--dev-bind", "/", "/", "sh"],
+        ["ip", "netns", "exec", "x", "sh"],
+        ["/usr/lib/node_modules/npm/bin/npx-cli.js", "cowsay"],
+        # Their own languages or a workspace file run anything.
+        ["sqlite3", ":memory:", ".shell sh"],
+        ["npm", "exec", "--", "sh"],
+        ["yarn", "run", "x"],
+        ["pnpm", "dlx", "x"],
+        ["uv", "run", "sh"],
+        ["cargo", "run"],
+        ["gcc", "-wrapper", "sh,-c", "x.c"],
+        ["wget", "--use-askpass=sh", "u"],
+    ],
+)
+def test_secrets_never_go_to_wrappers_and_runners(argv: list[str]) -> None:
+    """The name check's family beyond shells: whatever else runs another program."""
+    refusal = program_refusal(argv[0], argv)
+    assert refusal is not None
+    assert "runs other programs" in refusal
+
+
 def test_programs_that_run_only_themselves_may_receive_secrets() -> None:
     for argv in (
         ["python3", "tool.py", "--flag"],

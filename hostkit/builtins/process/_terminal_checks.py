@@ -56,13 +56,27 @@ EXECUTION_CONTROL_TARGETS = frozenset(
         "env", "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "chroot", "unshare",
         "nsenter", "nohup", "setsid", "timeout", "xargs", "nice", "ionice", "chrt",
         "taskset", "stdbuf", "flock", "watch", "script", "command", "exec", "time",
+        "prlimit", "setarch", "linux32", "linux64", "i386", "x86_64", "uname26", "capsh",
+        "sg", "newgrp", "sudoedit", "setuidgid", "chpst", "runcon", "aa-exec", "numactl",
+        "cgexec", "systemd-run", "machinectl", "run-parts", "start-stop-daemon",
+        "daemonize", "at", "batch", "tmux", "screen", "unbuffer", "rlwrap", "fakeroot",
+        "fakechroot", "faketime", "eatmydata", "torsocks", "proxychains", "proxychains4",
+        "sshpass", "ssh-agent", "dbus-run-session", "dbus-launch", "xvfb-run", "socat",
+        "bwrap", "firejail", "proot", "toybox", "chronic", "ifne", "ip", "catchsegv",
+        # containers run whatever image and command they are given
+        "docker", "podman", "nerdctl", "lxc-attach", "lxc-execute",
         # tracers and debuggers run (and can steer) whatever they are given
-        "strace", "ltrace", "gdb", "lldb", "valgrind",
+        "strace", "ltrace", "gdb", "lldb", "valgrind", "perf", "bpftrace",
         # run another program through an option, their own language or a workspace file
-        "find", "parallel", "make", "gmake", "git", "awk", "gawk", "mawk", "nawk", "sed",
-        "gsed", "tar", "rsync", "ssh", "scp", "sftp", "expect", "tclsh", "wish", "lua",
-        "luajit", "R", "Rscript", "julia", "npx", "vi", "vim", "nvim", "ex", "ed", "emacs",
-        "view", "rvim", "vimdiff", "editor", "less", "more", "man",
+        "find", "parallel", "sem", "make", "gmake", "git", "awk", "gawk", "mawk", "nawk",
+        "sed", "gsed", "tar", "rsync", "ssh", "scp", "sftp", "expect", "tclsh", "wish",
+        "lua", "luajit", "R", "Rscript", "julia", "vi", "vim", "nvim", "ex", "ed", "emacs",
+        "view", "rvim", "vimdiff", "editor", "vipe", "less", "more", "man", "sqlite3", "m4",
+        "dc", "zip", "wget", "gcc", "cc", "g++", "c++", "clang", "pandoc",
+        # package and project runners: their scripts, builds and hooks are workspace files
+        "npx", "npm", "npx-cli.js", "npm-cli.js", "yarn", "yarnpkg", "pnpm", "pnpx", "bun",
+        "bunx", "deno", "uv", "uvx", "pipx", "poetry", "pdm", "hatch", "tox", "nox",
+        "cargo", "go",
     }
 )  # fmt: skip
 
