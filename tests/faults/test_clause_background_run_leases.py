@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,8 @@ import pytest
 
 from hostkit.authority import AuthorityResolver
 from hostkit.builtins.process import RunJournal
-from hostkit.errors import InvalidValue
-from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.errors import InvalidValue, StoreError
+from hostkit.store import LeaseOwner, RuntimeStore, TerminalRunEnding
 from tests.contract.test_clause_effects_background_runs_durable import (
     completed,
     dead_host,
@@ -134,6 +135,80 @@ async def test_a_live_host_renews_its_runs_and_stops_one_another_host_orphaned(
     final = await store.terminal_runs.get(run_id, **key)
     assert final is not None
     assert (final.state, final.reason) == ("orphaned", "its lease expired")
+
+
+@pytest.mark.parametrize("root", ["exited", "running"])
+async def test_a_live_hosts_run_whose_end_was_never_written_is_orphaned_once_its_root_is_gone(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, root: str
+) -> None:
+    """The Host that owns the run lives (this process, as another Host instance), but its
+    end record never landed (the store was locked past the write's deadline): nobody
+    renews the lease of a run that exited, so once that lease expired and the run's
+    root process is gone, another look orphans it, instead of leaving it ``running``
+    for as long as its Host lives. A root still running keeps it, expired or not."""
+    scope = await session_of(authority)
+    owner = await me("host_live")
+    run = dataclasses.replace(new_run(scope, "run_unwritten", owner), lease_s=0.1)
+    await store.terminal_runs.insert(run)
+    child = await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"])
+    async with child:
+        info = await anyio.to_thread.run_sync(psutil.Process, child.pid)
+        started = await anyio.to_thread.run_sync(info.create_time)
+        assert await store.terminal_runs.mark_started(
+            "run_unwritten", pid=child.pid, pid_start=started, spawn_id="spawn_1"
+        )
+        if root == "exited":
+            assert child.stdin is not None
+            await child.stdin.aclose()
+            await child.wait()
+        await anyio.sleep(0.2)  # the lease expired
+        async with host_process(store, authority, tmp_path, "host_near") as host:
+            recovered = await host.journal.recover()
+        if child.returncode is None:
+            assert child.stdin is not None
+            await child.stdin.aclose()
+    record = await store.terminal_runs.get(
+        "run_unwritten", principal_id=scope.principal_id, session_id=scope.session_id or ""
+    )
+    assert record is not None
+    if root == "running":
+        assert (recovered, record.state) == (0, "running")
+        return
+    assert (recovered, record.state) == (1, "orphaned")
+    assert "stopped renewing its lease without recording how it ended" in (record.reason or "")
+
+
+async def test_an_end_record_the_store_refused_for_a_while_is_written_when_it_comes_back(
+    store: RuntimeStore,
+    authority: AuthorityResolver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A busy store (a lock held elsewhere) fails the end record's first writes: the
+    journal tries again until it lands, and only then announces the end."""
+    real = store.terminal_runs.finish
+    refusals = 2
+
+    async def busy_then_real(run_id: str, ending: TerminalRunEnding) -> bool:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise StoreError("database is locked", retryable=True)
+        return await real(run_id, ending)
+
+    monkeypatch.setattr(store.terminal_runs, "finish", busy_then_real)
+    async with host_process(store, authority, tmp_path, "host_a") as host:
+        session = await host.session()
+        run_id = await start(session, "print('done')")
+        await host.events.wait_for(completed(run_id))
+        key = {
+            "principal_id": session.context.principal.principal_id,
+            "session_id": session.context.session_id,
+        }
+        record = await store.terminal_runs.get(run_id, **key)
+    assert refusals == 0
+    assert record is not None
+    assert record.state == "succeeded"
 
 
 async def test_recovery_examines_every_running_record_a_page_at_a_time(

@@ -64,6 +64,9 @@ _EFFECT_STATUS: dict[TerminalRunState, EffectStatus] = {
 DEFAULT_RECOVER_LIMIT = 500  # running records read per page of a recovery pass
 DEFAULT_KILL_CONFIRM_S = 5.0  # how long an orphan's leftover processes get to disappear
 _POLL_S = 0.02
+# The first pause before a failed end record is written again, and the longest.
+_FINISH_RETRY_S = 0.05
+_FINISH_RETRY_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,13 +133,22 @@ class RunJournal:
     ) -> bool:
         """Persist how the run ended, then announce it; False when it could not be persisted.
 
-        No event is sent for an end that is not durable: an observer must be
-        able to read what it was told.
+        A store that is busy or down is tried again with a growing pause until
+        the caller's deadline cancels this: an end left unwritten keeps the
+        record ``running`` until its lease expires and another look finds the
+        run's processes gone (``_orphan``). No event is sent for an end that is
+        not durable: an observer must be able to read what it was told.
         """
-        try:
-            written = await self.store.terminal_runs.finish(run_id, ending)
-        except HostkitError:
-            return False
+        pause = _FINISH_RETRY_S
+        while True:
+            try:
+                written = await self.store.terminal_runs.finish(run_id, ending)
+                break
+            except HostkitError as exc:
+                if not exc.retryable:
+                    return False
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _FINISH_RETRY_MAX_S)
         if written:
             self._announce(run_id, session_id, turn_id, ending.state, ending)
         return written
@@ -180,7 +192,7 @@ class RunJournal:
         if liveness == "unknown":
             return await self._expired(record, owner)
         if liveness != "dead":
-            return False
+            return await self._unrecorded(record, owner)
         killed, alive = await anyio.to_thread.run_sync(
             _end_tree, record.pid, record.pid_start, self.kill_confirm_s
         )
@@ -191,6 +203,26 @@ class RunJournal:
             reason += f"; {alive} could not be confirmed gone"
         marked = await self.store.terminal_runs.mark_orphaned(
             record.run_id, host_owner=record.host_owner, reason=reason
+        )
+        if marked:
+            self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
+        return marked
+
+    async def _unrecorded(self, record: TerminalRunRecord, owner: LeaseOwner) -> bool:
+        """Orphan the run of a live Host here whose end was never written: its lease
+        expired (nobody renews the lease of a run that exited) and its root process is
+        gone. A lease that still runs, or a root still running, leaves it alone."""
+        expires = record.lease_expires_at
+        if expires is None or expires >= time.time():
+            return False
+        if await anyio.to_thread.run_sync(_root_runs, record.pid, record.pid_start):
+            return False
+        reason = (
+            f"the run's process is gone and the Host process {owner.pid} that owned it "
+            "stopped renewing its lease without recording how it ended"
+        )
+        marked = await self.store.terminal_runs.mark_orphaned(
+            record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=True
         )
         if marked:
             self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
@@ -285,6 +317,17 @@ def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tup
         time.sleep(_POLL_S)
         alive = [proc for proc in alive if _alive(proc)]
     return len(members), len(alive)
+
+
+def _root_runs(pid: int | None, pid_start: float | None) -> bool:
+    """Worker thread: whether the recorded root process (that pid, started then) still runs."""
+    if pid is None or pid_start is None:
+        return False
+    try:
+        root = psutil.Process(pid)
+        return abs(root.create_time() - pid_start) <= START_TIME_SLACK_S and _alive(root)
+    except psutil.Error:
+        return False
 
 
 def _alive(proc: psutil.Process) -> bool:
