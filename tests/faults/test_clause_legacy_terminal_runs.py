@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from hostkit.authority import AuthorityResolver
+from hostkit.builtins.process._terminal_journal import OLDER_RUN_GRACE_S
 from hostkit.store import LeaseOwner, RuntimeStore, TerminalRunRecord
 from hostkit.types import PrincipalScope
 from tests.contract.test_clause_effects_background_runs_durable import (
@@ -43,6 +44,17 @@ def without_lease(db_path: Path, run_id: str) -> None:
     """The row as a database from before run leases holds it."""
     with sqlite3.connect(db_path) as raw:
         raw.execute("UPDATE terminal_runs SET lease_expires_at = NULL WHERE run_id = ?", [run_id])
+    raw.close()
+
+
+def started_ago(db_path: Path, run_id: str, seconds: float) -> None:
+    """The row as a run started ``seconds`` ago left it."""
+    with sqlite3.connect(db_path) as raw:
+        raw.execute(
+            "UPDATE terminal_runs SET started_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) "
+            "WHERE run_id = ?",
+            [f"-{seconds:.0f} seconds", run_id],
+        )
     raw.close()
 
 
@@ -128,6 +140,31 @@ async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left
             assert await host.journal.recover() == 1
             await host.events.wait_for(completed("run_old"))
 
+    record = await recorded(store, scope, "run_old")
+    assert (record.state, "recorded no lease" in (record.reason or "")) == ("orphaned", True)
+
+
+async def test_a_lease_less_run_older_than_any_run_can_last_is_orphaned_while_its_host_runs(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, db_path: Path
+) -> None:
+    """The grace for an older Host still running here lasts as long as one of its runs
+    can (its deadline limit and the end, ``OLDER_RUN_GRACE_S``): a run recorded an hour
+    ago ended long since, whoever holds that pid now, and is orphaned."""
+    scope = await session_of(authority)
+    older = await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"])
+    async with older:
+        info = await anyio.to_thread.run_sync(psutil.Process, older.pid)
+        started = await anyio.to_thread.run_sync(info.create_time)
+        owner = LeaseOwner(socket.gethostname(), older.pid, started, "host_old", machine="")
+        text = owner.encode().rsplit("|", 1)[0]
+        run = dataclasses.replace(new_run(scope, "run_old", owner), host_owner=text)
+        await store.terminal_runs.insert(run)
+        await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+        await anyio.to_thread.run_sync(started_ago, db_path, "run_old", OLDER_RUN_GRACE_S + 60)
+        async with host_process(store, authority, tmp_path, "host_near") as host:
+            assert await host.journal.recover() == 1
+        assert older.stdin is not None
+        await older.stdin.aclose()
     record = await recorded(store, scope, "run_old")
     assert (record.state, "recorded no lease" in (record.reason or "")) == ("orphaned", True)
 

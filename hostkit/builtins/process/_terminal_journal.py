@@ -20,11 +20,13 @@ next renewal, that the run is no longer its own, and stops it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -64,6 +66,9 @@ _EFFECT_STATUS: dict[TerminalRunState, EffectStatus] = {
 DEFAULT_RECOVER_LIMIT = 500  # running records read per page of a recovery pass
 DEFAULT_KILL_CONFIRM_S = 5.0  # how long an orphan's leftover processes get to disappear
 _POLL_S = 0.02
+# How long an older Host's lease-less run may be left running while that Host may run:
+# its longest run (the default and only deadline limit then, 600 s) and its end.
+OLDER_RUN_GRACE_S = 900.0
 # The first pause before a failed end record is written again, and the longest.
 _FINISH_RETRY_S = 0.05
 _FINISH_RETRY_MAX_S = 2.0
@@ -239,10 +244,12 @@ class RunJournal:
         if expires is not None and expires >= time.time():
             return False
         # An older Host on this machine records no machine and no lease: while a
-        # process with its pid and start time runs, it may be that Host, running.
+        # process with its pid and start time runs, it may be that Host, running — for
+        # as long as one of its runs can last, no longer (a grace, not a proof).
         if (
             expires is None
             and owner is not None
+            and _age_s(record.started_at) < OLDER_RUN_GRACE_S
             and await anyio.to_thread.run_sync(owner.runs_here_maybe)
         ):
             return False
@@ -317,6 +324,17 @@ def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tup
         time.sleep(_POLL_S)
         alive = [proc for proc in alive if _alive(proc)]
     return len(members), len(alive)
+
+
+def _age_s(started_at: str) -> float:
+    """Seconds since a record's ISO ``started_at``; unreadable counts as old."""
+    try:
+        started = datetime.fromisoformat(started_at)
+    except ValueError:
+        return math.inf
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=UTC)
+    return time.time() - started.timestamp()
 
 
 def _root_runs(pid: int | None, pid_start: float | None) -> bool:
