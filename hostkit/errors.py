@@ -298,12 +298,19 @@ class TurnInProgress(HostkitError):
     """The same request (idempotency key) already started a turn that is still running.
 
     Retryable: ask again later for its terminal result; never run it twice.
+    ``running_since`` (when it was admitted) and ``retry_at`` (when its
+    holder's lease runs out unless renewed: asking again before then only
+    hears "still running") are wall-clock seconds, None when not known.
     """
 
     retryable = True
 
-    def __init__(self, turn_id: str) -> None:
+    def __init__(
+        self, turn_id: str, *, running_since: float | None = None, retry_at: float | None = None
+    ) -> None:
         self.turn_id = turn_id
+        self.running_since = running_since
+        self.retry_at = retry_at
         super().__init__(f"turn {bounded(turn_id, 80)} for this request is still running")
 
 

@@ -127,7 +127,7 @@ class HostApprovals:
             # was interrupted): finish the job instead of refusing.
             continuation = await self._continuation_principal(approval, principal)
             await self._remember(approval, decision, await self.runtime.refresh())
-            return await self._continue(approval, continuation)
+            return await self._continue(approval, continuation, by)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
@@ -142,7 +142,7 @@ class HostApprovals:
         if not answered.accepted:
             raise _refused(answered.approval)
         await self._remember(answered.approval, decision, mark)
-        return await self._continue(answered.approval, continuation)
+        return await self._continue(answered.approval, continuation, by)
 
     async def _remember(
         self, approval: PendingApproval, decision: ApprovalDecision, mark: int | None
@@ -177,7 +177,7 @@ class HostApprovals:
         approval = await self.get(by, approval_id)
         if approval.awaiting_continuation:
             continuation = await self._continuation_principal(approval, principal)
-            return await self._continue(approval, continuation)
+            return await self._continue(approval, continuation, by)
         claimed_by = approval.continuation_turn_id
         if approval.status in ("executed", "denied") and claimed_by is not None:
             if claimed_by == approval.turn_id:
@@ -192,42 +192,48 @@ class HostApprovals:
             return state.result
         raise _refused(approval)
 
-    async def _continue(self, approval: PendingApproval, principal: PrincipalScope) -> TurnResult:
+    async def _continue(
+        self, approval: PendingApproval, principal: PrincipalScope, by: PrincipalScope
+    ) -> TurnResult:
         """Run the continuation turn of an answered approval under a fresh request id.
 
         The first attempt's request id is derived from the approval; a turn of
         that id that ended without claiming the call (its Host stopped first)
-        does not strand the answer: the next attempt gets the next id.
+        does not strand the answer: the next attempt gets the next id. That
+        includes a turn still ``running`` whose Host died: running its id again
+        ends it (its record comes back) and, the call still unclaimed, the next
+        id runs the call.
         """
         approval_id = approval.approval_id
+        route = await self._captured_route(approval)
         for attempt in range(1, MAX_CONTINUATIONS + 1):
             request_id = f"continue:{approval_id}" + (f":{attempt}" if attempt > 1 else "")
             existing = await self._store.turns.find(principal.principal_id, request_id)
-            if existing is None or existing.status == "running":
-                break
-        else:
-            raise ApprovalRefused(
-                approval_id, "answered", "too many of its continuation turns were interrupted"
-            )
-        route = await self._captured_route(approval)
-        try:
-            return await self._turns.run(
-                TurnRequest(
-                    input=f"approval {approval_id}: {approval.decision}",
-                    principal=principal,
-                    request_id=request_id,
-                    core_id=approval.core_id,
-                    continues=approval_id,
-                    route=route,
+            if existing is not None and existing.status != "running":
+                continue  # ended without claiming the call: this answer is still unclaimed
+            try:
+                result = await self._turns.run(
+                    TurnRequest(
+                        input=f"approval {approval_id}: {approval.decision}",
+                        principal=principal,
+                        request_id=request_id,
+                        core_id=approval.core_id,
+                        continues=approval_id,
+                        route=route,
+                    )
                 )
-            )
-        except TurnInProgress:
-            raise ApprovalRefused(
-                approval_id,
-                "answered",
-                "its continuation turn is running (here or in another process); "
-                "resume again when it has ended",
-            ) from None
+            except TurnInProgress:
+                raise ApprovalRefused(
+                    approval_id,
+                    "answered",
+                    "its continuation turn is running (here or in another process); "
+                    "resume again when it has ended",
+                ) from None
+            if not (await self.get(by, approval_id)).awaiting_continuation:
+                return result
+        raise ApprovalRefused(
+            approval_id, "answered", "too many of its continuation turns were interrupted"
+        )
 
     async def _captured_route(self, approval: PendingApproval) -> Mapping[str, Any] | None:
         """The route the paused turn captured at admission, or None.

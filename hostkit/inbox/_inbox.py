@@ -58,6 +58,9 @@ __all__ = ["FRONT_END_CHANNELS", "RESERVED_INBOUND_CHANNELS", "ChannelInbox"]
 FRONT_END_CHANNELS = frozenset({"cli", "notebook", "embedder"})
 # What no inbound channel instance may be named: the Host's bindings and its front ends.
 RESERVED_INBOUND_CHANNELS = RESERVED_CHANNELS | FRONT_END_CHANNELS
+# A deferred inbound comes back this long after its turn's holder's lease would run out,
+# so the lease has expired by the time the next attempt looks.
+_LEASE_SLACK_S = 0.5
 
 Clock = Callable[[], float]
 ScopeCheck = Callable[[object], PrincipalScope]
@@ -273,22 +276,35 @@ class ChannelInbox:
         self._forget(claimed)
         return released
 
-    def waits(self, claimed: ClaimedInbound) -> bool:
-        """Whether ``claimed``, whose earlier turn still runs under a live holder, may be
-        deferred for it (``defer``): until ``policy.turn_wait_s`` after it was received."""
-        return self._clock() < claimed.envelope.received_at + self.policy.turn_wait_s
+    def waits(self, claimed: ClaimedInbound, *, since: float | None) -> bool:
+        """Whether ``claimed``, whose earlier turn (running ``since``, else since the
+        inbound was received) still runs under a live holder, may be deferred for it
+        (``defer``): for ``policy.turn_wait_s`` of that turn's run."""
+        start = claimed.envelope.received_at if since is None else since
+        return self._clock() < start + self.policy.turn_wait_s
 
-    async def defer(self, claimed: ClaimedInbound) -> bool:
-        """Give a claim back due after this attempt's backoff, the attempt not spent: the
-        turn an earlier attempt started still runs under a live holder (another Host),
-        whose lease ends with that turn's deadline, or with the holder, at the latest."""
+    async def defer(
+        self, claimed: ClaimedInbound, *, since: float | None, until: float | None
+    ) -> bool:
+        """Give a claim back unfinished, the attempt not spent: the turn an earlier
+        attempt started still runs under a live holder (another Host), whose lease
+        ends with that turn's deadline, or with the holder, at the latest.
+
+        Due when that holder's lease runs out unless renewed (``until``), when
+        asking again can first tell more; not knowing it, after a quarter of the
+        time the turn has run so far (``since``), so a long wait asks ever less
+        often. Either way within the policy's base and longest delay.
+        """
         _check_claim(claimed)
         now = self._clock()
+        if until is not None:
+            wait = until + _LEASE_SLACK_S - now
+        else:
+            start = claimed.envelope.received_at if since is None else since
+            wait = (now - start) / 4
+        wait = min(max(wait, self.policy.base_delay_s), self.policy.max_delay_s)
         deferred = await self._store.release(
-            claimed.inbound_id,
-            claimed.claim_token,
-            now=now,
-            due_at=now + self.policy.delay(claimed.attempt, self._rng),
+            claimed.inbound_id, claimed.claim_token, now=now, due_at=now + wait
         )
         self._forget(claimed)
         return deferred

@@ -40,7 +40,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
 from hostkit._renewal import RenewalPace
-from hostkit.errors import HostkitError, InvalidValue, StaleClaim
+from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
     failure_of,
@@ -385,7 +385,7 @@ class InboxWorker(Background):
             await self._complete(claimed, result_of(result))
         else:
             assert error is not None
-            await self._fail(claimed, failure_of(error))
+            await self._failed(claimed, error)
 
     def _request(self, claimed: ClaimedInbound) -> TurnRequest:
         """The turn request of an inbound: authority from the authenticated fields only."""
@@ -418,7 +418,7 @@ class InboxWorker(Background):
             await self._complete(claimed, result)
         else:
             assert error is not None
-            await self._fail(claimed, failure_of(error))
+            await self._failed(claimed, error)
 
     async def _reconcile(self, claimed: ClaimedInbound, request: TurnRequest) -> ClaimedInbound:
         """An earlier attempt reserved the request id: name the turn it started, if any."""
@@ -509,19 +509,36 @@ class InboxWorker(Background):
                 "inbound %s: complete refused (%s)", claimed.inbound_id, decision.disposition
             )
 
+    async def _failed(self, claimed: ClaimedInbound, error: BaseException) -> None:
+        """An attempt that ended with ``error`` and no result. ``TurnInProgress``: the
+        earlier attempt's turn still runs under a live holder (another Host, or one
+        whose death cannot be proven until its lease expires): waiting for it is not
+        failing, so the inbound is deferred without spending the attempt, for as long
+        as the policy waits for a turn (``turn_wait_s``); past that, or any other
+        error, the attempt fails."""
+        if (
+            isinstance(error, TurnInProgress)
+            and not self._stopping
+            and self.inbox.waits(claimed, since=error.running_since)
+        ):
+            running = error
+            deferred = await self._settle(
+                claimed,
+                "defer",
+                lambda: self.inbox.defer(
+                    claimed, since=running.running_since, until=running.retry_at
+                ),
+            )
+            if deferred:
+                _log.info("inbound %s deferred: %s", claimed.inbound_id, error.message)
+            return
+        await self._fail(claimed, failure_of(error))
+
     async def _fail(self, claimed: ClaimedInbound, failure: InboundFailure | None) -> None:
         if failure is None:
             failure = InboundFailure("permanent", "unroutable", "no agent answers this channel")
         if self._stopping and failure.kind == "transient":
             # Shutting down (the Host is closing): give it back without spending the attempt.
-            return
-        if failure.code == "turn_in_progress" and self.inbox.waits(claimed):
-            # An earlier attempt's turn still runs under a live holder (another Host): it
-            # ends with that turn's deadline at the latest (a gone holder's turn is ended
-            # by the next repeat), so waiting for it spends no attempt toward a dead letter.
-            deferred = await self._settle(claimed, "defer", lambda: self.inbox.defer(claimed))
-            if deferred:
-                _log.info("inbound %s deferred: %s", claimed.inbound_id, failure.message)
             return
         ended = failure
         decision = await self._settle(claimed, "fail", lambda: self.inbox.fail(claimed, ended))

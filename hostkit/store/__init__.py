@@ -92,7 +92,7 @@ from hostkit.store._terminal_runs import (
     TerminalRunStore,
     TerminalStreamStats,
 )
-from hostkit.store._turn_rows import LOST_NOTICE
+from hostkit.store._turn_rows import LOST_NOTICE, epoch_of
 from hostkit.store._turn_values import (
     MAX_LEASE_TTL_S,
     Admitted,
@@ -205,6 +205,7 @@ __all__ = [
     "UsageRow",
     "UsageSums",
     "audit_reason",
+    "epoch_of",
     "inbox_checks",
     "insert_audit",
     "logical_fingerprint",

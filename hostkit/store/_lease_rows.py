@@ -7,6 +7,7 @@ lease invariant and the turn records these functions write.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
@@ -37,8 +38,17 @@ from hostkit.store._turn_values import (
     TurnAdmission,
     TurnState,
 )
+from hostkit.types import ModelMessage
 
-__all__ = ["admit", "admitted_by", "holder_gone", "recover", "renew", "session_lease"]
+__all__ = [
+    "admit",
+    "admitted_by",
+    "holder_gone",
+    "recover",
+    "renew",
+    "repeat_of",
+    "session_lease",
+]
 
 _LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s"
 
@@ -103,14 +113,15 @@ def admit(
     A holder whose lease expired, or whose owner is provably dead, has its
     turn ended first and the session taken over with the next token.
     """
-    existing = find_turn(conn, admission.principal_id, admission.request_id)
+    existing = repeat_of(
+        conn,
+        admission.principal_id,
+        admission.request_id,
+        core_id=admission.core_id,
+        message=admission.input,
+        now_epoch=now_epoch,
+    )
     if existing is not None:
-        if not same_request(conn, existing, admission.core_id, admission.input):
-            raise RequestConflict(admission.request_id)
-        if existing.status == "running" and _end_gone(conn, now_epoch, existing.turn_id):
-            # Its holder is gone: the repeat gets the record recovery leaves, not a wait
-            # that would last until someone else ran recovery.
-            return find_turn(conn, admission.principal_id, admission.request_id) or existing
         return existing
     session_id, created, facts = _resolve_session(conn, admission)
     held = one_row(
@@ -196,6 +207,40 @@ def admit(
         next_event_seq=next_event_seq,
         open_approvals=has_open_calls(conn, session_id),
     )
+
+
+def repeat_of(
+    conn: sqlite3.Connection,
+    principal_id: str,
+    request_id: str,
+    *,
+    core_id: str,
+    message: ModelMessage | None,
+    now_epoch: float,
+) -> TurnState | None:
+    """The turn a repeated key created (None while the key is unused), or
+    ``RequestConflict`` when the key named another request.
+
+    A turn still ``running`` whose holder is gone is ended first, as recovery
+    would end it: every repeat gets that record, not a "still running" that
+    would last until someone else ran recovery. A running turn whose holder
+    lives comes back with that holder's lease expiry (``holder_expires_at``).
+    """
+    existing = find_turn(conn, principal_id, request_id)
+    if existing is None:
+        return None
+    if not same_request(conn, existing, core_id, message):
+        raise RequestConflict(request_id)
+    if existing.status != "running":
+        return existing
+    holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [existing.turn_id])
+    if holder is None:
+        return existing
+    gone = holder_gone(holder["owner"], holder["expires_at"], now_epoch)
+    if gone is None:
+        return dataclasses.replace(existing, holder_expires_at=holder["expires_at"])
+    end_orphan(conn, holder, gone)
+    return find_turn(conn, principal_id, request_id) or existing
 
 
 def admitted_by(
@@ -301,14 +346,10 @@ _RUNNING_HOLDERS = (
 )
 
 
-def _end_gone(
-    conn: sqlite3.Connection, now_epoch: float, turn_id: str | None = None
-) -> tuple[RecoveredTurn, ...]:
-    """End the running turns (or the one ``turn_id``) whose holder is gone (the lease rule)."""
-    turn = "" if turn_id is None else " AND t.turn_id = ?"
-    rows = all_rows(conn, _RUNNING_HOLDERS.format(turn=turn), [] if turn_id is None else [turn_id])
+def _end_gone(conn: sqlite3.Connection, now_epoch: float) -> tuple[RecoveredTurn, ...]:
+    """End the running turns whose holder is gone (the lease rule)."""
     recovered: list[RecoveredTurn] = []
-    for row in rows:
+    for row in all_rows(conn, _RUNNING_HOLDERS.format(turn=""), []):
         gone = holder_gone(row["owner"], row["expires_at"], now_epoch)
         if gone is not None:
             recovered.append(end_orphan(conn, row, gone))

@@ -181,12 +181,11 @@ class TerminalRunStore(ABC):
 
     @abstractmethod
     async def running(
-        self, *, limit: int = 100, after: str | None = None, exclude_owner: str | None = None
+        self, *, limit: int = 100, after: str | None = None
     ) -> tuple[TerminalRunRecord, ...]:
         """Runs still recorded as ``running``, oldest first; for recovery.
 
-        ``after``: the last run id of the previous page; ``exclude_owner``: not
-        this Host's own runs.
+        ``after``: the last run id of the previous page.
         """
 
     @abstractmethod
@@ -421,7 +420,7 @@ class SqlTerminalRunStore(TerminalRunStore):
         return await self._db.read(query)
 
     async def running(
-        self, *, limit: int = 100, after: str | None = None, exclude_owner: str | None = None
+        self, *, limit: int = 100, after: str | None = None
     ) -> tuple[TerminalRunRecord, ...]:
         _limit(limit)
         where, params = "state = 'running'", []
@@ -429,10 +428,6 @@ class SqlTerminalRunStore(TerminalRunStore):
             _text("after", after, _MAX_ID)
             where += " AND id > COALESCE((SELECT id FROM terminal_runs WHERE run_id = ?), 0)"
             params.append(after)
-        if exclude_owner is not None:
-            _text("exclude_owner", exclude_owner, _MAX_PATH)
-            where += " AND host_owner != ?"
-            params.append(exclude_owner)
 
         def query(raw: sqlite3.Connection) -> tuple[TerminalRunRecord, ...]:
             rows = _select(

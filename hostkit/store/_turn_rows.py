@@ -21,6 +21,7 @@ import hmac
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, LeaseLost
@@ -106,7 +107,7 @@ def _detail(detail: Mapping[str, Any] | None) -> str:
 
 _STATE_COLUMNS = (
     "t.turn_id, t.session_id, t.status, t.result, t.cancel_requested_at, t.request_id, "
-    "t.core_id, t.core_revision, t.generation"
+    "t.core_id, t.core_revision, t.generation, t.started_at"
 )
 
 
@@ -136,7 +137,19 @@ def _state(row: sqlite3.Row) -> TurnState:
         status=row["status"],
         result=result,
         cancel_requested=row["cancel_requested_at"] is not None,
+        started_at=epoch_of(row["started_at"]),
     )
+
+
+def epoch_of(stamp: str | None) -> float | None:
+    """Wall-clock seconds of a stored ISO-8601 instant; None when absent or unreadable."""
+    if not stamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 # -- events and terminal records ----------------------------------------------------------

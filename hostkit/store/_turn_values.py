@@ -220,13 +220,20 @@ class SessionBusy:
 
 @dataclass(frozen=True, slots=True)
 class TurnState:
-    """A turn's durable state: its status and, once terminal, the persisted result."""
+    """A turn's durable state: its status and, once terminal, the persisted result.
+
+    ``started_at`` is when it was admitted (wall-clock seconds); a running turn
+    a repeated request found also says until when its holder's lease runs
+    (``holder_expires_at``, unless renewed): when asking again can tell more.
+    """
 
     turn_id: str
     session_id: str
     status: TurnStatus
     result: TurnResult | None = None
     cancel_requested: bool = False
+    started_at: float | None = None
+    holder_expires_at: float | None = None
 
     @property
     def terminal(self) -> bool:

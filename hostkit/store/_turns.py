@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, RequestConflict, StoreError, StoreOutcomeUnknown
+from hostkit.errors import InvalidValue, StoreError, StoreOutcomeUnknown
 from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
 from hostkit.store._context_values import ObservedStep
@@ -97,6 +97,7 @@ class TurnStore(ABC):
         """The turn an idempotency key created, when a request for ``core_id`` with the
         input ``message`` (None: a continuation) repeats it, as an admission checks;
         ``RequestConflict`` when the key named another request; None when it is unused.
+        A running turn whose holder is gone is ended first, as an admission ends it.
         """
 
     @abstractmethod
@@ -263,13 +264,17 @@ class SqlTurnStore(TurnStore):
         if message is not None and not isinstance(message, ModelMessage):
             raise InvalidValue("a ModelMessage is required")
 
-        def read(conn: sqlite3.Connection) -> TurnState | None:
-            existing = rows.find_turn(conn, principal_id, request_id)
-            if existing is not None and not rows.same_request(conn, existing, core_id, message):
-                raise RequestConflict(request_id)
-            return existing
-
-        return await self._db.read(read)
+        clock = self._clock
+        return await self._db.write(
+            lambda conn: leases.repeat_of(
+                conn,
+                principal_id,
+                request_id,
+                core_id=core_id,
+                message=message,
+                now_epoch=clock(),
+            )
+        )
 
     async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
         check_id("turn_id", turn_id)

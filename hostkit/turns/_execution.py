@@ -284,7 +284,11 @@ class TurnExecution:
     @staticmethod
     def _existing(existing: TurnState) -> TurnResult:
         if existing.status == "running" or existing.result is None:
-            raise TurnInProgress(existing.turn_id)
+            raise TurnInProgress(
+                existing.turn_id,
+                running_since=existing.started_at,
+                retry_at=existing.holder_expires_at,
+            )
         return existing.result
 
     # -- drive -------------------------------------------------------------------------

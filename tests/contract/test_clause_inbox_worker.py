@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -141,7 +140,7 @@ def envelope(
         conversation_key=conversation,
         principal_key=principal,
         authenticated_by="bot_token",
-        received_at=time.time(),
+        received_at=fields.pop("received_at", time.time()),
         payload=text,
         **fields,
     )
@@ -273,7 +272,8 @@ async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an
         assert await rig.worker().drain() == 1
         record = await rig.record(inbound_id)
         assert (record.state, record.attempt) == ("ready", 0)
-        assert record.due_at == rig.clock.now + POLICY.delay(1, random.Random())
+        # Due when the holder's lease (60 s) would run out: past the longest delay, so that.
+        assert record.due_at == rig.clock.now + POLICY.max_delay_s
         opened.set()
     rig.clock.advance(POLICY.max_delay_s)
     assert await rig.worker().drain() == 1
@@ -281,6 +281,33 @@ async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an
     turns = await rig.turns_of(inbound_id)
     assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 1)
     assert [(turn_id, status) for turn_id, status, *_ in turns] == [(record.turn_id, "completed")]
+
+
+async def test_a_backlogged_inbound_waits_for_its_turn_by_the_turns_run_not_its_age(
+    rig: Rig,
+) -> None:
+    """Received three hours ago (a backlog after an outage, a requeued dead letter), its
+    earlier turn started just now under a live holder: the wait is measured from that
+    turn's start, so the inbound is deferred, not failed, and completes with the turn."""
+    entered, opened = rig.gates.gate("late question")
+    inbound_id = await rig.accept("late question", received_at=time.time() - 3 * 3_600)
+    request = TurnRequest(
+        input="late question",
+        principal=ConversationFacts(CHANNEL, "chat-1", "alice"),
+        request_id=f"inbound:{inbound_id}",
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(rig.host.turns.run, request)
+        with anyio.fail_after(10):
+            await entered.wait()
+        assert await rig.worker().drain() == 1
+        record = await rig.record(inbound_id)
+        assert (record.state, record.attempt) == ("ready", 0)
+        opened.set()
+    rig.clock.advance(POLICY.max_delay_s)
+    assert await rig.worker().drain() == 1
+    record = await rig.record(inbound_id)
+    assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 1)
 
 
 async def test_poison_message_is_dead_lettered_after_exactly_max_attempts_others_flow(

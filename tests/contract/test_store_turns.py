@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -226,10 +227,28 @@ async def test_a_repeat_of_a_turn_whose_holder_is_gone_gets_its_ended_record(
     assert successor.lease.token == holder.lease.token + 1
 
 
+async def test_a_repeat_a_closing_host_looks_up_also_ends_a_gone_holders_turn(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """``find_repeat`` answers a repeat where no turn may be admitted (the Host closing,
+    its agent gone): by the same rule, a running turn whose holder is gone is ended
+    and its record returned, never "still running" for a turn nobody runs."""
+    scope = await conversation(resolver)
+    holder = await admit(runtime, scope, dead_like(live), request_id="req-closing")
+    found = await runtime.turns.find_repeat(
+        scope.principal_id, "req-closing", core_id="assistant", message=None
+    )
+    assert found is not None
+    assert (found.turn_id, found.status) == (holder.lease.turn_id, "lost")
+    assert await runtime.turns.session_lease(holder.lease.session_id) is None
+
+
 async def test_a_repeat_of_a_turn_whose_holder_lives_is_still_running(
     runtime: RuntimeStore, resolver: AuthorityResolver
 ) -> None:
-    """The control: a holder on another machine with a live lease is never ended early."""
+    """The control: a holder on another machine with a live lease is never ended early.
+    The repeat learns when the turn started and when its holder's lease runs out (when
+    asking again can first tell more)."""
     scope = await conversation(resolver)
     holder = await admit(runtime, scope, REMOTE, request_id="req-held")
     repeat = await runtime.turns.admit(
@@ -237,6 +256,9 @@ async def test_a_repeat_of_a_turn_whose_holder_lives_is_still_running(
     )
     assert isinstance(repeat, TurnState)
     assert (repeat.turn_id, repeat.status) == (holder.lease.turn_id, "running")
+    assert repeat.holder_expires_at == holder.lease.expires_at
+    assert repeat.started_at is not None
+    assert abs(repeat.started_at - time.time()) < 60
 
 
 async def test_a_repeat_is_found_only_for_the_request_its_key_named(

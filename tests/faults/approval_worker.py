@@ -10,7 +10,9 @@ so the test can kill it exactly there. ``mode``:
   ``host.approvals.answer`` does first, then stop before any continuation;
 - ``continue``: answer ``approval_id`` through ``host.approvals.answer``; the
   continuation's tool stops ``before`` or ``after`` it appends its line
-  (option ``tool``).
+  (option ``tool``);
+- ``continue-killed``: the same answer, but the process SIGKILLs itself the
+  moment its continuation turn is admitted, before that turn claims the call.
 
 The test imports ``host_config`` and ``stamp_tool`` so both sides have the
 same agent revision and tool (the same approval fingerprint).
@@ -19,6 +21,8 @@ same agent revision and tool (the same approval fingerprint).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from hostkit.effects import (
 )
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnEvent
 from hostkit.types import ConversationFacts, TurnRequest
 
 ASK = {"allow": ["*"], "ask": ["files.stamp"]}
@@ -103,15 +108,23 @@ class Deciding:
         raise AssertionError("unreachable")
 
 
+class KilledAtContinuation:
+    """An observer that kills this process as its continuation turn is admitted."""
+
+    def notify(self, event: TurnEvent) -> None:
+        if event.kind == "turn.started" and event.request_id.startswith("continue:"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 async def main(options: dict[str, Any]) -> None:
     root, marker = Path(options["root"]), Path(options["marker"])
     mode = options["mode"]
     model = ScriptedModel([CallTools(("files_stamp", {"label": "one"})), Reply("stamped")])
     tools = [stamp_tool(root, options.get("tool"), marker)]
     approver = Deciding(marker) if mode == "ask" else None
-    async with Host.open(
-        host_config(root), capabilities=capabilities(model, tools=tools), approver=approver
-    ) as host:
+    observer = KilledAtContinuation() if mode == "continue-killed" else None
+    caps = capabilities(model, tools=tools, observer=observer)
+    async with Host.open(host_config(root), capabilities=caps, approver=approver) as host:
         if mode == "ask":
             await host.turns.run(stamp_request())
             return

@@ -6,6 +6,7 @@ run a second time."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -78,6 +79,36 @@ async def test_an_answer_whose_process_died_before_the_claim_runs_once_when_appr
         # Resuming again reports the continuation that ran; nothing runs twice.
         again = await host.approvals.resume(approval_id, by=operator)
         assert again.turn_id == finished.turn_id
+        done = await host.approvals.get(operator, approval_id)
+        assert (done.status, done.continuation_turn_id) == ("executed", finished.turn_id)
+    assert stamps(tmp_path) == ["one"]
+
+
+async def test_a_continuation_killed_before_its_claim_runs_the_call_when_resumed(
+    tmp_path: Path,
+) -> None:
+    """Its turn is left ``running`` by a Host that died before the claim; the Host that
+    resumes was open before the crash (its own start-up recovery ended nothing). The
+    resume's first continuation id meets that dead turn, which the repeat ends ``lost``;
+    the call is still unclaimed, so the next id runs it, once."""
+    approval_id = await paused_turn(tmp_path)
+    model = ScriptedModel([Reply("stamped at last")])
+    async with finisher(tmp_path, model) as host:
+        argv = worker(tmp_path, tmp_path / "unused", "continue-killed", approval_id)
+        killed = await anyio.run_process(argv, check=False)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+        operator = await host.operator("ops", reason="finish an interrupted approval")
+        dead = await host.store.turns.find(
+            (await host.approvals.get(operator, approval_id)).principal_id,
+            f"continue:{approval_id}",
+        )
+        assert dead is not None
+        assert dead.status == "running"
+        finished = await host.approvals.resume(approval_id, by=operator)
+        assert (finished.outcome, finished.text) == ("completed", "stamped at last")
+        assert finished.request_id == f"continue:{approval_id}:2"
+        statuses = dict(await turn_rows(host))
+        assert statuses[dead.turn_id] == "lost"
         done = await host.approvals.get(operator, approval_id)
         assert (done.status, done.continuation_turn_id) == ("executed", finished.turn_id)
     assert stamps(tmp_path) == ["one"]

@@ -137,15 +137,17 @@ async def test_a_live_host_renews_its_runs_and_stops_one_another_host_orphaned(
     assert (final.state, final.reason) == ("orphaned", "its lease expired")
 
 
+@pytest.mark.parametrize("checker", ["host_near", "host_live"], ids=["another Host", "its own"])
 @pytest.mark.parametrize("root", ["exited", "running"])
 async def test_a_live_hosts_run_whose_end_was_never_written_is_orphaned_once_its_root_is_gone(
-    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, root: str
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, root: str, checker: str
 ) -> None:
-    """The Host that owns the run lives (this process, as another Host instance), but its
-    end record never landed (the store was locked past the write's deadline): nobody
-    renews the lease of a run that exited, so once that lease expired and the run's
-    root process is gone, another look orphans it, instead of leaving it ``running``
-    for as long as its Host lives. A root still running keeps it, expired or not."""
+    """The Host that owns the run lives (this process, as Host instance ``host_live``), but
+    its end record never landed (the store was locked past the write's deadline): nobody
+    renews the lease of a run that exited, so once that lease expired and the run's root
+    process is gone, the next look orphans it, another Host's or its own, instead of
+    leaving it ``running`` for as long as its Host lives. A root still running keeps it,
+    expired or not."""
     scope = await session_of(authority)
     owner = await me("host_live")
     run = dataclasses.replace(new_run(scope, "run_unwritten", owner), lease_s=0.1)
@@ -162,7 +164,7 @@ async def test_a_live_hosts_run_whose_end_was_never_written_is_orphaned_once_its
             await child.stdin.aclose()
             await child.wait()
         await anyio.sleep(0.2)  # the lease expired
-        async with host_process(store, authority, tmp_path, "host_near") as host:
+        async with host_process(store, authority, tmp_path, checker) as host:
             recovered = await host.journal.recover()
         if child.returncode is None:
             assert child.stdin is not None

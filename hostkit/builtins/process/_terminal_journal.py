@@ -26,7 +26,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -46,6 +45,7 @@ from hostkit.store import (
     TerminalRunRecord,
     TerminalRunState,
     TerminalStreamStats,
+    epoch_of,
 )
 from hostkit.turns import Observer, TurnEvent
 from hostkit.types import EffectStatus
@@ -161,11 +161,12 @@ class RunJournal:
     async def lookup(
         self, run_id: str, *, principal_id: str, session_id: str
     ) -> TerminalRunRecord | None:
-        """The caller's run from the store; a dead Host's ``running`` run comes back orphaned."""
+        """The caller's run from the store; a dead Host's ``running`` run comes back orphaned,
+        as does this Host's own whose end never landed (``_unrecorded``)."""
         record = await self.store.terminal_runs.get(
             run_id, principal_id=principal_id, session_id=session_id
         )
-        if record is None or record.state != "running" or record.host_owner == self.owner_text:
+        if record is None or record.state != "running":
             return record
         if await self._orphan(record):
             return await self.store.terminal_runs.get(
@@ -174,15 +175,14 @@ class RunJournal:
         return record
 
     async def recover(self, *, limit: int = DEFAULT_RECOVER_LIMIT) -> int:
-        """Mark every ``running`` run of a gone Host ``orphaned``; returns how many.
+        """Mark every ``running`` run of a gone Host ``orphaned``, and every one of a live
+        Host (this one included) whose end never landed; returns how many.
 
         Every such record is examined, a page of ``limit`` at a time.
         """
         marked, after = 0, None
         while True:
-            page = await self.store.terminal_runs.running(
-                limit=limit, after=after, exclude_owner=self.owner_text
-            )
+            page = await self.store.terminal_runs.running(limit=limit, after=after)
             for record in page:
                 marked += await self._orphan(record)
             if len(page) < limit:
@@ -327,14 +327,9 @@ def _end_tree(pid: int | None, pid_start: float | None, confirm_s: float) -> tup
 
 
 def _age_s(started_at: str) -> float:
-    """Seconds since a record's ISO ``started_at``; unreadable counts as old."""
-    try:
-        started = datetime.fromisoformat(started_at)
-    except ValueError:
-        return math.inf
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=UTC)
-    return time.time() - started.timestamp()
+    """Seconds since a record's ``started_at``; unreadable counts as old."""
+    started = epoch_of(started_at)
+    return math.inf if started is None else time.time() - started
 
 
 def _root_runs(pid: int | None, pid_start: float | None) -> bool:
