@@ -506,3 +506,24 @@ async def test_host_state_in_a_workspace_directory_stays_masked_after_a_rename(
     assert "SECRET" not in stdout(after)
     assert "state/notes.txt visible" in stdout(after)
     assert await anyio.Path(deep / "hostkit.db").read_text() == "SECRET-db-rows"
+
+
+async def test_a_masked_directory_holding_another_masked_path_leaves_runs_working(
+    sandbox: Sandbox,
+) -> None:
+    """State named as a directory and as a file inside it (``.hostkit/`` and
+    ``.hostkit/hostkit.db``): the directory's empty tmpfs hides both; a mask of its own
+    for the file could not be made inside that read-only tmpfs and failed every run."""
+    ws = sandbox.workspace
+    await anyio.Path(ws / ".hostkit").mkdir()
+    await anyio.Path(ws / ".hostkit" / "hostkit.db").write_text("SECRET-db-rows")
+    hidden = (ws / ".hostkit", ws / ".hostkit" / "hostkit.db")
+    code = (
+        "import os\n"
+        "print(sorted(os.listdir('.hostkit')))\n"
+        "try: print(open('.hostkit/hostkit.db').read())\n"
+        "except OSError as e: print('refused', e.errno)\n"
+    )
+    outcome = await sandbox.run(SandboxPolicy(hidden=hidden), PY3, "-c", code)
+    assert outcome.status == "succeeded", outcome
+    assert stdout(outcome).splitlines() == ["[]", "refused 2"]

@@ -59,6 +59,16 @@ subprocess.run(["mount", "--bind", str(ws / "scratch"), str(scratch)], check=Tru
 shutil.copy("/bin/sh", ws / "upper" / "fmt")
 layers = f"lowerdir={lower},upperdir={ws / 'upper'},workdir={ws / 'work'}"
 subprocess.run(["mount", "-t", "overlay", "overlay", "-o", layers, str(merged)], check=True)
+# The same, its layers named through a link to the workspace (mountinfo keeps the names
+# as typed at mount time: the link is never resolved for us).
+(root / "via").symlink_to(ws)
+for directory in (root / "lower2", ws / "upper2", ws / "work2", root / "merged2"):
+    directory.mkdir()
+shutil.copy("/bin/sh", ws / "upper2" / "fmt")
+via = root / "via"
+layers = f"lowerdir={root / 'lower2'},upperdir={via / 'upper2'},workdir={via / 'work2'}"
+overlay = ["mount", "-t", "overlay", "overlay", "-o"]
+subprocess.run([*overlay, layers, str(root / "merged2")], check=True)
 # A system directory bound into the workspace read-only: not the agent's to write.
 printenv = Path(shutil.which("printenv"))
 subprocess.run(["mount", "--bind", str(printenv.parent), str(ws / "sys")], check=True)
@@ -70,6 +80,7 @@ programs = {
     "an operator's directory bound into it": ops / "fmt",
     "a file system mounted in it, bound elsewhere": scratch / "fmt",
     "an overlay with its upper layer in it": merged / "fmt",
+    "an overlay with its upper layer in it, named through a link": root / "merged2" / "fmt",
     "an operator's program": printenv,
 }
 
@@ -108,7 +119,7 @@ asyncio.run(main())
 
 
 STATE_CHILD = r"""
-import asyncio, json, subprocess, sys
+import asyncio, json, os, subprocess, sys
 from pathlib import Path
 
 from hostkit.builtins.files import WorkspaceScope
@@ -128,6 +139,16 @@ subprocess.run(["mount", "--bind", str(state), str(ws / "bound")], check=True)
 (root / "empty").mkdir()
 overlay = f"lowerdir={state}:{root / 'empty'}"  # read-only: two lower layers, no upper
 subprocess.run(["mount", "-t", "overlay", "overlay", "-o", overlay, str(ws / "merged")], check=True)
+# The same, the state directory named through a link (mountinfo keeps it as typed).
+(root / "state-link").symlink_to(state)
+(ws / "merged2").mkdir()
+layers = f"lowerdir={root / 'state-link'}:{root / 'empty'}"
+subprocess.run(["mount", "-t", "overlay", "overlay", "-o", layers, str(ws / "merged2")], check=True)
+# The state directory bound under /opt, which the sandbox shows read-only (/opt is a
+# private tmpfs here, so nothing is left behind on this machine).
+subprocess.run(["mount", "-t", "tmpfs", "opt", "/opt"], check=True)
+os.makedirs("/opt/data")
+subprocess.run(["mount", "--bind", str(state), "/opt/data"], check=True)
 # The operator names the state where it lives for them: through the bind of the
 # workspace, and at the state directory's own path.
 hidden = (alias / "hostkit.db", state / "other.db")
@@ -152,7 +173,8 @@ async def main():
         tools = runs.tools(sandbox=SandboxPolicy(hidden=hidden))
         run = next(t for t in tools if t.name == "terminal.run")
         context = ToolContext("turn", "sess", "core", "owner", ws)
-        argv = ["/usr/bin/python3", "-c", code, "hostkit.db", "bound/other.db", "merged/other.db"]
+        names = ["hostkit.db", "bound/other.db", "merged/other.db", "merged2/other.db"]
+        argv = ["/usr/bin/python3", "-c", code, *names, "/opt/data/other.db"]
         outcome = await run.invoke(context, run.validate({"argv": argv}))
     tail = outcome.output["stdout"]["tail"] if outcome.output else outcome.error
     print(json.dumps([outcome.status, tail]))
@@ -179,6 +201,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "an operator's directory bound into it",
         "a file system mounted in it, bound elsewhere",
         "an overlay with its upper layer in it",
+        "an overlay with its upper layer in it, named through a link",
     ],
 )
 def test_a_program_the_agent_wrote_gets_no_secret_by_another_mount_path(
@@ -212,6 +235,8 @@ def test_host_state_is_masked_wherever_the_workspace_shows_it(tmp_path: Path) ->
     assert "hostkit.db refused" in tail
     assert "bound/other.db refused" in tail
     assert "merged/other.db refused" in tail
+    assert "merged2/other.db refused" in tail
+    assert "/opt/data/other.db refused" in tail
 
 
 @pytest.mark.parametrize("case", ["renamed away", "through a link placed on the way"])

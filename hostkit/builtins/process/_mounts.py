@@ -26,10 +26,11 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["MountedTree"]
+__all__ = ["MountTable", "MountedTree", "mount_table"]
 
 MOUNTINFO = "/proc/self/mountinfo"
 # mountinfo escapes these four in its paths as backslash and three octal digits.
@@ -46,13 +47,20 @@ class _Mount:
     point: PurePosixPath  # where it shows it
     parent: int  # the mount its mount point is on
     writable: bool  # mounted read-write
-    layers: tuple[PurePosixPath, ...] = ()  # an overlay's lower, upper and data directories
+    # An overlay's lower, upper and data directories, as its mount named them: real
+    # paths (resolved when read), or None for one that names no place here (relative,
+    # or gone).
+    layers: tuple[Path | None, ...] = ()
 
     def inside(self, path: PurePosixPath) -> PurePosixPath | None:
         """Where ``path`` (a path at or under the mount point) is in the file system."""
         if not path.is_relative_to(self.point):
             return None
         return self.root / path.relative_to(self.point)
+
+
+# A process's mounts by id, as ``mount_table`` read them.
+MountTable = Mapping[int, _Mount]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +82,13 @@ def _unescape(field: str) -> str:
     return _ESCAPE.sub(lambda match: chr(int(match.group(1), 8)), field)
 
 
-def _layers(fstype: str, options: str) -> tuple[PurePosixPath, ...]:
-    """An overlay's layer directories from its super options (absolute ones only)."""
+def _layers(fstype: str, options: str) -> tuple[Path | None, ...]:
+    """An overlay's layer directories from its super options, each resolved to its real
+    path: mountinfo shows them as typed at mount time (through links, with ``..``, or
+    relative to a working directory nobody knows now: None)."""
     if fstype != "overlay":
         return ()
-    found: list[PurePosixPath] = []
+    found: list[Path | None] = []
     for option in options.split(","):  # a ',' inside a path is escaped as \054
         key, _, value = option.partition("=")
         if key not in _LAYER_OPTIONS:
@@ -86,13 +96,13 @@ def _layers(fstype: str, options: str) -> tuple[PurePosixPath, ...]:
         # mountinfo's own escapes first: overlay's backslash before a ':' shows there as \134.
         for layer in _LAYER_SEPARATOR.split(_unescape(value)):
             name = layer.replace("\\:", ":")
-            if name.startswith("/"):
-                found.append(PurePosixPath(name))
+            found.append(Path(os.path.realpath(name)) if name.startswith("/") else None)
     return tuple(found)
 
 
-def _mounts() -> dict[int, _Mount]:
-    """This process's mounts by id; empty when ``/proc`` does not say."""
+def mount_table() -> MountTable:
+    """This process's mounts by id, read now; empty when ``/proc`` does not say. Several
+    trees checked together share one (``MountedTree(..., table=)``)."""
     try:
         with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as lines:
             table: dict[int, _Mount] = {}
@@ -158,9 +168,9 @@ class MountedTree:
     compared.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, table: MountTable | None = None) -> None:
         self.root = root
-        self._table = _mounts()
+        self._table = mount_table() if table is None else table
         self._regions: list[_Region] = []
         places = self._placements(PurePosixPath(root))
         if not places:
@@ -171,10 +181,19 @@ class MountedTree:
             if point != root and point.is_relative_to(root):
                 self._regions.append(_Region(mount.device, mount.root, point, mount.writable))
         for mount in self._table.values():
-            # Writing a layer changes what the overlay shows, wherever it is mounted.
-            named = next(filter(None, (self._located(Path(p), True) for p in mount.layers)), None)
+            named = self._layer_in_tree(mount.layers)
             if named is not None:
                 self._regions.append(_Region(mount.device, mount.root, named, writable=True))
+
+    def _layer_in_tree(self, layers: tuple[Path | None, ...]) -> Path | None:
+        """Where the first of an overlay's layers the agent writes lies in the tree:
+        writing a layer changes what the overlay shows, wherever it is mounted. A layer
+        that names no place here could be in the tree: the root stands for it."""
+        for layer in layers:
+            named = self.root if layer is None else self._located(layer, True)
+            if named is not None:
+                return named
+        return None
 
     def _placements(self, path: PurePosixPath) -> list[tuple[str, PurePosixPath]]:
         """Each file system and path inside it where ``path`` is: on the mount it is
@@ -216,10 +235,16 @@ class MountedTree:
             if point == self.root or not point.is_relative_to(self.root):
                 continue
             for layer in mount.layers:
-                if path.is_relative_to(layer):
-                    shown = point / path.relative_to(layer)
-                    if shown not in found:
-                        found.append(shown)
+                # A layer that names no place here may hold it: the whole overlay is masked.
+                shown = (
+                    point
+                    if layer is None
+                    else point / path.relative_to(layer)
+                    if path.is_relative_to(layer)
+                    else None
+                )
+                if shown is not None and shown not in found:
+                    found.append(shown)
         return found
 
     def _shown(self, path: Path, *, writable: bool, first: bool) -> list[Path]:

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from hostkit.builtins.process._mounts import MountedTree
+from hostkit.builtins.process._mounts import MountedTree, mount_table
 from hostkit.builtins.process._reaper import init_argv
 from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.types import is_count
@@ -251,16 +251,17 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     """
     root = workspace.resolve()
     shown = [Path(os.path.realpath(r)) for r in (*visible_roots(root), *roots)]
-    tree = MountedTree(root)
+    # Every tree the sandbox shows: the state is masked wherever one shows it, under its
+    # own name or another a mount gives it (a bind of the workspace, of the state's
+    # directory into the workspace or under /opt, an overlay with it as a layer).
+    table = mount_table()
+    trees = [MountedTree(top, table=table) for top in dict.fromkeys((root, *shown))]
     targets: set[Path] = set()
     for path in hidden:
         resolved = path.resolve()
-        places = (
-            [resolved] if any(resolved == r or resolved.is_relative_to(r) for r in shown) else []
-        )
-        # State the workspace shows under another name (a bind of it, or of the state's
-        # directory into it) is masked where the sandbox shows it.
-        places += [place for place in tree.shown_at(resolved) if place not in places]
+        places: list[Path] = []
+        for tree in trees:
+            places += [place for place in tree.shown_at(resolved) if place not in places]
         for place in places:
             if place.exists():
                 targets.add(place)
@@ -276,6 +277,9 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
     # the next run's masks on a name that no longer exists. A mount point cannot be
     # renamed, so each such directory is bound onto itself first.
     masked_dirs = [t for t in targets if t.is_dir()]
+    # What lies under a masked directory is hidden by its empty tmpfs already (and no
+    # mount point could be made in that read-only tmpfs for a mask of its own).
+    targets = {t for t in targets if not any(t != d and t.is_relative_to(d) for d in masked_dirs)}
     on_the_way = {
         parent
         for target in targets
