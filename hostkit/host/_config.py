@@ -51,6 +51,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "state_overlaps",
+    "unlisted_secrets",
 ]
 
 # hostkit.toml is written by hand: a megabyte is far past any real one.
@@ -323,8 +324,8 @@ class SecretConfig(_Strict):
 
     ``programs`` lists the only programs ``terminal.run`` binds it for, by
     absolute path; a run's program is compared by its real path (after
-    links) with each entry's. Without the table, any program passes that is
-    not refused by name (shells, interpreters running inline code, ...).
+    links) with each entry's. Without the table ``terminal.run`` binds it for
+    no program (an authored tool that asks for it still receives it).
     """
 
     programs: list[str] = Field(min_length=1, max_length=32)
@@ -596,6 +597,23 @@ def state_overlaps(config: HostConfig) -> tuple[str, ...]:
                 f"state ({', '.join(inside[:3])}{', …' if len(inside) > 3 else ''}); files.* "
                 "refuse it, but keep Host state outside every workspace (docs/store.md)"
             )
+    return tuple(lines)
+
+
+def unlisted_secrets(config: HostConfig) -> tuple[str, ...]:
+    """One line per secret an agent with ``terminal.run`` holds that no
+    ``[secrets.<NAME>]`` table lists programs for: ``terminal.run`` binds it for none."""
+    lines: list[str] = []
+    for name, agent in config.agents.items():
+        if "terminal.run" not in agent.builtins:
+            continue
+        for secret in agent.secrets:
+            if secret not in config.secrets:
+                lines.append(
+                    f"agent {name!r} holds the secret {secret}, but no [secrets.{secret}] "
+                    "programs list names a program for it: terminal.run binds it for none "
+                    "(docs/effects.md, Secrets)"
+                )
     return tuple(lines)
 
 

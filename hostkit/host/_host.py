@@ -39,7 +39,13 @@ from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
 from hostkit.host._catalog import ToolCatalog, tool_catalog
-from hostkit.host._config import HostConfig, default_config, load_config, state_overlaps
+from hostkit.host._config import (
+    HostConfig,
+    default_config,
+    load_config,
+    state_overlaps,
+    unlisted_secrets,
+)
 from hostkit.host._core_sandbox import core_test_sandbox
 from hostkit.host._cores import (
     compile_core,
@@ -912,8 +918,9 @@ def _outside_agents(config: HostConfig) -> dict[str, object]:
 
 
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
-    """Create missing agent workspaces; log (and return) each that cannot be, and every
-    overlap with Host state: the start-up warnings a front end shows."""
+    """Create missing agent workspaces; log (and return) each that cannot be, every
+    overlap with Host state and every secret held for terminal.run that no program is
+    listed for: the start-up warnings a front end shows."""
     missing: list[str] = []
     for workspace in dict.fromkeys(config.workspace_of(agent) for agent in config.agents):
         try:
@@ -924,7 +931,8 @@ async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
                 f"cannot create the workspace {workspace}: {exc.strerror or exc}; "
                 "the agents' file and terminal tools are unavailable until it exists"
             )
-    warnings = (*missing, *await anyio.to_thread.run_sync(state_overlaps, config))
+    overlaps = await anyio.to_thread.run_sync(state_overlaps, config)
+    warnings = (*missing, *overlaps, *unlisted_secrets(config))
     for line in warnings:
         _log.warning("%s", line)
     return warnings

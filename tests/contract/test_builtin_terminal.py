@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ class Approver:
         self.seen.append(req)
         return self.decision
 
+# The program the operator lets each held secret go to ([secrets.<NAME>] programs).
+PRINTENV = shutil.which("printenv") or "/usr/bin/printenv"
+
 
 def terminal_config(tmp_path: Path, **agent: Any) -> Any:
     workspace = tmp_path / "ws"
@@ -50,6 +54,8 @@ def terminal_config(tmp_path: Path, **agent: Any) -> Any:
                     **agent,
                 }
             },
+            # The one program the operator lets each held secret go to.
+            "secrets": {name: {"programs": [PRINTENV]} for name in agent.get("secrets", [])},
         },
         base_dir=tmp_path,
     )

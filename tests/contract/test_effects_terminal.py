@@ -46,6 +46,8 @@ pytestmark = pytest.mark.anyio
 KEY = b"terminal-test-artifact-key-32byt"
 NAMES = ("terminal.run", "terminal.status", "terminal.stop")
 PY = sys.executable
+# The programs the operator lists for each secret these tests bind: this interpreter.
+POLICY = dataclasses.replace(UNSANDBOXED, secret_programs={"API_TOKEN": (PY,), "TLS_KEY": (PY,)})
 SECRET = "s3cr3t-Value-9f2c"
 SLEEP = "import time; time.sleep(60)"
 
@@ -94,7 +96,7 @@ class Terminal:
         return Session(self.runtime, context, await self.runtime.prepare_catalog(context))
 
     def tool(self, name: str) -> AuthoredTool:
-        return next(t for t in self.runs.tools(sandbox=UNSANDBOXED) if t.name == name)
+        return next(t for t in self.runs.tools(sandbox=POLICY) if t.name == name)
 
     async def invoke(
         self, bound: Mapping[str, str], expire_at: float | None = None, **arguments: Any
@@ -125,7 +127,7 @@ async def terminal(authority: AuthorityResolver, tmp_path: Path) -> AsyncIterato
             max_background=2,
         ) as runs,
     ):
-        runtime = EffectRuntime(toolsets=Tools(runs.tools(sandbox=UNSANDBOXED), workspace))
+        runtime = EffectRuntime(toolsets=Tools(runs.tools(sandbox=POLICY), workspace))
         yield Terminal(runs, supervisor, runtime, authority, workspace, tmp_path / "artifacts")
 
 

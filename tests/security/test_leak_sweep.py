@@ -13,6 +13,7 @@ The expected count is zero.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,7 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
             },
             "providers": {"test": {"kind": "scripted"}},
             "agents": {"assistant": agent},
+            "secrets": {SECRET_NAME: {"programs": [shutil.which("printenv")]}},
         },
         base_dir=state,
     )

@@ -68,6 +68,8 @@ def host_config(tmp_path: Path, builtins: list[str]) -> HostConfig:
             },
             "providers": {"test": {"kind": "scripted"}},
             "agents": {"assistant": agent},
+            # The sandbox shows the system interpreter: the one program NAME may go to.
+            "secrets": {NAME: {"programs": ["/usr/bin/python3"]}},
         },
         base_dir=state,
     )

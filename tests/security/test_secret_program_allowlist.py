@@ -109,9 +109,12 @@ async def test_a_program_not_refused_by_name_is_refused_when_not_listed(
     outcome = await invoke(runs, policy({NAME: (PRINTENV,)}), {NAME: SECRET}, [CAT, "/dev/null"])
     assert outcome.status == "denied"
     assert "bound only for the programs listed" in (outcome.error or "")
-    # Without a list for the secret, the same run is let through.
-    unlisted = await invoke(runs, policy({}), {NAME: SECRET}, [CAT, "/dev/null"])
-    assert unlisted.status == "succeeded", unlisted.error
+    # Without a list for the secret, no program gets it: names alone cannot be complete.
+    for argv in ([CAT, "/dev/null"], [PRINTENV, NAME]):
+        unlisted = await invoke(runs, policy({}), {NAME: SECRET}, argv)
+        assert unlisted.status == "denied"
+        assert f"{NAME} is bound for no program" in (unlisted.error or "")
+        assert f"[secrets.{NAME}] programs" in (unlisted.error or "")
 
 
 async def test_programs_are_compared_by_real_path_on_both_sides(
@@ -162,7 +165,11 @@ def test_a_malformed_policy_is_invalid_value(programs: Any) -> None:
 
 
 class Approve:
+    def __init__(self) -> None:
+        self.seen: list[ApprovalRequest] = []
+
     async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        self.seen.append(req)
         return "approve_once"
 
 
@@ -222,20 +229,27 @@ async def test_a_host_binds_a_secret_only_for_its_listed_programs(
         [
             CallTools(("terminal_run", {"argv": ["printenv", NAME], "secrets": [NAME]})),
             CallTools(("terminal_run", {"argv": ["cat", "/dev/null"], "secrets": [NAME]})),
-            # A secret with no list goes to any program not refused by name.
+            # A secret with no list goes to no program: refused before anyone is asked.
             CallTools(("terminal_run", {"argv": ["cat", "/dev/null"], "secrets": [OTHER]})),
             Reply("done"),
         ]
     )
     caps = capabilities(model, config=config)
-    async with Host.open(config, capabilities=caps, approver=Approve()) as host:
+    approver = Approve()
+    async with Host.open(config, capabilities=caps, approver=approver) as host:
+        # The operator hears of the secret no program is listed for when the Host opens.
+        assert [w for w in host.warnings if "[secrets." in w] == [
+            f"agent 'assistant' holds the secret {OTHER}, but no [secrets.{OTHER}] programs "
+            "list names a program for it: terminal.run binds it for none "
+            "(docs/effects.md, Secrets)"
+        ]
         result = await host.turns.run(request("deploy"))
-    assert [e.status for e in result.effects] == ["succeeded", "denied", "succeeded"], (
-        result.effects
-    )
+    assert [e.status for e in result.effects] == ["succeeded", "denied", "denied"], result.effects
     tool_texts = [m.content for m in model.requests[-1].messages if m.role == "tool"]
     assert f"[redacted:{NAME}]" in tool_texts[0]
     assert "bound only for the programs listed for it (/usr/bin/printenv)" in tool_texts[1]
+    assert f"{OTHER} is bound for no program" in tool_texts[2]
+    assert len(approver.seen) == 2, approver.seen  # the unlisted one was never asked
 
 
 @pytest.mark.parametrize("into", ["link", "file"])
@@ -309,7 +323,8 @@ async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
     await anyio.Path(script).write_text("import sys\nprint(sys.executable)\n")
     own = tmp_path / "ws" / "py"
     await anyio.Path(own).symlink_to(PYTHON)
-    sandbox = SandboxPolicy(mode=mode, secret_programs={})  # type: ignore[arg-type]
+    listed = {NAME: (system, str(own))}
+    sandbox = SandboxPolicy(mode=mode, secret_programs=listed)  # type: ignore[arg-type]
     through_system = await invoke(runs, sandbox, {NAME: SECRET}, [system, str(script)])
     through_workspace = await invoke(runs, sandbox, {NAME: SECRET}, [str(own), str(script)])
     assert through_system.status == "succeeded", through_system

@@ -26,7 +26,7 @@ from tests.support import in_mount_namespace
 SECRET = "s3cr3t-Value-9f2c"
 
 CHILD = r"""
-import asyncio, json, shutil, subprocess, sys
+import asyncio, dataclasses, json, shutil, subprocess, sys
 from pathlib import Path
 
 from hostkit.builtins.files import WorkspaceScope
@@ -96,7 +96,10 @@ async def main():
             artifact_key=b"terminal-test-artifact-key-32byt",
         ) as runs,
     ):
-        run = next(t for t in runs.tools(sandbox=UNSANDBOXED) if t.name == "terminal.run")
+        # The operator lists the one program API_TOKEN may go to; the agent's copies of
+        # sh are refused before the list is read (inside the workspace, by any path).
+        policy = dataclasses.replace(UNSANDBOXED, secret_programs={"API_TOKEN": (str(printenv),)})
+        run = next(t for t in runs.tools(sandbox=policy) if t.name == "terminal.run")
         context = ToolContext("turn", "sess", "core", "owner", ws, {"API_TOKEN": secret}, None)
         for case, program in programs.items():
             rest = ["API_TOKEN"] if "operator" in case else ["-c", "echo $API_TOKEN | rev"]

@@ -110,7 +110,7 @@ class SandboxPolicy:
     workspace are masked in the sandbox (outside it they are not visible).
     ``secret_programs`` maps a secret's name to the absolute paths of the only
     programs it may be bound for (``[secrets.<NAME>] programs``); a secret
-    not in it may go to any program not refused by name.
+    not in it goes to no program.
     """
 
     mode: SandboxMode = "bubblewrap"

@@ -277,6 +277,7 @@ class TerminalRuns(AsyncResource):
                 workspace=self._workspace,
                 max_deadline_s=self._max_deadline_s,
                 env_allowlist=self._env_allowlist,
+                secret_programs=policy.secret_programs,
             ),
             secrets_argument="secrets",
             approval_warning=None if policy.sandboxed else _UNSANDBOXED_NOTE.strip(),

@@ -171,12 +171,15 @@ def secret_program_refusal(
     ``names`` under their ``[secrets.<NAME>] programs`` lists; None when it may.
 
     Each listed path is compared by its own real path, read now: a link in the
-    list follows its target, as the run's program does.
+    list follows its target, as the run's program does. A secret with no list
+    goes to no program: refusing by name alone cannot be complete (a wrapper,
+    a runner, an interpreter's option nobody listed), so the operator names
+    the programs.
     """
     for name in sorted(names):
         allowed = programs.get(name)
         if allowed is None:
-            continue
+            return _unlisted(name)
         if real not in {os.path.realpath(path) for path in allowed}:
             listed = ", ".join(bounded(path, 80) for path in allowed[:4])
             more = f" and {len(allowed) - 4} more" if len(allowed) > 4 else ""
@@ -185,6 +188,13 @@ def secret_program_refusal(
                 f"this run's program is {bounded(real, 120)!r}"
             )
     return None
+
+
+def _unlisted(name: str) -> str:
+    return (
+        f"{name} is bound for no program: list the programs it may go to, by absolute "
+        f'path, in hostkit.toml as [secrets.{name}] programs = ["/usr/bin/..."]'
+    )
 
 
 def in_workspace(real: str, workspace: Path) -> bool:
@@ -271,9 +281,17 @@ def _agent_writes(directory: Path, workspace: MountedTree, *, sandboxed: bool) -
 
 
 def run_preflight(
-    *, workspace: WorkspaceScope, max_deadline_s: float, env_allowlist: Sequence[str]
+    *,
+    workspace: WorkspaceScope,
+    max_deadline_s: float,
+    env_allowlist: Sequence[str],
+    secret_programs: Mapping[str, Sequence[str]],
 ) -> Callable[[Mapping[str, Any]], None]:
-    """The pure Host check for ``terminal.run``; raises ``TerminalRefused`` or a workspace error."""
+    """The pure Host check for ``terminal.run``; raises ``TerminalRefused`` or a workspace error.
+
+    Run before anyone is asked to approve: a secret no program is listed for
+    (``secret_programs``) is refused here, not after a person said yes.
+    """
     allowlisted = frozenset(env_allowlist)
 
     def check(arguments: Mapping[str, Any]) -> None:
@@ -312,6 +330,9 @@ def run_preflight(
         refusal = program_refusal(argv[0], argv)
         if refusal is not None:
             raise TerminalRefused(refusal)
+        for name in secrets:
+            if name not in secret_programs:
+                raise TerminalRefused(_unlisted(name))
 
     return check
 
