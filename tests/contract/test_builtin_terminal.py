@@ -31,6 +31,7 @@ class Approver:
         self.seen.append(req)
         return self.decision
 
+
 # The program the operator lets each held secret go to ([secrets.<NAME>] programs).
 PRINTENV = shutil.which("printenv") or "/usr/bin/printenv"
 
