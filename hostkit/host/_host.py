@@ -920,8 +920,19 @@ def _outside_agents(config: HostConfig) -> dict[str, object]:
 async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
     """Create missing agent workspaces; log (and return) each that cannot be, every
     overlap with Host state and every secret held for terminal.run that no program is
-    listed for: the start-up warnings a front end shows."""
+    listed for: the start-up warnings a front end shows.
+
+    The cores' extraction root is created too (when cores are configured): a
+    sandbox masks the Host's state only where it exists, and a revision
+    directory an agent planted there before the first extraction would be
+    taken for the extracted core.
+    """
     missing: list[str] = []
+    if config.cores:
+        try:
+            await anyio.Path(config.cores_root).mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            missing.append(f"cannot create {config.cores_root}: {exc.strerror or exc}")
     for workspace in dict.fromkeys(config.workspace_of(agent) for agent in config.agents):
         try:
             await anyio.Path(workspace).mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ from hostkit.builtins.process import (
     ResourceLimits,
     SandboxPolicy,
     TerminalRuns,
+    mask_plan,
     probe_bubblewrap,
 )
 from hostkit.effects import ApprovalRequest, ToolContext, ToolOutcome
@@ -527,3 +528,30 @@ async def test_a_masked_directory_holding_another_masked_path_leaves_runs_workin
     outcome = await sandbox.run(SandboxPolicy(hidden=hidden), PY3, "-c", code)
     assert outcome.status == "succeeded", outcome
     assert stdout(outcome).splitlines() == ["[]", "refused 2"]
+
+
+async def test_the_cores_extraction_root_in_a_workspace_is_masked_from_the_hosts_first_open(
+    tmp_path: Path,
+) -> None:
+    """Masks cover what exists: a cores root that appeared only at the first extraction
+    would leave a sandboxed run free to plant ``<id>/<sha>/`` there first, which the Host
+    would then take for the extracted core and import. The Host creates it when it opens
+    (cores configured, none promoted yet), so the first run's plan masks it."""
+    ws = tmp_path / "ws"
+    config = parse_config(
+        {
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(ws),
+                "cores_dir": str(ws / ".hostkit-cores"),
+            },
+            "providers": {"test": {"kind": "scripted"}},
+            "cores": {"notes": {"path": str(tmp_path / "cores" / "notes")}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(config, capabilities=capabilities(ScriptedModel([]), config=config)):
+        assert await anyio.Path(config.cores_root).is_dir()
+        plan = await anyio.to_thread.run_sync(mask_plan, ws, config.state_paths())
+    tmpfs = [plan[at + 1] for at, option in enumerate(plan) if option == "--tmpfs"]
+    assert str(config.cores_root) in tmpfs
