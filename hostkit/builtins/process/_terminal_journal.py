@@ -206,8 +206,15 @@ class RunJournal:
             reason += f"; {killed} process(es) of its tree were still running and were killed"
         if alive:
             reason += f"; {alive} could not be confirmed gone"
+        return await self._mark_orphaned(record, reason, lease_expired=False)
+
+    async def _mark_orphaned(
+        self, record: TerminalRunRecord, reason: str, *, lease_expired: bool
+    ) -> bool:
+        """Mark the run orphaned (unless another Host or its end got there first) and
+        announce it; ``lease_expired`` makes the mark check the lease's expiry itself."""
         marked = await self.store.terminal_runs.mark_orphaned(
-            record.run_id, host_owner=record.host_owner, reason=reason
+            record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=lease_expired
         )
         if marked:
             self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
@@ -226,12 +233,7 @@ class RunJournal:
             f"the run's process is gone and the Host process {owner.pid} that owned it "
             "stopped renewing its lease without recording how it ended"
         )
-        marked = await self.store.terminal_runs.mark_orphaned(
-            record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=True
-        )
-        if marked:
-            self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
-        return marked
+        return await self._mark_orphaned(record, reason, lease_expired=True)
 
     async def _expired(self, record: TerminalRunRecord, owner: LeaseOwner | None) -> bool:
         """Orphan the run of a Host this machine cannot see, once its lease expired.
@@ -263,12 +265,7 @@ class RunJournal:
             f"{who} that owned the run {renewing}; its processes there could not be "
             "signalled from here (that Host stops them if it still runs)"
         )
-        marked = await self.store.terminal_runs.mark_orphaned(
-            record.run_id, host_owner=record.host_owner, reason=reason, lease_expired=True
-        )
-        if marked:
-            self._announce(record.run_id, record.session_id, record.turn_id, "orphaned", None)
-        return marked
+        return await self._mark_orphaned(record, reason, lease_expired=True)
 
     def _announce(
         self,
