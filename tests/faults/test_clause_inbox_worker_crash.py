@@ -123,41 +123,50 @@ async def test_sigkill_before_the_turn_started_is_redelivered_and_runs_one_turn(
     assert json.loads(results.read_text()) == {"calls": 1}
 
 
-async def test_sigkill_mid_turn_reconciles_with_that_turn_and_runs_no_second(
-    tmp_path: Path,
-) -> None:
-    inbound_id = await accept(tmp_path, "hello mid turn")
-    marker = anyio.Path(tmp_path / "in_provider")
-    ready, go = tmp_path / "second_ready", tmp_path / "second_go"
-    results = tmp_path / "results.json"
+async def killed_mid_turn_then_served(
+    root: Path, inbound_id: str, **first: Any
+) -> tuple[float, dict[str, Any]]:
+    """A first worker process (``first`` options) is SIGKILLed as its turn reaches the
+    model; a second one, open before the kill (so its Host's open-time recovery cannot
+    end the first one's turn), serves the inbound to its end after it. When the first
+    was killed (monotonic seconds), and the second's results."""
+    marker = anyio.Path(root / "in_provider")
+    ready, go = root / "second_ready", root / "second_go"
+    results = root / "results.json"
     second = command(
-        root=str(tmp_path),
+        root=str(root),
         mode="serve",
         until=inbound_id,
         results=str(results),
         ready=str(ready),
         go=str(go),
     )
-    first = command(
-        root=str(tmp_path), mode="serve", until=inbound_id, block=True, marker=str(marker)
+    argv = command(
+        root=str(root), mode="serve", until=inbound_id, block=True, marker=str(marker), **first
     )
     async with anyio.create_task_group() as group:
-        # The second worker process opens its Host while the first is alive (so the
-        # Host's open-time recovery cannot end the first one's turn) and starts
-        # serving only after the first was killed mid-turn.
         group.start_soon(run_to_end, second)
 
         async def first_in_turn_second_open() -> bool:
             return await marker.exists() and await anyio.Path(ready).exists()
 
-        await sigkill_when(first, first_in_turn_second_open, what="its turn reached the model")
+        await sigkill_when(argv, first_in_turn_second_open, what="its turn reached the model")
+        killed_at = time.monotonic()
         await anyio.Path(go).write_text("go")
+    return killed_at, json.loads(results.read_text())
+
+
+async def test_sigkill_mid_turn_reconciles_with_that_turn_and_runs_no_second(
+    tmp_path: Path,
+) -> None:
+    inbound_id = await accept(tmp_path, "hello mid turn")
+    _, results = await killed_mid_turn_then_served(tmp_path, inbound_id)
     record = await inbound(tmp_path, inbound_id)
     turns, messages = await turns_and_messages(tmp_path, inbound_id)
     assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
     assert turns == [(record.turn_id, "lost")], "one turn: the dead worker's, ended lost"
     assert [role for role, _ in messages] == ["user"], "the transcript holds the input once"
-    assert json.loads(results.read_text()) == {"calls": 0}, "the message was not run again"
+    assert results == {"calls": 0}, "the message was not run again"
 
 
 async def test_a_turn_whose_holder_may_still_live_is_waited_for_not_dead_lettered(
@@ -171,41 +180,15 @@ async def test_a_turn_whose_holder_may_still_live_is_waited_for_not_dead_lettere
     attempt after the lease expired ends the turn ``lost`` and completes the message
     with that record. Nothing is run twice, nothing dead-lettered."""
     inbound_id = await accept(tmp_path, "hello from afar")
-    marker = anyio.Path(tmp_path / "in_provider")
-    ready, go = tmp_path / "second_ready", tmp_path / "second_go"
-    results = tmp_path / "results.json"
-    second = command(
-        root=str(tmp_path),
-        mode="serve",
-        until=inbound_id,
-        results=str(results),
-        ready=str(ready),
-        go=str(go),
+    killed_at, results = await killed_mid_turn_then_served(
+        tmp_path, inbound_id, hostname="another-machine", session_lease_ttl_s=6.0
     )
-    first = command(
-        root=str(tmp_path),
-        mode="serve",
-        until=inbound_id,
-        block=True,
-        marker=str(marker),
-        hostname="another-machine",
-        session_lease_ttl_s=6.0,
-    )
-    async with anyio.create_task_group() as group:
-        group.start_soon(run_to_end, second)
-
-        async def first_in_turn_second_open() -> bool:
-            return await marker.exists() and await anyio.Path(ready).exists()
-
-        await sigkill_when(first, first_in_turn_second_open, what="its turn reached the model")
-        killed_at = time.monotonic()
-        await anyio.Path(go).write_text("go")
     record = await inbound(tmp_path, inbound_id)
     turns, messages = await turns_and_messages(tmp_path, inbound_id)
     assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
     assert turns == [(record.turn_id, "lost")], "one turn: the dead worker's, ended lost"
     assert [role for role, _ in messages] == ["user"]
-    assert json.loads(results.read_text()) == {"calls": 0}, "the message was not run again"
+    assert results == {"calls": 0}, "the message was not run again"
     # Renewed every third of its six seconds, the lease outlived the kill by four at least.
     assert time.monotonic() - killed_at >= 3.5, "ended by the lease's expiry, not before it"
 

@@ -113,6 +113,20 @@ async def test_an_unreadable_owner_whose_lease_still_runs_is_left_alone(
     assert record.state == "running"
 
 
+async def older_hosts_run(
+    store: RuntimeStore, scope: PrincipalScope, db_path: Path, pid: int
+) -> None:
+    """``run_old``, as an older Host (process ``pid`` here) recorded it: four-field owner,
+    no machine, no lease."""
+    info = await anyio.to_thread.run_sync(psutil.Process, pid)
+    started = await anyio.to_thread.run_sync(info.create_time)
+    owner = LeaseOwner(socket.gethostname(), pid, started, "host_old", machine="")
+    text = owner.encode().rsplit("|", 1)[0]
+    run = dataclasses.replace(new_run(scope, "run_old", owner), host_owner=text)
+    await store.terminal_runs.insert(run)
+    await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+
+
 async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left_alone(
     store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, db_path: Path
 ) -> None:
@@ -121,13 +135,7 @@ async def test_a_run_without_a_lease_of_an_older_host_still_running_here_is_left
     scope = await session_of(authority)
     older = await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"])
     async with older:
-        info = await anyio.to_thread.run_sync(psutil.Process, older.pid)
-        started = await anyio.to_thread.run_sync(info.create_time)
-        owner = LeaseOwner(socket.gethostname(), older.pid, started, "host_old", machine="")
-        text = owner.encode().rsplit("|", 1)[0]
-        run = dataclasses.replace(new_run(scope, "run_old", owner), host_owner=text)
-        await store.terminal_runs.insert(run)
-        await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+        await older_hosts_run(store, scope, db_path, older.pid)
 
         async with host_process(store, authority, tmp_path, "host_near") as host:
             assert await host.journal.recover() == 0
@@ -153,13 +161,7 @@ async def test_a_lease_less_run_older_than_any_run_can_last_is_orphaned_while_it
     scope = await session_of(authority)
     older = await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"])
     async with older:
-        info = await anyio.to_thread.run_sync(psutil.Process, older.pid)
-        started = await anyio.to_thread.run_sync(info.create_time)
-        owner = LeaseOwner(socket.gethostname(), older.pid, started, "host_old", machine="")
-        text = owner.encode().rsplit("|", 1)[0]
-        run = dataclasses.replace(new_run(scope, "run_old", owner), host_owner=text)
-        await store.terminal_runs.insert(run)
-        await anyio.to_thread.run_sync(without_lease, db_path, "run_old")
+        await older_hosts_run(store, scope, db_path, older.pid)
         await anyio.to_thread.run_sync(started_ago, db_path, "run_old", OLDER_RUN_GRACE_S + 60)
         async with host_process(store, authority, tmp_path, "host_near") as host:
             assert await host.journal.recover() == 1
