@@ -162,7 +162,8 @@ class MemoryInboxStore(InboxStore):
             entry = self._due.head(channel)
             assert entry is not None  # rounds() offers only instances with a due row
             row = self._rows[entry[2]]
-            if row.state == "claimed" and row.attempt >= max_attempts:
+            last = inbox_checks.reconcile_limit(max_attempts, turn_reserved=row.turn_reserved)
+            if row.state == "claimed" and row.attempt >= last:
                 self._put(row, _exhausted(row, now, max_attempts))
                 continue
             token = new_id("claim")

@@ -50,6 +50,7 @@ __all__ = [
     "check_reason",
     "check_ref",
     "check_result",
+    "reconcile_limit",
 ]
 
 STATES: tuple[str, ...] = get_args(InboundState)
@@ -123,3 +124,13 @@ def check_owners(owners: object) -> tuple[str, ...]:
     if not 1 <= len(named) <= MAX_CLAIM_OWNERS:
         raise InvalidValue(f"name 1 to {MAX_CLAIM_OWNERS} owners")
     return tuple(dict.fromkeys(check_ref("owner", owner) for owner in named))
+
+
+def reconcile_limit(max_attempts: int, *, turn_reserved: bool) -> int:
+    """The attempt whose expired lease dead-letters an inbound (its worker died holding it).
+
+    An attempt that reserved its turn id may have died after the turn ended (its
+    answer sent, the inbound not yet completed): one claim more only reconciles
+    with that turn's record (or ends it, its holder gone), so it is given, once.
+    """
+    return max_attempts + 1 if turn_reserved else max_attempts

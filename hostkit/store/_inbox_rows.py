@@ -21,6 +21,7 @@ from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.store._dialect import claim_isolation
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
+from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
     UNPROCESSABLE,
@@ -365,8 +366,10 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
 
 
 def _exhausted(row: sqlite3.Row, max_attempts: int) -> bool:
-    """A due claimed row is an expired lease; past its last attempt it is dead-lettered."""
-    return bool(row["state"] == "claimed" and row["attempt"] >= max_attempts)
+    """A due claimed row is an expired lease; past its last attempt it is dead-lettered
+    (``reconcile_limit``)."""
+    limit = reconcile_limit(max_attempts, turn_reserved=bool(row["turn_reserved"]))
+    return bool(row["state"] == "claimed" and row["attempt"] >= limit)
 
 
 def _claimed(row: sqlite3.Row, token: str, lease: float) -> ClaimedInbound:

@@ -139,3 +139,32 @@ async def test_dead_letter_attempts_exhausted_fences_the_last_claimant(
             last, InboundFailure("transient", "boom")
         )
         assert (late.disposition, late.state) == ("already_terminal", "dead_lettered")
+
+
+async def test_a_last_attempt_that_reserved_its_turn_gets_one_claim_more_to_reconcile(
+    adapter: str, tmp_path: Path
+) -> None:
+    """The last allowed attempt reserved its turn id, then its worker died: the turn may
+    have ended (its answer sent) with the inbound not yet completed. One claim more
+    only reconciles with that turn's record, so it is given, once; an attempt that
+    never reserved a turn is dead-lettered as before (above)."""
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        receipt = await sut.inbox.accept(envelope("answered"))
+        for attempt in range(1, POLICY.max_attempts + 1):
+            claimed = await sut.inbox.claim()
+            assert claimed is not None
+            assert claimed.attempt == attempt
+            if attempt == POLICY.max_attempts:
+                await sut.inbox.reserve_turn(claimed)
+            sut.clock.advance(31)  # the worker died holding it
+        reconcile = await sut.inbox.claim()
+        assert reconcile is not None
+        assert (reconcile.attempt, reconcile.turn_reserved) == (POLICY.max_attempts + 1, True)
+        sut.clock.advance(31)  # and died again: no claim more
+        assert await sut.inbox.claim() is None
+        record = await sut.inbox.record(receipt.inbound_id)
+        assert record is not None
+        assert (record.state, record.failure_code) == ("dead_lettered", ATTEMPTS_EXHAUSTED)
+        assert f"attempt {POLICY.max_attempts + 1} of {POLICY.max_attempts}" in (
+            record.failure_message
+        )
