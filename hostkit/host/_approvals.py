@@ -229,7 +229,10 @@ class HostApprovals:
                     "its continuation turn is running (here or in another process); "
                     "resume again when it has ended",
                 ) from None
-            if not (await self.get(by, approval_id)).awaiting_continuation:
+            if existing is None or not (await self.get(by, approval_id)).awaiting_continuation:
+                # A turn of this id that ended without claiming the call is taken as it
+                # ended (a cancel stands); only one left running by a Host that died,
+                # which this repeat ended, hands the call to the next id.
                 return result
         raise ApprovalRefused(
             approval_id, "answered", "too many of its continuation turns were interrupted"

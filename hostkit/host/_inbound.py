@@ -153,8 +153,9 @@ class InboundCommands:
         approval = await self._find(scope, code)
         if approval is None:
             return _NOT_FOUND
-        if claimed.attempt > 1:
-            # An earlier attempt may have died with the continuation it started: end such
+        if approval.status != "pending":
+            # Answered before (an earlier attempt, another reply, another process): the
+            # continuation that answer started may have died with its Host. End such
             # turns (the lease rule) so their record, not a wait, answers this one.
             await self._turns.recover()
         try:

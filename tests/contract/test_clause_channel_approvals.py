@@ -14,14 +14,17 @@ wrapped to record what it returned.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hostkit.effects import ApprovalLedger
 from hostkit.host import Host
 from hostkit.host._inbound import InboundCommands
+from hostkit.store import Admitted, LeaseOwner, TurnAdmission
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import (
     ClaimedInbound,
@@ -29,6 +32,7 @@ from hostkit.types import (
     InboundResult,
     ModelRequest,
     approval_code,
+    new_id,
 )
 from tests.contract.test_clause_inbound_route import (
     SLACK,
@@ -287,6 +291,54 @@ async def test_a_command_after_an_answer_whose_continuation_never_ran_runs_it_on
         _, again = await reply(host, f"approve {approval_code(approval_id)}", commands)
         assert again is not None
         assert (again.turn_id, stamps.lines()) == (result.turn_id, ["one"])
+
+
+async def test_a_new_command_for_a_continuation_a_dead_host_claimed_is_answered_not_deferred(
+    tmp_path: Path,
+) -> None:
+    """Another Host answered, started the continuation and claimed the call, then died.
+    A new reply (attempt 1 of a new inbound) ends that continuation by the lease rule
+    first: the call may have run, so the approval is ``indeterminate`` and the reply is
+    refused with that reason, instead of waiting hours on a turn nobody runs."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        commands = Commands(host)
+        approval_id, _ = await paused(host)
+        alice = await host.authority.for_conversation(
+            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
+        )
+        answered = await ApprovalLedger(host.store).answer(
+            alice, approval_id, decision="approve_once", fingerprint=None
+        )
+        assert answered.accepted
+        approval = answered.approval
+        live = await anyio.to_thread.run_sync(LeaseOwner.current, "host-that-died")
+        dead = dataclasses.replace(live, started=live.started - 100)
+        continuation = await host.store.turns.admit(
+            TurnAdmission(
+                turn_id=new_id("turn"),
+                request_id=f"continue:{approval_id}",
+                principal_id=approval.principal_id,
+                core_id=approval.core_id,
+                core_revision="cfg-test",
+                generation=1,
+                session=approval.session_id,
+                trace_id=new_id("trace"),
+            ),
+            owner=dead,
+            ttl_s=600,
+        )
+        assert isinstance(continuation, Admitted)
+        claim = await host.store.approvals.claim(
+            approval_id, session_id=approval.session_id, turn_id=continuation.lease.turn_id
+        )
+        assert claim is not None
+        _, result = await reply(host, f"approve {approval_code(approval_id)}", commands)
+        assert result is not None, "deferred: the dead continuation was not ended"
+        assert result.outcome == "refused"
+        assert "may have run" in result.detail
+        assert await status_of(host, approval_id) == "indeterminate"
+        assert stamps.lines() == []
 
 
 async def test_an_answer_from_outside_the_channel_is_still_delivered_to_the_conversation(

@@ -69,6 +69,14 @@ via = root / "via"
 layers = f"lowerdir={root / 'lower2'},upperdir={via / 'upper2'},workdir={via / 'work2'}"
 overlay = ["mount", "-t", "overlay", "overlay", "-o"]
 subprocess.run([*overlay, layers, str(root / "merged2")], check=True)
+# An overlay outside the workspace whose layers are relative (as Docker's overlay2 names
+# a container's root): they name no place here, and nothing says they are the agent's.
+for directory in (root / "rel-a", root / "rel-b", root / "rel-merged"):
+    directory.mkdir()
+(root / "rel-a" / "tool").write_text("operator's")
+subprocess.run(
+    [*overlay, "lowerdir=rel-a:rel-b", str(root / "rel-merged")], check=True, cwd=root
+)
 # A system directory bound into the workspace read-only: not the agent's to write.
 printenv = Path(shutil.which("printenv"))
 subprocess.run(["mount", "--bind", str(printenv.parent), str(ws / "sys")], check=True)
@@ -114,6 +122,7 @@ async def main():
     tree = MountedTree(ws)
     answers["renamed away"] = tree.holds(alias / "bin" / "gone")
     answers["through a link placed on the way"] = tree.holds(alias / "bin" / "away" / "printenv")
+    answers["an overlay elsewhere, relative layers"] = tree.holds(root / "rel-merged" / "tool")
     print(json.dumps(answers), flush=True)
 
 
@@ -250,3 +259,12 @@ def test_a_path_changed_under_the_check_is_placed_where_it_was(
     out of the workspace, is placed by the last name reached without following a link:
     still inside the workspace's bind, never nowhere (where the secret would go)."""
     assert answers[case] is True
+
+
+def test_an_overlay_elsewhere_whose_layers_name_no_place_here_is_not_the_agents(
+    answers: dict[str, object],
+) -> None:
+    """Relative layers (Docker's overlay2 root) cannot be placed: only an overlay mounted
+    in the workspace is then taken for the agent's, else a container's whole root file
+    system would be, and no program there would ever get its secret."""
+    assert answers["an overlay elsewhere, relative layers"] is False

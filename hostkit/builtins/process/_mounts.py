@@ -181,16 +181,24 @@ class MountedTree:
             if point != root and point.is_relative_to(root):
                 self._regions.append(_Region(mount.device, mount.root, point, mount.writable))
         for mount in self._table.values():
-            named = self._layer_in_tree(mount.layers)
+            named = self._layer_in_tree(mount)
             if named is not None:
                 self._regions.append(_Region(mount.device, mount.root, named, writable=True))
 
-    def _layer_in_tree(self, layers: tuple[Path | None, ...]) -> Path | None:
+    def _layer_in_tree(self, mount: _Mount) -> Path | None:
         """Where the first of an overlay's layers the agent writes lies in the tree:
         writing a layer changes what the overlay shows, wherever it is mounted. A layer
-        that names no place here could be in the tree: the root stands for it."""
-        for layer in layers:
-            named = self.root if layer is None else self._located(layer, True)
+        that names no place here (relative, as Docker's overlay2 names its root's) is
+        taken to lie in the tree only for an overlay mounted in it: counting every such
+        overlay would make a container's whole root file system the agent's."""
+        point = Path(mount.point)
+        in_tree = point == self.root or point.is_relative_to(self.root)
+        for layer in mount.layers:
+            if layer is None:
+                if in_tree:
+                    return self.root
+                continue
+            named = self._located(layer, True)
             if named is not None:
                 return named
         return None

@@ -265,8 +265,9 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
         for place in places:
             if place.exists():
                 targets.add(place)
-            # Where nothing can be written (a read-only mount) nothing can be planted.
-            writable = place.is_relative_to(root) and os.access(place.parent, os.W_OK)
+            # Where nothing can be written (a read-only mount) nothing can be planted; a
+            # directory's mode is no bar (the agent runs as the Host's user: it may chmod).
+            writable = place.is_relative_to(root) and not _read_only_mount(place.parent)
             if place.is_file() and writable:
                 targets.update(place.with_name(place.name + side) for side in _SQLITE_SIDES)
             if place.parent.is_dir():
@@ -299,6 +300,14 @@ def mask_plan(workspace: Path, hidden: Sequence[Path], *, roots: Sequence[Path] 
         else:
             args += ["--ro-bind", "/dev/null", str(target)]
     return args
+
+
+def _read_only_mount(directory: Path) -> bool:
+    """Whether ``directory`` lies on a read-only mount (blocking); unknown counts as not."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def limited_argv(prlimit: str, limits: ResourceLimits, command: Sequence[str]) -> list[str]:
