@@ -14,7 +14,6 @@ wrapped to record what it returned.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from hostkit.effects import ApprovalLedger
 from hostkit.host import Host
 from hostkit.host._inbound import InboundCommands
-from hostkit.store import Admitted, LeaseOwner, TurnAdmission
+from hostkit.store import Admitted, ApprovalAnswer, LeaseOwner, TurnAdmission
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import (
     ClaimedInbound,
@@ -43,6 +42,7 @@ from tests.contract.test_clause_inbound_route import (
     turn_of,
 )
 from tests.contract.test_effects_approval_flow import ASK, Stamps, stamp_call
+from tests.contract.test_store_turns import dead_like
 
 pytestmark = pytest.mark.anyio
 
@@ -107,6 +107,18 @@ async def status_of(host: Host, approval_id: str) -> str:
         ).fetchall()
     )
     return str(rows[0][0])
+
+
+async def answered_elsewhere(host: Host, approval_id: str) -> ApprovalAnswer:
+    """Alice's approve-once recorded as another process records it, with no continuation."""
+    alice = await host.authority.for_conversation(
+        ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
+    )
+    answered = await ApprovalLedger(host.store).answer(
+        alice, approval_id, decision="approve_once", fingerprint=None
+    )
+    assert answered.accepted
+    return answered
 
 
 def host_for(tmp_path: Path, stamps: Stamps) -> Any:
@@ -275,13 +287,7 @@ async def test_a_command_after_an_answer_whose_continuation_never_ran_runs_it_on
     async with host_for(tmp_path, stamps) as host:
         commands = Commands(host)
         approval_id, _ = await paused(host)
-        alice = await host.authority.for_conversation(
-            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
-        )
-        answered = await ApprovalLedger(host.store).answer(
-            alice, approval_id, decision="approve_once", fingerprint=None
-        )
-        assert answered.accepted
+        await answered_elsewhere(host, approval_id)
         assert stamps.lines() == []
         _, result = await reply(host, f"approve {approval_code(approval_id)}", commands)
         assert result is not None
@@ -304,16 +310,9 @@ async def test_a_new_command_for_a_continuation_a_dead_host_claimed_is_answered_
     async with host_for(tmp_path, stamps) as host:
         commands = Commands(host)
         approval_id, _ = await paused(host)
-        alice = await host.authority.for_conversation(
-            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
-        )
-        answered = await ApprovalLedger(host.store).answer(
-            alice, approval_id, decision="approve_once", fingerprint=None
-        )
-        assert answered.accepted
+        answered = await answered_elsewhere(host, approval_id)
         approval = answered.approval
-        live = await anyio.to_thread.run_sync(LeaseOwner.current, "host-that-died")
-        dead = dataclasses.replace(live, started=live.started - 100)
+        dead = dead_like(await anyio.to_thread.run_sync(LeaseOwner.current, "host-that-died"))
         continuation = await host.store.turns.admit(
             TurnAdmission(
                 turn_id=new_id("turn"),
