@@ -92,8 +92,9 @@ Decider = Callable[[ModelRequest], "ScriptStep | Awaitable[ScriptStep]"]
 ScriptStep = Reply | CallTools | Fail | str | Decider
 
 
-def _estimate(text: str) -> int:
-    return max(1, len(text) // 4)
+def _estimate(chars: int) -> int:
+    """Tokens of ``chars`` characters, as a rough provider would count them."""
+    return max(1, chars // 4)
 
 
 def _json(arguments: Mapping[str, Any]) -> str:
@@ -165,8 +166,9 @@ class ScriptedModel(ProviderBase):
         return Reply(step) if isinstance(step, str) else step
 
     def _respond(self, request: ModelRequest, step: Reply | CallTools) -> ModelResponse:
-        prompt = "".join(m.content for m in request.messages) + "".join(
-            t.name + t.description for t in request.tools
+        # Counted, not joined: a long window costs one pass and no copy of its text.
+        prompt_chars = sum(len(m.content) for m in request.messages) + sum(
+            len(t.name) + len(t.description) for t in request.tools
         )
         calls = self._bounded(step)
         finish: FinishReason = step.finish_reason if isinstance(step, Reply) else "tool_calls"
@@ -175,7 +177,7 @@ class ScriptedModel(ProviderBase):
         return ModelResponse(
             text=text,
             tool_calls=calls,
-            usage=Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(output)),
+            usage=Usage(input_tokens=_estimate(prompt_chars), output_tokens=_estimate(len(output))),
             finish_reason=finish,
             provider=self._name,
             model=self._model,

@@ -13,6 +13,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -256,8 +257,23 @@ def read_state(
     not ``turn_id``'s own beyond ``limit`` of them: the cost depends on the
     window, never on the transcript.
     """
-    summary = read_summary(conn, session_id)
-    cutoff = summary.cutoff_seq if summary is not None else None
+    # The summary, bootstrap and calibration rows in one statement (each at most one row).
+    context = _row(
+        conn,
+        "SELECT cs.summary, cs.cutoff_seq, b.snapshot, c.provider, c.model, c.estimator, "
+        "c.ratio, c.samples, c.updated_at FROM sessions s "
+        "LEFT JOIN context_summaries cs ON cs.session_id = s.session_id "
+        "LEFT JOIN context_bootstrap b ON b.session_id = s.session_id "
+        "LEFT JOIN context_calibration c ON c.session_id = s.session_id "
+        "WHERE s.session_id = ?",
+        [session_id],
+    )
+    summary = cutoff = bootstrap = calibration = None
+    if context is not None:
+        if context["cutoff_seq"] is not None:
+            summary, cutoff = str(context["summary"]), int(context["cutoff_seq"])
+        bootstrap = context["snapshot"]
+        calibration = None if context["provider"] is None else _calibration(context)
     after = after_seq if after_seq is not None and after_cutoff == cutoff else None
     floor = max(-1 if cutoff is None else cutoff, -1 if after is None else after)
     cursor = conn.execute(
@@ -276,38 +292,41 @@ def read_state(
             others += 1
         found.append((seq, role, content, owner))
     cursor.close()
-    boot = _row(conn, "SELECT snapshot FROM context_bootstrap WHERE session_id = ?", [session_id])
     return ContextState(
-        summary=summary.summary if summary is not None else None,
+        summary=summary,
         cutoff=cutoff,
         rows=tuple(
             HistoryRow(int(seq), ModelMessage.from_json(role, json.loads(content)), owner)
             for seq, role, content, owner in reversed(found)
         ),
         older=older,
-        bootstrap=boot["snapshot"] if boot is not None else None,
-        calibration=read_calibration(conn, session_id),
+        bootstrap=bootstrap,
+        calibration=calibration,
         turn_id=turn_id,
         after=after,
     )
 
 
+_CALIBRATION_COLUMNS = "provider, model, estimator, ratio, samples, updated_at"
+
+
 def read_calibration(conn: sqlite3.Connection, session_id: str) -> Calibration | None:
     found = _row(
         conn,
-        "SELECT provider, model, estimator, ratio, samples, updated_at FROM context_calibration "
-        "WHERE session_id = ?",
+        f"SELECT {_CALIBRATION_COLUMNS} FROM context_calibration WHERE session_id = ?",
         [session_id],
     )
-    if found is None:
-        return None
+    return None if found is None else _calibration(found)
+
+
+def _calibration(row: sqlite3.Row) -> Calibration:
     return Calibration(
-        provider=found["provider"],
-        model=found["model"],
-        estimator=found["estimator"],
-        ratio=float(found["ratio"]),
-        samples=int(found["samples"]),
-        updated_at=found["updated_at"],
+        provider=row["provider"],
+        model=row["model"],
+        estimator=row["estimator"],
+        ratio=float(row["ratio"]),
+        samples=int(row["samples"]),
+        updated_at=row["updated_at"],
     )
 
 
@@ -341,18 +360,24 @@ def insert_usage(conn: sqlite3.Connection, observation: UsageObservation) -> boo
     row that does not decode (written by hand, or damaged) costs the estimate
     and the calibration step, never the provider's reported usage.
     """
+    return _append_usage(conn, observation, _recorded_decision(conn, observation)) is not None
+
+
+def _recorded_decision(
+    conn: sqlite3.Connection, observation: UsageObservation
+) -> ContextDecision | None:
     found = _row(
         conn,
         f"SELECT {_DECISION_COLUMNS} FROM context_decisions d WHERE d.decision_id = ?",
         [observation.decision_id],
     )
-    recorded: ContextDecision | None = None
-    if found is not None:
-        try:
-            recorded = decode_decision(found)
-        except StoreError as exc:
-            _log.warning("usage recorded without calibration: %s", exc.message)
-    return _append_usage(conn, observation, recorded)
+    if found is None:
+        return None
+    try:
+        return decode_decision(found)
+    except StoreError as exc:
+        _log.warning("usage recorded without calibration: %s", exc.message)
+        return None
 
 
 def record_step(
@@ -365,28 +390,41 @@ def record_step(
     outcome was unknown). Otherwise the decision in hand is used as is: it
     is not read back. Returns the session's calibration as it is now.
     """
-    recorded = _row(
-        conn, "SELECT 1 FROM context_decisions WHERE decision_id = ?", [decision.decision_id]
+    inserted = conn.execute(
+        _INSERT_DECISION + " ON CONFLICT (decision_id) DO NOTHING", _decision_values(decision)
     )
-    if recorded is not None:
-        observed = insert_usage(conn, observation)
-    else:
-        conn.execute(_INSERT_DECISION, _decision_values(decision))
-        observed = _append_usage(conn, observation, decision)
-    return StepRecord(observed, read_calibration(conn, observation.session_id))
+    recorded = decision if inserted.rowcount == 1 else _recorded_decision(conn, observation)
+    return _step_record(conn, observation, _append_usage(conn, observation, recorded))
 
 
 def observe_step(conn: sqlite3.Connection, step: ObservedStep) -> StepRecord:
     """``record_step`` for a held decision, else the usage alone; then the calibration."""
     if step.decision is not None:
         return record_step(conn, step.decision, step.observation)
-    observed = insert_usage(conn, step.observation)
-    return StepRecord(observed, read_calibration(conn, step.observation.session_id))
+    observation = step.observation
+    appended = _append_usage(conn, observation, _recorded_decision(conn, observation))
+    return _step_record(conn, observation, appended)
+
+
+def _step_record(
+    conn: sqlite3.Connection, observation: UsageObservation, appended: _Appended | None
+) -> StepRecord:
+    if appended is not None and appended.calibration is not None:
+        return StepRecord(True, appended.calibration)
+    return StepRecord(appended is not None, read_calibration(conn, observation.session_id))
+
+
+@dataclass(frozen=True, slots=True)
+class _Appended:
+    """An observation that was new, with the calibration it moved (None: it moved none)."""
+
+    calibration: Calibration | None
 
 
 def _append_usage(
     conn: sqlite3.Connection, observation: UsageObservation, recorded: ContextDecision | None
-) -> bool:
+) -> _Appended | None:
+    """Append the observation and calibrate; None when it was already observed."""
     usage = observation.usage
     cursor = conn.execute(
         "INSERT INTO usage_observations (decision_id, session_id, turn_id, step_id, "
@@ -411,47 +449,58 @@ def _append_usage(
         ],
     )
     if cursor.rowcount != 1:
-        return False
+        return None
     reported = usage.input_tokens  # cache buckets are subsets of it (see Usage)
     if (
-        recorded is not None
-        and recorded.kind == "ready"
-        and recorded.raw_input_tokens
-        and recorded.estimator
-        and reported > 0
+        recorded is None
+        or recorded.kind != "ready"
+        or not recorded.raw_input_tokens
+        or not recorded.estimator
+        or reported <= 0
     ):
-        # Keyed by the pinned provider/model: a provider may report a dated alias.
-        key = (
-            observation.session_id,
-            recorded.provider or observation.provider,
-            recorded.model or observation.model,
-            recorded.estimator,
-        )
-        _calibrate(conn, key, reported / recorded.raw_input_tokens)
-    return True
+        return _Appended(None)
+    # Keyed by the pinned provider/model: a provider may report a dated alias.
+    key = (
+        observation.session_id,
+        recorded.provider or observation.provider,
+        recorded.model or observation.model,
+        recorded.estimator,
+    )
+    return _Appended(_calibrate(conn, key, reported / recorded.raw_input_tokens))
 
 
-def _calibrate(conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float) -> None:
-    """Move the session's ratio toward ``sample``; another provider/model/estimator resets it."""
+_SAME_KEY = (
+    "context_calibration.provider = excluded.provider "
+    "AND context_calibration.model = excluded.model "
+    "AND context_calibration.estimator = excluded.estimator"
+)
+_WEIGHT = f"MIN(context_calibration.samples, {MAX_SAMPLES - 1})"
+_CALIBRATE = (
+    "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+    f"ON CONFLICT (session_id) DO UPDATE SET ratio = CASE WHEN {_SAME_KEY} "
+    f"THEN (context_calibration.ratio * {_WEIGHT} + excluded.ratio) / ({_WEIGHT} + 1) "
+    "ELSE excluded.ratio END, "
+    f"samples = CASE WHEN {_SAME_KEY} THEN context_calibration.samples + 1 ELSE 1 END, "
+    "provider = excluded.provider, model = excluded.model, estimator = excluded.estimator, "
+    f"updated_at = excluded.updated_at RETURNING {_CALIBRATION_COLUMNS}"
+)
+
+
+def _calibrate(
+    conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float
+) -> Calibration:
+    """Move the session's ratio toward ``sample``; another provider/model/estimator resets it.
+
+    One statement: the moving average is taken in SQL against the row as it
+    is, and the row comes back as it was left.
+    """
     session_id, provider, model, estimator = key
     sample = min(MAX_RATIO, max(MIN_RATIO, sample))
-    found = read_calibration(conn, session_id)
-    same = found is not None and (found.provider, found.model, found.estimator) == (
-        provider,
-        model,
-        estimator,
-    )
-    ratio, samples = (found.ratio, found.samples) if same and found else (sample, 0)
-    weight = min(samples, MAX_SAMPLES - 1)
-    ratio = (ratio * weight + sample) / (weight + 1)
-    conn.execute(
-        "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
-        "updated_at) VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
-        "ON CONFLICT(session_id) DO UPDATE SET provider = excluded.provider, "
-        "model = excluded.model, estimator = excluded.estimator, ratio = excluded.ratio, "
-        "samples = excluded.samples, updated_at = excluded.updated_at",
-        [session_id, provider, model, estimator, ratio, samples + 1],
-    )
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    (row,) = cursor.execute(_CALIBRATE, [session_id, provider, model, estimator, sample]).fetchall()
+    return _calibration(row)
 
 
 # -- summaries and the compaction lease -------------------------------------------------

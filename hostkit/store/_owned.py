@@ -12,10 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, TurnInProgress
+from hostkit.store._dialect import is_postgres
 from hostkit.store._json import canonical_json
 from hostkit.types import (
     LegacyRepairView,
@@ -57,8 +59,18 @@ _TASK_COLUMNS = "t.task_id, t.session_id, t.kind, t.status, t.detail, t.created_
 
 
 def now(conn: sqlite3.Connection) -> str:
-    """The database clock as ISO-8601 UTC with milliseconds."""
-    return str(conn.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0])
+    """The database clock as ISO-8601 UTC with milliseconds.
+
+    SQLite's ``'now'`` is this machine's wall clock read by the process that
+    runs the statement, so on SQLite it is read here without a statement; a
+    PostgreSQL server's clock is asked for.
+    """
+    if is_postgres(conn):
+        return str(conn.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0])
+    moment = time.time()
+    seconds = int(moment)
+    millis = min(999, int((moment - seconds) * 1000))
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
 
 
 def owner_predicate(scope: PrincipalScope, owner: str = "o") -> tuple[str, list[Any]]:

@@ -520,26 +520,21 @@ def insert_message(
     The caller holds the session lease (checked in the same transaction), so
     no other writer takes the seq.
     """
-    row = one_row(
-        conn,
-        "SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM messages WHERE session_id = ?",
-        [session_id],
-    )
-    seq = int(row["next"]) if row is not None else 1
-    conn.execute(
+    (row,) = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), "
+        "?, ?, ?, ?) RETURNING seq",
         [
             new_id("msg"),
             session_id,
-            seq,
+            session_id,
             message.role,
             canonical_json(message.to_json()),
             turn_id,
             at,
         ],
-    )
-    return seq
+    ).fetchall()
+    return int(row[0])
 
 
 def finish(

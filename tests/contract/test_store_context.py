@@ -483,6 +483,36 @@ async def test_a_read_after_a_seq_returns_only_what_is_new_under_the_same_cutoff
         await refused(context.read_state(session_id=session_id, turn_id="t", window=3, **bad))
 
 
+async def test_calibration_is_a_moving_average_over_twenty_samples_and_each_step_returns_it(
+    adapter: RuntimeStore,
+) -> None:
+    """The average the store keeps is the arithmetic one (last weight 1/20 once 20 samples
+    are in), the step's own answer is what the session then holds, and another estimator
+    starts it afresh."""
+    context = adapter.context
+    session_id = await new_session(adapter)
+    ratio, count = 0.0, 0
+    for index in range(27):
+        sample = 0.5 + (index * 7 % 16) / 10  # 0.5 .. 2.0, never one value twice in a row
+        step = ready(session_id, f"ctx_avg_{index}", raw_input_tokens=1_000)
+        recorded = await context.record_step(step, observed(step, round(sample * 1_000)))
+        weight = min(count, 20 - 1)
+        ratio, count = (ratio * weight + sample) / (weight + 1), count + 1
+        assert recorded.calibration is not None
+        assert (recorded.calibration.ratio, recorded.calibration.samples) == (
+            pytest.approx(ratio, rel=1e-12),
+            count,
+        )
+        state = await context.read_state(session_id=session_id, turn_id="t", window=1)
+        assert state.calibration == recorded.calibration
+
+    other = ready(session_id, "ctx_avg_other", raw_input_tokens=1_000, estimator="bytes/4")
+    reset = await context.record_step(other, observed(other, 700))
+    assert reset.calibration is not None
+    assert (reset.calibration.estimator, reset.calibration.samples) == ("bytes/4", 1)
+    assert reset.calibration.ratio == pytest.approx(0.7)
+
+
 async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
     adapter: RuntimeStore,
 ) -> None:

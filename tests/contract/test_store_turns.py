@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -387,6 +389,7 @@ async def test_transcript_writes_take_the_next_seq_and_finish_releases_the_sessi
     runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
 ) -> None:
     scope = await conversation(resolver)
+    before = time.time()
     lease = (await admit(runtime, scope, live)).lease
     assert [await say(runtime, lease, seq) for seq in (2, 3, 4)] == [1, 2, 3]
     committed = await runtime.turns.finish(
@@ -402,6 +405,14 @@ async def test_transcript_writes_take_the_next_seq_and_finish_releases_the_sessi
     assert (await runtime.turns.state(scope, lease.turn_id)).result == committed
     messages = await runtime.list_messages(scope, lease.session_id)
     assert [m.seq for m in messages.items] == [1, 2, 3]
+    # Stamped by the database clock (this machine's), as ISO-8601 UTC with milliseconds.
+    after = time.time()
+    stamps = [m.created_at for m in messages.items]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", s) for s in stamps)
+    assert stamps == sorted(stamps)
+    assert all(before - 1 <= datetime.fromisoformat(s).timestamp() <= after + 1 for s in stamps)
+    assert state.started_at is not None
+    assert before - 1 <= state.started_at <= after + 1
 
 
 async def test_a_cancel_request_is_owner_checked_and_reaches_the_holder(
