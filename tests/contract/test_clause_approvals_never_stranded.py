@@ -6,6 +6,7 @@ request id had already started and ended before claiming the call.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -45,6 +46,46 @@ async def test_a_continuation_that_ended_before_its_claim_does_not_strand_the_an
         with pytest.raises(ApprovalRefused) as again:
             await host.approvals.answer(approval_id, "approve_once", by=operator)
         assert again.value.reason == "answered"
+    assert stamps.lines() == ["one"]
+
+
+async def test_a_continuation_cancelled_before_its_claim_stands_and_a_resume_runs_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel is an answer about that continuation turn: the answer that started it gets
+    the cancelled turn and the call does not run behind its back. The approval is still
+    unclaimed, so a later resume runs it, once, under the next request id."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("stamped at last")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        owner = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
+        approvals = host.store.approvals
+        claim = approvals.claim
+        cancelled: list[str] = []
+
+        async def cancel_first_then_claim(approval: str, *, session_id: str, turn_id: str) -> Any:
+            if not cancelled:
+                cancelled.append(turn_id)
+                await host.turns.cancel(turn_id, owner)
+                await anyio.sleep(10)  # the cancel ends the turn here, before its claim
+            return await claim(approval, session_id=session_id, turn_id=turn_id)
+
+        monkeypatch.setattr(approvals, "claim", cancel_first_then_claim)
+        with anyio.fail_after(20):
+            ended = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert (ended.outcome, ended.turn_id) == ("cancelled", cancelled[0])
+        assert ended.request_id == f"continue:{approval_id}"
+        assert stamps.lines() == []
+        assert (await host.approvals.get(operator, approval_id)).awaiting_continuation
+
+        resumed = await host.approvals.resume(approval_id, by=operator)
+        assert (resumed.outcome, resumed.text) == ("completed", "stamped at last")
+        assert resumed.request_id == f"continue:{approval_id}:2"
+        assert (await host.approvals.resume(approval_id, by=operator)).turn_id == resumed.turn_id
     assert stamps.lines() == ["one"]
 
 
