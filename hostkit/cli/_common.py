@@ -266,6 +266,10 @@ class _HeldRecords(logging.Handler):
         self._logger = logger
 
     def emit(self, record: logging.LogRecord) -> None:
+        # Progress (a wait on another process's lock) is news now, not after the open.
+        if getattr(record, "hostkit_progress", False) and logging.lastResort is not None:
+            logging.lastResort.handle(record)
+            return
         self.records.append(record)
 
     def let_go(self, shown: set[str]) -> None:

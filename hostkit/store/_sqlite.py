@@ -57,7 +57,9 @@ class SqliteStore(RowStore):
         self.migration = report
         self._writer_conn = writer
         self._reader = reader
-        self._writer = GroupCommitWriter(writer, max_batch=max_batch, lock_timeout_s=lock_timeout_s)
+        self._writer = GroupCommitWriter(
+            writer, max_batch=max_batch, lock_timeout_s=lock_timeout_s, database=str(path)
+        )
         super().__init__()
 
     @classmethod

@@ -23,12 +23,16 @@ timeout (a long interactive transaction, a backup). A ``BEGIN`` that fails
 on that lock has run no job, so it is tried again until the writer's lock
 timeout: a write fails then, not after one busy timeout, and a tool call that
 ran is not reported lost because another process wrote for a few seconds.
+A wait past ``LOCK_NOTICE_S`` is logged once (a person at a terminal must
+not stare at silence for half a minute), and a write that never got the lock
+fails saying so, not as a failed commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections import deque
@@ -55,6 +59,10 @@ _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
 _LOCK_HELD = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 # Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
 _BEGIN_PAUSE_S = 0.01
+# A write waiting this long for another process's write lock is logged (once per wait).
+LOCK_NOTICE_S = 1.5
+
+_log = logging.getLogger(__name__)
 
 # The writer's own control statements. Their text differs from anything a caller
 # would write, so a caller's "COMMIT" never reuses a statement prepared (and
@@ -74,8 +82,14 @@ def _primary_code(exc: sqlite3.Error) -> int | None:
     return code & 0xFF if isinstance(code, int) else None
 
 
+class _LockNeverFree(sqlite3.OperationalError):
+    """``BEGIN`` gave up: another process held the write lock for the writer's whole wait."""
+
+
 def map_sqlite_error(exc: sqlite3.Error, action: str) -> StoreError:
     """Map a sqlite3 error to a bounded ``StoreError`` with ``retryable`` set."""
+    if isinstance(exc, _LockNeverFree):
+        return StoreError(str(exc), retryable=True)
     primary = _primary_code(exc)
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return StoreError(f"{action} failed: {name}: {exc}", retryable=primary in _RETRYABLE)
@@ -108,27 +122,54 @@ class _Job(Generic[T]):
         self.done = done
 
 
-def _begin(conn: sqlite3.Connection, wait_s: float) -> None:
+class LockWait:
+    """The writer's wait for SQLite's write lock: its bound, and since when a BEGIN waits.
+
+    ``since`` is set on the database thread while a ``BEGIN`` runs and read on
+    the event loop, which says so when the wait grows long (one attribute,
+    written and read whole).
+    """
+
+    __slots__ = ("bound_s", "database", "since")
+
+    def __init__(self, bound_s: float, database: str) -> None:
+        self.bound_s = bound_s
+        self.database = database
+        self.since: float | None = None
+
+
+def _begin(conn: sqlite3.Connection, lock: LockWait) -> None:
     """``BEGIN IMMEDIATE``, tried again while another process holds the write lock.
 
-    Each try waits up to the connection's busy timeout; after ``wait_s`` in
-    all, the lock's error is raised. Nothing ran yet, so trying again is safe.
+    Each try waits up to the connection's busy timeout; after ``lock.bound_s``
+    in all, ``_LockNeverFree`` is raised. Nothing ran yet, so trying again is safe.
     """
-    deadline = time.monotonic() + wait_s
-    while True:
-        started = time.monotonic()
-        try:
-            conn.execute(BEGIN)
-            return
-        except sqlite3.OperationalError as exc:
-            if _primary_code(exc) not in _LOCK_HELD or time.monotonic() >= deadline:
-                raise
-            if time.monotonic() - started < _BEGIN_PAUSE_S:
-                time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
+    began = time.monotonic()
+    deadline = began + lock.bound_s
+    lock.since = began
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                conn.execute(BEGIN)
+                return
+            except sqlite3.OperationalError as exc:
+                if _primary_code(exc) not in _LOCK_HELD:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise _LockNeverFree(
+                        f"another process held the write lock of {lock.database[-200:]} for "
+                        f"{lock.bound_s:g} s: nothing of this write was done; try again when "
+                        "that process is done"
+                    ) from exc
+                if time.monotonic() - started < _BEGIN_PAUSE_S:
+                    time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
+    finally:
+        lock.since = None
 
 
 def _run_batch(
-    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]], lock_wait_s: float
+    conn: sqlite3.Connection, guard: TransactionGuard, jobs: list[_Job[Any]], lock: LockWait
 ) -> None:
     """Run ``jobs`` in one transaction; runs on the DB thread.
 
@@ -140,11 +181,11 @@ def _run_batch(
     """
     guard.raised = False  # never inherit a raised guard from an interrupted transaction
     if len(jobs) == 1:
-        _run_alone(conn, guard, jobs[0], lock_wait_s)
+        _run_alone(conn, guard, jobs[0], lock)
         return
     try:
-        if not _run_jobs(conn, guard, jobs, savepoints=False, lock_wait_s=lock_wait_s):
-            _run_jobs(conn, guard, jobs, savepoints=True, lock_wait_s=lock_wait_s)
+        if not _run_jobs(conn, guard, jobs, savepoints=False, lock=lock):
+            _run_jobs(conn, guard, jobs, savepoints=True, lock=lock)
         conn.execute(COMMIT)
     except sqlite3.Error as exc:
         if conn.in_transaction:
@@ -158,7 +199,7 @@ def _run_jobs(
     jobs: list[_Job[Any]],
     *,
     savepoints: bool,
-    lock_wait_s: float,
+    lock: LockWait,
 ) -> bool:
     """Run every job in one open transaction; each in its own savepoint if ``savepoints``.
 
@@ -166,7 +207,7 @@ def _run_jobs(
     the answer is False (run them again with savepoints); with them, its error
     is its own and the others go on.
     """
-    _begin(conn, lock_wait_s)
+    _begin(conn, lock)
     for job in jobs:
         job.result = None
         if savepoints:
@@ -193,11 +234,11 @@ def _run_jobs(
 
 
 def _run_alone(
-    conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any], lock_wait_s: float
+    conn: sqlite3.Connection, guard: TransactionGuard, job: _Job[Any], lock: LockWait
 ) -> None:
     """One job, one transaction: no savepoint is needed to roll it back alone."""
     try:
-        _begin(conn, lock_wait_s)
+        _begin(conn, lock)
         guard.raised = True
         try:
             job.result = job.fn(conn)
@@ -220,10 +261,16 @@ def _run_alone(
 class GroupCommitWriter:
     """Serializes all writes to one connection and groups concurrent ones per commit."""
 
-    def __init__(self, conn: DbConnection, *, max_batch: int, lock_timeout_s: float) -> None:
+    def __init__(
+        self, conn: DbConnection, *, max_batch: int, lock_timeout_s: float, database: str
+    ) -> None:
         self._conn = conn
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
+        self._lock_wait = LockWait(lock_timeout_s, database)
+        # The drain's look at that wait (event loop only), and the wait it last told of.
+        self._watch: asyncio.TimerHandle | None = None
+        self._noticed: float | None = None
         # Shared with the database thread, which only pops from the left; the loop appends,
         # and removes a cancelled caller's job. Each of those is atomic.
         self._pending: deque[_Job[Any]] = deque()
@@ -292,7 +339,7 @@ class GroupCommitWriter:
                     self._max_batch,
                     stop,
                     deliver,
-                    self._lock_timeout_s,
+                    self._lock_wait,
                 )
             )
         except Exception as exc:  # the connection is closed: nothing queued can run
@@ -300,10 +347,33 @@ class GroupCommitWriter:
             return
         self._drain = drain
         drain.add_done_callback(self._drained)
+        self._watch = loop.call_later(LOCK_NOTICE_S, self._notice_lock_wait, drain)
+
+    def _notice_lock_wait(self, drain: asyncio.Future[None]) -> None:
+        """Say once per wait that the drain waits for another process's lock; look again later."""
+        if drain.done():
+            return
+        since = self._lock_wait.since
+        waited = 0.0 if since is None or since == self._noticed else time.monotonic() - since
+        if waited >= LOCK_NOTICE_S:
+            self._noticed = since
+            _log.warning(
+                "waiting for the write lock of %s: another process holds it "
+                "(this write waits up to %g s)",
+                self._lock_wait.database[-200:],
+                self._lock_wait.bound_s,
+                extra={"hostkit_progress": True},
+            )
+        self._watch = asyncio.get_running_loop().call_later(
+            LOCK_NOTICE_S, self._notice_lock_wait, drain
+        )
 
     def _drained(self, drain: asyncio.Future[None]) -> None:
         """The drain returned (queue empty, or asked to stop): start another if needed."""
         self._drain = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if not drain.cancelled() and drain.exception() is not None:
             # The drain failed outside any batch (its connection thread, not a job):
             # fail what is queued rather than start another that may fail alike.
@@ -385,7 +455,7 @@ def _drain(
     max_batch: int,
     stop: Callable[[], bool],
     deliver: Callable[[list[_Job[Any]]], None],
-    lock_wait_s: float,
+    lock: LockWait,
 ) -> None:
     """Run queued jobs in batches until none is left (or ``stop``); on the DB thread.
 
@@ -405,7 +475,7 @@ def _drain(
         if not batch:
             return
         try:
-            _run_batch(conn, guard, batch, lock_wait_s)
+            _run_batch(conn, guard, batch, lock)
         except BaseException as exc:
             _fail(batch, _as_store_error(exc))
             _abandon_transaction(conn, guard)

@@ -6,11 +6,15 @@ than one busy timeout. The writer's ``BEGIN`` has run no job when it fails on
 that lock, so it is tried again until the writer's lock timeout: a turn whose
 tool ran while another process held the lock ends ``completed`` with its call
 ``succeeded``, not ``failed`` with the call recorded as possibly run. Past the
-lock timeout a write fails with a typed, retryable ``StoreError``.
+lock timeout a write fails with a typed, retryable ``StoreError`` that says so.
+A wait that grows long is said at once (a person at a terminal), not after it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +30,7 @@ from hostkit.host import Host
 from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import TurnResult
+from tests.contract.test_cli import CONFIG
 from tests.hosts import config, request
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +62,10 @@ async def lock_held_elsewhere(database: Path) -> AsyncIterator[Callable[[], Awai
             assert await holder.wait() == 0
 
 
-async def test_a_write_waits_out_a_lock_longer_than_the_busy_timeout(tmp_path: Path) -> None:
+async def test_a_write_waits_out_a_lock_longer_than_the_busy_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="hostkit.store")
     database = tmp_path / "hostkit.db"
     async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=20) as store:
         await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
@@ -69,8 +77,12 @@ async def test_a_write_waits_out_a_lock_longer_than_the_busy_timeout(tmp_path: P
 
         async with lock_held_elsewhere(database) as release, anyio.create_task_group() as group:
             group.start_soon(insert)
-            await anyio.sleep(1.0)  # five busy timeouts
+            await anyio.sleep(2.5)  # a dozen busy timeouts, and past LOCK_NOTICE_S
             assert not written.is_set()  # it waits for the other process, and has not failed
+            # ... and says so while it waits, once, naming the file.
+            (notice,) = [r for r in caplog.records if "waiting for the write lock" in r.message]
+            assert str(database) in notice.message
+            assert notice.hostkit_progress  # type: ignore[attr-defined]
             await release()
             with anyio.fail_after(15):
                 await written.wait()
@@ -88,8 +100,12 @@ async def test_past_the_lock_timeout_a_write_fails_typed_and_retryable(tmp_path:
                 await store.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
             waited = time.monotonic() - started
         assert caught.value.retryable
-        assert "locked" in str(caught.value)
-        assert len(str(caught.value)) <= 500
+        said = str(caught.value)
+        # Not "commit failed": no write began. It names the file and what to do.
+        assert "another process held the write lock of" in said
+        assert str(database) in said
+        assert "nothing of this write was done" in said
+        assert len(said) <= 500
         # The lock timeout (1 s; the bound is for a loaded machine), while the lock was held.
         assert 0.8 < waited < 10
         await store.write(lambda c: c.execute("INSERT INTO t VALUES ('later')"))
@@ -131,3 +147,34 @@ async def test_a_turn_whose_tool_ran_under_another_processs_lock_completes(
     assert result.outcome == "completed", result
     assert result.text == "done"
     assert [e.status for e in result.effects] == ["succeeded"]
+
+
+async def test_a_cli_run_says_at_once_that_it_waits_for_another_processs_lock(
+    tmp_path: Path,
+) -> None:
+    """``hostkit run`` while another process holds the lock prints a line within seconds
+    (not 30 s of silence), then runs the turn once the lock is free."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    command = [sys.executable, "-m", "hostkit", "run"]
+    env = {**os.environ, "COLUMNS": "200"}
+    first = await anyio.run_process(
+        [*command, "first"], cwd=tmp_path, check=False, stdin=subprocess.DEVNULL, env=env
+    )
+    assert first.returncode == 0, first.stderr.decode()
+    database = tmp_path / "state" / "hostkit.db"
+    async with (
+        lock_held_elsewhere(database) as release,
+        await anyio.open_process(
+            [*command, "second"], cwd=tmp_path, stdin=subprocess.DEVNULL, env=env
+        ) as run,
+    ):
+        assert run.stderr is not None
+        said = b""
+        with anyio.fail_after(20):  # the notice comes after 1.5 s; a loaded machine
+            while b"waiting for the write lock" not in said:
+                said += await run.stderr.receive()
+        assert run.returncode is None  # said while waiting, not at the end
+        assert str(database).encode() in said.replace(b"\n", b"")
+        await release()
+        with anyio.fail_after(60):
+            assert await run.wait() == 0
