@@ -22,7 +22,7 @@ from hostkit.cli._common import (
     chosen_session,
     console,
     fail,
-    find_config,
+    naming_config,
     open_host,
     operator_host,
     print_json,
@@ -31,6 +31,7 @@ from hostkit.cli._common import (
     run_command,
     stdin_is_a_terminal,
     terminal_approver,
+    turn_config,
 )
 from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
@@ -45,7 +46,7 @@ from hostkit.cli._model import model
 from hostkit.cli._render import sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
-from hostkit.errors import HostkitError, InvalidValue, bounded
+from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
 
@@ -145,22 +146,34 @@ def run(
         # the assistant's session, whose history is about something else.
         conversation = "terminal" if agent == "assistant" else f"terminal/{agent}"
 
+    # The refusal of a turn for a core with no live revision says how to promote it: the
+    # start-up warning saying the same is left out.
+    unpromoted = f"core {agent!r} has no live revision"
+
     async def main() -> int:
         async with open_host(
-            await find_config(config),
+            await turn_config(config),
             approver=terminal_approver(config, agent=reference if python_agents else None),
             agents=python_agents,
+            moot=lambda line: line.startswith(unpromoted),
         ) as host:
             attachments = await attach_files(host, conversation, attach or ())
-            result = await stream_turn(
-                host,
-                message,
-                agent=agent,
-                conversation=conversation,
-                session=selector,
-                progress=console,
-                attachments=attachments,
-            )
+            try:
+                result = await stream_turn(
+                    host,
+                    message,
+                    agent=agent,
+                    conversation=conversation,
+                    session=selector,
+                    progress=console,
+                    attachments=attachments,
+                )
+            except TurnRejected as exc:
+                if config is None:
+                    raise
+                # Its hint, pasted, must act on this project: it names -c as given.
+                named = naming_config(exc.reason, host.config.cores, config)
+                raise fail(TurnRejected(named)) from None
             return report(
                 result,
                 database=host.config.store_location,

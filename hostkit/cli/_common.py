@@ -99,7 +99,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON on stdout i
 
 
 def config_path(path: Path | None) -> Path | None:
-    """The ``-c`` file, else the project's ``hostkit.toml``, else None (the default config).
+    """The ``-c`` file (``hostkit.toml`` in it when it is a directory), else the project's
+    ``hostkit.toml``, else None (the default config).
 
     The project's file is looked for as git looks for ``.git``: in the working
     directory (``./hostkit.toml``, returned as that relative path), then in
@@ -111,7 +112,8 @@ def config_path(path: Path | None) -> Path | None:
     code that runs (tool modules), like a planted ``/tmp/hostkit.toml``.
     """
     if path is not None:
-        return path
+        # ``-c my-project`` is the project ``hostkit init my-project`` wrote.
+        return path / DEFAULT_CONFIG if path.is_dir() else path
     default = Path(DEFAULT_CONFIG)
     if default.exists():
         return default
@@ -305,6 +307,26 @@ def report(
     if result.outcome == "needs_user" and result.pending_approval:
         print_pending(console, result.pending_approval, config=config, agent=agent)
     return exit_code(result)
+
+
+async def turn_config(config: Path | None) -> Path | None:
+    """``find_config`` for a command that runs turns, saying so when it starts a new
+    default project here (no ``hostkit.toml`` here or above, no database yet): the
+    files it is about to create must not come as a surprise."""
+    found = await find_config(config)
+    if found is None:
+        default = default_config(base_dir=Path(await anyio.Path.cwd()))
+        if default.store.url is None and not await anyio.Path(default.database_path).exists():
+            console.print(
+                "note: no hostkit.toml here or in a parent directory: using the defaults, "
+                f"with state in {default.database_path} and the agents' workspace in "
+                f"{default.resolve(default.host.workspace)}/ (`hostkit init` writes a project "
+                "instead)",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+    return found
 
 
 async def project_config(config: Path | None) -> Path | None:

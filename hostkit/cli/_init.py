@@ -58,6 +58,9 @@ max_output_tokens = 128
 path = "cores/assistant"
 
 # An agent defined here instead of in a core: the shipped example note tools.
+# The embedded local model is too small to call tools: it answers without them.
+# Point `provider` at a model that calls tools (like the OpenAI-compatible one
+# above) to see the note tools used.
 [agents.notes]
 provider = "local"
 instructions = "You answer from the shipped notes. Answer briefly."
@@ -77,8 +80,9 @@ STARTER_CORE_PATH = Path("cores") / STARTER_CORE
 InitPath = Annotated[
     str,
     typer.Argument(
-        help="the file to write, or a project directory to write hostkit.toml in (an "
-        "existing one, or a path ending in '/'); missing directories are created"
+        help="the file to write (a name with a suffix: staging.toml), or a project "
+        "directory to write hostkit.toml in (an existing one, a path ending in '/', or a "
+        "new name without a suffix); missing directories are created"
     ),
 ]
 
@@ -114,12 +118,12 @@ def init(
 ) -> None:
     """Write a starter hostkit.toml, the agents' workspace and a starter core beside it.
 
-    `hostkit init my-project/` (or an existing directory) writes
-    my-project/hostkit.toml; a directory that does not exist yet is created,
-    and init says so. The core (cores/assistant: agent.yaml, agent/ with one
-    tool and its test, one commit) is written only where none is: --force
-    rewrites the file and keeps an existing core. A failed init removes what
-    it created, and only that.
+    `hostkit init my-project` (a new name without a suffix, a path ending in /,
+    or an existing directory) writes my-project/hostkit.toml; a directory that
+    does not exist yet is created, and init says so. The core (cores/assistant:
+    agent.yaml, agent/ with one tool and its test, one commit) is written only
+    where none is: --force rewrites the file and keeps an existing core. A
+    failed init removes what it created, and only that.
     """
     if not path:
         raise fail(InvalidValue("init needs a path; leave it out for ./hostkit.toml"))
@@ -167,13 +171,16 @@ def init(
 
 
 def _config_file(argument: str) -> Path:
-    """The file ``argument`` names: inside it when it is a directory or ends with a separator.
+    """The file ``argument`` names: inside it when it is a directory, ends with a separator,
+    or is a new name without a suffix (``init my-project`` means a project, not a file
+    named ``my-project``).
 
     ``Path`` drops a trailing slash, so it is read from the argument as typed.
     """
     path = Path(argument)
     separators = (os.sep, os.altsep) if os.altsep else (os.sep,)
-    if argument.endswith(separators) or path.is_dir():
+    new_name = not (path.exists() or path.is_symlink()) and not path.suffix
+    if argument.endswith(separators) or path.is_dir() or new_name:
         return path / DEFAULT_CONFIG
     return path
 

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import typer
 from click import Command
@@ -24,6 +25,7 @@ from rich.console import Console
 
 from hostkit.cli import app
 from hostkit.cli._approver import interrupted_line
+from hostkit.cli._common import turn_config
 from hostkit.cli._core_render import gate_lines
 from hostkit.cli._inspect import budget_report
 from hostkit.cli._render import command_line, resume_hints
@@ -427,3 +429,55 @@ def test_a_run_refused_before_it_started_prints_nothing_on_stdout(tmp_path: Path
     assert code == 2
     assert "no agent named 'nosuch'" in err
     assert out == ""
+
+
+def test_init_of_a_new_name_without_a_suffix_writes_a_project_there(tmp_path: Path) -> None:
+    """``hostkit init proj`` is a project directory (as ``proj/`` is), and ``-c proj``
+    reads the hostkit.toml in it; a name with a suffix is the file itself."""
+    code, _, err = hostkit("init", "proj", cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "proj" / "hostkit.toml").is_file()
+    assert (tmp_path / "proj" / "workspace").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]  # nothing scattered here
+    code, _, err = hostkit("sessions", "-c", "proj", cwd=tmp_path)
+    assert code == 0, err
+    assert "is a directory" not in err
+    code, _, err = hostkit("init", "staging.toml", cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "staging.toml").is_file()
+
+
+def test_a_run_outside_any_project_says_where_it_keeps_state_before_creating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert anyio.run(turn_config, None) is None
+    note = " ".join(capsys.readouterr().err.split())
+    assert "no hostkit.toml here or in a parent directory" in note
+    assert f"state in {tmp_path / 'hostkit.db'}" in note
+    assert "hostkit init" in note
+    # Once the default project exists, it is simply used: no note every time.
+    (tmp_path / "hostkit.db").touch()
+    assert anyio.run(turn_config, None) is None
+    assert capsys.readouterr().err == ""
+    # Nor where a project is found.
+    (tmp_path / "hostkit.toml").write_text("")
+    (tmp_path / "hostkit.db").unlink()
+    assert anyio.run(turn_config, None) == Path("hostkit.toml")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_run_refused_for_an_unpromoted_core_says_so_once_with_a_hint_naming_c(
+    tmp_path: Path,
+) -> None:
+    assert hostkit("init", "proj", cwd=tmp_path)[0] == 0
+    code, out, err = hostkit("run", "-c", "proj", "hello", cwd=tmp_path, columns=300)
+    assert code == 2
+    assert out == ""
+    lines = [line for line in err.splitlines() if "no live revision" in line]
+    assert len(lines) == 1, err  # the refusal, not also a warning saying the same
+    hint = re.search(r"run `([^`]+)`", lines[0])
+    assert hint, lines[0]
+    assert shlex.split(hint[1]) == [
+        "hostkit", "core", "promote", "assistant", "--reason", "...", "-c", "proj"
+    ]  # fmt: skip
