@@ -22,9 +22,10 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
-__all__ = ["EXTRA_FORBIDDEN", "unknown_key"]
+__all__ = ["EXTRA_FORBIDDEN", "reported_error", "unknown_key"]
 
 # pydantic's error type for a key the model does not declare (extra="forbid").
 EXTRA_FORBIDDEN = "extra_forbidden"
@@ -32,6 +33,18 @@ EXTRA_FORBIDDEN = "extra_forbidden"
 _NAME_CHARS = 80
 # How alike a declared key must be to be offered (difflib's ratio; 0.6 is its default).
 _CLOSENESS = 0.6
+
+
+def reported_error(exc: ValidationError) -> ErrorDetails:
+    """The one error of ``exc`` to tell the reader: an unknown key first.
+
+    A misspelled required key is two errors: the key is unknown, and the one
+    meant is missing. "Field required" alone sends the reader looking for a
+    key they did write; the unknown key, with its "did you mean", says what
+    to fix.
+    """
+    errors = exc.errors()
+    return next((e for e in errors if e["type"] == EXTRA_FORBIDDEN), errors[0])
 
 
 def unknown_key(

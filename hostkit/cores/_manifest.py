@@ -20,7 +20,7 @@ from typing import Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from hostkit._unknown_keys import EXTRA_FORBIDDEN, unknown_key
+from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.cores._yaml import YamlProblem, parse_yaml
 from hostkit.effects import MAX_MCP_SERVERS, EffectPolicy, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, bounded
@@ -267,7 +267,7 @@ def manifest_with_lines(
     try:
         manifest = CoreManifest.model_validate(document)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
+        first = reported_error(exc)
         loc: tuple[str | int, ...] = tuple(part for part in first["loc"] if part != "[key]")
         if first["type"] == EXTRA_FORBIDDEN:
             # One sentence naming the key, not "key: message" (see hostkit._unknown_keys).

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from hostkit._unknown_keys import EXTRA_FORBIDDEN, unknown_key
+from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
@@ -453,7 +453,7 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
     try:
         return HostConfig.model_validate({**data, "base_dir": base_dir, "source": source})
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
+        first = reported_error(exc)
         # A bad table key (an MCP server name) is reported at the key itself.
         loc = tuple(part for part in first["loc"] if part != "[key]")
         parts = [str(part) for part in loc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -228,7 +229,7 @@ class Generation(AsyncResource):
         if core_id in self._unavailable:
             raise TurnRejected(self._unavailable[core_id])
         if core_id not in self.config.agents:
-            raise TurnRejected(f"no agent named {core_id!r}")
+            raise TurnRejected(_no_agent(core_id, sorted(self.config.agents)))
         current = self.revision(core_id)
         if revision is not None and revision != current:
             raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
@@ -348,3 +349,15 @@ class Generation(AsyncResource):
                 forget_versions(loaded.package)
         if self.supplied is None:
             await self.capabilities.aclose()
+
+
+# Agent names listed in the refusal of an unknown one: enough to spot the right one.
+_LISTED_AGENTS = 12
+
+
+def _no_agent(name: str, known: Sequence[str]) -> str:
+    """Why a turn for ``name`` is refused: the closest known agent, and which there are."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(known[:_LISTED_AGENTS]) + (", ..." if len(known) > _LISTED_AGENTS else "")
+    return f"no agent named {name!r}{hint} (agents here: {listed or 'none'})"

@@ -481,3 +481,15 @@ def test_a_run_refused_for_an_unpromoted_core_says_so_once_with_a_hint_naming_c(
     assert shlex.split(hint[1]) == [
         "hostkit", "core", "promote", "assistant", "--reason", "...", "-c", "proj"
     ]  # fmt: skip
+
+
+def test_an_unknown_agent_is_refused_with_the_closest_name_and_the_agents_there(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "hostkit.toml").write_text(WRITER)
+    code, out, err = hostkit("run", "--agent", "writr", "hi", cwd=tmp_path, columns=300)
+    assert (code, out) == (2, "")
+    assert "no agent named 'writr'; did you mean 'writer'? (agents here: writer)" in err
+    code, _, err = hostkit("run", "--agent", "zzz", "hi", cwd=tmp_path, columns=300)
+    assert code == 2
+    assert "no agent named 'zzz' (agents here: writer)" in err

@@ -129,3 +129,31 @@ def test_an_unknown_manifest_key_is_named_not_redacted(text: str, expected: str,
     assert caught.value.message == expected
     assert caught.value.key == key
     assert VALUE not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"providers": {"local": {"knd": "local"}}},
+            "unknown key 'knd' in [providers.local]; did you mean 'kind'?",
+        ),
+        (
+            {"providers": {"p": {"kind": "scripted"}}, "agents": {"a": {"provder": "p"}}},
+            "unknown key 'provder' in [agents.a]; did you mean 'provider'?",
+        ),
+    ],
+    ids=["provider kind", "agent provider"],
+)
+def test_a_misspelled_required_key_is_named_not_reported_missing(
+    data: dict[str, object], message: str
+) -> None:
+    """The misspelling is the mistake; "Field required" for the key meant would send the
+    reader looking for a key they did write."""
+    assert refused(data).message == message
+
+
+def test_a_misspelled_required_manifest_key_is_named_not_reported_missing() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(b"id: a\nmodle: m\n", source="agent.yaml")
+    assert caught.value.message == "agent.yaml line 2: unknown key 'modle'; did you mean 'model'?"
