@@ -154,6 +154,16 @@ def _parents_to_search(here: Path) -> list[Path]:
     return parents
 
 
+def enclosing_project(folder: Path) -> Path | None:
+    """The ``hostkit.toml`` of a project ``folder`` is inside (in one of its parents, where
+    a command run there would find it), or None."""
+    for parent in _parents_to_search(folder):
+        candidate = parent / DEFAULT_CONFIG
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 async def find_config(path: Path | None) -> Path | None:
     """``config_path`` from a command's async body: the look for hostkit.toml is off the loop."""
     return await anyio.to_thread.run_sync(config_path, path)

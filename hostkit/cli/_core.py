@@ -10,6 +10,7 @@ as one from Python. A refused promotion exits 1 after printing each gate
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shlex
@@ -90,21 +91,26 @@ def _registry(host: Host, core_id: str) -> CoreRegistry:
     return host.cores
 
 
-def _agent_names(file: Path | None) -> dict[str, Path | None]:
-    """The agent and core names ``file`` already configures (none if it is absent or
-    unreadable), each core's with its resolved ``path`` (None for an agent).
+def _config_document(file: Path | None) -> dict[str, object]:
+    """``file`` as TOML, or an empty document when it is absent or unreadable (the command
+    that loads it properly says what is wrong with it)."""
+    if file is None:
+        return {}
+    try:
+        with file.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return {}
+
+
+def _agent_names(document: dict[str, object], file: Path) -> dict[str, Path | None]:
+    """The agent and core names the configuration already has, each core's with its
+    resolved ``path`` (None for an agent).
 
     Checked before ``core init`` writes: a core under a taken name would make the
     printed table break the configuration it is meant to join, unless it is the
     configured core's own path (its repository is missing: init makes it).
     """
-    if file is None:
-        return {}
-    try:
-        with file.open("rb") as handle:
-            document = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return {}
     names: dict[str, Path | None] = {}
     for table in ("agents", "cores"):
         entries = document.get(table)
@@ -116,6 +122,34 @@ def _agent_names(file: Path | None) -> dict[str, Path | None]:
                 (file.parent / where).resolve() if isinstance(where, str) and where else None
             )
     return names
+
+
+def _model_for(document: dict[str, object], file: Path | None, model: str | None) -> str:
+    """The provider the new core's agent.yaml names: ``model``, else ``local``, else the
+    configuration's only provider; ``InvalidValue`` when its providers cannot serve it.
+
+    Checked before the core is written and committed: promotion would refuse it,
+    leaving a fix to edit and commit in the core's repository.
+    """
+    providers = document.get("providers")
+    names = sorted(str(name) for name in providers) if isinstance(providers, dict) else []
+    if model is None:
+        if not names or "local" in names:
+            return "local"
+        if len(names) == 1:
+            return names[0]
+        raise InvalidValue(
+            f"[providers] in {file} has no 'local' and several providers ({', '.join(names)}): "
+            "choose one with --model; nothing was written"
+        )
+    if not names or model in names:
+        return model
+    close = difflib.get_close_matches(model, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise InvalidValue(
+        f"--model {model!r} is not a provider under [providers] in {file}{hint} "
+        f"(providers there: {', '.join(names)}); nothing was written"
+    )
 
 
 def cores_table(core_id: str, path: str) -> str:
@@ -130,8 +164,12 @@ def init(
         str | None, typer.Option("--id", help="the core id (default: the directory's name)")
     ] = None,
     model: Annotated[
-        str, typer.Option(help="the provider under \\[providers] the core's agent.yaml names")
-    ] = "local",
+        str | None,
+        typer.Option(
+            help="the provider under \\[providers] the core's agent.yaml names "
+            "(default: local, or the configuration's only provider)"
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Write a starter core (agent.yaml, agent/ with one tool, its test) and commit it.
@@ -144,7 +182,8 @@ def init(
         file = config_path(config)
     except HostkitError as exc:
         raise fail(exc) from None
-    taken = _agent_names(file)
+    document = _config_document(file)
+    taken = _agent_names(document, file) if file is not None else {}
     configured = chosen in taken and taken[chosen] == path.resolve()
     if chosen in taken and not configured:
         raise fail(
@@ -154,7 +193,7 @@ def init(
             )
         )
     try:
-        sha = init_core(path, chosen, model=model)
+        sha = init_core(path, chosen, model=_model_for(document, file, model))
     except HostkitError as exc:
         raise fail(exc) from None
     if configured:

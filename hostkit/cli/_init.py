@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from hostkit.cli._common import DEFAULT_CONFIG, console, fail
+from hostkit.cli._common import DEFAULT_CONFIG, console, enclosing_project, fail
 from hostkit.cli._render import command_line
 from hostkit.cores import init_core
 from hostkit.errors import HostkitError, InvalidValue, MissingDependency, bounded
@@ -114,7 +114,9 @@ class _Written:
 
 def init(
     path: InitPath = DEFAULT_CONFIG,
-    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+    force: Annotated[
+        bool, typer.Option(help="overwrite an existing file, or init inside another project")
+    ] = False,
 ) -> None:
     """Write a starter hostkit.toml, the agents' workspace and a starter core beside it.
 
@@ -133,6 +135,15 @@ def init(
     if (file.exists() or file.is_symlink()) and not force:
         raise fail(InvalidValue(f"{file} exists; use --force to overwrite it"))
     project = file.parent
+    enclosing = None if force else enclosing_project(project.resolve())
+    if enclosing is not None:
+        raise fail(
+            InvalidValue(
+                f"{project.resolve()} is inside the project of {enclosing}: commands run there "
+                "would act on a new project instead, which may sit in that one's agent "
+                "workspace; init elsewhere, or pass --force to do it anyway"
+            )
+        )
     workspace = project / STARTER_WORKSPACE
     starter_core = project / STARTER_CORE_PATH
     written = _Written()

@@ -190,3 +190,36 @@ def test_core_init_beside_an_unreadable_configuration_still_writes(tmp_path: Pat
     code, _, err = invoke("init", str(target), "--config", str(tmp_path / "hostkit.toml"))
     assert code == 0, err
     assert committed(target)[1] == STARTER_FILES
+
+
+def test_core_init_refuses_a_model_no_provider_of_the_configuration_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promotion would refuse such a core; refused now, nothing is written or committed
+    that the user would have to fix in the core's repository."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostkit.toml").write_text('[providers.local]\nkind = "local"\n')
+    code, out, err = invoke("init", "cores/writer", "--model", "locl")
+    assert (code, out) == (2, "")
+    said = " ".join(err.split())
+    assert "--model 'locl' is not a provider under [providers] in hostkit.toml" in said
+    assert "did you mean 'local'?" in said
+    assert "nothing was written" in said
+    assert not (tmp_path / "cores").exists()
+    assert invoke("init", "cores/writer", "--model", "local")[0] == 0
+
+
+def test_core_init_without_model_takes_the_only_provider_or_asks_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostkit.toml").write_text('[providers.p]\nkind = "scripted"\n')
+    assert invoke("init", "cores/one")[0] == 0
+    assert load_manifest((tmp_path / "cores/one/agent.yaml").read_bytes()).model == "p"
+    (tmp_path / "hostkit.toml").write_text(
+        '[providers.p]\nkind = "scripted"\n\n[providers.q]\nkind = "scripted"\n'
+    )
+    code, _, err = invoke("init", "cores/two")
+    assert code == 2
+    assert "choose one with --model" in " ".join(err.split())
+    assert not (tmp_path / "cores/two").exists()

@@ -493,3 +493,14 @@ def test_an_unknown_agent_is_refused_with_the_closest_name_and_the_agents_there(
     code, _, err = hostkit("run", "--agent", "zzz", "hi", cwd=tmp_path, columns=300)
     assert code == 2
     assert "no agent named 'zzz' (agents here: writer)" in err
+
+
+def test_init_inside_another_project_is_refused_unless_forced(tmp_path: Path) -> None:
+    assert hostkit("init", "proj", cwd=tmp_path)[0] == 0
+    inner = tmp_path / "proj" / "workspace"
+    code, out, err = hostkit("init", cwd=inner, columns=300)
+    assert (code, out) == (2, "")
+    assert f"is inside the project of {tmp_path / 'proj' / 'hostkit.toml'}" in err
+    assert sorted(p.name for p in inner.iterdir()) == []  # nothing was written
+    assert hostkit("init", "--force", cwd=inner)[0] == 0
+    assert (inner / "hostkit.toml").is_file()
