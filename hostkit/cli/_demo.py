@@ -7,7 +7,9 @@ the artifacts are outside it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 from pathlib import Path
 
 import anyio
@@ -22,7 +24,7 @@ from hostkit.cli._render import print_result
 from hostkit.cli._turn import stream_turn
 from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
 from hostkit.host import parse_config
-from hostkit.types import TurnResult
+from hostkit.types import FreshSession, TurnResult
 
 __all__ = [
     "DEMO_WORKSPACE",
@@ -46,6 +48,14 @@ SUMMARY = (
 )
 WRITER_REPLY = f"I asked to write {SUMMARY_FILE}; your answer decided whether I did."
 NO_TERMINAL = "(no terminal: the demo approves once)"
+# Left in the demo directory for the operator commands (sessions, context, budget).
+INSPECT_CONFIG = """\
+# Written by `hostkit demo`: the demo's database, for `hostkit sessions -c <this folder>`
+# (and `context`, `budget`). The demo's own agents are built in; they are not here.
+[host]
+database = "hostkit.db"
+workspace = "workspace"
+"""
 
 
 class NoTerminalApprover:
@@ -159,17 +169,25 @@ async def run_demo(
 ) -> int:
     """Run the three demo steps; 0 when every turn completed."""
     config = parse_config(demo_config(directory, environ=dict(os.environ)), base_dir=directory)
+    await _keep_inspect_config(directory)
     async with open_host(config, approver=approver) as host:
         database = str(config.database_path)
         console.rule("1. a scripted agent reads a shipped note with an authored tool")
         console.print(f"[bold]you[/]: {DEMO_QUESTION}", highlight=False)
-        first = await stream_turn(host, DEMO_QUESTION, agent="notes", conversation="demo-notes")
+        # Each run starts its own sessions: a second demo reads as the first did.
+        first = await stream_turn(
+            host, DEMO_QUESTION, agent="notes", conversation="demo-notes", session=FreshSession()
+        )
         print_result(console, first, database=database)
 
         console.rule("2. an agent asks before it writes a file (policy: ask files.write)")
         console.print(f"[bold]you[/]: {WRITER_QUESTION}", highlight=False)
         written = await stream_turn(
-            host, WRITER_QUESTION, agent="writer", conversation="demo-writer"
+            host,
+            WRITER_QUESTION,
+            agent="writer",
+            conversation="demo-writer",
+            session=FreshSession(),
         )
         print_result(console, written, database=database)
         await _show_written(console, config.workspace_of("writer"), written)
@@ -185,11 +203,36 @@ async def run_demo(
             await prefetch_model()
         console.print(f"[bold]you[/]: {LOCAL_QUESTION}", highlight=False)
         second = await stream_turn(
-            host, LOCAL_QUESTION, agent="assistant", conversation="demo-real"
+            host,
+            LOCAL_QUESTION,
+            agent="assistant",
+            conversation="demo-real",
+            session=FreshSession(),
         )
         print_result(console, second, database=database)
+    _print_next(console, directory)
     ok = all(turn.outcome == "completed" for turn in (first, written, second))
     return 0 if ok else 1
+
+
+async def _keep_inspect_config(directory: Path) -> None:
+    """Leave ``hostkit.toml`` in the demo directory (unless one is there), so the operator
+    commands read the demo's database with ``-c DIR`` wherever they run."""
+    with contextlib.suppress(FileExistsError):
+        async with await anyio.Path(directory / "hostkit.toml").open("x") as out:
+            await out.write(INSPECT_CONFIG)
+
+
+def _print_next(console: Console, directory: Path) -> None:
+    """Where to look at what the demo recorded, and how to start a project of one's own."""
+    look = shlex.join(["hostkit", "sessions", "-c", str(directory)])
+    console.print(
+        f"next: {look} lists what the demo recorded (hostkit context SESSION_ID -c ... "
+        "shows one); hostkit init my-project starts your own",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 async def _show_written(console: Console, workspace: Path, result: TurnResult) -> None:

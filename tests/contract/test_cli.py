@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -198,9 +199,14 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
     # The real-model step talks to a loopback OpenAI-compatible server, not the local model.
     wire.script(text_answer("A database stores data."), text_answer("Again."))
     env = {"OPENAI_BASE_URL": f"{wire.base_url}/v1", "OPENAI_MODEL": "demo"}
+    usages: list[list[str]] = []
     for answer in ("A database stores data.", "Again."):
         code, out, err = await hostkit("demo", "--directory", "d", cwd=tmp_path, env=env)
         assert code == 0, err
+        usages.append(re.findall(r"usage: input (\d+) tokens", err))
+        # It ends saying where to look at what it recorded, in a command that works as is.
+        look = re.search(r"next: (hostkit sessions -c \S+) lists what the demo recorded", err)
+        assert look, err
         assert "2. an agent asks before it writes a file" in err
         assert "approval needed: the agent wants to run files.write" in err
         assert "path: summary.md" in err
@@ -210,6 +216,13 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
         assert "[calling files_write]" in out
         assert answer in out
         assert "Traceback" not in err
+    # The second run read as the first: its own sessions, not the first run's history.
+    assert usages[0][:2] == usages[1][:2]
+    status, listed, said = await hostkit(
+        *shlex.split(look[1])[1:], cwd=tmp_path / "d" / "workspace"
+    )
+    assert status == 0, said
+    assert len(re.findall(r"\bses_[0-9a-f]{28}\b", listed)) == 6
     # files.write replaces the file: a second run leaves the same content, not an error.
     text = await anyio.Path(tmp_path / "d" / "workspace" / "summary.md").read_text()
     assert text.startswith("# What hostkit records")
