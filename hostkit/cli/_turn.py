@@ -66,7 +66,7 @@ async def attach_files(
 
 
 class Waiting:
-    """A spinner line with the seconds elapsed while a turn waits for its model.
+    """A spinner line with the seconds elapsed while a turn waits (for its session, its model).
 
     A local model can take seconds to load before its first token; without a
     sign of life the terminal looks hung. Drawn on ``console`` (stderr) only
@@ -81,9 +81,12 @@ class Waiting:
         self._since = 0.0
 
     def start(self, what: str) -> None:
-        if self._console is None or self._live is not None:
+        """Show ``what`` with its own count of seconds (kept while ``what`` stays the same)."""
+        if self._console is None or (self._live is not None and what == self._what):
             return
         self._what, self._since = what, time.monotonic()
+        if self._live is not None:
+            return
         self._live = Live(self, console=self._console, transient=True, refresh_per_second=8)
         self._live.start()
 
@@ -196,7 +199,9 @@ async def _streamed(
 
         def show(event: TurnEvent) -> None:
             nonlocal wrote
-            if event.kind == "provider.started":
+            if event.kind == "turn.waiting":
+                waiting.start(f"waiting for session {event.session_id}: another turn runs in it")
+            elif event.kind == "provider.started":
                 waiting.start("waiting for the model")
             elif event.kind == "text.delta":
                 waiting.stop()
@@ -217,7 +222,7 @@ async def _streamed(
                 wrote = True
 
         try:
-            waiting.start("waiting for the model")  # admission and tool discovery come first
+            waiting.start("starting the turn")  # admission and tool discovery come first
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run)
                 async for event in events:

@@ -262,6 +262,7 @@ class TurnExecution:
                 # Busy. The pinned generation was released: the turn pins the generation
                 # current when it is finally admitted.
                 assert isinstance(outcome, SessionBusy)
+                self._emit_waiting(request, turn_id, outcome)
                 await leases.await_turn(outcome, ticket)
 
     async def _recorded(
@@ -1045,6 +1046,20 @@ class TurnExecution:
                 if found.failing_until is not None:
                     data["failing_until"] = found.failing_until
                 self._emit(context, "mcp.unavailable", data)
+
+    def _emit_waiting(self, request: TurnRequest, turn_id: str, busy: SessionBusy) -> None:
+        """Live ``turn.waiting``: the session runs another turn, which this one waits for.
+
+        Before admission (no turn exists yet, so only the Host's observer hears
+        it): a front end can say why nothing happens instead of blaming the model.
+        """
+        observer = self._observer
+        if not listening(observer):
+            return
+        data = {"holder_turn_id": busy.holder_turn_id}
+        event = TurnEvent("turn.waiting", request.request_id, turn_id, busy.session_id, data)
+        with contextlib.suppress(Exception):
+            observer.notify(event)
 
     def _emit(self, context: TurnExecutionContext, kind: str, data: dict[str, Any]) -> None:
         observer = self._observer if listening(self._observer) else None

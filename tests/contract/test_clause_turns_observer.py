@@ -15,8 +15,8 @@ import pytest
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
-from hostkit.types import ModelRequest
-from tests.hosts import config, request
+from hostkit.types import ModelRequest, TurnRequest, TurnResult
+from tests.hosts import config, event_kinds, request
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +135,41 @@ async def test_an_observer_whose_listening_fails_breaks_nothing(tmp_path: Path) 
         result = await h.turns.run(request("one"))
     assert (result.outcome, result.text) == ("completed", "ok")
     assert [e.kind for e in broken.events][-1] == "turn.completed"
+
+
+async def test_a_turn_waiting_for_its_busy_session_says_so_live(tmp_path: Path) -> None:
+    """Before its admission, a turn whose session runs another turn is heard as
+    ``turn.waiting`` (session, holder): a front end can say so instead of blaming the
+    model. It is live only: nothing of it is persisted."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def held(request: ModelRequest) -> Reply:
+        if request.messages[-1].content == "first":
+            entered.set()
+            await release.wait()
+        return Reply("ok")
+
+    model = ScriptedModel([held], repeat_last=True)
+    second = request("second", conversation="shared")
+    results: dict[str, TurnResult] = {}
+    async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
+        waiting = host.events.subscribe(lambda event: event.kind == "turn.waiting")
+        async with waiting as heard, anyio.create_task_group() as tg:
+
+            async def run(name: str, turn: TurnRequest) -> None:
+                results[name] = await host.turns.run(turn)
+
+            tg.start_soon(run, "first", request("first", conversation="shared"))
+            with anyio.fail_after(10):
+                await entered.wait()
+            tg.start_soon(run, "second", second)
+            with anyio.fail_after(10):
+                event = await heard.receive()
+            release.set()
+        kinds = await event_kinds(host, results["second"].turn_id)
+    assert event.request_id == second.request_id
+    assert event.session_id == results["first"].session_id
+    assert event.data["holder_turn_id"] == results["first"].turn_id
+    assert event.turn_id == results["second"].turn_id
+    assert [r.outcome for r in results.values()] == ["completed", "completed"]
+    assert "turn.waiting" not in kinds
