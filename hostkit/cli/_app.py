@@ -203,6 +203,10 @@ def sessions(
             if json_:
                 print_json(rows)
                 return
+            if not rows.sessions:
+                # As the approvals listing says it: a header over nothing reads as a fault.
+                console.print("no sessions yet (`hostkit run` starts one)", highlight=False)
+                return
             out = Console()
             out.print(sessions_table(rows.sessions, width=out.width))
             if rows.truncated:

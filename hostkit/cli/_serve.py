@@ -20,6 +20,7 @@ under a live status line.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import sys
@@ -44,6 +45,11 @@ from hostkit.host import HostDaemon, ServeStatus
 __all__ = ["serve", "status_text"]
 
 LISTENING = "hostkit serve: listening on {url}"
+_log = logging.getLogger(__name__)
+NO_CHANNELS = (
+    "no [channels] are configured, so no message can arrive; "
+    "/healthz and /readyz answer (docs/service.md says how to add a channel)"
+)
 # How often the terminal status line is redrawn.
 STATUS_INTERVAL_S = 0.5
 # A status read slower than this shows the last figures (marked stale) instead.
@@ -126,6 +132,9 @@ async def _serve_host(
             settle_heap()
             sys.stdout.write(LISTENING.format(url=daemon.url) + "\n")
             sys.stdout.flush()
+            if not host.config.channels:
+                # Health and readiness answer, but nothing can arrive: say so once.
+                _log.warning(NO_CHANNELS)
             if live:
                 group.start_soon(_status_line, daemon, console)
     return ended[0].code if ended else 1

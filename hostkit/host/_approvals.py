@@ -303,6 +303,13 @@ class HostApprovals:
 def _refused(approval: PendingApproval) -> ApprovalRefused:
     status = approval.status
     reason, detail = _REFUSALS.get(status, ("answered", f"it is {status}"))
+    claimed_by = approval.continuation_turn_id
+    if status in ("approved", "denied") and claimed_by is not None:
+        # Its continuation took it already: resume would only show what that turn did.
+        detail = (
+            f"it was already {status} and its continuation turn {claimed_by} took it "
+            "(resume shows that turn's result)"
+        )
     if approval.void_reason:
         # The recorded reason says what changed; the generic line would only repeat it.
         detail = f"it is {status}: {approval.void_reason}"

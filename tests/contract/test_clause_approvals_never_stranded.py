@@ -148,3 +148,27 @@ async def test_a_continuation_cancelled_mid_effect_leaves_the_approval_indetermi
             await host.approvals.resume(approval_id, by=operator)
         assert refused.value.reason == "indeterminate"
     assert stamps.lines() == ["one"]
+
+
+async def test_a_repeated_answer_after_the_continuation_ran_names_that_turn(
+    tmp_path: Path,
+) -> None:
+    """Not "resume runs its continuation": it ran. The refusal names the turn that took
+    the answer, and resume shows that turn's result."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("not stamped")])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        denied = await host.approvals.answer(approval_id, "deny", by=operator)
+        assert denied.outcome == "completed"
+        with pytest.raises(ApprovalRefused) as again:
+            await host.approvals.answer(approval_id, "deny", by=operator)
+        assert again.value.reason == "answered"
+        said = str(again.value)
+        assert f"its continuation turn {denied.turn_id} took it" in said
+        assert "resume runs" not in said
+        assert (await host.approvals.resume(approval_id, by=operator)).turn_id == denied.turn_id
+    assert stamps.lines() == []

@@ -439,9 +439,10 @@ def test_init_of_a_new_name_without_a_suffix_writes_a_project_there(tmp_path: Pa
     assert (tmp_path / "proj" / "hostkit.toml").is_file()
     assert (tmp_path / "proj" / "workspace").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]  # nothing scattered here
-    code, _, err = hostkit("sessions", "-c", "proj", cwd=tmp_path)
+    code, out, err = hostkit("sessions", "-c", "proj", cwd=tmp_path)
     assert code == 0, err
     assert "is a directory" not in err
+    assert (out, "no sessions yet" in err) == ("", True)  # not a header over nothing
     code, _, err = hostkit("init", "staging.toml", cwd=tmp_path)
     assert code == 0, err
     assert (tmp_path / "staging.toml").is_file()

@@ -197,6 +197,7 @@ async def test_sigterm_refuses_new_work_drains_the_turn_and_exits_0(tmp_path: Pa
     assert inbox == ["completed"]
     assert turns == ["completed"]
     logs = "".join(serving.stderr)
+    assert "no [channels] are configured" not in logs
     records = [json.loads(line) for line in logs.splitlines() if line.strip()]
     assert {"ts", "level", "logger", "msg", "fields"} <= set(records[0])
     assert any(r["msg"] == "shutdown requested (SIGTERM received), deadline 30.0s" for r in records)
@@ -221,3 +222,30 @@ async def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
         assert not model.release.is_set()
     assert code == 128 + signal.SIGTERM
     assert "second SIGTERM: exiting at once without draining" in "".join(serving.stderr)
+
+
+async def test_serving_no_channel_says_once_that_nothing_can_arrive(tmp_path: Path) -> None:
+    """Health and readiness answer, so the daemon looks fine: one log record says no
+    message can arrive; a daemon with a channel says nothing of the kind."""
+    without = CONFIG.split("[channels.hooks]", 1)[0] + "[serve]\nport = 0\n"
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(without.format(model_url="http://x"))
+    argv = [sys.executable, "-m", "hostkit", "serve", "--log-format", "json"]
+    env = {**os.environ, "GATED_KEY": "sk-test-gated"}
+    async with await anyio.open_process(
+        argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL
+    ) as process:
+        assert process.stderr is not None
+        said = b""
+        try:
+            with anyio.fail_after(60):
+                while b"no [channels] are configured" not in said:
+                    said += await process.stderr.receive()
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(30):
+                assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+    (record,) = [json.loads(line) for line in said.decode().splitlines() if "channels" in line]
+    assert record["level"] == "warning"
+    assert "no message can arrive" in record["msg"]
