@@ -21,7 +21,9 @@ from hostkit.cli._common import (
     Reason,
     chosen_session,
     console,
+    default_project_note,
     fail,
+    find_config,
     naming_config,
     open_host,
     operator_host,
@@ -31,7 +33,6 @@ from hostkit.cli._common import (
     run_command,
     stdin_is_a_terminal,
     terminal_approver,
-    turn_config,
 )
 from hostkit.cli._core import core
 from hostkit.cli._delivery import delivery
@@ -151,12 +152,16 @@ def run(
     unpromoted = f"core {agent!r} has no live revision"
 
     async def main() -> int:
+        found = await find_config(config)
+        note = await default_project_note(found)
         async with open_host(
-            await turn_config(config),
+            found,
             approver=terminal_approver(config, agent=reference if python_agents else None),
             agents=python_agents,
             moot=lambda line: line.startswith(unpromoted),
         ) as host:
+            if note is not None:
+                console.print(note, highlight=False, markup=False, soft_wrap=True)
             attachments = await attach_files(host, conversation, attach or ())
             try:
                 result = await stream_turn(

@@ -99,8 +99,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON on stdout i
 
 
 def config_path(path: Path | None) -> Path | None:
-    """The ``-c`` file (``hostkit.toml`` in it when it is a directory), else the project's
-    ``hostkit.toml``, else None (the default config).
+    """The ``-c`` file (the ``hostkit.toml`` in it when it is a project directory), else the
+    project's ``hostkit.toml``, else None (the default config). Blocking (``stat``): call
+    it off the event loop (``find_config``).
 
     The project's file is looked for as git looks for ``.git``: in the working
     directory (``./hostkit.toml``, returned as that relative path), then in
@@ -112,8 +113,10 @@ def config_path(path: Path | None) -> Path | None:
     code that runs (tool modules), like a planted ``/tmp/hostkit.toml``.
     """
     if path is not None:
-        # ``-c my-project`` is the project ``hostkit init my-project`` wrote.
-        return path / DEFAULT_CONFIG if path.is_dir() else path
+        # ``-c my-project`` is the project ``hostkit init my-project`` wrote (any other
+        # directory is refused as one by the loader, naming it as given).
+        inside = path / DEFAULT_CONFIG
+        return inside if path.is_dir() and inside.is_file() else path
     default = Path(DEFAULT_CONFIG)
     if default.exists():
         return default
@@ -319,24 +322,20 @@ def report(
     return exit_code(result)
 
 
-async def turn_config(config: Path | None) -> Path | None:
-    """``find_config`` for a command that runs turns, saying so when it starts a new
-    default project here (no ``hostkit.toml`` here or above, no database yet): the
-    files it is about to create must not come as a surprise."""
-    found = await find_config(config)
-    if found is None:
-        default = default_config(base_dir=Path(await anyio.Path.cwd()))
-        if default.store.url is None and not await anyio.Path(default.database_path).exists():
-            console.print(
-                "note: no hostkit.toml here or in a parent directory: using the defaults, "
-                f"with state in {default.database_path} and the agents' workspace in "
-                f"{default.resolve(default.host.workspace)}/ (`hostkit init` writes a project "
-                "instead)",
-                highlight=False,
-                markup=False,
-                soft_wrap=True,
-            )
-    return found
+async def default_project_note(found: Path | None) -> str | None:
+    """What to tell a user whose turn starts a new default project here (no ``hostkit.toml``
+    here or above, no database yet), to print once the Host opened it: the files it
+    created must not come as a surprise. None when a project exists."""
+    if found is not None:
+        return None
+    default = default_config(base_dir=Path(await anyio.Path.cwd()))
+    if default.store.url is not None or await anyio.Path(default.database_path).exists():
+        return None
+    return (
+        "note: no hostkit.toml here or in a parent directory: using the defaults, with "
+        f"state in {default.database_path} and the agents' workspace in "
+        f"{default.resolve(default.host.workspace)}/ (`hostkit init` writes a project instead)"
+    )
 
 
 async def project_config(config: Path | None) -> Path | None:

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from hostkit.cli._common import ConfigOption, config_path, console, open_host, run_command
+from hostkit.cli._common import ConfigOption, console, find_config, open_host, run_command
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import HostkitError
@@ -95,7 +95,7 @@ def serve(
     chosen = log_format_of(log_format, terminal=terminal)
     live = chosen == "text" and terminal
     with serve_logging(chosen, console):
-        run_command(lambda: _serve(config_path(config), listen, port, live=live))
+        run_command(lambda: _serve(config, listen, port, live=live))
 
 
 async def _serve(config: Path | None, listen: str | None, port: int | None, *, live: bool) -> int:
@@ -116,7 +116,7 @@ async def _serve(config: Path | None, listen: str | None, port: int | None, *, l
 async def _serve_host(
     config: Path | None, listen: str | None, port: int | None, *, live: bool, watch: _SignalWatch
 ) -> int:
-    async with open_host(config) as host:
+    async with open_host(await find_config(config)) as host:
         daemon = host.serve(listen=listen, port=port, watch=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
         daemon.bind()

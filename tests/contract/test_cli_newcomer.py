@@ -25,7 +25,7 @@ from rich.console import Console
 
 from hostkit.cli import app
 from hostkit.cli._approver import interrupted_line
-from hostkit.cli._common import turn_config
+from hostkit.cli._common import default_project_note
 from hostkit.cli._core_render import gate_lines
 from hostkit.cli._inspect import budget_report
 from hostkit.cli._render import command_line, resume_hints
@@ -448,24 +448,22 @@ def test_init_of_a_new_name_without_a_suffix_writes_a_project_there(tmp_path: Pa
     assert (tmp_path / "staging.toml").is_file()
 
 
-def test_a_run_outside_any_project_says_where_it_keeps_state_before_creating_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_a_run_outside_any_project_says_where_it_keeps_state_it_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``hostkit run`` prints this once its Host opened (a refused open creates nothing
+    and prints only its error), and only when the default project is new."""
     monkeypatch.chdir(tmp_path)
-    assert anyio.run(turn_config, None) is None
-    note = " ".join(capsys.readouterr().err.split())
+    note = anyio.run(default_project_note, None)
+    assert note is not None
     assert "no hostkit.toml here or in a parent directory" in note
     assert f"state in {tmp_path / 'hostkit.db'}" in note
     assert "hostkit init" in note
-    # Once the default project exists, it is simply used: no note every time.
+    # Once the default project exists it is simply used, and a found project is no news.
     (tmp_path / "hostkit.db").touch()
-    assert anyio.run(turn_config, None) is None
-    assert capsys.readouterr().err == ""
-    # Nor where a project is found.
-    (tmp_path / "hostkit.toml").write_text("")
+    assert anyio.run(default_project_note, None) is None
     (tmp_path / "hostkit.db").unlink()
-    assert anyio.run(turn_config, None) == Path("hostkit.toml")
-    assert capsys.readouterr().err == ""
+    assert anyio.run(default_project_note, Path("hostkit.toml")) is None
 
 
 def test_a_run_refused_for_an_unpromoted_core_says_so_once_with_a_hint_naming_c(
