@@ -5,6 +5,9 @@ request id had already started and ended before claiming the call.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +16,40 @@ import pytest
 
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import ApprovalRefused
+from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel
-from hostkit.types import ConversationFacts, TurnResult
+from hostkit.types import ConversationFacts, PrincipalScope, TurnResult
 from tests.contract.test_effects_approval_flow import Stamps, approval_host, stamp_call
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
 
 
+@dataclass
+class Paused:
+    host: Host
+    approval_id: str
+    operator: PrincipalScope
+
+
+@asynccontextmanager
+async def paused_stamp(tmp_path: Path, stamps: Stamps, then: str) -> AsyncIterator[Paused]:
+    """A Host whose turn paused asking to stamp (the model answers ``then`` after the
+    call), with an operator to answer it."""
+    model = ScriptedModel([stamp_call(), Reply(then)])
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        assert paused.pending_approval is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        yield Paused(host, paused.pending_approval, operator)
+
+
 async def test_a_continuation_that_ended_before_its_claim_does_not_strand_the_answer(
     tmp_path: Path,
 ) -> None:
     stamps = Stamps(tmp_path / "stamps.txt")
-    model = ScriptedModel([stamp_call(), Reply("stamped at last")])
-    async with approval_host(tmp_path, model, stamps) as host:
-        paused = await host.turns.run(request("stamp it"))
-        approval_id = paused.pending_approval
-        assert approval_id is not None
+    async with paused_stamp(tmp_path, stamps, "stamped at last") as paused:
+        host, approval_id, operator = paused.host, paused.approval_id, paused.operator
         # A continuation turn of the approval's own request id starts before the answer is
         # durable (a racing answer, a crash between the two): it finds nothing to claim.
         early = await host.turns.run(
@@ -37,7 +57,6 @@ async def test_a_continuation_that_ended_before_its_claim_does_not_strand_the_an
         )
         assert early.outcome == "failed"
         assert stamps.lines() == []
-        operator = await host.operator("ops", reason="answer approvals")
         finished = await host.approvals.answer(approval_id, "approve_once", by=operator)
         assert finished.outcome == "completed"
         assert finished.turn_id != early.turn_id
@@ -56,12 +75,8 @@ async def test_a_continuation_cancelled_before_its_claim_stands_and_a_resume_run
     the cancelled turn and the call does not run behind its back. The approval is still
     unclaimed, so a later resume runs it, once, under the next request id."""
     stamps = Stamps(tmp_path / "stamps.txt")
-    model = ScriptedModel([stamp_call(), Reply("stamped at last")])
-    async with approval_host(tmp_path, model, stamps) as host:
-        paused = await host.turns.run(request("stamp it"))
-        approval_id = paused.pending_approval
-        assert approval_id is not None
-        operator = await host.operator("ops", reason="answer approvals")
+    async with paused_stamp(tmp_path, stamps, "stamped at last") as paused:
+        host, approval_id, operator = paused.host, paused.approval_id, paused.operator
         owner = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
         approvals = host.store.approvals
         claim = approvals.claim
@@ -93,13 +108,9 @@ async def test_resume_of_an_unanswered_approval_is_refused_and_runs_nothing(
     tmp_path: Path,
 ) -> None:
     stamps = Stamps(tmp_path / "stamps.txt")
-    model = ScriptedModel([stamp_call(), Reply("never")])
-    async with approval_host(tmp_path, model, stamps) as host:
-        paused = await host.turns.run(request("stamp it"))
-        assert paused.pending_approval is not None
-        operator = await host.operator("ops", reason="answer approvals")
+    async with paused_stamp(tmp_path, stamps, "never") as paused:
         with pytest.raises(ApprovalRefused) as refused:
-            await host.approvals.resume(paused.pending_approval, by=operator)
+            await paused.host.approvals.resume(paused.approval_id, by=paused.operator)
         assert refused.value.reason == "pending"
     assert stamps.lines() == []
 
@@ -118,12 +129,8 @@ async def test_a_continuation_cancelled_mid_effect_leaves_the_approval_indetermi
         return "unreachable"
 
     stamps.tool = stamp
-    model = ScriptedModel([stamp_call(), Reply("never")])
-    async with approval_host(tmp_path, model, stamps) as host:
-        paused = await host.turns.run(request("stamp it"))
-        approval_id = paused.pending_approval
-        assert approval_id is not None
-        operator = await host.operator("ops", reason="answer approvals")
+    async with paused_stamp(tmp_path, stamps, "never") as paused:
+        host, approval_id, operator = paused.host, paused.approval_id, paused.operator
         results: list[TurnResult] = []
 
         async def answer() -> None:
@@ -156,12 +163,8 @@ async def test_a_repeated_answer_after_the_continuation_ran_names_that_turn(
     """Not "resume runs its continuation": it ran. The refusal names the turn that took
     the answer, and resume shows that turn's result."""
     stamps = Stamps(tmp_path / "stamps.txt")
-    model = ScriptedModel([stamp_call(), Reply("not stamped")])
-    async with approval_host(tmp_path, model, stamps) as host:
-        paused = await host.turns.run(request("stamp it"))
-        approval_id = paused.pending_approval
-        assert approval_id is not None
-        operator = await host.operator("ops", reason="answer approvals")
+    async with paused_stamp(tmp_path, stamps, "not stamped") as paused:
+        host, approval_id, operator = paused.host, paused.approval_id, paused.operator
         denied = await host.approvals.answer(approval_id, "deny", by=operator)
         assert denied.outcome == "completed"
         with pytest.raises(ApprovalRefused) as again:
