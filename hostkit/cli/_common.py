@@ -114,9 +114,13 @@ def config_path(path: Path | None) -> Path | None:
     """
     if path is not None:
         # ``-c my-project`` is the project ``hostkit init my-project`` wrote (any other
-        # directory is refused as one by the loader, naming it as given).
+        # directory is refused as one by the loader, naming it as given). Only a named
+        # file is trusted whoever owns it: a file found in a named directory is checked.
         inside = path / DEFAULT_CONFIG
-        return inside if path.is_dir() and inside.is_file() else path
+        if not (path.is_dir() and inside.is_file()):
+            return path
+        _refuse_foreign(inside, f"(found in {path})", f"-c {inside}")
+        return inside
     default = Path(DEFAULT_CONFIG)
     if default.exists():
         return default
@@ -127,20 +131,34 @@ def config_path(path: Path | None) -> Path | None:
     for folder in _parents_to_search(here):
         found = folder / DEFAULT_CONFIG
         try:
-            owners = [found.lstat().st_uid]
+            found.lstat()
         except OSError:  # not there (or not reachable): keep looking
             continue
-        with contextlib.suppress(OSError):  # a link: whoever owns what it points to, too
-            owners.append(found.stat().st_uid)
-        uid = os.getuid() if hasattr(os, "getuid") else owners[0]
-        foreign = [owner for owner in owners if owner != uid]
-        if foreign:
-            raise ConfigError(
-                f"{found} (found above {here}) belongs to another user (uid {foreign[0]}); "
-                "not used: pass -c FILE to use it"
-            )
+        _refuse_foreign(found, f"(found above {here})", "-c FILE")
         return found
     return None
+
+
+def _refuse_foreign(found: Path, where: str, named: str) -> None:
+    """``ConfigError`` when ``found`` (or what it links to) belongs to another user.
+
+    A configuration chooses the code that runs (tool modules): one the user
+    did not name as a file, found where another user could plant it, is
+    refused unless named (``named`` says how).
+    """
+    try:
+        owners = [found.lstat().st_uid]
+    except OSError:  # gone meanwhile: the loader says so, naming it
+        return
+    with contextlib.suppress(OSError):  # a link: whoever owns what it points to, too
+        owners.append(found.stat().st_uid)
+    uid = os.getuid() if hasattr(os, "getuid") else owners[0]
+    foreign = [owner for owner in owners if owner != uid]
+    if foreign:
+        raise ConfigError(
+            f"{found} {where} belongs to another user (uid {foreign[0]}); "
+            f"not used: pass {named} to use it"
+        )
 
 
 def _parents_to_search(here: Path) -> list[Path]:

@@ -7,7 +7,6 @@ the artifacts are outside it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -169,7 +168,7 @@ async def run_demo(
 ) -> int:
     """Run the three demo steps; 0 when every turn completed."""
     config = parse_config(demo_config(directory, environ=dict(os.environ)), base_dir=directory)
-    await _keep_inspect_config(directory)
+    ours = await _keep_inspect_config(directory)
     async with open_host(config, approver=approver) as host:
         database = str(config.database_path)
         console.rule("1. a scripted agent reads a shipped note with an authored tool")
@@ -210,25 +209,39 @@ async def run_demo(
             session=FreshSession(),
         )
         print_result(console, second, database=database)
-    _print_next(console, directory)
+    _print_next(console, directory, ours=ours)
     ok = all(turn.outcome == "completed" for turn in (first, written, second))
     return 0 if ok else 1
 
 
-async def _keep_inspect_config(directory: Path) -> None:
-    """Leave ``hostkit.toml`` in the demo directory (unless one is there), so the operator
-    commands read the demo's database with ``-c DIR`` wherever they run."""
-    with contextlib.suppress(FileExistsError):
-        async with await anyio.Path(directory / "hostkit.toml").open("x") as out:
+async def _keep_inspect_config(directory: Path) -> bool:
+    """Leave ``hostkit.toml`` in the demo directory, so the operator commands read the
+    demo's database with ``-c DIR`` wherever they run; False when a file the demo did
+    not write is there (it is left as it is, and never pointed at)."""
+    file = anyio.Path(directory / "hostkit.toml")
+    try:
+        async with await file.open("x") as out:  # O_EXCL: never through a planted link
             await out.write(INSPECT_CONFIG)
+    except FileExistsError:
+        try:
+            return await file.is_file() and await file.read_text() == INSPECT_CONFIG
+        except (OSError, UnicodeDecodeError):
+            return False
+    return True
 
 
-def _print_next(console: Console, directory: Path) -> None:
+def _print_next(console: Console, directory: Path, *, ours: bool) -> None:
     """Where to look at what the demo recorded, and how to start a project of one's own."""
-    look = shlex.join(["hostkit", "sessions", "-c", str(directory)])
+    if ours:
+        look = shlex.join(["hostkit", "sessions", "-c", str(directory)])
+        where = f"{look} lists what the demo recorded (hostkit context SESSION_ID -c ... shows one)"
+    else:
+        where = (
+            f"{directory / 'hostkit.toml'} was not written by the demo, so no command here "
+            f"reads what it recorded in {directory / 'hostkit.db'}"
+        )
     console.print(
-        f"next: {look} lists what the demo recorded (hostkit context SESSION_ID -c ... "
-        "shows one); hostkit init my-project starts your own",
+        f"next: {where}; hostkit init my-project starts your own",
         highlight=False,
         markup=False,
         soft_wrap=True,

@@ -229,6 +229,24 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
     assert err.index("approval needed") < err.index("file: summary.md")
 
 
+async def test_a_demo_never_points_at_a_hostkit_toml_it_did_not_write(
+    tmp_path: Path, wire: WireServer
+) -> None:
+    """A file already at DIR/hostkit.toml (planted in a shared directory, or a project's
+    own) stays as it was, and the demo's closing hint does not send anyone to it."""
+    wire.script(text_answer("A database stores data."))
+    planted = '[host]\ndatabase = "/elsewhere/other.db"\n'
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "hostkit.toml").write_text(planted)
+    env = {"OPENAI_BASE_URL": f"{wire.base_url}/v1", "OPENAI_MODEL": "demo"}
+    code, _, err = await hostkit("demo", "--directory", "d", cwd=tmp_path, env=env)
+    assert code == 0, err
+    said = " ".join(err.split())
+    assert "hostkit.toml was not written by the demo" in said
+    assert "sessions -c" not in said
+    assert (tmp_path / "d" / "hostkit.toml").read_text() == planted
+
+
 @pytest.mark.slow
 async def test_the_starter_layout_keeps_host_state_outside_the_workspace(tmp_path: Path) -> None:
     """After init and a real turn, the database, its WAL and the config are beside the

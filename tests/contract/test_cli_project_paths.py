@@ -180,3 +180,24 @@ def test_a_config_above_that_another_user_owns_is_refused_not_used(
     assert "pass -c FILE" in err
     assert not (tmp_path / "hostkit.db").exists()
     assert list(below.iterdir()) == []
+
+
+def test_a_config_in_a_named_directory_that_another_user_owns_is_refused_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-c DIR`` names a directory, not the file in it: that file is checked as one found
+    above would be; named as a file (``-c DIR/hostkit.toml``) it is used."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hostkit.toml").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    someone_else = (shared / "hostkit.toml").stat().st_uid + 1
+    monkeypatch.setattr(os, "getuid", lambda: someone_else)
+    code, out, err = invoke("sessions", "-c", str(shared))
+    assert (code, out) == (2, "")
+    assert "belongs to another user" in err
+    assert f"pass -c {shared / 'hostkit.toml'} to use it" in " ".join(err.split())
+    assert not (shared / "hostkit.db").exists()
+    # (Not this user's database either: an operator command then says why.)
+    code, _, err = invoke("sessions", "-c", str(shared / "hostkit.toml"), "--reason", "audit")
+    assert code == 0, err
