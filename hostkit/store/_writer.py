@@ -354,9 +354,10 @@ class GroupCommitWriter:
         if drain.done():
             return
         since = self._lock_wait.since
-        waited = 0.0 if since is None or since == self._noticed else time.monotonic() - since
-        if waited >= LOCK_NOTICE_S:
-            self._noticed = since
+        untold = since is not None and since != self._noticed
+        waited = time.monotonic() - since if since is not None and untold else 0.0
+        if untold and waited >= LOCK_NOTICE_S:
+            self._noticed, untold = since, False
             _log.warning(
                 "waiting for the write lock of %s: another process holds it "
                 "(this write waits up to %g s)",
@@ -364,8 +365,11 @@ class GroupCommitWriter:
                 self._lock_wait.bound_s,
                 extra={"hostkit_progress": True},
             )
+        # The next look: when the wait in progress, not told of yet, reaches the notice (a
+        # wait that begins later is at most LOCK_NOTICE_S old at the look after).
+        delay = LOCK_NOTICE_S - waited if untold else LOCK_NOTICE_S
         self._watch = asyncio.get_running_loop().call_later(
-            LOCK_NOTICE_S, self._notice_lock_wait, drain
+            max(0.05, delay), self._notice_lock_wait, drain
         )
 
     def _drained(self, drain: asyncio.Future[None]) -> None:

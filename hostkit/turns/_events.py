@@ -19,8 +19,9 @@ class TurnEvent:
     ``effect.completed``, ``turn.<outcome>`` …) are sent after their row
     commits. Live only, never persisted: ``text.delta``, and for tracing
     ``provider.started`` / ``provider.responded`` / ``provider.failed`` around
-    each model call and ``effect.started`` before each effect runs. None of
-    them carries tool arguments or results.
+    each model call and ``effect.started`` before each effect runs; and,
+    before admission, ``turn.waiting`` (once per turn holding the session).
+    None of them carries tool arguments or results.
     """
 
     kind: str

@@ -208,6 +208,8 @@ class TurnExecution:
         leases = self._leases
         scope = leases.bound_scope(request)
         turn_id, trace_id, nonces = new_id("turn"), new_id("trace"), new_nonces()
+        # The holder this turn last said it waits for: said once per holder, not per look.
+        awaited: str | None = None
         async with leases.waiting.enter() as ticket:
             while True:
                 if self._closing:
@@ -262,7 +264,9 @@ class TurnExecution:
                 # Busy. The pinned generation was released: the turn pins the generation
                 # current when it is finally admitted.
                 assert isinstance(outcome, SessionBusy)
-                self._emit_waiting(request, turn_id, outcome)
+                if outcome.holder_turn_id != awaited:
+                    awaited = outcome.holder_turn_id
+                    self._emit_waiting(request, turn_id, outcome)
                 await leases.await_turn(outcome, ticket)
 
     async def _recorded(
@@ -1048,7 +1052,8 @@ class TurnExecution:
                 self._emit(context, "mcp.unavailable", data)
 
     def _emit_waiting(self, request: TurnRequest, turn_id: str, busy: SessionBusy) -> None:
-        """Live ``turn.waiting``: the session runs another turn, which this one waits for.
+        """Live ``turn.waiting``: the session runs another turn, which this one waits for
+        (once per holder).
 
         Before admission (no turn exists yet, so only the Host's observer hears
         it): a front end can say why nothing happens instead of blaming the model.

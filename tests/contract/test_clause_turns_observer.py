@@ -173,3 +173,48 @@ async def test_a_turn_waiting_for_its_busy_session_says_so_live(tmp_path: Path) 
     assert event.turn_id == results["second"].turn_id
     assert [r.outcome for r in results.values()] == ["completed", "completed"]
     assert "turn.waiting" not in kinds
+
+
+async def test_a_turn_waiting_on_another_hosts_turn_says_so_once_not_per_look(
+    tmp_path: Path,
+) -> None:
+    """Another Host's turn is watched by polling the store, each look finding it busy
+    again: the waiting turn says so once per holder, not once per look (a flood would
+    push later events out of a subscriber's buffer)."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def held(request: ModelRequest) -> Reply:
+        if request.messages[-1].content == "first":
+            entered.set()
+            await release.wait()
+        return Reply("ok")
+
+    model = ScriptedModel([held], repeat_last=True)
+    heard: list[TurnEvent] = []
+    results: list[TurnResult] = []
+    async with (
+        Host.open(config(tmp_path), capabilities=capabilities(model)) as holder,
+        Host.open(config(tmp_path), capabilities=capabilities(model)) as waiter,
+        waiter.events.subscribe(lambda event: event.kind == "turn.waiting") as events,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def run(host: Host, text: str) -> None:
+            results.append(await host.turns.run(request(text, conversation="shared")))
+
+        tg.start_soon(run, holder, "first")
+        with anyio.fail_after(10):
+            await entered.wait()
+        tg.start_soon(run, waiter, "second")
+        with anyio.fail_after(10):
+            heard.append(await events.receive())
+        await anyio.sleep(1.5)  # several looks at the store (every 0.01 s, growing to 0.25 s)
+        while True:
+            try:
+                heard.append(events.receive_nowait())
+            except anyio.WouldBlock:
+                break
+        release.set()
+    assert len(heard) == 1, [event.data for event in heard]
+    assert heard[0].data["holder_turn_id"] == results[0].turn_id
+    assert [result.outcome for result in results] == ["completed", "completed"]

@@ -178,3 +178,30 @@ async def test_a_cli_run_says_at_once_that_it_waits_for_another_processs_lock(
         await release()
         with anyio.fail_after(60):
             assert await run.wait() == 0
+
+
+async def test_a_wait_that_begins_within_a_drain_is_told_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second write queued while the first waits runs next in the same drain and waits
+    in turn: that wait is told as well, when it reaches the notice's age (not at the
+    drain's next round number, which it may never reach)."""
+    caplog.set_level(logging.WARNING, logger="hostkit.store")
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=2) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
+        failed: list[StoreError] = []
+
+        async def insert() -> None:
+            with pytest.raises(StoreError) as caught:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
+            failed.append(caught.value)
+
+        async with lock_held_elsewhere(database), anyio.create_task_group() as group:
+            group.start_soon(insert)
+            await anyio.sleep(0.5)  # queued behind the first, whose BEGIN waits
+            group.start_soon(insert)
+    assert len(failed) == 2
+    assert all(error.retryable for error in failed)
+    notices = [r for r in caplog.records if "waiting for the write lock" in r.message]
+    assert len(notices) == 2, [(r.created, r.message) for r in notices]
