@@ -268,7 +268,8 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
         self._lock_wait = LockWait(lock_timeout_s, database)
-        # The drain's look at that wait (event loop only), and the wait it last told of.
+        # The next look at that wait while drains run (event loop only), and the wait it
+        # last told of.
         self._watch: asyncio.TimerHandle | None = None
         self._noticed: float | None = None
         # Shared with the database thread, which only pops from the left; the loop appends,
@@ -347,11 +348,18 @@ class GroupCommitWriter:
             return
         self._drain = drain
         drain.add_done_callback(self._drained)
-        self._watch = loop.call_later(LOCK_NOTICE_S, self._notice_lock_wait, drain)
+        if self._watch is None:
+            self._watch = loop.call_later(LOCK_NOTICE_S, self._notice_lock_wait)
 
-    def _notice_lock_wait(self, drain: asyncio.Future[None]) -> None:
-        """Say once per wait that the drain waits for another process's lock; look again later."""
-        if drain.done():
+    def _notice_lock_wait(self) -> None:
+        """Say once per wait that a drain waits for another process's lock; look again later
+        while drains run.
+
+        One look every LOCK_NOTICE_S at most, whatever the number of commits (a timer per
+        drain would cost every turn a heap push and a cancel); none while the writer idles.
+        """
+        self._watch = None
+        if self._drain is None or self._closed:
             return
         since = self._lock_wait.since
         untold = since is not None and since != self._noticed
@@ -369,15 +377,12 @@ class GroupCommitWriter:
         # wait that begins later is at most LOCK_NOTICE_S old at the look after).
         delay = LOCK_NOTICE_S - waited if untold else LOCK_NOTICE_S
         self._watch = asyncio.get_running_loop().call_later(
-            max(0.05, delay), self._notice_lock_wait, drain
+            max(0.05, delay), self._notice_lock_wait
         )
 
     def _drained(self, drain: asyncio.Future[None]) -> None:
         """The drain returned (queue empty, or asked to stop): start another if needed."""
         self._drain = None
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
         if not drain.cancelled() and drain.exception() is not None:
             # The drain failed outside any batch (its connection thread, not a job):
             # fail what is queued rather than start another that may fail alike.
@@ -450,6 +455,9 @@ class GroupCommitWriter:
             await self._drain_ended()
             await self._lock.acquire()
             self._lock.release()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
 
 def _drain(
