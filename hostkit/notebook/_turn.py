@@ -459,6 +459,9 @@ class TurnView:
                 f"{data.get('effect', '?')}: waiting for approval {data.get('approval_id', '')}",
                 _STATUS_COLOURS["needs_user"],
             )
+        elif event.kind == "turn.waiting":
+            holder = data.get("holder_turn_id") or "another turn"
+            self._step(f"waiting for the session: {holder} runs in it", "#57606a")
         elif event.kind == "mcp.unavailable":
             reason = data.get("detail") or data.get("state", "")
             self._step(f"MCP server {data.get('server', '?')} unavailable: {reason}", "#57606a")

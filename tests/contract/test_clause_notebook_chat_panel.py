@@ -439,3 +439,35 @@ async def test_a_long_streamed_answer_is_rendered_in_batches_and_whole_at_the_en
 
 def render_markdown_div(text: str) -> str:
     return f"<div class='hostkit-answer'>{render_markdown(text)}</div>"
+
+
+# -- a turn waiting for its session ----------------------------------------------------
+
+
+async def test_a_chat_waiting_for_its_session_says_which_turn_it_waits_for(
+    tmp_path: Path,
+) -> None:
+    """Two chats of one conversation run one after the other: the second's panel says it
+    waits for the first (not a silent panel), then answers."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(request: ModelRequest) -> Reply:
+        if request.messages[-1].content == "first":
+            entered.set()
+            await release.wait()
+        return Reply("ok")
+
+    model = ScriptedModel([held], repeat_last=True)
+    nb = await hn.start(notebook_config(tmp_path), capabilities=capabilities(model))
+    try:
+        first = nb.chat("first")
+        await asyncio.wait_for(entered.wait(), 10)
+        second = nb.chat("second")
+        await until(lambda: "waiting for the session" in second.text())
+        release.set()
+        done = await first
+        assert f"• waiting for the session: {done.turn_id} runs in it" in second.text()
+        assert (await second).outcome == "completed"
+    finally:
+        release.set()
+        await nb.aclose()
