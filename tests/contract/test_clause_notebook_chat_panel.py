@@ -20,6 +20,7 @@ from hostkit.notebook._markdown import render_markdown
 from hostkit.notebook._turn import TRUNCATED
 from hostkit.testing import capabilities
 from hostkit.types import ModelRequest, TurnCancelResult, TurnResult
+from tests.contract.test_clause_turns_observer import HeldModel
 from tests.contract.test_notebook import notebook_config, until
 
 pytestmark = pytest.mark.anyio
@@ -449,25 +450,17 @@ async def test_a_chat_waiting_for_its_session_says_which_turn_it_waits_for(
 ) -> None:
     """Two chats of one conversation run one after the other: the second's panel says it
     waits for the first (not a silent panel), then answers."""
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def held(request: ModelRequest) -> Reply:
-        if request.messages[-1].content == "first":
-            entered.set()
-            await release.wait()
-        return Reply("ok")
-
-    model = ScriptedModel([held], repeat_last=True)
-    nb = await hn.start(notebook_config(tmp_path), capabilities=capabilities(model))
+    gate = HeldModel("first")
+    nb = await hn.start(notebook_config(tmp_path), capabilities=capabilities(gate.model()))
     try:
         first = nb.chat("first")
-        await asyncio.wait_for(entered.wait(), 10)
+        await asyncio.wait_for(gate.entered.wait(), 10)
         second = nb.chat("second")
         await until(lambda: "waiting for the session" in second.text())
-        release.set()
+        gate.release.set()
         done = await first
         assert f"• waiting for the session: {done.turn_id} runs in it" in second.text()
         assert (await second).outcome == "completed"
     finally:
-        release.set()
+        gate.release.set()
         await nb.aclose()

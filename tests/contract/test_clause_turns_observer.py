@@ -7,6 +7,7 @@ theirs."
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -32,16 +33,28 @@ class Recorder:
         return {event.turn_id for event in self.events}
 
 
+@dataclass
+class HeldModel:
+    """A scripted model that answers "ok", except that the call for ``held`` waits until
+    ``release`` is set (``entered`` says it got there)."""
+
+    held: str
+    entered: anyio.Event = field(default_factory=anyio.Event)
+    release: anyio.Event = field(default_factory=anyio.Event)
+
+    def model(self) -> ScriptedModel:
+        async def answer(request: ModelRequest) -> Reply:
+            if request.messages[-1].content == self.held:
+                self.entered.set()
+                await self.release.wait()
+            return Reply("ok")
+
+        return ScriptedModel([answer], repeat_last=True)
+
+
 async def test_the_observer_belongs_to_its_configuration_generation(tmp_path: Path) -> None:
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def held(request: ModelRequest) -> Reply:
-        if request.messages[-1].content == "long":
-            entered.set()
-            await release.wait()
-        return Reply("ok")
-
-    model = ScriptedModel([held], repeat_last=True)
+    gate = HeldModel("long")
+    model = gate.model()
     old, new = Recorder(), Recorder()
     host = await Host.open(config(tmp_path), capabilities=capabilities(model, observer=old))
     try:
@@ -52,11 +65,11 @@ async def test_the_observer_belongs_to_its_configuration_generation(tmp_path: Pa
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(long_turn)
-            await entered.wait()
+            await gate.entered.wait()
             renewed = capabilities(model, observer=new)
             await host.apply_config(config(tmp_path), capabilities=renewed)
             after = await host.turns.run(request("short", conversation="short"))
-            release.set()
+            gate.release.set()
         running = results[0]
     finally:
         await host.aclose()
@@ -141,15 +154,8 @@ async def test_a_turn_waiting_for_its_busy_session_says_so_live(tmp_path: Path) 
     """Before its admission, a turn whose session runs another turn is heard as
     ``turn.waiting`` (session, holder): a front end can say so instead of blaming the
     model. It is live only: nothing of it is persisted."""
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def held(request: ModelRequest) -> Reply:
-        if request.messages[-1].content == "first":
-            entered.set()
-            await release.wait()
-        return Reply("ok")
-
-    model = ScriptedModel([held], repeat_last=True)
+    gate = HeldModel("first")
+    model = gate.model()
     second = request("second", conversation="shared")
     results: dict[str, TurnResult] = {}
     async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
@@ -161,11 +167,11 @@ async def test_a_turn_waiting_for_its_busy_session_says_so_live(tmp_path: Path) 
 
             tg.start_soon(run, "first", request("first", conversation="shared"))
             with anyio.fail_after(10):
-                await entered.wait()
+                await gate.entered.wait()
             tg.start_soon(run, "second", second)
             with anyio.fail_after(10):
                 event = await heard.receive()
-            release.set()
+            gate.release.set()
         kinds = await event_kinds(host, results["second"].turn_id)
     assert event.request_id == second.request_id
     assert event.session_id == results["first"].session_id
@@ -181,15 +187,8 @@ async def test_a_turn_waiting_on_another_hosts_turn_says_so_once_not_per_look(
     """Another Host's turn is watched by polling the store, each look finding it busy
     again: the waiting turn says so once per holder, not once per look (a flood would
     push later events out of a subscriber's buffer)."""
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def held(request: ModelRequest) -> Reply:
-        if request.messages[-1].content == "first":
-            entered.set()
-            await release.wait()
-        return Reply("ok")
-
-    model = ScriptedModel([held], repeat_last=True)
+    gate = HeldModel("first")
+    model = gate.model()
     heard: list[TurnEvent] = []
     results: list[TurnResult] = []
     async with (
@@ -204,7 +203,7 @@ async def test_a_turn_waiting_on_another_hosts_turn_says_so_once_not_per_look(
 
         tg.start_soon(run, holder, "first")
         with anyio.fail_after(10):
-            await entered.wait()
+            await gate.entered.wait()
         tg.start_soon(run, waiter, "second")
         with anyio.fail_after(10):
             heard.append(await events.receive())
@@ -214,7 +213,7 @@ async def test_a_turn_waiting_on_another_hosts_turn_says_so_once_not_per_look(
                 heard.append(events.receive_nowait())
             except anyio.WouldBlock:
                 break
-        release.set()
+        gate.release.set()
     assert len(heard) == 1, [event.data for event in heard]
     assert heard[0].data["holder_turn_id"] == results[0].turn_id
     assert [result.outcome for result in results] == ["completed", "completed"]
