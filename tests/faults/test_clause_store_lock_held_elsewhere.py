@@ -77,7 +77,7 @@ async def test_a_write_waits_out_a_lock_longer_than_the_busy_timeout(
 
         async with lock_held_elsewhere(database) as release, anyio.create_task_group() as group:
             group.start_soon(insert)
-            await anyio.sleep(2.5)  # a dozen busy timeouts, and past LOCK_NOTICE_S
+            await anyio.sleep(4.0)  # twenty busy timeouts, and well past LOCK_NOTICE_S
             assert not written.is_set()  # it waits for the other process, and has not failed
             # ... and says so while it waits, once, naming the file.
             (notice,) = [r for r in caplog.records if "waiting for the write lock" in r.message]
@@ -188,7 +188,7 @@ async def test_a_wait_that_begins_within_a_drain_is_told_too(
     drain's next round number, which it may never reach)."""
     caplog.set_level(logging.WARNING, logger="hostkit.store")
     database = tmp_path / "hostkit.db"
-    async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=2) as store:
+    async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=3) as store:
         await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
         failed: list[StoreError] = []
 
