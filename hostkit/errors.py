@@ -89,9 +89,13 @@ MESSAGE_LIMIT = 500
 
 # Field names whose values never belong in an error message.
 # A secret-named key (also with a prefix: access_token, client_secret, db_password; also
-# quoted, as in JSON) followed by = or : and its value.
+# quoted, as in JSON) followed by = or : and its value. The prefix's parts are bounded in
+# number and length, so each place the scan starts costs at most a few hundred steps: an
+# unbounded ``(?:[a-z0-9]+[_-])*`` made text like "a_a_a_…" quadratic (minutes for a
+# 100 KB tool error). A longer prefix still has its value masked: the match then starts
+# at a later part of the name.
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)(?<![a-z0-9])((?:[a-z0-9]+[_-])*"
+    r"(?i)(?<![a-z0-9])((?:[a-z0-9]{1,32}[_-]){0,8}"
     r"(?:api[_-]?key|token|secret|password|passwd|authorization|cookie|proof|credentials?))"
     r"([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
 )
@@ -103,8 +107,13 @@ _TOKEN_SHAPES = re.compile(
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})"
     r"|(?<![0-9])[0-9]{6,12}:[A-Za-z0-9_-]{30,}"
 )
+# How much more of a long text than it shows ``bounded()`` redacts (see there).
+_REDACT_SPAN = 16_384
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
-_URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
+# A URL scheme is short (git+ssh, postgresql+psycopg): bounded, or "a.a.a.…" is quadratic.
+# Not anchored at a word start, so a longer run of letters before "://" still has the
+# password masked (the match starts at a later letter).
+_URL_CREDENTIALS = re.compile(r"([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
 
 
 def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
@@ -113,8 +122,16 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     Messages end up in logs, widgets and HTTP responses; an unbounded message
     (a whole SQL row, a provider body) is both a leak and a denial of service.
     """
-    value = redact_credentials(str(text).replace("\r", " ").replace("\n", " "))
-    if len(value) > limit:
+    raw = str(text)
+    # A longer text is cut before it is redacted, so a hostile megabyte costs what 20 KB
+    # does. A credential the cut splits is still masked when its pattern matches what is
+    # left; only masks of more than the span itself, before it, could bring the cut into
+    # the view.
+    cut = len(raw) > limit * 4 + _REDACT_SPAN
+    if cut:
+        raw = raw[: limit * 4 + _REDACT_SPAN]
+    value = redact_credentials(raw.replace("\r", " ").replace("\n", " "))
+    if cut or len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value
 

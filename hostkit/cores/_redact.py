@@ -28,15 +28,25 @@ MIN_SECRET = 4
 MAX_ARG = 200
 _KEYWORDS = r"(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)"
 # A word whose NEXT word is a credential: "--token x", "-p x" is too short to tell; "Bearer x".
-_SECRET_FLAG = re.compile(rf"(?i)^(-{{1,2}}[a-z0-9_-]*{_KEYWORDS}[a-z0-9_-]*|bearer|basic)$")
-# A word that carries its credential: "--token=x", "password=x", "API_KEY:x".
-_SECRET_ASSIGN = re.compile(rf"(?i)^(-{{0,2}}[a-z0-9_.-]*{_KEYWORDS}[a-z0-9_.-]*)[=:]")
+# The tail after the keyword is possessive (``*+``): a failed match does not try every
+# split of "_token_token_…" again, which made a long word quadratic.
+_SECRET_FLAG = re.compile(rf"(?i)^(-{{1,2}}[a-z0-9_-]*{_KEYWORDS}[a-z0-9_-]*+|bearer|basic)$")
+# A word that carries its credential: "--token=x", "password=x", "API_KEY:x" (see
+# _assignment: its name's characters, then a keyword looked for in them).
+_NAME = re.compile(r"(?i)[a-z0-9_.-]*+")
+_KEYWORD = re.compile(rf"(?i){_KEYWORDS}")
 # Bearer-like words that need no flag to be recognised (sk-..., ghp_..., long hex/base64).
 _SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
 _SPACE = re.compile(r"(\s+)")
-_URL = re.compile(r"(?i)[a-z][a-z0-9+.-]*://\S*")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
-_URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#'\"]*)\?[^\s#'\"]*")
+# A scheme is short (git+ssh, postgresql+psycopg): bounded, so the scan for "://" from
+# each letter of a long word stays short. Not anchored at a word start: in a word longer
+# than that, a URL is still found (from a later letter of its scheme).
+_URL = re.compile(r"(?i)[a-z][a-z0-9+.-]{0,31}://\S*")
+_URL_USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]{0,31}://)[^/@\s]+@")
+# A URL up to its query (no quote: it may sit in a quoted string). Found whole first and
+# then split: searching for the "?" in the pattern itself rescanned the rest of a long
+# word from every "://" in it.
+_URL_TO_QUERY = re.compile(r"(?i)[a-z][a-z0-9+.-]{0,31}://[^\s'\"]*")
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
@@ -46,7 +56,30 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
             text = text.replace(secret, REDACTED)
     text = redact_credentials(text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
-    return _URL_QUERY.sub(lambda m: f"{m.group(1)}?{REDACTED}", text)
+    return _URL_TO_QUERY.sub(lambda m: _without_query(m.group(0)), text)
+
+
+def _assignment(word: str) -> int:
+    """How long ``word``'s credential-named ``name=`` (or ``name:``) is; 0 if it has none.
+
+    The name runs to the first character that cannot be in one; one keyword anywhere in
+    it names a credential. Two linear scans: one pattern for both backtracked over
+    every keyword in a long name ("_token_token_…"), quadratically.
+    """
+    name = _NAME.match(word)
+    end = name.end() if name is not None else 0
+    if end < len(word) and word[end] in "=:" and _KEYWORD.search(word, 0, end):
+        return end + 1
+    return 0
+
+
+def _without_query(url: str) -> str:
+    """``url`` with its query (up to a fragment) masked: it often carries a key."""
+    path, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    _, hash_mark, fragment = rest.partition("#")
+    return f"{path}?{REDACTED}{hash_mark}{fragment}"
 
 
 def safe_argv(argv: Iterable[str], secrets: Iterable[str]) -> list[str]:
@@ -124,10 +157,10 @@ def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set
                 words[index] = REDACTED
                 hide_next = False
                 continue
-            assign = _SECRET_ASSIGN.match(word)
+            assign = _assignment(word)
             if assign:
-                hidden.add(word[assign.end() :])
-                words[index] = assign.group(0) + REDACTED
+                hidden.add(word[assign:])
+                words[index] = word[:assign] + REDACTED
             elif _SECRET_FLAG.match(word):
                 hide_next = True
             elif "://" in word:

@@ -25,7 +25,8 @@ results are redacted leaf by leaf (and key by key) before anything encodes
 them, bytes are decoded as UTF-8 first, and lone surrogates are made safe so
 a later UTF-8 encode never fails. The search for secret-named fields
 (``derived_secrets``) never stops silently: a structure too deep, or with
-too many such values, raises ``RedactionLimit`` and the result fails closed.
+too many or too long such values, raises ``RedactionLimit`` and the result
+fails closed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from hostkit.types import REDACTED, is_secret_field
 __all__ = [
     "FRAGMENT_CHARS",
     "MAX_DERIVED_SECRETS",
+    "MAX_DERIVED_SECRET_CHARS",
     "MIN_SECRET_CHARS",
     "RedactionLimit",
     "Redactor",
@@ -65,6 +67,12 @@ _MAX_REMEMBERED = 4_096
 # a structure is searched for them: a hostile output cannot make redaction unbounded.
 MAX_DERIVED_SECRETS = 64
 _MAX_DEPTH = 32
+# And how long they may be, each and together. A redactor looks for some two hundred
+# spellings of a value (its lines, joined and escaped) and indexes their 8-grams, so a
+# hostile megabyte under a field named "token" cost half a minute of the event loop and
+# half a gigabyte. A credential is far shorter (a PEM private key: 3.3 KB).
+MAX_DERIVED_SECRET_CHARS = 8_192
+_MAX_DERIVED_TOTAL_CHARS = 16_384
 # An int wider than this is shown by its size: str() of a huge int is slow, and refused.
 _MAX_INT_BITS = 4_096
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -347,8 +355,9 @@ def derived_secrets(*sources: Any) -> list[str]:
     Every string (or bytes) under such a field counts, if it is long enough to
     redact safely. Mappings, sequences, sets, named tuples, dataclasses,
     pydantic models and objects' ``__dict__`` are walked. Raises
-    ``RedactionLimit`` past ``MAX_DERIVED_SECRETS`` values or ``_MAX_DEPTH``
-    levels: stopping there would leave later values unredacted.
+    ``RedactionLimit`` past ``MAX_DERIVED_SECRETS`` values, a value longer than
+    ``MAX_DERIVED_SECRET_CHARS`` (or all of them longer than twice that) or
+    ``_MAX_DEPTH`` levels: stopping there would leave later values unredacted.
     """
     walk = _Walk()
     for source in sources:
@@ -361,6 +370,7 @@ class _Walk:
 
     def __init__(self) -> None:
         self.found: dict[str, None] = {}
+        self.chars = 0  # of every value found
         # Keeps every visited container alive, so a temporary (a model_dump) cannot free
         # its id for another object that would then be skipped.
         self.seen: dict[tuple[int, bool], Any] = {}
@@ -370,6 +380,16 @@ class _Walk:
             if secret and len(value) >= MIN_SECRET_CHARS and value not in self.found:
                 if len(self.found) >= MAX_DERIVED_SECRETS:
                     raise RedactionLimit(f"more than {MAX_DERIVED_SECRETS} secret-named values")
+                if len(value) > MAX_DERIVED_SECRET_CHARS:
+                    raise RedactionLimit(
+                        f"a secret-named value longer than {MAX_DERIVED_SECRET_CHARS} characters"
+                    )
+                self.chars += len(value)
+                if self.chars > _MAX_DERIVED_TOTAL_CHARS:
+                    raise RedactionLimit(
+                        f"secret-named values longer than {_MAX_DERIVED_TOTAL_CHARS} "
+                        "characters in all"
+                    )
                 self.found[value] = None
             return
         if isinstance(value, _BYTES):

@@ -99,7 +99,7 @@ DEFAULT_ENV_ALLOWLIST = (
 )
 _SECRET_GRANT = "secret.bind:"
 _TOO_DEEP_TO_REDACT = (
-    "the arguments are nested too deeply, or hold too many secret-named values, "
+    "the arguments are nested too deeply, or hold too many or too long secret-named values, "
     "to be redacted safely"
 )
 

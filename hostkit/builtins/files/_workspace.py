@@ -456,9 +456,7 @@ class WorkspaceScope:
                 os.close(fd)
             if len(data) > self.max_write_bytes:
                 raise _too_large(shown, len(data), self.max_write_bytes)
-            updated = _replace_text(data, old, new, count, shown).encode()
-            if len(updated) > self.max_write_bytes:
-                raise _too_large(shown, len(updated), self.max_write_bytes)
+            updated = _replace_text(data, old, new, count, shown, self.max_write_bytes)
             mode = stat.S_IMODE(info.st_mode) & 0o777
             replace_atomically(parent, name, updated, mode=mode, expect=info, shown=shown)
         finally:
@@ -466,7 +464,12 @@ class WorkspaceScope:
         return EditResult(path=shown, replacements=count, size=len(updated))
 
 
-def _replace_text(data: bytes, old: str, new: str, count: int, shown: str) -> str:
+def _replace_text(data: bytes, old: str, new: str, count: int, shown: str, max_bytes: int) -> bytes:
+    """``data`` with ``count`` occurrences of ``old`` replaced, refused over ``max_bytes``.
+
+    The size is checked before the text is built: a million one-byte matches each
+    replaced by kilobytes would otherwise build gigabytes first, then refuse them.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -482,7 +485,10 @@ def _replace_text(data: bytes, old: str, new: str, count: int, shown: str) -> st
             "include more surrounding text or pass the exact count",
             reason="ambiguous",
         )
-    return text.replace(old, new, count)
+    size = len(data) + count * (len(new.encode()) - len(old.encode()))
+    if size > max_bytes:
+        raise _too_large(shown, size, max_bytes)
+    return text.replace(old, new, count).encode()
 
 
 def _entry(name: str, kind: EntryKind, size: int | None) -> ListEntry:
