@@ -22,7 +22,13 @@ import sqlite3
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
-from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, bounded
+from hostkit.errors import (
+    InvalidValue,
+    LeaseLost,
+    NotFoundOrUnauthorized,
+    StoreError,
+    bounded,
+)
 from hostkit.freeze import FrozenMap
 from hostkit.store._approval_revocations import (
     ApprovalRevocation,
@@ -294,13 +300,17 @@ class SqlApprovalStore(ApprovalStore):
                 "SELECT 1 FROM approvals WHERE approval_id = ?", [approval.approval_id]
             ).fetchone():
                 raise InvalidValue("an approval with this id is already recorded")
-            # INSERT ... SELECT: the row exists only if the turn is one of that session's.
+            # INSERT ... SELECT: the row exists only if the turn is one of that session's,
+            # and still running. Fenced like its transcript writes: a takeover ends the
+            # turn it took the session from (lost) in its own transaction, so a holder
+            # that paused past its lease cannot leave an approval a later answer would
+            # run after the session moved on.
             cursor = raw.execute(
                 "INSERT INTO approvals (approval_id, session_id, turn_id, principal_id, core_id, "
                 "core_revision, effect, call_id, arguments, view, policy_fingerprint, rule_key, "
                 "status, created_at) "
                 "SELECT ?, t.session_id, t.turn_id, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ? "
-                "FROM turns t WHERE t.turn_id = ? AND t.session_id = ?",
+                "FROM turns t WHERE t.turn_id = ? AND t.session_id = ? AND t.status = 'running'",
                 [
                     approval.approval_id,
                     approval.principal_id,
@@ -318,6 +328,11 @@ class SqlApprovalStore(ApprovalStore):
                 ],
             )
             if cursor.rowcount != 1:
+                if raw.execute(
+                    "SELECT 1 FROM turns WHERE turn_id = ? AND session_id = ?",
+                    [approval.turn_id, approval.session_id],
+                ).fetchone():
+                    raise LeaseLost("session lease")
                 raise InvalidValue("an approval's turn must be a turn of its session")
             return _row(raw, approval.approval_id)
 

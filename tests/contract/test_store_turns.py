@@ -34,6 +34,7 @@ from hostkit.store import (
     Admitted,
     ConversationTarget,
     LeaseOwner,
+    NewApproval,
     ObservedStep,
     RuntimeStore,
     SessionBusy,
@@ -334,9 +335,33 @@ async def test_a_dead_holder_is_taken_over_at_once_and_its_writes_are_fenced(
         await runtime.turns.finish(stale, result_of(stale), event_seq=3)
     with pytest.raises(LeaseLost):
         await runtime.turns.abandon(stale)
+    # Nor may it leave an approval behind: answered later, it would run the call the
+    # transcript marked indeterminate after the session moved on.
+    with pytest.raises(LeaseLost):
+        await runtime.approvals.insert(asked(scope, stale))
     assert (await runtime.turns.state(scope, stale.turn_id)).status == "lost"
+    assert (await runtime.approvals.insert(asked(scope, successor.lease))).status == "pending"
     assert await say(runtime, successor.lease, 2, "the successor's message") == 2
     assert await runtime.turns.session_lease(stale.session_id) == successor.lease
+
+
+def asked(scope: PrincipalScope, lease: SessionLease) -> NewApproval:
+    """The approval a call of ``lease``'s turn asks for."""
+    return NewApproval(
+        approval_id=new_id("apr"),
+        session_id=lease.session_id,
+        turn_id=lease.turn_id,
+        principal_id=scope.principal_id,
+        core_id="assistant",
+        core_revision="rev1",
+        effect="files.stamp",
+        call_id=new_id("call"),
+        arguments={"label": "one"},
+        view={"effect": "files.stamp"},
+        policy_fingerprint="fp1",
+        rule_key="files.stamp",
+        secret_names=(),
+    )
 
 
 async def test_an_expired_lease_is_taken_over_even_from_a_live_holder(
