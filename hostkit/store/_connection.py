@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -28,6 +29,8 @@ T = TypeVar("T")
 Synchronous = Literal["EXTRA", "FULL", "NORMAL"]
 
 _JOIN_TIMEOUT_S = 10.0
+# Between two tries of switching a file to WAL while another process holds it.
+_WAL_PAUSE_S = 0.01
 
 
 class DbConnection:
@@ -65,6 +68,27 @@ class DbConnection:
         await self._aio.close()
 
 
+def _enter_wal(raw: sqlite3.Connection, wait_s: float) -> None:
+    """``PRAGMA journal_mode = WAL``, tried again for ``wait_s`` while another process
+    holds the file (it may be switching a new file to WAL at the same moment).
+
+    SQLite answers that pragma "database is locked" at once, without its busy
+    handler; once any process has switched the file, the pragma changes nothing.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            raw.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(_WAL_PAUSE_S)  # the connection's own thread, not the event loop
+
+
 async def open_connection(
     path: Path,
     *,
@@ -81,7 +105,7 @@ async def open_connection(
         raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         raw.execute("PRAGMA foreign_keys = ON")
         if not query_only:
-            raw.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(raw, busy_timeout_ms / 1000)
         raw.execute(f"PRAGMA synchronous = {synchronous}")
         if query_only:
             raw.execute("PRAGMA query_only = ON")

@@ -4,6 +4,12 @@ Runs synchronously on the writer connection's thread (one hop from the event
 loop). The order is the contract's: take an online backup, check it with
 ``PRAGMA integrity_check``, then migrate every pending step in one
 transaction. Any failure rolls back and leaves the original file as it was.
+
+Several processes may open one file at once (``hostkit serve`` starting
+beside a ``hostkit run``): all of it, from reading the version to the
+backup and the last step, happens under the write lock, so the second
+opener finds the first one's work done instead of redoing it from the
+version it read before it waited.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 
 from hostkit.errors import MigrationError
 from hostkit.store._schema import APPLICATION_ID, Migration
+from hostkit.store._writer import LockWait, begin_immediate
 
 __all__ = ["MigrationReport", "logical_fingerprint", "upgrade"]
 
@@ -98,13 +105,18 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
         return True
     partial = backup.with_name(backup.name + ".partial")
     partial.unlink(missing_ok=True)
+    # Copied through a connection of its own: ``conn`` holds the write lock (so nothing
+    # changes meanwhile), and SQLite's backup from a connection in a write transaction
+    # answers SQLITE_BUSY for ever.
+    source = sqlite3.connect(str(database))
     target = sqlite3.connect(str(partial))
     try:
-        conn.backup(target)
+        source.backup(target)
         # A standalone file: no -wal/-shm companions needed to read it.
         target.execute("PRAGMA journal_mode = DELETE")
     finally:
         target.close()
+        source.close()
     if not _integrity_ok(partial):
         partial.unlink(missing_ok=True)
         raise MigrationError(
@@ -128,17 +140,44 @@ def _fsync_dir(path: Path) -> None:
 
 
 def upgrade(
-    conn: sqlite3.Connection, *, database: Path, migrations: Sequence[Migration]
+    conn: sqlite3.Connection,
+    *,
+    database: Path,
+    migrations: Sequence[Migration],
+    lock_timeout_s: float = 30.0,
 ) -> MigrationReport:
-    """Bring ``conn`` to the last version in ``migrations`` or raise ``MigrationError``."""
+    """Bring ``conn`` to the last version in ``migrations`` or raise ``MigrationError``.
+
+    Waits up to ``lock_timeout_s`` for another process's write lock (one that
+    is migrating the same file, say); past that, the ``sqlite3`` error of
+    ``begin_immediate`` is raised, for the caller to map.
+    """
     versions = [m.version for m in migrations]
     if versions != list(range(1, len(migrations) + 1)):
         raise MigrationError(
             "migrations must be numbered 1..N without gaps", database=str(database)
         )
     latest = versions[-1]
-    current = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if current == latest:
+    if _version(conn) == latest:
+        return MigrationReport(latest, latest, None, False)  # current: no lock needed
+    begin_immediate(conn, LockWait(lock_timeout_s, str(database)))
+    try:
+        return _upgrade_locked(conn, database, migrations, latest)
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _upgrade_locked(
+    conn: sqlite3.Connection, database: Path, migrations: Sequence[Migration], latest: int
+) -> MigrationReport:
+    """``upgrade`` within its write transaction: the version read here is the one migrated."""
+    current = _version(conn)
+    if current == latest:  # another process migrated it while this one waited
         return MigrationReport(current, current, None, False)
     if current > latest:
         raise MigrationError(
@@ -159,7 +198,6 @@ def upgrade(
 
     step = migrations[current]
     try:
-        conn.execute("BEGIN IMMEDIATE")
         for step in migrations[current:]:
             for statement in step.statements:
                 conn.execute(statement)
@@ -169,7 +207,7 @@ def upgrade(
             raise sqlite3.IntegrityError(f"{len(problems)} foreign key violations after migration")
         conn.execute("COMMIT")
     except Exception as exc:
-        if conn.in_transaction:
+        if conn.in_transaction:  # an I/O error may have rolled it back already
             conn.execute("ROLLBACK")
         raise MigrationError(
             f"migration to v{step.version} ({step.name}) failed and was rolled back; "

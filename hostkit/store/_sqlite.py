@@ -109,16 +109,19 @@ class SqliteStore(RowStore):
                     raw,
                     database=database,
                     migrations=MIGRATIONS if migrations is None else migrations,
+                    lock_timeout_s=lock_timeout_s,
                 )
             )
             reader = await open_connection(
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms, query_only=True
             )
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if reader is not None:
                     await reader.close()
                 await writer.close()
+            if isinstance(exc, sqlite3.Error):  # the lock never came free, or the backup failed
+                raise map_sqlite_error(exc, f"opening {database}") from exc
             raise
         store = cls(
             database,

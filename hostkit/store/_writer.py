@@ -45,7 +45,14 @@ import anyio
 from hostkit.errors import HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import DbConnection
 
-__all__ = ["MAX_BATCH", "GroupCommitWriter", "TransactionGuard", "map_sqlite_error"]
+__all__ = [
+    "MAX_BATCH",
+    "GroupCommitWriter",
+    "LockWait",
+    "TransactionGuard",
+    "begin_immediate",
+    "map_sqlite_error",
+]
 
 T = TypeVar("T")
 
@@ -138,7 +145,7 @@ class LockWait:
         self.since: float | None = None
 
 
-def _begin(conn: sqlite3.Connection, lock: LockWait) -> None:
+def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
     """``BEGIN IMMEDIATE``, tried again while another process holds the write lock.
 
     Each try waits up to the connection's busy timeout; after ``lock.bound_s``
@@ -207,7 +214,7 @@ def _run_jobs(
     the answer is False (run them again with savepoints); with them, its error
     is its own and the others go on.
     """
-    _begin(conn, lock)
+    begin_immediate(conn, lock)
     for job in jobs:
         job.result = None
         if savepoints:
@@ -238,7 +245,7 @@ def _run_alone(
 ) -> None:
     """One job, one transaction: no savepoint is needed to roll it back alone."""
     try:
-        _begin(conn, lock)
+        begin_immediate(conn, lock)
         guard.raised = True
         try:
             job.result = job.fn(conn)
