@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 from rich.console import Console
 
@@ -44,7 +45,7 @@ from hostkit.cli._init import init
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
-from hostkit.cli._render import sessions_table
+from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
@@ -179,6 +180,18 @@ def run(
                 # Its hint, pasted, must act on this project: it names -c as given.
                 named = naming_config(exc.reason, host.config.cores, config)
                 raise fail(TurnRejected(named)) from None
+            except anyio.get_cancelled_exc_class():
+                # Ctrl-C: the turn's terminal record is written as it unwinds; say so, and
+                # where to read it, rather than leave the terminal silent.
+                listing = command_line("sessions", config=config)
+                console.print(
+                    f"\ninterrupted: the turn stopped and was recorded as it ended; "
+                    f"`{listing}` shows it",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+                raise
             return report(
                 result,
                 database=host.config.store_location,

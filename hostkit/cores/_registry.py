@@ -198,7 +198,11 @@ class CoreRegistry:
         target = await _resolve(repo, revision)
         live = await self._live(core_id)
         if target == live:
-            raise InvalidValue(f"{target[:12]} is already the live revision of core {core_id!r}")
+            # Most often an edit not committed yet: the repository's files do not count.
+            raise InvalidValue(
+                f"{target[:12]} is already the live revision of core {core_id!r}; "
+                "commit your change first (only committed files are promoted)"
+            )
         manifest, loaded = await check_manifest(
             location, target, cores_root=self._cores_root, validate=self._validate
         )

@@ -26,7 +26,8 @@ from rich.console import Console
 from hostkit.cli._approver import ConsoleApprover, interrupted_line
 from hostkit.effects import DIFF_KEY, ApprovalKey, ApprovalRequest, ApprovalRuntime
 from tests.contract.test_cli_approvals import CONFIG, answer, hostkit, write_call
-from tests.wire import WireServer, serve_wire
+from tests.wire import WireServer, serve_wire, sse_reply
+from tests.wire import openai_chat as wire_openai
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +214,46 @@ def test_multi_line_content_and_a_diff_are_shown_as_lines_with_controls_escaped(
     assert "  the file exists; this write replaces it:" in lines
     assert "    -old" in lines
     assert "    +new" in lines
+
+
+async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to_read_it(
+    project: Path, wire: WireServer
+) -> None:
+    """No prompt open: the command still says in one line what became of the turn."""
+    wire.script(sse_reply([wire_openai.chunk(role="assistant")], hold=True))
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
+    process = subprocess.Popen(  # noqa: ASYNC220 (a pty needs Popen's file descriptors)
+        [sys.executable, "-m", "hostkit", "run", "--agent", "writer", "hello"],
+        cwd=project,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    seen = bytearray()
+    try:
+        with anyio.fail_after(30):
+            while not wire.requests:  # until the model call is in flight, keep reading
+                with anyio.move_on_after(0.05):
+                    await read_until(leader, b"\x00", seen)
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(30):
+            while process.poll() is None:
+                with anyio.move_on_after(0.1):
+                    await read_until(leader, b"\x00", seen)
+        with anyio.move_on_after(0.5):
+            await read_until(leader, b"\x00", seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    assert process.returncode == 130, text
+    line = "interrupted: the turn stopped and was recorded as it ended; `hostkit sessions` shows it"
+    assert text.count(line) == 1, text
+    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+        turns = connection.execute("SELECT status FROM turns").fetchall()
+    assert turns == [("cancelled",)]

@@ -53,5 +53,8 @@ def test_promoting_the_live_revision_again_is_refused_in_one_line(tmp_path: Path
     code, out, err = invoke("core", "promote", CORE, "--reason", "again", project=tmp_path)
     assert code == 2
     assert out == ""
-    assert err == f"error: {head(core)[:12]} is already the live revision of core '{CORE}'\n"
+    assert err == (
+        f"error: {head(core)[:12]} is already the live revision of core '{CORE}'; "
+        "commit your change first (only committed files are promoted)\n"
+    )
     assert live(core) == head(core)
