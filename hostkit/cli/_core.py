@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 from rich.console import Console
 
@@ -47,6 +48,7 @@ from hostkit.cli._core_render import (
     status_table,
 )
 from hostkit.cli._render import command_line
+from hostkit.cli._turn import Waiting
 from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host
@@ -330,6 +332,10 @@ def promote(
         async with open_host(
             await project_config(config), check_providers=False, moot=_not_live(chosen)
         ) as host:
+            # The gates may take minutes (the core's own tests run last): a sign of life,
+            # and after Ctrl-C a line saying where to look, not a silent terminal.
+            waiting = Waiting(console)
+            waiting.start(f"running the gates of {revision} (the core's own tests last)")
             try:
                 event = await _registry(host, chosen).promote(
                     chosen,
@@ -340,7 +346,20 @@ def promote(
                     accept_dependencies=reviewed_deps,
                 )
             except PromotionRefused as refused:
+                waiting.stop()
                 return _refused(chosen, revision, refused, json_=json_, config=config)
+            except anyio.get_cancelled_exc_class():
+                waiting.stop()
+                status = command_line("core", "status", config=config)
+                console.print(
+                    f"\ninterrupted: `{status}` shows which revision of {chosen} is live",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+                raise
+            finally:
+                waiting.stop()
         _moved(event, json_=json_)
         return EXIT_OK
 
