@@ -52,6 +52,7 @@ from hostkit.cli._turn import Waiting
 from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host
+from hostkit.inspect import printable
 from hostkit.types import CoreEvent, is_core_id
 
 __all__ = ["core", "cores_table"]
@@ -243,6 +244,10 @@ def status(
         else:
             out = Console()
             out.print(status_table(statuses, width=out.width))
+            for one in statuses:
+                if one.problem is not None:  # why its row has no HEAD, in full
+                    line = printable(f"{one.core_id}: {one.problem}")
+                    console.print(line, highlight=False, markup=False)
         return EXIT_OK
 
     run_command(main)

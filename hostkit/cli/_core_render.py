@@ -57,6 +57,8 @@ def stamp(at: float) -> str:
 
 def status_state(status: CoreStatus) -> str:
     """One phrase: whether what a turn runs is what the repository's HEAD holds."""
+    if status.problem is not None:
+        return "repository unreadable"
     if status.head is None:
         return "no commits"
     if status.live is None:

@@ -108,14 +108,13 @@ class CoreRegistry:
 
     async def status(self, core_id: str) -> CoreStatus:
         """Where ``core_id`` lives, its live commit (the store's; None: never promoted) and HEAD."""
-        location, repo = await self._open(core_id)
-        return CoreStatus(
-            core_id=core_id,
-            path=location.path,
-            ref=location.ref,
-            live=await self._live(core_id),
-            head=await repo.head(),
-        )
+        location = self._location(core_id)
+        live = await self._live(core_id)
+        try:
+            head = await (await CoreRepository.open(location.path)).head()
+        except ConfigError as exc:
+            return CoreStatus(core_id, location.path, location.ref, live, None, exc.message)
+        return CoreStatus(core_id, location.path, location.ref, live, head)
 
     async def log(self, core_id: str, *, limit: int = 50) -> tuple[RevisionInfo, ...]:
         """Commits from HEAD, newest first, the live one marked; () for an empty repository."""

@@ -25,7 +25,9 @@ class CoreStatus:
     """Where a core lives and which commit runs: ``live`` (the Host-owned ref) and ``head``.
 
     ``live`` None: never promoted (the core is not available); ``head`` None:
-    the repository has no commit yet.
+    the repository has no commit yet, or, with ``problem``, cannot be read
+    (missing, not a Git repository, damaged): one core's broken repository
+    is its own row, not the end of every core's status.
     """
 
     core_id: str
@@ -33,6 +35,7 @@ class CoreStatus:
     ref: str
     live: str | None
     head: str | None
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

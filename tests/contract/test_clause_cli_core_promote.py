@@ -158,3 +158,22 @@ def test_status_says_whether_head_is_live(tmp_path: Path) -> None:
     assert "HEAD is live" in out
     commit(core, {"agent/extra.py": "VALUE = 3\n"}, "not promoted yet")
     assert "HEAD not promoted" in invoke("core", "status", project=tmp_path)[1]
+
+
+def test_status_gives_a_core_whose_repository_is_missing_its_own_row(tmp_path: Path) -> None:
+    """One broken repository does not hide every other core's status."""
+    core = make_project(tmp_path)
+    with (tmp_path / "hostkit.toml").open("a") as toml:
+        toml.write('\n[cores.ghost]\npath = "cores/ghost"\n')
+    code, out, err = invoke("core", "status", "--json", project=tmp_path)
+    assert code == 0, err
+    rows = {row["core_id"]: row for row in json.loads(out)}
+    assert rows[CORE]["head"] == head(core)
+    assert rows[CORE]["problem"] is None
+    assert rows["ghost"]["head"] is None
+    assert "is not a directory" in rows["ghost"]["problem"]
+    code, out, err = invoke("core", "status", project=tmp_path)
+    assert code == 0, err
+    assert "no live revision: promote one" in out
+    assert "repository unreadable" in out
+    assert err.count("ghost: core repository") == 1
