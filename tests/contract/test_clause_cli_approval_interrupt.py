@@ -16,7 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -65,15 +65,20 @@ async def read_until(fd: int, wanted: bytes, seen: bytearray, timeout_s: float =
             seen.extend(chunk)
 
 
-async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_answer(
-    project: Path, wire: WireServer
-) -> None:
-    wire.script(write_call(), answer("Written."))
+async def ctrl_c_hostkit(
+    argv: Sequence[str],
+    cwd: Path,
+    ready: Callable[[int, bytearray], Awaitable[None]],
+    *,
+    term: str = "dumb",
+) -> tuple[int | None, str]:
+    """``hostkit ARGV`` on a pseudo-terminal, sent SIGINT (what Ctrl-C sends) once
+    ``ready(terminal, seen)`` returns: its exit status and all it wrote."""
     leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
+    env = {**os.environ, "COLUMNS": "200", "TERM": term, "NO_COLOR": "1"}
     process = subprocess.Popen(  # noqa: ASYNC220 (a pty needs Popen's file descriptors)
-        [sys.executable, "-m", "hostkit", "run", "--agent", "writer", "write out.md"],
-        cwd=project,
+        [sys.executable, "-m", "hostkit", *argv],
+        cwd=cwd,
         stdin=follower,
         stdout=follower,
         stderr=follower,
@@ -82,9 +87,8 @@ async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_
     os.close(follower)
     seen = bytearray()
     try:
-        await read_until(leader, PROMPT, seen)
-        assert PROMPT in seen, seen.decode(errors="replace")
-        process.send_signal(signal.SIGINT)  # what Ctrl-C at the terminal sends
+        await ready(leader, seen)
+        process.send_signal(signal.SIGINT)
         with anyio.fail_after(30):
             while process.poll() is None:
                 with anyio.move_on_after(0.1):
@@ -96,7 +100,21 @@ async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_
             process.kill()
         process.wait()
         os.close(leader)
-    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    return process.returncode, seen.decode(errors="replace").replace("\r\n", "\n")
+
+
+async def test_ctrl_c_at_the_prompt_leaves_the_approval_pending_and_says_how_to_answer(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call(), answer("Written."))
+
+    async def at_the_prompt(terminal: int, seen: bytearray) -> None:
+        await read_until(terminal, PROMPT, seen)
+        assert PROMPT in seen, seen.decode(errors="replace")
+
+    _, text = await ctrl_c_hostkit(
+        ["run", "--agent", "writer", "write out.md"], project, at_the_prompt
+    )
     rows = pending_rows(project / "state" / "hostkit.db")
     assert len(rows) == 1, text
     approval_id, status = rows[0]
@@ -221,37 +239,15 @@ async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to
 ) -> None:
     """No prompt open: the command still says in one line what became of the turn."""
     wire.script(sse_reply([wire_openai.chunk(role="assistant")], hold=True))
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
-    process = subprocess.Popen(  # noqa: ASYNC220 (a pty needs Popen's file descriptors)
-        [sys.executable, "-m", "hostkit", "run", "--agent", "writer", "hello"],
-        cwd=project,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-    )
-    os.close(follower)
-    seen = bytearray()
-    try:
+
+    async def model_called(terminal: int, seen: bytearray) -> None:
         with anyio.fail_after(30):
             while not wire.requests:  # until the model call is in flight, keep reading
                 with anyio.move_on_after(0.05):
-                    await read_until(leader, b"\x00", seen)
-        process.send_signal(signal.SIGINT)
-        with anyio.fail_after(30):
-            while process.poll() is None:
-                with anyio.move_on_after(0.1):
-                    await read_until(leader, b"\x00", seen)
-        with anyio.move_on_after(0.5):
-            await read_until(leader, b"\x00", seen)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        os.close(leader)
-    text = seen.decode(errors="replace").replace("\r\n", "\n")
-    assert process.returncode == 130, text
+                    await read_until(terminal, b"\x00", seen)
+
+    code, text = await ctrl_c_hostkit(["run", "--agent", "writer", "hello"], project, model_called)
+    assert code == 130, text
     line = "interrupted: the turn stopped and was recorded as it ended; `hostkit sessions` shows it"
     assert text.count(line) == 1, text
     with sqlite3.connect(project / "state" / "hostkit.db") as connection:
