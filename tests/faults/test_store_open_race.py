@@ -58,10 +58,16 @@ def open_at_once(database: Path) -> list[dict[str, object]]:
         for _ in range(OPENERS)
     ]
     reports = []
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err[-2000:]
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for child in children:
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err[-2000:]
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for child in children:  # a hung opener fails the test, and outlives nothing
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return reports
 
 
