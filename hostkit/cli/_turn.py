@@ -75,6 +75,8 @@ class Waiting:
 
     def __init__(self, console: Console | None) -> None:
         self._console = console if console is not None and console.is_terminal else None
+        # Not a terminal (a pipe, a log): no spinner, but a long wait is said in a line.
+        self._plain = console if console is not None and not console.is_terminal else None
         self._spinner = Spinner("dots", style="cyan")
         self._live: Live | None = None
         self._what = ""
@@ -89,6 +91,13 @@ class Waiting:
             return
         self._live = Live(self, console=self._console, transient=True, refresh_per_second=8)
         self._live.start()
+
+    def say(self, what: str) -> None:
+        """``what`` as the spinner's text on a terminal; elsewhere one plain line, so a
+        script's log shows why the command waits."""
+        if self._plain is not None:
+            self._plain.print(what, highlight=False, markup=False, soft_wrap=True)
+        self.start(what)
 
     def stop(self) -> None:
         if self._live is not None:
@@ -200,7 +209,7 @@ async def _streamed(
         def show(event: TurnEvent) -> None:
             nonlocal wrote
             if event.kind == "turn.waiting":
-                waiting.start(f"waiting for session {event.session_id}: another turn runs in it")
+                waiting.say(f"waiting for session {event.session_id}: another turn runs in it")
             elif event.kind == "provider.started":
                 waiting.start("waiting for the model")
             elif event.kind == "text.delta":

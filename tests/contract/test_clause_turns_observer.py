@@ -7,12 +7,15 @@ theirs."
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import pytest
+from rich.console import Console
 
+from hostkit.cli._turn import stream_turn
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
@@ -217,3 +220,39 @@ async def test_a_turn_waiting_on_another_hosts_turn_says_so_once_not_per_look(
     assert len(heard) == 1, [event.data for event in heard]
     assert heard[0].data["holder_turn_id"] == results[0].turn_id
     assert [result.outcome for result in results] == ["completed", "completed"]
+
+
+async def test_a_cli_turn_waiting_without_a_terminal_says_so_in_one_line(tmp_path: Path) -> None:
+    """`hostkit run` piped (a script, a log) shows no spinner; why it waits is one line."""
+    gate = HeldModel("first")
+    shown = io.StringIO()
+    progress = Console(file=shown, force_terminal=False, width=200)
+    results: list[TurnResult] = []
+    async with (
+        Host.open(config(tmp_path), capabilities=capabilities(gate.model())) as host,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def run(text: str, console: Console | None) -> None:
+            turn = stream_turn(
+                host,
+                text,
+                agent="assistant",
+                conversation="shared",
+                out=io.StringIO(),
+                progress=console,
+            )
+            results.append(await turn)
+
+        tg.start_soon(run, "first", None)
+        with anyio.fail_after(10):
+            await gate.entered.wait()
+        tg.start_soon(run, "second", progress)
+        with anyio.fail_after(10):
+            await anyio.wait_all_tasks_blocked()
+        waited = shown.getvalue()
+        gate.release.set()
+    session = results[0].session_id
+    assert waited == f"waiting for session {session}: another turn runs in it\n"
+    assert shown.getvalue() == waited  # said once, and nothing else on a pipe
+    assert [r.outcome for r in results] == ["completed", "completed"]
