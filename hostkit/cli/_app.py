@@ -175,11 +175,13 @@ def run(
                     attachments=attachments,
                 )
             except TurnRejected as exc:
-                if config is None:
+                reason = await _python_agent_hint(exc.reason, agent)
+                if config is not None:
+                    # Its hint, pasted, must act on this project: it names -c as given.
+                    reason = naming_config(reason, host.config.cores, config)
+                if reason == exc.reason:
                     raise
-                # Its hint, pasted, must act on this project: it names -c as given.
-                named = naming_config(exc.reason, host.config.cores, config)
-                raise fail(TurnRejected(named)) from None
+                raise fail(TurnRejected(reason)) from None
             except anyio.get_cancelled_exc_class():
                 # Ctrl-C: the turn's terminal record is written as it unwinds; say so, and
                 # where to read it, rather than leave the terminal silent.
@@ -200,6 +202,22 @@ def run(
             )
 
     run_command(main)
+
+
+async def _python_agent_hint(reason: str, agent: str) -> str:
+    """An unknown agent named like a Python file here: how ``--agent`` loads the Agent in it
+    (``module:attribute``); a newcomer who wrote ``janitor.py`` types ``--agent janitor``."""
+    module = Path(f"{agent}.py")
+    if not (
+        reason.startswith(f"no agent named {agent!r}")
+        and agent.isidentifier()
+        and await anyio.Path(module).is_file()
+    ):
+        return reason
+    return (
+        f"{reason}; an Agent defined in {module} runs with --agent {agent}:NAME "
+        "(NAME: the variable that holds it)"
+    )
 
 
 @app.command()

@@ -492,6 +492,21 @@ def test_an_unknown_agent_is_refused_with_the_closest_name_and_the_agents_there(
     code, _, err = hostkit("run", "--agent", "zzz", "hi", cwd=tmp_path, columns=300)
     assert code == 2
     assert "no agent named 'zzz' (agents here: writer)" in err
+    assert "--agent" not in err
+
+
+def test_an_unknown_agent_named_like_a_python_file_here_gets_the_module_form(
+    tmp_path: Path,
+) -> None:
+    """`janitor.py` defines the Agent; `--agent janitor` is refused with how to load it."""
+    (tmp_path / "hostkit.toml").write_text(WRITER)
+    (tmp_path / "janitor.py").write_text("import hostkit\n")
+    code, out, err = hostkit("run", "--agent", "janitor", "hi", cwd=tmp_path, columns=300)
+    assert (code, out) == (2, "")
+    assert (
+        "no agent named 'janitor' (agents here: writer); an Agent defined in janitor.py "
+        "runs with --agent janitor:NAME (NAME: the variable that holds it)"
+    ) in err
 
 
 def test_init_inside_another_project_is_refused_unless_forced(tmp_path: Path) -> None:
