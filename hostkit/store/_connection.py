@@ -22,7 +22,7 @@ from typing import Literal, TypeVar
 import aiosqlite
 import anyio
 
-__all__ = ["DbConnection", "Synchronous", "open_connection"]
+__all__ = ["LOCK_HELD", "DbConnection", "Synchronous", "open_connection", "primary_code"]
 
 T = TypeVar("T")
 
@@ -68,6 +68,16 @@ class DbConnection:
         await self._aio.close()
 
 
+# Another connection's lock: its holder ends it, then the same statement may succeed.
+LOCK_HELD = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def primary_code(exc: sqlite3.Error) -> int | None:
+    """The primary SQLite result code of ``exc`` (extended codes share its low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def _enter_wal(raw: sqlite3.Connection, wait_s: float) -> None:
     """``PRAGMA journal_mode = WAL``, tried again for ``wait_s`` while another process
     holds the file (it may be switching a new file to WAL at the same moment).
@@ -81,8 +91,7 @@ def _enter_wal(raw: sqlite3.Connection, wait_s: float) -> None:
             raw.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if primary_code(exc) not in LOCK_HELD:
                 raise
             if time.monotonic() >= deadline:
                 raise

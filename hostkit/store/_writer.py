@@ -43,7 +43,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from hostkit.errors import HostkitError, InvalidValue, StoreClosed, StoreError
-from hostkit.store._connection import DbConnection
+from hostkit.store._connection import LOCK_HELD, DbConnection, primary_code
 
 __all__ = [
     "MAX_BATCH",
@@ -62,8 +62,6 @@ MAX_BATCH = 1024
 
 # SQLite result codes after which the same statement may succeed later.
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
-# Another process's write lock: its holder ends it, then a BEGIN succeeds.
-_LOCK_HELD = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 # Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
 _BEGIN_PAUSE_S = 0.01
 # A write waiting this long for another process's write lock is logged (once per wait).
@@ -83,12 +81,6 @@ RELEASE = f"RELEASE {_SAVEPOINT} /* hostkit writer */"
 ROLLBACK_TO = f"ROLLBACK TO {_SAVEPOINT} /* hostkit writer */"
 
 
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    """The primary SQLite result code of ``exc`` (extended codes share its low byte)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
 class _LockNeverFree(sqlite3.OperationalError):
     """``BEGIN`` gave up: another process held the write lock for the writer's whole wait."""
 
@@ -97,7 +89,7 @@ def map_sqlite_error(exc: sqlite3.Error, action: str) -> StoreError:
     """Map a sqlite3 error to a bounded ``StoreError`` with ``retryable`` set."""
     if isinstance(exc, _LockNeverFree):
         return StoreError(str(exc), retryable=True)
-    primary = _primary_code(exc)
+    primary = primary_code(exc)
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return StoreError(f"{action} failed: {name}: {exc}", retryable=primary in _RETRYABLE)
 
@@ -161,7 +153,7 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
                 conn.execute(BEGIN)
                 return
             except sqlite3.OperationalError as exc:
-                if _primary_code(exc) not in _LOCK_HELD:
+                if primary_code(exc) not in LOCK_HELD:
                     raise
                 if time.monotonic() >= deadline:
                     raise _LockNeverFree(
