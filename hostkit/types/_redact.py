@@ -31,6 +31,11 @@ _SECRET_FIELD = re.compile(
 )
 
 
+# "tokens" names a count (``input_tokens``) as often as a credential list: a name
+# whose only secret word is it keeps a plain integer value (a count), nothing else.
+_TOKENS_WORD = re.compile(r"(?i)tokens")
+
+
 # Field names repeat (every event, every turn): names up to this length have their
 # answer cached, so a hostile stream of long or unique names cannot grow the cache.
 _CACHED_NAME = 128
@@ -46,6 +51,18 @@ def is_secret_field(name: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:
     return bool(_SECRET_FIELD.search(name))
+
+
+def _shown_secret_field(name: str, value: Any) -> bool:
+    """True for a count under a secret-looking name: ``{"output_tokens": 12}`` is no secret."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return len(name) <= _CACHED_NAME and _count_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_name(name: str) -> bool:
+    return bool(_TOKENS_WORD.search(name)) and not _SECRET_FIELD.search(_TOKENS_WORD.sub("", name))
 
 
 def redact_secret_fields(value: Any) -> Any:
@@ -122,7 +139,7 @@ def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: in
             name = str(key)[:max_string]
             out[name] = (
                 REDACTED
-                if is_secret_field(name)
+                if is_secret_field(name) and not _shown_secret_field(name, item)
                 else _bound(item, max_keys, max_depth, max_string, depth + 1)
             )
         return out

@@ -211,6 +211,31 @@ def test_bounded_data_is_the_thawed_bounded_metadata() -> None:
     assert bounded_data(None) == {}
 
 
+def test_token_counts_are_shown_and_token_values_are_not() -> None:
+    """An event says how many tokens a step used; a token itself never shows."""
+    data = bounded_data(
+        {
+            "input_tokens": 1190,
+            "Output_Tokens": 3,
+            "nested": {"cache_read_tokens": 0, "max_tokens": 4096},
+            "tokens": ["sk-live"],
+            "api_tokens": "sk-live",
+            "refresh_tokens_secret": 7,
+            "lease_token": 12,
+            "token": 123456,
+            "password_tokens": 5,
+            "flag_tokens": True,
+        }
+    )
+    assert data["input_tokens"] == 1190
+    assert data["Output_Tokens"] == 3
+    assert data["nested"] == {"cache_read_tokens": 0, "max_tokens": 4096}
+    for secret in ("tokens", "api_tokens", "refresh_tokens_secret", "lease_token", "token"):
+        assert data[secret] == REDACTED, secret
+    assert data["password_tokens"] == REDACTED
+    assert data["flag_tokens"] == REDACTED
+
+
 def test_secret_field_names_answer_the_same_at_any_length() -> None:
     for name in ("password", "API-Key", "x_refresh_token", "name", "step"):
         for padded in (name, "a" * 200 + name, name + "z" * 200):
