@@ -332,6 +332,19 @@ def _raised(exc: Exception) -> str:
     return bounded(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 300)
 
 
+def _module_hint(module_name: str, attribute: str) -> str:
+    """A file path where a module name belongs (``janitor.py``, ``agents/janitor.py``):
+    the reference that works, run from the directory that holds the file."""
+    path = module_name.removeprefix("./")
+    if not (path.endswith(".py") or "/" in path):
+        return ""
+    dotted = path.removesuffix(".py").replace("/", ".")
+    return (
+        f"; name the module, not its file: --agent {bounded(dotted, 120)}:"
+        f"{bounded(attribute, 120)}, run from the directory that holds {bounded(path, 120)}"
+    )
+
+
 def load_agent(spec: str) -> Agent:
     """The ``Agent`` a ``module:attribute`` reference names (``hostkit run --agent``).
 
@@ -348,6 +361,7 @@ def load_agent(spec: str) -> Agent:
     except Exception as exc:  # operator code: whatever its import raises is its error
         raise ConfigError(
             f"cannot import {bounded(module_name, 120)!r} for {shown!r}: {_raised(exc)}"
+            f"{_module_hint(module_name, attribute)}"
         ) from None
     value: Any = module
     for part in attribute.split("."):

@@ -509,6 +509,25 @@ def test_an_unknown_agent_named_like_a_python_file_here_gets_the_module_form(
     ) in err
 
 
+@pytest.mark.parametrize(
+    ("reference", "working"),
+    [
+        ("janitor.py:janitor", "janitor:janitor"),
+        ("./janitor.py:janitor", "janitor:janitor"),
+        ("agents/janitor.py:janitor", "agents.janitor:janitor"),
+    ],
+)
+def test_an_agent_named_by_its_file_is_refused_with_the_module_form(
+    tmp_path: Path, reference: str, working: str
+) -> None:
+    """`--agent janitor.py:janitor` names a file where Python wants a module: say which."""
+    (tmp_path / "hostkit.toml").write_text(WRITER)
+    code, out, err = hostkit("run", "--agent", reference, "hi", cwd=tmp_path, columns=400)
+    assert (code, out) == (2, "")
+    assert f"name the module, not its file: --agent {working}" in err
+    assert "Traceback" not in err
+
+
 def test_init_inside_another_project_is_refused_unless_forced(tmp_path: Path) -> None:
     assert hostkit("init", "proj", cwd=tmp_path)[0] == 0
     inner = tmp_path / "proj" / "workspace"
