@@ -49,6 +49,7 @@ from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
 from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
+from hostkit.host import resolve_config, unknown_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
 from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
 
@@ -154,6 +155,12 @@ def run(
 
     async def main() -> int:
         found = await find_config(config)
+        declared = await resolve_config(found, assistant=not python_agents)
+        known = sorted({*declared.agents, *declared.cores, *(a.name for a in python_agents)})
+        if agent not in known:
+            # Refused before the Host opens: a mistyped name creates no database or workspace.
+            reason = await _python_agent_hint(unknown_agent(agent, known), agent)
+            raise fail(TurnRejected(reason))
         note = await default_project_note(found)
         async with open_host(
             found,

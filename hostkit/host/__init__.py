@@ -40,7 +40,8 @@ from hostkit.host._defaults import (
     NoChannels,
     check_provider_extras,
 )
-from hostkit.host._host import Host, TurnNotCompleted
+from hostkit.host._generation import unknown_agent
+from hostkit.host._host import Host, TurnNotCompleted, resolve_config
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve import HostDaemon, ServeStatus
@@ -96,5 +97,7 @@ __all__ = [
     "memory_tools",
     "open_configured_store",
     "parse_config",
+    "resolve_config",
     "store_exists",
+    "unknown_agent",
 ]

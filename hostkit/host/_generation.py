@@ -45,7 +45,7 @@ from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
 
-__all__ = ["Generation"]
+__all__ = ["Generation", "unknown_agent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +229,7 @@ class Generation(AsyncResource):
         if core_id in self._unavailable:
             raise TurnRejected(self._unavailable[core_id])
         if core_id not in self.config.agents:
-            raise TurnRejected(_no_agent(core_id, sorted(self.config.agents)))
+            raise TurnRejected(unknown_agent(core_id, sorted(self.config.agents)))
         current = self.revision(core_id)
         if revision is not None and revision != current:
             raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
@@ -355,7 +355,7 @@ class Generation(AsyncResource):
 _LISTED_AGENTS = 12
 
 
-def _no_agent(name: str, known: Sequence[str]) -> str:
+def unknown_agent(name: str, known: Sequence[str]) -> str:
     """Why a turn for ``name`` is refused: the closest known agent, and which there are."""
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

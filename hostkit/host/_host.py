@@ -81,7 +81,7 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["Host", "TurnNotCompleted"]
+__all__ = ["Host", "TurnNotCompleted", "resolve_config"]
 
 _log = logging.getLogger("hostkit.host")
 # aclose waits this long for an apply in progress before closing the generations anyway.
@@ -304,7 +304,7 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
         check_providers: bool = True,
     ) -> Host:
-        declared = await _resolve_config(config, assistant=not agents)
+        declared = await resolve_config(config, assistant=not agents)
         check = capabilities is None and check_providers
         if check:
             # The configured agents' providers' packages, before the database is created
@@ -949,7 +949,7 @@ async def _prepare_workspaces(config: HostConfig) -> tuple[str, ...]:
     return warnings
 
 
-async def _resolve_config(
+async def resolve_config(
     config: HostConfig | str | Path | None, *, assistant: bool = True
 ) -> HostConfig:
     """``config`` as a HostConfig; None is the default one (``assistant``: with its agent)."""

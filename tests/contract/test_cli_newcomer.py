@@ -493,6 +493,16 @@ def test_an_unknown_agent_is_refused_with_the_closest_name_and_the_agents_there(
     assert code == 2
     assert "no agent named 'zzz' (agents here: writer)" in err
     assert "--agent" not in err
+    # Refused before the Host opens: a mistyped name leaves no database or workspace behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostkit.toml"]
+
+
+def test_an_unknown_agent_without_a_project_creates_nothing(tmp_path: Path) -> None:
+    code, out, err = hostkit("run", "--agent", "assistent", "hi", cwd=tmp_path, columns=300)
+    assert (code, out) == (2, "")
+    assert "no agent named 'assistent'; did you mean 'assistant'?" in err
+    assert "no hostkit.toml here" not in err  # no note about state that is not created
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_agent_named_like_a_python_file_here_gets_the_module_form(
