@@ -5,8 +5,8 @@ are not permitted": jargon, and in the usual ``key: message`` form a key named
 ``api_key`` or ``token`` reads as a secret assignment that ``bounded()``
 masks, so the one word the reader needs became ``[redacted]``. This module
 turns such an error into one sentence that names the key, where it is, and
-the closest declared key (``difflib``), for both ``hostkit.toml`` and a core's
-``agent.yaml``.
+the closest declared key (``difflib``) or the table where a key of that name
+belongs, for both ``hostkit.toml`` and a core's ``agent.yaml``.
 
 The sentence quotes the key's name, never its value: pydantic's ``input``
 (perhaps a real credential) is not read. The name itself still goes through
@@ -33,6 +33,10 @@ EXTRA_FORBIDDEN = "extra_forbidden"
 _NAME_CHARS = 80
 # How alike a declared key must be to be offered (difflib's ratio; 0.6 is its default).
 _CLOSENESS = 0.6
+# A key unknown where it is written but declared elsewhere: the tables searched (levels
+# below the root) and the most offered.
+_HOME_DEPTH = 3
+_HOMES = 3
 
 
 def reported_error(exc: ValidationError) -> ErrorDetails:
@@ -54,17 +58,54 @@ def unknown_key(
 
     ``style="toml"``: "unknown key 'api_key' in [providers.local]; did you
     mean 'api_key_env'?" ("at the top level" for a root key); ``"yaml"``:
-    "unknown key 'bogus' under limits" (nothing more at the root). The hint
-    is left out when no declared key of the model at that place is close, or
-    when the place cannot be followed through ``root``'s fields.
+    "unknown key 'bogus' under limits" (nothing more at the root). With no
+    declared key close at that place, a key declared in another table says
+    where it belongs ("unknown key 'database' at the top level; it belongs in
+    [host]"); with neither, there is no hint.
     """
     *parents, last = loc or ("",)
     name = _quoted(str(last))
     where = _place(parents, style)
     candidates = _declared(_model_at(root, parents))
     close = difflib.get_close_matches(str(last), candidates, n=1, cutoff=_CLOSENESS)
-    hint = f"; did you mean {_quoted(close[0])}?" if close else ""
+    if close:
+        return f"unknown key {name}{where}; did you mean {_quoted(close[0])}?"
+    homes = [
+        _place(path, style).removeprefix(" in ").removeprefix(" under ")
+        for path in _homes(root, str(last))
+        if path != list(parents)
+    ]
+    hint = (
+        f"; it belongs {'in' if style == 'toml' else 'under'} {' or '.join(homes)}" if homes else ""
+    )
     return f"unknown key {name}{where}{hint}"
+
+
+def _homes(root: type[BaseModel], key: str) -> list[list[str | int]]:
+    """The tables of ``root`` (``_HOME_DEPTH`` levels deep) that declare ``key``: where a
+    key written in the wrong table belongs. ``<name>`` stands for a table of tables' key."""
+    found: list[list[str | int]] = []
+
+    def walk(model: type[BaseModel], path: list[str | int]) -> None:
+        if path and key in _declared(model):
+            found.append(path)
+        if len(path) >= _HOME_DEPTH:
+            return
+        for name, field in model.model_fields.items():
+            if field.exclude:
+                continue
+            shape = _unwrapped(field.annotation)
+            if _is_model(shape):
+                walk(shape, [*path, name])
+                continue
+            arguments = typing.get_args(shape)
+            if typing.get_origin(shape) in (dict, Mapping) and len(arguments) == 2:
+                inner = _unwrapped(arguments[1])
+                if _is_model(inner):
+                    walk(inner, [*path, name, "<name>"])
+
+    walk(root, [])
+    return found[:_HOMES]
 
 
 def _place(parents: Sequence[str | int], style: Literal["toml", "yaml"]) -> str:

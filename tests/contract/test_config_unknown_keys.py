@@ -101,6 +101,41 @@ def test_an_unknown_key_anywhere_names_its_table_and_the_closest_key(
     assert error.key == key
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"database": "h.db"},
+            "unknown key 'database' at the top level; it belongs in [host]",
+        ),
+        (
+            {"host": {"model": "m"}},
+            "unknown key 'model' in [host]; it belongs in [providers.<name>]",
+        ),
+        (
+            {
+                "providers": {"p": {"kind": "scripted"}},
+                "agents": {"a": {"provider": "p", "synchronous": "FULL"}},
+            },
+            "unknown key 'synchronous' in [agents.a]; it belongs in [host]",
+        ),
+        (
+            {"providers": {"p": {"kind": "scripted", "instructions": "be brief"}}},
+            "unknown key 'instructions' in [providers.p]; it belongs in [agents.<name>]",
+        ),
+        (
+            {"host": {"cpu_time_s": 5}},
+            "unknown key 'cpu_time_s' in [host]; it belongs in [host.limits]",
+        ),
+    ],
+    ids=["top", "host", "agent", "provider", "nested"],
+)
+def test_a_key_written_in_the_wrong_table_says_where_it_belongs(
+    data: dict[str, object], message: str
+) -> None:
+    assert refused(data).message == message
+
+
 def test_a_key_name_that_is_itself_a_credential_stays_masked() -> None:
     token = "sk-" + "a" * 40
     error = refused({"providers": {"p": {"kind": "scripted", token: 1}}})
@@ -120,6 +155,11 @@ def test_a_key_name_that_is_itself_a_credential_stays_masked() -> None:
             "id: a\nmodel: m\nlimits:\n  max_step: 1\n",
             "agent.yaml line 4: unknown key 'max_step' under limits; did you mean 'max_steps'?",
             "limits.max_step",
+        ),
+        (
+            "id: a\nmodel: m\nmax_steps: 3\n",
+            "agent.yaml line 3: unknown key 'max_steps'; it belongs under limits",
+            "max_steps",
         ),
     ],
 )
