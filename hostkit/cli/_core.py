@@ -51,7 +51,7 @@ from hostkit.cli._render import command_line
 from hostkit.cli._turn import Waiting
 from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
-from hostkit.host import Host
+from hostkit.host import Host, resolve_config
 from hostkit.inspect import printable
 from hostkit.types import CoreEvent, is_core_id
 
@@ -68,6 +68,10 @@ CoreId = Annotated[str, typer.Argument(help="the core id (its \\[cores.<id>] tab
 CoreReason = Annotated[
     str | None, typer.Option(help="why (required; recorded in the core's history)")
 ]
+
+
+# Core ids listed in the refusal of an unknown one: enough to spot the right one.
+_LISTED_CORES = 12
 
 
 def _not_live(core_id: str) -> Callable[[str], bool]:
@@ -90,8 +94,29 @@ def _core_id(value: str) -> str:
 def _registry(host: Host, core_id: str) -> CoreRegistry:
     """The Host's cores, once ``core_id`` is one of them (else one line naming [cores])."""
     if core_id not in host.config.cores:
-        raise InvalidValue(f"no core {core_id!r} under [cores] in the configuration")
+        raise InvalidValue(_no_core(core_id, sorted(host.config.cores)))
     return host.cores
+
+
+async def _core_project(config: Path | None, core_id: str | None) -> Path | None:
+    """The project's config once ``core_id`` is under its [cores]: a mistyped id is refused
+    with the closest one before any Host opens (no warning about another core first)."""
+    found = await project_config(config)
+    if core_id is not None:
+        declared = await resolve_config(found)
+        if core_id not in declared.cores:
+            raise InvalidValue(_no_core(core_id, sorted(declared.cores)))
+    return found
+
+
+def _no_core(core_id: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(core_id, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(known[:_LISTED_CORES]) + (", ..." if len(known) > _LISTED_CORES else "")
+    return (
+        f"no core {core_id!r} under [cores] in the configuration{hint} "
+        f"(cores here: {listed or 'none'})"
+    )
 
 
 def _config_document(file: Path | None) -> dict[str, object]:
@@ -232,7 +257,7 @@ def status(
     chosen = _core_id(core_id) if core_id is not None else None
 
     async def main() -> int:
-        async with open_host(await project_config(config), check_providers=False) as host:
+        async with open_host(await _core_project(config, chosen), check_providers=False) as host:
             ids = [chosen] if chosen is not None else sorted(host.config.cores)
             statuses = [await _registry(host, one).status(one) for one in ids]
         if json_:
@@ -264,7 +289,7 @@ def log(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(await project_config(config), check_providers=False) as host:
+        async with open_host(await _core_project(config, chosen), check_providers=False) as host:
             cores = _registry(host, chosen)
             revisions = await cores.log(chosen, limit=limit)
             history = await cores.history(chosen, limit=limit)
@@ -299,7 +324,7 @@ def diff(
     chosen = _core_id(core_id)
 
     async def main() -> int:
-        async with open_host(await project_config(config), check_providers=False) as host:
+        async with open_host(await _core_project(config, chosen), check_providers=False) as host:
             found = await _registry(host, chosen).diff(chosen, base=base, target=target)
         if json_:
             print_json(found)
@@ -335,7 +360,7 @@ def promote(
 
     async def main() -> int:
         async with open_host(
-            await project_config(config), check_providers=False, moot=_not_live(chosen)
+            await _core_project(config, chosen), check_providers=False, moot=_not_live(chosen)
         ) as host:
             # The gates may take minutes (the core's own tests run last): a sign of life,
             # and after Ctrl-C a line saying where to look, not a silent terminal.
@@ -386,7 +411,7 @@ def rollback(
     chosen, why = _core_id(core_id), required_reason(reason, "say why this revision is rolled back")
 
     async def main() -> int:
-        async with open_host(await project_config(config), check_providers=False) as host:
+        async with open_host(await _core_project(config, chosen), check_providers=False) as host:
             try:
                 event = await _registry(host, chosen).rollback(
                     chosen, actor=operator, reason=why, to=to

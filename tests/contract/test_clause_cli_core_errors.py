@@ -47,6 +47,21 @@ def test_a_command_that_cannot_be_done_is_one_error_line(
     assert live(core) is None
 
 
+@pytest.mark.parametrize("command", ["status", "log", "diff", "promote", "rollback"])
+def test_a_mistyped_core_id_is_refused_with_the_closest_before_any_host_opens(
+    tmp_path: Path, command: str
+) -> None:
+    make_project(tmp_path)
+    typo = CORE[:-1] + "x"
+    reason = ("--reason", "r") if command in ("promote", "rollback") else ()
+    code, out, err = invoke("core", command, typo, *reason, project=tmp_path)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: no core {typo!r} under [cores] in the configuration; did you mean {CORE!r}? "
+        f"(cores here: {CORE})\n"
+    )  # one line: no start-up warning about the other core, no database opened for it
+
+
 def test_promoting_the_live_revision_again_is_refused_in_one_line(tmp_path: Path) -> None:
     core = make_project(tmp_path)
     assert invoke("core", "promote", CORE, "--reason", "first", project=tmp_path)[0] == 0
