@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 from rich.markup import escape
 
 from hostkit.cli._common import DEFAULT_CONFIG, console, enclosing_project, fail
 from hostkit.cli._render import command_line
-from hostkit.cores import init_core
+from hostkit.cores import CoreRepository, init_core
 from hostkit.errors import HostkitError, InvalidValue, MissingDependency, bounded
-from hostkit.host import check_provider_extras, load_config
+from hostkit.host import DEFAULT_CORE_REF, check_provider_extras, load_config
 
 __all__ = ["STARTER", "init"]
 
@@ -173,12 +174,26 @@ def init(
     config = None if file == Path(DEFAULT_CONFIG) else file
     promote = command_line("core", "promote", STARTER_CORE, reason="first revision", config=config)
     hello = command_line("run", config=config) + ' "hello"'  # quoted as one types a message
-    console.print(
-        f"next: {promote}, then {hello}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    if kept and anyio.run(_head_is_live, starter_core):
+        status = command_line("core", "status", config=config)
+        step = f"{hello} (the kept core's HEAD was promoted before: `{status}` shows it)"
+    else:
+        step = f"{promote}, then {hello}"
+    console.print(f"next: {step}", highlight=False, markup=False, soft_wrap=True)
+
+
+async def _head_is_live(core: Path) -> bool:
+    """Whether a kept core's ``HEAD`` is what its live-revision ref mirrors: promoted already.
+
+    Only a hint for the next step printed (the store decides what runs); a
+    repository that cannot be read is "not promoted", and the promote line says the rest.
+    """
+    try:
+        repository = await CoreRepository.open(core)
+        head = await repository.head()
+        return head is not None and head == await repository.live(DEFAULT_CORE_REF)
+    except HostkitError:
+        return False
 
 
 def _config_file(argument: str) -> Path:

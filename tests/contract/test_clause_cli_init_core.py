@@ -125,3 +125,29 @@ def test_init_then_promote_then_run_a_turn_on_the_starter_core(tmp_path: Path) -
         (count,) = db.execute("SELECT value FROM core_state").fetchone()
     assert turns == [("assistant", head(core))]
     assert count == "1"  # the tool counted its one call in the session's state
+
+
+def test_init_force_on_a_promoted_core_says_run_next_not_promote(tmp_path: Path) -> None:
+    """Re-init keeps the core: its next step depends on whether that core's HEAD is live."""
+    assert invoke("init", str(tmp_path))[0] == 0
+    core = tmp_path / "cores" / "assistant"
+    assert invoke("core", "promote", "assistant", "--reason", "first", project=tmp_path)[0] == 0
+    code, out, err = invoke("init", "--force", str(tmp_path))
+    assert code == 0
+    (step,) = [line for line in (out + err).splitlines() if line.startswith("next: ")]
+    assert "core promote" not in step
+    assert step.startswith("next: hostkit run -c ")
+    assert "the kept core's HEAD was promoted before" in step
+
+    # A commit after the promotion: HEAD is not live, so promoting is the next step again.
+    (core / "agent" / "notes.md").write_text("a change\n")
+    subprocess.run(["git", "-C", str(core), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(core), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+        check=True,
+    )
+    assert live(core) != head(core)
+    code, out, err = invoke("init", "--force", str(tmp_path))
+    assert code == 0
+    (step,) = [line for line in (out + err).splitlines() if line.startswith("next: ")]
+    assert step.startswith("next: hostkit core promote assistant")
