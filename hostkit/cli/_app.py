@@ -7,11 +7,12 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
@@ -55,7 +56,37 @@ from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
 
 __all__ = ["app", "main"]
 
+# Words a newcomer types for a command that has another name here, and what to type.
+_SYNONYMS = {
+    "inspect": "`hostkit context` (a turn's context) or `hostkit budget` (a session's tokens)",
+    "events": "`hostkit context` (a turn's decisions) or `hostkit sessions` (recent turns)",
+    "turns": "`hostkit sessions` (recent turns and their outcomes)",
+    "history": "`hostkit sessions`, or `hostkit core log CORE` (a core's revisions)",
+    "status": "`hostkit sessions`, `hostkit core status` or `hostkit inbox counts`",
+    "chat": "`hostkit run MESSAGE` (one turn; the next run continues the conversation)",
+    "ask": "`hostkit run MESSAGE`",
+    "start": "`hostkit serve` (the daemon) or `hostkit run MESSAGE` (one turn)",
+    "daemon": "`hostkit serve`",
+    "promote": '`hostkit core promote CORE --reason "..."`',
+}
+
+
+class _Commands(TyperGroup):
+    """hostkit's commands: an unknown one that is another tool's word for one of ours says
+    which (click itself suggests only close spellings)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException as exc:  # click's "No such command", typer's own copy
+            meant = _SYNONYMS.get(args[0].lower()) if args else None
+            if meant is not None:
+                exc.message = f"No such command {args[0][:64]!r}: try {meant}."
+            raise
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="hostkit: an agent Host with durable turns, explicit authority and bounded context.",
     no_args_is_help=True,
     add_completion=False,

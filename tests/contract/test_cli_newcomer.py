@@ -547,3 +547,32 @@ def test_init_inside_another_project_is_refused_unless_forced(tmp_path: Path) ->
     assert sorted(p.name for p in inner.iterdir()) == []  # nothing was written
     assert hostkit("init", "--force", cwd=inner)[0] == 0
     assert (inner / "hostkit.toml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        (("inspect",), "`hostkit context`"),
+        (("inspect", "turn_x", "--json"), "`hostkit budget`"),
+        (("Chat", "hello"), "`hostkit run MESSAGE`"),
+        (("daemon",), "`hostkit serve`"),
+    ],
+)
+def test_another_tools_word_for_a_command_says_which_one_is_meant(
+    tmp_path: Path, typed: tuple[str, ...], meant: str
+) -> None:
+    code, out, err = hostkit(*typed, cwd=tmp_path, columns=300)
+    assert (code, out) == (2, "")
+    assert f"No such command {typed[0]!r}: try " in err
+    assert meant in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_close_spelling_still_gets_clicks_suggestion_and_no_synonym(tmp_path: Path) -> None:
+    code, _, err = hostkit("sesions", cwd=tmp_path, columns=300)
+    assert code == 2
+    assert "No such command 'sesions'. Did you mean 'sessions'?" in err
+    code, _, err = hostkit("bogus", cwd=tmp_path, columns=300)
+    assert code == 2
+    assert "No such command 'bogus'." in err
+    assert "try " not in err
