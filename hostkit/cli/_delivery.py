@@ -71,7 +71,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     rows = [
         (
             i.intent_id,
-            i.turn_id,
+            i.turn_id if i.turn_id is not None else f"reply to {i.inbound_id}",
             one_line(i.channel or "-", 64),
             i.status,
             str(i.attempts),
@@ -161,6 +161,7 @@ def _json_row(intent: DeliveryIntent) -> dict[str, object]:
     return {
         "intent_id": intent.intent_id,
         "turn_id": intent.turn_id,
+        "inbound_id": intent.inbound_id,
         "session_id": intent.session_id,
         "channel": intent.channel,
         "status": intent.status,

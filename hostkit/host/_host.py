@@ -220,7 +220,13 @@ class Host(AsyncResource):
             turns=self.turns,
             fingerprint=self._approval_fingerprint,
         )
-        self._commands = InboundCommands(self.approvals, authority, self.turns, store)
+        self._commands = InboundCommands(
+            self.approvals,
+            authority,
+            self.turns,
+            store,
+            route=lambda envelope: reply_route(self.config.channels, envelope),
+        )
         self._closed = False
         # reload(): one at a time (SIGHUP and the watcher, a notebook cell).
         self._reload_lock = anyio.Lock()

@@ -44,6 +44,15 @@ _DECISIONS: dict[str, ApprovalDecision] = {"approve": "approve_once", "deny": "d
 _NOT_FOUND = InboundResult(
     "command", outcome="not_found", detail="no pending approval of yours has this code"
 )
+_UNKNOWN = InboundResult(
+    "command", outcome="unknown_command", detail="expected approve CODE or deny CODE"
+)
+# What the sender of a command that ran no turn is told (a refusal: its own reason).
+_REPLIES = {
+    "not_found": "No pending approval of yours has this code: check the code in the "
+    "approval prompt (six letters and digits), e.g. approve K7QX2M.",
+    "unknown_command": "Reply approve CODE or deny CODE, with the code from the approval prompt.",
+}
 
 
 def reply_route(
@@ -128,21 +137,25 @@ class InboundCommands:
         authority: AuthorityResolver,
         turns: TurnExecution,
         store: RuntimeStore,
+        *,
+        route: Callable[[InboundEnvelope], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._approvals = approvals
         self._authority = authority
         self._turns = turns
         self._store = store
+        self._route = route
 
     async def run(self, claimed: ClaimedInbound) -> InboundResult:
+        """The command's result; one that ran no turn is also said to its sender.
+
+        A code that matched nothing, a refused answer and text that is no
+        command get a reply on the command's route (one per inbound: a
+        repeat writes none), so the person who typed it is not left waiting
+        for an answer that will not come. An answer that ran a continuation
+        is answered by that turn.
+        """
         envelope = claimed.envelope
-        match = _COMMAND.fullmatch(envelope.payload)
-        if match is None:
-            return InboundResult(
-                "command", outcome="unknown_command", detail="expected approve CODE or deny CODE"
-            )
-        decision = _DECISIONS[match.group(1).lower()]
-        code = match.group(2).upper()
         scope = await self._authority.for_conversation(
             ConversationFacts(
                 channel=envelope.channel_instance_id,
@@ -150,6 +163,30 @@ class InboundCommands:
                 principal_key=envelope.principal_key,
             )
         )
+        result = await self._answered(envelope, scope)
+        if result.turn_id is None:
+            await self._reply(claimed, scope, result)
+        return result
+
+    async def _reply(
+        self, claimed: ClaimedInbound, scope: PrincipalScope, result: InboundResult
+    ) -> None:
+        route = None if self._route is None else self._route(claimed.envelope)
+        if route is None or scope.session_id is None:
+            return  # a channel with no delivery (the CLI, a notebook, tests)
+        await self._store.delivery.reply(
+            inbound_id=claimed.inbound_id,
+            session_id=scope.session_id,
+            route=route,
+            text=_REPLIES.get(result.outcome, result.detail) or result.outcome,
+        )
+
+    async def _answered(self, envelope: InboundEnvelope, scope: PrincipalScope) -> InboundResult:
+        match = _COMMAND.fullmatch(envelope.payload)
+        if match is None:
+            return _UNKNOWN
+        decision = _DECISIONS[match.group(1).lower()]
+        code = match.group(2).upper()
         approval = await self._find(scope, code)
         if approval is None:
             return _NOT_FOUND

@@ -41,6 +41,7 @@ from hostkit.store._delivery import (
     DELIVERY_ATTEMPTS_EXHAUSTED,
     MAX_DELIVERY_CLAIM,
     MAX_DELIVERY_LIST,
+    MAX_REPLY_CHARS,
     DeliveryStore,
 )
 from hostkit.store._delivery_sql import SqlDeliveryStore
@@ -130,6 +131,7 @@ __all__ = [
     "MAX_MEMORY_CHARS",
     "MAX_REASON",
     "MAX_RECALL",
+    "MAX_REPLY_CHARS",
     "MAX_SUMMARY_CHARS",
     "MAX_TERMINAL_RUN_LIST",
     "MAX_WINDOW",

@@ -1,7 +1,8 @@
 """The store's delivery group: the outbox as the DeliveryRuntime drains it.
 
-Outbox rows are written only by ``TurnStore.finish`` (one transaction with
-the terminal turn). This group leases them to delivery workers and records
+Outbox rows are written by ``TurnStore.finish`` (one transaction with the
+terminal turn) and, for a channel command that ran no turn, by ``reply``
+(one per command inbound). This group leases them to delivery workers and records
 how each attempt went. Like the inbox group it holds no policy: the
 ``DeliveryRuntime`` decides backoff, the maximum number of attempts and
 the lease length and passes the resulting times in. Every method is one
@@ -23,6 +24,8 @@ Times are wall-clock seconds chosen by the caller (``now``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
 
 from hostkit.types import (
     ClaimedDelivery,
@@ -36,11 +39,14 @@ __all__ = [
     "DELIVERY_ATTEMPTS_EXHAUSTED",
     "MAX_DELIVERY_CLAIM",
     "MAX_DELIVERY_LIST",
+    "MAX_REPLY_CHARS",
     "DeliveryStore",
 ]
 
 MAX_DELIVERY_CLAIM = 64
 MAX_DELIVERY_LIST = 1_000
+# A command's reply is one sentence of the Host's, never a model's answer.
+MAX_REPLY_CHARS = 1_000
 DELIVERY_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 
 
@@ -61,6 +67,18 @@ class DeliveryStore(ABC):
         now: float,
     ) -> tuple[ClaimedDelivery, ...]:
         """Lease up to ``limit`` due intents (oldest first) until ``now + lease_s``."""
+
+    @abstractmethod
+    async def reply(
+        self, *, inbound_id: str, session_id: str, route: Mapping[str, Any], text: str
+    ) -> DeliveryIntent:
+        """The reply to a command inbound that ran no turn, pending and due now.
+
+        One per inbound: its intent id is derived from ``inbound_id``, so the
+        same command handled again (a crash before its inbound was recorded)
+        returns the intent written the first time and writes nothing.
+        ``text`` is at most ``MAX_REPLY_CHARS`` characters.
+        """
 
     @abstractmethod
     async def delivered(self, claim: ClaimedDelivery, *, now: float) -> DeliveryIntent:

@@ -48,6 +48,7 @@ __all__ = [
     "extend_row",
     "failed_row",
     "insert_intents",
+    "insert_reply",
     "list_intents",
     "next_due_row",
     "one_intent",
@@ -68,8 +69,15 @@ _INSERT = (
     f"?, {_CLOCK})"
 )
 _COLUMNS = (
-    "id, intent_id, turn_id, session_id, route, payload, status, attempts, next_attempt_at, "
-    "created_at, claim_token, last_error, delivered_at, requeues"
+    "id, intent_id, turn_id, inbound_id, session_id, route, payload, status, attempts, "
+    "next_attempt_at, created_at, claim_token, last_error, delivered_at, requeues"
+)
+# A command inbound's reply: one per inbound (its intent id is derived from the inbound's),
+# so a repeat of the command (a crash before the inbound was recorded) writes none.
+_INSERT_REPLY = (
+    "INSERT INTO outbox (intent_id, inbound_id, session_id, route, payload, status, attempts, "
+    f"next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, {_CLOCK}, "
+    f"?, {_CLOCK}) ON CONFLICT (intent_id) DO NOTHING"
 )
 # The due rows in due order (outbox_due gives the order; rowid breaks ties). A claimed or
 # dead-lettered row leaves the due set, so re-running the query pages forward.
@@ -180,6 +188,27 @@ def insert_intents(
             for intent_id, payload in intents
         ],
     )
+
+
+def insert_reply(
+    conn: sqlite3.Connection,
+    *,
+    intent_id: str,
+    inbound_id: str,
+    session_id: str,
+    route: Mapping[str, Any],
+    text: str,
+    created_at: str,
+) -> DeliveryIntent:
+    """The pending reply to command inbound ``inbound_id`` (written once), due now."""
+    payload = json.dumps({"text": text})
+    conn.execute(
+        _INSERT_REPLY,
+        [intent_id, inbound_id, session_id, canonical_json(thaw(route)), payload, created_at],
+    )
+    found = one_intent(conn, intent_id)
+    assert found is not None  # just written, or written by the same inbound before
+    return found
 
 
 # -- claims ----------------------------------------------------------------------------
@@ -343,6 +372,7 @@ def _intent(row: sqlite3.Row, **changed: Any) -> DeliveryIntent:
     values: dict[str, Any] = {
         "intent_id": row["intent_id"],
         "turn_id": row["turn_id"],
+        "inbound_id": row["inbound_id"],
         "session_id": row["session_id"],
         "route": json.loads(row["route"]),
         "payload": json.loads(row["payload"]),

@@ -10,12 +10,20 @@ written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue
 from hostkit.store import _checks as checks
 from hostkit.store import _delivery_rows as rows
-from hostkit.store._delivery import MAX_DELIVERY_CLAIM, MAX_DELIVERY_LIST, DeliveryStore
+from hostkit.store._delivery import (
+    MAX_DELIVERY_CLAIM,
+    MAX_DELIVERY_LIST,
+    MAX_REPLY_CHARS,
+    DeliveryStore,
+)
+from hostkit.store._owned import now as now_text
 from hostkit.types import (
     DELIVERY_STATUSES,
     ClaimedDelivery,
@@ -23,6 +31,7 @@ from hostkit.types import (
     DeliveryFailure,
     DeliveryIntent,
     DeliveryStatus,
+    bounded_metadata,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +61,29 @@ class SqlDeliveryStore(DeliveryStore):
             now=checks.check_instant("now", now),
         )
         return await self._db.write(lambda raw: rows.claim_rows(raw, args))
+
+    async def reply(
+        self, *, inbound_id: str, session_id: str, route: Mapping[str, Any], text: str
+    ) -> DeliveryIntent:
+        inbound = checks.check_ref("inbound_id", inbound_id)
+        session = checks.check_ref("session_id", session_id)
+        if not isinstance(route, Mapping) or not isinstance(route.get("channel"), str):
+            raise InvalidValue("a reply's route is a mapping that names its channel")
+        where = bounded_metadata(route)  # bounded as a turn's captured route is
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_REPLY_CHARS:
+            raise InvalidValue(f"a reply's text has 1 to {MAX_REPLY_CHARS} characters")
+        intent_id = reply_intent_id(inbound)
+        return await self._db.write(
+            lambda raw: rows.insert_reply(
+                raw,
+                intent_id=intent_id,
+                inbound_id=inbound,
+                session_id=session,
+                route=where,
+                text=text,
+                created_at=now_text(raw),
+            )
+        )
 
     async def delivered(self, claim: ClaimedDelivery, *, now: float) -> DeliveryIntent:
         held, at = _check_claim(claim), checks.check_instant("now", now)
@@ -109,6 +141,11 @@ class SqlDeliveryStore(DeliveryStore):
 
     async def next_due(self) -> float | None:
         return await self._db.read(rows.next_due_row)
+
+
+def reply_intent_id(inbound_id: str) -> str:
+    """The intent id of the reply to ``inbound_id``: the same for every attempt at it."""
+    return "out_" + hashlib.sha256(f"reply:{inbound_id}".encode()).hexdigest()[:28]
 
 
 def _check_claim(claim: object) -> ClaimedDelivery:

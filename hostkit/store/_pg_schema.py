@@ -428,5 +428,21 @@ _V3_TERMINAL_RUN_LEASES = Migration(
     ("ALTER TABLE terminal_runs ADD COLUMN lease_expires_at DOUBLE PRECISION",),
 )
 
-PG_MIGRATIONS: tuple[Migration, ...] = (_V1, _V2_APPROVAL_REVOCATIONS, _V3_TERMINAL_RUN_LEASES)
+_V4_COMMAND_REPLIES = Migration(
+    4,
+    "outbox: replies to channel commands (an inbound's intent, no turn)",
+    (
+        "ALTER TABLE outbox ALTER COLUMN turn_id DROP NOT NULL",
+        "ALTER TABLE outbox ADD COLUMN inbound_id TEXT",
+        "ALTER TABLE outbox ADD CONSTRAINT outbox_source "
+        "CHECK ((turn_id IS NULL) <> (inbound_id IS NULL))",
+    ),
+)
+
+PG_MIGRATIONS: tuple[Migration, ...] = (
+    _V1,
+    _V2_APPROVAL_REVOCATIONS,
+    _V3_TERMINAL_RUN_LEASES,
+    _V4_COMMAND_REPLIES,
+)
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -715,6 +715,48 @@ _V16_TERMINAL_RUN_LEASES = Migration(
     ),
 )
 
+_V17_COMMAND_REPLIES = Migration(
+    17,
+    "outbox: replies to channel commands (an inbound's intent, no turn)",
+    (
+        # Rebuilt, because turn_id loses its NOT NULL: an intent is a turn's (its answer,
+        # an approval prompt) or a command inbound's reply (``approve CODE`` that matched
+        # nothing, or was refused), exactly one of the two. inbound_id has no foreign
+        # key: the inbox's retention may prune the row a reply was written for.
+        f"""CREATE TABLE outbox_v17 (
+            id INTEGER PRIMARY KEY,
+            intent_id TEXT NOT NULL UNIQUE,
+            turn_id TEXT REFERENCES turns(turn_id),
+            inbound_id TEXT,
+            session_id TEXT NOT NULL,
+            route TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {_DELIVERY_STATUSES}),
+            attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            next_attempt_at REAL,
+            created_at TEXT NOT NULL,
+            claim_token TEXT,
+            last_error TEXT,
+            delivered_at REAL,
+            requeues INTEGER NOT NULL DEFAULT 0 CHECK (requeues >= 0),
+            updated_at REAL NOT NULL,
+            CHECK ((status IN ('pending', 'sending')) = (next_attempt_at IS NOT NULL)),
+            CHECK ((turn_id IS NULL) != (inbound_id IS NULL))
+        )""",
+        """INSERT INTO outbox_v17 (id, intent_id, turn_id, session_id, route, payload, status,
+                attempts, next_attempt_at, created_at, claim_token, last_error, delivered_at,
+                requeues, updated_at)
+            SELECT id, intent_id, turn_id, session_id, route, payload, status, attempts,
+                next_attempt_at, created_at, claim_token, last_error, delivered_at, requeues,
+                updated_at
+            FROM outbox""",
+        "DROP TABLE outbox",
+        "ALTER TABLE outbox_v17 RENAME TO outbox",
+        "CREATE INDEX outbox_due ON outbox(next_attempt_at) WHERE status IN ('pending', 'sending')",
+        "CREATE INDEX outbox_dead ON outbox(id) WHERE status = 'dead_lettered'",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -732,5 +774,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V14_CORES,
     _V15_APPROVAL_REVOCATIONS,
     _V16_TERMINAL_RUN_LEASES,
+    _V17_COMMAND_REPLIES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -71,11 +71,13 @@ class DeliveryIntent:
     ``{"approval": {"approval_id", "code", "tool", "summary"}}`` for an
     approval prompt. ``attempts`` counts claims; ``next_attempt_at`` is the
     next attempt time while pending, the lease expiry while sending, None
-    when terminal.
+    when terminal. An intent is a turn's (``turn_id``) or, for the reply to
+    a channel command that ran no turn (a code that matched nothing, a
+    refused answer), its inbound's (``inbound_id``): exactly one is set.
     """
 
     intent_id: str
-    turn_id: str
+    turn_id: str | None
     session_id: str
     route: Mapping[str, Any]
     payload: Mapping[str, Any]
@@ -86,10 +88,16 @@ class DeliveryIntent:
     last_error: str | None = None
     delivered_at: float | None = None
     requeues: int = 0
+    inbound_id: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("intent_id", "turn_id", "session_id"):
+        for name in ("intent_id", "session_id"):
             _text(name, getattr(self, name))
+        if (self.turn_id is None) == (self.inbound_id is None):
+            raise InvalidValue("an intent is a turn's or a command inbound's: exactly one id")
+        for name in ("turn_id", "inbound_id"):
+            if getattr(self, name) is not None:
+                _text(name, getattr(self, name))
         if self.status not in DELIVERY_STATUSES:
             raise InvalidValue(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
         if not isinstance(self.route, Mapping) or not isinstance(self.payload, Mapping):

@@ -14,6 +14,7 @@ wrapped to record what it returned.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 
 from hostkit.effects import ApprovalLedger
 from hostkit.host import Host
-from hostkit.host._inbound import InboundCommands
+from hostkit.host._inbound import InboundCommands, reply_route
 from hostkit.store import Admitted, ApprovalAnswer, LeaseOwner, TurnAdmission
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import (
@@ -230,6 +231,74 @@ async def test_another_principal_a_wrong_code_and_an_answered_code_answer_nothin
         assert bob_again == by_bob
         assert await status_of(host, approval_id) == "executed"
         assert stamps.lines() == ["one"]
+
+
+async def replies(host: Host, inbound_id: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(route, payload) of the outbox intents replying to command inbound ``inbound_id``."""
+    rows = await host.store.read(
+        lambda c: c.execute(
+            "SELECT route, payload, turn_id FROM outbox WHERE inbound_id = ? ORDER BY id",
+            [inbound_id],
+        ).fetchall()
+    )
+    assert all(turn_id is None for _, _, turn_id in rows)
+    return [(json.loads(route), json.loads(payload)) for route, payload, _ in rows]
+
+
+async def test_a_command_that_ran_no_turn_is_answered_on_its_senders_route(
+    tmp_path: Path,
+) -> None:
+    """A code that matched nothing and a refused answer are said to whoever typed them, in
+    their own conversation; an answer that ran a continuation is answered by that turn."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        approval_id, _ = await paused(host)
+        code = approval_code(approval_id)
+        wrong = "AAAAAA" if code != "AAAAAA" else "BBBBBB"
+        by_bob = await accept(host, inbound(f"approve {code}", kind="command", **BOB))
+        by_wrong = await accept(host, inbound(f"approve {wrong}", kind="command", **ALICE))
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 2
+        ((bob_route, bob_said),) = await replies(host, by_bob)
+        ((alice_route, alice_said),) = await replies(host, by_wrong)
+        # The same words for someone else's code and an unknown one: nothing told apart.
+        assert bob_said == alice_said
+        assert bob_said["text"].startswith("No pending approval of yours has this code")
+        assert alice_route == ROUTE
+        assert bob_route["conversation"] == BOB["conversation"]
+        assert await status_of(host, approval_id) == "pending"
+
+        approve = await accept(host, inbound(f"approve {code}", kind="command", **ALICE))
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+        late_deny = await accept(host, inbound(f"deny {code}", kind="command", **ALICE))
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+        assert await replies(host, approve) == []  # its continuation's answer is the reply
+        ((route, said),) = await replies(host, late_deny)
+        assert route == ROUTE
+        assert "already" in said["text"]
+        assert stamps.lines() == ["one"]
+
+
+async def test_a_command_handled_again_is_replied_to_once(tmp_path: Path) -> None:
+    """A crash after the reply was written, before the inbound was recorded: the command
+    runs again and its reply is not written a second time."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        await paused(host)
+        commands = InboundCommands(
+            host.approvals,
+            host.authority,
+            host.turns,
+            host.store,
+            route=lambda envelope: reply_route(host.config.channels, envelope),
+        )
+        inbound_id = await accept(host, inbound("approve ZZZZZZ", kind="command", **ALICE))
+        (claimed,) = await host.inbox.claim_batch(1)
+        first = await commands.run(claimed)
+        assert await host.inbox.release(claimed) == 1
+        (again,) = await host.inbox.claim_batch(1)
+        assert await commands.run(again) == first
+        assert first.outcome == "not_found"
+        assert len(await replies(host, inbound_id)) == 1
 
 
 async def test_a_command_in_the_payload_of_a_message_is_not_a_command(tmp_path: Path) -> None:

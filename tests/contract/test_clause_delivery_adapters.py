@@ -27,6 +27,7 @@ from tests.contract._delivery_hosts import (
     channel_tables,
     routed_turn,
 )
+from tests.contract.test_clause_inbound_route import inbound
 from tests.platforms import FakeSlack, FakeTelegram, WebhookReceiver
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +171,36 @@ async def test_a_malformed_reply_target_is_a_permanent_bad_route(
             await channel.send({"channel": "x", "reply": reply}, {"text": "t"}, idempotency_key="k")
     assert (refused.value.failure.kind, refused.value.failure.code) == ("permanent", "bad_route")
     assert json.dumps(refused.value.message).find(SLACK_TOKEN) == -1
+
+
+async def test_a_command_that_matched_nothing_is_answered_in_its_slack_thread(
+    tmp_path: Path,
+) -> None:
+    """`approve` with a code nobody was given: the sender reads why, where they typed it."""
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        tables = channel_tables(slack=slack.api_base)
+        async with channel_host(tmp_path, tables) as host:
+            receipt = await host.inbox.accept(
+                inbound(
+                    "approve K7QX2M",
+                    channel="slack-acme",
+                    kind="command",
+                    metadata={"reply": {"channel": "C9", "thread_ts": "1700000000.000200"}},
+                )
+            )
+            assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+            record = await host.inbox.record(receipt.inbound_id)
+            assert record is not None
+            assert (record.result_kind, record.turn_id) == ("command", None)
+            assert await host.delivery_runtime().drain() == 1
+            (intent,) = await host.store.delivery.intents()
+    assert (intent.status, intent.inbound_id, intent.turn_id) == (
+        "delivered",
+        receipt.inbound_id,
+        None,
+    )
+    (message,) = slack.messages
+    assert message.path == "/api/chat.postMessage"
+    assert message.body["channel"] == "C9"
+    assert message.body["thread_ts"] == "1700000000.000200"
+    assert message.body["text"].startswith("No pending approval of yours has this code")

@@ -12,6 +12,7 @@ import pytest
 
 from hostkit.errors import MigrationError, StoreError
 from hostkit.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, RuntimeStore
+from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 from tests.support import file_bytes
 
 pytestmark = pytest.mark.anyio
@@ -340,3 +341,44 @@ def test_released_migrations_are_never_edited() -> None:
                 f"migration {migration.version} was edited after release"
             )
     assert set(RELEASED) <= {m.version for m in MIGRATIONS}
+
+
+@pytest.mark.sqlite_only("a v16 SQLite file built from a prefix of the SQLite migrations")
+async def test_v17_rebuilds_the_outbox_keeping_every_intent_and_takes_command_replies(
+    db_path: Path,
+) -> None:
+    """Turn intents written before v17 keep their state; the outbox then also takes the
+    reply to a command inbound (no turn), and still refuses an intent with neither."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:16]) as store:
+        intents = await finish_routed_turns(store, 2)
+
+        def deliver_first(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE outbox SET status = 'delivered', next_attempt_at = NULL, "
+                "delivered_at = 1.0, attempts = 1 WHERE intent_id = ?",
+                [intents[0]],
+            )
+
+        await store.write(deliver_first)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (16, SCHEMA_VERSION)
+        kept = {i.intent_id: i for i in await store.delivery.intents()}
+        assert kept.keys() == set(intents)
+        assert (kept[intents[0]].status, kept[intents[0]].attempts) == ("delivered", 1)
+        assert kept[intents[1]].status == "pending"
+        assert all(i.turn_id is not None and i.inbound_id is None for i in kept.values())
+        session_id = kept[intents[0]].session_id
+        reply = await store.delivery.reply(
+            inbound_id="inb_1", session_id=session_id, route=ROUTE, text="no such code"
+        )
+        assert (reply.turn_id, reply.inbound_id) == (None, "inb_1")
+
+        def neither(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO outbox (intent_id, session_id, route, payload, next_attempt_at, "
+                "created_at, updated_at) VALUES ('out_x', ?, '{}', '{}', 1.0, 'now', 1.0)",
+                [session_id],
+            )
+
+        with pytest.raises(StoreError, match="CHECK constraint failed"):
+            await store.write(neither)
