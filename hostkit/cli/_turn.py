@@ -221,7 +221,8 @@ async def _streamed(
                 # Tools run next, and may ask for an approval on this terminal.
                 waiting.stop()
             elif event.kind == "provider.completed" and event.data.get("tool_calls"):
-                out.write(f"[calling {', '.join(event.data['tool_calls'])}]\n")
+                called = event.data.get("effects_called") or event.data["tool_calls"]
+                out.write(f"[calling {', '.join(str(name) for name in called)}]\n")
                 wrote = True
             elif event.kind == "mcp.unavailable":
                 # Why a declared server's tools are missing from this turn.

@@ -449,7 +449,8 @@ class TurnView:
                 self._reply_chars += len(text)
                 self._refresh_reply()
         elif event.kind == "provider.completed" and data.get("tool_calls"):
-            names = ", ".join(str(name) for name in data["tool_calls"])
+            called = data.get("effects_called") or data["tool_calls"]
+            names = ", ".join(str(name) for name in called)
             self._step(f"step {data.get('step', 0)}: the model calls {names}", "#57606a")
         elif event.kind == "effect.completed":
             status = str(data.get("status", ""))

@@ -493,6 +493,9 @@ class TurnExecution:
                 "decision_id": prepared.decision_id,
                 "finish_reason": response.finish_reason,
                 "tool_calls": [call.name for call in response.tool_calls],
+                # What a person reads: the effects called (files.write), not the names the
+                # provider was given for them (files_write); a name no tool has, as sent.
+                "effects_called": [_effect_of(catalog, call.name) for call in response.tool_calls],
                 "input_tokens": response.usage.input_tokens,
                 "output_tokens": response.usage.output_tokens,
             }
@@ -1107,6 +1110,12 @@ def _responded(step: int, response: ModelResponse) -> dict[str, Any]:
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
     }
+
+
+def _effect_of(catalog: PreparedEffectCatalog, name: str) -> str:
+    """The effect a provider-visible tool name stands for in this turn; the name if none."""
+    ref = catalog.resolve(name)
+    return name if ref is None else ref.effect
 
 
 def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

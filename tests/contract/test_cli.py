@@ -87,7 +87,7 @@ async def test_run_streams_the_answer_and_reports_the_outcome(tmp_path: Path) ->
     await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
     code, out, err = await hostkit("run", "What is recorded?", cwd=tmp_path)
     assert code == 0, err
-    assert "[calling notes_read]" in out
+    assert "[calling notes.read]" in out
     assert "Every turn ends with exactly one terminal record." in out
     assert "outcome: completed" in err
     assert "effect notes.read: succeeded" in err
@@ -213,7 +213,7 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
         assert "[o]nce / [s]ession / [d]eny? (no terminal: the demo approves once)" in err
         assert "effect files.write: succeeded" in err
         assert "file: summary.md (" in err
-        assert "[calling files_write]" in out
+        assert "[calling files.write]" in out
         assert answer in out
         assert "Traceback" not in err
     # The second run read as the first: its own sessions, not the first run's history.

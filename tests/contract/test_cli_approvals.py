@@ -266,7 +266,7 @@ def tool_messages(wire: WireServer, index: int) -> list[str]:
     return [str(message["content"]) for message in messages if message["role"] == "tool"]
 
 
-async def paused(project: Path, tool: str = "files_write") -> tuple[str, str]:
+async def paused(project: Path, tool: str = "files.write") -> tuple[str, str]:
     """Run a turn whose call must be approved; returns the approval id and stderr."""
     code, out, err = await hostkit("run", "--agent", "writer", "write out.md", cwd=project)
     assert code == 3, err
@@ -386,7 +386,7 @@ async def test_approvals_list_never_shows_a_secret_named_argument(
             wire_openai.chunk(tool_calls=[delta]), wire_openai.chunk(finish_reason="tool_calls")
         )
     )
-    approval_id, err = await paused(project, tool="http_post")
+    approval_id, err = await paused(project, tool="http.post")
     assert SECRET not in err
     code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
     assert code == 0, err
