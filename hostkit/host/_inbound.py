@@ -47,11 +47,19 @@ _NOT_FOUND = InboundResult(
 _UNKNOWN = InboundResult(
     "command", outcome="unknown_command", detail="expected approve CODE or deny CODE"
 )
-# What the sender of a command that ran no turn is told (a refusal: its own reason).
-_REPLIES = {
-    "not_found": "No pending approval of yours has this code: check the code in the "
-    "approval prompt (six letters and digits), e.g. approve K7QX2M.",
-    "unknown_command": "Reply approve CODE or deny CODE, with the code from the approval prompt.",
+# What the sender of a command that ran no turn is told: in the words of a chat, without
+# the internal ids the inbound's record keeps.
+_NOT_FOUND_REPLY = (
+    "No pending approval of yours has this code: check the code in the approval prompt "
+    "(six letters and digits), e.g. approve K7QX2M."
+)
+_UNKNOWN_REPLY = "Reply approve CODE or deny CODE, with the code from the approval prompt."
+_REFUSED_REPLIES = {
+    "answered": "it was answered already; nothing more runs.",
+    "stale": "it no longer applies (what the agent asked to do changed since); nothing ran.",
+    "superseded": "a newer request replaced it; nothing ran.",
+    "indeterminate": "its call may have run and will not run again; ask an operator.",
+    "unavailable": "this service cannot run that agent now; it stays pending, try again later.",
 }
 
 
@@ -163,33 +171,31 @@ class InboundCommands:
                 principal_key=envelope.principal_key,
             )
         )
-        result = await self._answered(envelope, scope)
-        if result.turn_id is None:
-            await self._reply(claimed, scope, result)
+        result, said = await self._answered(envelope, scope)
+        if said is not None:
+            await self._reply(claimed, scope, said)
         return result
 
-    async def _reply(
-        self, claimed: ClaimedInbound, scope: PrincipalScope, result: InboundResult
-    ) -> None:
+    async def _reply(self, claimed: ClaimedInbound, scope: PrincipalScope, text: str) -> None:
         route = None if self._route is None else self._route(claimed.envelope)
         if route is None or scope.session_id is None:
             return  # a channel with no delivery (the CLI, a notebook, tests)
         await self._store.delivery.reply(
-            inbound_id=claimed.inbound_id,
-            session_id=scope.session_id,
-            route=route,
-            text=_REPLIES.get(result.outcome, result.detail) or result.outcome,
+            inbound_id=claimed.inbound_id, session_id=scope.session_id, route=route, text=text
         )
 
-    async def _answered(self, envelope: InboundEnvelope, scope: PrincipalScope) -> InboundResult:
+    async def _answered(
+        self, envelope: InboundEnvelope, scope: PrincipalScope
+    ) -> tuple[InboundResult, str | None]:
+        """The command's result, and what its sender is told when no turn answers them."""
         match = _COMMAND.fullmatch(envelope.payload)
         if match is None:
-            return _UNKNOWN
+            return _UNKNOWN, _UNKNOWN_REPLY
         decision = _DECISIONS[match.group(1).lower()]
         code = match.group(2).upper()
         approval = await self._find(scope, code)
         if approval is None:
-            return _NOT_FOUND
+            return _NOT_FOUND, _NOT_FOUND_REPLY
         if approval.status != "pending":
             # Answered before (an earlier attempt, another reply, another process): the
             # continuation that answer started may have died with its Host. End such
@@ -198,12 +204,14 @@ class InboundCommands:
         try:
             result = await self._answer(approval, decision, scope)
         except NotFoundOrUnauthorized:
-            return _NOT_FOUND
+            return _NOT_FOUND, _NOT_FOUND_REPLY
         except ApprovalRefused as exc:
             if exc.reason == "answered" and await self._running(scope, approval, decision):
                 raise TurnInProgress(approval.approval_id) from None
-            return InboundResult("command", outcome="refused", detail=exc.message)
-        return InboundResult("command", result.turn_id, result.outcome, result.error or "")
+            said = _REFUSED_REPLIES.get(exc.reason, "it cannot be answered now; nothing ran.")
+            refused = InboundResult("command", outcome="refused", detail=exc.message)
+            return refused, f"Approval {code}: {said}"
+        return InboundResult("command", result.turn_id, result.outcome, result.error or ""), None
 
     async def _find(self, scope: PrincipalScope, code: str) -> PendingApproval | None:
         """The approval of ``code`` among those ``scope`` may answer: pending first, then any
