@@ -5,7 +5,10 @@ a refused request writes no row. A 200 is sent only after the accept's
 transaction committed (``accepted``) or found the event already stored
 (``duplicate``): the platform may forget the event once it has our 200. A
 store failure or a slow store answers 503, so the platform retries and dedup
-absorbs any accept that did commit after all.
+absorbs any accept that did commit after all. An authenticated Slack or
+Telegram event from a sender outside ``allow`` is answered 200 ``ignored``
+and not stored: those platforms retry anything else (the generic webhook,
+whose caller reads the status, gets 403).
 """
 
 from __future__ import annotations
@@ -120,7 +123,17 @@ class _Ingress:
             if isinstance(parsed, InboundEnvelope) and not sender_allowed(
                 config, parsed.principal_key
             ):
-                raise ChannelRefused("the sender is not allowed", status=403, code="sender")
+                if config.kind == "webhook":
+                    raise ChannelRefused("the sender is not allowed", status=403, code="sender")
+                # A platform retries what it got no 2xx for, and Slack turns off an app
+                # whose events keep failing: a member outside `allow` talking where the
+                # bot is must not cost the bot its subscription. Acknowledged, not stored.
+                _log.warning(
+                    "channel %s ignored an event: its sender is not allowed",
+                    channel_id,
+                    extra={"channel": channel_id, "status": 200, "code": "sender"},
+                )
+                return JSONResponse({"status": "ignored"})
         except ChannelRefused as refused:
             _log.warning(
                 "channel %s refused a request: %d %s",

@@ -2,7 +2,8 @@
 
 Parametrised over the three webhook formats: a missing or wrong signature, a
 signature over another body, a stale or replayed timestamp and a wrong secret
-token are 401; a sender not allowlisted 403; an unparsable body or shape
+token are 401; a sender not allowlisted 403 (the webhook kind; Slack and Telegram
+acknowledge and drop it: they retry anything else); an unparsable body or shape
 400; a body over the limit 413, also when it streams without a
 Content-Length (refused once the limit passes, before the body ends). Error
 bodies and log lines are short and never hold the secret or the body.
@@ -95,13 +96,8 @@ REFUSALS: dict[str, tuple[Request, int]] = {
     "slack-wrong-secret": (_slack("guessed"), 401),
     "slack-stale": (_slack(ts=NOW - 3600), 401),
     "slack-unsigned": (("slack-acme", _slack()[1], {}), 401),
-    "slack-user-not-allowed": (_slack(user="U666"), 403),
     "telegram-no-token": (_telegram(None), 401),
     "telegram-wrong-token": (_telegram("tg-secret-Mn5"), 401),
-    "telegram-not-allowed": (
-        _telegram(update={"update_id": 1, **telegram_message(5, 666, MARKER)}),
-        403,
-    ),
     "telegram-bad-update-id": (_telegram(update={"update_id": "one", "message": {}}), 400),
 }
 
@@ -136,6 +132,37 @@ async def test_refused_requests_write_no_row_and_answer_a_short_secret_free_erro
             assert await inbox.records() == (), case
             refusals = [r for r in caplog.records if r.name == "hostkit.channels"]
             assert [getattr(r, "status", None) for r in refusals] == [status], case
+
+
+PLATFORM_SENDERS_NOT_ALLOWED = {
+    "slack-user-not-allowed": _slack(user="U666"),
+    "telegram-not-allowed": _telegram(update={"update_id": 1, **telegram_message(5, 666, MARKER)}),
+}
+
+
+async def test_a_platform_sender_not_allowed_is_acknowledged_and_dropped(
+    store: RuntimeStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack and Telegram retry anything but a 2xx (and Slack turns off an app whose events
+    keep failing): a signed event from someone outside `allow` gets 200 `ignored`, is
+    logged, and stores nothing. The webhook kind, whose caller reads the status, gets 403."""
+    inbox = ChannelInbox.on_store(store)
+    caplog.set_level(logging.DEBUG)
+    async with (
+        serve_ingress(inbox, configs=CONFIGS) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        for case, (channel, body, headers) in sorted(PLATFORM_SENDERS_NOT_ALLOWED.items()):
+            caplog.clear()
+            answer = await client.post(f"/channels/{channel}", content=body, headers=headers)
+            assert (answer.status_code, answer.json()) == (200, {"status": "ignored"}), case
+            assert MARKER not in caplog.text, case
+            refusals = [r for r in caplog.records if r.name == "hostkit.channels"]
+            assert [getattr(r, "code", None) for r in refusals] == ["sender"], case
+        channel, body, headers = _webhook(sender="intruder")
+        refused = await client.post(f"/channels/{channel}", content=body, headers=headers)
+    assert refused.status_code == 403
+    assert await inbox.records() == ()
 
 
 async def test_a_request_replayed_after_its_window_is_refused(store: RuntimeStore) -> None:
