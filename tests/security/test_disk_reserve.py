@@ -37,6 +37,8 @@ MB = 1 << 20
 KEY = b"reserve-test-artifact-key-32byte"
 # Room left above the reserve when a test starts: what a run may still write.
 ROOM = 48 * MB
+# What other processes on the disk may free while a test runs.
+SHARED_DISK_SLACK = 8 * MB
 
 
 def free_bytes(path: Path) -> int:
@@ -78,9 +80,10 @@ async def test_a_run_whose_output_would_take_the_reserve_ends_failed(tmp_path: P
     assert "stdout artifact write failed" in (outcome.error or "")
     assert "the Host reserves (host.artifact_reserve_mb)" in (outcome.error or "")
     kept = sum(p.stat().st_size for p in (tmp_path / "artifacts").rglob("*.stdout"))
-    # What fit above the reserve, at most: never the reserve itself (other writers on this
-    # disk may have taken some of the room meanwhile, so less is fine).
-    assert 0 < kept <= ROOM
+    # What fit above the reserve: it stopped there, far below its 1 GiB file limit. Other
+    # writers on this shared disk move the free space both ways meanwhile (a parallel test
+    # deleting its files gives room back), so the bound allows them a few MiB.
+    assert 0 < kept <= ROOM + SHARED_DISK_SLACK
 
 
 async def test_no_run_starts_while_the_disk_is_below_the_reserve(tmp_path: Path) -> None:
