@@ -20,6 +20,7 @@ from hostkit.errors import (
     InvalidValue,
     NotFoundOrUnauthorized,
     StaleClaim,
+    StoreError,
     bounded,
     bounded_hides,
 )
@@ -207,7 +208,8 @@ def insert_reply(
         [intent_id, inbound_id, session_id, canonical_json(thaw(route)), payload, created_at],
     )
     found = one_intent(conn, intent_id)
-    assert found is not None  # just written, or written by the same inbound before
+    if found is None or found.inbound_id != inbound_id:
+        raise StoreError(f"the reply intent {intent_id} of {inbound_id} was not written")
     return found
 
 

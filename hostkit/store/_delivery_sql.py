@@ -72,7 +72,7 @@ class SqlDeliveryStore(DeliveryStore):
         where = bounded_metadata(route)  # bounded as a turn's captured route is
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_REPLY_CHARS:
             raise InvalidValue(f"a reply's text has 1 to {MAX_REPLY_CHARS} characters")
-        intent_id = reply_intent_id(inbound)
+        intent_id = _reply_intent_id(inbound)
         return await self._db.write(
             lambda raw: rows.insert_reply(
                 raw,
@@ -143,7 +143,7 @@ class SqlDeliveryStore(DeliveryStore):
         return await self._db.read(rows.next_due_row)
 
 
-def reply_intent_id(inbound_id: str) -> str:
+def _reply_intent_id(inbound_id: str) -> str:
     """The intent id of the reply to ``inbound_id``: the same for every attempt at it."""
     return "out_" + hashlib.sha256(f"reply:{inbound_id}".encode()).hexdigest()[:28]
 
