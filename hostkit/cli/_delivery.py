@@ -61,7 +61,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     """
     columns = (
         Column("intent", whole=True),
-        Column("turn", cap=34, drop=2),
+        Column("for", cap=34, drop=2),
         Column("channel", cap=24),
         Column("status", cap=13),
         Column("attempts", cap=8, drop=3),
@@ -71,7 +71,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     rows = [
         (
             i.intent_id,
-            i.turn_id if i.turn_id is not None else f"reply to {i.inbound_id}",
+            i.turn_id or i.inbound_id or "-",
             one_line(i.channel or "-", 64),
             i.status,
             str(i.attempts),

@@ -22,16 +22,19 @@ from pathlib import Path
 
 import anyio
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from hostkit.authority import AuthorityResolver
 from hostkit.cli import app
+from hostkit.cli._delivery import intents_table
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import (
     ClaimedDelivery,
     DeliveryFailure,
+    DeliveryIntent,
     InboundEnvelope,
     InboundFailure,
     InboundResult,
@@ -281,3 +284,18 @@ async def test_a_command_that_cannot_be_done_is_one_error_line_and_changes_nothi
         assert sorted(i.status for i in intents) == ["dead_lettered", "delivered", "pending"]
         assert dead is not None
         assert dead.state == "dead_lettered"
+
+
+def test_the_delivery_table_says_what_each_intent_answers() -> None:
+    """A turn's intent names its turn; a command's reply names the inbound it answers."""
+    route = {"channel": "slack-acme"}
+    answer = DeliveryIntent("out_a", "turn_1", "ses_1", route, {"text": "hi"}, "pending")
+    reply = DeliveryIntent(
+        "out_b", None, "ses_1", route, {"text": "No pending"}, "pending", inbound_id="inb_2"
+    )
+    console = Console(width=200, record=True)
+    console.print(intents_table([answer, reply], width=200))
+    lines = console.export_text().splitlines()
+    assert lines[0].split()[:3] == ["intent", "for", "channel"]
+    assert lines[2].split()[:2] == ["out_a", "turn_1"]
+    assert lines[3].split()[:2] == ["out_b", "inb_2"]
