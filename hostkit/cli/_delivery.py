@@ -56,7 +56,7 @@ delivery = typer.Typer(
 def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     """One row per intent, newest first; the intent id is never cut.
 
-    On a narrow terminal the next attempt time, the turn and the attempts are
+    On a narrow terminal the next attempt time, what it is for and the attempts are
     left out, in that order, before the last error (``--json`` has them all).
     """
     columns = (
