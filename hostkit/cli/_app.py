@@ -48,11 +48,11 @@ from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
 from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
-from hostkit.cli._turn import attach_files, stream_turn
+from hostkit.cli._turn import attach_files, recorded_turn, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
-from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text
+from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text, new_id
 
 __all__ = ["app", "main"]
 
@@ -202,6 +202,7 @@ def run(
             if note is not None:
                 console.print(note, highlight=False, markup=False, soft_wrap=True)
             attachments = await attach_files(host, conversation, attach or ())
+            request_id = new_id("req")
             try:
                 result = await stream_turn(
                     host,
@@ -211,6 +212,7 @@ def run(
                     session=selector,
                     progress=console,
                     attachments=attachments,
+                    request_id=request_id,
                 )
             except TurnRejected as exc:
                 reason = await _python_agent_hint(exc.reason, agent)
@@ -221,16 +223,18 @@ def run(
                     raise
                 raise fail(TurnRejected(reason)) from None
             except anyio.get_cancelled_exc_class():
-                # Ctrl-C: the turn's terminal record is written as it unwinds; say so, and
-                # where to read it, rather than leave the terminal silent.
-                listing = command_line("sessions", config=config)
-                console.print(
-                    f"\ninterrupted: the turn stopped and was recorded as it ended; "
-                    f"`{listing}` shows it",
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
+                # Ctrl-C: an admitted turn's terminal record is written as it unwinds; say
+                # so, and where to read it, rather than leave the terminal silent. One
+                # interrupted while it was being admitted may not exist at all: looked up.
+                if await recorded_turn(host, conversation, request_id) is None:
+                    said = "\ninterrupted before the turn started: nothing was recorded"
+                else:
+                    listing = command_line("sessions", config=config)
+                    said = (
+                        "\ninterrupted: the turn stopped and was recorded as it ended; "
+                        f"`{listing}` shows it"
+                    )
+                console.print(said, highlight=False, markup=False, soft_wrap=True)
                 raise
             return report(
                 result,

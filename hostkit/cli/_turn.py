@@ -13,6 +13,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 
+from hostkit.authority import conversation_principal
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -28,9 +29,13 @@ from hostkit.types import (
     sanitize_name,
 )
 
+# How long the look for a turn after a Ctrl-C may take: a read, answered at once normally.
+_LOOKUP_S = 3.0
+
 __all__ = [
     "Waiting",
     "attach_files",
+    "recorded_turn",
     "stream_answer",
     "stream_resume",
     "stream_turn",
@@ -119,15 +124,17 @@ async def stream_turn(
     attachments: tuple[Attachment, ...] = (),
     out: TextIO = sys.stdout,
     progress: Console | None = None,
+    request_id: str | None = None,
 ) -> TurnResult:
     """Run a turn for the local terminal user, printing text deltas to ``out``.
 
-    ``progress`` (stderr) shows how long the turn has waited for its model.
+    ``progress`` (stderr) shows how long the turn has waited for its model;
+    ``request_id`` (default: a new one) is what ``recorded_turn`` looks up.
     """
     request = TurnRequest(
         input=message,
         principal=terminal_user(conversation),
-        request_id=new_id("req"),
+        request_id=request_id or new_id("req"),
         core_id=agent,
         session=session,
         attachments=attachments,
@@ -139,6 +146,19 @@ async def stream_turn(
         out,
         Waiting(progress),
     )
+
+
+async def recorded_turn(host: Host, conversation: str, request_id: str) -> str | None:
+    """The turn the terminal user's request ``request_id`` started, if it was admitted.
+
+    For after a Ctrl-C: shielded, and bounded, so the answer is quick and sure.
+    """
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
+        found = await host.store.turns.find(
+            conversation_principal(terminal_user(conversation)), request_id
+        )
+        return None if found is None else found.turn_id
+    return None
 
 
 async def stream_answer(

@@ -32,6 +32,10 @@ from tests.wire import openai_chat as wire_openai
 pytestmark = pytest.mark.anyio
 
 PROMPT = b"[o]nce / [s]ession / [d]eny? "
+# A model answer that starts and then holds: the turn waits on its model until killed.
+OPENING_HELD = sse_reply(
+    wire_openai.sse([wire_openai.chunk(role="assistant")], done=False), hold=True
+)
 
 
 @pytest.fixture
@@ -238,7 +242,9 @@ async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to
     project: Path, wire: WireServer
 ) -> None:
     """No prompt open: the command still says in one line what became of the turn."""
-    wire.script(sse_reply([wire_openai.chunk(role="assistant")], hold=True))
+    wire.script(
+        sse_reply(wire_openai.sse([wire_openai.chunk(role="assistant")], done=False), hold=True)
+    )
 
     async def model_called(terminal: int, seen: bytearray) -> None:
         with anyio.fail_after(30):
@@ -253,3 +259,37 @@ async def test_ctrl_c_while_the_model_answers_says_the_turn_stopped_and_where_to
     with sqlite3.connect(project / "state" / "hostkit.db") as connection:
         turns = connection.execute("SELECT status FROM turns").fetchall()
     assert turns == [("cancelled",)]
+
+
+async def test_ctrl_c_before_the_turn_started_says_nothing_was_recorded(
+    project: Path, wire: WireServer
+) -> None:
+    """Interrupted while it waits for a busy session: no turn exists, and it says so rather
+    than send the reader to `hostkit sessions` for a record that is not there."""
+    wire.script(
+        sse_reply(wire_openai.sse([wire_openai.chunk(role="assistant")], done=False), hold=True)
+    )
+    holder = await anyio.open_process(
+        [sys.executable, "-m", "hostkit", "run", "--agent", "writer", "first"],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(30):
+            await wire.holding.wait()  # the first turn holds the session, its model answering
+
+        async def waiting_for_the_session(terminal: int, seen: bytearray) -> None:
+            await read_until(terminal, b"another turn runs in it", seen)
+
+        code, text = await ctrl_c_hostkit(
+            ["run", "--agent", "writer", "second"], project, waiting_for_the_session, term="xterm"
+        )
+    finally:
+        holder.kill()
+        await holder.aclose()
+    assert code == 130, text
+    assert text.count("interrupted before the turn started: nothing was recorded") == 1, text
+    assert "hostkit sessions" not in text
+    with sqlite3.connect(project / "state" / "hostkit.db") as connection:
+        requests = connection.execute("SELECT count(*) FROM turns").fetchone()
+    assert requests == (1,)  # the holder's turn only
