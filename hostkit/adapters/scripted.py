@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 from hostkit.adapters._base import ProviderBase
 from hostkit.adapters._bounds import OverBound, ResponseMeter, refused
+from hostkit.effects import provider_name
 from hostkit.errors import InvalidValue, ProviderError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -54,7 +55,8 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class CallTools:
-    """Ask for tool calls: each item is ``(tool_name, arguments)``."""
+    """Ask for tool calls: each item is ``(tool_name, arguments)``; the name is the effect's
+    (``files.write``) or the one a provider is offered for it (``files_write``)."""
 
     calls: tuple[tuple[str, Mapping[str, Any]], ...]
     text: str = ""
@@ -100,6 +102,14 @@ def _estimate(chars: int) -> int:
 def _json(arguments: Mapping[str, Any]) -> str:
     """Arguments as the JSON a provider would have sent them in (what the byte bound counts)."""
     return json.dumps(thaw(arguments), default=str, ensure_ascii=False, skipkeys=True)
+
+
+def _offered(name: str, offered: set[str]) -> str:
+    """``name``, or the provider-visible name of the effect it names when only that is offered."""
+    if name in offered or not isinstance(name, str):
+        return name
+    visible = provider_name(name)
+    return visible if visible in offered else name
 
 
 class ScriptedModel(ProviderBase):
@@ -170,7 +180,7 @@ class ScriptedModel(ProviderBase):
         prompt_chars = sum(len(m.content) for m in request.messages) + sum(
             len(t.name) + len(t.description) for t in request.tools
         )
-        calls = self._bounded(step)
+        calls = self._bounded(step, {t.name for t in request.tools})
         finish: FinishReason = step.finish_reason if isinstance(step, Reply) else "tool_calls"
         text = step.text
         output = text + "".join(call.name for call in calls)
@@ -184,10 +194,18 @@ class ScriptedModel(ProviderBase):
             provider_request_id=new_id("scripted"),
         )
 
-    def _bounded(self, step: Reply | CallTools) -> tuple[ToolCall, ...]:
-        """The step's calls, its text and calls held to the response bounds like any adapter's."""
+    def _bounded(self, step: Reply | CallTools, offered: set[str]) -> tuple[ToolCall, ...]:
+        """The step's calls, its text and calls held to the response bounds like any adapter's.
+
+        A call may name the effect (``files.write``) where a provider sends the name it
+        was offered (``files_write``): the offered name is sent, as a real model would.
+        """
         meter = ResponseMeter()
-        scripted = step.calls if isinstance(step, CallTools) else ()
+        scripted = (
+            tuple((_offered(name, offered), args) for name, args in step.calls)
+            if isinstance(step, CallTools)
+            else ()
+        )
         try:
             meter.add(step.text)
             # Count and names first: a flood fails before a single call is built.

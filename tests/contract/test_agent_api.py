@@ -92,6 +92,26 @@ async def test_a_python_agent_asks_exactly_like_a_configured_agent(tmp_path: Pat
     assert outcomes["python"][1] == (("notes.write", "denied"),)
 
 
+@pytest.mark.parametrize("name", ["notes.write", "notes_write"])
+async def test_a_scripted_call_may_name_the_effect_or_the_name_the_provider_is_offered(
+    tmp_path: Path, name: str
+) -> None:
+    """`CallTools(("notes.write", ...))` is the call a model makes as `notes_write`: it is
+    asked and answered like it, never a silent `not_found`."""
+    ran: list[str] = []
+    approver = Recorder("approve_once")
+    model = ScriptedModel([CallTools((name, {"name": "a.md", "text": "hi"})), Reply("done")])
+    policy = {"allow": ["*"], "ask": ["notes.write"]}
+    python = hostkit.Agent("writer", model=model, tools=[note_tool(ran)], policy=policy)
+    async with hostkit.Host.open(config(tmp_path), agents=[python], approver=approver) as host:
+        result = await host.turns.run(request("write a note", core_id="writer"))
+    assert [r.effect for r in approver.seen] == ["notes.write"]
+    assert tuple((e.effect, e.status) for e in result.effects) == (("notes.write", "succeeded"),)
+    assert ran == ["a.md"]
+    (sent,) = [c.name for r in model.requests[1:2] for m in r.messages for c in m.tool_calls]
+    assert sent == "notes_write"  # what the transcript keeps is what a provider would send
+
+
 async def test_an_approved_call_runs_once_with_python_provenance(tmp_path: Path) -> None:
     ran: list[str] = []
     approver = Recorder("approve_once")
