@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +66,22 @@ class EffectPolicy:
         return any(
             fnmatch.fnmatchcase(effect, rule) and _literal_prefix(rule).startswith(prefix)
             for rule in self.allow
+        )
+
+    def unmatched(self, effects: Iterable[str]) -> tuple[tuple[str, str], ...]:
+        """Each ``(kind, rule)`` of ``ask`` and ``deny`` that matches none of ``effects``.
+
+        A rule that matches nothing is most often a typo (``file.write`` for
+        ``files.write``), and then the effect it meant runs unasked. Rules for
+        MCP tools (``mcp.``) are left out: those are discovered per session.
+        """
+        names = tuple(effects)
+        return tuple(
+            (kind, rule)
+            for kind, rules in (("ask", self.ask), ("deny", self.deny))
+            for rule in rules
+            if not rule.startswith("mcp.")
+            and not any(fnmatch.fnmatchcase(name, rule) for name in names)
         )
 
     def rule_key(self, effect: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ from hostkit.host._tool_modules import forget_versions
 from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
 from hostkit.types import TurnExecutionContext
+
+_log = logging.getLogger("hostkit.host")
 
 __all__ = ["Generation", "unknown_agent"]
 
@@ -181,6 +184,8 @@ class Generation(AsyncResource):
             )
             source = self.capabilities.tools
             offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
+            for line in _unmatched_rules(agent, policy, [tool.name for tool, _ in offered]):
+                _log.warning("%s", line)
             allowed = tuple(
                 (tool, origin) for tool, origin in offered if policy.decide(tool.name) != "deny"
             )
@@ -349,6 +354,24 @@ class Generation(AsyncResource):
                 forget_versions(loaded.package)
         if self.supplied is None:
             await self.capabilities.aclose()
+
+
+_DONE = {"ask": "asked for", "deny": "denied"}
+
+
+def _unmatched_rules(agent: str, policy: EffectPolicy, effects: Sequence[str]) -> list[str]:
+    """One line per ``ask`` or ``deny`` rule of ``agent`` that matches none of its tools but
+    is close to one: a typo, and the effect it meant runs unasked. (A rule for a tool the
+    agent simply does not have is kept quiet: it is harmless, and often deliberate.)"""
+    lines = []
+    for kind, rule in policy.unmatched(effects):
+        close = difflib.get_close_matches(rule, effects, n=1)
+        if close:
+            lines.append(
+                f"agent {agent!r}: the policy's {kind} rule {rule!r} matches none of its "
+                f"tools; did you mean {close[0]!r}? ({close[0]} is not {_DONE[kind]} by it)"
+            )
+    return lines
 
 
 # Agent names listed in the refusal of an unknown one: enough to spot the right one.

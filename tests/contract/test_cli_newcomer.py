@@ -576,3 +576,20 @@ def test_a_close_spelling_still_gets_clicks_suggestion_and_no_synonym(tmp_path: 
     assert code == 2
     assert "No such command 'bogus'." in err
     assert "try " not in err
+
+
+def test_a_policy_rule_one_typo_away_from_a_tool_is_said_before_the_turn(tmp_path: Path) -> None:
+    """`ask = ["file.write"]` asks for nothing, so files.write would run unasked: the run
+    says so, with the tool meant. A rule for a tool the agent does not have stays quiet."""
+    mistyped = WRITER.replace(
+        'ask = ["files.write"]', 'ask = ["file.write"]\ndeny = ["files.red", "terminal.run"]'
+    ).replace('builtins = ["files.write"]', 'builtins = ["files.write", "files.read"]')
+    (tmp_path / "hostkit.toml").write_text(mistyped)
+    code, _, err = hostkit("run", "--agent", "writer", "hi", cwd=tmp_path, columns=400)
+    assert code == 0, err
+    assert (
+        "agent 'writer': the policy's ask rule 'file.write' matches none of its tools; "
+        "did you mean 'files.write'? (files.write is not asked for by it)"
+    ) in err
+    assert "the policy's deny rule 'files.red' matches none of its tools; did you mean" in err
+    assert "'terminal.run'" not in err
