@@ -16,8 +16,10 @@ import importlib
 import inspect
 import json
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -332,17 +334,16 @@ def _raised(exc: Exception) -> str:
     return bounded(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 300)
 
 
-def _module_hint(module_name: str, attribute: str) -> str:
-    """A file path where a module name belongs (``janitor.py``, ``agents/janitor.py``):
-    the reference that works, run from the directory that holds the file."""
-    path = module_name.removeprefix("./")
-    if not (path.endswith(".py") or "/" in path):
-        return ""
-    dotted = path.removesuffix(".py").replace("/", ".")
-    return (
-        f"; name the module, not its file: --agent {bounded(dotted, 120)}:"
-        f"{bounded(attribute, 120)}, run from the directory that holds {bounded(path, 120)}"
-    )
+def _file_reference(module_name: str, attribute: str) -> str | None:
+    """Why a file path where a module name belongs (``janitor.py``, ``../a/janitor``) is
+    refused, with the reference that works and where to run it; None for a module name."""
+    if not (module_name.endswith(".py") or "/" in module_name or module_name.startswith(".")):
+        return None
+    path = Path(module_name)
+    module = (path.stem if path.suffix == ".py" else path.name).lstrip(".") or "MODULE"
+    folder = str(path.parent)
+    where = "" if folder == "." else f", run in {folder} (cd {shlex.quote(folder)} first)"
+    return f"--agent takes module:attribute, not a file: --agent {module}:{attribute}{where}"
 
 
 def load_agent(spec: str) -> Agent:
@@ -356,12 +357,14 @@ def load_agent(spec: str) -> Agent:
     shown = bounded(spec, 120)
     if not module_name or not attribute:
         raise ConfigError(f"{shown!r} is not a module:attribute reference to a hostkit.Agent")
+    file_reference = _file_reference(module_name, attribute)
+    if file_reference is not None:
+        raise ConfigError(bounded(file_reference, 400))
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # operator code: whatever its import raises is its error
         raise ConfigError(
             f"cannot import {bounded(module_name, 120)!r} for {shown!r}: {_raised(exc)}"
-            f"{_module_hint(module_name, attribute)}"
         ) from None
     value: Any = module
     for part in attribute.split("."):

@@ -522,20 +522,25 @@ def test_an_unknown_agent_named_like_a_python_file_here_gets_the_module_form(
 @pytest.mark.parametrize(
     ("reference", "working"),
     [
-        ("janitor.py:janitor", "janitor:janitor"),
-        ("./janitor.py:janitor", "janitor:janitor"),
-        ("agents/janitor.py:janitor", "agents.janitor:janitor"),
+        ("janitor.py:janitor", "--agent janitor:janitor\n"),
+        ("./janitor.py:janitor", "--agent janitor:janitor\n"),
+        ("agents/janitor.py:janitor", "--agent janitor:janitor, run in agents (cd agents first)"),
+        ("../up/janitor:janitor", "--agent janitor:janitor, run in ../up (cd ../up first)"),
+        ("/srv/a b/janitor.py:j", "--agent janitor:j, run in /srv/a b (cd '/srv/a b' first)"),
+        (".janitor:janitor", "--agent janitor:janitor\n"),
     ],
 )
 def test_an_agent_named_by_its_file_is_refused_with_the_module_form(
     tmp_path: Path, reference: str, working: str
 ) -> None:
-    """`--agent janitor.py:janitor` names a file where Python wants a module: say which."""
+    """`--agent janitor.py:janitor` names a file where Python wants a module: say which,
+    and where to run it; nothing is imported (a relative name would raise a TypeError)."""
     (tmp_path / "hostkit.toml").write_text(WRITER)
     code, out, err = hostkit("run", "--agent", reference, "hi", cwd=tmp_path, columns=400)
     assert (code, out) == (2, "")
-    assert f"name the module, not its file: --agent {working}" in err
+    assert f"error: --agent takes module:attribute, not a file: {working}" in err
     assert "Traceback" not in err
+    assert "Error:" not in err
 
 
 def test_init_inside_another_project_is_refused_unless_forced(tmp_path: Path) -> None:
