@@ -802,13 +802,19 @@ class Host(AsyncResource):
         try:
             core = await self.pin(approval.core_id, None)
         except TurnRejected as exc:
-            raise ApprovalRefused(
-                approval.approval_id,
-                "unavailable",
-                f"this Host cannot run agent {approval.core_id!r} ({exc.message}); nothing "
-                "was recorded: answer it from a Host that runs that agent (on the command "
-                "line, an agent defined in Python needs --agent module:attribute)",
-            ) from exc
+            agent = approval.core_id
+            if agent not in self.config.agents:
+                # Not "did you mean" another agent: the asking agent is the one to run.
+                detail = (
+                    f"agent {agent!r} asked for it and this Host does not run it; nothing "
+                    f"was recorded: answer it where {agent!r} runs (defined in Python: "
+                    f"--agent module:attribute of the Agent named {agent!r})"
+                )
+            else:
+                detail = (
+                    f"this Host cannot run agent {agent!r} now ({exc.reason}); nothing was recorded"
+                )
+            raise ApprovalRefused(approval.approval_id, "unavailable", detail) from exc
         try:
             generation = self._generation_of(core.generation)
             if generation is None:

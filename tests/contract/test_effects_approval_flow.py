@@ -308,7 +308,10 @@ async def test_an_approval_answered_where_its_agent_does_not_run_stays_pending(
         assert refused.value.reason == "unavailable"
         assert "'assistant'" in refused.value.message
         assert "--agent module:attribute" in refused.value.message  # where a CLI user goes next
-        assert len(refused.value.message) <= 500
+        # Whole (not cut at the bound), and no "did you mean" pointing at this Host's agent.
+        assert refused.value.message.endswith("of the Agent named 'assistant')")
+        assert "did you mean" not in refused.value.message
+        assert len(refused.value.message) <= 300
         row = await host.approvals.get(operator, paused.pending_approval)
         assert row.status == "pending"
     assert stamps.lines() == []
