@@ -12,6 +12,7 @@ configured agent.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import json
@@ -371,7 +372,11 @@ def load_agent(spec: str) -> Agent:
         value = getattr(value, part, None)
         if value is None:
             raise ConfigError(
-                f"{bounded(module_name, 120)!r} has no attribute {bounded(attribute, 120)!r}"
+                bounded(
+                    f"{bounded(module_name, 120)!r} has no attribute {bounded(attribute, 120)!r}"
+                    f"{_agents_hint(module, attribute)}",
+                    400,
+                )
             )
     if callable(value) and not isinstance(value, Agent):
         try:
@@ -381,5 +386,21 @@ def load_agent(spec: str) -> Agent:
                 f"{shown!r} raised while building the agent: {_raised(exc)}"
             ) from None
     if not isinstance(value, Agent):
-        raise ConfigError(f"{shown!r} is a {type(value).__name__}, not a hostkit.Agent")
+        raise ConfigError(
+            bounded(
+                f"{shown!r} is not a hostkit.Agent (its type is {type(value).__name__})"
+                f"{_agents_hint(module, attribute)}",
+                400,
+            )
+        )
     return value
+
+
+def _agents_hint(module: Any, attribute: str) -> str:
+    """The Agents ``module`` defines at its top level, the one closest to ``attribute`` first."""
+    names = sorted(name for name, item in vars(module).items() if isinstance(item, Agent))
+    if not names:
+        return "; it defines no hostkit.Agent at its top level"
+    close = difflib.get_close_matches(attribute, names, n=1)
+    meant = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{meant} (Agents in it: {', '.join(names[:12])})"

@@ -598,3 +598,31 @@ def test_a_policy_rule_one_typo_away_from_a_tool_is_said_before_the_turn(tmp_pat
     ) in err
     assert "the policy's deny rule 'files.red' matches none of its tools; did you mean" in err
     assert "'terminal.run'" not in err
+
+
+AGENTS_MODULE = '''import hostkit
+
+@hostkit.tool
+async def write_note(name: str) -> str:
+    """Write a note."""
+    return name
+
+agent = hostkit.Agent("writer", model="local", tools=[write_note])
+'''
+
+
+@pytest.mark.parametrize(
+    ("reference", "said"),
+    [
+        ("my_agents:agnt", "'my_agents' has no attribute 'agnt'; did you mean 'agent'?"),
+        ("my_agents:write_note", "'my_agents:write_note' is not a hostkit.Agent (its type is"),
+    ],
+)
+def test_an_agent_reference_that_misses_names_the_agents_the_module_has(
+    tmp_path: Path, reference: str, said: str
+) -> None:
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    code, out, err = hostkit("run", "--agent", reference, "hi", cwd=tmp_path, columns=400)
+    assert (code, out) == (2, "")
+    assert said in err
+    assert err.rstrip().endswith("(Agents in it: agent)")
