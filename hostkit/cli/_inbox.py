@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -32,7 +33,7 @@ from hostkit.cli._common import (
     required_reason,
     run_command,
 )
-from hostkit.cli._render import Column, fit_table
+from hostkit.cli._render import Column, command_line, fit_table
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import (
@@ -249,8 +250,9 @@ def list_inbounds(
             out.print(records_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
-            if any(r.state == "dead_lettered" for r in rows.records):
-                _requeue_hint()
+            dead = [r.inbound_id for r in rows.records if r.state == "dead_lettered"]
+            if dead:
+                _requeue_hint(dead, config)
 
     run_command(main)
 
@@ -276,7 +278,7 @@ def show(
                 return
             Console().print(record_table(record))
             if record.state == "dead_lettered":
-                _requeue_hint()
+                _requeue_hint([record.inbound_id], config)
 
     run_command(main)
 
@@ -307,7 +309,7 @@ def dead_letters(
             out.print(dead_letters_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
-            _requeue_hint()
+            _requeue_hint([r.inbound_id for r in rows.records], config)
 
     run_command(main)
 
@@ -346,13 +348,18 @@ def _check_id(inbound_id: str) -> None:
         raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
 
 
-def _requeue_hint() -> None:
-    console.print(
-        'requeue a dead letter: hostkit inbox requeue INBOUND_ID --reason "..."',
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+def _requeue_hint(dead: Sequence[str], config: Path | None) -> None:
+    """How to requeue: the command for the one dead letter shown, pasted as printed; with
+    several, the command with INBOUND_ID standing for one from the table."""
+    if len(dead) == 1:
+        line = "requeue it: " + command_line(
+            "inbox", "requeue", dead[0], reason="...", config=config
+        )
+    else:
+        line = "requeue a dead letter: " + command_line(
+            "inbox", "requeue", "INBOUND_ID", reason="...", config=config
+        )
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 async def _check_dead_letter(channel_inbox: ChannelInbox, inbound_id: str) -> None:

@@ -185,7 +185,11 @@ async def test_inbox_dlq_lists_only_dead_letters_with_their_failure(project: Pro
     assert project.completed not in out
     assert "unreadable" in out  # the failure is the last column given up
     assert all(len(line) <= 80 for line in out.splitlines())
-    assert "hostkit inbox requeue INBOUND_ID" in err
+    # One dead letter: its own command, pasted as printed (no placeholder to fill in).
+    assert f'requeue it: hostkit inbox requeue {project.dead_inbound} --reason "..."' in err
+    assert "INBOUND_ID" not in err
+    code, out, err = await run_here("inbox", "show", project.dead_inbound, cwd=project.dir)
+    assert f"hostkit inbox requeue {project.dead_inbound}" in err
     code, out, err = await run_here("inbox", "dlq", "--channel", "mail", cwd=project.dir)
     assert (code, out) == (0, "")
     assert "no dead letters of channel mail" in err
