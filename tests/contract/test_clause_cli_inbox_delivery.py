@@ -225,7 +225,7 @@ async def test_delivery_list_shows_each_intent_status_attempts_and_error_never_p
     assert "\x1b" not in out
     assert SECRET not in out
     assert "channel_not_found" in out
-    assert "hostkit delivery retry INTENT_ID" in err
+    assert f'retry it: hostkit delivery retry {project.dead} --reason "..."' in err
 
 
 async def test_delivery_retry_sends_a_dead_letter_again_and_audits_the_reason(
