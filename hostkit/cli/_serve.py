@@ -48,7 +48,7 @@ LISTENING = "hostkit serve: listening on {url}"
 _log = logging.getLogger(__name__)
 NO_CHANNELS = (
     "no [channels] are configured, so no message can arrive; "
-    "/healthz and /readyz answer (docs/service.md says how to add a channel)"
+    "/healthz and /readyz answer (docs/channels.md says how to add a channel)"
 )
 # How often the terminal status line is redrawn.
 STATUS_INTERVAL_S = 0.5

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
+import os
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,7 +67,11 @@ def bind_listener(listen: str, port: int) -> socket.socket:
     try:
         return socket.create_server((listen, port), family=family, backlog=_BACKLOG)
     except (OSError, OverflowError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        code = getattr(exc, "errno", None)
+        # create_server's own text repeats the address as a Python tuple: the errno's words.
+        reason = os.strerror(code) if isinstance(code, int) else type(exc).__name__
+        if code == errno.EADDRINUSE:
+            reason += ": another process listens there (stop it, or choose another --port)"
         raise ConfigError(
             f"cannot listen on {listen}:{port}: {reason}", key="serve.listen"
         ) from exc
