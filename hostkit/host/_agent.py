@@ -25,6 +25,7 @@ from typing import Any
 
 import pydantic
 
+from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.effects import AuthoredTool, SourcedTool, tool
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.host._capabilities import (
@@ -200,8 +201,13 @@ def _policy(agent: str, policy: Mapping[str, Sequence[str]] | PolicyConfig | Non
             {key: [value] if isinstance(value, str) else value for key, value in policy.items()}
         )
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
+        first = reported_error(exc)
         key = ".".join(str(part) for part in first["loc"])
+        if first["type"] == EXTRA_FORBIDDEN:
+            # As TOML says it: the key, and the closest policy key.
+            named = unknown_key(PolicyConfig, first["loc"], style="toml")
+            where = f"agents.{agent}.policy"
+            raise ConfigError(named.replace(" at the top level", ""), key=where) from None
         raise ConfigError(first["msg"], key=f"agents.{agent}.policy.{key}") from None
 
 

@@ -276,6 +276,11 @@ async def test_an_answer_invalid_past_the_bound_fails_the_turn(tmp_path: Path) -
         (lambda: hostkit.Agent("a", output_retries=9), hostkit.InvalidValue, "output_retries"),
         (lambda: hostkit.Agent("a", tools=[len]), hostkit.InvalidValue, "each tool"),
         (lambda: hostkit.Agent("a", policy={"permit": ["*"]}), hostkit.ConfigError, "policy"),
+        (
+            lambda: hostkit.Agent("a", policy={"alow": ["*"]}),
+            hostkit.ConfigError,
+            "agents.a.policy: unknown key 'alow'; did you mean 'allow'",
+        ),
         (lambda: hostkit.Agent("a", max_steps=0), hostkit.ConfigError, "max_steps"),
         (lambda: hostkit.Agent("a", instructions=" "), hostkit.InvalidValue, "instructions"),
     ],
