@@ -56,6 +56,9 @@ from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text,
 
 __all__ = ["app", "main"]
 
+# How admission refuses a --session this conversation cannot resume (missing, or not its).
+_SESSION_UNAVAILABLE = "the requested session is not available"
+
 # Words a newcomer types for a command that has another name here, and what to type.
 _SYNONYMS = {
     "inspect": "`hostkit context` (a turn's context) or `hostkit budget` (a session's tokens)",
@@ -216,6 +219,14 @@ def run(
                 )
             except TurnRejected as exc:
                 reason = await _python_agent_hint(exc.reason, agent)
+                if session is not None and reason == _SESSION_UNAVAILABLE:
+                    # The same words for a session that is not there and one that is
+                    # another agent's (nothing told apart): what a user most often meant.
+                    listing = command_line("sessions", config=config)
+                    reason += (
+                        f"; a session of another agent needs that agent's --agent "
+                        f"(`{listing}` lists each session's agent)"
+                    )
                 if config is not None:
                     # Its hint, pasted, must act on this project: it names -c as given.
                     reason = naming_config(reason, host.config.cores, config)

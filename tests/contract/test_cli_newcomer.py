@@ -626,3 +626,23 @@ def test_an_agent_reference_that_misses_names_the_agents_the_module_has(
     assert (code, out) == (2, "")
     assert said in err
     assert err.rstrip().endswith("(Agents in it: agent)")
+
+
+def test_resuming_another_agents_session_says_to_name_its_agent(tmp_path: Path) -> None:
+    """`--session` of a session the writer runs, asked of another agent: the refusal (the
+    same words as for no such session) says what a user most often meant."""
+    (tmp_path / "hostkit.toml").write_text(
+        WRITER + '\n[agents.notes]\nprovider = "scripted"\nmemory = false\n'
+    )
+    code, _, err = hostkit("run", "--agent", "writer", "hi", cwd=tmp_path, columns=400)
+    assert code in (0, 3), err
+    found = SESSION_ID.search(err)
+    assert found, err
+    code, out, err = hostkit(
+        "run", "--agent", "notes", "--session", found[0], "hi", cwd=tmp_path, columns=400
+    )
+    assert (code, out) == (2, "")
+    assert (
+        "error: turn rejected: the requested session is not available; a session of another "
+        "agent needs that agent's --agent (`hostkit sessions` lists each session's agent)"
+    ) in err
