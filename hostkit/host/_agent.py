@@ -232,9 +232,13 @@ def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | N
     kind, _, name = model.partition(":")
     if kind in _SHORTHANDS and name:
         return model, ProviderConfig(kind=kind, model=name, api_key_env=_SHORTHANDS[kind])  # type: ignore[arg-type]
+    choices = [*config.providers, "local", *(f"{kind}:" for kind in _SHORTHANDS)]
+    close = difflib.get_close_matches(f"{kind}:" if name else model, choices, n=1)
+    meant = close[0] + name if close and close[0].endswith(":") else close[0] if close else None
+    hint = f"; did you mean {bounded(meant, 80)!r}?" if meant not in (None, model) else ""
     raise ConfigError(
         f"{bounded(model, 80)!r} is neither a provider under [providers] nor 'local', "
-        "'openai:<model>' or 'anthropic:<model>'",
+        f"'openai:<model>' or 'anthropic:<model>'{hint}",
         key=key,
     )
 

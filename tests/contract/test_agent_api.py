@@ -298,6 +298,16 @@ async def test_a_name_clash_or_unknown_model_is_refused_at_open(tmp_path: Path) 
     unknown = hostkit.Agent("other", model="gpt-4o")
     with pytest.raises(hostkit.ConfigError, match=r"agents\.other\.model"):
         await hostkit.Host.open(config(tmp_path), agents=[unknown])
+    # A typo gets the closest model string that works; nothing close, no guess.
+    for typed, meant in (("locl", "local"), ("opnai:gpt-4o", "openai:gpt-4o"), ("openai:", None)):
+        with pytest.raises(hostkit.ConfigError) as caught:
+            await hostkit.Host.open(config(tmp_path), agents=[hostkit.Agent("o", model=typed)])
+        hint = f"; did you mean {meant!r}?"
+        assert (
+            caught.value.message.endswith(hint)
+            if meant
+            else "did you mean" not in str(caught.value)
+        )
 
 
 async def hostkit_cli(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
