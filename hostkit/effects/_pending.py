@@ -130,8 +130,8 @@ class ApprovalLedger:
     async def mark_stale(self, approval_id: str) -> bool:
         return await self._store.approvals.mark_stale(approval_id)
 
-    async def supersede(self, session_id: str) -> int:
-        return await self._store.approvals.supersede(session_id)
+    async def supersede(self, context: TurnExecutionContext) -> int:
+        return await self._store.approvals.supersede(context.session_id, turn_id=context.turn_id)
 
 
 @dataclass(frozen=True, slots=True)

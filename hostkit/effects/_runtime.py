@@ -300,7 +300,7 @@ class EffectRuntime:
         """
         if self._ledger is None:
             return 0
-        return await self._ledger.supersede(context.session_id)
+        return await self._ledger.supersede(context)
 
     async def close_catalog(self, catalog: PreparedEffectCatalog) -> None:
         self._catalogs.pop(catalog.catalog_id, None)

@@ -184,11 +184,15 @@ class ApprovalStore(ABC):
         """
 
     @abstractmethod
-    async def supersede(self, session_id: str) -> int:
-        """A new ordinary turn runs in the session: void its calls that have not run.
+    async def supersede(self, session_id: str, *, turn_id: str) -> int:
+        """A new ordinary turn, ``turn_id``, runs in the session: void its calls that have
+        not run.
 
         Pending approvals and answered ones not yet claimed become
-        ``superseded`` and lose their arguments; returns how many.
+        ``superseded`` and lose their arguments; returns how many. Fenced like
+        the turn's other writes: ``LeaseLost`` when ``turn_id`` no longer runs
+        (a takeover ended it), so a holder that paused past its lease cannot
+        void the approval the turn after it is waiting on.
         """
 
     @abstractmethod
@@ -540,14 +544,27 @@ class SqlApprovalStore(ApprovalStore):
         check_id("id", approval_id)
         return await self._db.write(lambda raw: _stale(raw, approval_id))
 
-    async def supersede(self, session_id: str) -> int:
+    async def supersede(self, session_id: str, *, turn_id: str) -> int:
         check_id("session_id", session_id)
+        check_id("turn_id", turn_id)
         # Most turns have nothing to void: a read on the reader connection, no write
-        # transaction. The caller holds the session lease, so no turn of this session
-        # can add an approval between the read and the write.
+        # transaction. Nothing read is trusted: the write checks, in its transaction,
+        # that the turn still runs (a takeover ends it), then voids what is open.
         if not await self._db.read(lambda raw: has_open_calls(raw, session_id)):
             return 0
-        return await self._db.write(lambda raw: supersede_open(raw, session_id, SUPERSEDED))
+
+        def supersede(raw: sqlite3.Connection) -> int:
+            status = raw.execute(
+                "SELECT status FROM turns WHERE turn_id = ? AND session_id = ?",
+                [turn_id, session_id],
+            ).fetchone()
+            if status is None:
+                raise InvalidValue("a superseding turn must be a turn of its session")
+            if status[0] != "running":
+                raise LeaseLost("session lease")
+            return supersede_open(raw, session_id, SUPERSEDED)
+
+        return await self._db.write(supersede)
 
     async def revoke(
         self, scope: PrincipalScope, session_id: str, *, reason: str

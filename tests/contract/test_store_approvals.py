@@ -18,6 +18,7 @@ import pytest
 from hostkit.errors import (
     HostkitError,
     InvalidValue,
+    LeaseLost,
     NotFoundOrUnauthorized,
     ScopeError,
     StoreError,
@@ -464,8 +465,9 @@ async def test_a_newer_turn_supersedes_exactly_the_calls_that_have_not_run(
     assert await store.claim(
         ran.approval_id, session_id=session, turn_id=await sut.seed_turn(session)
     )
-    assert await store.supersede(session) == 2
-    assert await store.supersede(session) == 0
+    newer = await sut.seed_turn(session)
+    assert await store.supersede(session, turn_id=newer) == 2
+    assert await store.supersede(session, turn_id=newer) == 0
     statuses = {a.approval_id: a.status for a in await store.list(sut.operator, status=None)}
     assert statuses == {
         waiting.approval_id: "superseded",
@@ -480,15 +482,34 @@ async def test_a_newer_turn_supersedes_exactly_the_calls_that_have_not_run(
     assert (late.accepted, late.approval.status) == (False, "superseded")
 
 
+async def test_a_turn_that_no_longer_runs_supersedes_nothing(sut: StoreUnderTest) -> None:
+    """A holder that paused past its lease, its turn ended by the takeover, resumes: its
+    supersede is refused, and the approval the turn after it waits on stays pending."""
+    alice = await owner(sut, "alice")
+    waiting = await pending(sut, alice)
+    session = waiting.session_id
+    stale = await sut.seed_turn(session)
+    await sut.store.write(
+        lambda c: c.execute("UPDATE turns SET status = 'lost' WHERE turn_id = ?", [stale])
+    )
+    with pytest.raises(LeaseLost):
+        await sut.store.approvals.supersede(session, turn_id=stale)
+    with pytest.raises(InvalidValue):
+        await sut.store.approvals.supersede(session, turn_id=new_id("turn"))
+    row = await sut.store.approvals.get(sut.operator, waiting.approval_id)
+    assert row.status == "pending"
+    assert await sut.raw_arguments(waiting.approval_id) != "{}"
+
+
 async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
     sut: StoreUnderTest,
 ) -> None:
     """Read in the admission transaction: a turn admitted with none skips its own look."""
     alice = await owner(sut, "alice")
     session = alice.session_id or ""
-    holder = LeaseOwner("another-machine", 4242, 1.0, "remote-instance")
+    holder = LeaseOwner("another-machine", 4242, 1.0, "remote-instance", "other-boot:1")
 
-    async def admitted_open() -> bool:
+    async def admitted_open(*, supersede: int | None = None) -> bool:
         admission = TurnAdmission(
             turn_id=new_id("turn"),
             request_id=new_id("req"),
@@ -501,6 +522,9 @@ async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
         )
         admitted = await sut.store.turns.admit(admission, owner=holder, ttl_s=600.0)
         assert isinstance(admitted, Admitted), admitted
+        if supersede is not None:  # what the admitted turn voids, as it runs
+            voided = await sut.store.approvals.supersede(session, turn_id=admission.turn_id)
+            assert voided == supersede
         await sut.store.turns.abandon(admitted.lease)  # free the session for the next one
         return admitted.open_approvals
 
@@ -511,7 +535,7 @@ async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
         alice, asked.approval_id, decision="approve_once", fingerprint=None
     )
     assert await admitted_open() is True  # answered, not yet run: still to supersede
-    assert await sut.store.approvals.supersede(session) == 1
+    assert await admitted_open(supersede=1) is True
     assert await admitted_open() is False
     await pending(sut, await owner(sut, "bob"))  # another session's call is not this one's
     assert await admitted_open() is False
