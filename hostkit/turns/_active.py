@@ -43,6 +43,9 @@ class ActiveTurn:
     next_seq: int = 2  # turn.started is 1, written by the admission
     # The session had calls to supersede when admitted (none can appear while it holds).
     open_approvals: bool = True
+    # Until when (anyio's clock) the last renewal holds the session lease: past it, the
+    # lease may have been taken over while this process was paused (None: not yet known).
+    held_until: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     done: anyio.Event = field(default_factory=anyio.Event)
     in_flight: str | None = None

@@ -539,6 +539,9 @@ class TurnExecution:
                             "effect": ref.effect,
                         },
                     )
+                    # Paused past its lease (another Host may run the session now):
+                    # the effect of a turn that lost it never starts.
+                    await self._leases.still_held(active)
                     outcome = await core.effects.execute(
                         EffectRequest(call.call_id, ref, call.arguments, "model"),
                         context,

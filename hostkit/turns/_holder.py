@@ -221,6 +221,8 @@ class LeaseHolder:
         heartbeat never raises.
         """
         interval = active.lease.ttl_s / 3
+        if active.held_until is None:  # as admitted: the store's expiry, on anyio's clock
+            active.held_until = anyio.current_time() + active.lease.expires_at - time.time()
         return await _beside(lambda: self._heartbeat(active, on_lost), body, after=interval)
 
     async def keeping(self, active: ActiveTurn, finish: Callable[[], Awaitable[T]]) -> T:
@@ -256,6 +258,21 @@ class LeaseHolder:
                 pace.renewed(start)
                 await anyio.sleep(active.lease.ttl_s / 3)
 
+    async def still_held(self, active: ActiveTurn) -> None:
+        """Before an effect starts: ``LeaseLost`` if the session was taken over meanwhile.
+
+        Free while the last renewal still holds the lease. Past it (this process
+        was paused: a stalled VM, a stopped process, a blocked loop) another Host
+        may have taken the session over and ended this turn: the lease is renewed
+        now, fenced, and an effect of a turn that lost it never starts.
+        """
+        if active.held_until is not None and anyio.current_time() < active.held_until:
+            return
+        start = anyio.current_time()
+        with anyio.fail_after(max(active.lease.ttl_s / 3, 1.0)):
+            await self._store.turns.renew(active.lease)
+        active.held_until = start + active.lease.ttl_s
+
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
         pace = _pace(active.lease)
@@ -281,6 +298,7 @@ class LeaseHolder:
                 if cancel_requested:
                     active.stop(ON_REQUEST, "user")
                 pace.renewed(start)
+                active.held_until = start + active.lease.ttl_s
                 await anyio.sleep(active.lease.ttl_s / 3)
 
     async def abandon(self, lease: SessionLease) -> bool:

@@ -330,9 +330,9 @@ async def test_a_newer_turn_supersedes_the_paused_call(tmp_path: Path) -> None:
         looked: list[str] = []
         supersede = host.store.approvals.supersede
 
-        async def counted(session_id: str) -> int:
+        async def counted(session_id: str, *, turn_id: str) -> int:
             looked.append(session_id)
-            return await supersede(session_id)
+            return await supersede(session_id, turn_id=turn_id)
 
         host.store.approvals.supersede = counted  # type: ignore[method-assign]
         paused = await host.turns.run(request("stamp it"))
