@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from hostkit.errors import InvalidValue, bounded
+from hostkit.errors import InvalidValue, LeaseLost, bounded
 from hostkit.store._owned import now, owner_predicate
 from hostkit.types import PrincipalScope
 
@@ -145,7 +145,8 @@ class TerminalRunStore(ABC):
 
     @abstractmethod
     async def insert(self, run: NewTerminalRun) -> TerminalRunRecord:
-        """Record ``run`` as ``running`` (no pid yet); a used ``run_id`` is ``InvalidValue``."""
+        """Record ``run`` as ``running`` (no pid yet); a used ``run_id`` is ``InvalidValue``;
+        ``LeaseLost`` when its turn no longer runs (a takeover ended it: nothing is spawned)."""
 
     @abstractmethod
     async def mark_started(
@@ -289,6 +290,14 @@ class SqlTerminalRunStore(TerminalRunStore):
             ).fetchone()
             if exists is not None:
                 raise InvalidValue("terminal run id already used")
+            # Fenced like the turn's own writes: a turn a takeover ended (lost) while its
+            # process was paused starts no background run in the session it lost.
+            turn = raw.execute(
+                "SELECT status FROM turns WHERE turn_id = ? AND session_id = ?",
+                [run.turn_id, run.session_id],
+            ).fetchone()
+            if turn is not None and turn[0] != "running":
+                raise LeaseLost("session lease")
             raw.execute(
                 "INSERT INTO terminal_runs (run_id, session_id, turn_id, call_id, principal_id, "
                 "program, argc, cwd, sandbox, state, host_owner, started_at, lease_expires_at) "

@@ -32,7 +32,7 @@ from hostkit.builtins.process import (
     TerminalRuns,
 )
 from hostkit.effects import EffectRuntime
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, LeaseLost
 from hostkit.store import (
     LeaseOwner,
     NewTerminalRun,
@@ -153,6 +153,30 @@ async def test_a_run_record_ends_exactly_once_with_its_statistics(
         "run_1", principal_id=scope.principal_id, session_id=scope.session_id or ""
     )
     assert again == got
+
+
+async def test_a_turn_a_takeover_ended_records_no_run(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """A turn whose process paused past its lease and was ended (lost) by the Host that took
+    its session starts no background run there: the record comes first, and is refused."""
+    scope = await session_of(authority)
+    owner = await me("host_a")
+    session = scope.session_id or ""
+    await store.write(
+        lambda c: c.execute(
+            "INSERT INTO turns (turn_id, request_id, principal_id, session_id, core_id, "
+            "core_revision, generation, status, started_at) "
+            "VALUES ('turn_1', 'req_1', ?, ?, 'assistant', 'rev1', 1, 'lost', 'x')",
+            [scope.principal_id, session],
+        )
+    )
+    with pytest.raises(LeaseLost):
+        await store.terminal_runs.insert(new_run(scope, "run_1", owner))
+    assert (
+        await store.terminal_runs.get("run_1", principal_id=scope.principal_id, session_id=session)
+        is None
+    )
 
 
 async def test_a_run_is_orphaned_only_under_its_recorded_owner_and_only_while_running(
