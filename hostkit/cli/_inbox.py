@@ -86,7 +86,8 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
     """One row per inbound, newest first; the inbound id is never cut.
 
     On a narrow terminal the event key, due time, requeues and attempt are
-    left out, in that order, before the failure (``--json`` has them all).
+    left out, in that order, before the failure (``--json`` has them all). A
+    completed message shows no failure: one it has is an earlier attempt's.
     """
     columns = (
         Column("inbound", whole=True),
@@ -107,7 +108,9 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
             str(r.requeues),
             _clock(r.due_at),
             one_line(r.platform_event_key, 200),
-            failure_text(r),
+            # A completed message's failure is an earlier attempt's (before a requeue or
+            # a retry): history `inbox show` keeps, not what is wrong with it now.
+            "" if r.state == "completed" else failure_text(r),
         )
         for r in records
     ]

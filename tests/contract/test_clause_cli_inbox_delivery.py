@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from hostkit.authority import AuthorityResolver
 from hostkit.cli import app
 from hostkit.cli._delivery import intents_table
+from hostkit.cli._inbox import records_table
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from hostkit.testing import Reply, ScriptedModel
@@ -37,6 +38,7 @@ from hostkit.types import (
     DeliveryIntent,
     InboundEnvelope,
     InboundFailure,
+    InboundRecord,
     InboundResult,
 )
 from tests.hosts import open_host, request
@@ -303,3 +305,32 @@ def test_the_delivery_table_says_what_each_intent_answers() -> None:
     assert lines[0].split()[:3] == ["intent", "for", "channel"]
     assert lines[2].split()[:2] == ["out_a", "turn_1"]
     assert lines[3].split()[:2] == ["out_b", "inb_2"]
+
+
+def test_a_requeued_message_that_completed_lists_no_failure() -> None:
+    """Its failure is an earlier attempt's: `inbox list` shows what is wrong now, and a
+    dead letter still shows why it ended."""
+    common = {
+        "channel_instance_id": "hooks",
+        "kind": "message",
+        "conversation_key": "c",
+        "received_at": 1.0,
+        "accepted_at": 1.0,
+        "updated_at": 2.0,
+        "failure_code": "turn_rejected",
+        "failure_message": "turn rejected: no agent named 'x'",
+        "requeues": 1,
+    }
+    done = InboundRecord(
+        "inb_done", platform_event_key="e1", state="completed", attempt=1, **common
+    )
+    dead = InboundRecord(
+        "inb_dead", platform_event_key="e2", state="dead_lettered", attempt=1, **common
+    )
+    console = Console(width=200, record=True)
+    console.print(records_table([done, dead], width=200))
+    lines = console.export_text().splitlines()
+    (done_line,) = [line for line in lines if "inb_done" in line]
+    (dead_line,) = [line for line in lines if "inb_dead" in line]
+    assert "turn_rejected" not in done_line
+    assert "turn_rejected: turn rejected" in dead_line
