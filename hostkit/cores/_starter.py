@@ -254,7 +254,13 @@ def init_core(path: Path, core_id: str, *, model: str = "local") -> str:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()):
-        raise ConfigError(f"{path} is not empty: a new core needs an empty directory")
+        held = (
+            "; it holds a core already (agent.yaml): to serve it, add its [cores.<id>] table "
+            "with this path to hostkit.toml (docs/cores.md)"
+            if (path / "agent.yaml").is_file()
+            else ""
+        )
+        raise ConfigError(f"{path} is not empty: a new core needs an empty directory{held}")
     try:
         for name, text in files.items():
             target = path / name

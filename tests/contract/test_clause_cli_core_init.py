@@ -95,6 +95,19 @@ def test_core_init_refuses_a_non_empty_directory_and_changes_nothing(tmp_path: P
         init_core(tmp_path / "file", "file")
 
 
+def test_core_init_twice_says_the_core_is_there_and_how_to_serve_it(tmp_path: Path) -> None:
+    """The second `core init cores/writer >> hostkit.toml` of a newcomer: the first one wrote
+    the core; the refusal says so and what is left to do, and nothing changes."""
+    target = tmp_path / "writer"
+    assert invoke("init", str(target))[0] == 0
+    before = sorted(p.name for p in target.iterdir())
+    code, out, err = invoke("init", str(target))
+    assert (code, out) == (2, "")
+    assert "is not empty: a new core needs an empty directory; it holds a core already" in err
+    assert "add its [cores.<id>] table" in err
+    assert sorted(p.name for p in target.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
