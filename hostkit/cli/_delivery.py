@@ -31,7 +31,7 @@ from hostkit.cli._common import (
     required_reason,
     run_command,
 )
-from hostkit.cli._render import Column, command_line, fit_table
+from hostkit.cli._render import Column, dead_letter_hint, fit_table
 from hostkit.errors import HostkitError
 from hostkit.inspect import (
     delivery_rows,
@@ -119,17 +119,8 @@ def list_intents(
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
             dead = [i.intent_id for i in rows.intents if i.status == "dead_lettered"]
             if dead:
-                # One dead letter: its own command, pasted as printed.
-                one = len(dead) == 1
-                command = command_line(
-                    "delivery",
-                    "retry",
-                    dead[0] if one else "INTENT_ID",
-                    reason="...",
-                    config=config,
-                )
-                said = "retry it" if one else "retry a dead letter"
-                console.print(f"{said}: {command}", highlight=False, markup=False, soft_wrap=True)
+                line = dead_letter_hint(("delivery", "retry"), dead, "INTENT_ID", config)
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     run_command(main)
 

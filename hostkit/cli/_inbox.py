@@ -33,7 +33,7 @@ from hostkit.cli._common import (
     required_reason,
     run_command,
 )
-from hostkit.cli._render import Column, command_line, fit_table
+from hostkit.cli._render import Column, dead_letter_hint, fit_table
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import (
@@ -352,16 +352,7 @@ def _check_id(inbound_id: str) -> None:
 
 
 def _requeue_hint(dead: Sequence[str], config: Path | None) -> None:
-    """How to requeue: the command for the one dead letter shown, pasted as printed; with
-    several, the command with INBOUND_ID standing for one from the table."""
-    if len(dead) == 1:
-        line = "requeue it: " + command_line(
-            "inbox", "requeue", dead[0], reason="...", config=config
-        )
-    else:
-        line = "requeue a dead letter: " + command_line(
-            "inbox", "requeue", "INBOUND_ID", reason="...", config=config
-        )
+    line = dead_letter_hint(("inbox", "requeue"), dead, "INBOUND_ID", config)
     console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "approval_note",
     "approvals_table",
     "command_line",
+    "dead_letter_hint",
     "fit_table",
     "print_pending",
     "print_result",
@@ -62,6 +63,18 @@ def command_line(
     if agent is not None:
         line += " " + shlex.join(["--agent", agent])
     return line
+
+
+def dead_letter_hint(
+    words: tuple[str, str], dead: Sequence[str], placeholder: str, config: Path | None
+) -> str:
+    """What to type for the dead letters listed: the command of the one shown, pasted as
+    printed; with several, the command with ``placeholder`` for one from the table."""
+    one = len(dead) == 1
+    which = dead[0] if one else placeholder
+    command = command_line(*words, which, reason=REASON_PLACEHOLDER, config=config)
+    verb = words[1]
+    return f"{verb} it: {command}" if one else f"{verb} a dead letter: {command}"
 
 
 def print_result(console: Console, result: TurnResult, *, database: str) -> None:

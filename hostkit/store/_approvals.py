@@ -55,7 +55,13 @@ from hostkit.store._approval_values import (
     decode_view,
     encode_approval,
 )
-from hostkit.store._owned import denial_reason, now, owner_predicate, session_authorized
+from hostkit.store._owned import (
+    denial_reason,
+    now,
+    owner_predicate,
+    session_authorized,
+    turn_status,
+)
 from hostkit.store._sessions import insert_audit
 from hostkit.types import PrincipalScope
 
@@ -554,13 +560,10 @@ class SqlApprovalStore(ApprovalStore):
             return 0
 
         def supersede(raw: sqlite3.Connection) -> int:
-            status = raw.execute(
-                "SELECT status FROM turns WHERE turn_id = ? AND session_id = ?",
-                [turn_id, session_id],
-            ).fetchone()
+            status = turn_status(raw, turn_id, session_id)
             if status is None:
                 raise InvalidValue("a superseding turn must be a turn of its session")
-            if status[0] != "running":
+            if status != "running":
                 raise LeaseLost("session lease")
             return supersede_open(raw, session_id, SUPERSEDED)
 

@@ -47,6 +47,7 @@ __all__ = [
     "owner_predicate",
     "session_authorized",
     "task_record",
+    "turn_status",
 ]
 
 DenialReason = Literal["missing", "unauthorized", "missing_durable_owner", "legacy_repair_required"]
@@ -56,6 +57,19 @@ _SESSION_COLUMNS = (
     "o.parent_session_id, o.parent_turn_id"
 )
 _TASK_COLUMNS = "t.task_id, t.session_id, t.kind, t.status, t.detail, t.created_at, t.updated_at"
+
+
+def turn_status(conn: sqlite3.Connection, turn_id: str, session_id: str) -> str | None:
+    """The status of ``turn_id`` in ``session_id`` (None: no such turn there).
+
+    How a running turn's writes beyond its transcript are fenced: a takeover
+    ends the turn it took the session from (``lost``) in its own transaction,
+    so a holder that paused past its lease reads a status other than ``running``.
+    """
+    row = conn.execute(
+        "SELECT status FROM turns WHERE turn_id = ? AND session_id = ?", [turn_id, session_id]
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def now(conn: sqlite3.Connection) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from hostkit.errors import InvalidValue, LeaseLost, bounded
-from hostkit.store._owned import now, owner_predicate
+from hostkit.store._owned import now, owner_predicate, turn_status
 from hostkit.types import PrincipalScope
 
 if TYPE_CHECKING:
@@ -292,11 +292,7 @@ class SqlTerminalRunStore(TerminalRunStore):
                 raise InvalidValue("terminal run id already used")
             # Fenced like the turn's own writes: a turn a takeover ended (lost) while its
             # process was paused starts no background run in the session it lost.
-            turn = raw.execute(
-                "SELECT status FROM turns WHERE turn_id = ? AND session_id = ?",
-                [run.turn_id, run.session_id],
-            ).fetchone()
-            if turn is not None and turn[0] != "running":
+            if turn_status(raw, run.turn_id, run.session_id) not in (None, "running"):
                 raise LeaseLost("session lease")
             raw.execute(
                 "INSERT INTO terminal_runs (run_id, session_id, turn_id, call_id, principal_id, "

@@ -269,7 +269,7 @@ class LeaseHolder:
         if active.held_until is not None and anyio.current_time() < active.held_until:
             return
         start = anyio.current_time()
-        with anyio.fail_after(max(active.lease.ttl_s / 3, 1.0)):
+        with anyio.fail_after(_renewal_bound(active.lease)):
             await self._store.turns.renew(active.lease)
         active.held_until = start + active.lease.ttl_s
 
@@ -338,7 +338,12 @@ def _pace(lease: SessionLease) -> RenewalPace:
     """Renewals of a session lease: each takes at most ``max(ttl / 3, 1 s)``."""
     # The expiry as of admission (epoch seconds of the store's clock, normally this one).
     left = lease.expires_at - time.time()
-    return RenewalPace(lease.ttl_s, left, max(lease.ttl_s / 3, 1.0))
+    return RenewalPace(lease.ttl_s, left, _renewal_bound(lease))
+
+
+def _renewal_bound(lease: SessionLease) -> float:
+    """The most one renewal of ``lease`` may take."""
+    return max(lease.ttl_s / 3, 1.0)
 
 
 async def _beside(
