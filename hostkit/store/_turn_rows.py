@@ -56,6 +56,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "FAILED_NOTICE",
     "LOST_NOTICE",
     "RUNNING_COLUMNS",
     "Gone",
@@ -85,6 +86,13 @@ _LOST_ERROR = "the Host stopped during this turn; nothing was replayed"
 LOST_NOTICE = (
     "I was stopped before I could answer your last message (the service stopped or "
     "restarted), so it got no answer. Please send it again."
+)
+# What a routed conversation is told when its turn ended ``failed`` (the model service
+# failed, a limit was reached): the message was taken and will not be answered. The
+# reason stays in the turn's record: it may name internals the person should not see.
+FAILED_NOTICE = (
+    "Something went wrong on my side and I could not answer your last message. "
+    "Please try again later; if it was a long message, try a shorter one."
 )
 
 
@@ -194,8 +202,8 @@ def _commit_terminal(
     A routed turn that answered gets one intent with its text; a routed turn
     that pauses ``needs_user`` on a pending approval also gets the approval
     prompt (``approval_prompt``); a routed turn ended ``lost`` (recovery) gets
-    the notice that its message went unanswered. An unrouted turn (CLI,
-    notebook) gets none.
+    the notice that its message went unanswered, one ended ``failed`` the
+    notice that it could not answer. An unrouted turn (CLI, notebook) gets none.
     """
     payloads = _deliveries(conn, result) if route is not None else []
     intents = tuple(new_id("out") for _ in payloads)
@@ -234,13 +242,16 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     A ``lost`` turn (its process died) and a turn the Host or its caller cut
     off (``cancelled``/``indeterminate`` with ``cancelled_by`` not the user:
     a shutdown's drain, a deadline) send the notice that the message went
-    unanswered; a person's own cancel sends nothing.
+    unanswered; a person's own cancel sends nothing. A ``failed`` turn sends
+    the notice that it could not answer (``FAILED_NOTICE``), never its error.
     """
     if result.outcome == "lost" or (
         result.outcome in ("cancelled", "indeterminate")
         and result.cancelled_by in ("host", "caller")
     ):
         return [{"text": LOST_NOTICE}]
+    if result.outcome == "failed":
+        return [{"text": FAILED_NOTICE}]
     payloads: list[dict[str, Any]] = []
     if result.outcome in ("completed", "needs_user") and result.text:
         payloads.append({"text": result.text})

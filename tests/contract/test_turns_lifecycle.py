@@ -19,7 +19,7 @@ from hostkit.errors import (
     TurnRejected,
 )
 from hostkit.host import Host
-from hostkit.store import SessionLease
+from hostkit.store import FAILED_NOTICE, SessionLease
 from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
 from hostkit.types import ModelLimits, ModelMessage, ResumeSession, TurnRequest
@@ -329,12 +329,16 @@ async def test_route_gets_a_delivery_intent_in_the_terminal_transaction(tmp_path
     assert json.loads(stored[0])["deliveries"] == [outbox[0][0]]
 
 
-async def test_failed_turn_creates_no_delivery_intent(tmp_path: Path) -> None:
+async def test_failed_turn_delivers_the_failure_notice_not_its_error(tmp_path: Path) -> None:
     async with open_host(tmp_path, ScriptedModel([Fail()])) as host:
         result = await host.turns.run(request(route={"channel": "test"}))
-        count = await host.store.read(lambda c: c.execute("SELECT COUNT(*) FROM outbox").fetchone())
+        outbox = await host.store.read(
+            lambda c: c.execute("SELECT intent_id, payload FROM outbox").fetchall()
+        )
     assert result.outcome == "failed"
-    assert count == (0,)
+    assert [(i, json.loads(p)) for i, p in outbox] == [
+        (result.deliveries[0], {"text": FAILED_NOTICE})
+    ]
 
 
 def _tool_then_answer(request_: object) -> CallTools | Reply:

@@ -1,0 +1,70 @@
+"""Delivery clause: a routed turn that ends ``failed`` tells its conversation, without the error.
+
+The person's message was accepted and its inbound completes with the failed
+turn (it is not run again), so silence would leave them waiting for an
+answer that never comes. The terminal commit writes ``FAILED_NOTICE`` to the
+captured route instead; the error itself (a provider's message, an adapter
+bug's text) stays in the turn's record. An unrouted failed turn (CLI,
+notebook) writes nothing. Real Host, real SQLite outbox.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from hostkit.adapters.scripted import Fail, ScriptedModel
+from hostkit.errors import ProviderError
+from hostkit.freeze import thaw
+from hostkit.host import ConfiguredChannels, Host
+from hostkit.store import FAILED_NOTICE
+from hostkit.testing import capabilities
+from hostkit.types import ConversationFacts, TurnRequest, new_id
+from tests.contract._delivery_hosts import ENV, channel_tables, host_config
+
+pytestmark = pytest.mark.anyio
+
+INTERNAL = "db at 10.0.0.7 password=hunter2"
+FAILURES = {
+    "provider outage": Fail(ProviderError(f"upstream 502 from {INTERNAL}", provider="test")),
+    "adapter bug": Fail(RuntimeError(INTERNAL)),
+}
+
+
+def request(*, routed: bool) -> TurnRequest:
+    route = {"channel": "slack-acme", "conversation": "c1", "reply": {"channel": "C1"}}
+    return TurnRequest(
+        input="hello",
+        principal=ConversationFacts(
+            channel="slack-acme", conversation_key="c1", principal_key="U1"
+        ),
+        request_id=new_id("req"),
+        core_id="assistant",
+        route=route if routed else None,
+    )
+
+
+@pytest.mark.parametrize("failure", FAILURES.values(), ids=FAILURES.keys())
+@pytest.mark.parametrize("routed", [True, False], ids=["routed", "unrouted"])
+async def test_a_failed_turn_sends_the_notice_and_never_its_error(
+    tmp_path: Path, failure: Fail, routed: bool
+) -> None:
+    config = host_config(tmp_path, channel_tables(slack="http://127.0.0.1:9/api"))
+    caps = dataclasses.replace(
+        capabilities(ScriptedModel([failure])), channels=ConfiguredChannels(config, ENV)
+    )
+    async with Host.open(config, capabilities=caps) as host:
+        result = await host.turns.run(request(routed=routed))
+        intents = await host.store.delivery.intents()
+    assert result.outcome == "failed"
+    assert result.error  # the reason is kept in the turn's own record
+    if not routed:
+        assert (intents, result.deliveries) == ((), ())
+        return
+    (intent,) = intents
+    assert result.deliveries == (intent.intent_id,)
+    assert thaw(intent.payload) == {"text": FAILED_NOTICE}
+    assert thaw(intent.route)["reply"] == {"channel": "C1"}
+    assert "hunter2" not in FAILED_NOTICE
