@@ -7,6 +7,7 @@ import dataclasses
 import getpass
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import (
@@ -18,6 +19,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -473,14 +475,29 @@ def _json_escape(ch: str) -> str:
 
 def _plain(value: object) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: _instant(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)
+        }
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): _instant(str(key), item) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(item) for item in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
+
+
+def _instant(name: str, value: object) -> Any:
+    """A field's or key's JSON value; an instant (``at``, ``*_at``, ``*_until``, ``since``) kept as
+    wall-clock seconds is written as the store writes the others: ISO-8601 UTC with
+    milliseconds, so every time in one ``--json`` reads the same way."""
+    named = name in ("at", "since") or name.endswith(("_at", "_until"))
+    if not named or isinstance(value, bool) or not isinstance(value, int | float):
+        return _plain(value)
+    if not math.isfinite(value) or not 0 <= value < 253_402_300_800:  # up to year 9999
+        return value
+    moment = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+    return moment.replace("+00:00", "Z")
 
 
 def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:

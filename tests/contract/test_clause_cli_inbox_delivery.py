@@ -205,12 +205,17 @@ async def test_delivery_list_shows_each_intent_status_attempts_and_error_never_p
     rows = {row["intent_id"]: row for row in json.loads(out)}
     assert set(rows) == {project.delivered, project.dead, project.waiting}
     assert rows[project.delivered]["status"] == "delivered"
-    assert rows[project.delivered]["delivered_at"] == NOW
+    # Every time in one --json reads the same way: ISO-8601 UTC, as created_at is stored.
+    assert rows[project.delivered]["delivered_at"] == "2027-01-15T08:00:00.000Z"  # NOW
+    assert rows[project.delivered]["created_at"].endswith("Z")
     dead = rows[project.dead]
     assert (dead["status"], dead["attempts"], dead["channel"]) == ("dead_lettered", 1, "chat")
     assert dead["last_error"].startswith("channel_not_found: slack said no")
     waiting = rows[project.waiting]
-    assert (waiting["status"], waiting["next_attempt_at"]) == ("pending", NOW + 3600)
+    assert (waiting["status"], waiting["next_attempt_at"]) == (
+        "pending",
+        "2027-01-15T09:00:00.000Z",
+    )
     assert waiting["last_error"] == "http_503: the platform answered 503"
     assert SECRET not in out  # redacted when the failure was recorded
     assert "answer " not in out  # the payload is the user's answer: never shown

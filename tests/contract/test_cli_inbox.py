@@ -176,6 +176,9 @@ async def test_list_filters_by_channel_and_state_and_shows_every_row_newest_firs
     everything = await listed(project)
     order = ["waiting", "poison", "exhausted", "retrying", "completed"]
     assert [row["inbound_id"] for row in everything] == [project[n] for n in order]
+    # Times read as the store's other instants: ISO-8601 UTC, never bare epoch seconds.
+    assert {row["received_at"] for row in everything} == {"2027-01-15T08:00:00.000Z"}
+    assert all(row["accepted_at"].endswith("Z") for row in everything)
     chat = await listed(project, "--channel", "demo.chat")
     assert {row["channel_instance_id"] for row in chat} == {"demo.chat"}
     assert len(chat) == 3

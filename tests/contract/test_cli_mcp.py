@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -171,7 +172,8 @@ async def test_each_declared_server_is_joined_with_its_last_status(project: Path
         },
         {"effect": "mcp.files.list_dir", "name": "list_dir", "description": "List a directory"},
     ]
-    assert by_server["search"]["failing_until"] == pytest.approx(FAILING_UNTIL)
+    failing_until = datetime.fromisoformat(by_server["search"]["failing_until"])
+    assert failing_until.timestamp() == pytest.approx(FAILING_UNTIL, abs=0.001)
     assert by_server["search"]["detail"] == "connect failed: the server answered 503"
     assert by_server["search"]["target"] == "https://mcp.example.com/mcp"
     assert by_server["quiet"]["network"] is True
