@@ -10,7 +10,6 @@ leak a secret nor repaint the terminal to fake a different request.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import threading
 from collections import deque
@@ -27,9 +26,7 @@ from rich.text import Text
 
 from hostkit.cli._render import command_line
 from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
-from hostkit.errors import bounded_hides
-from hostkit.freeze import thaw
-from hostkit.inspect import one_line
+from hostkit.inspect import HIDDEN_NOTE, one_line, one_line_hides
 from hostkit.types import PARTIAL_KEY
 
 __all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_request"]
@@ -53,10 +50,6 @@ _SAID: Mapping[ApprovalDecision, str] = {
 PROMPT = "[o]nce / [s]ession / [d]eny? "
 # A multi-line argument shows at most this many lines (a diff three times as many).
 MAX_BLOCK_LINES = 20
-_HIDDEN_NOTE = (
-    "not all of this call is shown (cut to fit, or masked as secret-looking text): "
-    "approve only if you know what it runs"
-)
 
 
 def render_request(
@@ -90,22 +83,22 @@ def render_request(
                 _print_block(console, value, "    │ ", max_lines, max_value_chars, "")
                 lines = value.rstrip("\n").split("\n")
                 hidden = hidden or len(lines) > max_lines
-                hidden = hidden or any(_hides(line, max_value_chars) for line in lines)
+                hidden = hidden or any(one_line_hides(line, max_value_chars) for line in lines)
                 continue
             console.print(
                 Text.assemble("  ", (label, "bold"), ": ", one_line(value, max_value_chars))
             )
-            hidden = hidden or _hides(value, max_value_chars)
+            hidden = hidden or one_line_hides(value, max_value_chars)
         if len(items) > max_arguments:
             console.print(f"  … {len(items) - max_arguments} more arguments not shown")
             hidden = True
     elif arguments is not None:
         console.print(Text.assemble("  arguments: ", one_line(arguments, max_value_chars)))
-        hidden = hidden or _hides(arguments, max_value_chars)
+        hidden = hidden or one_line_hides(arguments, max_value_chars)
     if hidden:
         # A model can shape its arguments so the part that matters is what gets cut or
         # masked: the approver must know what is shown is not the whole call.
-        console.print(Text(f"  ! {_HIDDEN_NOTE}", style="bold yellow"))
+        console.print(Text(f"  ! {HIDDEN_NOTE}", style="bold yellow"))
     target = view.get("target")
     if target is not None:
         # What the Host validated before asking (web: the origin and its checked addresses).
@@ -122,16 +115,6 @@ def render_request(
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
     if request.warning:
         console.print(Text.assemble("  warning: ", (one_line(request.warning, 300), "bold red")))
-
-
-def _hides(value: Any, limit: int) -> bool:
-    """Whether ``one_line(value, limit)`` leaves something out: cut, or masked as
-    secret-looking text (a model-chosen ``token="$(…)"`` is masked whole)."""
-    if isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
-    return bounded_hides(text, limit)
 
 
 def _print_block(

@@ -475,9 +475,7 @@ def _json_escape(ch: str) -> str:
 
 def _plain(value: object) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _instant(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)
-        }
+        return {f.name: _instant(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {str(key): _instant(str(key), item) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hostkit.effects import PendingApproval
-from hostkit.inspect import one_line
+from hostkit.inspect import one_line, printable_text
 from hostkit.store import SessionActivity
 from hostkit.types import TurnResult
 
@@ -93,7 +93,7 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
         error = error.removeprefix(f"waiting for approval {waiting}").strip(" ()")
     if error:
         label = "note" if waiting is not None else "error"
-        console.print(f"[bold]{label}[/]: {escape(error)}", highlight=False)
+        console.print(f"[bold]{label}[/]: {escape(printable_text(error))}", highlight=False)
     if result.truncated:
         console.print("[bold yellow]truncated[/]: the answer hit the output limit", highlight=False)
     for effect in result.effects:

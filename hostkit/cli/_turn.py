@@ -17,6 +17,7 @@ from hostkit.authority import conversation_principal
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
+from hostkit.inspect import printable, prose_text
 from hostkit.turns import TurnEvent
 from hostkit.types import (
     Attachment,
@@ -35,6 +36,7 @@ _LOOKUP_S = 3.0
 __all__ = [
     "Waiting",
     "attach_files",
+    "event_text",
     "recorded_turn",
     "stream_answer",
     "stream_resume",
@@ -204,6 +206,25 @@ async def stream_resume(
     )
 
 
+def event_text(event: TurnEvent) -> str | None:
+    """What the terminal shows of ``event`` on the turn's stream, if anything.
+
+    The model's words, a server's diagnostics and effect names are never
+    written with their control characters: a streamed ESC could clear the
+    screen and paint a fake approval prompt above the real one.
+    """
+    if event.kind == "text.delta":
+        return prose_text(str(event.data["text"]))
+    if event.kind == "provider.completed" and event.data.get("tool_calls"):
+        called = event.data.get("effects_called") or event.data["tool_calls"]
+        return f"[calling {', '.join(printable(str(name)) for name in called)}]\n"
+    if event.kind == "mcp.unavailable":
+        # Why a declared server's tools are missing from this turn.
+        detail = printable(str(event.data.get("detail") or event.data.get("state")))
+        return f"[MCP server {printable(str(event.data['server']))} unavailable: {detail}]\n"
+    return None
+
+
 async def _streamed(
     host: Host,
     accepts: Callable[[TurnEvent], bool],
@@ -232,23 +253,14 @@ async def _streamed(
                 waiting.say(f"waiting for session {event.session_id}: another turn runs in it")
             elif event.kind == "provider.started":
                 waiting.start("waiting for the model")
-            elif event.kind == "text.delta":
-                waiting.stop()
-                out.write(str(event.data["text"]))
-                out.flush()
-                wrote = True
             elif event.kind in ("provider.responded", "provider.failed"):
                 # Tools run next, and may ask for an approval on this terminal.
                 waiting.stop()
-            elif event.kind == "provider.completed" and event.data.get("tool_calls"):
-                called = event.data.get("effects_called") or event.data["tool_calls"]
-                out.write(f"[calling {', '.join(str(name) for name in called)}]\n")
-                wrote = True
-            elif event.kind == "mcp.unavailable":
-                # Why a declared server's tools are missing from this turn.
+            shown = event_text(event)
+            if shown is not None:
                 waiting.stop()
-                detail = event.data.get("detail") or event.data.get("state")
-                out.write(f"[MCP server {event.data['server']} unavailable: {detail}]\n")
+                out.write(shown)
+                out.flush()
                 wrote = True
 
         try:

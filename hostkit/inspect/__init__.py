@@ -69,9 +69,17 @@ from hostkit.inspect._lists import (
 from hostkit.inspect._mcp import McpServerRow, McpServerRows, mcp_server_rows, mcp_server_view
 from hostkit.inspect._prices import PRICES, ModelPrice, cost_text, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS
-from hostkit.inspect._text import one_line, printable
+from hostkit.inspect._text import (
+    HIDDEN_NOTE,
+    one_line,
+    one_line_hides,
+    printable,
+    printable_text,
+    prose_text,
+)
 
 __all__ = [
+    "HIDDEN_NOTE",
     "INBOX_STATES",
     "MAX_APPROVALS",
     "MAX_INTENT_ID",
@@ -128,8 +136,11 @@ __all__ = [
     "mcp_server_rows",
     "mcp_server_view",
     "one_line",
+    "one_line_hides",
     "price_for",
     "printable",
+    "printable_text",
+    "prose_text",
     "retry_delivery",
     "session_rows",
     "terminal_run_rows",

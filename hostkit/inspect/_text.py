@@ -9,12 +9,20 @@ decides what may reach a terminal.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from hostkit.errors import bounded
+from hostkit.errors import bounded, bounded_hides
 from hostkit.freeze import thaw
 
-__all__ = ["one_line", "printable"]
+__all__ = ["HIDDEN_NOTE", "one_line", "one_line_hides", "printable", "printable_text", "prose_text"]
+
+
+# Said under a view a person decides on when part of it is cut or masked (CLI and notebook).
+HIDDEN_NOTE = (
+    "not all of this call is shown (cut to fit, or masked as secret-looking text): "
+    "approve only if you know what it runs"
+)
 
 
 def printable(text: str) -> str:
@@ -29,6 +37,46 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def printable_text(text: str) -> str:
+    """``text`` as ``printable`` writes it, but keeping its line breaks and tabs.
+
+    For what a person decides on or an operator reads (an approval's
+    argument, a turn's error): its lines stay lines, and every other
+    character that is not printable, invisible ones included, is shown
+    as its escape.
+    """
+    if text.isprintable():
+        return text
+    return "\n".join(
+        "\t".join(printable(part) for part in line.split("\t")) for line in text.split("\n")
+    )
+
+
+def prose_text(text: str) -> str:
+    """A model's answer for a terminal: every character that can drive it escaped.
+
+    Controls (C0 but line breaks and tabs, C1: ESC, CSI, OSC), line and
+    paragraph separators and the bidi embeddings, overrides and isolates
+    (which reorder what is read) are escaped; the rest of Unicode stays as
+    written, so joined emoji and right-to-left words read as the model wrote
+    them. ``printable_text`` is the stricter rule for what a person decides on.
+    """
+    if text.isprintable() or not _DRIVES.search(text):
+        return text
+    return _DRIVES.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+# What ``prose_text`` escapes: controls but \t and \n, separators, bidi controls.
+_DRIVES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line_hides(value: Any, limit: int) -> bool:
+    """Whether ``one_line(value, limit)`` leaves something out: cut (before or after its
+    escapes), or masked as secret-looking text. A view a person decides on says so."""
+    text = _flat(value)
+    return bounded_hides(text, limit) or len(printable(bounded(text, limit))) > limit
+
+
 def one_line(value: Any, limit: int) -> str:
     """A view value as one bounded, redacted line with control characters escaped.
 
@@ -37,9 +85,11 @@ def one_line(value: Any, limit: int) -> str:
     Escaping control and format characters (ESC, bidi overrides) keeps a
     model-chosen value from repainting the terminal.
     """
-    if isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
-    text = printable(bounded(text, limit))
+    text = printable(bounded(_flat(value), limit))
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)

@@ -4,7 +4,10 @@ Pure functions from an approval's redacted view to HTML, shared by the
 turn panel's ``ApprovalRow`` and the ``ApprovalsPanel``. A multi-line or long
 value is shown as it is, in a bounded ``<pre>`` that scrolls; a file
 overwrite's ``diff`` is drawn line by line in the theme's diff colours.
-Every value is HTML-escaped: the view was chosen by a model.
+Every value is HTML-escaped, and every character that is not printable
+(controls, bidi overrides, invisible ones) shown as its escape, as the
+terminal prompt shows it: the view was chosen by a model, and what a person
+approves must read as what runs. A view that is not whole says so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import ipywidgets as widgets
 
 from hostkit.effects import DIFF_KEY
 from hostkit.freeze import thaw
+from hostkit.inspect import HIDDEN_NOTE, printable_text
 from hostkit.notebook._theme import (
     BORDER,
     DIFF_ADD_BG,
@@ -30,6 +34,7 @@ from hostkit.notebook._theme import (
     MUTED,
     TEXT,
 )
+from hostkit.types import PARTIAL_KEY
 
 __all__ = [
     "APPROVE_ONCE",
@@ -40,6 +45,7 @@ __all__ = [
     "buttons_layout",
     "countdown_text",
     "diff_html",
+    "esc",
     "pre_html",
     "pretty_view",
     "request_html",
@@ -76,26 +82,37 @@ def request_html(
     """What the turn panel shows above an approval's buttons."""
     arguments = view.get("arguments")
     rows = ""
+    hidden = bool(view.get(PARTIAL_KEY))
     if isinstance(arguments, Mapping):
+        shown = list(arguments.items())[:_MAX_ARGUMENTS]
         rows = "".join(
-            f"<tr><td style='vertical-align:top'><code>{_esc(_cut(str(k), 60))}</code></td>"
+            f"<tr><td style='vertical-align:top'><code>{esc(_cut(str(k), 60))}</code></td>"
             f"<td>{value_html(v)}</td></tr>"
-            for k, v in list(arguments.items())[:_MAX_ARGUMENTS]
+            for k, v in shown
         )
         if len(arguments) > _MAX_ARGUMENTS:
             rows += f"<tr><td colspan=2><i>{len(arguments) - _MAX_ARGUMENTS} more</i></td></tr>"
+        hidden = hidden or len(arguments) > _MAX_ARGUMENTS
+        hidden = hidden or any(len(str(k)) > 60 or _cuts(v) for k, v in shown)
+    elif arguments is not None:
+        rows = f"<tr><td>{value_html(arguments)}</td></tr>"
+        hidden = hidden or _cuts(arguments)
+    if hidden:
+        # A model can shape its arguments so the part that matters is what gets cut or
+        # masked: the person must know what is shown is not the whole call.
+        rows += f"<tr><td colspan=2 style='color:{ERROR}'><b>!</b> {esc(HIDDEN_NOTE)}</td></tr>"
     names = ", ".join(_cut(name, 60) for name in secret_names[:16])
-    facts = f"<div>binds secrets: <code>{_esc(names)}</code></div>" if names else ""
+    facts = f"<div>binds secrets: <code>{esc(names)}</code></div>" if names else ""
     target = view.get("target")
     if target is not None:
-        facts += f"<div>target: <code>{_esc(_cut(_text(target), 300))}</code></div>"
+        facts += f"<div>target: <code>{esc(_cut(_text(target), 300))}</code></div>"
     diff = view.get(DIFF_KEY)
     if isinstance(diff, str):
         facts += diff_html(diff)
     if warning:
-        facts += f"<div style='color:{ERROR}'><b>warning</b>: {_esc(_cut(warning, 300))}</div>"
+        facts += f"<div style='color:{ERROR}'><b>warning</b>: {esc(_cut(warning, 300))}</div>"
     return (
-        f"<div><b>approval needed</b>: the agent wants to run <code>{_esc(effect)}</code>"
+        f"<div><b>approval needed</b>: the agent wants to run <code>{esc(effect)}</code>"
         f"</div><table>{rows}</table>{facts}"
     )
 
@@ -105,13 +122,13 @@ def value_html(value: Any) -> str:
     text = _text(value)
     if "\n" in text or len(text) > _INLINE_CHARS:
         return pre_html(text)
-    return f"<code>{_esc(text)}</code>"
+    return f"<code>{esc(text)}</code>"
 
 
 def pre_html(text: str, *, limit: int = MAX_PRE_CHARS) -> str:
     """``text`` as it is (lines kept, escaped), cut to ``limit``; scrolls when tall or wide."""
     return (
-        f"<pre style='{_PRE_STYLE}'>{_esc(_cut(text, limit))}</pre>"
+        f"<pre style='{_PRE_STYLE}'>{esc(_cut(text, limit))}</pre>"
         if text
         else "<code>(empty)</code>"
     )
@@ -131,7 +148,7 @@ def diff_html(diff: str) -> str:
             style = f"color:{DIFF_DEL_TEXT};background:{DIFF_DEL_BG}"
         else:
             style = f"color:{TEXT}"
-        lines.append(f"<span style='{style};display:block'>{_esc(line) or ' '}</span>")
+        lines.append(f"<span style='{style};display:block'>{esc(line) or ' '}</span>")
     return (
         "<div>the file exists; this write replaces it:</div>"
         f"<pre class='hostkit-diff' style='{_PRE_STYLE}'>{''.join(lines)}</pre>"
@@ -162,7 +179,7 @@ def answer_html(text: str) -> str:
     body = text.strip() or "(no text)"
     return (
         f"<div style='color:{MUTED}'>the agent answered:</div>"
-        f"<pre style='{_PRE_STYLE};white-space:pre-wrap'>{_esc(_cut(body, MAX_ANSWER_CHARS))}</pre>"
+        f"<pre style='{_PRE_STYLE};white-space:pre-wrap'>{esc(_cut(body, MAX_ANSWER_CHARS))}</pre>"
     )
 
 
@@ -179,8 +196,15 @@ def _text(value: Any) -> str:
     return json.dumps(thaw(value), ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+def _cuts(value: Any) -> bool:
+    """Whether ``value_html`` shows less than all of ``value``."""
+    return len(_text(value)) > MAX_PRE_CHARS
+
+
+def esc(value: object) -> str:
+    """HTML-escaped text (quotes included: safe in attributes too), every character that is
+    not printable but line breaks and tabs shown as its escape."""
+    return html.escape(printable_text(str(value)), quote=True)
 
 
 def _cut(text: str, limit: int) -> str:

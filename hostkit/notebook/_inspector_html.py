@@ -7,7 +7,6 @@ chosen by a model.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Iterable
 
@@ -15,7 +14,7 @@ from hostkit.effects import DIFF_KEY, PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
-from hostkit.notebook._approval_view import diff_html, pre_html, pretty_view
+from hostkit.notebook._approval_view import diff_html, esc, pre_html, pretty_view
 from hostkit.notebook._theme import (
     BADGE_BG,
     BADGE_TEXT,
@@ -62,11 +61,6 @@ _COLOURS = {
 }
 _OTHER_COLOUR = "#e45756"
 _BUDGET_COLOUR = "#d62728"
-
-
-def esc(value: object) -> str:
-    """HTML-escaped text, quotes included (safe in attributes too)."""
-    return html.escape(str(value), quote=True)
 
 
 def number(value: int | None) -> str:

@@ -27,6 +27,7 @@ from hostkit.notebook._approval_view import (
     button_layout,
     buttons_layout,
     countdown_text,
+    esc,
     request_html,
 )
 from hostkit.notebook._interrupt import running_cell
@@ -134,7 +135,7 @@ class ApprovalRow:
             return False
         now = self._clock()
         text = countdown_text(self.expires_at, now, self.approval_id)
-        self.countdown.value = f"<span style='margin-left:8px'>{html.escape(text)}</span>"
+        self.countdown.value = f"<span style='margin-left:8px'>{esc(text)}</span>"
         return now < self.expires_at
 
     def start_countdown(self) -> None:
@@ -170,7 +171,7 @@ class ApprovalRow:
         for button in self.buttons:
             button.disabled = True
         self.countdown.value = ""
-        self.status.value = html.escape(text)
+        self.status.value = esc(text)
 
 
 class TurnView:
@@ -484,16 +485,14 @@ class TurnView:
             detail = f" — {result.error}" if result.error else ""
             colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
             self._outcome = (
-                f"<span style='color:{colour}'><b>{result.outcome}</b>{html.escape(detail)}</span>"
+                f"<span style='color:{colour}'><b>{result.outcome}</b>{esc(detail)}</span>"
             )
             if result.truncated:
                 self._outcome += _TRUNCATED_BADGE
             seconds = time.monotonic() - self._began
             self.footer = f"{self._usage_text()} · {seconds:.1f} s"
         else:
-            self._outcome = (
-                f"<span style='color:#cf222e'><b>error</b>: {html.escape(str(error))}</span>"
-            )
+            self._outcome = f"<span style='color:#cf222e'><b>error</b>: {esc(str(error))}</span>"
         if self._panel is not None:
             self._render_reply()  # the whole answer, whatever was deferred
             self._panel.outcome.value = self._outcome
@@ -557,9 +556,7 @@ class _Panel:
     """The widgets of one TurnView, built from its state when first displayed."""
 
     def __init__(self, view: TurnView) -> None:
-        self.header = widgets.HTML(
-            f"<b>{html.escape(view.agent)}</b> ← {html.escape(_cut(view.message, 300))}"
-        )
+        self.header = widgets.HTML(f"<b>{esc(view.agent)}</b> ← {esc(_cut(view.message, 300))}")
         self.reply = widgets.HTML(_answer_html("".join(view._reply)))
         self.waiting = widgets.HTML(_waiting_html(view.waiting_line))
         self.steps = widgets.VBox([_step_widget(text, colour) for text, colour in view._steps])
@@ -603,7 +600,7 @@ def close_tree(widget: widgets.Widget) -> None:
 
 def _step_widget(text: str, colour: str | None) -> widgets.HTML:
     style = f" style='color:{colour}'" if colour else ""
-    return widgets.HTML(f"<span{style}>• {html.escape(_cut(text, 300))}</span>")
+    return widgets.HTML(f"<span{style}>• {esc(_cut(text, 300))}</span>")
 
 
 def _describe(
@@ -624,11 +621,11 @@ def _answer_html(text: str) -> str:
 
 
 def _waiting_html(line: str) -> str:
-    return f"<i style='color:#57606a'>{html.escape(line)}</i>" if line else ""
+    return f"<i style='color:#57606a'>{esc(line)}</i>" if line else ""
 
 
 def _footer_html(footer: str) -> str:
-    return f"<small style='color:#57606a'>{html.escape(footer)}</small>" if footer else ""
+    return f"<small style='color:#57606a'>{esc(footer)}</small>" if footer else ""
 
 
 def _cost(data: Mapping[str, Any]) -> float | None:

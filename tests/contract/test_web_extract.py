@@ -128,6 +128,22 @@ async def test_declared_charset_is_honoured(server: Any) -> None:
     assert page.content.text == "Café crème"
 
 
+@pytest.mark.parametrize("charset", ["rot13", "base64", "zlib", "hex", "idna", "bz2", "nope"])
+@pytest.mark.parametrize("kind", ["plain", "html"])
+async def test_a_charset_that_is_no_text_encoding_reads_as_utf8(
+    server: Any, charset: str, kind: str
+) -> None:
+    """The page names the charset: a codec that is no text encoding is an unknown one."""
+    body = (
+        "<html><body><p>Café crème, s'il vous plaît.</p></body></html>"
+        if kind == "html"
+        else ("Café crème")
+    )
+    server.script(Reply(chunks=(body.encode(),), content_type=f"text/{kind}; charset={charset}"))
+    page = await web_extract(f"{server.base_url}/odd", policy=_policy())
+    assert "Café crème" in page.content.text
+
+
 async def test_binary_content_is_not_text(server: Any) -> None:
     server.script(Reply(chunks=(b"\x89PNG\r\n\x1a\n\x00\x00",), content_type="image/png"))
     with pytest.raises(UnsupportedContent):

@@ -10,6 +10,7 @@ as they are. The output is bounded whatever the page holds.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -159,14 +160,17 @@ def _kind(media_type: str, body: bytes) -> Literal["html", "text"]:
 
 
 def _decode(body: bytes, charset: str | None) -> str:
-    encoding = "utf-8"
-    if charset:
-        try:
-            encoding = codecs.lookup(charset).name
-        except LookupError:
-            encoding = "utf-8"
+    """The body as text in its declared charset, else UTF-8.
+
+    The page chooses the charset: one Python knows but that is no text
+    encoding (``base64``, ``rot13``, ``zlib``) or cannot replace what it
+    cannot read (``idna``) is an unknown charset, not a failed fetch.
+    """
     # A capped body can end mid-character; replacement beats failing the whole page.
-    return body.decode(encoding, errors="replace")
+    if charset:
+        with contextlib.suppress(LookupError, UnicodeError, ValueError):
+            return body.decode(codecs.lookup(charset).name, errors="replace")
+    return body.decode("utf-8", errors="replace")
 
 
 def _html_to_text(body: bytes, charset: str | None, url: str | None) -> tuple[str, str | None]:
