@@ -53,13 +53,13 @@ from hostkit.effects._mcp import (
     mcp_connect_grant,
 )
 from hostkit.effects._mcp_config import MAX_MCP_SERVERS, McpServerConfig, McpServerName
+from hostkit.effects._mcp_names import mcp_effect_name
 from hostkit.effects._mcp_pool import (
     DISCOVERY_WINDOW,
     FAILURE_TTL_S,
     McpConnections,
     McpDiscovery,
     McpTool,
-    mcp_effect_name,
 )
 from hostkit.effects._pending import (
     INLINE,

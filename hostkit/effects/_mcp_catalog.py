@@ -12,6 +12,8 @@ assembled in (server, tool) order, each bound to its connection.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 from collections.abc import Collection, Sequence
 
 import anyio
@@ -27,6 +29,8 @@ from hostkit.errors import ApprovalClosed, bounded
 from hostkit.types import TurnExecutionContext, bounded_metadata, new_id
 
 __all__ = ["mcp_entries"]
+
+_log = logging.getLogger(__name__)
 
 
 async def mcp_entries(
@@ -95,6 +99,7 @@ async def mcp_entries(
             group.start_soon(discover, server, authority)
     entries: list[CatalogEntry] = []
     used = set(taken)
+    connected = {server.name for server, _ in approved}
     for name in sorted(found):
         discovery = found[name]
         binding = next(s.declaration.digest() for s in servers if s.name == name)
@@ -117,17 +122,32 @@ async def mcp_entries(
                     binding=binding,
                 )
             )
+        tool_names = [tool.name for tool in discovery.tools]
+        notes = _missed_rules(policy, name, tool_names, log=name in connected)
         if clashes:
-            detail = "; ".join(
-                part
-                for part in (
-                    discovery.detail,
-                    "left out, their names are taken by other tools: " + ", ".join(clashes),
-                )
-                if part
-            )
+            notes.insert(0, "left out, their names are taken by other tools: " + ", ".join(clashes))
+        if notes:
+            detail = "; ".join(part for part in (discovery.detail, *notes) if part)
             found[name] = dataclasses.replace(discovery, detail=bounded(detail, 300))
     return entries, tuple(found[name] for name in sorted(found))
+
+
+def _missed_rules(
+    policy: EffectPolicy, server: str, tools: Sequence[str], *, log: bool
+) -> list[str]:
+    """One note per ``ask`` or ``deny`` rule written for ``server``'s tools that matches none
+    of them but is close to one: a typo, and the tool it meant runs unasked. ``log``: also
+    logged (once per connection, not at every turn that reuses it). A server that listed
+    no tools, or a rule near none of them, is kept quiet."""
+    notes = []
+    for kind, rule in policy.unmatched(tools, mcp_server=server):
+        close = difflib.get_close_matches(rule, tools, n=1)
+        if close:
+            note = f"the policy's {kind} rule {rule} matches none of its tools"
+            notes.append(f"{note} (did you mean {close[0]}?)")
+            if log:
+                _log.warning("MCP server %s: %s", server, notes[-1])
+    return notes
 
 
 async def _approve_connect(

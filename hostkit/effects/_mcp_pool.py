@@ -26,9 +26,10 @@ from typing import Any
 
 import anyio
 
-from hostkit.effects._authored import ToolContext, is_effect_name
+from hostkit.effects._authored import ToolContext
 from hostkit.effects._catalog import provider_name
 from hostkit.effects._mcp import McpConnection, McpServer, McpServerDeclaration, McpToolSpec
+from hostkit.effects._mcp_names import mcp_effect_name
 from hostkit.effects._redaction import Redactor
 from hostkit.effects._schema import SchemaTool, schema_problem
 from hostkit.errors import InvalidValue, bounded, unbounded_message
@@ -42,7 +43,6 @@ __all__ = [
     "McpDiscovery",
     "McpTool",
     "authority_of",
-    "mcp_effect_name",
 ]
 
 DISCOVERY_WINDOW = 4
@@ -55,17 +55,6 @@ CLOSE_TIMEOUT_S = 10.0
 _MAX_DETAIL = 300
 
 StatusSink = Callable[[McpServerStatus], Awaitable[None]]
-
-
-def mcp_effect_name(server: str, tool: str) -> str | None:
-    """``mcp.<server>.<tool>`` with the tool's name in lower_snake_case, or None when the
-    result is no effect name (empty, too long)."""
-    normalized = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in tool.lower())
-    normalized = normalized.strip("_")
-    if normalized and not normalized[0].isalpha():
-        normalized = f"t_{normalized}"
-    effect = f"mcp.{server}.{normalized}"
-    return effect if normalized and is_effect_name(effect) else None
 
 
 class McpTool(SchemaTool):

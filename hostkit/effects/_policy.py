@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from hostkit.effects._mcp_names import mcp_rule
 from hostkit.errors import InvalidValue
 from hostkit.types import is_names
 
@@ -41,7 +42,8 @@ class EffectPolicy:
                     f"EffectPolicy.{name} must be a list of glob strings (at most {_MAX_RULES}, "
                     f"each 1-{_MAX_RULE_CHARS} characters), not {type(rules).__name__}"
                 )
-            object.__setattr__(self, name, tuple(rules))
+            # A rule names an MCP tool as its server does; matching is on the effect name.
+            object.__setattr__(self, name, tuple(mcp_rule(rule) for rule in rules))
 
     def decide(self, effect: str) -> PolicyDecision:
         if _matches(effect, self.deny):
@@ -68,19 +70,29 @@ class EffectPolicy:
             for rule in self.allow
         )
 
-    def unmatched(self, effects: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    def unmatched(
+        self, effects: Iterable[str], *, mcp_server: str | None = None
+    ) -> tuple[tuple[str, str], ...]:
         """Each ``(kind, rule)`` of ``ask`` and ``deny`` that matches none of ``effects``.
 
         A rule that matches nothing is most often a typo (``file.write`` for
         ``files.write``), and then the effect it meant runs unasked. Rules for
         MCP tools (``mcp.``) are left out: those are discovered per session.
+        With ``mcp_server``, only the rules written for that server's tools
+        (``mcp.<server>.…`` before any wildcard) are checked, against the
+        tools it listed.
         """
         names = tuple(effects)
+        prefix = f"mcp.{mcp_server}." if mcp_server is not None else None
         return tuple(
             (kind, rule)
             for kind, rules in (("ask", self.ask), ("deny", self.deny))
             for rule in rules
-            if not rule.startswith("mcp.")
+            if (
+                _literal_prefix(rule).startswith(prefix)
+                if prefix is not None
+                else not rule.startswith("mcp.")
+            )
             and not any(fnmatch.fnmatchcase(name, rule) for name in names)
         )
 
