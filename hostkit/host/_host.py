@@ -644,19 +644,23 @@ class Host(AsyncResource):
         agent: str,
         message: str,
         *,
-        conversation: str = "default",
+        conversation: str | None = None,
         principal: str = "local",
         channel: str = "embedder",
     ) -> str:
         """Run one turn in ``conversation`` and return the answer text.
 
+        The default conversation is the agent's own (``default/<agent>``), as
+        the CLI's is ``terminal/<agent>``: two agents never read each other's
+        transcript unless the caller names one conversation for both.
         Raises ``TurnNotCompleted`` (with the result) for any other outcome.
         """
+        key = f"default/{agent}" if conversation is None else conversation
         result = await self.turns.run(
             TurnRequest(
                 input=message,
                 principal=ConversationFacts(
-                    channel=channel, conversation_key=conversation, principal_key=principal
+                    channel=channel, conversation_key=key, principal_key=principal
                 ),
                 request_id=new_id("req"),
                 core_id=agent,

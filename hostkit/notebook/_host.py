@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import os
 import signal
 import weakref
@@ -75,7 +76,8 @@ class NotebookHost(AsyncResource):
 
     Turns run as the notebook principal in ``conversation`` on the
     ``notebook`` channel, so every cell of a notebook continues one session
-    unless ``session=`` says otherwise.
+    per agent unless ``session=`` says otherwise (another agent than the
+    default one talks in ``<conversation>/<agent>``: ``facts_for``).
     """
 
     def __init__(
@@ -116,6 +118,16 @@ class NotebookHost(AsyncResource):
         agents = self.host.config.agents
         return "assistant" if "assistant" in agents else next(iter(agents))
 
+    def facts_for(self, agent: str | None = None) -> ConversationFacts:
+        """The conversation ``agent``'s turns run in: this notebook's own for its default
+        agent, ``<conversation>/<agent>`` for any other (as the CLI keeps
+        ``terminal/<agent>``), so two agents never read each other's transcript."""
+        if agent is None or agent == self.default_agent:
+            return self.facts
+        return dataclasses.replace(
+            self.facts, conversation_key=f"{self.facts.conversation_key}/{agent}"
+        )
+
     def chat(
         self,
         message: str,
@@ -138,20 +150,23 @@ class NotebookHost(AsyncResource):
         """Store a file for this notebook's principal; pass the result to ``chat(attachments=)``."""
         return await self.host.attachments.add_file(self.facts, path, media_type=media_type)
 
-    async def scope(self) -> PrincipalScope:
-        """This notebook's conversation scope: what its own sessions are owned by."""
-        return await self.host.authority.for_conversation(self.facts)
+    async def scope(self, *, agent: str | None = None) -> PrincipalScope:
+        """The scope of ``agent``'s conversation (default: the default agent's): what its
+        sessions are owned by."""
+        return await self.host.authority.for_conversation(self.facts_for(agent))
 
-    async def context_inspector(self, *, turn_id: str | None = None) -> ContextInspector:
-        """The context decisions of this conversation's latest turn (or ``turn_id``)."""
-        scope = await self.scope()
+    async def context_inspector(
+        self, *, turn_id: str | None = None, agent: str | None = None
+    ) -> ContextInspector:
+        """The context decisions of ``agent``'s latest turn here (or of ``turn_id``)."""
+        scope = await self.scope(agent=agent)
         return await ContextInspector.load(
             self.host, scope, session_id=None if turn_id else scope.session_id, turn_id=turn_id
         )
 
-    async def budget_inspector(self) -> BudgetInspector:
-        """Token usage, calibration and cost of this conversation's session."""
-        scope = await self.scope()
+    async def budget_inspector(self, *, agent: str | None = None) -> BudgetInspector:
+        """Token usage, calibration and cost of ``agent``'s session here."""
+        scope = await self.scope(agent=agent)
         return await BudgetInspector.load(self.host, scope, scope.session_id or "")
 
     async def tool_catalog(self, *, agent: str | None = None) -> CatalogInspector:
@@ -160,7 +175,7 @@ class NotebookHost(AsyncResource):
         Declared MCP servers this session holds no connection to are listed
         with their last recorded state; nothing is connected to draw it.
         """
-        session_id = (await self.scope()).session_id
+        session_id = (await self.scope(agent=agent)).session_id
         return await CatalogInspector.load(
             self.host, agent or self.default_agent, session_id=session_id
         )
@@ -350,7 +365,7 @@ class NotebookHost(AsyncResource):
         """Run a turn that fills an existing panel (the ``%%agent`` magic makes the panel first)."""
         request = TurnRequest(
             input=message,
-            principal=self.facts,
+            principal=self.facts_for(view.agent),
             request_id=new_id("req"),
             core_id=view.agent,
             session=_selector(session),
