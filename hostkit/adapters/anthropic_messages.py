@@ -22,7 +22,7 @@ import anthropic
 import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
-from hostkit.adapters._sdk import SdkErrors
+from hostkit.adapters._sdk import NO_API_KEY, SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
@@ -99,7 +99,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
             self._auth_token = None if api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN") or None
             if api_key is None and self._auth_token is None:
                 raise ConfigError(
-                    "no API key: pass api_key or set ANTHROPIC_API_KEY", key="api_key"
+                    NO_API_KEY.format(variable="ANTHROPIC_API_KEY"), key="api_key_env"
                 )
         self._api_key = api_key
         self._secret = api_key or self._auth_token or ""

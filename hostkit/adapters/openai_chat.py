@@ -28,7 +28,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from hostkit.adapters._sdk import SdkErrors
+from hostkit.adapters._sdk import NO_API_KEY, SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
@@ -99,7 +99,7 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     def _take_credentials(self, api_key: str | None) -> None:
         local = self._base_url is not None
         if api_key is None and not local and not os.environ.get("OPENAI_API_KEY"):
-            raise ConfigError("no API key: pass api_key or set OPENAI_API_KEY", key="api_key")
+            raise ConfigError(NO_API_KEY.format(variable="OPENAI_API_KEY"), key="api_key_env")
         self._api_key = _PLACEHOLDER_KEY if api_key is None and local else api_key
 
     def _build_client(self) -> openai.AsyncOpenAI:
@@ -111,7 +111,7 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
                 max_retries=0,
             )
         except openai.OpenAIError as exc:
-            raise ConfigError("the openai SDK found no credentials", key="api_key") from exc
+            raise ConfigError("the openai SDK found no credentials", key="api_key_env") from exc
         self._secret = client.api_key
         # OpenAI's reasoning models reject max_tokens; compatible servers may not know the new name.
         if client.base_url.host == _OPENAI_HOST:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hostkit.adapters.anthropic_messages import AnthropicProvider
-from hostkit.errors import ConfigError, ContextOverflow
+from hostkit.errors import ConfigError, ContextOverflow, bounded
 from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import anthropic_messages as wire_anthropic
@@ -199,7 +199,11 @@ def test_missing_api_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     with pytest.raises(ConfigError) as raised:
         AnthropicProvider(model=MODEL)
-    assert raised.value.key == "api_key"
+    assert raised.value.key == "api_key_env"
+    # Read whole, even quoted in another error: no "api_key: no" for the redactor to mask.
+    for shown in (raised.value.message, bounded(f"agent 'a' is not available: {raised.value}")):
+        assert "[redacted]" not in shown
+        assert "no API key: set ANTHROPIC_API_KEY," in shown
 
 
 async def test_defaults_name_anthropic_and_its_limits() -> None:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hostkit.adapters.openai_chat import OpenAIChatProvider
-from hostkit.errors import ConfigError, ContextOverflow
+from hostkit.errors import ConfigError, ContextOverflow, bounded
 from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
@@ -204,7 +204,11 @@ def test_missing_api_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError) as raised:
         OpenAIChatProvider(model="gpt-4o")
-    assert raised.value.key == "api_key"
+    assert raised.value.key == "api_key_env"
+    # Read whole, even quoted in another error: no "api_key: no" for the redactor to mask.
+    for shown in (raised.value.message, bounded(f"agent 'a' is not available: {raised.value}")):
+        assert "[redacted]" not in shown
+        assert "no API key: set OPENAI_API_KEY," in shown
 
 
 async def test_defaults_name_openai_and_its_limits() -> None:
