@@ -44,8 +44,8 @@ branch on one flag whatever the concrete error is.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 __all__ = [
     "ApprovalClosed",
@@ -177,6 +177,9 @@ class HostkitError(Exception):
 
     retryable: bool = False
     message_limit: int = MESSAGE_LIMIT
+    # What an effect did before it failed with this error (a tool's audit view: the hops a
+    # fetch validated and connected to), for the runtime to persist with the call.
+    audit: Mapping[str, Any] | None = None
 
     def __init__(self, message: str, *, retryable: bool | None = None) -> None:
         self.message = bounded(message, self.message_limit)

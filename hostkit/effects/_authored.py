@@ -156,9 +156,9 @@ class Prepared:
     """What a tool's pre-approval check found, for the approver and for the call.
 
     ``view`` is shown to the approver (and kept with a durable approval) as
-    the call's validated target, for example a URL's origin and the addresses
-    it resolved to; ``value`` is handed to the invocation as
-    ``ToolContext.prepared``, so the call acts on exactly what was approved.
+    the call's checked target, for example a URL's origin; ``value`` is
+    handed to the invocation as ``ToolContext.prepared``, so the call acts on
+    exactly what was approved.
     """
 
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
@@ -195,9 +195,11 @@ class AuthoredTool:
     function runs. ``timeout_s`` bounds one invocation. ``preflight`` is a
     pure Host check over the validated arguments (no I/O) that raises a
     ``UserError`` to refuse the call before anything runs. ``prepare`` is the
-    async form for checks that must look something up (a URL's DNS answers)
-    but change nothing: the pipeline runs it after ``preflight`` and before
-    approval, so a refused target never reaches an approver; it raises a
+    async form for checks that read the Host's own state but change nothing
+    and reach nothing outside it (no network, not even DNS: a lookup already
+    reaches whoever serves the name): the pipeline runs it after
+    ``preflight`` and before approval, so a refused target never reaches an
+    approver; it raises a
     ``UserError`` to refuse, and returns a ``Prepared``. ``secrets_argument``
     names the argument (a list of environment names) through which a call asks
     the runtime to bind ``secret.bind:<NAME>`` secrets into ``ToolContext``.

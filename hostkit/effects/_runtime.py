@@ -42,6 +42,7 @@ from hostkit.effects._views import REDACTION_FAILED, failed_safely, render_outpu
 from hostkit.errors import (
     ApprovalClosed,
     ApprovalRefused,
+    HostkitError,
     InvalidValue,
     PolicyRefusal,
     UserError,
@@ -203,8 +204,8 @@ class EffectRuntime:
     effect (and every ``secret.bind:<NAME>`` it asks for) in the pinned
     capability snapshot; validate arguments and run the pure Host checks
     (preflight); apply policy; run the tool's ``prepare`` check (a URL's
-    policy and DNS answers), so a refused target never reaches an approver
-    and the prompt shows the validated one; resolve approval; bind only the approved
+    form, never its DNS), so a refused target never reaches an approver
+    and the prompt shows the checked one; resolve approval; bind only the approved
     secrets; invoke under a deadline; build bounded, redacted views. Nothing is
     imported, spawned, written or fetched before those checks pass.
     Cancellation of the caller propagates (the turn records it).
@@ -396,7 +397,7 @@ class EffectRuntime:
             return checked
         if checked.toolset.policy.decide(effect) == "deny":
             return _refused(call_id, effect, "denied", "denied by the agent's effect policy")
-        # The target is checked again now: DNS may answer differently than when asked.
+        # The target is checked again now: the policy may have changed since it was asked.
         prepared = await self._prepare(checked)
         if isinstance(prepared, EffectResult):
             return prepared
@@ -676,7 +677,7 @@ class EffectRuntime:
                 redactor=redactor,
             )
         except PolicyRefusal as exc:
-            await self._audit(checked, tool_context, "denied", None, redactor)
+            await self._audit(checked, tool_context, "denied", exc.audit, redactor)
             return result(
                 call_id=call_id,
                 effect=effect,
@@ -702,7 +703,8 @@ class EffectRuntime:
             # failed call, not the end of the Host; only real cancellation propagates.
             if _is_cancellation(exc):
                 raise
-            await self._audit(checked, tool_context, "failed", None, redactor)
+            done = exc.audit if isinstance(exc, HostkitError) else None
+            await self._audit(checked, tool_context, "failed", done, redactor)
             return result(
                 call_id=call_id,
                 effect=effect,

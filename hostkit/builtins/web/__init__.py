@@ -20,10 +20,11 @@ from hostkit.builtins.web._extract import (
     web_extract,
 )
 from hostkit.builtins.web._fetch import FetchResult, PinnedConnections, fetch
-from hostkit.builtins.web._urlpolicy import Resolver, UrlPolicy, ValidatedTarget
+from hostkit.builtins.web._urlpolicy import CheckedUrl, Resolver, UrlPolicy, ValidatedTarget
 from hostkit.builtins.web._web import web_tools
 
 __all__ = [
+    "CheckedUrl",
     "ExtractedPage",
     "FetchError",
     "FetchResult",

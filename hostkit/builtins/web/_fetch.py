@@ -21,7 +21,7 @@ import anyio
 import httpcore
 import httpx
 
-from hostkit.builtins.web._errors import FetchError
+from hostkit.builtins.web._errors import FetchError, UrlDenied
 from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
 from hostkit.errors import bounded
 from hostkit.freeze import FrozenMap
@@ -51,9 +51,11 @@ class FetchResult:
 
     def audit_view(self) -> FrozenMap:
         """Every hop's origin and validated addresses, for events and the durable record."""
-        return bounded_metadata(
-            {"hops": [dict(hop.audit_view()) for hop in self.hops], "status": self.status}
-        )
+        return bounded_metadata({**_hops_view(self.hops), "status": self.status})
+
+
+def _hops_view(hops: Sequence[ValidatedTarget]) -> FrozenMap:
+    return bounded_metadata({"hops": [dict(hop.audit_view()) for hop in hops]})
 
 
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
@@ -265,17 +267,22 @@ async def fetch(
     )
     hops: list[ValidatedTarget] = []
     try:
-        async with client:
-            with anyio.fail_after(policy.total_timeout_s):
-                response = await _follow(client, policy, url, pins, hops, target)
-                try:
-                    body, truncated = await _read_capped(response, policy.max_body_bytes)
-                finally:
-                    await response.aclose()
-    except _TIMEOUTS as exc:
-        raise FetchError(f"fetching {_where(hops)} timed out", timed_out=True) from exc
-    except _NETWORK as exc:
-        raise FetchError(f"fetching {_where(hops)} failed: {type(exc).__name__}") from exc
+        try:
+            async with client:
+                with anyio.fail_after(policy.total_timeout_s):
+                    response = await _follow(client, policy, url, pins, hops, target)
+                    try:
+                        body, truncated = await _read_capped(response, policy.max_body_bytes)
+                    finally:
+                        await response.aclose()
+        except _TIMEOUTS as exc:
+            raise FetchError(f"fetching {_where(hops)} timed out", timed_out=True) from exc
+        except _NETWORK as exc:
+            raise FetchError(f"fetching {_where(hops)} failed: {type(exc).__name__}") from exc
+    except (UrlDenied, FetchError) as exc:
+        # The hops validated (and requested) before the failure are still what was done.
+        exc.audit = _hops_view(hops)
+        raise
     return FetchResult(
         url=str(hops[-1].url),
         status=response.status_code,

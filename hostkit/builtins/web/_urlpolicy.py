@@ -40,7 +40,7 @@ from hostkit.errors import ConfigError, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.types import bounded_metadata, is_count, is_seconds
 
-__all__ = ["Resolver", "UrlPolicy", "ValidatedTarget"]
+__all__ = ["CheckedUrl", "Resolver", "UrlPolicy", "ValidatedTarget"]
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> addresses``: every answer for the name, as IP address strings."""
@@ -99,6 +99,31 @@ class ValidatedTarget:
         return bounded_metadata({"origin": self.origin, "addresses": list(self.addresses)})
 
 
+@dataclass(frozen=True, slots=True)
+class CheckedUrl:
+    """A URL that passed every check needing no network: what an approver is shown.
+
+    ``addresses`` holds the URL's literal address, checked; a name is
+    resolved, and every answer checked, only when the fetch runs.
+    """
+
+    scheme: str
+    host: str
+    port: int
+    addresses: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        return _origin(self.scheme, self.host, self.port)
+
+    def audit_view(self) -> FrozenMap:
+        """The origin (and a literal address): never path, query or credentials."""
+        view: dict[str, object] = {"origin": self.origin}
+        if self.addresses:
+            view["addresses"] = list(self.addresses)
+        return bounded_metadata(view)
+
+
 async def _system_resolver(host: str, port: int) -> Sequence[str]:
     answers = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(sockaddr[0]) for *_, sockaddr in answers]
@@ -153,6 +178,21 @@ class UrlPolicy:
             hosts.add(name)
         object.__setattr__(self, "_hosts", frozenset(hosts))
         object.__setattr__(self, "_networks", tuple(networks))
+
+    def check(self, url: str) -> CheckedUrl:
+        """Every check of ``url`` that asks no one: parsing, scheme, credentials, port, and a
+        literal address's category. For before an approval: a DNS lookup already reaches
+        whoever serves the name, and a model can spell data into it (``<secret>.evil.example``).
+
+        Raises ``UrlDenied`` for a refused URL or literal address.
+        """
+        scheme, host, port, literal, _ = self._parse(url)
+        addresses = (
+            ()
+            if literal is None
+            else self._check(_origin(scheme, host, port), host, (str(literal),))
+        )
+        return CheckedUrl(scheme=scheme, host=host, port=port, addresses=addresses)
 
     async def resolve(self, url: str) -> ValidatedTarget:
         """Parse ``url``, resolve its host once and check every answer.

@@ -9,7 +9,7 @@ import httpcore
 from pydantic import Field
 
 from hostkit.builtins.web._extract import web_extract
-from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
+from hostkit.builtins.web._urlpolicy import UrlPolicy
 from hostkit.effects import AuthoredTool, Prepared, ToolContext, ToolOutcome
 
 __all__ = ["MAX_EXTRACT_CHARS", "web_tools"]
@@ -23,22 +23,22 @@ def web_tools(
 ) -> list[AuthoredTool]:
     """``web.extract`` bound to ``policy`` (every DNS answer and redirect hop checked).
 
-    The URL policy runs before approval (the tool's ``prepare`` check):
-    parsing, scheme, credentials and port rules, the literal address or every
-    DNS answer for the name, all failing closed. A refused URL is ``denied``
-    without reaching an approver, and the approver is shown the validated
-    origin and addresses; the fetch then connects to exactly those addresses.
-    Redirects cannot be known before the request, so each hop is still
-    validated the same way at fetch time, before it is requested.
-    ``network_backend`` replaces the raw connector under the pinning layer
-    (tests use one that never leaves loopback). The result's audit view holds
-    every hop's origin and validated addresses (never path or query); the
-    runtime persists it with the validated target.
+    Before approval only what asks no one is checked (the tool's ``prepare``):
+    parsing, scheme, credentials and port rules, and a literal address, all
+    failing closed. A refused URL is ``denied`` without reaching an approver,
+    who is shown the checked origin. The name is resolved only when the fetch
+    runs, after any approval: a lookup already reaches whoever serves the
+    name, and a model can spell what it read into one (``<secret>.evil.example``).
+    Every answer is then checked and the connection pinned to them, and each
+    redirect hop is validated the same way before it is requested; a refused
+    address is ``denied`` then. ``network_backend`` replaces the raw
+    connector under the pinning layer (tests use one that never leaves
+    loopback). The result's audit view holds every hop's origin and
+    validated addresses (never path or query).
     """
 
     async def check_url(arguments: Mapping[str, Any]) -> Prepared:
-        target = await policy.resolve(arguments["url"])
-        return Prepared(view=target.audit_view(), value=target)
+        return Prepared(view=policy.check(arguments["url"]).audit_view())
 
     async def extract(
         ctx: ToolContext,
@@ -50,13 +50,8 @@ def web_tools(
             description="at most this many characters of readable text",
         ),
     ) -> ToolOutcome:
-        target = ctx.prepared if isinstance(ctx.prepared, ValidatedTarget) else None
         page = await web_extract(
-            url,
-            policy=policy,
-            max_chars=max_chars,
-            network_backend=network_backend,
-            target=target,
+            url, policy=policy, max_chars=max_chars, network_backend=network_backend
         )
         output = {
             "url": page.url,
