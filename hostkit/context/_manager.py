@@ -455,8 +455,14 @@ class ContextManager:
         if state.after is None:
             window = SessionWindow(state, self._window, previous=self._windows.get(session_id))
         assert window is not None
-        if request.bootstrap and window.bootstrap is None and self._bootstrap is not None:
+        if (
+            request.bootstrap
+            and window.bootstrap is None
+            and not window.bootstrap_looked
+            and self._bootstrap is not None
+        ):
             window.bootstrap = await self._take_bootstrap(context)
+            window.bootstrap_looked = True
         window.current = turn_id
         self._keep(session_id, window)
         return window

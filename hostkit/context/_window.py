@@ -56,6 +56,7 @@ class SessionWindow:
         "_rows_chars",
         "_turns",
         "bootstrap",
+        "bootstrap_looked",
         "calibration",
         "current",
         "cutoff",
@@ -77,6 +78,9 @@ class SessionWindow:
         self.cutoff = state.cutoff
         self.summary = state.summary
         self.bootstrap: str | None = state.bootstrap
+        # Whether the bootstrap source was asked for this window (it found nothing when
+        # ``bootstrap`` is still None): asked once, not at every turn the window serves.
+        self.bootstrap_looked: bool = previous is not None and previous.bootstrap_looked
         self.calibration: Calibration | None = state.calibration
         # The head layers last built without a room limit, and what they were built from.
         self.last_head: tuple[tuple[object, ...], Head] | None = None

@@ -86,7 +86,10 @@ class TurnRequest:
     attachments: tuple[Attachment, ...] = ()
     route: Mapping[str, Any] | None = None
     injected_context: tuple[str, ...] = ()
-    bootstrap: bool = False
+    # Whether the session's bootstrap snapshot (by default the workspace's AGENTS.md, taken
+    # once per session) is a layer of this turn's context; False for a turn that must not
+    # see it (a delegated child run).
+    bootstrap: bool = True
     metadata: Mapping[str, Any] = field(default_factory=FrozenMap)
     continues: str | None = None
 
