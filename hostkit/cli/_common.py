@@ -247,6 +247,7 @@ async def open_host(
     agents: Sequence[Agent] = (),
     check_providers: bool = True,
     moot: Callable[[str], bool] | None = None,
+    print_warnings: bool = True,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
@@ -258,6 +259,8 @@ async def open_host(
     core's review or promotion): a provider's missing package does not lock
     the operator out. ``moot`` picks warnings the command itself answers (a
     promotion of the core that has no live revision): not printed.
+    ``print_warnings=False`` under configured logging (``hostkit serve``):
+    the records the Host logged are the warnings, one each, in its format.
     """
     with _held_startup_records() as held:
         async with Host.open(
@@ -265,7 +268,7 @@ async def open_host(
         ) as host:
             held.let_go(set(host.warnings))
             given = config if isinstance(config, Path) and config != Path(DEFAULT_CONFIG) else None
-            for line in host.warnings:
+            for line in host.warnings if print_warnings else ():
                 if moot is not None and moot(line):
                     continue
                 if given is not None:
@@ -358,7 +361,9 @@ async def default_project_note(found: Path | None) -> str | None:
     )
 
 
-async def project_config(config: Path | None) -> Path | None:
+async def project_config(
+    config: Path | None, *, nothing: str = "nothing to read here"
+) -> Path | None:
     """``find_config``, refusing where there is no project to act on.
 
     With no ``hostkit.toml`` here or above and no database at the default path, a
@@ -372,8 +377,7 @@ async def project_config(config: Path | None) -> Path | None:
         if default.store.url is None and not await anyio.Path(default.database_path).exists():
             raise InvalidValue(
                 f"no hostkit.toml in this directory or above it and no database at "
-                f"{default.database_path}: nothing to read here (cd to the project, "
-                "or pass -c FILE)"
+                f"{default.database_path}: {nothing} (cd to the project, or pass -c FILE)"
             )
     return found
 

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from hostkit.cli._common import ConfigOption, console, find_config, open_host, run_command
+from hostkit.cli._common import ConfigOption, console, open_host, project_config, run_command
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import HostkitError
@@ -116,7 +116,10 @@ async def _serve(config: Path | None, listen: str | None, port: int | None, *, l
 async def _serve_host(
     config: Path | None, listen: str | None, port: int | None, *, live: bool, watch: _SignalWatch
 ) -> int:
-    async with open_host(await find_config(config)) as host:
+    # A daemon serves a project's channels: from the wrong directory it would create a
+    # database and serve a default agent nobody can reach.
+    found = await project_config(config, nothing="no project to serve here")
+    async with open_host(found, print_warnings=False) as host:
         daemon = host.serve(listen=listen, port=port, watch=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
         daemon.bind()

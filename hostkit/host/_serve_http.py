@@ -61,7 +61,7 @@ def bind_listener(listen: str, port: int) -> socket.socket:
     """A listening TCP socket on ``listen:port`` (``port = 0``: a free one).
 
     ``ConfigError`` naming ``serve.listen`` when the address cannot be bound
-    (in use, not local, not an address).
+    (in use, not local, not an address or a name that resolves).
     """
     family = socket.AF_INET6 if ":" in listen else socket.AF_INET
     try:
@@ -72,6 +72,13 @@ def bind_listener(listen: str, port: int) -> socket.socket:
         reason = os.strerror(code) if isinstance(code, int) else type(exc).__name__
         if code == errno.EADDRINUSE:
             reason += ": another process listens there (stop it, or choose another --port)"
+        elif isinstance(code, int) and code < 0:
+            # getaddrinfo's codes are negative (create_server keeps only the number):
+            # os.strerror reads them as "Unknown error -2".
+            reason = (
+                f"{listen!r} is not an address or a name this machine resolves (127.0.0.1 "
+                "for this machine only, 0.0.0.0 or :: for every interface)"
+            )
         raise ConfigError(
             f"cannot listen on {listen}:{port}: {reason}", key="serve.listen"
         ) from exc

@@ -9,6 +9,8 @@ hidden.
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from typer.testing import CliRunner
 from hostkit.cli import app
 from hostkit.cli._common import EXIT_ERROR, run_command
 from hostkit.errors import ConfigError, InvalidValue
+from tests.faults._serve_proc import serving
 
 CONFIG = """
 [host]
@@ -108,3 +111,49 @@ def test_an_explicit_log_format_wins_and_the_default_follows_stderr() -> None:
     assert log_format_of(LogChoice.json, terminal=True) == "json"
     assert log_format_of(None, terminal=True) == "text"
     assert log_format_of(None, terminal=False) == "json"
+
+
+def test_a_listen_name_that_does_not_resolve_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "hostkit.toml"
+    config.write_text(CONFIG.format(root=tmp_path))
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--config", str(config), "--listen", "localhostt.invalid", "--port", "0"],
+        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
+    )
+    output = result.stdout + result.stderr
+    assert result.exit_code == EXIT_ERROR, output
+    assert "'localhostt.invalid' is not an address or a name this machine resolves" in output
+    assert "Unknown error" not in output
+
+
+@pytest.mark.anyio
+async def test_json_logs_hold_the_start_up_warnings_once_and_as_json(tmp_path: Path) -> None:
+    """Under ``--log-format json`` every start-up warning is one JSON record on stderr: it is
+    not printed a second time as a plain ``warning:`` line a log shipper cannot parse."""
+    config = tmp_path / "hostkit.toml"
+    # The workspace holds the database: a start-up warning the Host logs.
+    text = CONFIG.format(root=tmp_path).replace(f'"{tmp_path}/ws"', f'"{tmp_path}"')
+    config.write_text(
+        text.replace('provider = "test"', 'provider = "test"\nbuiltins = ["files.read"]')
+    )
+    async with serving(config, env={"CLI_HOOK_SECRET": "s3cret-value"}) as served:
+        served.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            await served.process.wait()
+    lines = "".join(served.stderr).strip().splitlines()
+    records = [json.loads(line) for line in lines]  # every line is a JSON record
+    warned = [r for r in records if r["level"] == "warning" and "workspace" in r["msg"]]
+    assert len(warned) == 1, lines
+
+
+def test_serve_where_there_is_no_project_refuses_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["serve", "--port", "0"], env={"COLUMNS": "200"})
+    output = result.stdout + result.stderr
+    assert result.exit_code == EXIT_ERROR, output
+    assert "no hostkit.toml in this directory or above it" in output
+    assert "no project to serve here (cd to the project, or pass -c FILE)" in output
+    assert list(tmp_path.iterdir()) == []
