@@ -53,7 +53,7 @@ from hostkit.cores import CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host, resolve_config
 from hostkit.inspect import printable
-from hostkit.types import CoreEvent, is_core_id
+from hostkit.types import CoreEvent, GateOutcome, is_core_id
 
 __all__ = ["core", "cores_table"]
 
@@ -464,7 +464,11 @@ def _refused(
     else:
         print_lines(Console(), gate_lines(refused.gates))
     fail(refused)  # prints the refusal as every error's one line; the exit status is ours
-    if refused.review is not None:
+    review_failed = any(
+        isinstance(gate, GateOutcome) and gate.gate == "mcp_review" and not gate.passed
+        for gate in refused.gates
+    )
+    if refused.review is not None and review_failed:
         diff_command = command_line("core", "diff", core_id, "--target", revision, config=config)
         console.print(
             f"review the security diff ({diff_command}), "

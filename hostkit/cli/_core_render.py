@@ -187,13 +187,18 @@ def diff_lines(diff: CoreDiff, *, config: Path | None = None) -> list[str]:
         lines.extend(f"  {line}" for line in _json_lines(diff.security_diff))
     if diff.review:
         lines.append(f"review token: {diff.review}")
+    if diff.review or diff.dependency_changes:
+        # What this diff asks of a promotion, all of it: pasted, it passes those gates.
+        reviewed = [
+            *(["--review", diff.review] if diff.review else []),
+            *(["--reviewed-deps"] if diff.dependency_changes else []),
+        ]
         promote = command_line(
             "core",
             "promote",
             diff.core_id,
             short_sha(diff.target),
-            "--review",
-            diff.review,
+            *reviewed,
             "--reason",
             "TEXT",
             config=config,

@@ -128,7 +128,9 @@ def check_mcp_review(diff: Mapping[str, Any], *, token: str, review: str | None)
     if review == token:
         return GateOutcome("mcp_review", True, f"reviewed: {servers}")
     why = "missing" if review is None else "stale (it reviews another change)"
-    return GateOutcome("mcp_review", False, f"review token {why}; pass {token}: {servers}")
+    return GateOutcome(
+        "mcp_review", False, f"review token {why} (pass --review {token}); changed: {servers}"
+    )
 
 
 def _remove_tree(path: Path) -> None:

@@ -6,6 +6,7 @@ exact change needs, which `hostkit core promote --review` then accepts.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from tests.contract._cli_cores import CORE, commit, head, invoke, live, make_project, manifest
@@ -66,7 +67,8 @@ def test_diff_shows_files_dependencies_the_security_diff_and_the_token(tmp_path:
     assert "\\x1b[2J" in out
     token_line = next(line for line in lines if line.startswith("review token: "))
     token = token_line.removeprefix("review token: ")
-    assert f"--review {token} --reason TEXT" in out
+    promote_line = next(line for line in lines if line.startswith("  promote with: "))
+    printed = shlex.split(promote_line.removeprefix("  promote with: "))
 
     code, out, err = invoke("core", "diff", CORE, "--json", project=tmp_path)
     assert code == 0, err
@@ -78,18 +80,12 @@ def test_diff_shows_files_dependencies_the_security_diff_and_the_token(tmp_path:
     assert "docs" in json.dumps(shown["security_diff"])
     assert SECRET not in out
 
-    # The token the diff printed is the one promotion needs for exactly this change.
-    code, out, err = invoke(
-        "core",
-        "promote",
-        CORE,
-        "--reason",
-        "docs",
-        "--reviewed-deps",
-        "--review",
-        token,
-        project=tmp_path,
-    )
+    # The promotion the diff printed works as printed: the token it names is the one this
+    # change needs, and it asks for the dependency review the change also needs.
+    assert printed[:3] == ["hostkit", "core", "promote"]
+    assert printed[printed.index("--review") + 1] == token
+    assert "--reviewed-deps" in printed
+    code, out, err = invoke(*printed[1:], project=tmp_path)
     assert code == 0, err
     assert live(core) == second
 

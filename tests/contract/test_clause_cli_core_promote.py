@@ -86,6 +86,24 @@ def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: 
     assert live(core) == before
     assert "sk-live-0123456789abcdef" not in out + err
 
+    # The token passed, the dependencies not reviewed: the refusal names the dependencies
+    # alone, never the review the operator has already given.
+    changed = commit(core, {"requirements.txt": "humanize==4.9.0\n"}, "and a dependency")
+    code, out, err = invoke("core", "diff", CORE, project=tmp_path)
+    assert code == 0, err
+    token = next(
+        line.removeprefix("review token: ")
+        for line in out.splitlines()
+        if line.startswith("review token: ")
+    )
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "docs", "--review", token, project=tmp_path
+    )
+    assert code == 1
+    assert "FAILED  dependencies" in out
+    assert "passed  mcp_review" in out
+    assert "then pass: --review" not in err, err
+
     stale = "mcp-review:" + "0" * 64
     code, out, _ = invoke(
         "core", "promote", CORE, "--reason", "docs", "--review", stale, project=tmp_path
@@ -93,7 +111,15 @@ def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: 
     assert code == 1
     assert live(core) == before
     code, out, err = invoke(
-        "core", "promote", CORE, "--reason", "docs", "--review", token, project=tmp_path
+        "core",
+        "promote",
+        CORE,
+        "--reason",
+        "docs",
+        "--review",
+        token,
+        "--reviewed-deps",
+        project=tmp_path,
     )
     assert code == 0, err
     assert "passed  mcp_review" in out
