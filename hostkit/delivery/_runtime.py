@@ -37,7 +37,7 @@ from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
 from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore
-from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds
+from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds, plural
 
 __all__ = ["DeliveryRuntime"]
 
@@ -464,11 +464,11 @@ class DeliveryRuntime(Background):
         if row.status == "dead_lettered":
             self._failed += 1
             _log.warning(
-                "intent %s (turn %s, channel %r) dead-lettered after %d attempts: %s",
+                "intent %s (turn %s, channel %r) dead-lettered after %s: %s",
                 row.intent_id,
                 row.turn_id,
                 row.channel,
-                claimed.attempt,
+                plural(claimed.attempt, "attempt"),
                 failure.text(),
             )
         else:

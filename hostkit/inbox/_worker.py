@@ -60,6 +60,7 @@ from hostkit.types import (
     TurnRequest,
     TurnResult,
     finite_seconds,
+    plural,
 )
 
 __all__ = ["FindTurn", "InboxWorker", "ReplyRoute", "Route", "RunCommand", "RunTurn"]
@@ -282,7 +283,7 @@ class InboxWorker(Background):
             _log.warning("recovering dead owners' inbox claims failed: %s", _text(exc))
             return
         if recovered:
-            _log.info("made %d inbox claims of dead owners due now", recovered)
+            _log.info("made %s of dead owners due now", plural(recovered, "inbox claim"))
 
     async def _claim(self, limit: int) -> tuple[ClaimedInbound, ...]:
         try:
@@ -342,7 +343,7 @@ class InboxWorker(Background):
                 _log.warning("inbound %s: release failed: %s", claimed.inbound_id, _text(exc))
             self._claims.pop(claimed.inbound_id, None)
         if released:
-            _log.info("inbox worker released %d claims at shutdown", released)
+            _log.info("inbox worker released %s at shutdown", plural(released, "claim"))
 
     def _wind_down_bound(self) -> float:
         return self._grace_s + self._op_timeout_s * (2 + len(self._claims))

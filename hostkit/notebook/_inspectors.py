@@ -59,7 +59,7 @@ from hostkit.notebook._inspector_html import (
     usage_table,
     view_text,
 )
-from hostkit.types import PrincipalScope
+from hostkit.types import PrincipalScope, plural
 
 __all__ = [
     "Answer",
@@ -366,8 +366,3 @@ class ApprovalsPanel(_Inspector):
             if line.answer_text is not None:
                 lines.append(f"  answered: {bounded(line.answer_text.strip(), 300)}")
         return "\n".join(lines or ["no approvals"])
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 item``, ``2 items``, ``1,200 tokens``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"

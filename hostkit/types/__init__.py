@@ -154,6 +154,7 @@ from hostkit.types._turn import (
     TurnRequest,
     TurnResult,
 )
+from hostkit.types._words import plural
 
 __all__ = [
     "CORE_ACTIONS",
@@ -285,6 +286,7 @@ __all__ = [
     "is_secret_field",
     "is_text",
     "new_id",
+    "plural",
     "redact_secret_fields",
     "sanitize_name",
     "stand_in",
