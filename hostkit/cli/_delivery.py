@@ -31,7 +31,7 @@ from hostkit.cli._common import (
     required_reason,
     run_command,
 )
-from hostkit.cli._render import Column, dead_letter_hint, fit_table
+from hostkit.cli._render import READABLE, Column, dead_letter_hint, fit_table
 from hostkit.errors import HostkitError
 from hostkit.inspect import (
     delivery_rows,
@@ -57,7 +57,8 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     """One row per intent, newest first; the intent id is never cut.
 
     On a narrow terminal the next attempt time, what it is for and the attempts are
-    left out, in that order, before the last error (``--json`` has them all).
+    left out, in that order, before the last error (``--json`` has them all). A
+    delivered intent shows no error: one it has is an earlier attempt's.
     """
     columns = (
         Column("intent", whole=True),
@@ -66,7 +67,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
         Column("status", cap=13),
         Column("attempts", cap=8, drop=3),
         Column("next", cap=8, drop=1),
-        Column("last error", flexible=True, wrap=True, drop=4),
+        Column("last error", flexible=True, wrap=True, drop=4, least=READABLE),
     )
     rows = [
         (
@@ -76,7 +77,8 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
             i.status,
             str(i.attempts),
             _clock(i.next_attempt_at),
-            one_line(i.last_error or "", ERROR_CHARS),
+            # A delivered intent's error is an earlier attempt's: history, not news.
+            "" if i.status == "delivered" else one_line(i.last_error or "", ERROR_CHARS),
         )
         for i in intents
     ]

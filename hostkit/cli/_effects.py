@@ -27,7 +27,7 @@ from hostkit.cli._common import (
     print_json,
     run_command,
 )
-from hostkit.cli._render import Column, fit_table, short_time
+from hostkit.cli._render import READABLE, Column, fit_table, short_time
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import (
@@ -61,7 +61,7 @@ def runs_table(rows: TerminalRunRows, *, width: int) -> Table:
         Column("exit", cap=4),
         Column("stdout", cap=12, drop=2),
         Column("stderr", cap=12, drop=1),
-        Column("reason", flexible=True, wrap=True, drop=5),
+        Column("reason", flexible=True, wrap=True, drop=5, least=READABLE),
     )
     cells = [
         (

@@ -33,7 +33,7 @@ from hostkit.cli._common import (
     required_reason,
     run_command,
 )
-from hostkit.cli._render import Column, dead_letter_hint, fit_table
+from hostkit.cli._render import READABLE, Column, dead_letter_hint, fit_table
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import (
@@ -97,7 +97,7 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
         Column("requeues", cap=8, drop=3),
         Column("due", cap=8, drop=2),
         Column("event", cap=24, drop=1),
-        Column("failure", flexible=True, wrap=True, drop=5),
+        Column("failure", flexible=True, wrap=True, drop=5, least=READABLE),
     )
     rows = [
         (
@@ -129,7 +129,7 @@ def dead_letters_table(records: Sequence[InboundRecord], *, width: int) -> Table
         Column("attempts", cap=8),
         Column("requeues", cap=8, drop=2),
         Column("event", cap=24, drop=1),
-        Column("failure", flexible=True, wrap=True, drop=3),
+        Column("failure", flexible=True, wrap=True, drop=3, least=READABLE),
     )
     rows = [
         (

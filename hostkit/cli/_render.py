@@ -20,6 +20,7 @@ from hostkit.store import SessionActivity
 from hostkit.types import TurnResult
 
 __all__ = [
+    "READABLE",
     "Column",
     "approval_note",
     "approvals_table",
@@ -147,7 +148,9 @@ class Column:
     ``flexible`` takes what the others leave, and ``wrap`` lets its long cells
     run over several lines instead of being cut; ``drop`` orders the columns
     left out first when even that does not fit (1 first; 0 never);
-    ``justify="right"`` lines numbers up.
+    ``justify="right"`` lines numbers up. A flexible column narrower than
+    ``least`` is not worth showing: the optional columns make room first
+    (an error of ``code: message`` wrapped at ten characters is unreadable).
     """
 
     header: str
@@ -157,10 +160,13 @@ class Column:
     wrap: bool = False
     drop: int = 0
     justify: Literal["left", "right"] = "left"
+    least: int = 10
 
 
-# Columns narrower than this are not worth showing; a flexible one is dropped instead.
-_MIN_FLEXIBLE = 10
+# The width of a column whose words an operator reads (an error, a failure).
+READABLE = 20
+# Narrower than this a flexible column is not worth showing: it is left out instead.
+_SHOWN = 10
 # Between two columns: padding, the (blank) divider, padding.
 _GAP = 3
 
@@ -189,17 +195,23 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
         return width - fixed_width()
 
     droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
-    while droppable and (
-        fixed_width() > width
-        or (any(columns[i].flexible for i in shown) and flexible_room() < _MIN_FLEXIBLE)
-    ):
+    while droppable:
+        room = flexible_room()
+        cramped = any(
+            columns[i].flexible and room < min(columns[i].least, natural[i]) for i in shown
+        )
+        if fixed_width() <= width and not cramped:
+            break
+        # A flexible column is itself left out only when it is not worth showing at all.
+        if columns[droppable[0][1]].flexible and fixed_width() <= width and room >= _SHOWN:
+            break
         shown.remove(droppable.pop(0)[1])
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for i in shown:
         column = columns[i]
         size = natural[i]
         if column.flexible:
-            size = max(_MIN_FLEXIBLE, min(size, flexible_room()))
+            size = max(min(_SHOWN, size), min(size, flexible_room()))
         if column.wrap:
             table.add_column(column.header, width=size, overflow="fold", justify=column.justify)
         else:

@@ -86,7 +86,7 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve channels: webhooks, polling, inbox workers (docs/service.md).
+    """Serve channels: webhooks, polling, inbox workers, answer delivery (docs/service.md).
 
     SIGTERM or SIGINT drains and exits 0; a second one exits at once. SIGHUP
     reloads the configuration (a new generation for new turns).

@@ -1,0 +1,53 @@
+"""CLI clause: an error column stays readable at 80 columns, and shows only what is wrong now.
+
+``hostkit delivery list`` (and the inbox listings) give their optional columns
+up before an error would wrap every few characters (``connection_ref`` / ``used:``);
+a delivered intent shows no error, since the one it keeps is an earlier
+attempt's (as a completed inbound shows no failure).
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from hostkit.cli._delivery import intents_table
+from hostkit.types import DeliveryIntent
+
+ERROR = "connection_refused: ConnectError: the platform could not be reached"
+
+
+def intent(n: int, status: str, error: str | None) -> DeliveryIntent:
+    return DeliveryIntent(
+        intent_id=f"out_01a2419b0000000000000000000{n}",
+        turn_id=f"turn_01a2419b000000000000000000{n}",
+        session_id="ses_1",
+        route={"channel": "hooks"},
+        payload={"text": "the answer"},
+        status=status,  # type: ignore[arg-type]
+        attempts=4,
+        next_attempt_at=None,
+        last_error=error,
+    )
+
+
+def shown(*intents: DeliveryIntent, width: int = 80) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(intents_table(intents, width=width))
+    return out.getvalue()
+
+
+def test_the_error_is_readable_at_80_columns_and_ids_stay_whole() -> None:
+    text = shown(intent(1, "pending", ERROR))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "out_01a2419b00000000000000000001" in text
+    words = text.split()
+    assert "connection_refused:" in words, text  # never folded inside a word
+    assert "ConnectError:" in words
+
+
+def test_a_delivered_intent_shows_no_error_of_an_earlier_attempt() -> None:
+    text = shown(intent(1, "delivered", ERROR), intent(2, "pending", "http_503: busy"))
+    assert "connection_refused" not in text
+    assert "http_503: busy" in text
