@@ -58,6 +58,7 @@ __all__ = [
     "DefaultProviderSource",
     "DefaultToolSource",
     "NoChannels",
+    "channel_secret",
     "check_provider_extras",
     "used_providers",
 ]
@@ -430,9 +431,9 @@ class ConfiguredChannels(AsyncResource):
         if settings.kind == "webhook":
             if settings.deliver_url is None:
                 return None
-            secret = _secret(env, settings.secret_env, f"channels.{channel_id}.secret_env")
+            secret = channel_secret(env, settings.secret_env, f"channels.{channel_id}.secret_env")
             return WebhookChannel(settings.deliver_url, secret, self._client)
-        token = _secret(env, settings.token_env, f"channels.{channel_id}.token_env")
+        token = channel_secret(env, settings.token_env, f"channels.{channel_id}.token_env")
         assert origin is not None
         if settings.kind == "slack":
             return SlackChannel(origin, token, self._client)
@@ -450,7 +451,7 @@ class ConfiguredChannels(AsyncResource):
         await self._client.aclose()
 
 
-def _secret(env: Mapping[str, str], name: str | None, key: str) -> str:
+def channel_secret(env: Mapping[str, str], name: str | None, key: str) -> str:
     """The value of the environment variable ``name``; a ConfigError naming it if unset."""
     if name is None:
         raise ConfigError("is required to send through this channel", key=key)

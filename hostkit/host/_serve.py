@@ -42,9 +42,10 @@ from hostkit.daemon import (
     Supervisor,
 )
 from hostkit.delivery import DeliveryRuntime
-from hostkit.errors import ConfigError, InvalidValue
+from hostkit.errors import InvalidValue
 from hostkit.host._bus import EventBus
 from hostkit.host._config_channels import ChannelConfig
+from hostkit.host._defaults import channel_secret
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve_http import DrainGate, WebhookServer, bind_listener
 from hostkit.inbox import RetentionSweeper
@@ -380,11 +381,6 @@ def _restart_note(outcome: ReloadOutcome) -> None:
 
 
 def _env(environment: Mapping[str, str], channel_id: str, key: str, name: str | None) -> str:
-    """The secret in environment variable ``name``; ``ConfigError`` naming it when unset."""
-    value = environment.get(name) if name else None
-    if not value:
-        raise ConfigError(
-            f"the environment variable {name} is unset or empty",
-            key=f"channels.{channel_id}.{key}",
-        )
-    return value
+    """The secret in environment variable ``name``; ``ConfigError`` naming it when unset,
+    in the words the Host's channels use for their own secrets."""
+    return channel_secret(environment, name, f"channels.{channel_id}.{key}")
