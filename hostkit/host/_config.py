@@ -9,10 +9,12 @@ before the parser ever waits on it.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import stat
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -369,7 +371,7 @@ class HostConfig(_Strict):
                 value = getattr(agent, key)
                 if value is not None and value not in self.providers:
                     raise ValueError(
-                        f"agents.{name}.{key} names {value!r}, which is not under [providers]"
+                        _unknown_name(f"agents.{name}.{key}", value, self.providers, "[providers]")
                     )
         return self
 
@@ -395,7 +397,12 @@ class HostConfig(_Strict):
                 )
             if channel.agent not in self.agents and channel.agent not in self.cores:
                 raise ValueError(
-                    f"channels.{name}.agent names {channel.agent!r}, which is not under [agents]"
+                    _unknown_name(
+                        f"channels.{name}.agent",
+                        channel.agent,
+                        [*self.agents, *self.cores],
+                        "[agents] or [cores]",
+                    )
                 )
         return self
 
@@ -557,6 +564,13 @@ def _depth(data: object) -> int:
 
 def _reason(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else type(exc).__name__
+
+
+def _unknown_name(key: str, value: str, known: Iterable[str], tables: str) -> str:
+    """``key names 'asistant', which is not under [agents]; did you mean 'assistant'?``"""
+    close = difflib.get_close_matches(value, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{key} names {value[:64]!r}, which is not under {tables}{hint}"
 
 
 def _shown(file: Path) -> str:

@@ -197,3 +197,36 @@ def test_a_misspelled_required_manifest_key_is_named_not_reported_missing() -> N
     with pytest.raises(ConfigError) as caught:
         load_manifest(b"id: a\nmodle: m\n", source="agent.yaml")
     assert caught.value.message == "agent.yaml line 2: unknown key 'modle'; did you mean 'model'?"
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (
+            {
+                "providers": {"test": {"kind": "scripted"}},
+                "agents": {"assistant": {"provider": "test"}},
+                "channels": {"hooks": {"kind": "webhook", "secret_env": "S", "agent": "asistant"}},
+            },
+            "channels.hooks.agent names 'asistant', which is not under [agents] or [cores]; "
+            "did you mean 'assistant'?",
+        ),
+        (
+            {"providers": {"openai": {"kind": "openai"}}, "agents": {"a": {"provider": "opnai"}}},
+            "agents.a.provider names 'opnai', which is not under [providers]; "
+            "did you mean 'openai'?",
+        ),
+        (
+            {"agents": {"a": {"provider": "elsewhere"}}},
+            "agents.a.provider names 'elsewhere', which is not under [providers]",
+        ),
+    ],
+    ids=["channel agent", "agent provider", "nothing close"],
+)
+def test_a_name_that_is_not_defined_gets_the_closest_one(
+    data: dict[str, object], said: str
+) -> None:
+    message = refused(data).message
+    assert said in message
+    if "did you mean" not in said:
+        assert "did you mean" not in message
