@@ -79,7 +79,20 @@ __all__ = [
 ]
 
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
-_LOST_ERROR = "the Host stopped during this turn; nothing was replayed"
+# Why a turn ended ``lost``, in the words of the reason recovery found: not "the Host
+# stopped" for a Host that is still running but whose store refused the turn's end.
+_LOST_ERRORS: dict[Gone, str] = {
+    "owner_dead": "the Host process running this turn died; nothing was replayed",
+    "lease_expired": (
+        "the Host running this turn stopped renewing its lease (it stopped, was paused or "
+        "lost the store); nothing was replayed"
+    ),
+    "shutdown": "the Host shut down during this turn; nothing was replayed",
+    "abandoned": (
+        "the Host could not record this turn's end (its store refused the write); "
+        "nothing was replayed"
+    ),
+}
 # What a routed conversation is told when its turn ended without an answer the person did
 # not ask for: recovery ended it ``lost``, or the Host cut it off (a shutdown's drain, a
 # deadline). Nothing will answer that message unless it is sent again.
@@ -287,7 +300,7 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     paused = open_approval(conn, turn_id)
     cancelled = row["cancel_requested_at"] is not None
     outcome: TurnOutcome = "cancelled" if cancelled else "lost"
-    error, pending = _LOST_ERROR, None
+    error, pending = _LOST_ERRORS[reason], None
     if paused is not None and not cancelled:
         outcome, pending = "needs_user", paused.approval_id
         error = f"waiting for approval {paused.approval_id} (the Host stopped while it was asked)"

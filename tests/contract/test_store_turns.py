@@ -224,6 +224,9 @@ async def test_a_repeat_of_a_turn_whose_holder_is_gone_gets_its_ended_record(
     assert (repeat.turn_id, repeat.status) == (holder.lease.turn_id, "lost")
     assert repeat.result is not None
     assert "nothing was replayed" in (repeat.result.error or "")
+    # The record says why, in the reason's own words: not "the Host stopped" for a live one.
+    said = {"owner_dead": "process running this turn died", "lease_expired": "renewing its lease"}
+    assert said[gone] in (repeat.result.error or "")
     # The session is free: the next turn takes it over without recovering anything.
     successor = await admit(runtime, scope, live)
     assert successor.recovered == ()
@@ -497,6 +500,10 @@ async def test_abandon_ends_the_turn_lost_and_frees_the_session_at_once(
     lease = (await admit(runtime, scope, live)).lease
     ended = await runtime.turns.abandon(lease)
     assert (ended.turn_id, ended.outcome) == (lease.turn_id, "lost")
+    record = await runtime.turns.state(scope, lease.turn_id)
+    assert record.result is not None
+    # The Host is alive: its store refused the turn's end, and the record says so.
+    assert "could not record this turn's end" in (record.result.error or "")
     assert (await admit(runtime, scope, live)).lease.token == lease.token + 1
 
 
