@@ -29,6 +29,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         ├── StoreError             the database failed (``retryable`` says if a retry may help)
         │   ├── StoreClosed
         │   ├── StoreOutcomeUnknown a COMMIT whose answer was lost: it may have landed
+        │   ├── DatabaseReplaced   the database file was deleted or replaced while open
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
         ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
@@ -54,6 +55,7 @@ __all__ = [
     "ChannelRefused",
     "ConfigError",
     "ContextOverflow",
+    "DatabaseReplaced",
     "DeliveryRefused",
     "HostkitError",
     "InvalidTurnRequest",
@@ -455,6 +457,21 @@ class StoreOutcomeUnknown(StoreError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)
+
+
+class DatabaseReplaced(StoreError):
+    """The database file was deleted or replaced while the store had it open.
+
+    SQLite would go on writing to the open (deleted) file, and everything
+    accepted after that would be gone at the next start: no write is taken.
+    """
+
+    def __init__(self, database: str) -> None:
+        super().__init__(
+            f"the database file {database[-200:]} was deleted or replaced while this Host had "
+            "it open: nothing more is written to it (restart the Host on the right file)",
+            retryable=False,
+        )
 
 
 class MigrationError(StoreError):

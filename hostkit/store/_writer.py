@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import time
 from collections import deque
@@ -42,7 +43,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from hostkit.errors import HostkitError, InvalidValue, StoreClosed, StoreError
+from hostkit.errors import DatabaseReplaced, HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import LOCK_HELD, DbConnection, primary_code
 
 __all__ = [
@@ -129,12 +130,33 @@ class LockWait:
     written and read whole).
     """
 
-    __slots__ = ("bound_s", "database", "since")
+    __slots__ = ("bound_s", "database", "file", "file_seen", "since")
 
     def __init__(self, bound_s: float, database: str) -> None:
         self.bound_s = bound_s
         self.database = database
         self.since: float | None = None
+        # (device, inode) of the database file as the first write found it (None: no file
+        # to compare, an in-memory database), once ``file_seen``. Database thread only.
+        self.file: tuple[int, int] | None = None
+        self.file_seen = False
+
+
+def _file_of(database: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(database)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _check_same_file(lock: LockWait) -> None:
+    """Refuse to write when the path no longer names the file this connection has open."""
+    now = _file_of(lock.database)
+    if not lock.file_seen:
+        lock.file, lock.file_seen = now, True
+    elif lock.file is not None and now != lock.file:
+        raise DatabaseReplaced(lock.database)
 
 
 def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
@@ -151,7 +173,6 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
             started = time.monotonic()
             try:
                 conn.execute(BEGIN)
-                return
             except sqlite3.OperationalError as exc:
                 if primary_code(exc) not in LOCK_HELD:
                     raise
@@ -163,6 +184,14 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
                     ) from exc
                 if time.monotonic() - started < _BEGIN_PAUSE_S:
                     time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
+                continue
+            # Under the write lock: one stat per transaction, a few microseconds.
+            try:
+                _check_same_file(lock)
+            except DatabaseReplaced:
+                conn.execute(ROLLBACK)
+                raise
+            return
     finally:
         lock.since = None
 
