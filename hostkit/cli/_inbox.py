@@ -45,7 +45,7 @@ from hostkit.inspect import (
     one_line,
 )
 from hostkit.store import MAX_INBOX_LIST
-from hostkit.types import InboundRecord
+from hostkit.types import UNPROCESSABLE, InboundRecord
 
 __all__ = ["counts_table", "dead_letters_table", "inbox", "record_table", "records_table"]
 
@@ -154,7 +154,13 @@ def record_table(record: InboundRecord) -> Table:
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
-    payload = "pruned by retention" if record.payload_pruned else "kept (never shown here)"
+    payload = (
+        "pruned by retention"
+        if record.payload_pruned
+        else "none (the channel accepted the event without its text)"
+        if _unprocessable(record)
+        else "kept (never shown here)"
+    )
     fields = (
         ("inbound", record.inbound_id),
         ("channel", record.channel_instance_id),
@@ -253,7 +259,7 @@ def list_inbounds(
             out.print(records_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
-            dead = [r.inbound_id for r in rows.records if r.state == "dead_lettered"]
+            dead = [r.inbound_id for r in rows.records if _requeueable(r)]
             if dead:
                 _requeue_hint(dead, config)
 
@@ -280,7 +286,7 @@ def show(
                 print_json(record)
                 return
             Console().print(record_table(record))
-            if record.state == "dead_lettered":
+            if _requeueable(record):
                 _requeue_hint([record.inbound_id], config)
 
     run_command(main)
@@ -312,7 +318,9 @@ def dead_letters(
             out.print(dead_letters_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
-            _requeue_hint([r.inbound_id for r in rows.records], config)
+            requeueable = [r.inbound_id for r in rows.records if _requeueable(r)]
+            if requeueable:
+                _requeue_hint(requeueable, config)
 
     run_command(main)
 
@@ -349,6 +357,16 @@ def _check_id(inbound_id: str) -> None:
     """An id no inbound can have is refused before anything opens (and never echoed)."""
     if not inbound_id or len(inbound_id) > _MAX_ID:
         raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
+
+
+def _unprocessable(record: InboundRecord) -> bool:
+    """Accepted without its text (too long, a NUL): nothing a turn could answer."""
+    return UNPROCESSABLE in (record.kind, record.failure_code)
+
+
+def _requeueable(record: InboundRecord) -> bool:
+    """A dead letter a requeue can help: not one that would dead-letter again at once."""
+    return record.state == "dead_lettered" and not _unprocessable(record)
 
 
 def _requeue_hint(dead: Sequence[str], config: Path | None) -> None:
