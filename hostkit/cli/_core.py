@@ -433,13 +433,15 @@ def _moved(event: CoreEvent, *, json_: bool) -> None:
     out = Console()
     print_lines(out, gate_lines(event.gates))
     verb = "promoted" if event.action == "promote" else "rolled back"
-    print_lines(
-        out,
-        [
-            f"{verb} {event.core_id} to {event.revision} "
-            f"(was {event.previous or 'not live'}); new turns run it"
-        ],
+    line = (
+        f"{verb} {event.core_id} to {event.revision} "
+        f"(was {event.previous or 'not live'}); new turns run it"
     )
+    if event.action == "rollback" and event.previous:
+        # A rollback goes to the revision live before the newest move: run again, it
+        # undoes this one instead of going further back.
+        line += f" (a rollback without --to now returns to {event.previous[:12]})"
+    print_lines(out, [line])
 
 
 def _refused(

@@ -126,6 +126,21 @@ def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: 
     assert live(core) == changed
 
 
+def test_a_second_rollback_undoes_the_first_as_the_first_said(tmp_path: Path) -> None:
+    core = make_project(tmp_path)
+    first = head(core)
+    assert invoke("core", "promote", CORE, first[:12], "--reason", "v1", project=tmp_path)[0] == 0
+    second = commit(core, {"agent/extra.py": "VALUE = 2\n"}, "a second revision")
+    assert invoke("core", "promote", CORE, "--reason", "v2", project=tmp_path)[0] == 0
+    code, out, err = invoke("core", "rollback", CORE, "--reason", "v2 misbehaves", project=tmp_path)
+    assert code == 0, err
+    assert f"a rollback without --to now returns to {second[:12]}" in out
+    code, out, err = invoke("core", "rollback", CORE, "--reason", "it was fine", project=tmp_path)
+    assert code == 0, err
+    assert live(core) == second
+    assert f"a rollback without --to now returns to {first[:12]}" in out
+
+
 def test_rollback_moves_the_ref_back_and_log_marks_the_live_commit(tmp_path: Path) -> None:
     core = make_project(tmp_path)
     first = head(core)
@@ -137,6 +152,7 @@ def test_rollback_moves_the_ref_back_and_log_marks_the_live_commit(tmp_path: Pat
     code, out, err = invoke("core", "rollback", CORE, "--reason", "v2 misbehaves", project=tmp_path)
     assert code == 0, err
     assert f"rolled back {CORE} to {first} (was {second})" in out
+    assert f"a rollback without --to now returns to {second[:12]}" in out
     assert live(core) == first
 
     code, out, err = invoke("core", "log", CORE, project=tmp_path)
