@@ -248,6 +248,7 @@ async def open_host(
     check_providers: bool = True,
     moot: Callable[[str], bool] | None = None,
     print_warnings: bool = True,
+    require_channels: bool = False,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
@@ -261,10 +262,17 @@ async def open_host(
     promotion of the core that has no live revision): not printed.
     ``print_warnings=False`` under configured logging (``hostkit serve``):
     the records the Host logged are the warnings, one each, in its format.
+    ``require_channels`` for the one command that delivers (``serve``): the
+    others send nothing, so an unset channel secret does not stop them (a
+    turn's answer for a channel waits in the outbox for ``hostkit serve``).
     """
     with _held_startup_records() as held:
         async with Host.open(
-            config, approver=approver, agents=agents, check_providers=check_providers
+            config,
+            approver=approver,
+            agents=agents,
+            check_providers=check_providers,
+            require_channels=require_channels,
         ) as host:
             held.let_go(set(host.warnings))
             given = config if isinstance(config, Path) and config != Path(DEFAULT_CONFIG) else None

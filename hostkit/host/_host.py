@@ -142,10 +142,13 @@ class Host(AsyncResource):
         declared: HostConfig | None = None,
         supplied: RuntimeCapabilities | None = None,
         check_providers: bool = True,
+        require_channels: bool = True,
     ) -> None:
         self.config = config
         # Whether open and every apply refuse a used provider whose package is missing.
         self._check_providers = check_providers
+        # Whether they refuse an outbound channel whose secret is unset (else it is left out).
+        self._require_channels = require_channels
         # The capability sources the embedder supplied (open or apply_config), or None for
         # the defaults built from each configuration. Supplied sources serve every later
         # generation (a reload, a core promotion) until others are supplied; they close
@@ -268,6 +271,7 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None = None,
         agents: Sequence[Agent] = (),
         check_providers: bool = True,
+        require_channels: bool | None = None,
     ) -> Opening[Host]:
         """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
 
@@ -289,6 +293,12 @@ class Host(AsyncResource):
         at a turn's first model call, so a turn that does run still refuses a
         missing package with the same ``MissingDependency`` line. A channel
         whose secret variable is unset is then left out too, not refused.
+
+        ``require_channels`` (default: as ``check_providers``) refuses an
+        outbound channel whose secret variable is unset; False leaves it out,
+        for a Host that sends nothing itself (only a ``delivery_runtime()``
+        does: the CLI's turns write their answers to the outbox, and
+        ``hostkit serve`` delivers them).
         """
         return Opening(
             lambda: cls._open(
@@ -297,6 +307,7 @@ class Host(AsyncResource):
                 approver=approver,
                 agents=agents,
                 check_providers=check_providers,
+                require_channels=check_providers if require_channels is None else require_channels,
             )
         )
 
@@ -309,6 +320,7 @@ class Host(AsyncResource):
         approver: ApprovalProvider | None,
         agents: Sequence[Agent] = (),
         check_providers: bool = True,
+        require_channels: bool = True,
     ) -> Host:
         declared = await resolve_config(config, assistant=not agents)
         check = capabilities is None and check_providers
@@ -362,7 +374,7 @@ class Host(AsyncResource):
             caps = with_agents(
                 capabilities
                 or DefaultCapabilities.from_config(
-                    resolved, store=store, require_channels=check_providers
+                    resolved, store=store, require_channels=require_channels
                 ),
                 resolved,
                 agents,
@@ -383,6 +395,7 @@ class Host(AsyncResource):
                 declared=declared,
                 supplied=capabilities,
                 check_providers=check_providers,
+                require_channels=require_channels,
             )
             await host.turns.recover()
             # Background terminal runs a dead Host left "running" become "orphaned".
@@ -514,7 +527,7 @@ class Host(AsyncResource):
         caps = with_agents(
             self._supplied
             or DefaultCapabilities.from_config(
-                config, store=self.store, require_channels=self._check_providers
+                config, store=self.store, require_channels=self._require_channels
             ),
             config,
             self.agents,

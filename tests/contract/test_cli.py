@@ -315,12 +315,12 @@ async def test_an_argument_of_undecodable_bytes_is_one_line_and_writes_nothing(
     assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
 
 
-async def test_a_channel_secret_left_unset_locks_out_no_listing_but_refuses_a_turn(
+async def test_a_channel_secret_left_unset_stops_only_the_command_that_delivers(
     tmp_path: Path,
 ) -> None:
-    """Secrets are for sending: a listing reads the database without them, while a
-    turn (whose answer may go out through the channel) still refuses, naming the
-    variable."""
+    """Secrets are for sending, and only ``hostkit serve`` sends: a listing and a terminal
+    turn run without them (a routed turn's answer would wait in the outbox), while
+    ``serve`` refuses before it starts, naming the variable."""
     config = (
         '[providers.test]\nkind = "scripted"\nscript = [{reply = "hi"}]\n'
         '[agents.assistant]\nprovider = "test"\nmemory = false\n'
@@ -332,7 +332,10 @@ async def test_a_channel_secret_left_unset_locks_out_no_listing_but_refuses_a_tu
     for listing in (("sessions",), ("approvals", "list"), ("inbox", "counts")):
         code, _, err = await hostkit(*listing, cwd=tmp_path, env=unset)
         assert code == 0, (listing, err)
-    code, _, err = await hostkit("run", "hello", cwd=tmp_path, env=unset)
+    code, out, err = await hostkit("run", "hello", cwd=tmp_path, env=unset)
+    assert code == 0, err
+    assert "hi" in out
+    code, _, err = await hostkit("serve", "--port", "0", cwd=tmp_path, env=unset)
     assert code == 2
     assert "HK_TEST_HOOKS_SECRET is not set" in err
 
