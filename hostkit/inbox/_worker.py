@@ -82,6 +82,10 @@ Clock = Callable[[], float]
 # complete/fail tried this often when the store fails; after that the lease's
 # expiry brings the inbound back and the same request id reconciles it.
 _SETTLE_TRIES = 3
+# How often a serving worker looks again for claims a provably dead owner left: a peer
+# on this machine killed while this worker serves (several daemons on one database)
+# frees its claims within this, not at the end of their leases.
+DEAD_CLAIMS_EVERY_S = 10.0
 _Decision = TypeVar("_Decision", CompletionDecision, RetryDecision, bool)
 _Result = TypeVar("_Result", TurnResult, InboundResult)
 
@@ -99,8 +103,9 @@ class InboxWorker(Background):
     ``concurrency`` claims are in flight at once; idle, the worker looks for
     due inbounds every ``idle_poll_s`` (``wake()`` looks at once, after an
     accept in this process). Each serve starts with
-    ``ChannelInbox.recover_dead_claims``: a killed Host's claims are taken
-    over at once instead of when their leases run out.
+    ``ChannelInbox.recover_dead_claims``, and runs it again every
+    ``DEAD_CLAIMS_EVERY_S``: a killed Host's claims (one killed while this
+    worker serves too) are taken over then instead of when their leases run out.
 
     Shutdown (cancellation, ``stop()``, ``aclose()``) stops claiming, gives
     the turns in flight ``grace_s`` to finish and record their results, cuts
@@ -253,7 +258,11 @@ class InboxWorker(Background):
             self._stopped.set()
 
     async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+        next_sweep = anyio.current_time() + DEAD_CLAIMS_EVERY_S
         while not self._stop.is_set():
+            if anyio.current_time() >= next_sweep:
+                await self._recover_dead_claims()
+                next_sweep = anyio.current_time() + DEAD_CLAIMS_EVERY_S
             free = self._concurrency - len(self._inflight)
             claimed: tuple[ClaimedInbound, ...] = ()
             if free > 0:
@@ -274,7 +283,8 @@ class InboxWorker(Background):
                 _log.warning("watching the inbox for new inbounds failed (polling): %s", _text(exc))
 
     async def _recover_dead_claims(self) -> None:
-        """Before the first claim: a killed Host's claims are due now, not at lease expiry."""
+        """A killed Host's claims are due now, not at lease expiry: before the first claim,
+        then every ``DEAD_CLAIMS_EVERY_S`` while serving."""
         try:
             with anyio.fail_after(self._op_timeout_s):
                 recovered = await self.inbox.recover_dead_claims()

@@ -9,6 +9,7 @@ and settles the inbound within seconds: well before the lease would expire.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,8 @@ import anyio
 import pytest
 
 from hostkit.host import Host
-from hostkit.testing import ScriptedModel, capabilities
+from hostkit.inbox import _worker as worker_module
+from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope, InboundRecord
 from tests.hosts import config
 from tests.support import sigkill_when
@@ -80,3 +82,34 @@ async def test_a_restarted_worker_settles_a_killed_workers_claim_before_its_leas
     assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
     assert record.updated_at < claimed.due_at, "settled before the dead claim's lease ended"
     assert json.loads(results.read_text()) == {"calls": 1}
+
+
+async def test_a_serving_worker_settles_a_peer_killed_while_it_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several daemons on one database: a peer SIGKILLed while this worker already serves
+    (its start-up sweep found the peer alive) is found dead by the next sweep."""
+    monkeypatch.setattr(worker_module, "DEAD_CLAIMS_EVERY_S", 0.5)
+    inbound_id = await host_call(tmp_path, "hello from a peer that dies")
+    marker = anyio.Path(tmp_path / "stalled")
+    model = ScriptedModel([Reply("answered by the survivor")], repeat_last=True)
+    async with await anyio.open_process(
+        command(root=str(tmp_path), mode="stall", marker=str(marker))
+    ) as peer:
+        with anyio.fail_after(60):
+            while not await marker.exists():
+                assert peer.returncode is None, "the peer exited before it claimed"
+                await anyio.sleep(0.02)
+        async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
+            async with host.inbox_worker(idle_poll_s=0.1):
+                await anyio.sleep(0.3)  # serving, the peer alive: its claim stays
+                assert (await host.inbox.record(inbound_id)).state == "claimed"
+                peer.send_signal(signal.SIGKILL)
+                await peer.wait()
+                with anyio.fail_after(SETTLE_WITHIN_S):
+                    # The worker settles it in its own task: polled, as an operator looks.
+                    while (await host.inbox.record(inbound_id)).state != "completed":  # noqa: ASYNC110
+                        await anyio.sleep(0.1)
+            record = await host.inbox.record(inbound_id)
+    assert (record.result_kind, record.attempt) == ("turn", 2)
+    assert model.requests, "the survivor ran the turn"
