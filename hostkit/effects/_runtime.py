@@ -747,7 +747,7 @@ class EffectRuntime:
         view: Mapping[str, Any] | None,
         redactor: Redactor,
     ) -> None:
-        """Persist what the invoked call really did (its audit view and validated target).
+        """Persist what the invoked call really did (its audit view and the target its check found).
 
         Every secret spelling the call's redactor knows is masked first and the
         result checked again; a view that cannot be made safe is replaced by a
