@@ -1,17 +1,18 @@
 """Clause: a policy rule names an MCP tool as its server does, and still matches it.
 
-An MCP tool becomes the effect ``mcp.<server>.<tool>`` with its name in
-lower_snake_case (``deleteRepo`` → ``delete_repo``). A rule written with the
-server's own spelling (``ask = ["mcp.git.deleteRepo"]``) is spelled the same
-way when the policy is built: otherwise it would match nothing, and the tool
-it was written to guard would run unasked. A rule for a server's tools that
-matches none of them, but is one typo from one, is named in the server's
-discovery (``hostkit mcp list``) and logged.
+An MCP tool becomes the effect ``mcp.<server>.<tool>`` with its name spelled
+as effect names are: lower-cased, every other character an underscore
+(``Delete-Repo`` → ``delete_repo``, ``deleteRepo`` → ``deleterepo``). A rule
+written with the server's own spelling (``ask = ["mcp.git.Delete-Repo"]``)
+is spelled the same way when the policy is built, its wildcards and bracket
+expressions kept: otherwise it would match nothing, and the tool it was
+written to guard would run unasked. A rule for a server's tools that matches
+none of them, but is one typo from one, is named in the server's discovery
+and logged.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 
 import pytest
@@ -23,27 +24,38 @@ from tests.contract.test_clause_mcp_connections import RecordingConnector, decla
 
 pytestmark = pytest.mark.anyio
 
-SPELLINGS = ("deleteRepo", "DeleteRepo", "delete-repo", "delete_repo", "Delete Repo")
+TOOLS = ("deleteRepo", "Delete-Repo", "delete.repo", "DELETE REPO")
+# Each tool's name as a rule may spell it: as the server does, or in another case.
+PAIRS = [
+    (tool, spelling)
+    for tool in TOOLS
+    for spelling in sorted({tool, tool.lower(), tool.upper(), tool.swapcase()})
+]
 
 
-@pytest.mark.parametrize("tool", SPELLINGS)
-def test_every_spelling_of_a_tool_name_is_one_effect(tool: str) -> None:
-    assert mcp_effect_name("git", tool) == "mcp.git.delete_repo"
+def test_a_tool_name_is_spelled_as_effect_names_are() -> None:
+    assert [mcp_effect_name("git", tool) for tool in TOOLS] == [
+        "mcp.git.deleterepo",
+        "mcp.git.delete_repo",
+        "mcp.git.delete_repo",
+        "mcp.git.delete_repo",
+    ]
 
 
 def test_rules_for_mcp_tools_are_spelled_as_effects_and_others_are_kept() -> None:
     policy = EffectPolicy(
         allow=("*", "mcp.connect:git", "mcp.git.getHTTPStatus"),
-        ask=("mcp.git.deleteRepo", "mcp.*.pushForce*", "files.write"),
-        deny=("mcp.git.Drop-Table",),
+        ask=("mcp.git.Delete-Repo", "mcp.*.Push.Force*", "files.write"),
+        deny=("mcp.git.Drop Table", "mcp.git.[A-Z]x?"),
     )
-    assert policy.allow == ("*", "mcp.connect:git", "mcp.git.get_http_status")
+    assert policy.allow == ("*", "mcp.connect:git", "mcp.git.gethttpstatus")
     assert policy.ask == ("mcp.git.delete_repo", "mcp.*.push_force*", "files.write")
-    assert policy.deny == ("mcp.git.drop_table",)
+    # A bracket expression is kept whole (lower-cased, as the names it matches are).
+    assert policy.deny == ("mcp.git.drop_table", "mcp.git.[a-z]x?")
 
 
-@pytest.mark.parametrize(("tool", "rule"), list(itertools.product(SPELLINGS, SPELLINGS)))
-async def test_an_ask_rule_in_any_spelling_asks_before_the_tool_runs(
+@pytest.mark.parametrize(("tool", "rule"), PAIRS)
+async def test_an_ask_rule_in_the_servers_spelling_asks_before_the_tool_runs(
     authority: AuthorityResolver, tool: str, rule: str
 ) -> None:
     connector = RecordingConnector(tools=(tool,))
@@ -52,20 +64,24 @@ async def test_an_ask_rule_in_any_spelling_asks_before_the_tool_runs(
         authority, [McpServer(declared("git"), connector)], decision="deny", policy=policy
     )
     catalog, context = await r.turn()
-    ref = catalog.resolve("mcp_git_delete_repo")
+    effect = mcp_effect_name("git", tool)
+    assert effect is not None
+    ref = catalog.resolve(effect.replace(".", "_"))
     assert ref is not None
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
-    assert [a.effect for a in r.approver.seen] == ["mcp.git.delete_repo"]
+    assert [a.effect for a in r.approver.seen] == [effect]
     assert result.status == "denied"
     assert connector.calls == [], "the tool ran although its rule says ask"
     await r.finish()
 
 
-@pytest.mark.parametrize("rule", SPELLINGS)
-async def test_a_deny_rule_in_any_spelling_keeps_the_tool_out(
+@pytest.mark.parametrize(
+    "rule", ["Delete-Repo", "delete-repo", "DELETE_REPO", "delete_*", "[a-d]*", "*repo"]
+)
+async def test_a_deny_rule_in_the_servers_spelling_or_a_glob_keeps_the_tool_out(
     authority: AuthorityResolver, rule: str
 ) -> None:
-    connector = RecordingConnector(tools=("deleteRepo", "get_time"))
+    connector = RecordingConnector(tools=("Delete-Repo", "get_time"))
     policy = EffectPolicy(allow=("*", "mcp.connect:git"), deny=(f"mcp.git.{rule}",))
     r = await rig(authority, [McpServer(declared("git"), connector)], policy=policy)
     catalog, _ = await r.turn()
@@ -76,7 +92,7 @@ async def test_a_deny_rule_in_any_spelling_keeps_the_tool_out(
 async def test_a_rule_one_typo_from_a_tool_is_named_in_the_discovery_and_logged(
     authority: AuthorityResolver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    connector = RecordingConnector(tools=("deleteRepo", "get_time"))
+    connector = RecordingConnector(tools=("Delete-Repo", "get_time"))
     policy = EffectPolicy(
         allow=("*", "mcp.connect:git"),
         ask=("mcp.git.delete_rep", "mcp.git.nothing_like_it", "mcp.other.delete_rep"),
