@@ -53,6 +53,7 @@ __all__ = [
     "exit_code",
     "fail",
     "find_config",
+    "iso_instant",
     "local_reason",
     "open_host",
     "operator_host",
@@ -489,7 +490,8 @@ def _plain(value: object) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _instant(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(key): _instant(str(key), item) for key, item in value.items()}
+        # A mapping's keys are data (an approval's view, a tool's arguments): never read.
+        return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(item) for item in value]
     if value is None or isinstance(value, str | int | float | bool):
@@ -498,15 +500,21 @@ def _plain(value: object) -> Any:
 
 
 def _instant(name: str, value: object) -> Any:
-    """A field's or key's JSON value; an instant (``at``, ``*_at``, ``*_until``, ``since``) kept as
-    wall-clock seconds is written as the store writes the others: ISO-8601 UTC with
-    milliseconds, so every time in one ``--json`` reads the same way."""
+    """A record field's JSON value; an instant (``at``, ``*_at``, ``*_until``, ``since``) kept
+    as wall-clock seconds is written as the store writes the others (``iso_instant``), so
+    every time in one ``--json`` reads the same way."""
     named = name in ("at", "since") or name.endswith(("_at", "_until"))
     if not named or isinstance(value, bool) or not isinstance(value, int | float):
         return _plain(value)
-    if not math.isfinite(value) or not 0 <= value < 253_402_300_800:  # up to year 9999
-        return value
-    moment = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+    return iso_instant(value)
+
+
+def iso_instant(seconds: float | None) -> str | float | None:
+    """Wall-clock ``seconds`` as ISO-8601 UTC with milliseconds (``…T15:05:02.123Z``), the
+    form the store records instants in; a value no date can hold is kept as it is."""
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds < 253_402_300_800:
+        return seconds  # up to the year 9999
+    moment = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
     return moment.replace("+00:00", "Z")
 
 
