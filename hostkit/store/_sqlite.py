@@ -23,7 +23,9 @@ from hostkit.store._writer import (
     MAX_BATCH,
     ROLLBACK,
     GroupCommitWriter,
+    file_of,
     map_sqlite_error,
+    refuse_replaced,
 )
 from hostkit.types import is_seconds
 
@@ -52,13 +54,18 @@ class SqliteStore(RowStore):
         report: MigrationReport,
         max_batch: int,
         lock_timeout_s: float,
+        file: tuple[int, int] | None = None,
     ) -> None:
         self.path = path
         self.migration = report
         self._writer_conn = writer
         self._reader = reader
         self._writer = GroupCommitWriter(
-            writer, max_batch=max_batch, lock_timeout_s=lock_timeout_s, database=str(path)
+            writer,
+            max_batch=max_batch,
+            lock_timeout_s=lock_timeout_s,
+            database=str(path),
+            file=file,
         )
         super().__init__()
 
@@ -115,6 +122,9 @@ class SqliteStore(RowStore):
             reader = await open_connection(
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms, query_only=True
             )
+            # The file this store writes to: a write finds it deleted or replaced at once,
+            # even before the first one (a stat, on the database thread).
+            file = await writer.run(lambda _: file_of(str(database)))
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if reader is not None:
@@ -130,6 +140,7 @@ class SqliteStore(RowStore):
             report=report,
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,
+            file=file,
         )
         guard = store._writer.guard
         await writer.run(lambda raw: raw.set_authorizer(guard))
@@ -204,6 +215,7 @@ class SqliteStore(RowStore):
 
         def begin(raw: sqlite3.Connection) -> None:
             raw.execute(BEGIN)
+            refuse_replaced(raw, self._writer.lock_wait)
             guard.raised = True  # statements inside may not end the transaction
 
         def end(statement: str) -> Callable[[sqlite3.Connection], None]:

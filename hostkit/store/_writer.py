@@ -52,7 +52,9 @@ __all__ = [
     "LockWait",
     "TransactionGuard",
     "begin_immediate",
+    "file_of",
     "map_sqlite_error",
+    "refuse_replaced",
 ]
 
 T = TypeVar("T")
@@ -132,17 +134,18 @@ class LockWait:
 
     __slots__ = ("bound_s", "database", "file", "file_seen", "since")
 
-    def __init__(self, bound_s: float, database: str) -> None:
+    def __init__(self, bound_s: float, database: str, file: tuple[int, int] | None = None) -> None:
         self.bound_s = bound_s
         self.database = database
         self.since: float | None = None
-        # (device, inode) of the database file as the first write found it (None: no file
-        # to compare, an in-memory database), once ``file_seen``. Database thread only.
-        self.file: tuple[int, int] | None = None
-        self.file_seen = False
+        # (device, inode) of the database file the store opened (``file_of`` once it was
+        # open); None: none to compare, or not known yet (the first write takes it).
+        self.file = file
+        self.file_seen = file is not None
 
 
-def _file_of(database: str) -> tuple[int, int] | None:
+def file_of(database: str) -> tuple[int, int] | None:
+    """(device, inode) of ``database``; None when there is no such file (blocking: a stat)."""
     try:
         found = os.stat(database)
     except OSError:
@@ -150,12 +153,14 @@ def _file_of(database: str) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-def _check_same_file(lock: LockWait) -> None:
-    """Refuse to write when the path no longer names the file this connection has open."""
-    now = _file_of(lock.database)
+def refuse_replaced(conn: sqlite3.Connection, lock: LockWait) -> None:
+    """In a transaction just begun: roll it back and raise ``DatabaseReplaced`` when the path
+    no longer names the file this connection has open (deleted, or another file there)."""
+    now = file_of(lock.database)
     if not lock.file_seen:
         lock.file, lock.file_seen = now, True
     elif lock.file is not None and now != lock.file:
+        conn.execute(ROLLBACK)
         raise DatabaseReplaced(lock.database)
 
 
@@ -186,11 +191,7 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
                     time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
                 continue
             # Under the write lock: one stat per transaction, a few microseconds.
-            try:
-                _check_same_file(lock)
-            except DatabaseReplaced:
-                conn.execute(ROLLBACK)
-                raise
+            refuse_replaced(conn, lock)
             return
     finally:
         lock.since = None
@@ -290,12 +291,18 @@ class GroupCommitWriter:
     """Serializes all writes to one connection and groups concurrent ones per commit."""
 
     def __init__(
-        self, conn: DbConnection, *, max_batch: int, lock_timeout_s: float, database: str
+        self,
+        conn: DbConnection,
+        *,
+        max_batch: int,
+        lock_timeout_s: float,
+        database: str,
+        file: tuple[int, int] | None = None,
     ) -> None:
         self._conn = conn
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
-        self._lock_wait = LockWait(lock_timeout_s, database)
+        self.lock_wait = LockWait(lock_timeout_s, database, file)
         # The next look at that wait while drains run (event loop only), and the wait it
         # last told of.
         self._watch: asyncio.TimerHandle | None = None
@@ -368,7 +375,7 @@ class GroupCommitWriter:
                     self._max_batch,
                     stop,
                     deliver,
-                    self._lock_wait,
+                    self.lock_wait,
                 )
             )
         except Exception as exc:  # the connection is closed: nothing queued can run
@@ -389,7 +396,7 @@ class GroupCommitWriter:
         self._watch = None
         if self._drain is None or self._closed:
             return
-        since = self._lock_wait.since
+        since = self.lock_wait.since
         untold = since is not None and since != self._noticed
         waited = time.monotonic() - since if since is not None and untold else 0.0
         if untold and waited >= LOCK_NOTICE_S:
@@ -397,8 +404,8 @@ class GroupCommitWriter:
             _log.warning(
                 "waiting for the write lock of %s: another process holds it "
                 "(this write waits up to %g s)",
-                self._lock_wait.database[-200:],
-                self._lock_wait.bound_s,
+                self.lock_wait.database[-200:],
+                self.lock_wait.bound_s,
                 extra={"hostkit_progress": True},
             )
         # The next look: when the wait in progress, not told of yet, reaches the notice (a

@@ -67,3 +67,22 @@ async def test_a_store_that_keeps_its_file_writes_on(tmp_path: Path) -> None:
         for n in range(3):
             receipt = await inbox.accept(envelope(f"evt-{n}", received_at=time.time()))
             assert receipt.disposition == "accepted"
+
+
+async def test_a_file_deleted_before_the_first_write_is_refused_too(tmp_path: Path) -> None:
+    """The store knows its file from the moment it opened it, not from its first write."""
+    database = tmp_path / "hostkit.db"
+    async with RuntimeStore.open(database) as store:
+        await anyio.to_thread.run_sync(delete, database)
+        inbox = ChannelInbox.on_store(store, policy=RetryPolicy(), owner="worker.a")
+        with pytest.raises(DatabaseReplaced):
+            await inbox.accept(envelope("evt-1", received_at=time.time()))
+
+
+async def test_an_interactive_transaction_is_refused_too(tmp_path: Path) -> None:
+    database = tmp_path / "hostkit.db"
+    async with RuntimeStore.open(database) as store:
+        await anyio.to_thread.run_sync(replace, database)
+        with pytest.raises(DatabaseReplaced):
+            async with store.transaction():
+                raise AssertionError("the transaction began on a replaced file")
