@@ -46,7 +46,9 @@ __all__ = [
     "countdown_text",
     "diff_html",
     "esc",
+    "hidden_html",
     "pre_html",
+    "pretty_hides",
     "pretty_view",
     "request_html",
 ]
@@ -97,10 +99,6 @@ def request_html(
     elif arguments is not None:
         rows = f"<tr><td>{value_html(arguments)}</td></tr>"
         hidden = hidden or _cuts(arguments)
-    if hidden:
-        # A model can shape its arguments so the part that matters is what gets cut or
-        # masked: the person must know what is shown is not the whole call.
-        rows += f"<tr><td colspan=2 style='color:{ERROR}'><b>!</b> {esc(HIDDEN_NOTE)}</td></tr>"
     names = ", ".join(_cut(name, 60) for name in secret_names[:16])
     facts = f"<div>binds secrets: <code>{esc(names)}</code></div>" if names else ""
     target = view.get("target")
@@ -111,9 +109,12 @@ def request_html(
         facts += diff_html(diff)
     if warning:
         facts += f"<div style='color:{ERROR}'><b>warning</b>: {esc(_cut(warning, 300))}</div>"
+    # A model can shape its arguments so the part that matters is what gets cut or
+    # masked: the person must know what is shown is not the whole call.
+    note = hidden_html() if hidden else ""
     return (
         f"<div><b>approval needed</b>: the agent wants to run <code>{esc(effect)}</code>"
-        f"</div><table>{rows}</table>{facts}"
+        f"</div><table>{rows}</table>{note}{facts}"
     )
 
 
@@ -169,9 +170,23 @@ def countdown_text(expires_at: float, now: float, approval_id: str | None) -> st
 
 def pretty_view(view: Mapping[str, Any]) -> str:
     """The redacted view as indented JSON (its diff is drawn apart), bounded."""
+    return _cut(_pretty(view), MAX_PRE_CHARS)
+
+
+def pretty_hides(view: Mapping[str, Any]) -> bool:
+    """Whether ``pretty_view`` shows less than the whole call: cut to fit, or a view the
+    effects pipeline already marked partial."""
+    return bool(view.get(PARTIAL_KEY)) or len(_pretty(view)) > MAX_PRE_CHARS
+
+
+def hidden_html() -> str:
+    """The note under a view a person decides on that is not the whole call."""
+    return f"<div style='color:{ERROR}'><b>!</b> {esc(HIDDEN_NOTE)}</div>"
+
+
+def _pretty(view: Mapping[str, Any]) -> str:
     shown = {key: value for key, value in thaw(view).items() if key != DIFF_KEY}
-    text = json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    return _cut(text, MAX_PRE_CHARS)
+    return json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def answer_html(text: str) -> str:

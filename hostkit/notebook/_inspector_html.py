@@ -14,7 +14,14 @@ from hostkit.effects import DIFF_KEY, PendingApproval
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
-from hostkit.notebook._approval_view import diff_html, esc, pre_html, pretty_view
+from hostkit.notebook._approval_view import (
+    diff_html,
+    esc,
+    hidden_html,
+    pre_html,
+    pretty_hides,
+    pretty_view,
+)
 from hostkit.notebook._theme import (
     BADGE_BG,
     BADGE_TEXT,
@@ -276,5 +283,6 @@ def approval_html(approval: PendingApproval) -> str:
         f"<code>{esc(approval.approval_id)}</code> <small>{esc(approval.created_at)} · session "
         f"{esc(approval.session_id)}</small></div>"
         + pre_html(pretty_view(approval.view))
+        + (hidden_html() if pretty_hides(approval.view) else "")
         + (diff_html(diff) if isinstance(diff, str) else "")
     )

@@ -154,3 +154,28 @@ def test_the_notebook_panel_shows_invisible_and_reordering_characters_escaped(
     panel = _notebook_panel({"command": f"echo done {trick}; ~ fr- mr", "note": f"a{trick}b"})
     assert trick not in panel
     assert ascii(trick)[1:-1] in panel
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"script": "echo hi; " * 500 + "rm -rf /"},
+        {"argv": ["rm", *(f"tmp{n}.o" for n in range(31)), "-rf", "/work/important"]},
+    ],
+)
+def test_the_notebook_approvals_panel_says_when_it_hides_part_of_the_call(
+    arguments: dict[str, Any],
+) -> None:
+    """The dashboard's stored approvals (with their Approve buttons) say it as the turn
+    panel does."""
+    from hostkit.notebook._inspector_html import approval_html
+    from hostkit.store import PendingApproval
+
+    def pending(view: Any) -> PendingApproval:
+        return PendingApproval(
+            "apr_1", "ses_1", "turn_1", "p", "writer", "r1", "terminal.run", "c1", view,
+            "f", "terminal.run", "pending", None, None, None, "2026-12-04T16:00:00Z", None,
+        )  # fmt: skip
+
+    assert HIDDEN_NOTE in approval_html(pending(thaw(approval_view("terminal.run", arguments))))
+    assert HIDDEN_NOTE not in approval_html(pending(thaw(approval_view("terminal.run", {"a": 1}))))
