@@ -101,7 +101,7 @@ def render_request(
         console.print(Text(f"  ! {HIDDEN_NOTE}", style="bold yellow"))
     target = view.get("target")
     if target is not None:
-        # What the Host validated before asking (web: the origin and its checked addresses).
+        # What the Host checked before asking (web: the origin, and a literal address).
         console.print(Text.assemble("  target: ", (one_line(target, max_value_chars), "bold")))
     diff = view.get(DIFF_KEY)
     if isinstance(diff, str):

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hostkit.effects import PendingApproval
-from hostkit.inspect import one_line, printable_text
+from hostkit.inspect import one_line, printable, printable_text
 from hostkit.store import SessionActivity
 from hostkit.types import TurnResult
 
@@ -223,8 +223,9 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
                 justify=column.justify,
             )
     for row in rows:
-        # Text, not markup: ids, titles and arguments come from the database or a model.
-        table.add_row(*(Text(row[i]) for i in shown))
+        # Text, not markup, and escaped: ids, titles and arguments come from the database or
+        # a model, and Rich writes a cell's ESC and OSC to the terminal as they are.
+        table.add_row(*(Text(printable(row[i])) for i in shown))
     return table
 
 

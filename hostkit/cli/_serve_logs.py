@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from hostkit.errors import bounded
+from hostkit.inspect import printable
 
 __all__ = ["MAX_QUEUED", "DroppingQueueHandler", "JsonLines", "LogFormat", "serve_logging"]
 
@@ -101,6 +102,12 @@ def _plain(value: object) -> object:
     return bounded(value, 200)
 
 
+def _escaped(record: logging.LogRecord) -> bool:
+    """Keep ``record``, its message with every non-printable character escaped."""
+    record.msg, record.args = printable(record.getMessage()), None
+    return True
+
+
 @contextmanager
 def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
     """Route the root logger (hostkit.*, uvicorn.*) to stderr in ``log_format`` while serving."""
@@ -110,6 +117,9 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
         handler.setFormatter(JsonLines())
     else:
         handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)
+        # A message may quote what a platform, a model or a config file wrote; the terminal
+        # gets it escaped, as every other CLI line (JSON escapes it already).
+        handler.addFilter(_escaped)
     records: queue.Queue[logging.LogRecord] = queue.Queue(MAX_QUEUED)
     listener = _Listener(records, handler, respect_handler_level=True)
     front = DroppingQueueHandler(records)

@@ -57,9 +57,11 @@ def prose_text(text: str) -> str:
 
     Controls (C0 but line breaks and tabs, C1: ESC, CSI, OSC), line and
     paragraph separators and the bidi embeddings, overrides and isolates
-    (which reorder what is read) are escaped; the rest of Unicode stays as
-    written, so joined emoji and right-to-left words read as the model wrote
-    them. ``printable_text`` is the stricter rule for what a person decides on.
+    (which reorder whole runs of what is read) are escaped. The rest of
+    Unicode stays as written, the directional marks (LRM, RLM, ALM) and
+    zero-width joiners included, so joined emoji and right-to-left words read
+    as the model wrote them. ``printable_text`` is the stricter rule, for what
+    a person decides on.
     """
     if text.isprintable() or not _DRIVES.search(text):
         return text

@@ -51,3 +51,20 @@ def test_a_delivered_intent_shows_no_error_of_an_earlier_attempt() -> None:
     text = shown(intent(1, "delivered", ERROR), intent(2, "pending", "http_503: busy"))
     assert "connection_refused" not in text
     assert "http_503: busy" in text
+
+
+def test_no_table_cell_writes_a_control_character_to_the_terminal() -> None:
+    """Rich writes a cell's ESC and OSC as they are: every cell of ``fit_table`` is escaped
+    (a session title an embedder set, an agent name, an error text)."""
+    from hostkit.cli._render import Column, fit_table
+
+    hostile = "title \x1b]0;pwned\x07 \x1b[2J \u202e end"
+    table = fit_table(
+        [Column("id", whole=True), Column("title", flexible=True)], [("s1", hostile)], 80
+    )
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(table)
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+    assert "\\x1b]0;pwned" in text

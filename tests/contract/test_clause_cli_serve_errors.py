@@ -9,7 +9,9 @@ hidden.
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import signal
 import socket
 from pathlib import Path
@@ -157,3 +159,19 @@ def test_serve_where_there_is_no_project_refuses_and_creates_nothing(
     assert "no hostkit.toml in this directory or above it" in output
     assert "no project to serve here (cd to the project, or pass -c FILE)" in output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_text_logs_escape_what_a_message_quotes() -> None:
+    """``hostkit serve``'s text log is a terminal too: a record quoting a platform's or a
+    model's text (ESC, OSC, bidi) is written escaped, as every other CLI line."""
+    from rich.console import Console
+
+    from hostkit.cli._serve_logs import serve_logging
+
+    out = io.StringIO()
+    with serve_logging("text", Console(file=out, width=200, color_system=None)):
+        logging.getLogger("hostkit.test").warning("channel said %s", "\x1b]0;pwned\x07\u202e")
+    text = out.getvalue()
+    assert "channel said" in text
+    assert "\x1b" not in text
+    assert "\u202e" not in text
