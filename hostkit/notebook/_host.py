@@ -404,15 +404,15 @@ class NotebookHost(AsyncResource):
             return TurnCancelResult(ended.turn_id, "cancelled", ended.outcome)
         held = self._tokens.get(view)
         token = await held if held is not None else None
-        scope = await self.scope()
+        scope = await self.scope(agent=view.agent)
         if token is None:
             # It ended before its token was read: the owner-checked cancel says how.
             return await self.host.turns.cancel(view.turn_id, scope)
         return await self.host.turns.cancel_token(*token)
 
-    async def _token_of(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
+    async def _token_of(self, turn_id: str, agent: str) -> tuple[TurnToken, PrincipalScope] | None:
         try:
-            return await self._read_token(turn_id)
+            return await self._read_token(turn_id, agent)
         except (StoreClosed, ScopeError):
             # Read beside its turn, which may end (and the Host close) first: nothing to
             # stop. The store may close between reading the binding and signing the scope.
@@ -420,8 +420,12 @@ class NotebookHost(AsyncResource):
                 return None
             raise
 
-    async def _read_token(self, turn_id: str) -> tuple[TurnToken, PrincipalScope] | None:
-        scope = await self.scope()
+    async def _read_token(
+        self, turn_id: str, agent: str
+    ) -> tuple[TurnToken, PrincipalScope] | None:
+        # The scope of the conversation the turn ran in: its agent's, never the default's
+        # (which would bind a session for an agent this cell did not talk to).
+        scope = await self.scope(agent=agent)
         try:
             return await self.host.turns.cancellation_token(turn_id, scope), scope
         except UnboundToken:  # it has ended already
@@ -489,7 +493,7 @@ class NotebookHost(AsyncResource):
         if event.kind == "turn.started":
             self._by_turn[event.turn_id] = view
             loop = asyncio.get_running_loop()
-            self._tokens[view] = loop.create_task(self._token_of(event.turn_id))
+            self._tokens[view] = loop.create_task(self._token_of(event.turn_id, view.agent))
         view.apply(event)
 
     async def aclose(self) -> None:

@@ -80,3 +80,19 @@ async def test_notebook_chat_gives_each_agent_its_own_conversation(tmp_path: Pat
     assert SECRET in alpha_1
     assert SECRET not in beta_1
     assert SECRET in alpha_2
+
+
+async def test_talking_to_another_agent_opens_no_session_for_the_default_one(
+    tmp_path: Path,
+) -> None:
+    """The notebook reads a turn's cancellation token in the conversation the turn ran in:
+    a cell that talked to ``beta`` leaves no (empty) session behind for ``alpha``."""
+    model = ScriptedModel([Reply("ok")], repeat_last=True)
+    nb = await hn.start(two_agents(tmp_path), capabilities=capabilities(model))
+    try:
+        beta = await nb.chat("hi", agent="beta")
+        operator = await nb.host.operator("test", reason="count the sessions")
+        sessions = await nb.host.store.inspect.recent_sessions(operator)
+    finally:
+        await nb.aclose()
+    assert [(s.session.session_id, s.turns) for s in sessions] == [(beta.session_id, 1)]
