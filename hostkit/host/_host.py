@@ -663,12 +663,15 @@ class Host(AsyncResource):
     ) -> str:
         """Run one turn in ``conversation`` and return the answer text.
 
-        The default conversation is the agent's own (``default/<agent>``), as
-        the CLI's is ``terminal/<agent>``: two agents never read each other's
+        The default conversation is the agent's own (``default`` for the
+        ``assistant``, ``default/<agent>`` for another), as the CLI's is
+        ``terminal``/``terminal/<agent>``: two agents never read each other's
         transcript unless the caller names one conversation for both.
         Raises ``TurnNotCompleted`` (with the result) for any other outcome.
         """
-        key = f"default/{agent}" if conversation is None else conversation
+        key = conversation
+        if key is None:
+            key = "default" if agent == "assistant" else f"default/{agent}"
         result = await self.turns.run(
             TurnRequest(
                 input=message,
@@ -702,7 +705,8 @@ class Host(AsyncResource):
         current configuration at each inbound) gets a reply route: its turns'
         answers and approval prompts become outbox intents for delivery; other
         channels' turns write none. Command inbounds (``approve CODE``) answer
-        the sender's pending approval. ``options`` are ``InboxWorker``'s
+        the sender's pending approval; the sender of a message the channel
+        accepted without its text is told it could not be read. ``options`` are ``InboxWorker``'s
         (``concurrency``, ``idle_poll_s``, ``grace_s``, ``reply_route``,
         ``run_command``, ...). Closing the Host stops its workers first: no
         new claims, a grace period for the turns in flight, every claim still
@@ -714,6 +718,7 @@ class Host(AsyncResource):
             "reply_route", lambda envelope: reply_route(self.config.channels, envelope)
         )
         options.setdefault("run_command", self._commands.run)
+        options.setdefault("tell_unread", self._commands.tell_unread)
         worker = InboxWorker(
             inbox or self.inbox,
             self._inbound.run,

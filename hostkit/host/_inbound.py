@@ -35,7 +35,7 @@ from hostkit.types import (
     approval_code,
 )
 
-__all__ = ["InboundCommands", "InboundTurns", "reply_route"]
+__all__ = ["UNREAD_NOTICE", "InboundCommands", "InboundTurns", "reply_route"]
 
 # "approve K7QX2M" / "deny K7QX2M": the word in any case, the code in base32 (shown upper case).
 _COMMAND = re.compile(r"\s*(approve|deny)\s+([A-Za-z2-7]{6})\s*", re.IGNORECASE)
@@ -54,6 +54,12 @@ _NOT_FOUND_REPLY = (
     "(six letters and digits), e.g. approve K7QX2M."
 )
 _UNKNOWN_REPLY = "Reply approve CODE or deny CODE, with the code from the approval prompt."
+# What the sender of a message the channel accepted without its text is told (a dead
+# letter: nothing will answer it). Never the reason, which quotes the platform's event.
+UNREAD_NOTICE = (
+    "I could not read your last message (it was too long, or held characters I cannot "
+    "take), so it got no answer. Please send it again, shorter or as plain text."
+)
 _REFUSED_REPLIES = {
     "answered": "it was answered already; nothing more runs.",
     "stale": "it no longer applies (what the agent asked to do changed since); nothing ran.",
@@ -153,6 +159,19 @@ class InboundCommands:
         self._turns = turns
         self._store = store
         self._route = route
+
+    async def tell_unread(self, claimed: ClaimedInbound) -> None:
+        """Tell the sender of an inbound the channel accepted without its text (too long, a
+        NUL) that it could not be read: it is dead-lettered, and no turn will answer it."""
+        envelope = claimed.envelope
+        scope = await self._authority.for_conversation(
+            ConversationFacts(
+                channel=envelope.channel_instance_id,
+                conversation_key=envelope.conversation_key,
+                principal_key=envelope.principal_key,
+            )
+        )
+        await self._reply(claimed, scope, UNREAD_NOTICE)
 
     async def run(self, claimed: ClaimedInbound) -> InboundResult:
         """The command's result; one that ran no turn is also said to its sender.

@@ -10,7 +10,15 @@ in-memory one (``ChannelInbox.in_memory``).
 from hostkit.inbox._inbox import FRONT_END_CHANNELS, RESERVED_INBOUND_CHANNELS, ChannelInbox
 from hostkit.inbox._policy import DEDUP_HORIZON_S, RetentionPolicy, RetryPolicy
 from hostkit.inbox._retention import RetentionSweeper
-from hostkit.inbox._worker import FindTurn, InboxWorker, ReplyRoute, Route, RunCommand, RunTurn
+from hostkit.inbox._worker import (
+    FindTurn,
+    InboxWorker,
+    ReplyRoute,
+    Route,
+    RunCommand,
+    RunTurn,
+    TellUnread,
+)
 
 __all__ = [
     "DEDUP_HORIZON_S",
@@ -26,4 +34,5 @@ __all__ = [
     "Route",
     "RunCommand",
     "RunTurn",
+    "TellUnread",
 ]

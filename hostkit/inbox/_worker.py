@@ -50,6 +50,7 @@ from hostkit.inbox._outcomes import (
 )
 from hostkit.store import MAX_CLAIM_BATCH
 from hostkit.types import (
+    UNPROCESSABLE,
     ClaimedInbound,
     CompletionDecision,
     ConversationFacts,
@@ -63,7 +64,15 @@ from hostkit.types import (
     plural,
 )
 
-__all__ = ["FindTurn", "InboxWorker", "ReplyRoute", "Route", "RunCommand", "RunTurn"]
+__all__ = [
+    "FindTurn",
+    "InboxWorker",
+    "ReplyRoute",
+    "Route",
+    "RunCommand",
+    "RunTurn",
+    "TellUnread",
+]
 
 _log = logging.getLogger("hostkit.inbox")
 
@@ -77,6 +86,8 @@ Route = Callable[[str], str]
 ReplyRoute = Callable[[InboundEnvelope], Mapping[str, Any] | None]
 # A command inbound -> its business result (the Host answers approvals with it).
 RunCommand = Callable[[ClaimedInbound], Awaitable[InboundResult]]
+# An inbound the channel accepted without its text -> tell its sender (best effort).
+TellUnread = Callable[[ClaimedInbound], Awaitable[None]]
 Clock = Callable[[], float]
 
 # complete/fail tried this often when the store fails; after that the lease's
@@ -118,7 +129,9 @@ class InboxWorker(Background):
 
     ``reply_route`` gives each turn's ``TurnRequest.route`` (None: the turn
     writes no outbox intent); ``run_command`` answers inbounds of kind
-    ``command`` (without it they are ``ignored``).
+    ``command`` (without it they are ``ignored``); ``tell_unread`` tells the
+    sender of an inbound the channel accepted without its text that it could
+    not be read, before it is dead-lettered.
     """
 
     def __init__(
@@ -130,6 +143,7 @@ class InboxWorker(Background):
         find_turn: FindTurn | None = None,
         reply_route: ReplyRoute | None = None,
         run_command: RunCommand | None = None,
+        tell_unread: TellUnread | None = None,
         concurrency: int = 4,
         idle_poll_s: float = 1.0,
         grace_s: float = 10.0,
@@ -141,8 +155,13 @@ class InboxWorker(Background):
             raise InvalidValue("InboxWorker needs a ChannelInbox")
         if not callable(run_turn) or not callable(route):
             raise InvalidValue("run_turn and route must be callables")
-        if any(f is not None and not callable(f) for f in (find_turn, reply_route, run_command)):
-            raise InvalidValue("find_turn, reply_route and run_command must be callables")
+        if any(
+            f is not None and not callable(f)
+            for f in (find_turn, reply_route, run_command, tell_unread)
+        ):
+            raise InvalidValue(
+                "find_turn, reply_route, run_command and tell_unread must be callables"
+            )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise InvalidValue("concurrency must be an integer")
         if not 1 <= concurrency <= MAX_CLAIM_BATCH:
@@ -157,6 +176,7 @@ class InboxWorker(Background):
         self._find_turn = find_turn
         self._reply_route = reply_route
         self._run_command = run_command
+        self._tell_unread = tell_unread
         self._concurrency = concurrency
         self._idle_poll_s = float(idle_poll_s)
         self._grace_s = float(grace_s)
@@ -363,6 +383,8 @@ class InboxWorker(Background):
     async def _process(self, claimed: ClaimedInbound) -> None:
         unsupported = unsupported_content(claimed.envelope)
         if unsupported is not None:
+            if unsupported.code == UNPROCESSABLE and self._tell_unread is not None:
+                await self._tell(claimed, self._tell_unread)
             await self._fail(claimed, unsupported)
             return
         if claimed.envelope.kind == "command" and self._run_command is not None:
@@ -397,6 +419,17 @@ class InboxWorker(Background):
         else:
             assert error is not None
             await self._failed(claimed, error)
+
+    async def _tell(self, claimed: ClaimedInbound, tell: TellUnread) -> None:
+        """Tell the sender their message could not be read; the dead letter comes either way
+        (a reply is written once per inbound, so a repeat of this attempt writes none)."""
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                await tell(claimed)
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning(
+                "inbound %s: telling its sender failed: %s", claimed.inbound_id, _text(exc)
+            )
 
     def _request(self, claimed: ClaimedInbound) -> TurnRequest:
         """The turn request of an inbound: authority from the authenticated fields only."""
