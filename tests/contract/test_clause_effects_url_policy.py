@@ -114,6 +114,8 @@ async def asking(
         ("http://[::1", "malformed"),
         ("file:///etc/passwd", "scheme"),
         ("http://example.com:0/", "port"),
+        ("http://localhost:8080/", "loopback name"),
+        ("http://admin.localhost/", "loopback name"),
     ],
 )
 async def test_refused_url_is_denied_before_approval_and_never_reaches_a_person(

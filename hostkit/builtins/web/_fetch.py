@@ -240,9 +240,10 @@ async def fetch(
 ) -> FetchResult:
     """GET ``url`` under ``policy``: pinned connections, validated hops, a capped body.
 
-    ``target`` is ``url`` as ``policy.resolve`` already validated it (before
-    an approval, say): the first request then goes to exactly those
-    addresses, never to a second DNS answer. ``network_backend`` is the raw
+    ``target`` is ``url`` as ``policy.resolve`` already validated it (a caller
+    that resolved it itself): the first request then goes to exactly those
+    addresses, never to a second DNS answer. ``web.extract`` passes none: it
+    resolves only here, after its approval. ``network_backend`` is the raw
     connector under the pinning layer (tests pass a loopback-only or
     scripted one). Raises ``UrlDenied`` before any
     connection to a refused URL or hop, ``FetchError`` for network failures

@@ -184,15 +184,21 @@ class UrlPolicy:
         literal address's category. For before an approval: a DNS lookup already reaches
         whoever serves the name, and a model can spell data into it (``<secret>.evil.example``).
 
-        Raises ``UrlDenied`` for a refused URL or literal address.
+        Raises ``UrlDenied`` for a refused URL, literal address or loopback name.
         """
         scheme, host, port, literal, _ = self._parse(url)
-        addresses = (
-            ()
-            if literal is None
-            else self._check(_origin(scheme, host, port), host, (str(literal),))
-        )
-        return CheckedUrl(scheme=scheme, host=host, port=port, addresses=addresses)
+        origin = _origin(scheme, host, port)
+        if literal is not None:
+            addresses = self._check(origin, host, (str(literal),))
+            return CheckedUrl(scheme=scheme, host=host, port=port, addresses=addresses)
+        # Names that are loopback by definition (RFC 6761) need no lookup to refuse.
+        if (host == "localhost" or host.endswith(".localhost")) and host not in self._hosts:
+            raise UrlDenied(
+                f"{origin} is a loopback name; only public addresses are allowed unless "
+                "allowlisted",
+                reason="loopback",
+            )
+        return CheckedUrl(scheme=scheme, host=host, port=port)
 
     async def resolve(self, url: str) -> ValidatedTarget:
         """Parse ``url``, resolve its host once and check every answer.
