@@ -309,7 +309,7 @@ async def test_a_stop_token_read_after_the_host_closed_is_none_not_an_orphan_err
     async with Host.open(path) as host:
         nb = NotebookHost(host, WidgetApprover())
         result = await host.turns.run(request("hi"))
-    assert await nb._token_of(result.turn_id) is None
+    assert await nb._token_of(result.turn_id, nb.default_agent) is None
 
 
 async def test_a_stop_token_read_cut_by_the_host_closing_mid_scope_is_none(
@@ -321,7 +321,7 @@ async def test_a_stop_token_read_cut_by_the_host_closing_mid_scope_is_none(
     path = write_config(tmp_path, reply="done")
     signing = ScopeError("the issuing store is closed")
 
-    async def closing_scope() -> PrincipalScope:
+    async def closing_scope(**_: object) -> PrincipalScope:
         raise signing
 
     async with Host.open(path) as host:
@@ -329,5 +329,5 @@ async def test_a_stop_token_read_cut_by_the_host_closing_mid_scope_is_none(
         result = await host.turns.run(request("hi"))
         monkeypatch.setattr(nb, "scope", closing_scope)
         with pytest.raises(ScopeError):
-            await nb._token_of(result.turn_id)
-    assert await nb._token_of(result.turn_id) is None
+            await nb._token_of(result.turn_id, nb.default_agent)
+    assert await nb._token_of(result.turn_id, nb.default_agent) is None
