@@ -12,7 +12,6 @@ assembled in (server, tool) order, each bound to its connection.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from collections.abc import Collection, Sequence
 
@@ -140,13 +139,12 @@ def _missed_rules(
     logged (once per connection, not at every turn that reuses it). A server that listed
     no tools, or a rule near none of them, is kept quiet."""
     notes = []
-    for kind, rule in policy.unmatched(tools, mcp_server=server):
-        close = difflib.get_close_matches(rule, tools, n=1)
-        if close:
-            note = f"the policy's {kind} rule {rule} matches none of its tools"
-            notes.append(f"{note} (did you mean {close[0]}?)")
-            if log:
-                _log.warning("MCP server %s: %s", server, notes[-1])
+    for kind, rule, meant in policy.near_misses(tools, mcp_server=server):
+        notes.append(
+            f"the policy's {kind} rule {rule} matches none of its tools (did you mean {meant}?)"
+        )
+        if log:
+            _log.warning("MCP server %s: %s", server, notes[-1])
     return notes
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -70,31 +71,32 @@ class EffectPolicy:
             for rule in self.allow
         )
 
-    def unmatched(
+    def near_misses(
         self, effects: Iterable[str], *, mcp_server: str | None = None
-    ) -> tuple[tuple[str, str], ...]:
-        """Each ``(kind, rule)`` of ``ask`` and ``deny`` that matches none of ``effects``.
+    ) -> tuple[tuple[str, str, str], ...]:
+        """Each ``(kind, rule, effect)``: an ``ask`` or ``deny`` rule that matches none of
+        ``effects`` but is one typo from ``effect``.
 
-        A rule that matches nothing is most often a typo (``file.write`` for
-        ``files.write``), and then the effect it meant runs unasked. Rules for
-        MCP tools (``mcp.``) are left out: those are discovered per session.
-        With ``mcp_server``, only the rules written for that server's tools
-        (``mcp.<server>.…`` before any wildcard) are checked, against the
-        tools it listed.
+        Such a rule is most often a typo (``file.write`` for ``files.write``), and
+        then the effect it meant runs unasked; a rule near none of them (a tool the
+        agent simply does not have) is left out. Rules for MCP tools (``mcp.``) are
+        left out too: those are discovered per session. With ``mcp_server``, only
+        the rules written for that server's tools (``mcp.<server>.…`` before any
+        wildcard) are checked, against the tools it listed.
         """
-        names = tuple(effects)
+        names = list(effects)
         prefix = f"mcp.{mcp_server}." if mcp_server is not None else None
-        return tuple(
-            (kind, rule)
-            for kind, rules in (("ask", self.ask), ("deny", self.deny))
-            for rule in rules
-            if (
-                _literal_prefix(rule).startswith(prefix)
-                if prefix is not None
-                else not rule.startswith("mcp.")
-            )
-            and not any(fnmatch.fnmatchcase(name, rule) for name in names)
-        )
+        misses = []
+        for kind, rules in (("ask", self.ask), ("deny", self.deny)):
+            for rule in rules:
+                literal = _literal_prefix(rule)
+                mine = literal.startswith(prefix) if prefix else not rule.startswith("mcp.")
+                if not mine or any(fnmatch.fnmatchcase(name, rule) for name in names):
+                    continue
+                close = difflib.get_close_matches(rule, names, n=1)
+                if close:
+                    misses.append((kind, rule, close[0]))
+        return tuple(misses)
 
     def rule_key(self, effect: str) -> str:
         """The rule an approval is cached under: the first matching ``ask`` glob."""

@@ -363,15 +363,11 @@ def _unmatched_rules(agent: str, policy: EffectPolicy, effects: Sequence[str]) -
     """One line per ``ask`` or ``deny`` rule of ``agent`` that matches none of its tools but
     is close to one: a typo, and the effect it meant runs unasked. (A rule for a tool the
     agent simply does not have is kept quiet: it is harmless, and often deliberate.)"""
-    lines = []
-    for kind, rule in policy.unmatched(effects):
-        close = difflib.get_close_matches(rule, effects, n=1)
-        if close:
-            lines.append(
-                f"agent {agent!r}: the policy's {kind} rule {rule!r} matches none of its "
-                f"tools; did you mean {close[0]!r}? ({close[0]} is not {_DONE[kind]} by it)"
-            )
-    return lines
+    return [
+        f"agent {agent!r}: the policy's {kind} rule {rule!r} matches none of its tools; "
+        f"did you mean {meant!r}? ({meant} is not {_DONE[kind]} by it)"
+        for kind, rule, meant in policy.near_misses(effects)
+    ]
 
 
 # Agent names listed in the refusal of an unknown one: enough to spot the right one.

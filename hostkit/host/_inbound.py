@@ -163,15 +163,7 @@ class InboundCommands:
     async def tell_unread(self, claimed: ClaimedInbound) -> None:
         """Tell the sender of an inbound the channel accepted without its text (too long, a
         NUL) that it could not be read: it is dead-lettered, and no turn will answer it."""
-        envelope = claimed.envelope
-        scope = await self._authority.for_conversation(
-            ConversationFacts(
-                channel=envelope.channel_instance_id,
-                conversation_key=envelope.conversation_key,
-                principal_key=envelope.principal_key,
-            )
-        )
-        await self._reply(claimed, scope, UNREAD_NOTICE)
+        await self._reply(claimed, await self._sender(claimed), UNREAD_NOTICE)
 
     async def run(self, claimed: ClaimedInbound) -> InboundResult:
         """The command's result; one that ran no turn is also said to its sender.
@@ -182,18 +174,22 @@ class InboundCommands:
         for an answer that will not come. An answer that ran a continuation
         is answered by that turn.
         """
+        scope = await self._sender(claimed)
+        result, said = await self._answered(claimed.envelope, scope)
+        if said is not None:
+            await self._reply(claimed, scope, said)
+        return result
+
+    async def _sender(self, claimed: ClaimedInbound) -> PrincipalScope:
+        """The scope of the inbound's conversation, from its authenticated fields only."""
         envelope = claimed.envelope
-        scope = await self._authority.for_conversation(
+        return await self._authority.for_conversation(
             ConversationFacts(
                 channel=envelope.channel_instance_id,
                 conversation_key=envelope.conversation_key,
                 principal_key=envelope.principal_key,
             )
         )
-        result, said = await self._answered(envelope, scope)
-        if said is not None:
-            await self._reply(claimed, scope, said)
-        return result
 
     async def _reply(self, claimed: ClaimedInbound, scope: PrincipalScope, text: str) -> None:
         route = None if self._route is None else self._route(claimed.envelope)

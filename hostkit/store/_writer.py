@@ -132,16 +132,15 @@ class LockWait:
     written and read whole).
     """
 
-    __slots__ = ("bound_s", "database", "file", "file_seen", "since")
+    __slots__ = ("bound_s", "database", "file", "since")
 
     def __init__(self, bound_s: float, database: str, file: tuple[int, int] | None = None) -> None:
         self.bound_s = bound_s
         self.database = database
         self.since: float | None = None
         # (device, inode) of the database file the store opened (``file_of`` once it was
-        # open); None: none to compare, or not known yet (the first write takes it).
+        # open); None: nothing to compare (an in-memory database, a migration at open).
         self.file = file
-        self.file_seen = file is not None
 
 
 def file_of(database: str) -> tuple[int, int] | None:
@@ -156,10 +155,7 @@ def file_of(database: str) -> tuple[int, int] | None:
 def refuse_replaced(conn: sqlite3.Connection, lock: LockWait) -> None:
     """In a transaction just begun: roll it back and raise ``DatabaseReplaced`` when the path
     no longer names the file this connection has open (deleted, or another file there)."""
-    now = file_of(lock.database)
-    if not lock.file_seen:
-        lock.file, lock.file_seen = now, True
-    elif lock.file is not None and now != lock.file:
+    if lock.file is not None and file_of(lock.database) != lock.file:
         conn.execute(ROLLBACK)
         raise DatabaseReplaced(lock.database)
 
