@@ -32,12 +32,13 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
 from hostkit._renewal import RenewalPace
 from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
-from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore
-from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds, plural
+from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore, LeaseOwner
+from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds, new_id, plural
 
 __all__ = ["DeliveryRuntime"]
 
@@ -78,6 +79,12 @@ class DeliveryRuntime(Background):
     and releases the claims whose send never started (pending again, attempt
     not spent). ``clock`` gives the wall-clock times passed to the store
     (leases, next attempts).
+
+    Each claim names this runtime's owner (its process), and each serve starts
+    by taking over the claims of provably dead owners, then again every
+    ``DEAD_CLAIMS_EVERY_S``: the intents a killed Host was sending are sent
+    again then, not when their leases run out (the receiver's idempotency key
+    drops a repeat of a send that had reached it).
 
     Live figures of this runtime since it was made (status lines): ``in_flight``
     (sends now), ``delivered`` (intents it delivered), ``failed`` (intents it
@@ -124,6 +131,8 @@ class DeliveryRuntime(Background):
         self._rand = rand
         # intent id -> the latest claim this runtime holds (released on shutdown)
         self._claims: dict[str, ClaimedDelivery] = {}
+        # This runtime's LeaseOwner text (its process), made once: the owner of its claims
+        self._owner: str | None = None
         # intent id -> the shielded cancel scope of its send (cut off after the grace)
         self._inflight: dict[str, anyio.CancelScope] = {}
         # intents whose channel.send began under the claim held in _claims (a cut spends it)
@@ -232,9 +241,13 @@ class DeliveryRuntime(Background):
             self._stopped.set()
 
     async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+        next_sweep = anyio.current_time()
         while not self._stop.is_set():
             if until_idle and self._wind_by is not None and anyio.current_time() >= self._wind_by:
                 return
+            if anyio.current_time() >= next_sweep:
+                await self._recover_dead_claims()
+                next_sweep = anyio.current_time() + DEAD_CLAIMS_EVERY_S
             free = self._concurrency - len(self._inflight)
             claimed: tuple[ClaimedDelivery, ...] = ()
             started = 0
@@ -253,10 +266,28 @@ class DeliveryRuntime(Background):
                     continue
             await self._pause()
 
+    async def _recover_dead_claims(self) -> None:
+        """A killed Host's claims are due now, not at lease expiry (a failure: they wait)."""
+        try:
+            with anyio.fail_after(self._op_timeout_s):
+                recovered = await expire_dead_claims(self.store, now=self._clock())
+        except (HostkitError, TimeoutError) as exc:
+            _log.warning("recovering dead owners' delivery claims failed: %s", _text(exc))
+            return
+        if recovered:
+            _log.info("made %s of dead owners due now", plural(recovered, "delivery claim"))
+
+    async def _owner_text(self) -> str:
+        if self._owner is None:
+            owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("delivery"))
+            self._owner = owner.encode()
+        return self._owner
+
     async def _claim(self, limit: int) -> tuple[ClaimedDelivery, ...]:
         try:
             with anyio.fail_after(self._op_timeout_s):
                 return await self.store.claim(
+                    owner=await self._owner_text(),
                     limit=limit,
                     lease_s=self.policy.lease_s,
                     max_attempts=self.policy.max_attempts,

@@ -19,18 +19,17 @@ from dataclasses import replace
 
 import anyio
 
+from hostkit._dead_claims import expire_dead_claims
 from hostkit.authority import RESERVED_CHANNELS
 from hostkit.errors import InvalidValue, ScopeError, StaleClaim, bounded
 from hostkit.inbox._policy import RetentionPolicy, RetryPolicy
 from hostkit.store import (
     MAX_CLAIM_BATCH,
-    MAX_CLAIM_OWNERS,
     MAX_REASON,
     InboxStore,
     LeaseOwner,
     RuntimeStore,
     audit_reason,
-    owner_is_dead,
 )
 from hostkit.types import (
     MAX_BATCH,
@@ -194,18 +193,7 @@ class ChannelInbox:
         machine, or text that names no process keeps its lease. The claims
         keep their token and spent attempt (see ``InboxStore.expire_claims``).
         """
-        expired = 0
-        after: str | None = None
-        while True:
-            owners = await self._store.claimed_owners(after=after, limit=MAX_CLAIM_OWNERS)
-            if not owners:
-                return expired
-            dead = await anyio.to_thread.run_sync(_dead_among, owners)
-            if dead:
-                expired += await self._store.expire_claims(dead, now=self._clock())
-            if len(owners) < MAX_CLAIM_OWNERS:
-                return expired
-            after = owners[-1]
+        return await expire_dead_claims(self._store, now=self._clock())
 
     async def reserve_turn(self, claimed: ClaimedInbound) -> ClaimedInbound:
         """Durably record that this claim starts its turn; ``StaleClaim`` if it is not current.
@@ -373,11 +361,6 @@ class ChannelInbox:
     def _forget(self, claimed: ClaimedInbound) -> None:
         if self._held.get(claimed.inbound_id) == claimed.claim_token:
             del self._held[claimed.inbound_id]
-
-
-def _dead_among(owners: Sequence[str]) -> tuple[str, ...]:
-    """The provably dead ones of ``owners`` (reads ``/proc``: run off the event loop)."""
-    return tuple(owner for owner in owners if owner_is_dead(owner))
 
 
 def _checked_batch(envelopes: Sequence[InboundEnvelope]) -> tuple[InboundEnvelope, ...]:

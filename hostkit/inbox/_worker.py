@@ -39,6 +39,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
 from hostkit._renewal import RenewalPace
 from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress
 from hostkit.inbox._inbox import ChannelInbox
@@ -93,10 +94,6 @@ Clock = Callable[[], float]
 # complete/fail tried this often when the store fails; after that the lease's
 # expiry brings the inbound back and the same request id reconciles it.
 _SETTLE_TRIES = 3
-# How often a serving worker looks again for claims a provably dead owner left: a peer
-# on this machine killed while this worker serves (several daemons on one database)
-# frees its claims within this, not at the end of their leases.
-DEAD_CLAIMS_EVERY_S = 10.0
 _Decision = TypeVar("_Decision", CompletionDecision, RetryDecision, bool)
 _Result = TypeVar("_Result", TurnResult, InboundResult)
 

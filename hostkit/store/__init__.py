@@ -17,6 +17,7 @@ from hostkit.store._approvals import (
     RevocationPage,
 )
 from hostkit.store._attachments import AttachmentStore, StoredAttachment
+from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.store._connection import Synchronous
 from hostkit.store._context import (
     MAX_BOOTSTRAP_CHARS,
@@ -48,7 +49,6 @@ from hostkit.store._delivery_sql import SqlDeliveryStore
 from hostkit.store._inbox import (
     ATTEMPTS_EXHAUSTED,
     MAX_CLAIM_BATCH,
-    MAX_CLAIM_OWNERS,
     MAX_INBOX_LIST,
     InboxStore,
 )

@@ -7,17 +7,22 @@ functions, so an argument one adapter refuses is refused by every adapter.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hostkit.errors import InvalidValue
 from hostkit.types import finite_seconds, is_count, is_text
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "MAX_CLAIM_OWNERS",
     "MAX_REASON",
     "UNSTORABLE_TEXT",
     "check_count",
     "check_duration",
     "check_finite",
     "check_instant",
+    "check_owner_page",
+    "check_owners",
     "check_reason",
     "check_ref",
 ]
@@ -30,6 +35,8 @@ _MAX_REF = 256
 # (undecodable bytes, e.g. from a command line): no database can store it, and the
 # engine's own UnicodeEncodeError would name neither the value nor the caller's fault.
 UNSTORABLE_TEXT = "text with a lone surrogate (undecodable bytes) cannot be stored"
+# Owners one claimed_owners page lists, and one expire_claims call names (both groups).
+MAX_CLAIM_OWNERS = 100
 # No policy allows more attempts than this (RetryPolicy.max_attempts, delivery's too).
 MAX_ATTEMPTS = 100
 
@@ -82,3 +89,21 @@ def check_reason(value: object, action: str = "a requeue") -> str:
     if not is_text(value, limit=MAX_REASON) or not str(value).strip():
         raise InvalidValue(f"{action} needs a reason of 1 to {MAX_REASON} characters of valid text")
     return str(value).strip()
+
+
+def check_owner_page(after: object, limit: object) -> tuple[str | None, int]:
+    """The page of ``claimed_owners``: an optional owner to list after, and a limit."""
+    return (
+        None if after is None else check_ref("after", after),
+        check_count("limit", limit, MAX_CLAIM_OWNERS),
+    )
+
+
+def check_owners(owners: object) -> tuple[str, ...]:
+    """The owners of ``expire_claims``: 1..``MAX_CLAIM_OWNERS`` owner texts."""
+    if not isinstance(owners, Sequence) or isinstance(owners, str | bytes):
+        raise InvalidValue("owners must be a sequence of owner texts")
+    named = tuple(owners)
+    if not 1 <= len(named) <= MAX_CLAIM_OWNERS:
+        raise InvalidValue(f"name 1 to {MAX_CLAIM_OWNERS} owners")
+    return tuple(dict.fromkeys(check_ref("owner", owner) for owner in named))

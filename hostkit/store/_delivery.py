@@ -10,9 +10,13 @@ atomic, conditional step, so the same rules hold for workers in one event
 loop, in several processes on one database, and (later) on several hosts:
 
 - claim: due rows (``pending`` past ``next_attempt_at``, or ``sending``
-  with an expired lease) oldest first, each with a fresh fencing token and
-  attempts + 1. A ``sending`` row whose lease expired after its last allowed
-  attempt is dead-lettered (``attempts_exhausted``) instead of returned.
+  with an expired lease) oldest first, each with a fresh fencing token,
+  attempts + 1 and its owner. A ``sending`` row whose lease expired after
+  its last allowed attempt is dead-lettered (``attempts_exhausted``) instead
+  of returned.
+- expire_claims: the claims of owners the caller proved dead are due now, as
+  if their leases had run out (token kept, attempt spent), so a restarted
+  Host need not wait out the leases of a killed one (as for inbox claims).
 - delivered / failed / extend / release are fenced by the claim token: a
   stale holder's call raises ``StaleClaim`` and changes nothing. A repeat of
   the same ``delivered`` by the same token is a no-op that returns the row.
@@ -24,9 +28,10 @@ Times are wall-clock seconds chosen by the caller (``now``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.types import (
     ClaimedDelivery,
     DeliveryCounts,
@@ -61,12 +66,38 @@ class DeliveryStore(ABC):
     async def claim(
         self,
         *,
+        owner: str,
         limit: int,
         lease_s: float,
         max_attempts: int,
         now: float,
     ) -> tuple[ClaimedDelivery, ...]:
-        """Lease up to ``limit`` due intents (oldest first) until ``now + lease_s``."""
+        """Lease up to ``limit`` due intents (oldest first) to ``owner`` until ``now + lease_s``.
+
+        ``owner`` is the claimant's ``LeaseOwner`` text, so a successor can
+        tell a dead claimant's claims (``claimed_owners``, ``expire_claims``).
+        """
+
+    @abstractmethod
+    async def claimed_owners(
+        self, *, after: str | None = None, limit: int = MAX_CLAIM_OWNERS
+    ) -> tuple[str, ...]:
+        """The distinct owners of ``sending`` intents, in text order, after ``after``.
+
+        At most ``limit`` (1..``MAX_CLAIM_OWNERS``); page on with the last one.
+        """
+
+    @abstractmethod
+    async def expire_claims(self, owners: Sequence[str], *, now: float) -> int:
+        """End the leases of ``owners``' claims now (1..``MAX_CLAIM_OWNERS`` owners).
+
+        For a caller that proved those owners dead: each of their ``sending``
+        intents is due at ``now`` (if it was due later), exactly as if its
+        lease had expired. The claim token stays, so the dead owner's late
+        calls are fenced once the intent is claimed again; the attempt stays
+        spent, so an intent whose send kills its Host every time still reaches
+        ``max_attempts`` and its dead letter. How many intents were made due.
+        """
 
     @abstractmethod
     async def reply(

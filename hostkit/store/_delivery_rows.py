@@ -44,8 +44,10 @@ __all__ = [
     "ClaimArgs",
     "approval_prompt",
     "claim_rows",
+    "claimed_owners",
     "count_rows",
     "delivered_row",
+    "expire_claims",
     "extend_row",
     "failed_row",
     "insert_intents",
@@ -88,7 +90,17 @@ DUE_ROWS = (
 )
 _CLAIM = (
     "UPDATE outbox SET status = 'sending', next_attempt_at = ?, attempts = attempts + 1, "
-    "claim_token = ?, updated_at = ? WHERE id = ?"
+    "claim_token = ?, claim_owner = ?, updated_at = ? WHERE id = ?"
+)
+# Dead owners' claims: due now, as if their leases had run out (token and attempt kept).
+# The status IN term matches outbox_due's, so both statements walk that partial index.
+_CLAIMED_OWNERS = (
+    f"SELECT DISTINCT claim_owner FROM outbox WHERE {_DUE} AND status = 'sending' "
+    "AND claim_owner > ? ORDER BY claim_owner LIMIT ?"
+)
+_EXPIRE = (
+    f"UPDATE outbox SET next_attempt_at = ?, updated_at = ? WHERE {_DUE} "
+    "AND status = 'sending' AND next_attempt_at > ? AND claim_owner IN ({owners})"
 )
 _EXHAUST = (
     "UPDATE outbox SET status = 'dead_lettered', next_attempt_at = NULL, last_error = ?, "
@@ -220,6 +232,7 @@ def insert_reply(
 class ClaimArgs:
     """A checked claim."""
 
+    owner: str
     limit: int
     lease_s: float
     max_attempts: int
@@ -249,11 +262,22 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedDelive
                 conn.execute(_EXHAUST, [message, args.now, row["id"]])
                 continue
             token = new_id("dlc")
-            conn.execute(_CLAIM, [lease, token, args.now, row["id"]])
+            conn.execute(_CLAIM, [lease, token, args.owner, args.now, row["id"]])
             attempt = row["attempts"] + 1
             intent = _intent(row, status="sending", attempts=attempt, next_attempt_at=lease)
             claimed.append(ClaimedDelivery(intent, token, attempt, lease))
     return tuple(claimed)
+
+
+def claimed_owners(conn: sqlite3.Connection, after: str | None, limit: int) -> tuple[str, ...]:
+    rows = conn.execute(_CLAIMED_OWNERS, ["" if after is None else after, limit]).fetchall()
+    return tuple(str(row[0]) for row in rows)
+
+
+def expire_claims(conn: sqlite3.Connection, owners: Sequence[str], now: float) -> int:
+    """Make the claims of ``owners`` due at ``now``; how many intents changed."""
+    sql = _EXPIRE.format(owners=", ".join("?" * len(owners)))
+    return conn.execute(sql, [now, now, now, *owners]).rowcount
 
 
 # -- fenced steps ----------------------------------------------------------------------

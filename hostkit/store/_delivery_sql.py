@@ -11,12 +11,13 @@ written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hostkit.errors import InvalidValue
 from hostkit.store import _checks as checks
 from hostkit.store import _delivery_rows as rows
+from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.store._delivery import (
     MAX_DELIVERY_CLAIM,
     MAX_DELIVERY_LIST,
@@ -49,18 +50,31 @@ class SqlDeliveryStore(DeliveryStore):
     async def claim(
         self,
         *,
+        owner: str,
         limit: int,
         lease_s: float,
         max_attempts: int,
         now: float,
     ) -> tuple[ClaimedDelivery, ...]:
         args = rows.ClaimArgs(
+            owner=checks.check_ref("owner", owner),
             limit=checks.check_count("limit", limit, MAX_DELIVERY_CLAIM),
             lease_s=checks.check_duration("lease_s", lease_s),
             max_attempts=checks.check_count("max_attempts", max_attempts, checks.MAX_ATTEMPTS),
             now=checks.check_instant("now", now),
         )
         return await self._db.write(lambda raw: rows.claim_rows(raw, args))
+
+    async def claimed_owners(
+        self, *, after: str | None = None, limit: int = MAX_CLAIM_OWNERS
+    ) -> tuple[str, ...]:
+        start, most = checks.check_owner_page(after, limit)
+        return await self._db.read(lambda raw: rows.claimed_owners(raw, start, most))
+
+    async def expire_claims(self, owners: Sequence[str], *, now: float) -> int:
+        named = checks.check_owners(owners)
+        at = checks.check_instant("now", now)
+        return await self._db.write(lambda raw: rows.expire_claims(raw, named, at))
 
     async def reply(
         self, *, inbound_id: str, session_id: str, route: Mapping[str, Any], text: str

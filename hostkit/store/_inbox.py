@@ -32,6 +32,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,
@@ -50,7 +51,6 @@ from hostkit.types import (
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
     "MAX_CLAIM_BATCH",
-    "MAX_CLAIM_OWNERS",
     "MAX_INBOX_LIST",
     "InboxStore",
 ]
@@ -58,8 +58,6 @@ __all__ = [
 # Rows one claim call may lease; rows one list call returns.
 MAX_CLAIM_BATCH = 64
 MAX_INBOX_LIST = 500
-# Owners one claimed_owners page lists, and one expire_claims call names.
-MAX_CLAIM_OWNERS = 100
 # The failure code of a row whose lease expired after its last allowed attempt
 # (its worker died or hung every time: a poison message).
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"

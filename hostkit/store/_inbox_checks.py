@@ -20,10 +20,12 @@ from hostkit.store._checks import (
     check_duration,
     check_finite,
     check_instant,
+    check_owner_page,
+    check_owners,
     check_reason,
     check_ref,
 )
-from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_CLAIM_OWNERS, MAX_INBOX_LIST
+from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_INBOX_LIST
 from hostkit.types import (
     MAX_BATCH,
     InboundEnvelope,
@@ -106,24 +108,6 @@ def check_list(state: object, channel_instance_id: object, limit: object) -> Non
     if channel_instance_id is not None:
         check_ref("channel_instance_id", channel_instance_id)
     check_count("limit", limit, MAX_INBOX_LIST)
-
-
-def check_owner_page(after: object, limit: object) -> tuple[str | None, int]:
-    """The page of ``claimed_owners``: an optional owner to list after, and a limit."""
-    return (
-        None if after is None else check_ref("after", after),
-        check_count("limit", limit, MAX_CLAIM_OWNERS),
-    )
-
-
-def check_owners(owners: object) -> tuple[str, ...]:
-    """The owners of ``expire_claims``: 1..``MAX_CLAIM_OWNERS`` owner texts."""
-    if not isinstance(owners, Sequence) or isinstance(owners, str | bytes):
-        raise InvalidValue("owners must be a sequence of owner texts")
-    named = tuple(owners)
-    if not 1 <= len(named) <= MAX_CLAIM_OWNERS:
-        raise InvalidValue(f"name 1 to {MAX_CLAIM_OWNERS} owners")
-    return tuple(dict.fromkeys(check_ref("owner", owner) for owner in named))
 
 
 def reconcile_limit(max_attempts: int, *, turn_reserved: bool) -> int:

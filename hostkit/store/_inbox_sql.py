@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from hostkit.store import _inbox_checks as checks
 from hostkit.store import _inbox_rows as rows
-from hostkit.store._inbox import MAX_CLAIM_BATCH, MAX_CLAIM_OWNERS, InboxStore
+from hostkit.store._checks import MAX_CLAIM_OWNERS
+from hostkit.store._inbox import MAX_CLAIM_BATCH, InboxStore
 from hostkit.types import (
     ChannelCounts,
     ClaimedInbound,

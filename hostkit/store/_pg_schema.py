@@ -439,10 +439,17 @@ _V4_COMMAND_REPLIES = Migration(
     ),
 )
 
+_V5_DELIVERY_CLAIM_OWNERS = Migration(
+    5,
+    "outbox: the owner of each delivery claim",
+    ("ALTER TABLE outbox ADD COLUMN claim_owner TEXT",),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
     _V3_TERMINAL_RUN_LEASES,
     _V4_COMMAND_REPLIES,
+    _V5_DELIVERY_CLAIM_OWNERS,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

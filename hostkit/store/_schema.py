@@ -757,6 +757,18 @@ _V17_COMMAND_REPLIES = Migration(
     ),
 )
 
+_V18_DELIVERY_CLAIM_OWNERS = Migration(
+    18,
+    "outbox: the owner of each delivery claim",
+    (
+        # Who holds a sending row's claim (a LeaseOwner text), so a restarted Host takes
+        # over the claims of a provably dead one at once instead of waiting out their
+        # leases, as it does for inbox claims. NULL for claims made before v18: only their
+        # lease ends them.
+        "ALTER TABLE outbox ADD COLUMN claim_owner TEXT",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -775,5 +787,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V15_APPROVAL_REVOCATIONS,
     _V16_TERMINAL_RUN_LEASES,
     _V17_COMMAND_REPLIES,
+    _V18_DELIVERY_CLAIM_OWNERS,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

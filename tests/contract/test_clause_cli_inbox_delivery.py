@@ -149,7 +149,9 @@ async def project(tmp_path: Path) -> Project:
 
 
 async def _claim(store: RuntimeStore) -> tuple[ClaimedDelivery, ...]:
-    return await store.delivery.claim(limit=10, lease_s=30.0, max_attempts=3, now=NOW)
+    return await store.delivery.claim(
+        owner="suite", limit=10, lease_s=30.0, max_attempts=3, now=NOW
+    )
 
 
 async def test_inbox_show_prints_one_record_with_its_turn_and_never_its_payload(

@@ -179,7 +179,9 @@ async def test_a_routed_turn_recovered_lost_sends_one_notice_on_its_route(
     assert await deliveries_recorded(runtime, turn_id) == [notice.intent_id]
     # Due now: the first claim after recovery sends it.
     later = time.time() + 1.0
-    (claim,) = await runtime.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=later)
+    (claim,) = await runtime.delivery.claim(
+        owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=later
+    )
     assert claim.intent.intent_id == notice.intent_id
 
 

@@ -23,10 +23,18 @@ async def test_claim_leases_due_intents_oldest_first_in_bounded_batches(
     async with open_delivery(adapter, tmp_path) as sut:
         ids = await sut.seed(5)
         now = sut.later()
-        first = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
-        second = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
-        third = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
-        empty = await sut.delivery.claim(limit=2, lease_s=30.0, max_attempts=3, now=now)
+        first = await sut.delivery.claim(
+            owner="suite", limit=2, lease_s=30.0, max_attempts=3, now=now
+        )
+        second = await sut.delivery.claim(
+            owner="suite", limit=2, lease_s=30.0, max_attempts=3, now=now
+        )
+        third = await sut.delivery.claim(
+            owner="suite", limit=2, lease_s=30.0, max_attempts=3, now=now
+        )
+        empty = await sut.delivery.claim(
+            owner="suite", limit=2, lease_s=30.0, max_attempts=3, now=now
+        )
     claimed = [c.intent.intent_id for c in (*first, *second, *third)]
     assert claimed == list(ids)
     assert (len(first), len(second), len(third), empty) == (2, 2, 1, ())
@@ -43,16 +51,27 @@ async def test_an_intent_is_not_due_before_its_next_attempt(adapter: str, tmp_pa
     async with open_delivery(adapter, tmp_path) as sut:
         older, newer = await sut.seed(2)
         now = sut.later()
-        (claim,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now)
+        (claim,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now
+        )
         assert claim.intent.intent_id == older
         await sut.delivery.failed(
             claim, DeliveryFailure("transient", "http_503"), retry_at=now + 100, now=now
         )
-        (next_one,) = await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now)
+        (next_one,) = await sut.delivery.claim(
+            owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=now
+        )
         assert next_one.intent.intent_id == newer
         await sut.delivery.delivered(next_one, now=now)
-        assert await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now + 99) == ()
-        (again,) = await sut.delivery.claim(limit=5, lease_s=30.0, max_attempts=3, now=now + 100)
+        assert (
+            await sut.delivery.claim(
+                owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=now + 99
+            )
+            == ()
+        )
+        (again,) = await sut.delivery.claim(
+            owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=now + 100
+        )
     assert (again.intent.intent_id, again.attempt) == (older, 2)
 
 
@@ -62,10 +81,19 @@ async def test_an_expired_lease_is_claimed_again_with_a_new_token_and_attempt(
     async with open_delivery(adapter, tmp_path) as sut:
         (intent_id,) = await sut.seed(1)
         now = sut.later()
-        (first,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now)
+        (first,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=10.0, max_attempts=3, now=now
+        )
         # Still leased: nobody else gets it.
-        assert await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now + 9) == ()
-        (second,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now + 10)
+        assert (
+            await sut.delivery.claim(
+                owner="suite", limit=1, lease_s=10.0, max_attempts=3, now=now + 9
+            )
+            == ()
+        )
+        (second,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=10.0, max_attempts=3, now=now + 10
+        )
         assert second.intent.intent_id == intent_id
         assert second.claim_token != first.claim_token
         assert (second.attempt, second.intent.attempts) == (2, 2)
@@ -83,13 +111,19 @@ async def test_an_expired_last_attempt_is_dead_lettered_not_claimed(
     async with open_delivery(adapter, tmp_path) as sut:
         (stuck,) = await sut.seed(1)
         now = sut.later()
-        (one,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=2, now=now)
-        (two,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=2, now=now + 10)
+        (one,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=10.0, max_attempts=2, now=now
+        )
+        (two,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=10.0, max_attempts=2, now=now + 10
+        )
         assert one.intent.intent_id == two.intent.intent_id == stuck
         assert two.attempt == 2
         (fresh,) = await sut.seed(1)
         # Its second (last) lease expires too: dead-lettered, and the claim moves on.
-        got = await sut.delivery.claim(limit=5, lease_s=10.0, max_attempts=2, now=now + 20)
+        got = await sut.delivery.claim(
+            owner="suite", limit=5, lease_s=10.0, max_attempts=2, now=now + 20
+        )
         assert [c.intent.intent_id for c in got] == [fresh]
         dead = await sut.delivery.intent(stuck)
         assert dead is not None

@@ -26,7 +26,9 @@ async def test_a_stale_token_is_refused_and_nothing_changes(adapter: str, tmp_pa
     async with open_delivery(adapter, tmp_path) as sut:
         (intent_id,) = await sut.seed(1)
         now = sut.later()
-        (claim,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now)
+        (claim,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now
+        )
         forged = dataclasses.replace(claim, claim_token="dlc_not_the_holder")
         before = await sut.delivery.intent(intent_id)
         for attempt in (
@@ -51,13 +53,20 @@ async def test_delivered_repeated_by_the_same_token_is_a_no_op(
     async with open_delivery(adapter, tmp_path) as sut:
         (intent_id,) = await sut.seed(1)
         now = sut.later()
-        (claim,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now)
+        (claim,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now
+        )
         first = await sut.delivery.delivered(claim, now=now + 1)
         again = await sut.delivery.delivered(claim, now=now + 50)
         # Terminal: no other outcome by the same token, no new claim.
         with pytest.raises(StaleClaim):
             await sut.delivery.failed(claim, FAILURE, retry_at=None, now=now + 51)
-        assert await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now + 99) == ()
+        assert (
+            await sut.delivery.claim(
+                owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now + 99
+            )
+            == ()
+        )
         stored = await sut.delivery.intent(intent_id)
     assert first == again == stored
     assert (first.status, first.delivered_at, first.next_attempt_at) == ("delivered", now + 1, None)
@@ -69,7 +78,9 @@ async def test_release_gives_it_back_due_now_without_spending_the_attempt(
     async with open_delivery(adapter, tmp_path) as sut:
         (intent_id,) = await sut.seed(1)
         now = sut.later()
-        (claim,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now)
+        (claim,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now
+        )
         await sut.delivery.release(claim, now=now + 1)
         released = await sut.delivery.intent(intent_id)
         assert released is not None
@@ -83,7 +94,9 @@ async def test_release_gives_it_back_due_now_without_spending_the_attempt(
         with pytest.raises(StaleClaim):
             await sut.delivery.delivered(claim, now=now + 2)
         await sut.delivery.release(claim, now=now + 2)
-        (again,) = await sut.delivery.claim(limit=1, lease_s=30.0, max_attempts=3, now=now + 2)
+        (again,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=30.0, max_attempts=3, now=now + 2
+        )
     assert (again.intent.intent_id, again.attempt) == (intent_id, 1)
 
 
@@ -91,11 +104,18 @@ async def test_extend_renews_the_holders_lease(adapter: str, tmp_path: Path) -> 
     async with open_delivery(adapter, tmp_path) as sut:
         (intent_id,) = await sut.seed(1)
         now = sut.later()
-        (claim,) = await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now)
+        (claim,) = await sut.delivery.claim(
+            owner="suite", limit=1, lease_s=10.0, max_attempts=3, now=now
+        )
         renewed = await sut.delivery.extend(claim, lease_s=60.0, now=now + 5)
         assert (renewed.claim_token, renewed.attempt) == (claim.claim_token, 1)
         assert renewed.lease_expires_at == renewed.intent.next_attempt_at == now + 65
         # Past the first lease but inside the renewed one: not claimable.
-        assert await sut.delivery.claim(limit=1, lease_s=10.0, max_attempts=3, now=now + 30) == ()
+        assert (
+            await sut.delivery.claim(
+                owner="suite", limit=1, lease_s=10.0, max_attempts=3, now=now + 30
+            )
+            == ()
+        )
         done = await sut.delivery.delivered(renewed, now=now + 31)
     assert (done.intent_id, done.status) == (intent_id, "delivered")

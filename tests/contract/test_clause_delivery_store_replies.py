@@ -41,7 +41,9 @@ async def test_a_reply_is_an_inbounds_intent_claimed_and_delivered_like_any(
         assert reply.route == ROUTE
         assert await sut.delivery.intents() == (reply,)
 
-        (claimed,) = await sut.delivery.claim(limit=5, lease_s=30, max_attempts=3, now=sut.later())
+        (claimed,) = await sut.delivery.claim(
+            owner="suite", limit=5, lease_s=30, max_attempts=3, now=sut.later()
+        )
         assert claimed.intent.intent_id == reply.intent_id
         assert claimed.intent.inbound_id == inbound_id
         done = await sut.delivery.delivered(claimed, now=sut.later())

@@ -31,7 +31,9 @@ async def test_counts_listings_and_next_due(adapter: str, tmp_path: Path) -> Non
         assert oldest.approval is None
 
         now = sut.later()
-        a, b, c = await sut.delivery.claim(limit=3, lease_s=30.0, max_attempts=3, now=now)
+        a, b, c = await sut.delivery.claim(
+            owner="suite", limit=3, lease_s=30.0, max_attempts=3, now=now
+        )
         await sut.delivery.delivered(a, now=now)
         await sut.delivery.failed(b, DeliveryFailure("permanent", "gone"), retry_at=None, now=now)
         assert await sut.delivery.counts() == DeliveryCounts(

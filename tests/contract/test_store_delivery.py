@@ -77,7 +77,7 @@ async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_pat
         assert [i.intent_id for i in await new.delivery.intents()] == ["out_legacy"]
         assert await new.delivery.next_due() == legacy.next_attempt_at
         (claim,) = await new.delivery.claim(
-            limit=5, lease_s=30.0, max_attempts=3, now=created + 0.01
+            owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=created + 0.01
         )
         assert claim.intent.intent_id == "out_legacy"
         indexes = await new.read(

@@ -382,3 +382,35 @@ async def test_v17_rebuilds_the_outbox_keeping_every_intent_and_takes_command_re
 
         with pytest.raises(StoreError, match="CHECK constraint failed"):
             await store.write(neither)
+
+
+@pytest.mark.sqlite_only("a v17 SQLite file built from a prefix of the SQLite migrations")
+async def test_v18_names_no_owner_for_a_claim_made_before_it(db_path: Path) -> None:
+    """A claim a v17 Host made names no owner: no successor can prove it dead, so only its
+    lease ends it; every claim made after v18 names its owner."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:17]) as store:
+        (intent_id,) = await finish_routed_turns(store, 1)
+
+        def claim_as_v17(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE outbox SET status = 'sending', next_attempt_at = 100.0, attempts = 1, "
+                "claim_token = 'dlc_old' WHERE intent_id = ?",
+                [intent_id],
+            )
+
+        await store.write(claim_as_v17)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (17, SCHEMA_VERSION)
+        assert await store.delivery.claimed_owners() == ()
+        assert await store.delivery.expire_claims(["anyone"], now=50.0) == 0
+        assert (
+            await store.delivery.claim(
+                owner="successor", limit=1, lease_s=30.0, max_attempts=3, now=99.0
+            )
+            == ()
+        )
+        (claimed,) = await store.delivery.claim(
+            owner="successor", limit=1, lease_s=30.0, max_attempts=3, now=100.0
+        )
+        assert (claimed.intent.intent_id, claimed.attempt) == (intent_id, 2)
+        assert await store.delivery.claimed_owners() == ("successor",)

@@ -41,7 +41,11 @@ async def main() -> None:
                 await anyio.sleep(0.005)
         while True:
             claimed = await store.delivery.claim(
-                limit=OPTIONS["batch"], lease_s=OPTIONS["lease_s"], max_attempts=3, now=time.time()
+                owner="suite",
+                limit=OPTIONS["batch"],
+                lease_s=OPTIONS["lease_s"],
+                max_attempts=3,
+                now=time.time(),
             )
             if not claimed:
                 return
