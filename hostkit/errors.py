@@ -30,6 +30,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
         │   ├── StoreClosed
         │   ├── StoreOutcomeUnknown a COMMIT whose answer was lost: it may have landed
         │   ├── DatabaseReplaced   the database file was deleted or replaced while open
+        │   ├── ClockSkew          this machine's clock and the database server's disagree
         │   └── MigrationError     names the database, the backup and the restore action
         ├── LeaseLost              a write carried a fencing token its lease no longer has
         ├── DeliveryRefused        an outbound channel refused or failed one delivery attempt
@@ -53,6 +54,7 @@ __all__ = [
     "ApprovalRefused",
     "AttachmentRefused",
     "ChannelRefused",
+    "ClockSkew",
     "ConfigError",
     "ContextOverflow",
     "DatabaseReplaced",
@@ -470,6 +472,32 @@ class DatabaseReplaced(StoreError):
         super().__init__(
             f"the database file {database[-200:]} was deleted or replaced while this Host had "
             "it open: nothing more is written to it (restart the Host on the right file)",
+            retryable=False,
+        )
+
+
+class ClockSkew(StoreError):
+    """This machine's clock and the database server's disagree by more than leases tolerate.
+
+    Hosts sharing a database compare lease expiries written by each other's
+    clocks: a clock that runs ahead takes a live holder's session, claim or
+    run over early. So a Host whose clock is off by more than
+    ``max_clock_skew_s`` does not start. ``skew_s`` is positive when this
+    machine's clock is ahead.
+    """
+
+    def __init__(self, *, skew_s: float, max_skew_s: float, database: str) -> None:
+        self.skew_s = skew_s
+        self.max_skew_s = max_skew_s
+        side = "ahead of" if skew_s > 0 else "behind"
+        super().__init__(
+            bounded(
+                f"this machine's clock is {abs(skew_s):.1f} s {side} the clock of the database "
+                f"server {database}; Hosts sharing a database need clocks within "
+                f"{max_skew_s:g} s of it (leases compare their times): synchronise this "
+                "machine's clock (NTP), or raise [store] max_clock_skew_s",
+                600,
+            ),
             retryable=False,
         )
 

@@ -297,6 +297,9 @@ class StoreSection(_Strict):
     pool_size: int = Field(default=8, ge=1, le=100)
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     statement_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    # How far this machine's clock may be off the server's: leases written by Hosts on
+    # several machines compare their clocks (a Host further off does not start).
+    max_clock_skew_s: float = Field(default=2.0, gt=0, le=60)
     # Where a verified pg_dump goes before an upgrade that drops data (beside the config).
     backup_dir: str = Field(default=".hostkit-backups", min_length=1, max_length=4096)
 

@@ -20,6 +20,7 @@ async def open_configured_store(config: HostConfig) -> RuntimeStore:
             connect_timeout_s=config.store.connect_timeout_s,
             statement_timeout_s=config.store.statement_timeout_s,
             backup_dir=config.resolve(config.store.backup_dir),
+            max_clock_skew_s=config.store.max_clock_skew_s,
         )
     folder = config.database_path.parent
     try:

@@ -125,11 +125,14 @@ class RuntimeStore(AsyncResource):
         statement_timeout_s: float = 30.0,
         backup_dir: Path | None = None,
         migrations: Sequence[Migration] | None = None,
+        max_clock_skew_s: float = 2.0,
     ) -> Opening[RuntimeStore]:
         """Open (creating or upgrading) the PostgreSQL store at ``url`` (``hostkit[postgres]``).
 
         Any number of Hosts may open the same database. Keep the password out
         of ``url``: libpq reads ``PGPASSWORD``, ``PGPASSFILE`` or ``~/.pgpass``.
+        ``ClockSkew`` when this machine's clock is more than
+        ``max_clock_skew_s`` seconds off the server's.
         """
         return Opening(
             lambda: _connect_postgres(
@@ -139,6 +142,7 @@ class RuntimeStore(AsyncResource):
                 statement_timeout_s=statement_timeout_s,
                 backup_dir=backup_dir,
                 migrations=migrations,
+                max_clock_skew_s=max_clock_skew_s,
             )
         )
 

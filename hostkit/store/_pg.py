@@ -24,6 +24,7 @@ import contextlib
 import functools
 import random
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -32,7 +33,7 @@ import anyio
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from hostkit.errors import InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
+from hostkit.errors import ClockSkew, InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
@@ -59,6 +60,11 @@ _RERUN_STATES = ("40001", "40P01")
 # Reruns of a transaction whose connection was lost before its COMMIT, each on a
 # connection the pool checked: a restarted server leaves every idle one dead.
 _LOST_CONNECTION_RUNS = 2
+# Round trips of the clock comparison at open; the one with the shortest wait decides.
+_CLOCK_SAMPLES = 3
+_SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+# This machine's wall clock, the one every lease time the Host writes comes from.
+_machine_clock = time.time
 
 
 class _ConnectionLost(Exception):
@@ -82,6 +88,26 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
         retryable = True  # the connection broke before the server answered
     name = f"{state} " if state else ""
     return StoreError(f"{action} failed: {name}{type(exc).__name__}: {first}", retryable=retryable)
+
+
+async def _clock_skew(conn: psycopg.AsyncConnection[Any]) -> float:
+    """How far this machine's clock is ahead of the server's (negative: behind), in seconds.
+
+    Each sample brackets the server's reading between two local ones; the
+    sample with the shortest round trip has the smallest error (at most half
+    of it), and that error counts in the machine's favour.
+    """
+    samples: list[tuple[float, float]] = []
+    for _ in range(_CLOCK_SAMPLES):
+        before = _machine_clock()
+        row = await (await conn.execute(_SERVER_CLOCK)).fetchone()
+        after = _machine_clock()
+        samples.append((after - before, (before + after) / 2 - float(cast(Any, row)[0])))
+    trip, skew = min(samples)
+    margin = trip / 2
+    if abs(skew) <= margin:
+        return 0.0
+    return skew - margin if skew > 0 else skew + margin
 
 
 def _unreachable(location: str, timeout_s: float, exc: Exception) -> StoreError:
@@ -123,6 +149,7 @@ class PgStore(RowStore):
         statement_timeout_s: float = 30.0,
         backup_dir: Path | None = None,
         migrations: Sequence[Migration] | None = None,
+        max_clock_skew_s: float = 2.0,
     ) -> PgStore:
         """Open a pool on ``url`` and bring the schema to this version.
 
@@ -132,8 +159,12 @@ class PgStore(RowStore):
         within ``connect_timeout_s``, ``MigrationError`` when the schema cannot
         be brought to this version. ``backup_dir`` is where a verified
         ``pg_dump`` goes before an upgrade that drops data (none: refused).
+        Raises ``ClockSkew`` when this machine's clock is more than
+        ``max_clock_skew_s`` off the server's: leases written by Hosts on
+        several machines compare their clocks.
         """
         check_url(url)
+        check_duration("max_clock_skew_s", max_clock_skew_s)
         check_count("pool_size", pool_size, 100)
         check_duration("connect_timeout_s", connect_timeout_s)
         check_duration("statement_timeout_s", statement_timeout_s)
@@ -174,6 +205,9 @@ class PgStore(RowStore):
             except psycopg.Error as exc:
                 raise _unreachable(location, connect_timeout_s, exc) from exc
             async with migrating as conn:
+                skew = await _clock_skew(conn)
+                if abs(skew) > max_clock_skew_s:
+                    raise ClockSkew(skew_s=skew, max_skew_s=max_clock_skew_s, database=location)
                 report = await upgrade(
                     conn,
                     migrations=PG_MIGRATIONS if migrations is None else migrations,

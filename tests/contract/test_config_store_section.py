@@ -147,6 +147,7 @@ def test_the_backup_folder_is_bounded_and_resolved_beside_the_config(tmp_path: P
         ("pool_size", (1, 100), (0, -1, 101, 1.5)),
         ("connect_timeout_s", (0.1, 300), (0, -1, 300.5, float("nan"))),
         ("statement_timeout_s", (0.5, 3600), (0, -0.5, 3600.1, float("inf"))),
+        ("max_clock_skew_s", (0.1, 60), (0, -1, 60.5, float("nan"))),
     ],
 )
 def test_pool_size_and_timeouts_are_bounded(

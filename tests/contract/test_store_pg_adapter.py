@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,9 +26,12 @@ import anyio.lowlevel
 import psycopg
 import pytest
 
-from hostkit.errors import InvalidValue, StoreClosed, StoreError
+from hostkit.errors import MESSAGE_LIMIT, ClockSkew, InvalidValue, StoreClosed, StoreError
+from hostkit.host import parse_config
+from hostkit.host._store import open_configured_store
 from hostkit.store import RuntimeStore
-from hostkit.types import InboundEnvelope
+from hostkit.store import _pg as pg_module
+from hostkit.types import DeliveryCounts, InboundEnvelope
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
 pytestmark = pytest.mark.anyio
@@ -555,3 +559,37 @@ async def test_watch_wakes_when_another_store_accepts_and_again_after_its_connec
         await anyio.sleep(0.05)
     else:
         pytest.fail("the listening connection outlived its cancelled watch")
+
+
+@pytest.mark.parametrize(("offset_s", "side"), [(30.0, "ahead of"), (-30.0, "behind")])
+async def test_a_host_whose_clock_is_off_the_servers_does_not_start(
+    postgres_cluster: PostgresCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    offset_s: float,
+    side: str,
+) -> None:
+    """Leases written by one Host's clock are read by another's: a machine 30 s off would
+    take live holders' sessions over early (ahead) or hold dead ones' too long (behind)."""
+    url = await postgres_cluster.create_database()
+    monkeypatch.setattr(pg_module, "_machine_clock", lambda: time.time() + offset_s)
+    with pytest.raises(ClockSkew) as caught:
+        async with RuntimeStore.open_postgres(url):
+            pytest.fail("a Host 30 s off the server's clock opened the store")
+    assert caught.value.skew_s == pytest.approx(offset_s, abs=1.0)
+    assert caught.value.max_skew_s == 2.0
+    message = str(caught.value)
+    assert f"s {side} the clock of the database server" in message
+    assert "max_clock_skew_s" in message
+    assert len(message) <= MESSAGE_LIMIT
+    # Refused before the schema: nothing was created in the database.
+    tables = await admin(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+    assert tables == [(0,)]
+    # The bound is the operator's ([store] max_clock_skew_s): a wider one lets it start.
+    config = parse_config({"store": {"url": url, "max_clock_skew_s": 60}}, base_dir=tmp_path)
+    store = await open_configured_store(config)
+    async with store:
+        assert await store.delivery.counts() == DeliveryCounts()
+    monkeypatch.setattr(pg_module, "_machine_clock", lambda: time.time() + offset_s / 30)
+    async with RuntimeStore.open_postgres(url):
+        pass  # one second off: within the default 2 s
