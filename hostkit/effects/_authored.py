@@ -92,6 +92,10 @@ class AuthorState(Protocol):
 Emit = Callable[[str, Mapping[str, Any] | None], None]
 
 
+def _slice(text: str, start: int, end: int) -> str:
+    return text[start:end]
+
+
 def _discard(kind: str, data: Mapping[str, Any] | None = None) -> None:
     """``emit`` of a tool called outside a turn that lends its SDK: events go nowhere."""
 
@@ -144,6 +148,13 @@ class ToolContext:
     # (a durable record of Host work): results are redacted by the runtime, such
     # records are not.
     redact: Callable[[str], str] = str
+    # For a tool that returns a window of stored text whose edges the model chose (a
+    # file read at an offset): ``redact_window(text, start, end)`` is ``text[start:end]``
+    # with every secret overlapping it masked, found in all of ``text``. Read
+    # ``secret_reach`` characters beyond each edge into ``text`` so that no cut through
+    # a secret leaves a piece too short to recognise.
+    redact_window: Callable[[str, int, int], str] = _slice
+    secret_reach: int = 0
     core_revision: str = ""
     request_id: str = ""
     state: AuthorState | None = None

@@ -212,6 +212,11 @@ class Redactor:
         """Every whole spelling with its replacement, longest first."""
         return self.index.needles
 
+    @property
+    def reach(self) -> int:
+        """The longest spelling's length: the context a window needs on each side (``window``)."""
+        return len(self.index.needles[0][0]) if self.index.needles else 0
+
     def __bool__(self) -> bool:
         return bool(self.index.needles)
 
@@ -232,6 +237,24 @@ class Redactor:
         if cut:
             spans.extend(self._tail_spans(text))
         return _mask(text, spans) + (_CUT if cut else "")
+
+    def window(self, text: str, start: int, end: int) -> str:
+        """``text[start:end]`` with every spelling or fragment that overlaps it masked.
+
+        Matches are found in all of ``text``, so a window whose edges a caller
+        chose (a file read at an offset) cannot cut a secret into pieces too
+        short to recognise: with ``reach`` characters of context on each side,
+        any part of a secret inside the window is masked.
+        """
+        piece = text[start:end]
+        if not self.index.needles:
+            return piece
+        spans = [
+            (max(low, start) - start, min(high, end) - start, label)
+            for low, high, label in (*self._spans(text), *self._fragment_spans(text))
+            if low < end and high > start
+        ]
+        return _mask(piece, spans)
 
     def leaked(self, text: str) -> bool:
         """True when ``text`` still holds a spelling of a secret, or a fragment of one."""

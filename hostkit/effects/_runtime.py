@@ -121,6 +121,10 @@ class Toolset:
     # Declared MCP servers, each with the connector bound to the agent; their tools
     # are discovered per session (``McpConnections``), after the connect gate.
     mcp_servers: tuple[McpServer, ...] = ()
+    # Every secret some agent of this Host may hold (environment names): masked in this
+    # turn's results too, held by this agent or not. Agents share workspaces and
+    # sessions' files: a value one agent's run left in a file is no other agent's to read.
+    masked_secrets: tuple[str, ...] = ()
 
 
 class ToolsetProvider(Protocol):
@@ -147,6 +151,14 @@ class _Checked:
     # the value the invocation receives (``ToolContext.prepared``).
     target: Mapping[str, Any] | None = None
     prepared: Any = None
+
+
+def _call_redactor(checked: _Checked, secrets: Mapping[str, str]) -> Redactor:
+    """The call's secret set: every held value (the bound ones among them, labelled alike)
+    plus secret-named argument values (``_check`` derived them once already)."""
+    return Redactor.of(
+        {**checked.held, **secrets}, _argument_secrets(checked.entry.tool, checked.raw_arguments)
+    )
 
 
 def _refused(
@@ -421,9 +433,10 @@ class EffectRuntime:
             return _refused(
                 call_id, effect, "denied", "the effect is not in the turn's capability snapshot"
             )
-        # Every secret the agent holds is masked in every result of the turn, bound to
-        # this call or not: a value one call wrote to a file, the next may read back.
-        held = self._held_secrets(context)
+        # Every secret the agent holds, and every one another agent of this Host may
+        # hold, is masked in every result of the turn, bound to this call or not: a value
+        # one call wrote to a file, the next (or another agent's) may read back.
+        held = self._held_secrets(context, toolset)
         # And the values the tool's own configuration holds (an MCP server's declared env).
         for name, value in entry.tool.secret_values.items():
             if len(value) >= MIN_SECRET_CHARS:
@@ -514,17 +527,20 @@ class EffectRuntime:
             return None
         return diff if isinstance(diff, str) else None
 
-    def _held_secrets(self, context: TurnExecutionContext) -> dict[str, str]:
-        """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot.
+    def _held_secrets(self, context: TurnExecutionContext, toolset: Toolset) -> dict[str, str]:
+        """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot, and
+        every secret another agent of the Host may hold (``Toolset.masked_secrets``).
 
         Read from the runtime's environment; an unset or too-short value is skipped
         here (binding one is refused with a reason).
         """
         held: dict[str, str] = {}
-        for grant in context.capability_snapshot.get("secrets", ()):
-            if not isinstance(grant, str) or not grant.startswith(_SECRET_GRANT):
-                continue
-            name = grant.removeprefix(_SECRET_GRANT)
+        granted = [
+            grant.removeprefix(_SECRET_GRANT)
+            for grant in context.capability_snapshot.get("secrets", ())
+            if isinstance(grant, str) and grant.startswith(_SECRET_GRANT)
+        ]
+        for name in (*granted, *toolset.masked_secrets):
             value = self._environ.get(name) if _ENV_NAME.fullmatch(name) else None
             if value is not None and len(value) >= MIN_SECRET_CHARS:
                 held[name] = value
@@ -621,6 +637,9 @@ class EffectRuntime:
                 )
             secrets[name] = value
         expires_at = time.time() + checked.toolset.secret_ttl_s if secrets else None
+        # Masks what the call's result is masked with: every held value (the bound ones
+        # among them) and the call's secret-named argument values.
+        call_redactor = _call_redactor(checked, secrets)
         tool_context = ToolContext(
             turn_id=context.turn_id,
             session_id=context.session_id,
@@ -632,6 +651,8 @@ class EffectRuntime:
             prepared=checked.prepared,
             call_id=checked.call_id,
             redact=checked.redactor.text,
+            redact_window=call_redactor.window,
+            secret_reach=call_redactor.reach,
             core_revision=context.core_revision,
             request_id=context.request_id,
         )
@@ -641,25 +662,21 @@ class EffectRuntime:
                 state=author.state,
                 core_state=author.core_state,
                 # Masked with the call's redactor, plus the values the call binds.
-                emit=author.emit(
-                    Redactor.of(
-                        {**checked.held, **secrets},
-                        _argument_secrets(checked.entry.tool, checked.raw_arguments),
-                    ).text
-                ),
+                emit=author.emit(call_redactor.text),
             )
-        return await self._invoke(checked, tool_context, secrets)
+        return await self._invoke(checked, tool_context, secrets, call_redactor)
 
     async def _invoke(
-        self, checked: _Checked, tool_context: ToolContext, secrets: Mapping[str, str]
+        self,
+        checked: _Checked,
+        tool_context: ToolContext,
+        secrets: Mapping[str, str],
+        redactor: Redactor,
     ) -> EffectResult:
         call_id, entry = checked.call_id, checked.entry
         effect = entry.effect
-        # The call's secret set: every held value (the bound ones among them, labelled
-        # alike) plus secret-named argument values (_check derived them once already).
         held = {**checked.held, **secrets}
         arguments = _argument_secrets(entry.tool, checked.raw_arguments)
-        redactor = Redactor.of(held, arguments)
         self._invoked.setdefault(tool_context.turn_id, set()).add(call_id)
         try:
             with anyio.fail_after(entry.tool.timeout_s):

@@ -126,6 +126,10 @@ class Generation(AsyncResource):
         self.active = 0
         self.retired = False
         self._tools: dict[str, _AgentTools] = {}
+        # Every secret some agent of this generation holds or [secrets.*] lets go somewhere.
+        self._masked_secrets = tuple(
+            sorted({*config.secrets, *(n for a in config.agents.values() for n in a.secrets)})
+        )
         self._revisions: dict[str, str] = {}
         self._lock = anyio.Lock()
         self._closed = False
@@ -298,6 +302,7 @@ class Generation(AsyncResource):
             self.workspace(context.core_id),
             agent.secret_ttl_s,
             mcp_servers=tools.mcp_servers,
+            masked_secrets=self._masked_secrets,
         )
 
     async def summarizer(self, agent: str) -> Summarizer | None:

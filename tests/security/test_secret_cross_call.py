@@ -186,3 +186,71 @@ async def test_held_secrets_that_are_unset_or_too_short_are_skipped(
         "succeeded",
         "abc [redacted:HK_GOOD] other-value-x",
     )
+
+
+async def test_a_held_secret_read_back_in_windows_the_model_chose_is_masked_in_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model picks ``offset`` and ``limit``: windows of 7 bytes used to cut the value
+    into pieces shorter than a recognisable fragment, and six reads gave it all back. Each
+    window is now redacted with its surroundings: any part of the value in it is masked."""
+    monkeypatch.setenv(NAME, SECRET)
+    config = host_config(tmp_path, ["files.read"])
+    log = f"deploy ok\ntoken={SECRET}\nbye\n"
+    await anyio.Path(tmp_path / "workspace" / "deploy.log").write_text(log)
+    sizes = (1, 3, 7)
+    windows = [(offset, size) for size in sizes for offset in range(0, len(log), size)]
+    model = ScriptedModel(
+        [
+            *[
+                CallTools(
+                    *[
+                        ("files_read", {"path": "deploy.log", "offset": offset, "limit": size})
+                        for offset in range(0, len(log), size)
+                    ]
+                )
+                for size in sizes
+            ],
+            Reply("done"),
+        ]
+    )
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        result = await host.turns.run(request("read it piece by piece"))
+    assert {e.status for e in result.effects} == {"succeeded"}, (result.outcome, result.error)
+    reads = tool_messages(model)
+    assert len(reads) == len(windows)
+    shown = [read.split("\n[deploy.log: ")[0] for read in reads]
+    # Text outside the value reads as it is; any window touching the value is masked.
+    by_window = dict(zip(windows, shown, strict=True))
+    assert by_window[(0, 7)] == "deploy "
+    assert by_window[(14, 7)] == f"n=[redacted:{NAME}]"  # "n=" then 5 of the value
+    value_start = log.index(SECRET)
+    for (offset, size), text in by_window.items():
+        if offset < value_start + len(SECRET) and offset + size > value_start:
+            assert f"[redacted:{NAME}]" in text, (offset, size, text)
+    # No piece of the value, however short, reached the model: the windows' characters
+    # that lie inside the value were all masked.
+    reassembled = "".join(text for (_, size), text in by_window.items() if size == 1)
+    assert SECRET[1:-1] not in reassembled
+    for size in (3, 7):
+        pieces = [t for (o, s), t in by_window.items() if s == size and "redacted" not in t]
+        assert not any(piece and piece in SECRET for piece in pieces if len(piece) > 1)
+
+
+async def test_a_secret_another_agent_holds_is_masked_for_an_agent_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agents share the Host's workspace: what the deploy agent's run left in a file is not
+    the helper agent's to read, though the helper holds no grant for that secret."""
+    monkeypatch.setenv(NAME, SECRET)
+    config = host_config(tmp_path, ["files.read"])
+    helper = config.agents["assistant"].model_copy(update={"secrets": []})
+    config = config.model_copy(update={"agents": {**config.agents, "helper": helper}}, deep=True)
+    await anyio.Path(tmp_path / "workspace" / "deploy.log").write_text(f"token={SECRET}\n")
+    model = ScriptedModel(
+        [CallTools(("files_read", {"path": "deploy.log"})), Reply("done")], repeat_last=True
+    )
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        result = await host.turns.run(request("read the log", core_id="helper"))
+    assert [(e.effect, e.status) for e in result.effects] == [("files.read", "succeeded")]
+    assert tool_messages(model)[-1] == f"token=[redacted:{NAME}]\n"

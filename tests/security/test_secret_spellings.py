@@ -12,6 +12,8 @@ import json
 import types
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from hostkit.effects import MIN_SECRET_CHARS, redact_secrets
@@ -286,3 +288,30 @@ def test_the_search_fails_closed_past_its_cap_and_depth() -> None:
         deep = {"x": deep}
     with pytest.raises(RedactionLimit):
         derived_secrets(deep)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.text(alphabet="xyz \n", max_size=40),
+    suffix=st.text(alphabet="xyz \n", max_size=40),
+    cut=st.tuples(st.integers(0, 120), st.integers(0, 120)),
+)
+def test_a_window_masks_exactly_its_part_of_a_secret_found_in_its_context(
+    prefix: str, suffix: str, cut: tuple[int, int]
+) -> None:
+    """Whatever the window's edges, the characters of the value inside it are masked (one
+    label) and every other character is kept: no window leaves a piece of the value."""
+    secret = "Window-Secret-7f3a9c"
+    text = prefix + secret + suffix
+    start, end = sorted(min(edge, len(text)) for edge in cut)
+    low, high = len(prefix), len(prefix) + len(secret)
+    overlaps = start < high and end > low
+    expected = (
+        text[start : max(start, low)] + "[redacted:HK_W]" + text[min(end, high) : end]
+        if overlaps
+        else text[start:end]
+    )
+    redactor = Redactor.of({"HK_W": secret})
+    assert redactor.window(text, start, end) == expected
+    assert redactor.reach >= len(secret)
+    assert Redactor.of({}).window(text, start, end) == text[start:end]

@@ -47,7 +47,11 @@ def _read_tool(scope: WorkspaceScope) -> AuthoredTool:
             window, ge=1, le=window, description="Most bytes to return from this read."
         ),
     ) -> str:
-        return _read_text(await scope.read(path, offset=offset, limit=limit))
+        # Bytes of context on each side (a character is at most 4 of them), so a secret
+        # the window's edges cut is still recognised and masked whole.
+        around = 4 * ctx.secret_reach
+        result = await scope.read(path, offset=offset, limit=limit, around=around)
+        return _read_text(result, ctx.redact_window)
 
     return AuthoredTool(
         "files.read",
@@ -146,17 +150,21 @@ def _path_check(scope: WorkspaceScope) -> Callable[[Mapping[str, Any]], None]:
     return check
 
 
-def _read_text(result: ReadResult) -> str:
+def _read_text(result: ReadResult, redact_window: Callable[[str, int, int], str]) -> str:
     if result.binary:
         return f"[{result.path}: binary content, {result.size} bytes; not shown]"
+    start = len(result.before)
+    text = redact_window(
+        result.before + result.text + result.after, start, start + len(result.text)
+    )
     if result.truncated:
         return (
-            f"{result.text}\n[{result.path}: bytes {result.offset}-{result.next_offset} "
+            f"{text}\n[{result.path}: bytes {result.offset}-{result.next_offset} "
             f"of {result.size}; continue with offset={result.next_offset}]"
         )
     if result.offset:
-        return f"{result.text}\n[{result.path}: end of file at byte {result.size}]"
-    return result.text
+        return f"{text}\n[{result.path}: end of file at byte {result.size}]"
+    return text
 
 
 def _listing(result: ListResult) -> dict[str, Any]:

@@ -94,6 +94,9 @@ class ReadResult:
     ``next_offset`` is where a follow-up read continues, always on a UTF-8
     character boundary; ``truncated`` says bytes remain after it. A window
     containing NUL bytes is reported ``binary`` with empty ``text``.
+    ``before`` and ``after`` are the text just outside the window (``around``
+    bytes each, undecodable bytes replaced), read only to redact it: a window
+    whose edges cut a secret is masked from its context (``redact_window``).
     """
 
     path: str
@@ -103,6 +106,8 @@ class ReadResult:
     size: int
     truncated: bool
     binary: bool
+    before: str = ""
+    after: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,15 +212,20 @@ class WorkspaceScope:
         """
         return "/".join(self._parts(path)) or "."
 
-    async def read(self, path: str, *, offset: int = 0, limit: int | None = None) -> ReadResult:
-        """Read at most ``min(limit, max_read_bytes)`` bytes starting at byte ``offset``."""
+    async def read(
+        self, path: str, *, offset: int = 0, limit: int | None = None, around: int = 0
+    ) -> ReadResult:
+        """Read at most ``min(limit, max_read_bytes)`` bytes starting at byte ``offset``,
+        and up to ``around`` bytes on each side of them (``before``, ``after``)."""
         parts = self._parts(path)
         if offset < 0:
             raise InvalidValue("offset must not be negative")
         if limit is not None and limit < 1:
             raise InvalidValue("limit must be at least 1")
+        if around < 0:
+            raise InvalidValue("around must not be negative")
         want = min(limit or self.max_read_bytes, self.max_read_bytes)
-        return await self._run(parts, self._read, offset, want)
+        return await self._run(parts, self._read, offset, want, around)
 
     async def list(self, path: str = ".", *, limit: int | None = None) -> ListResult:
         """The first ``min(limit, max_list_entries)`` entries of a directory, sorted by name."""
@@ -332,7 +342,9 @@ class WorkspaceScope:
 
     # -- operations (worker thread) ------------------------------------------------------
 
-    def _read(self, parts: tuple[str, ...], shown: str, offset: int, want: int) -> ReadResult:
+    def _read(
+        self, parts: tuple[str, ...], shown: str, offset: int, want: int, around: int
+    ) -> ReadResult:
         fd, _ = self._contained.resolve(parts, shown, final="file", follow=True)
         try:
             info = os.fstat(fd)
@@ -343,14 +355,19 @@ class WorkspaceScope:
                     reason="hardlink",
                 )
             data = pread_bounded(fd, offset, want)
+            at_end = offset + len(data) >= info.st_size
+            before = after = ""
+            if b"\x00" in data:
+                text, consumed, binary = "", len(data), True
+            else:
+                text, consumed = decode_window(data, final=at_end)
+                binary = False
+                if around:
+                    start = max(0, offset - around)
+                    before = _context(pread_bounded(fd, start, offset - start))
+                    after = _context(pread_bounded(fd, offset + consumed, around))
         finally:
             os.close(fd)
-        at_end = offset + len(data) >= info.st_size
-        if b"\x00" in data:
-            text, consumed, binary = "", len(data), True
-        else:
-            text, consumed = decode_window(data, final=at_end)
-            binary = False
         next_offset = offset + consumed
         return ReadResult(
             path=shown,
@@ -360,6 +377,8 @@ class WorkspaceScope:
             size=info.st_size,
             truncated=next_offset < info.st_size,
             binary=binary,
+            before=before,
+            after=after,
         )
 
     def _list(self, parts: tuple[str, ...], shown: str, want: int) -> ListResult:
@@ -489,6 +508,11 @@ def _replace_text(data: bytes, old: str, new: str, count: int, shown: str, max_b
     if size > max_bytes:
         raise _too_large(shown, size, max_bytes)
     return text.replace(old, new, count).encode()
+
+
+def _context(data: bytes) -> str:
+    """Bytes just outside a read's window, as text to redact the window with (never shown)."""
+    return data.decode("utf-8", "replace")
 
 
 def _entry(name: str, kind: EntryKind, size: int | None) -> ListEntry:
