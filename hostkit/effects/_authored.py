@@ -169,11 +169,15 @@ class Prepared:
     ``view`` is shown to the approver (and kept with a durable approval) as
     the call's checked target, for example a URL's origin; ``value`` is
     handed to the invocation as ``ToolContext.prepared``, so the call acts on
-    exactly what was approved.
+    exactly what was approved. ``digest`` fingerprints the state the check
+    found (a file's content): a durable approval keeps it, and its
+    continuation, whose check runs again, runs the call only if the check
+    finds the same digest; otherwise the approval is stale and nothing runs.
     """
 
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
     value: Any = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,11 +61,13 @@ class ApprovalLedger:
         policy_fingerprint: str,
         rule_key: str,
         secret_names: Sequence[str],
+        target_digest: str | None = None,
     ) -> PendingApproval:
         """Keep an ``ask`` of ``context``'s turn, before it is asked, under its prompt's id.
 
         ``secret_names`` are the Host secrets the call binds (a typed fact the
-        answer reads; ``view`` is display only).
+        answer reads; ``view`` is display only); ``target_digest`` is what the
+        tool's pre-approval check found (its continuation must find the same).
         """
         return await self._store.approvals.insert(
             NewApproval(
@@ -82,6 +84,7 @@ class ApprovalLedger:
                 policy_fingerprint=policy_fingerprint,
                 rule_key=rule_key,
                 secret_names=tuple(secret_names),
+                target_digest=target_digest,
             )
         )
 
@@ -144,6 +147,7 @@ class AskedCall:
     view: Mapping[str, Any]
     policy_fingerprint: str
     rule_key: str
+    target_digest: str | None = None
 
 
 class DurableAsk:
@@ -181,6 +185,7 @@ class DurableAsk:
             policy_fingerprint=call.policy_fingerprint,
             rule_key=call.rule_key,
             secret_names=self._secret_names,
+            target_digest=call.target_digest,
         )
         self.recorded = True
 

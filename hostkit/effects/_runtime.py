@@ -99,6 +99,11 @@ DEFAULT_ENV_ALLOWLIST = (
     "LOGNAME",
 )
 _SECRET_GRANT = "secret.bind:"
+# Why a continuation ran nothing: its tool's check found another target than was approved.
+_TARGET_CHANGED = (
+    "the approval is stale: what the call acts on changed since it was approved "
+    "(the file's content, say); nothing ran"
+)
 _TOO_DEEP_TO_REDACT = (
     "the arguments are nested too deeply, or hold too many or too long secret-named values, "
     "to be redacted safely"
@@ -151,6 +156,8 @@ class _Checked:
     # the value the invocation receives (``ToolContext.prepared``).
     target: Mapping[str, Any] | None = None
     prepared: Any = None
+    # ``Prepared.digest``: what the check found, as a durable approval keeps it.
+    target_digest: str | None = None
 
 
 def _call_redactor(checked: _Checked, secrets: Mapping[str, str]) -> Redactor:
@@ -413,6 +420,14 @@ class EffectRuntime:
         prepared = await self._prepare(checked)
         if isinstance(prepared, EffectResult):
             return prepared
+        if (
+            approval.target_digest is not None
+            and prepared.target_digest != approval.target_digest
+        ):
+            # What the approver saw (a file's content under a diff) is not what the call
+            # would act on now: nothing runs, and the model may ask again.
+            await self._require_ledger().mark_stale(approval.approval_id)
+            return _refused(call_id, effect, "denied", _TARGET_CHANGED)
         return await self._bind_and_invoke(prepared, context, author)
 
     # -- the checks before approval ------------------------------------------------------
@@ -507,7 +522,9 @@ class EffectRuntime:
             if _is_cancellation(exc):
                 raise
             return _refused(call_id, effect, "failed", _error_text(exc, redactor), redactor)
-        return dataclasses.replace(checked, target=prepared.view, prepared=prepared.value)
+        return dataclasses.replace(
+            checked, target=prepared.view, prepared=prepared.value, target_digest=prepared.digest
+        )
 
     async def _preview_diff(self, checked: _Checked) -> str | None:
         """The tool's diff of what the call would change, for the approver; None without one.
@@ -588,7 +605,13 @@ class EffectRuntime:
         record = None
         if self._ledger is not None:
             asked = AskedCall(
-                entry.effect, call_id, checked.raw_arguments, view, fingerprint, key.rule_key
+                entry.effect,
+                call_id,
+                checked.raw_arguments,
+                view,
+                fingerprint,
+                key.rule_key,
+                checked.target_digest,
             )
             record = DurableAsk(
                 self._ledger, approval_id, context, asked, secret_names=checked.secret_names

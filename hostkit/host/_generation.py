@@ -33,6 +33,7 @@ from hostkit.effects import (
     secret_grant,
 )
 from hostkit.errors import HostkitError, TurnRejected
+from hostkit.freeze import FrozenMap
 from hostkit.host._capabilities import (
     MemoryRequest,
     ProcessResources,
@@ -281,6 +282,7 @@ class Generation(AsyncResource):
             workspace=tools.workspace,
             max_steps=agent.max_steps,
             secret_grants=tools.secret_grants,
+            process_limits=FrozenMap(self.config.host.limits.model_dump()),
             observer=self.capabilities.observer,
             output=self.outputs.get(core_id),
             slots=self._slots.get(core_id),

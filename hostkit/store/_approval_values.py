@@ -93,6 +93,10 @@ class PendingApproval:
     decided_at: str | None
     secret_names: tuple[str, ...] = ()
     void_reason: str | None = None
+    # What the tool's pre-approval check found when it was asked (a digest of its
+    # target view: a file's content, say). The continuation runs the check again and
+    # runs the call only if it finds the same. None: no check, or asked before this.
+    target_digest: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "view", freeze(self.view))
@@ -126,6 +130,7 @@ class NewApproval:
     policy_fingerprint: str
     rule_key: str
     secret_names: tuple[str, ...]
+    target_digest: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("arguments", "view"):
@@ -175,15 +180,19 @@ class _StoredView(pydantic.BaseModel):
     kind: Literal["approval.view.v2"]
     view: dict[str, Any]
     secret_names: tuple[str, ...] = ()
+    target_digest: str | None = None
 
 
-def decode_view(text: str, approval_id: str) -> tuple[Mapping[str, Any], tuple[str, ...]]:
-    """(view, secret names) of a stored ``view`` column; ``StoreError`` if it is unreadable."""
+def decode_view(
+    text: str, approval_id: str
+) -> tuple[Mapping[str, Any], tuple[str, ...], str | None]:
+    """(view, secret names, target digest) of a stored ``view`` column; ``StoreError`` if it
+    is unreadable."""
     try:
         raw = json.loads(text)
         if isinstance(raw, dict) and raw.get("kind") == _VIEW_KIND:
             stored = _StoredView.model_validate_json(text)
-            return freeze(stored.view), stored.secret_names
+            return freeze(stored.view), stored.secret_names, stored.target_digest
     except (ValueError, pydantic.ValidationError) as exc:
         raise StoreError(f"approval {approval_id[:MAX_ID_CHARS]}: unreadable view record") from exc
     if not isinstance(raw, dict):
@@ -192,9 +201,9 @@ def decode_view(text: str, approval_id: str) -> tuple[Mapping[str, Any], tuple[s
     # Fail safe: anything there at all counts as binding a secret.
     binds = raw.get("binds")
     if not binds:
-        return freeze(raw), ()
+        return freeze(raw), (), None
     names = [str(b).removeprefix(_SECRET_GRANT) for b in binds] if isinstance(binds, list) else []
-    return freeze(raw), tuple(names) or ("?",)
+    return freeze(raw), tuple(names) or ("?",), None
 
 
 def check_id(name: str, value: object) -> str:
@@ -236,5 +245,11 @@ def encode_approval(approval: NewApproval) -> tuple[str, str]:
         check_id("secret name", secret)
     if len(set(names)) != len(names):
         raise InvalidValue("an approval names each bound secret once")
-    view = _json("view", {"kind": _VIEW_KIND, "view": approval.view, "secret_names": names})
+    target = approval.target_digest
+    if target is not None:
+        check_id("target digest", target)
+    record = {"kind": _VIEW_KIND, "view": approval.view, "secret_names": names}
+    if target is not None:
+        record["target_digest"] = target
+    view = _json("view", record)
     return _json("arguments", approval.arguments), view

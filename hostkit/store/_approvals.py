@@ -232,7 +232,7 @@ _COLUMNS = (
 
 
 def _approval(row: sqlite3.Row) -> PendingApproval:
-    view, secret_names = decode_view(row["view"], row["approval_id"])
+    view, secret_names, target_digest = decode_view(row["view"], row["approval_id"])
     return PendingApproval(
         approval_id=row["approval_id"],
         session_id=row["session_id"],
@@ -253,6 +253,7 @@ def _approval(row: sqlite3.Row) -> PendingApproval:
         decided_at=row["decided_at"],
         secret_names=secret_names,
         void_reason=row["void_reason"],
+        target_digest=target_digest,
     )
 
 

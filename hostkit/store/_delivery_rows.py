@@ -154,7 +154,7 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
     row = _rows(conn).execute(_PROMPT_APPROVAL, [approval_id]).fetchone()
     if row is None:
         return None
-    view, _ = decode_view(row["view"], approval_id)
+    view, _, _ = decode_view(row["view"], approval_id)
     tool = _one_line(row["effect"], 100)
     arguments = json.dumps(
         thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str

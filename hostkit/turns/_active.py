@@ -127,6 +127,10 @@ def capability_snapshot(core: PinnedCore) -> dict[str, object]:
         "effects": core.effect_names,
         "secrets": core.secret_grants,
         "policy": core.policy_fingerprint,
+        # Where its file and process effects act, and what its processes may consume: an
+        # approval given under one workspace or limits is not one for another.
+        "workspace": str(core.workspace),
+        "process_limits": dict(core.process_limits),
         "provider": core.provider.name,
         "model": core.provider.model,
     }

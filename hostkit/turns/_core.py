@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from hostkit.cores import SlotRuntime
 from hostkit.effects import EffectRuntime
+from hostkit.freeze import FrozenMap
 from hostkit.providers import ModelProvider
 from hostkit.turns._events import Observer
 
@@ -34,6 +36,9 @@ class PinnedCore:
     workspace: Path
     max_steps: int = 8
     secret_grants: tuple[str, ...] = ()
+    # The limits of every process the Host starts for the agent ([host] limits): what an
+    # approved run may consume is part of what was approved.
+    process_limits: Mapping[str, int] = field(default_factory=FrozenMap)
     # The generation's own observer: a turn reports to the one it was pinned with, so
     # after apply_config new turns report to the new one and running turns to theirs.
     observer: Observer | None = None

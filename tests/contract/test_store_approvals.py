@@ -149,6 +149,27 @@ async def test_whether_an_approval_binds_a_secret_is_a_typed_fact_not_a_view_key
     assert claimed.approval.binds_secret
 
 
+async def test_what_the_tools_check_found_is_kept_typed_through_every_status(
+    sut: StoreUnderTest,
+) -> None:
+    """The continuation compares ``target_digest`` with what the check finds again; a
+    view that merely holds such a key is display only."""
+    alice = await owner(sut, "alice")
+    found = await pending(sut, alice, target_digest="sha256:abc123")
+    says = await pending(sut, alice, view={"target_digest": "sha256:abc123"})
+    assert (found.target_digest, says.target_digest) == ("sha256:abc123", None)
+    await sut.store.approvals.answer(
+        alice, found.approval_id, decision="approve_once", fingerprint="fp1"
+    )
+    claimed = await sut.store.approvals.claim(
+        found.approval_id,
+        session_id=found.session_id,
+        turn_id=await sut.seed_turn(found.session_id),
+    )
+    assert claimed is not None
+    assert claimed.approval.target_digest == "sha256:abc123"
+
+
 async def test_lists_are_newest_first_filtered_by_status_and_bounded(
     sut: StoreUnderTest,
 ) -> None:
@@ -568,6 +589,9 @@ async def test_mark_stale_voids_an_open_approval_once(sut: StoreUnderTest) -> No
         {"secret_names": ("",)},
         {"secret_names": ("HK_TOKEN", "HK_TOKEN")},
         {"secret_names": tuple(f"S{i}" for i in range(100))},
+        {"target_digest": ""},
+        {"target_digest": "sha256:" + "f" * 10_000},
+        {"target_digest": 7},
     ],
     ids=lambda fields: next(iter(fields)) + ":" + repr(next(iter(fields.values())))[:20],
 )

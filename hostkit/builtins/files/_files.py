@@ -16,7 +16,13 @@ import anyio
 from pydantic import Field
 
 from hostkit.builtins.files._workspace import ListResult, ReadResult, WorkspaceScope
-from hostkit.effects import MAX_MODEL_VIEW_CHARS, AuthoredTool, ToolContext, unified_diff
+from hostkit.effects import (
+    MAX_MODEL_VIEW_CHARS,
+    AuthoredTool,
+    Prepared,
+    ToolContext,
+    unified_diff,
+)
 
 __all__ = ["ESCAPED_MARK", "READ_FOOTER_CHARS", "workspace_tools"]
 
@@ -95,8 +101,16 @@ def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
         path: str = Field(description=_PATH_HELP, min_length=1),
         content: str = Field(description="The complete new content of the file (UTF-8 text)."),
     ) -> dict[str, Any]:
-        written = await scope.write(path, content)
+        # What was there when the call was checked (and shown to its approver as a diff).
+        expect = ctx.prepared if isinstance(ctx.prepared, str) else None
+        written = await scope.write(path, content, expect=expect)
         return {"path": written.path, "bytes": written.size, "created": written.created}
+
+    async def found(arguments: Mapping[str, Any]) -> Prepared:
+        # The target's state before anyone is asked: the write runs only onto that same
+        # state, and a durable approval's continuation only if its check finds it again.
+        state = await scope.state(str(arguments["path"]))
+        return Prepared(value=state, digest=state)
 
     async def diff(arguments: Mapping[str, Any]) -> str | None:
         path, content = arguments.get("path"), arguments.get("content")
@@ -111,6 +125,7 @@ def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
         "files.write",
         write,
         preflight=_path_check(scope),
+        prepare=found,
         preview_diff=diff,
         description=(
             "Create or replace a workspace file with the given text, atomically, creating "

@@ -29,6 +29,7 @@ directories out of a workspace.
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
 import os
 import stat
@@ -83,6 +84,10 @@ MAX_LIST_SCAN = 10_000
 MAX_PATH_CHARS = 1024
 MAX_NAME_BYTES = 255  # NAME_MAX on Linux and macOS
 
+# A write's approved state is the content's sha256, read in chunks of this size; past
+# _HASH_MAX_BYTES the file's identity, size and modification time stand in for it.
+_HASH_CHUNK = 1024 * 1024
+_HASH_MAX_BYTES = 64 * 1024 * 1024
 _T = TypeVar("_T")
 EntryKind = Literal["file", "dir", "symlink", "other"]
 
@@ -235,11 +240,14 @@ class WorkspaceScope:
         want = min(limit or self.max_list_entries, self.max_list_entries)
         return await self._run(parts, self._list, want)
 
-    async def write(self, path: str, content: str) -> WriteResult:
+    async def write(self, path: str, content: str, *, expect: str | None = None) -> WriteResult:
         """Replace (or create) a file atomically, creating missing parent directories.
 
         Refuses links anywhere in the path, a link or non-regular file at the
         target, a hard-linked target, and content over ``max_write_bytes``.
+        ``expect`` (a ``state`` taken earlier, when the write was approved)
+        refuses the write with ``changed`` when the target is no longer in that
+        state: the approver saw a diff against what was there then.
         """
         parts = self._parts(path)
         data = _encoded(content, "content")
@@ -248,7 +256,14 @@ class WorkspaceScope:
                 f"content is {len(data)} bytes; the limit is {self.max_write_bytes}",
                 reason="too_large",
             )
-        return await self._run(parts, self._write, data)
+        return await self._run(parts, self._write, data, expect)
+
+    async def state(self, path: str) -> str:
+        """What is at ``path`` now, as one text a later ``write(expect=...)`` compares:
+        ``absent``, the sha256 of a regular file's content, or ``other`` (a link, a
+        directory, a hard-linked file: a write refuses those anyway)."""
+        parts = self._parts(path)
+        return await self._run(parts, self._state)
 
     async def edit(self, path: str, old: str, new: str, *, count: int = 1) -> EditResult:
         """Replace exactly ``count`` occurrences of ``old`` with ``new``, atomically.
@@ -417,7 +432,9 @@ class WorkspaceScope:
             total=shown_count if complete else None,
         )
 
-    def _write(self, parts: tuple[str, ...], shown: str, data: bytes) -> WriteResult:
+    def _write(
+        self, parts: tuple[str, ...], shown: str, data: bytes, expect: str | None
+    ) -> WriteResult:
         parent, name = self._contained.resolve(
             parts, shown, final="parent", follow=False, create_dirs=True
         )
@@ -425,11 +442,27 @@ class WorkspaceScope:
             existing = lstat(parent, name)
             if existing is not None:
                 require_replaceable(existing, shown)
+            same: os.stat_result | None = None
+            if expect is not None:
+                found, same = _entry_state(parent, name)
+                if found != expect:
+                    raise WorkspaceError(
+                        f"{quoted(shown)}: changed since this write was approved (the diff "
+                        "the approver saw no longer applies); read it again",
+                        reason="changed",
+                    )
             mode = None if existing is None else stat.S_IMODE(existing.st_mode) & 0o777
-            replace_atomically(parent, name, data, mode=mode, expect=None, shown=shown)
+            replace_atomically(parent, name, data, mode=mode, expect=same, shown=shown)
         finally:
             os.close(parent)
         return WriteResult(path=shown, size=len(data), created=existing is None)
+
+    def _state(self, parts: tuple[str, ...], shown: str) -> str:
+        parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
+        try:
+            return _entry_state(parent, name)[0]
+        finally:
+            os.close(parent)
 
     def _current_text(self, parts: tuple[str, ...], shown: str) -> str | None:
         parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
@@ -508,6 +541,32 @@ def _replace_text(data: bytes, old: str, new: str, count: int, shown: str, max_b
     if size > max_bytes:
         raise _too_large(shown, size, max_bytes)
     return text.replace(old, new, count).encode()
+
+
+def _entry_state(parent: int, name: str) -> tuple[str, os.stat_result | None]:
+    """(state text, the stat of the file hashed) of ``name`` in ``parent``; see ``state``."""
+    try:
+        fd = open_entry(parent, name, FILE_FLAGS, create=False)
+    except FileNotFoundError:
+        return "absent", None
+    except OSError:
+        return "other", None
+    if isinstance(fd, str):
+        return "other", None  # a symbolic link
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            return "other", None
+        if info.st_size > _HASH_MAX_BYTES:
+            return f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}", info
+        digest = hashlib.sha256()
+        offset = 0
+        while chunk := os.pread(fd, _HASH_CHUNK, offset):
+            digest.update(chunk)
+            offset += len(chunk)
+        return f"sha256:{digest.hexdigest()}", info
+    finally:
+        os.close(fd)
 
 
 def _context(data: bytes) -> str:
