@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from hostkit.builtins.process import (
     mask_plan,
     probe_bubblewrap,
 )
+from hostkit.builtins.process import _sandbox as sandbox_module
 from hostkit.effects import ApprovalRequest, ToolContext, ToolOutcome
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
@@ -555,3 +557,51 @@ async def test_the_cores_extraction_root_in_a_workspace_is_masked_from_the_hosts
         plan = await anyio.to_thread.run_sync(mask_plan, ws, config.state_paths())
     tmpfs = [plan[at + 1] for at, option in enumerate(plan) if option == "--tmpfs"]
     assert str(config.cores_root) in tmpfs
+
+
+async def test_what_the_machine_keeps_from_its_users_is_not_shown_to_a_run(
+    sandbox: Sandbox,
+) -> None:
+    """``--cap-drop ALL`` leaves an owner its right to read its own files, so a Host
+    running as root showed its runs ``/etc/shadow`` (0640 root): a private entry of
+    /etc (not readable by other users) is masked, what any user may read stays."""
+    shadow = await anyio.Path("/etc/shadow").stat()
+    assert not shadow.st_mode & stat.S_IROTH, "this machine's /etc/shadow is world-readable"
+    code = (
+        "import json, os\n"
+        "def read(path):\n"
+        "    try:\n"
+        "        return open(path).read()\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        "print(json.dumps([read('/etc/shadow'), read('/etc/passwd')[:5],"
+        " os.path.exists('/etc/ssl/private') and os.listdir('/etc/ssl/private')]))"
+    )
+    outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", code)
+    assert outcome.status == "succeeded", outcome
+    shadow_text, passwd, private = json.loads(stdout(outcome))
+    assert "root:" not in shadow_text
+    assert passwd == "root:"
+    assert private in (False, [])
+
+
+def test_private_entries_are_the_ones_other_users_may_not_read(tmp_path: Path) -> None:
+    top = tmp_path / "etc"
+    (top / "ssl" / "private").mkdir(parents=True)
+    (top / "ssl" / "private" / "host.key").write_text("key")
+    (top / "ssl" / "private").chmod(0o700)
+    (top / "ssl" / "certs.pem").write_text("public")
+    (top / "hostkit").mkdir()
+    (top / "hostkit" / "env").write_text("TOKEN=x")
+    (top / "hostkit" / "env").chmod(0o600)
+    (top / "passwd").write_text("root:x:0:0")
+    (top / "shadow").write_text("root:hash")
+    (top / "shadow").chmod(0o640)
+    (top / "searchable-only").mkdir(mode=0o711)
+    (top / "link").symlink_to(top / "shadow")
+    assert sandbox_module._private_entries(str(top)) == [
+        (str(top / "hostkit" / "env"), False),
+        (str(top / "searchable-only"), True),
+        (str(top / "shadow"), False),
+        (str(top / "ssl" / "private"), True),
+    ]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,11 @@ INSTALL_HINT = (
 )
 PROBE_TIMEOUT_S = 10.0
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
+# Where a machine keeps its configuration, secrets among it: each run shows it only as
+# any user of the machine may read it (see _private_entries).
+_CONFIGURATION_DIR = "/etc"
+# More entries than this under /etc is no machine's configuration: refuse to guess.
+_MAX_CONFIGURATION_ENTRIES = 50_000
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 MB = 1024 * 1024
 # What SQLite opens beside a database file, by name, whether or not it exists yet.
@@ -215,7 +221,8 @@ def _knows_option(bwrap: str, option: str) -> bool:
 
 
 def _system_mounts() -> list[str]:
-    """Read-only system directories; merged-/usr links are recreated as links."""
+    """Read-only system directories; merged-/usr links are recreated as links; the
+    private entries of /etc masked (blocking: it reads /etc)."""
     args: list[str] = []
     for path in _SYSTEM_DIRS:
         if os.path.isdir(path) and not os.path.islink(path):
@@ -225,7 +232,56 @@ def _system_mounts() -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
+    if os.path.isdir(_CONFIGURATION_DIR) and not os.path.islink(_CONFIGURATION_DIR):
+        for entry, is_dir in _private_entries(_CONFIGURATION_DIR):
+            if is_dir:
+                args += ["--perms", "0500", "--tmpfs", entry, "--remount-ro", entry]
+            else:
+                args += ["--ro-bind", "/dev/null", entry]
     return args
+
+
+def _private_entries(top: str) -> list[tuple[str, bool]]:
+    """(path, is a directory) of each entry under ``top`` that other users may not read:
+    a file without the others' read bit, a directory without their read or search bit.
+
+    ``--cap-drop ALL`` takes root's power to read anything, not an owner's right to
+    read its own files: a Host running as root (common in containers) would show its
+    runs ``/etc/shadow``, SSH host keys, ``/etc/ssl/private`` and any secret file a
+    service manager keeps there for the Host (``EnvironmentFile=``, mode 0600). What a
+    machine keeps from its other users a run is not shown either, whoever the Host
+    runs as. Links are not followed; a private directory is masked whole.
+    """
+    found: list[tuple[str, bool]] = []
+    pending = [top]
+    seen = 0
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > _MAX_CONFIGURATION_ENTRIES:
+                raise SandboxUnavailable(
+                    f"{top} holds more than {_MAX_CONFIGURATION_ENTRIES} entries: too many "
+                    "to check which of them a sandboxed run may read"
+                )
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
+                    found.append((entry.path, True))
+                else:
+                    pending.append(entry.path)
+            elif not info.st_mode & stat.S_IROTH:
+                found.append((entry.path, False))
+    return sorted(found)
 
 
 def visible_roots(workspace: Path) -> tuple[Path, ...]:
