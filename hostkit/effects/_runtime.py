@@ -420,10 +420,7 @@ class EffectRuntime:
         prepared = await self._prepare(checked)
         if isinstance(prepared, EffectResult):
             return prepared
-        if (
-            approval.target_digest is not None
-            and prepared.target_digest != approval.target_digest
-        ):
+        if approval.target_digest is not None and prepared.target_digest != approval.target_digest:
             # What the approver saw (a file's content under a diff) is not what the call
             # would act on now: nothing runs, and the model may ask again.
             await self._require_ledger().mark_stale(approval.approval_id)
