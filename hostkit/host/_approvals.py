@@ -101,10 +101,11 @@ class HostApprovals:
     ) -> TurnResult:
         """Answer once and run the continuation turn; returns that turn's result.
 
-        The same answer again, to an approval answered before whose
-        continuation never ran (the first ``answer`` was interrupted), runs
-        that continuation instead (see ``resume``). Raises ``ApprovalRefused``
-        for a different or repeated answer (``answered``), a changed
+        The same answer again (a retry, or a second approver who clicked at
+        the same moment) is idempotent: it finishes or reports the
+        continuation the recorded answer started, exactly as ``resume`` does,
+        and raises ``TurnInProgress`` while that continuation still runs.
+        Raises ``ApprovalRefused`` for a different answer (``answered``), a changed
         policy/revision/capability or a conversation now bound elsewhere
         (``stale``), a session that moved on (``superseded``) or a call that
         may have run (``indeterminate``). Sessions not owned by a conversation
@@ -114,20 +115,7 @@ class HostApprovals:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
         approval = await self.get(by, approval_id)
         if approval.status != "pending":
-            if not approval.awaiting_continuation:
-                raise _refused(approval)
-            if approval.decision != decision:
-                raise ApprovalRefused(
-                    approval_id,
-                    "answered",
-                    f"it was already answered {approval.decision}; a different answer is "
-                    "refused (resume runs the continuation of the recorded answer)",
-                )
-            # The same answer again, after one whose continuation never ran (its caller
-            # was interrupted): finish the job instead of refusing.
-            continuation = await self._continuation_principal(approval, principal)
-            await self._remember(approval, decision, await self.runtime.refresh())
-            return await self._continue(approval, continuation, by)
+            return await self._answered_again(approval, decision, principal, by)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
@@ -140,9 +128,37 @@ class HostApprovals:
             by, approval_id, decision=decision, fingerprint=fingerprint
         )
         if not answered.accepted:
-            raise _refused(answered.approval)
+            # Another answer was recorded first (another process, the same moment).
+            return await self._answered_again(answered.approval, decision, principal, by)
         await self._remember(answered.approval, decision, mark)
         return await self._continue(answered.approval, continuation, by)
+
+    async def _answered_again(
+        self,
+        approval: PendingApproval,
+        decision: ApprovalDecision,
+        principal: PrincipalScope | None,
+        by: PrincipalScope,
+    ) -> TurnResult:
+        """An answer to an approval that already has one: the same answer finishes or
+        reports its continuation; anything else is refused with the approval's state."""
+        same = approval.decision == decision
+        if not same or approval.status not in ("approved", "denied", "executed"):
+            if approval.awaiting_continuation:
+                raise ApprovalRefused(
+                    approval.approval_id,
+                    "answered",
+                    f"it was already answered {approval.decision}; a different answer is "
+                    "refused (resume runs the continuation of the recorded answer)",
+                )
+            raise _refused(approval)
+        if approval.awaiting_continuation:
+            # Its continuation never ran (the first caller was interrupted, or is about to
+            # run it: the durable claim lets only one of them run the call).
+            continuation = await self._continuation_principal(approval, principal)
+            await self._remember(approval, decision, await self.runtime.refresh())
+            return await self._continue(approval, continuation, by)
+        return await self.resume(approval.approval_id, by=by, principal=principal)
 
     async def _remember(
         self, approval: PendingApproval, decision: ApprovalDecision, mark: int | None
@@ -169,7 +185,7 @@ class HostApprovals:
         continuation's Host stopped before claiming the call): a continuation
         turn runs it, once — the durable claim makes a second run impossible.
         Claimed: that continuation's recorded result is returned, nothing runs
-        again (``ApprovalRefused`` while it still runs). An approval that is
+        again (``TurnInProgress`` while it still runs). An approval that is
         pending, void (``stale``, ``superseded``) or ``indeterminate`` (its
         continuation stopped after claiming it: it may have run) is refused with
         its reason.
@@ -186,9 +202,8 @@ class HostApprovals:
                 )
             state = await self._store.turns.state(by, claimed_by)
             if state.result is None:
-                raise ApprovalRefused(
-                    approval_id, "answered", f"its continuation turn {claimed_by} is still running"
-                )
+                # Retryable: its result is this call's answer once it ends.
+                raise TurnInProgress(claimed_by)
             return state.result
         raise _refused(approval)
 
@@ -211,24 +226,18 @@ class HostApprovals:
             existing = await self._store.turns.find(principal.principal_id, request_id)
             if existing is not None and existing.status != "running":
                 continue  # ended without claiming the call: this answer is still unclaimed
-            try:
-                result = await self._turns.run(
-                    TurnRequest(
-                        input=f"approval {approval_id}: {approval.decision}",
-                        principal=principal,
-                        request_id=request_id,
-                        core_id=approval.core_id,
-                        continues=approval_id,
-                        route=route,
-                    )
+            # TurnInProgress when that continuation runs here or in another process:
+            # retryable, and its result answers this call once it has ended.
+            result = await self._turns.run(
+                TurnRequest(
+                    input=f"approval {approval_id}: {approval.decision}",
+                    principal=principal,
+                    request_id=request_id,
+                    core_id=approval.core_id,
+                    continues=approval_id,
+                    route=route,
                 )
-            except TurnInProgress:
-                raise ApprovalRefused(
-                    approval_id,
-                    "answered",
-                    "its continuation turn is running (here or in another process); "
-                    "resume again when it has ended",
-                ) from None
+            )
             if existing is None or not (await self.get(by, approval_id)).awaiting_continuation:
                 # A turn of this id that ended without claiming the call is taken as it
                 # ended (a cancel stands); only one left running by a Host that died,

@@ -18,7 +18,7 @@ from typing import Any
 
 from hostkit.authority import AuthorityResolver, conversation_principal
 from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
-from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnInProgress, TurnRejected
+from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnRejected
 from hostkit.freeze import thaw
 from hostkit.host._approvals import MAX_LIST, HostApprovals
 from hostkit.host._config_channels import ChannelConfig
@@ -217,12 +217,12 @@ class InboundCommands:
             # turns (the lease rule) so their record, not a wait, answers this one.
             await self._turns.recover()
         try:
-            result = await self._answer(approval, decision, scope)
+            # The same answer again resumes or reports its continuation; one still running
+            # is TurnInProgress, and the worker retries this command later.
+            result = await self._approvals.answer(approval.approval_id, decision, by=scope)
         except NotFoundOrUnauthorized:
             return _NOT_FOUND, _NOT_FOUND_REPLY
         except ApprovalRefused as exc:
-            if exc.reason == "answered" and await self._running(scope, approval, decision):
-                raise TurnInProgress(approval.approval_id) from None
             said = _REFUSED_REPLIES.get(exc.reason, "it cannot be answered now; nothing ran.")
             refused = InboundResult("command", outcome="refused", detail=exc.message)
             return refused, f"Approval {code}: {said}"
@@ -238,29 +238,3 @@ class InboundCommands:
             if found is not None:
                 return found
         return None
-
-    async def _answer(
-        self, approval: PendingApproval, decision: ApprovalDecision, scope: PrincipalScope
-    ) -> TurnResult:
-        approval_id = approval.approval_id
-        try:
-            return await self._approvals.answer(approval_id, decision, by=scope)
-        except ApprovalRefused as exc:
-            if exc.reason != "answered" or approval.decision != decision:
-                raise
-        # The same answer again, its continuation already claimed: that turn's record.
-        return await self._approvals.resume(approval_id, by=scope)
-
-    async def _running(
-        self, scope: PrincipalScope, approval: PendingApproval, decision: ApprovalDecision
-    ) -> bool:
-        """Whether this same answer's continuation is still to end (so: retry later)."""
-        current = await self._approvals.get(scope, approval.approval_id)
-        if current.decision != decision:
-            return False
-        if current.awaiting_continuation:
-            return True
-        turn_id = current.continuation_turn_id
-        if turn_id is None or turn_id == current.turn_id:
-            return False
-        return (await self._store.turns.state(scope, turn_id)).result is None

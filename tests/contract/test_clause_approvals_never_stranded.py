@@ -62,9 +62,9 @@ async def test_a_continuation_that_ended_before_its_claim_does_not_strand_the_an
         assert finished.turn_id != early.turn_id
         assert finished.request_id == f"continue:{approval_id}:2"
         assert (await host.approvals.resume(approval_id, by=operator)).turn_id == finished.turn_id
-        with pytest.raises(ApprovalRefused) as again:
-            await host.approvals.answer(approval_id, "approve_once", by=operator)
-        assert again.value.reason == "answered"
+        # The same answer again (a retry) is idempotent: that continuation's record.
+        again = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert again.turn_id == finished.turn_id
     assert stamps.lines() == ["one"]
 
 
@@ -157,18 +157,21 @@ async def test_a_continuation_cancelled_mid_effect_leaves_the_approval_indetermi
     assert stamps.lines() == ["one"]
 
 
-async def test_a_repeated_answer_after_the_continuation_ran_names_that_turn(
+async def test_an_answer_after_the_continuation_ran_reports_or_names_that_turn(
     tmp_path: Path,
 ) -> None:
-    """Not "resume runs its continuation": it ran. The refusal names the turn that took
-    the answer, and resume shows that turn's result."""
+    """The same answer again reports that turn (idempotent); a different one is refused,
+    not with "resume runs its continuation" (it ran) but naming the turn that took the
+    answer, and resume shows that turn's result."""
     stamps = Stamps(tmp_path / "stamps.txt")
     async with paused_stamp(tmp_path, stamps, "not stamped") as paused:
         host, approval_id, operator = paused.host, paused.approval_id, paused.operator
         denied = await host.approvals.answer(approval_id, "deny", by=operator)
         assert denied.outcome == "completed"
+        repeated = await host.approvals.answer(approval_id, "deny", by=operator)
+        assert (repeated.turn_id, repeated.outcome) == (denied.turn_id, "completed")
         with pytest.raises(ApprovalRefused) as again:
-            await host.approvals.answer(approval_id, "deny", by=operator)
+            await host.approvals.answer(approval_id, "approve_once", by=operator)
         assert again.value.reason == "answered"
         said = str(again.value)
         assert f"its continuation turn {denied.turn_id} took it" in said

@@ -159,11 +159,17 @@ async def test_a_link_is_never_followed_to_make_a_diff(
     (root / "outside.txt").write_text("outside secret line\n")
     os.symlink(root / "outside.txt", root / "ws" / "link.txt")
     os.symlink(root, root / "ws" / "up")
-    for path in ("link.txt", "up/outside.txt"):
-        recorder, _ = await ask_write(authority, root, {"path": path, "content": "x\n"})
-        (asked,) = recorder.seen
-        assert DIFF_KEY not in asked.view, path
-        assert "outside secret line" not in repr(dict(asked.view))
+    recorder, _ = await ask_write(authority, root, {"path": "link.txt", "content": "x\n"})
+    (asked,) = recorder.seen
+    assert DIFF_KEY not in asked.view
+    assert "outside secret line" not in repr(dict(asked.view))
+    # A link on the way is refused by the write's check before anyone is asked.
+    recorder, refused = await ask_write(
+        authority, root, {"path": "up/outside.txt", "content": "x\n"}
+    )
+    assert recorder.seen == []
+    assert (refused.status, refused.started) == ("denied", False)
+    assert "outside secret line" not in repr(refused)
 
 
 async def test_a_long_diff_is_bounded_in_lines_and_characters(

@@ -105,8 +105,12 @@ async def test_who_may_answer_an_operator_answers_and_its_audited_reason_is_reco
         result = await host.approvals.answer(approval_id, "approve_once", by=operator)
         assert result.outcome == "completed"
         assert stamps.lines() == ["one"]
+        # The same answer again reports that turn and records nothing; another is refused.
+        again = await host.approvals.answer(approval_id, "approve_once", by=operator)
+        assert again.turn_id == result.turn_id
         with pytest.raises(ApprovalRefused):
-            await host.approvals.answer(approval_id, "approve_once", by=operator)
+            await host.approvals.answer(approval_id, "deny", by=operator)
+        assert stamps.lines() == ["one"]
         (row,) = await host.store.read_audit(operator, kind="approval.answered")
         assert row.authority == "operator"
         assert row.principal_id == operator.principal_id

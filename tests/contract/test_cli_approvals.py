@@ -324,15 +324,21 @@ async def test_approve_runs_the_call_once_and_prints_the_continuation(
     assert len(wire.requests) == 2
     assert any("out.md" in message for message in tool_messages(wire, 1))
 
-    # A second answer runs nothing: the file keeps what happened after the first.
+    # A second answer runs nothing: the file keeps what happened after the first. The
+    # same answer again (a retry) reports the continuation; the other one is refused.
     await anyio.Path(project / "workspace" / "out.md").write_text("edited since")
-    for verb in ("approve", "deny"):
-        code, out, err = await hostkit(
-            "approvals", verb, approval_id, "--reason", "again", cwd=project
-        )
-        assert code == 2
-        assert "already approved" in " ".join(err.split())
-        assert "Traceback" not in err
+    code, out, err = await hostkit(
+        "approvals", "approve", approval_id, "--reason", "again", cwd=project
+    )
+    assert code == 0, err
+    assert "Wrote out.md." in out
+    assert "outcome: completed" in err
+    code, out, err = await hostkit(
+        "approvals", "deny", approval_id, "--reason", "again", cwd=project
+    )
+    assert code == 2
+    assert "already approved" in " ".join(err.split())
+    assert "Traceback" not in err
     assert await anyio.Path(project / "workspace" / "out.md").read_text() == "edited since"
     assert len(wire.requests) == 2
 
@@ -454,3 +460,29 @@ async def test_clause_never_stranded_an_interrupted_answer_is_listed_and_resumed
     assert len(wire.requests) == 2
     code, out, err = await hostkit("approvals", "list", "--all", "--reason", "r", cwd=project)
     assert "executed" in out
+
+
+async def test_two_operators_approving_at_once_both_see_the_one_continuation(
+    project: Path, wire: WireServer
+) -> None:
+    """Two `approvals approve` processes race: one records the answer and runs the call;
+    the other's same answer is that continuation's (reported, or waited for while it
+    runs), not an error. The call runs once."""
+    wire.script(write_call(), answer("Wrote out.md."))
+    approval_id, _ = await paused(project)
+    results: list[tuple[int, str, str]] = []
+
+    async def approve(reason: str) -> None:
+        results.append(
+            await hostkit("approvals", "approve", approval_id, "--reason", reason, cwd=project)
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(approve, "first operator")
+        group.start_soon(approve, "second operator")
+    for code, out, err in results:
+        assert code == 0, err
+        assert "Wrote out.md." in out
+        assert "outcome: completed" in err
+    assert await anyio.Path(project / "workspace" / "out.md").read_text() == "hello"
+    assert len(wire.requests) == 2  # the paused turn's call and one continuation
