@@ -22,7 +22,14 @@ from typing import Literal, TypeVar
 import aiosqlite
 import anyio
 
-__all__ = ["LOCK_HELD", "DbConnection", "Synchronous", "open_connection", "primary_code"]
+__all__ = [
+    "LOCK_HELD",
+    "WAL_SIZE_LIMIT",
+    "DbConnection",
+    "Synchronous",
+    "open_connection",
+    "primary_code",
+]
 
 T = TypeVar("T")
 
@@ -98,6 +105,10 @@ def _enter_wal(raw: sqlite3.Connection, wait_s: float) -> None:
             time.sleep(_WAL_PAUSE_S)  # the connection's own thread, not the event loop
 
 
+# The size the WAL file is cut back to once a checkpoint let it start over (bytes).
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+
 async def open_connection(
     path: Path,
     *,
@@ -115,6 +126,11 @@ async def open_connection(
         raw.execute("PRAGMA foreign_keys = ON")
         if not query_only:
             _enter_wal(raw, busy_timeout_ms / 1000)
+            # A reader that holds a snapshot (an operator's sqlite3 shell, a backup) keeps
+            # checkpoints from finishing, and the WAL grows meanwhile; without a limit the
+            # file keeps that size after the reader is gone. With one, the WAL is cut back
+            # to it each time a checkpoint lets the log start over.
+            raw.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         raw.execute(f"PRAGMA synchronous = {synchronous}")
         if query_only:
             raw.execute("PRAGMA query_only = ON")
