@@ -24,6 +24,7 @@ __all__ = [
     "History",
     "HistoryView",
     "SizeMemo",
+    "cut_results",
     "fit_groups",
     "group_history",
     "leading_results",
@@ -34,6 +35,10 @@ __all__ = [
 UNANSWERED = "[no result: the turn ended before this call completed]"
 # Tool results at most this long are kept even when old: a stub would save nothing.
 PRUNE_MIN_CHARS = 240
+# A result of the current step is never cut shorter than this, and the cutting tries
+# this many shares before it gives up (each round re-estimates the cut messages).
+CUT_MIN_CHARS = 400
+_CUT_ROUNDS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +474,49 @@ def prune_results(groups: Sequence[Group], *, protect_tail: int) -> tuple[list[G
                 messages.append(message)
         out.append(Group(tuple(messages), group.seqs))
     return out, pruned
+
+
+def cut_results(
+    messages: Sequence[ModelMessage], estimate: Estimator, room: int
+) -> tuple[tuple[ModelMessage, ...], int] | None:
+    """The current turn's messages with its tool results cut to fit ``room`` tokens, and
+    their tokens; None when they cannot fit even cut to ``CUT_MIN_CHARS`` each.
+
+    The step's own results cannot be pruned to stubs like history's: the model
+    asked for them now. Each keeps its beginning, every result cut by the same
+    share, and says how much it shows, so the model can ask for less at once
+    (a narrower read, fewer calls) instead of the turn failing after its
+    effects ran.
+    """
+    tools = [
+        i for i, m in enumerate(messages) if m.role == "tool" and len(m.content) > CUT_MIN_CHARS
+    ]
+    if not tools:
+        return None
+    share = 1.0
+    for _ in range(_CUT_ROUNDS):
+        out = list(messages)
+        for i in tools:
+            content = messages[i].content
+            keep = max(CUT_MIN_CHARS, int(len(content) * share))
+            if keep < len(content):
+                out[i] = replace(messages[i], content=_cut_text(content, keep))
+        tokens = sum(estimate.message(m) for m in out)
+        if tokens <= room:
+            return tuple(out), tokens
+        results = sum(estimate.message(out[i]) for i in tools)
+        over = tokens - room
+        if results <= over or all(len(out[i].content) <= CUT_MIN_CHARS + 200 for i in tools):
+            return None  # cutting every result to its floor would not make room
+        share *= max(0.05, (results - over) / results * 0.9)
+    return None
+
+
+def _cut_text(content: str, keep: int) -> str:
+    return (
+        f"{content[:keep]}\n[cut to fit the model's context window: the first {keep:,} of "
+        f"{len(content):,} characters]"
+    )
 
 
 @dataclass(frozen=True, slots=True)

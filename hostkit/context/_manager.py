@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import OrderedDict
@@ -14,6 +15,7 @@ from hostkit.context._assemble import (
     Group,
     Head,
     HistoryView,
+    cut_results,
     fit_groups,
     group_history,
     leading_results,
@@ -194,6 +196,21 @@ class ContextManager:
         if head.tokens + rest > hard_budget:
             head = self._head(request, window, estimate, room=hard_budget - rest)
         fixed = head.tokens + rest
+        cut = 0
+        if fixed > hard_budget and schema_tokens <= hard_budget:
+            # What does not fit is this turn's own messages, usually its tool results
+            # (many calls at once, each at the view's limit): cut those, not the turn,
+            # whose effects already ran. A quarter of what is left stays for history.
+            least = self._head(request, window, estimate, room=0).tokens
+            room = (hard_budget - schema_tokens - framing - least) * 3 // 4
+            fitted = cut_results(request.messages, estimate, room)
+            if fitted is not None:
+                messages, current_tokens = fitted
+                cut = sum(a is not b for a, b in zip(messages, request.messages, strict=True))
+                request = dataclasses.replace(request, messages=messages)
+                rest = current_tokens + schema_tokens + framing
+                head = self._head(request, window, estimate, room=hard_budget - rest)
+                fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason: OverflowReason = (
                 "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
@@ -231,7 +248,7 @@ class ContextManager:
                 len(view.messages) if whole else sum(len(g.messages) for g in fit.groups),
                 pruned=fit.dropped_messages + pruned,
             ),
-            LayerSummary("current", current_tokens, len(request.messages)),
+            LayerSummary("current", current_tokens, len(request.messages), pruned=cut),
         )
         ready = ContextReady(
             messages=(

@@ -266,3 +266,55 @@ async def test_history_window_is_bounded(store: RuntimeStore, authority: Authori
         )
     )
     assert [m.content for m in ready.messages] == ["m25", "m26", "m27", "m28", "m29", "now"]
+
+
+def many_results(count: int, size: int) -> tuple[ModelMessage, ...]:
+    """The input, a step that called ``count`` tools at once, and their long results."""
+    calls = tuple(ToolCall(f"call_{n}", "probe_big", {"n": n}) for n in range(count))
+    results = tuple(
+        ModelMessage("tool", f"result {n}: " + "y" * size, tool_call_id=f"call_{n}", name="big")
+        for n in range(count)
+    )
+    return (ModelMessage("user", "read them all"), ModelMessage("assistant", "", calls), *results)
+
+
+async def test_a_steps_results_too_long_together_are_cut_to_fit_not_the_turn_failed(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Eight results at a view's limit exceed a small window together: each is cut by one
+    share, keeps its beginning and says so; the call/result pairs stay whole."""
+    scope = await authority.for_conversation(facts("c"))
+    await add_history(
+        store, scope, [ModelMessage("user", "earlier"), ModelMessage("assistant", "ok")]
+    )
+    manager = ContextManager(store)
+    messages = many_results(8, 8_000)
+    ready = await manager.prepare(
+        ContextRequest(context=context_for(scope), step_id=1, limits=LIMITS, messages=messages)
+    )
+    assert ready.kind == "ready", ready
+    assert ready.estimated_input_tokens <= ready.hard_budget == 3100
+    sent = [m for m in ready.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in sent] == [f"call_{n}" for n in range(8)]
+    for n, message in enumerate(sent):
+        assert message.content.startswith(f"result {n}: yyy")
+        assert "[cut to fit the model's context window: the first " in message.content
+        assert message.content.endswith(" of 8,010 characters]")
+    assert len({len(m.content) for m in sent}) == 1, "every result cut by the same share"
+    (current,) = [layer for layer in ready.layers if layer.name == "current"]
+    assert current.pruned == 8
+    # What the turn holds is unchanged: only this request was cut.
+    assert all(len(m.content) == 8_010 for m in messages if m.role == "tool")
+
+
+async def test_results_that_cannot_fit_even_cut_to_their_floor_still_overflow(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    scope = await authority.for_conversation(facts("c"))
+    manager = ContextManager(store)
+    overflow = await manager.prepare(
+        ContextRequest(
+            context=context_for(scope), step_id=1, limits=LIMITS, messages=many_results(64, 8_000)
+        )
+    )
+    assert (overflow.kind, overflow.reason) == ("overflow", "current_input_too_large")
