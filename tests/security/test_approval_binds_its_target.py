@@ -155,3 +155,24 @@ async def test_an_approval_asked_in_one_workspace_cannot_write_in_another(
     assert approval.status == "stale"
     assert await precious.read_text() == USER_NOTES
     assert not await anyio.Path(tmp_path / "ws" / "notes.md").exists()
+
+
+async def test_a_new_file_in_a_new_directory_is_written_by_the_continuation(
+    tmp_path: Path,
+) -> None:
+    """Nothing there when asked (not even the directory), nothing there when run: the same
+    state, so the approved write creates both."""
+    config = host_config(tmp_path, approval_timeout_s=0.5)
+    model = ScriptedModel(
+        [CallTools(("files_write", {"path": "new/dir/notes.md", "content": "hi\n"})), Reply("ok")],
+        repeat_last=True,
+    )
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        paused = await host.turns.run(request("write it"))
+        assert paused.pending_approval is not None
+        scope = await host.authority.for_conversation(facts("c1", "alice", "test"))
+        answered = await host.approvals.answer(
+            paused.pending_approval, "approve_once", by=scope, principal=scope
+        )
+    assert [(e.effect, e.status) for e in answered.effects] == [("files.write", "succeeded")]
+    assert await anyio.Path(tmp_path / "ws" / "new" / "dir" / "notes.md").read_text() == "hi\n"

@@ -263,7 +263,12 @@ class WorkspaceScope:
         ``absent``, the sha256 of a regular file's content, or ``other`` (a link, a
         directory, a hard-linked file: a write refuses those anyway)."""
         parts = self._parts(path)
-        return await self._run(parts, self._state)
+        try:
+            return await self._run(parts, self._state)
+        except WorkspaceError as exc:
+            if exc.reason == "not_found":
+                return "absent"  # a missing directory on the way: the write creates it
+            raise
 
     async def edit(self, path: str, old: str, new: str, *, count: int = 1) -> EditResult:
         """Replace exactly ``count`` occurrences of ``old`` with ``new``, atomically.
