@@ -786,10 +786,13 @@ class TurnExecution:
             },
         )
         response: ModelResponse | None = None
+        # With an output slot, the answer is what the slot returns (it may rewrite, redact
+        # or refuse the model's text): the model's own words are never streamed.
+        streams = core.slots is None or not core.slots.declared("output")
         try:
             async with contextlib.aclosing(provider.stream(request)) as events:
                 async for event in events:
-                    if event.kind == "text" and event.text:
+                    if event.kind == "text" and event.text and streams:
                         self._emit(context, "text.delta", {"text": event.text, "step": step})
                     elif event.kind == "done":
                         response = event.response

@@ -134,6 +134,8 @@ async def test_bootstrap_input_and_output_shape_the_turn(tmp_path: Path) -> None
     assert booted.data["revision"] == result.core_revision
     finished = next(e for e in recorder.events if e.kind == "slot.finished")
     assert SECRET not in json.dumps(dict(finished.data))  # secret-named fields are redacted
+    # The answer is the slot's: the model's own words never stream to a terminal or panel.
+    assert [e for e in recorder.events if e.kind == "text.delta"] == []
 
 
 async def test_a_repeated_request_still_matches_its_normalized_turn(tmp_path: Path) -> None:
