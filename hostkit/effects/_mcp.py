@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 from hostkit.effects._authored import ToolOutcome, is_timeout
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
+from hostkit.types._shown import redact_text, safe_argv
 
 __all__ = [
     "MCP_SERVER_NAME_PATTERN",
@@ -101,11 +102,14 @@ class McpServerDeclaration:
         """What an approver and an operator see: never an env value or URL credentials."""
         shown: dict[str, Any] = {"server": self.name, "transport": self.transport}
         if self.transport == "stdio":
-            shown["command"] = list(self.command)
+            # Credentials on the command line too ("--token X", "password=X", an env value
+            # repeated there): hidden as every view of a command line hides them.
+            shown["command"] = safe_argv(self.command, self.env.values())
             shown["env"] = sorted(self.env)
             shown["network"] = self.network
         else:
-            shown["url"] = _without_userinfo(self.url or "")
+            # No userinfo, and a query (it often carries a key) masked.
+            shown["url"] = redact_text(_without_userinfo(self.url or ""), ())
         return FrozenMap(shown)
 
 

@@ -69,6 +69,33 @@ url = "https://user:pw@mcp.example.com/mcp"
     assert search.view()["url"] == "https://mcp.example.com/mcp"
 
 
+def test_a_servers_view_hides_credentials_on_its_command_line_and_in_its_url() -> None:
+    """The view is what `hostkit mcp list`, the connect approval and the stored status
+    show: a token passed as an argument is hidden as in a core's security diff."""
+    stdio = McpServerDeclaration(
+        name="git",
+        transport="stdio",
+        command=("mcp-server-git", "--repository", "repo", "--token", "abc123secret"),
+        env={"GIT_KEY": "env-value-123456"},
+    )
+    shown = stdio.view()["command"]
+    assert tuple(shown[:3]) == ("mcp-server-git", "--repository", "repo")
+    assert "abc123secret" not in repr(shown)
+    with_env = McpServerDeclaration(
+        name="x",
+        transport="stdio",
+        command=("srv", "password=hunter2-long", "--key-from", "env-value-123456"),
+        env={"GIT_KEY": "env-value-123456"},
+    )
+    assert "hunter2-long" not in repr(with_env.view())
+    assert "env-value-123456" not in repr(with_env.view())
+    http = McpServerDeclaration(
+        name="s", transport="http", url="https://mcp.example.com/mcp?api_key=k-123456789"
+    )
+    assert "k-123456789" not in http.view()["url"]
+    assert http.view()["url"].startswith("https://mcp.example.com/mcp?")
+
+
 def test_an_agent_without_mcp_tables_declares_no_server(tmp_path: Path) -> None:
     assert load(tmp_path, "").agents["assistant"].mcp == {}
 

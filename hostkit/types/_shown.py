@@ -1,0 +1,150 @@
+"""What an operator or approver view may show of a command line or a URL.
+
+One redaction for every view of a program to run (an MCP server's argv, a
+core's security diff and patch): the words an argv marks as credentials (the
+word after ``--token`` or ``Bearer``, the value of ``password=...``, also
+inside one ``sh -c`` string), bearer-shaped words, hostkit's shared
+credential patterns (``hostkit.errors.redact_credentials``) and URL userinfo
+and query strings. Pure functions of their text: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from hostkit.errors import redact_credentials
+from hostkit.types._redact import REDACTED
+
+__all__ = ["argv_hidden_words", "origin", "redact_text", "safe_argv"]
+
+# Shorter values ("1", "on") are settings, not secrets: hiding them would blank out
+# every matching character of a view.
+MIN_SECRET = 4
+MAX_ARG = 200
+_KEYWORDS = r"(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)"
+# A word whose NEXT word is a credential: "--token x", "-p x" is too short to tell; "Bearer x".
+# The tail after the keyword is possessive (``*+``): a failed match does not try every
+# split of "_token_token_…" again, which made a long word quadratic.
+_SECRET_FLAG = re.compile(rf"(?i)^(-{{1,2}}[a-z0-9_-]*{_KEYWORDS}[a-z0-9_-]*+|bearer|basic)$")
+# A word that carries its credential: "--token=x", "password=x", "API_KEY:x" (see
+# _assignment: its name's characters, then a keyword looked for in them).
+_NAME = re.compile(r"(?i)[a-z0-9_.-]*+")
+_KEYWORD = re.compile(rf"(?i){_KEYWORDS}")
+# Bearer-like words that need no flag to be recognised (sk-..., ghp_..., long hex/base64).
+_SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
+_SPACE = re.compile(r"(\s+)")
+# A scheme is short (git+ssh, postgresql+psycopg): bounded, so the scan for "://" from
+# each letter of a long word stays short. Not anchored at a word start: in a word longer
+# than that, a URL is still found (from a later letter of its scheme).
+_URL = re.compile(r"(?i)[a-z][a-z0-9+.-]{0,31}://\S*")
+_URL_USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]{0,31}://)[^/@\s]+@")
+# A URL up to its query (no quote: it may sit in a quoted string). Found whole first and
+# then split: searching for the "?" in the pattern itself rescanned the rest of a long
+# word from every "://" in it.
+_URL_TO_QUERY = re.compile(r"(?i)[a-z][a-z0-9+.-]{0,31}://[^\s'\"]*")
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without the given values, hostkit's credential patterns, URL userinfo or query."""
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET:
+            text = text.replace(secret, REDACTED)
+    text = redact_credentials(text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _URL_TO_QUERY.sub(lambda m: _without_query(m.group(0)), text)
+
+
+def _assignment(word: str) -> int:
+    """How long ``word``'s credential-named ``name=`` (or ``name:``) is; 0 if it has none.
+
+    The name runs to the first character that cannot be in one; one keyword anywhere in
+    it names a credential. Two linear scans: one pattern for both backtracked over
+    every keyword in a long name ("_token_token_…"), quadratically.
+    """
+    name = _NAME.match(word)
+    end = name.end() if name is not None else 0
+    if end < len(word) and word[end] in "=:" and _KEYWORD.search(word, 0, end):
+        return end + 1
+    return 0
+
+
+def _without_query(url: str) -> str:
+    """``url`` with its query (up to a fragment) masked: it often carries a key."""
+    path, mark, rest = url.partition("?")
+    if not mark:
+        return url
+    _, hash_mark, fragment = rest.partition("#")
+    return f"{path}?{REDACTED}{hash_mark}{fragment}"
+
+
+def safe_argv(argv: Iterable[str], secrets: Iterable[str]) -> list[str]:
+    """``argv`` as an operator may see it: ``secrets`` and credential words redacted, items cut."""
+    return _argv(argv, tuple(secrets))[0]
+
+
+def argv_hidden_words(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
+    """The words ``safe_argv`` hides in ``argv`` (to hide them where argv is not parsed)."""
+    return _argv(argv, tuple(secrets))[1]
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]``: userinfo, path, query and fragment can all carry secrets."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set[str]]:
+    """The shown argv and the words it hid.
+
+    Each item is read word by word (an ``sh -c`` script is one item): a
+    credential flag hides the next word, or the whole next item when it ends
+    the item ("--api-key", "<key>").
+    """
+    shown: list[str] = []
+    hidden: set[str] = set()
+    hide_item = False
+    for raw in argv:
+        item = raw
+        for secret in secrets:
+            item = item.replace(secret, REDACTED)
+        if hide_item:
+            hidden.add(item)
+            shown.append(REDACTED)
+            hide_item = False
+            continue
+        words = _SPACE.split(item)
+        hide_next = False
+        for index in range(0, len(words), 2):
+            word = words[index]
+            if not word:
+                continue
+            if hide_next:
+                hidden.add(word)
+                words[index] = REDACTED
+                hide_next = False
+                continue
+            assign = _assignment(word)
+            if assign:
+                hidden.add(word[assign:])
+                words[index] = word[:assign] + REDACTED
+            elif _SECRET_FLAG.match(word):
+                hide_next = True
+            elif "://" in word:
+                words[index] = _URL.sub(lambda m: origin(m.group(0)), word)
+            elif _SECRET_SHAPE.search(word):
+                hidden.add(word)
+                words[index] = REDACTED
+        hide_item = hide_next
+        text = redact_text("".join(words), ())
+        shown.append(text if len(text) <= MAX_ARG else text[: MAX_ARG - 1] + "…")
+    hidden.discard(REDACTED)
+    return shown, hidden
