@@ -11,6 +11,7 @@ code.
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import shutil
@@ -45,6 +46,7 @@ async def check_manifest(
     """The candidate loads (tree, agent.yaml, instructions) and the Host's ``validate`` passes."""
     try:
         loaded = await load_core(location, revision, cores_root=cores_root)
+        await anyio.to_thread.run_sync(_check_slot_entries, loaded)
         if validate is not None:
             await validate(loaded)
     except HostkitError as exc:
@@ -56,6 +58,54 @@ async def check_manifest(
             "manifest", False, f"the revision cannot be read ({type(exc).__name__})"
         ), None
     return GateOutcome("manifest", True, f"agent.yaml of {revision[:12]} loads"), loaded
+
+
+def _check_slot_entries(loaded: LoadedCore) -> None:
+    """Each declared slot names a module of ``agent/`` that defines the function at its top
+    level, read as source (nothing of the core runs here); else the ``ConfigError`` of
+    ``slots.<slot>``. A typo would otherwise pass every gate and fail every turn."""
+    package = loaded.root / loaded.package
+    slots = loaded.manifest.slots
+    for slot in ("bootstrap", "input", "output"):
+        entry = getattr(slots, slot)
+        if entry is None:
+            continue
+        module, _, function = entry.partition(":")
+        base = package.joinpath(*module.split("."))
+        source = next(
+            (p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None
+        )
+        if source is None:
+            raise loaded.problem(
+                f"slots.{slot}", f"{entry!r}: agent/{module.replace('.', '/')}.py does not exist"
+            )
+        try:
+            tree = ast.parse(source.read_bytes(), filename=str(source))
+        except (SyntaxError, ValueError) as exc:
+            raise loaded.problem(
+                f"slots.{slot}",
+                f"{entry!r}: agent/{source.relative_to(package)} does not parse "
+                f"(line {getattr(exc, 'lineno', '?')})",
+            ) from None
+        if function not in _top_level_names(tree):
+            raise loaded.problem(
+                f"slots.{slot}",
+                f"{entry!r}: agent/{source.relative_to(package)} defines no {function!r}",
+            )
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level: functions, classes, assignments, imports."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
 
 
 async def check_tests(

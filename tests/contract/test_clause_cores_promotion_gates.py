@@ -208,3 +208,46 @@ async def test_a_dependency_change_needs_the_reviewed_flag(
     assert live_of(path) == changed
     history = [event.action for event in await registry.history("notes")]
     assert history == ["promote", "refused", "promote"]
+
+
+SLOTS = "async def on_input(ctx, text):\n    return text.strip()\n\nfinish = on_input\n"
+
+
+@pytest.mark.parametrize(
+    ("slots", "files", "said"),
+    [
+        ({"input": "slotz:on_input"}, {"agent/slots.py": SLOTS}, "agent/slotz.py does not exist"),
+        ({"input": "slots:on_inpt"}, {"agent/slots.py": SLOTS}, "defines no 'on_inpt'"),
+        ({"output": "pkg.deep:on_input"}, {"agent/slots.py": SLOTS}, "does not exist"),
+        ({"bootstrap": "broken:boot"}, {"agent/broken.py": "def boot(ctx:\n"}, "does not parse"),
+    ],
+    ids=["module", "function", "package", "syntax"],
+)
+async def test_a_slot_the_revision_does_not_define_is_refused_by_the_manifest_gate(
+    tmp_path: Path, store: RuntimeStore, slots: dict[str, str], files: dict[str, str], said: str
+) -> None:
+    """A typo in ``slots:`` used to pass every gate and fail every turn once live. The
+    manifest gate reads the source (no core code runs) and names the key."""
+    path, _ = make_core(tmp_path, "notes", manifest={**MANIFEST, "slots": slots}, files=files)
+    before = live_of(path)
+    broken = commit(path, {"agent.yaml": f"id: notes\nmodel: test\nslots: {slots}\n"}, "typo")
+    refused = await _refused(core_registry(tmp_path, store, {"notes": path}), broken)
+    assert [(gate.gate, gate.passed) for gate in refused.gates] == [("manifest", False)]
+    assert "slots." in refused.gates[0].detail
+    assert said in refused.gates[0].detail
+    assert live_of(path) == before
+
+
+async def test_slots_defined_as_functions_or_names_pass_the_manifest_gate(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    manifest = {**MANIFEST, "slots": {"input": "slots:on_input", "output": "pkg.mod:finish"}}
+    path, sha = make_core(
+        tmp_path,
+        "notes",
+        manifest=manifest,
+        files={"agent/slots.py": SLOTS, "agent/pkg/__init__.py": "", "agent/pkg/mod.py": SLOTS},
+        live=False,
+    )
+    event = await core_registry(tmp_path, store, {"notes": path}).promote("notes", actor="ops")
+    assert (event.revision, event.gates[0].passed) == (sha, True)
