@@ -36,11 +36,18 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from hostkit.cli._common import ConfigOption, console, open_host, project_config, run_command
+from hostkit.cli._common import (
+    ConfigOption,
+    console,
+    open_host,
+    project_config,
+    python_agent,
+    run_command,
+)
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import HostkitError
-from hostkit.host import HostDaemon, ServeStatus
+from hostkit.host import Agent, HostDaemon, ServeStatus
 
 __all__ = ["serve", "status_text"]
 
@@ -85,6 +92,14 @@ def serve(
             "--log-format", help="text or json (default: json unless stderr is a terminal)"
         ),
     ] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            help="module:attribute of a hostkit.Agent to serve beside the file's agents "
+            "(repeatable; a channel may name it)",
+        ),
+    ] = None,
 ) -> None:
     """Serve channels: webhooks, polling, inbox workers, answer delivery (docs/service.md).
 
@@ -94,11 +109,19 @@ def serve(
     terminal = _stderr_is_a_terminal()
     chosen = log_format_of(log_format, terminal=terminal)
     live = chosen == "text" and terminal
+    agents = tuple(found for reference in agent or () for found in python_agent(reference))
     with serve_logging(chosen, console):
-        run_command(lambda: _serve(config, listen, port, live=live))
+        run_command(lambda: _serve(config, listen, port, agents, live=live))
 
 
-async def _serve(config: Path | None, listen: str | None, port: int | None, *, live: bool) -> int:
+async def _serve(
+    config: Path | None,
+    listen: str | None,
+    port: int | None,
+    agents: tuple[Agent, ...],
+    *,
+    live: bool,
+) -> int:
     with anyio.open_signal_receiver(*_SIGNALS) as signals:
         watch = _SignalWatch()
         code = 1
@@ -107,19 +130,25 @@ async def _serve(config: Path | None, listen: str | None, port: int | None, *, l
             # (turns cut, tracing flushed) still exits at once.
             outer.start_soon(watch.run, signals)
             try:
-                code = await _serve_host(config, listen, port, live=live, watch=watch)
+                code = await _serve_host(config, listen, port, agents, live=live, watch=watch)
             finally:
                 outer.cancel_scope.cancel()
     return code
 
 
 async def _serve_host(
-    config: Path | None, listen: str | None, port: int | None, *, live: bool, watch: _SignalWatch
+    config: Path | None,
+    listen: str | None,
+    port: int | None,
+    agents: tuple[Agent, ...],
+    *,
+    live: bool,
+    watch: _SignalWatch,
 ) -> int:
     # A daemon serves a project's channels: from the wrong directory it would create a
     # database and serve a default agent nobody can reach.
     found = await project_config(config, nothing="no project to serve here")
-    async with open_host(found, print_warnings=False, require_channels=True) as host:
+    async with open_host(found, agents=agents, print_warnings=False, require_channels=True) as host:
         daemon = host.serve(listen=listen, port=port, watch=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
         daemon.bind()

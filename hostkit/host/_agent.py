@@ -34,7 +34,13 @@ from hostkit.host._capabilities import (
     ToolRequest,
     ToolSource,
 )
-from hostkit.host._config import AgentConfig, HostConfig, PolicyConfig, ProviderConfig
+from hostkit.host._config import (
+    AgentConfig,
+    HostConfig,
+    PolicyConfig,
+    ProviderConfig,
+    check_channel_agents,
+)
 from hostkit.host._defaults import DefaultToolSource
 from hostkit.providers import ModelProvider
 
@@ -269,6 +275,7 @@ def compose_agents(
             instances[name] = agent.model
         entries[agent.name] = agent._settings(name)
     merged = config.model_copy(update={"providers": providers, "agents": entries})
+    check_channel_agents(merged)
     return merged, instances
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "ServeSection",
     "StoreSection",
     "TelemetryConfig",
+    "check_channel_agents",
     "default_config",
     "load_config",
     "parse_config",
@@ -391,21 +392,12 @@ class HostConfig(_Strict):
         return self
 
     @pydantic.model_validator(mode="after")
-    def _channels_name_agents(self) -> HostConfig:
-        for name, channel in self.channels.items():
+    def _channel_ids(self) -> HostConfig:
+        for name in self.channels:
             if not is_channel_id(name) or name in RESERVED_INBOUND_CHANNELS:
                 raise ValueError(
                     f"channels.{name[:64]} is not a usable channel id (lower-case a-z, 0-9, "
                     "'_', '-', '.'; not one of the Host's own front ends)"
-                )
-            if channel.agent not in self.agents and channel.agent not in self.cores:
-                raise ValueError(
-                    _unknown_name(
-                        f"channels.{name}.agent",
-                        channel.agent,
-                        [*self.agents, *self.cores],
-                        "[agents] or [cores]",
-                    )
                 )
         return self
 
@@ -454,6 +446,26 @@ class HostConfig(_Strict):
             path for path in (self.source, self.base_dir / "hostkit.toml") if path is not None
         )
         return (database, *siblings, self.artifact_root, self.cores_root, *configs)
+
+
+def check_channel_agents(config: HostConfig) -> None:
+    """Each channel's ``agent`` is one of the composed configuration's agents or cores.
+
+    Checked once Python agents (``Host.open(agents=...)``, ``--agent``) joined
+    the configuration, not when the file is read: a channel may name one.
+    """
+    for name, channel in config.channels.items():
+        if channel.agent not in config.agents and channel.agent not in config.cores:
+            error = ConfigError(  # the sentence names its key itself
+                _unknown_name(
+                    f"channels.{name}.agent",
+                    channel.agent,
+                    [*config.agents, *config.cores],
+                    "[agents] or [cores], nor a Python agent of this Host",
+                )
+            )
+            error.key = f"channels.{name}.agent"
+            raise error
 
 
 def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> HostConfig:

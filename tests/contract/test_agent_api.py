@@ -21,6 +21,7 @@ from hostkit.freeze import thaw
 from hostkit.host import parse_config
 from hostkit.host._defaults import DefaultProviderSource
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import InboundEnvelope
 from tests.hosts import config, event_kinds, request, turn_rows
 
 pytestmark = pytest.mark.anyio
@@ -549,3 +550,56 @@ async def test_a_notebook_talks_to_its_python_agent_and_clicks_its_approval(
         assert (result.core_id, result.outcome, ran) == ("writer", "completed", ["a.md"])
     finally:
         await nb.aclose()
+
+
+def channel_config(tmp_path: Path, agent: str) -> Any:
+    return parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "test", "memory": False}},
+            "channels": {"hooks": {"kind": "webhook", "secret_env": "HOOK_S", "agent": agent}},
+        },
+        base_dir=tmp_path,
+    )
+
+
+async def test_a_channel_may_name_a_python_agent_and_its_inbounds_run_it(tmp_path: Path) -> None:
+    """The file names ``calc``, which only the Python code defines: read alone it names
+    nothing, and the check waits until the Python agents joined the configuration."""
+    model = ScriptedModel([Reply("42, said calc")])
+    agent = hostkit.Agent("calc", model=model)
+    async with hostkit.Host.open(channel_config(tmp_path, "calc"), agents=[agent]) as host:
+        receipt = await host.inbox.accept(
+            InboundEnvelope(
+                channel_instance_id="hooks",
+                platform_event_key="ev-1",
+                conversation_key="conv-1",
+                principal_key="alice",
+                authenticated_by="hmac",
+                received_at=1.0e9,
+                payload="what is six times seven?",
+            )
+        )
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+        record = await host.inbox.record(receipt.inbound_id)
+        assert record is not None
+        assert (record.state, record.result_kind) == ("completed", "turn")
+        assert record.turn_id is not None
+        state = await host.store.turns.state(await host.operator("ops", reason="t"), record.turn_id)
+    assert state.result is not None
+    assert (state.result.core_id, state.result.text) == ("calc", "42, said calc")
+
+
+async def test_a_channel_naming_no_agent_is_refused_at_open_with_the_closest_name(
+    tmp_path: Path,
+) -> None:
+    agent = hostkit.Agent("calc", model=ScriptedModel([Reply("x")]))
+    with pytest.raises(hostkit.ConfigError) as caught:
+        async with hostkit.Host.open(channel_config(tmp_path, "clac"), agents=[agent]):
+            pass
+    assert caught.value.key == "channels.hooks.agent"
+    assert str(caught.value) == (
+        "channels.hooks.agent names 'clac', which is not under [agents] or [cores], nor a "
+        "Python agent of this Host; did you mean 'calc'?"
+    )

@@ -203,15 +203,6 @@ def test_a_misspelled_required_manifest_key_is_named_not_reported_missing() -> N
     ("data", "said"),
     [
         (
-            {
-                "providers": {"test": {"kind": "scripted"}},
-                "agents": {"assistant": {"provider": "test"}},
-                "channels": {"hooks": {"kind": "webhook", "secret_env": "S", "agent": "asistant"}},
-            },
-            "channels.hooks.agent names 'asistant', which is not under [agents] or [cores]; "
-            "did you mean 'assistant'?",
-        ),
-        (
             {"providers": {"openai": {"kind": "openai"}}, "agents": {"a": {"provider": "opnai"}}},
             "agents.a.provider names 'opnai', which is not under [providers]; "
             "did you mean 'openai'?",
@@ -221,7 +212,7 @@ def test_a_misspelled_required_manifest_key_is_named_not_reported_missing() -> N
             "agents.a.provider names 'elsewhere', which is not under [providers]",
         ),
     ],
-    ids=["channel agent", "agent provider", "nothing close"],
+    ids=["agent provider", "nothing close"],
 )
 def test_a_name_that_is_not_defined_gets_the_closest_one(
     data: dict[str, object], said: str

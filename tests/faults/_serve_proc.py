@@ -128,12 +128,19 @@ async def _drain(stream: ByteReceiveStream | None, into: list[str]) -> None:
 
 
 @asynccontextmanager
-async def serving(config: Path, *, env: Mapping[str, str] | None = None) -> AsyncIterator[Served]:
-    """``hostkit serve --config config --port 0``, until the block ends (then SIGKILL if alive)."""
+async def serving(
+    config: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    cwd: Path | None = None,
+) -> AsyncIterator[Served]:
+    """``hostkit serve --config config --port 0 [args]`` (in ``cwd``), until the block ends
+    (then SIGKILL if alive)."""
     argv = [sys.executable, "-m", "hostkit", "serve", "--config", str(config), "--port", "0"]
-    argv += ["--log-format", "json"]
+    argv += ["--log-format", "json", *args]
     environment = {**os.environ, **SECRETS, **(env or {})}
-    process = await anyio.open_process(argv, env=environment)
+    process = await anyio.open_process(argv, env=environment, cwd=cwd)
     served = Served("", process)
     try:
         async with anyio.create_task_group() as pumps:
