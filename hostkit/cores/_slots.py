@@ -126,7 +126,10 @@ class SlotRuntime:
             return text
         value = await self._run("output", ctx, text)
         if not isinstance(value, str) or len(value) > MAX_OUTPUT_CHARS:
-            raise SlotFailed("output", f"must return text of at most {MAX_OUTPUT_CHARS}")
+            got = f"{len(value):,} characters" if isinstance(value, str) else type(value).__name__
+            raise SlotFailed(
+                "output", f"must return text of at most {MAX_OUTPUT_CHARS} characters, not {got}"
+            )
         return value
 
     async def _run(self, slot: SlotName, *args: Any) -> Any:
@@ -144,7 +147,8 @@ class SlotRuntime:
             except BaseException as exc:
                 if _is_cancellation(exc):
                     raise
-                raise SlotFailed(slot, f"failed ({type(exc).__name__})") from None
+                where = _raised_at(exc, self._root / self._package)
+                raise SlotFailed(slot, f"failed ({type(exc).__name__}{where})") from None
         # By the clock, not by a caught cancellation: a slot that swallows it, or blocks
         # the loop (time.sleep in an async slot) so it never fires, returns late: refused.
         if deadline.cancel_called or anyio.current_time() >= deadline.deadline:
@@ -169,6 +173,19 @@ class SlotRuntime:
             raise SlotFailed(slot, "cannot be loaded (not a function)")
         self._loaded[slot] = function
         return self._loaded[slot]
+
+
+def _raised_at(exc: BaseException, package: Path) -> str:
+    """`` at agent/<file>:<line>``: the last frame of the core's own code the exception
+    passed (never its message, which may quote what the slot handled); "" if none."""
+    where = ""
+    frame = exc.__traceback__
+    while frame is not None:
+        path = Path(frame.tb_frame.f_code.co_filename)
+        if path.is_relative_to(package):
+            where = f" at agent/{path.relative_to(package)}:{frame.tb_lineno}"
+        frame = frame.tb_next
+    return where
 
 
 def _import(root: Path, package: str, module: str, name: str) -> Any:

@@ -158,12 +158,12 @@ async def test_a_sync_slot_past_its_deadline_is_abandoned(
 @pytest.mark.parametrize(
     ("slot", "entry", "expected"),
     [
-        ("input", "slots:explode", "slot 'input' failed (ValueError)"),
+        ("input", "slots:explode", "slot 'input' failed (ValueError at agent/"),
         ("input", "slots:number", "slot 'input' must return non-empty text of at most 100000"),
         ("input", "slots:empty", "slot 'input' must return non-empty text of at most 100000"),
         ("output", "slots:none_out", "slot 'output' must return text of at most 1000000"),
         ("bootstrap", "slots:bad_bootstrap", "slot 'bootstrap' must return text of at most"),
-        ("input", "slots:own_cancel", "slot 'input' failed (CancelledError)"),
+        ("input", "slots:own_cancel", "slot 'input' failed (CancelledError at agent/"),
         ("input", "missing:fn", "slot 'input' cannot be loaded (ModuleNotFoundError)"),
         ("input", "slots:nowhere", "slot 'input' cannot be loaded (AttributeError)"),
         ("input", "broken:fn", "slot 'input' cannot be loaded (RuntimeError)"),

@@ -152,9 +152,15 @@ async def test_a_repeated_request_still_matches_its_normalized_turn(tmp_path: Pa
 @pytest.mark.parametrize(
     ("slots", "limits", "error", "model_called"),
     [
-        ({"input": "slots:leak"}, {}, "slot 'input' failed (ValueError)", False),
+        # Where the core's own code raised (never the message, which quotes what it held).
+        ({"input": "slots:leak"}, {}, "slot 'input' failed (ValueError at agent/slots.py:", False),
         ({"bootstrap": "slots:slow"}, {"slot_timeout_s": 0.3}, "slot 'bootstrap' did not", False),
-        ({"output": "slots:wrong"}, {}, "slot 'output' must return text", True),
+        (
+            {"output": "slots:wrong"},
+            {},
+            "slot 'output' must return text of at most 1000000 characters, not dict",
+            True,
+        ),
         ({"input": "gone:fn"}, {}, "slot 'input' cannot be loaded (ModuleNotFoundError)", False),
     ],
 )
