@@ -203,7 +203,7 @@ def test_missing_api_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
     # Read whole, even quoted in another error: no "api_key: no" for the redactor to mask.
     for shown in (raised.value.message, bounded(f"agent 'a' is not available: {raised.value}")):
         assert "[redacted]" not in shown
-        assert "no API key: set the environment variable ANTHROPIC_API_KEY, or name another" in shown
+        assert "set the environment variable ANTHROPIC_API_KEY, or name another" in shown
 
 
 async def test_defaults_name_anthropic_and_its_limits() -> None:
