@@ -18,6 +18,7 @@ import anyio
 import psutil
 import pytest
 
+from hostkit.store import LeaseOwner
 from hostkit.types import ConversationFacts
 
 
@@ -142,3 +143,19 @@ def in_mount_namespace(script: str, *args: str) -> Any:
         pytest.skip(f"this machine cannot mount in a new namespace: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+async def this_process(instance: str) -> LeaseOwner:
+    """This test process as the lease owner ``instance`` (reads /proc: off the loop)."""
+    return await anyio.to_thread.run_sync(LeaseOwner.current, instance)
+
+
+async def dead_owner(instance: str, how: str = "reused_pid") -> str:
+    """An owner on this machine whose process is provably gone: its pid exited, or now
+    belongs to a process with another start time."""
+    me = await this_process(instance)
+    if how == "exited_pid":
+        async with await anyio.open_process([sys.executable, "-c", "pass"]) as process:
+            await process.wait()
+        return LeaseOwner(me.host, process.pid, me.started, instance).encode()
+    return LeaseOwner(me.host, me.pid, me.started - 100, instance).encode()

@@ -13,7 +13,6 @@ these tests: every claim here is made and recovered at one instant.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,27 +25,13 @@ from hostkit.errors import StaleClaim
 from hostkit.store import DELIVERY_ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, LeaseOwner
 from hostkit.types import ClaimedDelivery
 from tests.contract._delivery_adapters import ADAPTERS, DeliveryUnderTest, open_delivery
+from tests.support import dead_owner, this_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
 
 LEASE_S = 60.0
 # On another machine: only its lease expiry may end its claims.
 REMOTE = LeaseOwner("another-machine", 4242, 1.0, "remote-instance").encode()
-
-
-async def this_process(instance: str) -> LeaseOwner:
-    return await anyio.to_thread.run_sync(LeaseOwner.current, instance)
-
-
-async def dead_owner(instance: str, how: str = "reused_pid") -> str:
-    """An owner on this machine whose process is provably gone."""
-    me = await this_process(instance)
-    if how == "exited_pid":
-        async with await anyio.open_process([sys.executable, "-c", "pass"]) as process:
-            await process.wait()
-        return LeaseOwner(me.host, process.pid, me.started, instance).encode()
-    # The pid now belongs to a process with another start time.
-    return LeaseOwner(me.host, me.pid, me.started - 100, instance).encode()
 
 
 async def claim_as(

@@ -12,7 +12,6 @@ moves in these tests: nothing here waits for a lease to expire.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import anyio
@@ -29,27 +28,13 @@ from hostkit.types import (
     TurnResult,
 )
 from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
+from tests.support import dead_owner, this_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
 
 POLICY = RetryPolicy(max_attempts=2, lease_s=60.0)
 # On another machine: only its lease expiry may end its claims.
 REMOTE = LeaseOwner("another-machine", 4242, 1.0, "remote-instance").encode()
-
-
-async def this_process(instance: str) -> LeaseOwner:
-    return await anyio.to_thread.run_sync(LeaseOwner.current, instance)
-
-
-async def dead_owner(instance: str, how: str = "reused_pid") -> str:
-    """An owner on this machine whose process is provably gone."""
-    me = await this_process(instance)
-    if how == "exited_pid":
-        async with await anyio.open_process([sys.executable, "-c", "pass"]) as process:
-            await process.wait()
-        return LeaseOwner(me.host, process.pid, me.started, instance).encode()
-    # The pid now belongs to a process with another start time.
-    return LeaseOwner(me.host, me.pid, me.started - 100, instance).encode()
 
 
 async def claim_as(sut: InboxUnderTest, owner: str) -> ClaimedInbound:
