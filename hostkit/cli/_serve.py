@@ -39,6 +39,7 @@ from rich.text import Text
 from hostkit.cli._common import (
     ConfigOption,
     console,
+    fail,
     open_host,
     project_config,
     python_agent,
@@ -46,7 +47,7 @@ from hostkit.cli._common import (
 )
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
-from hostkit.errors import HostkitError
+from hostkit.errors import ConfigError, HostkitError
 from hostkit.host import Agent, HostDaemon, ServeStatus
 
 __all__ = ["serve", "status_text"]
@@ -109,6 +110,9 @@ def serve(
     terminal = _stderr_is_a_terminal()
     chosen = log_format_of(log_format, terminal=terminal)
     live = chosen == "text" and terminal
+    for reference in agent or ():
+        if ":" not in reference:
+            raise fail(ConfigError(f"--agent {reference[:200]!r}: name it as module:attribute"))
     agents = tuple(found for reference in agent or () for found in python_agent(reference))
     with serve_logging(chosen, console):
         run_command(lambda: _serve(config, listen, port, agents, live=live))

@@ -87,25 +87,33 @@ def _check_slot_entries(loaded: LoadedCore) -> None:
                 f"{entry!r}: agent/{source.relative_to(package)} does not parse "
                 f"(line {getattr(exc, 'lineno', '?')})",
             ) from None
-        if function not in _top_level_names(tree):
+        bound = _top_level_names(tree)
+        if bound is not None and function not in bound:
             raise loaded.problem(
                 f"slots.{slot}",
                 f"{entry!r}: agent/{source.relative_to(package)} defines no {function!r}",
             )
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
-    """Names a module binds at its top level: functions, classes, assignments, imports."""
+def _top_level_names(tree: ast.Module) -> set[str] | None:
+    """Names a module may bind when imported: definitions, assignment targets and imports
+    anywhere outside function and class bodies (under ``if``, ``try``, ``with`` too);
+    None when the source alone cannot tell (``import *``, a module ``__getattr__``)."""
     names: set[str] = set()
-    for node in tree.body:
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.Import | ast.ImportFrom):
+            continue  # what a body binds is its own
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return None
+        if isinstance(node, ast.Import | ast.ImportFrom):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return None if "__getattr__" in names else names
 
 
 async def check_tests(

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
-from hostkit.types import REDACTED
-from hostkit.types._shown import MIN_SECRET, argv_hidden_words, origin, redact_text, safe_argv
+from hostkit.types import REDACTED, argv_hidden_words, origin, redact_text, safe_argv
+from hostkit.types._shown import MIN_SECRET
 
 __all__ = ["REDACTED", "manifest_secrets", "origin", "redact_text", "safe_argv"]
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from hostkit.effects._authored import ToolOutcome, is_timeout
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
-from hostkit.types._shown import redact_text, safe_argv
+from hostkit.types import redact_text, safe_argv
 
 __all__ = [
     "MCP_SERVER_NAME_PATTERN",

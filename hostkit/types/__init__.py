@@ -140,6 +140,7 @@ from hostkit.types._scope import (
     PrincipalScope,
     is_channel_id,
 )
+from hostkit.types._shown import argv_hidden_words, origin, redact_text, safe_argv
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
     MAX_INPUT_CHARS,
@@ -270,6 +271,7 @@ __all__ = [
     "Usage",
     "UsageObservation",
     "approval_code",
+    "argv_hidden_words",
     "bounded_data",
     "bounded_metadata",
     "check_content",
@@ -286,8 +288,11 @@ __all__ = [
     "is_secret_field",
     "is_text",
     "new_id",
+    "origin",
     "plural",
     "redact_secret_fields",
+    "redact_text",
+    "safe_argv",
     "sanitize_name",
     "stand_in",
     "state_json",

@@ -112,9 +112,12 @@ def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set
     shown: list[str] = []
     hidden: set[str] = set()
     hide_item = False
+    # As redact_text: a shorter value ("1", "") is a setting, and hiding it would blank out
+    # every matching character of the command line.
+    values = [secret for secret in secrets if len(secret) >= MIN_SECRET]
     for raw in argv:
         item = raw
-        for secret in secrets:
+        for secret in values:
             item = item.replace(secret, REDACTED)
         if hide_item:
             hidden.add(item)

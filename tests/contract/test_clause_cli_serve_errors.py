@@ -175,3 +175,17 @@ def test_text_logs_escape_what_a_message_quotes() -> None:
     assert "channel said" in text
     assert "\x1b" not in text
     assert "\u202e" not in text
+
+
+def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
+    config = tmp_path / "hostkit.toml"
+    config.write_text(CONFIG.format(root=tmp_path))
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--config", str(config), "--port", "0", "--agent", "my_agents.agent"],
+        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
+    )
+    output = result.stdout + result.stderr
+    assert result.exit_code == EXIT_ERROR, output
+    assert "--agent 'my_agents.agent': name it as module:attribute" in output
+    assert not (tmp_path / "hostkit.db").exists()

@@ -162,3 +162,16 @@ def test_the_config_value_is_frozen() -> None:
     with pytest.raises(ValueError, match="frozen"):
         server.network = True
     assert server.declaration("s").transport == "stdio"
+
+
+def test_a_short_env_value_is_not_hidden_inside_the_command_line() -> None:
+    """A setting ("1", "") is no secret: hiding it would blank out every matching
+    character of the command the approver must read."""
+    for value in ("1", ""):
+        declaration = McpServerDeclaration(
+            name="s",
+            transport="stdio",
+            command=("node", "server-1.js", "--port", "8011"),
+            env={"DEBUG": value},
+        )
+        assert tuple(declaration.view()["command"]) == ("node", "server-1.js", "--port", "8011")

@@ -251,3 +251,27 @@ async def test_slots_defined_as_functions_or_names_pass_the_manifest_gate(
     )
     event = await core_registry(tmp_path, store, {"notes": path}).promote("notes", actor="ops")
     assert (event.revision, event.gates[0].passed) == (sha, True)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "try:\n    from fast import on_input\nexcept ImportError:\n    def on_input(ctx, t):\n"
+        "        return t\n",
+        "import sys\nif sys.version_info >= (3, 11):\n"
+        "    def on_input(ctx, t):\n        return t\n",
+        "on_input, other = (lambda ctx, t: t), None\n",
+        "from os.path import *\n",
+        "def __getattr__(name):\n    return lambda ctx, t: t\n",
+    ],
+    ids=["try", "if", "tuple", "star-import", "module-getattr"],
+)
+async def test_a_slot_bound_in_ways_source_reading_allows_passes_the_manifest_gate(
+    tmp_path: Path, store: RuntimeStore, source: str
+) -> None:
+    manifest = {**MANIFEST, "slots": {"input": "slots:on_input"}}
+    path, sha = make_core(
+        tmp_path, "notes", manifest=manifest, files={"agent/slots.py": source}, live=False
+    )
+    event = await core_registry(tmp_path, store, {"notes": path}).promote("notes", actor="ops")
+    assert (event.revision, event.gates[0].passed) == (sha, True)
