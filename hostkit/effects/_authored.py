@@ -37,6 +37,8 @@ __all__ = [
 _EFFECT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 MAX_DESCRIPTION_CHARS = 1024
 MAX_WARNING_CHARS = 300
+# A digest fingerprints a state (``sha256:<hex>`` is 71): long enough for any hash text.
+MAX_DIGEST_CHARS = 200
 # One invocation's deadline: positive, and at most a day.
 _MAX_TIMEOUT_S = 86_400.0
 
@@ -173,11 +175,29 @@ class Prepared:
     found (a file's content): a durable approval keeps it, and its
     continuation, whose check runs again, runs the call only if the check
     finds the same digest; otherwise the approval is stale and nothing runs.
+    ``diff`` is what the call would change, made from the same read as
+    ``digest`` (so the approver sees the state the approval is bound to); it
+    takes the place of the tool's ``preview_diff``.
     """
 
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
     value: Any = None
     digest: str | None = None
+    diff: str | None = None
+
+    def __post_init__(self) -> None:
+        digest = self.digest
+        if digest is not None and not (
+            isinstance(digest, str)
+            and 0 < len(digest) <= MAX_DIGEST_CHARS
+            and digest.isascii()
+            and digest.isprintable()
+        ):
+            raise TypeError(
+                f"Prepared.digest must be None or 1..{MAX_DIGEST_CHARS} printable ASCII characters"
+            )
+        if self.diff is not None and not isinstance(self.diff, str):
+            raise TypeError("Prepared.diff must be None or a string")
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,8 @@ class _Checked:
     prepared: Any = None
     # ``Prepared.digest``: what the check found, as a durable approval keeps it.
     target_digest: str | None = None
+    # ``Prepared.diff``: the change, made from the read ``target_digest`` fingerprints.
+    diff: str | None = None
 
 
 def _call_redactor(checked: _Checked, secrets: Mapping[str, str]) -> Redactor:
@@ -520,18 +522,23 @@ class EffectRuntime:
                 raise
             return _refused(call_id, effect, "failed", _error_text(exc, redactor), redactor)
         return dataclasses.replace(
-            checked, target=prepared.view, prepared=prepared.value, target_digest=prepared.digest
+            checked,
+            target=prepared.view,
+            prepared=prepared.value,
+            target_digest=prepared.digest,
+            diff=prepared.diff,
         )
 
     async def _preview_diff(self, checked: _Checked) -> str | None:
         """The tool's diff of what the call would change, for the approver; None without one.
 
-        Best effort under the tool's deadline: a diff that cannot be made is
-        left out of the prompt, never a reason to refuse the call.
+        The diff ``prepare`` made from the state it fingerprinted comes first.
+        Otherwise best effort under the tool's deadline: a diff that cannot be
+        made is left out of the prompt, never a reason to refuse the call.
         """
         preview = checked.entry.tool.preview_diff
-        if preview is None:
-            return None
+        if checked.diff is not None or preview is None:
+            return checked.diff
         try:
             with anyio.fail_after(checked.entry.tool.timeout_s):
                 diff = await preview(checked.arguments)

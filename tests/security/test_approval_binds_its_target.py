@@ -12,13 +12,17 @@ recorded. Real Host turns, real files, real SQLite.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from hostkit.effects import ApprovalDecision, ApprovalRequest
+from hostkit.builtins.files import WorkspaceError, WorkspaceScope, workspace_tools
+from hostkit.builtins.files import _workspace
+from hostkit.builtins.files._workspace import MAX_WRITE_BYTES
+from hostkit.effects import ApprovalDecision, ApprovalRequest, Prepared
 from hostkit.errors import ApprovalRefused
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
@@ -176,3 +180,75 @@ async def test_a_new_file_in_a_new_directory_is_written_by_the_continuation(
         )
     assert [(e.effect, e.status) for e in answered.effects] == [("files.write", "succeeded")]
     assert await anyio.Path(tmp_path / "ws" / "new" / "dir" / "notes.md").read_text() == "hi\n"
+
+
+def write_tool(root: Path) -> Any:
+    (tool,) = [t for t in workspace_tools(WorkspaceScope(root)) if t.name == "files.write"]
+    return tool
+
+
+async def test_the_approvers_diff_is_of_the_bytes_the_approval_is_bound_to(
+    tmp_path: Path,
+) -> None:
+    """One read makes both: a second read for the diff could see other bytes than the
+    digest (a file flipping between two contents), and bind the approval to content its
+    approver never saw."""
+    notes = tmp_path / "ws" / "notes.md"
+    notes.write_text("a\nb\n")
+    tool = write_tool(tmp_path / "ws")
+    prepared = await tool.prepare({"path": "notes.md", "content": "a\nb\nc\n"})
+    assert tool.preview_diff is None
+    assert prepared.digest == "sha256:" + hashlib.sha256(b"a\nb\n").hexdigest()
+    assert prepared.value == prepared.digest
+    assert prepared.diff == "--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"\x00\x01binary", "binary"),
+        ("caf\u00e9\n".encode("latin-1"), "not UTF-8 text"),
+        (b"x" * (MAX_WRITE_BYTES + 1), f"over {MAX_WRITE_BYTES} bytes"),
+    ],
+)
+async def test_an_existing_file_with_no_diff_is_never_shown_as_a_new_one(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
+    (tmp_path / "ws" / "data").write_bytes(content)
+    tool = write_tool(tmp_path / "ws")
+    replaced = await tool.prepare({"path": "data", "content": "x\n"})
+    created = await tool.prepare({"path": "new.txt", "content": "x\n"})
+    assert replaced.diff is None
+    assert dict(replaced.view) == {
+        "file": f"replaces an existing file of {len(content)} bytes whole: {why}, not shown"
+    }
+    assert dict(created.view) == {"file": "a new file"}
+    assert (created.digest, created.diff) == ("absent", None)
+
+
+async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check found nothing; someone creates the file before the write lands: the
+    write, approved onto "absent", puts its file in place only where nothing is."""
+    scope = WorkspaceScope(tmp_path / "ws")
+    theirs = tmp_path / "ws" / "notes.md"
+    checked = _workspace._entry_target
+
+    def then_created(parent: int, name: str, *, text_limit: int) -> Any:
+        found = checked(parent, name, text_limit=text_limit)
+        theirs.write_text(USER_NOTES)
+        return found
+
+    monkeypatch.setattr(_workspace, "_entry_target", then_created)
+    with pytest.raises(WorkspaceError) as refused:
+        await scope.write("notes.md", "mine\n", expect="absent")
+    assert refused.value.reason == "changed"
+    assert theirs.read_text() == USER_NOTES
+    assert sorted(p.name for p in theirs.parent.iterdir()) == ["notes.md"]
+
+
+@pytest.mark.parametrize("digest", ["", "x" * 201, "caf\u00e9", "a\nb", 7])
+def test_a_prepare_digest_is_short_printable_text(digest: Any) -> None:
+    with pytest.raises(TypeError, match="Prepared.digest"):
+        Prepared(digest=digest)

@@ -109,24 +109,23 @@ def _write_tool(scope: WorkspaceScope) -> AuthoredTool:
     async def found(arguments: Mapping[str, Any]) -> Prepared:
         # The target's state before anyone is asked: the write runs only onto that same
         # state, and a durable approval's continuation only if its check finds it again.
-        state = await scope.state(str(arguments["path"]))
-        return Prepared(value=state, digest=state)
-
-    async def diff(arguments: Mapping[str, Any]) -> str | None:
-        path, content = arguments.get("path"), arguments.get("content")
-        if not isinstance(path, str) or not isinstance(content, str):
-            return None
-        old = await scope.current_text(path)
-        if old is None:
-            return None  # a new file (or one never shown): its content is the argument
-        return await anyio.to_thread.run_sync(unified_diff, old, content, scope.check(path))
+        # The approver's diff is made from the bytes that state fingerprints.
+        path, content = str(arguments["path"]), arguments.get("content")
+        target = await scope.target(path)
+        diff = None
+        if target.text is not None and isinstance(content, str):
+            diff = await anyio.to_thread.run_sync(
+                unified_diff, target.text, content, scope.check(path)
+            )
+        return Prepared(
+            view={"file": target.summary()}, value=target.state, digest=target.state, diff=diff
+        )
 
     return AuthoredTool(
         "files.write",
         write,
         preflight=_path_check(scope),
         prepare=found,
-        preview_diff=diff,
         description=(
             "Create or replace a workspace file with the given text, atomically, creating "
             f"missing directories. At most {scope.max_write_bytes} bytes."

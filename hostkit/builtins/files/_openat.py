@@ -66,6 +66,8 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | _O_CLOEXEC
 # Linux reports a symlink opened with O_NOFOLLOW as ELOOP, or ENOTDIR with O_DIRECTORY;
 # FreeBSD says EMLINK. Each is confirmed with readlink before it is treated as a link.
 _MAYBE_SYMLINK = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR})
+# A file system without hard links (vfat, some network mounts) refuses link() so.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 _RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EBUSY, errno.EINTR})
 _USER_ERRNOS = {
     errno.ENOENT: ("not_found", "no such file or directory"),
@@ -341,13 +343,16 @@ def replace_atomically(
     mode: int | None,
     expect: os.stat_result | None,
     shown: str,
+    create: bool = False,
 ) -> None:
     """Write a temporary sibling, fsync it, rename it over ``name``, fsync the directory.
 
     ``rename`` replaces the directory entry in ``parent`` (already opened and
     contained): a link swapped in at ``name`` is replaced, never written
     through. ``expect`` refuses the rename when the target is no longer the
-    file that was read.
+    file that was read. ``create`` puts the file in place only where nothing
+    is: the temporary file is hard-linked to ``name`` (which fails, atomically,
+    on any entry there) instead of renamed over it.
     """
     temp = f".hostkit-{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=parent)
@@ -367,13 +372,35 @@ def replace_atomically(
                 f"{quoted(shown)}: changed while it was being edited; read it again",
                 reason="changed",
             )
-        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        if create and _link_new(parent, temp, name, shown):
+            os.unlink(temp, dir_fd=parent)
+        else:
+            os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
         renamed = True
         os.fsync(parent)
     finally:
         if not renamed:
             with suppress(OSError):
                 os.unlink(temp, dir_fd=parent)
+
+
+def _link_new(parent: int, temp: str, name: str, shown: str) -> bool:
+    """Link ``temp`` as ``name`` only if nothing is at ``name``; False where the file
+    system has no hard links (then nothing may be at ``name`` just before the rename)."""
+    try:
+        os.link(temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+        return True
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        if lstat(parent, name) is None:
+            return False
+    raise WorkspaceError(
+        f"{quoted(shown)}: created by someone else since this write was approved; read it again",
+        reason="changed",
+    )
 
 
 def pread_bounded(fd: int, offset: int, limit: int) -> bytes:

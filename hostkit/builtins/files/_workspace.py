@@ -88,6 +88,10 @@ MAX_NAME_BYTES = 255  # NAME_MAX on Linux and macOS
 # _HASH_MAX_BYTES the file's identity, size and modification time stand in for it.
 _HASH_CHUNK = 1024 * 1024
 _HASH_MAX_BYTES = 64 * 1024 * 1024
+_CHANGED = (
+    "{shown}: changed since this write was approved (the diff the approver saw no longer "
+    "applies); read it again"
+)
 _T = TypeVar("_T")
 EntryKind = Literal["file", "dir", "symlink", "other"]
 
@@ -147,6 +151,36 @@ class WriteResult:
     path: str
     size: int
     created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTarget:
+    """What a write to a path would replace, read once.
+
+    ``state`` is what a later ``write(expect=...)`` compares: ``absent``,
+    the sha256 of a regular file's content (past 64 MiB its identity, size
+    and modification time), or ``other`` (a link, a directory, a
+    hard-linked file: a write refuses those). ``text`` is that same
+    content as UTF-8 text when an approver may be shown a diff against it,
+    else None; ``hidden`` then says why an existing file's content is not
+    shown. Both come from one read: the diff an approver sees is of the
+    bytes the approval is bound to.
+    """
+
+    state: str
+    size: int | None = None
+    text: str | None = None
+    hidden: str | None = None
+
+    def summary(self) -> str:
+        """One line for the approver: a new file, or what the write replaces."""
+        if self.state == "absent":
+            return "a new file"
+        if self.size is None:
+            return "not a regular file (the write is refused)"
+        if self.text is not None:
+            return f"an existing file of {self.size} bytes"
+        return f"replaces an existing file of {self.size} bytes whole: {self.hidden}, not shown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,16 +292,16 @@ class WorkspaceScope:
             )
         return await self._run(parts, self._write, data, expect)
 
-    async def state(self, path: str) -> str:
-        """What is at ``path`` now, as one text a later ``write(expect=...)`` compares:
-        ``absent``, the sha256 of a regular file's content, or ``other`` (a link, a
-        directory, a hard-linked file: a write refuses those anyway)."""
+    async def target(self, path: str) -> WriteTarget:
+        """What a write to ``path`` would replace now (see ``WriteTarget``); its ``state``
+        is what ``write(expect=...)`` compares. A missing directory on the way is
+        ``absent``: the write creates it."""
         parts = self._parts(path)
         try:
-            return await self._run(parts, self._state)
+            return await self._run(parts, self._target)
         except WorkspaceError as exc:
             if exc.reason == "not_found":
-                return "absent"  # a missing directory on the way: the write creates it
+                return WriteTarget("absent")
             raise
 
     async def edit(self, path: str, old: str, new: str, *, count: int = 1) -> EditResult:
@@ -285,21 +319,6 @@ class WorkspaceScope:
         _encoded(old, "old")
         _encoded(new, "new")
         return await self._run(parts, self._edit, old, new, count)
-
-    async def current_text(self, path: str) -> str | None:
-        """The text a write to ``path`` would replace, to show its approver a diff; else None.
-
-        None when there is nothing to diff against or it should not be shown:
-        no such file, a link anywhere in the path (never followed), a
-        non-regular or hard-linked file (a write refuses those), the Host's own
-        state, more than ``max_write_bytes`` bytes, or content that is not
-        UTF-8 text. Reads only; raises nothing for these.
-        """
-        try:
-            parts = self._parts(path)
-            return await self._run(parts, self._current_text)
-        except (WorkspaceError, OSError):
-            return None
 
     def open_directory(self, path: str) -> int:
         """Worker thread (blocking): open a directory inside the workspace; return its descriptor.
@@ -449,49 +468,30 @@ class WorkspaceScope:
                 require_replaceable(existing, shown)
             same: os.stat_result | None = None
             if expect is not None:
-                found, same = _entry_state(parent, name)
-                if found != expect:
-                    raise WorkspaceError(
-                        f"{quoted(shown)}: changed since this write was approved (the diff "
-                        "the approver saw no longer applies); read it again",
-                        reason="changed",
-                    )
+                found, same = _entry_target(parent, name, text_limit=0)
+                if found.state != expect:
+                    raise WorkspaceError(_CHANGED.format(shown=quoted(shown)), reason="changed")
             mode = None if existing is None else stat.S_IMODE(existing.st_mode) & 0o777
-            replace_atomically(parent, name, data, mode=mode, expect=same, shown=shown)
+            # Approved onto "absent": a file created since is never replaced.
+            replace_atomically(
+                parent,
+                name,
+                data,
+                mode=mode,
+                expect=same,
+                create=expect == "absent",
+                shown=shown,
+            )
         finally:
             os.close(parent)
         return WriteResult(path=shown, size=len(data), created=existing is None)
 
-    def _state(self, parts: tuple[str, ...], shown: str) -> str:
+    def _target(self, parts: tuple[str, ...], shown: str) -> WriteTarget:
         parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
         try:
-            return _entry_state(parent, name)[0]
+            return _entry_target(parent, name, text_limit=self.max_write_bytes)[0]
         finally:
             os.close(parent)
-
-    def _current_text(self, parts: tuple[str, ...], shown: str) -> str | None:
-        parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
-        try:
-            fd = open_entry(parent, name, FILE_FLAGS, create=False)
-            if isinstance(fd, str):
-                return None  # a symbolic link: a write refuses it, and it is never read
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
-                    return None
-                if info.st_size > self.max_write_bytes:
-                    return None
-                data = pread_bounded(fd, 0, self.max_write_bytes + 1)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(parent)
-        if len(data) > self.max_write_bytes or b"\x00" in data:
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
 
     def _edit(
         self, parts: tuple[str, ...], shown: str, old: str, new: str, count: int
@@ -548,30 +548,57 @@ def _replace_text(data: bytes, old: str, new: str, count: int, shown: str, max_b
     return text.replace(old, new, count).encode()
 
 
-def _entry_state(parent: int, name: str) -> tuple[str, os.stat_result | None]:
-    """(state text, the stat of the file hashed) of ``name`` in ``parent``; see ``state``."""
+def _entry_target(
+    parent: int, name: str, *, text_limit: int
+) -> tuple[WriteTarget, os.stat_result | None]:
+    """(what ``name`` in ``parent`` is, the stat of the file hashed); see ``WriteTarget``.
+
+    The content is hashed in chunks; a file of at most ``text_limit`` bytes
+    keeps those same bytes, to be shown as text when they are UTF-8.
+    """
     try:
         fd = open_entry(parent, name, FILE_FLAGS, create=False)
     except FileNotFoundError:
-        return "absent", None
+        return WriteTarget("absent"), None
     except OSError:
-        return "other", None
+        return WriteTarget("other"), None
     if isinstance(fd, str):
-        return "other", None  # a symbolic link
+        return WriteTarget("other"), None  # a symbolic link
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
-            return "other", None
+            return WriteTarget("other"), None
         if info.st_size > _HASH_MAX_BYTES:
-            return f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}", info
+            state = f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+            return WriteTarget(state, info.st_size, hidden="too large to show"), info
         digest = hashlib.sha256()
+        kept: list[bytes] | None = [] if info.st_size <= text_limit else None
         offset = 0
         while chunk := os.pread(fd, _HASH_CHUNK, offset):
             digest.update(chunk)
             offset += len(chunk)
-        return f"sha256:{digest.hexdigest()}", info
+            if kept is not None and offset <= text_limit:
+                kept.append(chunk)
+            else:
+                kept = None  # over the limit (or grown past it while read)
+        state = f"sha256:{digest.hexdigest()}"
+        text, hidden = _shown_text(kept, text_limit)
+        return WriteTarget(state, offset, text=text, hidden=hidden), info
     finally:
         os.close(fd)
+
+
+def _shown_text(kept: list[bytes] | None, limit: int) -> tuple[str | None, str | None]:
+    """(the text an approver may see, why not) of a file's content kept while hashing."""
+    if kept is None:
+        return None, f"over {limit} bytes"
+    data = b"".join(kept)
+    if b"\x00" in data:
+        return None, "binary"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
 
 
 def _context(data: bytes) -> str:
