@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from hostkit.effects._authored import ToolOutcome, is_timeout
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
-from hostkit.types import redact_text, safe_argv
+from hostkit.types import argv_hidden_words, safe_argv, url_view
 
 __all__ = [
     "MCP_SERVER_NAME_PATTERN",
@@ -108,17 +108,24 @@ class McpServerDeclaration:
             shown["env"] = sorted(self.env)
             shown["network"] = self.network
         else:
-            # No userinfo, and a query (it often carries a key) masked.
-            shown["url"] = redact_text(_without_userinfo(self.url or ""), ())
+            # No userinfo, the query (it often carries a key) and token-shaped path parts masked.
+            shown["url"] = url_view(self.url or "")[0]
         return FrozenMap(shown)
 
-
-def _without_userinfo(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    def secret_values(self) -> FrozenMap:
+        """Every value of the declaration no result, error or log line may show, labelled
+        ``mcp.<server>.<what>``: the env values, and what the view hides of the command
+        line or URL. No environment name has a dot, so a label never clashes with a
+        held secret's."""
+        prefix = f"mcp.{self.name}"
+        values = {f"{prefix}.{name}": value for name, value in self.env.items()}
+        if self.transport == "stdio":
+            hidden, where = argv_hidden_words(self.command, self.env.values()), "argv"
+        else:
+            hidden, where = url_view(self.url or "")[1], "url"
+        for index, value in enumerate(sorted(hidden - set(self.env.values())), 1):
+            values[f"{prefix}.{where}.{index}"] = value
+        return FrozenMap(values)
 
 
 @dataclass(frozen=True, slots=True)

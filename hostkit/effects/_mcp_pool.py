@@ -33,7 +33,6 @@ from hostkit.effects._mcp_names import mcp_effect_name
 from hostkit.effects._redaction import Redactor
 from hostkit.effects._schema import SchemaTool, schema_problem
 from hostkit.errors import InvalidValue, bounded, unbounded_message
-from hostkit.freeze import FrozenMap
 from hostkit.types import McpServerState, McpServerStatus, McpToolRow, is_count, is_seconds
 
 __all__ = [
@@ -67,8 +66,9 @@ class McpTool(SchemaTool):
     fresh one instead of reusing a session with a request still in flight.
     Calls in flight are counted: idle eviction skips the connection, and one
     retired meanwhile (a configuration apply) is closed when the last ends.
-    The declaration's env values are ``secret_values``: masked in every view
-    of the tool's results, as a held secret is.
+    The declaration's ``secret_values`` (its env values, and credentials on its
+    command line or in its URL) are masked in every view of the tool's results,
+    as a held secret is.
     """
 
     def __init__(
@@ -91,7 +91,7 @@ class McpTool(SchemaTool):
         )
         self.server = server.name
         self.mcp_name = spec.name
-        self.secret_values = _env_secrets(server)
+        self.secret_values = server.secret_values()
         self._connection = connection
         self._live = live
 
@@ -110,12 +110,6 @@ class McpTool(SchemaTool):
                 live.stale = True
             if live.retired and not live.busy:
                 await _close(self._connection)
-
-
-def _env_secrets(server: McpServerDeclaration) -> FrozenMap:
-    """The declared env values, labelled ``mcp.<server>.<NAME>`` (``[redacted:mcp.git.TOKEN]``):
-    no environment name has a dot, so a label never clashes with a held secret's."""
-    return FrozenMap({f"mcp.{server.name}.{name}": value for name, value in server.env.items()})
 
 
 @dataclass(eq=False, slots=True)
@@ -466,7 +460,7 @@ class McpConnections:
         except Exception as exc:
             await _close(connection)
             message = unbounded_message(exc)
-            redacted = Redactor.of(_env_secrets(declaration)).text(message or type(exc).__name__)
+            redacted = Redactor.of(declaration.secret_values()).text(message or type(exc).__name__)
             return bounded(redacted, _MAX_DETAIL)
         return connection, specs
 
@@ -545,7 +539,7 @@ def _tools_of(
     Declared env values are masked in descriptions.
     """
     warning = server.connector.approval_warning
-    redactor = Redactor.of(_env_secrets(server.declaration))
+    redactor = Redactor.of(server.declaration.secret_values())
     named: dict[str, list[McpToolSpec]] = {}
     skipped: list[str] = []
     for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:

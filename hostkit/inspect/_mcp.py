@@ -18,7 +18,7 @@ from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.host import HostConfig
 from hostkit.inspect._source import Source, store_of
-from hostkit.types import McpServerStatus, McpToolRow
+from hostkit.types import McpServerStatus, McpToolRow, safe_argv, url_view
 
 __all__ = ["McpServerRow", "McpServerRows", "mcp_server_rows", "mcp_server_view"]
 
@@ -111,7 +111,7 @@ def _row(
     *,
     removed: bool = False,
 ) -> McpServerRow:
-    plain = thaw(view) if view else {}
+    plain = _shown(view)
     transport = str(plain.get("transport", ""))
     if "command" in plain:
         target = " ".join(str(arg) for arg in plain["command"])
@@ -139,4 +139,15 @@ def _row(
 def _changed(status: McpServerStatus | None, declared: dict[str, Any]) -> bool:
     if status is None or not status.declaration:
         return False
-    return bool(thaw(status.declaration) != declared)
+    return bool(_shown(status.declaration) != declared)
+
+
+def _shown(view: Mapping[str, Any]) -> dict[str, Any]:
+    """A declaration's view redacted as today's views are: one stored by an older
+    version (or of a server since removed) may hold what a view now hides."""
+    plain = thaw(view) if view else {}
+    if isinstance(plain.get("command"), list):
+        plain["command"] = safe_argv((str(arg) for arg in plain["command"]), ())
+    if isinstance(plain.get("url"), str):
+        plain["url"] = url_view(plain["url"])[0]
+    return plain

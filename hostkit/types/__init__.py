@@ -140,7 +140,7 @@ from hostkit.types._scope import (
     PrincipalScope,
     is_channel_id,
 )
-from hostkit.types._shown import argv_hidden_words, origin, redact_text, safe_argv
+from hostkit.types._shown import argv_hidden_words, origin, redact_text, safe_argv, url_view
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
     MAX_INPUT_CHARS,
@@ -297,4 +297,5 @@ __all__ = [
     "stand_in",
     "state_json",
     "storable",
+    "url_view",
 ]

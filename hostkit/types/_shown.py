@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from hostkit.errors import redact_credentials
 from hostkit.types._redact import REDACTED
 
-__all__ = ["argv_hidden_words", "origin", "redact_text", "safe_argv"]
+__all__ = ["argv_hidden_words", "origin", "redact_text", "safe_argv", "url_view"]
 
 # Shorter values ("1", "on") are settings, not secrets: hiding them would blank out
 # every matching character of a view.
 MIN_SECRET = 4
 MAX_ARG = 200
-_KEYWORDS = r"(pass(word|wd)?|secret|token|api[_-]?key|auth|credential|key)"
+_KEYWORDS = r"(pass(word|wd)?|pwd|secret|token|api[_-]?key|auth|credential|key)"
 # A word whose NEXT word is a credential: "--token x", "-p x" is too short to tell; "Bearer x".
 # The tail after the keyword is possessive (``*+``): a failed match does not try every
 # split of "_token_token_…" again, which made a long word quadratic.
@@ -35,6 +35,10 @@ _KEYWORD = re.compile(rf"(?i){_KEYWORDS}")
 # Bearer-like words that need no flag to be recognised (sk-..., ghp_..., long hex/base64).
 _SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
 _SPACE = re.compile(r"(\s+)")
+_QUOTES = "'\""
+# An authorization scheme between a credential's name and its value ("Authorization:
+# token X", "--header Authorization: Bearer X"): shown, and the word after it hidden.
+_SCHEME = re.compile(r"(?i)^(bearer|basic|token|digest)$")
 # A scheme is short (git+ssh, postgresql+psycopg): bounded, so the scan for "://" from
 # each letter of a long word stays short. Not anchored at a word start: in a word longer
 # than that, a URL is still found (from a later letter of its scheme).
@@ -63,11 +67,27 @@ def _assignment(word: str) -> int:
     it names a credential. Two linear scans: one pattern for both backtracked over
     every keyword in a long name ("_token_token_…"), quadratically.
     """
-    name = _NAME.match(word)
-    end = name.end() if name is not None else 0
-    if end < len(word) and word[end] in "=:" and _KEYWORD.search(word, 0, end):
+    start = 1 if word[:1] in _QUOTES else 0  # "'X-Api-Key: v'" in one sh -c string
+    name = _NAME.match(word, start)
+    end = name.end() if name is not None else start
+    if end < len(word) and word[end] in "=:" and _KEYWORD.search(word, start, end):
         return end + 1
     return 0
+
+
+def _unquoted(word: str) -> str:
+    return word.strip(_QUOTES)
+
+
+def _still_hiding(value: str) -> str:
+    """What an assignment leaves to hide after its own word: the next word when it has no
+    value ("PASSWORD= x", "X-Api-Key: x"), the rest of a quote it opens, else nothing."""
+    if not value:
+        return "w"
+    quote = value[0]
+    if quote in _QUOTES and not (len(value) > 1 and value.endswith(quote)):
+        return quote
+    return ""
 
 
 def _without_query(url: str) -> str:
@@ -87,6 +107,28 @@ def safe_argv(argv: Iterable[str], secrets: Iterable[str]) -> list[str]:
 def argv_hidden_words(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
     """The words ``safe_argv`` hides in ``argv`` (to hide them where argv is not parsed)."""
     return _argv(argv, tuple(secrets))[1]
+
+
+# A URL path segment shaped like a token (webhook- and Zapier-style ".../s/<token>/mcp"):
+# 16 or more characters, or 8 or more mixing letters and digits.
+_PATH_TOKEN = re.compile(r"^(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{8,}$|^[^/]{16,}$")
+
+
+def url_view(url: str) -> tuple[str, set[str]]:
+    """``url`` as a view may show it, and the parts it hid: no userinfo or fragment, the
+    query masked, and path segments shaped like tokens masked."""
+    parts = urlsplit(url)
+    hidden = {value for value in (parts.username, parts.password) if value}
+    hidden.update(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
+    segments = parts.path.split("/")
+    for index, segment in enumerate(segments):
+        if _PATH_TOKEN.match(segment):
+            hidden.add(segment)
+            segments[index] = REDACTED
+    host = parts.netloc.rpartition("@")[2]
+    query = REDACTED if parts.query else ""
+    shown = urlunsplit((parts.scheme, host, "/".join(segments), query, ""))
+    return shown, {value for value in hidden if len(value) >= MIN_SECRET}
 
 
 def origin(url: str) -> str:
@@ -111,42 +153,52 @@ def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set
     """
     shown: list[str] = []
     hidden: set[str] = set()
-    hide_item = False
     # As redact_text: a shorter value ("1", "") is a setting, and hiding it would blank out
     # every matching character of the command line.
     values = [secret for secret in secrets if len(secret) >= MIN_SECRET]
+    # What is still to hide: nothing, the next word ("w"), or words up to a closing quote.
+    hiding = ""
     for raw in argv:
         item = raw
         for secret in values:
             item = item.replace(secret, REDACTED)
-        if hide_item:
+        if hiding == "w" and not _SCHEME.match(item) and item != "--":
             hidden.add(item)
             shown.append(REDACTED)
-            hide_item = False
+            hiding = ""
             continue
         words = _SPACE.split(item)
-        hide_next = False
         for index in range(0, len(words), 2):
             word = words[index]
             if not word:
                 continue
-            if hide_next:
-                hidden.add(word)
-                words[index] = REDACTED
-                hide_next = False
+            if hiding:
+                if hiding == "w" and (_SCHEME.match(word) or word == "--"):
+                    continue  # "token X", "-- X": the credential is the word after
+                if hiding != "w" and not word.endswith(hiding):
+                    hidden.add(word)
+                    words[index] = REDACTED
+                    continue
+                hidden.add(_unquoted(word))
+                words[index] = REDACTED + (hiding if hiding != "w" else "")
+                hiding = ""
                 continue
             assign = _assignment(word)
             if assign:
-                hidden.add(word[assign:])
-                words[index] = word[:assign] + REDACTED
+                value = word[assign:]
+                if value:
+                    hidden.add(_unquoted(value))
+                    words[index] = word[:assign] + REDACTED
+                hiding = _still_hiding(value)
             elif _SECRET_FLAG.match(word):
-                hide_next = True
+                hiding = "w"
             elif "://" in word:
                 words[index] = _URL.sub(lambda m: origin(m.group(0)), word)
             elif _SECRET_SHAPE.search(word):
                 hidden.add(word)
                 words[index] = REDACTED
-        hide_item = hide_next
+        if hiding != "w":
+            hiding = ""  # a quote is closed by the end of its item
         text = redact_text("".join(words), ())
         shown.append(text if len(text) <= MAX_ARG else text[: MAX_ARG - 1] + "…")
     hidden.discard(REDACTED)

@@ -175,3 +175,33 @@ def test_a_short_env_value_is_not_hidden_inside_the_command_line() -> None:
             env={"DEBUG": value},
         )
         assert tuple(declaration.view()["command"]) == ("node", "server-1.js", "--port", "8011")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("curl", "--header", "X-API-Key: ak_live_55Hh77Jj"),
+        ("curl", "-H", "Authorization: token ak_live_55Hh77Jj"),
+        ("curl", "-H", "Authorization:", "Bearer", "ak_live_55Hh77Jj"),
+        ("sh", "-c", "exec srv --header 'X-Api-Key: ak_live_55Hh77Jj'"),
+        ("sh", "-c", "TOKEN='xx ak_live_55Hh77Jj' srv"),
+        ("sh", "-c", "PASSWORD= ak_live_55Hh77Jj srv"),
+        ("srv", "--api_key", "--", "ak_live_55Hh77Jj"),
+        ("docker", "run", "-e", "DB_PWD=ak_live_55Hh77Jj"),
+    ],
+)
+def test_a_credential_after_its_name_scheme_or_quote_is_hidden(argv: tuple[str, ...]) -> None:
+    """A name with an empty value ("X-API-Key:", "PASSWORD="), an authorization scheme
+    or an opened quote hides the words that carry the credential, and masks them in
+    what the server prints."""
+    server = McpServerDeclaration(name="s", transport="stdio", command=argv)
+    assert "ak_live_55Hh77Jj" not in repr(server.view())
+    assert "ak_live_55Hh77Jj" in server.secret_values().values()
+
+
+def test_a_token_in_a_servers_url_path_is_hidden_and_plain_words_are_kept() -> None:
+    server = McpServerDeclaration(
+        name="z", transport="http", url="https://u:pw-1234@h.example/api/s/tok9f8e7d6c/mcp?x=1"
+    )
+    assert server.view()["url"] == "https://h.example/api/s/[redacted]/mcp?[redacted]"
+    assert set(server.secret_values().values()) == {"tok9f8e7d6c", "pw-1234"}

@@ -475,6 +475,47 @@ async def test_clause_declared_env_values_never_reach_a_view(authority: Authorit
     assert "[redacted:mcp.db.DB_TOKEN]" in result.views.model
 
 
+@pytest.mark.parametrize(
+    ("declaration", "label"),
+    [
+        (
+            declared("db", command=("mcp-server", "--api-key", "argv-key-7f3a9c2e51")),
+            "mcp.db.argv.1",
+        ),
+        (
+            declared(
+                "db", command=("sh", "-c", "exec srv --header 'X-Api-Key: argv-key-7f3a9c2e51'")
+            ),
+            "mcp.db.argv.1",
+        ),
+        (
+            declared("db", transport="http", command=(), url="https://h/s/argv-key-7f3a9c2e51/mcp"),
+            "mcp.db.url.1",
+        ),
+        (
+            declared("db", transport="http", command=(), url="https://h/mcp?k=argv-key-7f3a9c2e51"),
+            "mcp.db.url.1",
+        ),
+    ],
+)
+async def test_clause_credentials_on_a_servers_command_line_or_url_never_reach_a_view(
+    authority: AuthorityResolver, declaration: McpServerDeclaration, label: str
+) -> None:
+    """What a server's view hides of its declaration is masked wherever the server echoes
+    it (an error quoting its own key), as its env values are."""
+    key = "argv-key-7f3a9c2e51"
+    assert key not in repr(declaration.view())
+    assert dict(declaration.secret_values()) == {label: key}
+    connector = RecordingConnector(output=f"GET /status?key={key} returned 401")
+    r = await rig(authority, [McpServer(declaration, connector)])
+    catalog, context = await r.turn()
+    ref = catalog.resolve("mcp_db_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert key not in repr(result)
+    assert f"[redacted:{label}]" in result.views.model
+
+
 async def test_clause_identity_change_evicts_and_failures_are_per_agent(
     authority: AuthorityResolver,
 ) -> None:

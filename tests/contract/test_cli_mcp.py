@@ -28,6 +28,9 @@ import anyio
 import pytest
 
 from hostkit.effects import McpServerDeclaration
+from hostkit.freeze import freeze
+from hostkit.host import parse_config
+from hostkit.inspect import mcp_server_rows
 from hostkit.store import RuntimeStore
 from hostkit.types import McpServerStatus, McpToolRow
 from tests.contract._cli_cores import CORE, commit, invoke, live, make_project, manifest
@@ -415,3 +418,47 @@ def test_an_unknown_agent_is_one_error_line_naming_the_cores_too(
     assert err.startswith("error: no agent named 'nobody' in the configuration")
     assert "(agents: assistant, helper)" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_status_stored_by_an_older_version_is_shown_with_todays_redaction(
+    tmp_path: Path,
+) -> None:
+    """Views stored before a redaction existed (a token on the command line, a key in a
+    URL path) are redacted when shown, and their server is not flagged as changed."""
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db")},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "mcp": {"git": {"command": ["git-srv", "--token", "legacy-tok-123456"]}},
+                }
+            },
+        },
+        base_dir=tmp_path,
+    )
+    legacy = {"server": "git", "transport": "stdio", "env": [], "network": False}
+    statuses = [
+        McpServerStatus(
+            agent="assistant",
+            server="git",
+            state="closed",
+            declaration=freeze({**legacy, "command": ["git-srv", "--token", "legacy-tok-123456"]}),
+        ),
+        McpServerStatus(
+            agent="assistant",
+            server="old",
+            state="closed",
+            declaration=freeze(
+                {"server": "old", "transport": "http", "url": "https://h/s/key9f8e7d6c5b/mcp"}
+            ),
+        ),
+    ]
+    rows = {row.server: row for row in mcp_server_rows(config, statuses).servers}
+    assert rows["git"].target == "git-srv --token [redacted]"
+    assert rows["git"].changed is False
+    assert (rows["old"].state, rows["old"].target) == ("removed", "https://h/s/[redacted]/mcp")
+    assert "legacy-tok-123456" not in repr(rows)
+    assert "key9f8e7d6c5b" not in repr(rows)

@@ -19,8 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.builtins.files import WorkspaceError, WorkspaceScope, workspace_tools
-from hostkit.builtins.files import _workspace
+from hostkit.builtins.files import WorkspaceError, WorkspaceScope, _workspace, workspace_tools
 from hostkit.builtins.files._workspace import MAX_WRITE_BYTES
 from hostkit.effects import ApprovalDecision, ApprovalRequest, Prepared
 from hostkit.errors import ApprovalRefused
@@ -250,5 +249,5 @@ async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
 
 @pytest.mark.parametrize("digest", ["", "x" * 201, "caf\u00e9", "a\nb", 7])
 def test_a_prepare_digest_is_short_printable_text(digest: Any) -> None:
-    with pytest.raises(TypeError, match="Prepared.digest"):
+    with pytest.raises(TypeError, match=r"Prepared\.digest"):
         Prepared(digest=digest)

@@ -119,7 +119,8 @@ class McpClientConnector:
                     bwrap=self._bwrap,
                 )
             )
-            link: StdioLink | HttpLink = StdioLink(launch, secrets=list(declaration.env.values()))
+            secrets = list(declaration.secret_values().values())
+            link: StdioLink | HttpLink = StdioLink(launch, secrets=secrets)
         else:
             assert declaration.url is not None
             connections = await PinnedConnections.open(self._url_policy)

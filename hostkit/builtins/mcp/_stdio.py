@@ -71,7 +71,7 @@ class StdioLink:
         return self._broken
 
     def diagnostics(self) -> str:
-        """The exit code and stderr tail, declared env values redacted."""
+        """The exit code and stderr tail, the declaration's secret values redacted."""
         tail = self._tail.decode("utf-8", "replace").strip()
         for secret in self._secrets:
             tail = tail.replace(secret, "[redacted]")
