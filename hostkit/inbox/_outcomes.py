@@ -110,6 +110,9 @@ def failure_of(exc: BaseException) -> InboundFailure:
     if isinstance(exc, RequestConflict):
         return InboundFailure("permanent", "request_conflict", exc.message)
     if isinstance(exc, TurnRejected):
+        if isinstance(exc.__cause__, StoreError):
+            # The store could not admit it: not about this message, as any store failure.
+            return InboundFailure("transient", "store", exc.message)
         return InboundFailure(_kind(exc), "turn_rejected", exc.message)
     if isinstance(exc, ScopeError | NotFoundOrUnauthorized):
         return InboundFailure("permanent", "principal_refused", exc.message)

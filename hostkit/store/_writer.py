@@ -63,8 +63,9 @@ T = TypeVar("T")
 # commit worth having and only delays the callers of its first jobs.
 MAX_BATCH = 1024
 
-# SQLite result codes after which the same statement may succeed later.
-_RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
+# SQLite result codes after which the same statement may succeed later: a lock, an I/O
+# error, a full disk (as PostgreSQL's class 53, insufficient resources).
+_RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}
 # Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
 _BEGIN_PAUSE_S = 0.01
 # A write waiting this long for another process's write lock is logged (once per wait).

@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.errors import StoreError
+from hostkit.errors import StoreError, TurnRejected
 from hostkit.inbox import ChannelInbox
+from hostkit.inbox._outcomes import failure_of
 from hostkit.store import RuntimeStore, SqliteStore
 from hostkit.types import InboundEnvelope, InboundResult, SourceCheckpoint
 
@@ -159,8 +160,10 @@ async def test_a_full_disk_at_accept_stores_nothing_and_then_recovers(db_path: P
         # The writer connection may grow the file no further: the next insert is SQLITE_FULL.
         await store.write(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
         batch = [envelope(f"big-{n}", payload="x" * 60_000) for n in range(4)]
-        with pytest.raises(StoreError, match="SQLITE_FULL"):
+        with pytest.raises(StoreError, match="SQLITE_FULL") as full:
             await inbox.accept_batch(batch, SourceCheckpoint("poller", "c2"))
+        # A full disk clears (as PostgreSQL's insufficient-resources class): worth a retry.
+        assert full.value.retryable
         # Concurrent accepts sharing the failed commit all fail too; none is acknowledged.
         failures: list[BaseException] = []
 
@@ -205,3 +208,19 @@ async def test_a_refused_write_at_accept_is_an_io_error_and_then_recovers(
     async with RuntimeStore.open(db) as store:
         keys = [r.platform_event_key for r in await store.inbox.records()]
         assert sorted(keys) == ["big-0", "big-1", "big-2", "big-3", "first"]
+
+
+@pytest.mark.parametrize("retryable", [True, False])
+def test_a_turn_the_store_could_not_admit_is_a_transient_store_failure(retryable: bool) -> None:
+    """An accepted message whose admission failed in the store (a full disk, a corrupt
+    page) is retried after backoff, never dead-lettered as permanent on the first try:
+    the failure is not about the message."""
+    cause = StoreError("commit failed: SQLITE_FULL: database or disk is full")
+    cause.retryable = retryable
+    try:
+        raise TurnRejected("the store could not admit the turn: commit failed") from cause
+    except TurnRejected as exc:
+        failure = failure_of(exc)
+    assert (failure.kind, failure.code) == ("transient", "store")
+    refused = TurnRejected("unknown agent")
+    assert failure_of(refused).kind == "permanent"
