@@ -361,19 +361,39 @@ class InboxWorker(Background):
         # A cut-off turn records its own end (bounded inside TurnExecution).
         with anyio.move_on_after(self._op_timeout_s):
             await self._idle.wait()
-        released = 0
-        for claimed in list(self._claims.values()):
+        # Every held claim at once, under one bound: a write lock another process holds
+        # must not cost one bound per claim. A claim left held is recovered at the next
+        # start (its owner is gone) or when it expires.
+        released: list[bool] = []
+        ended = 0
+
+        async def release(claimed: ClaimedInbound) -> None:
+            nonlocal ended
             try:
-                with anyio.fail_after(self._op_timeout_s):
-                    released += await self.inbox.release(claimed)
-            except (HostkitError, TimeoutError) as exc:
+                released.append(await self.inbox.release(claimed))
+            except HostkitError as exc:
                 _log.warning("inbound %s: release failed: %s", claimed.inbound_id, _text(exc))
-            self._claims.pop(claimed.inbound_id, None)
-        if released:
-            _log.info("inbox worker released %s at shutdown", plural(released, "claim"))
+            finally:
+                ended += 1
+
+        with anyio.move_on_after(self._op_timeout_s) as window:
+            async with anyio.create_task_group() as group:
+                for claimed in list(self._claims.values()):
+                    group.start_soon(release, claimed)
+        if window.cancelled_caught:
+            left = len(self._claims) - ended
+            _log.warning(
+                "inbox worker: %s not released within %gs at shutdown (recovered at the "
+                "next start, or when they expire)",
+                plural(left, "claim"),
+                self._op_timeout_s,
+            )
+        self._claims.clear()
+        if any(released):
+            _log.info("inbox worker released %s at shutdown", plural(sum(released), "claim"))
 
     def _wind_down_bound(self) -> float:
-        return self._grace_s + self._op_timeout_s * (2 + len(self._claims))
+        return self._grace_s + self._op_timeout_s * 3
 
     # -- one inbound ------------------------------------------------------------------
 

@@ -393,6 +393,34 @@ async def test_shutdown_releases_leases_without_spending_an_attempt(rig: Rig) ->
     assert (claimed.attempt, claimed.turn_reserved) == (1, True)
 
 
+async def test_releases_that_cannot_land_share_one_bound_at_shutdown(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock makes every release wait: the claims are
+    released together under one ``op_timeout_s``, not one each, so a shutdown with many
+    claims still ends in time (the claims left are recovered at the next start)."""
+    for n in range(4):
+        rig.gates.gate(f"stuck {n}")
+        await rig.accept(f"stuck {n}", conversation=f"chat-{n}")
+
+    async def lock_held(claimed: Any) -> bool:
+        await anyio.sleep(3600)
+        return True
+
+    monkeypatch.setattr(rig.inbox, "release", lock_held)
+    worker = rig.worker(concurrency=4, grace_s=0.1, op_timeout_s=1.0)
+    async with anyio.create_task_group() as group:
+        await group.start(worker.run)
+        with anyio.fail_after(10):
+            for n in range(4):
+                await rig.gates.entered[f"stuck {n}"].wait()
+        began = anyio.current_time()
+        group.cancel_scope.cancel()
+    # Grace, the cut-off turns' own ends, then one release window (2.1 s): not 4 (5.1 s).
+    assert anyio.current_time() - began < 3.5
+    assert not worker.running
+
+
 async def test_noisy_channel_does_not_starve_a_quiet_one_with_workers_running(rig: Rig) -> None:
     noisy = [await rig.accept(f"noise {n}", channel="noisy.chan") for n in range(30)]
     quiet = [
