@@ -79,6 +79,12 @@ def _integrity_ok(path: Path) -> bool:
         conn.close()
 
 
+def _remove_partial(partial: Path) -> None:
+    """An unfinished backup and the journal files SQLite kept beside it."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        partial.with_name(partial.name + suffix).unlink(missing_ok=True)
+
+
 def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bool:
     """Take (or reuse) a verified backup of ``conn``; return True when reused."""
     if backup.exists():
@@ -104,7 +110,7 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
             )
         return True
     partial = backup.with_name(backup.name + ".partial")
-    partial.unlink(missing_ok=True)
+    _remove_partial(partial)
     # Copied through a connection of its own: ``conn`` holds the write lock (so nothing
     # changes meanwhile), and SQLite's backup from a connection in a write transaction
     # answers SQLITE_BUSY for ever.
@@ -114,11 +120,20 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
         source.backup(target)
         # A standalone file: no -wal/-shm companions needed to read it.
         target.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error as exc:
+        target.close()
+        _remove_partial(partial)
+        raise MigrationError(
+            f"the backup could not be written ({getattr(exc, 'sqlite_errorname', 'error')}: "
+            f"{str(exc)[:200]}); nothing was migrated: free space beside the database "
+            "and retry",
+            database=str(database),
+        ) from exc
     finally:
         target.close()
         source.close()
     if not _integrity_ok(partial):
-        partial.unlink(missing_ok=True)
+        _remove_partial(partial)
         raise MigrationError(
             "the new backup failed PRAGMA integrity_check; nothing was migrated",
             database=str(database),

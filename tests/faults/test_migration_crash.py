@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sqlite3
 import sys
 import textwrap
 from pathlib import Path
@@ -61,3 +63,52 @@ async def test_sigkill_mid_migration_leaves_old_database_recoverable(db_path: Pa
         )
     assert sessions == (3,)
     assert tables == (0,)
+
+
+# The backup is written under a file size limit below the database's size: the kernel
+# refuses the write (EFBIG), as a full disk would, before anything is migrated.
+SMALL_DISK = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import anyio
+    from hostkit.errors import MigrationError
+    from hostkit.store import RuntimeStore
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    async def main() -> None:
+        try:
+            await RuntimeStore.open(sys.argv[1])
+        except MigrationError as exc:
+            print("MigrationError", exc.message)
+            return
+        print("opened")
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_a_backup_that_cannot_be_written_is_a_migration_error_and_leaves_nothing(
+    db_path: Path,
+) -> None:
+    await make_v1(db_path)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:
+        # Room for the WAL index and the upgrade's own writes, none for a 2 MB copy.
+        conn.execute("CREATE TABLE filler (x BLOB)")
+        conn.execute("INSERT INTO filler VALUES (randomblob(2000000))")
+    before = hashlib.sha256(await file_bytes(db_path)).hexdigest()
+    argv = [sys.executable, "-c", SMALL_DISK, str(db_path), str(1_000_000)]
+    done = await anyio.run_process(argv, check=False)
+    out = done.stdout.decode()
+    assert out.startswith("MigrationError the backup could not be written"), (
+        out + done.stderr.decode()
+    )
+    assert "nothing was migrated" in out
+    assert hashlib.sha256(await file_bytes(db_path)).hexdigest() == before
+    left = sorted(p.name for p in db_path.parent.iterdir() if ".backup" in p.name)
+    assert left == []
+    async with await RuntimeStore.open(db_path) as store:
+        assert store.migration.to_version == SCHEMA_VERSION
