@@ -15,7 +15,7 @@ from rich.spinner import Spinner
 
 from hostkit.authority import conversation_principal
 from hostkit.effects import ApprovalDecision
-from hostkit.errors import HostkitError, InvalidValue, TurnInProgress
+from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
 from hostkit.inspect import printable, prose_text
 from hostkit.turns import TurnEvent
@@ -32,8 +32,6 @@ from hostkit.types import (
 
 # How long the look for a turn after a Ctrl-C may take: a read, answered at once normally.
 _LOOKUP_S = 3.0
-# How often an answer that met its continuation running elsewhere looks for its end.
-_CONTINUATION_POLL_S = 0.25
 
 __all__ = [
     "Waiting",
@@ -181,34 +179,13 @@ async def stream_answer(
     """
     approval = await host.approvals.get(by, approval_id)
 
-    async def answered() -> TurnResult:
-        try:
-            return await host.approvals.answer(approval_id, decision, by=by)
-        except TurnInProgress:
-            # The same answer, recorded first by someone else (another process, this
-            # moment): its continuation runs there, and its result is this answer's.
-            return await _when_ended(host, approval_id, by)
-
     return await _streamed(
         host,
         lambda event: event.session_id == approval.session_id,
-        answered,
+        lambda: host.approvals.answer(approval_id, decision, by=by),
         out,
         Waiting(progress),
     )
-
-
-async def _when_ended(host: Host, approval_id: str, by: PrincipalScope) -> TurnResult:
-    """The result of the approval's continuation running elsewhere, once it has ended
-    (``TurnInProgress`` again if it runs longer than ``[host] admission_timeout_s``)."""
-    deadline = anyio.current_time() + host.config.host.admission_timeout_s
-    while True:
-        await anyio.sleep(_CONTINUATION_POLL_S)
-        try:
-            return await host.approvals.resume(approval_id, by=by)
-        except TurnInProgress:
-            if anyio.current_time() >= deadline:
-                raise
 
 
 async def stream_resume(

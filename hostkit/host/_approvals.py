@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
+
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import (
     ApprovalDecision,
@@ -30,6 +32,8 @@ MAX_LIST = 200
 # How many continuation turns one answer may start whose Host stopped before claiming it.
 MAX_CONTINUATIONS = 20
 _DECISIONS = ("approve_once", "approve_session", "deny")
+# How often the same answer again looks whether the continuation it waits for has ended.
+_CONTINUATION_POLL_S = 0.25
 _REFUSALS: dict[str, tuple[str, str]] = {
     "pending": ("pending", "it is not answered yet: approve or deny it"),
     "approved": ("answered", "it was already approved (resume runs its continuation)"),
@@ -65,8 +69,11 @@ class HostApprovals:
         runtime: ApprovalRuntime,
         turns: TurnExecution,
         fingerprint: Fingerprint,
+        wait_s: float = 30.0,
     ) -> None:
         self._store = store
+        # How long the same answer again waits for the continuation another answer started.
+        self._wait_s = wait_s
         self._ledger = ApprovalLedger(store)
         self._authority = authority
         self.runtime = runtime
@@ -104,7 +111,8 @@ class HostApprovals:
         The same answer again (a retry, or a second approver who clicked at
         the same moment) is idempotent: it finishes or reports the
         continuation the recorded answer started, exactly as ``resume`` does,
-        and raises ``TurnInProgress`` while that continuation still runs.
+        waiting for one that still runs (here or in another process) up to
+        ``[host] admission_timeout_s``, then ``TurnInProgress`` (retryable).
         Raises ``ApprovalRefused`` for a different answer (``answered``), a changed
         policy/revision/capability or a conversation now bound elsewhere
         (``stale``), a session that moved on (``superseded``) or a call that
@@ -115,7 +123,9 @@ class HostApprovals:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
         approval = await self.get(by, approval_id)
         if approval.status != "pending":
-            return await self._answered_again(approval, decision, principal, by)
+            return await self._waited(
+                approval_id, by, principal, self._answered_again(approval, decision, principal, by)
+            )
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
@@ -129,7 +139,8 @@ class HostApprovals:
         )
         if not answered.accepted:
             # Another answer was recorded first (another process, the same moment).
-            return await self._answered_again(answered.approval, decision, principal, by)
+            again = self._answered_again(answered.approval, decision, principal, by)
+            return await self._waited(approval_id, by, principal, again)
         await self._remember(answered.approval, decision, mark)
         return await self._continue(answered.approval, continuation, by)
 
@@ -159,6 +170,29 @@ class HostApprovals:
             await self._remember(approval, decision, await self.runtime.refresh())
             return await self._continue(approval, continuation, by)
         return await self.resume(approval.approval_id, by=by, principal=principal)
+
+    async def _waited(
+        self,
+        approval_id: str,
+        by: PrincipalScope,
+        principal: PrincipalScope | None,
+        again: Awaitable[TurnResult],
+    ) -> TurnResult:
+        """``again``'s result; while the continuation it reports still runs, that
+        continuation's result once it ended (``TurnInProgress`` after ``wait_s``)."""
+        deadline = anyio.current_time() + self._wait_s
+        try:
+            return await again
+        except TurnInProgress:
+            if self._wait_s <= 0:
+                raise
+        while True:
+            await anyio.sleep(_CONTINUATION_POLL_S)
+            try:
+                return await self.resume(approval_id, by=by, principal=principal)
+            except TurnInProgress:
+                if anyio.current_time() >= deadline:
+                    raise
 
     async def _remember(
         self, approval: PendingApproval, decision: ApprovalDecision, mark: int | None

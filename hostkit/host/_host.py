@@ -222,6 +222,7 @@ class Host(AsyncResource):
             runtime=self._approval_runtime,
             turns=self.turns,
             fingerprint=self._approval_fingerprint,
+            wait_s=config.host.admission_timeout_s,
         )
         self._commands = InboundCommands(
             self.approvals,
