@@ -22,6 +22,7 @@ from hostkit.cli._common import (
     Operator,
     Reason,
     chosen_session,
+    command_warnings,
     console,
     default_project_note,
     fail,
@@ -396,4 +397,5 @@ def main() -> None:
         if argument and not is_text(argument, limit=len(argument)):
             fail(InvalidValue(f"argument {position} is not valid text (undecodable bytes)"))
             raise SystemExit(EXIT_ERROR)
+    command_warnings()
     app()

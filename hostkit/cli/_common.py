@@ -304,6 +304,50 @@ def naming_config(line: str, cores: Iterable[str], config: Path) -> str:
     return line
 
 
+# Distinct warning texts a command prints at most (a runaway loop stays bounded).
+_MAX_WARNINGS = 200
+
+
+class CommandWarnings(logging.Handler):
+    """hostkit's warnings on a command's stderr as ``warning: <message>``, each text once.
+
+    A command may build an agent's tools more than once (a turn, then an
+    approval's continuation): the same warning is news the first time only.
+    Messages are escaped (they may quote a config file or a server).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._seen: set[str] = set()
+        # While a Host opens, hostkit's records are held (``_HeldRecords``) and shown after.
+        self.holding = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not (self.holding and record.name.startswith("hostkit")):
+            self.show(record)
+
+    def show(self, record: logging.LogRecord) -> None:
+        """Print ``record`` now, unless its text was printed already."""
+        text = printable(record.getMessage())
+        if text in self._seen or len(self._seen) >= _MAX_WARNINGS:
+            return
+        self._seen.add(text)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"{record.levelname.lower()}: {text}\n")
+            sys.stderr.flush()
+
+
+_WARNINGS = CommandWarnings()
+
+
+def command_warnings() -> None:
+    """Print hostkit's warnings as ``warning: ...`` lines, unless logging is configured
+    (an embedding program's own handlers; ``hostkit serve`` routes them while serving)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(_WARNINGS)
+
+
 class _HeldRecords(logging.Handler):
     """hostkit's records logged while the Host opens, printed later unless shown otherwise."""
 
@@ -314,18 +358,30 @@ class _HeldRecords(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         # Progress (a wait on another process's lock) is news now, not after the open.
-        if getattr(record, "hostkit_progress", False) and logging.lastResort is not None:
-            logging.lastResort.handle(record)
+        if getattr(record, "hostkit_progress", False):
+            _WARNINGS.show(record)
             return
         self.records.append(record)
 
     def let_go(self, shown: set[str]) -> None:
         """Stop holding; print the held records (as Python would) except those in ``shown``."""
-        self._logger.removeHandler(self)
+        if self in self._logger.handlers:
+            self._logger.removeHandler(self)
+            _WARNINGS.holding -= 1
         held, self.records = self.records, []
         for record in held:
-            if record.getMessage() not in shown and logging.lastResort is not None:
-                logging.lastResort.handle(record)
+            if record.getMessage() not in shown:
+                _WARNINGS.show(record)
+
+
+def _configured(logger: logging.Logger) -> bool:
+    """Whether a handler other than ``command_warnings``' own would get ``logger``'s records."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if any(handler is not _WARNINGS for handler in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 @contextlib.contextmanager
@@ -333,8 +389,9 @@ def _held_startup_records() -> Iterator[_HeldRecords]:
     logger = logging.getLogger("hostkit")
     held = _HeldRecords(logger)
     # Configured logging (``hostkit serve``, an embedding program) gets every record as is.
-    if not logger.hasHandlers():
+    if not _configured(logger):
         logger.addHandler(held)
+        _WARNINGS.holding += 1
     try:
         yield held
     finally:

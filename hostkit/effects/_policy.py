@@ -19,6 +19,10 @@ PolicyDecision = Literal["allow", "ask", "deny"]
 # Bounds of one rule list: more globs or longer ones than any policy needs.
 _MAX_RULES = 1000
 _MAX_RULE_CHARS = 256
+# How alike a rule and a tool name must be to call the rule a typo of it: a letter or two
+# ("file.write", "files.wirte" for "files.write"), never a sibling ("notes.delete" for
+# "notes.write", a tool the agent simply does not have).
+_TYPO_CUTOFF = 0.85
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ class EffectPolicy:
                 mine = literal.startswith(prefix) if prefix else not rule.startswith("mcp.")
                 if not mine or any(fnmatch.fnmatchcase(name, rule) for name in names):
                     continue
-                close = difflib.get_close_matches(rule, names, n=1)
+                close = difflib.get_close_matches(rule, names, n=1, cutoff=_TYPO_CUTOFF)
                 if close:
                     misses.append((kind, rule, close[0]))
         return tuple(misses)

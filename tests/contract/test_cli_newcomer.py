@@ -598,6 +598,21 @@ def test_a_policy_rule_one_typo_away_from_a_tool_is_said_before_the_turn(tmp_pat
     ) in err
     assert "the policy's deny rule 'files.red' matches none of its tools; did you mean" in err
     assert "'terminal.run'" not in err
+    # A warning is a warning line, printed once however often the agent's tools are built.
+    assert err.count("rule 'file.write' matches none") == 1
+    assert "warning: agent 'writer': the policy's ask rule 'file.write'" in err
+
+
+def test_a_rule_for_a_sibling_tool_the_agent_lacks_is_no_typo(tmp_path: Path) -> None:
+    """`deny = ["files.edit"]` beside `files.write` names a tool the agent does not have,
+    not a misspelling of one it has: no "did you mean" pushing toward denying files.write."""
+    sibling = WRITER.replace(
+        'ask = ["files.write"]', 'ask = ["files.write"]\ndeny = ["files.edit"]'
+    )
+    (tmp_path / "hostkit.toml").write_text(sibling)
+    code, _, err = hostkit("run", "--agent", "writer", "hi", cwd=tmp_path, columns=400)
+    assert code == 3, err  # files.write is still asked for
+    assert "did you mean" not in err
 
 
 AGENTS_MODULE = '''import hostkit
