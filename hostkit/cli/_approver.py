@@ -13,7 +13,7 @@ import contextlib
 import sys
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -190,10 +190,14 @@ class ConsoleApprover:
         self._max_arguments = max_arguments
         self._max_value_chars = max_value_chars
         self._terminal = anyio.Lock()
+        # Called before a prompt is drawn: a progress line (a spinner) on the same
+        # terminal would redraw itself over the prompt's question.
+        self.before_prompt: Callable[[], None] = _nothing
 
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         """The person's answer; ``deny`` after ``max_attempts`` unknown answers or at EOF."""
         async with self._terminal:
+            self.before_prompt()
             render_request(
                 self._console,
                 request,
@@ -295,3 +299,7 @@ class _TerminalLines:
         # The event loop may have ended while this thread waited: nobody is left to wake.
         with contextlib.suppress(RuntimeError):
             anyio.from_thread.run_sync(read.wake.set, token=token)
+
+
+def _nothing() -> None:
+    """No progress line to put away."""

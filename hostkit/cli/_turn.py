@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 
 from hostkit.authority import conversation_principal
+from hostkit.cli._approver import ConsoleApprover
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -264,6 +265,10 @@ async def _streamed(
                 out.flush()
                 wrote = True
 
+        approver = host.approvals.runtime.provider
+        if isinstance(approver, ConsoleApprover):
+            # A prompt may come before the model is called (an MCP server's connect).
+            approver.before_prompt = waiting.stop
         try:
             waiting.start("starting the turn")  # admission and tool discovery come first
             async with anyio.create_task_group() as tg:

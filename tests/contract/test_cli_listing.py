@@ -23,8 +23,10 @@ import anyio
 import pytest
 from rich.console import Console
 
+from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._common import local_reason
-from hostkit.cli._turn import stream_turn
+from hostkit.cli._turn import Waiting, stream_turn
+from hostkit.effects import ApprovalKey, ApprovalRequest
 from hostkit.errors import InvalidValue
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import ModelRequest
@@ -228,3 +230,29 @@ async def test_a_spinner_shows_while_the_turn_waits_for_its_model(tmp_path: Path
             progress=Console(file=quiet, force_terminal=False),
         )
     assert quiet.getvalue() == ""
+
+
+async def test_the_spinner_is_put_away_before_any_prompt_is_drawn(tmp_path: Path) -> None:
+    """A prompt can come before the model is called (an MCP server's connect): the
+    spinner line, still drawn then, is put away first, or it redraws over the question."""
+    terminal = io.StringIO()
+    progress = Console(file=terminal, force_terminal=True, width=80)
+    approver = ConsoleApprover(console=progress, stdin=io.StringIO("o\n"))
+    drawn_before: list[str] = []
+    async with open_host(tmp_path, after(0.3, "ready")) as host:
+        host.approvals.runtime.provider = approver
+        await stream_turn(
+            host, "hi", agent="assistant", conversation="c", out=io.StringIO(), progress=progress
+        )
+        put_away = approver.before_prompt
+        # The stream handed the approver its spinner's stop: drawn while the turn starts.
+        assert getattr(put_away, "__func__", None) is Waiting.stop
+        approver.before_prompt = lambda: drawn_before.append(terminal.getvalue())
+        request = ApprovalRequest(
+            "apr_1", ApprovalKey("p", "s", "f", "mcp.connect:git"), "mcp.connect:git", "t", {}
+        )
+        assert await approver.decide(request) == "approve_once"
+    # Called before the prompt printed anything of its own.
+    assert len(drawn_before) == 1
+    assert "mcp.connect:git" not in drawn_before[0]
+    assert "mcp.connect:git" in terminal.getvalue()
