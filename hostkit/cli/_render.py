@@ -17,7 +17,7 @@ from rich.text import Text
 from hostkit.effects import PendingApproval
 from hostkit.inspect import one_line, printable, printable_text
 from hostkit.store import SessionActivity
-from hostkit.types import TurnResult
+from hostkit.types import EffectSummary, TurnResult
 
 __all__ = [
     "READABLE",
@@ -98,7 +98,7 @@ def print_result(console: Console, result: TurnResult, *, database: str) -> None
     if result.truncated:
         console.print("[bold yellow]truncated[/]: the answer hit the output limit", highlight=False)
     for effect in result.effects:
-        console.print(f"  effect {effect.effect}: {effect.status}", highlight=False, markup=False)
+        console.print(f"  {_effect_line(effect)}", highlight=False, markup=False)
     usage = result.usage
     console.print(
         f"[bold]usage[/]: input {usage.input_tokens} tokens, output {usage.output_tokens} tokens"
@@ -308,3 +308,21 @@ def resume_hints(approvals: Sequence[PendingApproval], *, config: Path | None = 
         for approval in approvals
         if approval.awaiting_continuation
     ]
+
+
+# The part of an effect's reason shown on its line (the whole is in `hostkit effects`).
+_REASON_CHARS = 300
+
+
+def _effect_line(effect: EffectSummary) -> str:
+    """``effect NAME: STATUS``, with why when it did not succeed: the person who wrote the
+    tool needs the exception it raised, not only the model that was told it."""
+    line = f"effect {effect.effect}: {effect.status}"
+    if effect.status == "succeeded":
+        return line
+    reason = printable(effect.summary.removeprefix(f"[{effect.status}]").strip())
+    if not reason:
+        return line
+    if len(reason) > _REASON_CHARS:
+        reason = reason[: _REASON_CHARS - 1] + "…"
+    return f"{line}: {reason}"

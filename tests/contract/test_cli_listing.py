@@ -23,14 +23,16 @@ import anyio
 import pytest
 from rich.console import Console
 
+from hostkit import tool
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._common import local_reason
+from hostkit.cli._render import print_result
 from hostkit.cli._turn import Waiting, stream_turn
 from hostkit.effects import ApprovalKey, ApprovalRequest
 from hostkit.errors import InvalidValue
-from hostkit.testing import Reply, ScriptedModel
+from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ModelRequest
-from tests.hosts import open_host
+from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
 
@@ -256,3 +258,23 @@ async def test_the_spinner_is_put_away_before_any_prompt_is_drawn(tmp_path: Path
     assert len(drawn_before) == 1
     assert "mcp.connect:git" not in drawn_before[0]
     assert "mcp.connect:git" in terminal.getvalue()
+
+
+async def test_a_failed_effect_says_why_on_its_line(tmp_path: Path) -> None:
+    """The person who wrote a tool sees the exception it raised, bounded and escaped, not
+    only the model that was told it; a succeeded effect's line stays short."""
+
+    @tool
+    async def delete_file(name: str) -> str:
+        """Delete a file."""
+        raise FileNotFoundError(f"no such file: {name}\x1b[2J")
+
+    model = ScriptedModel(
+        [CallTools(("delete_file", {"name": "old.log"})), Reply("done")], repeat_last=True
+    )
+    async with open_host(tmp_path, model, tools=[delete_file]) as host:
+        result = await host.turns.run(request("clean up"))
+    shown = io.StringIO()
+    print_result(Console(file=shown, width=200), result, database="db")
+    (line,) = [text for text in shown.getvalue().splitlines() if "effect delete_file" in text]
+    assert line == "  effect delete_file: failed: FileNotFoundError: no such file: old.log\\x1b[2J"
