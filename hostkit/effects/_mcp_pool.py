@@ -308,7 +308,10 @@ class McpConnections:
         self._retired = {r for r in self._retired if r.busy}
         if state != "closed" or self._held_elsewhere(live.agent, server):
             return  # replaced or denied (said by the caller), or still connected elsewhere
-        await self._record(live.agent, server, "closed", f"closed: {why}", view=live.view)
+        # The tools it listed stay on the record: an operator names them in rules.
+        await self._record(
+            live.agent, server, "closed", f"closed: {why}", live.tools, view=live.view
+        )
 
     async def retain(self, session_id: str, declared: Collection[str]) -> None:
         """Close the session's connections to servers its agent no longer declares."""
@@ -522,9 +525,11 @@ class McpConnections:
             async with anyio.create_task_group() as group:
                 for live in [*(live for _, live in lives), *retired]:
                     group.start_soon(_close, live.connection)
-        views = {(live.agent, key[1]): live.view for key, live in lives}
-        for (agent, server), view in sorted(views.items(), key=lambda item: item[0]):
-            await self._record(agent, server, "closed", "closed: the Host shut down", view=view)
+        last = {(live.agent, key[1]): live for key, live in lives}
+        for (agent, server), live in sorted(last.items(), key=lambda item: item[0]):
+            await self._record(
+                agent, server, "closed", "closed: the Host shut down", live.tools, view=live.view
+            )
 
 
 def _tools_of(

@@ -419,6 +419,8 @@ async def test_clause_session_replacement_and_shutdown_close(
     await r.pool.aclose()
     assert all(c.closed for c in connector.connections)
     assert r.statuses[-1].state == "closed"
+    # What it listed stays on the record: `hostkit mcp list` after a CLI run names them.
+    assert [t.effect for t in r.statuses[-1].tools] == ["mcp.t.get_time"]
 
 
 async def test_clause_discovered_name_clashes_leave_out_only_the_clashing_tools(
