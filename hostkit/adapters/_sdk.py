@@ -29,14 +29,8 @@ from hostkit.errors import ConfigError, ContextOverflow, ProviderError
 from hostkit.providers import RetryPolicy, retry_after_seconds
 from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
 
-__all__ = ["NO_API_KEY", "SdkErrors", "SdkProvider"]
+__all__ = ["SdkErrors", "SdkProvider"]
 
-# Raised with key="api_key_env": a secret-named key right before a colon ("api_key: no")
-# would read as an assignment, and the redactor would mask the first word of the fix.
-NO_API_KEY = (
-    "no API key: set the environment variable {variable}, or name another one in the "
-    "provider's api_key_env (in Python, the api_key_env or the api_key argument)"
-)
 
 # Statuses where the server did no work we could repeat: rate limits, timeouts, outages.
 _RETRYABLE_STATUS = frozenset({408, 429})

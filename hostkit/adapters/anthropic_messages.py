@@ -22,7 +22,8 @@ import anthropic
 import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
-from hostkit.adapters._sdk import NO_API_KEY, SdkErrors
+from hostkit.adapters import NO_API_KEY
+from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw

@@ -28,7 +28,8 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from hostkit.adapters._sdk import NO_API_KEY, SdkErrors
+from hostkit.adapters import NO_API_KEY
+from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
@@ -99,7 +100,9 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     def _take_credentials(self, api_key: str | None) -> None:
         local = self._base_url is not None
         if api_key is None and not local and not os.environ.get("OPENAI_API_KEY"):
-            raise ConfigError(NO_API_KEY.format(variable="OPENAI_API_KEY"), key="api_key_env")
+            if not os.environ.get("OPENAI_BASE_URL"):
+                raise ConfigError(NO_API_KEY.format(variable="OPENAI_API_KEY"), key="api_key_env")
+            local = True  # the server OPENAI_BASE_URL names, with no key set: keyless
         self._api_key = _PLACEHOLDER_KEY if api_key is None and local else api_key
 
     def _build_client(self) -> openai.AsyncOpenAI:

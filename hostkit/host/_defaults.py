@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit._extras import missing_dependency, require_extra
+from hostkit.adapters import NO_API_KEY
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptStep
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
@@ -218,6 +219,9 @@ class DefaultProviderSource(AsyncResource):
         if config.api_key_env and not key and _needs_key(config):
             # Checked before any request (and before the turn is admitted): one line
             # naming the variable, not a failed turn with the SDK's error.
+            if ":" in name:
+                # A Python agent's model string ("openai:gpt-4o"): no [providers] table.
+                raise ConfigError(NO_API_KEY.format(variable=config.api_key_env), key="api_key_env")
             raise ConfigError(
                 f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
                 key=f"providers.{name}.api_key_env",

@@ -643,6 +643,31 @@ def test_an_agent_reference_that_misses_names_the_agents_the_module_has(
     assert err.rstrip().endswith("(Agents in it: agent)")
 
 
+def test_a_python_agent_without_its_providers_key_is_told_which_variable_to_set(
+    tmp_path: Path,
+) -> None:
+    """A model string has no [providers] table to name: the line names the variable."""
+    (tmp_path / "my_agents.py").write_text(
+        AGENTS_MODULE.replace('model="local"', 'model="openai:gpt-4o-mini"')
+    )
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "hostkit", "run", "--agent", "my_agents:agent", "hi"],
+        cwd=tmp_path,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=120,
+        env={**environ, "COLUMNS": "300"},
+    )
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert "api_key_env: no API key: set the environment variable OPENAI_API_KEY" in err
+    assert "providers.openai:" not in err
+
+
 def test_resuming_another_agents_session_says_to_name_its_agent(tmp_path: Path) -> None:
     """`--session` of a session the writer runs, asked of another agent: the refusal (the
     same words as for no such session) says what a user most often meant."""

@@ -216,3 +216,27 @@ async def test_defaults_name_openai_and_its_limits() -> None:
         assert (provider.name, provider.model) == ("openai", "gpt-4o")
         limits = provider.limits
         assert (limits.context_window, limits.max_output_tokens) == (128_000, 4096)
+
+
+async def test_a_server_named_by_openai_base_url_goes_without_a_key(
+    wire: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `hostkit run` with the default configuration: a model string (`openai:…`) and
+    OPENAI_BASE_URL naming a local server need no OPENAI_API_KEY."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{wire.base_url}/v1")
+    wire.script(json_reply(wire_openai.completion(text="local")))
+    async with OpenAIChatProvider(model="qwen2.5") as provider:
+        assert (await provider.complete(HELLO)).text == "local"
+    assert wire.requests[0].headers["authorization"] == "Bearer not-needed"
+
+
+async def test_a_key_that_is_set_is_sent_to_the_openai_base_url_server(
+    wire: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-for-the-compatible-server")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{wire.base_url}/v1")
+    wire.script(json_reply(wire_openai.completion(text="hosted")))
+    async with OpenAIChatProvider(model="qwen2.5") as provider:
+        assert (await provider.complete(HELLO)).text == "hosted"
+    assert wire.requests[0].headers["authorization"] == "Bearer sk-for-the-compatible-server"
