@@ -180,6 +180,9 @@ async def run_demo(
         print_result(console, first, database=database)
 
         console.rule("2. an agent asks before it writes a file (policy: ask files.write)")
+        # The demo's own workspace: an earlier run's file goes, so this run asks to
+        # create it as the first did, and "not written" means there is none.
+        await anyio.Path(config.workspace_of("writer") / SUMMARY_FILE).unlink(missing_ok=True)
         console.print(f"[bold]you[/]: {WRITER_QUESTION}", highlight=False)
         written = await stream_turn(
             host,

@@ -200,8 +200,10 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
     wire.script(text_answer("A database stores data."), text_answer("Again."))
     env = {"OPENAI_BASE_URL": f"{wire.base_url}/v1", "OPENAI_MODEL": "demo"}
     usages: list[list[str]] = []
+    prompts: list[str] = []
     for answer in ("A database stores data.", "Again."):
         code, out, err = await hostkit("demo", "--directory", "d", cwd=tmp_path, env=env)
+        prompts.append(err[err.index("approval needed") : err.index("[o]nce")])
         assert code == 0, err
         usages.append(re.findall(r"usage: input (\d+) tokens", err))
         # It ends saying where to look at what it recorded, in a command that works as is.
@@ -216,8 +218,11 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
         assert "[calling files.write]" in out
         assert answer in out
         assert "Traceback" not in err
-    # The second run read as the first: its own sessions, not the first run's history.
+    # The second run read as the first: its own sessions, not the first run's history,
+    # and the same prompt (a new file, not a diff against the first run's).
     assert usages[0][:2] == usages[1][:2]
+    assert prompts[0] == prompts[1]
+    assert "a new file" in prompts[1]
     status, listed, said = await hostkit(
         *shlex.split(look[1])[1:], cwd=tmp_path / "d" / "workspace"
     )
