@@ -100,8 +100,15 @@ def render_request(
         # masked: the approver must know what is shown is not the whole call.
         console.print(Text(f"  ! {HIDDEN_NOTE}", style="bold yellow"))
     target = view.get("target")
-    if target is not None:
-        # What the Host checked before asking (web: the origin, and a literal address).
+    if isinstance(target, Mapping):
+        # What the Host checked before asking (web: the origin and its addresses; a file
+        # write: whether it creates or replaces a file), one line per fact.
+        for name, value in list(target.items())[:max_arguments]:
+            label = one_line(name, 60)
+            console.print(
+                Text.assemble(f"  target {label}: ", (one_line(value, max_value_chars), "bold"))
+            )
+    elif target is not None:
         console.print(Text.assemble("  target: ", (one_line(target, max_value_chars), "bold")))
     diff = view.get(DIFF_KEY)
     if isinstance(diff, str):

@@ -222,7 +222,7 @@ async def test_demo_asks_before_writing_and_runs_again(tmp_path: Path, wire: Wir
     # and the same prompt (a new file, not a diff against the first run's).
     assert usages[0][:2] == usages[1][:2]
     assert prompts[0] == prompts[1]
-    assert "a new file" in prompts[1]
+    assert "target file: a new file" in prompts[1]
     status, listed, said = await hostkit(
         *shlex.split(look[1])[1:], cwd=tmp_path / "d" / "workspace"
     )
