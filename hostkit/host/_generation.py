@@ -127,10 +127,7 @@ class Generation(AsyncResource):
         self.active = 0
         self.retired = False
         self._tools: dict[str, _AgentTools] = {}
-        # Every secret some agent of this generation holds or [secrets.*] lets go somewhere.
-        self._masked_secrets = tuple(
-            sorted({*config.secrets, *(n for a in config.agents.values() for n in a.secrets)})
-        )
+        self._masked_secrets = _host_secret_names(config)
         self._revisions: dict[str, str] = {}
         self._lock = anyio.Lock()
         self._closed = False
@@ -364,6 +361,22 @@ class Generation(AsyncResource):
 
 
 _DONE = {"ask": "asked for", "deny": "denied"}
+# The variable a provider of this kind reads its key from when its table names none.
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def _host_secret_names(config: HostConfig) -> tuple[str, ...]:
+    """Every environment variable the Host reads a secret from, masked in every result:
+    what some agent holds or [secrets.*] lets go somewhere, each provider's API key and
+    each channel's signing secret and bot token (agents share the workspace, where any
+    tool may have written one)."""
+    names = {*config.secrets, *(n for a in config.agents.values() for n in a.secrets)}
+    for provider in config.providers.values():
+        names.add(provider.api_key_env or _DEFAULT_KEY_ENV.get(provider.kind, ""))
+    for channel in config.channels.values():
+        names.update((channel.secret_env or "", channel.token_env or ""))
+    names.discard("")
+    return tuple(sorted(names))
 
 
 def _unmatched_rules(agent: str, policy: EffectPolicy, effects: Sequence[str]) -> list[str]:

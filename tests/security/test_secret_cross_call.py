@@ -10,6 +10,7 @@ subprocess in the sandbox, real files, real SQLite) and scan what they left.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,56 @@ async def test_a_secret_another_agent_holds_is_masked_for_an_agent_without_it(
         result = await host.turns.run(request("read the log", core_id="helper"))
     assert [(e.effect, e.status) for e in result.effects] == [("files.read", "succeeded")]
     assert tool_messages(model)[-1] == f"token=[redacted:{NAME}]\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "extra"),
+    [
+        ("HK_PROVIDER_KEY", {"providers": {"hosted": {"kind": "openai", "api_key_env": "X"}}}),
+        ("OPENAI_API_KEY", {"providers": {"hosted": {"kind": "openai"}}}),
+        (
+            "HK_BOT_TOKEN",
+            {
+                "channels": {
+                    "tg": {
+                        "kind": "telegram",
+                        "inbound": "polling",
+                        "token_env": "X",
+                        "agent": "assistant",
+                        "allow": ["*"],
+                    }
+                }
+            },
+        ),
+    ],
+)
+async def test_the_hosts_own_keys_are_masked_in_every_agents_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, extra: dict[str, Any]
+) -> None:
+    """A provider's API key and a channel's bot token are the Host's secrets, though no
+    agent holds them: a copy some tool left in the shared workspace is masked too."""
+    value = "host-own-key-7f3a9c2e51-Zq"
+    monkeypatch.setenv(variable, value)
+    (tmp_path / "workspace").mkdir()
+    tables = json.loads(json.dumps(extra).replace('"X"', json.dumps(variable)))
+    config = parse_config(
+        {
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(tmp_path / "workspace"),
+            },
+            "providers": {"test": {"kind": "scripted"}, **tables.pop("providers", {})},
+            "agents": {
+                "assistant": {"provider": "test", "memory": False, "builtins": ["files.read"]}
+            },
+            **tables,
+        },
+        base_dir=tmp_path,
+    )
+    await anyio.Path(tmp_path / "workspace" / "notes.txt").write_text(f"key={value}\n")
+    model = ScriptedModel(
+        [CallTools(("files_read", {"path": "notes.txt"})), Reply("done")], repeat_last=True
+    )
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        await host.turns.run(request("read the notes"))
+    assert tool_messages(model)[-1] == f"key=[redacted:{variable}]\n"
