@@ -395,6 +395,7 @@ def load_agent(spec: str) -> Agent:
                     400,
                 )
             )
+    what = f"{shown!r} is not a hostkit.Agent"
     if callable(value) and not isinstance(value, Agent):
         try:
             value = value()
@@ -402,10 +403,11 @@ def load_agent(spec: str) -> Agent:
             raise ConfigError(
                 f"{shown!r} raised while building the agent: {_raised(exc)}"
             ) from None
+        what = f"{shown!r} is a function that returned no hostkit.Agent"
     if not isinstance(value, Agent):
         raise ConfigError(
             bounded(
-                f"{shown!r} is not a hostkit.Agent (its type is {type(value).__name__})"
+                f"{what} (its type is {type(value).__name__})"
                 f"{_agents_hint(module, attribute)}",
                 400,
             )

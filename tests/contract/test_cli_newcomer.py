@@ -623,6 +623,9 @@ async def write_note(name: str) -> str:
     return name
 
 agent = hostkit.Agent("writer", model="local", tools=[write_note])
+
+def make():
+    return 42
 '''
 
 
@@ -631,6 +634,10 @@ agent = hostkit.Agent("writer", model="local", tools=[write_note])
     [
         ("my_agents:agnt", "'my_agents' has no attribute 'agnt'; did you mean 'agent'?"),
         ("my_agents:write_note", "'my_agents:write_note' is not a hostkit.Agent (its type is"),
+        (
+            "my_agents:make",
+            "'my_agents:make' is a function that returned no hostkit.Agent (its type is int)",
+        ),
     ],
 )
 def test_an_agent_reference_that_misses_names_the_agents_the_module_has(
