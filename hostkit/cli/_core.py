@@ -113,9 +113,15 @@ def _no_core(core_id: str, known: list[str]) -> str:
     close = difflib.get_close_matches(core_id, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(known[:_LISTED_CORES]) + (", ..." if len(known) > _LISTED_CORES else "")
+    todo = (
+        ""
+        if close
+        else f"; a new core is served once hostkit.toml has its [cores.{core_id}] table "
+        "(the one `hostkit core init` printed)"
+    )
     return (
         f"no core {core_id!r} under [cores] in the configuration{hint} "
-        f"(cores here: {listed or 'none'})"
+        f"(cores here: {listed or 'none'}){todo}"
     )
 
 

@@ -18,6 +18,7 @@ from tests.contract._cli_cores import CORE, head, invoke, live, make_project
         (("core", "status", "x" * 300), "is not a core id"),
         (("core", "log", "nobody"), "no core 'nobody' under [cores] in the configuration"),
         (("core", "diff", "nobody"), "no core 'nobody' under [cores]"),
+        (("core", "promote", "journal", "--reason", "r"), "its [cores.journal] table"),
         (("core", "promote", CORE), "--reason is required"),
         (("core", "promote", CORE, "--reason", "  "), "--reason is required"),
         (("core", "promote", CORE, "--reason", "x" * 501), "--reason is at most 500"),
