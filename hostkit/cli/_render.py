@@ -185,7 +185,12 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
         )
         for i, c in enumerate(columns)
     ]
-    shown = list(range(len(columns)))
+    # An optional column with nothing in it (no approval has a note) gives its room away.
+    shown = [
+        i
+        for i, column in enumerate(columns)
+        if not (column.drop and rows and all(not row[i] for row in rows))
+    ]
 
     def fixed_width() -> int:
         fixed = sum(natural[i] for i in shown if not columns[i].flexible)
@@ -194,7 +199,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
     def flexible_room() -> int:
         return width - fixed_width()
 
-    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop)
+    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop and i in shown)
     while droppable:
         room = flexible_room()
         cramped = any(

@@ -68,3 +68,26 @@ def test_no_table_cell_writes_a_control_character_to_the_terminal() -> None:
     assert "\x1b" not in text
     assert "\u202e" not in text
     assert "\\x1b]0;pwned" in text
+
+
+def test_an_optional_column_nobody_filled_gives_its_room_to_the_arguments() -> None:
+    """`hostkit approvals list` at 80 columns: no approval has a note, so the arguments a
+    person decides on get that room instead of an empty column."""
+    from hostkit.cli._render import Column, fit_table
+
+    columns = (
+        Column("approval", whole=True),
+        Column("arguments", flexible=True, drop=4),
+        Column("note", cap=40, drop=3),
+    )
+    arguments = '{"name": "old.log", "reason": "rotated"}'
+    out = io.StringIO()
+    table = fit_table(columns, [("apr_01a242f015f3889ceedfe6ab37b4", arguments, "")], 80)
+    Console(file=out, width=80, color_system=None).print(table)
+    text = out.getvalue()
+    assert "note" not in text
+    assert arguments in text
+    noted = io.StringIO()
+    table = fit_table(columns, [("apr_1", "{}", "resume it")], 80)
+    Console(file=noted, width=80, color_system=None).print(table)
+    assert "note" in noted.getvalue()
