@@ -226,7 +226,9 @@ class _SignalWatch:
 async def _status_line(daemon: HostDaemon, out: Console) -> None:
     last: ServeStatus | None = None
     with Live(console=out, auto_refresh=False, transient=True) as live:
-        while True:
+        # Put away when the shutdown begins: the drain's log lines follow, and the line
+        # would go on saying "running" above them.
+        while not daemon.stopping:
             stale = False
             try:
                 with anyio.fail_after(STATUS_TIMEOUT_S):

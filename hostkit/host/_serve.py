@@ -245,6 +245,11 @@ class HostDaemon(Background):
     def ready(self) -> bool:
         return self.supervisor is not None and self.supervisor.ready
 
+    @property
+    def stopping(self) -> bool:
+        """Whether the graceful shutdown has begun."""
+        return self.supervisor is not None and self.supervisor.stopping
+
     def statuses(self) -> tuple[DaemonStatus, ...]:
         return () if self.supervisor is None else self.supervisor.statuses()
 

@@ -152,3 +152,20 @@ def test_the_log_queue_is_bounded_and_counts_what_it_dropped() -> None:
     notice, after = records.get_nowait(), records.get_nowait()
     assert notice.getMessage() == "7 log records were dropped (the log writer fell behind)"
     assert after.getMessage() == "after"
+
+
+async def test_the_status_line_is_put_away_when_the_shutdown_begins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain logs follow the shutdown's start: a status line still drawn would go on
+    saying "running" above them, and glue itself to their first line."""
+    monkeypatch.setattr(cli_serve, "STATUS_INTERVAL_S", 0.02)
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _):
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(cli_serve._status_line, daemon, console)
+                await anyio.sleep(0.1)
+                daemon.request_shutdown(reason="test")
+                # _status_line returns by itself: the group ends without a cancel.
+    assert daemon.stopping
