@@ -392,7 +392,9 @@ async def test_a_python_agent_with_a_shorthand_model_checks_its_key_first(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     async with hostkit.Host.open(config(tmp_path), agents=[agent]) as host:
-        with pytest.raises(hostkit.TurnRejected, match="ANTHROPIC_API_KEY is not set"):
+        with pytest.raises(
+            hostkit.TurnRejected, match="no API key: set the environment variable ANTHROPIC_API_KEY"
+        ):
             await host.turns.run(request(core_id="cloud"))
         assert await turn_rows(host) == []
 
