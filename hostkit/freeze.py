@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 __all__ = ["FrozenMap", "freeze", "nested_deeper_than", "thaw"]
 
 _SCALARS = (str, int, float, bool, bytes, type(None), enum.Enum)
+# Exactly these types (not subclasses): immutable, and never a container.
+_PLAIN_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class FrozenMap(Mapping[str, Any]):
@@ -84,6 +86,14 @@ def freeze(value: Any) -> Any:
     to have frozen themselves. Anything else raises ``TypeError``: an unknown
     object may be mutable, and a contract value must not carry one.
     """
+    kind = type(value)
+    # The exact common types first: the ABC checks below cost several times more.
+    if kind in _PLAIN_SCALARS or kind is FrozenMap:
+        return value
+    if kind is dict:
+        return FrozenMap(value)
+    if kind is list or kind is tuple:
+        return tuple(freeze(item) for item in value)
     if isinstance(value, (FrozenMap, *_SCALARS)):
         return value
     if isinstance(value, Mapping):
@@ -103,6 +113,8 @@ def freeze(value: Any) -> Any:
 
 def thaw(value: Any) -> Any:
     """Return a JSON-ready copy of a frozen value (mappings to dicts, sequences to lists)."""
+    if type(value) in _PLAIN_SCALARS:
+        return value
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, tuple | list):

@@ -407,8 +407,7 @@ def load_agent(spec: str) -> Agent:
     if not isinstance(value, Agent):
         raise ConfigError(
             bounded(
-                f"{what} (its type is {type(value).__name__})"
-                f"{_agents_hint(module, attribute)}",
+                f"{what} (its type is {type(value).__name__}){_agents_hint(module, attribute)}",
                 400,
             )
         )

@@ -121,6 +121,11 @@ def bounded_data(
 
 
 def _bound(value: Any, max_keys: int, max_depth: int, max_string: int, depth: int) -> Any:
+    kind = type(value)
+    if kind is float or kind is bool or value is None:
+        return value  # the common exact types first: the isinstance chain costs more
+    if kind is int and -_MAX_INT < value < _MAX_INT:
+        return value
     if isinstance(value, str):
         return value if len(value) <= max_string else value[: max_string - 1] + "…"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _MAX_INT:
