@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from hostkit.effects._authored import ToolOutcome, is_timeout
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
-from hostkit.types import argv_hidden_words, safe_argv, url_view
+from hostkit.types import argv_credentials, safe_argv, url_view
 
 __all__ = [
     "MCP_SERVER_NAME_PATTERN",
@@ -114,13 +114,14 @@ class McpServerDeclaration:
 
     def secret_values(self) -> FrozenMap:
         """Every value of the declaration no result, error or log line may show, labelled
-        ``mcp.<server>.<what>``: the env values, and what the view hides of the command
-        line or URL. No environment name has a dot, so a label never clashes with a
-        held secret's."""
+        ``mcp.<server>.<what>``: the env values, and the credentials its command line or
+        URL marks (``argv_credentials``, ``url_view``; a word a view hides only for its
+        shape, a long path, is no secret). No environment name has a dot, so a label
+        never clashes with a held secret's."""
         prefix = f"mcp.{self.name}"
         values = {f"{prefix}.{name}": value for name, value in self.env.items()}
         if self.transport == "stdio":
-            hidden, where = argv_hidden_words(self.command, self.env.values()), "argv"
+            hidden, where = argv_credentials(self.command, self.env.values()), "argv"
         else:
             hidden, where = url_view(self.url or "")[1], "url"
         for index, value in enumerate(sorted(hidden - set(self.env.values())), 1):

@@ -140,7 +140,14 @@ from hostkit.types._scope import (
     PrincipalScope,
     is_channel_id,
 )
-from hostkit.types._shown import argv_hidden_words, origin, redact_text, safe_argv, url_view
+from hostkit.types._shown import (
+    argv_credentials,
+    argv_hidden_words,
+    origin,
+    redact_text,
+    safe_argv,
+    url_view,
+)
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
     MAX_INPUT_CHARS,
@@ -271,6 +278,7 @@ __all__ = [
     "Usage",
     "UsageObservation",
     "approval_code",
+    "argv_credentials",
     "argv_hidden_words",
     "bounded_data",
     "bounded_metadata",

@@ -15,9 +15,16 @@ from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from hostkit.errors import redact_credentials
-from hostkit.types._redact import REDACTED
+from hostkit.types._redact import REDACTED, is_secret_field
 
-__all__ = ["argv_hidden_words", "origin", "redact_text", "safe_argv", "url_view"]
+__all__ = [
+    "argv_credentials",
+    "argv_hidden_words",
+    "origin",
+    "redact_text",
+    "safe_argv",
+    "url_view",
+]
 
 # Shorter values ("1", "on") are settings, not secrets: hiding them would blank out
 # every matching character of a view.
@@ -36,6 +43,9 @@ _KEYWORD = re.compile(rf"(?i){_KEYWORDS}")
 _SECRET_SHAPE = re.compile(r"^(sk-|ghp_|gho_|xox[abp]-|AKIA)|^[A-Za-z0-9+/_-]{32,}={0,2}$")
 _SPACE = re.compile(r"(\s+)")
 _QUOTES = "'\""
+# Hiding states of ``_argv`` besides "" (nothing) and a quote character.
+_FLAG, _HEADER = "flag", "header"
+_NEXT_WORD = (_FLAG, _HEADER)
 # An authorization scheme between a credential's name and its value ("Authorization:
 # token X", "--header Authorization: Bearer X"): shown, and the word after it hidden.
 _SCHEME = re.compile(r"(?i)^(bearer|basic|token|digest)$")
@@ -79,15 +89,22 @@ def _unquoted(word: str) -> str:
     return word.strip(_QUOTES)
 
 
-def _still_hiding(value: str) -> str:
-    """What an assignment leaves to hide after its own word: the next word when it has no
-    value ("PASSWORD= x", "X-Api-Key: x"), the rest of a quote it opens, else nothing."""
+def _still_hiding(value: str, *, header: bool) -> str:
+    """What an assignment leaves to hide after its own word: the next word when a header
+    names it with no value ("X-Api-Key: x"), the rest of a quote it opens, else nothing
+    (in a shell, "NAME= cmd" is an empty value, then the command)."""
     if not value:
-        return "w"
+        return _HEADER if header else ""
     quote = value[0]
     if quote in _QUOTES and not (len(value) > 1 and value.endswith(quote)):
         return quote
     return ""
+
+
+def _passes(hiding: str, word: str) -> bool:
+    """Whether ``word`` comes before the credential still to hide: a header's scheme
+    ("Authorization: Bearer X") or the end of a flag's options ("--api-key -- X")."""
+    return (hiding == _HEADER and bool(_SCHEME.match(word))) or (hiding == _FLAG and word == "--")
 
 
 def _without_query(url: str) -> str:
@@ -109,32 +126,58 @@ def argv_hidden_words(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
     return _argv(argv, tuple(secrets))[1]
 
 
+def argv_credentials(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
+    """The words ``argv`` marks as credentials: after a credential flag or header name,
+    an assignment's value, a URL's password and secret-named query values.
+
+    A subset of ``argv_hidden_words``: a word hidden only for its shape (a long
+    token-like word, often a path) is kept from views but is no known secret,
+    and masking it in every result would hide ordinary text.
+    """
+    return _argv(argv, tuple(secrets))[2]
+
+
 # A URL path segment shaped like a token (webhook- and Zapier-style ".../s/<token>/mcp"):
 # 16 or more characters, or 8 or more mixing letters and digits.
 _PATH_TOKEN = re.compile(r"^(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{8,}$|^[^/]{16,}$")
 
 
 def url_view(url: str) -> tuple[str, set[str]]:
-    """``url`` as a view may show it, and the parts it hid: no userinfo or fragment, the
-    query masked, and path segments shaped like tokens masked."""
-    parts = urlsplit(url)
-    hidden = {value for value in (parts.username, parts.password) if value}
-    hidden.update(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
+    """``url`` as a view may show it, and the credentials it carries.
+
+    The view has no userinfo or fragment, its query masked and path segments
+    shaped like tokens masked. The credentials are its password and the
+    values of secret-named query parameters (``api_key=``, ``token=``), raw
+    and decoded: a guess from a segment's shape only keeps it from views.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a bracketed host that is no address ("[redacted]" put there)
+        return REDACTED, set()
+    credentials = {password} if password else set()
+    for pair in parts.query.split("&"):
+        name, _, raw = pair.partition("=")
+        if raw and is_secret_field(name):
+            credentials.add(raw)
+    credentials.update(value for name, value in parse_qsl(parts.query) if is_secret_field(name))
     segments = parts.path.split("/")
     for index, segment in enumerate(segments):
         if _PATH_TOKEN.match(segment):
-            hidden.add(segment)
             segments[index] = REDACTED
     host = parts.netloc.rpartition("@")[2]
     query = REDACTED if parts.query else ""
     shown = urlunsplit((parts.scheme, host, "/".join(segments), query, ""))
-    return shown, {value for value in hidden if len(value) >= MIN_SECRET}
+    return shown, {value for value in credentials if len(value) >= MIN_SECRET}
 
 
 def origin(url: str) -> str:
     """``scheme://host[:port]``: userinfo, path, query and fragment can all carry secrets."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:  # a bracketed host that is no address ("[redacted]" put there)
+        return REDACTED
     if ":" in host:
         host = f"[{host}]"
     try:
@@ -144,26 +187,30 @@ def origin(url: str) -> str:
     return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
-def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set[str]]:
-    """The shown argv and the words it hid.
+def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set[str], set[str]]:
+    """The shown argv, every word it hid, and the credentials among them.
 
     Each item is read word by word (an ``sh -c`` script is one item): a
     credential flag hides the next word, or the whole next item when it ends
-    the item ("--api-key", "<key>").
+    the item ("--api-key", "<key>"); a header name with no value in its word
+    ("X-Api-Key:", "Authorization: Bearer") hides the word after it; an
+    assignment hides its value, up to the closing quote of one it opens.
     """
     shown: list[str] = []
     hidden: set[str] = set()
+    marked: set[str] = set()
     # As redact_text: a shorter value ("1", "") is a setting, and hiding it would blank out
     # every matching character of the command line.
     values = [secret for secret in secrets if len(secret) >= MIN_SECRET]
-    # What is still to hide: nothing, the next word ("w"), or words up to a closing quote.
+    # Still to hide: nothing, the next word (after a flag, a header), or up to a quote.
     hiding = ""
+    quoted: list[str] = []
     for raw in argv:
         item = raw
         for secret in values:
             item = item.replace(secret, REDACTED)
-        if hiding == "w" and not _SCHEME.match(item) and item != "--":
-            hidden.add(item)
+        if hiding in _NEXT_WORD and not _passes(hiding, item):
+            marked.add(item)
             shown.append(REDACTED)
             hiding = ""
             continue
@@ -172,34 +219,44 @@ def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set
             word = words[index]
             if not word:
                 continue
-            if hiding:
-                if hiding == "w" and (_SCHEME.match(word) or word == "--"):
-                    continue  # "token X", "-- X": the credential is the word after
-                if hiding != "w" and not word.endswith(hiding):
-                    hidden.add(word)
+            if hiding in _NEXT_WORD:
+                if not _passes(hiding, word):
+                    marked.add(_unquoted(word))
                     words[index] = REDACTED
-                    continue
-                hidden.add(_unquoted(word))
-                words[index] = REDACTED + (hiding if hiding != "w" else "")
-                hiding = ""
+                    hiding = ""
+                continue
+            if hiding:  # inside a quoted value: a credential once its quote closes
+                closed = word.endswith(hiding)
+                quoted.append(_unquoted(word))
+                words[index] = REDACTED + (hiding if closed else "")
+                if closed:
+                    marked.update(quoted)
+                    hiding = ""
                 continue
             assign = _assignment(word)
             if assign:
                 value = word[assign:]
                 if value:
-                    hidden.add(_unquoted(value))
+                    marked.add(_unquoted(value))
                     words[index] = word[:assign] + REDACTED
-                hiding = _still_hiding(value)
+                hiding = _still_hiding(value, header=word[assign - 1] == ":")
+                quoted = []
             elif _SECRET_FLAG.match(word):
-                hiding = "w"
+                hiding = _FLAG
             elif "://" in word:
+                for found in _URL.finditer(word):
+                    marked.update(url_view(found.group(0))[1])
                 words[index] = _URL.sub(lambda m: origin(m.group(0)), word)
             elif _SECRET_SHAPE.search(word):
                 hidden.add(word)
                 words[index] = REDACTED
-        if hiding != "w":
-            hiding = ""  # a quote is closed by the end of its item
+        if hiding not in _NEXT_WORD:
+            # A quote still open at the end of its item: hidden from views, but which of
+            # its words are the credential is anyone's guess.
+            hidden.update(quoted)
+            hiding, quoted = "", []
         text = redact_text("".join(words), ())
         shown.append(text if len(text) <= MAX_ARG else text[: MAX_ARG - 1] + "…")
+    marked.discard(REDACTED)
     hidden.discard(REDACTED)
-    return shown, hidden
+    return shown, hidden | marked, marked

@@ -185,7 +185,8 @@ def test_a_short_env_value_is_not_hidden_inside_the_command_line() -> None:
         ("curl", "-H", "Authorization:", "Bearer", "ak_live_55Hh77Jj"),
         ("sh", "-c", "exec srv --header 'X-Api-Key: ak_live_55Hh77Jj'"),
         ("sh", "-c", "TOKEN='xx ak_live_55Hh77Jj' srv"),
-        ("sh", "-c", "PASSWORD= ak_live_55Hh77Jj srv"),
+        ("sh", "-c", "PASSWORD=ak_live_55Hh77Jj srv"),
+        ("npx", "mcp-remote", "https://h.example/mcp?api_key=ak_live_55Hh77Jj&format=json"),
         ("srv", "--api_key", "--", "ak_live_55Hh77Jj"),
         ("docker", "run", "-e", "DB_PWD=ak_live_55Hh77Jj"),
     ],
@@ -204,4 +205,27 @@ def test_a_token_in_a_servers_url_path_is_hidden_and_plain_words_are_kept() -> N
         name="z", transport="http", url="https://u:pw-1234@h.example/api/s/tok9f8e7d6c/mcp?x=1"
     )
     assert server.view()["url"] == "https://h.example/api/s/[redacted]/mcp?[redacted]"
-    assert set(server.secret_values().values()) == {"tok9f8e7d6c", "pw-1234"}
+    # A segment's shape keeps it from views; only what the URL marks is masked in results.
+    assert set(server.secret_values().values()) == {"pw-1234"}
+
+
+@pytest.mark.parametrize(
+    ("command", "url"),
+    [
+        (("mcp-fs", "/srv/projects/customer_portal_backend_service"), None),
+        (("env", "OPENAI_API_KEY=", "node", "server.js"), None),
+        (("srv", "--password", "basic", "--port", "8080"), None),
+        ((), "https://gitmcp.io/modelcontextprotocol/python-sdk?format=json"),
+    ],
+)
+def test_what_a_view_hides_only_for_its_shape_is_not_masked_in_results(
+    command: tuple[str, ...], url: str | None
+) -> None:
+    """A long path, an empty shell assignment before its command, a word after a flag's
+    value, a URL's path and plain query: masking those in every result (and every piece
+    of 8 characters of them) would hide the server's ordinary output."""
+    server = McpServerDeclaration(
+        name="s", transport="http" if url else "stdio", command=command, url=url
+    )
+    masked = set(server.secret_values().values())
+    assert masked <= {"basic"}, masked

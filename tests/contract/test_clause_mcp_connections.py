@@ -491,12 +491,16 @@ async def test_clause_declared_env_values_never_reach_a_view(authority: Authorit
             "mcp.db.argv.1",
         ),
         (
-            declared("db", transport="http", command=(), url="https://h/s/argv-key-7f3a9c2e51/mcp"),
+            declared(
+                "db", transport="http", command=(), url="https://h/mcp?api_key=argv-key-7f3a9c2e51"
+            ),
             "mcp.db.url.1",
         ),
         (
-            declared("db", transport="http", command=(), url="https://h/mcp?k=argv-key-7f3a9c2e51"),
-            "mcp.db.url.1",
+            declared(
+                "db", command=("npx", "mcp-remote", "https://h/mcp?token=argv-key-7f3a9c2e51")
+            ),
+            "mcp.db.argv.1",
         ),
     ],
 )
