@@ -12,6 +12,7 @@ recorded. Real Host turns, real files, real SQLite.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,13 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.builtins.files import WorkspaceError, WorkspaceScope, _workspace, workspace_tools
+from hostkit.builtins.files import (
+    WorkspaceError,
+    WorkspaceScope,
+    _openat,
+    _workspace,
+    workspace_tools,
+)
 from hostkit.builtins.files._workspace import MAX_WRITE_BYTES
 from hostkit.effects import ApprovalDecision, ApprovalRequest, Prepared
 from hostkit.errors import ApprovalRefused
@@ -225,11 +232,21 @@ async def test_an_existing_file_with_no_diff_is_never_shown_as_a_new_one(
     assert (created.digest, created.diff) == ("absent", None)
 
 
+@pytest.mark.parametrize("kernel", ["renameat2", "hard link", "neither"])
 async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
 ) -> None:
     """The check found nothing; someone creates the file before the write lands: the
-    write, approved onto "absent", puts its file in place only where nothing is."""
+    write, approved onto "absent", puts its file in place only where nothing is, with
+    renameat2's RENAME_NOREPLACE or, without it, a hard link, and leaves no temporary."""
+    if kernel != "renameat2":
+        monkeypatch.setattr(_openat, "_renameat2", lambda: None)
+    if kernel == "neither":
+
+        def no_links(*args: Any, **kwargs: Any) -> None:
+            raise OSError(errno.EPERM, "no hard links here")
+
+        monkeypatch.setattr(_openat.os, "link", no_links)
     scope = WorkspaceScope(tmp_path / "ws")
     theirs = tmp_path / "ws" / "notes.md"
     checked = _workspace._entry_target
@@ -251,3 +268,18 @@ async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
 def test_a_prepare_digest_is_short_printable_text(digest: Any) -> None:
     with pytest.raises(TypeError, match=r"Prepared\.digest"):
         Prepared(digest=digest)
+
+
+@pytest.mark.parametrize("kernel", ["renameat2", "hard link"])
+async def test_a_new_file_approved_onto_absent_is_written_whole_with_one_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    """No temporary twin is left beside it: a second link would make every later write
+    and read of the file refuse it as hard-linked."""
+    if kernel != "renameat2":
+        monkeypatch.setattr(_openat, "_renameat2", lambda: None)
+    scope = WorkspaceScope(tmp_path / "ws")
+    written = await scope.write("new.md", "mine\n", expect="absent")
+    target = tmp_path / "ws" / "new.md"
+    assert (written.created, target.read_text(), target.stat().st_nlink) == (True, "mine\n", 1)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["new.md"]

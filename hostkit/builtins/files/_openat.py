@@ -17,15 +17,18 @@ refusals, so the error vocabulary stays with ``WorkspaceScope``.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import errno
+import functools
 import os
 import secrets
 import stat
+import sys
 from collections import deque
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from hostkit.builtins.files._errors import WorkspaceError, WorkspaceEscape, WorkspaceIOFailure
 from hostkit.errors import HostkitError
@@ -68,6 +71,9 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | _O_CLOEXEC
 _MAYBE_SYMLINK = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR})
 # A file system without hard links (vfat, some network mounts) refuses link() so.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+# renameat2 without RENAME_NOREPLACE: no such call, or a file system refusing the flag.
+_NO_NOREPLACE = frozenset({errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP})
+_RENAME_NOREPLACE = 1
 _RETRYABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EBUSY, errno.EINTR})
 _USER_ERRNOS = {
     errno.ENOENT: ("not_found", "no such file or directory"),
@@ -351,8 +357,7 @@ def replace_atomically(
     contained): a link swapped in at ``name`` is replaced, never written
     through. ``expect`` refuses the rename when the target is no longer the
     file that was read. ``create`` puts the file in place only where nothing
-    is: the temporary file is hard-linked to ``name`` (which fails, atomically,
-    on any entry there) instead of renamed over it.
+    is, atomically (``_put_new``), never over an entry created meanwhile.
     """
     temp = f".hostkit-{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=parent)
@@ -372,8 +377,8 @@ def replace_atomically(
                 f"{quoted(shown)}: changed while it was being edited; read it again",
                 reason="changed",
             )
-        if create and _link_new(parent, temp, name, shown):
-            os.unlink(temp, dir_fd=parent)
+        if create:
+            _put_new(parent, temp, name, shown)
         else:
             os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
         renamed = True
@@ -384,20 +389,64 @@ def replace_atomically(
                 os.unlink(temp, dir_fd=parent)
 
 
-def _link_new(parent: int, temp: str, name: str, shown: str) -> bool:
-    """Link ``temp`` as ``name`` only if nothing is at ``name``; False where the file
-    system has no hard links (then nothing may be at ``name`` just before the rename)."""
+def _put_new(parent: int, temp: str, name: str, shown: str) -> None:
+    """Move ``temp`` to ``name`` only if nothing is at ``name``, atomically.
+
+    Linux's ``renameat2(RENAME_NOREPLACE)`` does it in one step. Where the
+    call or the file system lacks it, a hard link (which fails on any entry
+    there) then the temporary name's removal; one that cannot be removed is
+    left (a write already in place is not undone for it). Without hard links
+    either, nothing may be at ``name`` just before a plain rename.
+    """
+    if _rename_noreplace(parent, temp, name, shown):
+        return
     try:
         os.link(temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
-        return True
     except FileExistsError:
-        pass
+        raise _created_since(shown) from None
     except OSError as exc:
         if exc.errno not in _NO_HARD_LINKS:
             raise
-        if lstat(parent, name) is None:
-            return False
-    raise WorkspaceError(
+        if lstat(parent, name) is not None:
+            raise _created_since(shown) from None
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        return
+    with suppress(OSError):
+        os.unlink(temp, dir_fd=parent)
+
+
+def _rename_noreplace(parent: int, temp: str, name: str, shown: str) -> bool:
+    """``renameat2(RENAME_NOREPLACE)``; False where it is not there (not Linux, an old
+    C library, a file system that refuses the flag). ``changed`` when ``name`` exists."""
+    call = _renameat2()
+    if call is None:
+        return False
+    if call(parent, os.fsencode(temp), parent, os.fsencode(name), _RENAME_NOREPLACE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error == errno.EEXIST:
+        raise _created_since(shown)
+    if error in _NO_NOREPLACE:
+        return False
+    raise OSError(error, os.strerror(error), name)
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """The C library's ``renameat2``, or None (looked up once)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    call.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    call.restype = ctypes.c_int
+    return call
+
+
+def _created_since(shown: str) -> WorkspaceError:
+    return WorkspaceError(
         f"{quoted(shown)}: created by someone else since this write was approved; read it again",
         reason="changed",
     )
