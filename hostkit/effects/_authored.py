@@ -175,15 +175,16 @@ class Prepared:
     found (a file's content): a durable approval keeps it, and its
     continuation, whose check runs again, runs the call only if the check
     finds the same digest; otherwise the approval is stale and nothing runs.
-    ``diff`` is what the call would change, made from the same read as
-    ``digest`` (so the approver sees the state the approval is bound to); it
-    takes the place of the tool's ``preview_diff``.
+    ``diff`` makes what the call would change from the same read as
+    ``digest`` (so the approver sees the state the approval is bound to):
+    a function run in a worker thread only when a person is asked, best
+    effort under the tool's deadline, in place of the tool's ``preview_diff``.
     """
 
     view: Mapping[str, Any] = field(default_factory=FrozenMap)
     value: Any = None
     digest: str | None = None
-    diff: str | None = None
+    diff: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         digest = self.digest
@@ -196,8 +197,8 @@ class Prepared:
             raise TypeError(
                 f"Prepared.digest must be None or 1..{MAX_DIGEST_CHARS} printable ASCII characters"
             )
-        if self.diff is not None and not isinstance(self.diff, str):
-            raise TypeError("Prepared.diff must be None or a string")
+        if self.diff is not None and not callable(self.diff):
+            raise TypeError("Prepared.diff must be None or a function that makes the diff")
 
 
 @dataclass(frozen=True, slots=True)

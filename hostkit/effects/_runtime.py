@@ -7,7 +7,7 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -158,8 +158,8 @@ class _Checked:
     prepared: Any = None
     # ``Prepared.digest``: what the check found, as a durable approval keeps it.
     target_digest: str | None = None
-    # ``Prepared.diff``: the change, made from the read ``target_digest`` fingerprints.
-    diff: str | None = None
+    # ``Prepared.diff``: makes the change from the read ``target_digest`` fingerprints.
+    diff: Callable[[], str | None] | None = None
 
 
 def _call_redactor(checked: _Checked, secrets: Mapping[str, str]) -> Redactor:
@@ -532,16 +532,22 @@ class EffectRuntime:
     async def _preview_diff(self, checked: _Checked) -> str | None:
         """The tool's diff of what the call would change, for the approver; None without one.
 
-        The diff ``prepare`` made from the state it fingerprinted comes first.
-        Otherwise best effort under the tool's deadline: a diff that cannot be
-        made is left out of the prompt, never a reason to refuse the call.
+        The diff of the state ``prepare`` fingerprinted comes first, else the
+        tool's ``preview_diff``. Best effort under the tool's deadline: a diff
+        that cannot be made is left out of the prompt, never a reason to refuse
+        the call.
         """
         preview = checked.entry.tool.preview_diff
-        if checked.diff is not None or preview is None:
-            return checked.diff
+        made = checked.diff
+        if made is None and preview is None:
+            return None
         try:
             with anyio.fail_after(checked.entry.tool.timeout_s):
-                diff = await preview(checked.arguments)
+                if made is not None:
+                    diff = await anyio.to_thread.run_sync(made, abandon_on_cancel=True)
+                else:
+                    assert preview is not None
+                    diff = await preview(checked.arguments)
         except BaseException as exc:
             if _is_cancellation(exc):
                 raise

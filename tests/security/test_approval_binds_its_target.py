@@ -23,6 +23,7 @@ import pytest
 from hostkit.builtins.files import (
     WorkspaceError,
     WorkspaceScope,
+    _files,
     _openat,
     _workspace,
     workspace_tools,
@@ -206,7 +207,10 @@ async def test_the_approvers_diff_is_of_the_bytes_the_approval_is_bound_to(
     assert tool.preview_diff is None
     assert prepared.digest == "sha256:" + hashlib.sha256(b"a\nb\n").hexdigest()
     assert prepared.value == prepared.digest
-    assert prepared.diff == "--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"
+    # Made from those bytes later, and only if a person is asked: the file may change now.
+    notes.write_text(USER_NOTES)
+    assert prepared.diff is not None
+    assert prepared.diff() == "--- a/notes.md\n+++ b/notes.md\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"
 
 
 @pytest.mark.parametrize(
@@ -268,6 +272,8 @@ async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
 def test_a_prepare_digest_is_short_printable_text(digest: Any) -> None:
     with pytest.raises(TypeError, match=r"Prepared\.digest"):
         Prepared(digest=digest)
+    with pytest.raises(TypeError, match=r"Prepared\.diff"):
+        Prepared(diff="a diff made now")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kernel", ["renameat2", "hard link"])
@@ -283,3 +289,24 @@ async def test_a_new_file_approved_onto_absent_is_written_whole_with_one_link(
     target = tmp_path / "ws" / "new.md"
     assert (written.created, target.read_text(), target.stat().st_nlink) == (True, "mine\n", 1)
     assert sorted(p.name for p in target.parent.iterdir()) == ["new.md"]
+
+
+async def test_a_write_nobody_is_asked_about_never_makes_a_diff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """difflib can be slow on large files: only a prompt pays for it, and a diff that
+    fails never fails the write."""
+    await anyio.Path(tmp_path / "ws" / "notes.md").write_text("a\nb\n")
+
+    def never(*args: Any) -> str:
+        raise AssertionError("a diff was made for an allowed write")
+
+    monkeypatch.setattr(_files, "unified_diff", never)
+    config = host_config(tmp_path)
+    allowed = config.agents["assistant"].model_copy(
+        update={"policy": config.agents["assistant"].policy.model_copy(update={"ask": []})}
+    )
+    config = config.model_copy(update={"agents": {"assistant": allowed}})
+    async with Host.open(config, capabilities=capabilities(append_c(), config=config)) as host:
+        result = await host.turns.run(request("append c"))
+    assert [(e.effect, e.status) for e in result.effects] == [("files.write", "succeeded")]
