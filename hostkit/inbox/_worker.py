@@ -373,8 +373,7 @@ class InboxWorker(Background):
                 released.append(await self.inbox.release(claimed))
             except HostkitError as exc:
                 _log.warning("inbound %s: release failed: %s", claimed.inbound_id, _text(exc))
-            finally:
-                ended += 1
+            ended += 1  # not when cut off by the window: that one is still held
 
         with anyio.move_on_after(self._op_timeout_s) as window:
             async with anyio.create_task_group() as group:

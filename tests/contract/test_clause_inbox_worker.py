@@ -394,7 +394,7 @@ async def test_shutdown_releases_leases_without_spending_an_attempt(rig: Rig) ->
 
 
 async def test_releases_that_cannot_land_share_one_bound_at_shutdown(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Another process holding the write lock makes every release wait: the claims are
     released together under one ``op_timeout_s``, not one each, so a shutdown with many
@@ -419,6 +419,7 @@ async def test_releases_that_cannot_land_share_one_bound_at_shutdown(
     # Grace, the cut-off turns' own ends, then one release window (2.1 s): not 4 (5.1 s).
     assert anyio.current_time() - began < 3.5
     assert not worker.running
+    assert "4 claims not released within 1s at shutdown" in caplog.text
 
 
 async def test_noisy_channel_does_not_starve_a_quiet_one_with_workers_running(rig: Rig) -> None:
