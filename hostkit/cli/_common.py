@@ -31,7 +31,7 @@ from rich.markup import escape
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
-from hostkit.errors import ConfigError, HostkitError, InvalidValue
+from hostkit.errors import ConfigError, HostkitError, InvalidValue, bounded
 from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
 from hostkit.inspect import latest_session, printable
 from hostkit.types import PrincipalScope, TurnResult
@@ -304,8 +304,10 @@ def naming_config(line: str, cores: Iterable[str], config: Path) -> str:
     return line
 
 
-# Distinct warning texts a command prints at most (a runaway loop stays bounded).
+# Distinct warning texts a command prints at most (a runaway loop stays bounded), and
+# the characters of each.
 _MAX_WARNINGS = 200
+_MAX_WARNING_CHARS = 2_000
 
 
 class CommandWarnings(logging.Handler):
@@ -328,10 +330,18 @@ class CommandWarnings(logging.Handler):
 
     def show(self, record: logging.LogRecord) -> None:
         """Print ``record`` now, unless its text was printed already."""
-        text = printable(record.getMessage())
-        if text in self._seen or len(self._seen) >= _MAX_WARNINGS:
+        try:
+            text = bounded(printable(record.getMessage()), _MAX_WARNING_CHARS)
+            if record.exc_info and record.exc_info[1] is not None:
+                # The traceback is for a log file; here, what was raised.
+                text += f" ({type(record.exc_info[1]).__name__})"
+        except Exception:  # a malformed logging call must not fail the code that logged
+            self.handleError(record)
             return
-        self._seen.add(text)
+        with self.lock or contextlib.nullcontext():
+            if text in self._seen or len(self._seen) >= _MAX_WARNINGS:
+                return
+            self._seen.add(text)
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(f"{record.levelname.lower()}: {text}\n")
             sys.stderr.flush()

@@ -8,6 +8,7 @@ start-up); the rest runs in-process (``CliRunner``), as in ``_cli_cores``.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import shlex
@@ -25,7 +26,7 @@ from rich.console import Console
 
 from hostkit.cli import app
 from hostkit.cli._approver import interrupted_line
-from hostkit.cli._common import default_project_note
+from hostkit.cli._common import CommandWarnings, default_project_note
 from hostkit.cli._core_render import gate_lines
 from hostkit.cli._inspect import budget_report
 from hostkit.cli._render import command_line, resume_hints
@@ -693,3 +694,28 @@ def test_resuming_another_agents_session_says_to_name_its_agent(tmp_path: Path) 
         "error: turn rejected: the requested session is not available; a session of another "
         "agent needs that agent's --agent (`hostkit sessions` lists each session's agent)"
     ) in err
+
+
+def test_command_warnings_never_fail_the_code_that_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A library's malformed logging call, a long message, an exception: the handler
+    prints what it can, bounded and once, and raises into nobody."""
+    warnings = CommandWarnings()
+    logger = logging.getLogger("tests.command_warnings")
+    logger.addHandler(warnings)
+    logger.propagate = False
+    try:
+        logger.warning("bad %d", "x")  # the format does not fit its argument
+        logger.warning("x" * 10_000)
+        logger.warning("x" * 10_000)
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logger.exception("it failed")
+    finally:
+        logger.removeHandler(warnings)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith(("warning: ", "error: "))]
+    assert [len(line) < 2_100 for line in lines] == [True, True]
+    assert lines[1] == "error: it failed (RuntimeError)"
