@@ -24,7 +24,13 @@ from hostkit.errors import (
 )
 from hostkit.store import RuntimeStore
 from hostkit.turns import TurnExecution
-from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, TurnResult
+from hostkit.types import (
+    ConversationFacts,
+    PrincipalScope,
+    TurnRequest,
+    TurnResult,
+    is_seconds,
+)
 
 __all__ = ["MAX_LIST", "HostApprovals"]
 
@@ -105,6 +111,7 @@ class HostApprovals:
         *,
         by: PrincipalScope,
         principal: PrincipalScope | None = None,
+        wait_s: float | None = None,
     ) -> TurnResult:
         """Answer once and run the continuation turn; returns that turn's result.
 
@@ -112,7 +119,8 @@ class HostApprovals:
         the same moment) is idempotent: it finishes or reports the
         continuation the recorded answer started, exactly as ``resume`` does,
         waiting for one that still runs (here or in another process) up to
-        ``[host] admission_timeout_s``, then ``TurnInProgress`` (retryable).
+        ``wait_s`` (default ``[host] admission_timeout_s``; 0: not at all), then
+        ``TurnInProgress`` (retryable).
         Raises ``ApprovalRefused`` for a different answer (``answered``), a changed
         policy/revision/capability or a conversation now bound elsewhere
         (``stale``), a session that moved on (``superseded``) or a call that
@@ -121,11 +129,13 @@ class HostApprovals:
         """
         if decision not in _DECISIONS:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
+        if wait_s is not None and not is_seconds(wait_s, high=86_400, zero=True):
+            raise InvalidValue("wait_s must be a number of seconds from 0 to 86400")
         approval = await self.get(by, approval_id)
+        wait = self._wait_s if wait_s is None else wait_s
         if approval.status != "pending":
-            return await self._waited(
-                approval_id, by, principal, self._answered_again(approval, decision, principal, by)
-            )
+            again = self._answered_again(approval, decision, principal, by)
+            return await self._waited(approval_id, by, principal, again, wait)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
@@ -140,7 +150,7 @@ class HostApprovals:
         if not answered.accepted:
             # Another answer was recorded first (another process, the same moment).
             again = self._answered_again(answered.approval, decision, principal, by)
-            return await self._waited(approval_id, by, principal, again)
+            return await self._waited(approval_id, by, principal, again, wait)
         await self._remember(answered.approval, decision, mark)
         return await self._continue(answered.approval, continuation, by)
 
@@ -177,14 +187,15 @@ class HostApprovals:
         by: PrincipalScope,
         principal: PrincipalScope | None,
         again: Awaitable[TurnResult],
+        wait_s: float,
     ) -> TurnResult:
         """``again``'s result; while the continuation it reports still runs, that
         continuation's result once it ended (``TurnInProgress`` after ``wait_s``)."""
-        deadline = anyio.current_time() + self._wait_s
+        deadline = anyio.current_time() + wait_s
         try:
             return await again
         except TurnInProgress:
-            if self._wait_s <= 0:
+            if wait_s <= 0:
                 raise
         while True:
             await anyio.sleep(_CONTINUATION_POLL_S)

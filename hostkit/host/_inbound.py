@@ -218,8 +218,11 @@ class InboundCommands:
             await self._turns.recover()
         try:
             # The same answer again resumes or reports its continuation; one still running
-            # is TurnInProgress, and the worker retries this command later.
-            result = await self._approvals.answer(approval.approval_id, decision, by=scope)
+            # is TurnInProgress at once (no worker slot held waiting), and the worker
+            # retries this command later.
+            result = await self._approvals.answer(
+                approval.approval_id, decision, by=scope, wait_s=0
+            )
         except NotFoundOrUnauthorized:
             return _NOT_FOUND, _NOT_FOUND_REPLY
         except ApprovalRefused as exc:

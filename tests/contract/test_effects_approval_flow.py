@@ -22,7 +22,7 @@ from hostkit.effects import (
     ToolContext,
     tool,
 )
-from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnInProgress
+from hostkit.errors import ApprovalRefused, InvalidValue, NotFoundOrUnauthorized, TurnInProgress
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
@@ -655,3 +655,48 @@ async def test_concurrent_answers_through_the_host_run_the_call_once(tmp_path: P
             assert outcome == "refused:answered", outcomes
         else:
             assert outcome == "completed", outcomes
+
+
+async def test_the_same_answer_again_waits_for_its_continuation_up_to_wait_s(
+    tmp_path: Path,
+) -> None:
+    """A second click while the continuation runs gets its result once it ends; a caller
+    that must not hold on (a channel command, wait_s=0) or waits too little is told the
+    turn is still in progress, and the call ran once."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    release = anyio.Event()
+
+    async def slow_reply(request: ModelRequest) -> Reply:
+        await release.wait()
+        return Reply("stamped")
+
+    model = ScriptedModel([stamp_call(), slow_reply], repeat_last=True)
+    results: list[str] = []
+    async with approval_host(tmp_path, model, stamps) as host:
+        paused = await host.turns.run(request("stamp it"))
+        approval_id = paused.pending_approval
+        assert approval_id is not None
+        operator = await host.operator("ops", reason="answer approvals")
+
+        async def answer(wait_s: float | None = None) -> None:
+            result = await host.approvals.answer(
+                approval_id, "approve_once", by=operator, wait_s=wait_s
+            )
+            results.append(result.outcome)
+
+        with pytest.raises(InvalidValue, match="wait_s"):
+            await host.approvals.answer(approval_id, "approve_once", by=operator, wait_s=-1)
+        async with anyio.create_task_group() as group:
+            group.start_soon(answer)
+            with anyio.fail_after(10):
+                while stamps.lines() != ["one"]:  # noqa: ASYNC110 (the tool's file)
+                    await anyio.sleep(0.02)
+            with pytest.raises(TurnInProgress):
+                await answer(wait_s=0)
+            with pytest.raises(TurnInProgress):
+                await answer(wait_s=0.3)
+            group.start_soon(answer, 10.0)
+            await anyio.sleep(0.3)
+            release.set()
+    assert results == ["completed", "completed"]
+    assert stamps.lines() == ["one"]
