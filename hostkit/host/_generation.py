@@ -361,8 +361,11 @@ class Generation(AsyncResource):
 
 
 _DONE = {"ask": "asked for", "deny": "denied"}
-# The variable a provider of this kind reads its key from when its table names none.
-_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+# The variables a provider of this kind's SDK reads its credentials from by default.
+_DEFAULT_KEY_ENV = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+}
 
 
 def _host_secret_names(config: HostConfig) -> tuple[str, ...]:
@@ -372,7 +375,8 @@ def _host_secret_names(config: HostConfig) -> tuple[str, ...]:
     tool may have written one)."""
     names = {*config.secrets, *(n for a in config.agents.values() for n in a.secrets)}
     for provider in config.providers.values():
-        names.add(provider.api_key_env or _DEFAULT_KEY_ENV.get(provider.kind, ""))
+        # The SDKs read their default variables too, whatever api_key_env names.
+        names.update((provider.api_key_env or "", *_DEFAULT_KEY_ENV.get(provider.kind, ())))
     for channel in config.channels.values():
         names.update((channel.secret_env or "", channel.token_env or ""))
     names.discard("")

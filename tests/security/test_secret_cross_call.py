@@ -262,6 +262,11 @@ async def test_a_secret_another_agent_holds_is_masked_for_an_agent_without_it(
     [
         ("HK_PROVIDER_KEY", {"providers": {"hosted": {"kind": "openai", "api_key_env": "X"}}}),
         ("OPENAI_API_KEY", {"providers": {"hosted": {"kind": "openai"}}}),
+        # The SDK's own default variable, whatever api_key_env names.
+        (
+            "ANTHROPIC_AUTH_TOKEN",
+            {"providers": {"c": {"kind": "anthropic", "api_key_env": "HK_ANTHROPIC"}}},
+        ),
         (
             "HK_BOT_TOKEN",
             {

@@ -177,7 +177,9 @@ class WriteTarget:
         if self.state == "absent":
             return "a new file"
         if self.size is None:
-            return "not a regular file (the write is refused)"
+            # A link, a directory or a hard-linked file (the write refuses those), or a
+            # file hostkit may not read (the write replaces it): nothing of it is shown.
+            return "an existing entry hostkit does not show (not a file it may read)"
         if self.text is not None:
             return f"an existing file of {self.size} bytes"
         return f"replaces an existing file of {self.size} bytes whole: {self.hidden}, not shown"
