@@ -114,35 +114,43 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
     # Copied through a connection of its own: ``conn`` holds the write lock (so nothing
     # changes meanwhile), and SQLite's backup from a connection in a write transaction
     # answers SQLITE_BUSY for ever.
-    source = sqlite3.connect(str(database))
-    target = sqlite3.connect(str(partial))
-    try:
-        source.backup(target)
-        # A standalone file: no -wal/-shm companions needed to read it.
-        target.execute("PRAGMA journal_mode = DELETE")
-    except sqlite3.Error as exc:
-        target.close()
-        _remove_partial(partial)
-        raise MigrationError(
-            f"the backup could not be written ({getattr(exc, 'sqlite_errorname', 'error')}: "
-            f"{str(exc)[:200]}); nothing was migrated: free space beside the database "
-            "and retry",
-            database=str(database),
-        ) from exc
-    finally:
-        target.close()
-        source.close()
+    with contextlib.ExitStack() as connections:
+        try:
+            source = connections.enter_context(contextlib.closing(sqlite3.connect(database)))
+            target = connections.enter_context(contextlib.closing(sqlite3.connect(partial)))
+            source.backup(target)
+            # A standalone file: no -wal/-shm companions needed to read it.
+            target.execute("PRAGMA journal_mode = DELETE")
+        except sqlite3.Error as exc:
+            connections.close()
+            _remove_partial(partial)
+            raise _backup_failed(database, exc) from exc
     if not _integrity_ok(partial):
         _remove_partial(partial)
         raise MigrationError(
             "the new backup failed PRAGMA integrity_check; nothing was migrated",
             database=str(database),
         )
-    with open(partial, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(partial, backup)
-    _fsync_dir(backup.parent)
+    try:
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, backup)
+        _fsync_dir(backup.parent)
+    except OSError as exc:
+        _remove_partial(partial)
+        raise _backup_failed(database, exc) from exc
     return False
+
+
+def _backup_failed(database: Path, exc: Exception) -> MigrationError:
+    """Nothing was migrated; a full disk or a failed write says to free space."""
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    full = name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) or isinstance(exc, OSError)
+    todo = ": free space beside the database and retry" if full else ""
+    return MigrationError(
+        f"the backup could not be written ({name}: {str(exc)[:200]}); nothing was migrated{todo}",
+        database=str(database),
+    )
 
 
 def _fsync_dir(path: Path) -> None:
