@@ -103,7 +103,10 @@ def render_request(
     if isinstance(target, Mapping):
         # What the Host checked before asking (web: the origin and its addresses; a file
         # write: whether it creates or replaces a file), one line per fact.
-        for name, value in list(target.items())[:max_arguments]:
+        facts = list(target.items())
+        if len(facts) > max_arguments:
+            console.print(f"  … {len(facts) - max_arguments} more target facts not shown")
+        for name, value in facts[:max_arguments]:
             label = one_line(name, 60)
             console.print(
                 Text.assemble(f"  target {label}: ", (one_line(value, max_value_chars), "bold"))

@@ -115,7 +115,7 @@ def _no_core(core_id: str, known: list[str]) -> str:
     listed = ", ".join(known[:_LISTED_CORES]) + (", ..." if len(known) > _LISTED_CORES else "")
     todo = (
         ""
-        if close
+        if close or not is_core_id(core_id)
         else f"; a new core is served once hostkit.toml has its [cores.{core_id}] table "
         "(the one `hostkit core init` printed)"
     )

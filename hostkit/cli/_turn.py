@@ -283,6 +283,8 @@ async def _streamed(
                     break
         finally:
             waiting.stop()
+            if isinstance(approver, ConsoleApprover):
+                approver.before_prompt = _nothing_drawn
     if failure is not None:
         if wrote:
             out.write("\n")
@@ -296,3 +298,7 @@ async def _streamed(
     if wrote:
         out.write("\n")
     return result
+
+
+def _nothing_drawn() -> None:
+    """After a stream: no spinner of its own to put away before a prompt."""

@@ -403,7 +403,7 @@ def load_agent(spec: str) -> Agent:
             raise ConfigError(
                 f"{shown!r} raised while building the agent: {_raised(exc)}"
             ) from None
-        what = f"{shown!r} is a function that returned no hostkit.Agent"
+        what = f"calling {shown!r} returned no hostkit.Agent"
     if not isinstance(value, Agent):
         raise ConfigError(
             bounded(

@@ -637,7 +637,7 @@ def make():
         ("my_agents:write_note", "'my_agents:write_note' is not a hostkit.Agent (its type is"),
         (
             "my_agents:make",
-            "'my_agents:make' is a function that returned no hostkit.Agent (its type is int)",
+            "calling 'my_agents:make' returned no hostkit.Agent (its type is int)",
         ),
     ],
 )
