@@ -240,15 +240,21 @@ async def test_the_spinner_is_put_away_before_any_prompt_is_drawn(tmp_path: Path
     terminal = io.StringIO()
     progress = Console(file=terminal, force_terminal=True, width=80)
     approver = ConsoleApprover(console=progress, stdin=io.StringIO("o\n"))
+    during: list[object] = []
+
+    async def decide(request: ModelRequest) -> Reply:
+        during.append(getattr(approver.before_prompt, "__func__", None))
+        return Reply("ready")
+
     drawn_before: list[str] = []
-    async with open_host(tmp_path, after(0.3, "ready")) as host:
+    async with open_host(tmp_path, ScriptedModel([decide])) as host:
         host.approvals.runtime.provider = approver
         await stream_turn(
             host, "hi", agent="assistant", conversation="c", out=io.StringIO(), progress=progress
         )
-        put_away = approver.before_prompt
-        # The stream handed the approver its spinner's stop: drawn while the turn starts.
-        assert getattr(put_away, "__func__", None) is Waiting.stop
+        # While the turn streamed, the approver held its spinner's stop; not after.
+        assert during == [Waiting.stop]
+        assert getattr(approver.before_prompt, "__func__", None) is None
         approver.before_prompt = lambda: drawn_before.append(terminal.getvalue())
         request = ApprovalRequest(
             "apr_1", ApprovalKey("p", "s", "f", "mcp.connect:git"), "mcp.connect:git", "t", {}
