@@ -47,21 +47,26 @@ listen = "127.0.0.1"
 """
 
 
-def test_a_port_in_use_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+def serve_project(tmp_path: Path, *options: str) -> tuple[int, str]:
+    """``hostkit serve`` of a project with one webhook channel: exit code, all output."""
     config = tmp_path / "hostkit.toml"
     config.write_text(CONFIG.format(root=tmp_path))
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--config", str(config), *options],
+        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
+    )
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_a_port_in_use_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
     taken = socket.create_server(("127.0.0.1", 0))
     try:
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(
-            app,
-            ["serve", "--config", str(config), "--port", str(port), "--log-format", "json"],
-            env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
-        )
+        code, output = serve_project(tmp_path, "--port", str(port), "--log-format", "json")
     finally:
         taken.close()
-    output = result.stdout + result.stderr
-    assert result.exit_code == EXIT_ERROR, output
+    assert code == EXIT_ERROR, output
     assert (
         f"error: serve.listen: cannot listen on 127.0.0.1:{port}: Address already in use: "
         "another process listens there (stop it, or choose another --port)"
@@ -116,15 +121,8 @@ def test_an_explicit_log_format_wins_and_the_default_follows_stderr() -> None:
 
 
 def test_a_listen_name_that_does_not_resolve_says_so(tmp_path: Path) -> None:
-    config = tmp_path / "hostkit.toml"
-    config.write_text(CONFIG.format(root=tmp_path))
-    result = CliRunner().invoke(
-        app,
-        ["serve", "--config", str(config), "--listen", "localhostt.invalid", "--port", "0"],
-        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
-    )
-    output = result.stdout + result.stderr
-    assert result.exit_code == EXIT_ERROR, output
+    code, output = serve_project(tmp_path, "--listen", "localhostt.invalid", "--port", "0")
+    assert code == EXIT_ERROR, output
     assert "'localhostt.invalid' is not an address or a name this machine resolves" in output
     assert "Unknown error" not in output
 
@@ -178,14 +176,7 @@ def test_text_logs_escape_what_a_message_quotes() -> None:
 
 
 def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
-    config = tmp_path / "hostkit.toml"
-    config.write_text(CONFIG.format(root=tmp_path))
-    result = CliRunner().invoke(
-        app,
-        ["serve", "--config", str(config), "--port", "0", "--agent", "my_agents.agent"],
-        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
-    )
-    output = result.stdout + result.stderr
-    assert result.exit_code == EXIT_ERROR, output
+    code, output = serve_project(tmp_path, "--port", "0", "--agent", "my_agents.agent")
+    assert code == EXIT_ERROR, output
     assert "--agent 'my_agents.agent': name it as module:attribute" in output
     assert not (tmp_path / "hostkit.db").exists()
