@@ -33,6 +33,7 @@ from hostkit.effects import ApprovalDecision, ApprovalRequest, Prepared
 from hostkit.errors import ApprovalRefused
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import TurnResult
 from tests.hosts import request
 from tests.support import facts
 
@@ -65,6 +66,15 @@ def host_config(tmp_path: Path, workspace: str = "ws", **host: Any) -> HostConfi
             "agents": {"assistant": agent},
         },
         base_dir=tmp_path,
+    )
+
+
+async def approved_once(host: Host, paused: TurnResult) -> TurnResult:
+    """The continuation of ``paused``'s approval, answered once by its own conversation."""
+    assert paused.pending_approval is not None
+    scope = await host.authority.for_conversation(facts("c1", "alice", "test"))
+    return await host.approvals.answer(
+        paused.pending_approval, "approve_once", by=scope, principal=scope
     )
 
 
@@ -133,12 +143,7 @@ async def test_an_unchanged_file_is_written_by_the_durable_approvals_continuatio
     config = host_config(tmp_path, approval_timeout_s=0.5)
     model = append_c()
     async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
-        paused = await host.turns.run(request("append c"))
-        assert paused.pending_approval is not None
-        scope = await host.authority.for_conversation(facts("c1", "alice", "test"))
-        answered = await host.approvals.answer(
-            paused.pending_approval, "approve_once", by=scope, principal=scope
-        )
+        answered = await approved_once(host, await host.turns.run(request("append c")))
     assert [(e.effect, e.status) for e in answered.effects] == [("files.write", "succeeded")]
     assert await notes.read_text() == "a\nb\nc\n"
 
@@ -179,12 +184,7 @@ async def test_a_new_file_in_a_new_directory_is_written_by_the_continuation(
         repeat_last=True,
     )
     async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
-        paused = await host.turns.run(request("write it"))
-        assert paused.pending_approval is not None
-        scope = await host.authority.for_conversation(facts("c1", "alice", "test"))
-        answered = await host.approvals.answer(
-            paused.pending_approval, "approve_once", by=scope, principal=scope
-        )
+        answered = await approved_once(host, await host.turns.run(request("write it")))
     assert [(e.effect, e.status) for e in answered.effects] == [("files.write", "succeeded")]
     assert await anyio.Path(tmp_path / "ws" / "new" / "dir" / "notes.md").read_text() == "hi\n"
 
