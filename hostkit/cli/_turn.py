@@ -266,9 +266,10 @@ async def _streamed(
                 wrote = True
 
         approver = host.approvals.runtime.provider
-        if isinstance(approver, ConsoleApprover):
+        console = approver if isinstance(approver, ConsoleApprover) else None
+        if console is not None:
             # A prompt may come before the model is called (an MCP server's connect).
-            approver.before_prompt = waiting.stop
+            before, console.before_prompt = console.before_prompt, waiting.stop
         try:
             waiting.start("starting the turn")  # admission and tool discovery come first
             async with anyio.create_task_group() as tg:
@@ -283,8 +284,8 @@ async def _streamed(
                     break
         finally:
             waiting.stop()
-            if isinstance(approver, ConsoleApprover):
-                approver.before_prompt = _nothing_drawn
+            if console is not None:
+                console.before_prompt = before
     if failure is not None:
         if wrote:
             out.write("\n")
@@ -298,7 +299,3 @@ async def _streamed(
     if wrote:
         out.write("\n")
     return result
-
-
-def _nothing_drawn() -> None:
-    """After a stream: no spinner of its own to put away before a prompt."""

@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
-from hostkit.types import REDACTED, argv_hidden_words, origin, redact_text, safe_argv
-from hostkit.types._shown import MIN_SECRET
+from hostkit.types import (
+    MIN_SECRET,
+    REDACTED,
+    argv_hidden_words,
+    origin,
+    redact_text,
+    safe_argv,
+)
 
 __all__ = ["REDACTED", "manifest_secrets", "origin", "redact_text", "safe_argv"]
 

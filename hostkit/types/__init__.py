@@ -141,6 +141,7 @@ from hostkit.types._scope import (
     is_channel_id,
 )
 from hostkit.types._shown import (
+    MIN_SECRET,
     argv_credentials,
     argv_hidden_words,
     origin,
@@ -191,6 +192,7 @@ __all__ = [
     "MAX_TOOL_NAME_CHARS",
     "MAX_TURN_ATTACHMENT_BYTES",
     "MEDIA_TYPES",
+    "MIN_SECRET",
     "NO_ATTACHMENTS",
     "PARTIAL_KEY",
     "PARTIAL_NOTE",

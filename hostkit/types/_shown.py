@@ -18,6 +18,7 @@ from hostkit.errors import redact_credentials
 from hostkit.types._redact import REDACTED, is_secret_field
 
 __all__ = [
+    "MIN_SECRET",
     "argv_credentials",
     "argv_hidden_words",
     "origin",
