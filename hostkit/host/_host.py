@@ -86,6 +86,10 @@ __all__ = ["Host", "TurnNotCompleted", "resolve_config"]
 _log = logging.getLogger("hostkit.host")
 # aclose waits this long for an apply in progress before closing the generations anyway.
 APPLY_CLOSE_WAIT_S = 30.0
+# What aclose's writes wait for another process's lock, all of them together: a stopped
+# process holding it must not keep a closing Host for a lock timeout per write (the
+# next start recovers what could not be written: turns end `lost`, claims come back).
+CLOSE_LOCK_WAIT_S = 5.0
 
 
 class TurnNotCompleted(RuntimeFailure):
@@ -864,11 +868,13 @@ class Host(AsyncResource):
         turns get the workers' grace, their claims are released), turns
         ended, every process tree any generation started ended (grandchildren
         too), operator authority revoked, generations closed, context
-        decisions still held written, then the store.
+        decisions still held written, then the store. Their waits for another
+        process's lock end ``CLOSE_LOCK_WAIT_S`` after the close began.
         """
         if self._closed:
             return
         self._closed = True
+        self.store.limit_waits(CLOSE_LOCK_WAIT_S)
         # Shielded: a cancelled caller must not leave sources or child processes open.
         with anyio.CancelScope(shield=True):
             async with contextlib.AsyncExitStack() as stack:

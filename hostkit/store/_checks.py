@@ -25,6 +25,7 @@ __all__ = [
     "check_owners",
     "check_reason",
     "check_ref",
+    "check_wait",
 ]
 
 # An audit reason's length (as hostkit.store.MAX_REASON).
@@ -59,6 +60,14 @@ def check_duration(name: str, value: object) -> float:
     seconds = check_finite(name, value)
     if seconds <= 0:
         raise InvalidValue(f"{name} must be positive")
+    return seconds
+
+
+def check_wait(name: str, value: object) -> float:
+    """How long something may wait, in seconds: finite, 0 (not at all) or more."""
+    seconds = check_finite(name, value)
+    if seconds < 0:
+        raise InvalidValue(f"{name} must not be negative")
     return seconds
 
 

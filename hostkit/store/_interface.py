@@ -156,6 +156,17 @@ class RuntimeStore(AsyncResource):
     def location(self) -> str:
         """Where the data lives, for messages and operators (a path or a redacted URL)."""
 
+    @abstractmethod
+    def limit_waits(self, seconds: float) -> None:
+        """End every wait for another process's lock by ``seconds`` from now, for good.
+
+        For an owner that is closing: what it still writes may not wait a whole
+        lock timeout per write for a stopped process that holds a lock. A write
+        that has not got its lock by then fails (``StoreError``, retryable),
+        having done nothing; a wait already under way ends then too. A later,
+        longer limit does not lift an earlier one.
+        """
+
     # -- authority -------------------------------------------------------------------
 
     @abstractmethod

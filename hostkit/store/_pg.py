@@ -34,7 +34,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import ClockSkew, InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
-from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration, check_wait
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
 from hostkit.store._pg_listen import listen
@@ -60,6 +60,10 @@ _RERUN_STATES = ("40001", "40P01")
 # Reruns of a transaction whose connection was lost before its COMMIT, each on a
 # connection the pool checked: a restarted server leaves every idle one dead.
 _LOST_CONNECTION_RUNS = 2
+# Under ``limit_waits``: a lock wait's bound before the limit is near (the statement
+# timeout bounds it anyway), and the least a pool checkout is given once it passed.
+_MAX_LOCK_WAIT_S = 3_600.0
+_MIN_CHECKOUT_S = 0.05
 # Round trips of the clock comparison at open; the one with the shortest wait decides.
 _CLOCK_SAMPLES = 3
 _SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
@@ -138,6 +142,8 @@ class PgStore(RowStore):
         self._connect_timeout_s = connect_timeout_s
         self._location = location
         self.migration = report
+        # Monotonic time by which every lock wait ends, once ``limit_waits`` was called.
+        self._until: float | None = None
 
     @classmethod
     async def connect(
@@ -245,6 +251,23 @@ class PgStore(RowStore):
     def location(self) -> str:
         return self._location
 
+    def limit_waits(self, seconds: float) -> None:
+        until = time.monotonic() + check_wait("seconds", seconds)
+        self._until = until if self._until is None else min(self._until, until)
+
+    def _left_s(self, bound_s: float) -> float:
+        """What a wait beginning now may last: ``bound_s``, or less under the limit."""
+        if self._until is None:
+            return bound_s
+        return max(0.0, min(bound_s, self._until - time.monotonic()))
+
+    def _limit_lock_waits(self, raw: psycopg.Connection[Any]) -> None:
+        """Under the limit: this transaction's statements wait for a lock no longer than
+        what is left of it (``lock_timeout``, undone at its end; 0 would mean no bound)."""
+        if self._until is not None:
+            left_ms = max(1, int(self._left_s(_MAX_LOCK_WAIT_S) * 1000))
+            raw.execute("SELECT set_config('lock_timeout', %s, true)", [f"{left_ms}ms"])
+
     async def watch_inbox(self, wake: Callable[[], None]) -> None:
         """LISTEN for ready inbounds and call ``wake()`` at each; until cancelled."""
         if self._closed:
@@ -318,11 +341,13 @@ class PgStore(RowStore):
 
     def _attempt(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
         """Checkout, run, commit, return: one try."""
-        with self._pool.connection(timeout=self._connect_timeout_s) as raw:
+        checkout_s = max(_MIN_CHECKOUT_S, self._left_s(self._connect_timeout_s))
+        with self._pool.connection(timeout=checkout_s) as raw:
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.
                 try:
+                    self._limit_lock_waits(raw)
                     raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
                     raw.commit()
                 except psycopg.OperationalError as exc:
@@ -343,6 +368,7 @@ class PgStore(RowStore):
                 )
                 conn = PgConnection(raw, writer=not read_only)
                 try:
+                    self._limit_lock_waits(raw)
                     result = fn(cast(sqlite3.Connection, conn))
                 except BaseException as exc:
                     with contextlib.suppress(psycopg.Error):

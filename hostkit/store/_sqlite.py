@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TypeVar
 import anyio
 
 from hostkit.errors import InvalidValue, StoreClosed
-from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration, check_wait
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
@@ -25,6 +26,7 @@ from hostkit.store._writer import (
     GroupCommitWriter,
     file_of,
     map_sqlite_error,
+    narrow_busy_timeout,
     refuse_replaced,
 )
 from hostkit.types import is_seconds
@@ -168,6 +170,9 @@ class SqliteStore(RowStore):
     def location(self) -> str:
         return str(self.path)
 
+    def limit_waits(self, seconds: float) -> None:
+        self._writer.lock_wait.limit(time.monotonic() + check_wait("seconds", seconds))
+
     # -- transactions ----------------------------------------------------------------
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -214,6 +219,7 @@ class SqliteStore(RowStore):
         guard = self._writer.guard
 
         def begin(raw: sqlite3.Connection) -> None:
+            narrow_busy_timeout(raw, self._writer.lock_wait)
             raw.execute(BEGIN)
             refuse_replaced(raw, self._writer.lock_wait)
             guard.raised = True  # statements inside may not end the transaction

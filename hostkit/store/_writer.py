@@ -54,6 +54,7 @@ __all__ = [
     "begin_immediate",
     "file_of",
     "map_sqlite_error",
+    "narrow_busy_timeout",
     "refuse_replaced",
 ]
 
@@ -68,6 +69,8 @@ MAX_BATCH = 1024
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}
 # Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
 _BEGIN_PAUSE_S = 0.01
+# The longest busy timeout a store accepts (``busy_timeout_s``).
+_MAX_BUSY_S = 3_600.0
 # A write waiting this long for another process's write lock is logged (once per wait).
 LOCK_NOTICE_S = 1.5
 
@@ -130,10 +133,11 @@ class LockWait:
 
     ``since`` is set on the database thread while a ``BEGIN`` runs and read on
     the event loop, which says so when the wait grows long (one attribute,
-    written and read whole).
+    written and read whole). ``until`` (monotonic), once the store limits its
+    waits (``limit``), ends every wait by then, a wait already under way too.
     """
 
-    __slots__ = ("bound_s", "database", "file", "since")
+    __slots__ = ("bound_s", "database", "file", "since", "until")
 
     def __init__(self, bound_s: float, database: str, file: tuple[int, int] | None = None) -> None:
         self.bound_s = bound_s
@@ -142,6 +146,17 @@ class LockWait:
         # (device, inode) of the database file the store opened (``file_of`` once it was
         # open); None: nothing to compare (an in-memory database, a migration at open).
         self.file = file
+        self.until: float | None = None
+
+    def limit(self, until: float) -> None:
+        """End every wait by ``until`` (monotonic); an earlier limit stays."""
+        self.until = until if self.until is None else min(self.until, until)
+
+    def left_s(self, bound_s: float) -> float:
+        """What a wait beginning now may last: ``bound_s``, or less under a limit."""
+        if self.until is None:
+            return bound_s
+        return max(0.0, min(bound_s, self.until - time.monotonic()))
 
 
 def file_of(database: str) -> tuple[int, int] | None:
@@ -165,7 +180,8 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
     """``BEGIN IMMEDIATE``, tried again while another process holds the write lock.
 
     Each try waits up to the connection's busy timeout; after ``lock.bound_s``
-    in all, ``_LockNeverFree`` is raised. Nothing ran yet, so trying again is safe.
+    in all (or at the store's limit), ``_LockNeverFree`` is raised. Nothing ran
+    yet, so trying again is safe.
     """
     began = time.monotonic()
     deadline = began + lock.bound_s
@@ -173,12 +189,20 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
     try:
         while True:
             started = time.monotonic()
+            narrow_busy_timeout(conn, lock)
             try:
                 conn.execute(BEGIN)
             except sqlite3.OperationalError as exc:
                 if primary_code(exc) not in LOCK_HELD:
                     raise
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if lock.until is not None and now >= lock.until:
+                    raise _LockNeverFree(
+                        f"another process held the write lock of {lock.database[-200:]} and "
+                        "this store waits no longer (it is closing): nothing of this write "
+                        "was done; the next process to open it takes over"
+                    ) from exc
+                if now >= deadline:
                     raise _LockNeverFree(
                         f"another process held the write lock of {lock.database[-200:]} for "
                         f"{lock.bound_s:g} s: nothing of this write was done; try again when "
@@ -192,6 +216,15 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
             return
     finally:
         lock.since = None
+
+
+def narrow_busy_timeout(conn: sqlite3.Connection, lock: LockWait) -> None:
+    """Under the store's limit, let one statement wait no longer than what is left of it.
+
+    Never widened again: the limit is set when the store's owner is closing.
+    """
+    if lock.until is not None:
+        conn.execute(f"PRAGMA busy_timeout = {int(lock.left_s(_MAX_BUSY_S) * 1000)}")
 
 
 def _run_batch(
@@ -446,7 +479,7 @@ class GroupCommitWriter:
         if self._closed:
             raise StoreClosed()
         try:
-            with anyio.fail_after(self._lock_timeout_s):
+            with anyio.fail_after(self.lock_wait.left_s(self._lock_timeout_s)):
                 await self._lock.acquire()
         except TimeoutError as exc:
             raise StoreError("timed out waiting for the database writer", retryable=True) from exc
@@ -459,7 +492,7 @@ class GroupCommitWriter:
             try:
                 # Its statements would queue behind the drain on the connection's thread
                 # anyway; waiting here keeps the lock timeout the bound of the whole wait.
-                with anyio.fail_after(self._lock_timeout_s):
+                with anyio.fail_after(self.lock_wait.left_s(self._lock_timeout_s)):
                     await self._drain_ended()
             except TimeoutError as exc:
                 raise StoreError(
@@ -483,7 +516,7 @@ class GroupCommitWriter:
         """
         self._closed = True
         self._fail_queued(StoreClosed())
-        with anyio.move_on_after(self._lock_timeout_s):
+        with anyio.move_on_after(self.lock_wait.left_s(self._lock_timeout_s)):
             await self._drain_ended()
             await self._lock.acquire()
             self._lock.release()

@@ -156,6 +156,33 @@ async def test_a_lost_serialisation_race_is_run_again_and_every_write_lands(
     assert runs > writes  # at least the loser of the forced race ran twice
 
 
+async def test_under_a_limit_a_write_waits_for_another_sessions_lock_no_longer(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """``limit_waits`` (a closing owner): a write blocked by another session's lock fails,
+    typed and retryable with nothing of it done, at the limit rather than after the
+    statement timeout (30 s); once the lock is gone, writes run."""
+    url = await database(postgres_cluster)
+    insert = "INSERT INTO inbox_channels (channel_instance_id, served_seq) VALUES (?, 0)"
+    async with RuntimeStore.open_postgres(url) as store:
+        with anyio.fail_after(30):
+            holder = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        async with holder:
+            await holder.execute("LOCK TABLE inbox_channels IN ACCESS EXCLUSIVE MODE")
+            store.limit_waits(1.0)
+            started = time.monotonic()
+            with anyio.fail_after(25), pytest.raises(StoreError) as caught:
+                await store.write(lambda conn: conn.execute(insert, [COUNTER]))  # type: ignore[attr-defined]
+            waited = time.monotonic() - started
+            await holder.rollback()
+        assert caught.value.retryable
+        assert len(str(caught.value)) <= MESSAGE_LIMIT
+        assert waited < 8, waited
+        await store.write(lambda conn: conn.execute(insert, ["after"]))  # type: ignore[attr-defined]
+        kept = await scalar(store, "SELECT COUNT(*) FROM inbox_channels")
+    assert kept == 1
+
+
 async def test_a_failing_row_function_rolls_back_and_its_error_reaches_the_caller(
     postgres_cluster: PostgresCluster,
 ) -> None:

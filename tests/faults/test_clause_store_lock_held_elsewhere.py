@@ -12,6 +12,7 @@ A wait that grows long is said at once (a person at a terminal), not after it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -25,11 +26,12 @@ import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import StoreError
+from hostkit.errors import HostkitError, InvalidValue, StoreError, TurnInProgress
 from hostkit.host import Host
+from hostkit.host import _host as host_module
 from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import TurnResult
+from hostkit.types import TurnRequest, TurnResult
 from tests.contract.test_cli import CONFIG
 from tests.hosts import config, request
 
@@ -205,3 +207,115 @@ async def test_a_wait_that_begins_within_a_drain_is_told_too(
     assert all(error.retryable for error in failed)
     notices = [r for r in caplog.records if "waiting for the write lock" in r.message]
     assert len(notices) == 2, [(r.created, r.message) for r in notices]
+
+
+async def test_a_limit_ends_the_wait_under_way_and_bounds_every_later_one(
+    tmp_path: Path,
+) -> None:
+    """``limit_waits`` is for an owner that is closing: a write already waiting, and each
+    one after it, fails (typed, retryable, nothing done) at the limit, not after the
+    store's lock timeout; a later, longer limit does not lift it; writes that need no
+    wait still run."""
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=60) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
+        failed: list[tuple[StoreError, float]] = []
+
+        async def insert() -> None:
+            with pytest.raises(StoreError) as caught:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
+            failed.append((caught.value, time.monotonic()))
+
+        async with lock_held_elsewhere(database):
+            async with anyio.create_task_group() as group:
+                group.start_soon(insert)
+                await anyio.sleep(1.0)  # waiting (the lock timeout is a minute)
+                limited = time.monotonic()
+                store.limit_waits(0.5)
+                store.limit_waits(100)
+            with anyio.fail_after(30):
+                await insert()
+            ended = time.monotonic()
+        (first, first_at), (second, _) = failed
+        assert first_at - limited < 5  # a minute without the limit
+        assert ended - limited < 10
+        for error in (first, second):
+            assert error.retryable
+            assert "another process held the write lock of" in str(error)
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES ('no wait')"))
+        rows = await store.read(lambda c: c.execute("SELECT v FROM t").fetchall())
+    assert [tuple(r) for r in rows] == [("no wait",)]
+
+
+async def test_under_a_limit_one_statement_waits_no_longer_than_what_is_left(
+    tmp_path: Path,
+) -> None:
+    """The busy timeout (5 s by default) is one try's wait: under a limit of 1 s a write
+    fails after about a second, not after a whole busy timeout."""
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(database, lock_timeout_s=60) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
+        async with lock_held_elsewhere(database):
+            store.limit_waits(1.0)
+            started = time.monotonic()
+            with anyio.fail_after(30), pytest.raises(StoreError) as caught:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
+            waited = time.monotonic() - started
+    assert caught.value.retryable
+    assert waited < 4.5, waited
+
+
+@pytest.mark.parametrize("seconds", [-1, float("nan"), float("inf"), "1", True])
+async def test_a_limit_that_is_no_length_of_time_is_refused(
+    tmp_path: Path, seconds: object
+) -> None:
+    async with await RuntimeStore.open(tmp_path / "hostkit.db") as store:
+        with pytest.raises(InvalidValue) as caught:
+            store.limit_waits(seconds)  # type: ignore[arg-type]
+        assert "seconds" in str(caught.value)
+        assert len(str(caught.value)) <= 200
+        await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))  # nothing limited
+
+
+async def test_a_host_closing_under_another_processs_lock_waits_its_close_bound_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Host closing while a stopped process holds the lock (a turn in flight: its end is
+    a write) closes within ``CLOSE_LOCK_WAIT_S``, not a lock timeout per write; the next
+    Host, once the lock is free, finds that turn's record as it was (running, its lease
+    left to expire), and does not run it again."""
+    monkeypatch.setattr(host_module, "CLOSE_LOCK_WAIT_S", 1.0)
+    database = tmp_path / "hostkit.db"
+    running = anyio.Event()
+
+    @tool("work.forever")
+    async def forever(ctx: ToolContext) -> str:
+        """Runs until the Host closes."""
+        running.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    model = ScriptedModel([CallTools(("work_forever", {})), Reply("never")])
+    turn = request("work please")
+    host = await Host.open(config(tmp_path), capabilities=capabilities(model, tools=[forever]))
+    async with anyio.create_task_group() as group:
+        group.start_soon(_run_quietly, host, turn)
+        with anyio.fail_after(30):
+            await running.wait()
+        async with lock_held_elsewhere(database):
+            started = time.monotonic()
+            with anyio.fail_after(60):
+                await host.aclose()
+            closing = time.monotonic() - started
+    assert closing < 12, closing  # 1 s of lock waits and the close's own work; 30 s a write
+    async with Host.open(config(tmp_path), capabilities=capabilities(ScriptedModel([]))) as again:
+        with pytest.raises(TurnInProgress) as caught:
+            await again.turns.run(turn)
+    assert caught.value.retry_at is not None  # when its lease expires, recovery ends it
+
+
+async def _run_quietly(host: Host, turn: TurnRequest) -> None:
+    """Run ``turn``; the closing Host may end it with an error (its record is then ended by
+    the next Host)."""
+    with contextlib.suppress(HostkitError):
+        await host.turns.run(turn)
