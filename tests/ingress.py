@@ -24,7 +24,11 @@ __all__ = ["NOW", "SECRETS", "channels", "serve_ingress", "to_json"]
 
 # A fixed "now" for the app's clock: signatures are made at it, replays measured from it.
 NOW = 1_700_000_000
-SECRETS = {"hooks": "hook-secret-Kq2", "slack-acme": "slack-signing-Zx9", "tg": "tg-secret-Mn4"}
+SECRETS = {
+    "hooks": "hook-secret-Kq2-7f3a",
+    "slack-acme": "slack-signing-Zx9-c41e",
+    "tg": "tg-secret-Mn4-92bd",
+}
 
 
 def channels(**overrides: Mapping[str, Any]) -> dict[str, ChannelConfig]:

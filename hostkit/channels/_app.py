@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from hostkit.channels._body import read_body
 from hostkit.channels._parsed import Challenge, Ignored, Parsed
-from hostkit.channels._settings import ChannelSettings, sender_allowed
+from hostkit.channels._settings import ChannelSettings, sender_allowed, short_secret
 from hostkit.channels._slack import parse_slack
 from hostkit.channels._telegram import parse_telegram
 from hostkit.channels._webhook import parse_webhook
@@ -242,6 +242,8 @@ def ingress_app(
                 "a webhook channel needs its secret (secret_env is unset or empty)",
                 key=f"channels.{channel_id}.secret_env",
             )
+        if (problem := short_secret(secrets[channel_id])) is not None:
+            raise ConfigError(f"its secret {problem}", key=f"channels.{channel_id}.secret_env")
     ingress = _Ingress(
         channels=dict(channels),
         inbox=inbox,

@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["ChannelSettings", "sender_allowed"]
+__all__ = ["MIN_SIGNING_SECRET", "ChannelSettings", "sender_allowed", "short_secret"]
+
+# The shortest signing secret (webhook HMAC key, Telegram secret_token) a channel takes:
+# one signed request lets anyone try guesses offline; 16 random characters is 96+ bits.
+MIN_SIGNING_SECRET = 16
 
 
 class ChannelSettings(Protocol):
@@ -37,3 +41,13 @@ class ChannelSettings(Protocol):
 def sender_allowed(config: ChannelSettings, principal_key: str) -> bool:
     """True when the allowlist lets this authenticated sender in ("*" lets everyone)."""
     return "*" in config.allow or principal_key in config.allow
+
+
+def short_secret(secret: str) -> str | None:
+    """Why ``secret`` may not sign a channel's requests (too short), or None."""
+    if len(secret) >= MIN_SIGNING_SECRET:
+        return None
+    return (
+        f"holds {len(secret)} characters: a signing secret needs at least "
+        f"{MIN_SIGNING_SECRET} (a random one: openssl rand -hex 32)"
+    )

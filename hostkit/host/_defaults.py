@@ -24,6 +24,7 @@ from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
+from hostkit.channels import short_secret
 from hostkit.context import Estimator
 from hostkit.delivery import (
     OutboundChannel,
@@ -456,12 +457,20 @@ class ConfiguredChannels(AsyncResource):
 
 
 def channel_secret(env: Mapping[str, str], name: str | None, key: str) -> str:
-    """The value of the environment variable ``name``; a ConfigError naming it if unset."""
+    """The value of the environment variable ``name``; a ConfigError naming it if unset.
+
+    A signing secret (``secret_env``: the webhook HMAC key, Telegram's
+    ``secret_token``) too short to resist guessing is refused too;
+    platform-issued tokens (``token_env``) are as long as their platform
+    makes them.
+    """
     if name is None:
         raise ConfigError("is required to send through this channel", key=key)
     value = env.get(name)
     if not value:
         raise ConfigError(f"{name} is not set: the channel reads its secret from it", key=key)
+    if key.endswith(".secret_env") and (problem := short_secret(value)) is not None:
+        raise ConfigError(f"{name} {problem}", key=key)
     return value
 
 

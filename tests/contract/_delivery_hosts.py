@@ -26,7 +26,7 @@ ENV = {
     "SLACK_BOT_TOKEN": SLACK_TOKEN,
     "SLACK_SIGNING": "slack-signing-secret",
     "TG_TOKEN": TELEGRAM_TOKEN,
-    "TG_SECRET": "tg-secret-token",
+    "TG_SECRET": "tg-secret-token-5e8c",
     "HOOK_SECRET": WEBHOOK_SECRET,
 }
 

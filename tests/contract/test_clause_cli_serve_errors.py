@@ -54,7 +54,7 @@ def serve_project(tmp_path: Path, *options: str) -> tuple[int, str]:
     result = CliRunner().invoke(
         app,
         ["serve", "--config", str(config), *options],
-        env={"CLI_HOOK_SECRET": "s3cret-value", "COLUMNS": "200"},
+        env={"CLI_HOOK_SECRET": "s3cret-value-8d1f2a", "COLUMNS": "200"},
     )
     return result.exit_code, result.stdout + result.stderr
 
@@ -137,7 +137,7 @@ async def test_json_logs_hold_the_start_up_warnings_once_and_as_json(tmp_path: P
     config.write_text(
         text.replace('provider = "test"', 'provider = "test"\nbuiltins = ["files.read"]')
     )
-    async with serving(config, env={"CLI_HOOK_SECRET": "s3cret-value"}) as served:
+    async with serving(config, env={"CLI_HOOK_SECRET": "s3cret-value-8d1f2a"}) as served:
         served.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
             await served.process.wait()

@@ -33,7 +33,7 @@ from tests.platforms import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 
-SECRET = "hook-secret-Qx4"
+SECRET = "hook-secret-Qx4-0b9e"
 ENV = {"HOOK_SECRET": SECRET}
 
 

@@ -26,7 +26,7 @@ import anyio
 import httpx
 import pytest
 
-from hostkit.channels import sign_webhook
+from hostkit.channels import MIN_SIGNING_SECRET, ingress_app, sign_webhook
 from hostkit.errors import ConfigError
 from hostkit.host import Host, HostDaemon, parse_config
 from hostkit.host._defaults import ConfiguredChannels
@@ -37,7 +37,7 @@ from tests.platforms import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 
-SECRET = "hook-secret-Vb7"
+SECRET = "hook-secret-Vb7-3c2d"
 ENV = {"HOOK_SECRET": SECRET}
 
 
@@ -199,6 +199,40 @@ async def test_a_missing_secret_is_a_config_error_naming_the_variable(tmp_path: 
         # An empty variable is as good as none.
         with pytest.raises(ConfigError, match="HOOK_SECRET"):
             host.serve(env={"HOOK_SECRET": ""})
+
+
+# One character short of MIN_SIGNING_SECRET, and one long enough; neither may be shown.
+SHORT_SECRET = "Zq9-fifteen-chr"
+LONG_ENOUGH = "Zq9-sixteen-chrs"
+
+
+@pytest.mark.parametrize("short", ["Zq9", SHORT_SECRET])
+async def test_a_signing_secret_too_short_to_resist_guessing_is_refused(
+    tmp_path: Path, short: str
+) -> None:
+    """One signed request lets anyone try guesses at the secret offline: serving, signing
+    outbound, and the ingress app all refuse one shorter than ``MIN_SIGNING_SECRET``,
+    naming the variable and never showing its value."""
+    assert len(SHORT_SECRET) == MIN_SIGNING_SECRET - 1 == len(LONG_ENOUGH) - 1
+    provider = ScriptedModel([Reply("hi")], repeat_last=True)
+    config = _config(tmp_path, "http://127.0.0.1:9/deliver")
+    async with Host.open(config, capabilities=capabilities(provider)) as host:
+        with pytest.raises(ConfigError) as served:
+            host.serve(env={"HOOK_SECRET": short})
+        host.serve(env={"HOOK_SECRET": LONG_ENOUGH})
+    with pytest.raises(ConfigError) as sent:
+        ConfiguredChannels(config, {"HOOK_SECRET": short}, require=True)
+    with pytest.raises(ConfigError) as app:
+        ingress_app(config.channels, host.inbox, secrets={"hooks": short})
+    for caught in (served, sent, app):
+        said = str(caught.value)
+        assert caught.value.key == "channels.hooks.secret_env"
+        assert f"holds {len(short)} characters" in said
+        assert f"at least {MIN_SIGNING_SECRET}" in said
+        assert short not in said
+        assert len(said) <= 300
+    assert "HOOK_SECRET" in str(served.value)
+    assert "HOOK_SECRET" in str(sent.value)
 
 
 async def test_an_address_it_cannot_bind_is_a_config_error(tmp_path: Path) -> None:
