@@ -4,8 +4,11 @@ An MCP server runs code or reaches a service with the core's authority, so a
 change of what it is, or of what the core lets it do, needs a human to look.
 "What it may do" is judged on the compiled policy (``effect_policy``), not
 on the rules as written: the effective decision for ``mcp.connect:<server>``
-and the rules that reach the server's tools (``mcp.<server>.*``), and, for a
-stdio server, the core's ``sandbox`` (``none`` runs it unsandboxed). What
+and the rules that reach the server's tools (``mcp.<server>.*``), and what the
+connector reaches the server under (``McpConnector.identity``): for a stdio
+server the core's ``sandbox`` (``none`` runs it unsandboxed) and
+``workspace`` (its working directory and only writable bind), for an HTTP
+server the core's ``url_allow_private`` (the addresses it may reach). What
 they look at is recorded and shown in CLIs and widgets, so it must never
 carry a secret: env entries appear by NAME only ("set", "changed",
 "removed"), a URL only as its origin, and argv goes through the one
@@ -30,8 +33,9 @@ __all__ = ["REVIEW_PREFIX", "mcp_security_diff", "review_token"]
 REVIEW_PREFIX = "mcp-review:"
 _CONNECT = "mcp.connect:"
 _FIELDS = ("command", "url", "env", "network", "connect_timeout_seconds", "call_timeout_seconds")
-# View keys that come from the core's policy or sandbox rather than the declaration.
-_AUTHORITY = ("sandbox", "connect", "tools")
+# View keys that come from the core's policy, sandbox, workspace or URL policy rather
+# than the declaration.
+_AUTHORITY = ("sandbox", "workspace", "url_allow_private", "connect", "tools")
 _DECISIONS: tuple[PolicyDecision, ...] = ("deny", "ask", "allow")
 
 
@@ -41,7 +45,8 @@ def mcp_security_diff(live: CoreManifest | None, candidate: CoreManifest) -> dic
     ``{}`` when nothing changed. Otherwise ``{"servers": {name: {...}}}`` with
     one entry per added, removed or changed server, each with ``change``,
     ``before``/``after`` views (transport, argv, url origin, env names,
-    network, timeouts; for stdio the ``sandbox``; the effective ``connect``
+    network, timeouts; for stdio the ``sandbox`` and ``workspace``, for HTTP
+    the ``url_allow_private`` networks; the effective ``connect``
     decision and the ``tools`` rules with their decisions) and, for a changed
     server, the ``fields`` that differ and per env name
     ``set``/``changed``/``removed``.
@@ -94,8 +99,11 @@ def _view(
         view["env"] = sorted(server.env)
         view["network"] = server.network
         view["sandbox"] = manifest.sandbox
+        # As written (relative to hostkit.toml's folder); None: the Host's workspace.
+        view["workspace"] = manifest.workspace
     else:
         view["url"] = origin(server.url or "")
+        view["url_allow_private"] = sorted(manifest.url_allow_private)
     view["connect_timeout_seconds"] = server.connect_timeout_seconds
     view["call_timeout_seconds"] = server.call_timeout_seconds
     view["connect"] = _connect(policy, name)

@@ -602,14 +602,16 @@ _WORKSPACE_BUILTINS = frozenset(
 def state_overlaps(config: HostConfig) -> tuple[str, ...]:
     """One line per workspace that overlaps the Host's own state (blocking: resolves links).
 
-    Only agents with workspace builtins count. ``files.*`` refuse the state
-    anyway; the line tells the operator to move it out.
+    Only agents with workspace builtins or a stdio MCP server (the workspace is
+    its working directory and writable bind) count. ``files.*`` refuse the
+    state and sandboxes mask it anyway; the line tells the operator to move it out.
     """
     state = [(path, Path(os.path.realpath(path))) for path in config.state_paths()]
     lines: list[str] = []
     seen: set[Path] = set()
     for name, agent in config.agents.items():
-        if not _WORKSPACE_BUILTINS.intersection(agent.builtins):
+        stdio = any(server.command is not None for server in agent.mcp.values())
+        if not stdio and not _WORKSPACE_BUILTINS.intersection(agent.builtins):
             continue
         workspace = Path(os.path.realpath(config.workspace_of(name)))
         if workspace in seen:

@@ -92,6 +92,32 @@ def test_an_unchanged_declaration_is_an_empty_diff_and_a_grant_change_is_not() -
     assert diff["servers"]["docs"]["fields"] == ["connect"]
 
 
+@pytest.mark.parametrize(
+    ("change", "server", "field"),
+    [
+        # The stdio child's working directory and only writable bind: "/" is everything.
+        ({"workspace": "/"}, "docs", "workspace"),
+        ({"workspace": "../elsewhere"}, "docs", "workspace"),
+        # The networks an HTTP server may be reached on: every private address.
+        ({"url_allow_private": ["0.0.0.0/0", "::/0"]}, "gone", "url_allow_private"),
+    ],
+)
+def test_what_a_server_runs_under_outside_its_declaration_needs_a_review(
+    change: dict[str, Any], server: str, field: str
+) -> None:
+    """The connector reaches a server under the core's workspace (stdio) and URL policy
+    (HTTP), not only under its declaration: a core that changes only those changes what
+    an approved server can do, and the review token must change with it."""
+    moved = CoreManifest.model_validate({**LIVE.model_dump(exclude_defaults=True), **change})
+    diff = mcp_security_diff(LIVE, moved)
+    assert list(diff["servers"]) == [server]  # the server of the other transport: unchanged
+    entry = diff["servers"][server]
+    assert entry["change"] == "changed"
+    assert entry["fields"] == [field]
+    assert entry["after"][field] == change[field]
+    assert review_token("notes", SHA_A, SHA_B, diff) != review_token("notes", SHA_A, SHA_B, {})
+
+
 def test_the_first_promotion_reviews_every_declared_server() -> None:
     diff = mcp_security_diff(None, CANDIDATE)
     assert {entry["change"] for entry in diff["servers"].values()} == {"added"}

@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from hostkit.host import Host, HostConfig, load_config
+from hostkit.host._config import state_overlaps
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest, TurnResult
 from tests.hosts import request
@@ -154,3 +155,28 @@ async def test_the_default_layout_keeps_state_outside_the_workspace(tmp_path: Pa
     for state in config.state_paths():
         assert workspace not in state.parents
         assert state != workspace
+
+
+@pytest.mark.parametrize(
+    ("mcp", "warned"),
+    [
+        # A stdio server's working directory and writable bind is the workspace.
+        ('command = ["python3", "server.py"]', True),
+        # An HTTP server is reached over the network: the workspace is not its.
+        ('url = "https://mcp.example/mcp"', False),
+    ],
+)
+def test_a_stdio_mcp_server_in_a_workspace_over_host_state_is_warned_of(
+    tmp_path: Path, mcp: str, warned: bool
+) -> None:
+    (tmp_path / "hostkit.toml").write_text(
+        OVERLAPPING.replace(f"builtins = {FILES!r}\n", "builtins = []\n")
+        + f"\n[agents.assistant.mcp.docs]\n{mcp}\n"
+    )
+    config = load_config(tmp_path / "hostkit.toml")
+    lines = state_overlaps(config)
+    if warned:
+        (line,) = lines
+        assert "(agent 'assistant') overlaps the Host's own state (hostkit.db" in line
+    else:
+        assert lines == ()
