@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,7 +27,7 @@ from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, 
 from hostkit.errors import ConfigError
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
-from hostkit.store import redact_url
+from hostkit.store import carries_password, redact_url
 from hostkit.types import is_channel_id, is_core_id
 
 __all__ = [
@@ -309,15 +309,9 @@ class StoreSection(_Strict):
     def _postgres_url_without_secrets(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        parsed = urlsplit(value)
-        if parsed.scheme not in ("postgresql", "postgres"):
+        if urlsplit(value).scheme not in ("postgresql", "postgres"):
             raise ValueError("url must be a postgresql:// URL (SQLite is [host] database)")
-        try:
-            password = parsed.password
-        except ValueError:
-            raise ValueError("url is not a valid URL") from None
-        query = parse_qs(parsed.query)
-        if password is not None or any(key.lower() == "password" for key in query):
+        if carries_password(value):
             raise ValueError(
                 "url must not carry a password; the Host reads it from PGPASSWORD, "
                 "PGPASSFILE or ~/.pgpass in the environment of every Host"

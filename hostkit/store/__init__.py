@@ -77,7 +77,7 @@ from hostkit.store._mcp import (
 from hostkit.store._memory import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
-from hostkit.store._pg_url import redact_url
+from hostkit.store._pg_url import carries_password, redact_url
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration
 from hostkit.store._scopes import ScopeMint
@@ -208,6 +208,7 @@ __all__ = [
     "UsageRow",
     "UsageSums",
     "audit_reason",
+    "carries_password",
     "epoch_of",
     "inbox_checks",
     "insert_audit",

@@ -15,6 +15,8 @@ import pytest
 
 from hostkit.errors import ConfigError
 from hostkit.host import HostConfig, load_config, parse_config
+from hostkit.store import redact_url
+from hostkit.store._pg_url import without_password
 
 SECRET = "Sup3r-s3cret-pw"
 
@@ -60,8 +62,26 @@ def test_without_a_url_the_store_is_the_sqlite_file(tmp_path: Path) -> None:
         f"postgresql://db.internal/hostkit?sslmode=require&PassWord={SECRET}",
         # Percent-encoded key: libpq decodes it to "password" too.
         f"postgresql://db.internal/hostkit?pass%77ord={SECRET}",
+        # libpq ends the user info at the first "@" before any "/", not at "?" or "#".
+        f"postgresql://app:Xq7?{SECRET}@db.internal/hostkit",
+        f"postgresql://app:Xq7#{SECRET}@db.internal/hostkit",
+        # libpq cannot read it as a password, but it was meant as one.
+        f"postgresql://app:Xq7/{SECRET}@db.internal/hostkit",
+        # The client key's passphrase is a secret too.
+        f"postgresql://db.internal/hostkit?sslpassword={SECRET}",
     ],
-    ids=["userinfo", "postgres-scheme", "no-user", "query", "query-mixed-case", "query-encoded"],
+    ids=[
+        "userinfo",
+        "postgres-scheme",
+        "no-user",
+        "query",
+        "query-mixed-case",
+        "query-encoded",
+        "question-mark-in-password",
+        "hash-in-password",
+        "slash-in-password",
+        "sslpassword",
+    ],
 )
 def test_a_password_in_the_url_is_refused_naming_pgpassword_without_echoing_it(
     tmp_path: Path, url: str
@@ -77,6 +97,24 @@ def test_a_password_in_the_url_is_refused_naming_pgpassword_without_echoing_it(
     assert SECRET not in repr(error)
     assert error.__cause__ is None
     assert error.__suppress_context__
+
+
+@pytest.mark.parametrize("password", [f"Xq7?{SECRET}", f"Xq7#{SECRET}", f"Xq7/{SECRET}%40x"])
+def test_a_url_is_shown_and_split_from_its_password_as_libpq_reads_it(password: str) -> None:
+    """What a message shows holds no part of the password, and the URL a ``pg_dump`` child
+    gets holds none either, however the password is spelled (libpq is the judge)."""
+    psycopg = pytest.importorskip("psycopg")
+    url = f"postgresql://app:{password}@db.internal:5432/hostkit?sslmode=require"
+    read = psycopg.conninfo.conninfo_to_dict(url) if "/" not in password else None
+    shown = redact_url(url)
+    stripped, taken = without_password(url)
+    for part in (SECRET, "Xq7"):
+        assert part not in shown
+        assert part not in stripped
+    if read is not None:  # libpq's own reading: the same password, none left behind
+        assert taken == read["password"]
+        assert "password" not in psycopg.conninfo.conninfo_to_dict(stripped)
+        assert shown == "postgresql://app@db.internal:5432/hostkit"
 
 
 def test_a_password_key_in_the_section_is_refused_without_echoing_it(tmp_path: Path) -> None:
