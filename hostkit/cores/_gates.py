@@ -38,6 +38,9 @@ __all__ = [
 
 Validate = Callable[[LoadedCore], Awaitable[None]]
 _log = logging.getLogger(__name__)
+# The largest slot module the manifest gate reads as source: parsing costs memory many
+# times the file's size (a 4 MiB file took 2.6 GB), and a slot is a few functions.
+MAX_SLOT_SOURCE_BYTES = 1024 * 1024
 
 
 async def check_manifest(
@@ -78,6 +81,13 @@ def _check_slot_entries(loaded: LoadedCore) -> None:
         if source is None:
             raise loaded.problem(
                 f"slots.{slot}", f"{entry!r}: agent/{module.replace('.', '/')}.py does not exist"
+            )
+        size = source.stat().st_size
+        if size > MAX_SLOT_SOURCE_BYTES:
+            raise loaded.problem(
+                f"slots.{slot}",
+                f"{entry!r}: agent/{source.relative_to(package)} holds {size} bytes; a slot "
+                f"module may hold {MAX_SLOT_SOURCE_BYTES} (move the rest to another module)",
             )
         try:
             tree = ast.parse(source.read_bytes(), filename=str(source))

@@ -68,7 +68,11 @@ def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
     Raises ``YamlProblem`` for invalid YAML, several documents, aliases, merge
     keys, duplicate or non-scalar keys, unknown tags, too many nodes or levels.
     """
-    loader = _Loader(text)
+    try:
+        # The reader checks every character here, before any node is read.
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:
+        raise _unreadable(exc, text) from None
     try:
         root = loader.get_single_node()
     except YamlProblem:
@@ -88,6 +92,16 @@ def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
     lines: dict[Path, int] = {}
     builder = _Builder(loader, lines)
     return builder.build(root, (), 0), lines
+
+
+def _unreadable(exc: yaml.YAMLError, text: str) -> YamlProblem:
+    """A character YAML does not allow (a NUL, a control character), with its line."""
+    position = getattr(exc, "position", None)
+    line = text.count("\n", 0, position) + 1 if isinstance(position, int) else None
+    reason = getattr(exc, "reason", None) or "a character YAML does not allow"
+    character = getattr(exc, "character", None)
+    shown = f" (U+{ord(character):04X})" if isinstance(character, str) and character else ""
+    return YamlProblem(f"not valid YAML: {reason}{shown}", line)
 
 
 class _Builder:
@@ -117,6 +131,9 @@ class _Builder:
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             raise YamlProblem(f"cannot read this value: {problem}", line, path) from None
+        except (ValueError, OverflowError):
+            # An integer past Python's digit limit, a float or date out of range.
+            raise YamlProblem("cannot read this value: out of range", line, path) from None
         if isinstance(value, str) and value and not is_text(value, limit=len(value)):
             # A "\udcff" escape: wherever the value goes (a store, a command), it cannot.
             raise YamlProblem("a lone surrogate escape is not text", line, path)

@@ -59,6 +59,11 @@ ALIAS_BOMB = "\n".join(
             "id: a\nmodel: m\ndescription: " + "[" * 400 + "]" * 400 + "\n",
             "agent.yaml line 3: nested more than 32 levels deep",
         ),
+        # The reader refuses these characters before any node is read.
+        ("id: a\nmodel: m\ndescription: x\x00y\n", "agent.yaml line 3: not valid YAML"),
+        ("id: a\nmodel: m\n\ndescription: \x07\n", "agent.yaml line 4: not valid YAML"),
+        # Past Python's integer digit limit: a value out of range, not a ValueError.
+        ("id: a\nmodel: m\nlimits:\n  max_steps: " + "9" * 5000 + "\n", "agent.yaml line 4:"),
     ],
     ids=[
         "bad-yaml",
@@ -72,6 +77,9 @@ ALIAS_BOMB = "\n".join(
         "not-a-mapping",
         "alias-bomb",
         "deep-nesting",
+        "nul",
+        "control-character",
+        "huge-integer",
     ],
 )
 def test_a_bad_manifest_names_the_line_and_the_key(text: str, expected: str) -> None:

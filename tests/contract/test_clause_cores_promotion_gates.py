@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from hostkit.cores import CoreRegistry, LoadedCore
+from hostkit.cores._gates import MAX_SLOT_SOURCE_BYTES
 from hostkit.errors import ConfigError, PromotionRefused
 from hostkit.store import RuntimeStore
 from tests.cores_support import commit, core_registry, live_of, make_core
@@ -220,8 +221,14 @@ SLOTS = "async def on_input(ctx, text):\n    return text.strip()\n\nfinish = on_
         ({"input": "slots:on_inpt"}, {"agent/slots.py": SLOTS}, "defines no 'on_inpt'"),
         ({"output": "pkg.deep:on_input"}, {"agent/slots.py": SLOTS}, "does not exist"),
         ({"bootstrap": "broken:boot"}, {"agent/broken.py": "def boot(ctx:\n"}, "does not parse"),
+        # Parsing costs many times a file's size in memory: a huge module is not parsed.
+        (
+            {"input": "slots:on_input"},
+            {"agent/slots.py": SLOTS + "a=1\n" * (MAX_SLOT_SOURCE_BYTES // 4 + 1)},
+            f"a slot module may hold {MAX_SLOT_SOURCE_BYTES}",
+        ),
     ],
-    ids=["module", "function", "package", "syntax"],
+    ids=["module", "function", "package", "syntax", "oversized"],
 )
 async def test_a_slot_the_revision_does_not_define_is_refused_by_the_manifest_gate(
     tmp_path: Path, store: RuntimeStore, slots: dict[str, str], files: dict[str, str], said: str
