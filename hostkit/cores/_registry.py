@@ -56,7 +56,7 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
-from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
+from hostkit.store import RuntimeStore
 from hostkit.types import CoreEvent, GateOutcome, is_core_id
 
 __all__ = ["CoreRegistry"]
@@ -246,17 +246,14 @@ class CoreRegistry:
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidValue("a rollback needs a reason")
         location, repo = await self._open(core_id)
-        moves = [
-            event
-            for event in await self._store.cores.history(core_id, limit=MAX_CORE_HISTORY)
-            if event.action != "refused"
-        ]
+        # Refused promotions are not read: however many came since, the moves decide.
+        newest = await self._store.cores.history(core_id, limit=1, moves_only=True)
         # The newest move made the live revision; without ``to``, its ``previous`` is the target.
-        live = moves[0].revision if moves else None
-        if live is None:
+        if not newest:
             raise InvalidValue(f"core {core_id!r} has no live revision to roll back")
+        live = newest[0].revision
         if to is None:
-            target = moves[0].previous
+            target = newest[0].previous
             if target is None:
                 raise InvalidValue(f"core {core_id!r} has no earlier live revision to roll back to")
         else:
@@ -265,7 +262,7 @@ class CoreRegistry:
                 raise InvalidValue(
                     f"{target[:12]} is already the live revision of core {core_id!r}"
                 )
-            if not any(target in (event.revision, event.previous) for event in moves):
+            if not await self._store.cores.was_live(core_id, target):
                 raise InvalidValue(f"{target[:12]} was never live for core {core_id!r}")
         manifest, _ = await check_manifest(
             location, target, cores_root=self._cores_root, validate=self._validate

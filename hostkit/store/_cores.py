@@ -68,9 +68,17 @@ class CoreStore(ABC):
 
     @abstractmethod
     async def history(
-        self, core_id: str | None = None, *, limit: int = 100
+        self, core_id: str | None = None, *, limit: int = 100, moves_only: bool = False
     ) -> tuple[CoreEvent, ...]:
-        """Events newest first, of one core or of all; at most ``limit``."""
+        """Events newest first, of one core or of all; at most ``limit``.
+
+        ``moves_only``: only the promotions and rollbacks that moved the live
+        revision (however many refused promotions came after them).
+        """
+
+    @abstractmethod
+    async def was_live(self, core_id: str, revision: str) -> bool:
+        """Whether ``revision`` was ever the live revision of ``core_id`` (all of history)."""
 
     @abstractmethod
     async def session_pins(self, core_id: str, *, limit: int = 100) -> tuple[SessionPin, ...]:

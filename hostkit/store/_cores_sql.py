@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["SqlCoreStore"]
 
 _MAX_SCOPE = 256
+# The events that move the live revision (a refused promotion moved nothing), and in SQL.
 _MOVES = ("promote", "rollback")
+_MOVED = f"action IN ({', '.join(repr(action) for action in _MOVES)})"
 _EVENT_COLUMNS = "id, core_id, action, revision, previous, gates, security_diff, actor, reason, at"
 
 
@@ -40,6 +42,17 @@ def _core(core_id: object) -> str:
         raise InvalidValue("core_id must be a core id (a-z, 0-9, '_', '-'; at most 64)")
     assert isinstance(core_id, str)
     return core_id
+
+
+def _revision(revision: object) -> str:
+    """A full commit id (40 hex digits, SHA-1; 64, SHA-256), as every event records."""
+    if (
+        not isinstance(revision, str)
+        or len(revision) not in (40, 64)
+        or not all(c in "0123456789abcdef" for c in revision)
+    ):
+        raise InvalidValue("revision must be a full commit id (40 or 64 lowercase hex digits)")
+    return revision
 
 
 def _scope(scope: object) -> str:
@@ -109,11 +122,12 @@ def _insert_event(conn: sqlite3.Connection, row: list[Any]) -> int:
     return int(cursor.fetchone()[0])
 
 
+
 def _live(conn: sqlite3.Connection, core_id: str) -> str | None:
     """The revision of the newest move of ``core_id`` (the index covers core_id, id)."""
     found = conn.execute(
-        "SELECT revision FROM core_history WHERE core_id = ? "
-        "AND action IN ('promote', 'rollback') ORDER BY id DESC LIMIT 1",
+        f"SELECT revision FROM core_history WHERE core_id = ? AND {_MOVED} "
+        "ORDER BY id DESC LIMIT 1",
         [core_id],
     ).fetchone()
     return None if found is None else str(found[0])
@@ -180,24 +194,40 @@ class SqlCoreStore(CoreStore):
         return await self._db.read(lambda conn: _live(conn, core_id))
 
     async def history(
-        self, core_id: str | None = None, *, limit: int = 100
+        self, core_id: str | None = None, *, limit: int = 100, moves_only: bool = False
     ) -> tuple[CoreEvent, ...]:
         limit = check_count("limit", limit, MAX_CORE_HISTORY)
         if core_id is not None:
             core_id = _core(core_id)
+        if not isinstance(moves_only, bool):
+            raise InvalidValue("moves_only must be True or False")
+        where: list[str] = []
+        params: list[object] = []
+        if core_id is not None:
+            where.append("core_id = ?")
+            params.append(core_id)
+        if moves_only:
+            where.append(_MOVED)
+        filtered = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM core_history{filtered} ORDER BY id DESC LIMIT ?"
+        params.append(limit)
 
         def read(conn: sqlite3.Connection) -> tuple[CoreEvent, ...]:
-            if core_id is None:
-                rows = _rows(conn).execute(
-                    f"SELECT {_EVENT_COLUMNS} FROM core_history ORDER BY id DESC LIMIT ?", [limit]
-                )
-            else:
-                rows = _rows(conn).execute(
-                    f"SELECT {_EVENT_COLUMNS} FROM core_history WHERE core_id = ? "
-                    "ORDER BY id DESC LIMIT ?",
-                    [core_id, limit],
-                )
-            return tuple(_event(row) for row in rows)
+            return tuple(_event(row) for row in _rows(conn).execute(sql, params))
+
+        return await self._db.read(read)
+
+    async def was_live(self, core_id: str, revision: str) -> bool:
+        core_id = _core(core_id)
+        revision = _revision(revision)
+
+        def read(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(
+                f"SELECT 1 FROM core_history WHERE core_id = ? AND {_MOVED} "
+                "AND (revision = ? OR previous = ?) LIMIT 1",
+                [core_id, revision, revision],
+            ).fetchone()
+            return found is not None
 
         return await self._db.read(read)
 

@@ -19,8 +19,9 @@ from dulwich.repo import Repo
 
 from hostkit.errors import InvalidValue, PromotionRefused, StaleClaim
 from hostkit.host import DEFAULT_CORE_REF, Host
-from hostkit.store import RuntimeStore
+from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
 from hostkit.types import CoreEvent, GateOutcome
+from tests.contract._store_adapters import ADAPTERS
 from tests.cores_support import (
     commit,
     core_host_config,
@@ -84,6 +85,36 @@ async def test_move_live_is_a_compare_and_swap_with_its_history_row(store: Runti
         ("promote", b),
         ("promote", a),
     ]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_moves_are_read_past_any_number_of_refused_promotions(
+    store: RuntimeStore, adapter: str
+) -> None:
+    """A CI job retrying a broken commit records a refusal each time: what was live, and
+    what may be rolled back to, are still read from the moves, however many refusals
+    came after them."""
+    a, b, c = "a" * 40, "b" * 40, "c" * 40
+    await store.cores.move_live(move("notes", a, None))
+    await store.cores.move_live(move("notes", b, a))
+    refused = CoreEvent("notes", "refused", c, b, (GateOutcome("tests", False),), "ops", 2.0)
+    for _ in range(MAX_CORE_HISTORY + 1):
+        await store.cores.record_event(refused)
+    assert {e.action for e in await store.cores.history("notes", limit=MAX_CORE_HISTORY)} == {
+        "refused"
+    }
+    moves = await store.cores.history("notes", moves_only=True)
+    assert [(e.revision, e.previous) for e in moves] == [(b, a), (a, None)]
+    assert [e.revision for e in await store.cores.history(moves_only=True, limit=1)] == [b]
+    assert await store.cores.was_live("notes", a)
+    assert await store.cores.was_live("notes", b)
+    assert not await store.cores.was_live("notes", c)  # refused, never live
+    assert not await store.cores.was_live("other", a)
+    for bad in ("a" * 12, "A" * 40, "g" * 40, 40):
+        with pytest.raises(InvalidValue, match="full commit id"):
+            await store.cores.was_live("notes", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="moves_only"):
+        await store.cores.history("notes", moves_only="yes")  # type: ignore[arg-type]
 
 
 async def test_an_ungated_commit_named_by_the_ref_never_runs_and_the_ref_is_healed(

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.errors import ConfigError, InvalidValue, PromotionRefused
-from hostkit.store import RuntimeStore
+from hostkit.store import MAX_CORE_HISTORY, RuntimeStore
+from hostkit.types import CoreEvent, GateOutcome
 from tests.cores_support import commit, core_registry, live_of, make_core
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +74,32 @@ async def test_rollback_refuses_a_revision_that_was_never_live(
         await registry.rollback("notes", actor="ops", reason=" ")
     assert live_of(path) == first
     assert [e.action for e in await registry.history("notes")] == ["promote"]
+
+
+async def test_rollback_works_after_more_refused_promotions_than_history_pages_hold(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    """A CI job retrying a broken HEAD records a refusal each time; rollback (to the one
+    before, or ``to`` any revision once live) must still find the moves behind them."""
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST, live=False)
+    registry = core_registry(tmp_path, store, {"notes": path})
+    await registry.promote("notes", actor="ops")
+    second = commit(path, {"notes.md": "v2\n"}, "v2")
+    await registry.promote("notes", actor="ops")
+    broken = commit(path, {"tests/test_x.py": "def test_x():\n    assert False\n"}, "broken")
+    refusal = CoreEvent(
+        "notes", "refused", broken, second, (GateOutcome("tests", False),), "ci", 1.0
+    )
+    for _ in range(MAX_CORE_HISTORY):
+        await store.cores.record_event(refusal)
+
+    back = await registry.rollback("notes", actor="ops", reason="v2 answers wrong")
+    assert (back.revision, back.previous) == (first, second)
+    forward = await registry.rollback("notes", actor="ops", reason="fixed", to=second)
+    assert (forward.revision, forward.previous) == (second, first)
+    assert live_of(path) == second
+    with pytest.raises(InvalidValue, match="never live"):
+        await registry.rollback("notes", actor="ops", reason="r", to=broken)
 
 
 async def test_a_rollback_target_that_no_longer_loads_is_refused(
