@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
-from hostkit.cores._redact import manifest_secrets, redact_text
+from hostkit.cores._redact import REDACTED, manifest_secrets, redact_manifest, redact_text
 
 __all__ = [
     "MAX_DEPENDENCY_CHANGES",
@@ -30,6 +30,11 @@ REQUIREMENTS = "requirements.txt"
 MAX_PATCH_CHARS = 100_000
 MAX_DEPENDENCY_CHANGES = 50
 _COMMENT = re.compile(r"(^|\s)#.*$")
+# What a patch says above a file (not the manifest) where a secret value was hidden.
+_HIDDEN_NOTE = (
+    "text equal to a secret agent.yaml declares; read these lines in the repository "
+    "before promoting"
+)
 
 
 def dependency_changes(
@@ -55,9 +60,17 @@ def unified_patch(
     changes: Iterable[tuple[str, bytes | None, bytes | None]],
     *,
     secrets: Iterable[str] = (),
+    manifest: str | None = None,
     max_chars: int = MAX_PATCH_CHARS,
 ) -> str:
-    """A unified diff of (path, before, after) text files, redacted and cut at ``max_chars``."""
+    """A unified diff of (path, before, after) text files, redacted and cut at ``max_chars``.
+
+    The file named ``manifest`` (``agent.yaml``) has its secret values hidden
+    where the document holds them, however spelled. In any other file a
+    literal secret value is hidden too, and the file's part of the patch
+    says so first: the author chooses those values, so a reviewer must read
+    such lines in the repository rather than trust the patch.
+    """
     hidden = tuple(secrets)
     parts: list[str] = []
     size = 0
@@ -66,6 +79,8 @@ def unified_patch(
         if old is None or new is None:
             chunk = f"Binary file {path} differs\n"
         else:
+            if path == manifest:
+                old, new = redact_manifest(old, hidden), redact_manifest(new, hidden)
             chunk = "".join(
                 difflib.unified_diff(
                     old.splitlines(keepends=True),
@@ -76,7 +91,10 @@ def unified_patch(
             )
             if chunk and not chunk.endswith("\n"):
                 chunk += "\n"
-        chunk = redact_text(chunk, hidden)
+        shown = redact_text(chunk, hidden)
+        if shown != chunk and path != manifest:
+            shown = f"warning: {path}: {REDACTED} below hides {_HIDDEN_NOTE}\n{shown}"
+        chunk = shown
         if size + len(chunk) > max_chars:
             parts.append(chunk[: max(0, max_chars - size)])
             parts.append(f"\n… patch cut at {max_chars} characters\n")

@@ -3,9 +3,10 @@
 Both are recorded and shown (``core_history``, ``hostkit core diff``, the
 CoreHistory widget), so they hide the same things the same way: the MCP env
 values either manifest declares (wherever they are repeated) and what every
-view of a command line hides (``hostkit.types._shown``). The patch cannot
-parse argv out of YAML, so the argv words hidden in the diff are hidden in the
-patch as literal values.
+view of a command line hides (``hostkit.types._shown``). In ``agent.yaml``
+the patch hides them where the document holds them (``redact_manifest``),
+however the author spelled them (quotes, escapes, folded lines); in every
+file, their literal values too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
+from hostkit.cores._yaml import YamlProblem, value_spans
 from hostkit.types import (
     MIN_SECRET,
     REDACTED,
@@ -22,7 +24,14 @@ from hostkit.types import (
     safe_argv,
 )
 
-__all__ = ["REDACTED", "manifest_secrets", "origin", "redact_text", "safe_argv"]
+__all__ = [
+    "REDACTED",
+    "manifest_secrets",
+    "origin",
+    "redact_manifest",
+    "redact_text",
+    "safe_argv",
+]
 
 
 def manifest_secrets(*manifests: CoreManifest | None) -> tuple[str, ...]:
@@ -50,3 +59,39 @@ def manifest_secrets(*manifests: CoreManifest | None) -> tuple[str, ...]:
 def _longest_first(values: Iterable[str]) -> tuple[str, ...]:
     # Longest first, so a value containing another is replaced whole.
     return tuple(sorted({v for v in values if len(v) >= MIN_SECRET}, key=len, reverse=True))
+
+
+def redact_manifest(text: str, secrets: tuple[str, ...]) -> str:
+    """``agent.yaml``'s text with every MCP env value, and every argv word holding a
+    secret, replaced where it is written: an escaped or quoted spelling of a value
+    does not hold the value literally, so replacing values alone would miss it.
+
+    Text that does not parse is returned as it is (its values were never read,
+    so no secret of it is known; the literal redaction still runs over it).
+    """
+    try:
+        document, spans = value_spans(text)
+    except (YamlProblem, RecursionError):
+        return text
+    servers = document.get("mcp") if isinstance(document, dict) else None
+    if not isinstance(servers, dict):
+        return text
+    hidden: list[tuple[int, int]] = []
+    for name, server in servers.items():
+        if not isinstance(server, dict):
+            continue
+        env = server.get("env")
+        if isinstance(env, dict):
+            hidden.extend(spans[("mcp", name, "env", key)] for key in env)
+        command = server.get("command")
+        if isinstance(command, list):
+            hidden.extend(
+                spans[("mcp", name, "command", index)]
+                for index, word in enumerate(command)
+                if isinstance(word, str) and any(secret in word for secret in secrets)
+            )
+    for start, end in sorted(hidden, reverse=True):
+        # A block scalar's span ends with its line break: the next key keeps its line.
+        kept = "\n" if text[start:end].endswith("\n") else ""
+        text = text[:start] + REDACTED + kept + text[end:]
+    return text

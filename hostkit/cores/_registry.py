@@ -34,7 +34,7 @@ from hostkit.cores._gates import (
     check_mcp_review,
     check_tests,
 )
-from hostkit.cores._loaded import CoreLocation, LoadedCore
+from hostkit.cores._loaded import MANIFEST_FILE, CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
 from hostkit.cores._mirror import mirror_live
 from hostkit.cores._repository import CoreRepository
@@ -164,7 +164,11 @@ class CoreRegistry:
             base=base_sha,
             target=target_sha,
             files=tuple(files),
-            patch=unified_patch(contents, secrets=manifest_secrets(base_manifest, target_manifest)),
+            patch=unified_patch(
+                contents,
+                secrets=manifest_secrets(base_manifest, target_manifest),
+                manifest=MANIFEST_FILE,
+            ),
             security_diff=security,
             review=review_token(core_id, base_sha, target_sha, security) if security else None,
             dependency_changes=(

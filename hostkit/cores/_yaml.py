@@ -16,7 +16,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from hostkit.types import is_text
 
-__all__ = ["MAX_YAML_NODES", "YamlProblem", "parse_yaml"]
+__all__ = ["MAX_YAML_NODES", "YamlProblem", "parse_yaml", "value_spans"]
 
 # agent.yaml is written by hand: far more nodes than any real one has.
 MAX_YAML_NODES = 20_000
@@ -68,6 +68,18 @@ def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
     Raises ``YamlProblem`` for invalid YAML, several documents, aliases, merge
     keys, duplicate or non-scalar keys, unknown tags, too many nodes or levels.
     """
+    data, builder = _parse(text)
+    return data, {} if builder is None else builder.lines
+
+
+def value_spans(text: str) -> tuple[Any, dict[Path, tuple[int, int]]]:
+    """The document's data and where each value is written in ``text`` (start, end: as
+    written, quotes and escapes included). ``YamlProblem`` as ``parse_yaml``."""
+    data, builder = _parse(text)
+    return data, {} if builder is None else builder.spans
+
+
+def _parse(text: str) -> tuple[Any, _Builder | None]:
     try:
         # The reader checks every character here, before any node is read.
         loader = _Loader(text)
@@ -88,10 +100,9 @@ def parse_yaml(text: str) -> tuple[Any, dict[Path, int]]:
     finally:
         loader.dispose()
     if root is None:
-        return None, {}
-    lines: dict[Path, int] = {}
-    builder = _Builder(loader, lines)
-    return builder.build(root, (), 0), lines
+        return None, None
+    builder = _Builder(loader)
+    return builder.build(root, (), 0), builder
 
 
 def _unreadable(exc: yaml.YAMLError, text: str) -> YamlProblem:
@@ -105,9 +116,10 @@ def _unreadable(exc: yaml.YAMLError, text: str) -> YamlProblem:
 
 
 class _Builder:
-    def __init__(self, loader: _Loader, lines: dict[Path, int]) -> None:
+    def __init__(self, loader: _Loader) -> None:
         self._loader = loader
-        self._lines = lines
+        self.lines: dict[Path, int] = {}
+        self.spans: dict[Path, tuple[int, int]] = {}
         self._count = 0
 
     def build(self, node: Node, path: Path, depth: int) -> Any:
@@ -117,7 +129,8 @@ class _Builder:
             raise YamlProblem(f"the document has more than {MAX_YAML_NODES} nodes", line, path)
         if depth > MAX_YAML_DEPTH:
             raise YamlProblem(f"nested more than {MAX_YAML_DEPTH} levels deep", line, path)
-        self._lines.setdefault(path, line)
+        self.lines.setdefault(path, line)
+        self.spans[path] = (node.start_mark.index, node.end_mark.index)
         if isinstance(node, MappingNode):
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):
@@ -154,6 +167,6 @@ class _Builder:
                 raise YamlProblem("a key must be a plain string", line, path)
             if key in result:
                 raise YamlProblem(f"duplicate key {key[:80]!r}", line, (*path, key))
-            self._lines[(*path, key)] = line
+            self.lines[(*path, key)] = line
             result[key] = self.build(value_node, (*path, key), depth + 1)
         return result
