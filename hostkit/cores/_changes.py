@@ -1,6 +1,7 @@
 """Comparing two revisions of a core: dependency changes and a redacted, bounded patch.
 
-A dependency change (the manifest's ``dependencies`` or ``requirements.txt``)
+A dependency change (the manifest's ``dependencies``, ``requirements.txt`` or a
+file it includes)
 means new third-party code runs with the Host's authority, so promotion
 flags it for a human. The patch is shown to operators: it goes through the
 same redaction as the security diff (``hostkit.cores._redact``), with the
@@ -10,8 +11,9 @@ MCP env values and hidden argv words of either manifest.
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from hostkit.cores._manifest import CoreManifest
 from hostkit.cores._redact import REDACTED, manifest_secrets, redact_manifest, redact_text
@@ -21,6 +23,7 @@ __all__ = [
     "MAX_PATCH_CHARS",
     "REQUIREMENTS",
     "dependency_changes",
+    "included_requirements",
     "manifest_secrets",
     "redact_text",
     "unified_patch",
@@ -30,6 +33,8 @@ REQUIREMENTS = "requirements.txt"
 MAX_PATCH_CHARS = 100_000
 MAX_DEPENDENCY_CHANGES = 50
 _COMMENT = re.compile(r"(^|\s)#.*$")
+# pip's include lines: -r/-c FILE, -rFILE, --requirement[=]FILE, --constraint[=]FILE.
+_INCLUDE = re.compile(r"^(?:-[rc]\s*|--(?:requirement|constraint)(?:\s*=\s*|\s+))(\S+)$")
 # What a patch says above a file (not the manifest) where a secret value was hidden.
 _HIDDEN_NOTE = (
     "text equal to a secret agent.yaml declares; read these lines in the repository "
@@ -39,15 +44,26 @@ _HIDDEN_NOTE = (
 
 def dependency_changes(
     live: CoreManifest | None,
-    live_requirements: bytes | None,
+    live_requirements: Mapping[str, bytes | None],
     candidate: CoreManifest,
-    candidate_requirements: bytes | None,
+    candidate_requirements: Mapping[str, bytes | None],
 ) -> tuple[str, ...]:
-    """One line per added or removed dependency (manifest or requirements.txt); () if none."""
+    """One line per added or removed dependency or pip option, of the manifest and of
+    each requirements file (``requirements.txt`` and the files it includes, path by
+    path: ``requirement_files``); () if none."""
+    paths = sorted(
+        {*live_requirements, *candidate_requirements}, key=lambda p: (p != REQUIREMENTS, p)
+    )
     changes = [
         *_list_changes("dependency", live.dependencies if live else (), candidate.dependencies),
-        *_list_changes(
-            REQUIREMENTS, _requirements(live_requirements), _requirements(candidate_requirements)
+        *(
+            change
+            for path in paths
+            for change in _list_changes(
+                path,
+                _requirements(live_requirements.get(path)),
+                _requirements(candidate_requirements.get(path)),
+            )
         ),
     ]
     if len(changes) > MAX_DEPENDENCY_CHANGES:
@@ -113,6 +129,24 @@ def _text(data: bytes | None) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def included_requirements(path: str, data: bytes) -> list[str]:
+    """The files a requirements file includes (``-r``/``-c`` and their long forms), as
+    paths inside the core, relative to the including file as pip reads them. An
+    include by URL or from outside the core is not followed: its line is compared."""
+    found = []
+    for line in _requirements(data):
+        match = _INCLUDE.match(line)
+        if match is None:
+            continue
+        target = match.group(1)
+        if "://" in target or target.startswith("/"):
+            continue
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if joined != ".." and not joined.startswith("../"):
+            found.append(joined)
+    return found
 
 
 def _requirements(data: bytes | None) -> list[str]:

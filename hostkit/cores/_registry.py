@@ -25,6 +25,7 @@ import anyio
 from hostkit.cores._changes import (
     REQUIREMENTS,
     dependency_changes,
+    included_requirements,
     manifest_secrets,
     unified_patch,
 )
@@ -61,9 +62,10 @@ from hostkit.types import CoreEvent, GateOutcome, is_core_id
 
 __all__ = ["CoreRegistry"]
 
-MANIFEST = "agent.yaml"
 RACE_LOST = "the live revision changed during promotion"
 _MAX_LIMIT = 1_000
+# The most requirements files the dependency gate reads at one revision (includes too).
+MAX_REQUIREMENT_FILES = 16
 
 
 class CoreRegistry:
@@ -360,12 +362,12 @@ async def _manifest_at(
     """
     if sha is None:
         return None
-    data = await repo.read(sha, MANIFEST)
+    data = await repo.read(sha, MANIFEST_FILE)
     try:
         if data is None:
-            raise ConfigError(f"{MANIFEST} is missing at {sha[:12]}")
+            raise ConfigError(f"{MANIFEST_FILE} is missing at {sha[:12]}")
         return await anyio.to_thread.run_sync(
-            lambda: load_manifest(data, source=f"{MANIFEST} at {sha[:12]}")
+            lambda: load_manifest(data, source=f"{MANIFEST_FILE} at {sha[:12]}")
         )
     except ConfigError:
         if tolerant:
@@ -380,6 +382,25 @@ async def _dependencies(
     target: str,
     target_manifest: CoreManifest,
 ) -> tuple[str, ...]:
-    before = None if base is None else await repo.read(base, REQUIREMENTS)
-    after = await repo.read(target, REQUIREMENTS)
+    before = {} if base is None else await _requirement_files(repo, base)
+    after = await _requirement_files(repo, target)
     return dependency_changes(base_manifest, before, target_manifest, after)
+
+
+async def _requirement_files(repo: CoreRepository, revision: str) -> dict[str, bytes | None]:
+    """``requirements.txt`` at ``revision`` and every file it includes, transitively (at
+    most ``MAX_REQUIREMENT_FILES``: past that, the rest is compared as missing)."""
+    files: dict[str, bytes | None] = {}
+    pending = [REQUIREMENTS]
+    while pending and len(files) < MAX_REQUIREMENT_FILES:
+        path = pending.pop(0)
+        if path in files:
+            continue
+        try:
+            data = await repo.read(revision, path)
+        except ConfigError:  # not a path inside the core, or too large: its line is compared
+            continue
+        files[path] = data
+        if data is not None:
+            pending.extend(included_requirements(path, data))
+    return files

@@ -211,6 +211,51 @@ async def test_a_dependency_change_needs_the_reviewed_flag(
     assert history == ["promote", "refused", "promote"]
 
 
+@pytest.mark.parametrize(
+    "include",
+    [
+        "-r requirements/base.txt",
+        "-rrequirements/base.txt",
+        "--requirement=requirements/base.txt",
+        "-c requirements/base.txt",
+        "--constraint requirements/base.txt",
+    ],
+)
+async def test_a_change_in_an_included_requirements_file_needs_the_reviewed_flag(
+    tmp_path: Path, store: RuntimeStore, include: str
+) -> None:
+    """requirements.txt may only include the file that changes: the gate follows the
+    includes (relative to the including file, transitively) and compares each."""
+    path, first = make_core(
+        tmp_path,
+        "notes",
+        manifest=MANIFEST,
+        files={
+            "requirements.txt": f"{include}\n",
+            "requirements/base.txt": "-r more.txt\nrequests>=2\n",
+            "requirements/more.txt": "httpx\n",
+        },
+    )
+    commit(
+        path,
+        {
+            "requirements/base.txt": "-r more.txt\nrequests>=2\n--extra-index-url https://x.example\n",
+            "requirements/more.txt": "httpx\nreqeusts\n",
+        },
+        "typosquat",
+    )
+    registry = core_registry(tmp_path, store, {"notes": path})
+    diff = await registry.diff("notes")
+    assert diff.dependency_changes == (
+        "requirements/base.txt added: --extra-index-url https://x.example",
+        "requirements/more.txt added: reqeusts",
+    )
+    refused = await _refused(registry)
+    deps = {gate.gate: gate for gate in refused.gates}["dependencies"]
+    assert not deps.passed
+    assert live_of(path) == first
+
+
 SLOTS = "async def on_input(ctx, text):\n    return text.strip()\n\nfinish = on_input\n"
 
 
