@@ -383,7 +383,9 @@ def promote(
                 )
             except PromotionRefused as refused:
                 waiting.stop()
-                return _refused(chosen, revision, refused, json_=json_, config=config)
+                return _refused(
+                    chosen, revision, refused, json_=json_, promotion=True, config=config
+                )
             except anyio.get_cancelled_exc_class():
                 waiting.stop()
                 status = command_line("core", "status", config=config)
@@ -424,7 +426,12 @@ def rollback(
                 )
             except PromotionRefused as refused:
                 return _refused(
-                    chosen, to or "the previous revision", refused, json_=json_, config=config
+                    chosen,
+                    to or "the previous revision",
+                    refused,
+                    json_=json_,
+                    promotion=False,
+                    config=config,
                 )
         _moved(event, json_=json_)
         return EXIT_OK
@@ -439,15 +446,17 @@ def _moved(event: CoreEvent, *, json_: bool) -> None:
     out = Console()
     print_lines(out, gate_lines(event.gates))
     verb = "promoted" if event.action == "promote" else "rolled back"
-    line = (
-        f"{verb} {event.core_id} to {event.revision} "
-        f"(was {event.previous or 'not live'}); new turns run it"
-    )
+    # Short commit ids (what --to and REV take back); --json has the full ones.
+    lines = [
+        f"{verb} {event.core_id} to {short_sha(event.revision)} "
+        f"(was {short_sha(event.previous) if event.previous else 'not live'}); "
+        "new turns run it"
+    ]
     if event.action == "rollback" and event.previous:
         # A rollback goes to the revision live before the newest move: run again, it
         # undoes this one instead of going further back.
-        line += f" (a rollback without --to now returns to {event.previous[:12]})"
-    print_lines(out, [line])
+        lines.append(f"a rollback without --to now returns to {short_sha(event.previous)}")
+    print_lines(out, lines)
 
 
 def _refused(
@@ -456,6 +465,7 @@ def _refused(
     refused: PromotionRefused,
     *,
     json_: bool,
+    promotion: bool,
     config: Path | None = None,
 ) -> int:
     """Each gate on stdout, the refusal on stderr (one line) and the token to pass back."""
@@ -469,9 +479,24 @@ def _refused(
                 "review": refused.review,
             }
         )
+        fail(refused)  # the refusal as every error's one line; the exit status is ours
     else:
-        print_lines(Console(), gate_lines(refused.gates))
-    fail(refused)  # prints the refusal as every error's one line; the exit status is ours
+        lines = gate_lines(refused.gates)
+        ran = {gate.gate for gate in refused.gates if isinstance(gate, GateOutcome)}
+        if promotion and "tests" not in ran:
+            lines.append("skipped tests: the core's own tests run once the other gates pass")
+        print_lines(Console(), lines)
+        failed = [
+            gate.gate for gate in refused.gates if isinstance(gate, GateOutcome) and not gate.passed
+        ]
+        # The gates' details are printed just above: the error line names them only.
+        action = "promote" if promotion else "rollback"
+        gates = f"the {' and '.join(failed)} gate{'s' if len(failed) > 1 else ''} failed"
+        fail(
+            PromotionRefused(f"{action} of core {core_id!r} refused: {gates} (see above)")
+            if failed
+            else refused
+        )
     review_failed = any(
         isinstance(gate, GateOutcome) and gate.gate == "mcp_review" and not gate.passed
         for gate in refused.gates

@@ -119,6 +119,8 @@ def gates_cell(gates: Sequence[GateOutcome]) -> str:
     failed = [gate.gate for gate in gates if not gate.passed]
     if failed:
         return "failed: " + ", ".join(failed)
+    if len(gates) == 1:  # a rollback runs the manifest gate only
+        return f"{gates[0].gate} passed"
     return f"all {len(gates)} passed" if gates else "no gates"
 
 
@@ -177,6 +179,8 @@ def diff_lines(diff: CoreDiff, *, config: Path | None = None) -> list[str]:
     base = short_sha(diff.base) if diff.base else "(no live revision)"
     lines = [f"core {diff.core_id}: {base} -> {short_sha(diff.target)}"]
     marks = {"added": "A", "modified": "M", "deleted": "D"}
+    if diff.base == diff.target:
+        lines.append(f"nothing to promote: {short_sha(diff.target)} is the live revision")
     lines.append(f"files changed: {len(diff.files)}")
     lines.extend(f"  {marks.get(f.change, '?')} {one_line(f.path, 500)}" for f in diff.files)
     if diff.dependency_changes:
@@ -194,16 +198,9 @@ def diff_lines(diff: CoreDiff, *, config: Path | None = None) -> list[str]:
             *(["--reviewed-deps"] if diff.dependency_changes else []),
         ]
         promote = command_line(
-            "core",
-            "promote",
-            diff.core_id,
-            short_sha(diff.target),
-            *reviewed,
-            "--reason",
-            "TEXT",
-            config=config,
+            "core", "promote", diff.core_id, short_sha(diff.target), *reviewed, config=config
         )
-        lines.append(f"  promote with: {promote}")
+        lines.append(f'  promote with: {promote} --reason "..."')
     if diff.patch:
         lines.append("")
         lines.extend(printable(line) for line in diff.patch.splitlines())

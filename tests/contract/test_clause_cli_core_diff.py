@@ -102,5 +102,6 @@ def test_diff_between_any_two_revisions(tmp_path: Path) -> None:
     assert {"path": "requirements.txt", "change": "deleted"} in shown["files"]
     code, out, err = invoke("core", "diff", CORE, "--target", first, project=tmp_path)
     assert code == 0, err
-    assert out.splitlines()[1] == "files changed: 0"
+    assert out.splitlines()[1] == f"nothing to promote: {first[:12]} is the live revision"
+    assert out.splitlines()[2] == "files changed: 0"
     assert "review token" not in out
