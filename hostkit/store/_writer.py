@@ -219,12 +219,14 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
 
 
 def narrow_busy_timeout(conn: sqlite3.Connection, lock: LockWait) -> None:
-    """Under the store's limit, let one statement wait no longer than what is left of it.
-
-    Never widened again: the limit is set when the store's owner is closing.
-    """
+    """Under the store's limit, let one statement wait no longer than what is left of it
+    (nor longer than the busy timeout it had). Never widened again: the limit is set
+    when the store's owner is closing."""
     if lock.until is not None:
-        conn.execute(f"PRAGMA busy_timeout = {int(lock.left_s(_MAX_BUSY_S) * 1000)}")
+        current = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        left = int(lock.left_s(_MAX_BUSY_S) * 1000)
+        if left < current:
+            conn.execute(f"PRAGMA busy_timeout = {left}")
 
 
 def _run_batch(

@@ -319,3 +319,16 @@ async def _run_quietly(host: Host, turn: TurnRequest) -> None:
     the next Host)."""
     with contextlib.suppress(HostkitError):
         await host.turns.run(turn)
+
+
+async def test_a_limit_longer_than_the_busy_timeout_never_widens_it(tmp_path: Path) -> None:
+    """A limit only shortens waits: a store whose statements wait 0.2 s still does under a
+    limit of a minute."""
+    async with await RuntimeStore.open(tmp_path / "hostkit.db", busy_timeout_s=0.2) as store:
+        store.limit_waits(60)
+        busy = await store.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+        assert busy == 200
+        store.limit_waits(0.1)
+        await anyio.sleep(0.2)  # the limit has passed: no wait is left at all
+        busy = await store.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+        assert busy == 0
