@@ -45,7 +45,7 @@ from hostkit.inspect import (
     one_line,
 )
 from hostkit.store import MAX_INBOX_LIST
-from hostkit.types import UNPROCESSABLE, InboundRecord
+from hostkit.types import InboundRecord
 
 __all__ = ["counts_table", "dead_letters_table", "inbox", "record_table", "records_table"]
 
@@ -85,19 +85,21 @@ def counts_table(counts: InboxCounts, *, width: int) -> Table:
 def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
     """One row per inbound, newest first; the inbound id is never cut.
 
-    On a narrow terminal the event key, due time, requeues and attempt are
-    left out, in that order, before the failure (``--json`` has them all). A
-    completed message shows no failure: one it has is an earlier attempt's.
+    On a narrow terminal the event key, due time, requeues, attempts and then
+    the channel are left out, in that order, before the failure is squeezed
+    below a readable width (``--json`` has them all): at 80 columns an id and
+    a state leave room for a failure or a channel, not both. A completed
+    message shows no failure: one it has is an earlier attempt's.
     """
     columns = (
         Column("inbound", whole=True),
-        Column("channel", cap=24),
+        Column("channel", cap=24, drop=5),
         Column("state", cap=13),
-        Column("attempt", cap=7, drop=4),
+        Column("attempts", cap=8, drop=4),
         Column("requeues", cap=8, drop=3),
         Column("due", cap=8, drop=2),
         Column("event", cap=24, drop=1),
-        Column("failure", flexible=True, wrap=True, drop=5, least=READABLE),
+        Column("failure", flexible=True, wrap=True, drop=6, least=READABLE),
     )
     rows = [
         (
@@ -120,16 +122,17 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
 def dead_letters_table(records: Sequence[InboundRecord], *, width: int) -> Table:
     """The dead letters: what failed and how often it was tried; the inbound id is never cut.
 
-    On a narrow terminal the event key, then the requeues, are left out
-    before the failure.
+    On a narrow terminal the event key, the requeues, the attempts and then
+    the channel are left out, in that order, before the failure is squeezed
+    below a readable width.
     """
     columns = (
         Column("inbound", whole=True),
-        Column("channel", cap=24),
-        Column("attempts", cap=8),
+        Column("channel", cap=24, drop=4),
+        Column("attempts", cap=8, drop=3),
         Column("requeues", cap=8, drop=2),
         Column("event", cap=24, drop=1),
-        Column("failure", flexible=True, wrap=True, drop=3, least=READABLE),
+        Column("failure", flexible=True, wrap=True, drop=5, least=READABLE),
     )
     rows = [
         (
@@ -158,7 +161,7 @@ def record_table(record: InboundRecord) -> Table:
         "pruned by retention"
         if record.payload_pruned
         else "none (the channel accepted the event without its text)"
-        if _unprocessable(record)
+        if record.unprocessable
         else "kept (never shown here)"
     )
     fields = (
@@ -335,7 +338,10 @@ def requeue(
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
-    """Send a dead letter round again: ready now, attempts from zero; the reason is audited."""
+    """Send a dead letter round again: ready now, attempts from zero; the reason is audited.
+
+    One accepted without its text is refused (it would dead-letter again at once).
+    """
     _check_id(inbound_id)
     reason = required_reason(reason, "say why this dead letter is sent round again")
 
@@ -359,14 +365,9 @@ def _check_id(inbound_id: str) -> None:
         raise fail(InvalidValue(f"an inbound id has 1 to {_MAX_ID} characters"))
 
 
-def _unprocessable(record: InboundRecord) -> bool:
-    """Accepted without its text (too long, a NUL): nothing a turn could answer."""
-    return UNPROCESSABLE in (record.kind, record.failure_code)
-
-
 def _requeueable(record: InboundRecord) -> bool:
     """A dead letter a requeue can help: not one that would dead-letter again at once."""
-    return record.state == "dead_lettered" and not _unprocessable(record)
+    return record.state == "dead_lettered" and not record.unprocessable
 
 
 def _requeue_hint(dead: Sequence[str], config: Path | None) -> None:

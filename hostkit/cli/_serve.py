@@ -53,7 +53,7 @@ from hostkit.host import Agent, HostDaemon, ServeStatus
 __all__ = ["serve", "status_text"]
 
 LISTENING = "hostkit serve: listening on {url}"
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("hostkit.serve")
 NO_CHANNELS = (
     "no [channels] are configured, so no message can arrive; "
     "/healthz and /readyz answer (docs/channels.md says how to add a channel)"

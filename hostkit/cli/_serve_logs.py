@@ -28,12 +28,23 @@ from rich.logging import RichHandler
 from hostkit.errors import bounded
 from hostkit.inspect import printable
 
-__all__ = ["MAX_QUEUED", "DroppingQueueHandler", "JsonLines", "LogFormat", "serve_logging"]
+__all__ = [
+    "MAX_QUEUED",
+    "QUIET_LOGGERS",
+    "DroppingQueueHandler",
+    "JsonLines",
+    "LogFormat",
+    "serve_logging",
+]
 
 LogFormat = Literal["text", "json"]
 MAX_QUEUED = 10_000
 _MESSAGE_CHARS = 2_000
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
+# HTTP clients that log a line per request at INFO (every health check and chat
+# completion of the embedded model, every delivery): while serving they say only
+# warnings, or the requests would bury the Host's own records.
+QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 class JsonLines(logging.Formatter):
@@ -110,7 +121,10 @@ def _escaped(record: logging.LogRecord) -> bool:
 
 @contextmanager
 def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
-    """Route the root logger (hostkit.*, uvicorn.*) to stderr in ``log_format`` while serving."""
+    """Route the root logger (hostkit.*, uvicorn.*) to stderr in ``log_format`` while serving.
+
+    ``QUIET_LOGGERS`` say only warnings meanwhile; every level is restored after.
+    """
     handler: logging.Handler
     if log_format == "json":
         handler = logging.StreamHandler(sys.stderr)
@@ -125,8 +139,11 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
     front = DroppingQueueHandler(records)
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
+    quiet = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
     root.handlers = [front]
     root.setLevel(logging.INFO)
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.WARNING)
     listener.start()
     try:
         yield
@@ -134,3 +151,5 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
         listener.stop()
         root.handlers = saved[1]
         root.setLevel(saved[0])
+        for name, level in quiet.items():
+            logging.getLogger(name).setLevel(level)

@@ -31,9 +31,10 @@ STARTER_AUTHOR = b"hostkit <hostkit@localhost>"
 _MAX_MODEL_CHARS = 200
 
 _MANIFEST = """\
-# An Agent Core (docs/cores.md). The Host runs the commit its ref
-# refs/hostkit/live points at, never this working tree: commit a change,
-# then `hostkit core promote {core_id}` runs tests/ and moves the ref.
+# An Agent Core (docs/cores.md). The Host runs the revision it made live,
+# never this working tree: commit a change, then `hostkit core promote
+# {core_id}` runs tests/ and makes it live. The ref refs/hostkit/live only
+# mirrors that revision for Git tools: moving it by hand changes nothing.
 id: {core_id_json}
 description: The starter core written by hostkit.
 # A provider under [providers] in the Host's hostkit.toml (credentials stay there).

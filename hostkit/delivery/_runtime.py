@@ -38,7 +38,14 @@ from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
 from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore, LeaseOwner
-from hostkit.types import ClaimedDelivery, DeliveryFailure, is_seconds, new_id, plural
+from hostkit.types import (
+    ClaimedDelivery,
+    DeliveryFailure,
+    DeliveryIntent,
+    is_seconds,
+    new_id,
+    plural,
+)
 
 __all__ = ["DeliveryRuntime"]
 
@@ -48,6 +55,8 @@ Clock = Callable[[], float]
 # Recording an outcome is tried this often when the store fails; after that the
 # lease's expiry brings the intent back (and the receiver's dedup drops the repeat).
 _SETTLE_TRIES = 3
+# A channel alias in a log line is cut here: the route is the turn's, captured long ago.
+_NAME_CHARS = 80
 
 
 def _seconds(name: str, value: object, high: float, *, zero: bool = False) -> None:
@@ -495,15 +504,27 @@ class DeliveryRuntime(Background):
         if row.status == "dead_lettered":
             self._failed += 1
             _log.warning(
-                "intent %s (turn %s, channel %r) dead-lettered after %s: %s",
+                "intent %s (%s) dead-lettered after %s: %s",
                 row.intent_id,
-                row.turn_id,
-                row.channel,
+                _whose(row),
                 plural(claimed.attempt, "attempt"),
                 failure.text(),
             )
         else:
             self._retried += 1
+
+
+def _whose(intent: DeliveryIntent) -> str:
+    """Whose answer ``intent`` carries and where it was going, in an operator's words:
+    a command answer has no turn, and a broken route may name no channel."""
+    whose = (
+        f"turn {intent.turn_id}"
+        if intent.turn_id is not None
+        else f"command answer to {intent.inbound_id}"
+    )
+    channel = intent.channel
+    where = "no channel" if channel is None else f"channel {bounded(channel, _NAME_CHARS)}"
+    return f"{whose}, {where}"
 
 
 def _as_failure(value: object) -> DeliveryFailure:

@@ -312,16 +312,27 @@ class ChannelInbox:
     async def requeue(
         self, scope: PrincipalScope, inbound_id: str, *, reason: str
     ) -> InboundRecord:
-        """An operator sends a dead letter round again; the reason is audited."""
+        """An operator sends a dead letter round again; the reason is audited.
+
+        A dead letter accepted without its text (``InboundRecord.unprocessable``)
+        is refused with ``InvalidValue``: no turn can answer it, so it would
+        dead-letter again at once. Checked here, so every front end refuses it.
+        """
         if self._verify_scope is not None:
             scope = self._verify_scope(scope)
         if not isinstance(scope, PrincipalScope) or scope.authority != "operator":
             raise ScopeError("requeueing a dead letter needs an operator scope")
+        why = bounded(audit_reason(reason), MAX_REASON)
+        found = await self._store.record(inbound_id)
+        # Its kind never changes, so this check cannot go stale before the requeue.
+        if found is not None and found.state == "dead_lettered" and found.unprocessable:
+            raise InvalidValue(
+                f"inbound {found.inbound_id} cannot be requeued: the channel accepted it "
+                "without its text (too long, or a NUL), so no turn can answer it and it "
+                "would be dead-lettered again at once"
+            )
         return await self._store.requeue(
-            inbound_id,
-            reason=bounded(audit_reason(reason), MAX_REASON),
-            actor=scope.principal_id,
-            now=self._clock(),
+            inbound_id, reason=why, actor=scope.principal_id, now=self._clock()
         )
 
     async def prune(self) -> PruneReport:

@@ -381,6 +381,12 @@ class InboundRecord:
     payload_pruned: bool = False
     requeues: int = 0
 
+    @property
+    def unprocessable(self) -> bool:
+        """Accepted without its text (too long, a NUL): no turn can answer it, so a
+        requeue would only dead-letter it again."""
+        return UNPROCESSABLE in (self.kind, self.failure_code)
+
 
 @dataclass(frozen=True, slots=True)
 class ChannelCounts:

@@ -1,7 +1,8 @@
 """CLI clause: an error column stays readable at 80 columns, and shows only what is wrong now.
 
-``hostkit delivery list`` (and the inbox listings) give their optional columns
-up before an error would wrap every few characters (``connection_ref`` / ``used:``);
+``hostkit delivery list`` (and the inbox listings, whose channel goes too when a
+failure needs its room) give their optional columns up before an error would wrap
+every few characters (``connection_ref`` / ``used:``);
 a delivered intent shows no error, since the one it keeps is an earlier
 attempt's (as a completed inbound shows no failure).
 """
@@ -13,7 +14,9 @@ import io
 from rich.console import Console
 
 from hostkit.cli._delivery import intents_table
-from hostkit.types import DeliveryIntent
+from hostkit.cli._inbox import dead_letters_table, records_table
+from hostkit.cli._render import READABLE
+from hostkit.types import DeliveryIntent, InboundRecord
 
 ERROR = "connection_refused: ConnectError: the platform could not be reached"
 
@@ -91,3 +94,45 @@ def test_an_optional_column_nobody_filled_gives_its_room_to_the_arguments() -> N
     table = fit_table(columns, [("apr_1", "{}", "resume it")], 80)
     Console(file=noted, width=80, color_system=None).print(table)
     assert "note" in noted.getvalue()
+
+
+def dead_inbound(channel: str) -> InboundRecord:
+    return InboundRecord(
+        inbound_id="inb_01a24366d45f3e9feead04625e2e",
+        channel_instance_id=channel,
+        platform_event_key="update-1002",
+        kind="message",
+        conversation_key="chat-42",
+        state="dead_lettered",
+        attempt=1,
+        received_at=1_800_000_000.0,
+        accepted_at=1_800_000_000.0,
+        updated_at=1_800_000_000.0,
+        failure_code="turn_rejected",
+        failure_message="turn rejected: no agent named 'support' (agents here: notes)",
+    )
+
+
+def test_an_inbox_failure_keeps_a_readable_width_at_80_columns_beside_a_long_channel() -> None:
+    """`hostkit inbox list` and `dlq` at COLUMNS=80: the optional columns, then the
+    channel, make room before the failure would wrap every ten characters."""
+    records = [dead_inbound("telegram.support")]
+    for table in (records_table(records, width=80), dead_letters_table(records, width=80)):
+        out = io.StringIO()
+        Console(file=out, width=80, color_system=None).print(table)
+        text = out.getvalue()
+        assert max(len(line) for line in text.splitlines()) <= 80
+        assert "inb_01a24366d45f3e9feead04625e2e" in text
+        (failure,) = [column for column in table.columns if column.header == "failure"]
+        assert failure.width is not None
+        assert failure.width >= READABLE, text
+        assert "turn_rejected:" in text.split(), text  # never folded inside a word
+
+
+def test_the_dead_letters_keep_a_short_channel_at_80_columns() -> None:
+    """The channel is given up only when the failure needs its room."""
+    table = dead_letters_table([dead_inbound("demo.chat")], width=80)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(table)
+    assert "demo.chat" in out.getvalue()
+    assert [column.header for column in table.columns][:2] == ["inbound", "channel"]

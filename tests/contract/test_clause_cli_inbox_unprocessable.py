@@ -4,13 +4,14 @@ A channel accepts an event it cannot store whole (too long, a NUL) without
 its text, as kind ``unprocessable``, so the platform stops retrying; the
 worker dead-letters it at once. A requeue would dead-letter it again at
 once: ``inbox list``/``dlq``/``show`` print no requeue command for it (they
-still do for the others), and ``inbox show`` says there is no text, not
-"kept".
+still do for the others), ``inbox show`` says there is no text, not
+"kept", and ``inbox requeue`` refuses it in one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import anyio
@@ -65,3 +66,25 @@ async def test_no_requeue_is_offered_for_a_dead_letter_without_its_text(
     code, out, err = await hostkit("inbox", "show", dead["poison"], cwd=where, columns=200)
     assert "kept (never shown here)" in out
     assert f"hostkit inbox requeue {dead['poison']}" in err
+
+
+async def test_requeue_of_a_dead_letter_without_its_text_is_one_error_line_and_changes_nothing(
+    dead: dict[str, str],
+) -> None:
+    where = Path(dead["dir"])
+    requeue = ("inbox", "requeue", dead["textless"], "--reason", "try again")
+    code, out, err = await hostkit(*requeue, cwd=where, columns=200)
+    assert code == 2, err
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: inbound {dead['textless']} cannot be requeued")
+    assert "without its text" in line
+    assert "dead-lettered again at once" in line
+    code, out, err = await hostkit("inbox", "show", dead["textless"], "--json", cwd=where)
+    assert code == 0, err
+    assert (json.loads(out)["state"], json.loads(out)["requeues"]) == ("dead_lettered", 0)
+    code, _, err = await hostkit(
+        "inbox", "requeue", dead["poison"], "--reason", "parser fixed", cwd=where, columns=200
+    )
+    assert code == 0, err
+    assert f"requeued {dead['poison']}: ready" in err

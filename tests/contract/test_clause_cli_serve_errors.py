@@ -175,6 +175,31 @@ def test_text_logs_escape_what_a_message_quotes() -> None:
     assert "\u202e" not in text
 
 
+def test_serve_logs_hold_http_clients_to_warnings_and_restore_their_levels() -> None:
+    """httpx and httpcore log a line per request at INFO (each health check, completion and
+    delivery): while serving only their warnings are written; their levels come back after."""
+    from rich.console import Console
+
+    from hostkit.cli._serve_logs import serve_logging
+
+    httpx_logger, httpcore_logger = logging.getLogger("httpx"), logging.getLogger("httpcore")
+    before = (httpx_logger.level, httpcore_logger.level)
+    out = io.StringIO()
+    with serve_logging("text", Console(file=out, width=200, color_system=None)):
+        assert httpx_logger.getEffectiveLevel() == logging.WARNING
+        assert httpcore_logger.getEffectiveLevel() == logging.WARNING
+        httpx_logger.info('HTTP Request: POST http://127.0.0.1:8080/v1/chat "HTTP/1.1 200 OK"')
+        httpcore_logger.info("connect_tcp.complete")
+        httpx_logger.warning("the proxy dropped the connection")
+        logging.getLogger("hostkit.delivery").info("delivered out_1")
+    text = out.getvalue()
+    assert "HTTP Request" not in text
+    assert "connect_tcp" not in text
+    assert "the proxy dropped the connection" in text
+    assert "delivered out_1" in text
+    assert (httpx_logger.level, httpcore_logger.level) == before
+
+
 def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
     code, output = serve_project(tmp_path, "--port", "0", "--agent", "my_agents.agent")
     assert code == EXIT_ERROR, output

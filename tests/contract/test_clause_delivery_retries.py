@@ -14,6 +14,7 @@ import pytest
 
 from hostkit.delivery import DeliveryPolicy
 from hostkit.host import Host
+from hostkit.types import new_id
 from tests.contract._delivery_hosts import (
     SLACK_TOKEN,
     TELEGRAM_TOKEN,
@@ -120,6 +121,33 @@ async def test_a_permanent_failure_dead_letters_at_once_and_logs_one_line(
     assert intent_id in lines[0]
     assert "channel_not_found" in lines[0]
     assert len(slack.requests) == 1
+
+
+async def test_the_dead_letter_line_says_whose_answer_it_was_in_plain_words(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn's answer names its turn; a command's answer, which ran no turn, says so
+    instead of "turn None"; the channel is its name, not a Python repr."""
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.fail_next(2, ok_false="channel_not_found")
+        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
+            turn = await routed_turn(host, "slack-acme", {"channel": "C1"})
+            (by_turn,) = turn.deliveries
+            session = await host.store.create_session(owner_kind="system", principal_id="suite")
+            inbound = new_id("inb")
+            route = {"channel": "slack-acme", "conversation": "c9", "reply": {"channel": "C1"}}
+            command = await host.store.delivery.reply(
+                inbound_id=inbound, session_id=session, route=route, text="no such code"
+            )
+            runtime = host.delivery_runtime(policy=NO_JITTER, clock=Clock())
+            with caplog.at_level(logging.WARNING, logger="hostkit.delivery"):
+                assert await runtime.drain() == 2
+    lines = {r.getMessage() for r in caplog.records if r.name == "hostkit.delivery"}
+    failure = "dead-lettered after 1 attempt: channel_not_found: slack refused the post"
+    assert lines == {
+        f"intent {by_turn} (turn {turn.turn_id}, channel slack-acme) {failure}",
+        f"intent {command.intent_id} (command answer to {inbound}, channel slack-acme) {failure}",
+    }
 
 
 async def test_max_attempts_dead_letters_with_the_last_error_then_operator_retry_resends(

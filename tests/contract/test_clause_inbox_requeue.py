@@ -1,6 +1,7 @@
 """ChannelInbox clause: operator requeue is explicit, needs an operator scope and a reason, audited.
 
-Only a dead letter can be requeued; it comes back ``ready``, due now, with
+Only a dead letter can be requeued, and not one accepted without its text
+(it would dead-letter again at once); it comes back ``ready``, due now, with
 attempt 0 (a fresh set of attempts), ``requeues`` + 1 and an
 ``inbox.requeue`` audit row naming the operator and the reason. A scope that
 is not an operator's, forged, or a blank reason change nothing.
@@ -15,7 +16,7 @@ import pytest
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.inbox import RetryPolicy
-from hostkit.types import InboundFailure, InboundResult, PrincipalScope
+from hostkit.types import UNPROCESSABLE, InboundFailure, InboundResult, PrincipalScope
 from tests.contract._inbox_adapters import ADAPTERS, InboxUnderTest, envelope, open_inbox
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -102,6 +103,31 @@ async def test_requeue_only_a_dead_letter(adapter: str, tmp_path: Path) -> None:
         assert record is not None
         assert (record.state, record.requeues) == ("completed", 0)
         assert await sut.requeue_audit() == ()
+
+
+async def test_requeue_refuses_a_dead_letter_accepted_without_its_text(
+    adapter: str, tmp_path: Path
+) -> None:
+    """No turn can answer it, so a requeue would only dead-letter it again: refused for
+    every caller (CLI, notebook, Python), with nothing changed and nothing audited."""
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        textless = replace(envelope("evt-long"), kind=UNPROCESSABLE, payload="")
+        inbound_id = (await sut.inbox.accept(textless)).inbound_id
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        failure = InboundFailure("permanent", UNPROCESSABLE, "the event's text is too long")
+        await sut.inbox.fail(claimed, failure)
+        before = await sut.inbox.record(inbound_id)
+        assert before is not None
+        assert (before.state, before.unprocessable) == ("dead_lettered", True)
+        with pytest.raises(InvalidValue, match="without its text") as refused:
+            await sut.inbox.requeue(sut.operator, inbound_id, reason="try again")
+        assert inbound_id in refused.value.message
+        assert await sut.inbox.record(inbound_id) == before
+        assert await sut.requeue_audit() == ()
+        # Another dead letter of the same channel is still requeued.
+        other = await dead_letter(sut, "evt-2")
+        assert (await sut.inbox.requeue(sut.operator, other, reason="fixed")).state == "ready"
 
 
 async def test_requeue_fences_out_the_dead_claim(adapter: str, tmp_path: Path) -> None:

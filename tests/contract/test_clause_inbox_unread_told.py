@@ -11,10 +11,12 @@ delivery (no route) sends nothing. Real Host, real SQLite inbox and outbox.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
 
+from hostkit.errors import InvalidValue
 from hostkit.host._inbound import UNREAD_NOTICE
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import UNPROCESSABLE, InboundEnvelope
@@ -45,9 +47,15 @@ async def test_the_sender_of_an_unreadable_message_is_told_once(tmp_path: Path) 
         assert route == ROUTE
         assert said == {"text": UNREAD_NOTICE}
         assert "65536" not in said["text"]
-        # Requeued by an operator and failing again: still one reply.
+        # An operator's requeue is refused: it would only dead-letter it again.
         operator = await host.operator("ops", reason="requeue it anyway")
-        await host.inbox.requeue(operator, inbound_id, reason="try again")
+        with pytest.raises(InvalidValue, match="without its text"):
+            await host.inbox.requeue(operator, inbound_id, reason="try again")
+        # Requeued in the store directly (or before that refusal) and failing again:
+        # still one reply.
+        await host.store.inbox.requeue(
+            inbound_id, reason="try again", actor=operator.principal_id, now=time.time()
+        )
         assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
         assert len(await replies(host, inbound_id)) == 1
         assert model.requests == []  # no turn, ever

@@ -208,7 +208,7 @@ async def test_the_table_fits_80_columns_with_ids_whole_and_no_control_character
         "inbound",
         "channel",
         "state",
-        "attempt",
+        "attempts",
         "requeues",
         "due",
         "event",
@@ -217,6 +217,17 @@ async def test_the_table_fits_80_columns_with_ids_whole_and_no_control_character
     row = next(line for line in out.splitlines() if project["exhausted"] in line)
     assert row.split()[:5] == [project["exhausted"], "demo.chat", "dead_lettered", "2", "0"]
     assert "model_busy: the model answered 529" in row
+
+
+async def test_list_and_dlq_call_the_attempts_column_by_one_name(
+    project: dict[str, str],
+) -> None:
+    headers = []
+    for command in (("inbox", "list"), ("inbox", "dlq")):
+        code, out, err = await hostkit(*command, cwd=Path(project["dir"]), columns=200)
+        assert code == 0, err
+        headers.append(out.splitlines()[0].split())
+    assert all("attempts" in header and "attempt" not in header for header in headers)
 
 
 async def test_requeue_sends_a_dead_letter_round_again_and_audits_the_reason(

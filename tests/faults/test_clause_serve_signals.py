@@ -248,4 +248,5 @@ async def test_serving_no_channel_says_once_that_nothing_can_arrive(tmp_path: Pa
                 process.kill()
     (record,) = [json.loads(line) for line in said.decode().splitlines() if "channels" in line]
     assert record["level"] == "warning"
+    assert record["logger"] == "hostkit.serve"  # a public name, as docs/service.md lists
     assert "no message can arrive" in record["msg"]
