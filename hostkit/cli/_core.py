@@ -240,15 +240,25 @@ def init(
         )
     else:
         base = (file.parent if file is not None else Path.cwd()).resolve()
+        # Without a project there is no hostkit.toml to add the table to: make one first.
+        where = "hostkit.toml" if file is not None else "a project's hostkit.toml"
         console.print(
             f"wrote the core {chosen} at {path} (commit {short_sha(sha)}); "
-            "add this table to hostkit.toml:",
+            f"add this table to {where}:",
             highlight=False,
             markup=False,
             soft_wrap=True,
         )
         table = cores_table(chosen, os.path.relpath(path.resolve(), base))
         print_lines(Console(), table.splitlines())
+        if file is None:
+            console.print(
+                "no hostkit.toml here or in a parent directory: `hostkit init` makes a "
+                "project (with a starter core of its own) to add it to",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     promote = command_line("core", "promote", chosen, reason="first revision", config=config)
     console.print(f"then: {promote}", highlight=False, markup=False, soft_wrap=True)
 

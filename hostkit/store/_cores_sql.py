@@ -122,7 +122,6 @@ def _insert_event(conn: sqlite3.Connection, row: list[Any]) -> int:
     return int(cursor.fetchone()[0])
 
 
-
 def _live(conn: sqlite3.Connection, core_id: str) -> str | None:
     """The revision of the newest move of ``core_id`` (the index covers core_id, id)."""
     found = conn.execute(

@@ -14,7 +14,7 @@ from dulwich.repo import Repo
 from typer.testing import CliRunner
 
 from hostkit.cli import app
-from hostkit.cores import STARTER_TOOL, init_core, load_manifest
+from hostkit.cores import STARTER_TOOL, init_core, load_manifest, starter_files
 from hostkit.errors import ConfigError, InvalidValue
 
 STARTER_FILES = {
@@ -60,6 +60,18 @@ def test_core_init_commits_a_starter_and_prints_the_table_that_serves_it(tmp_pat
     assert dict(manifest.capabilities) == {STARTER_TOOL: "allow"}
     assert manifest.tools == ["tools"]
     assert f'@tool("{STARTER_TOOL}")' in (target / "agent" / "tools.py").read_text()
+
+
+def test_the_starter_manifest_says_promotion_not_the_ref_decides_what_runs() -> None:
+    """The first file an author reads must not teach that moving the Git ref changes what
+    runs: the Host's store does (docs/revisions.md); the ref is only its mirror."""
+    comment = starter_files("notes", model="local")["agent.yaml"].split("\nid:", 1)[0]
+    header = " ".join(line.lstrip("#").strip() for line in comment.splitlines())
+    assert "hostkit core promote notes" in header
+    assert "refs/hostkit/live only" in header
+    assert "mirrors" in header
+    assert "moving it by hand changes nothing" in header
+    assert "points at" not in header
 
 
 def test_core_init_takes_the_id_and_model_from_its_options(
@@ -236,3 +248,16 @@ def test_core_init_without_model_takes_the_only_provider_or_asks_for_one(
     assert code == 2
     assert "choose one with --model" in " ".join(err.split())
     assert not (tmp_path / "cores/two").exists()
+
+
+def test_core_init_outside_a_project_says_to_make_one_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """There is no hostkit.toml to add the table to, and the promote it suggests would
+    find no project: the output says how to make one."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("init", "mycore")
+    assert code == 0, err
+    assert "add this table to a project's hostkit.toml:" in err
+    assert "no hostkit.toml here or in a parent directory: `hostkit init` makes a project" in err
+    assert out == '[cores.mycore]\npath = "mycore"\n'
