@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -49,8 +49,9 @@ from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, HostkitError
 from hostkit.host import Agent, HostDaemon, ServeStatus
+from hostkit.types import plural
 
-__all__ = ["serve", "status_text"]
+__all__ = ["StatusLine", "serve", "status_text"]
 
 LISTENING = "hostkit serve: listening on {url}"
 _log = logging.getLogger("hostkit.serve")
@@ -172,7 +173,9 @@ async def _serve_host(
                 # Health and readiness answer, but nothing can arrive: say so once.
                 _log.warning(NO_CHANNELS)
             if live:
-                group.start_soon(_status_line, daemon, console)
+                status_line = StatusLine(daemon, console)
+                watch.before_shutdown = status_line.put_away
+                group.start_soon(status_line.run)
     return ended[0].code if ended else 1
 
 
@@ -198,6 +201,8 @@ class _SignalWatch:
     def __init__(self) -> None:
         self._daemon: HostDaemon | None = None
         self._first: str | None = None
+        # Called as the graceful shutdown is asked for, before it logs (the status line).
+        self.before_shutdown: Callable[[], None] | None = None
 
     def attach(self, daemon: HostDaemon) -> None:
         self._daemon = daemon
@@ -219,46 +224,88 @@ class _SignalWatch:
                 sys.stderr.flush()
                 os._exit(128 + number)
             self._first = name
+            if self.before_shutdown is not None:
+                self.before_shutdown()
             if self._daemon is not None:
                 self._daemon.request_shutdown(reason=f"{name} received")
 
 
-async def _status_line(daemon: HostDaemon, out: Console) -> None:
-    last: ServeStatus | None = None
-    with Live(console=out, auto_refresh=False, transient=True) as live:
-        # Put away when the shutdown begins: the drain's log lines follow, and the line
-        # would go on saying "running" above them.
-        while not daemon.stopping:
-            stale = False
-            try:
-                with anyio.fail_after(STATUS_TIMEOUT_S):
-                    last = await daemon.status()
-            except (HostkitError, TimeoutError):
-                # The store is busy or failing: serving goes on; show what was last known.
-                stale = True
-            if last is not None:
-                live.update(status_text(last, stale=stale), refresh=True)
-            await anyio.sleep(STATUS_INTERVAL_S)
+class StatusLine:
+    """The live status line under the log: one row, redrawn every ``STATUS_INTERVAL_S``.
+
+    Put away (``put_away``) the moment the shutdown begins, before the drain's
+    first log line: a line still drawn would go on saying "running" above them,
+    and a log line written while it is erased would be glued to it.
+    """
+
+    def __init__(self, daemon: HostDaemon, out: Console) -> None:
+        self._daemon = daemon
+        self._out = out
+        self._live = Live(console=out, auto_refresh=False, transient=True)
+        self._away = anyio.Event()
+
+    def put_away(self) -> None:
+        """Erase the line now and draw it no more (safe to call twice, or before ``run``)."""
+        if not self._away.is_set():
+            self._away.set()
+            self._live.stop()
+
+    async def run(self) -> None:
+        last: ServeStatus | None = None
+        self._live.start()
+        try:
+            while not (self._away.is_set() or self._daemon.stopping):
+                stale = False
+                try:
+                    with anyio.fail_after(STATUS_TIMEOUT_S):
+                        last = await self._daemon.status()
+                except (HostkitError, TimeoutError):
+                    # The store is busy or failing: serving goes on; show what was last known.
+                    stale = True
+                if last is not None and not self._away.is_set():
+                    text = status_text(last, stale=stale, width=self._out.width)
+                    self._live.update(text, refresh=True)
+                with anyio.move_on_after(STATUS_INTERVAL_S):
+                    await self._away.wait()
+        finally:
+            self.put_away()
 
 
-def status_text(status: ServeStatus, *, stale: bool = False) -> Text:
-    """The terminal status line: the figures, then each daemon's state (``stale``: the
-    figures could not be read this time and are the last known ones)."""
-    line = Text()
+def status_text(status: ServeStatus, *, stale: bool = False, width: int | None = None) -> Text:
+    """The terminal status line: the figures, then the daemons (``stale``: the figures could
+    not be read this time and are the last known ones). One row: cut at ``width``.
+
+    What matters most comes first, as the end is what a narrow terminal cuts:
+    the figures, the daemons that do not run (named, with their state), the
+    generation once a reload changed it, then how many daemons run.
+    """
+    line = Text(no_wrap=True, overflow="ellipsis")
     if stale:
         line.append("(stale) ", style="dim")
     line.append(
-        f"queued {status.queued} · running {status.running} · "
-        f"delivered {status.delivered} · failing {status.failing}",
-        style="bold" if status.failing == 0 else "bold red",
+        f"queued {status.queued} · running {status.running} · delivered {status.delivered}",
+        style="bold",
     )
-    line.append(f" · generation {status.generation}", style="bold")
-    if status.reload is not None and status.reload.rejected:
-        line.append(" (config rejected)", style="bold red")
+    line.append(" · ", style="bold")
+    line.append(
+        f"dead letters {status.dead_letters}",
+        style="bold" if status.dead_letters == 0 else "bold yellow",
+    )
     for daemon in status.daemons:
-        style = "green" if daemon.state == "running" else "yellow"
-        line.append(f"  {daemon.name} ", style="dim")
-        line.append(daemon.state, style=style)
+        if daemon.state != "running":
+            line.append(f"  {daemon.name} ", style="dim")
+            troubled = daemon.state in ("backoff", "failed")
+            line.append(daemon.state, style="bold red" if troubled else "yellow")
+    rejected = status.reload is not None and status.reload.rejected
+    if status.generation > 1 or rejected:
+        line.append(f"  generation {status.generation}", style="bold")
+    if rejected:
+        line.append(" (config rejected)", style="bold red")
+    running = sum(1 for daemon in status.daemons if daemon.state == "running")
+    if running:
+        line.append(f"  {plural(running, 'daemon')} running", style="green")
+    if width is not None:
+        line.truncate(width, overflow="ellipsis")
     return line
 
 

@@ -80,8 +80,10 @@ class ServeStatus:
 
     ``queued``: inbound messages waiting for a turn; ``running``: turns in
     flight in this process; ``delivered``: answers this process delivered;
-    ``failing``: dead letters (inbox and outbox) plus daemons in backoff or
-    failed; ``listening``: the webhook server's URL (the actual port when
+    ``dead_letters``: inbound messages and answers given up on, all of them
+    stored (they wait for an operator: ``hostkit inbox dlq``, ``hostkit
+    delivery list``); ``troubled``: daemons in backoff or failed now;
+    ``listening``: the webhook server's URL (the actual port when
     ``[serve] port = 0``), None before it is bound; ``generation``: the
     configuration generation new turns use; ``reload``: the last reload's
     outcome ("generation 3 applied (...)", "config rejected: ...; generation 2
@@ -92,7 +94,8 @@ class ServeStatus:
     queued: int
     running: int
     delivered: int
-    failing: int
+    dead_letters: int
+    troubled: int
     listening: str | None
     ready: bool
     generation: int = 1
@@ -254,7 +257,7 @@ class HostDaemon(Background):
         return () if self.supervisor is None else self.supervisor.statuses()
 
     async def status(self) -> ServeStatus:
-        """A snapshot: daemon states, queued/running/delivered/failing, the listening URL."""
+        """A snapshot: daemon states, the figures, the listening URL."""
         counts = await self.host.inbox.counts()
         outbox = await self.host.store.delivery.counts()
         daemons = self.statuses()
@@ -264,7 +267,8 @@ class HostDaemon(Background):
             queued=sum(c.ready for c in counts),
             running=self.worker.in_flight,
             delivered=self.delivery.delivered,
-            failing=sum(c.dead_lettered for c in counts) + outbox.dead_lettered + troubled,
+            dead_letters=sum(c.dead_lettered for c in counts) + outbox.dead_lettered,
+            troubled=troubled,
             listening=self.url,
             ready=self.ready,
             generation=self.host.generation,

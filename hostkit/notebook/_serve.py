@@ -4,7 +4,7 @@ The daemon (``Host.serve``: webhooks, inbox worker, delivery, pollers under
 one supervisor) runs as a task on the loop the kernel already runs, so the
 turns it starts share the loop with the notebook's own cells: no thread, no
 second loop. ``ServeMonitor`` draws the daemon's ``ServeStatus`` (daemons
-and their states; queued, running, delivered, failing) and refreshes it on
+and their states; queued, running, delivered, dead letters) and refreshes it on
 a bounded interval, and at once when a daemon changes state, while the
 daemon runs; it stops with the daemon. ``ServeHandle.stop`` drains: the
 webhook server stops accepting, turns in flight get the drain time, leases
@@ -42,7 +42,7 @@ _DAEMON_COLUMNS = ("daemon", "state", "restarts", "last error")
 
 
 class ServeMonitor(_Inspector):
-    """Daemons with their states, and queued / running / delivered / failing, kept current.
+    """Daemons with their states, and queued / running / delivered / dead letters, kept current.
 
     ``read`` is the daemon's ``status()``. ``watch()`` refreshes every
     ``every_s`` seconds (and when ``poke()`` says a daemon changed) in a task
@@ -126,7 +126,7 @@ class ServeMonitor(_Inspector):
         lines = [
             f"hostkit serve: {_where(status)}",
             f"queued {status.queued}, running {status.running}, delivered {status.delivered},"
-            f" failing {status.failing}",
+            f" dead letters {status.dead_letters}",
         ]
         rows = [_DAEMON_COLUMNS, *(_daemon_cells(d) for d in status.daemons)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(_DAEMON_COLUMNS))]
@@ -256,6 +256,8 @@ async def _first_start(
 
 
 def _where(status: ServeStatus) -> str:
+    if status.daemons and all(d.state == "stopped" for d in status.daemons):
+        return f"stopped (it listened on {status.listening})" if status.listening else "stopped"
     state = "ready" if status.ready else "not ready"
     return f"listening on {status.listening} ({state})" if status.listening else "not listening"
 
@@ -276,7 +278,7 @@ def _status_html(status: ServeStatus, error: str) -> str:
             ("queued", str(status.queued)),
             ("running", str(status.running)),
             ("delivered", str(status.delivered)),
-            ("failing", str(status.failing)),
+            ("dead letters", str(status.dead_letters)),
         ),
         f"<div style='color:{MUTED}'>{esc(_where(status))}</div>",
     ]

@@ -110,9 +110,9 @@ def serving(nb: NotebookHost) -> ServeHandle | None:
     return nb.serving
 
 
-def figures(monitor: ServeMonitor) -> tuple[int, int, int, int]:
+def figures(monitor: ServeMonitor) -> tuple[int, int, int, int, int]:
     m = monitor.model
-    return m.queued, m.running, m.delivered, m.failing
+    return m.queued, m.running, m.delivered, m.dead_letters, m.troubled
 
 
 async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_per_kernel(
@@ -133,7 +133,7 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
         "retention": "running",
         "webhooks": "running",
     }
-    assert figures(monitor) == (0, 0, 0, 0)
+    assert figures(monitor) == (0, 0, 0, 0, 0)
     assert [monitor.watching] == [True]  # (a list: the later check is not narrowed away)
     assert f"listening on {served.url} (ready)" in monitor.text()
 
@@ -147,7 +147,7 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert ">running</span> <code>1</code>" in monitor.html()
     model.opened.set()
     await until(lambda: monitor.model.delivered == 1)  # the answer reached the channel
-    assert figures(monitor) == (0, 0, 1, 0)
+    assert figures(monitor) == (0, 0, 1, 0, 0)
     assert "delivered 1" in monitor.text()
     assert [body["text"] for body in notebook.receiver.bodies()] == ["echo: slow"]
     drawn = monitor.refreshes
@@ -167,6 +167,8 @@ async def test_the_widget_follows_webhooks_on_the_kernels_loop_and_one_daemon_pe
     assert not monitor.watching
     assert {d.state for d in monitor.model.daemons} == {"stopped"}
     assert monitor.refreshes > drawn  # the end is drawn
+    # Not "listening (not ready)": it listens no more.
+    assert f"hostkit serve: stopped (it listened on {served.url})" in monitor.text()
     assert await nb.stop_serving() is None  # idempotent
     assert await served.stop() is exit_
     with pytest.raises(httpx.ConnectError):

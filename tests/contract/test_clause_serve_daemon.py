@@ -142,7 +142,12 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
             await _delivered(host, 1)
             assert [body["text"] for body in receiver.bodies()] == ["echo: hello"]
             status = await daemon.status()
-            assert (status.queued, status.running, status.failing) == (0, 0, 0)
+            assert (status.queued, status.running, status.dead_letters, status.troubled) == (
+                0,
+                0,
+                0,
+                0,
+            )
             assert status.delivered == 1
             assert status.listening == daemon.url
             assert status.ready

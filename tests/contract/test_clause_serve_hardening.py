@@ -10,10 +10,13 @@ says how many records it dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import queue
+import signal
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -24,7 +27,7 @@ from rich.console import Console
 
 from hostkit.cli import _serve as cli_serve
 from hostkit.cli._serve_logs import DroppingQueueHandler
-from hostkit.daemon import DaemonRegistry, RestartPolicy, Supervisor
+from hostkit.daemon import DaemonRegistry, DaemonStatus, RestartPolicy, Supervisor
 from hostkit.errors import StoreError
 from hostkit.host import HostDaemon, ServeStatus, _serve_http
 from tests.contract._daemons import Changes, Scripted
@@ -82,7 +85,7 @@ async def test_the_status_line_survives_a_store_error_and_shows_stale_figures(
         flaky = FlakyStatus(host, env=ENV)
         flaky.supervisor = daemon.supervisor
         async with anyio.create_task_group() as group:
-            group.start_soon(cli_serve._status_line, flaky, console)
+            group.start_soon(cli_serve.StatusLine(flaky, console).run)
             with anyio.fail_after(5):
                 await FlakyStatus.failed_twice.wait()
             group.cancel_scope.cancel()
@@ -164,8 +167,85 @@ async def test_the_status_line_is_put_away_when_the_shutdown_begins(
     async with serving(tmp_path, SlowModel()) as (_, daemon, _):
         with anyio.fail_after(5):
             async with anyio.create_task_group() as group:
-                group.start_soon(cli_serve._status_line, daemon, console)
+                group.start_soon(cli_serve.StatusLine(daemon, console).run)
                 await anyio.sleep(0.1)
                 daemon.request_shutdown(reason="test")
-                # _status_line returns by itself: the group ends without a cancel.
+                # The line's run returns by itself: the group ends without a cancel.
     assert daemon.stopping
+
+
+async def test_a_signal_puts_the_status_line_away_before_the_shutdown_logs() -> None:
+    """The first SIGTERM/SIGINT erases the line first, then asks for the shutdown (whose
+    first log line would otherwise be glued to the line being erased)."""
+    happened: list[str] = []
+
+    class Daemon:
+        def request_shutdown(self, *, reason: str) -> None:
+            happened.append(f"shutdown: {reason}")
+
+    async def one_signal() -> AsyncIterator[int]:
+        yield signal.SIGTERM
+
+    watch = cli_serve._SignalWatch()
+    watch.attach(Daemon())  # type: ignore[arg-type]
+    watch.before_shutdown = lambda: happened.append("put away")
+    await watch.run(one_signal())
+    assert happened == ["put away", "shutdown: SIGTERM received"]
+
+
+async def test_a_status_line_put_away_stops_at_once_and_draws_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_serve, "STATUS_INTERVAL_S", 30.0)  # only put_away can end it
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _):
+        line = cli_serve.StatusLine(daemon, console)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(line.run)
+                await anyio.sleep(0.3)
+                line.put_away()
+                drawn = out.getvalue()
+        line.put_away()  # twice: nothing more
+        assert out.getvalue() == drawn
+    assert "dead letters 0" in drawn
+
+
+def test_the_status_line_is_one_row_of_at_most_the_terminal_width() -> None:
+    """One row whatever the terminal's width, what matters first (a narrow terminal cuts
+    the end): the figures, a daemon that does not run, then the count of those that do.
+    Dead letters are stored, not a failure now: yellow, not red."""
+    running = tuple(DaemonStatus(name, "running") for name in ("delivery", "inbox", "webhooks"))
+    troubled = DaemonStatus("poll:tg", "backoff", restarts=3)
+    status = ServeStatus(
+        daemons=(*running, troubled),
+        queued=12,
+        running=3,
+        delivered=1_200,
+        dead_letters=2,
+        troubled=1,
+        listening="http://127.0.0.1:8080",
+        ready=True,
+        generation=1,
+    )
+    text = cli_serve.status_text(status, width=80)
+    assert text.plain == (
+        "queued 12 · running 3 · delivered 1200 · dead letters 2  poll:tg backoff  3 dae…"
+    )
+    console = Console(file=io.StringIO(), force_terminal=True, width=80)
+    with console.capture() as captured:
+        console.print(text)
+    assert captured.get().count("\n") == 1  # one row, not wrapped
+    styles = {text.plain[span.start : span.end]: str(span.style) for span in text.spans}
+    assert styles["dead letters 2"] == "bold yellow"
+    assert styles["backoff"] == "bold red"
+    # All is well, at the first generation: it fits 80 columns whole.
+    healthy = cli_serve.status_text(
+        dataclasses.replace(status, dead_letters=0, troubled=0, daemons=running), width=80
+    )
+    assert healthy.plain == (
+        "queued 12 · running 3 · delivered 1200 · dead letters 0  3 daemons running"
+    )
+    reloaded = cli_serve.status_text(dataclasses.replace(status, generation=4), width=200)
+    assert reloaded.plain.endswith("poll:tg backoff  generation 4  3 daemons running")
