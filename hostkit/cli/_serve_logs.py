@@ -29,6 +29,7 @@ from hostkit.errors import bounded
 from hostkit.inspect import printable
 
 __all__ = [
+    "LOG_TIME_FORMAT",
     "MAX_QUEUED",
     "QUIET_LOGGERS",
     "DroppingQueueHandler",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 LogFormat = Literal["text", "json"]
+LOG_TIME_FORMAT = "[%Y-%m-%d %H:%M:%S]"
 MAX_QUEUED = 10_000
 _MESSAGE_CHARS = 2_000
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
@@ -130,7 +132,14 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonLines())
     else:
-        handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)
+        handler = RichHandler(
+            console=console,
+            show_path=False,
+            markup=False,
+            rich_tracebacks=False,
+            # ISO, as every other time hostkit prints (Rich's default is the locale's %x).
+            log_time_format=LOG_TIME_FORMAT,
+        )
         # A message may quote what a platform, a model or a config file wrote; the terminal
         # gets it escaped, as every other CLI line (JSON escapes it already).
         handler.addFilter(_escaped)

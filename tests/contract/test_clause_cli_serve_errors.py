@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import signal
 import socket
 from pathlib import Path
@@ -198,6 +199,20 @@ def test_serve_logs_hold_http_clients_to_warnings_and_restore_their_levels() -> 
     assert "the proxy dropped the connection" in text
     assert "delivered out_1" in text
     assert (httpx_logger.level, httpcore_logger.level) == before
+
+
+def test_serve_log_lines_carry_an_iso_time_not_the_locales() -> None:
+    """Rich's default is the locale's date (12/04/26); every other time hostkit prints is
+    ISO, and a log read next to another's must sort the same."""
+    from rich.console import Console
+
+    from hostkit.cli._serve_logs import serve_logging
+
+    out = io.StringIO()
+    with serve_logging("text", Console(file=out, width=200, color_system=None)):
+        logging.getLogger("hostkit.delivery").warning("a line with its time")
+    first = out.getvalue().splitlines()[0]
+    assert re.match(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] WARNING ", first), first
 
 
 def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
