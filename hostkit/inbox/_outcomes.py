@@ -113,7 +113,8 @@ def failure_of(exc: BaseException) -> InboundFailure:
         if isinstance(exc.__cause__, StoreError):
             # The store could not admit it: not about this message, as any store failure.
             return InboundFailure("transient", "store", exc.message)
-        return InboundFailure(_kind(exc), "turn_rejected", exc.message)
+        # The code says it was rejected: the text says why, not "turn rejected:" again.
+        return InboundFailure(_kind(exc), "turn_rejected", exc.reason)
     if isinstance(exc, ScopeError | NotFoundOrUnauthorized):
         return InboundFailure("permanent", "principal_refused", exc.message)
     if isinstance(exc, ProviderError):

@@ -347,6 +347,8 @@ async def test_unknown_agent_is_a_permanent_failure(rig: Rig) -> None:
         1,
         "turn_rejected",
     )
+    # Shown as "turn_rejected: <why>": the why, not "turn rejected:" twice.
+    assert record.failure_message.startswith("no agent named 'nobody'")
     assert await rig.turns_of(inbound_id) == []
 
 
