@@ -34,7 +34,13 @@ class FrozenMap(Mapping[str, Any]):
             object.__setattr__(self, "_data", data._data)
             object.__setattr__(self, "_hash", data._hash)
             return
-        frozen = {_freeze_key(k): freeze(v) for k, v in (data or {}).items()}
+        # Inline for the common case (a str key, a plain scalar value): two calls fewer
+        # per entry; anything else goes through ``_freeze_key`` and ``freeze`` as before.
+        plain = _PLAIN_SCALARS
+        frozen = {
+            (k if type(k) is str else _freeze_key(k)): (v if type(v) in plain else freeze(v))
+            for k, v in (data or {}).items()
+        }
         object.__setattr__(self, "_data", frozen)
         object.__setattr__(self, "_hash", None)
 
@@ -113,8 +119,13 @@ def freeze(value: Any) -> Any:
 
 def thaw(value: Any) -> Any:
     """Return a JSON-ready copy of a frozen value (mappings to dicts, sequences to lists)."""
-    if type(value) in _PLAIN_SCALARS:
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
         return value
+    if kind is FrozenMap or kind is dict:  # exact types: no ABC check, no Mapping view
+        data = value._data if kind is FrozenMap else value
+        plain = _PLAIN_SCALARS
+        return {k: (v if type(v) in plain else thaw(v)) for k, v in data.items()}
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, tuple | list):

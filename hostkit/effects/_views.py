@@ -8,7 +8,8 @@ from typing import Any
 
 from hostkit.effects._redaction import MIN_SECRET_CHARS, Redactor, safe_text
 from hostkit.errors import bounded
-from hostkit.types import EffectResult, EffectStatus, EffectViews, bounded_metadata
+from hostkit.freeze import FrozenMap
+from hostkit.types import EffectResult, EffectStatus, EffectViews, bounded_data
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -86,13 +87,29 @@ def result(
         if error:
             error = safe_text(redactor.text(error, limit=MAX_ERROR_CHARS))
         summary = bounded(error, _MAX_SUMMARY) if error else model_text[:_MAX_SUMMARY]
-        common = {"effect": effect, "status": status, "started": started}
+        # One bounding pass over every field the four views show (each field is bounded
+        # alone), then each view picks its own: what bounding each view apart gave.
+        cut = bounded_data(
+            {
+                "effect": effect,
+                "status": status,
+                "started": started,
+                "summary": summary,
+                "output_chars": size,
+                "truncated": truncated,
+                "error": error,
+            }
+        )
+
+        def view(*names: str) -> FrozenMap:
+            return FrozenMap({name: cut[name] for name in ("effect", "status", "started", *names)})
+
         views = EffectViews(
             model=model_text if status == "succeeded" else _unsuccessful(status, error, model_text),
-            operator=bounded_metadata({**common, "summary": summary, "output_chars": size}),
-            event=bounded_metadata({**common, "output_chars": size, "truncated": truncated}),
-            durable=bounded_metadata({**common, "summary": summary}),
-            debug=bounded_metadata({**common, "error": error, "truncated": truncated}),
+            operator=view("summary", "output_chars"),
+            event=view("output_chars", "truncated"),
+            durable=view("summary"),
+            debug=view("error", "truncated"),
         )
         if redactor:
             _check_redacted(views, error, redactor)

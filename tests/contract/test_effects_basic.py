@@ -210,7 +210,7 @@ async def test_a_view_rendering_failure_turns_every_view_into_one_fixed_failure(
     def broken(value):  # type: ignore[no-untyped-def]
         raise RuntimeError("redactor bug")
 
-    monkeypatch.setattr(_views, "bounded_metadata", broken)
+    monkeypatch.setattr(_views, "bounded_data", broken)
     result = await runtime.execute(EffectRequest("c", ref, {"path": "secret-path"}), context)
     assert result.status == "failed"
     assert result.error == _views.REDACTION_FAILED
