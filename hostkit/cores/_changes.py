@@ -1,9 +1,8 @@
 """Comparing two revisions of a core: dependency changes and a redacted, bounded patch.
 
-A dependency change (the manifest's ``dependencies``, ``requirements.txt`` or a
-file it includes)
-means new third-party code runs with the Host's authority, so promotion
-flags it for a human. The patch is shown to operators: it goes through the
+A dependency change (the manifest's ``dependencies``, ``requirements.txt`` or
+a file it includes) means new third-party code runs with the Host's
+authority, so promotion flags it for a human. The patch is shown to operators: it goes through the
 same redaction as the security diff (``hostkit.cores._redact``), with the
 MCP env values and hidden argv words of either manifest.
 """
@@ -49,8 +48,8 @@ def dependency_changes(
     candidate_requirements: Mapping[str, bytes | None],
 ) -> tuple[str, ...]:
     """One line per added or removed dependency or pip option, of the manifest and of
-    each requirements file (``requirements.txt`` and the files it includes, path by
-    path: ``requirement_files``); () if none."""
+    each requirements file (``requirements.txt`` and the files it includes, by path);
+    () if none."""
     paths = sorted(
         {*live_requirements, *candidate_requirements}, key=lambda p: (p != REQUIREMENTS, p)
     )
