@@ -34,7 +34,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from hostkit.errors import ClockSkew, InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
-from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration, check_wait
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
 from hostkit.store._pg_listen import listen
@@ -43,6 +43,7 @@ from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
 from hostkit.store._pg_url import check_url, redact_url
 from hostkit.store._row_store import RowStore
 from hostkit.store._schema import Migration
+from hostkit.store._wait_limit import WaitLimit
 from hostkit.store._writer import map_sqlite_error
 
 __all__ = ["PgStore"]
@@ -142,8 +143,7 @@ class PgStore(RowStore):
         self._connect_timeout_s = connect_timeout_s
         self._location = location
         self.migration = report
-        # Monotonic time by which every lock wait ends, once ``limit_waits`` was called.
-        self._until: float | None = None
+        self._waits = WaitLimit()
 
     @classmethod
     async def connect(
@@ -252,20 +252,13 @@ class PgStore(RowStore):
         return self._location
 
     def limit_waits(self, seconds: float) -> None:
-        until = time.monotonic() + check_wait("seconds", seconds)
-        self._until = until if self._until is None else min(self._until, until)
-
-    def _left_s(self, bound_s: float) -> float:
-        """What a wait beginning now may last: ``bound_s``, or less under the limit."""
-        if self._until is None:
-            return bound_s
-        return max(0.0, min(bound_s, self._until - time.monotonic()))
+        self._waits.limit(seconds)
 
     def _limit_lock_waits(self, raw: psycopg.Connection[Any]) -> None:
         """Under the limit: this transaction's statements wait for a lock no longer than
         what is left of it (``lock_timeout``, undone at its end; 0 would mean no bound)."""
-        if self._until is not None:
-            left_ms = max(1, int(self._left_s(_MAX_LOCK_WAIT_S) * 1000))
+        if self._waits.until is not None:
+            left_ms = max(1, int(self._waits.left_s(_MAX_LOCK_WAIT_S) * 1000))
             raw.execute("SELECT set_config('lock_timeout', %s, true)", [f"{left_ms}ms"])
 
     async def watch_inbox(self, wake: Callable[[], None]) -> None:
@@ -341,7 +334,7 @@ class PgStore(RowStore):
 
     def _attempt(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
         """Checkout, run, commit, return: one try."""
-        checkout_s = max(_MIN_CHECKOUT_S, self._left_s(self._connect_timeout_s))
+        checkout_s = max(_MIN_CHECKOUT_S, self._waits.left_s(self._connect_timeout_s))
         with self._pool.connection(timeout=checkout_s) as raw:
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every

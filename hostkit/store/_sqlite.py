@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import TypeVar
 import anyio
 
 from hostkit.errors import InvalidValue, StoreClosed
-from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration, check_wait
+from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._connection import DbConnection, Synchronous, open_connection
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
@@ -171,7 +170,7 @@ class SqliteStore(RowStore):
         return str(self.path)
 
     def limit_waits(self, seconds: float) -> None:
-        self._writer.lock_wait.limit(time.monotonic() + check_wait("seconds", seconds))
+        self._writer.lock_wait.limit(seconds)
 
     # -- transactions ----------------------------------------------------------------
 

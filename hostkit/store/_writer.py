@@ -45,6 +45,7 @@ import anyio
 
 from hostkit.errors import DatabaseReplaced, HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import LOCK_HELD, DbConnection, primary_code
+from hostkit.store._wait_limit import WaitLimit
 
 __all__ = [
     "MAX_BATCH",
@@ -128,35 +129,25 @@ class _Job(Generic[T]):
         self.done = done
 
 
-class LockWait:
+class LockWait(WaitLimit):
     """The writer's wait for SQLite's write lock: its bound, and since when a BEGIN waits.
 
     ``since`` is set on the database thread while a ``BEGIN`` runs and read on
     the event loop, which says so when the wait grows long (one attribute,
-    written and read whole). ``until`` (monotonic), once the store limits its
-    waits (``limit``), ends every wait by then, a wait already under way too.
+    written and read whole). Once the store limits its waits (``limit``), every
+    wait ends by then, a wait already under way too.
     """
 
-    __slots__ = ("bound_s", "database", "file", "since", "until")
+    __slots__ = ("bound_s", "database", "file", "since")
 
     def __init__(self, bound_s: float, database: str, file: tuple[int, int] | None = None) -> None:
+        super().__init__()
         self.bound_s = bound_s
         self.database = database
         self.since: float | None = None
         # (device, inode) of the database file the store opened (``file_of`` once it was
         # open); None: nothing to compare (an in-memory database, a migration at open).
         self.file = file
-        self.until: float | None = None
-
-    def limit(self, until: float) -> None:
-        """End every wait by ``until`` (monotonic); an earlier limit stays."""
-        self.until = until if self.until is None else min(self.until, until)
-
-    def left_s(self, bound_s: float) -> float:
-        """What a wait beginning now may last: ``bound_s``, or less under a limit."""
-        if self.until is None:
-            return bound_s
-        return max(0.0, min(bound_s, self.until - time.monotonic()))
 
 
 def file_of(database: str) -> tuple[int, int] | None:
