@@ -57,18 +57,20 @@ delivery = typer.Typer(
 def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
     """One row per intent, newest first; the intent id is never cut.
 
-    On a narrow terminal the next attempt time, what it is for and the attempts are
-    left out, in that order, before the last error (``--json`` has them all). A
+    On a narrow terminal the next attempt time, what it is for, the attempts and
+    then the channel are left out, in that order, before the last error is
+    squeezed below a readable width (``--json`` has them all): at 80 columns an
+    id and a status leave room for an error or a long channel, not both. A
     delivered intent shows no error: one it has is an earlier attempt's.
     """
     columns = (
         Column("intent", whole=True),
         Column("for", cap=34, drop=2),
-        Column("channel", cap=24),
+        Column("channel", cap=24, drop=4),
         Column("status", cap=13),
         Column("attempts", cap=8, drop=3),
         Column("next", cap=8, drop=1),
-        Column("last error", flexible=True, wrap=True, drop=4, least=READABLE),
+        Column("last error", flexible=True, wrap=True, drop=5, least=READABLE),
     )
     rows = [
         (

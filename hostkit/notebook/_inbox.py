@@ -6,6 +6,8 @@ a click (which may arrive on a comm thread) only schedules work there, and
 ``watch()`` refreshes in a task that stops by itself, so the kernel's loop
 (the Host's) is never blocked and never kept busy forever. A requeue asks
 for a reason first; an empty one is refused in the row and nothing is sent.
+A dead letter accepted without its text is not offered a requeue (the
+inbox refuses it: it would only dead-letter again); its row says why.
 Platform event keys and failure messages come from outside: every cell is
 escaped, for HTML and, in the text/plain view, for a terminal (control and
 bidi characters shown as escapes, as the CLI shows them).
@@ -31,12 +33,13 @@ from hostkit.notebook._loop_work import LoopWork
 from hostkit.notebook._theme import ERROR, MUTED
 from hostkit.types import ChannelCounts, InboundRecord, PrincipalScope, is_seconds
 
-__all__ = ["REASON_REQUIRED", "REQUEUE", "InboxMonitor"]
+__all__ = ["NOT_REQUEUEABLE", "REASON_REQUIRED", "REQUEUE", "InboxMonitor"]
 
 REQUEUE = "Requeue"
 CONFIRM = "Requeue with this reason"
 CANCEL = "Cancel"
 REASON_REQUIRED = "a reason is required: it is recorded in the audit"
+NOT_REQUEUEABLE = "cannot be requeued: accepted without its text"
 # Deadline of one read or one requeue; bounds of an automatic refresh loop.
 TIMEOUT_S = 10.0
 MIN_EVERY_S = 0.2
@@ -75,14 +78,18 @@ def _error_text(exc: BaseException) -> str:
 
 
 class _DeadLetter:
-    """One dead letter: what failed, a Requeue button, then a reason field and its confirm."""
+    """One dead letter: what failed, a Requeue button, then a reason field and its confirm.
+
+    The button is disabled without an operator scope (``answerable``), and,
+    with the reason as its tooltip, for a record accepted without its text.
+    """
 
     def __init__(self, record: InboundRecord, answerable: bool) -> None:
         self.record = record
+        self.answerable = answerable
         self.said = ""
         self.description = widgets.HTML(self._html())
         self.requeue = widgets.Button(description=REQUEUE, layout=button_layout())
-        self.requeue.disabled = not answerable
         self.reason = widgets.Text(placeholder="why (recorded in the audit)")
         self.confirm = widgets.Button(
             description=CONFIRM, button_style="warning", layout=button_layout()
@@ -92,6 +99,7 @@ class _DeadLetter:
             [self.reason, self.confirm, self.cancel],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center", display="none"),
         )
+        self.offer()
         self.message = widgets.HTML("")
         self.widget = widgets.VBox(
             [
@@ -112,7 +120,24 @@ class _DeadLetter:
             f"{'' if r.attempt == 1 else 's'}, requeued {r.requeues} time"
             f"{'' if r.requeues == 1 else 's'}</span></div>"
             f"<div style='color:{ERROR}'>{esc(_failure(r))}</div>"
+            + (
+                f"<div style='color:{MUTED}'><i>{NOT_REQUEUEABLE}</i></div>"
+                if r.unprocessable
+                else ""
+            )
         )
+
+    @property
+    def requeueable(self) -> bool:
+        """A requeue can be asked for: an operator's scope, and a text a turn could answer."""
+        return self.answerable and not self.record.unprocessable
+
+    def offer(self) -> None:
+        """The Requeue button as the record now allows (a refresh may change the record)."""
+        self.requeue.disabled = not self.requeueable
+        self.requeue.tooltip = NOT_REQUEUEABLE if self.record.unprocessable else ""
+        if self.record.unprocessable:
+            self.close_form()
 
     @property
     def asking(self) -> bool:
@@ -120,6 +145,9 @@ class _DeadLetter:
         return bool(self.form.layout.display != "none")
 
     def ask(self) -> None:
+        if self.record.unprocessable:  # a click that reaches the disabled button anyway
+            self.tell(NOT_REQUEUEABLE, error=True)
+            return
         self.form.layout.display = "flex"
         self.tell("")
 
@@ -143,8 +171,9 @@ class _DeadLetter:
             self.message.value = f"<i>{esc(text)}</i>"
 
     def set_busy(self, busy: bool) -> None:
-        for button in (self.requeue, self.confirm, self.cancel):
+        for button in (self.confirm, self.cancel):
             button.disabled = busy
+        self.requeue.disabled = busy or not self.requeueable
         self.reason.disabled = busy
 
     def text(self) -> str:
@@ -154,6 +183,8 @@ class _DeadLetter:
             f"  event {one_line(r.platform_event_key, _EVENT_CHARS)}"
             f"  attempts {r.attempt}  requeues {r.requeues}  {_failure(r)}"
         )
+        if r.unprocessable:
+            line += f"  ({NOT_REQUEUEABLE})"
         return line + (f"  [{one_line(self.said, _SAID_CHARS)}]" if self.said else "")
 
 
@@ -277,6 +308,7 @@ class InboxMonitor(_Inspector):
     def _updated(self, line: _DeadLetter, record: InboundRecord) -> _DeadLetter:
         line.record = record
         line.description.value = line._html()
+        line.offer()
         return line
 
     # -- requeue -----------------------------------------------------------------------
@@ -284,6 +316,9 @@ class InboxMonitor(_Inspector):
     def _confirmed(self, line: _DeadLetter) -> Callable[[Any], None]:
         def confirmed(_: Any) -> None:
             if line.confirm.disabled or self.scope is None:
+                return
+            if line.record.unprocessable:  # a click that reaches it anyway: no round trip
+                line.tell(NOT_REQUEUEABLE, error=True)
                 return
             reason = line.reason.value.strip()
             if not reason:

@@ -21,12 +21,12 @@ from hostkit.types import DeliveryIntent, InboundRecord
 ERROR = "connection_refused: ConnectError: the platform could not be reached"
 
 
-def intent(n: int, status: str, error: str | None) -> DeliveryIntent:
+def intent(n: int, status: str, error: str | None, *, channel: str = "hooks") -> DeliveryIntent:
     return DeliveryIntent(
         intent_id=f"out_01a2419b0000000000000000000{n}",
         turn_id=f"turn_01a2419b000000000000000000{n}",
         session_id="ses_1",
-        route={"channel": "hooks"},
+        route={"channel": channel},
         payload={"text": "the answer"},
         status=status,  # type: ignore[arg-type]
         attempts=4,
@@ -136,3 +136,27 @@ def test_the_dead_letters_keep_a_short_channel_at_80_columns() -> None:
     Console(file=out, width=80, color_system=None).print(table)
     assert "demo.chat" in out.getvalue()
     assert [column.header for column in table.columns][:2] == ["inbound", "channel"]
+
+
+def test_a_delivery_error_keeps_a_readable_width_at_80_columns_beside_a_long_channel() -> None:
+    """`hostkit delivery list` at COLUMNS=80: the optional columns, then the channel,
+    make room before the last error would wrap every few characters."""
+    table = intents_table([intent(1, "dead_lettered", ERROR, channel="telegram.support")], width=80)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(table)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "out_01a2419b00000000000000000001" in text
+    (error,) = [column for column in table.columns if column.header == "last error"]
+    assert error.width is not None
+    assert error.width >= READABLE, text
+    assert "connection_refused:" in text.split(), text  # never folded inside a word
+
+
+def test_a_delivery_list_keeps_a_short_channel_at_80_columns() -> None:
+    """The channel is given up only when the error needs its room."""
+    table = intents_table([intent(1, "pending", ERROR)], width=80)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(table)
+    assert "hooks" in out.getvalue()
+    assert "channel" in [column.header for column in table.columns]

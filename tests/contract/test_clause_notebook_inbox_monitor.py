@@ -3,7 +3,8 @@
 Counts by state per channel instance and the dead letters (failure code
 and message, attempts, requeues) are drawn from a real SQLite inbox; a
 Requeue click opens a reason field, an empty reason is refused in the row
-and sends nothing, a reason requeues as the Host's operator scope and is
+and sends nothing, a dead letter accepted without its text is offered no
+requeue (the row says why), a reason requeues as the Host's operator scope and is
 audited; refreshes run on the loop under a deadline and stop by
 themselves. Headless (ipywidgets' dummy comm); the Host is real.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,15 @@ from hostkit.host import Host
 from hostkit.inbox import ChannelInbox, RetryPolicy
 from hostkit.inspect import inbox_view
 from hostkit.notebook import InboxMonitor
-from hostkit.notebook._inbox import REASON_REQUIRED
+from hostkit.notebook._inbox import NOT_REQUEUEABLE, REASON_REQUIRED
 from hostkit.testing import Reply, ScriptedModel, capabilities
-from hostkit.types import InboundEnvelope, InboundFailure, InboundResult, PrincipalScope
+from hostkit.types import (
+    UNPROCESSABLE,
+    InboundEnvelope,
+    InboundFailure,
+    InboundResult,
+    PrincipalScope,
+)
 from tests.hosts import config as host_config
 from tests.hosts import open_host
 
@@ -217,6 +224,44 @@ async def test_a_failed_requeue_shows_why_in_the_row_and_can_be_tried_again(
     assert line.said.startswith("error: ")
     assert not line.confirm.disabled  # the row outlives the failure
     assert len(await requeue_audits(made.host)) == 1
+
+
+async def test_a_dead_letter_accepted_without_its_text_is_offered_no_requeue(
+    made: Inbox,
+) -> None:
+    """The inbox refuses to requeue it (it would dead-letter again at once): its button
+    is disabled with the reason as its tooltip, the row says why, and the other dead
+    letters keep theirs."""
+    textless = replace(envelope("demo.chat", "evt-long"), kind=UNPROCESSABLE, payload="")
+    inbound_id = (await made.inbox.accept(textless)).inbound_id
+    claimed = {c.inbound_id: c for c in await made.inbox.claim_batch(4)}
+    too_long = InboundFailure("permanent", UNPROCESSABLE, "the event's text is too long")
+    await made.inbox.fail(claimed.pop(inbound_id), too_long)
+    for other in claimed.values():
+        await made.inbox.release(other)
+    monitor = await InboxMonitor.load(made.inbox, scope=made.scope)
+    line = monitor.lines[inbound_id]
+    assert line.requeue.disabled
+    assert line.requeue.tooltip == NOT_REQUEUEABLE
+    assert NOT_REQUEUEABLE in line.description.value
+    assert NOT_REQUEUEABLE in line.text()
+    for other in (made.dead, made.poison):
+        assert not monitor.lines[other].requeue.disabled
+        assert not monitor.lines[other].requeue.tooltip
+        assert NOT_REQUEUEABLE not in monitor.lines[other].text()
+    # A click that reaches it anyway opens no reason field and sends nothing.
+    line.requeue.click()
+    assert not line.asking
+    line.reason.value = REASON
+    line.confirm.click()
+    await monitor.join()
+    assert line.said == NOT_REQUEUEABLE
+    record = await made.inbox.record(inbound_id)
+    assert record is not None
+    assert (record.state, record.requeues) == ("dead_lettered", 0)
+    assert await requeue_audits(made.host) == []
+    await monitor.refresh()
+    assert monitor.lines[inbound_id].requeue.disabled
 
 
 async def test_without_an_operator_scope_the_buttons_are_disabled(made: Inbox) -> None:
