@@ -93,7 +93,7 @@ from hostkit.store._terminal_runs import (
     TerminalRunStore,
     TerminalStreamStats,
 )
-from hostkit.store._turn_rows import FAILED_NOTICE, LOST_NOTICE, epoch_of
+from hostkit.store._turn_rows import FAILED_NOTICE, INDETERMINATE_NOTICE, LOST_NOTICE, epoch_of
 from hostkit.store._turn_values import (
     MAX_LEASE_TTL_S,
     Admitted,
@@ -115,6 +115,7 @@ __all__ = [
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
     "FAILED_NOTICE",
+    "INDETERMINATE_NOTICE",
     "LOST_NOTICE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_CLAIM_BATCH",

@@ -57,6 +57,7 @@ from hostkit.types import (
 
 __all__ = [
     "FAILED_NOTICE",
+    "INDETERMINATE_NOTICE",
     "LOST_NOTICE",
     "RUNNING_COLUMNS",
     "Gone",
@@ -99,6 +100,14 @@ _LOST_ERRORS: dict[Gone, str] = {
 LOST_NOTICE = (
     "I was stopped before I could answer your last message (the service stopped or "
     "restarted), so it got no answer. Please send it again."
+)
+# What it is told instead when the turn was cut off while one of its calls ran
+# (``indeterminate``): that call may have acted, and sending the message again could
+# make it act twice.
+INDETERMINATE_NOTICE = (
+    "I was stopped while I was acting on your last message (the service stopped or "
+    "restarted): part of it may have been done, and it will not be repeated. Please "
+    "check before you send it again."
 )
 # What a routed conversation is told when its turn ended ``failed`` (the model service
 # failed, a limit was reached): the message was taken and will not be answered. The
@@ -253,15 +262,17 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     """The payloads a routed terminal turn sends: its answer, then its approval prompt.
 
     A ``lost`` turn (its process died) and a turn the Host or its caller cut
-    off (``cancelled``/``indeterminate`` with ``cancelled_by`` not the user:
-    a shutdown's drain, a deadline) send the notice that the message went
-    unanswered; a person's own cancel sends nothing. A ``failed`` turn sends
-    the notice that it could not answer (``FAILED_NOTICE``), never its error.
+    off (``cancelled`` with ``cancelled_by`` not the user: a shutdown's drain,
+    a deadline) send the notice that the message went unanswered; one cut off
+    while a call ran (``indeterminate``) says that part of it may have been
+    done (``INDETERMINATE_NOTICE``), not to send it again unchecked. A
+    person's own cancel sends nothing. A ``failed`` turn sends the notice that
+    it could not answer (``FAILED_NOTICE``), never its error.
     """
-    if result.outcome == "lost" or (
-        result.outcome in ("cancelled", "indeterminate")
-        and result.cancelled_by in ("host", "caller")
-    ):
+    cut_off = result.cancelled_by in ("host", "caller")
+    if result.outcome == "indeterminate" and cut_off:
+        return [{"text": INDETERMINATE_NOTICE}]
+    if result.outcome == "lost" or (result.outcome == "cancelled" and cut_off):
         return [{"text": LOST_NOTICE}]
     if result.outcome == "failed":
         return [{"text": FAILED_NOTICE}]

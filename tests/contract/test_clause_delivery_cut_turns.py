@@ -18,10 +18,11 @@ import anyio
 import pytest
 
 from hostkit.adapters.scripted import ScriptedModel
+from hostkit.effects import ToolContext, tool
 from hostkit.freeze import thaw
 from hostkit.host import ConfiguredChannels, Host
-from hostkit.store import LOST_NOTICE
-from hostkit.testing import Reply, capabilities
+from hostkit.store import INDETERMINATE_NOTICE, LOST_NOTICE
+from hostkit.testing import CallTools, Reply, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, TurnResult, new_id
 from tests.contract._delivery_hosts import ENV, channel_tables, host_config
 from tests.hosts import turn_rows
@@ -101,3 +102,37 @@ async def test_a_routed_turn_the_user_cancelled_sends_nothing(tmp_path: Path) ->
     assert (results[0].outcome, results[0].cancelled_by) == ("cancelled", "user")
     assert results[0].deliveries == ()
     assert intents == ()
+
+
+async def test_a_routed_turn_cut_off_while_its_call_ran_says_it_may_have_acted(
+    tmp_path: Path,
+) -> None:
+    """A drain that cuts a turn off in the middle of a tool call ends it ``indeterminate``:
+    the call may have acted, so the person is not invited to send the message again
+    unchecked (that could make it act twice)."""
+    running = anyio.Event()
+
+    @tool("work.slow")
+    async def slow(ctx: ToolContext) -> str:
+        """Acts, then takes its time."""
+        running.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    config = host_config(tmp_path, channel_tables(slack="http://127.0.0.1:9/api"))
+    model = ScriptedModel([CallTools(("work_slow", {})), Reply("never")])
+    caps = dataclasses.replace(
+        capabilities(model, tools=[slow]), channels=ConfiguredChannels(config, ENV)
+    )
+    async with Host.open(config, capabilities=caps) as host:
+        async with anyio.create_task_group() as group:
+            group.start_soon(host.turns.run, routed("c3"))
+            with anyio.fail_after(30):
+                await running.wait()
+            group.cancel_scope.cancel()  # the inbox worker's end of grace
+        intents = await host.store.delivery.intents()
+        ((_, status),) = await turn_rows(host)
+    assert status == "indeterminate"
+    assert [thaw(intent.payload) for intent in intents] == [{"text": INDETERMINATE_NOTICE}]
+    assert "Please send it again" not in INDETERMINATE_NOTICE
+    assert "check before you send it again" in INDETERMINATE_NOTICE
