@@ -11,6 +11,7 @@ file, their literal values too.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from hostkit.cores._manifest import CoreManifest
@@ -76,22 +77,28 @@ def redact_manifest(text: str, secrets: tuple[str, ...]) -> str:
     servers = document.get("mcp") if isinstance(document, dict) else None
     if not isinstance(servers, dict):
         return text
-    hidden: list[tuple[int, int]] = []
+    # (start, end, what is shown there instead)
+    hidden: list[tuple[int, int, str]] = []
     for name, server in servers.items():
         if not isinstance(server, dict):
             continue
         env = server.get("env")
         if isinstance(env, dict):
-            hidden.extend(spans[("mcp", name, "env", key)] for key in env)
+            hidden.extend((*spans[("mcp", name, "env", key)], REDACTED) for key in env)
         command = server.get("command")
         if isinstance(command, list):
+            # An item keeps its other words (an ``sh -c`` script stays readable), written
+            # as a YAML string again: the secret is gone, however it was spelled.
             hidden.extend(
-                spans[("mcp", name, "command", index)]
+                (
+                    *spans[("mcp", name, "command", index)],
+                    json.dumps(redact_text(word, secrets), ensure_ascii=False),
+                )
                 for index, word in enumerate(command)
                 if isinstance(word, str) and any(secret in word for secret in secrets)
             )
-    for start, end in sorted(hidden, reverse=True):
+    for start, end, shown in sorted(hidden, reverse=True):
         # A block scalar's span ends with its line break: the next key keeps its line.
         kept = "\n" if text[start:end].endswith("\n") else ""
-        text = text[:start] + REDACTED + kept + text[end:]
+        text = text[:start] + shown + kept + text[end:]
     return text

@@ -204,7 +204,7 @@ def test_the_patch_hides_a_secret_however_agent_yaml_spells_it() -> None:
     )
     for spelled in ("Hunter2", "Quartz9", "Correct", "Horse-77", "0042", "folded", "half-77"):
         assert spelled not in patch
-    assert '+    command: ["/usr/bin/pg-mcp", "--password", [redacted]]' in patch
+    assert '+    command: ["/usr/bin/pg-mcp", "--password", "[redacted]"]' in patch
     assert "+      DB_PASSWORD: [redacted]" in patch
     assert "DB_NOTE" in patch  # the names stay: the reviewer sees which changed
     assert "warning:" not in patch
