@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.table import Table
 
 from hostkit.cli._delivery import intents_table
 from hostkit.cli._inbox import dead_letters_table, records_table
@@ -96,6 +97,20 @@ def test_an_optional_column_nobody_filled_gives_its_room_to_the_arguments() -> N
     assert "note" in noted.getvalue()
 
 
+def assert_readable_at_80(table: Table, header: str, *, whole: str, word: str) -> None:
+    """Drawn at 80 columns: no line wider, the id ``whole`` never cut, the column ``header``
+    at least ``READABLE`` wide, and ``word`` never folded inside itself."""
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(table)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert whole in text
+    (column,) = [column for column in table.columns if column.header == header]
+    assert column.width is not None
+    assert column.width >= READABLE, text
+    assert word in text.split(), text
+
+
 def dead_inbound(channel: str) -> InboundRecord:
     return InboundRecord(
         inbound_id="inb_01a24366d45f3e9feead04625e2e",
@@ -118,15 +133,9 @@ def test_an_inbox_failure_keeps_a_readable_width_at_80_columns_beside_a_long_cha
     channel, make room before the failure would wrap every ten characters."""
     records = [dead_inbound("telegram.support")]
     for table in (records_table(records, width=80), dead_letters_table(records, width=80)):
-        out = io.StringIO()
-        Console(file=out, width=80, color_system=None).print(table)
-        text = out.getvalue()
-        assert max(len(line) for line in text.splitlines()) <= 80
-        assert "inb_01a24366d45f3e9feead04625e2e" in text
-        (failure,) = [column for column in table.columns if column.header == "failure"]
-        assert failure.width is not None
-        assert failure.width >= READABLE, text
-        assert "turn_rejected:" in text.split(), text  # never folded inside a word
+        assert_readable_at_80(
+            table, "failure", whole="inb_01a24366d45f3e9feead04625e2e", word="turn_rejected:"
+        )
 
 
 def test_the_dead_letters_keep_a_short_channel_at_80_columns() -> None:
@@ -142,15 +151,9 @@ def test_a_delivery_error_keeps_a_readable_width_at_80_columns_beside_a_long_cha
     """`hostkit delivery list` at COLUMNS=80: the optional columns, then the channel,
     make room before the last error would wrap every few characters."""
     table = intents_table([intent(1, "dead_lettered", ERROR, channel="telegram.support")], width=80)
-    out = io.StringIO()
-    Console(file=out, width=80, color_system=None).print(table)
-    text = out.getvalue()
-    assert max(len(line) for line in text.splitlines()) <= 80
-    assert "out_01a2419b00000000000000000001" in text
-    (error,) = [column for column in table.columns if column.header == "last error"]
-    assert error.width is not None
-    assert error.width >= READABLE, text
-    assert "connection_refused:" in text.split(), text  # never folded inside a word
+    assert_readable_at_80(
+        table, "last error", whole="out_01a2419b00000000000000000001", word="connection_refused:"
+    )
 
 
 def test_a_delivery_list_keeps_a_short_channel_at_80_columns() -> None:
