@@ -294,8 +294,7 @@ def status_text(status: ServeStatus, *, stale: bool = False, width: int | None =
     for daemon in status.daemons:
         if daemon.state != "running":
             line.append(f"  {daemon.name} ", style="dim")
-            troubled = daemon.state in ("backoff", "failed")
-            line.append(daemon.state, style="bold red" if troubled else "yellow")
+            line.append(daemon.state, style="bold red" if daemon.troubled else "yellow")
     rejected = status.reload is not None and status.reload.rejected
     if status.generation > 1 or rejected:
         line.append(f"  generation {status.generation}", style="bold")

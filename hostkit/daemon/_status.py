@@ -31,6 +31,11 @@ class DaemonStatus:
     since: float = 0.0
     next_restart_at: float | None = None
 
+    @property
+    def troubled(self) -> bool:
+        """Failing now: waiting to restart (``backoff``) or down for good (``failed``)."""
+        return self.state in ("backoff", "failed")
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonExit:

@@ -95,11 +95,15 @@ class ServeStatus:
     running: int
     delivered: int
     dead_letters: int
-    troubled: int
     listening: str | None
     ready: bool
     generation: int = 1
     reload: ReloadOutcome | None = None
+
+    @property
+    def troubled(self) -> int:
+        """How many daemons are in backoff or failed now."""
+        return sum(1 for daemon in self.daemons if daemon.troubled)
 
 
 class _Stoppable(Protocol):
@@ -261,14 +265,12 @@ class HostDaemon(Background):
         counts = await self.host.inbox.counts()
         outbox = await self.host.store.delivery.counts()
         daemons = self.statuses()
-        troubled = sum(1 for d in daemons if d.state in ("backoff", "failed"))
         return ServeStatus(
             daemons=daemons,
             queued=sum(c.ready for c in counts),
             running=self.worker.in_flight,
             delivered=self.delivery.delivered,
             dead_letters=sum(c.dead_lettered for c in counts) + outbox.dead_lettered,
-            troubled=troubled,
             listening=self.url,
             ready=self.ready,
             generation=self.host.generation,

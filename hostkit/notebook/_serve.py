@@ -283,7 +283,7 @@ def _status_html(status: ServeStatus, error: str) -> str:
         f"<div style='color:{MUTED}'>{esc(_where(status))}</div>",
     ]
     body = "".join(
-        _error_row(cells) if d.state in ("backoff", "failed") else row_html(*cells)
+        _error_row(cells) if d.troubled else row_html(*cells)
         for d in status.daemons
         for cells in (_daemon_cells(d),)
     )

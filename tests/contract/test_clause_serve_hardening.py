@@ -224,11 +224,11 @@ def test_the_status_line_is_one_row_of_at_most_the_terminal_width() -> None:
         running=3,
         delivered=1_200,
         dead_letters=2,
-        troubled=1,
         listening="http://127.0.0.1:8080",
         ready=True,
         generation=1,
     )
+    assert status.troubled == 1  # counted from the daemons' states
     text = cli_serve.status_text(status, width=80)
     assert text.plain == (
         "queued 12 · running 3 · delivered 1200 · dead letters 2  poll:tg backoff  3 dae…"
@@ -242,7 +242,7 @@ def test_the_status_line_is_one_row_of_at_most_the_terminal_width() -> None:
     assert styles["backoff"] == "bold red"
     # All is well, at the first generation: it fits 80 columns whole.
     healthy = cli_serve.status_text(
-        dataclasses.replace(status, dead_letters=0, troubled=0, daemons=running), width=80
+        dataclasses.replace(status, dead_letters=0, daemons=running), width=80
     )
     assert healthy.plain == (
         "queued 12 · running 3 · delivered 1200 · dead letters 0  3 daemons running"
