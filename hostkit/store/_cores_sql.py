@@ -22,6 +22,7 @@ from hostkit.types import (
     SessionPin,
     StateEntry,
     is_core_id,
+    is_revision,
     state_json,
 )
 
@@ -45,13 +46,10 @@ def _core(core_id: object) -> str:
 
 
 def _revision(revision: object) -> str:
-    """A full commit id (40 hex digits, SHA-1; 64, SHA-256), as every event records."""
-    if (
-        not isinstance(revision, str)
-        or len(revision) not in (40, 64)
-        or not all(c in "0123456789abcdef" for c in revision)
-    ):
-        raise InvalidValue("revision must be a full commit id (40 or 64 lowercase hex digits)")
+    """A full commit id, as every event records (``is_revision``)."""
+    if not is_revision(revision):
+        raise InvalidValue("revision must be a full commit id (40 lowercase hex digits)")
+    assert isinstance(revision, str)
     return revision
 
 
