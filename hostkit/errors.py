@@ -380,12 +380,22 @@ class PromotionRefused(UserError):
 
     ``gates`` holds each gate's verdict (``GateOutcome`` values); ``review``
     is the content-bound ``mcp-review:<sha256>`` token the operator must pass
-    back when the MCP declarations changed (None when no review is needed).
+    back when the MCP declarations changed, ``dependency_review`` the
+    ``deps-review:<sha256>`` one when dependencies changed (None when no
+    review is needed).
     """
 
-    def __init__(self, message: str, *, gates: tuple[object, ...] = (), review: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        gates: tuple[object, ...] = (),
+        review: str | None = None,
+        dependency_review: str | None = None,
+    ):
         self.gates = gates
         self.review = review
+        self.dependency_review = dependency_review
         super().__init__(message)
 
 

@@ -49,10 +49,10 @@ from hostkit.cli._core_render import (
 )
 from hostkit.cli._render import command_line
 from hostkit.cli._turn import Waiting
-from hostkit.cores import CoreRegistry, init_core
+from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, REVIEW_PREFIX, CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
 from hostkit.host import Host, resolve_config
-from hostkit.inspect import printable
+from hostkit.inspect import one_line, printable
 from hostkit.types import CoreEvent, GateOutcome, is_core_id
 
 __all__ = ["core", "cores_table"]
@@ -361,8 +361,12 @@ def promote(
         typer.Option(help="the mcp-review:<sha256> token `hostkit core diff` printed"),
     ] = None,
     reviewed_deps: Annotated[
-        bool, typer.Option("--reviewed-deps", help="accept changed dependencies (reviewed)")
-    ] = False,
+        str | None,
+        typer.Option(
+            "--reviewed-deps",
+            help="the deps-review:<sha256> token `hostkit core diff` printed",
+        ),
+    ] = None,
     json_: JsonOption = False,
     operator: Operator = "cli",
     config: ConfigOption = None,
@@ -370,9 +374,11 @@ def promote(
     """Run the gates on REV (default HEAD) and, if all pass, make it the live revision.
 
     Exit status 0 promoted; 1 refused (each gate is printed, and the review
-    token when the MCP declarations changed); 2 bad input.
+    tokens when the MCP declarations or the dependencies changed); 2 bad input.
     """
     chosen, why = _core_id(core_id), required_reason(reason, "say why this revision is promoted")
+    _review_option(review, "--review", REVIEW_PREFIX)
+    _review_option(reviewed_deps, "--reviewed-deps", DEPENDENCY_REVIEW_PREFIX)
 
     async def main() -> int:
         async with open_host(
@@ -389,7 +395,7 @@ def promote(
                     actor=operator,
                     reason=why,
                     review=review,
-                    accept_dependencies=reviewed_deps,
+                    reviewed_dependencies=reviewed_deps,
                 )
             except PromotionRefused as refused:
                 waiting.stop()
@@ -449,6 +455,22 @@ def rollback(
     run_command(main)
 
 
+def _review_option(value: str | None, option: str, prefix: str) -> None:
+    """A review token as `hostkit core diff` prints it, or a one-line error (exit status 2).
+
+    Anything else could never pass its gate; it is most often the next option taken
+    as this one's value (``--reviewed-deps --config FILE``).
+    """
+    if value is not None and not value.startswith(prefix):
+        shown = one_line(value, 40)
+        raise fail(
+            InvalidValue(
+                f"{option} takes the {prefix}<sha256> token `hostkit core diff` printed "
+                f"(got {shown!r})"
+            )
+        )
+
+
 def _moved(event: CoreEvent, *, json_: bool) -> None:
     if json_:
         print_json(event)
@@ -487,6 +509,7 @@ def _refused(
                 "refused": refused.message,
                 "gates": refused.gates,
                 "review": refused.review,
+                "dependency_review": refused.dependency_review,
             }
         )
         fail(refused)  # the refusal as every error's one line; the exit status is ours
@@ -507,17 +530,19 @@ def _refused(
             if failed
             else refused
         )
-    review_failed = any(
-        isinstance(gate, GateOutcome) and gate.gate == "mcp_review" and not gate.passed
-        for gate in refused.gates
-    )
-    if refused.review is not None and review_failed:
-        diff_command = command_line("core", "diff", core_id, "--target", revision, config=config)
-        console.print(
-            f"review the security diff ({diff_command}), "
-            f"then pass: {shlex.join(['--review', refused.review])}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+    failed_gates = {
+        gate.gate for gate in refused.gates if isinstance(gate, GateOutcome) and not gate.passed
+    }
+    diff_command = command_line("core", "diff", core_id, "--target", revision, config=config)
+    for gate, token, option, what in (
+        ("mcp_review", refused.review, "--review", "the security diff"),
+        ("dependencies", refused.dependency_review, "--reviewed-deps", "the dependency changes"),
+    ):
+        if token is not None and gate in failed_gates:
+            console.print(
+                f"review {what} ({diff_command}), then pass: {shlex.join([option, token])}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     return EXIT_NOT_COMPLETED

@@ -184,18 +184,20 @@ def diff_lines(diff: CoreDiff, *, config: Path | None = None) -> list[str]:
     lines.append(f"files changed: {len(diff.files)}")
     lines.extend(f"  {marks.get(f.change, '?')} {one_line(f.path, 500)}" for f in diff.files)
     if diff.dependency_changes:
-        lines.append("dependency changes (promote needs --reviewed-deps):")
+        lines.append("dependency changes (promote needs --reviewed-deps with the token below):")
         lines.extend(f"  {one_line(change, 500)}" for change in diff.dependency_changes)
     if diff.security_diff:
         lines.append("security diff (MCP declarations; values of env and secrets never shown):")
         lines.extend(f"  {line}" for line in _json_lines(diff.security_diff))
     if diff.review:
         lines.append(f"review token: {diff.review}")
-    if diff.review or diff.dependency_changes:
+    if diff.dependency_review:
+        lines.append(f"dependency review token: {diff.dependency_review}")
+    if diff.review or diff.dependency_review:
         # What this diff asks of a promotion, all of it: pasted, it passes those gates.
         reviewed = [
             *(["--review", diff.review] if diff.review else []),
-            *(["--reviewed-deps"] if diff.dependency_changes else []),
+            *(["--reviewed-deps", diff.dependency_review] if diff.dependency_review else []),
         ]
         promote = command_line(
             "core", "promote", diff.core_id, short_sha(diff.target), *reviewed, config=config

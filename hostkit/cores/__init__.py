@@ -31,9 +31,15 @@ from hostkit.cores._manifest import (
 from hostkit.cores._mirror import heal_mirror, mirror_live
 from hostkit.cores._registry import CoreRegistry
 from hostkit.cores._repository import CommitInfo, CoreRepository
+from hostkit.cores._review import (
+    DEPENDENCY_REVIEW_PREFIX,
+    REVIEW_PREFIX,
+    dependency_review_token,
+    review_token,
+)
 from hostkit.cores._revisions import CoreDiff, CoreStatus, FileChange, RevisionInfo
 from hostkit.cores._sdk import MAX_EMITS, AuthorContext, AuthorTurn, Emitter
-from hostkit.cores._security_diff import REVIEW_PREFIX, mcp_security_diff, review_token
+from hostkit.cores._security_diff import mcp_security_diff
 from hostkit.cores._slots import (
     MAX_BOOTSTRAP_CHARS,
     MAX_OUTPUT_CHARS,
@@ -48,6 +54,7 @@ from hostkit.cores._test_gate import TestSandbox
 __all__ = [
     "BUILTIN_RULES",
     "CORE_SCOPE",
+    "DEPENDENCY_REVIEW_PREFIX",
     "MANIFEST_FILE",
     "MAX_BOOTSTRAP_CHARS",
     "MAX_EMITS",
@@ -80,6 +87,7 @@ __all__ = [
     "StateScopes",
     "TestSandbox",
     "capability_problem",
+    "dependency_review_token",
     "effect_policy",
     "heal_mirror",
     "hold_package",

@@ -176,15 +176,21 @@ async def check_tests(
     return GateOutcome("tests", False, f"{note}pytest exited {run.returncode}\n{run.tail}")
 
 
-def check_dependencies(changes: tuple[str, ...], *, accept: bool, actor: str) -> GateOutcome:
-    """Changed dependencies pass only when the operator accepted them (``--reviewed-deps``)."""
+def check_dependencies(
+    changes: tuple[str, ...], *, token: str, review: str | None, actor: str
+) -> GateOutcome:
+    """Changed dependencies pass only with the exact ``deps-review:`` token of this change."""
     if not changes:
         return GateOutcome("dependencies", True, "unchanged")
     listed = "; ".join(changes)
-    if accept:
-        return GateOutcome("dependencies", True, f"flagged, accepted by {actor}: {listed}")
+    if review == token:
+        return GateOutcome("dependencies", True, f"flagged, reviewed by {actor}: {listed}")
+    why = "missing" if review is None else "stale (it reviews another change)"
     return GateOutcome(
-        "dependencies", False, f"changed, needs manual review (--reviewed-deps): {listed}"
+        "dependencies",
+        False,
+        f"changed, needs manual review: review token {why} (pass --reviewed-deps {token}); "
+        f"changed: {listed}",
     )
 
 

@@ -39,6 +39,7 @@ from hostkit.cores._loaded import MANIFEST_FILE, CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
 from hostkit.cores._mirror import mirror_live
 from hostkit.cores._repository import CoreRepository
+from hostkit.cores._review import dependency_review_token, review_token
 from hostkit.cores._revisions import (
     ChangeKind,
     CoreDiff,
@@ -46,7 +47,7 @@ from hostkit.cores._revisions import (
     FileChange,
     RevisionInfo,
 )
-from hostkit.cores._security_diff import mcp_security_diff, review_token
+from hostkit.cores._security_diff import mcp_security_diff
 from hostkit.cores._test_gate import TestSandbox
 from hostkit.errors import (
     ConfigError,
@@ -161,6 +162,11 @@ class CoreRegistry:
         security = (
             mcp_security_diff(base_manifest, target_manifest) if target_manifest is not None else {}
         )
+        dependencies = (
+            await _dependencies(repo, base_sha, base_manifest, target_sha, target_manifest)
+            if target_manifest is not None
+            else ()
+        )
         return CoreDiff(
             core_id=core_id,
             base=base_sha,
@@ -173,10 +179,11 @@ class CoreRegistry:
             ),
             security_diff=security,
             review=review_token(core_id, base_sha, target_sha, security) if security else None,
-            dependency_changes=(
-                await _dependencies(repo, base_sha, base_manifest, target_sha, target_manifest)
-                if target_manifest is not None
-                else ()
+            dependency_changes=dependencies,
+            dependency_review=(
+                dependency_review_token(core_id, base_sha, target_sha, dependencies)
+                if dependencies
+                else None
             ),
         )
 
@@ -188,16 +195,18 @@ class CoreRegistry:
         actor: str,
         reason: str | None = None,
         review: str | None = None,
-        accept_dependencies: bool = False,
+        reviewed_dependencies: str | None = None,
     ) -> CoreEvent:
         """Run the gates on ``revision``, then make it the live revision.
 
         The move is recorded in the store (a compare-and-swap on the live
         revision, with its history row), then mirrored to the core's ref and
         applied. Returns the recorded ``promote`` event. A failing gate, a
-        missing or stale review token, or another move meanwhile records a
-        ``refused`` event and raises ``PromotionRefused`` (``gates``, and
-        ``review``: the token this change needs); nothing moves.
+        missing or stale review token (``review`` for MCP declarations,
+        ``reviewed_dependencies`` for dependencies), or another move meanwhile
+        records a ``refused`` event and raises ``PromotionRefused`` (``gates``,
+        and ``review``/``dependency_review``: the tokens this change needs);
+        nothing moves.
         """
         location, repo = await self._open(core_id)
         target = await _resolve(repo, revision)
@@ -214,10 +223,17 @@ class CoreRegistry:
         gates: list[GateOutcome] = [manifest]
         security: dict[str, Any] = {}
         token: str | None = None
+        dependency_token: str | None = None
         if loaded is not None:
             live_manifest = await _manifest_at(repo, live, tolerant=True)
             changes = await _dependencies(repo, live, live_manifest, target, loaded.manifest)
-            gates.append(check_dependencies(changes, accept=accept_dependencies, actor=actor))
+            if changes:
+                dependency_token = dependency_review_token(core_id, live, target, changes)
+            gates.append(
+                check_dependencies(
+                    changes, token=dependency_token or "", review=reviewed_dependencies, actor=actor
+                )
+            )
             security = mcp_security_diff(live_manifest, loaded.manifest)
             token = review_token(core_id, live, target, security) if security else None
             gates.append(check_mcp_review(security, token=token or "", review=review))
@@ -239,7 +255,7 @@ class CoreRegistry:
             reason=reason,
             security_diff=security,
         )
-        return await self._move(location, event, review=token)
+        return await self._move(location, event, review=token, dependency_review=dependency_token)
 
     async def rollback(
         self, core_id: str, *, actor: str, reason: str, to: str | None = None
@@ -283,7 +299,7 @@ class CoreRegistry:
             at=self._clock(),
             reason=reason,
         )
-        return await self._move(location, event, review=None)
+        return await self._move(location, event)
 
     async def history(self, core_id: str, *, limit: int = 100) -> tuple[CoreEvent, ...]:
         """Recorded moves and refused promotions of ``core_id``, newest first."""
@@ -292,7 +308,12 @@ class CoreRegistry:
         return await self._store.cores.history(core_id, limit=limit)
 
     async def _move(
-        self, location: CoreLocation, event: CoreEvent, *, review: str | None
+        self,
+        location: CoreLocation,
+        event: CoreEvent,
+        *,
+        review: str | None = None,
+        dependency_review: str | None = None,
     ) -> CoreEvent:
         """Refuse (recorded) on a failed gate; else record the move, mirror the ref, notify.
 
@@ -321,6 +342,7 @@ class CoreRegistry:
             bounded(f"{event.action} of core {event.core_id!r} refused: {why}", 1_000),
             gates=refused.gates,
             review=review,
+            dependency_review=dependency_review,
         )
 
     async def _live(self, core_id: str) -> str | None:

@@ -65,7 +65,9 @@ class CoreDiff:
     (MCP env values, URL credentials) redacted. ``security_diff`` is the
     secret-safe MCP declaration diff and ``review`` the ``mcp-review:`` token
     a promotion of exactly this change must carry (None: no MCP change).
-    ``dependency_changes`` lists what promotion would flag for manual review.
+    ``dependency_changes`` lists what promotion would flag for manual review
+    and ``dependency_review`` is the ``deps-review:`` token that passes it
+    (None: no dependency change).
     """
 
     core_id: str
@@ -76,6 +78,7 @@ class CoreDiff:
     security_diff: Mapping[str, Any] = field(default_factory=FrozenMap)
     review: str | None = None
     dependency_changes: tuple[str, ...] = ()
+    dependency_review: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))

@@ -12,15 +12,13 @@ server the core's ``url_allow_private`` (the addresses it may reach). What
 they look at is recorded and shown in CLIs and widgets, so it must never
 carry a secret: env entries appear by NAME only ("set", "changed",
 "removed"), a URL only as its origin, and argv goes through the one
-redaction of ``hostkit.cores._redact`` (the patch uses it too). The review
-token binds the operator's "yes" to this exact diff between these two
-commits: a token for any other change is stale.
+redaction of ``hostkit.cores._redact`` (the patch uses it too). Its review
+token (``hostkit.cores._review``) binds the operator's "yes" to this exact
+diff between these two commits.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,9 +26,8 @@ from hostkit.cores._manifest import CoreManifest, effect_policy
 from hostkit.cores._redact import manifest_secrets, origin, safe_argv
 from hostkit.effects import EffectPolicy, McpServerConfig, PolicyDecision
 
-__all__ = ["REVIEW_PREFIX", "mcp_security_diff", "review_token"]
+__all__ = ["mcp_security_diff"]
 
-REVIEW_PREFIX = "mcp-review:"
 _CONNECT = "mcp.connect:"
 _FIELDS = ("command", "url", "env", "network", "connect_timeout_seconds", "call_timeout_seconds")
 # View keys that come from the core's policy, sandbox, workspace or URL policy rather
@@ -77,13 +74,6 @@ def mcp_security_diff(live: CoreManifest | None, candidate: CoreManifest) -> dic
         servers[name] = entry
     # A grant for a server neither side declares is refused by the schema.
     return {"servers": servers} if servers else {}
-
-
-def review_token(core_id: str, live: str | None, candidate: str, diff: Mapping[str, Any]) -> str:
-    """``mcp-review:<sha256>`` over canonical JSON of {core_id, from, to, diff}."""
-    payload = {"core_id": core_id, "from": live, "to": candidate, "diff": _plain(diff)}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return REVIEW_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
 def _view(
@@ -169,12 +159,3 @@ def _env_changes(old: McpServerConfig | None, new: McpServerConfig | None) -> di
         elif before[name] != after[name]:
             changes[name] = "changed"
     return changes
-
-
-def _plain(value: Any) -> Any:
-    """Frozen maps/tuples back to JSON data, so a recorded diff hashes like a fresh one."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value

@@ -55,7 +55,7 @@ def test_diff_shows_files_dependencies_the_security_diff_and_the_token(tmp_path:
         "  A agent/notes.py",
         "  A requirements.txt",
     }
-    assert "dependency changes (promote needs --reviewed-deps):" in lines
+    assert "dependency changes (promote needs --reviewed-deps with the token below):" in lines
     assert any("humanize" in line for line in lines)
     assert "security diff (MCP declarations; values of env and secrets never shown):" in lines
     assert '"DOCS_TOKEN"' in out
@@ -84,7 +84,10 @@ def test_diff_shows_files_dependencies_the_security_diff_and_the_token(tmp_path:
     # change needs, and it asks for the dependency review the change also needs.
     assert printed[:3] == ["hostkit", "core", "promote"]
     assert printed[printed.index("--review") + 1] == token
-    assert "--reviewed-deps" in printed
+    deps_line = next(line for line in lines if line.startswith("dependency review token: "))
+    deps_token = deps_line.removeprefix("dependency review token: ")
+    assert printed[printed.index("--reviewed-deps") + 1] == deps_token
+    assert shown["dependency_review"] == deps_token
     code, out, err = invoke(*printed[1:], project=tmp_path)
     assert code == 0, err
     assert live(core) == second

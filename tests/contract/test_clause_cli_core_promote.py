@@ -13,6 +13,7 @@ repository's ref itself (dulwich) and the --json values.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from tests.contract._cli_cores import CORE, commit, head, invoke, live, make_project, manifest
@@ -55,10 +56,38 @@ def test_promote_prints_each_gate_and_refuses_changed_dependencies_until_reviewe
     assert "humanize" not in err
     # The core's own tests never ran for a candidate refused anyway, and it says so.
     assert "skipped tests: the core's own tests run once the other gates pass" in out
-    assert err.count("\n") == 1  # no review token: the MCP declarations did not change
+    # One line to paste back: the dependency review token, after a look at the diff.
+    assert err.count("\n") == 2
+    pasted = err.splitlines()[1]
+    assert pasted.startswith(f"review the dependency changes (hostkit core diff {CORE} ")
+    reviewed = shlex.split(pasted.split("then pass: ", 1)[1])
+    assert reviewed[0] == "--reviewed-deps"
+    assert reviewed[1].startswith("deps-review:")
+    assert "--review " not in err  # the MCP declarations did not change
     assert live(core) == first
+    # The flag alone is no review: it takes the token of this change, and says so when it
+    # is given something else (most often the next option, taken as its value).
     code, out, err = invoke(
         "core", "promote", CORE, "--reason", "deps", "--reviewed-deps", project=tmp_path
+    )
+    assert code == 2
+    assert err.startswith(
+        "error: --reviewed-deps takes the deps-review:<sha256> token `hostkit core diff` "
+        "printed (got '--config')"
+    )
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "deps", "--reviewed-deps", "yes", project=tmp_path
+    )
+    assert (code, out) == (2, "")
+    assert "(got 'yes')" in err
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "deps", "--review", reviewed[1], project=tmp_path
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --review takes the mcp-review:<sha256> token")
+    assert live(core) == first
+    code, out, err = invoke(
+        "core", "promote", CORE, "--reason", "deps", *reviewed, project=tmp_path
     )
     assert code == 0, err
     assert "passed  dependencies" in out
@@ -108,7 +137,8 @@ def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: 
     assert code == 1
     assert "FAILED  dependencies" in out
     assert "passed  mcp_review" in out
-    assert "then pass: --review" not in err, err
+    assert "then pass: --review " not in err, err
+    deps_token = err.split("then pass: --reviewed-deps ", 1)[1].split()[0]
 
     stale = "mcp-review:" + "0" * 64
     code, out, _ = invoke(
@@ -125,6 +155,7 @@ def test_an_mcp_change_is_refused_with_the_token_and_promoted_with_it(tmp_path: 
         "--review",
         token,
         "--reviewed-deps",
+        deps_token,
         project=tmp_path,
     )
     assert code == 0, err

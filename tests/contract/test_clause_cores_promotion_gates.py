@@ -17,7 +17,7 @@ import anyio
 import psutil
 import pytest
 
-from hostkit.cores import CoreRegistry, LoadedCore
+from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, CoreRegistry, LoadedCore
 from hostkit.cores._gates import MAX_SLOT_SOURCE_BYTES
 from hostkit.errors import ConfigError, PromotionRefused
 from hostkit.store import RuntimeStore
@@ -197,18 +197,54 @@ async def test_a_dependency_change_needs_the_reviewed_flag(
     diff = await registry.diff("notes")
     assert len(diff.dependency_changes) == 1
     assert "added: requests>=2" in diff.dependency_changes[0]
+    assert diff.dependency_review is not None
+    assert diff.dependency_review.startswith(DEPENDENCY_REVIEW_PREFIX)
     refused = await _refused(registry)
     deps = {gate.gate: gate for gate in refused.gates}["dependencies"]
     assert not deps.passed
-    assert "--reviewed-deps" in deps.detail
+    assert f"--reviewed-deps {diff.dependency_review}" in deps.detail
+    assert refused.dependency_review == diff.dependency_review
     assert live_of(path) == first
-    event = await registry.promote("notes", actor="ops", accept_dependencies=True)
+    event = await registry.promote(
+        "notes", actor="ops", reviewed_dependencies=diff.dependency_review
+    )
     deps = {gate.gate: gate for gate in event.gates}["dependencies"]
     assert deps.passed
-    assert deps.detail.startswith("flagged, accepted by ops")
+    assert deps.detail.startswith("flagged, reviewed by ops")
     assert live_of(path) == changed
     history = [event.action for event in await registry.history("notes")]
     assert history == ["promote", "refused", "promote"]
+
+
+async def test_a_dependency_review_binds_the_commit_it_was_given_for(
+    tmp_path: Path, store: RuntimeStore
+) -> None:
+    """A token reviewed for one candidate does not pass another: a commit landing on HEAD
+    after the diff (another dependency) is refused until its own change is reviewed."""
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST)
+    commit(path, {"requirements.txt": "requests>=2\n"}, "add requests")
+    registry = core_registry(tmp_path, store, {"notes": path})
+    reviewed = (await registry.diff("notes")).dependency_review
+    assert reviewed is not None
+    sneaked = commit(path, {"requirements.txt": "requests>=2\nreqeusts\n"}, "and a typo")
+    with pytest.raises(PromotionRefused) as caught:
+        await registry.promote("notes", actor="ops", reviewed_dependencies=reviewed)
+    deps = {gate.gate: gate for gate in caught.value.gates}["dependencies"]
+    assert not deps.passed
+    assert "stale (it reviews another change)" in deps.detail
+    assert caught.value.dependency_review not in (None, reviewed)
+    assert live_of(path) == first
+    # A token of the same shape for nothing reviewed passes nothing either.
+    with pytest.raises(PromotionRefused):
+        await registry.promote(
+            "notes", actor="ops", reviewed_dependencies=DEPENDENCY_REVIEW_PREFIX + "0" * 64
+        )
+    assert live_of(path) == first
+    event = await registry.promote(
+        "notes", actor="ops", reviewed_dependencies=caught.value.dependency_review
+    )
+    assert event.revision == sneaked
+    assert live_of(path) == sneaked
 
 
 @pytest.mark.parametrize(
