@@ -72,6 +72,12 @@ def turn_status(conn: sqlite3.Connection, turn_id: str, session_id: str) -> str 
     return None if row is None else str(row[0])
 
 
+# The last second ``now`` formatted on SQLite, with its text: the date and time change
+# once a second, and formatting them costs more than the rest of a stamp. Replaced whole
+# (one assignment), so a thread reads either the old pair or the new one.
+_second: tuple[int, str] = (-1, "")
+
+
 def now(conn: sqlite3.Connection) -> str:
     """The database clock as ISO-8601 UTC with milliseconds.
 
@@ -79,12 +85,16 @@ def now(conn: sqlite3.Connection) -> str:
     runs the statement, so on SQLite it is read here without a statement; a
     PostgreSQL server's clock is asked for.
     """
+    global _second
     if is_postgres(conn):
         return str(conn.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0])
     moment = time.time()
     seconds = int(moment)
     millis = min(999, int((moment - seconds) * 1000))
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
+    second = _second
+    if second[0] != seconds:
+        second = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{second[1]}.{millis:03d}Z"
 
 
 def owner_predicate(scope: PrincipalScope, owner: str = "o") -> tuple[str, list[Any]]:

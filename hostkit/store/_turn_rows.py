@@ -229,7 +229,8 @@ def _commit_terminal(
     """
     payloads = _deliveries(conn, result) if route is not None else []
     intents = tuple(new_id("out") for _ in payloads)
-    result = dataclasses.replace(result, deliveries=intents)
+    if intents != result.deliveries:  # a replace runs every check of the result again
+        result = dataclasses.replace(result, deliveries=intents)
     at = now(conn)
     cursor = conn.execute(
         "UPDATE turns SET status = ?, result = ?, ended_at = ?, lease_owner = NULL, "
