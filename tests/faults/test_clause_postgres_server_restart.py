@@ -1,0 +1,155 @@
+"""Clause: the PostgreSQL server stopped abruptly under load loses no turn and runs none twice.
+
+A Host runs turns in several sessions against its own throwaway cluster (this
+test stops it, so it cannot share the suite's). Mid-load the server is stopped
+with ``pg_ctl stop -m immediate`` (a crash: every connection cut, no checkpoint),
+kept down, then started again on the same port. Turns in flight across the
+outage either complete once the server is back or end with a typed error; no
+turn hangs; every turn the caller saw completed is stored completed, with its
+four transcript messages exactly once, and none is left running; the same
+Host, never reopened, completes turns in every session after the restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import psycopg
+import pytest
+
+from hostkit.effects import ToolContext, tool
+from hostkit.errors import HostkitError
+from hostkit.host import Host, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
+from tests.postgres import PostgresCluster, PostgresUnavailable
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SESSIONS = 3
+MODEL_DELAY_S = 0.05
+BEFORE_S, DOWN_S = 3.0, 3.0
+# Each session runs until it completed this many turns begun after the restart.
+TURNS_AFTER = 3
+# Bounds for a hang, not expected durations: a turn in flight waits out the outage.
+TURN_TIMEOUT_S = 60.0
+TEST_TIMEOUT_S = 120.0
+
+
+@pytest.fixture
+def own_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresCluster]:
+    """A durable cluster of this test alone (it is stopped and started mid-test)."""
+    try:
+        cluster = PostgresCluster.start(durable=True)
+    except PostgresUnavailable as exc:
+        pytest.skip(f"PostgreSQL store tests skipped: {exc}")
+    monkeypatch.setenv("PGPASSWORD", cluster.password)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@tool("echo", description="Echo the text back.")
+async def echo(ctx: ToolContext, text: str) -> str:
+    return f"echo: {text}"
+
+
+async def decide(request: ModelRequest) -> Reply | CallTools:
+    """One tool call, then the answer; each step takes the model a moment."""
+    await anyio.sleep(MODEL_DELAY_S)
+    if request.messages[-1].role == "tool":
+        return Reply("done")
+    return CallTools(("echo", {"text": "hi"}))
+
+
+async def test_turns_survive_a_server_crash_and_restart(
+    tmp_path: Path, own_cluster: PostgresCluster
+) -> None:
+    url = await own_cluster.create_database()
+    config = parse_config(
+        {
+            "host": {"workspace": str(tmp_path), "synchronous": "FULL"},
+            "store": {"url": url},
+            "providers": {"m": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "m", "instructions": "x", "memory": False}},
+        },
+        base_dir=tmp_path,
+    )
+    model = ScriptedModel([decide], repeat_last=True)
+    outcomes: list[tuple[str, float, float, str]] = []  # session, start, end, outcome
+    window: dict[str, float] = {}
+    start = time.monotonic()
+
+    async with Host.open(config, capabilities=capabilities(model, tools=[echo])) as host:
+
+        async def session(key: str) -> None:
+            facts = ConversationFacts(channel="c", conversation_key=key, principal_key=key)
+            after_restart = 0
+            while after_restart < TURNS_AFTER:
+                began = time.monotonic() - start
+                try:
+                    with anyio.fail_after(TURN_TIMEOUT_S):
+                        result = await host.turns.run(
+                            TurnRequest(input="hi", principal=facts, request_id=new_id("req"))
+                        )
+                    outcome = result.outcome
+                except HostkitError as exc:
+                    outcome = type(exc).__name__
+                    await anyio.sleep(0.2)
+                outcomes.append((key, began, time.monotonic() - start, outcome))
+                if "up" in window and began > window["up"] and outcome == "completed":
+                    after_restart += 1
+
+        async def crash() -> None:
+            await anyio.sleep(BEFORE_S)
+            window["down"] = time.monotonic() - start
+            await anyio.to_thread.run_sync(
+                lambda: own_cluster._run(own_cluster._stop_args(), timeout_s=40.0)
+            )
+            await anyio.sleep(DOWN_S)
+            await anyio.to_thread.run_sync(lambda: own_cluster._pg_ctl_start(30.0, last=True))
+            window["up"] = time.monotonic() - start
+
+        with anyio.fail_after(TEST_TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                for index in range(SESSIONS):
+                    tg.start_soon(session, f"s{index}")
+                tg.start_soon(crash)
+
+    # Every outcome is a completed turn or a typed error, and some turn was in flight
+    # across the outage.
+    kinds = Counter(outcome for *_, outcome in outcomes)
+    assert set(kinds) <= {"completed", "TurnInfrastructureError", "StoreError", "TurnRejected"}
+    assert any(began < window["down"] < end for _, began, end, _ in outcomes)
+    # The same Host serves every session again once the server is back.
+    for index in range(SESSIONS):
+        after = [o for key, began, _, o in outcomes if key == f"s{index}" and began > window["up"]]
+        assert after.count("completed") >= TURNS_AFTER, (index, after)
+
+    completed = Counter(key for key, *_, outcome in outcomes if outcome == "completed")
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        statuses = dict(
+            await (
+                await conn.execute("SELECT status, count(*) FROM turns GROUP BY status")
+            ).fetchall()
+        )
+        per_session = dict(
+            await (
+                await conn.execute(
+                    "SELECT b.conversation_key, count(*) FROM messages m "
+                    "JOIN conversation_bindings b ON b.session_id = m.session_id "
+                    "GROUP BY b.conversation_key"
+                )
+            ).fetchall()
+        )
+    # No turn left running; what the callers saw completed is what is stored completed.
+    assert "running" not in statuses, statuses
+    assert statuses.get("completed", 0) == sum(completed.values())
+    # Each completed turn's four transcript messages (input, call, result, answer), once.
+    for key, count in completed.items():
+        assert per_session.get(key, 0) == 4 * count, (key, per_session, completed)
