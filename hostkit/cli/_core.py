@@ -500,7 +500,10 @@ def _refused(
     promotion: bool,
     config: Path | None = None,
 ) -> int:
-    """Each gate on stdout, the refusal on stderr (one line) and the token to pass back."""
+    """Each gate on stdout, the refusal on stderr (one line) and the tokens to pass back."""
+    failed = [
+        gate.gate for gate in refused.gates if isinstance(gate, GateOutcome) and not gate.passed
+    ]
     if json_:
         print_json(
             {
@@ -519,9 +522,6 @@ def _refused(
         if promotion and "tests" not in ran:
             lines.append("skipped tests: the core's own tests run once the other gates pass")
         print_lines(Console(), lines)
-        failed = [
-            gate.gate for gate in refused.gates if isinstance(gate, GateOutcome) and not gate.passed
-        ]
         # The gates' details are printed just above: the error line names them only.
         action = "promote" if promotion else "rollback"
         gates = f"the {' and '.join(failed)} gate{'s' if len(failed) > 1 else ''} failed"
@@ -530,15 +530,12 @@ def _refused(
             if failed
             else refused
         )
-    failed_gates = {
-        gate.gate for gate in refused.gates if isinstance(gate, GateOutcome) and not gate.passed
-    }
     diff_command = command_line("core", "diff", core_id, "--target", revision, config=config)
     for gate, token, option, what in (
         ("mcp_review", refused.review, "--review", "the security diff"),
         ("dependencies", refused.dependency_review, "--reviewed-deps", "the dependency changes"),
     ):
-        if token is not None and gate in failed_gates:
+        if token is not None and gate in failed:
             console.print(
                 f"review {what} ({diff_command}), then pass: {shlex.join([option, token])}",
                 highlight=False,
