@@ -235,6 +235,14 @@ class PostgresCluster:
                     self._watchdog.kill()
                     self._watchdog.wait(timeout=10.0)
 
+    def crash(self) -> None:
+        """Stop the server as a crash would (every connection cut, no checkpoint); blocking."""
+        self._run(self._stop_args(), timeout_s=40.0)
+
+    def restart(self) -> None:
+        """Start the server again on its port after ``crash``; blocking."""
+        self._pg_ctl_start(30.0, last=True)
+
     def _stop_args(self) -> list[str]:
         return ["pg_ctl", "-D", str(self.data), "stop", "-m", "immediate", "-w", "-t", "30"]
 

@@ -50,22 +50,58 @@ __all__ = [
     "session_lease",
 ]
 
-_LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s"
+_LEASE_COLUMNS = "session_id, token, owner, turn_id, expires_at, ttl_s, heartbeat_at"
 
 
-def holder_gone(owner: str | None, expires_at: float | None, now_epoch: float) -> Gone | None:
-    """Why a lease holder no longer counts, or None while it does.
+def holder_gone(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -> Gone | float:
+    """Why the holder of ``held`` (a lease row) no longer counts, or until when it does.
 
-    The rule every adapter applies: a lease ends at its expiry (a live holder
-    keeps it only by heartbeating), or at once when its owner is provably
-    dead on this machine. ``owner_is_dead`` reads ``/proc``: this runs on the
-    database thread, never on the event loop.
+    The rule every adapter applies. A holder whose owner is provably dead on
+    this machine loses its lease at once. Past its expiry, a lease ends only
+    a ttl after its lapse was first *noticed*: the expiry alone cannot tell a
+    silent holder from one that could not renew because the database was
+    unreachable (a restart, a failover, a frozen server), and the first Host
+    to reach the database again would take over every live turn. So the first
+    look past the expiry records the notice (in the caller's write
+    transaction), and the holder has a ttl of reachable database to renew; a
+    renewal moves the expiry, which voids the notice. A holder that is gone
+    (stopped, paused, cut off from the database alone) loses its lease a ttl
+    after the notice.
+
+    A turn older than the lease table (no lease row names it, or its row was
+    migrated and never heartbeat) ends at its expiry. ``owner_is_dead`` reads
+    ``/proc``: this runs on the database thread, never on the event loop.
     """
-    if expires_at is None or expires_at <= now_epoch:
-        return "lease_expired"
-    if owner_is_dead(owner):
+    expires_at = held["expires_at"]
+    if expires_at is not None and expires_at > now_epoch:
+        return "owner_dead" if owner_is_dead(held["owner"]) else float(expires_at)
+    if owner_is_dead(held["owner"]):
         return "owner_dead"
-    return None
+    if expires_at is None or held["heartbeat_at"] is None:
+        return "lease_expired"
+    noticed = _lapse_noticed(conn, held, now_epoch)
+    if noticed + held["ttl_s"] <= now_epoch:
+        return "lease_expired"
+    return float(noticed + held["ttl_s"])
+
+
+def _lapse_noticed(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float) -> float:
+    """When the lapse of ``held``'s current expiry was first noticed: now (recorded) if never."""
+    key = [held["session_id"], held["token"]]
+    row = one_row(
+        conn,
+        "SELECT lapse_noticed_at FROM session_leases "
+        "WHERE session_id = ? AND token = ? AND lapsed_expiry = expires_at",
+        key,
+    )
+    if row is not None:
+        return float(row["lapse_noticed_at"])
+    conn.execute(
+        "UPDATE session_leases SET lapse_noticed_at = ?, lapsed_expiry = expires_at "
+        "WHERE session_id = ? AND token = ?",
+        [now_epoch, *key],
+    )
+    return now_epoch
 
 
 def _resolve_session(
@@ -131,9 +167,9 @@ def admit(
     )
     recovered: tuple[RecoveredTurn, ...] = ()
     if held is not None and held["owner"] is not None:
-        gone = holder_gone(held["owner"], held["expires_at"], now_epoch)
-        if gone is None:
-            return SessionBusy(session_id, held["turn_id"], held["expires_at"])
+        gone = holder_gone(conn, held, now_epoch)
+        if not isinstance(gone, str):
+            return SessionBusy(session_id, held["turn_id"], gone)
         orphan = one_row(
             conn,
             f"SELECT {RUNNING_COLUMNS} FROM turns t WHERE t.turn_id = ? AND t.status = 'running'",
@@ -236,9 +272,9 @@ def repeat_of(
     holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [existing.turn_id])
     if holder is None:
         return existing
-    gone = holder_gone(holder["owner"], holder["expires_at"], now_epoch)
-    if gone is None:
-        return dataclasses.replace(existing, holder_expires_at=holder["expires_at"])
+    gone = holder_gone(conn, holder, now_epoch)
+    if not isinstance(gone, str):
+        return dataclasses.replace(existing, holder_expires_at=gone)
     end_orphan(conn, holder, gone)
     return find_turn(conn, principal_id, request_id) or existing
 
@@ -339,7 +375,8 @@ def recover(
 # turn's own admission columns.
 _RUNNING_HOLDERS = (
     f"SELECT {RUNNING_COLUMNS}, COALESCE(l.owner, t.lease_owner) AS owner, "
-    "CASE WHEN l.turn_id IS NULL THEN t.lease_expires_at ELSE l.expires_at END AS expires_at "
+    "CASE WHEN l.turn_id IS NULL THEN t.lease_expires_at ELSE l.expires_at END AS expires_at, "
+    "l.token, l.ttl_s, l.heartbeat_at "
     "FROM turns t LEFT JOIN session_leases l "
     "ON l.session_id = t.session_id AND l.turn_id = t.turn_id "
     "WHERE t.status = 'running'{turn} ORDER BY t.id"
@@ -350,7 +387,7 @@ def _end_gone(conn: sqlite3.Connection, now_epoch: float) -> tuple[RecoveredTurn
     """End the running turns whose holder is gone (the lease rule)."""
     recovered: list[RecoveredTurn] = []
     for row in all_rows(conn, _RUNNING_HOLDERS.format(turn=""), []):
-        gone = holder_gone(row["owner"], row["expires_at"], now_epoch)
-        if gone is not None:
+        gone = holder_gone(conn, row, now_epoch)
+        if isinstance(gone, str):
             recovered.append(end_orphan(conn, row, gone))
     return tuple(recovered)

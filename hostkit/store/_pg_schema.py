@@ -445,11 +445,21 @@ _V5_DELIVERY_CLAIM_OWNERS = Migration(
     ("ALTER TABLE outbox ADD COLUMN claim_owner TEXT",),
 )
 
+_V6_LEASE_LAPSE_NOTICES = Migration(
+    6,
+    "session leases: when another Host first found one past its expiry",
+    (
+        "ALTER TABLE session_leases ADD COLUMN lapse_noticed_at DOUBLE PRECISION",
+        "ALTER TABLE session_leases ADD COLUMN lapsed_expiry DOUBLE PRECISION",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
     _V3_TERMINAL_RUN_LEASES,
     _V4_COMMAND_REPLIES,
     _V5_DELIVERY_CLAIM_OWNERS,
+    _V6_LEASE_LAPSE_NOTICES,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -769,6 +769,21 @@ _V18_DELIVERY_CLAIM_OWNERS = Migration(
     ),
 )
 
+_V19_LEASE_LAPSE_NOTICES = Migration(
+    19,
+    "session leases: when another Host first found one past its expiry",
+    (
+        # When a Host first found this lease past its expiry while its owner was not
+        # provably dead (epoch seconds, that Host's clock), and the expiry it found
+        # lapsed. The lease ends only a ttl after the notice, and the notice counts only
+        # while the lease keeps that expiry: a renewal or a new holder moves it. A
+        # holder that could not renew because the database was unreachable gets a ttl
+        # of reachable database to renew once it is back. NULL until a lapse is noticed.
+        "ALTER TABLE session_leases ADD COLUMN lapse_noticed_at REAL",
+        "ALTER TABLE session_leases ADD COLUMN lapsed_expiry REAL",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -788,5 +803,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V16_TERMINAL_RUN_LEASES,
     _V17_COMMAND_REPLIES,
     _V18_DELIVERY_CLAIM_OWNERS,
+    _V19_LEASE_LAPSE_NOTICES,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -208,9 +208,13 @@ async def test_a_lease_taken_over_unbinds_the_admission_token_and_its_writes_fai
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_a)
             await entered.wait()
-            # The lease lapses (as if the first Host had stalled past its ttl) ...
+            # The lease lapsed long ago, and that was noticed a ttl ago (as if the first
+            # Host had stalled past its ttl twice) ...
             with sqlite3.connect(tmp_path / "hostkit.db") as raw:
-                raw.execute("UPDATE session_leases SET expires_at = 0")
+                raw.execute(
+                    "UPDATE session_leases SET expires_at = 0, lapse_noticed_at = 0, "
+                    "lapsed_expiry = 0"
+                )
             # ... and a second Host process's turn takes the session over.
             model_b = ScriptedModel([Reply("taken over")])
             async with Host.open(config(tmp_path), capabilities=capabilities(model_b)) as b:

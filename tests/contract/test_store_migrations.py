@@ -11,7 +11,18 @@ import anyio
 import pytest
 
 from hostkit.errors import MigrationError, StoreError
-from hostkit.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, RuntimeStore
+from hostkit.store import (
+    APPLICATION_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Admitted,
+    LeaseOwner,
+    Migration,
+    RuntimeStore,
+    SessionBusy,
+    TurnAdmission,
+)
+from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 from tests.support import file_bytes
 
@@ -414,3 +425,45 @@ async def test_v18_names_no_owner_for_a_claim_made_before_it(db_path: Path) -> N
         )
         assert (claimed.intent.intent_id, claimed.attempt) == (intent_id, 2)
         assert await store.delivery.claimed_owners() == ("successor",)
+
+
+# Owners on two other machines: only expiry ends their leases. Built at import (reads /proc).
+REMOTE = LeaseOwner("another-machine", 4242, 1.0, "remote-instance")
+ELSEWHERE = LeaseOwner("third-machine", 4243, 1.0, "third-instance")
+
+
+@pytest.mark.sqlite_only("a v18 SQLite file built from a prefix of the SQLite migrations")
+async def test_v19_keeps_every_lease_and_ends_a_lapsed_one_only_a_ttl_after_noticing(
+    db_path: Path,
+) -> None:
+    """A lease a v18 Host holds survives the upgrade unchanged; past its expiry the first
+    look only notices the lapse (the holder may have been cut off by the upgrade's
+    downtime), and the session is taken over a ttl later."""
+
+    def admission(session_id: str) -> TurnAdmission:
+        return TurnAdmission(
+            turn_id=new_id("turn"),
+            request_id=new_id("req"),
+            principal_id="suite",
+            core_id="assistant",
+            core_revision="rev",
+            generation=1,
+            session=session_id,
+            trace_id=new_id("trace"),
+        )
+
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:18]) as store:
+        session_id = await store.create_session(owner_kind="system", principal_id="suite")
+        held = await store.turns.admit(admission(session_id), owner=REMOTE, ttl_s=0.2)
+        assert isinstance(held, Admitted)
+    await anyio.sleep(0.3)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (18, SCHEMA_VERSION)
+        assert await store.turns.session_lease(session_id) == held.lease
+        busy = await store.turns.admit(admission(session_id), owner=ELSEWHERE, ttl_s=60)
+        assert isinstance(busy, SessionBusy)
+        assert busy.holder_turn_id == held.lease.turn_id
+        await anyio.sleep(0.3)
+        taken = await store.turns.admit(admission(session_id), owner=ELSEWHERE, ttl_s=60)
+        assert isinstance(taken, Admitted)
+        assert [r.turn_id for r in taken.recovered] == [held.lease.turn_id]

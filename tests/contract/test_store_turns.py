@@ -217,6 +217,15 @@ async def test_a_repeat_of_a_turn_whose_holder_is_gone_gets_its_ended_record(
     else:
         holder = await admit(runtime, scope, REMOTE, ttl_s=0.05, request_id="req-orphan")
         await anyio.sleep(0.1)  # wall-clock expiry is the subject of this case
+        # The first look past the expiry only notices the lapse: the holder has a ttl more.
+        noticed = await runtime.turns.admit(
+            admission(scope, request_id="req-orphan"), owner=live, ttl_s=60
+        )
+        assert isinstance(noticed, TurnState)
+        assert noticed.status == "running"
+        assert noticed.holder_expires_at is not None
+        assert noticed.holder_expires_at > holder.lease.expires_at
+        await anyio.sleep(0.1)
     repeat = await runtime.turns.admit(
         admission(scope, request_id="req-orphan"), owner=live, ttl_s=60
     )
@@ -367,16 +376,56 @@ def asked(scope: PrincipalScope, lease: SessionLease) -> NewApproval:
     )
 
 
-async def test_an_expired_lease_is_taken_over_even_from_a_live_holder(
+async def test_an_expired_lease_is_taken_over_a_ttl_after_its_lapse_was_noticed(
     runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
 ) -> None:
+    """A live but silent holder (paused, stalled, cut off from the database) loses its
+    session: the first look past its expiry notices the lapse and says how long the
+    session stays held, the first look a ttl later takes the session over."""
     scope = await conversation(resolver)
-    silent = (await admit(runtime, scope, live, ttl_s=0.05)).lease
-    await anyio.sleep(0.1)  # wall-clock expiry is the subject of this test
+    ttl_s = 0.2
+    silent = (await admit(runtime, scope, live, ttl_s=ttl_s)).lease
+    await anyio.sleep(ttl_s + 0.05)  # wall-clock expiry is the subject of this test
+    before = time.time()
+    busy = await runtime.turns.admit(admission(scope), owner=REMOTE, ttl_s=60)
+    assert isinstance(busy, SessionBusy)
+    assert busy.holder_turn_id == silent.turn_id
+    assert before + ttl_s - 0.01 <= busy.expires_at <= time.time() + ttl_s + 0.01
+    # Asking again before then changes nothing (the notice is not moved by it).
+    again = await runtime.turns.admit(admission(scope), owner=REMOTE, ttl_s=60)
+    assert isinstance(again, SessionBusy)
+    assert again.expires_at == busy.expires_at
+    await anyio.sleep(max(0.0, busy.expires_at - time.time()) + 0.05)
     successor = await admit(runtime, scope, REMOTE)
     assert [r.turn_id for r in successor.recovered] == [silent.turn_id]
     with pytest.raises(LeaseLost):
         await runtime.turns.renew(silent)
+
+
+async def test_a_holder_that_renews_after_its_lapse_was_noticed_keeps_its_session(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """The database was unreachable for longer than the ttl (a restart, a failover): no
+    holder could renew, and the first Host back must not take over every live turn.
+    The holder's renewal after the notice voids it: the session stays its own, and a
+    later lapse is noticed afresh, with a whole ttl again."""
+    scope = await conversation(resolver)
+    ttl_s = 0.3
+    lease = (await admit(runtime, scope, REMOTE, ttl_s=ttl_s)).lease
+    await anyio.sleep(ttl_s + 0.05)  # "the outage": no renewal reached the database
+    noticed = await runtime.turns.admit(admission(scope), owner=live, ttl_s=60)
+    assert isinstance(noticed, SessionBusy)
+    assert await runtime.turns.renew(lease) is False  # the holder is back first
+    await anyio.sleep(max(0.0, noticed.expires_at - time.time()) + 0.05)
+    # Past the old notice's end: the renewal voided it, a lapse now is only noticed.
+    later = await runtime.turns.admit(admission(scope), owner=live, ttl_s=60)
+    assert isinstance(later, SessionBusy)
+    assert later.holder_turn_id == lease.turn_id
+    assert later.expires_at > noticed.expires_at
+    held = await runtime.turns.session_lease(lease.session_id)
+    assert held is not None
+    assert held.token == lease.token
+    assert await runtime.turns.renew(lease) is False
 
 
 async def test_a_holder_that_renews_keeps_its_lease_past_its_first_expiry(
@@ -479,11 +528,13 @@ async def test_recovery_ends_gone_holders_and_frees_their_sessions(
     expired = (await admit(runtime, scopes[2], REMOTE, ttl_s=0.05)).lease
     await runtime.turns.request_cancel(scopes[2], expired.turn_id)
     await anyio.sleep(0.1)  # the remote holder's lease runs out
+    # The dead owner's turn ends at once; the lapsed lease is only noticed ...
     recovered = await runtime.turns.recover()
-    assert {(r.turn_id, r.outcome) for r in recovered} == {
-        (dead.turn_id, "lost"),
-        (expired.turn_id, "cancelled"),
-    }
+    assert {(r.turn_id, r.outcome) for r in recovered} == {(dead.turn_id, "lost")}
+    await anyio.sleep(0.1)
+    # ... and ends a ttl later, unless its holder renewed meanwhile.
+    recovered = await runtime.turns.recover()
+    assert {(r.turn_id, r.outcome) for r in recovered} == {(expired.turn_id, "cancelled")}
     assert await runtime.turns.recover() == ()
     assert await runtime.turns.session_lease(dead.session_id) is None
     assert await runtime.turns.session_lease(kept.session_id) == kept

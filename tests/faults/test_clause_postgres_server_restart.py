@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,7 +25,7 @@ from hostkit.errors import HostkitError
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
-from tests.postgres import PostgresCluster, PostgresUnavailable
+from tests.postgres import PostgresCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -38,20 +37,6 @@ TURNS_AFTER = 3
 # Bounds for a hang, not expected durations: a turn in flight waits out the outage.
 TURN_TIMEOUT_S = 60.0
 TEST_TIMEOUT_S = 120.0
-
-
-@pytest.fixture
-def own_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresCluster]:
-    """A durable cluster of this test alone (it is stopped and started mid-test)."""
-    try:
-        cluster = PostgresCluster.start(durable=True)
-    except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL store tests skipped: {exc}")
-    monkeypatch.setenv("PGPASSWORD", cluster.password)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @tool("echo", description="Echo the text back.")
@@ -108,11 +93,9 @@ async def test_turns_survive_a_server_crash_and_restart(
         async def crash() -> None:
             await anyio.sleep(BEFORE_S)
             window["down"] = time.monotonic() - start
-            await anyio.to_thread.run_sync(
-                lambda: own_cluster._run(own_cluster._stop_args(), timeout_s=40.0)
-            )
+            await anyio.to_thread.run_sync(own_cluster.crash)
             await anyio.sleep(DOWN_S)
-            await anyio.to_thread.run_sync(lambda: own_cluster._pg_ctl_start(30.0, last=True))
+            await anyio.to_thread.run_sync(own_cluster.restart)
             window["up"] = time.monotonic() - start
 
         with anyio.fail_after(TEST_TIMEOUT_S):
