@@ -29,6 +29,7 @@ import pwd
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 import anyio
+import psutil
 
 if TYPE_CHECKING:
     import psycopg
@@ -242,6 +244,20 @@ class PostgresCluster:
     def restart(self) -> None:
         """Start the server again on its port after ``crash``; blocking."""
         self._pg_ctl_start(30.0, last=True)
+
+    def freeze(self) -> None:
+        """Stop every server process (SIGSTOP): connections stay open, nothing answers."""
+        for process in self._processes():
+            process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen server go on (SIGCONT)."""
+        for process in self._processes():
+            process.send_signal(signal.SIGCONT)
+
+    def _processes(self) -> list[psutil.Process]:
+        postmaster = psutil.Process(int((self.data / "postmaster.pid").read_text().split()[0]))
+        return [postmaster, *postmaster.children(recursive=True)]
 
     def _stop_args(self) -> list[str]:
         return ["pg_ctl", "-D", str(self.data), "stop", "-m", "immediate", "-w", "-t", "30"]

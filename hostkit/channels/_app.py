@@ -64,8 +64,15 @@ _FORMATS: dict[str, _Format] = {
 Readiness = Callable[[], tuple[bool, Mapping[str, Any]]]
 
 
+# What a 503 asks the sender to wait before it retries (``Retry-After``, seconds): a
+# platform or client that honours it spaces its retries instead of hammering a Host
+# whose store is failing or that is shutting down.
+RETRY_AFTER_S = 5
+
+
 def _error(status: int, text: str) -> JSONResponse:
-    return JSONResponse({"error": bounded(text, _MAX_ERROR)}, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse({"error": bounded(text, _MAX_ERROR)}, status_code=status, headers=headers)
 
 
 # After the inbox failed to store an event, readiness answers 503 this long: a load

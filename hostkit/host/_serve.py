@@ -63,6 +63,8 @@ _DELIVERY_SHARE = 0.25
 _DELIVERY_SHARE_MAX_S = 5.0
 # Of what is left of the deadline when delivery stops, kept for recording cut-off sends.
 _RECORD_MARGIN_S = 0.25
+# Store waits during a shutdown may outlast its deadline by this much, no more.
+_STORE_MARGIN_S = 1.0
 _TERMINAL = frozenset(
     f"turn.{outcome}"
     for outcome in ("completed", "needs_user", "failed", "cancelled", "lost", "indeterminate")
@@ -336,9 +338,11 @@ class HostDaemon(Background):
                 raise InvalidValue("deadline_s must be a number of seconds from 0 to 86400")
             self._early = self._early or (reason, deadline_s)
             return
-        self.supervisor.request_shutdown(
-            deadline_s=self.drain_timeout_s if deadline_s is None else deadline_s, reason=reason
-        )
+        deadline = self.drain_timeout_s if deadline_s is None else deadline_s
+        self.supervisor.request_shutdown(deadline_s=deadline, reason=reason)
+        # Every store wait ends by the deadline (plus a margin to record what was cut),
+        # shields or not: a frozen database must not hold the drain past it.
+        self.host.store.limit_waits(deadline + _STORE_MARGIN_S)
 
     async def shutdown(
         self, *, reason: str = "shutdown", deadline_s: float | None = None

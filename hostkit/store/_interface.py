@@ -164,7 +164,10 @@ class RuntimeStore(AsyncResource):
         lock timeout per write for a stopped process that holds a lock. A write
         that has not got its lock by then fails (``StoreError``, retryable),
         having done nothing; a wait already under way ends then too. A later,
-        longer limit does not lift an earlier one.
+        longer limit does not lift an earlier one. On a database server the
+        limit also ends a wait for the server itself (a frozen or unreachable
+        one): a read then fails with a retryable ``StoreError``, a write with
+        ``StoreOutcomeUnknown`` (its COMMIT may have been sent).
         """
 
     # -- authority -------------------------------------------------------------------

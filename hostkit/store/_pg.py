@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import random
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -65,11 +68,44 @@ _LOST_CONNECTION_RUNS = 2
 # timeout bounds it anyway), and the least a pool checkout is given once it passed.
 _MAX_LOCK_WAIT_S = 3_600.0
 _MIN_CHECKOUT_S = 0.05
+# psycopg_pool retries a lost connection with a doubling backoff (1 s, 2 s, 4 s, ... up to
+# ``reconnect_timeout``): after a long outage its next try could come as late as the
+# outage lasted, and every checkout fails meanwhile. A slot whose tries failed this long
+# is given up instead, and the next checkout that finds no connection grows the pool
+# again with an immediate try: a restarted server is used again within a few seconds.
+_RECONNECT_GIVE_UP_S = 4.0
+# What libpq does about a peer that vanished (a dead machine, a partition): probe an idle
+# connection after 5 s, give it up after 3 unanswered probes 2 s apart, or when sent
+# data stays unacknowledged for 15 s. (A frozen server still acknowledges: the deadline
+# of each call covers that case.)
+_KEEPALIVES: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
+# Under ``limit_waits``: how long past the limit a call still waits for a server that
+# does not answer before its connection is cut.
+_SILENT_SERVER_MARGIN_S = 0.5
+# pool.close() joins each pool worker thread this long at most (they are daemons).
+_CLOSE_JOIN_S = 1.0
 # Round trips of the clock comparison at open; the one with the shortest wait decides.
 _CLOCK_SAMPLES = 3
 _SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
 # This machine's wall clock, the one every lease time the Host writes comes from.
 _machine_clock = time.time
+
+
+class _Call:
+    """One transaction's hop: the connection its thread holds now, and whether its caller
+    stopped waiting (the thread then gives up at its next step and never reruns)."""
+
+    __slots__ = ("abandoned", "conn")
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection[Any] | None = None
+        self.abandoned = False
 
 
 class _ConnectionLost(Exception):
@@ -144,6 +180,11 @@ class PgStore(RowStore):
         self._location = location
         self.migration = report
         self._waits = WaitLimit()
+        # Hops in flight; guarded by _calls_lock (taken by worker threads and the loop).
+        self._calls: set[_Call] = set()
+        self._calls_lock = threading.Lock()
+        # The scopes of the calls waiting for their hop now (event loop only).
+        self._waiting: set[anyio.CancelScope] = set()
 
     @classmethod
     async def connect(
@@ -191,10 +232,12 @@ class PgStore(RowStore):
                 "connect_timeout": max(1, int(connect_timeout_s)),
                 "options": options,
                 "application_name": "hostkit",
+                **_KEEPALIVES,
             },
             configure=register_loaders,
             open=False,
             timeout=connect_timeout_s,
+            reconnect_timeout=_RECONNECT_GIVE_UP_S,
             name="hostkit",
         )
         try:
@@ -244,15 +287,50 @@ class PgStore(RowStore):
         try:
             self._keys.close()
         finally:
+            # A hop still in flight holds its connection outside the pool, which close()
+            # leaves alone: cut it, so its thread ends (AnyIO's threads are not daemons).
+            with self._calls_lock:
+                calls = list(self._calls)
+            for call in calls:
+                self._interrupt(call)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(functools.partial(self._pool.close, timeout=10.0))
+                await anyio.to_thread.run_sync(
+                    functools.partial(self._pool.close, timeout=_CLOSE_JOIN_S),
+                    abandon_on_cancel=True,
+                )
 
     @property
     def location(self) -> str:
         return self._location
 
+    @contextlib.contextmanager
+    def _holding(self, call: _Call, raw: psycopg.Connection[Any]) -> Any:
+        """Register ``raw`` as ``call``'s while the hop uses it (a caller gone already:
+        give it back unused)."""
+        with self._calls_lock:
+            if call.abandoned:
+                raise psycopg.OperationalError("the caller stopped waiting")
+            call.conn = raw
+            self._calls.add(call)
+        try:
+            yield
+        finally:
+            with self._calls_lock:  # before the pool gets it back: never cut a reused one
+                call.conn = None
+                self._calls.discard(call)
+
     def limit_waits(self, seconds: float) -> None:
         self._waits.limit(seconds)
+        # Calls already waiting end by the limit too (their own scope had no such bound).
+        deadline = self._silent_server_deadline()
+        for scope in self._waiting:
+            scope.deadline = min(scope.deadline, deadline)
+
+    def _silent_server_deadline(self) -> float:
+        """Under ``limit_waits``: when a call stops waiting for a server that does not answer
+        (past the lock timeout, so a server that answers reports its own first)."""
+        left = self._waits.left_s(_MAX_LOCK_WAIT_S)
+        return anyio.current_time() + left + _SILENT_SERVER_MARGIN_S
 
     def _limit_lock_waits(self, raw: psycopg.Connection[Any]) -> None:
         """Under the limit: this transaction's statements wait for a lock no longer than
@@ -273,8 +351,10 @@ class PgStore(RowStore):
         """Run ``fn(conn)`` in one SERIALIZABLE transaction; rerun it on a lost race.
 
         ``fn`` may run more than once (each earlier run rolled back), so it
-        must not act outside the database. Cancelling the caller waits for the
-        transaction in flight to commit or roll back.
+        must not act outside the database. A cancelled caller stops waiting at
+        once and the hop's connection is cut: the transaction rolls back unless
+        its COMMIT was already sent (then its outcome is unknown to the caller,
+        as for any deadline: read the state again).
         """
         for run in range(_OPTIMISTIC_RUNS + 1):
             alone = run == _OPTIMISTIC_RUNS
@@ -298,12 +378,28 @@ class PgStore(RowStore):
     ) -> T:
         if self._closed:
             raise StoreClosed()
-        # A store call is a cancellation point, as on SQLite; the hop itself runs to its end.
+        # A store call is a cancellation point, as on SQLite.
         await anyio.lowlevel.checkpoint_if_cancelled()
         action = "read" if read_only else "write"
-        job = functools.partial(self._run, fn, read_only=read_only, alone=alone)
+        call = _Call()
+        job = functools.partial(self._run, fn, call, read_only=read_only, alone=alone)
         try:
-            return await anyio.to_thread.run_sync(job, limiter=self._threads)
+            # The caller stops waiting at its own deadline (a frozen server answers
+            # nothing, and statement_timeout is the server's), and under limit_waits at
+            # the limit, whatever shields the caller holds; the hop is then cut off.
+            with anyio.CancelScope() as limit:
+                if self._waits.until is not None:
+                    limit.deadline = self._silent_server_deadline()
+                self._waiting.add(limit)
+                try:
+                    return await anyio.to_thread.run_sync(
+                        job, limiter=self._threads, abandon_on_cancel=True
+                    )
+                except anyio.get_cancelled_exc_class():
+                    self._interrupt(call)
+                    raise
+                finally:
+                    self._waiting.discard(limit)
         except PoolClosed:
             raise StoreClosed() from None
         except PoolTimeout as exc:
@@ -313,8 +409,34 @@ class PgStore(RowStore):
             raise map_sqlite_error(exc, action) from exc
         except UnicodeEncodeError:  # fn's text, not the database: rolled back, nothing stored
             raise InvalidValue(UNSTORABLE_TEXT) from None
+        # Only the limit ends the block without a return or an exception.
+        if read_only:
+            raise StoreError("read failed: the database did not answer in time", retryable=True)
+        # The hop may have sent its COMMIT: never say "nothing was stored".
+        raise StoreOutcomeUnknown(
+            "the database did not answer in time; whether the write landed is unknown: "
+            "read the state again before retrying"
+        )
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
+    def _interrupt(self, call: _Call) -> None:
+        """Stop waiting for ``call``'s hop: cut its connection's socket (the thread's wait
+        ends at once with a lost connection, which the pool then discards); never cancel
+        through the server, which may be the thing not answering."""
+        with self._calls_lock:
+            call.abandoned = True
+            conn = call.conn
+            if conn is None or conn.closed:
+                return
+            # A dup: shutdown() acts on the connection, close() only on our copy.
+            with (
+                contextlib.suppress(OSError, psycopg.Error),
+                socket.socket(fileno=os.dup(conn.fileno())) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _run(
+        self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool
+    ) -> T:
         """The whole transaction, on a worker thread; rerun when its connection was lost.
 
         A pooled connection can be dead without the pool knowing (a server
@@ -325,17 +447,19 @@ class PgStore(RowStore):
         """
         for run in range(_LOST_CONNECTION_RUNS + 1):
             try:
-                return self._attempt(fn, read_only=read_only, alone=alone)
+                return self._attempt(fn, call, read_only=read_only, alone=alone)
             except _ConnectionLost as lost:
-                if run == _LOST_CONNECTION_RUNS:
-                    raise lost.error from None
+                if run == _LOST_CONNECTION_RUNS or call.abandoned:
+                    raise lost.error from None  # nobody waits: never rerun, never check()
                 self._pool.check()  # dispose of every other dead idle connection too
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(self, fn: Callable[[sqlite3.Connection], T], *, read_only: bool, alone: bool) -> T:
+    def _attempt(
+        self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool
+    ) -> T:
         """Checkout, run, commit, return: one try."""
         checkout_s = max(_MIN_CHECKOUT_S, self._waits.left_s(self._connect_timeout_s))
-        with self._pool.connection(timeout=checkout_s) as raw:
+        with self._pool.connection(timeout=checkout_s) as raw, self._holding(call, raw):
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.

@@ -241,6 +241,7 @@ class LeaseHolder:
     async def _keep_alive(self, active: ActiveTurn) -> None:
         """Renew now, then every ttl/3, until the terminal write ends; never raises."""
         pace = _pace(active.lease)
+        said = _RenewalLog(active.context.turn_id)
         while True:
             start = anyio.current_time()
             try:
@@ -248,13 +249,11 @@ class LeaseHolder:
                     await self._store.turns.renew(active.lease)
             except LeaseLost:
                 return
-            except (HostkitError, TimeoutError) as exc:
-                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+            except Exception as exc:
+                said.failed(exc)
                 await anyio.sleep(pace.failed(exc))
-            except Exception:
-                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
-                await anyio.sleep(pace.failed(None))
             else:
+                said.renewed()
                 pace.renewed(start)
                 await anyio.sleep(active.lease.ttl_s / 3)
 
@@ -276,6 +275,7 @@ class LeaseHolder:
     async def _heartbeat(self, active: ActiveTurn, on_lost: Callable[[ActiveTurn], None]) -> None:
         """Renew now, then every ttl/3; stop the turn if it was lost or a cancel was recorded."""
         pace = _pace(active.lease)
+        said = _RenewalLog(active.context.turn_id)
         while True:
             start = anyio.current_time()
             try:
@@ -285,16 +285,15 @@ class LeaseHolder:
                 on_lost(active)
                 active.stop(_TAKEN_OVER, "host")
                 return
-            except (HostkitError, TimeoutError) as exc:
-                # Transient (a busy writer, a slow disk): retried promptly, while the lease
-                # still has a margin left. Should it lapse anyway and another Host take the
-                # session over, the next renewal says so and the fence refuses this turn's writes.
-                _log.warning("turn %s: lease renewal failed: %s", active.context.turn_id, exc)
+            except Exception as exc:
+                # Transient (a busy writer, a slow disk, a database restarting): retried
+                # promptly, while the lease still has a margin left, and past it (another
+                # Host takes the session over only a ttl after noticing the lapse). Should
+                # that happen, the next renewal says so and the fence refuses this turn's writes.
+                said.failed(exc)
                 await anyio.sleep(pace.failed(exc))
-            except Exception:
-                _log.exception("turn %s: lease renewal failed", active.context.turn_id)
-                await anyio.sleep(pace.failed(None))
             else:
+                said.renewed()
                 if cancel_requested:
                     active.stop(ON_REQUEST, "user")
                 pace.renewed(start)
@@ -332,6 +331,54 @@ class LeaseHolder:
             _log.warning("could not end this Host's remaining turns: %s", exc)
         else:
             self._abandoned.clear()
+
+
+class _RenewalLog:
+    """What one turn's renewals say: the first failure, then at most one line every
+    ``_REPEAT_S`` while they keep failing (a database outage fails every try, several a
+    second), and once when a renewal works again."""
+
+    _REPEAT_S = 10.0
+
+    __slots__ = ("_failures", "_said_at", "_turn_id")
+
+    def __init__(self, turn_id: str) -> None:
+        self._turn_id = turn_id
+        self._failures = 0
+        self._said_at: float | None = None
+
+    def failed(self, exc: Exception) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if self._said_at is not None and now - self._said_at < self._REPEAT_S:
+            return
+        self._said_at = now
+        expected = isinstance(exc, HostkitError | TimeoutError)
+        _log.warning(
+            "turn %s: lease renewal failed (%d in a row): %s",
+            self._turn_id,
+            self._failures,
+            _reason(exc),
+            exc_info=None if expected else exc,
+        )
+
+    def renewed(self) -> None:
+        if self._failures:
+            _log.info(
+                "turn %s: lease renewed again after %d failed tries",
+                self._turn_id,
+                self._failures,
+            )
+            self._failures, self._said_at = 0, None
+
+
+def _reason(exc: Exception) -> str:
+    """A one-line reason: a timeout has no text of its own."""
+    if isinstance(exc, TimeoutError):
+        return "the store did not answer in time"
+    if isinstance(exc, HostkitError):
+        return exc.message
+    return type(exc).__name__
 
 
 def _pace(lease: SessionLease) -> RenewalPace:

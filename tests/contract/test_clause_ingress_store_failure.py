@@ -37,6 +37,8 @@ async def test_a_closed_store_answers_503_and_the_retry_is_accepted_once(db_path
         refused = await client.post("/channels/hooks", content=BODY, headers=HEADERS)
     assert refused.status_code == 503
     assert refused.json() == {"error": "the inbox is unavailable; retry later"}
+    # The sender is told when to retry, not left to hammer a failing store.
+    assert refused.headers["retry-after"] == "5"
     async with RuntimeStore.open(db_path) as reopened:
         inbox = ChannelInbox.on_store(reopened)
         assert await inbox.records() == ()

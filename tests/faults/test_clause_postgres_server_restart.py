@@ -21,8 +21,9 @@ import psycopg
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import HostkitError
+from hostkit.errors import HostkitError, StoreError
 from hostkit.host import Host, parse_config
+from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ConversationFacts, ModelRequest, TurnRequest, new_id
 from tests.postgres import PostgresCluster
@@ -136,3 +137,42 @@ async def test_turns_survive_a_server_crash_and_restart(
     # Each completed turn's four transcript messages (input, call, result, answer), once.
     for key, count in completed.items():
         assert per_session.get(key, 0) == 4 * count, (key, per_session, completed)
+
+
+LONG_DOWN_S = 16.0
+# Well under what psycopg_pool's own doubling backoff would leave after LONG_DOWN_S (its
+# tries would come 15 s and 31 s after the first failure: about 14 s after the restart).
+BACK_WITHIN_S = 7.0
+
+
+async def test_a_busy_pool_uses_a_restarted_server_again_within_seconds(
+    own_cluster: PostgresCluster,
+) -> None:
+    """A pool whose every connection was lost (one slot, so it cannot grow around the
+    problem) and whose tries failed for a long outage reconnects within seconds of the
+    restart: the store answers again, instead of "no database connection in time" for
+    about as long as the outage lasted."""
+    url = await own_cluster.create_database()
+
+    def count(conn: object) -> int:
+        return int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])  # type: ignore[attr-defined]
+
+    async with await RuntimeStore.open_postgres(url, pool_size=1, connect_timeout_s=1.0) as store:
+        assert await store.read(count) == 0
+        await anyio.to_thread.run_sync(own_cluster.crash)
+        down = time.monotonic()
+        while time.monotonic() - down < LONG_DOWN_S:  # the store is used throughout
+            with pytest.raises(StoreError):
+                await store.read(count)
+            await anyio.sleep(0.2)
+        await anyio.to_thread.run_sync(own_cluster.restart)
+        up = time.monotonic()
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    assert await store.read(count) == 0
+                    break
+                except StoreError:
+                    await anyio.sleep(0.1)
+        back_in = time.monotonic() - up
+    assert back_in < BACK_WITHIN_S, back_in

@@ -10,6 +10,7 @@ the delivery claim's (a slow send while a rival runtime keeps claiming).
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -41,7 +42,11 @@ WORK_S = TTL + 2.0
 STALL_S = 30.0  # far past any renewal's limit: the try is cut off at its bound
 
 
-async def test_a_stalled_session_renewal_is_retried_with_a_margin_left(tmp_path: Path) -> None:
+async def test_a_stalled_session_renewal_is_retried_with_a_margin_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hostkit.turns")
+
     @tool("slow.work")
     async def slow_work(ctx: ToolContext) -> str:
         """Outlives the session lease."""
@@ -86,6 +91,14 @@ async def test_a_stalled_session_renewal_is_retried_with_a_margin_left(tmp_path:
     assert recovered == []
     assert results[0].outcome == "completed", results[0].error
     assert results[0].text == "done"
+    # The stalled try is said once, with its reason (a timeout has no text of its own),
+    # and so is the renewal that worked again.
+    said = [r.getMessage() for r in caplog.records if "lease renew" in r.getMessage()]
+    turn_id = results[0].turn_id
+    assert said == [
+        f"turn {turn_id}: lease renewal failed (1 in a row): the store did not answer in time",
+        f"turn {turn_id}: lease renewed again after 1 failed tries",
+    ]
 
 
 async def test_a_stalled_claim_renewal_is_retried_with_a_margin_left(tmp_path: Path) -> None:

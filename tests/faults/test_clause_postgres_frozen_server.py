@@ -1,0 +1,188 @@
+"""Clause: a frozen PostgreSQL server holds no deadline of the Host.
+
+A frozen server (every server process stopped with SIGSTOP) keeps its
+connections open and answers nothing: no client socket timeout and no
+server-side ``statement_timeout`` ever fires. Every wait on it is still
+bounded: a store call ends at its caller's deadline, and under
+``limit_waits`` (a closing owner) at the limit whatever shields its caller
+holds; closing the store ends at once; ``hostkit serve`` answers a webhook it
+cannot store with 503 (and ``Retry-After``) within its accept timeout, and a
+SIGTERM ends the process within its drain deadline plus a few seconds. Once
+the server goes on, the same store works again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from hostkit.channels import sign_webhook
+from hostkit.errors import StoreError
+from hostkit.store import RuntimeStore
+from tests.postgres import PostgresCluster
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+COUNT = "SELECT COUNT(*) FROM sessions"
+SECRET = "frozen-hook-secret-0123456789"
+LISTENING = "hostkit serve: listening on "
+DRAIN_S = 3.0
+ACCEPT_TIMEOUT_S = 5.0  # the webhook app's own bound on storing an event
+
+
+@pytest.fixture
+def frozen(own_cluster: PostgresCluster) -> Iterator[PostgresCluster]:
+    """The cluster, thawed whatever the test did (it is stopped after)."""
+    try:
+        yield own_cluster
+    finally:
+        own_cluster.thaw()
+
+
+def count(conn: object) -> int:
+    return int(conn.execute(COUNT).fetchone()[0])  # type: ignore[attr-defined]
+
+
+async def test_store_calls_to_a_frozen_server_end_at_their_deadlines(
+    frozen: PostgresCluster,
+) -> None:
+    url = await frozen.create_database()
+    store = await RuntimeStore.open_postgres(url)
+    try:
+        assert await store.read(count) == 0
+        frozen.freeze()
+        # A caller's own deadline ends its wait (the connection is cut behind it).
+        started = time.monotonic()
+        with anyio.move_on_after(1.0) as waited:
+            await store.read(count)
+        assert waited.cancelled_caught
+        assert time.monotonic() - started < 3.0
+        # A closing owner's limit ends a shielded write too, typed and retryable (when its
+        # COMMIT may have gone out, ``StoreOutcomeUnknown`` says so).
+        store.limit_waits(1.0)
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True), pytest.raises(StoreError) as caught:
+            await store.write(lambda conn: conn.execute("DELETE FROM sessions"))  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 4.0
+        assert caught.value.retryable
+    finally:
+        started = time.monotonic()
+        await store.aclose()
+        closed_in = time.monotonic() - started
+    assert closed_in < 5.0
+
+
+async def test_the_store_works_again_once_a_frozen_server_goes_on(
+    frozen: PostgresCluster,
+) -> None:
+    url = await frozen.create_database()
+    async with await RuntimeStore.open_postgres(url) as store:
+        assert await store.read(count) == 0
+        frozen.freeze()
+        for _ in range(3):  # each cut connection is discarded, none comes back broken
+            with anyio.move_on_after(0.5):
+                await store.read(count)
+        frozen.thaw()
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    assert await store.read(count) == 0
+                    break
+                except StoreError:
+                    await anyio.sleep(0.1)
+
+
+CONFIG = """
+[host]
+workspace = "workspace"
+
+[store]
+url = "{url}"
+
+[providers.scripted]
+kind = "scripted"
+script = [{{reply = "answered"}}]
+
+[agents.assistant]
+provider = "scripted"
+memory = false
+
+[channels.hooks]
+kind = "webhook"
+secret_env = "HOOK_SECRET"
+
+[serve]
+port = 0
+drain_timeout_s = {drain}
+"""
+
+
+def signed(event_id: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(
+        {"event_id": event_id, "sender": "u1", "conversation": "room", "text": "hi"}
+    ).encode()
+    headers = sign_webhook(SECRET, body, timestamp=int(time.time()))
+    return body, {**headers, "content-type": "application/json"}
+
+
+async def test_serve_answers_503_in_time_and_stops_in_time_on_a_frozen_server(
+    tmp_path: Path, frozen: PostgresCluster
+) -> None:
+    url = await frozen.create_database()
+    (tmp_path / "hostkit.toml").write_text(CONFIG.format(url=url, drain=DRAIN_S))
+    env = {**os.environ, "HOOK_SECRET": SECRET}
+    argv = [sys.executable, "-m", "hostkit", "serve", "-c", "hostkit.toml"]
+    async with await anyio.open_process(
+        argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        said: list[bytes] = []
+
+        async def collect(stream: anyio.abc.ByteReceiveStream) -> None:
+            async for chunk in stream:
+                said.append(chunk)
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(collect, process.stderr)
+                seen = b""
+                with anyio.fail_after(60):
+                    while b"\n" not in seen:
+                        seen += await process.stdout.receive()
+                base = seen.decode().splitlines()[0].removeprefix(LISTENING).strip()
+                async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                    body, headers = signed("evt-before")
+                    stored = await client.post("/channels/hooks", content=body, headers=headers)
+                    assert stored.status_code == 200, stored.text
+                    frozen.freeze()
+                    body, headers = signed("evt-frozen")
+                    started = time.monotonic()
+                    refused = await client.post("/channels/hooks", content=body, headers=headers)
+                    answered_in = time.monotonic() - started
+                    assert refused.status_code == 503
+                    assert refused.headers["retry-after"] == "5"
+                    assert answered_in < ACCEPT_TIMEOUT_S + 2.0, answered_in
+                    assert (await client.get("/healthz")).status_code == 200
+                process.send_signal(signal.SIGTERM)
+                started = time.monotonic()
+                with anyio.move_on_after(60):
+                    await process.wait()
+                stopped_in = time.monotonic() - started
+                group.cancel_scope.cancel()
+        finally:
+            if process.returncode is None:
+                process.kill()
+    logs = b"".join(said).decode(errors="replace")
+    assert stopped_in < DRAIN_S + 6.0, (stopped_in, logs[-3_000:])
+    assert SECRET not in logs
