@@ -67,6 +67,7 @@ def counts_table(counts: InboxCounts, *, width: int) -> Table:
         Column("ready", cap=8),
         Column("claimed", cap=8),
         Column("completed", cap=10),
+        Column("unanswered", cap=10),
         Column("dead-lettered", cap=14),
     )
     rows = [
@@ -75,6 +76,7 @@ def counts_table(counts: InboxCounts, *, width: int) -> Table:
             str(c.ready),
             str(c.claimed),
             str(c.completed),
+            str(c.unanswered),
             str(c.dead_lettered),
         )
         for c in (*counts.channels, counts.totals)

@@ -23,6 +23,7 @@ from hostkit.freeze import FrozenMap
 from hostkit.inbox._memory_index import DueEntry, DueIndex, OwnerIndex
 from hostkit.store import ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, InboxStore, inbox_checks
 from hostkit.types import (
+    UNANSWERED_OUTCOMES,
     UNPROCESSABLE,
     ChannelCounts,
     ClaimedInbound,
@@ -468,6 +469,8 @@ class MemoryInboxStore(InboxStore):
             self._due.push(
                 channel, (new.due_at, new.seq, new.inbound_id, new.version), active=active
             )
+        if _unanswered(new) != (old is not None and _unanswered(old)):
+            self._count(channel, "unanswered", +1 if _unanswered(new) else -1)
         if new.state == "completed" and (old is None or old.state != "completed"):
             heapq.heappush(self._payloads, (new.updated_at, new.seq, new.inbound_id))
             heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
@@ -479,6 +482,8 @@ class MemoryInboxStore(InboxStore):
         del self._rows[row.inbound_id]
         del self._keys[row.envelope.dedup_key]
         self._count(row.envelope.channel_instance_id, row.state, -1)
+        if _unanswered(row):
+            self._count(row.envelope.channel_instance_id, "unanswered", -1)
 
     def _count(self, channel: str, state: str, delta: int) -> None:
         by_state = self._counts.setdefault(channel, {})
@@ -487,6 +492,17 @@ class MemoryInboxStore(InboxStore):
             del by_state[state]
         if not by_state:
             del self._counts[channel]
+
+
+def _unanswered(row: _Row) -> bool:
+    """A completed row whose turn answered nothing (``ChannelCounts.unanswered``)."""
+    result = row.result
+    return (
+        row.state == "completed"
+        and result is not None
+        and result.kind == "turn"
+        and result.outcome in UNANSWERED_OUTCOMES
+    )
 
 
 def _unprocessable(row: _Row) -> bool:

@@ -74,6 +74,7 @@ class InboxCounts:
             claimed=sum(c.claimed for c in self.channels),
             completed=sum(c.completed for c in self.channels),
             dead_lettered=sum(c.dead_lettered for c in self.channels),
+            unanswered=sum(c.unanswered for c in self.channels),
         )
 
     def of(self, channel_instance_id: str) -> ChannelCounts:

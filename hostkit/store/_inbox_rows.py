@@ -24,6 +24,7 @@ from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
 from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
 from hostkit.types import (
+    UNANSWERED_OUTCOMES,
     UNPROCESSABLE,
     ChannelCounts,
     ClaimedInbound,
@@ -539,13 +540,21 @@ def prune_rows(
 
 
 def channel_counts(conn: sqlite3.Connection) -> tuple[ChannelCounts, ...]:
+    # A completed row's turn outcome is its turn's status (the inbox row keeps the id only).
+    unanswered = ", ".join(f"'{outcome}'" for outcome in UNANSWERED_OUTCOMES)
     rows = _rows(conn).execute(
-        "SELECT channel_instance_id, state, COUNT(*) AS n FROM inbox "
-        "GROUP BY channel_instance_id, state ORDER BY channel_instance_id"
+        "SELECT i.channel_instance_id, i.state, COUNT(*) AS n, "
+        "COALESCE(SUM(CASE WHEN i.state = 'completed' AND i.result_kind = 'turn' "
+        f"AND t.status IN ({unanswered}) THEN 1 ELSE 0 END), 0) AS unanswered "
+        "FROM inbox i LEFT JOIN turns t ON t.turn_id = i.turn_id "
+        "GROUP BY i.channel_instance_id, i.state ORDER BY i.channel_instance_id"
     )
     counts: dict[str, dict[str, int]] = {}
     for row in rows:
-        counts.setdefault(row["channel_instance_id"], {})[row["state"]] = row["n"]
+        by_state = counts.setdefault(row["channel_instance_id"], {})
+        by_state[row["state"]] = row["n"]
+        if row["unanswered"]:
+            by_state["unanswered"] = int(row["unanswered"])
     return tuple(ChannelCounts(channel, **states) for channel, states in counts.items())
 
 

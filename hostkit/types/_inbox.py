@@ -31,6 +31,7 @@ __all__ = [
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
     "MAX_METADATA_CHARS",
+    "UNANSWERED_OUTCOMES",
     "UNPROCESSABLE",
     "ChannelCounts",
     "ClaimedInbound",
@@ -58,6 +59,8 @@ MAX_INBOUND_PAYLOAD = 65_536
 # The kind (and metadata key, holding why) of an authenticated event whose text the inbox
 # cannot keep: accepted without it, then dead-lettered by the worker where operators see it.
 UNPROCESSABLE = "unprocessable"
+# The turn outcomes of a ``turn`` result that answered nothing (``ChannelCounts.unanswered``).
+UNANSWERED_OUTCOMES: tuple[str, ...] = ("lost", "failed", "cancelled", "indeterminate")
 MAX_EVENT_KEY = 256
 MAX_ARTIFACTS = 16
 MAX_FAILURE_MESSAGE = 500
@@ -390,13 +393,19 @@ class InboundRecord:
 
 @dataclass(frozen=True, slots=True)
 class ChannelCounts:
-    """How many inbounds of one channel instance are in each state."""
+    """How many inbounds of one channel instance are in each state.
+
+    ``unanswered`` counts the ``completed`` ones (a subset) whose turn ended
+    without an answer the person asked for: ``lost``, ``failed``, or cut off by
+    the Host (``cancelled``/``indeterminate``); their sender was sent a notice.
+    """
 
     channel_instance_id: str
     ready: int = 0
     claimed: int = 0
     completed: int = 0
     dead_lettered: int = 0
+    unanswered: int = 0
 
 
 @dataclass(frozen=True, slots=True)

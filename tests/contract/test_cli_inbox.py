@@ -127,6 +127,7 @@ async def test_counts_are_by_state_per_channel_instance_with_totals(
             "claimed": 0,
             "completed": 1,
             "dead_lettered": 1,
+            "unanswered": 0,
         },
         {
             "channel_instance_id": "demo.mail",
@@ -134,6 +135,7 @@ async def test_counts_are_by_state_per_channel_instance_with_totals(
             "claimed": 0,
             "completed": 0,
             "dead_lettered": 1,
+            "unanswered": 0,
         },
     ]
     assert counts["totals"] == {
@@ -142,13 +144,14 @@ async def test_counts_are_by_state_per_channel_instance_with_totals(
         "claimed": 0,
         "completed": 1,
         "dead_lettered": 2,
+        "unanswered": 0,
     }
     code, out, err = await hostkit("inbox", "counts", cwd=Path(project["dir"]))
     assert code == 0, err
     lines = [line.split() for line in out.splitlines()]
-    assert ["demo.chat", "1", "0", "1", "1"] in lines
-    assert ["demo.mail", "1", "0", "0", "1"] in lines
-    assert ["all", "2", "0", "1", "2"] in lines
+    assert ["demo.chat", "1", "0", "1", "0", "1"] in lines
+    assert ["demo.mail", "1", "0", "0", "0", "1"] in lines
+    assert ["all", "2", "0", "1", "0", "2"] in lines
 
 
 async def test_the_dead_letter_list_shows_failure_attempts_and_requeues_never_payload(
