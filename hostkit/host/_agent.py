@@ -250,9 +250,10 @@ def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | N
 
 
 def compose_agents(
-    config: HostConfig, agents: Sequence[Agent]
-) -> tuple[HostConfig, dict[str, ModelProvider]]:
-    """``config`` with each Agent as an agent entry, and the provider instances by name.
+    config: HostConfig, agents: Sequence[Agent], *, serves_channels: bool = True
+) -> tuple[HostConfig, dict[str, ModelProvider], tuple[str, ...]]:
+    """``config`` with each Agent as an agent entry, the provider instances by name, and
+    the warnings of a Host that serves no channel (``check_channel_agents``).
 
     A name already configured, or given twice, is a ``ConfigError``.
     """
@@ -275,8 +276,7 @@ def compose_agents(
             instances[name] = agent.model
         entries[agent.name] = agent._settings(name)
     merged = config.model_copy(update={"providers": providers, "agents": entries})
-    check_channel_agents(merged)
-    return merged, instances
+    return merged, instances, check_channel_agents(merged, required=serves_channels)
 
 
 def with_agents(

@@ -442,24 +442,31 @@ class HostConfig(_Strict):
         return (database, *siblings, self.artifact_root, self.cores_root, *configs)
 
 
-def check_channel_agents(config: HostConfig) -> None:
+def check_channel_agents(config: HostConfig, *, required: bool = True) -> tuple[str, ...]:
     """Each channel's ``agent`` is one of the composed configuration's agents or cores.
 
     Checked once Python agents (``Host.open(agents=...)``, ``--agent``) joined
     the configuration, not when the file is read: a channel may name one.
+    ``required=False`` (a Host that serves no channel: an operator's listing)
+    says each one it cannot serve as a warning instead of refusing to open:
+    the agent may be a Python agent that only ``hostkit serve --agent`` has.
     """
+    warnings: list[str] = []
     for name, channel in config.channels.items():
         if channel.agent not in config.agents and channel.agent not in config.cores:
-            error = ConfigError(  # the sentence names its key itself
-                _unknown_name(
-                    f"channels.{name}.agent",
-                    channel.agent,
-                    [*config.agents, *config.cores],
-                    "[agents] or [cores], nor a Python agent of this Host",
-                )
+            sentence = _unknown_name(
+                f"channels.{name}.agent",
+                channel.agent,
+                [*config.agents, *config.cores],
+                "[agents] or [cores], nor a Python agent of this Host",
             )
+            if not required:
+                warnings.append(f"{sentence} (fine here: this command serves no channel)")
+                continue
+            error = ConfigError(sentence)  # the sentence names its key itself
             error.key = f"channels.{name}.agent"
             raise error
+    return tuple(warnings)
 
 
 def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = None) -> HostConfig:

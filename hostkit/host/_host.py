@@ -352,12 +352,14 @@ class Host(AsyncResource):
             store = await open_configured_store(declared)
             # Each Agent Core at its live revision; one that is not available is a warning.
             composed, cores, core_warnings = await compose_cores(declared, store.cores)
-            resolved, instances = compose_agents(composed, agents)
+            resolved, instances, channel_warnings = compose_agents(
+                composed, agents, serves_channels=require_channels
+            )
             if check:
                 # The default sources import each provider kind's package: one missing is
                 # refused here, before any turn, not as each of its agent's turns failing.
                 await anyio.to_thread.run_sync(check_provider_extras, resolved)
-            warnings = (*await _prepare_workspaces(resolved), *core_warnings)
+            warnings = (*await _prepare_workspaces(resolved), *core_warnings, *channel_warnings)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 try:
@@ -515,8 +517,10 @@ class Host(AsyncResource):
             composed, cores, core_warnings = await compose_cores(
                 config, self.store.cores, required=require_cores
             )
-            config, instances = compose_agents(composed, self.agents)
-            workspace_warnings = await _prepare_workspaces(config)
+            config, instances, channel_warnings = compose_agents(
+                composed, self.agents, serves_channels=self._require_channels
+            )
+            workspace_warnings = (*await _prepare_workspaces(config), *channel_warnings)
         except StoreClosed:
             await self._refuse_closed(capabilities)
         if self._closed:

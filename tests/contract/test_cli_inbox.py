@@ -19,6 +19,8 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
+from hostkit.errors import ConfigError
+from hostkit.host import Host
 from hostkit.inbox import ChannelInbox, RetryPolicy
 from hostkit.store import RuntimeStore
 from hostkit.types import InboundEnvelope, InboundFailure, InboundResult
@@ -351,3 +353,23 @@ async def test_a_malformed_channel_is_one_error_line_exit_2(
     assert err.startswith("error: a channel instance id is 1 to 64 characters")
     assert len(err.strip().splitlines()) == 1
     assert err.isascii()  # the refused value is not echoed
+
+
+async def test_a_channel_served_by_a_python_agent_does_not_lock_the_operator_out(
+    tmp_path: Path,
+) -> None:
+    """A channel may name a Python agent only ``hostkit serve --agent`` has: the inbox
+    commands serve no channel, so they open and say once what they cannot serve; a Host
+    that would serve the channel still refuses to open without that agent."""
+    config = CONFIG + (
+        '\n[channels.hooks]\nkind = "webhook"\nagent = "helpdesk"\nsecret_env = "HOOKS_SECRET"\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+    code, out, err = await hostkit("inbox", "counts", cwd=tmp_path)
+    assert code == 0, err
+    assert "the inbox is empty" in out + err
+    assert err.count("channels.hooks.agent names 'helpdesk'") == 1
+    assert "this command serves no channel" in err
+    with pytest.raises(ConfigError, match=r"channels\.hooks\.agent names 'helpdesk'"):
+        async with Host.open(tmp_path / "hostkit.toml"):
+            pass
