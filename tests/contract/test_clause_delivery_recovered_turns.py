@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from hostkit.freeze import thaw
 from hostkit.store import Admitted, LeaseOwner, NewApproval, RuntimeStore, TurnAdmission
 from hostkit.store._turn_rows import LOST_NOTICE
 from hostkit.types import DeliveryIntent, PrincipalScope, approval_code, new_id
-from tests.contract._store_adapters import open_store
 from tests.contract.test_store_turns import dead_like
 from tests.support import facts
 
@@ -39,18 +38,6 @@ ROUTE: Mapping[str, Any] = {
     "conversation": "42:7",
     "reply": {"chat_id": 42},
 }
-
-
-@pytest.fixture
-async def runtime(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    async with open_store(store_adapter, tmp_path) as store:
-        yield store
-
-
-@pytest.fixture
-async def resolver(runtime: RuntimeStore) -> AsyncIterator[AuthorityResolver]:
-    async with AuthorityResolver.bind(runtime) as bound:
-        yield bound
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -52,23 +50,9 @@ from hostkit.types import (
     UsageObservation,
     new_id,
 )
-from tests.contract._store_adapters import open_store
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def runtime(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    """One empty store of each adapter (the store matrix, tests/conftest.py)."""
-    async with open_store(store_adapter, tmp_path) as store:
-        yield store
-
-
-@pytest.fixture
-async def resolver(runtime: RuntimeStore) -> AsyncIterator[AuthorityResolver]:
-    async with AuthorityResolver.bind(runtime) as bound:
-        yield bound
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ a retry): tests/contract/test_clause_delivery_cut_turns.py.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +28,10 @@ from hostkit.types import (
     TurnResult,
     new_id,
 )
-from tests.contract._store_adapters import open_store
 from tests.contract.test_clause_delivery_cut_turns import blocked_host, routed
 from tests.hosts import turn_rows
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def runtime(store_adapter: str, tmp_path: Path) -> AsyncIterator[RuntimeStore]:
-    """One empty store of each adapter (the store matrix, tests/conftest.py)."""
-    async with open_store(store_adapter, tmp_path) as store:
-        yield store
-
-
-@pytest.fixture
-async def resolver(runtime: RuntimeStore) -> AsyncIterator[AuthorityResolver]:
-    async with AuthorityResolver.bind(runtime) as bound:
-        yield bound
 
 
 class Answers:
