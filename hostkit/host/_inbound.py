@@ -109,7 +109,7 @@ class InboundTurns:
         process still runs it): the worker defers the message, its attempt not spent.
         """
         try:
-            result = await self._turns.run(request)
+            return await self._turns.run(request)
         except TurnRejected as exc:
             if exc.retryable or not self._closed():
                 raise
@@ -118,14 +118,6 @@ class InboundTurns:
             closing = TurnRejected(exc.reason)
             closing.retryable = True
             raise closing from exc
-        if result.voided:
-            # Cut off by this Host before its work began (a shutdown): the request id is
-            # free again, so the message is given back for another attempt, not answered
-            # with a notice (the worker releases it without spending the attempt).
-            voided = TurnRejected("the Host stopped before this turn began its work")
-            voided.retryable = True
-            raise voided
-        return result
 
     async def find(self, request: TurnRequest) -> str | None:
         """The turn an earlier attempt started for ``request``'s id, if any."""

@@ -4,9 +4,7 @@ A turn that exists is the inbound's business result, whatever its outcome:
 its request id is spent, so running the message "again" could only return
 the same record (``failed`` and ``lost`` turns included). Only failures that
 left no turn behind are retried: the store or the Host could not start one
-now, an earlier attempt's turn is still running elsewhere, or the turn was
-voided (cut off by the Host before its work began: its request id is free
-again, ``TurnResult.voided``).
+now, or an earlier attempt's turn is still running elsewhere.
 """
 
 from __future__ import annotations

@@ -119,9 +119,7 @@ class InboxWorker(Background):
     the turns in flight ``grace_s`` to finish and record their results, cuts
     off the rest, and releases every claim still held: those inbounds are due
     again at once, their attempt not spent (a turn cut off is recorded by its
-    ``TurnExecution``, and the next attempt gets that record; one cut off
-    before its work began is voided, its request id freed, and the next
-    attempt runs it: no "send it again" notice). Every store
+    ``TurnExecution``, and the next attempt gets that record). Every store
     call is bounded by ``op_timeout_s``, every turn by ``turn_timeout_s``.
     ``clock`` is the inbox's clock (wall seconds): the lease times it reads
     come from it.

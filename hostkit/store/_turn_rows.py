@@ -101,10 +101,6 @@ LOST_NOTICE = (
     "I was stopped before I could answer your last message (the service stopped or "
     "restarted), so it got no answer. Please send it again."
 )
-# The request id a voided turn (cut off before its work began) keeps, followed by its turn
-# id: its own key is freed for the retry that runs the request (the original stays in its
-# recorded result).
-VOID_PREFIX = "void:"
 # What it is told instead when the turn was cut off while one of its calls ran
 # (``indeterminate``): that call may have acted, and sending the message again could
 # make it act twice.
@@ -248,21 +244,9 @@ def _commit_terminal(
         result.turn_id,
         event_seq,
         f"turn.{result.outcome}",
-        {"error": result.error, **({"voided": True} if result.voided else {}), **(detail or {})},
+        {"error": result.error, **(detail or {})},
         at=at,
     )
-    if result.voided:
-        # As if never admitted, but for its record (audit): its key is freed, so a retry
-        # runs the request, and its input leaves the transcript, so the retry's input is
-        # there once.
-        conn.execute(
-            "UPDATE turns SET request_id = ? WHERE turn_id = ?",
-            [VOID_PREFIX + result.turn_id, result.turn_id],
-        )
-        conn.execute(
-            "DELETE FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'user'",
-            [result.session_id, result.turn_id],
-        )
     if route is not None:
         insert_intents(
             conn,
@@ -286,8 +270,6 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     person's own cancel sends nothing. A ``failed`` turn sends the notice that
     it could not answer (``FAILED_NOTICE``), never its error.
     """
-    if result.voided:
-        return []  # cut off before it began: the request is run again, not lost
     cut_off = result.cancelled_by in ("host", "caller")
     if result.outcome == "indeterminate" and cut_off:
         return [{"text": INDETERMINATE_NOTICE}]
@@ -620,9 +602,6 @@ def finish(
         insert_event(conn, lease.turn_id, final.event_seq, final.event, final.detail, at=at)
     if observed is not None:
         observe_step(conn, observed)
-    if result.voided and not _untouched(conn, lease.turn_id):
-        # The process thought nothing began; the record says otherwise: not voided.
-        result = dataclasses.replace(result, voided=False)
     settle_claims(conn, lease.turn_id)
     if result.outcome != "needs_user":
         # A turn that ends any other way while its approval is asked voids it: nobody
@@ -633,19 +612,6 @@ def finish(
     committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed
-
-
-def _untouched(conn: sqlite3.Connection, turn_id: str) -> bool:
-    """Whether the turn recorded nothing beyond its admission (its input included)."""
-    row = one_row(
-        conn,
-        "SELECT (SELECT COUNT(*) FROM turn_events WHERE turn_id = ? AND kind NOT IN "
-        "('turn.started', 'input.persisted', 'input.admitted')) + (SELECT COUNT(*) FROM "
-        "messages WHERE turn_id = ? AND role <> 'user') + (SELECT COUNT(*) FROM approvals "
-        "WHERE turn_id = ?) AS n",
-        [turn_id, turn_id, turn_id],
-    )
-    return row is not None and int(row["n"]) == 0
 
 
 def _void_reason(outcome: str) -> str:

@@ -63,9 +63,6 @@ class ActiveTurn:
     final: TranscriptEntry | None = None
     final_step: ObservedStep | None = None  # its observation, committed with it
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
-    # Its work began: a model call, an authored slot or an effect was started. Until then
-    # a cut-off turn did nothing but record its admission, and is voided (see _finish).
-    began: bool = False
     # The model's calls of the current step whose results are not durable yet, in order.
     # While ``in_flight == "effect"`` the first of them may have run.
     unanswered: list[ToolCall] = field(default_factory=list)

@@ -473,7 +473,6 @@ class TurnExecution:
             )
             if prepared.kind == "overflow":
                 return "failed", f"context overflow ({prepared.reason}): {prepared.detail}"
-            active.began = True
             active.in_flight = "provider"
             response = await self._call_provider(
                 context,
@@ -636,7 +635,6 @@ class TurnExecution:
             return message
         # A continuation resumes the paused turn's work: bootstrap and input do not run again.
         approval_id = request.continues
-        active.began = True
         active.in_flight = "effect"
         self._emit(context, "effect.started", {"approval_id": approval_id})
         call_id, name, outcome = await core.effects.execute_approved(
@@ -662,8 +660,6 @@ class TurnExecution:
         """
         if core.slots is None or active.author is None:
             return message
-        # Authored code runs from here (it may write state): the turn's work began.
-        active.began = True
         ctx = active.author.context
         extra = await core.slots.bootstrap(ctx)
         if extra is not None:
@@ -920,10 +916,6 @@ class TurnExecution:
             pending_approval=active.pending_approval if outcome == "needs_user" else None,
             truncated=outcome == "completed" and _hit_output_limit(active.final),
             cancelled_by=active.cancelled_by if outcome in _CANCELLED else None,
-            # Cut off by the Host or its caller before any work began: nothing to answer
-            # for, so the store ends it without a notice and frees its request id (a
-            # retry of the same request, e.g. the inbound's next attempt, runs it).
-            voided=_voidable(active, outcome),
         )
         seq, proposed = active.take_seq(), result
         try:
@@ -1150,19 +1142,6 @@ def _lent(active: ActiveTurn) -> AuthorHandles | None:
 def _references(message: ModelMessage) -> tuple[AttachmentPart, ...]:
     """``message``'s attachments as the transcript keeps them: references, no bytes."""
     return tuple(AttachmentPart(part.attachment) for part in message.attachments)
-
-
-def _voidable(active: ActiveTurn, outcome: TurnOutcome) -> bool:
-    """Whether a turn ending ``outcome`` was cut off (not by its user) before its work began:
-    no model call, authored slot or effect started, nothing answered, nothing pending."""
-    return (
-        outcome == "cancelled"
-        and active.cancelled_by in ("host", "caller")
-        and not active.began
-        and active.final is None
-        and active.pending_approval is None
-        and not active.effects
-    )
 
 
 def _maybe_ran(core: PinnedCore, context: TurnExecutionContext, active: ActiveTurn) -> bool:

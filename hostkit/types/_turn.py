@@ -177,17 +177,11 @@ class TurnResult:
     output: Any = None
     # A turn ended ``cancelled`` or ``indeterminate`` by a cancellation: who stopped it.
     cancelled_by: TurnCanceller | None = None
-    # Cut off by the Host or its caller before its work began (``cancelled``): nothing was
-    # sent to the model and no effect ran. Its request id is free again (a retry runs the
-    # request) and its conversation is sent no notice.
-    voided: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "effects", tuple(self.effects))
         object.__setattr__(self, "deliveries", tuple(self.deliveries))
         object.__setattr__(self, "output", freeze(self.output))
-        if self.voided and (self.outcome != "cancelled" or self.cancelled_by == "user"):
-            raise InvalidValue("only a turn the Host or its caller cancelled can be voided")
 
     def output_as(self, model: type[_Model]) -> _Model:
         """The structured answer as an instance of ``model`` (the agent's ``output_type``)."""
@@ -226,7 +220,6 @@ class TurnResult:
             "truncated": self.truncated,
             **({} if self.cancelled_by is None else {"cancelled_by": self.cancelled_by}),
             **({} if self.output is None else {"output": thaw(self.output)}),
-            **({"voided": True} if self.voided else {}),
         }
 
     @classmethod

@@ -395,52 +395,6 @@ async def test_shutdown_releases_leases_without_spending_an_attempt(rig: Rig) ->
     assert (claimed.attempt, claimed.turn_reserved) == (1, True)
 
 
-async def test_shutdown_before_a_turn_began_gives_its_message_back_without_a_notice(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A turn still preparing its model call when the worker's grace ends did nothing
-    but record its admission: it is voided, not answered with "please send it again".
-    The inbound is due again with its attempt not spent, and the next worker (this Host
-    after a restart, or another) runs it once, its message in the transcript once."""
-    context = rig.host.turns._context
-    prepare = context.prepare
-    preparing = anyio.Event()
-    held = [True]
-
-    async def held_prepare(*args: Any, **kwargs: Any) -> Any:
-        if held[0]:
-            preparing.set()
-            await anyio.sleep_forever()
-        return await prepare(*args, **kwargs)
-
-    monkeypatch.setattr(context, "prepare", held_prepare)
-    inbound_id = await rig.accept("hold on")
-    worker = rig.worker(grace_s=0.1)
-    async with anyio.create_task_group() as group:
-        await group.start(worker.run)
-        with anyio.fail_after(10):
-            await preparing.wait()
-        group.cancel_scope.cancel()
-    record = await rig.record(inbound_id)
-    assert (record.state, record.attempt) == ("ready", 0)
-    assert await rig.host.store.delivery.intents() == ()
-    held[0] = False
-    assert await rig.worker().drain() == 1
-    record = await rig.record(inbound_id)
-    assert (record.state, record.result_kind) == ("completed", "turn")
-    (counts,) = await rig.inbox.counts()
-    assert (counts.completed, counts.unanswered) == (1, 0)
-    (turn_id, status, _, _) = (await rig.turns_of(inbound_id))[0]
-    assert status == "completed"
-    transcript = await rig.messages(turn_id)
-    assert [role for role, _ in transcript] == ["user", "assistant"]
-    assert "echo: hold on" in transcript[1][1]
-    users = await rig.host.store.read(
-        lambda c: c.execute("SELECT COUNT(*) FROM messages WHERE role = 'user'").fetchone()[0]
-    )
-    assert users == 1
-
-
 async def test_releases_that_cannot_land_share_one_bound_at_shutdown(
     rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
