@@ -39,7 +39,13 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from hostkit.errors import ClockSkew, InvalidValue, StoreClosed, StoreError, StoreOutcomeUnknown
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._pg_backup import dump_and_verify
-from hostkit.store._pg_connection import WRITE_LOCK, PgConnection, pg_row, register_loaders
+from hostkit.store._pg_connection import (
+    SET_LOCK_TIMEOUT,
+    WRITE_LOCK,
+    PgConnection,
+    pg_row,
+    register_loaders,
+)
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
 from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
@@ -332,12 +338,12 @@ class PgStore(RowStore):
         left = self._waits.left_s(_MAX_LOCK_WAIT_S)
         return anyio.current_time() + left + _SILENT_SERVER_MARGIN_S
 
-    def _limit_lock_waits(self, raw: psycopg.Connection[Any]) -> None:
-        """Under the limit: this transaction's statements wait for a lock no longer than
-        what is left of it (``lock_timeout``, undone at its end; 0 would mean no bound)."""
-        if self._waits.until is not None:
-            left_ms = max(1, int(self._waits.left_s(_MAX_LOCK_WAIT_S) * 1000))
-            raw.execute("SELECT set_config('lock_timeout', %s, true)", [f"{left_ms}ms"])
+    def _lock_timeout(self) -> str | None:
+        """Under the limit: how long a statement may wait for a lock, as ``lock_timeout``
+        takes it (what is left of the limit; 0 would mean no bound)."""
+        if self._waits.until is None:
+            return None
+        return f"{max(1, int(self._waits.left_s(_MAX_LOCK_WAIT_S) * 1000))}ms"
 
     async def watch_inbox(self, wake: Callable[[], None]) -> None:
         """LISTEN for ready inbounds and call ``wake()`` at each; until cancelled."""
@@ -464,7 +470,8 @@ class PgStore(RowStore):
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.
                 try:
-                    self._limit_lock_waits(raw)
+                    if (lock_timeout := self._lock_timeout()) is not None:
+                        raw.execute(SET_LOCK_TIMEOUT, [lock_timeout])
                     raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
                     raw.commit()
                 except psycopg.OperationalError as exc:
@@ -483,9 +490,10 @@ class PgStore(RowStore):
                     if read_only
                     else psycopg.IsolationLevel.SERIALIZABLE
                 )
-                conn = PgConnection(raw, writer=not read_only)
+                # The lock timeout goes with the first statement: a claim sets its
+                # isolation level before that (``PgConnection.read_committed``).
+                conn = PgConnection(raw, writer=not read_only, lock_timeout=self._lock_timeout())
                 try:
-                    self._limit_lock_waits(raw)
                     result = fn(cast(sqlite3.Connection, conn))
                 except BaseException as exc:
                     with contextlib.suppress(psycopg.Error):

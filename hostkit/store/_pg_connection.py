@@ -31,11 +31,13 @@ from psycopg.adapt import Loader
 
 from hostkit.store._pg_translate import ends_transaction, translate
 
-__all__ = ["WRITE_LOCK", "PgConnection", "PgRow", "pg_row", "register_loaders"]
+__all__ = ["SET_LOCK_TIMEOUT", "WRITE_LOCK", "PgConnection", "PgRow", "pg_row", "register_loaders"]
 
 # pg_advisory lock key of the store's writers: "hkwr". Every write transaction holds it
 # shared; a write that keeps losing serialisation races runs once more holding it alone.
 WRITE_LOCK = 0x686B7772
+# This transaction's lock timeout (undone at its end).
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 
 
 class PgRow(tuple[Any, ...]):
@@ -123,15 +125,19 @@ class PgCursor:
 class PgConnection:
     """The connection a row function sees on PostgreSQL, for one transaction, in one thread.
 
-    A write transaction's first statement is preceded by the shared writer lock
-    (after the row function had its chance to relax the isolation level).
+    A write transaction's first statement is preceded by the shared writer lock,
+    and any transaction's by its ``lock_timeout`` when it has one (after the row
+    function had its chance to relax the isolation level).
     """
 
     dialect = "postgresql"
 
-    def __init__(self, conn: psycopg.Connection[Any], *, writer: bool) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], *, writer: bool, lock_timeout: str | None = None
+    ) -> None:
         self._conn = conn
         self._writer = writer
+        self._lock_timeout = lock_timeout
         self._started = False
 
     def cursor(self) -> PgCursor:
@@ -152,6 +158,8 @@ class PgConnection:
     def _begin(self) -> None:
         if not self._started:
             self._started = True
+            if self._lock_timeout is not None:
+                self._conn.execute(SET_LOCK_TIMEOUT, [self._lock_timeout])
             if self._writer:
                 self._conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [WRITE_LOCK])
 

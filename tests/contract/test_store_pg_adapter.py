@@ -620,3 +620,18 @@ async def test_a_host_whose_clock_is_off_the_servers_does_not_start(
     monkeypatch.setattr(pg_module, "_machine_clock", lambda: time.time() + offset_s / 30)
     async with RuntimeStore.open_postgres(url):
         pass  # one second off: within the default 2 s
+
+
+async def test_under_a_limit_a_claim_still_relaxes_its_isolation_and_claims(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A closing owner's claims (its inbox and delivery runtimes keep claiming while it
+    drains) still run: the lock timeout is set with the first statement, after a claim
+    chose READ COMMITTED, never before it (which PostgreSQL refuses mid-transaction)."""
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        await store.inbox.accept([envelope("draining")], None, now=NOW)
+        store.limit_waits(30.0)
+        (claimed,) = await store.inbox.claim(
+            owner="closing", now=NOW, lease_s=30.0, limit=1, max_attempts=3
+        )
+        assert claimed.attempt == 1
