@@ -187,6 +187,11 @@ class HostDaemon(Background):
     ``request_shutdown()`` (bounded by ``[serve] drain_timeout_s`` unless
     given) and returns the ``DaemonExit``. ``async with host.serve() as d:``
     runs it in the background and shuts it down at the end of the block.
+    ``closing_host`` says the Host is closed once this daemon stops
+    (``hostkit serve``): its shutdown then bounds every store wait by the
+    drain deadline, for good (``limit_waits``), so a frozen or unreachable
+    database cannot hold the drain; a daemon on a Host that lives on (a
+    notebook's) leaves the store's waits as they are.
     """
 
     def __init__(
@@ -199,9 +204,11 @@ class HostDaemon(Background):
         policy: RestartPolicy | None = None,
         on_change: Callable[[DaemonStatus], None] | None = None,
         watch: bool = False,
+        closing_host: bool = False,
     ) -> None:
         serve = host.config.serve
         self.host = host
+        self._closing_host = closing_host
         self.listen = serve.listen if listen is None else listen
         self.port = serve.port if port is None else port
         if isinstance(self.port, bool) or not isinstance(self.port, int):
@@ -340,9 +347,10 @@ class HostDaemon(Background):
             return
         deadline = self.drain_timeout_s if deadline_s is None else deadline_s
         self.supervisor.request_shutdown(deadline_s=deadline, reason=reason)
-        # Every store wait ends by the deadline (plus a margin to record what was cut),
-        # shields or not: a frozen database must not hold the drain past it.
-        self.host.store.limit_waits(deadline + _STORE_MARGIN_S)
+        if self._closing_host:
+            # Every store wait ends by the deadline (plus a margin to record what was
+            # cut), shields or not: a frozen database must not hold the drain past it.
+            self.host.store.limit_waits(deadline + _STORE_MARGIN_S)
 
     async def shutdown(
         self, *, reason: str = "shutdown", deadline_s: float | None = None

@@ -28,6 +28,7 @@ import pytest
 
 from hostkit.channels import sign_webhook
 from hostkit.errors import StoreError
+from hostkit.host import Host, parse_config
 from hostkit.store import RuntimeStore
 from tests.postgres import PostgresCluster
 
@@ -186,3 +187,28 @@ async def test_serve_answers_503_in_time_and_stops_in_time_on_a_frozen_server(
     logs = b"".join(said).decode(errors="replace")
     assert stopped_in < DRAIN_S + 6.0, (stopped_in, logs[-3_000:])
     assert SECRET not in logs
+
+
+async def test_a_daemon_stopped_on_a_host_that_lives_on_leaves_its_store_unbounded(
+    tmp_path: Path, frozen: PostgresCluster
+) -> None:
+    """Only a daemon whose Host closes after it (``hostkit serve``) bounds the store's
+    waits for good at its shutdown: a notebook's Host serves, stops serving, and its
+    next store calls still wait as long as they need."""
+    url = await frozen.create_database()
+    config = parse_config(
+        {
+            "host": {"workspace": str(tmp_path / "ws")},
+            "store": {"url": url},
+            "serve": {"port": 0, "drain_timeout_s": 0.2},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(config) as host:
+        async with host.serve():
+            pass
+        await anyio.sleep(1.0)  # well past the drain deadline and its margin
+        slept = await host.store.read(
+            lambda conn: conn.execute("SELECT pg_sleep(1.0)").fetchone()  # type: ignore[attr-defined]
+        )
+        assert slept is not None
