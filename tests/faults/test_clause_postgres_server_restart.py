@@ -12,6 +12,7 @@ Host, never reopened, completes turns in every session after the restart.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,6 +36,8 @@ MODEL_DELAY_S = 0.05
 BEFORE_S, DOWN_S = 3.0, 3.0
 # Each session runs until it completed this many turns begun after the restart.
 TURNS_AFTER = 3
+# What a turn that ended failed across the outage may say: the store's error, no other.
+STORE_FAILURE = re.compile(r"connection|COMMIT|write failed|read failed|database")
 # Bounds for a hang, not expected durations: a turn in flight waits out the outage.
 TURN_TIMEOUT_S = 60.0
 TEST_TIMEOUT_S = 120.0
@@ -68,6 +71,7 @@ async def test_turns_survive_a_server_crash_and_restart(
     )
     model = ScriptedModel([decide], repeat_last=True)
     outcomes: list[tuple[str, float, float, str]] = []  # session, start, end, outcome
+    store_failures: list[str] = []  # the errors of turns that ended failed
     window: dict[str, float] = {}
     start = time.monotonic()
 
@@ -84,6 +88,8 @@ async def test_turns_survive_a_server_crash_and_restart(
                             TurnRequest(input="hi", principal=facts, request_id=new_id("req"))
                         )
                     outcome = result.outcome
+                    if outcome == "failed":  # a store failure mid-turn, recorded: say which
+                        store_failures.append(result.error or "")
                 except HostkitError as exc:
                     outcome = type(exc).__name__
                     await anyio.sleep(0.2)
@@ -106,9 +112,12 @@ async def test_turns_survive_a_server_crash_and_restart(
                 tg.start_soon(crash)
 
     # Every outcome is a completed turn or a typed error, and some turn was in flight
-    # across the outage.
+    # across the outage. A turn whose write failed mid-turn and whose end could be
+    # recorded once the server was back ends ``failed`` with the store's own error.
     kinds = Counter(outcome for *_, outcome in outcomes)
-    assert set(kinds) <= {"completed", "TurnInfrastructureError", "StoreError", "TurnRejected"}
+    typed = {"completed", "failed", "TurnInfrastructureError", "StoreError", "TurnRejected"}
+    assert set(kinds) <= typed
+    assert all(STORE_FAILURE.search(error) for error in store_failures), store_failures
     assert any(began < window["down"] < end for _, began, end, _ in outcomes)
     # The same Host serves every session again once the server is back.
     for index in range(SESSIONS):
@@ -127,6 +136,7 @@ async def test_turns_survive_a_server_crash_and_restart(
                 await conn.execute(
                     "SELECT b.conversation_key, count(*) FROM messages m "
                     "JOIN conversation_bindings b ON b.session_id = m.session_id "
+                    "JOIN turns t ON t.turn_id = m.turn_id AND t.status = 'completed' "
                     "GROUP BY b.conversation_key"
                 )
             ).fetchall()
