@@ -63,7 +63,8 @@ _DELIVERY_SHARE = 0.25
 _DELIVERY_SHARE_MAX_S = 5.0
 # Of what is left of the deadline when delivery stops, kept for recording cut-off sends.
 _RECORD_MARGIN_S = 0.25
-# Store waits during a shutdown may outlast its deadline by this much, no more.
+# The limit a shutdown puts on store waits, past its deadline (a call to a server that
+# does not answer is cut half a second after the limit; closing the pool adds its joins).
 _STORE_MARGIN_S = 1.0
 _TERMINAL = frozenset(
     f"turn.{outcome}"

@@ -146,8 +146,9 @@ def admit(
     running one whose holder is gone ended first, as recovery would), or
     raises ``RequestConflict`` when it was used for a different request. A
     session held by a live holder returns ``SessionBusy`` (the binding stays).
-    A holder whose lease expired, or whose owner is provably dead, has its
-    turn ended first and the session taken over with the next token.
+    A holder that is gone (``holder_gone``: its owner provably dead, or a ttl
+    past the notice that its lease lapsed) has its turn ended first and the
+    session taken over with the next token.
     """
     existing = repeat_of(
         conn,
@@ -260,7 +261,8 @@ def repeat_of(
     A turn still ``running`` whose holder is gone is ended first, as recovery
     would end it: every repeat gets that record, not a "still running" that
     would last until someone else ran recovery. A running turn whose holder
-    lives comes back with that holder's lease expiry (``holder_expires_at``).
+    lives comes back with when asking again can tell more (``holder_expires_at``:
+    its lease expiry, or the end of its noticed lapse).
     """
     existing = find_turn(conn, principal_id, request_id)
     if existing is None:

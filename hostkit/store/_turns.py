@@ -56,8 +56,9 @@ class TurnStore(ABC):
     the store closed. Cancelling a write may still let it commit (the writer
     may already run it); callers that must know re-read.
 
-    Lease rule (admission and recovery apply the same one): a lease counts
-    until its expiry — a live holder keeps it past one ttl only by renewing —
+    Lease rule (admission and recovery apply the same one, ``holder_gone``): a
+    lease counts until a ttl after another Host first noticed it past its
+    expiry — a live holder keeps it only by renewing, which voids a notice —
     or until its owner is provably dead on this machine (``LeaseOwner``).
     """
 
