@@ -44,6 +44,7 @@ from hostkit.daemon import (
 from hostkit.delivery import DeliveryRuntime
 from hostkit.errors import InvalidValue
 from hostkit.host._bus import EventBus
+from hostkit.host._config import check_channel_agents
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._defaults import channel_secret
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
@@ -207,6 +208,9 @@ class HostDaemon(Background):
         watch: bool = False,
         closing_host: bool = False,
     ) -> None:
+        # A Host opened to serve no channel only warned of a channel whose agent it lacks
+        # (``check_channel_agents``): serving that channel would fail every message.
+        check_channel_agents(host.config)
         serve = host.config.serve
         self.host = host
         self._closing_host = closing_host

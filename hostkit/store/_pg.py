@@ -92,7 +92,8 @@ _KEEPALIVES: dict[str, int] = {
     "tcp_user_timeout": 15_000,
 }
 # Under ``limit_waits``: how long past the limit a call still waits for a server that
-# does not answer before its connection is cut.
+# does not answer before its connection is cut. Also how long past its caller's deadline
+# an abandoned call's thread may still wait for a connection.
 _SILENT_SERVER_MARGIN_S = 0.5
 # pool.close() joins each pool worker thread this long at most (they are daemons).
 _CLOSE_JOIN_S = 1.0
@@ -104,14 +105,23 @@ _machine_clock = time.time
 
 
 class _Call:
-    """One transaction's hop: the connection its thread holds now, and whether its caller
-    stopped waiting (the thread then gives up at its next step and never reruns)."""
+    """One transaction's hop, shared by its caller and its worker thread (under the
+    store's calls lock): a copy of the socket of the connection the thread holds now,
+    whether the caller stopped waiting (the thread then gives up at its next step and
+    never reruns), whether the COMMIT was sent, and until when (monotonic) a checkout
+    is worth waiting for: never past the caller's own deadline."""
 
-    __slots__ = ("abandoned", "conn")
+    __slots__ = ("abandoned", "checkout_until", "commit_sent", "sock")
 
-    def __init__(self) -> None:
-        self.conn: psycopg.Connection[Any] | None = None
+    def __init__(self, checkout_until: float) -> None:
+        self.sock: socket.socket | None = None
         self.abandoned = False
+        self.commit_sent = False
+        self.checkout_until = checkout_until
+
+    def gave_up(self) -> bool:
+        """Whether the caller stopped waiting (read under the calls lock)."""
+        return self.abandoned
 
 
 class _ConnectionLost(Exception):
@@ -312,18 +322,24 @@ class PgStore(RowStore):
     @contextlib.contextmanager
     def _holding(self, call: _Call, raw: psycopg.Connection[Any]) -> Any:
         """Register ``raw`` as ``call``'s while the hop uses it (a caller gone already:
-        give it back unused)."""
+        give it back unused). The socket is copied here, on the thread that owns the
+        connection, so a cut never reaches a descriptor the connection closed meanwhile
+        (and the system gave to another)."""
         with self._calls_lock:
             if call.abandoned:
                 raise psycopg.OperationalError("the caller stopped waiting")
-            call.conn = raw
+            call.sock = socket.socket(fileno=os.dup(raw.fileno()))
             self._calls.add(call)
         try:
             yield
         finally:
             with self._calls_lock:  # before the pool gets it back: never cut a reused one
-                call.conn = None
+                sock, call.sock = call.sock, None
                 self._calls.discard(call)
+                if sock is not None:
+                    sock.close()
+                if call.gave_up():
+                    raw.close()  # maybe cut after its last statement: never back as idle
 
     def limit_waits(self, seconds: float) -> None:
         self._waits.limit(seconds)
@@ -387,8 +403,6 @@ class PgStore(RowStore):
         # A store call is a cancellation point, as on SQLite.
         await anyio.lowlevel.checkpoint_if_cancelled()
         action = "read" if read_only else "write"
-        call = _Call()
-        job = functools.partial(self._run, fn, call, read_only=read_only, alone=alone)
         try:
             # The caller stops waiting at its own deadline (a frozen server answers
             # nothing, and statement_timeout is the server's), and under limit_waits at
@@ -396,6 +410,15 @@ class PgStore(RowStore):
             with anyio.CancelScope() as limit:
                 if self._waits.until is not None:
                     limit.deadline = self._silent_server_deadline()
+                # An abandoned thread waits for a connection hardly longer than its
+                # caller would have: threads left behind by callers that gave up (a
+                # renewal retried through an outage) never pile up ahead of live callers.
+                # The margin lets the caller's own deadline end its wait, not a timeout.
+                until = min(anyio.current_effective_deadline(), limit.deadline)
+                left = max(0.0, until - anyio.current_time())
+                checkout_until = time.monotonic() + left + _SILENT_SERVER_MARGIN_S
+                call = _Call(checkout_until)
+                job = functools.partial(self._run, fn, call, read_only=read_only, alone=alone)
                 self._waiting.add(limit)
                 try:
                     return await anyio.to_thread.run_sync(
@@ -416,9 +439,13 @@ class PgStore(RowStore):
         except UnicodeEncodeError:  # fn's text, not the database: rolled back, nothing stored
             raise InvalidValue(UNSTORABLE_TEXT) from None
         # Only the limit ends the block without a return or an exception.
-        if read_only:
-            raise StoreError("read failed: the database did not answer in time", retryable=True)
-        # The hop may have sent its COMMIT: never say "nothing was stored".
+        with self._calls_lock:
+            commit_sent = call.commit_sent
+        if read_only or not commit_sent:
+            raise StoreError(
+                f"{action} failed: the database did not answer in time", retryable=True
+            )
+        # The hop sent its COMMIT: never say "nothing was stored".
         raise StoreOutcomeUnknown(
             "the database did not answer in time; whether the write landed is unknown: "
             "read the state again before retrying"
@@ -430,15 +457,10 @@ class PgStore(RowStore):
         through the server, which may be the thing not answering."""
         with self._calls_lock:
             call.abandoned = True
-            conn = call.conn
-            if conn is None or conn.closed:
-                return
-            # A dup: shutdown() acts on the connection, close() only on our copy.
-            with (
-                contextlib.suppress(OSError, psycopg.Error),
-                socket.socket(fileno=os.dup(conn.fileno())) as sock,
-            ):
-                sock.shutdown(socket.SHUT_RDWR)
+            if call.sock is not None:
+                # The copy: shutdown() acts on the connection itself, close() on the copy.
+                with contextlib.suppress(OSError):
+                    call.sock.shutdown(socket.SHUT_RDWR)
 
     def _run(
         self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool
@@ -464,7 +486,13 @@ class PgStore(RowStore):
         self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool
     ) -> T:
         """Checkout, run, commit, return: one try."""
-        checkout_s = max(_MIN_CHECKOUT_S, self._waits.left_s(self._connect_timeout_s))
+        checkout_s = max(
+            _MIN_CHECKOUT_S,
+            min(
+                self._waits.left_s(self._connect_timeout_s),
+                call.checkout_until - time.monotonic(),
+            ),
+        )
         with self._pool.connection(timeout=checkout_s) as raw, self._holding(call, raw):
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
@@ -501,6 +529,8 @@ class PgStore(RowStore):
                     if isinstance(exc, psycopg.OperationalError) and raw.broken:
                         raise _ConnectionLost(exc) from exc  # before COMMIT: nothing landed
                     raise
+                with self._calls_lock:
+                    call.commit_sent = True
                 try:
                     raw.commit()
                 except psycopg.OperationalError as exc:

@@ -396,8 +396,10 @@ class ChannelCounts:
     """How many inbounds of one channel instance are in each state.
 
     ``unanswered`` counts the ``completed`` ones (a subset) whose turn ended
-    without an answer the person asked for: ``lost``, ``failed``, or cut off by
-    the Host (``cancelled``/``indeterminate``); their sender was sent a notice.
+    without an answer (``UNANSWERED_OUTCOMES``): ``lost``, ``failed``,
+    ``cancelled`` or ``indeterminate``, as the turn's terminal record says
+    (the inbox result carries the same outcome). Its sender was sent a notice
+    unless a person cancelled the turn.
     """
 
     channel_instance_id: str

@@ -373,3 +373,18 @@ async def test_a_channel_served_by_a_python_agent_does_not_lock_the_operator_out
     with pytest.raises(ConfigError, match=r"channels\.hooks\.agent names 'helpdesk'"):
         async with Host.open(tmp_path / "hostkit.toml"):
             pass
+
+
+async def test_a_host_that_warned_of_a_channel_it_lacks_the_agent_for_refuses_to_serve_it(
+    tmp_path: Path,
+) -> None:
+    """Opened to serve no channel, the Host only warned; serving would fail every message
+    of that channel, so ``serve()`` refuses, naming the key."""
+    config = CONFIG + (
+        '\n[channels.hooks]\nkind = "webhook"\nagent = "helpdesk"\nsecret_env = "HOOKS_SECRET"\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+    async with Host.open(tmp_path / "hostkit.toml", check_providers=False) as host:
+        assert any("channels.hooks.agent names 'helpdesk'" in w for w in host.warnings)
+        with pytest.raises(ConfigError, match=r"channels\.hooks\.agent names 'helpdesk'"):
+            host.serve(env={"HOOKS_SECRET": "s" * 32})

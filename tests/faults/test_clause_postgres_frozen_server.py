@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import httpx
 import pytest
 
 from hostkit.channels import sign_webhook
-from hostkit.errors import StoreError
+from hostkit.errors import StoreError, StoreOutcomeUnknown
 from hostkit.host import Host, parse_config
 from hostkit.store import RuntimeStore
 from tests.postgres import PostgresCluster
@@ -61,6 +62,9 @@ async def test_store_calls_to_a_frozen_server_end_at_their_deadlines(
     store = await RuntimeStore.open_postgres(url)
     try:
         assert await store.read(count) == 0
+        async with anyio.create_task_group() as group:  # two pooled connections
+            for _ in range(2):
+                group.start_soon(store.read, lambda conn: conn.execute("SELECT pg_sleep(0.3)"))  # type: ignore[attr-defined]
         frozen.freeze()
         # A caller's own deadline ends its wait (the connection is cut behind it).
         started = time.monotonic()
@@ -68,19 +72,53 @@ async def test_store_calls_to_a_frozen_server_end_at_their_deadlines(
             await store.read(count)
         assert waited.cancelled_caught
         assert time.monotonic() - started < 3.0
-        # A closing owner's limit ends a shielded write too, typed and retryable (when its
-        # COMMIT may have gone out, ``StoreOutcomeUnknown`` says so).
+        # A closing owner's limit ends a shielded write too (on the other connection, in
+        # its statement), typed and retryable (when its COMMIT may have gone out,
+        # ``StoreOutcomeUnknown`` says so).
         store.limit_waits(1.0)
         started = time.monotonic()
         with anyio.CancelScope(shield=True), pytest.raises(StoreError) as caught:
             await store.write(lambda conn: conn.execute("DELETE FROM sessions"))  # type: ignore[attr-defined]
         assert time.monotonic() - started < 4.0
         assert caught.value.retryable
+        # Cut before its COMMIT went out: nothing was stored, and the error says so.
+        assert not isinstance(caught.value, StoreOutcomeUnknown)
     finally:
         started = time.monotonic()
         await store.aclose()
         closed_in = time.monotonic() - started
     assert closed_in < 5.0
+
+
+def store_calls_in_threads() -> int:
+    """How many threads of this process run a PostgreSQL store call now."""
+    return sum(
+        any(
+            frame.f_code.co_name == "_run" and frame.f_code.co_filename.endswith("_pg.py")
+            for frame, _ in traceback.walk_stack(top)
+        )
+        for top in sys._current_frames().values()
+    )
+
+
+async def test_callers_that_gave_up_leave_no_thread_waiting_for_a_connection(
+    frozen: PostgresCluster,
+) -> None:
+    """A renewal retried through an outage gives up again and again; the threads it
+    leaves behind stop waiting for a connection about when their callers did, instead
+    of piling up ahead of live callers until the connect timeout."""
+    url = await frozen.create_database()
+    async with await RuntimeStore.open_postgres(url, connect_timeout_s=30.0) as store:
+        assert await store.read(count) == 0
+        frozen.freeze()
+        for _ in range(12):
+            with anyio.move_on_after(0.2):
+                await store.read(count)
+        assert store_calls_in_threads() > 0  # the last ones still wait
+        # Each stops a margin past its caller; before, each waited the connect timeout.
+        await anyio.sleep(0.2 + 0.5 + 2.0)
+        assert store_calls_in_threads() == 0
+        frozen.thaw()
 
 
 async def test_the_store_works_again_once_a_frozen_server_goes_on(
