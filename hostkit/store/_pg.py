@@ -67,8 +67,8 @@ _OPTIMISTIC_RUNS = 4
 _RETRYABLE_CLASSES = ("40", "08", "53", "57")
 _RETRYABLE_STATES = ("55P03",)
 _RERUN_STATES = ("40001", "40P01")
-# Reruns of a transaction whose connection was lost before its COMMIT, each on a
-# connection the pool checked: a restarted server leaves every idle one dead.
+# Reruns of a transaction whose connection was lost before its COMMIT, each after the
+# pool's idle connections were closed: a restarted server leaves every idle one dead.
 _LOST_CONNECTION_RUNS = 2
 # Under ``limit_waits``: a lock wait's bound before the limit is near (the statement
 # timeout bounds it anyway), and the least a pool checkout is given once it passed.
@@ -111,10 +111,11 @@ class _Call:
     never reruns), whether the COMMIT was sent, and until when (monotonic) a checkout
     is worth waiting for: never past the caller's own deadline."""
 
-    __slots__ = ("abandoned", "checkout_until", "commit_sent", "sock")
+    __slots__ = ("abandoned", "checked_out_at", "checkout_until", "commit_sent", "sock")
 
     def __init__(self, checkout_until: float) -> None:
         self.sock: socket.socket | None = None
+        self.checked_out_at = 0.0
         self.abandoned = False
         self.commit_sent = False
         self.checkout_until = checkout_until
@@ -199,6 +200,8 @@ class PgStore(RowStore):
         # Hops in flight; guarded by _calls_lock (taken by worker threads and the loop).
         self._calls: set[_Call] = set()
         self._calls_lock = threading.Lock()
+        # When the pool was last drained after a lost connection (monotonic; _calls_lock).
+        self._drained_at = 0.0
         # The scopes of the calls waiting for their hop now (event loop only).
         self._waiting: set[anyio.CancelScope] = set()
 
@@ -329,6 +332,7 @@ class PgStore(RowStore):
             if call.abandoned:
                 raise psycopg.OperationalError("the caller stopped waiting")
             call.sock = socket.socket(fileno=os.dup(raw.fileno()))
+            call.checked_out_at = time.monotonic()
             self._calls.add(call)
         try:
             yield
@@ -478,9 +482,24 @@ class PgStore(RowStore):
                 return self._attempt(fn, call, read_only=read_only, alone=alone)
             except _ConnectionLost as lost:
                 if run == _LOST_CONNECTION_RUNS or call.abandoned:
-                    raise lost.error from None  # nobody waits: never rerun, never check()
-                self._pool.check()  # dispose of every other dead idle connection too
+                    raise lost.error from None  # nobody waits: never rerun
+                self._drain_after(call)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drain_after(self, call: _Call) -> None:
+        """Dispose of every idle connection once per lost one: what lost it (a restart, a
+        failover) most likely left the others dead too.
+
+        Closed, never pinged: a ping waits on the server, which may be the thing not
+        answering, and nothing could cut it. A connection checked out before the
+        last drain was lost to what that drain answered (the pool closes it when it
+        comes back), so the calls that lost theirs at once drain once, not each.
+        """
+        with self._calls_lock:
+            if call.checked_out_at <= self._drained_at:
+                return
+            self._drained_at = time.monotonic()
+        self._pool.drain()
 
     def _attempt(
         self, fn: Callable[[sqlite3.Connection], T], call: _Call, *, read_only: bool, alone: bool

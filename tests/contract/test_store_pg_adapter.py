@@ -286,6 +286,53 @@ async def test_a_write_whose_connection_dies_before_commit_lands_once(
         assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 1
 
 
+async def test_a_lost_connection_closes_the_idle_ones_without_asking_the_server(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """What lost one connection (a restart, a failover) most likely lost the others: the
+    idle ones are closed, never pinged (a ping to a server that does not answer could
+    not be cut), and the rerun runs on a new connection."""
+    url = await database(postgres_cluster)
+    pids: set[int] = set()
+
+    def backend(conn: sqlite3.Connection) -> None:
+        pids.add(int(conn.execute("SELECT pg_backend_pid()").fetchone()[0]))
+        conn.execute("SELECT pg_sleep(0.3)")
+
+    runs = 0
+
+    def lose_own_connection_once(conn: sqlite3.Connection) -> int:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            with contextlib.suppress(psycopg.OperationalError):
+                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            conn.execute("SELECT 1")  # its backend is gone: this statement fails
+        return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    async with RuntimeStore.open_postgres(url) as store:
+        async with anyio.create_task_group() as group:  # two pooled connections
+            for _ in range(2):
+                group.start_soon(store.read, backend)  # type: ignore[attr-defined]
+        assert len(pids) == 2
+        with anyio.fail_after(30):
+            rerun_on = await store.write(lose_own_connection_once)  # type: ignore[attr-defined]
+        assert runs == 2
+        assert rerun_on not in pids
+        with anyio.fail_after(10):
+            while pids & set(await hostkit_backends(url)):  # noqa: ASYNC110 (another server process)
+                await anyio.sleep(0.05)
+
+
+async def hostkit_backends(url: str) -> list[int]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as other:
+        cursor = await other.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'hostkit'"
+        )
+        return [int(row[0]) for row in await cursor.fetchall()]
+
+
 async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error(
     postgres_cluster: PostgresCluster,
 ) -> None:
