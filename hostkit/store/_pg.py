@@ -340,10 +340,13 @@ class PgStore(RowStore):
             with self._calls_lock:  # before the pool gets it back: never cut a reused one
                 sock, call.sock = call.sock, None
                 self._calls.discard(call)
-                if sock is not None:
-                    sock.close()
-                if call.gave_up():
-                    raw.close()  # maybe cut after its last statement: never back as idle
+                abandoned = call.gave_up()
+            # Unregistered: no cut can reach it now, and the event loop never waits on
+            # these closes for the lock.
+            if sock is not None:
+                sock.close()
+            if abandoned:
+                raw.close()  # maybe cut after its last statement: never back as idle
 
     def limit_waits(self, seconds: float) -> None:
         self._waits.limit(seconds)
