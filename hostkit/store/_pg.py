@@ -331,7 +331,12 @@ class PgStore(RowStore):
         with self._calls_lock:
             if call.abandoned:
                 raise psycopg.OperationalError("the caller stopped waiting")
-            call.sock = socket.socket(fileno=os.dup(raw.fileno()))
+            try:
+                call.sock = socket.socket(fileno=os.dup(raw.fileno()))
+            except OSError as exc:  # out of file descriptors: nothing ran yet
+                raise StoreError(
+                    f"the database call could not start: {exc.strerror}", retryable=True
+                ) from None
             call.checked_out_at = time.monotonic()
             self._calls.add(call)
         try:

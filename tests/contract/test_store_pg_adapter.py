@@ -333,6 +333,29 @@ async def hostkit_backends(url: str) -> list[int]:
         return [int(row[0]) for row in await cursor.fetchall()]
 
 
+async def test_a_call_that_cannot_start_for_want_of_file_descriptors_is_a_retryable_store_error(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await database(postgres_cluster)
+    real_dup = pg_module.os.dup
+
+    def exhausted(fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    async with RuntimeStore.open_postgres(url) as store:
+        monkeypatch.setattr(pg_module.os, "dup", exhausted)
+        with pytest.raises(StoreError) as caught:
+            await store.write(  # type: ignore[attr-defined]
+                lambda conn: conn.execute(
+                    "INSERT INTO inbox_channels (channel_instance_id) VALUES ('never')"
+                )
+            )
+        assert caught.value.retryable
+        assert "Too many open files" in str(caught.value)
+        monkeypatch.setattr(pg_module.os, "dup", real_dup)
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
+
+
 async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error(
     postgres_cluster: PostgresCluster,
 ) -> None:
