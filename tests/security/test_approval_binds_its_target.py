@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,33 @@ async def test_a_file_created_after_an_approved_absent_check_is_not_replaced(
     assert refused.value.reason == "changed"
     assert theirs.read_text() == USER_NOTES
     assert sorted(p.name for p in theirs.parent.iterdir()) == ["notes.md"]
+
+
+async def test_a_file_too_large_to_hash_rewritten_with_its_old_size_and_mtime_is_changed(
+    tmp_path: Path,
+) -> None:
+    """Past the hashing limit an approval is bound to the file's stat, which includes the
+    change time: an agent that rewrites the file in place and puts its modification
+    time back (``touch -d``) still makes the approval stale, and nothing is written."""
+    scope = WorkspaceScope(tmp_path / "ws")
+    big = tmp_path / "ws" / "big.bin"
+    with big.open("wb") as out:  # sparse: no disk is spent on it
+        out.truncate(_workspace._HASH_MAX_BYTES + 1)
+    approved = await scope.target("big.bin")
+    assert approved.state.startswith("stat:")
+    assert approved.hidden == "too large to show"
+    before = big.stat()
+    await anyio.sleep(0.01)  # the change time moves on even on a coarse clock
+    with big.open("r+b") as out:
+        out.write(b"someone else's bytes")
+    os.utime(big, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = big.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert (await scope.target("big.bin")).state != approved.state
+    with pytest.raises(WorkspaceError) as refused:
+        await scope.write("big.bin", "mine\n", expect=approved.state)
+    assert refused.value.reason == "changed"
+    assert big.stat().st_size == before.st_size
 
 
 @pytest.mark.parametrize("digest", ["", "x" * 201, "caf\u00e9", "a\nb", 7])

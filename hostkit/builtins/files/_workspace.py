@@ -85,7 +85,9 @@ MAX_PATH_CHARS = 1024
 MAX_NAME_BYTES = 255  # NAME_MAX on Linux and macOS
 
 # A write's approved state is the content's sha256, read in chunks of this size; past
-# _HASH_MAX_BYTES the file's identity, size and modification time stand in for it.
+# _HASH_MAX_BYTES the file's identity, size, modification time and change time stand in
+# for it (the change time because no unprivileged process can set it back: a file
+# rewritten with its old size and its modification time restored still differs).
 _HASH_CHUNK = 1024 * 1024
 _HASH_MAX_BYTES = 64 * 1024 * 1024
 _CHANGED = (
@@ -158,8 +160,8 @@ class WriteTarget:
     """What a write to a path would replace, read once.
 
     ``state`` is what a later ``write(expect=...)`` compares: ``absent``,
-    the sha256 of a regular file's content (past 64 MiB its identity, size
-    and modification time), or ``other`` (a link, a directory, a
+    the sha256 of a regular file's content (past 64 MiB its identity, size,
+    modification and change times), or ``other`` (a link, a directory, a
     hard-linked file: a write refuses those). ``text`` is that same
     content as UTF-8 text when an approver may be shown a diff against it,
     else None; ``hidden`` then says why an existing file's content is not
@@ -571,7 +573,10 @@ def _entry_target(
         if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
             return WriteTarget("other"), None
         if info.st_size > _HASH_MAX_BYTES:
-            state = f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+            state = (
+                f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+                f":{info.st_ctime_ns}"
+            )
             return WriteTarget(state, info.st_size, hidden="too large to show"), info
         digest = hashlib.sha256()
         kept: list[bytes] | None = [] if info.st_size <= text_limit else None
