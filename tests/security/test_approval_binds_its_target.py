@@ -296,6 +296,32 @@ async def test_a_file_too_large_to_hash_rewritten_with_its_old_size_and_mtime_is
     assert big.stat().st_size == before.st_size
 
 
+async def test_an_edit_refuses_a_file_rewritten_meanwhile_with_its_size_and_mtime_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between reading a file and renaming its edited copy over it, another process
+    rewrites it in place, same size, and puts its modification time back: the change
+    time still tells, and the edit refuses instead of discarding that rewrite."""
+    scope = WorkspaceScope(tmp_path / "ws")
+    notes = tmp_path / "ws" / "notes.md"
+    notes.write_text("alpha beta\n")
+    replace = _workspace.replace_atomically
+
+    def rewritten_first(*args: Any, **kwargs: Any) -> None:
+        before = notes.stat()
+        with notes.open("r+b") as out:
+            out.write(b"ALPHA")
+        os.utime(notes, ns=(before.st_atime_ns, before.st_mtime_ns))
+        replace(*args, **kwargs)
+
+    monkeypatch.setattr(_workspace, "replace_atomically", rewritten_first)
+    with pytest.raises(WorkspaceError) as refused:
+        await scope.edit("notes.md", "beta", "gamma")
+    assert refused.value.reason == "changed"
+    assert notes.read_text() == "ALPHA beta\n"
+    assert sorted(p.name for p in notes.parent.iterdir()) == ["notes.md"]
+
+
 @pytest.mark.parametrize("digest", ["", "x" * 201, "caf\u00e9", "a\nb", 7])
 def test_a_prepare_digest_is_short_printable_text(digest: Any) -> None:
     with pytest.raises(TypeError, match=r"Prepared\.digest"):

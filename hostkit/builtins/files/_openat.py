@@ -494,13 +494,19 @@ def entry_size(dir_fd: int, name: str) -> int | None:
 
 
 def _same_file(now: os.stat_result | None, then: os.stat_result) -> bool:
+    """Whether ``now`` is still the file ``then`` was read from, unchanged since.
+
+    The change time is in it because no unprivileged process can set it back:
+    a rewrite that kept the size and restored the modification time differs.
+    """
     if now is None:
         return False
-    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+    return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
         then.st_dev,
         then.st_ino,
         then.st_size,
         then.st_mtime_ns,
+        then.st_ctime_ns,
     )
 
 
