@@ -22,7 +22,7 @@ from hostkit.cli._model import prefetch_model
 from hostkit.cli._render import print_result
 from hostkit.cli._turn import stream_turn
 from hostkit.effects import ApprovalDecision, ApprovalProvider, ApprovalRequest
-from hostkit.host import parse_config
+from hostkit.host import HostConfig, parse_config
 from hostkit.types import FreshSession, TurnResult
 
 __all__ = [
@@ -169,6 +169,24 @@ async def run_demo(
     """Run the three demo steps; 0 when every turn completed."""
     config = parse_config(demo_config(directory, environ=dict(os.environ)), base_dir=directory)
     ours = await _keep_inspect_config(directory)
+    try:
+        return await _steps(config, directory, console, approver=approver, ours=ours)
+    except anyio.get_cancelled_exc_class():
+        # Ctrl-C: say so, and where what ran so far is, rather than leave it silent.
+        look = shlex.join(["hostkit", "sessions", "-c", str(directory)]) if ours else None
+        where = f"; {look} shows what it recorded" if look else ""
+        console.print(f"\ninterrupted: the demo stopped{where}", highlight=False, soft_wrap=True)
+        raise
+
+
+async def _steps(
+    config: HostConfig,
+    directory: Path,
+    console: Console,
+    *,
+    approver: ApprovalProvider | None,
+    ours: bool,
+) -> int:
     async with open_host(config, approver=approver) as host:
         database = str(config.database_path)
         console.rule("1. a scripted agent reads a shipped note with an authored tool")

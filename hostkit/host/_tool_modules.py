@@ -276,8 +276,15 @@ class ToolModules:
             return found
         located = await anyio.to_thread.run_sync(_locate, module_name, paths)
         if located is None:
+            # The working directory is not looked in: say where a module beside the
+            # configuration goes, the mistake a first tool module makes.
+            hint = (
+                ""
+                if paths
+                else f' (a module beside hostkit.toml needs tool_path = ["."] in [agents.{agent}])'
+            )
             raise ConfigError(
-                f"cannot import tool module {shown!r}: No module named {shown!r}", key=key
+                f"cannot import tool module {shown!r}: No module named {shown!r}{hint}", key=key
             )
         stamp = await anyio.to_thread.run_sync(_stamp_of, located)
         cache_key = None if stamp is None else (module_name, stamp.path, stamp.size, stamp.mtime_ns)

@@ -293,3 +293,23 @@ async def test_ctrl_c_before_the_turn_started_says_nothing_was_recorded(
     with sqlite3.connect(project / "state" / "hostkit.db") as connection:
         requests = connection.execute("SELECT count(*) FROM turns").fetchone()
     assert requests == (1,)  # the holder's turn only
+
+
+async def test_ctrl_c_in_the_demo_says_it_stopped_and_where_its_record_is(
+    tmp_path: Path,
+) -> None:
+    """The demo asks before its write (here on a terminal); Ctrl-C there ends it with
+    one line saying so and naming the command that lists what it recorded."""
+
+    async def at_the_prompt(terminal: int, seen: bytearray) -> None:
+        await read_until(terminal, PROMPT, seen, timeout_s=60)
+        assert PROMPT in seen, seen.decode(errors="replace")
+
+    directory = tmp_path / "demo"
+    code, text = await ctrl_c_hostkit(
+        ["demo", "--directory", str(directory)], tmp_path, at_the_prompt
+    )
+    assert code == 130, text
+    line = f"interrupted: the demo stopped; hostkit sessions -c {directory} shows what it recorded"
+    assert text.count(line) == 1, text
+    assert "Traceback" not in text

@@ -413,6 +413,25 @@ async def test_a_bad_module_is_a_one_line_config_error(
     assert name not in sys.modules
 
 
+async def test_a_module_beside_the_configuration_is_found_through_tool_path_and_named_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: RuntimeStore
+) -> None:
+    """The discovery child runs ``python -I``: the working directory is not on its path.
+    A first tool module saved beside hostkit.toml is refused with the setting that finds
+    it, and that setting does."""
+    name = "hk_noimport_beside"
+    (tmp_path / f"{name}.py").write_text(PATTERN_MODULE.format(pattern="a+"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    with anyio.fail_after(60), pytest.raises(ConfigError) as raised:
+        await agent_tools(tmp_path, store, [name], sandbox="none")
+    assert f'needs tool_path = ["."] in [agents.{AGENT}]' in raised.value.message
+    with anyio.fail_after(60):
+        found = await agent_tools(tmp_path, store, [name], sandbox="none", tool_path=["."])
+    assert [tool.name for tool in found] == ["word.echo"]
+    assert name not in sys.modules
+
+
 async def test_a_module_changed_on_disk_after_discovery_fails_the_call_and_runs_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
