@@ -91,6 +91,13 @@ _KEEPALIVES: dict[str, int] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 15_000,
 }
+# The same, done by the server for its side of each connection (session settings).
+_SERVER_KEEPALIVES: dict[str, int] = {
+    "tcp_keepalives_idle": 5,
+    "tcp_keepalives_interval": 2,
+    "tcp_keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
 # Under ``limit_waits``: how long past the limit a call still waits for a server that
 # does not answer before its connection is cut. Also how long past its caller's deadline
 # an abandoned call's thread may still wait for a connection.
@@ -235,9 +242,13 @@ class PgStore(RowStore):
         check_duration("connect_timeout_s", connect_timeout_s)
         check_duration("statement_timeout_s", statement_timeout_s)
         location = redact_url(url)
+        # The server's side of the keepalives too: a backend whose client machine vanished
+        # between transactions (holding the writer lock of an ``alone`` run) is ended in
+        # seconds, not after the system's two-hour default.
         options = (
             f"-c statement_timeout={int(statement_timeout_s * 1000)} "
-            f"-c idle_in_transaction_session_timeout={int(4 * statement_timeout_s * 1000)}"
+            f"-c idle_in_transaction_session_timeout={int(4 * statement_timeout_s * 1000)} "
+            + " ".join(f"-c {name}={value}" for name, value in _SERVER_KEEPALIVES.items())
         )
 
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -331,6 +342,8 @@ class PgStore(RowStore):
         with self._calls_lock:
             if call.abandoned:
                 raise psycopg.OperationalError("the caller stopped waiting")
+            if self._closed:  # aclose() took its snapshot of the calls to cut already
+                raise PoolClosed("the store is closing")
             try:
                 call.sock = socket.socket(fileno=os.dup(raw.fileno()))
             except OSError as exc:  # out of file descriptors: nothing ran yet
@@ -557,11 +570,17 @@ class PgStore(RowStore):
                         raise _ConnectionLost(exc) from exc  # before COMMIT: nothing landed
                     raise
                 with self._calls_lock:
+                    if call.abandoned:  # cut already: a COMMIT now could only fail
+                        raise psycopg.OperationalError("the caller stopped waiting")
                     call.commit_sent = True
                 try:
                     raw.commit()
                 except psycopg.OperationalError as exc:
                     if getattr(exc, "sqlstate", None) in _RERUN_STATES:
+                        raise
+                    if read_only:  # a read stored nothing: lost is lost, rerun it
+                        if raw.broken:
+                            raise _ConnectionLost(exc) from exc
                         raise
                     # The connection broke during COMMIT: it may or may not have landed.
                     raise StoreOutcomeUnknown(

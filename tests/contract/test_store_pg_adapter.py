@@ -356,6 +356,49 @@ async def test_a_call_that_cannot_start_for_want_of_file_descriptors_is_a_retrya
         assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
 
 
+async def test_a_read_whose_connection_dies_at_its_commit_is_run_again(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A read stored nothing: its connection lost at COMMIT is a lost connection like any
+    other (run again on a new one), never "whether the write landed is unknown"."""
+    url = await database(postgres_cluster)
+    pids: list[int] = []
+
+    def read_then_lose_the_connection(conn: sqlite3.Connection) -> int:
+        pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+        pids.append(pid)
+        if len(pids) == 1:
+            with psycopg.connect(url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+                deadline = time.monotonic() + 10
+                while (
+                    other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.02)
+        return pid
+
+    async with RuntimeStore.open_postgres(url) as store:
+        with anyio.fail_after(30):
+            pid = await store.read(read_then_lose_the_connection)  # type: ignore[attr-defined]
+        assert len(pids) == 2
+        assert pid == pids[1] != pids[0]  # the answer of the run on a new connection
+
+
+async def test_each_connection_asks_the_server_for_keepalives_of_its_own(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A backend whose client machine vanished between transactions (holding the writer
+    lock) is ended by the server within seconds, not after the system's two hours."""
+    async with RuntimeStore.open_postgres(await database(postgres_cluster)) as store:
+        shown = [
+            await scalar(store, f"SHOW {name}")
+            for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+        ]
+        assert shown == ["5", "2", "3"]
+        assert await scalar(store, "SHOW tcp_user_timeout") == "15000"  # ms
+
+
 async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error(
     postgres_cluster: PostgresCluster,
 ) -> None:
