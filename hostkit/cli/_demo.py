@@ -173,8 +173,7 @@ async def run_demo(
         return await _steps(config, directory, console, approver=approver, ours=ours)
     except anyio.get_cancelled_exc_class():
         # Ctrl-C: say so, and where what ran so far is, rather than leave it silent.
-        look = shlex.join(["hostkit", "sessions", "-c", str(directory)]) if ours else None
-        where = f"; {look} shows what it recorded" if look else ""
+        where = f"; {_sessions_command(directory)} shows what it recorded" if ours else ""
         console.print(f"\ninterrupted: the demo stopped{where}", highlight=False, soft_wrap=True)
         raise
 
@@ -251,10 +250,15 @@ async def _keep_inspect_config(directory: Path) -> bool:
     return True
 
 
+def _sessions_command(directory: Path) -> str:
+    """The command that lists what the demo in ``directory`` recorded."""
+    return shlex.join(["hostkit", "sessions", "-c", str(directory)])
+
+
 def _print_next(console: Console, directory: Path, *, ours: bool) -> None:
     """Where to look at what the demo recorded, and how to start a project of one's own."""
     if ours:
-        look = shlex.join(["hostkit", "sessions", "-c", str(directory)])
+        look = _sessions_command(directory)
         where = f"{look} lists what the demo recorded (hostkit context SESSION_ID -c ... shows one)"
     else:
         where = (
