@@ -413,7 +413,7 @@ async def test_a_bad_module_is_a_one_line_config_error(
     assert name not in sys.modules
 
 
-async def test_a_module_beside_the_configuration_is_found_through_tool_path_and_named_without(
+async def test_a_module_beside_the_configuration_needs_tool_path_and_the_refusal_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: RuntimeStore
 ) -> None:
     """The discovery child runs ``python -I``: the working directory is not on its path.
