@@ -143,7 +143,7 @@ def run(
 ) -> None:
     """Run one turn and stream the answer.
 
-    On a terminal, effects the policy marks ``ask`` are asked there; otherwise
+    On a terminal, effects the policy marks `ask` are asked there; otherwise
     the turn pauses (exit status 3) and `hostkit approvals` answers it. A file
     that is missing, too large or of an unknown type, or an attachment the
     agent's provider does not accept, is a one-line error (exit status 2).

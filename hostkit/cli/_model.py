@@ -52,7 +52,7 @@ def pull() -> None:
 def path() -> None:
     """Print where the model is served from: the cache.
 
-    When the cache does not have it yet, prints where ``hostkit model pull``
+    When the cache does not have it yet, prints where `hostkit model pull`
     (or the first start of the local model) puts it.
     """
 

@@ -43,8 +43,8 @@ from hostkit.store._pg_connection import (
     SET_LOCK_TIMEOUT,
     WRITE_LOCK,
     PgConnection,
+    configure_connection,
     pg_row,
-    register_loaders,
 )
 from hostkit.store._pg_listen import listen
 from hostkit.store._pg_migrate import PgMigrationReport, upgrade
@@ -132,12 +132,26 @@ class _Call:
         return self.abandoned
 
 
+def _socket_copy(fileno: int) -> socket.socket:
+    """A socket object on a duplicate of ``fileno`` (the duplicate closed if none is made)."""
+    copy = os.dup(fileno)
+    try:
+        return socket.socket(fileno=copy)
+    except BaseException:
+        os.close(copy)
+        raise
+
+
 class _ConnectionLost(Exception):
     """The connection broke before the transaction's COMMIT was sent: nothing landed."""
 
-    def __init__(self, error: psycopg.OperationalError) -> None:
+    def __init__(self, error: psycopg.Error) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
@@ -145,7 +159,7 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     if isinstance(exc, PoolTimeout):
         return StoreError(f"{action} failed: no database connection in time", retryable=True)
     state = getattr(exc, "sqlstate", None) or ""
-    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    first = _first_line(exc)
     if isinstance(exc, psycopg.DataError):
         return InvalidValue(f"PostgreSQL cannot store this value: {first}")
     retryable = state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
@@ -264,7 +278,7 @@ class PgStore(RowStore):
                 "application_name": "hostkit",
                 **_KEEPALIVES,
             },
-            configure=register_loaders,
+            configure=configure_connection,
             open=False,
             timeout=connect_timeout_s,
             reconnect_timeout=_RECONNECT_GIVE_UP_S,
@@ -345,7 +359,7 @@ class PgStore(RowStore):
             if self._closed:  # aclose() took its snapshot of the calls to cut already
                 raise PoolClosed("the store is closing")
             try:
-                call.sock = socket.socket(fileno=os.dup(raw.fileno()))
+                call.sock = _socket_copy(raw.fileno())
             except OSError as exc:  # out of file descriptors: nothing ran yet
                 raise StoreError(
                     f"the database call could not start: {exc.strerror}", retryable=True
@@ -456,6 +470,12 @@ class PgStore(RowStore):
                     self._waiting.discard(limit)
         except PoolClosed:
             raise StoreClosed() from None
+        except psycopg.Error:
+            with self._calls_lock:
+                cut_by_close = self.closed and call.gave_up()
+            if cut_by_close:  # aclose() cut the hop before its COMMIT: nothing landed
+                raise StoreClosed() from None
+            raise
         except PoolTimeout as exc:
             raise map_pg_error(exc, action) from exc
         except sqlite3.Error as exc:
@@ -502,8 +522,16 @@ class PgStore(RowStore):
             try:
                 return self._attempt(fn, call, read_only=read_only, alone=alone)
             except _ConnectionLost as lost:
-                if run == _LOST_CONNECTION_RUNS or call.abandoned:
-                    raise lost.error from None  # nobody waits: never rerun
+                if call.abandoned:
+                    raise lost.error from None  # nobody waits (or the store closed): never rerun
+                if run == _LOST_CONNECTION_RUNS:
+                    # Whichever class reported it: a lost connection is worth a later try.
+                    action = "read" if read_only else "write"
+                    raise StoreError(
+                        f"{action} failed: the database connection was lost on every try "
+                        f"({_first_line(lost.error)})",
+                        retryable=True,
+                    ) from lost.error
                 self._drain_after(call)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -542,7 +570,7 @@ class PgStore(RowStore):
                         raw.execute(SET_LOCK_TIMEOUT, [lock_timeout])
                     raw.execute("SELECT pg_advisory_lock(%s)", [WRITE_LOCK])
                     raw.commit()
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
                     lost = raw.broken
                     raw.close()  # never back in the pool holding (or awaiting) the lock
                     if lost:
@@ -566,7 +594,7 @@ class PgStore(RowStore):
                 except BaseException as exc:
                     with contextlib.suppress(psycopg.Error):
                         raw.rollback()  # a broken connection is discarded by the pool
-                    if isinstance(exc, psycopg.OperationalError) and raw.broken:
+                    if isinstance(exc, psycopg.Error) and raw.broken:
                         raise _ConnectionLost(exc) from exc  # before COMMIT: nothing landed
                     raise
                 with self._calls_lock:
@@ -575,14 +603,18 @@ class PgStore(RowStore):
                     call.commit_sent = True
                 try:
                     raw.commit()
-                except psycopg.OperationalError as exc:
-                    if getattr(exc, "sqlstate", None) in _RERUN_STATES:
+                except psycopg.Error as exc:
+                    # Decided by the connection, not the error's class: an error the server
+                    # sent back on a live connection rolled the transaction back (once its
+                    # commit record is written, PostgreSQL fails only by PANIC, which breaks
+                    # the connection).
+                    if getattr(exc, "sqlstate", None) and not raw.broken:
                         raise
                     if read_only:  # a read stored nothing: lost is lost, rerun it
                         if raw.broken:
                             raise _ConnectionLost(exc) from exc
                         raise
-                    # The connection broke during COMMIT: it may or may not have landed.
+                    # No answer to the COMMIT: it may or may not have landed.
                     raise StoreOutcomeUnknown(
                         "the connection broke during COMMIT; whether the write landed is "
                         "unknown: read the state again before retrying"

@@ -31,7 +31,14 @@ from psycopg.adapt import Loader
 
 from hostkit.store._pg_translate import ends_transaction, translate
 
-__all__ = ["SET_LOCK_TIMEOUT", "WRITE_LOCK", "PgConnection", "PgRow", "pg_row", "register_loaders"]
+__all__ = [
+    "SET_LOCK_TIMEOUT",
+    "WRITE_LOCK",
+    "PgConnection",
+    "PgRow",
+    "configure_connection",
+    "pg_row",
+]
 
 # pg_advisory lock key of the store's writers: "hkwr". Every write transaction holds it
 # shared; a write that keeps losing serialisation races runs once more holding it alone.
@@ -76,9 +83,20 @@ class _NumericLoader(Loader):
         return int(value) if value == value.to_integral_value() else float(value)
 
 
-def register_loaders(conn: psycopg.Connection[Any]) -> None:
-    """Numbers come back as SQLite returns them (no ``Decimal``)."""
+# PostgreSQL 14 and later: how often a backend running a statement checks that its
+# client is still there. A cut hop's statement (its caller gave up) then ends within
+# this, releasing its locks, not at ``statement_timeout``.
+_CLIENT_CHECK = "SET client_connection_check_interval = 1000"
+_CLIENT_CHECK_SINCE = 140000
+
+
+def configure_connection(conn: psycopg.Connection[Any]) -> None:
+    """Each pooled connection once: numbers come back as SQLite returns them (no
+    ``Decimal``), and the server watches for a vanished client where it can."""
     conn.adapters.register_loader("numeric", _NumericLoader)
+    if conn.info.server_version >= _CLIENT_CHECK_SINCE:
+        conn.execute(_CLIENT_CHECK)
+        conn.commit()
 
 
 class PgCursor:

@@ -235,6 +235,18 @@ def test_every_bracketed_name_in_help_is_shown() -> None:
     assert checked >= 4  # serve's [serve] twice, core init's [cores.<id>] and [providers]
 
 
+def test_help_shows_no_docstring_markup() -> None:
+    """Help is read on a terminal: no reST literals (````ask````) or roles from docstrings."""
+    shown = 0
+    for path, _ in commands():
+        code, out, _ = invoke(*path, "--help")
+        assert code == 0, path
+        assert "``" not in out, (path, out)
+        assert not re.search(r":(class|func|meth|mod|attr):", out), (path, out)
+        shown += 1
+    assert shown >= 30  # every command and group, not a few
+
+
 def test_output_outside_a_project_names_the_cores_table(tmp_path: Path) -> None:
     (tmp_path / "hostkit.toml").write_text('[host]\ndatabase = "hostkit.db"\n')
     code, _, err = invoke("core", "status", project=tmp_path)

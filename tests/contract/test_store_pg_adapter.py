@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sqlite3
 import threading
@@ -26,7 +27,14 @@ import anyio.lowlevel
 import psycopg
 import pytest
 
-from hostkit.errors import MESSAGE_LIMIT, ClockSkew, InvalidValue, StoreClosed, StoreError
+from hostkit.errors import (
+    MESSAGE_LIMIT,
+    ClockSkew,
+    InvalidValue,
+    StoreClosed,
+    StoreError,
+    StoreOutcomeUnknown,
+)
 from hostkit.host import parse_config
 from hostkit.host._store import open_configured_store
 from hostkit.store import RuntimeStore
@@ -385,6 +393,97 @@ async def test_a_read_whose_connection_dies_at_its_commit_is_run_again(
         assert pid == pids[1] != pids[0]  # the answer of the run on a new connection
 
 
+async def deferred_refusal(url: str, table: str, sqlstate: str) -> None:
+    """``table``, whose every insert the server refuses at COMMIT with ``sqlstate`` (a
+    deferred constraint trigger: checked at COMMIT, on a live connection)."""
+    await admin(url, f"CREATE TABLE {table} (id int)")
+    await admin(
+        url,
+        f"CREATE FUNCTION {table}_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION 'refused at commit' USING ERRCODE = '{sqlstate}'; END $$",
+    )
+    await admin(
+        url,
+        f"CREATE CONSTRAINT TRIGGER {table}_refuse AFTER INSERT ON {table} "
+        f"DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {table}_refuse()",
+    )
+
+
+@pytest.mark.parametrize("sqlstate", ["57014", "53100", "P0001", "23514"])
+async def test_a_commit_the_server_refuses_is_a_known_failure_not_an_unknown_outcome(
+    postgres_cluster: PostgresCluster, sqlstate: str
+) -> None:
+    """An error the server answers a COMMIT with on a live connection rolled the
+    transaction back: the caller learns nothing landed (whatever the error's class, an
+    operational one included), and the connection serves the next call."""
+    url = await database(postgres_cluster)
+    await deferred_refusal(url, "refusing", sqlstate)
+    async with RuntimeStore.open_postgres(url, pool_size=1) as store:
+        with pytest.raises(StoreError) as caught:
+            await store.write(  # type: ignore[attr-defined]
+                lambda conn: conn.execute("INSERT INTO refusing (id) VALUES (1)")
+            )
+        assert not isinstance(caught.value, StoreOutcomeUnknown)
+        assert sqlstate in str(caught.value)
+        assert caught.value.retryable is (sqlstate[:2] in ("57", "53"))
+        assert await scalar(store, "SELECT count(*) FROM refusing") == 0
+
+
+async def test_a_commit_answered_by_no_server_is_an_unknown_outcome_whatever_the_error_class(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COMMIT whose connection broke on the way has an unknown outcome, whichever
+    psycopg error class reports it (a ``DatabaseError`` without an SQLSTATE too)."""
+    url = await database(postgres_cluster)
+    real_commit = psycopg.Connection.commit
+    cut: list[int] = []
+
+    def commit_cut_on_the_way(self: psycopg.Connection[Any]) -> None:
+        if self.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS or cut:
+            real_commit(self)
+            return
+        cut.append(self.info.backend_pid)
+        with socket.socket(fileno=os.dup(self.fileno())) as copy:
+            copy.shutdown(socket.SHUT_RDWR)
+        try:
+            real_commit(self)
+        except psycopg.OperationalError as exc:
+            raise psycopg.DatabaseError(f"lost: {exc}") from None
+
+    async with RuntimeStore.open_postgres(url) as store:
+        monkeypatch.setattr(psycopg.Connection, "commit", commit_cut_on_the_way)
+        with pytest.raises(StoreOutcomeUnknown), anyio.fail_after(30):
+            await store.write(  # type: ignore[attr-defined]
+                lambda conn: conn.execute(
+                    "INSERT INTO inbox_channels (channel_instance_id) VALUES ('maybe')"
+                )
+            )
+        assert len(cut) == 1
+        monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
+        # The COMMIT never reached the server here; the broken connection went away and
+        # the store serves the next call.
+        assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
+
+
+def test_a_socket_copy_that_cannot_be_made_closes_its_duplicate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def refused(*args: Any, **kwargs: Any) -> socket.socket:
+        raise OSError(22, "Invalid argument")
+
+    first, second = socket.socketpair()
+    with first, second:
+        before = descriptors()
+        monkeypatch.setattr(pg_module.socket, "socket", refused)
+        with pytest.raises(OSError, match="Invalid argument"):
+            pg_module._socket_copy(first.fileno())
+        monkeypatch.undo()
+        assert descriptors() == before
+
+
 async def test_each_connection_asks_the_server_for_keepalives_of_its_own(
     postgres_cluster: PostgresCluster,
 ) -> None:
@@ -397,6 +496,27 @@ async def test_each_connection_asks_the_server_for_keepalives_of_its_own(
         ]
         assert shown == ["5", "2", "3"]
         assert await scalar(store, "SHOW tcp_user_timeout") == "15000"  # ms
+
+
+async def test_the_statement_of_a_call_whose_caller_gave_up_ends_within_seconds(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The hop of a caller that gave up is cut on the client's side; the server notices
+    the vanished client while the statement still runs and ends it (releasing its
+    locks), long before its ``statement_timeout``."""
+    url = await database(postgres_cluster)
+    async with RuntimeStore.open_postgres(url, statement_timeout_s=120) as store:
+        assert await scalar(store, "SHOW client_connection_check_interval") == "1s"
+        with anyio.move_on_after(1):
+            await store.write(  # type: ignore[attr-defined]
+                lambda conn: conn.execute("SELECT pg_sleep(60)")
+            )
+        running = "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
+        with anyio.fail_after(10):
+            while True:
+                if await admin(url, running) == [(0,)]:
+                    break
+                await anyio.sleep(0.1)
 
 
 async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error(
@@ -420,6 +540,7 @@ async def test_a_connection_lost_on_every_run_is_a_bounded_retryable_store_error
         with anyio.fail_after(30), pytest.raises(StoreError) as caught:
             await store.write(always_lose_the_connection)  # type: ignore[attr-defined]
         assert caught.value.retryable
+        assert "connection was lost on every try" in str(caught.value)
         assert len(str(caught.value)) <= 500
         assert runs == 3  # the first run and two reruns, no more
         assert await scalar(store, "SELECT count(*) FROM inbox_channels") == 0
@@ -630,6 +751,38 @@ async def test_after_aclose_every_call_raises_store_closed(
         with pytest.raises(StoreClosed), anyio.fail_after(5):
             await call()
         assert name  # each call checked in turn
+
+
+async def test_a_call_in_flight_when_the_store_closes_raises_store_closed(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """aclose() cuts a hop still running before its COMMIT: its caller learns the store
+    closed (nothing landed), not that the database failed."""
+    url = await database(postgres_cluster)
+    started = threading.Event()
+
+    def insert_then_wait(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO inbox_channels (channel_instance_id) VALUES ('cut')")
+        started.set()
+        conn.execute("SELECT pg_sleep(20)")
+
+    store = await RuntimeStore.open_postgres(url)
+    outcome: list[BaseException] = []
+
+    async def write() -> None:
+        try:
+            await store.write(insert_then_wait)  # type: ignore[attr-defined]
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(write)
+            await anyio.to_thread.run_sync(started.wait, 10)
+            await store.aclose()
+    assert len(outcome) == 1
+    assert type(outcome[0]) is StoreClosed
+    assert await admin(url, "SELECT count(*) FROM inbox_channels") == [(0,)]
 
 
 # -- LISTEN / NOTIFY -------------------------------------------------------------------
