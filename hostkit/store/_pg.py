@@ -28,7 +28,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -74,6 +74,8 @@ _LOST_CONNECTION_RUNS = 2
 # timeout bounds it anyway), and the least a pool checkout is given once it passed.
 _MAX_LOCK_WAIT_S = 3_600.0
 _MIN_CHECKOUT_S = 0.05
+# A wait for a pooled connection looks this often whether its caller still waits.
+_CHECKOUT_SLICE_S = 1.0
 # psycopg_pool retries a lost connection with a doubling backoff (1 s, 2 s, 4 s, ... up to
 # ``reconnect_timeout``): after a long outage its next try could come as late as the
 # outage lasted, and every checkout fails meanwhile. A slot whose tries failed this long
@@ -348,6 +350,35 @@ class PgStore(RowStore):
         return self._location
 
     @contextlib.contextmanager
+    def _checkout(self, call: _Call, timeout_s: float) -> Iterator[psycopg.Connection[Any]]:
+        """``pool.connection(timeout_s)``, except that a wait for a connection ends within
+        ``_CHECKOUT_SLICE_S`` of its caller giving up. The pool cannot be told to stop a
+        wait, and a caller cancelled with no deadline would otherwise leave its thread
+        waiting out the whole timeout, ahead of live callers in the pool's queue."""
+        raw = self._getconn(call, timeout_s)
+        try:
+            with raw:  # as the pool's own: commit on success, roll back on an error
+                yield raw
+        finally:
+            self._pool.putconn(raw)
+
+    def _getconn(self, call: _Call, timeout_s: float) -> psycopg.Connection[Any]:
+        until = time.monotonic() + timeout_s
+        while True:
+            left = until - time.monotonic()
+            try:
+                return self._pool.getconn(
+                    timeout=max(_MIN_CHECKOUT_S, min(left, _CHECKOUT_SLICE_S))
+                )
+            except PoolTimeout:
+                with self._calls_lock:
+                    gone = call.gave_up()
+                if gone:
+                    raise psycopg.OperationalError("the caller stopped waiting") from None
+                if left <= _CHECKOUT_SLICE_S:
+                    raise
+
+    @contextlib.contextmanager
     def _holding(self, call: _Call, raw: psycopg.Connection[Any]) -> Any:
         """Register ``raw`` as ``call``'s while the hop uses it (a caller gone already:
         give it back unused). The socket is copied here, on the thread that owns the
@@ -561,7 +592,7 @@ class PgStore(RowStore):
                 call.checkout_until - time.monotonic(),
             ),
         )
-        with self._pool.connection(timeout=checkout_s) as raw, self._holding(call, raw):
+        with self._checkout(call, checkout_s) as raw, self._holding(call, raw):
             if alone:
                 # Session-level, before the transaction's snapshot: it waits for every
                 # writer in flight, and the snapshot then sees all of them.

@@ -121,6 +121,27 @@ async def test_callers_that_gave_up_leave_no_thread_waiting_for_a_connection(
         frozen.thaw()
 
 
+async def test_callers_cancelled_without_a_deadline_leave_no_thread_waiting_for_a_connection(
+    frozen: PostgresCluster,
+) -> None:
+    """A caller cancelled from outside (a task group's cancel, no deadline to go by): the
+    thread it leaves waiting for a connection stops about a second later, not at the
+    connect timeout."""
+    url = await frozen.create_database()
+    async with await RuntimeStore.open_postgres(url, connect_timeout_s=30.0) as store:
+        assert await store.read(count) == 0
+        frozen.freeze()
+        async with anyio.create_task_group() as group:
+            for _ in range(6):
+                group.start_soon(store.read, count)
+            await anyio.sleep(0.3)
+            group.cancel_scope.cancel()
+        assert store_calls_in_threads() > 0  # still waiting for the pool
+        await anyio.sleep(1.0 + 2.0)
+        assert store_calls_in_threads() == 0
+        frozen.thaw()
+
+
 async def test_the_store_works_again_once_a_frozen_server_goes_on(
     frozen: PostgresCluster,
 ) -> None:
