@@ -17,7 +17,9 @@ import json
 import os
 import queue
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -247,7 +249,14 @@ async def running_kernel(
     specs = KernelSpecManager(
         kernel_dirs=[str(d) for d in choice.kernel_dirs], ensure_native_kernel=False
     )
-    manager = AsyncKernelManager(kernel_name=choice.name, kernel_spec_manager=specs)
+    # IPC sockets, not loopback TCP ports: jupyter_client picks free ports and lets them
+    # go before the kernel binds them, and the suite's other loopback servers could take
+    # one meanwhile (the kernel then dies before its first reply). The socket path is
+    # absolute: the kernel runs in ``cwd``, this process elsewhere.
+    ipc = Path(tempfile.gettempdir()) / f"hostkit-kernel-{uuid.uuid4().hex}-ipc"
+    manager = AsyncKernelManager(
+        kernel_name=choice.name, kernel_spec_manager=specs, transport="ipc", ip=str(ipc)
+    )
     env = {**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     env.pop("PYTEST_CURRENT_TEST", None)
     try:
