@@ -439,7 +439,11 @@ async def test_a_commit_answered_by_no_server_is_an_unknown_outcome_whatever_the
     cut: list[int] = []
 
     def commit_cut_on_the_way(self: psycopg.Connection[Any]) -> None:
-        if self.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS or cut:
+        # Only the write's own COMMIT (not a new pooled connection's configure callback,
+        # which runs on one of the pool's threads).
+        pool_thread = threading.current_thread().name.startswith("hostkit-")
+        in_transaction = self.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        if pool_thread or not in_transaction or cut:
             real_commit(self)
             return
         cut.append(self.info.backend_pid)
