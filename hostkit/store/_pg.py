@@ -501,14 +501,14 @@ class PgStore(RowStore):
                     self._waiting.discard(limit)
         except PoolClosed:
             raise StoreClosed() from None
+        except PoolTimeout as exc:  # before psycopg.Error: the pool's errors are its kind
+            raise map_pg_error(exc, action) from exc
         except psycopg.Error:
             with self._calls_lock:
                 cut_by_close = self.closed and call.gave_up()
             if cut_by_close:  # aclose() cut the hop before its COMMIT: nothing landed
                 raise StoreClosed() from None
             raise
-        except PoolTimeout as exc:
-            raise map_pg_error(exc, action) from exc
         except sqlite3.Error as exc:
             # A constraint the row function did not expect (PgConnection raises sqlite3's class).
             raise map_sqlite_error(exc, action) from exc

@@ -92,11 +92,19 @@ _CLIENT_CHECK_SINCE = 140000
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
     """Each pooled connection once: numbers come back as SQLite returns them (no
-    ``Decimal``), and the server watches for a vanished client where it can."""
+    ``Decimal``), and the server watches for a vanished client where it can.
+
+    The watch is best effort: a server that cannot check its sockets (Windows; 14 on
+    macOS and the BSDs) or a proxy refuses the setting, and the connection is used
+    without it rather than never.
+    """
     conn.adapters.register_loader("numeric", _NumericLoader)
     if conn.info.server_version >= _CLIENT_CHECK_SINCE:
-        conn.execute(_CLIENT_CHECK)
-        conn.commit()
+        try:
+            conn.execute(_CLIENT_CHECK)
+            conn.commit()
+        except psycopg.Error:
+            conn.rollback()
 
 
 class PgCursor:
