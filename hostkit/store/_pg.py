@@ -44,6 +44,7 @@ from hostkit.store._pg_connection import (
     WRITE_LOCK,
     PgConnection,
     configure_connection,
+    first_line,
     pg_row,
 )
 from hostkit.store._pg_listen import listen
@@ -152,8 +153,10 @@ class _ConnectionLost(Exception):
         self.error = error
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+def _caller_gone() -> psycopg.OperationalError:
+    """What a hop raises once its caller stopped waiting: nobody reads it (or the store
+    closed, and the caller gets ``StoreClosed``)."""
+    return psycopg.OperationalError("the caller stopped waiting")
 
 
 def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
@@ -161,7 +164,7 @@ def map_pg_error(exc: BaseException, action: str) -> StoreError | InvalidValue:
     if isinstance(exc, PoolTimeout):
         return StoreError(f"{action} failed: no database connection in time", retryable=True)
     state = getattr(exc, "sqlstate", None) or ""
-    first = _first_line(exc)
+    first = first_line(exc)
     if isinstance(exc, psycopg.DataError):
         return InvalidValue(f"PostgreSQL cannot store this value: {first}")
     retryable = state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
@@ -193,7 +196,7 @@ async def _clock_skew(conn: psycopg.AsyncConnection[Any]) -> float:
 
 def _unreachable(location: str, timeout_s: float, exc: Exception) -> StoreError:
     """The one-line, retryable error of a server that could not be reached in time."""
-    first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    first = first_line(exc, 200)
     return StoreError(
         f"cannot connect to {location} within {timeout_s:g} s: {first}", retryable=True
     )
@@ -374,7 +377,7 @@ class PgStore(RowStore):
                 with self._calls_lock:
                     gone = call.gave_up()
                 if gone:
-                    raise psycopg.OperationalError("the caller stopped waiting") from None
+                    raise _caller_gone() from None
                 if left <= _CHECKOUT_SLICE_S:
                     raise
 
@@ -386,7 +389,7 @@ class PgStore(RowStore):
         (and the system gave to another)."""
         with self._calls_lock:
             if call.abandoned:
-                raise psycopg.OperationalError("the caller stopped waiting")
+                raise _caller_gone()
             if self._closed:  # aclose() took its snapshot of the calls to cut already
                 raise PoolClosed("the store is closing")
             try:
@@ -560,7 +563,7 @@ class PgStore(RowStore):
                     action = "read" if read_only else "write"
                     raise StoreError(
                         f"{action} failed: the database connection was lost on every try "
-                        f"({_first_line(lost.error)})",
+                        f"({first_line(lost.error)})",
                         retryable=True,
                     ) from lost.error
                 self._drain_after(call)
@@ -630,7 +633,7 @@ class PgStore(RowStore):
                     raise
                 with self._calls_lock:
                     if call.abandoned:  # cut already: a COMMIT now could only fail
-                        raise psycopg.OperationalError("the caller stopped waiting")
+                        raise _caller_gone()
                     call.commit_sent = True
                 try:
                     raw.commit()

@@ -37,6 +37,7 @@ __all__ = [
     "PgConnection",
     "PgRow",
     "configure_connection",
+    "first_line",
     "pg_row",
 ]
 
@@ -198,7 +199,7 @@ class PgConnection:
             rows: list[PgRow] = cur.fetchall() if cur.description is not None else []
             return rows, cur.rowcount
         except psycopg.IntegrityError as exc:
-            raise sqlite3.IntegrityError(_bounded(exc)) from exc
+            raise sqlite3.IntegrityError(first_line(exc)) from exc
 
     def run_many(self, sql: str, seq: list[list[Any]]) -> int:
         _refuse_control(sql)
@@ -210,7 +211,7 @@ class PgConnection:
                 cur.executemany(translate(sql), seq)
                 return cur.rowcount
         except psycopg.IntegrityError as exc:
-            raise sqlite3.IntegrityError(_bounded(exc)) from exc
+            raise sqlite3.IntegrityError(first_line(exc)) from exc
 
 
 def _refuse_control(sql: str) -> None:
@@ -224,5 +225,7 @@ def _params(parameters: Sequence[Any]) -> list[Any]:
     return [int(value) if isinstance(value, bool) else value for value in parameters]
 
 
-def _bounded(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An error's first line, bounded (its class name when it has no text): what a
+    message quotes of a server's or driver's error."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:limit]

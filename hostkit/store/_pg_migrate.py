@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 
 from hostkit.errors import MigrationError
+from hostkit.store._pg_connection import first_line
 from hostkit.store._schema import Migration
 
 __all__ = ["PgMigrationReport", "upgrade"]
@@ -69,7 +70,7 @@ async def upgrade(
     except psycopg.Error as exc:
         # Transactional DDL: the failed transaction left the database as it was.
         state = getattr(exc, "sqlstate", None) or "connection"
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        first = first_line(exc)
         raise MigrationError(
             f"the schema upgrade failed ({state}: {first}); nothing was migrated",
             database=location,
