@@ -23,6 +23,7 @@ with ``pg_ctl stop -m immediate`` and removed at the end of the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import pwd
@@ -247,13 +248,18 @@ class PostgresCluster:
 
     def freeze(self) -> None:
         """Stop every server process (SIGSTOP): connections stay open, nothing answers."""
-        for process in self._processes():
-            process.send_signal(signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def thaw(self) -> None:
         """Let a frozen server go on (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
         for process in self._processes():
-            process.send_signal(signal.SIGCONT)
+            # A backend whose client just closed its connection ends on its own, maybe
+            # between the listing and its signal: it has nothing left to stop or resume.
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signum)
 
     def _processes(self) -> list[psutil.Process]:
         postmaster = psutil.Process(int((self.data / "postmaster.pid").read_text().split()[0]))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import anyio
+import psutil
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -87,3 +90,19 @@ async def test_a_durable_cluster_keeps_every_commit_on_disk() -> None:
     finally:
         await anyio.to_thread.run_sync(cluster.stop)
     assert row == ("on", "on", "on", "127.0.0.1")
+
+
+def test_a_backend_that_ended_before_its_signal_does_not_fail_freeze_or_thaw(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A frozen-server test's teardown thaws the cluster just after its Host closed its
+    # connections: their backends end meanwhile, between the listing and the signal.
+    child = subprocess.Popen(["true"])
+    ended = psutil.Process(child.pid)
+    child.wait(timeout=10)
+    listed = postgres_cluster._processes()
+    monkeypatch.setattr(postgres_cluster, "_processes", lambda: [ended, *listed])
+    with pytest.raises(psutil.NoSuchProcess):
+        ended.send_signal(0)
+    postgres_cluster.thaw()  # SIGCONT to a running server changes nothing
+    assert all(process.status() != psutil.STATUS_STOPPED for process in listed)
