@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,12 +10,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import closing
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import psutil
 import pytest
 
@@ -74,6 +76,25 @@ def table_rows(database: Path) -> Iterator[str]:
                         yield str(cell)
 
 
+@asynccontextmanager
+async def child_process(argv: Sequence[str], **options: Any) -> AsyncIterator[anyio.abc.Process]:
+    """``anyio.open_process(argv)`` whose exit never waits on a child the test gave up on.
+
+    Leaving ``async with await anyio.open_process(...)`` waits for the child to end,
+    with no deadline. A test that fails or times out while its child sleeps at a
+    marker (waiting for the signal the test meant to send) would hang there, not
+    fail: the child is killed first. A block that ends normally waits as before.
+    """
+    async with await anyio.open_process(list(argv), **options) as child:
+        try:
+            yield child
+        except BaseException:
+            if child.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+            raise
+
+
 async def sigkill_when(
     argv: Sequence[str],
     reached: Callable[[], Awaitable[bool]],
@@ -87,7 +108,7 @@ async def sigkill_when(
     the test if the process exits on its own first (``what`` says where it was
     meant to be), or if the point is not reached within ``timeout_s``.
     """
-    async with await anyio.open_process(list(argv)) as child:
+    async with child_process(argv) as child:
         with anyio.fail_after(timeout_s):
             while not await reached():
                 assert child.returncode is None, f"the child exited before {what}"

@@ -27,7 +27,7 @@ from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import PrincipalScope, TurnExecutionContext, TurnToken
 from tests.hosts import config, open_host, request
-from tests.support import facts
+from tests.support import child_process, facts
 
 pytestmark = pytest.mark.anyio
 
@@ -288,7 +288,7 @@ async def test_the_cancellation_token_cancels_its_turn_from_another_host_process
     token_file = anyio.Path(tmp_path / "token.json")
     result_file = anyio.Path(tmp_path / "outcome")
     argv = [sys.executable, "-c", CHILD, str(tmp_path), str(token_file), str(result_file)]
-    async with await anyio.open_process(argv) as child:
+    async with child_process(argv) as child:
         with anyio.fail_after(60):
             while not await token_file.exists():
                 assert child.returncode is None, "the child Host exited before its turn ran"

@@ -16,7 +16,7 @@ from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from tests.faults.approval_worker import host_config, stamp_tool
 from tests.hosts import event_kinds, turn_rows
-from tests.support import sigkill_when
+from tests.support import child_process, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def asking(root: Path, marker: Path) -> list[str]:
 
 async def interrupt_when_asked(argv: list[str], marker: anyio.Path) -> int:
     """Run ``argv`` and press Ctrl-C (SIGINT) once its prompt is showing; its exit code."""
-    async with await anyio.open_process(argv) as child:
+    async with child_process(argv) as child:
         with anyio.fail_after(60):
             while not await marker.exists():
                 assert child.returncode is None, "the child exited before it asked"

@@ -22,6 +22,7 @@ from hostkit.host import Host
 from hostkit.store import RuntimeStore
 from tests.cores_support import commit, core_host_config, live_of, make_core, manifest_text
 from tests.hosts import request
+from tests.support import child_process
 
 pytestmark = pytest.mark.anyio
 
@@ -150,7 +151,7 @@ async def test_a_promoter_killed_at_any_point_leaves_store_and_ref_consistent(
     path, first = make_core(tmp_path, "notes", manifest={"model": "test"})
     second = commit(path, {"agent.yaml": manifest_text({"id": "notes", "model": "test"})}, "v2")
     toml = write_config(tmp_path, path)
-    async with await anyio.open_process(
+    async with child_process(
         [sys.executable, "-c", PROMOTER, str(toml), stage], env=env()
     ) as child:
         with anyio.fail_after(60):

@@ -26,7 +26,7 @@ from hostkit.delivery import _runtime as runtime_module
 from hostkit.store import RuntimeStore
 from hostkit.types import DeliveryIntent
 from tests.contract._delivery_adapters import finish_routed_turns
-from tests.support import sigkill_when
+from tests.support import child_process, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -101,7 +101,7 @@ async def test_a_serving_runtime_delivers_a_peer_killed_while_it_serves(
     marker = anyio.Path(tmp_path / "sending")
     platform = Accepting()
     async with (
-        await anyio.open_process(command(db, marker)) as peer,
+        child_process(command(db, marker)) as peer,
         RuntimeStore.open(db) as store,
     ):
         with anyio.fail_after(60):

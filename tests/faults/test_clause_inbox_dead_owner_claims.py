@@ -23,7 +23,7 @@ from hostkit.inbox import _worker as worker_module
 from hostkit.testing import Reply, ScriptedModel, capabilities
 from hostkit.types import InboundEnvelope, InboundRecord
 from tests.hosts import config
-from tests.support import sigkill_when
+from tests.support import child_process, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -93,9 +93,7 @@ async def test_a_serving_worker_settles_a_peer_killed_while_it_serves(
     inbound_id = await host_call(tmp_path, "hello from a peer that dies")
     marker = anyio.Path(tmp_path / "stalled")
     model = ScriptedModel([Reply("answered by the survivor")], repeat_last=True)
-    async with await anyio.open_process(
-        command(root=str(tmp_path), mode="stall", marker=str(marker))
-    ) as peer:
+    async with child_process(command(root=str(tmp_path), mode="stall", marker=str(marker))) as peer:
         with anyio.fail_after(60):
             while not await marker.exists():
                 assert peer.returncode is None, "the peer exited before it claimed"

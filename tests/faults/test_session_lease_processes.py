@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.support import child_process
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WORKER = Path(__file__).with_name("lease_worker.py")
@@ -205,7 +207,7 @@ async def kill_holder_and_follow(
     async def follow() -> None:
         finished.append(await run_to_end(follower))
 
-    async with await anyio.open_process(
+    async with child_process(
         command(holder), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     ) as process:
         await wait_for(marker)
