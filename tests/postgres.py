@@ -247,22 +247,35 @@ class PostgresCluster:
         self._pg_ctl_start(30.0, last=True)
 
     def freeze(self) -> None:
-        """Stop every server process (SIGSTOP): connections stay open, nothing answers."""
-        self._signal(signal.SIGSTOP)
+        """Stop every server process (SIGSTOP): connections stay open, nothing answers.
+
+        The postmaster first: stopped, it forks no backend after the listing (one
+        forked just before it stopped shows up in the next listing, and is stopped too).
+        """
+        postmaster = self._postmaster()
+        postmaster.send_signal(signal.SIGSTOP)
+        stopped: set[int] = set()
+        while fresh := [p for p in postmaster.children(recursive=True) if p.pid not in stopped]:
+            self._signal(fresh, signal.SIGSTOP)
+            stopped.update(p.pid for p in fresh)
 
     def thaw(self) -> None:
         """Let a frozen server go on (SIGCONT)."""
-        self._signal(signal.SIGCONT)
+        self._signal(self._processes(), signal.SIGCONT)
 
-    def _signal(self, signum: signal.Signals) -> None:
-        for process in self._processes():
+    @staticmethod
+    def _signal(processes: list[psutil.Process], signum: signal.Signals) -> None:
+        for process in processes:
             # A backend whose client just closed its connection ends on its own, maybe
             # between the listing and its signal: it has nothing left to stop or resume.
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.send_signal(signum)
 
+    def _postmaster(self) -> psutil.Process:
+        return psutil.Process(int((self.data / "postmaster.pid").read_text().split()[0]))
+
     def _processes(self) -> list[psutil.Process]:
-        postmaster = psutil.Process(int((self.data / "postmaster.pid").read_text().split()[0]))
+        postmaster = self._postmaster()
         return [postmaster, *postmaster.children(recursive=True)]
 
     def _stop_args(self) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 import anyio
@@ -106,3 +107,32 @@ def test_a_backend_that_ended_before_its_signal_does_not_fail_freeze_or_thaw(
         ended.send_signal(0)
     postgres_cluster.thaw()  # SIGCONT to a running server changes nothing
     assert all(process.status() != psutil.STATUS_STOPPED for process in listed)
+
+
+async def test_freeze_stops_the_postmaster_and_every_backend_and_thaw_resumes_them(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    url = await postgres_cluster.create_database()
+    connections = [await connect(url, password=postgres_cluster.password) for _ in range(3)]
+    try:
+        try:
+            postgres_cluster.freeze()
+            frozen = postgres_cluster._processes()
+            assert len(frozen) >= 4  # the postmaster and at least the three backends
+            # A child that ended just before its stopped postmaster could reap it is a zombie.
+            assert statuses(frozen) - {psutil.STATUS_ZOMBIE} == {psutil.STATUS_STOPPED}
+        finally:
+            postgres_cluster.thaw()
+        assert psutil.STATUS_STOPPED not in statuses(postgres_cluster._processes())
+    finally:
+        for conn in connections:
+            await conn.close()
+
+
+def statuses(processes: list[psutil.Process]) -> set[str]:
+    """The processes' states; one that ended meanwhile (an autovacuum worker) has none."""
+    seen: set[str] = set()
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            seen.add(process.status())
+    return seen
