@@ -118,7 +118,10 @@ async def accept_all(inbox: ChannelInbox, into: str) -> None:
     for event in OPTIONS["events"]:
         receipt = await inbox.accept(envelope(event))
         receipts.append([event["key"], receipt.inbound_id, receipt.disposition])
-    await anyio.Path(into).write_text(json.dumps(receipts))
+    # Whole or not at all: the test SIGKILLs the victim as soon as this file exists.
+    part = anyio.Path(f"{into}.part")
+    await part.write_text(json.dumps(receipts))
+    await part.rename(into)
 
 
 async def record_turns(events: Any, into: dict[str, list[str]]) -> None:
