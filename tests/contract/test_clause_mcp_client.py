@@ -377,7 +377,9 @@ def _helper_gone(pid: int) -> bool:
         time.sleep(0.05)
     gone = not _helper_running(pid)
     if not gone:
-        psutil.Process(pid).kill()
+        # Cleanup only: the helper may end meanwhile, and the answer stays "not gone".
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
     return gone
 
 
