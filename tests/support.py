@@ -108,7 +108,9 @@ async def sigkill_when(
     the test if the process exits on its own first (``what`` says where it was
     meant to be), or if the point is not reached within ``timeout_s``.
     """
-    async with child_process(argv) as child:
+    # Nothing reads its output: a pipe left full would stop the child short of its point.
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    async with child_process(argv, **quiet) as child:
         with anyio.fail_after(timeout_s):
             while not await reached():
                 assert child.returncode is None, f"the child exited before {what}"
