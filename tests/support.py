@@ -109,8 +109,7 @@ async def sigkill_when(
     meant to be), or if the point is not reached within ``timeout_s``.
     """
     # Nothing reads its output: a pipe left full would stop the child short of its point.
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    async with child_process(argv, **quiet) as child:
+    async with child_process(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
         with anyio.fail_after(timeout_s):
             while not await reached():
                 assert child.returncode is None, f"the child exited before {what}"
