@@ -1,7 +1,11 @@
 """The inbound webhook app: one POST route per configured channel, health and readiness.
 
 Every refusal (413, 401, 403, 400) happens before ``ChannelInbox.accept``, so
-a refused request writes no row. A 200 is sent only after the accept's
+a refused request writes no row. What the headers alone can refuse (a
+missing or wrong Telegram token, a Slack or webhook request without a fresh
+timestamp or a signature) is refused before the body is read, and the bodies
+read at once are held to a shared budget (then 503): a sender without the
+secret cannot make the server hold memory. A 200 is sent only after the accept's
 transaction committed (``accepted``) or found the event already stored
 (``duplicate``): the platform may forget the event once it has our 200. A
 store failure or a slow store answers 503, so the platform retries and dedup
@@ -26,15 +30,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hostkit.channels._body import read_body
+from hostkit.channels._body import BODY_BUDGET_BYTES, BodyBudget, BodyShare, read_body
 from hostkit.channels._parsed import Challenge, Ignored, Parsed
 from hostkit.channels._settings import ChannelSettings, sender_allowed, short_secret
-from hostkit.channels._slack import parse_slack
-from hostkit.channels._telegram import parse_telegram
-from hostkit.channels._webhook import parse_webhook
+from hostkit.channels._slack import check_slack_headers, parse_slack
+from hostkit.channels._telegram import check_telegram_headers, parse_telegram
+from hostkit.channels._webhook import check_webhook_headers, parse_webhook
 from hostkit.errors import ChannelRefused, ConfigError, HostkitError, InvalidValue, bounded
 from hostkit.inbox import ChannelInbox
-from hostkit.types import InboundEnvelope, is_seconds
+from hostkit.types import InboundEnvelope, is_count, is_seconds
 
 __all__ = ["ingress_app"]
 
@@ -42,7 +46,7 @@ _log = logging.getLogger("hostkit.channels")
 _MAX_ERROR = 200
 
 
-class _Format(Protocol):
+class _Parse(Protocol):
     def __call__(
         self,
         body: bytes,
@@ -55,10 +59,25 @@ class _Format(Protocol):
     ) -> Parsed: ...
 
 
+class _CheckHeaders(Protocol):
+    def __call__(
+        self, headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Format:
+    """A webhook format: what its headers alone refuse (before the body is read), then
+    the verify+parse of the whole request."""
+
+    check_headers: _CheckHeaders
+    parse: _Parse
+
+
 _FORMATS: dict[str, _Format] = {
-    "webhook": parse_webhook,
-    "slack": parse_slack,
-    "telegram": parse_telegram,
+    "webhook": _Format(check_webhook_headers, parse_webhook),
+    "slack": _Format(check_slack_headers, parse_slack),
+    "telegram": _Format(check_telegram_headers, parse_telegram),
 }
 
 Readiness = Callable[[], tuple[bool, Mapping[str, Any]]]
@@ -109,22 +128,34 @@ class _Ingress:
     accept_timeout_s: float
     body_timeout_s: float
     store: _StoreHealth
+    bodies: BodyBudget
 
     async def receive(self, request: Request) -> Response:
         channel_id = request.path_params["channel_id"]
         config = self.channels.get(channel_id)
         if config is None or config.inbound != "webhook":
             return _error(404, "no webhook channel by that id")
+        share = self.bodies.share()
         try:
+            return await self._receive(request, channel_id, config, share)
+        finally:
+            share.release()
+
+    async def _receive(
+        self, request: Request, channel_id: str, config: ChannelSettings, share: BodyShare
+    ) -> Response:
+        kind, secret = _FORMATS[config.kind], self.secrets[channel_id]
+        try:
+            kind.check_headers(request.headers, config=config, secret=secret, now=self.clock())
             body = await read_body(
-                request, limit=config.max_body_bytes, timeout_s=self.body_timeout_s
+                request, limit=config.max_body_bytes, timeout_s=self.body_timeout_s, share=share
             )
-            parsed = _FORMATS[config.kind](
+            parsed = kind.parse(
                 body,
                 request.headers,
                 channel_id=channel_id,
                 config=config,
-                secret=self.secrets[channel_id],
+                secret=secret,
                 now=self.clock(),
             )
             if isinstance(parsed, InboundEnvelope) and not sender_allowed(
@@ -220,6 +251,7 @@ def ingress_app(
     readiness: Readiness | None = None,
     accept_timeout_s: float = 5.0,
     body_timeout_s: float = 10.0,
+    body_budget_bytes: int = BODY_BUDGET_BYTES,
 ) -> Starlette:
     """The Starlette app serving ``POST /channels/<id>``, ``GET /healthz`` and ``GET /readyz``.
 
@@ -230,7 +262,8 @@ def ingress_app(
     after each newly accepted envelope (wake the inbox worker); ``readiness``
     answers ``/readyz`` (503 for ``STORE_FAILURE_COOLDOWN_S`` after an accept could
     not store its event). ``accept_timeout_s`` bounds the store write (then 503),
-    ``body_timeout_s`` the body upload (then 408).
+    ``body_timeout_s`` the body upload (then 408), ``body_budget_bytes`` the bodies
+    held at once across channels (then 503).
     """
     for key, seconds in (
         ("accept_timeout_s", accept_timeout_s),
@@ -239,6 +272,8 @@ def ingress_app(
         # Checked here, not at the first request: a bad value would fail every request.
         if not is_seconds(seconds, high=86_400):
             raise ConfigError("must be a positive, finite number of seconds", key=key)
+    if not is_count(body_budget_bytes, low=1, high=1 << 40):
+        raise ConfigError("must be a positive number of bytes", key="body_budget_bytes")
     for channel_id, config in channels.items():
         if config.inbound != "webhook":
             continue
@@ -261,6 +296,7 @@ def ingress_app(
         accept_timeout_s=accept_timeout_s,
         body_timeout_s=body_timeout_s,
         store=_StoreHealth(),
+        bodies=BodyBudget(body_budget_bytes),
     )
     return Starlette(
         routes=[

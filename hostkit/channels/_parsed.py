@@ -5,7 +5,8 @@ lookups on lower-case names), the channel's settings, its secret and the time,
 and returns an ``InboundEnvelope`` to accept, a ``Challenge`` to echo (Slack's
 ``url_verification``) or ``Ignored`` (an event the Host does not act on), or
 raises ``ChannelRefused`` with the HTTP status to answer. Signatures are
-checked before a byte of the body is parsed.
+checked before a byte of the body is parsed. Each format also has a check of
+the headers alone, which the app runs before it reads the body.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "field_id",
     "json_object",
     "same_secret",
+    "signed_headers",
     "verify_signature",
 ]
 
@@ -80,6 +82,28 @@ def check_fresh(header: str | None, *, now: float, window_s: float) -> str:
     return header
 
 
+def signed_headers(
+    headers: Mapping[str, str],
+    *,
+    timestamp_header: str,
+    signature_header: str,
+    window_s: float,
+    now: float,
+    platform: str = "",
+) -> tuple[str, str]:
+    """The fresh timestamp and the signature a request carries, or 401.
+
+    What the headers alone can refuse, checked before the body is read: a
+    sender without a signature or with a stale timestamp makes the server
+    hold nothing.
+    """
+    stamp = check_fresh(headers.get(timestamp_header), now=now, window_s=window_s)
+    given = headers.get(signature_header)
+    if given is None:
+        raise unauthorized("missing_signature", f"the request carries no {_named(platform)}")
+    return stamp, given
+
+
 def verify_signature(
     headers: Mapping[str, str],
     *,
@@ -92,14 +116,21 @@ def verify_signature(
 ) -> str:
     """The fresh, signed timestamp of a request whose signature header equals
     ``expected(timestamp)`` (compared in constant time); else 401."""
-    stamp = check_fresh(headers.get(timestamp_header), now=now, window_s=window_s)
-    given = headers.get(signature_header)
-    named = f"{platform} signature" if platform else "signature"
-    if given is None:
-        raise unauthorized("missing_signature", f"the request carries no {named}")
+    stamp, given = signed_headers(
+        headers,
+        timestamp_header=timestamp_header,
+        signature_header=signature_header,
+        window_s=window_s,
+        now=now,
+        platform=platform,
+    )
     if not same_secret(expected(stamp), given):
-        raise unauthorized("bad_signature", f"the {named} does not match the body")
+        raise unauthorized("bad_signature", f"the {_named(platform)} does not match the body")
     return stamp
+
+
+def _named(platform: str) -> str:
+    return f"{platform} signature" if platform else "signature"
 
 
 def json_object(body: bytes) -> dict[str, Any]:

@@ -33,13 +33,14 @@ from hostkit.channels._parsed import (
     field_id,
     json_object,
     malformed,
+    signed_headers,
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import InvalidValue
 from hostkit.types import is_seconds
 
-__all__ = ["AUTHENTICATED_BY", "parse_slack", "sign_slack"]
+__all__ = ["AUTHENTICATED_BY", "check_slack_headers", "parse_slack", "sign_slack"]
 
 AUTHENTICATED_BY = "slack-signature"
 _TIMESTAMP = "x-slack-request-timestamp"
@@ -48,6 +49,9 @@ _RETRY_NUM = "x-slack-retry-num"
 _RETRY_REASON = "x-slack-retry-reason"
 _MAX_CHALLENGE = 256
 _MAX_EVENT_ID = 200
+# The message subtypes a person sends (no subtype: a plain message). Every other one is an
+# edit, a deletion, a join, a bot's post or another change the Host does not answer.
+_PERSON_SUBTYPES = frozenset({"thread_broadcast", "file_share", "me_message"})
 # Interactivity bodies are exactly this one form field.
 _FORM_FIELD = b"payload="
 
@@ -66,6 +70,20 @@ def sign_slack(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
         "X-Slack-Request-Timestamp": stamp,
         "X-Slack-Signature": f"v0={_mac(secret, stamp, body)}",
     }
+
+
+def check_slack_headers(
+    headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+) -> None:
+    """401 for a request without a fresh timestamp or a signature: before its body is read."""
+    signed_headers(
+        headers,
+        timestamp_header=_TIMESTAMP,
+        signature_header=_SIGNATURE,
+        window_s=config.replay_window_s,
+        now=now,
+        platform="Slack",
+    )
 
 
 def parse_slack(
@@ -110,8 +128,12 @@ def _event(
         raise malformed("event_callback needs an event object")
     if event.get("type") != "message":
         return Ignored(f"slack event type {str(event.get('type'))[:40]!r}")
-    if event.get("subtype") is not None or event.get("bot_id") is not None:
-        # Edits, joins and bot messages (the Host's own answers among them) start no turn.
+    subtype = event.get("subtype")
+    person = subtype is None or (isinstance(subtype, str) and subtype in _PERSON_SUBTYPES)
+    if not person or event.get("bot_id") is not None:
+        # Edits, deletions, joins and bot messages (the Host's own answers among them)
+        # start no turn; a person's reply broadcast to the channel, a file shared with
+        # text and a /me message are messages like any other.
         return Ignored("slack message with a subtype or from a bot")
     event_id = request.get("event_id")
     if not isinstance(event_id, str) or not 0 < len(event_id) <= _MAX_EVENT_ID:

@@ -29,10 +29,27 @@ from hostkit.channels._parsed import (
 from hostkit.channels._settings import ChannelSettings
 from hostkit.types import InboundEnvelope
 
-__all__ = ["WEBHOOK_AUTHENTICATED_BY", "envelope_from_update", "parse_telegram", "update_id"]
+__all__ = [
+    "WEBHOOK_AUTHENTICATED_BY",
+    "check_telegram_headers",
+    "envelope_from_update",
+    "parse_telegram",
+    "update_id",
+]
 
 WEBHOOK_AUTHENTICATED_BY = "telegram-secret-token"
 _SECRET_HEADER = "x-telegram-bot-api-secret-token"
+
+
+def check_telegram_headers(
+    headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+) -> None:
+    """401 unless the secret token header matches: the whole check, before the body is read."""
+    given = headers.get(_SECRET_HEADER)
+    if given is None:
+        raise unauthorized("missing_secret_token", "the request carries no Telegram secret token")
+    if not same_secret(secret, given):
+        raise unauthorized("bad_secret_token", "the Telegram secret token does not match")
 
 
 def parse_telegram(
@@ -45,11 +62,7 @@ def parse_telegram(
     now: float,
 ) -> Parsed:
     """Check the secret token header, then parse one Update."""
-    given = headers.get(_SECRET_HEADER)
-    if given is None:
-        raise unauthorized("missing_secret_token", "the request carries no Telegram secret token")
-    if not same_secret(secret, given):
-        raise unauthorized("bad_secret_token", "the Telegram secret token does not match")
+    check_telegram_headers(headers, config=config, secret=secret, now=now)
     return envelope_from_update(
         json_object(body), channel_id=channel_id, authenticated_by=WEBHOOK_AUTHENTICATED_BY, now=now
     )

@@ -22,13 +22,14 @@ from hostkit.channels._parsed import (
     field_id,
     json_object,
     malformed,
+    signed_headers,
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import InvalidValue
 from hostkit.types import is_seconds
 
-__all__ = ["AUTHENTICATED_BY", "parse_webhook", "sign_webhook"]
+__all__ = ["AUTHENTICATED_BY", "check_webhook_headers", "parse_webhook", "sign_webhook"]
 
 AUTHENTICATED_BY = "hmac-sha256"
 _TIMESTAMP = "x-hostkit-timestamp"
@@ -54,6 +55,19 @@ def sign_webhook(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
         "X-Hostkit-Timestamp": stamp,
         "X-Hostkit-Signature": f"sha256={_mac(secret, stamp, body)}",
     }
+
+
+def check_webhook_headers(
+    headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+) -> None:
+    """401 for a request without a fresh timestamp or a signature: before its body is read."""
+    signed_headers(
+        headers,
+        timestamp_header=_TIMESTAMP,
+        signature_header=_SIGNATURE,
+        window_s=config.replay_window_s,
+        now=now,
+    )
 
 
 def parse_webhook(

@@ -100,9 +100,18 @@ async def test_a_message_and_its_retries_make_one_row_with_the_retry_recorded(
 
 IGNORED: dict[str, dict[str, Any]] = {
     "edit": {"subtype": "message_changed"},
+    "deletion": {"subtype": "message_deleted"},
+    "join": {"subtype": "channel_join"},
     "bot": {"bot_id": "B99"},
+    "bot-subtype": {"subtype": "bot_message"},
+    "bot-broadcast": {"subtype": "thread_broadcast", "bot_id": "B99"},
+    "subtype-not-text": {"subtype": ["thread_broadcast"]},
     "other-event": {"type": "reaction_added"},
 }
+
+# What a person sends with a subtype: a thread reply also sent to the channel, a file
+# shared with text, a /me message. Acknowledging them without a row would lose them.
+PERSON_SUBTYPES = ("thread_broadcast", "file_share", "me_message")
 
 
 async def test_bot_messages_edits_and_other_events_are_acknowledged_without_a_row(
@@ -114,6 +123,21 @@ async def test_bot_messages_edits_and_other_events_are_acknowledged_without_a_ro
             answer = await _post(client, _message(f"Ev-{case}", **event))
             assert (answer.status_code, answer.json()) == (200, {"status": "ignored"}), case
     assert await inbox.records() == ()
+
+
+async def test_a_persons_messages_with_a_subtype_are_accepted_like_plain_ones(
+    store: RuntimeStore,
+) -> None:
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        for subtype in PERSON_SUBTYPES:
+            body = _message(f"Ev-{subtype}", subtype=subtype, text=f"from {subtype}")
+            answer = await _post(client, body)
+            assert (answer.status_code, answer.json()["status"]) == (200, "accepted"), subtype
+    stored = []
+    while (claimed := await inbox.claim()) is not None:
+        stored.append((claimed.envelope.kind, claimed.envelope.payload))
+    assert sorted(stored) == sorted(("message", f"from {subtype}") for subtype in PERSON_SUBTYPES)
 
 
 def _button(value: str, trigger: str = "111.222.abc") -> bytes:

@@ -230,18 +230,98 @@ async def test_an_oversize_body_without_length_is_refused_before_it_ends(
     configs = channels(hooks={"max_body_bytes": 1024})
     piece = b"x" * 512
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+    # Headers a body's signature could still bear out: only the body's size refuses it.
+    signed = f"X-Hostkit-Timestamp: {NOW}\r\nX-Hostkit-Signature: sha256=00\r\n"
     head = (
         "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n"
+        f"{signed}Transfer-Encoding: chunked\r\n\r\n"
     )
     async with serve_ingress(inbox, configs=configs) as url:
         # Three chunks (1,536 bytes) and never the terminating chunk: the body has not ended.
         answer = await _raw_request(url, head, [chunk, chunk, chunk])
         declared = await _raw_request(
             url,
-            "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n",
+            f"POST /channels/hooks HTTP/1.1\r\nHost: test\r\n{signed}"
+            "Content-Length: 1000000000\r\n\r\n",
             [],
         )
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert declared.startswith(b"HTTP/1.1 413 ")
     assert await inbox.records() == ()
+
+
+# Headers that the body's signature cannot rescue: each is refused before the body is read.
+UNSIGNED_HEADS = {
+    "telegram-no-token": ("tg", ""),
+    "telegram-wrong-token": ("tg", "X-Telegram-Bot-Api-Secret-Token: guessed-token\r\n"),
+    "slack-no-signature": ("slack-acme", f"X-Slack-Request-Timestamp: {NOW}\r\n"),
+    "slack-stale": (
+        "slack-acme",
+        f"X-Slack-Request-Timestamp: {NOW - 3600}\r\nX-Slack-Signature: v0=00\r\n",
+    ),
+    "webhook-no-timestamp": ("hooks", "X-Hostkit-Signature: sha256=00\r\n"),
+}
+
+
+async def test_what_the_headers_refuse_is_answered_before_the_body_arrives(
+    store: RuntimeStore,
+) -> None:
+    """A sender without the secret must not make the server wait for (and hold) its body:
+    the answer comes while the declared body has not been sent at all."""
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url:
+        for case, (channel, headers) in sorted(UNSIGNED_HEADS.items()):
+            head = (
+                f"POST /channels/{channel} HTTP/1.1\r\nHost: test\r\n{headers}"
+                "Content-Type: application/json\r\nContent-Length: 500000\r\n\r\n"
+            )
+            answer = await _raw_request(url, head, [b"{"])
+            assert answer.startswith(b"HTTP/1.1 401 "), case
+    assert await inbox.records() == ()
+
+
+async def _post_until(client: httpx.AsyncClient, status: int, request: Request) -> httpx.Response:
+    """Post ``request`` until it is answered ``status`` (within 10 s); the last answer."""
+    channel, body, headers = request
+    with anyio.fail_after(10):
+        while True:
+            answer = await client.post(f"/channels/{channel}", content=body, headers=headers)
+            if answer.status_code == status:
+                return answer
+            await anyio.sleep(0.02)
+
+
+async def test_bodies_read_at_once_are_held_to_the_budget_and_their_share_comes_back(
+    store: RuntimeStore,
+) -> None:
+    """Slack and webhook signatures cover the body, so bodies of senders holding no secret
+    are read; together they hold at most the app's budget. Past it a request gets 503 with
+    Retry-After and stores nothing; once a slow body goes away, its share is free again."""
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(hooks={"max_body_bytes": 4096})
+    padding = "p" * 1400
+    signed = _webhook(text=f"{MARKER} {padding}")
+    forged = ("hooks", signed[1], {**signed[2], "X-Hostkit-Signature": "sha256=00"})
+    slow_head = (
+        "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"X-Hostkit-Timestamp: {NOW}\r\nX-Hostkit-Signature: sha256=00\r\n"
+        "Content-Length: 4000\r\n\r\n"
+    )
+    async with (
+        serve_ingress(inbox, configs=configs, body_budget_bytes=5000) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        host, port = url.removeprefix("http://").split(":")
+        async with await anyio.connect_tcp(host, int(port)) as slow:
+            await slow.send(slow_head.encode() + b"{")
+            # A forged request is read (then refused 401) until the slow body holds its
+            # share; from then on it is not even read.
+            busy = await _post_until(client, 503, forged)
+            assert busy.headers["retry-after"] == "5"
+            assert set(busy.json()) == {"error"}
+            refused = await client.post("/channels/hooks", content=signed[1], headers=signed[2])
+            assert refused.status_code == 503
+            assert await inbox.records() == ()
+        accepted = await _post_until(client, 200, signed)
+    assert accepted.json()["status"] == "accepted"
+    assert len(await inbox.records()) == 1
