@@ -11,6 +11,7 @@ bubblewrap, ``terminal.run`` refuses before anything starts; with
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -330,16 +331,17 @@ async def test_the_file_size_limit_stops_a_large_write(sandbox: Sandbox) -> None
     assert stdout(outcome).strip() != "0"  # head was stopped (SIGXFSZ or EFBIG)
 
 
-async def test_the_tmp_size_limit_stops_filling_memory(sandbox: Sandbox) -> None:
-    """/tmp is memory (tmpfs) that no rlimit counts: many files under the per-file
-    limit would fill the host's RAM without ``tmp_mb``."""
+@pytest.mark.parametrize("directory", ["/tmp", "/dev/shm"])
+async def test_the_tmp_size_limit_stops_filling_memory(sandbox: Sandbox, directory: str) -> None:
+    """/tmp and /dev/shm are memory (tmpfs) that no rlimit counts: many files under the
+    per-file limit would fill the host's RAM without ``tmp_mb``."""
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.sized_tmpfs:
         pytest.skip(probe.reason)
     code = (
         "import os\n"
         "for n in range(8):\n"
-        "    with open(f'/tmp/f{n}', 'wb') as out: out.write(b'x' * (1 << 20))\n"
+        f"    with open(f'{directory}/f{{n}}', 'wb') as out: out.write(b'x' * (1 << 20))\n"
     )
     policy = SandboxPolicy(limits=ResourceLimits(tmp_mb=4, file_size_mb=2))
     outcome = await sandbox.run(policy, PY3, "-c", code)
@@ -347,6 +349,23 @@ async def test_the_tmp_size_limit_stops_filling_memory(sandbox: Sandbox) -> None
     assert "No space left on device" in outcome.output["stderr"]["tail"]
     fits = await sandbox.run(policy, PY3, "-c", code.replace("range(8)", "range(2)"))
     assert fits.status == "succeeded", fits
+
+
+async def test_dev_takes_no_files_and_its_devices_still_work(sandbox: Sandbox) -> None:
+    """bwrap's /dev is a tmpfs of its own, unbounded: it is read-only once set up."""
+    code = (
+        "import os\n"
+        "try:\n"
+        "    open('/dev/filler', 'wb')\n"
+        "    print('created')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+        "with open('/dev/null', 'wb') as sink: sink.write(b'x')\n"
+        "with open('/dev/zero', 'rb') as zero: print(len(zero.read(3)))\n"
+    )
+    outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", code)
+    assert outcome.status == "succeeded", outcome
+    assert stdout(outcome).split() == ["refused", str(errno.EROFS), "3"]
 
 
 async def test_the_address_space_limit_refuses_a_large_allocation(sandbox: Sandbox) -> None:

@@ -409,10 +409,12 @@ def sandbox_argv(
     # root when the Host runs as root, and /proc/sys/kernel/core_pattern (run a program
     # outside every namespace) or vm/drop_caches would be writable.
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-    argv += ["--dev", "/dev"]
-    if probe.sized_tmpfs:
-        argv += ["--size", str(policy.limits.tmp_mb * MB)]
-    argv += ["--tmpfs", "/tmp"]
+    # bwrap's /dev is a tmpfs too, with /dev/shm a directory in it: memory that no limit
+    # counts. /dev/shm and /tmp are each a tmpfs held to tmp_mb, and /dev itself is
+    # read-only once set up (its device nodes are still written: /dev/null, a pty).
+    size = ["--size", str(policy.limits.tmp_mb * MB)] if probe.sized_tmpfs else []
+    argv += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += [*size, "--tmpfs", "/tmp"]
     for root in read_only:
         argv += ["--ro-bind", str(root), str(root)]
     argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
