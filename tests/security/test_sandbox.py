@@ -11,6 +11,7 @@ bubblewrap, ``terminal.run`` refuses before anything starts; with
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -366,6 +367,47 @@ async def test_dev_takes_no_files_and_its_devices_still_work(sandbox: Sandbox) -
     outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", code)
     assert outcome.status == "succeeded", outcome
     assert stdout(outcome).split() == ["refused", str(errno.EROFS), "3"]
+
+
+# keyctl / add_key by machine, as the kernel numbers them.
+KEY_SYSCALLS = {"x86_64": (250, 248), "aarch64": (219, 217)}
+KEY_PROBE = """
+import ctypes, sys
+keyctl = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+found = libc.syscall(keyctl, 10, ctypes.c_int(-3), b"user", b"hk-host-secret", 0)
+print("found" if found > 0 else f"not-found {ctypes.get_errno()}")
+try:
+    with open("/proc/keys") as listing:
+        print("listed" if "hk-host-secret" in listing.read() else "not-listed")
+except OSError:
+    print("not-listed")
+"""
+
+
+async def test_the_hosts_keys_are_out_of_a_runs_reach(sandbox: Sandbox) -> None:
+    """Keyrings are not namespaced: a run inheriting the Host's session keyring could
+    search it and read a key's payload there. Each run gets a fresh one, and the kernel's
+    key listing is masked."""
+    numbers = KEY_SYSCALLS.get(os.uname().machine)
+    if numbers is None:
+        pytest.skip(f"no keyctl number known for {os.uname().machine}")
+    keyctl, add_key = numbers
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # This test process's own session keyring (KEYCTL_JOIN_SESSION_KEYRING), not the CI's.
+    if libc.syscall(keyctl, 1, None) < 0:
+        pytest.skip(f"keyrings are not available here (errno {ctypes.get_errno()})")
+    payload = b"keyring-secret-payload"
+    key = libc.syscall(add_key, b"user", b"hk-host-secret", payload, len(payload), -3)
+    assert key > 0, ctypes.get_errno()
+    try:
+        outcome = await sandbox.run(SandboxPolicy(), PY3, "-c", KEY_PROBE, str(keyctl))
+    finally:
+        libc.syscall(keyctl, 21, key)  # KEYCTL_INVALIDATE
+    assert outcome.status == "succeeded", outcome
+    assert stdout(outcome).split() == ["not-found", str(errno.ENOKEY), "not-listed"]
 
 
 async def test_the_address_space_limit_refuses_a_large_allocation(sandbox: Sandbox) -> None:

@@ -12,6 +12,10 @@ machine's init, out of sight. Two things stop that on Linux:
   outlives the run and exit codes read as if the command were the root. It
   ignores TERM/INT/HUP (an init does) and kills its tree when the Host dies
   (``PR_SET_PDEATHSIG``), so a Host killed with SIGKILL leaves nothing behind.
+  It joins a new, empty session keyring before it starts the command
+  (``keyctl(KEYCTL_JOIN_SESSION_KEYRING)``): keyrings are not namespaced, and
+  the Host's session keyring, inherited, would hand a run the keys the Host
+  holds there, as an environment variable the allowlist never passes would.
   Before it exits it reports the command's wait status on a status pipe
   (``read_report``): an init that ends without a report was killed (from
   inside the run, when it is not sandboxed), so the orphans it kept may have
@@ -58,6 +62,8 @@ INIT = r"""
 import ctypes, os, signal, sys
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
            signal.SIGPIPE, signal.SIGXFSZ)
+KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i686": 288, "armv7l": 311,
+          "ppc64le": 271, "s390x": 280}
 def children():
     me = os.getpid()
     try:
@@ -95,6 +101,9 @@ def main():
     libc.prctl(1, int(signal.SIGUSR1), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(125)
+    keyctl = KEYCTL.get(os.uname().machine)
+    if keyctl is not None:
+        libc.syscall(keyctl, 1, None)
     env = dict(os.environ)
     if lc:
         env["LC_CTYPE"] = lc[1:]

@@ -167,6 +167,12 @@ class SandboxProbe:
     prlimit: str | None = None
     # Whether this bubblewrap bounds a tmpfs (``--size``, bubblewrap 0.8 and later).
     sized_tmpfs: bool = False
+    # The kernel's key listings in /proc that a run must not read (masked), where they exist.
+    key_listings: tuple[str, ...] = ()
+
+
+# Every key of the machine the caller may view, and each user's key counts.
+_KEY_LISTINGS = ("/proc/keys", "/proc/key-users")
 
 
 @functools.cache
@@ -206,7 +212,10 @@ def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
         )
     sized = _knows_option(bwrap, "--size")
     reason = "bubblewrap works" if sized else "bubblewrap works (older than 0.8: /tmp unbounded)"
-    return SandboxProbe(True, reason, bwrap=bwrap, prlimit=prlimit, sized_tmpfs=sized)
+    listings = tuple(path for path in _KEY_LISTINGS if os.path.exists(path))
+    return SandboxProbe(
+        True, reason, bwrap=bwrap, prlimit=prlimit, sized_tmpfs=sized, key_listings=listings
+    )
 
 
 def _knows_option(bwrap: str, option: str) -> bool:
@@ -409,6 +418,10 @@ def sandbox_argv(
     # root when the Host runs as root, and /proc/sys/kernel/core_pattern (run a program
     # outside every namespace) or vm/drop_caches would be writable.
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    # Keys the machine's users hold (their descriptions and owners) are not the run's to
+    # list; the run's own session keyring is a fresh one (the init joins it).
+    for listing in probe.key_listings:
+        argv += ["--ro-bind", "/dev/null", listing]
     # bwrap's /dev is a tmpfs too, with /dev/shm a directory in it: memory that no limit
     # counts. /dev/shm and /tmp are each a tmpfs held to tmp_mb, and /dev itself is
     # read-only once set up (its device nodes are still written: /dev/null, a pty).
