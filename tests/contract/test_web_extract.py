@@ -342,3 +342,14 @@ def test_any_text_as_a_url_gives_a_typed_result(
     assert result.error
     assert not result.error.startswith(RAW_ERRORS)
     result.views.model.encode("utf-8")
+
+
+async def test_a_page_slow_to_parse_ends_at_the_callers_deadline() -> None:
+    """The parse runs in a worker thread; the tool's deadline must end the call even when a
+    hostile page keeps the parser busy for seconds (the parse finishes on its own)."""
+    page = b"<html><body>" + b"<p>word " * 50_000 + b"</body></html>"
+    started = anyio.current_time()
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.3):
+            await readable_text(page, content_type="text/html")
+    assert anyio.current_time() - started < 1.5

@@ -153,6 +153,11 @@ DENIED_LITERALS = [
     ("http://240.0.0.1/", "private"),
     ("http://255.255.255.255/", "private"),
     ("http://100.64.0.1/", "non-global"),  # carrier-grade NAT
+    # IANA special-purpose space that Python before 3.11.10 calls global.
+    ("http://192.0.0.8/", "non-global"),
+    ("http://192.0.0.100/", "non-global"),
+    ("http://192.88.99.1/", "non-global"),  # 6to4 relay anycast
+    ("http://[3fff::1]/", "non-global"),  # IPv6 documentation
     ("http://[::ffff:127.0.0.1]/", "loopback"),  # IPv4-mapped IPv6
     ("http://[::ffff:169.254.169.254]/", "metadata"),
     ("http://[::ffff:10.0.0.1]/", "private"),
@@ -216,6 +221,7 @@ MALFORMED = [
     ("http://example.test:0/", "invalid"),
     ("http://example.test:65536/", "invalid"),
     ("http://example.test:/", "invalid"),
+    ("http://example.test:\uff18\uff10/", "invalid"),  # fullwidth digits as the port
     ("http://[fe80::1%25eth0]/", "invalid"),  # zone id
     ("http://[::1/", "invalid"),
     ("http://a..b/", "invalid"),
@@ -457,6 +463,24 @@ async def test_redirect_chain_longer_than_max_redirects_is_refused(
     assert len(server.requests) == 4  # the first request and three followed hops
 
 
+@pytest.mark.parametrize(
+    "location", ["http:127.0.0.1:1/", "https:example.test", "http:foo", "http:\\\\127.0.0.1/"]
+)
+async def test_a_redirect_to_no_valid_url_is_a_refusal_with_its_audit(
+    location: str, server: Any, guard: LoopbackOnly
+) -> None:
+    """httpx reads the Location while answering: a malformed one must not escape raw, and
+    the request already made stays in the audit."""
+    server.script(_redirect(location), text_reply("never"))
+    with pytest.raises(UrlDenied) as caught:
+        await fetch(f"{server.base_url}/start", policy=_loopback_policy(), network_backend=guard)
+    assert caught.value.reason == "invalid"
+    assert [hop["origin"] for hop in caught.value.audit["hops"]] == [
+        f"http://127.0.0.1:{_port(server.base_url)}"
+    ]
+    assert [seen.path for seen in server.requests] == ["/start"]
+
+
 async def test_relative_redirect_is_resolved_against_the_hop(
     server: Any, guard: LoopbackOnly
 ) -> None:
@@ -654,6 +678,39 @@ async def test_body_within_the_cap_is_complete(server: Any, guard: LoopbackOnly)
     )
     result = await fetch(f"{server.base_url}/", policy=_loopback_policy(), network_backend=guard)
     assert (result.body, result.truncated) == (b"hello " * 100, False)
+
+
+async def test_a_gzip_body_cut_short_is_an_error_not_a_whole_body(
+    server: Any, guard: LoopbackOnly
+) -> None:
+    whole = gzip.compress(bytes(range(256)) * 2000)
+    server.script(
+        Reply(
+            chunks=(whole[: len(whole) // 2],),
+            content_type="text/plain",
+            headers={"content-encoding": "gzip"},
+        )
+    )
+    with pytest.raises(FetchError) as caught:
+        await fetch(f"{server.base_url}/", policy=_loopback_policy(), network_backend=guard)
+    assert "ended before its end" in str(caught.value)
+
+
+async def test_every_member_of_a_gzip_body_is_read_and_trailing_bytes_are_refused(
+    server: Any, guard: LoopbackOnly
+) -> None:
+    members = gzip.compress(b"FIRST\n") + gzip.compress(b"SECOND\n")
+    encoded = {"content-encoding": "gzip"}
+    server.script(
+        # Split inside the second member's header: a member may start in any chunk.
+        Reply(chunks=(members[:30], members[30:]), content_type="text/plain", headers=encoded),
+        Reply(chunks=(gzip.compress(b"x") + b"trailing",), headers=encoded),
+    )
+    result = await fetch(f"{server.base_url}/", policy=_loopback_policy(), network_backend=guard)
+    assert (result.body, result.truncated) == (b"FIRST\nSECOND\n", False)
+    with pytest.raises(FetchError) as caught:
+        await fetch(f"{server.base_url}/", policy=_loopback_policy(), network_backend=guard)
+    assert "corrupt" in str(caught.value)
 
 
 async def test_encoding_that_cannot_be_bounded_is_refused(server: Any, guard: LoopbackOnly) -> None:

@@ -109,14 +109,18 @@ async def readable_text(
     """The readable text of ``body``: main content for HTML, decoded text otherwise.
 
     Raises ``UnsupportedContent`` for binary media. Parsing runs in a worker
-    thread; ``body`` is already bounded by the fetch, so the parse is too.
+    thread; ``body`` is already bounded by the fetch, so the parse is too. A
+    cancelled caller (the tool's deadline) returns at once and leaves the
+    parse to finish on its own: a hostile page can make it take many seconds.
     """
     if max_chars < 1:
         raise InvalidValue("max_chars must be positive")
     media_type, charset = _media_type(content_type)
     kind = _kind(media_type, body)
     if kind == "html":
-        text, title = await anyio.to_thread.run_sync(_html_to_text, body, charset, url)
+        text, title = await anyio.to_thread.run_sync(
+            _html_to_text, body, charset, url, abandon_on_cancel=True
+        )
     else:
         text, title = _decode(body, charset), None
     text = _BLANK_LINES.sub("\n\n", text.replace("\r\n", "\n")).strip()

@@ -315,7 +315,11 @@ async def _follow(
         target = policy._pinned(url, first, pins=pins)
     hops.append(target)
     while True:
-        response = await client.send(client.build_request("GET", target.url), stream=True)
+        try:
+            response = await client.send(client.build_request("GET", target.url), stream=True)
+        except httpx.InvalidURL:
+            # httpx reads a redirect's Location as it answers, even when not following.
+            raise UrlDenied("a redirect's Location is not a valid URL", reason="invalid") from None
         location = response.headers.get("location")
         if response.status_code not in _REDIRECTS or not location:
             return response
@@ -336,7 +340,7 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     """
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("gzip", "x-gzip"):
-        decoder: zlib._Decompress | None = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        decoder: _Gunzip | None = _Gunzip()
     elif encoding in ("", "identity"):
         decoder = None
     else:
@@ -346,13 +350,37 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     async for chunk in response.aiter_raw():
         raw += len(chunk)
         room = cap + 1 - len(body)
-        if decoder is None:
-            body += chunk[:room]
-        else:
-            try:
-                body += decoder.decompress(chunk, room)
-            except zlib.error as exc:
-                raise FetchError("the compressed body is corrupt", retryable=False) from exc
+        body += chunk[:room] if decoder is None else decoder.feed(chunk, room)
         if len(body) > cap or raw > cap:
             return bytes(body[:cap]), True
+    if decoder is not None and raw and not decoder.ended:
+        # Cut off in the middle: what arrived is not the body the server sent.
+        raise FetchError("the compressed body ended before its end")
     return bytes(body), False
+
+
+class _Gunzip:
+    """A gzip body of one or more members (RFC 1952), decoded with bounded output per step."""
+
+    def __init__(self) -> None:
+        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the last member read so far is complete (a body may end here)."""
+        return self._member.eof
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        """At most ``room`` (>= 1) bytes decoded from ``data``; past them the rest is dropped
+        (the caller stops at its cap). Data after a member starts the next one; anything
+        that is not a member is a corrupt body (``FetchError``)."""
+        out = bytearray()
+        try:
+            while True:
+                out += self._member.decompress(data, room - len(out))
+                data = self._member.unused_data
+                if not data or len(out) >= room:
+                    return bytes(out)
+                self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        except zlib.error as exc:
+            raise FetchError("the compressed body is corrupt", retryable=False) from exc

@@ -69,11 +69,18 @@ _METADATA = frozenset(
 )
 # Only global unicast IPv6 is public; NAT64, IPv4-compatible and the rest fail closed.
 _GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+# Not globally reachable (IANA special-purpose registries), though Python before 3.11.10
+# calls them global: IETF protocol assignments (but the two anycast services IANA marks
+# global), the 6to4 relay anycast, and IPv6 documentation space.
+_NON_GLOBAL = tuple(
+    ipaddress.ip_network(net) for net in ("192.0.0.0/24", "192.88.99.0/24", "3fff::/20")
+)
+_GLOBAL_EXCEPTIONS = frozenset(ipaddress.ip_address(a) for a in ("192.0.0.9", "192.0.0.10"))
 _ISATAP_MARKERS = (b"\x00\x00\x5e\xfe", b"\x02\x00\x5e\xfe")
 
 _SCHEME_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.DOTALL)
 _AUTHORITY = re.compile(
-    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$"
+    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?$"
 )
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})$")
 _HEX = frozenset("0123456789abcdef")
@@ -431,6 +438,10 @@ def _unmapped(address: IPAddress) -> IPAddress:
     return address
 
 
+def _special_purpose(address: IPAddress) -> bool:
+    return address not in _GLOBAL_EXCEPTIONS and any(address in net for net in _NON_GLOBAL)
+
+
 def _category(address: IPAddress) -> str | None:
     """None for a public address, else why it is not (the first matching category)."""
     address = _unmapped(address)
@@ -450,7 +461,7 @@ def _category(address: IPAddress) -> str | None:
         ("multicast", address.is_multicast),
         ("private", address.is_private),
         ("reserved", address.is_reserved),
-        ("non-global", not address.is_global),
+        ("non-global", not address.is_global or _special_purpose(address)),
     )
     for category, flagged in flags:
         if flagged:
