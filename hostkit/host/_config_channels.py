@@ -141,6 +141,12 @@ class ChannelConfig(_Strict):
         return self
 
     @property
+    def delivers(self) -> bool:
+        """Whether answers go out on this channel: Slack and Telegram always, the generic
+        webhook only to its ``deliver_url`` (without one it only receives)."""
+        return self.kind != "webhook" or self.deliver_url is not None
+
+    @property
     def api_origin(self) -> str | None:
         """Where this channel's platform API lives (None for the generic webhook)."""
         return self.api_base or DEFAULT_API_BASE.get(self.kind)

@@ -433,9 +433,10 @@ class ConfiguredChannels(AsyncResource):
         self, channel_id: str, settings: ChannelConfig, env: Mapping[str, str]
     ) -> OutboundChannel | None:
         origin = settings.api_origin
+        if not settings.delivers:
+            return None
         if settings.kind == "webhook":
-            if settings.deliver_url is None:
-                return None
+            assert settings.deliver_url is not None
             secret = channel_secret(env, settings.secret_env, f"channels.{channel_id}.secret_env")
             return WebhookChannel(settings.deliver_url, secret, self._client)
         token = channel_secret(env, settings.token_env, f"channels.{channel_id}.token_env")

@@ -77,10 +77,12 @@ def reply_route(
     Built from the authenticated channel instance and conversation key plus
     the reply target the transport put in ``metadata["reply"]``; it only says
     where to deliver and grants no authority. Unconfigured channels (the CLI,
-    the notebook, tests) get None: their turns write no outbox intent.
+    the notebook, tests) and channels that only receive (a webhook without
+    ``deliver_url``) get None: their turns write no outbox intent, which
+    could only be dead-lettered.
     """
     channel = envelope.channel_instance_id
-    if channel not in channels:
+    if channel not in channels or not channels[channel].delivers:
         return None
     reply = envelope.metadata.get("reply")
     return {

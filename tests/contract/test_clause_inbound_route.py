@@ -32,6 +32,7 @@ pytestmark = pytest.mark.anyio
 SLACK = "slack-acme"
 HOOK = "hook-ops"
 UNCONFIGURED = "telegram.support"
+RECEIVE_ONLY = "hook-in"
 
 
 def channel_config(
@@ -56,7 +57,12 @@ def channel_config(
                     "token_env": "TEST_SLACK_TOKEN",
                     "allow": ["*"],
                 },
-                HOOK: {"kind": "webhook", "secret_env": "TEST_HOOK_SECRET"},
+                HOOK: {
+                    "kind": "webhook",
+                    "secret_env": "TEST_HOOK_SECRET",
+                    "deliver_url": "https://hooks.example.test/answers",
+                },
+                RECEIVE_ONLY: {"kind": "webhook", "secret_env": "TEST_HOOK_SECRET"},
             },
         },
         base_dir=tmp_path,
@@ -171,6 +177,20 @@ async def test_an_unconfigured_channels_turn_has_no_route_and_writes_no_intent(
         turn_id = await turn_of(host, inbound_id)
         assert [status for _, status in await turn_rows(host)] == ["completed"]
         assert await core_of(host, turn_id) == "helper"  # the worker's ``agent``
+        assert await outbox(host, turn_id) == []
+
+
+async def test_a_channel_that_only_receives_writes_no_intent(tmp_path: Path) -> None:
+    """A webhook channel without deliver_url only receives: an intent for it could only be
+    dead-lettered as if the channel were missing."""
+    model = ScriptedModel([Reply("hello there")], repeat_last=True)
+    async with channel_host(tmp_path, model) as host:
+        inbound_id = await accept(
+            host, inbound("hi", channel=RECEIVE_ONLY, conversation="c1:bob", principal="bob")
+        )
+        assert await worker(host).drain() == 1
+        turn_id = await turn_of(host, inbound_id)
+        assert [status for _, status in await turn_rows(host)] == ["completed"]
         assert await outbox(host, turn_id) == []
 
 
