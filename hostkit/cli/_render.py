@@ -278,9 +278,10 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
         Column("created", cap=16, drop=2),
         Column("agent", cap=12, drop=1),
         Column("effect", cap=20),
-        Column("status", cap=12),
+        Column("status", cap=13),  # "indeterminate", the longest, whole
         Column("arguments", flexible=True, drop=4),
-        Column("note", cap=40, drop=3),
+        # Why it will never run is a sentence: wrapped, never cut mid-way.
+        Column("note", cap=40, wrap=True, drop=3),
     )
     rows = [
         (

@@ -541,7 +541,11 @@ def _read_regular(file: Path, shown: str, max_bytes: int) -> bytes:
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"{shown} is a directory, not a configuration file")
+            init = shlex.join(["hostkit", "init", shown]) if shown == str(file) else "hostkit init"
+            raise ConfigError(
+                f"{shown} is a directory with no hostkit.toml in it; name the configuration "
+                f"file, or run `{init}` to make it a project"
+            )
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{shown} is not a regular file (a FIFO, socket or device)")
         if info.st_size > max_bytes:

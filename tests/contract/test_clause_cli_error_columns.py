@@ -163,3 +163,42 @@ def test_a_delivery_list_keeps_a_short_channel_at_80_columns() -> None:
     Console(file=out, width=80, color_system=None).print(table)
     assert "hooks" in out.getvalue()
     assert "channel" in [column.header for column in table.columns]
+
+
+def test_an_approvals_status_and_the_reason_it_never_runs_are_shown_whole() -> None:
+    """`hostkit approvals list`: "indeterminate" is the longest status, and the note saying
+    why an approval will never run is a sentence a person reads to its end."""
+    from hostkit.cli._render import approvals_table
+    from hostkit.store import PendingApproval
+
+    reason = (
+        "the Host claimed the call and stopped before its result was recorded; "
+        "it will not run again"
+    )
+    approval = PendingApproval(
+        approval_id="apr_01a247d00af2c0ffee0000000001",
+        session_id="ses_1",
+        turn_id="turn_1",
+        principal_id="cli:local-user",
+        core_id="slowj",
+        core_revision="r",
+        effect="slow_delete",
+        call_id="call_1",
+        view={"arguments": {"name": "x"}},
+        policy_fingerprint="apf_1",
+        rule_key="slow_delete",
+        status="indeterminate",
+        decision="approve_once",
+        decided_by="cli",
+        continuation_turn_id="turn_2",
+        created_at="2026-01-01T00:00:00Z",
+        decided_at="2026-01-01T00:01:00Z",
+        void_reason=reason,
+    )
+    for width in (120, 200):
+        out = io.StringIO()
+        console = Console(file=out, width=width, color_system=None)
+        console.print(approvals_table([approval], width=width))
+        text = out.getvalue()
+        assert "indeterminate" in text.split(), text
+        assert " ".join(text.split()).count("recorded; it will not run again") == 1, text

@@ -150,3 +150,17 @@ async def test_a_valid_config_still_loads_and_remembers_its_source(tmp_path: Pat
     config = await anyio.to_thread.run_sync(load_config, path)
     assert config.source == path.resolve()
     assert path.resolve() in config.state_paths()
+
+
+async def test_a_directory_without_a_project_file_says_how_to_make_it_one(
+    tmp_path: Path,
+) -> None:
+    """`-c DIR` reads DIR/hostkit.toml; a directory without one is not "not a file": it is
+    a project not made yet, and the line says how."""
+    folder = tmp_path / "empty project"
+    folder.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        await anyio.to_thread.run_sync(load_config, folder)
+    message = caught.value.message
+    assert message.startswith(f"{folder} is a directory with no hostkit.toml in it")
+    assert f"`hostkit init '{folder}'`" in message
