@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 from rich.console import Console
 
@@ -34,9 +35,11 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._render import approvals_table, resume_hints
-from hostkit.cli._turn import stream_answer, stream_resume
+from hostkit.cli._turn import interrupted_answer, stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
+from hostkit.host import Host
+from hostkit.types import PrincipalScope
 
 __all__ = ["approvals"]
 
@@ -144,7 +147,11 @@ def resume(
             host,
             scope,
         ):
-            result = await stream_resume(host, approval_id, by=scope, progress=console)
+            try:
+                result = await stream_resume(host, approval_id, by=scope, progress=console)
+            except anyio.get_cancelled_exc_class():
+                await _say_interrupted(host, approval_id, scope, config, agent)
+                raise
             return report(result, database=host.config.store_location, config=config, agent=agent)
 
     run_command(main)
@@ -201,7 +208,21 @@ def _answer(
             host,
             scope,
         ):
-            result = await stream_answer(host, approval_id, decision, by=scope, progress=console)
+            try:
+                result = await stream_answer(
+                    host, approval_id, decision, by=scope, progress=console
+                )
+            except anyio.get_cancelled_exc_class():
+                await _say_interrupted(host, approval_id, scope, config, agent)
+                raise
             return report(result, database=host.config.store_location, config=config, agent=agent)
 
     run_command(main)
+
+
+async def _say_interrupted(
+    host: Host, approval_id: str, scope: PrincipalScope, config: Path | None, agent: str | None
+) -> None:
+    """Ctrl-C: say where the approval was left rather than leave the terminal silent."""
+    said = await interrupted_answer(host, approval_id, by=scope, config=config, agent=agent)
+    console.print("\n" + said, highlight=False, markup=False, soft_wrap=True)

@@ -15,6 +15,7 @@ from rich.spinner import Spinner
 
 from hostkit.authority import conversation_principal
 from hostkit.cli._approver import ConsoleApprover
+from hostkit.cli._render import command_line
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -162,6 +163,37 @@ async def recorded_turn(host: Host, conversation: str, request_id: str) -> str |
         )
         return None if found is None else found.turn_id
     return None
+
+
+async def interrupted_answer(
+    host: Host,
+    approval_id: str,
+    *,
+    by: PrincipalScope,
+    config: Path | None,
+    agent: str | None = None,
+) -> str:
+    """The line for a Ctrl-C while an approval's answer or continuation ran: where it was
+    left (looked up shielded and bounded, as ``recorded_turn``) and where to read more."""
+    approval = None
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
+        try:
+            approval = await host.approvals.get(by, approval_id)
+        except HostkitError:
+            approval = None
+    listing = command_line("approvals", "list", "--all", config=config)
+    if approval is None:
+        return f"interrupted: `{listing}` shows where approval {approval_id} was left"
+    if approval.status == "pending":
+        return f"interrupted before the answer was recorded: {approval_id} is still pending"
+    if approval.awaiting_continuation:
+        resume = command_line("approvals", "resume", approval_id, config=config, agent=agent)
+        return f"interrupted: {approval_id} is {approval.status}, its call not run yet; `{resume}`"
+    sessions = command_line("sessions", config=config)
+    return (
+        f"interrupted: {approval_id} is {approval.status} and its continuation was recorded "
+        f"as it ended; `{listing}` and `{sessions}` show them"
+    )
 
 
 async def stream_answer(

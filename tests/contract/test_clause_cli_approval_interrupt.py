@@ -313,3 +313,33 @@ async def test_ctrl_c_in_the_demo_says_it_stopped_and_where_its_record_is(
     line = f"interrupted: the demo stopped; hostkit sessions -c {directory} shows what it recorded"
     assert text.count(line) == 1, text
     assert "Traceback" not in text
+
+
+async def test_ctrl_c_while_an_approvals_continuation_runs_says_where_it_was_left(
+    project: Path, wire: WireServer
+) -> None:
+    """`hostkit approvals approve` runs a continuation turn: interrupted while its model
+    answers, it says in one line what became of the approval and where to read it."""
+    wire.script(write_call(), OPENING_HELD)
+    code, _, err = await hostkit("run", "--agent", "writer", "write out.md", cwd=project)
+    assert code == 3, err
+    ((approval_id, status),) = pending_rows(project / "state" / "hostkit.db")
+    assert status == "pending"
+
+    async def continuation_called(terminal: int, seen: bytearray) -> None:
+        with anyio.fail_after(30):
+            while len(wire.requests) < 2:  # the continuation's model call is in flight
+                with anyio.move_on_after(0.05):
+                    await read_until(terminal, b"\x00", seen)
+
+    code, text = await ctrl_c_hostkit(
+        ["approvals", "approve", approval_id], project, continuation_called
+    )
+    assert code == 130, text
+    ((_, status),) = pending_rows(project / "state" / "hostkit.db")
+    line = (
+        f"interrupted: {approval_id} is {status} and its continuation was recorded as it "
+        "ended; `hostkit approvals list --all` and `hostkit sessions` show them"
+    )
+    assert text.count(line) == 1, text
+    assert (project / "workspace" / "out.md").read_text() == "hello"  # the call ran once
