@@ -130,8 +130,8 @@ class ApprovalLedger:
             approval_id, session_id=context.session_id, turn_id=context.turn_id
         )
 
-    async def mark_stale(self, approval_id: str) -> bool:
-        return await self._store.approvals.mark_stale(approval_id)
+    async def mark_stale(self, approval_id: str, *, claimed_by: str | None = None) -> bool:
+        return await self._store.approvals.mark_stale(approval_id, claimed_by=claimed_by)
 
     async def supersede(self, context: TurnExecutionContext) -> int:
         return await self._store.approvals.supersede(context.session_id, turn_id=context.turn_id)

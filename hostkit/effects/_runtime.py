@@ -408,7 +408,9 @@ class EffectRuntime:
             or entry is None
             or approval_fingerprint(context, entry) != approval.policy_fingerprint
         ):
-            await self._require_ledger().mark_stale(approval.approval_id)
+            await self._require_ledger().mark_stale(
+                approval.approval_id, claimed_by=context.turn_id
+            )
             stale = "the approval is stale: the agent's policy or capabilities changed"
             return _refused(call_id, effect, "denied", stale)
         if approval.status == "denied":
@@ -425,7 +427,9 @@ class EffectRuntime:
         if approval.target_digest is not None and prepared.target_digest != approval.target_digest:
             # What the approver saw (a file's content under a diff) is not what the call
             # would act on now: nothing runs, and the model may ask again.
-            await self._require_ledger().mark_stale(approval.approval_id)
+            await self._require_ledger().mark_stale(
+                approval.approval_id, claimed_by=context.turn_id
+            )
             return _refused(call_id, effect, "denied", _TARGET_CHANGED)
         return await self._bind_and_invoke(prepared, context, author)
 

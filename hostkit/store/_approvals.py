@@ -183,10 +183,14 @@ class ApprovalStore(ABC):
         """
 
     @abstractmethod
-    async def mark_stale(self, approval_id: str) -> bool:
+    async def mark_stale(self, approval_id: str, *, claimed_by: str | None = None) -> bool:
         """Void an approval whose policy, revision or binding changed; drops its arguments.
 
-        True when a ``pending``, ``approved`` or ``executed`` row became ``stale``.
+        Without ``claimed_by``: a ``pending`` or answered, unclaimed row (its
+        call cannot have run). With it: the row that continuation turn claimed
+        (``executed``) and found stale before running it. Any other row is left
+        as it is: one another continuation claimed may have run meanwhile, and
+        its record must not say it did not. True when a row became ``stale``.
         """
 
     @abstractmethod
@@ -547,9 +551,11 @@ class SqlApprovalStore(ApprovalStore):
         text = bounded(reason, MAX_REASON_CHARS)
         return await self._db.write(lambda raw: void_open(raw, approval_id, text))
 
-    async def mark_stale(self, approval_id: str) -> bool:
+    async def mark_stale(self, approval_id: str, *, claimed_by: str | None = None) -> bool:
         check_id("id", approval_id)
-        return await self._db.write(lambda raw: _stale(raw, approval_id))
+        if claimed_by is not None:
+            check_id("claimed_by", claimed_by)
+        return await self._db.write(lambda raw: _stale(raw, approval_id, claimed_by))
 
     async def supersede(self, session_id: str, *, turn_id: str) -> int:
         check_id("session_id", session_id)
@@ -664,11 +670,17 @@ def _operator_reason(raw: sqlite3.Connection, scope: PrincipalScope) -> str | No
     return None if row is None or not row[0] else str(row[0])
 
 
-def _stale(raw: sqlite3.Connection, approval_id: str) -> bool:
+def _stale(raw: sqlite3.Connection, approval_id: str, claimed_by: str | None = None) -> bool:
+    if claimed_by is None:
+        which = "status IN ('pending', 'approved') AND continuation_turn_id IS NULL"
+        values = [STALE, now(raw), approval_id]
+    else:
+        which = "status = 'executed' AND continuation_turn_id = ?"
+        values = [STALE, now(raw), approval_id, claimed_by]
     cursor = raw.execute(
         "UPDATE approvals SET status = 'stale', void_reason = ?, "
         "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
-        "WHERE approval_id = ? AND status IN ('pending', 'approved', 'executed')",
-        [STALE, now(raw), approval_id],
+        f"WHERE approval_id = ? AND {which}",
+        values,
     )
     return cursor.rowcount == 1

@@ -572,6 +572,42 @@ async def test_mark_stale_voids_an_open_approval_once(sut: StoreUnderTest) -> No
     assert await sut.raw_arguments(approval.approval_id) == "{}"
 
 
+async def test_mark_stale_leaves_a_call_another_continuation_claimed_as_it_is(
+    sut: StoreUnderTest,
+) -> None:
+    """A process that read an approval as pending may mark it stale after another one's
+    continuation claimed it and ran its call: the record must keep saying it ran. Only the
+    claiming turn itself voids what it claimed (it found it stale before running it)."""
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint=None
+    )
+    continuation = await sut.seed_turn(approval.session_id)
+    claimed = await sut.store.approvals.claim(
+        approval.approval_id, session_id=approval.session_id, turn_id=continuation
+    )
+    assert claimed is not None
+    assert await sut.store.approvals.mark_stale(approval.approval_id) is False
+    other = await sut.seed_turn(approval.session_id)
+    assert await sut.store.approvals.mark_stale(approval.approval_id, claimed_by=other) is False
+    assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "executed"
+    assert (
+        await sut.store.approvals.mark_stale(approval.approval_id, claimed_by=continuation) is True
+    )
+    assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "stale"
+
+
+async def test_mark_stale_voids_an_answered_call_nobody_claimed(sut: StoreUnderTest) -> None:
+    alice = await owner(sut, "alice")
+    approval = await pending(sut, alice)
+    await sut.store.approvals.answer(
+        alice, approval.approval_id, decision="approve_once", fingerprint=None
+    )
+    assert await sut.store.approvals.mark_stale(approval.approval_id) is True
+    assert (await sut.store.approvals.get(alice, approval.approval_id)).status == "stale"
+
+
 # -- bad input --------------------------------------------------------------------------
 
 
