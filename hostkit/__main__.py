@@ -1,3 +1,3 @@
-from hostkit.cli import main
+from hostkit._launch import main
 
 main()

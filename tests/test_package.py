@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,34 @@ def test_no_sql_outside_the_store() -> None:
     # The pattern does find SQL where it lives.
     store = (root / "store" / "_turn_rows.py").read_text(encoding="utf-8")
     assert _SQL.search(store)
+
+
+def test_importing_hostkit_loads_no_seam_until_a_name_is_used() -> None:
+    """``import hostkit`` is quick (names load on use), so the command line's entry point
+    runs before the heavy imports and can answer a Ctrl-C there."""
+    probe = (
+        "import sys, hostkit\n"
+        "heavy = ('hostkit.host', 'hostkit.store', 'pydantic')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "hostkit.Host\n"
+        "print('hostkit.host' in sys.modules, hostkit.store.__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.splitlines() == ["[]", "True hostkit.store"]
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_status_130() -> None:
+    """SIGINT while ``hostkit`` still imports its CLI: no traceback from inside an import."""
+    probe = (
+        "import os, signal, threading\n"
+        "threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "from hostkit._launch import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "sessions"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "\ninterrupted while hostkit was starting: nothing was done\n"
