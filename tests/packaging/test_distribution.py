@@ -77,7 +77,7 @@ async def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(
     assert f"\nVersion: {version}\n" in metadata
     for extra in EXTRAS:
         assert f"\nProvides-Extra: {extra}\n" in metadata
-    assert "hostkit = hostkit.cli:main" in files[f"{info}/entry_points.txt"].decode()
+    assert "hostkit = hostkit._launch:main" in files[f"{info}/entry_points.txt"].decode()
     # The license travels with the package (pyproject: Apache-2.0).
     assert files[f"{info}/licenses/LICENSE"] == (CHECKOUT / "LICENSE").read_bytes()
 
