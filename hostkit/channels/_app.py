@@ -144,13 +144,13 @@ class _Ingress:
     async def _receive(
         self, request: Request, channel_id: str, config: ChannelSettings, share: BodyShare
     ) -> Response:
-        kind, secret = _FORMATS[config.kind], self.secrets[channel_id]
+        form, secret = _FORMATS[config.kind], self.secrets[channel_id]
         try:
-            kind.check_headers(request.headers, config=config, secret=secret, now=self.clock())
+            form.check_headers(request.headers, config=config, secret=secret, now=self.clock())
             body = await read_body(
                 request, limit=config.max_body_bytes, timeout_s=self.body_timeout_s, share=share
             )
-            parsed = kind.parse(
+            parsed = form.parse(
                 body,
                 request.headers,
                 channel_id=channel_id,

@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from hostkit.errors import ChannelRefused
 
-__all__ = ["BODY_BUDGET_BYTES", "BodyBudget", "read_body"]
+__all__ = ["BODY_BUDGET_BYTES", "BodyBudget", "BodyShare", "read_body"]
 
 _DIGITS = frozenset("0123456789")
 

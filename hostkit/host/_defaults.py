@@ -432,9 +432,9 @@ class ConfiguredChannels(AsyncResource):
     def _build(
         self, channel_id: str, settings: ChannelConfig, env: Mapping[str, str]
     ) -> OutboundChannel | None:
-        origin = settings.api_origin
         if not settings.delivers:
             return None
+        origin = settings.api_origin
         if settings.kind == "webhook":
             assert settings.deliver_url is not None
             secret = channel_secret(env, settings.secret_env, f"channels.{channel_id}.secret_env")

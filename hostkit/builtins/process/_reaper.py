@@ -62,8 +62,8 @@ INIT = r"""
 import ctypes, os, signal, sys
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
            signal.SIGPIPE, signal.SIGXFSZ)
-KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i686": 288, "armv7l": 311,
-          "ppc64le": 271, "s390x": 280}
+KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i386": 288, "i686": 288,
+          "armv7l": 311, "ppc64le": 271, "s390x": 280}
 def children():
     me = os.getpid()
     try:
