@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hostkit.channels._body import BODY_BUDGET_BYTES, BodyBudget, BodyShare, read_body
-from hostkit.channels._parsed import Challenge, Ignored, Parsed
+from hostkit.channels._parsed import Challenge, HeaderCheck, Ignored, Parsed
 from hostkit.channels._settings import ChannelSettings, sender_allowed, short_secret
 from hostkit.channels._slack import check_slack_headers, parse_slack
 from hostkit.channels._telegram import check_telegram_headers, parse_telegram
@@ -59,18 +59,12 @@ class _Parse(Protocol):
     ) -> Parsed: ...
 
 
-class _CheckHeaders(Protocol):
-    def __call__(
-        self, headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
-    ) -> None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class _Format:
     """A webhook format: what its headers alone refuse (before the body is read), then
     the verify+parse of the whole request."""
 
-    check_headers: _CheckHeaders
+    check_headers: HeaderCheck
     parse: _Parse
 
 

@@ -16,13 +16,15 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import ChannelRefused, InvalidValue
 from hostkit.types import UNPROCESSABLE, InboundEnvelope
 
 __all__ = [
     "Challenge",
+    "HeaderCheck",
     "Ignored",
     "Parsed",
     "build_envelope",
@@ -30,6 +32,7 @@ __all__ = [
     "field_id",
     "json_object",
     "same_secret",
+    "signed_header_check",
     "signed_headers",
     "verify_signature",
 ]
@@ -102,6 +105,35 @@ def signed_headers(
     if given is None:
         raise unauthorized("missing_signature", f"the request carries no {_named(platform)}")
     return stamp, given
+
+
+class HeaderCheck(Protocol):
+    """What a format refuses from the headers alone (401), before the body is read."""
+
+    def __call__(
+        self, headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+    ) -> None: ...
+
+
+def signed_header_check(
+    *, timestamp_header: str, signature_header: str, platform: str = ""
+) -> HeaderCheck:
+    """The header check of a format signed over its body: a fresh timestamp and a signature
+    must be there (``signed_headers``); whether the signature holds needs the body."""
+
+    def check(
+        headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
+    ) -> None:
+        signed_headers(
+            headers,
+            timestamp_header=timestamp_header,
+            signature_header=signature_header,
+            window_s=config.replay_window_s,
+            now=now,
+            platform=platform,
+        )
+
+    return check
 
 
 def verify_signature(

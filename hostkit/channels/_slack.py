@@ -33,7 +33,7 @@ from hostkit.channels._parsed import (
     field_id,
     json_object,
     malformed,
-    signed_headers,
+    signed_header_check,
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
@@ -72,18 +72,10 @@ def sign_slack(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
     }
 
 
-def check_slack_headers(
-    headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
-) -> None:
-    """401 for a request without a fresh timestamp or a signature: before its body is read."""
-    signed_headers(
-        headers,
-        timestamp_header=_TIMESTAMP,
-        signature_header=_SIGNATURE,
-        window_s=config.replay_window_s,
-        now=now,
-        platform="Slack",
-    )
+# 401 for a request without a fresh timestamp or a signature: before its body is read.
+check_slack_headers = signed_header_check(
+    timestamp_header=_TIMESTAMP, signature_header=_SIGNATURE, platform="Slack"
+)
 
 
 def parse_slack(

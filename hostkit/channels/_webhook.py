@@ -22,7 +22,7 @@ from hostkit.channels._parsed import (
     field_id,
     json_object,
     malformed,
-    signed_headers,
+    signed_header_check,
     verify_signature,
 )
 from hostkit.channels._settings import ChannelSettings
@@ -57,17 +57,10 @@ def sign_webhook(secret: str, body: bytes, *, timestamp: int) -> dict[str, str]:
     }
 
 
-def check_webhook_headers(
-    headers: Mapping[str, str], *, config: ChannelSettings, secret: str, now: float
-) -> None:
-    """401 for a request without a fresh timestamp or a signature: before its body is read."""
-    signed_headers(
-        headers,
-        timestamp_header=_TIMESTAMP,
-        signature_header=_SIGNATURE,
-        window_s=config.replay_window_s,
-        now=now,
-    )
+# 401 for a request without a fresh timestamp or a signature: before its body is read.
+check_webhook_headers = signed_header_check(
+    timestamp_header=_TIMESTAMP, signature_header=_SIGNATURE
+)
 
 
 def parse_webhook(
