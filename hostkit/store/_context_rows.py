@@ -68,9 +68,12 @@ __all__ = [
 
 _log = logging.getLogger("hostkit.store")
 
-# A calibration ratio stays within these bounds whatever a provider reports.
-MIN_RATIO, MAX_RATIO = 0.5, 2.0
-# Calibration is a moving average over about this many observations.
+# A calibration ratio stays within these bounds whatever a provider reports. Dense text
+# (base64, hex, decomposed accents) tokenizes at twice the estimate and more: a bound of 2
+# would leave such a session over its window for good.
+MIN_RATIO, MAX_RATIO = 0.5, 4.0
+# Calibration falls as a moving average over about this many observations; it rises at
+# once to a sample above it, so the request after one that was under-estimated fits.
 MAX_SAMPLES = 20
 
 
@@ -479,6 +482,7 @@ _CALIBRATE = (
     "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
     "updated_at) VALUES (?, ?, ?, ?, ?, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
     f"ON CONFLICT (session_id) DO UPDATE SET ratio = CASE WHEN {_SAME_KEY} "
+    "AND excluded.ratio <= context_calibration.ratio "
     f"THEN (context_calibration.ratio * {_WEIGHT} + excluded.ratio) / ({_WEIGHT} + 1) "
     "ELSE excluded.ratio END, "
     f"samples = CASE WHEN {_SAME_KEY} THEN context_calibration.samples + 1 ELSE 1 END, "
@@ -490,7 +494,8 @@ _CALIBRATE = (
 def _calibrate(
     conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float
 ) -> Calibration:
-    """Move the session's ratio toward ``sample``; another provider/model/estimator resets it.
+    """Move the session's ratio down toward ``sample``, or up to it at once; another
+    provider/model/estimator resets it.
 
     One statement: the moving average is taken in SQL against the row as it
     is, and the row comes back as it was left.

@@ -312,13 +312,14 @@ async def test_usage_and_calibration_commit_together_once_per_decision(
     second = ready(session_id, "ctx_b", raw_input_tokens=1_000)
     await context.record_decision(second)
     assert await context.record_usage(observed(second, 1_000))
-    assert await calibration() == ("p", "m", "charclass/3.5/1.5", pytest.approx(0.9), 2)
+    # Above the ratio: taken at once (the next request must fit).
+    assert await calibration() == ("p", "m", "charclass/3.5/1.5", pytest.approx(1.0), 2)
 
     # Whatever a provider reports, the ratio stays bounded; another model starts afresh.
     other = ready(session_id, "ctx_c", raw_input_tokens=1_000, model="n")
     await context.record_decision(other)
     assert await context.record_usage(observed(other, 1_000_000, model="n"))
-    assert await calibration() == ("p", "n", "charclass/3.5/1.5", pytest.approx(2.0), 1)
+    assert await calibration() == ("p", "n", "charclass/3.5/1.5", pytest.approx(4.0), 1)
 
     # Usage of a decision that was never recorded is still kept (the provider's truth).
     unknown = ready(session_id, "ctx_unrecorded")
@@ -483,12 +484,12 @@ async def test_a_read_after_a_seq_returns_only_what_is_new_under_the_same_cutoff
         await refused(context.read_state(session_id=session_id, turn_id="t", window=3, **bad))
 
 
-async def test_calibration_is_a_moving_average_over_twenty_samples_and_each_step_returns_it(
+async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
     adapter: RuntimeStore,
 ) -> None:
-    """The average the store keeps is the arithmetic one (last weight 1/20 once 20 samples
-    are in), the step's own answer is what the session then holds, and another estimator
-    starts it afresh."""
+    """A sample above the ratio is taken as it is (the next request must fit); one below
+    is averaged in arithmetically (last weight 1/20 once 20 samples are in). The step's
+    own answer is what the session then holds, and another estimator starts it afresh."""
     context = adapter.context
     session_id = await new_session(adapter)
     ratio, count = 0.0, 0
@@ -497,7 +498,8 @@ async def test_calibration_is_a_moving_average_over_twenty_samples_and_each_step
         step = ready(session_id, f"ctx_avg_{index}", raw_input_tokens=1_000)
         recorded = await context.record_step(step, observed(step, round(sample * 1_000)))
         weight = min(count, 20 - 1)
-        ratio, count = (ratio * weight + sample) / (weight + 1), count + 1
+        rises = count == 0 or sample > ratio
+        ratio, count = sample if rises else (ratio * weight + sample) / (weight + 1), count + 1
         assert recorded.calibration is not None
         assert (recorded.calibration.ratio, recorded.calibration.samples) == (
             pytest.approx(ratio, rel=1e-12),
@@ -541,8 +543,8 @@ async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
     assert retried.observed
     assert await context.decision("ctx_known") == first
     assert retried.calibration is not None
-    # (0.8 + min(2.0, 1000 / 500)) / 2: calibrated against the recorded raw estimate.
-    assert retried.calibration.ratio == pytest.approx(1.4)
+    # 1000 / 500, above 0.8 so taken at once: calibrated against the recorded raw estimate.
+    assert retried.calibration.ratio == pytest.approx(2.0)
 
     other = await new_session(adapter)
     attempts: list[Awaitable[object]] = [
