@@ -98,6 +98,38 @@ class Estimator(Protocol):
         ...
 
 
+# Runs of identifier characters too long to be words: base64, hex, keys, hashes. BPE
+# vocabularies split them into pieces of one to three characters, about twice the count
+# of the same letters in prose.
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
+# Combining marks (decomposed accents), each usually a token of its own; Hangul
+# syllables, which byte-level vocabularies cover more thinly than other CJK.
+_COMBINING = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+_HAS_DIGIT = re.compile(r"[0-9]")
+_HAS_LETTER = re.compile(r"[A-Za-z]")
+
+
+def _random_chars(text: str) -> int:
+    """Characters in runs that look random: long, with both letters and digits (a word,
+    however long, or a filler of one letter repeated has no digits)."""
+    return sum(
+        len(run)
+        for run in _RANDOM_RUN.findall(text)
+        if _HAS_DIGIT.search(run) and _HAS_LETTER.search(run)
+    )
+
+
+def _dense(text: str) -> int:
+    """The tokens text denser than its character classes costs on top of their count."""
+    if len(text) < 24:
+        return 0
+    runs = _ceil_div(_random_chars(text) * 9, 20)
+    if text.isascii():
+        return runs
+    return runs + 2 * len(_COMBINING.findall(text)) + _ceil_div(3 * len(_HANGUL.findall(text)), 4)
+
+
 class CharEstimator:
     """A fast estimate from character classes that errs high; needs no tokenizer.
 
@@ -109,9 +141,12 @@ class CharEstimator:
     byte on scripts its vocabulary covers thinly. A flat characters-per-token
     ratio under-estimates JSON, code, numbers and non-English text by up to
     half; this keeps English prose within about 1.3x of SmolLM2's counts and
-    JSON, code, CJK and emoji at or above them. Random identifiers (hex,
-    base64) still tokenize denser than estimated: the ContextManager's safety
-    margin and usage calibration cover them.
+    JSON, code, CJK and emoji at or above them. Text denser than its classes
+    counts more on top: a run of 24 or more identifier characters with both
+    letters and digits (base64, hex, keys) 0.45 of a token per character, a
+    combining mark (a decomposed accent) two tokens, a Hangul syllable three
+    quarters of one; a paste of base64 would otherwise be estimated at half
+    its real size.
 
     Each message adds ``message_overhead`` framing tokens, and ``request()``
     adds ``request_overhead`` once for what a chat template puts around the
@@ -155,7 +190,7 @@ class CharEstimator:
         return self._request_overhead
 
     def text(self, text: str) -> int:
-        # Three C-level passes (encode, two deletions), no Python loop per character.
+        # C-level passes (encode, two deletions, three scans), no Python loop per character.
         encoded = text.encode("utf-8", "surrogatepass")
         size = len(encoded)
         digits = size - len(encoded.translate(None, _DIGITS))
@@ -167,6 +202,7 @@ class CharEstimator:
             + digits
             + _ceil_div(punctuation, self._punctuation)
             + extra_bytes
+            + _dense(text)
         )
 
     def message(self, message: ModelMessage) -> int:

@@ -9,8 +9,12 @@ checks LocalModel's wiring.
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
+import math
+import random
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -254,6 +258,40 @@ def test_gguf_tokenizer_matches_llama_cpp_prompt_tokens(
     # does the estimator built from it.
     estimate = gguf.request(messages, definitions)
     assert abs(estimate - reported) <= max(1, TOKENIZER_TOLERANCE * reported)
+
+
+def _dense_texts() -> dict[str, str]:
+    """Text that tokenizes denser than prose: random identifiers, decomposed accents,
+    Hangul, and a URL with a hash in it, next to plain English."""
+    rng = random.Random(7)
+    return {
+        "base64": base64.b64encode(rng.randbytes(6_000)).decode(),
+        "hex": rng.randbytes(4_000).hex(),
+        "decomposed accents": unicodedata.normalize("NFD", "café résumé naïve élève " * 100),
+        "hangul": "안녕하세요 오늘 날씨가 좋네요 " * 100,
+        "url with a hash": "see https://example.com/r?id=8f14e45fceea167a5a36dedd4bea2543 " * 30,
+        "english": "The quick brown fox jumps over the lazy dog. " * 100,
+    }
+
+
+@needs_gguf
+@pytest.mark.parametrize("kind", sorted(_dense_texts()))
+def test_char_estimator_is_at_or_above_a_real_tokenizer_on_dense_text(
+    gguf: TokenizerEstimator, kind: str
+) -> None:
+    """A paste of base64 was estimated at half its real size: the request went out larger
+    than the provider's window. Dense text now counts at or above SmolLM2's tokens."""
+    text = _dense_texts()[kind]
+    assert CharEstimator().text(text) >= gguf.text(text)
+
+
+def test_a_long_filler_of_one_letter_or_a_long_word_is_not_counted_as_random() -> None:
+    """Only runs with both letters and digits count as random: test fillers and long
+    words keep their prose estimate (no extra cost for what tokenizes like prose)."""
+    estimator = CharEstimator()
+    assert estimator.text("a" * 400) == math.ceil(400 / 3.5)
+    word = "pneumonoultramicroscopicsilicovolcanoconiosis"
+    assert estimator.text(word) == math.ceil(len(word) / 3.5)
 
 
 @needs_gguf
