@@ -212,9 +212,16 @@ class ContextManager:
                 head = self._head(request, window, estimate, room=hard_budget - rest)
                 fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
-            reason: OverflowReason = (
-                "schema_too_large" if schema_tokens > hard_budget else "current_input_too_large"
-            )
+            reason: OverflowReason = "current_input_too_large"
+            if schema_tokens > hard_budget:
+                reason = "schema_too_large"
+            elif (
+                self._head(request, window, estimate, room=0).tokens + schema_tokens + framing
+                > hard_budget
+            ):
+                # Without any input or history it would not fit either: no shorter message
+                # helps, the instructions, AGENTS.md snapshot or injected context must shrink.
+                reason = "instructions_too_large"
             if context.session_id in self._degraded:
                 reason = "unsafe_estimate"
             return await self._overflow(

@@ -24,7 +24,9 @@ __all__ = [
     "UsageObservation",
 ]
 
-OverflowReason = Literal["current_input_too_large", "schema_too_large", "unsafe_estimate"]
+OverflowReason = Literal[
+    "current_input_too_large", "instructions_too_large", "schema_too_large", "unsafe_estimate"
+]
 # What a compaction attempt inside ``prepare()`` came to (see ``CompactionOutcome``).
 CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale"]
 DecisionKind = Literal["ready", "overflow"]

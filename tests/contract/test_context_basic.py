@@ -201,9 +201,22 @@ async def test_overflow_is_typed_and_recorded_without_a_prompt(
         )
     )
     assert schema_overflow.reason == "schema_too_large"
+    # Instructions (as an AGENTS.md snapshot or injected context) that leave no room even
+    # for an empty input: no shorter message helps, and the reason says what must shrink.
+    head_overflow = await manager.prepare(
+        ContextRequest(
+            context=context_for(scope),
+            step_id=2,
+            limits=LIMITS,
+            messages=(ModelMessage("user", "hi"),),
+            instructions="follow these rules. " * 1000,
+        )
+    )
+    assert head_overflow.reason == "instructions_too_large"
     for prepared, reason in (
         (overflow, "current_input_too_large"),
         (schema_overflow, "schema_too_large"),
+        (head_overflow, "instructions_too_large"),
     ):
         recorded = await store.context.decision(prepared.decision_id)
         assert recorded is not None
