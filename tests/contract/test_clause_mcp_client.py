@@ -218,6 +218,22 @@ async def test_crash_mid_call_is_indeterminate_and_not_alive(
         await connection.aclose()
 
 
+async def test_an_answer_that_is_no_json_rpc_fails_the_call_at_once(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    """The SDK drops a reply it cannot read, and the call waited for its whole deadline
+    (60 s by default): a server answering with a malformed message breaks the link now."""
+    connection = await connector.connect(bad("malformed_answers", call_timeout_s=60))
+    try:
+        with anyio.fail_after(10):
+            outcome = await connection.call_tool("garble", {})
+        assert outcome.status == "failed"
+        assert "not valid JSON-RPC" in (outcome.error or "")
+        assert not connection.alive
+    finally:
+        await connection.aclose()
+
+
 @pytest.mark.slow
 async def test_an_oversized_result_fails_bounded_without_buffering_it(
     connector: McpClientConnector, no_leftovers: None

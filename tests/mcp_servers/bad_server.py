@@ -20,6 +20,7 @@ of N MB), ``fail`` (a tool error), ``sleep``, ``add``.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -129,8 +130,38 @@ def spawn_helper(how: str) -> None:
     write_pid(helper.pid)
 
 
+def malformed_answers() -> None:
+    """A hand-written stdio server that answers each tool call with a JSON-RPC message no
+    client can read (its result is not an object); everything else it answers properly."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" not in request:
+            continue  # a notification
+        method, answer = request.get("method"), None
+        if method == "initialize":
+            answer = {
+                "protocolVersion": request["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "malformed", "version": "1"},
+            }
+        elif method == "tools/list":
+            answer = {"tools": [{"name": "garble", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            answer = "done"
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": answer}
+        if answer is None:
+            del reply["result"]
+            reply["error"] = {"code": -32601, "message": f"no method {method}"}
+        sys.stdout.write(json.dumps(reply))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
+    if mode == "malformed_answers":
+        malformed_answers()
+        return
     if mode == "exit_at_start":
         sys.stderr.write(f"cannot start: token {os.environ.get('MCP_TOKEN')} was rejected\n")
         sys.stderr.flush()

@@ -20,6 +20,7 @@ leaves no process behind.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -44,6 +45,7 @@ _KILL_WAIT_S = 3.0
 _SNAPSHOT_S = 1.0  # the tree's periodic snapshots while the server runs
 _POLL_S = 0.02
 _MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
+_MALFORMED = "the server answered a request with a message that is not valid JSON-RPC"
 _PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
 
 
@@ -134,7 +136,13 @@ class StdioLink:
                         if len(line) > MAX_MCP_MESSAGE_BYTES:
                             break
                         if line.strip():
-                            await send.send(_parse(bytes(line)))
+                            message = _parse(bytes(line))
+                            if isinstance(message, Exception) and _answers_a_request(line):
+                                # The SDK drops what it cannot read, and the request this
+                                # answered would wait for its deadline: the link is broken.
+                                self._broken = _MALFORMED
+                                return
+                            await send.send(message)
                         line.clear()
                     else:
                         line += chunk[start:]
@@ -171,6 +179,20 @@ class StdioLink:
             while True:
                 self._tail += await stderr.receive(_READ_CHUNK)
                 del self._tail[:-STDERR_TAIL_BYTES]
+
+
+def _answers_a_request(line: bytearray) -> bool:
+    """Whether a line the SDK could not read is still an answer to a request (a JSON object
+    with an id and a result or an error); any other line (a log line) is let through."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(value, dict)
+        and value.get("id") is not None
+        and ("result" in value or "error" in value)
+    )
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
