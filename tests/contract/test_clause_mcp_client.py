@@ -223,13 +223,28 @@ async def test_an_answer_that_is_no_json_rpc_fails_the_call_at_once(
 ) -> None:
     """The SDK drops a reply it cannot read, and the call waited for its whole deadline
     (60 s by default): a server answering with a malformed message breaks the link now."""
-    connection = await connector.connect(bad("malformed_answers", call_timeout_s=60))
+    connection = await connector.connect(bad("raw_answers", "malformed", call_timeout_s=60))
     try:
         with anyio.fail_after(10):
             outcome = await connection.call_tool("garble", {})
         assert outcome.status == "failed"
         assert "not valid JSON-RPC" in (outcome.error or "")
         assert not connection.alive
+    finally:
+        await connection.aclose()
+
+
+async def test_a_servers_own_error_with_code_32000_fails_the_call_and_keeps_the_session(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    """-32000 is the first JSON-RPC server error code, and also what the SDK reports when
+    a connection closed: a server's own error must not read as a call that may have run."""
+    connection = await connector.connect(bad("raw_answers", "server_error"))
+    try:
+        outcome = await connection.call_tool("garble", {})
+        assert outcome.status == "failed"
+        assert "rate limit exceeded" in (outcome.error or "")
+        assert connection.alive
     finally:
         await connection.aclose()
 

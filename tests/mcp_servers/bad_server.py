@@ -130,9 +130,11 @@ def spawn_helper(how: str) -> None:
     write_pid(helper.pid)
 
 
-def malformed_answers() -> None:
-    """A hand-written stdio server that answers each tool call with a JSON-RPC message no
-    client can read (its result is not an object); everything else it answers properly."""
+def raw_answers(call: str) -> None:
+    """A hand-written stdio server whose answer to each tool call is ``call``: "malformed"
+    (a JSON-RPC message no client can read, its result not an object) or "server_error"
+    (a JSON-RPC error with code -32000, the first server error code); everything else it
+    answers properly."""
     for line in sys.stdin:
         request = json.loads(line)
         if "id" not in request:
@@ -146,10 +148,13 @@ def malformed_answers() -> None:
             }
         elif method == "tools/list":
             answer = {"tools": [{"name": "garble", "inputSchema": {"type": "object"}}]}
-        elif method == "tools/call":
+        elif method == "tools/call" and call == "malformed":
             answer = "done"
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"], "result": answer}
-        if answer is None:
+        if method == "tools/call" and call == "server_error":
+            del reply["result"]
+            reply["error"] = {"code": -32000, "message": "rate limit exceeded, retry in 10s"}
+        elif answer is None:
             del reply["result"]
             reply["error"] = {"code": -32601, "message": f"no method {method}"}
         sys.stdout.write(json.dumps(reply))
@@ -159,8 +164,8 @@ def malformed_answers() -> None:
 
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
-    if mode == "malformed_answers":
-        malformed_answers()
+    if mode == "raw_answers":
+        raw_answers(sys.argv[2])
         return
     if mode == "exit_at_start":
         sys.stderr.write(f"cannot start: token {os.environ.get('MCP_TOKEN')} was rejected\n")

@@ -119,40 +119,49 @@ class StdioLink:
     async def _read_stdout(
         self, process: Process, send: MemoryObjectSendStream[SessionMessage | Exception]
     ) -> None:
+        """Pass the server's messages on until its output ends or breaks the link."""
+        try:
+            async with send:
+                try:
+                    await self._read_lines(process, send)
+                finally:
+                    # Before the stream closes: the requests it wakes (CONNECTION_CLOSED)
+                    # see that the link ended, not a server's own -32000 error.
+                    self._ended = True
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+
+    async def _read_lines(
+        self, process: Process, send: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> None:
         """One message per line, never more than the bound of one line in memory."""
         assert process.stdout is not None
         line = bytearray()
-        try:
-            async with send:
-                while True:
-                    try:
-                        chunk = await process.stdout.receive(_READ_CHUNK)
-                    except (anyio.EndOfStream, *_PIPE_ERRORS):
+        while True:
+            try:
+                chunk = await process.stdout.receive(_READ_CHUNK)
+            except (anyio.EndOfStream, *_PIPE_ERRORS):
+                return
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                line += chunk[start:newline]
+                start = newline + 1
+                if len(line) > MAX_MCP_MESSAGE_BYTES:
+                    break
+                if line.strip():
+                    message = _parse(bytes(line))
+                    if isinstance(message, Exception) and _answers_a_request(line):
+                        # The SDK drops what it cannot read, and the request this
+                        # answered would wait for its deadline: the link is broken.
+                        self._broken = _MALFORMED
                         return
-                    start = 0
-                    while (newline := chunk.find(b"\n", start)) >= 0:
-                        line += chunk[start:newline]
-                        start = newline + 1
-                        if len(line) > MAX_MCP_MESSAGE_BYTES:
-                            break
-                        if line.strip():
-                            message = _parse(bytes(line))
-                            if isinstance(message, Exception) and _answers_a_request(line):
-                                # The SDK drops what it cannot read, and the request this
-                                # answered would wait for its deadline: the link is broken.
-                                self._broken = _MALFORMED
-                                return
-                            await send.send(message)
-                        line.clear()
-                    else:
-                        line += chunk[start:]
-                    if len(line) > MAX_MCP_MESSAGE_BYTES:
-                        self._broken = f"a message from the server exceeded {_MIB} MiB"
-                        return
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return
-        finally:
-            self._ended = True
+                    await send.send(message)
+                line.clear()
+            else:
+                line += chunk[start:]
+            if len(line) > MAX_MCP_MESSAGE_BYTES:
+                self._broken = f"a message from the server exceeded {_MIB} MiB"
+                return
 
     async def _write_stdin(
         self,
