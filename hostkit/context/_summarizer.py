@@ -11,6 +11,7 @@ from typing import Protocol
 
 import anyio
 
+from hostkit.context._estimate import CharEstimator
 from hostkit.errors import InvalidValue, ProviderError
 from hostkit.providers import ModelProvider
 from hostkit.types import ModelMessage, ModelRequest
@@ -52,6 +53,28 @@ class Summarizer(Protocol):
     ) -> str: ...
 
 
+# The summarizer's tokenizer is not known here: the character estimator errs high.
+_ESTIMATE = CharEstimator()
+_TRANSCRIPT_LABEL = "New transcript to fold into the summary:\n"
+_NOTE_TOKENS = 16
+
+
+def _newest_within(text: str, tokens: int) -> str:
+    """``text``, or its newest part (after a "…") whose estimate fits in ``tokens``."""
+    if _ESTIMATE.text(text) <= tokens:
+        return text
+    if tokens <= 1:
+        return ""
+    low, high = 0, len(text)  # the most characters kept from the end that still fit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _ESTIMATE.text("…" + text[-middle:]) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return "…" + text[-low:] if low else ""
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -70,10 +93,10 @@ class ProviderSummarizer:
     (``role: content``; tool calls by name; tool results cut to
     ``max_tool_result_chars``, other messages to ``max_message_chars``; the
     newest lines kept within ``max_transcript_chars`` and within what the
-    provider's own context window holds). It offers no tools and
-    asks for at most ``max_tokens`` output tokens. Raises ``ProviderError``
-    when the provider fails or answers with empty text, ``TimeoutError`` after
-    ``timeout_s``.
+    provider's own context window holds). It offers no tools and asks for at
+    most ``max_tokens`` output tokens, and never more than the provider gives.
+    Raises ``ProviderError`` when the provider fails or answers with empty
+    text, ``TimeoutError`` after ``timeout_s``.
     """
 
     def __init__(
@@ -102,18 +125,30 @@ class ProviderSummarizer:
     def request(
         self, previous: str | None, messages: Sequence[ModelMessage], *, max_tokens: int
     ) -> ModelRequest:
-        """The provider request ``summarize`` sends (no I/O)."""
+        """The provider request ``summarize`` sends (no I/O), within the summarizer
+        provider's own limits: its output at most its ``max_output_tokens``, and the
+        input, as the conservative character estimator counts it, within what its window
+        leaves (the previous summary cut to half of that, the newest transcript lines in
+        the rest)."""
+        limits = self._provider.limits
+        max_tokens = max(1, min(max_tokens, limits.max_output_tokens))
+        system = ModelMessage("system", self._instructions)
+        room = (
+            limits.context_window
+            - max_tokens
+            - limits.safety_margin_tokens
+            - _ESTIMATE.request((system, ModelMessage("user", _TRANSCRIPT_LABEL)))
+        )
         parts = []
         if previous:
-            parts.append(f"Previous summary:\n{previous}")
-        budget = self._budget_chars(max_tokens) - sum(len(part) for part in parts)
-        transcript = self._transcript(messages, max(1_000, budget))
-        parts.append(f"New transcript to fold into the summary:\n{transcript}")
+            kept = _newest_within(f"Previous summary:\n{previous}", room // 2)
+            if kept:
+                parts.append(kept)
+                room -= _ESTIMATE.text(kept) + 1
+        transcript = self._transcript(messages, min(self._transcript_chars, max(0, room)))
+        parts.append(f"{_TRANSCRIPT_LABEL}{transcript}")
         return ModelRequest(
-            messages=(
-                ModelMessage("system", self._instructions),
-                ModelMessage("user", "\n\n".join(parts)),
-            ),
+            messages=(system, ModelMessage("user", "\n\n".join(parts))),
             tools=(),
             max_output_tokens=max_tokens,
         )
@@ -138,21 +173,19 @@ class ProviderSummarizer:
             line += f" [tool calls: {', '.join(call.name for call in message.tool_calls)}]"
         return line + _attached(message)
 
-    def _budget_chars(self, max_tokens: int) -> int:
-        """Transcript characters that fit the summarizer's own window (about 3 a token)."""
-        limits = self._provider.limits
-        room = limits.context_window - max_tokens - limits.safety_margin_tokens - 200
-        return min(self._transcript_chars, max(0, room) * 3)
-
-    def _transcript(self, messages: Sequence[ModelMessage], limit: int) -> str:
+    def _transcript(self, messages: Sequence[ModelMessage], tokens: int) -> str:
+        """The newest lines whose estimate fits in ``tokens`` (and in
+        ``max_transcript_chars`` characters), after a line naming what was left out."""
         lines: list[str] = []
-        used = 0
+        used = chars = 0
         for message in reversed(messages):
             line = self._line(message)
-            if used + len(line) + 1 > limit:
+            cost = _ESTIMATE.text(line) + 1
+            # The omission note takes a few tokens of its own: kept in reserve.
+            if used + cost + _NOTE_TOKENS > tokens or chars + len(line) > self._transcript_chars:
                 break
             lines.append(line)
-            used += len(line) + 1
+            used, chars = used + cost, chars + len(line) + 1
         omitted = len(messages) - len(lines)
         head = [f"[{omitted} earlier messages omitted]"] if omitted else []
         return "\n".join([*head, *reversed(lines)])

@@ -626,3 +626,57 @@ def test_the_provider_summarizer_fits_its_request_into_the_providers_own_window(
     assert size + 256 <= 2_048
     assert "earlier messages omitted" in request.messages[1].content
     assert "detail 39" in request.messages[1].content  # the newest part is kept
+
+
+JAPANESE = "今日の会議では次の四半期の計画と予算について詳しく話し合った。"
+KOREAN = "오늘 회의에서 다음 분기 계획과 예산에 대해 자세히 논의했다. "
+
+
+@pytest.mark.parametrize(
+    ("window", "max_output", "previous", "line", "keeps_newest"),
+    [
+        # A dense script on a small summarizer: about a token a character, not three.
+        (
+            8_192,
+            1_024,
+            None,
+            "今日の会議では次の四半期の計画と予算について詳しく話し合った。" * 20,
+            True,
+        ),
+        (
+            8_192,
+            1_024,
+            None,
+            "오늘 회의에서 다음 분기 계획과 예산에 대해 자세히 논의했다. " * 20,
+            True,
+        ),
+        # A previous summary longer than the whole window allows: its newest part is kept.
+        (1_024, 256, "s" * 2_000 + " earlier decisions 12345 " * 80, "short line", True),
+        # Output asked for beyond what the provider gives; no room left for any line.
+        (600, 100, None, "hello there", False),
+    ],
+)
+def test_the_summarizer_request_fits_the_summarizer_providers_own_limits(
+    window: int, max_output: int, previous: str | None, line: str, keeps_newest: bool
+) -> None:
+    """The compaction summarizer may be another provider with a smaller window: its request
+    must fit that provider, counted as the conservative estimator counts it, whatever the
+    script of the transcript, the length of the previous summary or the output asked for."""
+    from hostkit.context import CharEstimator, ProviderSummarizer
+    from hostkit.testing import ScriptedModel
+    from hostkit.types import ModelLimits, ModelMessage
+
+    limits = ModelLimits(context_window=window, max_output_tokens=max_output)
+    small = ScriptedModel(["summary"], limits=limits)
+    transcript = [ModelMessage("user", f"{i}: {line}") for i in range(60)]
+    request = ProviderSummarizer(small).request(previous, transcript, max_tokens=512)
+    assert request.max_output_tokens <= max_output
+    size = CharEstimator().request(request.messages)
+    assert size + request.max_output_tokens + limits.safety_margin_tokens <= window
+    content = request.messages[1].content
+    assert ("59: " in content) is keeps_newest, content[:200]
+    if not keeps_newest:
+        assert content.endswith("[60 earlier messages omitted]")
+    if previous:
+        assert content.startswith("…")
+        assert "earlier decisions 12345" in content
