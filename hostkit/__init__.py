@@ -250,17 +250,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """An exported name, imported from its module on first use; a subpackage by its name."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-    elif importlib.util.find_spec(f"hostkit.{name}") is not None:
-        value = importlib.import_module(f"hostkit.{name}")
-    else:
-        raise AttributeError(f"module 'hostkit' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+# Hidden from type checkers, which see the imports above: a misspelled name stays an error.
+if not typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """An exported name, imported from its module on first use; a subpackage by its name."""
+        module = _EXPORTS.get(name)
+        if module is not None:
+            value = getattr(importlib.import_module(module), name)
+        elif name.isidentifier() and importlib.util.find_spec(f"hostkit.{name}") is not None:
+            value = importlib.import_module(f"hostkit.{name}")
+        else:
+            raise AttributeError(f"module 'hostkit' has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

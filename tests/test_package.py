@@ -169,3 +169,12 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_status_130() -> None:
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr == "\ninterrupted while hostkit was starting: nothing was done\n"
+
+
+def test_every_lazily_loaded_name_is_exported_and_every_export_loads() -> None:
+    """The top level's name -> module table and ``__all__`` name the same things."""
+    lazy = set(hostkit._EXPORTS)
+    assert lazy | {"__version__", "load_ipython_extension"} == set(hostkit.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Hots'"):
+        _ = hostkit.Hots  # type: ignore[attr-defined]
+    assert not hasattr(hostkit, "store.x")  # not a name: no import is tried
