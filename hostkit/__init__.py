@@ -250,6 +250,16 @@ __all__ = [
 ]
 
 
+def _subpackage(name: str) -> bool:
+    """Whether ``name`` is a public subpackage or module (never ``__main__``, which runs the
+    command line when imported, nor a private helper)."""
+    return (
+        name.isidentifier()
+        and not name.startswith("_")
+        and importlib.util.find_spec(f"hostkit.{name}") is not None
+    )
+
+
 # Hidden from type checkers, which see the imports above: a misspelled name stays an error.
 if not typing.TYPE_CHECKING:
 
@@ -258,7 +268,7 @@ if not typing.TYPE_CHECKING:
         module = _EXPORTS.get(name)
         if module is not None:
             value = getattr(importlib.import_module(module), name)
-        elif name.isidentifier() and importlib.util.find_spec(f"hostkit.{name}") is not None:
+        elif _subpackage(name):
             value = importlib.import_module(f"hostkit.{name}")
         else:
             raise AttributeError(f"module 'hostkit' has no attribute {name!r}")
@@ -267,7 +277,11 @@ if not typing.TYPE_CHECKING:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The exported names, the subpackages loaded so far and the module's own dunders (not
+    the helpers of lazy loading)."""
+    loaded = {name for name, value in globals().items() if isinstance(value, type(typing))}
+    dunders = {name for name in globals() if name.startswith("__")}
+    return sorted({*__all__, *dunders, *(loaded - {"importlib", "typing"})})
 
 
 def load_ipython_extension(ipython: object) -> None:

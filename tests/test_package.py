@@ -178,3 +178,14 @@ def test_every_lazily_loaded_name_is_exported_and_every_export_loads() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Hots'"):
         _ = hostkit.Hots  # type: ignore[attr-defined]
     assert not hasattr(hostkit, "store.x")  # not a name: no import is tried
+    assert "typing" not in dir(hostkit)
+    assert set(hostkit.__all__) <= set(dir(hostkit))
+
+
+def test_looking_for_main_on_the_package_does_not_run_the_command_line() -> None:
+    """``hostkit.__main__`` runs the CLI when imported: an attribute lookup must not."""
+    probe = "import hostkit\nprint(hasattr(hostkit, '__main__'))\nprint('after')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.splitlines() == ["False", "after"]
