@@ -194,6 +194,21 @@ class HostkitError(Exception):
             self.retryable = retryable
         super().__init__(self.message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as it is, fields and all, without running ``__init__`` again:
+        subclasses take other arguments, and some build their message from them (a process
+        pool sends errors back pickled)."""
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(
+    cls: type[HostkitError], args: tuple[Any, ...], state: dict[str, Any]
+) -> HostkitError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class UserError(HostkitError):
     """The caller misused an interface; retrying the same call cannot help."""
