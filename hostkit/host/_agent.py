@@ -138,6 +138,15 @@ class Agent:
             inspect.isclass(output_type) and issubclass(output_type, pydantic.BaseModel)
         ):
             raise InvalidValue(f"agent {name}: output_type must be a pydantic model class")
+        given: object = tools  # typed as a sequence, but a caller may pass anything
+        if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+            raise InvalidValue(
+                f"agent {name}: tools must be a list of tools, not {type(given).__name__}"
+            )
+        if not isinstance(memory, bool):
+            raise InvalidValue(f"agent {name}: memory must be True or False")
+        if isinstance(max_steps, bool):
+            raise InvalidValue(f"agent {name}: max_steps must be a number of steps")
         if not isinstance(output_retries, int) or not 0 <= output_retries <= MAX_OUTPUT_RETRIES:
             raise InvalidValue(
                 f"agent {name}: output_retries must be an integer from 0 to {MAX_OUTPUT_RETRIES}"
@@ -151,7 +160,7 @@ class Agent:
         setter(self, "output_type", output_type)
         setter(self, "output_retries", output_retries)
         setter(self, "max_steps", max_steps)
-        setter(self, "memory", bool(memory))
+        setter(self, "memory", memory)
         # Validated now, not at Host open: a bad step count is the author's mistake here.
         self._settings("unused")
 

@@ -343,7 +343,17 @@ class SecretConfig(_Strict):
 
 
 class HostConfig(_Strict):
-    """The whole configuration; ``base_dir`` anchors relative paths (the file's folder)."""
+    """The whole configuration; ``base_dir`` anchors relative paths (the file's folder).
+
+    Built in Python (``HostConfig(agents=...)``), a bad value is a ``ConfigError``
+    naming its key, as in a file.
+    """
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            raise config_error(exc) from None
 
     host: HostSection = Field(default_factory=HostSection)
     store: StoreSection = Field(default_factory=StoreSection)
@@ -476,25 +486,30 @@ def parse_config(data: dict[str, Any], *, base_dir: Path, source: Path | None = 
     try:
         return HostConfig.model_validate({**data, "base_dir": base_dir, "source": source})
     except pydantic.ValidationError as exc:
-        first = reported_error(exc)
-        # A bad table key (an MCP server name) is reported at the key itself.
-        loc = tuple(part for part in first["loc"] if part != "[key]")
-        parts = [str(part) for part in loc]
-        if first["type"] == EXTRA_FORBIDDEN:
-            # The sentence names the key and its table itself. Not "key: message": a key
-            # named api_key or token would read as a secret assignment bounded() masks.
-            error = ConfigError(unknown_key(HostConfig, loc, style="toml"))
-            error.key = ".".join(parts)
-            raise error from None
-        # A validator's own sentence, without pydantic's "Value error, " in front;
-        # a check across tables names its keys itself.
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if first["type"] in ("model_type", "dict_type"):
-            # Not pydantic's class name: the file's word for it.
-            message = f"must be a table, not {type(first['input']).__name__}"
-        raise ConfigError(message, key=".".join(parts) or None) from None
+        raise config_error(exc) from None
     except RecursionError:
         raise ConfigError("the configuration is nested too deeply") from None
+
+
+def config_error(exc: pydantic.ValidationError) -> ConfigError:
+    """The ``ConfigError`` naming the first bad key of a failed ``HostConfig`` validation."""
+    first = reported_error(exc)
+    # A bad table key (an MCP server name) is reported at the key itself.
+    loc = tuple(part for part in first["loc"] if part != "[key]")
+    parts = [str(part) for part in loc]
+    if first["type"] == EXTRA_FORBIDDEN:
+        # The sentence names the key and its table itself. Not "key: message": a key
+        # named api_key or token would read as a secret assignment bounded() masks.
+        error = ConfigError(unknown_key(HostConfig, loc, style="toml"))
+        error.key = ".".join(parts)
+        return error
+    # A validator's own sentence, without pydantic's "Value error, " in front;
+    # a check across tables names its keys itself.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] in ("model_type", "dict_type"):
+        # Not pydantic's class name: the file's word for it.
+        message = f"must be a table, not {type(first['input']).__name__}"
+    return ConfigError(message, key=".".join(parts) or None)
 
 
 def load_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES) -> HostConfig:

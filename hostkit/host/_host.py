@@ -32,7 +32,14 @@ from hostkit.effects import (
     McpConnections,
     PendingApproval,
 )
-from hostkit.errors import ApprovalRefused, ConfigError, RuntimeFailure, StoreClosed, TurnRejected
+from hostkit.errors import (
+    ApprovalRefused,
+    ConfigError,
+    InvalidValue,
+    RuntimeFailure,
+    StoreClosed,
+    TurnRejected,
+)
 from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
@@ -305,6 +312,7 @@ class Host(AsyncResource):
         does: the CLI's turns write their answers to the outbox, and
         ``hostkit serve`` delivers them).
         """
+        _check_open(capabilities, approver, agents)
         return Opening(
             lambda: cls._open(
                 config,
@@ -1005,3 +1013,22 @@ async def resolve_config(
     if not isinstance(config, str | os.PathLike):
         raise ConfigError("config must be a HostConfig, a path to hostkit.toml, or None")
     return await anyio.to_thread.run_sync(load_config, config)
+
+
+def _check_open(capabilities: object, approver: object, agents: object) -> None:
+    """What ``Host.open`` was handed, checked before anything opens: a wrong value is an
+    ``InvalidValue`` now, not an ``AttributeError`` at the first turn or at close."""
+    if capabilities is not None and not isinstance(capabilities, RuntimeCapabilities):
+        raise InvalidValue(
+            "capabilities must be a RuntimeCapabilities (hostkit.testing.capabilities builds "
+            f"one), not {type(capabilities).__name__}"
+        )
+    if approver is not None and not callable(getattr(approver, "decide", None)):
+        raise InvalidValue(
+            "approver must be an ApprovalProvider (an object with an async decide(request)), "
+            f"not {type(approver).__name__}"
+        )
+    if isinstance(agents, str | bytes) or not isinstance(agents, Sequence):
+        raise InvalidValue(
+            f"agents must be a list of hostkit.Agent values, not {type(agents).__name__}"
+        )

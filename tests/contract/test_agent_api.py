@@ -284,6 +284,21 @@ async def test_an_answer_invalid_past_the_bound_fails_the_turn(tmp_path: Path) -
         ),
         (lambda: hostkit.Agent("a", max_steps=0), hostkit.ConfigError, "max_steps"),
         (lambda: hostkit.Agent("a", instructions=" "), hostkit.InvalidValue, "instructions"),
+        (lambda: hostkit.Agent("a", tools=None), hostkit.InvalidValue, "tools must be a list"),
+        (lambda: hostkit.Agent("a", memory="false"), hostkit.InvalidValue, "memory must be"),
+        (lambda: hostkit.Agent("a", max_steps=True), hostkit.InvalidValue, "max_steps must be"),
+        # What Host.open is handed is checked at once, not at the first turn or at close.
+        (lambda: hostkit.Host.open(agents=None), hostkit.InvalidValue, "agents must be a list"),
+        (lambda: hostkit.Host.open(agents=7), hostkit.InvalidValue, "agents must be a list"),
+        (lambda: hostkit.Host.open(capabilities=""), hostkit.InvalidValue, "RuntimeCapabilities"),
+        (lambda: hostkit.Host.open(approver=7), hostkit.InvalidValue, "ApprovalProvider"),
+        # A configuration built in Python names its bad key, as a file's does.
+        (lambda: hostkit.HostConfig(agents=5), hostkit.ConfigError, "agents: must be a table"),
+        (
+            lambda: hostkit.HostConfig(host={"nope": 1}),
+            hostkit.ConfigError,
+            r"unknown key 'nope' in \[host\]",
+        ),
     ],
 )
 def test_bad_agent_input_is_a_typed_error(build: Any, error: type[Exception], words: str) -> None:
