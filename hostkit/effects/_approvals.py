@@ -427,6 +427,7 @@ class ApprovalRuntime:
         if record is None:
             return await provider.decide(request)
         decision: ApprovalDecision | None = None
+        failed: Exception | None = None
         async with anyio.create_task_group() as group:
 
             async def watch() -> None:
@@ -438,8 +439,14 @@ class ApprovalRuntime:
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
-            decision = await provider.decide(request)
+            try:
+                decision = await provider.decide(request)
+            except Exception as exc:
+                # Raised as it is below, not inside an ExceptionGroup that hides its type.
+                failed = exc
             group.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         return decision
 
     def waiting(self, key: ApprovalKey) -> int:

@@ -134,6 +134,28 @@ async def test_an_approved_call_runs_once_with_python_provenance(tmp_path: Path)
     ]
 
 
+class BrokenApprover:
+    async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+        raise RuntimeError("the approver broke")
+
+
+async def test_an_approver_that_raises_fails_the_turn_naming_its_error(tmp_path: Path) -> None:
+    """The approver's own exception type is what the turn reports, not the task group's
+    ExceptionGroup around it; the call never ran."""
+    ran: list[str] = []
+    model = ScriptedModel([write_call(), Reply("done")])
+    agent = hostkit.Agent(
+        "writer", model=model, tools=[note_tool(ran)], policy={"allow": ["*"], "ask": ["*"]}
+    )
+    opening = hostkit.Host.open(config(tmp_path), agents=[agent], approver=BrokenApprover())
+    async with opening as host:
+        result = await host.turns.run(request(core_id="writer"))
+    assert result.outcome == "failed"
+    assert "RuntimeError" in (result.error or "")
+    assert "ExceptionGroup" not in (result.error or "")
+    assert ran == []
+
+
 async def test_a_denied_effect_is_never_offered_to_the_model(tmp_path: Path) -> None:
     ran: list[str] = []
     model = ScriptedModel([write_call(), Reply("done")])
