@@ -42,7 +42,7 @@ from hostkit.daemon import (
     Supervisor,
 )
 from hostkit.delivery import DeliveryRuntime
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, TurnRejected
 from hostkit.host._bus import EventBus
 from hostkit.host._config import check_channel_agents
 from hostkit.host._config_channels import ChannelConfig
@@ -236,6 +236,7 @@ class HostDaemon(Background):
             if c.inbound == "polling"
         }
         self.worker = host.inbox_worker(
+            route=self._channel_agent,
             concurrency=serve.inbox_concurrency,
             grace_s=serve.drain_timeout_s - delivery_share(serve.drain_timeout_s),
         )
@@ -372,6 +373,17 @@ class HostDaemon(Background):
             self.request_shutdown(reason="the serving block ended")
 
     # -- composition ------------------------------------------------------------------
+
+    def _channel_agent(self, channel: str) -> str:
+        """The agent of ``channel`` in the current generation. Everything this daemon takes
+        in comes from a configured channel: one a reload removed answers nothing (its
+        messages are dead-lettered), never by some default agent with other tools."""
+        configured = self.host.config.channels.get(channel)
+        if configured is None:
+            raise TurnRejected(
+                f"channel {channel!r} is no longer configured: its messages are not answered"
+            )
+        return configured.agent
 
     def _app(self) -> Any:
         return ingress_app(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import anyio
@@ -19,6 +20,7 @@ from hostkit.errors import InvalidValue
 from hostkit.host import ConfigWatcher, Host, ReloadOutcome, parse_config
 from hostkit.notebook import NotebookHost
 from hostkit.notebook._approver import WidgetApprover
+from hostkit.types import InboundEnvelope
 from tests.contract._config_apply import write_config
 from tests.hosts import request
 
@@ -195,3 +197,49 @@ async def test_an_unreadable_core_does_not_blind_the_watcher_to_the_file(tmp_pat
     assert edited is not None
     assert (edited.applied, edited.generation) == (True, 2)
     assert any("core 'notes' has no live revision" in line for line in reasons)
+
+
+HOOKS = """
+[agents.helper]
+provider = "test"
+memory = false
+
+[channels.hooks]
+kind = "webhook"
+agent = "helper"
+secret_env = "RELOAD_HOOK_SECRET"
+"""
+
+
+async def test_a_channel_a_reload_removed_answers_nothing_by_another_agent(
+    tmp_path: Path,
+) -> None:
+    """The daemon's routes stay until a restart; a message that still arrives for a removed
+    channel is dead-lettered, never answered by the default agent with its own tools."""
+    path = write_config(tmp_path, reply="answered", times=4, extra=HOOKS)
+    env = {"RELOAD_HOOK_SECRET": "hook-secret-for-reload-7c1d"}
+    async with Host.open(path) as host, host.serve(port=0, env=env):
+        write_config(tmp_path, reply="answered", times=4)  # [channels.hooks] is gone
+        outcome = await host.reload()
+        assert outcome.applied, outcome
+        receipt = await host.inbox.accept(
+            InboundEnvelope(
+                channel_instance_id="hooks",
+                platform_event_key="late-1",
+                conversation_key="room:bob",
+                principal_key="bob",
+                authenticated_by="hmac-sha256",
+                received_at=time.time(),
+                payload="hello",
+            )
+        )
+        with anyio.fail_after(20):
+            while True:
+                record = await host.inbox.record(receipt.inbound_id)
+                assert record is not None
+                if record.state not in ("ready", "claimed"):
+                    break
+                await anyio.sleep(0.05)
+    assert record.state == "dead_lettered", record
+    assert record.turn_id is None
+    assert "no longer configured" in record.failure_message
