@@ -9,7 +9,9 @@ this module runs before any of it.
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Sequence
 
 __all__ = ["main"]
 
@@ -17,9 +19,19 @@ INTERRUPTED_STATUS = 130
 
 
 def main() -> None:
+    if _command(sys.argv[1:]) == "serve":
+        # A reload asked for while the daemon is not there yet has nothing to reload (the
+        # configuration is being read anyway); unhandled, SIGHUP would end the process.
+        # ``serve`` handles it itself once it runs (``systemctl reload`` just after start).
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         from hostkit.cli import main as cli
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted while hostkit was starting: nothing was done\n")
         raise SystemExit(INTERRUPTED_STATUS) from None
     cli()
+
+
+def _command(arguments: Sequence[str]) -> str | None:
+    """The command named on the command line (its first word that is no option)."""
+    return next((word for word in arguments if not word.startswith("-")), None)

@@ -189,3 +189,21 @@ def test_looking_for_main_on_the_package_does_not_run_the_command_line() -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.splitlines() == ["False", "after"]
+
+
+def test_a_sighup_while_serve_loads_is_no_reason_to_exit(tmp_path: Path) -> None:
+    """``systemctl reload`` right after start sends SIGHUP while ``hostkit serve`` still
+    imports: there is nothing to reload yet, and the process must not die of it. (Here it
+    goes on to refuse a missing configuration, its own answer, with exit status 2.)"""
+    probe = (
+        "import os, signal, sys, threading\n"
+        "threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGHUP)).start()\n"
+        "sys.argv = ['hostkit', 'serve', '-c', 'missing.toml']\n"
+        "from hostkit._launch import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "no configuration file at missing.toml" in done.stderr
