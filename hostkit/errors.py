@@ -201,9 +201,7 @@ class HostkitError(Exception):
         return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
 
 
-def _rebuilt(
-    cls: type[HostkitError], args: tuple[Any, ...], state: dict[str, Any]
-) -> HostkitError:
+def _rebuilt(cls: type[HostkitError], args: tuple[Any, ...], state: dict[str, Any]) -> HostkitError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)

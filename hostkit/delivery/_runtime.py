@@ -34,6 +34,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
 from hostkit._renewal import RenewalPace
+from hostkit._streaks import FailureStreak
 from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
@@ -135,6 +136,8 @@ class DeliveryRuntime(Background):
         self._idle_poll_s = float(idle_poll_s)
         self._send_timeout_s = float(send_timeout_s)
         self._op_timeout_s = float(op_timeout_s)
+        # Claims failing at every poll (the store unusable) are logged once per streak.
+        self._claims_failing = FailureStreak(_log, "delivery claim")
         self._grace_s = float(grace_s)
         self._clock = clock
         self._rand = rand
@@ -295,7 +298,7 @@ class DeliveryRuntime(Background):
     async def _claim(self, limit: int) -> tuple[ClaimedDelivery, ...]:
         try:
             with anyio.fail_after(self._op_timeout_s):
-                return await self.store.claim(
+                claimed = await self.store.claim(
                     owner=await self._owner_text(),
                     limit=limit,
                     lease_s=self.policy.lease_s,
@@ -304,8 +307,10 @@ class DeliveryRuntime(Background):
                 )
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
-            _log.warning("delivery claim failed: %s", _text(exc))
+            self._claims_failing.failed(_text(exc))
             return ()
+        self._claims_failing.succeeded()
+        return claimed
 
     async def _pause(self) -> None:
         with anyio.move_on_after(self._idle_poll_s):

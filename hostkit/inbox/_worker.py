@@ -41,6 +41,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
 from hostkit._renewal import RenewalPace
+from hostkit._streaks import FailureStreak
 from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
@@ -178,6 +179,8 @@ class InboxWorker(Background):
         self._idle_poll_s = float(idle_poll_s)
         self._grace_s = float(grace_s)
         self._op_timeout_s = float(op_timeout_s)
+        # Claims failing at every poll (the store unusable) are logged once per streak.
+        self._claims_failing = FailureStreak(_log, "inbox claim")
         self._turn_timeout_s = float(turn_timeout_s)
         self._clock = clock
         # inbound id -> the claim this worker holds and has not ended (released on shutdown)
@@ -315,11 +318,13 @@ class InboxWorker(Background):
     async def _claim(self, limit: int) -> tuple[ClaimedInbound, ...]:
         try:
             with anyio.fail_after(self._op_timeout_s):
-                return await self.inbox.claim_batch(limit)
+                claimed = await self.inbox.claim_batch(limit)
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
-            _log.warning("inbox claim failed: %s", _text(exc))
+            self._claims_failing.failed(_text(exc))
             return ()
+        self._claims_failing.succeeded()
+        return claimed
 
     async def _pause(self) -> None:
         """Until a slot frees, ``wake()``, ``stop()``, or the idle poll interval passes."""
