@@ -18,6 +18,7 @@ whose caller reads the status, gets 403).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,7 +37,14 @@ from hostkit.channels._settings import ChannelSettings, sender_allowed, short_se
 from hostkit.channels._slack import check_slack_headers, parse_slack
 from hostkit.channels._telegram import check_telegram_headers, parse_telegram
 from hostkit.channels._webhook import check_webhook_headers, parse_webhook
-from hostkit.errors import ChannelRefused, ConfigError, HostkitError, InvalidValue, bounded
+from hostkit.errors import (
+    ChannelRefused,
+    ConfigError,
+    DatabaseReplaced,
+    HostkitError,
+    InvalidValue,
+    bounded,
+)
 from hostkit.inbox import ChannelInbox
 from hostkit.types import InboundEnvelope, is_count, is_seconds
 
@@ -100,8 +108,10 @@ class _StoreHealth:
     def __init__(self) -> None:
         self.failing_until = 0.0
 
-    def failed(self) -> None:
-        self.failing_until = time.monotonic() + STORE_FAILURE_COOLDOWN_S
+    def failed(self, *, lasting: bool = False) -> None:
+        """``lasting``: a failure no retry ends (the database file was replaced): ready only
+        once an event is stored again, which takes a restart on the right file."""
+        self.failing_until = math.inf if lasting else time.monotonic() + STORE_FAILURE_COOLDOWN_S
 
     def stored(self) -> None:
         self.failing_until = 0.0
@@ -196,7 +206,7 @@ class _Ingress:
             # that committed after the deadline.
             what = exc.message if isinstance(exc, HostkitError) else "accept timed out"
             _log.error("channel %s: accept failed, answering 503: %s", channel_id, what)
-            self.store.failed()
+            self.store.failed(lasting=isinstance(exc, DatabaseReplaced))
             return _error(503, "the inbox is unavailable; retry later")
         self.store.stored()
         if receipt.disposition == "accepted" and self.on_accept is not None:

@@ -16,7 +16,7 @@ import pytest
 
 from hostkit.channels import _app as ingress_app_module
 from hostkit.channels import classify, sign_webhook
-from hostkit.errors import StoreError
+from hostkit.errors import DatabaseReplaced, StoreError
 from hostkit.inbox import ChannelInbox, InboxWorker
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
@@ -234,4 +234,30 @@ async def test_readiness_is_503_for_a_while_after_the_inbox_could_not_store_an_e
         assert (await client.get("/readyz")).status_code == 503
         monkeypatch.setattr(inbox, "accept", accept)
         assert (await _post(client, _event("evt-3"))).status_code == 200
+        assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_readiness_stays_503_while_the_database_file_is_replaced(
+    store: RuntimeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replaced database is no passing trouble (only a restart on the right file ends
+    it): back to 200 after the cooldown, a load balancer would send events here again."""
+    inbox = ChannelInbox.on_store(store)
+    accept = inbox.accept
+
+    async def replaced(envelope: object) -> object:
+        raise DatabaseReplaced("hostkit.db")
+
+    clock = SteppedMonotonic()
+    monkeypatch.setattr(ingress_app_module, "time", clock)
+    async with (
+        serve_ingress(inbox, readiness=lambda: (True, {"inbox": "running"})) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        monkeypatch.setattr(inbox, "accept", replaced)
+        assert (await _post(client, _event("evt-1"))).status_code == 503
+        clock.advance(ingress_app_module.STORE_FAILURE_COOLDOWN_S * 100)
+        assert (await client.get("/readyz")).status_code == 503
+        monkeypatch.setattr(inbox, "accept", accept)  # the right file again (a restart)
+        assert (await _post(client, _event("evt-2"))).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
