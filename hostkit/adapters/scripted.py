@@ -142,6 +142,8 @@ class ScriptedModel(ProviderBase):
             limits=limits or ModelLimits(context_window=8192, max_output_tokens=1024),
             attachments=attachments,
         )
+        if not isinstance(repeat_last, bool):
+            raise InvalidValue("repeat_last must be True or False")
         # A bare string would be a script of one-character replies.
         if isinstance(script, str | bytes) or not isinstance(script, Sequence):
             raise InvalidValue("the script is a list of steps (Reply, CallTools, Fail, str, ...)")

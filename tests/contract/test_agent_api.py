@@ -314,6 +314,11 @@ async def test_an_answer_invalid_past_the_bound_fails_the_turn(tmp_path: Path) -
         (lambda: hostkit.Host.open(agents=7), hostkit.InvalidValue, "agents must be a list"),
         (lambda: hostkit.Host.open(capabilities=""), hostkit.InvalidValue, "RuntimeCapabilities"),
         (lambda: hostkit.Host.open(approver=7), hostkit.InvalidValue, "ApprovalProvider"),
+        # The scripted model checks what every adapter holds, as it is built.
+        (lambda: ScriptedModel(["hi"], model=7), hostkit.InvalidValue, "model must be text"),
+        (lambda: ScriptedModel(["hi"], name=object()), hostkit.InvalidValue, "name must be"),
+        (lambda: ScriptedModel(["hi"], limits=7), hostkit.InvalidValue, "ModelLimits"),
+        (lambda: ScriptedModel(["hi"], repeat_last="no"), hostkit.InvalidValue, "repeat_last"),
         # A configuration built in Python names its bad key, as a file's does.
         (lambda: hostkit.HostConfig(agents=5), hostkit.ConfigError, "agents: must be a table"),
         (
