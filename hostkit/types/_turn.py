@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from hostkit.errors import InvalidTurnRequest, InvalidValue
+from hostkit.errors import InvalidTurnRequest, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
 from hostkit.types._bounds import is_text
@@ -190,7 +190,14 @@ class TurnResult:
         validate: Any = getattr(model, "model_validate", None)
         if validate is None:
             raise InvalidValue("output_as takes a pydantic model class")
-        return validate(thaw(self.output))  # type: ignore[no-any-return]
+        try:
+            return validate(thaw(self.output))  # type: ignore[no-any-return]
+        except ValueError as exc:  # pydantic's ValidationError, or a validator's own
+            name = bounded(getattr(model, "__name__", "the model"), 80)
+            raise InvalidValue(
+                f"turn {self.turn_id}'s structured output is not a {name}: "
+                f"{bounded(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)}"
+            ) from None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (persisted as the turn's durable result)."""
