@@ -195,7 +195,7 @@ class TurnResult:
         except ValueError as exc:  # pydantic's ValidationError, or a validator's own
             name = bounded(getattr(model, "__name__", "the model"), 80)
             raise InvalidValue(
-                f"turn {self.turn_id}'s structured output is not a {name}: "
+                f"turn {self.turn_id}'s structured output does not fit {name}: "
                 f"{bounded(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)}"
             ) from None
 

@@ -264,7 +264,7 @@ async def test_a_valid_structured_answer_is_typed_on_the_result(tmp_path: Path) 
         country: str
 
     # Read as a model it does not fit: a typed, one-line error, not pydantic's report.
-    with pytest.raises(hostkit.InvalidValue, match="structured output is not a Other"):
+    with pytest.raises(hostkit.InvalidValue, match="structured output does not fit Other"):
         result.output_as(Other)
     assert thaw(result.output) == {"city": "Tokyo", "population": 37_000_000}
     assert result.to_json()["output"] == {"city": "Tokyo", "population": 37_000_000}
