@@ -72,8 +72,9 @@ _log = logging.getLogger("hostkit.store")
 # (base64, hex, decomposed accents) tokenizes at twice the estimate and more: a bound of 2
 # would leave such a session over its window for good.
 MIN_RATIO, MAX_RATIO = 0.5, 4.0
-# Calibration falls as a moving average over about this many observations; it rises at
-# once to a sample above it, so the request after one that was under-estimated fits.
+# Calibration is a moving average over about this many observations, except that a sample
+# above both the ratio and 1 (the provider counted more than the estimate) is taken at
+# once: the request after one that was under-estimated must fit.
 MAX_SAMPLES = 20
 
 
@@ -482,7 +483,7 @@ _CALIBRATE = (
     "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
     "updated_at) VALUES (?, ?, ?, ?, ?, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
     f"ON CONFLICT (session_id) DO UPDATE SET ratio = CASE WHEN {_SAME_KEY} "
-    "AND excluded.ratio <= context_calibration.ratio "
+    "AND (excluded.ratio <= context_calibration.ratio OR excluded.ratio <= 1.0) "
     f"THEN (context_calibration.ratio * {_WEIGHT} + excluded.ratio) / ({_WEIGHT} + 1) "
     "ELSE excluded.ratio END, "
     f"samples = CASE WHEN {_SAME_KEY} THEN context_calibration.samples + 1 ELSE 1 END, "
@@ -494,8 +495,8 @@ _CALIBRATE = (
 def _calibrate(
     conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float
 ) -> Calibration:
-    """Move the session's ratio down toward ``sample``, or up to it at once; another
-    provider/model/estimator resets it.
+    """Move the session's ratio toward ``sample`` (up to it at once when the provider
+    counted more than the estimate); another provider/model/estimator resets it.
 
     One statement: the moving average is taken in SQL against the row as it
     is, and the row comes back as it was left.

@@ -312,8 +312,8 @@ async def test_usage_and_calibration_commit_together_once_per_decision(
     second = ready(session_id, "ctx_b", raw_input_tokens=1_000)
     await context.record_decision(second)
     assert await context.record_usage(observed(second, 1_000))
-    # Above the ratio: taken at once (the next request must fit).
-    assert await calibration() == ("p", "m", "charclass/3.5/1.5", pytest.approx(1.0), 2)
+    # Above the ratio but not above 1 (the estimate was not short): averaged in.
+    assert await calibration() == ("p", "m", "charclass/3.5/1.5", pytest.approx(0.9), 2)
 
     # Whatever a provider reports, the ratio stays bounded; another model starts afresh.
     other = ready(session_id, "ctx_c", raw_input_tokens=1_000, model="n")
@@ -487,9 +487,10 @@ async def test_a_read_after_a_seq_returns_only_what_is_new_under_the_same_cutoff
 async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
     adapter: RuntimeStore,
 ) -> None:
-    """A sample above the ratio is taken as it is (the next request must fit); one below
-    is averaged in arithmetically (last weight 1/20 once 20 samples are in). The step's
-    own answer is what the session then holds, and another estimator starts it afresh."""
+    """A sample above both the ratio and 1 (the provider counted more than the estimate)
+    is taken as it is: the next request must fit. Any other is averaged in arithmetically
+    (last weight 1/20 once 20 samples are in). The step's own answer is what the session
+    then holds, and another estimator starts it afresh."""
     context = adapter.context
     session_id = await new_session(adapter)
     ratio, count = 0.0, 0
@@ -498,7 +499,7 @@ async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
         step = ready(session_id, f"ctx_avg_{index}", raw_input_tokens=1_000)
         recorded = await context.record_step(step, observed(step, round(sample * 1_000)))
         weight = min(count, 20 - 1)
-        rises = count == 0 or sample > ratio
+        rises = count == 0 or sample > max(ratio, 1.0)
         ratio, count = sample if rises else (ratio * weight + sample) / (weight + 1), count + 1
         assert recorded.calibration is not None
         assert (recorded.calibration.ratio, recorded.calibration.samples) == (
