@@ -536,11 +536,41 @@ def append_message(
     same transaction.
     """
     cancel_requested = fence(conn, lease)
+    earlier = _written_before(conn, lease, event_seq, event)
+    if earlier is not None:
+        return TurnWrite(earlier, cancel_requested, None)
     at = now(conn)
     seq = insert_message(conn, lease.session_id, lease.turn_id, message, at=at)
     insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
     step = None if observed is None else observe_step(conn, observed)
     return TurnWrite(seq, cancel_requested, step)
+
+
+def _written_before(
+    conn: sqlite3.Connection, lease: SessionLease, event_seq: int, event: str
+) -> int | None:
+    """The message seq of this very write when an earlier attempt of it committed, else None.
+
+    A COMMIT whose answer was lost (a database server that crashed) leaves the
+    turn writing the same step again: its event is already there, of the same
+    kind, with the turn's last message. That write stands; another event at
+    that seq is a caller's mistake (``InvalidValue``).
+    """
+    recorded = one_row(
+        conn,
+        "SELECT kind FROM turn_events WHERE turn_id = ? AND seq = ?",
+        [lease.turn_id, event_seq],
+    )
+    if recorded is None:
+        return None
+    last = one_row(
+        conn,
+        "SELECT MAX(seq) AS seq FROM messages WHERE session_id = ? AND turn_id = ?",
+        [lease.session_id, lease.turn_id],
+    )
+    if recorded["kind"] != event or last is None or last["seq"] is None:
+        raise InvalidValue(f"event seq {event_seq} of this turn is already recorded")
+    return int(last["seq"])
 
 
 def input_digest(message: ModelMessage) -> str:

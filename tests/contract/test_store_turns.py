@@ -500,6 +500,29 @@ async def test_a_cancel_request_is_owner_checked_and_reaches_the_holder(
     assert (done.status, done.terminal) == ("cancelled", True)
 
 
+async def test_a_write_whose_commit_answer_was_lost_stands_when_written_again(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A database server that crashed after a COMMIT leaves the turn writing the same step
+    again: the earlier write stands (same message seq, nothing twice), where it used to
+    fail the turn with "event seq N of this turn is already recorded". Another event at a
+    seq already taken is still refused."""
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    first = await say(runtime, lease, 2, "the step's answer")
+    again = await say(runtime, lease, 2, "the step's answer")
+    assert again == first
+    with pytest.raises(InvalidValue, match="event seq 2 of this turn is already recorded"):
+        await runtime.turns.append_message(
+            lease, event_seq=2, message=ModelMessage("assistant", "x"), event="effect.completed"
+        )
+    nxt = await say(runtime, lease, 3, "the next step")
+    assert nxt == first + 1
+    await runtime.turns.finish(lease, result_of(lease), event_seq=4)
+    state = await runtime.turns.state(scope, lease.turn_id)
+    assert state.status == "completed"
+
+
 # -- recovery -----------------------------------------------------------------------------
 
 
