@@ -145,7 +145,7 @@ class ProviderSummarizer:
             if kept:
                 parts.append(kept)
                 room -= _ESTIMATE.text(kept) + 1
-        transcript = self._transcript(messages, min(self._transcript_chars, max(0, room)))
+        transcript = self._transcript(messages, max(0, room))
         parts.append(f"{_TRANSCRIPT_LABEL}{transcript}")
         return ModelRequest(
             messages=(system, ModelMessage("user", "\n\n".join(parts))),
