@@ -134,9 +134,14 @@ class StdioLink:
     async def _read_lines(
         self, process: Process, send: MemoryObjectSendStream[SessionMessage | Exception]
     ) -> None:
-        """One message per line, never more than the bound of one line in memory."""
+        """One message per line, never more than the bound of one line in memory.
+
+        A line's pieces are kept as they came and joined once, when its end
+        arrives, rather than copied into a buffer reallocated as it grows.
+        """
         assert process.stdout is not None
-        line = bytearray()
+        pieces: list[bytes] = []
+        held = 0
         while True:
             try:
                 chunk = await process.stdout.receive(_READ_CHUNK)
@@ -144,22 +149,26 @@ class StdioLink:
                 return
             start = 0
             while (newline := chunk.find(b"\n", start)) >= 0:
-                line += chunk[start:newline]
-                start = newline + 1
-                if len(line) > MAX_MCP_MESSAGE_BYTES:
+                held += newline - start
+                if held > MAX_MCP_MESSAGE_BYTES:
                     break
+                pieces.append(chunk[start:newline])
+                line = b"".join(pieces)
+                pieces.clear()
+                held = 0
+                start = newline + 1
                 if line.strip():
-                    message = _parse(bytes(line))
+                    message = _parse(line)
                     if isinstance(message, Exception) and _answers_a_request(line):
                         # The SDK drops what it cannot read, and the request this
                         # answered would wait for its deadline: the link is broken.
                         self._broken = _MALFORMED
                         return
                     await send.send(message)
-                line.clear()
             else:
-                line += chunk[start:]
-            if len(line) > MAX_MCP_MESSAGE_BYTES:
+                pieces.append(chunk[start:])
+                held += len(chunk) - start
+            if held > MAX_MCP_MESSAGE_BYTES:
                 self._broken = f"a message from the server exceeded {_MIB} MiB"
                 return
 
@@ -190,7 +199,7 @@ class StdioLink:
                 del self._tail[:-STDERR_TAIL_BYTES]
 
 
-def _answers_a_request(line: bytearray) -> bool:
+def _answers_a_request(line: bytes) -> bool:
     """Whether a line the SDK could not read is still an answer to a request (a JSON object
     with an id and a result or an error); any other line (a log line) is let through."""
     try:
