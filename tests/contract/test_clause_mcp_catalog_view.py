@@ -116,6 +116,7 @@ async def test_catalog_shows_sources_and_server_states(
             "mcp.bad.echo_env",
             "mcp.bad.fail",
             "mcp.bad.huge",
+            "mcp.bad.server_error",
             "mcp.bad.sleep",
             "mcp.bad.whoami",
         }, "the denied mcp.bad.crash is listed, or a tool is missing"

@@ -649,6 +649,34 @@ def _gzip_bomb(inflated_mb: int) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
+async def test_http_servers_own_32000_error_fails_the_call_and_a_crash_is_indeterminate(
+    workspace: Path, http_server: str
+) -> None:
+    """Over HTTP the SDK makes up a -32000 error when a response stream breaks; a server's
+    own -32000 error, answered in its response, is a refusal, not a connection that ended."""
+    connector = McpClientConnector(
+        workspace=workspace,
+        sandbox=SandboxPolicy(),
+        url_policy=UrlPolicy(allow_private=frozenset({"127.0.0.1"})),
+    )
+    connection = await connector.connect(
+        McpServerDeclaration(name="web", transport="http", url=http_server)
+    )
+    try:
+        refused = await connection.call_tool("server_error", {"message": "rate limit exceeded"})
+        assert refused.status == "failed"
+        assert "rate limit exceeded" in (refused.error or "")
+        assert connection.alive
+        assert (await connection.call_tool("add", {"a": 1, "b": 2})).status == "succeeded"
+        crashed = await connection.call_tool("crash", {})
+        assert crashed.status == "indeterminate"
+        assert "ended while the call ran" in (crashed.error or "")
+        assert not connection.alive
+    finally:
+        await connection.aclose()
+
+
 async def test_http_compressed_body_is_refused_not_inflated(workspace: Path) -> None:
     """The message cap counts the bytes that arrive: a gzip body far under it would
     inflate past it in one read. Bodies are asked for uncompressed, and a compressed one

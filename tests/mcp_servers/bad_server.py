@@ -15,7 +15,8 @@ workspace and run it with the venv's interpreter, in the sandbox. Modes:
 - ``http ARG``: serve streamable HTTP on 127.0.0.1, port ARG (run on the Host, unsandboxed).
 
 Tools: ``echo_env``, ``whoami``, ``crash`` (exits mid-call), ``huge`` (a result
-of N MB), ``fail`` (a tool error), ``sleep``, ``add``.
+of N MB), ``fail`` (a tool error), ``server_error`` (a JSON-RPC -32000 error), ``sleep``,
+``add``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from typing import Any
 
 import anyio
+from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -91,6 +93,13 @@ def huge(megabytes: int) -> str:
 def fail(reason: str) -> str:
     """Report a tool error (its message reaches the client)."""
     raise ToolError(reason)
+
+
+@app.tool()
+def server_error(message: str) -> str:
+    """Answer with a JSON-RPC error of code -32000 (the first server error code, which the
+    SDK also uses for a connection that closed)."""
+    raise MCPError(code=-32000, message=message)
 
 
 @app.tool()

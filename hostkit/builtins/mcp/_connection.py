@@ -67,6 +67,14 @@ class Link(Protocol):
 
     def diagnostics(self) -> str: ...
 
+    def closed_by(self, message: str) -> bool:
+        """Whether a ``CONNECTION_CLOSED`` error with ``message`` means this link ended.
+
+        -32000 is also the first JSON-RPC "server error" code, which servers send
+        for their own errors: those fail the call and keep the connection.
+        """
+        ...
+
     def streams(self) -> AbstractAsyncContextManager[TransportStreams]: ...
 
 
@@ -162,7 +170,9 @@ class ClientConnection:
                 if cursor is None:
                     return tuple(specs)
         except MCPError as exc:
-            self._lost = self._lost or exc.code == CONNECTION_CLOSED
+            self._lost = self._lost or (
+                exc.code == CONNECTION_CLOSED and self._link.closed_by(exc.message)
+            )
             raise McpProtocolError(self._listing_failed(exc)) from exc
         except ValidationError as exc:
             raise McpProtocolError(
@@ -196,7 +206,7 @@ class ClientConnection:
                 # The SDK's own SSE bound (set to the same limit) ended the stream.
                 self._lost = True
                 return ToolOutcome("failed", _NO_OUTPUT, f"{server}: {_OVERSIZED}", audit)
-            if exc.code == CONNECTION_CLOSED and self._closed_by_link():
+            if exc.code == CONNECTION_CLOSED and self._link.closed_by(exc.message):
                 return self._indeterminate(audit)
             return ToolOutcome(
                 "failed",
@@ -213,13 +223,6 @@ class ClientConnection:
             reason = bounded(text or "the tool reported an error", _REASON_CHARS)
             return ToolOutcome("failed", output, reason, audit)
         return ToolOutcome("succeeded", output, None, audit)
-
-    def _closed_by_link(self) -> bool:
-        """Whether a ``CONNECTION_CLOSED`` error means the connection ended. It is also the
-        first JSON-RPC "server error" code, which servers send for their own errors: over
-        stdio the link knows whether the server's output ended. Over HTTP the SDK makes up
-        the same code when a response stream breaks, so there it always counts as ended."""
-        return self._link.transport != "stdio" or self._link.ended
 
     def _indeterminate(self, audit: Mapping[str, Any]) -> ToolOutcome:
         self._lost = True

@@ -33,6 +33,12 @@ __all__ = ["HttpLink"]
 
 _MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
 _CONNECT_TIMEOUT_S = 10.0
+# What the SDK (mcp 2.x) says when it resolves a request no response will come for:
+# its dispatcher's "Connection closed", and its streamable-HTTP client's "SSE stream
+# failed: ...", "SSE stream ended without a response", "SSE stream ended and
+# reconnection attempts were exhausted".
+_SDK_CLOSED = "Connection closed"
+_SDK_STREAM = "SSE stream "
 # A call's own deadline is the runtime's; this only stops a silent socket forever.
 _READ_TIMEOUT_S = 600.0
 _CORE_ERRORS: tuple[tuple[type[Exception], type[httpx2.TransportError]], ...] = (
@@ -82,6 +88,12 @@ class HttpLink:
 
     def _break(self, reason: str) -> None:
         self._broken = self._broken or reason
+
+    def closed_by(self, message: str) -> bool:
+        """Whether the SDK made this error up for a request whose response stream broke
+        or ended unanswered (or the session closed): one of its own messages. Any other
+        -32000 error came in a response, from the server."""
+        return self._ended or message == _SDK_CLOSED or message.startswith(_SDK_STREAM)
 
     @asynccontextmanager
     async def streams(self) -> AsyncIterator[TransportStreams]:

@@ -80,6 +80,10 @@ class StdioLink:
         code = "" if self.returncode is None else f" (exit code {self.returncode})"
         return f"{code}: {tail}" if tail else code
 
+    def closed_by(self, message: str) -> bool:
+        """The link knows whether the server's output ended; the message is the server's."""
+        return self._ended
+
     @asynccontextmanager
     async def streams(self) -> AsyncIterator[TransportStreams]:
         async with owned_process(
