@@ -61,7 +61,7 @@ from hostkit.host._cores import (
     unavailable_reasons,
 )
 from hostkit.host._defaults import DefaultCapabilities, check_provider_extras
-from hostkit.host._generation import Generation
+from hostkit.host._generation import Generation, unknown_agent
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
 from hostkit.host._reload import (
     ReloadOutcome,
@@ -689,15 +689,14 @@ class Host(AsyncResource):
         key = conversation
         if key is None:
             key = "default" if agent == "assistant" else f"default/{agent}"
-        result = await self.turns.run(
-            TurnRequest(
-                input=message,
-                principal=ConversationFacts(
-                    channel=channel, conversation_key=key, principal_key=principal
-                ),
-                request_id=new_id("req"),
-                core_id=agent,
+        try:
+            facts = ConversationFacts(
+                channel=channel, conversation_key=key, principal_key=principal
             )
+        except InvalidValue as exc:
+            raise _in_parameters(exc) from None
+        result = await self.turns.run(
+            TurnRequest(input=message, principal=facts, request_id=new_id("req"), core_id=agent)
         )
         if result.outcome != "completed":
             raise TurnNotCompleted(result)
@@ -718,7 +717,8 @@ class Host(AsyncResource):
         group; ``await worker.drain()`` answers what is due now and returns.
         ``route`` maps a channel instance id to the agent that answers it
         (default: the ``agent`` of its ``[channels.<id>]`` table, else
-        ``agent``). A channel configured under ``[channels]`` (read from the
+        ``agent``, which must then name one of the Host's agents:
+        ``InvalidValue`` otherwise). A channel configured under ``[channels]`` (read from the
         current configuration at each inbound) gets a reply route: its turns'
         answers and approval prompts become outbox intents for delivery; other
         channels' turns write none. Command inbounds (``approve CODE``) answer
@@ -731,6 +731,8 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise StoreClosed()
+        if route is None:
+            self._check_default_agent(agent)
         options.setdefault(
             "reply_route", lambda envelope: reply_route(self.config.channels, envelope)
         )
@@ -745,6 +747,15 @@ class Host(AsyncResource):
         )
         self._workers.add(worker)
         return worker
+
+    def _check_default_agent(self, agent: object) -> None:
+        """The agent that answers a channel with none of its own must exist now: a typo
+        would otherwise reach no agent, and dead-letter every such inbound."""
+        if not isinstance(agent, str):
+            raise InvalidValue("agent must be the name of one of this Host's agents")
+        known = sorted(self.config.agents)
+        if agent not in known:
+            raise InvalidValue(unknown_agent(agent, known))
 
     def _channel_agent(self, default: str, channel: str) -> str:
         """The agent that answers ``channel``: its ``[channels.<id>]`` agent, else ``default``."""
@@ -1013,6 +1024,19 @@ async def resolve_config(
     if not isinstance(config, str | os.PathLike):
         raise ConfigError("config must be a HostConfig, a path to hostkit.toml, or None")
     return await anyio.to_thread.run_sync(load_config, config)
+
+
+# run_turn's parameters by the ConversationFacts field each fills.
+_RUN_TURN_PARAMETERS = (("conversation_key", "conversation"), ("principal_key", "principal"))
+
+
+def _in_parameters(error: InvalidValue) -> InvalidValue:
+    """``error`` naming ``run_turn``'s parameter, not the field it fills."""
+    message = str(error)
+    for field, parameter in _RUN_TURN_PARAMETERS:
+        if message.startswith(f"{field} "):
+            return InvalidValue(parameter + message[len(field) :])
+    return error
 
 
 def _check_open(capabilities: object, approver: object, agents: object) -> None:

@@ -339,7 +339,8 @@ async def test_failed_turn_is_the_inbound_result_and_is_not_replayed(rig: Rig) -
 
 async def test_unknown_agent_is_a_permanent_failure(rig: Rig) -> None:
     inbound_id = await rig.accept("hello")
-    worker = rig.host.inbox_worker(inbox=rig.inbox, clock=rig.clock, agent="nobody")
+    # A route names the agent at each inbound (a reload may have removed it since).
+    worker = rig.host.inbox_worker(inbox=rig.inbox, clock=rig.clock, route=lambda _: "nobody")
     assert await worker.drain() == 1
     record = await rig.record(inbound_id)
     assert (record.state, record.attempt, record.failure_code) == (

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import ConfigError, ScopeError, TurnRejected
+from hostkit.errors import ConfigError, InvalidValue, ScopeError, TurnRejected
 from hostkit.host import (
     DefaultCapabilities,
     Host,
@@ -132,6 +132,24 @@ async def test_run_turn_is_the_minimal_embedder_path(tmp_path: Path) -> None:
         assert await host.run_turn("assistant", "hi again") == "again"
         with pytest.raises(TurnRejected, match="no agent"):
             await host.run_turn("nobody", "hi")
+
+
+async def test_run_turn_and_inbox_worker_refuse_bad_arguments_by_their_own_names(
+    tmp_path: Path,
+) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("kept")])) as host:
+        for bad in ("", "x" * 300, 5):
+            with pytest.raises(InvalidValue, match=r"^conversation must be"):
+                await host.run_turn("assistant", "hi", conversation=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidValue, match=r"^principal must be"):
+            await host.run_turn("assistant", "hi", principal="")
+        # A worker whose default agent does not exist would dead-letter what it claims.
+        with pytest.raises(InvalidValue, match="no agent named 'asistant'; did you mean"):
+            host.inbox_worker(agent="asistant")
+        with pytest.raises(InvalidValue, match="agent must be the name"):
+            host.inbox_worker(agent=None)  # type: ignore[arg-type]
+        host.inbox_worker(route=lambda channel: "assistant")  # a route answers for itself
+        assert await host.run_turn("assistant", "hi") == "kept"
 
 
 async def test_run_turn_raises_with_the_result_when_not_completed(tmp_path: Path) -> None:
