@@ -12,6 +12,7 @@ import datetime
 import email.utils
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from hostkit.types import is_seconds, is_text
 __all__ = ["MAX_RESPONSE_BYTES", "Answer", "SharedClient", "post", "retry_after"]
 
 MAX_RESPONSE_BYTES = 64 * 1024
+_OK_OPENING = re.compile(rb'\s*\{\s*"ok"\s*:\s*(true|false)\s*[,}]')
 CONNECT_TIMEOUT_S = 10.0
 _MAX_RETRY_AFTER_S = 86_400.0
 
@@ -38,6 +40,7 @@ class Answer:
     status: int
     headers: httpx.Headers
     body: bytes
+    cut: bool = False  # the answer went on past MAX_RESPONSE_BYTES
 
     def json(self) -> Any:
         """The body as JSON, or None when it is not JSON (a proxy's error page)."""
@@ -45,6 +48,22 @@ class Answer:
             return json.loads(self.body)
         except ValueError:
             return None
+
+    def ok(self) -> bool | None:
+        """A Web API answer's ``ok`` (Slack, Telegram), None when it has none.
+
+        Both APIs echo the posted message back, so a long one's answer can pass
+        the read bound: a cut answer's ``ok`` is read from its opening
+        ``{"ok":true``, where both put it. Taking it for unreadable would post
+        an accepted message again at every retry.
+        """
+        data = self.json()
+        if isinstance(data, dict):
+            flag = data.get("ok")
+            return flag if isinstance(flag, bool) else None
+        if self.cut and (opening := _OK_OPENING.match(self.body)) is not None:
+            return opening.group(1) == b"true"
+        return None
 
 
 class SharedClient:
@@ -108,11 +127,13 @@ async def post(
                 "POST", url, content=content, headers=dict(headers), timeout=timeout
             ) as response:
                 body = bytearray()
+                cut = False
                 async for chunk in response.aiter_bytes():
                     body.extend(chunk[: MAX_RESPONSE_BYTES - len(body)])
                     if len(body) >= MAX_RESPONSE_BYTES:
+                        cut = True
                         break
-                return Answer(response.status_code, response.headers, bytes(body))
+                return Answer(response.status_code, response.headers, bytes(body), cut)
     except TimeoutError as exc:
         raise transient("timeout", f"no answer within {timeout_s:g}s") from exc
     except httpx.TimeoutException as exc:

@@ -35,8 +35,17 @@ __all__ = ["SlackChannel"]
 # Slack truncates longer texts; a section block holds at most 3000 characters.
 MAX_TEXT = 40_000
 MAX_SECTION = 3_000
+# chat.postMessage answers "rate_limited" for too many messages to one channel, besides
+# the Web API's own "ratelimited".
 _TRANSIENT_ERRORS = frozenset(
-    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+    }
 )
 _ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
 
@@ -141,12 +150,13 @@ class SlackChannel:
             raise transient(f"http_{answer.status}", f"slack answered HTTP {answer.status}")
         if answer.status != 200:
             raise permanent(f"http_{answer.status}", f"slack answered HTTP {answer.status}")
-        data = answer.json()
-        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        accepted = answer.ok()
+        if accepted is None:
             raise transient("bad_response", "slack's answer is not a Web API response")
-        if data["ok"]:
+        if accepted:
             return
-        error = data.get("error")
+        data = answer.json()
+        error = data.get("error") if isinstance(data, dict) else None
         code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else "slack_error"
         if code in _TRANSIENT_ERRORS:
             raise transient(

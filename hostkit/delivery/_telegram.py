@@ -94,7 +94,7 @@ class TelegramChannel:
         )
         data = answer.json()
         data = data if isinstance(data, dict) else {}
-        if answer.status == 200 and data.get("ok") is True:
+        if answer.status == 200 and answer.ok() is True:
             return
         code = f"telegram_{answer.status}"
         if answer.status == 429:

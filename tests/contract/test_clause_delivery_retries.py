@@ -99,6 +99,45 @@ async def test_slack_and_telegram_retry_after_is_honoured(tmp_path: Path) -> Non
     assert len(telegram.messages) == 1
 
 
+async def test_a_long_slack_answer_whose_echo_passes_the_read_bound_is_delivered_once(
+    tmp_path: Path,
+) -> None:
+    """chat.postMessage echoes the posted message back: 30,000 CJK characters (under
+    Slack's 40,000) make an answer past the 64 KiB read bound, which is still an ``ok``."""
+    long_answer = "文" * 30_000
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        tables = channel_tables(slack=slack.api_base)
+        async with channel_host(tmp_path, tables, answers=(long_answer,)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            runtime = host.delivery_runtime(policy=NO_JITTER, clock=Clock())
+            assert await runtime.drain() == 1
+            row = await _intent(host, intent_id)
+    assert (row.status, row.attempts) == ("delivered", 1)
+    assert slack.texts() == [long_answer]
+
+
+async def test_slacks_rate_limited_error_is_retried_not_dead_lettered(tmp_path: Path) -> None:
+    """chat.postMessage's own "rate_limited" (too many messages to one channel), beside
+    the Web API's "ratelimited"."""
+    clock = Clock()
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.fail_next(1, ok_false="rate_limited")
+        async with channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host:
+            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            runtime = host.delivery_runtime(policy=NO_JITTER, clock=clock)
+            assert await runtime.drain() == 1
+            waiting = await _intent(host, intent_id)
+            assert (waiting.status, waiting.last_error) == (
+                "pending",
+                "rate_limited: slack refused the post for now",
+            )
+            clock.advance(2.0)
+            assert await runtime.drain() == 1
+            row = await _intent(host, intent_id)
+    assert (row.status, row.attempts) == ("delivered", 2)
+    assert slack.texts() == ["the answer"]
+
+
 async def test_a_permanent_failure_dead_letters_at_once_and_logs_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
