@@ -63,7 +63,12 @@ def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, An
     """A section with the prompt and an actions block with Approve / Deny buttons."""
     code = str(approval.get("code", ""))
     return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, MAX_SECTION)}},
+        # verbatim: mrkdwn text objects otherwise parse a plain @channel or @here in the
+        # call's arguments into a mention that notifies the whole channel.
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": _cut(text, MAX_SECTION), "verbatim": True},
+        },
         {
             "type": "actions",
             "block_id": "hostkit_approval",

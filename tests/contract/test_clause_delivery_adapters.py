@@ -76,7 +76,11 @@ async def test_slack_approval_prompt_has_approve_and_deny_buttons() -> None:
         )
     (message,) = slack.messages
     section, actions = message.body["blocks"]
-    assert section == {"type": "section", "text": {"type": "mrkdwn", "text": PROMPT["text"]}}
+    # verbatim: Slack would otherwise turn a plain "@channel" in the arguments into a mention.
+    assert section == {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": PROMPT["text"], "verbatim": True},
+    }
     assert actions["type"] == "actions"
     buttons = {b["action_id"]: b["value"] for b in actions["elements"]}
     assert buttons == {"hostkit_approve": f"approve {CODE}", "hostkit_deny": f"deny {CODE}"}
