@@ -41,6 +41,7 @@ from hostkit.types import (
 
 __all__ = [
     "DUE_ROWS",
+    "NEXT_DUE",
     "ClaimArgs",
     "approval_prompt",
     "claim_rows",
@@ -82,12 +83,23 @@ _INSERT_REPLY = (
     f"next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, {_CLOCK}, "
     f"?, {_CLOCK}) ON CONFLICT (intent_id) DO NOTHING"
 )
+# A session's intents go out one at a time, in the order they were written: a row waits
+# while an older one of its session is pending (due later, after a failure) or being sent
+# (outbox_session_due). So answers reach a chat in turn order, the approval prompt after
+# the text that explains it, across every process that delivers.
+_FIRST_OF_SESSION = (
+    "NOT EXISTS (SELECT 1 FROM outbox AS earlier WHERE earlier.session_id = outbox.session_id "
+    f"AND earlier.id < outbox.id AND earlier.{_DUE})"
+)
 # The due rows in due order (outbox_due gives the order; rowid breaks ties). A claimed or
 # dead-lettered row leaves the due set, so re-running the query pages forward.
 DUE_ROWS = (
     f"SELECT {_COLUMNS} FROM outbox WHERE {_DUE} AND next_attempt_at <= ? "
-    "ORDER BY next_attempt_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
+    f"AND {_FIRST_OF_SESSION} ORDER BY next_attempt_at, id LIMIT ? "
+    "/*pg: FOR UPDATE SKIP LOCKED */"
 )
+# When the first row becomes claimable (a waiting row of a busy session does not count).
+NEXT_DUE = f"SELECT MIN(next_attempt_at) FROM outbox WHERE {_DUE} AND {_FIRST_OF_SESSION}"
 _CLAIM = (
     "UPDATE outbox SET status = 'sending', next_attempt_at = ?, attempts = attempts + 1, "
     "claim_token = ?, claim_owner = ?, updated_at = ? WHERE id = ?"
@@ -390,7 +402,7 @@ def count_rows(conn: sqlite3.Connection) -> DeliveryCounts:
 
 
 def next_due_row(conn: sqlite3.Connection) -> float | None:
-    row = conn.execute(f"SELECT MIN(next_attempt_at) FROM outbox WHERE {_DUE}").fetchone()
+    row = conn.execute(NEXT_DUE).fetchone()
     return None if row is None or row[0] is None else float(row[0])
 
 

@@ -454,6 +454,15 @@ _V6_LEASE_LAPSE_NOTICES = Migration(
     ),
 )
 
+_V7_DELIVERY_ORDER = Migration(
+    7,
+    "outbox: a session's intents are claimed in the order they were written",
+    (
+        "CREATE INDEX outbox_session_due ON outbox(session_id, id) "
+        "WHERE status IN ('pending', 'sending')",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -461,5 +470,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V4_COMMAND_REPLIES,
     _V5_DELIVERY_CLAIM_OWNERS,
     _V6_LEASE_LAPSE_NOTICES,
+    _V7_DELIVERY_ORDER,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -784,6 +784,17 @@ _V19_LEASE_LAPSE_NOTICES = Migration(
     ),
 )
 
+_V20_DELIVERY_ORDER = Migration(
+    20,
+    "outbox: a session's intents are claimed in the order they were written",
+    (
+        # A due intent waits while an older one of its session is still pending or being
+        # sent (the claim's NOT EXISTS walks this): answers reach a chat in turn order.
+        "CREATE INDEX outbox_session_due ON outbox(session_id, id) "
+        "WHERE status IN ('pending', 'sending')",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -804,5 +815,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V17_COMMAND_REPLIES,
     _V18_DELIVERY_CLAIM_OWNERS,
     _V19_LEASE_LAPSE_NOTICES,
+    _V20_DELIVERY_ORDER,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

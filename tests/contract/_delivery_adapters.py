@@ -60,8 +60,10 @@ async def finish_routed_turns(
     route: Mapping[str, Any] | None = ROUTE,
     text: str = "the answer",
     concurrent: bool = False,
+    session: str | None = None,
 ) -> tuple[str, ...]:
-    """Admit and finish ``n`` turns (each in its own system session) with ``route``.
+    """Admit and finish ``n`` turns (each in its own system session, or all in
+    ``session``) with ``route``.
 
     ``concurrent`` runs them at once (the writer groups their commits); the ids
     are returned in creation order either way.
@@ -70,7 +72,9 @@ async def finish_routed_turns(
     ids: list[tuple[int, tuple[str, ...]]] = []
 
     async def one(index: int) -> None:
-        session_id = await store.create_session(owner_kind="system", principal_id="suite")
+        session_id = session or await store.create_session(
+            owner_kind="system", principal_id="suite"
+        )
         admitted = await store.turns.admit(
             TurnAdmission(
                 turn_id=new_id("turn"),

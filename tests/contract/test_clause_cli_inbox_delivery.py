@@ -114,8 +114,10 @@ async def project(tmp_path: Path) -> Project:
     async with open_host(tmp_path, model) as host:
         turns = []
         for n in range(3):
-            route = {"channel": "chat", "conversation": "c1", "reply": {"conversation": "c1"}}
-            result = await host.turns.run(request(f"question {n}", route=route))
+            # Three conversations: one session's intents are claimed one at a time.
+            chat = f"c{n + 1}"
+            route = {"channel": "chat", "conversation": chat, "reply": {"conversation": chat}}
+            result = await host.turns.run(request(f"question {n}", conversation=chat, route=route))
             assert result.outcome == "completed"
             turns.append(result)
         store = host.store

@@ -138,6 +138,30 @@ async def test_slacks_rate_limited_error_is_retried_not_dead_lettered(tmp_path: 
     assert slack.texts() == ["the answer"]
 
 
+async def test_a_conversations_answers_arrive_in_turn_order_past_a_slow_or_refused_send(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.slow_next(1, delay_s=0.5)
+        tables = channel_tables(slack=slack.api_base)
+        async with channel_host(tmp_path, tables, answers=("one", "two", "three", "four")) as host:
+            for _ in range(2):
+                await routed_turn(host, "slack-acme", {"channel": "C1"})
+            runtime = host.delivery_runtime(policy=NO_JITTER, clock=clock)
+            assert await runtime.drain() == 2
+            assert slack.texts() == ["one", "two"]
+            # A 429 on the next answer holds the one after it back until it is sent.
+            slack.fail_next(1, status=429, retry_after=5)
+            for _ in range(2):
+                await routed_turn(host, "slack-acme", {"channel": "C1"})
+            assert await runtime.drain() == 1
+            assert slack.texts() == ["one", "two"]
+            clock.advance(5)
+            assert await runtime.drain() == 2
+    assert slack.texts() == ["one", "two", "three", "four"]
+
+
 async def test_a_permanent_failure_dead_letters_at_once_and_logs_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

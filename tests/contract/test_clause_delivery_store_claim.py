@@ -6,6 +6,7 @@ last allowed attempt is dead-lettered (``attempts_exhausted``) instead of return
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,44 @@ async def test_claim_leases_due_intents_oldest_first_in_bounded_batches(
         assert c.intent.payload["text"].startswith("the answer")
     assert len({c.claim_token for c in (*first, *second, *third)}) == 5
     assert MAX_DELIVERY_CLAIM == 64
+
+
+async def test_a_sessions_intents_are_claimed_one_at_a_time_in_the_order_written(
+    adapter: str, tmp_path: Path
+) -> None:
+    """Answers reach a chat in turn order: an intent waits while an older one of its
+    session is being sent or waits for its retry; other sessions go on meanwhile."""
+    async with open_delivery(adapter, tmp_path) as sut:
+        session = await sut.store.create_session(owner_kind="system", principal_id="suite")
+        first, second, third = await sut.seed(3, session=session)
+        (elsewhere,) = await sut.seed(1)
+        now = sut.later()
+
+        async def claim(at: float) -> list[str]:
+            claimed = await sut.delivery.claim(
+                owner="suite", limit=10, lease_s=30.0, max_attempts=5, now=at
+            )
+            held.update({c.intent.intent_id: c for c in claimed})
+            return [c.intent.intent_id for c in claimed]
+
+        held: dict[str, Any] = {}
+        assert await claim(now) == [first, elsewhere]
+        assert await claim(now) == []  # the rest of the session waits for `first`
+        await sut.delivery.delivered(held[first], now=now)
+        await sut.delivery.delivered(held[elsewhere], now=now)
+        assert await claim(now) == [second]
+        await sut.delivery.failed(
+            held[second], DeliveryFailure("transient", "http_503"), retry_at=now + 100, now=now
+        )
+        # `third` has been due all along, but `second` goes first: nothing is due before it.
+        assert await claim(now + 50) == []
+        assert await sut.delivery.next_due() == pytest.approx(now + 100)
+        assert await claim(now + 100) == [second]
+        await sut.delivery.failed(
+            held[second], DeliveryFailure("permanent", "channel_not_found"), retry_at=None, now=now
+        )
+        # A dead letter no longer holds its session back.
+        assert await claim(now + 100) == [third]
 
 
 async def test_an_intent_is_not_due_before_its_next_attempt(adapter: str, tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 Intents written before v13 were never read; after the upgrade each is pending and due from
 its creation time, so the first claim sends it. Turns of v12 get ``turns.route`` NULL:
 unrouted, so recovering one of them sends nothing. The claim (and ``next_due``) read only
-the partial ``outbox_due`` index, in its order; the dead-letter listing reads
-``outbox_dead``.
+the partial ``outbox_due`` index, in its order, and check a session's older intents in
+``outbox_session_due``; the dead-letter listing reads ``outbox_dead``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore, SqliteStore
-from hostkit.store._delivery_rows import DUE_ROWS
+from hostkit.store._delivery_rows import DUE_ROWS, NEXT_DUE
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 
 pytestmark = pytest.mark.anyio
@@ -89,8 +89,9 @@ async def test_migration_13_makes_legacy_intents_due_from_their_creation(tmp_pat
                 )
             }
         )
-    assert set(indexes) == {"outbox_due", "outbox_dead"}
+    assert set(indexes) == {"outbox_due", "outbox_dead", "outbox_session_due"}
     assert "WHERE status IN ('pending', 'sending')" in indexes["outbox_due"]
+    assert "WHERE status IN ('pending', 'sending')" in indexes["outbox_session_due"]
     assert "WHERE status = 'dead_lettered'" in indexes["outbox_dead"]
 
 
@@ -103,11 +104,7 @@ async def test_the_claim_reads_only_the_due_index_in_its_order(tmp_path: Path) -
         def plans(conn: sqlite3.Connection) -> tuple[list[str], ...]:
             queries = (
                 (DUE_ROWS, [1e12, 5]),
-                (
-                    "SELECT MIN(next_attempt_at) FROM outbox "
-                    "WHERE status IN ('pending', 'sending')",
-                    [],
-                ),
+                (NEXT_DUE, []),
                 (
                     "SELECT id FROM outbox WHERE status = 'dead_lettered' ORDER BY id DESC LIMIT 5",
                     [],
@@ -119,6 +116,14 @@ async def test_the_claim_reads_only_the_due_index_in_its_order(tmp_path: Path) -
             )
 
         due, soonest, dead = await store.read(plans)
-    assert due == ["SEARCH outbox USING INDEX outbox_due (next_attempt_at<?)"], due
-    assert soonest == ["SEARCH outbox USING INDEX outbox_due"], soonest
+    # The per-session order check walks its own partial index, never the table.
+    first_of_session = [
+        "CORRELATED SCALAR SUBQUERY 1",
+        "SEARCH earlier USING INDEX outbox_session_due (session_id=? AND id<?)",
+    ]
+    assert due == [
+        "SEARCH outbox USING INDEX outbox_due (next_attempt_at<?)",
+        *first_of_session,
+    ], due
+    assert soonest == ["SEARCH outbox USING INDEX outbox_due", *first_of_session], soonest
     assert dead == ["SCAN outbox USING INDEX outbox_dead"], dead
