@@ -66,12 +66,16 @@ def is_names(value: object, *, limit: int, items: int) -> bool:
 
 
 def storable(text: str) -> str:
-    """``text`` with each lone surrogate replaced by ``?``: for text hostkit must keep.
+    """``text`` with each lone surrogate replaced by ``?`` and each NUL by U+FFFD: for
+    text hostkit must keep.
 
     A failure message or a summary comes from an exception, a platform or a
-    model (a JSON ``"\\ud83d"`` escape decodes to one); refusing it would lose
-    the record, and storing it as is fails in the database.
+    model (a JSON ``"\\ud83d"`` or ``"\\u0000"`` escape decodes to one); refusing it
+    would lose the record, and storing it as is fails in the database
+    (PostgreSQL's text holds no NUL).
     """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     if text.isascii():
         return text
     return text.encode("utf-8", "replace").decode("utf-8")

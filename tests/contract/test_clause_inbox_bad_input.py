@@ -171,3 +171,18 @@ async def test_a_failure_message_with_a_lone_surrogate_is_recorded(
         (record,) = await sut.inbox.records()
         assert (record.state, record.attempt) == ("ready", 1)
         assert record.failure_message == "it broke: ?"
+
+
+async def test_a_failure_message_with_a_nul_is_recorded(adapter: str, tmp_path: Path) -> None:
+    # A platform's or a model's JSON "\u0000" decodes to one; PostgreSQL's text holds none,
+    # so recording the failure failed there and left the inbound claimed, then exhausted.
+    async with open_inbox(adapter, tmp_path, policy=POLICY) as sut:
+        await sut.inbox.accept(envelope("evt-1"))
+        claimed = await sut.inbox.claim()
+        assert claimed is not None
+        failure = InboundFailure("permanent", "handler", "it broke: \x00 here")
+        assert failure.message == "it broke: \ufffd here"
+        decision = await sut.inbox.fail(claimed, failure)
+        assert decision.disposition == "dead_lettered"
+        (record,) = await sut.inbox.records()
+        assert (record.state, record.failure_message) == ("dead_lettered", "it broke: \ufffd here")

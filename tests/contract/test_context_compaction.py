@@ -292,24 +292,26 @@ async def test_a_long_summary_is_cut_to_the_limit(
 
 
 @pytest.mark.parametrize("source", ["summarizer", "fallback"])
-async def test_a_lone_surrogate_in_a_summary_is_kept_as_a_question_mark(
-    store: RuntimeStore, authority: AuthorityResolver, source: str
+@pytest.mark.parametrize(
+    ("unstorable", "kept_as"), [("\ud83d", "?"), ("\x00", "\ufffd")], ids=["surrogate", "nul"]
+)
+async def test_unstorable_text_in_a_summary_is_kept_as_a_stand_in(
+    store: RuntimeStore, authority: AuthorityResolver, source: str, unstorable: str, kept_as: str
 ) -> None:
-    # A model's JSON "\\ud83d" decodes to one; it used to fail the commit, and every later
-    # turn of the session that needed compaction with it.
+    # A model's JSON "\\ud83d" or "\\u0000" decodes to one; it used to fail the commit (the
+    # NUL on PostgreSQL only), and every later turn of the session that needed compaction.
     session_id, pairs = await session_with(store, authority, chat(2))
-    summarizer = Fixed("summary \ud83d") if source == "summarizer" else None
+    summarizer = Fixed(f"summary {unstorable}") if source == "summarizer" else None
     outcome = await (await compactor(store, summary_max_chars=100)).compact(
         session_id,
-        messages=[(pairs[0][0], ModelMessage("user", "asked \udcff")), *pairs[1:]],
+        messages=[(pairs[0][0], ModelMessage("user", f"asked {unstorable}")), *pairs[1:]],
         expected_cutoff=None,
         summarizer=summarizer,
     )
     assert outcome.kind == "committed"
     assert outcome.summary is not None
-    assert "\ud83d" not in outcome.summary.summary
-    assert "\udcff" not in outcome.summary.summary
-    assert "?" in outcome.summary.summary
+    assert unstorable not in outcome.summary.summary
+    assert kept_as in outcome.summary.summary
 
 
 # -- cancellation -----------------------------------------------------------------------
