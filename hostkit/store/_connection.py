@@ -13,6 +13,8 @@ range is pinned in pyproject.toml and a test checks the hop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -27,6 +29,7 @@ __all__ = [
     "WAL_SIZE_LIMIT",
     "DbConnection",
     "Synchronous",
+    "create_private",
     "open_connection",
     "primary_code",
 ]
@@ -105,6 +108,18 @@ def _enter_wal(raw: sqlite3.Connection, wait_s: float) -> None:
             time.sleep(_WAL_PAUSE_S)  # the connection's own thread, not the event loop
 
 
+def create_private(path: Path | str) -> None:
+    """Create ``path`` empty, readable by its owner only, unless it exists (blocking).
+
+    A database holds transcripts, inbox payloads and approvals' raw arguments; SQLite
+    would create it (and then its -wal and -shm, which take the file's mode) readable
+    by every local user under the usual umask.
+    """
+    # It exists; or it cannot be made here, and SQLite's own open then says why.
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+
+
 # The size the WAL file is cut back to once a checkpoint let it start over (bytes).
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
@@ -121,6 +136,8 @@ async def open_connection(
 
     def connector() -> sqlite3.Connection:
         # Runs on the aiosqlite thread, so the connection is created where it is used.
+        if not query_only:
+            create_private(path)
         raw = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_ms / 1000)
         raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         raw.execute("PRAGMA foreign_keys = ON")

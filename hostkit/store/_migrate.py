@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostkit.errors import MigrationError
+from hostkit.store._connection import create_private
 from hostkit.store._schema import APPLICATION_ID, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
@@ -117,6 +118,7 @@ def _ensure_backup(conn: sqlite3.Connection, database: Path, backup: Path) -> bo
     with contextlib.ExitStack() as connections:
         try:
             source = connections.enter_context(contextlib.closing(sqlite3.connect(database)))
+            create_private(partial)  # a copy of the database: as private as a new one
             target = connections.enter_context(contextlib.closing(sqlite3.connect(partial)))
             source.backup(target)
             # A standalone file: no -wal/-shm companions needed to read it.
