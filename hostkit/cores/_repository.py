@@ -278,22 +278,33 @@ def _resolve(repo: Repo, rev: str) -> str:
     if is_revision(rev):
         return _commit(repo, rev).id.decode("ascii")
     names = [rev] if rev.startswith("refs/") else [f"refs/heads/{rev}", f"refs/tags/{rev}"]
+    by_ref = None
     for name in names:
         try:
             target = repo.refs[Ref(name.encode())].decode("ascii")
         except KeyError:
             continue
-        return _commit(repo, target).id.decode("ascii")
+        by_ref = _commit(repo, target).id.decode("ascii")
+        break
+    commits: set[str] = set()
     if _SHORT.fullmatch(rev):
         commits = {
             found.decode("ascii")
             for found in repo.object_store.iter_prefix(rev.encode("ascii"))
             if isinstance(_get(repo, found, MAX_OBJECT_BYTES), Commit)
         }
-        if len(commits) == 1:
-            return commits.pop()
-        if commits:
-            raise InvalidValue(f"{rev!r} is ambiguous: give more of the commit id")
+    if by_ref is not None and commits - {by_ref}:
+        # A branch or tag named like a reviewed commit's short id must not stand in for it.
+        raise InvalidValue(
+            f"{rev!r} is ambiguous: a branch or tag and a commit id both match; "
+            "give the full commit id"
+        )
+    if by_ref is not None:
+        return by_ref
+    if len(commits) == 1:
+        return commits.pop()
+    if commits:
+        raise InvalidValue(f"{rev!r} is ambiguous: give more of the commit id")
     raise InvalidValue(f"no revision {bounded(rev, 80)!r} in this core")
 
 

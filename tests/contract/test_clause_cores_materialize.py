@@ -158,6 +158,18 @@ async def test_revisions_resolve_and_the_ref_mirrors_a_revision(
     assert await repository.resolve(first[:9]) == first
     with pytest.raises(InvalidValue):
         await repository.resolve("no-such-branch")
+    # A branch named like the reviewed commit's short id, pointing elsewhere, stands in
+    # for nothing: the name is ambiguous. Named like no commit, a branch still resolves.
+    repo = Repo(str(path))
+    try:
+        repo.refs[f"refs/heads/{first[:12]}".encode()] = second.encode()
+        repo.refs[b"refs/heads/feature"] = first.encode()
+    finally:
+        repo.close()
+    with pytest.raises(InvalidValue, match="ambiguous: a branch or tag and a commit id"):
+        await repository.resolve(first[:12])
+    assert await repository.resolve(first) == first
+    assert await repository.resolve("feature") == first
     ref = "refs/hostkit/live"
     assert await repository.live(ref) is None
     assert await repository.mirror_ref(ref, first)
