@@ -81,10 +81,11 @@ def unified_patch(
     """A unified diff of (path, before, after) text files, redacted and cut at ``max_chars``.
 
     The file named ``manifest`` (``agent.yaml``) has its secret values hidden
-    where the document holds them, however spelled. In any other file a
-    literal secret value is hidden too, and the file's part of the patch
-    says so first: the author chooses those values, so a reviewer must read
-    such lines in the repository rather than trust the patch.
+    where the document holds them, however spelled. Anywhere else (another
+    file, or elsewhere in the manifest) a literal secret value is hidden too,
+    and the file's part of the patch says so first: the author chooses those
+    values, so a reviewer must read such lines in the repository rather than
+    trust the patch.
     """
     hidden = tuple(secrets)
     parts: list[str] = []
@@ -107,7 +108,11 @@ def unified_patch(
             if chunk and not chunk.endswith("\n"):
                 chunk += "\n"
         shown = redact_text(chunk, hidden)
-        if shown != chunk and path != manifest:
+        # In agent.yaml the values are already hidden where the document holds them: a
+        # value hidden anywhere else there too (an env value "allow" was, in the
+        # capabilities) is said, as in any other file.
+        said = chunk if path != manifest else redact_text(chunk, ())
+        if shown != said:
             shown = f"warning: {path}: {REDACTED} below hides {_HIDDEN_NOTE}\n{shown}"
         chunk = shown
         if size + len(chunk) > max_chars:

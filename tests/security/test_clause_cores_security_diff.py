@@ -229,3 +229,18 @@ def test_a_secret_value_repeated_in_another_file_is_hidden_and_said() -> None:
     assert "read these lines in the repository" in tools
     assert "+    [redacted]" in tools
     assert "warning: agent.yaml" not in patch
+
+
+def test_a_secret_value_repeated_elsewhere_in_agent_yaml_is_hidden_and_said() -> None:
+    """An MCP env value "allow" is hidden wherever it is written, the capabilities too:
+    the reviewer is told so, and does not read a hidden capability change as harmless."""
+    before = "capabilities:\n  terminal.run: ask\nmcp: {docs: {command: [d], env: {MODE: allow}}}\n"
+    after = before.replace("terminal.run: ask", "terminal.run: allow")
+    candidate = _manifest({"docs": {"command": ["d"], "env": {"MODE": "allow"}}})
+    patch = unified_patch(
+        [("agent.yaml", before.encode(), after.encode())],
+        secrets=manifest_secrets(None, candidate),
+        manifest="agent.yaml",
+    )
+    assert patch.startswith("warning: agent.yaml: [redacted] below hides text equal to")
+    assert "+  terminal.run: [redacted]" in patch
