@@ -21,6 +21,7 @@ __all__ = [
     "MAX_DEPENDENCY_CHANGES",
     "MAX_PATCH_CHARS",
     "REQUIREMENTS",
+    "TOO_LARGE",
     "dependency_changes",
     "included_requirements",
     "manifest_secrets",
@@ -39,6 +40,10 @@ _HIDDEN_NOTE = (
     "text equal to a secret agent.yaml declares; read these lines in the repository "
     "before promoting"
 )
+
+
+# A side of a change the patch did not read (past a bound): the file is said to differ.
+TOO_LARGE = b"\x00too large"
 
 
 def dependency_changes(
@@ -92,7 +97,9 @@ def unified_patch(
     size = 0
     for path, before, after in changes:
         old, new = _text(before), _text(after)
-        if old is None or new is None:
+        if before is TOO_LARGE or after is TOO_LARGE:
+            chunk = f"File {path} differs (too large to show: read it in the repository)\n"
+        elif old is None or new is None:
             chunk = f"Binary file {path} differs\n"
         else:
             if path == manifest:

@@ -24,6 +24,7 @@ import anyio
 
 from hostkit.cores._changes import (
     REQUIREMENTS,
+    TOO_LARGE,
     dependency_changes,
     included_requirements,
     manifest_secrets,
@@ -38,7 +39,7 @@ from hostkit.cores._gates import (
 from hostkit.cores._loaded import MANIFEST_FILE, CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
 from hostkit.cores._mirror import mirror_live
-from hostkit.cores._repository import CoreRepository
+from hostkit.cores._repository import MAX_READ_BYTES, CoreRepository
 from hostkit.cores._review import dependency_review_token, review_token
 from hostkit.cores._revisions import (
     ChangeKind,
@@ -67,6 +68,8 @@ RACE_LOST = "the live revision changed during promotion"
 _MAX_LIMIT = 1_000
 # The most requirements files the dependency gate reads at one revision (includes too).
 MAX_REQUIREMENT_FILES = 16
+# The bytes of changed files one diff reads for its patch (MAX_PATCH_CHARS is what it shows).
+MAX_PATCH_READ_BYTES = 16 * 1024 * 1024
 
 
 class CoreRegistry:
@@ -151,9 +154,12 @@ class CoreRegistry:
         paths = await repo.changed(base_sha, target_sha)
         contents: list[tuple[str, bytes | None, bytes | None]] = []
         files: list[FileChange] = []
+        # What the patch reads in all: past it (or past one file's bound) a file is
+        # listed and said to differ, not held whole for a patch cut at MAX_PATCH_CHARS.
+        budget = [MAX_PATCH_READ_BYTES]
         for path in paths:
-            before = None if base_sha is None else await repo.read(base_sha, path)
-            after = await repo.read(target_sha, path)
+            before = None if base_sha is None else await _patch_side(repo, base_sha, path, budget)
+            after = await _patch_side(repo, target_sha, path, budget)
             change: ChangeKind = (
                 "added" if before is None else "deleted" if after is None else "modified"
             )
@@ -397,6 +403,17 @@ async def _manifest_at(
         raise
 
 
+async def _patch_side(repo: CoreRepository, sha: str, path: str, budget: list[int]) -> bytes | None:
+    """``path`` at ``sha`` for the patch within what is left of ``budget`` (bytes), or
+    ``TOO_LARGE`` past it; None when there is no such file."""
+    try:
+        data = await repo.read(sha, path, max_bytes=min(MAX_READ_BYTES, budget[0]))
+    except ConfigError:
+        return TOO_LARGE
+    budget[0] -= 0 if data is None else len(data)
+    return data
+
+
 async def _dependencies(
     repo: CoreRepository,
     base: str | None,
@@ -404,25 +421,37 @@ async def _dependencies(
     target: str,
     target_manifest: CoreManifest,
 ) -> tuple[str, ...]:
-    before = {} if base is None else await _requirement_files(repo, base)
-    after = await _requirement_files(repo, target)
-    return dependency_changes(base_manifest, before, target_manifest, after)
+    before = {} if base is None else (await _requirement_files(repo, base))[0]
+    after, uncompared = await _requirement_files(repo, target)
+    # What could not be compared counts as changed: the gate fails closed.
+    return (*uncompared, *dependency_changes(base_manifest, before, target_manifest, after))
 
 
-async def _requirement_files(repo: CoreRepository, revision: str) -> dict[str, bytes | None]:
-    """``requirements.txt`` at ``revision`` and every file it includes, transitively (at
-    most ``MAX_REQUIREMENT_FILES``: past that, the rest is compared as missing)."""
+async def _requirement_files(
+    repo: CoreRepository, revision: str
+) -> tuple[dict[str, bytes | None], tuple[str, ...]]:
+    """``requirements.txt`` at ``revision`` and every file it includes, transitively, and
+    one line per file that could not be compared: past ``MAX_REQUIREMENT_FILES``, or
+    one that cannot be read (too large, outside the core)."""
     files: dict[str, bytes | None] = {}
+    uncompared: list[str] = []
     pending = [REQUIREMENTS]
-    while pending and len(files) < MAX_REQUIREMENT_FILES:
+    while pending:
         path = pending.pop(0)
         if path in files:
             continue
+        if len(files) >= MAX_REQUIREMENT_FILES:
+            uncompared.append(
+                f"{bounded(path, 200)}: not compared (more than {MAX_REQUIREMENT_FILES} "
+                "requirements files)"
+            )
+            break
         try:
             data = await repo.read(revision, path)
-        except ConfigError:  # not a path inside the core, or too large: its line is compared
+        except ConfigError as exc:
+            uncompared.append(f"{bounded(path, 200)}: not compared ({bounded(str(exc), 200)})")
             continue
         files[path] = data
         if data is not None:
             pending.extend(included_requirements(path, data))
-    return files
+    return files, tuple(uncompared)

@@ -19,6 +19,7 @@ import pytest
 
 from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, CoreRegistry, LoadedCore
 from hostkit.cores._gates import MAX_SLOT_SOURCE_BYTES
+from hostkit.cores._registry import MAX_REQUIREMENT_FILES
 from hostkit.errors import ConfigError, PromotionRefused
 from hostkit.store import RuntimeStore
 from tests.cores_support import commit, core_registry, live_of, make_core
@@ -286,6 +287,36 @@ async def test_a_change_in_an_included_requirements_file_needs_the_reviewed_flag
         "requirements/base.txt added: --extra-index-url https://x.example",
         "requirements/more.txt added: reqeusts",
     )
+    refused = await _refused(registry)
+    deps = {gate.gate: gate for gate in refused.gates}["dependencies"]
+    assert not deps.passed
+    assert live_of(path) == first
+
+
+@pytest.mark.parametrize("past", ["the file count", "the size of one file"])
+async def test_an_included_requirements_file_past_a_bound_is_not_compared_and_needs_review(
+    tmp_path: Path, store: RuntimeStore, past: str
+) -> None:
+    """A file the gate cannot compare (past MAX_REQUIREMENT_FILES in the include chain,
+    or too large to read) counts as changed: the gate fails closed, it does not read the
+    file as missing on both sides."""
+    if past == "the file count":
+        chain = {f"r{n}.txt": f"-r r{n + 1}.txt\n" for n in range(MAX_REQUIREMENT_FILES)}
+        files = {"requirements.txt": "-r r0.txt\n", **chain, "last.txt": "httpx\n"}
+        last = f"r{MAX_REQUIREMENT_FILES - 1}.txt"
+        files[last] = "-r last.txt\n"
+        hidden, said = "last.txt", f"more than {MAX_REQUIREMENT_FILES} requirements files"
+    else:
+        files = {"requirements.txt": "-r big.txt\n", "big.txt": "# pad\n" * 800_000}
+        hidden, said = "big.txt", "larger than"
+    path, first = make_core(tmp_path, "notes", manifest=MANIFEST, files=files)
+    commit(path, {hidden: files[hidden] + "evil-package==6.6.6\n"}, "sneaked")
+    registry = core_registry(tmp_path, store, {"notes": path})
+    diff = await registry.diff("notes")
+    assert [c for c in diff.dependency_changes if "not compared" in c] != []
+    assert said in " ".join(diff.dependency_changes)
+    if hidden == "big.txt":  # listed, said to differ, not read whole into the patch
+        assert "File big.txt differs (too large to show" in diff.patch
     refused = await _refused(registry)
     deps = {gate.gate: gate for gate in refused.gates}["dependencies"]
     assert not deps.passed
