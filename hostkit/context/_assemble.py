@@ -251,6 +251,29 @@ def leading_results(messages: Sequence[ModelMessage]) -> frozenset[str]:
     return frozenset(ids)
 
 
+def split_answered(view: HistoryView) -> tuple[HistoryView, tuple[ModelMessage, ...]]:
+    """``view`` without the group whose calls the current turn's leading results answer
+    (and any after it), and those groups' messages.
+
+    A continuation opens with the results of calls an earlier turn made: the
+    group holding those calls goes with the current turn, whole, so no fitting
+    or pruning of history can leave the results without their calls (both
+    OpenAI and Anthropic refuse a result no call precedes).
+    """
+    answered = view.answered_now
+    if not answered:
+        return view, ()
+    for index in range(len(view.groups) - 1, -1, -1):
+        calls = view.groups[index].messages[0].tool_calls
+        if any(call.call_id in answered for call in calls):
+            kept, moved = view.groups[:index], view.groups[index:]
+            return (
+                HistoryView(answered, kept, tuple(m for g in kept for m in g.messages)),
+                tuple(m for g in moved for m in g.messages),
+            )
+    return view, ()
+
+
 def group_history(
     window: Sequence[tuple[int, ModelMessage]], answered_now: frozenset[str] = frozenset()
 ) -> list[Group]:

@@ -20,6 +20,7 @@ from hostkit.context._assemble import (
     group_history,
     leading_results,
     prune_results,
+    split_answered,
 )
 from hostkit.context._bootstrap import BootstrapSource
 from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Summarizer
@@ -188,6 +189,10 @@ class ContextManager:
             await self._write_unwritten()
         window = await self._read(request)
         estimate, exact = self._estimator(request, window)
+        answered = leading_results(request.messages)
+        view, calls = split_answered(window.history.view(answered))
+        if calls:
+            request = dataclasses.replace(request, messages=(*calls, *request.messages))
         head = self._head(request, window, estimate)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
@@ -227,8 +232,6 @@ class ContextManager:
             return await self._overflow(
                 request, decision_id, reason, fixed, hard_budget, output_budget
             )
-        answered = leading_results(request.messages)
-        view = window.history.view(answered)
         room = hard_budget - fixed
         fit, pruned, compaction = await self._reduce(request, window, view, room, estimate)
         if compaction is not None and compaction.kind in ("committed", "reread"):
@@ -240,7 +243,7 @@ class ContextManager:
             head = self._head(request, window, estimate, room=hard_budget - rest)
             fixed = head.tokens + rest
             room = max(0, hard_budget - fixed)
-            view = window.history.view(answered)
+            view, _ = split_answered(window.history.view(answered))
             fit, pruned, _ = await self._reduce(
                 request, window, view, room, estimate, compact=False
             )
