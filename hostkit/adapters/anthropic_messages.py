@@ -185,6 +185,10 @@ def _token_counts(usage: Any) -> dict[str, int]:
     return {key: value for key, value in counts.items() if value is not None}
 
 
+# The user turn put before a history that begins with an answer.
+EARLIER_PART = "(the earlier part of this conversation is not shown)"
+
+
 def _wire_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
     """Map neutral messages to the API's turns.
 
@@ -235,6 +239,10 @@ def _wire_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
         # The API rejects empty assistant turns, and an empty answer carries nothing to resend.
         if blocks:
             wire.append({"role": "assistant", "content": blocks})
+    if wire and wire[0]["role"] != "user":
+        # "first message must use the user role": history fitted to the window (or after
+        # a summary) may begin with an answer.
+        wire.insert(0, {"role": "user", "content": EARLIER_PART})
     return wire
 
 

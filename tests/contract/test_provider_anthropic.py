@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hostkit.adapters.anthropic_messages import AnthropicProvider
+from hostkit.adapters.anthropic_messages import EARLIER_PART, AnthropicProvider
 from hostkit.errors import ConfigError, ContextOverflow, bounded
 from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
@@ -155,6 +155,29 @@ async def test_empty_assistant_turns_are_not_sent(
     assert wire.requests[0].body["messages"] == [
         {"role": "user", "content": "first"},
         {"role": "user", "content": "second"},
+    ]
+
+
+async def test_a_history_that_begins_with_an_answer_gets_a_user_turn_first(
+    provider: AnthropicProvider, wire: WireServer
+) -> None:
+    """The API refuses "first message must use the user role"; a history fitted to the
+    window (or following a summary) can begin with the assistant's answer."""
+    wire.script(json_reply(wire_anthropic.message([wire_anthropic.text_block("ok")])))
+    await provider.complete(
+        ModelRequest(
+            messages=(
+                ModelMessage(role="system", content="be brief"),
+                ModelMessage(role="assistant", content="the earlier answer"),
+                ModelMessage(role="user", content="and now?"),
+            )
+        )
+    )
+    sent = wire.requests[0].body["messages"]
+    assert sent[0] == {"role": "user", "content": EARLIER_PART}
+    assert sent[1:] == [
+        {"role": "assistant", "content": [{"type": "text", "text": "the earlier answer"}]},
+        {"role": "user", "content": "and now?"},
     ]
 
 
