@@ -76,6 +76,12 @@ MIN_RATIO, MAX_RATIO = 0.5, 4.0
 # above both the ratio and 1 (the provider counted more than the estimate) is taken at
 # once: the request after one that was under-estimated must fit.
 MAX_SAMPLES = 20
+# A request estimated below this many tokens is mostly the estimate's fixed costs (framing,
+# per-message overhead, schemas), which it counts generously: the provider counting fewer
+# says nothing about the content of the larger requests that follow, and taking it would
+# scale their estimates down (to half, at MIN_RATIO) and over the window. Such a sample
+# counts as 1 when it is below 1; above 1 it is taken as any other.
+MIN_LOWERING_TOKENS = 1_000
 
 
 def rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -470,7 +476,10 @@ def _append_usage(
         recorded.model or observation.model,
         recorded.estimator,
     )
-    return _Appended(_calibrate(conn, key, reported / recorded.raw_input_tokens))
+    sample = reported / recorded.raw_input_tokens
+    if recorded.raw_input_tokens < MIN_LOWERING_TOKENS:
+        sample = max(sample, 1.0)
+    return _Appended(_calibrate(conn, key, sample))
 
 
 _SAME_KEY = (

@@ -29,6 +29,7 @@ from hostkit.store import (
     RowStore,
     RuntimeStore,
 )
+from hostkit.store._context_rows import MIN_LOWERING_TOKENS
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -514,6 +515,26 @@ async def test_calibration_rises_at_once_and_falls_as_a_moving_average(
     assert reset.calibration is not None
     assert (reset.calibration.estimator, reset.calibration.samples) == ("bytes/4", 1)
     assert reset.calibration.ratio == pytest.approx(0.7)
+
+
+async def test_a_small_request_never_lowers_the_calibration(adapter: RuntimeStore) -> None:
+    """A request of a few hundred estimated tokens is mostly the estimate's generous fixed
+    costs: a provider counting fewer (24 of 156) must not halve the estimates of the larger
+    requests that follow. Counting more, it raises the ratio as any request does."""
+    context = adapter.context
+    session_id = await new_session(adapter)
+    small = ready(session_id, "ctx_small", raw_input_tokens=156)
+    first = await context.record_step(small, observed(small, 24))
+    assert first.calibration is not None
+    assert (first.calibration.ratio, first.calibration.samples) == (1.0, 1)
+    large = ready(session_id, "ctx_large", raw_input_tokens=MIN_LOWERING_TOKENS)
+    second = await context.record_step(large, observed(large, MIN_LOWERING_TOKENS // 2))
+    assert second.calibration is not None
+    assert second.calibration.ratio == pytest.approx((1.0 + 0.5) / 2)
+    under = ready(session_id, "ctx_small_under", raw_input_tokens=200)
+    third = await context.record_step(under, observed(under, 500))
+    assert third.calibration is not None
+    assert third.calibration.ratio == pytest.approx(2.5)
 
 
 async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
