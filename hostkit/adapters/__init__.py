@@ -9,5 +9,6 @@ __all__ = ["NO_API_KEY"]
 # would read as an assignment, and the redactor would mask the first word of the fix.
 NO_API_KEY = (
     "no API key: set the environment variable {variable}, or name another one in the "
-    "provider's api_key_env (in Python, the api_key_env or the api_key argument)"
+    "provider's api_key_env (in Python, api_key_env in a model={{...}} dict, or the "
+    "provider's api_key argument)"
 )

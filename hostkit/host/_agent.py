@@ -157,6 +157,8 @@ class Agent:
         setter(self, "instructions", instructions)
         setter(self, "tools", tuple(_as_tool(name, item) for item in tools))
         setter(self, "policy", _policy(name, policy))
+        if isinstance(model, Mapping):
+            _provider_entry(name, model)  # refused now, not when a Host opens
         setter(self, "output_type", output_type)
         setter(self, "output_retries", output_retries)
         setter(self, "max_steps", max_steps)
@@ -226,6 +228,21 @@ def _policy(agent: str, policy: Mapping[str, Sequence[str]] | PolicyConfig | Non
         raise ConfigError(first["msg"], key=f"agents.{agent}.policy.{key}") from None
 
 
+def _provider_entry(agent: str, model: Mapping[str, Any]) -> ProviderConfig:
+    """A model dict as the provider entry it stands for; a bad one says what TOML says of
+    the same table (an unknown key with the closest known one, never a value)."""
+    try:
+        return ProviderConfig.model_validate(dict(model))
+    except pydantic.ValidationError as exc:
+        first = reported_error(exc)
+        key = f"agents.{agent}.model"
+        if first["type"] == EXTRA_FORBIDDEN:
+            named = unknown_key(ProviderConfig, first["loc"], style="toml")
+            raise ConfigError(named.replace(" at the top level", ""), key=key) from None
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(first["msg"], key=f"{key}.{where}") from None
+
+
 def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | None]:
     """The provider name the agent entry names, and a provider entry to add (None: exists)."""
     model = agent.model
@@ -234,12 +251,7 @@ def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | N
         # Served by the wrapped provider source; the entry only records what it is.
         return f"python:{agent.name}", ProviderConfig(kind="scripted", model=model.model)
     if isinstance(model, Mapping):
-        try:
-            return f"python:{agent.name}", ProviderConfig.model_validate(dict(model))
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ConfigError(first["msg"], key=f"{key}.{where}") from None
+        return f"python:{agent.name}", _provider_entry(agent.name, model)
     if model in config.providers:
         return model, None
     if model == "local":

@@ -312,6 +312,19 @@ async def test_an_answer_invalid_past_the_bound_fails_the_turn(tmp_path: Path) -
             "agents.a.policy: unknown key 'alow'; did you mean 'allow'",
         ),
         (lambda: hostkit.Agent("a", max_steps=0), hostkit.ConfigError, "max_steps"),
+        # A model dict is a provider table: its unknown key is named as TOML names it (the
+        # redactor no longer masks the sentence after a secret-named key), when it is built.
+        (
+            lambda: hostkit.Agent("a", model={"kind": "openai", "api_key": "sk-test"}),
+            hostkit.ConfigError,
+            r"^agents.a.model: unknown key 'api_key'; did you mean 'api_key_env'\?$",
+        ),
+        (
+            lambda: hostkit.Agent("a", model={"kind": "openai", "base_ur": "http://x"}),
+            hostkit.ConfigError,
+            "unknown key 'base_ur'; did you mean 'base_url'",
+        ),
+        (lambda: hostkit.Agent("a", model={"kind": "nope"}), hostkit.ConfigError, "model.kind"),
         (lambda: hostkit.Agent("a", instructions=" "), hostkit.InvalidValue, "instructions"),
         (lambda: hostkit.Agent("a", tools=None), hostkit.InvalidValue, "tools must be a list"),
         (lambda: hostkit.Agent("a", memory="false"), hostkit.InvalidValue, "memory must be"),
