@@ -60,6 +60,7 @@ from hostkit.types import (
     TurnExecutionContext,
     bounded_metadata,
     is_cut,
+    is_secret_field,
     new_id,
 )
 
@@ -857,6 +858,24 @@ def _requested_secrets(tool: AuthoredTool, arguments: Mapping[str, Any]) -> tupl
     return tuple(dict.fromkeys(str(name) for name in names))
 
 
+def _masks_ordinary_text(plain: Any, shown: Any) -> bool:
+    """Whether ``shown`` (the redacted arguments) masks text ``plain`` (the same, unredacted,
+    JSON-ready) holds outside a secret-named field: a secret's value also written in an
+    ordinary argument (a command line) hides part of what runs from the approver."""
+    if isinstance(plain, dict) and isinstance(shown, dict):
+        for (key, value), (shown_key, shown_value) in zip(
+            plain.items(), shown.items(), strict=False
+        ):
+            if key != shown_key:
+                return True
+            if not is_secret_field(key) and _masks_ordinary_text(value, shown_value):
+                return True
+        return False
+    if isinstance(plain, list) and isinstance(shown, list):
+        return any(_masks_ordinary_text(a, b) for a, b in zip(plain, shown, strict=False))
+    return bool(plain != shown)
+
+
 def approval_view(
     effect: str,
     arguments: Mapping[str, Any],
@@ -877,7 +896,8 @@ def approval_view(
     to the diff bounds (``MAX_DIFF_LINES``, ``MAX_DIFF_CHARS``), not cut to 300.
     """
     redactor = Redactor.of(held or {}, derived_secrets(arguments))
-    view: dict[str, Any] = {"effect": effect, "arguments": redactor.value(arguments)}
+    shown = redactor.value(arguments)
+    view: dict[str, Any] = {"effect": effect, "arguments": shown}
     if target:
         view["target"] = redactor.value(target)
     if secret_names:
@@ -885,7 +905,9 @@ def approval_view(
         view["binds"] = [secret_grant(name) for name in secret_names]
     if warning:
         view["warning"] = warning  # kept with a durable pending approval, for the CLI
-    if is_cut(view, max_string=_VIEW_STRING):
+    if is_cut(view, max_string=_VIEW_STRING) or _masks_ordinary_text(
+        Redactor.of({}).value(arguments), shown
+    ):
         # What runs is more than what is shown: every front end says so beside the view.
         view[PARTIAL_KEY] = PARTIAL_NOTE
     bounded = bounded_metadata(view, max_string=_VIEW_STRING)

@@ -23,7 +23,10 @@ __all__ = [
 REDACTED = "[redacted]"
 # The key an approval view carries when its arguments are cut to fit, and what it says.
 PARTIAL_KEY = "partial"
-PARTIAL_NOTE = "the arguments are longer than shown: text or items are cut"
+PARTIAL_NOTE = (
+    "not all of the arguments are shown: text or items are cut, or text is masked as "
+    "secret-looking"
+)
 # Integers past 64 bits are kept as a short description, not their digits.
 _MAX_INT = 2**63
 _SECRET_FIELD = re.compile(
