@@ -226,13 +226,25 @@ def read_audit(
 def read_effect_audit(
     conn: sqlite3.Connection, *, session_id: str, turn_id: str | None, limit: int
 ) -> tuple[AuditRecord, ...]:
-    """The audit views (``effect.<name>`` rows) of a session's calls, or of one turn's."""
-    turn_clause = "AND json_extract(detail, '$.turn_id') = ?" if turn_id is not None else ""
-    return _audit_rows(
+    """The audit views (``effect.<name>`` rows) of a session's calls, or of one turn's.
+
+    A turn's rows are found by the text of their canonical detail, not by parsing it
+    in SQL: PostgreSQL's JSON operators refuse a whole document for one ``\\u0000``
+    in any of its strings, which failed the read for every turn of that session. The
+    text match is confirmed on the parsed detail (``_`` in the id is a LIKE wildcard).
+    """
+    if turn_id is None:
+        return _audit_rows(
+            conn,
+            "WHERE kind LIKE 'effect.%' AND session_id = ? ORDER BY id LIMIT ?",
+            [session_id, limit],
+        )
+    found = _audit_rows(
         conn,
-        f"WHERE kind LIKE 'effect.%' AND session_id = ? {turn_clause} ORDER BY id LIMIT ?",
-        [session_id, *([turn_id] if turn_id is not None else []), limit],
+        "WHERE kind LIKE 'effect.%' AND session_id = ? AND detail LIKE ? ORDER BY id LIMIT ?",
+        [session_id, f'%"turn_id":{canonical_json(turn_id)}%', limit],
     )
+    return tuple(record for record in found if record.detail.get("turn_id") == turn_id)
 
 
 def _audit_rows(conn: sqlite3.Connection, where: str, params: list[Any]) -> tuple[AuditRecord, ...]:

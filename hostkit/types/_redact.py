@@ -24,8 +24,7 @@ REDACTED = "[redacted]"
 # The key an approval view carries when its arguments are cut to fit, and what it says.
 PARTIAL_KEY = "partial"
 PARTIAL_NOTE = (
-    "not all of the arguments are shown: text or items are cut, or text is masked as "
-    "secret-looking"
+    "not all of the arguments are shown: text or items are cut, or text is masked as secret-looking"
 )
 # Integers past 64 bits are kept as a short description, not their digits.
 _MAX_INT = 2**63

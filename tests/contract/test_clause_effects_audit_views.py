@@ -28,9 +28,17 @@ from hostkit.effects import EffectPolicy, EffectRuntime, Toolset
 from hostkit.errors import ScopeError
 from hostkit.freeze import thaw
 from hostkit.host import Host
-from hostkit.store import RuntimeStore
+from hostkit.store import Admitted, LeaseOwner, RuntimeStore, TurnAdmission
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import AuditRecord, EffectRequest, PrincipalScope, TurnExecutionContext
+from hostkit.types import (
+    AuditRecord,
+    EffectRequest,
+    PrincipalScope,
+    TurnExecutionContext,
+    TurnResult,
+    new_id,
+)
+from tests.contract._store_adapters import open_store
 from tests.contract.test_builtin_terminal import Approver, terminal_config
 from tests.contract.test_clause_effects_url_policy import Pinned
 from tests.contract.test_cli import hostkit
@@ -234,6 +242,71 @@ async def test_a_fetch_that_fails_still_persists_its_target_and_the_hops_it_took
     assert thaw(audit.detail)["target"] == {"origin": origin}
     # The hop it did validate and request before the refused redirect is still recorded.
     assert thaw(audit.detail)["hops"] == [{"origin": origin, "addresses": ["127.0.0.1"]}]
+
+
+async def _finished_turn(store: RuntimeStore, session: str) -> str:
+    owner = await anyio.to_thread.run_sync(LeaseOwner.current, "audit-suite")
+    turn_id = new_id("turn")
+    admitted = await store.turns.admit(
+        TurnAdmission(
+            turn_id=turn_id,
+            request_id=new_id("req"),
+            principal_id="suite",
+            core_id="assistant",
+            core_revision="rev",
+            generation=1,
+            session=session,
+            trace_id=new_id("trace"),
+        ),
+        owner=owner,
+        ttl_s=600.0,
+    )
+    assert isinstance(admitted, Admitted), admitted
+    lease = admitted.lease
+    result = TurnResult(
+        request_id="req",
+        turn_id=turn_id,
+        session_id=session,
+        core_id="assistant",
+        core_revision="rev",
+        outcome="completed",
+        text="done",
+        durable_result_ref=turn_id,
+        generation=1,
+    )
+    await store.turns.finish(lease, result, event_seq=2)
+    return turn_id
+
+
+@pytest.mark.parametrize("adapter", ["sqlite", "postgres"])
+async def test_one_turns_audits_are_read_whatever_another_turns_detail_holds(
+    adapter: str, tmp_path: Path
+) -> None:
+    """A NUL in one call's audit view (a tool's own audit text) made PostgreSQL refuse the
+    JSON parse the turn filter did in SQL, for every turn of that session."""
+    async with open_store(adapter, tmp_path) as store, AuthorityResolver.bind(store) as resolver:
+        operator = await resolver.operator_issuer().issue("ops", reason="read effect audits")
+        session = await store.create_session(owner_kind="system", principal_id="suite")
+        dirty_turn = await _finished_turn(store, session)
+        # A decoy whose turn id differs only where the real one has "_" (a LIKE wildcard).
+        decoy = dirty_turn.replace("_", "X", 1)
+        views = [(dirty_turn, {"note": "bad \x00 byte"}), (decoy, {})]
+        for n, (turn, view) in enumerate(views):
+            detail = {**view, "turn_id": turn, "call_id": f"c{n}", "outcome": "succeeded"}
+            await store.audit("effect.probe", session_id=session, subject=f"c{n}", detail=detail)
+        clean_turn = await _finished_turn(store, session)
+        await store.audit(
+            "effect.probe",
+            session_id=session,
+            subject="c2",
+            detail={"turn_id": clean_turn, "call_id": "c2", "outcome": "succeeded"},
+        )
+        audits = store.inspect.effect_audits
+        (clean,) = await audits(operator, session, turn_id=clean_turn)
+        assert clean.subject == "c2"
+        (dirty,) = await audits(operator, session, turn_id=dirty_turn)
+        assert (dirty.subject, dirty.detail["note"]) == ("c0", "bad \x00 byte")
+        assert [r.subject for r in await audits(operator, session)] == ["c0", "c1", "c2"]
 
 
 async def test_effect_audit_views_are_for_operators_only(
