@@ -115,6 +115,13 @@ def _unreadable(exc: yaml.YAMLError, text: str) -> YamlProblem:
     return YamlProblem(f"not valid YAML: {reason}{shown}", line)
 
 
+# What plain data is tagged with, explicitly or as the loader resolves it (a date included).
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq")
+)
+
+
 class _Builder:
     def __init__(self, loader: _Loader) -> None:
         self._loader = loader
@@ -131,6 +138,10 @@ class _Builder:
             raise YamlProblem(f"nested more than {MAX_YAML_DEPTH} levels deep", line, path)
         self.lines.setdefault(path, line)
         self.spans[path] = (node.start_mark.index, node.end_mark.index)
+        if node.tag not in _PLAIN_TAGS:
+            # A tag on a mapping or sequence was ignored, and !!binary read as text.
+            shown = node.tag.removeprefix("tag:yaml.org,2002:")
+            raise YamlProblem(f"tag {shown[:80]!r} is not plain data", line, path)
         if isinstance(node, MappingNode):
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):

@@ -51,7 +51,14 @@ ALIAS_BOMB = "\n".join(
         ),
         ("id: a\nmodel: m\nlimits:\n  max_steps: 0\n", "agent.yaml line 4: limits.max_steps:"),
         ("id: a\nmodel: m\nid: b\n", "agent.yaml line 3: id: duplicate key 'id'"),
-        ("id: !!python/object:os.system x\n", "agent.yaml line 1: id: cannot read this value"),
+        ("id: !!python/object:os.system x\n", "agent.yaml line 1: id: tag 'python/object"),
+        # A tag on a mapping was ignored and the node read as plain data; !!binary as text.
+        (
+            "id: a\nmodel: m\nlimits: !!python/object/apply:os.system {args: [id]}\n",
+            "agent.yaml line 3: limits: tag 'python/object/apply:os.system' is not plain data",
+        ),
+        ("id: a\nmodel: !!binary bG9jYWw=\n", "agent.yaml line 2: model: tag 'binary'"),
+        ("id: a\nmodel: m\ntools: !!set {x: null}\n", "agent.yaml line 3: tools: tag 'set'"),
         ("- id\n- model\n", "agent.yaml line 1: agent.yaml must be a mapping"),
         (ALIAS_BOMB, "agent.yaml line 2: aliases (*name) are not allowed"),
         # Under 1 KB, yet deep enough to exhaust the interpreter's stack while composing.
@@ -74,6 +81,9 @@ ALIAS_BOMB = "\n".join(
         "out-of-bounds",
         "duplicate-key",
         "python-tag",
+        "python-tag-on-a-mapping",
+        "binary-tag",
+        "set-tag",
         "not-a-mapping",
         "alias-bomb",
         "deep-nesting",
