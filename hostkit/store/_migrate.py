@@ -221,11 +221,14 @@ def _upgrade_locked(
         backup = database.with_name(f"{database.name}.v{current}.backup")
         reused = _ensure_backup(conn, database, backup)
 
-    step = migrations[current]
+    # What failed, for the message: a step's statements, or the commit of them all.
+    failing = f"migration to v{migrations[current].version}"
     try:
         for step in migrations[current:]:
+            failing = f"migration to v{step.version} ({step.name})"
             for statement in step.statements:
                 conn.execute(statement)
+        failing = f"committing the migration to v{latest}"
         conn.execute(f"PRAGMA user_version = {latest}")
         problems = conn.execute("PRAGMA foreign_key_check").fetchall()
         if problems:
@@ -234,8 +237,18 @@ def _upgrade_locked(
     except Exception as exc:
         if conn.in_transaction:  # an I/O error may have rolled it back already
             conn.execute("ROLLBACK")
+        name = getattr(exc, "sqlite_errorname", None) or ""
+        if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
+            # The disk, not a step: the rollback left the file as it was, nothing to restore.
+            raise MigrationError(
+                f"{failing} failed and was rolled back ({name}: {str(exc)[:200]}); the "
+                f"database is unchanged at v{current}: free space beside the database and "
+                "retry",
+                database=str(database),
+                backup=str(backup) if backup else None,
+            ) from exc
         raise MigrationError(
-            f"migration to v{step.version} ({step.name}) failed and was rolled back; "
+            f"{failing} failed and was rolled back; "
             f"the database is unchanged at v{current}: {type(exc).__name__}: {exc}",
             database=str(database),
             backup=str(backup) if backup else None,

@@ -30,6 +30,18 @@ pytestmark = pytest.mark.anyio
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 V1 = MIGRATIONS[:1]
+# A step that needs more room than the database may take (max_page_count stands in for a
+# full disk: the same SQLITE_FULL).
+FILLS_THE_DISK = Migration(
+    SCHEMA_VERSION + 1,
+    "needs room",
+    (
+        "PRAGMA max_page_count = 1",
+        "CREATE TABLE filler (x BLOB)",
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 64) "
+        "INSERT INTO filler SELECT randomblob(8192) FROM n",
+    ),
+)
 FAILING = Migration(
     SCHEMA_VERSION + 1,
     "injected failure",
@@ -238,6 +250,22 @@ async def test_failed_migration_leaves_the_file_byte_identical(db_path: Path) ->
         not await anyio.Path(db_path.with_name("hostkit.db-wal")).exists()
         or (await anyio.Path(db_path.with_name("hostkit.db-wal")).stat()).st_size == 0
     )
+
+
+@pytest.mark.sqlite_only("an injected SQLite migration and SQLite's page limit")
+async def test_a_migration_that_runs_out_of_room_says_to_free_space_not_to_restore(
+    db_path: Path,
+) -> None:
+    """The rollback leaves the file as it was: the fix is room, not the backup."""
+    await make_v1(db_path)
+    before = await digest(db_path)
+    with pytest.raises(MigrationError) as caught:
+        await RuntimeStore.open(db_path, migrations=(*MIGRATIONS, FILLS_THE_DISK))
+    said = str(caught.value)
+    assert "SQLITE_FULL" in said
+    assert "unchanged at v1: free space beside the database and retry" in said
+    assert caught.value.restore is None
+    assert await digest(db_path) == before
 
 
 @pytest.mark.sqlite_only("the SQLite file backup and an injected SQLite migration")
