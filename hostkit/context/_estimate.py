@@ -110,14 +110,40 @@ _HAS_DIGIT = re.compile(r"[0-9]")
 _HAS_LETTER = re.compile(r"[A-Za-z]")
 
 
+# Letters that no word has in a row: 24 or more of many different letters and few vowels
+# (random letters, mixed-case noise), or 6 or more with no vowel (consonant strings). Both
+# tokenize at about twice prose's count. A long word has more vowels (0.3 and up of its
+# letters, German compounds included; random letters 0.23), and a filler ("xxxx", "abab")
+# few different letters: BPE packs both as prose.
+_LETTER_RUN = re.compile(r"[A-Za-z]{24,}")
+_VOWELLESS_RUN = re.compile(r"(?<![A-Za-z])[B-DF-HJ-NP-TV-XZb-df-hj-np-tv-xz]{6,}(?![A-Za-z])")
+_VOWELS = frozenset("aeiouyAEIOUY")
+_RANDOM_LETTERS = 10
+_WORD_VOWELS = 0.28
+# A vowelless run of fewer different letters is a filler or a sound ("zzzzzz", "hmmmmm").
+_CONSONANT_LETTERS = 4
+
+
+def _random_letters(run: str) -> bool:
+    return len(set(run)) >= _RANDOM_LETTERS and sum(c in _VOWELS for c in run) < _WORD_VOWELS * len(
+        run
+    )
+
+
 def _random_chars(text: str) -> int:
     """Characters in runs that look random: long, with both letters and digits (a word,
-    however long, or a filler of one letter repeated has no digits)."""
-    return sum(
+    however long, or a filler of one letter repeated has no digits); long letter runs of
+    many distinct letters; and vowelless letter runs no word spells."""
+    mixed = sum(
         len(run)
         for run in _RANDOM_RUN.findall(text)
         if _HAS_DIGIT.search(run) and _HAS_LETTER.search(run)
     )
+    letters = sum(len(run) for run in _LETTER_RUN.findall(text) if _random_letters(run))
+    consonants = sum(
+        len(run) for run in _VOWELLESS_RUN.findall(text) if len(set(run)) >= _CONSONANT_LETTERS
+    )
+    return mixed + letters + consonants
 
 
 def _dense(text: str) -> int:
@@ -143,10 +169,12 @@ class CharEstimator:
     half; this keeps English prose within about 1.3x of SmolLM2's counts and
     JSON, code, CJK and emoji at or above them. Text denser than its classes
     counts more on top: a run of 24 or more identifier characters with both
-    letters and digits (base64, hex, keys) 0.45 of a token per character, a
-    combining mark (a decomposed accent) two tokens, a Hangul syllable three
-    quarters of one; a paste of base64 would otherwise be estimated at half
-    its real size.
+    letters and digits (base64, hex, keys), or of 24 or more letters of ten
+    different ones or more and few vowels (random letters), or of six or more
+    letters with no vowel, 0.45 of a token per character; a combining mark (a decomposed
+    accent) two tokens, a Hangul syllable three quarters of one. A paste of
+    base64 or of random letters would otherwise be estimated at half its real
+    size.
 
     Each message adds ``message_overhead`` framing tokens, and ``request()``
     adds ``request_overhead`` once for what a chat template puts around the

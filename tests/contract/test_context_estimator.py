@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import random
+import string
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -270,6 +271,15 @@ def _dense_texts() -> dict[str, str]:
         "decomposed accents": unicodedata.normalize("NFD", "café résumé naïve élève " * 100),
         "hangul": "안녕하세요 오늘 날씨가 좋네요 " * 100,
         "url with a hash": "see https://example.com/r?id=8f14e45fceea167a5a36dedd4bea2543 " * 30,
+        # Random letters and consonant strings were counted as prose: about half.
+        "random letters": "".join(rng.choice(string.ascii_lowercase) for _ in range(8_000)),
+        "mixed-case noise": "".join(
+            rng.choice("aAbBcCdDeEfFgGhHiIjJkKlLmMnNoOpP") for _ in range(8_000)
+        ),
+        "consonant strings": " ".join(
+            "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(rng.randint(6, 9)))
+            for _ in range(900)
+        ),
         "english": "The quick brown fox jumps over the lazy dog. " * 100,
     }
 
@@ -286,12 +296,17 @@ def test_char_estimator_is_at_or_above_a_real_tokenizer_on_dense_text(
 
 
 def test_a_long_filler_of_one_letter_or_a_long_word_is_not_counted_as_random() -> None:
-    """Only runs with both letters and digits count as random: test fillers and long
-    words keep their prose estimate (no extra cost for what tokenizes like prose)."""
+    """Test fillers and long words (a German compound, a CamelCase name: vowels enough)
+    keep their prose estimate: no extra cost for what tokenizes like prose."""
     estimator = CharEstimator()
-    assert estimator.text("a" * 400) == math.ceil(400 / 3.5)
-    word = "pneumonoultramicroscopicsilicovolcanoconiosis"
-    assert estimator.text(word) == math.ceil(len(word) / 3.5)
+    for filler in ("a" * 400, "z" * 400, "hmmmmmm"):
+        assert estimator.text(filler) == math.ceil(len(filler) / 3.5), filler
+    for word in (
+        "pneumonoultramicroscopicsilicovolcanoconiosis",
+        "Donaudampfschiffahrtsgesellschaftskapitaen",
+        "AbstractSingletonProxyFactoryBean",
+    ):
+        assert estimator.text(word) == math.ceil(len(word) / 3.5), word
 
 
 @needs_gguf
