@@ -705,7 +705,7 @@ class Host(AsyncResource):
     def inbox_worker(
         self,
         *,
-        agent: str = "assistant",
+        agent: str | None = None,
         route: Route | None = None,
         inbox: ChannelInbox | None = None,
         **options: Any,
@@ -717,9 +717,10 @@ class Host(AsyncResource):
         group; ``await worker.drain()`` answers what is due now and returns.
         ``route`` maps a channel instance id to the agent that answers it
         (default: the ``agent`` of its ``[channels.<id>]`` table, else
-        ``agent``, which must then name one of the Host's agents:
-        ``InvalidValue`` otherwise). A channel configured under ``[channels]`` (read from the
-        current configuration at each inbound) gets a reply route: its turns'
+        ``agent``, ``assistant`` when not given; one given must name one of
+        the Host's agents: ``InvalidValue`` otherwise). A channel configured
+        under ``[channels]`` (read from the current configuration at each
+        inbound) gets a reply route: its turns'
         answers and approval prompts become outbox intents for delivery; other
         channels' turns write none. Command inbounds (``approve CODE``) answer
         the sender's pending approval; the sender of a message the channel
@@ -731,7 +732,9 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise StoreClosed()
-        if route is None:
+        if agent is None:
+            agent = "assistant"  # a channel without an agent of its own; unchecked
+        elif route is None:
             self._check_default_agent(agent)
         options.setdefault(
             "reply_route", lambda envelope: reply_route(self.config.channels, envelope)

@@ -80,7 +80,7 @@ MAX_SAMPLES = 20
 # per-message overhead, schemas), which it counts generously: the provider counting fewer
 # says nothing about the content of the larger requests that follow, and taking it would
 # scale their estimates down (to half, at MIN_RATIO) and over the window. Such a sample
-# counts as 1 when it is below 1; above 1 it is taken as any other.
+# counts as at least 1 and at least the ratio held; above those it is taken as any other.
 MIN_LOWERING_TOKENS = 1_000
 
 
@@ -478,8 +478,21 @@ def _append_usage(
     )
     sample = reported / recorded.raw_input_tokens
     if recorded.raw_input_tokens < MIN_LOWERING_TOKENS:
-        sample = max(sample, 1.0)
+        # Never lower: at least 1, and at least the ratio the session holds (averaging
+        # a ratio with itself leaves it where it is).
+        sample = max(sample, 1.0, _held_ratio(conn, key))
     return _Appended(_calibrate(conn, key, sample))
+
+
+def _held_ratio(conn: sqlite3.Connection, key: tuple[str, str, str, str]) -> float:
+    """The session's ratio under ``key`` (0 when it holds none, or one of another key)."""
+    found = _row(
+        conn,
+        "SELECT ratio FROM context_calibration WHERE session_id = ? AND provider = ? "
+        "AND model = ? AND estimator = ?",
+        key,
+    )
+    return float(found["ratio"]) if found is not None else 0.0
 
 
 _SAME_KEY = (

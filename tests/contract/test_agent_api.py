@@ -655,6 +655,18 @@ async def test_a_channel_may_name_a_python_agent_and_its_inbounds_run_it(tmp_pat
     assert (state.result.core_id, state.result.text) == ("calc", "42, said calc")
 
 
+async def test_a_host_of_python_agents_only_makes_an_inbox_worker(tmp_path: Path) -> None:
+    """No ``assistant`` here, and each channel names its agent: the worker's default
+    agent is not checked unless given (it refused such a Host once)."""
+    config = channel_config(tmp_path, "calc").model_copy(update={"agents": {}})
+    agent = hostkit.Agent("calc", model=ScriptedModel([Reply("42")]))
+    async with hostkit.Host.open(config, agents=[agent]) as host:
+        assert "assistant" not in host.config.agents
+        assert await host.inbox_worker(idle_poll_s=0.05).drain() == 0
+        with pytest.raises(hostkit.InvalidValue, match="no agent named 'assistant'"):
+            host.inbox_worker(agent="assistant")
+
+
 async def test_a_channel_naming_no_agent_is_refused_at_open_with_the_closest_name(
     tmp_path: Path,
 ) -> None:

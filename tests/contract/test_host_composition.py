@@ -147,7 +147,8 @@ async def test_run_turn_and_inbox_worker_refuse_bad_arguments_by_their_own_names
         with pytest.raises(InvalidValue, match="no agent named 'asistant'; did you mean"):
             host.inbox_worker(agent="asistant")
         with pytest.raises(InvalidValue, match="agent must be the name"):
-            host.inbox_worker(agent=None)  # type: ignore[arg-type]
+            host.inbox_worker(agent=5)  # type: ignore[arg-type]
+        host.inbox_worker()  # not given: "assistant", for channels without their own
         host.inbox_worker(route=lambda channel: "assistant")  # a route answers for itself
         assert await host.run_turn("assistant", "hi") == "kept"
 

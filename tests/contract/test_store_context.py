@@ -535,6 +535,12 @@ async def test_a_small_request_never_lowers_the_calibration(adapter: RuntimeStor
     third = await context.record_step(under, observed(under, 500))
     assert third.calibration is not None
     assert third.calibration.ratio == pytest.approx(2.5)
+    # Above 1, small requests counted low do not pull the ratio back down either.
+    for n in range(10):
+        small = ready(session_id, f"ctx_small_{n}", raw_input_tokens=300)
+        held = await context.record_step(small, observed(small, 100))
+        assert held.calibration is not None
+        assert held.calibration.ratio == pytest.approx(2.5)
 
 
 async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
