@@ -39,7 +39,7 @@ from hostkit.cores._gates import (
 from hostkit.cores._loaded import MANIFEST_FILE, CoreLocation, LoadedCore
 from hostkit.cores._manifest import CoreManifest, load_manifest
 from hostkit.cores._mirror import mirror_live
-from hostkit.cores._repository import MAX_READ_BYTES, CoreRepository
+from hostkit.cores._repository import MAX_READ_BYTES, CoreRepository, FileTooLarge
 from hostkit.cores._review import dependency_review_token, review_token
 from hostkit.cores._revisions import (
     ChangeKind,
@@ -408,7 +408,7 @@ async def _patch_side(repo: CoreRepository, sha: str, path: str, budget: list[in
     ``TOO_LARGE`` past it; None when there is no such file."""
     try:
         data = await repo.read(sha, path, max_bytes=min(MAX_READ_BYTES, budget[0]))
-    except ConfigError:
+    except FileTooLarge:
         return TOO_LARGE
     budget[0] -= 0 if data is None else len(data)
     return data

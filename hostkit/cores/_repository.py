@@ -54,6 +54,7 @@ __all__ = [
     "MAX_READ_BYTES",
     "CommitInfo",
     "CoreRepository",
+    "FileTooLarge",
 ]
 
 MAX_READ_BYTES = 4 * 1024 * 1024
@@ -245,6 +246,10 @@ def _head(repo: Repo) -> str | None:
         return None
 
 
+class FileTooLarge(ConfigError):
+    """A file past the bound a read was given (a diff says it differs instead)."""
+
+
 def _read_ref(repo: Repo, ref: str) -> str | None:
     try:
         value = repo.refs[Ref(ref.encode())].decode("ascii")
@@ -348,7 +353,7 @@ def _read(repo: Repo, sha: str, parts: tuple[str, ...], max_bytes: int) -> bytes
         return None
     # The size from the object's header: a small object may inflate to gigabytes.
     if _size(repo, blob_id) > max_bytes:
-        raise ConfigError(f"{bounded('/'.join(parts), 200)} is larger than {max_bytes} bytes")
+        raise FileTooLarge(f"{bounded('/'.join(parts), 200)} is larger than {max_bytes} bytes")
     blob = repo[blob_id]
     if not isinstance(blob, Blob):
         return None

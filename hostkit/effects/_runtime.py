@@ -873,7 +873,7 @@ def _masks_ordinary_text(plain: Any, shown: Any) -> bool:
         return False
     if isinstance(plain, list) and isinstance(shown, list):
         return any(_masks_ordinary_text(a, b) for a, b in zip(plain, shown, strict=False))
-    return bool(plain != shown)
+    return plain is not shown and bool(plain != shown)  # NaN is never equal to itself
 
 
 def approval_view(

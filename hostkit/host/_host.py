@@ -694,6 +694,9 @@ class Host(AsyncResource):
                 channel=channel, conversation_key=key, principal_key=principal
             )
         except InvalidValue as exc:
+            if conversation is None and str(exc).startswith("conversation_key "):
+                # The default conversation is named after the agent: no agent has such a name.
+                raise InvalidValue("agent must be the name of one of this Host's agents") from None
             raise _in_parameters(exc) from None
         result = await self.turns.run(
             TurnRequest(input=message, principal=facts, request_id=new_id("req"), core_id=agent)

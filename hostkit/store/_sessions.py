@@ -239,12 +239,23 @@ def read_effect_audit(
             "WHERE kind LIKE 'effect.%' AND session_id = ? ORDER BY id LIMIT ?",
             [session_id, limit],
         )
-    found = _audit_rows(
-        conn,
-        "WHERE kind LIKE 'effect.%' AND session_id = ? AND detail LIKE ? ORDER BY id LIMIT ?",
-        [session_id, f'%"turn_id":{canonical_json(turn_id)}%', limit],
-    )
-    return tuple(record for record in found if record.detail.get("turn_id") == turn_id)
+    pattern = f'%"turn_id":{canonical_json(turn_id)}%'
+    kept: list[AuditRecord] = []
+    after = 0
+    while len(kept) < limit:
+        # Paged past rows the text matched but the parse refused (a nested "turn_id", a
+        # LIKE wildcard or case match), so they never take a confirmed row's place.
+        page = _audit_rows(
+            conn,
+            "WHERE kind LIKE 'effect.%' AND session_id = ? AND detail LIKE ? AND id > ? "
+            "ORDER BY id LIMIT ?",
+            [session_id, pattern, after, limit],
+        )
+        kept.extend(record for record in page if record.detail.get("turn_id") == turn_id)
+        if len(page) < limit:
+            break
+        after = page[-1].audit_id
+    return tuple(kept[:limit])
 
 
 def _audit_rows(conn: sqlite3.Connection, where: str, params: list[Any]) -> tuple[AuditRecord, ...]:

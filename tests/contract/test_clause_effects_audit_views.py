@@ -307,6 +307,19 @@ async def test_one_turns_audits_are_read_whatever_another_turns_detail_holds(
         (dirty,) = await audits(operator, session, turn_id=dirty_turn)
         assert (dirty.subject, dirty.detail["note"]) == ("c0", "bad \x00 byte")
         assert [r.subject for r in await audits(operator, session)] == ["c0", "c1", "c2"]
+        # Rows the text matches but the parse refuses (a nested "turn_id" in a tool's view)
+        # never take the place of the turn's own within the limit.
+        for n in range(3, 6):
+            nested = {"view": {"turn_id": clean_turn}, "turn_id": decoy, "call_id": f"c{n}"}
+            await store.audit("effect.probe", session_id=session, subject=f"c{n}", detail=nested)
+        await store.audit(
+            "effect.probe",
+            session_id=session,
+            subject="c6",
+            detail={"turn_id": clean_turn, "call_id": "c6", "outcome": "succeeded"},
+        )
+        both = await audits(operator, session, turn_id=clean_turn, limit=2)
+        assert [r.subject for r in both] == ["c2", "c6"]
 
 
 async def test_effect_audit_views_are_for_operators_only(

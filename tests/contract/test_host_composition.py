@@ -143,6 +143,9 @@ async def test_run_turn_and_inbox_worker_refuse_bad_arguments_by_their_own_names
                 await host.run_turn("assistant", "hi", conversation=bad)  # type: ignore[arg-type]
         with pytest.raises(InvalidValue, match=r"^principal must be"):
             await host.run_turn("assistant", "hi", principal="")
+        # No conversation given: the default one is named after the agent, which is at fault.
+        with pytest.raises(InvalidValue, match=r"^agent must be the name"):
+            await host.run_turn("n" * 300, "hi")
         # A worker whose default agent does not exist would dead-letter what it claims.
         with pytest.raises(InvalidValue, match="no agent named 'asistant'; did you mean"):
             host.inbox_worker(agent="asistant")

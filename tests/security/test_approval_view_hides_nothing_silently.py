@@ -96,6 +96,8 @@ def test_a_secret_fields_value_masked_in_an_ordinary_argument_is_said() -> None:
     assert HIDDEN_NOTE in _console_prompt({"label": f"backup; {payload}", "api_key": payload})
     only_the_field = thaw(approval_view("files.stamp", {"label": "backup", "api_key": payload}))
     assert PARTIAL_KEY not in only_the_field
+    # A NaN (JSON allows it in a model's arguments) is never equal to itself: still whole.
+    assert PARTIAL_KEY not in thaw(approval_view("terminal.run", {"timeout": float("nan")}))
 
 
 def test_the_console_prompt_shown_whole_adds_no_note() -> None:
