@@ -121,11 +121,14 @@ class _StoreHealth:
         return time.monotonic() < self.failing_until
 
 
+# A webhook channel's settings and secret as they stand now, or None: no such route.
+WebhookLookup = Callable[[str], tuple[ChannelSettings, str] | None]
+
+
 @dataclass(frozen=True, slots=True)
 class _Ingress:
-    channels: Mapping[str, ChannelSettings]
+    lookup: WebhookLookup
     inbox: ChannelInbox
-    secrets: Mapping[str, str]
     clock: Callable[[], float]
     on_accept: Callable[[], None] | None
     readiness: Readiness | None
@@ -136,19 +139,25 @@ class _Ingress:
 
     async def receive(self, request: Request) -> Response:
         channel_id = request.path_params["channel_id"]
-        config = self.channels.get(channel_id)
-        if config is None or config.inbound != "webhook":
+        found = self.lookup(channel_id)
+        if found is None or found[0].inbound != "webhook":
             return _error(404, "no webhook channel by that id")
+        config, secret = found
         share = self.bodies.share()
         try:
-            return await self._receive(request, channel_id, config, share)
+            return await self._receive(request, channel_id, config, secret, share)
         finally:
             share.release()
 
     async def _receive(
-        self, request: Request, channel_id: str, config: ChannelSettings, share: BodyShare
+        self,
+        request: Request,
+        channel_id: str,
+        config: ChannelSettings,
+        secret: str,
+        share: BodyShare,
     ) -> Response:
-        form, secret = _FORMATS[config.kind], self.secrets[channel_id]
+        form = _FORMATS[config.kind]
         try:
             form.check_headers(request.headers, config=config, secret=secret, now=self.clock())
             body = await read_body(
@@ -256,6 +265,7 @@ def ingress_app(
     accept_timeout_s: float = 5.0,
     body_timeout_s: float = 10.0,
     body_budget_bytes: int = BODY_BUDGET_BYTES,
+    current: WebhookLookup | None = None,
 ) -> Starlette:
     """The Starlette app serving ``POST /channels/<id>``, ``GET /healthz`` and ``GET /readyz``.
 
@@ -267,7 +277,10 @@ def ingress_app(
     answers ``/readyz`` (503 for ``STORE_FAILURE_COOLDOWN_S`` after an accept could
     not store its event). ``accept_timeout_s`` bounds the store write (then 503),
     ``body_timeout_s`` the body upload (then 408), ``body_budget_bytes`` the bodies
-    held at once across channels (then 503).
+    held at once across channels (then 503). ``current`` looks a channel's settings
+    and secret up at each request (a daemon's applied configuration: an ``allow``
+    list or a secret changed by a reload counts at once); without it, ``channels``
+    and ``secrets`` are what every request reads.
     """
     for key, seconds in (
         ("accept_timeout_s", accept_timeout_s),
@@ -290,10 +303,10 @@ def ingress_app(
             )
         if (problem := short_secret(secrets[channel_id])) is not None:
             raise ConfigError(f"its secret {problem}", key=f"channels.{channel_id}.secret_env")
+    fixed = {cid: (config, secrets[cid]) for cid, config in channels.items() if cid in secrets}
     ingress = _Ingress(
-        channels=dict(channels),
+        lookup=current if current is not None else fixed.get,
         inbox=inbox,
-        secrets=dict(secrets),
         clock=clock,
         on_accept=on_accept,
         readiness=readiness,

@@ -509,6 +509,7 @@ class Host(AsyncResource):
             raise ConfigError("apply_config takes a HostConfig (parse_config or load_config)")
         if not is_names(require_cores, limit=200, items=1_000):
             raise ConfigError("require_cores must be a list of core ids")
+        _check_same_store(self.config, config)
         # One apply at a time, from reading the live revisions to installing: an apply
         # that read them before a promotion cannot install after the promotion's own.
         async with self._apply_lock:
@@ -1030,6 +1031,26 @@ async def resolve_config(
     if not isinstance(config, str | os.PathLike):
         raise ConfigError("config must be a HostConfig, a path to hostkit.toml, or None")
     return await anyio.to_thread.run_sync(load_config, config)
+
+
+def _check_same_store(current: HostConfig, config: HostConfig) -> None:
+    """A new generation runs on the store the Host opened: a configuration naming another
+    (a reload that changed ``[host] database``) is refused, not half applied while every
+    write still goes to the old one and the CLI reads the new."""
+    moved = [
+        key
+        for key, before, after in (
+            ("host.database", current.database_path, config.database_path),
+            ("host.synchronous", current.host.synchronous, config.host.synchronous),
+            ("store.url", current.store.url, config.store.url),
+        )
+        if before != after
+    ]
+    if moved:
+        raise ConfigError(
+            f"{', '.join(moved)} changed: the store changes only when the Host is reopened "
+            "(restart hostkit serve); the current configuration stays"
+        )
 
 
 # run_turn's parameters by the ConversationFacts field each fills.

@@ -33,7 +33,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hostkit._background import Background
-from hostkit.channels import TelegramPoller, ingress_app
+from hostkit.channels import TelegramPoller, ingress_app, short_secret
 from hostkit.daemon import (
     DaemonExit,
     DaemonRegistry,
@@ -42,7 +42,7 @@ from hostkit.daemon import (
     Supervisor,
 )
 from hostkit.delivery import DeliveryRuntime
-from hostkit.errors import InvalidValue, TurnRejected
+from hostkit.errors import ConfigError, InvalidValue, TurnRejected
 from hostkit.host._bus import EventBus
 from hostkit.host._config import check_channel_agents
 from hostkit.host._config_channels import ChannelConfig
@@ -246,6 +246,11 @@ class HostDaemon(Background):
             for cid, token in tokens.items()
         ]
         self._channels: dict[str, ChannelConfig] = dict(channels)
+        self._environment = environment
+        # Each webhook route's settings and secret as of a generation: a reload's allow
+        # list or secret_env counts at the next request (the routes are the start's).
+        self._webhooks = {cid: (channels[cid], secret) for cid, secret in self._secrets.items()}
+        self._webhooks_of = host.generation
         self.retention = RetentionSweeper(host.inbox, interval_s=serve.retention_interval_s)
         self._policy = policy
         self._on_change = on_change
@@ -392,7 +397,29 @@ class HostDaemon(Background):
             secrets=self._secrets,
             on_accept=self.worker.wake,
             readiness=self._readiness,
+            current=self._webhook,
         )
+
+    def _webhook(self, channel_id: str) -> tuple[ChannelConfig, str] | None:
+        """A webhook route's settings and secret in the current generation. A channel the
+        reload removed keeps its start's (its messages are dead-lettered as no longer
+        configured); one whose new secret cannot be read keeps the last good one."""
+        if self.host.generation != self._webhooks_of:
+            self._webhooks_of = self.host.generation
+            channels = self.host.config.channels
+            for cid, (_old, secret) in list(self._webhooks.items()):
+                config = channels.get(cid)
+                if config is None or config.inbound != "webhook":
+                    continue
+                try:
+                    secret = _env(self._environment, cid, "secret_env", config.secret_env)
+                    if (problem := short_secret(secret)) is not None:
+                        raise ConfigError(f"its secret {problem}")
+                except ConfigError as exc:
+                    _log.warning("channel %s keeps its last secret: %s", cid, exc)
+                    secret = self._webhooks[cid][1]
+                self._webhooks[cid] = (config, secret)
+        return self._webhooks.get(channel_id)
 
     def _registry(self, server: WebhookServer) -> DaemonRegistry:
         registry = DaemonRegistry()
@@ -415,8 +442,9 @@ def _restart_note(outcome: ReloadOutcome) -> None:
         for change in outcome.changes
     ):
         _log.warning(
-            "[serve] and [channels] changes reach new turns and deliveries now; the listener, "
-            "webhook routes, pollers and concurrency change when hostkit serve restarts"
+            "[channels] changes reach new webhooks, turns and deliveries now; the listener, "
+            "webhook routes, pollers and the other [serve] settings change when hostkit "
+            "serve restarts"
         )
 
 

@@ -42,7 +42,7 @@ from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
 from hostkit._renewal import RenewalPace
 from hostkit._streaks import FailureStreak
-from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress
+from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress, bounded
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
     failure_of,
@@ -436,6 +436,16 @@ class InboxWorker(Background):
         if lost:
             self._lost(claimed, "while its turn ran")
         elif result is not None:
+            if result.outcome not in ("completed", "needs_user"):
+                # The message is answered (the sender gets the Host's notice), yet an
+                # operator should hear of it: after a bad reload every turn may fail.
+                _log.warning(
+                    "inbound %s: turn %s ended %s: %s",
+                    claimed.inbound_id,
+                    result.turn_id,
+                    result.outcome,
+                    bounded(result.error or "no reason recorded", 300),
+                )
             await self._complete(claimed, result_of(result))
         else:
             assert error is not None

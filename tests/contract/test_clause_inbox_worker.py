@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -575,6 +576,26 @@ async def test_retryable_provider_error_while_loading_the_agent_is_transient(
         record = await inbox.record(inbound_id)
         assert record is not None
         assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 2)
+
+
+async def test_a_turn_that_fails_is_one_warning_line_for_the_operator(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The message is answered (completed, the sender told), but a turn that failed says
+    so in the log: after a bad reload every turn may fail, and nothing else showed it."""
+    clock = Clock()
+    caps = capabilities(ScriptedModel([]))  # no answer scripted: the turn fails
+    async with Host.open(config(tmp_path), capabilities=caps) as host:
+        inbox = ChannelInbox.on_store(host.store, policy=POLICY, clock=clock)
+        inbound_id = (await inbox.accept(envelope("hello"))).inbound_id
+        with caplog.at_level(logging.WARNING, logger="hostkit.inbox"):
+            assert await host.inbox_worker(inbox=inbox, clock=clock, idle_poll_s=0.05).drain() == 1
+        record = await inbox.record(inbound_id)
+    assert record is not None
+    assert (record.state, record.result_kind) == ("completed", "turn")
+    lines = [r.getMessage() for r in caplog.records if inbound_id in r.getMessage()]
+    assert len(lines) == 1
+    assert f"turn {record.turn_id} ended failed" in lines[0]
 
 
 async def test_unsupported_content_is_a_permanent_failure_never_ignored(rig: Rig) -> None:

@@ -41,7 +41,7 @@ SECRET = "hook-secret-Vb7-3c2d"
 ENV = {"HOOK_SECRET": SECRET}
 
 
-def _config(tmp_path: Path, deliver_url: str) -> Any:
+def _config(tmp_path: Path, deliver_url: str, **hooks: Any) -> Any:
     return parse_config(
         {
             "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
@@ -52,6 +52,7 @@ def _config(tmp_path: Path, deliver_url: str) -> Any:
                     "kind": "webhook",
                     "secret_env": "HOOK_SECRET",
                     "deliver_url": deliver_url,
+                    **hooks,
                 }
             },
             "serve": {"port": 0, "drain_timeout_s": 10},
@@ -154,6 +155,46 @@ async def test_a_signed_webhook_becomes_a_turn_and_health_answers(tmp_path: Path
         exit_ = await daemon.shutdown(reason="test")
     assert (exit_.code, exit_.cut) == (0, ())
     assert [d.state for d in daemon.statuses()] == ["stopped"] * 4
+
+
+async def test_a_reload_of_a_channels_allow_list_and_secret_counts_at_the_next_webhook(
+    tmp_path: Path,
+) -> None:
+    """A revoked sender, or a rotated secret, must not keep working until a restart: the
+    webhook route reads the applied generation's settings (the routes stay the start's)."""
+    rotated = "hook-secret-rotated-9Qz-7"
+    env = {**ENV, "HOOK_SECRET_2": rotated}
+    async with WebhookReceiver.running(secret=SECRET) as receiver:
+        config = _config(tmp_path, receiver.deliver_url)
+        caps = dataclasses.replace(
+            capabilities(ScriptedModel([SlowModel()], repeat_last=True)),
+            channels=ConfiguredChannels(config, env),
+        )
+        async with Host.open(config, capabilities=caps) as host, host.serve(env=env) as daemon:
+            assert daemon.url is not None
+            async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as client:
+
+                async def post(event: str, sender: str, secret: str) -> int:
+                    body = json.dumps(
+                        {"event_id": event, "sender": sender, "conversation": "r", "text": "hi"}
+                    ).encode()
+                    headers = sign_webhook(secret, body, timestamp=int(time.time()))
+                    answer = await client.post(
+                        "/channels/hooks",
+                        content=body,
+                        headers={**headers, "content-type": "application/json"},
+                    )
+                    return answer.status_code
+
+                assert await post("e1", "mallory", SECRET) == 200
+                changed = _config(
+                    tmp_path, receiver.deliver_url, secret_env="HOOK_SECRET_2", allow=["alice"]
+                )
+                await host.apply_config(changed)
+                assert await post("e2", "alice", SECRET) == 401  # the old secret is gone
+                assert await post("e3", "mallory", rotated) == 403  # mallory is revoked
+                assert await post("e4", "alice", rotated) == 200
+            await daemon.shutdown(reason="test")
 
 
 async def test_shutdown_refuses_new_webhooks_and_drains_the_turn_in_flight(

@@ -156,6 +156,22 @@ async def test_run_turn_and_inbox_worker_refuse_bad_arguments_by_their_own_names
         assert await host.run_turn("assistant", "hi") == "kept"
 
 
+async def test_a_configuration_naming_another_store_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Every write still went to the opened database while the CLI read the new one."""
+    async with open_host(tmp_path, ScriptedModel([Reply("kept")])) as host:
+        before = host.generation
+        moved = config(tmp_path).model_copy(
+            update={"host": config(tmp_path).host.model_copy(update={"database": "other.db"})}
+        )
+        with pytest.raises(ConfigError, match=r"host\.database changed: the store changes only"):
+            await host.apply_config(moved)
+        assert host.generation == before
+        assert host.config.database_path == tmp_path / "hostkit.db"
+        assert await host.run_turn("assistant", "hi") == "kept"
+
+
 async def test_run_turn_raises_with_the_result_when_not_completed(tmp_path: Path) -> None:
     async with open_host(tmp_path, ScriptedModel([])) as host:
         with pytest.raises(TurnNotCompleted) as caught:
