@@ -475,7 +475,7 @@ class NotebookHost(AsyncResource):
                 # Admitted as it was stopped: the same request answers with its recorded end.
                 result = await self.host.turns.run(request)
         except Exception as exc:
-            view.finish(None, exc)
+            view.finish(None, _leaf(exc))
             return
         finally:
             self._admitting.pop(view, None)
@@ -550,6 +550,28 @@ def current() -> NotebookHost | None:
     return _current
 
 
+def _leaf(exc: Exception) -> Exception:
+    """The error itself, not the group a task group wraps one error in: ``await view``
+    raises what a caller can catch (``TurnRejected``), and the panel says it."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        inner = exc.exceptions[0]
+        if not isinstance(inner, Exception):
+            break
+        exc = inner
+    return exc
+
+
+async def _same_source(asked: object, current: object) -> bool:
+    """Whether ``asked`` names the configuration the running Host was started from: a path
+    given as text or relative names the same file as its ``Path``."""
+    if asked == current:
+        return True
+    if isinstance(asked, str | Path) and isinstance(current, str | Path):
+        resolved = [await (await anyio.Path(p).expanduser()).resolve() for p in (asked, current)]
+        return resolved[0] == resolved[1]
+    return False
+
+
 async def start(
     config: HostConfig | str | Path | None = None,
     *,
@@ -570,7 +592,7 @@ async def start(
         await asyncio.shield(_starting)
     if _current is not None and not _current.closed:
         same = (
-            (config is None or config == _current.config_source)
+            (config is None or await _same_source(config, _current.config_source))
             and (capabilities is None or capabilities is _current.capabilities)
             and (not agents or tuple(agents) == _current.host.agents)
         )

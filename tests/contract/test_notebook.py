@@ -226,6 +226,33 @@ async def test_a_second_start_with_another_configuration_is_refused(
         await hn.start(notebook_config(tmp_path / "other"))
 
 
+async def test_a_rejected_turn_is_its_own_error_not_a_task_group_of_one(
+    notebook: hn.NotebookHost,
+) -> None:
+    """``await view`` raises what a caller can catch, and the panel says the reason."""
+    from hostkit.errors import TurnRejected
+
+    view = notebook.chat("hi", agent="nope")
+    with pytest.raises(TurnRejected, match="no agent named 'nope'"):
+        await view
+    assert "unhandled errors in a TaskGroup" not in repr(view)
+
+
+async def test_the_same_file_given_as_text_starts_nothing_new(tmp_path: Path) -> None:
+    toml = tmp_path / "hostkit.toml"
+    toml.write_text(
+        f'[host]\ndatabase = "{tmp_path / "hostkit.db"}"\nworkspace = "{tmp_path}"\n'
+        '[providers.test]\nkind = "scripted"\n[agents.assistant]\nprovider = "test"\n'
+    )
+    caps = capabilities(ScriptedModel([Reply("hi")]))
+    nb = await hn.start(toml, capabilities=caps)
+    try:
+        assert await hn.start(str(toml)) is nb
+        assert await hn.start(str(tmp_path / "." / "hostkit.toml")) is nb
+    finally:
+        await nb.aclose()
+
+
 async def test_panels_cost_no_widgets_until_shown_and_close_cleanly(
     notebook: hn.NotebookHost,
 ) -> None:
