@@ -23,7 +23,14 @@ from hostkit.store import Admitted, DeliveryStore, LeaseOwner, RuntimeStore, Tur
 from hostkit.types import PrincipalScope, TurnResult, new_id
 from tests.contract._store_adapters import open_store
 
-__all__ = ["ADAPTERS", "ROUTE", "DeliveryUnderTest", "finish_routed_turns", "open_delivery"]
+__all__ = [
+    "ADAPTERS",
+    "ROUTE",
+    "DeliveryUnderTest",
+    "finish_routed_turns",
+    "finish_turn",
+    "open_delivery",
+]
 
 ADAPTERS = ("sqlite", "postgres")
 ROUTE: Mapping[str, Any] = {
@@ -53,6 +60,48 @@ class DeliveryUnderTest:
         return time.time() + 1.0 + seconds
 
 
+async def finish_turn(
+    store: RuntimeStore,
+    session_id: str,
+    *,
+    text: str = "the answer",
+    route: Mapping[str, Any] | None = None,
+    owner: LeaseOwner | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """Admit and finish one completed turn in ``session_id``: its id and its intents."""
+    if owner is None:
+        owner = await anyio.to_thread.run_sync(LeaseOwner.current, "delivery-suite")
+    admitted = await store.turns.admit(
+        TurnAdmission(
+            turn_id=new_id("turn"),
+            request_id=new_id("req"),
+            principal_id="suite",
+            core_id="assistant",
+            core_revision="rev",
+            generation=1,
+            session=session_id,
+            trace_id=new_id("trace"),
+        ),
+        owner=owner,
+        ttl_s=600.0,
+    )
+    assert isinstance(admitted, Admitted), admitted
+    lease = admitted.lease
+    result = TurnResult(
+        request_id="req",
+        turn_id=lease.turn_id,
+        session_id=lease.session_id,
+        core_id="assistant",
+        core_revision="rev",
+        outcome="completed",
+        text=text,
+        durable_result_ref=lease.turn_id,
+        generation=1,
+    )
+    done = await store.turns.finish(lease, result, event_seq=2, route=route)
+    return lease.turn_id, done.deliveries
+
+
 async def finish_routed_turns(
     store: RuntimeStore,
     n: int,
@@ -75,35 +124,10 @@ async def finish_routed_turns(
         session_id = session or await store.create_session(
             owner_kind="system", principal_id="suite"
         )
-        admitted = await store.turns.admit(
-            TurnAdmission(
-                turn_id=new_id("turn"),
-                request_id=new_id("req"),
-                principal_id="suite",
-                core_id="assistant",
-                core_revision="rev",
-                generation=1,
-                session=session_id,
-                trace_id=new_id("trace"),
-            ),
-            owner=owner,
-            ttl_s=600.0,
+        _turn, made = await finish_turn(
+            store, session_id, text=f"{text} {index}", route=route, owner=owner
         )
-        assert isinstance(admitted, Admitted), admitted
-        lease = admitted.lease
-        result = TurnResult(
-            request_id="req",
-            turn_id=lease.turn_id,
-            session_id=lease.session_id,
-            core_id="assistant",
-            core_revision="rev",
-            outcome="completed",
-            text=f"{text} {index}",
-            durable_result_ref=lease.turn_id,
-            generation=1,
-        )
-        done = await store.turns.finish(lease, result, event_seq=2, route=route)
-        ids.append((index, done.deliveries))
+        ids.append((index, made))
 
     if concurrent:
         async with anyio.create_task_group() as group:

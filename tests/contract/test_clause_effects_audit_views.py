@@ -28,16 +28,15 @@ from hostkit.effects import EffectPolicy, EffectRuntime, Toolset
 from hostkit.errors import ScopeError
 from hostkit.freeze import thaw
 from hostkit.host import Host
-from hostkit.store import Admitted, LeaseOwner, RuntimeStore, TurnAdmission
+from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import (
     AuditRecord,
     EffectRequest,
     PrincipalScope,
     TurnExecutionContext,
-    TurnResult,
-    new_id,
 )
+from tests.contract._delivery_adapters import finish_turn
 from tests.contract._store_adapters import open_store
 from tests.contract.test_builtin_terminal import Approver, terminal_config
 from tests.contract.test_clause_effects_url_policy import Pinned
@@ -245,36 +244,7 @@ async def test_a_fetch_that_fails_still_persists_its_target_and_the_hops_it_took
 
 
 async def _finished_turn(store: RuntimeStore, session: str) -> str:
-    owner = await anyio.to_thread.run_sync(LeaseOwner.current, "audit-suite")
-    turn_id = new_id("turn")
-    admitted = await store.turns.admit(
-        TurnAdmission(
-            turn_id=turn_id,
-            request_id=new_id("req"),
-            principal_id="suite",
-            core_id="assistant",
-            core_revision="rev",
-            generation=1,
-            session=session,
-            trace_id=new_id("trace"),
-        ),
-        owner=owner,
-        ttl_s=600.0,
-    )
-    assert isinstance(admitted, Admitted), admitted
-    lease = admitted.lease
-    result = TurnResult(
-        request_id="req",
-        turn_id=turn_id,
-        session_id=session,
-        core_id="assistant",
-        core_revision="rev",
-        outcome="completed",
-        text="done",
-        durable_result_ref=turn_id,
-        generation=1,
-    )
-    await store.turns.finish(lease, result, event_seq=2)
+    turn_id, _intents = await finish_turn(store, session)
     return turn_id
 
 
