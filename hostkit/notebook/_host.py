@@ -33,7 +33,14 @@ from hostkit.errors import (
     UnboundToken,
     UserError,
 )
-from hostkit.host import Agent, Host, HostConfig, ReloadOutcome, RuntimeCapabilities
+from hostkit.host import (
+    Agent,
+    Host,
+    HostConfig,
+    ReloadOutcome,
+    RuntimeCapabilities,
+    unknown_agent,
+)
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import inbox_of
 from hostkit.notebook._approver import WidgetApprover
@@ -152,7 +159,11 @@ class NotebookHost(AsyncResource):
 
     async def scope(self, *, agent: str | None = None) -> PrincipalScope:
         """The scope of ``agent``'s conversation (default: the default agent's): what its
-        sessions are owned by."""
+        sessions are owned by. An agent the Host does not have is refused before a session
+        is bound for it (an inspector asked for a misspelled agent made one)."""
+        known = sorted(self.host.config.agents)
+        if agent is not None and agent not in known:
+            raise InvalidValue(unknown_agent(agent, known))
         return await self.host.authority.for_conversation(self.facts_for(agent))
 
     async def context_inspector(

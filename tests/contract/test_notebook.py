@@ -238,6 +238,20 @@ async def test_a_rejected_turn_is_its_own_error_not_a_task_group_of_one(
     assert "unhandled errors in a TaskGroup" not in repr(view)
 
 
+async def test_an_inspector_for_an_agent_the_host_lacks_binds_no_session(
+    notebook: hn.NotebookHost,
+) -> None:
+    """Asking for a misspelled agent's budget made (and kept) a session for it."""
+    from hostkit.errors import InvalidValue
+
+    operator = await notebook.host.operator("suite", reason="count sessions")
+    before = await notebook.host.store.inspect.recent_sessions(operator)
+    for inspect in (notebook.budget_inspector, notebook.context_inspector, notebook.tool_catalog):
+        with pytest.raises(InvalidValue, match="no agent named 'asistant'; did you mean"):
+            await inspect(agent="asistant")
+    assert await notebook.host.store.inspect.recent_sessions(operator) == before
+
+
 async def test_the_same_file_given_as_text_starts_nothing_new(tmp_path: Path) -> None:
     toml = tmp_path / "hostkit.toml"
     toml.write_text(
