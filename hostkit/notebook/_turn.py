@@ -271,12 +271,20 @@ class TurnView:
         return self._outcome
 
     def close(self) -> None:
-        """Close the panel's widgets (their models leave the kernel and the saved notebook)."""
+        """Close the panel's widgets (their models leave the kernel and the saved notebook).
+
+        A row still waiting for its click stays open: the dashboard and the
+        approvals tab show it, and a closed widget cannot be shown again.
+        """
+        waiting = [row.widget for row in self.rows if row.waiting]
         if self._panel is not None:
+            approvals = self._panel.approvals
+            approvals.children = tuple(w for w in approvals.children if w not in waiting)
             close_tree(self._panel.box)
             self._panel = None
         for row in self.rows:
-            close_tree(row.widget)
+            if not row.waiting:
+                close_tree(row.widget)
 
     @property
     def done(self) -> bool:

@@ -226,6 +226,24 @@ async def test_a_second_start_with_another_configuration_is_refused(
         await hn.start(notebook_config(tmp_path / "other"))
 
 
+async def test_closing_a_panel_keeps_the_row_still_waiting_for_its_click(
+    notebook: hn.NotebookHost,
+) -> None:
+    """The dashboard shows the rows waiting here: a closed one broke it until the
+    approval timed out."""
+    view = notebook.chat("stamp one")
+    row = await view.approval()
+    assert row is not None
+    view.panel  # noqa: B018 (shown, as a cell shows it)
+    view.close()
+    assert row.widget.comm is not None
+    dashboard = await notebook.dashboard()
+    assert row in notebook.waiting_rows()
+    assert dashboard.waiting == (row.widget,)
+    row.approve_once.click()
+    assert (await view).outcome == "completed"
+
+
 async def test_a_rejected_turn_is_its_own_error_not_a_task_group_of_one(
     notebook: hn.NotebookHost,
 ) -> None:
