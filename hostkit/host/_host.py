@@ -1037,15 +1037,14 @@ def _check_same_store(current: HostConfig, config: HostConfig) -> None:
     """A new generation runs on the store the Host opened: a configuration naming another
     (a reload that changed ``[host] database``) is refused, not half applied while every
     write still goes to the old one and the CLI reads the new."""
-    moved = [
-        key
-        for key, before, after in (
+    places: list[tuple[str, object, object]] = [("store.url", current.store.url, config.store.url)]
+    if current.store.url is None or config.store.url is None:
+        # The SQLite file's; a PostgreSQL store ignores both.
+        places += [
             ("host.database", current.database_path, config.database_path),
             ("host.synchronous", current.host.synchronous, config.host.synchronous),
-            ("store.url", current.store.url, config.store.url),
-        )
-        if before != after
-    ]
+        ]
+    moved = [key for key, before, after in places if before != after]
     if moved:
         raise ConfigError(
             f"{', '.join(moved)} changed: the store changes only when the Host is reopened "

@@ -249,7 +249,9 @@ class HostDaemon(Background):
         self._environment = environment
         # Each webhook route's settings and secret as of a generation: a reload's allow
         # list or secret_env counts at the next request (the routes are the start's).
-        self._webhooks = {cid: (channels[cid], secret) for cid, secret in self._secrets.items()}
+        self._webhooks: dict[str, tuple[ChannelConfig, str] | None] = {
+            cid: (channels[cid], secret) for cid, secret in self._secrets.items()
+        }
         self._webhooks_of = host.generation
         self.retention = RetentionSweeper(host.inbox, interval_s=serve.retention_interval_s)
         self._policy = policy
@@ -401,23 +403,24 @@ class HostDaemon(Background):
         )
 
     def _webhook(self, channel_id: str) -> tuple[ChannelConfig, str] | None:
-        """A webhook route's settings and secret in the current generation. A channel the
-        reload removed keeps its start's (its messages are dead-lettered as no longer
-        configured); one whose new secret cannot be read keeps the last good one."""
+        """A webhook route's settings and secret in the current generation; None (404,
+        nothing stored) once the channel is removed or takes no webhooks. A channel whose
+        new secret cannot be read keeps its last good settings and secret."""
         if self.host.generation != self._webhooks_of:
             self._webhooks_of = self.host.generation
             channels = self.host.config.channels
-            for cid, (_old, secret) in list(self._webhooks.items()):
+            for cid in list(self._webhooks):
                 config = channels.get(cid)
                 if config is None or config.inbound != "webhook":
+                    self._webhooks[cid] = None
                     continue
                 try:
                     secret = _env(self._environment, cid, "secret_env", config.secret_env)
                     if (problem := short_secret(secret)) is not None:
                         raise ConfigError(f"its secret {problem}")
                 except ConfigError as exc:
-                    _log.warning("channel %s keeps its last secret: %s", cid, exc)
-                    secret = self._webhooks[cid][1]
+                    _log.warning("channel %s keeps its last settings and secret: %s", cid, exc)
+                    continue
                 self._webhooks[cid] = (config, secret)
         return self._webhooks.get(channel_id)
 

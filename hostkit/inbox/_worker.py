@@ -436,9 +436,10 @@ class InboxWorker(Background):
         if lost:
             self._lost(claimed, "while its turn ran")
         elif result is not None:
-            if result.outcome not in ("completed", "needs_user"):
+            if result.outcome not in ("completed", "needs_user", "cancelled"):
                 # The message is answered (the sender gets the Host's notice), yet an
-                # operator should hear of it: after a bad reload every turn may fail.
+                # operator should hear of it: after a bad reload every turn may fail. A
+                # cancel was someone's decision (or a shutdown's, which says so itself).
                 _log.warning(
                     "inbound %s: turn %s ended %s: %s",
                     claimed.inbound_id,

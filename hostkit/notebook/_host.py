@@ -112,7 +112,7 @@ class NotebookHost(AsyncResource):
         self._monitors: weakref.WeakSet[InboxMonitor] = weakref.WeakSet()
         self.serving: ServeHandle | None = None
         self._serve_lock = asyncio.Lock()
-        self.config_source: HostConfig | str | Path | None = None
+        self.config_source: HostConfig | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
         approver.bind(self._by_turn.get)
@@ -572,15 +572,18 @@ def _leaf(exc: Exception) -> Exception:
     return exc
 
 
-async def _same_source(asked: object, current: object) -> bool:
+async def _resolved(config: HostConfig | str | Path | None) -> HostConfig | Path | None:
+    """A configuration file as the absolute path it named when the Host started (a later
+    ``chdir`` does not make another file the same)."""
+    if isinstance(config, str | Path):
+        return Path(await (await anyio.Path(config).expanduser()).resolve())
+    return config
+
+
+async def _same_source(asked: HostConfig | str | Path, current: object) -> bool:
     """Whether ``asked`` names the configuration the running Host was started from: a path
-    given as text or relative names the same file as its ``Path``."""
-    if asked == current:
-        return True
-    if isinstance(asked, str | Path) and isinstance(current, str | Path):
-        resolved = [await (await anyio.Path(p).expanduser()).resolve() for p in (asked, current)]
-        return resolved[0] == resolved[1]
-    return False
+    given as text or relative names the same file as its absolute ``Path``."""
+    return asked == current or await _resolved(asked) == current
 
 
 async def start(
@@ -620,7 +623,7 @@ async def start(
         approver = WidgetApprover()
         host = await Host.open(config, capabilities=capabilities, approver=approver, agents=agents)
         notebook = NotebookHost(host, approver, conversation=conversation)
-        notebook.config_source, notebook.capabilities = config, capabilities
+        notebook.config_source, notebook.capabilities = await _resolved(config), capabilities
         _current = notebook
         watch_interrupts(_running_views)
     finally:

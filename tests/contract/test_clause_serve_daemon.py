@@ -194,6 +194,12 @@ async def test_a_reload_of_a_channels_allow_list_and_secret_counts_at_the_next_w
                 assert await post("e2", "alice", SECRET) == 401  # the old secret is gone
                 assert await post("e3", "mallory", rotated) == 403  # mallory is revoked
                 assert await post("e4", "alice", rotated) == 200
+                # A channel that takes no more webhooks closes its route: nothing is stored.
+                await host.apply_config(
+                    _config(tmp_path, receiver.deliver_url, inbound="none", allow=["*"])
+                )
+                assert await post("e5", "alice", rotated) == 404
+                assert await post("e6", "mallory", SECRET) == 404
             await daemon.shutdown(reason="test")
 
 

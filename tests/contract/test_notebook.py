@@ -271,6 +271,8 @@ async def test_an_inspector_for_an_agent_the_host_lacks_binds_no_session(
 
 
 async def test_the_same_file_given_as_text_starts_nothing_new(tmp_path: Path) -> None:
+    from hostkit.errors import ConfigError
+
     toml = tmp_path / "hostkit.toml"
     toml.write_text(
         f'[host]\ndatabase = "{tmp_path / "hostkit.db"}"\nworkspace = "{tmp_path}"\n'
@@ -281,6 +283,11 @@ async def test_the_same_file_given_as_text_starts_nothing_new(tmp_path: Path) ->
     try:
         assert await hn.start(str(toml)) is nb
         assert await hn.start(str(tmp_path / "." / "hostkit.toml")) is nb
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "hostkit.toml").write_text(toml.read_text())
+        with pytest.raises(ConfigError, match="another configuration"):
+            await hn.start(str(other / "hostkit.toml"))
     finally:
         await nb.aclose()
 
