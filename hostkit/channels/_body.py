@@ -1,14 +1,15 @@
 """Reading a request body under a byte limit, a deadline and the app's shared budget.
 
 A declared ``Content-Length`` over the limit is refused before anything is
-read; a body without one (chunked) is counted while it streams and refused
-the moment it passes the limit, so an oversize body is never held in full.
+read, and one sent with ``Transfer-Encoding`` too (two framings) is refused;
+every body is counted while it streams and refused the moment it passes the
+limit, so an oversize body is never held in full.
 
 Some senders can only be told apart from an attacker once their body is
 read (a signature covers the body), so many bodies may be read at once by
 people holding no secret. ``BodyBudget`` bounds the bytes all of them hold
-together: past it a request is answered 503 with ``Retry-After`` (platforms
-retry it), never taken into memory.
+together, charged as they arrive: past it a request is answered 503 with
+``Retry-After`` (platforms retry it), never taken into memory.
 """
 
 from __future__ import annotations
@@ -73,25 +74,35 @@ def _too_large(limit: int) -> ChannelRefused:
 
 async def read_body(request: Request, *, limit: int, timeout_s: float, share: BodyShare) -> bytes:
     """The whole body, or ``ChannelRefused`` (413 too large, 400 bad length, 408 too slow,
-    503 over the app's budget). Its bytes stay taken from ``share`` until released."""
+    503 over the app's budget). Its bytes stay taken from ``share`` until released.
+
+    The budget is charged for the bytes as they arrive, never for a length only
+    declared: a sender that promises a body and sends nothing holds nothing, and a
+    body framed otherwise than its ``Content-Length`` says (chunked too) cannot hold
+    more than it was charged for.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared or len(declared) > 18 or not set(declared) <= _DIGITS:
             raise ChannelRefused(
                 "Content-Length is not a byte count", status=400, code="bad_length"
             )
+        if "transfer-encoding" in request.headers:
+            # Two framings (RFC 9112 6.3): which one a proxy and this server follow can
+            # differ, and the length told is not what arrives.
+            raise ChannelRefused(
+                "Content-Length and Transfer-Encoding together", status=400, code="bad_length"
+            )
         if int(declared) > limit:
             raise _too_large(limit)
-        share.take(int(declared))  # the server enforces the length it was told
     body = bytearray()
     try:
         with anyio.fail_after(timeout_s):
             async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
+                if len(body) + len(chunk) > limit:
                     raise _too_large(limit)
-                if declared is None:
-                    share.take(len(chunk))
+                share.take(len(chunk))
+                body += chunk
     except TimeoutError:
         raise ChannelRefused(
             "the body did not arrive in time", status=408, code="slow_body"

@@ -11,6 +11,7 @@ bodies and log lines are short and never hold the secret or the body.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 from collections.abc import Callable
@@ -291,6 +292,43 @@ async def _post_until(client: httpx.AsyncClient, status: int, request: Request) 
             await anyio.sleep(0.02)
 
 
+async def test_a_body_promised_but_not_sent_holds_none_of_the_budget(
+    store: RuntimeStore,
+) -> None:
+    """Reserving the declared length let unsigned requests that send no byte lock every
+    channel out; and a body framed chunked under a small Content-Length was charged only
+    that length. Bytes are charged as they arrive, and the two framings are refused."""
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(hooks={"max_body_bytes": 4096})
+    signed = _webhook(text=f"{MARKER} {'p' * 1400}")
+    promise = (
+        "POST /channels/hooks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"X-Hostkit-Timestamp: {NOW}\r\nX-Hostkit-Signature: sha256=00\r\n"
+        "Content-Length: 4000\r\n\r\n"
+    )
+    async with (
+        serve_ingress(inbox, configs=configs, body_budget_bytes=5000) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        host, port = url.removeprefix("http://").split(":")
+        async with contextlib.AsyncExitStack() as held:
+            for _ in range(8):  # 32,000 bytes promised against a 5,000-byte budget
+                stream = await held.enter_async_context(await anyio.connect_tcp(host, int(port)))
+                await stream.send(promise.encode())
+            accepted = await client.post("/channels/hooks", content=signed[1], headers=signed[2])
+            assert accepted.status_code == 200, accepted.text
+            async with await anyio.connect_tcp(host, int(port)) as both:
+                await both.send(
+                    promise.replace("Content-Length: 4000", "Content-Length: 1").encode()[:-2]
+                    + b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n"
+                )
+                with anyio.fail_after(10):
+                    answer = await both.receive()
+                assert answer.startswith(b"HTTP/1.1 400"), answer[:60]
+                assert b"Content-Length and Transfer-Encoding together" in answer
+    assert len(await inbox.records()) == 1
+
+
 async def test_bodies_read_at_once_are_held_to_the_budget_and_their_share_comes_back(
     store: RuntimeStore,
 ) -> None:
@@ -313,9 +351,9 @@ async def test_bodies_read_at_once_are_held_to_the_budget_and_their_share_comes_
     ):
         host, port = url.removeprefix("http://").split(":")
         async with await anyio.connect_tcp(host, int(port)) as slow:
-            await slow.send(slow_head.encode() + b"{")
+            await slow.send(slow_head.encode() + b"{" + b" " * 3800)
             # A forged request is read (then refused 401) until the slow body holds its
-            # share; from then on it is not even read.
+            # share (the bytes it sent); from then on it is not even read.
             busy = await _post_until(client, 503, forged)
             assert busy.headers["retry-after"] == "5"
             assert set(busy.json()) == {"error"}
