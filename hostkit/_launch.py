@@ -29,7 +29,13 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted while hostkit was starting: nothing was done\n")
         raise SystemExit(INTERRUPTED_STATUS) from None
-    cli()
+    try:
+        cli()
+    except KeyboardInterrupt:
+        # Past the imports, typer still builds the command tree before a command runs (and
+        # handles its own Ctrl-C): one escaping here is that, or a command that had none.
+        sys.stderr.write("\ninterrupted\n")
+        raise SystemExit(INTERRUPTED_STATUS) from None
 
 
 def _command(arguments: Sequence[str]) -> str | None:

@@ -171,6 +171,23 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_status_130() -> None:
     assert done.stderr == "\ninterrupted while hostkit was starting: nothing was done\n"
 
 
+def test_ctrl_c_after_the_imports_while_the_commands_are_built_is_one_line_too() -> None:
+    """Past the imports typer still builds the command tree (type hints, options): a
+    SIGINT there ended in a traceback through typer."""
+    probe = (
+        "import hostkit.cli\n"
+        "def building():\n"
+        "    raise KeyboardInterrupt\n"
+        "hostkit.cli.main = building\n"
+        "from hostkit._launch import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "sessions"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "\ninterrupted\n")
+
+
 def test_every_lazily_loaded_name_is_exported_and_every_export_loads() -> None:
     """The top level's name -> module table and ``__all__`` name the same things."""
     lazy = set(hostkit._EXPORTS)
