@@ -71,10 +71,19 @@ def list_approvals(
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            # Open means pending, or answered and not run yet (its hint says: resume).
-            page = await host.approvals.list(scope, status=None, limit=limit if all_ else MAX_LIST)
-            found = [a for a in page if all_ or a.status == "pending" or a.awaiting_continuation]
-            found = found[:limit]
+            if all_:
+                found = await host.approvals.list(scope, status=None, limit=limit)
+            else:
+                # Open means pending, or answered and not run yet (its hint says: resume).
+                # Read by status: newer closed ones (stale, expired) hid older open ones.
+                found = [
+                    a
+                    for status in ("pending", "approved", "denied")
+                    for a in await host.approvals.list(scope, status=status, limit=limit)
+                    if a.status == "pending" or a.awaiting_continuation
+                ]
+                found.sort(key=lambda a: (a.created_at, a.approval_id), reverse=True)
+                found = found[:limit]
             if json_:
                 print_json(found)
                 return

@@ -8,6 +8,7 @@ process starts its script again).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -305,6 +306,34 @@ async def test_approvals_list_shows_the_pending_call(project: Path, wire: WireSe
     code, out, _ = await hostkit("approvals", "list", "--all", "--reason", "audit", cwd=project)
     row = next(line for line in out.splitlines() if approval_id in line)
     assert "executed" in row
+
+
+async def test_approvals_list_finds_a_pending_call_behind_many_newer_closed_ones(
+    project: Path, wire: WireServer
+) -> None:
+    """It read the newest 200 of every status and kept the open ones: 206 newer stale
+    approvals hid the pending one ("no pending approvals", exit 0)."""
+    wire.script(write_call())
+    approval_id, _ = await paused(project)
+
+    def stale_copies() -> None:
+        columns = (
+            "session_id, turn_id, principal_id, core_id, core_revision, effect, call_id, "
+            "arguments, view, policy_fingerprint, rule_key"
+        )
+        with contextlib.closing(sqlite3.connect(project / "state" / "hostkit.db")) as db, db:
+            for n in range(206):
+                db.execute(
+                    f"INSERT INTO approvals (approval_id, {columns}, status, created_at) "
+                    f"SELECT ?, {columns}, 'stale', '2999-01-01T00:00:00.000Z' FROM approvals "
+                    "WHERE approval_id = ?",
+                    [f"apr_stale{n:04d}", approval_id],
+                )
+
+    await anyio.to_thread.run_sync(stale_copies)
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    assert approval_id in out
 
 
 async def test_approve_runs_the_call_once_and_prints_the_continuation(
