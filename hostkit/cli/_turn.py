@@ -16,6 +16,7 @@ from rich.spinner import Spinner
 from hostkit.authority import conversation_principal
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import command_line
+from hostkit.cli._stdout import ReaderMayLeave
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -268,6 +269,7 @@ async def _streamed(
 ) -> TurnResult:
     result: TurnResult | None = None
     failure: HostkitError | None = None
+    sink = ReaderMayLeave(out)  # a reader that leaves (| head) cuts no turn off
     # Whether anything reached ``out``: a turn refused before it streamed prints nothing there.
     wrote = False
     async with host.events.subscribe(accepts) as events:
@@ -293,8 +295,8 @@ async def _streamed(
             shown = event_text(event)
             if shown is not None:
                 waiting.stop()
-                out.write(shown)
-                out.flush()
+                sink.write(shown)
+                sink.flush()
                 wrote = True
 
         approver = host.approvals.runtime.provider
@@ -320,14 +322,14 @@ async def _streamed(
                 console.before_prompt = before
     if failure is not None:
         if wrote:
-            out.write("\n")
+            sink.write("\n")
         raise failure
     assert result is not None
     if not wrote and result.text:
         # A turn that had already ended (an approval answered again, a resume): its
         # recorded answer, as the stream would have shown it.
-        out.write(prose_text(result.text))
+        sink.write(prose_text(result.text))
         wrote = True
     if wrote:
-        out.write("\n")
+        sink.write("\n")
     return result

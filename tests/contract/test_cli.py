@@ -357,6 +357,29 @@ async def test_an_operator_command_where_there_is_no_project_creates_nothing(
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == []
 
 
+async def test_a_reader_that_leaves_early_neither_cuts_the_turn_nor_prints_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """``hostkit run ... | head -c 5``: a BrokenPipeError ended the turn cancelled, with a
+    152-line traceback and status 1. The turn finishes; its outcome sets the status."""
+    long = "fruit\\n" * 40_000  # past the pipe's buffer: the write after head left breaks
+    config = (
+        f'[providers.test]\nkind = "scripted"\nscript = [{{reply = "{long}"}}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+    line = (
+        f"{shlex.quote(sys.executable)} -m hostkit run 'list fruit' 2>err.txt | head -c 5;"
+        " echo ${PIPESTATUS[0]} > status.txt"
+    )
+    await anyio.run_process(["bash", "-c", line], cwd=tmp_path, stdin=subprocess.DEVNULL)
+    status = (await anyio.Path(tmp_path / "status.txt").read_text()).strip()
+    err = await anyio.Path(tmp_path / "err.txt").read_text()
+    assert "Traceback" not in err
+    assert "outcome: completed" in err
+    assert status == "0", err
+
+
 async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path) -> None:
     """``--agent notes`` after the assistant must not continue (and relabel) the
     assistant's session, whose history is about something else."""
