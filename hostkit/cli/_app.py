@@ -53,12 +53,21 @@ from hostkit.cli._turn import attach_files, recorded_turn, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
-from hostkit.types import FreshSession, ResumeSession, SessionSelector, is_text, new_id
+from hostkit.types import (
+    MAX_INPUT_CHARS,
+    FreshSession,
+    ResumeSession,
+    SessionSelector,
+    is_text,
+    new_id,
+)
 
 __all__ = ["app", "main"]
 
 # How admission refuses a --session this conversation cannot resume (missing, or not its).
 _SESSION_UNAVAILABLE = "the requested session is not available"
+# What ``hostkit run -`` reads at most: a turn's whole input, four UTF-8 bytes a character.
+_STDIN_BYTES = 4 * MAX_INPUT_CHARS
 
 # Words a newcomer types for a command that has another name here, and what to type.
 _SYNONYMS = {
@@ -112,9 +121,27 @@ def _options(version: VersionOption = False) -> None:
     """Options of ``hostkit`` itself: ``--version`` is eager and exits before any command."""
 
 
+def _message_from_stdin() -> str:
+    """``hostkit run -``: the message read from stdin, bounded (one argument of a command
+    line holds at most 128 KiB, less than a turn's input may be). A trailing newline
+    (``echo``'s) is not part of it."""
+    data = sys.stdin.buffer.read(_STDIN_BYTES + 1)
+    if len(data) > _STDIN_BYTES:
+        raise fail(InvalidValue(f"the message on stdin is over {MAX_INPUT_CHARS} characters"))
+    try:
+        text = data.decode("utf-8").removesuffix("\n")
+    except UnicodeDecodeError:
+        raise fail(InvalidValue("the message on stdin is not UTF-8 text")) from None
+    if not text.strip():
+        raise fail(InvalidValue("the message on stdin is empty"))
+    return text
+
+
 @app.command()
 def run(
-    message: Annotated[str, typer.Argument(help="what to ask the agent")],
+    message: Annotated[
+        str, typer.Argument(help="what to ask the agent; - reads it from stdin (UTF-8)")
+    ],
     agent: Annotated[
         str,
         typer.Option(
@@ -148,6 +175,8 @@ def run(
     that is missing, too large or of an unknown type, or an attachment the
     agent's provider does not accept, is a one-line error (exit status 2).
     """
+    if message == "-":
+        message = _message_from_stdin()
     if new and session is not None:
         # Contradictory flags: the usual one-line error, exit status 2, before anything runs.
         raise fail(InvalidValue("choose one of --new (a fresh session) and --session (resume one)"))

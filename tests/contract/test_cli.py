@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -355,6 +356,45 @@ async def test_an_operator_command_where_there_is_no_project_creates_nothing(
         assert code == 2, (command, err)
         assert "no hostkit.toml in this directory or above it and no database" in err
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == []
+
+
+async def test_run_dash_reads_the_message_from_stdin(tmp_path: Path) -> None:
+    """One argument holds at most 128 KiB, less than a turn's input may be: ``-`` reads
+    the message from stdin ("-" itself was sent as the message). Bad input is one line."""
+    config = (
+        '[host]\ndatabase = "hostkit.db"\n'
+        '[providers.test]\nkind = "scripted"\ncontext_window = 400000\n'
+        'script = [{reply = "read it"}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+    )
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(config)
+    message = "é" * 90_000  # 180 KB: past what one argument may hold
+
+    async def run_with(stdin: bytes) -> tuple[int, str]:
+        done = await anyio.run_process(
+            [sys.executable, "-m", "hostkit", "run", "-"],
+            cwd=tmp_path,
+            input=stdin,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        return done.returncode, done.stderr.decode()
+
+    code, err = await run_with(message.encode() + b"\n")
+    assert code == 0, err
+
+    def user_messages() -> list[str]:
+        with sqlite3.connect(tmp_path / "hostkit.db") as db:
+            rows = db.execute("SELECT content FROM messages WHERE role = 'user'").fetchall()
+        return [json.loads(row[0]).get("text", row[0]) for row in rows]
+
+    assert await anyio.to_thread.run_sync(user_messages) == [message]
+    for stdin, said in (
+        (b"\xff\xfe", "the message on stdin is not UTF-8 text"),
+        (b"  \n", "the message on stdin is empty"),
+    ):
+        code, err = await run_with(stdin)
+        assert (code, err.strip()) == (2, f"error: {said}")
 
 
 async def test_a_reader_that_leaves_early_neither_cuts_the_turn_nor_prints_a_traceback(
