@@ -603,13 +603,8 @@ def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:
     except BaseExceptionGroup as group:
         single = _single_error(group)
         if single is None:
-            if (
-                group.subgroup(BrokenPipeError) is not None
-                and group.subgroup(
-                    lambda e: not isinstance(e, BrokenPipeError | BaseExceptionGroup)
-                )
-                is None
-            ):
+            broken, rest = group.split(BrokenPipeError)
+            if broken is not None and rest is None:
                 stdout_gone()
                 raise typer.Exit(EXIT_OK) from None
             raise

@@ -80,7 +80,7 @@ MAX_SAMPLES = 20
 # per-message overhead, schemas), which it counts generously: the provider counting fewer
 # says nothing about the content of the larger requests that follow, and taking it would
 # scale their estimates down (to half, at MIN_RATIO) and over the window. Such a sample
-# counts as at least 1 and at least the ratio held; above those it is taken as any other.
+# counts as at least 1 and leaves a higher ratio as it is; above those it is taken as any other.
 MIN_LOWERING_TOKENS = 1_000
 
 
@@ -477,22 +477,10 @@ def _append_usage(
         recorded.estimator,
     )
     sample = reported / recorded.raw_input_tokens
-    if recorded.raw_input_tokens < MIN_LOWERING_TOKENS:
-        # Never lower: at least 1, and at least the ratio the session holds (averaging
-        # a ratio with itself leaves it where it is).
-        sample = max(sample, 1.0, _held_ratio(conn, key))
-    return _Appended(_calibrate(conn, key, sample))
-
-
-def _held_ratio(conn: sqlite3.Connection, key: tuple[str, str, str, str]) -> float:
-    """The session's ratio under ``key`` (0 when it holds none, or one of another key)."""
-    found = _row(
-        conn,
-        "SELECT ratio FROM context_calibration WHERE session_id = ? AND provider = ? "
-        "AND model = ? AND estimator = ?",
-        key,
-    )
-    return float(found["ratio"]) if found is not None else 0.0
+    lowers = recorded.raw_input_tokens >= MIN_LOWERING_TOKENS
+    if not lowers:
+        sample = max(sample, 1.0)
+    return _Appended(_calibrate(conn, key, sample, lowers=lowers))
 
 
 _SAME_KEY = (
@@ -505,6 +493,9 @@ _CALIBRATE = (
     "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
     "updated_at) VALUES (?, ?, ?, ?, ?, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
     f"ON CONFLICT (session_id) DO UPDATE SET ratio = CASE WHEN {_SAME_KEY} "
+    # A sample that may not lower the ratio (a small request's) leaves it where it is.
+    "AND ? = 0 AND excluded.ratio <= context_calibration.ratio THEN context_calibration.ratio "
+    f"WHEN {_SAME_KEY} "
     "AND (excluded.ratio <= context_calibration.ratio OR excluded.ratio <= 1.0) "
     f"THEN (context_calibration.ratio * {_WEIGHT} + excluded.ratio) / ({_WEIGHT} + 1) "
     "ELSE excluded.ratio END, "
@@ -515,10 +506,11 @@ _CALIBRATE = (
 
 
 def _calibrate(
-    conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float
+    conn: sqlite3.Connection, key: tuple[str, str, str, str], sample: float, *, lowers: bool
 ) -> Calibration:
     """Move the session's ratio toward ``sample`` (up to it at once when the provider
     counted more than the estimate); another provider/model/estimator resets it.
+    ``lowers=False``: the sample raises the ratio or leaves it, never lowers it.
 
     One statement: the moving average is taken in SQL against the row as it
     is, and the row comes back as it was left.
@@ -527,7 +519,8 @@ def _calibrate(
     sample = min(MAX_RATIO, max(MIN_RATIO, sample))
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
-    (row,) = cursor.execute(_CALIBRATE, [session_id, provider, model, estimator, sample]).fetchall()
+    params = [session_id, provider, model, estimator, sample, int(lowers)]
+    (row,) = cursor.execute(_CALIBRATE, params).fetchall()
     return _calibration(row)
 
 
