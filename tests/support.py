@@ -21,8 +21,9 @@ import anyio.abc
 import psutil
 import pytest
 
+from hostkit.inbox import ChannelInbox
 from hostkit.store import LeaseOwner
-from hostkit.types import ConversationFacts
+from hostkit.types import ClaimedInbound, ConversationFacts, InboundResult
 
 
 def facts(
@@ -32,6 +33,16 @@ def facts(
     return ConversationFacts(
         channel=channel, conversation_key=conversation, principal_key=principal
     )
+
+
+async def claim_all(inbox: ChannelInbox) -> list[ClaimedInbound]:
+    """Claim every due inbound, completing each (``ignored``) as a worker would: a
+    conversation's next inbound is claimed only after the one before it ends."""
+    claimed: list[ClaimedInbound] = []
+    while (item := await inbox.claim()) is not None:
+        claimed.append(item)
+        await inbox.complete(item, InboundResult("ignored"))
+    return claimed
 
 
 async def file_bytes(path: Path) -> bytes:

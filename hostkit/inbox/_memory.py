@@ -20,7 +20,7 @@ import anyio
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap
-from hostkit.inbox._memory_index import DueEntry, DueIndex, OwnerIndex
+from hostkit.inbox._memory_index import ConversationIndex, DueEntry, DueIndex, OwnerIndex
 from hostkit.store import ATTEMPTS_EXHAUSTED, MAX_CLAIM_OWNERS, InboxStore, inbox_checks
 from hostkit.types import (
     UNANSWERED_OUTCOMES,
@@ -92,6 +92,7 @@ class MemoryInboxStore(InboxStore):
         self._counts: dict[str, dict[str, int]] = {}
         self._due = DueIndex(self._is_live)
         self._owners = OwnerIndex()
+        self._conversations = ConversationIndex(self._is_active)
         # Completed rows by completion time: still holding a payload, and all of them.
         self._payloads: list[tuple[float, int, str]] = []
         self._tombstones: list[tuple[float, int, str]] = []
@@ -426,8 +427,19 @@ class MemoryInboxStore(InboxStore):
     # -- internals ---------------------------------------------------------------------
 
     def _is_live(self, entry: DueEntry) -> bool:
+        """A due entry counts while it is its row's latest and the row is the first
+        active one of its conversation: a conversation's messages are claimed in order."""
         row = self._rows.get(entry[2])
-        return row is not None and row.version == entry[3] and row.state in _ACTIVE
+        return (
+            row is not None
+            and row.version == entry[3]
+            and row.state in _ACTIVE
+            and self._conversations.first(_conversation(row)) == row.inbound_id
+        )
+
+    def _is_active(self, inbound_id: str) -> bool:
+        row = self._rows.get(inbound_id)
+        return row is not None and row.state in _ACTIVE
 
     def _known(self, inbound_id: str, claim_token: str, now: float) -> _Row:
         inbox_checks.check_ref("inbound_id", inbound_id)
@@ -463,12 +475,16 @@ class MemoryInboxStore(InboxStore):
             if old is not None:
                 self._count(channel, old.state, -1)
             self._count(channel, new.state, +1)
+        was_active = old is not None and old.state in _ACTIVE
+        if new.state in _ACTIVE and not was_active:
+            self._conversations.join(_conversation(new), new.seq, new.inbound_id)
         if new.due_at is not None and (old is None or old.version != new.version):
-            by_state = self._counts[channel]
-            active = by_state.get("ready", 0) + by_state.get("claimed", 0)
-            self._due.push(
-                channel, (new.due_at, new.seq, new.inbound_id, new.version), active=active
-            )
+            self._push_due(new)
+        if was_active and new.state not in _ACTIVE:
+            # The conversation's next message (if any) may be claimed now.
+            following = self._conversations.first(_conversation(new))
+            if following is not None:
+                self._push_due(self._rows[following])
         if _unanswered(new) != (old is not None and _unanswered(old)):
             self._count(channel, "unanswered", +1 if _unanswered(new) else -1)
         if new.state == "completed" and (old is None or old.state != "completed"):
@@ -476,6 +492,13 @@ class MemoryInboxStore(InboxStore):
             heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
         if _unprocessable(new) and (old is None or not _unprocessable(old)):
             heapq.heappush(self._unprocessable, (new.updated_at, new.seq, new.inbound_id))
+
+    def _push_due(self, row: _Row) -> None:
+        assert row.due_at is not None  # an active row is always due some time
+        channel = row.envelope.channel_instance_id
+        by_state = self._counts[channel]
+        active = by_state.get("ready", 0) + by_state.get("claimed", 0)
+        self._due.push(channel, (row.due_at, row.seq, row.inbound_id, row.version), active=active)
 
     def _delete(self, row: _Row) -> None:
         """Forget ``row`` and its dedup key (retention: the event may be accepted again)."""
@@ -492,6 +515,10 @@ class MemoryInboxStore(InboxStore):
             del by_state[state]
         if not by_state:
             del self._counts[channel]
+
+
+def _conversation(row: _Row) -> tuple[str, str]:
+    return row.envelope.channel_instance_id, row.envelope.conversation_key
 
 
 def _unanswered(row: _Row) -> bool:

@@ -8,7 +8,9 @@ changes gets a new entry with a new version, and entries whose version is no
 longer the row's are dropped when they reach the top of the heap (or when a
 heap holds far more stale entries than live rows). ``OwnerIndex`` is the
 counterpart of the SQLite adapter's walk over claimed rows by owner: it finds a
-dead owner's claims without a scan of every row.
+dead owner's claims without a scan of every row. ``ConversationIndex`` is the
+counterpart of its per-conversation probe: only the oldest waiting or leased row
+of a conversation may be claimed.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 
-__all__ = ["DueEntry", "DueIndex", "OwnerIndex"]
+__all__ = ["ConversationIndex", "DueEntry", "DueIndex", "OwnerIndex"]
 
 # (due_at, accept sequence, inbound id, row version)
 DueEntry = tuple[float, int, str, int]
 IsLive = Callable[[DueEntry], bool]
+# (channel instance, conversation key)
+Conversation = tuple[str, str]
 # A heap is rebuilt from its live entries when it is this much larger than needed.
 _SLACK = 64
 
@@ -108,3 +112,30 @@ class OwnerIndex:
     def claims(self, owner: str) -> tuple[str, ...]:
         """The inbound ids ``owner`` holds a claim on."""
         return tuple(sorted(self._claims.get(owner, ())))
+
+
+class ConversationIndex:
+    """The waiting or leased rows of each conversation, in accept order.
+
+    A row joins when it becomes active (accepted, requeued); rows that left
+    (completed, dead-lettered) are dropped when they reach the front, so
+    ``first`` costs O(log rows) amortised and nothing is scanned.
+    """
+
+    def __init__(self, is_active: Callable[[str], bool]) -> None:
+        self._is_active = is_active
+        self._rows: dict[Conversation, list[tuple[int, str]]] = {}
+
+    def join(self, conversation: Conversation, seq: int, inbound_id: str) -> None:
+        heapq.heappush(self._rows.setdefault(conversation, []), (seq, inbound_id))
+
+    def first(self, conversation: Conversation) -> str | None:
+        """The inbound id of the conversation's oldest active row, or None."""
+        rows = self._rows.get(conversation)
+        while rows:
+            if self._is_active(rows[0][1]):
+                return rows[0][1]
+            heapq.heappop(rows)
+        if rows is not None:
+            del self._rows[conversation]
+        return None

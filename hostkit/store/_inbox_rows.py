@@ -98,16 +98,25 @@ _CLAIM_COLUMNS = (
     "principal_key, authenticated_by, received_at, payload, payload_ref, artifacts, metadata, "
     "source_id, source_cursor, state, due_at, attempt, turn_reserved"
 )
+# Only the oldest waiting or leased row of a conversation may be claimed (one probe of
+# inbox_conversation_due): a conversation's messages are answered in the order they were
+# accepted, across every process that claims, and one busy conversation holds one slot.
+_FIRST_OF_CONVERSATION = (
+    "NOT EXISTS (SELECT 1 FROM inbox AS earlier "
+    "WHERE earlier.channel_instance_id = inbox.channel_instance_id "
+    "AND earlier.conversation_key = inbox.conversation_key AND earlier.id < inbox.id "
+    "AND earlier.state IN ('ready', 'claimed'))"
+)
 # One channel instance's oldest due rows (due_at, then accept order), a page at a time.
 DUE_ROWS = (
     f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
-    "AND state IN ('ready', 'claimed') AND due_at <= ? ORDER BY due_at, id LIMIT ? "
-    "/*pg: FOR UPDATE SKIP LOCKED */"
+    f"AND state IN ('ready', 'claimed') AND due_at <= ? AND {_FIRST_OF_CONVERSATION} "
+    "ORDER BY due_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
 )
 _DUE_ROWS_AFTER = (
     f"SELECT {_CLAIM_COLUMNS} FROM inbox WHERE channel_instance_id = ? "
     "AND state IN ('ready', 'claimed') AND due_at <= ? AND (due_at, id) > (?, ?) "
-    "ORDER BY due_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
+    f"AND {_FIRST_OF_CONVERSATION} ORDER BY due_at, id LIMIT ? /*pg: FOR UPDATE SKIP LOCKED */"
 )
 _CLAIM = (
     "UPDATE inbox SET state = 'claimed', due_at = ?, attempt = attempt + 1, claim_token = ?, "

@@ -463,6 +463,15 @@ _V7_DELIVERY_ORDER = Migration(
     ),
 )
 
+_V8_INBOX_ORDER = Migration(
+    8,
+    "inbox: a conversation's messages are claimed in the order they were accepted",
+    (
+        "CREATE INDEX inbox_conversation_due ON inbox(channel_instance_id, conversation_key, id) "
+        "WHERE state IN ('ready', 'claimed')",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -471,5 +480,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V5_DELIVERY_CLAIM_OWNERS,
     _V6_LEASE_LAPSE_NOTICES,
     _V7_DELIVERY_ORDER,
+    _V8_INBOX_ORDER,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

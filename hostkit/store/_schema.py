@@ -795,6 +795,17 @@ _V20_DELIVERY_ORDER = Migration(
     ),
 )
 
+_V21_INBOX_ORDER = Migration(
+    21,
+    "inbox: a conversation's messages are claimed in the order they were accepted",
+    (
+        # A due message waits while an older one of its conversation is still waiting or
+        # leased (the claim's NOT EXISTS walks this): answers follow the messages' order.
+        "CREATE INDEX inbox_conversation_due ON inbox(channel_instance_id, conversation_key, id) "
+        "WHERE state IN ('ready', 'claimed')",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -816,5 +827,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V18_DELIVERY_CLAIM_OWNERS,
     _V19_LEASE_LAPSE_NOTICES,
     _V20_DELIVERY_ORDER,
+    _V21_INBOX_ORDER,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -80,15 +80,17 @@ def envelope(
     channel: str = "telegram.support",
     *,
     payload: str = "hello",
-    conversation: str = "chat-1",
+    conversation: str | None = None,
     checkpoint: SourceCheckpoint | None = None,
     **fields: Any,
 ) -> InboundEnvelope:
-    """An authenticated test event with platform event key ``key``."""
+    """An authenticated test event with platform event key ``key``, alone in its
+    conversation unless ``conversation`` names one (a conversation's inbounds are
+    claimed one at a time)."""
     return InboundEnvelope(
         channel_instance_id=channel,
         platform_event_key=key,
-        conversation_key=conversation,
+        conversation_key=conversation or f"chat-{key}",
         principal_key=fields.pop("principal_key", "user-1"),
         authenticated_by=fields.pop("authenticated_by", "bot_token"),
         received_at=fields.pop("received_at", _START),

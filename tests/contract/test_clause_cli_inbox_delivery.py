@@ -99,7 +99,7 @@ def envelope(key: str) -> InboundEnvelope:
     return InboundEnvelope(
         channel_instance_id="chat",
         platform_event_key=key,
-        conversation_key="T1:C1:U1",
+        conversation_key=f"T1:C1:{key}",  # one conversation each: claimed together
         principal_key="U1",
         authenticated_by="hmac-sha256",
         received_at=NOW,

@@ -28,6 +28,7 @@ from hostkit.inbox._memory import MemoryInboxStore
 from hostkit.store import RuntimeStore
 from hostkit.types import InboundEnvelope, InboxReceipt, SourceCheckpoint
 from tests.platforms import FakeTelegram, telegram_callback, telegram_message
+from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +70,7 @@ async def test_the_cursor_is_committed_with_its_batch_and_confirms_the_updates(
         assert telegram.pending_updates == []
         assert telegram.polls[0].body["allowed_updates"] == ["message", "callback_query"]
     seen = {}
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         seen[claimed.envelope.platform_event_key] = claimed.envelope
     assert {key: (e.kind, e.payload) for key, e in seen.items()} == {
         "1": ("message", "one"),
@@ -263,7 +264,7 @@ async def test_an_update_renumbered_onto_an_old_id_is_a_new_message(store: Runti
         assert await restarted.poll_once() == 0  # its offset confirms the last one
         assert telegram.pending_updates == []
     texts = []
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         texts.append(claimed.envelope.payload)
     assert sorted(texts) == ["far 5000000", "new 100", "new 101", "old 100", "old 101"]
 
@@ -310,6 +311,6 @@ async def test_updates_renumbered_below_the_cursor_are_read_and_confirmed(
         assert await poller.poll_once() == 0
         assert telegram.pending_updates == []
     texts = []
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         texts.append(claimed.envelope.payload)
     assert sorted(texts) == sorted(["before the quiet week", "one", "two", "three"])

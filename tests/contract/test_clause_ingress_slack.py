@@ -19,6 +19,7 @@ from hostkit.channels import sign_slack
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, serve_ingress, to_json
+from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -135,7 +136,7 @@ async def test_a_persons_messages_with_a_subtype_are_accepted_like_plain_ones(
             answer = await _post(client, body)
             assert (answer.status_code, answer.json()["status"]) == (200, "accepted"), subtype
     stored = []
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         stored.append((claimed.envelope.kind, claimed.envelope.payload))
     assert sorted(stored) == sorted(("message", f"from {subtype}") for subtype in PERSON_SUBTYPES)
 

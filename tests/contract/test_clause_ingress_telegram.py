@@ -16,6 +16,7 @@ from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, serve_ingress, to_json
 from tests.platforms import telegram_callback, telegram_message
+from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ async def test_a_message_and_a_button_are_accepted_once_each(store: RuntimeStore
     assert pressed.json()["status"] == "accepted"
     assert len(await inbox.records(channel_instance_id="tg")) == 2
     seen = {}
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         seen[claimed.envelope.platform_event_key] = claimed.envelope
     assert set(seen) == {"500", "501"}
     text, command = seen["500"], seen["501"]

@@ -20,6 +20,7 @@ from hostkit.errors import DatabaseReplaced, StoreError
 from hostkit.inbox import ChannelInbox, InboxWorker
 from hostkit.store import RuntimeStore
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
+from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +82,7 @@ async def test_a_typed_approval_answer_arrives_as_a_normalised_command(store: Ru
     assert [typed.status_code, declared.status_code, forced.status_code] == [200, 200, 200]
     assert not_a_command.status_code == 400
     seen = {}
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         seen[claimed.envelope.platform_event_key] = (
             claimed.envelope.kind,
             claimed.envelope.payload,

@@ -61,7 +61,7 @@ def envelope(channel: str, key: str) -> InboundEnvelope:
     return InboundEnvelope(
         channel_instance_id=channel,
         platform_event_key=key,
-        conversation_key="room-1",
+        conversation_key=f"room-{key}",  # one conversation each: claimed together
         principal_key="ada",
         authenticated_by="test",
         received_at=1_800_000_000.0,

@@ -37,7 +37,7 @@ def envelope(key: str, channel: str = "webhook.main", **extra: Any) -> InboundEn
     return InboundEnvelope(
         channel_instance_id=channel,
         platform_event_key=key,
-        conversation_key="chat-1",
+        conversation_key=extra.pop("conversation_key", f"chat-{key}"),
         principal_key="user-1",
         authenticated_by="hmac",
         received_at=NOW,

@@ -6,10 +6,12 @@ their work together), then runs ``mode``:
 
 - ``accept``: ``tasks`` concurrent accepts of the one envelope ``key``; each
   receipt is one JSON line ``{"pid", "inbound_id", "disposition"}`` in ``out``.
-- ``claim``: claims batches of ``batch`` (lease ``lease_s``) until nothing is
-  due, completing each claim after holding it ``hold_s`` (default 0); each
-  claim is one line ``{"pid", "inbound_id", "token", "attempt", "at"}`` in
-  ``out``, written before it is completed.
+- ``claim``: claims batches of ``batch`` (lease ``lease_s``) until no inbound
+  is ready or claimed (by any process), completing each claim after holding it
+  ``hold_s`` (default 0); each claim is one line ``{"pid", "inbound_id",
+  "token", "attempt", "at"}`` in ``out``, written before it is completed, and
+  with ``done_out`` the moment its completion starts is one line
+  ``{"inbound_id", "at"}`` there.
 - ``ioerror``: accepts ``batch`` envelopes with checkpoint ``c2`` while the
   process may not write files past ``fsize`` bytes (``RLIMIT_FSIZE``: the
   kernel refuses the write, SQLite gets a real I/O error), then lifts the
@@ -48,9 +50,9 @@ def envelope(key: str, payload: str = "hello") -> InboundEnvelope:
     )
 
 
-def append_line(record: dict[str, Any]) -> None:
+def append_line(record: dict[str, Any], path: str | None = None) -> None:
     # One write of an O_APPEND file: lines of several processes never interleave.
-    fd = os.open(OPTIONS["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path or OPTIONS["out"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
@@ -84,7 +86,12 @@ async def claim(inbox: ChannelInbox) -> None:
     while True:
         claimed = await inbox.claim_batch(OPTIONS["batch"])
         if not claimed:
-            return
+            # Nothing due for this process: done, unless another holds a conversation's
+            # earlier message (the later ones become due once it completes).
+            if not any(c.ready or c.claimed for c in await inbox.counts()):
+                return
+            await anyio.sleep(0.005)
+            continue
         for item in claimed:
             append_line(
                 {
@@ -98,6 +105,8 @@ async def claim(inbox: ChannelInbox) -> None:
         # Held a moment, as a handler would hold it: the other processes claim meanwhile.
         await anyio.sleep(OPTIONS.get("hold_s", 0.0))
         for item in claimed:
+            if "done_out" in OPTIONS:
+                append_line({"inbound_id": item.inbound_id, "at": time.time()}, OPTIONS["done_out"])
             await inbox.complete(item, InboundResult("ignored"))
 
 

@@ -11,6 +11,7 @@ unlike a read-only directory).
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -35,11 +36,13 @@ NOW = 1_800_000_000.0
 PER_CHANNEL = 40
 
 
-def envelope(key: str, channel: str = "webhook.main", payload: str = "hello") -> InboundEnvelope:
+def envelope(
+    key: str, channel: str = "webhook.main", payload: str = "hello", conversation: str = ""
+) -> InboundEnvelope:
     return InboundEnvelope(
         channel_instance_id=channel,
         platform_event_key=key,
-        conversation_key="chat-1",
+        conversation_key=conversation or f"chat-{key}",
         principal_key="user-1",
         authenticated_by="hmac",
         received_at=NOW,
@@ -149,6 +152,52 @@ async def test_worker_processes_never_hold_the_same_inbound(tmp_path: Path) -> N
             (channel, PER_CHANNEL) for channel in channels
         ]
         assert all(c.ready == c.claimed == c.dead_lettered == 0 for c in counts)
+
+
+async def test_worker_processes_claim_a_conversations_messages_one_at_a_time_in_order(
+    tmp_path: Path,
+) -> None:
+    """Three processes, one channel, four conversations accepted interleaved: each
+    conversation's messages are claimed in accept order, each only after the one before
+    it began completing, while different conversations are held at the same time."""
+    db, out, done = tmp_path / "hostkit.db", tmp_path / "claims.jsonl", tmp_path / "done.jsonl"
+    conversations, per_conversation = 4, 8
+    accepted: dict[str, list[str]] = {f"conv-{c}": [] for c in range(conversations)}
+    async with RuntimeStore.open(db) as store:
+        inbox = ChannelInbox.on_store(store)
+        for n in range(per_conversation):
+            for conversation in accepted:
+                receipt = await inbox.accept(
+                    envelope(f"{conversation}-{n}", conversation=conversation)
+                )
+                accepted[conversation].append(receipt.inbound_id)
+    await run_together(
+        tmp_path,
+        [
+            {
+                "db": str(db),
+                "out": str(out),
+                "done_out": str(done),
+                "mode": "claim",
+                "batch": 4,
+                "lease_s": 600.0,
+                "hold_s": 0.01,
+            }
+            for _ in range(3)
+        ],
+    )
+    claims = await lines(out)
+    claimed_at = {c["inbound_id"]: c["at"] for c in claims}
+    completing_at = {d["inbound_id"]: d["at"] for d in await lines(done)}
+    assert len(claims) == conversations * per_conversation
+    assert len({c["pid"] for c in claims}) > 1, "one process took everything: no race happened"
+    for ids in accepted.values():
+        assert sorted(ids, key=claimed_at.__getitem__) == ids
+        for earlier, later in itertools.pairwise(ids):
+            assert claimed_at[later] > completing_at[earlier]
+    # Conversations still ran side by side: some claims overlapped in time.
+    spans = sorted((claimed_at[i], completing_at[i]) for i in claimed_at)
+    assert any(start < end for (_, end), (start, _) in itertools.pairwise(spans))
 
 
 async def test_a_full_disk_at_accept_stores_nothing_and_then_recovers(db_path: Path) -> None:

@@ -26,6 +26,7 @@ from hostkit.store import RuntimeStore
 from hostkit.types import InboundEnvelope
 from tests.ingress import NOW, SECRETS, serve_ingress
 from tests.platforms import FakeTelegram, telegram_message
+from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
 
@@ -104,7 +105,7 @@ async def test_unstorable_text_is_a_dead_letter_and_an_unstorable_key_a_400(
     kept = await inbox.records()
     assert sorted(r.channel_instance_id for r in kept) == ["hooks", "tg"]
     assert all(r.kind == "unprocessable" for r in kept)
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         assert claimed.envelope.payload == ""
         assert "Unicode" in str(claimed.envelope.metadata["unprocessable"])
 
@@ -132,6 +133,6 @@ async def test_the_poller_keeps_an_update_it_cannot_store_as_a_dead_letter_and_m
         assert telegram.pending_updates == []
     assert await inbox.checkpoint("telegram-poll:tg-poll") == "3"
     kinds = {}
-    while (claimed := await inbox.claim()) is not None:
+    for claimed in await claim_all(inbox):
         kinds[claimed.envelope.kind] = claimed.envelope.payload
     assert kinds == {"unprocessable": "", "message": "good"}
