@@ -27,9 +27,15 @@ from hostkit.effects._redaction import Redactor
 from hostkit.errors import ApprovalClosed, bounded
 from hostkit.types import TurnExecutionContext, bounded_metadata, new_id
 
-__all__ = ["mcp_entries"]
+__all__ = ["MCP_WINDOW_SHARE", "mcp_entries"]
 
 _log = logging.getLogger(__name__)
+
+# The discovered tools of all servers together take at most this share of the model's
+# window (counted as 4 characters a token), split evenly between the servers that list
+# tools: one server's list, hostile or only large, cannot leave the turn no room or crowd
+# out another server's tools.
+MCP_WINDOW_SHARE = 0.5
 
 
 async def mcp_entries(
@@ -40,13 +46,16 @@ async def mcp_entries(
     policy: EffectPolicy,
     servers: Sequence[McpServer],
     taken: Collection[str] = (),
+    window_tokens: int | None = None,
 ) -> tuple[list[CatalogEntry], tuple[McpDiscovery, ...]]:
     """The catalog entries of the declared ``servers`` and one discovery per server.
 
     ``taken`` are the provider names of the turn's other entries. A discovered
     tool whose name one of them (or an earlier server's tool) already has is
     left out and named in its server's discovery: a name a server chose at run
-    time never takes the agent's other tools down with it.
+    time never takes the agent's other tools down with it. With the model's
+    ``window_tokens``, so is a tool past its server's share of the window
+    (``MCP_WINDOW_SHARE``): nor does the size of what a server lists.
     """
     session, agent = context.session_id, context.core_id
     await pool.retain(session, {server.name for server in servers})
@@ -99,16 +108,28 @@ async def mcp_entries(
     entries: list[CatalogEntry] = []
     used = set(taken)
     connected = {server.name for server, _ in approved}
+    listing = sum(1 for discovery in found.values() if discovery.tools)
+    share = (
+        None
+        if window_tokens is None or not listing
+        else int(window_tokens * 4 * MCP_WINDOW_SHARE) // listing
+    )
     for name in sorted(found):
         discovery = found[name]
         binding = next(s.declaration.digest() for s in servers if s.name == name)
         clashes: list[str] = []
+        over: list[str] = []
+        spent = 0
         for tool in discovery.tools:
             if policy.decide(tool.name) == "deny":
                 continue
             if provider_name(tool.name) in used:
                 clashes.append(tool.mcp_name)
                 continue
+            if share is not None and spent + tool.catalog_chars > share:
+                over.append(tool.mcp_name)
+                continue
+            spent += tool.catalog_chars
             used.add(provider_name(tool.name))
             entries.append(
                 CatalogEntry(
@@ -123,6 +144,12 @@ async def mcp_entries(
             )
         tool_names = [tool.name for tool in discovery.tools]
         notes = _missed_rules(policy, name, tool_names, log=name in connected)
+        if over:
+            notes.insert(
+                0,
+                f"{len(over)} left out, past this server's share of the model's context "
+                "window: " + ", ".join(over),
+            )
         if clashes:
             notes.insert(0, "left out, their names are taken by other tools: " + ", ".join(clashes))
         if notes:

@@ -92,6 +92,11 @@ class McpTool(SchemaTool):
         self.server = server.name
         self.mcp_name = spec.name
         self.secret_values = server.secret_values()
+        # What offering it costs the model's window, in characters (its name, description
+        # and schema as sent): what the catalog's share of the window is counted in.
+        self.catalog_chars = (
+            len(effect) + len(self.description) + len(json.dumps(spec.input_schema, default=str))
+        )
         self._connection = connection
         self._live = live
 
@@ -541,7 +546,8 @@ def _tools_of(
     of the server's tools (``get-time`` and ``get_time``: neither is offered,
     a call could not say which it meant) or whose schema cannot be checked
     safely is left out and named in the diagnostic, not offered half-checked.
-    Declared env values are masked in descriptions.
+    Declared env values are masked in descriptions and schemas; a tool whose
+    name holds one is left out (and not named).
     """
     warning = server.connector.approval_warning
     redactor = Redactor.of(server.declaration.secret_values())
@@ -549,7 +555,11 @@ def _tools_of(
     skipped: list[str] = []
     for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:
         effect = mcp_effect_name(server.name, spec.name)
-        if effect is None:
+        if redactor.leaked(spec.name):
+            # Its name would carry a declared secret into the catalog, the status rows
+            # and the transcript; masked, it would name nothing a call could reach.
+            skipped.append(_SECRET_NAME)
+        elif effect is None:
             skipped.append(bounded(spec.name, 60))
         else:
             named.setdefault(provider_name(effect), []).append(spec)
@@ -559,7 +569,11 @@ def _tools_of(
         if len(alike) > 1 or schema_problem(spec.input_schema) is not None:
             skipped.extend(bounded(each.name, 60) for each in alike)
             continue
-        shown = dataclasses.replace(spec, description=redactor.text(spec.description))
+        shown = dataclasses.replace(
+            spec,
+            description=redactor.text(spec.description),
+            input_schema=redactor.value(spec.input_schema) if redactor else spec.input_schema,
+        )
         effect = mcp_effect_name(server.name, spec.name)
         assert effect is not None
         tools.append(
@@ -568,6 +582,9 @@ def _tools_of(
     if len(specs) > MAX_TOOLS_PER_SERVER:
         skipped.append(f"{len(specs) - MAX_TOOLS_PER_SERVER} more")
     return tuple(sorted(tools, key=lambda t: t.name)), tuple(skipped)
+
+
+_SECRET_NAME = "a tool whose name holds a declared secret"
 
 
 def binding_of(server: McpServer) -> str:

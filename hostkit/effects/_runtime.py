@@ -262,12 +262,16 @@ class EffectRuntime:
         # turn id -> ids of the calls whose tool was invoked (until the turn's catalog closes)
         self._invoked: dict[str, set[str]] = {}
 
-    async def prepare_catalog(self, context: TurnExecutionContext) -> PreparedEffectCatalog:
+    async def prepare_catalog(
+        self, context: TurnExecutionContext, *, window_tokens: int | None = None
+    ) -> PreparedEffectCatalog:
         """Freeze this turn's definitions and references.
 
         Declared MCP servers pass the ``mcp.connect:<server>`` gate and are
         discovered here (reusing the session's connections); a server that
-        gives nothing is in ``catalog.discoveries`` with the reason.
+        gives nothing is in ``catalog.discoveries`` with the reason. With the
+        model's ``window_tokens``, discovered tools past a server's share of
+        that window are left out (named in its discovery).
         """
         toolset = await self._toolsets.toolset(context)
         entries = [
@@ -288,6 +292,7 @@ class EffectRuntime:
                 policy=toolset.policy,
                 servers=toolset.mcp_servers,
                 taken={entry.provider_name for entry in entries},
+                window_tokens=window_tokens,
             )
             entries += found
         catalog = PreparedEffectCatalog(

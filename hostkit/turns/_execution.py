@@ -387,7 +387,9 @@ class TurnExecution:
         with active.scope:
             try:
                 with anyio.move_on_after(self._turn_timeout_s) as deadline:
-                    active.catalog = await core.effects.prepare_catalog(context)
+                    active.catalog = await core.effects.prepare_catalog(
+                        context, window_tokens=core.provider.limits.context_window
+                    )
                     self._announce_unavailable(context, active.catalog)
                     active.author = AuthorTurn.of(
                         self._state,

@@ -234,6 +234,22 @@ async def test_an_answer_that_is_no_json_rpc_fails_the_call_at_once(
         await connection.aclose()
 
 
+async def test_an_answer_nested_too_deep_to_read_fails_the_call_at_once(
+    connector: McpClientConnector, no_leftovers: None
+) -> None:
+    """Past any parser's depth, the answer is still an answer: the call fails now, not
+    as ``timed_out`` at its deadline (with a cancellation sent for a finished request)."""
+    connection = await connector.connect(bad("raw_answers", "deep", call_timeout_s=60))
+    try:
+        with anyio.fail_after(10):
+            outcome = await connection.call_tool("garble", {})
+        assert outcome.status == "failed"
+        assert "not valid JSON-RPC" in (outcome.error or "")
+        assert not connection.alive
+    finally:
+        await connection.aclose()
+
+
 async def test_a_servers_own_error_with_code_32000_fails_the_call_and_keeps_the_session(
     connector: McpClientConnector, no_leftovers: None
 ) -> None:

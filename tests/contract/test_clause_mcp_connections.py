@@ -73,7 +73,7 @@ class Connection:
             McpToolSpec(
                 name,
                 self.connector.descriptions.get(name, f"{name} of {self.declaration.name}"),
-                SCHEMA,
+                self.connector.schemas.get(name, SCHEMA),
             )
             for name in self.connector.tools
         ]
@@ -105,6 +105,7 @@ class RecordingConnector:
     identity: str = "sandbox-a"
     close_delay_s: float = 0.0
     descriptions: dict[str, str] = field(default_factory=dict)
+    schemas: dict[str, Any] = field(default_factory=dict)
     output: str | None = None
     connects: list[str] = field(default_factory=list)
     connections: list[Connection] = field(default_factory=list)
@@ -186,7 +187,12 @@ class Rig:
             await self.runtime.close_catalog(self.prepared.pop())
 
     async def turn(
-        self, conversation: str | None = None, *, new_session: bool = False, agent: str = ""
+        self,
+        conversation: str | None = None,
+        *,
+        new_session: bool = False,
+        agent: str = "",
+        window_tokens: int | None = None,
     ) -> tuple[PreparedEffectCatalog, Any]:
         await self.finish()  # one turn after another, as a session's turns run
         scope = await self.authority.for_conversation(
@@ -205,7 +211,7 @@ class Rig:
         if agent:
             fields["core_id"] = agent
         context = TurnExecutionContext(**fields)
-        catalog = await self.runtime.prepare_catalog(context)
+        catalog = await self.runtime.prepare_catalog(context, window_tokens=window_tokens)
         self.prepared.append(catalog)
         return catalog, context
 
@@ -475,6 +481,68 @@ async def test_clause_declared_env_values_never_reach_a_view(authority: Authorit
     assert result.status == "succeeded"
     assert token not in repr(result)
     assert "[redacted:mcp.db.DB_TOKEN]" in result.views.model
+
+
+async def test_clause_a_declared_secret_in_a_schema_or_a_tool_name_never_reaches_a_view(
+    authority: AuthorityResolver,
+) -> None:
+    """The schema goes to the model as the description does; a tool named by the secret
+    is left out and named only as such (its name would carry the secret everywhere)."""
+    token = "tok-declared-9f8e7d6c5b4a"
+    property_ = {
+        "type": "string",
+        "description": f"the zone; token {token}",
+        "default": token,
+        "examples": [token],
+    }
+    schema = {"type": "object", "properties": {"zone": property_}, "required": ["zone"]}
+    connector = RecordingConnector(tools=("get_time", token), schemas={"get_time": schema})
+    r = await rig(authority, [McpServer(declared("db", env={"DB_TOKEN": token}), connector)])
+    catalog, context = await r.turn()
+    assert [d.name for d in catalog.definitions] == ["mcp_db_get_time"]
+    (definition,) = catalog.definitions
+    shown = repr(definition.parameters)
+    assert token not in shown
+    assert "9f8e7d6c" not in shown
+    assert "[redacted:mcp.db.DB_TOKEN]" in shown
+    (discovery,) = catalog.discoveries
+    assert "a tool whose name holds a declared secret" in discovery.detail
+    for text in (discovery.detail, repr(r.statuses), repr(catalog.definitions)):
+        assert "9f8e7d6c" not in text
+    # The argument names stay: the call reaches the server as before.
+    ref = catalog.resolve("mcp_db_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert result.status == "succeeded"
+    assert connector.calls == [("db", "get_time", {"zone": "UTC"})]
+
+
+async def test_clause_a_servers_tools_take_at_most_its_share_of_the_model_window(
+    authority: AuthorityResolver,
+) -> None:
+    """One server listing many large tools, hostile or only large, cannot leave the turn
+    no room or crowd out another server's tools: past its share they are left out, named."""
+    wide = {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "description": "z" * 6_000}},
+    }
+    many = tuple(f"tool_{n:02}" for n in range(40))
+    big = RecordingConnector(tools=many, schemas=dict.fromkeys(many, wide))
+    small = RecordingConnector(tools=("get_time",))
+    servers = [McpServer(declared("big"), big), McpServer(declared("small"), small)]
+    r = await rig(authority, servers)
+    catalog, _ = await r.turn(window_tokens=8_192)
+    names = [d.name for d in catalog.definitions]
+    # Half the window (8,192 tokens x 4 characters / 2) split between two servers.
+    assert names == ["mcp_big_tool_00", "mcp_small_get_time"]
+    details = {d.server: d.detail for d in catalog.discoveries}
+    assert details["big"].startswith(
+        "39 left out, past this server's share of the model's context window: tool_01, "
+    )
+    assert details["small"] == ""
+    # Where the window is not known (a direct caller), nothing is left out for size.
+    whole, _ = await r.turn(window_tokens=None)
+    assert len(whole.definitions) == 41
 
 
 @pytest.mark.parametrize(

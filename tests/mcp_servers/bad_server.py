@@ -141,7 +141,8 @@ def spawn_helper(how: str) -> None:
 
 def raw_answers(call: str) -> None:
     """A hand-written stdio server whose answer to each tool call is ``call``: "malformed"
-    (a JSON-RPC message no client can read, its result not an object) or "server_error"
+    (a JSON-RPC message no client can read, its result not an object), "deep" (a result
+    nested 3,000 levels deep: more than any JSON parser here follows) or "server_error"
     (a JSON-RPC error with code -32000, the first server error code); everything else it
     answers properly."""
     for line in sys.stdin:
@@ -166,7 +167,11 @@ def raw_answers(call: str) -> None:
         elif answer is None:
             del reply["result"]
             reply["error"] = {"code": -32601, "message": f"no method {method}"}
-        sys.stdout.write(json.dumps(reply))
+        text = json.dumps(reply)
+        if method == "tools/call" and call == "deep":
+            nested = '{"a": ' * 3000 + "1" + "}" * 3000
+            text = f'{{"jsonrpc": "2.0", "id": {json.dumps(request["id"])}, "result": {nested}}}'
+        sys.stdout.write(text)
         sys.stdout.write("\n")
         sys.stdout.flush()
 

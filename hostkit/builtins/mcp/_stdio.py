@@ -205,10 +205,20 @@ class StdioLink:
 
 def _answers_a_request(line: bytes) -> bool:
     """Whether a line the SDK could not read is still an answer to a request (a JSON object
-    with an id and a result or an error); any other line (a log line) is let through."""
+    with an id and a result or an error); any other line (a log line) is let through.
+
+    An object nested too deeply to parse counts when it names an id and a result or an
+    error: no log line is built like that, and the request it answered must not wait.
+    """
     try:
         value = json.loads(line)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        return (
+            line.lstrip().startswith(b"{")
+            and b'"id"' in line
+            and (b'"result"' in line or b'"error"' in line)
+        )
+    except ValueError:
         return False
     return (
         isinstance(value, dict)
