@@ -55,6 +55,11 @@ __all__ = [
 ]
 
 MAX_SYMLINK_HOPS = 40  # the kernel's own bound
+# A walk holds one descriptor per directory level (so ``..`` is answered from it): these
+# bound what one operation may hold, and how much it may walk through links, so a tree
+# the agent planted cannot use up the Host's descriptors (its database, its sockets).
+MAX_WALK_DEPTH = 64
+MAX_WALK_COMPONENTS = 4096
 _CHUNK_BYTES = 64 * 1024
 _SHOWN_CHARS = 200
 
@@ -214,13 +219,20 @@ class ContainedRoot:
         """
         stack = [self._open_root()]
         pending = deque(parts)
-        hops = 0
+        hops = walked = 0
         ids = self.protected.identities()
         try:
             _guard_directory(ids, stack[0], shown)
             while pending:
                 name = pending.popleft()
                 last = not pending
+                walked += 1
+                if walked > MAX_WALK_COMPONENTS:
+                    raise WorkspaceError(
+                        f"{quoted(shown)}: walks more than {MAX_WALK_COMPONENTS} path "
+                        "components through its links",
+                        reason="too_deep",
+                    )
                 if name == "..":
                     if len(stack) == 1:
                         reason = "symlink" if hops else "parent"
@@ -233,6 +245,12 @@ class ContainedRoot:
                 if last and final == "parent":
                     _guard_entry(ids, stack[-1], name, shown)
                     return stack.pop(), name
+                if not last and len(stack) > MAX_WALK_DEPTH:
+                    # Refused before it is opened (or created): one more level to hold.
+                    raise WorkspaceError(
+                        f"{quoted(shown)}: nests more than {MAX_WALK_DEPTH} directories deep",
+                        reason="too_deep",
+                    )
                 want_dir = not last or final == "dir"
                 flags = _DIR_FLAGS if want_dir else FILE_FLAGS
                 opened = open_entry(stack[-1], name, flags, create=create_dirs and want_dir)
