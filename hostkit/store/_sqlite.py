@@ -10,9 +10,9 @@ from typing import TypeVar
 
 import anyio
 
-from hostkit.errors import InvalidValue, StoreClosed
+from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
-from hostkit.store._connection import DbConnection, Synchronous, open_connection
+from hostkit.store._connection import DbConnection, Synchronous, open_connection, primary_code
 from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import MIGRATIONS, Migration
@@ -109,7 +109,7 @@ class SqliteStore(RowStore):
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms
             )
         except sqlite3.Error as exc:
-            raise map_sqlite_error(exc, f"opening {database}") from exc
+            raise _open_failure(exc, database) from exc
         reader: DbConnection | None = None
         try:
             report = await writer.run(
@@ -132,7 +132,7 @@ class SqliteStore(RowStore):
                     await reader.close()
                 await writer.close()
             if isinstance(exc, sqlite3.Error):  # the lock never came free, or the backup failed
-                raise map_sqlite_error(exc, f"opening {database}") from exc
+                raise _open_failure(exc, database) from exc
             raise
         store = cls(
             database,
@@ -248,3 +248,23 @@ class SqliteStore(RowStore):
                 except sqlite3.Error as exc:
                     await conn.run(end(ROLLBACK))
                     raise map_sqlite_error(exc, "commit") from exc
+
+
+# What an operator can do when the file cannot be opened at all, by SQLite's primary code.
+_OPEN_ADVICE = {
+    sqlite3.SQLITE_NOTADB: "point the database setting at another file, or move this one aside",
+    sqlite3.SQLITE_CORRUPT: "it is damaged: restore it from a backup (one is kept before "
+    "each migration, beside it), or move it aside to start empty",
+    sqlite3.SQLITE_CANTOPEN: "its directory must exist and be writable by this user",
+    sqlite3.SQLITE_PERM: "this user may not write it, or its -wal and -shm files beside it",
+    sqlite3.SQLITE_READONLY: "this user may not write it, or its -wal and -shm files beside it",
+}
+
+
+def _open_failure(exc: sqlite3.Error, database: Path) -> StoreError:
+    """The open's ``StoreError``, saying what to do where an operator can fix the cause."""
+    failure = map_sqlite_error(exc, f"opening {database}")
+    advice = _OPEN_ADVICE.get(primary_code(exc) or 0)
+    if advice is None:
+        return failure
+    return StoreError(f"{failure.message}; {advice}", retryable=failure.retryable)

@@ -495,3 +495,33 @@ async def test_v19_keeps_every_lease_and_ends_a_lapsed_one_only_a_ttl_after_noti
         taken = await store.turns.admit(admission(session_id), owner=ELSEWHERE, ttl_s=60)
         assert isinstance(taken, Admitted)
         assert [r.turn_id for r in taken.recovered] == [held.lease.turn_id]
+
+
+@pytest.mark.parametrize(
+    ("prepare", "advice"),
+    [
+        ("garbage", "point the database setting at another file, or move this one aside"),
+        ("under_a_file", "its directory must exist and be writable by this user"),
+    ],
+)
+@pytest.mark.sqlite_only("a SQLite file that is no database, or under no directory")
+async def test_a_database_that_cannot_be_opened_says_what_to_do(
+    tmp_path: Path, prepare: str, advice: str
+) -> None:
+    """Not a database, or a directory that cannot hold one: the error names the file and
+    what an operator can do, and the file is left as it was."""
+    if prepare == "garbage":
+        database = tmp_path / "hostkit.db"
+        await anyio.Path(database).write_text("a note someone saved under the database's name\n")
+    else:
+        await anyio.Path(tmp_path / "plain").write_text("not a directory\n")
+        database = tmp_path / "plain" / "hostkit.db"
+    before = await file_bytes(database) if prepare == "garbage" else None
+    with pytest.raises(StoreError) as caught:
+        async with RuntimeStore.open(database):
+            pass
+    assert str(database) in caught.value.message
+    assert caught.value.message.endswith(advice)
+    assert len(caught.value.message) <= 500
+    if before is not None:
+        assert await file_bytes(database) == before
