@@ -264,17 +264,22 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
 
     A ``lost`` turn (its process died) and a turn the Host or its caller cut
     off (``cancelled`` with ``cancelled_by`` not the user: a shutdown's drain,
-    a deadline) send the notice that the message went unanswered; one cut off
-    while a call ran (``indeterminate``) says that part of it may have been
-    done (``INDETERMINATE_NOTICE``), not to send it again unchecked. A
-    person's own cancel sends nothing. A ``failed`` turn sends the notice that
-    it could not answer (``FAILED_NOTICE``), never its error.
+    a deadline) send the notice that the message went unanswered, unless a
+    call of the turn ran or may have run (``indeterminate``, or a recorded
+    call that acted): then they say that part of it may have been done
+    (``INDETERMINATE_NOTICE``), never to just send it again, which would act
+    twice. A person's own cancel sends nothing. A ``failed`` turn sends the
+    notice that it could not answer (``FAILED_NOTICE``), never its error.
     """
     cut_off = result.cancelled_by in ("host", "caller")
-    if result.outcome == "indeterminate" and cut_off:
+    unanswered = result.outcome == "lost" or (
+        result.outcome in ("cancelled", "indeterminate") and cut_off
+    )
+    if result.outcome == "indeterminate" and result.cancelled_by != "user":
         return [{"text": INDETERMINATE_NOTICE}]
-    if result.outcome == "lost" or (result.outcome == "cancelled" and cut_off):
-        return [{"text": LOST_NOTICE}]
+    if unanswered:
+        acted = _acted(conn, result.turn_id)
+        return [{"text": INDETERMINATE_NOTICE if acted else LOST_NOTICE}]
     if result.outcome == "failed":
         return [{"text": FAILED_NOTICE}]
     payloads: list[dict[str, Any]] = []
@@ -287,13 +292,32 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     return payloads
 
 
+# Recorded effect statuses after which the call ran, or may have, and acted on the world.
+_ACTED_STATUSES = frozenset({"succeeded", "failed", "timed_out", "indeterminate"})
+
+
+def _acted(conn: sqlite3.Connection, turn_id: str) -> bool:
+    """Whether a recorded call of the turn ran (or may have): its message, sent again,
+    would run it again."""
+    return any(
+        json.loads(detail or "{}").get("status") in _ACTED_STATUSES
+        for (detail,) in conn.execute(
+            "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'effect.completed'",
+            [turn_id],
+        )
+    )
+
+
 def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> RecoveredTurn:
-    """End a running turn whose holder is gone: ``lost``, ``cancelled`` if one was asked, or
-    ``needs_user`` when it stopped while its approval was being decided.
+    """End a running turn whose holder is gone: ``lost``, ``cancelled`` if one was asked,
+    ``indeterminate`` when a call of it may have run without its result being recorded,
+    or ``needs_user`` when it stopped while its approval was being decided.
 
     Nothing is replayed: its provider or effect step may or may not have
     happened, and the terminal record says so. The calls of its last step that
-    have no result get one (``answer_dangling_calls``). An approval is durable
+    have no result get one (``answer_dangling_calls``); when the first of them
+    may have run, or an approved call it claimed may have (``settle_claims``),
+    the turn ends ``indeterminate``, as a turn cut off during a call does. An approval is durable
     from the moment it is asked, so a turn that stopped while a person decided
     still has it open: the turn pauses on it (``needs_user``), and whoever
     answers it runs the call — unless a cancel was asked, which voids it. A
@@ -308,7 +332,7 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     still running, so a second recovery (another process) writes nothing.
     """
     turn_id, session_id = row["turn_id"], row["session_id"]
-    settle_claims(conn, turn_id)
+    maybe_ran = settle_claims(conn, turn_id) > 0
     paused = open_approval(conn, turn_id)
     cancelled = row["cancel_requested_at"] is not None
     outcome: TurnOutcome = "cancelled" if cancelled else "lost"
@@ -320,7 +344,10 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     else:
         if paused is not None:
             void_open(conn, paused.approval_id, CANCELLED_WHILE_ASKED)
-        answer_dangling_calls(conn, session_id, turn_id)
+        maybe_ran = answer_dangling_calls(conn, session_id, turn_id) > 0 or maybe_ran
+        if maybe_ran:
+            outcome = "indeterminate"
+            error = f"{error} (a tool call may have run before it stopped: its outcome is unknown)"
     result = TurnResult(
         request_id=row["request_id"],
         turn_id=turn_id,
@@ -388,7 +415,7 @@ def answer_dangling_calls(
     its own, so the next turn's model reads what is known: calls run one at a time, so
     the first unanswered one may have run (indeterminate) and the rest did not. The call
     the turn ``paused`` on for an approval is left for its continuation to answer, and
-    nothing after it ran."""
+    nothing after it ran. Returns how many were answered as may have run (0 or 1)."""
     last = one_row(
         conn,
         "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'assistant' "
@@ -415,7 +442,7 @@ def answer_dangling_calls(
             "tool", text, tool_call_id=str(call["call_id"]), name=str(call.get("name") or "")
         )
         insert_message(conn, session_id, turn_id, message, at=at)
-    return len(dangling)
+    return 1 if dangling and paused is None else 0
 
 
 def _free(conn: sqlite3.Connection, session_id: str, *, turn_id: str) -> int:

@@ -147,7 +147,8 @@ async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its
     model = ScriptedModel([Reply("after the crash")])
     async with Host.open(config(tmp_path), capabilities=capabilities(model)) as host:
         rows = await turn_rows(host)
-        assert [status for _, status in rows] == ["lost"]
+        # A call of it may have run: the turn's own outcome says so too.
+        assert [status for _, status in rows] == ["indeterminate"]
         follow = await host.turns.run(request("what happened?"))
         assert follow.outcome == "completed"
     answers = tool_messages(model.requests[-1])

@@ -1,14 +1,19 @@
 """A Host process for the recovered-routed-turns crash test (run as a script, not collected).
 
 ``python routed_turns_worker.py <root>`` opens a Host on ``root``'s SQLite file and runs
-three turns at once, each in its own conversation, then stops forever:
+five turns at once, each in its own conversation, then stops forever:
 
 - ``wait routed`` (route ``LOST_ROUTE``): its provider call never returns;
 - ``stamp it`` (route ``ASK_ROUTE``): asks ``files.stamp`` of an approver still deciding;
-- ``wait plain`` (no route, as from the CLI): its provider call never returns.
+- ``wait plain`` (no route, as from the CLI): its provider call never returns;
+- ``pay now`` (route ``PAYING_ROUTE``): its ``ledger.pay`` call writes the ledger, then
+  never returns;
+- ``pay then wait`` (route ``PAID_ROUTE``): its ``ledger.pay`` call writes the ledger and
+  returns, and the provider call after it never returns.
 
 Each writes a marker in ``root`` when it is there (``waiting-routed``, ``asked`` with the
-approval id, ``waiting-plain``), so the test kills the process with all three mid-turn.
+approval id, ``waiting-plain``, ``paying``, ``paid-waiting``), so the test kills the
+process with all five mid-turn.
 """
 
 from __future__ import annotations
@@ -34,10 +39,22 @@ ASK_ROUTE: dict[str, Any] = {
     "conversation": "42:7",
     "reply": {"chat_id": 42},
 }
+PAYING_ROUTE: dict[str, Any] = {
+    "channel": "slack.main",
+    "conversation": "T1:C2:U1",
+    "reply": {"channel": "C2"},
+}
+PAID_ROUTE: dict[str, Any] = {
+    "channel": "slack.main",
+    "conversation": "T1:C3:U1",
+    "reply": {"channel": "C3"},
+}
 TURNS: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
     ("wait routed", "c-routed", LOST_ROUTE),
     ("stamp it", "c-ask", ASK_ROUTE),
     ("wait plain", "c-plain", None),
+    ("pay now", "c-paying", PAYING_ROUTE),
+    ("pay then wait", "c-paid", PAID_ROUTE),
 )
 
 
@@ -63,6 +80,18 @@ def host_config(root: Path) -> HostConfig:
 async def stamp(ctx: ToolContext, label: str) -> str:
     """Stamp a document (never runs here: its approval is never answered)."""
     raise AssertionError("the call ran without an approval")
+
+
+@tool("ledger.pay")
+async def pay(ctx: ToolContext, label: str) -> str:
+    """Pay: one line in the workspace's ledger (a side effect), then hang if asked to."""
+    root = Path(ctx.workspace)
+    async with await anyio.open_file(root / "ledger", "a") as ledger:
+        await ledger.write(f"{label}\n")
+    if label == "hang":
+        await publish(root / "paying", "the payment is made, its result is not recorded")
+        await anyio.sleep_forever()
+    return f"paid {label}"
 
 
 async def publish(path: str | Path, text: str) -> None:
@@ -100,9 +129,12 @@ def model(root: Path) -> ScriptedModel:
         text = [m.content for m in request.messages if m.role == "user"][-1]
         if "stamp" in text:
             return CallTools(("files_stamp", {"label": "invoice 7"}))
-        await anyio.Path(root / text.replace(" ", "-").replace("wait", "waiting")).write_text(
-            "inside the provider call"
-        )
+        marker = text.replace(" ", "-").replace("wait", "waiting")
+        if text.startswith("pay"):
+            if request.messages[-1].role != "tool":
+                return CallTools(("ledger_pay", {"label": "hang" if text == "pay now" else "ok"}))
+            marker = "paid-waiting"
+        await anyio.Path(root / marker).write_text("inside the provider call")
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -113,7 +145,7 @@ async def main(root: Path) -> None:
     async with (
         Host.open(
             host_config(root),
-            capabilities=capabilities(model(root), tools=[stamp]),
+            capabilities=capabilities(model(root), tools=[stamp, pay]),
             approver=Deciding(root / "asked"),
         ) as host,
         anyio.create_task_group() as group,

@@ -135,7 +135,7 @@ async def test_a_continuation_killed_after_its_claim_is_indeterminate_and_never_
         assert "may have run" in void.void_reason
         # The continuation turn was recovered, and its transcript answers the paused call.
         statuses = dict(await turn_rows(host))
-        assert statuses[void.continuation_turn_id] == "lost"
+        assert statuses[void.continuation_turn_id] == "indeterminate"
         (answer,) = await host.store.read(
             lambda c: c.execute(
                 "SELECT content FROM messages WHERE turn_id = ? AND role = 'tool'",
