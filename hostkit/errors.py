@@ -45,7 +45,9 @@ branch on one flag whatever the concrete error is.
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -86,6 +88,7 @@ __all__ = [
     "bounded",
     "bounded_hides",
     "redact_credentials",
+    "scrub_secret",
     "unbounded_message",
 ]
 
@@ -109,7 +112,7 @@ _SECRET_ASSIGNMENT = re.compile(
 _TOKEN_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})"
-    r"|(?<![0-9])[0-9]{6,12}:[A-Za-z0-9_-]{30,}"
+    r"|(?<![0-9])[0-9]{6,12}(?::|%3[Aa])[A-Za-z0-9_-]{30,}"
 )
 # How much more of a long text than it shows ``bounded()`` redacts (see there).
 _REDACT_SPAN = 16_384
@@ -118,6 +121,28 @@ _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
 # Not anchored at a word start, so a longer run of letters before "://" still has the
 # password masked (the match starts at a later letter).
 _URL_CREDENTIALS = re.compile(r"([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
+
+
+def scrub_secret(text: str, secret: str, *, shortest: int = 8) -> str:
+    """``text`` without ``secret`` in any spelling a server echoing a request gives it:
+    as is, percent-encoded (a URL path or query), JSON-escaped, or in a repr. A token of
+    the ``<id>:<secret>`` shape loses its secret half on its own too. A secret shorter
+    than ``shortest`` is left alone (masking it would mask ordinary words)."""
+    if len(secret) < shortest:
+        return text
+    forms = {
+        secret,
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        repr(secret)[1:-1],
+    }
+    _, colon, half = secret.partition(":")
+    if colon and len(half) >= shortest:
+        forms.add(half)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "[redacted]")
+    return text
 
 
 def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:

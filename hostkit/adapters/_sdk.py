@@ -25,11 +25,14 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import anyio
 
 from hostkit.adapters._base import ProviderBase
-from hostkit.errors import ConfigError, ContextOverflow, ProviderError
+from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded, scrub_secret
 from hostkit.providers import RetryPolicy, retry_after_seconds
 from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
 
 __all__ = ["SdkErrors", "SdkProvider"]
+
+# A provider's request id is header text it controls: at most this much of it is shown.
+_REQUEST_ID_CHARS = 128
 
 
 # Statuses where the server did no work we could repeat: rate limits, timeouts, outages.
@@ -197,8 +200,12 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
         headers: Mapping[str, str],
         overflow: bool,
     ) -> ProviderError:
-        """Map an HTTP error status; ``overflow`` says the body reads as "context too long"."""
-        message = f"HTTP {status}: {detail}" + (f" (request {request_id})" if request_id else "")
+        """Map an HTTP error status; ``overflow`` says the body reads as "context too long".
+
+        The request id is the provider's header text: bounded, and scrubbed with the rest.
+        """
+        shown = f" (request {self._request_id(request_id)})" if request_id else ""
+        message = self._scrub(f"HTTP {status}: {detail}{shown}")
         if status == 400 and overflow:
             return ContextOverflow(message, provider=self._name, status=status)
         return ProviderError(
@@ -231,6 +238,11 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
             value = f"{value} ({cause})"
         return self._scrub(value)
 
+    def _request_id(self, value: str | None) -> str | None:
+        """The provider's request id as kept (in errors, responses, usage): header text it
+        controls, so bounded and scrubbed of the key a gateway may echo into it."""
+        return self._scrub(bounded(value, _REQUEST_ID_CHARS)) if value else None
+
     def _scrub(self, value: str) -> str:
         # Local servers and gateways sometimes echo the request; never let the key into a message.
-        return value.replace(self._secret, "[redacted]") if len(self._secret) >= 8 else value
+        return scrub_secret(value, self._secret)

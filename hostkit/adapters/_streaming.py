@@ -193,7 +193,7 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 async with self._endpoint(client).with_streaming_response.create(**params) as raw:
                     # The status line and headers are in: from here on, nothing is re-sent.
                     try:
-                        draft = Draft(request_id=raw.request_id)
+                        draft = Draft(request_id=self._request_id(raw.request_id))
                         self._read(await raw.parse(), draft)
                         return self._response(draft)
                     except OverBound as exc:
@@ -221,7 +221,9 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 items: _ItemStream = await self._endpoint(client).create(**params)
             except self._errors.base as exc:
                 raise self._error(exc) from exc
-            draft = Draft(request_id=items.response.headers.get(self._request_id_header))
+            draft = Draft(
+                request_id=self._request_id(items.response.headers.get(self._request_id_header))
+            )
             try:
                 first = await self._pull(items, draft, before_first=True)
             except BaseException:

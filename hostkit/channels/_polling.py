@@ -33,7 +33,14 @@ from hostkit.channels._parsed import Ignored
 from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.channels._settings import ChannelSettings, sender_allowed
 from hostkit.channels._telegram import envelope_from_update, update_id
-from hostkit.errors import ChannelRefused, ConfigError, PollError, StoreError, bounded
+from hostkit.errors import (
+    ChannelRefused,
+    ConfigError,
+    PollError,
+    StoreError,
+    bounded,
+    scrub_secret,
+)
 from hostkit.inbox import ChannelInbox
 from hostkit.types import InboundEnvelope, SourceCheckpoint, is_count, is_seconds
 
@@ -276,7 +283,7 @@ class TelegramPoller:
         if status != 200 or not isinstance(answer, dict) or answer.get("ok") is not True:
             description = answer.get("description") if isinstance(answer, dict) else None
             # Redact before cutting: a token straddling the cut would survive in part.
-            shown = str(description).replace(self._token, "[redacted]") if description else ""
+            shown = scrub_secret(str(description), self._token) if description else ""
             text = bounded(shown, 120) if shown else ""
             raise PollError(f"getUpdates answered {status}: {text or 'not ok'}", status=status)
         result = answer.get("result")

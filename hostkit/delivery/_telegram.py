@@ -21,6 +21,7 @@ import httpx
 from hostkit.channels import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
+from hostkit.errors import scrub_secret
 
 __all__ = ["TelegramChannel"]
 
@@ -111,4 +112,4 @@ class TelegramChannel:
             raise transient(code, f"telegram answered HTTP {answer.status}")
         description = data.get("description")
         detail = description if isinstance(description, str) else f"HTTP {answer.status}"
-        raise permanent(code, detail.replace(self._token, "[redacted]"))
+        raise permanent(code, scrub_secret(detail, self._token))

@@ -220,7 +220,8 @@ async def test_a_lease_taken_over_unbinds_the_admission_token_and_its_writes_fai
             async with Host.open(config(tmp_path), capabilities=capabilities(model_b)) as b:
                 taken = await b.turns.run(request("mine now"))
                 assert taken.outcome == "completed"
-    assert results[0].outcome == "lost"
+    # Taken over while its tool ran: that call, and so the turn, may have acted.
+    assert results[0].outcome == "indeterminate"
     assert observed["cancellation"] == results[0].turn_id
     context = observed["context"]
     assert isinstance(context, TurnExecutionContext)

@@ -441,6 +441,25 @@ async def test_client_errors_are_not_retried_and_never_show_the_key(
 
 
 @rigs(WIRE)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_key_echoed_in_the_request_id_header_never_reaches_the_error(
+    rig: WireRig, stream: bool
+) -> None:
+    """A gateway that echoes the request into its request-id header (OpenAI's
+    ``x-request-id``, Anthropic's ``request-id``): the id is header text, scrubbed and
+    bounded like the body's."""
+    echoed = f"req-{API_KEY}-" + "\x1b[31m" + "r" * 400
+    headers = {"x-request-id": echoed, "request-id": echoed}
+    rig.wire.script(rig.fmt.error_reply(401, "bad key", headers=headers))
+    with pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=stream)
+    shown = str(raised.value)
+    assert API_KEY not in shown
+    assert "(request req-[redacted]-" in shown
+    assert len(shown) <= MESSAGE_LIMIT
+
+
+@rigs(WIRE)
 async def test_error_messages_are_bounded(rig: WireRig) -> None:
     rig.wire.script(rig.fmt.error_reply(422, "x" * 20_000))
     with pytest.raises(ProviderError) as raised:

@@ -34,7 +34,8 @@ from tests.wire.server import WireServer, sse_reply
 
 __all__ = ["API_KEY", "LocalRig", "Rig", "ScriptableRig", "ScriptedRig", "WireRig", "build_rig"]
 
-API_KEY = "sk-test-0123456789abcdef"
+# No known credential shape: only the adapters' own scrubbing keeps it out of messages.
+API_KEY = "gw-test-0123456789abcdefXYZ"
 # Not a real model id: the anthropic SDK warns (an error here) for ids it knows to be deprecated.
 ANTHROPIC_MODEL = "claude-test"
 ATTEMPTS = 3
