@@ -144,6 +144,9 @@ _PROMPT_APPROVAL = "SELECT effect, view FROM approvals WHERE approval_id = ? AND
 
 # Said beside a summary that leaves part of the call out.
 PARTIAL_PROMPT = "not all of this call is shown: approve only if you know what it runs"
+# The approver view's key for a file write's diff, and the prefix of a bound secret's grant.
+_DIFF = "diff"
+_SECRET_GRANT = "secret.bind:"
 
 
 def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
@@ -158,10 +161,15 @@ def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
 def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any] | None:
     """The outbox payload asking a channel user to answer ``approval_id``, if it is pending.
 
-    Read from the approvals row (same transaction): the tool is its effect, the
-    summary its stored view's arguments, which ``approval_view`` already
-    field-name-redacted and stripped of bound secret values; ``bounded`` masks
-    secret-shaped text once more and keeps it to one line.
+    Read from the approvals row (same transaction): the tool is its effect; then
+    what the approver view says beside the arguments, never cut: the tool's
+    warning (``UNSANDBOXED``), the Host secrets the call binds (their names; a
+    secret-named argument's value is masked), what the Host checked of where it
+    goes (its target) and that it replaces a file (whose diff a chat line cannot
+    hold: the prompt says so); then the summary of its arguments, which
+    ``approval_view`` already field-name-redacted and stripped of bound secret
+    values. ``bounded`` masks secret-shaped text once more and keeps each part
+    to one line.
     """
     row = _rows(conn).execute(_PROMPT_APPROVAL, [approval_id]).fetchone()
     if row is None:
@@ -172,17 +180,37 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
         thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str
     )
     summary = _one_line(arguments, MAX_PROMPT_SUMMARY)
-    if view.get(PARTIAL_KEY) or bounded_hides(arguments, MAX_PROMPT_SUMMARY):
+    partial = bool(view.get(PARTIAL_KEY)) or bounded_hides(arguments, MAX_PROMPT_SUMMARY)
+    facts: dict[str, str] = {}
+    warning = view.get("warning")
+    if warning:
+        facts["warning"] = _one_line(str(warning), 300)
+    binds = [str(grant).removeprefix(_SECRET_GRANT) for grant in view.get("binds") or ()]
+    if binds:
+        facts["binds secrets"] = ", ".join(_one_line(name, 100) for name in binds)
+    target = view.get("target")
+    if target:
+        shown = json.dumps(thaw(target), ensure_ascii=False, sort_keys=True, default=str)
+        facts["target"] = _one_line(shown, MAX_PROMPT_SUMMARY)
+        partial = partial or bounded_hides(shown, MAX_PROMPT_SUMMARY)
+    if _DIFF in view:
+        facts["replaces a file"] = "its diff is not shown here"
+        partial = True
+    if partial:
         # A model can shape its arguments so the part that matters is what gets cut or masked.
         summary += f" ({PARTIAL_PROMPT})"
+    said = "".join(f" {name}: {value};" for name, value in facts.items())
     code = approval_code(approval_id)
     return {
-        "text": (f"Approval needed: {tool} — {summary}. Reply `approve {code}` or `deny {code}`."),
+        "text": (
+            f"Approval needed: {tool} —{said} {summary}. Reply `approve {code}` or `deny {code}`."
+        ),
         "approval": {
             "approval_id": approval_id,
             "code": code,
             "tool": tool,
             "summary": summary,
+            **{name.replace(" ", "_"): value for name, value in facts.items()},
         },
     }
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.effects import AuthoredTool, ToolContext
 from hostkit.freeze import thaw
-from hostkit.testing import CallTools, Reply, ScriptedModel
+from hostkit.host import Host, parse_config
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import approval_code
 from tests.contract._delivery_adapters import ROUTE
 from tests.contract.test_effects_approval_flow import Stamps, approval_host
@@ -71,3 +73,52 @@ async def test_an_unrouted_needs_user_turn_writes_no_intent(tmp_path: Path) -> N
     assert result.outcome == "needs_user"
     assert result.pending_approval
     assert (intents, result.deliveries) == ((), ())
+
+
+async def test_the_prompt_says_what_the_call_binds_and_the_tools_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the CLI and notebook show beside the arguments, a chat approver is told too:
+    the Host secret the call binds (its value masked as a secret-named argument) and the
+    tool's warning, never cut off by a long argument."""
+    deploy_token = "dpl-SECRET-VALUE-123456"
+    monkeypatch.setenv("DEPLOY_TOKEN", deploy_token)
+
+    async def deploy(ctx: ToolContext, target: str, secrets: list[str] | None = None) -> str:
+        return f"deployed {target}"
+
+    tool = AuthoredTool(
+        "deploy.run",
+        deploy,
+        secrets_argument="secrets",
+        approval_warning="UNSANDBOXED: runs with the Host's rights",
+    )
+    agent = {
+        "provider": "test",
+        "memory": False,
+        "secrets": ["DEPLOY_TOKEN"],
+        "policy": {"allow": ["*"], "ask": ["deploy.run"]},
+    }
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "h.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": agent},
+        },
+        base_dir=tmp_path,
+    )
+    call = {"target": "prod " + "x" * 500, "secrets": ["DEPLOY_TOKEN"]}
+    model = ScriptedModel([CallTools(("deploy_run", call)), Reply("done")])
+    async with Host.open(config, capabilities=capabilities(model, tools=[tool])) as host:
+        result = await host.turns.run(request("deploy", route=dict(ROUTE)))
+        intents = await host.store.delivery.intents()
+    assert result.outcome == "needs_user"
+    (prompt,) = [i for i in intents if i.approval is not None]
+    text = prompt.payload["text"]
+    assert "warning: UNSANDBOXED: runs with the Host's rights;" in text
+    assert "binds secrets: DEPLOY_TOKEN;" in text
+    assert text.index("binds secrets") < text.index("prod xxx")
+    approval = thaw(prompt.approval)
+    assert approval["binds_secrets"] == "DEPLOY_TOKEN"
+    assert approval["warning"].startswith("UNSANDBOXED")
+    assert deploy_token not in json.dumps(thaw(prompt.payload))
