@@ -270,6 +270,10 @@ class HostApprovals:
             request_id = f"continue:{approval_id}" + (f":{attempt}" if attempt > 1 else "")
             existing = await self._store.turns.find(principal.principal_id, request_id)
             if existing is not None and existing.status != "running":
+                if not (await self.get(by, approval_id)).awaiting_continuation:
+                    # It ended after claiming the call (another answer ran it meanwhile):
+                    # its record is this answer's, and nothing runs again.
+                    return await self.resume(approval_id, by=by)
                 continue  # ended without claiming the call: this answer is still unclaimed
             # TurnInProgress when that continuation runs here or in another process:
             # retryable, and its result answers this call once it has ended.

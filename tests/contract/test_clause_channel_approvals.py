@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hostkit.effects import ApprovalLedger
@@ -423,3 +424,56 @@ async def test_an_answer_from_outside_the_channel_is_still_delivered_to_the_conv
         assert result.outcome == "completed"
         assert stamps.lines() == ["one"]
         assert await outbox(host, result.turn_id) == [(ROUTE, {"text": "done: stamped one"})]
+
+
+async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_both(
+    tmp_path: Path,
+) -> None:
+    """The second answer loses the conditional write while the first one's continuation
+    has not claimed the call yet, and that continuation ends before the second looks
+    for it: the second reports the first's turn; no second continuation turn runs."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with host_for(tmp_path, stamps) as host:
+        approval_id, _ = await paused(host)
+        alice = await host.authority.for_conversation(
+            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
+        )
+        ledger = host.approvals._ledger
+        recorded = ledger.answer
+        first_recorded, first_done = anyio.Event(), anyio.Event()
+        order: list[int] = []
+
+        async def answer(scope: Any, answered: str, **options: Any) -> ApprovalAnswer:
+            me = len(order)
+            order.append(me)
+            if me == 1:  # the second read the row as pending; it writes after the first
+                await first_recorded.wait()
+            outcome = await recorded(scope, answered, **options)
+            if me == 0:
+                first_recorded.set()
+            else:
+                await first_done.wait()  # the first's continuation ends meanwhile
+            return outcome
+
+        ledger.answer = answer  # type: ignore[method-assign]
+        results: dict[str, Any] = {}
+
+        async def answering(name: str) -> None:
+            results[name] = await host.approvals.answer(
+                approval_id, "approve_once", by=alice, wait_s=0
+            )
+            if name == "first":
+                first_done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(answering, "first")
+            await anyio.lowlevel.checkpoint()
+            group.start_soon(answering, "second")
+        first, second = results["first"], results["second"]
+        assert first.outcome == second.outcome == "completed"
+        assert first.turn_id == second.turn_id
+        assert stamps.lines() == ["one"]
+        request_ids = await host.store.read(
+            lambda c: [r[0] for r in c.execute("SELECT request_id FROM turns ORDER BY rowid")]
+        )
+        assert [r for r in request_ids if r.startswith("continue:")] == [f"continue:{approval_id}"]
