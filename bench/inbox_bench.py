@@ -15,7 +15,8 @@ Each side's setting is read back from its connections and printed.
 
 Accept: ``--producers`` concurrent producers each put their share of
 ``--count`` messages of the same content (four channel instances, a 256-character
-payload): hostkit from that many tasks calling ``ChannelInbox.accept`` (the
+payload, each conversation four messages in a row: the inbox claims a conversation's
+messages one at a time in order, the peers keep no such order): hostkit from that many tasks calling ``ChannelInbox.accept`` (the
 group-commit writer batches what arrives together into one COMMIT); the peers,
 being synchronous libraries, from that many threads calling ``put`` /
 ``enqueue``, as their users would. Claim+complete: the same number of consumers
@@ -119,11 +120,18 @@ DURABILITY = (
 )
 
 
+def conversation(i: int) -> str:
+    """Message ``i``'s conversation: four messages of each channel instance in a row (a
+    person's burst), which the inbox claims one at a time in order; the peer queues,
+    which keep no order per conversation, carry the same key."""
+    return f"conversation-{i // (4 * len(CHANNELS))}"
+
+
 def envelope(run: str, i: int) -> InboundEnvelope:
     return InboundEnvelope(
         channel_instance_id=CHANNELS[i % len(CHANNELS)],
         platform_event_key=f"{run}-{i}",
-        conversation_key=f"conversation-{i % 64}",
+        conversation_key=conversation(i),
         principal_key=f"user-{i % 64}",
         authenticated_by="bench",
         received_at=time.time(),
@@ -136,7 +144,7 @@ def message(run: str, i: int) -> dict[str, Any]:
     return {
         "channel": CHANNELS[i % len(CHANNELS)],
         "event_key": f"{run}-{i}",
-        "conversation": f"conversation-{i % 64}",
+        "conversation": conversation(i),
         "principal": f"user-{i % 64}",
         "received_at": time.time(),
         "payload": PAYLOAD,
