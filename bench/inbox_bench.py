@@ -13,20 +13,20 @@ temporary directory, every commit durable when it returns (``synchronous=FULL``)
 
 Each side's setting is read back from its connections and printed.
 
-Accept: ``--producers`` concurrent producers each put their share of
-``--count`` messages of the same content (four channel instances, a 256-character
-payload, each conversation four messages in a row: the inbox claims a conversation's
-messages one at a time in order, the peers keep no such order): hostkit from that many tasks calling ``ChannelInbox.accept`` (the
-group-commit writer batches what arrives together into one COMMIT); the peers,
-being synchronous libraries, from that many threads calling ``put`` /
-``enqueue``, as their users would. Claim+complete: the same number of consumers
-drain the queue: hostkit tasks ``claim_batch(--claim-batch)`` and ``complete``
-each claim; persist-queue threads ``get`` + ``ack``; huey threads ``dequeue``
-(which deletes the task at once: huey has no completion step, so it writes once
-per message where the other two write twice). persist-queue keeps acked rows, as
-hostkit keeps completed ones (its dedup tombstones), but its ``get`` scans past
-them from the first id, so its claim rate falls as acked rows accumulate. A
-round measures all three in turn after an untimed warm-up each; the figures are
+Accept: ``--producers`` concurrent producers each put their share of ``--count``
+messages of the same content (four channel instances, a 256-character payload, each
+conversation four messages in a row: the inbox claims a conversation's messages one
+at a time in order, the peers keep no such order): hostkit from that many tasks
+calling ``ChannelInbox.accept`` (the group-commit writer batches what arrives
+together into one COMMIT); the peers, being synchronous libraries, from that many
+threads calling ``put`` / ``enqueue``, as their users would. Claim+complete: the
+same number of consumers drain the queue: hostkit tasks ``claim_batch(--claim-
+batch)`` and ``complete`` each claim; persist-queue threads ``get`` + ``ack``; huey
+threads ``dequeue`` (which deletes the task at once: huey has no completion step, so
+it writes once per message where the other two write twice). persist-queue keeps
+acked rows, as hostkit keeps completed ones (its dedup tombstones), but its ``get``
+scans past them from the first id, so its claim rate falls as acked rows accumulate.
+A round measures all three in turn after an untimed warm-up each; the figures are
 medians over ``--repeats`` rounds, and every row is counted afterwards.
 
 Latency: a producer accepts at a steady ``--rate`` while one worker claims as

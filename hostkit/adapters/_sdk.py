@@ -241,7 +241,8 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
     def _request_id(self, value: str | None) -> str | None:
         """The provider's request id as kept (in errors, responses, usage): header text it
         controls, so bounded and scrubbed of the key a gateway may echo into it."""
-        return self._scrub(bounded(value, _REQUEST_ID_CHARS)) if value else None
+        # Scrubbed whole, then cut: a cut first could leave a key's beginning behind.
+        return bounded(self._scrub(value), _REQUEST_ID_CHARS) if value else None
 
     def _scrub(self, value: str) -> str:
         # Local servers and gateways sometimes echo the request; never let the key into a message.

@@ -88,7 +88,10 @@ def result_of(result: TurnResult) -> InboundResult:
     if result.outcome == "cancelled" and result.cancelled_by == "user":
         return InboundResult("cancelled", result.turn_id, result.outcome, result.error or "")
     detail = result.error or ""
-    if result.outcome in ("cancelled", "indeterminate") and result.cancelled_by != "user":
+    if result.outcome in ("cancelled", "indeterminate") and result.cancelled_by in (
+        "host",
+        "caller",
+    ):
         detail = f"{_CUT_OFF}: {detail}" if detail else _CUT_OFF
     return InboundResult("turn", result.turn_id, result.outcome, detail)
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.freeze import FrozenMap, freeze, thaw
-from hostkit.store._dialect import claim_isolation
+from hostkit.store._dialect import claim_isolation, is_postgres
 from hostkit.store._inbox import ATTEMPTS_EXHAUSTED
 from hostkit.store._inbox_checks import reconcile_limit
 from hostkit.store._sessions import insert_audit
@@ -78,6 +78,11 @@ _INSERT = (
     "ON CONFLICT (channel_instance_id, platform_event_key) DO NOTHING"
 )
 _EXISTING = "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?"
+# PostgreSQL hands ids out at insert, not at commit: two accepts of one conversation
+# could commit out of id order, and a claim between them would take the later message
+# first. Accepts of one conversation therefore take turns (a lock held to the commit).
+# SQLite has one writer: its id order is commit order.
+_CONVERSATION_TURN = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))"
 _CHANNEL = "INSERT INTO inbox_channels (channel_instance_id) VALUES (?) ON CONFLICT DO NOTHING"
 _CHECKPOINT = (
     "INSERT INTO inbox_checkpoints (source_id, cursor, updated_at) VALUES (?, ?, ?) "
@@ -242,6 +247,10 @@ def accept_rows(
     receipts: list[InboxReceipt] = []
     first: dict[tuple[str, str], str] = {}
     channels: set[str] = set()
+    if is_postgres(conn):
+        # In one order for every transaction, so two batches never wait on each other.
+        for conversation in sorted({json.dumps([p[1], p[4]]) for _, p in batch}):
+            conn.execute(_CONVERSATION_TURN, [conversation])
     for key, params in batch:
         known = first.get(key)
         if known is not None:

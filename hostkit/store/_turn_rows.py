@@ -678,7 +678,7 @@ def _void_reason(outcome: str) -> str:
 
 
 def abandon(conn: sqlite3.Connection, lease: SessionLease) -> RecoveredTurn:
-    """End the lease's turn ``lost`` (or ``cancelled``) and free its session (fenced)."""
+    """End the lease's turn as recovery would (``end_orphan``) and free its session (fenced)."""
     fence(conn, lease)
     row = one_row(
         conn,

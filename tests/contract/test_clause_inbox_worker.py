@@ -31,6 +31,7 @@ from hostkit.inbox import (
     InboxWorker,
     RetryPolicy,
 )
+from hostkit.inbox._outcomes import result_of
 from hostkit.testing import Fail, Reply, ScriptedModel, capabilities
 from hostkit.types import (
     ConversationFacts,
@@ -654,3 +655,28 @@ async def test_front_end_channel_names_are_refused_at_accept(rig: Rig) -> None:
                 [envelope("ok", channel="web.chat"), envelope("hi", channel=name)]
             )
     assert [row.channel_instance_id for row in await rig.inbox.counts()] == []
+
+
+@pytest.mark.parametrize(
+    ("cancelled_by", "cut"), [("host", True), ("caller", True), (None, False), ("user", False)]
+)
+def test_only_a_turn_the_host_cut_off_is_recorded_as_cut_off(
+    cancelled_by: str | None, cut: bool
+) -> None:
+    """A turn recovery ended ``indeterminate`` after its Host died was cut off by no
+    one: its record says what its error says, not "cut off by the Host"."""
+    result = TurnResult(
+        request_id="inbound:inb_1",
+        turn_id="turn_1",
+        session_id="ses_1",
+        core_id="assistant",
+        core_revision="r1",
+        outcome="indeterminate",
+        text="",
+        error="the Host process running this turn died; nothing was replayed",
+        durable_result_ref="turn_1",
+        cancelled_by=cancelled_by,  # type: ignore[arg-type]
+    )
+    recorded = result_of(result)
+    assert recorded.detail.startswith("cut off by the Host") is cut
+    assert recorded.detail.endswith("nothing was replayed")

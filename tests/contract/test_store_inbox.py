@@ -10,14 +10,18 @@ SQLite file's own (sqlite_only).
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
 from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RowStore, RuntimeStore, SqliteStore
+from hostkit.store import _inbox_rows as inbox_rows
 from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS
 from hostkit.types import (
     InboundEnvelope,
@@ -336,6 +340,48 @@ async def test_two_opens_of_one_file_never_claim_the_same_row(db_path: Path) -> 
         assert (
             await two.inbox.claim(owner="w", now=NOW, lease_s=600.0, limit=5, max_attempts=3) == ()
         )
+
+
+async def test_racing_accepts_of_one_conversation_are_claimed_one_at_a_time_in_order(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Hosts accept two messages of one conversation at once, the first one's commit
+    slow. On PostgreSQL both transactions are open together and the id is handed out at
+    insert: without taking turns, the later message committed first and a claim took it
+    before (and then beside) the earlier one. SQLite's one writer orders them anyway."""
+    real = inbox_rows.accept_rows
+
+    def slow_first(conn: Any, batch: Any, *rest: Any) -> Any:
+        receipts = real(conn, batch, *rest)
+        if any(params[2] == "m1" for _, params in batch):
+            time.sleep(1.0)  # still inside the accept's transaction: a slow commit
+        return receipts
+
+    monkeypatch.setattr(inbox_rows, "accept_rows", slow_first)
+    chat = {"conversation_key": "chat"}
+    async with (
+        await RuntimeStore.open(db_path) as one,
+        await RuntimeStore.open(db_path) as two,
+    ):
+        for opened, key in ((one, "w1"), (two, "w2")):  # each has seen the channel
+            await opened.inbox.accept([envelope(key)], None, now=NOW)
+
+        async def claim(opened: RuntimeStore) -> list[str]:
+            claimed = await opened.inbox.claim(
+                owner=f"w{id(opened)}", now=NOW, lease_s=600.0, limit=10, max_attempts=3
+            )
+            return [c.envelope.platform_event_key for c in claimed]
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(one.inbox.accept, [envelope("m1", **chat)], None, now=NOW)
+            )
+            await anyio.sleep(0.3)
+            await two.inbox.accept([envelope("m2", **chat)], None, now=NOW)
+            first = await claim(two)
+        second = await claim(one)
+    assert "m2" not in first
+    assert [k for k in [*first, *second] if k.startswith("m")] == ["m1"]
 
 
 async def test_rows_are_read_back_from_columns_not_a_blob(sql_store: RowStore) -> None:
