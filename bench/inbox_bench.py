@@ -20,14 +20,15 @@ at a time in order, the peers keep no such order): hostkit from that many tasks
 calling ``ChannelInbox.accept`` (the group-commit writer batches what arrives
 together into one COMMIT); the peers, being synchronous libraries, from that many
 threads calling ``put`` / ``enqueue``, as their users would. Claim+complete: the
-same number of consumers drain the queue: hostkit tasks ``claim_batch(--claim-
-batch)`` and ``complete`` each claim; persist-queue threads ``get`` + ``ack``; huey
-threads ``dequeue`` (which deletes the task at once: huey has no completion step, so
-it writes once per message where the other two write twice). persist-queue keeps
-acked rows, as hostkit keeps completed ones (its dedup tombstones), but its ``get``
-scans past them from the first id, so its claim rate falls as acked rows accumulate.
-A round measures all three in turn after an untimed warm-up each; the figures are
-medians over ``--repeats`` rounds, and every row is counted afterwards.
+same number of consumers drain the queue: hostkit tasks
+``claim_batch(--claim-batch)`` and ``complete`` each claim; persist-queue threads
+``get`` + ``ack``; huey threads ``dequeue`` (which deletes the task at once: huey
+has no completion step, so it writes once per message where the other two write
+twice). persist-queue keeps acked rows, as hostkit keeps completed ones (its dedup
+tombstones), but its ``get`` scans past them from the first id, so its claim rate
+falls as acked rows accumulate. A round measures all three in turn after an untimed
+warm-up each; the figures are medians over ``--repeats`` rounds, and every row is
+counted afterwards.
 
 Latency: a producer accepts at a steady ``--rate`` while one worker claims as
 soon as it can (polling every ``--poll-ms`` when nothing is due, completing
