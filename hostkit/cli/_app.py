@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
@@ -82,6 +82,20 @@ _SYNONYMS = {
     "daemon": "`hostkit serve`",
     "promote": '`hostkit core promote CORE --reason "..."`',
 }
+
+
+def _flags_show_no_type() -> None:
+    """Help lists a flag without a type: typer shows ``--json <bool>``, which reads as an
+    option that takes a value (and ``--json true`` is then a usage error)."""
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_type()
 
 
 class _Commands(TyperGroup):
@@ -254,8 +268,9 @@ def run(
                     # another agent's (nothing told apart): what a user most often meant.
                     listing = command_line("sessions", config=config)
                     reason += (
-                        f"; a session of another agent needs that agent's --agent "
-                        f"(`{listing}` lists each session's agent)"
+                        "; check the id (it may be mistyped), or, for a session of another "
+                        f"agent, pass that agent's --agent (`{listing}` lists each session "
+                        "with its agent)"
                     )
                 if config is not None:
                     # Its hint, pasted, must act on this project: it names -c as given.

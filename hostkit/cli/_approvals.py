@@ -66,8 +66,7 @@ def list_approvals(
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
-    """List approvals, newest first: open ones (pending, or answered and not run yet),
-    every status with --all."""
+    """List approvals, newest first: pending or answered, not yet run; --all: every status."""
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):

@@ -67,7 +67,7 @@ def runs_table(rows: TerminalRunRows, *, width: int) -> Table:
         (
             run.run_id,
             run.session_id,
-            f"{run.program} ({run.argc} args)",
+            f"{run.program} ({_arguments(run.argc - 1)})",
             run.state,
             "" if run.exit_code is None else str(run.exit_code),
             f"{run.stdout.total_bytes} B{' cut' if run.stdout.truncated else ''}",
@@ -162,3 +162,8 @@ def show_audit(
             out.print(audit_table(rows, width=out.width))
 
     run_command(main)
+
+
+def _arguments(count: int) -> str:
+    """How many arguments a program got (its argv less the program itself)."""
+    return "1 argument" if count == 1 else f"{count} arguments"

@@ -46,7 +46,7 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color
 # HTTP clients that log a line per request at INFO (every health check and chat
 # completion of the embedded model, every delivery): while serving they say only
 # warnings, or the requests would bury the Host's own records.
-QUIET_LOGGERS = ("httpx", "httpcore")
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore")
 
 
 class JsonLines(logging.Formatter):

@@ -351,9 +351,9 @@ async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
         assert err.strip().splitlines() == [says]
     code, out, err = await hostkit("effects", "runs", "--reason", "what ran", cwd=tmp_path)
     assert code == 0, err
-    assert "echo (2 args)" in out
+    assert "echo (1 argument)" in out
     assert "run_" in out
     # The local user's own database: no reason needed (the audit says a local operator acted).
     code, unreasoned, err = await hostkit("effects", "runs", cwd=tmp_path)
     assert code == 0, err
-    assert "echo (2 args)" in unreasoned
+    assert "echo (1 argument)" in unreasoned

@@ -247,6 +247,20 @@ def test_help_shows_no_docstring_markup() -> None:
     assert shown >= 30  # every command and group, not a few
 
 
+def test_help_lists_a_flag_without_a_type_as_if_it_took_a_value() -> None:
+    """``--json <bool>`` reads as an option that takes a value, and ``--json true`` is a
+    usage error: a flag is listed bare, an option that takes one with its type."""
+    flags = 0
+    for path, command in commands():
+        code, out, _ = invoke(*path, "--help")
+        assert code == 0, path
+        assert "<bool>" not in out, (path, out)
+        flags += sum(1 for p in command.params if getattr(p, "is_flag", False))
+    assert flags >= 10
+    _, out, _ = invoke("run", "--help")
+    assert "<str>" in out  # --session takes an id
+
+
 def test_output_outside_a_project_names_the_cores_table(tmp_path: Path) -> None:
     (tmp_path / "hostkit.toml").write_text('[host]\ndatabase = "hostkit.db"\n')
     code, _, err = invoke("core", "status", project=tmp_path)
@@ -703,8 +717,9 @@ def test_resuming_another_agents_session_says_to_name_its_agent(tmp_path: Path) 
     )
     assert (code, out) == (2, "")
     assert (
-        "error: turn rejected: the requested session is not available; a session of another "
-        "agent needs that agent's --agent (`hostkit sessions` lists each session's agent)"
+        "error: turn rejected: the requested session is not available; check the id (it may "
+        "be mistyped), or, for a session of another agent, pass that agent's --agent "
+        "(`hostkit sessions` lists each session with its agent)"
     ) in err
 
 
