@@ -184,11 +184,15 @@ def test_serve_logs_hold_http_clients_to_warnings_and_restore_their_levels() -> 
     from hostkit.cli._serve_logs import serve_logging
 
     httpx_logger, httpcore_logger = logging.getLogger("httpx"), logging.getLogger("httpcore")
+    # The model clients' own copy of httpx logs under its own name.
+    httpx2_logger = logging.getLogger("httpx2")
     before = (httpx_logger.level, httpcore_logger.level)
     out = io.StringIO()
     with serve_logging("text", Console(file=out, width=200, color_system=None)):
         assert httpx_logger.getEffectiveLevel() == logging.WARNING
         assert httpcore_logger.getEffectiveLevel() == logging.WARNING
+        assert httpx2_logger.getEffectiveLevel() == logging.WARNING
+        httpx2_logger.info('HTTP Request: POST http://127.0.0.1:8081/v1/chat "HTTP/1.1 200 OK"')
         httpx_logger.info('HTTP Request: POST http://127.0.0.1:8080/v1/chat "HTTP/1.1 200 OK"')
         httpcore_logger.info("connect_tcp.complete")
         httpx_logger.warning("the proxy dropped the connection")
