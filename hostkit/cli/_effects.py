@@ -42,6 +42,7 @@ __all__ = ["audit_table", "effects", "runs_table"]
 
 MAX_LIST = 499
 VIEW_CHARS = 400  # the audit view column, wrapped
+_WHOLE_ID = len("run_id=run_") + 28  # an id's prefix and its 28 hex digits
 _HEADER = frozenset({"turn_id", "call_id", "outcome"})
 # What a reader looks for first: where it ran and what ran; where a fetch went.
 _FIRST = ("cwd_resolved", "executable", "launcher", "sandbox", "target", "hops", "env_keys")
@@ -85,7 +86,9 @@ def audit_table(rows: EffectAuditRows, *, width: int) -> Table:
         Column("effect", cap=16),
         Column("call", whole=True, drop=1),
         Column("outcome", cap=13),
-        Column("view", flexible=True, wrap=True),
+        # Wide enough for its longest id (``run_id=run_…``) to wrap whole at a space: the
+        # optional columns make room first.
+        Column("view", flexible=True, wrap=True, least=_WHOLE_ID),
     )
     cells = []
     for record in rows.audits:

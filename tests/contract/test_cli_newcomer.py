@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import pytest
@@ -28,8 +29,10 @@ from hostkit.cli import app
 from hostkit.cli._approver import interrupted_line
 from hostkit.cli._common import CommandWarnings, default_project_note
 from hostkit.cli._core_render import gate_lines
+from hostkit.cli._effects import audit_table
 from hostkit.cli._inspect import budget_report
 from hostkit.cli._render import command_line, resume_hints
+from hostkit.freeze import freeze
 from hostkit.inspect import BudgetView, StepUsage, TokenTotals, TurnUsage
 from hostkit.store import PendingApproval
 from hostkit.types import GateOutcome
@@ -308,6 +311,32 @@ def test_budget_keeps_every_id_whole_on_one_line(width: int) -> None:
     }, out
     assert "ses_01a2372c3a77b3550ede62a2d39d" in out
     assert "12,345" in out  # the input column is never the one left out
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_the_effects_audit_view_keeps_a_run_id_whole_on_one_line(width: int) -> None:
+    """The view column wraps at spaces; at 80 columns it is kept wide enough for
+    ``run_id=run_…`` (the optional columns make room), so the id is never split."""
+    run_id = "run_01a2493b8b0d730551ae1a8f5205"
+    detail = {
+        "outcome": "succeeded",
+        "cwd_resolved": "/srv/agents/workspace",
+        "executable": "/usr/bin/sleep",
+        "sandbox": "bwrap",
+        "run_id": run_id,
+    }
+    record = SimpleNamespace(
+        at="2026-12-06T02:50:00.000Z",
+        kind="effect.terminal.run",
+        subject="call_01a2493b8b0d730551ae1a8f",
+        detail=freeze(detail),
+    )
+    shown = io.StringIO()
+    table = audit_table(SimpleNamespace(audits=[record]), width=width)  # type: ignore[arg-type]
+    Console(file=shown, width=width, color_system=None).print(table)
+    out = shown.getvalue()
+    assert all(len(line) <= width for line in out.splitlines()), out
+    assert run_id in out, out
 
 
 def test_budget_says_an_unpriced_cost_is_unknown_never_a_dash() -> None:
