@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import weakref
@@ -39,6 +40,7 @@ from hostkit.errors import (
     RuntimeFailure,
     StoreClosed,
     TurnRejected,
+    bounded,
 )
 from hostkit.host._agent import Agent, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
@@ -89,6 +91,9 @@ from hostkit.types import (
 )
 
 __all__ = ["Host", "TurnNotCompleted", "resolve_config"]
+
+# What ``Host.serve(**options)`` passes on: HostDaemon's keyword parameters.
+_DAEMON_OPTIONS = frozenset(inspect.signature(HostDaemon.__init__).parameters) - {"self", "host"}
 
 _log = logging.getLogger("hostkit.host")
 # aclose waits this long for an apply in progress before closing the generations anyway.
@@ -821,6 +826,12 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise StoreClosed()
+        unknown = sorted(set(options) - _DAEMON_OPTIONS)
+        if unknown:
+            raise InvalidValue(
+                f"unknown serve option {bounded(', '.join(unknown), 100)}; "
+                f"the options are {', '.join(sorted(_DAEMON_OPTIONS))}"
+            )
         return HostDaemon(self, **options)
 
     async def _stop_workers(self) -> None:

@@ -149,18 +149,30 @@ class NotebookHost(AsyncResource):
         session), a session id to resume, or a selector. ``attachments`` come
         from ``await nb.attach(path)``.
         """
+        self._check_open()
         view = TurnView(message, agent or self.default_agent)
         self.run_in(view, message, session=session, attachments=attachments)
         return view
 
+    def _check_open(self) -> None:
+        """Every helper says the same once the Host is closed (not the store's own words)."""
+        if self.closed:
+            raise UserError("this NotebookHost is closed: hostkit.notebook.start() opens another")
+
     async def attach(self, path: str | Path, *, media_type: str | None = None) -> Attachment:
         """Store a file for this notebook's principal; pass the result to ``chat(attachments=)``."""
+        self._check_open()
+        if not isinstance(path, str | Path):
+            raise InvalidValue(f"path must be a str or Path, not {type(path).__name__}")
         return await self.host.attachments.add_file(self.facts, path, media_type=media_type)
 
     async def scope(self, *, agent: str | None = None) -> PrincipalScope:
         """The scope of ``agent``'s conversation (default: the default agent's): what its
         sessions are owned by. An agent the Host does not have is refused before a session
         is bound for it (an inspector asked for a misspelled agent made one)."""
+        self._check_open()
+        if agent is not None and not isinstance(agent, str):
+            raise InvalidValue(f"agent must be an agent's name, not {type(agent).__name__}")
         known = sorted(self.host.config.agents)
         if agent is not None and agent not in known:
             raise InvalidValue(unknown_agent(agent, known))
@@ -200,6 +212,7 @@ class NotebookHost(AsyncResource):
         recorded): the dashboard shows every session of the database, and
         its approval buttons answer as that operator.
         """
+        self._check_open()
         if scope is None:
             scope = await self.host.operator(self.facts.principal_key, reason=reason)
         own = (await self.scope()).session_id
@@ -226,6 +239,9 @@ class NotebookHost(AsyncResource):
         requeue records its own). ``watch`` refreshes it every 2 s for 5
         minutes, on the loop; ``monitor.stop()`` ends that sooner.
         """
+        self._check_open()
+        if inbox is not None and not isinstance(inbox, ChannelInbox):
+            raise InvalidValue(f"inbox must be a ChannelInbox, not {type(inbox).__name__}")
         scope = await self.host.operator(self.facts.principal_key, reason=reason)
         monitor = await InboxMonitor.load(
             inbox if inbox is not None else inbox_of(self.host), scope=scope, limit=limit
@@ -243,6 +259,7 @@ class NotebookHost(AsyncResource):
         the revision its latest turn ran on. ``await widget.refresh()`` reads
         it again.
         """
+        self._check_open()
         return await CoreHistory.load(self.host, core_id, limit=limit)
 
     async def serve(
@@ -264,8 +281,7 @@ class NotebookHost(AsyncResource):
         kernel: a second ``serve`` while serving is a ``UserError``.
         """
         async with self._serve_lock:
-            if self.closed:
-                raise UserError("this NotebookHost is closed")
+            self._check_open()
             if self.serving is not None and self.serving.running:
                 raise UserError(
                     f"this kernel already serves on {self.serving.url}: "
@@ -289,8 +305,7 @@ class NotebookHost(AsyncResource):
         the outcome says why (``outcome.rejected``, ``outcome.reason``). The
         outcome is displayed unless ``display=False`` (docs/generations.md).
         """
-        if self.closed:
-            raise UserError("this NotebookHost is closed")
+        self._check_open()
         outcome = await self.host.reload()
         if display:
             from IPython.display import display as show
@@ -609,11 +624,12 @@ async def start(
             (config is None or await _same_source(config, _current.config_source))
             and (capabilities is None or capabilities is _current.capabilities)
             and (not agents or tuple(agents) == _current.host.agents)
+            and conversation == _current.facts.conversation_key
         )
         if not same:
             raise ConfigError(
-                "a Host already runs in this kernel with another configuration; "
-                "await hostkit.notebook.current().aclose() first"
+                "a Host already runs in this kernel with another configuration (or "
+                "conversation); await hostkit.notebook.current().aclose() first"
             )
         return _current
     _starting = asyncio.get_running_loop().create_future()

@@ -235,6 +235,8 @@ class InboxMonitor(_Inspector):
         cls, inbox: ChannelInbox, *, scope: PrincipalScope | None = None, limit: int = 50
     ) -> InboxMonitor:
         """The monitor of ``inbox``; its Requeue buttons act as ``scope`` (an operator's)."""
+        if not isinstance(inbox, ChannelInbox):
+            raise InvalidValue(f"inbox must be a ChannelInbox, not {type(inbox).__name__}")
         with anyio.fail_after(TIMEOUT_S):
             view = await inbox_view(inbox, dead_letters=limit)
         return cls(inbox, view, scope=scope, limit=limit)

@@ -80,9 +80,16 @@ _INSERT = (
 _EXISTING = "SELECT inbound_id FROM inbox WHERE channel_instance_id = ? AND platform_event_key = ?"
 # PostgreSQL hands ids out at insert, not at commit: two accepts of one conversation
 # could commit out of id order, and a claim between them would take the later message
-# first. Accepts of one conversation therefore take turns (a lock held to the commit).
-# SQLite has one writer: its id order is commit order.
-_CONVERSATION_TURN = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))"
+# first. Accepts of one conversation therefore take turns (a lock held to the commit),
+# all of a batch's in one statement, in lock-key order (two batches never wait on each
+# other). The two-key form with hostkit's own class ("hkcv") keeps these keys apart from
+# the one-key locks of the writer and the migration, whatever a sender names its
+# conversation; two conversations whose hashes meet only take turns. SQLite has one
+# writer: its id order is commit order.
+_CONVERSATION_TURNS = (
+    "SELECT pg_advisory_xact_lock(1751868278, k) FROM (SELECT DISTINCT hashtext(c) AS k "
+    "FROM unnest(CAST(? AS text[])) AS c ORDER BY k) AS turns"
+)
 _CHANNEL = "INSERT INTO inbox_channels (channel_instance_id) VALUES (?) ON CONFLICT DO NOTHING"
 _CHECKPOINT = (
     "INSERT INTO inbox_checkpoints (source_id, cursor, updated_at) VALUES (?, ?, ?) "
@@ -248,9 +255,8 @@ def accept_rows(
     first: dict[tuple[str, str], str] = {}
     channels: set[str] = set()
     if is_postgres(conn):
-        # In one order for every transaction, so two batches never wait on each other.
-        for conversation in sorted({json.dumps([p[1], p[4]]) for _, p in batch}):
-            conn.execute(_CONVERSATION_TURN, [conversation])
+        conversations = sorted({json.dumps([params[1], params[4]]) for _, params in batch})
+        conn.execute(_CONVERSATION_TURNS, [conversations]).fetchall()
     for key, params in batch:
         known = first.get(key)
         if known is not None:

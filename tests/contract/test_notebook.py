@@ -270,6 +270,60 @@ async def test_an_inspector_for_an_agent_the_host_lacks_binds_no_session(
     assert await notebook.host.store.inspect.recent_sessions(operator) == before
 
 
+async def test_a_helper_given_the_wrong_type_says_so_in_one_typed_error(
+    notebook: hn.NotebookHost,
+) -> None:
+    """Not a TypeError from difflib or pathlib, nor an AttributeError seven frames deep."""
+    from hostkit.errors import InvalidValue
+
+    for inspect in (notebook.budget_inspector, notebook.context_inspector, notebook.tool_catalog):
+        with pytest.raises(InvalidValue, match="agent must be an agent's name, not int"):
+            await inspect(agent=5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="inbox must be a ChannelInbox, not str"):
+        await notebook.inbox_monitor("x", watch=False)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="inbox must be a ChannelInbox, not NoneType"):
+        await hn.InboxMonitor.load(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="path must be a str or Path, not int"):
+        await notebook.attach(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="unknown serve option bogus; the options are "):
+        await notebook.serve(bogus=1, display=False)
+
+
+async def test_a_second_start_in_another_conversation_is_refused(
+    notebook: hn.NotebookHost,
+) -> None:
+    """Handing back the running Host sent the cell's turns to another conversation than
+    the one it asked for."""
+    from hostkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="already runs"):
+        await hn.start(conversation="elsewhere")
+    assert await hn.start(conversation=notebook.facts.conversation_key) is notebook
+
+
+async def test_every_helper_says_the_notebook_host_is_closed(tmp_path: Path) -> None:
+    from hostkit.errors import UserError
+
+    caps = capabilities(ScriptedModel([Reply("hi")]))
+    nb = await hn.start(notebook_config(tmp_path), capabilities=caps)
+    await nb.aclose()
+    calls = (
+        nb.context_inspector,
+        nb.budget_inspector,
+        nb.tool_catalog,
+        nb.dashboard,
+        lambda: nb.inbox_monitor(watch=False),
+        lambda: nb.core_history("assistant"),
+        lambda: nb.attach(tmp_path / "x.txt"),
+        nb.reload,
+    )
+    for call in calls:
+        with pytest.raises(UserError, match="this NotebookHost is closed"):
+            await call()
+    with pytest.raises(UserError, match="this NotebookHost is closed"):
+        nb.chat("hi")
+
+
 async def test_the_same_file_given_as_text_starts_nothing_new(tmp_path: Path) -> None:
     from hostkit.errors import ConfigError
 
