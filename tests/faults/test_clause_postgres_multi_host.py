@@ -42,7 +42,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PROC = Path(__file__).with_name("_multi_host_proc.py")
 EVENTS = 24
-CONVERSATIONS = 4
+# More conversations than the two survivors have worker slots: a conversation's messages are
+# claimed one at a time, so fewer would let one survivor take every claim.
+CONVERSATIONS = 8
 HOSTS = ("host-a", "host-b", "host-c")
 VICTIM = "host-a"
 # Short leases: the survivors wait at most this long for the dead Host's claims and sessions.
