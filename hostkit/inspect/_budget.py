@@ -194,7 +194,8 @@ def _totals(sums: Iterable[UsageSums], table: Mapping[str, ModelPrice]) -> Token
     Cost is linear in the buckets, so pricing each model's sums equals summing step costs.
     """
     groups = tuple(sums)
-    cost: float | None = None
+    # Nothing used costs nothing: a session before its first step is $0, not "unknown".
+    cost: float | None = None if groups else 0.0
     unpriced = 0
     for group in groups:
         price = price_for(group.model, table)

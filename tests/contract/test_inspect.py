@@ -24,6 +24,7 @@ from hostkit.inspect import (
     approval_rows,
     budget_view,
     context_view,
+    cost_text,
     price_for,
     session_rows,
 )
@@ -255,6 +256,17 @@ async def test_unknown_models_have_no_cost_until_prices_are_given(tmp_path: Path
         (totals.input_tokens * 1.0 + totals.output_tokens * 2.0) / 1_000_000
     )
     assert totals.unpriced_steps == 0
+
+
+async def test_a_session_before_its_first_step_costs_zero_not_unknown(tmp_path: Path) -> None:
+    """No step, no model to price: the totals say $0 (an unpriced model says unknown)."""
+    async with reading_host(tmp_path, model="mystery-9") as host:
+        facts = ConversationFacts(channel="test", conversation_key="empty", principal_key="a")
+        scope = await host.authority.for_conversation(facts)
+        operator = await host.operator("ops", reason="inspect budget")
+        view = await budget_view(host, operator, scope.session_id or "")
+    assert (view.turns, view.totals.steps, view.totals.cost_usd) == ((), 0, 0.0)
+    assert cost_text(view.totals.cost_usd) == "$0"
 
 
 def test_prices_fall_back_from_dated_ids_and_cache_buckets_are_priced_apart() -> None:
