@@ -270,6 +270,13 @@ def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | N
     )
 
 
+def check_agents(agents: Sequence[object]) -> None:
+    """Refuse anything but ``hostkit.Agent`` values: before anything is opened or created."""
+    for agent in agents:
+        if not isinstance(agent, Agent):
+            raise InvalidValue(f"agents must be hostkit.Agent values, not {type(agent).__name__}")
+
+
 def compose_agents(
     config: HostConfig, agents: Sequence[Agent], *, serves_channels: bool = True
 ) -> tuple[HostConfig, dict[str, ModelProvider], tuple[str, ...]]:
@@ -281,9 +288,8 @@ def compose_agents(
     providers = dict(config.providers)
     entries = dict(config.agents)
     instances: dict[str, ModelProvider] = {}
+    check_agents(agents)
     for agent in agents:
-        if not isinstance(agent, Agent):
-            raise InvalidValue(f"agents must be hostkit.Agent values, not {type(agent).__name__}")
         if agent.name in entries:
             raise ConfigError(
                 f"the Python agent {agent.name!r} clashes with an agent of that name "

@@ -42,7 +42,7 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
-from hostkit.host._agent import Agent, compose_agents, with_agents
+from hostkit.host._agent import Agent, check_agents, compose_agents, with_agents
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
@@ -340,6 +340,7 @@ class Host(AsyncResource):
         check_providers: bool = True,
         require_channels: bool = True,
     ) -> Host:
+        check_agents(agents)  # a wrong value leaves no database behind
         declared = await resolve_config(config, assistant=not agents)
         check = capabilities is None and check_providers
         if check:

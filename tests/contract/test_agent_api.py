@@ -371,6 +371,18 @@ async def test_a_name_clash_or_unknown_model_is_refused_at_open(tmp_path: Path) 
             assert caught.value.message.endswith(f"; did you mean {meant!r}?")
 
 
+async def test_a_value_that_is_no_agent_is_refused_before_a_database_is_made(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "fresh.db"
+    fresh = config(tmp_path).model_copy(
+        update={"host": config(tmp_path).host.model_copy(update={"database": database})}
+    )
+    with pytest.raises(hostkit.InvalidValue, match=r"must be hostkit\.Agent values, not int"):
+        await hostkit.Host.open(fresh, agents=[5])  # type: ignore[list-item]
+    assert not database.exists()
+
+
 async def hostkit_cli(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
     result = await anyio.run_process(
         [sys.executable, "-m", "hostkit", *args],
