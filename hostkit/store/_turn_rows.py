@@ -271,13 +271,10 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     twice. A person's own cancel sends nothing. A ``failed`` turn sends the
     notice that it could not answer (``FAILED_NOTICE``), never its error.
     """
-    cut_off = result.cancelled_by in ("host", "caller")
-    unanswered = result.outcome == "lost" or (
-        result.outcome in ("cancelled", "indeterminate") and cut_off
-    )
     if result.outcome == "indeterminate" and result.cancelled_by != "user":
         return [{"text": INDETERMINATE_NOTICE}]
-    if unanswered:
+    cut_off = result.cancelled_by in ("host", "caller")
+    if result.outcome == "lost" or (result.outcome == "cancelled" and cut_off):
         acted = _acted(conn, result.turn_id)
         return [{"text": INDETERMINATE_NOTICE if acted else LOST_NOTICE}]
     if result.outcome == "failed":
@@ -298,14 +295,18 @@ _ACTED_STATUSES = frozenset({"succeeded", "failed", "timed_out", "indeterminate"
 
 def _acted(conn: sqlite3.Connection, turn_id: str) -> bool:
     """Whether a recorded call of the turn ran (or may have): its message, sent again,
-    would run it again."""
-    return any(
-        json.loads(detail or "{}").get("status") in _ACTED_STATUSES
-        for (detail,) in conn.execute(
-            "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'effect.completed'",
-            [turn_id],
-        )
-    )
+    would run it again. An event that cannot be read counts as one that acted."""
+    for (detail,) in conn.execute(
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'effect.completed'",
+        [turn_id],
+    ):
+        try:
+            status = json.loads(detail or "{}").get("status")
+        except (ValueError, AttributeError):
+            return True
+        if status in _ACTED_STATUSES:
+            return True
+    return False
 
 
 def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> RecoveredTurn:

@@ -26,7 +26,7 @@ from hostkit.authority import AuthorityResolver
 from hostkit.errors import InvalidValue
 from hostkit.freeze import thaw
 from hostkit.store import Admitted, LeaseOwner, NewApproval, RuntimeStore, TurnAdmission
-from hostkit.store._turn_rows import LOST_NOTICE
+from hostkit.store._turn_rows import INDETERMINATE_NOTICE, LOST_NOTICE
 from hostkit.types import DeliveryIntent, PrincipalScope, approval_code, new_id
 from tests.contract.test_store_turns import dead_like
 from tests.support import facts
@@ -170,6 +170,37 @@ async def test_a_routed_turn_recovered_lost_sends_one_notice_on_its_route(
         owner="suite", limit=5, lease_s=30.0, max_attempts=3, now=later
     )
     assert claim.intent.intent_id == notice.intent_id
+
+
+@pytest.mark.parametrize(
+    ("detail", "notice"),
+    [
+        ('{"call_id": "c1", "effect": "ledger.pay", "status": "succeeded"}', "check"),
+        ('{"call_id": "c1", "effect": "ledger.pay", "status": "timed_out"}', "check"),
+        ('{"call_id": "c1", "effect": "ledger.pay", "status": "denied"}', "resend"),
+        ("not json {", "check"),
+    ],
+)
+async def test_a_recovered_turn_one_of_whose_calls_acted_asks_to_check_not_resend(
+    runtime: RuntimeStore, resolver: AuthorityResolver, dead: LeaseOwner, detail: str, notice: str
+) -> None:
+    """Its call ran before the Host died: "send it again" would run it twice. A recorded
+    call that was refused did nothing; an event that cannot be read counts as one that
+    acted."""
+    _, admitted = await admit_as(runtime, resolver, dead, "alice")
+    turn_id = admitted.lease.turn_id
+    await runtime.write(
+        lambda c: c.execute(
+            "INSERT INTO turn_events (turn_id, seq, kind, at, detail) "
+            "VALUES (?, 10, 'effect.completed', '2026-12-06T00:00:00.000Z', ?)",
+            [turn_id, detail],
+        )
+    )
+    recovered = await runtime.turns.recover()
+    assert [(r.turn_id, r.outcome) for r in recovered] == [(turn_id, "lost")]
+    (told,) = await runtime.delivery.intents()
+    expected = INDETERMINATE_NOTICE if notice == "check" else LOST_NOTICE
+    assert thaw(told.payload) == {"text": expected}
 
 
 async def test_a_routed_turn_recovered_needs_user_sends_its_approval_prompt(

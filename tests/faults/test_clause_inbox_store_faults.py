@@ -179,7 +179,9 @@ async def test_worker_processes_claim_a_conversations_messages_one_at_a_time_in_
                 "out": str(out),
                 "done_out": str(done),
                 "mode": "claim",
-                "batch": 4,
+                # Two at a time, fewer than the four conversations: one process cannot
+                # hold every conversation, so the others claim too.
+                "batch": 2,
                 "lease_s": 600.0,
                 "hold_s": 0.01,
             }
