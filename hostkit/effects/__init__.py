@@ -52,6 +52,7 @@ from hostkit.effects._mcp import (
     mcp_call_grant,
     mcp_connect_grant,
 )
+from hostkit.effects._mcp_catalog import MCP_WINDOW_SHARE
 from hostkit.effects._mcp_config import MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.effects._mcp_names import mcp_effect_name
 from hostkit.effects._mcp_pool import (
@@ -98,6 +99,7 @@ __all__ = [
     "MAX_MODEL_VIEW_CHARS",
     "MAX_WARNING_CHARS",
     "MCP_SERVER_NAME_PATTERN",
+    "MCP_WINDOW_SHARE",
     "MIN_SECRET_CHARS",
     "ApprovalDecision",
     "ApprovalKey",
