@@ -159,12 +159,16 @@ class NotebookHost(AsyncResource):
         if self.closed:
             raise UserError("this NotebookHost is closed: hostkit.notebook.start() opens another")
 
-    async def attach(self, path: str | Path, *, media_type: str | None = None) -> Attachment:
+    async def attach(
+        self, path: str | os.PathLike[str], *, media_type: str | None = None
+    ) -> Attachment:
         """Store a file for this notebook's principal; pass the result to ``chat(attachments=)``."""
         self._check_open()
-        if not isinstance(path, str | Path):
-            raise InvalidValue(f"path must be a str or Path, not {type(path).__name__}")
-        return await self.host.attachments.add_file(self.facts, path, media_type=media_type)
+        if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
+            raise InvalidValue(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        return await self.host.attachments.add_file(
+            self.facts, os.fspath(path), media_type=media_type
+        )
 
     async def scope(self, *, agent: str | None = None) -> PrincipalScope:
         """The scope of ``agent``'s conversation (default: the default agent's): what its
@@ -605,7 +609,7 @@ async def start(
     config: HostConfig | str | Path | None = None,
     *,
     capabilities: RuntimeCapabilities | None = None,
-    conversation: str = "notebook",
+    conversation: str | None = None,
     agents: Sequence[Agent] = (),
 ) -> NotebookHost:
     """Open the kernel's Host on the running loop (once per kernel; later calls return it).
@@ -624,7 +628,7 @@ async def start(
             (config is None or await _same_source(config, _current.config_source))
             and (capabilities is None or capabilities is _current.capabilities)
             and (not agents or tuple(agents) == _current.host.agents)
-            and conversation == _current.facts.conversation_key
+            and (conversation is None or conversation == _current.facts.conversation_key)
         )
         if not same:
             raise ConfigError(
@@ -638,7 +642,7 @@ async def start(
             config = Path("hostkit.toml")
         approver = WidgetApprover()
         host = await Host.open(config, capabilities=capabilities, approver=approver, agents=agents)
-        notebook = NotebookHost(host, approver, conversation=conversation)
+        notebook = NotebookHost(host, approver, conversation=conversation or "notebook")
         notebook.config_source, notebook.capabilities = await _resolved(config), capabilities
         _current = notebook
         watch_interrupts(_running_views)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
@@ -283,7 +283,7 @@ async def test_a_helper_given_the_wrong_type_says_so_in_one_typed_error(
         await notebook.inbox_monitor("x", watch=False)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue, match="inbox must be a ChannelInbox, not NoneType"):
         await hn.InboxMonitor.load(None)  # type: ignore[arg-type]
-    with pytest.raises(InvalidValue, match="path must be a str or Path, not int"):
+    with pytest.raises(InvalidValue, match=r"path must be a str or os\.PathLike, not int"):
         await notebook.attach(5)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue, match="unknown serve option bogus; the options are "):
         await notebook.serve(bogus=1, display=False)
@@ -299,6 +299,16 @@ async def test_a_second_start_in_another_conversation_is_refused(
     with pytest.raises(ConfigError, match="already runs"):
         await hn.start(conversation="elsewhere")
     assert await hn.start(conversation=notebook.facts.conversation_key) is notebook
+    # A bare start (what the %%agent magic calls) takes the running Host in any conversation.
+    assert await hn.start() is notebook
+
+
+async def test_any_text_path_like_is_attached(notebook: hn.NotebookHost, tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    note.write_text("hello\n")
+    for path in (str(note), note, PurePosixPath(note), anyio.Path(note)):
+        attached = await notebook.attach(path)  # type: ignore[arg-type]
+        assert attached.media_type == "text/plain"
 
 
 async def test_every_helper_says_the_notebook_host_is_closed(tmp_path: Path) -> None:
