@@ -248,7 +248,13 @@ class HostApprovals:
             state = await self._store.turns.state(by, claimed_by)
             if state.result is None:
                 # Retryable: its result is this call's answer once it ends.
-                raise TurnInProgress(claimed_by)
+                # When it started (and, if known, when its holder's lease runs out): a
+                # channel command deferred on it waits from then, not from its own receipt.
+                raise TurnInProgress(
+                    claimed_by,
+                    running_since=state.started_at,
+                    retry_at=state.holder_expires_at,
+                )
             return state.result
         raise _refused(approval)
 

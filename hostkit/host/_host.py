@@ -751,6 +751,7 @@ class Host(AsyncResource):
         )
         options.setdefault("run_command", self._commands.run)
         options.setdefault("tell_unread", self._commands.tell_unread)
+        options.setdefault("tell_dropped", self._commands.tell_dropped)
         worker = InboxWorker(
             inbox or self.inbox,
             self._inbound.run,

@@ -35,7 +35,7 @@ from hostkit.types import (
     approval_code,
 )
 
-__all__ = ["UNREAD_NOTICE", "InboundCommands", "InboundTurns", "reply_route"]
+__all__ = ["DROPPED_NOTICE", "UNREAD_NOTICE", "InboundCommands", "InboundTurns", "reply_route"]
 
 # "approve K7QX2M" / "deny K7QX2M": the word in any case, the code in base32 (shown upper case).
 _COMMAND = re.compile(r"\s*(approve|deny)\s+([A-Za-z2-7]{6})\s*", re.IGNORECASE)
@@ -59,6 +59,14 @@ _UNKNOWN_REPLY = "Reply approve CODE or deny CODE, with the code from the approv
 UNREAD_NOTICE = (
     "I could not read your last message (it was too long, or held characters I cannot "
     "take), so it got no answer. Please send it again, shorter or as plain text."
+)
+# Said when a message is dead-lettered after its last transient failure: no turn ran it
+# to the end that anyone knows of (a busy session, a store or service that never came
+# back), and one may have started before it stopped, so it is not "send it again".
+DROPPED_NOTICE = (
+    "Something went wrong on my side and I could not take your last message, so it will "
+    "not be answered. If it asked me to do something, check whether it was done before "
+    "you send it again."
 )
 _REFUSED_REPLIES = {
     "answered": "it was answered already; nothing more runs.",
@@ -166,6 +174,11 @@ class InboundCommands:
         """Tell the sender of an inbound the channel accepted without its text (too long, a
         NUL) that it could not be read: it is dead-lettered, and no turn will answer it."""
         await self._reply(claimed, await self._sender(claimed), UNREAD_NOTICE)
+
+    async def tell_dropped(self, claimed: ClaimedInbound) -> None:
+        """Tell the sender of an inbound dead-lettered after its last transient failure that
+        it will not be answered (``DROPPED_NOTICE``)."""
+        await self._reply(claimed, await self._sender(claimed), DROPPED_NOTICE)
 
     async def run(self, claimed: ClaimedInbound) -> InboundResult:
         """The command's result; one that ran no turn is also said to its sender.

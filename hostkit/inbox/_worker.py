@@ -129,7 +129,11 @@ class InboxWorker(Background):
     writes no outbox intent); ``run_command`` answers inbounds of kind
     ``command`` (without it they are ``ignored``); ``tell_unread`` tells the
     sender of an inbound the channel accepted without its text that it could
-    not be read, before it is dead-lettered.
+    not be read, before it is dead-lettered; ``tell_dropped`` tells the sender
+    of one dead-lettered after its last transient failure (a session busy past
+    the admission deadline, a store or service that never came back) that it
+    will not be answered, rather than the next message being answered as if it
+    had never been sent.
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class InboxWorker(Background):
         reply_route: ReplyRoute | None = None,
         run_command: RunCommand | None = None,
         tell_unread: TellUnread | None = None,
+        tell_dropped: TellUnread | None = None,
         concurrency: int = 4,
         idle_poll_s: float = 1.0,
         grace_s: float = 10.0,
@@ -155,10 +160,11 @@ class InboxWorker(Background):
             raise InvalidValue("run_turn and route must be callables")
         if any(
             f is not None and not callable(f)
-            for f in (find_turn, reply_route, run_command, tell_unread)
+            for f in (find_turn, reply_route, run_command, tell_unread, tell_dropped)
         ):
             raise InvalidValue(
-                "find_turn, reply_route, run_command and tell_unread must be callables"
+                "find_turn, reply_route, run_command, tell_unread and tell_dropped must be "
+                "callables"
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise InvalidValue("concurrency must be an integer")
@@ -175,6 +181,7 @@ class InboxWorker(Background):
         self._reply_route = reply_route
         self._run_command = run_command
         self._tell_unread = tell_unread
+        self._tell_dropped = tell_dropped
         self._concurrency = concurrency
         self._idle_poll_s = float(idle_poll_s)
         self._grace_s = float(grace_s)
@@ -453,8 +460,8 @@ class InboxWorker(Background):
             await self._failed(claimed, error)
 
     async def _tell(self, claimed: ClaimedInbound, tell: TellUnread) -> None:
-        """Tell the sender their message could not be read; the dead letter comes either way
-        (a reply is written once per inbound, so a repeat of this attempt writes none)."""
+        """Tell the sender their message will not be answered; the dead letter comes either
+        way (a reply is written once per inbound, so a repeat of this attempt writes none)."""
         try:
             with anyio.fail_after(self._op_timeout_s):
                 await tell(claimed)
@@ -618,6 +625,13 @@ class InboxWorker(Background):
             return
         ended = failure
         decision = await self._settle(claimed, "fail", lambda: self.inbox.fail(claimed, ended))
+        if (
+            decision is not None
+            and decision.disposition == "dead_lettered"
+            and failure.kind == "transient"
+            and self._tell_dropped is not None
+        ):
+            await self._tell(claimed, self._tell_dropped)
         if decision is not None:
             _log.info(
                 "inbound %s attempt %d failed (%s, %s): %s",

@@ -14,7 +14,10 @@ wrapped to record what it returned.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from hostkit.effects import ApprovalLedger
+from hostkit.effects import ApprovalLedger, ToolContext, tool
 from hostkit.host import Host
 from hostkit.host._inbound import InboundCommands, reply_route
 from hostkit.store import Admitted, ApprovalAnswer, LeaseOwner, TurnAdmission
@@ -477,3 +480,51 @@ async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_bot
             lambda c: [r[0] for r in c.execute("SELECT request_id FROM turns ORDER BY rowid")]
         )
         assert [r for r in request_ids if r.startswith("continue:")] == [f"continue:{approval_id}"]
+
+
+async def test_a_command_deferred_on_a_running_continuation_waits_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """``approve CODE`` while the continuation another answer started still runs is given
+    back for later. Its wait counted from the command's own receipt: one that had waited
+    behind an earlier message (received 20 minutes ago) was due again only in 5 minutes,
+    holding the conversation's next message that long after the continuation ended."""
+    gate = anyio.Event()
+
+    @tool("files.stamp")
+    async def stamp(ctx: ToolContext, label: str, api_key: str = "") -> str:
+        """Stamp, once the test lets the call finish."""
+        await gate.wait()
+        return f"stamped {label}"
+
+    model = ScriptedModel([script], repeat_last=True)
+    async with channel_host(tmp_path, model, tools=[stamp], policy=ASK) as host:
+        approval_id, _ = await paused(host)
+        alice = await host.authority.for_conversation(
+            ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(host.approvals.answer, approval_id, "approve_once", by=alice)
+            )
+            with anyio.fail_after(10):
+                # The store's state, written by the answering task: polled.
+                while (await host.approvals.get(alice, approval_id)).status != "executed":  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            command = inbound(f"approve {approval_code(approval_id)}", kind="command", **ALICE)
+            old = dataclasses.replace(command, received_at=time.time() - 1_200)
+            inbound_id = await accept(host, old)
+            worker = host.inbox_worker(idle_poll_s=0.05, concurrency=2)
+            group.start_soon(worker.run)
+            with anyio.fail_after(10):
+                # Given back: ready again, due some time from now (the attempt not spent).
+                while not _deferred(record := await host.inbox.record(inbound_id)):  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            assert record.due_at is not None
+            assert record.due_at - time.time() < 60  # not the 300 s the receipt gave
+            gate.set()
+            worker.stop()
+
+
+def _deferred(record: Any) -> bool:
+    return bool(record.state == "ready" and record.due_at and record.due_at > time.time())
