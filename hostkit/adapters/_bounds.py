@@ -25,7 +25,7 @@ from hostkit.types import (
     MAX_TOOL_NAME_CHARS,
 )
 
-__all__ = ["OverBound", "ResponseMeter", "refused"]
+__all__ = ["OverBound", "ResponseMeter", "over_bound", "refused"]
 
 
 class OverBound(Exception):
@@ -35,6 +35,20 @@ class OverBound(Exception):
 def refused(exc: OverBound, *, provider: str) -> ProviderError:
     """The typed error for a response past a bound: arrived (status 200), never retried."""
     return ProviderError(f"response refused: {exc}", provider=provider, status=200)
+
+
+def over_bound(exc: BaseException) -> OverBound | None:
+    """The ``OverBound`` that ``exc`` is or was raised from, if any.
+
+    A bound counted below an SDK (``hostkit.adapters._wire``) fails a read the
+    SDK may wrap in its own connection error; unwrapped, it is still a refusal.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain is short; a cycle must not loop
+        if seen is None or isinstance(seen, OverBound):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import anyio
 
 from hostkit.adapters._base import ProviderBase
+from hostkit.adapters._bounds import over_bound, refused
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded, scrub_secret
 from hostkit.providers import RetryPolicy, retry_after_seconds
 from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
@@ -172,7 +173,10 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
         """The API's own message from a status error of this SDK (unscrubbed)."""
 
     def _error(self, exc: Exception) -> ProviderError:
-        """Map an SDK error raised before any response arrived."""
+        """Map an SDK error raised before any response arrived (or a body read past a bound)."""
+        bound = over_bound(exc)
+        if bound is not None:
+            return refused(bound, provider=self._name)
         if isinstance(exc, self._errors.status):
             failed: Any = exc
             detail = self._scrub(self._status_detail(failed))
@@ -223,6 +227,9 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
 
     def _arrived_error(self, what: str, exc: BaseException) -> ProviderError:
         """A failure after a response arrived: reported, never retried."""
+        bound = over_bound(exc)
+        if bound is not None:
+            return refused(bound, provider=self._name)
         if isinstance(exc, self._errors.status):
             # An `error` event inside a 200 stream, which an SDK may dress as a status error.
             detail = self._scrub(self._status_detail(exc))

@@ -10,17 +10,20 @@ cancelled or abandoned stream leaves no connection behind.
 
 A vendor adapter supplies only what differs: its endpoint and parameters,
 and how a whole body (``_read``) and one streamed item (``_apply``) fill the
-draft, its usage fields included (as ``Draft.tokens``, which the draft
-normalizes). The draft is filled only through its methods (``add_text``,
-``open_call``, ``identify``, ``add_fragment``), which hold the response to the
-bounds of ``hostkit.adapters._bounds`` as it arrives: a response past one
-fails at the item that passed it, with a ``ProviderError`` naming the bound,
-and nothing of it reaches the turn.
+draft. The draft is filled only through its methods (``add_text``,
+``open_call``, ``identify``, ``add_fragment``, ``report_usage``), which hold
+the response to the bounds of ``hostkit.adapters._bounds`` as it arrives: a
+response past one fails at the item that passed it, with a ``ProviderError``
+naming the bound, and nothing of it reaches the turn. Usage counts are taken
+only as counts (``hostkit.adapters._usage``). A stream that stops before the
+item marking the response finished (``Draft.ended``) was cut: it fails with a
+``ProviderError`` too, so a partial answer's tool calls never run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -28,15 +31,26 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 
-from hostkit.adapters._bounds import OverBound, ResponseMeter, refused
+from hostkit.adapters._bounds import OverBound, ResponseMeter, over_bound, refused
 from hostkit.adapters._sdk import ClientT, SdkProvider
+from hostkit.adapters._usage import token_count, unusable
 from hostkit.errors import ProviderError
+from hostkit.freeze import nested_deeper_than
 from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
-from hostkit.types import ModelRequest, ModelResponse, StreamEvent, ToolCall, Usage
+from hostkit.types import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_CALL_ID_CHARS,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    ToolCall,
+    Usage,
+)
 
 __all__ = ["Draft", "PartialCall", "SdkModelProvider"]
 
 ItemT = TypeVar("ItemT")
+_log = logging.getLogger(__name__)
 # Raw tool input longer than this is cut before it is kept as ``{"_raw": ...}``.
 RAW_INPUT_CHARS = 2000
 
@@ -64,27 +78,67 @@ class PartialCall:
     fragments: list[str] = field(default_factory=list)
     start_input: object = None
 
-    def finish(self, position: int) -> ToolCall:
+    def finish(self, call_id: str) -> ToolCall:
+        """The call as ``call_id`` (unique within its response; see ``Draft.response``)."""
         raw = "".join(self.fragments)
         if raw or self.start_input is None:
             arguments = parse_tool_arguments(raw)
         elif isinstance(self.start_input, Mapping):
-            arguments = self.start_input
+            arguments = _whole_input(self.start_input)
         else:
             arguments = {"_raw": str(self.start_input)[:RAW_INPUT_CHARS]}
-        # Some local servers omit call ids; the tool message still needs one to answer.
-        return ToolCall(self.call_id or f"call_{position}", self.name, arguments)
+        return ToolCall(call_id, self.name, arguments)
+
+
+def _whole_input(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An input sent whole, held to the depth argument text is (``parse_tool_arguments``).
+
+    Deeper than ``MAX_ARGUMENT_DEPTH`` it is kept as ``{"_raw": ...}``, which the
+    effect runtime rejects as invalid: one refused call, not a ``ToolCall``
+    that fails to build and with it the whole turn.
+    """
+    if not nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        return value
+    try:
+        raw = json.dumps(value, default=str, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        raw = ""
+    return {"_raw": raw[:RAW_INPUT_CHARS]}
+
+
+def _unique_ids(calls: list[PartialCall]) -> list[str]:
+    """Each call's id, made unique within the response, in order.
+
+    Each tool result answers one call by its id, so two calls under one id
+    (a server's bug) would leave the model unable to tell the answers apart.
+    A missing id (some local servers send none) becomes ``call_<position>``; a
+    repeat gets ``_<position>`` appended (cut to fit ``MAX_CALL_ID_CHARS``),
+    then a counter until it is unused: the same response always gets the same ids.
+    """
+    taken: set[str] = set()
+    ids: list[str] = []
+    for position, call in enumerate(calls):
+        call_id = base = call.call_id or f"call_{position}"
+        suffix, attempt = f"_{position}", 0
+        while call_id in taken:
+            call_id = f"{base[: MAX_CALL_ID_CHARS - len(suffix)]}{suffix}"
+            attempt += 1
+            suffix = f"_{position}_{attempt}"
+        taken.add(call_id)
+        ids.append(call_id)
+    return ids
 
 
 @dataclass(slots=True)
 class Draft:
     """What a response has delivered so far, in provider-neutral terms.
 
-    ``tokens`` holds the reported counts under ``input``, ``output``,
-    ``cache_read`` and ``cache_write``; a later report of a field replaces an
-    earlier one. ``count`` is the number of streamed items folded in.
-    ``meter`` counts the calls and bytes against the response bounds; the
-    methods that add to the draft raise ``OverBound`` past one.
+    ``tokens`` holds the reported counts (filled by ``report_usage``).
+    ``count`` is the number of streamed items folded in. ``ended`` says the
+    provider marked the response finished (a finish reason on a choice, a
+    ``message_stop``): a stream that stops before then was cut, and is no
+    answer. ``meter`` counts the calls and bytes against the response bounds;
+    the methods that add to the draft raise ``OverBound`` past one.
     """
 
     request_id: str | None = None
@@ -95,7 +149,12 @@ class Draft:
     finish: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     count: int = 0
+    ended: bool = False
     meter: ResponseMeter = field(default_factory=ResponseMeter)
+    # The call opened last, which a tool-call fragment naming no call continues.
+    last_call: int | None = None
+    # Usage fields that arrived as no count: what each was (never its value).
+    unusable_usage: dict[str, str] = field(default_factory=dict)
 
     def add_text(self, text: str) -> str:
         """Append a text delta (or a whole body's text); return it."""
@@ -126,6 +185,7 @@ class Draft:
             self.meter.add(json.dumps(start_input, default=str, ensure_ascii=False))
         call.start_input = start_input
         self.calls[index] = call
+        self.last_call = index
         return call
 
     def call(self, index: int) -> PartialCall:
@@ -142,13 +202,36 @@ class Draft:
         """Append one fragment of ``call``'s argument JSON."""
         call.fragments.append(self.meter.add(fragment))
 
+    def report_usage(self, counts: Mapping[str, object]) -> None:
+        """Take reported counts under ``input``, ``output``, ``cache_read``, ``cache_write``.
+
+        A later report of a field replaces an earlier one; None (not reported)
+        is skipped. A value that is no token count (``hostkit.adapters._usage``)
+        counts as 0 and is named in one warning when the response is frozen.
+        """
+        for key, value in counts.items():
+            if value is None:
+                continue
+            count = token_count(value)
+            if count is None:
+                self.unusable_usage[key] = unusable(value)
+            self.tokens[key] = count or 0
+
     def response(self, *, provider: str, model: str, cache_in_input: bool) -> ModelResponse:
         """Freeze the draft; ``cache_in_input`` says the reported input already counts the cache."""
+        if self.unusable_usage:
+            shown = ", ".join(
+                f"{key} was {what}" for key, what in sorted(self.unusable_usage.items())
+            )
+            _log.warning(
+                "%s reported usage that is no token count (%s): counted as 0", provider, shown
+            )
+        calls = [call for _, call in sorted(self.calls.items())]
         return ModelResponse(
             text="".join(self.text),
             tool_calls=tuple(
-                call.finish(position)
-                for position, (_, call) in enumerate(sorted(self.calls.items()))
+                call.finish(call_id)
+                for call, call_id in zip(calls, _unique_ids(calls), strict=True)
             ),
             usage=self._usage(cache_in_input=cache_in_input),
             finish_reason=to_finish_reason(self.finish),
@@ -172,7 +255,10 @@ class Draft:
 
 
 class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
-    """``complete`` and ``stream`` over an SDK whose streams yield items of type ``ItemT``."""
+    """``complete`` and ``stream`` over an SDK whose streams yield items of type ``ItemT``.
+
+    ``_apply`` sets ``Draft.ended`` at the item that marks the response finished.
+    """
 
     # What one streamed item is called in messages ("chunk", "event").
     _unit: ClassVar[str]
@@ -200,6 +286,9 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                         raise refused(exc, provider=self._name) from exc
                     except Exception as exc:
                         raise self._arrived_error("unreadable response", exc) from exc
+            except OverBound as exc:
+                # An error status whose body the SDK read past the wire bound.
+                raise refused(exc, provider=self._name) from exc
             except self._errors.base as exc:
                 raise self._error(exc) from exc
 
@@ -219,6 +308,8 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         async def open_stream() -> tuple[_ItemStream, Draft, str]:
             try:
                 items: _ItemStream = await self._endpoint(client).create(**params)
+            except OverBound as exc:
+                raise refused(exc, provider=self._name) from exc
             except self._errors.base as exc:
                 raise self._error(exc) from exc
             draft = Draft(
@@ -244,7 +335,13 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         finally:
             with anyio.CancelScope(shield=True):
                 await items.close()
-        yield StreamEvent(kind="done", response=self._response(draft))
+        try:
+            response = self._response(draft)
+        except Exception as exc:
+            # Whatever the stream held that no response can (the draft's bounds and
+            # fallbacks should leave nothing): the turn gets a ProviderError, not a crash.
+            raise self._arrived_error("unusable streamed response", exc) from exc
+        yield StreamEvent(kind="done", response=response)
 
     def _params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -269,14 +366,21 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
             if draft.count == 0:
                 message = f"stream ended before any {self._unit}"
                 raise ProviderError(message, provider=self._name) from None
+            if not draft.ended:
+                # Cut (a proxy's timeout, a server that died mid-answer): what arrived is
+                # not the answer, and its tool calls may lack the rest of the response.
+                # Never retried: the request reached the provider and did its work.
+                message = "stream ended before the response was finished"
+                raise ProviderError(message, provider=self._name, status=200) from None
             return None
         except (self._errors.connection, *self._errors.transport) as exc:
-            if before_first:
+            if before_first and over_bound(exc) is None:
                 # Headers arrived but no item did: nothing was generated for us, so retry.
                 message = f"connection lost: {self._redact(exc)}"
                 raise ProviderError(message, provider=self._name, retryable=True) from exc
             raise self._arrived_error("stream broke off", exc) from exc
         except Exception as exc:
+            # Past the wire bound (``hostkit.adapters._wire``) too: a refusal, never retried.
             raise self._arrived_error("stream failed", exc) from exc
         draft.count += 1
         try:
@@ -306,5 +410,6 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
     def _apply(self, item: ItemT, draft: Draft) -> str:
         """Fold one streamed item into ``draft``; return its text delta ("" for none).
 
-        Fold it through the draft's methods, which raise ``OverBound`` past a bound.
+        Fold it through the draft's methods, which raise ``OverBound`` past a
+        bound, and set ``draft.ended`` at the item that finishes the response.
         """

@@ -25,6 +25,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from hostkit.adapters import NO_API_KEY
 from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
+from hostkit.adapters._wire import bounded_client
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -112,6 +113,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
             base_url=self._base_url,
             timeout=self._timeout_s,
             max_retries=0,
+            http_client=bounded_client(anthropic.DefaultAsyncHttpxClient),
         )
 
     def _endpoint(self, client: anthropic.AsyncAnthropic) -> Any:
@@ -144,7 +146,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
                 draft.add_text(block.text)
             elif block.type == "tool_use":
                 draft.open_call(index, call_id=block.id, name=block.name, start_input=block.input)
-        draft.tokens.update(_token_counts(body.usage))
+        draft.report_usage(_token_counts(body.usage))
         draft.finish = body.stop_reason
         draft.model = body.model
         draft.response_id = body.id
@@ -153,7 +155,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         if item.type == "message_start":
             draft.response_id = item.message.id
             draft.model = item.message.model
-            draft.tokens.update(_token_counts(item.message.usage))
+            draft.report_usage(_token_counts(item.message.usage))
         elif item.type == "content_block_start":
             block = item.content_block
             if block.type == "tool_use":
@@ -172,17 +174,18 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         elif item.type == "message_delta":
             draft.finish = item.delta.stop_reason or draft.finish
             # message_delta repeats counts cumulatively; a later value wins.
-            draft.tokens.update(_token_counts(item.usage))
+            draft.report_usage(_token_counts(item.usage))
+        elif item.type == "message_stop":
+            draft.ended = True
         return ""
 
     def _status_detail(self, exc: anthropic.APIStatusError) -> str:
         return exc.api_message or exc.message
 
 
-def _token_counts(usage: Any) -> dict[str, int]:
-    """A usage block as ``Draft.tokens``; fields absent or null (in message_delta) left out."""
-    counts = {key: getattr(usage, field, None) for field, key in _TOKEN_FIELDS.items()}
-    return {key: value for key, value in counts.items() if value is not None}
+def _token_counts(usage: Any) -> dict[str, object]:
+    """A usage block for ``Draft.report_usage``; absent or null fields (message_delta) are None."""
+    return {key: getattr(usage, field, None) for field, key in _TOKEN_FIELDS.items()}
 
 
 # The user turn put before a history that begins with an answer.

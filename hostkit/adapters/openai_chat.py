@@ -31,6 +31,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from hostkit.adapters import NO_API_KEY
 from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
+from hostkit.adapters._wire import bounded_client
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -112,6 +113,7 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
                 base_url=self._base_url,
                 timeout=self._timeout_s,
                 max_retries=0,
+                http_client=bounded_client(openai.DefaultAsyncHttpxClient),
             )
         except openai.OpenAIError as exc:
             raise ConfigError("the openai SDK found no credentials", key="api_key_env") from exc
@@ -143,7 +145,7 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
                 draft.open_call(
                     index, call_id=call.id, name=call.function.name, fragments=fragments
                 )
-        draft.tokens.update(_token_counts(body.usage))
+        draft.report_usage(_token_counts(body.usage))
         draft.finish = body.choices[0].finish_reason
         draft.model = body.model
         draft.response_id = body.id
@@ -152,10 +154,13 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
         draft.response_id = draft.response_id or item.id
         draft.model = draft.model or item.model
         if item.usage is not None:
-            draft.tokens.update(_token_counts(item.usage))
+            draft.report_usage(_token_counts(item.usage))
         delta_text = ""
         for choice in item.choices or ():
-            draft.finish = choice.finish_reason or draft.finish
+            if choice.finish_reason:
+                # The SDK swallows ``[DONE]``; a finish reason is what says the answer is whole.
+                draft.finish = choice.finish_reason
+                draft.ended = True
             # Typed as always present, but a compatible server may send ``"delta": null``.
             delta: ChoiceDelta | None = choice.delta
             if delta is None:
@@ -163,10 +168,9 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
             if delta.content:
                 delta_text += draft.add_text(delta.content)
             for fragment in delta.tool_calls or ():
-                index = fragment.index if isinstance(fragment.index, int) else len(draft.calls)
-                call = draft.call(index)
                 function = fragment.function
                 name = function.name if function is not None else None
+                call = draft.call(_call_index(draft, fragment.index, fragment.id, name))
                 draft.identify(call, call_id=fragment.id, name=name)
                 if function is not None:
                     draft.add_fragment(call, function.arguments or "")
@@ -183,16 +187,37 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
         return exc.message
 
 
-def _token_counts(usage: Any) -> dict[str, int]:
-    """A usage block as ``Draft.tokens``; prompt_tokens already counts the cached ones."""
+def _call_index(draft: Draft, index: object, call_id: str | None, name: str | None) -> int:
+    """The draft index of the call a streamed tool-call fragment belongs to.
+
+    Servers that send no ``index`` (some compatible ones) still send the id
+    and name on a call's first fragment only: such a fragment opens a new call
+    (unless it repeats the id of the call opened last), and one with neither
+    continues the call opened last.
+    """
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    last = draft.last_call
+    if last is not None and (
+        not (call_id or name) or (call_id and call_id == draft.calls[last].call_id)
+    ):
+        return last
+    return max(draft.calls, default=-1) + 1
+
+
+def _token_counts(usage: Any) -> dict[str, object]:
+    """A usage block for ``Draft.report_usage``; prompt_tokens already counts the cached ones.
+
+    Read with ``getattr``: the SDK builds the block unvalidated, so any field may be missing.
+    """
     if usage is None:
         return {}
-    details = usage.prompt_tokens_details
+    details = getattr(usage, "prompt_tokens_details", None)
     return {
-        "input": usage.prompt_tokens or 0,
-        "output": usage.completion_tokens or 0,
-        "cache_read": (details.cached_tokens or 0) if details else 0,
-        "cache_write": (details.cache_write_tokens or 0) if details else 0,
+        "input": getattr(usage, "prompt_tokens", None),
+        "output": getattr(usage, "completion_tokens", None),
+        "cache_read": getattr(details, "cached_tokens", None),
+        "cache_write": getattr(details, "cache_write_tokens", None),
     }
 
 

@@ -516,12 +516,19 @@ class ContextManager:
         self._cached_chars -= self._counted.pop(session_id, 0)
 
     async def _take_bootstrap(self, context: TurnExecutionContext) -> str | None:
+        """The session's snapshot, taken now and kept; "" when there is none, kept too, so
+        a file that appears later (an agent may write one) never joins this session.
+        None when the file could not be read (kept: nothing)."""
         assert self._bootstrap is not None
-        snapshot = await self._bootstrap.snapshot(context)
-        if snapshot is None:
+        try:
+            snapshot = await self._bootstrap.snapshot(context)
+        except OSError as exc:
+            # Not "no file": nothing is kept, and the session's next window looks again.
+            _log.warning("the bootstrap snapshot could not be read: %s", exc.strerror or exc)
             return None
+        text, source = ("", "") if snapshot is None else (snapshot.text, snapshot.source)
         return await self._store.context.keep_bootstrap(
-            context.session_id, snapshot=snapshot.text, source=snapshot.source
+            context.session_id, snapshot=text, source=source
         )
 
     def _estimator(

@@ -6,7 +6,8 @@ steps can refer to it, and it never carries instructions of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import anyio
@@ -90,7 +91,8 @@ class ProviderSummarizer:
 
     The request holds a system message with ``instructions`` and one user
     message with the previous summary and a bounded plain-text transcript
-    (``role: content``; tool calls by name; tool results cut to
+    (``role: "content"``, one line per message, its content a JSON string; tool
+    calls by name; tool results cut to
     ``max_tool_result_chars``, other messages to ``max_message_chars``; the
     newest lines kept within ``max_transcript_chars`` and within what the
     provider's own context window holds). It offers no tools and asks for at
@@ -165,13 +167,15 @@ class ProviderSummarizer:
         return text
 
     def _line(self, message: ModelMessage) -> str:
+        """One message on one line, its content a JSON string: no text a user, a model or
+        a tool wrote can start a line of its own and pass for another role's message."""
         if message.role == "tool":
-            label = f"tool {message.name}" if message.name else "tool"
-            return f"{label}: {_clip(message.content, self._tool_chars)}"
-        line = f"{message.role}: {_clip(message.content, self._message_chars)}"
+            label = f"tool {_quoted(message.name)}" if message.name else "tool"
+            return f"{label}: {_quoted(_clip(message.content, self._tool_chars))}"
+        line = f"{message.role}: {_quoted(_clip(message.content, self._message_chars))}"
         if message.tool_calls:
-            line += f" [tool calls: {', '.join(call.name for call in message.tool_calls)}]"
-        return line + _attached(message)
+            line += f" [tool calls: {', '.join(_quoted(c.name) for c in message.tool_calls)}]"
+        return line + _attached(message, _quoted)
 
     def _transcript(self, messages: Sequence[ModelMessage], tokens: int) -> str:
         """The newest lines whose estimate fits in ``tokens`` (and in
@@ -196,19 +200,30 @@ _OMITTED_NOTE_CHARS = 40
 
 
 def _fallback_line(message: ModelMessage, line_chars: int) -> str:
+    # Every name on one line too: a model-chosen tool name may hold a line break.
     if message.role == "tool":
-        return f"tool: [tool {message.name or message.tool_call_id}: {len(message.content)} chars]"
+        name = _one_line(message.name or message.tool_call_id or "")
+        return f"tool: [tool {name}: {len(message.content)} chars]"
     line = f"{message.role}: {_clip(_one_line(message.content), line_chars)}"
     if message.tool_calls:
-        line += f" [calls: {', '.join(call.name for call in message.tool_calls)}]"
-    return line + _attached(message)
+        line += f" [calls: {', '.join(_one_line(c.name) for c in message.tool_calls)}]"
+    return line + _attached(message, _one_line)
 
 
-def _attached(message: ModelMessage) -> str:
+def _attached(message: ModelMessage, shown: Callable[[str], str]) -> str:
     """The names of a message's attachments (a summary records that files were shown)."""
     if not message.attachments:
         return ""
-    return f" [attached: {', '.join(part.attachment.name for part in message.attachments)}]"
+    return f" [attached: {', '.join(shown(part.attachment.name) for part in message.attachments)}]"
+
+
+# JSON leaves these unescaped, yet str.splitlines() (and many a reader) breaks lines at them.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a JSON string on one line: no character in it starts a new line."""
+    return json.dumps(text, ensure_ascii=False).translate(_LINE_BREAKS)
 
 
 def fallback_summary(

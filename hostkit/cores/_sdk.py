@@ -92,13 +92,19 @@ class Emitter:
 
 
 def _strings(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` as JSON-like data whose every text is masked: keys, bytes (as UTF-8) and
+    other objects (as their repr) too, since a tool emits whatever it read."""
     if isinstance(value, str):
         return redact(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return redact(bytes(value).decode("utf-8", "backslashreplace"))
     if isinstance(value, Mapping):
-        return {str(key): _strings(item, redact) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+        return {redact(str(key)): _strings(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
         return [_strings(item, redact) for item in value]
-    return value
+    return redact(repr(value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,26 +14,31 @@ import os
 import shlex
 import stat
 import tomllib
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
+from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
+from hostkit.host._tool_modules import _MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
 from hostkit.store import carries_password, redact_url
-from hostkit.types import is_channel_id, is_core_id
+from hostkit.types import is_channel_id, is_core_id, is_text
 
 __all__ = [
     "DEFAULT_CORE_REF",
+    "MAX_AGENT_NAME_CHARS",
     "MAX_CONFIG_BYTES",
     "MAX_CONFIG_DEPTH",
+    "MAX_PATH_CHARS",
     "AgentConfig",
     "ChannelConfig",
     "CoreConfig",
@@ -55,6 +60,7 @@ __all__ = [
     "parse_config",
     "state_overlaps",
     "unlisted_secrets",
+    "writable_workspaces",
 ]
 
 # hostkit.toml is written by hand: a megabyte is far past any real one.
@@ -62,6 +68,29 @@ MAX_CONFIG_BYTES = 1024 * 1024
 # Deeper documents pass the TOML parser yet fail later (pydantic serialises 256 levels).
 MAX_CONFIG_DEPTH = 64
 _SHOWN_PATH_CHARS = 300
+# A path the OS could take (Linux's PATH_MAX); longer is a mistake, not a file.
+MAX_PATH_CHARS = 4096
+# An agent's name is carried by a turn's core_id (at most 200), a delegated agent's scope
+# (at most 128) and its default conversations ("default/<agent>", "terminal/<agent>": a
+# conversation key is at most 200): it must fit all of them.
+MAX_AGENT_NAME_CHARS = 128
+# Characters no name shown in a log line or prompt may hold: controls (a newline forges a
+# line), format characters (U+202E reverses what follows), surrogates, line separators.
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _path_text(value: str) -> str:
+    # No OS takes a NUL in a path: without this check the first open or mkdir raises a bare
+    # ValueError, at open or in the middle of a reload.
+    if "\0" in value:
+        raise ValueError("holds a NUL character, which no path can")
+    return value
+
+
+# Every path in the configuration: 1 to MAX_PATH_CHARS characters, no NUL.
+ConfigPath = Annotated[
+    str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_path_text)
+]
 
 
 class _Strict(BaseModel):
@@ -114,7 +143,7 @@ class ProviderConfig(_Strict):
     attachments: list[MediaType] | None = None
     # kind = "local" only: a GGUF file to serve instead of the embedded SmolLM2 (relative to
     # the configuration's folder); unset, the cached or fetched default (docs/providers.md).
-    model_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    model_path: ConfigPath | None = None
 
     @pydantic.model_validator(mode="after")
     def _local_reads_text(self) -> ProviderConfig:
@@ -170,14 +199,14 @@ class AgentConfig(_Strict):
     tool_modules: list[str] = Field(default_factory=list)
     # Directories looked in first for tool_modules' top-level packages (relative to
     # hostkit.toml's folder); an Agent Core's is its materialized revision.
-    tool_path: list[str] = Field(default_factory=list, max_length=16)
+    tool_path: list[ConfigPath] = Field(default_factory=list, max_length=16)
     builtins: list[Builtin] = Field(default_factory=list)
     # Non-public hosts or CIDRs web.extract may reach (default: none; public only).
     url_allow_private: list[str] = Field(default_factory=list)
     memory: bool = True
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     max_steps: int = Field(default=8, ge=1, le=64)
-    workspace: str | None = None
+    workspace: ConfigPath | None = None
     # Host environment variables terminal.run may bind (secret.bind:<NAME>), each
     # after a one-shot approval, for at most secret_ttl_s seconds.
     secrets: list[Annotated[str, Field(pattern=_ENV_NAME)]] = Field(default_factory=list)
@@ -195,6 +224,30 @@ class AgentConfig(_Strict):
         default_factory=dict, max_length=MAX_MCP_SERVERS
     )
 
+    # Checked when the file is read, not when a turn first builds the agent's tools: a
+    # typo in a live edit must reject the reload, not replace a working generation with
+    # one that refuses every turn of this agent.
+    @pydantic.field_validator("tool_modules")
+    @classmethod
+    def _module_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            # The one syntax of a module name: the check discovery makes, made earlier.
+            if not _MODULE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{bounded(repr(name), 120)} is not a Python module name "
+                    "(dotted identifiers: 'tools' or 'package.tools')"
+                )
+        return names
+
+    @pydantic.field_validator("url_allow_private")
+    @classmethod
+    def _hosts_or_networks(cls, entries: list[str]) -> list[str]:
+        try:
+            UrlPolicy.check_allow_private(entries)
+        except ConfigError as exc:  # the URL policy's own sentence, under this key
+            raise ValueError(exc.message.removeprefix(f"{exc.key}: ")) from None
+        return entries
+
 
 DEFAULT_CORE_REF = "refs/hostkit/live"
 
@@ -209,7 +262,7 @@ class CoreConfig(_Strict):
     production) can serve one repository with different refs.
     """
 
-    path: str = Field(min_length=1, max_length=1_000)
+    path: Annotated[ConfigPath, Field(max_length=1_000)]
     ref: str = Field(default=DEFAULT_CORE_REF, pattern=r"^refs/hostkit/[A-Za-z0-9._/-]{1,100}$")
 
 
@@ -260,17 +313,17 @@ class HostSection(_Strict):
     artifact root (all beside the configuration) are outside it.
     """
 
-    database: str = "hostkit.db"
-    workspace: str = "workspace"
+    database: ConfigPath = "hostkit.db"
+    workspace: ConfigPath = "workspace"
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     # Private terminal output files, under one opaque directory per session.
-    artifacts: str = ".hostkit-artifacts"
+    artifacts: ConfigPath = ".hostkit-artifacts"
     # Free space terminal output never takes from the artifacts' disk (0: none kept): a run
     # is refused below it, and one whose output would pass it ends failed. The database
     # and its backups usually share that disk.
     artifact_reserve_mb: int = Field(default=256, ge=0, le=1_048_576)
     # Each core revision a turn runs, extracted read-only from its commit (Host state).
-    cores_dir: str = ".hostkit-cores"
+    cores_dir: ConfigPath = ".hostkit-cores"
     # How long an ``ask`` waits for the approver before the turn pauses needs_user.
     approval_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
     # A running turn holds its session's durable lease; it renews it every third of this.
@@ -302,7 +355,7 @@ class StoreSection(_Strict):
     # several machines compare their clocks (a Host further off does not start).
     max_clock_skew_s: float = Field(default=2.0, gt=0, le=60)
     # Where a verified pg_dump goes before an upgrade that drops data (beside the config).
-    backup_dir: str = Field(default=".hostkit-backups", min_length=1, max_length=4096)
+    backup_dir: ConfigPath = ".hostkit-backups"
 
     @pydantic.field_validator("url")
     @classmethod
@@ -371,6 +424,18 @@ class HostConfig(_Strict):
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     # The file this configuration was loaded from (None: built in code).
     source: Path | None = Field(default=None, exclude=True)
+
+    @pydantic.field_validator("agents", mode="before")
+    @classmethod
+    def _agent_names(cls, agents: object) -> object:
+        # Before the agents' own tables: a bad value's key must not carry a bad name.
+        for name in agents if isinstance(agents, dict) else ():
+            if not _is_agent_name(name):
+                raise ValueError(
+                    f"{bounded(repr(name), 80)} is not a usable agent name (1-"
+                    f"{MAX_AGENT_NAME_CHARS} characters, no control or format characters)"
+                )
+        return agents
 
     @pydantic.model_validator(mode="after")
     def _agents_name_providers(self) -> HostConfig:
@@ -450,6 +515,17 @@ class HostConfig(_Strict):
             path for path in (self.source, self.base_dir / "hostkit.toml") if path is not None
         )
         return (database, *siblings, self.artifact_root, self.cores_root, *configs)
+
+
+def _is_agent_name(name: object) -> bool:
+    """1 to ``MAX_AGENT_NAME_CHARS`` characters of storable text, none of them unprintable.
+
+    '/' is allowed: a name is only ever text (a core id, a key under ``agents.``, the end
+    of a default conversation key such as ``default/<agent>``), never a path.
+    """
+    if not is_text(name, limit=MAX_AGENT_NAME_CHARS):
+        return False
+    return not any(unicodedata.category(char) in _UNPRINTABLE_CATEGORIES for char in name)
 
 
 def check_channel_agents(config: HostConfig, *, required: bool = True) -> tuple[str, ...]:
@@ -617,6 +693,24 @@ def _shown(file: Path) -> str:
 _WORKSPACE_BUILTINS = frozenset(
     {"files.read", "files.list", "files.write", "files.edit", "terminal.run"}
 )
+# Those of them that change files there.
+_WRITES_WORKSPACE = frozenset({"files.write", "files.edit", "terminal.run"})
+
+
+def _reaches_workspace(agent: AgentConfig, builtins: frozenset[str]) -> bool:
+    """Whether ``agent`` acts in its workspace: one of ``builtins``, or a stdio MCP server
+    (the workspace is its working directory and a writable bind)."""
+    stdio = any(server.command is not None for server in agent.mcp.values())
+    return stdio or not builtins.isdisjoint(agent.builtins)
+
+
+def writable_workspaces(config: HostConfig) -> dict[Path, str]:
+    """Each workspace some agent can change files in, with the first such agent's name."""
+    writable: dict[Path, str] = {}
+    for name, agent in config.agents.items():
+        if _reaches_workspace(agent, _WRITES_WORKSPACE):
+            writable.setdefault(config.workspace_of(name), name)
+    return writable
 
 
 def state_overlaps(config: HostConfig) -> tuple[str, ...]:
@@ -630,8 +724,7 @@ def state_overlaps(config: HostConfig) -> tuple[str, ...]:
     lines: list[str] = []
     seen: set[Path] = set()
     for name, agent in config.agents.items():
-        stdio = any(server.command is not None for server in agent.mcp.values())
-        if not stdio and not _WORKSPACE_BUILTINS.intersection(agent.builtins):
+        if not _reaches_workspace(agent, _WORKSPACE_BUILTINS):
             continue
         workspace = Path(os.path.realpath(config.workspace_of(name)))
         if workspace in seen:

@@ -25,7 +25,7 @@ from hostkit.builtins.mcp import McpClientConnector
 from hostkit.builtins.process import ResourceLimits, SandboxPolicy
 from hostkit.builtins.web import UrlPolicy, web_tools
 from hostkit.channels import short_secret
-from hostkit.context import Estimator
+from hostkit.context import DEFAULT_BOOTSTRAP_FILES, Estimator
 from hostkit.delivery import (
     OutboundChannel,
     SharedClient,
@@ -40,7 +40,12 @@ from hostkit.host._capabilities import (
     RuntimeCapabilities,
     ToolRequest,
 )
-from hostkit.host._config import HostConfig, ProviderConfig, ScriptStepConfig
+from hostkit.host._config import (
+    HostConfig,
+    ProviderConfig,
+    ScriptStepConfig,
+    writable_workspaces,
+)
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
@@ -323,7 +328,11 @@ class DefaultToolSource:
         if agent.memory and request.memory is not None:
             add("builtin:memory", memory_tools(request.memory))
         if agent.builtins:
-            scope = WorkspaceScope(request.workspace, protected=request.config.state_paths())
+            scope = WorkspaceScope(
+                request.workspace,
+                protected=request.config.state_paths(),
+                instructions=DEFAULT_BOOTSTRAP_FILES,
+            )
             add("builtin:files", [t for t in workspace_tools(scope) if t.name in agent.builtins])
         if "web.extract" in agent.builtins:
             add(
@@ -346,6 +355,8 @@ class DefaultToolSource:
                 agent=request.agent,
                 sandbox=sandbox_policy(config, request.agent),
                 search=[config.resolve(entry) for entry in agent.tool_path],
+                writable=writable_workspaces(config),
+                protected=config.state_paths(),
             )
             add(f"module:{module_name}", found)
         return tools

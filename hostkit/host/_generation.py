@@ -254,13 +254,13 @@ class Generation(AsyncResource):
                         self.estimators.register(estimator)
             tools = await self.agent_tools(core_id)
         except HostkitError as exc:
-            self.active -= 1
+            self._unpin()
             rejected = TurnRejected(f"agent {core_id!r} is not available: {exc.message}")
             # A provider or credential outage clears: whoever retries must know it may.
             rejected.retryable = exc.retryable
             raise rejected from exc
         except BaseException as exc:
-            self.active -= 1
+            self._unpin()
             if isinstance(exc, Exception):
                 raise TurnRejected(
                     f"agent {core_id!r} is not available ({type(exc).__name__})"
@@ -287,7 +287,17 @@ class Generation(AsyncResource):
 
     async def release(self) -> bool:
         """One turn finished with this generation; True when it is now safe to close."""
+        self._unpin()
+        return self.idle
+
+    def _unpin(self) -> None:
+        # Every way a pin ends (its turn released it, or pinning failed) comes here: whoever
+        # drops the last pin of a retired generation closes it (the Host, which sees ``idle``).
         self.active -= 1
+
+    @property
+    def idle(self) -> bool:
+        """Replaced, and no turn pins it any more: nothing will use it again."""
         return self.retired and self.active == 0
 
     async def toolset(self, context: TurnExecutionContext) -> Toolset:

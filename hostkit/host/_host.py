@@ -36,6 +36,7 @@ from hostkit.effects import (
 from hostkit.errors import (
     ApprovalRefused,
     ConfigError,
+    HostkitError,
     InvalidValue,
     RuntimeFailure,
     StoreClosed,
@@ -72,6 +73,9 @@ from hostkit.host._reload import (
     core_changes,
     live_revisions,
     rejected,
+    reopen_changes,
+    split_state,
+    with_opened,
 )
 from hostkit.host._serve import HostDaemon
 from hostkit.host._store import open_configured_store
@@ -130,7 +134,7 @@ class Host(AsyncResource):
 
     ``tracing`` is the Host's own OpenTelemetry tracing when ``[host.telemetry]``
     turns it on (docs/observability.md); it is set up at open and flushed at
-    close, so a later ``apply_config`` does not change it.
+    close, so ``apply_config`` refuses a configuration that changes it.
 
     ``warnings`` holds one line per configuration problem found at open (a
     workspace overlapping the Host's own state); each is also logged on the
@@ -481,17 +485,31 @@ class Host(AsyncResource):
     async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
         if self._closed:
             raise TurnRejected("the Host is closed")
-        return await self._generation.pin(core_id, revision)
+        generation = self._generation
+        try:
+            return await generation.pin(core_id, revision)
+        except BaseException:
+            # The failed pin dropped its count: if an apply replaced the generation while
+            # it pinned, it may have been the last one.
+            with anyio.CancelScope(shield=True):
+                await self._close_if_idle(generation)
+            raise
 
     async def release(self, core: PinnedCore) -> None:
         for generation in (self._generation, *self._retired):
             if generation.number == core.generation:
-                if await generation.release():
-                    self._retired.remove(generation)
-                    # The turn's result is already durable: a failing source close is
-                    # the Host's problem to log, not the caller's exception.
-                    await self._close_generation(generation)
+                await generation.release()
+                await self._close_if_idle(generation)
                 return
+
+    async def _close_if_idle(self, generation: Generation) -> None:
+        """Close a replaced generation once its last pin is dropped: a turn ended, or a pin
+        failed. (One replaced with no pin is closed by the apply itself.)"""
+        if generation.idle and generation in self._retired:
+            self._retired.remove(generation)
+            # The turn's result is already durable: a failing source close is the Host's
+            # problem to log, not the caller's exception.
+            await self._close_generation(generation)
 
     async def apply_config(
         self,
@@ -508,6 +526,13 @@ class Host(AsyncResource):
         A core that does not load is left out (not available), except one of
         ``require_cores``: its ``ConfigError`` is raised and nothing is applied
         (a reload applies every core it checked or nothing).
+
+        ``config`` must keep every setting the Host read only when it opened: all
+        of ``[store]`` and ``[host]`` but ``workspace`` and ``limits`` (the database,
+        the artifact root and reserve, the cores' directory, the approval and
+        admission waits, the session lease, telemetry). One that changes any is a
+        ``ConfigError`` naming them, and nothing is applied: they take effect when
+        the Host is reopened.
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
@@ -515,19 +540,20 @@ class Host(AsyncResource):
             raise ConfigError("apply_config takes a HostConfig (parse_config or load_config)")
         if not is_names(require_cores, limit=200, items=1_000):
             raise ConfigError("require_cores must be a list of core ids")
-        _check_same_store(self.config, config)
+        effective = _check_open_settings(self.config, config)
         # One apply at a time, from reading the live revisions to installing: an apply
         # that read them before a promotion cannot install after the promotion's own.
         async with self._apply_lock:
-            return await self._apply(config, capabilities, require_cores)
+            return await self._apply(effective, capabilities, require_cores, declared=config)
 
     async def _apply(
         self,
         config: HostConfig,
         capabilities: RuntimeCapabilities | None,
         require_cores: Collection[str],
+        *,
+        declared: HostConfig,
     ) -> int:
-        declared = config
         try:
             composed, cores, core_warnings = await compose_cores(
                 config, self.store.cores, required=require_cores
@@ -559,8 +585,6 @@ class Host(AsyncResource):
         )
         self.warnings = (*workspace_warnings, *core_warnings)
         previous = self._generation
-        if config.host.telemetry != previous.config.host.telemetry:
-            _log.warning("[host.telemetry] changed: tracing follows it once the Host is reopened")
         self._generation = self._new_generation(
             previous.number + 1,
             config,
@@ -592,7 +616,7 @@ class Host(AsyncResource):
                 agent, config.agents[agent].mcp if agent in config.agents else ()
             )
         previous.retired = True
-        if previous.active == 0:
+        if previous.idle:
             await self._close_generation(previous)
         else:
             self._retired.append(previous)
@@ -620,8 +644,11 @@ class Host(AsyncResource):
         ``apply_config`` runs only when the configuration's content or a core's
         live commit differs from what the current generation was built from;
         running turns finish on theirs. A configuration that fails validation
-        (TOML, schema, a core's ``agent.yaml``, an unknown provider) changes
-        nothing: the outcome is ``rejected`` with the bounded reason, also logged.
+        (TOML, schema, a core's ``agent.yaml``, an unknown provider) or changes a
+        setting read only at open (see ``apply_config``) changes nothing: the
+        outcome is ``rejected`` with the bounded reason, also logged. So does an
+        error no check foresaw while applying (its traceback logged too): it never
+        reaches the caller or the watcher as an exception.
         Reloads run one at a time; reading is bounded by ``read_timeout_s``, and
         once applying began it is never cut half-way. The Host closing meanwhile
         rejects the reload (nothing is installed).
@@ -663,15 +690,29 @@ class Host(AsyncResource):
             return rejected(number, exc.message)
         except TimeoutError:
             return rejected(number, f"reading the configuration took over {read_timeout_s} s")
+        except HostkitError:
+            raise  # a runtime failure (the store), not the configuration's
+        except Exception as exc:
+            return _unexpected(exc, number)
         try:
             # Not cancellable once begun: a generation is applied whole or not at all.
             with anyio.CancelScope(shield=True):
                 # The live revisions are read again: one moved to a broken commit since the check
                 # rejects the reload instead of leaving its core out.
                 checked = [core_id for core_id, sha in live.items() if sha is not None]
+                waiting = set(reopen_changes(self.config, config))
                 number = await self.apply_config(config, require_cores=checked)
         except ConfigError as exc:
             return rejected(number, exc.message)
+        except HostkitError:
+            raise
+        except Exception as exc:
+            # The generation that serves now: the apply may have failed after installing.
+            return _unexpected(exc, self._generation.number)
+        changes = tuple(
+            f"{change} (when the Host reopens)" if change in waiting else change
+            for change in changes
+        )
         return ReloadOutcome(number, True, None, changes)
 
     # -- embedder conveniences -------------------------------------------------------
@@ -1046,23 +1087,43 @@ async def resolve_config(
     return await anyio.to_thread.run_sync(load_config, config)
 
 
-def _check_same_store(current: HostConfig, config: HostConfig) -> None:
-    """A new generation runs on the store the Host opened: a configuration naming another
-    (a reload that changed ``[host] database``) is refused, not half applied while every
-    write still goes to the old one and the CLI reads the new."""
-    places: list[tuple[str, object, object]] = [("store.url", current.store.url, config.store.url)]
-    if current.store.url is None or config.store.url is None:
-        # The SQLite file's; a PostgreSQL store ignores both.
-        places += [
-            ("host.database", current.database_path, config.database_path),
-            ("host.synchronous", current.host.synchronous, config.host.synchronous),
-        ]
-    moved = [key for key, before, after in places if before != after]
-    if moved:
-        raise ConfigError(
-            f"{', '.join(moved)} changed: the store changes only when the Host is reopened "
-            "(restart hostkit serve); the current configuration stays"
+def _check_open_settings(current: HostConfig, config: HostConfig) -> HostConfig:
+    """``config`` as a new generation runs it: with what the Host read when it opened.
+
+    A change of where the state is (the store, ``[host] artifacts``, the cores'
+    directory) is refused whole, never half applied (files.* protecting a new
+    artifact root while terminal output still goes to the old one, every write going
+    to the old store while the CLI reads the new). Any other open-time change (the
+    approval wait, the session lease, tracing, ...) waits for the next open: the
+    generation keeps the opened value (``host.config`` says it), and a warning says so.
+    """
+    changed = reopen_changes(current, config)
+    split = split_state(changed)
+    if split:
+        error = ConfigError(
+            f"{', '.join(split)} changed: read only when the Host opens, so this takes "
+            "effect when the Host is reopened (restart hostkit serve); the current "
+            "configuration stays"
         )
+        error.key = split[0]
+        raise error
+    if changed:
+        _log.warning(
+            "%s changed: read only when the Host opens; the Host keeps the value it opened "
+            "with until it is reopened (restart hostkit serve)",
+            ", ".join(changed),
+        )
+    return with_opened(config, current)
+
+
+def _unexpected(exc: Exception, generation: int) -> ReloadOutcome:
+    """A reload that failed with an error no check foresaw (a bug, or input a validator
+    missed): rejected, with its traceback logged, never raised into the watcher, whose
+    restart would take the bad file for its baseline and never report it."""
+    _log.error("applying the configuration failed unexpectedly", exc_info=exc)
+    return rejected(
+        generation, f"the configuration could not be applied ({type(exc).__name__}: {exc})"
+    )
 
 
 # run_turn's parameters by the ConversationFacts field each fills.

@@ -57,11 +57,11 @@ def memory_tools(memory: AgentMemory) -> list[AuthoredTool]:
     """``memory.recall`` and ``memory.store`` bound to one agent's memory."""
 
     async def recall(ctx: ToolContext, query: str, limit: int = 5) -> list[str]:
-        """Search what you stored earlier in this conversation's memory."""
+        """Search the facts you stored earlier for this person, in any of their conversations."""
         return await memory.recall(ctx.owner, query, limit=limit)
 
     async def store(ctx: ToolContext, text: str) -> str:
-        """Remember a short fact for later turns."""
+        """Remember a short fact for this person's later turns, in any of their conversations."""
         await memory.remember(ctx.owner, text)
         return "stored"
 

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
@@ -42,6 +42,9 @@ __all__ = [
     "config_changes",
     "core_changes",
     "live_revisions",
+    "reopen_changes",
+    "split_state",
+    "with_opened",
 ]
 
 _log = logging.getLogger("hostkit.host")
@@ -115,6 +118,88 @@ def config_changes(old: HostConfig, new: HostConfig) -> tuple[str, ...]:
         else:
             changes.append(table)
     return _bounded_list(changes)
+
+
+# The [host] settings each generation reads again: everything else in [host], and all of
+# [store], is read once, when the Host opens (the store, the tracing, the approval and
+# admission waits, the session lease, the artifact root and reserve and the state paths
+# sandboxes mask). A new [host] setting is open-only until it is added here.
+_LIVE_HOST_SETTINGS = frozenset({"workspace", "limits"})
+# Paths: compared resolved, so a moved base_dir that moves them counts.
+_HOST_PATHS = frozenset({"database", "artifacts", "cores_dir"})
+_STORE_PATHS = frozenset({"backup_dir"})
+# The SQLite file's settings; a PostgreSQL store ignores them.
+_SQLITE_SETTINGS = frozenset({"database", "synchronous"})
+# [store]'s PostgreSQL settings; a SQLite store ignores them.
+_POSTGRES_SETTINGS = frozenset(
+    {"pool_size", "connect_timeout_s", "statement_timeout_s", "max_clock_skew_s"}
+)
+
+
+# Open-time settings a new generation must not run beside: where the state is (the store,
+# the artifact root the sandboxes mask, the cores' directory). The others (waits, the
+# lease, the reserve, tracing, the PostgreSQL pool) wait for the next open: a generation
+# runs with the values the Host opened with, and says so.
+_SPLIT_STATE = frozenset(
+    {"host.database", "host.synchronous", "host.artifacts", "host.cores_dir", "store.url"}
+)
+
+
+def reopen_changes(current: HostConfig, new: HostConfig) -> tuple[str, ...]:
+    """The settings that differ between ``current`` and ``new`` and that the Host read only
+    when it opened (``host.artifacts``, ``store.statement_timeout_s``, ...); () when none.
+    """
+    return _bounded_list(_open_changes(current, new))
+
+
+def split_state(changes: Sequence[str]) -> tuple[str, ...]:
+    """Of ``reopen_changes``, those a new generation cannot run with at all: applied, it
+    would be half in force (files.* protecting a new artifact root while terminal output
+    still goes to the old one, writes going to one store while readers open another)."""
+    return tuple(change for change in changes if change in _SPLIT_STATE)
+
+
+def with_opened(new: HostConfig, current: HostConfig) -> HostConfig:
+    """``new`` with each open-time setting it changes back at ``current``'s value: what a
+    new generation truly runs with until the Host is reopened."""
+    updates: dict[str, dict[str, object]] = {}
+    for change in _open_changes(current, new):
+        table, name = change.split(".", 1)
+        value = getattr(getattr(current, table), name)
+        if name in (_HOST_PATHS if table == "host" else _STORE_PATHS):
+            value = str(current.resolve(value))  # the same place, from new's base directory
+        updates.setdefault(table, {})[name] = value
+    if not updates:
+        return new
+    return new.model_copy(
+        update={
+            table: getattr(new, table).model_copy(update=fields)
+            for table, fields in updates.items()
+        }
+    )
+
+
+def _open_changes(current: HostConfig, new: HostConfig) -> list[str]:
+    postgres = current.store.url is not None and new.store.url is not None
+    sqlite = current.store.url is None and new.store.url is None
+    host_skipped = _LIVE_HOST_SETTINGS | (_SQLITE_SETTINGS if postgres else frozenset())
+    # A SQLite store reads none of [store]'s PostgreSQL settings: changing them waits for none.
+    store_skipped = _POSTGRES_SETTINGS if sqlite else frozenset[str]()
+    changes: list[str] = []
+    for table, paths, skipped in (
+        ("host", _HOST_PATHS, host_skipped),
+        ("store", _STORE_PATHS, store_skipped),
+    ):
+        before, after = getattr(current, table), getattr(new, table)
+        for name in type(before).model_fields:
+            if name in skipped:
+                continue
+            a, b = getattr(before, name), getattr(after, name)
+            if name in paths:
+                a, b = current.resolve(a), new.resolve(b)
+            if a != b:
+                changes.append(f"{table}.{name}")
+    return changes
 
 
 def core_changes(
@@ -279,6 +364,13 @@ class ConfigWatcher:
         except (HostkitError, TimeoutError, OSError) as exc:
             _log.warning("reload failed: %s", _reason(exc))
             return None
+        except Exception as exc:
+            # A bug, not a configuration: logged whole, and the watcher goes on (restarted,
+            # it would take the file that caused it for its baseline and never report it).
+            _log.error(
+                "reload failed unexpectedly: %s: %s", type(exc).__name__, _reason(exc), exc_info=exc
+            )
+            return None
         self.last = outcome
         if forced and not outcome.applied and not outcome.rejected:
             # Asked for (SIGHUP): the operator hears the answer even when it is "nothing".
@@ -303,7 +395,7 @@ class ConfigWatcher:
                 fingerprint = await self._fingerprint(previous)
             self._problem = None
             return fingerprint
-        except (HostkitError, TimeoutError, OSError) as exc:
+        except Exception as exc:  # never fatal to the watcher (see check)
             problem = f"cannot check the configuration for changes: {_reason(exc)}"
             if problem != self._problem:  # once per problem, not once per poll
                 _log.warning("%s", problem)

@@ -18,7 +18,10 @@ The listener is bounded against slow or many clients: at most
 ``MAX_CONNECTIONS`` connections or requests at once (more get 503), an idle
 keep-alive connection is closed after ``KEEP_ALIVE_S``, and a connection
 that has not sent a whole request head within ``HEADER_TIMEOUT_S`` of
-opening (or of its previous response) is closed.
+opening (or of its previous response) is closed. A connection that arrives
+at the limit closes the one that has waited longest without sending a request
+head (it holds nothing yet): connections opened only to sit idle cannot fill
+the limit and turn every platform event, and ``/healthz``, into a 503.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import errno
 import json
 import os
 import socket
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -147,23 +151,56 @@ async def _refuse(send: Send) -> None:
     await send({"type": "http.response.body", "body": _DRAINING})
 
 
+# Per server: its connections waiting for a request head, the longest-waiting first.
+_WAITING: weakref.WeakKeyDictionary[Any, dict[_HeadTimeout, None]] = weakref.WeakKeyDictionary()
+
+
 class _HeadTimeout(H11Protocol):
     """h11 with a deadline on each request head: a client that trickles (or never sends)
-    its request line and headers loses the connection after ``HEADER_TIMEOUT_S``."""
+    its request line and headers loses the connection after ``HEADER_TIMEOUT_S``; and at
+    the connection limit, the one waiting longest for its head makes room for a new one."""
 
     header_timeout_s = HEADER_TIMEOUT_S
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
+        limit = self.limit_concurrency
+        if limit is not None:
+            # uvicorn answers 503 to a request while ``limit`` connections are open; one
+            # closed here stays counted until its loss is reported (a later callback).
+            closing = sum(1 for c in self.connections if c.transport.is_closing())
+            waiting = self._waiting()
+            for _ in range(len(self.connections) - closing - limit + 1):
+                oldest = self._oldest(waiting)
+                if oldest is None:
+                    break
+                oldest._disarm()
+                oldest.transport.close()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # Armed first: a pipelined request whose head was already read starts its cycle
+        # inside super(), and must not look like a connection still waiting for one.
         self._arm()
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def _waiting(self) -> dict[_HeadTimeout, None]:
+        return _WAITING.setdefault(self.server_state, {})
+
+    def _oldest(self, waiting: dict[_HeadTimeout, None]) -> _HeadTimeout | None:
+        """The other connection waiting longest for a request head (closing: skipped)."""
+        for connection in list(waiting):
+            if connection is self:
+                continue
+            if connection.cycle is not connection._head_of or connection.transport.is_closing():
+                waiting.pop(connection, None)  # its head arrived, or it is going anyway
+                continue
+            return connection
+        return None
 
     def _arm(self) -> None:
         self._disarm()
@@ -171,15 +208,18 @@ class _HeadTimeout(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
             self.header_timeout_s, self._expire
         )
+        self._waiting()[self] = None
 
     def _disarm(self) -> None:
         timer = getattr(self, "_head_timer", None)
         if timer is not None:
             timer.cancel()
             self._head_timer = None
+        self._waiting().pop(self, None)
 
     def _expire(self) -> None:
         self._head_timer = None
+        self._waiting().pop(self, None)
         # A new cycle means a whole request head arrived since the timer was armed.
         if self.cycle is self._head_of and not self.transport.is_closing():
             self.transport.close()

@@ -255,12 +255,18 @@ class ToolModules:
         agent: str,
         sandbox: SandboxPolicy,
         search: Sequence[Path] = (),
+        writable: Mapping[Path, str] = {},
+        protected: Sequence[Path] = (),
     ) -> list[AuthoredTool]:
         """``module_name``'s tools for ``agent``; ``ConfigError`` naming
         ``agents.<agent>.tool_modules`` when it cannot be discovered.
 
         ``search`` directories are looked in first for the module's top-level
-        package (before the Host's import path).
+        package (before the Host's import path). ``writable`` maps each workspace
+        an agent can write to that agent's name: a module file or a ``search``
+        directory inside one is refused, since an agent could rewrite the code the
+        Host runs in its own process; unless it is inside ``protected`` Host state
+        (an Agent Core's revision), which ``files.*`` refuse and sandboxes hide.
         """
         key = f"agents.{agent}.tool_modules"
         # Already absolute (the Host resolves them): no cwd lookup on the event loop.
@@ -269,23 +275,41 @@ class ToolModules:
         if not _MODULE_NAME.fullmatch(module_name):
             raise ConfigError(f"{shown!r} is not a Python module name", key=key)
         loaded = sys.modules.get(module_name)
+        located = None
+        if loaded is None:
+            located = await anyio.to_thread.run_sync(_locate, module_name, paths)
+            if located is None:
+                # The working directory is not looked in: say where a module beside the
+                # configuration goes, the mistake a first tool module makes.
+                hint = (
+                    ""
+                    if paths
+                    else f' (a module beside hostkit.toml needs tool_path = ["."] in '
+                    f"[agents.{agent}])"
+                )
+                raise ConfigError(
+                    f"cannot import tool module {shown!r}: No module named {shown!r}{hint}",
+                    key=key,
+                )
+        if writable:
+            # The module, the directories it is found in, and every directory its own
+            # imports may come from (the Host's import path: the working directory too).
+            places = [
+                *((where, "tool module") for where in _places_of(loaded, located)),
+                *((entry, "tool_path entry") for entry in search),
+                *(
+                    (Path(entry or os.curdir), "import path entry")
+                    for entry in sys.path
+                    if isinstance(entry, str)
+                ),
+            ]
+            await anyio.to_thread.run_sync(_outside_workspaces, places, writable, protected, key)
         if loaded is not None:
             found = _tools_of(loaded)
             definitions = [describe(tool) for tool in found]
             await anyio.to_thread.run_sync(_check_definitions, shown, definitions, key)
             return found
-        located = await anyio.to_thread.run_sync(_locate, module_name, paths)
-        if located is None:
-            # The working directory is not looked in: say where a module beside the
-            # configuration goes, the mistake a first tool module makes.
-            hint = (
-                ""
-                if paths
-                else f' (a module beside hostkit.toml needs tool_path = ["."] in [agents.{agent}])'
-            )
-            raise ConfigError(
-                f"cannot import tool module {shown!r}: No module named {shown!r}{hint}", key=key
-            )
+        assert located is not None
         stamp = await anyio.to_thread.run_sync(_stamp_of, located)
         cache_key = None if stamp is None else (module_name, stamp.path, stamp.size, stamp.mtime_ns)
         version = _CACHE.get(cache_key) if cache_key is not None else None
@@ -465,6 +489,55 @@ def _find_spec(name: str, search: Sequence[str] | None) -> Any:
         if spec is not None:
             return spec
     return None
+
+
+def _places_of(loaded: ModuleType | None, located: Path | None) -> list[Path]:
+    """The file a module is (or would be) imported from, and its package's directories."""
+    if loaded is None:
+        return [] if located is None else [located]
+    spec = getattr(loaded, "__spec__", None)
+    if spec is None:
+        return []
+    places = [Path(spec.origin)] if spec.has_location and spec.origin else []
+    return [*places, *(Path(entry) for entry in spec.submodule_search_locations or ())]
+
+
+def _outside_workspaces(
+    places: Sequence[tuple[Path, str]],
+    writable: Mapping[Path, str],
+    protected: Sequence[Path],
+    key: str,
+) -> None:
+    """Blocking (resolves links): ``ConfigError`` when one of ``places`` lies in a
+    workspace an agent writes to (``files.write``, a terminal), unless in Host state.
+
+    Directories are told apart by identity (device and inode), never by spelling,
+    so a case-insensitive filesystem or a link does not hide one inside another.
+    """
+    workspaces = {identity: agent for path, agent in writable.items() if (identity := _id(path))}
+    state = {identity for path in protected if (identity := _id(path))}
+    for place, what in places:
+        real = Path(os.path.realpath(place))
+        within = [identity for p in (real, *real.parents) if (identity := _id(p))]
+        if state.intersection(within):
+            continue
+        agent = next((workspaces[i] for i in within if i in workspaces), None)
+        if agent is not None:
+            raise ConfigError(
+                f"the {what} {bounded(str(real), 160)} is inside the workspace of agent "
+                f"{bounded(agent, 64)!r}, which can write there: an agent could rewrite "
+                "code the Host runs; keep tool modules and the Host's import path outside "
+                "every workspace",
+                key=key,
+            )
+
+
+def _id(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _stamp_of(path: Path) -> _Stamp | None:

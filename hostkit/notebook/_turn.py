@@ -369,13 +369,23 @@ class TurnView:
             self._panel.stop.disabled = False
             self._panel.stop.description = "Stop"
 
+    def _stop_text(self) -> str:
+        """What the Stop button says: "Stopping…" once clicked, "Stopped" once the turn
+        ended stopped (one that completed first says "Stop", disabled)."""
+        if not self.stopping:
+            return "Stop"
+        if not self.done:
+            return "Stopping…"
+        ended = self.result.outcome if self.result is not None else None
+        return "Stopped" if ended in (None, "cancelled", "indeterminate") else "Stop"
+
     def _stopping(self) -> None:
         if self.done or self.stopping:
             return
         self.stopping = True
         if self._panel is not None:
             self._panel.stop.disabled = True
-            self._panel.stop.description = "Stopping…"
+            self._panel.stop.description = self._stop_text()
 
     # -- the waiting line ----------------------------------------------------------
 
@@ -507,6 +517,8 @@ class TurnView:
             self._panel.footer.value = _footer_html(self.footer)
             self._panel.stop.disabled = True
         self._done.set()
+        if self._panel is not None:
+            self._panel.stop.description = self._stop_text()
         self._asking.set()
         self.admitted.set()
 
@@ -570,7 +582,7 @@ class _Panel:
         self.steps = widgets.VBox([_step_widget(text, colour) for text, colour in view._steps])
         self.approvals = widgets.VBox([row.widget for row in view.rows])
         self.stop = widgets.Button(
-            description="Stopping…" if view.stopping else "Stop",
+            description=view._stop_text(),
             tooltip="Cancel this turn",
             icon="stop",
             disabled=view.done or view.stopping or view._canceller is None,

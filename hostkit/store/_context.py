@@ -87,9 +87,11 @@ class ContextStore(ABC):
     async def keep_bootstrap(self, session_id: str, *, snapshot: str, source: str) -> str:
         """Keep ``snapshot`` as the session's bootstrap snapshot unless it has one already.
 
-        Returns the snapshot that is kept (the first one ever stored wins).
-        ``InvalidValue`` for a missing session or an over-long snapshot
-        (``MAX_BOOTSTRAP_CHARS``).
+        Returns the snapshot that is kept (the first one ever stored wins). An
+        empty ``snapshot`` with an empty ``source`` records that the session
+        looked and found nothing: it keeps none, ever (a file written later is
+        no instruction of this session). ``InvalidValue`` for a missing
+        session or an over-long snapshot (``MAX_BOOTSTRAP_CHARS``).
         """
 
     @abstractmethod
@@ -265,8 +267,9 @@ class SqlContextStore(ContextStore):
 
     async def keep_bootstrap(self, session_id: str, *, snapshot: str, source: str) -> str:
         _name("session_id", session_id)
-        _text("snapshot", snapshot, MAX_BOOTSTRAP_CHARS)
-        _name("source", source)
+        if snapshot or source:
+            _text("snapshot", snapshot, MAX_BOOTSTRAP_CHARS)
+            _name("source", source)
         return await self._db.write(
             lambda conn: rows.keep_bootstrap(conn, session_id, snapshot, source)
         )

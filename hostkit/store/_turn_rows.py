@@ -146,7 +146,7 @@ def _state(row: sqlite3.Row) -> TurnState:
     if row["status"] != "running":
         try:
             result = TurnResult.from_json(json.loads(row["result"] or "null"))
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, InvalidValue):
             # A terminal row whose result predates the current format (or is damaged):
             # answer with what the row itself says, never with an exception.
             result = TurnResult(

@@ -24,7 +24,17 @@ from hostkit.types import (
     Usage,
 )
 
-__all__ = ["ActiveTurn", "add_usage", "bind_context", "capability_snapshot"]
+__all__ = ["ActiveTurn", "KnownResult", "add_usage", "bind_context", "capability_snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class KnownResult:
+    """A call's result as the Host holds it, until the tool message answering it is durable."""
+
+    status: str
+    effect: str
+    view: str
+    approval_id: str | None
 
 
 @dataclass
@@ -66,6 +76,9 @@ class ActiveTurn:
     # The model's calls of the current step whose results are not durable yet, in order.
     # While ``in_flight == "effect"`` the first of them may have run.
     unanswered: list[ToolCall] = field(default_factory=list)
+    # Results the Host holds for calls whose answer could not be made durable (status,
+    # effect, view, approval id): a turn ending early writes these, not "may have run".
+    known: dict[str, KnownResult] = field(default_factory=dict)
     # The authored-code SDK of the turn (slots' ctx, tools' state); closed when it ends.
     author: AuthorTurn | None = None
     # The pinned instructions plus what the bootstrap slot added (None: the pinned ones).

@@ -37,7 +37,7 @@ from hostkit.store import (
     TranscriptEntry,
     TurnState,
 )
-from hostkit.turns._active import ActiveTurn, add_usage, bind_context
+from hostkit.turns._active import ActiveTurn, KnownResult, add_usage, bind_context
 from hostkit.turns._attachments import check_attachments, input_message, loaded_input
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
@@ -744,32 +744,74 @@ class TurnExecution:
         view: str,
         *,
         approval_id: str | None = None,
+        listed: bool = False,
     ) -> ModelMessage:
-        """Persist the tool message that answers ``call``; it is answered from then on."""
-        active.effects.append(EffectSummary(call.call_id, effect, status, bounded(view, 200)))
+        """Persist the tool message that answers ``call``; it is answered from then on.
+
+        Should the write fail, the result stays known (``active.known``) and listed in
+        the turn's effects: the turn's ending writes it again (``listed``: not listed a
+        second time). Call ids are unique per step only, so the list is never searched
+        by id.
+        """
+        summary = EffectSummary(call.call_id, effect, status, bounded(view, 200))
+        if not listed:
+            active.effects.append(summary)
         message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
         detail: dict[str, object] = {"call_id": call.call_id, "effect": effect, "status": status}
         if approval_id is not None:
             detail["approval_id"] = approval_id
 
+        durable = False
+
         def answered() -> None:
             # Durable now: whatever happens next, this call's outcome is known.
+            nonlocal durable
+            durable = True
             active.unanswered = [c for c in active.unanswered if c.call_id != call.call_id]
+            active.known.pop(call.call_id, None)
             active.in_flight = None
 
-        await self._persist(
-            context, active, message, "effect.completed", detail, on_durable=answered
-        )
+        try:
+            await self._persist(
+                context, active, message, "effect.completed", detail, on_durable=answered
+            )
+        except HostkitError:
+            if not durable:
+                active.known[call.call_id] = KnownResult(status, effect, view, approval_id)
+            raise
+        except BaseException:
+            # Not written (a bug, a cancellation): the turn's ending answers the call anew.
+            if not durable and not listed:
+                active.effects.remove(summary)
+            raise
         return message
 
     async def _answer_the_rest(self, context: TurnExecutionContext, active: ActiveTurn) -> None:
         """A turn ending early answers every call of its step still without a result, so
-        the next turn's model reads what happened: the one in flight may have run
+        the next turn's model reads what happened: a call whose result the Host holds
+        (its write failed) gets that result, the one in flight may have run
         (``indeterminate``), the ones after it never did."""
         maybe_ran = active.in_flight == "effect"
         for call in list(active.unanswered):
-            status, view = ("indeterminate", _UNKNOWN) if maybe_ran else ("cancelled", _NOT_REACHED)
-            await self._answer(context, active, call, status, call.name, view)
+            known = active.known.get(call.call_id)
+            if known is not None:
+                await self._answer(
+                    context,
+                    active,
+                    call,
+                    known.status,
+                    known.effect,
+                    known.view,
+                    approval_id=known.approval_id,
+                    listed=True,
+                )
+            else:
+                status, view = (
+                    ("indeterminate", _UNKNOWN) if maybe_ran else ("cancelled", _NOT_REACHED)
+                )
+                ref = active.catalog.resolve(call.name) if active.catalog is not None else None
+                effect = call.name if ref is None else ref.effect
+                await self._answer(context, active, call, status, effect, view)
             maybe_ran = False
 
     async def _call_provider(

@@ -49,6 +49,8 @@ MAX_TOOL_CALLS = 64
 MAX_TOOL_NAME_CHARS = 64
 MAX_CALL_ID_CHARS = 128
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# The largest count a 64-bit integer column (SQLite INTEGER, PostgreSQL BIGINT) holds.
+MAX_STORED_COUNT = 2**63 - 1
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
 
@@ -176,12 +178,26 @@ class Usage:
     ``input_tokens`` counts every prompt token, cached ones included; the cache
     buckets are subsets of it (adapters normalize providers that report them
     separately), so estimates are always compared against ``input_tokens``.
+    Each count is an ``int`` from 0 to what a 64-bit column holds; anything
+    else is an ``InvalidValue``, whichever provider built it.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        # Counts are summed per turn and kept in 64-bit integer columns: a str, a float, a
+        # negative or a number past the column would fail the store or skew calibration.
+        for count in (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        ):
+            if not is_count(count, low=0, high=MAX_STORED_COUNT):
+                raise InvalidValue(f"token counts are integers from 0 to {MAX_STORED_COUNT}")
 
 
 @dataclass(frozen=True, slots=True)

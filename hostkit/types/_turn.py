@@ -9,8 +9,8 @@ from typing import Any, Literal, TypeVar
 from hostkit.errors import InvalidTurnRequest, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._attachment import MAX_TURN_ATTACHMENT_BYTES, Attachment
-from hostkit.types._bounds import is_text
-from hostkit.types._model import Usage
+from hostkit.types._bounds import is_count, is_text
+from hostkit.types._model import MAX_STORED_COUNT, Usage
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import ConversationFacts, PrincipalScope
 
@@ -233,9 +233,21 @@ class TurnResult:
     def from_json(cls, data: Mapping[str, Any]) -> TurnResult:
         values = dict(freeze(data))
         values["effects"] = tuple(EffectSummary(**dict(e)) for e in values.get("effects", ()))
-        values["usage"] = Usage(**dict(values.get("usage", {})))
+        values["usage"] = _stored_usage(values.get("usage", {}))
         values["deliveries"] = tuple(values.get("deliveries", ()))
         return cls(**values)
+
+
+def _stored_usage(data: Mapping[str, Any]) -> Usage:
+    """A recorded result's usage. Results recorded before counts were checked may hold
+    what a provider reported as is (``12.0``, ``-5``): those read as 0, never as an error
+    that would make the whole result unreadable."""
+    counts: dict[str, Any] = {}
+    for name, value in dict(data).items():
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        counts[name] = value if is_count(value, low=0, high=MAX_STORED_COUNT) else 0
+    return Usage(**counts)
 
 
 @dataclass(frozen=True, slots=True)

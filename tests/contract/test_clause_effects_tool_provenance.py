@@ -75,7 +75,11 @@ def module_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, effe
 def agent_config(tmp_path: Path, **agent: Any) -> HostConfig:
     return parse_config(
         {
-            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            # Beside the modules, not around them: an agent may not write code the Host runs.
+            "host": {
+                "database": str(tmp_path / "hostkit.db"),
+                "workspace": str(tmp_path / "workspace"),
+            },
             "providers": {"test": {"kind": "scripted"}},
             "agents": {AGENT: {"provider": "test", "policy": {"allow": ["*"]}, **agent}},
         },

@@ -79,7 +79,7 @@ async def test_the_stop_button_ends_the_running_turn_cancelled(
     assert result.outcome == "cancelled"
     assert (await stored(nb, result.turn_id)).outcome == "cancelled"
     assert stop.disabled
-    assert stop.description == "Stopping…"
+    assert stop.description == "Stopped"  # no longer "Stopping…": the turn ended
     assert "cancelled" in view.text()
     assert panel is view.panel
 

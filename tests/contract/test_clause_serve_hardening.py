@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import logging
 import queue
 import signal
-import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,13 +26,14 @@ import httpx
 import pytest
 from rich.console import Console
 
+from hostkit.channels import sign_webhook
 from hostkit.cli import _serve as cli_serve
 from hostkit.cli._serve_logs import DroppingQueueHandler
 from hostkit.daemon import DaemonRegistry, DaemonStatus, RestartPolicy, Supervisor
 from hostkit.errors import StoreError
 from hostkit.host import HostDaemon, ServeStatus, _serve_http
 from tests.contract._daemons import Changes, Scripted
-from tests.contract.test_clause_serve_daemon import ENV, SlowModel, serving
+from tests.contract.test_clause_serve_daemon import ENV, SECRET, SlowModel, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -119,21 +121,41 @@ async def _until_closed(stream: anyio.abc.ByteStream) -> None:
         return
 
 
-async def test_connections_beyond_the_limit_are_answered_503(
+async def test_idle_connections_make_room_and_busy_ones_beyond_the_limit_get_503(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_serve_http, "MAX_CONNECTIONS", 2)
+    """Connections opened only to sit idle (no request head) cannot fill the limit: at
+    the limit, the one waiting longest for its head is closed for the newcomer, so
+    /healthz and platform events are still answered. Connections with a request in
+    flight are never closed for that, and past the limit a request gets 503."""
+    monkeypatch.setattr(_serve_http, "MAX_CONNECTIONS", 3)
     async with serving(tmp_path, SlowModel()) as (_, daemon, _receiver):
         assert daemon.url is not None
         host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-        idle = [socket.create_connection((host, int(port))) for _ in range(2)]
+        idle = [await anyio.connect_tcp(host, int(port)) for _ in range(6)]
         try:
-            await anyio.sleep(0.1)
+            async with httpx.AsyncClient(base_url=daemon.url) as client:
+                assert (await client.get("/healthz")).status_code == 200
+            with anyio.fail_after(5):
+                await _until_closed(idle[0])  # the longest-idle ones made room
+            # Two requests in flight (signed heads, bodies still arriving), one more request.
+            body = b"{" + b" " * 3999
+            signed = sign_webhook(SECRET, body, timestamp=int(time.time()))
+            head = "".join(f"{name}: {value}\r\n" for name, value in signed.items())
+            request = (
+                f"POST /channels/hooks HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n{head}\r\n"
+            )
+            busy = [await anyio.connect_tcp(host, int(port)) for _ in range(2)]
+            for stream in busy:
+                await stream.send(request.encode() + body[:100])
+            await anyio.sleep(0.2)
             async with httpx.AsyncClient(base_url=daemon.url) as client:
                 assert (await client.get("/healthz")).status_code == 503
+            for stream in busy:
+                await stream.aclose()
         finally:
-            for sock in idle:
-                sock.close()
+            for stream in idle:
+                await stream.aclose()
 
 
 def test_the_log_queue_is_bounded_and_counts_what_it_dropped() -> None:
@@ -249,3 +271,34 @@ def test_the_status_line_is_one_row_of_at_most_the_terminal_width() -> None:
     )
     reloaded = cli_serve.status_text(dataclasses.replace(status, generation=4), width=200)
     assert reloaded.plain.endswith("poll:tg backoff  generation 4  3 daemons running")
+
+
+async def test_a_pipelined_request_in_flight_is_never_taken_for_an_idle_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client may send its next request right behind the first (HTTP/1.1 pipelining):
+    once the first is answered, the second is in flight, not a connection waiting for a
+    head, and connections arriving at the limit never close it."""
+    monkeypatch.setattr(_serve_http, "MAX_CONNECTIONS", 4)
+    async with serving(tmp_path, SlowModel()) as (_, daemon, _receiver):
+        assert daemon.url is not None
+        host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps({"event_id": "p1", "sender": "u1", "conversation": "room", "text": "hi"})
+        signed = sign_webhook(SECRET, body.encode(), timestamp=int(time.time()))
+        head = "".join(f"{name}: {value}\r\n" for name, value in signed.items())
+        second = (
+            "POST /channels/hooks HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            f"{head}Content-Length: {len(body)}\r\n\r\n"
+        )
+        async with await anyio.connect_tcp(host, int(port)) as pipe:
+            await pipe.send(f"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n{second}{body[:10]}".encode())
+            with anyio.fail_after(5):
+                assert (await pipe.receive()).startswith(b"HTTP/1.1 200")
+            idle = [await anyio.connect_tcp(host, int(port)) for _ in range(6)]
+            await anyio.sleep(0.2)
+            await pipe.send(body[10:].encode())
+            with anyio.fail_after(5):
+                answer = await pipe.receive()
+            for stream in idle:
+                await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:60]

@@ -11,6 +11,8 @@ The crash is a real Host process killed with SIGKILL while its tool runs.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -19,7 +21,9 @@ import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
+from hostkit.errors import StoreError
 from hostkit.host import Host
+from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest
 from tests.hosts import config, open_host, request, turn_rows
@@ -54,7 +58,7 @@ async def test_a_turn_cancelled_after_its_tool_returned_is_indeterminate_and_say
         first = await host.turns.run(request("do it"))
         assert ran == [first.turn_id]
         assert first.outcome == "indeterminate"
-        assert [(e.effect, e.status) for e in first.effects] == [("side_effect", "indeterminate")]
+        assert [(e.effect, e.status) for e in first.effects] == [("side.effect", "indeterminate")]
         follow = await host.turns.run(request("what happened?"))
         assert follow.outcome == "completed"
     unknown = tool_messages(model.requests[-1])
@@ -89,6 +93,80 @@ async def test_cancel_while_an_effect_runs_is_indeterminate(tmp_path: Path) -> N
     assert (answer.disposition, answer.outcome) == ("cancelled", "indeterminate")
     assert results[0].outcome == "indeterminate"
     assert [e.status for e in results[0].effects] == ["indeterminate"]
+
+
+async def test_a_known_result_whose_write_failed_is_recorded_once_as_it_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool returned and the Host holds its result, but writing it failed (a lock held
+    past its deadline, a full disk): the turn fails, and its ending writes that result, not
+    "may have run"; the call is listed once, succeeded, under its effect's name."""
+    ran: list[str] = []
+
+    @tool("probe.stamp")
+    async def stamp(ctx: ToolContext) -> str:
+        """Does something once."""
+        ran.append(ctx.turn_id)
+        return "stamped"
+
+    original = SqlTurnStore.append_message
+    failed: list[str] = []
+
+    async def once_broken(self, lease, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("event") == "effect.completed" and not failed:
+            failed.append(kwargs["event"])
+            raise StoreError("database is locked", retryable=True)
+        return await original(self, lease, **kwargs)
+
+    monkeypatch.setattr(SqlTurnStore, "append_message", once_broken)
+    model = ScriptedModel([CallTools(("probe_stamp", {})), Reply("never"), Reply("next turn")])
+    async with open_host(tmp_path, model, tools=[stamp]) as host:
+        first = await host.turns.run(request("do it"))
+        assert failed
+        assert ran == [first.turn_id]
+        assert first.outcome == "failed"
+        assert [(e.effect, e.status, e.summary) for e in first.effects] == [
+            ("probe.stamp", "succeeded", "stamped")
+        ]
+        follow = await host.turns.run(request("what happened?"))
+        stored = await host.store.read(
+            lambda c: c.execute(
+                "SELECT result FROM turns WHERE turn_id = ?", [first.turn_id]
+            ).fetchone()[0]
+        )
+    assert follow.outcome == "completed"
+    assert [(e["effect"], e["status"]) for e in json.loads(stored)["effects"]] == [
+        ("probe.stamp", "succeeded")
+    ]
+    assert tool_messages(model.requests[-1]) == ["stamped"]
+
+
+async def test_a_result_written_before_a_cancel_request_stays_in_the_turns_effects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write that makes a call's result durable may also bring word of a cancel request
+    (another process asked): the turn ends cancelled, and the call it ran is still listed,
+    once, as it happened."""
+
+    @tool("probe.stamp")
+    async def stamp(ctx: ToolContext) -> str:
+        """Does something once."""
+        return "stamped"
+
+    original = SqlTurnStore.append_message
+
+    async def cancel_seen(self, lease, **kwargs):  # type: ignore[no-untyped-def]
+        written = await original(self, lease, **kwargs)
+        if kwargs.get("event") == "effect.completed":
+            return dataclasses.replace(written, cancel_requested=True)
+        return written
+
+    monkeypatch.setattr(SqlTurnStore, "append_message", cancel_seen)
+    model = ScriptedModel([CallTools(("probe_stamp", {})), Reply("never")])
+    async with open_host(tmp_path, model, tools=[stamp]) as host:
+        first = await host.turns.run(request("do it"))
+    assert first.outcome == "cancelled"
+    assert [(e.effect, e.status) for e in first.effects] == [("probe.stamp", "succeeded")]
 
 
 CHILD = textwrap.dedent(

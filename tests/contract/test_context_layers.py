@@ -4,6 +4,7 @@ head and tail, pruning before any cut, calibration, degraded telemetry."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import anyio
@@ -415,3 +416,30 @@ async def test_an_exact_estimate_is_never_scaled_down_by_a_learned_ratio(
     )
     assert isinstance(second, ContextReady)
     assert second.estimated_input_tokens == first.estimated_input_tokens
+
+
+@pytest.mark.parametrize("shape", ["symlink", "hard_link", "fifo", "directory"])
+async def test_the_bootstrap_file_is_one_plain_file_or_nothing(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path, shape: str
+) -> None:
+    """An agent that can write the workspace may put a link to a Host-side file (or a
+    FIFO, which would block the read) where AGENTS.md goes: the snapshot reads none of
+    them, judged on the opened file itself, not on a check before opening it."""
+    workspace, outside = tmp_path / "workspace", tmp_path / "host-secret.env"
+    workspace.mkdir()
+    outside.write_text("OPENAI_API_KEY=sk-live-not-for-the-model")
+    target = workspace / "AGENTS.md"
+    if shape == "symlink":
+        target.symlink_to(outside)
+    elif shape == "hard_link":
+        os.link(outside, target)
+    elif shape == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    scope = await scope_with(authority, store, [])
+    context = dataclasses.replace(context_for(scope), workspace_scope=str(workspace))
+    manager = ContextManager(store, bootstrap=WorkspaceBootstrap())
+    with anyio.fail_after(10):  # a FIFO with no writer must not hold the turn
+        ready = await manager.prepare(request_for(context, bootstrap=True))
+    assert contents(ready) == ["now"]

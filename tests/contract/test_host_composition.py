@@ -165,7 +165,7 @@ async def test_a_configuration_naming_another_store_is_refused_and_changes_nothi
         moved = config(tmp_path).model_copy(
             update={"host": config(tmp_path).host.model_copy(update={"database": "other.db"})}
         )
-        with pytest.raises(ConfigError, match=r"host\.database changed: the store changes only"):
+        with pytest.raises(ConfigError, match=r"host\.database changed: read only when the Host"):
             await host.apply_config(moved)
         assert host.generation == before
         assert host.config.database_path == tmp_path / "hostkit.db"

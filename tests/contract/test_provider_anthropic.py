@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hostkit.adapters.anthropic_messages import EARLIER_PART, AnthropicProvider
-from hostkit.errors import ConfigError, ContextOverflow, bounded
-from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
+from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded
+from hostkit.types import MAX_ARGUMENT_DEPTH, ModelMessage, ModelRequest, ToolCall, ToolDefinition
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import anthropic_messages as wire_anthropic
 from tests.wire.scenario import Answer
@@ -187,6 +187,64 @@ async def test_stream_request_asks_for_a_stream(
     wire.script(sse_reply(wire_anthropic.answer_events(Answer(deltas=("Hi.",)))))
     assert [event.kind async for event in provider.stream(HELLO)] == ["text", "done"]
     assert wire.requests[0].body["stream"] is True
+
+
+async def test_a_stream_whose_stop_reason_came_without_message_stop_is_an_error(
+    provider: AnthropicProvider, wire: WireServer
+) -> None:
+    # message_delta carries the stop reason, but only message_stop ends the message.
+    wire.script(sse_reply(wire_anthropic.answer_events(Answer(deltas=("Hi.",)))[:-1]))
+    with pytest.raises(ProviderError, match="before the response was finished") as raised:
+        [event async for event in provider.stream(HELLO)]
+    assert not raised.value.retryable
+    assert len(wire.requests) == 1
+
+
+def _nested(levels: int) -> dict[str, object]:
+    """``{"a": {"a": ... {}}}``: ``levels`` objects, one inside the other."""
+    value: dict[str, object] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_tool_input_sent_whole_and_too_deep_is_kept_raw(
+    provider: AnthropicProvider, wire: WireServer, stream: bool
+) -> None:
+    """An input that arrives whole (not as argument text) is held to the same depth: kept
+    as ``_raw`` for the effect runtime to refuse, not a ToolCall that fails the turn."""
+    deep = wire_anthropic.tool_use_block("toolu_1", "get_weather", _nested(MAX_ARGUMENT_DEPTH + 1))
+    if stream:
+        stop = {"stop_reason": "tool_use", "stop_sequence": None}
+        started = wire_anthropic.message([])
+        events = [
+            wire_anthropic.event("message_start", message={**started, "stop_reason": None}),
+            wire_anthropic.event("content_block_start", index=0, content_block=deep),
+            wire_anthropic.event("content_block_stop", index=0),
+            wire_anthropic.event("message_delta", delta=stop, usage={"output_tokens": 5}),
+            wire_anthropic.event("message_stop"),
+        ]
+        wire.script(sse_reply(wire_anthropic.sse(events)))
+        done = [event async for event in provider.stream(HELLO)][-1].response
+        assert done is not None
+        calls = done.tool_calls
+    else:
+        wire.script(json_reply(wire_anthropic.message([deep], stop_reason="tool_use")))
+        calls = (await provider.complete(HELLO)).tool_calls
+    assert [(call.call_id, call.name, list(call.arguments)) for call in calls] == [
+        ("toolu_1", "get_weather", ["_raw"])
+    ]
+    assert str(calls[0].arguments["_raw"]).startswith('{"a": {"a": ')
+
+
+async def test_a_tool_input_sent_whole_at_the_depth_bound_is_kept(
+    provider: AnthropicProvider, wire: WireServer
+) -> None:
+    block = wire_anthropic.tool_use_block("toolu_1", "get_weather", _nested(MAX_ARGUMENT_DEPTH))
+    wire.script(json_reply(wire_anthropic.message([block], stop_reason="tool_use")))
+    (call,) = (await provider.complete(HELLO)).tool_calls
+    assert call.arguments == _nested(MAX_ARGUMENT_DEPTH)
 
 
 async def test_context_limit_counting_max_tokens_is_context_overflow(

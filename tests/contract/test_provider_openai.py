@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hostkit.adapters.openai_chat import OpenAIChatProvider
-from hostkit.errors import ConfigError, ContextOverflow, bounded
+from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded
 from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
@@ -151,6 +151,78 @@ async def test_stream_asks_for_usage_in_its_last_chunk(
     body = wire.requests[0].body
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
+
+
+def _unindexed(
+    call_id: str | None = None, name: str | None = None, arguments: str = ""
+) -> dict[str, object]:
+    """A tool-call fragment without ``index``, as some compatible servers stream them."""
+    fragment: dict[str, object] = {"function": {"arguments": arguments}}
+    if call_id is not None:
+        fragment.update(id=call_id, type="function")
+    if name is not None:
+        fragment["function"] = {"name": name, "arguments": arguments}
+    return fragment
+
+
+@pytest.mark.parametrize(
+    "fragments",
+    [
+        # Id and name on each call's first fragment only.
+        [
+            _unindexed("call_a", "get_weather", '{"city": '),
+            _unindexed(arguments='"Paris"}'),
+            _unindexed("call_b", "get_weather", '{"city": '),
+            _unindexed(arguments='"Oslo"}'),
+        ],
+        # The id repeated on every fragment of its call.
+        [
+            _unindexed("call_a", "get_weather", '{"city": '),
+            _unindexed("call_a", arguments='"Paris"}'),
+            _unindexed("call_b", "get_weather", '{"city": "Oslo"}'),
+        ],
+    ],
+    ids=["first-fragment-names-the-call", "id-on-every-fragment"],
+)
+async def test_streamed_tool_calls_without_an_index_are_assembled_by_their_ids(
+    provider: OpenAIChatProvider, wire: WireServer, fragments: list[dict[str, object]]
+) -> None:
+    """A fragment with an id or a name opens a call; one with neither continues the last.
+    Counting each fragment as a call split one call into several junk ones."""
+    chunks = [wire_openai.chunk(tool_calls=[fragment]) for fragment in fragments]
+    chunks.append(wire_openai.chunk(finish_reason="tool_calls"))
+    wire.script(sse_reply(wire_openai.sse(chunks)))
+    events = [event async for event in provider.stream(HELLO)]
+    assert events[-1].response is not None
+    assert events[-1].response.tool_calls == (
+        ToolCall("call_a", "get_weather", {"city": "Paris"}),
+        ToolCall("call_b", "get_weather", {"city": "Oslo"}),
+    )
+
+
+async def test_a_stream_with_a_finish_reason_is_whole_without_done(
+    provider: OpenAIChatProvider, wire: WireServer
+) -> None:
+    # The SDK swallows [DONE]; the finish reason is what says the answer is whole (a
+    # stream without one is a cut answer: see test_providers).
+    chunks = [wire_openai.chunk(content="Hi."), wire_openai.chunk(finish_reason="stop")]
+    wire.script(sse_reply(wire_openai.sse(chunks, done=False)))
+    events = [event async for event in provider.stream(HELLO)]
+    assert events[-1].response is not None
+    assert (events[-1].response.text, events[-1].response.finish_reason) == ("Hi.", "stop")
+
+
+async def test_a_stream_that_no_response_can_be_built_from_fails_typed(
+    provider: OpenAIChatProvider, wire: WireServer
+) -> None:
+    # The SDK builds chunks unvalidated; whatever then fails building the response (here a
+    # finish reason that is a list) reaches the turn as a ProviderError, not a TypeError.
+    chunks = [wire_openai.chunk(content="Hi."), wire_openai.chunk(finish_reason=["stop"])]  # type: ignore[arg-type]
+    wire.script(sse_reply(wire_openai.sse(chunks)))
+    with pytest.raises(ProviderError, match="unusable streamed response") as raised:
+        [event async for event in provider.stream(HELLO)]
+    assert raised.value.status == 200
+    assert not raised.value.retryable
 
 
 @pytest.mark.parametrize(

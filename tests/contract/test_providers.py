@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
+import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from functools import partial
@@ -29,6 +31,8 @@ from typing import Any, get_args
 import anyio
 import pytest
 
+from hostkit.adapters._usage import MAX_TOKEN_COUNT
+from hostkit.adapters._wire import MAX_EVENT_BYTES, MAX_WIRE_BYTES
 from hostkit.adapters.local_llama import LocalModel, local_model_available
 from hostkit.errors import MESSAGE_LIMIT, ContextOverflow, ProviderError
 from hostkit.providers import ModelProvider
@@ -516,6 +520,133 @@ async def test_stream_that_ends_before_anything_arrived_is_an_error(rig: WireRig
         await collect(rig.provider, ASK)
     assert not raised.value.retryable
     assert rig.served == 1
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("scripted", [TEXT, TOOLS], ids=["text", "tools"])
+async def test_stream_that_ends_before_the_response_finished_is_an_error(
+    rig: WireRig, scripted: Answer
+) -> None:
+    """A body that ends cleanly is not an answer that did: a proxy cutting a stream (or a
+    server dying) between events leaves no finish reason, no ``message_stop``. What
+    arrived may lack its last tool calls or carry half of one, so none of it is kept."""
+    rig.wire.script(
+        sse_reply(rig.fmt.unfinished_events(scripted)),
+        rig.fmt.answer_reply(scripted, stream=True),
+    )
+    seen: list[StreamEvent] = []
+    with pytest.raises(ProviderError, match="before the response was finished") as raised:
+        await collect_into(seen, rig.provider, ASK)
+    assert [event.text for event in seen] == list(scripted.deltas)
+    assert raised.value.status == 200
+    # The request reached the provider and was answered (in part): never asked again.
+    assert not raised.value.retryable
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize(
+    "count",
+    ["12k", 3.7, -5000, MAX_TOKEN_COUNT + 1, 10**30, [1], {"tokens": 1}],
+    ids=["str", "float", "negative", "past-the-largest", "huge", "list", "object"],
+)
+async def test_usage_that_is_no_token_count_counts_as_zero_with_one_warning(
+    rig: WireRig, stream: bool, count: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDKs build usage blocks unvalidated: a string crashed the turn's sum, a huge
+    int the store, and negatives and floats were kept. The answer itself is still good."""
+    rig.wire.script(rig.fmt.usage_reply(count, stream=stream))
+    with caplog.at_level(logging.WARNING, logger="hostkit.adapters"):
+        response = await answer(rig, ASK, stream=stream)
+    assert response.text == "ok"
+    assert response.usage == Usage()
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("hostkit.adapters")]
+    assert len(warnings) == 1
+    assert "counted as 0" in warnings[0]
+    assert len(warnings[0]) <= MESSAGE_LIMIT
+    assert "12k" not in warnings[0]
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("count", [0, MAX_TOKEN_COUNT], ids=["zero", "largest"])
+async def test_usage_counts_from_zero_to_the_largest_are_kept(
+    rig: WireRig, stream: bool, count: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.wire.script(rig.fmt.usage_reply(count, stream=stream))
+    with caplog.at_level(logging.WARNING, logger="hostkit.adapters"):
+        usage = (await answer(rig, ASK, stream=stream)).usage
+    assert (usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (count,) * 3
+    assert usage.input_tokens >= count
+    assert not caplog.records
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_repeated_call_ids_are_made_unique_within_a_response(
+    rig: WireRig, stream: bool
+) -> None:
+    """Each tool result answers one call by its id: two calls under one id (a server's bug)
+    would give the model two answers it cannot tell apart. Repeats are renamed in order."""
+    calls = tuple(
+        Call.of(call_id, "get_weather", {"city": city})
+        for call_id, city in (("call_x", "Paris"), ("call_x", "Oslo"), ("call_x_1", "Rome"))
+    )
+    rig.expect(Answer(calls=calls, finish="tool_calls"), stream=stream)
+    response = await answer(rig, ASK, stream=stream)
+    assert [(call.call_id, call.arguments["city"]) for call in response.tool_calls] == [
+        ("call_x", "Paris"),
+        ("call_x_1", "Oslo"),
+        ("call_x_1_2", "Rome"),
+    ]
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize("flood", ["one-event", "one-body", "many-events"])
+async def test_a_body_past_the_wire_bounds_fails_while_it_arrives(rig: WireRig, flood: str) -> None:
+    """What the SDK would buffer whole before a byte of it is counted (one event, a whole
+    body), and a stream that never ends: the read fails at the bound, and the server sees
+    the connection go."""
+    block = b"A" * (1 << 20)
+    if flood == "one-event":
+        opening = b'data: {"choices": [{"delta": {"content": "'
+        reply = sse_reply((opening, *[block] * (MAX_EVENT_BYTES // len(block))), hold=True)
+        said = f"an event of more than {MAX_EVENT_BYTES} bytes"
+    elif flood == "one-body":
+        opening = b'{"id": "resp_1", "content": "'
+        reply = Reply(chunks=(opening, *[block] * (MAX_EVENT_BYTES // len(block))), hold=True)
+        said = f"more than {MAX_EVENT_BYTES} bytes in one body"
+    else:
+        # Comments, which no SDK hands over: only the wire count sees them.
+        comment = b":" + block[: len(block) - 3] + b"\n\n"
+        reply = sse_reply((comment,) * (MAX_WIRE_BYTES // len(comment) + 1), hold=True)
+        said = f"more than {MAX_WIRE_BYTES} bytes on the wire"
+    rig.wire.script(reply)
+    with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=flood != "one-body")
+    assert said in str(raised.value)
+    assert raised.value.status == 200
+    assert not raised.value.retryable
+    assert rig.served == 1
+    with anyio.fail_after(5):
+        await rig.wire.released.wait()
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_a_compressed_body_is_refused_as_none_was_asked_for(
+    rig: WireRig, stream: bool
+) -> None:
+    # Counted compressed, a body could inflate far past every bound.
+    reply = rig.fmt.answer_reply(TEXT, stream=stream)
+    zipped = gzip.compress(b"".join(reply.chunks))
+    headers = {**reply.headers, "content-encoding": "gzip"}
+    rig.wire.script(dataclasses.replace(reply, chunks=(zipped,), headers=headers))
+    with pytest.raises(ProviderError, match="a compressed body") as raised:
+        await answer(rig, ASK, stream=stream)
+    assert not raised.value.retryable
+    assert rig.wire.requests[0].headers["accept-encoding"] == "identity"
 
 
 @rigs(WIRE)

@@ -616,6 +616,22 @@ async def test_the_first_bootstrap_snapshot_is_kept(adapter: RuntimeStore) -> No
     assert state.bootstrap == "one"
 
 
+async def test_a_session_that_found_no_bootstrap_keeps_none_ever(adapter: RuntimeStore) -> None:
+    """A "looked, nothing" record is kept too: a file that appears later (an agent may write one)
+    never becomes this session's instructions, after a restart as much as before."""
+    session_id = await new_session(adapter)
+    context = adapter.context
+    assert await context.keep_bootstrap(session_id, snapshot="", source="") == ""
+    assert await context.keep_bootstrap(session_id, snapshot="late", source="AGENTS.md") == ""
+    state = await context.read_state(session_id=session_id, turn_id="t", window=1)
+    assert state.bootstrap == ""
+    # Half of the "nothing" record is no record: refused, nothing kept.
+    other = await new_session(adapter)
+    await refused(context.keep_bootstrap(other, snapshot="", source="AGENTS.md"))
+    await refused(context.keep_bootstrap(other, snapshot="text", source=""))
+    assert (await context.read_state(session_id=other, turn_id="t", window=1)).bootstrap is None
+
+
 # -- summaries and the compaction lease -----------------------------------------------
 
 

@@ -108,6 +108,11 @@ async def _raise(exc: BaseException) -> Any:
     raise exc
 
 
+def _emitted(ctx: ToolContext, data: dict[Any, Any]) -> dict[str, bool]:
+    ctx.emit("progress", data)
+    return {"emitted": True}
+
+
 def _pem_lines(value: str) -> dict[str, Any]:
     lines = value.splitlines()
     return {
@@ -197,6 +202,19 @@ CASES = {
         bound=False,
     ),
     "object_field": Case(OUTPUT_SECRET, lambda ctx, a: {"h": Holder(OUTPUT_SECRET)}, bound=False),
+    # A tool's events carry what it read, in the shapes it read it: masked like its result.
+    "emitted_bytes_keys_objects": Case(
+        NON_ASCII,
+        lambda ctx, a: _emitted(
+            ctx,
+            {
+                "chunk": b"deploying with " + _bound(ctx).encode() + b"\n",
+                _bound(ctx): "as a key",
+                "record": Holder(_bound(ctx)),
+                "lines": (bytearray(_bound(ctx).encode()),),
+            },
+        ),
+    ),
     # Past the search's limits the result fails closed instead of going unsearched.
     "derived_past_the_cap": Case(
         OUTPUT_SECRET,
@@ -379,6 +397,8 @@ async def test_a_secret_in_any_shape_is_found_nowhere_after_the_turn(
     assert found == dict.fromkeys(found, 0)
     assert scan.rows
     assert scan.events
+    if shape.startswith("emitted"):
+        assert "tool.progress" in scan.events
     assert scan.files
     assert count(scan.own_calls + scan.own_call_rows, case.secret) == 0
 

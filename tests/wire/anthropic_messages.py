@@ -31,7 +31,9 @@ __all__ = [
     "stream_error",
     "text_block",
     "tool_use_block",
+    "unfinished_events",
     "usage",
+    "usage_reply",
 ]
 
 MODEL = "claude-sonnet-4-5-20250929"
@@ -181,6 +183,32 @@ def answer_events(answer: Answer) -> tuple[bytes, ...]:
     )
     events.append(event("message_stop"))
     return sse(events)
+
+
+def unfinished_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream without what finishes it: its blocks, but no message_delta or message_stop."""
+    return answer_events(answer)[:-2]
+
+
+def usage_reply(count: object, *, stream: bool) -> Reply:
+    """A one-word answer whose usage reports ``count`` (any JSON value) in every count field."""
+    fields = ("input_tokens", "output_tokens", "cache_creation_input_tokens")
+    block = dict.fromkeys((*fields, "cache_read_input_tokens"), count)
+    if not stream:
+        return json_reply(message([text_block("ok")], usage_block=block))
+    started = message([], usage_block=block)
+    started.update(stop_reason=None)
+    text = {"type": "text", "text": ""}
+    stop = {"stop_reason": "end_turn", "stop_sequence": None}
+    events = [
+        event("message_start", message=started),
+        event("content_block_start", index=0, content_block=text),
+        event("content_block_delta", index=0, delta={"type": "text_delta", "text": "ok"}),
+        event("content_block_stop", index=0),
+        event("message_delta", delta=stop, usage={"output_tokens": count}),
+        event("message_stop"),
+    ]
+    return sse_reply(sse(events))
 
 
 def opening_events(answer: Answer) -> tuple[bytes, ...]:

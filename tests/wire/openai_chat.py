@@ -31,7 +31,9 @@ __all__ = [
     "stream_error",
     "tool_call",
     "tool_call_delta",
+    "unfinished_events",
     "usage",
+    "usage_reply",
 ]
 
 MODEL = "gpt-4o-2024-08-06"
@@ -218,6 +220,25 @@ def answer_events(answer: Answer) -> tuple[bytes, ...]:
     payloads.append(chunk(finish_reason=_FINISH[answer.finish], completion_id=answer.response_id))
     payloads.append(chunk(usage_block=_usage(answer.usage), completion_id=answer.response_id))
     return sse(payloads)
+
+
+def unfinished_events(answer: Answer) -> tuple[bytes, ...]:
+    """The stream without what finishes it: no finish reason, no usage, no ``[DONE]``."""
+    return answer_events(answer)[:-3]
+
+
+def usage_reply(count: object, *, stream: bool) -> Reply:
+    """A one-word answer whose usage reports ``count`` (any JSON value) in every count field."""
+    block = {
+        "prompt_tokens": count,
+        "completion_tokens": count,
+        "total_tokens": count,
+        "prompt_tokens_details": {"cached_tokens": count, "cache_write_tokens": count},
+    }
+    if not stream:
+        return json_reply(completion(text="ok", usage_block=block))
+    finished = [chunk(content="ok"), chunk(finish_reason="stop"), chunk(usage_block=block)]
+    return sse_reply(sse(finished))
 
 
 def opening_events(answer: Answer) -> tuple[bytes, ...]:

@@ -27,9 +27,10 @@ class WorkspaceError(UserError):
 
 class WorkspaceEscape(WorkspaceError, PolicyRefusal):
     """The path would leave the workspace: absolute, ``..``, a link or a hard link out,
-    or it reaches the Host's own state inside an overlapping workspace.
+    or it reaches the Host's own state inside an overlapping workspace; or a write
+    would change the agents' instructions file at the workspace's root.
 
-    Reasons: absolute, parent, symlink, hardlink, host_state.
+    Reasons: absolute, parent, symlink, hardlink, host_state, instructions.
     """
 
 

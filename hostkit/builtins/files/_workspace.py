@@ -210,7 +210,10 @@ class WorkspaceScope:
     ``protected`` names the Host's own state (``HostConfig.state_paths()``):
     every operation refuses it by identity with ``WorkspaceEscape``
     (reason ``host_state``), and ``list`` leaves it out, even when the
-    workspace overlaps it.
+    workspace overlaps it. ``instructions`` names files at the root that every
+    new session reads as instructions (``AGENTS.md``): they may be read, but a
+    write or an edit of one, however spelled, is ``WorkspaceEscape`` (reason
+    ``instructions``): one conversation's agent must not instruct the next.
     """
 
     def __init__(
@@ -224,6 +227,7 @@ class WorkspaceScope:
         max_path_chars: int = MAX_PATH_CHARS,
         allow_hardlinked_reads: bool = False,
         protected: Iterable[str | os.PathLike[str]] = (),
+        instructions: Iterable[str] = (),
     ) -> None:
         if os.name != "posix" or not (O_DIRECTORY and O_NOFOLLOW):
             raise ConfigError("workspace containment needs POSIX openat semantics", key="workspace")
@@ -244,6 +248,7 @@ class WorkspaceScope:
         self.max_path_chars = max_path_chars
         self.allow_hardlinked_reads = allow_hardlinked_reads
         self._contained = ContainedRoot(self.root, protected=ProtectedState(protected))
+        self._instructions = frozenset(name.casefold() for name in instructions)
 
     def check(self, path: str) -> str:
         """The normalised relative form of ``path``, or a refusal; pure, no I/O.
@@ -467,6 +472,7 @@ class WorkspaceScope:
             parts, shown, final="parent", follow=False, create_dirs=True
         )
         try:
+            self._refuse_instructions(parent, name, shown)
             existing = lstat(parent, name)
             if existing is not None:
                 require_replaceable(existing, shown)
@@ -490,9 +496,24 @@ class WorkspaceScope:
             os.close(parent)
         return WriteResult(path=shown, size=len(data), created=existing is None)
 
+    def _refuse_instructions(self, parent: int, name: str, shown: str) -> None:
+        """Blocking: refuse ``name`` in directory ``parent`` when it is an instructions
+        file at the root (compared by the directory's identity, so no spelling of the
+        path, through a link to the root or not, reaches it)."""
+        if name.casefold() not in self._instructions:
+            return
+        here, root = os.fstat(parent), os.stat(self.root)
+        if (here.st_dev, here.st_ino) == (root.st_dev, root.st_ino):
+            raise WorkspaceEscape(
+                f"{quoted(shown)} holds the instructions every new session reads; "
+                "only the operator changes it",
+                reason="instructions",
+            )
+
     def _target(self, parts: tuple[str, ...], shown: str) -> WriteTarget:
         parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
         try:
+            self._refuse_instructions(parent, name, shown)
             return _entry_target(parent, name, text_limit=self.max_write_bytes)[0]
         finally:
             os.close(parent)
@@ -502,6 +523,7 @@ class WorkspaceScope:
     ) -> EditResult:
         parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
         try:
+            self._refuse_instructions(parent, name, shown)
             fd = open_entry(parent, name, FILE_FLAGS, create=False)
             if isinstance(fd, str):
                 raise WorkspaceError(

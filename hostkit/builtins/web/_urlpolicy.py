@@ -171,20 +171,17 @@ class UrlPolicy:
         for key in ("resolve_timeout_s", "connect_timeout_s", "read_timeout_s", "total_timeout_s"):
             if not is_seconds(getattr(self, key)):
                 raise ConfigError("must be a positive, finite number of seconds", key=key)
-        hosts: set[str] = set()
-        networks = []
-        for entry in self.allow_private:
-            try:
-                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
-                continue
-            except ValueError:
-                pass
-            name = entry.strip().lower().removesuffix(".")
-            if not _is_hostname(name):
-                raise ConfigError(f"{entry!r} is neither a host nor a CIDR", key="allow_private")
-            hosts.add(name)
-        object.__setattr__(self, "_hosts", frozenset(hosts))
-        object.__setattr__(self, "_networks", tuple(networks))
+        hosts, networks = _allowlist(self.allow_private)
+        object.__setattr__(self, "_hosts", hosts)
+        object.__setattr__(self, "_networks", networks)
+
+    @staticmethod
+    def check_allow_private(entries: Iterable[str]) -> None:
+        """The syntax check of ``allow_private`` alone (no I/O, no policy built): a
+        ``ConfigError`` (key ``allow_private``) naming the first entry that is neither a
+        host nor a CIDR. For configuration, refused when it is read rather than at the
+        first turn that builds the policy."""
+        _allowlist(entries)
 
     def check(self, url: str) -> CheckedUrl:
         """Every check of ``url`` that asks no one: parsing, scheme, credentials, port, and a
@@ -368,6 +365,28 @@ def _join(base: httpx.URL, location: str) -> str:
 
 def _is_surrogate(ch: str) -> bool:
     return 0xD800 <= ord(ch) <= 0xDFFF
+
+
+def _allowlist(
+    entries: Iterable[str],
+) -> tuple[frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]:
+    """``allow_private`` as host names and networks; ``ConfigError`` for any other entry."""
+    hosts: set[str] = set()
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            continue
+        except ValueError:
+            pass
+        name = entry.strip().lower().removesuffix(".")
+        if not _is_hostname(name):
+            # Bounded: the entry comes from configuration, and ends up in logs.
+            raise ConfigError(
+                f"{bounded(repr(entry), 120)} is neither a host nor a CIDR", key="allow_private"
+            )
+        hosts.add(name)
+    return frozenset(hosts), tuple(networks)
 
 
 def _is_hostname(name: str) -> bool:

@@ -1,0 +1,147 @@
+"""The HTTP client the SDK adapters hand their SDK: a response's body bounded on the wire.
+
+``Draft`` counts a response as the SDK hands it over, but the SDK hands over
+whole server-sent events and whole bodies: one 256 MiB event was buffered and
+parsed (over a gigabyte) before a byte of it was counted, and one SDK's event
+decoder copies its buffer for every chunk, so one large event also costs time
+quadratic in its size. So the body is counted below the SDK too, as it comes
+off the socket: one event (or a whole body that is no event stream) past
+``MAX_EVENT_BYTES``, or a whole response past ``MAX_WIRE_BYTES``, fails the
+read with ``OverBound``. The adapters map that to ``refused``'s
+``ProviderError`` like every other bound, and the connection is dropped.
+
+The count is a response hook on the SDK's own default client, not a transport
+of ours: the SDK's transport keeps its keep-alive socket options and httpx its
+proxies from the environment, which a replaced transport would lose. The
+client asks for uncompressed bodies and refuses one that comes compressed
+anyway: counted compressed, a body could inflate far past the bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import httpx2
+
+from hostkit.adapters._bounds import OverBound
+from hostkit.errors import bounded
+from hostkit.types import MAX_RESPONSE_BYTES
+
+__all__ = ["MAX_EVENT_BYTES", "MAX_WIRE_BYTES", "bounded_client"]
+
+# One event, or one whole body: the most text and arguments a response may carry, sent in
+# a single piece (some servers send a whole tool call in one chunk) and JSON-escaped (an
+# emoji's four bytes are twelve as a \\u surrogate pair).
+MAX_EVENT_BYTES = 4 * MAX_RESPONSE_BYTES
+# A whole streamed response. Its framing costs far more than its text: an OpenAI chunk is
+# some 300 bytes of JSON around a token or two, so 100k tokens are some 30 MiB on the wire.
+MAX_WIRE_BYTES = 16 * MAX_RESPONSE_BYTES
+# What ends a server-sent event: a blank line, in any of the three line endings.
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+# The encodings httpx decodes: counted compressed, such a body could inflate past any bound.
+# Any other (``none``, which some proxies add to event streams) arrives as it is, counted.
+_DECODED = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
+# An error status's body (its message, which the SDK reads whole): it is cut here, never
+# refused, so the status, and whether to try again, still reach the adapter.
+MAX_ERROR_BYTES = 64 * 1024
+
+
+def bounded_client(
+    client_class: Callable[..., httpx2.AsyncClient],
+    *,
+    max_bytes: int = MAX_WIRE_BYTES,
+    max_event_bytes: int = MAX_EVENT_BYTES,
+) -> httpx2.AsyncClient:
+    """An SDK's default client (``client_class``) whose response bodies are counted."""
+
+    async def count(response: httpx2.Response) -> None:
+        stream = response.stream
+        if not isinstance(stream, httpx2.AsyncByteStream):
+            return
+        if response.status_code >= 400:
+            response.stream = _CutBody(stream, MAX_ERROR_BYTES)
+            return
+        response.stream = _CountedBody(
+            stream,
+            max_bytes=max_bytes,
+            max_event_bytes=max_event_bytes,
+            events=response.headers.get("content-type", "").startswith("text/event-stream"),
+            encoding=response.headers.get("content-encoding", ""),
+        )
+
+    return client_class(headers={"accept-encoding": "identity"}, event_hooks={"response": [count]})
+
+
+class _CountedBody(httpx2.AsyncByteStream):
+    """A body that raises ``OverBound`` past its bounds (see the module docstring)."""
+
+    def __init__(
+        self,
+        stream: httpx2.AsyncByteStream,
+        *,
+        max_bytes: int,
+        max_event_bytes: int,
+        events: bool,
+        encoding: str,
+    ) -> None:
+        self._stream = stream
+        self._max_bytes = max_bytes if events else max_event_bytes
+        self._max_event_bytes = max_event_bytes
+        self._events = events
+        self._encoding = encoding.strip().lower()
+
+    @property
+    def elapsed(self) -> object:
+        """What httpx reads from its own stream once the body is closed (``Response.elapsed``)."""
+        return self._stream.elapsed  # type: ignore[attr-defined]
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        codings = {part.strip() for part in self._encoding.split(",")}
+        if codings & _DECODED:
+            raise OverBound(f"a compressed body ({bounded(self._encoding, 40)}), asked for none")
+        seen = 0
+        # Bytes since the last event ended, and the end of what came before (an event's
+        # end may straddle two chunks).
+        pending, tail = 0, b""
+        async for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._max_bytes:
+                what = "bytes on the wire" if self._events else "bytes in one body"
+                raise OverBound(f"more than {self._max_bytes} {what}")
+            if self._events:
+                window = tail + chunk
+                end = max(
+                    window.rfind(sep) + len(sep) if sep in window else 0 for sep in _EVENT_ENDS
+                )
+                pending = len(window) - end if end else pending + len(chunk)
+                if pending > self._max_event_bytes:
+                    raise OverBound(f"an event of more than {self._max_event_bytes} bytes")
+                tail = window[-3:]
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _CutBody(httpx2.AsyncByteStream):
+    """An error body, ended after ``limit`` bytes (compressed or not): a few kilobytes say
+    what went wrong; the rest is not read."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    @property
+    def elapsed(self) -> object:
+        return self._stream.elapsed  # type: ignore[attr-defined]
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        left = self._limit
+        async for chunk in self._stream:
+            yield chunk[:left]
+            left -= len(chunk)
+            if left <= 0:
+                return
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
