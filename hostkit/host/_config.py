@@ -28,7 +28,7 @@ from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
-from hostkit.host._tool_modules import _MODULE_NAME
+from hostkit.host._tool_modules import MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
 from hostkit.store import carries_password, redact_url
 from hostkit.types import is_channel_id, is_core_id, is_text
@@ -232,7 +232,7 @@ class AgentConfig(_Strict):
     def _module_names(cls, names: list[str]) -> list[str]:
         for name in names:
             # The one syntax of a module name: the check discovery makes, made earlier.
-            if not _MODULE_NAME.fullmatch(name):
+            if not MODULE_NAME.fullmatch(name):
                 raise ValueError(
                     f"{bounded(repr(name), 120)} is not a Python module name "
                     "(dotted identifiers: 'tools' or 'package.tools')"

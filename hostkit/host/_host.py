@@ -134,7 +134,7 @@ class Host(AsyncResource):
 
     ``tracing`` is the Host's own OpenTelemetry tracing when ``[host.telemetry]``
     turns it on (docs/observability.md); it is set up at open and flushed at
-    close, so ``apply_config`` refuses a configuration that changes it.
+    close, so a later ``apply_config`` keeps it until the Host is reopened.
 
     ``warnings`` holds one line per configuration problem found at open (a
     workspace overlapping the Host's own state); each is also logged on the
@@ -527,12 +527,13 @@ class Host(AsyncResource):
         ``require_cores``: its ``ConfigError`` is raised and nothing is applied
         (a reload applies every core it checked or nothing).
 
-        ``config`` must keep every setting the Host read only when it opened: all
-        of ``[store]`` and ``[host]`` but ``workspace`` and ``limits`` (the database,
-        the artifact root and reserve, the cores' directory, the approval and
-        admission waits, the session lease, telemetry). One that changes any is a
-        ``ConfigError`` naming them, and nothing is applied: they take effect when
-        the Host is reopened.
+        Settings the Host read only when it opened (all of ``[store]``, and
+        ``[host]`` but ``workspace`` and ``limits``) take effect when it is
+        reopened. A ``config`` that moves the state (the store, the artifact root,
+        the cores' directory) is a ``ConfigError`` naming them, and nothing is
+        applied; one that changes another (the waits, the session lease, the
+        artifact reserve, telemetry) is applied with the values the Host opened
+        with, which ``host.config`` shows, and a warning.
         """
         if self._closed:
             raise TurnRejected("the Host is closed")
@@ -644,8 +645,8 @@ class Host(AsyncResource):
         ``apply_config`` runs only when the configuration's content or a core's
         live commit differs from what the current generation was built from;
         running turns finish on theirs. A configuration that fails validation
-        (TOML, schema, a core's ``agent.yaml``, an unknown provider) or changes a
-        setting read only at open (see ``apply_config``) changes nothing: the
+        (TOML, schema, a core's ``agent.yaml``, an unknown provider) or moves the
+        Host's state (see ``apply_config``) changes nothing: the
         outcome is ``rejected`` with the bounded reason, also logged. So does an
         error no check foresaw while applying (its traceback logged too): it never
         reaches the caller or the watcher as an exception.

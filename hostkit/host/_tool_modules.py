@@ -75,6 +75,7 @@ from hostkit.host._tool_child import describe
 __all__ = [
     "DISCOVERY_TIMEOUT_S",
     "MAX_DISCOVERY_BYTES",
+    "MODULE_NAME",
     "ModuleTool",
     "ToolModules",
     "forget_versions",
@@ -89,7 +90,8 @@ _STDERR_GRACE_S = 1.0
 _END_GRACE_S = 0.2
 _END_CONFIRM_S = 5.0
 _CACHED_VERSIONS = 256
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# A module name (dotted identifiers): parse_config refuses any other, and so does discovery.
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _FIELDS: Mapping[str, tuple[type, ...]] = {
     "name": (str,),
     "description": (str,),
@@ -272,7 +274,7 @@ class ToolModules:
         # Already absolute (the Host resolves them): no cwd lookup on the event loop.
         paths = tuple(str(entry) for entry in search)
         shown = bounded(module_name, 120)
-        if not _MODULE_NAME.fullmatch(module_name):
+        if not MODULE_NAME.fullmatch(module_name):
             raise ConfigError(f"{shown!r} is not a Python module name", key=key)
         loaded = sys.modules.get(module_name)
         located = None
