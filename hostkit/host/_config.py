@@ -437,6 +437,19 @@ class HostConfig(_Strict):
                 )
         return agents
 
+    @pydantic.field_validator("providers", mode="before")
+    @classmethod
+    def _provider_names(cls, providers: object) -> object:
+        # A provider's name is recorded with every usage observation and shown in logs and
+        # status lines: held to what an agent's name is, before its own table is read.
+        for name in providers if isinstance(providers, dict) else ():
+            if not _is_agent_name(name):
+                raise ValueError(
+                    f"{bounded(repr(name), 80)} is not a usable provider name (1-"
+                    f"{MAX_AGENT_NAME_CHARS} characters, no control or format characters)"
+                )
+        return providers
+
     @pydantic.model_validator(mode="after")
     def _agents_name_providers(self) -> HostConfig:
         for name, agent in self.agents.items():

@@ -142,6 +142,17 @@ def test_an_agent_name_no_log_or_turn_can_carry_is_refused(tmp_path: Path, case:
     assert "is not a usable agent name" in str(error)
 
 
+@pytest.mark.parametrize("case", sorted(BAD_NAMES))
+def test_a_provider_name_no_log_or_usage_record_can_carry_is_refused(
+    tmp_path: Path, case: str
+) -> None:
+    name = BAD_NAMES[case]
+    document = {"providers": {name: SCRIPTED["p"]}, "agents": {"a": {"provider": name}}}
+    error = refused(document, tmp_path)
+    assert error.key == "providers"
+    assert "is not a usable provider name" in str(error)
+
+
 @pytest.mark.parametrize("name", ["a", "x" * 128, "ассистент", "support/billing", "Support Bot"])
 async def test_agent_names_a_turn_can_carry_are_accepted_and_run(tmp_path: Path, name: str) -> None:
     config = parse_config(
