@@ -1,11 +1,13 @@
 """What a provider's reported token counts are taken as: one normaliser for every adapter.
 
 A usage block is the server's JSON, and the SDKs build their response objects
-without validating it, so a field may arrive as ``"12k"``, ``3.7``, ``-5000``,
-``true`` or ``10**30``. Counts end up summed per turn, compared against the
-context estimate and stored as 64-bit integers; a value that is no count
-either fails the turn there or quietly corrupts the calibration. So a count is
-taken only as an ``int`` (not a ``bool``) from 0 to ``MAX_TOKEN_COUNT``;
+without validating it, so a field may arrive as ``"12k"``, ``3.7``, ``-5000``
+or ``10**30`` (a whole-number float or ``true`` in a field an SDK types as an
+integer arrives as that integer, converted by the SDK). Counts end up summed per
+turn, compared against the context estimate and stored as 64-bit integers; a
+value that is no count either fails the turn there or quietly corrupts the
+calibration. So a count is taken only as an ``int`` (not a ``bool``) from 0 to
+``MAX_TOKEN_COUNT``;
 anything else counts as 0, and ``unusable`` says what it was, in a few words
 that never echo the value.
 """

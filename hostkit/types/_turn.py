@@ -240,8 +240,8 @@ class TurnResult:
 
 def _stored_usage(data: Mapping[str, Any]) -> Usage:
     """A recorded result's usage. Results recorded before counts were checked may hold
-    what a provider reported as is (``12.0``, ``-5``): those read as 0, never as an error
-    that would make the whole result unreadable."""
+    what a provider reported as is: ``12.0`` reads as 12, ``-5`` or ``3.7`` as 0, never
+    as an error that would make the whole result unreadable."""
     counts: dict[str, Any] = {}
     for name, value in dict(data).items():
         if isinstance(value, float) and value.is_integer():

@@ -105,3 +105,50 @@ async def test_one_users_agent_cannot_instruct_another_users_sessions(tmp_path: 
     victim_system = [m.content for m in model.requests[-1].messages if m.role == "system"]
     assert not any(injected in text for text in victim_system)
     assert not (tmp_path / "workspace" / "AGENTS.md").exists()
+
+
+async def test_an_edit_of_the_instructions_is_refused_before_anyone_is_asked(
+    tmp_path: Path,
+) -> None:
+    """Under ``ask``, the person asked on a channel is the one who asked for the edit: the
+    refusal comes first, and nobody is asked to approve what would be refused anyway."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").write_text("Answer in metric units.")
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": "workspace"},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "memory": False,
+                    "builtins": ["files.edit"],
+                    "policy": {"ask": ["files.*"]},
+                }
+            },
+        },
+        base_dir=tmp_path,
+    )
+    edit = {"path": "agents.MD", "old": "metric", "new": "imperial"}
+    model = ScriptedModel([CallTools(("files_edit", edit)), Reply("ok")])
+    asked: list[object] = []
+
+    class Recording:
+        async def decide(self, request: object) -> str:
+            asked.append(request)
+            return "approve_once"
+
+    async with Host.open(
+        config, capabilities=capabilities(model, config=config), approver=Recording()
+    ) as host:
+        result = await host.turns.run(
+            TurnRequest(
+                input="hi",
+                principal=ConversationFacts("slack", "T1:C1:U1", "U1"),
+                request_id=new_id("req"),
+            )
+        )
+    assert asked == []
+    assert [(e.effect, e.status) for e in result.effects] == [("files.edit", "denied")]
+    assert (workspace / "AGENTS.md").read_text() == "Answer in metric units."

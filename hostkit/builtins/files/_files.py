@@ -143,10 +143,16 @@ def _edit_tool(scope: WorkspaceScope) -> AuthoredTool:
         edited = await scope.edit(path, old, new, count=count)
         return {"path": edited.path, "replacements": edited.replacements, "bytes": edited.size}
 
+    async def checked(arguments: Mapping[str, Any]) -> Prepared:
+        # The instructions file is refused before anyone is asked to approve the edit.
+        await scope.check_instructions(str(arguments["path"]))
+        return Prepared()
+
     return AuthoredTool(
         "files.edit",
         edit,
         preflight=_path_check(scope),
+        prepare=checked,
         description=(
             "Replace exact text in a workspace file, atomically. Fails without changing "
             "the file when `old` is absent or occurs a different number of times than `count`."

@@ -496,6 +496,24 @@ class WorkspaceScope:
             os.close(parent)
         return WriteResult(path=shown, size=len(data), created=existing is None)
 
+    async def check_instructions(self, path: str) -> None:
+        """``WorkspaceEscape`` (reason ``instructions``) when ``path`` names an instructions
+        file at the root; nothing else is judged (the operation itself reports the rest).
+        Creates nothing: what an edit checks before anyone is asked."""
+        parts = self._parts(path)
+        try:
+            await self._run(parts, self._instructions_at)
+        except WorkspaceError as exc:
+            if exc.reason == "instructions":
+                raise
+
+    def _instructions_at(self, parts: tuple[str, ...], shown: str) -> None:
+        parent, name = self._contained.resolve(parts, shown, final="parent", follow=False)
+        try:
+            self._refuse_instructions(parent, name, shown)
+        finally:
+            os.close(parent)
+
     def _refuse_instructions(self, parent: int, name: str, shown: str) -> None:
         """Blocking: refuse ``name`` in directory ``parent`` when it is an instructions
         file at the root (compared by the directory's identity, so no spelling of the
