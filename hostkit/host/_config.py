@@ -425,30 +425,20 @@ class HostConfig(_Strict):
     # The file this configuration was loaded from (None: built in code).
     source: Path | None = Field(default=None, exclude=True)
 
-    @pydantic.field_validator("agents", mode="before")
+    # Before each table is read, so a bad value's key never carries a bad name. A
+    # provider's name is recorded with every usage observation and shown in logs and status
+    # lines as an agent's is: both are held to the same rule.
+    @pydantic.field_validator("agents", "providers", mode="before")
     @classmethod
-    def _agent_names(cls, agents: object) -> object:
-        # Before the agents' own tables: a bad value's key must not carry a bad name.
-        for name in agents if isinstance(agents, dict) else ():
+    def _table_names(cls, table: object, info: pydantic.ValidationInfo) -> object:
+        what = "agent" if info.field_name == "agents" else "provider"
+        for name in table if isinstance(table, dict) else ():
             if not _is_agent_name(name):
                 raise ValueError(
-                    f"{bounded(repr(name), 80)} is not a usable agent name (1-"
+                    f"{bounded(repr(name), 80)} is not a usable {what} name (1-"
                     f"{MAX_AGENT_NAME_CHARS} characters, no control or format characters)"
                 )
-        return agents
-
-    @pydantic.field_validator("providers", mode="before")
-    @classmethod
-    def _provider_names(cls, providers: object) -> object:
-        # A provider's name is recorded with every usage observation and shown in logs and
-        # status lines: held to what an agent's name is, before its own table is read.
-        for name in providers if isinstance(providers, dict) else ():
-            if not _is_agent_name(name):
-                raise ValueError(
-                    f"{bounded(repr(name), 80)} is not a usable provider name (1-"
-                    f"{MAX_AGENT_NAME_CHARS} characters, no control or format characters)"
-                )
-        return providers
+        return table
 
     @pydantic.model_validator(mode="after")
     def _agents_name_providers(self) -> HostConfig:
