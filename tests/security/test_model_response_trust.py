@@ -11,7 +11,6 @@ adapters and the loopback servers speaking their APIs (``tests.wire``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
@@ -21,7 +20,7 @@ from hostkit.errors import InvalidValue
 from hostkit.types import Usage
 from tests.hosts import open_host, request
 from tests.security.test_model_stream_bounds import PROBE, counting_tool, make_rig, turn_rows
-from tests.wire import WireServer, serve_wire, sse_reply
+from tests.wire import WireServer, sse_reply
 from tests.wire.rigs import ScriptableRig, WireRig
 from tests.wire.scenario import Answer, Call
 
@@ -33,22 +32,6 @@ CALLS = Answer(
     calls=(Call.of("call_a", PROBE, {}), Call.of("call_b", PROBE, {})),
     finish="tool_calls",
 )
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[WireServer]:
-    async with serve_wire() as server:
-        yield server
-
-
-@pytest.fixture
-async def built() -> AsyncIterator[list[ScriptableRig]]:
-    built: list[ScriptableRig] = []
-    try:
-        yield built
-    finally:
-        for each in built:
-            await each.aclose()
 
 
 @pytest.mark.parametrize("kind", WIRE)

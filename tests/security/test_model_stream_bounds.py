@@ -16,7 +16,6 @@ servers speaking their APIs (``tests.wire``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from hostkit.types._model import (
     MAX_TOOL_NAME_CHARS,
 )
 from tests.hosts import event_kinds, open_host, request
-from tests.wire import WireServer, serve_wire, sse_reply
+from tests.wire import WireServer, sse_reply
 from tests.wire.rigs import ScriptableRig, WireRig, build_rig
 from tests.wire.scenario import Answer, Call
 
@@ -96,23 +95,6 @@ CASES = [
     for kind in SCRIPTABLE
     if kind != "scripted" or flood.scripted
 ]
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[WireServer]:
-    async with serve_wire() as server:
-        yield server
-
-
-@pytest.fixture
-async def built() -> AsyncIterator[list[ScriptableRig]]:
-    """Rigs built by ``make_rig`` during the test, closed after it."""
-    built: list[ScriptableRig] = []
-    try:
-        yield built
-    finally:
-        for each in built:
-            await each.aclose()
 
 
 def make_rig(kind: str, wire: WireServer, built: list[ScriptableRig]) -> ScriptableRig:
