@@ -218,7 +218,9 @@ class ContainedRoot:
         never by the filesystem.
         """
         stack = [self._open_root()]
-        pending = deque(parts)
+        # A walk that creates never follows a link, so `..` only undoes the step before
+        # it: collapsed first, a directory a refused write would leave is never made.
+        pending = deque(_collapsed(parts) if create_dirs and not follow else parts)
         hops = walked = 0
         ids = self.protected.identities()
         try:
@@ -568,3 +570,14 @@ def mapped(exc: OSError, shown: str) -> HostkitError:
         f"{quoted(shown)}: {os.strerror(code) if code else type(exc).__name__}",
         retryable=code in _RETRYABLE,
     )
+
+
+def _collapsed(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``parts`` with each ``name/..`` pair removed; a leading ``..`` is kept (and refused)."""
+    kept: list[str] = []
+    for part in parts:
+        if part == ".." and kept and kept[-1] != "..":
+            kept.pop()
+        else:
+            kept.append(part)
+    return tuple(kept)
