@@ -390,6 +390,33 @@ class ContextManager:
         if self._unwritten:
             await self._write_unwritten()
 
+    async def refused(self, decision_id: str) -> bool:
+        """The provider refused the request ``decision_id`` prepared as too long.
+
+        The estimate that let it through was low: the decision is written and
+        the session's calibration raised at once, in one transaction, so the
+        next ``prepare()`` shrinks the request (TurnExecution prepares the step
+        again, once). True when the calibration moved; False when there was
+        nothing to calibrate by or the write failed, and then the session is
+        estimated conservatively, as after a failed observation.
+        """
+        decision = self._pending.pop(decision_id, None)
+        if decision is None:
+            return False
+        window = self._windows.get(decision.session_id)
+        try:
+            calibration = await self._store.context.record_refusal(decision)
+        except HostkitError as exc:
+            _log.warning("a refused request's calibration not written: %s", exc.message)
+            self._pending[decision_id] = decision  # written when its turn ends
+            calibration = None
+        if calibration is None:
+            self._degraded.add(decision.session_id)
+            return False
+        if window is not None:
+            window.calibration = calibration
+        return True
+
     def _release(self, turn_id: str) -> None:
         """The turn ended: its decisions that were never observed are to be written."""
         ended = [d for d in self._pending.values() if d.turn_id == turn_id]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from hostkit.errors import InvalidValue
 from hostkit.store import _context_rows as rows
 from hostkit.store._context_values import (
+    Calibration,
     CommittedSummary,
     CompactionState,
     ContextState,
@@ -146,6 +147,20 @@ class ContextStore(ABC):
         left it. ``InvalidValue`` when the arguments are not a
         ``ContextDecision`` and a ``UsageObservation`` of the same decision and
         session.
+        """
+
+    @abstractmethod
+    async def record_refusal(self, decision: ContextDecision) -> Calibration | None:
+        """The provider refused ``decision``'s request as too long for its window.
+
+        One transaction: the decision (kept as it was when already recorded),
+        then the session's calibration raised at once, to at least the ratio
+        that puts that request at its hard budget and ``REFUSAL_STEP`` times
+        the current one (bounded to ``MAX_RATIO``), so the next ``prepare()``
+        of the session shrinks it. Returns the calibration as it was left, or
+        None when the decision carries nothing to calibrate by (not ``ready``,
+        no raw estimate, no pinned provider and model). ``InvalidValue`` when
+        ``decision`` is not a ``ContextDecision``.
         """
 
     @abstractmethod
@@ -309,6 +324,11 @@ class SqlContextStore(ContextStore):
         ):
             raise InvalidValue("the observation is not of this decision and session")
         return await self._db.write(lambda conn: rows.record_step(conn, decision, observation))
+
+    async def record_refusal(self, decision: ContextDecision) -> Calibration | None:
+        if not isinstance(decision, ContextDecision):
+            raise InvalidValue("record_refusal takes a ContextDecision")
+        return await self._db.write(lambda conn: rows.record_refusal(conn, decision))
 
     async def summary(self, session_id: str) -> CommittedSummary | None:
         _name("session_id", session_id)

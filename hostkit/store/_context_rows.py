@@ -60,6 +60,7 @@ __all__ = [
     "read_calibration",
     "read_state",
     "read_summary",
+    "record_refusal",
     "record_step",
     "release_lease",
     "rows",
@@ -521,6 +522,57 @@ def _calibrate(
     cursor.row_factory = sqlite3.Row
     params = [session_id, provider, model, estimator, sample, int(lowers)]
     (row,) = cursor.execute(_CALIBRATE, params).fetchall()
+    return _calibration(row)
+
+
+# A refused request's calibration rises at least this much: the estimate that let it
+# through under-counted by an unknown amount, so the next one must come out smaller.
+REFUSAL_STEP = 1.25
+
+_REFUSE = (
+    "INSERT INTO context_calibration (session_id, provider, model, estimator, ratio, samples, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+    f"ON CONFLICT (session_id) DO UPDATE SET ratio = CASE WHEN {_SAME_KEY} "
+    f"AND context_calibration.ratio * {REFUSAL_STEP} > excluded.ratio "
+    f"THEN MIN(context_calibration.ratio * {REFUSAL_STEP}, {MAX_RATIO}) "
+    "ELSE excluded.ratio END, "
+    f"samples = CASE WHEN {_SAME_KEY} THEN context_calibration.samples ELSE 1 END, "
+    "provider = excluded.provider, model = excluded.model, estimator = excluded.estimator, "
+    f"updated_at = excluded.updated_at RETURNING {_CALIBRATION_COLUMNS}"
+)
+
+
+def record_refusal(conn: sqlite3.Connection, decision: ContextDecision) -> Calibration | None:
+    """The provider refused ``decision``'s request as too long: record the decision and
+    raise the session's ratio at once, to the one that would have put the request at the
+    hard budget (with a margin) and at least ``REFUSAL_STEP`` times the current one.
+
+    None (and only the decision kept) when the decision has no raw estimate or pinned
+    provider and model to key a ratio by.
+    """
+    conn.execute(
+        _INSERT_DECISION + " ON CONFLICT (decision_id) DO NOTHING", _decision_values(decision)
+    )
+    if (
+        decision.kind != "ready"
+        or not decision.raw_input_tokens
+        or not decision.hard_budget
+        or not decision.estimator
+        or decision.provider is None
+        or decision.model is None
+    ):
+        return None
+    floor = decision.hard_budget / decision.raw_input_tokens * REFUSAL_STEP
+    params = [
+        decision.session_id,
+        decision.provider,
+        decision.model,
+        decision.estimator,
+        min(MAX_RATIO, max(MIN_RATIO, floor)),
+    ]
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    (row,) = cursor.execute(_REFUSE, params).fetchall()
     return _calibration(row)
 
 

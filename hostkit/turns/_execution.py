@@ -15,6 +15,7 @@ from hostkit.context import ContextManager
 from hostkit.cores import AuthorTurn, SlotFailed, StateRuntime
 from hostkit.effects import AuthorHandles, PreparedEffectCatalog
 from hostkit.errors import (
+    ContextOverflow,
     HostkitError,
     InvalidValue,
     LeaseLost,
@@ -45,6 +46,7 @@ from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
     AttachmentPart,
+    ContextReady,
     ContextRequest,
     EffectRequest,
     EffectResult,
@@ -461,28 +463,20 @@ class TurnExecution:
         messages: list[ModelMessage] = [first]
         provider = core.provider
         for step in range(core.max_steps):
-            prepared = await self._context.prepare(
-                ContextRequest(
-                    context=context,
-                    step_id=step,
-                    limits=provider.limits,
-                    messages=tuple(messages),
-                    definitions=catalog.definitions,
-                    instructions=active.instructions or core.instructions,
-                    contributions=request.injected_context,
-                    bootstrap=request.bootstrap,
-                )
+            context_request = ContextRequest(
+                context=context,
+                step_id=step,
+                limits=provider.limits,
+                messages=tuple(messages),
+                definitions=catalog.definitions,
+                instructions=active.instructions or core.instructions,
+                contributions=request.injected_context,
+                bootstrap=request.bootstrap,
             )
-            if prepared.kind == "overflow":
-                return "failed", f"context overflow ({prepared.reason}): {prepared.detail}"
-            active.in_flight = "provider"
-            response = await self._call_provider(
-                context,
-                core,
-                ModelRequest(prepared.messages, catalog.definitions, prepared.output_budget),
-                step,
-            )
-            active.in_flight = None
+            answered = await self._prepared_call(context, core, active, context_request)
+            if isinstance(answered, str):
+                return "failed", answered
+            prepared, response = answered
             active.usage = add_usage(active.usage, response.usage)
             # The observation commits with this step's transcript write: one transaction.
             staged = self._stage(context, step, prepared.decision_id, response)
@@ -813,6 +807,40 @@ class TurnExecution:
                 effect = call.name if ref is None else ref.effect
                 await self._answer(context, active, call, status, effect, view)
             maybe_ran = False
+
+    async def _prepared_call(
+        self,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+        request: ContextRequest,
+    ) -> tuple[ContextReady, ModelResponse] | str:
+        """Prepare the step's context and call the provider; the overflow's error instead.
+
+        A provider that refuses the request as too long generated nothing: the
+        estimate that let it through was low, so the ContextManager raises the
+        session's calibration and the step is prepared once more, smaller. A
+        second refusal fails the turn, as any provider failure does.
+        """
+        for attempt in range(2):
+            prepared = await self._context.prepare(request)
+            if prepared.kind == "overflow":
+                return f"context overflow ({prepared.reason}): {prepared.detail}"
+            active.in_flight = "provider"
+            model_request = ModelRequest(
+                prepared.messages, request.definitions, prepared.output_budget
+            )
+            try:
+                response = await self._call_provider(context, core, model_request, request.step_id)
+            except ContextOverflow:
+                if attempt:
+                    raise
+                active.in_flight = None
+                await self._context.refused(prepared.decision_id)
+                continue
+            active.in_flight = None
+            return prepared, response
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _call_provider(
         self, context: TurnExecutionContext, core: PinnedCore, request: ModelRequest, step: int

@@ -521,6 +521,48 @@ async def test_the_calibration_an_observation_moves_is_used_by_the_next_step(
     assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
 
 
+async def test_a_refusal_raises_the_calibration_the_next_prepare_uses(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """The provider refused a prepared request as too long: the decision is written at
+    once, the session's ratio rises, and the step prepared again is estimated higher (a
+    fresh manager reads the same). When that write fails, the session is estimated
+    conservatively instead, as after a failed observation."""
+    session = Session(store, await authority.for_conversation(facts("refused")))
+    await session.append(ModelMessage("user", "w" * 3_500), "turn_old")
+    manager = ContextManager(store)
+    snapshot = {"provider": "p", "model": "m", "effects": ()}
+    ask = request(session.scope, "t1", [ModelMessage("user", "now")])
+    ask = replace(ask, context=replace(ask.context, capability_snapshot=snapshot))
+    first = await manager.prepare(ask)
+    assert isinstance(first, ContextReady)
+    assert await manager.refused(first.decision_id)
+    recorded = await store.context.decision(first.decision_id)
+    assert recorded is not None
+    assert recorded.kind == "ready"
+    again = await manager.prepare(ask)
+    fresh = await ContextManager(store).prepare(ask)
+    assert isinstance(again, ContextReady)
+    assert isinstance(fresh, ContextReady)
+    assert again.estimated_input_tokens == fresh.estimated_input_tokens
+    assert again.estimated_input_tokens > first.estimated_input_tokens * 1.2
+    assert not await manager.refused(first.decision_id)  # once per decision
+
+    async def fail(decision: object) -> object:
+        raise StoreError("disk full", retryable=True)
+
+    other = ContextManager(store)
+    before = await other.prepare(ask)
+    assert isinstance(before, ContextReady)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store.context, "record_refusal", fail)
+        assert not await other.refused(before.decision_id)
+    degraded = await other.prepare(ask)
+    assert isinstance(degraded, ContextReady)
+    assert degraded.estimated_input_tokens > before.estimated_input_tokens * 1.2
+    assert other.pending_decisions == 2  # the refused one is written when its turn ends
+
+
 async def test_a_decision_whose_step_is_never_observed_is_durable_after_the_turn(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:

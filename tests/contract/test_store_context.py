@@ -29,7 +29,7 @@ from hostkit.store import (
     RowStore,
     RuntimeStore,
 )
-from hostkit.store._context_rows import MIN_LOWERING_TOKENS
+from hostkit.store._context_rows import MAX_RATIO, MIN_LOWERING_TOKENS, REFUSAL_STEP
 from hostkit.types import (
     MAX_DECISION_TEXT,
     ContextDecision,
@@ -541,6 +541,46 @@ async def test_a_small_request_never_lowers_the_calibration(adapter: RuntimeStor
         held = await context.record_step(small, observed(small, 100))
         assert held.calibration is not None
         assert held.calibration.ratio == pytest.approx(2.5)
+
+
+async def test_a_refused_request_raises_the_calibration_at_once(adapter: RuntimeStore) -> None:
+    """The provider refused a request the estimate let through: its decision is kept, and
+    the ratio rises at once to the one that puts that request at its hard budget (with
+    ``REFUSAL_STEP`` to spare), or ``REFUSAL_STEP`` times the current one when that is
+    more, never past ``MAX_RATIO``. Another provider, model or estimator starts afresh."""
+    context = adapter.context
+    session_id = await new_session(adapter)
+    first = ready(session_id, "ctx_refused_1", raw_input_tokens=2_000, hard_budget=1_650)
+    raised = await context.record_refusal(first)
+    assert raised is not None
+    assert (raised.ratio, raised.samples) == (pytest.approx(1_650 / 2_000 * REFUSAL_STEP), 1)
+    assert await context.decision("ctx_refused_1") == first
+    # Refused again with less history: REFUSAL_STEP times the ratio is the larger.
+    second = ready(session_id, "ctx_refused_2", raw_input_tokens=1_600, hard_budget=1_650)
+    again = await context.record_refusal(second)
+    assert again is not None
+    assert again.ratio == pytest.approx(raised.ratio * REFUSAL_STEP)
+    for n in range(12):
+        step = ready(session_id, f"ctx_refused_more_{n}", raw_input_tokens=1_000)
+        capped = await context.record_refusal(step)
+        assert capped is not None
+        assert capped.ratio <= MAX_RATIO
+    assert capped.ratio == MAX_RATIO
+    state = await context.read_state(session_id=session_id, turn_id="t", window=1)
+    assert state.calibration == capped
+    other = ready(session_id, "ctx_refused_other", raw_input_tokens=2_000, model="m2")
+    reset = await context.record_refusal(other)
+    assert reset is not None
+    assert (reset.model, reset.samples) == ("m2", 1)
+    assert reset.ratio == pytest.approx(1_650 / 2_000 * REFUSAL_STEP)
+    # Nothing to scale: the decision is kept and the calibration left as it is.
+    unpinned = ready(session_id, "ctx_refused_unpinned", provider=None)
+    assert await context.record_refusal(unpinned) is None
+    assert await context.decision("ctx_refused_unpinned") == unpinned
+    assert (
+        await context.read_state(session_id=session_id, turn_id="t", window=1)
+    ).calibration == reset
+    await refused(context.record_refusal(object()))  # type: ignore[arg-type]
 
 
 async def test_a_step_records_its_decision_usage_and_calibration_in_one_call(
