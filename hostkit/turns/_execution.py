@@ -222,8 +222,12 @@ class TurnExecution:
                     # A repeated request whose agent has gone since still gets its record.
                     return await self._recorded(request, principal_id, refused)
                 try:
-                    # Owned, as declared, and accepted by the pinned provider; else refused.
-                    await check_attachments(self._store, request, principal_id, core.provider)
+                    try:
+                        # Owned, as declared, and accepted by the pinned provider; else refused.
+                        await check_attachments(self._store, request, principal_id, core.provider)
+                    except TurnRejected as refused:
+                        # A repeated request that ran before the provider changed gets its record.
+                        return await self._recorded(request, principal_id, refused)
                     admission = leases.admission(
                         request,
                         principal_id,

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -231,6 +232,27 @@ async def test_a_provider_that_does_not_accept_the_type_refuses_before_turn_star
         with pytest.raises(AttachmentRefused, match="at most 8 bytes"):
             await host.turns.run(request("what is this?", attachments=(png,)))
         assert small.requests == []
+
+
+async def test_a_repeat_of_a_turn_that_ran_gets_its_record_after_the_provider_changed(
+    tmp_path: Path,
+) -> None:
+    """The retry a client makes of a request that already ran returns that turn, even once
+    the agent's provider no longer takes the attachment; a new request is still refused."""
+    ask = request("what is this?", request_id="req_chart")
+    async with open_host(
+        tmp_path, ScriptedModel([Reply("a chart")], attachments=EVERYTHING)
+    ) as host:
+        png = await host.attachments.add(ALICE, PNG, name="c.png", media_type="image/png")
+        first = await host.turns.run(replace(ask, attachments=(png,)))
+    assert (first.outcome, first.text) == ("completed", "a chart")
+    plain = ScriptedModel([Reply("never")])
+    async with open_host(tmp_path, plain) as host:
+        again = await host.turns.run(replace(ask, attachments=(png,)))
+        with pytest.raises(AttachmentRefused):
+            await host.turns.run(request("and this?", attachments=(png,)))
+    assert (again.turn_id, again.text) == (first.turn_id, "a chart")
+    assert plain.requests == []
 
 
 @pytest.mark.slow
