@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import ChannelRefused, InvalidValue
-from hostkit.types import UNPROCESSABLE, InboundEnvelope
+from hostkit.types import MAX_ARTIFACTS, UNPROCESSABLE, InboundEnvelope
 
 __all__ = [
     "Challenge",
@@ -30,6 +30,7 @@ __all__ = [
     "build_envelope",
     "check_fresh",
     "field_id",
+    "file_refs",
     "json_object",
     "same_secret",
     "signed_header_check",
@@ -183,6 +184,21 @@ def field_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise malformed(f"{name} must be an id of 1 to 128 letters, digits or _.@+-")
     return value
+
+
+def file_refs(platform: str, ids: list[Any]) -> tuple[str, ...]:
+    """The files a message carries, as the envelope's ``artifacts`` (``<platform>-file:<id>``).
+
+    The worker cannot give a turn files yet: an envelope with any is a dead letter
+    (``unsupported_content``) an operator sees, never a turn that answers only the
+    text and never ``ignored``. Ids that are not platform ids are kept as one
+    ``unnamed`` reference each; at most ``MAX_ARTIFACTS``.
+    """
+    refs = [
+        f"{platform}-file:{value if isinstance(value, str) and _ID.fullmatch(value) else 'unnamed'}"
+        for value in ids[:MAX_ARTIFACTS]
+    ]
+    return tuple(refs)
 
 
 def build_envelope(**fields: Any) -> InboundEnvelope:

@@ -31,6 +31,7 @@ from hostkit.channels._parsed import (
     Parsed,
     build_envelope,
     field_id,
+    file_refs,
     json_object,
     malformed,
     signed_header_check,
@@ -136,7 +137,10 @@ def _event(
     text = event.get("text")
     if not isinstance(text, str):
         raise malformed("a message event needs its text")
-    if not text.strip():
+    files = event.get("files")
+    listed = files if isinstance(files, list) else []
+    shared = file_refs("slack", [f.get("id") for f in listed if isinstance(f, dict)])
+    if not text.strip() and not shared:
         return Ignored("slack message without text")
     reply: dict[str, Any] = {"channel": channel}
     thread = event.get("thread_ts")
@@ -161,6 +165,7 @@ def _event(
         received_at=now,
         kind=kind_of,
         payload=payload,
+        artifacts=shared,
         metadata=metadata,
     )
 

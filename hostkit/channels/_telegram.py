@@ -21,6 +21,7 @@ from hostkit.channels._parsed import (
     Parsed,
     build_envelope,
     field_id,
+    file_refs,
     json_object,
     malformed,
     same_secret,
@@ -93,13 +94,15 @@ def envelope_from_update(
     key = f"{numbering}:{update_id(update)}" if numbering else str(update_id(update))
     message = update.get("message")
     if isinstance(message, dict):
-        text = message.get("text")
+        # A photo or a file carries its words as a caption.
+        text = message.get("text", message.get("caption"))
         sender = _obj(message, "from")
-        if not isinstance(text, str) or not text.strip():
+        files = _files(message)
+        if (not isinstance(text, str) or not text.strip()) and not files:
             return Ignored("telegram message without text")
         if sender.get("is_bot") is True:
             return Ignored("telegram message from a bot")
-        kind, payload = classify(text)
+        kind, payload = classify(text) if isinstance(text, str) else ("message", "")
         chat = _obj(message, "chat").get("id")
         extra: dict[str, Any] = {}
     elif isinstance(update.get("callback_query"), dict):
@@ -114,6 +117,7 @@ def envelope_from_update(
         if chat is None:
             return Ignored("telegram callback without its chat (inline mode)")
         extra = {"callback_query_id": str(query.get("id", ""))[:64]}
+        files = ()
     else:
         return Ignored("telegram update of another type")
     user = field_id(sender.get("id"), "from.id")
@@ -127,6 +131,7 @@ def envelope_from_update(
         received_at=now,
         kind=kind,
         payload=payload,
+        artifacts=files,
         metadata={"reply": {"chat_id": chat_id}, **extra},
     )
 
@@ -135,6 +140,28 @@ def _chat_id(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
         raise malformed("a Telegram chat id is an integer")
     return value
+
+
+# The message fields that carry a file (``photo`` is a list of sizes of one picture).
+_FILE_FIELDS = (
+    "animation",
+    "audio",
+    "document",
+    "sticker",
+    "video",
+    "video_note",
+    "voice",
+)
+
+
+def _files(message: Mapping[str, Any]) -> tuple[str, ...]:
+    """The files ``message`` carries, by their ``file_id`` (a photo by its largest size)."""
+    ids = [_obj(message, name).get("file_id") for name in _FILE_FIELDS if name in message]
+    sizes = message.get("photo")
+    if isinstance(sizes, list) and sizes:
+        largest = sizes[-1]
+        ids.append(largest.get("file_id") if isinstance(largest, dict) else None)
+    return file_refs("telegram", ids)
 
 
 def _obj(value: Mapping[str, Any], name: str) -> dict[str, Any]:

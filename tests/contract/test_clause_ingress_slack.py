@@ -141,6 +141,26 @@ async def test_a_persons_messages_with_a_subtype_are_accepted_like_plain_ones(
     assert sorted(stored) == sorted(("message", f"from {subtype}") for subtype in PERSON_SUBTYPES)
 
 
+async def test_a_shared_file_is_kept_as_an_artifact_with_or_without_text(
+    store: RuntimeStore,
+) -> None:
+    """The worker cannot give a turn files yet: a message that shares one carries it, so the
+    worker dead-letters it where an operator sees it, rather than answering the text as if
+    the file were not there, or ignoring a file shared without a word."""
+    screenshot = [{"id": "F0SCREEN", "name": "screen.png", "mimetype": "image/png"}]
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        for event_id, text in (("Ev-file-text", "what does this show?"), ("Ev-file-only", "")):
+            body = _message(event_id, subtype="file_share", text=text, files=screenshot)
+            answer = await _post(client, body)
+            assert answer.json()["status"] == "accepted", event_id
+    seen = {c.envelope.platform_event_key: c.envelope for c in await claim_all(inbox)}
+    assert {key: (e.payload, e.artifacts) for key, e in seen.items()} == {
+        "Ev-file-text": ("what does this show?", ("slack-file:F0SCREEN",)),
+        "Ev-file-only": ("", ("slack-file:F0SCREEN",)),
+    }
+
+
 def _button(value: str, trigger: str = "111.222.abc") -> bytes:
     payload = {
         "type": "block_actions",

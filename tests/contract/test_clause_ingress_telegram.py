@@ -78,3 +78,36 @@ async def test_updates_the_host_does_not_act_on_are_acknowledged_without_a_row(
             answer = await _post(client, update)
             assert (answer.status_code, answer.json()) == (200, {"status": "ignored"}), case
     assert await inbox.records() == ()
+
+
+def _with_files(update_id: int, caption: str | None, **files: Any) -> dict[str, Any]:
+    message = telegram_message(-1001, 77, "unused")["message"]
+    del message["text"]
+    if caption is not None:
+        message["caption"] = caption
+    return {"update_id": update_id, "message": {**message, **files}}
+
+
+async def test_a_photo_or_a_file_is_kept_with_its_caption_never_ignored(
+    store: RuntimeStore,
+) -> None:
+    """The worker cannot give a turn files yet, so an update carrying one must reach it
+    (and become a dead letter an operator sees): not ``ignored`` for want of ``text``, and
+    not a turn that answers the caption alone. A photo counts once, by its largest size."""
+    photo = [{"file_id": "AgAD-small", "width": 90}, {"file_id": "AgAD-large", "width": 1280}]
+    updates = [
+        _with_files(600, "what does this chart show?", photo=photo),
+        _with_files(601, None, document={"file_id": "BQAD-doc", "file_name": "a.pdf"}),
+        _with_files(602, None, voice={"file_id": "AwAD-voice"}, sticker={"file_id": 7}),
+    ]
+    inbox = ChannelInbox.on_store(store)
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        for update in updates:
+            answer = await _post(client, update)
+            assert answer.json()["status"] == "accepted", update
+    seen = {c.envelope.platform_event_key: c.envelope for c in await claim_all(inbox)}
+    assert {key: (e.payload, e.artifacts) for key, e in seen.items()} == {
+        "600": ("what does this chart show?", ("telegram-file:AgAD-large",)),
+        "601": ("", ("telegram-file:BQAD-doc",)),
+        "602": ("", ("telegram-file:unnamed", "telegram-file:AwAD-voice")),
+    }
