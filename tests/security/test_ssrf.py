@@ -163,8 +163,15 @@ DENIED_LITERALS = [
     ("http://[::ffff:10.0.0.1]/", "private"),
     ("http://[2002:7f00:1::]/", "loopback"),  # 6to4 wrapping 127.0.0.1
     ("http://[2002:a00:1::]/", "private"),  # 6to4 wrapping 10.0.0.1
-    ("http://[64:ff9b::a9fe:a9fe]/", "reserved"),  # NAT64 wrapping the metadata address
-    ("http://[::7f00:1]/", "reserved"),  # IPv4-compatible IPv6
+    # IPv6 addresses a translator or tunnel turns into the IPv4 address they embed.
+    ("http://[64:ff9b::a9fe:a9fe]/", "metadata"),  # NAT64 (RFC 6052 well-known prefix)
+    ("http://[64:ff9b::7f00:1]/", "loopback"),
+    ("http://[64:ff9b:1:7f00:0:100::]/", "loopback"),  # local-use NAT64, a /48 prefix
+    ("http://[64:ff9b:1::a00:1]/", "private"),  # local-use NAT64, a /96 prefix
+    ("http://[::7f00:1]/", "loopback"),  # IPv4-compatible IPv6
+    ("http://[::a9fe:a9fe]/", "metadata"),
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "loopback"),  # Teredo client
+    ("http://[64:ff9b::808:808]/", "reserved"),  # NAT64 of a public address
     # Numeric spellings that libc and browsers read as 127.0.0.1 / 169.254.169.254.
     ("http://2130706433/", "loopback"),
     ("http://017700000001/", "loopback"),
@@ -348,6 +355,17 @@ async def test_slow_resolver_is_bounded_by_the_resolve_timeout() -> None:
         # A broad entry never opens a metadata endpoint; only the exact address does.
         ({"169.254.0.0/16"}, "http://169.254.169.254/", False),
         ({"169.254.169.254"}, "http://169.254.169.254/", True),
+        # An IPv6-only host behind DNS64 allowlists NAT64: public IPv4 sites through it,
+        # never what it would reach on the translator's side but for its own entry.
+        ({"64:ff9b::/96"}, "http://[64:ff9b::808:808]/", True),
+        ({"64:ff9b::/96"}, "http://[64:ff9b::a9fe:a9fe]/", False),
+        ({"64:ff9b::/96"}, "http://[64:ff9b::7f00:1]/", False),
+        ({"64:ff9b::/96", "127.0.0.1"}, "http://[64:ff9b::7f00:1]/", True),
+        ({"64:ff9b:1::/48"}, "http://[64:ff9b:1::808:808]/", True),
+        ({"64:ff9b:1::/48"}, "http://[64:ff9b:1:808:8:800::]/", True),
+        ({"::/0"}, "http://[::a9fe:a9fe]/", False),
+        ({"::/0"}, "http://[::7f00:1]/", False),
+        ({"::/0"}, "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", False),
         ({"intranet.test"}, "http://intranet.test/", True),
         ({"intranet.test"}, "http://other.test/", False),
     ],

@@ -122,7 +122,9 @@ async def readable_text(
             _html_to_text, body, charset, url, abandon_on_cancel=True
         )
     else:
-        text, title = _decode(body, charset), None
+        # In a thread too: even a linear decode of a capped body is no work for the loop.
+        text = await anyio.to_thread.run_sync(_decode, body, charset, abandon_on_cancel=True)
+        title = None
     text = _BLANK_LINES.sub("\n\n", text.replace("\r\n", "\n")).strip()
     if title is not None:
         title = bounded(title, _MAX_TITLE_CHARS) or None
@@ -163,17 +165,51 @@ def _kind(media_type: str, body: bytes) -> Literal["html", "text"]:
     raise UnsupportedContent(f"content type {bounded(media_type or 'unknown', 80)!r} is not text")
 
 
-def _decode(body: bytes, charset: str | None) -> str:
-    """The body as text in its declared charset, else UTF-8.
+# The text encodings web pages are written in (the WHATWG Encoding Standard's, by the
+# names Python's codecs give them). The page chooses its charset, so only these are
+# taken: Python also knows codecs that are no text encoding (``base64``, ``zlib``), that
+# cannot replace what they cannot read (``idna``), or whose decoding time grows with the
+# square of the input (``punycode``: two megabytes held the event loop for minutes).
+_WEB_CHARSETS = frozenset(
+    {
+        "ascii",
+        "big5",
+        "big5hkscs",
+        "cp866",
+        "cp874",
+        "cp932",
+        "cp949",
+        "euc_jp",
+        "euc_kr",
+        "gb18030",
+        "gb2312",
+        "gbk",
+        "iso2022_jp",
+        "koi8-r",
+        "koi8-u",
+        "mac-cyrillic",
+        "mac-roman",
+        "shift_jis",
+        "tis-620",
+        "utf-16",
+        "utf-16-be",
+        "utf-16-le",
+        "utf-8",
+        *(f"cp{number}" for number in range(1250, 1259)),
+        *(f"iso8859-{part}" for part in (*range(1, 12), 13, 14, 15, 16)),
+    }
+)
 
-    The page chooses the charset: one Python knows but that is no text
-    encoding (``base64``, ``rot13``, ``zlib``) or cannot replace what it
-    cannot read (``idna``) is an unknown charset, not a failed fetch.
-    """
+
+def _decode(body: bytes, charset: str | None) -> str:
+    """The body as text in its declared charset when that is a web text encoding, else
+    UTF-8: an unknown or unusable charset is not a failed fetch."""
     # A capped body can end mid-character; replacement beats failing the whole page.
     if charset:
         with contextlib.suppress(LookupError, UnicodeError, ValueError):
-            return body.decode(codecs.lookup(charset).name, errors="replace")
+            name = codecs.lookup(charset).name
+            if name in _WEB_CHARSETS:
+                return body.decode(name, errors="replace")
     return body.decode("utf-8", errors="replace")
 
 

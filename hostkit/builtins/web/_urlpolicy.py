@@ -77,6 +77,10 @@ _NON_GLOBAL = tuple(
 )
 _GLOBAL_EXCEPTIONS = frozenset(ipaddress.ip_address(a) for a in ("192.0.0.9", "192.0.0.10"))
 _ISATAP_MARKERS = (b"\x00\x00\x5e\xfe", b"\x02\x00\x5e\xfe")
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 
 _SCHEME_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.DOTALL)
 _AUTHORITY = re.compile(
@@ -330,8 +334,8 @@ class UrlPolicy:
                 ) from exc
             if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
                 raise UrlDenied(f"{origin} resolved to a scoped address", reason="link-local")
-            category = _category(address)
-            if category is not None and not self._allowed(address, host, category):
+            category, subject = _category(address)
+            if category is not None and not self._allowed(subject, host, category):
                 raise UrlDenied(
                     f"{origin} resolves to a {category} address; only public addresses "
                     "are allowed unless allowlisted",
@@ -461,18 +465,42 @@ def _special_purpose(address: IPAddress) -> bool:
     return address not in _GLOBAL_EXCEPTIONS and any(address in net for net in _NON_GLOBAL)
 
 
-def _category(address: IPAddress) -> str | None:
-    """None for a public address, else why it is not (the first matching category)."""
+def _embedded(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address reaches through a translator or tunnel: 6to4,
+    ISATAP, Teredo (server and client), NAT64 (RFC 6052, every prefix length the
+    local-use prefix may use) and the deprecated IPv4-compatible form."""
+    packed = address.packed
+    inner = [address.sixtofour] if address.sixtofour is not None else []
+    if packed[8:12] in _ISATAP_MARKERS:
+        inner.append(ipaddress.IPv4Address(packed[12:]))
+    if address.teredo is not None:
+        inner.extend(address.teredo)
+    if address in _NAT64_WELL_KNOWN or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        inner.append(ipaddress.IPv4Address(packed[12:]))
+    elif address in _NAT64_LOCAL:
+        # RFC 6052: the IPv4 bits skip bits 64-71; where they start depends on the prefix
+        # length, which only the translator knows. Every reading is judged, but the zero
+        # padding of another length (0.0.0.0/8, no destination) is no reading.
+        spread = packed[:8] + packed[9:]
+        readings = (ipaddress.IPv4Address(spread[at : at + 4]) for at in (6, 7, 8, 11))
+        inner.extend(reading for reading in readings if reading not in _THIS_NETWORK)
+    return inner
+
+
+def _category(address: IPAddress) -> tuple[str | None, IPAddress]:
+    """None for a public address, else why it is not (the first matching category); with
+    the address an allowlist entry must name (an embedded IPv4 address for its own
+    category: a broad NAT64 entry opens public IPv4 sites, never their loopback)."""
     address = _unmapped(address)
     if address in _METADATA:
-        return "metadata"
+        return "metadata", address
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = [address.sixtofour] if address.sixtofour is not None else []
-        if address.packed[8:12] in _ISATAP_MARKERS:
-            embedded.append(ipaddress.IPv4Address(address.packed[12:]))
-        for inner in embedded:
-            if (category := _category(inner)) is not None:
-                return category
+        for inner in _embedded(address):
+            category, _ = _category(inner)
+            if category == "metadata":
+                return category, address  # opened only by an entry naming the IPv6 address
+            if category is not None:
+                return category, inner
     flags = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -484,7 +512,7 @@ def _category(address: IPAddress) -> str | None:
     )
     for category, flagged in flags:
         if flagged:
-            return category
+            return category, address
     if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST_V6:
-        return "reserved"
-    return None
+        return "reserved", address
+    return None, address
