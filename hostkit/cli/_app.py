@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import anyio
 import typer
-from rich.console import Console
 from typer.core import TyperGroup, TyperOption
 
 from hostkit.cli._approvals import approvals
@@ -49,6 +48,7 @@ from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
 from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
+from hostkit.cli._stdout import StdoutConsole
 from hostkit.cli._turn import attach_files, recorded_turn, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
@@ -341,7 +341,7 @@ def sessions(
                 # As the approvals listing says it: a header over nothing reads as a fault.
                 console.print("no sessions yet (`hostkit run` starts one)", highlight=False)
                 return
-            out = Console()
+            out = StdoutConsole()
             out.print(sessions_table(rows.sessions, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
@@ -379,7 +379,7 @@ def context(
             if json_:
                 print_json(view)
             else:
-                Console().print(context_report(view))
+                StdoutConsole().print(context_report(view))
 
     run_command(main)
 
@@ -403,7 +403,7 @@ def budget(
             if json_:
                 print_json(view)
             else:
-                out = Console()
+                out = StdoutConsole()
                 out.print(budget_report(view, width=out.width))
 
     run_command(main)

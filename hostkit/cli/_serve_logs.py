@@ -131,6 +131,14 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
     if log_format == "json":
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonLines())
+    elif not console.is_terminal:
+        # Text to a file or a pipe: one line per record. Rich would wrap each at the
+        # console's width and pad it with spaces, so no grep finds a whole message.
+        handler = logging.StreamHandler(console.file)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", LOG_TIME_FORMAT)
+        )
+        handler.addFilter(_escaped)
     else:
         handler = RichHandler(
             console=console,

@@ -8,7 +8,9 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-__all__ = ["ReaderMayLeave", "stdout_gone"]
+from rich.console import Console
+
+__all__ = ["ReaderMayLeave", "StdoutConsole", "stdout_gone"]
 
 
 def stdout_gone() -> None:
@@ -43,3 +45,17 @@ class ReaderMayLeave:
         except BrokenPipeError:
             self.left = True
             stdout_gone()
+
+
+class StdoutConsole(Console):
+    """The console a command prints its output to (stdout).
+
+    Rich's own answer to a reader that left (``| head -1``) is ``SystemExit(1)`` from
+    whichever write found the pipe broken, so a ``core promote`` that moved the revision
+    would say it was refused. Here the rest of the output goes nowhere and the command
+    finishes with the status it would have had.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stdout_gone()

@@ -219,6 +219,22 @@ def test_serve_log_lines_carry_an_iso_time_not_the_locales() -> None:
     assert re.match(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] WARNING ", first), first
 
 
+def test_text_logs_off_a_terminal_are_one_line_per_record() -> None:
+    """``hostkit serve --log-format text 2>>serve.log``: Rich wrapped each record at 80
+    columns and padded it, so a grep for a message found only a piece of it."""
+    from rich.console import Console
+
+    from hostkit.cli._serve_logs import serve_logging
+
+    out = io.StringIO()
+    message = "config rejected: " + "an unknown key, with a did-you-mean; " * 6
+    with serve_logging("text", Console(file=out, width=80, color_system=None)):
+        logging.getLogger("hostkit.host").warning(message)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].endswith(f"WARNING hostkit.host: {message}")
+
+
 def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
     code, output = serve_project(tmp_path, "--port", "0", "--agent", "my_agents.agent")
     assert code == EXIT_ERROR, output

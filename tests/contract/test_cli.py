@@ -443,3 +443,35 @@ async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path
     assert await session_of() == first
     assert await session_of("--agent", "notes") == notes
     assert await session_of("--conversation", "terminal/notes") == notes
+
+
+async def test_output_commands_keep_their_status_when_the_reader_is_gone(
+    tmp_path: Path,
+) -> None:
+    """``hostkit core promote ... | head -1``: rich's answer to the broken pipe was
+    ``SystemExit(1)``, so a promotion that moved the revision said "refused by a gate"
+    (1), and listings failed too. The output goes nowhere; the status is the command's."""
+    hk = f"{shlex.quote(sys.executable)} -m hostkit"
+    commit = "git -c user.name=t -c user.email=t@t commit -qm more"
+    script = "; ".join(
+        [
+            f"{hk} init >/dev/null 2>&1",
+            f"{hk} core promote assistant --reason first >/dev/null 2>&1",
+            f"(cd cores/assistant && seq 1 300 > agent/more.txt && git add -A && {commit})",
+            # A reader that is gone before the first write: every write finds the pipe broken.
+            f"{hk} core diff assistant 2>/dev/null | true; echo diff=${{PIPESTATUS[0]}}",
+            f"{hk} core log assistant 2>/dev/null | true; echo log=${{PIPESTATUS[0]}}",
+            f"{hk} core promote assistant --reason piped 2>/dev/null | true;"
+            " echo promote=${PIPESTATUS[0]}",
+            f"{hk} core status assistant --json",
+        ]
+    )
+    done = await anyio.run_process(
+        ["bash", "-c", script], cwd=tmp_path, stdin=subprocess.DEVNULL, check=False
+    )
+    out = done.stdout.decode()
+    assert [
+        line for line in out.splitlines() if line.split("=")[0] in ("diff", "log", "promote")
+    ] == ["diff=0", "log=0", "promote=0"], done.stderr.decode()
+    (status,) = json.loads(out[out.index("[") :])
+    assert status["live"] == status["head"], status
