@@ -70,7 +70,7 @@ def supersede_open(conn: sqlite3.Connection, session_id: str, reason: str) -> in
     return cursor.rowcount
 
 
-def _rows(conn: sqlite3.Connection, sql: str, params: list[str]) -> list[sqlite3.Row]:
+def _rows(conn: sqlite3.Connection, sql: str, params: list[object]) -> list[sqlite3.Row]:
     """Rows addressable by column name (this cursor only)."""
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
@@ -117,22 +117,36 @@ class Unsettled:
 
 
 def unsettled_claims(conn: sqlite3.Connection, turn_id: str) -> list[Unsettled]:
-    """The calls ``turn_id`` claimed (approved or denied) with no known result."""
+    """The calls ``turn_id`` claimed (approved or denied) with no known result.
+
+    Call ids are unique per model step only (a server that sends none gets
+    ``call_0`` in every response), so an approved call's result is found by its
+    approval, never by its call id across turns: another step's ``call_0`` is
+    not its result (see ``_claimed_result`` and ``_inline_result``).
+    """
     rows = _rows(
         conn,
-        "SELECT approval_id, session_id, turn_id, call_id, status FROM approvals "
-        "WHERE continuation_turn_id = ? AND status IN ('executed', 'denied')",
+        "SELECT approval_id, session_id, turn_id, call_id, effect, status FROM approvals "
+        "WHERE continuation_turn_id = ? AND status IN ('executed', 'denied') ORDER BY id",
         [turn_id],
     )
     found = []
     for row in rows:
-        asked_in, call_id, session_id = row["turn_id"], row["call_id"], row["session_id"]
-        turns = (asked_in, turn_id)
-        if _known_outcome(conn, turns, call_id):
+        if row["turn_id"] == turn_id:
+            known, answered = _inline_result(conn, row)
+        else:
+            known, answered = _claimed_result(conn, row, turn_id)
+        if known:
             continue
-        answered = _has_result_message(conn, session_id, turns, call_id)
         found.append(
-            Unsettled(row["approval_id"], session_id, asked_in, call_id, row["status"], answered)
+            Unsettled(
+                row["approval_id"],
+                row["session_id"],
+                row["turn_id"],
+                row["call_id"],
+                row["status"],
+                answered,
+            )
         )
     return found
 
@@ -147,35 +161,146 @@ def mark_indeterminate(conn: sqlite3.Connection, approval_id: str, turn_id: str)
     return cursor.rowcount == 1
 
 
-def _known_outcome(conn: sqlite3.Connection, turns: tuple[str, str], call_id: str) -> bool:
-    """Whether either turn recorded the call's result with a known outcome.
+def _claimed_result(
+    conn: sqlite3.Connection, approval: sqlite3.Row, turn_id: str
+) -> tuple[bool, bool]:
+    """(known, answered) for a call a continuation ``turn_id`` claimed from an earlier turn.
 
-    Read from the typed ``effect.completed`` events, never from the result's
-    text (a tool's own output could say anything).
+    Its result is the ``effect.completed`` event tagged with the approval's id,
+    read from the typed event, never from the result's text (a tool's own
+    output could say anything). Only the continuation answers the call: the
+    turn that asked paused on it, and the continuation runs it before any
+    step of its own, so a tool message of the continuation with its call id is
+    its answer; the asking turn's earlier steps may reuse the id.
     """
-    for row in _rows(
+    status = _tagged_status(conn, turn_id, approval["approval_id"])
+    if status is not None and status != "indeterminate":
+        return True, True
+    answered = status is not None or _answers(
+        conn, approval["session_id"], turn_id, approval["call_id"], after=0
+    )
+    return False, answered
+
+
+def _inline_result(conn: sqlite3.Connection, approval: sqlite3.Row) -> tuple[bool, bool]:
+    """(known, answered) for a call answered inside the turn that asked it.
+
+    Tagged with the approval's id, its result is that event. Untagged, it is
+    bounded to the turn's last step: calls run one at a time and each result
+    is recorded before the next call starts, so only the turn's latest ask can
+    lack a result, and only while its call is in the last step (the last
+    assistant message, written with the last ``provider.completed`` event);
+    earlier steps reusing the call id are never its result.
+    """
+    turn_id, call_id = approval["turn_id"], approval["call_id"]
+    status = _tagged_status(conn, turn_id, approval["approval_id"])
+    if status is not None:
+        return status != "indeterminate", True
+    latest = _rows(
         conn,
-        "SELECT detail FROM turn_events WHERE turn_id IN (?, ?) AND kind = 'effect.completed'",
-        list(turns),
-    ):
-        event = json.loads(row["detail"])
-        if event.get("call_id") == call_id and event.get("status") != "indeterminate":
-            return True
-    return False
+        "SELECT approval_id FROM approvals WHERE turn_id = ? ORDER BY id DESC LIMIT 1",
+        [turn_id],
+    )
+    if latest[0]["approval_id"] != approval["approval_id"]:
+        return True, True
+    step = _last_step(conn, approval["session_id"], turn_id)
+    if step is None or not step.has(call_id, approval["effect"]):
+        return True, True
+    known = any(
+        event.get("call_id") == call_id
+        and "approval_id" not in event
+        and event.get("status") != "indeterminate"
+        for event in _events(conn, turn_id, after=step.event_seq)
+    )
+    answered = _answers(conn, approval["session_id"], turn_id, call_id, after=step.message_seq)
+    return known, answered
 
 
-def _has_result_message(
-    conn: sqlite3.Connection, session_id: str, turns: tuple[str, str], call_id: str
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """A turn's last model step: its assistant message and ``provider.completed`` event seqs,
+    and its calls as (call id, effect; None when the event predates ``effects_called``)."""
+
+    message_seq: int
+    event_seq: int
+    calls: tuple[tuple[object, object], ...]
+
+    def has(self, call_id: str, effect: str) -> bool:
+        """Whether the step called ``effect`` as ``call_id``."""
+        return any(id_ == call_id and eff in (None, effect) for id_, eff in self.calls)
+
+
+def _last_step(conn: sqlite3.Connection, session_id: str, turn_id: str) -> _Step | None:
+    """The turn's last step; its message and event are written in one transaction."""
+    messages = _rows(
+        conn,
+        "SELECT seq, content FROM messages WHERE session_id = ? AND turn_id = ? "
+        "AND role = 'assistant' ORDER BY seq DESC LIMIT 1",
+        [session_id, turn_id],
+    )
+    events = _rows(
+        conn,
+        "SELECT seq, detail FROM turn_events WHERE turn_id = ? AND kind = 'provider.completed' "
+        "ORDER BY seq DESC LIMIT 1",
+        [turn_id],
+    )
+    if not messages or not events:
+        return None
+    calls = _json_object(messages[0]["content"]).get("tool_calls")
+    effects = _json_object(events[0]["detail"]).get("effects_called")
+    ids = (
+        [call.get("call_id") for call in calls if isinstance(call, dict)]
+        if isinstance(calls, list)
+        else []
+    )
+    named = effects if isinstance(effects, list) and len(effects) == len(ids) else [None] * len(ids)
+    return _Step(
+        int(messages[0]["seq"]), int(events[0]["seq"]), tuple(zip(ids, named, strict=True))
+    )
+
+
+def _tagged_status(conn: sqlite3.Connection, turn_id: str, approval_id: str) -> str | None:
+    """The status of the ``effect.completed`` event ``turn_id`` tagged with ``approval_id``."""
+    status = None
+    for event in _events(conn, turn_id, after=0):
+        if event.get("approval_id") == approval_id:
+            status = str(event.get("status"))
+    return status
+
+
+def _events(conn: sqlite3.Connection, turn_id: str, *, after: int) -> list[dict[str, object]]:
+    """The details of the turn's ``effect.completed`` events after event seq ``after``."""
+    rows = _rows(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'effect.completed' "
+        "AND seq > ? ORDER BY seq",
+        [turn_id, after],
+    )
+    return [_json_object(row["detail"]) for row in rows]
+
+
+def _answers(
+    conn: sqlite3.Connection, session_id: str, turn_id: str, call_id: str, *, after: int
 ) -> bool:
-    """Whether a tool message in either turn answers ``call_id`` already."""
+    """Whether a tool message of the turn after message seq ``after`` answers ``call_id``."""
     for row in _rows(
         conn,
-        "SELECT content FROM messages WHERE session_id = ? AND turn_id IN (?, ?) AND role = 'tool'",
-        [session_id, *turns],
+        "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'tool' "
+        "AND seq > ?",
+        [session_id, turn_id, after],
     ):
-        if json.loads(row["content"]).get("tool_call_id") == call_id:
+        if _json_object(row["content"]).get("tool_call_id") == call_id:
             return True
     return False
+
+
+def _json_object(text: str | None) -> dict[str, object]:
+    """A stored JSON object; anything unreadable reads as empty (no result, no call)."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def call_name(conn: sqlite3.Connection, session_id: str, turn_id: str, call_id: str) -> str:

@@ -416,11 +416,14 @@ def answer_dangling_calls(
     its own, so the next turn's model reads what is known: calls run one at a time, so
     the first unanswered one may have run (indeterminate) and the rest did not. The call
     the turn ``paused`` on for an approval is left for its continuation to answer, and
-    nothing after it ran. Returns how many were answered as may have run (0 or 1)."""
+    nothing after it ran. Returns how many were answered as may have run (0 or 1).
+
+    Call ids are unique per step only (``call_0`` in every response of a server
+    that sends none), so only tool messages after that step's answer it."""
     last = one_row(
         conn,
-        "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'assistant' "
-        "ORDER BY seq DESC LIMIT 1",
+        "SELECT seq, content FROM messages WHERE session_id = ? AND turn_id = ? "
+        "AND role = 'assistant' ORDER BY seq DESC LIMIT 1",
         [session_id, turn_id],
     )
     if last is None:
@@ -429,8 +432,9 @@ def answer_dangling_calls(
     answered = {
         json.loads(content).get("tool_call_id")
         for (content,) in conn.execute(
-            "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'tool'",
-            [session_id, turn_id],
+            "SELECT content FROM messages WHERE session_id = ? AND turn_id = ? AND role = 'tool' "
+            "AND seq > ?",
+            [session_id, turn_id, last["seq"]],
         )
     }
     dangling = [call for call in calls if call.get("call_id") not in answered]

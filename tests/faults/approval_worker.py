@@ -12,7 +12,13 @@ so the test can kill it exactly there. ``mode``:
   continuation's tool stops ``before`` or ``after`` it appends its line
   (option ``tool``);
 - ``continue-killed``: the same answer, but the process SIGKILLs itself the
-  moment its continuation turn is admitted, before that turn claims the call.
+  moment its continuation turn is admitted, before that turn claims the call;
+- ``inline``: run a turn whose model reads ``files.peek`` then asks ``files.stamp``
+  under the same call id (``call_0``, as from a server that sends no ids); the
+  approver approves at once and the stamp stops as ``tool`` says.
+
+Option ``peek`` (any mode; always with ``inline``) adds ``files.peek`` to the
+tools, as the turn that asked had it.
 
 The test imports ``host_config`` and ``stamp_tool`` so both sides have the
 same agent revision and tool (the same approval fingerprint).
@@ -41,6 +47,7 @@ from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
 from hostkit.types import ConversationFacts, TurnRequest
+from tests.positional_ids import PositionalIds
 
 ASK = {"allow": ["*"], "ask": ["files.stamp"]}
 
@@ -81,6 +88,28 @@ def stamp_tool(root: Path, stop: str | None = None, marker: Path | None = None) 
     return stamp
 
 
+def peek_tool() -> AuthoredTool:
+    """``files.peek``: allowed without asking, and harmless."""
+
+    @tool("files.peek")
+    async def peek(ctx: ToolContext, what: str) -> str:
+        """Read nothing, say so."""
+        return f"peeked {what}"
+
+    return peek
+
+
+def repeated_ids_script() -> PositionalIds:
+    """Step one peeks as ``call_0``; step two asks to stamp, as ``call_0`` again."""
+    return PositionalIds(
+        [
+            CallTools(("files_peek", {"what": "notes"})),
+            CallTools(("files_stamp", {"label": "one"})),
+            Reply("stamped"),
+        ]
+    )
+
+
 def stamp_request(text: str = "stamp it") -> TurnRequest:
     return TurnRequest(
         input=text,
@@ -108,6 +137,13 @@ class Deciding:
         raise AssertionError("unreachable")
 
 
+class Approving:
+    """An approver that approves every call at once (an inline answer)."""
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        return "approve_once"
+
+
 class KilledAtContinuation:
     """An observer that kills this process as its continuation turn is admitted."""
 
@@ -121,11 +157,15 @@ async def main(options: dict[str, Any]) -> None:
     mode = options["mode"]
     model = ScriptedModel([CallTools(("files_stamp", {"label": "one"})), Reply("stamped")])
     tools = [stamp_tool(root, options.get("tool"), marker)]
-    approver = Deciding(marker) if mode == "ask" else None
+    approver: Deciding | Approving | None = Deciding(marker) if mode == "ask" else None
+    if mode == "inline":
+        model, approver = repeated_ids_script(), Approving()
+    if mode == "inline" or options.get("peek"):
+        tools.append(peek_tool())
     observer = KilledAtContinuation() if mode == "continue-killed" else None
     caps = capabilities(model, tools=tools, observer=observer)
     async with Host.open(host_config(root), capabilities=caps, approver=approver) as host:
-        if mode == "ask":
+        if mode in ("ask", "inline"):
             await host.turns.run(stamp_request())
             return
         operator = await host.operator("ops", reason="answer an approval")

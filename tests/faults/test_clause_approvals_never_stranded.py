@@ -16,7 +16,13 @@ import pytest
 from hostkit.errors import ApprovalRefused
 from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from tests.faults.approval_worker import host_config, stamp_request, stamp_tool
+from tests.faults.approval_worker import (
+    host_config,
+    peek_tool,
+    repeated_ids_script,
+    stamp_request,
+    stamp_tool,
+)
 from tests.hosts import turn_rows
 from tests.support import sigkill_when
 
@@ -41,10 +47,16 @@ def stamps(root: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-async def paused_turn(root: Path) -> str:
-    """A turn paused on its approval (nobody to ask); returns the approval id."""
+async def paused_turn(root: Path, *, repeated_ids: bool = False) -> str:
+    """A turn paused on its approval (nobody to ask); returns the approval id.
+
+    ``repeated_ids``: the turn first peeks, and both of its steps name their call
+    ``call_0`` (a server that sends no ids)."""
     model = ScriptedModel([CallTools(("files_stamp", {"label": "one"})), Reply("unused")])
-    caps = capabilities(model, tools=[stamp_tool(root)])
+    tools = [stamp_tool(root)]
+    if repeated_ids:
+        model, tools = repeated_ids_script(), [*tools, peek_tool()]
+    caps = capabilities(model, tools=tools)
     async with Host.open(host_config(root), capabilities=caps) as host:
         paused = await host.turns.run(stamp_request())
     assert paused.outcome == "needs_user"
@@ -52,8 +64,9 @@ async def paused_turn(root: Path) -> str:
     return paused.pending_approval
 
 
-def finisher(root: Path, model: ScriptedModel) -> Host:
-    return Host.open(host_config(root), capabilities=capabilities(model, tools=[stamp_tool(root)]))
+def finisher(root: Path, model: ScriptedModel, *, peek: bool = False) -> Host:
+    tools = [stamp_tool(root), *([peek_tool()] if peek else [])]
+    return Host.open(host_config(root), capabilities=capabilities(model, tools=tools))
 
 
 async def test_an_answer_whose_process_died_before_the_claim_runs_once_when_approved_again(
@@ -154,3 +167,73 @@ async def test_a_continuation_killed_after_its_claim_is_indeterminate_and_never_
             assert "may have run" in str(refused.value)
         assert model.requests == []
     assert stamps(tmp_path) == ran
+
+
+async def test_a_killed_continuation_is_indeterminate_when_an_earlier_step_had_its_call_id(
+    tmp_path: Path,
+) -> None:
+    """Call ids are unique per step only: the asking turn's first step ran ``files.peek``
+    as ``call_0`` and its second asked to stamp as ``call_0`` too. The peek's result is
+    not the approved call's: recovery still finds the claimed stamp without a result."""
+    approval_id = await paused_turn(tmp_path, repeated_ids=True)
+    marker = anyio.Path(tmp_path / "claimed")
+    argv = worker(tmp_path, Path(marker), "continue", approval_id, tool="after", peek="yes")
+    await sigkill_when(argv, marker.exists, what="the continuation ran the tool")
+    assert stamps(tmp_path) == ["one"]
+
+    model = ScriptedModel([Reply("never asked")])
+    async with finisher(tmp_path, model, peek=True) as host:
+        operator = await host.operator("ops", reason="finish an interrupted approval")
+        void = await host.approvals.get(operator, approval_id)
+        assert (void.status, void.call_id) == ("indeterminate", "call_0")
+        assert void.void_reason is not None
+        assert "may have run" in void.void_reason
+        assert void.continuation_turn_id is not None
+        statuses = dict(await turn_rows(host))
+        assert statuses[void.continuation_turn_id] == "indeterminate"
+        (answer,) = await tool_texts(host, void.continuation_turn_id)
+        assert answer.startswith("[indeterminate] this approved call may have run")
+        with pytest.raises(ApprovalRefused) as refused:
+            await host.approvals.resume(approval_id, by=operator)
+        assert refused.value.reason == "indeterminate"
+        assert model.requests == []
+    assert stamps(tmp_path) == ["one"]
+
+
+async def test_a_turn_killed_in_an_inline_approved_call_is_indeterminate_despite_a_reused_id(
+    tmp_path: Path,
+) -> None:
+    """The approver answered at once, inside the asking turn, and the stamp (``call_0``,
+    like the peek of the step before) was running when the process died."""
+    marker = anyio.Path(tmp_path / "stamping")
+    argv = worker(tmp_path, Path(marker), "inline", "", tool="after")
+    await sigkill_when(argv, marker.exists, what="the inline approved call ran")
+    assert stamps(tmp_path) == ["one"]
+
+    model = ScriptedModel([Reply("never asked")])
+    async with finisher(tmp_path, model, peek=True) as host:
+        operator = await host.operator("ops", reason="inspect a crashed turn")
+        (claimed,) = await host.approvals.list(operator, status=None)
+        assert (claimed.status, claimed.call_id) == ("indeterminate", "call_0")
+        assert claimed.continuation_turn_id == claimed.turn_id
+        assert claimed.void_reason is not None
+        assert "may have run" in claimed.void_reason
+        statuses = dict(await turn_rows(host))
+        assert statuses[claimed.turn_id] == "indeterminate"
+        # The peek's answer, then the stamp's: its outcome is unknown, not the peek's.
+        peeked, unknown = await tool_texts(host, claimed.turn_id)
+        assert peeked == "peeked notes"
+        assert unknown.startswith("[indeterminate] this call may have run")
+        assert model.requests == []
+    assert stamps(tmp_path) == ["one"]
+
+
+async def tool_texts(host: Host, turn_id: str) -> list[str]:
+    """The texts of the turn's tool messages, in transcript order."""
+    rows = await host.store.read(
+        lambda c: c.execute(
+            "SELECT content FROM messages WHERE turn_id = ? AND role = 'tool' ORDER BY seq",
+            [turn_id],
+        ).fetchall()
+    )
+    return [json.loads(content)["text"] for (content,) in rows]
