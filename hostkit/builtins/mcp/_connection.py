@@ -10,8 +10,10 @@ owner, whose exit stops the transport (for stdio: the whole process tree).
 
 Outcomes of a call: ``succeeded`` with the rendered result; ``failed`` when
 the server reported an error (``isError`` or a JSON-RPC error), when the
-connection was already closed (nothing was sent), or when a message passed
-the size bound; ``indeterminate`` when the connection ended while the call
+connection was already closed (nothing was sent), when a message passed
+the size bound, when the result does not fit the tool's output schema (the
+Host's check, ``_render``; the connection is kept) or the schema failed the
+Host's checks (nothing was sent); ``indeterminate`` when the connection ended while the call
 ran (the server may have acted). A cancelled call (the runtime's deadline)
 propagates; the SDK sends the server a cancellation and the session stays
 usable, though the pool closes it after a timeout.
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 
 import anyio
 from mcp import Client
+from mcp.client import InputRequiredRoundsExceededError
 from mcp.client._transport import TransportStreams
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, Implementation
@@ -37,7 +40,13 @@ from hostkit.builtins.mcp._errors import (
     McpConnectFailed,
     McpProtocolError,
 )
-from hostkit.builtins.mcp._render import render_result, tool_spec
+from hostkit.builtins.mcp._render import (
+    OutputSchema,
+    check_outputs,
+    render_result,
+    tool_spec,
+    without_sdk_validation,
+)
 from hostkit.effects import McpServerDeclaration, McpToolSpec, ToolOutcome
 from hostkit.errors import HostkitError, bounded
 
@@ -91,6 +100,8 @@ class ClientConnection:
         self._scope = anyio.CancelScope()
         self._failure: BaseException | None = None
         self._lost = False
+        # Each listed tool's output schema as the Host applies it (the last listing's).
+        self._outputs: Mapping[str, OutputSchema] = {}
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -120,6 +131,7 @@ class ClientConnection:
                 async with Client(
                     self._link.streams(), cache=None, client_info=_CLIENT_INFO
                 ) as client:
+                    without_sdk_validation(client.session)
                     self._client = client
                     self._ready.set()
                     await self._stop.wait()
@@ -151,6 +163,7 @@ class ClientConnection:
         """Every listed tool (at most ``MAX_TOOLS``, over at most 16 pages), bounded and checked."""
         client = self._live()
         specs: list[McpToolSpec] = []
+        outputs: dict[str, Any] = {}
         seen: set[str] = set()
         cursor: str | None = None
         try:
@@ -161,6 +174,8 @@ class ClientConnection:
                         continue
                     seen.add(tool.name)
                     specs.append(tool_spec(self._declaration.name, tool))
+                    if tool.output_schema is not None:
+                        outputs[tool.name] = tool.output_schema
                     if len(specs) > MAX_TOOLS:
                         server = self._declaration.name
                         raise McpProtocolError(
@@ -168,6 +183,9 @@ class ClientConnection:
                         )
                 cursor = page.next_cursor
                 if cursor is None:
+                    self._outputs = await anyio.to_thread.run_sync(
+                        check_outputs, outputs, abandon_on_cancel=True
+                    )
                     return tuple(specs)
         except MCPError as exc:
             self._lost = self._lost or (
@@ -196,6 +214,10 @@ class ClientConnection:
             return ToolOutcome(
                 "failed", _NO_OUTPUT, f"the connection to MCP server {server!r} is closed", audit
             )
+        output_schema = self._outputs.get(name)
+        if output_schema is not None and output_schema.refusal is not None:
+            reason = f"{server}: tool {name!r} was not called: {output_schema.refusal}"
+            return ToolOutcome("failed", _NO_OUTPUT, bounded(reason, _REASON_CHARS), audit)
         try:
             result = await client.call_tool(name, dict(arguments))
         except MCPError as exc:
@@ -216,8 +238,24 @@ class ClientConnection:
             )
         except ValidationError:
             return ToolOutcome("failed", _NO_OUTPUT, f"{server} returned a malformed result", audit)
+        except InputRequiredRoundsExceededError:
+            # A 2026-07-28 server's input_required results, past the SDK's rounds:
+            # this call's failure, not the connection's.
+            reason = f"{server} kept asking for input the Host does not give"
+            return ToolOutcome("failed", _NO_OUTPUT, reason, audit)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return self._indeterminate(audit)
+        if output_schema is not None and not result.is_error:
+            # Off the loop: the result is up to 4 MiB, the schema up to 2,000 subschemas.
+            mismatch = await anyio.to_thread.run_sync(
+                output_schema.mismatch, result, abandon_on_cancel=True
+            )
+            if mismatch is not None:
+                reason = (
+                    f"{server} returned a result that does not fit the output schema of {name!r}"
+                )
+                reason = bounded(f"{reason}: {mismatch}", _REASON_CHARS)
+                return ToolOutcome("failed", _NO_OUTPUT, reason, audit)
         output, text = render_result(result)
         if result.is_error:
             reason = bounded(text or "the tool reported an error", _REASON_CHARS)

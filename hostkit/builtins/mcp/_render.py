@@ -1,10 +1,28 @@
-"""What the Host takes from a server's answers: bounded tool specs and rendered results."""
+"""What the Host takes from a server's answers: bounded tool specs, checked results, text.
+
+Output schemas are applied by the Host, never by the SDK. The ``mcp`` SDK
+validates each successful result's ``structuredContent`` against the tool's
+``outputSchema`` with jsonschema and Python's ``re``, synchronously on the
+event loop inside ``call_tool``: ``"pattern": "^(a+)+$"`` (or an ``anyOf`` of
+``$ref`` chains) and a result of ``"aaa…!"`` stall every session past any
+deadline, and its ``RuntimeError`` would mark the connection stale. Schema
+and result both come from the server, so ``without_sdk_validation`` switches
+that check off per session, and ``check_outputs`` gives each declared schema
+the checks input schemas get (``hostkit.effects.schema_problem``: an object
+schema, same-document references, bounded expansion, patterns the
+linear-time engine compiles). A result is validated with the effects seam's
+bounded validator (``SchemaTool``, Rust regex) on a worker thread; a tool
+whose schema fails the checks is never called (``OutputSchema.refusal``).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from mcp.client.session import ClientSession
 from mcp_types import (
     AudioContent,
     CallToolResult,
@@ -21,15 +39,25 @@ from hostkit.builtins.mcp._errors import (
     MAX_SCHEMA_BYTES,
     MAX_TOOL_DESCRIPTION_CHARS,
     MAX_TOOL_NAME_CHARS,
+    McpConnectFailed,
     McpProtocolError,
 )
-from hostkit.effects import McpToolSpec
-from hostkit.errors import bounded
+from hostkit.effects import McpToolSpec, SchemaTool, schema_problem
+from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import freeze
 
-__all__ = ["render_result", "tool_spec"]
+__all__ = [
+    "OutputSchema",
+    "check_outputs",
+    "render_result",
+    "tool_spec",
+    "without_sdk_validation",
+]
 
 _ELLIPSIS = "…"
+# The name the bounded validator (an effect class) carries; it never runs as an effect.
+_CHECKER = "mcp.output_schema"
+_CHECKER_PREFIX = f"invalid arguments for {_CHECKER}: "
 
 
 def tool_spec(server: str, tool: Tool) -> McpToolSpec:
@@ -88,3 +116,96 @@ def _part(block: object) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + _ELLIPSIS
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """One tool's declared output schema as the Host applies it.
+
+    ``checker`` validates results; ``refusal`` (when the schema failed the
+    Host's checks; ``checker`` is then None) says why no call is sent.
+    """
+
+    checker: SchemaTool | None = None
+    refusal: str | None = None
+
+    def mismatch(self, result: CallToolResult) -> str | None:
+        """Why ``result`` does not fit the schema, or None (blocking: a worker thread).
+
+        The reason names where and which rule, never the value.
+        """
+        if self.checker is None:
+            return self.refusal
+        if result.structured_content is None and "structured_content" not in (
+            result.model_fields_set
+        ):
+            return "the tool declares an output schema but returned no structured content"
+        try:
+            self.checker.validate(result.structured_content)
+        except InvalidValue as exc:
+            return _reworded(exc.message)
+        return None
+
+
+def check_outputs(schemas: Mapping[str, Any]) -> dict[str, OutputSchema]:
+    """Each listed tool's output schema, checked (blocking: a worker thread).
+
+    A schema that fails is kept as a refusal, so the tool's calls are refused
+    before anything is sent instead of being validated with unbounded work.
+    An output schema must be an object schema, as an input schema must: one
+    that is not (protocol 2026-07-28 allows it) is refused too.
+    """
+    checked: dict[str, OutputSchema] = {}
+    for name, schema in schemas.items():
+        if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
+            problem: str | None = f"its output schema is over {MAX_SCHEMA_BYTES // 1024} KiB"
+        else:
+            problem = schema_problem(schema)
+        if problem is None:
+            checker = SchemaTool(
+                _CHECKER, _never_called, description="", parameters=schema, timeout_s=1.0
+            )
+            checked[name] = OutputSchema(checker=checker)
+        else:
+            refusal = problem.replace("parameter schema", "output schema")
+            if not refusal.startswith("its output schema"):
+                refusal = f"its output schema's {refusal}"
+            checked[name] = OutputSchema(refusal=refusal)
+    return checked
+
+
+def _reworded(message: str) -> str:
+    """A ``SchemaTool`` refusal as said of a result: its root is not "arguments"."""
+    problems = message.removeprefix(_CHECKER_PREFIX).replace("parameter schema", "output schema")
+    return "; ".join(
+        "the structured content" + part.removeprefix("arguments")
+        if part.startswith("arguments:")
+        else part
+        for part in problems.split("; ")
+    )
+
+
+async def _never_called(*_: Any, **__: Any) -> None:
+    """The checker's call: it only ever validates."""
+
+
+def without_sdk_validation(session: ClientSession) -> None:
+    """Stop ``session`` validating results itself; the Host does (``check_outputs``).
+
+    SDK 2.x has no option for this (modelcontextprotocol/python-sdk#2626). Both
+    of its call paths (a plain result, a claimed one) await
+    ``ClientSession.validate_tool_result``, so shadowing it on this instance
+    switches the check off for this session alone, and with it the extra
+    ``tools/list`` it sends for a tool it has not seen. An SDK without that
+    method may validate some other way: the connect fails closed.
+    """
+    if not callable(getattr(type(session), "validate_tool_result", None)):
+        raise McpConnectFailed(
+            "the installed mcp SDK has no ClientSession.validate_tool_result: the Host "
+            "cannot stop it validating results with unbounded work"
+        )
+    session.validate_tool_result = _not_here  # type: ignore[method-assign]
+
+
+async def _not_here(name: str, result: CallToolResult) -> None:
+    """The SDK's result check, replaced: ``ClientConnection.call_tool`` validates off the loop."""

@@ -5,10 +5,11 @@ child's and buffers a line of any length; this one starts exactly the planned
 launch (``_launch``) and never holds more than ``MAX_MCP_MESSAGE_BYTES`` of
 one JSON-RPC line: a longer line breaks the connection (``broken`` says why)
 and the server is stopped at close. stderr keeps only a bounded tail, for the
-error a server that exits at start is reported with (declared env values
-redacted). Closing follows the MCP shutdown order (close stdin, a short
-grace, then TERM and KILL) and always ends the whole tree, whether or not the
-server already exited: the server is an owned process tree
+error a server that exits at start is reported with (declared env values of
+at least ``MIN_SECRET_CHARS`` characters redacted, as in results). Closing
+follows the MCP shutdown order (close stdin, a short grace, then TERM and
+KILL) and always ends the whole tree, whether or not the server already
+exited: the server is an owned process tree
 (``hostkit.builtins.process.owned_process``, as ``terminal.run``'s): its own
 session and process group under a subreaper init that kills what is left
 when the server exits, and every process ever seen in it (snapshots while it
@@ -35,6 +36,7 @@ from mcp.shared.message import SessionMessage
 from hostkit.builtins.mcp._errors import MAX_MCP_MESSAGE_BYTES, STDERR_TAIL_BYTES
 from hostkit.builtins.mcp._launch import Launch
 from hostkit.builtins.process import OwnedProcess, owned_process
+from hostkit.effects import MIN_SECRET_CHARS
 
 __all__ = ["StdioLink"]
 
@@ -56,8 +58,11 @@ class StdioLink:
 
     def __init__(self, launch: Launch, *, secrets: Sequence[str] = ()) -> None:
         self._launch = launch
-        # Short values would redact ordinary words; they say little anyway.
-        self._secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+        # The threshold every result's redaction has: a shorter value would mask ordinary
+        # words, and the tail must not hide what a result shows (docs/effects.md).
+        self._secrets = sorted(
+            (s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True
+        )
         self._tail = bytearray()
         self._ended = False
         self._broken: str | None = None

@@ -1,0 +1,123 @@
+"""A hand-written stdio MCP server whose tools declare output schemas the Host must bound.
+
+``python output_server.py ERA [N]``; the tests copy it into the agent's workspace. ERA
+``legacy`` answers only the ``initialize`` handshake; ``modern`` answers
+``server/discover`` too, so the client speaks protocol 2026-07-28. Each
+``tools/call`` appends the tool's name to ``calls.log`` in the working directory first,
+so a test can tell a call the Host refused from one it sent. Tools:
+
+- ``redos``: output schema ``{"s": {"pattern": "^(a+)+$"}}`` and a result of N ``a``
+  then ``!`` (default 25): Python's ``re`` takes seconds, doubling per character;
+- ``chain``: an ``anyOf`` of two ``$ref`` to the next definition, twelve deep (4,096
+  paths, no regex), and a result no path accepts;
+- ``lookahead``: a pattern with look-ahead, which the linear-time engine refuses;
+- ``listed`` (modern only: the SDK refuses it on older protocols): an array schema;
+- ``typed``: ``{"n": integer}`` required, echoing its argument ``n`` as the result;
+- ``bare``: the same schema, and a result with no ``structuredContent``;
+- ``empty``: the same schema, and ``{}`` as the result;
+- ``input_forever``: answers every call with an ``input_required`` result (which only a
+  modern client reads).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+ERA = sys.argv[1] if len(sys.argv) > 1 else "legacy"
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+CHAIN = 12
+TYPED = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def chain_schema() -> dict[str, Any]:
+    defs: dict[str, Any] = {f"d{CHAIN}": {"type": "string"}}
+    for level in range(CHAIN):
+        step = {"$ref": f"#/$defs/d{level + 1}"}
+        defs[f"d{level}"] = {"anyOf": [step, dict(step)]}
+    return {"type": "object", "properties": {"v": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+def tool(name: str, output: dict[str, Any] | None) -> dict[str, Any]:
+    listed: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+    if output is not None:
+        listed["outputSchema"] = output
+    return listed
+
+
+TOOLS = [
+    tool(
+        "redos",
+        {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
+    ),
+    tool("chain", chain_schema()),
+    tool(
+        "lookahead",
+        {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)a+$"}}},
+    ),
+    tool("typed", TYPED),
+    tool("bare", TYPED),
+    tool("empty", TYPED),
+    tool("input_forever", None),
+]
+if ERA == "modern":
+    TOOLS.append(tool("listed", {"type": "array", "items": {"type": "string"}}))
+
+
+def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    with open("calls.log", "a") as log:
+        log.write(name + "\n")
+    text = [{"type": "text", "text": name}]
+    if name == "redos":
+        return {"content": text, "structuredContent": {"s": "a" * N + "!"}}
+    if name == "chain":
+        return {"content": text, "structuredContent": {"v": 5}}
+    if name == "lookahead":
+        return {"content": text, "structuredContent": {"s": "aaa"}}
+    if name == "listed":
+        return {"content": text, "structuredContent": ["a"]}
+    if name == "typed":
+        return {"content": text, "structuredContent": {"n": arguments.get("n")}}
+    if name == "empty":
+        return {"content": text, "structuredContent": {}}
+    if name == "input_forever":
+        return {"resultType": "input_required", "requestState": "again"}
+    return {"content": text}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" not in request:
+            continue  # a notification
+        method, params = request.get("method"), request.get("params") or {}
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if method == "initialize":
+            reply["result"] = {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "output", "version": "1"},
+            }
+        elif method == "server/discover" and ERA == "modern":
+            reply["result"] = {
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+                "resultType": "complete",
+            }
+        elif method == "tools/list":
+            reply["result"] = {"tools": TOOLS}
+            if ERA == "modern":
+                reply["result"].update(ttlMs=0, cacheScope="private")
+        elif method == "tools/call":
+            reply["result"] = call(params["name"], params.get("arguments") or {})
+        else:
+            reply["error"] = {"code": -32601, "message": f"no method {method}"}
+        if ERA == "modern" and "result" in reply:
+            reply["result"].setdefault("resultType", "complete")
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
