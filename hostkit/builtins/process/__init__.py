@@ -21,8 +21,8 @@ is the typed refusal when it does not.
 Inside, modules import one way only: ``_terminal`` → ``_terminal_journal``,
 ``_terminal_checks`` →
 ``_process``, ``_owned`` and ``_sandbox`` → ``_process_streams``, ``_process_tree`` and
-``_mounts`` → ``_reaper``. The working directory is opened through the files family's
-public interface.
+``_mounts`` → ``_reaper`` and ``_seccomp`` (the sandbox's system-call filter). The
+working directory is opened through the files family's public interface.
 """
 
 from hostkit.builtins.process._mounts import MountedTree

@@ -277,19 +277,39 @@ class ProcessSupervisor(AsyncResource):
 # --- running one command --------------------------------------------------------------
 
 
+def _encodable(value: str | os.PathLike[str]) -> bool:
+    """Whether ``value`` becomes bytes for the kernel: a lone surrogate (``"\\ud800"``)
+    does not, and would fail the spawn only after its files were made."""
+    try:
+        os.fsencode(value)
+    except UnicodeError:
+        return False
+    return True
+
+
 def _check_options(
-    argv: Sequence[str], env: Mapping[str, str], limits: Mapping[str, float]
+    argv: Sequence[str], env: Mapping[str, str], cwd: Path, limits: Mapping[str, float]
 ) -> list[str]:
     if isinstance(argv, str) or not argv:
         raise InvalidValue("argv must be a non-empty sequence of strings")
     for arg in argv:
         if not isinstance(arg, str) or "\0" in arg:
             raise InvalidValue("argv items must be strings without NUL")
+        if not _encodable(arg):
+            raise InvalidValue("argv items must be text the file system can encode")
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidValue("environment keys and values must be strings")
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise InvalidValue(f"invalid environment entry {bounded(key, 60)!r}")
+        if not _encodable(key) or not _encodable(value):
+            # The name may itself be what cannot be encoded: shown escaped, bounded.
+            raise InvalidValue(
+                f"environment entry {bounded(ascii(key), 60)} is not text the file "
+                "system can encode"
+            )
+    if not _encodable(cwd):
+        raise InvalidValue("the working directory is not text the file system can encode")
     for name, limit in limits.items():
         if not is_seconds(limit, zero=name == "grace_s"):
             raise InvalidValue(f"{name} must be a positive finite number")
@@ -330,9 +350,16 @@ async def _spawn(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-    except OSError as exc:
-        await anyio.to_thread.run_sync(_discard, [(out_fd, out_path), (err_fd, err_path)])
-        raise RuntimeFailure(f"cannot start {command[0]!r}: {exc.strerror or exc!r}") from exc
+    except BaseException as exc:
+        # Whatever stopped the spawn (an OSError, or any other error the spawn raised
+        # before the process existed), the files and their descriptors go with it.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_discard, [(out_fd, out_path), (err_fd, err_path)])
+        if isinstance(exc, OSError):
+            raise RuntimeFailure(
+                f"cannot start {bounded(command[0], 120)!r}: {exc.strerror or exc!r}"
+            ) from exc
+        raise
     sinks = (
         _Sink(
             name="stdout",
@@ -407,7 +434,7 @@ async def run_process(
         "drain_grace_s": drain_grace_s,
         "tail_chars": tail_chars,
     }
-    command = _check_options(argv, env, limits)
+    command = _check_options(argv, env, Path(cwd), limits)
     if max_output_bytes is not None and (
         isinstance(max_output_bytes, bool)
         or not isinstance(max_output_bytes, int)

@@ -19,7 +19,12 @@ machine's init, out of sight. Two things stop that on Linux:
   Before it exits it reports the command's wait status on a status pipe
   (``read_report``): an init that ends without a report was killed (from
   inside the run, when it is not sandboxed), so the orphans it kept may have
-  escaped and the run cannot be confirmed clean.
+  escaped and the run cannot be confirmed clean. The init makes itself
+  non-dumpable (``PR_SET_DUMPABLE`` 0) before it starts the command: a
+  command of the same user could otherwise open ``/proc/<init>/fd/<status
+  fd>``, write a status of its choosing, kill the init, and have the run read
+  as a clean exit (or ptrace the init). Root, who may open any process's
+  descriptors, is not stopped by this; nothing unsandboxed stops root.
 - The Host marks itself a child subreaper too (``become_subreaper``): if the
   init itself is killed by something else, its orphans come back to the
   Host, where the run's scans find them, kill them and reap them (only those
@@ -94,6 +99,8 @@ def main():
     parent, report, lc, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
     os.set_inheritable(report, False)
     libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:
+        os._exit(125)
     libc.prctl(36, 1, 0, 0, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)

@@ -19,6 +19,12 @@ can work here. The sandbox (docs/effects.md, "Sandbox"):
 - The environment is exactly what the spawner passes (the allowlist plus
   approved bindings): bwrap adds ``PWD`` only. Values never go on bwrap's
   command line, which other users can read in ``/proc``.
+- The sandbox's own root (``/``, the tmpfs bwrap builds it in) is read-only
+  once everything is mounted: memory no limit counts. ``/tmp``, ``/dev/shm``
+  (each a tmpfs of ``tmp_mb``) and the workspace stay writable.
+- A system-call filter (``_seccomp``) refuses set-user-ID and set-group-ID
+  modes: the workspace is ``nosuid`` only inside the sandbox. Where no filter
+  is known for the machine, the probe's reason says so and runs go without.
 - Resource limits go through ``prlimit`` (util-linux) inside the sandbox, so
   they bind the command and its descendants, not bwrap. ``RLIMIT_NPROC``
   counts every process of the real user and does not bind root at all; the
@@ -40,6 +46,7 @@ from typing import Literal
 
 from hostkit.builtins.process._mounts import MountedTree, mount_table
 from hostkit.builtins.process._reaper import init_argv
+from hostkit.builtins.process._seccomp import launcher_argv, machine
 from hostkit.errors import InvalidValue, UserError, bounded
 from hostkit.types import is_count
 
@@ -169,6 +176,9 @@ class SandboxProbe:
     sized_tmpfs: bool = False
     # The kernel's key listings in /proc that a run must not read (masked), where they exist.
     key_listings: tuple[str, ...] = ()
+    # What goes before bwrap to load the system-call filter (``_seccomp``); empty where
+    # no filter is known for this machine (the reason says so).
+    filter_launcher: tuple[str, ...] = ()
 
 
 # Every key of the machine the caller may view, and each user's key counts.
@@ -185,8 +195,13 @@ def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
     prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
     if prlimit is None:
         return SandboxProbe(False, "prlimit (util-linux) is missing: `apt-get install util-linux`")
-    argv = [bwrap, *_system_mounts(), "--unshare-all", "--die-with-parent", "--new-session"]
-    argv += ["--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--", prlimit, "true"]
+    # As every run starts: behind the filter's launcher, with a read-only root. A kernel
+    # that cannot load the filter fails the probe (bwrap says why): runs are refused, not
+    # quietly started without it.
+    launcher = launcher_argv(machine()) or []
+    argv = [*launcher, bwrap, *_system_mounts(), "--unshare-all", "--die-with-parent"]
+    argv += ["--new-session", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--remount-ro", "/", "--", prlimit, "true"]
     # Under the per-run init, as every sandboxed run: bwrap's namespace init can outlive
     # the bwrap waited for by a moment, and the init reaps it instead of a subreaper Host.
     report, write_end = os.pipe()
@@ -212,9 +227,20 @@ def probe_bubblewrap(binary: str = "bwrap") -> SandboxProbe:
         )
     sized = _knows_option(bwrap, "--size")
     reason = "bubblewrap works" if sized else "bubblewrap works (older than 0.8: /tmp unbounded)"
+    if not launcher:
+        reason += (
+            f"; no system-call filter for {bounded(machine(), 40)}: "
+            "a run can make set-user-ID files in the workspace"
+        )
     listings = tuple(path for path in _KEY_LISTINGS if os.path.exists(path))
     return SandboxProbe(
-        True, reason, bwrap=bwrap, prlimit=prlimit, sized_tmpfs=sized, key_listings=listings
+        True,
+        reason,
+        bwrap=bwrap,
+        prlimit=prlimit,
+        sized_tmpfs=sized,
+        key_listings=listings,
+        filter_launcher=tuple(launcher),
     )
 
 
@@ -405,11 +431,13 @@ def sandbox_argv(
     ``mask_plan`` (pass ``read_only`` to it as ``roots``). ``read_only`` are
     extra directories bound read-only at their own paths: where a program
     outside the system directories lives (a virtualenv, its base interpreter).
-    Raises ``SandboxUnavailable`` when the probe failed.
+    The vector starts with the probe's ``filter_launcher`` where there is one
+    (it execs bwrap with the system-call filter); it needs no descriptor from
+    its spawner. Raises ``SandboxUnavailable`` when the probe failed.
     """
     if not probe.ok or probe.bwrap is None or probe.prlimit is None:
         raise SandboxUnavailable(probe.reason)
-    argv = [probe.bwrap, "--unshare-all"]
+    argv = [*probe.filter_launcher, probe.bwrap, "--unshare-all"]
     if policy.network:
         argv.append("--share-net")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -430,6 +458,10 @@ def sandbox_argv(
     argv += [*size, "--tmpfs", "/tmp"]
     for root in read_only:
         argv += ["--ro-bind", str(root), str(root)]
-    argv += ["--bind", str(workspace), str(workspace), *masks, "--chdir", str(workdir)]
+    argv += ["--bind", str(workspace), str(workspace), *masks]
+    # bwrap builds the root in a tmpfs of its own, writable and unbounded: once every
+    # mount point is made, it is read-only (not recursively: /tmp, /dev/shm and the
+    # workspace are mounts of their own and stay as they are).
+    argv += ["--remount-ro", "/", "--chdir", str(workdir)]
     argv += ["--", *limited_argv(probe.prlimit, policy.limits, command)]
     return argv

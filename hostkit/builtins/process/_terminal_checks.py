@@ -24,7 +24,7 @@ from typing import Any
 
 from hostkit.builtins.files import WorkspaceScope
 from hostkit.builtins.process._mounts import MountedTree
-from hostkit.builtins.process._process import ProcessOutcome, StreamCapture
+from hostkit.builtins.process._process import ProcessOutcome, StreamCapture, _encodable
 from hostkit.builtins.process._sandbox import (
     SandboxPolicy,
     SandboxProbe,
@@ -305,6 +305,12 @@ def run_preflight(
             )
         if any("\0" in arg for arg in argv):
             raise TerminalRefused("argv items must not contain NUL bytes")
+        # A lone surrogate ("\ud800", valid JSON) has no bytes to become: refused before
+        # anyone is asked, not when the spawn fails (so the spawner checks it too).
+        if not all(_encodable(arg) for arg in (*argv, arguments["cwd"])):
+            raise TerminalRefused(
+                "argv items and cwd must be text the file system can encode (no lone surrogates)"
+            )
         if "/" in argv[0] and not argv[0].startswith("/"):
             # Relative to what? The Host's cwd is not the workspace; say so instead of guessing.
             raise TerminalRefused("argv[0] must be a program on PATH or an absolute path")
