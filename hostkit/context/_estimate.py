@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from hostkit.context._charclass import class_tokens
 from hostkit.errors import ConfigError
 from hostkit.freeze import thaw
 from hostkit.types import (
@@ -98,83 +98,27 @@ class Estimator(Protocol):
         ...
 
 
-# Runs of identifier characters too long to be words: base64, hex, keys, hashes. BPE
-# vocabularies split them into pieces of one to three characters, about twice the count
-# of the same letters in prose.
-_RANDOM_RUN = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
-# Combining marks (decomposed accents), each usually a token of its own; Hangul
-# syllables, which byte-level vocabularies cover more thinly than other CJK.
-_COMBINING = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
-_HANGUL = re.compile(r"[\uac00-\ud7a3]")
-_HAS_DIGIT = re.compile(r"[0-9]")
-_HAS_LETTER = re.compile(r"[A-Za-z]")
-
-
-# Letters that no word has in a row: 24 or more of many different letters and few vowels
-# (random letters, mixed-case noise), or 6 or more with no vowel (consonant strings). Both
-# tokenize at about twice prose's count. A long word has more vowels (0.3 and up of its
-# letters, German compounds included; random letters 0.23), and a filler ("xxxx", "abab")
-# few different letters: BPE packs both as prose.
-_LETTER_RUN = re.compile(r"[A-Za-z]{24,}")
-_VOWELLESS_RUN = re.compile(r"(?<![A-Za-z])[B-DF-HJ-NP-TV-XZb-df-hj-np-tv-xz]{6,}(?![A-Za-z])")
-_VOWELS = frozenset("aeiouyAEIOUY")
-_RANDOM_LETTERS = 10
-_WORD_VOWELS = 0.28
-# A vowelless run of fewer different letters is a filler or a sound ("zzzzzz", "hmmmmm").
-_CONSONANT_LETTERS = 4
-
-
-def _random_letters(run: str) -> bool:
-    return len(set(run)) >= _RANDOM_LETTERS and sum(c in _VOWELS for c in run) < _WORD_VOWELS * len(
-        run
-    )
-
-
-def _random_chars(text: str) -> int:
-    """Characters in runs that look random: long, with both letters and digits (a word,
-    however long, or a filler of one letter repeated has no digits); long letter runs of
-    many distinct letters; and vowelless letter runs no word spells."""
-    mixed = sum(
-        len(run)
-        for run in _RANDOM_RUN.findall(text)
-        if _HAS_DIGIT.search(run) and _HAS_LETTER.search(run)
-    )
-    letters = sum(len(run) for run in _LETTER_RUN.findall(text) if _random_letters(run))
-    consonants = sum(
-        len(run) for run in _VOWELLESS_RUN.findall(text) if len(set(run)) >= _CONSONANT_LETTERS
-    )
-    return mixed + letters + consonants
-
-
-def _dense(text: str) -> int:
-    """The tokens text denser than its character classes costs on top of their count."""
-    if len(text) < 24:
-        return 0
-    runs = _ceil_div(_random_chars(text) * 9, 20)
-    if text.isascii():
-        return runs
-    return runs + 2 * len(_COMBINING.findall(text)) + _ceil_div(3 * len(_HANGUL.findall(text)), 4)
-
-
 class CharEstimator:
     """A fast estimate from character classes that errs high; needs no tokenizer.
 
-    Plain text (letters, spaces, other scripts) counts one token per
-    ``chars_per_token`` characters; each ASCII digit one token (many BPE
-    vocabularies split numbers digit by digit); ASCII punctuation one token
-    per ``punctuation_per_token`` characters; and every UTF-8 byte beyond the
-    first of a character one more, as byte-level BPE spends up to a token per
-    byte on scripts its vocabulary covers thinly. A flat characters-per-token
-    ratio under-estimates JSON, code, numbers and non-English text by up to
-    half; this keeps English prose within about 1.3x of SmolLM2's counts and
-    JSON, code, CJK and emoji at or above them. Text denser than its classes
-    counts more on top: a run of 24 or more identifier characters with both
-    letters and digits (base64, hex, keys), or of 24 or more letters of ten
-    different ones or more and few vowels (random letters), or of six or more
-    letters with no vowel, 0.45 of a token per character; a combining mark (a decomposed
-    accent) two tokens, a Hangul syllable three quarters of one. A paste of
-    base64 or of random letters would otherwise be estimated at half its real
-    size.
+    Plain text (letters, spaces) counts one token per ``chars_per_token``
+    characters; each ASCII digit, tab or control character one token; ASCII
+    punctuation one per ``punctuation_per_token`` characters; and every UTF-8
+    byte beyond the first of a character one more. Where a byte-level BPE
+    starts a new piece the class rates price too low (a space before a digit,
+    a letter next to a digit or an accented letter, punctuation next to a
+    digit, a letter after punctuation) a fraction of a token more. Scripts and
+    symbols such vocabularies cover thinly cost a token per byte (all but the
+    scripts listed in this module); Hebrew and Arabic a quarter more; a
+    combining mark two more. A run of 16 or more identifier characters with
+    letters and digits (base64, hex, keys), of 24 or more letters of ten
+    different ones and few vowels, or of six or more letters with no vowel,
+    0.45 of a token more per character. English prose stays within about 1.4x
+    of SmolLM2's counts, code and JSON within about 1.6x, while hex dumps,
+    tab-indented code, CSV, IPv6, wrapped base64 and Armenian, CJK or
+    private-use text are at or above them. Crafted text (random punctuation,
+    mixed whitespace) and languages whose words the vocabulary splits finely
+    (Polish) can still be counted low.
 
     Each message adds ``message_overhead`` framing tokens, and ``request()``
     adds ``request_overhead`` once for what a chat template puts around the
@@ -218,20 +162,7 @@ class CharEstimator:
         return self._request_overhead
 
     def text(self, text: str) -> int:
-        # C-level passes (encode, two deletions, three scans), no Python loop per character.
-        encoded = text.encode("utf-8", "surrogatepass")
-        size = len(encoded)
-        digits = size - len(encoded.translate(None, _DIGITS))
-        punctuation = size - len(encoded.translate(None, _PUNCTUATION))
-        extra_bytes = size - len(text)
-        plain = len(text) - digits - punctuation
-        return (
-            _ceil_div(plain, self._ratio)
-            + digits
-            + _ceil_div(punctuation, self._punctuation)
-            + extra_bytes
-            + _dense(text)
-        )
+        return class_tokens(text, self._ratio, self._punctuation)
 
     def message(self, message: ModelMessage) -> int:
         return _message(self.text, message, self._message_overhead)
@@ -265,10 +196,11 @@ class TokenizerEstimator:
     enter ``request()``, which the ``Estimator`` protocol does not have.
 
     ``renders_definitions`` and ``renders_tool_calls`` say whether the chat
-    template puts tool schemas and tool-call arguments into the prompt. A
-    template with no place for them (SmolLM2's ChatML) drops them, and then
-    they cost nothing: ``definitions()`` is 0 and a message counts without its
-    calls. Both default to True, which errs high where nothing is known.
+    template puts tool schemas and tool calls (ids, names, arguments and the
+    id a tool result answers) into the prompt. A template with no place for
+    them (SmolLM2's ChatML) drops them, and then they cost nothing:
+    ``definitions()`` is 0 and a message counts without its calls. Both
+    default to True, which errs high where nothing is known.
 
     Counts are memoized in an LRU keyed by the text, bounded by
     ``cache_entries`` and by ``cache_chars`` in total; a text longer than
@@ -430,14 +362,6 @@ class EstimatorRegistry:
         return estimator_id in self._estimators
 
 
-_DIGITS = string.digits.encode()
-_PUNCTUATION = string.punctuation.encode()
-
-
-def _ceil_div(count: int, per_token: float) -> int:
-    return int(-(-count // per_token))
-
-
 def _counter(tokenizer: Any) -> Callable[[str], int]:
     encode = getattr(tokenizer, "encode", None)
     if encode is None:
@@ -458,8 +382,11 @@ def _message(
     count: Callable[[str], int], message: ModelMessage, overhead: int, *, calls: bool = True
 ) -> int:
     size = count(message.content) + overhead
+    if calls and message.tool_call_id:
+        size += count(message.tool_call_id)
     for call in message.tool_calls if calls else ():
-        size += count(call.name) + count(json.dumps(thaw(call.arguments)))
+        # OpenAI-compatible APIs send each call's id (up to 128 characters) with it.
+        size += count(call.call_id) + count(call.name) + count(json.dumps(thaw(call.arguments)))
     for part in message.attachments:
         size += _attachment(count, part)
     return size

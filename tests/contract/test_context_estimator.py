@@ -217,7 +217,8 @@ def test_per_role_framing_and_request_level_parts() -> None:
 
     assert estimator.message(user) == 2 + 5
     assert estimator.message(assistant) == 1 + 6
-    assert estimator.message(tool) == 1 + 6, "an unnamed role gets the largest overhead"
+    # The id the tool result answers ("1") counts too: tool calls render by default.
+    assert estimator.message(tool) == 1 + 1 + 6, "an unnamed role gets the largest overhead"
     assert estimator.request([user]) == 7 + 4 + 21, "no leading system message: template adds one"
     assert estimator.request([system, user]) == 7 + 7 + 4
 

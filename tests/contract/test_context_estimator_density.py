@@ -1,0 +1,199 @@
+"""CharEstimator on what people and tools write: at or above a real tokenizer's count.
+
+A reviewer measured SmolLM2's count against the estimate on tool output and
+scripts the estimate priced as prose: hex dumps, tab-indented code, CSV,
+IPv6 lists, wrapped base64, Armenian, random CJK, private-use and Braille
+text. A request made of them went out up to 1.6 times (base64 wrapped at 20
+characters: twice) larger than estimated. These pin each at or above the
+count, English, code and JSON not grossly above it, and tool-call ids counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import random
+
+import anyio
+import pytest
+
+from hostkit.adapters.local_llama import load_local_estimator, local_model_available
+from hostkit.context import CharEstimator, TokenizerEstimator
+from hostkit.types import ModelMessage, ToolCall
+
+needs_gguf = pytest.mark.skipif(
+    not local_model_available()
+    or importlib.util.find_spec("gguf") is None
+    or importlib.util.find_spec("tokenizers") is None,
+    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the embedded GGUF",
+)
+
+
+@pytest.fixture(scope="module")
+def gguf() -> TokenizerEstimator:
+    # Built once, outside any event loop: reading the vocabulary takes about two seconds.
+    return anyio.run(load_local_estimator)
+
+
+def _od(data: bytes) -> str:
+    """``od -A x -t x1``: an offset, then each byte as a two-digit hex group."""
+    rows = (
+        f"{offset:06x} " + " ".join(f"{byte:02x}" for byte in data[offset : offset + 16])
+        for offset in range(0, len(data), 16)
+    )
+    return "\n".join(rows) + "\n"
+
+
+def _xxd(data: bytes) -> str:
+    """``xxd``: an offset, hex in groups of four digits, and the printable bytes."""
+    rows = []
+    for offset in range(0, len(data), 16):
+        chunk = data[offset : offset + 16]
+        groups = " ".join(chunk[i : i + 2].hex() for i in range(0, len(chunk), 2))
+        shown = "".join(chr(byte) if 32 <= byte < 127 else "." for byte in chunk)
+        rows.append(f"{offset:08x}: {groups:<39}  {shown}")
+    return "\n".join(rows) + "\n"
+
+
+GO = """func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+\tif r.Method != http.MethodGet {
+\t\thttp.Error(w, "method not allowed", 405)
+\t\treturn
+\t}
+\tfor i, item := range s.items {
+\t\tif item.ID == r.URL.Query().Get("id") {
+\t\t\tfmt.Fprintf(w, "%d: %s\\n", i, item.Name)
+\t\t}
+\t}
+}
+"""
+ARMENIAN = (
+    "Բոլոր մարդիկ ծնվում են ազատ ու հավասար իրենց արժանապատվությամբ ու իրավունքներով\u0589 "
+    "Նրանք ունեն բանականություն ու խիղճ և միմյանց պետք է եղբայրաբար վերաբերվեն\u0589 "
+)
+
+
+def _written() -> dict[str, str]:
+    rng = random.Random(11)
+    data = rng.randbytes(3_000)
+
+    def chars(low: int, high: int) -> str:
+        return "".join(chr(rng.randint(low, high)) for _ in range(2_000))
+
+    return {
+        "od -t x1": _od(data),
+        "xxd": _xxd(data),
+        "tab-indented code": GO * 20,
+        "csv of floats": "\n".join(
+            ",".join(f"{rng.random():.6f}" for _ in range(8)) for _ in range(60)
+        ),
+        "ipv6 list": "\n".join(
+            ":".join(f"{rng.randint(0, 65535):x}" for _ in range(8)) for _ in range(150)
+        ),
+        "base64 wrapped at 20": "\n".join(
+            base64.b64encode(rng.randbytes(15)).decode() for _ in range(150)
+        ),
+        "armenian prose": ARMENIAN * 20,
+        "random cjk": chars(0x4E00, 0x9FFF),
+        "latin-1 accents": chars(0xC0, 0xFF),
+        "private use": chars(0xE000, 0xF8FF),
+        "braille": chars(0x2800, 0x28FF),
+    }
+
+
+@needs_gguf
+@pytest.mark.parametrize("kind", sorted(_written()))
+def test_char_estimator_is_at_or_above_smollm2_on_tool_output_and_scripts(
+    gguf: TokenizerEstimator, kind: str
+) -> None:
+    text = _written()[kind]
+    assert CharEstimator().text(text) >= gguf.text(text)
+
+
+ENGLISH = (
+    "The context manager counts each message once while the window holds it, and the "
+    "request's total is the sum of those counts. When the total would not fit, the oldest "
+    "groups are summarised first; a summary that fails falls back to a plain cut. "
+)
+PYTHON = '''def prune(groups: list[Group], *, budget: int) -> list[Group]:
+    """The newest groups that fit in ``budget``, oldest first."""
+    kept: list[Group] = []
+    for group in reversed(groups):
+        if group.tokens > budget:
+            break
+        budget -= group.tokens
+        kept.append(group)
+    return kept[::-1]
+'''
+JSON = json.dumps(
+    [
+        {"id": f"item-{i}", "name": "example", "tags": ["a", "b"], "size": i * 37, "ok": True}
+        for i in range(40)
+    ],
+    indent=2,
+)
+
+
+@needs_gguf
+@pytest.mark.parametrize(
+    ("text", "most"),
+    [(ENGLISH * 20, 1.45), (PYTHON * 20, 1.55), (JSON, 1.3)],
+    ids=["english", "python", "json"],
+)
+def test_char_estimator_does_not_grossly_over_count_prose_code_and_json(
+    gguf: TokenizerEstimator, text: str, most: float
+) -> None:
+    """Erring high costs window: what is over-counted is compacted early."""
+    assert CharEstimator().text(text) <= most * gguf.text(text)
+
+
+def test_each_tab_and_control_character_counts_a_token() -> None:
+    estimator = CharEstimator()
+    assert estimator.text("\t" * 40) >= 40
+    assert estimator.text("".join(chr(code) for code in range(1, 9)) * 5) >= 40
+
+
+def test_thin_scripts_count_a_token_per_byte_and_covered_ones_less() -> None:
+    """Armenian, Hangul, CJK and private use are split into bytes by an English-first
+    vocabulary; Cyrillic, Greek and kana are merged, and keep the cheaper rate."""
+    estimator = CharEstimator()
+    for thin in ("միմյանց", "안녕하세요", "人人生而自由", "\ue000\ue001\ue002"):
+        assert estimator.text(thin) >= len(thin.encode()), thin
+    for covered in ("свободными", "ελεύθεροι", "すべての"):
+        assert estimator.text(covered) < len(covered.encode()), covered
+
+
+def _step(id_length: int) -> list[ModelMessage]:
+    ids = [f"{i:03d}".ljust(id_length, "x")[:id_length] for i in range(64)]
+    calls = tuple(ToolCall(i, "files_read", {"path": "a"}) for i in ids)
+    return [ModelMessage("assistant", "", calls)] + [
+        ModelMessage("tool", "ok", tool_call_id=i, name="files_read") for i in ids
+    ]
+
+
+def test_tool_call_ids_are_counted_on_calls_and_results() -> None:
+    """OpenAI-compatible adapters send each call's id with the call and with its result:
+    up to 128 characters, twice, for each of 64 calls in a step."""
+    estimator = CharEstimator()
+    short, long = _step(3), _step(128)
+
+    assert estimator.message(long[0]) - estimator.message(short[0]) >= 64 * 125 / 4
+    assert estimator.message(long[1]) - estimator.message(short[1]) >= 125 / 4
+    assert estimator.request(long) > estimator.request(short) + 2 * 64 * 125 / 4
+
+
+def test_a_template_without_tool_calls_counts_no_ids() -> None:
+    """A tokenizer estimator whose template drops tool calls (SmolLM2's) drops their ids
+    with them; one that renders them counts the ids too."""
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    dropping = TokenizerEstimator(words, estimator_id="w", renders_tool_calls=False)
+    rendering = TokenizerEstimator(words, estimator_id="w")
+    result = ModelMessage("tool", "ok", tool_call_id="call_1")
+    call = ModelMessage("assistant", "", (ToolCall("call_1", "read", {}),))
+
+    assert dropping.message(result) == rendering.message(result) - 1
+    assert dropping.message(call) == rendering.message(call) - 3  # id, name, arguments
