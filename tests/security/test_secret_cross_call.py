@@ -32,7 +32,7 @@ from hostkit.effects import (
 )
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import EffectRequest, ModelRequest, TurnExecutionContext
+from hostkit.types import EffectRequest, ModelLimits, ModelRequest, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
 from tests.hosts import request
 from tests.support import facts, table_rows
@@ -213,7 +213,9 @@ async def test_a_held_secret_read_back_in_windows_the_model_chose_is_masked_in_e
                 for size in sizes
             ],
             Reply("done"),
-        ]
+        ],
+        # Forty-six reads at once, each with its call id twice: more than 8,192 estimated.
+        limits=ModelLimits(context_window=32_768, max_output_tokens=1_024),
     )
     async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
         result = await host.turns.run(request("read it piece by piece"))

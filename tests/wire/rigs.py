@@ -26,7 +26,7 @@ from hostkit.adapters.local_llama import LocalModel
 from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.providers import ModelProvider
-from hostkit.types import ModelRequest
+from hostkit.types import ModelLimits, ModelRequest
 from tests.wire import anthropic_messages, openai_chat
 from tests.wire.policy import RecordingRetryPolicy
 from tests.wire.scenario import Answer
@@ -78,12 +78,17 @@ class ScriptableRig(Rig):
         """How many requests reached the backend."""
 
 
+WIRE_LIMITS = ModelLimits(context_window=128_000, max_output_tokens=1_024)
+
+
 class ScriptedRig(ScriptableRig):
     """``ScriptedModel``: no network. Its stream splits text at spaces, so deltas end in one."""
 
     def __init__(self) -> None:
         self._steps: deque[Reply | CallTools] = deque()
-        self.model = ScriptedModel([self._decide], repeat_last=True)
+        # The window of the models the wire rigs stand for (gpt-4o, Claude), not
+        # ScriptedModel's 8,192: a turn of the most calls at once must fit, as it does there.
+        self.model = ScriptedModel([self._decide], repeat_last=True, limits=WIRE_LIMITS)
         super().__init__("scripted", self.model, answering_model=self.model.model)
 
     def _decide(self, _request: ModelRequest) -> Reply | CallTools:
