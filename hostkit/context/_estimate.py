@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -246,6 +247,7 @@ class TokenizerEstimator:
         self._cache_entries = cache_entries
         self._cache_chars = cache_chars
         self._cached_chars = 0
+        self._cache_lock = threading.Lock()
 
     @property
     def estimator_id(self) -> str:
@@ -276,17 +278,24 @@ class TokenizerEstimator:
         return self._overheads.get(role, self._default_overhead)
 
     def text(self, text: str) -> int:
-        cached = self._cache.get(text)
-        if cached is not None:
-            self._cache.move_to_end(text)
-            return cached
+        # The lock guards only the cache: the ContextManager counts long attached text in
+        # a worker thread while the event loop counts other sessions' messages.
+        with self._cache_lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                return cached
         count = self._count(text)
         if len(text) <= self._cache_chars and self._cache_entries:
-            self._cache[text] = count
-            self._cached_chars += len(text)
-            while len(self._cache) > self._cache_entries or self._cached_chars > self._cache_chars:
-                evicted, _ = self._cache.popitem(last=False)
-                self._cached_chars -= len(evicted)
+            with self._cache_lock:
+                if text not in self._cache:
+                    self._cache[text] = count
+                    self._cached_chars += len(text)
+                while (
+                    len(self._cache) > self._cache_entries or self._cached_chars > self._cache_chars
+                ):
+                    evicted, _ = self._cache.popitem(last=False)
+                    self._cached_chars -= len(evicted)
         return count
 
     def message(self, message: ModelMessage) -> int:

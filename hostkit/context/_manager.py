@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from itertools import chain
 
+import anyio
+
 from hostkit.context._assemble import (
     CalibratedEstimator,
     Fit,
@@ -194,6 +196,11 @@ class ContextManager:
         if calls:
             request = dataclasses.replace(request, messages=(*calls, *request.messages))
         head = self._head(request, window, estimate)
+        for message in request.messages:
+            if _carries_text(message):
+                # Counted once off the event loop (the memo keeps it for every later use):
+                # megabytes of attached text cost the estimate a second, every session's.
+                await anyio.to_thread.run_sync(estimate.raw, message)
         current_tokens = sum(estimate.message(m) for m in request.messages)
         schema_tokens = estimate.definitions(request.definitions)
         framing = self._framing(estimate, (head.messages or request.messages)[:1])
@@ -793,6 +800,21 @@ class ContextManager:
             )
         )
         return overflow
+
+
+# Attached text longer than this is counted in a worker thread (about 10 ms of the loop's
+# time at this size).
+_TEXT_ON_LOOP_BYTES = 128 * 1024
+
+
+def _carries_text(message: ModelMessage) -> bool:
+    """Whether ``message`` carries attached text too long to count on the event loop."""
+    return any(
+        part.data is not None
+        and part.attachment.media_type == "text/plain"
+        and len(part.data) > _TEXT_ON_LOOP_BYTES
+        for part in message.attachments
+    )
 
 
 def _name(value: object) -> str | None:

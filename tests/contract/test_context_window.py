@@ -7,8 +7,10 @@ Hosts and compactions changes costs, never messages or figures.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -36,6 +38,8 @@ from hostkit.context._assemble import (
 from hostkit.errors import StoreError
 from hostkit.store import ContextState, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
+    Attachment,
+    AttachmentPart,
     ContextReady,
     ContextRequest,
     ModelLimits,
@@ -46,6 +50,7 @@ from hostkit.types import (
     TurnExecutionContext,
     Usage,
     UsageObservation,
+    content_ref,
 )
 from tests.contract.test_context_basic import context_for
 from tests.support import facts
@@ -519,6 +524,55 @@ async def test_the_calibration_an_observation_moves_is_used_by_the_next_step(
     assert isinstance(fresh, ContextReady)
     assert second.estimated_input_tokens == fresh.estimated_input_tokens
     assert second.estimated_input_tokens < first.estimated_input_tokens * 0.6
+
+
+class ThreadNoting(CharEstimator):
+    """A CharEstimator that notes, for each message with attachments, where it was counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: list[tuple[int, bool]] = []
+
+    def message(self, message: ModelMessage) -> int:
+        if message.attachments:
+            size = sum(part.attachment.size for part in message.attachments)
+            self.counted.append((size, threading.current_thread() is threading.main_thread()))
+        return super().message(message)
+
+
+async def test_long_attached_text_is_counted_once_off_the_event_loop(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Megabytes of attached text took the estimate a second or more of the event loop,
+    every other session's too: a long text attachment is counted in a worker thread, once,
+    and the figure is the same; a short one is counted where it is."""
+    session = Session(store, await authority.for_conversation(facts("attached")))
+    noting = ThreadNoting()
+    manager = ContextManager(store, estimators=EstimatorRegistry(default=noting))
+    long_text, short_text = b"a line of notes\n" * 9_000, b"a line of notes\n"
+    parts = tuple(
+        AttachmentPart(
+            Attachment(
+                ref=content_ref(hashlib.sha256(data).hexdigest()),
+                name=f"{len(data)}.txt",
+                media_type="text/plain",
+                size=len(data),
+            ),
+            data,
+        )
+        for data in (long_text, short_text)
+    )
+    messages = [ModelMessage("user", "read these", attachments=(part,)) for part in parts]
+    ask = request(session.scope, "t1", messages)
+    ready = await manager.prepare(ask)
+    again = await manager.prepare(replace(ask, step_id=1))
+    assert isinstance(ready, ContextReady)
+    assert isinstance(again, ContextReady)
+    assert again.estimated_input_tokens == ready.estimated_input_tokens
+    plain = await ContextManager(store).prepare(ask)
+    assert isinstance(plain, ContextReady)
+    assert plain.estimated_input_tokens == ready.estimated_input_tokens
+    assert noting.counted == [(len(long_text), False), (len(short_text), True)]
 
 
 async def test_a_refusal_raises_the_calibration_the_next_prepare_uses(
