@@ -52,7 +52,7 @@ from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_ht
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
 from hostkit.notebook._interrupt import watch_interrupts
 from hostkit.notebook._serve import ServeHandle
-from hostkit.notebook._turn import ApprovalRow, TurnView
+from hostkit.notebook._turn import ApprovalRow, Pulse, TurnView
 from hostkit.types import (
     Attachment,
     ConversationFacts,
@@ -103,6 +103,7 @@ class NotebookHost(AsyncResource):
         self.views: dict[str, TurnView] = {}
         self.last_view: TurnView | None = None
         self._by_turn: dict[str, TurnView] = {}
+        self._asked = Pulse()  # fired when a panel here asks for a click (TurnView.wait)
         self._tasks: set[asyncio.Task[Any]] = set()
         # Each running turn's cancellation token and its owner's scope, read when it starts.
         self._tokens: dict[TurnView, asyncio.Task[tuple[TurnToken, PrincipalScope] | None]] = {}
@@ -404,7 +405,7 @@ class NotebookHost(AsyncResource):
         self.last_view = view
         # Registered now, not when the task runs: an interrupt of this very cell finds it.
         self.views[request.request_id] = view
-        view.bind(self.stop)
+        view.bind(self.stop, panels=self._by_turn.get, asked=self._asked)
         task = asyncio.get_running_loop().create_task(self._drive(view, request))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -35,7 +35,7 @@ from hostkit.notebook._markdown import render_markdown
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnCancelResult, TurnResult, is_seconds
 
-__all__ = ["ApprovalPending", "ApprovalRow", "TurnView", "close_tree"]
+__all__ = ["ApprovalPending", "ApprovalRow", "Pulse", "TurnView", "close_tree"]
 
 _MAX_REPLY_CHARS = 20_000
 _TICK_S = 0.5  # how often the waiting line counts up
@@ -58,15 +58,45 @@ _STATUS_COLOURS = {
 class ApprovalPending(HostkitError):
     """``await view`` while the turn waits for a click: click first, then await.
 
-    Awaiting in the cell would keep the kernel from delivering the click on
-    most ipykernel versions, so the wait is refused instead of hanging.
+    The click is the turn's own, or (``holder_turn_id``) that of the turn in
+    this kernel holding the session the awaited turn waits for, which cannot
+    end before it is answered. Awaiting in the cell would keep the kernel
+    from delivering the click on most ipykernel versions, so the wait is
+    refused instead of hanging.
     """
 
-    def __init__(self, effect: str) -> None:
-        super().__init__(
-            f"the turn is waiting for your approval of {effect}: click Approve or Deny "
-            "in its panel, then await it again"
-        )
+    def __init__(
+        self, effect: str, *, approval_id: str | None = None, holder_turn_id: str | None = None
+    ) -> None:
+        self.effect = effect
+        self.approval_id = approval_id
+        self.holder_turn_id = holder_turn_id
+        if holder_turn_id is None:
+            message = (
+                f"the turn is waiting for your approval of {effect}: click Approve or Deny "
+                "in its panel, then await it again"
+            )
+        else:
+            asked = f"{effect} ({approval_id})" if approval_id else effect
+            message = (
+                f"the turn waits for its session, which turn {holder_turn_id} holds while it "
+                f"waits for your approval of {asked}: click Approve or Deny in that turn's "
+                "panel, then await this one again"
+            )
+        super().__init__(message)
+
+
+class Pulse:
+    """Wakes every coroutine waiting on it now, and only those: a waiter takes ``event``
+    before checking what it waits for, so a pulse between the check and its wait is
+    never lost (an Event that is set and cleared again could be)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def fire(self) -> None:
+        event, self.event = self.event, asyncio.Event()
+        event.set()
 
 
 class ApprovalRow:
@@ -199,7 +229,8 @@ class TurnView:
         self._reply: list[str] = []
         self._reply_chars = 0
         self._steps: list[tuple[str, str | None]] = []
-        self._outcome = "<i>running…</i>"
+        self._outcome = "<i>running…</i>"  # how it ended, without the *truncated* badge
+        self._badge = ""
         self._panel: _Panel | None = None
         self._done = asyncio.Event()
         self._asking = asyncio.Event()
@@ -223,6 +254,12 @@ class TurnView:
         self._text_step: object = None
         self._render_later: asyncio.TimerHandle | None = None
         self.footer = ""
+        # The turn holding the session this one waits for (from ``turn.waiting``), the
+        # other panels of its Host by turn id, and the pulse any of them fires when it
+        # asks for a click: ``wait()`` refuses while the holder's click is awaited.
+        self._holder: str | None = None
+        self._panels: Callable[[str], TurnView | None] = lambda turn_id: None
+        self._asked = Pulse()
 
     @classmethod
     def board(cls, title: str) -> TurnView:
@@ -268,7 +305,7 @@ class TurnView:
     @property
     def outcome_html(self) -> str:
         """How the turn ended, as the panel shows it (with its *truncated* badge)."""
-        return self._outcome
+        return self._outcome + self._badge
 
     def close(self) -> None:
         """Close the panel's widgets (their models leave the kernel and the saved notebook).
@@ -304,7 +341,7 @@ class TurnView:
         lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
         lines += [f"• {text}" for text, _ in self._steps]
         lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
-        lines.append(_strip(self._outcome))
+        lines.append(_strip(self._outcome))  # the badge's words are the next line's
         if self.result is not None and self.result.truncated:
             lines.append(TRUNCATED)
         if self.result is not None:
@@ -313,9 +350,25 @@ class TurnView:
 
     # -- stopping ------------------------------------------------------------------
 
-    def bind(self, canceller: Canceller) -> None:
-        """The Host's way to stop this turn; starts the waiting line's clock (on the loop)."""
+    def bind(
+        self,
+        canceller: Canceller,
+        *,
+        panels: Callable[[str], TurnView | None] | None = None,
+        asked: Pulse | None = None,
+    ) -> None:
+        """The Host's way to stop this turn; starts the waiting line's clock (on the loop).
+
+        ``panels`` finds the Host's other panels by turn id and ``asked`` is
+        the pulse they share: ``wait()`` learns of a click the session's
+        holder waits for.
+        """
         self._canceller = canceller
+        if panels is not None:
+            self._panels = panels
+        if asked is not None:
+            self._asked, old = asked, self._asked
+            old.fire()  # a wait already under way takes the shared pulse
         self._loop = asyncio.get_running_loop()
         if self.cell is None:  # made before the Host (and its cell hooks) existed
             self.cell = running_cell()
@@ -426,23 +479,43 @@ class TurnView:
         return self.wait().__await__()
 
     async def wait(self) -> TurnResult:
-        """The result once the turn ends; ``ApprovalPending`` while a click is awaited."""
+        """The result once the turn ends; ``ApprovalPending`` while a click is awaited.
+
+        The click may be another panel's: that of the turn holding the session
+        this one waits for. Its turn cannot end before the click, nor this one
+        start; on ipykernel 6 the click cannot even arrive while a cell awaits.
+        """
         while not self._done.is_set():
+            asked = self._asked.event  # taken before the checks: no pulse is missed
             row = self.pending_row
             if row is not None:
                 raise ApprovalPending(row.effect)
+            holder = self._holding_row()
+            if holder is not None:
+                raise ApprovalPending(
+                    holder.effect, approval_id=holder.approval_id, holder_turn_id=self._holder
+                )
             self._asking.clear()
             done = asyncio.ensure_future(self._done.wait())
             asking = asyncio.ensure_future(self._asking.wait())
+            pulse = asyncio.ensure_future(asked.wait())
             try:
-                await asyncio.wait({done, asking}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({done, asking, pulse}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 done.cancel()
                 asking.cancel()
+                pulse.cancel()
         if self.error is not None:
             raise self.error
         assert self.result is not None
         return self.result
+
+    def _holding_row(self) -> ApprovalRow | None:
+        """The click the turn holding this one's session waits for, if it is this kernel's."""
+        if self._holder is None:
+            return None
+        holder = self._panels(self._holder)
+        return holder.pending_row if holder is not None and holder is not self else None
 
     # -- what the turn's task does -----------------------------------------------
 
@@ -460,6 +533,7 @@ class TurnView:
             self._step_from = len(self._reply)
         if event.kind == "turn.started":
             self.turn_id = event.turn_id
+            self._holder = None  # admitted: it holds the session now
             self.admitted.set()
         elif event.kind == "text.delta":
             text = str(data.get("text", ""))
@@ -480,8 +554,10 @@ class TurnView:
                 _STATUS_COLOURS["needs_user"],
             )
         elif event.kind == "turn.waiting":
-            holder = data.get("holder_turn_id") or "another turn"
+            self._holder = str(data["holder_turn_id"]) if data.get("holder_turn_id") else None
+            holder = self._holder or "another turn"
             self._step(f"waiting for the session: {holder} runs in it", "#57606a")
+            self._asked.fire()  # a wait looks at the holder's clicks now
         elif event.kind == "mcp.unavailable":
             reason = data.get("detail") or data.get("state", "")
             self._step(f"MCP server {data.get('server', '?')} unavailable: {reason}", "#57606a")
@@ -491,6 +567,7 @@ class TurnView:
         if self._panel is not None:
             self._panel.approvals.children = (*self._panel.approvals.children, row.widget)
         self._asking.set()
+        self._asked.fire()  # turns waiting for this one's session refuse their waits now
 
     def finish(self, result: TurnResult | None, error: BaseException | None = None) -> None:
         if self._done.is_set():
@@ -505,15 +582,14 @@ class TurnView:
             self._outcome = (
                 f"<span style='color:{colour}'><b>{result.outcome}</b>{esc(detail)}</span>"
             )
-            if result.truncated:
-                self._outcome += _TRUNCATED_BADGE
+            self._badge = _TRUNCATED_BADGE if result.truncated else ""
             seconds = time.monotonic() - self._began
             self.footer = f"{self._usage_text()} · {seconds:.1f} s"
         else:
             self._outcome = f"<span style='color:#cf222e'><b>error</b>: {esc(str(error))}</span>"
         if self._panel is not None:
             self._render_reply()  # the whole answer, whatever was deferred
-            self._panel.outcome.value = self._outcome
+            self._panel.outcome.value = self.outcome_html
             self._panel.footer.value = _footer_html(self.footer)
             self._panel.stop.disabled = True
         self._done.set()
@@ -588,7 +664,7 @@ class _Panel:
             disabled=view.done or view.stopping or view._canceller is None,
         )
         self.stop.on_click(lambda _: view.cancel_soon())
-        self.outcome = widgets.HTML(view._outcome)
+        self.outcome = widgets.HTML(view.outcome_html)
         self.footer = widgets.HTML(_footer_html(view.footer))
         self.box = widgets.VBox(
             [

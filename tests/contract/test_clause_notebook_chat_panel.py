@@ -318,6 +318,32 @@ async def test_the_answer_is_rendered_markdown_without_the_models_html(tmp_path:
     assert render_markdown(ANSWER) == render_markdown(ANSWER)
 
 
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ("\x1b[31mred\x1b[0m \u202eevil", "<p>\\x1b[31mred\\x1b[0m \\u202eevil</p>"),
+        ("**b\x1b** and `c\u202ed`", "<strong>b\\x1b</strong> and <code>c\\u202ed</code>"),
+        ("```py\u202e\nz\x1b[2J\n```", '<code class="language-py\\u202e">z\\x1b[2J\n</code>'),
+        ("    indented\x07\n", "<pre><code>indented\\x07\n</code></pre>"),
+        ("an entity &#x202e; too", "<p>an entity \\u202e too</p>"),
+        ("[link](https://a.example 'ti\u202etle')", 'title="ti\\u202etle"'),
+    ],
+)
+def test_controls_and_bidi_overrides_in_the_answer_are_shown_as_escapes(
+    answer: str, shown: str
+) -> None:
+    """As everywhere else model text is shown (and as the CLI prints the answer): nothing
+    in the panel may repaint or reorder what is read, and the Markdown still renders."""
+    html = render_markdown(answer)
+    assert shown in html
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", html)
+
+
+def test_joined_emoji_and_right_to_left_words_in_the_answer_stay_as_written() -> None:
+    answer = "family \U0001f468\u200d\U0001f469\u200d\U0001f467 and \u05e9\u05dc\u05d5\u05dd\u200f."
+    assert render_markdown(answer) == f"<p>{answer}</p>\n"
+
+
 # -- the waiting line ----------------------------------------------------------------------
 
 
@@ -408,6 +434,21 @@ async def test_an_answer_cut_at_the_output_limit_is_marked_truncated(tmp_path: P
     assert not reloaded_whole.truncated
     assert "truncated" not in whole.outcome_html
     assert TRUNCATED not in whole.text()
+
+
+async def test_the_text_says_truncated_once_on_its_own_line_under_the_outcome(
+    tmp_path: Path,
+) -> None:
+    nb = await answering(tmp_path, Reply("The answer stops mid", finish_reason="length"))
+    try:
+        view = nb.chat("Tell me everything.")
+        await view
+    finally:
+        await nb.aclose()
+    lines = view.text().splitlines()
+    assert lines[-3:-1] == ["completed", TRUNCATED]
+    assert view.text().count("the answer hit the output limit") == 1
+    assert view.outcome_html.count("<b>truncated</b>") == 1  # the badge, once
 
 
 async def test_a_result_stored_before_truncated_existed_loads_as_not_truncated() -> None:

@@ -134,6 +134,69 @@ async def test_approve_for_session_skips_the_next_prompt(notebook: hn.NotebookHo
     assert stamped == ["one", "one"]
 
 
+async def test_awaiting_a_turn_behind_one_waiting_for_a_click_refuses_naming_that_click(
+    notebook: hn.NotebookHost,
+) -> None:
+    """The second turn waits for the session the first holds until its click: awaiting the
+    second would block the kernel that has to deliver that click (ipykernel 6)."""
+    first = notebook.chat("stamp one")
+    row = await first.approval()
+    assert row is not None
+    second = notebook.chat("stamp two")
+    with pytest.raises(hn.ApprovalPending, match="in that turn's panel") as refused:
+        await asyncio.wait_for(second.wait(), 10)  # bounded: unfixed, it waits for the click
+    assert refused.value.holder_turn_id == first.turn_id
+    assert refused.value.approval_id == row.approval_id
+    assert f"desk.stamp ({row.approval_id})" in str(refused.value)
+    row.approve_once.click()
+    assert (await first).outcome == "completed"
+    own = await second.approval()
+    assert own is not None
+    own.approve_once.click()
+    assert (await second).outcome == "completed"
+    assert stamped == ["one", "one"]
+
+
+async def test_a_wait_under_way_is_refused_once_the_session_holder_asks(tmp_path: Path) -> None:
+    """``await view`` began before the turn holding the session asked for its click: it wakes
+    and refuses then, rather than sleeping through a click it stands in the way of."""
+    stamped.clear()
+    gate = asyncio.Event()
+
+    async def decide(request: ModelRequest) -> CallTools | Reply:
+        if request.messages[-1].role == "tool":
+            return Reply("stamped it")
+        await gate.wait()
+        return CallTools(("desk_stamp", {"label": "one"}))
+
+    model = ScriptedModel([decide], repeat_last=True)
+    nb = await hn.start(
+        notebook_config(tmp_path, ask=["desk.stamp"]),
+        capabilities=capabilities(model, tools=[stamp]),
+    )
+    try:
+        first = nb.chat("stamp one")
+        second = nb.chat("stamp two")
+        await until(lambda: "waiting for the session" in second.text())
+        waiting = asyncio.ensure_future(second.wait())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # nobody asks yet: the wait goes on
+        gate.set()
+        with pytest.raises(hn.ApprovalPending) as refused:
+            await asyncio.wait_for(waiting, 10)
+        assert refused.value.holder_turn_id == first.turn_id
+        row = first.pending_row
+        assert row is not None
+        row.approve_once.click()
+        own = await second.approval()
+        assert own is not None
+        own.approve_once.click()
+        assert [(await first).outcome, (await second).outcome] == ["completed", "completed"]
+    finally:
+        gate.set()
+        await nb.aclose()
+
+
 async def test_an_unanswered_click_becomes_a_durable_approval_answered_later(
     tmp_path: Path,
 ) -> None:

@@ -141,6 +141,66 @@ async def test_a_click_sent_over_the_wire_resumes_the_turn(
     assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1
 
 
+# A second turn of the same conversation waits for the session the first holds until its click.
+BEHIND_TOML = HOSTKIT_TOML.replace(
+    '{ reply = "wrote approved.md" },', '{ reply = "wrote approved.md" },\n  { reply = "two" },'
+)
+AWAIT_THE_TURN_BEHIND = """\
+second = nb.chat("say two")
+try:
+    await second
+except hn.ApprovalPending as refused:
+    print("refused", refused.holder_turn_id == view.turn_id)"""
+FINISH_BOTH = "r1 = await view\nr2 = await second\nprint(r1.outcome, r2.outcome, r2.text)"
+
+
+def approvals_recorded(database: Path) -> list[tuple[str, str | None]]:
+    with sqlite3.connect(database) as db:
+        return list(db.execute("SELECT status, void_reason FROM approvals"))
+
+
+@pytest.mark.parametrize("clicked", ["after", "during"])
+async def test_awaiting_a_turn_behind_one_waiting_for_a_click_lets_the_click_through(
+    kernel: KernelChoice, tmp_path: Path, clicked: str
+) -> None:
+    """``await second`` while the turn holding its session waits for a click refuses at once
+    instead of blocking (ipykernel 6 could not deliver the click during the await: the
+    approval timed out and the second turn voided it); the click then answers it.
+
+    A click sent *during* the awaiting cell may be handled before the await looks, on a
+    kernel that delivers clicks during a busy cell (ipykernel 7): the await then simply
+    waits. A click sent *after* it can only come once the cell has refused.
+    """
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(BEHIND_TOML)
+    async with running_kernel(kernel, cwd=tmp_path) as frontend:
+        button = await start_turn_and_find_the_button(frontend)
+        behind = frontend.execute(AWAIT_THE_TURN_BEHIND)
+        await frontend.until(
+            lambda: frontend.started(behind), timeout_s=CELL_TIMEOUT_S, what="the awaiting cell"
+        )
+        if clicked == "during":
+            frontend.click(button)  # as a person does, seeing the cell hang on the row above
+        await frontend.finished(behind, timeout_s=CELL_TIMEOUT_S)  # unfixed: blocks 300 s
+        if clicked == "after":
+            frontend.click(button)
+        refused = frontend.stdout(behind)
+        finish = frontend.execute(FINISH_BOTH)
+        await frontend.finished(finish, timeout_s=CELL_TIMEOUT_S)
+        ended = frontend.stdout(finish)
+
+    if clicked == "after":
+        assert refused == "refused True\n"
+    else:
+        print(f"\n{kernel.id}, click during the awaiting cell: {refused.strip() or 'waited'}")
+        assert refused in ("refused True\n", "")
+    assert ended == "completed completed two\n"
+    assert (tmp_path / "workspace" / "approved.md").read_text() == CONTENT
+    assert await anyio.to_thread.run_sync(writes_recorded, tmp_path / "hostkit.db") == 1
+    assert await anyio.to_thread.run_sync(approvals_recorded, tmp_path / "hostkit.db") == [
+        ("executed", None)
+    ]
+
+
 async def test_clause_durable_when_asked_a_kernel_restart_leaves_the_approval_pending(
     kernel: KernelChoice, workspace: Path
 ) -> None:
