@@ -392,13 +392,22 @@ def _message(
 ) -> int:
     size = count(message.content) + overhead
     if calls and message.tool_call_id:
-        size += count(message.tool_call_id)
+        size += _id_tokens(message.tool_call_id)
     for call in message.tool_calls if calls else ():
         # OpenAI-compatible APIs send each call's id (up to 128 characters) with it.
-        size += count(call.call_id) + count(call.name) + count(json.dumps(thaw(call.arguments)))
+        size += (
+            _id_tokens(call.call_id) + count(call.name) + count(json.dumps(thaw(call.arguments)))
+        )
     for part in message.attachments:
         size += _attachment(count, part)
     return size
+
+
+def _id_tokens(call_id: str) -> int:
+    """A call id's tokens: one a UTF-8 byte, what a byte-level tokenizer spends at most.
+    Ids are random, so an estimate by their characters would differ from run to run (and
+    with it what a window keeps); by their length it does not."""
+    return len(call_id.encode("utf-8", "surrogatepass"))
 
 
 def _attachment(count: Callable[[str], int], part: AttachmentPart) -> int:
