@@ -115,9 +115,11 @@ class McpServerDeclaration:
     def secret_values(self) -> FrozenMap:
         """Every value of the declaration no result, error or log line may show, labelled
         ``mcp.<server>.<what>``: the env values, and the credentials its command line or
-        URL marks (``argv_credentials``, ``url_view``; a word a view hides only for its
-        shape, a long path, is no secret). No environment name has a dot, so a label
-        never clashes with a held secret's."""
+        URL marks (``argv_credentials``, ``url_view``: a URL's password, secret-named
+        query values, token-shaped path segments and query values such as
+        ``/s/<token>/mcp``; a word a view hides only for its length, a long path or
+        word, is no secret). No environment name has a dot, so a label never clashes
+        with a held secret's."""
         prefix = f"mcp.{self.name}"
         values = {f"{prefix}.{name}": value for name, value in self.env.items()}
         if self.transport == "stdio":

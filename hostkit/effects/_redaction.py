@@ -7,7 +7,12 @@ backslashes and may escape quotes; ``repr`` of bytes shows non-ASCII as
 line by line, with other line endings. So a secret is matched in every such
 spelling (``spellings``): the value, each of its lines, its flattened and
 re-joined forms, and the JSON- and repr-escaped forms of each of those (one
-and two levels deep). Lines shorter than ``MIN_SECRET_CHARS`` cannot be
+and two levels deep). JSON is also matched as HTML-safe encoders write it
+(Go's ``encoding/json``: ``&``, ``<``, ``>`` as ``\\u0026``, ``\\u003c``,
+``\\u003e``), and the whole value as a URL carries it (percent-encoded
+with and without ``/`` kept, form-encoded with ``+`` for a space, hex in
+either case): HTTP clients print the URL of a failed request that way.
+Lines shorter than ``MIN_SECRET_CHARS`` cannot be
 matched without mangling ordinary text, so a short line printed on its own
 is not caught: keep secrets free of short lines (a PEM body's last line is
 the usual case; the whole key is still caught).
@@ -36,6 +41,7 @@ import functools
 import json
 import re
 import types
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +82,14 @@ _MAX_DERIVED_TOTAL_CHARS = 16_384
 # An int wider than this is shown by its size: str() of a huge int is slow, and refused.
 _MAX_INT_BITS = 4_096
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
+_URL_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")  # what no percent-encoding changes
+# What HTML-safe JSON encoders (Go's encoding/json, json_encode with JSON_HEX_*) escape
+# besides what json.dumps does; U+2028/9 only matter where non-ASCII is kept.
+_HTML_SAFE = str.maketrans(
+    {"&": "\\u0026", "<": "\\u003c", ">": "\\u003e", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+_HTML_UNSAFE = re.compile("[&<>\u2028\u2029]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CUT = "…"
 _BYTES = (bytes, bytearray, memoryview)
@@ -125,13 +139,25 @@ def spellings(value: str) -> set[str]:
         units.update(sep.join(line.strip() for line in lines) for sep in ("\n", "\r\n", " ", ""))
         # bounded() turns each of \r and \n into a space.
         units.add(value.replace("\r", " ").replace("\n", " "))
+    first: set[str] = set()
     forms: set[str] = set()
     for unit in units:
-        first = _escaped(unit) | _bytes_escaped(unit)
-        forms.update(first)
-        for once in first:
-            forms.update(_escaped(once))
+        first.update(_escaped(unit), _bytes_escaped(unit))
+        forms.update(_html_safe(unit))
+    forms.update(first)
+    for once in first:  # each distinct form escaped once more (units share many)
+        forms.update(_escaped(once))
+    # A URL carries the value whole (a line break as %0A): its lines are not looked for
+    # encoded on their own. ASCII letters, digits and "%+/-._~": no escaping changes it.
+    forms.update(_percent_encoded(value))
     return {form for form in forms if len(form) >= MIN_SECRET_CHARS}
+
+
+@functools.lru_cache(maxsize=64)
+def _held_spellings(value: str) -> frozenset[str]:
+    """``spellings`` of a bound or held secret, cached: every result of a turn is redacted
+    with the same few (a derived value is tool-chosen, and not kept)."""
+    return frozenset(spellings(value))
 
 
 def _escaped(unit: str) -> set[str]:
@@ -146,6 +172,41 @@ def _escaped(unit: str) -> set[str]:
         ascii(unit + '"')[1:-2],
         ascii(unit + "'")[1:-2],
     }
+
+
+def _html_safe(unit: str) -> set[str]:
+    """``unit`` inside a JSON string as HTML-safe encoders write it (Go's encoding/json),
+    and that inside a JSON string again.
+
+    Not every escape of it (``_escaped``): a hostile derived value with ``&``
+    in each line would cost a third more spellings, for a doubly escaped
+    Go-style string that the 8-character pieces between its escapes mostly
+    catch anyway.
+    """
+    if not _HTML_UNSAFE.search(unit):
+        return set()  # the same as plain JSON
+    once = {
+        json.dumps(unit)[1:-1].translate(_HTML_SAFE),
+        json.dumps(unit, ensure_ascii=False)[1:-1].translate(_HTML_SAFE),
+    }
+    return once | {json.dumps(form, ensure_ascii=False)[1:-1] for form in once}
+
+
+def _percent_encoded(unit: str) -> set[str]:
+    """``unit`` in a URL path or query as HTTP clients print it: ``quote`` with and
+    without ``/`` kept, ``quote_plus`` (form encoding, ``urlencode``), hex in either case.
+
+    Bytes a lone surrogate stands for are encoded as the bytes they were.
+    """
+    if _URL_SAFE.fullmatch(unit):
+        return set()  # nothing to encode: the same as the value
+    options = {"encoding": "utf-8", "errors": "surrogateescape"}
+    upper = {
+        urllib.parse.quote(unit, safe="", **options),
+        urllib.parse.quote(unit, safe="/", **options),
+        urllib.parse.quote_plus(unit, safe="", **options),
+    }
+    return upper | {_PERCENT_HEX.sub(lambda hit: hit.group().lower(), form) for form in upper}
 
 
 def _bytes_escaped(unit: str) -> set[str]:
@@ -203,7 +264,7 @@ class Redactor:
                 labels.setdefault(form, REDACTED)
         for name, value in bound.items():
             if value:
-                for form in spellings(value):
+                for form in _held_spellings(value):
                     labels[form] = f"[redacted:{name}]"
         return cls(_index(tuple(sorted(labels.items()))))
 

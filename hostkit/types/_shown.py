@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from hostkit.errors import redact_credentials
 from hostkit.types._redact import REDACTED, is_secret_field
@@ -129,7 +129,7 @@ def argv_hidden_words(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
 
 def argv_credentials(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
     """The words ``argv`` marks as credentials: after a credential flag or header name,
-    an assignment's value, a URL's password and secret-named query values.
+    an assignment's value, and a URL's credentials (``url_view``).
 
     A subset of ``argv_hidden_words``: a word hidden only for its shape (a long
     token-like word, often a path) is kept from views but is no known secret,
@@ -139,32 +139,57 @@ def argv_credentials(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
 
 
 # A URL path segment shaped like a token (webhook- and Zapier-style ".../s/<token>/mcp"):
-# 16 or more characters, or 8 or more mixing letters and digits.
+# 16 or more characters, or 8 or more mixing letters and digits. Hidden from views.
 _PATH_TOKEN = re.compile(r"^(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{8,}$|^[^/]{16,}$")
+# A URL part that is also masked in results: 8 or more characters without a space, a
+# letter next to a digit somewhere (a token, a key, an id: "7f3a9c2e", "Zk93hQpL"). A
+# word, a slug or a name of parts ("?lang=english", "/modelcontextprotocol/",
+# "us-east-1", "claude-3-5-sonnet-20241022") is only kept from views: masked in every
+# result, with every 8-character piece of it, it would hide a server's ordinary output.
+_TOKEN_CHARS = 8
+_LETTER_BY_DIGIT = re.compile(r"[A-Za-z][0-9]|[0-9][A-Za-z]")
+_BLANK = re.compile(r"\s")
+
+
+def _token_shaped(value: str) -> bool:
+    """Whether a (percent-decoded) URL part looks like a token (see ``_LETTER_BY_DIGIT``)."""
+    return (
+        len(value) >= _TOKEN_CHARS
+        and _BLANK.search(value) is None
+        and _LETTER_BY_DIGIT.search(value) is not None
+    )
 
 
 def url_view(url: str) -> tuple[str, set[str]]:
     """``url`` as a view may show it, and the credentials it carries.
 
     The view has no userinfo or fragment, its query masked and path segments
-    shaped like tokens masked. The credentials are its password and the
-    values of secret-named query parameters (``api_key=``, ``token=``), raw
-    and decoded: a guess from a segment's shape only keeps it from views.
+    shaped like tokens masked. The credentials, each raw and percent-decoded,
+    are its password, a token-shaped user name (``https://<token>@host``), the
+    values of secret-named query parameters (``api_key=``, ``token=``), and
+    every path segment and query value shaped like a token (``_token_shaped``,
+    judged decoded): ``/s/<token>/mcp``, ``?code=<key>``. A part hidden only
+    for its length (a long word) is no credential.
     """
     try:
         parts = urlsplit(url)
-        password = parts.password
+        user, password = parts.username, parts.password
     except ValueError:  # a bracketed host that is no address ("[redacted]" put there)
         return REDACTED, set()
-    credentials = {password} if password else set()
+    credentials = {password, unquote(password)} if password else set()
+    if user and _token_shaped(unquote(user)):
+        credentials.update((user, unquote(user)))
     for pair in parts.query.split("&"):
         name, _, raw = pair.partition("=")
-        if raw and is_secret_field(name):
-            credentials.add(raw)
-    credentials.update(value for name, value in parse_qsl(parts.query) if is_secret_field(name))
+        named = is_secret_field(name) or is_secret_field(unquote_plus(name))
+        # The shape is judged with "+" kept: a base64 token's "+" is no space between words.
+        if raw and (named or _token_shaped(unquote(raw))):
+            credentials.update((raw, unquote_plus(raw)))
     segments = parts.path.split("/")
     for index, segment in enumerate(segments):
         if _PATH_TOKEN.match(segment):
+            if _token_shaped(unquote(segment)):
+                credentials.update((segment, unquote(segment)))
             segments[index] = REDACTED
     host = parts.netloc.rpartition("@")[2]
     query = REDACTED if parts.query else ""
@@ -245,8 +270,8 @@ def _argv(argv: Iterable[str], secrets: tuple[str, ...]) -> tuple[list[str], set
             elif _SECRET_FLAG.match(word):
                 hiding = _FLAG
             elif "://" in word:
-                for found in _URL.finditer(word):
-                    marked.update(url_view(found.group(0))[1])
+                for found in _URL.finditer(word):  # a closing quote is no part of it
+                    marked.update(url_view(found.group(0).rstrip(_QUOTES))[1])
                 words[index] = _URL.sub(lambda m: origin(m.group(0)), word)
             elif _SECRET_SHAPE.search(word):
                 hidden.add(word)

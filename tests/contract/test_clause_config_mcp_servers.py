@@ -205,8 +205,56 @@ def test_a_token_in_a_servers_url_path_is_hidden_and_plain_words_are_kept() -> N
         name="z", transport="http", url="https://u:pw-1234@h.example/api/s/tok9f8e7d6c/mcp?x=1"
     )
     assert server.view()["url"] == "https://h.example/api/s/[redacted]/mcp?[redacted]"
-    # A segment's shape keeps it from views; only what the URL marks is masked in results.
-    assert set(server.secret_values().values()) == {"pw-1234"}
+    # The token-shaped segment is masked in results too; "api", "mcp" and "1" are not.
+    assert set(server.secret_values().values()) == {"pw-1234", "tok9f8e7d6c"}
+
+
+@pytest.mark.parametrize(
+    ("url", "secrets"),
+    [
+        ("https://mcp.example.com/s/Zk93hQpL2xVb7TqW/mcp", {"Zk93hQpL2xVb7TqW"}),
+        ("https://fn.example.net/runtime/webhooks/mcp?code=AbCdEf123456XyzQ", {"AbCdEf123456XyzQ"}),
+        ("https://maps.example.com/mcp?key=AIzaSyD-9tSrke72PouQMnMX", {"AIzaSyD-9tSrke72PouQMnMX"}),
+        # Raw and percent-decoded: a client may print the URL either way.
+        ("https://h.example/s/Zk93%2BhQpL2x%2FVb7/mcp", {"Zk93%2BhQpL2x%2FVb7", "Zk93+hQpL2x/Vb7"}),
+        ("https://h.example/mcp?sig=Zk93%2BhQpL2x+Vb7", {"Zk93%2BhQpL2x+Vb7", "Zk93+hQpL2x Vb7"}),
+        ("https://ghp0Zk93hQpL2xVb7@h.example/mcp", {"ghp0Zk93hQpL2xVb7"}),
+        ("https://u:p%40ss-w0rd@h.example/mcp", {"p%40ss-w0rd", "p@ss-w0rd"}),
+    ],
+)
+def test_token_shaped_url_parts_are_masked_in_results_raw_and_decoded(
+    url: str, secrets: set[str]
+) -> None:
+    """What a server's view hides of its URL for its shape (a path token, a query value
+    mixing letters and digits, whatever its parameter's name) is a secret of its calls."""
+    server = McpServerDeclaration(name="remote", transport="http", url=url)
+    assert set(server.secret_values().values()) == secrets
+    assert all(label.startswith("mcp.remote.url.") for label in server.secret_values())
+    shown = repr(server.view())
+    assert not any(secret in shown for secret in secrets)
+
+
+URL = "https://h.example/s/Zk93hQpL2xVb7TqW/mcp?code=AbCdEf123456XyzQ&lang=english"
+
+
+@pytest.mark.parametrize(
+    ("command", "secrets"),
+    [
+        (("npx", "mcp-remote", URL), {"Zk93hQpL2xVb7TqW", "AbCdEf123456XyzQ"}),
+        (("sh", "-c", f"exec mcp-remote '{URL}'"), {"Zk93hQpL2xVb7TqW", "AbCdEf123456XyzQ"}),
+        # The closing quote is no part of the token the URL ends with.
+        (
+            ("sh", "-c", "exec mcp-remote 'https://h.example/mcp?code=AbCdEf123456XyzQ'"),
+            {"AbCdEf123456XyzQ"},
+        ),
+    ],
+)
+def test_token_shaped_url_parts_on_a_command_line_are_masked_in_results(
+    command: tuple[str, ...], secrets: set[str]
+) -> None:
+    server = McpServerDeclaration(name="s", transport="stdio", command=command)
+    assert set(server.secret_values().values()) == secrets
+    assert not any(secret in repr(server.view()) for secret in secrets)
 
 
 @pytest.mark.parametrize(
@@ -216,6 +264,11 @@ def test_a_token_in_a_servers_url_path_is_hidden_and_plain_words_are_kept() -> N
         (("env", "OPENAI_API_KEY=", "node", "server.js"), None),
         (("srv", "--password", "basic", "--port", "8080"), None),
         ((), "https://gitmcp.io/modelcontextprotocol/python-sdk?format=json"),
+        # Words, short values and numbers under names that say nothing stay in results.
+        ((), "https://h.example/mcp/v1?lang=english&page=2&region=us-east-1&v=ab12cd"),
+        ((), "https://h.example/customer-portal-backend/mcp?date=2025-03-26"),
+        ((), "https://h.example/mcp?model=claude-3-5-sonnet-20241022&q=hello%20world2x"),
+        (("npx", "mcp-remote", "https://h.example/modelcontextprotocol/mcp?lang=english"), None),
     ],
 )
 def test_what_a_view_hides_only_for_its_shape_is_not_masked_in_results(

@@ -570,6 +570,23 @@ async def test_clause_a_servers_tools_take_at_most_its_share_of_the_model_window
             ),
             "mcp.db.argv.1",
         ),
+        # A token in the URL's path, or under a name that says nothing (Azure's ?code=).
+        (
+            declared("db", transport="http", command=(), url="https://h/s/argv-key-7f3a9c2e51/mcp"),
+            "mcp.db.url.1",
+        ),
+        (
+            declared(
+                "db", transport="http", command=(), url="https://h/mcp?code=argv-key-7f3a9c2e51"
+            ),
+            "mcp.db.url.1",
+        ),
+        (
+            declared(
+                "db", command=("sh", "-c", "exec mcp-remote 'https://h/s/argv-key-7f3a9c2e51/mcp'")
+            ),
+            "mcp.db.argv.1",
+        ),
     ],
 )
 async def test_clause_credentials_on_a_servers_command_line_or_url_never_reach_a_view(

@@ -5,11 +5,13 @@ leaks a secret in one shape (a dict with quotes, backslashes, line breaks and
 non-ASCII; a ToolOutcome; an exception long enough that ``bounded()`` would
 cut it; a ``repr``; a PEM key with CRLF line endings, printed whole and line
 by line; a ``SystemExit``; a HostkitError, whose own message is bounded; a
-secret-named argument; a secret-named output field). Afterwards every
-provider request, observed event, approval request, operator view, every
-row of every SQLite table (opened read-only once the Host closed) and every
-byte of every file under the Host's directory is searched for the secret in
-raw and in its JSON- and repr-escaped forms (once and twice escaped).
+secret-named argument; a secret-named output field; a URL with the value
+percent-encoded, as HTTP clients print a failed request; JSON as Go writes
+it). Afterwards every provider request, observed event, approval request,
+operator view, every row of every SQLite table (opened read-only once the
+Host closed) and every byte of every file under the Host's directory is
+searched for the secret in raw and in its JSON- and repr-escaped forms (once
+and twice escaped), percent-encoded and HTML-safe JSON-escaped.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import collections
 import dataclasses
 import functools
 import json
+import re
 import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus, urlencode
 
 import anyio
 import pytest
@@ -62,6 +66,9 @@ PEM = "\n".join(
 ARGUMENT_SECRET = "arg-secret-'\"-7c1f9e"
 OUTPUT_SECRET = "out-secret-\\-91d2a4"
 NON_ASCII = "pässwörd-geheim-ΩΩΩ-12345"
+# What URL and HTML-safe JSON encoders change, never 8 characters apart: no raw run of
+# either encoding is a fragment the redactor knew before.
+URL_SECRET = "q7R+k2&Zp/9L<m w3>T8=Yb&Hc4/sE>ä"
 Creds = collections.namedtuple("Creds", "user token")
 
 
@@ -111,6 +118,12 @@ async def _raise(exc: BaseException) -> Any:
 def _emitted(ctx: ToolContext, data: dict[Any, Any]) -> dict[str, bool]:
     ctx.emit("progress", data)
     return {"emitted": True}
+
+
+def _go_json(value: Any) -> str:
+    """``value`` as Go's encoding/json writes it: & < > as \\u0026 \\u003c \\u003e."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _pem_lines(value: str) -> dict[str, Any]:
@@ -179,6 +192,27 @@ CASES = {
         },
     ),
     "bytes_top_level": Case(NON_ASCII, lambda ctx, a: _bound(ctx).encode()),
+    # As requests, httpx and urllib print a failed call, and as Go's encoding/json writes
+    # (under names that say nothing: a secret-named "token=" is masked for its name).
+    "url_encoded_http_error": Case(
+        URL_SECRET,
+        lambda ctx, a: _raise(
+            RuntimeError(
+                "401 Client Error: Unauthorized for url: https://api.example.com/v1/items?"
+                + urlencode({"sig": _bound(ctx)})
+            )
+        ),
+    ),
+    "url_encoded_output": Case(
+        URL_SECRET,
+        lambda ctx, a: {
+            "stdout": f"GET /login?pw={quote(_bound(ctx), safe='')} 401\n",
+            "path": f"/s/{quote(_bound(ctx))}/mcp",
+        },
+    ),
+    "go_json_output": Case(
+        URL_SECRET, lambda ctx, a: {"stdout": _go_json({"dsn": _bound(ctx)}) + "\n"}
+    ),
     "bytes_in_exception": Case(NON_ASCII, lambda ctx, a: _raise(KeyError(_bound(ctx).encode()))),
     # Secret-named fields in every shape a tool may return them in.
     "namedtuple_field": Case(
@@ -244,10 +278,18 @@ def _escapes(unit: str) -> set[str]:
     }
 
 
+def _encoded(secret: str) -> set[str]:
+    """The secret percent-encoded (either case of hex) and in HTML-safe JSON."""
+    urls = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    urls |= {re.sub("%[0-9A-F]{2}", lambda hit: hit.group().lower(), url) for url in urls}
+    return urls | {_go_json(secret)[1:-1]}
+
+
 def forms(secret: str) -> set[str]:
-    """The secret raw and escaped once or twice (JSON, repr), and each long-enough line."""
+    """The secret raw and escaped once or twice (JSON, repr), and each long-enough line;
+    and the secret percent-encoded or HTML-safe JSON-escaped, as is and escaped once."""
     units = {secret} | {line for line in secret.splitlines() if len(line) >= MIN_SECRET_CHARS}
-    once = {form for unit in units for form in _escapes(unit)}
+    once = {form for unit in units for form in _escapes(unit)} | _encoded(secret)
     return {form for one in once for form in _escapes(one)}
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import re
 import types
+from urllib.parse import quote, quote_plus, urlencode
 
 import pytest
 from hypothesis import given, settings
@@ -18,11 +20,13 @@ from pydantic import BaseModel
 
 from hostkit.effects import MIN_SECRET_CHARS, redact_secrets
 from hostkit.effects._redaction import (
+    MAX_DERIVED_SECRET_CHARS,
     MAX_DERIVED_SECRETS,
     RedactionLimit,
     Redactor,
     derived_secrets,
     safe_text,
+    spellings,
 )
 from hostkit.effects._views import render_output, result
 from hostkit.errors import bounded
@@ -315,3 +319,75 @@ def test_a_window_masks_exactly_its_part_of_a_secret_found_in_its_context(
     assert redactor.window(text, start, end) == expected
     assert redactor.reach >= len(secret)
     assert Redactor.of({}).window(text, start, end) == text[start:end]
+
+
+# --- as a URL and HTML-safe JSON carry it: HTTP clients' error lines, Go's encoding/json ---
+
+# "+", "/", "=", "&", "<", ">", a space and non-ASCII: URL encoders change it, and Go's
+# JSON changes every third or so, so no run either leaves raw is 8 characters long (a
+# fragment the redactor would know without the encoded spellings).
+URL_SECRET = "q7R+k2&Zp/9L<m w3>T8=Yb&Hc4/sE>ä"
+
+
+def lower_hex(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda hit: hit.group().lower(), text)
+
+
+def go_json(value: str) -> str:
+    """``value`` as Go's encoding/json writes it: & < > escaped, non-ASCII kept."""
+    escaped = json.dumps(value, ensure_ascii=False)
+    return escaped.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+URL_SHAPES = {
+    "quote": quote(URL_SECRET, safe=""),
+    "quote_path": quote(URL_SECRET),
+    "quote_plus": quote_plus(URL_SECRET),
+    "urlencode": urlencode({"token": URL_SECRET}).partition("=")[2],
+    "quote_lower_hex": lower_hex(quote(URL_SECRET, safe="")),
+    "quote_plus_lower_hex": lower_hex(quote_plus(URL_SECRET)),
+    "go_json": go_json(URL_SECRET)[1:-1],
+    "go_json_ascii": json.dumps(URL_SECRET)
+    .replace("&", "\\u0026")
+    .replace("<", "\\u003c")
+    .replace(">", "\\u003e")[1:-1],
+    "go_json_in_json": json.dumps(go_json(URL_SECRET)[1:-1])[1:-1],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(URL_SHAPES))
+def test_a_secret_is_caught_url_encoded_and_html_safe_escaped(shape: str) -> None:
+    """requests, httpx and urllib print a failed call's URL with its query
+    percent-encoded; Go writes & < > as \\u0026 \\u003c \\u003e. Each such spelling is
+    masked whole, and so is every piece of 8 characters of it."""
+    shown = URL_SHAPES[shape]
+    assert shown != URL_SECRET
+    line = f"401 Client Error: Unauthorized for url: https://api.example.com/v1?token={shown}&x=1"
+    redactor = Redactor.of({"HK_S": URL_SECRET})
+    text = redactor.text(line)
+    assert text == (
+        "401 Client Error: Unauthorized for url: https://api.example.com/v1?token="
+        "[redacted:HK_S]&x=1"
+    )
+    # Half of it on its own (the other half on another stream) is masked too.
+    assert redactor.text(f"> {shown[:16]}\n") == "> [redacted:HK_S]\n"
+    assert leftovers(redactor.text(f"> {shown[-16:]}\n"), shown, 8) == []
+
+
+def test_a_value_no_url_or_html_encoding_changes_adds_no_spelling() -> None:
+    """The cost stays where it was for a plain token: one spelling, nothing to index twice."""
+    assert spellings("sk-proj-4fT9xQ2mZ8vL1nB7cR3k_v.~") == {"sk-proj-4fT9xQ2mZ8vL1nB7cR3k_v.~"}
+
+
+def test_the_spellings_of_a_value_at_the_derived_cap_stay_bounded() -> None:
+    """A hostile tool names a field "token" and fills it with every character an encoder
+    changes, on short lines; every 8-gram of every spelling is indexed on the event loop.
+    Its spellings were 584 times its length before URL and HTML-safe forms (4.8 MB for
+    8 KB); they are 686 times now. Escaping the HTML-safe forms every way again, or
+    URL-encoding each line, would pass 700."""
+    alphabet = "aZ9&<>\"'\\/+= é\t" * 8
+    lines = [alphabet[i % 15 : i % 15 + 63] for i in range(MAX_DERIVED_SECRET_CHARS // 64)]
+    value = "\n".join(lines)
+    assert len(value) < MAX_DERIVED_SECRET_CHARS
+    total = sum(len(form) for form in spellings(value))
+    assert total <= 700 * len(value), total / len(value)
