@@ -10,7 +10,6 @@ masked.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,44 +17,27 @@ import pytest
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.effects import MIN_SECRET_CHARS
-from hostkit.host import Host, parse_config
+from hostkit.host import Host
 from hostkit.testing import capabilities
+from tests.contract.test_clause_mcp_servers import host_config
 from tests.hosts import request
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-SERVER = Path(__file__).parent.parent / "mcp_servers" / "bad_server.py"
 
 
 @pytest.mark.parametrize("value", ["Qz7#k", "Qz7#kW"], ids=["5 chars", "6 chars"])
 async def test_a_declared_value_is_masked_alike_in_results_and_the_stderr_tail(
     tmp_path: Path, value: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    shutil.copy(SERVER, workspace / "bad_server.py")
     env = {"MCP_TOKEN": value}
-    config = parse_config(
+    config = host_config(
+        tmp_path,
         {
-            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(workspace)},
-            "providers": {"test": {"kind": "scripted"}},
-            "agents": {
-                "assistant": {
-                    "provider": "test",
-                    "memory": False,
-                    "policy": {"allow": ["*", "mcp.connect:*"]},
-                    "mcp": {
-                        "up": {"command": [sys.executable, "bad_server.py"], "env": env},
-                        # Writes a line naming MCP_TOKEN's value to stderr and exits 3.
-                        "gone": {
-                            "command": [sys.executable, "bad_server.py", "exit_at_start"],
-                            "env": env,
-                        },
-                    },
-                }
-            },
+            "up": {"command": [sys.executable, "bad_server.py"], "env": env},
+            # Writes a line naming MCP_TOKEN's value to stderr and exits 3.
+            "gone": {"command": [sys.executable, "bad_server.py", "exit_at_start"], "env": env},
         },
-        base_dir=tmp_path,
+        {"allow": ["*", "mcp.connect:*"]},
     )
     model = ScriptedModel([CallTools(("mcp_up_echo_env", {"names": ["MCP_TOKEN"]})), Reply("ok")])
     async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
