@@ -821,10 +821,12 @@ class TurnExecution:
     ) -> tuple[ContextReady, ModelResponse] | str:
         """Prepare the step's context and call the provider; the overflow's error instead.
 
-        A provider that refuses the request as too long generated nothing: the
-        estimate that let it through was low, so the ContextManager raises the
-        session's calibration and the step is prepared once more, smaller. A
-        second refusal fails the turn, as any provider failure does.
+        A provider that refuses the request as too long before any text arrived
+        generated nothing: the estimate that let it through was low, so the
+        ContextManager raises the session's calibration and the step is
+        prepared once more, smaller (``_call_provider`` turns a refusal after
+        text into a plain ``ProviderError``). A second refusal fails the turn,
+        as any provider failure does.
         """
         for attempt in range(2):
             prepared = await self._context.prepare(request)
@@ -865,17 +867,28 @@ class TurnExecution:
         # With an output slot, the answer is what the slot returns (it may rewrite, redact
         # or refuse the model's text): the model's own words are never streamed.
         streams = core.slots is None or not core.slots.declared("output")
+        generated = False
         try:
             async with contextlib.aclosing(provider.stream(request)) as events:
                 async for event in events:
-                    if event.kind == "text" and event.text and streams:
-                        self._emit(context, "text.delta", {"text": event.text, "step": step})
+                    if event.kind == "text" and event.text:
+                        generated = True
+                        if streams:
+                            self._emit(context, "text.delta", {"text": event.text, "step": step})
                     elif event.kind == "done":
                         response = event.response
             if response is None:
                 raise ProviderError("the stream ended without a response", provider=provider.name)
         except HostkitError as exc:
             self._emit(context, "provider.failed", {"step": step, "error_type": _error_type(exc)})
+            if isinstance(exc, ContextOverflow) and generated:
+                # Text arrived before the refusal: no request that yielded any is sent again
+                # (the turn fails, as for any provider failure after the first chunk).
+                raise ProviderError(
+                    exc.message.removeprefix(f"{exc.provider}: "),
+                    provider=exc.provider,
+                    status=exc.status,
+                ) from exc
             raise
         self._emit(context, "provider.responded", _responded(step, response))
         return response

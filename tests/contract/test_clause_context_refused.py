@@ -12,6 +12,7 @@ refused again. Now the refusal raises the session's calibration at once
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from hostkit.errors import ContextOverflow
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import Reply, ScriptedModel, capabilities
-from hostkit.types import ModelRequest
+from hostkit.types import ModelRequest, StreamEvent
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -99,3 +100,24 @@ async def test_a_second_refusal_of_the_same_step_fails_the_turn(tmp_path: Path) 
     assert result.outcome == "failed"
     assert result.error == "provider failed: scripted: HTTP 400: prompt is too long"
     assert len(attempts) == 2
+
+
+class RefusesAfterText(ScriptedModel):
+    """Streams a word, then refuses the request as too long (a provider an embedder wrote)."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.requests.append(request)
+        yield StreamEvent(kind="text", text="PARTIAL ")
+        raise ContextOverflow("HTTP 400: too long", provider="scripted", status=400)
+
+
+async def test_a_refusal_after_streamed_text_is_not_sent_again(tmp_path: Path) -> None:
+    """Only a refusal before any text means nothing was generated: after text, the request
+    is never sent again (the live view would join a dropped answer to the next one)."""
+    model = RefusesAfterText([Reply("never")])
+    settings = config(tmp_path)
+    async with Host.open(settings, capabilities=capabilities(model, config=settings)) as host:
+        result = await host.turns.run(request("hello"))
+    assert result.outcome == "failed"
+    assert result.error == "provider failed: scripted: HTTP 400: too long"
+    assert len(model.requests) == 1
