@@ -109,6 +109,20 @@ class _Listener(logging.handlers.QueueListener):
         self.queue.put(self._sentinel)  # type: ignore[attr-defined]
 
 
+class _PlainLines(logging.Formatter):
+    """A record as one line of text (its traceback after it), bounded as a JSON line is."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s", LOG_TIME_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = bounded(record.message, _MESSAGE_CHARS)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return bounded(super().formatException(ei), _MESSAGE_CHARS)
+
+
 def _plain(value: object) -> object:
     if value is None or isinstance(value, bool | int | float):
         return value
@@ -135,9 +149,7 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
         # Text to a file or a pipe: one line per record. Rich would wrap each at the
         # console's width and pad it with spaces, so no grep finds a whole message.
         handler = logging.StreamHandler(console.file)
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", LOG_TIME_FORMAT)
-        )
+        handler.setFormatter(_PlainLines())
         handler.addFilter(_escaped)
     else:
         handler = RichHandler(

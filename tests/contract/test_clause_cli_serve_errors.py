@@ -233,6 +233,16 @@ def test_text_logs_off_a_terminal_are_one_line_per_record() -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].endswith(f"WARNING hostkit.host: {message}")
+    # Bounded as a JSON line is, a traceback included, and still one line.
+    out.truncate(0)
+    out.seek(0)
+    with serve_logging("text", Console(file=out, width=80, color_system=None)):
+        try:
+            raise ValueError("x" * 10_000)
+        except ValueError:
+            logging.getLogger("hostkit.host").exception("y" * 10_000)
+    (line,) = out.getvalue().splitlines()
+    assert len(line) < 4_200, len(line)
 
 
 def test_an_agent_not_named_as_module_attribute_is_refused_not_dropped(tmp_path: Path) -> None:
