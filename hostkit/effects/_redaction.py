@@ -153,13 +153,6 @@ def spellings(value: str) -> set[str]:
     return {form for form in forms if len(form) >= MIN_SECRET_CHARS}
 
 
-@functools.lru_cache(maxsize=64)
-def _held_spellings(value: str) -> frozenset[str]:
-    """``spellings`` of a bound or held secret, cached: every result of a turn is redacted
-    with the same few (a derived value is tool-chosen, and not kept)."""
-    return frozenset(spellings(value))
-
-
 def _escaped(unit: str) -> set[str]:
     """``unit`` as it appears inside a JSON string and inside either quoting of a repr."""
     return {
@@ -264,7 +257,7 @@ class Redactor:
                 labels.setdefault(form, REDACTED)
         for name, value in bound.items():
             if value:
-                for form in _held_spellings(value):
+                for form in spellings(value):
                     labels[form] = f"[redacted:{name}]"
         return cls(_index(tuple(sorted(labels.items()))))
 

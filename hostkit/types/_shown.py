@@ -141,22 +141,26 @@ def argv_credentials(argv: Iterable[str], secrets: Iterable[str]) -> set[str]:
 # A URL path segment shaped like a token (webhook- and Zapier-style ".../s/<token>/mcp"):
 # 16 or more characters, or 8 or more mixing letters and digits. Hidden from views.
 _PATH_TOKEN = re.compile(r"^(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{8,}$|^[^/]{16,}$")
-# A URL part that is also masked in results: 8 or more characters without a space, a
-# letter next to a digit somewhere (a token, a key, an id: "7f3a9c2e", "Zk93hQpL"). A
-# word, a slug or a name of parts ("?lang=english", "/modelcontextprotocol/",
-# "us-east-1", "claude-3-5-sonnet-20241022") is only kept from views: masked in every
+# A URL part that is also masked in results: 8 or more characters without a space where
+# letters and digits alternate at least three times (a token, a key, an id: "7f3a9c2e",
+# "Zk93hQpL"), or 16 or more with a letter next to a digit somewhere. A word, a slug or
+# a name of parts ("?lang=english", "/modelcontextprotocol/", "us-east1", "python3.11",
+# "project2024", "claude-3-5-sonnet-20241022") is only kept from views: masked in every
 # result, with every 8-character piece of it, it would hide a server's ordinary output.
 _TOKEN_CHARS = 8
-_LETTER_BY_DIGIT = re.compile(r"[A-Za-z][0-9]|[0-9][A-Za-z]")
+_LONG_TOKEN_CHARS = 16
+_TOKEN_ALTERNATIONS = 3
+_LETTER_BY_DIGIT = re.compile(r"(?=[A-Za-z][0-9]|[0-9][A-Za-z])")
 _BLANK = re.compile(r"\s")
 
 
 def _token_shaped(value: str) -> bool:
     """Whether a (percent-decoded) URL part looks like a token (see ``_LETTER_BY_DIGIT``)."""
-    return (
-        len(value) >= _TOKEN_CHARS
-        and _BLANK.search(value) is None
-        and _LETTER_BY_DIGIT.search(value) is not None
+    if len(value) < _TOKEN_CHARS or _BLANK.search(value) is not None:
+        return False
+    alternations = len(_LETTER_BY_DIGIT.findall(value))
+    return alternations >= _TOKEN_ALTERNATIONS or (
+        alternations > 0 and len(value) >= _LONG_TOKEN_CHARS
     )
 
 

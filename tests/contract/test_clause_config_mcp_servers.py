@@ -268,6 +268,8 @@ def test_token_shaped_url_parts_on_a_command_line_are_masked_in_results(
         ((), "https://h.example/mcp/v1?lang=english&page=2&region=us-east-1&v=ab12cd"),
         ((), "https://h.example/customer-portal-backend/mcp?date=2025-03-26"),
         ((), "https://h.example/mcp?model=claude-3-5-sonnet-20241022&q=hello%20world2x"),
+        # A letter next to a digit once or twice is a name, not a token.
+        ((), "https://h.example/docs/python3.11/project2024/mcp?region=us-east1&m=gpt4o-mini"),
         (("npx", "mcp-remote", "https://h.example/modelcontextprotocol/mcp?lang=english"), None),
     ],
 )

@@ -95,16 +95,23 @@ REFUSED = {
     "fchmodat2 4755": "EPERM",
     "openat O_CREAT 4755": "EPERM",
     "openat O_TMPFILE 2755": "EPERM",
-    "mkdirat 2755": "EPERM",
     "mknodat 4755": "EPERM",
     "openat2": "ENOSYS",
     "io_uring_setup": "ENOSYS",
 }
-ALLOWED = ("chmod 755", "chmod 644", "openat O_CREAT 644", "mkdirat 755", "mknodat 644")
+# A directory's mode is not filtered: none runs as a program, and in a set-group-ID
+# tree every new directory inherits the bit (cp -r asks for it again).
+ALLOWED = (
+    "chmod 755",
+    "chmod 644",
+    "openat O_CREAT 644",
+    "mkdirat 755",
+    "mkdirat 2755",
+    "mknodat 644",
+)
 X86_REFUSED = {
     "open 4755": "EPERM",
     "creat 4755": "EPERM",
-    "mkdir 2755": "EPERM",
     "chmod(90) 4755": "EPERM",
     "mknod 4755": "EPERM",
     "x32 getpid": "ENOSYS",
@@ -253,8 +260,9 @@ async def test_without_a_filter_for_the_machine_the_probe_says_so_and_runs_still
         assert probe.filter_launcher == ()
         assert "no system-call filter for riscv64" in probe.reason
         argv = await anyio.to_thread.run_sync(_argv, probe, tmp_path)
+        # No launcher before bwrap: the filter's launcher is what would load one.
         assert argv[0] == probe.bwrap
-        assert "--seccomp" not in argv
+        assert sys.executable not in argv
         async for plain in open_sandbox(tmp_path):
             outcome = await plain.run(SandboxPolicy(), PY3, "-c", "print('ran')")
             assert stdout(outcome) == "ran\n", outcome
@@ -273,3 +281,16 @@ async def test_where_the_filter_is_known_the_probe_loads_it(tmp_path: Path) -> N
     argv = await anyio.to_thread.run_sync(_argv, probe, tmp_path)
     assert argv[: len(probe.filter_launcher)] == list(probe.filter_launcher)
     assert argv[len(probe.filter_launcher)] == probe.bwrap
+
+
+async def test_directories_in_a_set_group_id_tree_are_made_and_copied(
+    filtered: Sandbox,
+) -> None:
+    """Every directory made in a set-group-ID tree inherits the bit, and cp -r asks for
+    it again: making directories is not filtered, or copying a tree there failed."""
+    await anyio.Path(filtered.workspace).chmod(0o2775)
+    script = "mkdir -p a/b && echo x > a/b/f && cp -r a c && echo done"
+    outcome = await filtered.run(SandboxPolicy(), "sh", "-c", script)
+    assert stdout(outcome) == "done\n", outcome
+    copied = await anyio.Path(filtered.workspace, "c", "b").stat()
+    assert copied.st_mode & 0o2000

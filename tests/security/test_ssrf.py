@@ -366,6 +366,11 @@ async def test_slow_resolver_is_bounded_by_the_resolve_timeout() -> None:
         ({"::/0"}, "http://[::a9fe:a9fe]/", False),
         ({"::/0"}, "http://[::7f00:1]/", False),
         ({"::/0"}, "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", False),
+        # An address embedding two IPv4 ones (6to4 with an ISATAP interface id, a Teredo
+        # server and client): an entry for one never opens the other.
+        ({"10.0.0.0/8"}, "http://[2002:a00:1::5efe:a9fe:a9fe]/", False),
+        ({"10.0.0.0/8"}, "http://[2002:a00:1::5efe:7f00:1]/", False),
+        ({"10.0.0.0/8"}, "http://[2001:0:a00:1::80ff:fffe]/", False),
         ({"intranet.test"}, "http://intranet.test/", True),
         ({"intranet.test"}, "http://other.test/", False),
     ],

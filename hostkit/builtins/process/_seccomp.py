@@ -8,11 +8,13 @@ file), so bwrap loads this filter (``--seccomp FD``) before it starts the
 command:
 
 - ``chmod``, ``fchmod``, ``fchmodat``, ``fchmodat2`` and the calls that create
-  with a mode (``open``, ``openat``, ``creat``, ``mkdir``, ``mkdirat``,
-  ``mknod``, ``mknodat``) fail with ``EPERM`` when the mode holds ``S_ISUID``
-  or ``S_ISGID``. The mode is checked whatever the flags: ``O_TMPFILE``
-  creates with it too, and without ``O_CREAT`` the kernel ignores the mode,
-  so refusing one that holds these bits costs a correct program nothing.
+  a file with a mode (``open``, ``openat``, ``creat``, ``mknod``, ``mknodat``)
+  fail with ``EPERM`` when the mode holds ``S_ISUID`` or ``S_ISGID``. Making a
+  directory is not filtered: no directory runs as a program, and in a
+  set-group-ID tree every new directory inherits the bit. The mode is
+  checked whatever the flags: ``O_TMPFILE`` creates with it too, and without
+  ``O_CREAT`` the kernel ignores the mode, so refusing one that holds these
+  bits costs a correct program nothing.
 - ``openat2`` keeps its mode in a struct a filter cannot read, and io_uring
   opens and creates files no filter sees: both fail with ``ENOSYS``, which
   programs read as an older kernel and fall back from.
@@ -73,13 +75,11 @@ _ARCHES = {
         audit=0xC000003E,  # AUDIT_ARCH_X86_64
         mode_argument={
             2: 2,  # open(path, flags, mode)
-            83: 1,  # mkdir(path, mode)
             85: 1,  # creat(path, mode)
             90: 1,  # chmod(path, mode)
             91: 1,  # fchmod(fd, mode)
             133: 1,  # mknod(path, mode, dev)
             257: 3,  # openat(dirfd, path, flags, mode)
-            258: 2,  # mkdirat(dirfd, path, mode)
             259: 2,  # mknodat(dirfd, path, mode, dev)
             268: 2,  # fchmodat(dirfd, path, mode)
             452: 2,  # fchmodat2(dirfd, path, mode, flags)
@@ -91,7 +91,6 @@ _ARCHES = {
         audit=0xC00000B7,  # AUDIT_ARCH_AARCH64
         mode_argument={
             33: 2,  # mknodat
-            34: 2,  # mkdirat
             52: 1,  # fchmod
             53: 2,  # fchmodat
             56: 3,  # openat

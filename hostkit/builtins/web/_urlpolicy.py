@@ -334,13 +334,13 @@ class UrlPolicy:
                 ) from exc
             if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
                 raise UrlDenied(f"{origin} resolved to a scoped address", reason="link-local")
-            category, subject = _category(address)
-            if category is not None and not self._allowed(subject, host, category):
-                raise UrlDenied(
-                    f"{origin} resolves to a {category} address; only public addresses "
-                    "are allowed unless allowlisted",
-                    reason=category,
-                )
+            for category, subject in _categories(address):
+                if not self._allowed(subject, host, category):
+                    raise UrlDenied(
+                        f"{origin} resolves to a {category} address; only public addresses "
+                        "are allowed unless allowlisted",
+                        reason=category,
+                    )
             if str(address) not in checked:
                 checked.append(str(address))
         return tuple(checked)
@@ -487,20 +487,30 @@ def _embedded(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     return inner
 
 
-def _category(address: IPAddress) -> tuple[str | None, IPAddress]:
-    """None for a public address, else why it is not (the first matching category); with
-    the address an allowlist entry must name (an embedded IPv4 address for its own
-    category: a broad NAT64 entry opens public IPv4 sites, never their loopback)."""
+def _categories(address: IPAddress) -> list[tuple[str, IPAddress]]:
+    """Each reason ``address`` is not public, with the address an allowlist entry must
+    name for it; empty for a public address. Its own category, and that of every IPv4
+    address it embeds, judged by that address (a broad NAT64 entry opens public IPv4
+    sites, never their loopback), all of which must be allowed; an embedded metadata
+    address is opened only by an entry naming the IPv6 address itself."""
     address = _unmapped(address)
     if address in _METADATA:
-        return "metadata", address
+        return [("metadata", address)]
+    found: list[tuple[str, IPAddress]] = []
     if isinstance(address, ipaddress.IPv6Address):
         for inner in _embedded(address):
-            category, _ = _category(inner)
-            if category == "metadata":
-                return category, address  # opened only by an entry naming the IPv6 address
-            if category is not None:
-                return category, inner
+            for category, subject in _categories(inner):
+                if category == "metadata":
+                    return [(category, address)]
+                found.append((category, subject))
+    own = _category(address)
+    if own is not None:
+        found.append((own, address))
+    return found
+
+
+def _category(address: IPAddress) -> str | None:
+    """The first category that makes ``address`` itself not public, or None."""
     flags = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -512,7 +522,7 @@ def _category(address: IPAddress) -> tuple[str | None, IPAddress]:
     )
     for category, flagged in flags:
         if flagged:
-            return category, address
+            return category
     if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST_V6:
-        return "reserved", address
-    return None, address
+        return "reserved"
+    return None
