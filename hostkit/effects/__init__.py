@@ -80,7 +80,7 @@ from hostkit.effects._runtime import (
     approval_view,
     secret_grant,
 )
-from hostkit.effects._schema import SchemaTool, schema_problem
+from hostkit.effects._schema import SchemaTool, schema_problem, schema_refusal
 from hostkit.effects._views import MAX_MODEL_VIEW_CHARS, MIN_SECRET_CHARS, redact_secrets
 
 __all__ = [
@@ -149,6 +149,7 @@ __all__ = [
     "provider_name",
     "redact_secrets",
     "schema_problem",
+    "schema_refusal",
     "secret_grant",
     "tool",
     "unified_diff",

@@ -133,11 +133,18 @@ class McpServerDeclaration:
 
 @dataclass(frozen=True, slots=True)
 class McpToolSpec:
-    """One tool a server listed: its MCP name, description and input schema."""
+    """One tool a server listed: its MCP name, description and input schema.
+
+    ``refusal`` says why the connection will not call it as listed (its output
+    schema failed the Host's checks, which the client applies to results): the
+    pool leaves such a tool out of the catalog and names it with this reason,
+    as it does one whose input schema fails them.
+    """
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    refusal: str | None = None
 
 
 class McpConnection(Protocol):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -31,7 +32,7 @@ from hostkit.effects._catalog import provider_name
 from hostkit.effects._mcp import McpConnection, McpServer, McpServerDeclaration, McpToolSpec
 from hostkit.effects._mcp_names import mcp_effect_name
 from hostkit.effects._redaction import Redactor
-from hostkit.effects._schema import SchemaTool, schema_problem
+from hostkit.effects._schema import SchemaTool, schema_problem, schema_refusal
 from hostkit.errors import InvalidValue, bounded, unbounded_message
 from hostkit.types import McpServerState, McpServerStatus, McpToolRow, is_count, is_seconds
 
@@ -43,6 +44,8 @@ __all__ = [
     "McpTool",
     "authority_of",
 ]
+
+_log = logging.getLogger(__name__)
 
 DISCOVERY_WINDOW = 4
 FAILURE_TTL_S = 30.0
@@ -135,7 +138,8 @@ class _Live:
     view: Mapping[str, Any]
     clock: Callable[[], float]
     tools: tuple[McpTool, ...] = ()
-    skipped: tuple[str, ...] = ()
+    # The tools it listed that are not offered, and why (the discovery's detail).
+    left_out: str = ""
     last_used: float = 0.0
     stale: bool = False
     in_flight: int = 0
@@ -275,12 +279,7 @@ class McpConnections:
             why = "its last call did not end normally or the server went away"
         else:
             live.last_used = self._clock()
-            return McpDiscovery(
-                server.name,
-                "connected",
-                live.tools,
-                _skipped_detail(live.skipped),
-            )
+            return McpDiscovery(server.name, "connected", live.tools, live.left_out)
         await self.evict(session_id, server.name, why)
         return None
 
@@ -425,8 +424,8 @@ class McpConnections:
             declaration.view(),
             self._clock,
         )
-        tools, skipped = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
-        live.tools, live.skipped, live.last_used = tools, skipped, self._clock()
+        tools, left_out = await anyio.to_thread.run_sync(_tools_of, server, connection, live, specs)
+        live.tools, live.left_out, live.last_used = tools, left_out, self._clock()
         await self.evict(session_id, server.name, "it was replaced", state="replaced")
         # Concurrent connects all passed the first check: the cap holds at the insert.
         if not await self._make_room():
@@ -435,10 +434,11 @@ class McpConnections:
             return McpDiscovery(server.name, "failing", detail=detail)
         self._live[(session_id, server.name)] = live
         self._failures.pop((agent, live.binding), None)
-        await self._record(
-            agent, server.name, "connected", _skipped_detail(skipped), tools, view=live.view
-        )
-        return McpDiscovery(server.name, "connected", tools, _skipped_detail(skipped))
+        if left_out:
+            # Once per connection (a reuse says it through the discovery, not the log).
+            _log.warning("MCP server %s: %s", server.name, left_out)
+        await self._record(agent, server.name, "connected", left_out, tools, view=live.view)
+        return McpDiscovery(server.name, "connected", tools, left_out)
 
     async def _make_room(self) -> bool:
         """Evict least recently used idle connections down to the limit; False if all busy."""
@@ -539,20 +539,25 @@ class McpConnections:
 
 def _tools_of(
     server: McpServer, connection: McpConnection, live: _Live, specs: Sequence[McpToolSpec]
-) -> tuple[tuple[McpTool, ...], tuple[str, ...]]:
-    """Blocking (worker thread: schemas are checked): the server's tools, in name order.
+) -> tuple[tuple[McpTool, ...], str]:
+    """Blocking (worker thread: schemas are checked): the server's tools, in name order, and
+    the detail naming those left out.
 
     A tool whose name makes no effect name, shares its effect name with another
     of the server's tools (``get-time`` and ``get_time``: neither is offered,
-    a call could not say which it meant) or whose schema cannot be checked
-    safely is left out and named in the diagnostic, not offered half-checked.
-    Declared env values are masked in descriptions and schemas; a tool whose
-    name holds one is left out (and not named).
+    a call could not say which it meant) or whose input or output schema
+    cannot be checked safely (``schema_problem``; the connection judged the
+    output schema, ``McpToolSpec.refusal``) is left out and named in the
+    diagnostic, a schema's reason with it, not offered half-checked (a tool
+    every call of which is refused would only cost the model steps).
+    Declared env values are masked in descriptions, schemas and reasons; a
+    tool whose name holds one is left out (and not named).
     """
     warning = server.connector.approval_warning
     redactor = Redactor.of(server.declaration.secret_values())
     named: dict[str, list[McpToolSpec]] = {}
     skipped: list[str] = []
+    reasons: list[str] = []
     for spec in sorted(specs, key=lambda s: s.name)[:MAX_TOOLS_PER_SERVER]:
         effect = mcp_effect_name(server.name, spec.name)
         if redactor.leaked(spec.name):
@@ -566,8 +571,14 @@ def _tools_of(
     tools: list[McpTool] = []
     for alike in named.values():
         spec = alike[0]
-        if len(alike) > 1 or schema_problem(spec.input_schema) is not None:
+        if len(alike) > 1:
             skipped.extend(bounded(each.name, 60) for each in alike)
+            continue
+        refusal = _refusal(spec)
+        if refusal is not None:
+            skipped.append(bounded(spec.name, 60))
+            reason = bounded(redactor.text(refusal, limit=_MAX_REASON), _MAX_REASON)
+            reasons.append(f"{bounded(spec.name, 60)}: {reason}")
             continue
         shown = dataclasses.replace(
             spec,
@@ -581,10 +592,22 @@ def _tools_of(
         )
     if len(specs) > MAX_TOOLS_PER_SERVER:
         skipped.append(f"{len(specs) - MAX_TOOLS_PER_SERVER} more")
-    return tuple(sorted(tools, key=lambda t: t.name)), tuple(skipped)
+    return tuple(sorted(tools, key=lambda t: t.name)), _left_out_detail(skipped, reasons)
+
+
+def _refusal(spec: McpToolSpec) -> str | None:
+    """Why ``spec``'s schemas keep it out of the catalog: its input schema's problem, or the
+    connection's verdict on its output schema."""
+    problem = schema_problem(spec.input_schema)
+    if problem is not None:
+        return schema_refusal(problem, "input")
+    return spec.refusal
 
 
 _SECRET_NAME = "a tool whose name holds a declared secret"
+# One left-out tool's reason in the detail: the names come first, so a long reason or
+# many of them never hide which tools are missing.
+_MAX_REASON = 120
 
 
 def binding_of(server: McpServer) -> str:
@@ -593,10 +616,11 @@ def binding_of(server: McpServer) -> str:
     return authority_of(server.declaration.digest(), server.connector.identity)
 
 
-def _skipped_detail(skipped: Sequence[str]) -> str:
+def _left_out_detail(skipped: Sequence[str], reasons: Sequence[str]) -> str:
     if not skipped:
         return ""
-    return bounded("tools left out (no usable name or schema): " + ", ".join(skipped), _MAX_DETAIL)
+    named = "tools left out (no usable name or schema): " + ", ".join(skipped)
+    return bounded("; ".join((named, *reasons)), _MAX_DETAIL)
 
 
 async def _close(connection: McpConnection | None) -> None:

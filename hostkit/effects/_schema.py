@@ -38,7 +38,13 @@ from hostkit.freeze import FrozenMap, thaw
 if TYPE_CHECKING:
     import jsonschema
 
-__all__ = ["MAX_SCHEMA_DEPTH", "MAX_SCHEMA_NODES", "SchemaTool", "schema_problem"]
+__all__ = [
+    "MAX_SCHEMA_DEPTH",
+    "MAX_SCHEMA_NODES",
+    "SchemaTool",
+    "schema_problem",
+    "schema_refusal",
+]
 
 # Validation visits each subschema of the expanded schema at most once per
 # argument value (jsonschema: a few microseconds each), so 10,000 keeps one
@@ -167,6 +173,12 @@ def schema_problem(schema: Any) -> str | None:
                 "use one without look-around or back-references"
             )
     return None
+
+
+def schema_refusal(problem: str, role: str) -> str:
+    """``schema_problem``'s reason said of an MCP tool's ``role`` ("input", "output") schema."""
+    reason = problem.replace("parameter schema", f"{role} schema")
+    return reason if reason.startswith(f"its {role} schema") else f"its {role} schema's {reason}"
 
 
 def _structure_problem(schema: Any) -> str | None:

@@ -69,13 +69,18 @@ class Connection:
     async def list_tools(self) -> Sequence[McpToolSpec]:
         if self.connector.hang_list:
             await anyio.sleep(3600)
-        return [
+        specs = [
             McpToolSpec(
                 name,
                 self.connector.descriptions.get(name, f"{name} of {self.declaration.name}"),
                 self.connector.schemas.get(name, SCHEMA),
             )
             for name in self.connector.tools
+        ]
+        refusals = self.connector.refusals
+        return [
+            replace(spec, refusal=refusals[spec.name]) if spec.name in refusals else spec
+            for spec in specs
         ]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
@@ -106,6 +111,8 @@ class RecordingConnector:
     close_delay_s: float = 0.0
     descriptions: dict[str, str] = field(default_factory=dict)
     schemas: dict[str, Any] = field(default_factory=dict)
+    # Tools the connection refuses to call (their output schema failed its checks), and why.
+    refusals: dict[str, str] = field(default_factory=dict)
     output: str | None = None
     connects: list[str] = field(default_factory=list)
     connections: list[Connection] = field(default_factory=list)
@@ -515,6 +522,50 @@ async def test_clause_a_declared_secret_in_a_schema_or_a_tool_name_never_reaches
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
     assert result.status == "succeeded"
     assert connector.calls == [("db", "get_time", {"zone": "UTC"})]
+
+
+async def test_clause_a_tool_with_a_refused_schema_is_left_out_with_its_reason(
+    authority: AuthorityResolver,
+) -> None:
+    """A tool the connection refuses to call (its output schema failed the Host's checks)
+    is left out as one whose input schema fails them is: never offered, named in the
+    server's diagnostic with its reason (declared secrets masked), its siblings offered."""
+    token = "tok-declared-9f8e7d6c5b4a"
+    lookaround = {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "pattern": "^(?=a)a$"}},
+    }
+    connector = RecordingConnector(
+        tools=("check", "get_time", "lookaround"),
+        schemas={"lookaround": lookaround},
+        refusals={"check": f"its output schema refers to 'https://x/{token}': only references"},
+    )
+    r = await rig(authority, [McpServer(declared("db", env={"DB_TOKEN": token}), connector)])
+    catalog, context = await r.turn()
+    assert [d.name for d in catalog.definitions] == ["mcp_db_get_time"]
+    (discovery,) = catalog.discoveries
+    assert discovery.state == "connected"
+    assert discovery.detail.startswith(
+        "tools left out (no usable name or schema): check, lookaround; "
+        "check: its output schema refers to 'https://x/[redacted:mcp.db.DB_TOKEN]'"
+    ), discovery.detail
+    assert "; lookaround: its input schema's pattern '^(?=a)a$' is not supported" in (
+        discovery.detail
+    )
+    assert len(discovery.detail) <= 300
+    assert r.statuses[-1].detail == discovery.detail
+    assert [row.name for row in r.statuses[-1].tools] == ["get_time"]
+    for text in (discovery.detail, repr(r.statuses)):
+        assert "9f8e7d6c" not in text
+    ref = catalog.resolve("mcp_db_get_time")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert result.status == "succeeded"
+    assert catalog.resolve("mcp_db_check") is None
+    # A reused connection says the same, without asking the server again.
+    again, _ = await r.turn()
+    assert [d.detail for d in again.discoveries] == [discovery.detail]
+    assert len(connector.connections) == 1
 
 
 async def test_clause_a_servers_tools_take_at_most_its_share_of_the_model_window(

@@ -11,6 +11,10 @@ so a test can tell a call the Host refused from one it sent. Tools:
 - ``chain``: an ``anyOf`` of two ``$ref`` to the next definition, twelve deep (4,096
   paths, no regex), and a result no path accepts;
 - ``lookahead``: a pattern with look-ahead, which the linear-time engine refuses;
+- ``deep``: an object schema nested 81 levels deep (the Host takes 64);
+- ``huge``: an object schema of over 64 KiB (a long description);
+- ``invalid``: an object schema whose property has ``"type": 5``;
+- ``remote``: a ``$ref`` to another document (nothing is ever retrieved);
 - ``listed`` (modern only: the SDK refuses it on older protocols): an array schema;
 - ``typed``: ``{"n": integer}`` required, echoing its argument ``n`` as the result;
 - ``bare``: the same schema, and a result with no ``structuredContent``;
@@ -39,6 +43,13 @@ def chain_schema() -> dict[str, Any]:
     return {"type": "object", "properties": {"v": {"$ref": "#/$defs/d0"}}, "$defs": defs}
 
 
+def deep_schema() -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        node = {"type": "object", "properties": {"d": node}}
+    return node
+
+
 def tool(name: str, output: dict[str, Any] | None) -> dict[str, Any]:
     listed: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
     if output is not None:
@@ -55,6 +66,13 @@ TOOLS = [
     tool(
         "lookahead",
         {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)a+$"}}},
+    ),
+    tool("deep", deep_schema()),
+    tool("huge", {"type": "object", "description": "x" * 70_000}),
+    tool("invalid", {"type": "object", "properties": {"s": {"type": 5}}}),
+    tool(
+        "remote",
+        {"type": "object", "properties": {"s": {"$ref": "https://example.com/s.json"}}},
     ),
     tool("typed", TYPED),
     tool("bare", TYPED),

@@ -13,8 +13,10 @@ the server reported an error (``isError`` or a JSON-RPC error), when the
 connection was already closed (nothing was sent), when a message passed
 the size bound, when the result does not fit the tool's output schema (the
 Host's check, ``_render``; the connection is kept) or the schema failed the
-Host's checks (nothing was sent); ``indeterminate`` when the connection ended while the call
-ran (the server may have acted). A cancelled call (the runtime's deadline)
+Host's checks (nothing is sent; ``list_tools`` marks such a tool refused, so
+the catalog never offers it and only a direct caller meets this);
+``indeterminate`` when the connection ended while the call ran (the server
+may have acted). A cancelled call (the runtime's deadline)
 propagates; the SDK sends the server a cancellation and the session stays
 usable, though the pool closes it after a timeout.
 """
@@ -22,6 +24,7 @@ usable, though the pool closes it after a timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -160,7 +163,12 @@ class ClientConnection:
         )
 
     async def list_tools(self) -> Sequence[McpToolSpec]:
-        """Every listed tool (at most ``MAX_TOOLS``, over at most 16 pages), bounded and checked."""
+        """Every listed tool (at most ``MAX_TOOLS``, over at most 16 pages), bounded and checked.
+
+        A tool whose output schema fails the Host's checks carries the reason
+        (``McpToolSpec.refusal``), so the catalog leaves it out instead of
+        offering a tool every call of which is refused.
+        """
         client = self._live()
         specs: list[McpToolSpec] = []
         outputs: dict[str, Any] = {}
@@ -186,7 +194,7 @@ class ClientConnection:
                     self._outputs = await anyio.to_thread.run_sync(
                         check_outputs, outputs, abandon_on_cancel=True
                     )
-                    return tuple(specs)
+                    return tuple(_with_refusal(spec, self._outputs) for spec in specs)
         except MCPError as exc:
             self._lost = self._lost or (
                 exc.code == CONNECTION_CLOSED and self._link.closed_by(exc.message)
@@ -295,6 +303,13 @@ class ClientConnection:
             self._scope.cancel()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
                 await self._done.wait()
+
+
+def _with_refusal(spec: McpToolSpec, outputs: Mapping[str, OutputSchema]) -> McpToolSpec:
+    output = outputs.get(spec.name)
+    if output is None or output.refusal is None:
+        return spec
+    return dataclasses.replace(spec, refusal=output.refusal)
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -12,7 +12,9 @@ the checks input schemas get (``hostkit.effects.schema_problem``: an object
 schema, same-document references, bounded expansion, patterns the
 linear-time engine compiles). A result is validated with the effects seam's
 bounded validator (``SchemaTool``, Rust regex) on a worker thread; a tool
-whose schema fails the checks is never called (``OutputSchema.refusal``).
+whose schema fails the checks is listed with the reason
+(``McpToolSpec.refusal``), left out of the catalog, and never called
+(``OutputSchema.refusal``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from hostkit.builtins.mcp._errors import (
     McpConnectFailed,
     McpProtocolError,
 )
-from hostkit.effects import McpToolSpec, SchemaTool, schema_problem
+from hostkit.effects import McpToolSpec, SchemaTool, schema_problem, schema_refusal
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import freeze
 
@@ -150,8 +152,10 @@ class OutputSchema:
 def check_outputs(schemas: Mapping[str, Any]) -> dict[str, OutputSchema]:
     """Each listed tool's output schema, checked (blocking: a worker thread).
 
-    A schema that fails is kept as a refusal, so the tool's calls are refused
-    before anything is sent instead of being validated with unbounded work.
+    A schema that fails is kept as a refusal: the tool's spec carries it (the
+    catalog leaves the tool out, naming the reason) and a direct call is
+    refused before anything is sent instead of being validated with unbounded
+    work.
     An output schema must be an object schema, as an input schema must: one
     that is not (protocol 2026-07-28 allows it) is refused too.
     """
@@ -167,10 +171,7 @@ def check_outputs(schemas: Mapping[str, Any]) -> dict[str, OutputSchema]:
             )
             checked[name] = OutputSchema(checker=checker)
         else:
-            refusal = problem.replace("parameter schema", "output schema")
-            if not refusal.startswith("its output schema"):
-                refusal = f"its output schema's {refusal}"
-            checked[name] = OutputSchema(refusal=refusal)
+            checked[name] = OutputSchema(refusal=schema_refusal(problem, "output"))
     return checked
 
 
