@@ -13,12 +13,16 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from hostkit._stdio import survive_readers_leaving
+
 __all__ = ["main"]
 
 INTERRUPTED_STATUS = 130
 
 
 def main() -> None:
+    # First: everything below may print, and some of it keeps the stream it found.
+    survive_readers_leaving()
     if _command(sys.argv[1:]) == "serve":
         # A reload asked for while the daemon is not there yet has nothing to reload (the
         # configuration is being read anyway); unhandled, SIGHUP would end the process.

@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 import anyio
 import typer
+from rich.console import Console
 from typer.core import TyperGroup, TyperOption
 
+from hostkit._stdio import survive_readers_leaving
 from hostkit.cli._approvals import approvals
 from hostkit.cli._common import (
     EXIT_ERROR,
@@ -48,7 +50,6 @@ from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
 from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.cli._turn import attach_files, recorded_turn, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
@@ -341,7 +342,7 @@ def sessions(
                 # As the approvals listing says it: a header over nothing reads as a fault.
                 console.print("no sessions yet (`hostkit run` starts one)", highlight=False)
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(sessions_table(rows.sessions, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} most recent; --limit shows more)", highlight=False)
@@ -379,7 +380,7 @@ def context(
             if json_:
                 print_json(view)
             else:
-                StdoutConsole().print(context_report(view))
+                Console().print(context_report(view))
 
     run_command(main)
 
@@ -403,7 +404,7 @@ def budget(
             if json_:
                 print_json(view)
             else:
-                out = StdoutConsole()
+                out = Console()
                 out.print(budget_report(view, width=out.width))
 
     run_command(main)
@@ -435,6 +436,8 @@ def demo(
 
 
 def main() -> None:
+    # Done already when started as ``hostkit`` (hostkit._launch); here for a direct caller.
+    survive_readers_leaving()
     # Bytes the locale cannot decode arrive as lone surrogates, which no store, file
     # name or message can take: one clear line for all of them, before any command runs.
     for position, argument in enumerate(sys.argv[1:], start=1):

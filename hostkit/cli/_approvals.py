@@ -17,6 +17,7 @@ from typing import Annotated
 
 import anyio
 import typer
+from rich.console import Console
 
 from hostkit.cli._common import (
     ConfigOption,
@@ -34,7 +35,6 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._render import approvals_table, resume_hints
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.cli._turn import interrupted_answer, stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
@@ -89,7 +89,7 @@ def list_approvals(
             if not found:
                 console.print("no pending approvals" if not all_ else "no approvals")
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(approvals_table(found, width=out.width))
             for hint in resume_hints(found, config=config):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)

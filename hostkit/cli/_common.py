@@ -30,7 +30,6 @@ from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import command_line, print_pending, print_result
-from hostkit.cli._stdout import stdout_gone
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import ConfigError, HostkitError, InvalidValue, bounded
 from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
@@ -591,22 +590,16 @@ def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:
 
     A task group that failed with one typed error (nested groups of one
     included) is that error: the same one line, not a traceback of the group.
-    A listing whose reader left early (``| head``) ends quietly, its status 0.
+    A reader of the output that left early (``| head``) is no error here: the
+    entry point's streams send the rest nowhere (hostkit._stdio).
     """
     try:
         code = anyio.run(main)
     except HostkitError as exc:
         raise fail(exc) from None
-    except BrokenPipeError:
-        stdout_gone()
-        code = EXIT_OK
     except BaseExceptionGroup as group:
         single = _single_error(group)
         if single is None:
-            broken, rest = group.split(BrokenPipeError)
-            if broken is not None and rest is None:
-                stdout_gone()
-                raise typer.Exit(EXIT_OK) from None
             raise
         raise fail(single) from None
     raise typer.Exit(code or EXIT_OK)

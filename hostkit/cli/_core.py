@@ -21,6 +21,7 @@ from typing import Annotated
 
 import anyio
 import typer
+from rich.console import Console
 
 from hostkit.cli._common import (
     EXIT_NOT_COMPLETED,
@@ -47,7 +48,6 @@ from hostkit.cli._core_render import (
     status_table,
 )
 from hostkit.cli._render import command_line
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.cli._turn import Waiting
 from hostkit.cores import DEPENDENCY_REVIEW_PREFIX, REVIEW_PREFIX, CoreRegistry, init_core
 from hostkit.errors import HostkitError, InvalidValue, PromotionRefused
@@ -250,7 +250,7 @@ def init(
             soft_wrap=True,
         )
         table = cores_table(chosen, os.path.relpath(path.resolve(), base))
-        print_lines(StdoutConsole(), table.splitlines())
+        print_lines(Console(), table.splitlines())
         if file is None:
             console.print(
                 "no hostkit.toml here or in a parent directory: `hostkit init` makes a "
@@ -283,7 +283,7 @@ def status(
                 "no cores configured ([cores.<id>] in hostkit.toml)", highlight=False, markup=False
             )
         else:
-            out = StdoutConsole()
+            out = Console()
             out.print(status_table(statuses, width=out.width))
             for one in statuses:
                 if one.problem is not None:  # why its row has no HEAD, in full
@@ -312,7 +312,7 @@ def log(
         if json_:
             print_json({"core_id": chosen, "revisions": revisions, "history": history})
             return EXIT_OK
-        out = StdoutConsole()
+        out = Console()
         out.print(revisions_table(revisions, width=out.width))
         if history:
             out.print(f"promotions of {chosen}, newest first:", highlight=False, markup=False)
@@ -345,7 +345,7 @@ def diff(
         if json_:
             print_json(found)
         else:
-            print_lines(StdoutConsole(), diff_lines(found, config=config))
+            print_lines(Console(), diff_lines(found, config=config))
         return EXIT_OK
 
     run_command(main)
@@ -475,7 +475,7 @@ def _moved(event: CoreEvent, *, json_: bool) -> None:
     if json_:
         print_json(event)
         return
-    out = StdoutConsole()
+    out = Console()
     print_lines(out, gate_lines(event.gates))
     verb = "promoted" if event.action == "promote" else "rolled back"
     # Short commit ids (what --to and REV take back); --json has the full ones.
@@ -521,7 +521,7 @@ def _refused(
         ran = {gate.gate for gate in refused.gates if isinstance(gate, GateOutcome)}
         if promotion and "tests" not in ran:
             lines.append("skipped tests: the core's own tests run once the other gates pass")
-        print_lines(StdoutConsole(), lines)
+        print_lines(Console(), lines)
         # The gates' details are printed just above: the error line names them only.
         action = "promote" if promotion else "rollback"
         gates = f"the {' and '.join(failed)} gate{'s' if len(failed) > 1 else ''} failed"

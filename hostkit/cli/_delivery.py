@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -32,7 +33,6 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._render import READABLE, Column, dead_letter_hint, fit_table
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.errors import HostkitError
 from hostkit.inspect import (
     delivery_rows,
@@ -118,7 +118,7 @@ def list_intents(
                 said = f" with status {escape(status)}" if status else ""
                 console.print(f"no delivery intents{said}", highlight=False)
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(intents_table(rows.intents, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)

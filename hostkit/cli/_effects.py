@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from hostkit.cli._common import (
@@ -27,7 +28,6 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._render import READABLE, Column, fit_table, short_time
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.errors import bounded
 from hostkit.freeze import thaw
 from hostkit.inspect import (
@@ -131,7 +131,7 @@ def list_runs(
             if not rows.runs:
                 console.print("no background terminal runs")
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(runs_table(rows, width=out.width))
 
     run_command(main)
@@ -161,7 +161,7 @@ def show_audit(
             if not rows.audits:
                 console.print("no effect audit views")
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(audit_table(rows, width=out.width))
 
     run_command(main)

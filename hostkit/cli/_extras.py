@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from hostkit._extras import EXTRAS, install_command, missing_packages
 from hostkit._version import __version__
 from hostkit.cli._common import JsonOption, print_json
-from hostkit.cli._stdout import StdoutConsole
 
 __all__ = ["ExtraStatus", "VersionOption", "extra_statuses", "extras", "show_version"]
 
@@ -79,4 +79,4 @@ def extras(json_: JsonOption = False) -> None:
             Text("\n".join(status.missing)),
             Text("" if status.installed else status.install),
         )
-    StdoutConsole().print(table)
+    Console().print(table)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -33,7 +34,6 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._render import READABLE, Column, dead_letter_hint, fit_table
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.inbox import ChannelInbox
 from hostkit.inspect import (
@@ -226,7 +226,7 @@ def counts(
             if not found.channels:
                 console.print("the inbox is empty", highlight=False)
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(counts_table(found, width=out.width))
 
     run_command(main)
@@ -260,7 +260,7 @@ def list_inbounds(
             if not rows.records:
                 console.print("no inbounds" + _filters(state, channel), highlight=False)
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(records_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
@@ -290,7 +290,7 @@ def show(
             if json_:
                 print_json(record)
                 return
-            StdoutConsole().print(record_table(record))
+            Console().print(record_table(record))
             if _requeueable(record):
                 _requeue_hint([record.inbound_id], config)
 
@@ -319,7 +319,7 @@ def dead_letters(
             if not rows.records:
                 console.print("no dead letters" + _filters(None, channel), highlight=False)
                 return
-            out = StdoutConsole()
+            out = Console()
             out.print(dead_letters_table(rows.records, width=out.width))
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)

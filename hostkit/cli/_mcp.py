@@ -41,7 +41,6 @@ from hostkit.cli._common import (
     run_command,
 )
 from hostkit.cli._render import Column, command_line, fit_table
-from hostkit.cli._stdout import StdoutConsole
 from hostkit.host import (
     HostConfig,
     default_config,
@@ -230,6 +229,6 @@ def list_servers(
             if agent not in left_out:
                 console.print("no MCP servers declared or recorded", highlight=False)
             return
-        print_servers(StdoutConsole(), rows)
+        print_servers(Console(), rows)
 
     run_command(main)

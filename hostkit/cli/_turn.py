@@ -16,7 +16,6 @@ from rich.spinner import Spinner
 from hostkit.authority import conversation_principal
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.cli._render import command_line
-from hostkit.cli._stdout import ReaderMayLeave
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -127,7 +126,7 @@ async def stream_turn(
     conversation: str,
     session: SessionSelector = "bound",
     attachments: tuple[Attachment, ...] = (),
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     progress: Console | None = None,
     request_id: str | None = None,
 ) -> TurnResult:
@@ -203,7 +202,7 @@ async def stream_answer(
     decision: ApprovalDecision,
     *,
     by: PrincipalScope,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     progress: Console | None = None,
 ) -> TurnResult:
     """Answer an approval and stream the continuation turn it runs.
@@ -227,7 +226,7 @@ async def stream_resume(
     approval_id: str,
     *,
     by: PrincipalScope,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     progress: Console | None = None,
 ) -> TurnResult:
     """Resume an answered approval and stream the continuation turn it runs (if any)."""
@@ -264,12 +263,14 @@ async def _streamed(
     host: Host,
     accepts: Callable[[TurnEvent], bool],
     run_turn: Callable[[], Awaitable[TurnResult]],
-    out: TextIO,
+    out: TextIO | None,
     waiting: Waiting,
 ) -> TurnResult:
     result: TurnResult | None = None
     failure: HostkitError | None = None
-    sink = ReaderMayLeave(out)  # a reader that leaves (| head) cuts no turn off
+    # Looked up now, not when this module loaded: the entry point replaces sys.stdout
+    # with one whose reader may leave (| head) without cutting the turn off (hostkit._stdio).
+    sink = sys.stdout if out is None else out
     # Whether anything reached ``out``: a turn refused before it streamed prints nothing there.
     wrote = False
     async with host.events.subscribe(accepts) as events:

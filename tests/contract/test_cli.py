@@ -420,6 +420,54 @@ async def test_a_reader_that_leaves_early_neither_cuts_the_turn_nor_prints_a_tra
     assert status == "0", err
 
 
+def closed_pipe() -> int:
+    """The write end of a pipe whose reader is already gone: every write to it breaks."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+@pytest.mark.parametrize(
+    ("args", "gone", "status", "other"),
+    [
+        (("--help",), "stdout", 0, ""),
+        (("core", "--help"), "stdout", 0, ""),
+        (("--version",), "stdout", 0, ""),
+        (("nosuch",), "stderr", 2, ""),
+        (("run", "--bad-flag"), "stderr", 2, ""),
+        # Our own stderr console: its notes and outcome lines break, the answer does not.
+        (("run", "hello"), "stderr", 0, "hi there\n"),
+    ],
+)
+async def test_help_usage_errors_and_notes_keep_their_status_when_the_reader_is_gone(
+    tmp_path: Path, args: tuple[str, ...], gone: str, status: int, other: str
+) -> None:
+    """``hostkit --help | head -1`` exited 1 ("refused by a gate"): typer's help, usage
+    errors and ``--version`` print through typer's own rich console, which answers a
+    broken pipe with ``SystemExit(1)``, and rich's stderr console then also silenced
+    stdout. Whatever stream's reader left, the rest of that stream goes nowhere, the
+    other stream is untouched (no traceback, no ``BrokenPipeError`` noted at exit),
+    and the status is the command's: 0 for help, 2 for a usage error as click says."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        '[providers.test]\nkind = "scripted"\nscript = [{reply = "hi there"}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+    )
+    broken = closed_pipe()
+    try:
+        done = await anyio.run_process(
+            [sys.executable, "-m", "hostkit", *args],
+            cwd=tmp_path,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=broken if gone == "stdout" else subprocess.PIPE,
+            stderr=broken if gone == "stderr" else subprocess.PIPE,
+        )
+    finally:
+        os.close(broken)
+    shown = (done.stderr if gone == "stdout" else done.stdout).decode()
+    assert (done.returncode, shown) == (status, other)
+
+
 async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path) -> None:
     """``--agent notes`` after the assistant must not continue (and relabel) the
     assistant's session, whose history is about something else."""
