@@ -21,14 +21,15 @@ from hostkit.store._owned import now
 __all__ = [
     "CANCELLED_WHILE_ASKED",
     "MAY_HAVE_RUN",
+    "OPEN_CALL",
     "OpenApproval",
     "Unsettled",
     "call_name",
+    "ending_approvals",
     "has_open_calls",
     "mark_indeterminate",
     "open_approval",
     "supersede_open",
-    "unsettled_claims",
     "void_open",
 ]
 
@@ -48,14 +49,15 @@ class OpenApproval:
     status: str
 
 
-_OPEN = (
+# An approval whose call can still run (unqualified: approvals' own columns).
+OPEN_CALL = (
     "(status = 'pending' OR (status IN ('approved', 'denied') AND continuation_turn_id IS NULL))"
 )
 
 
 def has_open_calls(conn: sqlite3.Connection, session_id: str) -> bool:
     """Whether the session has a call that can still run (what a new turn supersedes)."""
-    sql = f"SELECT 1 FROM approvals WHERE session_id = ? AND {_OPEN} LIMIT 1"
+    sql = f"SELECT 1 FROM approvals WHERE session_id = ? AND {OPEN_CALL} LIMIT 1"
     return conn.execute(sql, [session_id]).fetchone() is not None
 
 
@@ -64,7 +66,7 @@ def supersede_open(conn: sqlite3.Connection, session_id: str, reason: str) -> in
     cursor = conn.execute(
         "UPDATE approvals SET status = 'superseded', void_reason = ?, "
         "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
-        f"WHERE session_id = ? AND {_OPEN}",
+        f"WHERE session_id = ? AND {OPEN_CALL}",
         [reason, now(conn), session_id],
     )
     return cursor.rowcount
@@ -81,7 +83,7 @@ def open_approval(conn: sqlite3.Connection, turn_id: str) -> OpenApproval | None
     """The open approval ``turn_id`` paused on (a turn asks one at a time), if any."""
     rows = _rows(
         conn,
-        f"SELECT approval_id, call_id, status FROM approvals WHERE turn_id = ? AND {_OPEN} "
+        f"SELECT approval_id, call_id, status FROM approvals WHERE turn_id = ? AND {OPEN_CALL} "
         "ORDER BY id DESC LIMIT 1",
         [turn_id],
     )
@@ -97,7 +99,7 @@ def void_open(conn: sqlite3.Connection, approval_id: str, reason: str) -> bool:
     """
     cursor = conn.execute(
         "UPDATE approvals SET status = 'superseded', void_reason = ?, arguments = '{}', "
-        f"decided_at = COALESCE(decided_at, ?) WHERE approval_id = ? AND {_OPEN}",
+        f"decided_at = COALESCE(decided_at, ?) WHERE approval_id = ? AND {OPEN_CALL}",
         [reason, now(conn), approval_id],
     )
     return cursor.rowcount == 1
@@ -116,20 +118,43 @@ class Unsettled:
     answered: bool
 
 
-def unsettled_claims(conn: sqlite3.Connection, turn_id: str) -> list[Unsettled]:
-    """The calls ``turn_id`` claimed (approved or denied) with no known result.
+def ending_approvals(
+    conn: sqlite3.Connection, turn_id: str
+) -> tuple[list[Unsettled], OpenApproval | None]:
+    """What a turn's end settles: the calls it claimed with no known result, and the
+    approval it is paused on (``open_approval``), in one statement.
+
+    Every turn ends through here, and most have neither: one indexed read (each
+    statement is a hand-over of the interpreter lock between the writer's thread
+    and a busy event loop). Settling the claims never opens or closes an approval
+    (a claimed call is no longer open), so reading both first is reading each when
+    it is needed.
+    """
+    rows = _rows(
+        conn,
+        "SELECT approval_id, session_id, turn_id, call_id, effect, status, "
+        "continuation_turn_id FROM approvals WHERE (continuation_turn_id = ? AND "
+        f"status IN ('executed', 'denied')) OR (turn_id = ? AND {OPEN_CALL}) ORDER BY id",
+        [turn_id, turn_id],
+    )
+    claimed = [row for row in rows if row["continuation_turn_id"] == turn_id]
+    asked = [row for row in rows if row["continuation_turn_id"] != turn_id]
+    paused = (
+        OpenApproval(asked[-1]["approval_id"], asked[-1]["call_id"], asked[-1]["status"])
+        if asked
+        else None
+    )
+    return _unsettled(conn, turn_id, claimed), paused
+
+
+def _unsettled(conn: sqlite3.Connection, turn_id: str, rows: list[sqlite3.Row]) -> list[Unsettled]:
+    """Of the calls ``turn_id`` claimed (approved or denied), those with no known result.
 
     Call ids are unique per model step only (a server that sends none gets
     ``call_0`` in every response), so an approved call's result is found by its
     approval, never by its call id across turns: another step's ``call_0`` is
     not its result (see ``_claimed_result`` and ``_inline_result``).
     """
-    rows = _rows(
-        conn,
-        "SELECT approval_id, session_id, turn_id, call_id, effect, status FROM approvals "
-        "WHERE continuation_turn_id = ? AND status IN ('executed', 'denied') ORDER BY id",
-        [turn_id],
-    )
     found = []
     for row in rows:
         if row["turn_id"] == turn_id:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Mapping
+from typing import Any
 
 from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
-from hostkit.store._approval_rows import has_open_calls
+from hostkit.store._approval_rows import OPEN_CALL, has_open_calls
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
 from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
@@ -24,7 +26,7 @@ from hostkit.store._turn_rows import (
     fence,
     find_turn,
     input_digest,
-    insert_event,
+    insert_events,
     insert_message,
     one_row,
     same_request,
@@ -104,6 +106,70 @@ def _lapse_noticed(conn: sqlite3.Connection, held: sqlite3.Row, now_epoch: float
     return now_epoch
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Bound:
+    """A bound conversation's session as admission needs it, read in one statement."""
+
+    target: ConversationTarget
+    facts: OwnerFacts
+    lease: sqlite3.Row | None
+    open_calls: bool
+    # Whether a turn with this request's key exists (``repeat_of`` then says which).
+    repeated: bool
+
+
+def _bound_session(conn: sqlite3.Connection, admission: TurnAdmission) -> _Bound | None:
+    """The session a conversation already bound (``select="bound"``), its owner, its lease,
+    whether it has an open call and whether the request's key was used, in one statement;
+    None on any other path.
+
+    Every turn after a conversation's first takes this path: one statement where
+    ``repeat_of``, ``_resolve_session``, the lease and ``has_open_calls`` take five
+    (each one a hand-over of the interpreter lock between the writer's thread and the
+    loop). The owner is checked by the caller, after a repeat was answered.
+    """
+    target = admission.session
+    if not isinstance(target, ConversationTarget) or target.select != "bound":
+        return None
+    row = one_row(
+        conn,
+        "SELECT b.session_id, o.owner_kind, o.principal_id, o.channel, o.conversation_key, "
+        "o.parent_session_id, o.parent_turn_id, l.token, l.owner, l.turn_id, l.expires_at, "
+        "l.ttl_s, l.heartbeat_at, EXISTS (SELECT 1 FROM approvals WHERE "
+        f"approvals.session_id = b.session_id AND {OPEN_CALL}) AS open_calls, "
+        "EXISTS (SELECT 1 FROM turns WHERE turns.principal_id = ? AND turns.request_id = ?) "
+        "AS repeated FROM conversation_bindings b "
+        "LEFT JOIN session_owners o ON o.session_id = b.session_id "
+        "LEFT JOIN session_leases l ON l.session_id = b.session_id "
+        "WHERE b.channel = ? AND b.conversation_key = ?",
+        [admission.principal_id, admission.request_id, target.channel, target.conversation_key],
+    )
+    if row is None:
+        return None
+    facts = OwnerFacts(
+        session_id=row["session_id"],
+        owner_kind=row["owner_kind"],
+        principal_id=row["principal_id"],
+        channel=row["channel"],
+        conversation_key=row["conversation_key"],
+        parent_session_id=row["parent_session_id"],
+        parent_turn_id=row["parent_turn_id"],
+    )
+    lease = row if row["token"] is not None else None
+    return _Bound(target, facts, lease, bool(row["open_calls"]), bool(row["repeated"]))
+
+
+def _owned_by(facts: OwnerFacts, target: ConversationTarget) -> OwnerFacts:
+    """``facts``, when they name ``target`` as the session's durable owner."""
+    if (facts.owner_kind, facts.channel, facts.conversation_key) != (
+        target.owner_kind,
+        target.channel,
+        target.conversation_key,
+    ):
+        raise ScopeError("the conversation's session has no durable conversation owner")
+    return facts
+
+
 def _resolve_session(
     conn: sqlite3.Connection, admission: TurnAdmission
 ) -> tuple[str, bool, OwnerFacts]:
@@ -118,13 +184,9 @@ def _resolve_session(
             select=target.select,
         )
         owner = owner_facts(conn, session_id)
-        if owner is None or (owner.owner_kind, owner.channel, owner.conversation_key) != (
-            target.owner_kind,
-            target.channel,
-            target.conversation_key,
-        ):
+        if owner is None:
             raise ScopeError("the conversation's session has no durable conversation owner")
-        return session_id, created, owner
+        return session_id, created, _owned_by(owner, target)
     owner = owner_facts(conn, target)
     if owner is None or owner.owner_kind == "legacy_local":
         raise NotFoundOrUnauthorized("session")
@@ -150,22 +212,31 @@ def admit(
     past the notice that its lease lapsed) has its turn ended first and the
     session taken over with the next token.
     """
-    existing = repeat_of(
-        conn,
-        admission.principal_id,
-        admission.request_id,
-        core_id=admission.core_id,
-        message=admission.input,
-        now_epoch=now_epoch,
-    )
-    if existing is not None:
-        return existing
-    session_id, created, facts = _resolve_session(conn, admission)
-    held = one_row(
-        conn,
-        f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id = ?",
-        [session_id],
-    )
+    bound = _bound_session(conn, admission)
+    if bound is None or bound.repeated:
+        existing = repeat_of(
+            conn,
+            admission.principal_id,
+            admission.request_id,
+            core_id=admission.core_id,
+            message=admission.input,
+            now_epoch=now_epoch,
+        )
+        if existing is not None:
+            return existing
+    open_calls: bool | None  # None: not read yet
+    if bound is not None:
+        session_id, created = bound.facts.session_id, False
+        facts = _owned_by(bound.facts, bound.target)
+        held, open_calls = bound.lease, bound.open_calls
+    else:
+        session_id, created, facts = _resolve_session(conn, admission)
+        held = one_row(
+            conn,
+            f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id = ?",
+            [session_id],
+        )
+        open_calls = False if created else None
     recovered: tuple[RecoveredTurn, ...] = ()
     if held is not None and held["owner"] is not None:
         gone = holder_gone(conn, held, now_epoch)
@@ -209,32 +280,24 @@ def admit(
             encode_route(admission.route),
         ],
     )
-    insert_event(
-        conn,
-        admission.turn_id,
-        1,
-        "turn.started",
-        {
-            "request_id": admission.request_id,
-            "core_id": admission.core_id,
-            "core_revision": admission.core_revision,
-            "generation": admission.generation,
-            "trace_id": admission.trace_id,
-            "lease_token": token,
-        },
-        at=at,
-    )
-    next_event_seq = 2
+    started = {
+        "request_id": admission.request_id,
+        "core_id": admission.core_id,
+        "core_revision": admission.core_revision,
+        "generation": admission.generation,
+        "trace_id": admission.trace_id,
+        "lease_token": token,
+    }
+    events: list[tuple[int, str, Mapping[str, Any] | None]] = [(1, "turn.started", started)]
     if admission.input is not None and admission.input_deferred:
         # Persisted after the core's input slot (normalized); only its digest now, so a
         # repeat of this request is still recognised.
-        digest = {"sha256": input_digest(admission.input)}
-        insert_event(conn, admission.turn_id, 2, "input.admitted", digest, at=at)
-        next_event_seq = 3
+        events.append((2, "input.admitted", {"sha256": input_digest(admission.input)}))
     elif admission.input is not None:
         insert_message(conn, session_id, admission.turn_id, admission.input, at=at)
-        insert_event(conn, admission.turn_id, 2, "input.persisted", None, at=at)
-        next_event_seq = 3
+        events.append((2, "input.persisted", None))
+    insert_events(conn, admission.turn_id, events, at=at)
+    next_event_seq = len(events) + 1
     lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)
     return Admitted(
         lease=lease,
@@ -242,7 +305,10 @@ def admit(
         created=created,
         recovered=recovered,
         next_event_seq=next_event_seq,
-        open_approvals=has_open_calls(conn, session_id),
+        # Recovery above may have settled calls: then the read before it is stale.
+        open_approvals=has_open_calls(conn, session_id)
+        if open_calls is None or recovered
+        else open_calls,
     )
 
 

@@ -28,10 +28,11 @@ from hostkit.errors import InvalidValue, LeaseLost
 from hostkit.freeze import freeze, thaw
 from hostkit.store._approval_rows import (
     CANCELLED_WHILE_ASKED,
+    OpenApproval,
     call_name,
+    ending_approvals,
     mark_indeterminate,
     open_approval,
-    unsettled_claims,
     void_open,
 )
 from hostkit.store._context_rows import observe_step
@@ -71,6 +72,7 @@ __all__ = [
     "finish",
     "input_digest",
     "insert_event",
+    "insert_events",
     "one_row",
     "owned_state",
     "request_cancel",
@@ -202,13 +204,27 @@ def insert_event(
             [turn_id],
         )
         seq = int(row["next"]) if row is not None else 1
+    insert_events(conn, turn_id, [(seq, kind, detail)], at=at or now(conn))
+
+
+def insert_events(
+    conn: sqlite3.Connection,
+    turn_id: str,
+    events: Sequence[tuple[int, str, Mapping[str, Any] | None]],
+    *,
+    at: str,
+) -> None:
+    """Append turn events ``(seq, kind, detail)`` in one statement (one hand-over of the
+    interpreter lock between the writer's thread and the loop, however many)."""
+    rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(events))
+    params = [v for seq, kind, detail in events for v in (turn_id, seq, kind, at, _detail(detail))]
     try:
         conn.execute(
-            "INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)",
-            [turn_id, seq, kind, at or now(conn), _detail(detail)],
+            f"INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES {rows}", params
         )
     except sqlite3.IntegrityError as exc:
-        raise InvalidValue(f"event seq {seq} of this turn is already recorded") from exc
+        seqs = ", ".join(str(seq) for seq, _, _ in events)
+        raise InvalidValue(f"event seq {seqs} of this turn is already recorded") from exc
 
 
 def _commit_terminal(
@@ -218,8 +234,12 @@ def _commit_terminal(
     event_seq: int | None,
     route: Mapping[str, Any] | None,
     detail: Mapping[str, Any] | None,
+    earlier: Sequence[tuple[int, str, Mapping[str, Any] | None]] = (),
 ) -> TurnResult:
     """The terminal state, its event and the delivery intents (the caller's transaction).
+
+    ``earlier`` events (the final answer's) are inserted with the terminal one, in
+    one statement.
 
     A routed turn that answered gets one intent with its text; a routed turn
     that pauses ``needs_user`` on a pending approval also gets the approval
@@ -239,14 +259,12 @@ def _commit_terminal(
     )
     if cursor.rowcount != 1:
         raise InvalidValue("the turn already has a terminal record")
-    insert_event(
-        conn,
-        result.turn_id,
-        event_seq,
-        f"turn.{result.outcome}",
-        {"error": result.error, **(detail or {})},
-        at=at,
-    )
+    terminal = {"error": result.error, **(detail or {})}
+    if event_seq is None:  # recovery: the next free seq (nothing earlier to write)
+        insert_event(conn, result.turn_id, None, f"turn.{result.outcome}", terminal, at=at)
+    else:
+        events = [*earlier, (event_seq, f"turn.{result.outcome}", terminal)]
+        insert_events(conn, result.turn_id, events, at=at)
     if route is not None:
         insert_intents(
             conn,
@@ -333,8 +351,8 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     still running, so a second recovery (another process) writes nothing.
     """
     turn_id, session_id = row["turn_id"], row["session_id"]
-    maybe_ran = settle_claims(conn, turn_id) > 0
-    paused = open_approval(conn, turn_id)
+    settled, paused = settle_claims(conn, turn_id)
+    maybe_ran = settled > 0
     cancelled = row["cancel_requested_at"] is not None
     outcome: TurnOutcome = "cancelled" if cancelled else "lost"
     error, pending = _LOST_ERRORS[reason], None
@@ -381,17 +399,19 @@ _UNKNOWN_APPROVED = (
 _DENIED_NOT_RUN = "[denied] not run: the approver denied this call"
 
 
-def settle_claims(conn: sqlite3.Connection, turn_id: str) -> int:
+def settle_claims(conn: sqlite3.Connection, turn_id: str) -> tuple[int, OpenApproval | None]:
     """Settle the approved calls ``turn_id`` claimed and never recorded a result for.
 
     Each may have run: its approval becomes ``indeterminate`` with a reason and
     never runs again. A call paused by an earlier turn is answered by this
     (continuation) turn in the transcript, so the next model reads that its
     outcome is unknown (a claimed denial: that it never ran). Returns how many
-    approvals became ``indeterminate``.
+    approvals became ``indeterminate``, and the open approval the turn is paused
+    on (read in the same statement).
     """
     settled = 0
-    for claim in unsettled_claims(conn, turn_id):
+    claims, paused = ending_approvals(conn, turn_id)
+    for claim in claims:
         if claim.status == "executed" and mark_indeterminate(conn, claim.approval_id, turn_id):
             settled += 1
         if not claim.answered and claim.asked_in != turn_id:
@@ -399,7 +419,7 @@ def settle_claims(conn: sqlite3.Connection, turn_id: str) -> int:
             name = call_name(conn, claim.session_id, claim.asked_in, claim.call_id)
             message = ModelMessage("tool", text, tool_call_id=claim.call_id, name=name)
             insert_message(conn, claim.session_id, turn_id, message, at=now(conn))
-    return settled
+    return settled, paused
 
 
 DANGLING_UNKNOWN = (
@@ -539,17 +559,41 @@ def same_request(
 # -- fenced writes of a running turn ------------------------------------------------------
 
 
+_FENCE = (
+    "FROM session_leases l JOIN turns t ON t.turn_id = l.turn_id "
+    "WHERE l.session_id = ? AND l.token = ? AND l.turn_id = ? AND t.status = 'running'"
+)
+
+
 def fence(conn: sqlite3.Connection, lease: SessionLease) -> bool:
     """Refuse (``LeaseLost``) unless ``lease`` still holds its session; True if cancel was asked."""
     row = one_row(
         conn,
-        "SELECT t.cancel_requested_at FROM session_leases l JOIN turns t ON t.turn_id = l.turn_id "
-        "WHERE l.session_id = ? AND l.token = ? AND l.turn_id = ? AND t.status = 'running'",
+        f"SELECT t.cancel_requested_at {_FENCE}",
         [lease.session_id, lease.token, lease.turn_id],
     )
     if row is None:
         raise LeaseLost("session lease")
     return row["cancel_requested_at"] is not None
+
+
+def _fence_at(
+    conn: sqlite3.Connection, lease: SessionLease, event_seq: int
+) -> tuple[bool, str | None]:
+    """``fence``, and the kind of the event already recorded at ``event_seq`` (or None).
+
+    One statement for both: each statement is a hand-over of the interpreter lock
+    between the writer's thread and a busy event loop.
+    """
+    row = one_row(
+        conn,
+        "SELECT t.cancel_requested_at, (SELECT e.kind FROM turn_events e "
+        f"WHERE e.turn_id = t.turn_id AND e.seq = ?) AS kind {_FENCE}",
+        [event_seq, lease.session_id, lease.token, lease.turn_id],
+    )
+    if row is None:
+        raise LeaseLost("session lease")
+    return row["cancel_requested_at"] is not None, row["kind"]
 
 
 def append_message(
@@ -567,10 +611,11 @@ def append_message(
     ``observed`` — the step's decision, usage and calibration — commits in the
     same transaction.
     """
-    cancel_requested = fence(conn, lease)
-    earlier = _written_before(conn, lease, event_seq, event)
-    if earlier is not None:
-        return TurnWrite(earlier, cancel_requested, None)
+    cancel_requested, recorded = _fence_at(conn, lease, event_seq)
+    if recorded is not None:
+        return TurnWrite(
+            _written_before(conn, lease, event_seq, recorded, event), cancel_requested, None
+        )
     at = now(conn)
     seq = insert_message(conn, lease.session_id, lease.turn_id, message, at=at)
     insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
@@ -579,28 +624,21 @@ def append_message(
 
 
 def _written_before(
-    conn: sqlite3.Connection, lease: SessionLease, event_seq: int, event: str
-) -> int | None:
-    """The message seq of this very write when an earlier attempt of it committed, else None.
+    conn: sqlite3.Connection, lease: SessionLease, event_seq: int, recorded: str, event: str
+) -> int:
+    """The message seq of this very write, whose event (of kind ``recorded``) is already there.
 
     A COMMIT whose answer was lost (a database server that crashed) leaves the
     turn writing the same step again: its event is already there, of the same
     kind, with the turn's last message. That write stands; another event at
     that seq is a caller's mistake (``InvalidValue``).
     """
-    recorded = one_row(
-        conn,
-        "SELECT kind FROM turn_events WHERE turn_id = ? AND seq = ?",
-        [lease.turn_id, event_seq],
-    )
-    if recorded is None:
-        return None
     last = one_row(
         conn,
         "SELECT MAX(seq) AS seq FROM messages WHERE session_id = ? AND turn_id = ?",
         [lease.session_id, lease.turn_id],
     )
-    if recorded["kind"] != event or last is None or last["seq"] is None:
+    if recorded != event or last is None or last["seq"] is None:
         raise InvalidValue(f"event seq {event_seq} of this turn is already recorded")
     return int(last["seq"])
 
@@ -658,20 +696,20 @@ def finish(
         result = dataclasses.replace(
             result, outcome="cancelled", error="cancelled on request", pending_approval=None
         )
+    earlier: list[tuple[int, str, Mapping[str, Any] | None]] = []
     if final is not None:
-        at = now(conn)
-        insert_message(conn, lease.session_id, lease.turn_id, final.message, at=at)
-        insert_event(conn, lease.turn_id, final.event_seq, final.event, final.detail, at=at)
+        insert_message(conn, lease.session_id, lease.turn_id, final.message, at=now(conn))
+        earlier.append((final.event_seq, final.event, final.detail))
     if observed is not None:
         observe_step(conn, observed)
-    settle_claims(conn, lease.turn_id)
-    if result.outcome != "needs_user":
+    _, paused = settle_claims(conn, lease.turn_id)
+    if result.outcome != "needs_user" and paused is not None:
         # A turn that ends any other way while its approval is asked voids it: nobody
         # is waiting for that call any more (an explicit cancel, a deadline).
-        paused = open_approval(conn, lease.turn_id)
-        if paused is not None:
-            void_open(conn, paused.approval_id, _void_reason(result.outcome))
-    committed = _commit_terminal(conn, result, event_seq=event_seq, route=route, detail=None)
+        void_open(conn, paused.approval_id, _void_reason(result.outcome))
+    committed = _commit_terminal(
+        conn, result, event_seq=event_seq, route=route, detail=None, earlier=earlier
+    )
     _free(conn, lease.session_id, turn_id=lease.turn_id)
     return committed
 

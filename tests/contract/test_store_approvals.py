@@ -28,6 +28,7 @@ from hostkit.store import (
     ApprovalAnswer,
     ApprovalDecision,
     ClaimedApproval,
+    ConversationTarget,
     LeaseOwner,
     NewApproval,
     PendingApproval,
@@ -522,12 +523,19 @@ async def test_a_turn_that_no_longer_runs_supersedes_nothing(sut: StoreUnderTest
     assert await sut.raw_arguments(waiting.approval_id) != "{}"
 
 
+@pytest.mark.parametrize("by", ["session", "conversation"])
 async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
-    sut: StoreUnderTest,
+    sut: StoreUnderTest, by: str
 ) -> None:
-    """Read in the admission transaction: a turn admitted with none skips its own look."""
+    """Read in the admission transaction: a turn admitted with none skips its own look.
+
+    By its bound conversation, admission reads the session, its owner, its lease and
+    this answer in one statement: the answer is the same either way."""
     alice = await owner(sut, "alice")
     session = alice.session_id or ""
+    target: str | ConversationTarget = (
+        session if by == "session" else ConversationTarget("webhook", "c-alice")
+    )
     holder = LeaseOwner("another-machine", 4242, 1.0, "remote-instance", "other-boot:1")
 
     async def admitted_open(*, supersede: int | None = None) -> bool:
@@ -538,11 +546,12 @@ async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
             core_id="assistant",
             core_revision="rev1",
             generation=1,
-            session=session,
+            session=target,
             trace_id=new_id("trace"),
         )
         admitted = await sut.store.turns.admit(admission, owner=holder, ttl_s=600.0)
         assert isinstance(admitted, Admitted), admitted
+        assert admitted.lease.session_id == session
         if supersede is not None:  # what the admitted turn voids, as it runs
             voided = await sut.store.approvals.supersede(session, turn_id=admission.turn_id)
             assert voided == supersede
@@ -560,6 +569,43 @@ async def test_admission_says_whether_a_new_turn_has_calls_to_supersede(
     assert await admitted_open() is False
     await pending(sut, await owner(sut, "bob"))  # another session's call is not this one's
     assert await admitted_open() is False
+
+
+async def test_admission_after_recovering_a_dead_holder_reads_its_calls_again(
+    sut: StoreUnderTest,
+) -> None:
+    """A gone holder's turn ended at admission may void the call it was asking (a cancel
+    was recorded): the answer reflects that, not what was open before the recovery."""
+    alice = await owner(sut, "alice")
+    session = alice.session_id or ""
+    here = await anyio.to_thread.run_sync(LeaseOwner.current, "approvals-suite")
+    dead = LeaseOwner(here.host, here.pid, here.started - 100, "dead-instance")
+    live = LeaseOwner("another-machine", 4242, 1.0, "remote-instance", "other-boot:1")
+
+    def admission() -> TurnAdmission:
+        return TurnAdmission(
+            turn_id=new_id("turn"),
+            request_id=new_id("req"),
+            principal_id=alice.principal_id,
+            core_id="assistant",
+            core_revision="rev1",
+            generation=1,
+            session=ConversationTarget("webhook", "c-alice"),
+            trace_id=new_id("trace"),
+        )
+
+    first = admission()
+    held = await sut.store.turns.admit(first, owner=dead, ttl_s=600.0)
+    assert isinstance(held, Admitted)
+    # The cancel is recorded before the turn (in another process) asks its approval.
+    await sut.store.turns.request_cancel(alice, first.turn_id)
+    asked = await pending(sut, alice, turn_id=first.turn_id)
+    after = await sut.store.turns.admit(admission(), owner=live, ttl_s=600.0)
+    assert isinstance(after, Admitted), after
+    assert [turn.turn_id for turn in after.recovered] == [first.turn_id]
+    assert (await sut.store.approvals.get(alice, asked.approval_id)).status == "superseded"
+    assert after.open_approvals is False
+    assert after.lease.session_id == session
 
 
 async def test_mark_stale_voids_an_open_approval_once(sut: StoreUnderTest) -> None:

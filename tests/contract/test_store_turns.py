@@ -24,6 +24,7 @@ from hostkit.errors import (
     LeaseLost,
     NotFoundOrUnauthorized,
     RequestConflict,
+    ScopeError,
     StoreError,
     StoreOutcomeUnknown,
     TurnInProgress,
@@ -34,6 +35,7 @@ from hostkit.store import (
     LeaseOwner,
     NewApproval,
     ObservedStep,
+    RowStore,
     RuntimeStore,
     SessionBusy,
     SessionLease,
@@ -167,22 +169,50 @@ async def test_admission_resolves_the_conversation_binding_in_its_own_transactio
     assert first.owner.conversation_key == "new-conversation"
 
 
-async def test_a_repeated_request_returns_the_existing_turn_and_writes_nothing(
+async def test_a_conversation_bound_to_a_session_it_does_not_own_is_refused(
     runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
 ) -> None:
-    scope = await conversation(resolver)
-    first = await admit(runtime, scope, live, request_id="req-same")
-    running = await runtime.turns.admit(
-        admission(scope, request_id="req-same"), owner=live, ttl_s=60
+    """The binding alone never grants a session: its owner row must name the very
+    conversation (a row another version or a hand edit left is no authority)."""
+    scope = await conversation(resolver, "c1")
+    other = await conversation(resolver, "c2")
+    assert isinstance(runtime, RowStore)
+    await runtime.write(
+        lambda c: c.execute(
+            "UPDATE conversation_bindings SET session_id = ? "
+            "WHERE channel = 'test' AND conversation_key = 'c1'",
+            [other.session_id],
+        )
     )
+    attempt = admission(scope, session=ConversationTarget("test", "c1"))
+    with pytest.raises(ScopeError, match="no durable conversation owner"):
+        await runtime.turns.admit(attempt, owner=live, ttl_s=60)
+    assert await runtime.turns.find(scope.principal_id, attempt.request_id) is None
+    assert await runtime.turns.session_lease(other.session_id or "") is None
+
+
+@pytest.mark.parametrize("by", ["session", "conversation"])
+async def test_a_repeated_request_returns_the_existing_turn_and_writes_nothing(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner, by: str
+) -> None:
+    """By session id, or by the conversation's binding (whose one read also answers
+    whether the key was used)."""
+    scope = await conversation(resolver)
+    target = scope.session_id if by == "session" else ConversationTarget("test", "c1")
+    same = functools.partial(admission, scope, request_id="req-same", session=target)
+    first = await admit(runtime, scope, live, request_id="req-same")
+    running = await runtime.turns.admit(same(), owner=live, ttl_s=60)
     assert isinstance(running, TurnState)
     assert (running.turn_id, running.status) == (first.lease.turn_id, "running")
     await runtime.turns.finish(first.lease, result_of(first.lease), event_seq=2)
-    done = await runtime.turns.admit(admission(scope, request_id="req-same"), owner=live, ttl_s=60)
+    done = await runtime.turns.admit(same(), owner=live, ttl_s=60)
     assert isinstance(done, TurnState)
     assert done.result is not None
     assert done.result.text == "done"
     assert await runtime.turns.find(scope.principal_id, "req-same") == done
+    other = dataclasses.replace(same(), core_id="another")
+    with pytest.raises(RequestConflict):
+        await runtime.turns.admit(other, owner=live, ttl_s=60)
     # The repeats took no lease: the next new turn gets token 2.
     assert (await admit(runtime, scope, live)).lease.token == 2
 
