@@ -8,7 +8,7 @@ import anyio
 
 from hostkit.authority import AuthorityResolver, conversation_principal
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
-from hostkit.store import RuntimeStore
+from hostkit.store import ATTACHMENT_GRACE_S, RECLAIM_BATCH, RuntimeStore
 from hostkit.types import (
     MAX_ATTACHMENT_BYTES,
     Attachment,
@@ -48,7 +48,8 @@ class HostAttachments:
     the same answer as a ref that was never added. Limits:
     ``MAX_ATTACHMENT_BYTES`` each, ``MAX_ATTACHMENTS`` and
     ``MAX_TURN_ATTACHMENT_BYTES`` per turn; types: ``MEDIA_TYPES``, with
-    content that matches the declared type.
+    content that matches the declared type. Bytes no turn takes within
+    ``ATTACHMENT_GRACE_S`` of being added are reclaimed (``reclaim``).
     """
 
     def __init__(self, *, store: RuntimeStore, authority: AuthorityResolver) -> None:
@@ -121,6 +122,19 @@ class HostAttachments:
         if data is None:
             raise NotFoundOrUnauthorized("attachment")
         return data
+
+    async def reclaim(
+        self, *, grace_s: float = ATTACHMENT_GRACE_S, limit: int = RECLAIM_BATCH
+    ) -> int:
+        """Delete up to ``limit`` attachments no turn took, added over ``grace_s`` ago.
+
+        One bounded transaction; how many went. An attachment a turn was
+        admitted with is never deleted (whoever else added the same bytes);
+        one whose turn was refused, or that was never sent, goes after the
+        grace period. ``hostkit serve`` runs this in its "retention" daemon;
+        a Host that does not serve may call it now and then.
+        """
+        return await self._store.attachments.reclaim(grace_s=grace_s, limit=limit)
 
     def _principal_id(self, principal: object) -> str:
         if isinstance(principal, ConversationFacts):

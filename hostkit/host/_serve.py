@@ -2,8 +2,8 @@
 
 The registry is built from the Host's current configuration, in dependency
 order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
-messages), "retention" (``ChannelInbox.prune`` every ``[serve]
-retention_interval_s``), one "poll:<id>" per Telegram
+messages), "retention" (``ChannelInbox.prune``, then the attachments no turn
+took, every ``[serve] retention_interval_s``), one "poll:<id>" per Telegram
 channel with ``inbound = "polling"``, with ``watch=True`` (``hostkit serve``)
 "reload" (the ``ConfigWatcher``: a changed ``hostkit.toml`` or core ref, or
 ``reload_now()`` on SIGHUP, makes a new generation; docs/generations.md),
@@ -253,7 +253,11 @@ class HostDaemon(Background):
             cid: (channels[cid], secret) for cid, secret in self._secrets.items()
         }
         self._webhooks_of = host.generation
-        self.retention = RetentionSweeper(host.inbox, interval_s=serve.retention_interval_s)
+        self.retention = RetentionSweeper(
+            host.inbox,
+            interval_s=serve.retention_interval_s,
+            reclaim=lambda limit: host.attachments.reclaim(limit=limit),
+        )
         self._policy = policy
         self._on_change = on_change
         # Polls [serve] reload_interval_s of whatever generation is current.

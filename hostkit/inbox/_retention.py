@@ -5,21 +5,24 @@ their dedup tombstone after the horizon only when something prunes: a
 daemon that never did would keep every message's text forever. Each round
 runs bounded passes until one removes less than a batch (at most
 ``MAX_PASSES``), each under a deadline; a failed round is logged and the
-next one tries again.
+next one tries again. A round then runs the Host's other retention job the
+same way, when given one (``reclaim``: attachments no turn took).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.abc import TaskStatus
 
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.inbox._inbox import ChannelInbox
+from hostkit.store import RECLAIM_BATCH
 from hostkit.types import is_seconds
 
-__all__ = ["RetentionSweeper"]
+__all__ = ["Reclaim", "RetentionSweeper"]
 
 _log = logging.getLogger("hostkit.inbox")
 
@@ -28,15 +31,23 @@ MAX_PASSES = 20
 # One pass is one bounded transaction; past this it is counted as failed.
 PASS_TIMEOUT_S = 60.0
 
+# One bounded pass of another retention job: removes at most its argument's rows, says how
+# many it did.
+Reclaim = Callable[[int], Awaitable[int]]
+
 
 class RetentionSweeper:
     """``await sweeper.run()`` prunes ``inbox`` now and every ``interval_s``; ``stop()`` ends it."""
 
-    def __init__(self, inbox: ChannelInbox, *, interval_s: float) -> None:
+    def __init__(
+        self, inbox: ChannelInbox, *, interval_s: float, reclaim: Reclaim | None = None
+    ) -> None:
         if not is_seconds(interval_s):
             raise InvalidValue("interval_s must be a positive number of seconds")
         self._inbox = inbox
         self._interval_s = interval_s
+        self._reclaim = reclaim
+        self.reclaimed = 0
         self._stopped = anyio.Event()
         self._round: anyio.CancelScope | None = None
         self.rounds = 0
@@ -67,14 +78,34 @@ class RetentionSweeper:
         except (HostkitError, TimeoutError) as exc:
             what = exc.message if isinstance(exc, HostkitError) else "a pass timed out"
             _log.warning("inbox retention: pruning failed, retrying next round: %s", what)
-        self.rounds += 1
         if cleared or removed:
             _log.info(
                 "inbox retention: %d payloads cleared, %d dedup tombstones removed",
                 cleared,
                 removed,
             )
+        await self._reclaim_round()
+        self.rounds += 1
         return cleared, removed
+
+    async def _reclaim_round(self) -> None:
+        """The other job's passes until one removes less than a batch; a failure is logged."""
+        if self._reclaim is None:
+            return
+        reclaimed = 0
+        try:
+            for _ in range(MAX_PASSES):
+                with anyio.fail_after(PASS_TIMEOUT_S):
+                    done = await self._reclaim(RECLAIM_BATCH)
+                reclaimed += done
+                if done < RECLAIM_BATCH:
+                    break
+        except (HostkitError, TimeoutError) as exc:
+            what = exc.message if isinstance(exc, HostkitError) else "a pass timed out"
+            _log.warning("retention: reclaiming failed, retrying next round: %s", what)
+        self.reclaimed += reclaimed
+        if reclaimed:
+            _log.info("retention: %d attachments no turn took were reclaimed", reclaimed)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -16,7 +16,13 @@ from hostkit.store._approvals import (
     PendingApproval,
     RevocationPage,
 )
-from hostkit.store._attachments import AttachmentStore, StoredAttachment
+from hostkit.store._attachments import (
+    ATTACHMENT_GRACE_S,
+    MAX_RECLAIM,
+    RECLAIM_BATCH,
+    AttachmentStore,
+    StoredAttachment,
+)
 from hostkit.store._checks import MAX_CLAIM_OWNERS
 from hostkit.store._connection import Synchronous
 from hostkit.store._context import (
@@ -112,6 +118,7 @@ from hostkit.store._turns import TurnStore
 __all__ = [
     "ANY_VERSION",
     "APPLICATION_ID",
+    "ATTACHMENT_GRACE_S",
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
     "FAILED_NOTICE",
@@ -133,11 +140,13 @@ __all__ = [
     "MAX_MEMORY_CHARS",
     "MAX_REASON",
     "MAX_RECALL",
+    "MAX_RECLAIM",
     "MAX_REPLY_CHARS",
     "MAX_SUMMARY_CHARS",
     "MAX_TERMINAL_RUN_LIST",
     "MAX_WINDOW",
     "MIGRATIONS",
+    "RECLAIM_BATCH",
     "SCHEMA_VERSION",
     "TERMINAL_RUN_LEASE_S",
     "Admitted",

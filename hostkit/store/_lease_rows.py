@@ -14,6 +14,7 @@ from typing import Any
 
 from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
 from hostkit.store._approval_rows import OPEN_CALL, has_open_calls
+from hostkit.store._attachments import attached_refs, keep_attachments
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
 from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
@@ -201,8 +202,9 @@ def admit(
     ttl_s: float,
     now_epoch: float,
 ) -> Admitted | TurnState | SessionBusy:
-    """One transaction: idempotency check, session binding, session lease, turn (with the
-    route it captured), ``turn.started``.
+    """One transaction: idempotency check, the input's attachments kept (``InvalidTurnRequest``
+    when one is gone), session binding, session lease, turn (with the route it
+    captured), ``turn.started``.
 
     A repeated key returns the existing turn before anything else happens (a
     running one whose holder is gone ended first, as recovery would), or
@@ -224,6 +226,9 @@ def admit(
         )
         if existing is not None:
             return existing
+    # The turn keeps its attachments from here on; one reclaimed since the turn's check
+    # refuses it (nothing of it is written: the transaction rolls back).
+    keep_attachments(conn, admission.principal_id, attached_refs(admission.input), required=True)
     open_calls: bool | None  # None: not read yet
     if bound is not None:
         session_id, created = bound.facts.session_id, False

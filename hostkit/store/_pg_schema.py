@@ -472,6 +472,32 @@ _V8_INBOX_ORDER = Migration(
     ),
 )
 
+_V9_ATTACHMENT_RECLAIM = Migration(
+    9,
+    "attachments_pending: the attachments no turn has taken yet, which can be reclaimed",
+    (
+        """CREATE TABLE attachments_pending (
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            added_at TEXT NOT NULL,
+            PRIMARY KEY (principal_id, ref)
+        )""",
+        "CREATE INDEX attachments_pending_added ON attachments_pending(added_at)",
+        """INSERT INTO attachments_pending (principal_id, ref, added_at)
+            SELECT principal_id, ref, created_at FROM attachments WHERE ref NOT IN (
+                SELECT named.ref FROM (
+                    SELECT CASE WHEN jsonb_typeof(a.value) = 'object' THEN a.value ->> 'ref' END
+                        AS ref
+                    FROM messages m CROSS JOIN LATERAL jsonb_array_elements(
+                        CASE WHEN jsonb_typeof(m.content::jsonb -> 'attachments') = 'array'
+                        THEN m.content::jsonb -> 'attachments' ELSE '[]'::jsonb END
+                    ) AS a(value)
+                    WHERE m.content LIKE '%"attachments"%'
+                ) named WHERE named.ref IS NOT NULL
+            )""",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -481,5 +507,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V6_LEASE_LAPSE_NOTICES,
     _V7_DELIVERY_ORDER,
     _V8_INBOX_ORDER,
+    _V9_ATTACHMENT_RECLAIM,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
 from hostkit.store import _owned, _sessions
 from hostkit.store._approvals import SqlApprovalStore
-from hostkit.store._attachments import SqlAttachmentStore
+from hostkit.store._attachments import SqlAttachmentStore, attached_refs, keep_attachments
 from hostkit.store._context import SqlContextStore
 from hostkit.store._cores_sql import SqlCoreStore
 from hostkit.store._delivery_sql import SqlDeliveryStore
@@ -304,16 +304,18 @@ class RowStore(RuntimeStore):
         content: Mapping[str, Any],
         turn_id: str | None = None,
     ) -> MessageRecord:
-        """Append to an owned session's transcript (owner predicate inside the INSERT)."""
-        return await self.owned(
-            scope,
-            "session",
-            session_id,
-            lambda raw: _owned.append_message(
+        """Append to an owned session's transcript (owner predicate inside the INSERT); the
+        scope's attachments the content names are kept, as a turn's transcript keeps them."""
+
+        def append(raw: sqlite3.Connection) -> MessageRecord | None:
+            record = _owned.append_message(
                 raw, scope, session_id, role=role, content=content, turn_id=turn_id
-            ),
-            write=True,
-        )
+            )
+            if record is not None:
+                keep_attachments(raw, scope.principal_id, attached_refs(content), required=False)
+            return record
+
+        return await self.owned(scope, "session", session_id, append, write=True)
 
     async def get_task(self, scope: PrincipalScope, task_id: str) -> TaskRecord:
         return await self.owned(

@@ -806,6 +806,39 @@ _V21_INBOX_ORDER = Migration(
     ),
 )
 
+_V22_ATTACHMENT_RECLAIM = Migration(
+    22,
+    "attachments_pending: the attachments no turn has taken yet, which can be reclaimed",
+    (
+        # One row per attachment added but referenced by no admitted turn (its turn was
+        # refused, never sent, or lost to a crash before admission). The admission that
+        # takes an attachment deletes its row here in the same transaction; an attachment
+        # without a row here is kept for good (turns and messages are never deleted). A
+        # table of its own: updating a column of ``attachments`` rewrites its blob.
+        """CREATE TABLE attachments_pending (
+            principal_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            added_at TEXT NOT NULL,
+            PRIMARY KEY (principal_id, ref)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX attachments_pending_added ON attachments_pending(added_at)",
+        # Every existing row no stored message names by its ref (whoever's message: a row
+        # whose bytes any transcript names stays kept) is pending since it was added.
+        """INSERT INTO attachments_pending (principal_id, ref, added_at)
+            SELECT principal_id, ref, created_at FROM attachments WHERE ref NOT IN (
+                SELECT named.ref FROM (
+                    SELECT CASE WHEN a.type = 'object' THEN json_extract(a.value, '$.ref') END
+                        AS ref
+                    FROM messages m, json_each(
+                        CASE WHEN json_valid(m.content) THEN m.content ELSE '{}' END,
+                        '$.attachments'
+                    ) a
+                    WHERE m.content LIKE '%"attachments"%'
+                ) named WHERE named.ref IS NOT NULL
+            )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -828,5 +861,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V19_LEASE_LAPSE_NOTICES,
     _V20_DELIVERY_ORDER,
     _V21_INBOX_ORDER,
+    _V22_ATTACHMENT_RECLAIM,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -35,6 +35,7 @@ from hostkit.store._approval_rows import (
     open_approval,
     void_open,
 )
+from hostkit.store._attachments import attached_refs, keep_attachments
 from hostkit.store._context_rows import observe_step
 from hostkit.store._context_values import ObservedStep
 from hostkit.store._delivery_rows import approval_prompt, insert_intents
@@ -654,8 +655,16 @@ def insert_message(
     """Insert one transcript message at the session's next seq; returns the seq.
 
     The caller holds the session lease (checked in the same transaction), so
-    no other writer takes the seq.
+    no other writer takes the seq. The attachments the message names are kept
+    for good (the turn's principal's rows): the transcript references them.
     """
+    refs = attached_refs(message)
+    if refs:
+        owner = conn.execute(
+            "SELECT principal_id FROM turns WHERE turn_id = ?", [turn_id]
+        ).fetchone()
+        if owner is not None:
+            keep_attachments(conn, str(owner[0]), refs, required=False)
     (row,) = conn.execute(
         "INSERT INTO messages (message_id, session_id, seq, role, content, turn_id, created_at) "
         "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), "

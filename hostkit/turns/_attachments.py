@@ -90,7 +90,7 @@ async def loaded_input(
     )
     missing = [a.name for a in request.attachments if a.ref not in data]
     if missing:
-        # Checked before admission and never deleted: only a damaged store gets here.
+        # Checked before admission and kept by it for good: only a damaged store gets here.
         raise InvalidValue(f"attachment {missing[0]!r} could not be read")
     parts = tuple(AttachmentPart(a, data[a.ref]) for a in request.attachments)
     return ModelMessage("user", request.input, attachments=parts)

@@ -21,6 +21,7 @@ from hostkit._renewal import RenewalPace
 from hostkit.authority import AdmittedTurn, AuthorityResolver, conversation_principal
 from hostkit.errors import (
     HostkitError,
+    InvalidTurnRequest,
     InvalidValue,
     LeaseLost,
     NotFoundOrUnauthorized,
@@ -186,6 +187,8 @@ class LeaseHolder:
             return AdmittedTurn(outcome, scope) if isinstance(outcome, Admitted) else outcome
         except NotFoundOrUnauthorized as exc:
             raise TurnRejected("the requested session is not available") from exc
+        except InvalidTurnRequest:
+            raise  # an attachment reclaimed since the turn's check: refused as a missing one
         except (ScopeError, InvalidValue) as exc:
             raise TurnRejected(exc.message) from exc
         except StoreError as exc:

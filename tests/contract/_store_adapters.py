@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hostkit.authority import AuthorityResolver
 from hostkit.store import RowStore, RuntimeStore
@@ -87,3 +88,46 @@ async def open_adapter(name: str, tmp_path: Path) -> AsyncIterator[StoreUnderTes
                 "ops", reason="store contract suite: read every owned row"
             )
             yield StoreUnderTest(name, store, authority, operator, seed_turn, raw_arguments)
+
+
+# A PNG's bytes as the attachments table stored them before it had attachments_pending.
+_PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
+_NAMED = "sha256:" + "1" * 64
+_UNNAMED = "sha256:" + "2" * 64
+
+
+async def seed_attachments_before_reclaim(store: RuntimeStore) -> tuple[str, str]:
+    """On a store migrated to just before ``attachments_pending``: alice's and bob's rows of
+    one ref a stored message names, and alice's row of a ref no message names; beside
+    messages whose ``attachments`` is no list of objects, or that only say the word.
+    Returns (named ref, unnamed ref)."""
+    assert isinstance(store, RowStore)
+    session_id = await store.create_session(owner_kind="system", principal_id="alice")
+    named = (
+        '{"attachments":[{"media_type":"image/png","name":"a.png","ref":"'
+        + _NAMED
+        + '","size":48}],"text":"look"}'
+    )
+    contents = (
+        named,
+        '{"attachments":"oops","text":"x"}',
+        '{"attachments":[1,"x",null,{"name":"no ref"}],"text":"x"}',
+        '{"text":"my \\"attachments\\" are gone"}',
+    )
+
+    def seed(c: Any) -> None:
+        for principal_id, ref in (("alice", _NAMED), ("bob", _NAMED), ("alice", _UNNAMED)):
+            c.execute(
+                "INSERT INTO attachments (principal_id, ref, media_type, size, data, created_at) "
+                "VALUES (?, ?, 'image/png', ?, ?, '2000-01-01T00:00:00.000Z')",
+                [principal_id, ref, len(_PNG), _PNG],
+            )
+        for seq, content in enumerate(contents, start=1):
+            c.execute(
+                "INSERT INTO messages (message_id, session_id, seq, role, content, created_at) "
+                "VALUES (?, ?, ?, 'user', ?, '2000-01-01T00:00:00.000Z')",
+                [new_id("msg"), session_id, seq, content],
+            )
+
+    await store.write(seed)
+    return _NAMED, _UNNAMED

@@ -234,6 +234,48 @@ async def test_a_provider_that_does_not_accept_the_type_refuses_before_turn_star
         assert small.requests == []
 
 
+async def test_a_refused_turns_attachments_are_reclaimed_an_admitted_turns_are_kept(
+    tmp_path: Path,
+) -> None:
+    """Bytes stored for a turn that was refused, or never sent, are referenced by nothing:
+    reclaimed once past the grace period (never within it, so an upload racing its own turn
+    is safe). A turn that was admitted keeps its attachments, the same bytes included."""
+    model = ScriptedModel(
+        [Reply("a chart")], repeat_last=True, attachments=AttachmentSupport({"image/png"})
+    )
+    async with open_host(tmp_path, model) as host:
+        shown = await host.attachments.add(ALICE, PNG, name="a.png", media_type="image/png")
+        refused = await host.attachments.add(ALICE, PDF, name="b.pdf", media_type="application/pdf")
+        unsent = await host.attachments.add(BOB, TEXT, name="c.txt", media_type="text/plain")
+        result = await host.turns.run(request("what is this?", attachments=(shown,)))
+        assert result.outcome == "completed"
+        with pytest.raises(AttachmentRefused):
+            await host.turns.run(request("and this?", attachments=(shown, refused)))
+        assert await host.attachments.reclaim() == 0  # within the grace period
+        await anyio.sleep(0.01)
+        assert await host.attachments.reclaim(grace_s=0) == 2
+        assert await host.attachments.read(ALICE, shown) == PNG
+        for principal, gone in ((ALICE, refused), (BOB, unsent)):
+            with pytest.raises(NotFoundOrUnauthorized):
+                await host.attachments.read(principal, gone)
+        assert await _attachment_rows(host) == [("test:alice", "image/png", len(PNG))]
+
+
+async def test_serves_retention_daemon_reclaims_what_no_turn_took(tmp_path: Path) -> None:
+    async with open_host(tmp_path, ScriptedModel([Reply("ok")])) as host:
+        unsent = await host.attachments.add(ALICE, PNG, name="a.png", media_type="image/png")
+        await host.store.write(
+            lambda c: c.execute(
+                "UPDATE attachments_pending SET added_at = '2000-01-01T00:00:00.000Z'"
+            )
+        )
+        daemon = host.serve()
+        await daemon.retention.sweep()
+        assert daemon.retention.reclaimed == 1
+        with pytest.raises(NotFoundOrUnauthorized):
+            await host.attachments.read(ALICE, unsent)
+
+
 async def test_a_repeat_of_a_turn_that_ran_gets_its_record_after_the_provider_changed(
     tmp_path: Path,
 ) -> None:

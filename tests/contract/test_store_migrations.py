@@ -24,6 +24,7 @@ from hostkit.store import (
 )
 from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
+from tests.contract._store_adapters import seed_attachments_before_reclaim
 from tests.support import file_bytes
 
 pytestmark = pytest.mark.anyio
@@ -525,3 +526,24 @@ async def test_a_database_that_cannot_be_opened_says_what_to_do(
     assert len(caught.value.message) <= 500
     if before is not None:
         assert await file_bytes(database) == before
+
+
+@pytest.mark.sqlite_only("a v21 SQLite file built from a prefix of the SQLite migrations")
+async def test_v22_keeps_every_attachment_a_stored_message_names_and_reclaims_the_rest(
+    db_path: Path,
+) -> None:
+    """Attachments stored before v22 were never reclaimed: the upgrade leaves the ones a
+    transcript names kept (every principal's copy of those bytes) and makes the rest
+    pending since they were added, so the next reclaim deletes them."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:21]) as store:
+        named, unnamed = await seed_attachments_before_reclaim(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (21, SCHEMA_VERSION)
+        assert await store.attachments.reclaim(grace_s=3_600) == 1
+        for principal_id, ref, kept in (
+            ("alice", named, True),
+            ("bob", named, True),
+            ("alice", unnamed, False),
+        ):
+            found = await store.attachments.load(principal_id=principal_id, refs=[ref])
+            assert (ref in found) == kept, (principal_id, ref)

@@ -29,6 +29,7 @@ from hostkit.store import Migration, RuntimeStore
 from hostkit.store._pg_migrate import PgMigrationReport
 from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
+from tests.contract._store_adapters import seed_attachments_before_reclaim
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
 pytestmark = pytest.mark.anyio
@@ -479,3 +480,22 @@ async def test_the_dump_never_carries_the_password_on_its_command_line(
     assert [argv[0].rsplit("/", 1)[-1] for argv in argvs] == ["pg_dump", "pg_restore"]
     leaked = [argv[0] for argv in argvs if any(password in part for part in argv)]
     assert leaked == [], "the URL's password is on these programs' command lines"
+
+
+async def test_v9_keeps_every_attachment_a_stored_message_names_and_reclaims_the_rest(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v22: a transcript's attachments stay kept, the rest go."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:8]) as store:
+        named, unnamed = await seed_attachments_before_reclaim(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(8, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        assert await store.attachments.reclaim(grace_s=3_600) == 1
+        for principal_id, ref, kept in (
+            ("alice", named, True),
+            ("bob", named, True),
+            ("alice", unnamed, False),
+        ):
+            found = await store.attachments.load(principal_id=principal_id, refs=[ref])
+            assert (ref in found) == kept, (principal_id, ref)
