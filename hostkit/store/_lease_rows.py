@@ -226,9 +226,6 @@ def admit(
         )
         if existing is not None:
             return existing
-    # The turn keeps its attachments from here on; one reclaimed since the turn's check
-    # refuses it (nothing of it is written: the transaction rolls back).
-    keep_attachments(conn, admission.principal_id, attached_refs(admission.input), required=True)
     open_calls: bool | None  # None: not read yet
     if bound is not None:
         session_id, created = bound.facts.session_id, False
@@ -254,6 +251,10 @@ def admit(
         )
         if orphan is not None:
             recovered = (end_orphan(conn, orphan, gone),)
+    # Admitted: the turn keeps its attachments from here on (not before: a busy session's
+    # answer commits, and attachments it took would be neither pending nor referenced).
+    # One reclaimed since the turn's check refuses it; the transaction rolls back.
+    keep_attachments(conn, admission.principal_id, attached_refs(admission.input), required=True)
     token = (held["token"] if held is not None else 0) + 1
     expires_at = now_epoch + ttl_s
     encoded = owner.encode()

@@ -483,17 +483,14 @@ _V9_ATTACHMENT_RECLAIM = Migration(
             PRIMARY KEY (principal_id, ref)
         )""",
         "CREATE INDEX attachments_pending_added ON attachments_pending(added_at)",
-        """INSERT INTO attachments_pending (principal_id, ref, added_at)
+        # The refs a stored message names, read from its text: PostgreSQL's JSON types
+        # refuse a message holding NUL (``\u0000``, which a turn's text may), and one
+        # such row would fail the whole upgrade. A JSON string's own quotes are escaped,
+        # so only a real ``ref`` key matches; a stray match only keeps more.
+        r"""INSERT INTO attachments_pending (principal_id, ref, added_at)
             SELECT principal_id, ref, created_at FROM attachments WHERE ref NOT IN (
-                SELECT named.ref FROM (
-                    SELECT CASE WHEN jsonb_typeof(a.value) = 'object' THEN a.value ->> 'ref' END
-                        AS ref
-                    FROM messages m CROSS JOIN LATERAL jsonb_array_elements(
-                        CASE WHEN jsonb_typeof(m.content::jsonb -> 'attachments') = 'array'
-                        THEN m.content::jsonb -> 'attachments' ELSE '[]'::jsonb END
-                    ) AS a(value)
-                    WHERE m.content LIKE '%"attachments"%'
-                ) named WHERE named.ref IS NOT NULL
+                SELECT (regexp_matches(m.content, '"ref"\s*:\s*"(sha256:[0-9a-f]{64})"', 'g'))[1]
+                FROM messages m WHERE m.content LIKE '%"attachments"%'
             )""",
     ),
 )

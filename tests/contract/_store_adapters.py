@@ -98,7 +98,8 @@ _UNNAMED = "sha256:" + "2" * 64
 
 async def seed_attachments_before_reclaim(store: RuntimeStore) -> tuple[str, str]:
     """On a store migrated to just before ``attachments_pending``: alice's and bob's rows of
-    one ref a stored message names, and alice's row of a ref no message names; beside
+    one ref a stored message (with NUL in its text) names, and alice's row of a ref no
+    message names; beside
     messages whose ``attachments`` is no list of objects, or that only say the word.
     Returns (named ref, unnamed ref)."""
     assert isinstance(store, RowStore)
@@ -106,7 +107,8 @@ async def seed_attachments_before_reclaim(store: RuntimeStore) -> tuple[str, str
     named = (
         '{"attachments":[{"media_type":"image/png","name":"a.png","ref":"'
         + _NAMED
-        + '","size":48}],"text":"look"}'
+        # NUL in its text, as a turn's input may have: PostgreSQL's JSON types refuse it.
+        + '","size":48}],"text":"look\\u0000"}'
     )
     contents = (
         named,

@@ -26,6 +26,7 @@ from hostkit.store import (
     LeaseOwner,
     RowStore,
     RuntimeStore,
+    SessionBusy,
     TurnAdmission,
 )
 from hostkit.types import Attachment, AttachmentPart, ModelMessage, PrincipalScope, new_id
@@ -136,6 +137,22 @@ async def test_an_admitted_turns_attachments_are_never_reclaimed(
     await age(runtime)
     assert await runtime.attachments.reclaim(grace_s=0) == 0
     assert await present(runtime, alice, taken)
+
+
+async def test_a_turn_refused_as_its_session_is_busy_leaves_its_attachments_pending(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A busy session's answer commits (the binding stays): the refused turn's attachments
+    must stay pending, not be taken by a turn that never was."""
+    alice = await conversation(resolver, "c1", "alice")
+    running = await runtime.turns.admit(carrying(alice), owner=live, ttl_s=600)
+    assert isinstance(running, Admitted)
+    refused = await added(runtime, alice, png(1))
+    busy = await runtime.turns.admit(carrying(alice, refused), owner=live, ttl_s=600)
+    assert isinstance(busy, SessionBusy)
+    await age(runtime)
+    assert await runtime.attachments.reclaim(grace_s=HOUR) == 1
+    assert not await present(runtime, alice, refused)
 
 
 async def test_the_same_bytes_are_reclaimed_only_for_the_principal_no_turn_took_them_for(
