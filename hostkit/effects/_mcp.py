@@ -135,10 +135,12 @@ class McpServerDeclaration:
 class McpToolSpec:
     """One tool a server listed: its MCP name, description and input schema.
 
-    ``refusal`` says why the connection will not call it as listed (its output
-    schema failed the Host's checks, which the client applies to results): the
-    pool leaves such a tool out of the catalog and names it with this reason,
-    as it does one whose input schema fails them.
+    ``refusal`` says why the connection will not call it as listed (its entry,
+    name or input schema is one the Host cannot use, or its output schema
+    failed the Host's checks, which the client applies to results): the pool
+    leaves such a tool out of the catalog and names it with this reason, as it
+    does one whose input schema fails them. One tool's problem is its own: the
+    server's other tools are listed as usual.
     """
 
     name: str

@@ -546,8 +546,8 @@ def _tools_of(
     A tool whose name makes no effect name, shares its effect name with another
     of the server's tools (``get-time`` and ``get_time``: neither is offered,
     a call could not say which it meant) or whose input or output schema
-    cannot be checked safely (``schema_problem``; the connection judged the
-    output schema, ``McpToolSpec.refusal``) is left out and named in the
+    cannot be checked safely (``schema_problem``; the connection judged its
+    entry and output schema, ``McpToolSpec.refusal``) is left out and named in the
     diagnostic, a schema's reason with it, not offered half-checked (a tool
     every call of which is refused would only cost the model steps).
     Declared env values are masked in descriptions, schemas and reasons; a
@@ -565,7 +565,7 @@ def _tools_of(
             # and the transcript; masked, it would name nothing a call could reach.
             skipped.append(_SECRET_NAME)
         elif effect is None:
-            skipped.append(bounded(spec.name, 60))
+            skipped.append(bounded(spec.name, 60) or _NO_NAME)
         else:
             named.setdefault(provider_name(effect), []).append(spec)
     tools: list[McpTool] = []
@@ -596,15 +596,16 @@ def _tools_of(
 
 
 def _refusal(spec: McpToolSpec) -> str | None:
-    """Why ``spec``'s schemas keep it out of the catalog: its input schema's problem, or the
-    connection's verdict on its output schema."""
+    """Why ``spec`` is kept out of the catalog: the connection's verdict on its entry and
+    schemas, else its input schema's problem."""
+    if spec.refusal is not None:
+        return spec.refusal
     problem = schema_problem(spec.input_schema)
-    if problem is not None:
-        return schema_refusal(problem, "input")
-    return spec.refusal
+    return None if problem is None else schema_refusal(problem, "input")
 
 
 _SECRET_NAME = "a tool whose name holds a declared secret"
+_NO_NAME = "a tool with no name"
 # One left-out tool's reason in the detail: the names come first, so a long reason or
 # many of them never hide which tools are missing.
 _MAX_REASON = 120

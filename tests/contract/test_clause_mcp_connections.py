@@ -568,6 +568,28 @@ async def test_clause_a_tool_with_a_refused_schema_is_left_out_with_its_reason(
     assert len(connector.connections) == 1
 
 
+async def test_clause_the_connections_reason_names_a_tool_and_one_with_no_name_is_said_so(
+    authority: AuthorityResolver,
+) -> None:
+    """The connection's verdict on a listed entry (``McpToolSpec.refusal``: its input schema
+    is no object schema, it has no name) is the reason the diagnostic gives; a tool with no
+    name is called so, not an empty name; the sibling is offered."""
+    connector = RecordingConnector(
+        tools=("", "get_time", "scan"),
+        schemas={"": {"type": "object"}, "scan": {"type": "object", "properties": 5}},
+        refusals={"": "it has no name", "scan": "its input schema is not a JSON object schema"},
+    )
+    r = await rig(authority, [McpServer(declared("db"), connector)])
+    catalog, _ = await r.turn()
+    assert [d.name for d in catalog.definitions] == ["mcp_db_get_time"]
+    (discovery,) = catalog.discoveries
+    assert discovery.state == "connected"
+    assert discovery.detail == (
+        "tools left out (no usable name or schema): a tool with no name, scan; "
+        "scan: its input schema is not a JSON object schema"
+    )
+
+
 async def test_clause_a_servers_tools_take_at_most_its_share_of_the_model_window(
     authority: AuthorityResolver,
 ) -> None:

@@ -1,7 +1,7 @@
 """A hand-written stdio MCP server whose tools declare output schemas the Host must bound.
 
-``python output_server.py ERA [N]``; the tests copy it into the agent's workspace. ERA
-``legacy`` answers only the ``initialize`` handshake; ``modern`` answers
+``python output_server.py ERA [N [SHAPE]]``; the tests copy it into the agent's
+workspace. ERA ``legacy`` answers only the ``initialize`` handshake; ``modern`` answers
 ``server/discover`` too, so the client speaks protocol 2026-07-28. Each
 ``tools/call`` appends the tool's name to ``calls.log`` in the working directory first,
 so a test can tell a call the Host refused from one it sent. Tools:
@@ -15,12 +15,23 @@ so a test can tell a call the Host refused from one it sent. Tools:
 - ``huge``: an object schema of over 64 KiB (a long description);
 - ``invalid``: an object schema whose property has ``"type": 5``;
 - ``remote``: a ``$ref`` to another document (nothing is ever retrieved);
-- ``listed`` (modern only: the SDK refuses it on older protocols): an array schema;
+- ``listed``: an array schema (2026-07-28 allows it; the SDK's schema of older protocols
+  refuses the entry);
 - ``typed``: ``{"n": integer}`` required, echoing its argument ``n`` as the result;
 - ``bare``: the same schema, and a result with no ``structuredContent``;
 - ``empty``: the same schema, and ``{}`` as the result;
 - ``input_forever``: answers every call with an ``input_required`` result (which only a
   modern client reads).
+
+And entries the SDK would refuse as a page, or the Host would, each on its own:
+
+- ``shaped``: an input schema ``{"type": "string"}``;
+- ``wide``: an object input schema of over 64 KiB (a long description);
+- ``garbled``: ``"annotations": "read-only"`` (an object in every protocol).
+
+SHAPE ``entries`` lists only ``typed``, those three, a tool named with 129 ``n`` (the
+Host takes 128 characters) and an entry with no name; ``many`` lists 129 tools (the Host
+takes 128); ``unlisted`` answers ``tools/list`` with an object for its tool array.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Any
 
 ERA = sys.argv[1] if len(sys.argv) > 1 else "legacy"
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+SHAPE = sys.argv[3] if len(sys.argv) > 3 else ""
 CHAIN = 12
 TYPED = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -50,8 +62,10 @@ def deep_schema() -> dict[str, Any]:
     return node
 
 
-def tool(name: str, output: dict[str, Any] | None) -> dict[str, Any]:
-    listed: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+def tool(
+    name: str, output: dict[str, Any] | None, given: Any = None, **entry: Any
+) -> dict[str, Any]:
+    listed: dict[str, Any] = {"name": name, "inputSchema": given or {"type": "object"}, **entry}
     if output is not None:
         listed["outputSchema"] = output
     return listed
@@ -78,9 +92,24 @@ TOOLS = [
     tool("bare", TYPED),
     tool("empty", TYPED),
     tool("input_forever", None),
+    tool("listed", {"type": "array", "items": {"type": "string"}}),
 ]
-if ERA == "modern":
-    TOOLS.append(tool("listed", {"type": "array", "items": {"type": "string"}}))
+ENTRIES = [
+    tool("shaped", None, {"type": "string"}),
+    tool("wide", None, {"type": "object", "description": "x" * 70_000}),
+    tool("garbled", None, annotations="read-only"),
+]
+if SHAPE == "entries":
+    TOOLS = [
+        tool("typed", TYPED),
+        *ENTRIES,
+        tool("n" * 129, None),
+        {"inputSchema": {"type": "object"}},
+    ]
+elif SHAPE == "many":
+    TOOLS = [tool(f"t{n}", None) for n in range(129)]
+else:
+    TOOLS += ENTRIES
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +153,7 @@ def main() -> None:
                 "resultType": "complete",
             }
         elif method == "tools/list":
-            reply["result"] = {"tools": TOOLS}
+            reply["result"] = {"tools": {"typed": TOOLS[0]} if SHAPE == "unlisted" else TOOLS}
             if ERA == "modern":
                 reply["result"].update(ttlMs=0, cacheScope="private")
         elif method == "tools/call":

@@ -9,6 +9,12 @@ schema as it checks input schemas, and fails a non-conforming result alone.
 A tool whose output schema fails those checks is left out of the catalog, as one
 whose input schema fails them is, and named with its reason where the operator
 sees the server's status: offered, it could only be called to be refused.
+
+So is a tool whose entry the Host cannot use at all: an input schema that is no
+object schema or is over 64 KiB, a name over 128 characters, no name, an entry the
+protocol's schema refuses. The SDK parses a listing page as one piece, and the Host
+refused such a tool by failing the listing: one tool took down every other tool of
+its server. Each is judged alone; its siblings are listed and run.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -25,7 +32,7 @@ import pytest
 from rich.console import Console
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
-from hostkit.builtins.mcp import McpClientConnector
+from hostkit.builtins.mcp import McpClientConnector, McpProtocolError
 from hostkit.builtins.process import SandboxPolicy
 from hostkit.builtins.web import UrlPolicy
 from hostkit.cli._mcp import print_servers
@@ -58,6 +65,14 @@ def era(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def connection(workspace: Path, era: str) -> AsyncIterator[McpConnection]:
+    async with connected(workspace, era) as opened:
+        await opened.list_tools()
+        yield opened
+
+
+@asynccontextmanager
+async def connected(workspace: Path, *argv: str) -> AsyncIterator[McpConnection]:
+    """A connection to ``output_server.py`` run with ``argv``, not yet listed."""
     connector = McpClientConnector(
         workspace=workspace,
         sandbox=SandboxPolicy(mode="none"),
@@ -65,11 +80,10 @@ async def connection(workspace: Path, era: str) -> AsyncIterator[McpConnection]:
         environ=ENV,
     )
     declaration = McpServerDeclaration(
-        name="out", transport="stdio", command=(sys.executable, "output_server.py", era)
+        name="out", transport="stdio", command=(sys.executable, "output_server.py", *argv)
     )
     opened = await connector.connect(declaration)
     try:
-        await opened.list_tools()
         yield opened
     finally:
         await opened.aclose()
@@ -118,15 +132,20 @@ REFUSED = {
     "deep": "its output schema is nested more than 64 levels deep",
     "huge": "its output schema is over 64 KiB",
     "invalid": "its output schema is invalid",
+    # 2026-07-28 allows any root, older protocols' schema does not: the Host takes objects.
+    "listed": "its output schema is not a JSON object schema",
     "lookahead": "its output schema's pattern '^(?=a)a+$' is not supported",
     "remote": "its output schema refers to 'https://example.com/s.json'",
 }
-# 2026-07-28 allows any root; the Host's bounded validator takes object schemas.
-REFUSED_MODERN = {**REFUSED, "listed": "its output schema is not a JSON object schema"}
-
-
-def refused(era: str) -> dict[str, str]:
-    return REFUSED_MODERN if era == "modern" else REFUSED
+# Each tool of output_server.py whose entry the SDK would refuse as a page (shaped,
+# garbled) or the Host failed the listing over (wide), and why.
+UNUSABLE = {
+    "garbled": "its entry does not fit protocol 20",
+    "shaped": "its input schema is not a JSON object schema",
+    "wide": "its input schema is over 64 KiB",
+}
+# The server's tools the Host offers and calls.
+USABLE = ("redos", "typed", "bare", "empty", "input_forever")
 
 
 async def test_a_tool_whose_output_schema_fails_the_hosts_checks_is_listed_refused(
@@ -135,12 +154,26 @@ async def test_a_tool_whose_output_schema_fails_the_hosts_checks_is_listed_refus
     """The connection judges each output schema as it lists the tools, and says why."""
     specs = {spec.name: spec for spec in await connection.list_tools()}
     reasons = {name: spec.refusal for name, spec in specs.items() if spec.refusal is not None}
-    assert sorted(reasons) == sorted(refused(era))
-    for name, reason in refused(era).items():
+    assert sorted(reasons) == sorted({**REFUSED, **UNUSABLE})
+    for name, reason in REFUSED.items():
         assert (reasons[name] or "").startswith(reason), reasons[name]
         assert len(reasons[name] or "") <= 500
-    for usable in ("redos", "typed", "bare", "empty", "input_forever"):
+    for usable in USABLE:
         assert specs[usable].refusal is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "failure"),
+    [("unlisted", "sent a malformed tool list"), ("many", "lists more than 128 tools")],
+)
+async def test_a_page_malformed_as_a_page_or_too_many_tools_still_fail_the_listing(
+    workspace: Path, era: str, shape: str, failure: str
+) -> None:
+    """Only one tool's entry is judged alone: a page whose tool array is no array, or
+    more tools than the Host takes, fails the server's listing."""
+    async with connected(workspace, era, "25", shape) as connection:
+        with pytest.raises(McpProtocolError, match=failure):
+            await connection.list_tools()
 
 
 @pytest.mark.parametrize("tool", sorted(REFUSED))
@@ -158,15 +191,41 @@ async def test_a_tool_whose_output_schema_fails_the_hosts_checks_is_never_called
     assert connection.alive
 
 
-@pytest.mark.parametrize("era", ["modern"])  # older protocols allow object roots only
-async def test_an_output_schema_that_is_no_object_schema_is_refused_unsent(
-    connection: McpConnection, workspace: Path
+async def test_one_tools_unusable_entry_is_listed_refused_and_its_siblings_run(
+    connection: McpConnection, workspace: Path, era: str
 ) -> None:
-    """2026-07-28 allows any root; the Host's bounded validator takes object schemas."""
-    outcome = await connection.call_tool("listed", {})
-    assert outcome.status == "failed"
-    assert "its output schema is not a JSON object schema" in (outcome.error or "")
-    assert calls(workspace) == []
+    """An input schema that is no object schema, one over 64 KiB, an entry the protocol's
+    schema refuses: that tool is listed refused with why (the listing no longer fails),
+    a direct call of it is refused unsent, and a sibling runs."""
+    specs = {spec.name: spec for spec in await connection.list_tools()}
+    for name, reason in UNUSABLE.items():
+        assert (specs[name].refusal or "").startswith(reason), specs[name].refusal
+        outcome = await connection.call_tool(name, {})
+        assert outcome.status == "failed"
+        assert f"tool {name!r} was not called: {reason}" in (outcome.error or "")
+    assert "at annotations" in (specs["garbled"].refusal or ""), "where, never the value"
+    assert "read-only" not in (specs["garbled"].refusal or "")
+    assert calls(workspace) == [], "nothing was sent to the server"
+    right = await connection.call_tool("typed", {"n": 7})
+    assert (right.status, right.output) == ("succeeded", {"n": 7})
+    assert calls(workspace) == ["typed"]
+    assert connection.alive
+
+
+async def test_a_tool_with_no_usable_name_is_listed_refused_not_the_listing(
+    workspace: Path, era: str
+) -> None:
+    """A name over 128 characters, or none, is that entry's problem alone."""
+    async with connected(workspace, era, "25", "entries") as connection:
+        specs = await connection.list_tools()
+        refused = {spec.name: spec.refusal for spec in specs if spec.refusal is not None}
+        (long,) = (name for name in refused if name.startswith("n"))
+        assert len(long) <= 128
+        assert refused[long] == "its name is over 128 characters"
+        assert refused[""] == "it has no name"
+        assert sorted(spec.name for spec in specs if spec.refusal is None) == ["typed"]
+        right = await connection.call_tool("typed", {"n": 7})
+        assert right.status == "succeeded"
 
 
 async def test_a_result_that_does_not_fit_fails_alone_and_keeps_the_connection(
@@ -217,7 +276,7 @@ async def test_a_refused_output_schema_leaves_its_tool_out_named_and_its_sibling
             result = await host.turns.run(request("what is seven?"))
         statuses = await host.store.mcp_servers.mcp_statuses("assistant")
     offered = {t.name for t in model.requests[0].tools}
-    left_out = sorted(refused(era))
+    left_out = sorted({**REFUSED, **UNUSABLE})
     for name in left_out:
         assert f"mcp_out_{name}" not in offered
     assert {"mcp_out_typed", "mcp_out_redos", "mcp_out_bare"} <= offered
@@ -241,3 +300,35 @@ async def test_a_refused_output_schema_leaves_its_tool_out_named_and_its_sibling
     )
     logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(line.startswith("MCP server out: tools left out") for line in logged), logged
+
+
+async def test_a_tool_whose_entry_is_unusable_is_left_out_named_and_its_sibling_runs(
+    tmp_path: Path, era: str
+) -> None:
+    """Through a Host on the real server: one tool's input schema (no object schema, over
+    64 KiB), entry or name no longer fails the server (``failing``, none of its tools
+    offered); that tool is left out, named with its reason, and its sibling runs."""
+    argv = [sys.executable, "output_server.py", era, "25", "entries"]
+    config = host_config(tmp_path, {"out": {"command": argv}}, {"allow": ["*", "mcp.connect:*"]})
+    workspace = tmp_path / "ws"
+    shutil.copy(SERVER, workspace / "output_server.py")
+    model = ScriptedModel([CallTools(("mcp_out_typed", {"n": 7})), Reply("seven")])
+    async with Host.open(config, capabilities=capabilities(model, config=config)) as host:
+        with anyio.fail_after(60):
+            result = await host.turns.run(request("what is seven?"))
+        statuses = await host.store.mcp_servers.mcp_statuses("assistant")
+    assert {t.name for t in model.requests[0].tools if t.name.startswith("mcp_")} == {
+        "mcp_out_typed"
+    }
+    assert [e.status for e in result.effects] == ["succeeded"]
+    assert calls(workspace) == ["typed"]
+
+    (status,) = statuses
+    assert status.state == "connected", status.detail
+    assert [row.name for row in status.tools] == ["typed"]
+    assert status.detail.startswith(
+        "tools left out (no usable name or schema): a tool with no name, nnnnnnnn"
+    ), status.detail
+    assert ", garbled, shaped, wide; garbled: its entry does not fit protocol 20" in (status.detail)
+    assert "; shaped: its input schema is not a JSON object schema" in status.detail
+    assert len(status.detail) <= 300

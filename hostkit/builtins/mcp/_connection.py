@@ -12,9 +12,10 @@ Outcomes of a call: ``succeeded`` with the rendered result; ``failed`` when
 the server reported an error (``isError`` or a JSON-RPC error), when the
 connection was already closed (nothing was sent), when a message passed
 the size bound, when the result does not fit the tool's output schema (the
-Host's check, ``_render``; the connection is kept) or the schema failed the
-Host's checks (nothing is sent; ``list_tools`` marks such a tool refused, so
-the catalog never offers it and only a direct caller meets this);
+Host's check, ``_render``; the connection is kept) or the tool was listed
+refused, its schema or entry failing the Host's checks (nothing is sent;
+``list_tools`` marks such a tool refused, so the catalog never offers it and
+only a direct caller meets this);
 ``indeterminate`` when the connection ended while the call ran (the server
 may have acted). A cancelled call (the runtime's deadline)
 propagates; the SDK sends the server a cancellation and the session stays
@@ -43,9 +44,11 @@ from hostkit.builtins.mcp._errors import (
     McpConnectFailed,
     McpProtocolError,
 )
+from hostkit.builtins.mcp._listing import ToolListings
 from hostkit.builtins.mcp._render import (
     OutputSchema,
     check_outputs,
+    refused_spec,
     render_result,
     tool_spec,
     without_sdk_validation,
@@ -105,6 +108,10 @@ class ClientConnection:
         self._lost = False
         # Each listed tool's output schema as the Host applies it (the last listing's).
         self._outputs: Mapping[str, OutputSchema] = {}
+        # The last listing's tools the Host will not call, and why.
+        self._refused: Mapping[str, str] = {}
+        self._listings = ToolListings(self._protocol)
+        self._listing = anyio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -132,7 +139,9 @@ class ClientConnection:
         try:
             with self._scope:
                 async with Client(
-                    self._link.streams(), cache=None, client_info=_CLIENT_INFO
+                    self._listings.streams(self._link.streams()),
+                    cache=None,
+                    client_info=_CLIENT_INFO,
                 ) as client:
                     without_sdk_validation(client.session)
                     self._client = client
@@ -143,6 +152,9 @@ class ClientConnection:
         finally:
             self._done.set()
             self._ready.set()
+
+    def _protocol(self) -> str | None:
+        return None if self._client is None else self._client.session.protocol_version
 
     def _why_not_started(self) -> str:
         name = self._declaration.name
@@ -165,35 +177,52 @@ class ClientConnection:
     async def list_tools(self) -> Sequence[McpToolSpec]:
         """Every listed tool (at most ``MAX_TOOLS``, over at most 16 pages), bounded and checked.
 
-        A tool whose output schema fails the Host's checks carries the reason
-        (``McpToolSpec.refusal``), so the catalog leaves it out instead of
-        offering a tool every call of which is refused.
+        A tool the Host will not use carries the reason (``McpToolSpec.refusal``):
+        an entry the listing filter took out of its page (``_listing``: no
+        name, a name too long, an input schema that is no object schema or too
+        large, an entry the protocol's schema refuses) or one whose output
+        schema fails the Host's checks. The catalog leaves it out and names it;
+        the server's other tools are listed as usual. Only a page malformed as a
+        page, too many tools or pages fail the listing (``McpProtocolError``).
         """
+        async with self._listing:
+            return await self._list_tools()
+
+    async def _list_tools(self) -> Sequence[McpToolSpec]:
         client = self._live()
         specs: list[McpToolSpec] = []
+        refused: dict[str, str] = {}
         outputs: dict[str, Any] = {}
         seen: set[str] = set()
         cursor: str | None = None
+
+        def add(spec: McpToolSpec, name: str) -> None:
+            seen.add(name)
+            specs.append(spec)
+            if spec.refusal is not None:
+                refused[name] = spec.refusal
+            if len(specs) > MAX_TOOLS:
+                server = self._declaration.name
+                raise McpProtocolError(f"MCP server {server!r} lists more than {MAX_TOOLS} tools")
+
+        self._listings.take()  # what an abandoned listing's late answer left
         try:
             for _ in range(_MAX_PAGES):
                 page = await client.list_tools(cursor=cursor)
                 for tool in page.tools:
-                    if tool.name in seen:
-                        continue
-                    seen.add(tool.name)
-                    specs.append(tool_spec(self._declaration.name, tool))
-                    if tool.output_schema is not None:
-                        outputs[tool.name] = tool.output_schema
-                    if len(specs) > MAX_TOOLS:
-                        server = self._declaration.name
-                        raise McpProtocolError(
-                            f"MCP server {server!r} lists more than {MAX_TOOLS} tools"
-                        )
+                    if tool.name not in seen:
+                        add(tool_spec(tool), tool.name)
+                        if tool.output_schema is not None and tool.name not in refused:
+                            outputs[tool.name] = tool.output_schema
+                for name, reason in self._listings.take().items():
+                    if name not in seen:
+                        add(refused_spec(name, reason), name)
                 cursor = page.next_cursor
                 if cursor is None:
                     self._outputs = await anyio.to_thread.run_sync(
                         check_outputs, outputs, abandon_on_cancel=True
                     )
+                    self._refused = refused
                     return tuple(_with_refusal(spec, self._outputs) for spec in specs)
         except MCPError as exc:
             self._lost = self._lost or (
@@ -223,8 +252,11 @@ class ClientConnection:
                 "failed", _NO_OUTPUT, f"the connection to MCP server {server!r} is closed", audit
             )
         output_schema = self._outputs.get(name)
-        if output_schema is not None and output_schema.refusal is not None:
-            reason = f"{server}: tool {name!r} was not called: {output_schema.refusal}"
+        refusal = self._refused.get(name)
+        if refusal is None and output_schema is not None:
+            refusal = output_schema.refusal
+        if refusal is not None:
+            reason = f"{server}: tool {bounded(name, 64)!r} was not called: {refusal}"
             return ToolOutcome("failed", _NO_OUTPUT, bounded(reason, _REASON_CHARS), audit)
         try:
             result = await client.call_tool(name, dict(arguments))

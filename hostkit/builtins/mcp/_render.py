@@ -42,7 +42,6 @@ from hostkit.builtins.mcp._errors import (
     MAX_TOOL_DESCRIPTION_CHARS,
     MAX_TOOL_NAME_CHARS,
     McpConnectFailed,
-    McpProtocolError,
 )
 from hostkit.effects import McpToolSpec, SchemaTool, schema_problem, schema_refusal
 from hostkit.errors import InvalidValue, bounded
@@ -51,7 +50,9 @@ from hostkit.freeze import freeze
 __all__ = [
     "OutputSchema",
     "check_outputs",
+    "refused_spec",
     "render_result",
+    "tool_problem",
     "tool_spec",
     "without_sdk_validation",
 ]
@@ -60,30 +61,58 @@ _ELLIPSIS = "…"
 # The name the bounded validator (an effect class) carries; it never runs as an effect.
 _CHECKER = "mcp.output_schema"
 _CHECKER_PREFIX = f"invalid arguments for {_CHECKER}: "
+# A refused tool's stand-in input schema: its own is never shown or used.
+_ANY_OBJECT = freeze({"type": "object"})
 
 
-def tool_spec(server: str, tool: Tool) -> McpToolSpec:
-    """The listed tool as a frozen spec; a name or schema the Host cannot use is refused.
+def tool_spec(tool: Tool) -> McpToolSpec:
+    """The listed tool as a frozen spec; one the Host cannot use carries the reason.
 
-    The description is cut to ``MAX_TOOL_DESCRIPTION_CHARS``; the input schema
-    must be a JSON object schema (``"type": "object"``) of bounded size.
+    The description is cut to ``MAX_TOOL_DESCRIPTION_CHARS``. A name, input or
+    output schema failing ``tool_problem`` makes a refused spec (the catalog
+    leaves it out, naming the reason) instead of failing the server's listing:
+    the listing filter (``_listing``) already took such entries out, so this
+    only holds the line should one reach here.
     """
-    name = tool.name
-    if not name or len(name) > MAX_TOOL_NAME_CHARS:
-        raise McpProtocolError(f"server {server!r} lists a tool with an empty or over-long name")
-    schema = tool.input_schema
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise McpProtocolError(
-            f"server {server!r}: tool {bounded(name, 64)!r} has an input schema that is not "
-            "a JSON object schema"
-        )
-    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
-        raise McpProtocolError(
-            f"server {server!r}: tool {bounded(name, 64)!r} has an input schema over "
-            f"{MAX_SCHEMA_BYTES // 1024} KiB"
-        )
+    problem = tool_problem(tool.name, tool.input_schema, tool.output_schema)
+    if problem is not None:
+        return refused_spec(tool.name, problem)
     description = _cut(tool.description or "", MAX_TOOL_DESCRIPTION_CHARS)
-    return McpToolSpec(name=name, description=description, input_schema=freeze(schema))
+    return McpToolSpec(
+        name=tool.name, description=description, input_schema=freeze(tool.input_schema)
+    )
+
+
+def refused_spec(name: str, refusal: str) -> McpToolSpec:
+    """A listed tool the Host will not offer or call, named (cut, not masked) with why."""
+    return McpToolSpec(
+        name=_cut(name, MAX_TOOL_NAME_CHARS),
+        description="",
+        input_schema=_ANY_OBJECT,
+        refusal=refusal,
+    )
+
+
+def tool_problem(name: str, input_schema: Any, output_schema: Any) -> str | None:
+    """Why the Host will not use a listed tool, judged on its own, or None.
+
+    A name of at most ``MAX_TOOL_NAME_CHARS``; an input schema that is a JSON
+    object schema (``"type": "object"``) of at most ``MAX_SCHEMA_BYTES``; an
+    output schema, when there is one, with an object root (as ``schema_problem``
+    takes it; its other checks run on a worker thread, ``check_outputs``).
+    Cheap: it runs on the event loop, once per listed tool.
+    """
+    if len(name) > MAX_TOOL_NAME_CHARS:
+        return f"its name is over {MAX_TOOL_NAME_CHARS} characters"
+    if not isinstance(input_schema, dict) or input_schema.get("type") != "object":
+        return "its input schema is not a JSON object schema"
+    if len(json.dumps(input_schema, default=str)) > MAX_SCHEMA_BYTES:
+        return f"its input schema is over {MAX_SCHEMA_BYTES // 1024} KiB"
+    if output_schema is not None and (
+        not isinstance(output_schema, dict) or output_schema.get("type", "object") != "object"
+    ):
+        return "its output schema is not a JSON object schema"
+    return None
 
 
 def render_result(result: CallToolResult) -> tuple[Any, str]:
