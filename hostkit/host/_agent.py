@@ -11,6 +11,7 @@ configured agent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -18,6 +19,7 @@ import inspect
 import json
 import re
 import shlex
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,17 +36,26 @@ from hostkit.host._capabilities import (
     ToolRequest,
     ToolSource,
 )
+from hostkit.host._code_places import import_path_places, judge_places, module_places
 from hostkit.host._config import (
     AgentConfig,
     HostConfig,
     PolicyConfig,
     ProviderConfig,
     check_channel_agents,
+    writable_workspaces,
 )
 from hostkit.host._defaults import DefaultToolSource
 from hostkit.providers import ModelProvider
 
-__all__ = ["Agent", "PydanticOutput", "compose_agents", "load_agent", "with_agents"]
+__all__ = [
+    "Agent",
+    "PydanticOutput",
+    "check_agent_code",
+    "compose_agents",
+    "load_agent",
+    "with_agents",
+]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _SHORTHANDS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -108,6 +119,9 @@ class Agent:
     output_retries: int = 2
     max_steps: int = 8
     memory: bool = False
+    # The modules whose code defines the agent (the one that built it, the one
+    # ``load_agent`` imported): judged with its tools' files when a Host opens.
+    _modules: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __init__(
         self,
@@ -163,6 +177,9 @@ class Agent:
         setter(self, "output_retries", output_retries)
         setter(self, "max_steps", max_steps)
         setter(self, "memory", memory)
+        # As enum and namedtuple record their __module__: the caller's module built it.
+        caller = sys._getframe(1).f_globals.get("__name__")
+        setter(self, "_modules", (caller,) if isinstance(caller, str) else ())
         # Validated now, not at Host open: a bad step count is the author's mistake here.
         self._settings("unused")
 
@@ -275,6 +292,74 @@ def check_agents(agents: Sequence[object]) -> None:
     for agent in agents:
         if not isinstance(agent, Agent):
             raise InvalidValue(f"agents must be hostkit.Agent values, not {type(agent).__name__}")
+
+
+# What to do when a Python agent's code (or the directory hostkit runs in) is writable.
+_CODE_ADVICE = (
+    "keep a Python agent's modules and the directory hostkit runs in outside every "
+    "writable workspace: give the agents a workspace of their own, as the default "
+    'workspace = "workspace" does'
+)
+
+
+def check_agent_code(config: HostConfig, agents: Sequence[Agent]) -> None:
+    """Blocking (stats files): ``ConfigError`` at ``agents.<name>`` when code a Python
+    agent runs in the Host's process lies where an agent of ``config`` can write.
+
+    Judged as tool modules are (``_code_places``): the modules that define the
+    agent and the files of its tools' functions and hooks, its output type and
+    its provider instance, their packages' directories, and the Host's import
+    path (``hostkit run --agent`` puts the working directory there). Otherwise
+    a model could rewrite the module the next ``--agent module:attribute``
+    imports as the operator: the Host does not open with it.
+    """
+    if not agents:
+        return
+    writable = writable_workspaces(config)
+    if not writable:
+        return
+    protected = config.state_paths()
+    shared = import_path_places()
+    for agent in agents:
+        judge_places(
+            [*_code_places(agent), *shared],
+            writable,
+            protected,
+            key=f"agents.{agent.name}",
+            advice=_CODE_ADVICE,
+        )
+
+
+def _code_places(agent: Agent) -> list[tuple[Path, str]]:
+    """The files and package directories of the code ``agent`` brings into the Host."""
+    names = list(agent._modules)
+    code: list[object] = [agent.output_type]
+    if isinstance(agent.model, ModelProvider):
+        code.append(type(agent.model))
+    for item in agent.tools:
+        code += [type(item), item.fn, item.prepare, item.preflight, item.preview_diff]
+    places: list[tuple[Path, str]] = []
+    for value in code:
+        if value is None:
+            continue
+        with contextlib.suppress(ValueError):  # a __wrapped__ cycle: judge what was given
+            value = inspect.unwrap(value)  # type: ignore[arg-type]
+        module = getattr(value, "__module__", None)
+        if isinstance(module, str):
+            names.append(module)
+        try:
+            source = inspect.getsourcefile(value)  # type: ignore[arg-type]
+        except (TypeError, OSError):  # built in, or defined where no file is (a cell)
+            source = None
+        if source:
+            places.append((Path(source), "Python agent code file"))
+    for name in dict.fromkeys(names):
+        parts = name.split(".")
+        for depth in range(len(parts), 0, -1):
+            what = "Python agent module" if depth == len(parts) else "Python agent package"
+            loaded = sys.modules.get(".".join(parts[:depth]))
+            places += [(where, what) for where in module_places(loaded)]
+    return places
 
 
 def compose_agents(
@@ -438,6 +523,10 @@ def load_agent(spec: str) -> Agent:
                 400,
             )
         )
+    if module.__name__ not in value._modules:
+        # The module the next ``--agent`` imports again is judged too (a factory's
+        # Agent may be built elsewhere).
+        object.__setattr__(value, "_modules", (*value._modules, module.__name__))
     return value
 
 

@@ -43,7 +43,13 @@ from hostkit.errors import (
     TurnRejected,
     bounded,
 )
-from hostkit.host._agent import Agent, check_agents, compose_agents, with_agents
+from hostkit.host._agent import (
+    Agent,
+    check_agent_code,
+    check_agents,
+    compose_agents,
+    with_agents,
+)
 from hostkit.host._approvals import HostApprovals
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
@@ -306,7 +312,10 @@ class Host(AsyncResource):
         configuration's agents (a name clash is a ``ConfigError``) and goes
         through the same catalog, policy and approvals. With no ``config`` and
         some ``agents``, the default configuration has no ``assistant``: the
-        Python agents are what runs.
+        Python agents are what runs. Their code (defining modules, tools' files)
+        and the import path must lie outside every workspace an agent can write
+        to, and be files of one link: otherwise an agent could rewrite what the
+        Host runs, and the Host does not open (``ConfigError``, docs/effects.md).
 
         ``check_providers=False`` opens without checking that the used
         providers' packages are installed (here and at every later apply): for
@@ -364,6 +373,9 @@ class Host(AsyncResource):
                 service_name=telemetry.service_name,
             )
         )
+        # A Python agent whose code a configured agent could rewrite: refused before the
+        # database is made (again once composed: an Agent Core may write elsewhere).
+        await anyio.to_thread.run_sync(check_agent_code, declared, agents)
         store: RuntimeStore | None = None
         try:
             # The store before the cores: it records which revision of each core is live.
@@ -378,6 +390,8 @@ class Host(AsyncResource):
                 # refused here, before any turn, not as each of its agent's turns failing.
                 await anyio.to_thread.run_sync(check_provider_extras, resolved)
             warnings = (*await _prepare_workspaces(resolved), *core_warnings, *channel_warnings)
+            # Once the workspaces exist: none an agent writes may hold a Python agent's code.
+            await anyio.to_thread.run_sync(check_agent_code, resolved, agents)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 try:
@@ -563,6 +577,8 @@ class Host(AsyncResource):
                 composed, self.agents, serves_channels=self._require_channels
             )
             workspace_warnings = (*await _prepare_workspaces(config), *channel_warnings)
+            # As at open: nothing is applied that lets an agent rewrite a Python agent.
+            await anyio.to_thread.run_sync(check_agent_code, config, self.agents)
         except StoreClosed:
             await self._refuse_closed(capabilities)
         if self._closed:

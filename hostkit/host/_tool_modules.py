@@ -70,6 +70,7 @@ from hostkit.effects import (
     schema_problem,
 )
 from hostkit.errors import ConfigError, bounded
+from hostkit.host._code_places import import_path_places, judge_places, module_places
 from hostkit.host._tool_child import describe
 
 __all__ = [
@@ -267,8 +268,9 @@ class ToolModules:
         package (before the Host's import path). ``writable`` maps each workspace
         an agent can write to that agent's name: a module file or a ``search``
         directory inside one is refused, since an agent could rewrite the code the
-        Host runs in its own process; unless it is inside ``protected`` Host state
-        (an Agent Core's revision), which ``files.*`` refuse and sandboxes hide.
+        Host runs in its own process, and so is a module file with more than one
+        link (``_code_places``); unless it is inside ``protected`` Host state (an
+        Agent Core's revision), which ``files.*`` refuse and sandboxes hide.
         """
         key = f"agents.{agent}.tool_modules"
         # Already absolute (the Host resolves them): no cwd lookup on the event loop.
@@ -299,13 +301,14 @@ class ToolModules:
             places = [
                 *((where, "tool module") for where in _places_of(loaded, located)),
                 *((entry, "tool_path entry") for entry in search),
-                *(
-                    (Path(entry or os.curdir), "import path entry")
-                    for entry in sys.path
-                    if isinstance(entry, str)
-                ),
+                *import_path_places(),
             ]
-            await anyio.to_thread.run_sync(_outside_workspaces, places, writable, protected, key)
+            judge = functools.partial(
+                judge_places,
+                key=key,
+                advice="keep tool modules and the Host's import path outside every workspace",
+            )
+            await anyio.to_thread.run_sync(judge, places, writable, protected)
         if loaded is not None:
             found = _tools_of(loaded)
             definitions = [describe(tool) for tool in found]
@@ -497,49 +500,7 @@ def _places_of(loaded: ModuleType | None, located: Path | None) -> list[Path]:
     """The file a module is (or would be) imported from, and its package's directories."""
     if loaded is None:
         return [] if located is None else [located]
-    spec = getattr(loaded, "__spec__", None)
-    if spec is None:
-        return []
-    places = [Path(spec.origin)] if spec.has_location and spec.origin else []
-    return [*places, *(Path(entry) for entry in spec.submodule_search_locations or ())]
-
-
-def _outside_workspaces(
-    places: Sequence[tuple[Path, str]],
-    writable: Mapping[Path, str],
-    protected: Sequence[Path],
-    key: str,
-) -> None:
-    """Blocking (resolves links): ``ConfigError`` when one of ``places`` lies in a
-    workspace an agent writes to (``files.write``, a terminal), unless in Host state.
-
-    Directories are told apart by identity (device and inode), never by spelling,
-    so a case-insensitive filesystem or a link does not hide one inside another.
-    """
-    workspaces = {identity: agent for path, agent in writable.items() if (identity := _id(path))}
-    state = {identity for path in protected if (identity := _id(path))}
-    for place, what in places:
-        real = Path(os.path.realpath(place))
-        within = [identity for p in (real, *real.parents) if (identity := _id(p))]
-        if state.intersection(within):
-            continue
-        agent = next((workspaces[i] for i in within if i in workspaces), None)
-        if agent is not None:
-            raise ConfigError(
-                f"the {what} {bounded(str(real), 160)} is inside the workspace of agent "
-                f"{bounded(agent, 64)!r}, which can write there: an agent could rewrite "
-                "code the Host runs; keep tool modules and the Host's import path outside "
-                "every workspace",
-                key=key,
-            )
-
-
-def _id(path: Path) -> tuple[int, int] | None:
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return info.st_dev, info.st_ino
+    return module_places(loaded)
 
 
 def _stamp_of(path: Path) -> _Stamp | None:
