@@ -15,6 +15,7 @@ from typing import Any, Protocol, get_type_hints, overload
 import pydantic
 from pydantic.fields import FieldInfo
 
+from hostkit.effects._redaction import Redactor
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types import EffectStatus
@@ -102,6 +103,24 @@ def _discard(kind: str, data: Mapping[str, Any] | None = None) -> None:
     """``emit`` of a tool called outside a turn that lends its SDK: events go nowhere."""
 
 
+def _from_secrets(text: str) -> str:
+    """``redact_bound``'s default: replaced by ``_masking(secrets)`` when the context is made."""
+    raise AssertionError("ToolContext.__post_init__ replaces this")
+
+
+def _masking(secrets: Mapping[str, str]) -> Callable[[str], str]:
+    """Masks ``secrets`` in a text, its redactor built at the first use and kept for the rest
+    (a context made outside the runtime, which hands one ready)."""
+    built: list[Redactor] = []
+
+    def redact(text: str) -> str:
+        if not built:
+            built.append(Redactor.of(secrets))
+        return built[0].text(text)
+
+    return redact if secrets else str
+
+
 @dataclass(frozen=True, slots=True)
 class AuthorHandles:
     """What a running turn lends the authored tools it calls (built by hostkit.cores).
@@ -150,6 +169,12 @@ class ToolContext:
     # (a durable record of Host work): results are redacted by the runtime, such
     # records are not.
     redact: Callable[[str], str] = str
+    # Masks the values bound to this call (``secrets``, each ``[redacted:NAME]``) as results
+    # are masked, any piece of 8+ characters too: for output of a process the tool handed
+    # them to. Built once per call from the spellings the runtime keeps for its generation,
+    # so masking each stream costs no redactor build; a context made outside the runtime
+    # builds one from ``secrets`` at its first use.
+    redact_bound: Callable[[str], str] = _from_secrets
     # For a tool that returns a window of stored text whose edges the model chose (a
     # file read at an offset): ``redact_window(text, start, end)`` is ``text[start:end]``
     # with every secret overlapping it masked, found in all of ``text``. Read
@@ -162,6 +187,10 @@ class ToolContext:
     state: AuthorState | None = None
     core_state: AuthorState | None = None
     emit: Emit = _discard
+
+    def __post_init__(self) -> None:
+        if self.redact_bound is _from_secrets:
+            object.__setattr__(self, "redact_bound", _masking(self.secrets))
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,12 +37,11 @@ fails closed.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 import types
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +54,7 @@ __all__ = [
     "MAX_DERIVED_SECRETS",
     "MAX_DERIVED_SECRET_CHARS",
     "MIN_SECRET_CHARS",
+    "HeldSpellings",
     "RedactionLimit",
     "Redactor",
     "derived_secrets",
@@ -69,6 +69,10 @@ FRAGMENT_CHARS = 8
 # run of FRAGMENT_CHARS holds one such aligned 4-gram, so no fragment is skipped.
 _QUAD = 4
 _MAX_REMEMBERED = 4_096
+# What one owner's HeldSpellings keeps: the held sets its calls use (one per agent and MCP
+# server, about) and the names in them. Past these the oldest go.
+_MAX_HELD_SETS = 32
+_MAX_HELD_NAMES = 256
 # How many values secret-named fields may add to one result's secret set, and how deep
 # a structure is searched for them: a hostile output cannot make redaction unbounded.
 MAX_DERIVED_SECRETS = 64
@@ -215,25 +219,137 @@ class _Index:
     """Where a redactor looks: whole spellings, and the 8-grams (and 4-grams) of each."""
 
     needles: tuple[tuple[str, str], ...]
-    grams: Mapping[str, str]
+    grams: types.MappingProxyType[str, str]
     quads: frozenset[str]
+    # Spelling -> replacement, as ``needles`` has them: what a derived value may add to.
+    labels: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
 
 
-@functools.lru_cache(maxsize=32)
-def _index(labels: tuple[tuple[str, str], ...]) -> _Index:
-    """The index for (spelling, label) pairs; cached, as a turn's held secrets repeat."""
+def _index(labels: Mapping[str, str]) -> _Index:
+    """The index for spelling -> label; a bound secret's label wins a shared 8-gram."""
     grams: dict[str, str] = {}
-    for needle, label in labels:
+    for needle, label in sorted(labels.items()):
         for start in range(len(needle) - FRAGMENT_CHARS + 1):
             gram = needle[start : start + FRAGMENT_CHARS]
-            if label != REDACTED or gram not in grams:  # a bound secret's label wins
+            if label != REDACTED or gram not in grams:
                 grams[gram] = label
-    quads = frozenset(gram[i : i + _QUAD] for gram in grams for i in range(_QUAD + 1))
-    ordered = tuple(sorted(labels, key=lambda item: (-len(item[0]), item[0])))
-    return _Index(ordered, types.MappingProxyType(grams), quads)
+    ordered = tuple(sorted(labels.items(), key=_longest_first))
+    return _Index(ordered, types.MappingProxyType(grams), _quads(grams), _frozen(labels))
 
 
-_EMPTY = _index(())
+def _extended(base: _Index, derived: Mapping[str, str]) -> _Index:
+    """``base`` plus spellings of derived values that no bound secret has (all ``REDACTED``).
+
+    The same index ``_index`` builds from both sets at once: a derived value's
+    8-gram is labelled only where no bound spelling holds it.
+    """
+    if not derived:
+        return base
+    grams = base.grams.copy()  # the dict's own copy: dict(proxy) goes item by item, 8x slower
+    added: list[str] = []
+    for needle in derived:
+        for start in range(len(needle) - FRAGMENT_CHARS + 1):
+            gram = needle[start : start + FRAGMENT_CHARS]
+            if gram not in grams:
+                grams[gram] = REDACTED
+                added.append(gram)
+    ordered = tuple(sorted((*base.needles, *derived.items()), key=_longest_first))
+    labels = _frozen({**base.labels, **derived})
+    return _Index(ordered, types.MappingProxyType(grams), base.quads | _quads(added), labels)
+
+
+def _quads(grams: Iterable[str]) -> frozenset[str]:
+    return frozenset(gram[i : i + _QUAD] for gram in grams for i in range(_QUAD + 1))
+
+
+def _longest_first(item: tuple[str, str]) -> tuple[int, str]:
+    return -len(item[0]), item[0]
+
+
+def _frozen(labels: Mapping[str, str]) -> Mapping[str, str]:
+    return types.MappingProxyType(dict(labels))
+
+
+def _bound_labels(
+    bound: Iterable[tuple[str, str]], spelled: Callable[[str, str], Iterable[str]]
+) -> dict[str, str]:
+    """Spelling -> ``[redacted:NAME]`` for (name, value) pairs; a later name wins a spelling."""
+    labels: dict[str, str] = {}
+    for name, value in bound:
+        for form in spelled(name, value):
+            labels[form] = f"[redacted:{name}]"
+    return labels
+
+
+_EMPTY = _index({})
+
+
+class HeldSpellings:
+    """The spellings of held secrets and their index, kept by the one owner of those values.
+
+    Every tool call builds several redactors from the same held values, and
+    their spellings and 8-gram index cost milliseconds (a PEM key's lines,
+    escaped twice). A process-wide cache kept the values of every Host, closed
+    or not, for any other to reach; so each generation's ``EffectRuntime`` owns
+    one and ``close``s it with the generation (a replaced configuration, a
+    closed Host), and two Hosts never share one. A name whose value changed
+    (a rotated secret) drops its old value's spellings and every index built
+    with them at once. Derived values (tool-chosen) are never kept.
+    """
+
+    def __init__(self) -> None:
+        # name -> (value, its spellings); every kept index was built from these pairs.
+        self._spellings: dict[str, tuple[str, frozenset[str]]] = {}
+        self._indexes: dict[tuple[tuple[str, str], ...], _Index] = {}
+        self._closed = False
+
+    def index(self, bound: Mapping[str, str]) -> _Index:
+        """The index of ``bound`` (name -> value), built once while its values stay."""
+        key = tuple((name, value) for name, value in bound.items() if value)
+        if not key:
+            return _EMPTY
+        found = self._indexes.pop(key, None)
+        if found is None:
+            found = _index(_bound_labels(key, self._spelled))
+        if not self._closed:
+            self._indexes[key] = found  # most recently used last
+            while len(self._indexes) > _MAX_HELD_SETS:
+                del self._indexes[next(iter(self._indexes))]
+        return found
+
+    def holds(self, value: str) -> bool:
+        """Whether anything kept here was made from ``value`` (its spellings, an index)."""
+        return any(kept == value for kept, _ in self._spellings.values()) or any(
+            value == held for key in self._indexes for _, held in key
+        )
+
+    def __len__(self) -> int:
+        """How many values' spellings and indexes are kept."""
+        return len(self._spellings) + len(self._indexes)
+
+    def close(self) -> None:
+        """Forget every value; later redactors are built without keeping anything."""
+        self._closed = True
+        self._spellings.clear()
+        self._indexes.clear()
+
+    def _spelled(self, name: str, value: str) -> frozenset[str]:
+        kept = self._spellings.get(name)
+        if kept is not None and kept[0] == value:
+            return kept[1]
+        forms = frozenset(spellings(value))
+        if kept is not None:
+            self._forget(name)  # rotated: the old value goes now, not at eviction
+        if not self._closed:
+            self._spellings[name] = (value, forms)
+            while len(self._spellings) > _MAX_HELD_NAMES:
+                self._forget(next(iter(self._spellings)))
+        return forms
+
+    def _forget(self, name: str) -> None:
+        self._spellings.pop(name, None)
+        for key in [key for key in self._indexes if any(held == name for held, _ in key)]:
+            del self._indexes[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,17 +365,29 @@ class Redactor:
     index: _Index = field(default=_EMPTY)
 
     @classmethod
-    def of(cls, bound: Mapping[str, str], derived: Iterable[str] = ()) -> Redactor:
-        """A redactor for bound secrets (name -> value) and derived values."""
-        labels: dict[str, str] = {}
+    def of(
+        cls,
+        bound: Mapping[str, str],
+        derived: Iterable[str] = (),
+        *,
+        held: HeldSpellings | None = None,
+    ) -> Redactor:
+        """A redactor for bound secrets (name -> value) and derived values.
+
+        With ``held``, the bound values' spellings and index are taken from (and
+        kept in) that owner's cache; without it they are computed for this call.
+        """
+        if held is not None:
+            base = held.index(bound)
+        else:
+            pairs = ((name, value) for name, value in bound.items() if value)
+            base = _index(_bound_labels(pairs, lambda _, value: spellings(value)))
+        extra: dict[str, str] = {}
         for value in derived:
             for form in spellings(value):
-                labels.setdefault(form, REDACTED)
-        for name, value in bound.items():
-            if value:
-                for form in spellings(value):
-                    labels[form] = f"[redacted:{name}]"
-        return cls(_index(tuple(sorted(labels.items()))))
+                if form not in base.labels:
+                    extra[form] = REDACTED
+        return cls(_extended(base, extra))
 
     @property
     def needles(self) -> tuple[tuple[str, str], ...]:

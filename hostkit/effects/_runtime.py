@@ -33,6 +33,7 @@ from hostkit.effects._pending import ApprovalLedger, AskedCall, ClaimedApproval,
 from hostkit.effects._policy import EffectPolicy
 from hostkit.effects._redaction import (
     MIN_SECRET_CHARS,
+    HeldSpellings,
     RedactionLimit,
     Redactor,
     derived_secrets,
@@ -163,11 +164,13 @@ class _Checked:
     diff: Callable[[], str | None] | None = None
 
 
-def _call_redactor(checked: _Checked, secrets: Mapping[str, str]) -> Redactor:
+def _call_redactor(checked: _Checked, secrets: Mapping[str, str], held: HeldSpellings) -> Redactor:
     """The call's secret set: every held value (the bound ones among them, labelled alike)
     plus secret-named argument values (``_check`` derived them once already)."""
     return Redactor.of(
-        {**checked.held, **secrets}, _argument_secrets(checked.entry.tool, checked.raw_arguments)
+        {**checked.held, **secrets},
+        _argument_secrets(checked.entry.tool, checked.raw_arguments),
+        held=held,
     )
 
 
@@ -261,6 +264,13 @@ class EffectRuntime:
         self._catalogs: dict[str, tuple[PreparedEffectCatalog, Toolset]] = {}
         # turn id -> ids of the calls whose tool was invoked (until the turn's catalog closes)
         self._invoked: dict[str, set[str]] = {}
+        # The held secrets' spellings, kept for this runtime's calls only (one generation's):
+        # dropped by ``close``, never shared with another runtime or Host.
+        self.held_spellings = HeldSpellings()
+
+    def close(self) -> None:
+        """Forget every held secret's spellings (the generation that owns this runtime closed)."""
+        self.held_spellings.close()
 
     async def prepare_catalog(
         self, context: TurnExecutionContext, *, window_tokens: int | None = None
@@ -467,9 +477,12 @@ class EffectRuntime:
                 held.setdefault(name, value)
         # Values of secret-named arguments are secrets too, in every view of this call.
         try:
-            argument_secrets = Redactor.of(held, _argument_secrets(entry.tool, request.arguments))
+            argument_secrets = Redactor.of(
+                held, _argument_secrets(entry.tool, request.arguments), held=self.held_spellings
+            )
         except RedactionLimit:
-            return _refused(call_id, effect, "invalid", _TOO_DEEP_TO_REDACT, Redactor.of(held))
+            refusal = Redactor.of(held, held=self.held_spellings)
+            return _refused(call_id, effect, "invalid", _TOO_DEEP_TO_REDACT, refusal)
         try:
             arguments = entry.tool.validate(request.arguments)
         except InvalidValue as exc:
@@ -605,6 +618,7 @@ class EffectRuntime:
             checked.secret_names,
             warning,
             held=checked.held,
+            held_spellings=self.held_spellings,
             target=checked.target,
             diff=await self._preview_diff(checked),
         )
@@ -682,7 +696,11 @@ class EffectRuntime:
         expires_at = time.time() + checked.toolset.secret_ttl_s if secrets else None
         # Masks what the call's result is masked with: every held value (the bound ones
         # among them) and the call's secret-named argument values.
-        call_redactor = _call_redactor(checked, secrets)
+        call_redactor = _call_redactor(checked, secrets, self.held_spellings)
+        # The bound values alone, for the tool's own masking of what it handed them to (a
+        # process's output): from the kept spellings, so no stream rebuilds a redactor, and
+        # holding no value the call was not given.
+        bound_redactor = Redactor.of(secrets, held=self.held_spellings)
         tool_context = ToolContext(
             turn_id=context.turn_id,
             session_id=context.session_id,
@@ -694,6 +712,7 @@ class EffectRuntime:
             prepared=checked.prepared,
             call_id=checked.call_id,
             redact=checked.redactor.text,
+            redact_bound=bound_redactor.text,
             redact_window=call_redactor.window,
             secret_reach=call_redactor.reach,
             core_revision=context.core_revision,
@@ -783,7 +802,8 @@ class EffectRuntime:
         try:
             # Secret-named fields of the output join the set for every view of it; a
             # structure too deep or too full to search fails closed (RedactionLimit).
-            redactor = Redactor.of(held, [*arguments, *derived_secrets(output)])
+            derived = [*arguments, *derived_secrets(output)]
+            redactor = Redactor.of(held, derived, held=self.held_spellings)
             text, size, truncated = render_output(output, redactor=redactor)
         except Exception:
             return failed_safely(call_id=call_id, effect=effect, started=True)
@@ -888,6 +908,7 @@ def approval_view(
     warning: str | None = None,
     *,
     held: Mapping[str, str] | None = None,
+    held_spellings: HeldSpellings | None = None,
     target: Mapping[str, Any] | None = None,
     diff: str | None = None,
 ) -> FrozenMap:
@@ -899,8 +920,9 @@ def approval_view(
     addresses), shown so the approver judges where the call goes, not only its text.
     ``diff`` (a file overwrite's unified diff) is redacted the same way and kept
     to the diff bounds (``MAX_DIFF_LINES``, ``MAX_DIFF_CHARS``), not cut to 300.
+    ``held_spellings`` is the caller's cache of the held values' spellings.
     """
-    redactor = Redactor.of(held or {}, derived_secrets(arguments))
+    redactor = Redactor.of(held or {}, derived_secrets(arguments), held=held_spellings)
     shown = redactor.value(arguments)
     view: dict[str, Any] = {"effect": effect, "arguments": shown}
     if target:

@@ -35,7 +35,9 @@ def redact_secrets(text: str, secrets: Mapping[str, str]) -> str:
     Spellings are the value itself, each line of it (at least
     ``MIN_SECRET_CHARS`` long) with any line ending, and their JSON- and
     repr-escaped forms; any piece of 8 or more characters of one is masked
-    too. See ``hostkit.effects._redaction``.
+    too. See ``hostkit.effects._redaction``. Each call builds a redactor (a
+    PEM key's spellings take milliseconds): a tool masking its bound values
+    calls ``ToolContext.redact_bound``, built once per call from kept spellings.
     """
     return Redactor.of(secrets).text(text)
 

@@ -363,6 +363,8 @@ class Generation(AsyncResource):
         if self._closed:
             return
         self._closed = True
+        # Its held secrets' spellings go with it: a replaced or closed generation keeps none.
+        self.effects.close()
         for loaded in self._cores.values():
             if release_package(loaded.package):
                 forget_versions(loaded.package)

@@ -459,7 +459,9 @@ class TerminalRuns(AsyncResource):
                     dropped = await anyio.to_thread.run_sync(drop_artifacts, control.outcome)
                     control.outcome = dropped
         assert control.outcome is not None  # run_process returned
-        view = outcome_view(control.outcome, ctx.secrets, sandbox=policy.mode)
+        view = outcome_view(
+            control.outcome, ctx.secrets, mask=ctx.redact_bound, sandbox=policy.mode
+        )
         return dataclasses.replace(view, audit=audit)
 
     async def _start_background(

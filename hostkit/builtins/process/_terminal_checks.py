@@ -448,13 +448,22 @@ def _cut_edges(text: str, variants: Sequence[tuple[str, str]]) -> str:
     return text
 
 
-def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
+def redact(
+    text: str,
+    secrets: Mapping[str, str],
+    *,
+    cut: bool,
+    mask: Callable[[str], str] | None = None,
+) -> str:
     """Replace every secret value in ``text`` with ``[redacted:NAME]``.
 
     Multi-line values are matched whole with either line ending and line by
     line, and any piece of 8+ characters anywhere (half a value on each stream)
-    by the effects redactor. ``cut`` says ``text`` is an output tail: a shorter
-    piece of a secret may also sit at either edge (see ``_cut_edges``).
+    by ``mask``, the effects redactor of ``secrets`` (the call's
+    ``ToolContext.redact_bound``, built once from the runtime's kept spellings;
+    without it one is built here, milliseconds for a PEM key). ``cut`` says
+    ``text`` is an output tail: a shorter piece of a secret may also sit at
+    either edge (see ``_cut_edges``).
     """
     if not secrets:
         return text
@@ -463,11 +472,15 @@ def redact(text: str, secrets: Mapping[str, str], *, cut: bool) -> str:
         text = text.replace(value, f"[redacted:{name}]")
     if cut:
         text = _cut_edges(text, variants)
-    return redact_secrets(text, secrets)
+    return mask(text) if mask is not None else redact_secrets(text, secrets)
 
 
 def _stream(
-    capture: StreamCapture, name: str, spawn_id: str | None, secrets: Mapping[str, str]
+    capture: StreamCapture,
+    name: str,
+    spawn_id: str | None,
+    secrets: Mapping[str, str],
+    mask: Callable[[str], str] | None,
 ) -> dict[str, Any]:
     return {
         "total_bytes": capture.total_bytes,
@@ -475,7 +488,7 @@ def _stream(
         "truncated": capture.truncated,
         # A reference, never the path: the path names the session's opaque directory.
         "artifact": f"{spawn_id}:{name}" if spawn_id and capture.artifact else None,
-        "tail": redact(capture.tail, secrets, cut=True),
+        "tail": redact(capture.tail, secrets, cut=True, mask=mask),
     }
 
 
@@ -483,6 +496,7 @@ def outcome_view(
     outcome: ProcessOutcome,
     secrets: Mapping[str, str],
     *,
+    mask: Callable[[str], str] | None = None,
     run_id: str | None = None,
     sandbox: str | None = None,
 ) -> ToolOutcome:
@@ -490,7 +504,8 @@ def outcome_view(
 
     Metadata comes first and the tails last (stderr before stdout), so the
     model view's own truncation cuts output text, never the exit code.
-    ``sandbox`` names how the run was isolated ("none" says unsandboxed).
+    ``mask`` is the call's redactor of ``secrets`` (``redact``), one for every
+    stream. ``sandbox`` names how the run was isolated ("none" says unsandboxed).
     """
     spawn_id = outcome.owner.spawn_id if outcome.owner else None
     output: dict[str, Any] = {} if run_id is None else {"run_id": run_id}
@@ -503,15 +518,15 @@ def outcome_view(
     if sandbox is not None:
         output["sandbox"] = sandbox
     output.update(
-        stderr=_stream(outcome.stderr, "stderr", spawn_id, secrets),
-        stdout=_stream(outcome.stdout, "stdout", spawn_id, secrets),
+        stderr=_stream(outcome.stderr, "stderr", spawn_id, secrets, mask),
+        stdout=_stream(outcome.stdout, "stdout", spawn_id, secrets, mask),
     )
     status: EffectStatus
     if outcome.status == "exited":
         status = "succeeded" if outcome.exit_code == 0 else "failed"
     else:
         status = outcome.status
-    error = None if status == "succeeded" else redact(outcome.reason, secrets, cut=False)
+    error = None if status == "succeeded" else redact(outcome.reason, secrets, cut=False, mask=mask)
     return ToolOutcome(status, output, error)
 
 
