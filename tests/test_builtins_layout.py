@@ -58,6 +58,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
     "hostkit.builtins.mcp": [
         ("_connector",),
         ("_connection", "_http", "_stdio"),
+        ("_listing",),
         ("_launch", "_render"),
         ("_errors",),
     ],
