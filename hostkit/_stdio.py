@@ -27,37 +27,76 @@ __all__ = ["survive_readers_leaving"]
 
 class _ReaderMayLeave(io.FileIO):
     """A standard stream's file descriptor whose reader may leave: from then on what is
-    written there goes to the null device and counts as written."""
+    written there goes to the null device and counts as written.
+
+    Any other failure (a full disk) is raised once, to the writer that met it,
+    and the descriptor goes to the null device too: the bytes still buffered
+    above it would otherwise fail again at every flush, the interpreter's last
+    one included (status 120 and a note on stderr).
+    """
 
     def write(self, data: ReadableBuffer, /) -> int:
         try:
             return super().write(data)
         except BrokenPipeError:
-            # The descriptor itself, so child processes and any other object writing to
-            # it find it open too, and later writes cost no system call that fails.
-            with contextlib.suppress(OSError):
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, self.fileno())
-                os.close(devnull)
+            self._to_null()
             return memoryview(data).nbytes
+        except OSError:
+            self._to_null()
+            raise
+
+    def _to_null(self) -> None:
+        # The descriptor itself, so child processes and any other object writing to it
+        # find it open too, and later writes cost no system call that fails.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.fileno())
+            os.close(devnull)
 
 
 def survive_readers_leaving() -> None:
     """Put ``sys.stdout`` and ``sys.stderr`` on descriptors whose reader may leave.
 
     Called before anything is printed or imported that keeps a reference to either
-    stream. A stream that is absent, already done, or not a file descriptor is left
-    as it is (tests capturing output, an embedding application).
+    stream. A standard descriptor the command was started without (``>&-``) is the
+    null device first: Python left its stream None (every print failed, and the
+    turn with it), and the next file opened would have taken its number. A stream
+    that is not a file descriptor's is left as it is (tests capturing output, an
+    embedding application). Text stdout cannot encode is written escaped, never
+    failing the command (stderr does so already).
     """
-    sys.stdout = _survivor(sys.stdout)
-    sys.stderr = _survivor(sys.stderr)
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        _open_if_closed(fd, flags)
+    sys.stdout = _survivor(sys.stdout, 1, line_buffering=False)
+    sys.stderr = _survivor(sys.stderr, 2, line_buffering=True)
 
 
-def _survivor(stream: TextIO | None) -> TextIO | None:
+def _open_if_closed(fd: int, flags: int) -> None:
+    try:
+        os.fstat(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def _survivor(stream: TextIO | None, fd: int, *, line_buffering: bool) -> TextIO | None:
+    if stream is None:  # started without it: now the null device (``_open_if_closed``)
+        raw = _ReaderMayLeave(fd, "w", closefd=False)
+        return io.TextIOWrapper(
+            io.BufferedWriter(raw),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=line_buffering,
+        )
     if not isinstance(stream, io.TextIOWrapper):
         return stream
     buffer = stream.buffer
-    if isinstance(getattr(buffer, "raw", None), _ReaderMayLeave):
+    if isinstance(buffer, _ReaderMayLeave) or isinstance(
+        getattr(buffer, "raw", None), _ReaderMayLeave
+    ):
         return stream
     try:
         fd = stream.fileno()
@@ -65,10 +104,13 @@ def _survivor(stream: TextIO | None) -> TextIO | None:
     except (OSError, ValueError):
         return stream
     raw = _ReaderMayLeave(fd, "w", closefd=False)
+    # ``python -u`` (PYTHONUNBUFFERED, common in containers) gives the stream no buffer:
+    # it stays so, or what is written would wait for 8 KiB (and be lost to a SIGKILL).
+    unbuffered = not isinstance(buffer, io.BufferedWriter)
     return io.TextIOWrapper(
-        io.BufferedWriter(raw),
+        raw if unbuffered else io.BufferedWriter(raw),
         encoding=stream.encoding,
-        errors=stream.errors,
+        errors="backslashreplace" if stream.errors == "strict" else stream.errors,
         line_buffering=stream.line_buffering,
-        write_through=stream.write_through,
+        write_through=stream.write_through or unbuffered,
     )

@@ -273,6 +273,21 @@ async def _streamed(
     sink = sys.stdout if out is None else out
     # Whether anything reached ``out``: a turn refused before it streamed prints nothing there.
     wrote = False
+    # Why ``out`` took no more (a full disk): the turn goes on, the command says so after it.
+    unwritable: OSError | None = None
+
+    def emit(text: str) -> None:
+        nonlocal wrote, unwritable
+        if unwritable is not None:
+            return
+        try:
+            sink.write(text)
+            sink.flush()
+        except OSError as exc:
+            unwritable = exc
+            return
+        wrote = True
+
     async with host.events.subscribe(accepts) as events:
 
         async def run() -> None:
@@ -296,9 +311,7 @@ async def _streamed(
             shown = event_text(event)
             if shown is not None:
                 waiting.stop()
-                sink.write(shown)
-                sink.flush()
-                wrote = True
+                emit(shown)
 
         approver = host.approvals.runtime.provider
         console = approver if isinstance(approver, ConsoleApprover) else None
@@ -323,14 +336,18 @@ async def _streamed(
                 console.before_prompt = before
     if failure is not None:
         if wrote:
-            sink.write("\n")
+            emit("\n")
         raise failure
     assert result is not None
     if not wrote and result.text:
         # A turn that had already ended (an approval answered again, a resume): its
         # recorded answer, as the stream would have shown it.
-        sink.write(prose_text(result.text))
-        wrote = True
+        emit(prose_text(result.text))
     if wrote:
-        sink.write("\n")
+        emit("\n")  # flushed: the outcome line that may follow starts a line of its own
+    if unwritable is not None:
+        raise HostkitError(
+            f"could not write the answer ({unwritable.strerror or unwritable}): the turn "
+            f"ended {result.outcome}; `hostkit sessions` shows it"
+        )
     return result

@@ -468,6 +468,106 @@ async def test_help_usage_errors_and_notes_keep_their_status_when_the_reader_is_
     assert (done.returncode, shown) == (status, other)
 
 
+async def _answering_project(tmp_path: Path, reply: str = "hi there") -> None:
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        f'[providers.test]\nkind = "scripted"\nscript = [{{reply = "{reply}"}}]\n'
+        '[agents.assistant]\nprovider = "test"\nmemory = false\n'
+    )
+
+
+async def _outcomes(tmp_path: Path) -> list[str]:
+    code, out, err = await hostkit("sessions", "--json", cwd=tmp_path)
+    assert code == 0, err
+    return [row["last_outcome"] for row in json.loads(out)["sessions"]]
+
+
+async def test_a_run_started_without_stdout_completes_its_turn(tmp_path: Path) -> None:
+    """Started with descriptor 1 closed (``>&-``), Python leaves ``sys.stdout`` None: the
+    streamed answer raised inside the turn (recorded ``indeterminate``, status 1), and
+    the next file opened took descriptor 1. The answer now goes nowhere; the turn ends
+    as it would have."""
+    await _answering_project(tmp_path)
+    done = await anyio.run_process(
+        ["sh", "-c", 'exec "$0" -m hostkit run hello >&-', sys.executable],
+        cwd=tmp_path,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()
+    assert await _outcomes(tmp_path) == ["completed"]
+
+
+async def test_a_full_disk_under_the_answer_is_one_error_line_not_a_cut_off_turn(
+    tmp_path: Path,
+) -> None:
+    """``hostkit run ... > /dev/full``: the write failure broke the turn's stream inside
+    its task group (the turn recorded ``indeterminate``) and ended in a traceback with
+    status 120. It is an error (status 2, one line saying how the turn ended), and the
+    turn is not cut off by where its answer is printed."""
+    if not await anyio.Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    await _answering_project(tmp_path)
+    with open("/dev/full", "wb") as full:  # noqa: ASYNC230 - opening a device, no I/O
+        done = await anyio.run_process(
+            [sys.executable, "-m", "hostkit", "run", "hello"],
+            cwd=tmp_path,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+        )
+    shown = done.stderr.decode()
+    assert done.returncode == 2, shown
+    assert "could not write the answer (No space left on device)" in shown
+    assert "the turn ended completed" in shown
+    assert "Traceback" not in shown
+    assert "Exception ignored" not in shown
+    assert await _outcomes(tmp_path) == ["completed"]
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "python-u"])
+async def test_stderr_reaches_its_reader_before_the_process_is_killed(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    """Under ``python -u`` (``PYTHONUNBUFFERED``, common in containers) the streams have no
+    buffer; put on a buffered writer, a warning waited for 8 KiB and was lost to a
+    SIGKILL (docker stop). Line by line on stderr either way."""
+    script = (
+        "import os, sys\n"
+        "from hostkit._stdio import survive_readers_leaving\n"
+        "survive_readers_leaving()\n"
+        "sys.stderr.write('a warning\\n')\n"
+        "sys.stdout.write('partial')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    flags = ["-u"] if unbuffered else []
+    done = await anyio.run_process(
+        [sys.executable, *flags, "-c", script], cwd=tmp_path, check=False, env=env
+    )
+    assert done.stderr.decode() == "a warning\n"
+    assert done.stdout.decode() == ("partial" if unbuffered else "")
+
+
+async def test_an_answer_the_terminal_cannot_encode_is_written_escaped(tmp_path: Path) -> None:
+    """An ASCII terminal (``PYTHONIOENCODING=ascii``, a C locale without UTF-8 mode) and an
+    answer with an accent: the write raised inside the turn (status 1, the turn recorded
+    however far it got). It is written escaped, and the turn completes."""
+    await _answering_project(tmp_path, "déjà vu")
+    done = await anyio.run_process(
+        [sys.executable, "-m", "hostkit", "run", "hello"],
+        cwd=tmp_path,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().startswith("d\\xe9j\\xe0 vu")
+    assert await _outcomes(tmp_path) == ["completed"]
+
+
 async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path) -> None:
     """``--agent notes`` after the assistant must not continue (and relabel) the
     assistant's session, whose history is about something else."""
