@@ -89,11 +89,16 @@ def judge_places(
         within = [identity for p in (real, *real.parents) if (identity := _id(p))]
         if state.intersection(within):
             continue
-        agent = next((workspaces[i] for i in within if i in workspaces), None)
+        # The directories its path as given runs through count too: a link there (an
+        # import path entry ``ws/lib`` -> ``/srv/code``) is the agent's to point elsewhere.
+        given = Path(os.path.abspath(place))
+        passes = [*within, *(identity for p in given.parents if (identity := _id(p)))]
+        agent = next((workspaces[i] for i in passes if i in workspaces), None)
         if agent is not None:
+            shown = real if any(i in workspaces for i in within) else given
             raise ConfigError(
                 bounded(
-                    f"the {what} {bounded(str(real), 160)} is inside the workspace of agent "
+                    f"the {what} {bounded(str(shown), 160)} is inside the workspace of agent "
                     f"{bounded(agent, 64)!r}, which can write there: an agent could rewrite "
                     f"code the Host runs; {advice}",
                     600,

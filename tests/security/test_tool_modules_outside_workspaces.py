@@ -278,6 +278,32 @@ async def test_a_linked_module_of_an_install_is_kept(
     assert result.outcome == "completed", result.error
 
 
+def test_code_reached_through_a_link_inside_a_workspace_is_refused(tmp_path: Path) -> None:
+    """The code itself lies elsewhere, but its path as given runs through a link in the
+    workspace (an import path entry ``ws/lib`` -> ``/srv/code``): an agent that can write
+    there can point the link at its own code before the next import."""
+    code = write_module(tmp_path / "code", "linked_code")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "lib").symlink_to(code, target_is_directory=True)
+    for place in (workspace / "lib", workspace / "lib" / "linked_code.py"):
+        with pytest.raises(ConfigError, match="is inside the workspace of agent 'writer'"):
+            _code_places.judge_places(
+                [(place, "import path entry")],
+                {workspace: "writer"},
+                [],
+                key="agents.writer",
+                advice="keep code outside",
+            )
+    _code_places.judge_places(  # the same code by its own path is fine
+        [(code / "linked_code.py", "import path entry")],
+        {workspace: "writer"},
+        [],
+        key="agents.writer",
+        advice="keep code outside",
+    )
+
+
 # -- Python agents: the code a Host runs as the operator, brought as a module ---------------
 
 AGENT_MODULE = '''
