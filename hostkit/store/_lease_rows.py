@@ -17,7 +17,7 @@ from hostkit.store._approval_rows import OPEN_CALL, has_open_calls
 from hostkit.store._attachments import attached_refs, keep_attachments
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
-from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts
+from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts, owner_facts_of
 from hostkit.store._turn_rows import (
     RUNNING_COLUMNS,
     Gone,
@@ -147,16 +147,8 @@ def _bound_session(conn: sqlite3.Connection, admission: TurnAdmission) -> _Bound
     )
     if row is None:
         return None
-    facts = OwnerFacts(
-        session_id=row["session_id"],
-        owner_kind=row["owner_kind"],
-        principal_id=row["principal_id"],
-        channel=row["channel"],
-        conversation_key=row["conversation_key"],
-        parent_session_id=row["parent_session_id"],
-        parent_turn_id=row["parent_turn_id"],
-    )
     lease = row if row["token"] is not None else None
+    facts = owner_facts_of(row)
     return _Bound(target, facts, lease, bool(row["open_calls"]), bool(row["repeated"]))
 
 

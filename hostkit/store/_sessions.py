@@ -27,6 +27,7 @@ __all__ = [
     "create_session",
     "insert_audit",
     "owner_facts",
+    "owner_facts_of",
     "read_audit",
     "read_effect_audit",
 ]
@@ -199,8 +200,11 @@ def owner_facts(conn: sqlite3.Connection, session_id: str) -> OwnerFacts | None:
         "parent_session_id, parent_turn_id FROM session_owners WHERE session_id = ?",
         [session_id],
     ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else owner_facts_of(row)
+
+
+def owner_facts_of(row: sqlite3.Row) -> OwnerFacts:
+    """The owner facts of a row holding ``session_owners``' columns by their names."""
     return OwnerFacts(
         session_id=row["session_id"],
         owner_kind=row["owner_kind"],

@@ -133,3 +133,16 @@ async def seed_attachments_before_reclaim(store: RuntimeStore) -> tuple[str, str
 
     await store.write(seed)
     return _NAMED, _UNNAMED
+
+
+async def assert_reclaim_backfilled(store: RuntimeStore, named: str, unnamed: str) -> None:
+    """After the upgrade from ``seed_attachments_before_reclaim``: every principal's copy of
+    the named ref is kept, the unnamed one is reclaimed (and only it)."""
+    assert await store.attachments.reclaim(grace_s=3_600) == 1
+    for principal_id, ref, kept in (
+        ("alice", named, True),
+        ("bob", named, True),
+        ("alice", unnamed, False),
+    ):
+        found = await store.attachments.load(principal_id=principal_id, refs=[ref])
+        assert (ref in found) == kept, (principal_id, ref)
