@@ -99,7 +99,13 @@ from hostkit.store._terminal_runs import (
     TerminalRunStore,
     TerminalStreamStats,
 )
-from hostkit.store._turn_rows import FAILED_NOTICE, INDETERMINATE_NOTICE, LOST_NOTICE, epoch_of
+from hostkit.store._turn_rows import (
+    FAILED_ACTED_NOTICE,
+    FAILED_NOTICE,
+    INDETERMINATE_NOTICE,
+    LOST_NOTICE,
+    epoch_of,
+)
 from hostkit.store._turn_values import (
     MAX_LEASE_TTL_S,
     Admitted,
@@ -121,6 +127,7 @@ __all__ = [
     "ATTACHMENT_GRACE_S",
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
+    "FAILED_ACTED_NOTICE",
     "FAILED_NOTICE",
     "INDETERMINATE_NOTICE",
     "LOST_NOTICE",

@@ -58,6 +58,7 @@ from hostkit.types import (
 )
 
 __all__ = [
+    "FAILED_ACTED_NOTICE",
     "FAILED_NOTICE",
     "INDETERMINATE_NOTICE",
     "LOST_NOTICE",
@@ -118,6 +119,13 @@ INDETERMINATE_NOTICE = (
 FAILED_NOTICE = (
     "Something went wrong on my side and I could not answer your last message. "
     "Please try again later; if it was a long message, try a shorter one."
+)
+# What it is told instead when a call of that failed turn ran, or may have (an approved
+# call its continuation ran, a tool before the model failed): "try again" would act twice.
+FAILED_ACTED_NOTICE = (
+    "Something went wrong on my side after I had started acting on your last message, "
+    "so I could not finish answering it: part of it may have been done, and it will not "
+    "be repeated. Please check before you send it again."
 )
 
 
@@ -288,7 +296,9 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     call that acted): then they say that part of it may have been done
     (``INDETERMINATE_NOTICE``), never to just send it again, which would act
     twice. A person's own cancel sends nothing. A ``failed`` turn sends the
-    notice that it could not answer (``FAILED_NOTICE``), never its error.
+    notice that it could not answer (``FAILED_NOTICE``), never its error; or,
+    when a call of it acted (an approved call its continuation ran),
+    ``FAILED_ACTED_NOTICE``, never "try again".
     """
     if result.outcome == "indeterminate" and result.cancelled_by != "user":
         return [{"text": INDETERMINATE_NOTICE}]
@@ -297,7 +307,7 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
         acted = _acted(conn, result.turn_id)
         return [{"text": INDETERMINATE_NOTICE if acted else LOST_NOTICE}]
     if result.outcome == "failed":
-        return [{"text": FAILED_NOTICE}]
+        return [{"text": FAILED_ACTED_NOTICE if _acted(conn, result.turn_id) else FAILED_NOTICE}]
     payloads: list[dict[str, Any]] = []
     if result.outcome in ("completed", "needs_user") and result.text:
         payloads.append({"text": result.text})

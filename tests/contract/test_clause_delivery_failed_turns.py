@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.adapters.scripted import Fail, ScriptedModel
+from hostkit.adapters.scripted import CallTools, Fail, ScriptedModel
 from hostkit.errors import ProviderError
 from hostkit.freeze import thaw
-from hostkit.host import ConfiguredChannels, Host
-from hostkit.store import FAILED_NOTICE
+from hostkit.host import ConfiguredChannels, Host, parse_config
+from hostkit.store import FAILED_ACTED_NOTICE, FAILED_NOTICE
 from hostkit.testing import capabilities
 from hostkit.types import ConversationFacts, TurnRequest, new_id
 from tests.contract._delivery_hosts import ENV, channel_tables, host_config
@@ -68,3 +68,44 @@ async def test_a_failed_turn_sends_the_notice_and_never_its_error(
     assert thaw(intent.payload) == {"text": FAILED_NOTICE}
     assert thaw(intent.route)["reply"] == {"channel": "C1"}
     assert "hunter2" not in FAILED_NOTICE
+
+
+async def test_a_turn_that_failed_after_a_call_acted_never_says_try_again(
+    tmp_path: Path,
+) -> None:
+    """A call ran (a file written; an approved call a continuation ran), then the model
+    failed: "please try again" would make it act twice. The notice says part of it may
+    have been done and asks to check first."""
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {
+                "assistant": {
+                    "provider": "test",
+                    "builtins": ["files.write"],
+                    "policy": {"allow": ["*"]},
+                }
+            },
+            "channels": channel_tables(slack="http://127.0.0.1:9/api"),
+        },
+        base_dir=tmp_path,
+    )
+    model = ScriptedModel(
+        [
+            CallTools(("files.write", {"path": "a.txt", "content": "done"})),
+            FAILURES["provider outage"],
+        ]
+    )
+    caps = dataclasses.replace(
+        capabilities(model, config=config), channels=ConfiguredChannels(config, ENV)
+    )
+    async with Host.open(config, capabilities=caps) as host:
+        result = await host.turns.run(request(routed=True))
+        intents = await host.store.delivery.intents()
+    assert result.outcome == "failed"
+    assert [effect.status for effect in result.effects] == ["succeeded"], result.effects
+    assert (tmp_path / "a.txt").read_text() == "done"
+    (intent,) = intents
+    assert thaw(intent.payload) == {"text": FAILED_ACTED_NOTICE}
+    assert "try again" not in FAILED_ACTED_NOTICE
