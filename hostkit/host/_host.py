@@ -612,11 +612,28 @@ class Host(AsyncResource):
         )
         self.config = config
         self.declared_config = declared
+        # Retired before any await: a turn of ``previous`` that ends meanwhile must find it
+        # to release its pin (else it stays open for good), and so must ``aclose``.
+        previous.retired = True
+        self._retired.append(previous)
+        # The rest finishes what is installed, also when the caller is cancelled.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._retire(previous, config, authority_changed=capabilities is not None)
+            finally:
+                await self._close_if_idle(previous)
+        return self._generation.number
+
+    async def _retire(
+        self, previous: Generation, config: HostConfig, *, authority_changed: bool
+    ) -> None:
+        """What replacing ``previous`` with the current generation ends: session approvals
+        given under it, and MCP connections and records of declarations it had."""
         # A changed (or removed) agent's session approvals were given for another revision.
         # New capability sources, or a change outside the agents' own sections, may change
         # what any agent is granted: its authority changed, so every agent's approvals go
         # (a later switch back must not revive them).
-        authority_changed = capabilities is not None or _outside_agents(
+        authority_changed = authority_changed or _outside_agents(
             previous.config
         ) != _outside_agents(config)
         for agent in previous.config.agents:
@@ -632,12 +649,6 @@ class Host(AsyncResource):
             await self.store.mcp_servers.forget_mcp_servers(
                 agent, config.agents[agent].mcp if agent in config.agents else ()
             )
-        previous.retired = True
-        if previous.idle:
-            await self._close_generation(previous)
-        else:
-            self._retired.append(previous)
-        return self._generation.number
 
     async def _refuse_closed(self, capabilities: RuntimeCapabilities | None) -> NoReturn:
         """The Host closed during an apply: the sources handed to it are closed, nothing is

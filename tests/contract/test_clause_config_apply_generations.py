@@ -89,6 +89,72 @@ async def test_a_reload_mid_turn_leaves_the_running_turn_on_the_old_provider(
     assert sorted(status for _, status in observed.seen_at_close) == ["completed", "completed"]
 
 
+async def test_a_turn_ending_while_a_reload_finishes_still_closes_its_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload installs the new generation, then closes what the old declarations had (MCP
+    connections, which may take seconds). A turn of the old generation that ended in
+    between was released into nothing: the old generation stayed open for good, its
+    sources never closed."""
+    path = write_config(tmp_path, reply="from the old script")
+    async with Host.open(path) as host:
+        answer = anyio.Event()
+        observed = await observed_host(host, monkeypatch, hold=answer)
+        prune = host.mcp.prune
+        ended = anyio.Event()
+
+        async def after_the_turn(declared: Any) -> None:
+            answer.set()  # the old generation's turn ends now, while the reload finishes
+            with anyio.fail_after(10):
+                await ended.wait()
+            await prune(declared)
+
+        monkeypatch.setattr(host.mcp, "prune", after_the_turn)
+
+        async def slow() -> None:
+            await host.turns.run(request("slow", conversation="a"))
+            ended.set()
+
+        async with (
+            host.events.subscribe(lambda e: e.kind == "turn.started") as started,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(slow)
+            with anyio.fail_after(10):
+                await started.receive()
+            write_config(tmp_path, reply="from the new script", instructions="You are the second.")
+            assert (await host.reload()).generation == 3
+        with anyio.fail_after(5):
+            await observed.closed.wait()
+        assert [generation.number for generation in host._retired] == []
+
+
+async def test_a_cancelled_apply_still_retires_the_generation_it_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled once the new generation was installed (a notebook interrupt, a caller's
+    deadline), the apply left the old one neither current nor retired: never closed, not
+    even by ``aclose``. What is installed is finished."""
+    path = write_config(tmp_path, reply="from the old script")
+    async with Host.open(path) as host:
+        observed = await observed_host(host, monkeypatch, hold=anyio.Event())
+        prune = host.mcp.prune
+
+        async def slow_prune(declared: Any) -> None:
+            await anyio.sleep(0.3)  # closing a changed MCP server's process tree
+            await prune(declared)
+
+        monkeypatch.setattr(host.mcp, "prune", slow_prune)
+        write_config(tmp_path, reply="from the new script", instructions="You are the second.")
+        config = await anyio.to_thread.run_sync(load_config, path)
+        with anyio.move_on_after(0.05):
+            await host.apply_config(config)
+        assert host.generation == 3
+        with anyio.fail_after(5):
+            await observed.closed.wait()  # generation 2 ran no turn: closed with the apply
+        assert host._retired == []
+
+
 async def test_a_turn_waiting_for_its_busy_session_runs_on_the_generation_that_admits_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
