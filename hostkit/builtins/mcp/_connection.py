@@ -44,7 +44,7 @@ from hostkit.builtins.mcp._errors import (
     McpConnectFailed,
     McpProtocolError,
 )
-from hostkit.builtins.mcp._listing import ToolListings
+from hostkit.builtins.mcp._listing import Listing, ToolListings
 from hostkit.builtins.mcp._render import (
     OutputSchema,
     check_outputs,
@@ -180,15 +180,19 @@ class ClientConnection:
         A tool the Host will not use carries the reason (``McpToolSpec.refusal``):
         an entry the listing filter took out of its page (``_listing``: no
         name, a name too long, an input schema that is no object schema or too
-        large, an entry the protocol's schema refuses) or one whose output
-        schema fails the Host's checks. The catalog leaves it out and names it;
-        the server's other tools are listed as usual. Only a page malformed as a
-        page, too many tools or pages fail the listing (``McpProtocolError``).
+        large, an entry the protocol's schema or the SDK's tool type refuses)
+        or one whose output schema fails the Host's checks. The catalog leaves
+        it out and names it; the server's other tools are listed as usual. Only
+        a page malformed as a page, too many tools or pages, or more than
+        ``MAX_TOOLS`` entries taken out in all fail the listing
+        (``McpProtocolError``). Only this listing's own requests' answers name
+        its refused tools.
         """
         async with self._listing:
-            return await self._list_tools()
+            with self._listings.listing() as listing:
+                return await self._list_tools(listing)
 
-    async def _list_tools(self) -> Sequence[McpToolSpec]:
+    async def _list_tools(self, listing: Listing) -> Sequence[McpToolSpec]:
         client = self._live()
         specs: list[McpToolSpec] = []
         refused: dict[str, str] = {}
@@ -205,16 +209,21 @@ class ClientConnection:
                 server = self._declaration.name
                 raise McpProtocolError(f"MCP server {server!r} lists more than {MAX_TOOLS} tools")
 
-        self._listings.take()  # what an abandoned listing's late answer left
         try:
             for _ in range(_MAX_PAGES):
                 page = await client.list_tools(cursor=cursor)
+                if listing.refused_entries > MAX_TOOLS:
+                    # Judging each entry costs work the server chose: a budget, as for tools.
+                    raise McpProtocolError(
+                        f"MCP server {self._declaration.name!r} lists more than {MAX_TOOLS} "
+                        "tool entries the Host cannot use"
+                    )
                 for tool in page.tools:
                     if tool.name not in seen:
                         add(tool_spec(tool), tool.name)
                         if tool.output_schema is not None and tool.name not in refused:
                             outputs[tool.name] = tool.output_schema
-                for name, reason in self._listings.take().items():
+                for name, reason in listing.take().items():
                     if name not in seen:
                         add(refused_spec(name, reason), name)
                 cursor = page.next_cursor
