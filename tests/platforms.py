@@ -173,17 +173,21 @@ class _Fake:
 
 
 class FakeSlack(_Fake):
-    """The Slack Web API's ``chat.postMessage`` (``api_base`` is ``<url>/api``).
+    """The Slack Web API's ``chat.postMessage`` and ``chat.postEphemeral``
+    (``api_base`` is ``<url>/api``).
 
     Like Slack, errors are HTTP 200 with ``{"ok": false, "error": ...}``
     (``not_authed``, ``invalid_auth``, ``channel_not_found``, ``no_text``,
-    ``invalid_blocks``), rate limits HTTP 429 with ``Retry-After``.
-    ``messages`` are the calls it accepted (``body`` is the JSON posted).
+    ``invalid_blocks``, ``user_not_in_channel`` for an ephemeral message
+    without its ``user``), rate limits HTTP 429 with ``Retry-After``.
+    ``messages`` are the channel posts it accepted (``body`` is the JSON
+    posted), ``ephemerals`` the messages only their ``user`` sees.
     """
 
     def __init__(self, token: str) -> None:
         self.token = token
         self.messages: list[Recorded] = []
+        self.ephemerals: list[Recorded] = []
         self._ts = itertools.count(1)
         super().__init__()
 
@@ -197,24 +201,45 @@ class FakeSlack(_Fake):
         return f"{self.url}/api"
 
     def _routes(self) -> list[Route]:
-        return [Route("/api/chat.postMessage", self._post_message, methods=["POST"])]
+        return [
+            Route("/api/chat.postMessage", self._post_message, methods=["POST"]),
+            Route("/api/chat.postEphemeral", self._post_ephemeral, methods=["POST"]),
+        ]
 
     def texts(self) -> list[str]:
         """The text of every accepted message, in order."""
         return [m.body.get("text", "") for m in self.messages]
 
-    async def _post_message(self, request: Request) -> Response:
-        seen = await self._record(request)
+    async def _refused(self, request: Request) -> Response | None:
+        """Slack's answer to a call it refuses (auth, a scripted failure), else None."""
         auth = request.headers.get("authorization", "")
         if not auth.startswith("Bearer "):
             return JSONResponse({"ok": False, "error": "not_authed"})
         if not hmac.compare_digest(auth.removeprefix("Bearer "), self.token):
             return JSONResponse({"ok": False, "error": "invalid_auth"})
         scripted = self._next()
-        if scripted is not None:
-            failure = await _slack_failure(scripted)
-            if failure is not None:
-                return failure
+        return None if scripted is None else await _slack_failure(scripted)
+
+    async def _post_ephemeral(self, request: Request) -> Response:
+        seen = await self._record(request)
+        refused = await self._refused(request)
+        if refused is not None:
+            return refused
+        body = seen.body if isinstance(seen.body, dict) else {}
+        if not isinstance(body.get("channel"), str) or not body["channel"]:
+            return JSONResponse({"ok": False, "error": "channel_not_found"})
+        if not isinstance(body.get("user"), str) or not body["user"]:
+            return JSONResponse({"ok": False, "error": "user_not_in_channel"})
+        if not body.get("text") and not body.get("blocks"):
+            return JSONResponse({"ok": False, "error": "no_text"})
+        self.ephemerals.append(seen)
+        return JSONResponse({"ok": True, "message_ts": f"{int(time.time())}.{next(self._ts):06d}"})
+
+    async def _post_message(self, request: Request) -> Response:
+        seen = await self._record(request)
+        refused = await self._refused(request)
+        if refused is not None:
+            return refused
         body = seen.body if isinstance(seen.body, dict) else {}
         channel = body.get("channel")
         if not isinstance(channel, str) or not channel:
@@ -307,12 +332,15 @@ class FakeTelegram(_Fake):
     offset left far above them by the old numbering confirms none of them,
     so Telegram keeps returning them until an offset just above them comes.
     ``messages`` are the accepted ``sendMessage`` calls; ``polls`` every
-    ``getUpdates`` call.
+    ``getUpdates`` call; ``callback_answers`` the accepted
+    ``answerCallbackQuery`` calls (a query answered twice is 400, as Telegram
+    answers a query it no longer knows).
     """
 
     def __init__(self, token: str) -> None:
         self.token = token
         self.messages: list[Recorded] = []
+        self.callback_answers: list[Recorded] = []
         self.polls: list[Recorded] = []
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
@@ -335,6 +363,11 @@ class FakeTelegram(_Fake):
         return [
             Route("/bot{token}/sendMessage", self._send_message, methods=["GET", "POST"]),
             Route("/bot{token}/getUpdates", self._get_updates, methods=["GET", "POST"]),
+            Route(
+                "/bot{token}/answerCallbackQuery",
+                self._answer_callback_query,
+                methods=["GET", "POST"],
+            ),
         ]
 
     def restart_ids(self, first: int) -> None:
@@ -393,6 +426,30 @@ class FakeTelegram(_Fake):
                 },
             }
         )
+
+    async def _answer_callback_query(self, request: Request) -> Response:
+        seen = await self._record(request)
+        if not self._authorized(request):
+            return _tg_error(401, "Unauthorized")
+        scripted = self._next()
+        if scripted is not None:
+            failure = await _telegram_failure(scripted)
+            if failure is not None:
+                return failure
+        body = seen.body if isinstance(seen.body, dict) else {}
+        query_id, text = body.get("callback_query_id"), body.get("text", "")
+        answered = {a.body.get("callback_query_id") for a in self.callback_answers}
+        if not isinstance(query_id, str) or not query_id or query_id in answered:
+            return _tg_error(
+                400,
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            )
+        if not isinstance(text, str) or len(text) > 200:
+            return _tg_error(400, "Bad Request: MESSAGE_TOO_LONG")
+        if not isinstance(body.get("show_alert", False), bool):
+            return _tg_error(400, "Bad Request: wrong show_alert")
+        self.callback_answers.append(seen)
+        return JSONResponse({"ok": True, "result": True})
 
     async def _get_updates(self, request: Request) -> Response:
         seen = await self._record(request)

@@ -7,7 +7,9 @@ challenge only after that check. A ``message`` event from a person becomes an
 envelope keyed by its ``event_id``; Slack retries an unacknowledged event
 with the same ``event_id`` (and ``X-Slack-Retry-Num``), which dedup absorbs.
 Interactivity posts ``payload=<json>`` form-encoded; a ``block_actions``
-button whose value is ``approve CODE`` / ``deny CODE`` is a command.
+button whose value is ``approve CODE`` / ``deny CODE`` is a command whose
+``metadata["press"]`` names the presser, so its outcome is told to them
+alone (an ephemeral message), not the channel.
 
 Which of the two a request is comes from the signed body, never from the
 unsigned ``Content-Type``: otherwise one signed JSON event could be replayed
@@ -210,7 +212,8 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
         received_at=now,
         kind="command",
         payload=command,
-        metadata={"reply": reply},
+        # The press is answered to its presser only (chat.postEphemeral), never the channel.
+        metadata={"reply": reply, "press": {"user": user}},
     )
 
 

@@ -5,8 +5,10 @@
 constant time. An Update's ``update_id`` is the dedup key (Telegram resends an
 unacknowledged update with the same id). A ``message`` with text from a
 person is a message (or a typed command); a ``callback_query`` whose data is
-``approve CODE`` / ``deny CODE`` (an inline button) is a command; every other
-update is acknowledged and ignored. The polling transport uses the same
+``approve CODE`` / ``deny CODE`` (an inline button) is a command whose
+``metadata["press"]`` keeps the query's id, so its outcome is told to the
+person who pressed (``answerCallbackQuery``), not the chat; every other update
+is acknowledged and ignored. The polling transport uses the same
 ``envelope_from_update``.
 """
 
@@ -40,6 +42,7 @@ __all__ = [
 
 WEBHOOK_AUTHENTICATED_BY = "telegram-secret-token"
 _SECRET_HEADER = "x-telegram-bot-api-secret-token"
+_MAX_QUERY_ID = 64
 
 
 def check_telegram_headers(
@@ -116,7 +119,8 @@ def envelope_from_update(
         chat = _obj(_obj(query, "message"), "chat").get("id")
         if chat is None:
             return Ignored("telegram callback without its chat (inline mode)")
-        extra = {"callback_query_id": str(query.get("id", ""))[:64]}
+        # The press is answered to its presser only (answerCallbackQuery), never the chat.
+        extra = {"press": {"callback_query_id": _query_id(query.get("id"))}}
         files = ()
     else:
         return Ignored("telegram update of another type")
@@ -134,6 +138,14 @@ def envelope_from_update(
         artifacts=files,
         metadata={"reply": {"chat_id": chat_id}, **extra},
     )
+
+
+def _query_id(value: Any) -> str:
+    """A callback query's id (Telegram's opaque string), or 400: without it the press
+    could only be answered to the whole chat."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_QUERY_ID or not value.isprintable():
+        raise malformed("a callback_query needs its id")
+    return value
 
 
 def _chat_id(value: Any) -> int:

@@ -1,11 +1,13 @@
-"""The Slack channel: ``chat.postMessage`` with the bot token.
+"""The Slack channel: ``chat.postMessage`` (``chat.postEphemeral``) with the bot token.
 
 JSON ``{"channel", "text", "thread_ts"?, "metadata"}`` where the metadata
 event (``hostkit_delivery``) carries the intent id, so a reader of the
 channel history can tell a retried post. An approval prompt adds Block Kit
 blocks: the text as a section and two buttons (``hostkit_approve`` /
 ``hostkit_deny``) whose values are the commands ``approve CODE`` / ``deny
-CODE`` the Slack transport turns back into an inbound command.
+CODE`` the Slack transport turns back into an inbound command. The answer
+to a press of one of them is ``chat.postEphemeral`` to the user who pressed
+(``{"channel", "user", "text", "thread_ts"?}``): only they see it.
 
 Slack answers errors with HTTP 200 and ``{"ok": false, "error": ...}``:
 ``ratelimited`` and Slack-side failures are transient, everything else
@@ -29,6 +31,7 @@ import httpx
 
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
+from hostkit.types import PRESS_ANSWER
 
 __all__ = ["SlackChannel"]
 
@@ -122,22 +125,30 @@ class SlackChannel:
         if thread is not None and (not isinstance(thread, str) or not thread):
             raise permanent("bad_route", "the slack thread_ts is not a timestamp string")
         text = _cut(escape(payload_text(payload)), MAX_TEXT)
-        body: dict[str, Any] = {
-            "channel": channel,
-            "text": text,
-            "metadata": {
-                "event_type": "hostkit_delivery",
-                "event_payload": {"intent_id": idempotency_key},
-            },
-        }
+        body: dict[str, Any] = {"channel": channel, "text": text}
         if thread:
             body["thread_ts"] = thread
+        if isinstance(payload.get(PRESS_ANSWER), Mapping):
+            # To the presser alone; no route to them is a dead letter, never a channel post.
+            user = reply.get("user")
+            if not isinstance(user, str) or not user:
+                raise permanent("bad_route", "the answer to a press names no slack user")
+            await self._call("chat.postEphemeral", {**body, "user": user})
+            return
+        body["metadata"] = {
+            "event_type": "hostkit_delivery",
+            "event_payload": {"intent_id": idempotency_key},
+        }
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
             body["blocks"] = approval_blocks(text, approval)
+        await self._call("chat.postMessage", body)
+
+    async def _call(self, method: str, body: Mapping[str, Any]) -> None:
+        """One Web API call; returns when Slack accepted it, else ``DeliveryRefused``."""
         answer = await post(
             self._client,
-            f"{self.api_origin}/chat.postMessage",
+            f"{self.api_origin}/{method}",
             content=json.dumps(body, separators=(",", ":")).encode(),
             headers={
                 "Content-Type": "application/json; charset=utf-8",

@@ -1,12 +1,15 @@
-"""The Telegram channel: the Bot API's ``sendMessage``.
+"""The Telegram channel: the Bot API's ``sendMessage`` and ``answerCallbackQuery``.
 
 JSON ``{"chat_id", "text"}``; an approval prompt adds an inline keyboard
 with Approve / Deny buttons whose ``callback_data`` are the commands
-``approve CODE`` / ``deny CODE``. The bot token is part of the URL path
-(``/bot<token>/sendMessage``), so no URL or httpx message ever reaches a
-log, an error or a row. 429 (``parameters.retry_after``) and 5xx are
-transient; 400, 401, 403, 404 (chat not found, bot blocked, bad token) are
-permanent.
+``approve CODE`` / ``deny CODE``. The answer to a press of one of those
+buttons is ``answerCallbackQuery`` instead: a notification (an alert for a
+refusal) only the person who pressed sees, which also ends the progress
+indicator Telegram shows on the button until the bot answers. The bot token
+is part of the URL path (``/bot<token>/sendMessage``), so no URL or httpx
+message ever reaches a log, an error or a row. 429 (``parameters.retry_after``)
+and 5xx are transient; 400, 401, 403, 404 (chat not found, bot blocked, bad
+token, a callback query too old to answer) are permanent.
 """
 
 from __future__ import annotations
@@ -22,10 +25,14 @@ from hostkit.channels import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 from hostkit.errors import scrub_secret
+from hostkit.types import PRESS_ANSWER
 
 __all__ = ["TelegramChannel"]
 
 MAX_TEXT = 4_096
+# answerCallbackQuery shows 0-200 characters.
+MAX_NOTIFICATION = 200
+_MAX_QUERY_ID = 64
 _CHAT_NAME = re.compile(r"^@[A-Za-z0-9_]{5,64}$")
 
 
@@ -37,6 +44,25 @@ def _chat_id(value: object) -> int | str | None:
     ):
         return value
     return None
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _press_answer(
+    route: Mapping[str, Any], payload: Mapping[str, Any], press: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``answerCallbackQuery``'s body: to the query the route's reply target names, never
+    the chat (no query id is ``bad_route``, not a message to everyone)."""
+    query_id = reply_target(route).get("callback_query_id")
+    if not isinstance(query_id, str) or not 0 < len(query_id) <= _MAX_QUERY_ID:
+        raise permanent("bad_route", "the answer to a press has no callback_query_id")
+    return {
+        "callback_query_id": query_id,
+        "text": _cut(payload_text(payload), MAX_NOTIFICATION),
+        "show_alert": press.get("alert") is True,
+    }
 
 
 def approval_keyboard(approval: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,19 +102,24 @@ class TelegramChannel:
     async def send(
         self, route: Mapping[str, Any], payload: Mapping[str, Any], *, idempotency_key: str
     ) -> None:
+        press = payload.get(PRESS_ANSWER)
+        if isinstance(press, Mapping):
+            await self._call("answerCallbackQuery", _press_answer(route, payload, press))
+            return
         chat_id = _chat_id(reply_target(route).get("chat_id"))
         if chat_id is None:
             raise permanent("bad_route", "the telegram reply target has no chat_id")
-        text = payload_text(payload)
-        if len(text) > MAX_TEXT:
-            text = text[: MAX_TEXT - 1] + "…"
-        body: dict[str, Any] = {"chat_id": chat_id, "text": text}
+        body: dict[str, Any] = {"chat_id": chat_id, "text": _cut(payload_text(payload), MAX_TEXT)}
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
             body["reply_markup"] = approval_keyboard(approval)
+        await self._call("sendMessage", body)
+
+    async def _call(self, method: str, body: Mapping[str, Any]) -> None:
+        """One Bot API call; returns when Telegram accepted it, else ``DeliveryRefused``."""
         answer = await post(
             self._client,
-            f"{self.api_origin}/bot{self._token}/sendMessage",
+            f"{self.api_origin}/bot{self._token}/{method}",
             content=json.dumps(body, separators=(",", ":")).encode(),
             headers={"Content-Type": "application/json"},
             timeout_s=self._timeout_s,

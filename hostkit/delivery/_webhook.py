@@ -5,7 +5,9 @@ signed like inbound webhooks (``X-Hostkit-Timestamp`` and
 ``X-Hostkit-Signature``), with ``Idempotency-Key: <intent id>`` so the
 receiver drops a retry of what it already has. 2xx is delivered; 408, 429
 and 5xx are transient (``Retry-After`` honoured); any other status is
-permanent.
+permanent. A webhook has no buttons, so an answer to a button press (meant
+for the presser alone) is refused (``bad_payload``), never posted to the
+conversation.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hostkit.channels import sign_webhook
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 from hostkit.freeze import thaw
+from hostkit.types import PRESS_ANSWER
 
 __all__ = ["WebhookChannel"]
 
@@ -52,6 +55,8 @@ class WebhookChannel:
     async def send(
         self, route: Mapping[str, Any], payload: Mapping[str, Any], *, idempotency_key: str
     ) -> None:
+        if PRESS_ANSWER in payload:
+            raise permanent("bad_payload", "a webhook channel cannot answer a button press")
         reply = reply_target(route)
         if not isinstance(reply.get("conversation"), str) or not reply["conversation"]:
             raise permanent("bad_route", "the webhook reply target has no conversation")

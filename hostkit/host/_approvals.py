@@ -112,8 +112,13 @@ class HostApprovals:
         by: PrincipalScope,
         principal: PrincipalScope | None = None,
         wait_s: float | None = None,
+        recorded: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult:
         """Answer once and run the continuation turn; returns that turn's result.
+
+        ``recorded`` is awaited once this call's answer is the one recorded,
+        before its continuation runs (a channel tells the person who pressed a
+        button then, not a model call later).
 
         The same answer again (a retry, or a second approver who clicked at
         the same moment) is idempotent: it finishes or reports the
@@ -152,6 +157,8 @@ class HostApprovals:
             again = self._answered_again(answered.approval, decision, principal, by)
             return await self._waited(approval_id, by, principal, again, wait)
         await self._remember(answered.approval, decision, mark)
+        if recorded is not None:
+            await recorded()
         return await self._continue(answered.approval, continuation, by)
 
     async def _answered_again(

@@ -6,14 +6,17 @@ around ``TurnExecution.run``: end a turn whose Host died (so an attempt after
 a crash gets that turn's record instead of waiting for it forever), and say
 that a refusal because this Host is closing is worth retrying elsewhere.
 ``InboundCommands.run`` answers a channel user's ``approve CODE`` /
-``deny CODE`` with exactly the authority of every other answer. ``reply_route``
-is the route a channel's turns capture for their answers.
+``deny CODE`` with exactly the authority of every other answer, and tells the
+person who pressed an approval button (``metadata["press"]``) its outcome
+privately. ``reply_route`` is the route a channel's turns capture for their
+answers.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hostkit.authority import AuthorityResolver, conversation_principal
@@ -68,6 +71,13 @@ DROPPED_NOTICE = (
     "not be answered. If it asked me to do something, check whether it was done before "
     "you send it again."
 )
+# What the person who pressed a button for an approval they may not answer is told, alone
+# (the button carries the right code: the advice to check it would be wrong).
+_NOT_FOUND_PRESS = (
+    "No pending approval of yours has this code: only the person it asks can answer it, "
+    "while it is pending."
+)
+_DONE = {"approve_once": "approved", "approve_session": "approved", "deny": "denied"}
 _REFUSED_REPLIES = {
     "answered": "it was answered already; nothing more runs.",
     "stale": "it no longer applies (what the agent asked to do changed since); nothing ran.",
@@ -173,27 +183,37 @@ class InboundCommands:
     async def tell_unread(self, claimed: ClaimedInbound) -> None:
         """Tell the sender of an inbound the channel accepted without its text (too long, a
         NUL) that it could not be read: it is dead-lettered, and no turn will answer it."""
-        await self._reply(claimed, await self._sender(claimed), UNREAD_NOTICE)
+        await self._reply(claimed, await self._sender(claimed), UNREAD_NOTICE, alert=True)
 
     async def tell_dropped(self, claimed: ClaimedInbound) -> None:
         """Tell the sender of an inbound dead-lettered after its last transient failure that
         it will not be answered (``DROPPED_NOTICE``)."""
-        await self._reply(claimed, await self._sender(claimed), DROPPED_NOTICE)
+        await self._reply(claimed, await self._sender(claimed), DROPPED_NOTICE, alert=True)
 
     async def run(self, claimed: ClaimedInbound) -> InboundResult:
         """The command's result; one that ran no turn is also said to its sender.
 
-        A code that matched nothing, a refused answer and text that is no
-        command get a reply on the command's route (one per inbound: a
-        repeat writes none), so the person who typed it is not left waiting
-        for an answer that will not come. An answer that ran a continuation
-        is answered by that turn.
+        A typed command whose code matched nothing, a refused answer and text
+        that is no command get a reply on the command's route (one per
+        inbound: a repeat writes none), so the person who typed it is not left
+        waiting for an answer that will not come. An answer that ran a
+        continuation is answered by that turn.
+
+        A button press (``metadata["press"]``) is always answered, and to the
+        person who pressed alone, never the conversation: a refusal as an
+        alert, an answer that counted (told before its continuation runs) or
+        one that changed nothing as a notification. A platform shows the press
+        as pending until it is answered, and someone else's refusal posted to
+        a group would read, under the asker's own prompt, as if her approval
+        were gone.
         """
         scope = await self._sender(claimed)
-        result, said = await self._answered(claimed.envelope, scope)
-        if said is not None:
-            await self._reply(claimed, scope, said)
-        return result
+
+        async def write(text: str, alert: bool) -> None:
+            await self._reply(claimed, scope, text, alert=alert)
+
+        said = _Said(press=_press(claimed.envelope) is not None, write=write)
+        return await self._answered(claimed.envelope, scope, said)
 
     async def _sender(self, claimed: ClaimedInbound) -> PrincipalScope:
         """The scope of the inbound's conversation, from its authenticated fields only."""
@@ -206,26 +226,45 @@ class InboundCommands:
             )
         )
 
-    async def _reply(self, claimed: ClaimedInbound, scope: PrincipalScope, text: str) -> None:
+    async def _reply(
+        self, claimed: ClaimedInbound, scope: PrincipalScope, text: str, *, alert: bool = False
+    ) -> None:
+        """Write the inbound's one reply: on its route, or to the presser alone for a press."""
         route = None if self._route is None else self._route(claimed.envelope)
         if route is None or scope.session_id is None:
             return  # a channel with no delivery (the CLI, a notebook, tests)
+        press = _press(claimed.envelope)
+        if press is not None:
+            # The reply target becomes the presser (their query id, their user id).
+            reply = route.get("reply")
+            target = {**(reply if isinstance(reply, Mapping) else {}), **press}
+            await self._store.delivery.reply(
+                inbound_id=claimed.inbound_id,
+                session_id=scope.session_id,
+                route={**route, "reply": target},
+                text=text,
+                press=True,
+                alert=alert,
+            )
+            return
         await self._store.delivery.reply(
             inbound_id=claimed.inbound_id, session_id=scope.session_id, route=route, text=text
         )
 
     async def _answered(
-        self, envelope: InboundEnvelope, scope: PrincipalScope
-    ) -> tuple[InboundResult, str | None]:
-        """The command's result, and what its sender is told when no turn answers them."""
+        self, envelope: InboundEnvelope, scope: PrincipalScope, said: _Said
+    ) -> InboundResult:
+        """The command's result, after telling its sender what they must be told."""
         match = _COMMAND.fullmatch(envelope.payload)
         if match is None:
-            return _UNKNOWN, _UNKNOWN_REPLY
+            await said.refusal(_UNKNOWN_REPLY)
+            return _UNKNOWN
         decision = _DECISIONS[match.group(1).lower()]
         code = match.group(2).upper()
         approval = await self._find(scope, code)
         if approval is None:
-            return _NOT_FOUND, _NOT_FOUND_REPLY
+            await said.refusal(_NOT_FOUND_PRESS if said.press else _NOT_FOUND_REPLY)
+            return _NOT_FOUND
         if approval.status != "pending":
             # Answered before (an earlier attempt, another reply, another process): the
             # continuation that answer started may have died with its Host. End such
@@ -236,15 +275,23 @@ class InboundCommands:
             # is TurnInProgress at once (no worker slot held waiting), and the worker
             # retries this command later.
             result = await self._approvals.answer(
-                approval.approval_id, decision, by=scope, wait_s=0
+                approval.approval_id,
+                decision,
+                by=scope,
+                wait_s=0,
+                recorded=lambda: said.notice(f"Approval {code}: {_DONE[decision]}."),
             )
         except NotFoundOrUnauthorized:
-            return _NOT_FOUND, _NOT_FOUND_REPLY
+            await said.refusal(_NOT_FOUND_PRESS if said.press else _NOT_FOUND_REPLY)
+            return _NOT_FOUND
         except ApprovalRefused as exc:
-            said = _REFUSED_REPLIES.get(exc.reason, "it cannot be answered now; nothing ran.")
-            refused = InboundResult("command", outcome="refused", detail=exc.message)
-            return refused, f"Approval {code}: {said}"
-        return InboundResult("command", result.turn_id, result.outcome, result.error or ""), None
+            reason = _REFUSED_REPLIES.get(exc.reason, "it cannot be answered now; nothing ran.")
+            await said.refusal(f"Approval {code}: {reason}")
+            return InboundResult("command", outcome="refused", detail=exc.message)
+        # Unless told when its answer was recorded, this press found the answer recorded
+        # before (pressed again, or an earlier attempt's): nothing new runs.
+        await said.notice(f"Approval {code}: already {_DONE[decision]}; nothing new runs.")
+        return InboundResult("command", result.turn_id, result.outcome, result.error or "")
 
     async def _find(self, scope: PrincipalScope, code: str) -> PendingApproval | None:
         """The approval of ``code`` among those ``scope`` may answer: pending first, then any
@@ -256,3 +303,35 @@ class InboundCommands:
             if found is not None:
                 return found
         return None
+
+
+def _press(envelope: InboundEnvelope) -> dict[str, Any] | None:
+    """Who pressed the button this inbound is (the transport's ``metadata["press"]``), or
+    None for a typed command."""
+    press = envelope.metadata.get("press")
+    return dict(thaw(press)) if isinstance(press, Mapping) and press else None
+
+
+@dataclass
+class _Said:
+    """What one command inbound tells its sender: at most one reply (``write`` writes it).
+
+    A typed command hears only a refusal (an answer that counted is answered
+    by its continuation); a press hears every outcome, privately.
+    """
+
+    press: bool
+    write: Callable[[str, bool], Awaitable[None]]
+    told: bool = False
+
+    async def refusal(self, text: str) -> None:
+        await self._say(text, alert=True)
+
+    async def notice(self, text: str) -> None:
+        if self.press:
+            await self._say(text, alert=False)
+
+    async def _say(self, text: str, *, alert: bool) -> None:
+        if not self.told:
+            self.told = True
+            await self.write(text, alert)

@@ -101,14 +101,24 @@ class DeliveryStore(ABC):
 
     @abstractmethod
     async def reply(
-        self, *, inbound_id: str, session_id: str, route: Mapping[str, Any], text: str
+        self,
+        *,
+        inbound_id: str,
+        session_id: str,
+        route: Mapping[str, Any],
+        text: str,
+        press: bool = False,
+        alert: bool = False,
     ) -> DeliveryIntent:
-        """The reply to a command inbound that ran no turn, pending and due now.
+        """The reply to a command inbound, pending and due now.
 
         One per inbound: its intent id is derived from ``inbound_id``, so the
         same command handled again (a crash before its inbound was recorded)
         returns the intent written the first time and writes nothing.
-        ``text`` is at most ``MAX_REPLY_CHARS`` characters.
+        ``text`` is at most ``MAX_REPLY_CHARS`` characters. ``press`` makes it
+        the answer to a button press (payload ``{"press_answer": {"alert":
+        alert}}``), which the channel tells the presser alone; its route's
+        reply target must then say who pressed.
         """
 
     @abstractmethod

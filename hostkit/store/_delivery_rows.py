@@ -250,14 +250,20 @@ def insert_reply(
     inbound_id: str,
     session_id: str,
     route: Mapping[str, Any],
-    text: str,
+    payload: Mapping[str, Any],
     created_at: str,
 ) -> DeliveryIntent:
     """The pending reply to command inbound ``inbound_id`` (written once), due now."""
-    payload = json.dumps({"text": text})
     conn.execute(
         _INSERT_REPLY,
-        [intent_id, inbound_id, session_id, canonical_json(thaw(route)), payload, created_at],
+        [
+            intent_id,
+            inbound_id,
+            session_id,
+            canonical_json(thaw(route)),
+            json.dumps(payload),
+            created_at,
+        ],
     )
     found = one_intent(conn, intent_id)
     if found is None or found.inbound_id != inbound_id:

@@ -27,6 +27,7 @@ from hostkit.store._delivery import (
 from hostkit.store._owned import now as now_text
 from hostkit.types import (
     DELIVERY_STATUSES,
+    PRESS_ANSWER,
     ClaimedDelivery,
     DeliveryCounts,
     DeliveryFailure,
@@ -77,15 +78,27 @@ class SqlDeliveryStore(DeliveryStore):
         return await self._db.write(lambda raw: rows.expire_claims(raw, named, at))
 
     async def reply(
-        self, *, inbound_id: str, session_id: str, route: Mapping[str, Any], text: str
+        self,
+        *,
+        inbound_id: str,
+        session_id: str,
+        route: Mapping[str, Any],
+        text: str,
+        press: bool = False,
+        alert: bool = False,
     ) -> DeliveryIntent:
         inbound = checks.check_ref("inbound_id", inbound_id)
         session = checks.check_ref("session_id", session_id)
         if not isinstance(route, Mapping) or not isinstance(route.get("channel"), str):
             raise InvalidValue("a reply's route is a mapping that names its channel")
+        if press and not isinstance(route.get("reply"), Mapping):
+            raise InvalidValue("the answer to a press needs the press in its reply target")
         where = bounded_metadata(route)  # bounded as a turn's captured route is
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_REPLY_CHARS:
             raise InvalidValue(f"a reply's text has 1 to {MAX_REPLY_CHARS} characters")
+        payload: dict[str, Any] = {"text": text}
+        if press:
+            payload[PRESS_ANSWER] = {"alert": alert is True}
         intent_id = _reply_intent_id(inbound)
         return await self._db.write(
             lambda raw: rows.insert_reply(
@@ -94,7 +107,7 @@ class SqlDeliveryStore(DeliveryStore):
                 inbound_id=inbound,
                 session_id=session,
                 route=where,
-                text=text,
+                payload=payload,
                 created_at=now_text(raw),
             )
         )

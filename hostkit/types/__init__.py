@@ -39,6 +39,7 @@ from hostkit.types._cores import (
 from hostkit.types._delivery import (
     DELIVERY_STATUSES,
     MAX_DELIVERY_ERROR,
+    PRESS_ANSWER,
     ClaimedDelivery,
     DeliveryCounts,
     DeliveryFailure,
@@ -197,6 +198,7 @@ __all__ = [
     "NO_ATTACHMENTS",
     "PARTIAL_KEY",
     "PARTIAL_NOTE",
+    "PRESS_ANSWER",
     "REDACTED",
     "UNANSWERED_OUTCOMES",
     "UNPROCESSABLE",

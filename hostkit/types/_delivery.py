@@ -23,6 +23,7 @@ from hostkit.types._bounds import is_seconds, storable
 __all__ = [
     "DELIVERY_STATUSES",
     "MAX_DELIVERY_ERROR",
+    "PRESS_ANSWER",
     "ClaimedDelivery",
     "DeliveryCounts",
     "DeliveryFailure",
@@ -38,6 +39,9 @@ DeliveryStatus = Literal["pending", "sending", "delivered", "dead_lettered"]
 DELIVERY_STATUSES: tuple[str, ...] = get_args(DeliveryStatus)
 MAX_DELIVERY_ERROR = 500
 _MAX_KEY = 256
+# The payload key of the answer to a button press (``{"alert": bool}``): it goes to the
+# person who pressed only, never the conversation (docs/delivery.md).
+PRESS_ANSWER = "press_answer"
 
 
 def approval_code(approval_id: str) -> str:
@@ -69,11 +73,14 @@ class DeliveryIntent:
     <outbound alias>, ...target facts}``), never re-resolved: a rebinding
     affects later turns only. ``payload`` is ``{"text": ...}``, plus
     ``{"approval": {"approval_id", "code", "tool", "summary"}}`` for an
-    approval prompt. ``attempts`` counts claims; ``next_attempt_at`` is the
-    next attempt time while pending, the lease expiry while sending, None
-    when terminal. An intent is a turn's (``turn_id``) or, for the reply to
-    a channel command that ran no turn (a code that matched nothing, a
-    refused answer), its inbound's (``inbound_id``): exactly one is set.
+    approval prompt, or ``{"press_answer": {"alert": bool}}`` for the answer to
+    a button press, which goes to the presser only (its route's reply target
+    holds the press: a Telegram ``callback_query_id``, a Slack ``user``).
+    ``attempts`` counts claims; ``next_attempt_at`` is the next attempt time
+    while pending, the lease expiry while sending, None when terminal. An
+    intent is a turn's (``turn_id``) or, for the reply to a channel command
+    (a code that matched nothing, a refused answer, any answer to a button
+    press), its inbound's (``inbound_id``): exactly one is set.
     """
 
     intent_id: str
@@ -118,6 +125,11 @@ class DeliveryIntent:
         """The approval this intent prompts for, if it is an approval prompt."""
         value = self.payload.get("approval")
         return value if isinstance(value, FrozenMap) else None
+
+    @property
+    def press_answer(self) -> bool:
+        """True for the answer to a button press, told to the person who pressed only."""
+        return isinstance(self.payload.get(PRESS_ANSWER), FrozenMap)
 
 
 @dataclass(frozen=True, slots=True)

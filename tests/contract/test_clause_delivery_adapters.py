@@ -208,3 +208,68 @@ async def test_a_command_that_matched_nothing_is_answered_in_its_slack_thread(
     assert message.body["channel"] == "C9"
     assert message.body["thread_ts"] == "1700000000.000200"
     assert message.body["text"].startswith("No pending approval of yours has this code")
+
+
+PRESS_ANSWER = {
+    "text": "No pending approval of yours <!channel> " + "x" * 400,
+    "press_answer": {"alert": True},
+}
+
+
+async def test_a_press_answer_goes_to_the_presser_alone() -> None:
+    """Telegram: answerCallbackQuery (its 200 characters, an alert); Slack: an ephemeral
+    message to the user who pressed, escaped like every text. Never a chat message."""
+    async with (
+        FakeTelegram.running(token=TELEGRAM_TOKEN) as telegram,
+        FakeSlack.running(token=SLACK_TOKEN) as slack,
+        httpx.AsyncClient() as client,
+    ):
+        await TelegramChannel(telegram.api_base, TELEGRAM_TOKEN, client).send(
+            {"channel": "tg", "reply": {"chat_id": -100200, "callback_query_id": "q-7"}},
+            PRESS_ANSWER,
+            idempotency_key="out_1",
+        )
+        await SlackChannel(slack.api_base, SLACK_TOKEN, client).send(
+            {"channel": "slack-acme", "reply": {"channel": "C9", "thread_ts": "1.2", "user": "U2"}},
+            PRESS_ANSWER,
+            idempotency_key="out_2",
+        )
+    (answered,) = telegram.callback_answers
+    assert answered.path == f"/bot{TELEGRAM_TOKEN}/answerCallbackQuery"
+    assert answered.body["callback_query_id"] == "q-7"
+    assert answered.body["show_alert"] is True
+    assert len(answered.body["text"]) == 200
+    assert answered.body["text"].endswith("…")
+    assert telegram.messages == []
+    (ephemeral,) = slack.ephemerals
+    assert ephemeral.path == "/api/chat.postEphemeral"
+    assert {k: ephemeral.body[k] for k in ("channel", "user", "thread_ts")} == {
+        "channel": "C9",
+        "user": "U2",
+        "thread_ts": "1.2",
+    }
+    assert "<!channel>" not in ephemeral.body["text"]
+    assert "&lt;!channel&gt;" in ephemeral.body["text"]
+    assert slack.messages == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "reply", "code"),
+    [
+        ("telegram", {"chat_id": -100200}, "bad_route"),
+        ("slack", {"channel": "C9"}, "bad_route"),
+        ("webhook", {"conversation": "room-7"}, "bad_payload"),
+    ],
+)
+async def test_a_press_answer_without_its_presser_is_refused_not_posted_to_everyone(
+    kind: str, reply: dict[str, object], code: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+        channel = {
+            "telegram": lambda: TelegramChannel("http://127.0.0.1:9", TELEGRAM_TOKEN, client),
+            "slack": lambda: SlackChannel("http://127.0.0.1:9", SLACK_TOKEN, client),
+            "webhook": lambda: WebhookChannel("http://127.0.0.1:9", WEBHOOK_SECRET, client),
+        }[kind]()
+        with pytest.raises(DeliveryRefused) as refused:
+            await channel.send({"channel": "x", "reply": reply}, PRESS_ANSWER, idempotency_key="k")
+    assert (refused.value.failure.kind, refused.value.failure.code) == ("permanent", code)

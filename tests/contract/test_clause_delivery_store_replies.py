@@ -75,6 +75,35 @@ async def test_the_same_inbound_gets_one_reply_however_often_it_is_handled(
         assert listed[turn_intent].turn_id is not None
 
 
+async def test_the_answer_to_a_button_press_is_marked_for_the_presser_alone(
+    adapter: str, tmp_path: Path
+) -> None:
+    """The channel reads the mark and tells the presser only (answerCallbackQuery, an
+    ephemeral message); whether it is an alert is kept with it."""
+    async with open_delivery(adapter, tmp_path) as sut:
+        session_id = await a_session(sut)
+        route = {**ROUTE, "reply": {"channel": "C1", "user": "U2"}}
+        refused = await sut.delivery.reply(
+            inbound_id=new_id("inb"),
+            session_id=session_id,
+            route=route,
+            text="no such code",
+            press=True,
+            alert=True,
+        )
+        typed = await sut.delivery.reply(
+            inbound_id=new_id("inb"), session_id=session_id, route=ROUTE, text="no such code"
+        )
+        listed = {i.intent_id: i for i in await sut.delivery.intents()}
+    assert dict(listed[refused.intent_id].payload) == {
+        "text": "no such code",
+        "press_answer": {"alert": True},
+    }
+    assert listed[refused.intent_id].press_answer
+    assert listed[refused.intent_id].route == route
+    assert not listed[typed.intent_id].press_answer
+
+
 BAD: dict[str, dict[str, Any]] = {
     "empty text": {"text": ""},
     "blank text": {"text": "  \n"},
@@ -85,6 +114,7 @@ BAD: dict[str, dict[str, Any]] = {
     "empty inbound id": {"inbound_id": ""},
     "inbound id too long": {"inbound_id": "i" * 300},
     "empty session id": {"session_id": ""},
+    "press answer without a reply target": {"route": {"channel": "slack.main"}, "press": True},
 }
 
 

@@ -191,6 +191,8 @@ async def test_an_approval_button_is_a_command_and_other_buttons_are_ignored(
     assert envelope.platform_event_key == "block_actions:111.222.abc"
     assert envelope.conversation_key == "T01:C123:U42"
     assert dict(envelope.metadata["reply"]) == {"channel": "C123"}
+    # The presser, so the outcome is told to them alone (an ephemeral message).
+    assert dict(envelope.metadata["press"]) == {"user": "U42"}
     assert len(await inbox.records()) == 1
 
 

@@ -55,7 +55,9 @@ async def test_a_message_and_a_button_are_accepted_once_each(store: RuntimeStore
     assert dict(text.metadata["reply"]) == {"chat_id": -1001}
     assert text.received_at == NOW
     assert (command.kind, command.payload) == ("command", "deny K7QX2M")
-    assert command.metadata["callback_query_id"] == "q-1"
+    # The press is kept so its outcome can be told to the presser alone.
+    assert dict(command.metadata["press"]) == {"callback_query_id": "q-1"}
+    assert dict(command.metadata["reply"]) == {"chat_id": -1001}
 
 
 IGNORED: dict[str, dict[str, Any]] = {
@@ -77,6 +79,18 @@ async def test_updates_the_host_does_not_act_on_are_acknowledged_without_a_row(
         for case, update in IGNORED.items():
             answer = await _post(client, update)
             assert (answer.status_code, answer.json()) == (200, {"status": "ignored"}), case
+    assert await inbox.records() == ()
+
+
+async def test_an_approval_button_without_its_query_id_is_refused(store: RuntimeStore) -> None:
+    """Telegram always sends the query's id; without it the press could be answered only
+    to the whole chat, so it is no command (400) rather than one told to everyone."""
+    inbox = ChannelInbox.on_store(store)
+    pressed = telegram_callback(-1001, 77, "approve k7qx2m")
+    del pressed["callback_query"]["id"]
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        answer = await _post(client, {"update_id": 600, **pressed})
+    assert answer.status_code == 400
     assert await inbox.records() == ()
 
 

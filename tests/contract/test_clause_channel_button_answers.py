@@ -1,0 +1,245 @@
+"""Clause: an approval button press is answered to the person who pressed it, never the chat.
+
+Telegram shows a progress indicator on a pressed inline button until the bot
+answers the callback query, and a group (or a Slack channel) is read by
+everyone: an answer to a press is ``answerCallbackQuery`` on Telegram and
+``chat.postEphemeral`` to the presser on Slack, for every outcome (a
+refusal as an alert, an answer that counted, one that changed nothing). A
+typed ``approve CODE`` keeps its ordinary reply (test_clause_channel_approvals).
+
+A real Host on SQLite with a scripted model and an ``ask`` effect; the
+envelopes are the transports' own parse of real update shapes; its worker
+answers the commands and its DeliveryRuntime sends to loopback fakes of the
+Bot API and the Slack Web API (tests/platforms.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from hostkit.adapters.scripted import ScriptedModel
+from hostkit.channels import sign_slack
+from hostkit.channels._slack import parse_slack
+from hostkit.channels._telegram import envelope_from_update
+from hostkit.host import ConfiguredChannels, Host, parse_config
+from hostkit.testing import capabilities
+from hostkit.types import InboundEnvelope, approval_code
+from tests.contract._delivery_hosts import ENV, Clock, channel_tables
+from tests.contract.test_clause_channel_approvals import script
+from tests.contract.test_effects_approval_flow import ASK, Stamps
+from tests.platforms import FakeSlack, FakeTelegram, telegram_callback, telegram_message
+
+pytestmark = pytest.mark.anyio
+
+GROUP, ALICE, BOB = -1001, 111, 222
+_updates = iter(range(1, 1_000_000))
+
+
+@asynccontextmanager
+async def button_host(
+    tmp_path: Path, stamps: Stamps, tables: Mapping[str, Mapping[str, Any]]
+) -> AsyncIterator[Host]:
+    """A Host whose agent asks before ``files.stamp``, with channels at the fakes."""
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted"}},
+            "agents": {"assistant": {"provider": "test", "memory": False, "policy": ASK}},
+            "channels": {name: dict(table) for name, table in tables.items()},
+        },
+        base_dir=tmp_path,
+    )
+    model = ScriptedModel([script], repeat_last=True)
+    caps = dataclasses.replace(
+        capabilities(model, tools=[stamps.tool]), channels=ConfiguredChannels(config, ENV)
+    )
+    async with Host.open(config, capabilities=caps) as host:
+        yield host
+
+
+async def handled(host: Host, envelope: InboundEnvelope) -> None:
+    """The inbound is accepted, handled by the Host's worker, and what it wrote delivered."""
+    receipt = await host.inbox.accept(envelope)
+    assert receipt.disposition == "accepted"
+    assert await host.inbox_worker(idle_poll_s=0.05).drain() == 1
+    await host.delivery_runtime(clock=Clock()).drain()
+
+
+def telegram(update: Mapping[str, Any]) -> InboundEnvelope:
+    envelope = envelope_from_update(
+        {"update_id": next(_updates), **update},
+        channel_id="tg",
+        authenticated_by="telegram-secret-token",
+        now=time.time(),
+    )
+    assert isinstance(envelope, InboundEnvelope), envelope
+    return envelope
+
+
+def slack(host: Host, body: Mapping[str, Any], *, form: bool = False) -> InboundEnvelope:
+    raw = urlencode({"payload": json.dumps(body)}).encode() if form else json.dumps(body).encode()
+    envelope = parse_slack(
+        raw,
+        {
+            k.lower(): v
+            for k, v in sign_slack(ENV["SLACK_SIGNING"], raw, timestamp=int(time.time())).items()
+        },
+        channel_id="slack-acme",
+        config=host.config.channels["slack-acme"],
+        secret=ENV["SLACK_SIGNING"],
+        now=time.time(),
+    )
+    assert isinstance(envelope, InboundEnvelope), envelope
+    return envelope
+
+
+def slack_message(text: str, *, user: str = "U1") -> dict[str, Any]:
+    return {
+        "type": "event_callback",
+        "team_id": "T1",
+        "event_id": f"Ev{next(_updates)}",
+        "event": {"type": "message", "channel": "C1", "user": user, "text": text, "ts": "1.1"},
+    }
+
+
+def slack_press(value: str, *, user: str) -> dict[str, Any]:
+    return {
+        "type": "block_actions",
+        "trigger_id": f"trig-{next(_updates)}",
+        "team": {"id": "T1"},
+        "user": {"id": user, "team_id": "T1"},
+        "channel": {"id": "C1"},
+        "container": {"type": "message", "channel_id": "C1"},
+        "actions": [{"type": "button", "value": value, "action_ts": "1700000000.1"}],
+    }
+
+
+async def pending_code(host: Host) -> str:
+    rows = await host.store.read(
+        lambda c: c.execute("SELECT approval_id, status FROM approvals").fetchall()
+    )
+    ((approval_id, status),) = rows
+    assert status == "pending"
+    return approval_code(approval_id)
+
+
+async def test_telegram_presses_are_answered_to_the_presser_and_never_to_the_group(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeTelegram.running(token=ENV["TG_TOKEN"]) as tg:
+        tables = channel_tables(telegram=tg.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            await handled(host, telegram(telegram_message(GROUP, ALICE, "stamp it")))
+            (prompt,) = tg.messages
+            assert "reply_markup" in prompt.body
+            code = await pending_code(host)
+
+            # Bob presses Approve under Alice's prompt: only Bob is told, as an alert.
+            await handled(
+                host, telegram(telegram_callback(GROUP, BOB, f"approve {code}", query_id="q-bob"))
+            )
+            (refused,) = tg.callback_answers
+            assert refused.body["callback_query_id"] == "q-bob"
+            assert refused.body["show_alert"] is True
+            assert refused.body["text"].startswith("No pending approval of yours has this code")
+            assert len(refused.body["text"]) <= 200
+            assert tg.messages == [prompt]  # nothing said to the group
+            assert await pending_code(host) == code
+            assert stamps.lines() == []
+
+            # Alice's press counts: her press is acknowledged, and before the continuation's
+            # answer (written before the continuation ran); that answer goes to the group.
+            await handled(
+                host, telegram(telegram_callback(GROUP, ALICE, f"approve {code}", query_id="q-a1"))
+            )
+            assert stamps.lines() == ["one"]
+            acknowledged = tg.callback_answers[1]
+            assert acknowledged.body == {
+                "callback_query_id": "q-a1",
+                "text": f"Approval {code}: approved.",
+                "show_alert": False,
+            }
+            (_, answer) = tg.messages
+            assert (answer.body["chat_id"], answer.body["text"]) == (GROUP, "done: stamped one")
+            assert acknowledged.at <= answer.at
+
+            # Pressed again: nothing new runs, and the press is still answered (no spinner).
+            await handled(
+                host, telegram(telegram_callback(GROUP, ALICE, f"approve {code}", query_id="q-a2"))
+            )
+            again = tg.callback_answers[2]
+            assert again.body["callback_query_id"] == "q-a2"
+            assert again.body["show_alert"] is False
+            assert "nothing new" in again.body["text"]
+            assert len(tg.messages) == 2
+            assert stamps.lines() == ["one"]
+
+            # A different answer to the answered code: refused, to Alice alone.
+            await handled(
+                host, telegram(telegram_callback(GROUP, ALICE, f"deny {code}", query_id="q-a3"))
+            )
+            late = tg.callback_answers[3]
+            assert (late.body["callback_query_id"], late.body["show_alert"]) == ("q-a3", True)
+            assert (
+                late.body["text"] == f"Approval {code}: it was answered already; nothing more runs."
+            )
+            assert len(tg.messages) == 2
+            intents = await host.store.delivery.intents()
+    assert {i.status for i in intents} == {"delivered"}
+
+
+async def test_a_typed_command_in_a_telegram_group_keeps_its_ordinary_reply(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeTelegram.running(token=ENV["TG_TOKEN"]) as tg:
+        tables = channel_tables(telegram=tg.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            await handled(host, telegram(telegram_message(GROUP, ALICE, "stamp it")))
+            code = await pending_code(host)
+            await handled(host, telegram(telegram_message(GROUP, BOB, f"approve {code}")))
+    assert tg.callback_answers == []
+    (_, reply) = tg.messages
+    assert reply.body["chat_id"] == GROUP
+    assert reply.body["text"].startswith("No pending approval of yours has this code")
+
+
+async def test_slack_presses_are_ephemeral_to_the_presser_and_never_a_channel_post(
+    tmp_path: Path,
+) -> None:
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeSlack.running(token=ENV["SLACK_BOT_TOKEN"]) as fake:
+        tables = channel_tables(slack=fake.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            await handled(host, slack(host, slack_message("stamp it")))
+            (prompt,) = fake.messages
+            assert "blocks" in prompt.body
+            code = await pending_code(host)
+
+            await handled(host, slack(host, slack_press(f"approve {code}", user="U2"), form=True))
+            (refused,) = fake.ephemerals
+            assert refused.path == "/api/chat.postEphemeral"
+            assert (refused.body["channel"], refused.body["user"]) == ("C1", "U2")
+            assert refused.body["text"].startswith("No pending approval of yours has this code")
+            assert fake.messages == [prompt]  # nothing posted to the channel
+            assert stamps.lines() == []
+
+            await handled(host, slack(host, slack_press(f"approve {code}", user="U1"), form=True))
+            assert stamps.lines() == ["one"]
+            acknowledged = fake.ephemerals[1]
+            assert (acknowledged.body["user"], acknowledged.body["text"]) == (
+                "U1",
+                f"Approval {code}: approved.",
+            )
+            (_, answer) = fake.messages
+            assert answer.body["text"] == "done: stamped one"
