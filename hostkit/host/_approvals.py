@@ -139,7 +139,7 @@ class HostApprovals:
         approval = await self.get(by, approval_id)
         wait = self._wait_s if wait_s is None else wait_s
         if approval.status != "pending":
-            again = self._answered_again(approval, decision, principal, by)
+            again = self._answered_again(approval, decision, principal, by, recorded)
             return await self._waited(approval_id, by, principal, again, wait)
         continuation = await self._continuation_principal(approval, principal)
         fingerprint = await self._fingerprint(approval)
@@ -154,7 +154,7 @@ class HostApprovals:
         )
         if not answered.accepted:
             # Another answer was recorded first (another process, the same moment).
-            again = self._answered_again(answered.approval, decision, principal, by)
+            again = self._answered_again(answered.approval, decision, principal, by, recorded)
             return await self._waited(approval_id, by, principal, again, wait)
         await self._remember(answered.approval, decision, mark)
         if recorded is not None:
@@ -167,9 +167,14 @@ class HostApprovals:
         decision: ApprovalDecision,
         principal: PrincipalScope | None,
         by: PrincipalScope,
+        recorded: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult:
         """An answer to an approval that already has one: the same answer finishes or
-        reports its continuation; anything else is refused with the approval's state."""
+        reports its continuation; anything else is refused with the approval's state.
+
+        A same answer that runs the continuation its first caller never ran (that
+        caller interrupted after recording it) counts as ``recorded`` too: it is this
+        call that runs the answered call."""
         same = approval.decision == decision
         if not same or approval.status not in ("approved", "denied", "executed"):
             if approval.awaiting_continuation:
@@ -185,6 +190,8 @@ class HostApprovals:
             # run it: the durable claim lets only one of them run the call).
             continuation = await self._continuation_principal(approval, principal)
             await self._remember(approval, decision, await self.runtime.refresh())
+            if recorded is not None:
+                await recorded()
             return await self._continue(approval, continuation, by)
         return await self.resume(approval.approval_id, by=by, principal=principal)
 

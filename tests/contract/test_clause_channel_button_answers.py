@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import pytest
 
 from hostkit.adapters.scripted import ScriptedModel
 from hostkit.channels import sign_slack
 from hostkit.channels._slack import parse_slack
 from hostkit.channels._telegram import envelope_from_update
+from hostkit.errors import StoreError
 from hostkit.host import ConfiguredChannels, Host, parse_config
 from hostkit.testing import capabilities
 from hostkit.types import InboundEnvelope, approval_code
@@ -196,6 +198,41 @@ async def test_telegram_presses_are_answered_to_the_presser_and_never_to_the_gro
             assert len(tg.messages) == 2
             intents = await host.store.delivery.intents()
     assert {i.status for i in intents} == {"delivered"}
+
+
+async def test_a_press_retried_after_its_answer_was_recorded_is_told_it_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer was recorded, then the press's own reply could not be written (a store
+    hiccup, a crash): the worker retries the press, whose attempt runs the approved call.
+    It is told the call was approved, never that nothing new runs."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeTelegram.running(token=ENV["TG_TOKEN"]) as tg:
+        tables = channel_tables(telegram=tg.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            await handled(host, telegram(telegram_message(GROUP, ALICE, "stamp it")))
+            code = await pending_code(host)
+            reply = host.store.delivery.reply
+            failures = iter([StoreError("database is locked", retryable=True)])
+
+            async def once_unwritable(**fields: Any) -> Any:
+                failure = next(failures, None)
+                if failure is not None:
+                    raise failure
+                return await reply(**fields)
+
+            monkeypatch.setattr(host.store.delivery, "reply", once_unwritable)
+            press = telegram_callback(GROUP, ALICE, f"approve {code}", query_id="q-a1")
+            assert (await host.inbox.accept(telegram(press))).disposition == "accepted"
+            worker = host.inbox_worker(idle_poll_s=0.05)
+            with anyio.fail_after(30):
+                while not tg.callback_answers:
+                    await worker.drain()
+                    await host.delivery_runtime(clock=Clock()).drain()
+                    await anyio.sleep(0.05)
+            assert stamps.lines() == ["one"]
+            (told,) = tg.callback_answers
+            assert told.body["text"] == f"Approval {code}: approved."
 
 
 async def test_a_typed_command_in_a_telegram_group_keeps_its_ordinary_reply(
