@@ -31,6 +31,7 @@ from hostkit.effects import (
     ToolContext,
     Toolset,
     secret_grant,
+    unified_diff,
 )
 from hostkit.types import EffectRequest, EffectResult, TurnExecutionContext
 from tests.contract.test_context_basic import context_for
@@ -231,3 +232,20 @@ async def test_a_prompt_carries_the_wall_clock_end_of_its_decision_timeout(
         authority, root, {"path": "n.md", "content": "x"}, approvals=approvals
     )
     assert recorder.seen[0].expires_at == 1_272.0
+
+
+def test_a_diff_whose_work_would_be_unbounded_is_not_made() -> None:
+    """Under the character bound, 87,000 short lines drawn from 100 values (each under
+    difflib's junk threshold) took 10 s of CPU per approval: past 5,000 lines a side
+    there is no diff (the approver sees the new content, as for a long text), and a file
+    within the bounds still gets one."""
+    values = [f"{n:02d}" for n in range(100)]
+    many = 87_000
+    old = "".join(f"{values[(i * 7) % 100]}\n" for i in range(many))
+    new = "".join(f"{values[(i * 13 + 5) % 100]}\n" for i in range(many))
+    assert len(old) < 256 * 1024
+    assert unified_diff(old, new, "a.txt") is None
+    small = unified_diff("one\ntwo\n", "one\nthree\n", "a.txt")
+    assert small is not None
+    assert "-two" in small
+    assert "+three" in small

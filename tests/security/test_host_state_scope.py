@@ -89,7 +89,19 @@ async def test_listing_hides_host_state_and_counts_only_what_it_shows(root: Path
 
 
 @pytest.mark.parametrize(
-    "name", ["hostkit.db-journal", "hostkit.db-shm", "hostkit.db.v9.backup", "hostkit.toml.new"]
+    "name",
+    [
+        "hostkit.db-journal",
+        "hostkit.db-shm",
+        "hostkit.db.v9.backup",
+        "hostkit.toml.new",
+        # On a case-insensitive file system (vfat, a casefold ext4 directory, macOS) these
+        # are the same files: refused on any file system, as the instructions name is.
+        "HOSTKIT.DB-journal",
+        "Hostkit.db.v9.backup",
+        # Fullwidth letters: the same name once normalized (NFKC).
+        "".join(chr(ord(c) + 0xFEE0) for c in "HOSTKIT") + ".db-journal",
+    ],
 )
 async def test_state_names_not_yet_created_cannot_be_planted(root: Path, name: str) -> None:
     # A forged hot journal would be replayed into the database when SQLite next opens it.

@@ -24,6 +24,7 @@ import os
 import secrets
 import stat
 import sys
+import unicodedata
 from collections import deque
 from collections.abc import Iterable
 from contextlib import suppress
@@ -42,8 +43,10 @@ __all__ = [
     "ContainedRoot",
     "Identities",
     "ProtectedState",
+    "collapsed",
     "decode_window",
     "entry_size",
+    "folded_name",
     "lstat",
     "mapped",
     "open_entry",
@@ -137,8 +140,17 @@ class Identities:
         return (info.st_dev, info.st_ino) in self.files or self.is_directory(info)
 
     def is_name(self, parent: os.stat_result, name: str) -> bool:
+        """Whether ``name`` in ``parent`` begins with a protected name, in any case or Unicode
+        form: on a case-insensitive file system (vfat, a casefold ext4 directory, macOS)
+        ``HOSTKIT.DB-journal`` is the database's journal."""
         at = (parent.st_dev, parent.st_ino)
-        return any(at == where and name.startswith(prefix) for where, prefix in self.prefixes)
+        folded = folded_name(name)
+        return any(at == where and folded.startswith(prefix) for where, prefix in self.prefixes)
+
+
+def folded_name(name: str) -> str:
+    """``name`` as a case- and normalization-insensitive file system may take it."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 _NONE = Identities(frozenset(), frozenset(), frozenset())
@@ -178,7 +190,7 @@ class ProtectedState:
                     parent = os.stat(head)
                 except OSError:
                     continue
-                prefixes.add(((parent.st_dev, parent.st_ino), name))
+                prefixes.add(((parent.st_dev, parent.st_ino), folded_name(name)))
         return Identities(frozenset(directories), frozenset(files), frozenset(prefixes))
 
 
@@ -220,7 +232,7 @@ class ContainedRoot:
         stack = [self._open_root()]
         # A walk that creates never follows a link, so `..` only undoes the step before
         # it: collapsed first, a directory a refused write would leave is never made.
-        pending = deque(_collapsed(parts) if create_dirs and not follow else parts)
+        pending = deque(collapsed(parts) if create_dirs and not follow else parts)
         hops = walked = 0
         ids = self.protected.identities()
         try:
@@ -572,7 +584,7 @@ def mapped(exc: OSError, shown: str) -> HostkitError:
     )
 
 
-def _collapsed(parts: tuple[str, ...]) -> tuple[str, ...]:
+def collapsed(parts: tuple[str, ...]) -> tuple[str, ...]:
     """``parts`` with each ``name/..`` pair removed; a leading ``..`` is kept (and refused)."""
     kept: list[str] = []
     for part in parts:

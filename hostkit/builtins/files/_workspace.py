@@ -47,6 +47,7 @@ from hostkit.builtins.files._openat import (
     ContainedRoot,
     Identities,
     ProtectedState,
+    collapsed,
     decode_window,
     entry_size,
     lstat,
@@ -468,6 +469,15 @@ class WorkspaceScope:
     def _write(
         self, parts: tuple[str, ...], shown: str, data: bytes, expect: str | None
     ) -> WriteResult:
+        walked = collapsed(parts)  # what the creating walk makes (it never follows a link)
+        if len(walked) > 1 and walked[0].casefold() in self._instructions:
+            # A directory of that name at the root would keep the operator from ever
+            # writing the instructions file (bootstrap reads nothing from a directory).
+            raise WorkspaceEscape(
+                f"{quoted(shown)}: the root's {walked[0]!r} is the instructions file's name; "
+                "only the operator makes it",
+                reason="instructions",
+            )
         parent, name = self._contained.resolve(
             parts, shown, final="parent", follow=False, create_dirs=True
         )
