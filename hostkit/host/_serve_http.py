@@ -167,8 +167,9 @@ class _HeadTimeout(H11Protocol):
         self._arm()
         limit = self.limit_concurrency
         if limit is not None:
-            # uvicorn answers 503 to a request while ``limit`` connections are open; one
-            # closed here stays counted until its loss is reported (a later callback).
+            # uvicorn answers 503 to a request while ``limit`` connections are counted; one
+            # closed here leaves the count at once, not when its loss is reported (a later
+            # callback: under a flood of idle connections, hundreds are still closing).
             closing = sum(1 for c in self.connections if c.transport.is_closing())
             waiting = self._waiting()
             for _ in range(len(self.connections) - closing - limit + 1):
@@ -177,6 +178,7 @@ class _HeadTimeout(H11Protocol):
                     break
                 oldest._disarm()
                 oldest.transport.close()
+                self.connections.discard(oldest)
 
     def on_response_complete(self) -> None:
         # Armed first: a pipelined request whose head was already read starts its cycle

@@ -10,6 +10,7 @@ says how many records it dropped.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import json
@@ -19,12 +20,15 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
 import httpx
 import pytest
+import uvicorn
 from rich.console import Console
+from uvicorn.server import ServerState
 
 from hostkit.channels import sign_webhook
 from hostkit.cli import _serve as cli_serve
@@ -156,6 +160,54 @@ async def test_idle_connections_make_room_and_busy_ones_beyond_the_limit_get_503
         finally:
             for stream in idle:
                 await stream.aclose()
+
+
+class _Socket(asyncio.Transport):
+    """A connection's transport as the protocol sees it (a test adapter: no socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8787), "peername": ("127.0.0.1", 40000)}.get(
+            name, default
+        )
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True  # its loss is reported later (never, here)
+
+    def write(self, data: Any) -> None:
+        """Nothing reaches a peer."""
+
+    def pause_reading(self) -> None:
+        """Nothing to pause."""
+
+    def resume_reading(self) -> None:
+        """Nothing to resume."""
+
+
+async def test_connections_closed_to_make_room_stop_counting_at_once() -> None:
+    """A flood of idle connections (thousands a second): each one arriving at the limit
+    closes the longest-waiting one, whose loss uvicorn hears of only in a later callback.
+    Counted until then, hundreds of closing connections made a real request's
+    connection get uvicorn's 503 "Exceeded concurrency limit". They leave the count when
+    closed: a request on the newest connection always finds room."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        """Never called: no request arrives."""
+
+    config = uvicorn.Config(app, limit_concurrency=3, http=_serve_http._HeadTimeout)
+    config.load()
+    state = ServerState()
+    for _ in range(50):  # no loss is reported meanwhile, as in a flood
+        protocol = _serve_http._HeadTimeout(config=config, server_state=state, app_state={})
+        protocol.connection_made(_Socket())
+        assert len(state.connections) < 3  # uvicorn's own check: a request is served
+        assert protocol in state.connections
 
 
 def test_the_log_queue_is_bounded_and_counts_what_it_dropped() -> None:
