@@ -393,15 +393,19 @@ class FakeTelegram(_Fake):
     def _authorized(self, request: Request) -> bool:
         return hmac.compare_digest(str(request.path_params["token"]), self.token)
 
-    async def _send_message(self, request: Request) -> Response:
-        seen = await self._record(request)
+    async def _refused(self, request: Request) -> Response | None:
+        """Telegram's answer to a call it refuses (a bad token, a scripted failure), else
+        None."""
         if not self._authorized(request):
             return _tg_error(401, "Unauthorized")
         scripted = self._next()
-        if scripted is not None:
-            failure = await _telegram_failure(scripted)
-            if failure is not None:
-                return failure
+        return None if scripted is None else await _telegram_failure(scripted)
+
+    async def _send_message(self, request: Request) -> Response:
+        seen = await self._record(request)
+        refused = await self._refused(request)
+        if refused is not None:
+            return refused
         body = seen.body if isinstance(seen.body, dict) else {}
         chat_id, text = body.get("chat_id"), body.get("text")
         if chat_id is None or chat_id == "":
@@ -429,13 +433,9 @@ class FakeTelegram(_Fake):
 
     async def _answer_callback_query(self, request: Request) -> Response:
         seen = await self._record(request)
-        if not self._authorized(request):
-            return _tg_error(401, "Unauthorized")
-        scripted = self._next()
-        if scripted is not None:
-            failure = await _telegram_failure(scripted)
-            if failure is not None:
-                return failure
+        refused = await self._refused(request)
+        if refused is not None:
+            return refused
         body = seen.body if isinstance(seen.body, dict) else {}
         query_id, text = body.get("callback_query_id"), body.get("text", "")
         answered = {a.body.get("callback_query_id") for a in self.callback_answers}
@@ -454,13 +454,9 @@ class FakeTelegram(_Fake):
     async def _get_updates(self, request: Request) -> Response:
         seen = await self._record(request)
         self.polls.append(seen)
-        if not self._authorized(request):
-            return _tg_error(401, "Unauthorized")
-        scripted = self._next()
-        if scripted is not None:
-            failure = await _telegram_failure(scripted)
-            if failure is not None:
-                return failure
+        refused = await self._refused(request)
+        if refused is not None:
+            return refused
         params = seen.body if isinstance(seen.body, dict) else {}
         try:
             offset = int(params.get("offset") or 0)
