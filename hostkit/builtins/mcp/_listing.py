@@ -254,24 +254,13 @@ def _where(exc: ValidationError) -> str:
     return bounded(".".join(str(part) for part in loc) or "its root", 80)
 
 
-class _Read:
-    """The transport's read stream, each item passed through ``seen``."""
+class _Wrapped:
+    """A transport stream's closing and context management, passed to the stream wrapped."""
 
-    def __init__(self, inner: ReadStream[Item], seen: Callable[[Item], Awaitable[Item]]) -> None:
-        self._inner = inner
-        self._seen = seen
-
-    async def receive(self) -> Item:
-        return await self._seen(await self._inner.receive())
+    _inner: Any
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Item:
-        return await self._seen(await self._inner.__anext__())
 
     async def __aenter__(self) -> Self:
         await self._inner.__aenter__()
@@ -283,10 +272,28 @@ class _Read:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+        result: bool | None = await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+        return result
 
 
-class _Write:
+class _Read(_Wrapped):
+    """The transport's read stream, each item passed through ``seen``."""
+
+    def __init__(self, inner: ReadStream[Item], seen: Callable[[Item], Awaitable[Item]]) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    async def receive(self) -> Item:
+        return await self._seen(await self._inner.receive())
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Item:
+        return await self._seen(await self._inner.__anext__())
+
+
+class _Write(_Wrapped):
     """The transport's write stream, each message shown to ``sending`` first."""
 
     def __init__(
@@ -298,18 +305,3 @@ class _Write:
     async def send(self, item: SessionMessage, /) -> None:
         self._sending(item)
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
