@@ -332,6 +332,7 @@ class DefaultToolSource:
                 request.workspace,
                 protected=request.config.state_paths(),
                 instructions=DEFAULT_BOOTSTRAP_FILES,
+                min_free_bytes=config.host.artifact_reserve_mb << 20,
             )
             add("builtin:files", [t for t in workspace_tools(scope) if t.name in agent.builtins])
         if "web.extract" in agent.builtins:

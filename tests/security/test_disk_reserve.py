@@ -1,11 +1,14 @@
-"""Terminal output never takes the Host's last free disk space (``host.artifact_reserve_mb``).
+"""Terminal output and file writes never take the Host's last free disk space
+(``host.artifact_reserve_mb``).
 
 Each stream is held to ``file_size_mb``, but runs add up: many runs, or
 several sessions at once, could fill the disk the Host's database and backups
 share with the artifacts. The file system is the one shared truth across
 processes, so the reserve is read from it: a run is refused while the disk
 has less free than the reserve, and a run whose next write would go below it
-ends ``failed``, its artifact keeping what fit.
+ends ``failed``, its artifact keeping what fit. ``files.write`` and ``files.edit``
+are each bounded too, and add up the same way: a write that would leave the
+workspace's disk below the reserve is refused and changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.builtins.files import WorkspaceScope
+from hostkit.builtins.files import WorkspaceError, WorkspaceScope
 from hostkit.builtins.process import (
     UNSANDBOXED,
     ProcessSupervisor,
@@ -128,7 +131,9 @@ class Approve:
         return "approve_once"
 
 
-def host_config(tmp_path: Path, reserve_mb: Any) -> HostConfig:
+def host_config(
+    tmp_path: Path, reserve_mb: Any, builtins: tuple[str, ...] = ("terminal.run",)
+) -> HostConfig:
     state, workspace = tmp_path / "state", tmp_path / "workspace"
     state.mkdir(exist_ok=True)
     workspace.mkdir(exist_ok=True)
@@ -146,7 +151,7 @@ def host_config(tmp_path: Path, reserve_mb: Any) -> HostConfig:
                     "provider": "test",
                     "memory": False,
                     "policy": {"allow": ["*"]},
-                    "builtins": ["terminal.run"],
+                    "builtins": list(builtins),
                     "sandbox": "none",
                 }
             },
@@ -175,3 +180,52 @@ async def test_a_host_refuses_runs_below_its_configured_reserve(tmp_path: Path) 
     assert [e.status for e in result.effects] == ["denied"], result.effects
     tool_text = next(m.content for m in model.requests[-1].messages if m.role == "tool")
     assert "less than the 1048576 MiB it reserves (host.artifact_reserve_mb)" in tool_text
+
+
+# --- the file tools ---------------------------------------------------------------
+
+
+async def test_a_file_write_that_would_take_the_reserve_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.md").write_text("kept")
+    # Room for a small write, not for a 1 MiB one, whatever the rest of the disk does.
+    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) - 64 * 1024
+    scope = WorkspaceScope(workspace, min_free_bytes=reserve)
+    big = "x" * (1024 * 1024)
+    for attempt in (scope.write("notes.md", big), scope.write("new/big.md", big)):
+        with pytest.raises(WorkspaceError) as refused:
+            await attempt
+        assert refused.value.reason == "disk_reserve"
+        assert "the Host keeps free (host.artifact_reserve_mb)" in str(refused.value)
+    with pytest.raises(WorkspaceError, match="keeps free") as refused:
+        await scope.edit("notes.md", "kept", big)
+    assert refused.value.reason == "disk_reserve"
+    assert (workspace / "notes.md").read_text() == "kept"
+    assert not (workspace / "new" / "big.md").exists()
+    assert not [p.name for p in workspace.rglob("*.tmp")]
+    await scope.write("small.md", "fits")
+    assert (workspace / "small.md").read_text() == "fits"
+
+
+@pytest.mark.parametrize("reserve", [-1, 1.5, True, "1"])
+def test_a_malformed_workspace_reserve_is_refused(tmp_path: Path, reserve: Any) -> None:
+    with pytest.raises(ConfigError, match="min_free_bytes"):
+        WorkspaceScope(tmp_path, min_free_bytes=reserve)
+
+
+async def test_a_host_refuses_file_writes_below_its_configured_reserve(tmp_path: Path) -> None:
+    config = host_config(tmp_path, 1_048_576, builtins=("files.write",))
+    model = ScriptedModel(
+        [CallTools(("files_write", {"path": "a.md", "content": "hello"})), Reply("done")]
+    )
+    async with Host.open(
+        config, capabilities=capabilities(model, config=config), approver=Approve()
+    ) as host:
+        result = await host.turns.run(request("write a.md"))
+    assert [e.status for e in result.effects] == ["failed"], result.effects
+    tool_text = next(m.content for m in model.requests[-1].messages if m.role == "tool")
+    assert "less than the 1048576 MiB the Host keeps free" in tool_text
+    assert not (tmp_path / "workspace" / "a.md").exists()

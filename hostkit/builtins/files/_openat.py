@@ -382,6 +382,7 @@ def replace_atomically(
     expect: os.stat_result | None,
     shown: str,
     create: bool = False,
+    keep_free: int = 0,
 ) -> None:
     """Write a temporary sibling, fsync it, rename it over ``name``, fsync the directory.
 
@@ -390,7 +391,11 @@ def replace_atomically(
     through. ``expect`` refuses the rename when the target is no longer the
     file that was read. ``create`` puts the file in place only where nothing
     is, atomically (``_put_new``), never over an entry created meanwhile.
+    ``keep_free`` refuses a write that would leave ``parent``'s file system
+    fewer free bytes than that (see ``_require_room``).
     """
+    if keep_free:
+        _require_room(parent, len(data), keep_free, shown)
     temp = f".hostkit-{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=parent)
     renamed = False
@@ -419,6 +424,24 @@ def replace_atomically(
         if not renamed:
             with suppress(OSError):
                 os.unlink(temp, dir_fd=parent)
+
+
+def _require_room(parent: int, size: int, keep_free: int, shown: str) -> None:
+    """Refuse writing ``size`` bytes where its file system would keep less than ``keep_free``.
+
+    Each write is bounded, but writes add up across calls, sessions and Host
+    processes; the file system's own count is the one they all share. The old
+    content is freed only after the rename, so the whole new size counts.
+    """
+    stats = os.fstatvfs(parent)
+    free = stats.f_bavail * stats.f_frsize
+    if free - size < keep_free:
+        kept = f"{keep_free >> 20} MiB" if keep_free % (1 << 20) == 0 else f"{keep_free} bytes"
+        raise WorkspaceError(
+            f"{quoted(shown)}: writing {size} bytes would leave its disk less than the "
+            f"{kept} the Host keeps free (host.artifact_reserve_mb)",
+            reason="disk_reserve",
+        )
 
 
 def _put_new(parent: int, temp: str, name: str, shown: str) -> None:

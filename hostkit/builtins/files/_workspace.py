@@ -215,6 +215,9 @@ class WorkspaceScope:
     new session reads as instructions (``AGENTS.md``): they may be read, but a
     write or an edit of one, however spelled, is ``WorkspaceEscape`` (reason
     ``instructions``): one conversation's agent must not instruct the next.
+    ``min_free_bytes`` refuses a write or an edit (reason ``disk_reserve``) that
+    would leave the file system it lands on fewer free bytes than that: the
+    Host keeps ``host.artifact_reserve_mb`` back for its database and backups.
     """
 
     def __init__(
@@ -229,6 +232,7 @@ class WorkspaceScope:
         allow_hardlinked_reads: bool = False,
         protected: Iterable[str | os.PathLike[str]] = (),
         instructions: Iterable[str] = (),
+        min_free_bytes: int = 0,
     ) -> None:
         if os.name != "posix" or not (O_DIRECTORY and O_NOFOLLOW):
             raise ConfigError("workspace containment needs POSIX openat semantics", key="workspace")
@@ -241,6 +245,8 @@ class WorkspaceScope:
         ):
             if not is_count(value):  # NaN passes "< 1" and then bounds nothing
                 raise ConfigError("must be a positive integer", key=key)
+        if not is_count(min_free_bytes, low=0):
+            raise ConfigError("must be a whole number of bytes", key="min_free_bytes")
         self.root = os.fspath(root)
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
@@ -248,6 +254,7 @@ class WorkspaceScope:
         self.max_list_scan = max_list_scan
         self.max_path_chars = max_path_chars
         self.allow_hardlinked_reads = allow_hardlinked_reads
+        self.min_free_bytes = min_free_bytes
         self._contained = ContainedRoot(self.root, protected=ProtectedState(protected))
         self._instructions = frozenset(name.casefold() for name in instructions)
 
@@ -501,6 +508,7 @@ class WorkspaceScope:
                 expect=same,
                 create=expect == "absent",
                 shown=shown,
+                keep_free=self.min_free_bytes,
             )
         finally:
             os.close(parent)
@@ -569,7 +577,15 @@ class WorkspaceScope:
                 raise _too_large(shown, len(data), self.max_write_bytes)
             updated = _replace_text(data, old, new, count, shown, self.max_write_bytes)
             mode = stat.S_IMODE(info.st_mode) & 0o777
-            replace_atomically(parent, name, updated, mode=mode, expect=info, shown=shown)
+            replace_atomically(
+                parent,
+                name,
+                updated,
+                mode=mode,
+                expect=info,
+                shown=shown,
+                keep_free=self.min_free_bytes,
+            )
         finally:
             os.close(parent)
         return EditResult(path=shown, replacements=count, size=len(updated))
