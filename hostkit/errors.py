@@ -121,6 +121,10 @@ _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+")
 # Not anchored at a word start, so a longer run of letters before "://" still has the
 # password masked (the match starts at a later letter).
 _URL_CREDENTIALS = re.compile(r"([a-z][a-z0-9+.-]{0,31}://)([^/\s:@]+):([^/\s@]+)@", re.IGNORECASE)
+# Control characters a bounded message shows as their escape (C0 but tab and the line breaks
+# it flattens, DEL, C1): a NUL is refused by PostgreSQL's text and JSON types, an ESC or a CSI
+# repaints a terminal, and a message reaches stores, logs and terminals alike.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def scrub_secret(text: str, secret: str, *, shortest: int = 8) -> str:
@@ -146,10 +150,13 @@ def scrub_secret(text: str, secret: str, *, shortest: int = 8) -> str:
 
 
 def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
-    """Return ``text`` as a single-line, secret-redacted string of at most ``limit`` chars.
+    """Return ``text`` as a single-line, secret-redacted string of at most ``limit`` chars,
+    each control character (but tab) written as its ``\\xNN`` escape.
 
-    Messages end up in logs, widgets and HTTP responses; an unbounded message
-    (a whole SQL row, a provider body) is both a leak and a denial of service.
+    Messages end up in logs, widgets, HTTP responses and the store; an
+    unbounded message (a whole SQL row, a provider body) is both a leak and a
+    denial of service, and a raw NUL or ESC in one fails a PostgreSQL write or
+    drives a terminal.
     """
     raw = str(text)
     # A longer text is cut before it is redacted, so a hostile megabyte costs what 20 KB
@@ -159,7 +166,8 @@ def bounded(text: object, limit: int = MESSAGE_LIMIT) -> str:
     cut = len(raw) > limit * 4 + _REDACT_SPAN
     if cut:
         raw = raw[: limit * 4 + _REDACT_SPAN]
-    value = redact_credentials(raw.replace("\r", " ").replace("\n", " "))
+    # Escaped after redaction, which reads a vertical tab or a form feed as a space.
+    value = _escaped(redact_credentials(raw.replace("\r", " ").replace("\n", " ")))
     if cut or len(value) > limit:
         value = value[: max(0, limit - 1)] + "…"
     return value
@@ -169,7 +177,17 @@ def bounded_hides(text: object, limit: int = MESSAGE_LIMIT) -> bool:
     """Whether ``bounded(text, limit)`` leaves part of ``text`` out: cut, or masked as a
     credential. For views a person decides on, which must say when they are partial."""
     flat = str(text).replace("\r", " ").replace("\n", " ")
-    return len(flat) > limit or redact_credentials(flat) != flat
+    if len(flat) > limit:
+        return True
+    shown = redact_credentials(flat)
+    return shown != flat or len(_escaped(shown)) > limit
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each control character of ``_CONTROLS`` as its escape (``\\x00``)."""
+    if not _CONTROLS.search(text):
+        return text
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def redact_credentials(text: str) -> str:

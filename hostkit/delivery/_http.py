@@ -1,7 +1,10 @@
 """One bounded HTTP POST for the adapters, and the httpx client they share.
 
 Every request has a deadline (connect and total) and reads at most
-``MAX_RESPONSE_BYTES`` of the answer; transport failures become transient
+``MAX_RESPONSE_BYTES`` of the answer. It asks for the answer uncompressed, and
+one that comes compressed anyway is not read (an empty body): httpx inflates a
+whole chunk before a count sees it, so 64 KiB of deflate were 64 MiB (and a
+stacked encoding far more). Transport failures become transient
 ``DeliveryRefused`` errors named by the exception's type only (the URL of a
 Telegram call carries the bot token, so no httpx message is ever kept).
 """
@@ -35,7 +38,8 @@ _MAX_RETRY_AFTER_S = 86_400.0
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A platform's answer: status, headers, and at most ``MAX_RESPONSE_BYTES`` of body."""
+    """A platform's answer: status, headers, and at most ``MAX_RESPONSE_BYTES`` of body
+    (none when it came compressed)."""
 
     status: int
     headers: httpx.Headers
@@ -124,8 +128,10 @@ async def post(
     try:
         with anyio.fail_after(timeout_s):
             async with http.stream(
-                "POST", url, content=content, headers=dict(headers), timeout=timeout
+                "POST", url, content=content, headers=_uncompressed(headers), timeout=timeout
             ) as response:
+                if not _identity(response.headers):
+                    return Answer(response.status_code, response.headers, b"")
                 body = bytearray()
                 cut = False
                 async for chunk in response.aiter_bytes():
@@ -143,6 +149,16 @@ async def post(
     except RuntimeError as exc:
         # httpx: "Cannot send a request, as the client has been closed" (a retired generation).
         raise transient("channel_closed", type(exc).__name__) from exc
+
+
+def _uncompressed(headers: Mapping[str, str]) -> dict[str, str]:
+    kept = {name: value for name, value in headers.items() if name.lower() != "accept-encoding"}
+    return {**kept, "accept-encoding": "identity"}
+
+
+def _identity(headers: httpx.Headers) -> bool:
+    """Whether a body comes as it is, as asked: no content-encoding httpx would inflate."""
+    return headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
 
 
 def retry_after(value: object, *, now: float | None = None) -> float | None:

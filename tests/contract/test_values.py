@@ -18,6 +18,7 @@ from hostkit.errors import (
     TurnRejected,
     UserError,
     bounded,
+    bounded_hides,
 )
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types import (
@@ -273,6 +274,19 @@ def test_error_messages_are_bounded_and_redacted() -> None:
     assert len(str(error)) <= 600
     assert "\n" not in bounded("a\nb")
     assert "tok123" not in bounded("Authorization: Bearer tok123")
+
+
+def test_error_messages_show_control_characters_as_escapes() -> None:
+    """A NUL (which PostgreSQL's text refuses), an ESC or a CSI (which drive a terminal):
+    each control character but tab is written as its escape, within the bound, and a view
+    whose escapes no longer fit says it is partial."""
+    assert bounded("a\x00b\x1b[2J\x7f\x9b\x0bc\td") == "a\\x00b\\x1b[2J\\x7f\\x9b\\x0bc\td"
+    assert str(TurnRejected("HTTP 500: \x00\x00")) == "turn rejected: HTTP 500: \\x00\\x00"
+    assert len(bounded("\x00" * 5000, 100)) == 100
+    assert bounded("\x00" * 40, 100).isprintable()
+    assert not bounded_hides("\x00" * 25, 100)
+    assert bounded_hides("\x00" * 26, 100)
+    assert "tok123" not in bounded("Authorization: Bearer\x0btok123")
 
 
 def test_not_found_and_unauthorized_share_one_message() -> None:
