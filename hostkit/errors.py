@@ -46,12 +46,14 @@ branch on one flag whatever the concrete error is.
 from __future__ import annotations
 
 import json
+import math
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "ApprovalClosed",
     "ApprovalRefused",
     "AttachmentRefused",
@@ -93,6 +95,9 @@ __all__ = [
 ]
 
 MESSAGE_LIMIT = 500
+# The longest delay a ``ProviderError.retry_after`` asks for: what a ``RetryPolicy`` may honour
+# at most (``max_retry_after_s``). A server asking for longer is asking for this.
+MAX_RETRY_AFTER_S = 3_600.0
 
 # Field names whose values never belong in an error message.
 # A secret-named key (also with a prefix: access_token, client_secret, db_password; also
@@ -674,7 +679,9 @@ class ProviderError(RuntimeFailure):
     """A model provider call failed after hostkit's own bounded retries.
 
     ``status`` is the HTTP status when there was one; ``retry_after`` the
-    provider's requested delay in seconds; ``provider`` names the adapter.
+    provider's requested delay in seconds (None, or a finite number from 0 to
+    ``MAX_RETRY_AFTER_S``, whatever the adapter passed: safe to sleep on);
+    ``provider`` names the adapter.
     """
 
     def __init__(
@@ -688,8 +695,17 @@ class ProviderError(RuntimeFailure):
     ) -> None:
         self.provider = provider
         self.status = status
-        self.retry_after = retry_after
+        self.retry_after = _delay(retry_after)
         super().__init__(f"{provider}: {message}", retryable=retryable)
+
+
+def _delay(seconds: float | None) -> float | None:
+    """``seconds`` held to ``[0, MAX_RETRY_AFTER_S]``; None for no finite non-negative number."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    if (isinstance(seconds, float) and not math.isfinite(seconds)) or seconds < 0:
+        return None
+    return float(min(seconds, MAX_RETRY_AFTER_S))  # an int of any size compares exactly
 
 
 class ContextOverflow(ProviderError):

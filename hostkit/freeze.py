@@ -13,7 +13,7 @@ import enum
 from collections.abc import Iterator, Mapping, Set
 from typing import Any, NoReturn
 
-__all__ = ["FrozenMap", "freeze", "nested_deeper_than", "thaw"]
+__all__ = ["FrozenMap", "freeze", "thaw"]
 
 _SCALARS = (str, int, float, bool, bytes, type(None), enum.Enum)
 # Exactly these types (not subclasses): immutable, and never a container.
@@ -133,24 +133,3 @@ def thaw(value: Any) -> Any:
     if isinstance(value, frozenset | set):
         return sorted((thaw(item) for item in value), key=repr)
     return value
-
-
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests mappings and sequences more than ``limit`` levels deep.
-
-    Iterative, so a hostile structure thousands of levels deep is measured
-    without recursion (freezing it would exhaust the stack).
-    """
-    pending: list[tuple[Any, int]] = [(value, 0)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple | Set):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        pending.extend((child, depth + 1) for child in children)
-    return False

@@ -35,24 +35,21 @@ from hostkit.adapters._bounds import OverBound, ResponseMeter, over_bound, refus
 from hostkit.adapters._sdk import ClientT, SdkProvider
 from hostkit.adapters._usage import token_count, unusable
 from hostkit.errors import ProviderError
-from hostkit.freeze import nested_deeper_than
 from hostkit.providers import call_with_retries, parse_tool_arguments, to_finish_reason
 from hostkit.types import (
-    MAX_ARGUMENT_DEPTH,
     MAX_CALL_ID_CHARS,
     ModelRequest,
     ModelResponse,
     StreamEvent,
     ToolCall,
     Usage,
+    raw_arguments,
 )
 
 __all__ = ["Draft", "PartialCall", "SdkModelProvider"]
 
 ItemT = TypeVar("ItemT")
 _log = logging.getLogger(__name__)
-# Raw tool input longer than this is cut before it is kept as ``{"_raw": ...}``.
-RAW_INPUT_CHARS = 2000
 
 
 class _ItemStream(Protocol):
@@ -84,26 +81,12 @@ class PartialCall:
         if raw or self.start_input is None:
             arguments = parse_tool_arguments(raw)
         elif isinstance(self.start_input, Mapping):
-            arguments = _whole_input(self.start_input)
+            # Held to the rules argument text is (too deep, ``1e999``, ``NaN``: ``_raw``):
+            # one refused call, not a ToolCall that fails to build and with it the turn.
+            arguments = parse_tool_arguments(self.start_input)
         else:
-            arguments = {"_raw": str(self.start_input)[:RAW_INPUT_CHARS]}
+            arguments = raw_arguments(str(self.start_input))
         return ToolCall(call_id, self.name, arguments)
-
-
-def _whole_input(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """An input sent whole, held to the depth argument text is (``parse_tool_arguments``).
-
-    Deeper than ``MAX_ARGUMENT_DEPTH`` it is kept as ``{"_raw": ...}``, which the
-    effect runtime rejects as invalid: one refused call, not a ``ToolCall``
-    that fails to build and with it the whole turn.
-    """
-    if not nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
-        return value
-    try:
-        raw = json.dumps(value, default=str, ensure_ascii=False)
-    except (ValueError, RecursionError):
-        raw = ""
-    return {"_raw": raw[:RAW_INPUT_CHARS]}
 
 
 def _unique_ids(calls: list[PartialCall]) -> list[str]:
@@ -291,6 +274,8 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 raise refused(exc, provider=self._name) from exc
             except self._errors.base as exc:
                 raise self._error(exc) from exc
+            except (ValueError, TypeError) as exc:
+                raise self._unsendable(exc) from exc
 
         return await call_with_retries(attempt, policy=self._retry)
 
@@ -312,6 +297,8 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
                 raise refused(exc, provider=self._name) from exc
             except self._errors.base as exc:
                 raise self._error(exc) from exc
+            except (ValueError, TypeError) as exc:
+                raise self._unsendable(exc) from exc
             draft = Draft(
                 request_id=self._request_id(items.response.headers.get(self._request_id_header))
             )
@@ -344,14 +331,26 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         yield StreamEvent(kind="done", response=response)
 
     def _params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        try:
+            wire = self._wire_request(request)
+        except (ValueError, TypeError) as exc:
+            raise self._unsendable(exc) from exc
         params: dict[str, Any] = {
             "model": self._model,
             self._max_tokens_key: request.max_output_tokens,
-            **self._wire_request(request),
+            **wire,
         }
         if stream:
             params.update(stream=True, **self._stream_params)
         return params
+
+    def _unsendable(self, exc: Exception) -> ProviderError:
+        """A request that could not be built or encoded (a value JSON cannot carry).
+
+        Nothing was sent, and the same request would fail the same way: never retried.
+        """
+        message = f"request could not be encoded ({type(exc).__name__}): {self._redact(exc)}"
+        return ProviderError(message, provider=self._name)
 
     def _response(self, draft: Draft) -> ModelResponse:
         return draft.response(

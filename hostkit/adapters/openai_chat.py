@@ -239,7 +239,10 @@ def _wire_message(message: ModelMessage) -> dict[str, Any]:
             {
                 "id": call.call_id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(thaw(call.arguments))},
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(thaw(call.arguments), allow_nan=False),
+                },
             }
             for call in message.tool_calls
         ]

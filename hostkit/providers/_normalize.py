@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from hostkit.freeze import nested_deeper_than
-from hostkit.types import MAX_ARGUMENT_DEPTH, FinishReason
+from hostkit.errors import MAX_RETRY_AFTER_S
+from hostkit.types import FinishReason, argument_problem, raw_arguments
 
 __all__ = ["parse_tool_arguments", "retry_after_seconds", "to_finish_reason"]
 
@@ -35,36 +36,46 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, An
 
     The effect runtime then rejects the call as ``invalid`` against the tool's
     schema instead of the provider layer guessing what the model meant. So do
-    arguments nested deeper than ``MAX_ARGUMENT_DEPTH`` (valid JSON, but no
-    tool takes them, and freezing them would exhaust the stack).
+    arguments a ``ToolCall`` refuses (``hostkit.types.argument_problem``):
+    nested deeper than ``MAX_ARGUMENT_DEPTH`` (valid JSON, but no tool takes
+    them, and freezing them would exhaust the stack), or holding a number JSON
+    cannot carry (``1e999``, ``NaN``, ``Infinity``: Python reads them, but no
+    strict encoder writes them back, so every later request would fail).
+    A mapping (arguments an SDK parsed already) is held to the same rule.
     """
     if raw is None or raw == "":
         return {}
     if isinstance(raw, Mapping):
-        return raw
+        return raw if argument_problem(raw) is None else raw_arguments(raw)
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
-        return {"_raw": raw[:2000]}
-    if not isinstance(value, dict) or nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
-        return {"_raw": raw[:2000]}
+        return raw_arguments(raw)
+    if not isinstance(value, dict) or argument_problem(value) is not None:
+        return raw_arguments(raw)
     return value
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked us to wait: ``retry-after-ms`` first, then ``retry-after``."""
-    millis = _seconds(headers.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    return _seconds(headers.get("retry-after"))
+    """Seconds the server asked us to wait: ``retry-after-ms`` first, then ``retry-after``.
+
+    At most ``MAX_RETRY_AFTER_S`` (what a ``RetryPolicy`` may honour at most);
+    a value that is no finite non-negative number is no request at all.
+    """
+    millis = _number(headers.get("retry-after-ms"))
+    seconds = millis / 1000 if millis is not None else _number(headers.get("retry-after"))
+    return None if seconds is None else min(seconds, MAX_RETRY_AFTER_S)
 
 
-def _seconds(value: str | None) -> float | None:
-    """A non-negative number from a header value; HTTP dates are not honoured."""
+def _number(value: str | None) -> float | None:
+    """A finite non-negative number from a header value; HTTP dates are not honoured.
+
+    ``inf`` (``1e400``) and ``nan`` are no delay: a caller that slept for one would never wake.
+    """
     if not value:
         return None
     try:
-        seconds = float(value)
+        number = float(value)
     except ValueError:
         return None
-    return seconds if seconds >= 0 else None
+    return number if math.isfinite(number) and number >= 0 else None

@@ -1,5 +1,6 @@
 """Frozen contract values: no I/O, deeply immutable, validated on construction."""
 
+from hostkit.types._arguments import MAX_RAW_ARGUMENT_CHARS, argument_problem, raw_arguments
 from hostkit.types._attachment import (
     IMAGE_TYPES,
     MAX_ATTACHMENT_BYTES,
@@ -187,6 +188,7 @@ __all__ = [
     "MAX_INBOUND_PAYLOAD",
     "MAX_INPUT_CHARS",
     "MAX_METADATA_CHARS",
+    "MAX_RAW_ARGUMENT_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_STATE_KEY",
     "MAX_STATE_VALUE_BYTES",
@@ -284,6 +286,7 @@ __all__ = [
     "Usage",
     "UsageObservation",
     "approval_code",
+    "argument_problem",
     "argv_credentials",
     "argv_hidden_words",
     "bounded_data",
@@ -304,6 +307,7 @@ __all__ = [
     "new_id",
     "origin",
     "plural",
+    "raw_arguments",
     "redact_secret_fields",
     "redact_text",
     "safe_argv",

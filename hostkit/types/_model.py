@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
-from hostkit.freeze import FrozenMap, freeze, nested_deeper_than, thaw
+from hostkit.freeze import FrozenMap, freeze, thaw
+from hostkit.types._arguments import MAX_ARGUMENT_DEPTH, argument_problem, raw_arguments
 from hostkit.types._attachment import Attachment, AttachmentPart
 from hostkit.types._bounds import is_count
 
@@ -33,9 +34,6 @@ __all__ = [
     "Usage",
 ]
 
-# How deep a tool call's arguments may nest: far past any real schema, well short of the
-# recursion a deeper structure would cost every layer that freezes, encodes or checks it.
-MAX_ARGUMENT_DEPTH = 64
 # What one model response may hold. Every call in a response is executed (or recorded as
 # unknown) in its own transaction before the step limit is looked at, so these bound the
 # work and the rows one response can cause. 64 calls is far past the parallel calls any
@@ -94,17 +92,24 @@ class ToolDefinition:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A tool call the model asked for; ``arguments`` is the parsed JSON object."""
+    """A tool call the model asked for; ``arguments`` is the parsed JSON object.
+
+    Arguments that are not JSON data (``hostkit.types._arguments``: ``NaN``,
+    an infinity, a non-string key, nesting past ``MAX_ARGUMENT_DEPTH``, a
+    Python object) are an ``InvalidValue``: kept, they would fail the encoding
+    of every later request of the conversation. Adapters keep what a model
+    sent malformed as ``{"_raw": text}`` instead (``parse_tool_arguments``).
+    """
 
     call_id: str
     name: str
     arguments: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        # A provider adapter that built arguments in Python (not from JSON) may still
-        # hand over anything: refuse what no tool takes before freezing recurses.
-        if nested_deeper_than(self.arguments, MAX_ARGUMENT_DEPTH):
-            raise InvalidValue(f"tool-call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
+        # Checked before freezing, which would recurse through a hostile depth.
+        problem = argument_problem(self.arguments)
+        if problem is not None:
+            raise InvalidValue(f"tool-call arguments {problem}")
         object.__setattr__(self, "arguments", FrozenMap(self.arguments))
 
 
@@ -155,10 +160,13 @@ class ModelMessage:
 
     @classmethod
     def from_json(cls, role: str, body: Mapping[str, Any]) -> ModelMessage:
-        calls = tuple(
-            ToolCall(c["call_id"], c["name"], c.get("arguments", {}))
-            for c in body.get("tool_calls", ())
-        )
+        """The message ``to_json`` stored (its role beside it).
+
+        A stored call whose arguments are no JSON data (``NaN`` or an infinity,
+        which SQLite rows written before ``ToolCall`` refused them can hold) is
+        read as ``{"_raw": ...}``: replaying it must not fail every later step.
+        """
+        calls = tuple(_stored_call(c) for c in body.get("tool_calls", ()))
         return cls(
             role=role,  # type: ignore[arg-type]
             content=str(body.get("text", "")),
@@ -169,6 +177,14 @@ class ModelMessage:
                 AttachmentPart(Attachment.from_json(a)) for a in body.get("attachments", ())
             ),
         )
+
+
+def _stored_call(stored: Mapping[str, Any]) -> ToolCall:
+    arguments = stored.get("arguments", {})
+    try:
+        return ToolCall(stored["call_id"], stored["name"], arguments)
+    except InvalidValue:
+        return ToolCall(stored["call_id"], stored["name"], raw_arguments(arguments))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gzip
+import json
 import logging
+import math
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -35,7 +37,8 @@ import pytest
 from hostkit.adapters._usage import MAX_TOKEN_COUNT
 from hostkit.adapters._wire import _DECODED, MAX_EVENT_BYTES, MAX_WIRE_BYTES
 from hostkit.adapters.local_llama import LocalModel, local_model_available
-from hostkit.errors import MESSAGE_LIMIT, ContextOverflow, ProviderError
+from hostkit.errors import MAX_RETRY_AFTER_S, MESSAGE_LIMIT, ContextOverflow, ProviderError
+from hostkit.freeze import FrozenMap
 from hostkit.providers import ModelProvider
 from hostkit.types import (
     FinishReason,
@@ -44,6 +47,7 @@ from hostkit.types import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
+    ToolCall,
     Usage,
 )
 from tests.wire import Reply, WireServer, serve_wire, sse_reply, text_reply
@@ -380,6 +384,82 @@ async def test_streamed_tool_arguments_that_are_not_json_are_kept_raw(rig: WireR
     assert [dict(call.arguments) for call in response.tool_calls] == [{"_raw": '{"city": "Par'}]
 
 
+# Valid JSON number syntax (or what Python's json reads besides) that no strict encoder
+# writes back: kept, it would fail the encoding of every later request of the conversation.
+UNENCODABLE = ['{"x": 1e999}', '{"x": NaN, "s": "a"}', '{"x": [-Infinity]}', '{"x": -1e400}']
+
+
+def sent_as_strict_json(body: object) -> str:
+    """The request body as a strict encoder writes it (raises if it holds inf or NaN)."""
+    return json.dumps(body, allow_nan=False)
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("arguments", UNENCODABLE)
+async def test_tool_arguments_holding_numbers_json_cannot_carry_are_kept_raw(
+    rig: WireRig, stream: bool, arguments: str
+) -> None:
+    """Whether the text arrives in fragments or the SDK parsed a whole ``input``: one
+    ``{"_raw": text}`` call the effect runtime refuses as invalid, never an infinity."""
+    call = Call("call_1", "get_weather", (arguments[:5], arguments[5:]))
+    rig.expect(Answer(calls=(call,), finish="tool_calls"), stream=stream)
+    response = await answer(rig, ASK, stream=stream)
+    [kept] = [dict(call.arguments) for call in response.tool_calls]
+    assert list(kept) == ["_raw"]
+    assert isinstance(kept["_raw"], str)
+    sent_as_strict_json(kept)
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_a_stored_call_holding_an_infinity_is_sent_back_as_raw(
+    rig: WireRig, stream: bool
+) -> None:
+    """A transcript row an older version wrote (``"x": Infinity``) does not brick the
+    conversation: read back, the call is sent as its ``_raw`` form."""
+    stored = {
+        "text": "",
+        "tool_calls": [{"call_id": "c1", "name": "get_weather", "arguments": {"x": math.inf}}],
+    }
+    history = ModelRequest(
+        messages=(
+            ASK.messages[0],
+            ModelMessage.from_json("assistant", stored),
+            ModelMessage(role="tool", content="refused", tool_call_id="c1"),
+        ),
+        max_output_tokens=24,
+    )
+    rig.expect(TEXT, stream=stream)
+    assert (await answer(rig, history, stream=stream)).text == TEXT.text
+    assert "_raw" in sent_as_strict_json(rig.wire.requests[-1].body)
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_a_request_that_cannot_be_encoded_is_a_typed_error_and_never_sent(
+    rig: WireRig, stream: bool
+) -> None:
+    """The backstop behind ``ToolCall``'s own check: whatever value gets past it, the
+    encoder's ValueError or TypeError is a ProviderError, never retried (it would fail
+    the same way), never an untyped crash of the turn."""
+    call = ToolCall("c1", "get_weather", {"x": 1.0})
+    object.__setattr__(call, "arguments", FrozenMap({"x": math.inf}))  # past the check
+    history = ModelRequest(
+        messages=(
+            ASK.messages[0],
+            ModelMessage(role="assistant", tool_calls=(call,)),
+            ModelMessage(role="tool", content="refused", tool_call_id="c1"),
+        ),
+        max_output_tokens=24,
+    )
+    with pytest.raises(ProviderError, match="could not be encoded") as raised:
+        await answer(rig, history, stream=stream)
+    assert not raised.value.retryable
+    assert len(str(raised.value)) <= MESSAGE_LIMIT
+    assert (rig.served, rig.policy.waits) == (0, [])
+
+
 @rigs(WIRE)
 @STREAMED
 @pytest.mark.parametrize(
@@ -395,6 +475,32 @@ async def test_rate_limit_waits_retry_after_then_succeeds(
     assert (await answer(rig, ASK, stream=stream)).text == TEXT.text
     assert rig.policy.waits == [wait]
     assert rig.served == 2
+
+
+@rigs(WIRE)
+@pytest.mark.parametrize(
+    ("headers", "kept"),
+    [
+        ({"retry-after": "1e400"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after-ms": "1e400"}, None),
+        ({"retry-after-ms": "nan", "retry-after": "3"}, 3.0),
+        ({"retry-after": "1e9"}, MAX_RETRY_AFTER_S),
+        ({"retry-after-ms": "1e300"}, MAX_RETRY_AFTER_S),
+    ],
+)
+async def test_retry_after_is_a_delay_one_can_sleep_on(
+    rig: WireRig, headers: dict[str, str], kept: float | None
+) -> None:
+    """``error.retry_after`` is documented as an attribute to branch on (and sleep on):
+    an infinite or NaN request is none, a longer one is the longest a policy honours."""
+    rig.wire.script(*[rig.fmt.error_reply(429, "Rate limit reached", headers=headers)] * ATTEMPTS)
+    with pytest.raises(ProviderError) as raised:
+        await rig.provider.complete(ASK)
+    assert raised.value.retry_after == kept
+    assert len(rig.policy.waits) == ATTEMPTS - 1
+    assert all(0 <= wait <= rig.policy.max_retry_after_s for wait in rig.policy.waits)
 
 
 @rigs(WIRE)

@@ -1,14 +1,21 @@
-"""Tool-call arguments nested past any schema never crash a turn or a later one.
+"""Tool-call arguments no tool takes never crash a turn or a later one.
 
 Any real provider may send deeply nested JSON as a tool call's arguments; freezing
-or encoding it recursively would exhaust the stack. Parsed JSON deeper than
-``MAX_ARGUMENT_DEPTH`` becomes the ``_raw`` marker (the effect is then ``invalid``),
-and a Python-built call that deep is a typed ``InvalidValue``.
+or encoding it recursively would exhaust the stack. It may send numbers Python's
+``json`` reads but no strict encoder writes back (``1e999`` is inf, ``NaN``,
+``Infinity``): kept in the transcript, they would fail the encoding of every later
+request of the conversation. Parsed arguments of either kind become the ``_raw``
+marker (the effect is then ``invalid``); a Python-built call holding them is a
+typed ``InvalidValue``; a stored call holding them (an older version wrote it) is
+read back as ``_raw``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +24,7 @@ import pytest
 from hostkit.errors import InvalidValue
 from hostkit.providers import parse_tool_arguments
 from hostkit.testing import CallTools, Reply, ScriptedModel
-from hostkit.types import MAX_ARGUMENT_DEPTH, ToolCall
+from hostkit.types import MAX_ARGUMENT_DEPTH, ModelMessage, ToolCall
 from tests.hosts import open_host, request
 
 
@@ -63,3 +70,82 @@ async def test_a_turn_with_too_deep_arguments_fails_typed_and_the_next_turn_work
         assert "nest deeper than 64 levels" in (first.error or "")
         second = await host.turns.run(request("again"))
         assert (second.outcome, second.text) == ("completed", "fine again")
+
+
+NOT_JSON_NUMBERS = ['{"x": 1e999}', '{"x": -1e999}', '{"x": NaN}', '{"a": {"b": [Infinity]}}']
+
+
+@pytest.mark.parametrize("text", NOT_JSON_NUMBERS)
+def test_parsed_numbers_json_cannot_carry_become_raw(text: str) -> None:
+    assert parse_tool_arguments(text) == {"_raw": text}
+
+
+def test_arguments_an_sdk_parsed_holding_an_infinity_become_raw() -> None:
+    assert parse_tool_arguments({"x": math.inf}) == {"_raw": '{"x": Infinity}'}
+
+
+def test_finite_numbers_however_written_are_kept() -> None:
+    text = '{"a": 1e308, "b": -0.0, "c": 12345678901234567890, "d": 1E-400}'
+    assert parse_tool_arguments(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"x": math.inf}, "the number inf"),
+        ({"x": [1, {"y": -math.inf}]}, "the number -inf"),
+        ({"x": math.nan}, "the number nan"),
+        ({"x": b"bytes"}, "type bytes"),
+        ({"x": {1: "a"}}, "key of type int"),
+        ({"x": {"a", "b"}}, "type set"),
+    ],
+)
+def test_a_python_built_call_holding_what_json_cannot_carry_is_a_typed_error(
+    arguments: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(InvalidValue, match=said):
+        ToolCall("c1", "t", arguments)
+
+
+def test_a_stored_call_holding_nan_is_read_back_as_raw() -> None:
+    body = {"tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"x": math.nan}}]}
+    [call] = ModelMessage.from_json("assistant", body).tool_calls
+    assert dict(call.arguments) == {"_raw": '{"x": NaN}'}
+
+
+@pytest.mark.anyio
+async def test_a_turn_with_an_infinite_argument_fails_typed_and_the_next_turn_works(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(
+        [CallTools(("anything", {"x": math.inf})), Reply("fine again")], repeat_last=True
+    )
+    async with open_host(tmp_path, model) as host:
+        first = await host.turns.run(request("inf"))
+        assert first.outcome == "failed"
+        assert "the number inf" in (first.error or "")
+        second = await host.turns.run(request("again"))
+        assert (second.outcome, second.text) == ("completed", "fine again")
+
+
+@pytest.mark.anyio
+async def test_a_transcript_row_holding_nan_from_an_older_version_does_not_brick_the_session(
+    tmp_path: Path,
+) -> None:
+    first_model = ScriptedModel([CallTools(("anything", {"x": 1})), Reply("first")])
+    async with open_host(tmp_path, first_model) as host:
+        assert (await host.turns.run(request("one"))).outcome == "completed"
+    # What an older version stored for {"x": nan}: Python's json writes it as a bare NaN.
+    with closing(sqlite3.connect(tmp_path / "hostkit.db")) as db, db:
+        changed = db.execute(
+            "UPDATE messages SET content = replace(content, '\"x\":1}', '\"x\":NaN}')"
+            " WHERE role = 'assistant' AND content LIKE '%\"x\":1}%'"
+        ).rowcount
+    assert changed == 1
+    second_model = ScriptedModel([Reply("second")])
+    async with open_host(tmp_path, second_model) as host:
+        second = await host.turns.run(request("two"))
+    assert (second.outcome, second.text) == ("completed", "second")
+    [replayed] = [call for m in second_model.requests[-1].messages for call in m.tool_calls]
+    assert dict(replayed.arguments) == {"_raw": '{"x": NaN}'}
+    json.dumps(dict(replayed.arguments), allow_nan=False)  # what a strict encoder sends
