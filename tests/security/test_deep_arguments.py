@@ -98,6 +98,7 @@ def test_finite_numbers_however_written_are_kept() -> None:
         ({"x": b"bytes"}, "type bytes"),
         ({"x": {1: "a"}}, "key of type int"),
         ({"x": {"a", "b"}}, "type set"),
+        ({"x": 10**4000}, "more than 3,900 digits"),
     ],
 )
 def test_a_python_built_call_holding_what_json_cannot_carry_is_a_typed_error(
@@ -105,6 +106,10 @@ def test_a_python_built_call_holding_what_json_cannot_carry_is_a_typed_error(
 ) -> None:
     with pytest.raises(InvalidValue, match=said):
         ToolCall("c1", "t", arguments)
+
+
+def test_the_largest_integer_json_readers_take_is_kept() -> None:
+    assert ToolCall("c1", "t", {"x": 10**3900}).arguments["x"] == 10**3900
 
 
 def test_a_stored_call_holding_nan_is_read_back_as_raw() -> None:
