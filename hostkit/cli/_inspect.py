@@ -138,6 +138,9 @@ def _legend() -> Text:
 def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
     """Per turn and step: reported buckets, estimate and error, cost; calibration and totals.
 
+    Every observed provider call is a row: a compaction's summarizer call is
+    marked ``*`` beside the step it was made before, and counts in the totals.
+
     Turn ids are never cut or wrapped (they are what ``hostkit context
     --turn`` takes): on a narrow terminal the cache columns, the estimate and
     its error are left out first, in that order (``--json`` has them all).
@@ -162,8 +165,8 @@ def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
             rows.append(
                 (
                     turn.turn_id if index == 0 else "",
-                    str(step.step_id),
-                    step.model,
+                    f"{step.step_id}*" if step.summary else str(step.step_id),
+                    f"{step.model} (summary)" if step.summary else step.model,
                     f"{step.input_tokens:,}",
                     f"{step.output_tokens:,}",
                     f"{step.cache_read_tokens:,}",
@@ -181,6 +184,10 @@ def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
     parts: list[RenderableType] = [title, table]
     if view.turns_truncated:
         parts.append(Text(f"(the newest {len(view.turns)} turns are shown)", style="dim"))
+    if any(step.summary for turn in view.turns for step in turn.steps):
+        parts.append(
+            Text("* a context compaction's summarizer call, made before that step", style="dim")
+        )
     calibration = view.calibration
     parts.append(
         Text(

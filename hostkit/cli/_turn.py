@@ -304,7 +304,8 @@ async def _streamed(
             if event.kind == "turn.waiting":
                 waiting.say(f"waiting for session {event.session_id}: another turn runs in it")
             elif event.kind == "provider.started":
-                waiting.start("waiting for the model")
+                summary = event.data.get("summary")
+                waiting.start("summarizing earlier context" if summary else "waiting for the model")
             elif event.kind in ("provider.responded", "provider.failed"):
                 # Tools run next, and may ask for an approval on this terminal.
                 waiting.stop()

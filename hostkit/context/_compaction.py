@@ -29,15 +29,29 @@ from dataclasses import dataclass
 
 import anyio
 
+from hostkit.context._estimate import CharEstimator
 from hostkit.context._summarizer import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     ProviderSummarizer,
     Summarizer,
+    SummaryCall,
     fallback_summary,
 )
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.store import CommittedSummary, LeaseOwner, LeaseTake, RuntimeStore, owner_is_dead
-from hostkit.types import CompactionKind, ModelMessage, is_count, is_seconds, new_id, storable
+from hostkit.types import (
+    MAX_DECISION_TEXT,
+    CompactionKind,
+    ContextDecision,
+    ContextEvents,
+    ModelMessage,
+    Usage,
+    UsageObservation,
+    is_count,
+    is_seconds,
+    new_id,
+    storable,
+)
 
 __all__ = [
     "COMMIT_MARGIN_S",
@@ -45,6 +59,7 @@ __all__ = [
     "CommittedSummary",
     "CompactionKind",
     "CompactionOutcome",
+    "CompactionTrigger",
     "ProviderSummarizer",
     "SessionCompactor",
     "Summarizer",
@@ -69,12 +84,45 @@ class CompactionOutcome:
       committed within the wait; ``summary`` is the current one (may be None).
     - ``cooldown``: the session compacted recently; nothing was done.
     - ``stale``: nothing to compact, or the lease was lost before the commit.
+
+    ``usage`` is what this call's summarizer provider call cost, committed or
+    not (None: no provider call answered).
     """
 
     kind: CompactionKind
     summary: CommittedSummary | None
     used_fallback: bool = False
     detail: str = ""
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionTrigger:
+    """The turn step a compaction is made for.
+
+    A ``ProviderSummarizer``'s call is recorded against it (a ``summary``
+    decision with its usage, never a step of the turn's loop) and reported
+    live to ``on_event``. ``max_tokens`` caps the summary below
+    ``summary_max_tokens``: the ContextManager passes a third of the agent's
+    hard input budget, so a summary leaves the window room for history.
+    """
+
+    turn_id: str
+    step_id: int
+    max_tokens: int | None = None
+    on_event: ContextEvents | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    text: str
+    summarizer: str
+    failure: str | None  # why the fallback was used; None when it was not
+    usage: Usage | None
+
+
+# How summarizer requests are estimated (its tokenizer is not known here: errs high).
+_ESTIMATE = CharEstimator()
 
 
 def cutoff_of(summary: CommittedSummary | None) -> int | None:
@@ -164,14 +212,17 @@ class SessionCompactor:
         expected_cutoff: int | None,
         summarizer: Summarizer | None,
         force: bool = False,
+        trigger: CompactionTrigger | None = None,
     ) -> CompactionOutcome:
         """Fold ``messages`` ((seq, message), oldest first, all after ``expected_cutoff``).
 
         The new cutoff is the last seq. Order: take the lease and revalidate
         the cutoff in one transaction; summarize under the timeout (any failure
         or a None ``summarizer`` -> ``fallback_summary``); commit summary,
-        cutoff, lease release and cooldown in one transaction. If another live
-        worker holds the lease, poll for at most ``wait_s`` and return
+        cutoff, lease release and cooldown in one transaction. With a
+        ``trigger``, a ``ProviderSummarizer``'s call is recorded as soon as the
+        provider answered, whether or not its summary is then committed. If
+        another live worker holds the lease, poll for at most ``wait_s`` and return
         ``reread`` or ``busy``. Cancellation releases the lease (shielded),
         commits nothing and re-raises; other errors release it and re-raise.
         Raises ``InvalidValue`` for out-of-order seqs and ``StoreError`` when
@@ -203,7 +254,7 @@ class SessionCompactor:
             return await self._wait(session_id, expected_cutoff, take.holder_lease)
         try:
             return await self._summarize_and_commit(
-                session_id, lease_id, take.summary, pairs, summarizer
+                session_id, lease_id, take.summary, pairs, summarizer, trigger
             )
         except BaseException:
             await self._release(session_id, lease_id)
@@ -257,46 +308,70 @@ class SessionCompactor:
         previous: CommittedSummary | None,
         pairs: tuple[tuple[int, ModelMessage], ...],
         summarizer: Summarizer | None,
+        trigger: CompactionTrigger | None,
     ) -> CompactionOutcome:
-        text, name, failure = await self._summarize(
-            previous.summary if previous else None, [m for _, m in pairs], summarizer
+        made = await self._summarize(
+            session_id,
+            previous.summary if previous else None,
+            [m for _, m in pairs],
+            summarizer,
+            trigger,
         )
         cooldown_until = self._clock() + self._cooldown_s
         committed = await self._store.context.commit_summary(
             session_id,
             lease_id=lease_id,
-            text=text,
+            text=made.text,
             cutoff_seq=pairs[-1][0],
             added=len(pairs),
-            summarizer=name,
+            summarizer=made.summarizer,
             cooldown_until=cooldown_until,
         )
-        fallback = failure is not None
+        fallback = made.failure is not None
         if committed is None:
             return CompactionOutcome(
                 "stale",
                 await self.committed(session_id),
                 used_fallback=fallback,
                 detail="the compaction lease was lost before the commit",
+                usage=made.usage,
             )
         return CompactionOutcome(
-            "committed", committed, used_fallback=fallback, detail=failure or ""
+            "committed",
+            committed,
+            used_fallback=fallback,
+            detail=made.failure or "",
+            usage=made.usage,
         )
 
     async def _summarize(
-        self, previous: str | None, messages: list[ModelMessage], summarizer: Summarizer | None
-    ) -> tuple[str, str, str | None]:
-        """(summary text, summarizer name, why the fallback was used or None)."""
+        self,
+        session_id: str,
+        previous: str | None,
+        messages: list[ModelMessage],
+        summarizer: Summarizer | None,
+        trigger: CompactionTrigger | None,
+    ) -> _Summary:
+        """The summary to commit: the summarizer's, else the fallback (saying why)."""
         failure = "no summarizer configured"
+        usage: Usage | None = None
         if summarizer is not None:
+            max_tokens = self._max_tokens
+            if trigger is not None and trigger.max_tokens is not None:
+                max_tokens = max(1, min(max_tokens, trigger.max_tokens))
             try:
-                with anyio.fail_after(self._summarize_timeout_s):
-                    text = await summarizer.summarize(
-                        previous, messages, max_tokens=self._max_tokens
+                if isinstance(summarizer, ProviderSummarizer):
+                    call = await self._call(
+                        session_id, summarizer, previous, messages, max_tokens, trigger
                     )
+                    text: object = call.text
+                    usage = call.response.usage
+                else:
+                    with anyio.fail_after(self._summarize_timeout_s):
+                        text = await summarizer.summarize(previous, messages, max_tokens=max_tokens)
                 if isinstance(text, str) and text.strip():
                     name = storable(str(summarizer.name)[:200])
-                    return storable(text.strip()[: self._max_chars]), name, None
+                    return _Summary(storable(text.strip()[: self._max_chars]), name, None, usage)
                 failure = "the summarizer returned no text"
             except TimeoutError:
                 failure = f"the summarizer timed out after {self._summarize_timeout_s:g}s"
@@ -305,7 +380,92 @@ class SessionCompactor:
                 failure = f"the summarizer failed ({type(exc).__name__})"
             _log.warning("context compaction used the fallback summary: %s", failure)
         text = fallback_summary(previous, messages, max_chars=self._max_chars)
-        return storable(text), "fallback", failure
+        return _Summary(storable(text), "fallback", failure, usage)
+
+    async def _call(
+        self,
+        session_id: str,
+        summarizer: ProviderSummarizer,
+        previous: str | None,
+        messages: list[ModelMessage],
+        max_tokens: int,
+        trigger: CompactionTrigger | None,
+    ) -> SummaryCall:
+        """One summarizer provider call, reported live as a model call is and recorded
+        the moment the provider answered (so a summary never committed is paid for too)."""
+        provider = summarizer.provider
+        step = trigger.step_id if trigger is not None else 0
+        events = trigger.on_event if trigger is not None else None
+        started = {
+            "step": step,
+            "summary": True,
+            "provider": provider.name,
+            "model": provider.model,
+            "max_tokens": max(1, min(max_tokens, provider.limits.max_output_tokens)),
+        }
+        _tell(events, "provider.started", started)
+        try:
+            with anyio.fail_after(self._summarize_timeout_s):
+                call = await summarizer.call(previous, messages, max_tokens=max_tokens)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            kind = str(status) if isinstance(status, int) else type(exc).__name__
+            _tell(events, "provider.failed", {"step": step, "summary": True, "error_type": kind})
+            raise
+        decision_id = None
+        if trigger is not None:
+            decision_id = await self._record(session_id, trigger, summarizer, call)
+        _tell(events, "provider.responded", _responded(step, decision_id, call))
+        return call
+
+    async def _record(
+        self,
+        session_id: str,
+        trigger: CompactionTrigger,
+        summarizer: ProviderSummarizer,
+        call: SummaryCall,
+    ) -> str | None:
+        """Write the call as a ``summary`` decision with its usage (one transaction).
+
+        Shielded and bounded: the tokens were spent, so a cancelled compaction
+        still records them. A failed write is logged, never a failed compaction.
+        """
+        request, response = call.request, call.response
+        limits = summarizer.provider.limits
+        decision = ContextDecision(
+            decision_id=new_id("ctx"),
+            session_id=session_id,
+            turn_id=trigger.turn_id,
+            step_id=trigger.step_id,
+            kind="summary",
+            estimated_input_tokens=_ESTIMATE.request(request.messages, ()),
+            hard_budget=(
+                limits.context_window - request.max_output_tokens - limits.safety_margin_tokens
+            ),
+            output_budget=request.max_output_tokens,
+            context_window=limits.context_window,
+            estimator=_ESTIMATE.estimator_id,
+            provider=_decision_text(summarizer.provider.name),
+            model=_decision_text(summarizer.provider.model),
+        )
+        observation = UsageObservation(
+            decision_id=decision.decision_id,
+            session_id=session_id,
+            turn_id=trigger.turn_id,
+            step_id=trigger.step_id,
+            provider=response.provider,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            provider_request_id=response.provider_request_id,
+        )
+        with anyio.move_on_after(self._release_timeout_s, shield=True):
+            try:
+                await self._store.context.record_step(decision, observation)
+                return decision.decision_id
+            except HostkitError as exc:
+                _log.warning("a summarizer call's usage was not recorded: %s", exc.message)
+        return None
 
     async def _release(self, session_id: str, lease_id: str) -> None:
         # Shielded and bounded: a cancelled caller still frees the lease, and a store
@@ -313,3 +473,36 @@ class SessionCompactor:
         with anyio.move_on_after(self._release_timeout_s, shield=True):
             with contextlib.suppress(HostkitError):
                 await self._store.context.release_compaction_lease(session_id, lease_id)
+
+
+def _decision_text(value: str) -> str | None:
+    return value[:MAX_DECISION_TEXT] or None
+
+
+def _responded(step: int, decision_id: str | None, call: SummaryCall) -> dict[str, object]:
+    """What the summarizer call returned, minus its content, as a model call reports it."""
+    response = call.response
+    usage = response.usage
+    return {
+        "step": step,
+        "summary": True,
+        "decision_id": decision_id,
+        "provider": response.provider,
+        "model": response.model,
+        "response_id": response.provider_request_id,
+        "finish_reason": response.finish_reason,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
+
+
+def _tell(events: ContextEvents | None, kind: str, data: dict[str, object]) -> None:
+    """Report to ``events``; a listener's failure is never the compaction's."""
+    if events is None:
+        return
+    try:
+        events(kind, data)
+    except Exception as exc:
+        _log.debug("a context event listener failed: %s", type(exc).__name__)

@@ -25,7 +25,12 @@ from hostkit.context._assemble import (
     split_answered,
 )
 from hostkit.context._bootstrap import BootstrapSource
-from hostkit.context._compaction import CompactionOutcome, SessionCompactor, Summarizer
+from hostkit.context._compaction import (
+    CompactionOutcome,
+    CompactionTrigger,
+    SessionCompactor,
+    Summarizer,
+)
 from hostkit.context._estimate import Estimator, EstimatorRegistry
 from hostkit.context._window import SessionWindow
 from hostkit.errors import ConfigError, HostkitError
@@ -72,8 +77,12 @@ class ContextManager:
     first prunes old tool results to stubs, then compacts under the session's
     durable lease (when a compactor and summarizer exist), then drops the
     oldest unprotected groups; it returns ``ready`` or a typed ``overflow``
-    before any provider request exists. Each decision is recorded as a typed
-    ``ContextDecision`` (numbers and names, never prompts). ``observe``
+    before any provider request exists. A summary is sized after the
+    protected tail (cut before a tail group is dropped), and a summary asked
+    for here is at most a third of the hard input budget; its provider call
+    is recorded against the step (a ``summary`` decision with its usage) and
+    comes back as ``ContextReady.summary_usage``. Each decision is recorded as
+    a typed ``ContextDecision`` (numbers and names, never prompts). ``observe``
     appends provider usage once per decision and only then advances the
     session's calibration.
 
@@ -205,8 +214,7 @@ class ContextManager:
         schema_tokens = estimate.definitions(request.definitions)
         framing = self._framing(estimate, (head.messages or request.messages)[:1])
         rest = current_tokens + schema_tokens + framing
-        if head.tokens + rest > hard_budget:
-            head = self._head(request, window, estimate, room=hard_budget - rest)
+        head = self._sized_head(request, window, estimate, head, view, hard_budget - rest)
         fixed = head.tokens + rest
         cut = 0
         if fixed > hard_budget and schema_tokens <= hard_budget:
@@ -221,7 +229,8 @@ class ContextManager:
                 cut = sum(a is not b for a, b in zip(messages, request.messages, strict=True))
                 request = dataclasses.replace(request, messages=messages)
                 rest = current_tokens + schema_tokens + framing
-                head = self._head(request, window, estimate, room=hard_budget - rest)
+                head = self._head(request, window, estimate)
+                head = self._sized_head(request, window, estimate, head, view, hard_budget - rest)
                 fixed = head.tokens + rest
         if schema_tokens > hard_budget or fixed > hard_budget:
             reason: OverflowReason = "current_input_too_large"
@@ -247,10 +256,11 @@ class ContextManager:
             estimate = CalibratedEstimator(
                 estimate.base, estimate.factor, window.memo(estimate.estimator_id)
             )
-            head = self._head(request, window, estimate, room=hard_budget - rest)
+            view, _ = split_answered(window.history.view(answered))
+            head = self._head(request, window, estimate)
+            head = self._sized_head(request, window, estimate, head, view, hard_budget - rest)
             fixed = head.tokens + rest
             room = max(0, hard_budget - fixed)
-            view, _ = split_answered(window.history.view(answered))
             fit, pruned, _ = await self._reduce(
                 request, window, view, room, estimate, compact=False
             )
@@ -285,6 +295,7 @@ class ContextManager:
             decision_id=decision_id,
             layers=layers,
             summary_used=window.summary is not None,
+            summary_usage=None if compaction is None else compaction.usage,
         )
         snapshot = context.capability_snapshot
         self._hold(
@@ -649,6 +660,37 @@ class ContextManager:
             window.last_head = (key, head)
         return head
 
+    def _sized_head(
+        self,
+        request: ContextRequest,
+        window: SessionWindow,
+        estimate: CalibratedEstimator,
+        head: Head,
+        view: HistoryView,
+        room: int,
+    ) -> Head:
+        """``head``, its summary cut when it and the protected tail do not fit in ``room``.
+
+        The summary is sized after the tail: the newest protected groups that fit
+        beside the other head layers are reserved first (``fit_groups`` keeps those
+        same groups first), so a long summary is cut, or left out, before the
+        previous exchange is dropped.
+        """
+        summary = head.layers[-1].tokens if head.layers else 0
+        if summary == 0 and head.tokens <= room:
+            return head
+        reserve = 0
+        left = room - (head.tokens - summary)
+        tail = view.groups[max(0, len(view.groups) - self._protect_tail) :]
+        for group in reversed(tail):  # newest first, contiguous, as fit_groups keeps them
+            size = estimate.group(group)
+            if reserve + size > left:
+                break
+            reserve += size
+        if head.tokens + reserve <= room:
+            return head
+        return self._head(request, window, estimate, room=room - reserve)
+
     async def _reduce(
         self,
         request: ContextRequest,
@@ -674,7 +716,11 @@ class ContextManager:
         fit = fit_groups(pruned_groups, room, estimate, sizes=sizes, **protect)
         if fit.dropped_messages == 0 or not compact:
             return fit, pruned, None
-        outcome = await self._compact(request, window.cutoff, pruned_groups, force=False)
+        # A summary takes at most a third of the input budget: history keeps the rest.
+        cap = max(1, self.budget(request.limits)[1] // SUMMARY_BUDGET_SHARE)
+        outcome = await self._compact(
+            request, window.cutoff, pruned_groups, force=False, max_tokens=cap
+        )
         return fit, pruned, outcome
 
     async def _compact(
@@ -684,8 +730,12 @@ class ContextManager:
         groups: list[Group],
         *,
         force: bool,
+        max_tokens: int | None = None,
     ) -> CompactionOutcome | None:
-        """Fold every group but the protected tail into the summary under the lease."""
+        """Fold every group but the protected tail into the summary under the lease.
+
+        The summarizer call is recorded against the request's turn and step.
+        """
         if self._compactor is None:
             return None
         foldable = groups[: max(0, len(groups) - self._protect_tail)]
@@ -709,6 +759,9 @@ class ContextManager:
             expected_cutoff=cutoff,
             summarizer=summarizer,
             force=force,
+            trigger=CompactionTrigger(
+                request.context.turn_id, request.step_id, max_tokens, request.on_event
+            ),
         )
 
     # -- estimates -------------------------------------------------------------------
@@ -827,6 +880,8 @@ def _name(value: object) -> str | None:
     return None
 
 
+# A summary asked for while preparing a step is at most 1/3 of the agent's hard input budget.
+SUMMARY_BUDGET_SHARE = 3
 SUMMARY_CUT = "[the earlier part of this summary was cut to fit the context window]\n"
 _MIN_SUMMARY_TOKENS = 32
 

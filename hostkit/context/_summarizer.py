@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -15,12 +16,13 @@ import anyio
 from hostkit.context._estimate import CharEstimator
 from hostkit.errors import InvalidValue, ProviderError
 from hostkit.providers import ModelProvider
-from hostkit.types import ModelMessage, ModelRequest
+from hostkit.types import ModelMessage, ModelRequest, ModelResponse
 
 __all__ = [
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "ProviderSummarizer",
     "Summarizer",
+    "SummaryCall",
     "fallback_summary",
 ]
 
@@ -86,6 +88,22 @@ def _clip(text: str, limit: int) -> str:
     return text[: max(0, limit - 1)] + "…"
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryCall:
+    """One summarizer provider call: the request sent and what the provider answered.
+
+    Kept whole, empty text included: the call cost tokens whatever its text.
+    """
+
+    request: ModelRequest
+    response: ModelResponse
+
+    @property
+    def text(self) -> str:
+        """The summary, or "" when the provider answered with none."""
+        return self.response.text.strip()
+
+
 class ProviderSummarizer:
     """A Summarizer that is one ``ModelProvider.complete`` call.
 
@@ -124,6 +142,11 @@ class ProviderSummarizer:
     def name(self) -> str:
         return f"{self._provider.name}:{self._provider.model}"[:200]
 
+    @property
+    def provider(self) -> ModelProvider:
+        """The provider each summary is asked of (its usage is reported against it)."""
+        return self._provider
+
     def request(
         self, previous: str | None, messages: Sequence[ModelMessage], *, max_tokens: int
     ) -> ModelRequest:
@@ -155,13 +178,20 @@ class ProviderSummarizer:
             max_output_tokens=max_tokens,
         )
 
-    async def summarize(
+    async def call(
         self, previous: str | None, messages: Sequence[ModelMessage], *, max_tokens: int
-    ) -> str:
+    ) -> SummaryCall:
+        """The provider call ``summarize`` makes, with its response whatever its text:
+        the SessionCompactor records its usage even when no summary comes of it."""
         request = self.request(previous, messages, max_tokens=max_tokens)
         with anyio.fail_after(self._timeout_s):
             response = await self._provider.complete(request)
-        text = response.text.strip()
+        return SummaryCall(request, response)
+
+    async def summarize(
+        self, previous: str | None, messages: Sequence[ModelMessage], *, max_tokens: int
+    ) -> str:
+        text = (await self.call(previous, messages, max_tokens=max_tokens)).text
         if not text:
             raise ProviderError("the summarizer returned no text", provider=self._provider.name)
         return text

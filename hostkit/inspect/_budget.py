@@ -22,7 +22,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TokenTotals:
-    """Summed usage; ``cost_usd`` covers the priced steps (None when none is priced)."""
+    """Summed usage; ``cost_usd`` covers the priced steps (None when none is priced).
+
+    ``steps`` counts every observed provider call, summarizer calls included.
+    """
 
     steps: int
     input_tokens: int
@@ -42,6 +45,8 @@ class StepUsage:
     ``exact_estimate`` is True only when the decision counted with the
     provider's own tokenizer (a registered estimator); a stand-in such as the
     character-class default is an approximation, whatever its error.
+    ``summary`` marks a context compaction's summarizer call (made while
+    preparing step ``step_id``; its estimate is of the summarizer request).
     """
 
     step_id: int
@@ -60,6 +65,7 @@ class StepUsage:
     at: str
     estimator: str | None = None
     exact_estimate: bool = False
+    summary: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +191,7 @@ def _step_usage(row: UsageRow, table: Mapping[str, ModelPrice]) -> StepUsage:
         at=row.at,
         estimator=row.estimator,
         exact_estimate=row.exact_estimator,
+        summary=row.summary,
     )
 
 

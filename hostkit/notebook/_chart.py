@@ -72,7 +72,8 @@ def usage_chart(view: BudgetView) -> str:
     estimates: list[str] = []
     for index, (n, turn, step) in enumerate(steps):
         x = _LEFT + index * slot + (slot - 2 * bar) / 2
-        who = f"turn {n} ({turn.turn_id}) step {step.step_id}, {step.model}"
+        call = "summary before step" if step.summary else "step"
+        who = f"turn {n} ({turn.turn_id}) {call} {step.step_id}, {step.model}"
         inputs.append(
             _bar(
                 "input",

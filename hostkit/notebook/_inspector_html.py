@@ -206,7 +206,8 @@ def row_html(*cells: object) -> str:
 
 
 def usage_table(view: BudgetView) -> str:
-    """Per turn a totals row, then one row per observed step."""
+    """Per turn a totals row, then one row per observed provider call (a compaction's
+    summarizer call marked "(summary)" beside the step it was made before)."""
     body = []
     for number_of, turn in enumerate(view.turns, 1):
         body.append(
@@ -216,7 +217,7 @@ def usage_table(view: BudgetView) -> str:
         )
         body.extend(
             row_html(
-                s.step_id,
+                f"{s.step_id} (summary)" if s.summary else s.step_id,
                 s.model,
                 f"{s.input_tokens:,}",
                 f"{s.output_tokens:,}",

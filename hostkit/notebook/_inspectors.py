@@ -207,7 +207,8 @@ class BudgetInspector(_Inspector):
         for turn in view.turns:
             lines.append(f"turn {turn.turn_id} ({turn.status}): {totals_line(turn.totals)}")
             lines.extend(
-                f"  step {s.step_id} {s.model}: input {number(s.input_tokens)},"
+                f"  step {s.step_id}{' summary' if s.summary else ''} {s.model}:"
+                f" input {number(s.input_tokens)},"
                 f" output {number(s.output_tokens)},"
                 f" cache read {number(s.cache_read_tokens)},"
                 f" cache write {number(s.cache_write_tokens)};"

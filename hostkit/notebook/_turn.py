@@ -522,7 +522,8 @@ class TurnView:
     def apply(self, event: TurnEvent) -> None:
         """Update the state (and the panel, if shown) from one turn event."""
         data = event.data
-        if event.kind in ("text.delta", "provider.responded", "provider.completed"):
+        summary = bool(data.get("summary"))  # a compaction's summarizer call: not the answer
+        if event.kind in ("text.delta", "provider.responded", "provider.completed") and not summary:
             self._first_token()
         if event.kind == "provider.responded":
             self._priced.append(_cost(data))

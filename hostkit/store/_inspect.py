@@ -81,6 +81,8 @@ class UsageRow:
 
     ``estimator`` and ``exact_estimator`` are the decision's: whether its
     estimate was counted by the provider's own tokenizer or by a stand-in.
+    ``summary`` marks a context compaction's summarizer call, made while
+    preparing step ``step_id`` (not a step of the turn's loop).
     """
 
     step_id: int
@@ -98,11 +100,13 @@ class UsageRow:
     at: str
     estimator: str | None = None
     exact_estimator: bool = False
+    summary: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class UsageSums:
-    """Usage summed over every observed step of one provider/model."""
+    """Usage summed over every observed provider call of one provider/model (``steps``),
+    a compaction's summarizer calls included."""
 
     provider: str
     model: str
@@ -248,7 +252,8 @@ class SqlInspectQueries(InspectQueries):
                 "d.at, u.input_tokens AS reported FROM context_decisions d "
                 "JOIN session_owners o ON o.session_id = d.session_id "
                 "LEFT JOIN usage_observations u ON u.decision_id = d.decision_id "
-                f"WHERE d.turn_id = ? AND d.session_id = ? AND {where} "
+                # A summarizer call is not a prepare() decision: the budget view shows it.
+                f"WHERE d.turn_id = ? AND d.session_id = ? AND d.kind <> 'summary' AND {where} "
                 "ORDER BY d.step_id, d.at LIMIT ?",
                 [turn.turn_id, turn.session_id, *params, limit + 1],
             )
@@ -506,4 +511,5 @@ def _usage(row: sqlite3.Row) -> UsageRow:
         at=row["at"],
         estimator=decision.estimator,
         exact_estimator=decision.exact_estimator,
+        summary=decision.kind == "summary",
     )

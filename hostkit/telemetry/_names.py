@@ -37,6 +37,8 @@ OUTCOME: Final = "hostkit.turn.outcome"
 EFFECT: Final = "hostkit.effect"
 EFFECT_STATUS: Final = "hostkit.effect.status"
 APPROVAL_ID: Final = "hostkit.approval_id"
+# On a ``chat`` span: the call was a context compaction's summarizer, not a step's model call.
+SUMMARY: Final = "hostkit.context.summary"
 
 INVOKE_AGENT: Final = "invoke_agent"
 CHAT: Final = "chat"

@@ -1,7 +1,8 @@
 """TracingObserver: a turn's events as OpenTelemetry spans (GenAI semantic conventions).
 
 One ``invoke_agent {agent}`` span per turn, with a ``chat {model}`` child per
-model call and an ``execute_tool {tool}`` child per effect, each started and
+model call (a compaction's summarizer call included, marked
+``hostkit.context.summary``) and an ``execute_tool {tool}`` child per effect, each started and
 ended when the turn reports that step began and ended. Spans carry ids, model
 names, token usage and statuses, never message content, tool arguments or
 results (those reach the store redacted; a span exporter is another audience).
@@ -62,7 +63,7 @@ class _Turn:
     root: Span
     context: Context
     common: dict[str, AttributeValue]
-    chats: dict[int, _Chat] = field(default_factory=dict)  # step -> open model call
+    chats: dict[str, _Chat] = field(default_factory=dict)  # _chat_key -> open model call
     effects: dict[str, Span] = field(default_factory=dict)  # call id (or approval) -> span
     current_effect: str | None = None
     input_tokens: int = 0
@@ -193,18 +194,20 @@ class TracingObserver:
             n.REQUEST_MODEL: model,
             n.STEP: int(data.get("step", 0)),
         }
+        if data.get("summary"):
+            attributes[n.SUMMARY] = True
         if isinstance(data.get("max_tokens"), int):
             attributes[n.REQUEST_MAX_TOKENS] = data["max_tokens"]
         span = self._tracer.start_span(
             f"{n.CHAT} {model}", context=turn.context, kind=SpanKind.CLIENT, attributes=attributes
         )
-        turn.chats[int(data.get("step", 0))] = _Chat(span, time.monotonic_ns())
+        turn.chats[_chat_key(data)] = _Chat(span, time.monotonic_ns())
         # The agent span names its provider and model too (the conventions require the former).
         turn.root.set_attribute(n.PROVIDER, provider)
         turn.root.set_attribute(n.REQUEST_MODEL, model)
 
     def _first_chunk(self, event: TurnEvent, turn: _Turn) -> None:
-        chat = turn.chats.get(int(event.data.get("step", 0)))
+        chat = turn.chats.get(_chat_key(event.data))
         if chat is None or chat.chunked:
             return
         chat.chunked = True
@@ -212,7 +215,7 @@ class TracingObserver:
 
     def _chat_ended(self, event: TurnEvent, turn: _Turn) -> None:
         data = event.data
-        chat = turn.chats.pop(int(data.get("step", 0)), None)
+        chat = turn.chats.pop(_chat_key(data), None)
         if chat is None:
             return
         chat.span.set_attributes(_response_attributes(data))
@@ -221,7 +224,7 @@ class TracingObserver:
         chat.span.end()
 
     def _chat_failed(self, event: TurnEvent, turn: _Turn) -> None:
-        chat = turn.chats.pop(int(event.data.get("step", 0)), None)
+        chat = turn.chats.pop(_chat_key(event.data), None)
         if chat is not None:
             _fail(chat.span, str(event.data.get("error_type") or "_OTHER"))
             chat.span.end()
@@ -299,6 +302,12 @@ class TracingObserver:
         )
         span.end()
         turn.current_effect = None
+
+
+def _chat_key(data: Mapping[str, Any]) -> str:
+    """A step's model call and the summarizer call made while preparing it are apart."""
+    step = int(data.get("step", 0))
+    return f"summary:{step}" if data.get("summary") else str(step)
 
 
 def _response_attributes(data: Mapping[str, Any]) -> dict[str, AttributeValue]:

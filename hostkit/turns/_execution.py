@@ -476,6 +476,8 @@ class TurnExecution:
                 instructions=active.instructions or core.instructions,
                 contributions=request.injected_context,
                 bootstrap=request.bootstrap,
+                # A compaction's summarizer call is reported as the turn's model calls are.
+                on_event=lambda kind, data: self._emit(context, kind, dict(data)),
             )
             answered = await self._prepared_call(context, core, active, context_request)
             if isinstance(answered, str):
@@ -832,6 +834,9 @@ class TurnExecution:
             prepared = await self._context.prepare(request)
             if prepared.kind == "overflow":
                 return f"context overflow ({prepared.reason}): {prepared.detail}"
+            if prepared.summary_usage is not None:
+                # Paid while preparing (a compaction's summary): the turn's usage too.
+                active.usage = add_usage(active.usage, prepared.summary_usage)
             active.in_flight = "provider"
             model_request = ModelRequest(
                 prepared.messages, request.definitions, prepared.output_budget

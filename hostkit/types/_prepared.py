@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
 from hostkit.errors import InvalidValue
 from hostkit.types._context import TurnExecutionContext
@@ -14,6 +15,7 @@ __all__ = [
     "MAX_DECISION_TEXT",
     "CompactionKind",
     "ContextDecision",
+    "ContextEvents",
     "ContextOverflowed",
     "ContextReady",
     "ContextRequest",
@@ -29,7 +31,11 @@ OverflowReason = Literal[
 ]
 # What a compaction attempt inside ``prepare()`` came to (see ``CompactionOutcome``).
 CompactionKind = Literal["committed", "reread", "busy", "cooldown", "stale"]
-DecisionKind = Literal["ready", "overflow"]
+# ``summary``: a summarizer call a compaction made, recorded so its usage is counted.
+DecisionKind = Literal["ready", "overflow", "summary"]
+# Where ``prepare()`` reports a provider call of its own (a compaction's summarizer): the
+# event kind (``provider.started`` / ``provider.responded`` / ``provider.failed``) and data.
+ContextEvents = Callable[[str, Mapping[str, Any]], None]
 # Ids, estimator, provider and model names in a decision record are at most this long.
 MAX_DECISION_TEXT = 300
 
@@ -42,6 +48,8 @@ class ContextRequest:
     assistant/tool messages so far); ``definitions`` are the catalog's final
     effect definitions, whose schema size is budgeted. Callers never pass a
     precomputed reservation: the ContextManager chooses the budget.
+    ``on_event`` hears the live events of a summarizer call ``prepare()`` makes
+    (TurnExecution turns them into the turn's events and spans).
     """
 
     context: TurnExecutionContext
@@ -52,6 +60,7 @@ class ContextRequest:
     instructions: str = ""
     contributions: tuple[str, ...] = ()
     bootstrap: bool = False
+    on_event: ContextEvents | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.step_id < 0:
@@ -73,7 +82,12 @@ class LayerSummary:
 
 @dataclass(frozen=True, slots=True)
 class ContextReady:
-    """A prepared provider request's messages and budget."""
+    """A prepared provider request's messages and budget.
+
+    ``summary_usage`` is what the summarizer call of a compaction made while
+    preparing cost (None: no summarizer call answered); it is already recorded,
+    and belongs in the turn's usage.
+    """
 
     messages: tuple[ModelMessage, ...]
     output_budget: int
@@ -82,6 +96,7 @@ class ContextReady:
     decision_id: str
     layers: tuple[LayerSummary, ...]
     summary_used: bool = False
+    summary_usage: Usage | None = None
     kind: Literal["ready"] = "ready"
 
 
@@ -112,7 +127,10 @@ class ContextDecision:
     estimator and calibration factor it used and the compaction outcome (None:
     no compaction was attempted). An ``overflow`` decision has its
     ``overflow_reason`` and, as ``estimated_input_tokens``, the tokens needed
-    before any history; it has no layers.
+    before any history; it has no layers. A ``summary`` decision is a
+    compaction's summarizer call, made while preparing step ``step_id``: its
+    estimate, output budget, window, provider and model are the summarizer
+    request's; it has no layers and never moves the calibration.
 
     ``raw_input_tokens`` is the uncalibrated estimate of the whole request
     (what calibration compares the provider's count with); ``provider`` and
@@ -172,7 +190,7 @@ class ContextDecision:
         ):
             raise InvalidValue("calibration must be a positive finite number or None")
         if self.kind not in _KINDS:
-            raise InvalidValue("kind must be 'ready' or 'overflow'")
+            raise InvalidValue("kind must be 'ready', 'overflow' or 'summary'")
         if self.compaction is not None and self.compaction not in _COMPACTIONS:
             raise InvalidValue(f"compaction must be one of {', '.join(sorted(_COMPACTIONS))}")
         if self.kind == "overflow":

@@ -15,10 +15,12 @@ from hostkit.authority import AuthorityResolver
 from hostkit.context._compaction import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
     CommittedSummary,
+    CompactionTrigger,
     ProviderSummarizer,
     SessionCompactor,
     fallback_summary,
 )
+from hostkit.context._summarizer import SummaryCall
 from hostkit.errors import ProviderError
 from hostkit.store import LeaseOwner, RuntimeStore, _context_rows
 from hostkit.testing import Reply, ScriptedModel
@@ -647,6 +649,92 @@ async def test_provider_summarizer_commits_through_the_compactor_and_empty_text_
     assert fallback.used_fallback
     assert fallback.summary is not None
     assert fallback.summary.summary.startswith("Earlier: summary by model")
+
+
+class Metered(ProviderSummarizer):
+    """A provider summarizer that keeps each call it made (and may run ``before`` each)."""
+
+    def __init__(self, model: ScriptedModel, before=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(model)
+        self.before = before
+        self.calls: list[SummaryCall] = []
+
+    async def call(self, previous, messages, *, max_tokens):  # type: ignore[no-untyped-def]
+        if self.before is not None:
+            await self.before()
+        made = await super().call(previous, messages, max_tokens=max_tokens)
+        self.calls.append(made)
+        return made
+
+
+async def summary_calls(store: RuntimeStore, turn_id: str) -> list[tuple[object, ...]]:
+    """The summarizer calls recorded against ``turn_id``: decision kind, step and usage."""
+    return await store.read(
+        lambda c: c.execute(
+            "SELECT d.kind, u.step_id, u.input_tokens, u.output_tokens, u.finish_reason "
+            "FROM usage_observations u JOIN context_decisions d ON d.decision_id = u.decision_id "
+            "WHERE u.turn_id = ? ORDER BY u.id",
+            [turn_id],
+        ).fetchall()
+    )
+
+
+async def test_every_answered_summarizer_call_is_recorded_whether_or_not_it_is_committed(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """A summary call costs tokens once the provider answers: it is recorded against the
+    turn step that triggered it (a ``summary`` decision with the usage the provider
+    reported, never calibrating), committed, empty (the fallback is committed) or lost
+    to another worker alike, and the outcome carries that usage."""
+    session_id, pairs = await session_with(store, authority, chat(6))
+    trigger = CompactionTrigger("turn_now", 3, max_tokens=40)
+    worker = await compactor(store, cooldown_s=0.0, summary_max_tokens=200)
+    committed = Metered(ScriptedModel([Reply("summary by model")]))
+    done = await worker.compact(
+        session_id,
+        messages=pairs[:2],
+        expected_cutoff=None,
+        summarizer=committed,
+        trigger=trigger,
+    )
+    assert done.kind == "committed"
+    assert not done.used_fallback
+    empty = Metered(ScriptedModel([Reply("  ")]))
+    fallback = await worker.compact(
+        session_id,
+        messages=pairs[2:4],
+        expected_cutoff=pairs[1][0],
+        summarizer=empty,
+        trigger=trigger,
+    )
+    assert fallback.kind == "committed"
+    assert fallback.used_fallback
+
+    async def usurp() -> None:
+        await hold_lease(store, session_id, "someone else", expires_at=time.time() + 60)
+
+    lost = Metered(ScriptedModel([Reply("never committed")]), before=usurp)
+    stale = await worker.compact(
+        session_id,
+        messages=pairs[4:],
+        expected_cutoff=pairs[3][0],
+        summarizer=lost,
+        trigger=trigger,
+    )
+    assert stale.kind == "stale"
+    calls = [committed.calls[0], empty.calls[0], lost.calls[0]]
+    # The summary is asked for within the trigger's cap, below summary_max_tokens.
+    assert [call.request.max_output_tokens for call in calls] == [40, 40, 40]
+    usages = [call.response.usage for call in calls]
+    assert [done.usage, fallback.usage, stale.usage] == usages
+    assert await summary_calls(store, "turn_now") == [
+        ("summary", 3, u.input_tokens, u.output_tokens, "stop") for u in usages
+    ]
+    assert all(u.input_tokens > 0 for u in usages)
+    calibrated = await store.read(
+        lambda c: c.execute("SELECT COUNT(*) FROM context_calibration").fetchone()
+    )
+    assert tuple(calibrated) == (0,)
 
 
 def test_the_provider_summarizer_fits_its_request_into_the_providers_own_window() -> None:

@@ -3,15 +3,25 @@ a concurrent prepare waits and rereads; cancellation commits nothing; manual com
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver
-from hostkit.context import REFERENCE_ONLY, ContextManager, SessionCompactor
+from hostkit.context import (
+    DEFAULT_SUMMARY_INSTRUCTIONS,
+    REFERENCE_ONLY,
+    ContextManager,
+    ProviderSummarizer,
+    SessionCompactor,
+    Summarizer,
+)
 from hostkit.store import LeaseOwner, RuntimeStore
+from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import (
     ContextReady,
     ContextRequest,
@@ -53,12 +63,12 @@ class CountingSummarizer:
 
 
 async def manager_with(
-    store: RuntimeStore, summarizer: CountingSummarizer, worker: str, **options: float
+    store: RuntimeStore, summarizer: Summarizer, worker: str, **options: float
 ) -> ContextManager:
     owner = await anyio.to_thread.run_sync(LeaseOwner.current, worker)
     compactor = SessionCompactor(store, owner=owner, cooldown_s=0, **options)
 
-    async def summarizers(context: TurnExecutionContext) -> CountingSummarizer:
+    async def summarizers(context: TurnExecutionContext) -> Summarizer:
         return summarizer
 
     return ContextManager(store, compactor=compactor, summarizers=summarizers)
@@ -227,3 +237,45 @@ async def test_a_summarizer_that_cannot_be_built_falls_back_deterministically(
     assert ready.summary_used
     ((summary, _),) = await summary_rows(store, scope)
     assert "shed detail 0" in summary  # the extractive fallback, not a failed turn
+
+
+async def test_a_summary_asked_for_while_preparing_is_capped_reported_and_recorded(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """The summarizer call ``prepare()`` makes asks for at most a third of the agent's hard
+    input budget (a summary leaves history its room), is reported live like a model call
+    (``provider.started`` / ``provider.responded``, marked ``summary``, with the step it
+    was made for), is recorded against that turn step, and its usage comes back with the
+    prepared context for the turn's own total."""
+    scope = await long_session(authority, store)
+    roomy = ModelLimits(context_window=32_000, max_output_tokens=4_096)
+    model = ScriptedModel([Reply("they talked about sheds")], limits=roomy)
+    manager = await manager_with(store, ProviderSummarizer(model), "w1")
+    heard: list[tuple[str, dict[str, Any]]] = []
+
+    def hear(kind: str, data: Mapping[str, Any]) -> None:
+        heard.append((kind, dict(data)))
+
+    asked = dataclasses.replace(request(context_for(scope)), step_id=2, on_event=hear)
+    ready = await manager.prepare(asked)
+    assert isinstance(ready, ContextReady)
+    (summary_request,) = model.requests
+    assert summary_request.messages[0].content == DEFAULT_SUMMARY_INSTRUCTIONS
+    _, hard = manager.budget(TIGHT)
+    assert summary_request.max_output_tokens == hard // 3 < 512
+    assert [kind for kind, _ in heard] == ["provider.started", "provider.responded"]
+    assert all(data["summary"] is True and data["step"] == 2 for _, data in heard)
+    responded = heard[1][1]
+    assert ready.summary_usage is not None
+    assert ready.summary_usage.input_tokens == responded["input_tokens"] > 0
+    assert ready.summary_usage.output_tokens == responded["output_tokens"] > 0
+    recorded = await store.read(
+        lambda c: c.execute(
+            "SELECT d.kind, d.turn_id, d.step_id, u.input_tokens, u.output_tokens "
+            "FROM usage_observations u JOIN context_decisions d USING (decision_id)"
+        ).fetchall()
+    )
+    assert [tuple(row) for row in recorded] == [
+        ("summary", "turn_now", 2, responded["input_tokens"], responded["output_tokens"])
+    ]
+    assert responded["decision_id"] is not None

@@ -368,6 +368,61 @@ async def test_a_summary_too_long_for_the_window_keeps_its_newest_part_within_bu
     assert layer.pruned == 1
 
 
+@pytest.mark.parametrize("window", [1_024, 1_280, 1_536])
+async def test_a_long_summary_is_cut_before_the_protected_tail_is_dropped(
+    store: RuntimeStore, authority: AuthorityResolver, window: int
+) -> None:
+    """The previous exchange (the protected tail) outranks the summary: on a small window the
+    summary is sized after it, cut to its newest part, and the request still fits."""
+    from hostkit.context import SUMMARY_CUT
+
+    question = "Q1 " + "please tell me more about it " * 6
+    answer = "Answer to Q1: " + "the reply explains the matter in detail " * 12
+    scope = await scope_with(
+        authority,
+        store,
+        [
+            ModelMessage("user", "folded"),
+            ModelMessage("user", question),
+            ModelMessage("assistant", answer),
+        ],
+    )
+    first = (await seqs(store, scope))[0]
+    summary = "The user and assistant discussed topic seven at length. " * 40 + "newest fact"
+    await set_summary(store, scope.session_id or "", summary, first)
+    limits = ModelLimits(context_window=window, max_output_tokens=window // 4)
+    ready = await ContextManager(store).prepare(
+        request_for(context_for(scope), limits, text="Q2 " + "please tell me more about it " * 6)
+    )
+    assert isinstance(ready, ContextReady)
+    assert ready.estimated_input_tokens <= ready.hard_budget
+    texts = contents(ready)
+    assert texts[1:] == [question, answer, "Q2 " + "please tell me more about it " * 6]
+    assert texts[0].startswith(REFERENCE_ONLY)
+    assert texts[0].endswith("newest fact")
+    layers = {layer.name: layer for layer in ready.layers}
+    assert layers["history"].pruned == 0
+    if layers["summary"].pruned:
+        assert texts[0].startswith(REFERENCE_ONLY + SUMMARY_CUT)
+
+
+async def test_the_summary_is_not_cut_for_a_tail_that_would_not_fit_anyway(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Only the tail groups that then fit are made room for: a previous message larger than
+    the whole input budget leaves the summary as it was."""
+    scope = await scope_with(
+        authority, store, [ModelMessage("user", "folded"), ModelMessage("user", "h" * 9_000)]
+    )
+    first = (await seqs(store, scope))[0]
+    summary = "they talked about folding and the newest fact"
+    await set_summary(store, scope.session_id or "", summary, first)
+    limits = ModelLimits(context_window=1_024, max_output_tokens=256)
+    ready = await ContextManager(store).prepare(request_for(context_for(scope), limits))
+    assert contents(ready) == [REFERENCE_ONLY + summary, "now"]
+    assert next(x for x in ready.layers if x.name == "summary").pruned == 0
+
+
 async def test_calibration_follows_the_pinned_model_when_the_provider_reports_an_alias(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:

@@ -4,6 +4,7 @@ SQL, bounded; cost where the model is priced; ``hostkit context`` and ``hostkit 
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +13,10 @@ from typing import Any
 
 import anyio
 import pytest
+from rich.console import Console
 
+from hostkit.cli._inspect import budget_report
+from hostkit.context import DEFAULT_SUMMARY_INSTRUCTIONS
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.host import Host
@@ -239,6 +243,62 @@ async def test_a_budget_view_is_the_usage_rows_with_cost_for_a_priced_model(
             result.usage.output_tokens,
         )
     assert not view.turns_truncated
+
+
+def talker(req: ModelRequest) -> Reply:
+    """Long answers, so the session compacts by its fifth turn; summarizer requests get one."""
+    if req.messages[0].content == DEFAULT_SUMMARY_INSTRUCTIONS:
+        return Reply("they talked about sheds")
+    return Reply("about sheds: " + "the shed is green " * 90)
+
+
+async def test_a_compactions_summarizer_call_is_counted_wherever_usage_is(
+    tmp_path: Path,
+) -> None:
+    """The summary a compaction asks for is a paid provider call like any step: it is in
+    the budget view (a row marked ``summary``, before the step it was made for), in the
+    turn's and the session's totals, in ``TurnResult.usage`` and in ``hostkit budget``;
+    the context view (the turn's prepare() decisions) is unchanged by it."""
+    model = ScriptedModel([talker], repeat_last=True, model="gpt-4o-mini", limits=TIGHT)
+    async with open_host(tmp_path, model) as host:
+        results = [await host.turns.run(request(f"tell me about shed {i}")) for i in range(5)]
+        assert [r.outcome for r in results] == ["completed"] * 5
+        session_id = results[0].session_id
+        operator = await host.operator("ops", reason="inspect budget")
+        view = await budget_view(host, operator, session_id)
+        context = await context_view(host, operator, session_id=session_id)
+        rows = await usage_rows(host, session_id)
+    summaries = [r for r in model.requests if r.messages[0].content == DEFAULT_SUMMARY_INSTRUCTIONS]
+    assert len(summaries) == 1
+    # Every provider call the model served is one usage row and one budget view step.
+    assert len(rows) == len(model.requests) == view.totals.steps == 6
+    last = view.turns[-1]
+    assert [(s.step_id, s.summary) for s in last.steps] == [(0, True), (0, False)]
+    summary = last.steps[0]
+    assert summary.input_tokens > 0
+    assert summary.estimated_input_tokens is not None
+    assert summary.cost_usd is not None
+    assert summary.cost_usd > 0
+    assert not any(s.summary for turn in view.turns[:-1] for s in turn.steps)
+    for turn, result in zip(view.turns, results, strict=True):
+        assert (turn.totals.steps, turn.totals.input_tokens, turn.totals.output_tokens) == (
+            len(turn.steps),
+            result.usage.input_tokens,
+            result.usage.output_tokens,
+        )
+    assert results[-1].usage.input_tokens == sum(s.input_tokens for s in last.steps)
+    assert (view.totals.input_tokens, view.totals.output_tokens) == (
+        sum(row[3] for row in rows),
+        sum(row[4] for row in rows),
+    )
+    assert [step.step_id for step in context.steps] == [0]
+    shown = io.StringIO()
+    Console(file=shown, width=200, color_system=None).print(budget_report(view, width=200))
+    text = shown.getvalue()
+    assert "0*" in text
+    assert "gpt-4o-mini (summary)" in text
+    assert "summarizer call" in text
+    assert "totals: 6 steps" in text
 
 
 async def test_unknown_models_have_no_cost_until_prices_are_given(tmp_path: Path) -> None:

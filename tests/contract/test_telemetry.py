@@ -21,13 +21,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from hostkit.context import DEFAULT_SUMMARY_INSTRUCTIONS
 from hostkit.effects import ApprovalRequest, AuthoredTool, ToolContext, tool
 from hostkit.errors import ConfigError
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.telemetry import TracingObserver
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
-from hostkit.types import ModelRequest, TurnResult
+from hostkit.types import ModelLimits, ModelRequest, TurnResult
 from tests.hosts import request, turn_rows
 from tests.support import facts
 
@@ -246,6 +247,49 @@ async def test_a_turn_with_a_tool_is_an_agent_span_over_two_chats_and_a_tool(
     exported = everything_exported(spans)
     assert ARGUMENT not in exported
     assert "sunny" not in exported
+
+
+def talker(req: ModelRequest) -> Reply:
+    """Long answers, so the session compacts by its fifth turn; summarizer requests get one."""
+    if req.messages[0].content == DEFAULT_SUMMARY_INSTRUCTIONS:
+        return Reply("they talked about sheds")
+    return Reply("about sheds: " + "the shed is green " * 90)
+
+
+async def test_a_compactions_summarizer_call_is_a_chat_span_counted_in_the_agent_span(
+    tmp_path: Path, traces: Traces
+) -> None:
+    """The summary a compaction asks for while preparing a step is a model call like the
+    step's own: a ``chat`` span under the turn's (marked ``hostkit.context.summary``, ended
+    before the step's call began) whose usage the ``invoke_agent`` totals include."""
+    limits = ModelLimits(context_window=2_000, max_output_tokens=300, safety_margin_tokens=50)
+    model = ScriptedModel([talker], repeat_last=True, limits=limits)
+    async with traced(tmp_path, traces, model) as host:
+        results = [await host.turns.run(request(f"tell me about shed {i}")) for i in range(5)]
+    assert [r.outcome for r in results] == ["completed"] * 5
+    assert [r.messages[0].content for r in model.requests].count(DEFAULT_SUMMARY_INSTRUCTIONS) == 1
+    last = results[-1]
+    root = traces.root(last.turn_id)
+    chats = [s for s in traces.named("chat") if attrs(s)["hostkit.turn_id"] == last.turn_id]
+    summary, step = chats
+    assert attrs(summary)["hostkit.context.summary"] is True
+    assert "hostkit.context.summary" not in attrs(step)
+    assert summary.parent is not None
+    assert summary.parent.span_id == root.context.span_id
+    assert summary.end_time <= step.start_time
+    assert (attrs(summary)["hostkit.step"], attrs(step)["hostkit.step"]) == (0, 0)
+    assert attrs(summary)["gen_ai.usage.input_tokens"] > 0
+    assert (
+        (
+            attrs(root)["gen_ai.usage.input_tokens"],
+            attrs(root)["gen_ai.usage.output_tokens"],
+        )
+        == (
+            sum(attrs(c)["gen_ai.usage.input_tokens"] for c in chats),
+            sum(attrs(c)["gen_ai.usage.output_tokens"] for c in chats),
+        )
+        == (last.usage.input_tokens, last.usage.output_tokens)
+    )
 
 
 async def test_turns_of_one_conversation_share_its_id_and_nest_under_the_callers_span(
