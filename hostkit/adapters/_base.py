@@ -11,12 +11,15 @@ from __future__ import annotations
 from anyio.abc import AsyncResource
 
 from hostkit.errors import InvalidValue
-from hostkit.types import NO_ATTACHMENTS, AttachmentSupport, ModelLimits, is_text
+from hostkit.types import (
+    MAX_MODEL_ID_CHARS,
+    NO_ATTACHMENTS,
+    AttachmentSupport,
+    ModelLimits,
+    is_text,
+)
 
 __all__ = ["ProviderBase"]
-
-# The longest provider name or model id (they go into usage records and calibration keys).
-_MAX_ID = 200
 
 
 class ProviderBase(AsyncResource):
@@ -37,8 +40,10 @@ class ProviderBase(AsyncResource):
         # Checked here, for every adapter: a wrong value would fail much later, at the
         # Host's open or in the middle of a turn, as some other error.
         for key, text in (("name", name), ("model", model)):
-            if not is_text(text, limit=_MAX_ID):
-                raise InvalidValue(f"a provider's {key} must be text of 1 to {_MAX_ID} characters")
+            if not is_text(text, limit=MAX_MODEL_ID_CHARS):
+                raise InvalidValue(
+                    f"a provider's {key} must be text of 1 to {MAX_MODEL_ID_CHARS} characters"
+                )
         if not isinstance(limits, ModelLimits):
             raise InvalidValue(f"limits must be a ModelLimits, not {type(limits).__name__}")
         if not isinstance(attachments, AttachmentSupport):

@@ -16,6 +16,8 @@ from hostkit.errors import ConfigError
 from hostkit.types import is_count, is_seconds
 
 __all__ = [
+    "MAX_CONTEXT_WINDOW",
+    "MIN_CONTEXT_WINDOW",
     "check_options",
     "check_wheel",
     "read_tail",
@@ -23,6 +25,8 @@ __all__ = [
 
 # Below this the model's own chat template plus the safety margin leave no room to talk.
 MIN_CONTEXT_WINDOW = 512
+# Far past any model's window (16M tokens); llama.cpp would try to allocate it.
+MAX_CONTEXT_WINDOW = 1 << 24
 LOG_TAIL_BYTES = 4096
 LOG_TAIL_CHARS = 300
 # llama.cpp prefixes each log line with an elapsed time ("0.00.003.439 ").
@@ -44,8 +48,10 @@ def check_options(
     # Whole numbers and finite times: NaN and inf passed the comparisons below them.
     if not is_count(port, low=0, high=65535):
         raise ConfigError("must be 0 (any free port) or a TCP port number", key="port")
-    if not is_count(context_window, low=MIN_CONTEXT_WINDOW, high=1 << 24):
-        raise ConfigError(f"must be at least {MIN_CONTEXT_WINDOW} tokens", key="context_window")
+    if not is_count(context_window, low=MIN_CONTEXT_WINDOW, high=MAX_CONTEXT_WINDOW):
+        raise ConfigError(
+            f"must be {MIN_CONTEXT_WINDOW} to {MAX_CONTEXT_WINDOW} tokens", key="context_window"
+        )
     if not is_count(threads, high=1024):
         raise ConfigError("must be an integer from 1 to 1024", key="threads")
     if not is_seconds(startup_timeout_s, high=86_400):

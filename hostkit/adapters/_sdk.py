@@ -15,6 +15,7 @@ This module imports no vendor SDK, so importing it never needs an extra.
 
 from __future__ import annotations
 
+import os
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from hostkit.adapters._base import ProviderBase
 from hostkit.adapters._bounds import over_bound, refused
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded, scrub_secret
 from hostkit.providers import RetryPolicy, retry_after_seconds
-from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
+from hostkit.types import AttachmentSupport, ModelLimits, http_url_problem, is_seconds
 
 __all__ = ["SdkErrors", "SdkProvider"]
 
@@ -80,6 +81,25 @@ class SdkErrors:
         )
 
 
+def _check_base_url(base_url: str | None, variable: str) -> None:
+    """Refuse a base URL the HTTP client could not use, given or from ``variable``.
+
+    The client parses it only when the first request goes out: a port past
+    65535 or an unclosed ``[`` would fail every turn as an internal error.
+    An empty variable counts as unset.
+    """
+    if base_url is not None:
+        if (problem := http_url_problem(base_url)) is not None:
+            raise ConfigError(problem, key="base_url")
+        return
+    from_env = os.environ.get(variable)
+    if from_env and (problem := http_url_problem(from_env)) is not None:
+        raise ConfigError(
+            f"{problem}; the SDK sends every request there: fix the variable or unset it",
+            key=variable,
+        )
+
+
 class SdkProvider(ProviderBase, Generic[ClientT]):
     """Holds an SDK client of type ``ClientT`` for a ModelProvider adapter.
 
@@ -92,6 +112,8 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
 
     _default_name: ClassVar[str]
     _default_limits: ClassVar[ModelLimits]
+    # The environment variable the vendor SDK takes its base URL from when none is given.
+    _base_url_env: ClassVar[str]
     _errors: ClassVar[SdkErrors]
     # The response header carrying the provider's request id.
     _request_id_header: ClassVar[str]
@@ -123,6 +145,7 @@ class SdkProvider(ProviderBase, Generic[ClientT]):
         # NaN failed every call with a raw ValueError, and inf waited for ever.
         if not is_seconds(timeout_s, high=86_400):
             raise ConfigError("must be in (0, 86400] seconds", key="timeout_s")
+        _check_base_url(base_url, self._base_url_env)
         super().__init__(
             name=name or self._default_name,
             model=model,

@@ -75,6 +75,7 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
 
     _default_name = "anthropic"
     _default_limits = DEFAULT_LIMITS
+    _base_url_env = "ANTHROPIC_BASE_URL"
     # The SDK's event stream lets the HTTP client's read errors through unwrapped.
     _errors = SdkErrors.of(
         anthropic, base=anthropic.AnthropicError, transport=(httpx2.TransportError,)

@@ -41,7 +41,13 @@ import httpx
 from anyio.abc import Process
 
 from hostkit.adapters._llama_child import EXIT_NO_WHEEL
-from hostkit.adapters._llama_setup import check_options, check_wheel, read_tail
+from hostkit.adapters._llama_setup import (
+    MAX_CONTEXT_WINDOW,
+    MIN_CONTEXT_WINDOW,
+    check_options,
+    check_wheel,
+    read_tail,
+)
 from hostkit.adapters._model_fetch import fetch_model, fetch_notice, model_file
 from hostkit.adapters._model_source import (
     ModelLocation,
@@ -61,6 +67,8 @@ if TYPE_CHECKING:
     from hostkit.providers import RetryPolicy
 
 __all__ = [
+    "MAX_CONTEXT_WINDOW",
+    "MIN_CONTEXT_WINDOW",
     "LocalModel",
     "ModelLocation",
     "ModelSource",

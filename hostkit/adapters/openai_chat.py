@@ -77,6 +77,7 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
 
     _default_name = "openai"
     _default_limits = DEFAULT_LIMITS
+    _base_url_env = "OPENAI_BASE_URL"
     _errors = SdkErrors.of(openai, base=openai.OpenAIError)
     _request_id_header = "x-request-id"
     # OpenAI's error code and llama.cpp's error type; vLLM says it only in prose.

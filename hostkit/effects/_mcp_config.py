@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects._mcp import MCP_SERVER_NAME_PATTERN, McpServerDeclaration
 from hostkit.effects._runtime import ENV_NAME_PATTERN
+from hostkit.types import http_url_problem
 
 __all__ = [
     "MAX_MCP_ARGS",
@@ -57,7 +57,8 @@ class McpServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     command: list[str] | None = Field(default=None, max_length=MAX_MCP_ARGS)
-    url: str | None = Field(default=None, max_length=MAX_MCP_URL_CHARS)
+    # Its length is checked with the rest of the URL (``_check_url``), at the table's key.
+    url: str | None = None
     env: dict[str, Annotated[str, Field(max_length=MAX_MCP_ENV_VALUE_CHARS)]] = Field(
         default_factory=dict
     )
@@ -122,18 +123,8 @@ def _check_argv(argv: list[str]) -> None:
 
 
 def _check_url(url: str) -> None:
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        raise ValueError("'url' contains whitespace or a control character")
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("http", "https"):
-        raise ValueError("'url' must be an http:// or https:// streamable-HTTP endpoint")
-    try:
-        host = parsed.hostname
-        parsed.port  # noqa: B018  (raises on a port that is not a number in range)
-    except ValueError:
-        raise ValueError("'url' has a malformed host or port") from None
-    if not host:
-        raise ValueError("'url' must name a host")
+    if (problem := http_url_problem(url, limit=MAX_MCP_URL_CHARS)) is not None:
+        raise ValueError(f"'url' {problem} (a streamable-HTTP endpoint)")
 
 
 def _check_env(env: dict[str, str]) -> None:

@@ -24,14 +24,24 @@ import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
+from hostkit.adapters.local_llama import MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW
 from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
-from hostkit.errors import ConfigError, bounded
+from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.host._tool_modules import MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
 from hostkit.store import carries_password, redact_url
-from hostkit.types import is_channel_id, is_core_id, is_text
+from hostkit.types import (
+    MAX_MODEL_ID_CHARS,
+    MAX_URL_CHARS,
+    ModelLimits,
+    argument_problem,
+    http_url_problem,
+    is_channel_id,
+    is_core_id,
+    is_text,
+)
 
 __all__ = [
     "DEFAULT_CORE_REF",
@@ -112,6 +122,15 @@ class ScriptStepConfig(_Strict):
     finish_reason: Literal["stop", "length"] = "stop"
     delay_s: float = Field(default=0.0, ge=0, le=3_600)
 
+    # The arguments become a tool call a turn freezes, stores and shows as JSON: a TOML
+    # date or time there failed each turn that reached the step as an internal error.
+    @pydantic.field_validator("arguments")
+    @classmethod
+    def _json_arguments(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        if (problem := argument_problem(arguments)) is not None:
+            raise ValueError(f"tool-call arguments {problem}")
+        return arguments
+
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> ScriptStepConfig:
         if (self.reply is None) == (self.tool is None):
@@ -145,6 +164,31 @@ class ProviderConfig(_Strict):
     # the configuration's folder); unset, the cached or fetched default (docs/providers.md).
     model_path: ConfigPath | None = None
 
+    # Everything the provider's construction checks is checked here, when the file is read:
+    # a live edit the adapter would refuse must reject the reload, not be applied and then
+    # refuse every turn of the agents on this provider.
+    @pydantic.field_validator("model")
+    @classmethod
+    def _model_id(cls, model: str | None) -> str | None:
+        # "" falls back to the kind's default model, as unset does.
+        if model and not is_text(model, limit=MAX_MODEL_ID_CHARS):
+            raise ValueError(f"must be 1 to {MAX_MODEL_ID_CHARS} characters of text")
+        return model
+
+    @pydantic.field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+    @pydantic.field_validator("context_window")
+    @classmethod
+    def _local_window(cls, value: int | None, info: pydantic.ValidationInfo) -> int | None:
+        # The embedded server's own bounds (its check_options), not only ModelLimits'.
+        low, high = MIN_CONTEXT_WINDOW, MAX_CONTEXT_WINDOW
+        if info.data.get("kind") == "local" and value is not None and not low <= value <= high:
+            raise ValueError(f"the local model's window is {low} to {high} tokens")
+        return value
+
     @pydantic.model_validator(mode="after")
     def _local_reads_text(self) -> ProviderConfig:
         if self.kind == "local" and self.attachments:
@@ -152,6 +196,48 @@ class ProviderConfig(_Strict):
         if self.kind != "local" and self.model_path is not None:
             raise ValueError('model_path is for kind = "local" only')
         return self
+
+    @pydantic.model_validator(mode="after")
+    def _limits_fit(self) -> ProviderConfig:
+        if self.kind == "local":  # its output cap is clamped below its window, never refused
+            return self
+        try:
+            self.limits()
+        except InvalidValue:
+            output = self.max_output_tokens or f"{_FALLBACK_LIMITS.max_output_tokens}, the default"
+            window = self.context_window or f"{_FALLBACK_LIMITS.context_window}, the default"
+            raise ValueError(
+                f"max_output_tokens ({output}) must be smaller than context_window ({window})"
+            ) from None
+        return self
+
+    def limits(self) -> ModelLimits | None:
+        """The limits the provider is built with; None keeps its adapter's own defaults.
+
+        Setting one of ``context_window`` and ``max_output_tokens`` takes the
+        other from ``_FALLBACK_LIMITS``. Raises ``InvalidValue`` when the two do
+        not fit (the output cap must be below the window): the model
+        validator refuses such a table, so a parsed configuration never does.
+        """
+        if self.context_window is None and self.max_output_tokens is None:
+            return None
+        return ModelLimits(
+            context_window=self.context_window or _FALLBACK_LIMITS.context_window,
+            max_output_tokens=self.max_output_tokens or _FALLBACK_LIMITS.max_output_tokens,
+            estimator_id=_FALLBACK_LIMITS.estimator_id,
+            safety_margin_tokens=_FALLBACK_LIMITS.safety_margin_tokens,
+        )
+
+
+# The half of a provider's limits its table leaves unset when it sets the other half.
+_FALLBACK_LIMITS = ModelLimits(context_window=128_000, max_output_tokens=4_096)
+
+
+def _http_url(value: str | None) -> str | None:
+    """``value`` when an HTTP client can reach it (``http_url_problem``); else ValueError."""
+    if value is not None and (problem := http_url_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
 
 
 _Rule = Annotated[str, Field(min_length=1, max_length=256)]
@@ -286,18 +372,13 @@ class TelemetryConfig(_Strict):
     """
 
     traces: Literal["none", "console", "otlp"] = "none"
-    endpoint: str | None = Field(default=None, max_length=2048)
+    endpoint: str | None = Field(default=None, max_length=MAX_URL_CHARS)
     service_name: str = Field(default="hostkit", min_length=1, max_length=200)
 
     @pydantic.field_validator("endpoint")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parsed = urlsplit(value)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError("endpoint must be an http:// or https:// URL with a host")
-        return value
+        return _http_url(value)
 
     @pydantic.model_validator(mode="after")
     def _endpoint_for_otlp(self) -> TelemetryConfig:
@@ -790,7 +871,21 @@ def default_config(
         name = "openai"
     else:
         provider, name = {"kind": "local"}, "local"
-    return parse_config(
-        {"providers": {name: provider}, "agents": {"assistant": {"provider": name}}},
-        base_dir=base_dir,
-    )
+    try:
+        return parse_config(
+            {"providers": {name: provider}, "agents": {"assistant": {"provider": name}}},
+            base_dir=base_dir,
+        )
+    except ConfigError as exc:
+        # The operator wrote the variable, not a [providers.openai] table: name it.
+        variable = _DEFAULT_VARIABLES.get(exc.key or "")
+        if variable is None:
+            raise
+        raise ConfigError(exc.message.removeprefix(f"{exc.key}: "), key=variable) from None
+
+
+# The environment variables default_config() takes provider settings from, by their key.
+_DEFAULT_VARIABLES = {
+    "providers.openai.base_url": "OPENAI_BASE_URL",
+    "providers.openai.model": "OPENAI_MODEL",
+}

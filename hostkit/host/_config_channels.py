@@ -29,6 +29,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects import ENV_NAME_PATTERN
+from hostkit.types import MAX_URL_CHARS, http_url_problem
 
 __all__ = [
     "DEFAULT_API_BASE",
@@ -53,9 +54,11 @@ _SENDER = re.compile(r"^[A-Za-z0-9_.:@+-]{1,128}$")
 def _http_url(value: str | None, key: str) -> str | None:
     if value is None:
         return None
+    # The shared check: a bad port or host is refused here, not retried as a transient
+    # channel error until the delivery is dead-lettered.
+    if (problem := http_url_problem(value)) is not None:
+        raise ValueError(f"{key} {problem}")
     parsed = urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"{key} must be an http:// or https:// URL with a host")
     if parsed.username or parsed.password:
         raise ValueError(f"{key} must not carry credentials (use token_env / secret_env)")
     return value.rstrip("/")
@@ -86,8 +89,8 @@ class ChannelConfig(_Strict):
     max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=8 * 1_048_576)
     # Signed requests older (or newer) than this are refused as replays.
     replay_window_s: float = Field(default=300.0, gt=0, le=3_600)
-    api_base: str | None = Field(default=None, max_length=2_048)
-    deliver_url: str | None = Field(default=None, max_length=2_048)
+    api_base: str | None = Field(default=None, max_length=MAX_URL_CHARS)
+    deliver_url: str | None = Field(default=None, max_length=MAX_URL_CHARS)
     # getUpdates long-poll timeout and the pause after a failed poll.
     poll_timeout_s: float = Field(default=25.0, ge=0, le=60)
     poll_backoff_s: float = Field(default=5.0, gt=0, le=600)

@@ -52,7 +52,7 @@ from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
-from hostkit.types import AttachmentSupport, ModelLimits, ModelRequest
+from hostkit.types import AttachmentSupport, ModelRequest, http_url_problem
 
 if TYPE_CHECKING:
     from hostkit.adapters.anthropic_messages import AnthropicProvider
@@ -133,18 +133,6 @@ def _require_provider_extra(name: str, config: ProviderConfig) -> None:
         require_extra(extra, feature=_provider_feature(name, config), key=f"providers.{name}.kind")
 
 
-def _limits(config: ProviderConfig, default: ModelLimits | None) -> ModelLimits | None:
-    if config.context_window is None and config.max_output_tokens is None:
-        return default
-    base = default or ModelLimits(context_window=128_000, max_output_tokens=4_096)
-    return ModelLimits(
-        context_window=config.context_window or base.context_window,
-        max_output_tokens=config.max_output_tokens or base.max_output_tokens,
-        estimator_id=base.estimator_id,
-        safety_margin_tokens=base.safety_margin_tokens,
-    )
-
-
 def _scripted_step(config: ScriptStepConfig) -> ScriptStep:
     """A configured script step; one with ``delay_s`` answers only after that long."""
     step: Reply | CallTools = (
@@ -181,7 +169,12 @@ def _needs_key(config: ProviderConfig) -> bool:
 
 
 def _is_local(url: str) -> bool:
-    """Whether ``url``'s host is this machine or a private network (a keyless server's place)."""
+    """Whether ``url``'s host is this machine or a private network (a keyless server's place).
+
+    A URL no client could use is neither (a ``ProviderConfig`` refuses one at parse time).
+    """
+    if http_url_problem(url) is not None:
+        return False
     host = (urlsplit(url).hostname or "").rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return True
@@ -243,7 +236,7 @@ class DefaultProviderSource(AsyncResource):
                 steps,
                 name=name,
                 model=config.model or "scripted-1",
-                limits=_limits(config, None),
+                limits=config.limits(),
                 attachments=AttachmentSupport(config.attachments or ()),
             )
         if config.kind in ("openai", "anthropic"):
@@ -264,7 +257,7 @@ class DefaultProviderSource(AsyncResource):
                     model=config.model or _DEFAULT_MODELS[config.kind],
                     base_url=config.base_url,
                     api_key=key,
-                    limits=_limits(config, None),
+                    limits=config.limits(),
                     timeout_s=config.timeout_s,
                     name=name,
                     attachments=None

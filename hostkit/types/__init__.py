@@ -90,6 +90,7 @@ from hostkit.types._mcp import McpServerState, McpServerStatus, McpToolRow
 from hostkit.types._model import (
     MAX_ARGUMENT_DEPTH,
     MAX_CALL_ID_CHARS,
+    MAX_MODEL_ID_CHARS,
     MAX_RESPONSE_BYTES,
     MAX_TOOL_CALLS,
     MAX_TOOL_NAME_CHARS,
@@ -167,6 +168,7 @@ from hostkit.types._turn import (
     TurnRequest,
     TurnResult,
 )
+from hostkit.types._urls import MAX_URL_CHARS, http_url_problem
 from hostkit.types._words import plural
 
 __all__ = [
@@ -189,6 +191,7 @@ __all__ = [
     "MAX_INBOUND_PAYLOAD",
     "MAX_INPUT_CHARS",
     "MAX_METADATA_CHARS",
+    "MAX_MODEL_ID_CHARS",
     "MAX_RAW_ARGUMENT_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_STATE_KEY",
@@ -196,6 +199,7 @@ __all__ = [
     "MAX_TOOL_CALLS",
     "MAX_TOOL_NAME_CHARS",
     "MAX_TURN_ATTACHMENT_BYTES",
+    "MAX_URL_CHARS",
     "MEDIA_TYPES",
     "MIN_SECRET",
     "NO_ATTACHMENTS",
@@ -296,6 +300,7 @@ __all__ = [
     "check_content",
     "content_ref",
     "finite_seconds",
+    "http_url_problem",
     "is_channel_id",
     "is_core_id",
     "is_count",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ MAX_RAW_ARGUMENT_CHARS = 2000
 # Python writes and reads integers of at most 4,300 digits (its int-to-text limit): a
 # longer one built in Python would fail the encoding of every later request.
 _MAX_INT_BITS = 13_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def argument_problem(arguments: object) -> str | None:
@@ -35,38 +37,63 @@ def argument_problem(arguments: object) -> str | None:
 
     They must be a mapping of JSON data: string keys; strings, booleans,
     integers, finite floats and None; lists, tuples and mappings of them,
-    nested at most ``MAX_ARGUMENT_DEPTH`` levels. Iterative, so a structure
+    nested at most ``MAX_ARGUMENT_DEPTH`` levels. The answer names where the
+    first problem is (``at nested[0].at``). Iterative, so a structure
     thousands of levels deep is measured without recursion.
     """
     if not isinstance(arguments, Mapping):
         return f"must be a JSON object, not {type(arguments).__name__}"
-    pending: list[tuple[Any, int]] = [(arguments, 0)]
+    # Each item with its depth and where it is: (the parent's place, its key or index).
+    pending: list[tuple[Any, int, _Place]] = [(arguments, 0, None)]
     while pending:
-        item, depth = pending.pop()
-        if isinstance(item, str) or item is None:
-            continue
-        if isinstance(item, int):  # bool is an int
-            if item.bit_length() > _MAX_INT_BITS:
-                return "hold an integer of more than 3,900 digits, which JSON readers refuse"
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return f"hold the number {item!r}, which JSON cannot carry"
-            continue
-        if isinstance(item, Mapping):
+        item, depth, place = pending.pop()
+        problem = _leaf_problem(item)
+        if problem is None and isinstance(item, Mapping | list | tuple):
             if depth >= MAX_ARGUMENT_DEPTH:
-                return f"nest deeper than {MAX_ARGUMENT_DEPTH} levels"
-            for key, value in item.items():
-                if not isinstance(key, str):
-                    return f"have a key of type {type(key).__name__}; JSON keys are strings"
-                pending.append((value, depth + 1))
-        elif isinstance(item, list | tuple):
-            if depth >= MAX_ARGUMENT_DEPTH:
-                return f"nest deeper than {MAX_ARGUMENT_DEPTH} levels"
-            pending.extend((value, depth + 1) for value in item)
-        else:
-            return f"hold a value of type {type(item).__name__}, which is not JSON"
+                problem = f"nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+            elif isinstance(item, Mapping):
+                for key, value in item.items():
+                    if not isinstance(key, str):
+                        problem = f"have a key of type {type(key).__name__}; JSON keys are strings"
+                        break
+                    pending.append((value, depth + 1, (place, key)))
+            else:
+                pending.extend((value, depth + 1, (place, i)) for i, value in enumerate(item))
+        if problem is not None:
+            where = _spelled(place)
+            return f"{problem} (at {where})" if where else problem
     return None
+
+
+_Place = tuple["_Place", str | int] | None
+
+
+def _leaf_problem(item: object) -> str | None:
+    """Why ``item`` is no JSON value, for anything but a container; None when it is one."""
+    if isinstance(item, str):
+        # A lone surrogate ("\\ud800" in JSON text) has no UTF-8: no request or row carries it.
+        if item.isascii() or not _SURROGATE.search(item):
+            return None
+        return "hold a lone surrogate, which no text encoding carries"
+    if isinstance(item, Mapping | list | tuple) or item is None:
+        return None
+    if isinstance(item, int):  # bool is an int
+        if item.bit_length() > _MAX_INT_BITS:
+            return "hold an integer of more than 3,900 digits, which JSON readers refuse"
+        return None
+    if isinstance(item, float):
+        return None if math.isfinite(item) else f"hold the number {item!r}, which JSON cannot carry"
+    return f"hold a value of type {type(item).__name__}, which is not JSON"
+
+
+def _spelled(place: _Place) -> str:
+    """``place`` as a path: ``nested[0].at``; bounded, however deep or long its keys."""
+    parts: list[str] = []
+    while place is not None:
+        place, key = place
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key[:40]}")
+    path = "".join(reversed(parts)).removeprefix(".")
+    return path if len(path) <= 200 else "…" + path[-199:]
 
 
 def raw_arguments(value: object) -> dict[str, str]:

@@ -19,6 +19,7 @@ from hostkit.types._bounds import is_count
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_CALL_ID_CHARS",
+    "MAX_MODEL_ID_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_TOOL_CALLS",
     "MAX_TOOL_NAME_CHARS",
@@ -47,6 +48,8 @@ MAX_TOOL_CALLS = 64
 MAX_TOOL_NAME_CHARS = 64
 MAX_CALL_ID_CHARS = 128
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# The longest provider name or model id: they go into usage records and calibration keys.
+MAX_MODEL_ID_CHARS = 200
 # The largest count a 64-bit integer column (SQLite INTEGER, PostgreSQL BIGINT) holds.
 MAX_STORED_COUNT = 2**63 - 1
 Role = Literal["system", "user", "assistant", "tool"]
