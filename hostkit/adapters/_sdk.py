@@ -86,14 +86,14 @@ def _check_base_url(base_url: str | None, variable: str) -> None:
 
     The client parses it only when the first request goes out: a port past
     65535 or an unclosed ``[`` would fail every turn as an internal error.
-    An empty variable counts as unset.
     """
     if base_url is not None:
         if (problem := http_url_problem(base_url)) is not None:
             raise ConfigError(problem, key="base_url")
         return
     from_env = os.environ.get(variable)
-    if from_env and (problem := http_url_problem(from_env)) is not None:
+    # Set but empty is no unset variable: the SDK then sends every request to "".
+    if from_env is not None and (problem := http_url_problem(from_env)) is not None:
         raise ConfigError(
             f"{problem}; the SDK sends every request there: fix the variable or unset it",
             key=variable,

@@ -55,6 +55,9 @@ def argument_problem(arguments: object) -> str | None:
                 for key, value in item.items():
                     if not isinstance(key, str):
                         problem = f"have a key of type {type(key).__name__}; JSON keys are strings"
+                    else:
+                        problem = _leaf_problem(key)
+                    if problem is not None:
                         break
                     pending.append((value, depth + 1, (place, key)))
             else:
@@ -109,4 +112,6 @@ def raw_arguments(value: object) -> dict[str, str]:
             text = json.dumps(value, default=str, ensure_ascii=False, skipkeys=True)
         except (ValueError, TypeError, RecursionError):
             text = ""
-    return {"_raw": text[:MAX_RAW_ARGUMENT_CHARS]}
+    # A lone surrogate is spelled out (``\\ud800``): the form itself must be valid arguments.
+    text = text[:MAX_RAW_ARGUMENT_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"_raw": text}

@@ -17,6 +17,8 @@ import re
 import unicodedata
 from urllib.parse import urlsplit
 
+import idna
+
 __all__ = ["MAX_URL_CHARS", "http_url_problem"]
 
 # Far past any real endpoint; a longer value is a mistake, not a URL.
@@ -57,21 +59,31 @@ def http_url_problem(url: object, *, limit: int = MAX_URL_CHARS) -> str | None:
         port = 0
     if port == 0:
         return "has a port that is not a number from 1 to 65535"
+    if "[" in parts.netloc.rpartition("@")[2]:
+        # Bracketed: an IPv6 address (its zone id aside); urlsplit also lets IPvFuture
+        # ("[v1.fe]") through, which no HTTP client connects to.
+        try:
+            ipaddress.IPv6Address(host.partition("%")[0])
+        except ValueError:
+            return "has a bracketed host that is not an IPv6 address"
+        return None
     return _host_problem(host)
 
 
 def _host_problem(host: str) -> str | None:
-    if ":" in host:  # an IPv6 literal: urlsplit has checked what is inside the brackets
-        return None
     if _DOTTED_NUMBERS.fullmatch(host):
         try:
             ipaddress.IPv4Address(host)
         except ValueError:
             return f"has the host {host[:40]!r}, which is not an IPv4 address"
         return None
-    name = host.removesuffix(".")
     if not host.isascii():
-        return "has a host that is not ASCII (write an international name in its xn-- form)"
+        # An international name goes out IDNA-encoded (IDNA 2008, as httpx encodes it).
+        try:
+            host = idna.encode(host).decode("ascii")
+        except (idna.IDNAError, UnicodeError):
+            return "has a host that is not a valid international name (IDNA 2008)"
+    name = host.removesuffix(".")
     if len(name) > _HOST_CHARS or not all(_LABEL.fullmatch(label) for label in name.split(".")):
         return (
             f"has the host {host[:40]!r}, which is not a host name (labels of 1 to 63 "

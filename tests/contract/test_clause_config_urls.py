@@ -69,7 +69,8 @@ BAD_URLS = {
     "a megabyte": ("http://example.com/" + "a" * 1_000_000, "2048"),
     "a newline": ("http://example.com/v1\nX-Forged: 1", "control character"),
     "a space in the host": ("http://exa mple.com/", "whitespace"),
-    "a host IDNA cannot encode": ("http://\u2603.example/", "xn--"),
+    "a host IDNA cannot encode": ("http://\u2603.example/", "international name"),
+    "a bracketed host that is no IPv6 address": ("http://[v1.fe]/", "IPv6"),
     "an IPv4 address past 255": ("http://10.0.0.999/", "IPv4"),
     "an invalid xn-- label": ("http://xn--zz.example/", "xn--"),
     "an empty label": ("http://a..b/", "host name"),
@@ -81,6 +82,8 @@ GOOD_URLS = [
     "http://localhost/",
     "http://model_server.internal:8080/v1?x=1",
     "https://xn--bcher-kva.example/api",
+    "https://b\u00fccher.example/api",
+    "http://[fe80::1%25eth0]:8080/",
 ]
 
 
@@ -144,12 +147,20 @@ def test_a_bad_base_url_given_to_an_adapter_is_a_config_error(
 
 
 @pytest.mark.parametrize("variable", sorted(ADAPTERS))
-def test_an_empty_or_usable_base_url_variable_builds(
+def test_a_usable_base_url_variable_builds(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "http://127.0.0.1:8000/v1")
+    ADAPTERS[variable](model="m", api_key="k")
+
+
+@pytest.mark.parametrize("variable", sorted(ADAPTERS))
+def test_an_empty_base_url_variable_is_refused_not_sent_to(
     monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    for value in ("", "http://127.0.0.1:8000/v1"):
-        monkeypatch.setenv(variable, value)
+    """The SDKs take a set but empty variable as the URL itself, not as unset."""
+    monkeypatch.setenv(variable, "")
+    with pytest.raises(ConfigError) as caught:
         ADAPTERS[variable](model="m", api_key="k")
+    assert caught.value.key == variable
 
 
 async def test_a_turn_on_a_bad_openai_base_url_variable_is_rejected_naming_it(

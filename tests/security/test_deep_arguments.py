@@ -118,6 +118,28 @@ def test_a_stored_call_holding_nan_is_read_back_as_raw() -> None:
     assert dict(call.arguments) == {"_raw": '{"x": NaN}'}
 
 
+def test_a_stored_call_holding_a_lone_surrogate_is_read_back_as_raw_spelled_out() -> None:
+    """Rows written before ToolCall refused them: the row is read, the session goes on."""
+    body = {"tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"p": "a\ud800"}}]}
+    [call] = ModelMessage.from_json("assistant", body).tool_calls
+    assert dict(call.arguments) == {"_raw": '{"p": "a\\ud800"}'}
+
+
+@pytest.mark.parametrize(
+    "sent", ['{"path": "\\ud800"}', '{"\\udc80": 1}', {"path": "\ud800"}, {"\udc80": 1}]
+)
+def test_arguments_holding_a_lone_surrogate_become_one_raw_call(sent: Any) -> None:
+    arguments = parse_tool_arguments(sent)
+    assert set(arguments) == {"_raw"}
+    assert "\\u" in arguments["_raw"]
+    ToolCall("c1", "t", arguments)  # the raw form is itself valid arguments
+
+
+def test_a_python_built_key_holding_a_lone_surrogate_is_a_typed_error() -> None:
+    with pytest.raises(InvalidValue, match="lone surrogate"):
+        ToolCall("c1", "t", {"\ud800": 1})
+
+
 @pytest.mark.anyio
 async def test_a_turn_with_an_infinite_argument_fails_typed_and_the_next_turn_works(
     tmp_path: Path,

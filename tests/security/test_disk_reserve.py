@@ -210,6 +210,23 @@ async def test_a_file_write_that_would_take_the_reserve_is_refused_and_changes_n
     assert (workspace / "small.md").read_text() == "fits"
 
 
+async def test_the_file_reserve_applies_where_the_host_state_lives_not_on_a_disk_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A workspace on a file system of its own (sized for it) is bounded by that file
+    system; the reserve keeps back room for the Host's state where that lives."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    reserve = await anyio.to_thread.run_sync(free_bytes, tmp_path) + 1024 * MB
+    beside = WorkspaceScope(workspace, min_free_bytes=reserve, protected=[tmp_path / "db"])
+    with pytest.raises(WorkspaceError, match="keeps free"):
+        await beside.write("a.md", "x")
+    # /proc is never the workspace's file system: no Host state shares its disk.
+    elsewhere = WorkspaceScope(workspace, min_free_bytes=reserve, protected=["/proc/hostkit.db"])
+    await elsewhere.write("a.md", "x")
+    assert (workspace / "a.md").read_text() == "x"
+
+
 @pytest.mark.parametrize("reserve", [-1, 1.5, True, "1"])
 def test_a_malformed_workspace_reserve_is_refused(tmp_path: Path, reserve: Any) -> None:
     with pytest.raises(ConfigError, match="min_free_bytes"):

@@ -218,6 +218,8 @@ class WorkspaceScope:
     ``min_free_bytes`` refuses a write or an edit (reason ``disk_reserve``) that
     would leave the file system it lands on fewer free bytes than that: the
     Host keeps ``host.artifact_reserve_mb`` back for its database and backups.
+    With ``protected`` state it applies only on a file system that holds some
+    of that state; a workspace on a file system of its own is bounded by it.
     """
 
     def __init__(
@@ -255,7 +257,8 @@ class WorkspaceScope:
         self.max_path_chars = max_path_chars
         self.allow_hardlinked_reads = allow_hardlinked_reads
         self.min_free_bytes = min_free_bytes
-        self._contained = ContainedRoot(self.root, protected=ProtectedState(protected))
+        self._protected = ProtectedState(protected)
+        self._contained = ContainedRoot(self.root, protected=self._protected)
         self._instructions = frozenset(name.casefold() for name in instructions)
 
     def check(self, path: str) -> str:
@@ -508,7 +511,7 @@ class WorkspaceScope:
                 expect=same,
                 create=expect == "absent",
                 shown=shown,
-                keep_free=self.min_free_bytes,
+                keep_free=self._keep_free(parent),
             )
         finally:
             os.close(parent)
@@ -554,6 +557,23 @@ class WorkspaceScope:
         finally:
             os.close(parent)
 
+    def _keep_free(self, parent: int) -> int:
+        """Worker thread: the free bytes a write into ``parent`` must leave (``min_free_bytes``).
+
+        The reserve is for the Host's own state: it applies where some of it lives
+        (or everywhere when none is named), never on a file system the workspace
+        has to itself, which the operator sized for it.
+        """
+        if not self.min_free_bytes or not self._protected:
+            return self.min_free_bytes
+        return self.min_free_bytes if os.fstat(parent).st_dev in self._state_devices() else 0
+
+    def _state_devices(self) -> set[int]:
+        """The file systems holding the Host's state (or where its missing files would go)."""
+        ids = self._protected.identities()
+        devices = {device for device, _ in ids.directories | ids.files}
+        return devices | {device for (device, _), _ in ids.prefixes}
+
     def _edit(
         self, parts: tuple[str, ...], shown: str, old: str, new: str, count: int
     ) -> EditResult:
@@ -584,7 +604,7 @@ class WorkspaceScope:
                 mode=mode,
                 expect=info,
                 shown=shown,
-                keep_free=self.min_free_bytes,
+                keep_free=self._keep_free(parent),
             )
         finally:
             os.close(parent)
