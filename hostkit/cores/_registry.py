@@ -114,6 +114,7 @@ class CoreRegistry:
 
     async def status(self, core_id: str) -> CoreStatus:
         """Where ``core_id`` lives, its live commit (the store's; None: never promoted) and HEAD."""
+        core_id = _core_id(core_id)
         location = self._location(core_id)
         live = await self._live(core_id)
         try:
@@ -124,6 +125,7 @@ class CoreRegistry:
 
     async def log(self, core_id: str, *, limit: int = 50) -> tuple[RevisionInfo, ...]:
         """Commits from HEAD, newest first, the live one marked; () for an empty repository."""
+        core_id = _core_id(core_id)
         _check_limit(limit)
         _location, repo = await self._open(core_id)
         head = await repo.head()
@@ -145,6 +147,7 @@ class CoreRegistry:
         self, core_id: str, *, base: str | None = None, target: str = "HEAD"
     ) -> CoreDiff:
         """What promoting ``target`` over ``base`` (None: the live revision) would change."""
+        core_id = _core_id(core_id)
         _location, repo = await self._open(core_id)
         base_sha = await self._live(core_id) if base is None else await _resolve(repo, base)
         target_sha = await _resolve(repo, target)
@@ -214,6 +217,7 @@ class CoreRegistry:
         and ``review``/``dependency_review``: the tokens this change needs);
         nothing moves.
         """
+        core_id = _core_id(core_id)
         location, repo = await self._open(core_id)
         target = await _resolve(repo, revision)
         live = await self._live(core_id)
@@ -271,6 +275,7 @@ class CoreRegistry:
         ``to`` must have been live before (a recorded promotion or rollback);
         only the manifest gate runs (the revision passed its gates once).
         """
+        core_id = _core_id(core_id)
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidValue("a rollback needs a reason")
         location, repo = await self._open(core_id)
@@ -309,6 +314,7 @@ class CoreRegistry:
 
     async def history(self, core_id: str, *, limit: int = 100) -> tuple[CoreEvent, ...]:
         """Recorded moves and refused promotions of ``core_id``, newest first."""
+        core_id = _core_id(core_id)
         _check_limit(limit)
         self._location(core_id)
         return await self._store.cores.history(core_id, limit=limit)
@@ -363,6 +369,14 @@ class CoreRegistry:
     async def _open(self, core_id: str) -> tuple[CoreLocation, CoreRepository]:
         location = self._location(core_id)
         return location, await CoreRepository.open(location.path)
+
+
+def _core_id(value: object) -> str:
+    """A core id argument as a plain ``str``, checked before it is hashed or quoted; any
+    other value names no core (``NotFoundOrUnauthorized``, as for an unknown one)."""
+    if not is_core_id(value):
+        raise NotFoundOrUnauthorized("core")
+    return str.__str__(value)
 
 
 def _check_limit(limit: int) -> None:

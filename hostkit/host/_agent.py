@@ -136,7 +136,12 @@ class Agent:
         max_steps: int = 8,
         memory: bool = False,
     ) -> None:
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str):
+            raise InvalidValue(
+                f"an agent name must be 1-64 letters, digits, - or _, not {type(name).__name__}"
+            )
+        name = str.__str__(name)  # a plain copy: a subclass's own methods never run later
+        if not _NAME.fullmatch(name):
             raise InvalidValue(
                 f"agent name {bounded(repr(name), 80)} must be 1-64 letters, digits, - or _"
             )
@@ -257,7 +262,8 @@ def _provider_entry(agent: str, model: Mapping[str, Any]) -> ProviderConfig:
             named = unknown_key(ProviderConfig, first["loc"], style="toml")
             raise ConfigError(named.replace(" at the top level", ""), key=key) from None
         where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(first["msg"], key=f"{key}.{where}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(message, key=f"{key}.{where}" if where else key) from None
 
 
 def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | None]:
@@ -266,16 +272,19 @@ def _provider(agent: Agent, config: HostConfig) -> tuple[str, ProviderConfig | N
     key = f"agents.{agent.name}.model"
     if isinstance(model, ModelProvider):
         # Served by the wrapped provider source; the entry only records what it is.
-        return f"python:{agent.name}", ProviderConfig(kind="scripted", model=model.model)
+        return f"python:{agent.name}", _provider_entry(
+            agent.name, {"kind": "scripted", "model": model.model}
+        )
     if isinstance(model, Mapping):
         return f"python:{agent.name}", _provider_entry(agent.name, model)
     if model in config.providers:
         return model, None
     if model == "local":
-        return "python:local", ProviderConfig(kind="local")
+        return "python:local", _provider_entry(agent.name, {"kind": "local"})
     kind, _, name = model.partition(":")
     if kind in _SHORTHANDS and name:
-        return model, ProviderConfig(kind=kind, model=name, api_key_env=_SHORTHANDS[kind])  # type: ignore[arg-type]
+        entry = {"kind": kind, "model": name, "api_key_env": _SHORTHANDS[kind]}
+        return model, _provider_entry(agent.name, entry)
     choices = [*config.providers, "local", *(f"{kind}:" for kind in _SHORTHANDS)]
     close = difflib.get_close_matches(f"{kind}:" if name else model, choices, n=1)
     meant = close[0] + name if close and close[0].endswith(":") else close[0] if close else None

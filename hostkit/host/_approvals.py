@@ -29,7 +29,9 @@ from hostkit.types import (
     PrincipalScope,
     TurnRequest,
     TurnResult,
+    is_count,
     is_seconds,
+    plain_text,
 )
 
 __all__ = ["MAX_LIST", "HostApprovals"]
@@ -38,6 +40,8 @@ MAX_LIST = 200
 # How many continuation turns one answer may start whose Host stopped before claiming it.
 MAX_CONTINUATIONS = 20
 _DECISIONS = ("approve_once", "approve_session", "deny")
+# The longest id, status or reason an approval call takes (the store's own limit).
+_MAX_TEXT = 200
 # How often the same answer again looks whether the continuation it waits for has ended.
 _CONTINUATION_POLL_S = 0.25
 _REFUSALS: dict[str, tuple[str, str]] = {
@@ -95,14 +99,16 @@ class HostApprovals:
     ) -> list[PendingApproval]:
         """Newest first; ``status=None`` lists every status."""
         self._verify(scope)
-        if not 0 < limit <= MAX_LIST:
-            raise InvalidValue(f"limit must be 1-{MAX_LIST}")
+        if not is_count(limit, high=MAX_LIST):
+            raise InvalidValue(f"limit must be an integer from 1 to {MAX_LIST}")
+        if status is not None:
+            status = _text("status", status)  # type: ignore[assignment]  # the store checks it
         return list(await self._ledger.list(scope, status=status, limit=limit))
 
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
         """One owned approval; ``NotFoundOrUnauthorized`` for missing and foreign ids alike."""
         self._verify(scope)
-        return await self._ledger.get(scope, approval_id)
+        return await self._ledger.get(scope, _text("approval_id", approval_id))
 
     async def answer(
         self,
@@ -132,8 +138,10 @@ class HostApprovals:
         may have run (``indeterminate``). Sessions not owned by a conversation
         need ``principal``: the owner's own scope.
         """
-        if decision not in _DECISIONS:
+        if plain_text(decision, limit=_MAX_TEXT) not in _DECISIONS:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
+        decision = str.__str__(decision)  # type: ignore[assignment]  # one of _DECISIONS
+        approval_id = _text("approval_id", approval_id)
         if wait_s is not None and not is_seconds(wait_s, high=86_400, zero=True):
             raise InvalidValue("wait_s must be a number of seconds from 0 to 86400")
         approval = await self.get(by, approval_id)
@@ -249,6 +257,7 @@ class HostApprovals:
         continuation stopped after claiming it: it may have run) is refused with
         its reason.
         """
+        approval_id = _text("approval_id", approval_id)
         approval = await self.get(by, approval_id)
         if approval.awaiting_continuation:
             continuation = await self._continuation_principal(approval, principal)
@@ -336,6 +345,10 @@ class HostApprovals:
         Host drops its own; other Hosts drop theirs before they next use one.
         Returns how many this Host dropped.
         """
+        session_id = _text("session_id", session_id)
+        if not isinstance(reason, str):
+            raise InvalidValue("reason must be text")
+        reason = str.__str__(reason)  # cut to the store's limit there
         revocation = await self._store.approvals.revoke(scope, session_id, reason=reason)
         dropped = self.runtime.invalidate(
             session_id=session_id, principal_id=revocation.principal_id
@@ -376,6 +389,15 @@ class HostApprovals:
 
     def _verify(self, scope: PrincipalScope) -> PrincipalScope:
         return self._authority.verify(scope)
+
+
+def _text(name: str, value: object) -> str:
+    """``value`` as a plain ``str``, or ``InvalidValue`` naming ``name``: checked before
+    it is compared, hashed or quoted, none of which may run a caller's own code."""
+    text = plain_text(value, limit=_MAX_TEXT)
+    if text is None:
+        raise InvalidValue(f"{name} must be 1-{_MAX_TEXT} characters of valid text")
+    return text
 
 
 def _refused(approval: PendingApproval) -> ApprovalRefused:

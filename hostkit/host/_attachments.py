@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import anyio
@@ -14,10 +15,16 @@ from hostkit.types import (
     Attachment,
     ConversationFacts,
     PrincipalScope,
+    plain_text,
     sanitize_name,
 )
 
 __all__ = ["SUFFIX_TYPES", "HostAttachments"]
+
+# Longer than any ref the store hands out (``sha256:`` and 64 hex digits).
+_MAX_REF = 200
+# Longer than any media type hostkit accepts.
+_MAX_MEDIA_TYPE = 100
 
 # The media type of a file by its suffix (``add_file``); the content must then agree.
 SUFFIX_TYPES = {
@@ -66,6 +73,7 @@ class HostAttachments:
         ``media_type`` says (a PNG declared ``image/jpeg`` is refused).
         """
         owner = self._principal_id(principal)
+        media_type = _media_type(media_type)
         clean = sanitize_name(name)
         if not clean:
             raise InvalidValue("the attachment needs a name with at least one usable character")
@@ -84,9 +92,13 @@ class HostAttachments:
         A missing or unreadable file, one over ``MAX_ATTACHMENT_BYTES`` (checked
         before it is read) or of an unknown suffix is ``InvalidValue`` naming it.
         """
+        if isinstance(path, str):
+            path = str.__str__(path)  # a subclass's own methods never run here
+        elif not isinstance(path, os.PathLike):
+            raise InvalidValue(f"path must be a path, not {type(path).__name__}")
         file = anyio.Path(path)
         label = sanitize_name(str(path)) or "the file"
-        kind = media_type or SUFFIX_TYPES.get(file.suffix.lower())
+        kind = SUFFIX_TYPES.get(file.suffix.lower()) if media_type is None else media_type
         if kind is None:
             known = ", ".join(sorted(SUFFIX_TYPES))
             raise InvalidValue(f"{label}: unknown attachment type (known suffixes: {known})")
@@ -114,8 +126,10 @@ class HostAttachments:
     async def read(self, principal: Principal, attachment: Attachment | str) -> bytes:
         """The bytes of the principal's attachment (or ref); ``NotFoundOrUnauthorized`` else."""
         owner = self._principal_id(principal)
-        ref = attachment.ref if isinstance(attachment, Attachment) else attachment
-        if not isinstance(ref, str):
+        ref = plain_text(
+            attachment.ref if isinstance(attachment, Attachment) else attachment, limit=_MAX_REF
+        )
+        if ref is None:
             raise InvalidValue("an Attachment or its ref is required")
         found = await self._store.attachments.load(principal_id=owner, refs=[ref])
         data = found.get(ref)
@@ -142,3 +156,11 @@ class HostAttachments:
         if isinstance(principal, PrincipalScope):
             return self._authority.verify(principal).principal_id
         raise InvalidValue("attachments belong to ConversationFacts or a Host-issued scope")
+
+
+def _media_type(value: object) -> str:
+    """``value`` as a plain ``str`` (the store checks it is a known type), else ``InvalidValue``."""
+    text = plain_text(value, limit=_MAX_MEDIA_TYPE)
+    if text is None:
+        raise InvalidValue(f"media_type must be a media type, not {type(value).__name__}")
+    return text

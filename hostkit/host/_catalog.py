@@ -15,12 +15,14 @@ from hostkit.effects import McpConnections, PolicyDecision, mcp_connect_grant, p
 from hostkit.errors import InvalidValue, bounded
 from hostkit.host._generation import Generation
 from hostkit.store import RuntimeStore
-from hostkit.types import McpServerStatus
+from hostkit.types import McpServerStatus, plain_text
 
 __all__ = ["CatalogServer", "CatalogTool", "ToolCatalog", "tool_catalog"]
 
 MAX_DESCRIPTION_CHARS = 200
 _MAX_KNOWN = 20
+# The longest agent name and session id a catalog is asked for.
+_MAX_ID = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +75,19 @@ async def tool_catalog(
 ) -> ToolCatalog:
     """``agent``'s catalog in ``generation``, with ``session_id``'s live MCP tools.
 
-    An agent the generation does not configure is ``InvalidValue``.
+    An agent the generation does not configure is ``InvalidValue``, and so is an
+    argument of another type (checked before it is compared, hashed or quoted).
     """
+    if not isinstance(agent, str):
+        raise InvalidValue(
+            f"agent must be an agent's name, not {bounded(type(agent).__name__, 60)}"
+        )
+    name = str.__str__(agent)  # a plain copy: a subclass's own methods never run here
+    if session_id is not None:
+        session_id = plain_text(session_id, limit=_MAX_ID)
+        if session_id is None:
+            raise InvalidValue(f"session_id must be None or a session id of 1-{_MAX_ID} characters")
+    agent = name
     if agent not in generation.config.agents:
         known = ", ".join(sorted(generation.config.agents)[:_MAX_KNOWN]) or "none"
         raise InvalidValue(bounded(f"no agent named {bounded(agent, 60)!r} (agents: {known})", 400))

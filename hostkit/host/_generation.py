@@ -32,7 +32,7 @@ from hostkit.effects import (
     provider_name,
     secret_grant,
 )
-from hostkit.errors import HostkitError, TurnRejected
+from hostkit.errors import HostkitError, TurnRejected, bounded
 from hostkit.freeze import FrozenMap
 from hostkit.host._capabilities import (
     MemoryRequest,
@@ -239,7 +239,9 @@ class Generation(AsyncResource):
             raise TurnRejected(unknown_agent(core_id, sorted(self.config.agents)))
         current = self.revision(core_id)
         if revision is not None and revision != current:
-            raise TurnRejected(f"revision {revision!r} of {core_id!r} is not available")
+            raise TurnRejected(
+                f"revision {bounded(revision, 80)!r} of {core_id!r} is not available"
+            )
         # Counted before the first await, so apply_config never closes a generation
         # that a turn is still pinning.
         self.active += 1
@@ -415,4 +417,4 @@ def unknown_agent(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(known[:_LISTED_AGENTS]) + (", ..." if len(known) > _LISTED_AGENTS else "")
-    return f"no agent named {name!r}{hint} (agents here: {listed or 'none'})"
+    return f"no agent named {bounded(name, 80)!r}{hint} (agents here: {listed or 'none'})"

@@ -37,6 +37,7 @@ from hostkit.errors import (
     ApprovalRefused,
     ConfigError,
     HostkitError,
+    InvalidTurnRequest,
     InvalidValue,
     RuntimeFailure,
     StoreClosed,
@@ -497,11 +498,17 @@ class Host(AsyncResource):
     # -- CoreResolver (TurnExecution pins cores through the Host) ---------------------
 
     async def pin(self, core_id: str, revision: str | None) -> PinnedCore:
+        name = _name(core_id)
+        if name is None:
+            raise InvalidTurnRequest(f"core_id must be an agent's name, not {_kind(core_id)}")
+        wanted = None if revision is None else _name(revision)
+        if revision is not None and wanted is None:
+            raise InvalidTurnRequest(f"revision must be None or a revision, not {_kind(revision)}")
         if self._closed:
             raise TurnRejected("the Host is closed")
         generation = self._generation
         try:
-            return await generation.pin(core_id, revision)
+            return await generation.pin(name, wanted)
         except BaseException:
             # The failed pin dropped its count: if an apply replaced the generation while
             # it pinned, it may have been the last one.
@@ -510,6 +517,8 @@ class Host(AsyncResource):
             raise
 
     async def release(self, core: PinnedCore) -> None:
+        if not isinstance(core, PinnedCore):
+            raise InvalidValue(f"release takes what pin returned, not {_kind(core)}")
         for generation in (self._generation, *self._retired):
             if generation.number == core.generation:
                 await generation.release()
@@ -555,6 +564,11 @@ class Host(AsyncResource):
             raise ConfigError("apply_config takes a HostConfig (parse_config or load_config)")
         if not is_names(require_cores, limit=200, items=1_000):
             raise ConfigError("require_cores must be a list of core ids")
+        if capabilities is not None and not isinstance(capabilities, RuntimeCapabilities):
+            raise InvalidValue(
+                f"capabilities must be a RuntimeCapabilities or None, not {_kind(capabilities)}"
+            )
+        require_cores = tuple(str.__str__(core_id) for core_id in require_cores)
         effective = _check_open_settings(self.config, config)
         # One apply at a time, from reading the live revisions to installing: an apply
         # that read them before a promotion cannot install after the promotion's own.
@@ -762,9 +776,14 @@ class Host(AsyncResource):
         transcript unless the caller names one conversation for both.
         Raises ``TurnNotCompleted`` (with the result) for any other outcome.
         """
+        name = _name(agent)
+        if name is None:
+            raise InvalidValue(
+                f"agent must be the name of one of this Host's agents, not {_kind(agent)}"
+            )
         key = conversation
         if key is None:
-            key = "default" if agent == "assistant" else f"default/{agent}"
+            key = "default" if name == "assistant" else f"default/{name}"
         try:
             facts = ConversationFacts(
                 channel=channel, conversation_key=key, principal_key=principal
@@ -775,7 +794,7 @@ class Host(AsyncResource):
                 raise InvalidValue("agent must be the name of one of this Host's agents") from None
             raise _in_parameters(exc) from None
         result = await self.turns.run(
-            TurnRequest(input=message, principal=facts, request_id=new_id("req"), core_id=agent)
+            TurnRequest(input=message, principal=facts, request_id=new_id("req"), core_id=name)
         )
         if result.outcome != "completed":
             raise TurnNotCompleted(result)
@@ -811,10 +830,14 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise StoreClosed()
+        if route is not None and not callable(route):
+            raise InvalidValue(f"route must be a function of a channel id, not {_kind(route)}")
+        if inbox is not None and not isinstance(inbox, ChannelInbox):
+            raise InvalidValue(f"inbox must be a ChannelInbox, not {_kind(inbox)}")
         if agent is None:
             agent = "assistant"  # a channel without an agent of its own; unchecked
-        elif route is None:
-            self._check_default_agent(agent)
+        else:
+            agent = self._check_default_agent(agent, known=route is None)
         options.setdefault(
             "reply_route", lambda envelope: reply_route(self.config.channels, envelope)
         )
@@ -831,14 +854,18 @@ class Host(AsyncResource):
         self._workers.add(worker)
         return worker
 
-    def _check_default_agent(self, agent: object) -> None:
-        """The agent that answers a channel with none of its own must exist now: a typo
-        would otherwise reach no agent, and dead-letter every such inbound."""
-        if not isinstance(agent, str):
-            raise InvalidValue("agent must be the name of one of this Host's agents")
-        known = sorted(self.config.agents)
-        if agent not in known:
-            raise InvalidValue(unknown_agent(agent, known))
+    def _check_default_agent(self, agent: object, *, known: bool) -> str:
+        """The agent that answers a channel with none of its own must exist now (when
+        ``known``): a typo would otherwise reach no agent, and dead-letter every such inbound."""
+        name = _name(agent)
+        if name is None:
+            raise InvalidValue(
+                f"agent must be the name of one of this Host's agents, not {_kind(agent)}"
+            )
+        agents = sorted(self.config.agents)
+        if known and name not in agents:
+            raise InvalidValue(unknown_agent(name, agents))
+        return name
 
     def _channel_agent(self, default: str, channel: str) -> str:
         """The agent that answers ``channel``: its ``[channels.<id>]`` agent, else ``default``."""
@@ -970,7 +997,10 @@ class Host(AsyncResource):
         """An audited operator scope, valid until this Host closes."""
         if self._closed:
             raise StoreClosed()
-        return await self._issuer.issue(operator_id, reason=reason)
+        # Plain copies (the issuer checks their length and text): a subclass's own methods
+        # never run there.
+        name, why = (_name(value) or value for value in (operator_id, reason))
+        return await self._issuer.issue(name, reason=why)
 
     async def aclose(self) -> None:
         """Stop: cancel running turns, revoke operator authority, close generations and store.
@@ -1108,6 +1138,8 @@ async def resolve_config(
     """``config`` as a HostConfig; None is the default one (``assistant``: with its agent)."""
     if isinstance(config, HostConfig):
         return config
+    if isinstance(config, str):
+        config = str.__str__(config)  # a subclass's own methods never run in the loader
     if config is None:
         return default_config(base_dir=Path(await anyio.Path.cwd()), assistant=assistant)
     if not isinstance(config, str | os.PathLike):
@@ -1152,6 +1184,21 @@ def _unexpected(exc: Exception, generation: int) -> ReloadOutcome:
     return rejected(
         generation, f"the configuration could not be applied ({type(exc).__name__}: {exc})"
     )
+
+
+def _name(value: object) -> str | None:
+    """A name argument (an agent, a revision) as a plain ``str``, None when it is no ``str``.
+
+    Any text is taken: an unknown name is refused by the check that knows which there
+    are, and says so. A subclass's own ``__eq__``, ``__hash__`` or ``__repr__`` never runs.
+    """
+    return str.__str__(value) if isinstance(value, str) else None
+
+
+def _kind(value: object) -> str:
+    """What a wrong-typed argument is, for its error: its type's name, never its repr
+    (which may be huge, raise, or recurse without end)."""
+    return bounded(type(value).__name__, 60)
 
 
 # run_turn's parameters by the ConversationFacts field each fills.

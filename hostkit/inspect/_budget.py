@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from hostkit.errors import InvalidValue
 from hostkit.inspect._prices import PRICES, ModelPrice, price_for
-from hostkit.inspect._source import MAX_STEPS, MAX_TURNS, Source, bounded, store_of
+from hostkit.inspect._source import MAX_STEPS, MAX_TURNS, Source, bounded, id_arg, store_of
 from hostkit.store import TurnUsageRows, UsageRow, UsageSums
 from hostkit.types import PrincipalScope
 
@@ -120,6 +121,9 @@ async def budget_view(
     """
     turn_limit = bounded("turns", turns, MAX_TURNS)
     step_limit = bounded("steps", steps, MAX_STEPS)
+    session_id = id_arg("session_id", session_id)
+    if prices is not None and not isinstance(prices, Mapping):
+        raise InvalidValue("prices must be a mapping of model names to ModelPrice, or None")
     table = {**PRICES, **(prices or {})}
     usage = await store_of(source).inspect.session_usage(
         scope, session_id, turns=turn_limit, steps=step_limit

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hostkit.errors import InvalidValue
-from hostkit.inspect._source import MAX_STEPS, Source, bounded, store_of
+from hostkit.inspect._source import MAX_STEPS, Source, bounded, id_arg, store_of
 from hostkit.store import RecordedDecision
 from hostkit.types import CompactionKind, DecisionKind, LayerSummary, OverflowReason, PrincipalScope
 
@@ -120,6 +120,8 @@ async def context_view(
     """
     if session_id is None and turn_id is None:
         raise InvalidValue("context_view needs a session_id or a turn_id")
+    session_id = None if session_id is None else id_arg("session_id", session_id)
+    turn_id = None if turn_id is None else id_arg("turn_id", turn_id)
     limit = bounded("steps", steps, MAX_STEPS)
     found = await store_of(source).inspect.turn_decisions(
         scope, session_id=session_id, turn_id=turn_id, limit=limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hostkit.inspect._source import Source, bounded, store_of
+from hostkit.inspect._source import Source, bounded, id_arg, store_of
 from hostkit.store import MAX_INSPECT_ROWS, MAX_TERMINAL_RUN_LIST, TerminalRunRecord
 from hostkit.types import AuditRecord, PrincipalScope
 
@@ -30,6 +30,8 @@ async def effect_audit_rows(
 ) -> EffectAuditRows:
     """Through ``store.inspect.effect_audits`` (operator only; ``limit`` 1..499)."""
     bounded("limit", limit, MAX_INSPECT_ROWS - 1)
+    session_id = id_arg("session_id", session_id)
+    turn_id = None if turn_id is None else id_arg("turn_id", turn_id)
     found = await store_of(source).inspect.effect_audits(
         scope, session_id, turn_id=turn_id, limit=limit + 1
     )
@@ -49,5 +51,6 @@ async def terminal_run_rows(
 ) -> TerminalRunRows:
     """Through the owner-checked ``store.terminal_runs.list`` (``limit`` 1..499)."""
     bounded("limit", limit, MAX_TERMINAL_RUN_LIST - 1)
+    session_id = None if session_id is None else id_arg("session_id", session_id)
     found = await store_of(source).terminal_runs.list(scope, session_id=session_id, limit=limit + 1)
     return TerminalRunRows(found[:limit], len(found) > limit)

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.host import HostConfig
-from hostkit.inspect._source import Source, store_of
+from hostkit.inspect._source import Source, id_arg, store_of
 from hostkit.types import McpServerStatus, McpToolRow, safe_argv, url_view
 
 __all__ = ["McpServerRow", "McpServerRows", "mcp_server_rows", "mcp_server_view"]
@@ -73,9 +73,12 @@ def mcp_server_rows(
     neither an agent, nor a core, nor in any status is ``InvalidValue``.
     """
     names = {*config.agents, *config.cores}
+    agent = None if agent is None else id_arg("agent", agent)
     if agent is not None and agent not in names and not any(s.agent == agent for s in statuses):
         known = ", ".join(sorted(names)[:20]) or "none"
-        raise InvalidValue(f"no agent named {agent!r} in the configuration (agents: {known})")
+        raise InvalidValue(
+            f"no agent named {bounded(agent, 60)!r} in the configuration (agents: {known})"
+        )
     unknown = set(config.cores) - set(config.agents)
     stored = {
         (s.agent, s.server): s

@@ -211,7 +211,7 @@ def check_id(name: str, value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
         raise InvalidValue(f"approval {name} must be a string of 1-{MAX_ID_CHARS} characters")
     _encodable(name, value)
-    return value
+    return str.__str__(value)  # a plain copy: a subclass's own methods never run later
 
 
 def _encodable(name: str, value: str) -> None:

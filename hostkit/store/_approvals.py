@@ -355,7 +355,7 @@ class SqlApprovalStore(ApprovalStore):
 
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
         self._db.verify_scope(scope)
-        check_id("id", approval_id)
+        approval_id = check_id("id", approval_id)
         found = await self._db.read(lambda raw: _owned_row(raw, scope, approval_id))
         if found is None:
             await self._deny(scope, approval_id)
@@ -365,7 +365,7 @@ class SqlApprovalStore(ApprovalStore):
         self, scope: PrincipalScope, *, status: ApprovalStatus | None = "pending", limit: int = 50
     ) -> tuple[PendingApproval, ...]:
         self._db.verify_scope(scope)
-        if status is not None and status not in _STATUSES:
+        if status is not None and (not isinstance(status, str) or status not in _STATUSES):
             raise InvalidValue(f"status must be one of {', '.join(_STATUSES)} (or None)")
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
@@ -395,11 +395,11 @@ class SqlApprovalStore(ApprovalStore):
         fingerprint: str | None,
     ) -> ApprovalAnswer:
         self._db.verify_scope(scope)
-        check_id("id", approval_id)
+        approval_id = check_id("id", approval_id)
         if decision not in _DECISIONS:
             raise InvalidValue(f"decision must be one of {', '.join(_DECISIONS)}")
         if fingerprint is not None:
-            check_id("fingerprint", fingerprint)
+            fingerprint = check_id("fingerprint", fingerprint)
         where, params = approver_predicate(scope, "approvals")
         status = "denied" if decision == "deny" else "approved"
 
@@ -525,7 +525,7 @@ class SqlApprovalStore(ApprovalStore):
         return answered
 
     async def peek(self, approval_id: str) -> PendingApproval | None:
-        check_id("id", approval_id)
+        approval_id = check_id("id", approval_id)
 
         def select(raw: sqlite3.Connection) -> PendingApproval | None:
             row = _query(
@@ -536,7 +536,7 @@ class SqlApprovalStore(ApprovalStore):
         return await self._db.read(select)
 
     async def open_for_turn(self, turn_id: str) -> PendingApproval | None:
-        check_id("turn_id", turn_id)
+        turn_id = check_id("turn_id", turn_id)
 
         def select(raw: sqlite3.Connection) -> PendingApproval | None:
             found = open_approval(raw, turn_id)
@@ -545,21 +545,21 @@ class SqlApprovalStore(ApprovalStore):
         return await self._db.read(select)
 
     async def void(self, approval_id: str, reason: str) -> bool:
-        check_id("id", approval_id)
+        approval_id = check_id("id", approval_id)
         if not isinstance(reason, str) or not reason:
             raise InvalidValue("say why the approval is void")
         text = bounded(reason, MAX_REASON_CHARS)
         return await self._db.write(lambda raw: void_open(raw, approval_id, text))
 
     async def mark_stale(self, approval_id: str, *, claimed_by: str | None = None) -> bool:
-        check_id("id", approval_id)
+        approval_id = check_id("id", approval_id)
         if claimed_by is not None:
-            check_id("claimed_by", claimed_by)
+            claimed_by = check_id("claimed_by", claimed_by)
         return await self._db.write(lambda raw: _stale(raw, approval_id, claimed_by))
 
     async def supersede(self, session_id: str, *, turn_id: str) -> int:
-        check_id("session_id", session_id)
-        check_id("turn_id", turn_id)
+        session_id = check_id("session_id", session_id)
+        turn_id = check_id("turn_id", turn_id)
         # Most turns have nothing to void: a read on the reader connection, no write
         # transaction. Nothing read is trusted: the write checks, in its transaction,
         # that the turn still runs (a takeover ends it), then voids what is open.
@@ -580,8 +580,10 @@ class SqlApprovalStore(ApprovalStore):
         self, scope: PrincipalScope, session_id: str, *, reason: str
     ) -> ApprovalRevocation:
         self._db.verify_scope(scope)
-        check_id("session_id", session_id)
-        text = bounded(str(reason), MAX_REASON_CHARS)
+        session_id = check_id("session_id", session_id)
+        if not isinstance(reason, str):
+            raise InvalidValue("a revocation's reason must be text")
+        text = bounded(str.__str__(reason), MAX_REASON_CHARS)
         principal_id = None if scope.authority == "operator" else scope.principal_id
 
         def revoke(raw: sqlite3.Connection) -> ApprovalRevocation | None:

@@ -175,7 +175,7 @@ def _refs(refs: Sequence[str]) -> list[str]:
     if len(unique) > _MAX_LOOKUP:
         raise InvalidValue(f"at most {_MAX_LOOKUP} attachment refs per lookup")
     for ref in unique:
-        check_id("ref", ref)
+        ref = check_id("ref", ref)
     return unique
 
 
@@ -186,7 +186,7 @@ class SqlAttachmentStore(AttachmentStore):
         self._db = db
 
     async def add(self, *, principal_id: str, data: bytes, media_type: str) -> StoredAttachment:
-        check_id("principal_id", principal_id)
+        principal_id = check_id("principal_id", principal_id)
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidValue("attachment data must be bytes")
         blob = bytes(data)
@@ -232,7 +232,7 @@ class SqlAttachmentStore(AttachmentStore):
     async def describe(
         self, *, principal_id: str, refs: Sequence[str]
     ) -> Mapping[str, StoredAttachment]:
-        check_id("principal_id", principal_id)
+        principal_id = check_id("principal_id", principal_id)
         wanted = _refs(refs)
         if not wanted:
             return {}
@@ -254,7 +254,7 @@ class SqlAttachmentStore(AttachmentStore):
         return await self._db.read(select)
 
     async def load(self, *, principal_id: str, refs: Sequence[str]) -> Mapping[str, bytes]:
-        check_id("principal_id", principal_id)
+        principal_id = check_id("principal_id", principal_id)
         wanted = _refs(refs)
         if not wanted:
             return {}

@@ -90,7 +90,7 @@ def check_ref(name: str, value: object) -> str:
         raise InvalidValue(
             f"{name} must be a non-empty string of at most {_MAX_REF} characters of valid text"
         )
-    return str(value)
+    return str.__str__(value)  # a plain copy: a subclass's own __str__ never runs
 
 
 def check_reason(value: object, action: str = "a requeue") -> str:

@@ -49,7 +49,7 @@ def check_id(name: str, value: object, *, limit: int = MAX_TURN_ID_CHARS) -> str
     """``value`` as a non-empty string of at most ``limit`` characters, or ``InvalidValue``."""
     if not isinstance(value, str) or not value or len(value) > limit:
         raise InvalidValue(f"{name} must be a non-empty string of at most {limit} characters")
-    return value
+    return str.__str__(value)  # a plain copy: a subclass's own methods never run later
 
 
 def check_digest(value: object, name: str = "cancellation_digest") -> str:

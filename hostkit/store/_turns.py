@@ -252,16 +252,16 @@ class SqlTurnStore(TurnStore):
             ) from None
 
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
-        check_id("principal_id", principal_id)
-        check_id("request_id", request_id)
+        principal_id = check_id("principal_id", principal_id)
+        request_id = check_id("request_id", request_id)
         return await self._db.read(lambda conn: rows.find_turn(conn, principal_id, request_id))
 
     async def find_repeat(
         self, principal_id: str, request_id: str, *, core_id: str, message: ModelMessage | None
     ) -> TurnState | None:
-        check_id("principal_id", principal_id)
-        check_id("request_id", request_id)
-        check_id("core_id", core_id)
+        principal_id = check_id("principal_id", principal_id)
+        request_id = check_id("request_id", request_id)
+        core_id = check_id("core_id", core_id)
         if message is not None and not isinstance(message, ModelMessage):
             raise InvalidValue("a ModelMessage is required")
 
@@ -278,11 +278,11 @@ class SqlTurnStore(TurnStore):
         )
 
     async def route_of(self, turn_id: str) -> Mapping[str, Any] | None:
-        check_id("turn_id", turn_id)
+        turn_id = check_id("turn_id", turn_id)
         return await self._db.read(lambda conn: rows.route_of(conn, turn_id))
 
     async def session_lease(self, session_id: str) -> SessionLease | None:
-        check_id("session_id", session_id)
+        session_id = check_id("session_id", session_id)
         return await self._db.read(lambda conn: leases.session_lease(conn, session_id))
 
     async def append_message(
@@ -299,7 +299,7 @@ class SqlTurnStore(TurnStore):
         _check_seq(event_seq)
         if not isinstance(message, ModelMessage):
             raise InvalidValue("a ModelMessage is required")
-        check_id("event", event, limit=_MAX_EVENT_KIND)
+        event = check_id("event", event, limit=_MAX_EVENT_KIND)
         _check_observed(lease, observed)
         return await self._db.write(
             lambda conn: rows.append_message(
@@ -356,7 +356,7 @@ class SqlTurnStore(TurnStore):
     async def request_cancel(
         self, scope: PrincipalScope, turn_id: str, *, token_digest: str | None = None
     ) -> TurnState:
-        check_id("turn_id", turn_id)
+        turn_id = check_id("turn_id", turn_id)
         if token_digest is not None:
             check_digest(token_digest, "token_digest")
         return await self._db.owned(
@@ -371,14 +371,14 @@ class SqlTurnStore(TurnStore):
         )
 
     async def state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
-        check_id("turn_id", turn_id)
+        turn_id = check_id("turn_id", turn_id)
         return await self._db.owned(
             scope, "turn", turn_id, lambda conn: rows.owned_state(conn, scope, turn_id)
         )
 
     async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:
         if instance is not None:
-            check_id("instance", instance)
+            instance = check_id("instance", instance)
         clock = self._clock
         return await self._db.write(
             lambda conn: leases.recover(conn, now_epoch=clock(), instance=instance)

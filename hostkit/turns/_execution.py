@@ -65,10 +65,14 @@ from hostkit.types import (
     UsageObservation,
     is_seconds,
     new_id,
+    plain_text,
     redact_secret_fields,
 )
 
 __all__ = ["TurnExecution"]
+
+# The longest turn id a caller may name (the store's own limit).
+_MAX_TURN_ID = 200
 
 T = TypeVar("T")
 
@@ -1054,6 +1058,7 @@ class TurnExecution:
         self, scope: PrincipalScope, turn_id: str, digest: str | None
     ) -> TurnCancelResult:
         try:
+            turn_id = _turn_id(turn_id)
             state = await self._store.turns.request_cancel(scope, turn_id, token_digest=digest)
         except InvalidValue as exc:
             raise NotFoundOrUnauthorized("turn") from exc
@@ -1091,6 +1096,7 @@ class TurnExecution:
         has ended. Owner-checked like ``cancel``; ``UnboundToken`` when the
         turn is not running here.
         """
+        turn_id = _turn_id(turn_id)
         state = await self._store.turns.state(scope, turn_id)
         active = self._active.get(turn_id)
         if state.terminal or active is None:
@@ -1183,6 +1189,14 @@ class TurnExecution:
         if pinned is not None:
             with contextlib.suppress(Exception):
                 pinned.notify(event)
+
+
+def _turn_id(value: object) -> str:
+    """A turn id argument as a plain ``str`` (checked before it is hashed), or ``InvalidValue``."""
+    text = plain_text(value, limit=_MAX_TURN_ID)
+    if text is None:
+        raise InvalidValue(f"turn_id must be 1-{_MAX_TURN_ID} characters of valid text")
+    return text
 
 
 def _error_type(exc: HostkitError) -> str:

@@ -21,6 +21,7 @@ from hostkit.types._bounds import (
     is_positive,
     is_seconds,
     is_text,
+    plain_text,
     storable,
 )
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
@@ -313,6 +314,7 @@ __all__ = [
     "is_text",
     "new_id",
     "origin",
+    "plain_text",
     "plural",
     "raw_arguments",
     "redact_secret_fields",

@@ -177,7 +177,7 @@ def check_content(data: bytes, media_type: str) -> None:
     without NUL bytes. So a PNG named ``.jpg`` and declared ``image/jpeg`` is
     refused, and so is a binary file declared as text.
     """
-    if media_type not in MEDIA_TYPES:
+    if not isinstance(media_type, str) or str.__str__(media_type) not in MEDIA_TYPES:
         raise InvalidValue(f"attachment media type must be one of {', '.join(sorted(MEDIA_TYPES))}")
     if media_type == "text/plain":
         if b"\x00" in data:

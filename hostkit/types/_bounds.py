@@ -15,7 +15,15 @@ import math
 from collections.abc import Collection
 from typing import TypeGuard
 
-__all__ = ["is_count", "is_names", "is_positive", "is_seconds", "is_text", "storable"]
+__all__ = [
+    "is_count",
+    "is_names",
+    "is_positive",
+    "is_seconds",
+    "is_text",
+    "plain_text",
+    "storable",
+]
 
 
 def is_count(value: object, *, low: int = 1, high: int | None = None) -> TypeGuard[int]:
@@ -46,16 +54,31 @@ def is_positive(
 
 
 def is_text(value: object, *, limit: int) -> TypeGuard[str]:
-    """A ``str`` of 1 to ``limit`` characters that can be stored (no lone surrogate)."""
-    if not isinstance(value, str) or not 0 < len(value) <= limit:
+    """A ``str`` of 1 to ``limit`` characters that can be stored (no lone surrogate).
+
+    Asked through ``str``'s own methods: a subclass's ``__len__`` or ``encode`` may raise.
+    """
+    if not isinstance(value, str) or not 0 < str.__len__(value) <= limit:
         return False
-    if value.isascii():
+    if str.isascii(value):
         return True
     try:
-        value.encode("utf-8")
+        str.encode(value, "utf-8")
     except UnicodeEncodeError:
         return False
     return True
+
+
+def plain_text(value: object, *, limit: int) -> str | None:
+    """``value`` as a plain ``str`` when ``is_text`` accepts it, else None.
+
+    For a public method's text argument, before it is compared, hashed or quoted: a
+    ``str`` subclass becomes a copy of its characters, so its own ``__eq__``,
+    ``__hash__``, ``__str__`` or ``__repr__`` (which may raise) never runs in hostkit.
+    """
+    if not is_text(value, limit=limit):
+        return None
+    return str.__str__(value)
 
 
 def is_names(value: object, *, limit: int, items: int) -> bool:

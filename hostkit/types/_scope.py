@@ -56,6 +56,11 @@ class ConversationFacts:
     principal_key: str
 
     def __post_init__(self) -> None:
+        for name in ("channel", "conversation_key", "principal_key"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                # A plain copy: a subclass's own __eq__ or __hash__ never runs later.
+                object.__setattr__(self, name, str.__str__(value))
         _check_text("channel", self.channel)
         if not is_channel_id(self.channel):
             raise InvalidValue("channel must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")

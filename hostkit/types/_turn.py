@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -94,6 +94,11 @@ class TurnRequest:
     continues: str | None = None
 
     def __post_init__(self) -> None:
+        # Plain copies first: a str subclass's own __eq__ or __hash__ never runs later.
+        for name in ("input", "request_id", "core_id", "session", "core_revision", "continues"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, str.__str__(value))
         if not isinstance(self.input, str) or not self.input.strip():
             raise InvalidTurnRequest("input must be non-empty text")
         if len(self.input) > MAX_INPUT_CHARS:
@@ -109,8 +114,18 @@ class TurnRequest:
                 raise InvalidTurnRequest(
                     f"{name} must be a non-empty string of at most {_MAX_KEY} chars of valid text"
                 )
-        if not (self.session == "bound" or isinstance(self.session, FreshSession | ResumeSession)):
+        if not (
+            isinstance(self.session, FreshSession | ResumeSession)
+            or (isinstance(self.session, str) and self.session == "bound")
+        ):
             raise InvalidTurnRequest("session must be 'bound', FreshSession() or ResumeSession(id)")
+        if self.core_revision is not None and not is_text(self.core_revision, limit=_MAX_KEY):
+            raise InvalidTurnRequest(
+                f"core_revision must be None or at most {_MAX_KEY} chars of valid text"
+            )
+        for name in ("attachments", "injected_context"):
+            if not _is_sequence(getattr(self, name)):
+                raise InvalidTurnRequest(f"{name} must be a list")
         attachments = tuple(self.attachments)
         if len(attachments) > MAX_ATTACHMENTS:
             raise InvalidTurnRequest(f"at most {MAX_ATTACHMENTS} attachments")
@@ -125,6 +140,10 @@ class TurnRequest:
         if attachments and self.continues is not None:
             raise InvalidTurnRequest("a continuation turn carries no attachments")
         object.__setattr__(self, "attachments", attachments)
+        for name in ("route", "metadata"):
+            value = getattr(self, name)
+            if not (isinstance(value, Mapping) or (name == "route" and value is None)):
+                raise InvalidTurnRequest(f"{name} must be a mapping")
         object.__setattr__(
             self, "route", None if self.route is None else bounded_metadata(self.route)
         )
@@ -140,6 +159,11 @@ class TurnRequest:
             raise InvalidTurnRequest(
                 "continues must name an approval (1-200 characters of valid text)"
             )
+
+
+def _is_sequence(value: object) -> bool:
+    """A sequence, not a text: iterating anything else may run its code or never end."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -371,6 +371,16 @@ async def test_a_name_clash_or_unknown_model_is_refused_at_open(tmp_path: Path) 
             assert caught.value.message.endswith(f"; did you mean {meant!r}?")
 
 
+@pytest.mark.parametrize("model", ["openai:" + "m" * 300, "anthropic:x\ud800"])
+async def test_a_shorthand_model_id_no_provider_takes_is_a_config_error_at_open(
+    tmp_path: Path, model: str
+) -> None:
+    agent = hostkit.Agent("o", model=model)
+    with pytest.raises(hostkit.ConfigError, match="must be 1 to 200 characters") as caught:
+        await hostkit.Host.open(config(tmp_path), agents=[agent])
+    assert caught.value.key == "agents.o.model.model"
+
+
 async def test_a_value_that_is_no_agent_is_refused_before_a_database_is_made(
     tmp_path: Path,
 ) -> None:
