@@ -415,7 +415,8 @@ class SessionCompactor:
         decision_id = None
         if trigger is not None:
             decision_id = await self._record(session_id, trigger, summarizer, call)
-        _tell(events, "provider.responded", _responded(step, decision_id, call))
+        reported = {**call.response.reported(step), "summary": True, "decision_id": decision_id}
+        _tell(events, "provider.responded", reported)
         return call
 
     async def _record(
@@ -477,25 +478,6 @@ class SessionCompactor:
 
 def _decision_text(value: str) -> str | None:
     return value[:MAX_DECISION_TEXT] or None
-
-
-def _responded(step: int, decision_id: str | None, call: SummaryCall) -> dict[str, object]:
-    """What the summarizer call returned, minus its content, as a model call reports it."""
-    response = call.response
-    usage = response.usage
-    return {
-        "step": step,
-        "summary": True,
-        "decision_id": decision_id,
-        "provider": response.provider,
-        "model": response.model,
-        "response_id": response.provider_request_id,
-        "finish_reason": response.finish_reason,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-    }
 
 
 def _tell(events: ContextEvents | None, kind: str, data: dict[str, object]) -> None:

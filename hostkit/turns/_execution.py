@@ -899,7 +899,7 @@ class TurnExecution:
                     status=exc.status,
                 ) from exc
             raise
-        self._emit(context, "provider.responded", _responded(step, response))
+        self._emit(context, "provider.responded", response.reported(step))
         return response
 
     def _stage(
@@ -1208,22 +1208,6 @@ def _error_type(exc: HostkitError) -> str:
 def _hit_output_limit(final: TranscriptEntry | None) -> bool:
     """The final answer's step ended at the output limit (normalised finish reason ``length``)."""
     return final is not None and (final.detail or {}).get("finish_reason") == "length"
-
-
-def _responded(step: int, response: ModelResponse) -> dict[str, Any]:
-    """What a provider call returned, minus its content: model, ids, finish and usage."""
-    usage = response.usage
-    return {
-        "step": step,
-        "provider": response.provider,
-        "model": response.model,
-        "response_id": response.provider_request_id,
-        "finish_reason": response.finish_reason,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-    }
 
 
 def _effect_of(catalog: PreparedEffectCatalog, name: str) -> str:

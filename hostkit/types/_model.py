@@ -267,6 +267,22 @@ class ModelResponse:
                 raise InvalidValue(f"a tool call id is longer than {MAX_CALL_ID_CHARS} characters")
         object.__setattr__(self, "tool_calls", calls)
 
+    def reported(self, step: int) -> dict[str, Any]:
+        """What it returned, minus its content: the ``provider.responded`` event's detail
+        (model, ids, finish and usage) for a call made at ``step``."""
+        usage = self.usage
+        return {
+            "step": step,
+            "provider": self.provider,
+            "model": self.model,
+            "response_id": self.provider_request_id,
+            "finish_reason": self.finish_reason,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
