@@ -46,11 +46,12 @@ from hostkit.cli._extras import VersionOption, extras
 from hostkit.cli._inbox import inbox
 from hostkit.cli._init import init
 from hostkit.cli._inspect import budget_report, context_report
+from hostkit.cli._interrupt import interrupted_turn
 from hostkit.cli._mcp import mcp
 from hostkit.cli._model import model
 from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
-from hostkit.cli._turn import attach_files, recorded_turn, stream_turn
+from hostkit.cli._turn import attach_files, stream_turn
 from hostkit.errors import HostkitError, InvalidValue, TurnRejected, bounded
 from hostkit.host import resolve_config, unknown_agent
 from hostkit.inspect import activity_rows, budget_view, context_view
@@ -280,18 +281,12 @@ def run(
                     raise
                 raise fail(TurnRejected(reason)) from None
             except anyio.get_cancelled_exc_class():
-                # Ctrl-C: an admitted turn's terminal record is written as it unwinds; say
-                # so, and where to read it, rather than leave the terminal silent. One
-                # interrupted while it was being admitted may not exist at all: looked up.
-                if await recorded_turn(host, conversation, request_id) is None:
-                    said = "\ninterrupted before the turn started: nothing was recorded"
-                else:
-                    listing = command_line("sessions", config=config)
-                    said = (
-                        "\ninterrupted: the turn stopped and was recorded as it ended; "
-                        f"`{listing}` shows it"
-                    )
-                console.print(said, highlight=False, markup=False, soft_wrap=True)
+                # Ctrl-C: an admitted turn's terminal record is written as it unwinds (or,
+                # the store busy, is not); say which, and where to read it, rather than
+                # leave the terminal silent. One interrupted while it was being admitted
+                # may not exist at all: looked up.
+                said = await interrupted_turn(host, conversation, request_id, config=config)
+                console.print("\n" + said, highlight=False, markup=False, soft_wrap=True)
                 raise
             return report(
                 result,

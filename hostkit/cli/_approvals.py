@@ -34,8 +34,9 @@ from hostkit.cli._common import (
     run_command,
     terminal_approver,
 )
+from hostkit.cli._interrupt import interrupted_answer
 from hostkit.cli._render import approvals_table, resume_hints
-from hostkit.cli._turn import interrupted_answer, stream_answer, stream_resume
+from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
 from hostkit.host import Host

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
+from hostkit.cli._interrupt import waits_cut_short_on_interrupt
 from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import ConfigError, HostkitError, InvalidValue, bounded
@@ -250,6 +251,7 @@ async def open_host(
     moot: Callable[[str], bool] | None = None,
     print_warnings: bool = True,
     require_channels: bool = False,
+    own_signals: bool = False,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
@@ -266,6 +268,9 @@ async def open_host(
     ``require_channels`` for the one command that delivers (``serve``): the
     others send nothing, so an unset channel secret does not stop them (a
     turn's answer for a channel waits in the outbox for ``hostkit serve``).
+    Ctrl-C limits the store's waits for other processes' locks
+    (``waits_cut_short_on_interrupt``), unless the command handles its
+    signals itself (``own_signals``: ``serve``, which limits them by its drain).
     """
     with _held_startup_records() as held:
         async with Host.open(
@@ -287,7 +292,11 @@ async def open_host(
                     highlight=False,
                     soft_wrap=True,
                 )
-            yield host
+            if own_signals:
+                yield host
+                return
+            with waits_cut_short_on_interrupt(host.store):
+                yield host
 
 
 def naming_config(line: str, cores: Iterable[str], config: Path) -> str:

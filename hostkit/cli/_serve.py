@@ -153,7 +153,9 @@ async def _serve_host(
     # A daemon serves a project's channels: from the wrong directory it would create a
     # database and serve a default agent nobody can reach.
     found = await project_config(config, nothing="no project to serve here")
-    async with open_host(found, agents=agents, print_warnings=False, require_channels=True) as host:
+    async with open_host(
+        found, agents=agents, print_warnings=False, require_channels=True, own_signals=True
+    ) as host:
         daemon = host.serve(listen=listen, port=port, watch=True, closing_host=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
         daemon.bind()

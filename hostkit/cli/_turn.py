@@ -13,9 +13,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 
-from hostkit.authority import conversation_principal
 from hostkit.cli._approver import ConsoleApprover
-from hostkit.cli._render import command_line
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -32,14 +30,10 @@ from hostkit.types import (
     sanitize_name,
 )
 
-# How long the look for a turn after a Ctrl-C may take: a read, answered at once normally.
-_LOOKUP_S = 3.0
-
 __all__ = [
     "Waiting",
     "attach_files",
     "event_text",
-    "recorded_turn",
     "stream_answer",
     "stream_resume",
     "stream_turn",
@@ -133,7 +127,7 @@ async def stream_turn(
     """Run a turn for the local terminal user, printing text deltas to ``out``.
 
     ``progress`` (stderr) shows how long the turn has waited for its model;
-    ``request_id`` (default: a new one) is what ``recorded_turn`` looks up.
+    ``request_id`` (default: a new one) is what ``interrupted_turn`` looks up.
     """
     request = TurnRequest(
         input=message,
@@ -149,50 +143,6 @@ async def stream_turn(
         lambda: host.turns.run(request),
         out,
         Waiting(progress),
-    )
-
-
-async def recorded_turn(host: Host, conversation: str, request_id: str) -> str | None:
-    """The turn the terminal user's request ``request_id`` started, if it was admitted.
-
-    For after a Ctrl-C: shielded, and bounded, so the answer is quick and sure.
-    """
-    with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
-        found = await host.store.turns.find(
-            conversation_principal(terminal_user(conversation)), request_id
-        )
-        return None if found is None else found.turn_id
-    return None
-
-
-async def interrupted_answer(
-    host: Host,
-    approval_id: str,
-    *,
-    by: PrincipalScope,
-    config: Path | None,
-    agent: str | None = None,
-) -> str:
-    """The line for a Ctrl-C while an approval's answer or continuation ran: where it was
-    left (looked up shielded and bounded, as ``recorded_turn``) and where to read more."""
-    approval = None
-    with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
-        try:
-            approval = await host.approvals.get(by, approval_id)
-        except HostkitError:
-            approval = None
-    listing = command_line("approvals", "list", "--all", config=config)
-    if approval is None:
-        return f"interrupted: `{listing}` shows where approval {approval_id} was left"
-    if approval.status == "pending":
-        return f"interrupted before the answer was recorded: {approval_id} is still pending"
-    if approval.awaiting_continuation:
-        resume = command_line("approvals", "resume", approval_id, config=config, agent=agent)
-        return f"interrupted: {approval_id} is {approval.status}, its call not run yet; `{resume}`"
-    sessions = command_line("sessions", config=config)
-    return (
-        f"interrupted: {approval_id} is {approval.status} and its continuation was recorded "
-        f"as it ended; `{listing}` and `{sessions}` show them"
     )
 
 

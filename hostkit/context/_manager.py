@@ -463,6 +463,11 @@ class ContextManager:
             await self._write_unwritten()
         return not self._unwritten
 
+    def defer(self, turn_id: str) -> None:
+        """The turn ended while the store was busy: its decisions that were never
+        observed are written by the next flush (another turn's end, ``aclose``), not now."""
+        self._release(turn_id)
+
     async def aclose(self) -> None:
         """Write every decision still held (see ``flush``); the store stays open."""
         await self.flush()

@@ -73,6 +73,12 @@ class ActiveTurn:
     final: TranscriptEntry | None = None
     final_step: ObservedStep | None = None  # its observation, committed with it
     recorded: bool = False  # the turn's terminal record is durable (here or by a takeover)
+    # When (anyio's clock) the turn's end runs out of time: its writes (the record, ending
+    # it lost, its context decisions) share one bound, set when the end begins.
+    end_by: float | None = None
+    # A write of the end found the store busy (its lock wait or the bound ran out): the
+    # end's later writes are not tried, each would wait out the same lock again.
+    store_busy: bool = False
     # The model's calls of the current step whose results are not durable yet, in order.
     # While ``in_flight == "effect"`` the first of them may have run.
     unanswered: list[ToolCall] = field(default_factory=list)
@@ -89,6 +95,13 @@ class ActiveTurn:
         if not self.scope.cancel_called:
             self.cancel_reason, self.cancelled_by = reason, by
             self.scope.cancel()
+
+    def end_left_s(self, bound_s: float) -> float:
+        """What is left of the end's bound; the first call begins the end (``bound_s``)."""
+        now = anyio.current_time()
+        if self.end_by is None:
+            self.end_by = now + bound_s
+        return max(0.0, self.end_by - now)
 
     def take_seq(self) -> int:
         """The seq of the turn's next persisted event."""

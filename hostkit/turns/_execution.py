@@ -22,6 +22,8 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     ProviderError,
     StoreClosed,
+    StoreError,
+    StoreOutcomeUnknown,
     TurnInfrastructureError,
     TurnInProgress,
     TurnRejected,
@@ -341,7 +343,7 @@ class TurnExecution:
             with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
                 outcome, error = "cancelled", "the caller was cancelled"
                 active.cancelled_by = "caller"
-                paused = await self._paused_on(context, active)
+                paused = await self._end_write(active, lambda: self._paused_on(context, active))
                 if paused is not None:
                     outcome, error = "needs_user", paused
                 elif _maybe_ran(core, context, active):
@@ -372,11 +374,7 @@ class TurnExecution:
                         await core.effects.close_catalog(active.catalog)
                 finally:
                     try:
-                        if not active.recorded:
-                            await self._leases.abandon(active.lease)
-                        # The step decisions that were never observed (a failed or
-                        # cancelled provider call) become durable with the turn's end.
-                        await self._context.flush(context.turn_id)
+                        await self._after_end(context, active)
                     finally:
                         if active.author is not None:
                             active.author.close()
@@ -995,8 +993,8 @@ class TurnExecution:
             # Foreground completion: authored writes from here on are refused (LeaseLost).
             active.author.close()
         if outcome in ("cancelled", "indeterminate", "failed", "needs_user") and active.unanswered:
-            with contextlib.suppress(HostkitError):
-                await self._answer_the_rest(context, active)
+            with contextlib.suppress(HostkitError, TimeoutError):
+                await self._end_write(active, lambda: self._answer_the_rest(context, active))
         result = TurnResult(
             request_id=context.request_id,
             turn_id=context.turn_id,
@@ -1016,27 +1014,31 @@ class TurnExecution:
             cancelled_by=active.cancelled_by if outcome in _CANCELLED else None,
         )
         seq, proposed = active.take_seq(), result
+
+        async def record() -> TurnResult:
+            try:
+                written, committed = await self._write_observed(
+                    context,
+                    active.final_step,
+                    lambda step: self._store.turns.finish(
+                        self._tokens.lease(context.admission_lease_token),
+                        proposed,
+                        event_seq=seq,
+                        route=self._tokens.route(context.route_token),
+                        final=active.final,
+                        observed=step,
+                    ),
+                )
+                if committed is not None:
+                    await self._context.settle(committed, None)
+            except LeaseLost:
+                # Another Host took the session over and recorded this turn's end.
+                written = await self._recorded_elsewhere(context)
+            active.recorded = True
+            return written
+
         try:
-            with anyio.fail_after(self._terminal_timeout_s):
-                try:
-                    result, committed = await self._write_observed(
-                        context,
-                        active.final_step,
-                        lambda step: self._store.turns.finish(
-                            self._tokens.lease(context.admission_lease_token),
-                            proposed,
-                            event_seq=seq,
-                            route=self._tokens.route(context.route_token),
-                            final=active.final,
-                            observed=step,
-                        ),
-                    )
-                    if committed is not None:
-                        await self._context.settle(committed, None)
-                except LeaseLost:
-                    # Another Host took the session over and recorded this turn's end.
-                    result = await self._recorded_elsewhere(context)
-                active.recorded = True
+            result = await self._end_write(active, record)
         except (HostkitError, TimeoutError) as exc:
             raise TurnInfrastructureError(
                 context.request_id, durable_result_ref=context.turn_id
@@ -1045,6 +1047,52 @@ class TurnExecution:
             self._emit(context, active.final.event, dict(active.final.detail or {}))
         self._emit(context, f"turn.{result.outcome}", {"error": result.error})
         return result
+
+    async def _end_write(self, active: ActiveTurn, write: Callable[[], Awaitable[T]]) -> T:
+        """Run one write of the turn's end within what is left of the end's one bound.
+
+        ``TimeoutError`` when nothing is left, the bound runs out, or an earlier
+        write of the end found the store busy: a write that waited out another
+        process's lock is not followed by more, each waiting it out again.
+        """
+        left = active.end_left_s(self._terminal_timeout_s)
+        if active.store_busy or left <= 0:
+            raise TimeoutError("the store was busy when the turn ended")
+        try:
+            with anyio.fail_after(left):
+                return await write()
+        except TimeoutError:
+            active.store_busy = True
+            raise
+        except StoreError as exc:
+            # Retryable: a lock waited out, a server not answering in time. A COMMIT whose
+            # answer was lost is not "busy": the next write may tell whether it landed.
+            if exc.retryable and not isinstance(exc, StoreOutcomeUnknown):
+                active.store_busy = True
+            raise
+
+    async def _after_end(self, context: TurnExecutionContext, active: ActiveTurn) -> None:
+        """What the turn's end writes after its record, within what is left of its bound.
+
+        A turn whose record was not written is ended ``lost`` (its session must
+        not stay blocked), and its step decisions that were never observed (a
+        failed or cancelled provider call) become durable. Once the store was
+        found busy, or the bound is spent, neither is tried: the lease is left to
+        this Host's next admission of the session, its shutdown or the next
+        process's recovery, the decisions to the next flush.
+        """
+        left = active.end_left_s(self._terminal_timeout_s)
+        if not active.recorded and not active.store_busy and left > 0:
+            if not await self._leases.abandon(active.lease, within_s=left):
+                active.store_busy = True  # the lease is left already; so are the decisions
+            left = active.end_left_s(self._terminal_timeout_s)
+        elif not active.recorded:
+            self._leases.leave(active.lease)
+        if active.store_busy or left <= 0:
+            self._context.defer(context.turn_id)
+            return
+        with anyio.move_on_after(left):
+            await self._context.flush(context.turn_id)
 
     async def _recorded_elsewhere(self, context: TurnExecutionContext) -> TurnResult:
         state = await self._store.turns.state(context.principal, context.turn_id)

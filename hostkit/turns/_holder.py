@@ -303,14 +303,16 @@ class LeaseHolder:
                 active.held_until = start + active.lease.ttl_s
                 await anyio.sleep(active.lease.ttl_s / 3)
 
-    async def abandon(self, lease: SessionLease) -> bool:
+    async def abandon(self, lease: SessionLease, *, within_s: float | None = None) -> bool:
         """End a turn this Host can no longer record (``lost``); True once its session is free.
 
-        Bounded and quiet: when the store still fails, the lease is remembered
-        and the next local admission of the session tries again (its expiry,
-        this Host's shutdown and the next recovery are the other ways out).
+        Bounded (``within_s``: a turn's end passes what is left of its own bound)
+        and quiet: when the store still fails, the lease is remembered (``leave``).
         """
-        with anyio.move_on_after(self._abandon_timeout_s, shield=True):
+        bound_s = (
+            self._abandon_timeout_s if within_s is None else min(within_s, self._abandon_timeout_s)
+        )
+        with anyio.move_on_after(bound_s, shield=True):
             try:
                 await self._store.turns.abandon(lease)
             except LeaseLost:
@@ -319,8 +321,16 @@ class LeaseHolder:
                 _log.warning("turn %s: could not end it lost: %s", lease.turn_id, exc)
             else:
                 return True
-        self._abandoned[lease.turn_id] = lease
+        self.leave(lease)
         return False
+
+    def leave(self, lease: SessionLease) -> None:
+        """Remember a turn whose end could not be written, without trying now.
+
+        The next local admission of its session tries again; its expiry, this
+        Host's shutdown and the next process's recovery are the other ways out.
+        """
+        self._abandoned[lease.turn_id] = lease
 
     def stop_waiting(self) -> None:
         """Refuse new admissions and wake waiting turns (each raises ``TurnRejected``)."""

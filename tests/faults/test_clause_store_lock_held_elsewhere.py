@@ -15,25 +15,38 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from hostkit.effects import ToolContext, tool
-from hostkit.errors import HostkitError, InvalidValue, StoreError, TurnInProgress
+from hostkit.errors import (
+    HostkitError,
+    InvalidValue,
+    StoreError,
+    TurnInfrastructureError,
+    TurnInProgress,
+)
 from hostkit.host import Host
 from hostkit.host import _host as host_module
 from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnExecution
 from hostkit.types import TurnRequest, TurnResult
+from tests.contract.test_clause_cli_approval_interrupt import ctrl_c_hostkit, read_until
 from tests.contract.test_cli import CONFIG
+from tests.contract.test_cli_approvals import CONFIG as WRITER_CONFIG
 from tests.hosts import config, request
+from tests.wire import openai_chat as wire_openai
+from tests.wire import serve_wire, sse_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -332,3 +345,172 @@ async def test_a_limit_longer_than_the_busy_timeout_never_widens_it(tmp_path: Pa
         await anyio.sleep(0.2)  # the limit has passed: no wait is left at all
         busy = await store.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
         assert busy == 0
+
+
+# -- a turn's end under another process's lock: one bound, then recovery's ----------------
+
+
+@pytest.fixture
+def short_lock_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts opened in the test wait 1 s for another process's lock (30 s by default; each
+    try 0.2 s, not 5), and close within 1 s of lock waits."""
+    opening = RuntimeStore.open.__func__  # type: ignore[attr-defined]
+
+    def open_short(cls: type[RuntimeStore], path: Any, **options: Any) -> Any:
+        return opening(cls, path, **{**options, "lock_timeout_s": 1.0, "busy_timeout_s": 0.2})
+
+    monkeypatch.setattr(RuntimeStore, "open", classmethod(open_short))
+    monkeypatch.setattr(host_module, "CLOSE_LOCK_WAIT_S", 1.0)
+
+
+def writes_of_the_end(host: Host, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the end-of-turn writes the Host starts after its terminal record
+    (ending a turn ``lost``, writing its context decisions), as they start."""
+    started: list[str] = []
+    for owner, name in ((host.store.turns, "abandon"), (host.store.context, "record_decisions")):
+        original = getattr(owner, name)
+
+        async def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            started.append(_name)
+            return await _original(*args)
+
+        monkeypatch.setattr(owner, name, spy)
+    return started
+
+
+async def test_a_turn_whose_end_waited_out_the_lock_starts_no_more_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_lock_waits: None
+) -> None:
+    """The terminal record waited out another process's lock (the store's lock timeout)
+    and failed: the turn ends at once (``TurnInfrastructureError``), without ending it
+    ``lost`` and writing its context decisions each after another whole wait. Its lease
+    is left for recovery: once the lock is free, the next admission of its session in
+    this Host ends it as recovery would and runs."""
+    database = tmp_path / "hostkit.db"
+    running, locked = anyio.Event(), anyio.Event()
+
+    @tool("work.slow")
+    async def slow(ctx: ToolContext) -> str:
+        """Returns once another process holds the write lock."""
+        running.set()
+        await locked.wait()
+        return "worked"
+
+    model = ScriptedModel([CallTools(("work_slow", {})), Reply("done"), Reply("again")])
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[slow])) as host:
+        started = writes_of_the_end(host, monkeypatch)
+        failed: list[BaseException] = []
+        ended = anyio.Event()
+
+        async def run() -> None:
+            with pytest.raises(TurnInfrastructureError) as caught:
+                await host.turns.run(request("work please"))
+            failed.append(caught.value)
+            ended.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.fail_after(30):
+                await running.wait()
+            async with lock_held_elsewhere(database):
+                locked.set()
+                with anyio.fail_after(30):
+                    await ended.wait()
+        assert started == []  # each would have waited out the lock once more
+        (turn_id,) = [failed[0].durable_result_ref]
+        again = await host.turns.run(request("once more", request_id="req_again"))
+        assert again.outcome == "completed", again
+        status = await host.store.read(
+            lambda c: c.execute("SELECT status FROM turns WHERE turn_id = ?", [turn_id]).fetchone()
+        )
+    assert tuple(status) == ("indeterminate",)  # as recovery ends it: its call had run
+
+
+async def test_everything_a_cancelled_turns_end_writes_shares_one_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn cancelled while another process holds the lock for longer than the store
+    waits: its end (the answers to its calls, its record, ending it ``lost``, its context
+    decisions) takes the terminal bound in all, not that bound plus a lock timeout for
+    each write after it."""
+    monkeypatch.setitem(TurnExecution.__init__.__kwdefaults__, "terminal_timeout_s", 1.0)
+    monkeypatch.setattr(host_module, "CLOSE_LOCK_WAIT_S", 1.0)
+    database = tmp_path / "hostkit.db"
+    running = anyio.Event()
+
+    @tool("work.forever")
+    async def forever(ctx: ToolContext) -> str:
+        """Runs until its turn is cancelled."""
+        running.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    model = ScriptedModel([CallTools(("work_forever", {})), Reply("never")])
+    tools = capabilities(model, tools=[forever])
+    async with Host.open(config(tmp_path), capabilities=tools) as host:
+        started = writes_of_the_end(host, monkeypatch)
+        done = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(_run_then, host, request("work please"), done)
+            with anyio.fail_after(30):
+                await running.wait()
+            async with lock_held_elsewhere(database):
+                began = time.monotonic()
+                group.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True), anyio.fail_after(120):
+                    await done.wait()
+                ended = time.monotonic() - began
+                assert started == []
+    assert ended < 8, ended  # 1 s; a loaded machine (a lock timeout, 30 s, a write without)
+
+
+async def _run_then(host: Host, turn: TurnRequest, done: anyio.Event) -> None:
+    """``_run_quietly``, then ``done`` (also when cancelled)."""
+    try:
+        await _run_quietly(host, turn)
+    finally:
+        done.set()
+
+
+async def test_ctrl_c_under_another_processs_lock_ends_soon_and_says_the_end_was_not_recorded(
+    tmp_path: Path,
+) -> None:
+    """``hostkit run`` interrupted while another process holds the lock stops within
+    seconds (its store waits no longer once Ctrl-C arrived), not after a lock timeout per
+    write of the turn's end; and it does not claim a record it could not write: the turn
+    is still ``running`` and the line says so, and who ends it."""
+    async with serve_wire() as wire:
+        project = tmp_path
+        await anyio.Path(project / "hostkit.toml").write_text(
+            WRITER_CONFIG.format(base_url=wire.base_url)
+        )
+        wire.script(
+            sse_reply(wire_openai.sse([wire_openai.chunk(role="assistant")], done=False), hold=True)
+        )
+        database = project / "state" / "hostkit.db"
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def locked_while_the_model_answers(terminal: int, seen: bytearray) -> None:
+                with anyio.fail_after(30):
+                    while not wire.requests:
+                        with anyio.move_on_after(0.05):
+                            await read_until(terminal, b"\x00", seen)
+                await stack.enter_async_context(lock_held_elsewhere(database))
+
+            started = time.monotonic()
+            code, text = await ctrl_c_hostkit(
+                ["run", "--agent", "writer", "hello"], project, locked_while_the_model_answers
+            )
+            took = time.monotonic() - started
+    assert code == 130, text
+    assert took < 20, took  # 3 s of lock waits; a loaded machine (over a minute before)
+    line = (
+        "interrupted: the turn's end could not be recorded (the store was busy): this "
+        "command's close, or else the next hostkit command to open the database, ends it "
+        "lost; `hostkit sessions` shows it"
+    )
+    assert text.count(line) == 1, text
+    assert "recorded as it ended" not in text
+    with sqlite3.connect(database) as connection:
+        turns = connection.execute("SELECT status FROM turns").fetchall()
+    assert turns == [("running",)]
