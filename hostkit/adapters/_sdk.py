@@ -28,8 +28,8 @@ import anyio
 from hostkit.adapters._base import ProviderBase
 from hostkit.adapters._bounds import over_bound, refused
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded, scrub_secret
-from hostkit.providers import RetryPolicy, retry_after_seconds
-from hostkit.types import AttachmentSupport, ModelLimits, http_url_problem, is_seconds
+from hostkit.providers import RetryPolicy, http_url_problem, retry_after_seconds
+from hostkit.types import AttachmentSupport, ModelLimits, is_seconds
 
 __all__ = ["SdkErrors", "SdkProvider"]
 

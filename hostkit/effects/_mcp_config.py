@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects._mcp import MCP_SERVER_NAME_PATTERN, McpServerDeclaration
 from hostkit.effects._runtime import ENV_NAME_PATTERN
-from hostkit.types import http_url_problem
+from hostkit.providers import http_url_problem
 
 __all__ = [
     "MAX_MCP_ARGS",

@@ -31,13 +31,12 @@ from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
 from hostkit.host._tool_modules import MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
+from hostkit.providers import MAX_URL_CHARS, http_url_problem
 from hostkit.store import carries_password, redact_url
 from hostkit.types import (
     MAX_MODEL_ID_CHARS,
-    MAX_URL_CHARS,
     ModelLimits,
     argument_problem,
-    http_url_problem,
     is_channel_id,
     is_core_id,
     is_text,

@@ -29,7 +29,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.effects import ENV_NAME_PATTERN
-from hostkit.types import MAX_URL_CHARS, http_url_problem
+from hostkit.providers import MAX_URL_CHARS, http_url_problem
 
 __all__ = [
     "DEFAULT_API_BASE",

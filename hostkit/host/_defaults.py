@@ -49,10 +49,10 @@ from hostkit.host._config import (
 from hostkit.host._config_channels import ChannelConfig
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
-from hostkit.providers import ModelProvider
+from hostkit.providers import ModelProvider, http_url_problem
 from hostkit.store import RuntimeStore
 from hostkit.turns import Observer
-from hostkit.types import AttachmentSupport, ModelRequest, http_url_problem
+from hostkit.types import AttachmentSupport, ModelRequest
 
 if TYPE_CHECKING:
     from hostkit.adapters.anthropic_messages import AnthropicProvider

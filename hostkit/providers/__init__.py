@@ -10,12 +10,15 @@ from hostkit.providers._normalize import (
 )
 from hostkit.providers._protocol import ModelProvider, attachment_support
 from hostkit.providers._retry import RetryPolicy, call_with_retries
+from hostkit.providers._urls import MAX_URL_CHARS, http_url_problem
 
 __all__ = [
+    "MAX_URL_CHARS",
     "ModelProvider",
     "RetryPolicy",
     "attachment_support",
     "call_with_retries",
+    "http_url_problem",
     "parse_tool_arguments",
     "retry_after_seconds",
     "to_finish_reason",

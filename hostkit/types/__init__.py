@@ -169,7 +169,6 @@ from hostkit.types._turn import (
     TurnRequest,
     TurnResult,
 )
-from hostkit.types._urls import MAX_URL_CHARS, http_url_problem
 from hostkit.types._words import plural
 
 __all__ = [
@@ -200,7 +199,6 @@ __all__ = [
     "MAX_TOOL_CALLS",
     "MAX_TOOL_NAME_CHARS",
     "MAX_TURN_ATTACHMENT_BYTES",
-    "MAX_URL_CHARS",
     "MEDIA_TYPES",
     "MIN_SECRET",
     "NO_ATTACHMENTS",
@@ -301,7 +299,6 @@ __all__ = [
     "check_content",
     "content_ref",
     "finite_seconds",
-    "http_url_problem",
     "is_channel_id",
     "is_core_id",
     "is_count",
