@@ -80,7 +80,14 @@ from hostkit.store._mcp import (
     MAX_MCP_TOOLS,
     McpStatusStore,
 )
-from hostkit.store._memory import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
+from hostkit.store._memory import (
+    MAX_MEMORY_CHARS,
+    MAX_MEMORY_CHARS_PER_OWNER,
+    MAX_MEMORY_ITEMS_PER_OWNER,
+    MAX_RECALL,
+    MemoryItem,
+    MemoryStore,
+)
 from hostkit.store._migrate import MigrationReport, logical_fingerprint
 from hostkit.store._owned import OwnedKind, now, owner_predicate
 from hostkit.store._pg_url import carries_password, redact_url
@@ -145,6 +152,8 @@ __all__ = [
     "MAX_MCP_STATUS_ROWS",
     "MAX_MCP_TOOLS",
     "MAX_MEMORY_CHARS",
+    "MAX_MEMORY_CHARS_PER_OWNER",
+    "MAX_MEMORY_ITEMS_PER_OWNER",
     "MAX_REASON",
     "MAX_RECALL",
     "MAX_RECLAIM",

@@ -5,6 +5,11 @@ every query is partitioned by both in SQL, so an owner never sees another's.
 ``recall`` takes the user's words, not a query language: the SQLite adapter
 turns them into quoted FTS5 terms, so no input can become FTS5 syntax (an
 operator, a prefix ``*``, ``NEAR``, a column filter) or a syntax error.
+
+Anyone who can talk to an agent can make it store items, so each owner's
+items are bounded in number and total size; the bound is checked inside the
+insert's own write transaction (serialised on both adapters), so concurrent
+writers cannot pass it together.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_MEMORY_CHARS",
+    "MAX_MEMORY_CHARS_PER_OWNER",
+    "MAX_MEMORY_ITEMS_PER_OWNER",
     "MAX_MEMORY_OWNER_CHARS",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
@@ -35,6 +42,8 @@ __all__ = [
 ]
 
 MAX_MEMORY_CHARS = 4_000
+MAX_MEMORY_ITEMS_PER_OWNER = 1_000
+MAX_MEMORY_CHARS_PER_OWNER = 1_000_000
 MAX_MEMORY_OWNER_CHARS = 300
 MAX_QUERY_CHARS = 2_000
 MAX_QUERY_TERMS = 16
@@ -63,7 +72,12 @@ class MemoryStore(ABC):
 
     @abstractmethod
     async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
-        """Store ``text`` (1..``MAX_MEMORY_CHARS`` characters of valid Unicode) for the owner."""
+        """Store ``text`` (1..``MAX_MEMORY_CHARS`` characters of Unicode, no NUL) for the owner.
+
+        An owner (agent and principal) keeps at most ``MAX_MEMORY_ITEMS_PER_OWNER``
+        items of at most ``MAX_MEMORY_CHARS_PER_OWNER`` characters in all; past
+        that ``InvalidValue`` ("memory is full") and nothing is stored.
+        """
 
     @abstractmethod
     async def recall(
@@ -127,6 +141,24 @@ def _pg_search(count: int) -> str:
     )
 
 
+def _check_room(raw: sqlite3.Connection, agent: str, owner: str, adding: int) -> None:
+    """Refuse an item that would take the owner past the per-owner bounds.
+
+    Runs in the insert's write transaction, so the count and the insert are one.
+    """
+    items, chars = raw.execute(
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memory_items "
+        "WHERE agent = ? AND principal_id = ?",
+        [agent, owner],
+    ).fetchone()
+    if items + 1 > MAX_MEMORY_ITEMS_PER_OWNER or chars + adding > MAX_MEMORY_CHARS_PER_OWNER:
+        raise InvalidValue(
+            f"memory is full: {items} items / {chars} characters for this person and agent; "
+            f"at most {MAX_MEMORY_ITEMS_PER_OWNER} items and {MAX_MEMORY_CHARS_PER_OWNER} "
+            "characters are kept, so this was not stored"
+        )
+
+
 class SqlMemoryStore(MemoryStore):
     """MemoryStore on ``memory_items``: FTS5 on SQLite, a ``tsvector`` index on PostgreSQL."""
 
@@ -139,8 +171,12 @@ class SqlMemoryStore(MemoryStore):
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_MEMORY_CHARS:
             raise InvalidValue(f"memory items are 1-{MAX_MEMORY_CHARS} characters")
         _unicode("text", text)
+        if "\x00" in text:
+            # PostgreSQL cannot store NUL in text; SQLite could: refused on both alike.
+            raise InvalidValue("memory text must not contain a NUL character")
 
         def insert(raw: sqlite3.Connection) -> MemoryItem:
+            _check_room(raw, agent, owner, len(text))
             created_at = now(raw)
             cursor = raw.execute(
                 "INSERT INTO memory_items (agent, principal_id, text, created_at) "

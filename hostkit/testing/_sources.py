@@ -19,7 +19,12 @@ from hostkit.host import (
     memory_tools,
 )
 from hostkit.providers import ModelProvider
-from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL
+from hostkit.store import (
+    MAX_MEMORY_CHARS,
+    MAX_MEMORY_CHARS_PER_OWNER,
+    MAX_MEMORY_ITEMS_PER_OWNER,
+    MAX_RECALL,
+)
 from hostkit.turns import Observer
 from hostkit.types import is_text
 
@@ -70,17 +75,24 @@ class StaticToolSource:
 class InMemoryMemory:
     """Substring-match memory partitioned by owner.
 
-    As strict as the store's memory (same text and limit rules), so a test
-    cannot pass on input the real one refuses.
+    As strict as the store's memory (same text, per-owner and limit rules), so
+    a test cannot pass on input the real one refuses.
     """
 
     def __init__(self) -> None:
         self.items: dict[str, list[str]] = {}
 
     async def remember(self, owner: str, text: str) -> None:
-        if not is_text(text, limit=MAX_MEMORY_CHARS) or not text.strip():
-            raise InvalidValue(f"a memory is 1 to {MAX_MEMORY_CHARS} characters of text")
-        self.items.setdefault(owner, []).append(text)
+        if not is_text(text, limit=MAX_MEMORY_CHARS) or not text.strip() or "\x00" in text:
+            raise InvalidValue(f"a memory is 1 to {MAX_MEMORY_CHARS} characters of text, no NUL")
+        kept = self.items.setdefault(owner, [])
+        chars = sum(map(len, kept))
+        full = len(kept) >= MAX_MEMORY_ITEMS_PER_OWNER
+        if full or chars + len(text) > MAX_MEMORY_CHARS_PER_OWNER:
+            raise InvalidValue(
+                f"memory is full: {len(kept)} items / {chars} characters for this person and agent"
+            )
+        kept.append(text)
 
     async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
         if isinstance(limit, bool) or not isinstance(limit, int):

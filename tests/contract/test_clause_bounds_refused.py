@@ -730,7 +730,7 @@ def test_tracing_refuses_an_unknown_exporter(traces: str) -> None:
 
 async def test_the_in_memory_memory_is_as_strict_as_the_store() -> None:
     memory = InMemoryMemory()
-    for text in ("", "   ", "x" * (MAX_MEMORY_CHARS + 1), "bad \udcff"):
+    for text in ("", "   ", "x" * (MAX_MEMORY_CHARS + 1), "bad \udcff", "a\x00b"):
         with pytest.raises(InvalidValue):
             await memory.remember("alice", text)
     for index in range(30):

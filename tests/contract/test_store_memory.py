@@ -2,7 +2,9 @@
 
 Items are partitioned by agent and owner; a recall query is the user's words,
 never a query language: no text, however hostile, becomes FTS syntax, an
-error from the database or a way into another owner's items.
+error from the database or a way into another owner's items. Each owner's
+memory is bounded in items and characters, checked in the insert's own
+transaction, so concurrent writers cannot pass the bound together.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ import anyio
 import pytest
 
 from hostkit.errors import InvalidValue
-from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, MemoryItem, MemoryStore
+from hostkit.store import (
+    MAX_MEMORY_CHARS,
+    MAX_MEMORY_CHARS_PER_OWNER,
+    MAX_MEMORY_ITEMS_PER_OWNER,
+    MAX_RECALL,
+    MemoryItem,
+    MemoryStore,
+)
+from hostkit.store import _memory as memory_module
 from tests.contract._store_adapters import StoreUnderTest, open_adapter
 
 pytestmark = pytest.mark.anyio
@@ -167,8 +177,18 @@ async def test_bad_recall_arguments_are_typed_errors(
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   \n\t", "x" * (MAX_MEMORY_CHARS + 1), "half a \ud800 surrogate", None, b"bytes"],
-    ids=["empty", "blank", "too-long", "surrogate", "none", "bytes"],
+    [
+        "",
+        "   \n\t",
+        "x" * (MAX_MEMORY_CHARS + 1),
+        "half a \ud800 surrogate",
+        None,
+        b"bytes",
+        "a\x00b",
+        "\x00",
+        "kept item \x00",
+    ],
+    ids=["empty", "blank", "too-long", "surrogate", "none", "bytes", "nul", "only-nul", "nul-end"],
 )
 async def test_bad_items_are_refused_and_nothing_accepted_is_lost(
     memory: MemoryStore, text: Any
@@ -182,6 +202,70 @@ async def test_bad_items_are_refused_and_nothing_accepted_is_lost(
     await memory.remember(agent=AGENT, owner="alice", text=edge)  # the bound itself is fine
     assert await texts(memory, "edge") == [edge]
     assert await texts(memory, "kept") == ["kept item one"]
+
+
+@pytest.fixture
+def small_bounds(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Per-owner bounds small enough to reach quickly (the real ones are checked below)."""
+    monkeypatch.setattr(memory_module, "MAX_MEMORY_ITEMS_PER_OWNER", 5)
+    monkeypatch.setattr(memory_module, "MAX_MEMORY_CHARS_PER_OWNER", 100)
+    return 5, 100
+
+
+def test_the_per_owner_bounds_are_generous_but_finite() -> None:
+    assert MAX_MEMORY_ITEMS_PER_OWNER == 1_000
+    assert MAX_MEMORY_CHARS_PER_OWNER == 1_000_000
+
+
+async def test_an_owner_past_its_item_bound_is_refused_and_nothing_is_stored(
+    memory: MemoryStore, small_bounds: tuple[int, int]
+) -> None:
+    for i in range(5):
+        await memory.remember(agent=AGENT, owner="alice", text=f"fact{i} kept")
+    with pytest.raises(InvalidValue) as refused:
+        await memory.remember(agent=AGENT, owner="alice", text="fact5 kept")
+    message = str(refused.value)
+    assert message.startswith("memory is full: 5 items / 50 characters for this person and agent")
+    assert len(message) <= 500
+    assert await texts(memory, "fact5") == []
+    assert len(await texts(memory, "kept", limit=MAX_RECALL)) == 5
+    # Another principal of the agent, and another agent of the principal, have their own room.
+    await memory.remember(agent=AGENT, owner="bob", text="fact5 kept")
+    await memory.remember(agent="other", owner="alice", text="fact5 kept")
+    assert await texts(memory, "fact5", owner="bob") == ["fact5 kept"]
+
+
+async def test_an_owner_past_its_character_bound_is_refused(
+    memory: MemoryStore, small_bounds: tuple[int, int]
+) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="a" * 60)
+    with pytest.raises(InvalidValue, match="memory is full: 1 items / 60 characters"):
+        await memory.remember(agent=AGENT, owner="alice", text="b" * 41)
+    await memory.remember(agent=AGENT, owner="alice", text="c" * 40)  # exactly the bound
+    with pytest.raises(InvalidValue, match="memory is full"):
+        await memory.remember(agent=AGENT, owner="alice", text="d")
+    assert await texts(memory, "b" * 41) == []
+    assert await texts(memory, "c" * 40) == ["c" * 40]
+
+
+async def test_concurrent_writers_cannot_pass_the_bound_together(
+    memory: MemoryStore, small_bounds: tuple[int, int]
+) -> None:
+    outcomes: list[bool] = []
+
+    async def remember(i: int) -> None:
+        try:
+            await memory.remember(agent=AGENT, owner="alice", text=f"race{i} shared")
+        except InvalidValue:
+            outcomes.append(False)
+        else:
+            outcomes.append(True)
+
+    async with anyio.create_task_group() as group:
+        for i in range(20):
+            group.start_soon(remember, i)
+    assert outcomes.count(True) == 5
+    assert len(await texts(memory, "shared", limit=MAX_RECALL)) == 5
 
 
 async def test_concurrent_items_are_all_kept(memory: MemoryStore) -> None:
