@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.effects import ToolContext, tool
+from hostkit.effects import AuthoredTool, ToolContext, tool
 from hostkit.errors import (
     HostkitError,
     InvalidValue,
@@ -301,13 +301,7 @@ async def test_a_host_closing_under_another_processs_lock_waits_its_close_bound_
     database = tmp_path / "hostkit.db"
     running = anyio.Event()
 
-    @tool("work.forever")
-    async def forever(ctx: ToolContext) -> str:
-        """Runs until the Host closes."""
-        running.set()
-        await anyio.sleep_forever()
-        return "never"
-
+    forever = work_forever(running)
     model = ScriptedModel([CallTools(("work_forever", {})), Reply("never")])
     turn = request("work please")
     host = await Host.open(config(tmp_path), capabilities=capabilities(model, tools=[forever]))
@@ -325,6 +319,19 @@ async def test_a_host_closing_under_another_processs_lock_waits_its_close_bound_
         with pytest.raises(TurnInProgress) as caught:
             await again.turns.run(turn)
     assert caught.value.retry_at is not None  # when its lease expires, recovery ends it
+
+
+def work_forever(running: anyio.Event) -> AuthoredTool:
+    """A tool that sets ``running`` and then runs until it is cancelled."""
+
+    @tool("work.forever")
+    async def forever(ctx: ToolContext) -> str:
+        """Runs until its turn is cancelled or the Host closes."""
+        running.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    return forever
 
 
 async def _run_quietly(host: Host, turn: TurnRequest) -> None:
@@ -438,13 +445,7 @@ async def test_everything_a_cancelled_turns_end_writes_shares_one_bound(
     database = tmp_path / "hostkit.db"
     running = anyio.Event()
 
-    @tool("work.forever")
-    async def forever(ctx: ToolContext) -> str:
-        """Runs until its turn is cancelled."""
-        running.set()
-        await anyio.sleep_forever()
-        return "never"
-
+    forever = work_forever(running)
     model = ScriptedModel([CallTools(("work_forever", {})), Reply("never")])
     tools = capabilities(model, tools=[forever])
     async with Host.open(config(tmp_path), capabilities=tools) as host:
