@@ -400,7 +400,8 @@ class HostSection(_Strict):
     artifacts: ConfigPath = ".hostkit-artifacts"
     # Free space terminal output never takes from the artifacts' disk (0: none kept): a run
     # is refused below it, and one whose output would pass it ends failed. The database
-    # and its backups usually share that disk.
+    # and its backups usually share that disk. The files tools keep it free too, on a
+    # workspace disk that holds Host state.
     artifact_reserve_mb: int = Field(default=256, ge=0, le=1_048_576)
     # Each core revision a turn runs, extracted read-only from its commit (Host state).
     cores_dir: ConfigPath = ".hostkit-cores"
