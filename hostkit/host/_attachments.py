@@ -98,7 +98,10 @@ class HostAttachments:
             raise InvalidValue(f"path must be a path, not {type(path).__name__}")
         file = anyio.Path(path)
         label = sanitize_name(str(path)) or "the file"
-        kind = SUFFIX_TYPES.get(file.suffix.lower()) if media_type is None else media_type
+        # None or "": the type its suffix says (compared as itself: any other value is checked
+        # by ``add``).
+        unset = media_type is None or (isinstance(media_type, str) and not str.__len__(media_type))
+        kind = SUFFIX_TYPES.get(file.suffix.lower()) if unset else media_type
         if kind is None:
             known = ", ".join(sorted(SUFFIX_TYPES))
             raise InvalidValue(f"{label}: unknown attachment type (known suffixes: {known})")

@@ -994,7 +994,9 @@ class TurnExecution:
             active.author.close()
         if outcome in ("cancelled", "indeterminate", "failed", "needs_user") and active.unanswered:
             with contextlib.suppress(HostkitError, TimeoutError):
-                await self._end_write(active, lambda: self._answer_the_rest(context, active))
+                await self._end_write(
+                    active, lambda: self._answer_the_rest(context, active), share=_ANSWERS_SHARE
+                )
         result = TurnResult(
             request_id=context.request_id,
             turn_id=context.turn_id,
@@ -1048,21 +1050,28 @@ class TurnExecution:
         self._emit(context, f"turn.{result.outcome}", {"error": result.error})
         return result
 
-    async def _end_write(self, active: ActiveTurn, write: Callable[[], Awaitable[T]]) -> T:
+    async def _end_write(
+        self, active: ActiveTurn, write: Callable[[], Awaitable[T]], *, share: float = 1.0
+    ) -> T:
         """Run one write of the turn's end within what is left of the end's one bound.
 
         ``TimeoutError`` when nothing is left, the bound runs out, or an earlier
         write of the end found the store busy: a write that waited out another
-        process's lock is not followed by more, each waiting it out again.
+        process's lock is not followed by more, each waiting it out again. A
+        write given a ``share`` of the bound (the answers to unanswered calls,
+        many writes on a slow store) that runs out of it leaves the rest to the
+        turn's record: the store was slow, not found busy.
         """
         left = active.end_left_s(self._terminal_timeout_s)
         if active.store_busy or left <= 0:
             raise TimeoutError("the store was busy when the turn ended")
+        within = min(left, self._terminal_timeout_s * share)
         try:
-            with anyio.fail_after(left):
+            with anyio.fail_after(within):
                 return await write()
         except TimeoutError:
-            active.store_busy = True
+            if within >= left:
+                active.store_busy = True
             raise
         except StoreError as exc:
             # Retryable: a lock waited out, a server not answering in time. A COMMIT whose
@@ -1282,6 +1291,10 @@ def _lent(active: ActiveTurn) -> AuthorHandles | None:
 def _references(message: ModelMessage) -> tuple[AttachmentPart, ...]:
     """``message``'s attachments as the transcript keeps them: references, no bytes."""
     return tuple(AttachmentPart(part.attachment) for part in message.attachments)
+
+
+# Of a turn's end bound, what answering its unanswered calls may take: the rest is the record's.
+_ANSWERS_SHARE = 0.5
 
 
 def _maybe_ran(core: PinnedCore, context: TurnExecutionContext, active: ActiveTurn) -> bool:

@@ -66,6 +66,11 @@ class Attachment:
     ref: str
 
     def __post_init__(self) -> None:
+        # Plain copies first: a str subclass's own __eq__ or __hash__ never runs (here, or in a
+        # set of refs later).
+        for name in ("name", "media_type", "ref"):
+            if isinstance(value := getattr(self, name), str):
+                object.__setattr__(self, name, str.__str__(value))
         if not isinstance(self.name, str) or not self.name or self.name != sanitize_name(self.name):
             raise InvalidTurnRequest(
                 f"an attachment name is 1-{MAX_ATTACHMENT_NAME} plain characters without paths"

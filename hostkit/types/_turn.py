@@ -147,11 +147,11 @@ class TurnRequest:
         object.__setattr__(
             self, "route", None if self.route is None else bounded_metadata(self.route)
         )
-        context = tuple(self.injected_context)
-        if any(
-            not isinstance(item, str) or (item and not is_text(item, limit=MAX_INPUT_CHARS))
-            for item in context
-        ):
+        if not all(isinstance(item, str) for item in self.injected_context):
+            raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
+        # Plain copies: a str subclass's own __len__ or __eq__ never runs here or later.
+        context = tuple(str.__str__(item) for item in self.injected_context)
+        if any(item and not is_text(item, limit=MAX_INPUT_CHARS) for item in context):
             raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import hostkit
 import hostkit.inspect as views
 from hostkit.errors import MESSAGE_LIMIT, HostkitError
 from hostkit.testing import Reply, ScriptedModel
-from hostkit.types import ConversationFacts
+from hostkit.types import Attachment, ConversationFacts, TurnRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -279,3 +280,37 @@ async def test_hostile_text_is_used_as_the_text_it_holds(
         assert await host.approvals.list(ops, status=HostileStr("pending")) == []
         named = hostkit.Agent(HostileStr("helper"))
         assert type(named.name) is str
+        # An empty media type still means "as its suffix says".
+        await anyio.Path(tmp_path / "notes.txt").write_text("hi")
+        added = await host.attachments.add_file(FACTS, tmp_path / "notes.txt", media_type="")
+        assert added.media_type == "text/plain"
+
+
+class CountlessStr(str):
+    """Valid text whose length and hash raise: only str's own methods may read it."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("len boom")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash boom")
+
+
+def test_turn_request_text_inside_its_lists_is_used_as_plain_text() -> None:
+    ref = "sha256:" + "a" * 64
+    attachment = Attachment(
+        name=CountlessStr("a.txt"),
+        media_type=CountlessStr("text/plain"),
+        size=3,
+        ref=CountlessStr(ref),
+    )
+    assert type(attachment.ref) is str
+    turn = TurnRequest(
+        input="hi",
+        principal=ConversationFacts(channel="cli", conversation_key="k", principal_key="p"),
+        request_id="req-1",
+        injected_context=[CountlessStr("remember the milk")],
+        attachments=[attachment],
+    )
+    assert [type(item) for item in turn.injected_context] == [str]
+    assert turn.injected_context == ("remember the milk",)

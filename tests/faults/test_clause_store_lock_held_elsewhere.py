@@ -465,6 +465,37 @@ async def test_everything_a_cancelled_turns_end_writes_shares_one_bound(
     assert ended < 8, ended  # 1 s; a loaded machine (a lock timeout, 30 s, a write without)
 
 
+async def test_a_slow_but_healthy_store_still_records_the_end_of_a_turn_with_many_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answering many unanswered calls on a slow store (no lock held) takes at most half
+    of the end's bound: the turn's record still gets the rest, so the turn ends recorded
+    (``indeterminate``), never left ``running`` for recovery."""
+    monkeypatch.setitem(TurnExecution.__init__.__kwdefaults__, "terminal_timeout_s", 2.0)
+    running = anyio.Event()
+    calls = [("work_forever", {})] * 30
+    model = ScriptedModel([CallTools(*calls), Reply("never")])
+    tools = capabilities(model, tools=[work_forever(running)])
+    async with Host.open(config(tmp_path), capabilities=tools) as host:
+        append = host.store.turns.append_message
+
+        async def slow_append(*args: Any, **kwargs: Any) -> Any:
+            await anyio.sleep(0.1)  # 30 answers: 3 s, past the 2 s bound
+            return await append(*args, **kwargs)
+
+        monkeypatch.setattr(host.store.turns, "append_message", slow_append)
+        done = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(_run_then, host, request("work please"), done)
+            with anyio.fail_after(30):
+                await running.wait()
+            group.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True), anyio.fail_after(60):
+                await done.wait()
+        rows = await host.store.read(lambda c: c.execute("SELECT status FROM turns").fetchall())
+    assert [row[0] for row in rows] == ["indeterminate"]
+
+
 async def _run_then(host: Host, turn: TurnRequest, done: anyio.Event) -> None:
     """``_run_quietly``, then ``done`` (also when cancelled)."""
     try:
