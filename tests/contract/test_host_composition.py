@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -99,6 +101,22 @@ async def test_one_memory_store_per_agent_per_generation(tmp_path: Path) -> None
     assert other is not first
 
 
+@asynccontextmanager
+async def memory_host(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[Host]:
+    """A Host with the store's memory tools and ``model`` as its provider."""
+    cfg = config(tmp_path, memory=True)
+    async with Host.open(cfg, capabilities=None) as opened:
+        caps = DefaultCapabilities.from_config(cfg, store=opened.store)
+        caps = type(caps)(
+            providers=capabilities(model).providers,
+            memory=caps.memory,
+            tools=StaticToolSource(),
+            channels=caps.channels,
+        )
+        await opened.apply_config(cfg, capabilities=caps)
+        yield opened
+
+
 async def test_default_memory_tools_recall_per_owner_across_turns(tmp_path: Path) -> None:
     model = ScriptedModel(
         [
@@ -110,16 +128,7 @@ async def test_default_memory_tools_recall_per_owner_across_turns(tmp_path: Path
             Reply("nothing"),
         ]
     )
-    cfg = config(tmp_path, memory=True)
-    async with Host.open(cfg, capabilities=None) as opened:
-        caps = DefaultCapabilities.from_config(cfg, store=opened.store)
-        caps = type(caps)(
-            providers=capabilities(model).providers,
-            memory=caps.memory,
-            tools=StaticToolSource(),
-            channels=caps.channels,
-        )
-        await opened.apply_config(cfg, capabilities=caps)
+    async with memory_host(tmp_path, model) as opened:
         await opened.turns.run(request("remember", principal="alice", conversation="a"))
         await opened.turns.run(request("recall", principal="alice", conversation="a"))
         await opened.turns.run(request("recall", principal="eve", conversation="e"))
@@ -146,16 +155,7 @@ async def test_memory_store_past_the_owners_bound_fails_as_the_tools_error(
             Reply("done"),
         ]
     )
-    cfg = config(tmp_path, memory=True)
-    async with Host.open(cfg, capabilities=None) as opened:
-        caps = DefaultCapabilities.from_config(cfg, store=opened.store)
-        caps = type(caps)(
-            providers=capabilities(model).providers,
-            memory=caps.memory,
-            tools=StaticToolSource(),
-            channels=caps.channels,
-        )
-        await opened.apply_config(cfg, capabilities=caps)
+    async with memory_host(tmp_path, model) as opened:
         await opened.turns.run(request("remember", principal="alice", conversation="a"))
     results = [m.content for m in model.requests[1].messages if m.role == "tool"]
     assert results[:2] == ["stored", "stored"]

@@ -135,13 +135,7 @@ async def test_a_turn_whose_tool_ran_under_another_processs_lock_completes(
     database = tmp_path / "hostkit.db"
     running, locked = anyio.Event(), anyio.Event()
 
-    @tool("work.slow")
-    async def slow(ctx: ToolContext) -> str:
-        """Returns once another process holds the write lock (longer than a busy timeout)."""
-        running.set()
-        await locked.wait()
-        return "worked"
-
+    slow = work_until(running, locked)
     model = ScriptedModel([CallTools(("work_slow", {})), Reply("done")])
     async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[slow])) as host:
         results: list[TurnResult] = []
@@ -321,6 +315,20 @@ async def test_a_host_closing_under_another_processs_lock_waits_its_close_bound_
     assert caught.value.retry_at is not None  # when its lease expires, recovery ends it
 
 
+def work_until(running: anyio.Event, locked: anyio.Event) -> AuthoredTool:
+    """A tool that sets ``running``, then returns once ``locked`` is set (another process
+    holds the write lock)."""
+
+    @tool("work.slow")
+    async def slow(ctx: ToolContext) -> str:
+        """Returns once another process holds the write lock."""
+        running.set()
+        await locked.wait()
+        return "worked"
+
+    return slow
+
+
 def work_forever(running: anyio.Event) -> AuthoredTool:
     """A tool that sets ``running`` and then runs until it is cancelled."""
 
@@ -396,13 +404,7 @@ async def test_a_turn_whose_end_waited_out_the_lock_starts_no_more_writes(
     database = tmp_path / "hostkit.db"
     running, locked = anyio.Event(), anyio.Event()
 
-    @tool("work.slow")
-    async def slow(ctx: ToolContext) -> str:
-        """Returns once another process holds the write lock."""
-        running.set()
-        await locked.wait()
-        return "worked"
-
+    slow = work_until(running, locked)
     model = ScriptedModel([CallTools(("work_slow", {})), Reply("done"), Reply("again")])
     async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[slow])) as host:
         started = writes_of_the_end(host, monkeypatch)
