@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import getpass
@@ -29,7 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hostkit.cli._approver import ConsoleApprover
-from hostkit.cli._interrupt import waits_cut_short_on_interrupt
+from hostkit.cli._interrupt import CommandStop, SignalStop, signals_stop_the_command, stoppable
 from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import ConfigError, HostkitError, InvalidValue, bounded
@@ -268,11 +269,16 @@ async def open_host(
     ``require_channels`` for the one command that delivers (``serve``): the
     others send nothing, so an unset channel secret does not stop them (a
     turn's answer for a channel waits in the outbox for ``hostkit serve``).
-    Ctrl-C limits the store's waits for other processes' locks
-    (``waits_cut_short_on_interrupt``), unless the command handles its
-    signals itself (``own_signals``: ``serve``, which limits them by its drain).
+    Ctrl-C, SIGTERM and SIGHUP each cancel the command and limit the store's
+    waits for other processes' locks, from the Host's opening to the end of its
+    close; a second one exits at once (``signals_stop_the_command``). Not for a
+    command that handles its signals itself (``own_signals``: ``serve``, which
+    drains, limiting the waits by its drain).
     """
-    with _held_startup_records() as held:
+    signals: contextlib.AbstractContextManager[SignalStop | None] = (
+        contextlib.nullcontext() if own_signals else signals_stop_the_command()
+    )
+    with signals as stop, _held_startup_records() as held:
         async with Host.open(
             config,
             approver=approver,
@@ -292,11 +298,9 @@ async def open_host(
                     highlight=False,
                     soft_wrap=True,
                 )
-            if own_signals:
-                yield host
-                return
-            with waits_cut_short_on_interrupt(host.store):
-                yield host
+            if stop is not None:
+                stop.narrow(host.store)
+            yield host
 
 
 def naming_config(line: str, cores: Iterable[str], config: Path) -> str:
@@ -601,9 +605,18 @@ def run_command(main: Callable[[], Awaitable[int | None]]) -> NoReturn:
     included) is that error: the same one line, not a traceback of the group.
     A reader of the output that left early (``| head``) is no error here: the
     entry point's streams send the rest nowhere (hostkit._stdio).
+
+    A command that holds a Host and was stopped by a signal (``open_host``) exits
+    128 + its number: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (after which the
+    terminal is gone, and a write to it fails: that is the same stop).
     """
+    command = CommandStop()
     try:
-        code = anyio.run(main)
+        code = anyio.run(stoppable, main, command)
+    except (KeyboardInterrupt, asyncio.CancelledError, OSError):
+        if command.signal is None:
+            raise
+        raise typer.Exit(command.status) from None
     except HostkitError as exc:
         raise fail(exc) from None
     except BaseExceptionGroup as group:

@@ -1,22 +1,34 @@
-"""Ctrl-C in a command that holds a Host: stop soon, and say truly what was recorded.
+"""Ctrl-C, SIGTERM or SIGHUP in a command that holds a Host: stop soon, say truly what was recorded.
 
-Ctrl-C cancels the command, and a running turn then writes its end, shielded:
-with another process holding the database's write lock, each such write would
-wait the store's whole lock timeout and the command would ignore Ctrl-C for
-that long. The waits are narrowed the moment the signal arrives (before the
+A service manager stops a command with SIGTERM (systemd, ``docker stop``, a CI
+job's timeout) and a terminal that closes sends SIGHUP: each stops it as
+Ctrl-C does, so a turn in flight ends in its own process (recorded) rather
+than by a lease expiring in the next one. The first of them cancels the
+command, and a running turn then writes its end, shielded: with another
+process holding the database's write lock, each such write would wait the
+store's whole lock timeout and the command would ignore the signal for that
+long. The waits are narrowed the moment the signal arrives (before the
 cancellation unwinds anything), as ``Host.aclose`` narrows them when it begins.
 A turn's end that could then not be written is said to be so, not "recorded".
+A second signal exits at once. The status is the shell's for a process the
+first signal ended: 128 + its number (130, 143, 129).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 import anyio
 
@@ -30,13 +42,22 @@ from hostkit.types import PrincipalScope
 
 __all__ = [
     "INTERRUPT_LOCK_WAIT_S",
+    "STOP_SIGNALS",
+    "CommandStop",
+    "SignalStop",
     "interrupted_answer",
     "interrupted_turn",
-    "waits_cut_short_on_interrupt",
+    "signals_stop_the_command",
+    "stoppable",
 ]
+
+_T = TypeVar("_T")
 
 # How long, from Ctrl-C, the store still waits for another process's lock in all.
 INTERRUPT_LOCK_WAIT_S = 3.0
+# Each stops a command that holds a Host as Ctrl-C does: a terminal's Ctrl-C, a service
+# manager's stop, a terminal that closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How long the look for a turn after a Ctrl-C may take: a read, answered at once normally.
 _LOOKUP_S = 3.0
 # Said of a looked-up turn still ``running``: the store turned its end away (another
@@ -47,40 +68,118 @@ _NOT_RECORDED = (
 )
 
 
+@dataclass
+class CommandStop:
+    """One command's run: its root task (what a stop signal cancels) and the signal that
+    stopped it first, if one did (its exit status is then 128 + that number)."""
+
+    task: asyncio.Task[object] | None = None
+    signal: int | None = None
+
+    @property
+    def status(self) -> int:
+        return 128 + (self.signal or signal.SIGINT)
+
+
+# The running command's ``CommandStop``: set in its root task, so every task it starts sees it.
+_COMMAND: ContextVar[CommandStop | None] = ContextVar("hostkit_cli_command", default=None)
+
+
+async def stoppable(main: Callable[[], Awaitable[_T]], command: CommandStop) -> _T:
+    """Run ``main`` as the root task of ``command``: the task a stop signal cancels."""
+    command.task = asyncio.current_task()
+    _COMMAND.set(command)
+    return await main()
+
+
+class SignalStop:
+    """What a stop signal does while a command holds a Host: record it, narrow the store's
+    waits (once the store is open: ``narrow``), cancel the command; the second exits."""
+
+    def __init__(self, command: CommandStop, loop: asyncio.AbstractEventLoop) -> None:
+        self._command = command
+        self._loop = loop
+        self._store: RuntimeStore | None = None
+
+    def narrow(self, store: RuntimeStore) -> None:
+        """Narrow ``store``'s waits when a signal comes (at once if one came already)."""
+        self._store = store
+        if self._command.signal is not None:
+            store.limit_waits(INTERRUPT_LOCK_WAIT_S)
+
+    def received(self, number: int, frame: FrameType | None) -> None:
+        if self._command.signal is not None:
+            _exit_at_once(number)
+        self._command.signal = number
+        # Both run on the event loop, not in the middle of whatever the signal interrupted
+        # (the limit moves PostgreSQL's timers), the limit first: the cancellation then
+        # unwinds under it.
+        self._loop.call_soon_threadsafe(self._narrow_now)
+        task = self._command.task
+        if task is not None:
+            self._loop.call_soon_threadsafe(task.cancel)
+
+    def _narrow_now(self) -> None:
+        if self._store is not None:
+            self._store.limit_waits(INTERRUPT_LOCK_WAIT_S)
+
+
 @contextmanager
-def waits_cut_short_on_interrupt(store: RuntimeStore) -> Iterator[None]:
-    """While the block runs, SIGINT limits ``store``'s lock waits, then does what it did.
+def signals_stop_the_command() -> Iterator[SignalStop | None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP stop the command (``SignalStop``),
+    then do what they did.
 
-    Only in the event loop's thread (the only one Python delivers signals to)
-    and over a handler that is Python code (asyncio's, which cancels the
-    command); otherwise nothing changes.
+    Only in a command run by ``run_command`` (it knows the task to cancel), in the event
+    loop's thread (the only one Python delivers signals to). A signal the process was
+    started ignoring (``nohup``, a job in the background of a script) stays ignored, as
+    does SIGINT when asyncio's own handler is not there; otherwise None and nothing changes.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield
+    command = _COMMAND.get()
+    if command is None or threading.current_thread() is not threading.main_thread():
+        yield None
         return
-    loop = asyncio.get_running_loop()
-
-    def interrupted(number: int, frame: FrameType | None) -> None:
-        # The limit moves timers on the event loop (PostgreSQL's waits): set there, not in
-        # the middle of whatever the signal interrupted.
-        loop.call_soon_threadsafe(store.limit_waits, INTERRUPT_LOCK_WAIT_S)
-        previous(number, frame)
-
-    signal.signal(signal.SIGINT, interrupted)
+    stop = SignalStop(command, asyncio.get_running_loop())
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    taken = [
+        number
+        for number, handler in previous.items()
+        if (callable(handler) if number == signal.SIGINT else handler != signal.SIG_IGN)
+    ]
+    for number in taken:
+        signal.signal(number, stop.received)
     try:
-        yield
+        yield stop
     finally:
-        if signal.getsignal(signal.SIGINT) is interrupted:
-            signal.signal(signal.SIGINT, previous)
+        for number in taken:
+            if signal.getsignal(number) == stop.received:
+                signal.signal(number, previous[number])
+
+
+def _exit_at_once(number: int) -> None:
+    """The second stop signal: one line, then exit with no cleanup (what was left running
+    is recovered by lease expiry, as after a crash)."""
+    status = 128 + number
+    line = (
+        f"\nhostkit: second {signal.Signals(number).name}: exiting at once (status {status}); "
+        "a turn left running is ended lost by the next hostkit command to open the database "
+        "once its lease expires\n"
+    )
+    # The streams may be in the middle of a write the signal interrupted: flush what it can,
+    # and write the line to the descriptor itself.
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode())
+    os._exit(status)
 
 
 async def interrupted_turn(
     host: Host, conversation: str, request_id: str, *, config: Path | None
 ) -> str:
-    """The line for a Ctrl-C while the terminal user's request ``request_id`` ran: whether
-    its turn was admitted and whether its end was recorded (looked up shielded and
-    bounded, so the answer is quick; "recorded" only when its record says it ended)."""
+    """The line for a stop (Ctrl-C, SIGTERM, SIGHUP) while the terminal user's request
+    ``request_id`` ran: whether its turn was admitted and whether its end was recorded
+    (looked up shielded and bounded, so the answer is quick; "recorded" only when its
+    record says it ended)."""
     principal = conversation_principal(terminal_user(conversation))
     looked, found = False, None
     with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
@@ -107,9 +206,9 @@ async def interrupted_answer(
     config: Path | None,
     agent: str | None = None,
 ) -> str:
-    """The line for a Ctrl-C while an approval's answer or continuation ran: where it was
-    left and whether its continuation's end was recorded (looked up shielded and bounded,
-    as ``interrupted_turn``), and where to read more."""
+    """The line for a stop (Ctrl-C, SIGTERM, SIGHUP) while an approval's answer or
+    continuation ran: where it was left and whether its continuation's end was recorded
+    (looked up shielded and bounded, as ``interrupted_turn``), and where to read more."""
     approval, continuation = None, None
     with anyio.CancelScope(shield=True), anyio.move_on_after(_LOOKUP_S):
         try:

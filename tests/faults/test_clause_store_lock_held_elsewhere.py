@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -41,7 +42,17 @@ from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnExecution
 from hostkit.types import TurnRequest, TurnResult
-from tests.contract.test_clause_cli_approval_interrupt import ctrl_c_hostkit, read_until
+from tests.contract.test_clause_cli_approval_interrupt import (
+    OPENING_HELD,
+    ctrl_c_hostkit,
+    read_until,
+)
+from tests.contract.test_clause_cli_stop_signals import (
+    Stopped,
+    model_answering,
+    signal_hostkit,
+    turn_states,
+)
 from tests.contract.test_cli import CONFIG
 from tests.contract.test_cli_approvals import CONFIG as WRITER_CONFIG
 from tests.hosts import config, request
@@ -548,3 +559,66 @@ async def test_ctrl_c_under_another_processs_lock_ends_soon_and_says_the_end_was
     with sqlite3.connect(database) as connection:
         turns = connection.execute("SELECT status FROM turns").fetchall()
     assert turns == [("running",)]
+
+
+async def _stopped_under_the_lock(
+    project: Path, signals: list[signal.Signals], *, between_s: float = 0.5
+) -> Stopped:
+    """``hostkit run`` sent ``signals`` while its model answers and another process holds
+    the database's write lock (held until it has exited)."""
+    async with serve_wire() as wire:
+        await anyio.Path(project / "hostkit.toml").write_text(
+            WRITER_CONFIG.format(base_url=wire.base_url)
+        )
+        wire.script(OPENING_HELD)
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def locked_while_the_model_answers() -> None:
+                await model_answering(wire)()
+                await stack.enter_async_context(
+                    lock_held_elsewhere(project / "state" / "hostkit.db")
+                )
+
+            return await signal_hostkit(
+                ["run", "--agent", "writer", "hello"],
+                project,
+                locked_while_the_model_answers,
+                signals,
+                between_s=between_s,
+            )
+
+
+async def test_sigterm_under_another_processs_lock_ends_soon_and_says_the_end_was_not_recorded(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM narrows the store's waits as Ctrl-C does: the command exits within seconds
+    (not a lock timeout per write), status 143, and does not claim a record it could not
+    write."""
+    stopped = await _stopped_under_the_lock(tmp_path, [signal.SIGTERM])
+    assert stopped.code == 143, stopped
+    assert stopped.took < 20, stopped.took  # 3 s of lock waits, on a loaded machine
+    line = (
+        "interrupted: the turn's end could not be recorded (the store was busy): this "
+        "command's close, or else the next hostkit command to open the database, ends it "
+        "lost; `hostkit sessions` shows it"
+    )
+    assert stopped.err.count(line) == 1, stopped.err
+    assert turn_states(tmp_path) == ["running"]
+
+
+async def test_a_second_stop_signal_exits_at_once_and_says_so(tmp_path: Path) -> None:
+    """The first signal's unwinding waits up to 3 s for the lock; a second (any of Ctrl-C,
+    SIGTERM, SIGHUP) ends the process at once with its own status, saying who ends the
+    turn it leaves running."""
+    stopped = await _stopped_under_the_lock(
+        tmp_path, [signal.SIGTERM, signal.SIGINT], between_s=0.2
+    )
+    assert stopped.code == 130, stopped
+    assert stopped.took < 2.5, stopped  # well before the 3 s the first one's writes may wait
+    line = (
+        "hostkit: second SIGINT: exiting at once (status 130); a turn left running is ended "
+        "lost by the next hostkit command to open the database once its lease expires"
+    )
+    assert stopped.err.count(line) == 1, stopped.err
+    assert "Traceback" not in stopped.err
+    assert turn_states(tmp_path) == ["running"]
