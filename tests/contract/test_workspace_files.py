@@ -343,12 +343,19 @@ async def test_a_missing_root_is_a_runtime_failure_not_naming_it(tmp_path: Path)
     assert "gone" not in caught.value.message
 
 
+@pytest.mark.parametrize("name", ["config/token", "etc/passwd", "api_key", "my-secret"])
 async def test_messages_naming_secret_looking_paths_are_not_redacted(
-    scope: WorkspaceScope,
+    scope: WorkspaceScope, root: Path, name: str
 ) -> None:
+    """A path ending in a secret-like word is no secret assignment: the refusal keeps the
+    path and every word of its reason (the redactor masked the word after "token':")."""
     with pytest.raises(WorkspaceError) as caught:
-        await scope.read("config/token")
-    assert "'config/token'" in caught.value.message
+        await scope.read(name)
+    assert caught.value.message == f"`{name}`: no such file or directory"
+    (root / name).mkdir(parents=True)
+    with pytest.raises(WorkspaceError) as caught:
+        await scope.read(name)
+    assert caught.value.message == f"`{name}`: is a directory"
 
 
 # -- the four tools ----------------------------------------------------------------------

@@ -590,9 +590,10 @@ def require_replaceable(info: os.stat_result, shown: str) -> None:
 
 def quoted(path: str) -> str:
     """``path`` quoted and cut short for a message."""
-    # Quoted so that a path ending in "token" or "passwd" is not mistaken for a secret
-    # assignment ("token: x") by the error tree's redaction.
-    return f"'{path}'" if len(path) <= _SHOWN_CHARS else f"'{path[: _SHOWN_CHARS - 1]}…'"
+    # In backticks so that a path ending in "token" or "passwd" is not mistaken for a
+    # secret assignment by the error tree's redaction, which reads "token: x" and
+    # "'token': x" (a quoted key) as one, and masks the word after it.
+    return f"`{path}`" if len(path) <= _SHOWN_CHARS else f"`{path[: _SHOWN_CHARS - 1]}…`"
 
 
 def mapped(exc: OSError, shown: str) -> HostkitError:
