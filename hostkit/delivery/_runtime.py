@@ -264,6 +264,10 @@ class DeliveryRuntime(Background):
             claimed: tuple[ClaimedDelivery, ...] = ()
             started = 0
             if free > 0:
+                # Only a claim begun with nothing in flight can prove the outbox idle: one
+                # that ran while a send was settled may have read the rows before that
+                # settle committed (a session's next intent still behind its claimed one).
+                settled = not self._inflight
                 claimed = await self._claim(free)
                 for item in claimed:
                     if item.intent.intent_id in self._stopping_attempted:
@@ -272,7 +276,7 @@ class DeliveryRuntime(Background):
                         continue
                     self._start(work, item)
                     started += 1
-                if until_idle and not started and not self._inflight:
+                if until_idle and settled and not started:
                     return
                 if started and len(claimed) == free:
                     continue

@@ -293,10 +293,14 @@ class InboxWorker(Background):
             free = self._concurrency - len(self._inflight)
             claimed: tuple[ClaimedInbound, ...] = ()
             if free > 0:
+                # Only a claim begun with nothing in flight can prove the inbox idle: one
+                # that ran while a handler ended may have read the rows before that end
+                # committed (a conversation's next message still behind its claimed one).
+                settled = not self._inflight
                 claimed = await self._claim(free)
                 for item in claimed:
                     self._start(work, item)
-                if until_idle and not claimed and not self._inflight:
+                if until_idle and settled and not claimed:
                     return
                 if claimed and len(claimed) == free:
                     continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -16,6 +17,7 @@ from hostkit.adapters.scripted import Reply, ScriptedModel
 from hostkit.delivery import DeliveryPolicy
 from hostkit.host import ConfiguredChannels
 from hostkit.testing import capabilities
+from hostkit.types import ClaimedDelivery, DeliveryIntent
 from tests.contract._delivery_hosts import (
     ENV,
     SLACK_TOKEN,
@@ -149,3 +151,54 @@ async def test_a_config_apply_changes_the_adapter_of_later_attempts_only(tmp_pat
     # The route the turn captured is what the new adapter used.
     assert message.body["channel"] == "C1"
     assert _intent_of(message) == intent_id
+
+
+async def test_a_drain_calls_the_outbox_idle_only_after_a_claim_begun_with_nothing_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's next answer is claimable only once the one before it is settled. A claim
+    that read the outbox while that settle was still being recorded finds nothing, and must
+    not make the drain return with the next answer never sent.
+
+    Forced here: the first send's ``delivered`` waits until a claim has read the outbox
+    while it is in flight, and that claim returns only after the settle is recorded."""
+    async with (
+        FakeSlack.running(token=SLACK_TOKEN) as slack,
+        channel_host(tmp_path, channel_tables(slack=slack.api_base)) as host,
+    ):
+        (first,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+        (second,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+        runtime = host.delivery_runtime(clock=Clock(), idle_poll_s=0.05)
+        store = runtime.store
+        claim, delivered = store.claim, store.delivered
+        settle = anyio.Event()
+        overlapped = 0
+
+        async def delivered_once_a_claim_overlaps(
+            claimed: ClaimedDelivery, *, now: float
+        ) -> DeliveryIntent:
+            await settle.wait()
+            return await delivered(claimed, now=now)
+
+        async def claim_while_a_settle_is_recorded(
+            **options: Any,
+        ) -> tuple[ClaimedDelivery, ...]:
+            nonlocal overlapped
+            if not runtime.in_flight:
+                return await claim(**options)
+            overlapped += 1
+            found = await claim(**options)
+            settle.set()
+            with anyio.fail_after(10):
+                while runtime.in_flight:  # noqa: ASYNC110 (the send in flight settles)
+                    await anyio.sleep(0.01)
+            return found
+
+        monkeypatch.setattr(store, "claim", claim_while_a_settle_is_recorded)
+        monkeypatch.setattr(store, "delivered", delivered_once_a_claim_overlaps)
+        with anyio.fail_after(20):
+            assert await runtime.drain() == 2
+        assert overlapped >= 1
+        rows = [await host.store.delivery.intent(i) for i in (first, second)]
+    assert [row.status if row else None for row in rows] == ["delivered", "delivered"]
+    assert [_intent_of(seen) for seen in slack.requests] == [first, second]

@@ -34,6 +34,7 @@ from hostkit.inbox import (
 from hostkit.inbox._outcomes import result_of
 from hostkit.testing import Fail, Reply, ScriptedModel, capabilities
 from hostkit.types import (
+    ClaimedInbound,
     ConversationFacts,
     InboundEnvelope,
     InboundRecord,
@@ -618,6 +619,46 @@ async def test_unsupported_content_is_a_permanent_failure_never_ignored(rig: Rig
         assert await rig.turns_of(inbound_id) == []
     assert "2 artifact(s)" in (await rig.record(captioned)).failure_message
     assert "payload_ref" in (await rig.record(stored)).failure_message
+
+
+async def test_a_drain_calls_the_inbox_idle_only_after_a_claim_begun_with_nothing_in_flight(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation's next message is claimable only once the one before it has ended. A
+    claim that read the inbox while that end was still being recorded finds nothing, and
+    must not make the drain return with the next message never handled (the race a loaded
+    machine runs into: PostgreSQL's claim reads a snapshot from before the end committed).
+
+    Forced here: the first message's turn waits until a claim has read the inbox while it
+    is in flight, and that claim returns only after the turn's end is recorded."""
+    entered, opened = rig.gates.gate("one")
+    first = await rig.accept("one")
+    second = await rig.accept("two")
+    worker = rig.worker()
+    claim_batch = rig.inbox.claim_batch
+    overlapped = 0
+
+    async def claim_while_an_end_is_recorded(limit: int) -> tuple[ClaimedInbound, ...]:
+        nonlocal overlapped
+        if not worker.in_flight:
+            return await claim_batch(limit)
+        overlapped += 1
+        claimed = await claim_batch(limit)
+        opened.set()
+
+        async def ended() -> bool:
+            return not worker.in_flight
+
+        await wait_until(ended)
+        return claimed
+
+    monkeypatch.setattr(rig.inbox, "claim_batch", claim_while_an_end_is_recorded)
+    with anyio.fail_after(20):
+        assert await worker.drain() == 2
+    assert entered.is_set()
+    assert overlapped >= 1
+    for inbound_id in (first, second):
+        assert (await rig.record(inbound_id)).state == "completed"
 
 
 async def test_stop_before_the_worker_starts_is_honoured(rig: Rig) -> None:
