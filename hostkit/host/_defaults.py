@@ -66,6 +66,7 @@ __all__ = [
     "DefaultToolSource",
     "NoChannels",
     "channel_secret",
+    "check_changed_provider_keys",
     "check_provider_extras",
     "used_providers",
 ]
@@ -131,6 +132,34 @@ def _require_provider_extra(name: str, config: ProviderConfig) -> None:
     extra = _PROVIDER_EXTRAS.get(config.kind)
     if extra is not None:
         require_extra(extra, feature=_provider_feature(name, config), key=f"providers.{name}.kind")
+
+
+def provider_key(name: str, config: ProviderConfig) -> str | None:
+    """Provider ``name``'s API key from its ``api_key_env`` (None: none is named or set);
+    a ``ConfigError`` naming the variable when it is unset and the provider needs it."""
+    key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if config.api_key_env and not key and _needs_key(config):
+        if ":" in name:
+            # A Python agent's model string ("openai:gpt-4o"): no [providers] table.
+            raise ConfigError(NO_API_KEY.format(variable=config.api_key_env), key="api_key_env")
+        raise ConfigError(
+            f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
+            key=f"providers.{name}.api_key_env",
+        )
+    return key
+
+
+def check_changed_provider_keys(config: HostConfig, previous: HostConfig) -> None:
+    """Every provider an agent of ``config`` uses that is new to the agents, or whose
+    settings differ from ``previous``'s, has its API key: else the ``ConfigError`` its
+    build would raise at every turn. A reload is refused for a provider it brings in,
+    never for one whose key was already missing (opening is lenient: a listing needs
+    none), which would block every unrelated edit."""
+    before = set(used_providers(previous))
+    for name in used_providers(config):
+        settings = config.providers[name]
+        if name not in before or previous.providers[name] != settings:
+            provider_key(name, settings)
 
 
 def _scripted_step(config: ScriptStepConfig) -> ScriptStep:
@@ -214,17 +243,9 @@ class DefaultProviderSource(AsyncResource):
         config = self._config.providers.get(name)
         if config is None:
             raise ConfigError(f"no provider named {name!r}", key=f"providers.{name}")
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        if config.api_key_env and not key and _needs_key(config):
-            # Checked before any request (and before the turn is admitted): one line
-            # naming the variable, not a failed turn with the SDK's error.
-            if ":" in name:
-                # A Python agent's model string ("openai:gpt-4o"): no [providers] table.
-                raise ConfigError(NO_API_KEY.format(variable=config.api_key_env), key="api_key_env")
-            raise ConfigError(
-                f"{config.api_key_env} is not set: provider {name!r} reads its API key from it",
-                key=f"providers.{name}.api_key_env",
-            )
+        # Checked before any request (and before the turn is admitted): one line
+        # naming the variable, not a failed turn with the SDK's error.
+        key = provider_key(name, config)
         # A Host opened without the check (an operator's listing, an embedder's
         # from_config) refuses here, at the first turn that needs the provider, with the
         # same one line rather than the adapter's ImportError.

@@ -85,8 +85,9 @@ class Generation(AsyncResource):
 
     The runtime resolves each agent's policy and passes it into the
     ToolRequest, then drops every tool the policy forbids even if a source
-    returned it. ``active`` counts turns still using this generation so a
-    replaced generation closes only after its last turn.
+    returned it. ``active`` counts its users (turns pinning it, and uses
+    outside a turn that ``hold`` it: a channel send, a catalog read) so a
+    replaced generation closes only after the last of them.
     """
 
     def __init__(
@@ -287,8 +288,16 @@ class Generation(AsyncResource):
             slots=self._slots.get(core_id),
         )
 
+    def hold(self) -> None:
+        """Count a use outside a turn (a channel send, a catalog read) as a pin: a reload
+        meanwhile must not close the sources it is using. ``release`` ends it."""
+        if self._closed:
+            raise TurnRejected("this configuration generation is closed")
+        self.active += 1
+
     async def release(self) -> bool:
-        """One turn finished with this generation; True when it is now safe to close."""
+        """One user (a turn, a hold) finished with this generation; True when it is now
+        safe to close."""
         self._unpin()
         return self.idle
 
@@ -299,7 +308,7 @@ class Generation(AsyncResource):
 
     @property
     def idle(self) -> bool:
-        """Replaced, and no turn pins it any more: nothing will use it again."""
+        """Replaced, and nothing pins or holds it any more: nothing will use it again."""
         return self.retired and self.active == 0
 
     async def toolset(self, context: TurnExecutionContext) -> Toolset:

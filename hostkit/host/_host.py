@@ -8,7 +8,7 @@ import inspect
 import logging
 import os
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -70,9 +70,14 @@ from hostkit.host._cores import (
     core_locations,
     unavailable_reasons,
 )
-from hostkit.host._defaults import DefaultCapabilities, check_provider_extras
+from hostkit.host._defaults import (
+    DefaultCapabilities,
+    check_changed_provider_keys,
+    check_provider_extras,
+)
 from hostkit.host._generation import Generation, unknown_agent
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._outbound import HeldChannel
 from hostkit.host._reload import (
     ReloadOutcome,
     check_cores,
@@ -526,8 +531,8 @@ class Host(AsyncResource):
                 return
 
     async def _close_if_idle(self, generation: Generation) -> None:
-        """Close a replaced generation once its last pin is dropped: a turn ended, or a pin
-        failed. (One replaced with no pin is closed by the apply itself.)"""
+        """Close a replaced generation once its last pin or hold is dropped: a turn ended,
+        a pin failed, a send ended. (One replaced with none is closed by the apply itself.)"""
         if generation.idle and generation in self._retired:
             self._retired.remove(generation)
             # The turn's result is already durable: a failing source close is the Host's
@@ -601,6 +606,9 @@ class Host(AsyncResource):
         if capabilities is None and self._supplied is None and self._check_providers:
             # As at open: nothing is applied when a provider's package is missing.
             await anyio.to_thread.run_sync(check_provider_extras, config)
+            # Nor when a provider this apply brings in lacks its key (unlike open: every
+            # turn on it would be refused until the file is edited again).
+            check_changed_provider_keys(config, self.config)
             if self._closing():
                 await self._refuse_closed(capabilities)
         if capabilities is not None:
@@ -877,8 +885,9 @@ class Host(AsyncResource):
 
         Each attempt looks the route's channel alias up in the *current*
         generation (a config apply changes the adapter for later attempts;
-        the route a turn captured never changes; an alias no generation
-        configures fails closed as ``no_channel``). Policy and concurrency
+        an attempt already sending holds its generation, which closes after
+        the send; the route a turn captured never changes; an alias no
+        generation configures fails closed as ``no_channel``). Policy and concurrency
         come from ``[serve]``; ``options`` are ``DeliveryRuntime``'s
         (``policy``, ``concurrency``, ``idle_poll_s``, ``grace_s``, ``clock``,
         ...). ``async with host.delivery_runtime():`` serves in the
@@ -901,10 +910,28 @@ class Host(AsyncResource):
         return runtime
 
     def _outbound_channel(self, alias: str) -> OutboundChannel | None:
-        """``alias``'s adapter in the current generation, looked up at each attempt."""
-        if self._closed:
+        """``alias``'s adapter in the current generation, looked up at each attempt; its
+        send holds that generation (a reload meanwhile closes it after the send)."""
+        if self._closed or self._generation.capabilities.channels.channel(alias) is None:
             return None
-        return self._generation.capabilities.channels.channel(alias)
+        return HeldChannel(alias, self._held)
+
+    @contextlib.asynccontextmanager
+    async def _held(self) -> AsyncIterator[Generation]:
+        """The current generation, held as a turn's pin holds it while the block uses it
+        outside a turn (a channel send, a catalog read): a reload meanwhile closes it
+        only after the block ends, not under the use (an HTTP client closed under a POST
+        the platform already took made the retry post it twice)."""
+        if self._closed:
+            raise TurnRejected("the Host is closed")
+        generation = self._generation
+        generation.hold()  # before any await: the apply that replaces it sees the hold
+        try:
+            yield generation
+        finally:
+            with anyio.CancelScope(shield=True):
+                await generation.release()
+                await self._close_if_idle(generation)
 
     async def _stop_deliveries(self) -> None:
         """Wind every delivery runtime down together (each bounded by its own grace)."""
@@ -948,9 +975,10 @@ class Host(AsyncResource):
         """
         if self._closed:
             raise StoreClosed()
-        return await tool_catalog(
-            self._generation, self.mcp, self.store, agent, session_id=session_id
-        )
+        async with self._held() as generation:
+            return await tool_catalog(
+                generation, self.mcp, self.store, agent, session_id=session_id
+            )
 
     async def _summarizer(self, context: TurnExecutionContext) -> Summarizer | None:
         """The summarizer of the turn's agent in the turn's generation."""

@@ -8,7 +8,10 @@ model's window is one its server can take; a scripted step's ``arguments``
 are JSON values (a TOML date or time is not). So a live edit with any of them
 rejects the reload and generation N keeps serving, instead of being applied and
 then refusing (or failing as an internal error) every turn of the agents on
-that provider.
+that provider. A provider's API key is read from the environment, not the
+file: a reload bringing in a provider (new to the agents, or changed) whose
+``api_key_env`` is unset is rejected the same way, while a key missing since
+the Host opened (opening is lenient) blocks no unrelated reload.
 """
 
 from __future__ import annotations
@@ -188,3 +191,94 @@ async def test_a_live_edit_no_provider_could_take_is_rejected_and_generation_n_s
     assert outcome.reason is not None
     assert outcome.reason.startswith(f"{key}: ")
     assert (served.generation, served.text) == (1, "still here")
+
+
+# A provider that needs an API key from a variable the environment lacks.
+KEYLESS = 'kind = "openai"\nmodel = "gpt-4o"\napi_key_env = "HOSTKIT_TEST_UNSET_KEY"'
+
+
+def config_with(path: Path, *, assistant: str, other: str, instructions: str = "First.") -> None:
+    """``assistant`` on provider ``assistant`` (TOML), ``other`` on provider ``other``."""
+    path.write_text(
+        f"""
+[host]
+database = "hostkit.db"
+workspace = "ws"
+
+[providers.scripted]
+kind = "scripted"
+script = [{{ reply = "still here" }}, {{ reply = "still here" }}]
+
+[providers.keyless]
+{KEYLESS}
+
+[agents.assistant]
+provider = "{assistant}"
+memory = false
+instructions = "{instructions}"
+
+[agents.other]
+provider = "{other}"
+memory = false
+"""
+    )
+
+
+@pytest.fixture
+def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("openai")
+    monkeypatch.delenv("HOSTKIT_TEST_UNSET_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+@pytest.mark.usefixtures("no_key")
+async def test_a_reload_bringing_in_a_provider_whose_key_is_unset_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """Its key is read when its first turn builds it: applied, the reload would leave every
+    turn of the agent refused until the file is edited again."""
+    path = write_config(tmp_path, reply="still here", times=2)
+    good = path.read_text()
+    async with Host.open(path) as host:
+        path.write_text(good.replace('kind = "scripted"', KEYLESS))
+        outcome = await host.reload()
+        served = await host.turns.run(request())
+    assert outcome.rejected, outcome
+    assert outcome.generation == 1
+    assert outcome.reason is not None
+    assert outcome.reason.startswith(
+        "providers.test.api_key_env: HOSTKIT_TEST_UNSET_KEY is not set"
+    )
+    assert (served.generation, served.text) == (1, "still here")
+
+
+@pytest.mark.usefixtures("no_key")
+async def test_an_agent_moved_to_a_declared_provider_whose_key_is_unset_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """A provider no agent used was never checked: one an agent takes up is new to it."""
+    path = tmp_path / "hostkit.toml"
+    config_with(path, assistant="scripted", other="scripted")
+    async with Host.open(path) as host:
+        config_with(path, assistant="scripted", other="keyless")
+        outcome = await host.reload()
+    assert outcome.rejected, outcome
+    assert outcome.reason is not None
+    assert outcome.reason.startswith("providers.keyless.api_key_env: ")
+
+
+@pytest.mark.usefixtures("no_key")
+async def test_a_key_missing_since_open_does_not_block_an_unrelated_reload(
+    tmp_path: Path,
+) -> None:
+    """Opening is lenient (a listing needs no key); the reload that does not touch that
+    provider applies, and the agents on other providers run on the new generation."""
+    path = tmp_path / "hostkit.toml"
+    config_with(path, assistant="scripted", other="keyless")
+    async with Host.open(path) as host:
+        config_with(path, assistant="scripted", other="keyless", instructions="Second.")
+        outcome = await host.reload()
+        served = await host.turns.run(request())
+    assert outcome.applied, outcome
+    assert outcome.changes == ("agents.assistant",)
+    assert (served.generation, served.text) == (2, "still here")
