@@ -6,7 +6,9 @@ use (Slack Web API ``{"ok": false, "error": ...}`` with HTTP 200, HTTP 429
 with ``Retry-After``; the Telegram Bot API ``{"ok", "error_code",
 "description", "parameters": {"retry_after"}}``), so a mapping mistake in an
 adapter fails here. Every request is recorded; failures are scripted with
-``fail_next`` and slow answers with ``slow_next``::
+``fail_next`` and slow answers with ``slow_next``; ``compress_answers`` sends
+every answer in a content-coding whatever the client asked for (a proxy that
+ignores ``accept-encoding``)::
 
     async with FakeSlack.running(token="xoxb-test") as slack:
         slack.fail_next(2, status=500)
@@ -23,7 +25,7 @@ import json
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Self
@@ -35,6 +37,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 __all__ = [
     "FakeSlack",
@@ -83,7 +86,37 @@ class _Fake:
         self.requests: list[Recorded] = []
         self._script: deque[Scripted] = deque()
         self._arrived_any = anyio.Event()
+        self._coding: tuple[str, Callable[[bytes], bytes]] | None = None
         self.app = Starlette(routes=self._routes())
+
+    def compress_answers(self, encoding: str, encode: Callable[[bytes], bytes]) -> None:
+        """Every later answer's body is ``encode(body)`` sent as ``content-encoding: encoding``."""
+        self._coding = (encoding, encode)
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, its answers compressed once ``compress_answers`` was called."""
+        coding = self._coding
+        if coding is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        body = bytearray()
+
+        async def encoded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            body.extend(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            data = coding[1](bytes(body))
+            kept = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            headers = [*kept, (b"content-encoding", coding[0].encode())]
+            headers.append((b"content-length", str(len(data)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+
+        await self.app(scope, receive, encoded)
 
     def _routes(self) -> list[Route]:
         raise NotImplementedError
@@ -152,7 +185,8 @@ class _Fake:
         fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         server = uvicorn.Server(
             uvicorn.Config(
-                fake.app,
+                fake._asgi,
+                interface="asgi3",
                 http="h11",
                 ws="none",
                 lifespan="off",

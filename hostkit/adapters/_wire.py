@@ -13,15 +13,16 @@ read with ``OverBound``. The adapters map that to ``refused``'s
 The count is a response hook on the SDK's own default client, not a transport
 of ours: the SDK's transport keeps its keep-alive socket options and httpx its
 proxies from the environment, which a replaced transport would lose. The
-client asks for uncompressed bodies and refuses one that comes compressed
-anyway: counted compressed, a body could inflate far past the bounds.
+client asks for uncompressed bodies; one that comes compressed anyway is
+decoded here from its raw bytes by ``hostkit._content_coding``, whose output
+is what the bounds count, and its ``content-encoding`` is dropped before httpx
+builds a decoder: httpx inflates a whole chunk before any count sees it (64 KiB
+of deflate were 64 MiB). A coding that is not decoded (br, zstd) is refused.
 
 An error status's body is cut at ``MAX_ERROR_BYTES`` rather than refused, so
-the status and its ``Retry-After`` still reach the adapter. One that comes
-compressed is not read at all: cut compressed, 64 KiB of deflate still
-inflated to 64 MiB, which the SDK read whole and parsed on every attempt. Its
-``content-encoding`` is dropped before httpx builds a decoder, and the body is
-a fixed note saying so.
+the status and its ``Retry-After`` still reach the adapter; a compressed one is
+decoded to that bound too, so its message is read. One in a coding that is not
+decoded, or corrupt before a byte of it decoded, is a fixed note saying so.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx2
 
+from hostkit._content_coding import (
+    BodyOverCap,
+    ContentCodingError,
+    UnsupportedCoding,
+    codings,
+    decoded,
+)
 from hostkit.adapters._bounds import OverBound
 from hostkit.errors import bounded
 from hostkit.types import MAX_RESPONSE_BYTES
@@ -51,8 +59,8 @@ _DECODED = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
 # An error status's body (its message, which the SDK reads whole): it is cut here, never
 # refused, so the status, and whether to try again, still reach the adapter.
 MAX_ERROR_BYTES = 64 * 1024
-# What the SDK reads in place of a compressed error body (``{}`` is the encoding).
-_UNREAD_ERROR = "the server sent its error compressed ({}), asked not to: not read"
+# What the SDK reads in place of an error body it cannot decode (``{}`` is the encoding).
+_UNREAD_ERROR = "the server sent its error compressed ({}), asked not to, and it cannot be read"
 
 
 def bounded_client(
@@ -68,13 +76,17 @@ def bounded_client(
         if not isinstance(stream, httpx2.AsyncByteStream):
             return
         encoding = response.headers.get("content-encoding", "")
+        if not _decoded(encoding):
+            encoding = ""  # none httpx decodes (``none``): the body arrives as it is
+        readable = _decodable(encoding)
+        if encoding and (readable or response.status_code >= 400):
+            del response.headers["content-encoding"]  # decoded here, or not read at all
         if response.status_code >= 400:
-            if _decoded(encoding):
-                del response.headers["content-encoding"]
-                note = _UNREAD_ERROR.format(bounded(encoding, 40)).encode()
-                response.stream = _Note(stream, note)
+            note = _UNREAD_ERROR.format(bounded(encoding, 40)).encode()
+            if readable:
+                response.stream = _CutBody(stream, MAX_ERROR_BYTES, encoding, note)
             else:
-                response.stream = _CutBody(stream, MAX_ERROR_BYTES)
+                response.stream = _Note(stream, note)
             return
         response.stream = _CountedBody(
             stream,
@@ -91,6 +103,15 @@ def _decoded(encoding: str) -> bool:
     """Whether httpx would decode a body sent with this ``content-encoding`` (any of its
     codings, in any case: httpx reads them that way)."""
     return any(part.strip().lower() in _DECODED for part in encoding.split(","))
+
+
+def _decodable(encoding: str) -> bool:
+    """Whether ``hostkit._content_coding`` decodes this ``content-encoding`` itself."""
+    try:
+        codings(encoding)
+    except UnsupportedCoding:
+        return False
+    return True
 
 
 class _CountedBody(httpx2.AsyncByteStream):
@@ -117,13 +138,22 @@ class _CountedBody(httpx2.AsyncByteStream):
         return self._stream.elapsed  # type: ignore[attr-defined]
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        if _decoded(self._encoding):
-            raise OverBound(f"a compressed body ({bounded(self._encoding, 40)}), asked for none")
+        try:
+            async for chunk in self._counted():
+                yield chunk
+        except BodyOverCap:
+            what = "bytes on the wire" if self._events else "bytes in one body"
+            raise OverBound(f"more than {self._max_bytes} {what}") from None
+        except ContentCodingError as exc:
+            raise OverBound(f"a compressed body that cannot be read: {exc}") from None
+
+    async def _counted(self) -> AsyncIterator[bytes]:
+        """The decoded body, its bounds counted on what was decoded."""
         seen = 0
         # Bytes since the last event ended, and the end of what came before (an event's
         # end may straddle two chunks).
         pending, tail = 0, b""
-        async for chunk in self._stream:
+        async for chunk in decoded(self._stream, self._encoding, cap=self._max_bytes):
             seen += len(chunk)
             if seen > self._max_bytes:
                 what = "bytes on the wire" if self._events else "bytes in one body"
@@ -144,31 +174,40 @@ class _CountedBody(httpx2.AsyncByteStream):
 
 
 class _CutBody(httpx2.AsyncByteStream):
-    """An uncompressed error body, ended after ``limit`` bytes: a few kilobytes say what
-    went wrong; the rest is not read."""
+    """An error body decoded and ended after ``limit`` bytes: a few kilobytes say what
+    went wrong; the rest is not read (nor inflated). One corrupt before a byte of it
+    decoded is ``note``."""
 
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+    def __init__(
+        self, stream: httpx2.AsyncByteStream, limit: int, encoding: str, note: bytes
+    ) -> None:
         self._stream = stream
         self._limit = limit
+        self._encoding = encoding
+        self._note = note
 
     @property
     def elapsed(self) -> object:
         return self._stream.elapsed  # type: ignore[attr-defined]
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        left = self._limit
-        async for chunk in self._stream:
-            yield chunk[:left]
-            left -= len(chunk)
-            if left <= 0:
-                return
+        said = False
+        try:
+            async for piece in decoded(self._stream, self._encoding, cap=self._limit):
+                said = True
+                yield piece
+        except BodyOverCap:
+            return
+        except ContentCodingError:
+            if not said:
+                yield self._note
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
 
 class _Note(httpx2.AsyncByteStream):
-    """A compressed error body, not read: ``note`` stands for it (see the module docstring);
+    """An error body in a coding not decoded, not read: ``note`` stands for it;
     closing it drops the connection, whose body was left on the wire."""
 
     def __init__(self, stream: httpx2.AsyncByteStream, note: bytes) -> None:

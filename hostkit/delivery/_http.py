@@ -1,10 +1,14 @@
 """One bounded HTTP POST for the adapters, and the httpx client they share.
 
 Every request has a deadline (connect and total) and reads at most
-``MAX_RESPONSE_BYTES`` of the answer. It asks for the answer uncompressed, and
-one that comes compressed anyway is not read (an empty body): httpx inflates a
-whole chunk before a count sees it, so 64 KiB of deflate were 64 MiB (and a
-stacked encoding far more). Transport failures become transient
+``MAX_RESPONSE_BYTES`` of the answer. It asks for the answer uncompressed; one
+that comes compressed anyway (a proxy that ignores the ask) is read raw and
+decoded by ``hostkit._content_coding`` within the same bound, so a platform's
+``200 {"ok":true}`` in gzip is an accepted delivery, not a retry (a duplicate).
+httpx is never let to inflate it: it inflates a whole chunk before a count sees
+it, so 64 KiB of deflate were 64 MiB. A coding that cannot be decoded (br,
+zstd) leaves the body empty; a corrupt one keeps what decoded as a cut answer's
+opening. Transport failures become transient
 ``DeliveryRefused`` errors named by the exception's type only (the URL of a
 Telegram call carries the bot token, so no httpx message is ever kept).
 """
@@ -24,6 +28,7 @@ from typing import Any
 import anyio
 import httpx
 
+from hostkit._content_coding import BodyOverCap, CorruptBody, UnsupportedCoding, decoded
 from hostkit.delivery._channel import transient
 from hostkit.errors import InvalidValue
 from hostkit.types import is_seconds, is_text
@@ -38,13 +43,13 @@ _MAX_RETRY_AFTER_S = 86_400.0
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A platform's answer: status, headers, and at most ``MAX_RESPONSE_BYTES`` of body
-    (none when it came compressed)."""
+    """A platform's answer: status, headers, and at most ``MAX_RESPONSE_BYTES`` of body,
+    decoded (none when it came in a coding that is not decoded, like br)."""
 
     status: int
     headers: httpx.Headers
     body: bytes
-    cut: bool = False  # the answer went on past MAX_RESPONSE_BYTES
+    cut: bool = False  # only the opening was read: past MAX_RESPONSE_BYTES, or then corrupt
 
     def json(self) -> Any:
         """The body as JSON, or None when it is not JSON (a proxy's error page)."""
@@ -130,16 +135,8 @@ async def post(
             async with http.stream(
                 "POST", url, content=content, headers=_uncompressed(headers), timeout=timeout
             ) as response:
-                if not _identity(response.headers):
-                    return Answer(response.status_code, response.headers, b"")
-                body = bytearray()
-                cut = False
-                async for chunk in response.aiter_bytes():
-                    body.extend(chunk[: MAX_RESPONSE_BYTES - len(body)])
-                    if len(body) >= MAX_RESPONSE_BYTES:
-                        cut = True
-                        break
-                return Answer(response.status_code, response.headers, bytes(body), cut)
+                body, cut = await _read(response)
+                return Answer(response.status_code, response.headers, body, cut)
     except TimeoutError as exc:
         raise transient("timeout", f"no answer within {timeout_s:g}s") from exc
     except httpx.TimeoutException as exc:
@@ -156,9 +153,22 @@ def _uncompressed(headers: Mapping[str, str]) -> dict[str, str]:
     return {**kept, "accept-encoding": "identity"}
 
 
-def _identity(headers: httpx.Headers) -> bool:
-    """Whether a body comes as it is, as asked: no content-encoding httpx would inflate."""
-    return headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
+async def _read(response: httpx.Response) -> tuple[bytes, bool]:
+    """At most ``MAX_RESPONSE_BYTES`` of the decoded body, and whether it was cut.
+
+    A corrupt body keeps the opening that decoded, marked cut: Slack and
+    Telegram put ``"ok"`` first, so an accepted post is not posted again.
+    """
+    body = bytearray()
+    encoding = response.headers.get("content-encoding")
+    try:
+        async for piece in decoded(response.aiter_raw(), encoding, cap=MAX_RESPONSE_BYTES):
+            body += piece
+    except UnsupportedCoding:
+        return b"", False
+    except (BodyOverCap, CorruptBody):
+        return bytes(body), True
+    return bytes(body), False
 
 
 def retry_after(value: object, *, now: float | None = None) -> float | None:

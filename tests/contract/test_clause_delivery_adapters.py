@@ -12,8 +12,13 @@ import gzip
 import hashlib
 import hmac
 import json
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -276,31 +281,141 @@ async def test_a_press_answer_without_its_presser_is_refused_not_posted_to_every
     assert (refused.value.failure.kind, refused.value.failure.code) == ("permanent", code)
 
 
-@pytest.mark.parametrize("channel", ["slack", "telegram", "webhook"])
-async def test_an_answer_sent_compressed_is_not_inflated(channel: str) -> None:
-    """Answers are asked for uncompressed and read to a bound as they arrive; httpx would
-    inflate a compressed chunk whole before that bound (64 KiB of deflate is 64 MiB). So an
-    answer that comes compressed anyway is not read: its status alone decides, and a Web
-    API's ``ok`` in it is unknown (a transient failure, retried), never taken as read."""
-    asked: list[str | None] = []
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
 
-    def compressed(request: httpx.Request) -> httpx.Response:
-        asked.append(request.headers.get("accept-encoding"))
-        body = gzip.compress(json.dumps({"ok": True, "result": {}}).encode())
-        return httpx.Response(200, content=body, headers={"content-encoding": "gzip"})
 
-    reply = {"channel": "C9", "chat_id": 5, "conversation": "room-7"}
-    route = {"channel": channel, "reply": reply}
-    async with httpx.AsyncClient(transport=httpx.MockTransport(compressed)) as client:
-        target = {
-            "slack": SlackChannel("https://slack.test/api", SLACK_TOKEN, client),
-            "telegram": TelegramChannel("https://telegram.test", TELEGRAM_TOKEN, client),
-            "webhook": WebhookChannel("https://hooks.test/in", WEBHOOK_SECRET, client),
-        }[channel]
-        if channel == "webhook":
-            await target.send(route, {"text": "hi"}, idempotency_key="out_1")
+# What a proxy that ignores ``accept-encoding: identity`` may send: gzip, deflate in both
+# framings (zlib-wrapped, as RFC 9110 says, and raw, as some servers send it), stacked.
+CODINGS = {
+    "gzip": ("gzip", gzip.compress),
+    "x-gzip": ("x-gzip", gzip.compress),
+    "deflate-zlib": ("deflate", zlib.compress),
+    "deflate-raw": ("deflate", _raw_deflate),
+    "gzip-gzip": ("gzip, gzip", lambda data: gzip.compress(gzip.compress(data))),
+    "deflate-gzip": ("deflate, GZip", lambda data: gzip.compress(zlib.compress(data))),
+}
+
+
+async def test_a_gzip_accepted_slack_answer_is_one_delivery_not_a_retry(tmp_path: Path) -> None:
+    """A proxy that gzips Slack's ``200 {"ok":true}`` although asked not to: the answer is
+    decoded within the read bound and read as accepted, so the message is posted once (a
+    refused read was a transient failure, retried: the person saw it twice)."""
+    async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+        slack.compress_answers("gzip", gzip.compress)
+        tables = channel_tables(slack=slack.api_base)
+        async with channel_host(tmp_path, tables, answers=["hi from the agent"]) as host:
+            result = await routed_turn(host, "slack-acme", {"channel": "C123"})
+            runtime = host.delivery_runtime()
+            assert await runtime.drain() == 1
+            intent = await host.store.delivery.intent(result.deliveries[0])
+    assert intent is not None
+    assert intent.status == "delivered"
+    assert intent.attempts == 1
+    assert slack.texts() == ["hi from the agent"]
+    assert (runtime.delivered, runtime.failed) == (1, 0)
+    assert slack.messages[0].headers["accept-encoding"] == "identity"
+
+
+def _target(channel: str, base: str, client: httpx.AsyncClient) -> Any:
+    return {
+        "slack": lambda: SlackChannel(base, SLACK_TOKEN, client),
+        "telegram": lambda: TelegramChannel(base, TELEGRAM_TOKEN, client),
+    }[channel]()
+
+
+@asynccontextmanager
+async def _platform(channel: str) -> AsyncIterator[tuple[FakeSlack | FakeTelegram, str]]:
+    if channel == "slack":
+        async with FakeSlack.running(token=SLACK_TOKEN) as slack:
+            yield slack, slack.api_base
+    else:
+        async with FakeTelegram.running(token=TELEGRAM_TOKEN) as telegram:
+            yield telegram, telegram.api_base
+
+
+ROUTE = {"channel": "x", "reply": {"channel": "C9", "chat_id": 5}}
+
+
+@pytest.mark.parametrize("coding", sorted(CODINGS))
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_a_compressed_accepted_answer_is_read_as_accepted(channel: str, coding: str) -> None:
+    """Every coding a proxy may add (gzip, deflate zlib-wrapped or raw, two stacked) is
+    decoded, so the platform's acceptance is read and the send returns: posted once."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.compress_answers(*CODINGS[coding])
+        await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
+    assert fake.texts() == ["hi"]
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_a_compressed_refusal_is_read_as_the_refusal_it_is(channel: str) -> None:
+    """A compressed ``ok: false`` is read too: Slack's error code (permanent), Telegram's
+    description, not an unreadable answer retried."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.compress_answers("gzip", gzip.compress)
+        if channel == "slack":
+            fake.fail_next(ok_false="channel_not_found")
         else:
-            with pytest.raises(DeliveryRefused) as refused:
+            fake.fail_next(status=400, description="Bad Request: chat not found")
+        with pytest.raises(DeliveryRefused) as refused:
+            await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
+    assert refused.value.failure.kind == "permanent"
+    expected = "channel_not_found" if channel == "slack" else "telegram_400"
+    assert refused.value.failure.code == expected
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_a_gzip_bomb_answer_is_read_only_to_the_bound(channel: str) -> None:
+    """A gzip answer that inflates to 256 MiB is decoded only to the 64 KiB read bound (the
+    work stops there); its opening ``{"ok":true`` still says the post was accepted."""
+    opening = b'{"ok":true,"result":{"message_id":1},"padding":"'
+    bomb = _gzip_stream(opening, b"a" * (1 << 20), 256)
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.compress_answers("gzip", lambda _: bomb)
+        with anyio.fail_after(5):
+            await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
+    assert fake.texts() == ["hi"]
+
+
+def _gzip_stream(opening: bytes, block: bytes, count: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [packer.compress(opening)]
+    parts += [packer.compress(block) for _ in range(count)]
+    return b"".join([*parts, packer.flush()])
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_a_gzip_answer_cut_short_is_read_to_where_it_breaks(channel: str) -> None:
+    """A gzip answer cut before its end keeps the opening that decoded, like an answer past
+    the read bound: its ``{"ok":true`` is read, so an accepted post is not sent again."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.compress_answers("gzip", lambda body: gzip.compress(body)[:-12])
+        await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
+    assert fake.texts() == ["hi"]
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip", "gzip, gzip, gzip"])
+@pytest.mark.parametrize("channel", ["slack", "telegram", "webhook"])
+async def test_an_answer_that_cannot_be_decoded_leaves_only_its_status(
+    channel: str, encoding: str
+) -> None:
+    """A body in a coding not decoded (br, zstd, three stacked) or that is not what its
+    coding says (garbage called gzip) is no answer read: its status alone decides, and a
+    Web API's ``ok`` in it is unknown (a transient failure, retried), never a crash."""
+    if channel == "webhook":
+        async with WebhookReceiver.running(secret=WEBHOOK_SECRET) as receiver:
+            receiver.compress_answers(encoding, lambda _: b"\x00garbage")
+            async with httpx.AsyncClient() as client:
+                target = WebhookChannel(receiver.deliver_url, WEBHOOK_SECRET, client)
+                route = {"channel": "x", "reply": {"conversation": "room-7"}}
                 await target.send(route, {"text": "hi"}, idempotency_key="out_1")
-            assert refused.value.retryable
-    assert asked == ["identity"]
+        assert len(receiver.bodies()) == 1
+        return
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.compress_answers(encoding, lambda _: b"\x00garbage")
+        with pytest.raises(DeliveryRefused) as refused:
+            await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
+    assert refused.value.retryable
+    assert fake.requests[0].headers["accept-encoding"] == "identity"

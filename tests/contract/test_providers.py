@@ -740,46 +740,120 @@ async def test_a_body_past_the_wire_bounds_fails_while_it_arrives(rig: WireRig, 
         await rig.wire.released.wait()
 
 
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+# What a proxy that ignores ``accept-encoding: identity`` may send, and how it encodes.
+CODINGS = {
+    "gzip": ("gzip", gzip.compress),
+    "deflate-zlib": ("deflate", zlib.compress),
+    "deflate-raw": ("Deflate", _raw_deflate),
+    "gzip-gzip": ("gzip, gzip", lambda body: gzip.compress(gzip.compress(body))),
+}
+
+
+def _gzip_bomb(opening: bytes, inflated: int) -> bytes:
+    """``opening`` then ``inflated`` spaces, gzipped (a few hundred KiB for 256 MiB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b" " * (1 << 20)
+    parts = [packer.compress(opening), *(packer.compress(block) for _ in range(inflated >> 20))]
+    return b"".join([*parts, packer.flush()])
+
+
 @rigs(WIRE)
 @STREAMED
-async def test_a_compressed_body_is_refused_as_none_was_asked_for(
-    rig: WireRig, stream: bool
+@pytest.mark.parametrize("coding", sorted(CODINGS))
+async def test_a_compressed_body_is_decoded_within_the_bounds(
+    rig: WireRig, stream: bool, coding: str
 ) -> None:
-    # Counted compressed, a body could inflate far past every bound.
+    """A body compressed although none was asked for is decoded from its raw bytes (gzip,
+    deflate in both framings, stacked) and read as the answer it is."""
+    encoding, encode = CODINGS[coding]
     reply = rig.fmt.answer_reply(TEXT, stream=stream)
-    zipped = gzip.compress(b"".join(reply.chunks))
-    headers = {**reply.headers, "content-encoding": "gzip"}
-    rig.wire.script(dataclasses.replace(reply, chunks=(zipped,), headers=headers))
-    with pytest.raises(ProviderError, match="a compressed body") as raised:
-        await answer(rig, ASK, stream=stream)
-    assert not raised.value.retryable
+    headers = {**reply.headers, "content-encoding": encoding}
+    body = encode(b"".join(reply.chunks))
+    rig.wire.script(dataclasses.replace(reply, chunks=(body,), headers=headers))
+    response = await answer(rig, ASK, stream=stream)
+    assert response.text == "".join(TEXT.deltas)
     assert rig.wire.requests[0].headers["accept-encoding"] == "identity"
+    assert rig.served == 1
 
 
 @rigs(WIRE)
 @STREAMED
-@pytest.mark.parametrize("encoding", ["gzip", "deflate", "gzip, deflate", "GZip"])
-async def test_a_compressed_error_body_is_not_decoded(
-    rig: WireRig, stream: bool, encoding: str
+@pytest.mark.parametrize(
+    ("encoding", "body", "said"),
+    [
+        ("gzip", _gzip_bomb(b"{", 256 << 20), f"more than {MAX_EVENT_BYTES} bytes"),
+        ("gzip", gzip.compress(b"{" * 4096)[:-12], "ended before its end"),
+        ("gzip", b"\x00 not gzip", "corrupt"),
+        ("br", b"\x00 brotli", "unsupported content-encoding 'br'"),
+        ("gzip, gzip, gzip", b"\x00", "3 stacked content-encodings"),
+    ],
+    ids=["bomb", "cut", "corrupt", "br", "three-stacked"],
+)
+async def test_a_compressed_body_past_a_bound_or_unreadable_is_refused(
+    rig: WireRig, stream: bool, encoding: str, body: bytes, said: str
 ) -> None:
-    """An error status's body is read only to its first 64 KiB; decoded, a compressed one
-    would pass that bound a thousandfold (64 KiB of deflate is 64 MiB). So one sent
-    compressed anyway, in any coding httpx decodes, is not read at all, and its status
-    and Retry-After still reach the adapter."""
-    reply = rig.fmt.error_reply(429, "DECODED-ERROR-TEXT", headers={"retry-after": "2"})
-    body = b"".join(reply.chunks)
-    for coding in encoding.lower().split(","):
-        body = gzip.compress(body) if coding.strip() == "gzip" else zlib.compress(body)
+    """A gzip bomb is decoded only to the body's bound (then refused, the work stopping
+    there); a cut or corrupt body, a coding not decoded (br) and a stack too deep are
+    refused as a ProviderError naming why, never a crash."""
+    reply = rig.fmt.answer_reply(TEXT, stream=stream)
     headers = {**reply.headers, "content-encoding": encoding}
+    rig.wire.script(dataclasses.replace(reply, chunks=(body,), headers=headers))
+    with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=stream)
+    assert said in str(raised.value)
+    assert not raised.value.retryable
+    assert rig.served == 1
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize("coding", sorted(CODINGS))
+async def test_a_compressed_error_body_is_read_within_its_bound(
+    rig: WireRig, stream: bool, coding: str
+) -> None:
+    """An error status's body compressed although none was asked for is decoded (to its
+    64 KiB bound), so its message reaches the error, with the status and Retry-After."""
+    encoding, encode = CODINGS[coding]
+    reply = rig.fmt.error_reply(429, "DECODED-ERROR-TEXT", headers={"retry-after": "2"})
+    headers = {**reply.headers, "content-encoding": encoding}
+    body = encode(b"".join(reply.chunks))
     rig.wire.script(*[dataclasses.replace(reply, chunks=(body,), headers=headers)] * ATTEMPTS)
     with pytest.raises(ProviderError) as raised:
         await answer(rig, ASK, stream=stream)
-    assert "DECODED-ERROR-TEXT" not in str(raised.value)
-    assert f"compressed ({encoding})" in str(raised.value)
+    assert "DECODED-ERROR-TEXT" in str(raised.value)
     assert raised.value.status == 429
     assert raised.value.retryable
     assert raised.value.retry_after == 2.0
     assert rig.policy.waits == [2.0] * (ATTEMPTS - 1)
+    assert rig.served == ATTEMPTS
+
+
+@rigs(WIRE)
+@STREAMED
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [("br", b"\x00 brotli"), ("gzip", b"\x00 not gzip"), ("gzip", _gzip_bomb(b"", 256 << 20))],
+    ids=["br", "corrupt", "bomb"],
+)
+async def test_a_compressed_error_body_that_cannot_be_read_keeps_its_status(
+    rig: WireRig, stream: bool, encoding: str, body: bytes
+) -> None:
+    """An error body in a coding not decoded (br) or corrupt is a fixed note; a bomb is
+    decoded only to the 64 KiB bound. The status and Retry-After still decide."""
+    reply = rig.fmt.error_reply(429, "unused", headers={"retry-after": "2"})
+    headers = {**reply.headers, "content-encoding": encoding}
+    rig.wire.script(*[dataclasses.replace(reply, chunks=(body,), headers=headers)] * ATTEMPTS)
+    with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
+        await answer(rig, ASK, stream=stream)
+    if encoding == "br":
+        assert "compressed (br), asked not to, and it cannot be read" in str(raised.value)
+    assert raised.value.status == 429
+    assert raised.value.retry_after == 2.0
     assert rig.served == ATTEMPTS
 
 

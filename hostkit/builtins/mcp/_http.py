@@ -8,8 +8,10 @@ and every answer checked, a known one re-checked against its pins) and the
 connection goes only to validated addresses. A JSON body is capped at
 ``MAX_MCP_MESSAGE_BYTES`` while it streams; an SSE event is capped by the
 SDK's ``max_sse_event_size``. Passing the cap breaks the connection. Bodies
-are asked for and accepted only uncompressed: the cap counts the bytes that
-arrive, and a 1 MB gzip body can inflate to gigabytes in one read.
+are asked for uncompressed; one compressed anyway is decoded here from its raw
+bytes by ``hostkit._content_coding`` (each step's output bounded, the cap
+counting decoded bytes), never by httpx, for which a 1 MB gzip body can
+inflate to gigabytes in one read. A coding not decoded (br, zstd) is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ from mcp.client._transport import ReadStream, TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from hostkit._content_coding import (
+    BodyOverCap,
+    ContentCodingError,
+    UnsupportedCoding,
+    codings,
+    decoded,
+)
 from hostkit.builtins.mcp._errors import MAX_MCP_MESSAGE_BYTES
 from hostkit.builtins.web import PinnedConnections, UrlDenied
 from hostkit.errors import bounded
@@ -172,18 +181,23 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         except Exception as exc:
             raise _as_httpx2(exc) from exc
         encoding = _header(response.headers, b"content-encoding")
-        if encoding not in ("", "identity"):
+        try:
+            codings(encoding)
+        except UnsupportedCoding as exc:
             await response.aclose()
-            reason = f"the server sent a compressed body ({bounded(encoding, 40)}), asked not to"
+            reason = f"the server sent a body that cannot be read ({exc}), asked for none"
             self._on_oversize(reason)
-            raise httpx2.DecodingError(reason)
+            raise httpx2.DecodingError(reason) from None
         content_type = _header(response.headers, b"content-type")
         cap = None if content_type.startswith("text/event-stream") else MAX_MCP_MESSAGE_BYTES
         assert isinstance(response.stream, AsyncIterable)  # the async pool's streams are
+        # Decoded here: httpx must not decode it again.
+        headers = [(k, v) for k, v in response.headers if k.lower() != b"content-encoding"]
+        body = decoded(response.stream, encoding, cap=cap)
         return httpx2.Response(
             status_code=response.status,
-            headers=response.headers,
-            stream=_CappedStream(response.stream, cap, self._on_oversize),
+            headers=headers,
+            stream=_CappedStream(response.stream, body, cap, self._on_oversize),
             extensions=response.extensions,
         )
 
@@ -199,25 +213,33 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    """A response body that fails once it passes ``cap`` bytes, holding no more than that."""
+    """A decoded response body that fails once it passes ``cap`` bytes, holding no more
+    than that; ``stream`` is the raw one, closed with it."""
 
     def __init__(
-        self, stream: AsyncIterable[bytes], cap: int | None, on_oversize: Callable[[str], None]
+        self,
+        stream: AsyncIterable[bytes],
+        body: AsyncIterator[bytes],
+        cap: int | None,
+        on_oversize: Callable[[str], None],
     ) -> None:
         self._stream = stream
+        self._body = body
         self._cap = cap
         self._on_oversize = on_oversize
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
         try:
-            async for chunk in self._stream:
-                seen += len(chunk)
-                if self._cap is not None and seen > self._cap:
-                    reason = f"a message from the server exceeded {_MIB} MiB"
-                    self._on_oversize(reason)
-                    raise httpx2.ReadError(reason)
+            async for chunk in self._body:
                 yield chunk
+        except BodyOverCap:
+            reason = f"a message from the server exceeded {_MIB} MiB"
+            self._on_oversize(reason)
+            raise httpx2.ReadError(reason) from None
+        except ContentCodingError as exc:
+            reason = f"the server sent a body that cannot be read ({exc})"
+            self._on_oversize(reason)
+            raise httpx2.DecodingError(reason) from None
         except httpx2.HTTPError:
             raise
         except Exception as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import ssl
-import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ import anyio
 import httpcore
 import httpx
 
+from hostkit._content_coding import ContentCodingError, CutShort, read_decoded
 from hostkit.builtins.web._errors import FetchError, UrlDenied
 from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
 from hostkit.errors import bounded
@@ -31,8 +31,8 @@ __all__ = ["FetchResult", "PinnedConnections", "fetch"]
 
 _USER_AGENT = "hostkit-web/0.1"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-# gzip can be decoded with a bounded output per step; deflate's two framings and
-# brotli/zstd cannot, so they are neither asked for nor accepted.
+# gzip is decoded with a bounded output per step (``hostkit._content_coding``); deflate
+# is too when a server sends it anyway, brotli and zstd are refused.
 _ACCEPT_ENCODING = "identity, gzip"
 _MAX_CONTENT_TYPE = 200
 
@@ -335,52 +335,16 @@ def _where(hops: Sequence[ValidatedTarget]) -> str:
 async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
     """At most ``cap`` decoded bytes, stopping the read as soon as the cap is passed.
 
-    The raw bytes are capped too, so a compressed stream of nothing cannot run
-    forever; a gzip bomb stops at ``cap`` because each step's output is bounded.
+    ``hostkit._content_coding`` decodes the raw bytes with a bounded output per
+    step, so a gzip bomb stops at ``cap``, and caps the raw bytes too, so a
+    compressed stream of nothing cannot run forever.
     """
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("gzip", "x-gzip"):
-        decoder: _Gunzip | None = _Gunzip()
-    elif encoding in ("", "identity"):
-        decoder = None
-    else:
-        raise FetchError(f"unsupported content encoding {bounded(encoding, 40)!r}", retryable=False)
-    body = bytearray()
-    raw = 0
-    async for chunk in response.aiter_raw():
-        raw += len(chunk)
-        room = cap + 1 - len(body)
-        body += chunk[:room] if decoder is None else decoder.feed(chunk, room)
-        if len(body) > cap or raw > cap:
-            return bytes(body[:cap]), True
-    if decoder is not None and raw and not decoder.ended:
+    encoding = response.headers.get("content-encoding")
+    try:
+        read = await read_decoded(response.aiter_raw(), encoding, cap=cap)
+    except CutShort as exc:
         # Cut off in the middle: what arrived is not the body the server sent.
-        raise FetchError("the compressed body ended before its end")
-    return bytes(body), False
-
-
-class _Gunzip:
-    """A gzip body of one or more members (RFC 1952), decoded with bounded output per step."""
-
-    def __init__(self) -> None:
-        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-
-    @property
-    def ended(self) -> bool:
-        """Whether the last member read so far is complete (a body may end here)."""
-        return self._member.eof
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        """At most ``room`` (>= 1) bytes decoded from ``data``; past them the rest is dropped
-        (the caller stops at its cap). Data after a member starts the next one; anything
-        that is not a member is a corrupt body (``FetchError``)."""
-        out = bytearray()
-        try:
-            while True:
-                out += self._member.decompress(data, room - len(out))
-                data = self._member.unused_data
-                if not data or len(out) >= room:
-                    return bytes(out)
-                self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        except zlib.error as exc:
-            raise FetchError("the compressed body is corrupt", retryable=False) from exc
+        raise FetchError(str(exc)) from None
+    except ContentCodingError as exc:
+        raise FetchError(str(exc), retryable=False) from None
+    return read.body, read.cut
