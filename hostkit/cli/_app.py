@@ -1,5 +1,5 @@
 """The ``hostkit`` command line: init, run, sessions, context, budget, approvals, effects,
-mcp, inbox, delivery, core, model, serve, demo."""
+memory, mcp, inbox, delivery, core, model, serve, demo."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ from hostkit.cli._init import init
 from hostkit.cli._inspect import budget_report, context_report
 from hostkit.cli._interrupt import interrupted_turn
 from hostkit.cli._mcp import mcp
+from hostkit.cli._memory import memory
 from hostkit.cli._model import model
 from hostkit.cli._render import command_line, sessions_table
 from hostkit.cli._serve import serve
@@ -122,6 +123,7 @@ app = typer.Typer(
 )
 app.add_typer(approvals, name="approvals")
 app.add_typer(effects, name="effects")
+app.add_typer(memory, name="memory")
 app.add_typer(mcp, name="mcp")
 app.add_typer(inbox, name="inbox")
 app.add_typer(delivery, name="delivery")

@@ -13,6 +13,7 @@ from hostkit.host._capabilities import (
     ProcessResources,
     ProviderRequest,
     ProviderSource,
+    RecalledItem,
     RuntimeCapabilities,
     ToolRequest,
     ToolSource,
@@ -43,6 +44,7 @@ from hostkit.host._defaults import (
 from hostkit.host._generation import unknown_agent
 from hostkit.host._host import Host, TurnNotCompleted, resolve_config
 from hostkit.host._memory import StoreMemorySource, memory_tools
+from hostkit.host._memory_admin import HostMemory
 from hostkit.host._reload import ConfigWatcher, ReloadOutcome
 from hostkit.host._serve import HostDaemon, ServeStatus
 from hostkit.host._store import open_configured_store, store_exists
@@ -67,6 +69,7 @@ __all__ = [
     "HostAttachments",
     "HostConfig",
     "HostDaemon",
+    "HostMemory",
     "McpServerConfig",
     "McpSource",
     "MemoryRequest",
@@ -78,6 +81,7 @@ __all__ = [
     "ProviderRequest",
     "ProviderSource",
     "PydanticOutput",
+    "RecalledItem",
     "ReloadOutcome",
     "RuntimeCapabilities",
     "ServeStatus",

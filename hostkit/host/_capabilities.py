@@ -40,6 +40,7 @@ __all__ = [
     "ProcessResources",
     "ProviderRequest",
     "ProviderSource",
+    "RecalledItem",
     "RuntimeCapabilities",
     "ToolRequest",
     "ToolSource",
@@ -61,13 +62,30 @@ class MemoryRequest:
     agent: str
 
 
+@dataclass(frozen=True, slots=True)
+class RecalledItem:
+    """One recalled item: its id, which ``forget`` takes, and its text."""
+
+    item_id: int
+    text: str
+
+
 @runtime_checkable
 class AgentMemory(Protocol):
-    """One agent's memory; items are kept per owner so principals never see each other's."""
+    """One agent's memory; items are kept per owner so principals never see each other's.
 
-    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]: ...
+    ``remember`` records the session and turn that stored an item (its
+    provenance); ``forget`` removes one of the owner's own items by id, so a
+    full memory can make room again.
+    """
 
-    async def remember(self, owner: str, text: str) -> None: ...
+    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[RecalledItem]: ...
+
+    async def remember(
+        self, owner: str, text: str, *, session_id: str | None = None, turn_id: str | None = None
+    ) -> None: ...
+
+    async def forget(self, owner: str, item_id: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

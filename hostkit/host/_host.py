@@ -77,6 +77,7 @@ from hostkit.host._defaults import (
 )
 from hostkit.host._generation import Generation, unknown_agent
 from hostkit.host._inbound import InboundCommands, InboundTurns, reply_route
+from hostkit.host._memory_admin import HostMemory
 from hostkit.host._outbound import HeldChannel
 from hostkit.host._reload import (
     ReloadOutcome,
@@ -151,6 +152,9 @@ class Host(AsyncResource):
     ``warnings`` holds one line per configuration problem found at open (a
     workspace overlapping the Host's own state); each is also logged on the
     ``hostkit.host`` logger, and the CLI prints them on stderr.
+
+    ``memory`` lists and forgets agent memory items outside a turn (an
+    operator's, audited; or a person's own).
 
     ``inbox`` is the Host's ChannelInbox (in its store: claims hold across
     processes sharing the database); ``inbox_worker()`` makes a worker that
@@ -242,6 +246,7 @@ class Host(AsyncResource):
             admission_timeout_s=config.host.admission_timeout_s,
         )
         self.attachments = HostAttachments(store=store, authority=authority)
+        self.memory = HostMemory(store=store, authority=authority)
         self.inbox = ChannelInbox.on_store(store)
         self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
         # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.

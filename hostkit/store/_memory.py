@@ -9,7 +9,11 @@ operator, a prefix ``*``, ``NEAR``, a column filter) or a syntax error.
 Anyone who can talk to an agent can make it store items, so each owner's
 items are bounded in number and total size; the bound is checked inside the
 insert's own write transaction (serialised on both adapters), so concurrent
-writers cannot pass it together.
+writers cannot pass it together. Because a full memory refuses every new
+item, an owner's items can be listed and forgotten (one, or all of them),
+always under the same (agent, owner) predicate in SQL; each item keeps the
+session and turn that stored it, so text planted by a steered model can be
+traced to the conversation it came from.
 """
 
 from __future__ import annotations
@@ -21,17 +25,21 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
+from hostkit.store._checks import check_reason, check_ref
 from hostkit.store._dialect import is_postgres
 from hostkit.store._owned import now
+from hostkit.store._sessions import insert_audit
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
+    from hostkit.types import PrincipalScope
 
 __all__ = [
     "MAX_MEMORY_CHARS",
     "MAX_MEMORY_CHARS_PER_OWNER",
     "MAX_MEMORY_ITEMS_PER_OWNER",
+    "MAX_MEMORY_LIST",
     "MAX_MEMORY_OWNER_CHARS",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
@@ -48,6 +56,10 @@ MAX_MEMORY_OWNER_CHARS = 300
 MAX_QUERY_CHARS = 2_000
 MAX_QUERY_TERMS = 16
 MAX_RECALL = 20
+# One page of an owner's items (``list_items``); a full memory is five pages.
+MAX_MEMORY_LIST = 200
+# Item ids are positive 64-bit integers on both adapters.
+_MAX_ITEM_ID = 2**63 - 1
 # A longer "word" is no word anyone searches for; cutting it keeps the query small.
 _MAX_TERM_CHARS = 64
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -55,13 +67,19 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 @dataclass(frozen=True, slots=True)
 class MemoryItem:
-    """One remembered text of one agent's owner."""
+    """One remembered text of one agent's owner, and where it came from.
+
+    ``session_id`` and ``turn_id`` name the turn whose call stored it (None for
+    items stored before v23 of the schema, or outside a turn).
+    """
 
     item_id: int
     agent: str
     owner: str
     text: str
     created_at: str
+    session_id: str | None = None
+    turn_id: str | None = None
 
 
 class MemoryStore(ABC):
@@ -71,13 +89,59 @@ class MemoryStore(ABC):
     """
 
     @abstractmethod
-    async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
+    async def remember(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        text: str,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> MemoryItem:
         """Store ``text`` (1..``MAX_MEMORY_CHARS`` characters of Unicode, no NUL) for the owner.
 
         An owner (agent and principal) keeps at most ``MAX_MEMORY_ITEMS_PER_OWNER``
         items of at most ``MAX_MEMORY_CHARS_PER_OWNER`` characters in all; past
         that ``InvalidValue`` ("memory is full") and nothing is stored.
+        ``session_id`` and ``turn_id`` record which turn stored it.
         """
+
+    @abstractmethod
+    async def list_items(
+        self, *, agent: str, owner: str, limit: int = 50, before: int | None = None
+    ) -> tuple[MemoryItem, ...]:
+        """The owner's items newest first, with provenance: one page of ``limit``
+        (1..``MAX_MEMORY_LIST``); ``before`` (an item id) starts the next page."""
+
+    @abstractmethod
+    async def forget(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        item_id: int,
+        by: PrincipalScope | None = None,
+        reason: str | None = None,
+    ) -> MemoryItem:
+        """Delete one of the owner's items and return it.
+
+        ``NotFoundOrUnauthorized`` alike for a missing id and another owner's.
+        ``by`` (a scope this store issued, with ``reason``) is who asked outside
+        a turn: a ``memory.forgotten`` audit row is written in the same
+        transaction, and a scope that is not an operator's forgets only its
+        own principal's items.
+        """
+
+    @abstractmethod
+    async def forget_all(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        by: PrincipalScope | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Delete every item of the owner; returns how many (audited as ``forget``)."""
 
     @abstractmethod
     async def recall(
@@ -101,6 +165,16 @@ def _name(what: str, value: object, limit: int) -> str:
     return value
 
 
+def _item_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ITEM_ID:
+        raise InvalidValue("a memory item id is a positive integer")
+    return int(value)
+
+
+def _provenance(what: str, value: object) -> str | None:
+    return None if value is None else check_ref(f"memory {what}", value)
+
+
 def _unicode(what: str, value: str) -> None:
     try:
         value.encode("utf-8")
@@ -122,8 +196,10 @@ def _fts_query(terms: list[str]) -> str:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
+_COLUMNS = ("id", "agent", "principal_id", "text", "created_at", "session_id", "turn_id")
+_ITEM_COLUMNS = ", ".join(f"m.{column}" for column in _COLUMNS)
 _FTS_SEARCH = (
-    "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
+    f"SELECT {_ITEM_COLUMNS} "
     "FROM memory_fts f JOIN memory_items m ON m.id = f.rowid "
     "WHERE memory_fts MATCH ? AND m.agent = ? AND m.principal_id = ? "
     "ORDER BY bm25(memory_fts), m.id LIMIT ?"
@@ -134,10 +210,33 @@ def _pg_search(count: int) -> str:
     """PostgreSQL: each word is its own ``plainto_tsquery`` (never tsquery syntax), ORed."""
     query = " || ".join(["plainto_tsquery('simple', ?)"] * count)
     return (
-        "SELECT m.id, m.agent, m.principal_id, m.text, m.created_at "
+        f"SELECT {_ITEM_COLUMNS} "
         f"FROM memory_items m CROSS JOIN (SELECT {query} AS query) AS q "
         "WHERE m.search @@ q.query AND m.agent = ? AND m.principal_id = ? "
         "ORDER BY ts_rank(m.search, q.query) DESC, m.id LIMIT ?"
+    )
+
+
+_LIST = (
+    f"SELECT {_ITEM_COLUMNS} FROM memory_items m "
+    "WHERE m.agent = ? AND m.principal_id = ? AND m.id < ? ORDER BY m.id DESC LIMIT ?"
+)
+
+
+def _items(raw: sqlite3.Connection, sql: str, params: list[object]) -> tuple[MemoryItem, ...]:
+    cursor = raw.cursor()
+    cursor.row_factory = sqlite3.Row
+    return tuple(
+        MemoryItem(
+            item_id=row["id"],
+            agent=row["agent"],
+            owner=row["principal_id"],
+            text=row["text"],
+            created_at=row["created_at"],
+            session_id=row["session_id"],
+            turn_id=row["turn_id"],
+        )
+        for row in cursor.execute(sql, params).fetchall()
     )
 
 
@@ -159,15 +258,47 @@ def _check_room(raw: sqlite3.Connection, agent: str, owner: str, adding: int) ->
         )
 
 
+def _audit(
+    raw: sqlite3.Connection,
+    by: PrincipalScope,
+    reason: str,
+    agent: str,
+    owner: str,
+    item_id: int | None,
+    count: int,
+    session_id: str | None,
+) -> None:
+    """The ``memory.forgotten`` row of a forget outside a turn (never the item's text)."""
+    insert_audit(
+        raw,
+        "memory.forgotten",
+        scope=by,
+        session_id=session_id,
+        subject=f"memory:{item_id}" if item_id is not None else f"memory:{agent}:all",
+        reason=reason,
+        detail={"agent": agent, "owner": owner, "item_id": item_id, "count": count},
+    )
+
+
 class SqlMemoryStore(MemoryStore):
     """MemoryStore on ``memory_items``: FTS5 on SQLite, a ``tsvector`` index on PostgreSQL."""
 
     def __init__(self, db: RowStore) -> None:
         self._db = db
 
-    async def remember(self, *, agent: str, owner: str, text: str) -> MemoryItem:
+    async def remember(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        text: str,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> MemoryItem:
         _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
         _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        session_id = _provenance("session_id", session_id)
+        turn_id = _provenance("turn_id", turn_id)
         if not isinstance(text, str) or not text.strip() or len(text) > MAX_MEMORY_CHARS:
             raise InvalidValue(f"memory items are 1-{MAX_MEMORY_CHARS} characters")
         _unicode("text", text)
@@ -179,11 +310,12 @@ class SqlMemoryStore(MemoryStore):
             _check_room(raw, agent, owner, len(text))
             created_at = now(raw)
             cursor = raw.execute(
-                "INSERT INTO memory_items (agent, principal_id, text, created_at) "
-                "VALUES (?, ?, ?, ?) RETURNING id",
-                [agent, owner, text, created_at],
+                "INSERT INTO memory_items (agent, principal_id, text, created_at, session_id, "
+                "turn_id) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                [agent, owner, text, created_at, session_id, turn_id],
             )
-            return MemoryItem(int(cursor.fetchone()[0]), agent, owner, text, created_at)
+            item_id = int(cursor.fetchone()[0])
+            return MemoryItem(item_id, agent, owner, text, created_at, session_id, turn_id)
 
         return await self._db.write(insert)
 
@@ -203,22 +335,93 @@ class SqlMemoryStore(MemoryStore):
             return ()
 
         def search(raw: sqlite3.Connection) -> tuple[MemoryItem, ...]:
-            cursor = raw.cursor()
-            cursor.row_factory = sqlite3.Row
             if is_postgres(raw):
                 sql, words = _pg_search(len(terms)), terms
             else:
                 sql, words = _FTS_SEARCH, [_fts_query(terms)]
-            rows = cursor.execute(sql, [*words, agent, owner, limit]).fetchall()
-            return tuple(
-                MemoryItem(
-                    item_id=row["id"],
-                    agent=row["agent"],
-                    owner=row["principal_id"],
-                    text=row["text"],
-                    created_at=row["created_at"],
-                )
-                for row in rows
-            )
+            return _items(raw, sql, [*words, agent, owner, limit])
 
         return await self._db.read(search)
+
+    async def list_items(
+        self, *, agent: str, owner: str, limit: int = 50, before: int | None = None
+    ) -> tuple[MemoryItem, ...]:
+        _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
+        _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_MEMORY_LIST
+        ):
+            raise InvalidValue(f"limit must be an integer 1-{MAX_MEMORY_LIST}")
+        below = _MAX_ITEM_ID if before is None else _item_id(before)
+        params: list[object] = [agent, owner, below, limit]
+        return await self._db.read(lambda raw: _items(raw, _LIST, params))
+
+    async def forget(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        item_id: int,
+        by: PrincipalScope | None = None,
+        reason: str | None = None,
+    ) -> MemoryItem:
+        _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
+        _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        item_id = _item_id(item_id)
+        said = self._asked(by, reason, owner, "memory item")
+
+        def delete(raw: sqlite3.Connection) -> MemoryItem | None:
+            found = _items(
+                raw,
+                "DELETE FROM memory_items WHERE id = ? AND agent = ? AND principal_id = ? "
+                f"RETURNING {', '.join(_COLUMNS)}",
+                [item_id, agent, owner],
+            )
+            if not found:
+                return None
+            if by is not None:
+                _audit(raw, by, said, agent, owner, found[0].item_id, 1, found[0].session_id)
+            return found[0]
+
+        forgotten = await self._db.write(delete)
+        if forgotten is None:
+            raise NotFoundOrUnauthorized("memory item")
+        return forgotten
+
+    async def forget_all(
+        self,
+        *,
+        agent: str,
+        owner: str,
+        by: PrincipalScope | None = None,
+        reason: str | None = None,
+    ) -> int:
+        _name("agent", agent, MAX_MEMORY_OWNER_CHARS)
+        _name("owner", owner, MAX_MEMORY_OWNER_CHARS)
+        said = self._asked(by, reason, owner, "memory")
+
+        def delete(raw: sqlite3.Connection) -> int:
+            count = raw.execute(
+                "DELETE FROM memory_items WHERE agent = ? AND principal_id = ?", [agent, owner]
+            ).rowcount
+            if by is not None:
+                _audit(raw, by, said, agent, owner, None, count, None)
+            return int(count)
+
+        return await self._db.write(delete)
+
+    def _asked(self, by: PrincipalScope | None, reason: str | None, owner: str, kind: str) -> str:
+        """The audited reason of a forget ``by`` someone outside a turn ("" for none).
+
+        Only an operator forgets another principal's items: anyone else is told
+        ``NotFoundOrUnauthorized``, as for an id that does not exist.
+        """
+        if by is None:
+            return ""
+        scope = self._db.verify_scope(by)
+        said = check_reason(reason, "forgetting memory")
+        if scope.authority != "operator" and scope.principal_id != owner:
+            raise NotFoundOrUnauthorized(kind)
+        return said

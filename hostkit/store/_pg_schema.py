@@ -495,6 +495,16 @@ _V9_ATTACHMENT_RECLAIM = Migration(
     ),
 )
 
+_V10_MEMORY_PROVENANCE = Migration(
+    10,
+    "memory items: the session and turn that stored each; ids never reused",
+    (
+        # An identity column never hands out an id twice: only the columns are new.
+        "ALTER TABLE memory_items ADD COLUMN session_id TEXT",
+        "ALTER TABLE memory_items ADD COLUMN turn_id TEXT",
+    ),
+)
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2_APPROVAL_REVOCATIONS,
@@ -505,5 +515,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     _V7_DELIVERY_ORDER,
     _V8_INBOX_ORDER,
     _V9_ATTACHMENT_RECLAIM,
+    _V10_MEMORY_PROVENANCE,
 )
 PG_SCHEMA_VERSION = PG_MIGRATIONS[-1].version

@@ -839,6 +839,39 @@ _V22_ATTACHMENT_RECLAIM = Migration(
     ),
 )
 
+_V23_MEMORY_PROVENANCE = Migration(
+    23,
+    "memory items: the session and turn that stored each; ids never reused",
+    (
+        # Rebuilt, for AUTOINCREMENT: items can now be forgotten by id, and a plain rowid
+        # would give the next item the id of the newest one forgotten, so a forget by an
+        # id read earlier could remove another item. session_id and turn_id name the turn
+        # whose call stored the item, so text a steered model planted can be traced to
+        # its conversation; NULL for items stored before v23. Ids are kept, so the FTS
+        # index (content_rowid 'id') still matches; the copy fires no trigger.
+        """CREATE TABLE memory_items_v23 (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            agent TEXT NOT NULL,
+            principal_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            session_id TEXT,
+            turn_id TEXT
+        )""",
+        """INSERT INTO memory_items_v23 (id, agent, principal_id, text, created_at)
+            SELECT id, agent, principal_id, text, created_at FROM memory_items""",
+        "DROP TABLE memory_items",
+        "ALTER TABLE memory_items_v23 RENAME TO memory_items",
+        "CREATE INDEX memory_owner ON memory_items(agent, principal_id, id)",
+        """CREATE TRIGGER memory_items_ai AFTER INSERT ON memory_items BEGIN
+            INSERT INTO memory_fts(rowid, text) VALUES (new.id, new.text);
+        END""",
+        """CREATE TRIGGER memory_items_ad AFTER DELETE ON memory_items BEGIN
+            INSERT INTO memory_fts(memory_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        END""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_BASE,
     _V2_OWNERS,
@@ -862,5 +895,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V20_DELIVERY_ORDER,
     _V21_INBOX_ORDER,
     _V22_ATTACHMENT_RECLAIM,
+    _V23_MEMORY_PROVENANCE,
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version

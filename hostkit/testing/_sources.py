@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hostkit.effects import AuthoredTool, SourcedTool
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.host import (
     AgentMemory,
     DefaultMcpSource,
@@ -14,6 +14,7 @@ from hostkit.host import (
     MemoryRequest,
     NoChannels,
     ProviderRequest,
+    RecalledItem,
     RuntimeCapabilities,
     ToolRequest,
     memory_tools,
@@ -75,31 +76,50 @@ class StaticToolSource:
 class InMemoryMemory:
     """Substring-match memory partitioned by owner.
 
-    As strict as the store's memory (same text, per-owner and limit rules), so
-    a test cannot pass on input the real one refuses.
+    As strict as the store's memory (same text, per-owner and limit rules, ids
+    that ``forget`` takes, another owner's id not found), so a test cannot pass
+    on input the real one refuses. ``items`` maps each owner to its item ids
+    and texts; ``origins`` each id to the (session, turn) that stored it.
     """
 
     def __init__(self) -> None:
-        self.items: dict[str, list[str]] = {}
+        self.items: dict[str, dict[int, str]] = {}
+        self.origins: dict[int, tuple[str | None, str | None]] = {}
+        self._next_id = 1
 
-    async def remember(self, owner: str, text: str) -> None:
+    async def remember(
+        self, owner: str, text: str, *, session_id: str | None = None, turn_id: str | None = None
+    ) -> None:
         if not is_text(text, limit=MAX_MEMORY_CHARS) or not text.strip() or "\x00" in text:
             raise InvalidValue(f"a memory is 1 to {MAX_MEMORY_CHARS} characters of text, no NUL")
-        kept = self.items.setdefault(owner, [])
-        chars = sum(map(len, kept))
+        kept = self.items.setdefault(owner, {})
+        chars = sum(map(len, kept.values()))
         full = len(kept) >= MAX_MEMORY_ITEMS_PER_OWNER
         if full or chars + len(text) > MAX_MEMORY_CHARS_PER_OWNER:
             raise InvalidValue(
                 f"memory is full: {len(kept)} items / {chars} characters for this person and agent"
             )
-        kept.append(text)
+        kept[self._next_id] = text
+        self.origins[self._next_id] = (session_id, turn_id)
+        self._next_id += 1
 
-    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[str]:
+    async def recall(self, owner: str, query: str, *, limit: int = 5) -> list[RecalledItem]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidValue("limit must be an integer")
         words = query.lower().split()
-        found = [t for t in self.items.get(owner, []) if any(w in t.lower() for w in words)]
+        found = [
+            RecalledItem(item_id, text)
+            for item_id, text in self.items.get(owner, {}).items()
+            if any(w in text.lower() for w in words)
+        ]
         return found[: max(1, min(limit, MAX_RECALL))]
+
+    async def forget(self, owner: str, item_id: int) -> None:
+        if isinstance(item_id, bool) or not isinstance(item_id, int) or item_id < 1:
+            raise InvalidValue("a memory item id is a positive integer")
+        if self.items.get(owner, {}).pop(item_id, None) is None:
+            raise NotFoundOrUnauthorized("memory item")
+        del self.origins[item_id]
 
 
 class InMemoryMemorySource:

@@ -146,3 +146,47 @@ async def assert_reclaim_backfilled(store: RuntimeStore, named: str, unnamed: st
     ):
         found = await store.attachments.load(principal_id=principal_id, refs=[ref])
         assert (ref in found) == kept, (principal_id, ref)
+
+
+async def seed_memory_before_provenance(store: RuntimeStore) -> list[int]:
+    """On a store migrated to just before memory provenance: alice's two items and bob's
+    one, as that version's ``remember`` wrote them. Returns their ids."""
+    assert isinstance(store, RowStore)
+
+    def seed(c: Any) -> list[int]:
+        return [
+            int(
+                c.execute(
+                    "INSERT INTO memory_items (agent, principal_id, text, created_at) "
+                    "VALUES ('assistant', ?, ?, '2000-01-01T00:00:00.000Z') RETURNING id",
+                    [owner, text],
+                ).fetchone()[0]
+            )
+            for owner, text in (
+                ("alice", "alice likes tea"),
+                ("bob", "bob likes tea"),
+                ("alice", "alice planted this"),
+            )
+        ]
+
+    return await store.write(seed)
+
+
+async def assert_memory_kept_untraced(store: RuntimeStore, ids: list[int]) -> None:
+    """After the upgrade from ``seed_memory_before_provenance``: every item kept under its
+    id, searchable, with no provenance; a forgotten newest id is never given again."""
+    memory = store.memory
+    listed = await memory.list_items(agent="assistant", owner="alice")
+    assert [(i.item_id, i.text) for i in listed] == [
+        (ids[2], "alice planted this"),
+        (ids[0], "alice likes tea"),
+    ]
+    assert all((i.session_id, i.turn_id) == (None, None) for i in listed)
+    found = await memory.recall(agent="assistant", owner="bob", query="tea")
+    assert [(i.item_id, i.text) for i in found] == [(ids[1], "bob likes tea")]
+    await memory.forget(agent="assistant", owner="alice", item_id=ids[2])
+    fresh = await memory.remember(
+        agent="assistant", owner="alice", text="a fact", session_id="ses_1", turn_id="turn_1"
+    )
+    assert fresh.item_id > ids[2]
+    assert await memory.recall(agent="assistant", owner="alice", query="planted") == ()

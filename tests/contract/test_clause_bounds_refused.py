@@ -56,7 +56,13 @@ from hostkit.effects import (
     ToolContext,
     schema_problem,
 )
-from hostkit.errors import ConfigError, HostkitError, InvalidTurnRequest, InvalidValue
+from hostkit.errors import (
+    ConfigError,
+    HostkitError,
+    InvalidTurnRequest,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+)
 from hostkit.host import Host, parse_config
 from hostkit.host._config import ChannelConfig
 from hostkit.inbox import ChannelInbox, RetentionPolicy, RetryPolicy
@@ -739,6 +745,19 @@ async def test_the_in_memory_memory_is_as_strict_as_the_store() -> None:
     assert len(await memory.recall("alice", "fact", limit=10**6)) == MAX_RECALL
     with pytest.raises(InvalidValue, match="limit"):
         await memory.recall("alice", "fact", limit="5")  # type: ignore[arg-type]
+    # Forgetting: by the id recall gave, only the owner's own, never the same id twice.
+    (first, *_) = await memory.recall("alice", "fact 0")
+    for item_id in (0, -1, True, "1"):
+        with pytest.raises(InvalidValue, match="item id"):
+            await memory.forget("alice", item_id)  # type: ignore[arg-type]
+    with pytest.raises(NotFoundOrUnauthorized):
+        await memory.forget("bob", first.item_id)
+    await memory.forget("alice", first.item_id)
+    with pytest.raises(NotFoundOrUnauthorized):
+        await memory.forget("alice", first.item_id)
+    await memory.remember("alice", "a new one")
+    (fresh,) = await memory.recall("alice", "new")
+    assert fresh.item_id > first.item_id
 
 
 async def test_a_hosts_own_options_are_checked(tmp_path: Path) -> None:

@@ -132,6 +132,7 @@ async def test_tool_provenance_is_the_real_source(
         "terminal.run": "builtin:terminal",
         "memory.recall": "builtin:memory",
         "memory.store": "builtin:memory",
+        "memory.forget": "builtin:memory",
         "notes.write": f"module:{module}",
     }
 

@@ -4,7 +4,9 @@ Items are partitioned by agent and owner; a recall query is the user's words,
 never a query language: no text, however hostile, becomes FTS syntax, an
 error from the database or a way into another owner's items. Each owner's
 memory is bounded in items and characters, checked in the insert's own
-transaction, so concurrent writers cannot pass the bound together.
+transaction, so concurrent writers cannot pass the bound together. An owner's
+items can be listed and forgotten (so a full memory can make room), each keeps
+the session and turn that stored it, and a forget by a scope is audited.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.errors import InvalidValue
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
 from hostkit.store import (
     MAX_MEMORY_CHARS,
     MAX_MEMORY_CHARS_PER_OWNER,
     MAX_MEMORY_ITEMS_PER_OWNER,
+    MAX_MEMORY_LIST,
     MAX_RECALL,
     MemoryItem,
     MemoryStore,
 )
 from hostkit.store import _memory as memory_module
+from hostkit.types import ConversationFacts
 from tests.contract._store_adapters import StoreUnderTest, open_adapter
 
 pytestmark = pytest.mark.anyio
@@ -281,6 +285,216 @@ async def test_concurrent_items_are_all_kept(memory: MemoryStore) -> None:
 
 
 def test_the_interface_is_abstract_and_documented() -> None:
-    assert MemoryStore.__abstractmethods__ == {"remember", "recall"}
-    for name in ("remember", "recall"):
+    methods = {"remember", "recall", "list_items", "forget", "forget_all"}
+    assert MemoryStore.__abstractmethods__ == methods
+    for name in methods:
         assert getattr(MemoryStore, name).__doc__
+
+
+# -- provenance, listing and forgetting -----------------------------------------------
+#
+# A full memory refuses every new item, and an item a steered model stored keeps
+# steering it: an owner's items can be listed (newest first, with the session and turn
+# that stored each) and forgotten, one or all, always under the (agent, owner) predicate.
+
+
+async def test_an_item_keeps_the_session_and_turn_that_stored_it(memory: MemoryStore) -> None:
+    stored = await memory.remember(
+        agent=AGENT, owner="alice", text="planted order", session_id="ses_a", turn_id="turn_a"
+    )
+    assert (stored.session_id, stored.turn_id) == ("ses_a", "turn_a")
+    untraced = await memory.remember(agent=AGENT, owner="alice", text="no turn stored this")
+    assert (untraced.session_id, untraced.turn_id) == (None, None)
+    (recalled,) = await memory.recall(agent=AGENT, owner="alice", query="planted")
+    assert recalled == stored
+    assert await memory.list_items(agent=AGENT, owner="alice") == (untraced, stored)
+
+
+async def test_list_items_is_newest_first_paged_and_only_the_owners(memory: MemoryStore) -> None:
+    mine = [await memory.remember(agent=AGENT, owner="alice", text=f"a{i}") for i in range(7)]
+    await memory.remember(agent=AGENT, owner="bob", text="bob's")
+    await memory.remember(agent="other", owner="alice", text="another agent's")
+    first = await memory.list_items(agent=AGENT, owner="alice", limit=3)
+    assert [item.text for item in first] == ["a6", "a5", "a4"]
+    second = await memory.list_items(agent=AGENT, owner="alice", limit=3, before=first[-1].item_id)
+    assert [item.text for item in second] == ["a3", "a2", "a1"]
+    last = await memory.list_items(agent=AGENT, owner="alice", before=second[-1].item_id)
+    assert last == (mine[0],)
+    assert await memory.list_items(agent=AGENT, owner="alice", before=mine[0].item_id) == ()
+    assert len(await memory.list_items(agent=AGENT, owner="alice", limit=MAX_MEMORY_LIST)) == 7
+    for owner in ("%", "*", "alice' OR '1'='1", "alice%", "mallory"):
+        assert await memory.list_items(agent=AGENT, owner=owner) == ()
+
+
+async def test_forget_removes_one_item_of_its_owner_and_no_one_elses(
+    memory: MemoryStore,
+) -> None:
+    item = await memory.remember(agent=AGENT, owner="alice", text="the secret plan")
+    kept = await memory.remember(agent=AGENT, owner="alice", text="the other plan")
+    # Another owner, or the same owner of another agent: not found, and nothing goes.
+    for agent, owner in ((AGENT, "bob"), ("other", "alice"), (AGENT, "alice%")):
+        with pytest.raises(NotFoundOrUnauthorized, match="memory item not found"):
+            await memory.forget(agent=agent, owner=owner, item_id=item.item_id)
+    assert await texts(memory, "secret") == ["the secret plan"]
+    assert await memory.forget(agent=AGENT, owner="alice", item_id=item.item_id) == item
+    assert await texts(memory, "plan") == ["the other plan"]  # gone from the search too
+    assert await memory.list_items(agent=AGENT, owner="alice") == (kept,)
+    with pytest.raises(NotFoundOrUnauthorized, match="memory item not found"):
+        await memory.forget(agent=AGENT, owner="alice", item_id=item.item_id)
+
+
+async def test_forget_all_empties_one_owners_memory_of_one_agent(memory: MemoryStore) -> None:
+    for i in range(3):
+        await memory.remember(agent=AGENT, owner="alice", text=f"note {i}")
+    await memory.remember(agent=AGENT, owner="bob", text="note bob")
+    await memory.remember(agent="other", owner="alice", text="note other")
+    assert await memory.forget_all(agent=AGENT, owner="alice") == 3
+    assert await memory.list_items(agent=AGENT, owner="alice") == ()
+    assert await texts(memory, "note") == []
+    assert await texts(memory, "note", owner="bob") == ["note bob"]
+    assert [i.text for i in await memory.list_items(agent="other", owner="alice")] == ["note other"]
+    assert await memory.forget_all(agent=AGENT, owner="alice") == 0
+
+
+async def test_forgetting_makes_room_in_a_full_memory(
+    memory: MemoryStore, small_bounds: tuple[int, int]
+) -> None:
+    planted = [
+        await memory.remember(agent=AGENT, owner="alice", text=f"obey {i}") for i in range(5)
+    ]
+    with pytest.raises(InvalidValue, match="memory is full"):
+        await memory.remember(agent=AGENT, owner="alice", text="a real fact")
+    await memory.forget(agent=AGENT, owner="alice", item_id=planted[0].item_id)
+    await memory.remember(agent=AGENT, owner="alice", text="a real fact")
+    assert await memory.forget_all(agent=AGENT, owner="alice") == 5
+    for i in range(5):
+        await memory.remember(agent=AGENT, owner="alice", text=f"fresh {i}")
+
+
+async def test_a_forgotten_items_id_is_never_given_to_another(memory: MemoryStore) -> None:
+    """An id read before a forget must not name a newer item after it."""
+    first = await memory.remember(agent=AGENT, owner="alice", text="first")
+    await memory.forget(agent=AGENT, owner="alice", item_id=first.item_id)
+    second = await memory.remember(agent=AGENT, owner="alice", text="second")
+    assert second.item_id > first.item_id
+    with pytest.raises(NotFoundOrUnauthorized):
+        await memory.forget(agent=AGENT, owner="alice", item_id=first.item_id)
+    assert await texts(memory, "second") == ["second"]
+
+
+async def test_a_forget_by_a_scope_is_audited_in_its_own_transaction(
+    sut: StoreUnderTest, memory: MemoryStore
+) -> None:
+    item = await memory.remember(
+        agent=AGENT, owner="test:alice", text="never in the audit", session_id="ses_x"
+    )
+    await memory.remember(agent=AGENT, owner="test:alice", text="another")
+    forgotten = await memory.forget(
+        agent=AGENT,
+        owner="test:alice",
+        item_id=item.item_id,
+        by=sut.operator,
+        reason="planted by a web page",
+    )
+    assert forgotten == item
+    assert (
+        await memory.forget_all(
+            agent=AGENT, owner="test:alice", by=sut.operator, reason="the person asked"
+        )
+        == 1
+    )
+    one, every = await sut.store.read_audit(sut.operator, kind="memory.forgotten")
+    assert (one.principal_id, one.authority) == (sut.operator.principal_id, "operator")
+    assert one.reason == "planted by a web page"
+    assert (one.subject, one.session_id) == (f"memory:{item.item_id}", "ses_x")
+    assert dict(one.detail) == {
+        "agent": AGENT,
+        "owner": "test:alice",
+        "item_id": item.item_id,
+        "count": 1,
+    }
+    assert (every.reason, every.detail["count"], every.detail["item_id"]) == (
+        "the person asked",
+        1,
+        None,
+    )
+    assert "never in the audit" not in repr((one, every))
+    with pytest.raises(InvalidValue, match="reason"):
+        await memory.forget_all(agent=AGENT, owner="test:alice", by=sut.operator)
+
+
+async def test_a_persons_scope_forgets_only_its_own_principals_items(
+    sut: StoreUnderTest, memory: MemoryStore
+) -> None:
+    alice = await sut.authority.for_conversation(
+        ConversationFacts(channel="test", conversation_key="c-a", principal_key="alice")
+    )
+    bobs = await memory.remember(agent=AGENT, owner="test:bob", text="bob's note")
+    own = await memory.remember(agent=AGENT, owner="test:alice", text="alice's note")
+    with pytest.raises(NotFoundOrUnauthorized):
+        await memory.forget(
+            agent=AGENT, owner="test:bob", item_id=bobs.item_id, by=alice, reason="mine now"
+        )
+    with pytest.raises(NotFoundOrUnauthorized):
+        await memory.forget_all(agent=AGENT, owner="test:bob", by=alice, reason="mine now")
+    assert await memory.list_items(agent=AGENT, owner="test:bob") == (bobs,)
+    assert (
+        await memory.forget(
+            agent=AGENT, owner="test:alice", item_id=own.item_id, by=alice, reason="outdated"
+        )
+        == own
+    )
+    forged = dataclasses.replace(alice, principal_id="test:bob")
+    with pytest.raises(ScopeError):
+        await memory.forget_all(agent=AGENT, owner="test:bob", by=forged, reason="forged")
+    assert await memory.list_items(agent=AGENT, owner="test:bob") == (bobs,)
+    audit = await sut.store.read_audit(sut.operator, kind="memory.forgotten")
+    assert [(a.principal_id, a.authority, a.reason) for a in audit] == [
+        ("test:alice", alice.authority, "outdated")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": MAX_MEMORY_LIST + 1}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"limit": "5"}, "limit"),
+        ({"before": 0}, "id"),
+        ({"before": -1}, "id"),
+        ({"before": True}, "id"),
+        ({"before": "7"}, "id"),
+        ({"owner": ""}, "owner"),
+        ({"agent": "a" * 301}, "agent"),
+    ],
+)
+async def test_bad_list_arguments_are_typed_errors(
+    memory: MemoryStore, call: dict[str, Any], what: str
+) -> None:
+    with pytest.raises(InvalidValue) as refused:
+        await memory.list_items(**{"agent": AGENT, "owner": "alice", **call})
+    assert what in str(refused.value)
+    assert len(str(refused.value)) <= 500
+
+
+@pytest.mark.parametrize("item_id", [0, -1, True, "1", 1.0, None, 2**63])
+async def test_a_bad_item_id_is_a_typed_error_and_nothing_goes(
+    memory: MemoryStore, item_id: Any
+) -> None:
+    await memory.remember(agent=AGENT, owner="alice", text="kept")
+    with pytest.raises(InvalidValue, match="a memory item id is a positive integer"):
+        await memory.forget(agent=AGENT, owner="alice", item_id=item_id)
+    assert await texts(memory, "kept") == ["kept"]
+
+
+@pytest.mark.parametrize(
+    "provenance",
+    [{"session_id": ""}, {"turn_id": "t" * 257}, {"session_id": "ses_\ud800"}, {"turn_id": 7}],
+)
+async def test_bad_provenance_is_refused_and_nothing_is_stored(
+    memory: MemoryStore, provenance: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidValue, match=r"memory (session_id|turn_id)"):
+        await memory.remember(agent=AGENT, owner="alice", text="traced", **provenance)
+    assert await memory.list_items(agent=AGENT, owner="alice") == ()

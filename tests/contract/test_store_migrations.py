@@ -25,8 +25,10 @@ from hostkit.store import (
 from hostkit.types import new_id
 from tests.contract._delivery_adapters import ROUTE, finish_routed_turns
 from tests.contract._store_adapters import (
+    assert_memory_kept_untraced,
     assert_reclaim_backfilled,
     seed_attachments_before_reclaim,
+    seed_memory_before_provenance,
 )
 from tests.support import file_bytes
 
@@ -543,3 +545,16 @@ async def test_v22_keeps_every_attachment_a_stored_message_names_and_reclaims_th
     async with await RuntimeStore.open(db_path) as store:
         assert (store.migration.from_version, store.migration.to_version) == (21, SCHEMA_VERSION)
         await assert_reclaim_backfilled(store, named, unnamed)
+
+
+@pytest.mark.sqlite_only("a v22 SQLite file built from a prefix of the SQLite migrations")
+async def test_v23_keeps_every_memory_item_untraced_and_never_reuses_an_id(
+    db_path: Path,
+) -> None:
+    """Items stored before v23 keep their ids and search, with NULL session and turn;
+    the rebuilt table never gives a forgotten id to a new item."""
+    async with await RuntimeStore.open(db_path, migrations=MIGRATIONS[:22]) as store:
+        ids = await seed_memory_before_provenance(store)
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.to_version) == (22, SCHEMA_VERSION)
+        await assert_memory_kept_untraced(store, ids)

@@ -30,8 +30,10 @@ from hostkit.store._pg_migrate import PgMigrationReport
 from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
 from tests.contract._store_adapters import (
+    assert_memory_kept_untraced,
     assert_reclaim_backfilled,
     seed_attachments_before_reclaim,
+    seed_memory_before_provenance,
 )
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 
@@ -495,3 +497,15 @@ async def test_v9_keeps_every_attachment_a_stored_message_names_and_reclaims_the
     async with RuntimeStore.open_postgres(url) as store:
         assert store.migration == PgMigrationReport(8, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
         await assert_reclaim_backfilled(store, named, unnamed)
+
+
+async def test_v10_keeps_every_memory_item_untraced_and_never_reuses_an_id(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The twin of SQLite's v23: items keep their ids and search, with no provenance."""
+    url = await postgres_cluster.create_database()
+    async with RuntimeStore.open_postgres(url, migrations=PG_MIGRATIONS[:9]) as store:
+        ids = await seed_memory_before_provenance(store)
+    async with RuntimeStore.open_postgres(url) as store:
+        assert store.migration == PgMigrationReport(9, PG_SCHEMA_VERSION)  # type: ignore[attr-defined]
+        await assert_memory_kept_untraced(store, ids)
