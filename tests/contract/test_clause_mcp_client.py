@@ -35,7 +35,6 @@ from hostkit.builtins.mcp import (
     McpCommandNotFound,
     McpConnectFailed,
 )
-from hostkit.builtins.mcp import _stdio as stdio_module
 from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bubblewrap
 from hostkit.builtins.web import PinnedConnections, UrlDenied, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
@@ -276,28 +275,6 @@ async def test_a_result_under_the_bound_arrives_whole(served: McpConnection) -> 
     outcome = await served.call_tool("huge", {"megabytes": 1})
     assert outcome.status == "succeeded"
     assert outcome.output == {"result": "x" * 1_000_000}
-
-
-@pytest.mark.slow
-async def test_a_long_message_is_parsed_off_the_event_loop(
-    served: McpConnection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A megabyte line parsed on the loop would stall every other session's turn meanwhile;
-    a short one (the usual answer) stays on the loop, where a thread hop would cost more."""
-    parsed: list[tuple[int, bool]] = []
-    parse = stdio_module._parse
-
-    def recorded(line: bytes) -> object:
-        parsed.append((len(line), threading.current_thread() is threading.main_thread()))
-        return parse(line)
-
-    monkeypatch.setattr(stdio_module, "_parse", recorded)
-    small = await served.call_tool("add", {"a": 2, "b": 40})
-    large = await served.call_tool("huge", {"megabytes": 1})
-    assert (small.status, large.status) == ("succeeded", "succeeded")
-    assert large.output == {"result": "x" * 1_000_000}
-    on_loop = {size > 1_000_000: main for size, main in parsed}
-    assert on_loop == {False: True, True: False}, parsed
 
 
 @pytest.mark.slow

@@ -46,8 +46,6 @@ _TERM_GRACE_S = 1.0  # between TERM and KILL
 _KILL_WAIT_S = 3.0
 _SNAPSHOT_S = 1.0  # the tree's periodic snapshots while the server runs
 _POLL_S = 0.02
-# Longer lines are parsed off the event loop (one of 64 KiB takes about a millisecond).
-_ON_LOOP_BYTES = 64 * 1024
 _MIB = MAX_MCP_MESSAGE_BYTES // (1024 * 1024)
 _MALFORMED = "the server answered a request with a message that is not valid JSON-RPC"
 _PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
@@ -169,14 +167,8 @@ class StdioLink:
                 held = 0
                 start = newline + 1
                 if line.strip():
-                    # A long line is read in a worker thread: parsing megabytes on the loop
-                    # would stall every other session's turn for as long.
-                    message, malformed = (
-                        _read(line)
-                        if len(line) <= _ON_LOOP_BYTES
-                        else await anyio.to_thread.run_sync(_read, line)
-                    )
-                    if malformed:
+                    message = _parse(line)
+                    if isinstance(message, Exception) and _answers_a_request(line):
                         # The SDK drops what it cannot read, and the request this
                         # answered would wait for its deadline: the link is broken.
                         self._broken = _MALFORMED
@@ -238,12 +230,6 @@ def _answers_a_request(line: bytes) -> bool:
         and value.get("id") is not None
         and ("result" in value or "error" in value)
     )
-
-
-def _read(line: bytes) -> tuple[SessionMessage | Exception, bool]:
-    """The line as a message (or its parse error), and whether it is a malformed answer."""
-    message = _parse(line)
-    return message, isinstance(message, Exception) and _answers_a_request(line)
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
