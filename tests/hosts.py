@@ -21,6 +21,7 @@ def config(
     policy: Mapping[str, Any] | None = None,
     max_steps: int = 8,
     memory: bool = False,
+    secrets: Sequence[str] = (),
 ) -> HostConfig:
     return parse_config(
         {
@@ -32,6 +33,7 @@ def config(
                     "policy": dict(policy or {"allow": ["*"]}),
                     "max_steps": max_steps,
                     "memory": memory,
+                    **({"secrets": list(secrets)} if secrets else {}),
                 }
                 for name in agents
             },

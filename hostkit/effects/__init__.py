@@ -70,6 +70,7 @@ from hostkit.effects._pending import (
     PendingApproval,
 )
 from hostkit.effects._policy import EffectPolicy, PolicyDecision
+from hostkit.effects._redaction import Redactor
 from hostkit.effects._runtime import (
     DEFAULT_ENV_ALLOWLIST,
     DEFAULT_SECRET_TTL_S,
@@ -131,6 +132,7 @@ __all__ = [
     "PolicyDecision",
     "Prepared",
     "PreparedEffectCatalog",
+    "Redactor",
     "SchemaTool",
     "SourcedTool",
     "ToolChanged",

@@ -138,6 +138,10 @@ class PreparedEffectCatalog:
     def effects(self) -> tuple[str, ...]:
         return tuple(entry.effect for entry in self._by_id.values())
 
+    @property
+    def entries(self) -> tuple[CatalogEntry, ...]:
+        return tuple(self._by_id.values())
+
     def resolve(self, name: str) -> ResolvedEffectRef | None:
         """The reference for a provider-visible name, or None if this turn has no such effect."""
         entry = self._by_name.get(name)

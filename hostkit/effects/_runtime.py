@@ -330,6 +330,23 @@ class EffectRuntime:
                 )
         return catalog
 
+    def turn_redactor(
+        self, context: TurnExecutionContext, catalog: PreparedEffectCatalog
+    ) -> Redactor:
+        """What every result of the turn is masked with: each secret the agent holds, each
+        another agent may hold, and each a tool of ``catalog`` is configured with.
+
+        For what the turn keeps or reports that no tool produced (a provider's call id,
+        a name the model typed): prompt injection can put a secret there too.
+        """
+        bound = self._catalogs.get(catalog.catalog_id)
+        held = self._held_secrets(context, bound[1] if bound is not None else None)
+        for entry in catalog.entries:
+            for name, value in entry.tool.secret_values.items():
+                if len(value) >= MIN_SECRET_CHARS:
+                    held.setdefault(name, value)
+        return Redactor.of(held, held=self.held_spellings)
+
     async def supersede_pending(self, context: TurnExecutionContext) -> int:
         """A new ordinary turn starts in the session: its unanswered approvals become void.
 
@@ -577,7 +594,9 @@ class EffectRuntime:
             return None
         return diff if isinstance(diff, str) else None
 
-    def _held_secrets(self, context: TurnExecutionContext, toolset: Toolset) -> dict[str, str]:
+    def _held_secrets(
+        self, context: TurnExecutionContext, toolset: Toolset | None
+    ) -> dict[str, str]:
         """name -> value for every ``secret.bind:<NAME>`` grant in the turn's snapshot, and
         every secret another agent of the Host may hold (``Toolset.masked_secrets``).
 
@@ -590,7 +609,8 @@ class EffectRuntime:
             for grant in context.capability_snapshot.get("secrets", ())
             if isinstance(grant, str) and grant.startswith(_SECRET_GRANT)
         ]
-        for name in (*granted, *toolset.masked_secrets):
+        masked = toolset.masked_secrets if toolset is not None else ()
+        for name in (*granted, *masked):
             value = self._environ.get(name) if _ENV_NAME.fullmatch(name) else None
             if value is not None and len(value) >= MIN_SECRET_CHARS:
                 held[name] = value

@@ -154,6 +154,8 @@ def _check_redacted(views: EffectViews, error: str | None, redactor: Redactor) -
             raise ValueError("a secret survived redaction")
 
 
+# Host-chosen, never model text: a result's effect is its catalog entry's name (a call
+# naming no entry never reaches the pipeline; the turn records it as UNKNOWN_EFFECT).
 _HOST_FIELDS = frozenset({"effect", "status"})
 
 

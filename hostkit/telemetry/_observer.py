@@ -5,7 +5,8 @@ model call (a compaction's summarizer call included, marked
 ``hostkit.context.summary``) and an ``execute_tool {tool}`` child per effect, each started and
 ended when the turn reports that step began and ended. Spans carry ids, model
 names, token usage and statuses, never message content, tool arguments or
-results (those reach the store redacted; a span exporter is another audience).
+results (the store keeps those for the Host's own readers; a span exporter is
+another audience), nor a tool name the model made up (``UNKNOWN_EFFECT`` instead).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from hostkit.effects import provider_name
+from hostkit.effects import is_effect_name, provider_name
 from hostkit.errors import InvalidValue, bounded
 from hostkit.telemetry import _names as n
 from hostkit.turns import TurnEvent
-from hostkit.types import is_count
+from hostkit.types import UNKNOWN_EFFECT, is_count
 
 __all__ = ["TracingObserver"]
 
@@ -243,13 +244,14 @@ class TracingObserver:
             key, name = f"approval:{data['approval_id']}", n.EXECUTE_TOOL
             attributes[n.APPROVAL_ID] = str(data["approval_id"])
         else:
-            tool = str(data.get("tool", ""))
+            effect = _effect(data)
+            tool = _tool(effect)
             key, name = str(data.get("call_id", "")), f"{n.EXECUTE_TOOL} {tool}"
             attributes.update(
                 {
                     n.TOOL_NAME: tool,
                     n.TOOL_CALL_ID: key,
-                    n.EFFECT: str(data.get("effect", "")),
+                    n.EFFECT: effect,
                     n.STEP: int(data.get("step", 0)),
                 }
             )
@@ -260,25 +262,25 @@ class TracingObserver:
 
     def _effect_completed(self, event: TurnEvent, turn: _Turn) -> None:
         data = event.data
-        call_id, effect = str(data.get("call_id", "")), str(data.get("effect", ""))
+        call_id, effect = str(data.get("call_id", "")), _effect(data)
         status = str(data.get("status", ""))
         span = turn.effects.pop(call_id, None)
         if span is None and "approval_id" in data:
             span = turn.effects.pop(f"approval:{data['approval_id']}", None)
             if span is not None:
-                span.update_name(f"{n.EXECUTE_TOOL} {provider_name(effect)}")
-                span.set_attributes({n.TOOL_NAME: provider_name(effect), n.TOOL_CALL_ID: call_id})
+                span.update_name(f"{n.EXECUTE_TOOL} {_tool(effect)}")
+                span.set_attributes({n.TOOL_NAME: _tool(effect), n.TOOL_CALL_ID: call_id})
         if span is None:
             # Answered without running (not found, or never reached): a zero-length span.
             span = self._tracer.start_span(
-                f"{n.EXECUTE_TOOL} {provider_name(effect)}",
+                f"{n.EXECUTE_TOOL} {_tool(effect)}",
                 context=turn.context,
                 kind=SpanKind.INTERNAL,
                 attributes={
                     **turn.common,
                     n.OPERATION: n.EXECUTE_TOOL,
                     n.TOOL_TYPE: "function",
-                    n.TOOL_NAME: provider_name(effect),
+                    n.TOOL_NAME: _tool(effect),
                     n.TOOL_CALL_ID: call_id,
                 },
             )
@@ -302,6 +304,18 @@ class TracingObserver:
         )
         span.end()
         turn.current_effect = None
+
+
+def _effect(data: Mapping[str, Any]) -> str:
+    """The event's effect when it is an effect name, else ``UNKNOWN_EFFECT``: a span names
+    no tool the model made up (its text, which may hold a secret)."""
+    effect = data.get("effect")
+    return effect if isinstance(effect, str) and is_effect_name(effect) else UNKNOWN_EFFECT
+
+
+def _tool(effect: str) -> str:
+    """The provider-visible name of ``effect`` (``UNKNOWN_EFFECT`` as it is)."""
+    return UNKNOWN_EFFECT if effect == UNKNOWN_EFFECT else provider_name(effect)
 
 
 def _chat_key(data: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from hostkit.cores import AuthorTurn
-from hostkit.effects import PreparedEffectCatalog
+from hostkit.effects import PreparedEffectCatalog, Redactor
 from hostkit.store import ObservedStep, SessionLease, TranscriptEntry
 from hostkit.turns._core import PinnedCore
 from hostkit.types import (
@@ -69,6 +69,8 @@ class ActiveTurn:
     usage: Usage = field(default_factory=Usage)
     pending_approval: str | None = None
     catalog: PreparedEffectCatalog | None = None
+    # Masks what the turn keeps or reports that no tool produced (``turn_redactor``).
+    redactor: Redactor = field(default_factory=Redactor)
     # The last answer, written with the terminal record (None until the model answers).
     final: TranscriptEntry | None = None
     final_step: ObservedStep | None = None  # its observation, committed with it

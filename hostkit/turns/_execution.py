@@ -42,11 +42,13 @@ from hostkit.store import (
 )
 from hostkit.turns._active import ActiveTurn, KnownResult, add_usage, bind_context
 from hostkit.turns._attachments import check_attachments, input_message, loaded_input
+from hostkit.turns._calls import accepted, effect_of, tool_name
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
 from hostkit.turns._tokens import TurnTokens, new_nonces, token_digest
 from hostkit.types import (
+    UNKNOWN_EFFECT,
     AttachmentPart,
     ContextReady,
     ContextRequest,
@@ -399,6 +401,7 @@ class TurnExecution:
                         context, window_tokens=core.provider.limits.context_window
                     )
                     self._announce_unavailable(context, active.catalog)
+                    active.redactor = core.effects.turn_redactor(context, active.catalog)
                     active.author = AuthorTurn.of(
                         self._state,
                         context,
@@ -485,6 +488,9 @@ class TurnExecution:
             if isinstance(answered, str):
                 return "failed", answered
             prepared, response = answered
+            # Ids the Host would not keep (one holding a secret) are replaced before any
+            # record, event or span repeats them.
+            response = accepted(response, active.redactor)
             active.usage = add_usage(active.usage, response.usage)
             # The observation commits with this step's transcript write: one transaction.
             staged = self._stage(context, step, prepared.decision_id, response)
@@ -496,10 +502,11 @@ class TurnExecution:
                 "step": step,
                 "decision_id": prepared.decision_id,
                 "finish_reason": response.finish_reason,
-                "tool_calls": [call.name for call in response.tool_calls],
+                # A name no tool has is the model's text, never repeated: UNKNOWN_EFFECT.
+                "tool_calls": [tool_name(catalog, call.name) for call in response.tool_calls],
                 # What a person reads: the effects called (files.write), not the names the
-                # provider was given for them (files_write); a name no tool has, as sent.
-                "effects_called": [_effect_of(catalog, call.name) for call in response.tool_calls],
+                # provider was given for them (files_write).
+                "effects_called": [effect_of(catalog, call.name) for call in response.tool_calls],
                 "input_tokens": response.usage.input_tokens,
                 "output_tokens": response.usage.output_tokens,
             }
@@ -729,7 +736,7 @@ class TurnExecution:
         """Persist one call's result as the tool message answering it."""
         if outcome is None:
             status = "not_found" if not_run is None else "cancelled"
-            effect, view = call.name, not_run or "[not_found] no such tool"
+            effect, view = self._effect_named(active, call), not_run or "[not_found] no such tool"
         else:
             status, effect, view = outcome.status, outcome.effect, outcome.views.model
         return await self._answer(
@@ -758,7 +765,10 @@ class TurnExecution:
         summary = EffectSummary(call.call_id, effect, status, bounded(view, 200))
         if not listed:
             active.effects.append(summary)
-        message = ModelMessage("tool", view, tool_call_id=call.call_id, name=call.name)
+        # The name as the model wrote it, so it reads which call this answers; a name no
+        # tool has passes through the turn's redactor first.
+        name = call.name if effect != UNKNOWN_EFFECT else active.redactor.text(call.name)
+        message = ModelMessage("tool", view, tool_call_id=call.call_id, name=name)
         detail: dict[str, object] = {"call_id": call.call_id, "effect": effect, "status": status}
         if approval_id is not None:
             detail["approval_id"] = approval_id
@@ -811,10 +821,14 @@ class TurnExecution:
                 status, view = (
                     ("indeterminate", _UNKNOWN) if maybe_ran else ("cancelled", _NOT_REACHED)
                 )
-                ref = active.catalog.resolve(call.name) if active.catalog is not None else None
-                effect = call.name if ref is None else ref.effect
+                effect = self._effect_named(active, call)
                 await self._answer(context, active, call, status, effect, view)
             maybe_ran = False
+
+    @staticmethod
+    def _effect_named(active: ActiveTurn, call: ToolCall) -> str:
+        """The effect ``call`` names in the turn's catalog, or ``UNKNOWN_EFFECT``."""
+        return UNKNOWN_EFFECT if active.catalog is None else effect_of(active.catalog, call.name)
 
     async def _prepared_call(
         self,
@@ -1265,12 +1279,6 @@ def _error_type(exc: HostkitError) -> str:
 def _hit_output_limit(final: TranscriptEntry | None) -> bool:
     """The final answer's step ended at the output limit (normalised finish reason ``length``)."""
     return final is not None and (final.detail or {}).get("finish_reason") == "length"
-
-
-def _effect_of(catalog: PreparedEffectCatalog, name: str) -> str:
-    """The effect a provider-visible tool name stands for in this turn; the name if none."""
-    ref = catalog.resolve(name)
-    return name if ref is None else ref.effect
 
 
 def _as_recorded(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

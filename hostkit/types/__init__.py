@@ -158,6 +158,7 @@ from hostkit.types._shown import (
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
     MAX_INPUT_CHARS,
+    UNKNOWN_EFFECT,
     Attachment,
     EffectSummary,
     FreshSession,
@@ -207,6 +208,7 @@ __all__ = [
     "PRESS_ANSWER",
     "REDACTED",
     "UNANSWERED_OUTCOMES",
+    "UNKNOWN_EFFECT",
     "UNPROCESSABLE",
     "Attachment",
     "AttachmentPart",

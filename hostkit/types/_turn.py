@@ -19,6 +19,7 @@ _Model = TypeVar("_Model")
 __all__ = [
     "MAX_ATTACHMENTS",
     "MAX_INPUT_CHARS",
+    "UNKNOWN_EFFECT",
     "Attachment",
     "EffectSummary",
     "FreshSession",
@@ -166,9 +167,18 @@ def _is_sequence(value: object) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
+# The effect of a call that named no entry of its turn's catalog: what the model typed
+# there is its own text (a prompt injection can make it a secret), so no record, event
+# or span repeats it. No effect name can be it (they begin with a letter).
+UNKNOWN_EFFECT = "_unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class EffectSummary:
-    """What one effect did, as the operator may see it (bounded, redacted)."""
+    """What one effect did, as the operator may see it (bounded, redacted).
+
+    ``effect`` is a catalog name, or ``UNKNOWN_EFFECT`` for a call that named none.
+    """
 
     call_id: str
     effect: str

@@ -28,7 +28,7 @@ from hostkit.host import Host, HostConfig, parse_config
 from hostkit.telemetry import TracingObserver
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
-from hostkit.types import ModelLimits, ModelRequest, TurnResult
+from hostkit.types import UNKNOWN_EFFECT, ModelLimits, ModelRequest, TurnResult
 from tests.hosts import request, turn_rows
 from tests.support import facts
 
@@ -425,7 +425,9 @@ async def test_no_secret_value_or_argument_reaches_any_span(
 ) -> None:
     monkeypatch.setenv("HK_TOKEN", SECRET)
     call = ("probe_echo", {"secrets": ["HK_TOKEN"], "note": ARGUMENT})
-    model = ScriptedModel([CallTools(call), Reply(f"the token is {SECRET}")])
+    # A tool no catalog has, named with the secret (what a prompt injection may ask for).
+    typed = (f"nosuch_{SECRET}", {})
+    model = ScriptedModel([CallTools(call, typed), Reply(f"the token is {SECRET}")])
     async with traced(
         tmp_path,
         traces,
@@ -437,8 +439,12 @@ async def test_no_secret_value_or_argument_reaches_any_span(
         result = await host.turns.run(request(f"use {SECRET}"))
     assert result.outcome == "completed"
     assert SECRET in result.text  # the model said it; the trace must not
-    (tool_span,) = traces.named("execute_tool")
+    tool_span, unknown = traces.named("execute_tool")
     assert attrs(tool_span)["hostkit.effect.status"] == "succeeded"
+    assert unknown.name == f"execute_tool {UNKNOWN_EFFECT}"
+    assert attrs(unknown)["gen_ai.tool.name"] == UNKNOWN_EFFECT
+    assert attrs(unknown)["hostkit.effect"] == UNKNOWN_EFFECT
+    assert attrs(unknown)["hostkit.effect.status"] == "not_found"
     exported = everything_exported(traces.spans())
     assert SECRET not in exported
     assert ARGUMENT not in exported

@@ -6,20 +6,29 @@ once reached the turn as a finished answer and its tool calls ran; a usage
 count of ``10**30`` lost the turn in the store; repeated ids left the model
 two results under one id. Each runs here through a real Host against both SDK
 adapters and the loopback servers speaking their APIs (``tests.wire``).
+
+A call id the server chose and a tool name the model typed are text from
+outside too: prompt injection can put a bound secret in either. Such a call id
+is replaced by one the Host mints, and a name no tool has is recorded as
+``UNKNOWN_EFFECT``; neither reaches an event, a record or the answer's name
+unmasked (only the model's own assistant message keeps what it sent).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from hostkit.errors import InvalidValue
-from hostkit.types import Usage
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
+from hostkit.turns import TurnEvent
+from hostkit.types import UNKNOWN_EFFECT, Usage
 from tests.hosts import open_host, request
 from tests.security.test_model_stream_bounds import PROBE, counting_tool, make_rig, turn_rows
+from tests.support import table_rows
 from tests.wire import WireServer, sse_reply
 from tests.wire.rigs import ScriptableRig, WireRig
 from tests.wire.scenario import Answer, Call
@@ -27,6 +36,8 @@ from tests.wire.scenario import Answer, Call
 pytestmark = pytest.mark.anyio
 
 WIRE = ["openai", "anthropic"]
+SECRET_NAME = "HK_TRUST_TOKEN"
+SECRET = "hkTrustSecret7c2e9f41"
 CALLS = Answer(
     deltas=("Counting.",),
     calls=(Call.of("call_a", PROBE, {}), Call.of("call_b", PROBE, {})),
@@ -91,6 +102,104 @@ async def test_each_tool_result_answers_one_call_when_a_server_repeats_an_id(
     # Both ids went back to the provider, each with its own result.
     assert sent.count('"call_x"') == 2
     assert sent.count('"call_x_1"') == 2
+
+
+class Seen:
+    """An observer keeping every event the turn reported."""
+
+    def __init__(self) -> None:
+        self.events: list[TurnEvent] = []
+
+    def notify(self, event: TurnEvent) -> None:
+        self.events.append(event)
+
+
+def occurrences(database: Path, seen: Seen, value: str) -> int:
+    """How often ``value`` is in any cell of the database or any reported event."""
+    cells = sum(cell.count(value) for cell in table_rows(database))
+    return cells + sum(repr(event.data).count(value) for event in seen.events)
+
+
+@pytest.mark.parametrize("kind", WIRE)
+@pytest.mark.parametrize(
+    "sent", [f"call_{SECRET}", "call_\x1b[2Jx", ""], ids=["secret", "control", "empty"]
+)
+async def test_a_call_id_the_host_would_not_keep_is_replaced_everywhere_by_one_it_mints(
+    tmp_path: Path,
+    wire: WireServer,
+    built: list[ScriptableRig],
+    kind: str,
+    sent: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    rig = cast(WireRig, make_rig(kind, wire, built))
+    rig.expect(Answer(calls=(Call.of(sent, PROBE, {}),), finish="tool_calls"), stream=True)
+    rig.expect(Answer(deltas=("done",)), stream=True)
+    ran: list[str] = []
+    seen = Seen()
+    caps = capabilities(rig.provider, tools=[counting_tool(ran)], observer=seen)
+    async with open_host(tmp_path, rig.provider, caps=caps, secrets=[SECRET_NAME]) as host:
+        result = await host.turns.run(request("go"))
+    assert result.outcome == "completed", result.error
+    assert ran == ["ran"]
+    (effect,) = result.effects
+    minted = effect.call_id
+    assert minted.startswith("call_")
+    assert minted != sent
+    assert SECRET not in minted
+    # One id for the call everywhere: its events, and both messages sent back to the model.
+    started = [e for e in seen.events if e.kind == "effect.started"]
+    completed = [e for e in seen.events if e.kind == "effect.completed"]
+    assert [e.data["call_id"] for e in started + completed] == [minted, minted]
+    replayed = json.dumps(wire.requests[1].body["messages"])
+    assert replayed.count(json.dumps(minted)) == 2
+    if sent:
+        assert json.dumps(sent) not in replayed
+        assert occurrences(tmp_path / "hostkit.db", seen, sent) == 0
+
+
+@pytest.mark.parametrize("kind", WIRE)
+async def test_a_call_id_the_host_can_keep_is_kept(
+    tmp_path: Path, wire: WireServer, built: list[ScriptableRig], kind: str
+) -> None:
+    rig = cast(WireRig, make_rig(kind, wire, built))
+    rig.expect(Answer(calls=(Call.of("call_Ab-9_z", PROBE, {}),), finish="tool_calls"), stream=True)
+    rig.expect(Answer(deltas=("done",)), stream=True)
+    async with open_host(tmp_path, rig.provider, tools=[counting_tool([])]) as host:
+        result = await host.turns.run(request("go"))
+    assert [e.call_id for e in result.effects] == ["call_Ab-9_z"]
+
+
+async def test_a_tool_name_no_tool_has_is_recorded_as_unknown_and_masked_in_its_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    typed = f"nosuch_{SECRET}"
+    model = ScriptedModel([CallTools((typed, {}), (PROBE, {})), Reply("done")])
+    seen = Seen()
+    caps = capabilities(model, tools=[counting_tool([])], observer=seen)
+    async with open_host(tmp_path, model, caps=caps, secrets=[SECRET_NAME]) as host:
+        result = await host.turns.run(request("go"))
+        details = await host.store.read(
+            lambda c: c.execute(
+                "SELECT kind, detail FROM turn_events WHERE turn_id = ? ORDER BY seq",
+                [result.turn_id],
+            ).fetchall()
+        )
+    assert result.outcome == "completed", result.error
+    assert [(e.effect, e.status) for e in result.effects] == [
+        (UNKNOWN_EFFECT, "not_found"),
+        ("probe.count", "succeeded"),
+    ]
+    step: dict[str, Any] = next(json.loads(d) for k, d in details if k == "provider.completed")
+    assert step["tool_calls"] == [UNKNOWN_EFFECT, PROBE]
+    assert step["effects_called"] == [UNKNOWN_EFFECT, "probe.count"]
+    # The model reads which of its calls was wrong, the secret in the name masked.
+    answer = next(m for m in model.requests[1].messages if m.role == "tool")
+    assert answer.name == f"nosuch_[redacted:{SECRET_NAME}]"
+    # Only the model's own assistant message keeps the name as it was sent.
+    assert occurrences(tmp_path / "hostkit.db", seen, SECRET) == 1
 
 
 @pytest.mark.parametrize(
