@@ -22,7 +22,7 @@ import anthropic
 import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
-from hostkit.adapters import NO_API_KEY
+from hostkit.adapters import NO_API_KEY, unset_default_key
 from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.adapters._wire import bounded_client
@@ -100,10 +100,9 @@ class AnthropicProvider(SdkModelProvider[anthropic.AsyncAnthropic, RawMessageStr
         elif api_key is None:
             api_key = os.environ.get("ANTHROPIC_API_KEY") or None
             self._auth_token = None if api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN") or None
-            if api_key is None and self._auth_token is None:
-                raise ConfigError(
-                    NO_API_KEY.format(variable="ANTHROPIC_API_KEY"), key="api_key_env"
-                )
+            missing = unset_default_key("anthropic", base_url=None)
+            if missing is not None:
+                raise ConfigError(NO_API_KEY.format(variable=missing), key="api_key_env")
         self._api_key = api_key
         self._secret = api_key or self._auth_token or ""
 

@@ -28,7 +28,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
-from hostkit.adapters import NO_API_KEY
+from hostkit.adapters import NO_API_KEY, unset_default_key
 from hostkit.adapters._sdk import SdkErrors
 from hostkit.adapters._streaming import Draft, SdkModelProvider
 from hostkit.adapters._wire import bounded_client
@@ -102,8 +102,9 @@ class OpenAIChatProvider(SdkModelProvider[openai.AsyncOpenAI, ChatCompletionChun
     def _take_credentials(self, api_key: str | None) -> None:
         local = self._base_url is not None
         if api_key is None and not local and not os.environ.get("OPENAI_API_KEY"):
-            if not os.environ.get("OPENAI_BASE_URL"):
-                raise ConfigError(NO_API_KEY.format(variable="OPENAI_API_KEY"), key="api_key_env")
+            missing = unset_default_key("openai", base_url=None)
+            if missing is not None:
+                raise ConfigError(NO_API_KEY.format(variable=missing), key="api_key_env")
             local = True  # the server OPENAI_BASE_URL names, with no key set: keyless
         self._api_key = _PLACEHOLDER_KEY if api_key is None and local else api_key
 

@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from hostkit._extras import missing_dependency, require_extra
-from hostkit.adapters import NO_API_KEY
+from hostkit.adapters import NO_API_KEY, unset_default_key
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel, ScriptStep
 from hostkit.builtins.files import WorkspaceScope, workspace_tools
 from hostkit.builtins.mcp import McpClientConnector
@@ -137,8 +137,15 @@ def _require_provider_extra(name: str, config: ProviderConfig) -> None:
 def provider_key(name: str, config: ProviderConfig) -> str | None:
     """Provider ``name``'s API key from its ``api_key_env`` (None: none is named or set);
     a ``ConfigError`` naming the variable when it is unset and the provider needs it."""
-    key = os.environ.get(config.api_key_env) if config.api_key_env else None
-    if config.api_key_env and not key and _needs_key(config):
+    if not config.api_key_env:
+        # The SDK's own variable then (OPENAI_API_KEY), by the rule its adapter applies.
+        missing = unset_default_key(config.kind, base_url=config.base_url)
+        if missing is not None:
+            where = "api_key_env" if ":" in name else f"providers.{name}.api_key_env"
+            raise ConfigError(NO_API_KEY.format(variable=missing), key=where)
+        return None
+    key = os.environ.get(config.api_key_env)
+    if not key and _needs_key(config):
         if ":" in name:
             # A Python agent's model string ("openai:gpt-4o"): no [providers] table.
             raise ConfigError(NO_API_KEY.format(variable=config.api_key_env), key="api_key_env")

@@ -282,3 +282,36 @@ async def test_a_key_missing_since_open_does_not_block_an_unrelated_reload(
     assert outcome.applied, outcome
     assert outcome.changes == ("agents.assistant",)
     assert (served.generation, served.text) == (2, "still here")
+
+
+@pytest.mark.parametrize(
+    ("kind", "variable", "instead"),
+    [
+        ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+        ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    ],
+)
+async def test_a_reload_bringing_in_a_provider_without_its_sdks_default_key_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, variable: str, instead: str
+) -> None:
+    """No ``api_key_env`` means the SDK's own variable, by the rule its adapter builds
+    with: unset (and nothing that lets it go without), the reload is refused as one
+    naming an unset variable is; the variable that lets it go without lets it apply."""
+    pytest.importorskip(kind)
+    for name in (variable, instead):
+        monkeypatch.delenv(name, raising=False)
+    path = write_config(tmp_path, reply="still here", times=2)
+    good = path.read_text()
+    async with Host.open(path) as host:
+        path.write_text(good.replace('kind = "scripted"', f'kind = "{kind}"\nmodel = "m"'))
+        refused = await host.reload()
+        served = await host.turns.run(request())
+        monkeypatch.setenv(instead, "http://127.0.0.1:9" if "URL" in instead else "token-x")
+        applied = await host.reload()
+    assert refused.rejected, refused
+    assert refused.reason is not None
+    assert refused.reason.startswith(
+        f"providers.test.api_key_env: no API key: set the environment variable {variable}"
+    )
+    assert (served.generation, served.text) == (1, "still here")
+    assert applied.applied, applied
