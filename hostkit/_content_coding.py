@@ -27,6 +27,7 @@ from hostkit.errors import bounded
 
 __all__ = [
     "MAX_CODINGS",
+    "MAX_GZIP_MEMBERS",
     "STEP_BYTES",
     "BodyOverCap",
     "ContentCodingError",
@@ -43,6 +44,9 @@ __all__ = [
 STEP_BYTES = 64 * 1024
 # Codings one body may stack; a deeper stack is refused (nobody sends one by accident).
 MAX_CODINGS = 2
+# gzip members one body may hold: each costs a new decompressor whatever it holds, so
+# millions of empty ones (20 bytes each) would be seconds of CPU on the event loop.
+MAX_GZIP_MEMBERS = 1024
 _GZIP = frozenset({"gzip", "x-gzip"})
 _DEFLATE = "deflate"
 _IDENTITY = frozenset({"", "identity"})
@@ -95,6 +99,7 @@ class _Stage:
         self._gzip = coding in _GZIP
         self._z: zlib._Decompress | None = None
         self._held = b""  # a raw deflate's opening, while its framing is not yet known
+        self._members = 0
         self.started = False
 
     @property
@@ -130,6 +135,9 @@ class _Stage:
     def _open(self, data: bytes) -> bytes:
         """Start the next stream; deflate's framing is told by its first two bytes."""
         if self._gzip:
+            self._members += 1
+            if self._members > MAX_GZIP_MEMBERS:
+                raise CorruptBody(f"more than {MAX_GZIP_MEMBERS} gzip members")
             self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
             return data
         data, self._held = self._held + data, b""

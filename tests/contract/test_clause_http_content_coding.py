@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from hostkit._content_coding import (
+    MAX_GZIP_MEMBERS,
     STEP_BYTES,
     BodyOverCap,
     CorruptBody,
@@ -177,6 +178,22 @@ async def test_every_step_of_a_bomb_is_bounded() -> None:
         await read()
     assert max(pieces) <= STEP_BYTES
     assert sum(pieces) == 10 * STEP_BYTES
+
+
+async def test_a_flood_of_gzip_members_is_refused_past_the_bound() -> None:
+    """Each gzip member costs a new decompressor whatever it holds: millions of empty ones
+    (20 bytes each, within any raw cap) would be seconds of CPU, so a body has at most
+    MAX_GZIP_MEMBERS; as many as that still decode whole."""
+    empty = gzip.compress(b"")
+
+    async def members(count: int) -> AsyncIterator[bytes]:
+        yield empty * (count - 1) + gzip.compress(b"end")
+
+    kept = [piece async for piece in decoded(members(MAX_GZIP_MEMBERS), "gzip", cap=None)]
+    assert b"".join(kept) == b"end"
+    with pytest.raises(CorruptBody, match=f"more than {MAX_GZIP_MEMBERS} gzip members"):
+        async for _ in decoded(members(100_000), "gzip", cap=None):
+            pass
 
 
 @pytest.mark.parametrize(
