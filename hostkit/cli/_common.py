@@ -270,21 +270,26 @@ async def open_host(
     others send nothing, so an unset channel secret does not stop them (a
     turn's answer for a channel waits in the outbox for ``hostkit serve``).
     Ctrl-C, SIGTERM and SIGHUP each cancel the command and limit the store's
-    waits for other processes' locks, from the Host's opening to the end of its
-    close; a second one exits at once (``signals_stop_the_command``). Not for a
-    command that handles its signals itself (``own_signals``: ``serve``, which
-    drains, limiting the waits by its drain).
+    waits for other processes' locks, from the start of the Host's opening (a
+    migration or a recovery waiting for another process's lock) to the end of
+    its close; a second one exits at once (``signals_stop_the_command``). One
+    that stops the opening says so in one line. Not for a command that handles
+    its signals itself (``own_signals``: ``serve``, which drains, limiting the
+    waits by its drain).
     """
     signals: contextlib.AbstractContextManager[SignalStop | None] = (
         contextlib.nullcontext() if own_signals else signals_stop_the_command()
     )
     with signals as stop, _held_startup_records() as held:
-        async with Host.open(
-            config,
-            approver=approver,
-            agents=agents,
-            check_providers=check_providers,
-            require_channels=require_channels,
+        async with _opened_unless_stopped(
+            Host.open(
+                config,
+                approver=approver,
+                agents=agents,
+                check_providers=check_providers,
+                require_channels=require_channels,
+            ),
+            stop,
         ) as host:
             held.let_go(set(host.warnings))
             given = config if isinstance(config, Path) and config != Path(DEFAULT_CONFIG) else None
@@ -298,9 +303,31 @@ async def open_host(
                     highlight=False,
                     soft_wrap=True,
                 )
-            if stop is not None:
-                stop.narrow(host.store)
             yield host
+
+
+@contextlib.asynccontextmanager
+async def _opened_unless_stopped(
+    opening: contextlib.AbstractAsyncContextManager[Host], stop: SignalStop | None
+) -> AsyncIterator[Host]:
+    """``async with opening``; a stop signal while it opened (whatever the opening then
+    raised: the cancellation, or the lock wait it cut short) is one line, then the
+    command's cancellation (``run_command`` exits with the signal's status). What the
+    block raises is the command's own to tell."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            host = await stack.enter_async_context(opening)
+        except (Exception, asyncio.CancelledError):
+            if stop is None or stop.signal is None:
+                raise
+            console.print(
+                "\ninterrupted while the Host was opening (its database busy or being "
+                "upgraded): nothing was run",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise asyncio.CancelledError from None
+        yield host
 
 
 def naming_config(line: str, cores: Iterable[str], config: Path) -> str:

@@ -8,7 +8,9 @@ command, and a running turn then writes its end, shielded: with another
 process holding the database's write lock, each such write would wait the
 store's whole lock timeout and the command would ignore the signal for that
 long. The waits are narrowed the moment the signal arrives (before the
-cancellation unwinds anything), as ``Host.aclose`` narrows them when it begins.
+cancellation unwinds anything), as ``Host.aclose`` narrows them when it begins:
+those of a store still opening too (a migration, a recovery under another
+process's lock), which follows the command's limit from its first moment.
 A turn's end that could then not be written is said to be so, not "recorded".
 A second signal exits at once. The status is the shell's for a process the
 first signal ended: 128 + its number (130, 143, 129).
@@ -37,7 +39,7 @@ from hostkit.cli._render import command_line
 from hostkit.cli._turn import terminal_user
 from hostkit.errors import HostkitError
 from hostkit.host import Host
-from hostkit.store import RuntimeStore, TurnState
+from hostkit.store import TurnState, WaitLimit, stores_opened_follow
 from hostkit.types import PrincipalScope
 
 __all__ = [
@@ -93,19 +95,20 @@ async def stoppable(main: Callable[[], Awaitable[_T]], command: CommandStop) -> 
 
 
 class SignalStop:
-    """What a stop signal does while a command holds a Host: record it, narrow the store's
-    waits (once the store is open: ``narrow``), cancel the command; the second exits."""
+    """What a stop signal does while a command holds a Host: record it, narrow the waits
+    of the stores opened under it (``waits``), cancel the command; the second exits."""
 
     def __init__(self, command: CommandStop, loop: asyncio.AbstractEventLoop) -> None:
         self._command = command
         self._loop = loop
-        self._store: RuntimeStore | None = None
+        # What every store opened in the command follows, from its opening on: a signal
+        # that comes while the Host still opens ends its lock waits as well.
+        self.waits = WaitLimit()
 
-    def narrow(self, store: RuntimeStore) -> None:
-        """Narrow ``store``'s waits when a signal comes (at once if one came already)."""
-        self._store = store
-        if self._command.signal is not None:
-            store.limit_waits(INTERRUPT_LOCK_WAIT_S)
+    @property
+    def signal(self) -> int | None:
+        """The signal that stopped the command, if one did."""
+        return self._command.signal
 
     def received(self, number: int, frame: FrameType | None) -> None:
         if self._command.signal is not None:
@@ -114,20 +117,17 @@ class SignalStop:
         # Both run on the event loop, not in the middle of whatever the signal interrupted
         # (the limit moves PostgreSQL's timers), the limit first: the cancellation then
         # unwinds under it.
-        self._loop.call_soon_threadsafe(self._narrow_now)
+        self._loop.call_soon_threadsafe(self.waits.limit, INTERRUPT_LOCK_WAIT_S)
         task = self._command.task
         if task is not None:
             self._loop.call_soon_threadsafe(task.cancel)
-
-    def _narrow_now(self) -> None:
-        if self._store is not None:
-            self._store.limit_waits(INTERRUPT_LOCK_WAIT_S)
 
 
 @contextmanager
 def signals_stop_the_command() -> Iterator[SignalStop | None]:
     """While the block runs, SIGINT, SIGTERM and SIGHUP stop the command (``SignalStop``),
-    then do what they did.
+    then do what they did. Each store opened in the block follows the stop's limit from
+    the start of its opening (``stores_opened_follow``).
 
     Only in a command run by ``run_command`` (it knows the task to cancel), in the event
     loop's thread (the only one Python delivers signals to). A signal the process was
@@ -148,7 +148,8 @@ def signals_stop_the_command() -> Iterator[SignalStop | None]:
     for number in taken:
         signal.signal(number, stop.received)
     try:
-        yield stop
+        with stores_opened_follow(stop.waits):
+            yield stop
     finally:
         for number in taken:
             if signal.getsignal(number) == stop.received:

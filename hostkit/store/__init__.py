@@ -128,6 +128,7 @@ from hostkit.store._turn_values import (
     TurnWrite,
 )
 from hostkit.store._turns import TurnStore
+from hostkit.store._wait_limit import WaitLimit, stores_opened_follow
 
 __all__ = [
     "ANY_VERSION",
@@ -235,6 +236,7 @@ __all__ = [
     "TurnWrite",
     "UsageRow",
     "UsageSums",
+    "WaitLimit",
     "audit_reason",
     "carries_password",
     "epoch_of",
@@ -245,4 +247,5 @@ __all__ = [
     "owner_is_dead",
     "owner_predicate",
     "redact_url",
+    "stores_opened_follow",
 ]

@@ -169,13 +169,14 @@ def upgrade(
     *,
     database: Path,
     migrations: Sequence[Migration],
-    lock_timeout_s: float = 30.0,
+    lock: LockWait,
 ) -> MigrationReport:
     """Bring ``conn`` to the last version in ``migrations`` or raise ``MigrationError``.
 
-    Waits up to ``lock_timeout_s`` for another process's write lock (one that
-    is migrating the same file, say); past that, the ``sqlite3`` error of
-    ``begin_immediate`` is raised, for the caller to map.
+    Waits up to ``lock.bound_s`` (or its limit, once set: the opening store's owner
+    may stop meanwhile) for another process's write lock (one that is migrating the
+    same file, say); past that, the ``sqlite3`` error of ``begin_immediate`` is
+    raised, for the caller to map.
     """
     versions = [m.version for m in migrations]
     if versions != list(range(1, len(migrations) + 1)):
@@ -185,7 +186,7 @@ def upgrade(
     latest = versions[-1]
     if _version(conn) == latest:
         return MigrationReport(latest, latest, None, False)  # current: no lock needed
-    begin_immediate(conn, LockWait(lock_timeout_s, str(database)))
+    begin_immediate(conn, lock)
     try:
         return _upgrade_locked(conn, database, migrations, latest)
     finally:

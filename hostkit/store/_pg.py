@@ -53,7 +53,7 @@ from hostkit.store._pg_schema import INBOX_CHANNEL, PG_MIGRATIONS
 from hostkit.store._pg_url import check_url, redact_url
 from hostkit.store._row_store import RowStore
 from hostkit.store._schema import Migration
-from hostkit.store._wait_limit import WaitLimit
+from hostkit.store._wait_limit import WaitLimit, follow_opening_limit
 from hostkit.store._writer import map_sqlite_error
 
 __all__ = ["PgStore"]
@@ -324,9 +324,14 @@ class PgStore(RowStore):
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(functools.partial(pool.close, timeout=5.0))
             raise
-        return cls(
+        store = cls(
             pool, url=url, connect_timeout_s=connect_timeout_s, location=location, report=report
         )
+        # The opening's own lock wait (the migration's) is the caller's: a cancellation
+        # ends it (psycopg cancels the statement). What the owner writes next (recovery)
+        # may be shielded: it follows the limit the store was opened under.
+        follow_opening_limit(store.limit_waits)
+        return store
 
     async def aclose(self) -> None:
         """Close the pool; idempotent. Scopes issued by this open stop verifying."""

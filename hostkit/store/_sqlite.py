@@ -17,12 +17,14 @@ from hostkit.store._migrate import MigrationReport, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._transaction import Transaction
+from hostkit.store._wait_limit import follow_opening_limit
 from hostkit.store._writer import (
     BEGIN,
     COMMIT,
     MAX_BATCH,
     ROLLBACK,
     GroupCommitWriter,
+    LockWait,
     file_of,
     map_sqlite_error,
     narrow_busy_timeout,
@@ -94,6 +96,8 @@ class SqliteStore(RowStore):
 
         Raises ``MigrationError`` if an upgrade cannot happen; the old file is
         then unchanged and the error names the backup and the restore action.
+        Opened inside ``stores_opened_follow(limit)``, every lock wait of the
+        opening (the migration's) and of the store ends by that limit once set.
         """
         if synchronous not in _SYNCHRONOUS:
             raise InvalidValue(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
@@ -111,13 +115,16 @@ class SqliteStore(RowStore):
         except sqlite3.Error as exc:
             raise _open_failure(exc, database) from exc
         reader: DbConnection | None = None
+        # The migration's wait for the write lock, before there is a store to limit.
+        migrating = LockWait(lock_timeout_s, str(database))
+        follow_opening_limit(migrating.limit)
         try:
             report = await writer.run(
                 lambda raw: upgrade(
                     raw,
                     database=database,
                     migrations=MIGRATIONS if migrations is None else migrations,
-                    lock_timeout_s=lock_timeout_s,
+                    lock=migrating,
                 )
             )
             reader = await open_connection(
@@ -143,6 +150,7 @@ class SqliteStore(RowStore):
             lock_timeout_s=lock_timeout_s,
             file=file,
         )
+        follow_opening_limit(store.limit_waits)
         guard = store._writer.guard
         await writer.run(lambda raw: raw.set_authorizer(guard))
         return store

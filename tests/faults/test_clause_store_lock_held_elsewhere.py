@@ -38,7 +38,7 @@ from hostkit.errors import (
 )
 from hostkit.host import Host
 from hostkit.host import _host as host_module
-from hostkit.store import RuntimeStore
+from hostkit.store import MIGRATIONS, RuntimeStore, WaitLimit, stores_opened_follow
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnExecution
 from hostkit.types import TurnRequest, TurnResult
@@ -622,3 +622,125 @@ async def test_a_second_stop_signal_exits_at_once_and_says_so(tmp_path: Path) ->
     assert stopped.err.count(line) == 1, stopped.err
     assert "Traceback" not in stopped.err
     assert turn_states(tmp_path) == ["running"]
+
+
+async def test_a_store_opened_under_a_limit_ends_its_migrations_lock_wait_when_it_is_set(
+    tmp_path: Path,
+) -> None:
+    """An owner that may have to stop before its store is open (a command sent SIGTERM
+    while its Host upgrades the database) opens it inside ``stores_opened_follow``: a
+    limit set while the opening waits for another process's write lock ends that wait,
+    not the store's lock timeout, and the file is left as it was."""
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(database, migrations=MIGRATIONS[:1]):
+        pass
+    limit = WaitLimit()
+    failed: list[float] = []
+
+    async def open_the_store() -> None:
+        with stores_opened_follow(limit), pytest.raises(StoreError) as caught:
+            await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=60)
+        assert caught.value.retryable
+        failed.append(time.monotonic())
+
+    async with lock_held_elsewhere(database), anyio.create_task_group() as group:
+        group.start_soon(open_the_store)
+        await anyio.sleep(1.0)  # the upgrade waits for the lock (a minute, unlimited)
+        limited = time.monotonic()
+        limit.limit(0.5)
+    assert failed[0] - limited < 5, failed[0] - limited
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (1,)
+
+
+async def test_a_store_opened_under_a_limit_follows_it_once_open_and_if_set_before(
+    tmp_path: Path,
+) -> None:
+    """The limit reaches what the owner writes right after the opening (a Host's recovery)
+    as ``limit_waits`` would, and a store opened after it was set is limited at once."""
+    database = tmp_path / "hostkit.db"
+    limit = WaitLimit()
+    with stores_opened_follow(limit):
+        async with await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=60) as s:
+            await s.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
+            async with lock_held_elsewhere(database):
+                limit.limit(0.5)
+                started = time.monotonic()
+                with anyio.fail_after(30), pytest.raises(StoreError):
+                    await s.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
+                assert time.monotonic() - started < 5
+        async with (
+            await RuntimeStore.open(database, busy_timeout_s=0.2, lock_timeout_s=60) as s,
+            lock_held_elsewhere(database),
+        ):
+            started = time.monotonic()
+            with anyio.fail_after(30), pytest.raises(StoreError):
+                await s.write(lambda c: c.execute("INSERT INTO t VALUES ('y')"))
+            assert time.monotonic() - started < 5
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (Linux: its /proc fd links)."""
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path.resolve()):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("number", "status"),
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+    ids=["term", "int", "hup"],
+)
+async def test_a_stop_signal_while_the_host_opens_under_another_processs_lock_ends_soon(
+    tmp_path: Path, number: signal.Signals, status: int
+) -> None:
+    """``hostkit run`` stopped while its Host opens (recovery's writes wait for another
+    process's write lock) exits within seconds with the signal's status and one line
+    saying so, not after the store's 30 s lock timeout with nothing said (``docker
+    stop`` kills after 10 s); nothing of the turn was run or recorded."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CONFIG)
+    env = {**os.environ, "COLUMNS": "200"}
+    command = [sys.executable, "-m", "hostkit", "run"]
+    first = await anyio.run_process(
+        [*command, "first"], cwd=tmp_path, check=False, stdin=subprocess.DEVNULL, env=env
+    )
+    assert first.returncode == 0, first.stderr.decode()
+    database = tmp_path / "state" / "hostkit.db"
+    async with lock_held_elsewhere(database):
+        stopped = await signal_hostkit(
+            ["run", "second"], tmp_path, _opening(tmp_path, database), [number]
+        )
+    assert stopped.code == status, stopped
+    assert stopped.took < 10, stopped.took  # 3 s of lock waits; 28 s before
+    line = (
+        "interrupted while the Host was opening (its database busy or being upgraded): "
+        "nothing was run"
+    )
+    assert stopped.err.count(line) == 1, stopped.err
+    assert "Traceback" not in stopped.err
+    assert turn_states(tmp_path) == ["completed"]
+
+
+def _opening(project: Path, database: Path) -> Callable[[], Awaitable[None]]:
+    """Ready once the ``hostkit`` process started in ``project`` has the database open."""
+
+    async def ready() -> None:
+        with anyio.fail_after(60):
+            while True:
+                pids = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()]
+                if any(_cwd_is(pid, project) and _has_open(pid, database) for pid in pids):
+                    break
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)  # on into its recovery's wait for the lock
+
+    return ready
+
+
+def _cwd_is(pid: int, project: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd") == str(project.resolve())
+    except OSError:
+        return False
