@@ -246,7 +246,9 @@ class Host(AsyncResource):
             admission_timeout_s=config.host.admission_timeout_s,
         )
         self.attachments = HostAttachments(store=store, authority=authority)
-        self.memory = HostMemory(store=store, authority=authority)
+        self.memory = HostMemory(
+            store=store, authority=authority, agents=lambda: self.config.agents
+        )
         self.inbox = ChannelInbox.on_store(store)
         self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
         # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.

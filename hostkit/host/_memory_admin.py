@@ -9,8 +9,10 @@ the owner is from a Host-issued scope.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 from hostkit.authority import AuthorityResolver
-from hostkit.errors import InvalidValue, ScopeError
+from hostkit.errors import InvalidValue, ScopeError, bounded
 from hostkit.store import MemoryItem, RuntimeStore
 from hostkit.types import PrincipalScope, plain_text
 
@@ -32,9 +34,16 @@ class HostMemory:
     which agent, owner and item) in the transaction that deletes it.
     """
 
-    def __init__(self, *, store: RuntimeStore, authority: AuthorityResolver) -> None:
+    def __init__(
+        self,
+        *,
+        store: RuntimeStore,
+        authority: AuthorityResolver,
+        agents: Callable[[], Collection[str]],
+    ) -> None:
         self._store = store
         self._authority = authority
+        self._agents = agents
 
     async def list(
         self,
@@ -50,8 +59,9 @@ class HostMemory:
         ``limit`` is 1..``hostkit.store.MAX_MEMORY_LIST``.
         """
         owner = self._owner(scope, principal)
+        agent = await self._agent(agent, owner)
         items = await self._store.memory.list_items(
-            agent=_name("agent", agent), owner=owner, limit=limit, before=before
+            agent=agent, owner=owner, limit=limit, before=before
         )
         return list(items)
 
@@ -67,7 +77,11 @@ class HostMemory:
         """Delete one of the owner's items and return it (audited)."""
         owner = self._owner(scope, principal)
         return await self._store.memory.forget(
-            agent=_name("agent", agent), owner=owner, item_id=item_id, by=scope, reason=reason
+            agent=await self._agent(agent, owner),
+            owner=owner,
+            item_id=item_id,
+            by=scope,
+            reason=reason,
         )
 
     async def forget_all(
@@ -81,8 +95,19 @@ class HostMemory:
         """Delete every item of the owner; returns how many (audited)."""
         owner = self._owner(scope, principal)
         return await self._store.memory.forget_all(
-            agent=_name("agent", agent), owner=owner, by=scope, reason=reason
+            agent=await self._agent(agent, owner), owner=owner, by=scope, reason=reason
         )
+
+    async def _agent(self, agent: object, owner: str) -> str:
+        """``agent`` when this Host runs it or the owner has items of it (an agent since
+        removed from the configuration); else ``InvalidValue`` naming the agents it runs:
+        a mistyped name must not read as "nothing there" or "forgot 0 items"."""
+        name = _name("agent", agent)
+        known = self._agents()
+        if name in known or await self._store.memory.list_items(agent=name, owner=owner, limit=1):
+            return name
+        runs = ", ".join(sorted(known)[:20]) or "none"
+        raise InvalidValue(f"no agent {bounded(name, 80)!r} here (agents: {runs})")
 
     def _owner(self, scope: PrincipalScope, principal: str | None) -> str:
         """Whose items a call acts on: an operator names them, anyone else is them."""

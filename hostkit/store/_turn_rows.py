@@ -15,6 +15,7 @@ the lease together.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -49,6 +50,7 @@ from hostkit.store._turn_values import (
     TurnWrite,
 )
 from hostkit.types import (
+    UNKNOWN_EFFECT,
     ModelMessage,
     PrincipalScope,
     TurnOutcome,
@@ -468,17 +470,44 @@ def answer_dangling_calls(
             [session_id, turn_id, last["seq"]],
         )
     }
-    dangling = [call for call in calls if call.get("call_id") not in answered]
-    if paused is not None:
-        dangling = [call for call in dangling if call.get("call_id") != paused]
+    names = _answer_names(conn, turn_id, calls)
+    dangling = [
+        (call, name)
+        for call, name in zip(calls, names, strict=True)
+        if call.get("call_id") not in answered and call.get("call_id") != paused
+    ]
     at = now(conn)
-    for index, call in enumerate(dangling):
+    for index, (call, name) in enumerate(dangling):
         text = DANGLING_UNKNOWN if index == 0 and paused is None else DANGLING_NOT_RUN
-        message = ModelMessage(
-            "tool", text, tool_call_id=str(call["call_id"]), name=str(call.get("name") or "")
-        )
+        message = ModelMessage("tool", text, tool_call_id=str(call["call_id"]), name=name)
         insert_message(conn, session_id, turn_id, message, at=at)
     return 1 if dangling and paused is None else 0
+
+
+def _answer_names(
+    conn: sqlite3.Connection, turn_id: str, calls: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The name each answer of the step's ``calls`` is given, as the turn recorded it in the
+    step's ``provider.completed`` event: a tool's name, or ``UNKNOWN_EFFECT`` for a name
+    the model made up (its own text, which may hold a secret, repeated nowhere else).
+    A call the event does not name as the model did (a list cut at its bound) is
+    answered as ``UNKNOWN_EFFECT`` too."""
+    row = one_row(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = 'provider.completed' "
+        "ORDER BY seq DESC LIMIT 1",
+        [turn_id],
+    )
+    recorded: object = None
+    if row is not None and row["detail"]:
+        with contextlib.suppress(ValueError, AttributeError):
+            recorded = json.loads(row["detail"]).get("tool_calls")
+    if not isinstance(recorded, list) or len(recorded) != len(calls):
+        return [UNKNOWN_EFFECT] * len(calls)
+    return [
+        name if isinstance(name, str) and name == call.get("name") else UNKNOWN_EFFECT
+        for call, name in zip(calls, recorded, strict=True)
+    ]
 
 
 def _free(conn: sqlite3.Connection, session_id: str, *, turn_id: str) -> int:

@@ -180,6 +180,7 @@ CHILD = textwrap.dedent(
     from hostkit.types import ConversationFacts, TurnRequest
 
     root, marker = Path(sys.argv[1]), Path(sys.argv[2])
+    second = sys.argv[3] if len(sys.argv) > 3 else "slow_work"
 
     @tool("slow.work")
     async def slow_work(ctx: ToolContext) -> str:
@@ -197,7 +198,7 @@ CHILD = textwrap.dedent(
             },
             base_dir=root,
         )
-        model = ScriptedModel([CallTools(("slow_work", {}), ("slow_work", {}))])
+        model = ScriptedModel([CallTools(("slow_work", {}), (second, {}))])
         async with Host.open(config, capabilities=capabilities(model, tools=[slow_work])) as host:
             await host.turns.run(
                 TurnRequest(
@@ -234,3 +235,25 @@ async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its
     assert len(answers) == 2
     assert answers[0].startswith("[indeterminate]")
     assert answers[1].startswith("[cancelled] not run")
+
+
+@pytest.mark.slow
+async def test_a_crash_answers_a_made_up_tool_name_as_unknown_never_repeating_it(
+    tmp_path: Path,
+) -> None:
+    """A name the model made up is its own text (a prompt injection can make it a secret):
+    the recovery that answers the crashed step's calls names that answer ``_unknown``, as
+    the turn itself does, so the text stays only in the model's own message."""
+    made_up = "nosuch_hkTrustSecret7c2e9f41"
+    marker = anyio.Path(tmp_path / "marker")
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker), made_up]
+    await sigkill_when(argv, marker.exists, what="the effect ran")
+
+    async with Host.open(config(tmp_path), capabilities=capabilities(ScriptedModel([]))) as host:
+        assert [status for _, status in await turn_rows(host)] == ["indeterminate"]
+        rows = await host.store.read(
+            lambda conn: conn.execute("SELECT role, content FROM messages ORDER BY seq").fetchall()
+        )
+    answers = [json.loads(content) for role, content in rows if role == "tool"]
+    assert [answer["name"] for answer in answers] == ["slow_work", "_unknown"]
+    assert sum(content.count(made_up) for _, content in rows) == 1  # the assistant's own

@@ -141,9 +141,9 @@ async def test_list_shows_a_persons_items_newest_first_with_where_each_came_from
     assert "planted" not in out
     assert f"--before {items[0]['item_id']} shows older ones" in err
     code, out, err = await run_here(
-        "memory", "list", "--principal", "test:nobody", "--agent", "other", cwd=project.dir
+        "memory", "list", "--principal", "test:nobody", "--agent", "assistant", cwd=project.dir
     )
-    assert (code, err.strip()) == (0, "no memory items of test:nobody for agent other")
+    assert (code, err.strip()) == (0, "no memory items of test:nobody for agent assistant")
 
 
 async def test_forget_removes_one_item_and_writes_the_audit(project: Project) -> None:
@@ -205,6 +205,10 @@ async def test_forget_all_empties_one_persons_memory_only(project: Project) -> N
         (("list", "--principal", ""), "principal must be"),
         (("list", "--limit", "0"), "--limit"),
         (("list", "--limit", "201"), "--limit"),
+        # A mistyped agent is said so, never "no memory items" or "forgot 0".
+        (("list", "--agent", "assitant"), "no agent 'assitant' here (agents: assistant)"),
+        (("forget", "--all", "--agent", "assitant", "--reason", "r"), "no agent 'assitant'"),
+        (("forget", "1", "--agent", "assitant", "--reason", "r"), "no agent 'assitant'"),
     ],
 )
 async def test_bad_input_is_one_bounded_line_and_nothing_is_forgotten(
