@@ -20,8 +20,9 @@ It imports only the standard library and ``hostkit.errors``, so every layer may 
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from hostkit.errors import bounded
 
@@ -37,6 +38,7 @@ __all__ = [
     "Decoder",
     "UnsupportedCoding",
     "decoded",
+    "raw_body",
     "read_decoded",
 ]
 
@@ -234,3 +236,34 @@ async def read_decoded(raw: AsyncIterable[bytes], encoding: str | None, *, cap: 
     except BodyOverCap:
         return Decoded(bytes(body), True)
     return Decoded(bytes(body), False)
+
+
+class Response(Protocol):
+    """What ``raw_body`` reads of a response (an ``httpx.Response``'s own members)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def content(self) -> bytes: ...
+
+    is_stream_consumed: bool
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+
+def raw_body(response: Response) -> tuple[AsyncIterable[bytes], str | None]:
+    """A response's undecoded bytes and the ``content-encoding`` they are in.
+
+    A response read already (one built with its body, as a mock transport's is)
+    has no raw bytes left: its body is the one it holds, decoded when it was
+    read, so it is read as it is (``identity``), still within the caller's cap.
+    """
+    if response.is_stream_consumed:
+        return _once(response.content), None
+    return response.aiter_raw(), response.headers.get("content-encoding")
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` in pieces a stream would bring: the raw cap counts each as it comes."""
+    for start in range(0, len(body), STEP_BYTES):
+        yield body[start : start + STEP_BYTES]

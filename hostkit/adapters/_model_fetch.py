@@ -35,7 +35,7 @@ from typing import IO
 import anyio
 import httpx
 
-from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded
+from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded, raw_body
 from hostkit.adapters._cache_trust import CACHE_ENV, cache_folder, unwritable
 from hostkit.adapters._model_source import (
     SMOLLM2,
@@ -197,13 +197,13 @@ async def _download(
     ):
         if response.status_code != httpx.codes.OK:
             raise _refused(source, f"it answered HTTP {response.status_code}")
-        encoding = response.headers.get("content-encoding")
+        raw, encoding = raw_body(response)
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > source.max_wheel_bytes:
             raise _refused(source, f"it is {declared} bytes, over {source.max_wheel_bytes}")
         pending = bytearray()
         try:
-            async for piece in decoded(response.aiter_raw(), encoding, cap=source.max_wheel_bytes):
+            async for piece in decoded(raw, encoding, cap=source.max_wheel_bytes):
                 pending += piece
                 if len(pending) >= WRITE_CHUNK_BYTES:
                     await anyio.to_thread.run_sync(_write, handle, sha, bytes(pending))

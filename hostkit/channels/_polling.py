@@ -29,7 +29,7 @@ import anyio
 import anyio.abc
 import httpx
 
-from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded
+from hostkit._content_coding import BodyOverCap, ContentCodingError, decoded, raw_body
 from hostkit.channels._parsed import Ignored
 from hostkit.channels._redact_logs import hide_url_tokens
 from hostkit.channels._settings import ChannelSettings, sender_allowed
@@ -300,9 +300,9 @@ class TelegramPoller:
         """The answer, decoded from its raw bytes (never by httpx, which inflates a whole
         chunk before a count sees it), at most ``max_response_bytes`` of it."""
         body = bytearray()
-        encoding = response.headers.get("content-encoding")
+        raw, encoding = raw_body(response)
         try:
-            async for piece in decoded(response.aiter_raw(), encoding, cap=self._max_bytes):
+            async for piece in decoded(raw, encoding, cap=self._max_bytes):
                 body += piece
         except BodyOverCap:
             raise PollError(f"getUpdates answered more than {self._max_bytes} bytes") from None

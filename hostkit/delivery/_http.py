@@ -28,7 +28,13 @@ from typing import Any
 import anyio
 import httpx
 
-from hostkit._content_coding import BodyOverCap, CorruptBody, UnsupportedCoding, decoded
+from hostkit._content_coding import (
+    BodyOverCap,
+    CorruptBody,
+    UnsupportedCoding,
+    decoded,
+    raw_body,
+)
 from hostkit.delivery._channel import transient
 from hostkit.errors import InvalidValue
 from hostkit.types import is_seconds, is_text
@@ -160,9 +166,9 @@ async def _read(response: httpx.Response) -> tuple[bytes, bool]:
     Telegram put ``"ok"`` first, so an accepted post is not posted again.
     """
     body = bytearray()
-    encoding = response.headers.get("content-encoding")
+    raw, encoding = raw_body(response)
     try:
-        async for piece in decoded(response.aiter_raw(), encoding, cap=MAX_RESPONSE_BYTES):
+        async for piece in decoded(raw, encoding, cap=MAX_RESPONSE_BYTES):
             body += piece
     except UnsupportedCoding:
         return b"", False

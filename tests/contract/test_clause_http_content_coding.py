@@ -29,8 +29,10 @@ from hostkit._content_coding import (
     BodyOverCap,
     CorruptBody,
     CutShort,
+    Decoded,
     UnsupportedCoding,
     decoded,
+    raw_body,
     read_decoded,
 )
 
@@ -234,3 +236,33 @@ async def test_a_body_that_cannot_be_decoded_is_a_typed_bounded_error(
 
 async def test_an_empty_body_under_a_coding_is_an_empty_body(serve: Any) -> None:
     assert await _read(serve("gzip", b""), cap=10) == (b"", False, 0)
+
+
+async def test_a_response_read_already_is_read_as_it_holds_within_the_cap() -> None:
+    """A response built with its body (a mock transport's) has no raw bytes left to read:
+    its body is taken as it is, still cut at the cap; a streamed one is read raw."""
+    held = httpx.Response(200, content=TEXT)
+    raw, encoding = raw_body(held)
+    assert (await read_decoded(raw, encoding, cap=len(TEXT)), encoding) == (
+        Decoded(TEXT, False),
+        None,
+    )
+    raw, encoding = raw_body(httpx.Response(200, content=TEXT))
+    assert await read_decoded(raw, encoding, cap=10) == Decoded(TEXT[:10], True)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield gzip.compress(TEXT)
+
+    streamed = httpx.Response(200, headers={"content-encoding": "gzip"}, stream=_Stream(chunks))
+    raw, encoding = raw_body(streamed)
+    assert encoding == "gzip"
+    assert await read_decoded(raw, encoding, cap=len(TEXT)) == Decoded(TEXT, False)
+
+
+class _Stream(httpx.AsyncByteStream):
+    def __init__(self, chunks: Any) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._chunks():
+            yield chunk

@@ -20,7 +20,7 @@ import anyio
 import httpcore
 import httpx
 
-from hostkit._content_coding import ContentCodingError, CutShort, read_decoded
+from hostkit._content_coding import ContentCodingError, CutShort, raw_body, read_decoded
 from hostkit.builtins.web._errors import FetchError, UrlDenied
 from hostkit.builtins.web._urlpolicy import UrlPolicy, ValidatedTarget
 from hostkit.errors import bounded
@@ -339,9 +339,9 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     step, so a gzip bomb stops at ``cap``, and caps the raw bytes too, so a
     compressed stream of nothing cannot run forever.
     """
-    encoding = response.headers.get("content-encoding")
+    raw, encoding = raw_body(response)
     try:
-        read = await read_decoded(response.aiter_raw(), encoding, cap=cap)
+        read = await read_decoded(raw, encoding, cap=cap)
     except CutShort as exc:
         # Cut off in the middle: what arrived is not the body the server sent.
         raise FetchError(str(exc)) from None
