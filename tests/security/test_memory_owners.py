@@ -11,39 +11,22 @@ API or an item id that is not theirs (the store's owner predicate in SQL).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
-from hostkit.host import DefaultCapabilities, Host
+from hostkit.host import Host
 from hostkit.store import MemoryItem
 from hostkit.store import _memory as memory_module
-from hostkit.testing import CallTools, Reply, ScriptedModel, StaticToolSource, capabilities
+from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ConversationFacts
-from tests.hosts import config, request
+from tests.contract.test_host_composition import memory_host
+from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
 
 AGENT = "assistant"
-
-
-@asynccontextmanager
-async def memory_host(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[Host]:
-    """A Host with the store's memory tools and ``model`` as its provider."""
-    cfg = config(tmp_path, memory=True)
-    async with Host.open(cfg, capabilities=None) as opened:
-        caps = DefaultCapabilities.from_config(cfg, store=opened.store)
-        caps = type(caps)(
-            providers=capabilities(model).providers,
-            memory=caps.memory,
-            tools=StaticToolSource(),
-            channels=caps.channels,
-        )
-        await opened.apply_config(cfg, capabilities=caps)
-        yield opened
 
 
 def person(name: str) -> ConversationFacts:
