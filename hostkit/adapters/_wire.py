@@ -148,16 +148,12 @@ class _CountedBody(httpx2.AsyncByteStream):
             raise OverBound(f"a compressed body that cannot be read: {exc}") from None
 
     async def _counted(self) -> AsyncIterator[bytes]:
-        """The decoded body, its bounds counted on what was decoded."""
-        seen = 0
+        """The decoded body, its bounds counted on what was decoded (the whole body's by
+        the decoder's cap: ``BodyOverCap``)."""
         # Bytes since the last event ended, and the end of what came before (an event's
         # end may straddle two chunks).
         pending, tail = 0, b""
         async for chunk in decoded(self._stream, self._encoding, cap=self._max_bytes):
-            seen += len(chunk)
-            if seen > self._max_bytes:
-                what = "bytes on the wire" if self._events else "bytes in one body"
-                raise OverBound(f"more than {self._max_bytes} {what}")
             if self._events:
                 window = tail + chunk
                 end = max(

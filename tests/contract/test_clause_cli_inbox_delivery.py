@@ -72,16 +72,16 @@ async def hostkit(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, s
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-def invoke(*args: str, cwd: Path) -> tuple[int, str, str]:
+def invoke(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """The same typer app in this process (no interpreter start-up per refused call)."""
     argv = [*args, "--config", str(cwd / "hostkit.toml")]
-    result = CliRunner().invoke(app, argv, env={"COLUMNS": "80"})
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": str(columns)})
     return result.exit_code, result.stdout, result.stderr
 
 
-async def run_here(*args: str, cwd: Path) -> tuple[int, str, str]:
+async def run_here(*args: str, cwd: Path, columns: int = 80) -> tuple[int, str, str]:
     """``invoke`` in a worker thread: the command runs its own event loop, as it does alone."""
-    return await anyio.to_thread.run_sync(lambda: invoke(*args, cwd=cwd))
+    return await anyio.to_thread.run_sync(lambda: invoke(*args, cwd=cwd, columns=columns))
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from typer.testing import CliRunner
 
-from hostkit.cli import app
 from hostkit.host import DefaultCapabilities, Host, load_config
 from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, StaticToolSource, capabilities
 from hostkit.types import AuditRecord, TurnResult
+from tests.contract.test_clause_cli_inbox_delivery import run_here as run_cli
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
@@ -40,15 +39,9 @@ provider = "p"
 ALICE = "test:alice"
 
 
-def invoke(*args: str, cwd: Path) -> tuple[int, str, str]:
-    argv = [*args, "--config", str(cwd / "hostkit.toml")]
-    result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
-    return result.exit_code, result.stdout, result.stderr
-
-
 async def run_here(*args: str, cwd: Path) -> tuple[int, str, str]:
-    """``invoke`` in a worker thread: the command runs its own event loop, as it does alone."""
-    return await anyio.to_thread.run_sync(lambda: invoke(*args, cwd=cwd))
+    """The command in this process, on a terminal wide enough for every column."""
+    return await run_cli(*args, cwd=cwd, columns=200)
 
 
 @dataclass(frozen=True)
