@@ -22,20 +22,11 @@ from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, StaticToolSource, capabilities
 from hostkit.types import AuditRecord, TurnResult
 from tests.contract.test_clause_cli_inbox_delivery import run_here as run_cli
+from tests.contract.test_cli_inbox import CONFIG
 from tests.hosts import request
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[host]
-database = "hostkit.db"
-
-[providers.p]
-kind = "scripted"
-
-[agents.assistant]
-provider = "p"
-"""
 ALICE = "test:alice"
 
 
