@@ -33,11 +33,19 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
+from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
 from hostkit._streaks import FailureStreak
 from hostkit.delivery._channel import ChannelLookup
 from hostkit.delivery._policy import DeliveryPolicy
-from hostkit.errors import DeliveryRefused, HostkitError, InvalidValue, StaleClaim, bounded
+from hostkit.errors import (
+    DeliveryRefused,
+    HostkitError,
+    InvalidValue,
+    StaleClaim,
+    StoreError,
+    bounded,
+)
 from hostkit.store import MAX_DELIVERY_CLAIM, DeliveryStore, LeaseOwner
 from hostkit.types import (
     ClaimedDelivery,
@@ -79,7 +87,8 @@ class DeliveryRuntime(Background):
     """Claims due outbox intents and sends each through its channel, with retries.
 
     ``run()`` serves until cancelled or ``stop()``; ``drain()`` delivers what
-    is due now and returns; ``async with runtime:`` runs ``run()`` in the
+    is due now and returns (``StoreError`` when its claims keep failing:
+    ``FailedClaims``); ``async with runtime:`` runs ``run()`` in the
     background. Up to ``concurrency`` sends are in flight; idle, the runtime
     looks for due intents every ``idle_poll_s`` (``wake()`` looks at once).
     Every send is bounded by ``send_timeout_s``, every store call by
@@ -138,6 +147,8 @@ class DeliveryRuntime(Background):
         self._op_timeout_s = float(op_timeout_s)
         # Claims failing at every poll (the store unusable) are logged once per streak.
         self._claims_failing = FailureStreak(_log, "delivery claim")
+        # The current serve's failed claims in a row: a drain never takes one for "idle".
+        self._failed_claims = FailedClaims(self._op_timeout_s)
         self._grace_s = float(grace_s)
         self._clock = clock
         self._rand = rand
@@ -205,7 +216,11 @@ class DeliveryRuntime(Background):
 
     async def drain(self) -> int:
         """Deliver what is due now; how many attempts were settled (delivered, rescheduled
-        or dead-lettered). An intent rescheduled for later is not waited for."""
+        or dead-lettered). An intent rescheduled for later is not waited for.
+
+        A claim that failed proves nothing: claims that keep failing (``FailedClaims``) end
+        the drain with a ``StoreError`` instead, every intent still stored and due.
+        """
         before = self._settled
         await self._serve(until_idle=True, task_status=anyio.TASK_STATUS_IGNORED)
         return self._settled - before
@@ -239,11 +254,13 @@ class DeliveryRuntime(Background):
             raise InvalidValue("this delivery runtime is already running")
         self._running = True
         self._stopped = anyio.Event()
+        self._failed_claims = FailedClaims(self._op_timeout_s)
+        gave_up: StoreError | None = None
         try:
             async with anyio.create_task_group() as work:
                 task_status.started()
                 try:
-                    await self._claim_loop(work, until_idle=until_idle)
+                    gave_up = await self._claim_loop(work, until_idle=until_idle)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._wind_down()
@@ -251,12 +268,18 @@ class DeliveryRuntime(Background):
             self._running = False
             self._stop = anyio.Event()
             self._stopped.set()
+        if gave_up is not None:
+            # Raised here, not in the task group: the caller sees the error itself.
+            raise gave_up
 
-    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> StoreError | None:
+        """Claim and start sends until stopped, or (``until_idle``) until a claim begun with
+        no send in flight starts none, or a ``stop(within_s)`` deadline passes; the error a
+        drain whose claims kept failing ends with (None: it ended otherwise)."""
         next_sweep = anyio.current_time()
         while not self._stop.is_set():
             if until_idle and self._wind_by is not None and anyio.current_time() >= self._wind_by:
-                return
+                return None
             if anyio.current_time() >= next_sweep:
                 await self._recover_dead_claims()
                 next_sweep = anyio.current_time() + DEAD_CLAIMS_EVERY_S
@@ -277,10 +300,15 @@ class DeliveryRuntime(Background):
                     self._start(work, item)
                     started += 1
                 if until_idle and settled and not started:
-                    return
+                    # A claim that failed found nothing out: claim again, within a bound.
+                    if not self._failed_claims.count:
+                        return None
+                    if self._failed_claims.exhausted():
+                        return self._failed_claims.error("the delivery", "the due intents")
                 if started and len(claimed) == free:
                     continue
             await self._pause()
+        return None
 
     async def _recover_dead_claims(self) -> None:
         """A killed Host's claims are due now, not at lease expiry (a failure: they wait)."""
@@ -300,6 +328,9 @@ class DeliveryRuntime(Background):
         return self._owner
 
     async def _claim(self, limit: int) -> tuple[ClaimedDelivery, ...]:
+        """Up to ``limit`` due intents; none when the claim failed (``_failed_claims``
+        then counts it, so a drain does not take it for an empty outbox)."""
+        began = anyio.current_time()
         try:
             with anyio.fail_after(self._op_timeout_s):
                 claimed = await self.store.claim(
@@ -311,9 +342,12 @@ class DeliveryRuntime(Background):
                 )
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
-            self._claims_failing.failed(_text(exc))
+            text = claim_failure(exc, self._op_timeout_s)
+            self._claims_failing.failed(text)
+            self._failed_claims.failed(exc, text, began=began)
             return ()
         self._claims_failing.succeeded()
+        self._failed_claims.succeeded()
         return claimed
 
     async def _pause(self) -> None:

@@ -827,7 +827,8 @@ class Host(AsyncResource):
 
         ``async with host.inbox_worker() as worker:`` serves in the background
         until the block ends; ``await worker.run()`` serves in your own task
-        group; ``await worker.drain()`` answers what is due now and returns.
+        group; ``await worker.drain()`` answers what is due now and returns
+        (``StoreError`` if its claims keep failing: the messages stay due).
         ``route`` maps a channel instance id to the agent that answers it
         (default: the ``agent`` of its ``[channels.<id>]`` table, else
         ``agent``, ``assistant`` when not given; one given must name one of

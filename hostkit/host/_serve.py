@@ -42,7 +42,7 @@ from hostkit.daemon import (
     Supervisor,
 )
 from hostkit.delivery import DeliveryRuntime
-from hostkit.errors import ConfigError, InvalidValue, TurnRejected
+from hostkit.errors import ConfigError, InvalidValue, StoreError, TurnRejected
 from hostkit.host._bus import EventBus
 from hostkit.host._config import check_channel_agents
 from hostkit.host._config_channels import ChannelConfig
@@ -156,13 +156,21 @@ class _Delivery:
             try:
                 await self._runtime.run(task_status=task_status)
                 if self._stopping:
-                    await self._runtime.drain()
+                    await self._last_pass()
             except Exception as exc:
                 # Raised after the group, so the supervisor sees the error itself.
                 failure = exc
             group.cancel_scope.cancel()
         if failure is not None:
             raise failure
+
+    async def _last_pass(self) -> None:
+        """The drain after the stop; claims that kept failing are said here, since the
+        supervisor reports no error of a daemon it is stopping."""
+        try:
+            await self._runtime.drain()
+        except StoreError as exc:
+            _log.warning("delivery's last pass before exiting: %s", exc.message)
 
     async def _wake_on(self, ended: Any) -> None:
         async for _ in ended:

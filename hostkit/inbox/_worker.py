@@ -40,9 +40,17 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
+from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
 from hostkit._streaks import FailureStreak
-from hostkit.errors import HostkitError, InvalidValue, StaleClaim, TurnInProgress, bounded
+from hostkit.errors import (
+    HostkitError,
+    InvalidValue,
+    StaleClaim,
+    StoreError,
+    TurnInProgress,
+    bounded,
+)
 from hostkit.inbox._inbox import ChannelInbox
 from hostkit.inbox._outcomes import (
     failure_of,
@@ -107,7 +115,8 @@ class InboxWorker(Background):
     """Claims due inbounds of one ``ChannelInbox`` and turns each into (at most) one turn.
 
     ``run()`` serves until cancelled or ``stop()``; ``drain()`` serves until
-    nothing is due and nothing is in flight (tests, notebooks, batch jobs);
+    nothing is due and nothing is in flight (tests, notebooks, batch jobs),
+    and raises ``StoreError`` when its claims keep failing (``FailedClaims``);
     ``async with worker:`` runs ``run()`` in the background. Up to
     ``concurrency`` claims are in flight at once; idle, the worker looks for
     due inbounds every ``idle_poll_s`` (``wake()`` looks at once, after an
@@ -188,6 +197,8 @@ class InboxWorker(Background):
         self._op_timeout_s = float(op_timeout_s)
         # Claims failing at every poll (the store unusable) are logged once per streak.
         self._claims_failing = FailureStreak(_log, "inbox claim")
+        # The current serve's failed claims in a row: a drain never takes one for "idle".
+        self._failed_claims = FailedClaims(self._op_timeout_s)
         self._turn_timeout_s = float(turn_timeout_s)
         self._clock = clock
         # inbound id -> the claim this worker holds and has not ended (released on shutdown)
@@ -232,7 +243,11 @@ class InboxWorker(Background):
         await self._serve(until_idle=False, task_status=task_status)
 
     async def drain(self) -> int:
-        """Serve until nothing is due and nothing is in flight; how many claims were handled."""
+        """Serve until nothing is due and nothing is in flight; how many claims were handled.
+
+        A claim that failed proves nothing: claims that keep failing (``FailedClaims``) end
+        the drain with a ``StoreError`` instead, every inbound still stored and due.
+        """
         before = self._handled
         await self._serve(until_idle=True, task_status=anyio.TASK_STATUS_IGNORED)
         return self._handled - before
@@ -263,6 +278,8 @@ class InboxWorker(Background):
         self._running, self._stopping = True, False
         # ``_stop`` is kept: a stop asked for before this serve began is honoured.
         self._stopped = anyio.Event()
+        self._failed_claims = FailedClaims(self._op_timeout_s)
+        gave_up: StoreError | None = None
         try:
             async with anyio.create_task_group() as work:
                 task_status.started()
@@ -272,7 +289,7 @@ class InboxWorker(Background):
                 work.start_soon(self._watch, watching)
                 try:
                     await self._recover_dead_claims()
-                    await self._claim_loop(work, until_idle=until_idle)
+                    gave_up = await self._claim_loop(work, until_idle=until_idle)
                 finally:
                     watching.cancel()
                     self._stopping = True
@@ -283,8 +300,14 @@ class InboxWorker(Background):
             # The stop is spent: a later run() or drain() serves again.
             self._stop = anyio.Event()
             self._stopped.set()
+        if gave_up is not None:
+            # Raised here, not in the task group: the caller sees the error itself.
+            raise gave_up
 
-    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> None:
+    async def _claim_loop(self, work: TaskGroup, *, until_idle: bool) -> StoreError | None:
+        """Claim and start handlers until stopped, or (``until_idle``) until a claim begun
+        with nothing in flight finds nothing; the error a drain whose claims kept failing
+        ends with (None: it ended idle or stopped)."""
         next_sweep = anyio.current_time() + DEAD_CLAIMS_EVERY_S
         while not self._stop.is_set():
             if anyio.current_time() >= next_sweep:
@@ -301,10 +324,15 @@ class InboxWorker(Background):
                 for item in claimed:
                     self._start(work, item)
                 if until_idle and settled and not claimed:
-                    return
+                    # A claim that failed found nothing out: claim again, within a bound.
+                    if not self._failed_claims.count:
+                        return None
+                    if self._failed_claims.exhausted():
+                        return self._failed_claims.error("the inbox", "the due inbounds")
                 if claimed and len(claimed) == free:
                     continue
             await self._pause()
+        return None
 
     async def _watch(self, scope: anyio.CancelScope) -> None:
         with scope:
@@ -327,14 +355,20 @@ class InboxWorker(Background):
             _log.info("made %s of dead owners due now", plural(recovered, "inbox claim"))
 
     async def _claim(self, limit: int) -> tuple[ClaimedInbound, ...]:
+        """Up to ``limit`` due inbounds; none when the claim failed (``_failed_claims``
+        then counts it, so a drain does not take it for an idle inbox)."""
+        began = anyio.current_time()
         try:
             with anyio.fail_after(self._op_timeout_s):
                 claimed = await self.inbox.claim_batch(limit)
         except (HostkitError, TimeoutError) as exc:
             # Nothing was handed out (a claim that committed late expires and is reclaimed).
-            self._claims_failing.failed(_text(exc))
+            text = claim_failure(exc, self._op_timeout_s)
+            self._claims_failing.failed(text)
+            self._failed_claims.failed(exc, text, began=began)
             return ()
         self._claims_failing.succeeded()
+        self._failed_claims.succeeded()
         return claimed
 
     async def _pause(self) -> None:
