@@ -252,7 +252,7 @@ async def open_host(
     moot: Callable[[str], bool] | None = None,
     print_warnings: bool = True,
     require_channels: bool = False,
-    own_signals: bool = False,
+    stop: SignalStop | None = None,
 ) -> AsyncIterator[Host]:
     """``Host.open`` for a command: each start-up warning is one line on stderr first.
 
@@ -273,14 +273,11 @@ async def open_host(
     waits for other processes' locks, from the start of the Host's opening (a
     migration or a recovery waiting for another process's lock) to the end of
     its close; a second one exits at once (``signals_stop_the_command``). One
-    that stops the opening says so in one line. Not for a command that handles
-    its signals itself (``own_signals``: ``serve``, which drains, limiting the
-    waits by its drain).
+    that stops the opening says so in one line. A command that receives its
+    signals itself (``serve``, which drains) passes the ``stop`` it hands a
+    first one to while the Host opens: the opening ends the same way.
     """
-    signals: contextlib.AbstractContextManager[SignalStop | None] = (
-        contextlib.nullcontext() if own_signals else signals_stop_the_command()
-    )
-    with signals as stop, _held_startup_records() as held:
+    with signals_stop_the_command(stop) as stop, _held_startup_records() as held:
         async with _opened_unless_stopped(
             Host.open(
                 config,
@@ -322,7 +319,7 @@ async def _opened_unless_stopped(
                 raise
             console.print(
                 "\ninterrupted while the Host was opening (its database busy or being "
-                "upgraded): nothing was run",
+                f"upgraded): {stop.unopened}",
                 highlight=False,
                 soft_wrap=True,
             )

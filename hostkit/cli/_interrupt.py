@@ -14,6 +14,10 @@ process's lock), which follows the command's limit from its first moment.
 A turn's end that could then not be written is said to be so, not "recorded".
 A second signal exits at once. The status is the shell's for a process the
 first signal ended: 128 + its number (130, 143, 129).
+
+``hostkit serve`` receives its signals itself (a first one drains the daemon)
+and hands one that comes while its Host still opens to the same ``SignalStop``
+(``command_stop``): the opening ends as a command's does, and it exits 0.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ __all__ = [
     "STOP_SIGNALS",
     "CommandStop",
     "SignalStop",
+    "command_stop",
     "interrupted_answer",
     "interrupted_turn",
     "signals_stop_the_command",
@@ -73,13 +78,17 @@ _NOT_RECORDED = (
 @dataclass
 class CommandStop:
     """One command's run: its root task (what a stop signal cancels) and the signal that
-    stopped it first, if one did (its exit status is then 128 + that number)."""
+    stopped it first, if one did (its exit status is then 128 + that number, or
+    ``stopped_status`` for a command a stop signal ends as asked: ``serve``)."""
 
     task: asyncio.Task[object] | None = None
     signal: int | None = None
+    stopped_status: int | None = None
 
     @property
     def status(self) -> int:
+        if self.stopped_status is not None:
+            return self.stopped_status
         return 128 + (self.signal or signal.SIGINT)
 
 
@@ -98,12 +107,20 @@ class SignalStop:
     """What a stop signal does while a command holds a Host: record it, narrow the waits
     of the stores opened under it (``waits``), cancel the command; the second exits."""
 
-    def __init__(self, command: CommandStop, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        command: CommandStop,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        unopened: str = "nothing was run",
+    ) -> None:
         self._command = command
         self._loop = loop
         # What every store opened in the command follows, from its opening on: a signal
         # that comes while the Host still opens ends its lock waits as well.
         self.waits = WaitLimit()
+        # What the line for a stop while the Host opened says the command did not do.
+        self.unopened = unopened
 
     @property
     def signal(self) -> int | None:
@@ -114,26 +131,52 @@ class SignalStop:
         if self._command.signal is not None:
             _exit_at_once(number)
         self._command.signal = number
-        # Both run on the event loop, not in the middle of whatever the signal interrupted
-        # (the limit moves PostgreSQL's timers), the limit first: the cancellation then
-        # unwinds under it.
-        self._loop.call_soon_threadsafe(self.waits.limit, INTERRUPT_LOCK_WAIT_S)
+        # On the event loop, not in the middle of whatever the signal interrupted (the
+        # limit moves PostgreSQL's timers).
+        self._loop.call_soon_threadsafe(self._stop)
+
+    def stop(self, number: int) -> None:
+        """A first stop signal that a receiver on the event loop hands on (``serve``'s,
+        which exits itself at a second): as ``received``."""
+        self._command.signal = number
+        self._stop()
+
+    def _stop(self) -> None:
+        # The limit first: the cancellation then unwinds under it.
+        self.waits.limit(INTERRUPT_LOCK_WAIT_S)
         task = self._command.task
         if task is not None:
-            self._loop.call_soon_threadsafe(task.cancel)
+            task.cancel()
+
+
+def command_stop(*, status: int | None = None, unopened: str) -> SignalStop | None:
+    """The running command's ``SignalStop``, for a command that receives its signals itself
+    and hands it a first one (``stop``): ``status`` is then its exit status (None: 128 +
+    the signal's number). None outside a command run by ``run_command``, where
+    ``signals_stop_the_command`` takes no signal either."""
+    command = _COMMAND.get()
+    if command is None:
+        return None
+    command.stopped_status = status
+    return SignalStop(command, asyncio.get_running_loop(), unopened=unopened)
 
 
 @contextmanager
-def signals_stop_the_command() -> Iterator[SignalStop | None]:
+def signals_stop_the_command(given: SignalStop | None = None) -> Iterator[SignalStop | None]:
     """While the block runs, SIGINT, SIGTERM and SIGHUP stop the command (``SignalStop``),
     then do what they did. Each store opened in the block follows the stop's limit from
-    the start of its opening (``stores_opened_follow``).
+    the start of its opening (``stores_opened_follow``). A command that receives its
+    signals itself passes the stop it hands them to (``given``): no handler is taken.
 
     Only in a command run by ``run_command`` (it knows the task to cancel), in the event
     loop's thread (the only one Python delivers signals to). A signal the process was
     started ignoring (``nohup``, a job in the background of a script) stays ignored, as
     does SIGINT when asyncio's own handler is not there; otherwise None and nothing changes.
     """
+    if given is not None:
+        with stores_opened_follow(given.waits):
+            yield given
+        return
     command = _COMMAND.get()
     if command is None or threading.current_thread() is not threading.main_thread():
         yield None

@@ -5,7 +5,11 @@ The first signal begins the graceful shutdown: webhooks are refused and
 drain_timeout_s`` to finish, every claim still held is released, and the
 process exits 0. A second signal exits at once (status 128 + the signal
 number), saying which signal it was, also while the Host closes after the
-drain; what was held is then recovered by lease expiry. SIGHUP reloads
+drain; what was held is then recovered by lease expiry. A first signal while
+the Host still opens (a migration or recovery waiting for another process's
+write lock, a PostgreSQL connect) ends the opening as it ends ``hostkit
+run``'s (its lock waits cut to 3 s), says so in one line, and exits 0 with
+nothing served (SIGHUP then changes nothing). Once serving, SIGHUP reloads
 ``hostkit.toml`` and the cores' live refs at once; the "reload" daemon also
 polls them every ``[serve] reload_interval_s`` (docs/generations.md). Either
 logs "generation N applied" or "config rejected: <reason>; generation N keeps
@@ -37,6 +41,7 @@ from rich.live import Live
 from rich.text import Text
 
 from hostkit.cli._common import (
+    EXIT_OK,
     ConfigOption,
     console,
     fail,
@@ -45,6 +50,7 @@ from hostkit.cli._common import (
     python_agent,
     run_command,
 )
+from hostkit.cli._interrupt import SignalStop, command_stop
 from hostkit.cli._serve_logs import LogFormat, serve_logging
 from hostkit.daemon import DaemonExit
 from hostkit.errors import ConfigError, HostkitError
@@ -105,8 +111,9 @@ def serve(
 ) -> None:
     """Serve channels: webhooks, polling, inbox workers, answer delivery (docs/service.md).
 
-    SIGTERM or SIGINT drains and exits 0; a second one exits at once. SIGHUP
-    reloads the configuration (a new generation for new turns).
+    SIGTERM or SIGINT drains and exits 0 (while the Host still opens: stops the
+    opening, exits 0); a second one exits at once. SIGHUP reloads the
+    configuration (a new generation for new turns).
     """
     terminal = _stderr_is_a_terminal()
     chosen = log_format_of(log_format, terminal=terminal)
@@ -154,7 +161,11 @@ async def _serve_host(
     # database and serve a default agent nobody can reach.
     found = await project_config(config, nothing="no project to serve here")
     async with open_host(
-        found, agents=agents, print_warnings=False, require_channels=True, own_signals=True
+        found,
+        agents=agents,
+        print_warnings=False,
+        require_channels=True,
+        stop=watch.stop_the_opening(),
     ) as host:
         daemon = host.serve(listen=listen, port=port, watch=True, closing_host=True)
         # Bound before any task group: a port in use is one ConfigError, not a group.
@@ -195,21 +206,33 @@ def settle_heap() -> None:
 
 
 class _SignalWatch:
-    """First SIGTERM/SIGINT: graceful shutdown (remembered until the daemon exists);
-    the second: exit at once, whatever is running (the drain, the Host closing).
-    SIGHUP: reload now (before the daemon exists there is nothing to reload: the
-    configuration is being read anyway)."""
+    """First SIGTERM/SIGINT: graceful shutdown, or, while the Host still opens, the end
+    of the opening (``stop_the_opening``: a migration waiting for another process's lock
+    would otherwise outlast a service manager's stop timeout); the second: exit at
+    once, whatever is running (the opening, the drain, the Host closing). SIGHUP: reload
+    now (before the daemon exists there is nothing to reload: the configuration is
+    being read anyway)."""
 
     def __init__(self) -> None:
         self._daemon: HostDaemon | None = None
-        self._first: str | None = None
+        self._first: int | None = None
+        self._opening: SignalStop | None = None
         # Called as the graceful shutdown is asked for, before it logs (the status line).
         self.before_shutdown: Callable[[], None] | None = None
+
+    def stop_the_opening(self) -> SignalStop | None:
+        """The stop a first signal hands on until the daemon is attached, for the Host's
+        opening (None outside ``run_command``: the signal is then remembered for the
+        daemon). A signal already received (the project was being found) stops it now."""
+        self._opening = command_stop(status=EXIT_OK, unopened="nothing was served")
+        if self._opening is not None and self._first is not None:
+            self._opening.stop(self._first)
+        return self._opening
 
     def attach(self, daemon: HostDaemon) -> None:
         self._daemon = daemon
         if self._first is not None:
-            daemon.request_shutdown(reason=f"{self._first} received")
+            daemon.request_shutdown(reason=f"{signal.Signals(self._first).name} received")
 
     async def run(self, signals: AsyncIterator[int]) -> None:
         async for number in signals:
@@ -225,11 +248,13 @@ class _SignalWatch:
                 )
                 sys.stderr.flush()
                 os._exit(128 + number)
-            self._first = name
+            self._first = number
             if self.before_shutdown is not None:
                 self.before_shutdown()
             if self._daemon is not None:
                 self._daemon.request_shutdown(reason=f"{name} received")
+            elif self._opening is not None:
+                self._opening.stop(number)
 
 
 class StatusLine:

@@ -32,6 +32,7 @@ from uvicorn.server import ServerState
 
 from hostkit.channels import sign_webhook
 from hostkit.cli import _serve as cli_serve
+from hostkit.cli._interrupt import CommandStop, SignalStop, stoppable
 from hostkit.cli._serve_logs import DroppingQueueHandler
 from hostkit.daemon import DaemonRegistry, DaemonStatus, RestartPolicy, Supervisor
 from hostkit.errors import StoreError
@@ -354,3 +355,30 @@ async def test_a_pipelined_request_in_flight_is_never_taken_for_an_idle_connecti
             for stream in idle:
                 await stream.aclose()
     assert answer.startswith(b"HTTP/1.1 200"), answer[:60]
+
+
+async def test_a_signal_while_the_project_is_found_stops_the_opening_as_it_begins() -> None:
+    """A first SIGTERM that came before the Host began to open (the project was being
+    found) is not kept for a daemon that would come only once the opening ended: handing
+    the opening its stop ends it at once, its lock waits already limited, and the command
+    exits 0 (a stop asked for, nothing served)."""
+    command = CommandStop()
+    handed: list[SignalStop | None] = []
+
+    async def one_signal() -> AsyncIterator[int]:
+        yield signal.SIGTERM
+
+    async def serve_opening() -> None:
+        watch = cli_serve._SignalWatch()
+        await watch.run(one_signal())
+        handed.append(watch.stop_the_opening())
+        await anyio.sleep(30)  # the opening's first wait: cancelled at once
+
+    task = asyncio.create_task(stoppable(serve_opening, command))
+    with anyio.fail_after(5), pytest.raises(asyncio.CancelledError):
+        await task
+    (stop,) = handed
+    assert stop is not None
+    assert stop.waits.until is not None
+    assert stop.signal == signal.SIGTERM
+    assert command.status == 0

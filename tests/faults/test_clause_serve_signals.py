@@ -6,7 +6,10 @@ model, a loopback OpenAI-compatible server, is held until the test lets it
 answer), its inbound is completed, nothing stays claimed, and the process
 exits 0. A second SIGTERM during the drain exits at once with 128 + 15 and
 says so. Logs are JSON lines on stderr (it is not a terminal) and never
-carry the webhook secret.
+carry the webhook secret. A first SIGTERM/SIGINT while the Host still opens
+(another process holds the database's write lock through its migration or
+recovery) ends the opening within seconds: one line, exit 0, nothing served
+or written; SIGHUP then changes nothing, and a second signal exits at once.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hostkit.channels import sign_webhook
+from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RuntimeStore
+from tests.contract.test_clause_cli_stop_signals import signal_hostkit
+from tests.faults.test_clause_store_lock_held_elsewhere import host_opening, lock_held_elsewhere
 from tests.wire import openai_chat as wire_openai
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -250,3 +256,70 @@ async def test_serving_no_channel_says_once_that_nothing_can_arrive(tmp_path: Pa
     assert record["level"] == "warning"
     assert record["logger"] == "hostkit.serve"  # a public name, as docs/service.md lists
     assert "no message can arrive" in record["msg"]
+
+
+# The line a first signal while the Host opens prints, once.
+UNOPENED = (
+    "interrupted while the Host was opening (its database busy or being upgraded): "
+    "nothing was served"
+)
+# From the signal to the exit: 3 s of lock waits; without the stop, the opening waits the
+# store's whole lock timeout (30 s) and ``docker stop`` kills it after 10 s.
+OPENING_BOUND_S = 10.0
+
+
+def _schema(database: Path) -> tuple[int, list[str]]:
+    """The database's schema version and its turns' states (none before the schema has
+    its turns)."""
+    with closing(sqlite3.connect(database)) as db:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        turns = [r[0] for r in db.execute("SELECT status FROM turns")] if "turns" in tables else []
+    return version, turns
+
+
+@pytest.mark.parametrize(
+    ("version", "signals", "status"),
+    [
+        (1, [signal.SIGTERM], 0),
+        (SCHEMA_VERSION, [signal.SIGTERM], 0),
+        (SCHEMA_VERSION, [signal.SIGINT], 0),
+        (SCHEMA_VERSION, [signal.SIGHUP, signal.SIGTERM], 0),
+        (SCHEMA_VERSION, [signal.SIGTERM, signal.SIGTERM], 128 + signal.SIGTERM),
+    ],
+    ids=["upgrade-term", "recovery-term", "recovery-int", "hup-then-term", "second-term"],
+)
+async def test_a_signal_while_the_host_opens_under_another_processs_lock_ends_the_opening(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    version: int,
+    signals: list[signal.Signals],
+    status: int,
+) -> None:
+    """``docker stop`` or ``systemctl stop`` while ``serve``'s Host waits for another
+    process's write lock (its upgrade of an older database, its recovery of a current
+    one) ends it within seconds, not after the store's 30 s lock timeout: one line, exit
+    0 (a stop asked for, nothing to drain), nothing served or written. SIGHUP while it
+    opens is ignored (the configuration is being read anyway); a second signal exits at
+    once with 128 + its number."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(
+        CONFIG.format(model_url="http://127.0.0.1:9")
+    )
+    database = tmp_path / "state" / "hostkit.db"
+    await anyio.Path(database.parent).mkdir()
+    await (await RuntimeStore.open(database, migrations=MIGRATIONS[:version])).aclose()
+    monkeypatch.setenv("HOOK_SECRET", SECRET)
+    async with lock_held_elsewhere(database):
+        stopped = await signal_hostkit(
+            ["serve", "-c", "hostkit.toml"], tmp_path, host_opening(tmp_path, database), signals
+        )
+    assert stopped.code == status, stopped
+    assert stopped.took < OPENING_BOUND_S, stopped.took
+    assert LISTENING not in stopped.out
+    assert "Traceback" not in stopped.err
+    if status == 0:
+        assert stopped.err.count(UNOPENED) == 1, stopped.err
+    else:
+        assert "second SIGTERM: exiting at once" in stopped.err, stopped.err
+    # Not upgraded, nothing recovered or accepted: the file is as it was.
+    assert await anyio.to_thread.run_sync(_schema, database) == (version, [])

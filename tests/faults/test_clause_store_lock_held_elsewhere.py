@@ -711,7 +711,7 @@ async def test_a_stop_signal_while_the_host_opens_under_another_processs_lock_en
     database = tmp_path / "state" / "hostkit.db"
     async with lock_held_elsewhere(database):
         stopped = await signal_hostkit(
-            ["run", "second"], tmp_path, _opening(tmp_path, database), [number]
+            ["run", "second"], tmp_path, host_opening(tmp_path, database), [number]
         )
     assert stopped.code == status, stopped
     assert stopped.took < 10, stopped.took  # 3 s of lock waits; 28 s before
@@ -724,7 +724,7 @@ async def test_a_stop_signal_while_the_host_opens_under_another_processs_lock_en
     assert turn_states(tmp_path) == ["completed"]
 
 
-def _opening(project: Path, database: Path) -> Callable[[], Awaitable[None]]:
+def host_opening(project: Path, database: Path) -> Callable[[], Awaitable[None]]:
     """Ready once the ``hostkit`` process started in ``project`` has the database open."""
 
     async def ready() -> None:
