@@ -115,6 +115,7 @@ from hostkit.store._turn_rows import (
     epoch_of,
 )
 from hostkit.store._turn_values import (
+    MAX_EXTENDED_INSTRUCTIONS_CHARS,
     MAX_LEASE_TTL_S,
     Admitted,
     ConversationTarget,
@@ -146,6 +147,7 @@ __all__ = [
     "MAX_CORE_HISTORY",
     "MAX_DELIVERY_CLAIM",
     "MAX_DELIVERY_LIST",
+    "MAX_EXTENDED_INSTRUCTIONS_CHARS",
     "MAX_INBOX_LIST",
     "MAX_INSPECT_ROWS",
     "MAX_LEASE_TTL_S",

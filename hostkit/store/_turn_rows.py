@@ -56,6 +56,7 @@ from hostkit.types import (
     TurnOutcome,
     TurnResult,
     bounded_data,
+    is_text,
     new_id,
 )
 
@@ -71,6 +72,8 @@ __all__ = [
     "append_message",
     "encode_route",
     "end_orphan",
+    "extend_instructions",
+    "extended_instructions",
     "fence",
     "find_turn",
     "finish",
@@ -86,6 +89,8 @@ __all__ = [
 ]
 
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
+# The event holding what a turn's bootstrap slot added to its instructions.
+EXTENDED_INSTRUCTIONS = "instructions.extended"
 # Why a turn ended ``lost``, in the words of the reason recovery found: not "the Host
 # stopped" for a Host that is still running but whose store refused the turn's end.
 _LOST_ERRORS: dict[Gone, str] = {
@@ -661,6 +666,56 @@ def append_message(
     insert_event(conn, lease.turn_id, event_seq, event, detail, at=at)
     step = None if observed is None else observe_step(conn, observed)
     return TurnWrite(seq, cancel_requested, step)
+
+
+def extend_instructions(
+    conn: sqlite3.Connection, lease: SessionLease, *, event_seq: int, text: str
+) -> bool:
+    """Record the text the lease's turn added to its instructions (fenced); whether a
+    cancel was requested.
+
+    An ``instructions.extended`` event at ``event_seq`` holds it whole (not cut as
+    event details are): a continuation of the turn, in any process, sends it again.
+    The same write retried (a COMMIT whose answer was lost) stands.
+    """
+    cancel_requested, recorded = _fence_at(conn, lease, event_seq)
+    if recorded is not None:
+        if recorded != EXTENDED_INSTRUCTIONS:
+            raise InvalidValue(f"event seq {event_seq} of this turn is already recorded")
+        return cancel_requested
+    conn.execute(
+        "INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)",
+        [
+            lease.turn_id,
+            event_seq,
+            EXTENDED_INSTRUCTIONS,
+            now(conn),
+            canonical_json({"chars": len(text), "text": text}),
+        ],
+    )
+    return cancel_requested
+
+
+def extended_instructions(conn: sqlite3.Connection, turn_id: str, limit: int) -> str | None:
+    """What ``turn_id`` added to its instructions (``extend_instructions``), or None.
+
+    A record that cannot be read is refused (``InvalidValue``) rather than taken
+    as none: the turn's guardrails must not silently go missing.
+    """
+    row = one_row(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+        [turn_id, EXTENDED_INSTRUCTIONS],
+    )
+    if row is None:
+        return None
+    try:
+        text = json.loads(row["detail"]).get("text")
+    except (TypeError, ValueError, AttributeError):
+        text = None
+    if not is_text(text, limit=limit):
+        raise InvalidValue("the instructions this turn recorded cannot be read")
+    return text
 
 
 def _written_before(

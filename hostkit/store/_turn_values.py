@@ -17,6 +17,7 @@ from hostkit.store._sessions import ConversationSelect, OwnerFacts
 from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult, bounded_metadata
 
 __all__ = [
+    "MAX_EXTENDED_INSTRUCTIONS_CHARS",
     "MAX_LEASE_TTL_S",
     "MAX_TURN_ID_CHARS",
     "TERMINAL",
@@ -42,6 +43,8 @@ TERMINAL: frozenset[str] = frozenset(get_args(TurnOutcome))
 MAX_TURN_ID_CHARS = 200
 # A lease is renewed every third of its ttl; a day is far past any sensible ttl.
 MAX_LEASE_TTL_S = 86_400.0
+# What a turn may add to its instructions (a core's bootstrap slot returns at most this).
+MAX_EXTENDED_INSTRUCTIONS_CHARS = 100_000
 _OWNER_KINDS: tuple[str, ...] = get_args(OwnerKind)
 
 

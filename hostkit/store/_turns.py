@@ -22,6 +22,7 @@ from hostkit.store import _turn_rows as rows
 from hostkit.store._context_values import ObservedStep
 from hostkit.store._lease import LeaseOwner
 from hostkit.store._turn_values import (
+    MAX_EXTENDED_INSTRUCTIONS_CHARS,
     TERMINAL,
     Admitted,
     RecoveredTurn,
@@ -35,7 +36,7 @@ from hostkit.store._turn_values import (
     check_id,
     check_ttl,
 )
-from hostkit.types import ModelMessage, PrincipalScope, TurnResult
+from hostkit.types import ModelMessage, PrincipalScope, TurnResult, is_text
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -133,6 +134,25 @@ class TurnStore(ABC):
         seq and whether a cancel was requested. ``LeaseLost`` when the lease no longer
         holds the session (the turn was taken over or has ended);
         ``InvalidValue`` when ``event_seq`` was used already by this turn.
+        """
+
+    @abstractmethod
+    async def extend_instructions(self, lease: SessionLease, *, event_seq: int, text: str) -> bool:
+        """Record what the lease's turn added to its pinned instructions (fenced).
+
+        ``text`` (1 to ``MAX_EXTENDED_INSTRUCTIONS_CHARS`` characters of valid
+        text) is kept whole with the ``instructions.extended`` event
+        ``event_seq``, so a continuation of the turn — run by any process,
+        after any restart — sends the instructions the turn sent
+        (``extended_instructions``). Returns whether a cancel was requested.
+        ``LeaseLost`` and ``InvalidValue`` as for ``append_message``.
+        """
+
+    @abstractmethod
+    async def extended_instructions(self, turn_id: str) -> str | None:
+        """What ``turn_id`` added to its instructions, or None when it added nothing
+        (a read; no owner check: Host-only). A record that cannot be read is
+        refused (``InvalidValue``), never taken as none.
         """
 
     @abstractmethod
@@ -311,6 +331,25 @@ class SqlTurnStore(TurnStore):
                 detail=detail,
                 observed=observed,
             )
+        )
+
+    async def extend_instructions(self, lease: SessionLease, *, event_seq: int, text: str) -> bool:
+        _check_lease(lease)
+        _check_seq(event_seq)
+        if not is_text(text, limit=MAX_EXTENDED_INSTRUCTIONS_CHARS):
+            raise InvalidValue(
+                "the text added to a turn's instructions must be 1-"
+                f"{MAX_EXTENDED_INSTRUCTIONS_CHARS} characters of valid text"
+            )
+        text = str.__str__(text)
+        return await self._db.write(
+            lambda conn: rows.extend_instructions(conn, lease, event_seq=event_seq, text=text)
+        )
+
+    async def extended_instructions(self, turn_id: str) -> str | None:
+        turn_id = check_id("turn_id", turn_id)
+        return await self._db.read(
+            lambda conn: rows.extended_instructions(conn, turn_id, MAX_EXTENDED_INSTRUCTIONS_CHARS)
         )
 
     async def renew(self, lease: SessionLease) -> bool:

@@ -31,6 +31,7 @@ from hostkit.errors import (
     bounded,
 )
 from hostkit.store import (
+    MAX_EXTENDED_INSTRUCTIONS_CHARS,
     MAX_LEASE_TTL_S,
     Admitted,
     LeaseOwner,
@@ -644,8 +645,10 @@ class TurnExecution:
             message = await self._input_slots(context, core, active, message)
             self._emit(context, "input.persisted", {})
             return message
-        # A continuation resumes the paused turn's work: bootstrap and input do not run again.
+        # A continuation resumes the paused turn's work: bootstrap and input do not run again,
+        # but what bootstrap added then stays in its instructions.
         approval_id = request.continues
+        await self._resumed_instructions(context, core, active, approval_id)
         active.in_flight = "effect"
         self._emit(context, "effect.started", {"approval_id": approval_id})
         call_id, name, outcome = await core.effects.execute_approved(
@@ -674,8 +677,7 @@ class TurnExecution:
         ctx = active.author.context
         extra = await core.slots.bootstrap(ctx)
         if extra is not None:
-            active.instructions = f"{core.instructions}\n\n{extra}" if core.instructions else extra
-            self._emit(context, "instructions.extended", {"chars": len(extra)})
+            await self._extend_instructions(context, core, active, extra)
         if not core.slots.declared("input"):
             return message
         lease = self._tokens.lease(context.admission_lease_token)
@@ -706,6 +708,45 @@ class TurnExecution:
         if normalized != message.content:
             self._emit(context, "input.normalized", detail)
         return dataclasses.replace(message, content=normalized)
+
+    async def _extend_instructions(
+        self, context: TurnExecutionContext, core: PinnedCore, active: ActiveTurn, extra: str
+    ) -> None:
+        """Join ``extra`` to this turn's instructions, recorded before any model call sees it.
+
+        Masked with the turn's redactor first, as any text the turn keeps that no
+        tool produced: the model and the store get the same text. Recorded so
+        that the turn's continuation, run by whichever process answers its
+        approval, sends exactly these instructions again.
+        """
+        extra = active.redactor.text(extra)[:MAX_EXTENDED_INSTRUCTIONS_CHARS]
+        cancel_requested = await self._store.turns.extend_instructions(
+            self._tokens.lease(context.admission_lease_token),
+            event_seq=active.take_seq(),
+            text=extra,
+        )
+        active.instructions = f"{core.instructions}\n\n{extra}" if core.instructions else extra
+        self._emit(context, "instructions.extended", {"chars": len(extra)})
+        if cancel_requested:
+            # Another Host process recorded a cancel request: stop before the model call.
+            active.stop(ON_REQUEST, "user")
+            await anyio.lowlevel.checkpoint()
+
+    async def _resumed_instructions(
+        self, context: TurnExecutionContext, core: PinnedCore, active: ActiveTurn, approval_id: str
+    ) -> None:
+        """A continuation's instructions are its paused turn's: what bootstrap added there.
+
+        Read back from the store (the answer may come from another process,
+        after a restart) and recorded for this turn too, so the continuation of
+        a continuation that paused again finds it as well.
+        """
+        asked = await self._store.approvals.peek(approval_id)
+        if asked is None or asked.session_id != context.session_id:
+            return  # not this session's: execute_approved refuses it
+        extra = await self._store.turns.extended_instructions(asked.turn_id)
+        if extra is not None:
+            await self._extend_instructions(context, core, active, extra)
 
     async def _output_slot(
         self,

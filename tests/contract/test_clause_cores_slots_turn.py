@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hostkit.effects import ToolContext, tool
+from hostkit.effects import ApprovalLedger, ToolContext, tool
 from hostkit.host import Host, HostConfig
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
@@ -238,3 +238,131 @@ async def test_a_continuation_does_not_run_bootstrap_or_input_again(tmp_path: Pa
     assert [entry.value for entry in counts if entry is not None] == [1, 1]
     # The approved tool ran in the continuation with the session's state.
     assert "stamped stamp it" in model.requests[1].messages[-1].content
+
+
+GUARDED = """
+import os
+
+
+async def boot(ctx):
+    return "Bootstrap: never reveal the launch codes. Key: " + os.environ.get("HK_BOOT_KEY", "none")
+"""
+
+
+def guarded(tmp_path: Path, **capabilities: str) -> HostConfig:
+    manifest = {
+        "model": "test",
+        "instructions": "You are the notes core.",
+        "capabilities": {"notes.*": "ask", **capabilities},
+        "slots": {"bootstrap": "slots:boot"},
+        "memory": False,
+    }
+    path, _ = make_core(tmp_path, "notes", manifest=manifest, files={"agent/slots.py": GUARDED})
+    return core_host_config(tmp_path, {"notes": path})
+
+
+@tool("notes.stamp")
+async def stamp_tool() -> str:
+    """Stamp the notes (asks for approval first)."""
+    return "stamped"
+
+
+def system_text(model: ScriptedModel) -> list[str]:
+    """The system messages of each model request, joined: what the model was instructed."""
+    return [
+        "\n".join(m.content for m in sent.messages if m.role == "system") for sent in model.requests
+    ]
+
+
+async def test_a_continuation_sends_the_instructions_its_paused_turn_sent(
+    tmp_path: Path,
+) -> None:
+    """Bootstrap runs once per turn, but what it added is the turn's for all of it: the
+    model calls after an approval carry the same instructions as those before it."""
+    config = guarded(tmp_path)
+    model = ScriptedModel([CallTools(("notes_stamp", {})), Reply("done")])
+    async with Host.open(config, capabilities=capabilities(model, tools=[stamp_tool])) as host:
+        paused = await host.turns.run(request("stamp it", core_id="notes"))
+        assert paused.pending_approval is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        finished = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        kinds = await event_kinds(host, paused.turn_id)
+    assert finished.outcome == "completed", finished.error
+    before, after = system_text(model)
+    assert "Bootstrap: never reveal the launch codes." in before
+    assert after == before
+    # Recorded with the paused turn, before its first model call.
+    assert kinds.index("instructions.extended") < kinds.index("provider.completed")
+
+
+async def test_every_continuation_in_any_host_sends_the_paused_turns_instructions(
+    tmp_path: Path,
+) -> None:
+    """Another process answers (a fresh Host on the same database): the bootstrap text
+    comes from the store, not from the paused turn's memory. Its answerer interrupted
+    before the continuation ran (resumed by a third Host), a continuation that pauses
+    again, answered by a fourth: every model call of the turn has the same instructions."""
+    config = guarded(tmp_path)
+    seen: list[str] = []
+
+    def scripted(*steps: Reply | CallTools) -> ScriptedModel:
+        return ScriptedModel(list(steps))
+
+    async def run(model: ScriptedModel, work: Any) -> Any:
+        async with Host.open(config, capabilities=capabilities(model, tools=[stamp_tool])) as host:
+            operator = await host.operator("ops", reason="answer approvals")
+            result = await work(host, operator)
+        seen.extend(system_text(model))
+        return result
+
+    first = await run(
+        scripted(CallTools(("notes_stamp", {}))),
+        lambda host, _: host.turns.run(request("stamp it", core_id="notes")),
+    )
+    assert first.pending_approval is not None
+
+    async def answered_only(host: Host, operator: Any) -> None:
+        # The decision is recorded, then its answerer stops before the continuation runs.
+        await ApprovalLedger(host.store).answer(
+            operator, first.pending_approval, decision="approve_once", fingerprint=None
+        )
+
+    await run(scripted(), answered_only)
+    again = await run(
+        scripted(CallTools(("notes_stamp", {}))),
+        lambda host, operator: host.approvals.resume(first.pending_approval, by=operator),
+    )
+    assert again.outcome == "needs_user", again.error
+    assert again.pending_approval is not None
+    last = await run(
+        scripted(Reply("done")),
+        lambda host, operator: host.approvals.answer(
+            again.pending_approval, "approve_once", by=operator
+        ),
+    )
+    assert last.outcome == "completed", last.error
+    assert len(seen) == 3
+    assert "Bootstrap: never reveal the launch codes." in seen[0]
+    assert seen == [seen[0]] * 3
+
+
+async def test_bootstrap_text_is_masked_like_every_text_the_turn_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret the agent holds, put into its instructions by bootstrap, is masked before
+    the model or the store gets it: the text kept for the continuation holds no secret."""
+    monkeypatch.setenv("HK_BOOT_KEY", SECRET)
+    config = guarded(tmp_path, **{"secret.bind:HK_BOOT_KEY": "allow"})
+    model = ScriptedModel([CallTools(("notes_stamp", {})), Reply("done")])
+    async with Host.open(config, capabilities=capabilities(model, tools=[stamp_tool])) as host:
+        paused = await host.turns.run(request("stamp it", core_id="notes"))
+        assert paused.pending_approval is not None
+        operator = await host.operator("ops", reason="answer approvals")
+        finished = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+    assert finished.outcome == "completed", finished.error
+    before, after = system_text(model)
+    assert "Key: [redacted:HK_BOOT_KEY]" in before
+    assert after == before
+    assert SECRET not in before
+    cells = await anyio.to_thread.run_sync(lambda: list(table_rows(tmp_path / "hostkit.db")))
+    assert not any(SECRET in cell for cell in cells)

@@ -30,6 +30,7 @@ from hostkit.errors import (
     TurnInProgress,
 )
 from hostkit.store import (
+    MAX_EXTENDED_INSTRUCTIONS_CHARS,
     Admitted,
     ConversationTarget,
     LeaseOwner,
@@ -551,6 +552,41 @@ async def test_a_write_whose_commit_answer_was_lost_stands_when_written_again(
     await runtime.turns.finish(lease, result_of(lease), event_seq=4)
     state = await runtime.turns.state(scope, lease.turn_id)
     assert state.status == "completed"
+
+
+async def test_what_a_turn_adds_to_its_instructions_is_kept_whole_for_its_continuation(
+    runtime: RuntimeStore, resolver: AuthorityResolver, live: LeaseOwner
+) -> None:
+    """A continuation sends the instructions its paused turn sent, whichever process runs
+    it: the text the turn's bootstrap added is kept whole (event details are cut at 512
+    characters, this is not), read back by turn id after the turn ended, written only by
+    the turn's holder, once per event seq, within its bound."""
+    scope = await conversation(resolver)
+    lease = (await admit(runtime, scope, live)).lease
+    assert await runtime.turns.extended_instructions(lease.turn_id) is None
+    text = "Never reveal the launch codes.\n" + "\u00e9" * (MAX_EXTENDED_INSTRUCTIONS_CHARS - 40)
+    assert await runtime.turns.extend_instructions(lease, event_seq=2, text=text) is False
+    # Written again (its COMMIT's answer lost), it stands; another event at its seq does not.
+    assert await runtime.turns.extend_instructions(lease, event_seq=2, text=text) is False
+    with pytest.raises(InvalidValue, match="event seq 2 of this turn is already recorded"):
+        await say(runtime, lease, 2)
+    for bad in ("", "x" * (MAX_EXTENDED_INSTRUCTIONS_CHARS + 1), "lone \ud800 surrogate"):
+        with pytest.raises(InvalidValue):
+            await runtime.turns.extend_instructions(lease, event_seq=3, text=bad)
+    await runtime.turns.finish(lease, result_of(lease, "needs_user"), event_seq=3)
+    assert await runtime.turns.extended_instructions(lease.turn_id) == text
+    with pytest.raises(LeaseLost):
+        await runtime.turns.extend_instructions(lease, event_seq=4, text="too late")
+    assert await runtime.turns.extended_instructions(lease.turn_id) == text
+    # A record that cannot be read is refused, never taken as "nothing was added".
+    assert isinstance(runtime, RowStore)
+    await runtime.write(
+        lambda c: c.execute(
+            "UPDATE turn_events SET detail = '{}' WHERE turn_id = ? AND seq = 2", [lease.turn_id]
+        )
+    )
+    with pytest.raises(InvalidValue, match="cannot be read"):
+        await runtime.turns.extended_instructions(lease.turn_id)
 
 
 # -- recovery -----------------------------------------------------------------------------
