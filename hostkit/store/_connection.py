@@ -130,17 +130,22 @@ async def open_connection(
     synchronous: Synchronous,
     busy_timeout_ms: int,
     query_only: bool = False,
+    admit: Callable[[sqlite3.Connection], object] | None = None,
 ) -> DbConnection:
-    """Open ``path`` in WAL mode with explicit transactions (``isolation_level=None``)."""
+    """Open ``path`` in WAL mode with explicit transactions (``isolation_level=None``).
+
+    ``admit(connection)`` runs before anything is written to the file (the switch to
+    WAL is a lasting change to its header): it raises to refuse a file that is not
+    the caller's, which is then left as it was. A failed open closes its connection
+    and ends its thread: nothing of it is left holding the file.
+    """
     holder: list[sqlite3.Connection] = []
 
-    def connector() -> sqlite3.Connection:
-        # Runs on the aiosqlite thread, so the connection is created where it is used.
-        if not query_only:
-            create_private(path)
-        raw = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_ms / 1000)
+    def configure(raw: sqlite3.Connection) -> None:
         raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         raw.execute("PRAGMA foreign_keys = ON")
+        if admit is not None:
+            admit(raw)
         if not query_only:
             _enter_wal(raw, busy_timeout_ms / 1000)
             # A reader that holds a snapshot (an operator's sqlite3 shell, a backup) keeps
@@ -151,6 +156,24 @@ async def open_connection(
         raw.execute(f"PRAGMA synchronous = {synchronous}")
         if query_only:
             raw.execute("PRAGMA query_only = ON")
+
+    def connector() -> sqlite3.Connection:
+        # Runs on the aiosqlite thread, so the connection is created where it is used.
+        if not query_only:
+            create_private(path)
+        # Not bound to this thread: a connection that outlives a cancelled open is closed
+        # from the event loop's side, once this thread has ended.
+        raw = sqlite3.connect(
+            str(path),
+            isolation_level=None,
+            timeout=busy_timeout_ms / 1000,
+            check_same_thread=False,
+        )
+        try:
+            configure(raw)
+        except BaseException:
+            raw.close()  # its descriptor and POSIX locks go now, not at garbage collection
+            raise
         holder.append(raw)
         return raw
 
@@ -162,5 +185,9 @@ async def open_connection(
         # it; join it here, or it may report to this event loop after the loop closed.
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(aio._thread.join, _JOIN_TIMEOUT_S)
+        # Cancelled while the connector ran: it finished after aiosqlite gave up on it, so
+        # nobody closed what it opened. The thread has ended; nothing else uses it.
+        if holder and not aio._thread.is_alive():
+            holder[0].close()
         raise
     return DbConnection(aio, holder[0])

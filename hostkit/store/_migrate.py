@@ -27,7 +27,7 @@ from hostkit.store._connection import create_private
 from hostkit.store._schema import APPLICATION_ID, Migration
 from hostkit.store._writer import LockWait, begin_immediate
 
-__all__ = ["MigrationReport", "logical_fingerprint", "upgrade"]
+__all__ = ["MigrationReport", "admit_hostkit_file", "logical_fingerprint", "upgrade"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +55,40 @@ def logical_fingerprint(conn: sqlite3.Connection) -> str:
     return digest.hexdigest()
 
 
-def _user_tables(conn: sqlite3.Connection) -> int:
+def _header(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The file's ``(application_id, user_version)``: one statement, two header fields."""
     row = conn.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        "SELECT a.application_id, v.user_version FROM pragma_application_id AS a, "
+        "pragma_user_version AS v"
     ).fetchone()
-    return int(row[0])
+    return int(row[0]), int(row[1])
+
+
+def _is_new(conn: sqlite3.Connection, app_id: int, version: int) -> bool:
+    """Nothing in it at all: no id, no version, not one table, view, index or trigger."""
+    if app_id != 0 or version != 0:
+        return False
+    return conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
+
+
+def admit_hostkit_file(conn: sqlite3.Connection, database: Path) -> bool:
+    """Whether the file is new (else it is hostkit's); ``MigrationError`` for any other file.
+
+    Runs at every open before anything is written to the file, so a refused file is
+    left byte for byte as it was. Cheap for a hostkit database (one statement): it runs
+    for every CLI command.
+    """
+    app_id, version = _header(conn)
+    if app_id == APPLICATION_ID:
+        return False
+    if _is_new(conn, app_id, version):
+        return True
+    raise MigrationError(
+        "this file is not a hostkit database (another program's SQLite file: its "
+        "PRAGMA application_id is not hostkit's); nothing was changed in it. Point "
+        "the database setting ([host] database) at a hostkit database or at a new path",
+        database=str(database),
+    )
 
 
 def _restore_action(database: Path, backup: Path) -> str:
@@ -184,7 +213,8 @@ def upgrade(
             "migrations must be numbered 1..N without gaps", database=str(database)
         )
     latest = versions[-1]
-    if _version(conn) == latest:
+    app_id, version = _header(conn)
+    if app_id == APPLICATION_ID and version == latest:
         return MigrationReport(latest, latest, None, False)  # current: no lock needed
     begin_immediate(conn, lock)
     try:
@@ -202,6 +232,8 @@ def _upgrade_locked(
     conn: sqlite3.Connection, database: Path, migrations: Sequence[Migration], latest: int
 ) -> MigrationReport:
     """``upgrade`` within its write transaction: the version read here is the one migrated."""
+    # Whose file it is comes first: a version number means something only in hostkit's.
+    fresh = admit_hostkit_file(conn, database)
     current = _version(conn)
     if current == latest:  # another process migrated it while this one waited
         return MigrationReport(current, current, None, False)
@@ -211,10 +243,6 @@ def _upgrade_locked(
             "upgrade hostkit instead",
             database=str(database),
         )
-    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-    fresh = current == 0 and _user_tables(conn) == 0
-    if not fresh and app_id != APPLICATION_ID:
-        raise MigrationError("this file is not a hostkit database", database=str(database))
 
     backup: Path | None = None
     reused = False

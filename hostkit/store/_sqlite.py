@@ -13,7 +13,7 @@ import anyio
 from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._connection import DbConnection, Synchronous, open_connection, primary_code
-from hostkit.store._migrate import MigrationReport, upgrade
+from hostkit.store._migrate import MigrationReport, admit_hostkit_file, upgrade
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._transaction import Transaction
@@ -57,6 +57,7 @@ class SqliteStore(RowStore):
         report: MigrationReport,
         max_batch: int,
         lock_timeout_s: float,
+        busy_s: float,
         file: tuple[int, int] | None = None,
     ) -> None:
         self.path = path
@@ -67,6 +68,7 @@ class SqliteStore(RowStore):
             writer,
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,
+            busy_s=busy_s,
             database=str(path),
             file=file,
         )
@@ -104,19 +106,24 @@ class SqliteStore(RowStore):
         # Checked before anything opens: a batch of no jobs would drain nothing, forever.
         if not is_seconds(busy_timeout_s, high=3_600, zero=True):  # 0: a statement never waits
             raise InvalidValue("busy_timeout_s must be a number of seconds from 0 to 3600")
-        busy_ms = int(busy_timeout_s * 1000)
         check_count("max_batch", max_batch, MAX_BATCH)
         check_duration("lock_timeout_s", lock_timeout_s)
+        # No one wait for another process's lock outlasts the wait for it in all.
+        busy_s = min(busy_timeout_s, lock_timeout_s)
+        busy_ms = int(busy_s * 1000)
         database = Path(await (await anyio.Path(path).expanduser()).resolve())
         try:
             writer = await open_connection(
-                database, synchronous=synchronous, busy_timeout_ms=busy_ms
+                database,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_ms,
+                admit=lambda raw: admit_hostkit_file(raw, database),
             )
         except sqlite3.Error as exc:
             raise _open_failure(exc, database) from exc
         reader: DbConnection | None = None
         # The migration's wait for the write lock, before there is a store to limit.
-        migrating = LockWait(lock_timeout_s, str(database))
+        migrating = LockWait(lock_timeout_s, str(database), busy_s=busy_s)
         follow_opening_limit(migrating.limit)
         try:
             report = await writer.run(
@@ -148,11 +155,17 @@ class SqliteStore(RowStore):
             report=report,
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,
+            busy_s=busy_s,
             file=file,
         )
         follow_opening_limit(store.limit_waits)
         guard = store._writer.guard
-        await writer.run(lambda raw: raw.set_authorizer(guard))
+        try:
+            await writer.run(lambda raw: raw.set_authorizer(guard))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+            raise
         return store
 
     async def aclose(self) -> None:
@@ -258,6 +271,7 @@ class SqliteStore(RowStore):
                     raise map_sqlite_error(exc, "commit") from exc
 
 
+_NEEDS_ROOM = "free space beside the database (it needs room for its -wal and -shm files) and retry"
 # What an operator can do when the file cannot be opened at all, by SQLite's primary code.
 _OPEN_ADVICE = {
     sqlite3.SQLITE_NOTADB: "point the database setting at another file, or move this one aside",
@@ -266,6 +280,9 @@ _OPEN_ADVICE = {
     sqlite3.SQLITE_CANTOPEN: "its directory must exist and be writable by this user",
     sqlite3.SQLITE_PERM: "this user may not write it, or its -wal and -shm files beside it",
     sqlite3.SQLITE_READONLY: "this user may not write it, or its -wal and -shm files beside it",
+    # A full disk, seen first as the -shm file that could not be made (SQLITE_IOERR_SHMSIZE).
+    sqlite3.SQLITE_FULL: _NEEDS_ROOM,
+    sqlite3.SQLITE_IOERR: _NEEDS_ROOM,
 }
 
 

@@ -70,8 +70,6 @@ MAX_BATCH = 1024
 _RETRYABLE = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}
 # Between two BEGINs when the busy handler did not wait (a busy timeout of 0).
 _BEGIN_PAUSE_S = 0.01
-# The longest busy timeout a store accepts (``busy_timeout_s``).
-_MAX_BUSY_S = 3_600.0
 # A write waiting this long for another process's write lock is logged (once per wait).
 LOCK_NOTICE_S = 1.5
 
@@ -138,11 +136,20 @@ class LockWait(WaitLimit):
     wait ends by then, a wait already under way too.
     """
 
-    __slots__ = ("bound_s", "database", "file", "since")
+    __slots__ = ("bound_s", "busy_s", "database", "file", "since")
 
-    def __init__(self, bound_s: float, database: str, file: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        bound_s: float,
+        database: str,
+        file: tuple[int, int] | None = None,
+        *,
+        busy_s: float,
+    ) -> None:
         super().__init__()
         self.bound_s = bound_s
+        # The connection's busy timeout: how long one statement waits for the lock.
+        self.busy_s = busy_s
         self.database = database
         self.since: float | None = None
         # (device, inode) of the database file the store opened (``file_of`` once it was
@@ -170,17 +177,23 @@ def refuse_replaced(conn: sqlite3.Connection, lock: LockWait) -> None:
 def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
     """``BEGIN IMMEDIATE``, tried again while another process holds the write lock.
 
-    Each try waits up to the connection's busy timeout; after ``lock.bound_s``
-    in all (or at the store's limit), ``_LockNeverFree`` is raised. Nothing ran
-    yet, so trying again is safe.
+    Each try waits up to the connection's busy timeout, or what is left of
+    ``lock.bound_s`` (or of the store's limit) when that is less; past it,
+    ``_LockNeverFree`` is raised. Nothing ran yet, so trying again is safe. A
+    BEGIN that gets the lock at once pays no statement more than itself.
     """
     began = time.monotonic()
     deadline = began + lock.bound_s
     lock.since = began
+    narrowed = False
     try:
         while True:
             started = time.monotonic()
-            narrow_busy_timeout(conn, lock)
+            # A try that would wait past the end, or a limited store's: it waits only what
+            # is left (a few ms past it, not worth a statement on every first try).
+            if lock.until is not None or deadline - started + _BEGIN_PAUSE_S < lock.busy_s:
+                _set_busy_timeout(conn, min(lock.left_s(lock.busy_s), deadline - started))
+                narrowed = True
             try:
                 conn.execute(BEGIN)
             except sqlite3.OperationalError as exc:
@@ -199,25 +212,29 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
                         f"{lock.bound_s:g} s: nothing of this write was done; try again when "
                         "that process is done"
                     ) from exc
-                if time.monotonic() - started < _BEGIN_PAUSE_S:
-                    time.sleep(_BEGIN_PAUSE_S)  # the database thread's own wait, not the loop's
+                if now - started < _BEGIN_PAUSE_S:  # the database thread's own wait, not the loop's
+                    time.sleep(min(_BEGIN_PAUSE_S, deadline - now))
                 continue
             # Under the write lock: one stat per transaction, a few microseconds.
             refuse_replaced(conn, lock)
             return
     finally:
         lock.since = None
+        if narrowed:  # the next write's tries wait a whole busy timeout again (or the limit's)
+            narrow_busy_timeout(conn, lock, always=True)
 
 
-def narrow_busy_timeout(conn: sqlite3.Connection, lock: LockWait) -> None:
+def _set_busy_timeout(conn: sqlite3.Connection, seconds: float) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+
+
+def narrow_busy_timeout(conn: sqlite3.Connection, lock: LockWait, *, always: bool = False) -> None:
     """Under the store's limit, let one statement wait no longer than what is left of it
-    (nor longer than the busy timeout it had). Never widened again: the limit is set
-    when the store's owner is closing."""
-    if lock.until is not None:
-        current = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-        left = int(lock.left_s(_MAX_BUSY_S) * 1000)
-        if left < current:
-            conn.execute(f"PRAGMA busy_timeout = {left}")
+    (nor longer than the connection's busy timeout). Never widened past the limit again:
+    it is set when the store's owner is closing. ``always``: set it with no limit too
+    (to the busy timeout itself), after a try that was let wait less."""
+    if always or lock.until is not None:
+        _set_busy_timeout(conn, lock.left_s(lock.busy_s))
 
 
 def _run_batch(
@@ -319,13 +336,14 @@ class GroupCommitWriter:
         *,
         max_batch: int,
         lock_timeout_s: float,
+        busy_s: float,
         database: str,
         file: tuple[int, int] | None = None,
     ) -> None:
         self._conn = conn
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
-        self.lock_wait = LockWait(lock_timeout_s, database, file)
+        self.lock_wait = LockWait(lock_timeout_s, database, file, busy_s=busy_s)
         # The next look at that wait while drains run (event loop only), and the wait it
         # last told of.
         self._watch: asyncio.TimerHandle | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import sqlite3
@@ -322,17 +323,56 @@ async def test_newer_database_is_refused(db_path: Path) -> None:
         await RuntimeStore.open(db_path)
 
 
+# Another program's SQLite files: whatever their version says, none is hostkit's.
+FOREIGN = {
+    "a table": ("CREATE TABLE other_app (x)",),
+    "hostkit's own version": ("CREATE TABLE notes (x)", f"PRAGMA user_version = {SCHEMA_VERSION}"),
+    "a newer version": ("CREATE TABLE notes (x)", f"PRAGMA user_version = {SCHEMA_VERSION + 76}"),
+    "an older version": ("CREATE TABLE notes (x)", "PRAGMA user_version = 5"),
+    "only a view": ("CREATE VIEW answer AS SELECT 42",),
+    "only its application_id": ("PRAGMA application_id = 1234",),
+    "only a version": ("PRAGMA user_version = 3",),
+}
+
+
+@pytest.mark.parametrize("made", sorted(FOREIGN))
 @pytest.mark.sqlite_only("a foreign SQLite file (application_id)")
-async def test_foreign_sqlite_file_is_refused(db_path: Path) -> None:
+async def test_foreign_sqlite_file_is_refused_and_left_byte_identical(
+    db_path: Path, made: str
+) -> None:
+    """A file that is neither new nor hostkit's is refused at every open, before anything is
+    written to it (not switched to WAL, no schema, no application_id): the operator is
+    told to point the setting elsewhere, not to upgrade or restore."""
+
     def foreign(path: Path) -> None:
-        conn = sqlite3.connect(str(path))
-        conn.execute("CREATE TABLE other_app (x)")
-        conn.commit()
-        conn.close()
+        with contextlib.closing(sqlite3.connect(str(path))) as conn:
+            for statement in FOREIGN[made]:
+                conn.execute(statement)
+            conn.commit()
 
     await anyio.to_thread.run_sync(foreign, db_path)
-    with pytest.raises(MigrationError, match="not a hostkit database"):
-        await RuntimeStore.open(db_path)
+    before = await digest(db_path)
+    for _ in range(2):  # a refused open changes nothing that would let the next one in
+        with pytest.raises(MigrationError) as caught:
+            await RuntimeStore.open(db_path)
+        said = str(caught.value)
+        assert said.startswith("this file is not a hostkit database")
+        assert "([host] database) at a hostkit database or at a new path" in said
+        assert "newer" not in said
+        assert caught.value.database == str(db_path)
+        assert await digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
+@pytest.mark.sqlite_only("an empty SQLite file")
+async def test_an_empty_file_is_a_new_database(db_path: Path) -> None:
+    """A file with nothing in it (as `touch` leaves one) is hostkit's to create."""
+    await anyio.Path(db_path).write_bytes(b"")
+    async with await RuntimeStore.open(db_path) as store:
+        assert (store.migration.from_version, store.migration.backup) == (0, None)
+    assert ("pragma", "application_id", str(APPLICATION_ID)) in await anyio.to_thread.run_sync(
+        schema, db_path
+    )
 
 
 @pytest.mark.sqlite_only("an injected gap in the SQLite migration chain")

@@ -139,6 +139,49 @@ async def test_past_the_lock_timeout_a_write_fails_typed_and_retryable(tmp_path:
     assert [tuple(r) for r in rows] == [("later",)]
 
 
+# (busy_timeout_s, lock_timeout_s): a busy timeout longer than the whole wait, and one
+# that does not divide it (the last try may wait only what is left).
+OVERSHOOTING = [(5.0, 1.0), (1.5, 2.0)]
+
+
+@pytest.mark.parametrize(("busy_s", "lock_s"), OVERSHOOTING)
+async def test_a_write_gives_up_at_the_lock_timeout_not_a_busy_timeout_after(
+    tmp_path: Path, busy_s: float, lock_s: float
+) -> None:
+    """Each try waits up to the busy timeout, but never past the lock timeout in all."""
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(
+        database, busy_timeout_s=busy_s, lock_timeout_s=lock_s
+    ) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v TEXT)"))
+        async with lock_held_elsewhere(database):
+            started = time.monotonic()
+            with anyio.fail_after(30), pytest.raises(StoreError, match="try again when"):
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES ('x')"))
+            waited = time.monotonic() - started
+        assert lock_s - 0.1 < waited < lock_s + 0.6
+        # The next write's first try waits a whole busy timeout again (and needs none).
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES ('later')"))
+        busy = await store.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+    assert busy == int(min(busy_s, lock_s) * 1000)
+
+
+@pytest.mark.parametrize(("busy_s", "lock_s"), OVERSHOOTING)
+async def test_an_opening_gives_up_at_the_lock_timeout_not_a_busy_timeout_after(
+    tmp_path: Path, busy_s: float, lock_s: float
+) -> None:
+    """The migration's wait for another process's lock has the same bound."""
+    database = tmp_path / "hostkit.db"
+    async with await RuntimeStore.open(database, migrations=MIGRATIONS[:1]):
+        pass  # an old version: opening it migrates, under the write lock
+    async with lock_held_elsewhere(database):
+        started = time.monotonic()
+        with anyio.fail_after(30), pytest.raises(StoreError, match="held the write lock"):
+            await RuntimeStore.open(database, busy_timeout_s=busy_s, lock_timeout_s=lock_s)
+        waited = time.monotonic() - started
+    assert lock_s - 0.1 < waited < lock_s + 0.6
+
+
 @pytest.mark.slow
 async def test_a_turn_whose_tool_ran_under_another_processs_lock_completes(
     tmp_path: Path,
