@@ -13,6 +13,7 @@ command finishes with the status it would have had.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import os
@@ -63,7 +64,9 @@ def survive_readers_leaving() -> None:
     turn with it), and the next file opened would have taken its number. A stream
     that is not a file descriptor's is left as it is (tests capturing output, an
     embedding application). Text stdout cannot encode is written escaped, never
-    failing the command (stderr does so already).
+    failing the command (stderr does so already); on a stream that writes back
+    undecodable bytes (``surrogateescape``, the C locale's) those still are, and any
+    other lone surrogate, which that handler refuses, is escaped.
     """
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
         _open_if_closed(fd, flags)
@@ -80,6 +83,26 @@ def _open_if_closed(fd: int, flags: int) -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+
+
+def _escape_or_restore(exc: UnicodeError) -> tuple[bytes, int]:
+    """``surrogateescape`` where it applies (a byte read from a file name goes out as
+    that byte), ``backslashreplace`` for every other character the encoding lacks."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    written = bytearray()
+    for ch in exc.object[exc.start : exc.end]:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            written.append(code - 0xDC00)
+        else:
+            written += ascii(ch)[1:-1].encode("ascii")
+    return bytes(written), exc.end
+
+
+codecs.register_error("hostkit.surrogateescape", _escape_or_restore)
+# The error handler a standard stream is rewrapped with, by the one it had: none fails.
+_NEVER_FAILING = {"strict": "backslashreplace", "surrogateescape": "hostkit.surrogateescape"}
 
 
 def _survivor(stream: TextIO | None, fd: int, *, line_buffering: bool) -> TextIO | None:
@@ -110,7 +133,7 @@ def _survivor(stream: TextIO | None, fd: int, *, line_buffering: bool) -> TextIO
     return io.TextIOWrapper(
         raw if unbuffered else io.BufferedWriter(raw),
         encoding=stream.encoding,
-        errors="backslashreplace" if stream.errors == "strict" else stream.errors,
+        errors=_NEVER_FAILING.get(stream.errors or "strict", stream.errors),
         line_buffering=stream.line_buffering,
         write_through=stream.write_through or unbuffered,
     )

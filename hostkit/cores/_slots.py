@@ -5,8 +5,9 @@ sandbox: slot code can do anything the Host user can. What it guarantees is
 the interface: a slot gets the ``ctx`` SDK (never a scope, lease, store or
 authority), runs under ``limits.slot_timeout_s``, and whatever goes wrong —
 the module cannot be imported, the function raises, times out or returns
-the wrong type — fails the turn with a bounded error that names the slot and
-the exception's type, never its message (it may hold secrets).
+the wrong type or text that is not valid (a lone surrogate) — fails the turn
+with a bounded error that names the slot and the exception's type, never its
+message (it may hold secrets).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from hostkit.cores._loaded import LoadedCore
 from hostkit.cores._manifest import SlotsSpec
 from hostkit.cores._sdk import AuthorContext
 from hostkit.errors import RuntimeFailure, bounded
-from hostkit.types import MAX_INPUT_CHARS
+from hostkit.types import MAX_INPUT_CHARS, is_encodable
 
 __all__ = ["MAX_BOOTSTRAP_CHARS", "MAX_OUTPUT_CHARS", "SlotFailed", "SlotName", "SlotRuntime"]
 
@@ -46,6 +47,20 @@ class SlotFailed(RuntimeFailure):
     def __init__(self, slot: str, problem: str) -> None:
         self.slot = slot
         super().__init__(bounded(f"slot {slot!r} {problem}", 300))
+
+
+def _valid(slot: SlotName, value: str) -> str:
+    """``value`` as a plain ``str`` when it is valid text; else ``SlotFailed``.
+
+    Refused, not repaired: a lone surrogate (text read with ``surrogateescape``,
+    a string cut mid-escape) is the core's bug, and kept it would fail every
+    later request of the session, whichever revision runs then.
+    """
+    if not is_encodable(value):
+        raise SlotFailed(
+            slot, "must return valid text, not text holding a lone surrogate (undecodable bytes)"
+        )
+    return str.__str__(value)
 
 
 class SlotRuntime:
@@ -109,7 +124,7 @@ class SlotRuntime:
             raise SlotFailed(
                 "bootstrap", f"must return text of at most {MAX_BOOTSTRAP_CHARS} or None"
             )
-        return value
+        return _valid("bootstrap", value)
 
     async def input(self, ctx: AuthorContext, text: str) -> str:
         """The normalized input (``text`` itself when no input slot is declared)."""
@@ -118,7 +133,7 @@ class SlotRuntime:
         value = await self._run("input", ctx, text)
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_INPUT_CHARS:
             raise SlotFailed("input", f"must return non-empty text of at most {MAX_INPUT_CHARS}")
-        return value
+        return _valid("input", value)
 
     async def output(self, ctx: AuthorContext, text: str) -> str:
         """The final answer as persisted and returned (``text`` when not declared)."""
@@ -130,7 +145,7 @@ class SlotRuntime:
             raise SlotFailed(
                 "output", f"must return text of at most {MAX_OUTPUT_CHARS} characters, not {got}"
             )
-        return value
+        return _valid("output", value)
 
     async def _run(self, slot: SlotName, *args: Any) -> Any:
         with anyio.move_on_after(self._timeout_s) as deadline:

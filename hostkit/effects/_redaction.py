@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hostkit.types import REDACTED, is_secret_field
+from hostkit.types import REDACTED, encodable, is_secret_field
 
 __all__ = [
     "FRAGMENT_CHARS",
@@ -94,7 +94,6 @@ _HTML_SAFE = str.maketrans(
     {"&": "\\u0026", "<": "\\u003c", ">": "\\u003e", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 )
 _HTML_UNSAFE = re.compile("[&<>\u2028\u2029]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _CUT = "…"
 _BYTES = (bytes, bytearray, memoryview)
 # Walked for secret-named fields through their __dict__: never these (code, not data).
@@ -111,20 +110,9 @@ class RedactionLimit(ValueError):
     """A structure too deep, or with too many secret-named values, to search safely."""
 
 
-def safe_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced, so it always encodes as UTF-8.
-
-    A byte that ``surrogateescape`` smuggled in (``\\udcff``) becomes its
-    ``\\xff`` escape; any other lone surrogate becomes U+FFFD.
-    """
-    if not _SURROGATE.search(text):
-        return text
-    return _SURROGATE.sub(_surrogate_escape, text)
-
-
-def _surrogate_escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
+# Every lone surrogate replaced, so the text always encodes as UTF-8: the rule every text
+# from outside follows (``hostkit.types.encodable``), under the name effects code knows.
+safe_text = encodable
 
 
 def _decoded(value: bytes | bytearray | memoryview) -> str:

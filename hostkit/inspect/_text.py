@@ -60,16 +60,21 @@ def prose_text(text: str) -> str:
     (which reorder whole runs of what is read) are escaped. The rest of
     Unicode stays as written, the directional marks (LRM, RLM, ALM) and
     zero-width joiners included, so joined emoji and right-to-left words read
-    as the model wrote them. ``printable_text`` is the stricter rule, for what
-    a person decides on.
+    as the model wrote them. ``printable_text`` is the stricter rule, for
+    what a person decides on. A lone surrogate (in text a transcript kept
+    before such text was made valid where it enters) is escaped too: no
+    terminal encoding has bytes for one, and writing it would fail the command.
     """
     if text.isprintable() or not _DRIVES.search(text):
         return text
     return _DRIVES.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
-# What ``prose_text`` escapes: controls but \t and \n, separators, bidi controls.
-_DRIVES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What ``prose_text`` escapes: controls but \t and \n, separators, bidi controls, and
+# lone surrogates.
+_DRIVES = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def one_line_hides(value: Any, limit: int) -> bool:

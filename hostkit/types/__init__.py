@@ -16,7 +16,9 @@ from hostkit.types._attachment import (
     stand_in,
 )
 from hostkit.types._bounds import (
+    encodable,
     is_count,
+    is_encodable,
     is_names,
     is_positive,
     is_seconds,
@@ -300,11 +302,13 @@ __all__ = [
     "bounded_metadata",
     "check_content",
     "content_ref",
+    "encodable",
     "finite_seconds",
     "is_channel_id",
     "is_core_id",
     "is_count",
     "is_cut",
+    "is_encodable",
     "is_names",
     "is_positive",
     "is_revision",

@@ -12,11 +12,14 @@ argument, ``ConfigError`` with the key for configuration).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from typing import TypeGuard
 
 __all__ = [
+    "encodable",
     "is_count",
+    "is_encodable",
     "is_names",
     "is_positive",
     "is_seconds",
@@ -60,13 +63,47 @@ def is_text(value: object, *, limit: int) -> TypeGuard[str]:
     """
     if not isinstance(value, str) or not 0 < str.__len__(value) <= limit:
         return False
-    if str.isascii(value):
+    return is_encodable(value)
+
+
+# A lone surrogate: what Python decodes a JSON "\\ud800" escape, or a byte read with
+# ``errors="surrogateescape"``, to. UTF-8 has no bytes for one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def is_encodable(text: str) -> bool:
+    """Whether ``text`` (a ``str``) encodes as UTF-8: it holds no lone surrogate.
+
+    Cheap on the turn's hot path: ``isascii`` and ``encode`` run in C, and a
+    valid pair (an emoji) is one character, never a surrogate, in a ``str``.
+    """
+    if str.isascii(text):
         return True
     try:
-        str.encode(value, "utf-8")
+        str.encode(text, "utf-8")
     except UnicodeEncodeError:
         return False
     return True
+
+
+def encodable(text: str) -> str:
+    """``text`` with every lone surrogate replaced, so it always encodes as UTF-8.
+
+    For text from outside the Host's code that becomes a transcript message, a
+    model's answer or a tool's result: a model's glitch or a tool's stray byte
+    must not fail the turn, nor every later request of the session that would
+    carry it again. A byte ``surrogateescape`` smuggled in (``\\udcff``) becomes its
+    ``\\xff`` escape, any other lone surrogate U+FFFD. NUL and other controls are
+    kept: JSON, the store and the providers carry them.
+    """
+    if is_encodable(text):
+        return text
+    return _SURROGATE.sub(_surrogate_escape, text)
+
+
+def _surrogate_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
 
 
 def plain_text(value: object, *, limit: int) -> str | None:

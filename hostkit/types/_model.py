@@ -2,6 +2,12 @@
 
 Every provider adapter normalizes to these; the ContextManager budgets them and
 TurnExecution persists them. They are deeply frozen like every contract value.
+
+Their text comes from models, tools and transcripts older versions wrote, and a
+transcript is sent to the model again on every later turn: so each message,
+answer, streamed delta and call id or name holds text that encodes as UTF-8
+(``encodable``: a lone surrogate, a JSON ``"\\ud800"`` escape's, is replaced).
+Kept as it came, one would fail every later request of its session.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, thaw
 from hostkit.types._arguments import MAX_ARGUMENT_DEPTH, argument_problem, raw_arguments
 from hostkit.types._attachment import Attachment, AttachmentPart
-from hostkit.types._bounds import is_count
+from hostkit.types._bounds import encodable, is_count
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -89,6 +95,7 @@ class ToolDefinition:
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > MAX_TOOL_NAME_CHARS:
             raise InvalidValue(f"tool names are 1-{MAX_TOOL_NAME_CHARS} characters")
+        _encode_fields(self, "description")  # an MCP server's, sent with every request
         if type(self.parameters) is not FrozenMap:  # a frozen schema is kept as it is
             object.__setattr__(self, "parameters", FrozenMap(self.parameters))
 
@@ -102,6 +109,7 @@ class ToolCall:
     Python object) are an ``InvalidValue``: kept, they would fail the encoding
     of every later request of the conversation. Adapters keep what a model
     sent malformed as ``{"_raw": text}`` instead (``parse_tool_arguments``).
+    The id and name are made ``encodable`` (see the module docstring).
     """
 
     call_id: str
@@ -109,6 +117,7 @@ class ToolCall:
     arguments: Mapping[str, Any]
 
     def __post_init__(self) -> None:
+        _encode_fields(self, "call_id", "name")
         # Checked before freezing, which would recurse through a hostile depth.
         problem = argument_problem(self.arguments)
         if problem is not None:
@@ -136,6 +145,7 @@ class ModelMessage:
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
             raise InvalidValue("role must be system, user, assistant or tool")
+        _encode_fields(self, "content", "tool_call_id", "name")
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         parts = tuple(self.attachments)
         if parts and (self.role != "user" or not all(isinstance(p, AttachmentPart) for p in parts)):
@@ -255,6 +265,7 @@ class ModelResponse:
     provider_request_id: str | None = None
 
     def __post_init__(self) -> None:
+        _encode_fields(self, "text")
         calls = tuple(self.tool_calls)
         # Checked here, not on ToolCall: a transcript written before these bounds must
         # still load, but no provider may hand a turn a response past them.
@@ -291,3 +302,15 @@ class StreamEvent:
     kind: Literal["text", "done"]
     text: str = ""
     response: ModelResponse | None = None
+
+    def __post_init__(self) -> None:
+        _encode_fields(self, "text")
+
+
+def _encode_fields(value: object, *names: str) -> None:
+    """Make each text field of a frozen ``value`` ``encodable`` (a non-str is left to
+    the value's own checks)."""
+    for name in names:
+        text = getattr(value, name)
+        if isinstance(text, str) and not str.isascii(text):
+            object.__setattr__(value, name, encodable(text))

@@ -61,6 +61,20 @@ async def slow(ctx):
 
 async def wrong(ctx, text):
     return {{"not": "text"}}
+
+
+# Ordinary bugs that leave a lone surrogate, which no transcript or model request carries:
+# a string cut mid-escape, bytes read with errors="surrogateescape".
+async def cut_bootstrap(ctx):
+    return "Answer in French. \\ud83d"
+
+
+async def smuggled_input(ctx, text):
+    return text + b" caf\\xe9".decode("utf-8", "surrogateescape")
+
+
+async def cut_output(ctx, text):
+    return text + " \\ud800"
 '''
 
 
@@ -162,6 +176,11 @@ async def test_a_repeated_request_still_matches_its_normalized_turn(tmp_path: Pa
             True,
         ),
         ({"input": "gone:fn"}, {}, "slot 'input' cannot be loaded (ModuleNotFoundError)", False),
+        # Text with a lone surrogate is refused as the slot's failure, never kept: kept, it
+        # would fail every later request of the session, whichever revision runs then.
+        ({"bootstrap": "slots:cut_bootstrap"}, {}, "slot 'bootstrap' must return valid", False),
+        ({"input": "slots:smuggled_input"}, {}, "slot 'input' must return valid text", False),
+        ({"output": "slots:cut_output"}, {}, "slot 'output' must return valid text", True),
     ],
 )
 async def test_a_failing_slot_fails_the_turn_sanitized_and_recorded(

@@ -568,6 +568,29 @@ async def test_an_answer_the_terminal_cannot_encode_is_written_escaped(tmp_path:
     assert await _outcomes(tmp_path) == ["completed"]
 
 
+async def test_a_stream_that_writes_back_undecodable_bytes_escapes_any_other_surrogate(
+    tmp_path: Path,
+) -> None:
+    """Under a C locale (or ``PYTHONIOENCODING=utf-8:surrogateescape``) stdout writes a
+    byte ``surrogateescape`` smuggled in back as that byte, but raised on any other lone
+    surrogate (an answer a transcript kept before such text was made valid): the command
+    ended in a traceback. That one is written escaped; the byte still goes out as it was."""
+    script = (
+        "import sys\n"
+        "from hostkit._stdio import survive_readers_leaving\n"
+        "survive_readers_leaving()\n"
+        "sys.stdout.write('a\\udcff b\\ud800 \\u00e9\\n')\n"
+    )
+    done = await anyio.run_process(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:surrogateescape"},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"a\xff b\\ud800 \xc3\xa9\n"
+
+
 async def test_each_agent_continues_its_own_terminal_conversation(tmp_path: Path) -> None:
     """``--agent notes`` after the assistant must not continue (and relabel) the
     assistant's session, whose history is about something else."""

@@ -314,6 +314,10 @@ async def test_unstorable_text_in_a_summary_is_kept_as_a_stand_in(
     assert outcome.kind == "committed"
     assert outcome.summary is not None
     assert unstorable not in outcome.summary.summary
+    if source == "fallback" and unstorable != "\x00":
+        # A message holds valid text from the start (U+FFFD for the lone surrogate):
+        # the fallback summary quotes it as it is.
+        kept_as = "\ufffd"
     assert kept_as in outcome.summary.summary
 
 

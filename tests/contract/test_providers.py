@@ -437,6 +437,50 @@ async def test_a_stored_call_holding_an_infinity_is_sent_back_as_raw(
 
 @rigs(WIRE)
 @STREAMED
+async def test_a_lone_surrogate_in_an_answer_is_replaced_and_the_answer_can_be_sent_back(
+    rig: WireRig, stream: bool
+) -> None:
+    """A JSON ``"\\ud800"`` escape is valid JSON that decodes to a lone surrogate, which
+    UTF-8 has no bytes for: kept, it failed the encoding of every later request of the
+    conversation. The answer holds a replacement instead, in its text, each streamed
+    delta, and its calls' ids and names (a byte ``surrogateescape`` smuggled in shows
+    as its ``\\xNN`` escape, any other as U+FFFD); arguments holding one are one
+    ``{"_raw": ...}`` call, as any arguments no strict encoder writes back."""
+    calls = (
+        Call("call_\ud800", "get_\udcffweather", ('{"city": "Par\\ud800"}',)),
+        Call.of("call_ok", "get_weather", {"city": "Oslo"}),
+    )
+    rig.expect(
+        Answer(deltas=("Caf\ud83d ", "au lait \udfff"), calls=calls, finish="tool_calls"),
+        stream=stream,
+    )
+    events = await collect(rig.provider, ASK) if stream else []
+    response = done(events) if stream else await rig.provider.complete(ASK)
+    for event in events:
+        event.text.encode("utf-8")
+    assert response.text == "Caf\ufffd au lait \ufffd"
+    assert [(call.call_id, call.name) for call in response.tool_calls] == [
+        ("call_\ufffd", "get_\\xffweather"),
+        ("call_ok", "get_weather"),
+    ]
+    assert list(response.tool_calls[0].arguments) == ["_raw"]
+    history = ModelRequest(
+        messages=(
+            ASK.messages[0],
+            ModelMessage("assistant", response.text, response.tool_calls),
+            *(
+                ModelMessage("tool", "sunny", tool_call_id=call.call_id)
+                for call in response.tool_calls
+            ),
+        ),
+        max_output_tokens=24,
+    )
+    rig.expect(TEXT, stream=stream)
+    assert (await answer(rig, history, stream=stream)).text == TEXT.text
+
+
+@rigs(WIRE)
+@STREAMED
 async def test_a_request_that_cannot_be_encoded_is_a_typed_error_and_never_sent(
     rig: WireRig, stream: bool
 ) -> None:

@@ -89,3 +89,14 @@ async def test_a_turn_error_is_printed_escaped(tmp_path: Path, driver: str) -> N
     print_result(Console(file=shown, width=400, color_system=None), result, database="db")
     assert _raw(shown.getvalue()) == []
     assert "the upstream said" in shown.getvalue()
+
+
+def test_a_lone_surrogate_a_transcript_kept_is_written_as_its_escape() -> None:
+    """Text kept before it was made valid where it enters (a stored answer shown again)
+    has no bytes in any terminal encoding: written raw, it ended ``hostkit run`` in a
+    ``UnicodeEncodeError`` traceback. It is written as its escape."""
+    from hostkit.turns import TurnEvent
+
+    line = event_text(TurnEvent("text.delta", "req_1", "turn_1", "ses_1", {"text": "caf\ud800!"}))
+    assert line == "caf\\ud800!"
+    line.encode("utf-8")

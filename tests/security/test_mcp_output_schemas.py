@@ -33,6 +33,7 @@ from rich.console import Console
 
 from hostkit.adapters.scripted import CallTools, Reply, ScriptedModel
 from hostkit.builtins.mcp import McpClientConnector, McpProtocolError
+from hostkit.builtins.mcp._render import tool_problem
 from hostkit.builtins.process import SandboxPolicy
 from hostkit.builtins.web import UrlPolicy
 from hostkit.cli._mcp import print_servers
@@ -332,3 +333,14 @@ async def test_a_tool_whose_entry_is_unusable_is_left_out_named_and_its_sibling_
     assert ", garbled, shaped, wide; garbled: its entry does not fit protocol 20" in (status.detail)
     assert "; shaped: its input schema is not a JSON object schema" in status.detail
     assert len(status.detail) <= 300
+
+
+def test_an_input_schema_holding_a_lone_surrogate_makes_its_tool_unusable() -> None:
+    """A schema is sent with every request of a turn that offers its tool: a lone
+    surrogate in it (a JSON ``"\\ud800"`` escape, valid JSON) failed each one."""
+    text = {"type": "string", "description": "caf\ud800"}
+    schema = {"type": "object", "properties": {"q": text}}
+    assert tool_problem("search", schema, None) == (
+        "its input schema holds text that is not valid (a lone surrogate)"
+    )
+    assert tool_problem("search", {**schema, "properties": {"q": {"type": "string"}}}, None) is None

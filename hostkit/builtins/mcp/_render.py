@@ -46,6 +46,7 @@ from hostkit.builtins.mcp._errors import (
 from hostkit.effects import McpToolSpec, SchemaTool, schema_problem, schema_refusal
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import freeze
+from hostkit.types import is_encodable
 
 __all__ = [
     "OutputSchema",
@@ -97,9 +98,10 @@ def tool_problem(name: str, input_schema: Any, output_schema: Any) -> str | None
     """Why the Host will not use a listed tool, judged on its own, or None.
 
     A name of at most ``MAX_TOOL_NAME_CHARS``; an input schema that is a JSON
-    object schema (``"type": "object"``) of at most ``MAX_SCHEMA_BYTES``; an
-    output schema, when there is one, with an object root (as ``schema_problem``
-    takes it; its other checks run on a worker thread, ``check_outputs``).
+    object schema (``"type": "object"``) of at most ``MAX_SCHEMA_BYTES``, all of
+    it valid text (no lone surrogate); an output schema, when there is one,
+    with an object root (as ``schema_problem`` takes it; its other checks run
+    on a worker thread, ``check_outputs``).
     Cheap: it runs on the event loop, once per listed tool.
     """
     if len(name) > MAX_TOOL_NAME_CHARS:
@@ -108,6 +110,9 @@ def tool_problem(name: str, input_schema: Any, output_schema: Any) -> str | None
         return "its input schema is not a JSON object schema"
     if len(json.dumps(input_schema, default=str)) > MAX_SCHEMA_BYTES:
         return f"its input schema is over {MAX_SCHEMA_BYTES // 1024} KiB"
+    if not is_encodable(json.dumps(input_schema, default=str, ensure_ascii=False)):
+        # Sent with every request of the turn: a lone surrogate would fail each one.
+        return "its input schema holds text that is not valid (a lone surrogate)"
     if output_schema is not None and (
         not isinstance(output_schema, dict) or output_schema.get("type", "object") != "object"
     ):
