@@ -302,6 +302,9 @@ class PgStore(RowStore):
                 )
             except psycopg.Error as exc:
                 raise _unreachable(location, connect_timeout_s, exc) from exc
+            # The migration's wait for another Host's upgrade, before there is a store to limit.
+            opening = WaitLimit()
+            follow_opening_limit(opening.limit)
             async with migrating as conn:
                 skew = await _clock_skew(conn)
                 if abs(skew) > max_clock_skew_s:
@@ -313,6 +316,7 @@ class PgStore(RowStore):
                     backup=None
                     if backup_dir is None
                     else functools.partial(dump_and_verify, url, backup_dir, location=location),
+                    limit=opening,
                 )
             try:
                 await anyio.to_thread.run_sync(
@@ -327,9 +331,9 @@ class PgStore(RowStore):
         store = cls(
             pool, url=url, connect_timeout_s=connect_timeout_s, location=location, report=report
         )
-        # The opening's own lock wait (the migration's) is the caller's: a cancellation
-        # ends it (psycopg cancels the statement). What the owner writes next (recovery)
-        # may be shielded: it follows the limit the store was opened under.
+        # The opening's own lock wait (the migration's) followed the opening's limit, and a
+        # cancellation ends it (psycopg cancels the statement). What the owner writes next
+        # (recovery) may be shielded: it follows the limit the store was opened under.
         follow_opening_limit(store.limit_waits)
         return store
 

@@ -3,8 +3,12 @@
 PostgreSQL's DDL is transactional, so every pending migration runs in one
 transaction with its version rows: a failure leaves the database exactly as it
 was. Several Hosts starting at once take a transaction-scoped advisory lock;
-the first migrates, the others then find nothing pending. A database that
-holds tables but no ``hostkit_schema`` is not ours and is refused, and so is a
+the first migrates, the others wait for it (up to ``_LOCK_WAIT_S``, bounded by
+``lock_timeout`` alone: the store's ``statement_timeout`` is lifted first, so
+a long upgrade elsewhere is waited out) and then find nothing pending. Opened
+under a ``WaitLimit`` (``stores_opened_follow``), that wait ends by the limit
+too, one under way included. A database that holds tables but no
+``hostkit_schema`` is not ours and is refused, and so is a
 database of a newer hostkit.
 
 A destructive step (``Migration.destructive``: it drops or rewrites data) on a
@@ -22,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 
 from hostkit.errors import MigrationError
 from hostkit.store._pg_connection import first_line
 from hostkit.store._schema import Migration
+from hostkit.store._wait_limit import WaitLimit
 
 __all__ = ["PgMigrationReport", "upgrade"]
 
@@ -35,6 +41,9 @@ _MIGRATION_LOCK = 0x686B6974
 
 # How long a starting Host waits for another Host's upgrade before giving up.
 _LOCK_WAIT_S = 900
+# Under a limit: how long past it the wait still lets the server report its own
+# lock timeout before the statement is cancelled from here.
+_LIMIT_MARGIN_S = 0.5
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS hostkit_schema (
     version BIGINT PRIMARY KEY,
@@ -58,15 +67,23 @@ async def upgrade(
     migrations: Sequence[Migration],
     location: str,
     backup: Callable[[int], Awaitable[Path]] | None,
+    limit: WaitLimit | None = None,
 ) -> PgMigrationReport:
     """Bring the database at ``conn`` to the last of ``migrations``, or raise ``MigrationError``.
 
     ``backup(version)`` takes and verifies a dump; it runs (before the upgrade
     transaction) only when a pending step is destructive and the database has
-    a schema already.
+    a schema already. ``limit`` (the opening's): once set, the wait for another
+    Host's upgrade ends by it.
     """
     try:
-        return await _upgrade(conn, migrations=migrations, location=location, backup=backup)
+        return await _upgrade(
+            conn,
+            migrations=migrations,
+            location=location,
+            backup=backup,
+            limit=WaitLimit() if limit is None else limit,
+        )
     except psycopg.Error as exc:
         # Transactional DDL: the failed transaction left the database as it was.
         state = getattr(exc, "sqlstate", None) or "connection"
@@ -83,6 +100,7 @@ async def _upgrade(
     migrations: Sequence[Migration],
     location: str,
     backup: Callable[[int], Awaitable[Path]] | None,
+    limit: WaitLimit,
 ) -> PgMigrationReport:
     latest = migrations[-1].version if migrations else 0
     taken: Path | None = None
@@ -98,11 +116,10 @@ async def _upgrade(
             )
         taken = await backup(before)
     async with conn.transaction():
-        # Another Host's upgrade may take a while: wait for it, boundedly; a step itself
-        # (rewriting a large table) is not cut off by the store's statement timeout.
-        await conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_WAIT_S}s'")
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+        # Neither the wait for another Host's upgrade (bounded by lock_timeout) nor a step
+        # itself (rewriting a large table) is cut off by the store's statement timeout.
         await conn.execute("SET LOCAL statement_timeout = 0")
+        await _wait_for_other_upgrades(conn, location, limit)
         current = await _current_version(conn, location)
         if current > latest:
             raise MigrationError(
@@ -129,6 +146,61 @@ async def _upgrade(
                 [migration.version, migration.name, time.time()],
             )
     return PgMigrationReport(current, pending[-1].version, taken)
+
+
+async def _wait_for_other_upgrades(
+    conn: psycopg.AsyncConnection[Any], location: str, limit: WaitLimit
+) -> None:
+    """Take the migrator's lock in this transaction: up to ``_LOCK_WAIT_S``, or until
+    ``limit``; past that a retryable ``MigrationError`` saying another Host's upgrade holds it.
+
+    A limit set during the wait has the server cancel the statement (the connection
+    stays usable, and no backend of this Host is left queued for the lock).
+    """
+    wait_s = limit.left_s(_LOCK_WAIT_S)
+    await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(wait_s * 1000))}ms'")
+    timer = anyio.CancelScope()
+
+    def end_by(left_s: float) -> None:
+        timer.deadline = min(timer.deadline, anyio.current_time() + left_s + _LIMIT_MARGIN_S)
+
+    limit.follow(end_by)
+    stopped = False
+
+    async def cancel_at_the_limit() -> None:
+        nonlocal stopped
+        with timer:
+            await anyio.sleep_forever()
+        stopped = True
+        await conn.cancel_safe(timeout=_LIMIT_MARGIN_S * 10)
+
+    refused: psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled | None = None
+    async with anyio.create_task_group() as watch:
+        watch.start_soon(cancel_at_the_limit)
+        try:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+            refused = exc
+        finally:
+            watch.cancel_scope.cancel()
+    if refused is None:
+        return
+    if isinstance(refused, psycopg.errors.LockNotAvailable):
+        stopped = stopped or wait_s < _LOCK_WAIT_S
+    elif not stopped:
+        raise refused
+    why = (
+        "this Host stopped waiting for it (it is stopping)"
+        if stopped
+        else f"it is still at it after {_LOCK_WAIT_S} s"
+    )
+    error = MigrationError(
+        f"another Host is upgrading the schema of {location} and {why}; nothing was "
+        "migrated here: start this Host again when that upgrade is done",
+        database=location,
+    )
+    error.retryable = True
+    raise error
 
 
 async def _current_version(conn: psycopg.AsyncConnection[Any], location: str) -> int:

@@ -6,14 +6,25 @@ keys and named indexes of a fresh SQLite file after ``MIGRATIONS``, apart from
 the ``*_ONLY`` constants below, where each engine does one thing its own way.
 
 Migrations: one transaction under an advisory lock, so a second open does
-nothing, concurrent first opens apply the schema once, a newer or foreign
-database is refused, and a failing statement leaves the database as it was.
+nothing, concurrent first opens apply the schema once, a Host starting while
+another upgrades waits for it (by the lock's bound, not the statement timeout,
+and no longer than a limit it was opened under), a newer or foreign database
+is refused, and a failing statement leaves the database as it was.
+
+Backups: a file named like a backup (``hostkit-v<N>-<time>.dump``) is always a
+verified dump; a failed, cut or killed dump leaves nothing under that name.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,7 +36,15 @@ import psycopg
 import pytest
 
 from hostkit.errors import MigrationError
-from hostkit.store import Migration, RuntimeStore
+from hostkit.store import (
+    Migration,
+    RuntimeStore,
+    WaitLimit,
+    _pg_backup,
+    _pg_migrate,
+    stores_opened_follow,
+)
+from hostkit.store._pg_backup import dump_and_verify
 from hostkit.store._pg_migrate import PgMigrationReport
 from hostkit.store._pg_schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 from hostkit.store._sqlite import SqliteStore
@@ -323,6 +342,104 @@ async def test_concurrent_first_opens_apply_the_schema_once(
     assert await schema_rows(url) == [(m.version, m.name) for m in PG_MIGRATIONS]
 
 
+@asynccontextmanager
+async def upgrade_under_way(url: str) -> AsyncIterator[None]:
+    """Another Host's upgrade, as its first open sees it: the migrator's lock held."""
+    async with connect(url) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", [_pg_migrate._MIGRATION_LOCK])
+        try:
+            yield
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", [_pg_migrate._MIGRATION_LOCK])
+
+
+async def lock_waiters(url: str) -> int:
+    """Sessions still queued for an advisory lock of this database."""
+    rows = await fetch(
+        url,
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
+    )
+    return int(rows[0][0])
+
+
+async def test_a_host_starting_during_another_hosts_upgrade_waits_past_its_statement_timeout(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """The wait for another Host's upgrade is bounded by the lock's own bound (900 s),
+    never by ``statement_timeout_s``: a long upgrade elsewhere is waited out, and the
+    schema is then found current."""
+    url = await migrated_database(postgres_cluster)
+    opened: list[PgMigrationReport] = []
+
+    async def start_a_host() -> None:
+        async with RuntimeStore.open_postgres(url, statement_timeout_s=1) as store:
+            opened.append(store.migration)  # type: ignore[attr-defined]
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group, upgrade_under_way(url):
+            group.start_soon(start_a_host)
+            await anyio.sleep(3)  # three statement timeouts
+            assert opened == []
+    assert opened == [PgMigrationReport(PG_SCHEMA_VERSION, PG_SCHEMA_VERSION)]
+
+
+async def test_a_wait_for_another_upgrade_past_its_bound_says_who_holds_it(
+    postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound the open fails retryably, naming the cause and what to do, and
+    migrates nothing."""
+    url = await migrated_database(postgres_cluster)
+    monkeypatch.setattr(_pg_migrate, "_LOCK_WAIT_S", 3)
+    started = time.monotonic()
+    with anyio.fail_after(60), pytest.raises(MigrationError) as caught:
+        async with upgrade_under_way(url):
+            await RuntimeStore.open_postgres(url, statement_timeout_s=1)
+    assert time.monotonic() - started >= 2.9
+    message = str(caught.value)
+    assert "another Host is upgrading the schema" in message, message
+    assert "still at it after 3 s" in message, message
+    assert "start this Host again when that upgrade is done" in message, message
+    assert caught.value.retryable
+    assert caught.value.database == url
+    assert await lock_waiters(url) == 0
+
+
+async def test_a_store_opened_under_a_limit_ends_its_wait_for_another_upgrade_when_set(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A command stopped while its Host waits for another Host's upgrade (it opens the
+    store inside ``stores_opened_follow``): the limit ends that wait within seconds,
+    the server's lock queue keeps no session of it, and a store opened once the limit
+    is set fails at once."""
+    url = await migrated_database(postgres_cluster)
+    limit = WaitLimit()
+    failed: list[tuple[float, MigrationError]] = []
+
+    async def start_a_host() -> None:
+        with stores_opened_follow(limit), pytest.raises(MigrationError) as caught:
+            await RuntimeStore.open_postgres(url, statement_timeout_s=60)
+        failed.append((time.monotonic(), caught.value))
+
+    with anyio.fail_after(60):
+        async with upgrade_under_way(url):
+            async with anyio.create_task_group() as group:
+                group.start_soon(start_a_host)
+                await anyio.sleep(1.0)  # queued for the lock (900 s, unlimited)
+                assert await lock_waiters(url) == 1
+                limited = time.monotonic()
+                limit.limit(0.5)
+            ended, error = failed[0]
+            assert ended - limited < 5, ended - limited
+            assert "stopped waiting for it" in str(error), error
+            assert error.retryable
+            assert await lock_waiters(url) == 0
+            started = time.monotonic()
+            with stores_opened_follow(limit), pytest.raises(MigrationError):
+                await RuntimeStore.open_postgres(url, statement_timeout_s=60)
+            assert time.monotonic() - started < 5
+
+
 async def test_a_database_of_a_newer_hostkit_is_refused_naming_both_versions(
     postgres_cluster: PostgresCluster,
 ) -> None:
@@ -485,6 +602,128 @@ async def test_the_dump_never_carries_the_password_on_its_command_line(
     assert [argv[0].rsplit("/", 1)[-1] for argv in argvs] == ["pg_dump", "pg_restore"]
     leaked = [argv[0] for argv in argvs if any(password in part for part in argv)]
     assert leaked == [], "the URL's password is on these programs' command lines"
+
+
+def folder_names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+async def test_a_failed_dump_leaves_no_file_named_like_a_backup(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """pg_dump failing (here: no such database), and retried, leaves the folder empty."""
+    folder = tmp_path / "backups"
+    missing = postgres_cluster.url("no_such_database")
+    for _ in range(2):
+        with pytest.raises(MigrationError, match="pg_dump failed"):
+            await dump_and_verify(missing, folder, 5, location="test")
+    assert folder_names(folder) == []
+
+
+async def test_a_dump_that_is_not_a_hostkit_backup_is_not_kept(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """The listing decides: an archive without ``hostkit_schema`` is deleted."""
+    folder = tmp_path / "backups"
+    url = await postgres_cluster.create_database()
+    with pytest.raises(MigrationError, match="does not list hostkit_schema"):
+        await dump_and_verify(url, folder, 5, location="test")
+    assert folder_names(folder) == []
+
+
+# A pg_dump that writes part of an archive, says so, and hangs (until killed).
+_HANGING_PG_DUMP = """#!/bin/sh
+for arg in "$@"; do case "$arg" in --file=*) printf 'PGDMP partial' > "${arg#--file=}";; esac; done
+touch "$HANGING_DUMP_STARTED"
+exec sleep 600
+"""
+_DUMP_IN_A_PROCESS = """
+import asyncio, sys
+from pathlib import Path
+from hostkit.store._pg_backup import dump_and_verify
+asyncio.run(dump_and_verify(sys.argv[1], Path(sys.argv[2]), 5, location="test"))
+"""
+
+
+def hanging_pg_dump(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder holding that pg_dump (to put first on PATH), and the file it touches."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "pg_dump").write_text(_HANGING_PG_DUMP)
+    (bindir / "pg_dump").chmod(0o755)
+    return bindir, tmp_path / "started"
+
+
+async def test_a_dump_cut_by_its_deadline_leaves_no_file(
+    postgres_cluster: PostgresCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "backups"
+    url = await migrated_database(postgres_cluster)
+    bindir, started = hanging_pg_dump(tmp_path)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HANGING_DUMP_STARTED", str(started))
+    monkeypatch.setattr(_pg_backup, "_DUMP_TIMEOUT_S", 1.0)
+    with anyio.fail_after(30), pytest.raises(MigrationError, match="did not finish within 1 s"):
+        await dump_and_verify(url, folder, 5, location="test")
+    assert started.exists()
+    assert folder_names(folder) == []
+
+
+async def test_a_killed_dump_is_never_a_backup_and_the_next_dump_removes_it(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """A Host killed during its dump leaves only a ``.partial`` file; the next dump into
+    the folder deletes it and leaves exactly one verified backup."""
+    folder = tmp_path / "backups"
+    url = await migrated_database(postgres_cluster)
+    bindir, started = hanging_pg_dump(tmp_path)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        "HANGING_DUMP_STARTED": str(started),
+    }
+    host = await anyio.open_process(
+        [sys.executable, "-c", _DUMP_IN_A_PROCESS, url, str(folder)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its pg_dump in its group: killed with it
+    )
+    async with host:
+        try:
+            with anyio.fail_after(60):
+                while not await anyio.Path(started).exists():  # noqa: ASYNC110 (another process)
+                    await anyio.sleep(0.05)
+        finally:
+            os.killpg(host.pid, signal.SIGKILL)
+            with anyio.fail_after(30):
+                await host.wait()
+    left = folder_names(folder)
+    assert [name for name in left if not name.endswith(".partial")] == [], left
+    assert len(left) == 1, left
+
+    backup = await dump_and_verify(url, folder, 5, location="test")
+    assert folder_names(folder) == [backup.name]
+    assert backup.name.startswith("hostkit-v5-")
+    assert backup.suffix == ".dump"
+    assert (await anyio.Path(backup).stat()).st_mode & 0o777 == 0o600
+    listing = await anyio.run_process(["pg_restore", "--list", str(backup)])
+    assert b"hostkit_schema" in listing.stdout
+
+
+async def test_a_dump_under_way_in_another_process_is_left_alone(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """A partial file whose writer still holds its lock is not a leftover."""
+    folder = tmp_path / "backups"
+    folder.mkdir(mode=0o700)
+    url = await migrated_database(postgres_cluster)
+    other = folder / "hostkit-v5-20000101T000000.dump.partial"
+    other.write_bytes(b"PGDMP under way")
+    with other.open("rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        backup = await dump_and_verify(url, folder, 5, location="test")
+    assert folder_names(folder) == sorted([backup.name, other.name])
 
 
 async def test_v9_keeps_every_attachment_a_stored_message_names_and_reclaims_the_rest(

@@ -8,6 +8,8 @@ tool ran while another process held the lock ends ``completed`` with its call
 ``succeeded``, not ``failed`` with the call recorded as possibly run. Past the
 lock timeout a write fails with a typed, retryable ``StoreError`` that says so.
 A wait that grows long is said at once (a person at a terminal), not after it.
+A stop signal ends a Host's opening within seconds on either engine (on
+PostgreSQL: its wait for another Host's schema upgrade).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from hostkit.effects import AuthoredTool, ToolContext, tool
@@ -39,6 +42,7 @@ from hostkit.errors import (
 from hostkit.host import Host
 from hostkit.host import _host as host_module
 from hostkit.store import MIGRATIONS, RuntimeStore, WaitLimit, stores_opened_follow
+from hostkit.store._pg_migrate import _MIGRATION_LOCK
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnExecution
 from hostkit.types import TurnRequest, TurnResult
@@ -56,6 +60,7 @@ from tests.contract.test_clause_cli_stop_signals import (
 from tests.contract.test_cli import CONFIG
 from tests.contract.test_cli_approvals import CONFIG as WRITER_CONFIG
 from tests.hosts import config, request
+from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster
 from tests.wire import openai_chat as wire_openai
 from tests.wire import serve_wire, sse_reply
 
@@ -765,6 +770,64 @@ async def test_a_stop_signal_while_the_host_opens_under_another_processs_lock_en
     assert stopped.err.count(line) == 1, stopped.err
     assert "Traceback" not in stopped.err
     assert turn_states(tmp_path) == ["completed"]
+
+
+PG_CONFIG = """
+[host]
+workspace = "workspace"
+
+[store]
+url = "{url}"
+
+[providers.scripted]
+kind = "scripted"
+script = [{{reply = "answered"}}]
+
+[agents.assistant]
+provider = "scripted"
+memory = false
+"""
+
+
+async def test_a_stop_signal_while_the_host_waits_for_another_hosts_upgrade_ends_soon(
+    tmp_path: Path, postgres_cluster: PostgresCluster
+) -> None:
+    """The PostgreSQL twin: ``hostkit run`` whose Host waits for another Host's schema
+    upgrade (the migrator's advisory lock held elsewhere) exits within seconds of
+    SIGTERM with one line saying nothing was run, and leaves no session queued for
+    the lock."""
+    url = await postgres_cluster.create_database(template=HOSTKIT_TEMPLATE)
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(PG_CONFIG.format(url=url))
+    waiters = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as holder:
+
+        async def queued() -> int:
+            row = await (await holder.execute(waiters)).fetchone()
+            return int(row[0]) if row else 0
+
+        async def waiting_for_the_upgrade() -> None:
+            with anyio.fail_after(60):
+                while await queued() == 0:  # noqa: ASYNC110 (another process's session)
+                    await anyio.sleep(0.05)
+
+        await holder.execute("SELECT pg_advisory_lock(%s)", [_MIGRATION_LOCK])
+        stopped = await signal_hostkit(
+            ["run", "second"], tmp_path, waiting_for_the_upgrade, [signal.SIGTERM]
+        )
+        with anyio.fail_after(10):
+            while await queued():  # noqa: ASYNC110 (the server ends the cancelled wait)
+                await anyio.sleep(0.05)
+    assert stopped.code == 143, stopped
+    assert stopped.took < 10, stopped.took
+    line = (
+        "interrupted while the Host was opening (its database busy or being upgraded): "
+        "nothing was run"
+    )
+    assert stopped.err.count(line) == 1, stopped.err
+    assert "Traceback" not in stopped.err
 
 
 def host_opening(project: Path, database: Path) -> Callable[[], Awaitable[None]]:
