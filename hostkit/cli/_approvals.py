@@ -40,6 +40,7 @@ from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
 from hostkit.host import Host
+from hostkit.inspect import approval_rows
 from hostkit.types import PrincipalScope
 
 __all__ = ["approvals"]
@@ -61,7 +62,7 @@ SessionId = Annotated[str, typer.Argument(help="the session id (ses_...; see hos
 @approvals.command("list")
 def list_approvals(
     reason: Reason = None,
-    all_: Annotated[bool, typer.Option("--all", help="every status, not only pending")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="every status, not only open ones")] = False,
     limit: Annotated[int, typer.Option(min=1, max=MAX_LIST)] = 50,
     json_: JsonOption = False,
     operator: Operator = "cli",
@@ -71,29 +72,21 @@ def list_approvals(
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
-            if all_:
-                found = await host.approvals.list(scope, status=None, limit=limit)
-            else:
-                # Open means pending, or answered and not run yet (its hint says: resume).
-                # Read by status: newer closed ones (stale, expired) hid older open ones.
-                found = [
-                    a
-                    for status in ("pending", "approved", "denied")
-                    for a in await host.approvals.list(scope, status=status, limit=limit)
-                    if a.status == "pending" or a.awaiting_continuation
-                ]
-                found.sort(key=lambda a: (a.created_at, a.approval_id), reverse=True)
-                found = found[:limit]
+            # Open: pending, or answered and not run yet (its hint says: resume), selected
+            # by the store, so no number of closed ones can push an open one off the page.
+            rows = await approval_rows(host, scope, status=None if all_ else "open", limit=limit)
             if json_:
-                print_json(found)
+                print_json(rows)
                 return
-            if not found:
+            if not rows.approvals:
                 console.print("no pending approvals" if not all_ else "no approvals")
                 return
             out = Console()
-            out.print(approvals_table(found, width=out.width))
-            for hint in resume_hints(found, config=config):
+            out.print(approvals_table(rows.approvals, width=out.width))
+            for hint in resume_hints(rows.approvals, config=config):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
 
     run_command(main)
 

@@ -307,16 +307,31 @@ def log(
     async def main() -> int:
         async with open_host(await _core_project(config, chosen), check_providers=False) as host:
             cores = _registry(host, chosen)
-            revisions = await cores.log(chosen, limit=limit)
-            history = await cores.history(chosen, limit=limit)
+            # One past the page says whether it was cut (the registry allows 1000).
+            revisions = await cores.log(chosen, limit=limit + 1)
+            history = await cores.history(chosen, limit=limit + 1)
+        listed = (("revisions", revisions), ("history", history))
+        truncated = [name for name, rows in listed if len(rows) > limit]
+        revisions, history = revisions[:limit], history[:limit]
         if json_:
-            print_json({"core_id": chosen, "revisions": revisions, "history": history})
+            print_json(
+                {
+                    "core_id": chosen,
+                    "revisions": revisions,
+                    "history": history,
+                    "truncated": truncated,
+                }
+            )
             return EXIT_OK
         out = Console()
         out.print(revisions_table(revisions, width=out.width))
+        if "revisions" in truncated:
+            console.print(f"(the {limit} newest commits; --limit shows more)", highlight=False)
         if history:
             out.print(f"promotions of {chosen}, newest first:", highlight=False, markup=False)
             out.print(history_table(history, width=out.width))
+            if "history" in truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
         else:
             out.print(f"{chosen} was never promoted", highlight=False, markup=False)
         return EXIT_OK

@@ -133,6 +133,8 @@ def list_runs(
                 return
             out = Console()
             out.print(runs_table(rows, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
 
     run_command(main)
 
@@ -149,7 +151,7 @@ def show_audit(
     operator: Operator = "cli",
     config: ConfigOption = None,
 ) -> None:
-    """The persisted audit views of a session's effect calls, in order."""
+    """The persisted audit views of a session's newest effect calls, in order."""
 
     async def main() -> None:
         async with operator_host(config, operator, reason) as (host, scope):
@@ -163,6 +165,8 @@ def show_audit(
                 return
             out = Console()
             out.print(audit_table(rows, width=out.width))
+            if rows.truncated:
+                console.print(f"(the {limit} newest; --limit shows more)", highlight=False)
 
     run_command(main)
 

@@ -101,8 +101,14 @@ def list_items(
             items = await host.memory.list(
                 scope, agent, principal=principal, limit=limit, before=before
             )
+            # A full page may be all there is: one item past it says whether it was cut.
+            truncated = len(items) == limit and bool(
+                await host.memory.list(
+                    scope, agent, principal=principal, limit=1, before=items[-1].item_id
+                )
+            )
         if json_:
-            print_json(items)
+            print_json({"items": items, "truncated": truncated})
             return
         if not items:
             console.print(
@@ -113,7 +119,7 @@ def list_items(
             return
         out = Console()
         out.print(memory_table(items, width=out.width))
-        if len(items) == limit:
+        if truncated:
             console.print(
                 f"(the {limit} newest; --before {items[-1].item_id} shows older ones)",
                 highlight=False,

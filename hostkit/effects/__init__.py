@@ -64,7 +64,9 @@ from hostkit.effects._mcp_pool import (
 )
 from hostkit.effects._pending import (
     INLINE,
+    ApprovalFilter,
     ApprovalLedger,
+    ApprovalPage,
     ApprovalStatus,
     ClaimedApproval,
     PendingApproval,
@@ -103,9 +105,11 @@ __all__ = [
     "MCP_WINDOW_SHARE",
     "MIN_SECRET_CHARS",
     "ApprovalDecision",
+    "ApprovalFilter",
     "ApprovalKey",
     "ApprovalLedger",
     "ApprovalOutcome",
+    "ApprovalPage",
     "ApprovalProvider",
     "ApprovalRequest",
     "ApprovalRuntime",

@@ -18,6 +18,8 @@ from hostkit.errors import HostkitError
 from hostkit.store import (
     ApprovalAnswer,
     ApprovalDecision,
+    ApprovalFilter,
+    ApprovalPage,
     ApprovalStatus,
     ClaimedApproval,
     NewApproval,
@@ -29,7 +31,9 @@ from hostkit.types import PrincipalScope, TurnExecutionContext
 __all__ = [
     "INLINE",
     "ApprovalAnswer",
+    "ApprovalFilter",
     "ApprovalLedger",
+    "ApprovalPage",
     "ApprovalStatus",
     "AskedCall",
     "ClaimedApproval",
@@ -92,11 +96,12 @@ class ApprovalLedger:
         """One owned approval, or ``NotFoundOrUnauthorized``."""
         return await self._store.approvals.get(scope, approval_id)
 
-    async def list(
-        self, scope: PrincipalScope, *, status: ApprovalStatus | None, limit: int
-    ) -> tuple[PendingApproval, ...]:
-        """The scope's approvals, newest first (``status=None``: every status)."""
-        return await self._store.approvals.list(scope, status=status, limit=limit)
+    async def page(
+        self, scope: PrincipalScope, *, status: ApprovalFilter | None, limit: int
+    ) -> ApprovalPage:
+        """The scope's newest approvals (``status=None``: every status; ``"open"``: those
+        whose call can still run), and whether older ones were left out."""
+        return await self._store.approvals.page(scope, status=status, limit=limit)
 
     async def answer(
         self,

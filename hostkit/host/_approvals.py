@@ -10,10 +10,11 @@ import anyio
 from hostkit.authority import AuthorityResolver
 from hostkit.effects import (
     ApprovalDecision,
+    ApprovalFilter,
     ApprovalKey,
     ApprovalLedger,
+    ApprovalPage,
     ApprovalRuntime,
-    ApprovalStatus,
     PendingApproval,
 )
 from hostkit.errors import (
@@ -94,16 +95,27 @@ class HostApprovals:
         self,
         scope: PrincipalScope,
         *,
-        status: ApprovalStatus | None = "pending",
+        status: ApprovalFilter | None = "pending",
         limit: int = 50,
     ) -> list[PendingApproval]:
-        """Newest first; ``status=None`` lists every status."""
+        """Newest first; ``status=None`` lists every status, ``"open"`` the approvals whose
+        call can still run (pending, or answered and not run yet: ``resume`` runs it)."""
+        return list((await self.page(scope, status=status, limit=limit)).approvals)
+
+    async def page(
+        self,
+        scope: PrincipalScope,
+        *,
+        status: ApprovalFilter | None = "pending",
+        limit: int = 50,
+    ) -> ApprovalPage:
+        """As ``list``, and whether older approvals were left out (``truncated``)."""
         self._verify(scope)
         if not is_count(limit, high=MAX_LIST):
             raise InvalidValue(f"limit must be an integer from 1 to {MAX_LIST}")
         if status is not None:
             status = _text("status", status)  # type: ignore[assignment]  # the store checks it
-        return list(await self._ledger.list(scope, status=status, limit=limit))
+        return await self._ledger.page(scope, status=status, limit=limit)
 
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
         """One owned approval; ``NotFoundOrUnauthorized`` for missing and foreign ids alike."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostkit.authority import AuthorityResolver, conversation_principal
-from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
+from hostkit.effects import ApprovalDecision, ApprovalFilter, PendingApproval
 from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnRejected
 from hostkit.freeze import thaw
 from hostkit.host._approvals import MAX_LIST, HostApprovals
@@ -294,9 +294,10 @@ class InboundCommands:
         return InboundResult("command", result.turn_id, result.outcome, result.error or "")
 
     async def _find(self, scope: PrincipalScope, code: str) -> PendingApproval | None:
-        """The approval of ``code`` among those ``scope`` may answer: pending first, then any
-        (an answered one: a repeated command reports or resumes its continuation)."""
-        statuses: tuple[ApprovalStatus | None, ...] = ("pending", None)
+        """The approval of ``code`` among those ``scope`` may answer: pending first, then
+        answered and not run yet (a repeated command resumes it, however many newer ones
+        were closed since), then any (a repeated command reports its continuation)."""
+        statuses: tuple[ApprovalFilter | None, ...] = ("pending", "open", None)
         for status in statuses:
             listed = await self._approvals.list(scope, status=status, limit=MAX_LIST)
             found = next((a for a in listed if approval_code(a.approval_id) == code), None)

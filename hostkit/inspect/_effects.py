@@ -13,7 +13,8 @@ __all__ = ["EffectAuditRows", "TerminalRunRows", "effect_audit_rows", "terminal_
 
 @dataclass(frozen=True, slots=True)
 class EffectAuditRows:
-    """A session's (or one turn's) effect audit views in order; ``truncated`` when cut."""
+    """A session's (or one turn's) newest effect audit views, in order; ``truncated`` when
+    older ones were left out."""
 
     session_id: str
     audits: tuple[AuditRecord, ...]
@@ -35,7 +36,8 @@ async def effect_audit_rows(
     found = await store_of(source).inspect.effect_audits(
         scope, session_id, turn_id=turn_id, limit=limit + 1
     )
-    return EffectAuditRows(session_id, found[:limit], len(found) > limit)
+    # The newest limit + 1 in order: a cut drops the oldest, never the latest calls.
+    return EffectAuditRows(session_id, found[-limit:], len(found) > limit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hostkit.effects import ApprovalStatus, PendingApproval
+from hostkit.effects import ApprovalFilter, PendingApproval
 from hostkit.inspect._source import Source, bounded, store_of
 from hostkit.store import SessionActivity
 from hostkit.types import PrincipalScope, SessionRecord
@@ -65,10 +65,11 @@ async def latest_session(source: Source, scope: PrincipalScope) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRows:
-    """Approvals newest first with their redacted views (``status`` None: every status)."""
+    """Approvals newest first with their redacted views (``status`` None: every status;
+    ``"open"``: those whose call can still run); ``truncated`` when older ones were left out."""
 
     approvals: tuple[PendingApproval, ...]
-    status: ApprovalStatus | None
+    status: ApprovalFilter | None
     truncated: bool
 
 
@@ -76,10 +77,10 @@ async def approval_rows(
     host: Host,
     scope: PrincipalScope,
     *,
-    status: ApprovalStatus | None = "pending",
+    status: ApprovalFilter | None = "pending",
     limit: int = 50,
 ) -> ApprovalRows:
-    """Through ``host.approvals.list`` (owner-checked; ``limit`` 1..``MAX_APPROVALS``)."""
+    """Through ``host.approvals.page`` (owner-checked; ``limit`` 1..``MAX_APPROVALS``)."""
     bounded("limit", limit, MAX_APPROVALS)
-    found = await host.approvals.list(scope, status=status, limit=min(limit + 1, MAX_APPROVALS))
-    return ApprovalRows(tuple(found[:limit]), status, len(found) > limit)
+    found = await host.approvals.page(scope, status=status, limit=limit)
+    return ApprovalRows(found.approvals, status, found.truncated)

@@ -65,9 +65,11 @@ class Dashboard(widgets.VBox):
         self.running, self.waiting = tuple(running), tuple(waiting)
         cost = "-" if budget is None else cost_text(budget.model.totals.cost_usd)
         stored = len(approvals.model.approvals)
+        more = "+" if approvals.model.truncated else ""
         self.summary = (
             f"{len(sessions.model.sessions)}{'+' if sessions.model.truncated else ''} sessions, "
-            f"{len(self.running)} running turns, {len(self.waiting) + stored} pending approvals "
+            f"{len(self.running)} running turns, {len(self.waiting) + stored}{more} pending "
+            "approvals "
             f"({len(self.waiting)} waiting for a click here), this session's cost {cost}"
         )
         header = widgets.HTML(

@@ -22,7 +22,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from hostkit.effects import ApprovalDecision, ApprovalStatus, PendingApproval
+from hostkit.effects import ApprovalDecision, ApprovalFilter, PendingApproval
 from hostkit.errors import HostkitError, UserError, bounded
 from hostkit.host import Host
 from hostkit.inspect import (
@@ -289,8 +289,14 @@ class ApprovalsPanel(_Inspector):
                 continue
             for button, (decision, _) in zip(line.buttons, _DECISIONS, strict=True):
                 button.on_click(self._clicked(line, decision))
-        empty = [] if self.lines else [widgets.HTML("<i>no approvals</i>")]
-        super().__init__(children=[*(line.widget for line in self.lines.values()), *empty])
+        notes = [] if self.lines else [widgets.HTML("<i>no approvals</i>")]
+        if rows.truncated:
+            notes.append(widgets.HTML(f"<i>{esc(self._more())}</i>"))
+        super().__init__(children=[*(line.widget for line in self.lines.values()), *notes])
+
+    def _more(self) -> str:
+        """What a cut panel says under its rows: older approvals exist that are not shown."""
+        return f"(the {len(self.model.approvals)} newest; older approvals are not shown)"
 
     @classmethod
     async def load(
@@ -298,7 +304,7 @@ class ApprovalsPanel(_Inspector):
         host: Host,
         scope: PrincipalScope,
         *,
-        status: ApprovalStatus | None = "pending",
+        status: ApprovalFilter | None = "pending",
         limit: int = 50,
         exclude: Collection[str] = (),
     ) -> ApprovalsPanel:
@@ -366,4 +372,6 @@ class ApprovalsPanel(_Inspector):
             )
             if line.answer_text is not None:
                 lines.append(f"  answered: {bounded(line.answer_text.strip(), 300)}")
+        if self.model.truncated:
+            lines.append(self._more())
         return "\n".join(lines or ["no approvals"])

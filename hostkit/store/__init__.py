@@ -8,6 +8,8 @@ from hostkit.store import _inbox_checks as inbox_checks
 from hostkit.store._approvals import (
     ApprovalAnswer,
     ApprovalDecision,
+    ApprovalFilter,
+    ApprovalPage,
     ApprovalRevocation,
     ApprovalStatus,
     ApprovalStore,
@@ -173,6 +175,8 @@ __all__ = [
     "Admitted",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalFilter",
+    "ApprovalPage",
     "ApprovalRevocation",
     "ApprovalStatus",
     "ApprovalStore",

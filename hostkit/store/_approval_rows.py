@@ -29,6 +29,7 @@ __all__ = [
     "has_open_calls",
     "mark_indeterminate",
     "open_approval",
+    "open_call",
     "supersede_open",
     "void_open",
 ]
@@ -49,10 +50,18 @@ class OpenApproval:
     status: str
 
 
+def open_call(table: str = "") -> str:
+    """SQL true for an approval whose call can still run: pending, or answered and not yet
+    claimed by a continuation turn (``table``: the alias its columns are qualified with)."""
+    prefix = f"{table}." if table else ""
+    return (
+        f"({prefix}status = 'pending' OR ({prefix}status IN ('approved', 'denied') "
+        f"AND {prefix}continuation_turn_id IS NULL))"
+    )
+
+
 # An approval whose call can still run (unqualified: approvals' own columns).
-OPEN_CALL = (
-    "(status = 'pending' OR (status IN ('approved', 'denied') AND continuation_turn_id IS NULL))"
-)
+OPEN_CALL = open_call()
 
 
 def has_open_calls(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -26,6 +26,8 @@ __all__ = [
     "VOID_STATUSES",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalFilter",
+    "ApprovalPage",
     "ApprovalStatus",
     "ClaimedApproval",
     "NewApproval",
@@ -41,6 +43,9 @@ ApprovalStatus = Literal[
 # The statuses of an approval that will never run: ``void_reason`` says why.
 VOID_STATUSES: tuple[ApprovalStatus, ...] = ("stale", "superseded", "indeterminate")
 ApprovalDecision = Literal["approve_once", "approve_session", "deny"]
+# What a listing selects: one status, or "open": every approval whose call can still run
+# (pending, or answered and not yet claimed by a continuation turn: ``resume`` runs it).
+ApprovalFilter = ApprovalStatus | Literal["open"]
 
 MAX_APPROVAL_LIST = 500
 # Identifiers and secret names are short tokens; anything longer is a bug or an attack.
@@ -111,6 +116,15 @@ class PendingApproval:
     def awaiting_continuation(self) -> bool:
         """Answered, but no continuation turn has claimed it yet: ``resume`` runs it."""
         return self.status in ("approved", "denied") and self.continuation_turn_id is None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPage:
+    """One listing of approvals, newest first; ``truncated`` when older ones were left out
+    (a reader who is not told would take the page for all there is)."""
+
+    approvals: tuple[PendingApproval, ...]
+    truncated: bool
 
 
 @dataclass(frozen=True, slots=True)

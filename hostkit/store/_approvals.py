@@ -40,6 +40,7 @@ from hostkit.store._approval_revocations import (
 from hostkit.store._approval_rows import (
     has_open_calls,
     open_approval,
+    open_call,
     supersede_open,
     void_open,
 )
@@ -47,6 +48,8 @@ from hostkit.store._approval_values import (
     MAX_APPROVAL_LIST,
     ApprovalAnswer,
     ApprovalDecision,
+    ApprovalFilter,
+    ApprovalPage,
     ApprovalStatus,
     ClaimedApproval,
     NewApproval,
@@ -72,6 +75,8 @@ __all__ = [
     "MAX_APPROVAL_LIST",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalFilter",
+    "ApprovalPage",
     "ApprovalRevocation",
     "ApprovalStatus",
     "ApprovalStore",
@@ -83,6 +88,7 @@ __all__ = [
 ]
 
 _STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
+_FILTERS: tuple[str, ...] = (*_STATUSES, "open")
 MAX_REASON_CHARS = 300
 SUPERSEDED = "a newer turn ran in the session before this call ran"
 STALE = "the agent's policy, revision, capabilities or conversation binding changed"
@@ -92,7 +98,7 @@ _DECISIONS: tuple[str, ...] = get_args(ApprovalDecision)
 class ApprovalStore(ABC):
     """Durable pending approvals; every adapter implements this group.
 
-    Owned operations (``get``, ``list``, ``answer``) take a ``PrincipalScope``
+    Owned operations (``get``, ``list``, ``page``, ``answer``) take a ``PrincipalScope``
     this store issued (else ``ScopeError``) and apply its approver predicate in
     the statement that touches the row: an operator scope, or a scope of the
     principal the call would run as that owns the approval's session. The
@@ -114,12 +120,22 @@ class ApprovalStore(ABC):
     async def get(self, scope: PrincipalScope, approval_id: str) -> PendingApproval:
         """One owned approval; ``NotFoundOrUnauthorized`` when missing or not the scope's."""
 
-    @abstractmethod
     async def list(
-        self, scope: PrincipalScope, *, status: ApprovalStatus | None = "pending", limit: int = 50
+        self, scope: PrincipalScope, *, status: ApprovalFilter | None = "pending", limit: int = 50
     ) -> tuple[PendingApproval, ...]:
-        """The scope's approvals, newest first; ``status=None`` lists every status.
+        """The scope's approvals, newest first: ``page`` without saying whether it was cut."""
+        return (await self.page(scope, status=status, limit=limit)).approvals
 
+    @abstractmethod
+    async def page(
+        self, scope: PrincipalScope, *, status: ApprovalFilter | None = "pending", limit: int = 50
+    ) -> ApprovalPage:
+        """The scope's newest ``limit`` approvals of ``status``, newest first, and whether
+        older ones were left out.
+
+        ``status=None`` lists every status; ``"open"`` the approvals whose call can
+        still run (pending, or answered and not yet claimed by a continuation turn),
+        selected in the statement, so closed ones never take an open one's place.
         ``limit`` is 1..``MAX_APPROVAL_LIST`` (else ``InvalidValue``).
         """
 
@@ -281,6 +297,15 @@ def approver_predicate(scope: PrincipalScope, table: str = "a") -> tuple[str, li
     return f"{where} AND {table}.principal_id = ?", [*params, scope.principal_id]
 
 
+def _status_clause(status: str | None) -> tuple[str, list[Any]]:
+    """The listing's status predicate (after ``WHERE``'s owner predicate), with its params."""
+    if status is None:
+        return "", []
+    if status == "open":
+        return f"AND {open_call('a')} ", []
+    return "AND a.status = ? ", [status]
+
+
 def _owned_row(
     raw: sqlite3.Connection, scope: PrincipalScope, approval_id: str
 ) -> PendingApproval | None:
@@ -361,28 +386,29 @@ class SqlApprovalStore(ApprovalStore):
             await self._deny(scope, approval_id)
         return found
 
-    async def list(
-        self, scope: PrincipalScope, *, status: ApprovalStatus | None = "pending", limit: int = 50
-    ) -> tuple[PendingApproval, ...]:
+    async def page(
+        self, scope: PrincipalScope, *, status: ApprovalFilter | None = "pending", limit: int = 50
+    ) -> ApprovalPage:
         self._db.verify_scope(scope)
-        if status is not None and (not isinstance(status, str) or status not in _STATUSES):
-            raise InvalidValue(f"status must be one of {', '.join(_STATUSES)} (or None)")
+        if status is not None and (not isinstance(status, str) or status not in _FILTERS):
+            raise InvalidValue(f"status must be one of {', '.join(_FILTERS)} (or None)")
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
         if not 1 <= limit <= MAX_APPROVAL_LIST:
             raise InvalidValue(f"limit must be an integer 1-{MAX_APPROVAL_LIST}")
         where, params = approver_predicate(scope)
-        status_clause = "" if status is None else "AND a.status = ? "
+        selected, selected_params = _status_clause(status)
 
-        def select(raw: sqlite3.Connection) -> tuple[PendingApproval, ...]:
+        def select(raw: sqlite3.Connection) -> ApprovalPage:
+            # One row past the page says whether it was cut.
             rows = _query(
                 raw,
                 f"SELECT {_COLUMNS} FROM approvals a "
                 f"JOIN session_owners o ON o.session_id = a.session_id "
-                f"WHERE {where} {status_clause}ORDER BY a.id DESC LIMIT ?",
-                [*params, *([] if status is None else [status]), limit],
+                f"WHERE {where} {selected}ORDER BY a.id DESC LIMIT ?",
+                [*params, *selected_params, limit + 1],
             ).fetchall()
-            return tuple(_approval(row) for row in rows)
+            return ApprovalPage(tuple(_approval(row) for row in rows[:limit]), len(rows) > limit)
 
         return await self._db.read(select)
 

@@ -204,7 +204,8 @@ class InspectQueries(ABC):
         turn_id: str | None = None,
         limit: int = 100,
     ) -> tuple[AuditRecord, ...]:
-        """The persisted audit views of a session's effect calls (or one turn's), in order.
+        """The persisted audit views of a session's effect calls (or one turn's): the newest
+        ``limit`` of them, in order (oldest of them first).
 
         Each is an ``effect.<name>`` audit row: ``subject`` is the call id and
         ``detail`` holds ``turn_id``, ``call_id``, ``outcome`` and the view

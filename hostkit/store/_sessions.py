@@ -34,6 +34,8 @@ __all__ = [
 
 
 ConversationSelect = Literal["bound", "fresh"] | str
+# Above every audit id (a 64-bit integer on both engines): paging back starts here.
+_NO_ROW_YET = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,36 +232,40 @@ def read_audit(
 def read_effect_audit(
     conn: sqlite3.Connection, *, session_id: str, turn_id: str | None, limit: int
 ) -> tuple[AuditRecord, ...]:
-    """The audit views (``effect.<name>`` rows) of a session's calls, or of one turn's.
+    """The newest ``limit`` audit views (``effect.<name>`` rows) of a session's calls, or of
+    one turn's, oldest of them first.
 
-    A turn's rows are found by the text of their canonical detail, not by parsing it
-    in SQL: PostgreSQL's JSON operators refuse a whole document for one ``\\u0000``
-    in any of its strings, which failed the read for every turn of that session. The
-    text match is confirmed on the parsed detail (``_`` in the id is a LIKE wildcard).
+    The newest, not the oldest: a cut list must keep the calls an operator looks
+    for, the latest. A turn's rows are found by the text of their canonical detail,
+    not by parsing it in SQL: PostgreSQL's JSON operators refuse a whole document for
+    one ``\\u0000`` in any of its strings, which failed the read for every turn of
+    that session. The text match is confirmed on the parsed detail (``_`` in the id
+    is a LIKE wildcard).
     """
     if turn_id is None:
-        return _audit_rows(
+        newest = _audit_rows(
             conn,
-            "WHERE kind LIKE 'effect.%' AND session_id = ? ORDER BY id LIMIT ?",
+            "WHERE kind LIKE 'effect.%' AND session_id = ? ORDER BY id DESC LIMIT ?",
             [session_id, limit],
         )
+        return newest[::-1]
     pattern = f'%"turn_id":{canonical_json(turn_id)}%'
     kept: list[AuditRecord] = []
-    after = 0
+    before = _NO_ROW_YET
     while len(kept) < limit:
-        # Paged past rows the text matched but the parse refused (a nested "turn_id", a
-        # LIKE wildcard or case match), so they never take a confirmed row's place.
+        # Paged back past rows the text matched but the parse refused (a nested "turn_id",
+        # a LIKE wildcard or case match), so they never take a confirmed row's place.
         page = _audit_rows(
             conn,
-            "WHERE kind LIKE 'effect.%' AND session_id = ? AND detail LIKE ? AND id > ? "
-            "ORDER BY id LIMIT ?",
-            [session_id, pattern, after, limit],
+            "WHERE kind LIKE 'effect.%' AND session_id = ? AND detail LIKE ? AND id < ? "
+            "ORDER BY id DESC LIMIT ?",
+            [session_id, pattern, before, limit],
         )
         kept.extend(record for record in page if record.detail.get("turn_id") == turn_id)
         if len(page) < limit:
             break
-        after = page[-1].audit_id
-    return tuple(kept[:limit])
+        before = page[-1].audit_id
+    return tuple(kept[:limit])[::-1]
 
 
 def _audit_rows(conn: sqlite3.Connection, where: str, params: list[Any]) -> tuple[AuditRecord, ...]:

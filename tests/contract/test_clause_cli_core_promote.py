@@ -214,6 +214,14 @@ def test_rollback_moves_the_ref_back_and_log_marks_the_live_commit(tmp_path: Pat
     assert [event["action"] for event in shown["history"]] == ["rollback", "promote"]
     assert shown["history"][0]["reason"] == "v2 misbehaves"
     assert shown["history"][0]["previous"] == second
+    # Both lists are cut to the newest: the output says which (it said nothing).
+    assert shown["truncated"] == ["revisions", "history"]
+    code, out, err = invoke("core", "log", CORE, "--limit", "1", project=tmp_path)
+    assert code == 0, err
+    assert "(the 1 newest commits; --limit shows more)" in err
+    assert "(the 1 newest; --limit shows more)" in err
+    code, out, err = invoke("core", "log", CORE, "--json", "--limit", "50", project=tmp_path)
+    assert json.loads(out)["truncated"] == []
 
     code, out, err = invoke(
         "core", "rollback", CORE, "--to", second, "--reason", "fixed", project=tmp_path

@@ -28,6 +28,7 @@ from hostkit.effects import EffectPolicy, EffectRuntime, Toolset
 from hostkit.errors import ScopeError
 from hostkit.freeze import thaw
 from hostkit.host import Host
+from hostkit.inspect import effect_audit_rows
 from hostkit.store import RuntimeStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import (
@@ -292,6 +293,29 @@ async def test_one_turns_audits_are_read_whatever_another_turns_detail_holds(
         assert [r.subject for r in both] == ["c2", "c6"]
 
 
+@pytest.mark.parametrize("adapter", ["sqlite", "postgres"])
+async def test_a_cut_audit_list_keeps_the_newest_calls_in_order(
+    adapter: str, tmp_path: Path
+) -> None:
+    """More calls than the limit: it kept the oldest, so the calls an operator looks for,
+    the latest, were the ones left out (and ``hostkit effects audit`` said nothing)."""
+    async with open_store(adapter, tmp_path) as store, AuthorityResolver.bind(store) as resolver:
+        operator = await resolver.operator_issuer().issue("ops", reason="read effect audits")
+        session = await store.create_session(owner_kind="system", principal_id="suite")
+        turns = [await _finished_turn(store, session) for _ in range(2)]
+        for n in range(6):
+            detail = {"turn_id": turns[n % 2], "call_id": f"c{n}", "outcome": "succeeded"}
+            await store.audit("effect.probe", session_id=session, subject=f"c{n}", detail=detail)
+        audits = store.inspect.effect_audits
+        assert [r.subject for r in await audits(operator, session, limit=2)] == ["c4", "c5"]
+        by_turn = await audits(operator, session, turn_id=turns[0], limit=2)
+        assert [r.subject for r in by_turn] == ["c2", "c4"]
+        rows = await effect_audit_rows(store, operator, session, limit=3)
+        assert ([r.subject for r in rows.audits], rows.truncated) == (["c3", "c4", "c5"], True)
+        whole = await effect_audit_rows(store, operator, session, turn_id=turns[1], limit=3)
+        assert ([r.subject for r in whole.audits], whole.truncated) == (["c1", "c3", "c5"], False)
+
+
 async def test_effect_audit_views_are_for_operators_only(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:
@@ -353,7 +377,40 @@ async def test_the_cli_shows_a_sessions_audit_views_and_its_background_runs(
     assert code == 0, err
     assert "echo (1 argument)" in out
     assert "run_" in out
+    assert "--limit shows more" not in err
     # The local user's own database: no reason needed (the audit says a local operator acted).
     code, unreasoned, err = await hostkit("effects", "runs", cwd=tmp_path)
     assert code == 0, err
     assert "echo (1 argument)" in unreasoned
+
+
+async def test_the_cli_shows_the_newest_calls_and_runs_and_says_when_it_cut_them(
+    tmp_path: Path,
+) -> None:
+    """`effects audit --limit N` showed the session's oldest N calls, and it and `effects
+    runs` exited 0 without a word about the rest, as `sessions` says it."""
+    await anyio.Path(tmp_path / "hostkit.toml").write_text(CLI_CONFIG)
+    for _ in range(2):
+        code, _, started = await hostkit("run", "start it", cwd=tmp_path)
+        assert code == 0, started
+    code, out, err = await hostkit("effects", "audit", "--json", cwd=tmp_path)
+    assert code == 0, err
+    every = json.loads(out)
+    assert (len(every["audits"]), every["truncated"]) == (2, False)
+    older, newest = (audit["subject"] for audit in every["audits"])
+    code, out, err = await hostkit("effects", "audit", "--limit", "1", cwd=tmp_path)
+    assert code == 0, err
+    assert newest in out
+    assert older not in out
+    assert "(the 1 newest; --limit shows more)" in err
+    code, out, err = await hostkit("effects", "audit", "--limit", "1", "--json", cwd=tmp_path)
+    assert code == 0, err
+    cut = json.loads(out)
+    assert ([a["subject"] for a in cut["audits"]], cut["truncated"]) == ([newest], True)
+    code, out, err = await hostkit("effects", "runs", "--limit", "1", cwd=tmp_path)
+    assert code == 0, err
+    assert out.count("echo (1 argument)") == 1
+    assert "(the 1 newest; --limit shows more)" in err
+    code, out, err = await hostkit("effects", "runs", "--limit", "1", "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert (len(json.loads(out)["runs"]), json.loads(out)["truncated"]) == (1, True)

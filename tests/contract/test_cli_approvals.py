@@ -491,6 +491,76 @@ async def test_clause_never_stranded_an_interrupted_answer_is_listed_and_resumed
     assert "executed" in out
 
 
+async def test_clause_never_stranded_an_answered_call_stays_listed_behind_newer_closed_ones(
+    project: Path, wire: WireServer
+) -> None:
+    """Answered, its continuation never run, then newer approvals denied and run: it read
+    the newest `--limit` rows of each status, which the closed denials filled, and
+    listed nothing at all (`--limit 2` -> [], no resume hint, no notice)."""
+    wire.script(write_call())
+    approval_id, _ = await paused(project)
+    async with Host.open(project / "hostkit.toml") as host:
+        operator = await host.operator("ops", reason="answer, then get interrupted")
+        await ApprovalLedger(host.store).answer(
+            operator, approval_id, decision="deny", fingerprint=None
+        )
+    # Newer denials whose continuations ran: closed, yet still `denied`.
+    await anyio.to_thread.run_sync(copies, project, approval_id, 3, True)
+
+    code, out, err = await hostkit(
+        "approvals", "list", "--limit", "2", "--reason", "review", cwd=project
+    )
+    assert code == 0, err
+    assert approval_id in out
+    assert f"hostkit approvals resume {approval_id}" in out
+    assert "--limit shows more" not in err
+    code, out, err = await hostkit(
+        "approvals", "list", "--limit", "2", "--json", "--reason", "review", cwd=project
+    )
+    assert code == 0, err
+    assert json.loads(out) == {
+        "approvals": [json.loads(out)["approvals"][0]],
+        "status": "open",
+        "truncated": False,
+    }
+    assert json.loads(out)["approvals"][0]["approval_id"] == approval_id
+
+    # More open ones than the limit: the newest are shown and the listing says it was cut.
+    await anyio.to_thread.run_sync(copies, project, approval_id, 2, False)
+    code, out, err = await hostkit(
+        "approvals", "list", "--limit", "2", "--reason", "review", cwd=project
+    )
+    assert code == 0, err
+    assert approval_id not in out
+    assert "(the 2 newest; --limit shows more)" in err
+    for all_ in ((), ("--all",)):
+        code, out, err = await hostkit(
+            "approvals", "list", *all_, "--limit", "2", "--json", "--reason", "r", cwd=project
+        )
+        assert code == 0, err
+        listed = json.loads(out)
+        assert (len(listed["approvals"]), listed["truncated"]) == (2, True)
+        assert listed["status"] == ("open" if not all_ else None)
+
+
+def copies(project: Path, approval_id: str, count: int, closed: bool) -> None:
+    """``count`` newer copies of an approval: denied and run by a continuation (``closed``),
+    or still pending."""
+    columns = (
+        "session_id, turn_id, principal_id, core_id, core_revision, effect, call_id, "
+        "arguments, view, policy_fingerprint, rule_key"
+    )
+    status = "'denied', 'deny', turn_id" if closed else "'pending', NULL, NULL"
+    with contextlib.closing(sqlite3.connect(project / "state" / "hostkit.db")) as db, db:
+        for n in range(count):
+            db.execute(
+                f"INSERT INTO approvals (approval_id, {columns}, status, decision, "
+                f"continuation_turn_id, created_at) SELECT ?, {columns}, {status}, "
+                "'2999-01-01T00:00:00.000Z' FROM approvals WHERE approval_id = ?",
+                [f"apr_copy{closed:d}{n:04d}", approval_id],
+            )
+
+
 async def test_two_operators_approving_at_once_both_see_the_one_continuation(
     project: Path, wire: WireServer
 ) -> None:

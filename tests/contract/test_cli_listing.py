@@ -132,7 +132,10 @@ async def test_every_listing_and_report_speaks_json(project: Path) -> None:
     latest = (await sessions_json(project))[0]["session"]["session_id"]  # type: ignore[index]
     code, out, err = await hostkit("approvals", "list", "--json", cwd=project)
     assert code == 0, err
-    approvals = json.loads(out)
+    listed = json.loads(out)
+    # An object, as every other listing: the page and whether it was cut.
+    assert (listed["status"], listed["truncated"]) == ("open", False)
+    approvals = listed["approvals"]
     assert {a["effect"] for a in approvals} == {"files.write"}
     assert {a["status"] for a in approvals} == {"pending"}
     code, out, err = await hostkit("context", "--json", cwd=project)

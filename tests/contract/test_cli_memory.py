@@ -79,8 +79,10 @@ async def items_of(project: Project, principal: str = ALICE) -> list[dict[str, o
         "memory", "list", "--principal", principal, "--json", cwd=project.dir
     )
     assert (code, err) == (0, "")
-    listed: list[dict[str, object]] = json.loads(out)
-    return listed
+    listed = json.loads(out)
+    assert listed["truncated"] is False
+    items: list[dict[str, object]] = listed["items"]
+    return items
 
 
 async def forgotten_rows(project: Project) -> list[AuditRecord]:
@@ -124,6 +126,15 @@ async def test_list_shows_a_persons_items_newest_first_with_where_each_came_from
     assert "alice likes tea" in out
     assert "planted" not in out
     assert f"--before {items[0]['item_id']} shows older ones" in err
+    code, out, err = await run_here(
+        "memory", "list", "--principal", ALICE, "--limit", "1", "--json", cwd=project.dir
+    )
+    assert json.loads(out)["truncated"] is True
+    # A full page that is all there is: it said older ones existed, and --before showed none.
+    code, out, err = await run_here(
+        "memory", "list", "--principal", ALICE, "--limit", "3", cwd=project.dir
+    )
+    assert (code, "--before" in err) == (0, False)
     code, out, err = await run_here(
         "memory", "list", "--principal", "test:nobody", "--agent", "assistant", cwd=project.dir
     )

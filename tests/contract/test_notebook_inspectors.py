@@ -237,6 +237,15 @@ def test_an_approvals_panel_without_answer_has_no_buttons_and_never_shows_argume
     assert "apr_1  assistant  files.write  pending" in panel.text()
 
 
+def test_a_cut_approvals_panel_says_older_ones_are_not_shown() -> None:
+    """A full page read as all there is: the panel and the dashboard's count said nothing."""
+    cut = ApprovalsPanel(ApprovalRows((approval("apr_2"), approval("apr_1")), "pending", True))
+    assert cut.text().splitlines()[-1] == "(the 2 newest; older approvals are not shown)"
+    assert "older approvals are not shown" in "".join(w.value for w in _html_widgets(cut))
+    whole = ApprovalsPanel(ApprovalRows((approval("apr_1"),), "pending", False))
+    assert "not shown" not in whole.text()
+
+
 def test_an_answering_panel_needs_a_running_loop() -> None:
     async def answer(approval_id: str, decision: str) -> None:
         return None

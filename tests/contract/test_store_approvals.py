@@ -187,6 +187,38 @@ async def test_lists_are_newest_first_filtered_by_status_and_bounded(
     assert isinstance(everything, tuple)
 
 
+async def test_open_lists_every_call_that_can_still_run_however_many_newer_ones_closed(
+    sut: StoreUnderTest,
+) -> None:
+    """``status="open"``: pending, or answered and not claimed by a continuation, selected
+    in SQL. A denial stays ``denied`` after its continuation ran, so a page read by status
+    and filtered afterwards was filled by closed denials and lost the stranded answer."""
+    alice = await owner(sut, "alice")
+    stranded = await pending(sut, alice)
+    await sut.store.approvals.answer(alice, stranded.approval_id, decision="deny", fingerprint=None)
+    asked = await pending(sut, alice)
+    for _ in range(3):
+        closed = await pending(sut, alice)
+        await sut.store.approvals.answer(
+            alice, closed.approval_id, decision="deny", fingerprint=None
+        )
+        turn = await sut.seed_turn(closed.session_id)
+        assert await sut.store.approvals.claim(
+            closed.approval_id, session_id=closed.session_id, turn_id=turn
+        )
+    for scope in (alice, sut.operator):
+        page = await sut.store.approvals.page(scope, status="open", limit=2)
+        assert [a.approval_id for a in page.approvals] == [asked.approval_id, stranded.approval_id]
+        assert page.truncated is False
+    cut = await sut.store.approvals.page(alice, status="open", limit=1)
+    assert ([a.approval_id for a in cut.approvals], cut.truncated) == ([asked.approval_id], True)
+    assert (await sut.store.approvals.page(alice, status=None, limit=4)).truncated is True
+    assert (await sut.store.approvals.page(alice, status=None, limit=5)).truncated is False
+    assert await sut.store.approvals.list(alice, status="open") == page.approvals
+    bob = await owner(sut, "bob")
+    assert (await sut.store.approvals.page(bob, status="open")).approvals == ()
+
+
 # -- owner predicates -------------------------------------------------------------------
 
 
@@ -822,7 +854,7 @@ def test_the_interface_is_abstract_and_complete() -> None:
     expected = {
         "insert",
         "get",
-        "list",
+        "page",
         "answer",
         "answer_inline",
         "peek",
@@ -835,5 +867,5 @@ def test_the_interface_is_abstract_and_complete() -> None:
         "revocations_after",
     }
     assert ApprovalStore.__abstractmethods__ == expected
-    for name in expected:
+    for name in {*expected, "list"}:
         assert getattr(ApprovalStore, name).__doc__
