@@ -110,9 +110,10 @@ class RedactionLimit(ValueError):
     """A structure too deep, or with too many secret-named values, to search safely."""
 
 
-# Every lone surrogate replaced, so the text always encodes as UTF-8: the rule every text
-# from outside follows (``hostkit.types.encodable``), under the name effects code knows.
-safe_text = encodable
+def safe_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced (``hostkit.types.encodable``): a tool's
+    output or a file name may carry undecodable bytes, each written as its ``\\xNN``."""
+    return encodable(text, smuggled_bytes=True)
 
 
 def _decoded(value: bytes | bytearray | memoryview) -> str:

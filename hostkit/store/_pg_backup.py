@@ -109,7 +109,11 @@ def _claim(target: Path, partial: Path) -> int:
         raise FileExistsError(target)
     fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another process's clean-up holds it, about to take it for a leftover.
+            raise FileExistsError(partial) from None
         # Another process's clean-up may have taken it for a leftover before it was locked.
         if not _names(partial, fd):
             raise FileExistsError(partial)

@@ -86,22 +86,28 @@ def is_encodable(text: str) -> bool:
     return True
 
 
-def encodable(text: str) -> str:
+def encodable(text: str, *, smuggled_bytes: bool = False) -> str:
     """``text`` with every lone surrogate replaced, so it always encodes as UTF-8.
 
     For text from outside the Host's code that becomes a transcript message, a
     model's answer or a tool's result: a model's glitch or a tool's stray byte
     must not fail the turn, nor every later request of the session that would
-    carry it again. A byte ``surrogateescape`` smuggled in (``\\udcff``) becomes its
-    ``\\xff`` escape, any other lone surrogate U+FFFD. NUL and other controls are
-    kept: JSON, the store and the providers carry them.
+    carry it again. The two halves of one character sent as two JSON escapes
+    (``"\\ud83d\\udca9"``) are joined back into it; any other lone surrogate
+    becomes U+FFFD. ``smuggled_bytes``: the text may hold bytes
+    ``surrogateescape`` carried (a tool's output, a file name), each written as its
+    ``\\xNN`` escape instead. NUL and other controls are kept: JSON, the store and
+    the providers carry them.
     """
     if is_encodable(text):
         return text
-    return _SURROGATE.sub(_surrogate_escape, text)
+    if smuggled_bytes:
+        return _SURROGATE.sub(_byte_escape, text)
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub("\ufffd", joined)
 
 
-def _surrogate_escape(match: re.Match[str]) -> str:
+def _byte_escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
 

@@ -5,7 +5,8 @@ for: a JSON ``"\\ud800"`` escape decodes to one, and so does a byte read with
 ``errors="surrogateescape"``. A transcript is sent to the model again on every
 later turn, so one kept there failed every later request of its session
 (``request could not be encoded``), whatever revision ran then. What a model
-sends is made valid where it arrives (U+FFFD, or ``\\xNN`` for a smuggled byte;
+sends is made valid where it arrives (the two halves of one character joined back,
+any other lone surrogate U+FFFD; a tool's smuggled byte is its ``\\xNN`` escape;
 an authored slot's result is refused instead, ``test_clause_cores_slots_turn``),
 and a transcript row an older version kept is made valid as it is read back.
 """
@@ -104,7 +105,7 @@ async def test_a_call_to_a_tool_named_with_a_lone_surrogate_is_answered_and_the_
     assert (result.outcome, result.text) == ("completed", "No such tool."), result.error
     assert [effect.status for effect in result.effects] == ["not_found"]
     # The second step sent the call (its name as the model wrote it, made valid) back.
-    assert "files_\\xffread" in _sent_text(wire)
+    assert "files_\ufffdread" in _sent_text(wire)
 
 
 async def test_a_scripted_answer_and_its_streamed_deltas_hold_valid_text(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ async def test_a_scripted_answer_and_its_streamed_deltas_hold_valid_text(tmp_pat
     model = ScriptedModel([Reply("un \ud800 deux \udcff")])
     async with open_host(tmp_path, model, caps=capabilities(model, observer=deltas)) as host:
         result = await host.turns.run(request("hello"))
-    assert result.text == "un \ufffd deux \\xff"
+    assert result.text == "un \ufffd deux \ufffd"
     assert "".join(deltas.texts) == result.text
 
 
@@ -157,11 +158,13 @@ def test_whatever_builds_a_message_its_text_encodes_as_utf8() -> None:
     view, a transcript row, a context layer), its text encodes as UTF-8."""
     message = ModelMessage(
         "assistant",
-        "a \ud800 b \udc80",
+        "a \ud800 b \udc80 c \ud83d\udca9",
         (ToolCall("c\udfff", "t\ud800", {}),),
     )
     sent = ModelRequest(messages=(message,))
-    assert sent.messages[0].content == "a \ufffd b \\x80"
+    # A model's text is decoded JSON, never smuggled bytes: halves of one character sent
+    # as two escapes are that character again; any other lone surrogate is U+FFFD.
+    assert sent.messages[0].content == "a \ufffd b \ufffd c \U0001f4a9"
     assert sent.messages[0].tool_calls[0].call_id == "c\ufffd"
     json.dumps(sent.messages[0].to_json(), ensure_ascii=False).encode("utf-8")
     # A tool's description (an MCP server's) is sent with every request too.

@@ -443,8 +443,8 @@ async def test_a_lone_surrogate_in_an_answer_is_replaced_and_the_answer_can_be_s
     """A JSON ``"\\ud800"`` escape is valid JSON that decodes to a lone surrogate, which
     UTF-8 has no bytes for: kept, it failed the encoding of every later request of the
     conversation. The answer holds a replacement instead, in its text, each streamed
-    delta, and its calls' ids and names (a byte ``surrogateescape`` smuggled in shows
-    as its ``\\xNN`` escape, any other as U+FFFD); arguments holding one are one
+    delta, and its calls' ids and names (U+FFFD: a server's JSON never carries smuggled
+    bytes, so none is read as one); arguments holding one are one
     ``{"_raw": ...}`` call, as any arguments no strict encoder writes back."""
     calls = (
         Call("call_\ud800", "get_\udcffweather", ('{"city": "Par\\ud800"}',)),
@@ -460,7 +460,7 @@ async def test_a_lone_surrogate_in_an_answer_is_replaced_and_the_answer_can_be_s
         event.text.encode("utf-8")
     assert response.text == "Caf\ufffd au lait \ufffd"
     assert [(call.call_id, call.name) for call in response.tool_calls] == [
-        ("call_\ufffd", "get_\\xffweather"),
+        ("call_\ufffd", "get_\ufffdweather"),
         ("call_ok", "get_weather"),
     ]
     assert list(response.tool_calls[0].arguments) == ["_raw"]

@@ -726,6 +726,35 @@ async def test_a_dump_under_way_in_another_process_is_left_alone(
     assert folder_names(folder) == sorted([backup.name, other.name])
 
 
+def test_a_partial_another_hosts_clean_up_locks_first_is_a_retry_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Hosts dumping into one folder: the other's clean-up may lock this Host's new
+    partial file before this Host does (and take it for a leftover). That is the same
+    "taken, retry" as a name already there, never a raw ``BlockingIOError``."""
+    target = tmp_path / "hostkit-v5-20000101T000000.dump"
+    partial = target.with_name(target.name + ".partial")
+    real_open = os.open
+    cleaners: list[int] = []
+
+    def open_then_another_locks(path: Any, flags: int, *rest: Any) -> int:
+        fd = real_open(path, flags, *rest)
+        if str(path) == str(partial):
+            cleaners.append(real_open(path, os.O_RDONLY))
+            fcntl.flock(cleaners[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_another_locks)
+    try:
+        with pytest.raises(FileExistsError):
+            _pg_backup._claim(target, partial)
+    finally:
+        monkeypatch.undo()
+        for fd in cleaners:
+            os.close(fd)
+    assert cleaners, "the other Host's clean-up never ran"
+
+
 async def test_v9_keeps_every_attachment_a_stored_message_names_and_reclaims_the_rest(
     postgres_cluster: PostgresCluster,
 ) -> None:
