@@ -353,6 +353,8 @@ class SdkModelProvider(SdkProvider[ClientT], Generic[ClientT, ItemT]):
         return ProviderError(message, provider=self._name)
 
     def _response(self, draft: Draft) -> ModelResponse:
+        # The body's id is header-like text the server chose: scrubbed and bounded as one.
+        draft.response_id = self._request_id(draft.response_id)
         return draft.response(
             provider=self._name, model=self._model, cache_in_input=self._cache_in_input
         )

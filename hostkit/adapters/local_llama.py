@@ -251,8 +251,12 @@ class LocalModel:
         timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         max_output_tokens: int | None = None,
+        name: str = PROVIDER_NAME,
     ) -> OpenAIChatProvider:
-        """Return hostkit's OpenAI adapter for this server, named ``"local"``.
+        """Return hostkit's OpenAI adapter for this server, named ``name`` (``"local"``).
+
+        The Host names it as its configuration does, so a usage row says which
+        configured provider (and so which kind: the budget prices it as free) it was.
 
         ``max_output_tokens`` lowers the output cap below the server's default
         (a 135M model tends to repeat itself when allowed to run long). Each
@@ -278,7 +282,7 @@ class LocalModel:
             ),
             timeout_s=timeout_s,
             retry=retry,
-            name=PROVIDER_NAME,
+            name=name,
             attachments=NO_ATTACHMENTS,
         )
 

@@ -10,7 +10,6 @@ Rich markup.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hostkit.cli._clock import TIME_CHARS, shown_time
 from hostkit.cli._render import Column, command_line, fit_table
 from hostkit.cores import CoreDiff, CoreStatus, RevisionInfo
 from hostkit.freeze import thaw
@@ -51,8 +51,8 @@ def short_sha(sha: str | None) -> str:
 
 
 def stamp(at: float) -> str:
-    """Seconds since the epoch as ``2026-12-01 13:48`` (UTC)."""
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at))
+    """Seconds since the epoch as ``2026-12-01 13:48Z`` (``shown_time``)."""
+    return shown_time(at)
 
 
 def status_state(status: CoreStatus) -> str:
@@ -97,7 +97,7 @@ def revisions_table(revisions: Sequence[RevisionInfo], *, width: int) -> Table:
     columns = (
         Column("", cap=1),
         Column("revision", whole=True),
-        Column("date (UTC)", cap=16, drop=2),
+        Column("date (UTC)", cap=TIME_CHARS, drop=2),
         Column("author", cap=24, drop=1),
         Column("summary", flexible=True),
     )
@@ -127,7 +127,7 @@ def gates_cell(gates: Sequence[GateOutcome]) -> str:
 def history_table(events: Sequence[CoreEvent], *, width: int) -> Table:
     """Every promotion, rollback and refusal, newest first, with each gate's verdict."""
     columns = (
-        Column("date (UTC)", cap=16, drop=3),
+        Column("date (UTC)", cap=TIME_CHARS, drop=3),
         Column("action", cap=8),
         Column("revision", whole=True),
         Column("from", whole=True, drop=4),

@@ -10,7 +10,6 @@ escaped (it may quote what a platform answered).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hostkit.cli._clock import CLOCK_CHARS, shown_clock
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
@@ -69,7 +69,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
         Column("channel", cap=24, drop=4),
         Column("status", cap=13),
         Column("attempts", cap=8, drop=3),
-        Column("next", cap=8, drop=1),
+        Column("next", cap=CLOCK_CHARS, drop=1),
         Column("last error", flexible=True, wrap=True, drop=5, least=READABLE),
     )
     rows = [
@@ -89,7 +89,7 @@ def intents_table(intents: Sequence[DeliveryIntent], *, width: int) -> Table:
 
 
 def _clock(at: float | None) -> str:
-    return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+    return shown_clock(at)
 
 
 @delivery.command("list")

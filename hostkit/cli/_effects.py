@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hostkit.cli._clock import TIME_CHARS
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
@@ -82,7 +83,7 @@ def runs_table(rows: TerminalRunRows, *, width: int) -> Table:
 
 def audit_table(rows: EffectAuditRows, *, width: int) -> Table:
     columns = (
-        Column("at", cap=16, drop=2),
+        Column("at", cap=TIME_CHARS, drop=2),
         Column("effect", cap=16),
         Column("call", whole=True, drop=1),
         Column("outcome", cap=13),

@@ -10,7 +10,6 @@ with control characters escaped (it may quote what a platform sent).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hostkit.cli._clock import CLOCK_CHARS, shown_clock, shown_time
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
@@ -43,6 +43,7 @@ from hostkit.inspect import (
     inbox_of,
     inbox_rows,
     one_line,
+    printable,
 )
 from hostkit.store import MAX_INBOX_LIST
 from hostkit.types import InboundRecord
@@ -99,7 +100,7 @@ def records_table(records: Sequence[InboundRecord], *, width: int) -> Table:
         Column("state", cap=13),
         Column("attempts", cap=8, drop=4),
         Column("requeues", cap=8, drop=3),
-        Column("due", cap=8, drop=2),
+        Column("due", cap=CLOCK_CHARS, drop=2),
         Column("event", cap=24, drop=1),
         Column("failure", flexible=True, wrap=True, drop=6, least=READABLE),
     )
@@ -185,8 +186,8 @@ def record_table(record: InboundRecord) -> Table:
         ("payload", payload),
     )
     for name, value in fields:
-        # Text, not markup: keys and failures come from a platform.
-        table.add_row(name, Text(value or "-"))
+        # Text, not markup, and escaped: keys and failures come from a platform.
+        table.add_row(name, Text(printable(value or "-")))
     return table
 
 
@@ -201,11 +202,11 @@ def failure_text(record: InboundRecord) -> str:
 
 
 def _clock(at: float | None) -> str:
-    return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+    return shown_clock(at)
 
 
 def _when(at: float | None) -> str:
-    return "" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return shown_time(at, seconds=True)
 
 
 @inbox.command("counts")

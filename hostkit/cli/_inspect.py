@@ -1,8 +1,10 @@
 """Terminal rendering of the inspector view-models: ``hostkit context`` and ``hostkit budget``.
 
 Drawn only from ``ContextView`` and ``BudgetView`` (token counts, budgets and
-layer names, never message content). Every cell is ``Text``, not markup: ids
-and model names come from the database.
+layer names, never message content). Every cell is ``Text``, not markup, and
+every stored value (ids, provider and model names, estimators) is written as
+``printable`` escapes it, in the tables and in the lines around them alike:
+a model name is what a provider's server chose.
 """
 
 from __future__ import annotations
@@ -13,13 +15,21 @@ from rich.table import Table
 from rich.text import Text
 
 from hostkit.cli._render import Column, fit_table
-from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
+from hostkit.inspect import (
+    BudgetView,
+    ContextStep,
+    ContextView,
+    TokenTotals,
+    cost_text,
+    printable,
+)
 
 __all__ = [
     "BAR_WIDTH",
     "budget_report",
     "context_report",
     "layer_bar",
+    "no_decisions_line",
     "totals_line",
 ]
 
@@ -66,17 +76,17 @@ def context_report(view: ContextView) -> RenderableType:
     parts: list[RenderableType] = [
         Text.assemble(
             ("session ", "bold"),
-            view.session_id,
+            printable(view.session_id),
             ("  turn ", "bold"),
-            view.turn_id or "(none yet)",
+            printable(view.turn_id or "(none yet)"),
             ("  status ", "bold"),
-            view.turn_status or "-",
+            printable(view.turn_status or "-"),
             ("  agent ", "bold"),
-            view.core_id or "-",
+            printable(view.core_id or "-"),
         )
     ]
     if not view.steps:
-        parts.append(Text("no context decisions recorded", style="dim"))
+        parts.append(Text(no_decisions_line(view.turn_status), style="dim"))
     for step in view.steps:
         parts.extend(_step(step))
     if view.steps_truncated:
@@ -85,14 +95,34 @@ def context_report(view: ContextView) -> RenderableType:
     return Group(*parts)
 
 
+def no_decisions_line(turn_status: str | None) -> str:
+    """Why a turn shows no context decision, in the words of docs/context.md.
+
+    A decision is held in memory until its step's usage is observed or its
+    turn ends: a running turn's are not written yet, and a lost turn's were
+    held by the process that died (a crash loses them).
+    """
+    if turn_status == "running":
+        return (
+            "no context decisions written yet: a running turn's are held in memory until "
+            "its step's usage is observed or the turn ends"
+        )
+    if turn_status == "lost":
+        return (
+            "no context decisions recorded: this lost turn's were held in memory by the "
+            "process that died, and a crash loses them"
+        )
+    return "no context decisions recorded"
+
+
 def _step(step: ContextStep) -> list[RenderableType]:
-    title = Text.assemble(("\nstep ", "bold"), str(step.step_id), f"  {step.kind}  ")
-    title.append(step.decision_id, style="dim")
+    title = Text.assemble(("\nstep ", "bold"), str(step.step_id), f"  {printable(step.kind)}  ")
+    title.append(printable(step.decision_id), style="dim")
     lines: list[RenderableType] = [title]
     if step.kind == "overflow":
         lines.append(
             Text(
-                f"overflow: {step.overflow_reason or 'unknown'} "
+                f"overflow: {printable(step.overflow_reason or 'unknown')} "
                 f"(needs {_n(step.estimated_input_tokens)} tokens before history)",
                 style="bold red",
             )
@@ -104,18 +134,20 @@ def _step(step: ContextStep) -> list[RenderableType]:
             f"estimated {_n(step.estimated_input_tokens)} / hard budget {_n(step.hard_budget)}"
             f" / window {_n(step.context_window)} (output budget {_n(step.output_budget)})"
             f"  reported {_n(step.reported_input_tokens)}"
-            f"  estimator {step.estimator or '-'}{' (exact)' if step.exact_estimator else ''}"
+            f"  estimator {printable(step.estimator or '-')}"
+            f"{' (exact)' if step.exact_estimator else ''}"
             f" x{step.calibration if step.calibration is not None else '-'}"
         )
     )
     badges = step.badges
     if badges:
-        lines.append(Text("  ".join(f"[{badge}]" for badge in badges), style="yellow"))
+        shown = "  ".join(f"[{printable(badge)}]" for badge in badges)
+        lines.append(Text(shown, style="yellow"))
     table = Table("layer", "tokens", "items", "pruned", "of hard budget")
     budget = max(1, step.hard_budget or 1)
     for layer in step.layers:
         table.add_row(
-            Text(layer.name),
+            Text(printable(layer.name)),
             f"{layer.tokens:,}",
             str(layer.items),
             str(layer.pruned),
@@ -180,7 +212,7 @@ def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
             rows.append(("", "", f"(first {len(turn.steps)} steps shown)", *[""] * 7))
     table = fit_table(columns, rows, width)
     # Whole, on its own line: the session id is copied into the next command too.
-    title = Text.assemble(("session ", "bold"), view.session_id, no_wrap=True)
+    title = Text.assemble(("session ", "bold"), printable(view.session_id), no_wrap=True)
     parts: list[RenderableType] = [title, table]
     if view.turns_truncated:
         parts.append(Text(f"(the newest {len(view.turns)} turns are shown)", style="dim"))
@@ -193,9 +225,11 @@ def budget_report(view: BudgetView, *, width: int = 80) -> RenderableType:
         Text(
             "calibration: none yet"
             if calibration is None
-            else f"calibration: {calibration.provider}/{calibration.model} "
-            f"estimator {calibration.estimator} ratio {calibration.ratio:.3f} "
-            f"over {calibration.samples} samples"
+            else printable(
+                f"calibration: {calibration.provider}/{calibration.model} "
+                f"estimator {calibration.estimator} ratio {calibration.ratio:.3f} "
+                f"over {calibration.samples} samples"
+            )
         )
     )
     parts.append(Text(f"totals: {totals_line(view.totals)}", style="bold"))

@@ -18,7 +18,6 @@ their own tools and write their own descriptions and errors.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
@@ -30,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hostkit.cli._clock import shown_clock
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
@@ -64,9 +64,9 @@ mcp = typer.Typer(
 
 
 def state_text(row: McpServerRow) -> str:
-    """``failing until HH:MM:SS`` (local time) for a failing server, else its state."""
+    """``failing until 13:48:03Z`` (``shown_clock``: UTC) for a failing server, else its state."""
     if row.state == "failing" and row.failing_until is not None:
-        return f"failing until {time.strftime('%H:%M:%S', time.localtime(row.failing_until))}"
+        return f"failing until {shown_clock(row.failing_until)}"
     return row.state
 
 
@@ -126,11 +126,12 @@ def print_servers(out: Console, rows: McpServerRows) -> None:
     """Per agent: a heading, its servers, each failure's detail, then its tools."""
     for agent, group in groupby(rows.servers, key=lambda row: row.agent):
         servers = list(group)
-        out.print(Text(f"agent {agent}", style="bold"))
+        out.print(Text(printable(f"agent {agent}"), style="bold"))
         out.print(servers_table(servers, width=out.width))
         for row in servers:
             if row.detail:
-                out.print(Text(f"  {row.server}: {one_line(row.detail, DETAIL_CHARS)}"))
+                detail = one_line(row.detail, DETAIL_CHARS)
+                out.print(Text(f"  {printable(row.server)}: {detail}"))
         if any(row.tools for row in servers):
             out.print(tools_table(servers, width=out.width))
 

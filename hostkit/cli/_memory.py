@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hostkit.cli._clock import TIME_CHARS
 from hostkit.cli._common import (
     ConfigOption,
     JsonOption,
@@ -63,7 +64,7 @@ def memory_table(items: Sequence[MemoryItem], *, width: int) -> Table:
     """One row per item, newest first; the id is never cut, the text is one bounded line."""
     columns = (
         Column("id", whole=True, justify="right"),
-        Column("stored", cap=16, drop=3),
+        Column("stored", cap=TIME_CHARS, drop=3),
         Column("session", whole=True, drop=2),
         Column("turn", whole=True, drop=1),
         Column("text", flexible=True, least=READABLE),

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hostkit.cli._clock import TIME_CHARS, shown_time
 from hostkit.effects import PendingApproval
 from hostkit.inspect import one_line, printable, printable_text
 from hostkit.store import SessionActivity
@@ -235,8 +236,8 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
 
 
 def short_time(stamp: str | None) -> str:
-    """``2026-12-01T13:48:03.120Z`` as ``2026-12-01 13:48`` (UTC, as stored)."""
-    return "" if not stamp else stamp[:16].replace("T", " ")
+    """``2026-12-01T13:48:03.120Z`` as ``2026-12-01 13:48Z`` (``shown_time``: UTC, marked)."""
+    return shown_time(stamp or None)
 
 
 def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
@@ -244,7 +245,7 @@ def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
     columns = (
         Column("session", whole=True),
         Column("agent", cap=16, drop=5),
-        Column("last activity", cap=16),
+        Column("last activity", cap=TIME_CHARS),
         Column("turns", cap=6, drop=3),
         Column("outcome", cap=13, drop=4),
         Column("owner", cap=12, drop=1),
@@ -275,7 +276,7 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
     """
     columns = (
         Column("approval", whole=True),
-        Column("created", cap=16, drop=2),
+        Column("created", cap=TIME_CHARS, drop=2),
         Column("agent", cap=12, drop=1),
         Column("effect", cap=20),
         Column("status", cap=13),  # "indeterminate", the longest, whole
@@ -323,7 +324,7 @@ _REASON_CHARS = 300
 def _effect_line(effect: EffectSummary) -> str:
     """``effect NAME: STATUS``, with why when it did not succeed: the person who wrote the
     tool needs the exception it raised, not only the model that was told it."""
-    line = f"effect {effect.effect}: {effect.status}"
+    line = printable(f"effect {effect.effect}: {effect.status}")
     if effect.status == "succeeded":
         return line
     reason = printable(effect.summary.removeprefix(f"[{effect.status}]").strip())

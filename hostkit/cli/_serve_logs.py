@@ -18,13 +18,16 @@ import logging
 import logging.handlers
 import queue
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.text import Text
 
+from hostkit.cli._clock import utc_stamp
 from hostkit.errors import bounded
 from hostkit.inspect import printable
 
@@ -39,7 +42,8 @@ __all__ = [
 ]
 
 LogFormat = Literal["text", "json"]
-LOG_TIME_FORMAT = "[%Y-%m-%d %H:%M:%S]"
+# UTC, marked, as every time the CLI shows (``hostkit.cli._clock``).
+LOG_TIME_FORMAT = "[%Y-%m-%d %H:%M:%SZ]"
 MAX_QUEUED = 10_000
 _MESSAGE_CHARS = 2_000
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
@@ -112,6 +116,9 @@ class _Listener(logging.handlers.QueueListener):
 class _PlainLines(logging.Formatter):
     """A record as one line of text (its traceback after it), bounded as a JSON line is."""
 
+    def converter(self, seconds: float | None) -> time.struct_time:
+        return time.gmtime(seconds)  # LOG_TIME_FORMAT is UTC
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s", LOG_TIME_FORMAT)
 
@@ -121,6 +128,11 @@ class _PlainLines(logging.Formatter):
 
     def formatException(self, ei: Any) -> str:
         return bounded(super().formatException(ei), _MESSAGE_CHARS)
+
+
+def _log_time(moment: datetime.datetime) -> Text:
+    """Rich's time column (``moment`` is the record's local time, naive) in UTC."""
+    return Text(f"[{utc_stamp(moment)}]")
 
 
 def _plain(value: object) -> object:
@@ -157,8 +169,9 @@ def serve_logging(log_format: LogFormat, console: Console) -> Iterator[None]:
             show_path=False,
             markup=False,
             rich_tracebacks=False,
-            # ISO, as every other time hostkit prints (Rich's default is the locale's %x).
-            log_time_format=LOG_TIME_FORMAT,
+            # UTC, as every other time hostkit prints (Rich's default is the locale's %x
+            # in local time).
+            log_time_format=_log_time,
         )
         # A message may quote what a platform, a model or a config file wrote; the terminal
         # gets it escaped, as every other CLI line (JSON escapes it already).

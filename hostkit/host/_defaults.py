@@ -306,7 +306,9 @@ class DefaultProviderSource(AsyncResource):
         # The embedded model's exact tokenizer, for the ContextManager's budgets.
         self.estimators.append(await local.estimator())
         return await self._resources.enter_async_context(
-            local.provider(timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens)
+            local.provider(
+                timeout_s=config.timeout_s, max_output_tokens=config.max_output_tokens, name=name
+            )
         )
 
     async def aclose(self) -> None:

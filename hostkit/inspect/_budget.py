@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hostkit.errors import InvalidValue
-from hostkit.inspect._prices import PRICES, ModelPrice, price_for
+from hostkit.inspect._prices import FREE, FREE_KINDS, PRICES, ModelPrice, price_for
 from hostkit.inspect._source import MAX_STEPS, MAX_TURNS, Source, bounded, id_arg, store_of
-from hostkit.store import TurnUsageRows, UsageRow, UsageSums
+from hostkit.store import RuntimeStore, TurnUsageRows, UsageRow, UsageSums
 from hostkit.types import PrincipalScope
 
 __all__ = [
@@ -124,7 +124,7 @@ async def budget_view(
     session_id = id_arg("session_id", session_id)
     if prices is not None and not isinstance(prices, Mapping):
         raise InvalidValue("prices must be a mapping of model names to ModelPrice, or None")
-    table = {**PRICES, **(prices or {})}
+    table = _Pricing({**PRICES, **(prices or {})}, _free_providers(source))
     usage = await store_of(source).inspect.session_usage(
         scope, session_id, turns=turn_limit, steps=step_limit
     )
@@ -149,7 +149,28 @@ async def budget_view(
     )
 
 
-def _turn_usage(rows: TurnUsageRows, table: Mapping[str, ModelPrice]) -> TurnUsage:
+@dataclass(frozen=True, slots=True)
+class _Pricing:
+    """The price table, and the providers that run on this machine (free, whatever model)."""
+
+    table: Mapping[str, ModelPrice]
+    free: frozenset[str]
+
+    def price(self, provider: str, model: str) -> ModelPrice | None:
+        return FREE if provider in self.free else price_for(model, self.table)
+
+
+def _free_providers(source: Source) -> frozenset[str]:
+    """The configured providers of a kind in ``FREE_KINDS``: a usage row names its provider
+    as configured, and its model name (a GGUF file's stem) says nothing of what it cost.
+    A bare store has no configuration: only the price table applies."""
+    if isinstance(source, RuntimeStore):
+        return frozenset()
+    providers = source.config.providers
+    return frozenset(name for name, config in providers.items() if config.kind in FREE_KINDS)
+
+
+def _turn_usage(rows: TurnUsageRows, table: _Pricing) -> TurnUsage:
     turn = rows.turn
     return TurnUsage(
         turn_id=turn.turn_id,
@@ -162,8 +183,8 @@ def _turn_usage(rows: TurnUsageRows, table: Mapping[str, ModelPrice]) -> TurnUsa
     )
 
 
-def _step_usage(row: UsageRow, table: Mapping[str, ModelPrice]) -> StepUsage:
-    price = price_for(row.model, table)
+def _step_usage(row: UsageRow, table: _Pricing) -> StepUsage:
+    price = table.price(row.provider, row.model)
     estimated, reported = row.estimated_input_tokens, row.input_tokens
     return StepUsage(
         step_id=row.step_id,
@@ -199,7 +220,7 @@ def _step_usage(row: UsageRow, table: Mapping[str, ModelPrice]) -> StepUsage:
     )
 
 
-def _totals(sums: Iterable[UsageSums], table: Mapping[str, ModelPrice]) -> TokenTotals:
+def _totals(sums: Iterable[UsageSums], table: _Pricing) -> TokenTotals:
     """Totals over per-model sums.
 
     Cost is linear in the buckets, so pricing each model's sums equals summing step costs.
@@ -209,7 +230,7 @@ def _totals(sums: Iterable[UsageSums], table: Mapping[str, ModelPrice]) -> Token
     cost: float | None = None if groups else 0.0
     unpriced = 0
     for group in groups:
-        price = price_for(group.model, table)
+        price = table.price(group.provider, group.model)
         if price is None:
             unpriced += group.steps
             continue

@@ -1,7 +1,9 @@
 """Model prices for the budget view: USD per million tokens, per model id.
 
 A small built-in table of list prices that callers extend with ``prices=``;
-an unknown model has no price (cost ``None``), never a guessed one.
+an unknown model has no price (cost ``None``), never a guessed one. A
+provider of a kind in ``FREE_KINDS`` runs on this machine and costs nothing
+whatever its model is called (the budget view prices it by its kind).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from types import MappingProxyType
 from hostkit.errors import InvalidValue
 from hostkit.types import is_positive
 
-__all__ = ["PRICES", "ModelPrice", "cost_text", "price_for"]
+__all__ = ["FREE", "FREE_KINDS", "PRICES", "ModelPrice", "cost_text", "price_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,9 @@ class ModelPrice:
         ) / 1_000_000
 
 
-_FREE = ModelPrice(0.0, 0.0, 0.0, 0.0)
+FREE = ModelPrice(0.0, 0.0, 0.0, 0.0)
+# Provider kinds (``[providers.X] kind``) that run on this machine: any model of theirs is FREE.
+FREE_KINDS: frozenset[str] = frozenset({"scripted", "local"})
 
 # List prices at the time of writing; pass ``prices=`` to correct or extend them. Keys are
 # model ids as providers report them; a dated id (``gpt-4o-mini-2024-07-18``) falls back to
@@ -67,9 +71,10 @@ PRICES: Mapping[str, ModelPrice] = MappingProxyType(
         "gpt-4o": ModelPrice(2.50, 10.00, cache_read=1.25),
         "claude-sonnet-4-5": ModelPrice(3.00, 15.00, cache_read=0.30, cache_write=3.75),
         "claude-haiku-4-5": ModelPrice(1.00, 5.00, cache_read=0.10, cache_write=1.25),
-        # Scripted and embedded local models run on this machine: they cost nothing.
-        "scripted-1": _FREE,
-        "SmolLM2-135M-Instruct.Q4_1": _FREE,
+        # The default scripted and embedded models, for a usage row read without the
+        # configuration that says its provider's kind (a bare store).
+        "scripted-1": FREE,
+        "SmolLM2-135M-Instruct.Q4_1": FREE,
     }
 )
 

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_CALL_ID_CHARS",
     "MAX_MODEL_ID_CHARS",
+    "MAX_REQUEST_ID_CHARS",
     "MAX_RESPONSE_BYTES",
     "MAX_TOOL_CALLS",
     "MAX_TOOL_NAME_CHARS",
@@ -39,6 +40,7 @@ __all__ = [
     "ToolCall",
     "ToolDefinition",
     "Usage",
+    "reported_id",
 ]
 
 # What one model response may hold. Every call in a response is executed (or recorded as
@@ -56,6 +58,8 @@ MAX_CALL_ID_CHARS = 128
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 # The longest provider name or model id: they go into usage records and calibration keys.
 MAX_MODEL_ID_CHARS = 200
+# The longest provider request id a response keeps (a support ticket quotes it).
+MAX_REQUEST_ID_CHARS = 128
 # The largest count a 64-bit integer column (SQLite INTEGER, PostgreSQL BIGINT) holds.
 MAX_STORED_COUNT = 2**63 - 1
 Role = Literal["system", "user", "assistant", "tool"]
@@ -254,6 +258,10 @@ class ModelResponse:
     At most ``MAX_TOOL_CALLS`` tool calls, each named in at most
     ``MAX_TOOL_NAME_CHARS`` and identified in at most ``MAX_CALL_ID_CHARS``
     characters; more is an ``InvalidValue``, whichever provider built it.
+    ``model`` and ``provider_request_id`` are what the server chose (a proxy,
+    a self-hosted or a compromised one): each is kept as ``reported_id``
+    writes it, escaped and cut, since usage rows, events and the inspectors
+    show them.
     """
 
     text: str
@@ -277,6 +285,11 @@ class ModelResponse:
             if len(call.call_id) > MAX_CALL_ID_CHARS:
                 raise InvalidValue(f"a tool call id is longer than {MAX_CALL_ID_CHARS} characters")
         object.__setattr__(self, "tool_calls", calls)
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", reported_id(self.model, MAX_MODEL_ID_CHARS))
+        if isinstance(self.provider_request_id, str):
+            request_id = reported_id(self.provider_request_id, MAX_REQUEST_ID_CHARS)
+            object.__setattr__(self, "provider_request_id", request_id)
 
     def reported(self, step: int) -> dict[str, Any]:
         """What it returned, minus its content: the ``provider.responded`` event's detail
@@ -314,3 +327,18 @@ def _encode_fields(value: object, *names: str) -> None:
         text = getattr(value, name)
         if isinstance(text, str) and not str.isascii(text):
             object.__setattr__(value, name, encodable(text))
+
+
+def reported_id(value: str, limit: int) -> str:
+    """An identifier a server chose, as the Host keeps it: printable, at most ``limit`` long.
+
+    Every character that is not printable (ESC, OSC, C1 controls, bidi
+    overrides, a lone surrogate) is written as its Python escape, so no
+    terminal, log or table that shows it can be driven by it; a longer one is
+    cut, ending in ``…``. A clean id is kept as it is, and the same id always
+    comes out the same (a usage row's model stays one key).
+    """
+    text = str.__str__(value)
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -9,12 +9,14 @@ hidden.
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
 import re
 import signal
 import socket
+import time
 from pathlib import Path
 
 import anyio
@@ -205,18 +207,35 @@ def test_serve_logs_hold_http_clients_to_warnings_and_restore_their_levels() -> 
     assert (httpx_logger.level, httpcore_logger.level) == before
 
 
-def test_serve_log_lines_carry_an_iso_time_not_the_locales() -> None:
-    """Rich's default is the locale's date (12/04/26); every other time hostkit prints is
-    ISO, and a log read next to another's must sort the same."""
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "file"])
+def test_serve_log_lines_carry_a_utc_time_marked_z_not_the_locales(
+    terminal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rich's default is the locale's date (12/04/26) in local time; every time hostkit
+    prints is UTC marked ``Z`` (hostkit.cli._clock), and a log read next to another's
+    (or a ``--json`` listing) must name the same instant, whatever ``TZ`` says."""
     from rich.console import Console
 
     from hostkit.cli._serve_logs import serve_logging
 
-    out = io.StringIO()
-    with serve_logging("text", Console(file=out, width=200, color_system=None)):
-        logging.getLogger("hostkit.delivery").warning("a line with its time")
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        out = io.StringIO()
+        console = Console(file=out, width=200, color_system=None, force_terminal=terminal)
+        before = datetime.datetime.now(datetime.UTC)
+        with serve_logging("text", console):
+            logging.getLogger("hostkit.delivery").warning("a line with its time")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     first = out.getvalue().splitlines()[0]
-    assert re.match(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] WARNING ", first), first
+    found = re.match(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}):\d{2}Z\] WARNING ", first)
+    assert found, first
+    # The UTC minute, not Tokyo's (nine hours on).
+    assert found.group(1) in {
+        (before + datetime.timedelta(minutes=m)).strftime("%Y-%m-%d %H:%M") for m in (0, 1)
+    }, first
 
 
 def test_text_logs_off_a_terminal_are_one_line_per_record() -> None:

@@ -15,15 +15,16 @@ import anyio
 import pytest
 from rich.console import Console
 
-from hostkit.cli._inspect import budget_report
+from hostkit.cli._inspect import budget_report, context_report
 from hostkit.context import DEFAULT_SUMMARY_INSTRUCTIONS
 from hostkit.effects import ToolContext, tool
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError
-from hostkit.host import Host
+from hostkit.host import Host, parse_config
 from hostkit.inspect import (
     MAX_STEPS,
     MAX_TURNS,
     PRICES,
+    ContextView,
     ModelPrice,
     approval_rows,
     budget_view,
@@ -32,7 +33,7 @@ from hostkit.inspect import (
     price_for,
     session_rows,
 )
-from hostkit.testing import CallTools, Reply, ScriptedModel
+from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ConversationFacts, ModelLimits, ModelRequest, PrincipalScope, TurnResult
 from tests.contract.test_cli import hostkit
 from tests.hosts import open_host, request
@@ -531,3 +532,49 @@ def test_the_view_models_live_in_hostkit_inspect_and_nowhere_else() -> None:
     for module in ("hostkit.host._inspect", "hostkit.host._prices"):
         with pytest.raises(ImportError):
             importlib.import_module(module)
+
+
+@pytest.mark.parametrize(
+    ("kind", "cost"), [("local", "$0"), ("scripted", "$0"), ("openai", "unknown")]
+)
+async def test_a_provider_that_runs_on_this_machine_is_free_whatever_its_model_is_called(
+    tmp_path: Path, kind: str, cost: str
+) -> None:
+    """An operator's own GGUF (``model_path``) names its model after the file: no price
+    table knows it, but a local (or scripted) provider costs nothing. The kind of the
+    provider the usage row names decides; a remote model nobody priced stays unknown."""
+    stem = "qwen2.5-0.5b-instruct-q4_k_m"
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"mine": {"kind": kind}},
+            "agents": {"assistant": {"provider": "mine", "policy": {"allow": ["*"]}}},
+        },
+        base_dir=tmp_path,
+    )
+    model = ScriptedModel([Reply("hi")], name="mine", model=stem, repeat_last=True)
+    async with Host.open(config, capabilities=capabilities(model)) as host:
+        result = await host.turns.run(request("hello"))
+        operator = await host.operator("ops", reason="inspect budget")
+        view = await budget_view(host, operator, result.session_id)
+    (step,) = [step for turn in view.turns for step in turn.steps]
+    assert step.model == stem
+    assert (cost_text(step.cost_usd), cost_text(view.totals.cost_usd)) == (cost, cost)
+    assert view.totals.unpriced_steps == (1 if cost == "unknown" else 0)
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        ("lost", "this lost turn's were held in memory by the process that died"),
+        ("running", "no context decisions written yet: a running turn's are held in memory"),
+        ("completed", "no context decisions recorded"),
+    ],
+)
+def test_a_turn_without_decisions_says_why(status: str, said: str) -> None:
+    """Decisions are held in memory until their step's usage is observed or the turn ends
+    (docs/context.md): a running turn's are not written yet, a killed one's are gone."""
+    view = ContextView("ses_1", "turn_1", status, "assistant", None, (), False)
+    out = io.StringIO()
+    Console(file=out, width=200).print(context_report(view))
+    assert said in " ".join(out.getvalue().split())

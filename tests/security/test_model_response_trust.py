@@ -25,7 +25,13 @@ import pytest
 from hostkit.errors import InvalidValue
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.turns import TurnEvent
-from hostkit.types import UNKNOWN_EFFECT, Usage
+from hostkit.types import (
+    MAX_MODEL_ID_CHARS,
+    MAX_REQUEST_ID_CHARS,
+    UNKNOWN_EFFECT,
+    ModelResponse,
+    Usage,
+)
 from tests.hosts import open_host, request
 from tests.security.test_model_stream_bounds import PROBE, counting_tool, make_rig, turn_rows
 from tests.support import table_rows
@@ -217,3 +223,52 @@ def test_any_provider_building_usage_that_is_no_count_gets_a_typed_error(count: 
 def test_usage_up_to_what_the_store_holds_is_kept() -> None:
     largest = 2**63 - 1
     assert Usage(largest, largest, largest, largest).input_tokens == largest
+
+
+# A model id and a response id as a hostile (or broken) server may choose them: a title
+# change, a screen clear, a colour, a bidi override, and far longer than any real id.
+HOSTILE_ID = "gpt\x1b]0;PWNED\x07\x1b[2J\x1b[31mred\u202e" + "x" * 400
+
+
+@pytest.mark.parametrize("kind", WIRE)
+async def test_a_server_chosen_model_and_response_id_are_kept_escaped_and_bounded(
+    tmp_path: Path, wire: WireServer, built: list[ScriptableRig], kind: str
+) -> None:
+    """The model and response ids a server reports go into usage rows, events and every
+    inspector: each is kept printable (its controls as escapes) and bounded, the same
+    way every time, whichever adapter read it."""
+    rig = cast(WireRig, make_rig(kind, wire, built))
+    answer = Answer(deltas=("ok",), request_id=None, response_id=HOSTILE_ID)
+    events = rig.fmt.answer_events(answer)
+    model = json.dumps(rig.fmt.MODEL).encode()
+    wire.script(sse_reply(tuple(e.replace(model, json.dumps(HOSTILE_ID).encode()) for e in events)))
+    async with open_host(tmp_path, rig.provider) as host:
+        result = await host.turns.run(request("go"))
+        kept = await host.store.read(
+            lambda c: c.execute(
+                "SELECT model, provider_request_id FROM usage_observations"
+            ).fetchall()
+        )
+    assert result.outcome == "completed", result.error
+    ((stored_model, stored_id),) = [tuple(row) for row in kept]
+    for stored, limit in ((stored_model, MAX_MODEL_ID_CHARS), (stored_id, MAX_REQUEST_ID_CHARS)):
+        assert stored.isprintable(), stored
+        assert stored.startswith("gpt\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mred\\u202e")
+        assert len(stored) == limit
+        assert stored.endswith("…")
+
+
+def test_any_provider_building_a_response_keeps_its_ids_printable_and_bounded() -> None:
+    """``ModelResponse`` holds every provider to it (a custom one, the scripted model)."""
+    response = ModelResponse(
+        text="",
+        tool_calls=(),
+        usage=Usage(),
+        finish_reason="stop",
+        provider="custom",
+        model="m\x1b[2J",
+        provider_request_id="r\x9b1m",
+    )
+    assert (response.model, response.provider_request_id) == ("m\\x1b[2J", "r\\x9b1m")
+    clean = ModelResponse("", (), Usage(), "stop", "p", "gpt-4o-mini", "req_1")
+    assert (clean.model, clean.provider_request_id) == ("gpt-4o-mini", "req_1")
