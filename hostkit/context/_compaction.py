@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from hostkit._cancellation import uninterrupted
 from hostkit.context._estimate import CharEstimator
 from hostkit.context._summarizer import (
     DEFAULT_SUMMARY_INSTRUCTIONS,
@@ -469,9 +470,12 @@ class SessionCompactor:
         return None
 
     async def _release(self, session_id: str, lease_id: str) -> None:
-        # Shielded and bounded: a cancelled caller still frees the lease, and a store
+        # Uninterrupted and bounded: a cancelled caller still frees the lease, and a store
         # that cannot answer leaves it to the expiry (or to the dead-owner check).
-        with anyio.move_on_after(self._release_timeout_s, shield=True):
+        await uninterrupted(self._released(session_id, lease_id))
+
+    async def _released(self, session_id: str, lease_id: str) -> None:
+        with anyio.move_on_after(self._release_timeout_s):
             with contextlib.suppress(HostkitError):
                 await self._store.context.release_compaction_lease(session_id, lease_id)
 

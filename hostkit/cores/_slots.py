@@ -12,7 +12,6 @@ message (it may hold secrets).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
 import importlib.util
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 import anyio
 
+from hostkit._cancellation import is_cancellation
 from hostkit.cores._imports import import_parents
 from hostkit.cores._loaded import LoadedCore
 from hostkit.cores._manifest import SlotsSpec
@@ -160,7 +160,7 @@ class SlotRuntime:
                     if inspect.isawaitable(value):
                         value = await value
             except BaseException as exc:
-                if _is_cancellation(exc):
+                if is_cancellation(exc):
                     raise
                 where = _raised_at(exc, self._root / self._package)
                 raise SlotFailed(slot, f"failed ({type(exc).__name__}{where})") from None
@@ -181,7 +181,7 @@ class SlotRuntime:
                 abandon_on_cancel=True,
             )
         except BaseException as exc:
-            if _is_cancellation(exc):
+            if is_cancellation(exc):
                 raise
             raise SlotFailed(slot, f"cannot be loaded ({type(exc).__name__})") from None
         if not callable(function):
@@ -212,19 +212,3 @@ def _import(root: Path, package: str, module: str, name: str) -> Any:
     """
     import_parents(f"{package}.{module}", [str(root)])
     return getattr(importlib.import_module(f"{package}.{module}"), name)
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """Real cancellation of the running task (a turn's cancel, the Host's shutdown).
-
-    A slot may raise ``CancelledError`` itself; that is a failure of the slot,
-    not a reason to stop the turn without a record.
-    """
-    cancelled = anyio.get_cancelled_exc_class()
-    if not isinstance(exc, cancelled):
-        return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        return True
-    return task is None or task.cancelling() > 0

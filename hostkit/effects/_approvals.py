@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from hostkit._cancellation import is_cancellation
 from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
@@ -427,7 +428,7 @@ class ApprovalRuntime:
         if record is None:
             return await provider.decide(request)
         decision: ApprovalDecision | None = None
-        failed: Exception | None = None
+        failed: BaseException | None = None
         async with anyio.create_task_group() as group:
 
             async def watch() -> None:
@@ -441,8 +442,11 @@ class ApprovalRuntime:
             group.start_soon(watch)
             try:
                 decision = await provider.decide(request)
-            except Exception as exc:
-                # Raised as it is below, not inside an ExceptionGroup that hides its type.
+            except BaseException as exc:
+                # Raised as it is below, not inside an ExceptionGroup that hides its type
+                # (a BaseException too); real cancellation goes on as itself.
+                if is_cancellation(exc):
+                    raise
                 failed = exc
             group.cancel_scope.cancel()
         if failed is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import re
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from hostkit._cancellation import is_cancellation
 from hostkit.effects._approvals import ApprovalKey, ApprovalRequest, ApprovalRuntime
 from hostkit.effects._authored import (
     AuthoredTool,
@@ -199,26 +199,6 @@ def _error_text(exc: BaseException, redactor: Redactor, *, named: bool = True) -
     if named:
         message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return bounded(redactor.text(message, limit=_MAX_EXCEPTION_READ), _MAX_ERROR_SUMMARY)
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """True for cancellation of an enclosing scope, which must propagate, never be a result.
-
-    The exception's type is not enough: a tool can raise ``CancelledError`` (alone
-    or in a group) itself, with any message. It is real only when the task running
-    the effect is being cancelled; anyio's cancel scopes (a turn's cancel, a
-    deadline) cancel through ``Task.cancel()``, so they count too.
-    """
-    cancelled = anyio.get_cancelled_exc_class()
-    if not isinstance(exc, cancelled) and not (
-        isinstance(exc, BaseExceptionGroup) and exc.split(cancelled)[0] is not None
-    ):
-        return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # not on asyncio: the backend's own class is trusted
-        return True
-    return task is None or task.cancelling() > 0
 
 
 class EffectRuntime:
@@ -558,7 +538,7 @@ class EffectRuntime:
             return _refused(call_id, effect, "timed_out", error, redactor)
         except BaseException as exc:
             # As for invocation: only real cancellation propagates, never a tool's own.
-            if _is_cancellation(exc):
+            if is_cancellation(exc):
                 raise
             return _refused(call_id, effect, "failed", _error_text(exc, redactor), redactor)
         return dataclasses.replace(
@@ -589,7 +569,7 @@ class EffectRuntime:
                     assert preview is not None
                     diff = await preview(checked.arguments)
         except BaseException as exc:
-            if _is_cancellation(exc):
+            if is_cancellation(exc):
                 raise
             return None
         return diff if isinstance(diff, str) else None
@@ -800,7 +780,7 @@ class EffectRuntime:
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt, GeneratorExit and the rest from a tool are a
             # failed call, not the end of the Host; only real cancellation propagates.
-            if _is_cancellation(exc):
+            if is_cancellation(exc):
                 raise
             done = exc.audit if isinstance(exc, HostkitError) else None
             await self._audit(checked, tool_context, "failed", done, redactor)

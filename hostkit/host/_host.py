@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import anyio
 from anyio.abc import AsyncResource
 
+from hostkit._cancellation import uninterrupted
 from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.builtins.process import ProcessSupervisor, RunJournal
@@ -524,8 +525,7 @@ class Host(AsyncResource):
         except BaseException:
             # The failed pin dropped its count: if an apply replaced the generation while
             # it pinned, it may have been the last one.
-            with anyio.CancelScope(shield=True):
-                await self._close_if_idle(generation)
+            await uninterrupted(self._close_if_idle(generation))
             raise
 
     async def release(self, core: PinnedCore) -> None:
@@ -646,12 +646,16 @@ class Host(AsyncResource):
         previous.retired = True
         self._retired.append(previous)
         # The rest finishes what is installed, also when the caller is cancelled.
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._retire(previous, config, authority_changed=capabilities is not None)
-            finally:
-                await self._close_if_idle(previous)
+        await uninterrupted(self._retired_whole(previous, config, capabilities is not None))
         return self._generation.number
+
+    async def _retired_whole(
+        self, previous: Generation, config: HostConfig, authority_changed: bool
+    ) -> None:
+        try:
+            await self._retire(previous, config, authority_changed=authority_changed)
+        finally:
+            await self._close_if_idle(previous)
 
     async def _retire(
         self, previous: Generation, config: HostConfig, *, authority_changed: bool
@@ -937,9 +941,11 @@ class Host(AsyncResource):
         try:
             yield generation
         finally:
-            with anyio.CancelScope(shield=True):
-                await generation.release()
-                await self._close_if_idle(generation)
+            await uninterrupted(self._release_held(generation))
+
+    async def _release_held(self, generation: Generation) -> None:
+        await generation.release()
+        await self._close_if_idle(generation)
 
     async def _stop_deliveries(self) -> None:
         """Wind every delivery runtime down together (each bounded by its own grace)."""
@@ -1053,23 +1059,26 @@ class Host(AsyncResource):
             return
         self._closed = True
         self.store.limit_waits(CLOSE_LOCK_WAIT_S)
-        # Shielded: a cancelled caller must not leave sources or child processes open.
-        with anyio.CancelScope(shield=True):
-            async with contextlib.AsyncExitStack() as stack:
-                stack.push_async_callback(self.store.aclose)
-                if self.tracing is not None:
-                    # After the turns ended: their spans are exported before the Host is gone.
-                    stack.push_async_callback(self.tracing.aclose)
-                stack.push_async_callback(self.context.aclose)
-                stack.push_async_callback(self._close_supplied)
-                stack.push_async_callback(self._close_generations)
-                stack.push_async_callback(self.authority.aclose)
-                stack.push_async_callback(self.processes.aclose)
-                stack.push_async_callback(self.mcp.aclose)
-                stack.push_async_callback(self.turns.shutdown)
-                stack.push_async_callback(self._stop_deliveries)
-                stack.push_async_callback(self._stop_workers)
-                stack.callback(self._approval_runtime.close)
+        # Uninterrupted: a cancelled caller must not leave sources or child processes open.
+        await uninterrupted(self._close())
+
+    async def _close(self) -> None:
+        """The steps of ``aclose``, last pushed first."""
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self.store.aclose)
+            if self.tracing is not None:
+                # After the turns ended: their spans are exported before the Host is gone.
+                stack.push_async_callback(self.tracing.aclose)
+            stack.push_async_callback(self.context.aclose)
+            stack.push_async_callback(self._close_supplied)
+            stack.push_async_callback(self._close_generations)
+            stack.push_async_callback(self.authority.aclose)
+            stack.push_async_callback(self.processes.aclose)
+            stack.push_async_callback(self.mcp.aclose)
+            stack.push_async_callback(self.turns.shutdown)
+            stack.push_async_callback(self._stop_deliveries)
+            stack.push_async_callback(self._stop_workers)
+            stack.callback(self._approval_runtime.close)
 
     async def _close_generations(self) -> None:
         """Close every generation, after an apply in progress finished (bounded wait).

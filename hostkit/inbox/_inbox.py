@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import anyio
 
+from hostkit._cancellation import uninterrupted
 from hostkit._dead_claims import expire_dead_claims
 from hostkit.authority import RESERVED_CHANNELS
 from hostkit.errors import InvalidValue, ScopeError, StaleClaim, bounded
@@ -299,12 +300,14 @@ class ChannelInbox:
 
     async def release_all(self) -> int:
         """Release every claim this inbox still holds (worker shutdown); how many were."""
+        return await uninterrupted(self._release_held())
+
+    async def _release_held(self) -> int:
         released = 0
-        with anyio.CancelScope(shield=True):
-            for inbound_id, token in list(self._held.items()):
-                if await self._store.release(inbound_id, token, now=self._clock()):
-                    released += 1
-                self._held.pop(inbound_id, None)
+        for inbound_id, token in list(self._held.items()):
+            if await self._store.release(inbound_id, token, now=self._clock()):
+                released += 1
+            self._held.pop(inbound_id, None)
         return released
 
     # -- operators ---------------------------------------------------------------------

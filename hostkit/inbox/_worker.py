@@ -39,6 +39,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from hostkit._background import Background
+from hostkit._cancellation import uninterrupted
 from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S
 from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
@@ -293,8 +294,7 @@ class InboxWorker(Background):
                 finally:
                     watching.cancel()
                     self._stopping = True
-                    with anyio.CancelScope(shield=True):
-                        await self._wind_down()
+                    await uninterrupted(self._wind_down())
         finally:
             self._running = False
             # The stop is spent: a later run() or drain() serves again.

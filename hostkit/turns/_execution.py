@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from hostkit._cancellation import finished, is_cancellation, uninterrupted
 from hostkit.authority import AdmittedTurn, AuthorityResolver
 from hostkit.context import ContextManager
 from hostkit.cores import AuthorTurn, SlotFailed, StateRuntime
@@ -91,6 +92,7 @@ _NOT_REACHED = "[cancelled] not run: the turn ended before this call"
 # The outcomes of a turn stopped by a cancellation (its result says who stopped it).
 _CANCELLED: tuple[TurnOutcome, ...] = ("cancelled", "indeterminate")
 _CLOSING = "the Host is shutting down"
+_CALLER_CANCELLED = "the caller was cancelled"
 # The longest any of a turn's own deadlines may be (as hostkit.toml allows).
 _MAX_TIMEOUT_S = 86_400.0
 
@@ -246,10 +248,12 @@ class TurnExecution:
                         trace_id=trace_id,
                         cancellation_digest=token_digest(nonces["cancellation"]),
                     )
-                    # Shielded: once turn.started may have committed, _drive must run so the
-                    # turn gets its terminal record; a pending cancellation is delivered there.
-                    with anyio.CancelScope(shield=True):
-                        outcome = await leases.admit(request, admission, scope)
+                    # Uninterrupted: once turn.started may have committed, _drive must run so
+                    # the turn gets its terminal record. A caller cancelled meanwhile stops
+                    # the turn at once; the cancellation is raised once it is recorded.
+                    outcome, caught = await finished(leases.admit(request, admission, scope))
+                    if caught is not None and not isinstance(outcome, AdmittedTurn):
+                        raise caught
                     if isinstance(outcome, TurnState):
                         return self._existing(outcome)
                     if isinstance(outcome, AdmittedTurn):
@@ -272,10 +276,14 @@ class TurnExecution:
                         if core.observer is not None:
                             self._observers[turn_id] = core.observer
                         self._emit(context, "turn.started", {"core_id": core.core_id})
-                        return await self._drive(request, context, core, admitted)
+                        result = await self._drive(
+                            request, context, core, admitted, caller_cancelled=caught is not None
+                        )
+                        if caught is not None:
+                            raise caught
+                        return result
                 finally:
-                    with anyio.CancelScope(shield=True):
-                        await self._cores.release(core)
+                    await uninterrupted(self._cores.release(core))
                 # Busy. The pinned generation was released: the turn pins the generation
                 # current when it is finally admitted.
                 assert isinstance(outcome, SessionBusy)
@@ -319,7 +327,14 @@ class TurnExecution:
         context: TurnExecutionContext,
         core: PinnedCore,
         admitted: Admitted,
+        *,
+        caller_cancelled: bool = False,
     ) -> TurnResult:
+        """Run the admitted turn to its one terminal record.
+
+        ``caller_cancelled``: the caller was cancelled while the admission
+        committed; the turn is stopped before it starts, and recorded so.
+        """
         active = ActiveTurn(
             context,
             admitted.lease,
@@ -333,6 +348,8 @@ class TurnExecution:
             # Admitted while the Host began to shut down (the session came free as the
             # turn before it ended): it stops at once and records that, like the others.
             active.stop("the Host shut down", "host")
+        elif caller_cancelled:
+            active.stop(_CALLER_CANCELLED, "caller")
         try:
             outcome, error = await self._leases.heartbeating(
                 active,
@@ -342,18 +359,15 @@ class TurnExecution:
             return await self._leases.keeping(
                 active, lambda: self._finish(request, context, active, outcome, error)
             )
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), contextlib.suppress(HostkitError, TimeoutError):
-                outcome, error = "cancelled", "the caller was cancelled"
-                active.cancelled_by = "caller"
-                paused = await self._end_write(active, lambda: self._paused_on(context, active))
-                if paused is not None:
-                    outcome, error = "needs_user", paused
-                elif _maybe_ran(core, context, active):
-                    outcome = "indeterminate"
-                await self._leases.keeping(
-                    active, lambda: self._finish(request, context, active, outcome, error)
+        except anyio.get_cancelled_exc_class() as exc:
+            if not is_cancellation(exc):
+                # An adapter's own CancelledError (nobody cancelled this task): its failure,
+                # or, past the turn's own stop, that stop.
+                leaked = exc
+                return await self._leases.keeping(
+                    active, lambda: self._unexpected(request, context, core, active, leaked)
                 )
+            await uninterrupted(self._caller_cancelled(request, context, core, active))
             raise
         except TurnInfrastructureError:
             raise
@@ -365,26 +379,71 @@ class TurnExecution:
             )
         except Exception as exc:
             # An adapter or embedder bug: never leak it and never leave the turn running.
-            _log.exception("turn %s failed unexpectedly", context.turn_id)
-            error = f"internal error ({type(exc).__name__})"
+            bug = exc
             return await self._leases.keeping(
-                active, lambda: self._finish(request, context, active, "failed", error)
+                active, lambda: self._unexpected(request, context, core, active, bug)
             )
         finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    if active.catalog is not None:
-                        await core.effects.close_catalog(active.catalog)
-                finally:
-                    try:
-                        await self._after_end(context, active)
-                    finally:
-                        if active.author is not None:
-                            active.author.close()
-                        self._tokens.unbind(context)
-                        self._active.pop(context.turn_id, None)
-                        self._observers.pop(context.turn_id, None)
-                        active.done.set()
+            await uninterrupted(self._released(context, core, active))
+
+    async def _caller_cancelled(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+    ) -> None:
+        """Record the end of a turn whose caller was cancelled (best effort, bounded)."""
+        with contextlib.suppress(HostkitError, TimeoutError):
+            outcome: TurnOutcome = "cancelled"
+            error: str | None = _CALLER_CANCELLED
+            active.cancelled_by = "caller"
+            paused = await self._end_write(active, lambda: self._paused_on(context, active))
+            if paused is not None:
+                outcome, error = "needs_user", paused
+            elif _maybe_ran(core, context, active):
+                outcome = "indeterminate"
+            await self._leases.keeping(
+                active, lambda: self._finish(request, context, active, outcome, error)
+            )
+
+    async def _unexpected(
+        self,
+        request: TurnRequest,
+        context: TurnExecutionContext,
+        core: PinnedCore,
+        active: ActiveTurn,
+        exc: BaseException,
+    ) -> TurnResult:
+        """Record a turn ended by an exception no seam expects (an adapter or embedder bug).
+
+        A ``CancelledError`` an adapter raised past the turn's own stop (a cancel,
+        the deadline, shutdown) ends it as that stop would have.
+        """
+        if isinstance(exc, anyio.get_cancelled_exc_class()) and active.scope.cancel_called:
+            outcome, error = await self._stopped(context, core, active)
+        else:
+            _log.error("turn %s failed unexpectedly", context.turn_id, exc_info=exc)
+            outcome, error = "failed", f"internal error ({type(exc).__name__})"
+        return await self._finish(request, context, active, outcome, error)
+
+    async def _released(
+        self, context: TurnExecutionContext, core: PinnedCore, active: ActiveTurn
+    ) -> None:
+        """Close the turn's catalog, write what its end still owes and forget it."""
+        try:
+            if active.catalog is not None:
+                await core.effects.close_catalog(active.catalog)
+        finally:
+            try:
+                await self._after_end(context, active)
+            finally:
+                if active.author is not None:
+                    active.author.close()
+                self._tokens.unbind(context)
+                self._active.pop(context.turn_id, None)
+                self._observers.pop(context.turn_id, None)
+                active.done.set()
 
     async def _body(
         self,
@@ -426,13 +485,19 @@ class TurnExecution:
             except InvalidValue as exc:
                 outcome, error = "failed", exc.message
         if active.scope.cancelled_caught:
-            paused = await self._paused_on(context, active)
-            if paused is not None:
-                return "needs_user", paused
-            # An effect running, or returned but not yet recorded, may have happened.
-            outcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
-            error = active.cancel_reason
+            return await self._stopped(context, core, active)
         return outcome, error
+
+    async def _stopped(
+        self, context: TurnExecutionContext, core: PinnedCore, active: ActiveTurn
+    ) -> tuple[TurnOutcome, str | None]:
+        """How a turn its own scope stopped ends: paused, cancelled or indeterminate."""
+        paused = await self._paused_on(context, active)
+        if paused is not None:
+            return "needs_user", paused
+        # An effect running, or returned but not yet recorded, may have happened.
+        outcome: TurnOutcome = "indeterminate" if _maybe_ran(core, context, active) else "cancelled"
+        return outcome, active.cancel_reason
 
     async def _paused_on(self, context: TurnExecutionContext, active: ActiveTurn) -> str | None:
         """The turn stopped while a person decided on its durable approval: pause on it.

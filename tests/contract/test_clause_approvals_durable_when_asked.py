@@ -290,3 +290,24 @@ async def test_the_turn_deadline_while_a_person_decides_pauses_the_turn_on_the_a
     assert result.pending_approval == pending.approval_id
     assert pending.status == "pending"
     assert stamps.lines() == []
+
+
+class ApproverBroke(BaseException):
+    """Not an ``Exception``: what a misbehaving approver may raise (SystemExit-like)."""
+
+
+async def test_a_base_exception_from_the_approver_reaches_the_caller_as_itself(
+    tmp_path: Path,
+) -> None:
+    # It used to arrive wrapped in a BaseExceptionGroup ("unhandled errors in a
+    # TaskGroup") from the watch beside the prompt; an Exception already came as itself.
+    class Broken:
+        async def decide(self, req: ApprovalRequest) -> ApprovalDecision:
+            raise ApproverBroke()
+
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([stamp_call(), Reply("done")])
+    async with open_host(tmp_path, model, stamps, Broken()) as host:
+        with pytest.raises(ApproverBroke):
+            await host.turns.run(request("stamp it"))
+    assert stamps.lines() == []

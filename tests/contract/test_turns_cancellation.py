@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,137 @@ async def test_a_request_already_run_answers_with_its_record_while_the_host_clos
         assert await turn_rows(host) == [(done.turn_id, "completed")]
     with pytest.raises(TurnRejected, match="shutting down"):
         await host.turns.run(first)
+
+
+async def _cancelled_as_admitted(
+    host: Host, how: str, committed: anyio.Event, go: anyio.Event
+) -> int:
+    """Run a turn, cancel its caller natively (``how``) once its admission committed.
+
+    Returns the caller task's ``cancelling()`` once it caught what it expects
+    (``CancelledError`` for a cancel, else ``TimeoutError``): the cancellation
+    was delivered as asyncio's own accounting expects.
+    """
+    tasks: list[asyncio.Task[Any]] = []
+    timeouts: list[asyncio.Timeout] = []
+    expected: type[BaseException] = asyncio.CancelledError if how == "cancel" else TimeoutError
+
+    async def run() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        await host.turns.run(request(request_id="req_cut"))
+
+    async def caller() -> int:
+        try:
+            if how == "wait_for":
+                # Its deadline is long past once the admission committed (see below).
+                await asyncio.wait_for(run(), 0.2)
+            elif how == "timeout":
+                async with asyncio.timeout(None) as deadline:
+                    timeouts.append(deadline)
+                    await run()
+            else:
+                await run()
+        except expected:
+            current = asyncio.current_task()
+            assert current is not None
+            return current.cancelling() - (how == "cancel")
+        raise AssertionError("the caller was not cancelled")
+
+    outer = asyncio.get_running_loop().create_task(caller())
+    await committed.wait()
+    if how == "timeout":
+        timeouts[0].reschedule(asyncio.get_running_loop().time())
+    elif how == "cancel":
+        tasks[0].cancel()
+    # The admission goes on only once the caller's cancellation was delivered to it.
+    while not tasks[0].cancelling():  # noqa: ASYNC110 (the cancellation is in flight)
+        await asyncio.sleep(0.001)
+    go.set()
+    return await outer
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout", "wait_for"])
+async def test_a_caller_cancelled_natively_while_admitted_ends_its_turn_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # asyncio's own cancellation (Task.cancel, asyncio.timeout, wait_for, Ctrl-C under
+    # asyncio.run) passes anyio's shield: the admitted turn used to stay running, its
+    # session leased, until another admission noticed the lapse and ended it lost.
+    committed, go = anyio.Event(), anyio.Event()
+    original = SqlTurnStore.admit
+
+    async def admit(self: SqlTurnStore, *args: Any, **options: Any) -> Any:
+        outcome = await original(self, *args, **options)
+        if not committed.is_set():
+            committed.set()  # turn.started is durable: the turn exists, running
+            await go.wait()
+        return outcome
+
+    monkeypatch.setattr(SqlTurnStore, "admit", admit)
+    with anyio.fail_after(30):
+        async with open_host(tmp_path, ScriptedModel([Reply("next")], repeat_last=True)) as host:
+            assert await _cancelled_as_admitted(host, how, committed, go) == 0
+            assert host.turns.active_turns == 0
+            assert host.turns.admitted_sessions == 0
+            # The retry reads the record (not TurnInProgress); the session is free at once.
+            again = await host.turns.run(request(request_id="req_cut"))
+            following = await host.turns.run(request("next one"))
+            rows = await turn_rows(host)
+    assert (again.outcome, again.error, again.cancelled_by) == (
+        "cancelled",
+        "the caller was cancelled",
+        "caller",
+    )
+    assert following.outcome == "completed"
+    assert [status for _, status in rows] == ["cancelled", "completed"]
+
+
+async def test_a_providers_own_cancelled_error_fails_the_turn(tmp_path: Path) -> None:
+    # Nobody cancelled the caller: an SDK's leaked CancelledError is the provider's
+    # failure, recorded so, and never raised into a task that is not being cancelled.
+    async def leaky(request: ModelRequest) -> Reply:
+        raise asyncio.CancelledError()
+
+    async with open_host(tmp_path, ScriptedModel([leaky])) as host:
+        result = await host.turns.run(request())
+        current = asyncio.current_task()
+        assert current is not None
+        assert current.cancelling() == 0
+        rows = await turn_rows(host)
+    assert (result.outcome, result.error, result.cancelled_by) == (
+        "failed",
+        "internal error (CancelledError)",
+        None,
+    )
+    assert [status for _, status in rows] == ["failed"]
+
+
+async def test_a_providers_own_cancelled_error_after_a_cancel_ends_as_that_cancel(
+    tmp_path: Path,
+) -> None:
+    # The turn was cancelled on request and the provider raised a CancelledError of its
+    # own instead of anyio's: the turn ends as the cancel asked, the caller goes on.
+    entered = anyio.Event()
+
+    async def converts(request: ModelRequest) -> Reply:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        except BaseException:
+            raise asyncio.CancelledError("the SDK's own") from None
+        raise AssertionError("unreachable")
+
+    async with open_host(tmp_path, ScriptedModel([converts])) as host:
+        results: list[TurnResult] = []
+
+        async def run() -> None:
+            results.append(await host.turns.run(request()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await entered.wait()
+            owner = await host.authority.for_conversation(facts("c1", "alice", "test"))
+            await host.turns.cancel(await started_turn_id(host), owner)
+    assert (results[0].outcome, results[0].cancelled_by) == ("cancelled", "user")
