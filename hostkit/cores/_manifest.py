@@ -22,7 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit._unknown_keys import EXTRA_FORBIDDEN, reported_error, unknown_key
 from hostkit.cores._yaml import YamlProblem, parse_yaml
-from hostkit.effects import MAX_MCP_SERVERS, EffectPolicy, McpServerConfig, McpServerName
+from hostkit.effects import (
+    MAX_MCP_SERVERS,
+    EffectPolicy,
+    McpServerConfig,
+    McpServerName,
+    provider_spelling,
+)
 from hostkit.errors import ConfigError, bounded
 
 __all__ = [
@@ -67,6 +73,15 @@ _RESERVED_SEGMENTS = frozenset(
 )
 _WILDCARDS = frozenset("*?[")
 _MEMORY_RULE = "memory.*"
+_NETWORK = "terminal.network"
+_RUN = "terminal.run"
+# The Host's effects, whose provider spellings (``files_write``) a rule must not be.
+_HOST_EFFECTS = (
+    *dict.fromkeys(effect for effects in BUILTIN_RULES.values() for effect in effects),
+    "memory.recall",
+    "memory.store",
+    "memory.forget",
+)
 
 
 def capability_problem(rule: str) -> str | None:
@@ -187,6 +202,19 @@ class CoreManifest(_Strict):
             if server and server.group(1) not in self.mcp:
                 # Only the rule is quoted: the error points at the rule's line, not at mcp's.
                 raise ValueError(f"{rule!r} grants a server that is not declared under mcp")
+            meant = provider_spelling(rule, _HOST_EFFECTS, self.mcp)
+            if meant is not None:
+                raise ValueError(
+                    f"{rule!r} is a tool's name as the model sees it; capabilities name "
+                    f"effects: did you mean {meant}?"
+                )
+        if self.capabilities.get(_NETWORK) == "ask" and self.capabilities.get(_RUN) != "ask":
+            # Held for every run or for none: asked only through each run it gives a network.
+            raise ValueError(
+                f"'{_NETWORK}' cannot be ask while {_RUN} is not: the grant is held for every "
+                f"run or none, so nobody would be asked; ask for {_RUN} too (each run, with "
+                "the network, is then approved), or allow or deny it"
+            )
         return self
 
     def secrets(self) -> tuple[str, ...]:
@@ -201,14 +229,13 @@ class CoreManifest(_Strict):
 def policy_rules(manifest: CoreManifest) -> dict[Approval, list[str]]:
     """The effect globs per approval that ``manifest``'s capabilities compile to.
 
-    A builtin rule stands for its effects; ``secret.bind`` rules are not
-    effects (each binding is asked per call); ``memory: true`` allows
-    ``memory.*``. Nothing else is allowed: there is no default ``*``.
+    A builtin rule stands for its effects; a ``secret.bind`` rule stands for
+    itself, the grant the Host holds only where it is not denied (each binding
+    is asked per call anyway); ``memory: true`` allows ``memory.*``. Nothing
+    else is allowed: there is no default ``*``.
     """
     rules: dict[Approval, list[str]] = {"allow": [], "ask": [], "deny": []}
     for rule, approval in manifest.capabilities.items():
-        if _SECRET_RULE.fullmatch(rule):
-            continue
         rules[approval].extend(BUILTIN_RULES.get(rule, (rule,)))
     if manifest.memory:
         rules["allow"].append(_MEMORY_RULE)

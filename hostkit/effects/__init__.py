@@ -71,7 +71,7 @@ from hostkit.effects._pending import (
     ClaimedApproval,
     PendingApproval,
 )
-from hostkit.effects._policy import EffectPolicy, PolicyDecision
+from hostkit.effects._policy import EffectPolicy, PolicyDecision, provider_spelling
 from hostkit.effects._redaction import Redactor
 from hostkit.effects._runtime import (
     DEFAULT_ENV_ALLOWLIST,
@@ -153,6 +153,7 @@ __all__ = [
     "mcp_connect_grant",
     "mcp_effect_name",
     "provider_name",
+    "provider_spelling",
     "redact_secrets",
     "schema_problem",
     "schema_refusal",

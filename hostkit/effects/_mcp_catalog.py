@@ -72,9 +72,11 @@ async def mcp_entries(
     approved: list[tuple[McpServer, str]] = []
     for server in sorted(servers, key=lambda s: s.name):
         connect = mcp_connect_grant(server.name)
-        if connect not in granted or mcp_call_grant(server.name) not in granted:
+        call = mcp_call_grant(server.name)
+        if connect not in granted or call not in granted:
+            missing = connect if connect not in granted else call
             found[server.name] = await pool.denied(
-                agent, session, server, f"the agent holds no {connect} capability"
+                agent, session, server, f"the agent holds no {missing} capability"
             )
             continue
         decision = policy.decide(connect)
@@ -121,7 +123,7 @@ async def mcp_entries(
         over: list[str] = []
         spent = 0
         for tool in discovery.tools:
-            if policy.decide(tool.name) == "deny":
+            if policy.decide_call(tool.name, mcp_call_grant(name)) == "deny":
                 continue
             if provider_name(tool.name) in used:
                 clashes.append(tool.mcp_name)

@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from hostkit.effects._catalog import provider_name
 from hostkit.effects._mcp_names import mcp_rule
 from hostkit.errors import InvalidValue
 from hostkit.types import is_names
 
-__all__ = ["EffectPolicy", "PolicyDecision"]
+__all__ = ["EffectPolicy", "PolicyDecision", "provider_spelling"]
 
 PolicyDecision = Literal["allow", "ask", "deny"]
 
@@ -23,6 +24,7 @@ _MAX_RULE_CHARS = 256
 # ("file.write", "files.wirte" for "files.write"), never a sibling ("notes.delete" for
 # "notes.write", a tool the agent simply does not have).
 _TYPO_CUTOFF = 0.85
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,16 @@ class EffectPolicy:
             return "allow"
         return "deny"
 
+    def decide_call(self, effect: str, grant: str | None = None) -> PolicyDecision:
+        """The decision for one call of ``effect`` run under ``grant`` (an MCP tool's
+        ``mcp.call:<server>``): the stricter of the two, so ``ask = ["mcp.call:git"]``
+        asks before every tool of ``git`` and ``deny`` refuses them all."""
+        decision = self.decide(effect)
+        if grant is None or decision == "deny":
+            return decision
+        other = self.decide(grant)
+        return other if _STRICTNESS[other] > _STRICTNESS[decision] else decision
+
     def explicitly_allows(self, effect: str) -> bool:
         """True when an ``allow`` rule written for ``effect``'s kind matches it.
 
@@ -78,15 +90,19 @@ class EffectPolicy:
     def near_misses(
         self, effects: Iterable[str], *, mcp_server: str | None = None
     ) -> tuple[tuple[str, str, str], ...]:
-        """Each ``(kind, rule, effect)``: an ``ask`` or ``deny`` rule that matches none of
-        ``effects`` but is one typo from ``effect``.
+        """Each ``(kind, rule, meant)``: an ``ask`` or ``deny`` rule that matches none of
+        ``effects`` but is a slip from a rule that would, ``meant``.
 
-        Such a rule is most often a typo (``file.write`` for ``files.write``), and
-        then the effect it meant runs unasked; a rule near none of them (a tool the
-        agent simply does not have) is left out. Rules for MCP tools (``mcp.``) are
-        left out too: those are discovered per session. With ``mcp_server``, only
-        the rules written for that server's tools (``mcp.<server>.…`` before any
-        wildcard) are checked, against the tools it listed.
+        Such a rule is most often a typo, and then the effect it meant runs unasked.
+        A slip is a rule one typo from an effect (``file.write`` for ``files.write``),
+        a glob whose first dotted segment is one typo from a namespace of ``effects``
+        (``file.*`` for ``files.*``), a bare namespace (``files`` for ``files.*``), or
+        an effect as the model sees it (``notes_add`` for ``notes.add``). A rule near
+        none of them (a tool the agent simply does not have) is left out. Rules for
+        MCP tools (``mcp.``) are left out too: those are discovered per session.
+        With ``mcp_server``, only the rules written for that server's tools
+        (``mcp.<server>.…`` before any wildcard) are checked, against the tools it
+        listed.
         """
         names = list(effects)
         prefix = f"mcp.{mcp_server}." if mcp_server is not None else None
@@ -97,9 +113,9 @@ class EffectPolicy:
                 mine = literal.startswith(prefix) if prefix else not rule.startswith("mcp.")
                 if not mine or any(fnmatch.fnmatchcase(name, rule) for name in names):
                     continue
-                close = difflib.get_close_matches(rule, names, n=1, cutoff=_TYPO_CUTOFF)
-                if close:
-                    misses.append((kind, rule, close[0]))
+                meant = _meant(rule, names, namespaces=prefix is None)
+                if meant is not None:
+                    misses.append((kind, rule, meant))
         return tuple(misses)
 
     def rule_key(self, effect: str) -> str:
@@ -112,6 +128,44 @@ class EffectPolicy:
             f"allow={','.join(sorted(self.allow))};deny={','.join(sorted(self.deny))};"
             f"ask={','.join(sorted(self.ask))}"
         )
+
+
+def _meant(rule: str, names: list[str], *, namespaces: bool) -> str | None:
+    """The rule ``rule`` is a slip from (see ``near_misses``), or None."""
+    close = difflib.get_close_matches(rule, names, n=1, cutoff=_TYPO_CUTOFF)
+    if close:
+        return close[0]
+    spelled = next((name for name in names if provider_name(name) == rule), None)
+    if spelled is not None or not namespaces:
+        return spelled
+    first, dot, rest = rule.partition(".")
+    if _literal_prefix(first) != first:
+        return None  # a wildcard in the first segment: no namespace is named
+    families = sorted({name.split(".", 1)[0] for name in names if "." in name})
+    if not dot:
+        near = first if first in families else _closest(first, families)
+        return f"{near}.*" if near is not None else None
+    near = None if first in families else _closest(first, families)
+    return f"{near}.{rest}" if near is not None else None
+
+
+def _closest(word: str, words: list[str]) -> str | None:
+    close = difflib.get_close_matches(word, words, n=1, cutoff=_TYPO_CUTOFF)
+    return close[0] if close else None
+
+
+def provider_spelling(rule: str, effects: Iterable[str], mcp_servers: Iterable[str]) -> str | None:
+    """The effect-name spelling of ``rule`` when it is written as the model sees a tool
+    (``files_write``, ``mcp_git_git_commit``), or None. Such a rule matches no effect:
+    policies match effect names, and an ``ask`` written so would ask before nothing."""
+    names = list(effects)
+    if "." in rule or any(fnmatch.fnmatchcase(name, rule) for name in names):
+        return None  # a dotted rule, or one that matches effects as written ("*")
+    servers = sorted(mcp_servers, key=len, reverse=True)  # the longest server name first
+    server = next((name for name in servers if rule.startswith(f"mcp_{name}_")), None)
+    if server is not None:
+        return f"mcp.{server}.{rule.removeprefix(f'mcp_{server}_')}"
+    return next((name for name in names if fnmatch.fnmatchcase(provider_name(name), rule)), None)
 
 
 def _literal_prefix(rule: str) -> str:

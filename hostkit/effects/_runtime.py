@@ -366,7 +366,7 @@ class EffectRuntime:
         if isinstance(checked, EffectResult):
             return checked
         effect = checked.entry.effect
-        decision = checked.toolset.policy.decide(effect)
+        decision = checked.toolset.policy.decide_call(effect, checked.entry.capability)
         if decision == "deny":
             return _refused(
                 request.call_id, effect, "denied", "denied by the agent's effect policy"
@@ -431,7 +431,7 @@ class EffectRuntime:
         checked = self._check(EffectRequest(call_id, ref, claimed.arguments, "model"), context)
         if isinstance(checked, EffectResult):
             return checked
-        if checked.toolset.policy.decide(effect) == "deny":
+        if checked.toolset.policy.decide_call(effect, checked.entry.capability) == "deny":
             return _refused(call_id, effect, "denied", "denied by the agent's effect policy")
         # The target is checked again now: the policy may have changed since it was asked.
         prepared = await self._prepare(checked)

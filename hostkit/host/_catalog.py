@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hostkit.effects import McpConnections, PolicyDecision, mcp_connect_grant, provider_name
+from hostkit.effects import (
+    McpConnections,
+    PolicyDecision,
+    mcp_call_grant,
+    mcp_connect_grant,
+    provider_name,
+)
 from hostkit.errors import InvalidValue, bounded
 from hostkit.host._generation import Generation
 from hostkit.store import RuntimeStore
@@ -102,6 +108,8 @@ async def tool_catalog(
     servers: list[CatalogServer] = []
     for server in sorted(pinned.mcp_servers, key=lambda s: s.name):
         connect = policy.decide(mcp_connect_grant(server.name))
+        if policy.decide(mcp_call_grant(server.name)) == "deny":
+            connect = "deny"  # the generation pins neither grant: the server cannot be used
         digest, discovered = live.get(server.name, ("", ()))
         if connect == "deny" or digest != server.declaration.digest():
             servers.append(CatalogServer(server.name, stored.get(server.name), connect))
@@ -109,7 +117,7 @@ async def tool_catalog(
         tools.extend(
             _row(tool.name, f"mcp:{server.name}", tool.description, decision)
             for tool in discovered
-            if (decision := policy.decide(tool.name)) != "deny"
+            if (decision := policy.decide_call(tool.name, mcp_call_grant(server.name))) != "deny"
         )
     return ToolCatalog(agent, session_id, generation.number, tuple(tools), tuple(servers))
 

@@ -29,6 +29,7 @@ from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
+from hostkit.host._grants import policy_problem
 from hostkit.host._tool_modules import MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
 from hostkit.providers import MAX_URL_CHARS, http_url_problem
@@ -530,6 +531,21 @@ class HostConfig(_Strict):
                     raise ValueError(
                         _unknown_name(f"agents.{name}.{key}", value, self.providers, "[providers]")
                     )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _rules_take_effect(self) -> HostConfig:
+        # A rule that would be read and then ignored (an ask nobody can be asked, a server
+        # not declared, a tool's provider spelling) refuses the file, or the reload. Raised
+        # as the ConfigError itself: its key names the rule's list, which pydantic cannot.
+        for name, agent in self.agents.items():
+            try:
+                problem = policy_problem(agent)
+            except InvalidValue as exc:  # a rule EffectPolicy refuses outright
+                raise ConfigError(exc.message, key=f"agents.{name}.policy") from None
+            if problem is not None:
+                rules, message = problem
+                raise ConfigError(message, key=f"agents.{name}.{rules}")
         return self
 
     @pydantic.model_validator(mode="after")

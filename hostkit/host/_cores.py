@@ -30,6 +30,7 @@ from hostkit.cores import (
 )
 from hostkit.errors import ConfigError, HostkitError, StoreError
 from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
+from hostkit.host._grants import policy_problem
 from hostkit.store import CoreStore
 
 __all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reasons"]
@@ -156,11 +157,16 @@ def compile_core(config: HostConfig, core: LoadedCore) -> AgentConfig:
         if effect in _BUILTINS
     }
     try:
-        return _agent_config(core, rules, builtins)
+        agent = _agent_config(core, rules, builtins)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "id"
         raise core.problem(key, str(first["msg"])) from None
+    # agent.yaml refuses these itself; checked again as every agent of hostkit.toml is.
+    problem = policy_problem(agent)
+    if problem is not None:
+        raise core.problem("capabilities", problem[1])
+    return agent
 
 
 def _agent_config(core: LoadedCore, rules: dict[str, list[str]], builtins: set[str]) -> AgentConfig:

@@ -47,6 +47,7 @@ from hostkit.host._config import (
     writable_workspaces,
 )
 from hostkit.host._config_channels import ChannelConfig
+from hostkit.host._grants import agent_grants
 from hostkit.host._memory import StoreMemorySource, memory_tools
 from hostkit.host._tool_modules import DISCOVERY_TIMEOUT_S, ToolModules
 from hostkit.providers import ModelProvider, http_url_problem
@@ -423,7 +424,7 @@ def sandbox_policy(config: HostConfig, agent: str) -> SandboxPolicy:
     limits = config.host.limits
     return SandboxPolicy(
         mode=settings.sandbox,
-        network="terminal.network" in settings.builtins,
+        network=agent_grants(settings).network,
         limits=ResourceLimits(**limits.model_dump()),
         hidden=config.state_paths(),
         secret_programs={name: tuple(secret.programs) for name, secret in config.secrets.items()},

@@ -28,9 +28,7 @@ from hostkit.effects import (
     check_collisions,
     fingerprint_of,
     mcp_call_grant,
-    mcp_connect_grant,
     provider_name,
-    secret_grant,
 )
 from hostkit.errors import HostkitError, TurnRejected, bounded
 from hostkit.freeze import FrozenMap
@@ -42,6 +40,7 @@ from hostkit.host._capabilities import (
     ToolRequest,
 )
 from hostkit.host._config import HostConfig
+from hostkit.host._grants import NETWORK_GRANT, agent_grants, agent_policy
 from hostkit.host._tool_modules import forget_versions
 from hostkit.store import RuntimeStore
 from hostkit.turns import OutputCheck, PinnedCore, capability_snapshot
@@ -134,8 +133,7 @@ class Generation(AsyncResource):
         self._closed = False
 
     def policy(self, agent: str) -> EffectPolicy:
-        rules = self.config.agents[agent].policy
-        return EffectPolicy(allow=tuple(rules.allow), deny=tuple(rules.deny), ask=tuple(rules.ask))
+        return agent_policy(self.config.agents[agent])
 
     def core(self, core_id: str) -> LoadedCore | None:
         """The Agent Core ``core_id`` at this generation's revision (None: not a loaded core)."""
@@ -187,7 +185,12 @@ class Generation(AsyncResource):
             )
             source = self.capabilities.tools
             offered = _sourced(await source.tools(request), f"source:{type(source).__name__}")
-            for line in _unmatched_rules(agent, policy, [tool.name for tool, _ in offered]):
+            servers = await self._mcp_servers(request)
+            # An MCP server's tools are discovered per session, after the snapshot is
+            # pinned: the snapshot holds its connect and call grants instead.
+            grants = agent_grants(self.config.agents[agent], (s.name for s in servers))
+            held = [*grants.mcp, *grants.secrets, *([NETWORK_GRANT] if grants.network else [])]
+            for line in _unmatched_rules(agent, policy, [*(t.name for t, _ in offered), *held]):
                 _log.warning("%s", line)
             allowed = tuple(
                 (tool, origin) for tool, origin in offered if policy.decide(tool.name) != "deny"
@@ -196,24 +199,13 @@ class Generation(AsyncResource):
             check_collisions(
                 ((tool.name, origin) for tool, origin in allowed), key=f"agents.{agent}"
             )
-            servers = await self._mcp_servers(request)
-            # An MCP server's tools are discovered per session, after the snapshot is
-            # pinned: the snapshot holds its connect and call grants instead.
-            grants = [
-                grant
-                for server in servers
-                if policy.decide(mcp_connect_grant(server.name)) != "deny"
-                for grant in (mcp_connect_grant(server.name), mcp_call_grant(server.name))
-            ]
             cached = self._tools[agent] = _AgentTools(
                 tools=allowed,
                 policy=policy,
-                effect_names=tuple(sorted([*(tool.name for tool, _ in allowed), *grants])),
+                effect_names=tuple(sorted([*(tool.name for tool, _ in allowed), *grants.mcp])),
                 policy_fingerprint=policy.fingerprint(),
                 workspace=self.workspace(agent),
-                secret_grants=tuple(
-                    secret_grant(name) for name in self.config.agents[agent].secrets
-                ),
+                secret_grants=grants.secrets,
                 mcp_servers=servers,
             )
             return cached
@@ -407,9 +399,10 @@ def _host_secret_names(config: HostConfig) -> tuple[str, ...]:
 
 
 def _unmatched_rules(agent: str, policy: EffectPolicy, effects: Sequence[str]) -> list[str]:
-    """One line per ``ask`` or ``deny`` rule of ``agent`` that matches none of its tools but
-    is close to one: a typo, and the effect it meant runs unasked. (A rule for a tool the
-    agent simply does not have is kept quiet: it is harmless, and often deliberate.)"""
+    """One line per ``ask`` or ``deny`` rule of ``agent`` that matches none of its tools and
+    grants but is a slip from one (``EffectPolicy.near_misses``): the effect it meant runs
+    unasked. (A rule for a tool the agent simply does not have is kept quiet: it is
+    harmless, and often deliberate.)"""
     return [
         f"agent {agent!r}: the policy's {kind} rule {rule!r} matches none of its tools; "
         f"did you mean {meant!r}? ({meant} is not {_DONE[kind]} by it)"

@@ -114,3 +114,24 @@ async def test_a_rule_one_typo_from_a_tool_is_named_in_the_discovery_and_logged(
     assert "did you mean mcp.git.delete_repo?" in again.discoveries[0].detail
     assert not [rec for rec in caplog.records if "delete_rep " in rec.getMessage()]
     await r.finish()
+
+
+@pytest.mark.parametrize("rule", ["mcp.call:git", "mcp.call:*"])
+async def test_ask_on_a_servers_call_grant_asks_before_each_of_its_tools(
+    authority: AuthorityResolver, rule: str
+) -> None:
+    """``ask = ["mcp.call:git"]`` is no rule read and then ignored: every tool of ``git``
+    runs only after an approval, as ``ask = ["mcp.git.*"]`` would."""
+    connector = RecordingConnector(tools=("git_commit",))
+    policy = EffectPolicy(allow=("*", "mcp.connect:git"), ask=(rule,))
+    r = await rig(
+        authority, [McpServer(declared("git"), connector)], decision="deny", policy=policy
+    )
+    catalog, context = await r.turn()
+    ref = catalog.resolve("mcp_git_git_commit")
+    assert ref is not None
+    result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
+    assert [a.effect for a in r.approver.seen] == ["mcp.git.git_commit"]
+    assert result.status == "denied"
+    assert connector.calls == [], "the tool ran although its server's calls are asked"
+    await r.finish()

@@ -378,11 +378,10 @@ def _allowlist(
     hosts: set[str] = set()
     networks = []
     for entry in entries:
-        try:
-            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        network = _network(entry)
+        if network is not None:
+            networks.append(network)
             continue
-        except ValueError:
-            pass
         name = entry.strip().lower().removesuffix(".")
         if not _is_hostname(name):
             # Bounded: the entry comes from configuration, and ends up in logs.
@@ -391,6 +390,30 @@ def _allowlist(
             )
         hosts.add(name)
     return frozenset(hosts), tuple(networks)
+
+
+def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """``entry`` as a CIDR, or None when it is none (a host name).
+
+    Strict: ``10.1.2.3/8`` is refused, not widened to ``10.0.0.0/8``: the operator
+    meant one address or the whole network, and guessing the wider one would let
+    ``web.extract`` reach addresses nobody listed (``/0``: every private address).
+    """
+    text = entry.strip()
+    try:
+        return ipaddress.ip_network(text)
+    except ValueError:
+        pass
+    try:
+        widened = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+    address = ipaddress.ip_interface(text).ip
+    raise ConfigError(
+        f"{bounded(repr(entry), 120)} has host bits set; did you mean {widened} "
+        f"or {address}/{address.max_prefixlen}?",
+        key="allow_private",
+    )
 
 
 def _is_hostname(name: str) -> bool:
