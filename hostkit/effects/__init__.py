@@ -17,6 +17,7 @@ from hostkit.effects._approvals import (
     ApprovalProvider,
     ApprovalRequest,
     ApprovalRuntime,
+    still_pending,
 )
 from hostkit.effects._authored import (
     MAX_DESCRIPTION_CHARS,
@@ -158,6 +159,7 @@ __all__ = [
     "schema_problem",
     "schema_refusal",
     "secret_grant",
+    "still_pending",
     "tool",
     "unified_diff",
 ]

@@ -32,7 +32,7 @@ from hostkit._cancellation import is_cancellation
 from hostkit.effects._diff import bounded_view
 from hostkit.errors import ApprovalClosed, InvalidValue
 from hostkit.freeze import FrozenMap
-from hostkit.store import ApprovalDecision, ApprovalRevocation, RevocationPage
+from hostkit.store import ApprovalDecision, ApprovalRevocation, ApprovalStatus, RevocationPage
 from hostkit.types import is_seconds
 
 __all__ = [
@@ -118,15 +118,16 @@ class AskRecord(Protocol):
     ``asked`` writes the pending row before any provider is asked;
     ``answered`` records an inline answer with one conditional write and
     returns False when the row was no longer pending (answered from another
-    process, or void), so the local answer lost; ``still_open`` reads whether
-    the row is still pending (a prompt whose row is not is withdrawn).
+    process, or void), so the local answer lost; ``status`` reads the row's
+    status (a prompt whose row is no longer ``pending`` is withdrawn, told how
+    it ended; None when it cannot be read, which withdraws nothing).
     """
 
     async def asked(self) -> None: ...
 
     async def answered(self, decision: ApprovalDecision) -> bool: ...
 
-    async def still_open(self) -> bool: ...
+    async def status(self) -> ApprovalStatus | None: ...
 
 
 class RevocationFeed(Protocol):
@@ -158,8 +159,32 @@ def still_pending(approval_id: str, why: str) -> str:
 
 CLOSED = "this Host was closed"
 TIMED_OUT = "no answer in time"
-ANSWERED_ELSEWHERE = "answered elsewhere first: this prompt's answer was not used"
+# Where a person reads how an approval that is no longer pending ended.
+LOOK = "`hostkit approvals list --all` shows it"
+ANSWERED_ELSEWHERE = f"answered elsewhere first: this prompt's answer was not used; {LOOK}"
 GONE = "no longer pending (answered elsewhere, or void)"
+# A stop recorded while the prompt waited voided its approval (``superseded``) first.
+VOIDED = "stopped: the approval is void, the call never ran"
+# How a row that stopped being pending ended, as a withdrawn prompt says it.
+_ENDED: dict[str, str] = {
+    "approved": "approved elsewhere",
+    "executed": "approved elsewhere and run",
+    "denied": "denied elsewhere",
+    "stale": "void: the policy, revision or binding changed",
+    "superseded": "void: the turn stopped, or a newer turn ran in the session",
+    "indeterminate": "void: its call may have run and never runs again",
+}
+# What a cancelled prompt's record can say: it was voided by the stop itself.
+_VOID = frozenset({"superseded", "stale", "indeterminate"})
+# How long a cancelled prompt reads its record to learn whether the stop voided it.
+_VOIDED_READ_S = 2.0
+
+
+def gone(status: str | None) -> str:
+    """What a withdrawn prompt says when its durable row stopped being pending: how it
+    ended, when known, and where to look."""
+    ended = _ENDED.get(status or "")
+    return f"{GONE}: {ended}; {LOOK}" if ended else f"{GONE}; {LOOK}"
 
 
 def _ends(revocation: ApprovalRevocation, key: ApprovalKey) -> bool:
@@ -400,6 +425,10 @@ class ApprovalRuntime:
             self._asking[asking] = (provider, request, record is not None)
             try:
                 decision = await self._decide(provider, request, record)
+            except BaseException as exc:
+                if record is not None and is_cancellation(exc) and not self._closed:
+                    await self._voided(provider, request, record)
+                raise
             finally:
                 self._asking.pop(asking, None)
         if self._closed:
@@ -433,10 +462,10 @@ class ApprovalRuntime:
 
             async def watch() -> None:
                 # A poll, not an event: the answer may come from another process.
-                while await record.still_open():  # noqa: ASYNC110
+                while (status := await record.status()) in (None, "pending"):  # noqa: ASYNC110
                     await anyio.sleep(self._watch_interval_s)
                 # Told before the prompt is cancelled, so it can say why (it is not pending).
-                withdraw(provider, request, GONE)
+                withdraw(provider, request, gone(status))
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
@@ -452,6 +481,24 @@ class ApprovalRuntime:
         if failed is not None:
             raise failed
         return decision
+
+    async def _voided(
+        self, provider: ApprovalProvider, request: ApprovalRequest, record: AskRecord
+    ) -> None:
+        """A prompt cancelled by a stop: the stop voided its approval before it cancelled
+        the turn (``request_cancel``), and the prompt must not offer it as pending.
+
+        Read shielded and bounded; an unreadable record tells nothing.
+        """
+        status: ApprovalStatus | None = None
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(_VOIDED_READ_S),
+            contextlib.suppress(Exception),
+        ):
+            status = await record.status()
+        if status in _VOID:
+            withdraw(provider, request, VOIDED)
 
     def waiting(self, key: ApprovalKey) -> int:
         """How many callers wait on the decision for ``key`` (cancelled ones are removed)."""

@@ -198,9 +198,9 @@ class DurableAsk:
         answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)
         return answer.accepted
 
-    async def still_open(self) -> bool:
+    async def status(self) -> ApprovalStatus | None:
         try:
             row = await self._ledger.peek(self._approval_id)
         except HostkitError:
-            return True  # a store hiccup is no reason to withdraw a person's prompt
-        return row is None or row.status == "pending"
+            return None  # a store hiccup is no reason to withdraw a person's prompt
+        return None if row is None else row.status

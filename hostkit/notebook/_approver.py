@@ -7,9 +7,10 @@ thread). The cell that started the turn has already returned, so the kernel
 is idle and delivers the click on every ipykernel version.
 
 A row whose question goes away — its Host closed, its approval answered
-elsewhere or no longer pending, no answer in time — disables its buttons and
-says why and where the approval can still be answered, instead of offering
-buttons that do nothing.
+elsewhere or no longer pending, voided by a stop, no answer in time, the
+kernel shutting down — disables its buttons and says why and where the
+approval can still be answered, instead of offering buttons that do nothing;
+its turn's panel says the same in place of "waiting for approval".
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from hostkit.effects import ApprovalDecision, ApprovalRequest
-from hostkit.notebook._turn import ApprovalRow, TurnView
+from hostkit.effects import ApprovalDecision, ApprovalRequest, still_pending
+from hostkit.notebook._turn import KERNEL_GONE, ApprovalRow, TurnView
 
 __all__ = ["STOPPED", "WidgetApprover"]
 
@@ -47,18 +48,32 @@ class WidgetApprover:
     def __init__(self, view_for: Callable[[str], TurnView | None] | None = None) -> None:
         self._view_for = view_for or (lambda turn_id: None)
         self.orphans = TurnView.board("approvals for turns started outside chat")
-        self._rows: OrderedDict[str, ApprovalRow] = OrderedDict()
+        # Each prompt's row and the panel it is in.
+        self._rows: OrderedDict[str, tuple[ApprovalRow, TurnView]] = OrderedDict()
         self._withdrawn: dict[str, str] = {}
 
     def withdrawn(self, request: ApprovalRequest, reason: str) -> None:
-        """The runtime took the question back (Host closed, answered elsewhere, timed out):
-        the row disables its buttons and says why."""
-        self._withdrawn[request.approval_id] = reason
+        """The runtime took the question back (Host closed, answered elsewhere, voided by a
+        stop, timed out): the row disables its buttons and says why, and so does its panel."""
+        self._withdraw(request.approval_id, reason)
+
+    def _withdraw(self, approval_id: str, reason: str) -> None:
+        self._withdrawn[approval_id] = reason
         if len(self._withdrawn) > _MAX_ROWS:
             self._withdrawn.pop(next(iter(self._withdrawn)))
-        row = self._rows.get(request.approval_id)
-        if row is not None:
+        asked = self._rows.get(approval_id)
+        if asked is not None:
+            row, view = asked
             row.close(reason)
+            view.withdrawn(approval_id, reason)
+
+    def shut_down(self) -> None:
+        """The kernel shuts down: no click can reach a row any more, and the approvals stay
+        pending (the next Host pauses their turns ``needs_user``). Synchronous: the loop is
+        stopping."""
+        for approval_id, (row, _) in list(self._rows.items()):
+            if row.waiting:
+                self._withdraw(approval_id, still_pending(approval_id, KERNEL_GONE))
 
     def bind(self, view_for: Callable[[str], TurnView | None]) -> None:
         self._view_for = view_for
@@ -90,16 +105,19 @@ class WidgetApprover:
             row.buttons, ("approve_once", "approve_session", "deny"), strict=True
         ):
             button.on_click(choose(decision))  # type: ignore[arg-type]
-        self._rows[request.approval_id] = row
+        view = await self._panel(request.turn_id)
+        self._rows[request.approval_id] = (row, view)
         if len(self._rows) > _MAX_ROWS:
             self._rows.popitem(last=False)
-        (await self._panel(request.turn_id)).add_row(row)
+        view.add_row(row)
         row.start_countdown()
         try:
             decision = await answer
         except asyncio.CancelledError:
             reason = self._withdrawn.pop(request.approval_id, None)
             row.close(reason or STOPPED.format(id=request.approval_id))
+            if reason is not None:  # withdrawn before the row was in its panel
+                view.withdrawn(request.approval_id, reason)
             raise
         row.close(_SAID[decision])
         return decision

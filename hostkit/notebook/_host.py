@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,9 +50,10 @@ from hostkit.notebook._cores import CoreHistory
 from hostkit.notebook._dashboard import Dashboard, RunningTurn
 from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
-from hostkit.notebook._inspectors import BudgetInspector, ContextInspector
+from hostkit.notebook._inspectors import BudgetInspector, ContextInspector, shut_down_panels
 from hostkit.notebook._interrupt import watch_interrupts
 from hostkit.notebook._serve import ServeHandle
+from hostkit.notebook._shutdown import watch_shutdown
 from hostkit.notebook._turn import ApprovalRow, Pulse, TurnView
 from hostkit.types import (
     Attachment,
@@ -76,6 +78,8 @@ _starting: asyncio.Future[None] | None = None
 _ADMISSION_WAIT_S = 10.0
 # How long it then waits for the stopped admission to end (a committed one records its end).
 _STOPPED_WAIT_S = 30.0
+# How long a kernel shutdown waits for the loop to update the widgets before doing it itself.
+_SHUTDOWN_WAIT_S = 1.0
 
 
 class NotebookHost(AsyncResource):
@@ -116,6 +120,8 @@ class NotebookHost(AsyncResource):
         self.config_source: HostConfig | Path | None = None
         self.capabilities: RuntimeCapabilities | None = None
         self.closed = False
+        self._shut_down = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         approver.bind(self._by_turn.get)
 
     @property
@@ -545,15 +551,57 @@ class NotebookHost(AsyncResource):
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
 
+    def kernel_shut_down(self) -> None:
+        """The kernel is shutting down (restart or Shut Down) with this Host open: every
+        panel's live widgets say so and offer nothing that cannot act any more.
+
+        Each waiting row closes saying its approval stays pending (the next Host
+        pauses its turn ``needs_user``) and where to answer it; Stop buttons go
+        off; each running turn's outcome says what became of it. Run on the loop
+        when it answers within a second (the hook may run on the control
+        thread), else here: the loop may be busy for good.
+        """
+        if self.closed or self._shut_down:
+            return
+        loop = self._loop
+        if loop is None or loop.is_closed() or _on(loop):
+            self._close_widgets()
+            return
+        done = threading.Event()
+
+        def close_there() -> None:
+            try:
+                self._close_widgets()
+            finally:
+                done.set()
+
+        with contextlib.suppress(RuntimeError):  # a loop closing meanwhile
+            loop.call_soon_threadsafe(close_there)
+        if not done.wait(_SHUTDOWN_WAIT_S):
+            self._close_widgets()
+
+    def _close_widgets(self) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        for view in list(self.views.values()):
+            view.shut_down()
+        self.approver.shut_down()
+        shut_down_panels()
+
     def _emergency_stop(self) -> None:
         """Interpreter exit without ``aclose()``: end every process tree the Host owns.
 
-        The loop is gone, so this is synchronous: each tree's group is killed
-        after its root's start time is checked (never a recycled pid). SQLite
-        needs nothing: the next Host marks this process's turns ``lost``.
+        The loop is gone, so this is synchronous: the widgets are closed first
+        (when the kernel's shutdown request did not already), then each tree's
+        group is killed after its root's start time is checked (never a recycled
+        pid). SQLite needs nothing: the next Host marks this process's turns
+        ``lost``, or ``needs_user`` where one waited for an approval.
         """
         if self.closed:
             return
+        with contextlib.suppress(Exception):
+            self._close_widgets()
         for owner in self.host.processes.supervisor.owners():
             with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
                 root = psutil.Process(owner.pid)
@@ -569,6 +617,20 @@ def _selector(session: str | SessionSelector | None) -> SessionSelector:
     if isinstance(session, str) and session != "bound":
         return ResumeSession(session)
     return session  # type: ignore[return-value]
+
+
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread runs ``loop`` now."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _kernel_shutting_down() -> None:
+    """The kernel's shutdown hook: the kernel's Host, if one is open, closes its widgets."""
+    if _current is not None:
+        _current.kernel_shut_down()
 
 
 def _running_views() -> tuple[TurnView, ...]:
@@ -645,8 +707,10 @@ async def start(
         host = await Host.open(config, capabilities=capabilities, approver=approver, agents=agents)
         notebook = NotebookHost(host, approver, conversation=conversation or "notebook")
         notebook.config_source, notebook.capabilities = await _resolved(config), capabilities
+        notebook._loop = asyncio.get_running_loop()
         _current = notebook
         watch_interrupts(_running_views)
+        watch_shutdown(_kernel_shutting_down)
     finally:
         _starting.set_result(None)
         _starting = None

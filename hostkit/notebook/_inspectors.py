@@ -17,13 +17,20 @@ import asyncio
 import dataclasses
 import html
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import ipywidgets as widgets
 
 from hostkit.effects import ApprovalDecision, ApprovalFilter, PendingApproval
-from hostkit.errors import HostkitError, UserError, bounded
+from hostkit.errors import (
+    ApprovalRefused,
+    HostkitError,
+    NotFoundOrUnauthorized,
+    UserError,
+    bounded,
+)
 from hostkit.host import Host
 from hostkit.inspect import (
     ApprovalRows,
@@ -66,7 +73,13 @@ __all__ = [
     "ApprovalsPanel",
     "BudgetInspector",
     "ContextInspector",
+    "shut_down_panels",
 ]
+
+# Refusals no later click can change: the approval was answered, voided or is not there.
+_FINAL_REFUSALS = frozenset({"answered", "stale", "superseded", "indeterminate"})
+# The panels whose buttons answer, for the kernel's shutdown to disable.
+_ANSWERING: weakref.WeakSet[ApprovalsPanel] = weakref.WeakSet()
 
 _DECISIONS: tuple[tuple[ApprovalDecision, str], ...] = (
     ("approve_once", APPROVE_ONCE),
@@ -222,6 +235,19 @@ class BudgetInspector(_Inspector):
         return "\n".join(lines)
 
 
+def _final(exc: Exception) -> bool:
+    """Whether an answer's error is the approval's own state, which no retry changes."""
+    if isinstance(exc, ApprovalRefused):
+        return exc.reason in _FINAL_REFUSALS
+    return isinstance(exc, NotFoundOrUnauthorized)
+
+
+def shut_down_panels() -> None:
+    """Disable the buttons of every answering ApprovalsPanel (the kernel shuts down)."""
+    for panel in list(_ANSWERING):
+        panel.shut_down()
+
+
 class _ApprovalLine:
     """One approval's widgets: description, buttons (pending rows only), outcome and answer.
 
@@ -252,10 +278,18 @@ class _ApprovalLine:
         )
         self.said: str = approval.status
         self.answer_text: str | None = None
+        self.final = False  # answered here, or refused for good: the buttons stay off
 
     def set_busy(self, busy: bool) -> None:
         for button in self.buttons:
-            button.disabled = busy
+            button.disabled = busy or self.final
+
+    def end(self, said: str, html_text: str) -> None:
+        """No click on this row can do anything any more: buttons off for good, and why."""
+        self.final = True
+        self.set_busy(True)
+        self.said = said
+        self.outcome.value = html_text
 
 
 class ApprovalsPanel(_Inspector):
@@ -289,6 +323,8 @@ class ApprovalsPanel(_Inspector):
                 continue
             for button, (decision, _) in zip(line.buttons, _DECISIONS, strict=True):
                 button.on_click(self._clicked(line, decision))
+        if answer is not None:
+            _ANSWERING.add(self)
         notes = [] if self.lines else [widgets.HTML("<i>no approvals</i>")]
         if rows.truncated:
             notes.append(widgets.HTML(f"<i>{esc(self._more())}</i>"))
@@ -345,17 +381,33 @@ class ApprovalsPanel(_Inspector):
             result = await self._answer(line.approval.approval_id, decision)
         except Exception as exc:  # shown in the row; the panel must outlive any failure
             message = exc.message if isinstance(exc, HostkitError) else bounded(str(exc), 300)
-            line.said = f"error: {message}"
+            if _final(exc):
+                # Answered elsewhere, void or gone: every later click would say the same.
+                said = f"no longer pending: {message}"
+                line.end(said, f"<span style='color:#57606a'>{esc(said)}</span>")
+                return
+            line.said = f"error: {message}"  # a timeout, the Host closing: try again
             line.outcome.value = f"<span style='color:#cf222e'>{esc(line.said)}</span>"
             line.set_busy(False)
             return
         outcome = getattr(result, "outcome", None)
-        line.said = _SAID[decision] + (f"; continuation {outcome}" if outcome else "")
-        line.outcome.value = f"<b>{esc(line.said)}</b>"
+        said = _SAID[decision] + (f"; continuation {outcome}" if outcome else "")
+        line.end(said, f"<b>{esc(said)}</b>")
         text = getattr(result, "text", None)
         if isinstance(text, str) and outcome is not None:
             line.answer_text = text
             line.answer.value = answer_html(text)
+
+    def shut_down(self) -> None:
+        """The kernel shuts down: its buttons can answer nothing now; the CLI still can."""
+        for line in self.lines.values():
+            if line.buttons and not line.final:
+                approval_id = line.approval.approval_id
+                said = (
+                    "the kernel shut down; the approval stays pending: "
+                    f"`hostkit approvals approve {approval_id}`"
+                )
+                line.end(said, f"<i>{esc(said)}</i>")
 
     async def join(self) -> None:
         """Wait for every answer clicked so far to finish (its row is then updated)."""

@@ -43,6 +43,10 @@ _TICK_S = 0.5  # how often the waiting line counts up
 # (20,000 characters of Markdown take ~0.15 s): the kernel's loop stays free for clicks.
 _RENDER_EVERY_S = 0.1
 TRUNCATED = "truncated: the answer hit the output limit"
+# Where every approval this kernel waits for can be answered, whatever panel is gone.
+DASHBOARD = "`await nb.dashboard()`"
+# What a panel says of its turn when the kernel shuts down under it.
+KERNEL_GONE = "the kernel shut down"
 # How a panel stops its turn: the NotebookHost cancels it through the turn's token.
 Canceller = Callable[["TurnView"], Awaitable[TurnCancelResult | None]]
 _STATUS_COLOURS = {
@@ -74,14 +78,15 @@ class ApprovalPending(HostkitError):
         if holder_turn_id is None:
             message = (
                 f"the turn is waiting for your approval of {effect}: click Approve or Deny "
-                "in its panel, then await it again"
+                f"in its panel (or in {DASHBOARD}), then await it again"
             )
         else:
             asked = f"{effect} ({approval_id})" if approval_id else effect
             message = (
                 f"the turn waits for its session, which turn {holder_turn_id} holds while it "
-                f"waits for your approval of {asked}: click Approve or Deny in that turn's "
-                "panel, then await this one again"
+                f"waits for your approval of {asked}: click Approve or Deny in this turn's "
+                f"panel, which shows that approval too (or in {DASHBOARD}), then await this "
+                "one again"
             )
         super().__init__(message)
 
@@ -93,10 +98,14 @@ class Pulse:
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        # Called on every pulse, on the loop (a panel showing its holder's click).
+        self.listeners: list[Callable[[], None]] = []
 
     def fire(self) -> None:
         event, self.event = self.event, asyncio.Event()
         event.set()
+        for listener in list(self.listeners):
+            listener()
 
 
 class ApprovalRow:
@@ -260,6 +269,12 @@ class TurnView:
         self._holder: str | None = None
         self._panels: Callable[[str], TurnView | None] = lambda turn_id: None
         self._asked = Pulse()
+        # The holder's rows this panel shows too (its click is the only way on), by holder.
+        self.borrowed: list[tuple[str, ApprovalRow]] = []
+        # Why each of this turn's prompts went away, and the step that said it was asked.
+        self._withdrawn: dict[str, str] = {}
+        self._asking_step: dict[str, tuple[int, str]] = {}
+        self.orphaned = False  # the kernel shut down under the turn
 
     @classmethod
     def board(cls, title: str) -> TurnView:
@@ -314,6 +329,7 @@ class TurnView:
         approvals tab show it, and a closed widget cannot be shown again.
         """
         waiting = [row.widget for row in self.rows if row.waiting]
+        waiting += [row.widget for _, row in self.borrowed]  # the holder's, not this panel's
         if self._panel is not None:
             approvals = self._panel.approvals
             approvals.children = tuple(w for w in approvals.children if w not in waiting)
@@ -341,6 +357,10 @@ class TurnView:
         lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
         lines += [f"• {text}" for text, _ in self._steps]
         lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
+        lines += [
+            f"approval {row.effect} (turn {holder}'s): {_strip(row.status.value)}"
+            for holder, row in self.borrowed
+        ]
         lines.append(_strip(self._outcome))  # the badge's words are the next line's
         if self.result is not None and self.result.truncated:
             lines.append(TRUNCATED)
@@ -369,6 +389,7 @@ class TurnView:
         if asked is not None:
             self._asked, old = asked, self._asked
             old.fire()  # a wait already under way takes the shared pulse
+            asked.listeners.append(self._lend)
         self._loop = asyncio.get_running_loop()
         if self.cell is None:  # made before the Host (and its cell hooks) existed
             self.cell = running_cell()
@@ -392,7 +413,7 @@ class TurnView:
     def cancel_soon(self) -> None:
         """``cancel()`` from any thread (a click may arrive on a comm thread)."""
         loop = self._loop
-        if loop is None or self.done:
+        if loop is None or self.done or self.orphaned:
             return
         loop.call_soon_threadsafe(self._cancel_task)
 
@@ -550,18 +571,95 @@ class TurnView:
             status = str(data.get("status", ""))
             self._step(f"{data.get('effect', '?')}: {status}", _STATUS_COLOURS.get(status))
         elif event.kind == "approval.pending":
+            approval_id, effect = str(data.get("approval_id", "")), str(data.get("effect", "?"))
+            self._asking_step[approval_id] = (len(self._steps), effect)
             self._step(
-                f"{data.get('effect', '?')}: waiting for approval {data.get('approval_id', '')}",
+                f"{effect}: waiting for approval {approval_id}",
                 _STATUS_COLOURS["needs_user"],
             )
+            if approval_id in self._withdrawn:  # withdrawn before its event was applied
+                self.withdrawn(approval_id, self._withdrawn[approval_id])
         elif event.kind == "turn.waiting":
             self._holder = str(data["holder_turn_id"]) if data.get("holder_turn_id") else None
             holder = self._holder or "another turn"
             self._step(f"waiting for the session: {holder} runs in it", "#57606a")
-            self._asked.fire()  # a wait looks at the holder's clicks now
+            self._asked.fire()  # a wait looks at the holder's clicks now (and _lend shows it)
         elif event.kind == "mcp.unavailable":
             reason = data.get("detail") or data.get("state", "")
             self._step(f"MCP server {data.get('server', '?')} unavailable: {reason}", "#57606a")
+
+    def _lend(self) -> None:
+        """Show the click the session's holder waits for in this panel too.
+
+        Re-running a cell replaces the holder's panel with this one: without
+        its row here, the only buttons that let this turn start would be gone.
+        One widget shown in two places is one row: a click in either answers it.
+        """
+        if self.done or self.turn_id is not None or self._holder is None:
+            return
+        row = self._holding_row()
+        if row is None or any(shown is row for _, shown in self.borrowed):
+            return
+        self.borrowed.append((self._holder, row))
+        self._step(
+            f"turn {self._holder} waits for your approval of {row.effect}"
+            f" ({row.approval_id or 'not recorded'}): answer it here",
+            _STATUS_COLOURS["needs_user"],
+        )
+        if self._panel is not None:
+            self._panel.approvals.children = (*self._panel.approvals.children, row.widget)
+
+    def withdrawn(self, approval_id: str, reason: str) -> None:
+        """This turn's prompt went away: the step that said it waits, and the outcome that
+        names the approval, say why instead (answered elsewhere, void, still pending)."""
+        self._withdrawn[approval_id] = reason
+        asked = self._asking_step.get(approval_id)
+        if asked is not None:
+            index, effect = asked
+            self._steps[index] = (_cut(f"{effect}: approval {approval_id}: {reason}", 300), None)
+            if self._panel is not None:
+                children = list(self._panel.steps.children)
+                children[index] = _step_widget(*self._steps[index])
+                self._panel.steps.children = tuple(children)
+        if self.done and self.result is not None and self.result.pending_approval == approval_id:
+            self._outcome = _outcome_html(self.result, reason)
+            if self._panel is not None:
+                self._panel.outcome.value = self.outcome_html
+
+    def shut_down(self) -> None:
+        """The kernel shuts down under a running turn: Stop can do nothing any more, and the
+        outcome says what becomes of the turn (its approval, if it waited, stays pending)."""
+        if self.done or self.orphaned:
+            return
+        self.orphaned = True
+        row = self.pending_row
+        if row is not None:
+            left = (
+                f"approval {row.approval_id} stays pending: answer it with "
+                f"`hostkit approvals approve {row.approval_id}`"
+                if row.approval_id
+                else "its approval was never recorded"
+            )
+            self._outcome = (
+                f"<span style='color:{_STATUS_COLOURS['needs_user']}'><b>needs_user</b>"
+                f"{esc(f' — {KERNEL_GONE} while the turn waited; {left}')}</span>"
+            )
+        else:
+            self._outcome = (
+                f"<span style='color:{_STATUS_COLOURS['cancelled']}'><b>{KERNEL_GONE}</b>"
+                f"{esc(' while the turn ran: the next Host records how it ended')}</span>"
+            )
+        with_listeners = self._asked.listeners
+        if self._lend in with_listeners:
+            with_listeners.remove(self._lend)
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.waiting_line = ""
+        if self._panel is not None:
+            self._panel.waiting.value = ""
+            self._panel.outcome.value = self.outcome_html
+            self._panel.stop.disabled = True
+            self._panel.stop.description = "Stop"
 
     def add_row(self, row: ApprovalRow) -> None:
         self.rows.append(row)
@@ -575,14 +673,13 @@ class TurnView:
             return
         self.result, self.error = result, error
         self._first_token()
+        if self._lend in self._asked.listeners:
+            self._asked.listeners.remove(self._lend)
         if result is not None:
             if result.outcome == "completed":
                 self._settle_answer(result.text)
-            detail = f" — {result.error}" if result.error else ""
-            colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
-            self._outcome = (
-                f"<span style='color:{colour}'><b>{result.outcome}</b>{esc(detail)}</span>"
-            )
+            withdrawn = self._withdrawn.get(result.pending_approval or "")
+            self._outcome = _outcome_html(result, withdrawn)
             self._badge = _TRUNCATED_BADGE if result.truncated else ""
             seconds = time.monotonic() - self._began
             self.footer = f"{self._usage_text()} · {seconds:.1f} s"
@@ -657,12 +754,14 @@ class _Panel:
         self.reply = widgets.HTML(_answer_html("".join(view._reply)))
         self.waiting = widgets.HTML(_waiting_html(view.waiting_line))
         self.steps = widgets.VBox([_step_widget(text, colour) for text, colour in view._steps])
-        self.approvals = widgets.VBox([row.widget for row in view.rows])
+        self.approvals = widgets.VBox(
+            [row.widget for row in view.rows] + [row.widget for _, row in view.borrowed]
+        )
         self.stop = widgets.Button(
             description=view._stop_text(),
             tooltip="Cancel this turn",
             icon="stop",
-            disabled=view.done or view.stopping or view._canceller is None,
+            disabled=view.done or view.stopping or view.orphaned or view._canceller is None,
         )
         self.stop.on_click(lambda _: view.cancel_soon())
         self.outcome = widgets.HTML(view.outcome_html)
@@ -711,6 +810,15 @@ _TRUNCATED_BADGE = (
     "border:1px solid #d4a72c;border-radius:8px;padding:0 6px;margin-left:4px'>"
     "<b>truncated</b>: the answer hit the output limit</span>"
 )
+
+
+def _outcome_html(result: TurnResult, withdrawn: str | None = None) -> str:
+    """How the turn ended; a turn paused on an approval whose prompt went away says why
+    (answered elsewhere, void, still pending) in place of "waiting for approval"."""
+    error = f"approval {result.pending_approval}: {withdrawn}" if withdrawn else result.error
+    detail = f" — {error}" if error else ""
+    colour = _STATUS_COLOURS.get(result.outcome, "#24292f")
+    return f"<span style='color:{colour}'><b>{result.outcome}</b>{esc(detail)}</span>"
 
 
 def _answer_html(text: str) -> str:

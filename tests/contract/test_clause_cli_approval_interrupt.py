@@ -171,8 +171,8 @@ class Record:
     async def answered(self, decision: str) -> bool:
         return True
 
-    async def still_open(self) -> bool:
-        return self.open
+    async def status(self) -> str:
+        return "pending" if self.open else "denied"
 
 
 async def test_a_prompt_answered_elsewhere_says_so_and_never_claims_it_is_pending() -> None:
@@ -204,7 +204,8 @@ async def test_a_prompt_answered_elsewhere_says_so_and_never_claims_it_is_pendin
         writer.close()
         reader.close()
     text = shown.getvalue()
-    assert "(no answer here: no longer pending (answered elsewhere, or void))" in text
+    assert "(no answer here: no longer pending (answered elsewhere, or void): denied" in text
+    assert "`hostkit approvals list --all` shows it" in text
     assert "stays pending" not in text
     assert "still pending" not in text
 

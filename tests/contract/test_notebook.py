@@ -143,11 +143,12 @@ async def test_awaiting_a_turn_behind_one_waiting_for_a_click_refuses_naming_tha
     row = await first.approval()
     assert row is not None
     second = notebook.chat("stamp two")
-    with pytest.raises(hn.ApprovalPending, match="in that turn's panel") as refused:
+    with pytest.raises(hn.ApprovalPending, match="in this turn's panel") as refused:
         await asyncio.wait_for(second.wait(), 10)  # bounded: unfixed, it waits for the click
     assert refused.value.holder_turn_id == first.turn_id
     assert refused.value.approval_id == row.approval_id
     assert f"desk.stamp ({row.approval_id})" in str(refused.value)
+    assert "`await nb.dashboard()`" in str(refused.value)
     row.approve_once.click()
     assert (await first).outcome == "completed"
     own = await second.approval()

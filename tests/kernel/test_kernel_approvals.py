@@ -226,3 +226,41 @@ async def test_clause_durable_when_asked_a_kernel_restart_leaves_the_approval_pe
     assert result.outcome == "completed"
     assert (workspace / "workspace" / "approved.md").read_text() == CONTENT
     assert await anyio.to_thread.run_sync(writes_recorded, workspace / "hostkit.db") == 1
+
+
+async def test_a_kernel_restart_leaves_no_approval_row_looking_live(
+    kernel: KernelChoice, workspace: Path
+) -> None:
+    """Restarted as JupyterLab restarts it (a shutdown request, then a new kernel): the
+    page keeps the old panel, so before the process ends its buttons and Stop go off and
+    the row says the approval stays pending and how to answer it. It does stay pending."""
+    async with running_kernel(kernel, cwd=workspace) as frontend:
+        button = await start_turn_and_find_the_button(frontend)
+        stop = frontend.button("Stop")
+        assert stop is not None
+        assert stop.state["disabled"] is False
+        assert frontend.manager is not None
+        with anyio.fail_after(CELL_TIMEOUT_S * 2):
+            await frontend.manager.restart_kernel(now=False)
+
+        def row_text() -> str | None:
+            return next(
+                (
+                    str(w.state["value"])
+                    for w in frontend.widgets.values()
+                    if "the kernel shut down; the approval is still pending"
+                    in str(w.state.get("value", ""))
+                ),
+                None,
+            )
+
+        said = await frontend.until(row_text, timeout_s=CELL_TIMEOUT_S, what="the row closed")
+        assert frontend.widgets[button].state["disabled"] is True
+        assert frontend.widgets[stop.comm_id].state["disabled"] is True
+        assert "hostkit approvals approve apr_" in said
+        outcome = [str(w.state.get("value", "")) for w in frontend.widgets.values()]
+        assert not any("running…" in value for value in outcome)
+
+    assert await anyio.to_thread.run_sync(approvals_recorded, workspace / "hostkit.db") == [
+        ("pending", None)
+    ]
