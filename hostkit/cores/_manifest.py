@@ -75,6 +75,8 @@ _WILDCARDS = frozenset("*?[")
 _MEMORY_RULE = "memory.*"
 _NETWORK = "terminal.network"
 _RUN = "terminal.run"
+_CONNECT = "mcp.connect:"
+_CALL = "mcp.call:"
 # The Host's effects, whose provider spellings (``files_write``) a rule must not be.
 _HOST_EFFECTS = (
     *dict.fromkeys(effect for effects in BUILTIN_RULES.values() for effect in effects),
@@ -231,12 +233,18 @@ def policy_rules(manifest: CoreManifest) -> dict[Approval, list[str]]:
 
     A builtin rule stands for its effects; a ``secret.bind`` rule stands for
     itself, the grant the Host holds only where it is not denied (each binding
-    is asked per call anyway); ``memory: true`` allows ``memory.*``. Nothing
+    is asked per call anyway); ``mcp.connect:<server>`` brings the server's
+    ``mcp.call:<server>`` grant with it (allowed, or denied with the connect:
+    each tool is decided by its ``mcp.<server>.<glob>`` rules, and a core cannot
+    name the call grant itself); ``memory: true`` allows ``memory.*``. Nothing
     else is allowed: there is no default ``*``.
     """
     rules: dict[Approval, list[str]] = {"allow": [], "ask": [], "deny": []}
     for rule, approval in manifest.capabilities.items():
         rules[approval].extend(BUILTIN_RULES.get(rule, (rule,)))
+        if rule.startswith(_CONNECT):
+            call = _CALL + rule.removeprefix(_CONNECT)
+            rules["deny" if approval == "deny" else "allow"].append(call)
     if manifest.memory:
         rules["allow"].append(_MEMORY_RULE)
     return {kind: list(dict.fromkeys(effects)) for kind, effects in rules.items()}

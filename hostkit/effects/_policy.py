@@ -158,14 +158,18 @@ def provider_spelling(rule: str, effects: Iterable[str], mcp_servers: Iterable[s
     """The effect-name spelling of ``rule`` when it is written as the model sees a tool
     (``files_write``, ``mcp_git_git_commit``), or None. Such a rule matches no effect:
     policies match effect names, and an ``ask`` written so would ask before nothing."""
-    names = list(effects)
-    if "." in rule or any(fnmatch.fnmatchcase(name, rule) for name in names):
-        return None  # a dotted rule, or one that matches effects as written ("*")
+    if "." in rule:
+        return None  # a dotted rule names effects
     servers = sorted(mcp_servers, key=len, reverse=True)  # the longest server name first
-    server = next((name for name in servers if rule.startswith(f"mcp_{name}_")), None)
+    literal = _literal_prefix(rule)
+    server = next((name for name in servers if literal.startswith(f"mcp_{name}_")), None)
     if server is not None:
         return f"mcp.{server}.{rule.removeprefix(f'mcp_{server}_')}"
-    return next((name for name in names if fnmatch.fnmatchcase(provider_name(name), rule)), None)
+    if literal != rule:
+        # Any other glob may match a tool module's undotted effects (``*_write`` over
+        # ``notes_write``), unknown until its tools are built.
+        return None
+    return next((name for name in effects if provider_name(name) == rule), None)
 
 
 def _literal_prefix(rule: str) -> str:

@@ -347,3 +347,28 @@ def test_a_private_allowance_with_host_bits_is_refused_not_widened(
 def test_a_network_or_one_address_is_still_accepted(tmp_path: Path) -> None:
     entries = ["10.0.0.0/8", "10.1.2.3", "10.1.2.3/32", "fd00::/8", "db.internal"]
     assert config({"url_allow_private": entries}, tmp_path).agents["a"].url_allow_private == entries
+
+
+@pytest.mark.parametrize(("connect", "held"), [("allow", True), ("ask", True), ("deny", False)])
+def test_a_cores_mcp_server_brings_its_call_grant_with_its_connect(
+    connect: str, held: bool
+) -> None:
+    """A core cannot name ``mcp.call:`` itself: its connect rule brings it, and each tool
+    is then decided by the core's ``mcp.<server>.<glob>`` rules."""
+    text = (
+        "id: notes\nmodel: s\nmcp:\n  docs:\n    command: [docs-mcp, --stdio]\n"
+        f"capabilities:\n  mcp.connect:docs: {connect}\n  mcp.docs.search: allow\n"
+    ).encode()
+    policy = effect_policy(load_manifest(text))
+    assert (policy.decide("mcp.call:docs") != "deny") is held
+    if held:
+        assert policy.decide_call("mcp.docs.search", "mcp.call:docs") == "allow"
+        assert policy.decide_call("mcp.docs.delete", "mcp.call:docs") == "deny"
+
+
+@pytest.mark.parametrize("rule", ["*_write", "notes_*", "*_list"])
+def test_a_glob_over_a_tool_modules_undotted_effects_is_accepted(tmp_path: Path, rule: str) -> None:
+    """Only an exact provider spelling (``files_write``) is refused: a glob may match a
+    tool module's effects (``notes_write``), which parsing cannot know yet."""
+    parsed = config({"policy": {"ask": [rule]}}, tmp_path)
+    assert agent_policy(parsed.agents["a"]).decide("notes_write") in ("ask", "allow")
