@@ -156,6 +156,10 @@ class ApprovalRow:
         self.answered = False
         self.choice: str | None = None
         self._ticker: asyncio.Task[None] | None = None
+        # Panels besides its own that show this row (a re-run cell's, waiting for the
+        # session): its widget is closed only once no panel shows it any more.
+        self.lent_to = 0
+        self.owner_closed = False
         self.tick()
 
     @property
@@ -326,18 +330,27 @@ class TurnView:
         """Close the panel's widgets (their models leave the kernel and the saved notebook).
 
         A row still waiting for its click stays open: the dashboard and the
-        approvals tab show it, and a closed widget cannot be shown again.
+        approvals tab show it, and a closed widget cannot be shown again. So
+        does a row another panel still shows (a re-run cell's, lent the holder's
+        row): the last panel showing it closes it.
         """
-        waiting = [row.widget for row in self.rows if row.waiting]
-        waiting += [row.widget for _, row in self.borrowed]  # the holder's, not this panel's
+        # Kept: a row still waiting, one another panel shows too, and the holder's.
+        waiting = [row.widget for row in self.rows if row.waiting or row.lent_to]
+        waiting += [row.widget for _, row in self.borrowed]
         if self._panel is not None:
             approvals = self._panel.approvals
             approvals.children = tuple(w for w in approvals.children if w not in waiting)
             close_tree(self._panel.box)
             self._panel = None
         for row in self.rows:
-            if not row.waiting:
+            row.owner_closed = True
+            if not row.waiting and not row.lent_to:
                 close_tree(row.widget)
+        for _, row in self.borrowed:
+            row.lent_to -= 1
+            if row.owner_closed and not row.waiting and not row.lent_to:
+                close_tree(row.widget)
+        self.borrowed.clear()
 
     @property
     def done(self) -> bool:
@@ -601,6 +614,7 @@ class TurnView:
         if row is None or any(shown is row for _, shown in self.borrowed):
             return
         self.borrowed.append((self._holder, row))
+        row.lent_to += 1
         self._step(
             f"turn {self._holder} waits for your approval of {row.effect}"
             f" ({row.approval_id or 'not recorded'}): answer it here",
@@ -643,6 +657,12 @@ class TurnView:
             self._outcome = (
                 f"<span style='color:{_STATUS_COLOURS['needs_user']}'><b>needs_user</b>"
                 f"{esc(f' — {KERNEL_GONE} while the turn waited; {left}')}</span>"
+            )
+        elif self.turn_id is None:
+            self._outcome = (
+                f"<span style='color:{_STATUS_COLOURS['cancelled']}'><b>{KERNEL_GONE}</b>"
+                f"{esc(' before this turn started: nothing ran or was recorded; send it again')}"
+                "</span>"
             )
         else:
             self._outcome = (

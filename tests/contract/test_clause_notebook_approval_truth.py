@@ -168,6 +168,43 @@ async def test_a_rerun_cell_shows_the_waiting_approval_in_its_own_panel(
     assert row.widget.comm is not None
 
 
+async def test_closing_the_holders_panel_leaves_the_row_the_rerun_panel_still_shows(
+    nb: hn.NotebookHost,
+) -> None:
+    """The old cell's panel closed after its row was answered in the re-run cell's: the
+    row stays open while that panel shows it, the re-run turn asks and completes in its
+    own panel, and the last panel to close takes the row with it."""
+    first = nb.chat("stamp one")
+    row = await first.approval()
+    assert row is not None
+    second = nb.chat("stamp two")
+    assert second.panel is not None
+    await until(lambda: second.borrowed)
+    second.borrowed[0][1].approve_once.click()
+    assert (await first).outcome == "completed"
+    first.close()
+    assert row.widget.comm is not None  # the re-run panel still shows it
+    own = await asyncio.wait_for(second.approval(), 10)
+    assert own is not None
+    own.approve_once.click()
+    assert (await second).outcome == "completed", second.text()
+    second.close()
+    assert row.widget.comm is None
+
+
+async def test_a_turn_never_admitted_says_the_shutdown_ran_nothing(
+    nb: hn.NotebookHost, kernel: Kernel
+) -> None:
+    first = nb.chat("stamp one")
+    assert await first.approval() is not None
+    second = nb.chat("stamp two")
+    await until(lambda: "waiting for the session" in second.text())
+    kernel.do_shutdown(True)
+    assert second.turn_id is None
+    assert "before this turn started: nothing ran or was recorded" in second.text()
+    assert "the next Host records" not in second.text()
+
+
 async def test_a_panel_waiting_before_the_holder_asks_shows_the_row_once_asked(
     tmp_path: Path, kernel: Kernel
 ) -> None:
