@@ -107,6 +107,7 @@ def envelope_from_update(
             return Ignored("telegram message from a bot")
         kind, payload = classify(text) if isinstance(text, str) else ("message", "")
         chat = _obj(message, "chat").get("id")
+        topic = _topic(message)
         extra: dict[str, Any] = {}
     elif isinstance(update.get("callback_query"), dict):
         query = update["callback_query"]
@@ -117,6 +118,7 @@ def envelope_from_update(
         sender = _obj(query, "from")
         kind, payload = "command", command
         chat = _obj(_obj(query, "message"), "chat").get("id")
+        topic = _topic(_obj(query, "message"))
         if chat is None:
             return Ignored("telegram callback without its chat (inline mode)")
         # The press is answered to its presser only (answerCallbackQuery), never the chat.
@@ -136,7 +138,25 @@ def envelope_from_update(
         kind=kind,
         payload=payload,
         artifacts=files,
-        metadata={"reply": {"chat_id": chat_id}, **extra},
+        metadata={"reply": _reply(chat_id, topic), **extra},
+    )
+
+
+def _topic(message: Mapping[str, Any]) -> int | None:
+    """The forum topic a message was written in (a supergroup with topics), or None: the
+    answer goes back to that topic, not to the group's General one."""
+    if message.get("is_topic_message") is not True:
+        return None
+    thread = message.get("message_thread_id")
+    if isinstance(thread, bool) or not isinstance(thread, int) or not 0 < thread < 2**31:
+        raise malformed("a Telegram topic message needs its message_thread_id")
+    return thread
+
+
+def _reply(chat_id: int, topic: int | None) -> dict[str, int]:
+    """Where the answer goes: the chat, and the topic the message came from."""
+    return (
+        {"chat_id": chat_id} if topic is None else {"chat_id": chat_id, "message_thread_id": topic}
     )
 
 

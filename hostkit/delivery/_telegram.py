@@ -110,6 +110,9 @@ class TelegramChannel:
         if chat_id is None:
             raise permanent("bad_route", "the telegram reply target has no chat_id")
         body: dict[str, Any] = {"chat_id": chat_id, "text": _cut(payload_text(payload), MAX_TEXT)}
+        topic = reply_target(route).get("message_thread_id")
+        if isinstance(topic, int) and not isinstance(topic, bool) and 0 < topic < 2**31:
+            body["message_thread_id"] = topic  # the forum topic the question came from
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
             body["reply_markup"] = approval_keyboard(approval)

@@ -31,7 +31,7 @@ from hostkit.adapters.scripted import ScriptedModel
 from hostkit.channels import sign_slack
 from hostkit.channels._slack import parse_slack
 from hostkit.channels._telegram import envelope_from_update
-from hostkit.errors import StoreError
+from hostkit.errors import ChannelRefused, StoreError
 from hostkit.host import ConfiguredChannels, Host, parse_config
 from hostkit.testing import capabilities
 from hostkit.types import InboundEnvelope, approval_code
@@ -249,6 +249,42 @@ async def test_a_typed_command_in_a_telegram_group_keeps_its_ordinary_reply(
     (_, reply) = tg.messages
     assert reply.body["chat_id"] == GROUP
     assert reply.body["text"].startswith("No pending approval of yours has this code")
+
+
+def in_topic(update: dict[str, Any], topic: int) -> dict[str, Any]:
+    """``update`` as written in forum topic ``topic`` of a supergroup with topics."""
+    message = update.get("message") or update["callback_query"]["message"]
+    message["chat"].update(type="supergroup", is_forum=True)
+    message.update(message_thread_id=topic, is_topic_message=True)
+    return update
+
+
+async def test_a_question_asked_in_a_telegram_forum_topic_is_answered_in_that_topic(
+    tmp_path: Path,
+) -> None:
+    """A supergroup with topics: the approval prompt and the answer go back to the topic
+    the question was asked in, never to the group's General topic."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeTelegram.running(token=ENV["TG_TOKEN"]) as tg:
+        tables = channel_tables(telegram=tg.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            asked = in_topic(telegram_message(GROUP, ALICE, "stamp it"), 42)
+            await handled(host, telegram(asked))
+            code = await pending_code(host)
+            pressed = in_topic(telegram_callback(GROUP, ALICE, f"approve {code}"), 42)
+            await handled(host, telegram(pressed))
+    assert stamps.lines() == ["one"]
+    assert len(tg.messages) >= 2
+    for sent in tg.messages:
+        assert (sent.body["chat_id"], sent.body.get("message_thread_id")) == (GROUP, 42)
+
+
+def test_a_topic_message_without_its_topic_id_is_refused() -> None:
+    update = in_topic(telegram_message(GROUP, ALICE, "hi"), 42)
+    update["update_id"] = 7
+    del update["message"]["message_thread_id"]
+    with pytest.raises(ChannelRefused):
+        envelope_from_update(update, channel_id="telegram.x", authenticated_by="t", now=0.0)
 
 
 async def test_slack_presses_are_ephemeral_to_the_presser_and_never_a_channel_post(
