@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
@@ -186,6 +187,25 @@ async def test_list_is_bounded_by_limit_and_max_list_entries(root: Path) -> None
     limited = await scope.list(limit=3)
     assert [e.name for e in limited.entries] == ["digits.txt", "f00", "f01"]
     assert (await scope.list(limit=1000)).entries == capped.entries
+
+
+async def test_list_goes_on_after_a_name_page_by_page(root: Path) -> None:
+    for index in range(30):
+        (root / f"f{index:02}").touch()
+    (root / os.fsdecode(b"f15\xff")).touch()  # shown as f15\xff, sorted where it is shown
+    scope = WorkspaceScope(root, max_list_entries=10)
+    page = await scope.list(after="f09")
+    assert [e.name for e in page.entries] == [f"f{i}" for i in range(10, 16)] + [
+        "f15\\xff",
+        "f16",
+        "f17",
+        "f18",
+    ]
+    assert (page.truncated, page.total) == (True, 32)
+    last = await scope.list(after="f25")
+    assert [e.name for e in last.entries] == [f"f{i}" for i in range(26, 30)]
+    assert (last.truncated, last.total) == (False, 32)
+    assert (await scope.list(after="zzz")).entries == ()
 
 
 async def test_list_stops_scanning_a_huge_directory(root: Path) -> None:
@@ -414,6 +434,16 @@ async def test_the_four_tools_and_their_json_schemas(scope: WorkspaceScope) -> N
                 "title": "Limit",
                 "type": "integer",
             },
+            "after": {
+                "default": "",
+                "description": (
+                    "List only names after this one: the `next_after` of a listing that "
+                    "was `truncated`, to continue it."
+                ),
+                "maxLength": 1020,
+                "title": "After",
+                "type": "string",
+            },
         },
         "type": "object",
     }
@@ -533,3 +563,98 @@ async def test_an_escape_through_the_pipeline_fails_without_a_side_effect(
     assert result.status in ("failed", "denied")
     assert "leads above the workspace" in result.views.model
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def long_path(root: Path, name: str) -> str:
+    """A legal path of 1,024 characters (the default limit) ending in ``name``."""
+    parts = ["d" * 200] * 5
+    parts[-1] = "d" * (1024 - 5 * 201 - len(name) + 200)
+    (root.joinpath(*parts)).mkdir(parents=True)
+    path = "/".join([*parts, name])
+    assert len(path) == 1024
+    return path
+
+
+@pytest.mark.parametrize("unit", [b"z", "é".encode(), "😀".encode(), b"\xff"])
+async def test_a_full_window_of_a_long_path_keeps_its_footer(
+    root: Path, scope: WorkspaceScope, authority: Any, unit: bytes
+) -> None:
+    """Whatever the path (up to 1,024 characters) and the text, a full window and its
+    footer fit the model view: the model always learns where to continue."""
+    path = long_path(root, "f.txt")
+    (root / path).write_bytes(unit * 20_000)
+    runtime, catalog, context = await prepared(authority, workspace_tools(scope))
+    ref = catalog.resolve("files_read")
+    assert ref is not None
+    result = await runtime.execute(EffectRequest("c1", ref, {"path": path}), context)
+    model = result.views.model
+    assert len(model) <= MAX_MODEL_VIEW_CHARS
+    assert "[truncated" not in model
+    next_offset = 7700 - 7700 % len(unit)
+    assert model.endswith(
+        f"dd/f.txt: bytes 0-{next_offset} of {20_000 * len(unit)}; "
+        f"continue with offset={next_offset}]"
+    )
+
+
+async def test_a_window_its_masks_lengthen_is_read_smaller_to_keep_its_footer(
+    root: Path, scope: WorkspaceScope
+) -> None:
+    """A mask longer than what it hides could push the footer out of the view: the
+    window is read again smaller instead, and the footer says where that one ended."""
+    (root / "secrets.txt").write_text("s" * 100_000)
+    context = ToolContext(
+        turn_id="t",
+        session_id="s",
+        core_id="assistant",
+        owner="o",
+        workspace=root,
+        redact_window=lambda text, start, end: text[start:end].replace("s", "[redacted:S]"),
+    )
+    read = tools_by_name(scope)["files.read"]
+    text = await read.invoke(context, read.validate({"path": "secrets.txt"}))
+    assert len(text) <= MAX_MODEL_VIEW_CHARS
+    window, footer = text.rsplit("\n", 1)
+    shown = window.count("[redacted:S]")
+    assert window == "[redacted:S]" * shown
+    assert footer == f"[secrets.txt: bytes 0-{shown} of 100000; continue with offset={shown}]"
+
+
+def long_names(root: Path, count: int) -> list[str]:
+    """``count`` entries with names of 255 bytes, every fifth not UTF-8 (shown escaped)."""
+    shown = []
+    for index in range(count):
+        if index % 5:
+            raw = f"{index:03}".encode() + b"n" * 252
+        else:
+            raw = f"{index:03}".encode() + b"\xff" * 252
+        (root / os.fsdecode(raw)).write_bytes(b"x")
+        shown.append(raw.decode("utf-8", "backslashreplace"))
+    return sorted(shown)
+
+
+async def test_a_listing_of_long_names_fits_the_view_and_pages_through_all(
+    root: Path, authority: Any
+) -> None:
+    """Every page is whole JSON within the model view; ``next_after`` continues it, and
+    the pages together hold every entry once, in order."""
+    listing = root / "many"
+    listing.mkdir()
+    names = long_names(listing, 60)
+    runtime, catalog, context = await prepared(authority, workspace_tools(WorkspaceScope(root)))
+    ref = catalog.resolve("files_list")
+    assert ref is not None
+    seen: list[str] = []
+    arguments: dict[str, Any] = {"path": "many"}
+    for call_id in range(1, 60):
+        result = await runtime.execute(EffectRequest(f"c{call_id}", ref, arguments), context)
+        assert len(result.views.model) <= MAX_MODEL_VIEW_CHARS
+        page = json.loads(result.views.model)
+        assert page["entries"]
+        assert page["total"] == 60
+        seen += [entry.split(" (1 bytes)")[0] for entry in page["entries"]]
+        if not page["truncated"]:
+            break
+        arguments["after"] = page["next_after"]
+    assert seen == names
+    assert call_id > 2  # it did page

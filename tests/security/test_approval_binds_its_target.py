@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,72 @@ async def test_a_write_nobody_is_asked_about_never_makes_a_diff(
     async with Host.open(config, capabilities=capabilities(append_c(), config=config)) as host:
         result = await host.turns.run(request("append c"))
     assert [(e.effect, e.status) for e in result.effects] == [("files.write", "succeeded")]
+
+
+def pread_that_meddles(
+    monkeypatch: pytest.MonkeyPatch, meddle: Callable[[int], None], *, times: int
+) -> list[int]:
+    """``os.pread`` that calls ``meddle(n)`` before its n-th read, for the first ``times``
+    (a process writing to the file while it is fingerprinted); returns each read's bytes."""
+    real, got = os.pread, []
+
+    def fake(fd: int, size: int, offset: int) -> bytes:
+        if len(got) < times:
+            meddle(len(got))
+        chunk = real(fd, size, offset)
+        got.append(len(chunk))
+        return chunk
+
+    monkeypatch.setattr(os, "pread", fake)
+    return got
+
+
+async def test_a_file_growing_while_fingerprinted_is_read_no_further_than_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background ``yes >> grow.log`` must not make the check before a write read on
+    and on: it reads the size the file had when opened, no more, and a file that moved
+    meanwhile is bound to its stat (no diff shown), which the write then refuses."""
+    scope = WorkspaceScope(tmp_path / "ws")
+    grow = tmp_path / "ws" / "grow.log"
+    grow.write_bytes(b"x" * 1024)
+
+    def append(_: int) -> None:
+        with grow.open("ab") as out:
+            out.write(b"y" * _workspace._HASH_CHUNK)
+
+    got = pread_that_meddles(monkeypatch, append, times=8)
+    approved = await scope.target("grow.log")
+    monkeypatch.undo()
+    assert sum(got) <= 1024
+    assert approved.state.startswith("stat:")
+    assert (approved.text, approved.hidden) == (None, "changing while it was read")
+    assert approved.size == grow.stat().st_size
+    assert "changing while it was read, not shown" in approved.summary()
+    with pytest.raises(WorkspaceError) as refused:
+        await scope.write("grow.log", "mine\n", expect=approved.state)
+    assert refused.value.reason == "changed"
+    assert grow.read_bytes().startswith(b"x" * 1024)
+
+
+async def test_an_approver_is_never_shown_a_mix_of_two_versions_of_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rewritten between two chunks of the check (same size, another modification
+    time) is not shown as the old first half joined to the new second half."""
+    scope = WorkspaceScope(tmp_path / "ws")
+    path = tmp_path / "ws" / "notes.txt"
+    path.write_text("old old old\n")
+    monkeypatch.setattr(_workspace, "_HASH_CHUNK", 4)
+    mtime = path.stat().st_mtime_ns
+
+    def rewrite(read: int) -> None:
+        if read == 1:  # after the first chunk was hashed
+            path.write_text("new new new\n")
+            os.utime(path, ns=(mtime - 10**9, mtime - 10**9))  # not the same clock tick
+
+    pread_that_meddles(monkeypatch, rewrite, times=2)
+    approved = await scope.target("notes.txt")
+    monkeypatch.undo()
+    assert approved.state.startswith("stat:")
+    assert approved.text is None

@@ -10,12 +10,18 @@ bounds; outputs are small strings or dicts sized for the model view.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import Field
 
-from hostkit.builtins.files._workspace import ListResult, ReadResult, WorkspaceScope
+from hostkit.builtins.files._workspace import (
+    MAX_NAME_BYTES,
+    ListResult,
+    ReadResult,
+    WorkspaceScope,
+)
 from hostkit.effects import (
     MAX_MODEL_VIEW_CHARS,
     AuthoredTool,
@@ -28,9 +34,14 @@ __all__ = ["ESCAPED_MARK", "READ_FOOTER_CHARS", "workspace_tools"]
 
 # Room kept in the model view for the read footer, so a full window plus its footer
 # is never cut by the view's own truncation (one byte decodes to at most one character).
+# The footer's fixed words and four 19-digit numbers take 115 characters; the path in it
+# is cut to _FOOTER_PATH_CHARS (a legal path may be 1,024) to fit the rest.
 READ_FOOTER_CHARS = 300
+_FOOTER_PATH_CHARS = 160
 # Follows a name that is not valid UTF-8, shown with its bad bytes as \\xNN.
 ESCAPED_MARK = " [name not UTF-8, shown escaped; files tools cannot open it]"
+# The longest name a listing shows: 255 bytes, each not UTF-8 shown as four characters.
+_MAX_SHOWN_NAME_CHARS = 4 * MAX_NAME_BYTES
 _PATH_HELP = (
     "Path relative to the workspace root, '/'-separated; absolute paths and '..' "
     "out of the workspace are refused."
@@ -56,8 +67,14 @@ def _read_tool(scope: WorkspaceScope) -> AuthoredTool:
         # Bytes of context on each side (a character is at most 4 of them), so a secret
         # the window's edges cut is still recognised and masked whole.
         around = 4 * ctx.secret_reach
-        result = await scope.read(path, offset=offset, limit=limit, around=around)
-        return _read_text(result, ctx.redact_window)
+        while True:
+            result = await scope.read(path, offset=offset, limit=limit, around=around)
+            text = _read_text(result, ctx.redact_window)
+            # A masked value may be longer than the text it hides: a window that grew
+            # past the view is read again smaller, so the footer is never cut off.
+            if len(text) <= MAX_MODEL_VIEW_CHARS or limit == 1:
+                return text
+            limit //= 2
 
     return AuthoredTool(
         "files.read",
@@ -80,8 +97,16 @@ def _list_tool(scope: WorkspaceScope) -> AuthoredTool:
             le=scope.max_list_entries,
             description="Most entries to return, first by name.",
         ),
+        after: str = Field(
+            "",
+            max_length=_MAX_SHOWN_NAME_CHARS,
+            description=(
+                "List only names after this one: the `next_after` of a listing that was "
+                "`truncated`, to continue it."
+            ),
+        ),
     ) -> dict[str, Any]:
-        return _listing(await scope.list(path, limit=limit))
+        return _listing(await scope.list(path, limit=limit, after=after or None))
 
     return AuthoredTool(
         "files.list",
@@ -90,7 +115,8 @@ def _list_tool(scope: WorkspaceScope) -> AuthoredTool:
         description=(
             "List a workspace directory, sorted by name. Directories end in '/', "
             "symbolic links in '@'; files show their size in bytes. The Host's own "
-            "state is never listed."
+            "state is never listed. When `truncated`, call again with `after` set to "
+            "the listing's `next_after` for the next entries."
         ),
     )
 
@@ -176,17 +202,31 @@ def _read_text(result: ReadResult, redact_window: Callable[[str, int, int], str]
     text = redact_window(
         result.before + result.text + result.after, start, start + len(result.text)
     )
+    shown = _footer_path(result.path)
     if result.truncated:
         return (
-            f"{text}\n[{result.path}: bytes {result.offset}-{result.next_offset} "
+            f"{text}\n[{shown}: bytes {result.offset}-{result.next_offset} "
             f"of {result.size}; continue with offset={result.next_offset}]"
         )
     if result.offset:
-        return f"{text}\n[{result.path}: end of file at byte {result.size}]"
+        return f"{text}\n[{shown}: end of file at byte {result.size}]"
     return text
 
 
+def _footer_path(path: str) -> str:
+    """``path`` cut to its last ``_FOOTER_PATH_CHARS`` characters: the file's own name
+    stays, and the footer fits the room ``READ_FOOTER_CHARS`` keeps for it."""
+    if len(path) <= _FOOTER_PATH_CHARS:
+        return path
+    return "…" + path[-(_FOOTER_PATH_CHARS - 1) :]
+
+
 def _listing(result: ListResult) -> dict[str, Any]:
+    """The listing as the model sees it: as many entries as fit the model view whole.
+
+    A page cut short (by ``limit``, the scan, or the view's size) is ``truncated``
+    and names its last entry as ``next_after``, where the next page starts.
+    """
     suffix = {"dir": "/", "symlink": "@", "file": "", "other": ""}
     entries = [
         f"{entry.name}{suffix[entry.kind]}"
@@ -194,9 +234,25 @@ def _listing(result: ListResult) -> dict[str, Any]:
         + (ESCAPED_MARK if entry.escaped else "")
         for entry in result.entries
     ]
-    return {
-        "path": result.path,
-        "entries": entries,
-        "truncated": result.truncated,
-        "total": result.total,
-    }
+
+    def page(count: int) -> dict[str, Any]:
+        truncated = result.truncated or count < len(entries)
+        body: dict[str, Any] = {
+            "path": result.path,
+            "entries": entries[:count],
+            "truncated": truncated,
+            "total": result.total,
+        }
+        if truncated and count:
+            body["next_after"] = result.entries[count - 1].name
+        return body
+
+    # The most entries whose page, encoded as the model view encodes it, fits whole.
+    low, high = 0, len(entries)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(json.dumps(page(middle), ensure_ascii=False)) <= MAX_MODEL_VIEW_CHARS:
+            low = middle
+        else:
+            high = middle - 1
+    return page(low)

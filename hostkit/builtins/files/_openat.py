@@ -55,6 +55,7 @@ __all__ = [
     "replace_atomically",
     "require_regular",
     "require_replaceable",
+    "same_file",
 ]
 
 MAX_SYMLINK_HOPS = 40  # the kernel's own bound
@@ -409,7 +410,7 @@ def replace_atomically(
             os.fsync(fd)
         finally:
             os.close(fd)
-        if expect is not None and not _same_file(lstat(parent, name), expect):
+        if expect is not None and not same_file(lstat(parent, name), expect):
             raise WorkspaceError(
                 f"{quoted(shown)}: changed while it was being edited; read it again",
                 reason="changed",
@@ -548,7 +549,7 @@ def entry_size(dir_fd: int, name: str) -> int | None:
         return None
 
 
-def _same_file(now: os.stat_result | None, then: os.stat_result) -> bool:
+def same_file(now: os.stat_result | None, then: os.stat_result) -> bool:
     """Whether ``now`` is still the file ``then`` was read from, unchanged since.
 
     The change time is in it because no unprivileged process can set it back:

@@ -58,6 +58,7 @@ from hostkit.builtins.files._openat import (
     replace_atomically,
     require_regular,
     require_replaceable,
+    same_file,
 )
 from hostkit.builtins.files._openat import MAX_SYMLINK_HOPS as MAX_SYMLINK_HOPS
 from hostkit.errors import ConfigError, InvalidValue
@@ -66,6 +67,7 @@ from hostkit.types import is_count
 __all__ = [
     "MAX_LIST_ENTRIES",
     "MAX_LIST_SCAN",
+    "MAX_NAME_BYTES",
     "MAX_PATH_CHARS",
     "MAX_READ_BYTES",
     "MAX_WRITE_BYTES",
@@ -86,9 +88,10 @@ MAX_PATH_CHARS = 1024
 MAX_NAME_BYTES = 255  # NAME_MAX on Linux and macOS
 
 # A write's approved state is the content's sha256, read in chunks of this size; past
-# _HASH_MAX_BYTES the file's identity, size, modification time and change time stand in
-# for it (the change time because no unprivileged process can set it back: a file
-# rewritten with its old size and its modification time restored still differs).
+# _HASH_MAX_BYTES, or when the file changed while it was read, the file's identity, size,
+# modification time and change time stand in for it (the change time because no
+# unprivileged process can set it back: a file rewritten with its old size and its
+# modification time restored still differs).
 _HASH_CHUNK = 1024 * 1024
 _HASH_MAX_BYTES = 64 * 1024 * 1024
 _CHANGED = (
@@ -139,7 +142,8 @@ class ListEntry:
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
-    """The first entries of a directory by name; ``total`` is None when the scan stopped early."""
+    """Entries of a directory by name, one page of them; ``truncated`` says more follow the
+    last, ``total`` counts all (every page), None when the scan stopped early."""
 
     path: str
     entries: tuple[ListEntry, ...]
@@ -161,9 +165,10 @@ class WriteTarget:
     """What a write to a path would replace, read once.
 
     ``state`` is what a later ``write(expect=...)`` compares: ``absent``,
-    the sha256 of a regular file's content (past 64 MiB its identity, size,
-    modification and change times), or ``other`` (a link, a directory, a
-    hard-linked file: a write refuses those). ``text`` is that same
+    the sha256 of a regular file's content (past 64 MiB, or when it changed
+    while it was read, its identity, size, modification and change times), or
+    ``other`` (a link, a directory, a hard-linked file: a write refuses
+    those). ``text`` is that same
     content as UTF-8 text when an approver may be shown a diff against it,
     else None; ``hidden`` then says why an existing file's content is not
     shown. Both come from one read: the diff an approver sees is of the
@@ -286,13 +291,17 @@ class WorkspaceScope:
         want = min(limit or self.max_read_bytes, self.max_read_bytes)
         return await self._run(parts, self._read, offset, want, around)
 
-    async def list(self, path: str = ".", *, limit: int | None = None) -> ListResult:
-        """The first ``min(limit, max_list_entries)`` entries of a directory, sorted by name."""
+    async def list(
+        self, path: str = ".", *, limit: int | None = None, after: str | None = None
+    ) -> ListResult:
+        """The first ``min(limit, max_list_entries)`` entries of a directory, sorted by
+        their shown name (``ListEntry.name``); with ``after``, only those whose shown
+        name sorts after it: a listing goes on from the last name of its previous page."""
         parts = self._parts(path)
         if limit is not None and limit < 1:
             raise InvalidValue("limit must be at least 1")
         want = min(limit or self.max_list_entries, self.max_list_entries)
-        return await self._run(parts, self._list, want)
+        return await self._run(parts, self._list, want, after)
 
     async def write(self, path: str, content: str, *, expect: str | None = None) -> WriteResult:
         """Replace (or create) a file atomically, creating missing parent directories.
@@ -440,17 +449,17 @@ class WorkspaceScope:
             after=after,
         )
 
-    def _list(self, parts: tuple[str, ...], shown: str, want: int) -> ListResult:
+    def _list(self, parts: tuple[str, ...], shown: str, want: int, after: str | None) -> ListResult:
         fd, _ = self._contained.resolve(parts, shown, final="dir", follow=True)
-        seen = hidden = 0
+        seen = hidden = skipped = 0
         try:
             ids = self._contained.protected.identities()
             here = os.fstat(fd)
             with os.scandir(fd) as entries:
 
-                def named() -> Iterator[tuple[str, EntryKind]]:
+                def named() -> Iterator[tuple[str, str, EntryKind]]:
                     # Counts as it goes so a huge directory is read only up to the scan limit.
-                    nonlocal seen, hidden
+                    nonlocal seen, hidden, skipped
                     for entry in entries:
                         seen += 1
                         if seen > self.max_list_scan:
@@ -459,10 +468,14 @@ class WorkspaceScope:
                         if ids and _is_host_state(ids, here, fd, entry, kind):
                             hidden += 1
                             continue
-                        yield entry.name, kind
+                        safe = _safe_name(entry.name)[0]
+                        if after is not None and safe <= after:
+                            skipped += 1
+                            continue
+                        yield safe, entry.name, kind
 
                 chosen = heapq.nsmallest(want, named())
-            sizes = [entry_size(fd, name) if kind == "file" else None for name, kind in chosen]
+            sizes = [entry_size(fd, name) if kind == "file" else None for _, name, kind in chosen]
         finally:
             os.close(fd)
         complete = seen <= self.max_list_scan
@@ -470,9 +483,10 @@ class WorkspaceScope:
         return ListResult(
             path=shown,
             entries=tuple(
-                _entry(name, kind, size) for (name, kind), size in zip(chosen, sizes, strict=True)
+                _entry(name, kind, size)
+                for (_, name, kind), size in zip(chosen, sizes, strict=True)
             ),
-            truncated=not complete or shown_count > want,
+            truncated=not complete or shown_count - skipped > want,
             total=shown_count if complete else None,
         )
 
@@ -643,8 +657,9 @@ def _entry_target(
 ) -> tuple[WriteTarget, os.stat_result | None]:
     """(what ``name`` in ``parent`` is, the stat of the file hashed); see ``WriteTarget``.
 
-    The content is hashed in chunks; a file of at most ``text_limit`` bytes
-    keeps those same bytes, to be shown as text when they are UTF-8.
+    The content is hashed in chunks, up to the size the file had when opened;
+    a file of at most ``text_limit`` bytes keeps those same bytes, to be shown
+    as text when they are UTF-8.
     """
     try:
         fd = open_entry(parent, name, FILE_FLAGS, create=False)
@@ -659,26 +674,41 @@ def _entry_target(
         if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
             return WriteTarget("other"), None
         if info.st_size > _HASH_MAX_BYTES:
-            state = (
-                f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
-                f":{info.st_ctime_ns}"
-            )
-            return WriteTarget(state, info.st_size, hidden="too large to show"), info
-        digest = hashlib.sha256()
-        kept: list[bytes] | None = [] if info.st_size <= text_limit else None
-        offset = 0
-        while chunk := os.pread(fd, _HASH_CHUNK, offset):
-            digest.update(chunk)
-            offset += len(chunk)
-            if kept is not None and offset <= text_limit:
-                kept.append(chunk)
-            else:
-                kept = None  # over the limit (or grown past it while read)
-        state = f"sha256:{digest.hexdigest()}"
+            return _stat_target(info, "too large to show"), info
+        digest, kept = _hashed(fd, info.st_size, text_limit)
+        after = os.fstat(fd)
+        if not same_file(after, info):
+            # Written to while hashed (a process appending to it): the bytes read are no
+            # one state of the file, so its stat after the read stands in and nothing is
+            # shown. A later check fingerprints a file that stopped changing by its
+            # content, and one still changing by a later stat: the write approved on
+            # this state is refused as changed.
+            return _stat_target(after, "changing while it was read"), after
         text, hidden = _shown_text(kept, text_limit)
-        return WriteTarget(state, offset, text=text, hidden=hidden), info
+        state = f"sha256:{digest}"
+        return WriteTarget(state, info.st_size, text=text, hidden=hidden), info
     finally:
         os.close(fd)
+
+
+def _hashed(fd: int, size: int, text_limit: int) -> tuple[str, list[bytes] | None]:
+    """(sha256 hex, the bytes when ``size`` is at most ``text_limit``) of the first
+    ``size`` bytes: never further, however far a file that keeps growing goes on."""
+    digest = hashlib.sha256()
+    kept: list[bytes] | None = [] if size <= text_limit else None
+    offset = 0
+    while offset < size and (chunk := os.pread(fd, min(_HASH_CHUNK, size - offset), offset)):
+        digest.update(chunk)
+        offset += len(chunk)
+        if kept is not None:
+            kept.append(chunk)
+    return digest.hexdigest(), kept
+
+
+def _stat_target(info: os.stat_result, hidden: str) -> WriteTarget:
+    """A file whose identity, size, modification and change times stand in for its content."""
+    state = f"stat:{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+    return WriteTarget(state, info.st_size, hidden=hidden)
 
 
 def _shown_text(kept: list[bytes] | None, limit: int) -> tuple[str | None, str | None]:
