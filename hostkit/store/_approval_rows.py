@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from typing import Literal
 
 from hostkit.store._owned import now
 
@@ -32,6 +33,7 @@ __all__ = [
     "open_call",
     "supersede_open",
     "void_open",
+    "void_session",
 ]
 
 CANCELLED_WHILE_ASKED = "the turn was cancelled while its approval was asked: the call never ran"
@@ -72,11 +74,27 @@ def has_open_calls(conn: sqlite3.Connection, session_id: str) -> bool:
 
 def supersede_open(conn: sqlite3.Connection, session_id: str, reason: str) -> int:
     """Void every call of the session that has not run (its arguments too); how many."""
+    return void_session(conn, session_id, reason, status="superseded")
+
+
+def void_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    reason: str,
+    *,
+    status: Literal["superseded", "stale"],
+) -> int:
+    """Make every call of the session that has not run ``status`` with ``reason``; how many.
+
+    ``superseded``: a newer turn ran there; ``stale``: its conversation moved to
+    another session. Either way nobody can answer them any more, so they say so now
+    rather than when someone tries.
+    """
     cursor = conn.execute(
-        "UPDATE approvals SET status = 'superseded', void_reason = ?, "
+        "UPDATE approvals SET status = ?, void_reason = ?, "
         "decided_at = COALESCE(decided_at, ?), arguments = '{}' "
         f"WHERE session_id = ? AND {OPEN_CALL}",
-        [reason, now(conn), session_id],
+        [status, reason, now(conn), session_id],
     )
     return cursor.rowcount
 

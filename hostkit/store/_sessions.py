@@ -17,6 +17,7 @@ from hostkit.errors import NotFoundOrUnauthorized
 from hostkit.store._approval_revocations import insert_revocation
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
+from hostkit.store._rebound import void_rebound
 from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, new_id
 
 __all__ = [
@@ -145,6 +146,8 @@ def bind_conversation(
     Runs inside one writer transaction, so two first messages of the same
     conversation racing each other get the same session. A resumed session
     must be owned by this very conversation (same owner kind, channel and key).
+    Moving to another session voids the previous one's open calls in the same
+    transaction (``void_rebound``): nobody can answer them any more.
     """
     previous = bound_session(conn, channel, conversation_key)
     if previous is not None and select == "bound":
@@ -176,6 +179,8 @@ def bind_conversation(
         [channel, conversation_key, principal_id, session_id, now(conn)],
     )
     if previous is not None and previous != session_id:
+        # Nobody can answer the previous session's open calls any more: void them now.
+        voided = void_rebound(conn, previous, session_id)
         # The previous session's "approve for session" answers end in every Host process.
         insert_revocation(
             conn,
@@ -188,7 +193,11 @@ def bind_conversation(
             "conversation.rebound",
             principal_id=principal_id,
             session_id=session_id,
-            detail={"previous_session_id": previous, "channel": channel},
+            detail={
+                "previous_session_id": previous,
+                "channel": channel,
+                "voided_approvals": voided,
+            },
         )
     return session_id, created
 

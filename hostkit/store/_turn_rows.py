@@ -42,6 +42,7 @@ from hostkit.store._context_values import ObservedStep
 from hostkit.store._delivery_rows import approval_prompt, insert_intents
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now, owner_predicate
+from hostkit.store._rebound import unanswerable, void_if_rebound
 from hostkit.store._turn_values import (
     RecoveredTurn,
     SessionLease,
@@ -374,6 +375,12 @@ def end_orphan(conn: sqlite3.Connection, row: sqlite3.Row, reason: Gone) -> Reco
     cancelled = row["cancel_requested_at"] is not None
     outcome: TurnOutcome = "cancelled" if cancelled else "lost"
     error, pending = _LOST_ERRORS[reason], None
+    if (
+        paused is not None
+        and not cancelled
+        and void_if_rebound(conn, session_id, paused.approval_id)
+    ):
+        paused = None  # its conversation moved on: nobody can answer it
     if paused is not None and not cancelled:
         outcome, pending = "needs_user", paused.approval_id
         error = f"waiting for approval {paused.approval_id} (the Host stopped while it was asked)"
@@ -806,6 +813,16 @@ def finish(
     if observed is not None:
         observe_step(conn, observed)
     _, paused = settle_claims(conn, lease.turn_id)
+    if result.outcome == "needs_user" and result.pending_approval:
+        why = unanswerable(
+            conn, lease.session_id, result.pending_approval, still_open=paused is not None
+        )
+        if why is not None:
+            # Its conversation moved to another session while it asked: no answer can come.
+            result = dataclasses.replace(
+                result, outcome="cancelled", error=why, pending_approval=None
+            )
+            paused = None
     if result.outcome != "needs_user" and paused is not None:
         # A turn that ends any other way while its approval is asked voids it: nobody
         # is waiting for that call any more (an explicit cancel, a deadline).

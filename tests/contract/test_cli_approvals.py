@@ -585,3 +585,35 @@ async def test_two_operators_approving_at_once_both_see_the_one_continuation(
         assert "outcome: completed" in err
     assert await anyio.Path(project / "workspace" / "out.md").read_text() == "hello"
     assert len(wire.requests) == 2  # the paused turn's call and one continuation
+
+
+async def test_a_new_session_voids_the_call_its_conversation_left_waiting(
+    project: Path, wire: WireServer
+) -> None:
+    """``run --new`` moved the conversation to a fresh session: the call the previous
+    session paused on can never be answered, and every list says so at once (it was
+    listed ``pending`` until someone tried to approve it)."""
+    wire.script(write_call("todo.md"), write_call("todo.md"))
+    code, _, err = await hostkit("run", "--agent", "writer", "--new", "Write todo.md", cwd=project)
+    assert code == 3, err
+    first = APPROVAL.search(err)
+    assert first is not None, err
+    code, _, err = await hostkit("run", "--agent", "writer", "--new", "Write it again", cwd=project)
+    assert code == 3, err
+    second = APPROVAL.search(err)
+    assert second is not None, err
+    left, waiting = first.group(1), second.group(1)
+
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    assert left not in out
+    assert "pending" in next(line for line in out.splitlines() if waiting in line)
+    code, out, _ = await hostkit("approvals", "list", "--all", "--reason", "audit", cwd=project)
+    row = next(line for line in out.splitlines() if left in line)
+    assert "stale" in row
+    assert "the conversation was bound to session ses_" in " ".join(out.split())  # wrapped
+
+    code, _, err = await hostkit("approvals", "approve", left, "--reason", "ok", cwd=project)
+    assert code == 2
+    assert f"approval {left}: it is stale: the conversation was bound to session ses_" in err
+    assert not await anyio.Path(project / "workspace" / "todo.md").exists()
