@@ -83,7 +83,7 @@ def list_approvals(
                 return
             out = Console()
             out.print(approvals_table(rows.approvals, width=out.width))
-            for hint in resume_hints(rows.approvals, config=config):
+            for hint in resume_hints(rows.approvals, config=config, agents=host.config.agents):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
             if rows.truncated:
                 console.print(f"(the {limit} newest; --limit shows more)", highlight=False)

@@ -112,7 +112,9 @@ def list_intents(
         async with operator_host(config, operator, reason) as (host, _):
             rows = await delivery_rows(host, status=status, limit=limit)
             if json_:
-                print_json([_json_row(i) for i in rows.intents])
+                print_json(
+                    {"intents": [_json_row(i) for i in rows.intents], "truncated": rows.truncated}
+                )
                 return
             if not rows.intents:
                 said = f" with status {escape(status)}" if status else ""

@@ -256,7 +256,7 @@ def list_inbounds(
                 inbox_of(host), state=state, channel_instance_id=channel, limit=limit
             )
             if json_:
-                print_json(rows.records)
+                print_json({"inbounds": rows.records, "truncated": rows.truncated})
                 return
             if not rows.records:
                 console.print("no inbounds" + _filters(state, channel), highlight=False)
@@ -315,7 +315,7 @@ def dead_letters(
                 inbox_of(host), state="dead_lettered", channel_instance_id=channel, limit=limit
             )
             if json_:
-                print_json(rows.records)
+                print_json({"inbounds": rows.records, "truncated": rows.truncated})
                 return
             if not rows.records:
                 console.print("no dead letters" + _filters(None, channel), highlight=False)

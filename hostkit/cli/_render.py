@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,6 +37,8 @@ __all__ = [
 
 # The arguments column of ``hostkit approvals list``: enough to recognise the call.
 ARGUMENTS_CHARS = 80
+# The width it keeps before an optional column is shown at its cost.
+ARGUMENTS_LEAST = 30
 # What a printed command puts where the reader writes their own reason.
 REASON_PLACEHOLDER = "..."
 
@@ -151,7 +153,9 @@ class Column:
     left out first when even that does not fit (1 first; 0 never);
     ``justify="right"`` lines numbers up. A flexible column narrower than
     ``least`` is not worth showing: the optional columns make room first
-    (an error of ``code: message`` wrapped at ten characters is unreadable).
+    (an error of ``code: message`` wrapped at ten characters is unreadable);
+    with ``least_upto``, only those whose ``drop`` is at most that (the rest are
+    worth more than its width beyond ten characters).
     """
 
     header: str
@@ -162,6 +166,7 @@ class Column:
     drop: int = 0
     justify: Literal["left", "right"] = "left"
     least: int = 10
+    least_upto: int | None = None
 
 
 # The width of a column whose words an operator reads (an error, a failure).
@@ -177,7 +182,9 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
 
     An id is what a reader copies into the next command, so it stays on one
     line even at 80 columns: the flexible column gives up its width first,
-    then the optional columns are left out, least useful first.
+    then the optional columns are left out, least useful first. The flexible
+    column's width never shrinks as ``width`` grows: it takes the spare room
+    only once no optional column is left out for it.
     """
     natural = [
         min(
@@ -200,24 +207,39 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
     def flexible_room() -> int:
         return width - fixed_width()
 
+    def wanted(flexible: Column, drop: int) -> int:
+        """What ``flexible`` keeps before the optional column ``drop`` is left out for it."""
+        if flexible.least_upto is None or drop <= flexible.least_upto:
+            return flexible.least
+        return min(flexible.least, _SHOWN)
+
     droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop and i in shown)
+    # The drop number of the last column left out for room (0: none was).
+    last_dropped = 0
     while droppable:
         room = flexible_room()
+        upto = droppable[0][0]
         cramped = any(
-            columns[i].flexible and room < min(columns[i].least, natural[i]) for i in shown
+            columns[i].flexible and room < min(wanted(columns[i], upto), natural[i]) for i in shown
         )
         if fixed_width() <= width and not cramped:
             break
         # A flexible column is itself left out only when it is not worth showing at all.
         if columns[droppable[0][1]].flexible and fixed_width() <= width and room >= _SHOWN:
             break
-        shown.remove(droppable.pop(0)[1])
+        last_dropped, index = droppable.pop(0)
+        shown.remove(index)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for i in shown:
         column = columns[i]
         size = natural[i]
         if column.flexible:
             size = max(min(_SHOWN, size), min(size, flexible_room()))
+            if last_dropped:
+                # Held at what it kept before the last column left out for it: that column,
+                # let back in a little wider, would take more than the room that was spare,
+                # and a wider terminal would then show less of it.
+                size = min(size, max(wanted(column, last_dropped), min(_SHOWN, natural[i])))
         if column.wrap:
             table.add_column(column.header, width=size, overflow="fold", justify=column.justify)
         else:
@@ -280,7 +302,9 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
         Column("agent", cap=12, drop=1),
         Column("effect", cap=20),
         Column("status", cap=13),  # "indeterminate", the longest, whole
-        Column("arguments", flexible=True, drop=4),
+        # Enough of the call to recognise it before created and agent are kept at its cost.
+        # (A void approval's note still outranks that width.)
+        Column("arguments", flexible=True, drop=4, least=ARGUMENTS_LEAST, least_upto=2),
         # Why it will never run is a sentence: wrapped, never cut mid-way.
         Column("note", cap=40, wrap=True, drop=3),
     )
@@ -308,13 +332,31 @@ def approval_note(approval: PendingApproval) -> str:
     return ""
 
 
-def resume_hints(approvals: Sequence[PendingApproval], *, config: Path | None = None) -> list[str]:
-    """The command that finishes each answered approval whose call has not run yet."""
-    return [
-        command_line("approvals", "resume", approval.approval_id, config=config)
-        for approval in approvals
-        if approval.awaiting_continuation
-    ]
+def resume_hints(
+    approvals: Sequence[PendingApproval],
+    *,
+    config: Path | None = None,
+    agents: Collection[str] | None = None,
+) -> list[str]:
+    """The command that finishes each answered approval whose call has not run yet.
+
+    An approval of an agent that is not among ``agents`` (the configured ones)
+    was asked by a Python agent: its continuation runs only with that agent's
+    ``--agent``, whose module path the store does not keep, so the line says to
+    add it (after a ``#``: the line still pastes as a command).
+    """
+    hints = []
+    for approval in approvals:
+        if not approval.awaiting_continuation:
+            continue
+        hint = command_line("approvals", "resume", approval.approval_id, config=config)
+        if agents is not None and approval.core_id not in agents:
+            hint += (
+                f"  # add --agent MODULE:ATTRIBUTE of the Agent named {approval.core_id!r}"
+                " (defined in Python)"
+            )
+        hints.append(hint)
+    return hints
 
 
 # The part of an effect's reason shown on its line (the whole is in `hostkit effects`).

@@ -209,6 +209,7 @@ class HostApprovals:
             # Its continuation never ran (the first caller was interrupted, or is about to
             # run it: the durable claim lets only one of them run the call).
             continuation = await self._continuation_principal(approval, principal)
+            await self._runs_here(approval)
             await self._remember(approval, decision, await self.runtime.refresh())
             if recorded is not None:
                 await recorded()
@@ -267,12 +268,14 @@ class HostApprovals:
         again (``TurnInProgress`` while it still runs). An approval that is
         pending, void (``stale``, ``superseded``) or ``indeterminate`` (its
         continuation stopped after claiming it: it may have run) is refused with
-        its reason.
+        its reason; one whose agent this Host does not run (a CLI without the
+        Python agent's ``--agent``), as ``unavailable``, as an answer is.
         """
         approval_id = _text("approval_id", approval_id)
         approval = await self.get(by, approval_id)
         if approval.awaiting_continuation:
             continuation = await self._continuation_principal(approval, principal)
+            await self._runs_here(approval)
             return await self._continue(approval, continuation, by)
         claimed_by = approval.continuation_turn_id
         if approval.status in ("executed", "denied") and claimed_by is not None:
@@ -292,6 +295,13 @@ class HostApprovals:
                 )
             return state.result
         raise _refused(approval)
+
+    async def _runs_here(self, approval: PendingApproval) -> None:
+        """``ApprovalRefused`` (``unavailable``, the approval untouched) when this Host cannot
+        run the agent that asked, as for a first answer: its continuation would otherwise be
+        a bare turn rejection that never says the agent (a Python one's ``--agent``) is
+        missing. What the effect fingerprints to now is the continuation's to judge."""
+        await self._fingerprint(approval)
 
     async def _continue(
         self, approval: PendingApproval, principal: PrincipalScope, by: PrincipalScope

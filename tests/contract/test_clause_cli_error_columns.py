@@ -9,6 +9,7 @@ attempt's (as a completed inbound shows no failure).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from rich.console import Console
@@ -202,3 +203,48 @@ def test_an_approvals_status_and_the_reason_it_never_runs_are_shown_whole() -> N
         text = out.getvalue()
         assert "indeterminate" in text.split(), text
         assert " ".join(text.split()).count("recorded; it will not run again") == 1, text
+
+
+def test_a_wider_terminal_never_shows_less_of_an_approvals_arguments() -> None:
+    """`hostkit approvals list` showed `{"content": "buy mil…` at 80 columns and
+    `{"content"…` at 90: created and agent came back at the arguments' cost. The
+    arguments keep a readable width before those are shown, and never shrink as the
+    terminal widens."""
+    from hostkit.cli._render import ARGUMENTS_LEAST, approvals_table
+    from hostkit.store import PendingApproval
+
+    approval = PendingApproval(
+        approval_id="apr_01a247d00af2c0ffee0000000001",
+        session_id="ses_1",
+        turn_id="turn_1",
+        principal_id="cli:local-user",
+        core_id="janitor",
+        core_revision="r",
+        effect="files.write",
+        call_id="call_1",
+        view={"arguments": {"content": "buy milk, eggs, bread and butter", "path": "a.md"}},
+        policy_fingerprint="apf_1",
+        rule_key="files.write",
+        status="pending",
+        decision=None,
+        decided_by=None,
+        continuation_turn_id=None,
+        created_at="2026-01-01T00:00:00Z",
+        decided_at=None,
+    )
+    void = dataclasses.replace(
+        approval, status="stale", void_reason="the agent's policy changed since it was asked"
+    )
+    for approvals in ([approval], [approval, void]):
+        shown_before = 0
+        for width in range(80, 141):
+            table = approvals_table(approvals, width=width)
+            headers = [column.header for column in table.columns]
+            arguments = table.columns[headers.index("arguments")].width
+            assert arguments is not None
+            assert arguments >= shown_before, (width, arguments, shown_before)
+            shown_before = arguments
+            if "created" in headers or "agent" in headers:
+                assert arguments >= ARGUMENTS_LEAST, (width, headers)
+        wide = [column.header for column in approvals_table(approvals, width=200).columns]
+        assert {"agent", "created"} <= set(wide)  # back once there is room

@@ -206,7 +206,11 @@ async def test_delivery_list_shows_each_intent_status_attempts_and_error_never_p
 ) -> None:
     code, out, err = await run_here("delivery", "list", "--json", cwd=project.dir)
     assert code == 0, err
-    rows = {row["intent_id"]: row for row in json.loads(out)}
+    listing = json.loads(out)
+    # A listing that takes --limit is an object with its rows and truncated, never a list.
+    assert set(listing) == {"intents", "truncated"}
+    assert listing["truncated"] is False
+    rows = {row["intent_id"]: row for row in listing["intents"]}
     assert set(rows) == {project.delivered, project.dead, project.waiting}
     assert rows[project.delivered]["status"] == "delivered"
     # Every time in one --json reads the same way: ISO-8601 UTC, as created_at is stored.
@@ -237,6 +241,15 @@ async def test_delivery_list_shows_each_intent_status_attempts_and_error_never_p
     assert SECRET not in out
     assert "channel_not_found" in out
     assert f'retry it: hostkit delivery retry {project.dead} --reason "..."' in err
+
+
+async def test_delivery_list_json_says_when_older_intents_were_left_out(
+    project: Project,
+) -> None:
+    code, out, err = await run_here("delivery", "list", "--json", "--limit", "2", cwd=project.dir)
+    assert code == 0, err
+    listing = json.loads(out)
+    assert (len(listing["intents"]), listing["truncated"]) == (2, True)
 
 
 async def test_delivery_retry_sends_a_dead_letter_again_and_audits_the_reason(

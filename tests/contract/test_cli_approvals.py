@@ -617,3 +617,94 @@ async def test_a_new_session_voids_the_call_its_conversation_left_waiting(
     assert code == 2
     assert f"approval {left}: it is stale: the conversation was bound to session ses_" in err
     assert not await anyio.Path(project / "workspace" / "todo.md").exists()
+
+
+NOTES_MODULE = '''
+import anyio
+
+import hostkit
+from hostkit.testing import CallTools, Reply, ScriptedModel
+
+
+@hostkit.tool("notes.write")
+async def write_note(ctx: hostkit.ToolContext, name: str, text: str) -> str:
+    """Write a note."""
+    await anyio.Path(ctx.workspace / name).write_text(text)
+    return f"wrote {name}"
+
+
+def rule(request):
+    if request.messages[-1].role == "tool":
+        return Reply("Done: " + request.messages[-1].content)
+    return CallTools(("notes_write", {"name": "a.md", "text": "apples"}))
+
+
+janitor = hostkit.Agent(
+    "janitor",
+    model=ScriptedModel([rule], repeat_last=True),
+    tools=[write_note],
+    policy={"allow": ["*"], "ask": ["notes.write"]},
+)
+'''
+
+
+async def test_a_python_agents_answered_call_is_resumed_with_its_agent_as_the_hint_says(
+    project: Path,
+) -> None:
+    """Its hint said `approvals resume ID`, and pasted as printed that failed with `no agent
+    named 'janitor'` (a turn rejection that never mentions --agent)."""
+    await anyio.Path(project / "janitor.py").write_text(NOTES_MODULE)
+    code, out, err = await hostkit("run", "--agent", "janitor:janitor", "tidy", cwd=project)
+    assert code == 3, err
+    approval_id = next(word for word in (out + err).split() if word.startswith("apr_"))
+    # Answered without its --agent: refused as `unavailable`, saying which flag it needs.
+    code, out, refused = await hostkit(
+        "approvals", "approve", approval_id, "--reason", "r", cwd=project
+    )
+    assert code == 2, refused
+    assert "--agent module:attribute of the Agent named 'janitor'" in refused
+    # `approve` interrupted half-way: its answer is durable, its continuation never ran.
+    async with Host.open(project / "hostkit.toml") as host:
+        operator = await host.operator("ops", reason="answer, then get interrupted")
+        await ApprovalLedger(host.store).answer(
+            operator, approval_id, decision="approve_once", fingerprint=None
+        )
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    hint = next(line for line in out.splitlines() if line.startswith("hostkit approvals resume"))
+    assert hint == (
+        f"hostkit approvals resume {approval_id}  # add --agent MODULE:ATTRIBUTE of the Agent "
+        "named 'janitor' (defined in Python)"
+    )
+    # Pasted as printed: refused with the answer's words, and nothing runs.
+    code, out, err = await hostkit("approvals", "resume", approval_id, "--reason", "r", cwd=project)
+    assert (code, err) == (2, refused)
+    assert not await anyio.Path(project / "workspace" / "a.md").exists()
+    code, out, err = await hostkit(
+        "approvals",
+        "resume",
+        approval_id,
+        "--agent",
+        "janitor:janitor",
+        "--reason",
+        "r",
+        cwd=project,
+    )
+    assert code == 0, err
+    assert "Done: wrote a.md" in out
+    assert await anyio.Path(project / "workspace" / "a.md").read_text() == "apples"
+
+
+async def test_a_configured_agents_resume_hint_is_the_bare_command(
+    project: Path, wire: WireServer
+) -> None:
+    wire.script(write_call())
+    approval_id, _ = await paused(project)
+    async with Host.open(project / "hostkit.toml") as host:
+        operator = await host.operator("ops", reason="answer, then get interrupted")
+        await ApprovalLedger(host.store).answer(
+            operator, approval_id, decision="deny", fingerprint=None
+        )
+    code, out, err = await hostkit("approvals", "list", "--reason", "review", cwd=project)
+    assert code == 0, err
+    assert f"hostkit approvals resume {approval_id}\n" in out

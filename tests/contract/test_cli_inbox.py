@@ -111,8 +111,9 @@ async def project(tmp_path: Path) -> dict[str, str]:
 async def listed(ids: dict[str, str], *args: str) -> list[dict[str, object]]:
     code, out, err = await hostkit("inbox", "list", "--json", *args, cwd=Path(ids["dir"]))
     assert code == 0, err
-    rows = json.loads(out)
-    assert isinstance(rows, list)
+    listing = json.loads(out)
+    assert set(listing) == {"inbounds", "truncated"}  # an object, never a bare list
+    rows: list[dict[str, object]] = listing["inbounds"]
     return rows
 
 
@@ -192,6 +193,21 @@ async def test_list_filters_by_channel_and_state_and_shows_every_row_newest_firs
     assert await listed(project, "--channel", "nowhere") == []
     limited = await listed(project, "--limit", "2")
     assert [row["inbound_id"] for row in limited] == [project["waiting"], project["poison"]]
+
+
+async def test_list_and_dlq_json_are_an_object_that_says_whether_rows_were_left_out(
+    project: dict[str, str],
+) -> None:
+    where = Path(project["dir"])
+    for command, total in ((("inbox", "list"), 5), (("inbox", "dlq"), 2)):
+        code, out, err = await hostkit(*command, "--json", "--limit", "1", cwd=where)
+        assert code == 0, err
+        page = json.loads(out)
+        assert (len(page["inbounds"]), page["truncated"]) == (1, True), command
+        code, out, err = await hostkit(*command, "--json", "--limit", str(total), cwd=where)
+        assert code == 0, err
+        page = json.loads(out)
+        assert (len(page["inbounds"]), page["truncated"]) == (total, False), command
 
 
 async def test_the_table_fits_80_columns_with_ids_whole_and_no_control_characters(
@@ -339,7 +355,8 @@ async def test_list_json_escapes_every_unprintable_character_and_keeps_each_valu
     assert "\\u009b31mC1" in out
     assert "\\u202eevil" in out
     assert "\\u2028x" in out
-    assert sorted(row["platform_event_key"] for row in json.loads(out)) == sorted(HOSTILE_KEYS)
+    rows = json.loads(out)["inbounds"]
+    assert sorted(row["platform_event_key"] for row in rows) == sorted(HOSTILE_KEYS)
 
 
 @pytest.mark.parametrize(
