@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from hostkit._hangup import remember_start
 from hostkit._stdio import survive_readers_leaving
 
 __all__ = ["main"]
@@ -24,6 +25,9 @@ def main() -> None:
     # First: everything below may print, and some of it keeps the stream it found.
     survive_readers_leaving()
     if _command(sys.argv[1:]) == "serve":
+        # Before the ignore below: it would hide nohup's, and a SIGHUP would then
+        # seem to be a reload even once the terminal closed (hostkit._hangup).
+        remember_start()
         # A reload asked for while the daemon is not there yet has nothing to reload (the
         # configuration is being read anyway); unhandled, SIGHUP would end the process.
         # ``serve`` handles it itself once it runs (``systemctl reload`` just after start).

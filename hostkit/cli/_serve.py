@@ -10,7 +10,10 @@ the Host still opens (a migration or recovery waiting for another process's
 write lock, a PostgreSQL connect) ends the opening as it ends ``hostkit
 run``'s (its lock waits cut to 3 s), says so in one line, and exits 0 with
 nothing served (SIGHUP then changes nothing). Once serving, SIGHUP reloads
-``hostkit.toml`` and the cores' live refs at once; the "reload" daemon also
+``hostkit.toml`` and the cores' live refs at once, unless it comes because the
+terminal the process started on closed (``hostkit._hangup``): that one is the first
+stop signal, drained the same way, and the log says the terminal closed. The
+"reload" daemon also
 polls them every ``[serve] reload_interval_s`` (docs/generations.md). Either
 logs "generation N applied" or "config rejected: <reason>; generation N keeps
 serving". An address that
@@ -23,6 +26,7 @@ under a live status line.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -40,6 +44,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from hostkit._hangup import Terminal
 from hostkit.cli._common import (
     EXIT_OK,
     ConfigOption,
@@ -70,6 +75,8 @@ STATUS_INTERVAL_S = 0.5
 # A status read slower than this shows the last figures (marked stale) instead.
 STATUS_TIMEOUT_S = 2.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Started without one, no SIGHUP means a closed terminal: each is a reload.
+_NO_TERMINAL = Terminal(attached=False)
 
 
 def log_format_of(choice: LogChoice | None, *, terminal: bool) -> LogFormat:
@@ -113,8 +120,10 @@ def serve(
 
     SIGTERM or SIGINT drains and exits 0 (while the Host still opens: stops the
     opening, exits 0); a second one exits at once. SIGHUP reloads the
-    configuration (a new generation for new turns).
+    configuration (a new generation for new turns); closing the terminal it
+    runs in stops it as SIGTERM does.
     """
+    started_on = Terminal.at_start()
     terminal = _stderr_is_a_terminal()
     chosen = log_format_of(log_format, terminal=terminal)
     live = chosen == "text" and terminal
@@ -123,7 +132,7 @@ def serve(
             raise fail(ConfigError(f"--agent {reference[:200]!r}: name it as module:attribute"))
     agents = tuple(found for reference in agent or () for found in python_agent(reference))
     with serve_logging(chosen, console):
-        run_command(lambda: _serve(config, listen, port, agents, live=live))
+        run_command(lambda: _serve(config, listen, port, agents, live=live, started_on=started_on))
 
 
 async def _serve(
@@ -133,9 +142,14 @@ async def _serve(
     agents: tuple[Agent, ...],
     *,
     live: bool,
+    started_on: Terminal,
 ) -> int:
     with anyio.open_signal_receiver(*_SIGNALS) as signals:
-        watch = _SignalWatch()
+        watch = _SignalWatch(terminal=started_on)
+        if started_on.hung_up():
+            # It hung up while the command loaded, when SIGHUP was still ignored
+            # (hostkit._launch): its SIGHUP was lost, the terminal is gone all the same.
+            watch.received(signal.SIGHUP)
         code = 1
         async with anyio.create_task_group() as outer:
             # The watcher outlives the daemon: a second signal while the Host closes
@@ -211,11 +225,16 @@ class _SignalWatch:
     would otherwise outlast a service manager's stop timeout); the second: exit at
     once, whatever is running (the opening, the drain, the Host closing). SIGHUP: reload
     now (before the daemon exists there is nothing to reload: the configuration is
-    being read anyway)."""
+    being read anyway), unless the terminal the process started on hung up: then it
+    is a first stop signal. A hang-up may bring several SIGHUPs (the kernel's to the
+    session's leader, the shell's to its jobs), none of them a second request: any
+    SIGHUP once stopping changes nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, terminal: Terminal = _NO_TERMINAL) -> None:
+        self._terminal = terminal
         self._daemon: HostDaemon | None = None
         self._first: int | None = None
+        self._reason = ""
         self._opening: SignalStop | None = None
         # Called as the graceful shutdown is asked for, before it logs (the status line).
         self.before_shutdown: Callable[[], None] | None = None
@@ -232,29 +251,38 @@ class _SignalWatch:
     def attach(self, daemon: HostDaemon) -> None:
         self._daemon = daemon
         if self._first is not None:
-            daemon.request_shutdown(reason=f"{signal.Signals(self._first).name} received")
+            daemon.request_shutdown(reason=self._reason)
 
     async def run(self, signals: AsyncIterator[int]) -> None:
         async for number in signals:
-            name = signal.Signals(number).name
-            if number == signal.SIGHUP:
-                if self._daemon is not None and self._first is None:
-                    self._daemon.reload_now()
-                continue
+            self.received(number)
+
+    def received(self, number: int) -> None:
+        """Act on signal ``number``: reload, stop, or exit at once."""
+        name = signal.Signals(number).name
+        reason = f"{name} received"
+        if number == signal.SIGHUP:
             if self._first is not None:
-                sys.stderr.write(
-                    f"hostkit serve: second {name}: exiting at once without draining "
-                    f"(status {128 + number})\n"
-                )
-                sys.stderr.flush()
-                os._exit(128 + number)
-            self._first = number
-            if self.before_shutdown is not None:
-                self.before_shutdown()
-            if self._daemon is not None:
-                self._daemon.request_shutdown(reason=f"{name} received")
-            elif self._opening is not None:
-                self._opening.stop(number)
+                return
+            if not self._terminal.hung_up():
+                if self._daemon is not None:
+                    self._daemon.reload_now()
+                return
+            reason += ": the terminal closed"
+        if self._first is not None:
+            sys.stderr.write(
+                f"hostkit serve: second {name}: exiting at once without draining "
+                f"(status {128 + number})\n"
+            )
+            sys.stderr.flush()
+            os._exit(128 + number)
+        self._first, self._reason = number, reason
+        if self.before_shutdown is not None:
+            self.before_shutdown()
+        if self._daemon is not None:
+            self._daemon.request_shutdown(reason=reason)
+        elif self._opening is not None:
+            self._opening.stop(number)
 
 
 class StatusLine:
@@ -275,7 +303,10 @@ class StatusLine:
         """Erase the line now and draw it no more (safe to call twice, or before ``run``)."""
         if not self._away.is_set():
             self._away.set()
-            self._live.stop()
+            # The terminal may be what went away (it closed: SIGHUP): erasing the line then
+            # fails once, and the stream writes to the null device from then on (_stdio).
+            with contextlib.suppress(OSError):
+                self._live.stop()
 
     async def run(self) -> None:
         last: ServeStatus | None = None
