@@ -182,9 +182,11 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
 
     An id is what a reader copies into the next command, so it stays on one
     line even at 80 columns: the flexible column gives up its width first,
-    then the optional columns are left out, least useful first. The flexible
-    column's width never shrinks as ``width`` grows: it takes the spare room
-    only once no optional column is left out for it.
+    then the optional columns are left out, least useful first. A flexible
+    column that keeps a width against some of them (``least_upto``: the
+    arguments an approver reads) never shrinks as ``width`` grows: it takes the
+    spare room only once no optional column is left out for it; any other gives
+    the room it does not need to the columns that fit.
     """
     natural = [
         min(
@@ -235,7 +237,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: i
         size = natural[i]
         if column.flexible:
             size = max(min(_SHOWN, size), min(size, flexible_room()))
-            if last_dropped:
+            if last_dropped and column.least_upto is not None:
                 # Held at what it kept before the last column left out for it: that column,
                 # let back in a little wider, would take more than the room that was spare,
                 # and a wider terminal would then show less of it.

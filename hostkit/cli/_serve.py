@@ -77,6 +77,10 @@ STATUS_TIMEOUT_S = 2.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Started without one, no SIGHUP means a closed terminal: each is a reload.
 _NO_TERMINAL = Terminal(attached=False)
+# How often a daemon started on a terminal looks whether it is still there, and how long
+# after finding it gone a SIGHUP still counts as its hang-up.
+_TERMINAL_PROBE_S = 2.0
+_HANGUP_GRACE_S = 1.0
 
 
 def log_format_of(choice: LogChoice | None, *, terminal: bool) -> LogFormat:
@@ -254,8 +258,25 @@ class _SignalWatch:
             daemon.request_shutdown(reason=self._reason)
 
     async def run(self, signals: AsyncIterator[int]) -> None:
-        async for number in signals:
-            self.received(number)
+        async with anyio.create_task_group() as probing:
+            if self._terminal.attached:
+                probing.start_soon(self._notice_the_terminal_gone)
+            async for number in signals:
+                self.received(number)
+            probing.cancel_scope.cancel()
+
+    async def _notice_the_terminal_gone(self) -> None:
+        """A terminal gone with no hang-up reaching this process (a background job whose
+        shell exited) leaves it detached: a later SIGHUP is a reload, as under nohup.
+
+        A hang-up's own SIGHUP comes as the terminal goes, so one that comes within
+        ``_HANGUP_GRACE_S`` of finding it gone still stops the daemon.
+        """
+        while not self._terminal.hung_up():  # noqa: ASYNC110 (no event: a poll of the kernel's)
+            await anyio.sleep(_TERMINAL_PROBE_S)
+        await anyio.sleep(_HANGUP_GRACE_S)
+        if self._first is None:
+            self._terminal = _NO_TERMINAL
 
     def received(self, number: int) -> None:
         """Act on signal ``number``: reload, stop, or exit at once."""

@@ -183,3 +183,76 @@ async def test_sighup_with_the_terminal_still_open_reloads_and_keeps_serving(
         assert await serving.exit_code() == 0
         serving.read_what_is_left()
     assert "SIGTERM received" in serving.text()
+
+
+# A shell with ``hostkit serve &`` as its background job: the session's leader opens the
+# terminal, forks the job into a process group of its own, prints its pid, and exits when
+# its stdin closes (the shell's ``exit``): the kernel then hangs up only the foreground.
+_SHELL_WITH_A_JOB = """
+import os, sys
+os.setsid()
+terminal = os.open(sys.argv[1], os.O_RDWR)
+job = os.fork()
+if job == 0:
+    os.setpgid(0, 0)
+    for fd in (0, 1):
+        os.dup2(terminal, fd)
+    os.execv(sys.executable, [sys.executable, "-m", "hostkit", *sys.argv[2:]])
+print(job, flush=True)
+sys.stdin.read()
+"""
+
+
+def shell_with_a_job(project: Path, log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    """The shell running the job (closing its stdin is its ``exit``; its stdout says the
+    job's pid), and the terminal's two sides, the test's first."""
+    leader, follower = pty.openpty()
+    argv = [sys.executable, "-c", _SHELL_WITH_A_JOB, os.ttyname(follower)]
+    argv += ["serve", "-c", "hostkit.toml", "--port", "0", "--log-format", "json"]
+    with log.open("wb") as written:
+        shell = subprocess.Popen(
+            argv, cwd=project, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=written
+        )
+    assert shell.stdout is not None
+    return shell, leader, follower
+
+
+async def test_sighup_long_after_the_shell_left_its_job_behind_reloads(tmp_path: Path) -> None:
+    """``hostkit serve &`` then ``exit``: the job outlives its shell with no SIGHUP (bash
+    sends none to a job), and the terminal is gone. A later ``kill -HUP`` is a reload,
+    as under nohup, not a hang-up."""
+    write_config(tmp_path, reply="first", serve="reload_interval_s = 0")
+    log = tmp_path / "serve.log"
+    shell, leader, follower = shell_with_a_job(tmp_path, log)
+    assert shell.stdout is not None
+    assert shell.stdin is not None
+    job = int(await anyio.to_thread.run_sync(shell.stdout.readline))
+    try:
+        with anyio.fail_after(START_TIMEOUT_S):
+            while "daemon reload: running" not in log.read_text():  # noqa: ASYNC110 (another)
+                await anyio.sleep(0.1)
+        shell.stdin.close()  # the shell's exit
+        await anyio.to_thread.run_sync(shell.wait, STOP_TIMEOUT_S)
+        os.close(leader)  # the window closes with it
+        leader = -1
+        await anyio.sleep(4.0)  # the daemon's look at its terminal finds it gone
+        write_config(tmp_path, reply="second", serve="reload_interval_s = 0")
+        os.kill(job, signal.SIGHUP)
+        with anyio.fail_after(STOP_TIMEOUT_S):
+            while "generation 2 applied" not in log.read_text():  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        assert "shutdown requested" not in log.read_text()
+        os.kill(job, signal.SIGTERM)
+        with anyio.fail_after(STOP_TIMEOUT_S):
+            while "SIGTERM received" not in log.read_text():  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+    finally:
+        with suppress(ProcessLookupError):
+            os.kill(job, signal.SIGKILL)
+        if shell.poll() is None:
+            shell.kill()
+        shell.wait()
+        shell.stdout.close()
+        os.close(follower)
+        if leader >= 0:
+            os.close(leader)
