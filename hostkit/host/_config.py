@@ -29,7 +29,7 @@ from hostkit.builtins.web import UrlPolicy
 from hostkit.effects import ENV_NAME_PATTERN, MAX_MCP_SERVERS, McpServerConfig, McpServerName
 from hostkit.errors import ConfigError, InvalidValue, bounded
 from hostkit.host._config_channels import MAX_CHANNELS, ChannelConfig, ServeSection
-from hostkit.host._grants import policy_problem
+from hostkit.host._grants import Builtin, policy_problem
 from hostkit.host._tool_modules import MODULE_NAME
 from hostkit.inbox import RESERVED_INBOUND_CHANNELS
 from hostkit.providers import MAX_URL_CHARS, http_url_problem
@@ -256,18 +256,6 @@ class PolicyConfig(_Strict):
     ask: list[_Rule] = Field(default_factory=list, max_length=1000)
 
 
-Builtin = Literal[
-    "files.read",
-    "files.list",
-    "files.write",
-    "files.edit",
-    "web.extract",
-    "terminal.run",
-    "terminal.status",
-    "terminal.stop",
-    # Not a tool: the grant that lets this agent's terminal runs reach the network.
-    "terminal.network",
-]
 # How the Host isolates the processes it starts for an agent (docs/effects.md, "Sandbox").
 Sandbox = Literal["bubblewrap", "none"]
 _ENV_NAME = f"^{ENV_NAME_PATTERN}$"

@@ -29,8 +29,8 @@ from hostkit.cores import (
     policy_rules,
 )
 from hostkit.errors import ConfigError, HostkitError, StoreError
-from hostkit.host._config import AgentConfig, Builtin, HostConfig, PolicyConfig
-from hostkit.host._grants import policy_problem
+from hostkit.host._config import AgentConfig, HostConfig, PolicyConfig
+from hostkit.host._grants import Builtin, policy_problem
 from hostkit.store import CoreStore
 
 __all__ = ["compile_core", "compose_cores", "core_locations", "unavailable_reasons"]

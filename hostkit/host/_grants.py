@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from hostkit.effects import (
     EffectPolicy,
@@ -25,11 +25,18 @@ from hostkit.effects import (
 if TYPE_CHECKING:
     from hostkit.host._config import AgentConfig
 
-__all__ = ["NETWORK_GRANT", "AgentGrants", "agent_grants", "agent_policy", "policy_problem"]
+__all__ = [
+    "NETWORK_GRANT",
+    "AgentGrants",
+    "Builtin",
+    "agent_grants",
+    "agent_policy",
+    "policy_problem",
+]
 
 NETWORK_GRANT = "terminal.network"
-# Effects every agent may have: the builtins, and memory's tools (``memory = true``).
-_HOST_EFFECTS = (
+# What an agent's ``builtins`` may name: the Host's own tools, and one grant.
+Builtin = Literal[
     "files.read",
     "files.list",
     "files.write",
@@ -38,6 +45,12 @@ _HOST_EFFECTS = (
     "terminal.run",
     "terminal.status",
     "terminal.stop",
+    # Not a tool: the grant that lets this agent's terminal runs reach the network.
+    "terminal.network",
+]
+# Effects every agent may have: the builtin tools, and memory's (``memory = true``).
+_HOST_EFFECTS = (
+    *(name for name in get_args(Builtin) if name != NETWORK_GRANT),
     "memory.recall",
     "memory.store",
     "memory.forget",

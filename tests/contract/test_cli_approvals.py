@@ -27,6 +27,7 @@ from rich.console import Console
 from hostkit.cli._approver import ConsoleApprover
 from hostkit.effects import ApprovalKey, ApprovalLedger, ApprovalRequest
 from hostkit.host import Host
+from tests.contract.test_agent_api import ASKING_MODULE
 from tests.wire import Reply, WireServer, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
 
@@ -619,33 +620,10 @@ async def test_a_new_session_voids_the_call_its_conversation_left_waiting(
     assert not await anyio.Path(project / "workspace" / "todo.md").exists()
 
 
-NOTES_MODULE = '''
-import anyio
-
-import hostkit
-from hostkit.testing import CallTools, Reply, ScriptedModel
-
-
-@hostkit.tool("notes.write")
-async def write_note(ctx: hostkit.ToolContext, name: str, text: str) -> str:
-    """Write a note."""
-    await anyio.Path(ctx.workspace / name).write_text(text)
-    return f"wrote {name}"
-
-
-def rule(request):
-    if request.messages[-1].role == "tool":
-        return Reply("Done: " + request.messages[-1].content)
-    return CallTools(("notes_write", {"name": "a.md", "text": "apples"}))
-
-
-janitor = hostkit.Agent(
-    "janitor",
-    model=ScriptedModel([rule], repeat_last=True),
-    tools=[write_note],
-    policy={"allow": ["*"], "ask": ["notes.write"]},
+# The agent API tests' asking agent, named as a Python agent here: ``janitor:janitor``.
+NOTES_MODULE = ASKING_MODULE.replace(
+    'agent = hostkit.Agent(\n    "notes",', 'janitor = hostkit.Agent(\n    "janitor",'
 )
-'''
 
 
 async def test_a_python_agents_answered_call_is_resumed_with_its_agent_as_the_hint_says(
