@@ -21,7 +21,16 @@ from hostkit.store import (
     TurnAdmission,
     TurnState,
 )
-from hostkit.types import ConversationFacts, PrincipalScope, TurnResult, is_text, new_id
+from hostkit.types import (
+    ConversationFacts,
+    FreshSession,
+    PrincipalScope,
+    ResumeSession,
+    TurnResult,
+    is_text,
+    new_id,
+    session_select,
+)
 
 __all__ = ["AdmittedTurn", "AuthorityResolver", "BindingListener", "conversation_principal"]
 
@@ -107,17 +116,23 @@ class AuthorityResolver(AsyncResource):
         return self._store.verify_scope(scope)
 
     async def for_conversation(
-        self, facts: ConversationFacts, *, session: ConversationSelect = "bound"
+        self,
+        facts: ConversationFacts,
+        *,
+        session: ConversationSelect | FreshSession | ResumeSession = "bound",
     ) -> PrincipalScope:
         """The scope of an authenticated conversation, bound to exactly its session.
 
         The binding is created atomically on first contact, so concurrent first
         messages of one conversation resolve to the same session. ``session``
-        may instead start a fresh session or resume one this conversation owns;
+        may instead start a fresh session (``FreshSession()`` or ``"fresh"``) or
+        resume one this conversation owns (``ResumeSession(id)`` or the id);
         either rebinds the conversation for future requests too.
         """
         if not isinstance(facts, ConversationFacts):
             raise InvalidValue("ConversationFacts are required")
+        if isinstance(session, FreshSession | ResumeSession):
+            session = session_select(session)
         principal_id = conversation_principal(facts)
         session_id, _ = await self._store.bind_conversation(
             channel=facts.channel,

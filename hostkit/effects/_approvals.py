@@ -115,7 +115,9 @@ class ApprovalProvider(Protocol):
 class AskRecord(Protocol):
     """The durable record of one ask, written and read around the provider.
 
-    ``asked`` writes the pending row before any provider is asked;
+    ``asked`` writes the pending row before any provider is asked and returns
+    False when the row was stored void (its conversation already moved to
+    another session): then nobody is asked;
     ``answered`` records an inline answer with one conditional write and
     returns False when the row was no longer pending (answered from another
     process, or void), so the local answer lost; ``status`` reads the row's
@@ -123,7 +125,7 @@ class AskRecord(Protocol):
     it ended; None when it cannot be read, which withdraws nothing).
     """
 
-    async def asked(self) -> None: ...
+    async def asked(self) -> bool: ...
 
     async def answered(self, decision: ApprovalDecision) -> bool: ...
 
@@ -409,8 +411,8 @@ class ApprovalRuntime:
         cacheable: bool,
         record: AskRecord | None,
     ) -> ApprovalOutcome:
-        if record is not None:
-            await record.asked()  # durable before anyone is asked
+        if record is not None and not await record.asked():  # durable before anyone is asked
+            return "unanswered"
         if provider is None:
             return "unanswered"
         request = dataclasses.replace(

@@ -178,9 +178,9 @@ class DurableAsk:
         self._secret_names = tuple(secret_names)
         self.recorded = False
 
-    async def asked(self) -> None:
+    async def asked(self) -> bool:
         call = self._call
-        await self._ledger.record(
+        row = await self._ledger.record(
             approval_id=self._approval_id,
             context=self._context,
             effect=call.effect,
@@ -193,6 +193,7 @@ class DurableAsk:
             target_digest=call.target_digest,
         )
         self.recorded = True
+        return row.status == "pending"
 
     async def answered(self, decision: ApprovalDecision) -> bool:
         answer = await self._ledger.answer_inline(self._approval_id, self._context, decision)

@@ -65,6 +65,7 @@ from hostkit.store._owned import (
     session_authorized,
     turn_status,
 )
+from hostkit.store._rebound import void_if_rebound
 from hostkit.store._sessions import insert_audit
 from hostkit.types import PrincipalScope
 
@@ -113,7 +114,8 @@ class ApprovalStore(ABC):
         """Record a ``pending`` approval; returns it as stored.
 
         ``approval.turn_id`` must be a turn of ``approval.session_id`` and the id
-        unused, else ``InvalidValue`` and nothing is written.
+        unused, else ``InvalidValue`` and nothing is written. One asked after its
+        session's conversation moved to another session is stored ``stale``.
         """
 
     @abstractmethod
@@ -374,6 +376,9 @@ class SqlApprovalStore(ApprovalStore):
                 ).fetchone():
                     raise LeaseLost("session lease")
                 raise InvalidValue("an approval's turn must be a turn of its session")
+            # Asked after its conversation moved to another session: nobody can answer it,
+            # so it is recorded void at once (lists, prompts and the asker see that now).
+            void_if_rebound(raw, approval.session_id, approval.approval_id)
             return _row(raw, approval.approval_id)
 
         return await self._db.write(insert)

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hostkit.errors import NotFoundOrUnauthorized
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
 from hostkit.store._approval_revocations import insert_revocation
 from hostkit.store._json import canonical_json
 from hostkit.store._owned import now
 from hostkit.store._rebound import void_rebound
-from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, new_id
+from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, is_text, new_id
 
 __all__ = [
     "ConversationSelect",
@@ -35,6 +35,7 @@ __all__ = [
 
 
 ConversationSelect = Literal["bound", "fresh"] | str
+_MAX_SELECT = 200
 # Above every audit id (a 64-bit integer on both engines): paging back starts here.
 _NO_ROW_YET = 2**63 - 1
 
@@ -149,6 +150,10 @@ def bind_conversation(
     Moving to another session voids the previous one's open calls in the same
     transaction (``void_rebound``): nobody can answer them any more.
     """
+    if not is_text(select, limit=_MAX_SELECT):
+        raise InvalidValue(
+            f"session must be 'bound', 'fresh' or a session id (at most {_MAX_SELECT} chars)"
+        )
     previous = bound_session(conn, channel, conversation_key)
     if previous is not None and select == "bound":
         return previous, False

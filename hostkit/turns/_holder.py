@@ -43,13 +43,7 @@ from hostkit.turns._active import ActiveTurn
 from hostkit.turns._admission import AdmissionTicket, SessionAdmission
 from hostkit.turns._attachments import input_message
 from hostkit.turns._core import PinnedCore
-from hostkit.types import (
-    ConversationFacts,
-    FreshSession,
-    PrincipalScope,
-    ResumeSession,
-    TurnRequest,
-)
+from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, session_select
 
 __all__ = ["Admission", "LeaseHolder"]
 
@@ -138,15 +132,10 @@ class LeaseHolder:
         try:
             session: ConversationTarget | str
             if isinstance(request.principal, ConversationFacts):
-                selected = request.session
-                if isinstance(selected, FreshSession):
-                    select = "fresh"
-                elif isinstance(selected, ResumeSession):
-                    select = selected.session_id
-                else:
-                    select = "bound"
                 session = ConversationTarget(
-                    request.principal.channel, request.principal.conversation_key, select
+                    request.principal.channel,
+                    request.principal.conversation_key,
+                    session_select(request.session),
                 )
             else:
                 session = (scope.session_id if scope is not None else None) or ""

@@ -172,6 +172,7 @@ from hostkit.types._turn import (
     TurnOutcome,
     TurnRequest,
     TurnResult,
+    session_select,
 )
 from hostkit.types._words import plural
 
@@ -326,6 +327,7 @@ __all__ = [
     "redact_text",
     "safe_argv",
     "sanitize_name",
+    "session_select",
     "stand_in",
     "state_json",
     "storable",

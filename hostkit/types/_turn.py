@@ -30,6 +30,7 @@ __all__ = [
     "TurnOutcome",
     "TurnRequest",
     "TurnResult",
+    "session_select",
 ]
 
 TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", "indeterminate"]
@@ -62,6 +63,15 @@ class ResumeSession:
 
 
 SessionSelector = Literal["bound"] | FreshSession | ResumeSession
+
+
+def session_select(selector: SessionSelector) -> str:
+    """The store's spelling of ``selector``: ``"bound"``, ``"fresh"`` or the resumed id."""
+    if isinstance(selector, FreshSession):
+        return "fresh"
+    if isinstance(selector, ResumeSession):
+        return selector.session_id
+    return "bound"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import pytest
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
 from hostkit.store import RuntimeStore
-from hostkit.types import PrincipalScope
+from hostkit.types import FreshSession, PrincipalScope, ResumeSession
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
@@ -37,6 +37,28 @@ async def test_conversation_scope_is_bound_to_exactly_its_session(
     assert record.owner_kind == "conversation"
     again = await authority.for_conversation(facts("c1", "alice"))
     assert again.session_id == scope.session_id
+
+
+async def test_session_selectors_are_the_turn_requests_or_their_store_spellings(
+    authority: AuthorityResolver,
+) -> None:
+    """``FreshSession()``/``ResumeSession(id)`` select as ``"fresh"``/the id do; anything
+    else is refused with a bounded ``InvalidValue`` and the binding stays where it was."""
+    first = await authority.for_conversation(facts("c1", "alice"))
+    fresh = await authority.for_conversation(facts("c1", "alice"), session=FreshSession())
+    assert fresh.session_id not in (None, first.session_id)
+    back = await authority.for_conversation(
+        facts("c1", "alice"), session=ResumeSession(first.session_id or "")
+    )
+    assert back.session_id == first.session_id
+    again = await authority.for_conversation(facts("c1", "alice"), session="fresh")
+    assert again.session_id not in (first.session_id, fresh.session_id)
+    for bad in (None, 7, b"fresh", object(), "x" * 201, "bad\ud800"):
+        with pytest.raises(InvalidValue, match="session must be") as raised:
+            await authority.for_conversation(facts("c1", "alice"), session=bad)  # type: ignore[arg-type]
+        assert len(str(raised.value)) < 200
+    still = await authority.for_conversation(facts("c1", "alice"))
+    assert still.session_id == again.session_id
 
 
 async def test_concurrent_first_messages_of_a_conversation_share_one_session(

@@ -165,8 +165,8 @@ class Record:
     def __init__(self) -> None:
         self.open = True
 
-    async def asked(self) -> None:
-        return None
+    async def asked(self) -> bool:
+        return True
 
     async def answered(self, decision: str) -> bool:
         return True

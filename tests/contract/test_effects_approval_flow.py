@@ -700,3 +700,44 @@ async def test_the_same_answer_again_waits_for_its_continuation_up_to_wait_s(
             release.set()
     assert results == ["completed", "completed"]
     assert stamps.lines() == ["one"]
+
+
+async def test_a_call_asked_after_its_conversation_moved_asks_nobody(tmp_path: Path) -> None:
+    """A turn still running when its conversation is bound to a fresh session asks for a
+    call nobody could answer (answers run in the bound session): the approval is stored
+    ``stale`` as it is asked, no prompt is shown, the effect does not run, and the turn
+    ends ``cancelled`` saying why."""
+    stamps = Stamps(tmp_path / "stamps.txt")
+    thinking, moved = anyio.Event(), anyio.Event()
+
+    async def after_the_move(req: ModelRequest) -> CallTools:
+        thinking.set()
+        await moved.wait()
+        return stamp_call("late")
+
+    model = ScriptedModel([after_the_move, Reply("never")])
+    approver = Approver("approve_once")
+    async with approval_host(tmp_path, model, stamps, approver) as host:
+        async with anyio.create_task_group() as group:
+            ended: list[TurnResult] = []
+
+            async def run() -> None:
+                ended.append(await host.turns.run(request("stamp it")))
+
+            group.start_soon(run)
+            with anyio.fail_after(10):
+                await thinking.wait()
+            fresh = await host.authority.for_conversation(
+                ConversationFacts("test", "c1", "alice"), session=FreshSession()
+            )
+            moved.set()
+        [result] = ended
+        assert approver.seen == []
+        assert stamps.lines() == []
+        assert result.outcome == "cancelled"
+        assert result.pending_approval is None
+        reason = f"the conversation was bound to session {fresh.session_id} before this call ran"
+        assert reason in (result.error or "")
+        operator = await host.operator("ops", reason="check")
+        [row] = await host.approvals.list(operator, status=None)
+        assert (row.status, row.void_reason) == ("stale", reason)

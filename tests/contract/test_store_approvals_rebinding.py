@@ -145,6 +145,7 @@ async def test_a_turn_still_running_when_its_conversation_moved_does_not_wait_on
     second = await bind(sut, "fresh")
     if asked == "after":
         approval = await _ask(sut, first, running.lease.turn_id)
+        assert approval.status == "stale"  # stored void as it is asked: nobody is prompted
 
     ended = await sut.store.turns.finish(
         running.lease, _paused(running, approval.approval_id), event_seq=2
