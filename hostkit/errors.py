@@ -13,6 +13,7 @@ sqlite, httpx and SDKs are mapped at the boundary where they happen and raised
     │   ├── InvalidValue           a contract value failed validation
     │   ├── ScopeError             forged, foreign, revoked or under-specified authority
     │   ├── PolicyRefusal          a Host check refused an effect mid-invocation (denied)
+    │   │   └── TerminalRunLimit   (hostkit.store) a session already has its most live runs
     │   ├── ApprovalRefused        a second, stale or superseded answer to an approval
     │   ├── PromotionRefused       a core promotion refused: a gate failed, a review token is stale
     │   └── ChannelRefused         a channel transport refused an inbound request (status, code)

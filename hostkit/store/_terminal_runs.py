@@ -16,6 +16,12 @@ its lease expired (``mark_orphaned(..., lease_expired=True)``), and the owner
 whose renewal then finds the run no longer its own stops it.
 ``argv`` is never stored: only the program's base name and the argument
 count (an argument may carry a value the model was given).
+
+``insert(..., max_live=N)`` is where the per-session limit on live runs
+holds: it counts the session's ``running`` rows (every principal's, every
+Host's) in the same write transaction as the insert, so Hosts sharing a
+database cannot together pass it. A run counts while its lease is renewed:
+one whose Host died stops counting when its lease lapses.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from hostkit.errors import InvalidValue, LeaseLost, bounded
+from hostkit.errors import InvalidValue, LeaseLost, PolicyRefusal, bounded
 from hostkit.store._owned import now, owner_predicate, turn_status
 from hostkit.types import PrincipalScope
 
@@ -40,6 +46,7 @@ __all__ = [
     "NewTerminalRun",
     "SqlTerminalRunStore",
     "TerminalRunEnding",
+    "TerminalRunLimit",
     "TerminalRunRecord",
     "TerminalRunState",
     "TerminalRunStore",
@@ -59,6 +66,18 @@ TerminalRunState = Literal[
 ]
 _STATES: tuple[str, ...] = get_args(TerminalRunState)
 _ENDINGS = frozenset(_STATES) - {"running", "orphaned"}
+
+
+class TerminalRunLimit(PolicyRefusal):
+    """``insert`` found the session already at its limit of live runs; nothing was written.
+
+    A refusal of the effect (``denied``), not a store failure: nothing may be spawned.
+    """
+
+    def __init__(self, session_id: str, limit: int) -> None:
+        self.session_id = bounded(session_id, _MAX_ID)
+        self.limit = limit
+        super().__init__(f"at most {limit} background runs per session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +163,16 @@ class TerminalRunStore(ABC):
     """
 
     @abstractmethod
-    async def insert(self, run: NewTerminalRun) -> TerminalRunRecord:
+    async def insert(
+        self, run: NewTerminalRun, *, max_live: int | None = None
+    ) -> TerminalRunRecord:
         """Record ``run`` as ``running`` (no pid yet); a used ``run_id`` is ``InvalidValue``;
-        ``LeaseLost`` when its turn no longer runs (a takeover ended it: nothing is spawned)."""
+        ``LeaseLost`` when its turn no longer runs (a takeover ended it: nothing is spawned).
+
+        With ``max_live``, ``TerminalRunLimit`` when the session already has that many
+        ``running`` rows, whoever's and whichever Host's: counted in the insert's own
+        transaction, so concurrent inserts never pass the limit together.
+        """
 
     @abstractmethod
     async def mark_started(
@@ -266,7 +292,9 @@ class SqlTerminalRunStore(TerminalRunStore):
     def __init__(self, db: RowStore) -> None:
         self._db = db
 
-    async def insert(self, run: NewTerminalRun) -> TerminalRunRecord:
+    async def insert(
+        self, run: NewTerminalRun, *, max_live: int | None = None
+    ) -> TerminalRunRecord:
         for what, value, limit in (
             ("run_id", run.run_id, _MAX_ID),
             ("session_id", run.session_id, _MAX_ID),
@@ -283,6 +311,10 @@ class SqlTerminalRunStore(TerminalRunStore):
         if isinstance(run.argc, bool) or not isinstance(run.argc, int) or run.argc < 1:
             raise InvalidValue("terminal run argc must be a positive integer")
         _lease(run.lease_s)
+        if max_live is not None and (
+            isinstance(max_live, bool) or not isinstance(max_live, int) or max_live < 1
+        ):
+            raise InvalidValue("max_live must be a positive integer")
 
         def insert(raw: sqlite3.Connection) -> TerminalRunRecord:
             exists = raw.execute(
@@ -294,6 +326,17 @@ class SqlTerminalRunStore(TerminalRunStore):
             # process was paused starts no background run in the session it lost.
             if turn_status(raw, run.turn_id, run.session_id) not in (None, "running"):
                 raise LeaseLost("session lease")
+            if max_live is not None:
+                # A run whose Host stopped renewing its lease (died, or recorded before runs
+                # had leases) is not live: it does not hold the session's places until a
+                # restart's recovery marks it orphaned.
+                (live,) = raw.execute(
+                    "SELECT COUNT(*) FROM terminal_runs WHERE session_id = ? "
+                    "AND state = 'running' AND lease_expires_at >= ?",
+                    [run.session_id, time.time()],
+                ).fetchone()
+                if live >= max_live:
+                    raise TerminalRunLimit(run.session_id, max_live)
             raw.execute(
                 "INSERT INTO terminal_runs (run_id, session_id, turn_id, call_id, principal_id, "
                 "program, argc, cwd, sandbox, state, host_owner, started_at, lease_expires_at) "

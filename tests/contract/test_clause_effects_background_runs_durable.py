@@ -262,8 +262,8 @@ class HostSide:
     runtime: EffectRuntime
     authority: AuthorityResolver
 
-    async def session(self, conversation: str = "c") -> Session:
-        scope = await session_of(self.authority, conversation)
+    async def session(self, conversation: str = "c", principal: str = "user") -> Session:
+        scope = await self.authority.for_conversation(facts(conversation, principal))
         context = dataclasses.replace(context_for(scope), capability_snapshot={"effects": NAMES})
         return Session(self.runtime, context, await self.runtime.prepare_catalog(context))
 
@@ -275,6 +275,8 @@ async def host_process(
     tmp_path: Path,
     instance: str,
     journal_type: type[RunJournal] = RunJournal,
+    *,
+    max_background: int = 8,
 ) -> AsyncIterator[HostSide]:
     workspace = tmp_path / "ws"
     await anyio.Path(workspace).mkdir(exist_ok=True)
@@ -290,6 +292,7 @@ async def host_process(
             grace_s=0.2,
             confirm_s=3.0,
             journal=journal,
+            max_background=max_background,
         ) as runs,
     ):
         runtime = EffectRuntime(toolsets=Tools(runs.tools(sandbox=UNSANDBOXED), workspace))
@@ -446,8 +449,8 @@ async def test_a_run_that_cannot_be_recorded_never_starts(
     class Colliding(RunJournal):
         """Records every run under one id: from the second run on, the real insert fails."""
 
-        async def begin(self, run: NewTerminalRun) -> None:
-            await super().begin(dataclasses.replace(run, run_id="run_x"))
+        async def begin(self, run: NewTerminalRun, *, max_live: int | None = None) -> None:
+            await super().begin(dataclasses.replace(run, run_id="run_x"), max_live=max_live)
 
     marker = tmp_path / "ws" / "ran"
     async with host_process(store, authority, tmp_path, "host_a", Colliding) as host:
@@ -460,3 +463,36 @@ async def test_a_run_that_cannot_be_recorded_never_starts(
     assert (result.status, result.started) == ("failed", True)
     assert "could not be recorded" in (result.error or "")
     assert not await anyio.Path(marker).exists()
+
+
+async def test_the_session_limit_holds_across_host_processes_and_principals(
+    store: RuntimeStore, authority: AuthorityResolver, tmp_path: Path
+) -> None:
+    """Two Hosts on one database, each with its own registry: the runs either started in a
+    group session count against its one limit, whoever started them, and a refused run
+    starts nothing."""
+    marker = tmp_path / "ws" / "ran"
+    sneaky = f"open({str(marker)!r}, 'w')"
+    async with (
+        host_process(store, authority, tmp_path, "host_a", max_background=2) as first,
+        host_process(store, authority, tmp_path, "host_b", max_background=2) as second,
+    ):
+        alice = await first.session("group", "alice")
+        alices = await start(alice, "import time; time.sleep(60)")
+        await start(await first.session("group", "bob"), "import time; time.sleep(60)")
+        for who in ("alice", "bob"):
+            # The other Host's registry holds none of these runs: only the store can tell.
+            elsewhere = await second.session("group", who)
+            assert elsewhere.context.session_id == alice.context.session_id
+            refused = await elsewhere.call("terminal.run", argv=[PY, "-c", sneaky], background=True)
+            assert (refused.status, refused.error) == (
+                "denied",
+                "at most 2 background runs per session",
+            )
+        assert not await anyio.Path(marker).exists()
+        running = await store.terminal_runs.running()
+        assert len(running) == len({r.principal_id for r in running}) == 2  # alice's, bob's
+        # An ended run frees its place for any Host.
+        assert (await alice.call("terminal.stop", run_id=alices)).status == "cancelled"
+        await start(await second.session("group", "alice"), "import time; time.sleep(60)")
+        assert len(await store.terminal_runs.running()) == 2

@@ -583,6 +583,25 @@ async def test_background_runs_are_limited_per_session(terminal: Terminal) -> No
     await start(session)
 
 
+async def test_the_limit_is_the_sessions_whoever_starts_the_runs(terminal: Terminal) -> None:
+    """A group conversation is one session: alice's and bob's runs share its limit (each
+    still sees and stops only their own)."""
+    alice = await terminal.session("group", "alice")
+    bob = await terminal.session("group", "bob")
+    assert alice.context.session_id == bob.context.session_id
+    await start(alice)
+    bobs, _ = await start(bob)
+    for who in (alice, bob):
+        refused = await who.call("terminal.run", argv=[PY, "-c", SLEEP], background=True)
+        assert (refused.status, refused.error) == (
+            "denied",
+            "at most 2 background runs per session",
+        )
+    assert (await alice.call("terminal.stop", run_id=bobs)).status == "not_found"
+    assert (await bob.call("terminal.stop", run_id=bobs)).status == "cancelled"
+    await start(alice)
+
+
 async def test_concurrent_starts_cannot_exceed_the_limit(terminal: Terminal) -> None:
     session = await terminal.session()
     results: list[EffectResult] = []

@@ -32,7 +32,8 @@ and start marker once it is, and its end (state, exit code, stream
 statistics) is persisted before ``terminal.run.completed`` is announced.
 ``terminal.status`` answers from that record when the run is not one of this
 registry's (another Host process, or before a restart, where it reads
-``orphaned``: see ``_terminal_journal``).
+``orphaned``: see ``_terminal_journal``). The record's insert is also where
+the per-session limit of live runs holds across Host processes.
 
 Audit view: every started run's ``ToolOutcome.audit`` names the working
 directory (as asked and as the Host resolved it), the environment variable
@@ -104,7 +105,7 @@ from hostkit.builtins.process._terminal_checks import (
 from hostkit.builtins.process._terminal_journal import RunJournal, ending_of, record_view
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
 from hostkit.errors import ConfigError, HostkitError, UserError, bounded
-from hostkit.store import NewTerminalRun
+from hostkit.store import NewTerminalRun, TerminalRunLimit
 from hostkit.types import is_count, is_seconds, new_id
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "EXECUTION_CONTROL_TARGETS", "TerminalRuns"]
@@ -154,7 +155,8 @@ class TerminalRuns(AsyncResource):
     lifecycle's grace, confirmation and drain times; after it, ``terminal.run``
     is refused. Limits: ``deadline_s`` defaults to ``default_deadline_s`` and
     may not exceed ``max_deadline_s``; at most ``max_background`` live
-    background runs per owner and session; ``max_finished_runs`` finished
+    background runs per session, whoever started them (with a ``journal``, counted
+    by the store across every Host on the database); ``max_finished_runs`` finished
     background runs are kept in memory for ``terminal.status`` (oldest dropped
     first; with a ``journal`` the store still answers for them).
     """
@@ -475,8 +477,12 @@ class TerminalRuns(AsyncResource):
         audit: dict[str, Any],
     ) -> ToolOutcome:
         key = (ctx.owner, ctx.session_id)
-        # Counted and registered with no await in between, so concurrent calls keep the limit.
-        live = sum(1 for r in self._runs.values() if r.key == key and not r.done.is_set())
+        # The limit is the session's, whoever started the runs (the owner key only says who
+        # may see or stop one). Counted and registered with no await in between, so this
+        # registry's concurrent calls keep it; the journal's insert holds it across Hosts.
+        live = sum(
+            1 for r in self._runs.values() if r.key[1] == ctx.session_id and not r.done.is_set()
+        )
         refusal = "the Host is shutting down" if self._closed else None
         if live >= self._max_background:
             refusal = f"at most {self._max_background} background runs per session"
@@ -502,10 +508,12 @@ class TerminalRuns(AsyncResource):
                 host_owner=self._journal.owner_text,
             )
             try:
-                await self._journal.begin(record)
+                await self._journal.begin(record, max_live=self._max_background)
             except HostkitError as exc:
                 del self._runs[run.run_id]
                 await _close(fd)
+                if isinstance(exc, TerminalRunLimit):  # other Hosts' runs fill the session
+                    return ToolOutcome("denied", None, exc.message)
                 return ToolOutcome("failed", None, f"the run could not be recorded: {exc.message}")
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run, command, fd, options), name=f"terminal.run {run.run_id}"

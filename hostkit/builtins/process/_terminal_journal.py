@@ -93,9 +93,13 @@ class RunJournal:
     def owner_text(self) -> str:
         return self.host_owner.encode()
 
-    async def begin(self, run: NewTerminalRun) -> None:
-        """Record a run as ``running`` before anything is spawned (raises ``HostkitError``)."""
-        await self.store.terminal_runs.insert(replace(run, lease_s=self.lease_s))
+    async def begin(self, run: NewTerminalRun, *, max_live: int | None = None) -> None:
+        """Record a run as ``running`` before anything is spawned (raises ``HostkitError``).
+
+        ``max_live``: the session's limit of live runs, held by the store across every
+        Host on the database (``TerminalRunLimit`` at it).
+        """
+        await self.store.terminal_runs.insert(replace(run, lease_s=self.lease_s), max_live=max_live)
 
     async def keep(self, run_id: str, ended: anyio.Event) -> bool:
         """Renew the run's lease every third of it until ``ended``; False when the run
