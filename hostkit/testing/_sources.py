@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hostkit.effects import AuthoredTool, SourcedTool
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized
@@ -27,7 +28,7 @@ from hostkit.store import (
     MAX_RECALL,
 )
 from hostkit.turns import Observer
-from hostkit.types import is_text
+from hostkit.types import is_count, is_text
 
 __all__ = [
     "InMemoryMemory",
@@ -38,15 +39,39 @@ __all__ = [
 ]
 
 
-class StaticProviderSource:
-    """Returns the provider given for each agent (or one provider for all)."""
+def _kept(limit: object) -> int:
+    if not is_count(limit, low=0, high=1_000_000):
+        raise InvalidValue("keep_requests must be an integer from 0 to 1000000")
+    return limit
 
-    def __init__(self, providers: ModelProvider | Mapping[str, ModelProvider]) -> None:
+
+def _record(requests: list[Any], request: object, keep: int) -> None:
+    """Keep the newest ``keep`` requests: a long-lived Host asks once per turn (each request
+    holds the whole configuration), so an unbounded log grows for as long as it runs."""
+    requests.append(request)
+    if len(requests) > keep:
+        del requests[: len(requests) - keep]
+
+
+class StaticProviderSource:
+    """Returns the provider given for each agent (or one provider for all).
+
+    ``requests`` records the last ``keep_requests`` ProviderRequests, like
+    ``ScriptedModel.requests``.
+    """
+
+    def __init__(
+        self,
+        providers: ModelProvider | Mapping[str, ModelProvider],
+        *,
+        keep_requests: int = 1_000,
+    ) -> None:
         self._providers = providers
+        self._keep = _kept(keep_requests)
         self.requests: list[ProviderRequest] = []
 
     async def model_provider(self, request: ProviderRequest) -> ModelProvider:
-        self.requests.append(request)
+        _record(self.requests, request, self._keep)
         if isinstance(self._providers, Mapping):
             return self._providers[request.agent]
         return self._providers
@@ -56,16 +81,24 @@ class StaticToolSource:
     """Returns the same tools for every agent, plus memory tools when memory is enabled.
 
     The given tools' provenance is ``label`` (``test`` unless the caller names
-    one); memory tools are ``builtin:memory``.
+    one); memory tools are ``builtin:memory``. ``requests`` keeps the last
+    ``keep_requests`` ToolRequests.
     """
 
-    def __init__(self, tools: Sequence[AuthoredTool] = (), *, label: str = "test") -> None:
+    def __init__(
+        self,
+        tools: Sequence[AuthoredTool] = (),
+        *,
+        label: str = "test",
+        keep_requests: int = 1_000,
+    ) -> None:
         self._tools = list(tools)
         self._label = label
+        self._keep = _kept(keep_requests)
         self.requests: list[ToolRequest] = []
 
     async def tools(self, request: ToolRequest) -> Sequence[SourcedTool]:
-        self.requests.append(request)
+        _record(self.requests, request, self._keep)
         memory = memory_tools(request.memory) if request.memory is not None else []
         return [
             *(SourcedTool(tool, "builtin:memory") for tool in memory),

@@ -10,6 +10,7 @@ the key) and a bounded message, before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from decimal import Decimal
@@ -70,7 +71,15 @@ from hostkit.inspect import ModelPrice, cost_text
 from hostkit.providers import RetryPolicy as ProviderRetryPolicy
 from hostkit.store import MAX_MEMORY_CHARS, MAX_RECALL, LeaseOwner, RuntimeStore
 from hostkit.telemetry import TracingObserver, open_tracing
-from hostkit.testing import CallTools, Fail, Reply, ScriptedModel
+from hostkit.testing import (
+    CallTools,
+    Fail,
+    Reply,
+    ScriptedModel,
+    StaticProviderSource,
+    StaticToolSource,
+    capabilities,
+)
 from hostkit.testing._sources import InMemoryMemory
 from hostkit.turns import TurnExecution
 from hostkit.types import (
@@ -81,7 +90,7 @@ from hostkit.types import (
     ResumeSession,
     TurnRequest,
 )
-from tests.hosts import open_host
+from tests.hosts import open_host, request
 
 pytestmark = pytest.mark.anyio
 
@@ -616,6 +625,32 @@ async def test_host_open_refuses_a_config_that_is_no_path(config: object) -> Non
 def test_a_tracing_observer_bound_is_a_whole_number(max_turns: object) -> None:
     # 0 ended every turn's span at once; NaN bounded nothing.
     refused(lambda: TracingObserver(max_turns=max_turns), InvalidValue, "max_turns")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keep", [NAN, -1, "5", True, 1_000_001])
+def test_the_test_sources_request_logs_are_bounded_by_a_whole_number(keep: object) -> None:
+    refused(
+        lambda: StaticProviderSource(ScriptedModel([]), keep_requests=keep),
+        InvalidValue,
+        "keep_requests",
+    )  # type: ignore[arg-type]
+    refused(lambda: StaticToolSource(keep_requests=keep), InvalidValue, "keep_requests")  # type: ignore[arg-type]
+
+
+async def test_a_long_lived_hosts_test_sources_keep_only_their_newest_requests(
+    tmp_path: Path,
+) -> None:
+    """One ProviderRequest per turn, each holding the whole configuration: a Host built
+    from ``hostkit.testing.capabilities`` (benches, notebooks) must not grow with turns."""
+    model = ScriptedModel([Reply("ok")], repeat_last=True, keep_requests=3)
+    providers = StaticProviderSource(model, keep_requests=3)
+    caps = dataclasses.replace(capabilities(model), providers=providers)
+    async with open_host(tmp_path, model, caps=caps) as host:
+        for index in range(5):
+            await host.turns.run(request(f"turn {index}"))
+    assert len(providers.requests) == 3
+    assert [r.agent for r in providers.requests] == ["assistant"] * 3
+    assert len(model.requests) == 3
 
 
 @pytest.mark.parametrize(

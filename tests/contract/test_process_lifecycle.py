@@ -491,3 +491,37 @@ async def test_memory_stays_bounded_while_a_child_prints_200_mb(
     assert outcome.stdout.artifact is not None
     assert (await anyio.Path(outcome.stdout.artifact).stat()).st_size == size
     assert growth < 100 * MB, f"RSS grew by {growth / MB:.1f} MB"
+
+
+async def test_a_run_cancelled_as_it_begins_closes_its_artifacts(
+    supervisor: ProcessSupervisor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation landing after the spawn but before the streams' tasks ran (a client
+    gone, a turn stopped) still closes both artifact files: a daemon's descriptors do not
+    leak one pair per such run until every open fails."""
+    from hostkit.builtins.process import _process_tree
+
+    recording = anyio.Event()
+    record = _process_tree._Tree.record
+
+    async def held(self: Any) -> Any:
+        owner = await record(self)
+        recording.set()
+        await anyio.sleep_forever()
+        return owner  # pragma: no cover - cancelled first
+
+    monkeypatch.setattr(_process_tree._Tree, "record", held)
+
+    def open_artifacts() -> list[str]:
+        root = str(tmp_path / "artifacts")
+        return [f.path for f in psutil.Process().open_files() if f.path.startswith(root)]
+
+    for _ in range(3):
+        recording = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, supervisor, tmp_path, SLEEP_FOREVER)
+            with anyio.fail_after(WAIT_S):
+                await recording.wait()
+            group.cancel_scope.cancel()
+    assert open_artifacts() == []
+    assert len(list((tmp_path / "artifacts").iterdir())) == 6  # the files stay: only closed

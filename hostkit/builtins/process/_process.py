@@ -511,6 +511,10 @@ async def run_process(
         supervisor._release(tree)
         if report is not None:
             os.close(report)
+        # A cancellation that lands before a sink's task ran leaves its artifact open.
+        with anyio.CancelScope(shield=True):
+            for sink in sinks:
+                await sink.release()
     control._finish(outcome)
     return outcome
 

@@ -258,6 +258,11 @@ class _Sink:
                 )
         self._write_chunks(fd, batch)
 
+    async def release(self) -> None:
+        """Close the artifact if the sink's task never got to (a run cancelled as it began);
+        after a drained run it is closed already and this does nothing."""
+        await self._close(sync=False)
+
     async def _close(self, *, sync: bool) -> None:
         fd, self._fd = self._fd, None
         if fd is None:
