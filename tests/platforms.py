@@ -26,7 +26,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import parse_qsl
@@ -53,6 +53,10 @@ __all__ = [
 SHUTDOWN_GRACE_S = 2
 # A long poll never outlives the test: the fake caps getUpdates' timeout.
 MAX_LONG_POLL_S = 5.0
+
+
+class _BrokenOff(Exception):
+    """Ends an answer before its declared length: uvicorn then drops the connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,36 +91,53 @@ class _Fake:
         self._script: deque[Scripted] = deque()
         self._arrived_any = anyio.Event()
         self._coding: tuple[str, Callable[[bytes], bytes]] | None = None
+        self._break: tuple[Callable[[bytes], int], float] | None = None
         self.app = Starlette(routes=self._routes())
 
     def compress_answers(self, encoding: str, encode: Callable[[bytes], bytes]) -> None:
         """Every later answer's body is ``encode(body)`` sent as ``content-encoding: encoding``."""
         self._coding = (encoding, encode)
 
+    def break_answers(self, keep: Callable[[bytes], int], *, stall_s: float = 0.0) -> None:
+        """Every later answer declares its whole Content-Length, sends only the first
+        ``keep(body)`` bytes of it (as sent: compressed, if so), waits ``stall_s``, and
+        then the connection drops: the request was taken, the reply broke off."""
+        self._break = (keep, stall_s)
+
     async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app, its answers compressed once ``compress_answers`` was called."""
-        coding = self._coding
-        if coding is None or scope["type"] != "http":
+        """The app, its answers compressed (``compress_answers``) and broken off
+        (``break_answers``) once asked."""
+        coding, broken = self._coding, self._break
+        if (coding is None and broken is None) or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start: dict[str, Any] = {}
         body = bytearray()
 
-        async def encoded(message: Message) -> None:
+        async def changed(message: Message) -> None:
             if message["type"] == "http.response.start":
                 start.update(message)
                 return
             body.extend(message.get("body", b""))
             if message.get("more_body"):
                 return
-            data = coding[1](bytes(body))
+            data = bytes(body) if coding is None else coding[1](bytes(body))
             kept = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-            headers = [*kept, (b"content-encoding", coding[0].encode())]
-            headers.append((b"content-length", str(len(data)).encode()))
+            if coding is not None:
+                kept.append((b"content-encoding", coding[0].encode()))
+            headers = [*kept, (b"content-length", str(len(data)).encode())]
             await send({**start, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
+            if broken is None:
+                await send({"type": "http.response.body", "body": data})
+                return
+            await send(
+                {"type": "http.response.body", "body": data[: broken[0](data)], "more_body": True}
+            )
+            await anyio.sleep(broken[1])
+            raise _BrokenOff
 
-        await self.app(scope, receive, encoded)
+        with suppress(_BrokenOff):
+            await self.app(scope, receive, changed)
 
     def _routes(self) -> list[Route]:
         raise NotImplementedError

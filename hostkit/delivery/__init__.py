@@ -6,7 +6,7 @@ signed webhook, Slack ``chat.postMessage`` and Telegram ``sendMessage``
 adapters here (docs/delivery.md).
 """
 
-from hostkit.delivery._channel import ChannelLookup, OutboundChannel
+from hostkit.delivery._channel import ChannelLookup, ChannelsClosing, OutboundChannel
 from hostkit.delivery._http import SharedClient
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.delivery._runtime import DeliveryRuntime
@@ -16,6 +16,7 @@ from hostkit.delivery._webhook import WebhookChannel
 
 __all__ = [
     "ChannelLookup",
+    "ChannelsClosing",
     "DeliveryPolicy",
     "DeliveryRuntime",
     "OutboundChannel",

@@ -6,6 +6,12 @@ a classified ``DeliveryFailure``: ``transient`` ones are retried with
 backoff, ``permanent`` ones dead-letter the intent at once. The runtime
 looks the adapter up by the route's channel alias at every attempt, so a
 configuration change reaches the next attempt while the route stays fixed.
+
+A lookup (or a send) whose channels are going away with their owner (a
+closing Host) raises ``ChannelsClosing``: nothing was sent, so the runtime
+gives the claim back with its attempt refunded and stops claiming, where a
+missing alias (None) would have dead-lettered an answer that is still
+configured.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from hostkit.types import DeliveryFailure
 
 __all__ = [
     "ChannelLookup",
+    "ChannelsClosing",
     "OutboundChannel",
     "payload_text",
     "permanent",
@@ -35,8 +42,21 @@ class OutboundChannel(Protocol):
     ) -> None: ...
 
 
-# Channel alias (the route's "channel") -> its adapter in the current generation, or None.
+# Channel alias (the route's "channel") -> its adapter in the current generation, or None
+# (not configured); ChannelsClosing while its owner closes.
 ChannelLookup = Callable[[str], OutboundChannel | None]
+
+
+class ChannelsClosing(DeliveryRefused):
+    """The channels' owner is closing and nothing was sent: not an attempt at all.
+
+    A ``DeliveryRefused`` (transient ``channel_closed``) for a caller that only
+    knows refusals; the ``DeliveryRuntime`` releases the claim instead (pending
+    again, attempt not spent) and stops claiming, as at its own shutdown.
+    """
+
+    def __init__(self, message: str = "the Host is closing") -> None:
+        super().__init__(DeliveryFailure("transient", "channel_closed", message))
 
 
 def _refused(

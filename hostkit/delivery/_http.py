@@ -7,8 +7,10 @@ decoded by ``hostkit._content_coding`` within the same bound, so a platform's
 ``200 {"ok":true}`` in gzip is an accepted delivery, not a retry (a duplicate).
 httpx is never let to inflate it: it inflates a whole chunk before a count sees
 it, so 64 KiB of deflate were 64 MiB. A coding that cannot be decoded (br,
-zstd) leaves the body empty; a corrupt one keeps what decoded as a cut answer's
-opening. Transport failures become transient
+zstd) leaves the body empty; a corrupt one, and one that breaks off or stalls
+once the answer began (its body read ends a little before the total deadline),
+keeps what decoded as a cut answer's opening. Transport failures before the
+answer began become transient
 ``DeliveryRefused`` errors named by the exception's type only (the URL of a
 Telegram call carries the bot token, so no httpx message is ever kept).
 """
@@ -45,6 +47,8 @@ MAX_RESPONSE_BYTES = 64 * 1024
 _OK_OPENING = re.compile(rb'\s*\{\s*"ok"\s*:\s*(true|false)\s*[,}]')
 CONNECT_TIMEOUT_S = 10.0
 _MAX_RETRY_AFTER_S = 86_400.0
+# Of a request's deadline, kept after the body's read for closing the cut connection.
+_CLOSE_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,7 @@ class Answer:
     status: int
     headers: httpx.Headers
     body: bytes
-    cut: bool = False  # only the opening was read: past MAX_RESPONSE_BYTES, or then corrupt
+    cut: bool = False  # only the opening was read: past MAX_RESPONSE_BYTES, corrupt or broken off
 
     def json(self) -> Any:
         """The body as JSON, or None when it is not JSON (a proxy's error page)."""
@@ -136,22 +140,33 @@ async def post(
     """POST ``content`` and read a bounded answer; transport failures are transient refusals."""
     http = await client.get() if isinstance(client, SharedClient) else client
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
+    # The body's read ends a little before the total deadline: what it read is kept.
+    read_by = anyio.current_time() + timeout_s - min(_CLOSE_MARGIN_S, timeout_s / 10)
+    answer: Answer | None = None
     try:
         with anyio.fail_after(timeout_s):
             async with http.stream(
                 "POST", url, content=content, headers=_uncompressed(headers), timeout=timeout
             ) as response:
-                body, cut = await _read(response)
-                return Answer(response.status_code, response.headers, body, cut)
+                body, cut = await _read(response, read_by)
+                answer = Answer(response.status_code, response.headers, body, cut)
     except TimeoutError as exc:
+        if answer is not None:
+            return answer  # closing the cut connection ran late: the answer was read
         raise transient("timeout", f"no answer within {timeout_s:g}s") from exc
     except httpx.TimeoutException as exc:
+        if answer is not None:
+            return answer
         raise transient("timeout", type(exc).__name__) from exc
     except httpx.TransportError as exc:
+        if answer is not None:
+            return answer
         raise transient("connect_error", type(exc).__name__) from exc
     except RuntimeError as exc:
         # httpx: "Cannot send a request, as the client has been closed" (a retired generation).
         raise transient("channel_closed", type(exc).__name__) from exc
+    assert answer is not None
+    return answer
 
 
 def _uncompressed(headers: Mapping[str, str]) -> dict[str, str]:
@@ -159,22 +174,25 @@ def _uncompressed(headers: Mapping[str, str]) -> dict[str, str]:
     return {**kept, "accept-encoding": "identity"}
 
 
-async def _read(response: httpx.Response) -> tuple[bytes, bool]:
+async def _read(response: httpx.Response, read_by: float) -> tuple[bytes, bool]:
     """At most ``MAX_RESPONSE_BYTES`` of the decoded body, and whether it was cut.
 
-    A corrupt body keeps the opening that decoded, marked cut: Slack and
-    Telegram put ``"ok"`` first, so an accepted post is not posted again.
+    The status and headers came: the platform has the post. A body that is
+    corrupt, breaks off (the connection dropped before its Content-Length) or
+    stalls past ``read_by`` keeps the opening that arrived, marked cut: Slack
+    and Telegram put ``"ok"`` first, so an accepted post is not posted again.
     """
     body = bytearray()
     raw, encoding = raw_body(response)
     try:
-        async for piece in decoded(raw, encoding, cap=MAX_RESPONSE_BYTES):
-            body += piece
+        with anyio.move_on_after(max(0.0, read_by - anyio.current_time())) as reading:
+            async for piece in decoded(raw, encoding, cap=MAX_RESPONSE_BYTES):
+                body += piece
     except UnsupportedCoding:
         return b"", False
-    except (BodyOverCap, CorruptBody):
+    except (BodyOverCap, CorruptBody, httpx.TransportError):
         return bytes(body), True
-    return bytes(body), False
+    return bytes(body), reading.cancelled_caught
 
 
 def retry_after(value: object, *, now: float | None = None) -> float | None:

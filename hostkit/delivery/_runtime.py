@@ -2,7 +2,8 @@
 
 Per claimed intent: look its channel up by the route's alias *now* (the
 current generation's adapter; none is a permanent ``no_channel`` failure,
-failing closed), send the captured route and payload with the intent id as
+failing closed; ``ChannelsClosing``, its Host closing, releases the claim
+unspent and stops the runtime), send the captured route and payload with the intent id as
 idempotency key while a keeper renews the lease every third of it, then
 record the outcome fenced by the claim token: ``delivered``, or a failure
 with the next attempt time from the ``DeliveryPolicy`` (None dead-letters).
@@ -13,7 +14,8 @@ key lets a receiver drop the repeat a crash between send and record causes.
 Shutdown never sends one intent twice: a send already under way when it is
 cut spends its attempt (a transient ``cut_off`` failure, retried after the
 backoff, by this process's successor or a peer), only a claim whose send never
-started is released with its attempt refunded, and the ``drain()`` a daemon
+started is released with its attempt refunded (also one a claim under way at
+``stop()`` brings back afterwards), and the ``drain()`` a daemon
 runs after ``stop()`` skips every intent this runtime attempted while stopping.
 
 The runtime never reads inbox state: an inbound is completed when its turn
@@ -36,7 +38,7 @@ from hostkit._dead_claims import DEAD_CLAIMS_EVERY_S, expire_dead_claims
 from hostkit._failed_claims import FailedClaims, claim_failure
 from hostkit._renewal import RenewalPace
 from hostkit._streaks import FailureStreak
-from hostkit.delivery._channel import ChannelLookup
+from hostkit.delivery._channel import ChannelLookup, ChannelsClosing
 from hostkit.delivery._policy import DeliveryPolicy
 from hostkit.errors import (
     DeliveryRefused,
@@ -293,8 +295,9 @@ class DeliveryRuntime(Background):
                 settled = not self._inflight
                 claimed = await self._claim(free)
                 for item in claimed:
-                    if item.intent.intent_id in self._stopping_attempted:
-                        # Attempted while this runtime stopped: its successor's to send.
+                    if self._stop.is_set() or item.intent.intent_id in self._stopping_attempted:
+                        # A claim that came back after stop() (the Host closing meanwhile),
+                        # or one attempted while stopping: never started, handed back.
                         await self._release(item)
                         continue
                     self._start(work, item)
@@ -433,25 +436,41 @@ class DeliveryRuntime(Background):
         lost = anyio.Event()
         failure: DeliveryFailure | None = None
         sent = False
+        closing = False
         async with anyio.create_task_group() as keeper:
             keeper.start_soon(self._keep, intent_id, lost, keeper.cancel_scope)
-            failure = await self._send(claimed)
+            try:
+                failure = await self._send(claimed)
+            except ChannelsClosing:
+                closing = True
             sent = True
             keeper.cancel_scope.cancel()
         if lost.is_set() or not sent:
             self._forget(intent_id)
             _log.info("intent %s: the claim was taken over while sending", intent_id)
             return
+        if closing:
+            # Nothing was sent: not an attempt. The channels go with their owner, so
+            # this runtime stops too (a claim loop would only take the intent back).
+            self.stop()
+            await self._release(self._claims.get(intent_id, claimed))
+            self._forget(intent_id)
+            return
         await self._settle(intent_id, failure)
 
     async def _send(self, claimed: ClaimedDelivery) -> DeliveryFailure | None:
-        """One attempt through the channel the route's alias names now; its failure, if any."""
+        """One attempt through the channel the route's alias names now; its failure, if any.
+
+        ``ChannelsClosing`` (from the lookup or the send) passes: nothing was sent.
+        """
         intent = claimed.intent
         alias = intent.channel
         if alias is None:
             return _failure("permanent", "bad_route", "the route names no channel")
         try:
             channel = self._channels(alias)
+        except ChannelsClosing:
+            raise
         except Exception as exc:
             return _failure("permanent", "no_channel", f"channel lookup failed: {_text(exc)}")
         if channel is None:
@@ -462,6 +481,9 @@ class DeliveryRuntime(Background):
                 await channel.send(
                     intent.route, intent.payload, idempotency_key=claimed.idempotency_key
                 )
+        except ChannelsClosing:
+            self._sending.discard(intent.intent_id)
+            raise
         except DeliveryRefused as exc:
             return _as_failure(exc.failure)
         except TimeoutError:

@@ -27,7 +27,7 @@ from hostkit.context import (
     WorkspaceBootstrap,
 )
 from hostkit.cores import CoreRegistry, LoadedCore
-from hostkit.delivery import DeliveryPolicy, DeliveryRuntime, OutboundChannel
+from hostkit.delivery import ChannelsClosing, DeliveryPolicy, DeliveryRuntime, OutboundChannel
 from hostkit.effects import (
     ApprovalProvider,
     ApprovalRuntime,
@@ -923,8 +923,14 @@ class Host(AsyncResource):
 
     def _outbound_channel(self, alias: str) -> OutboundChannel | None:
         """``alias``'s adapter in the current generation, looked up at each attempt; its
-        send holds that generation (a reload meanwhile closes it after the send)."""
-        if self._closed or self._generation.capabilities.channels.channel(alias) is None:
+        send holds that generation (a reload meanwhile closes it after the send).
+
+        A closing Host raises ``ChannelsClosing``, never None: its alias is still
+        configured, and None dead-lettered the answer (``no_channel``) at once.
+        """
+        if self._closed:
+            raise ChannelsClosing()
+        if self._generation.capabilities.channels.channel(alias) is None:
             return None
         return HeldChannel(alias, self._held)
 
@@ -1047,8 +1053,10 @@ class Host(AsyncResource):
     async def aclose(self) -> None:
         """Stop: cancel running turns, revoke operator authority, close generations and store.
 
-        Each step runs even when an earlier one raises (an exit stack, last
-        pushed first): prompts withdrawn, inbox workers wound down (their
+        Inbox workers and delivery runtimes stop claiming first, before any
+        lookup sees the Host closed (a claim that comes back is released, its
+        attempt not spent). Each step runs even when an earlier one raises (an
+        exit stack, last pushed first): prompts withdrawn, inbox workers wound down (their
         turns get the workers' grace, their claims are released), turns
         ended, every process tree any generation started ended (grandchildren
         too), operator authority revoked, generations closed, context
@@ -1057,6 +1065,12 @@ class Host(AsyncResource):
         """
         if self._closed:
             return
+        # Before anything sees the Host closed: a worker or runtime that then finds a
+        # claim (one under way now) hands it back unstarted instead of failing it.
+        for worker in self._workers:
+            worker.stop()
+        for runtime in self._deliveries:
+            runtime.stop()
         self._closed = True
         self.store.limit_waits(CLOSE_LOCK_WAIT_S)
         # Uninterrupted: a cancelled caller must not leave sources or child processes open.

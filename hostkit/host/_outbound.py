@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from hostkit.delivery import ChannelsClosing
 from hostkit.errors import DeliveryRefused, TurnRejected, bounded
 from hostkit.host._generation import Generation
 from hostkit.types import DeliveryFailure
@@ -39,8 +40,8 @@ class HeldChannel:
             try:
                 generation = await stack.enter_async_context(self._held())
             except TurnRejected as exc:
-                failure = DeliveryFailure("transient", "channel_closed", "the Host is closing")
-                raise DeliveryRefused(failure) from exc
+                # Nothing was sent: the runtime releases the claim, attempt not spent.
+                raise ChannelsClosing() from exc
             channel = generation.capabilities.channels.channel(self._alias)
             if channel is None:
                 # A reload removed the alias since it was looked up: fail closed, as then.

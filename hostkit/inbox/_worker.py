@@ -273,6 +273,12 @@ class InboxWorker(Background):
     def _end_background(self) -> None:
         self.stop()
 
+    @property
+    def _winding_down(self) -> bool:
+        """Stopping, or asked to: a handler that ends between ``stop()`` and the claim
+        loop noticing it (a closing Host refusing its turn) gives its claim back too."""
+        return self._stopping or self._stop.is_set()
+
     async def _serve(self, *, until_idle: bool, task_status: TaskStatus[None]) -> None:
         if self._running:
             raise InvalidValue("this worker is already running")
@@ -322,6 +328,11 @@ class InboxWorker(Background):
                 settled = not self._inflight
                 claimed = await self._claim(free)
                 for item in claimed:
+                    if self._stop.is_set():
+                        # Came back after stop() (the Host closing meanwhile): never
+                        # started, so the wind-down releases it, attempt not spent.
+                        self._claims[item.inbound_id] = item
+                        continue
                     self._start(work, item)
                 if until_idle and settled and not claimed:
                     # A claim that failed found nothing out: claim again, within a bound.
@@ -639,7 +650,7 @@ class InboxWorker(Background):
         error, the attempt fails."""
         if (
             isinstance(error, TurnInProgress)
-            and not self._stopping
+            and not self._winding_down
             and self.inbox.waits(claimed, since=error.running_since)
         ):
             running = error
@@ -658,7 +669,7 @@ class InboxWorker(Background):
     async def _fail(self, claimed: ClaimedInbound, failure: InboundFailure | None) -> None:
         if failure is None:
             failure = InboundFailure("permanent", "unroutable", "no agent answers this channel")
-        if self._stopping and failure.kind == "transient":
+        if self._winding_down and failure.kind == "transient":
             # Shutting down (the Host is closing): give it back without spending the attempt.
             return
         ended = failure

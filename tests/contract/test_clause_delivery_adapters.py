@@ -419,3 +419,91 @@ async def test_an_answer_that_cannot_be_decoded_leaves_only_its_status(
             await _target(channel, base, client).send(ROUTE, {"text": "hi"}, idempotency_key="k")
     assert refused.value.retryable
     assert fake.requests[0].headers["accept-encoding"] == "identity"
+
+
+# A long message, as Slack and Telegram echo it back: the answer is long enough that its
+# opening ``{"ok":...`` decodes from the first part of it, compressed or not.
+LONG = " ".join(f"line {n} of a long answer" for n in range(150))
+BREAK_CODINGS = {"identity": None, "gzip": ("gzip", gzip.compress)}
+
+
+def _target_within(channel: str, base: str, client: httpx.AsyncClient, timeout_s: float) -> Any:
+    if channel == "slack":
+        return SlackChannel(base, SLACK_TOKEN, client, timeout_s=timeout_s)
+    return TelegramChannel(base, TELEGRAM_TOKEN, client, timeout_s=timeout_s)
+
+
+@pytest.mark.parametrize("coding", sorted(BREAK_CODINGS))
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_an_accepted_answer_that_breaks_off_is_read_as_accepted(
+    channel: str, coding: str
+) -> None:
+    """The platform answers ``200 {"ok":true,...`` and the connection drops before the
+    declared length arrived: the post was taken, so the send returns (its opening ``ok``
+    read), never a transient failure whose retry posts the message again."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        if (encode := BREAK_CODINGS[coding]) is not None:
+            fake.compress_answers(*encode)
+        fake.break_answers(lambda data: len(data) // 2)
+        with anyio.fail_after(10):
+            await _target(channel, base, client).send(ROUTE, {"text": LONG}, idempotency_key="k")
+    assert fake.texts() == [LONG]
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_an_accepted_answer_that_stalls_after_its_opening_is_read_as_accepted(
+    channel: str,
+) -> None:
+    """The opening ``{"ok":true,...`` arrives, then the rest stalls past the send's
+    deadline: the body's read ends inside that deadline with what came, read as accepted
+    (a timeout threw the opening away, and every retry posted the message again)."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.break_answers(lambda data: 40, stall_s=4.0)
+        with anyio.fail_after(3):
+            await _target_within(channel, base, client, 1.0).send(
+                ROUTE, {"text": LONG}, idempotency_key="k"
+            )
+    assert fake.texts() == [LONG]
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_a_refusal_that_breaks_off_is_the_refusal_it_opened_with(channel: str) -> None:
+    """A broken-off ``{"ok":false,...`` is the platform's refusal (permanent for these),
+    not an unreadable answer retried."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        if channel == "slack":
+            fake.fail_next(ok_false="channel_not_found")
+        else:
+            fake.fail_next(status=400, description="Bad Request: chat not found " + "x" * 200)
+        fake.break_answers(lambda data: 20)
+        with pytest.raises(DeliveryRefused) as refused:
+            await _target(channel, base, client).send(ROUTE, {"text": LONG}, idempotency_key="k")
+    assert refused.value.failure.kind == "permanent"
+
+
+@pytest.mark.parametrize("channel", ["slack", "telegram"])
+async def test_an_answer_that_breaks_off_before_its_ok_is_a_transient_failure(
+    channel: str,
+) -> None:
+    """Broken off before its ``"ok"`` could be read, the answer says nothing: transient,
+    as an unreadable answer always was."""
+    async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
+        fake.break_answers(lambda data: 3)
+        with pytest.raises(DeliveryRefused) as refused:
+            await _target(channel, base, client).send(ROUTE, {"text": LONG}, idempotency_key="k")
+    assert refused.value.failure.kind == "transient"
+
+
+async def test_a_broken_off_acceptance_is_delivered_once_by_the_runtime(tmp_path: Path) -> None:
+    """End to end: Telegram takes the answer and its reply breaks off after the opening;
+    the intent is delivered on its first attempt and the chat got it once."""
+    async with FakeTelegram.running(token=TELEGRAM_TOKEN) as telegram:
+        telegram.break_answers(lambda data: len(data) // 2)
+        tables = channel_tables(telegram=telegram.api_base)
+        async with channel_host(tmp_path, tables, answers=[LONG]) as host:
+            result = await routed_turn(host, "tg", {"chat_id": 42})
+            assert await host.delivery_runtime().drain() == 1
+            intent = await host.store.delivery.intent(result.deliveries[0])
+    assert intent is not None
+    assert (intent.status, intent.attempts) == ("delivered", 1)
+    assert telegram.texts() == [LONG]

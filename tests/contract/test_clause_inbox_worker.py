@@ -678,6 +678,35 @@ async def test_stop_before_the_worker_starts_is_honoured(rig: Rig) -> None:
     assert not worker.running
 
 
+async def test_a_claim_that_comes_back_after_stop_is_released_unstarted(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim under way when ``stop()`` comes (the Host closing meanwhile) is given back
+    when it returns: no turn starts for it and its attempt is not spent (started, its turn
+    met a closing Host and the attempt failed, dead-lettering a last one)."""
+    inbound_id = await rig.accept("hello")
+    worker = rig.worker()
+    claim_batch = rig.inbox.claim_batch
+    claiming, stopped = anyio.Event(), anyio.Event()
+
+    async def claim_then_stop(limit: int) -> tuple[ClaimedInbound, ...]:
+        claimed = await claim_batch(limit)
+        claiming.set()
+        await stopped.wait()
+        return claimed
+
+    monkeypatch.setattr(rig.inbox, "claim_batch", claim_then_stop)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await claiming.wait()
+            worker.stop()
+            stopped.set()
+    assert await rig.turns_of(inbound_id) == []
+    record = await rig.record(inbound_id)
+    assert (record.state, record.attempt) == ("ready", 0)
+
+
 async def test_front_end_channel_names_are_refused_at_accept(rig: Rig) -> None:
     """A channel instance named like a front end's channel would speak as the local user."""
     signature = inspect.signature(Host.run_turn)
