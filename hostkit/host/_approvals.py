@@ -143,7 +143,11 @@ class HostApprovals:
         continuation the recorded answer started, exactly as ``resume`` does,
         waiting for one that still runs (here or in another process) up to
         ``wait_s`` (default ``[host] admission_timeout_s``; 0: not at all), then
-        ``TurnInProgress`` (retryable).
+        ``TurnInProgress`` (retryable, ``retry_at`` its holder's lease expiry).
+        The wait applies the lease rule to the continuation's holder: one whose
+        process provably died ends at once, a silent one between one and two
+        ttls after its last renewal, and that record answers (a continuation
+        that had claimed the call is refused ``indeterminate``).
         Raises ``ApprovalRefused`` for a different answer (``answered``), a changed
         policy/revision/capability or a conversation now bound elsewhere
         (``stale``), a session that moved on (``superseded``) or a call that
@@ -265,7 +269,8 @@ class HostApprovals:
         continuation's Host stopped before claiming the call): a continuation
         turn runs it, once — the durable claim makes a second run impossible.
         Claimed: that continuation's recorded result is returned, nothing runs
-        again (``TurnInProgress`` while it still runs). An approval that is
+        again (``TurnInProgress`` while its holder still holds it: one whose holder
+        is gone is ended first, the lease rule). An approval that is
         pending, void (``stale``, ``superseded``) or ``indeterminate`` (its
         continuation stopped after claiming it: it may have run) is refused with
         its reason; one whose agent this Host does not run (a CLI without the
@@ -283,17 +288,23 @@ class HostApprovals:
                 raise ApprovalRefused(
                     approval_id, "answered", "it was answered inside its own turn, which ran it"
                 )
-            state = await self._store.turns.state(by, claimed_by)
+            # The lease rule: a continuation whose holder is gone (its process died, or
+            # went silent past the noticed lapse) is ended here, its record the answer.
+            state = await self._store.turns.awaited_state(by, claimed_by)
             if state.result is None:
                 # Retryable: its result is this call's answer once it ends.
-                # When it started (and, if known, when its holder's lease runs out): a
-                # channel command deferred on it waits from then, not from its own receipt.
+                # When it started and when its holder's lease runs out: a channel
+                # command deferred on it waits from then, not from its own receipt.
                 raise TurnInProgress(
                     claimed_by,
                     running_since=state.started_at,
                     retry_at=state.holder_expires_at,
                 )
-            return state.result
+            # Ended by that rule after it claimed the call, the approval is settled
+            # (``indeterminate``): refused as it is after any recovery.
+            approval = await self.get(by, approval_id)
+            if approval.status in ("executed", "denied"):
+                return state.result
         raise _refused(approval)
 
     async def _runs_here(self, approval: PendingApproval) -> None:

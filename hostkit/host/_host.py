@@ -267,7 +267,6 @@ class Host(AsyncResource):
         self._commands = InboundCommands(
             self.approvals,
             authority,
-            self.turns,
             store,
             route=lambda envelope: reply_route(self.config.channels, envelope),
         )

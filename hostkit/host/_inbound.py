@@ -169,14 +169,12 @@ class InboundCommands:
         self,
         approvals: HostApprovals,
         authority: AuthorityResolver,
-        turns: TurnExecution,
         store: RuntimeStore,
         *,
         route: Callable[[InboundEnvelope], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._approvals = approvals
         self._authority = authority
-        self._turns = turns
         self._store = store
         self._route = route
 
@@ -265,15 +263,12 @@ class InboundCommands:
         if approval is None:
             await said.refusal(_NOT_FOUND_PRESS if said.press else _NOT_FOUND_REPLY)
             return _NOT_FOUND
-        if approval.status != "pending":
-            # Answered before (an earlier attempt, another reply, another process): the
-            # continuation that answer started may have died with its Host. End such
-            # turns (the lease rule) so their record, not a wait, answers this one.
-            await self._turns.recover()
         try:
-            # The same answer again resumes or reports its continuation; one still running
-            # is TurnInProgress at once (no worker slot held waiting), and the worker
-            # retries this command later.
+            # The same answer again resumes or reports its continuation (answered before:
+            # an earlier attempt, another reply, another process). One whose Host died is
+            # ended there (the lease rule), its record this answer; one still held is
+            # TurnInProgress at once (no worker slot held waiting), and the worker retries
+            # this command at its holder's lease expiry.
             result = await self._approvals.answer(
                 approval.approval_id,
                 decision,

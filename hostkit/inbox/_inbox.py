@@ -279,18 +279,19 @@ class ChannelInbox:
         attempt started still runs under a live holder (another Host), whose lease
         ends with that turn's deadline, or with the holder, at the latest.
 
-        Due when that holder's lease runs out unless renewed (``until``), when
-        asking again can first tell more; not knowing it, after a quarter of the
-        time the turn has run so far (``since``), so a long wait asks ever less
-        often. Either way within the policy's base and longest delay.
+        Due after a quarter of the time the turn has run so far (``since``), so a
+        long wait asks ever less often, and at the latest when that holder's
+        lease runs out unless renewed (``until``), when asking again can tell
+        whether it still holds: a short turn's end is found soon, and the
+        conversation's next message is not held for a whole lease. Either way
+        within the policy's base and longest delay.
         """
         _check_claim(claimed)
         now = self._clock()
+        start = claimed.envelope.received_at if since is None else since
+        wait = (now - start) / 4
         if until is not None:
-            wait = until + _LEASE_SLACK_S - now
-        else:
-            start = claimed.envelope.received_at if since is None else since
-            wait = (now - start) / 4
+            wait = min(wait, until + _LEASE_SLACK_S - now)
         wait = min(max(wait, self.policy.base_delay_s), self.policy.max_delay_s)
         deferred = await self._store.release(
             claimed.inbound_id, claimed.claim_token, now=now, due_at=now + wait

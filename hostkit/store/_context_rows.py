@@ -203,9 +203,15 @@ def decode_decision(row: sqlite3.Row) -> ContextDecision:
 _DECISION_COLUMNS = "d.decision_id, d.session_id, d.turn_id, d.step_id, d.kind, d.summary"
 
 
+# Fenced: no row for a turn another process ended because its holder was gone (a
+# takeover or recovery: the ``turn.*`` event's reason). A holder that was paused past
+# its lease and resumed writes nothing of its lost turn, its held decisions included.
 _INSERT_DECISION = (
     "INSERT INTO context_decisions (decision_id, session_id, turn_id, step_id, kind, "
-    "summary, at) VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))"
+    "summary, at) SELECT ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    "WHERE NOT EXISTS (SELECT 1 FROM turn_events WHERE turn_id = ? "
+    "AND kind IN ('turn.lost', 'turn.cancelled', 'turn.indeterminate', 'turn.needs_user') "
+    "AND json_extract(detail, '$.reason') IN ('owner_dead', 'lease_expired'))"
 )
 
 
@@ -217,6 +223,7 @@ def _decision_values(decision: ContextDecision) -> list[Any]:
         decision.step_id,
         decision.kind,
         encode_decision(decision),
+        decision.turn_id,
     ]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hostkit.errors import NotFoundOrUnauthorized, RequestConflict, ScopeError
@@ -30,6 +30,7 @@ from hostkit.store._turn_rows import (
     insert_events,
     insert_message,
     one_row,
+    owned_state,
     same_request,
 )
 from hostkit.store._turn_values import (
@@ -41,11 +42,13 @@ from hostkit.store._turn_values import (
     TurnAdmission,
     TurnState,
 )
-from hostkit.types import ModelMessage
+from hostkit.types import ModelMessage, PrincipalScope
 
 __all__ = [
     "admit",
     "admitted_by",
+    "awaited_state",
+    "held_until",
     "holder_gone",
     "recover",
     "renew",
@@ -333,16 +336,53 @@ def repeat_of(
         return None
     if not same_request(conn, existing, core_id, message):
         raise RequestConflict(request_id)
-    if existing.status != "running":
-        return existing
-    holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [existing.turn_id])
+    return _lease_ruled(
+        conn, existing, now_epoch, lambda: find_turn(conn, principal_id, request_id)
+    )
+
+
+def awaited_state(
+    conn: sqlite3.Connection, scope: PrincipalScope, turn_id: str, *, now_epoch: float
+) -> TurnState | None:
+    """The state of a turn the scope owns, for a caller waiting on it (None: not owned).
+
+    The lease rule applied, as a repeat's admission applies it: a running
+    turn whose holder is gone is ended first and its record comes back; one
+    whose holder lives says until when (``holder_expires_at``).
+    """
+    state = owned_state(conn, scope, turn_id)
+    if state is None:
+        return None
+    return _lease_ruled(conn, state, now_epoch, lambda: owned_state(conn, scope, turn_id))
+
+
+def held_until(conn: sqlite3.Connection, turn_id: str, now_epoch: float) -> float | None:
+    """The lease expiry of a running turn's holder while it plainly still holds (not past its
+    expiry, owner not provably dead); None when only the lease rule can tell (a write)."""
+    holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [turn_id])
+    if holder is None or holder["expires_at"] is None or holder["expires_at"] <= now_epoch:
+        return None
+    return None if owner_is_dead(holder["owner"]) else float(holder["expires_at"])
+
+
+def _lease_ruled(
+    conn: sqlite3.Connection,
+    state: TurnState,
+    now_epoch: float,
+    reread: Callable[[], TurnState | None],
+) -> TurnState:
+    """``state`` after the lease rule: ended first when its holder is gone (``reread`` gives
+    its record), else with its holder's expiry (``holder_expires_at``)."""
+    if state.status != "running":
+        return state
+    holder = one_row(conn, _RUNNING_HOLDERS.format(turn=" AND t.turn_id = ?"), [state.turn_id])
     if holder is None:
-        return existing
+        return state
     gone = holder_gone(conn, holder, now_epoch)
     if not isinstance(gone, str):
-        return dataclasses.replace(existing, holder_expires_at=gone)
+        return dataclasses.replace(state, holder_expires_at=gone)
     end_orphan(conn, holder, gone)
-    return find_turn(conn, principal_id, request_id) or existing
+    return reread() or state
 
 
 def admitted_by(

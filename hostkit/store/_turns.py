@@ -10,6 +10,7 @@ the lease no longer has that token.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from abc import ABC, abstractmethod
@@ -215,6 +216,19 @@ class TurnStore(ABC):
         """The durable state of a turn the scope owns, or ``NotFoundOrUnauthorized``."""
 
     @abstractmethod
+    async def awaited_state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        """``state`` for a caller that waits on the turn, the lease rule applied to its holder.
+
+        A running turn whose holder is gone (its owner provably dead, or a ttl
+        past the noticed lapse of its lease) is ended first, as recovery ends
+        it, and its record comes back: a waiter gets that record, not "still
+        running" until someone else ran recovery. A running one whose holder
+        lives says until when (``holder_expires_at``: its lease expiry, or the
+        end of its noticed lapse). A read while the holder plainly holds; a
+        write only when the rule must notice a lapse or end the turn.
+        """
+
+    @abstractmethod
     async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:
         """End running turns whose holder is gone, releasing their session leases.
 
@@ -413,6 +427,28 @@ class SqlTurnStore(TurnStore):
         turn_id = check_id("turn_id", turn_id)
         return await self._db.owned(
             scope, "turn", turn_id, lambda conn: rows.owned_state(conn, scope, turn_id)
+        )
+
+    async def awaited_state(self, scope: PrincipalScope, turn_id: str) -> TurnState:
+        turn_id = check_id("turn_id", turn_id)
+        clock = self._clock
+
+        def held(conn: sqlite3.Connection) -> TurnState | None:
+            state = rows.owned_state(conn, scope, turn_id)
+            if state is None or state.status != "running":
+                return state
+            until = leases.held_until(conn, turn_id, clock())
+            return state if until is None else dataclasses.replace(state, holder_expires_at=until)
+
+        state = await self._db.owned(scope, "turn", turn_id, held)
+        if state.status != "running" or state.holder_expires_at is not None:
+            return state
+        return await self._db.owned(
+            scope,
+            "turn",
+            turn_id,
+            lambda conn: leases.awaited_state(conn, scope, turn_id, now_epoch=clock()),
+            write=True,
         )
 
     async def recover(self, *, instance: str | None = None) -> tuple[RecoveredTurn, ...]:

@@ -259,11 +259,12 @@ async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an
     rig: Rig, received_ago_s: float
 ) -> None:
     """The first attempt meets the request's turn still running under a live holder
-    (TurnInProgress): the inbound is deferred until that holder's lease would run out,
-    the attempt not spent (waiting is not failing: a slow turn elsewhere never
-    dead-letters its message), and the next attempt completes it with that turn's
-    record. The wait is measured from the turn's start, not the message's receipt: a
-    backlog after an outage, or a requeued dead letter, still waits."""
+    (TurnInProgress): the inbound is deferred for a quarter of that turn's run (at most
+    until its holder's lease would run out), the attempt not spent (waiting is not
+    failing: a slow turn elsewhere never dead-letters its message), and the next attempt
+    completes it with that turn's record. The wait is measured from the turn's start,
+    not the message's receipt: a backlog after an outage, or a requeued dead letter,
+    still waits."""
     entered, opened = rig.gates.gate("slow question")
     inbound_id = await rig.accept("slow question", received_at=time.time() - received_ago_s)
     request = TurnRequest(
@@ -278,8 +279,10 @@ async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an
         assert await rig.worker().drain() == 1
         record = await rig.record(inbound_id)
         assert (record.state, record.attempt) == ("ready", 0)
-        # Due when the holder's lease (60 s) would run out: past the longest delay, so that.
-        assert record.due_at == rig.clock.now + POLICY.max_delay_s
+        # Due after a quarter of the turn's run so far (it just started: the base delay),
+        # well before its holder's lease (60 s) would run out.
+        assert record.due_at is not None
+        assert record.due_at - rig.clock.now == pytest.approx(POLICY.base_delay_s, abs=0.5)
         opened.set()
     rig.clock.advance(POLICY.max_delay_s)
     assert await rig.worker().drain() == 1
@@ -287,6 +290,32 @@ async def test_an_inbound_whose_turn_still_runs_waits_for_it_without_spending_an
     turns = await rig.turns_of(inbound_id)
     assert (record.state, record.result_kind, record.attempt) == ("completed", "turn", 1)
     assert [(turn_id, status) for turn_id, status, *_ in turns] == [(record.turn_id, "completed")]
+
+
+@pytest.mark.parametrize(
+    ("ran_s", "lease_left_s", "due_s"),
+    [
+        (2.0, 50.0, 1.0),  # a short run: asked again at the base delay, not in 50 s
+        (12.0, 50.0, 3.0),  # a quarter of its run so far
+        (12.0, 1.5, 2.0),  # its holder's lease runs out first (plus the slack)
+        (3_600.0, 50.0, 4.0),  # never past the longest delay
+    ],
+)
+async def test_a_deferred_inbound_is_asked_again_after_a_quarter_of_the_run_at_most_the_lease(
+    rig: Rig, ran_s: float, lease_left_s: float, due_s: float
+) -> None:
+    """Deferred on a turn another holder still runs: the conversation's next message waits
+    behind it, so it is asked again after a quarter of that turn's run so far (a short
+    turn's end is found soon), and at the latest when the holder's lease would lapse."""
+    await rig.accept("waiting")
+    claimed = await rig.inbox.claim()
+    assert claimed is not None
+    now = rig.clock.now
+    assert await rig.inbox.defer(claimed, since=now - ran_s, until=now + lease_left_s)
+    record = await rig.record(claimed.inbound_id)
+    assert (record.state, record.attempt) == ("ready", 0)
+    assert record.due_at is not None
+    assert record.due_at - now == pytest.approx(due_s, abs=0.01)
 
 
 async def test_poison_message_is_dead_lettered_after_exactly_max_attempts_others_flow(

@@ -18,7 +18,8 @@ so the test can kill it exactly there. ``mode``:
   approver approves at once and the stamp stops as ``tool`` says.
 
 Option ``peek`` (any mode; always with ``inline``) adds ``files.peek`` to the
-tools, as the turn that asked had it.
+tools, as the turn that asked had it; ``ttl_s`` sets the session lease ttl of
+this process's turns (how soon a paused one's lease lapses).
 
 The test imports ``host_config`` and ``stamp_tool`` so both sides have the
 same agent revision and tool (the same approval fingerprint).
@@ -52,13 +53,16 @@ from tests.positional_ids import PositionalIds
 ASK = {"allow": ["*"], "ask": ["files.stamp"]}
 
 
-def host_config(root: Path) -> HostConfig:
+def host_config(root: Path, *, ttl_s: float | None = None) -> HostConfig:
+    """``ttl_s``: the session lease ttl of this process's turns (None: the default)."""
+    lease = {} if ttl_s is None else {"session_lease_ttl_s": ttl_s}
     return parse_config(
         {
             "host": {
                 "database": str(root / "hostkit.db"),
                 "workspace": str(root),
                 "approval_timeout_s": 600.0,
+                **lease,
             },
             "providers": {"test": {"kind": "scripted"}},
             "agents": {"assistant": {"provider": "test", "memory": False, "policy": ASK}},
@@ -164,7 +168,8 @@ async def main(options: dict[str, Any]) -> None:
         tools.append(peek_tool())
     observer = KilledAtContinuation() if mode == "continue-killed" else None
     caps = capabilities(model, tools=tools, observer=observer)
-    async with Host.open(host_config(root), capabilities=caps, approver=approver) as host:
+    config = host_config(root, ttl_s=options.get("ttl_s"))
+    async with Host.open(config, capabilities=caps, approver=approver) as host:
         if mode in ("ask", "inline"):
             await host.turns.run(stamp_request())
             return

@@ -3,9 +3,10 @@ script, not collected): what a stalled VM or a stopped process looks like to the
 
 ``python stale_holder_worker.py '<json>'`` opens a Host on a shared SQLite file and runs
 one turn of conversation ``c1`` whose model calls ``probe.stamp`` (it appends ``text`` to
-``stamps``: an effect anyone can see happened). With ``pause`` set,
-the process writes ``marker`` and stops itself at the turn's ``effect.started`` event;
-the test continues it with SIGCONT. The turn's outcome goes to ``result`` as JSON.
+``stamps``: an effect anyone can see happened). With ``pause`` set, the process writes
+``marker`` and stops itself at the turn's ``effect.started`` event (``pause="model"``: in
+its first model call, whose context decision is made and not yet written); the test
+continues it with SIGCONT. The turn's outcome goes to ``result`` as JSON.
 """
 
 from __future__ import annotations
@@ -34,9 +35,14 @@ class PauseAtEffect:
     """The observer that stops this process when its turn's effect is about to start."""
 
     def notify(self, event: TurnEvent) -> None:
-        if OPTIONS.get("pause") and event.kind == "effect.started":
-            Path(OPTIONS["marker"]).write_text(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGSTOP)
+        if OPTIONS.get("pause") is True and event.kind == "effect.started":
+            pause()
+
+
+def pause() -> None:
+    """Say so in ``marker``, then stop this process until the test continues it."""
+    Path(OPTIONS["marker"]).write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @tool("probe.stamp")
@@ -50,6 +56,8 @@ async def stamp(ctx: ToolContext, text: str) -> str:
 def decide(request: ModelRequest) -> Reply | CallTools:
     if request.messages and request.messages[-1].role == "tool":
         return Reply("stamped")
+    if OPTIONS.get("pause") == "model":
+        pause()
     return CallTools(("probe.stamp", {"text": OPTIONS["text"]}))
 
 

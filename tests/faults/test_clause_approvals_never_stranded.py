@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from hostkit.errors import ApprovalRefused
+from hostkit.errors import ApprovalRefused, TurnInProgress
 from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.faults.approval_worker import (
@@ -24,7 +26,7 @@ from tests.faults.approval_worker import (
     stamp_tool,
 )
 from tests.hosts import turn_rows
-from tests.support import sigkill_when
+from tests.support import child_process, sigkill_when
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -237,3 +239,61 @@ async def tool_texts(host: Host, turn_id: str) -> list[str]:
         ).fetchall()
     )
     return [json.loads(content)["text"] for (content,) in rows]
+
+
+# The continuation's lease ttl in the tests below: a silent holder loses it within two.
+TTL_S = 2.0
+# How long the answers below may wait: far longer than the lease rule needs.
+ANSWER_WAIT_S = 30.0
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+async def test_answering_again_ends_a_continuation_whose_holder_died_or_went_silent(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """The same answer again, from a Host opened before the continuation's process stopped
+    (its start-up recovery ended nothing), waits for that continuation by the lease rule:
+    a holder provably dead (same machine, pid gone) ends at once, a silent one (paused)
+    between one and two ttls after its last renewal. The answer is that record (the
+    claimed call may have run: ``indeterminate``), never ``TurnInProgress`` after the
+    whole wait; while the holder still holds, ``retry_at`` says until when."""
+    approval_id = await paused_turn(tmp_path)
+    marker = anyio.Path(tmp_path / "claimed")
+    model = ScriptedModel([Reply("never asked")])
+    async with finisher(tmp_path, model) as host:
+        operator = await host.operator("ops", reason="answer again")
+        argv = worker(
+            tmp_path, Path(marker), "continue", approval_id, tool="before", ttl_s=str(TTL_S)
+        )
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        async with child_process(argv, **quiet) as child:
+            try:
+                with anyio.fail_after(60):
+                    while not await marker.exists():  # noqa: ASYNC110 (another process)
+                        await anyio.sleep(0.02)
+                # Held: not waiting, the answer says when asking again can tell more.
+                with pytest.raises(TurnInProgress) as running:
+                    await host.approvals.answer(approval_id, "approve_once", by=operator, wait_s=0)
+                assert running.value.retry_at is not None
+                assert 0 < running.value.retry_at - time.time() <= TTL_S
+                child.send_signal(stop)
+                if stop == signal.SIGKILL:
+                    await child.wait()
+                started = anyio.current_time()
+                with pytest.raises(ApprovalRefused) as refused:
+                    await host.approvals.answer(
+                        approval_id, "approve_once", by=operator, wait_s=ANSWER_WAIT_S
+                    )
+                waited = anyio.current_time() - started
+            finally:
+                if child.returncode is None:
+                    child.kill()
+        assert refused.value.reason == "indeterminate"
+        assert waited < (1.0 if stop == signal.SIGKILL else 2 * TTL_S + 1.0)
+        void = await host.approvals.get(operator, approval_id)
+        assert void.status == "indeterminate"
+        assert void.continuation_turn_id is not None
+        statuses = dict(await turn_rows(host))
+        assert statuses[void.continuation_turn_id] == "indeterminate"
+        assert model.requests == []
+    assert stamps(tmp_path) == []

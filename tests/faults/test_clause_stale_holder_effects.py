@@ -84,3 +84,44 @@ async def test_an_effect_of_a_turn_that_lost_its_lease_while_paused_never_starts
         "outcome": "completed",
         "effects": ["succeeded"],
     }
+
+
+async def test_a_turn_that_lost_its_lease_while_paused_writes_no_context_decision_after(
+    tmp_path: Path,
+) -> None:
+    """A's turn stops in its model call: the step's context decision is made and held until
+    the step's write. B takes the session over (A's turn ends ``lost``) and completes a
+    turn; then A is continued. Every write of A's lost turn is refused, the decision it
+    still holds included: no row of that turn appears after the turn that replaced it."""
+    marker = tmp_path / "a.paused"
+    paused = await start(
+        tmp_path,
+        request="req-A",
+        pause="model",
+        marker=str(marker),
+        text="by-the-paused-turn",
+        result=str(tmp_path / "a.json"),
+    )
+    try:
+        await appears(marker)
+        await anyio.sleep(TTL_S + 1.0)  # its lease lapses while it is stopped
+        other = await start(
+            tmp_path, request="req-B", text="by-the-next-turn", result=str(tmp_path / "b.json")
+        )
+        with anyio.fail_after(60):
+            assert await other.wait() == 0
+        paused.send_signal(signal.SIGCONT)
+        with anyio.fail_after(60):
+            await paused.wait()
+    finally:
+        if paused.returncode is None:
+            paused.kill()
+        await paused.aclose()
+    with closing(sqlite3.connect(tmp_path / "hostkit.db")) as db:
+        turns = dict(db.execute("SELECT request_id, status FROM turns").fetchall())
+        decided = db.execute(
+            "SELECT t.request_id FROM context_decisions d JOIN turns t ON t.turn_id = d.turn_id"
+        ).fetchall()
+    assert turns == {"req-A": "lost", "req-B": "completed"}
+    assert {request for (request,) in decided} == {"req-B"}
+    assert (tmp_path / "stamps.txt").read_text().splitlines() == ["by-the-next-turn"]
