@@ -43,7 +43,8 @@ from hostkit.types import (
     StreamEvent,
     ToolCall,
     Usage,
-    raw_arguments,
+    malformed_arguments,
+    not_an_object,
 )
 
 __all__ = ["Draft", "PartialCall", "SdkModelProvider"]
@@ -81,11 +82,11 @@ class PartialCall:
         if raw or self.start_input is None:
             arguments = parse_tool_arguments(raw)
         elif isinstance(self.start_input, Mapping):
-            # Held to the rules argument text is (too deep, ``1e999``, ``NaN``: ``_raw``):
+            # Held to the rules argument text is (too deep, ``1e999``, ``NaN``: malformed):
             # one refused call, not a ToolCall that fails to build and with it the turn.
             arguments = parse_tool_arguments(self.start_input)
         else:
-            arguments = raw_arguments(str(self.start_input))
+            arguments = malformed_arguments(self.start_input, not_an_object(self.start_input))
         return ToolCall(call_id, self.name, arguments)
 
 

@@ -58,6 +58,7 @@ from hostkit.types import (
     EffectRequest,
     EffectResult,
     EffectStatus,
+    MalformedArguments,
     TurnExecutionContext,
     bounded_metadata,
     is_cut,
@@ -105,6 +106,12 @@ _SECRET_GRANT = "secret.bind:"
 _TARGET_CHANGED = (
     "the approval is stale: what the call acts on changed since it was approved "
     "(the file's content, say); nothing ran"
+)
+# What the model reads for arguments that were no JSON object (``MalformedArguments``).
+_MALFORMED = (
+    "the arguments were not one JSON object: they {reason}. Malformed, truncated, "
+    "non-finite or too deeply nested JSON is refused and nothing ran; "
+    "send the call again with its arguments as one complete JSON object"
 )
 _TOO_DEEP_TO_REDACT = (
     "the arguments are nested too deeply, or hold too many or too long secret-named values, "
@@ -207,7 +214,8 @@ class EffectRuntime:
     Order for every invocation (contract, EffectRuntime): validate the request
     and its catalog binding; check the turn owns the catalog; require the
     effect (and every ``secret.bind:<NAME>`` it asks for) in the pinned
-    capability snapshot; validate arguments and run the pure Host checks
+    capability snapshot; refuse arguments that were no JSON object
+    (``MalformedArguments``); validate arguments and run the pure Host checks
     (preflight); apply policy; run the tool's ``prepare`` check (a URL's
     form, never its DNS), so a refused target never reaches an approver
     and the prompt shows the checked one; resolve approval; bind only the approved
@@ -472,6 +480,13 @@ class EffectRuntime:
         for name, value in entry.tool.secret_values.items():
             if len(value) >= MIN_SECRET_CHARS:
                 held.setdefault(name, value)
+        if isinstance(request.arguments, MalformedArguments):
+            # A fact about the call, not arguments: no tool validates it (a schema that
+            # takes any property would run the tool on its defaults), no approver reads it.
+            reason = _MALFORMED.format(reason=request.arguments.reason)
+            return _refused(
+                call_id, effect, "invalid", reason, Redactor.of(held, held=self.held_spellings)
+            )
         # Values of secret-named arguments are secrets too, in every view of this call.
         try:
             argument_secrets = Redactor.of(

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hostkit.errors import MAX_RETRY_AFTER_S
-from hostkit.types import FinishReason, argument_problem, raw_arguments
+from hostkit.types import FinishReason, argument_problem, malformed_arguments, not_an_object
 
 __all__ = ["parse_tool_arguments", "retry_after_seconds", "to_finish_reason"]
 
@@ -32,11 +32,13 @@ def to_finish_reason(value: str | None) -> FinishReason:
 
 
 def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """Parse a tool call's JSON arguments; malformed input becomes ``{"_raw": text}``.
+    """Parse a tool call's JSON arguments; what is no JSON object is ``MalformedArguments``.
 
-    The effect runtime then rejects the call as ``invalid`` against the tool's
-    schema instead of the provider layer guessing what the model meant. So do
-    arguments a ``ToolCall`` refuses (``hostkit.types.argument_problem``):
+    Malformed or truncated text (a model cut off at its output limit), JSON that
+    is an array, string, number or null: the effect runtime refuses such a call
+    as ``invalid``, with the reason kept here, before any tool, policy or
+    approver sees it, instead of the provider layer guessing what the model
+    meant. So do arguments a ``ToolCall`` refuses (``hostkit.types.argument_problem``):
     nested deeper than ``MAX_ARGUMENT_DEPTH`` (valid JSON, but no tool takes
     them, and freezing them would exhaust the stack), or holding a number JSON
     cannot carry (``1e999``, ``NaN``, ``Infinity``: Python reads them, but no
@@ -46,14 +48,29 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, An
     if raw is None or raw == "":
         return {}
     if isinstance(raw, Mapping):
-        return raw if argument_problem(raw) is None else raw_arguments(raw)
+        problem = argument_problem(raw)
+        return raw if problem is None else malformed_arguments(raw, problem)
     try:
         value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return raw_arguments(raw)
-    if not isinstance(value, dict) or argument_problem(value) is not None:
-        return raw_arguments(raw)
-    return value
+    except RecursionError:
+        return malformed_arguments(raw, "nest too deeply to be read")
+    except json.JSONDecodeError as exc:
+        return malformed_arguments(raw, _unreadable(exc))
+    except ValueError:  # an integer past Python's int-to-text limit
+        return malformed_arguments(raw, "hold a number too long to be read")
+    if not isinstance(value, dict):
+        return malformed_arguments(raw, not_an_object(value))
+    problem = argument_problem(value)
+    return value if problem is None else malformed_arguments(raw, problem)
+
+
+def _unreadable(exc: json.JSONDecodeError) -> str:
+    """Why text is no JSON (completing "the arguments ..."), saying where; cut-off text
+    (a model that hit its output limit) is said to be cut off."""
+    where = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
+    if exc.doc.strip() and (exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterm")):
+        return f"are cut off before their JSON ends ({where})"
+    return f"are not valid JSON ({where})"
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

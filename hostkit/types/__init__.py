@@ -1,6 +1,13 @@
 """Frozen contract values: no I/O, deeply immutable, validated on construction."""
 
-from hostkit.types._arguments import MAX_RAW_ARGUMENT_CHARS, argument_problem, raw_arguments
+from hostkit.types._arguments import (
+    MAX_RAW_ARGUMENT_CHARS,
+    RAW_ARGUMENTS_KEY,
+    MalformedArguments,
+    argument_problem,
+    malformed_arguments,
+    not_an_object,
+)
 from hostkit.types._attachment import (
     IMAGE_TYPES,
     MAX_ATTACHMENT_BYTES,
@@ -211,6 +218,7 @@ __all__ = [
     "PARTIAL_KEY",
     "PARTIAL_NOTE",
     "PRESS_ANSWER",
+    "RAW_ARGUMENTS_KEY",
     "REDACTED",
     "UNANSWERED_OUTCOMES",
     "UNKNOWN_EFFECT",
@@ -258,6 +266,7 @@ __all__ = [
     "InboxReceipt",
     "LayerSummary",
     "LegacyRepairView",
+    "MalformedArguments",
     "McpServerState",
     "McpServerStatus",
     "McpToolRow",
@@ -318,11 +327,12 @@ __all__ = [
     "is_seconds",
     "is_secret_field",
     "is_text",
+    "malformed_arguments",
     "new_id",
+    "not_an_object",
     "origin",
     "plain_text",
     "plural",
-    "raw_arguments",
     "redact_secret_fields",
     "redact_text",
     "safe_argv",

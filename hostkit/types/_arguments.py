@@ -6,8 +6,9 @@ sent back to the provider on every later step of the conversation. Python's
 ``NaN`` and ``Infinity`` are read as such), and arguments built in Python may
 hold anything: kept, such a value would fail the encoding of every later
 request before it is sent. So ``ToolCall`` refuses them, and what arrives from
-a model malformed is kept as ``{"_raw": text}``, which the effect runtime
-rejects as one ``invalid`` call the model can read and correct.
+a model malformed is kept as ``MalformedArguments``: a fact about the call, which
+the effect runtime refuses as one ``invalid`` call the model can read and
+correct before any tool, policy or approver sees it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_ARGUMENT_DEPTH", "MAX_RAW_ARGUMENT_CHARS", "argument_problem", "raw_arguments"]
+from hostkit.freeze import FrozenMap
+
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_MALFORMED_REASON_CHARS",
+    "MAX_RAW_ARGUMENT_CHARS",
+    "RAW_ARGUMENTS_KEY",
+    "MalformedArguments",
+    "argument_problem",
+    "malformed_arguments",
+    "not_an_object",
+]
 
 # How deep a tool call's arguments may nest: far past any real schema, well short of the
 # recursion a deeper structure would cost every layer that freezes, encodes or checks it.
@@ -26,6 +38,11 @@ MAX_ARGUMENT_DEPTH = 64
 # Malformed arguments are kept as this much of their text: enough for the model to see its
 # mistake, no more of a flood than that.
 MAX_RAW_ARGUMENT_CHARS = 2000
+# Why they are malformed, as the model is told: a JSON parser's message or a path, bounded.
+MAX_MALFORMED_REASON_CHARS = 240
+# The one key malformed arguments show as a mapping: the form the transcript keeps them in and
+# every adapter sends them back to the model in (some servers parse a call's argument text).
+RAW_ARGUMENTS_KEY = "_raw"
 # Python writes and reads integers of at most 4,300 digits (its int-to-text limit): a
 # longer one built in Python would fail the encoding of every later request.
 _MAX_INT_BITS = 13_000
@@ -99,12 +116,52 @@ def _spelled(place: _Place) -> str:
     return path if len(path) <= 200 else "…" + path[-199:]
 
 
-def raw_arguments(value: object) -> dict[str, str]:
-    """The ``{"_raw": text}`` form malformed arguments are kept in: their text, cut.
+class MalformedArguments(FrozenMap):
+    """Arguments a model sent that are no JSON object: a fact about the call, never arguments.
 
-    A value that is not text is shown as the JSON Python would write for it
-    (``Infinity`` stays readable), or as nothing when even that fails.
+    Truncated JSON (a model cut off at its output limit), a JSON array, string,
+    number or null, numbers JSON cannot carry, nesting past ``MAX_ARGUMENT_DEPTH``.
+    The type is the fact: the effect runtime refuses the call as ``invalid``
+    before validation, policy or approval, so no tool (an MCP tool whose schema
+    takes any property) runs on defaults and no approver reads the text as the
+    call. As a mapping it reads ``{"_raw": text}`` (``text``: the first
+    ``MAX_RAW_ARGUMENT_CHARS`` characters, lone surrogates spelled ``\\ud800``),
+    the form the transcript keeps and every adapter sends back to the model;
+    ``reason`` completes "the arguments ..." for the model. It equals only
+    another ``MalformedArguments``, never a well-formed ``{"_raw": ...}``.
     """
+
+    __slots__ = ("reason",)
+
+    reason: str
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__({RAW_ARGUMENTS_KEY: _kept(str(text), MAX_RAW_ARGUMENT_CHARS)})
+        object.__setattr__(self, "reason", _kept(str(reason), MAX_MALFORMED_REASON_CHARS))
+
+    @property
+    def text(self) -> str:
+        """The text the model sent (cut), as it is sent back to the model."""
+        return str(self[RAW_ARGUMENTS_KEY])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MalformedArguments):
+            return (self.text, self.reason) == (other.text, other.reason)
+        return False if isinstance(other, Mapping) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((MalformedArguments, self.text, self.reason))
+
+    def __repr__(self) -> str:
+        return f"MalformedArguments(text={self.text!r}, reason={self.reason!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MalformedArguments, (self.text, self.reason))
+
+
+def malformed_arguments(value: object, reason: str) -> MalformedArguments:
+    """``value`` as ``MalformedArguments``: text as it is, anything else as the JSON Python
+    would write for it (``Infinity`` stays readable), or as nothing when even that fails."""
     if isinstance(value, str):
         text = value
     else:
@@ -112,6 +169,27 @@ def raw_arguments(value: object) -> dict[str, str]:
             text = json.dumps(value, default=str, ensure_ascii=False, skipkeys=True)
         except (ValueError, TypeError, RecursionError):
             text = ""
-    # A lone surrogate is spelled out (``\\ud800``): the form itself must be valid arguments.
-    text = text[:MAX_RAW_ARGUMENT_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"_raw": text}
+    return MalformedArguments(text, reason)
+
+
+def not_an_object(value: object) -> str:
+    """Why ``value`` (parsed JSON that is no object) is no tool call's arguments."""
+    if isinstance(value, bool):
+        kind = "a JSON boolean"
+    elif isinstance(value, int | float):
+        kind = "a JSON number"
+    elif isinstance(value, str):
+        kind = "a JSON string"
+    elif isinstance(value, list | tuple):
+        kind = "a JSON array"
+    elif value is None:
+        kind = "JSON null"
+    else:
+        kind = f"a {type(value).__name__}"
+    return f"are {kind}, not an object"
+
+
+def _kept(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, a lone surrogate spelled out (``\\ud800``):
+    the form itself must be valid arguments."""
+    return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap
+from hostkit.types._arguments import MalformedArguments
 
 __all__ = [
     "EffectOrigin",
@@ -46,7 +47,11 @@ class ResolvedEffectRef:
 
 @dataclass(frozen=True, slots=True)
 class EffectRequest:
-    """One invocation: a unique call id, a resolved reference and frozen arguments."""
+    """One invocation: a unique call id, a resolved reference and frozen arguments.
+
+    ``MalformedArguments`` (what a model sent that is no JSON object) stay that
+    type: the runtime refuses them as ``invalid`` before anything else.
+    """
 
     call_id: str
     ref: ResolvedEffectRef
@@ -60,7 +65,8 @@ class EffectRequest:
             raise InvalidValue("ref must come from the turn's prepared catalog")
         if self.origin not in ("model", "authored", "host"):
             raise InvalidValue("origin must be model, authored or host")
-        object.__setattr__(self, "arguments", FrozenMap(self.arguments))
+        if not isinstance(self.arguments, MalformedArguments):
+            object.__setattr__(self, "arguments", FrozenMap(self.arguments))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,13 @@ from typing import Any, Literal
 
 from hostkit.errors import InvalidValue
 from hostkit.freeze import FrozenMap, freeze, thaw
-from hostkit.types._arguments import MAX_ARGUMENT_DEPTH, argument_problem, raw_arguments
+from hostkit.types._arguments import (
+    MAX_ARGUMENT_DEPTH,
+    RAW_ARGUMENTS_KEY,
+    MalformedArguments,
+    argument_problem,
+    malformed_arguments,
+)
 from hostkit.types._attachment import Attachment, AttachmentPart
 from hostkit.types._bounds import encodable, is_count
 
@@ -112,7 +118,9 @@ class ToolCall:
     an infinity, a non-string key, nesting past ``MAX_ARGUMENT_DEPTH``, a
     Python object) are an ``InvalidValue``: kept, they would fail the encoding
     of every later request of the conversation. Adapters keep what a model
-    sent malformed as ``{"_raw": text}`` instead (``parse_tool_arguments``).
+    sent malformed as ``MalformedArguments`` instead (``parse_tool_arguments``),
+    which stays that type here and in the transcript: the effect runtime
+    refuses it before anything else looks at the call.
     The id and name are made ``encodable`` (see the module docstring).
     """
 
@@ -126,7 +134,8 @@ class ToolCall:
         problem = argument_problem(self.arguments)
         if problem is not None:
             raise InvalidValue(f"tool-call arguments {problem}")
-        object.__setattr__(self, "arguments", FrozenMap(self.arguments))
+        if not isinstance(self.arguments, MalformedArguments):  # frozen already, and a fact
+            object.__setattr__(self, "arguments", FrozenMap(self.arguments))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +171,7 @@ class ModelMessage:
         """The persisted transcript form (the role is stored beside it)."""
         body: dict[str, Any] = {"text": self.content}
         if self.tool_calls:
-            body["tool_calls"] = [
-                {"call_id": c.call_id, "name": c.name, "arguments": thaw(c.arguments)}
-                for c in self.tool_calls
-            ]
+            body["tool_calls"] = [_call_json(c) for c in self.tool_calls]
         if self.tool_call_id:
             body["tool_call_id"] = self.tool_call_id
         if self.name:
@@ -181,7 +187,7 @@ class ModelMessage:
 
         A stored call whose arguments are no JSON data (``NaN`` or an infinity,
         which SQLite rows written before ``ToolCall`` refused them can hold) is
-        read as ``{"_raw": ...}``: replaying it must not fail every later step.
+        read as ``MalformedArguments``: replaying it must not fail every later step.
         """
         calls = tuple(_stored_call(c) for c in body.get("tool_calls", ()))
         return cls(
@@ -196,12 +202,35 @@ class ModelMessage:
         )
 
 
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    """One call as the transcript keeps it; malformed arguments say so (``malformed``)."""
+    stored = {"call_id": call.call_id, "name": call.name, "arguments": thaw(call.arguments)}
+    if isinstance(call.arguments, MalformedArguments):
+        stored["malformed"] = call.arguments.reason
+    return stored
+
+
 def _stored_call(stored: Mapping[str, Any]) -> ToolCall:
+    """The call ``_call_json`` stored, or an older version did.
+
+    Only a call stored with its ``malformed`` reason is read as malformed. Older
+    versions kept malformed arguments as a bare ``{"_raw": text}``, which is
+    also how a well-formed call to a tool with a ``_raw`` property is stored:
+    such a row is read as the mapping it holds. That is safe: a stored call is
+    only ever replayed to the model (in the same ``{"_raw": text}`` form either
+    way), never run again (a continuation runs its approval's arguments).
+    """
+    call_id, name = stored["call_id"], stored["name"]
     arguments = stored.get("arguments", {})
-    try:
-        return ToolCall(stored["call_id"], stored["name"], arguments)
-    except InvalidValue:
-        return ToolCall(stored["call_id"], stored["name"], raw_arguments(arguments))
+    reason = stored.get("malformed")
+    if isinstance(reason, str) and isinstance(arguments, Mapping):
+        text = arguments.get(RAW_ARGUMENTS_KEY)
+        if isinstance(text, str):
+            return ToolCall(call_id, name, MalformedArguments(text, reason))
+    problem = argument_problem(arguments)
+    if problem is not None:
+        return ToolCall(call_id, name, malformed_arguments(arguments, problem))
+    return ToolCall(call_id, name, arguments)
 
 
 @dataclass(frozen=True, slots=True)

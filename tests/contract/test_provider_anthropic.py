@@ -14,7 +14,14 @@ import pytest
 
 from hostkit.adapters.anthropic_messages import EARLIER_PART, AnthropicProvider
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded
-from hostkit.types import MAX_ARGUMENT_DEPTH, ModelMessage, ModelRequest, ToolCall, ToolDefinition
+from hostkit.types import (
+    MAX_ARGUMENT_DEPTH,
+    MalformedArguments,
+    ModelMessage,
+    ModelRequest,
+    ToolCall,
+    ToolDefinition,
+)
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import anthropic_messages as wire_anthropic
 from tests.wire.scenario import Answer
@@ -209,11 +216,12 @@ def _nested(levels: int) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
-async def test_a_tool_input_sent_whole_and_too_deep_is_kept_raw(
+async def test_a_tool_input_sent_whole_and_too_deep_is_kept_malformed(
     provider: AnthropicProvider, wire: WireServer, stream: bool
 ) -> None:
     """An input that arrives whole (not as argument text) is held to the same depth: kept
-    as ``_raw`` for the effect runtime to refuse, not a ToolCall that fails the turn."""
+    as ``MalformedArguments`` for the effect runtime to refuse, not a ToolCall that fails
+    the turn."""
     deep = wire_anthropic.tool_use_block("toolu_1", "get_weather", _nested(MAX_ARGUMENT_DEPTH + 1))
     if stream:
         stop = {"stop_reason": "tool_use", "stop_sequence": None}
@@ -236,6 +244,24 @@ async def test_a_tool_input_sent_whole_and_too_deep_is_kept_raw(
         ("toolu_1", "get_weather", ["_raw"])
     ]
     assert str(calls[0].arguments["_raw"]).startswith('{"a": {"a": ')
+    assert isinstance(calls[0].arguments, MalformedArguments)
+    assert calls[0].arguments.reason.startswith("nest deeper than 64 levels")
+
+
+@pytest.mark.parametrize(
+    ("sent", "text", "said"),
+    [
+        ([True], "[true]", "are a JSON array, not an object"),
+        ("dry", "dry", "are a JSON string, not an object"),
+    ],
+)
+async def test_a_tool_input_sent_whole_that_is_no_object_is_kept_malformed(
+    provider: AnthropicProvider, wire: WireServer, sent: object, text: str, said: str
+) -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": sent}
+    wire.script(json_reply(wire_anthropic.message([block], stop_reason="tool_use")))
+    [call] = (await provider.complete(HELLO)).tool_calls
+    assert call.arguments == MalformedArguments(text, said)
 
 
 async def test_a_tool_input_sent_whole_at_the_depth_bound_is_kept(

@@ -13,7 +13,13 @@ import pytest
 
 from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.errors import ConfigError, ContextOverflow, ProviderError, bounded
-from hostkit.types import ModelMessage, ModelRequest, ToolCall, ToolDefinition
+from hostkit.types import (
+    MalformedArguments,
+    ModelMessage,
+    ModelRequest,
+    ToolCall,
+    ToolDefinition,
+)
 from tests.wire import RecordingRetryPolicy, WireServer, json_reply, serve_wire, sse_reply
 from tests.wire import openai_chat as wire_openai
 from tests.wire.scenario import Answer
@@ -63,7 +69,7 @@ async def test_requests_go_to_chat_completions_with_the_bearer_key(
     assert wire.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
 
 
-async def test_tool_calls_in_a_whole_completion_keep_malformed_arguments_raw(
+async def test_tool_calls_in_a_whole_completion_keep_malformed_arguments_as_such(
     provider: OpenAIChatProvider, wire: WireServer
 ) -> None:
     # Only this API sends arguments as JSON text in a whole response; the streamed case is shared.
@@ -81,9 +87,10 @@ async def test_tool_calls_in_a_whole_completion_keep_malformed_arguments_raw(
     response = await provider.complete(HELLO)
     assert response.finish_reason == "tool_calls"
     assert response.text == ""
+    cut = "are cut off before their JSON ends (Unterminated string starting at character 9)"
     assert response.tool_calls == (
         ToolCall(call_id="call_1", name="get_weather", arguments={"city": "Paris"}),
-        ToolCall(call_id="call_2", name="get_weather", arguments={"_raw": '{"city": "Par'}),
+        ToolCall("call_2", "get_weather", MalformedArguments('{"city": "Par', cut)),
     )
 
 

@@ -42,6 +42,7 @@ from hostkit.freeze import FrozenMap
 from hostkit.providers import ModelProvider
 from hostkit.types import (
     FinishReason,
+    MalformedArguments,
     ModelLimits,
     ModelMessage,
     ModelRequest,
@@ -377,11 +378,55 @@ async def test_finish_reasons_are_normalized(rig: WireRig, stream: bool, finish:
 
 
 @rigs(WIRE)
-async def test_streamed_tool_arguments_that_are_not_json_are_kept_raw(rig: WireRig) -> None:
+async def test_streamed_tool_arguments_that_are_not_json_are_kept_malformed(rig: WireRig) -> None:
     broken = Call("call_1", "get_weather", ('{"city": ', '"Par'))
     rig.expect(Answer(calls=(broken,), finish="tool_calls"), stream=True)
     response = done(await collect(rig.provider, ASK))
-    assert [dict(call.arguments) for call in response.tool_calls] == [{"_raw": '{"city": "Par'}]
+    [arguments] = [call.arguments for call in response.tool_calls]
+    assert isinstance(arguments, MalformedArguments)
+    assert arguments.text == '{"city": "Par'
+    assert arguments.reason.startswith("are cut off before their JSON ends")
+
+
+def sent_back_arguments(rig: WireRig) -> list[object]:
+    """The arguments of every assistant tool call the last request sent, as the API holds them:
+    OpenAI's argument text parsed, Anthropic's ``tool_use.input`` as it is."""
+    body = rig.wire.requests[-1].body
+    if rig.kind == "openai":
+        return [
+            json.loads(call["function"]["arguments"])
+            for message in body["messages"]
+            for call in message.get("tool_calls") or ()
+        ]
+    return [
+        block["input"]
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+
+
+@rigs(WIRE)
+@STREAMED
+async def test_a_malformed_call_is_sent_back_as_the_text_the_model_sent(
+    rig: WireRig, stream: bool
+) -> None:
+    """In the ``{"_raw": text}`` form every API carries (an OpenAI-compatible server may
+    parse a call's argument text, Anthropic's ``input`` is an object), never as a
+    well-formed object of the model's making."""
+    malformed = MalformedArguments('{"city": "Par', "are cut off before their JSON ends")
+    history = ModelRequest(
+        messages=(
+            ASK.messages[0],
+            ModelMessage("assistant", tool_calls=(ToolCall("c1", "get_weather", malformed),)),
+            ModelMessage(role="tool", content="[invalid] ...", tool_call_id="c1"),
+        ),
+        max_output_tokens=24,
+    )
+    rig.expect(TEXT, stream=stream)
+    assert (await answer(rig, history, stream=stream)).text == TEXT.text
+    assert sent_back_arguments(rig) == [{"_raw": '{"city": "Par'}]
 
 
 # Valid JSON number syntax (or what Python's json reads besides) that no strict encoder
@@ -401,14 +446,14 @@ async def test_tool_arguments_holding_numbers_json_cannot_carry_are_kept_raw(
     rig: WireRig, stream: bool, arguments: str
 ) -> None:
     """Whether the text arrives in fragments or the SDK parsed a whole ``input``: one
-    ``{"_raw": text}`` call the effect runtime refuses as invalid, never an infinity."""
+    ``MalformedArguments`` call the effect runtime refuses as invalid, never an infinity."""
     call = Call("call_1", "get_weather", (arguments[:5], arguments[5:]))
     rig.expect(Answer(calls=(call,), finish="tool_calls"), stream=stream)
     response = await answer(rig, ASK, stream=stream)
-    [kept] = [dict(call.arguments) for call in response.tool_calls]
-    assert list(kept) == ["_raw"]
-    assert isinstance(kept["_raw"], str)
-    sent_as_strict_json(kept)
+    [kept] = [call.arguments for call in response.tool_calls]
+    assert isinstance(kept, MalformedArguments)
+    assert "which JSON cannot carry" in kept.reason
+    sent_as_strict_json(dict(kept))
 
 
 @rigs(WIRE)

@@ -4,10 +4,10 @@ Any real provider may send deeply nested JSON as a tool call's arguments; freezi
 or encoding it recursively would exhaust the stack. It may send numbers Python's
 ``json`` reads but no strict encoder writes back (``1e999`` is inf, ``NaN``,
 ``Infinity``): kept in the transcript, they would fail the encoding of every later
-request of the conversation. Parsed arguments of either kind become the ``_raw``
-marker (the effect is then ``invalid``); a Python-built call holding them is a
-typed ``InvalidValue``; a stored call holding them (an older version wrote it) is
-read back as ``_raw``.
+request of the conversation. Parsed arguments of either kind become
+``MalformedArguments`` with the reason (the effect is then ``invalid``); a
+Python-built call holding them is a typed ``InvalidValue``; a stored call holding
+them (an older version wrote it) is read back as ``MalformedArguments``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 from hostkit.errors import InvalidValue
 from hostkit.providers import parse_tool_arguments
 from hostkit.testing import CallTools, Reply, ScriptedModel
-from hostkit.types import MAX_ARGUMENT_DEPTH, ModelMessage, ToolCall
+from hostkit.types import MAX_ARGUMENT_DEPTH, MalformedArguments, ModelMessage, ToolCall
 from tests.hosts import open_host, request
 
 
@@ -35,15 +36,22 @@ def nested(depth: int) -> dict[str, Any]:
     return value
 
 
+def malformed(arguments: Mapping[str, Any], text: str, said: str) -> None:
+    """``arguments`` are ``MalformedArguments`` keeping ``text`` and saying ``said``."""
+    assert isinstance(arguments, MalformedArguments)
+    assert arguments.text == text
+    assert said in arguments.reason
+
+
 @pytest.mark.parametrize("depth", [MAX_ARGUMENT_DEPTH + 1, 300])
-def test_parsed_arguments_deeper_than_the_limit_become_raw(depth: int) -> None:
+def test_parsed_arguments_deeper_than_the_limit_become_malformed(depth: int) -> None:
     text = json.dumps(nested(depth))
-    assert parse_tool_arguments(text) == {"_raw": text[:2000]}
+    malformed(parse_tool_arguments(text), text[:2000], "nest deeper than 64 levels")
 
 
-def test_json_too_deep_for_the_parser_becomes_raw() -> None:
+def test_json_too_deep_for_the_parser_becomes_malformed() -> None:
     text = '{"a":' * 100_000 + "1" + "}" * 100_000
-    assert parse_tool_arguments(text) == {"_raw": text[:2000]}
+    malformed(parse_tool_arguments(text), text[:2000], "nest too deeply to be read")
 
 
 def test_arguments_at_the_limit_are_kept() -> None:
@@ -76,12 +84,12 @@ NOT_JSON_NUMBERS = ['{"x": 1e999}', '{"x": -1e999}', '{"x": NaN}', '{"a": {"b": 
 
 
 @pytest.mark.parametrize("text", NOT_JSON_NUMBERS)
-def test_parsed_numbers_json_cannot_carry_become_raw(text: str) -> None:
-    assert parse_tool_arguments(text) == {"_raw": text}
+def test_parsed_numbers_json_cannot_carry_become_malformed(text: str) -> None:
+    malformed(parse_tool_arguments(text), text, "which JSON cannot carry")
 
 
-def test_arguments_an_sdk_parsed_holding_an_infinity_become_raw() -> None:
-    assert parse_tool_arguments({"x": math.inf}) == {"_raw": '{"x": Infinity}'}
+def test_arguments_an_sdk_parsed_holding_an_infinity_become_malformed() -> None:
+    malformed(parse_tool_arguments({"x": math.inf}), '{"x": Infinity}', "the number inf")
 
 
 def test_finite_numbers_however_written_are_kept() -> None:
@@ -112,10 +120,10 @@ def test_the_largest_integer_json_readers_take_is_kept() -> None:
     assert ToolCall("c1", "t", {"x": 10**3900}).arguments["x"] == 10**3900
 
 
-def test_a_stored_call_holding_nan_is_read_back_as_raw() -> None:
+def test_a_stored_call_holding_nan_is_read_back_as_malformed() -> None:
     body = {"tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"x": math.nan}}]}
     [call] = ModelMessage.from_json("assistant", body).tool_calls
-    assert dict(call.arguments) == {"_raw": '{"x": NaN}'}
+    malformed(call.arguments, '{"x": NaN}', "the number nan")
 
 
 def test_a_stored_call_holding_a_lone_surrogate_is_read_back_as_raw_spelled_out() -> None:
@@ -174,5 +182,6 @@ async def test_a_transcript_row_holding_nan_from_an_older_version_does_not_brick
         second = await host.turns.run(request("two"))
     assert (second.outcome, second.text) == ("completed", "second")
     [replayed] = [call for m in second_model.requests[-1].messages for call in m.tool_calls]
-    assert dict(replayed.arguments) == {"_raw": '{"x": NaN}'}
+    malformed(replayed.arguments, '{"x": NaN}', "the number nan")
+    assert dict(replayed.arguments) == {"_raw": '{"x": NaN}'}  # the form sent back
     json.dumps(dict(replayed.arguments), allow_nan=False)  # what a strict encoder sends
