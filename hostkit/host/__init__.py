@@ -1,6 +1,7 @@
 """Host composition: configuration, capability sources, generations and the Host itself."""
 
 from hostkit.host._agent import Agent, PydanticOutput, load_agent
+from hostkit.host._artifacts import HostArtifacts
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import (
@@ -66,6 +67,7 @@ __all__ = [
     "DefaultToolSource",
     "EventBus",
     "Host",
+    "HostArtifacts",
     "HostAttachments",
     "HostConfig",
     "HostDaemon",

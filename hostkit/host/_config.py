@@ -75,6 +75,10 @@ __all__ = [
 
 # hostkit.toml is written by hand: a megabyte is far past any real one.
 MAX_CONFIG_BYTES = 1024 * 1024
+# Terminal output files are deleted this long after their last write ([host]
+# artifact_retention_s), never sooner than the minimum: a run ends well within it.
+ARTIFACT_RETENTION_S = 7 * 86_400.0
+MIN_ARTIFACT_RETENTION_S = 3_600.0
 # Deeper documents pass the TOML parser yet fail later (pydantic serialises 256 levels).
 MAX_CONFIG_DEPTH = 64
 _SHOWN_PATH_CHARS = 300
@@ -392,6 +396,9 @@ class HostSection(_Strict):
     # and its backups usually share that disk. The files tools keep it free too, on a
     # workspace disk that holds Host state.
     artifact_reserve_mb: int = Field(default=256, ge=0, le=1_048_576)
+    # How long terminal output files are kept after their last write (0: forever). Longer
+    # than any run can write one, so a running run's file is never old enough.
+    artifact_retention_s: float = Field(default=ARTIFACT_RETENTION_S, ge=0, le=315_360_000)
     # Each core revision a turn runs, extracted read-only from its commit (Host state).
     cores_dir: ConfigPath = ".hostkit-cores"
     # How long an ``ask`` waits for the approver before the turn pauses needs_user.
@@ -404,6 +411,16 @@ class HostSection(_Strict):
     admission_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     limits: ProcessLimits = Field(default_factory=ProcessLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    @pydantic.field_validator("artifact_retention_s")
+    @classmethod
+    def _retention_or_forever(cls, value: float) -> float:
+        if 0 < value < MIN_ARTIFACT_RETENTION_S:
+            raise ValueError(
+                f"must be 0 (keep forever) or at least {MIN_ARTIFACT_RETENTION_S:g} s, "
+                "longer than any run writes its output"
+            )
+        return value
 
 
 class StoreSection(_Strict):

@@ -53,6 +53,7 @@ from hostkit.host._agent import (
     with_agents,
 )
 from hostkit.host._approvals import HostApprovals
+from hostkit.host._artifacts import HostArtifacts
 from hostkit.host._attachments import HostAttachments
 from hostkit.host._bus import EventBus
 from hostkit.host._capabilities import ProcessResources, RuntimeCapabilities
@@ -135,8 +136,9 @@ class Host(AsyncResource):
 
     ``host.turns`` is the full TurnExecution seam; ``host.run_turn(agent,
     message)`` is the minimal embedder path; ``host.attachments`` stores the
-    content a ``TurnRequest`` attaches by reference. The Host owns the store, the
-    authority resolver and its in-memory operator issuer, and the config
+    content a ``TurnRequest`` attaches by reference; ``host.artifacts.reclaim()``
+    deletes terminal output past ``[host] artifact_retention_s``. The Host owns
+    the store, the authority resolver and its in-memory operator issuer, and the config
     generations; ``aclose()`` rejects pending approval prompts, cancels
     running turns, revokes operator authority and closes everything, even
     when one step fails.
@@ -247,6 +249,9 @@ class Host(AsyncResource):
             admission_timeout_s=config.host.admission_timeout_s,
         )
         self.attachments = HostAttachments(store=store, authority=authority)
+        self.artifacts = HostArtifacts(
+            root=config.artifact_root, retention_s=config.host.artifact_retention_s
+        )
         self.memory = HostMemory(
             store=store, authority=authority, agents=lambda: self.config.agents
         )

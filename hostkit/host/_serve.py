@@ -3,7 +3,8 @@
 The registry is built from the Host's current configuration, in dependency
 order: "delivery" (the outbox to the platforms), "inbox" (turns for inbound
 messages), "retention" (``ChannelInbox.prune``, then the attachments no turn
-took, every ``[serve] retention_interval_s``), one "poll:<id>" per Telegram
+took and the terminal output past ``[host] artifact_retention_s``, every
+``[serve] retention_interval_s``), one "poll:<id>" per Telegram
 channel with ``inbound = "polling"``, with ``watch=True`` (``hostkit serve``)
 "reload" (the ``ConfigWatcher``: a changed ``hostkit.toml`` or core ref, or
 ``reload_now()`` on SIGHUP, makes a new generation; docs/generations.md),
@@ -265,6 +266,7 @@ class HostDaemon(Background):
             host.inbox,
             interval_s=serve.retention_interval_s,
             reclaim=lambda limit: host.attachments.reclaim(limit=limit),
+            artifacts=lambda limit: host.artifacts.reclaim(limit=limit),
         )
         self._policy = policy
         self._on_change = on_change

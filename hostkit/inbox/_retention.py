@@ -5,8 +5,9 @@ their dedup tombstone after the horizon only when something prunes: a
 daemon that never did would keep every message's text forever. Each round
 runs bounded passes until one removes less than a batch (at most
 ``MAX_PASSES``), each under a deadline; a failed round is logged and the
-next one tries again. A round then runs the Host's other retention job the
-same way, when given one (``reclaim``: attachments no turn took).
+next one tries again. A round then runs the Host's other retention jobs the
+same way, when given them (``reclaim``: attachments no turn took;
+``artifacts``: terminal output files past their retention).
 """
 
 from __future__ import annotations
@@ -40,14 +41,21 @@ class RetentionSweeper:
     """``await sweeper.run()`` prunes ``inbox`` now and every ``interval_s``; ``stop()`` ends it."""
 
     def __init__(
-        self, inbox: ChannelInbox, *, interval_s: float, reclaim: Reclaim | None = None
+        self,
+        inbox: ChannelInbox,
+        *,
+        interval_s: float,
+        reclaim: Reclaim | None = None,
+        artifacts: Reclaim | None = None,
     ) -> None:
         if not is_seconds(interval_s):
             raise InvalidValue("interval_s must be a positive number of seconds")
         self._inbox = inbox
         self._interval_s = interval_s
         self._reclaim = reclaim
+        self._artifacts = artifacts
         self.reclaimed = 0
+        self.artifacts_removed = 0
         self._stopped = anyio.Event()
         self._round: anyio.CancelScope | None = None
         self.rounds = 0
@@ -84,28 +92,31 @@ class RetentionSweeper:
                 cleared,
                 removed,
             )
-        await self._reclaim_round()
+        self.reclaimed += await self._job_round(self._reclaim, "attachments no turn took")
+        self.artifacts_removed += await self._job_round(
+            self._artifacts, "terminal output files past their retention"
+        )
         self.rounds += 1
         return cleared, removed
 
-    async def _reclaim_round(self) -> None:
-        """The other job's passes until one removes less than a batch; a failure is logged."""
-        if self._reclaim is None:
-            return
-        reclaimed = 0
+    async def _job_round(self, job: Reclaim | None, what: str) -> int:
+        """``job``'s passes until one removes less than a batch; a failure is logged."""
+        if job is None:
+            return 0
+        removed = 0
         try:
             for _ in range(MAX_PASSES):
                 with anyio.fail_after(PASS_TIMEOUT_S):
-                    done = await self._reclaim(RECLAIM_BATCH)
-                reclaimed += done
+                    done = await job(RECLAIM_BATCH)
+                removed += done
                 if done < RECLAIM_BATCH:
                     break
         except (HostkitError, TimeoutError) as exc:
-            what = exc.message if isinstance(exc, HostkitError) else "a pass timed out"
-            _log.warning("retention: reclaiming failed, retrying next round: %s", what)
-        self.reclaimed += reclaimed
-        if reclaimed:
-            _log.info("retention: %d attachments no turn took were reclaimed", reclaimed)
+            reason = exc.message if isinstance(exc, HostkitError) else "a pass timed out"
+            _log.warning("retention: removing %s failed, retrying next round: %s", what, reason)
+        if removed:
+            _log.info("retention: %d %s were removed", removed, what)
+        return removed
 
     def stop(self) -> None:
         self._stopped.set()

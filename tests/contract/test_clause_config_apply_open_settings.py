@@ -41,6 +41,7 @@ SPLIT_STATE = {
 # The other open-time settings, with the value the Host opened with: they wait for it.
 WAITING = {
     "host.artifact_reserve_mb": ("host", "artifact_reserve_mb = 0"),
+    "host.artifact_retention_s": ("host", "artifact_retention_s = 0"),
     "host.approval_timeout_s": ("host", "approval_timeout_s = 5"),
     "host.session_lease_ttl_s": ("host", "session_lease_ttl_s = 5"),
     "host.admission_timeout_s": ("host", "admission_timeout_s = 5"),

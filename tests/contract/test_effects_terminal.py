@@ -210,7 +210,8 @@ async def test_big_output_keeps_a_12000_character_tail_and_the_totals(terminal: 
 
 async def test_artifacts_are_private_and_opaque_and_never_shown(terminal: Terminal) -> None:
     session = await terminal.session()
-    result = await session.call("terminal.run", argv=[PY, "-c", "print('kept in full')"])
+    code = "import sys; print('kept in full'); print('and this', file=sys.stderr)"
+    result = await session.call("terminal.run", argv=[PY, "-c", code])
     assert result.status == "succeeded"
     [directory] = [p async for p in anyio.Path(terminal.artifacts).iterdir()]
     assert len(directory.name) == 32
@@ -226,6 +227,18 @@ async def test_artifacts_are_private_and_opaque_and_never_shown(terminal: Termin
     assert directory.name not in views
     assert str(terminal.artifacts) not in views
     assert output(result)["stdout"]["artifact"] == files[1].name.replace(".stdout", ":stdout")
+
+
+async def test_a_stream_that_printed_nothing_keeps_no_file(terminal: Terminal) -> None:
+    """An empty file would only wait for retention: the result says there is none."""
+    session = await terminal.session()
+    result = await session.call("terminal.run", argv=[PY, "-c", "print('out only')"])
+    assert result.status == "succeeded"
+    out = output(result)
+    assert out["stderr"]["artifact"] is None
+    assert out["stdout"]["artifact"].endswith(":stdout")
+    files = [p.name for p in terminal.artifacts.rglob("spawn_*")]
+    assert files == [out["stdout"]["artifact"].replace(":stdout", ".stdout")]
 
 
 async def test_a_deadline_ends_the_run_as_timed_out(terminal: Terminal) -> None:
@@ -553,6 +566,8 @@ async def test_a_finished_background_run_reports_its_outcome(terminal: Terminal)
     out = output(result)
     assert (result.status, out["status"], out["exit_code"]) == ("succeeded", "exited", 0)
     assert out["stdout"]["tail"] == "done\n"
+    # Its silent stderr kept no file: the status names none.
+    assert (out["stdout"]["artifact"] is None, out["stderr"]["artifact"]) == (False, None)
     stopped = await session.call("terminal.stop", run_id=run_id)
     assert (stopped.status, output(stopped)["exit_code"]) == ("succeeded", 0)
 

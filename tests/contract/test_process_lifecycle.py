@@ -209,6 +209,43 @@ async def test_artifacts_hold_the_whole_output_privately(
     assert outcome.stdout.artifact != outcome.stderr.artifact
 
 
+@pytest.mark.parametrize("end", ["exited", "timed_out", "cancelled"])
+async def test_a_stream_that_stayed_empty_keeps_no_file_however_the_run_ends(
+    supervisor: ProcessSupervisor, tmp_path: Path, end: str
+) -> None:
+    code = "import sys, time; sys.stdout.write('said'); sys.stdout.flush()"
+    if end != "exited":
+        code += "; time.sleep(600)"
+    options: dict[str, Any] = {"deadline_s": 1.0} if end == "timed_out" else {}
+    if end == "cancelled":
+        async with anyio.create_task_group() as group:
+            control, outcomes = await started_run(supervisor, tmp_path, code, group)
+            with anyio.fail_after(WAIT_S):
+                while not any(p.stat().st_size for p in (tmp_path / "artifacts").iterdir()):  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            control.cancel()
+        [outcome] = outcomes
+    else:
+        outcome = await run(supervisor, tmp_path, code, **options)
+    assert outcome.status == end
+    assert outcome.stderr.artifact is None
+    assert outcome.stdout.artifact is not None
+    assert outcome.stdout.artifact.read_bytes() == b"said"
+    assert sorted((tmp_path / "artifacts").iterdir()) == [outcome.stdout.artifact]
+
+
+async def test_a_run_that_printed_nothing_keeps_no_files(
+    supervisor: ProcessSupervisor, tmp_path: Path
+) -> None:
+    outcome = await run(supervisor, tmp_path, "pass")
+    assert (outcome.status, outcome.stdout.artifact, outcome.stderr.artifact) == (
+        "exited",
+        None,
+        None,
+    )
+    assert list((tmp_path / "artifacts").iterdir()) == []
+
+
 async def test_artifact_write_failure_ends_the_run_and_the_child_never_blocks(
     supervisor: ProcessSupervisor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -524,4 +561,5 @@ async def test_a_run_cancelled_as_it_begins_closes_its_artifacts(
                 await recording.wait()
             group.cancel_scope.cancel()
     assert open_artifacts() == []
-    assert len(list((tmp_path / "artifacts").iterdir())) == 6  # the files stay: only closed
+    # Nothing was drained before the cancellation: closed empty, the files are not kept.
+    assert list((tmp_path / "artifacts").iterdir()) == []

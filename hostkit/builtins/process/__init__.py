@@ -10,7 +10,9 @@ the same way, snapshotted, and ended with everything it ever started.
 ``terminal.status``, ``terminal.stop``) to one supervisor and one
 ``hostkit.builtins.files.WorkspaceScope``;
 with a ``RunJournal`` its background runs are durable (``COMPLETED_EVENT``
-announces each end once it is persisted).
+announces each end once it is persisted). ``reclaim_expired_artifacts`` deletes
+the output files past their retention, in bounded passes (``ArtifactCursor``
+says where the next one resumes).
 
 ``SandboxPolicy`` says how an agent's processes are isolated (bubblewrap by
 default, docs/effects.md "Sandbox"); ``sandbox_argv`` builds the launcher any
@@ -23,8 +25,13 @@ Inside, modules import one way only: ``_terminal`` → ``_terminal_journal``,
 ``_process``, ``_owned`` and ``_sandbox`` → ``_process_streams``, ``_process_tree`` and
 ``_mounts`` → ``_reaper`` and ``_seccomp`` (the sandbox's system-call filter). The
 working directory is opened through the files family's public interface.
+``_artifact_retention`` stands alone.
 """
 
+from hostkit.builtins.process._artifact_retention import (
+    ArtifactCursor,
+    reclaim_expired_artifacts,
+)
 from hostkit.builtins.process._mounts import MountedTree
 from hostkit.builtins.process._owned import OwnedProcess, owned_process
 from hostkit.builtins.process._process import (
@@ -62,6 +69,7 @@ __all__ = [
     "EXECUTION_CONTROL_TARGETS",
     "INSTALL_HINT",
     "UNSANDBOXED",
+    "ArtifactCursor",
     "MountedTree",
     "OwnedProcess",
     "ProcessControl",
@@ -80,6 +88,7 @@ __all__ = [
     "opaque_artifact_dir",
     "owned_process",
     "probe_bubblewrap",
+    "reclaim_expired_artifacts",
     "run_process",
     "sandbox_argv",
     "visible_roots",

@@ -2,13 +2,18 @@
 
 stdout and stderr are drained continuously into bounded tails and, in full,
 into private artifact files (a 0o700 directory, 0o600 files created
-exclusively, never through a symlink). An artifact write failure is a
-terminal error: the sink reports it at once (the run ends the process tree
-and fails) and draining goes on until the tree is gone, so the child never
-blocks on a full pipe meanwhile. So is a stream that passes its output limit:
-the artifact keeps the first ``max_bytes`` and the run fails, as a process
-fails whose file passes its size limit (the artifact is the Host's file, on
-the Host's disk, out of the sandbox's limits).
+exclusively, never through a symlink). A stream that ends empty leaves no
+file: its capture names no artifact. While a file is written its descriptor
+holds a shared ``flock``, so the retention pass (``_artifact_retention``),
+in this Host process or another, never deletes a run's output under it.
+
+An artifact write failure is a terminal error: the sink reports it at once
+(the run ends the process tree and fails) and draining goes on until the
+tree is gone, so the child never blocks on a full pipe meanwhile. So is a
+stream that passes its output limit: the artifact keeps the first
+``max_bytes`` and the run fails, as a process fails whose file passes its
+size limit (the artifact is the Host's file, on the Host's disk, out of the
+sandbox's limits).
 
 Every file write runs in a worker thread: the Host shares its event loop with
 turns, widgets and the inbox.
@@ -17,7 +22,9 @@ turns, widgets and the inbox.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
+import fcntl
 import functools
 import os
 import secrets
@@ -47,7 +54,8 @@ class StreamCapture:
 
     ``tail`` is the last ``tail_chars`` characters (UTF-8, undecodable bytes
     replaced); ``truncated`` says the stream was longer than that.
-    ``artifact`` is None when no file was written (the run never started).
+    ``artifact`` is None when no file was kept: the run never started, or the
+    stream was empty (its empty file is removed when the stream closes).
     """
 
     tail: str
@@ -58,6 +66,15 @@ class StreamCapture:
 
 
 def _prepare_artifacts(directory: Path, spawn_id: str) -> tuple[int, Path, int, Path]:
+    try:
+        return _create_artifacts(directory, spawn_id)
+    except FileNotFoundError:
+        # Retention removed the session's empty directory between the mkdir and the open:
+        # make it again, once.
+        return _create_artifacts(directory, spawn_id)
+
+
+def _create_artifacts(directory: Path, spawn_id: str) -> tuple[int, Path, int, Path]:
     directory.mkdir(mode=ARTIFACT_DIR_MODE, parents=True, exist_ok=True)
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
@@ -71,6 +88,10 @@ def _prepare_artifacts(directory: Path, spawn_id: str) -> tuple[int, Path, int, 
             fd = os.open(path, flags, ARTIFACT_FILE_MODE)
             opened.append((fd, path))
             os.fchmod(fd, ARTIFACT_FILE_MODE)  # exact, whatever the umask
+            # Held until the file is closed: retention leaves a locked file alone. A file
+            # system without locks leaves the age alone to protect it (no run lasts an hour).
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         _discard(opened)
         raise
@@ -91,10 +112,16 @@ def _write_chunks(fd: int, chunks: Sequence[bytes]) -> None:
             view = view[os.write(fd, view) :]
 
 
-def _close_artifact(fd: int, *, sync: bool) -> None:
+def _close_artifact(fd: int, path: Path, *, sync: bool) -> bool:
+    """Close the artifact; an empty one is removed instead of kept (True then)."""
     try:
+        if os.fstat(fd).st_size == 0:
+            # No output: nothing to keep, and nothing for retention to find later.
+            path.unlink(missing_ok=True)
+            return True
         if sync:
             os.fsync(fd)  # the artifact is the durable record of the output
+        return False
     finally:
         os.close(fd)
 
@@ -114,7 +141,7 @@ class _Sink:
         min_free_bytes: int | None = None,
     ) -> None:
         self.name = name
-        self.path = path
+        self.path: Path | None = path  # None once an empty file was removed
         self.error: str | None = None
         self.eof = anyio.Event()
         self.closed = anyio.Event()
@@ -267,8 +294,11 @@ class _Sink:
         fd, self._fd = self._fd, None
         if fd is None:
             return
+        assert self.path is not None  # forgotten only once its file is closed
+        close = functools.partial(_close_artifact, fd, self.path, sync=sync)
         try:
-            await anyio.to_thread.run_sync(functools.partial(_close_artifact, fd, sync=sync))
+            if await anyio.to_thread.run_sync(close):
+                self.path = None
         except OSError as exc:
             self.error = self.error or bounded(f"{self.name} artifact sync failed: {exc!r}")
 
