@@ -51,6 +51,8 @@ _TRANSIENT_ERRORS = frozenset(
     }
 )
 _ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
+# A refusal's reason in the opening of an answer that broke off (Slack writes it next).
+_OPENING_ERROR = re.compile(rb'"error"\s*:\s*"([a-z0-9_]{1,60})"')
 
 
 def _cut(text: str, limit: int) -> str:
@@ -173,6 +175,13 @@ class SlackChannel:
             return
         data = answer.json()
         error = data.get("error") if isinstance(data, dict) else None
+        if answer.cut and data is None:
+            found = _OPENING_ERROR.search(answer.body)
+            if found is None:
+                # Refused, but the reason broke off with the answer: it may be a "for now"
+                # (ratelimited), so it is not dead-lettered on a guess.
+                raise transient("slack_error", "slack refused the post; its reason was cut off")
+            error = found.group(1).decode()
         code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else "slack_error"
         if code in _TRANSIENT_ERRORS:
             raise transient(

@@ -51,7 +51,7 @@ APPROVAL_TTL_S = 8 * 3600.0
 # Conversations whose binding is tracked, and cached approvals before expired ones are swept.
 MAX_TRACKED = 10_000
 
-ApprovalOutcome = Literal["approved", "denied", "unanswered"]
+ApprovalOutcome = Literal["approved", "denied", "unanswered", "void"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,8 +371,9 @@ class ApprovalRuntime:
         cacheable: bool = True,
         record: AskRecord | None = None,
     ) -> ApprovalOutcome:
-        """``approved``, ``denied`` or ``unanswered`` (no provider, no answer in time, or
-        answered from another process first).
+        """``approved``, ``denied``, ``unanswered`` (no provider, no answer in time, or
+        answered from another process first) or ``void`` (the ``record`` was stored
+        void: its conversation had moved to another session, and nobody was asked).
 
         Callers for the same key are serialized: each later caller rechecks the
         cache when the earlier decision lands, so "approve for session" is
@@ -412,7 +413,7 @@ class ApprovalRuntime:
         record: AskRecord | None,
     ) -> ApprovalOutcome:
         if record is not None and not await record.asked():  # durable before anyone is asked
-            return "unanswered"
+            return "void"  # stored void (its conversation moved on): nobody can answer it
         if provider is None:
             return "unanswered"
         request = dataclasses.replace(

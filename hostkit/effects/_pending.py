@@ -177,6 +177,7 @@ class DurableAsk:
         self._call = call
         self._secret_names = tuple(secret_names)
         self.recorded = False
+        self.void_reason: str | None = None  # why the row was stored void, when it was
 
     async def asked(self) -> bool:
         call = self._call
@@ -193,6 +194,7 @@ class DurableAsk:
             target_digest=call.target_digest,
         )
         self.recorded = True
+        self.void_reason = None if row.status == "pending" else row.void_reason
         return row.status == "pending"
 
     async def answered(self, decision: ApprovalDecision) -> bool:

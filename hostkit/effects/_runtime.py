@@ -681,6 +681,13 @@ class EffectRuntime:
             return None
         if outcome == "denied":
             return _refused(call_id, entry.effect, "denied", "the approver denied this call")
+        if outcome == "void" and record is not None:
+            # Stored void as it was asked (the conversation moved to another session):
+            # nobody was asked and nobody can answer, so the turn does not pause on it.
+            why = record.void_reason or "nobody can answer it"
+            return _refused(
+                call_id, entry.effect, "denied", f"approval {approval_id} is void: {why}"
+            )
         if record is None:
             return _refused(
                 call_id, entry.effect, "denied", "nobody answered and no approval can be kept"

@@ -60,6 +60,12 @@ class ResumeSession:
             raise InvalidTurnRequest(
                 "ResumeSession needs a session id of valid text (1-200 characters)"
             )
+        if self.session_id in ("bound", "fresh"):
+            # The store reads these as selectors: a resume would start or keep a session.
+            raise InvalidTurnRequest(
+                f"ResumeSession needs a session id, not {self.session_id!r} "
+                "(use FreshSession() or the default 'bound')"
+            )
 
 
 SessionSelector = Literal["bound"] | FreshSession | ResumeSession

@@ -10,7 +10,13 @@ import anyio
 import pytest
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
-from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, ScopeError, StoreClosed
+from hostkit.errors import (
+    InvalidTurnRequest,
+    InvalidValue,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    StoreClosed,
+)
 from hostkit.store import RuntimeStore
 from hostkit.types import FreshSession, PrincipalScope, ResumeSession
 from tests.support import facts
@@ -53,6 +59,9 @@ async def test_session_selectors_are_the_turn_requests_or_their_store_spellings(
     assert back.session_id == first.session_id
     again = await authority.for_conversation(facts("c1", "alice"), session="fresh")
     assert again.session_id not in (first.session_id, fresh.session_id)
+    for word in ("fresh", "bound"):  # selectors, never ids: a resume must not start one
+        with pytest.raises(InvalidTurnRequest, match="needs a session id"):
+            ResumeSession(word)
     for bad in (None, 7, b"fresh", object(), "x" * 201, "bad\ud800"):
         with pytest.raises(InvalidValue, match="session must be") as raised:
             await authority.for_conversation(facts("c1", "alice"), session=bad)  # type: ignore[arg-type]

@@ -473,12 +473,35 @@ async def test_a_refusal_that_breaks_off_is_the_refusal_it_opened_with(channel: 
     async with _platform(channel) as (fake, base), httpx.AsyncClient() as client:
         if channel == "slack":
             fake.fail_next(ok_false="channel_not_found")
+            fake.break_answers(lambda data: data.index(b"channel_not_found") + 18)
         else:
             fake.fail_next(status=400, description="Bad Request: chat not found " + "x" * 200)
-        fake.break_answers(lambda data: 20)
+            fake.break_answers(lambda data: 20)
         with pytest.raises(DeliveryRefused) as refused:
             await _target(channel, base, client).send(ROUTE, {"text": LONG}, idempotency_key="k")
     assert refused.value.failure.kind == "permanent"
+
+
+@pytest.mark.parametrize(
+    ("error", "reason_read", "kind"),
+    [
+        ("ratelimited", True, "transient"),  # its reason read: a "for now" stays one
+        ("channel_not_found", True, "permanent"),
+        ("channel_not_found", False, "transient"),  # broke off before its reason: no guess
+    ],
+)
+async def test_a_slack_refusal_that_breaks_off_is_classed_by_the_reason_it_got_to(
+    error: str, reason_read: bool, kind: str
+) -> None:
+    def keep(data: bytes) -> int:
+        return data.index(error.encode()) + len(error) + 1 if reason_read else data.index(b"error")
+
+    async with _platform("slack") as (fake, base), httpx.AsyncClient() as client:
+        fake.fail_next(ok_false=error)
+        fake.break_answers(keep)
+        with pytest.raises(DeliveryRefused) as refused:
+            await _target("slack", base, client).send(ROUTE, {"text": LONG}, idempotency_key="k")
+    assert refused.value.failure.kind == kind
 
 
 @pytest.mark.parametrize("channel", ["slack", "telegram"])

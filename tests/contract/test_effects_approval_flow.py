@@ -705,8 +705,8 @@ async def test_the_same_answer_again_waits_for_its_continuation_up_to_wait_s(
 async def test_a_call_asked_after_its_conversation_moved_asks_nobody(tmp_path: Path) -> None:
     """A turn still running when its conversation is bound to a fresh session asks for a
     call nobody could answer (answers run in the bound session): the approval is stored
-    ``stale`` as it is asked, no prompt is shown, the effect does not run, and the turn
-    ends ``cancelled`` saying why."""
+    ``stale`` as it is asked, no prompt is shown, the effect does not run, and the model
+    is told the call is void and why."""
     stamps = Stamps(tmp_path / "stamps.txt")
     thinking, moved = anyio.Event(), anyio.Event()
 
@@ -717,7 +717,17 @@ async def test_a_call_asked_after_its_conversation_moved_asks_nobody(tmp_path: P
 
     model = ScriptedModel([after_the_move, Reply("never")])
     approver = Approver("approve_once")
-    async with approval_host(tmp_path, model, stamps, approver) as host:
+    kinds: list[str] = []
+
+    class Recorder:
+        def notify(self, event: TurnEvent) -> None:
+            kinds.append(event.kind)
+
+    async with Host.open(
+        host_config(tmp_path),
+        capabilities=capabilities(model, tools=[stamps.tool], observer=Recorder()),
+        approver=approver,
+    ) as host:
         async with anyio.create_task_group() as group:
             ended: list[TurnResult] = []
 
@@ -734,10 +744,18 @@ async def test_a_call_asked_after_its_conversation_moved_asks_nobody(tmp_path: P
         [result] = ended
         assert approver.seen == []
         assert stamps.lines() == []
-        assert result.outcome == "cancelled"
-        assert result.pending_approval is None
+        # Not paused on an approval nobody can answer (no "approval.pending"): the model is
+        # told the call is void and why, and the turn goes on to its answer.
+        assert (result.outcome, result.pending_approval, result.text) == (
+            "completed",
+            None,
+            "never",
+        )
+        assert "approval.pending" not in kinds
+        assert "turn.completed" in kinds
         reason = f"the conversation was bound to session {fresh.session_id} before this call ran"
-        assert reason in (result.error or "")
+        [(_, told)] = tool_results(model.requests[-1])
+        assert told.endswith(f"is void: {reason}")
         operator = await host.operator("ops", reason="check")
         [row] = await host.approvals.list(operator, status=None)
         assert (row.status, row.void_reason) == ("stale", reason)

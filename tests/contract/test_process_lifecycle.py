@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import signal
 import stat
 import sys
@@ -555,11 +556,19 @@ async def test_a_run_cancelled_as_it_begins_closes_its_artifacts(
 
     for _ in range(3):
         recording = anyio.Event()
+        control = ProcessControl()
         async with anyio.create_task_group() as group:
-            group.start_soon(run, supervisor, tmp_path, SLEEP_FOREVER)
+            group.start_soon(
+                functools.partial(run, control=control), supervisor, tmp_path, SLEEP_FOREVER
+            )
             with anyio.fail_after(WAIT_S):
                 await recording.wait()
             group.cancel_scope.cancel()
+        outcome = control.outcome
+        assert outcome is not None
+        assert outcome.status == "cancelled"
+        # Nothing was kept, so nothing is named: no result points at a missing file.
+        assert (outcome.stdout.artifact, outcome.stderr.artifact) == (None, None)
     assert open_artifacts() == []
     # Nothing was drained before the cancellation: closed empty, the files are not kept.
     assert list((tmp_path / "artifacts").iterdir()) == []

@@ -568,6 +568,10 @@ class _Run:
         """The awaiting task was cancelled or failed: end the tree and record what is known."""
         confirmed = await self.tree.terminate("abandoned")
         await self._close_process(drain_grace_s)
+        # Closed before the outcome names them: an empty stream's file is not kept, so
+        # the captures must not name it (a cancellation can land before a sink's task ran).
+        for sink in self.sinks:
+            await sink.release()
         cause = self.tree.stop_cause or "abandoned"
         # The pipes were abandoned with the task, not left open: nothing to downgrade for.
         return self._outcome(cause, confirmed=confirmed, drained=True)
