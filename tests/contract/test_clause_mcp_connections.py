@@ -5,18 +5,28 @@ Clauses (contract, EffectRuntime; issue 14): connecting is its own effect,
 is constructed; calls use the connection-bound entry; discovery runs through
 one runtime-wide window of four; a failure is cached per server for 30 s
 while healthy peers stay connected; authority is rechecked per server on
-every turn; a declaration change, a timeout, an authority change, removal,
-session replacement and Host shutdown each close the stale connection.
+every turn; a declaration change, a timeout, an authority change, an identity
+change, removal, session replacement and Host shutdown each close the stale
+connection; calls in flight survive prune and sweep; the connection cap holds.
 
-These run on a recording test adapter behind the ``McpConnector`` seam so
-that counts and timings are exact; ``test_clause_mcp_servers.py`` runs the
-same gate against real servers through the SDK client.
+The pool's clauses (every test taking ``kit``) run twice, on the same observations
+(``tests/contract/_mcp_connectors.py``): on ``RecordingConnector``, a test adapter
+behind the ``McpConnector`` seam, and on the real ``McpClientConnector`` (the MCP SDK
+client) starting ``tests/mcp_servers/listing_server.py``'s clock mode in the bubblewrap
+sandbox, each connection a process tree seen running or gone with psutil, a call that
+hangs past its timeout a real unanswered request. The failure TTL runs on the injected
+clock on both. The rest run on the recording adapter only: the catalog's treatment of
+what a server lists (name clashes, refused schemas, the window share, declared secrets in
+names, schemas, descriptions and results), the broad-glob rule and refused declarations
+depend on no connection's lifetime, and the real listings' side of them is in
+``tests/security/test_mcp_listing_filter.py`` and ``test_mcp_output_schemas.py``.
+``test_clause_mcp_servers.py`` runs the gate, reuse and eviction through a whole Host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,111 +43,43 @@ from hostkit.effects import (
     McpConnections,
     McpServer,
     McpServerDeclaration,
-    McpToolSpec,
     PreparedEffectCatalog,
-    ToolOutcome,
     Toolset,
     mcp_call_grant,
     mcp_connect_grant,
     tool,
 )
 from hostkit.errors import InvalidValue
-from hostkit.freeze import freeze
 from hostkit.types import EffectRequest, McpServerStatus, TurnExecutionContext
+from tests.contract._mcp_connectors import (
+    CONNECTORS,
+    ConnectorKit,
+    RealKit,
+    RecordingConnector,
+    RecordingKit,
+    declared,
+)
 from tests.contract.test_context_basic import context_for
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
 
-# Frozen, as the SDK client hands schemas over (nested FrozenMaps, tuples for arrays).
-SCHEMA = freeze(
-    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ("zone",)}
-)
+# Imported by other suites from here.
+__all__ = ["RecordingConnector", "declared", "rig"]
 
 
-@dataclass
-class Connection:
-    connector: RecordingConnector
-    declaration: McpServerDeclaration
-    closed: bool = False
-    dead: bool = False
-
-    @property
-    def alive(self) -> bool:
-        return not self.closed and not self.dead
-
-    async def list_tools(self) -> Sequence[McpToolSpec]:
-        if self.connector.hang_list:
-            await anyio.sleep(3600)
-        specs = [
-            McpToolSpec(
-                name,
-                self.connector.descriptions.get(name, f"{name} of {self.declaration.name}"),
-                self.connector.schemas.get(name, SCHEMA),
-            )
-            for name in self.connector.tools
-        ]
-        refusals = self.connector.refusals
-        return [
-            replace(spec, refusal=refusals[spec.name]) if spec.name in refusals else spec
-            for spec in specs
-        ]
-
-    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
-        self.connector.calls.append((self.declaration.name, name, dict(arguments)))
-        if arguments.get("zone") == "hang":
-            await anyio.sleep(3600)
-        if arguments.get("zone") == "slow":
-            await anyio.sleep(1)
-        if self.connector.output is not None:
-            return ToolOutcome("succeeded", self.connector.output)
-        return ToolOutcome("succeeded", f"{self.declaration.name}:{name}:{arguments['zone']}")
-
-    async def aclose(self) -> None:
-        await anyio.sleep(self.connector.close_delay_s)
-        self.closed = True
-
-
-@dataclass
-class RecordingConnector:
-    """Counts connects, their overlap and closes; fails or sleeps on demand."""
-
-    tools: tuple[str, ...] = ("get_time",)
-    delay_s: float = 0.0
-    fail: str | None = None
-    hang_list: bool = False
-    approval_warning: str | None = None
-    identity: str = "sandbox-a"
-    close_delay_s: float = 0.0
-    descriptions: dict[str, str] = field(default_factory=dict)
-    schemas: dict[str, Any] = field(default_factory=dict)
-    # Tools the connection refuses to call (their output schema failed its checks), and why.
-    refusals: dict[str, str] = field(default_factory=dict)
-    output: str | None = None
-    connects: list[str] = field(default_factory=list)
-    connections: list[Connection] = field(default_factory=list)
-    calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    running: int = 0
-    peak: int = 0
-
-    async def connect(self, declaration: McpServerDeclaration) -> Connection:
-        self.connects.append(declaration.name)
-        self.running += 1
-        self.peak = max(self.peak, self.running)
-        try:
-            await anyio.sleep(self.delay_s)
-            if self.fail is not None:
-                raise RuntimeError(self.fail)
-        finally:
-            self.running -= 1
-        connection = Connection(self, declaration)
-        self.connections.append(connection)
-        return connection
-
-
-def declared(name: str, **changes: Any) -> McpServerDeclaration:
-    base = McpServerDeclaration(name, "stdio", command=("mcp-server", name), connect_timeout_s=5)
-    return replace(base, **changes)
+@pytest.fixture(params=CONNECTORS)
+async def kit(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConnectorKit]:
+    """The recording adapter or real servers; every pool a rig made is closed at the end
+    and, on real servers, no server process may outlive it."""
+    if request.param == "recording":
+        made: ConnectorKit = RecordingKit()
+    else:
+        made = await anyio.to_thread.run_sync(RealKit, tmp_path / "servers")
+    try:
+        yield made
+    finally:
+        await made.aclose()
 
 
 class Approver:
@@ -184,6 +126,7 @@ class Rig:
     authority: AuthorityResolver
     statuses: list[McpServerStatus]
     clock: Clock
+    kit: ConnectorKit | None = None
     snapshot: tuple[str, ...] | None = None
     conversation: str = "mcp"
     prepared: list[PreparedEffectCatalog] = field(default_factory=list)
@@ -220,6 +163,8 @@ class Rig:
         context = TurnExecutionContext(**fields)
         catalog = await self.runtime.prepare_catalog(context, window_tokens=window_tokens)
         self.prepared.append(catalog)
+        if self.kit is not None:
+            await self.kit.observe()
         return catalog, context
 
 
@@ -229,6 +174,7 @@ async def rig(
     *,
     decision: ApprovalDecision = "approve_once",
     policy: EffectPolicy | None = None,
+    kit: ConnectorKit | None = None,
 ) -> Rig:
     clock = Clock()
     statuses: list[McpServerStatus] = []
@@ -237,33 +183,41 @@ async def rig(
         statuses.append(status)
 
     pool = McpConnections(clock=clock, wall_clock=clock, status=record)
+    if kit is not None:
+        kit.pool(pool)
     provider = Servers(servers) if policy is None else Servers(servers, policy)
     approver = Approver(decision)
     runtime = EffectRuntime(
         toolsets=provider, approvals=ApprovalRuntime(provider=approver), mcp=pool
     )
-    return Rig(runtime, pool, provider, approver, authority, statuses, clock)
+    return Rig(runtime, pool, provider, approver, authority, statuses, clock, kit)
 
 
 def states(catalog: PreparedEffectCatalog) -> dict[str, str]:
     return {d.server: d.state for d in catalog.discoveries}
 
 
-async def test_clause_connect_is_gated_before_any_client(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("time"), connector)], decision="deny")
+async def test_clause_connect_is_gated_before_any_client(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    r = await rig(
+        authority,
+        [McpServer(kit.declared("time"), await kit.connector())],
+        decision="deny",
+        kit=kit,
+    )
     catalog, _ = await r.turn()
-    assert connector.connects == [], "the connector ran before the connect was approved"
+    assert await kit.starts("time") == 0, "the connector ran before the connect was approved"
     assert states(catalog) == {"time": "denied"}
     assert [a.effect for a in r.approver.seen] == ["mcp.connect:time"]
-    assert r.approver.seen[0].view["arguments"]["command"] == ("mcp-server", "time")
+    assert r.approver.seen[0].view["arguments"]["command"] == kit.declared("time").command
     assert catalog.definitions == ()
 
     # No capability in the snapshot: not asked, not connected.
     r.approver.decision = "approve_once"
     r.snapshot = ("mcp.call:time",)
     catalog, _ = await r.turn()
-    assert connector.connects == []
+    assert await kit.starts("time") == 0
     assert len(r.approver.seen) == 1
     assert "no mcp.connect:time capability" in catalog.discoveries[0].detail
 
@@ -271,38 +225,45 @@ async def test_clause_connect_is_gated_before_any_client(authority: AuthorityRes
     r.snapshot = None
     r.servers.policy = EffectPolicy(deny=("mcp.connect:time",))
     catalog, _ = await r.turn()
-    assert connector.connects == []
+    assert await kit.starts("time") == 0
     assert len(r.approver.seen) == 1
     assert states(catalog) == {"time": "denied"}
+    assert await kit.running("time") == []
 
 
-async def test_clause_connect_asks_unless_a_rule_names_it(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("time"), connector)], policy=EffectPolicy())
+async def test_clause_connect_asks_unless_a_rule_names_it(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    server = McpServer(kit.declared("time"), await kit.connector())
+    r = await rig(authority, [server], policy=EffectPolicy(), kit=kit)
     await r.turn()
     assert len(r.approver.seen) == 1, "the catch-all allow is no approval to start a server"
     r2 = await rig(
-        authority,
-        [McpServer(declared("time"), RecordingConnector())],
-        policy=EffectPolicy(allow=("*", "mcp.connect:time")),
+        authority, [server], policy=EffectPolicy(allow=("*", "mcp.connect:time")), kit=kit
     )
     catalog, _ = await r2.turn()
     assert r2.approver.seen == []
     assert states(catalog) == {"time": "connected"}
+    assert await kit.running("time") == [True, True]
 
 
-async def test_clause_calls_use_the_connection_bound_entry(authority: AuthorityResolver) -> None:
-    one, two = RecordingConnector(), RecordingConnector()
-    r = await rig(authority, [McpServer(declared("alpha"), one), McpServer(declared("beta"), two)])
+async def test_clause_calls_use_the_connection_bound_entry(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    one, two = await kit.connector(), await kit.connector()
+    r = await rig(
+        authority,
+        [McpServer(kit.declared("alpha"), one), McpServer(kit.declared("beta"), two)],
+        kit=kit,
+    )
     catalog, context = await r.turn()
     assert [d.name for d in catalog.definitions] == ["mcp_alpha_get_time", "mcp_beta_get_time"]
     ref = catalog.resolve("mcp_beta_get_time")
     assert ref is not None
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
     assert result.status == "succeeded"
+    # The server answers with its own name: the call reached beta's connection.
     assert result.views.model == "beta:get_time:UTC"
-    assert two.calls == [("beta", "get_time", {"zone": "UTC"})]
-    assert one.calls == []
     # Provenance names the server for each entry.
     sources = {
         e: catalog.entry(catalog.resolve(e.replace(".", "_"))).source for e in catalog.effects
@@ -314,31 +275,40 @@ async def test_clause_calls_use_the_connection_bound_entry(authority: AuthorityR
     assert "mcp_beta_get_time" not in [d.name for d in other.definitions]
 
 
-async def test_clause_discovery_window_of_four(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector(delay_s=0.2)
-    servers = [McpServer(declared(f"s{i}"), connector) for i in range(8)]
-    r = await rig(authority, servers)
+async def test_clause_discovery_window_of_four(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    connector = await kit.connector(delay_s=0.2)
+    servers = [McpServer(kit.declared(f"s{i}"), connector) for i in range(8)]
+    r = await rig(authority, servers, kit=kit)
     catalog, _ = await r.turn()
-    assert connector.peak == 4
     assert r.pool.peak_discovering == 4
-    assert len(connector.connects) == 8
+    assert [await kit.starts(f"s{i}") for i in range(8)] == [1] * 8
     assert set(states(catalog).values()) == {"connected"}
+    if isinstance(connector, RecordingConnector):
+        assert connector.peak == 4  # seen from the connector's side as well
 
     # Across sessions too: eight sessions each discovering one server at once.
-    connector2 = RecordingConnector(delay_s=0.2)
-    r2 = await rig(authority, [McpServer(declared("one"), connector2)])
+    r2 = await rig(
+        authority, [McpServer(kit.declared("one"), await kit.connector(delay_s=0.2))], kit=kit
+    )
     async with anyio.create_task_group() as group:
         for i in range(8):
             group.start_soon(r2.turn, f"window-{i}")
-    assert connector2.peak == 4
-    assert len(connector2.connects) == 8
+    assert r2.pool.peak_discovering == 4
+    assert await kit.starts("one") == 8
+    assert await kit.running("one") == [True] * 8
 
 
-async def test_clause_failure_cached_30s_healthy_peers_stay(authority: AuthorityResolver) -> None:
-    broken, healthy = RecordingConnector(fail="exited with status 3"), RecordingConnector()
-    r = await rig(
-        authority, [McpServer(declared("broken"), broken), McpServer(declared("ok"), healthy)]
-    )
+async def test_clause_failure_cached_30s_healthy_peers_stay(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    broken = await kit.connector(fail="exited with status 3")
+    servers = [
+        McpServer(kit.declared("broken"), broken),
+        McpServer(kit.declared("ok"), await kit.connector()),
+    ]
+    r = await rig(authority, servers, kit=kit)
     catalog, _ = await r.turn()
     assert states(catalog) == {"broken": "failing", "ok": "connected"}
     failing = next(d for d in catalog.discoveries if d.server == "broken")
@@ -347,90 +317,97 @@ async def test_clause_failure_cached_30s_healthy_peers_stay(authority: Authority
 
     r.clock.now += 29
     catalog, _ = await r.turn()
-    assert broken.connects == ["broken"], "retried inside the 30 s failure TTL"
+    assert await kit.starts("broken") == 1, "retried inside the 30 s failure TTL"
     assert states(catalog) == {"broken": "failing", "ok": "connected"}
-    assert healthy.connects == ["ok"]
-    assert not healthy.connections[0].closed
+    assert await kit.starts("ok") == 1
+    assert await kit.running("ok") == [True]
 
     r.clock.now += 2
-    broken.fail = None
+    await kit.change(broken, fail=None)
     catalog, _ = await r.turn()
-    assert broken.connects == ["broken", "broken"]
+    assert await kit.starts("broken") == 2
     assert states(catalog) == {"broken": "connected", "ok": "connected"}
     assert [s.state for s in r.statuses if s.server == "broken"] == ["failing", "connected"]
+    assert await kit.running("broken") == [True]
 
 
-async def test_clause_discovery_bounded_by_connect_timeout(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector(hang_list=True)
-    r = await rig(authority, [McpServer(declared("slow", connect_timeout_s=0.2), connector)])
-    with anyio.fail_after(5):
+async def test_clause_discovery_bounded_by_connect_timeout(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    # A real server must get as far as the listing: its start takes up to a second.
+    timeout_s = 0.2 if isinstance(kit, RecordingKit) else 2.0
+    server = McpServer(
+        kit.declared("slow", connect_timeout_s=timeout_s), await kit.connector(hang_list=True)
+    )
+    r = await rig(authority, [server], kit=kit)
+    with anyio.fail_after(timeout_s + 10):
         catalog, _ = await r.turn()
     assert states(catalog) == {"slow": "failing"}
-    assert "timed out after 0.2s" in catalog.discoveries[0].detail
-    assert connector.connections[0].closed, "the half-open connection was left running"
+    assert f"timed out after {timeout_s:g}s" in catalog.discoveries[0].detail
+    assert await kit.starts("slow") == 1
+    assert not any(await kit.running("slow")), "the half-open connection was left running"
 
 
-async def test_clause_connections_reused_and_evicted(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector()
-    server = McpServer(declared("git"), connector)
-    r = await rig(authority, [server])
+async def test_clause_connections_reused_and_evicted(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    connector = await kit.connector()
+    r = await rig(authority, [McpServer(kit.declared("git"), connector)], kit=kit)
     await r.turn()
     await r.turn()
-    assert connector.connects == ["git"], "a second turn of the session reconnected"
+    assert await kit.starts("git") == 1, "a second turn of the session reconnected"
 
     # A declaration change evicts the old connection before it could be used.
-    r.servers.servers = [McpServer(declared("git", env={"GIT_DIR": "/x"}), connector)]
+    r.servers.servers = [McpServer(kit.declared("git", env={"GIT_DIR": "/x"}), connector)]
     await r.turn()
-    assert connector.connects == ["git", "git"]
-    assert connector.connections[0].closed
-    assert not connector.connections[1].closed
+    assert await kit.starts("git") == 2
+    assert await kit.running("git") == [False, True]
 
     # An authority change (the policy changed) evicts too.
     r.servers.policy = EffectPolicy(ask=("mcp.connect:*", "mcp.git.*"))
     await r.turn()
-    assert connector.connections[1].closed
-    assert len(connector.connections) == 3
+    assert await kit.running("git") == [False, False, True]
 
     # Authority denied on a later turn: closed, and its tools are gone at once.
     r.servers.policy = EffectPolicy(deny=("mcp.connect:git",))
     catalog, _ = await r.turn()
-    assert connector.connections[2].closed
+    assert await kit.running("git") == [False, False, False]
     assert catalog.definitions == ()
 
     # Declaration removal closes the session's connection.
     r.servers.policy = EffectPolicy(ask=("mcp.connect:*",))
     await r.turn()
-    assert not connector.connections[3].closed
+    assert await kit.running("git") == [False, False, False, True]
     r.servers.servers = []
     await r.turn()
-    assert connector.connections[3].closed
+    assert await kit.running("git") == [False] * 4
 
 
-async def test_clause_timed_out_call_evicts(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t", call_timeout_s=0.2), connector)])
+async def test_clause_timed_out_call_evicts(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    server = McpServer(kit.declared("t", call_timeout_s=0.2), await kit.connector())
+    r = await rig(authority, [server], kit=kit)
     catalog, context = await r.turn()
     ref = catalog.resolve("mcp_t_get_time")
     assert ref is not None
+    # The server never answers this call.
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "hang"}), context)
     assert result.status == "timed_out"
     assert result.started
     await r.turn()
-    assert connector.connections[0].closed
-    assert len(connector.connections) == 2
+    assert await kit.running("t") == [False, True]
 
 
 async def test_clause_session_replacement_and_shutdown_close(
-    authority: AuthorityResolver,
+    authority: AuthorityResolver, kit: ConnectorKit
 ) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t"), connector)])
+    r = await rig(authority, [McpServer(kit.declared("t"), await kit.connector())], kit=kit)
     await r.turn()
     await r.turn(new_session=True)  # the same conversation moved to a new session
-    assert connector.connections[0].closed
-    assert not connector.connections[1].closed
+    assert await kit.running("t") == [False, True]
     await r.pool.aclose()
-    assert all(c.closed for c in connector.connections)
+    assert await kit.running("t") == [False, False]
     assert r.statuses[-1].state == "closed"
     # What it listed stays on the record: `hostkit mcp list` after a CLI run names them.
     assert [t.effect for t in r.statuses[-1].tools] == ["mcp.t.get_time"]
@@ -681,40 +658,41 @@ async def test_clause_credentials_on_a_servers_command_line_or_url_never_reach_a
 
 
 async def test_clause_identity_change_evicts_and_failures_are_per_agent(
-    authority: AuthorityResolver,
+    authority: AuthorityResolver, kit: ConnectorKit
 ) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t"), connector)])
+    connector = await kit.connector()
+    r = await rig(authority, [McpServer(kit.declared("t"), connector)], kit=kit)
     await r.turn()
     # The agent's sandbox (the connector's identity) changed: not reused.
-    connector.identity = "sandbox-b"
+    r.servers.servers = [McpServer(kit.declared("t"), kit.reidentified(connector))]
     await r.turn()
-    assert len(connector.connections) == 2
-    assert connector.connections[0].closed
+    assert await kit.running("t") == [False, True]
 
     # One agent's failure does not block another agent declaring the same server.
-    broken = RecordingConnector(fail="no such script in this workspace")
-    r2 = await rig(authority, [McpServer(declared("t"), broken)])
+    broken = await kit.connector(fail="no such script in this workspace")
+    r2 = await rig(authority, [McpServer(kit.declared("u"), broken)], kit=kit)
     catalog, _ = await r2.turn(agent="first")
-    assert states(catalog) == {"t": "failing"}
-    broken.fail = None
+    assert states(catalog) == {"u": "failing"}
+    await kit.change(broken, fail=None)
     catalog, _ = await r2.turn("other-conversation", agent="second")
-    assert states(catalog) == {"t": "connected"}
+    assert states(catalog) == {"u": "connected"}
     assert [(s.agent, s.state) for s in r2.statuses] == [
         ("first", "failing"),
         ("second", "connected"),
     ]
 
 
-async def test_clause_calls_in_flight_survive_prune_and_sweep(authority: AuthorityResolver) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t"), connector)])
+async def test_clause_calls_in_flight_survive_prune_and_sweep(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
+    r = await rig(authority, [McpServer(kit.declared("t"), await kit.connector())], kit=kit)
     catalog, context = await r.turn()
     ref = catalog.resolve("mcp_t_get_time")
     assert ref is not None
     results = []
 
     async def call() -> None:
+        # The server answers this one after a second.
         results.append(await r.runtime.execute(EffectRequest("c1", ref, {"zone": "slow"}), context))
 
     async with anyio.create_task_group() as group:
@@ -722,35 +700,37 @@ async def test_clause_calls_in_flight_survive_prune_and_sweep(authority: Authori
         await anyio.sleep(0.2)
         r.clock.now += 10_000  # far past the idle TTL
         await r.pool.sweep()
-        assert not connector.connections[0].closed, "the idle sweep closed a busy connection"
+        assert await kit.running("t") == [True], "the idle sweep closed a busy connection"
         await r.pool.prune(set())  # a configuration apply removed the declaration
         assert r.pool.connections() == ()
-        assert not connector.connections[0].closed, "prune killed a call in flight"
+        assert await kit.running("t") == [True], "prune killed a call in flight"
     assert [result.status for result in results] == ["succeeded"]
-    assert not connector.connections[0].closed, "closed while its turn still held it"
+    assert results[0].views.model == "t:get_time:slow"
+    assert await kit.running("t") == [True], "closed while its turn still held it"
     await r.finish()
-    assert connector.connections[0].closed, "the retired connection outlived its turn"
+    assert await kit.running("t") == [False], "the retired connection outlived its turn"
 
 
 async def test_clause_prune_is_per_agent_and_connections_are_capped(
-    authority: AuthorityResolver,
+    authority: AuthorityResolver, kit: ConnectorKit
 ) -> None:
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t"), connector)])
+    r = await rig(authority, [McpServer(kit.declared("t"), await kit.connector())], kit=kit)
     await r.turn(agent="a")
     await r.turn("b-conversation", agent="b")
-    digest = declared("t").digest()
+    digest = kit.declared("t").digest()
     await r.pool.prune({("b", "t", digest)})  # agent a was removed, b still declares it
-    assert [c.closed for c in connector.connections] == [True, False]
+    assert await kit.running("t") == [False, True]
 
-    small = McpConnections(max_connections=2)
-    r3 = await rig(authority, [McpServer(declared("t"), RecordingConnector())])
+    small = kit.pool(McpConnections(max_connections=2))
+    r3 = await rig(authority, [McpServer(kit.declared("u"), await kit.connector())], kit=kit)
     r3.runtime = EffectRuntime(
         toolsets=r3.servers, approvals=ApprovalRuntime(provider=r3.approver), mcp=small
     )
     for n in range(3):
         await r3.turn(f"conversation-{n}")
     assert len(small.connections()) == 2
+    # The least recently used one made room: its server is gone.
+    assert await kit.running("u") == [False, True, True]
 
 
 async def test_clause_broad_globs_are_no_connect_approval(authority: AuthorityResolver) -> None:
@@ -788,35 +768,37 @@ async def test_clause_bad_declarations_are_refused() -> None:
 
 
 async def test_clause_eviction_closes_only_the_connection_it_chose(
-    authority: AuthorityResolver,
+    authority: AuthorityResolver, kit: ConnectorKit
 ) -> None:
     """A prune that is still closing one session's old connection must not close the
     connection another session made meanwhile under the new declaration."""
-    connector = RecordingConnector(close_delay_s=0.3)
-    r = await rig(authority, [McpServer(declared("t"), connector)])
+    connector = await kit.connector(close_delay_s=0.3)
+    r = await rig(authority, [McpServer(kit.declared("t"), connector)], kit=kit)
     await r.turn("one")
     await r.turn("two")
     await r.finish()
-    changed = declared("t", env={"MODE": "new"})
+    changed = kit.declared("t", env={"MODE": "new"})
     new_digest = changed.digest()
     async with anyio.create_task_group() as group:
         group.start_soon(r.pool.prune, {("assistant", "t", new_digest)})
         await anyio.sleep(0.05)  # the prune is closing session one's old connection
         r.servers.servers = [McpServer(changed, connector)]
         await r.turn("two")  # session two reconnects under the new declaration
-    fresh = connector.connections[-1]
-    assert fresh.declaration == changed
-    assert not fresh.closed, "the prune closed the connection that replaced its target"
-    assert [c.closed for c in connector.connections[:2]] == [True, True]
+    assert await kit.running("t") == [False, False, True], (
+        "the prune closed the connection that replaced its target"
+    )
+    (key,) = r.pool.connections()
+    assert r.pool.session_tools(key[0], "assistant")["t"][0] == new_digest
 
 
-async def test_clause_a_prepared_turn_keeps_its_connections(authority: AuthorityResolver) -> None:
+async def test_clause_a_prepared_turn_keeps_its_connections(
+    authority: AuthorityResolver, kit: ConnectorKit
+) -> None:
     """The connection cap and the idle sweep never take a connection from a turn that was
     offered its tools (it may still be asking an approver), and concurrent connects cannot
     pass the cap together."""
-    connector = RecordingConnector()
-    r = await rig(authority, [McpServer(declared("t"), connector)])
-    r.pool = McpConnections(max_connections=1, clock=r.clock)
+    r = await rig(authority, [McpServer(kit.declared("t"), await kit.connector())], kit=kit)
+    r.pool = kit.pool(McpConnections(max_connections=1, clock=r.clock))
     r.runtime = EffectRuntime(
         toolsets=r.servers, approvals=ApprovalRuntime(provider=r.approver), mcp=r.pool
     )
@@ -831,10 +813,12 @@ async def test_clause_a_prepared_turn_keeps_its_connections(authority: Authority
     result = await r.runtime.execute(EffectRequest("c1", ref, {"zone": "UTC"}), context)
     assert result.status == "succeeded"
     await r.runtime.close_catalog(first)
+    assert await kit.running("t") == [True]
 
-    slow = RecordingConnector(delay_s=0.2)
-    capped = McpConnections(max_connections=1)
-    r2 = await rig(authority, [McpServer(declared("t"), slow)])
+    capped = kit.pool(McpConnections(max_connections=1))
+    r2 = await rig(
+        authority, [McpServer(kit.declared("u"), await kit.connector(delay_s=0.2))], kit=kit
+    )
     r2.runtime = EffectRuntime(
         toolsets=r2.servers, approvals=ApprovalRuntime(provider=r2.approver), mcp=capped
     )
@@ -843,7 +827,7 @@ async def test_clause_a_prepared_turn_keeps_its_connections(authority: Authority
         for n in range(3):
             group.start_soon(r2.turn, f"concurrent-{n}")
     assert len(capped.connections()) == 1
-    assert sum(not c.closed for c in slow.connections) == 1
+    assert (await kit.running("u")).count(True) == 1
 
 
 async def _no_finish() -> None:

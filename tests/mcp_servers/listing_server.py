@@ -19,13 +19,24 @@ MODE:
   clients drop such a tool);
 - ``late``: the first listing is answered only when the second asks, just before its
   first page; that late answer refuses ``ghost`` and ``twin``, which the second listing
-  lists as a usable tool on its second page.
+  lists as a usable tool on its second page;
+- ``clock NAME``: a well-behaved server for the connection pool's clauses
+  (``tests/contract/test_clause_mcp_connections.py``), whose one tool ``get_time``
+  ({"zone": string}) answers ``NAME:get_time:ZONE``, after a second for zone ``slow`` and
+  never for ``hang`` (other requests are still answered). Files in its working directory
+  steer it, so one declaration can fail and later come up: ``fail`` (exit 3 at start with
+  the file's text on stderr), ``delay`` (sleep that many seconds before serving),
+  ``hang_list`` (never answer ``tools/list``), ``linger`` (sleep that many seconds after
+  stdin ends). Each start appends NAME to ``starts``, failing or not.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 ERA = sys.argv[1] if len(sys.argv) > 1 else "legacy"
@@ -102,7 +113,66 @@ class Lister:
         return [reply]
 
 
+ZONE = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}
+
+
+def clock(name: str) -> None:
+    """``clock NAME``: see the module docstring."""
+    with open("starts", "a") as handle:
+        handle.write(f"{name}\n")
+    if Path("fail").exists():
+        sys.stderr.write(Path("fail").read_text())
+        sys.stderr.flush()
+        sys.exit(3)
+    if Path("delay").exists():
+        time.sleep(float(Path("delay").read_text()))
+    lock = threading.Lock()
+
+    def write(reply: dict[str, Any]) -> None:
+        with lock:
+            sys.stdout.write(json.dumps(reply, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+
+    def answer_later(reply: dict[str, Any], seconds: float) -> None:
+        time.sleep(seconds)
+        write(reply)
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" not in request:
+            continue
+        method, params = request.get("method"), request.get("params") or {}
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if method == "initialize":
+            reply["result"] = {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "clock", "version": "1"},
+            }
+        elif method == "tools/list":
+            if Path("hang_list").exists():
+                continue
+            reply["result"] = {"tools": [{"name": "get_time", "inputSchema": ZONE}]}
+        elif method == "tools/call":
+            zone = str((params.get("arguments") or {}).get("zone"))
+            text = f"{name}:{params['name']}:{zone}"
+            reply["result"] = {"content": [{"type": "text", "text": text}]}
+            if zone == "hang":
+                continue
+            if zone == "slow":
+                threading.Thread(target=answer_later, args=(reply, 1.0), daemon=True).start()
+                continue
+        else:
+            reply["error"] = {"code": -32601, "message": f"no method {method}"}
+        write(reply)
+    if Path("linger").exists():
+        time.sleep(float(Path("linger").read_text()))
+
+
 def main() -> None:
+    if MODE == "clock":
+        clock(sys.argv[3])
+        return
     lister = Lister()
     for line in sys.stdin:
         request = json.loads(line)
