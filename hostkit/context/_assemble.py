@@ -16,6 +16,7 @@ from hostkit.context._estimate import Estimator
 from hostkit.types import LayerSummary, ModelMessage, ToolDefinition
 
 __all__ = [
+    "CUT_MIN_CHARS",
     "UNANSWERED",
     "CalibratedEstimator",
     "Fit",
@@ -24,6 +25,7 @@ __all__ = [
     "History",
     "HistoryView",
     "SizeMemo",
+    "at_floor",
     "cut_results",
     "fit_groups",
     "group_history",
@@ -533,6 +535,14 @@ def cut_results(
             return None  # cutting every result to its floor would not make room
         share *= max(0.05, (results - over) / results * 0.9)
     return None
+
+
+def at_floor(message: ModelMessage) -> ModelMessage:
+    """``message`` as small as ``cut_results`` could make it: a tool result cut to
+    ``CUT_MIN_CHARS``; any other message as it is."""
+    if message.role != "tool" or len(message.content) <= CUT_MIN_CHARS:
+        return message
+    return replace(message, content=_cut_text(message.content, CUT_MIN_CHARS))
 
 
 def _cut_text(content: str, keep: int) -> str:

@@ -25,6 +25,13 @@ from hostkit.context._assemble import (
     split_answered,
 )
 from hostkit.context._bootstrap import BootstrapSource
+from hostkit.context._calls import (
+    RESULT_FLOOR,
+    fit_calls,
+    least_current,
+    room_for_current,
+    scaled,
+)
 from hostkit.context._compaction import (
     CompactionOutcome,
     CompactionTrigger,
@@ -46,6 +53,7 @@ from hostkit.types import (
     ModelMessage,
     OverflowReason,
     PreparedContext,
+    ToolCall,
     TurnExecutionContext,
     UsageObservation,
     is_count,
@@ -167,6 +175,8 @@ class ContextManager:
         self._unwritten: list[ContextDecision] = []
         # A request's fixed framing per estimator and whether it opens with a system message.
         self._fixed: dict[tuple[str, bool | None], int] = {}
+        # A result cut to its floor (``RESULT_FLOOR``) per estimator, uncalibrated.
+        self._floors: dict[str, int] = {}
 
     @property
     def cached_sessions(self) -> int:
@@ -434,6 +444,44 @@ class ContextManager:
         if window is not None:
             window.calibration = calibration
         return True
+
+    async def kept_calls(
+        self, request: ContextRequest, prepared: ContextReady, step: ModelMessage
+    ) -> tuple[ToolCall, ...] | None:
+        """``step``'s calls as the turn's next request can hold them; None when all fit.
+
+        ``step`` is the assistant message the model answered ``request`` with (as
+        the transcript keeps it), ``prepared`` what ``prepare`` made of ``request``.
+        A step is never cut, so a call whose arguments the next request could not
+        hold beside the turn's other messages, each call's result cut to its floor
+        (``cut_results``) and no summary or history, is kept as ``OversizedArguments``
+        instead: the effect runtime refuses it before anything runs and the turn
+        goes on. The common case costs one count, which the next ``prepare`` reuses.
+        """
+        context = request.context
+        window = self._windows.get(context.session_id)
+        if window is None or window.current != context.turn_id:
+            window = await self._read(request)
+        estimate, _ = self._estimator(request, window)
+        floor = self._floors.get(estimate.estimator_id)
+        if floor is None:
+            floor = self._floors[estimate.estimator_id] = estimate.base.message(RESULT_FLOOR)
+        floor = math.ceil(floor * estimate.factor)
+        room = room_for_current(prepared.hard_budget, prepared.layers)
+        current = next(x for x in reversed(prepared.layers) if x.name == "current")
+        calls = step.tool_calls
+        need = estimate.message(step) + floor * len(calls)
+        if not current.pruned and current.tokens + need <= room:
+            return None
+        # Either as they are (nothing of the turn cut) or with every result cut to its
+        # floor, in three quarters of the room (what ``prepare`` cuts them to).
+        turn = prepared.messages[len(prepared.messages) - current.items :]
+        left = max(
+            -1 if current.pruned else room - current.tokens,
+            room * 3 // 4 - least_current(turn, estimate),
+        )
+        text = scaled(estimate, dataclasses.replace(step, tool_calls=()))
+        return fit_calls(calls, estimate, left - text, floor)
 
     def _release(self, turn_id: str) -> None:
         """The turn ended: its decisions that were never observed are to be written."""

@@ -59,6 +59,7 @@ from hostkit.types import (
     EffectResult,
     EffectStatus,
     MalformedArguments,
+    OversizedArguments,
     TurnExecutionContext,
     bounded_metadata,
     is_cut,
@@ -112,6 +113,11 @@ _MALFORMED = (
     "the arguments were not one JSON object: they {reason}. Malformed, truncated, "
     "non-finite or too deeply nested JSON is refused and nothing ran; "
     "send the call again with its arguments as one complete JSON object"
+)
+# What the model reads for arguments the context window could not keep (``OversizedArguments``).
+_OVERSIZED = (
+    "the arguments {reason}; nothing ran: send a smaller call, e.g. write long content "
+    "in parts (one call each), or fewer calls at once"
 )
 _TOO_DEEP_TO_REDACT = (
     "the arguments are nested too deeply, or hold too many or too long secret-named values, "
@@ -483,7 +489,10 @@ class EffectRuntime:
         if isinstance(request.arguments, MalformedArguments):
             # A fact about the call, not arguments: no tool validates it (a schema that
             # takes any property would run the tool on its defaults), no approver reads it.
-            reason = _MALFORMED.format(reason=request.arguments.reason)
+            template = (
+                _OVERSIZED if isinstance(request.arguments, OversizedArguments) else _MALFORMED
+            )
+            reason = template.format(reason=request.arguments.reason)
             return _refused(
                 call_id, effect, "invalid", reason, Redactor.of(held, held=self.held_spellings)
             )

@@ -20,7 +20,7 @@ from hostkit.types import (
     new_id,
 )
 
-__all__ = ["accepted", "effect_of", "tool_name"]
+__all__ = ["accepted", "effect_of", "tool_name", "with_kept"]
 
 
 def accepted(response: ModelResponse, redactor: Redactor) -> ModelResponse:
@@ -55,6 +55,18 @@ def effect_of(catalog: PreparedEffectCatalog, name: str) -> str:
 def tool_name(catalog: PreparedEffectCatalog, name: str) -> str:
     """``name`` when this turn's catalog has it, else ``UNKNOWN_EFFECT``."""
     return name if catalog.resolve(name) is not None else UNKNOWN_EFFECT
+
+
+def with_kept(
+    response: ModelResponse, recorded: tuple[ToolCall, ...], kept: tuple[ToolCall, ...]
+) -> ModelResponse:
+    """``response`` with the calls ``kept_calls`` replaced (markers made from the recorded,
+    redacted arguments); the others run with their arguments as sent."""
+    calls = tuple(
+        call if new is old else new
+        for call, old, new in zip(response.tool_calls, recorded, kept, strict=True)
+    )
+    return dataclasses.replace(response, tool_calls=calls)
 
 
 def _keepable(call_id: str, redactor: Redactor) -> bool:

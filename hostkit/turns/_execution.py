@@ -44,7 +44,7 @@ from hostkit.store import (
 )
 from hostkit.turns._active import ActiveTurn, KnownResult, add_usage, bind_context
 from hostkit.turns._attachments import check_attachments, input_message, loaded_input
-from hostkit.turns._calls import accepted, effect_of, tool_name
+from hostkit.turns._calls import accepted, effect_of, tool_name, with_kept
 from hostkit.turns._core import CoreResolver, PinnedCore
 from hostkit.turns._events import NullObserver, Observer, TurnEvent, listening
 from hostkit.turns._holder import ON_REQUEST, LeaseHolder
@@ -563,6 +563,15 @@ class TurnExecution:
             # Kept and replayed without what the model put in secret-named arguments; the
             # calls themselves run with the arguments as sent.
             assistant = ModelMessage("assistant", response.text, _as_recorded(response.tool_calls))
+            if response.tool_calls:
+                # A call the turn's next request could not hold is refused, never run: run,
+                # its step would overflow the window and fail the turn after the effect.
+                kept = await self._context.kept_calls(context_request, prepared, assistant)
+                if kept is not None:
+                    response = with_kept(response, assistant.tool_calls, kept)
+                    assistant = ModelMessage(
+                        "assistant", response.text, _as_recorded(response.tool_calls)
+                    )
             messages.append(assistant)
             detail: dict[str, Any] = {
                 "step": step,

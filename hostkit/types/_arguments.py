@@ -27,6 +27,7 @@ __all__ = [
     "MAX_RAW_ARGUMENT_CHARS",
     "RAW_ARGUMENTS_KEY",
     "MalformedArguments",
+    "OversizedArguments",
     "argument_problem",
     "malformed_arguments",
     "not_an_object",
@@ -157,6 +158,28 @@ class MalformedArguments(FrozenMap):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MalformedArguments, (self.text, self.reason))
+
+
+class OversizedArguments(MalformedArguments):
+    """Arguments too large for the context window to keep: the call is refused, never run.
+
+    A step's calls are sent back to the model with every later step of the
+    turn, never cut; arguments the window cannot hold beside the turn's other
+    messages would fail the turn's next step after the tool ran. The
+    ContextManager keeps such a call as this bounded marker instead (``text``:
+    the beginning of the arguments' JSON; ``reason``: their size and what
+    fits), which the effect runtime refuses as ``invalid`` like any
+    ``MalformedArguments``, telling the model to send less. The transcript
+    keeps it as malformed arguments (it is only replayed, never run again).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"OversizedArguments(text={self.text!r}, reason={self.reason!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (OversizedArguments, (self.text, self.reason))
 
 
 def malformed_arguments(value: object, reason: str) -> MalformedArguments:
