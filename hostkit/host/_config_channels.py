@@ -51,7 +51,10 @@ _ENV_NAME = f"^{ENV_NAME_PATTERN}$"
 _SENDER = re.compile(r"^[A-Za-z0-9_.:@+-]{1,128}$")
 
 
-def _http_url(value: str | None, key: str) -> str | None:
+def _http_url(value: str | None, key: str, *, origin: bool = False) -> str | None:
+    """``value`` checked; an ``origin`` (``api_base``, joined with "/method") loses its
+    trailing '/', a ``deliver_url`` is kept exactly: "/in/" and "/in" are different
+    resources to the receiver."""
     if value is None:
         return None
     # The shared check: a bad port or host is refused here, not retried as a transient
@@ -61,7 +64,7 @@ def _http_url(value: str | None, key: str) -> str | None:
     parsed = urlsplit(value)
     if parsed.username or parsed.password:
         raise ValueError(f"{key} must not carry credentials (use token_env / secret_env)")
-    return value.rstrip("/")
+    return value.rstrip("/") if origin else value
 
 
 class _Strict(BaseModel):
@@ -122,7 +125,7 @@ class ChannelConfig(_Strict):
     @pydantic.field_validator("api_base")
     @classmethod
     def _api_base(cls, value: str | None) -> str | None:
-        return _http_url(value, "api_base")
+        return _http_url(value, "api_base", origin=True)
 
     @pydantic.field_validator("deliver_url")
     @classmethod

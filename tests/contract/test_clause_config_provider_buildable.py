@@ -17,6 +17,7 @@ the Host opened (opening is lenient) blocks no unrelated reload.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import re
 from pathlib import Path
@@ -125,10 +126,15 @@ def test_script_arguments_that_are_not_json_are_refused_naming_where(
 def test_json_script_arguments_are_accepted(tmp_path: Path) -> None:
     arguments = {"s": "ü", "i": -(2**63), "f": 1.5, "b": True, "n": None, "l": [[], {"k": 1}]}
     step = {"tool": "files.read", "arguments": arguments}
-    parse_config(
+    config = parse_config(
         {"providers": {"p": {"kind": "scripted", "script": [step]}}, "agents": {}},
         base_dir=tmp_path,
     )
+    (kept,) = config.providers["p"].script
+    assert kept.tool == "files.read"
+    assert kept.arguments == arguments
+    # Exactly, type for type: True stays a bool (not 1), the integer is not a float.
+    assert json.dumps(kept.arguments, sort_keys=True) == json.dumps(arguments, sort_keys=True)
 
 
 BUILDABLE: dict[str, dict[str, Any]] = {

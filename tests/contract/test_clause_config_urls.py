@@ -23,7 +23,11 @@ import pytest
 from hostkit.adapters.anthropic_messages import AnthropicProvider
 from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.errors import ConfigError, TurnRejected
-from hostkit.host import Host, default_config, parse_config
+from hostkit.host import Host, HostConfig, default_config, parse_config
+from hostkit.types import ModelMessage, ModelRequest
+from tests.wire import anthropic_messages as wire_anthropic
+from tests.wire import json_reply, serve_wire
+from tests.wire import openai_chat as wire_openai
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +88,7 @@ GOOD_URLS = [
     "https://xn--bcher-kva.example/api",
     "https://b\u00fccher.example/api",
     "http://[fe80::1%25eth0]:8080/",
+    "https://hooks.example/in/",
 ]
 
 
@@ -101,10 +106,23 @@ def test_a_url_no_client_could_use_is_refused_naming_its_key(
     assert "\n" not in str(caught.value)
 
 
+# Where the parsed config keeps each URL.
+KEPT: dict[str, Callable[[HostConfig], str | None]] = {
+    "providers.o.base_url": lambda config: config.providers["o"].base_url,
+    "channels.h.deliver_url": lambda config: config.channels["h"].deliver_url,
+    "channels.t.api_base": lambda config: config.channels["t"].api_base,
+    "agents.a.mcp.s": lambda config: config.agents["a"].mcp["s"].url,
+    "host.telemetry.endpoint": lambda config: config.host.telemetry.endpoint,
+}
+
+
 @pytest.mark.parametrize("key", sorted(URL_KEYS))
 @pytest.mark.parametrize("url", GOOD_URLS)
 def test_a_usable_url_is_accepted(tmp_path: Path, key: str, url: str) -> None:
-    parse_config(URL_KEYS[key](url), base_dir=tmp_path)
+    """Kept exactly as written: only ``api_base``, an origin joined with "/method", loses
+    a trailing '/'; a ``deliver_url`` ending in '/' is posted to with the '/'."""
+    config = parse_config(URL_KEYS[key](url), base_dir=tmp_path)
+    assert KEPT[key](config) == (url.rstrip("/") if key == "channels.t.api_base" else url)
 
 
 async def test_a_bad_port_in_base_url_stops_the_host_opening_not_each_turn(
@@ -146,10 +164,32 @@ def test_a_bad_base_url_given_to_an_adapter_is_a_config_error(
     assert caught.value.key == "base_url"
 
 
+# A usable base URL from the environment and the path a request to it arrives at.
+SENT_TO = {
+    "OPENAI_BASE_URL": ("/from-env/v1/chat/completions", wire_openai.completion(text="hi")),
+    "ANTHROPIC_BASE_URL": (
+        "/from-env/v1/messages",
+        wire_anthropic.message([wire_anthropic.text_block("hi")]),
+    ),
+}
+
+
 @pytest.mark.parametrize("variable", sorted(ADAPTERS))
-def test_a_usable_base_url_variable_builds(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    monkeypatch.setenv(variable, "http://127.0.0.1:8000/v1")
-    ADAPTERS[variable](model="m", api_key="k")
+async def test_a_usable_base_url_variable_builds(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """The adapter is built, and its requests go to the URL the variable names."""
+    path, answer = SENT_TO[variable]
+    async with serve_wire() as wire:
+        url = f"{wire.base_url}/from-env" + ("/v1" if variable == "OPENAI_BASE_URL" else "")
+        monkeypatch.setenv(variable, url)
+        wire.script(json_reply(answer))
+        async with ADAPTERS[variable](model="m", api_key="k") as provider:
+            response = await provider.complete(
+                ModelRequest(messages=(ModelMessage(role="user", content="hello"),))
+            )
+    assert [seen.path for seen in wire.requests] == [path]
+    assert response.text == "hi"
 
 
 @pytest.mark.parametrize("variable", sorted(ADAPTERS))

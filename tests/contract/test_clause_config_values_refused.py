@@ -12,6 +12,7 @@ of a reload either way.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,18 @@ PATHS = {
         "providers": {**SCRIPTED, "local": {"kind": "local", "model_path": v}},
     },
 }
+# Where the parsed config keeps each path, as written.
+KEPT_PATHS: dict[str, Callable[[HostConfig], object]] = {
+    "host.database": lambda config: config.host.database,
+    "host.workspace": lambda config: config.host.workspace,
+    "host.artifacts": lambda config: config.host.artifacts,
+    "host.cores_dir": lambda config: config.host.cores_dir,
+    "store.backup_dir": lambda config: config.store.backup_dir,
+    "agents.a.workspace": lambda config: config.agents["a"].workspace,
+    "agents.a.tool_path.0": lambda config: config.agents["a"].tool_path[0],
+    "cores.c.path": lambda config: config.cores["c"].path,
+    "providers.local.model_path": lambda config: config.providers["local"].model_path,
+}
 IMPOSSIBLE_PATHS = {"a NUL": "a\0b", "a lone NUL": "\0", "empty": "", "too long": "x" * 4097}
 
 
@@ -84,9 +97,14 @@ def test_a_core_path_keeps_its_own_tighter_bound(tmp_path: Path) -> None:
     parse_config(PATHS["cores.c.path"]("x" * 1000), base_dir=tmp_path)
 
 
+ORDINARY_PATH = "some dir/ünïcode ~ file.db"
+
+
 @pytest.mark.parametrize("key", sorted(PATHS))
 def test_an_ordinary_path_is_accepted(tmp_path: Path, key: str) -> None:
-    parse_config(PATHS[key]("some dir/ünïcode ~ file.db"), base_dir=tmp_path)
+    """Kept exactly as written: spaces, non-ASCII and a '~' not at the start untouched."""
+    config = parse_config(PATHS[key](ORDINARY_PATH), base_dir=tmp_path)
+    assert KEPT_PATHS[key](config) == ORDINARY_PATH
 
 
 @pytest.mark.parametrize("name", ["../../etc", "a-b", "", "tools.", ".tools", "a b", "x;y"])

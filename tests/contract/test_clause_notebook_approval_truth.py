@@ -348,5 +348,13 @@ def test_the_shutdown_hook_wraps_the_kernel_once(kernel: Kernel) -> None:
 
 
 def test_outside_a_kernel_nothing_is_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutdown, "_kernel", lambda: SimpleNamespace())
-    shutdown.watch_shutdown(lambda: None)  # no do_shutdown: nothing to wrap, no error
+    """No IPython kernel, or an object with no ``do_shutdown``: nothing is set on it, no
+    error, and the hook never runs."""
+    calls: list[str] = []
+    monkeypatch.setattr(shutdown, "_kernel", lambda: None)
+    assert shutdown.watch_shutdown(lambda: calls.append("none")) is None
+    shell = SimpleNamespace(name="not a kernel")
+    monkeypatch.setattr(shutdown, "_kernel", lambda: shell)
+    shutdown.watch_shutdown(lambda: calls.append("shell"))
+    assert vars(shell) == {"name": "not a kernel"}  # no hook attribute, no do_shutdown
+    assert calls == []

@@ -304,10 +304,16 @@ async def test_watch_refreshes_on_the_loop_keeps_a_typed_reason_and_stops_by_its
             await task  # ends by itself after for_s
     assert ticks > 20
     assert not monitor.watching
+    before = monitor.refreshed_at
     second = monitor.watch(0.2, for_s=60)
+    # Stopped mid-watch (after a refresh, not before its first step): it ends cancelled.
+    await until(lambda: monitor.refreshed_at != before)
+    assert monitor.watching
     monitor.stop()
-    await asyncio.sleep(0)
-    assert second.cancelled() or second.done()
+    with anyio.fail_after(5):
+        await asyncio.wait({second})
+    assert second.cancelled()  # stopped, not ended on its own after for_s
+    assert not monitor.watching
 
 
 async def test_bad_watch_bounds_and_a_monitor_outside_a_loop_are_refused(made: Inbox) -> None:

@@ -35,7 +35,7 @@ from hostkit.context._assemble import (
     SizeMemo,
     group_history,
 )
-from hostkit.errors import StoreError
+from hostkit.errors import ConfigError, StoreError
 from hostkit.store import ContextState, LeaseOwner, RuntimeStore, SqliteStore
 from hostkit.types import (
     Attachment,
@@ -390,8 +390,9 @@ async def test_the_window_cache_is_bounded_and_an_evicted_session_reads_again(
     )
     assert contents(again)[1:] == ["hello 0", "later", "q"]
     assert manager.cached_sessions == 2
-    with pytest.raises(Exception, match="window_cache"):
+    with pytest.raises(ConfigError) as refused:
         ContextManager(store, window_cache=0)
+    assert refused.value.key == "window_cache"
 
 
 async def test_the_window_cache_is_bounded_by_the_text_it_holds(
@@ -425,8 +426,9 @@ async def test_the_window_cache_is_bounded_by_the_text_it_holds(
         )
         assert alone.cached_sessions == 1
         assert alone.cached_chars > 20_000
-    with pytest.raises(Exception, match="window_cache_chars"):
+    with pytest.raises(ConfigError) as refused:
         ContextManager(store, window_cache_chars=0)
+    assert refused.value.key == "window_cache_chars"
 
 
 async def test_the_text_a_window_holds_is_counted_as_rows_come_and_go(

@@ -16,6 +16,7 @@ An ``ask``/``deny`` rule that is a slip from a namespace (``file.*``, a bare
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -371,4 +372,9 @@ def test_a_glob_over_a_tool_modules_undotted_effects_is_accepted(tmp_path: Path,
     """Only an exact provider spelling (``files_write``) is refused: a glob may match a
     tool module's effects (``notes_write``), which parsing cannot know yet."""
     parsed = config({"policy": {"ask": [rule]}}, tmp_path)
-    assert agent_policy(parsed.agents["a"]).decide("notes_write") in ("ask", "allow")
+    assert parsed.agents["a"].policy.ask == [rule]
+    policy = agent_policy(parsed.agents["a"])
+    # Kept and in effect: it asks for the effects it matches, and only those.
+    expected = "ask" if fnmatch.fnmatchcase("notes_write", rule) else "allow"
+    assert policy.decide("notes_write") == expected
+    assert policy.decide("notes_read") == ("ask" if rule == "notes_*" else "allow")

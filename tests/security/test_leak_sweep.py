@@ -4,9 +4,10 @@ no trace of it is anywhere the Host keeps or shows things, and another owner rea
 One Host on a real SQLite file runs turns whose tools hand the secret back in every
 shape (plain, inside a dict, inside a structured outcome, in an exception message,
 line by line with ``\\r\\n``, in a persisted audit view), plus ``terminal.run``
-printing it from a real child. Then every cell of every table of the database (and its
-WAL), every artifact file, every event an observer saw and every view of every result
-are searched for the value, each of its lines, and its JSON- and repr-escaped forms.
+printing it from a real child. Then every cell of every table of the database, the
+bytes of its WAL (read while the Host is open, before closing checkpoints it away), every
+artifact file, every event an observer saw and every view of every result are searched
+for the value, each of its lines, and its JSON- and repr-escaped forms.
 The expected count is zero.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hostkit.effects import ApprovalRequest, AuthoredTool, ToolContext, ToolOutcome
@@ -149,7 +151,11 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
             str(config.artifact_root),
         ):
             results.append(await host.turns.run(request(f"read:{path}", principal="bob")))
-        wal_seen = database.with_name(database.name + "-wal").exists()
+        # The WAL holds the newest pages and is checkpointed away when the Host closes:
+        # read it now, while it still has them (``-shm`` is only an index of it).
+        wal = database.with_name(database.name + "-wal")
+        wal_seen = wal.exists()
+        wal_bytes = await anyio.to_thread.run_sync(wal.read_bytes) if wal_seen else b""
         operator = await host.operator("ops", reason="sweep the effect audit views")
         audit_kinds = {
             record.kind
@@ -169,11 +175,14 @@ async def test_no_trace_of_a_bound_secret_anywhere_and_no_cross_owner_reads(
         "results": sum(_count(_result_text(r)) for r in results),
         "events": sum(_count(repr(event)) for event in recorder.events),
         "database": sum(_count(text) for text in table_rows(config.database_path)),
-        "wal_and_state_files": sum(_count(text) for text in _files_text(state)),
+        "wal": _count(wal_bytes.decode("utf-8", "replace")),
+        "state_files": sum(_count(text) for text in _files_text(state)),
         "workspace": sum(_count(text) for text in _files_text(workspace)),
         "cross_owner_reads": sum("alice" in _result_text(r) for r in bob),
     }
-    assert wal_seen or config.database_path.exists()
+    assert wal_seen
+    # It is the live WAL of these turns (not an empty file): Bob's last requests are in it.
+    assert b"read:../state/hostkit.db" in wal_bytes
     # The audit views were written (so the database sweep above covered them).
     assert {"effect.sweep.leak", "effect.terminal.run"} <= audit_kinds
     assert found == dict.fromkeys(found, 0)
