@@ -30,31 +30,33 @@ install: $(STAMP) bubblewrap postgresql
 
 # The sandbox of every process the Host starts for an agent (docs/effects.md, "Sandbox").
 # Installed when missing and this is root with apt-get; otherwise one line says what is
-# missing (terminal.run then fails closed). Never fails the install.
+# missing (terminal.run then fails closed). Never fails the install: `make test` requires
+# the sandbox wherever bwrap is installed, and elsewhere skips its tests and lists them.
 bubblewrap:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
 	      || { apt-get update -qq >/dev/null 2>&1 \
 	           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } \
-	      || echo 'bubblewrap: apt-get install failed; terminal.run fails closed until it is installed'; \
+	      || echo 'bubblewrap: apt-get install failed; terminal.run fails closed and make test skips the sandbox tests until it is installed'; \
 	  else \
-	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed'; \
+	    echo 'bubblewrap is missing (install the bubblewrap package as root); terminal.run fails closed and make test skips the sandbox tests'; \
 	  fi; }
 
 # The throwaway PostgreSQL the store matrix runs on (tests/postgres.py: initdb and pg_ctl
 # on loopback, never a system service). Installed when no server binaries are found and this
-# is root with apt-get; otherwise one line says what is missing (the postgres leg of the
-# store matrix skips). Never fails the install.
+# is root with apt-get; otherwise one line says what is missing. Never fails the install:
+# `make test` requires the postgres leg of the store matrix wherever the server binaries
+# are found, and elsewhere skips it and lists what it skipped.
 postgresql:
 	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 \
 	      || { apt-get update -qq >/dev/null 2>&1 \
 	           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; }; } \
-	      || echo 'postgresql: apt-get install failed; the PostgreSQL store tests skip until it is installed'; \
+	      || echo 'postgresql: apt-get install failed; make test skips the PostgreSQL store tests until it is installed'; \
 	  else \
-	    echo 'PostgreSQL is missing (install the postgresql package as root); the PostgreSQL store tests skip'; \
+	    echo 'PostgreSQL is missing (install the postgresql package as root); make test skips the PostgreSQL store tests'; \
 	  fi; }
 
 # Reinstall only when the dependency declaration (or a pin here) or the version changes; the
@@ -114,12 +116,18 @@ test-fast: install bytecode
 # order). The type checker is single-threaded and the test workers leave part of a core idle
 # (subprocesses, loopback servers), so it runs beside them. CI stays under 15 minutes on 2
 # cores.
+# HOSTKIT_REQUIRE (tests/parts.py): a system part named there fails its tests when missing
+# instead of skipping them. `installed` names each part a target above installed or found:
+# PostgreSQL's server binaries, bwrap, the local extra (whose GGUF $(STAMP) pulled); the
+# oldest kernel is always built first. A part no target could install here (not root, no
+# apt-get) skips its tests, and the run ends with a section listing each such part, how
+# many tests it skipped and how to install it.
 test: $(OLDEST_SPEC) bytecode
 	$(BIN)/ruff check hostkit tests bench
 	$(BIN)/ruff format --check hostkit tests bench
 	$(BIN)/lint-imports
 	@$(BIN)/mypy > .mypy-report 2>&1 & typing=$$!; \
-	HOSTKIT_REQUIRE_OLDEST_KERNEL=1 $(BIN)/python -m pytest -n 2 --dist worksteal \
+	HOSTKIT_REQUIRE=oldest-kernel,installed $(BIN)/python -m pytest -n 2 --dist worksteal \
 	    --ignore=tests/browser tests; tests=$$?; \
 	wait $$typing; typed=$$?; echo '$(BIN)/mypy'; cat .mypy-report; rm -f .mypy-report; \
 	test $$tests = 0 && test $$typed = 0

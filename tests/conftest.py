@@ -31,11 +31,13 @@ import psutil
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
-import tests.postgres as postgres_module
+import tests.parts as parts_module
 from hostkit._opening import Opening
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.store import Migration, RuntimeStore
 from hostkit.types import PrincipalScope
+from tests.parts import MARK as PART_MISSING
+from tests.parts import missing, part_of_skip, required_parts, skipped_summary
 from tests.postgres import (
     PostgresCluster,
     PostgresUnavailable,
@@ -48,6 +50,8 @@ STORE_MATRIX = (
     "test_store_*.py",
     "test_authority.py",
     "test_turns_*.py",
+    # Clauses of the turns contract: durable turn state on whatever engine the store opens.
+    "test_clause_turns_*.py",
     "test_clause_approvals_*.py",
     "test_effects_approval*.py",
     "test_effects_approvals.py",
@@ -56,6 +60,18 @@ STORE_MATRIX = (
     "test_store_inbox.py",
     # The delivery suite's recovered-turns clause, written against the store ADAPTERS.
     "test_clause_delivery_recovered_turns.py",
+    # Delivery clauses over a Host's durable outbox: claims, retries, routes, and the
+    # deliveries of cut and failed turns.
+    "test_clause_delivery_claims.py",
+    "test_clause_delivery_cut_turns.py",
+    "test_clause_delivery_failed_turns.py",
+    "test_clause_delivery_retries.py",
+    "test_clause_delivery_routes.py",
+    # Approvals answered over a channel: durable approval and continuation rows.
+    "test_clause_channel_approvals.py",
+    # Not here: the CLI modules (test_cli_*, test_clause_cli_*). Their subprocesses open
+    # the SQLite file their project names, the durable state they show is the inbox and
+    # approvals suites' above, and a postgres leg would add minutes (approvals alone 70 s).
 )
 # The PostgreSQL adapter's own tests open their databases themselves (postgres_cluster):
 # a sqlite leg would run each of them a second time, unchanged.
@@ -64,7 +80,7 @@ STORE_ADAPTERS = ("sqlite", "postgres")
 # The parameter name of the suites that choose their adapter themselves (ADAPTERS tuples).
 ADAPTER_PARAM = "adapter"
 _CONTRACT = Path(__file__).parent / "contract"
-_UNAVAILABLE_LINE = inspect.getsourcelines(PostgresUnavailable)[1]
+_MISSING_LINE = inspect.getsourcelines(missing)[1]
 
 
 def in_store_matrix(path: Path) -> bool:
@@ -101,22 +117,46 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("store_adapter", legs, ids=legs)
 
 
-# Every skip for want of PostgreSQL starts with this; pytest reports a fixture's skip at
-# each test's own line, so they are moved to one place below and fold into one summary line.
-_NO_POSTGRES = "PostgreSQL store tests skipped: "
-
-
+# A skip for want of a system part (tests/parts.py) is reported at the test's own line, or a
+# fixture's; moved to one place, the same reason folds into one line of the short summary
+# (the postgres leg alone is hundreds of skips).
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     longrepr = report.longrepr
-    if (
-        report.skipped
-        and isinstance(longrepr, tuple)
-        and longrepr[2].removeprefix("Skipped: ").startswith(_NO_POSTGRES)
-    ):
-        report.longrepr = (postgres_module.__file__, _UNAVAILABLE_LINE, longrepr[2])
+    if report.skipped and isinstance(longrepr, tuple) and part_of_skip(longrepr[2]):
+        report.longrepr = (parts_module.__file__, _MISSING_LINE, longrepr[2])
     return report
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # tests.parts.needs(part, reason): a reason means the part is missing here.
+    for mark in item.iter_markers(PART_MISSING):
+        part, reason = mark.args
+        if reason is not None:
+            missing(part, reason)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    required = sorted(required_parts())
+    return (
+        f"hostkit system parts required ({parts_module.REQUIRE}): "
+        f"{', '.join(required) or 'none'}; any other missing part skips its tests"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    # The legs a missing part skipped, said once at the end (a green run is not a full one).
+    reasons = [
+        report.longrepr[2]
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple)
+    ]
+    lines = skipped_summary(reasons)
+    if lines:
+        terminalreporter.section("system parts missing: tests skipped", sep="=", yellow=True)
+        for line in lines:
+            terminalreporter.line(line, yellow=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -161,13 +201,14 @@ def blockbuster() -> Iterator[BlockBuster]:
 def postgres_cluster() -> Iterator[PostgresCluster]:
     """A throwaway PostgreSQL on loopback for this test process, started on first use.
 
-    Skips (one line: what is missing and how to install it) where this machine has
-    no PostgreSQL server binaries. Sets ``PGPASSWORD``: URLs carry no password.
+    Where this machine has no PostgreSQL server binaries, skips or fails (when
+    required) saying what is missing and how to install it (tests/parts.py). Sets
+    ``PGPASSWORD``: URLs carry no password.
     """
     try:
         cluster = PostgresCluster.start()
     except PostgresUnavailable as exc:
-        pytest.skip(f"{_NO_POSTGRES}{exc}")
+        missing("postgres", str(exc))
 
     previous = os.environ.get("PGPASSWORD")
     os.environ["PGPASSWORD"] = cluster.password

@@ -42,6 +42,18 @@ def config(
     )
 
 
+async def child_store_url(tmp_path: Path, store_adapter: str) -> str:
+    """The ``[store] url`` of a child Host process sharing this test's store (``config``'s
+    ``tmp_path / "hostkit.db"``): "" on the sqlite leg, where the child opens that file,
+    else the PostgreSQL database this process's ``RuntimeStore.open`` of the file opens
+    (the password comes from ``PGPASSWORD``, which the child inherits)."""
+    if store_adapter != "postgres":
+        return ""
+    from tests.postgres import active_cluster
+
+    return await active_cluster().database_for(tmp_path / "hostkit.db")
+
+
 @asynccontextmanager
 async def open_host(
     tmp_path: Path,

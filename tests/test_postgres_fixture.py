@@ -12,6 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from hostkit.store import RuntimeStore
+from tests.parts import missing
 from tests.postgres import HOSTKIT_TEMPLATE, PostgresCluster, PostgresUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +80,7 @@ async def test_a_durable_cluster_keeps_every_commit_on_disk() -> None:
     try:
         cluster = await anyio.to_thread.run_sync(lambda: PostgresCluster.start(durable=True))
     except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL store tests skipped: {exc}")
+        missing("postgres", str(exc))
     try:
         async with await connect(cluster.url(), password=cluster.password) as conn:
             row = await (

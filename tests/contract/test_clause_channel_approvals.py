@@ -476,7 +476,7 @@ async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_bot
         assert first.turn_id == second.turn_id
         assert stamps.lines() == ["one"]
         request_ids = await host.store.read(
-            lambda c: [r[0] for r in c.execute("SELECT request_id FROM turns ORDER BY rowid")]
+            lambda c: [r[0] for r in c.execute("SELECT request_id FROM turns ORDER BY id")]
         )
         assert [r for r in request_ids if r.startswith("continue:")] == [f"continue:{approval_id}"]
 

@@ -44,6 +44,7 @@ from tests.contract.test_clause_effects_url_policy import Pinned
 from tests.contract.test_cli import hostkit
 from tests.contract.test_web_extract import ARTICLE, web_context
 from tests.hosts import request
+from tests.parts import missing
 from tests.security.test_ssrf import FakeResolver
 from tests.wire import serve_wire, text_reply
 
@@ -70,7 +71,8 @@ async def test_a_sandboxed_foreground_run_persists_cwd_env_names_and_executable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap, "bwrap")
-    assert probe.ok, probe.reason  # the suite runs where bubblewrap works
+    if not probe.ok:
+        missing("sandbox", probe.reason)
     monkeypatch.setenv(SECRET_NAME, TOKEN)
     # The working directory's own name carries the held secret: the view masks it.
     workdir = f"sub/d-{TOKEN}"

@@ -39,6 +39,7 @@ from hostkit.builtins.process import SandboxPolicy, SandboxUnavailable, probe_bu
 from hostkit.builtins.web import PinnedConnections, UrlDenied, UrlPolicy
 from hostkit.effects import McpConnection, McpServerDeclaration
 from hostkit.errors import UserError
+from tests.parts import missing
 from tests.support import git_repository, peak_allocation_growth, peak_rss_growth
 
 pytestmark = pytest.mark.anyio
@@ -76,7 +77,8 @@ def state_file(workspace: Path) -> Path:
 
 @pytest.fixture
 def connector(workspace: Path, state_file: Path) -> McpClientConnector:
-    assert probe_bubblewrap().ok, probe_bubblewrap().reason
+    if not (probe := probe_bubblewrap()).ok:
+        missing("sandbox", probe.reason)
     return McpClientConnector(
         workspace=workspace,
         sandbox=SandboxPolicy(),

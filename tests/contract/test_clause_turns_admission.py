@@ -78,6 +78,9 @@ def _set_failure(database: Path, *, on: bool) -> None:
         conn.commit()
 
 
+@pytest.mark.sqlite_only(
+    "the store error is injected by a trigger made through a raw sqlite3 connection to the file"
+)
 async def test_an_admission_store_error_is_turn_rejected_and_never_a_lost_turn_later(
     tmp_path: Path,
 ) -> None:

@@ -26,7 +26,7 @@ from hostkit.host import Host
 from hostkit.store._turns import SqlTurnStore
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest
-from tests.hosts import config, open_host, request, turn_rows
+from tests.hosts import child_store_url, config, open_host, request, turn_rows
 from tests.support import facts, sigkill_when
 
 pytestmark = pytest.mark.anyio
@@ -179,8 +179,8 @@ CHILD = textwrap.dedent(
     from hostkit.testing import CallTools, ScriptedModel, capabilities
     from hostkit.types import ConversationFacts, TurnRequest
 
-    root, marker = Path(sys.argv[1]), Path(sys.argv[2])
-    second = sys.argv[3] if len(sys.argv) > 3 else "slow_work"
+    root, marker, url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    second = sys.argv[4] if len(sys.argv) > 4 else "slow_work"
 
     @tool("slow.work")
     async def slow_work(ctx: ToolContext) -> str:
@@ -193,6 +193,7 @@ CHILD = textwrap.dedent(
         config = parse_config(
             {
                 "host": {"database": str(root / "hostkit.db"), "workspace": str(root)},
+                **({"store": {"url": url}} if url else {}),
                 "providers": {"test": {"kind": "scripted"}},
                 "agents": {"assistant": {"provider": "test", "memory": False}},
             },
@@ -217,10 +218,11 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.slow
 async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its_own(
-    tmp_path: Path,
+    tmp_path: Path, store_adapter: str
 ) -> None:
     marker = anyio.Path(tmp_path / "marker")
-    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker)]
+    url = await child_store_url(tmp_path, store_adapter)
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker), url]
     await sigkill_when(argv, marker.exists, what="the effect ran")
 
     model = ScriptedModel([Reply("after the crash")])
@@ -239,14 +241,15 @@ async def test_a_crash_mid_effect_gives_the_call_an_indeterminate_outcome_of_its
 
 @pytest.mark.slow
 async def test_a_crash_answers_a_made_up_tool_name_as_unknown_never_repeating_it(
-    tmp_path: Path,
+    tmp_path: Path, store_adapter: str
 ) -> None:
     """A name the model made up is its own text (a prompt injection can make it a secret):
     the recovery that answers the crashed step's calls names that answer ``_unknown``, as
     the turn itself does, so the text stays only in the model's own message."""
     made_up = "nosuch_hkTrustSecret7c2e9f41"
     marker = anyio.Path(tmp_path / "marker")
-    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker), made_up]
+    url = await child_store_url(tmp_path, store_adapter)
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(marker), url, made_up]
     await sigkill_when(argv, marker.exists, what="the effect ran")
 
     async with Host.open(config(tmp_path), capabilities=capabilities(ScriptedModel([]))) as host:

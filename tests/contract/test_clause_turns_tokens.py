@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 import sys
 import textwrap
 from pathlib import Path
@@ -26,7 +25,7 @@ from hostkit.errors import InvalidValue, LeaseLost, NotFoundOrUnauthorized, Unbo
 from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import PrincipalScope, TurnExecutionContext, TurnToken
-from tests.hosts import config, open_host, request
+from tests.hosts import child_store_url, config, open_host, request
 from tests.support import child_process, facts
 
 pytestmark = pytest.mark.anyio
@@ -210,11 +209,12 @@ async def test_a_lease_taken_over_unbinds_the_admission_token_and_its_writes_fai
             await entered.wait()
             # The lease lapsed long ago, and that was noticed a ttl ago (as if the first
             # Host had stalled past its ttl twice) ...
-            with sqlite3.connect(tmp_path / "hostkit.db") as raw:
-                raw.execute(
+            await a.store.write(
+                lambda conn: conn.execute(
                     "UPDATE session_leases SET expires_at = 0, lapse_noticed_at = 0, "
                     "lapsed_expiry = 0"
                 )
+            )
             # ... and a second Host process's turn takes the session over.
             model_b = ScriptedModel([Reply("taken over")])
             async with Host.open(config(tmp_path), capabilities=capabilities(model_b)) as b:
@@ -240,6 +240,7 @@ CHILD = textwrap.dedent(
     from hostkit.types import ConversationFacts, TurnRequest
 
     root, token_file, result_file = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    url = sys.argv[4]
     facts = ConversationFacts(channel="test", conversation_key="c1", principal_key="alice")
     holder = {}
 
@@ -264,6 +265,7 @@ CHILD = textwrap.dedent(
                     "workspace": str(root),
                     "session_lease_ttl_s": 0.6,
                 },
+                **({"store": {"url": url}} if url else {}),
                 "providers": {"test": {"kind": "scripted"}},
                 "agents": {"assistant": {"provider": "test", "memory": False}},
             },
@@ -284,11 +286,12 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.slow
 async def test_the_cancellation_token_cancels_its_turn_from_another_host_process(
-    tmp_path: Path,
+    tmp_path: Path, store_adapter: str
 ) -> None:
     token_file = anyio.Path(tmp_path / "token.json")
     result_file = anyio.Path(tmp_path / "outcome")
-    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(token_file), str(result_file)]
+    url = await child_store_url(tmp_path, store_adapter)
+    argv = [sys.executable, "-c", CHILD, str(tmp_path), str(token_file), str(result_file), url]
     async with child_process(argv) as child:
         with anyio.fail_after(60):
             while not await token_file.exists():

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -125,10 +124,9 @@ async def test_a_transcript_row_an_older_version_kept_with_a_lone_surrogate_does
     by a slot, the model's answer, a call's id and name. The next turn completes (with a
     fixed core, or none), and the request carries U+FFFD where the surrogates were."""
     first_model = ScriptedModel([CallTools(("lookup", {"q": "x"})), Reply("the answer")])
-    async with open_host(tmp_path, first_model) as host:
-        assert (await host.turns.run(request("the question"))).outcome == "completed"
-    # What an older version stored: canonical JSON, its lone surrogates as \\u escapes.
-    with closing(sqlite3.connect(tmp_path / "hostkit.db")) as db, db:
+
+    def older_rows(db: sqlite3.Connection) -> None:
+        # What an older version stored: canonical JSON, its lone surrogates as \\u escapes.
         for old, new in [
             ('"text":"the question"', '"text":"the question \\ud800"'),
             ('"text":"the answer"', '"text":"the answer \\udfff"'),
@@ -139,6 +137,11 @@ async def test_a_transcript_row_an_older_version_kept_with_a_lone_surrogate_does
                 [old, new, f"%{old}%"],
             ).rowcount
             assert changed >= 1, old
+
+    async with open_host(tmp_path, first_model) as host:
+        assert (await host.turns.run(request("the question"))).outcome == "completed"
+        # Written as plain SQL through the store: the same rows on either engine.
+        await host.store.write(older_rows)
     rig = _rig(kind, wire)
     try:
         rig.expect(Answer(deltas=("Still here.",)), stream=True)

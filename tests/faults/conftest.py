@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.parts import missing
 from tests.postgres import PostgresCluster, PostgresUnavailable
 
 
@@ -15,7 +16,7 @@ def own_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresCluster]:
     try:
         cluster = PostgresCluster.start(durable=True)
     except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL store tests skipped: {exc}")
+        missing("postgres", str(exc))
     monkeypatch.setenv("PGPASSWORD", cluster.password)
     try:
         yield cluster

@@ -24,6 +24,7 @@ import pytest
 
 from hostkit.builtins.process import probe_bubblewrap
 from hostkit.store import RuntimeStore
+from tests.parts import missing
 from tests.support import child_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -110,7 +111,8 @@ def live_runs(duration: str) -> int:
 
 async def test_two_host_processes_never_pass_one_sessions_limit(tmp_path: Path) -> None:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap, "bwrap")
-    assert probe.ok, probe.reason  # the suite runs where bubblewrap works
+    if not probe.ok:
+        missing("sandbox", probe.reason)
     await anyio.Path(tmp_path / "ws").mkdir()
     duration = f"3600.{secrets.randbelow(10**9):09d}"  # no other process's argv has it
 

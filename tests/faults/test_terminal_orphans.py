@@ -23,6 +23,7 @@ from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.contract.test_builtin_terminal import terminal_config, tool_output
 from tests.hosts import request
+from tests.parts import missing
 from tests.security.test_escape import marked
 from tests.support import sigkill_when
 
@@ -90,7 +91,8 @@ async def test_sigkill_of_the_host_leaves_its_background_run_orphaned_and_nothin
     tmp_path: Path,
 ) -> None:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap, "bwrap")
-    assert probe.ok, probe.reason  # the suite runs where bubblewrap works
+    if not probe.ok:
+        missing("sandbox", probe.reason)
     # A duration no other process on the machine has in its argv: the survivor marker.
     duration = f"3600.{secrets.randbelow(10**9):09d}"
     marker = anyio.Path(tmp_path / "started")

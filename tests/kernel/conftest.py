@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.kernel.frontend import REQUIRE_OLDEST, KernelChoice, kernel_choices
+from tests.kernel.frontend import KernelChoice, kernel_choices
+from tests.parts import missing
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +15,9 @@ def choices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KernelChoice 
 
 @pytest.fixture(params=["pinned", "oldest"])
 def kernel(request: pytest.FixtureRequest, choices: dict[str, KernelChoice | str]) -> KernelChoice:
-    """Each kernel in turn; the oldest is skipped when missing, unless CI requires it."""
+    """Each kernel in turn; the oldest is skipped when missing, unless the run requires it
+    (``HOSTKIT_REQUIRE``, tests/parts.py)."""
     choice = choices[request.param]
     if isinstance(choice, str):
-        if os.environ.get(REQUIRE_OLDEST):
-            pytest.fail(choice)
-        pytest.skip(choice)
+        missing("oldest-kernel", choice)
     return choice

@@ -36,9 +36,8 @@ __all__ = ["Frontend", "KernelChoice", "Seen", "kernel_choices", "running_kernel
 ROOT = Path(__file__).resolve().parents[2]
 OLDEST_KERNEL_DIRS = ROOT / ".jupyter-kernels" / "share" / "jupyter" / "kernels"
 OLDEST_KERNEL_NAME = "hostkit-oldest"
-# Set by `make test`, which builds the oldest kernel first: there a missing spec is a
-# failure, not a skip (a plain `pytest tests` on a checkout without it skips).
-REQUIRE_OLDEST = "HOSTKIT_REQUIRE_OLDEST_KERNEL"
+# `make test` builds the oldest kernel first and requires it (HOSTKIT_REQUIRE, tests/parts.py):
+# there a missing spec is a failure, not a skip (a plain `pytest tests` without it skips).
 
 T = TypeVar("T")
 

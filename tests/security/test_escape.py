@@ -32,6 +32,7 @@ from hostkit.builtins.process import (
     probe_bubblewrap,
 )
 from hostkit.effects import AuthoredTool, ToolContext, ToolOutcome
+from tests.parts import missing
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ SLEEP = "import time; time.sleep(300)"
 async def needs_bwrap() -> None:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
 
 
 def shape_argv(shape: str, marker: str, root: str) -> tuple[list[str], int]:

@@ -19,11 +19,11 @@ import pytest
 from hostkit.builtins.mcp._launch import Launch, plan_launch
 from hostkit.builtins.process import SandboxPolicy, probe_bubblewrap, visible_roots
 from hostkit.effects import McpServerDeclaration
+from tests.parts import needs
 from tests.support import in_mount_namespace
 
-pytestmark = pytest.mark.skipif(
-    not probe_bubblewrap().ok, reason="bubblewrap cannot run here: plan_launch refuses"
-)
+_PROBE = probe_bubblewrap()
+pytestmark = needs("sandbox", None if _PROBE.ok else f"plan_launch refuses: {_PROBE.reason}")
 
 SECRET = "ssh-private-key-MUST-NOT-LEAK"
 

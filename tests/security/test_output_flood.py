@@ -19,6 +19,7 @@ from hostkit.builtins.process import UNSANDBOXED, ResourceLimits, SandboxPolicy,
 from hostkit.effects import ToolContext, ToolOutcome
 from hostkit.types import EffectResult
 from tests.contract.test_effects_terminal import Terminal
+from tests.parts import missing
 from tests.support import peak_rss_growth
 
 pytestmark = pytest.mark.anyio
@@ -57,8 +58,8 @@ async def test_a_1_gib_flood_is_drained_with_bounded_memory(terminal: Terminal) 
 async def test_an_endless_writer_stops_at_the_file_size_limit_of_the_host_disk(
     terminal: Terminal, sandboxed: bool
 ) -> None:
-    if sandboxed and not (await anyio.to_thread.run_sync(probe_bubblewrap)).ok:
-        pytest.fail("bubblewrap is not usable here: `make bubblewrap` installs it")
+    if sandboxed and not (probe := await anyio.to_thread.run_sync(probe_bubblewrap)).ok:
+        missing("sandbox", probe.reason)
     base = SandboxPolicy() if sandboxed else UNSANDBOXED
     policy = SandboxPolicy(mode=base.mode, limits=ResourceLimits(file_size_mb=1))
     tool = next(t for t in terminal.runs.tools(sandbox=policy) if t.name == "terminal.run")

@@ -42,6 +42,7 @@ from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import ModelRequest
 from tests.hosts import request
+from tests.parts import missing
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +95,7 @@ async def open_sandbox(
 async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
     async for opened in open_sandbox(tmp_path):
         yield opened
 
@@ -248,7 +249,7 @@ async def test_the_artifact_root_is_masked_even_before_any_output_exists(
     workspace); a later run's output must not become readable to it."""
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
     artifacts = tmp_path / "ws" / "art"
     async for runs in open_sandbox(tmp_path, artifact_root=artifacts):
         policy = SandboxPolicy(hidden=(artifacts,))
@@ -459,12 +460,12 @@ async def test_the_process_limit_ends_a_forking_tree(sandbox: Sandbox) -> None:
 async def test_a_missing_bubblewrap_refuses_the_run_before_anything_starts(
     tmp_path: Path,
 ) -> None:
-    async for missing in open_sandbox(tmp_path, bwrap=str(tmp_path / "no-such-bwrap")):
-        outcome = await missing.run(SandboxPolicy(), "touch", "ran")
+    async for absent in open_sandbox(tmp_path, bwrap=str(tmp_path / "no-such-bwrap")):
+        outcome = await absent.run(SandboxPolicy(), "touch", "ran")
         assert outcome.status == "denied"
         assert INSTALL_HINT in (outcome.error or "")
-        assert missing.supervisor.owners() == ()
-        assert not await anyio.Path(missing.workspace / "ran").exists()
+        assert absent.supervisor.owners() == ()
+        assert not await anyio.Path(absent.workspace / "ran").exists()
         assert not await anyio.Path(tmp_path / "artifacts").exists()
 
 

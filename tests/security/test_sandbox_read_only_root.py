@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from hostkit.builtins.process import SandboxPolicy, probe_bubblewrap
+from tests.parts import missing
 from tests.security.test_sandbox import PY3, Sandbox, open_sandbox, stdout
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +54,7 @@ async def elsewhere() -> AsyncIterator[tuple[Sandbox, Path]]:
     """A sandbox whose workspace is not under /tmp (``tmp_path`` is)."""
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
     top = await anyio.to_thread.run_sync(_outside_tmp)
     if top is None:
         pytest.skip("no writable directory outside /tmp for a workspace")

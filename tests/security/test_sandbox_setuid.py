@@ -23,6 +23,7 @@ import pytest
 from hostkit.builtins.process import SandboxPolicy, SandboxProbe, probe_bubblewrap, sandbox_argv
 from hostkit.builtins.process import _sandbox as sandbox_module
 from hostkit.builtins.process._seccomp import filter_program, machine
+from tests.parts import missing
 from tests.security.test_sandbox import PY3, Sandbox, open_sandbox, stdout
 
 pytestmark = pytest.mark.anyio
@@ -211,7 +212,7 @@ def test_the_filter_of_each_known_machine_checks_its_own_abi() -> None:
 async def filtered(tmp_path: Path) -> AsyncIterator[Sandbox]:
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
     if not probe.filter_launcher:
         pytest.skip(probe.reason)
     async for opened in open_sandbox(tmp_path):
@@ -256,7 +257,7 @@ async def test_without_a_filter_for_the_machine_the_probe_says_so_and_runs_still
     try:
         probe = await anyio.to_thread.run_sync(probe_bubblewrap)
         if not probe.ok:
-            pytest.skip(probe.reason)
+            missing("sandbox", probe.reason)
         assert probe.filter_launcher == ()
         assert "no system-call filter for riscv64" in probe.reason
         argv = await anyio.to_thread.run_sync(_argv, probe, tmp_path)
@@ -275,7 +276,7 @@ async def test_where_the_filter_is_known_the_probe_loads_it(tmp_path: Path) -> N
         pytest.skip(f"no system-call filter for {MACHINE}")
     probe = await anyio.to_thread.run_sync(probe_bubblewrap)
     if not probe.ok:
-        pytest.skip(probe.reason)
+        missing("sandbox", probe.reason)
     assert probe.filter_launcher
     assert "system-call filter" not in probe.reason
     argv = await anyio.to_thread.run_sync(_argv, probe, tmp_path)

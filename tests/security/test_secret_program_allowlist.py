@@ -34,6 +34,7 @@ from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from tests.hosts import request
+from tests.parts import missing
 
 pytestmark = pytest.mark.anyio
 
@@ -267,7 +268,7 @@ async def test_a_link_swapped_after_the_checks_runs_nothing_else_with_the_secret
     if mode == "bubblewrap":
         probe = await anyio.to_thread.run_sync(probe_bubblewrap)
         if not probe.ok:
-            pytest.skip(probe.reason)
+            missing("sandbox", probe.reason)
     # Sandboxed, only the workspace is writable (and visible) to the agent.
     place = tmp_path / "ws" if mode == "bubblewrap" else tmp_path / "elsewhere"
     await anyio.Path(place).mkdir(exist_ok=True)
@@ -315,7 +316,7 @@ async def test_a_link_nobody_else_can_re_point_keeps_the_name_it_was_run_by(
     if sandboxed:
         probe = await anyio.to_thread.run_sync(probe_bubblewrap)
         if not probe.ok:
-            pytest.skip(probe.reason)
+            missing("sandbox", probe.reason)
     system = "/usr/bin/python3"
     if not await anyio.Path(system).is_symlink():
         pytest.skip(f"{system} is not a link here")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.builtins.process import probe_bubblewrap
+from tests.parts import missing
 from tests.support import in_mount_namespace
 
 SECRET = "s3cr3t-Value-9f2c"
@@ -239,8 +240,8 @@ def test_a_link_in_the_workspace_by_another_mount_path_is_run_by_its_real_path(
 
 
 def test_host_state_is_masked_wherever_the_workspace_shows_it(tmp_path: Path) -> None:
-    if not probe_bubblewrap().ok:
-        pytest.skip(probe_bubblewrap().reason)
+    if not (probe := probe_bubblewrap()).ok:
+        missing("sandbox", probe.reason)
     status, tail = in_mount_namespace(STATE_CHILD, str(tmp_path))
     assert status == "succeeded", tail
     assert "SECRET" not in tail
