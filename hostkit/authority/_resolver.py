@@ -253,10 +253,18 @@ class AuthorityResolver(AsyncResource):
         )
 
     async def for_scheduled_run(self, *, schedule_id: str, run_id: str) -> PrincipalScope:
-        """System authority limited to one scheduled run's own session (idempotent per run)."""
+        """System authority limited to one scheduled run's own session (idempotent per run).
+
+        The run's binding key is ``schedule_id/run_id``; ``run_id`` may not contain
+        ``/`` (``InvalidValue``), so the key splits at its last ``/`` into exactly one
+        pair and two schedules never share a key (every accepted pair keeps the key it
+        always had). The store also refuses a bound session another principal owns.
+        """
         for name, value in (("schedule_id", schedule_id), ("run_id", run_id)):
             if not is_text(value, limit=128):
                 raise InvalidValue(f"{name} must be 1 to 128 characters of valid text")
+        if "/" in run_id:
+            raise InvalidValue("run_id must not contain '/' (it ends the run's binding key)")
         principal_id = f"schedule:{schedule_id}"
         key = f"{schedule_id}/{run_id}"
         session_id, _ = await self._store.bind_conversation(
@@ -284,12 +292,17 @@ class AuthorityResolver(AsyncResource):
 
         The parent scope must verify and own its session; lineage (parent
         session and turn) is recorded on the child's immutable owner row.
+        ``parent_turn_id`` must be bounded text (``InvalidValue``) naming a turn of
+        the parent's session, checked in the same write (``NotFoundOrUnauthorized``
+        otherwise, audited; nothing is created).
         """
         self.verify(parent)
         if parent.session_id is None:
             raise ScopeError("a child agent needs a parent scope bound to a session")
         if not isinstance(agent, str) or not agent or len(agent) > 128:
             raise InvalidValue("agent must be a non-empty string of at most 128 characters")
+        if not is_text(parent_turn_id, limit=128):
+            raise InvalidValue("parent_turn_id must be 1 to 128 characters of valid text")
         principal_id = f"agent:{agent}:{new_id('child')}"
         session_id = await self._store.create_session(
             owner_kind="delegated_agent",

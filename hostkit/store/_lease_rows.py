@@ -17,7 +17,13 @@ from hostkit.store._approval_rows import OPEN_CALL, has_open_calls
 from hostkit.store._attachments import attached_refs, keep_attachments
 from hostkit.store._lease import LeaseOwner, owner_is_dead
 from hostkit.store._owned import now
-from hostkit.store._sessions import OwnerFacts, bind_conversation, owner_facts, owner_facts_of
+from hostkit.store._sessions import (
+    OwnerFacts,
+    bind_conversation,
+    check_principal,
+    owner_facts,
+    owner_facts_of,
+)
 from hostkit.store._turn_rows import (
     RUNNING_COLUMNS,
     Gone,
@@ -186,6 +192,8 @@ def _resolve_session(
     owner = owner_facts(conn, target)
     if owner is None or owner.owner_kind == "legacy_local":
         raise NotFoundOrUnauthorized("session")
+    # A schedule's or child's session admits only its own principal's turns.
+    check_principal(owner, admission.principal_id)
     return target, False, owner
 
 
@@ -225,6 +233,7 @@ def admit(
     if bound is not None:
         session_id, created = bound.facts.session_id, False
         facts = _owned_by(bound.facts, bound.target)
+        check_principal(facts, admission.principal_id)
         held, open_calls = bound.lease, bound.open_calls
     else:
         session_id, created, facts = _resolve_session(conn, admission)

@@ -145,14 +145,19 @@ class RowStore(RuntimeStore):
         ``"fresh"`` (a new session, bound from now on) or a session id the same
         conversation owns (resume). Returns (session id, created).
         """
-        if select == "bound":
-            # The common case (an already bound conversation) needs no writer slot.
-            bound = await self.read(
-                lambda raw: _sessions.bound_session(raw, channel, conversation_key)
-            )
-            if bound is not None:
-                return bound, False
+
+        def bound_owner(raw: sqlite3.Connection) -> tuple[str, _sessions.OwnerFacts | None] | None:
+            bound = _sessions.bound_session(raw, channel, conversation_key)
+            return None if bound is None else (bound, _sessions.owner_facts(raw, bound))
+
         try:
+            if select == "bound":
+                # The common case (an already bound conversation) needs no writer slot.
+                found = await self.read(bound_owner)
+                if found is not None:
+                    # A schedule's or child's session is its own principal's alone.
+                    _sessions.check_principal(found[1], principal_id)
+                    return found[0], False
             return await self.write(
                 lambda raw: _sessions.bind_conversation(
                     raw,
@@ -164,15 +169,23 @@ class RowStore(RuntimeStore):
                 )
             )
         except NotFoundOrUnauthorized:
-            # A resume of a session this conversation does not own: the caller gets the
-            # not-found answer, the Host-only audit the real reason.
+            # A resume of a session this conversation does not own, or a bound session
+            # another principal owns: the caller gets the not-found answer, the Host-only
+            # audit the real reason.
+            if select in ("bound", "fresh"):
+                found = await self.read(bound_owner)
+                session_id, lookup = (found[0] if found else select), "bind"
+            else:
+                session_id, lookup = select, "resume"
             await self.audit(
                 "principal_scope.owner_lookup_denied",
                 principal_id=principal_id,
                 authority=owner_kind,
-                subject=f"session:{select}"[:300],
-                reason=await self.read(lambda raw: _owned.denial_reason(raw, "session", select)),
-                detail={"lookup": "resume", "channel": channel},
+                subject=f"session:{session_id}"[:300],
+                reason=await self.read(
+                    lambda raw: _owned.denial_reason(raw, "session", session_id)
+                ),
+                detail={"lookup": lookup, "channel": channel},
             )
             raise NotFoundOrUnauthorized("session") from None
 
@@ -185,17 +198,37 @@ class RowStore(RuntimeStore):
         parent_turn_id: str | None = None,
         title: str | None = None,
     ) -> str:
-        """Create an unbound session with its owner row (children, scheduled runs)."""
-        return await self.write(
-            lambda raw: _sessions.create_session(
-                raw,
-                owner_kind=owner_kind,
-                principal_id=principal_id,
-                parent_session_id=parent_session_id,
-                parent_turn_id=parent_turn_id,
-                title=title,
+        """Create an unbound session with its owner row (children, scheduled runs).
+
+        A child's ``parent_turn_id`` must be a turn of ``parent_session_id``:
+        ``InvalidValue`` for an id that is not bounded text, ``NotFoundOrUnauthorized``
+        (audited with its real reason) for a turn of any other session or none.
+        """
+        try:
+            return await self.write(
+                lambda raw: _sessions.create_session(
+                    raw,
+                    owner_kind=owner_kind,
+                    principal_id=principal_id,
+                    parent_session_id=parent_session_id,
+                    parent_turn_id=parent_turn_id,
+                    title=title,
+                )
             )
-        )
+        except NotFoundOrUnauthorized:
+            turn_id = str(parent_turn_id)
+            reason = await self.read(lambda raw: _owned.denial_reason(raw, "turn", turn_id))
+            await self.audit(
+                "principal_scope.owner_lookup_denied",
+                principal_id=principal_id,
+                authority=owner_kind,
+                session_id=parent_session_id,
+                subject=f"turn:{turn_id}"[:300],
+                # A turn that exists in another session is not this parent's: unauthorized.
+                reason="unauthorized" if reason != "missing" else reason,
+                detail={"lookup": "parent_turn"},
+            )
+            raise NotFoundOrUnauthorized("turn") from None
 
     async def owner_facts(self, session_id: str) -> OwnerFacts | None:
         return await self.read(lambda raw: _sessions.owner_facts(raw, session_id))
@@ -203,6 +236,24 @@ class RowStore(RuntimeStore):
     async def audit(self, kind: str, **fields: Any) -> int:
         """Append a Host-only audit row (see ``_sessions.insert_audit`` for fields)."""
         return await self.write(lambda raw: _sessions.insert_audit(raw, kind, **fields))
+
+    async def audit_denied_session(
+        self, principal_id: str, session_id: str, *, lookup: str, authority: str | None = None
+    ) -> None:
+        """Audit a refused use of ``session_id`` with its real reason (Host-only)."""
+
+        def record(raw: sqlite3.Connection) -> None:
+            _sessions.insert_audit(
+                raw,
+                "principal_scope.owner_lookup_denied",
+                principal_id=principal_id,
+                authority=authority,
+                subject=f"session:{session_id}"[:300],
+                reason=_owned.denial_reason(raw, "session", session_id),
+                detail={"lookup": lookup},
+            )
+
+        await self.write(record)
 
     async def read_audit(
         self,

@@ -21,10 +21,12 @@ from hostkit.store._rebound import void_rebound
 from hostkit.types import AuditRecord, OwnerKind, PrincipalScope, bounded_data, is_text, new_id
 
 __all__ = [
+    "PRINCIPAL_OWNED",
     "ConversationSelect",
     "OwnerFacts",
     "bind_conversation",
     "bound_session",
+    "check_principal",
     "create_session",
     "insert_audit",
     "owner_facts",
@@ -36,6 +38,12 @@ __all__ = [
 
 ConversationSelect = Literal["bound", "fresh"] | str
 _MAX_SELECT = 200
+# Owner kinds whose session belongs to exactly one principal (a schedule, a child agent):
+# only that principal may bind, resume or admit a turn in it. A conversation's session is
+# shared by whoever speaks in that conversation (a group chat), so it is not in here.
+PRINCIPAL_OWNED: frozenset[str] = frozenset({"system", "delegated_agent"})
+# Bound as ``turn_id`` is bound everywhere a turn id is taken.
+_MAX_TURN_ID = 128
 # Above every audit id (a 64-bit integer on both engines): paging back starts here.
 _NO_ROW_YET = 2**63 - 1
 
@@ -89,7 +97,25 @@ def create_session(
     parent_turn_id: str | None = None,
     title: str | None = None,
 ) -> str:
-    """Create a session with its immutable owner row and ``session.created`` in one go."""
+    """Create a session with its immutable owner row and ``session.created`` in one go.
+
+    A child's lineage is checked in the same transaction: ``parent_turn_id`` must be a
+    turn of ``parent_session_id`` (``NotFoundOrUnauthorized("turn")`` otherwise, and
+    nothing is written), so an owner row never claims another session's turn.
+    """
+    if parent_turn_id is not None:
+        if not is_text(parent_turn_id, limit=_MAX_TURN_ID):
+            raise InvalidValue(
+                f"parent_turn_id must be 1 to {_MAX_TURN_ID} characters of valid text"
+            )
+        if parent_session_id is None or (
+            conn.execute(
+                "SELECT 1 FROM turns WHERE turn_id = ? AND session_id = ?",
+                [parent_turn_id, parent_session_id],
+            ).fetchone()
+            is None
+        ):
+            raise NotFoundOrUnauthorized("turn")
     session_id = new_id("ses")
     at = now(conn)
     conn.execute(
@@ -156,6 +182,7 @@ def bind_conversation(
         )
     previous = bound_session(conn, channel, conversation_key)
     if previous is not None and select == "bound":
+        check_principal(owner_facts(conn, previous), principal_id)
         return previous, False
     created = False
     if select in ("bound", "fresh"):
@@ -175,6 +202,7 @@ def bind_conversation(
             conversation_key,
         ):
             raise NotFoundOrUnauthorized("session")
+        check_principal(owner, principal_id)
         session_id = select
     conn.execute(
         "INSERT INTO conversation_bindings (channel, conversation_key, principal_id, session_id, "
@@ -205,6 +233,21 @@ def bind_conversation(
             },
         )
     return session_id, created
+
+
+def check_principal(owner: OwnerFacts | None, principal_id: str) -> None:
+    """``NotFoundOrUnauthorized("session")`` when ``owner`` is one principal's own session
+    (``PRINCIPAL_OWNED``) and ``principal_id`` is not that principal.
+
+    A binding key or a session id alone never hands one schedule's or child's session to
+    another principal; conversation sessions are shared by their conversation's speakers.
+    """
+    if (
+        owner is not None
+        and owner.owner_kind in PRINCIPAL_OWNED
+        and owner.principal_id != principal_id
+    ):
+        raise NotFoundOrUnauthorized("session")
 
 
 def owner_facts(conn: sqlite3.Connection, session_id: str) -> OwnerFacts | None:

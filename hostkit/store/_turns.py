@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hostkit.errors import InvalidValue, StoreError, StoreOutcomeUnknown
+from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError, StoreOutcomeUnknown
 from hostkit.store import _lease_rows as leases
 from hostkit.store import _turn_rows as rows
 from hostkit.store._context_values import ObservedStep
@@ -75,7 +75,9 @@ class TurnStore(ABC):
         the session — a ``ConversationTarget`` is resolved, created or
         switched (``NotFoundOrUnauthorized`` for a session this conversation
         does not own, ``ScopeError`` when the bound session has no durable
-        conversation owner), a session id must exist; the session lease —
+        conversation owner), a session id must exist and, for a ``system`` or
+        ``delegated_agent`` session, be owned by ``admission.principal_id``
+        (``NotFoundOrUnauthorized``, audited, otherwise); the session lease —
         held by a live holder gives ``SessionBusy`` (nothing of the turn is
         written; the binding stays), held by a dead or silent holder ends
         that turn ``lost`` (``cancelled`` if asked) and takes over with the
@@ -266,6 +268,14 @@ class SqlTurnStore(TurnStore):
                     conn, admission, owner=owner, ttl_s=ttl, now_epoch=clock()
                 )
             )
+        except NotFoundOrUnauthorized:
+            if isinstance(admission.session, str):
+                # A session id the principal does not own (a schedule's or child's session
+                # is its principal's alone): the caller gets not-found, the audit the reason.
+                await self._db.audit_denied_session(
+                    admission.principal_id, admission.session, lookup="admit"
+                )
+            raise
         except StoreOutcomeUnknown:
             # The COMMIT's answer was lost (a connection that broke): read what landed. The
             # admission is ours to go on with if it did; if nothing of it did, admitting

@@ -17,8 +17,8 @@ from hostkit.errors import (
     ScopeError,
     StoreClosed,
 )
-from hostkit.store import RuntimeStore
-from hostkit.types import FreshSession, PrincipalScope, ResumeSession
+from hostkit.store import Admitted, LeaseOwner, RuntimeStore, TurnAdmission
+from hostkit.types import FreshSession, PrincipalScope, ResumeSession, new_id
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +27,31 @@ pytestmark = pytest.mark.anyio
 async def denials(store: RuntimeStore, operator: PrincipalScope) -> list[tuple[str, str]]:
     rows = await store.read_audit(operator, kind="principal_scope.owner_lookup_denied")
     return [(row.subject or "", row.reason or "") for row in rows]
+
+
+_HOLDER = LeaseOwner("another-machine", 4242, 1.0, "remote-instance", "other-boot:1")
+
+
+def admission(scope: PrincipalScope, session_id: str | None = None) -> TurnAdmission:
+    """A turn of ``scope``'s principal in ``session_id`` (its own session by default)."""
+    return TurnAdmission(
+        turn_id=new_id("turn"),
+        request_id=new_id("req"),
+        principal_id=scope.principal_id,
+        core_id="assistant",
+        core_revision="rev1",
+        generation=1,
+        session=session_id or scope.session_id or "",
+    )
+
+
+async def turn_in(store: RuntimeStore, scope: PrincipalScope) -> str:
+    """Admit (and free again) one turn of ``scope`` in its session; its turn id."""
+    asked = admission(scope)
+    admitted = await store.turns.admit(asked, owner=_HOLDER, ttl_s=600.0)
+    assert isinstance(admitted, Admitted), admitted
+    await store.turns.abandon(admitted.lease)
+    return asked.turn_id
 
 
 # -- conversation scopes ------------------------------------------------------------
@@ -324,14 +349,15 @@ async def test_child_agent_owns_its_child_session_and_nothing_of_its_parent(
 ) -> None:
     parent = await authority.for_conversation(facts("parent"))
     await store.append_message(parent, parent.session_id or "", role="user", content={"t": 1})
-    child = await authority.for_child_agent(parent, parent_turn_id="turn_1", agent="researcher")
+    turn_id = await turn_in(store, parent)
+    child = await authority.for_child_agent(parent, parent_turn_id=turn_id, agent="researcher")
     assert child.authority == "delegated_agent"
     assert child.session_id != parent.session_id
     record = await store.get_session(child, child.session_id or "")
     assert (record.owner_kind, record.parent_session_id, record.parent_turn_id) == (
         "delegated_agent",
         parent.session_id,
-        "turn_1",
+        turn_id,
     )
     with pytest.raises(NotFoundOrUnauthorized):
         await store.list_messages(child, parent.session_id or "")
@@ -352,3 +378,90 @@ async def test_child_agent_needs_a_verified_parent(
         await authority.for_child_agent(operator, parent_turn_id="t", agent="a")
     with pytest.raises(InvalidValue):
         await authority.for_child_agent(parent, parent_turn_id="t", agent="")
+
+
+async def test_child_lineage_names_a_turn_of_the_parents_own_session(
+    authority: AuthorityResolver, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """The owner row's parent turn is a turn of the parent session: another conversation's
+    turn or none is refused (audited) with nothing written; a non-text id is refused."""
+    alice = await authority.for_conversation(facts("c-alice", "alice"))
+    bob = await authority.for_conversation(facts("c-bob", "bob"))
+    bobs_turn = await turn_in(store, bob)
+    before = len((await store.list_sessions(operator, limit=50)).items)
+    for forged in (bobs_turn, "no-such-turn"):
+        with pytest.raises(NotFoundOrUnauthorized):
+            await authority.for_child_agent(alice, parent_turn_id=forged, agent="r")
+    for bad in (12345, None, "", "t" * 129, "t\ud800"):
+        with pytest.raises(InvalidValue, match="parent_turn_id") as raised:
+            await authority.for_child_agent(alice, parent_turn_id=bad, agent="r")  # type: ignore[arg-type]
+        assert len(str(raised.value)) < 200
+    assert len((await store.list_sessions(operator, limit=50)).items) == before
+    assert (f"turn:{bobs_turn}", "unauthorized") in await denials(store, operator)
+    assert ("turn:no-such-turn", "missing") in await denials(store, operator)
+    alices_turn = await turn_in(store, alice)
+    child = await authority.for_child_agent(alice, parent_turn_id=alices_turn, agent="r")
+    record = await store.get_session(child, child.session_id or "")
+    assert (record.parent_session_id, record.parent_turn_id) == (alice.session_id, alices_turn)
+
+
+async def test_two_schedules_never_share_a_runs_session(
+    authority: AuthorityResolver, store: RuntimeStore
+) -> None:
+    """``schedule_id/run_id`` is one pair's key alone: a run id with ``/`` (which would make
+    ``billing`` + ``eu/1`` the key of ``billing/eu`` + ``1``) is refused, and every other
+    pair keeps the key it always had."""
+    eu = await authority.for_scheduled_run(schedule_id="billing/eu", run_id="2026-01-01")
+    assert eu.conversation_key == "billing/eu/2026-01-01"
+    with pytest.raises(InvalidValue, match="run_id must not contain") as raised:
+        await authority.for_scheduled_run(schedule_id="billing", run_id="eu/2026-01-01")
+    assert len(str(raised.value)) < 200
+    billing = await authority.for_scheduled_run(schedule_id="billing", run_id="eu-2026-01-01")
+    assert billing.session_id != eu.session_id
+    again = await authority.for_scheduled_run(schedule_id="billing/eu", run_id="2026-01-01")
+    assert again.session_id == eu.session_id
+
+
+async def test_a_principals_own_session_is_never_bound_or_admitted_for_another(
+    authority: AuthorityResolver, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """A schedule's or child's session is its principal's alone: a binding key or session id
+    that names it (an old colliding key, a forged admission) is refused, audited, and no
+    turn is written; a conversation's session stays shared by its speakers."""
+    run = await authority.for_scheduled_run(schedule_id="billing/eu", run_id="2026-01-01")
+    session = run.session_id or ""
+    for select in ("bound", session):  # the bound key (read and write paths), a resume
+        with pytest.raises(NotFoundOrUnauthorized):
+            await store.bind_conversation(
+                channel="schedule",
+                conversation_key="billing/eu/2026-01-01",
+                principal_id="schedule:billing",
+                owner_kind="system",
+                select=select,
+            )
+    assert (
+        await store.bind_conversation(
+            channel="schedule",
+            conversation_key="billing/eu/2026-01-01",
+            principal_id=run.principal_id,
+            owner_kind="system",
+        )
+    ) == (session, False)
+    other = await authority.for_scheduled_run(schedule_id="billing", run_id="eu-2026-01-01")
+    parent = await authority.for_conversation(facts("p", "alice"))
+    child = await authority.for_child_agent(
+        parent, parent_turn_id=await turn_in(store, parent), agent="r"
+    )
+    for owner, intruder in ((run, other), (child, other), (run, parent)):
+        forged = admission(intruder, owner.session_id)
+        with pytest.raises(NotFoundOrUnauthorized):
+            await store.turns.admit(forged, owner=_HOLDER, ttl_s=600.0)
+        assert await store.turns.find(intruder.principal_id, forged.request_id) is None
+    refused = await denials(store, operator)
+    assert refused.count((f"session:{session}", "unauthorized")) == 4
+    assert (f"session:{child.session_id}", "unauthorized") in refused
+    await turn_in(store, run)  # its own principal is admitted as before
+    # A group chat: another speaker of the same conversation shares its session.
+    bob = await authority.for_conversation(facts("p", "bob"))
+    assert bob.session_id == parent.session_id
+    await turn_in(store, bob)

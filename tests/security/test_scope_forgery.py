@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from hostkit.authority import AuthorityResolver, OperatorIssuer
 from hostkit.errors import InvalidValue, ScopeError
-from hostkit.store import RuntimeStore
-from hostkit.types import Authority, ConversationFacts, PrincipalScope
+from hostkit.store import Admitted, LeaseOwner, RuntimeStore, TurnAdmission
+from hostkit.types import Authority, ConversationFacts, PrincipalScope, new_id
 
 text = st.text(min_size=1, max_size=40)
 # Every field but ``proof``: what signing_payload must cover.
@@ -61,7 +61,21 @@ async def _issued(store: RuntimeStore) -> dict[str, PrincipalScope]:
     ops_session = await operator.issue("ops", reason="property test", conversation_key="k")
     other = await OperatorIssuer(store, mint).issue("ops2", reason="second live grant")
     run = await resolver.for_scheduled_run(schedule_id="s", run_id="r")
-    child = await resolver.for_child_agent(alice, parent_turn_id="t", agent="helper")
+    admission = TurnAdmission(
+        turn_id=new_id("turn"),
+        request_id=new_id("req"),
+        principal_id=alice.principal_id,
+        core_id="assistant",
+        core_revision="rev1",
+        generation=1,
+        session=alice.session_id or "",
+    )
+    holder = LeaseOwner("another-machine", 4242, 1.0, "remote-instance", "other-boot:1")
+    admitted = await store.turns.admit(admission, owner=holder, ttl_s=600.0)
+    assert isinstance(admitted, Admitted), admitted
+    await store.turns.abandon(admitted.lease)
+    # A child's lineage names a real turn of its parent's session.
+    child = await resolver.for_child_agent(alice, parent_turn_id=admission.turn_id, agent="helper")
     return {
         "alice": alice,
         "bob": bob,
