@@ -22,6 +22,7 @@ from hostkit.store import (
     TurnState,
 )
 from hostkit.types import (
+    Authority,
     ConversationFacts,
     FreshSession,
     PrincipalScope,
@@ -316,6 +317,51 @@ class AuthorityResolver(AsyncResource):
                 authority="delegated_agent",
                 channel=AGENT_CHANNEL,
                 conversation_key=None,
+                session_id=session_id,
+                allowed_session_ids=frozenset({session_id}),
+                issuer_id=self._mint.issuer_id,
+            )
+        )
+
+    async def owner_of_answered(self, operator: PrincipalScope, session_id: str) -> PrincipalScope:
+        """The owner's scope of an existing scheduled run's or child agent's session, for
+        the continuation of an approval an operator answered there (Host-internal: only
+        ``host.approvals`` calls it).
+
+        A conversation's scope comes back through ``for_conversation``; these owners
+        cannot be minted again by their own methods (a child's always gets a new
+        session), so an answer given after the minting Host closed would otherwise
+        strand its approval. The scope is rebuilt from the durable ``session_owners``
+        row alone, exactly as it was issued (principal, authority, channel, that one
+        session), and only for a live operator scope; the rebuild is audited.
+        """
+        operator = self.verify(operator)
+        if operator.authority != "operator":
+            raise ScopeError("only an operator answers for another owner")
+        owner = await self._store.owner_facts(session_id)
+        if owner is None or owner.principal_id is None:
+            raise NotFoundOrUnauthorized("session")
+        if owner.owner_kind == "system" and owner.channel == SCHEDULE_CHANNEL:
+            authority: Authority = "system"
+            channel, key = SCHEDULE_CHANNEL, owner.conversation_key
+        elif owner.owner_kind == "delegated_agent":
+            authority, channel, key = "delegated_agent", AGENT_CHANNEL, None
+        else:
+            raise ScopeError("the session is not a scheduled run's or a child agent's")
+        await self._store.audit(
+            "principal_scope.owner_rebuilt",
+            scope=operator,
+            session_id=session_id,
+            subject=f"session:{session_id}",
+            reason="approval answered by an operator",
+            detail={"owner_principal_id": owner.principal_id, "authority": authority},
+        )
+        return self._mint.sign(
+            PrincipalScope(
+                principal_id=owner.principal_id,
+                authority=authority,
+                channel=channel,
+                conversation_key=key,
                 session_id=session_id,
                 allowed_session_ids=frozenset({session_id}),
                 issuer_id=self._mint.issuer_id,

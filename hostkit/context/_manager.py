@@ -580,13 +580,15 @@ class ContextManager:
         if state.after is None:
             window = SessionWindow(state, self._window, previous=self._windows.get(session_id))
         assert window is not None
-        if (
-            request.bootstrap
-            and window.bootstrap is None
-            and not window.bootstrap_looked
-            and self._bootstrap is not None
-        ):
-            window.bootstrap = await self._take_bootstrap(context)
+        if window.bootstrap is None and not window.bootstrap_looked and self._bootstrap is not None:
+            # A session whose first turn leaves the snapshot out (a delegated child run)
+            # keeps none, one write as taking it is: no later turn of it takes one,
+            # whatever its request says (an approval's continuation, another process).
+            window.bootstrap = (
+                await self._take_bootstrap(context)
+                if request.bootstrap
+                else await self._store.context.keep_bootstrap(session_id, snapshot="", source="")
+            )
             window.bootstrap_looked = True
         window.current = turn_id
         self._keep(session_id, window)

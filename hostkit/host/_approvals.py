@@ -165,7 +165,7 @@ class HostApprovals:
         if approval.status != "pending":
             again = self._answered_again(approval, decision, principal, by, recorded)
             return await self._waited(approval_id, by, principal, again, wait)
-        continuation = await self._continuation_principal(approval, principal)
+        continuation = await self._continuation_principal(approval, principal, by)
         fingerprint = await self._fingerprint(approval)
         if fingerprint == "":
             # The agent runs here and no longer offers the effect: as for a changed fingerprint.
@@ -212,7 +212,7 @@ class HostApprovals:
         if approval.awaiting_continuation:
             # Its continuation never ran (the first caller was interrupted, or is about to
             # run it: the durable claim lets only one of them run the call).
-            continuation = await self._continuation_principal(approval, principal)
+            continuation = await self._continuation_principal(approval, principal, by)
             await self._runs_here(approval)
             await self._remember(approval, decision, await self.runtime.refresh())
             if recorded is not None:
@@ -279,7 +279,7 @@ class HostApprovals:
         approval_id = _text("approval_id", approval_id)
         approval = await self.get(by, approval_id)
         if approval.awaiting_continuation:
-            continuation = await self._continuation_principal(approval, principal)
+            continuation = await self._continuation_principal(approval, principal, by)
             await self._runs_here(approval)
             return await self._continue(approval, continuation, by)
         claimed_by = approval.continuation_turn_id
@@ -391,17 +391,35 @@ class HostApprovals:
         return dropped
 
     async def _continuation_principal(
-        self, approval: PendingApproval, principal: PrincipalScope | None
+        self, approval: PendingApproval, principal: PrincipalScope | None, by: PrincipalScope
     ) -> PrincipalScope:
+        """The scope the continuation runs under: always the approval's owner's own.
+
+        ``principal`` when given (it must be that owner's). Otherwise a
+        conversation's is resolved again from its binding; a scheduled run's or a
+        child agent's is the answerer's own when the owner answers, or rebuilt by
+        the resolver from the session's durable owner row when an operator
+        answers (in any process, after the Host that minted it closed).
+        """
+        if (
+            principal is None
+            and by.authority in ("system", "delegated_agent")
+            and self._owns(by, approval)
+        ):
+            principal = by  # the owner answering its own: no binding to look up again
         if principal is not None:
             scope = self._verify(principal)
-            if (
-                scope.principal_id != approval.principal_id
-                or scope.session_id != approval.session_id
-            ):
+            if not self._owns(scope, approval):
                 raise ScopeError("principal must be the approval's owner in its session")
             return scope
         owner = await self._store.owner_facts(approval.session_id)
+        if (
+            owner is not None
+            and owner.owner_kind in ("system", "delegated_agent")
+            and owner.principal_id == approval.principal_id
+            and self._verify(by).authority == "operator"
+        ):
+            return await self._authority.owner_of_answered(by, approval.session_id)
         if owner is None or owner.owner_kind != "conversation" or owner.channel is None:
             raise InvalidValue(
                 "this approval's session is not a conversation's: pass the owner's scope"
@@ -422,6 +440,12 @@ class HostApprovals:
 
     def _verify(self, scope: PrincipalScope) -> PrincipalScope:
         return self._authority.verify(scope)
+
+    @staticmethod
+    def _owns(scope: PrincipalScope, approval: PendingApproval) -> bool:
+        return (
+            scope.principal_id == approval.principal_id and scope.session_id == approval.session_id
+        )
 
 
 def _text(name: str, value: object) -> str:
