@@ -198,12 +198,13 @@ def run(
     if new and session is not None:
         # Contradictory flags: the usual one-line error, exit status 2, before anything runs.
         raise fail(InvalidValue("choose one of --new (a fresh session) and --session (resume one)"))
-    if session is not None and not session.strip():
-        # Not "no session": a script whose variable came out empty must not talk elsewhere.
+    if session is not None and (not session.strip() or session in ("fresh", "bound")):
+        # Not "no session": a script whose variable came out empty must not talk elsewhere;
+        # nor a selector word, which is no session's id.
         raise fail(
             InvalidValue(
-                "--session needs a session id (ses_...); leave it out to continue "
-                "this conversation's session"
+                "--session needs a session id (ses_...); use --new for a fresh session, "
+                "or leave it out to continue this conversation's session"
             )
         )
     # Blank names are the script's mistake, said in the command's own words.

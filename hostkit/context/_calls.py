@@ -97,8 +97,15 @@ def _refused(call: ToolCall, size: int, left: int) -> ToolCall:
     text = json.dumps(thaw(call.arguments), ensure_ascii=False)
     # What fits, in this call's own characters per token.
     fits = len(text) * max(0, left) // max(1, size)
-    reason = (
-        f"are too large to keep in the context window ({len(text):,} characters; "
-        f"about {fits:,} fit now)"
-    )
+    if fits == 0:
+        # Not this call's size: the step's own text and the turn so far fill the window.
+        reason = (
+            f"could not be kept ({len(text):,} characters): the step's text and the turn "
+            "so far leave the context window no room for a call"
+        )
+    else:
+        reason = (
+            f"are too large to keep in the context window ({len(text):,} characters; "
+            f"about {fits:,} fit now)"
+        )
     return ToolCall(call.call_id, call.name, OversizedArguments(text[:MARKER_CHARS], reason))

@@ -471,15 +471,14 @@ class ContextManager:
         current = next(x for x in reversed(prepared.layers) if x.name == "current")
         calls = step.tool_calls
         need = estimate.message(step) + floor * len(calls)
-        if not current.pruned and current.tokens + need <= room:
+        # What ``prepare`` cuts the turn's messages into when they do not fit: three
+        # quarters of the room. The calls' results are not known yet (any may be large
+        # and cut), so the step must fit there beside the turn, every result at its floor.
+        share = room * 3 // 4
+        if not current.pruned and current.tokens + need <= share:
             return None
-        # Either as they are (nothing of the turn cut) or with every result cut to its
-        # floor, in three quarters of the room (what ``prepare`` cuts them to).
         turn = prepared.messages[len(prepared.messages) - current.items :]
-        left = max(
-            -1 if current.pruned else room - current.tokens,
-            room * 3 // 4 - least_current(turn, estimate),
-        )
+        left = share - least_current(turn, estimate)
         text = scaled(estimate, dataclasses.replace(step, tool_calls=()))
         return fit_calls(calls, estimate, left - text, floor)
 

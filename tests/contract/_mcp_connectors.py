@@ -44,6 +44,7 @@ from hostkit.effects import (
     ToolOutcome,
 )
 from hostkit.freeze import freeze
+from tests.parts import missing
 
 __all__ = [
     "CONNECTORS",
@@ -261,7 +262,8 @@ class RealKit(ConnectorKit):
         """Blocking (it probes bubblewrap): build it off the event loop."""
         super().__init__()
         probe = probe_bubblewrap()
-        assert probe.ok, probe.reason
+        if not probe.ok:
+            missing("sandbox", probe.reason)  # a failure where make test requires it
         self._root = root
         self._workspaces: dict[McpClientConnector, Path] = {}
         self._seen: list[_Started] = []

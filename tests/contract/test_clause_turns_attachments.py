@@ -572,6 +572,7 @@ async def _hostkit(
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
+@pytest.mark.sqlite_only("the hostkit CLI child opens the project's SQLite file")
 async def test_hostkit_run_attach_sends_files_and_refuses_bad_ones_in_one_line(
     tmp_path: Path, wire: WireServer
 ) -> None:

@@ -234,3 +234,30 @@ async def test_over_the_openai_compatible_wire_the_call_is_refused_and_sent_back
     assert json.loads(sent["function"]["arguments"]) == {"_raw": arguments[:200]}
     [told] = [m["content"] for m in body["messages"] if m["role"] == "tool"]
     assert told.startswith(TOLD + "1,000,0"), told
+
+
+@pytest.mark.parametrize("chars", [18_000, 20_000, 22_000])
+async def test_a_call_the_window_holds_only_until_a_large_result_is_cut_is_refused_too(
+    tmp_path: Path, chars: int
+) -> None:
+    """The next request cuts the turn's results into three quarters of the room: a call
+    that fits the whole room but not that share beside its result at its floor would run,
+    then fail the turn once its result came back large. It is refused before it runs."""
+    ran: list[int] = []
+
+    @tool("files.put")
+    async def put(ctx: ToolContext, path: str, content: str) -> str:
+        """Write a file."""
+        ran.append(len(content))
+        return "r" * 200_000
+
+    model = ScriptedModel(
+        [CallTools(("files_put", {"path": "a", "content": "w " * (chars // 2)})), Reply("done")]
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[put])) as host:
+        result = await host.turns.run(request("go"))
+    assert (result.outcome, [e.status for e in result.effects], ran) == (
+        "completed",
+        ["invalid"],
+        [],
+    )

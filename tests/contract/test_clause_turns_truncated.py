@@ -57,6 +57,7 @@ async def test_truncated_follows_the_final_answers_finish_reason(
     assert state.result.truncated is result.truncated
 
 
+@pytest.mark.sqlite_only("the hostkit CLI child opens the project's SQLite file")
 async def test_hostkit_run_prints_that_the_answer_was_truncated(
     tmp_path: Path, wire: WireServer
 ) -> None:

@@ -403,6 +403,8 @@ def test_init_over_an_existing_file_is_one_error_line_with_status_2(tmp_path: Pa
     ("args", "said"),
     [
         (("--session", ""), "--session needs a session id"),
+        (("--session", "fresh"), "--session needs a session id (ses_...); use --new"),
+        (("--session", "bound"), "--session needs a session id"),
         (("--attach", "d.png"), "d.png: is a directory, not a file"),
         (("--attach", ""), "--attach needs a file path"),
     ],
