@@ -328,6 +328,9 @@ class HostApprovals:
         """
         approval_id = approval.approval_id
         route = await self._captured_route(approval)
+        # What the embedder injected for the paused turn is the turn's for all of it: its
+        # continuation (recorded with it too, for a continuation that pauses again).
+        injected = await self._store.turns.injected_context(approval.turn_id)
         for attempt in range(1, MAX_CONTINUATIONS + 1):
             request_id = f"continue:{approval_id}" + (f":{attempt}" if attempt > 1 else "")
             existing = await self._store.turns.find(principal.principal_id, request_id)
@@ -347,6 +350,7 @@ class HostApprovals:
                     core_id=approval.core_id,
                     continues=approval_id,
                     route=route,
+                    injected_context=injected,
                 )
             )
             if existing is None or not (await self.get(by, approval_id)).awaiting_continuation:

@@ -37,6 +37,7 @@ from hostkit.store._turn_rows import (
     insert_message,
     one_row,
     owned_state,
+    record_injected_context,
     same_request,
 )
 from hostkit.store._turn_values import (
@@ -308,6 +309,12 @@ def admit(
         events.append((2, "input.persisted", None))
     insert_events(conn, admission.turn_id, events, at=at)
     next_event_seq = len(events) + 1
+    if admission.injected_context:
+        # Kept whole (not cut as event details are): an approval's continuation sends it.
+        record_injected_context(
+            conn, admission.turn_id, next_event_seq, admission.injected_context, at=at
+        )
+        next_event_seq += 1
     lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)
     return Admitted(
         lease=lease,

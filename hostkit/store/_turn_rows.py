@@ -49,6 +49,7 @@ from hostkit.store._turn_values import (
     TranscriptEntry,
     TurnState,
     TurnWrite,
+    checked_context,
 )
 from hostkit.types import (
     UNKNOWN_EFFECT,
@@ -78,11 +79,13 @@ __all__ = [
     "fence",
     "find_turn",
     "finish",
+    "injected_context",
     "input_digest",
     "insert_event",
     "insert_events",
     "one_row",
     "owned_state",
+    "record_injected_context",
     "request_cancel",
     "route_of",
     "stored_route",
@@ -92,6 +95,8 @@ __all__ = [
 Gone = Literal["owner_dead", "lease_expired", "shutdown", "abandoned"]
 # The event holding what a turn's bootstrap slot added to its instructions.
 EXTENDED_INSTRUCTIONS = "instructions.extended"
+# The event holding the context the embedder injected for a turn (``injected_context``).
+INJECTED_CONTEXT = "context.injected"
 # Why a turn ended ``lost``, in the words of the reason recovery found: not "the Host
 # stopped" for a Host that is still running but whose store refused the turn's end.
 _LOST_ERRORS: dict[Gone, str] = {
@@ -723,6 +728,37 @@ def extended_instructions(conn: sqlite3.Connection, turn_id: str, limit: int) ->
     if not is_text(text, limit=limit):
         raise InvalidValue("the instructions this turn recorded cannot be read")
     return text
+
+
+def record_injected_context(
+    conn: sqlite3.Connection, turn_id: str, seq: int, context: Sequence[str], *, at: str
+) -> None:
+    """Record ``context``, the turn's injected context (bounded by ``TurnAdmission``),
+    whole with its ``context.injected`` event ``seq``: part of the admission transaction."""
+    detail = {"entries": len(context), "chars": sum(map(len, context)), "context": list(context)}
+    conn.execute(
+        "INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)",
+        [turn_id, seq, INJECTED_CONTEXT, at, canonical_json(detail)],
+    )
+
+
+def injected_context(conn: sqlite3.Connection, turn_id: str) -> tuple[str, ...]:
+    """The context injected for ``turn_id`` (``record_injected_context``); () for none.
+
+    A record that cannot be read is refused (``InvalidValue``) rather than taken
+    as none: what the embedder injected (a guardrail) must not silently go missing.
+    """
+    row = one_row(
+        conn,
+        "SELECT detail FROM turn_events WHERE turn_id = ? AND kind = ? ORDER BY seq LIMIT 1",
+        [turn_id, INJECTED_CONTEXT],
+    )
+    if row is None:
+        return ()
+    try:
+        return checked_context(json.loads(row["detail"]).get("context"))
+    except (TypeError, ValueError, AttributeError, InvalidValue):
+        raise InvalidValue("the context injected for this turn cannot be read") from None
 
 
 def _written_before(

@@ -14,7 +14,17 @@ from typing import Any, Literal, get_args
 from hostkit.errors import InvalidValue
 from hostkit.store._context_values import StepRecord
 from hostkit.store._sessions import ConversationSelect, OwnerFacts
-from hostkit.types import ModelMessage, OwnerKind, TurnOutcome, TurnResult, bounded_metadata
+from hostkit.types import (
+    MAX_INJECTED_CONTEXT_CHARS,
+    MAX_INJECTED_CONTEXT_ITEMS,
+    MAX_INPUT_CHARS,
+    ModelMessage,
+    OwnerKind,
+    TurnOutcome,
+    TurnResult,
+    bounded_metadata,
+    is_text,
+)
 
 __all__ = [
     "MAX_EXTENDED_INSTRUCTIONS_CHARS",
@@ -31,6 +41,7 @@ __all__ = [
     "TurnState",
     "TurnStatus",
     "TurnWrite",
+    "checked_context",
 ]
 
 TurnStatus = Literal[
@@ -127,8 +138,16 @@ class TurnAdmission:
     # recovery can still reach the conversation of a turn whose process died. Bounded as
     # the request bounds it; None for an unrouted turn (CLI, notebook).
     route: Mapping[str, Any] | None = None
+    # The context the embedder injected for the turn (``TurnRequest.injected_context``),
+    # kept whole with a ``context.injected`` event in the same transaction when there is
+    # any, so that the continuation of an approval it pauses on — run by any process,
+    # after any restart — sends it again (``TurnStore.injected_context``). Bounded as the
+    # request bounds it.
+    injected_context: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.injected_context:
+            object.__setattr__(self, "injected_context", checked_context(self.injected_context))
         if self.route is not None:
             if not isinstance(self.route, Mapping):
                 raise InvalidValue("route must be a mapping or None")
@@ -147,6 +166,26 @@ class TurnAdmission:
             raise InvalidValue("input must be a ModelMessage")
         if self.cancellation_digest is not None:
             check_digest(self.cancellation_digest)
+
+
+def checked_context(context: object) -> tuple[str, ...]:
+    """``context`` as a turn's injected context, refused (``InvalidValue``) beyond its
+    bounds: at most ``MAX_INJECTED_CONTEXT_ITEMS`` entries of valid text, each at most
+    ``MAX_INPUT_CHARS`` characters and ``MAX_INJECTED_CONTEXT_CHARS`` together."""
+    if not isinstance(context, tuple | list):
+        raise InvalidValue("injected_context must be a list of text")
+    items = tuple(context)
+    if (
+        len(items) > MAX_INJECTED_CONTEXT_ITEMS
+        or not all(isinstance(item, str) for item in items)
+        or any(item and not is_text(item, limit=MAX_INPUT_CHARS) for item in items)
+        or sum(map(len, items)) > MAX_INJECTED_CONTEXT_CHARS
+    ):
+        raise InvalidValue(
+            f"injected_context is at most {MAX_INJECTED_CONTEXT_ITEMS} entries of valid text, "
+            f"{MAX_INJECTED_CONTEXT_CHARS} characters together"
+        )
+    return tuple(str.__str__(item) for item in items)
 
 
 @dataclass(frozen=True, slots=True)

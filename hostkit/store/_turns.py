@@ -159,6 +159,15 @@ class TurnStore(ABC):
         """
 
     @abstractmethod
+    async def injected_context(self, turn_id: str) -> tuple[str, ...]:
+        """The context injected for ``turn_id`` (``TurnAdmission.injected_context``, kept
+        whole by its admission), or () when none was (a read; no owner check:
+        Host-only). An approval's continuation carries it, so its model calls get
+        what the paused turn's got. A record that cannot be read is refused
+        (``InvalidValue``), never taken as none.
+        """
+
+    @abstractmethod
     async def renew(self, lease: SessionLease) -> bool:
         """Heartbeat: move the lease's expiry to now + its ttl (fenced).
 
@@ -375,6 +384,10 @@ class SqlTurnStore(TurnStore):
         return await self._db.read(
             lambda conn: rows.extended_instructions(conn, turn_id, MAX_EXTENDED_INSTRUCTIONS_CHARS)
         )
+
+    async def injected_context(self, turn_id: str) -> tuple[str, ...]:
+        turn_id = check_id("turn_id", turn_id)
+        return await self._db.read(lambda conn: rows.injected_context(conn, turn_id))
 
     async def renew(self, lease: SessionLease) -> bool:
         _check_lease(lease)

@@ -168,6 +168,8 @@ from hostkit.types._shown import (
 )
 from hostkit.types._turn import (
     MAX_ATTACHMENTS,
+    MAX_INJECTED_CONTEXT_CHARS,
+    MAX_INJECTED_CONTEXT_ITEMS,
     MAX_INPUT_CHARS,
     UNKNOWN_EFFECT,
     Attachment,
@@ -202,6 +204,8 @@ __all__ = [
     "MAX_EVENT_KEY",
     "MAX_FAILURE_MESSAGE",
     "MAX_INBOUND_PAYLOAD",
+    "MAX_INJECTED_CONTEXT_CHARS",
+    "MAX_INJECTED_CONTEXT_ITEMS",
     "MAX_INPUT_CHARS",
     "MAX_METADATA_CHARS",
     "MAX_MODEL_ID_CHARS",

@@ -18,6 +18,8 @@ _Model = TypeVar("_Model")
 
 __all__ = [
     "MAX_ATTACHMENTS",
+    "MAX_INJECTED_CONTEXT_CHARS",
+    "MAX_INJECTED_CONTEXT_ITEMS",
     "MAX_INPUT_CHARS",
     "UNKNOWN_EFFECT",
     "Attachment",
@@ -40,6 +42,10 @@ TurnOutcome = Literal["completed", "needs_user", "failed", "cancelled", "lost", 
 # shutting down. Only ``user`` means a person decided the turn should not finish.
 TurnCanceller = Literal["user", "caller", "host"]
 MAX_INPUT_CHARS = 100_000
+# A turn's injected context is kept with it (its admission records it whole), so that the
+# continuation of an approval it pauses on sends it again: bounded in entries and in total.
+MAX_INJECTED_CONTEXT_ITEMS = 64
+MAX_INJECTED_CONTEXT_CHARS = 400_000
 MAX_ATTACHMENTS = 8
 _MAX_KEY = 200
 
@@ -170,6 +176,14 @@ class TurnRequest:
         context = tuple(str.__str__(item) for item in self.injected_context)
         if any(item and not is_text(item, limit=MAX_INPUT_CHARS) for item in context):
             raise InvalidTurnRequest("injected_context entries must be bounded, valid text")
+        if context and (
+            len(context) > MAX_INJECTED_CONTEXT_ITEMS
+            or sum(map(len, context)) > MAX_INJECTED_CONTEXT_CHARS
+        ):
+            raise InvalidTurnRequest(
+                f"injected_context is at most {MAX_INJECTED_CONTEXT_ITEMS} entries of "
+                f"{MAX_INJECTED_CONTEXT_CHARS} characters together"
+            )
         object.__setattr__(self, "injected_context", context)
         object.__setattr__(self, "metadata", bounded_metadata(self.metadata))
         if self.continues is not None and not is_text(self.continues, limit=_MAX_KEY):
