@@ -13,7 +13,12 @@ from hostkit.channels._app import ingress_app
 from hostkit.channels._commands import classify, parse_command
 from hostkit.channels._polling import TelegramPoller
 from hostkit.channels._redact_logs import hide_url_tokens
-from hostkit.channels._settings import MIN_SIGNING_SECRET, ChannelSettings, short_secret
+from hostkit.channels._settings import (
+    MIN_SIGNING_SECRET,
+    ChannelSettings,
+    sender_allowed,
+    short_secret,
+)
 from hostkit.channels._slack import sign_slack
 from hostkit.channels._webhook import sign_webhook
 
@@ -25,6 +30,7 @@ __all__ = [
     "hide_url_tokens",
     "ingress_app",
     "parse_command",
+    "sender_allowed",
     "short_secret",
     "sign_slack",
     "sign_webhook",

@@ -256,7 +256,12 @@ class Host(AsyncResource):
             store=store, authority=authority, agents=lambda: self.config.agents
         )
         self.inbox = ChannelInbox.on_store(store)
-        self._inbound = InboundTurns(self.turns, store, closed=lambda: self._closed)
+        self._inbound = InboundTurns(
+            self.turns,
+            store,
+            closed=lambda: self._closed,
+            channels=lambda: self.config.channels,
+        )
         # Workers made by inbox_worker(): stopped (grace, release) before turns are ended.
         self._workers: weakref.WeakSet[InboxWorker] = weakref.WeakSet()
         # Runtimes made by delivery_runtime(): stopped (grace, release) before channels close.
@@ -274,6 +279,7 @@ class Host(AsyncResource):
             authority,
             store,
             route=lambda envelope: reply_route(self.config.channels, envelope),
+            channels=lambda: self.config.channels,
         )
         self._closed = False
         # reload(): one at a time (SIGHUP and the watcher, a notebook cell).

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostkit.authority import AuthorityResolver, conversation_principal
+from hostkit.channels import sender_allowed
 from hostkit.effects import ApprovalDecision, ApprovalFilter, PendingApproval
-from hostkit.errors import ApprovalRefused, NotFoundOrUnauthorized, TurnRejected
+from hostkit.errors import (
+    ApprovalRefused,
+    NotFoundOrUnauthorized,
+    ScopeError,
+    TurnRejected,
+    bounded,
+)
 from hostkit.freeze import thaw
 from hostkit.host._approvals import MAX_LIST, HostApprovals
 from hostkit.host._config_channels import ChannelConfig
@@ -110,15 +117,40 @@ def reply_route(
     }
 
 
+Channels = Callable[[], Mapping[str, ChannelConfig]]
+
+
+def check_sender(channels: Mapping[str, ChannelConfig], channel: str, principal_key: str) -> None:
+    """``ScopeError`` when ``channel`` is configured and its allow list, as it is now, does
+    not let ``principal_key`` in.
+
+    The transport checked the list when the message arrived, but a reload may have
+    revoked the sender since (a message queued before it, or taken in by a poller that
+    keeps the list it started with): the message is refused when it is handled, as the
+    next one would be on arrival.
+    """
+    configured = channels.get(channel)
+    if configured is not None and not sender_allowed(configured, principal_key):
+        raise ScopeError(
+            f"sender {bounded(principal_key, 60)!r} is not in channel {channel!r}'s allow list"
+        )
+
+
 class InboundTurns:
     """``run(request)`` and ``find(request)`` for the Host's inbox workers."""
 
     def __init__(
-        self, turns: TurnExecution, store: RuntimeStore, *, closed: Callable[[], bool]
+        self,
+        turns: TurnExecution,
+        store: RuntimeStore,
+        *,
+        closed: Callable[[], bool],
+        channels: Channels | None = None,
     ) -> None:
         self._turns = turns
         self._store = store
         self._closed = closed
+        self._channels = channels
 
     async def run(self, request: TurnRequest) -> TurnResult:
         """The turn of an inbound's request id: run now, or the one an earlier attempt ran.
@@ -128,6 +160,9 @@ class InboundTurns:
         with that record; ``TurnInProgress`` means its holder is alive (another
         process still runs it): the worker defers the message, its attempt not spent.
         """
+        if self._channels is not None and isinstance(request.principal, ConversationFacts):
+            facts = request.principal
+            check_sender(self._channels(), facts.channel, facts.principal_key)
         try:
             return await self._turns.run(request)
         except TurnRejected as exc:
@@ -172,11 +207,13 @@ class InboundCommands:
         store: RuntimeStore,
         *,
         route: Callable[[InboundEnvelope], Mapping[str, Any] | None] | None = None,
+        channels: Channels | None = None,
     ) -> None:
         self._approvals = approvals
         self._authority = authority
         self._store = store
         self._route = route
+        self._channels = channels
 
     async def tell_unread(self, claimed: ClaimedInbound) -> None:
         """Tell the sender of an inbound the channel accepted without its text (too long, a
@@ -205,6 +242,10 @@ class InboundCommands:
         a group would read, under the asker's own prompt, as if her approval
         were gone.
         """
+        if self._channels is not None:
+            # A sender revoked since the command arrived answers nothing any more.
+            envelope = claimed.envelope
+            check_sender(self._channels(), envelope.channel_instance_id, envelope.principal_key)
         scope = await self._sender(claimed)
 
         async def write(text: str, alert: bool) -> None:

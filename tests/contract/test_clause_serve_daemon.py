@@ -31,7 +31,7 @@ from hostkit.errors import ConfigError
 from hostkit.host import Host, HostDaemon, parse_config
 from hostkit.host._defaults import ConfiguredChannels
 from hostkit.testing import Reply, ScriptedModel, capabilities
-from hostkit.types import ModelRequest
+from hostkit.types import InboundEnvelope, ModelRequest
 from tests.contract._daemons import Changes
 from tests.platforms import WebhookReceiver
 
@@ -300,3 +300,47 @@ async def test_an_address_it_cannot_bind_is_a_config_error(tmp_path: Path) -> No
             assert daemon.supervisor is None
     finally:
         taken.close()
+
+
+async def test_a_sender_revoked_by_a_reload_is_not_answered_for_messages_already_taken_in(
+    tmp_path: Path,
+) -> None:
+    """The transport checks the allow list when a message arrives; one taken in before a
+    reload revoked its sender (queued behind others, or by a poller that keeps the list
+    it started with) is refused when it is handled: dead-lettered, no turn, no answer."""
+    model = ScriptedModel([Reply("answered")], repeat_last=True)
+    async with WebhookReceiver.running(secret=SECRET) as receiver:
+        config = _config(tmp_path, receiver.deliver_url)
+        caps = dataclasses.replace(capabilities(model), channels=ConfiguredChannels(config, ENV))
+        async with Host.open(config, capabilities=caps) as host:
+
+            async def accept(event: str, sender: str, text: str) -> str:
+                receipt = await host.inbox.accept(
+                    InboundEnvelope(
+                        channel_instance_id="hooks",
+                        platform_event_key=event,
+                        conversation_key=f"room-{sender}",
+                        principal_key=sender,
+                        authenticated_by="hmac",
+                        received_at=time.time(),
+                        payload=text,
+                    )
+                )
+                return receipt.inbound_id
+
+            mallory = await accept("e1", "mallory", "hi")
+            command = await accept("e2", "mallory", "approve ABCDEF")
+            alice = await accept("e3", "alice", "hi")
+            await host.apply_config(_config(tmp_path, receiver.deliver_url, allow=["alice"]))
+            assert await host.inbox_worker().drain() == 3
+            for refused in (mallory, command):
+                record = await host.inbox.record(refused)
+                assert record is not None
+                assert (record.state, record.failure_code) == ("dead_lettered", "principal_refused")
+                assert "mallory" in record.failure_message
+            record = await host.inbox.record(alice)
+            assert record is not None
+            assert record.state == "completed"
+            assert [m.content for r in model.requests for m in r.messages if m.role == "user"] == [
+                "hi"
+            ]
