@@ -323,23 +323,29 @@ class AuthorityResolver(AsyncResource):
             )
         )
 
-    async def owner_of_answered(self, operator: PrincipalScope, session_id: str) -> PrincipalScope:
-        """The owner's scope of an existing scheduled run's or child agent's session, for
-        the continuation of an approval an operator answered there (Host-internal: only
-        ``host.approvals`` calls it).
+    async def owner_of_answered(self, operator: PrincipalScope, approval_id: str) -> PrincipalScope:
+        """The owner's scope of a scheduled run's or child agent's session, for the
+        continuation of ``approval_id``, an approval of that owner an operator answers
+        (Host-internal: only ``host.approvals`` calls it).
 
         A conversation's scope comes back through ``for_conversation``; these owners
         cannot be minted again by their own methods (a child's always gets a new
         session), so an answer given after the minting Host closed would otherwise
-        strand its approval. The scope is rebuilt from the durable ``session_owners``
-        row alone, exactly as it was issued (principal, authority, channel, that one
-        session), and only for a live operator scope; the rebuild is audited.
+        strand its approval. Only for a live operator scope and an approval of that
+        very owner that can still run (pending, or answered and not yet continued):
+        never a way to act as the owner otherwise. The scope is rebuilt from the
+        durable ``session_owners`` row alone, exactly as it was issued (principal,
+        authority, channel, that one session); the rebuild is audited with the approval.
         """
         operator = self.verify(operator)
         if operator.authority != "operator":
             raise ScopeError("only an operator answers for another owner")
+        approval = await self._store.approvals.get(operator, approval_id)
+        if approval.status != "pending" and not approval.awaiting_continuation:
+            raise ScopeError("only an approval that can still run is continued by its owner")
+        session_id = approval.session_id
         owner = await self._store.owner_facts(session_id)
-        if owner is None or owner.principal_id is None:
+        if owner is None or owner.principal_id != approval.principal_id:
             raise NotFoundOrUnauthorized("session")
         if owner.owner_kind == "system" and owner.channel == SCHEDULE_CHANNEL:
             authority: Authority = "system"
@@ -354,7 +360,11 @@ class AuthorityResolver(AsyncResource):
             session_id=session_id,
             subject=f"session:{session_id}",
             reason="approval answered by an operator",
-            detail={"owner_principal_id": owner.principal_id, "authority": authority},
+            detail={
+                "owner_principal_id": owner.principal_id,
+                "authority": authority,
+                "approval_id": approval.approval_id,
+            },
         )
         return self._mint.sign(
             PrincipalScope(

@@ -328,9 +328,10 @@ class HostApprovals:
         """
         approval_id = approval.approval_id
         route = await self._captured_route(approval)
-        # What the embedder injected for the paused turn is the turn's for all of it: its
-        # continuation (recorded with it too, for a continuation that pauses again).
-        injected = await self._store.turns.injected_context(approval.turn_id)
+        # What the embedder injected for the paused turn, and whether it left the bootstrap
+        # snapshot out, hold for all of it: its continuation carries both (recorded with
+        # it too, for a continuation that pauses again).
+        carried = await self._store.turns.carried_context(approval.turn_id)
         for attempt in range(1, MAX_CONTINUATIONS + 1):
             request_id = f"continue:{approval_id}" + (f":{attempt}" if attempt > 1 else "")
             existing = await self._store.turns.find(principal.principal_id, request_id)
@@ -350,7 +351,8 @@ class HostApprovals:
                     core_id=approval.core_id,
                     continues=approval_id,
                     route=route,
-                    injected_context=injected,
+                    injected_context=carried.injected,
+                    bootstrap=carried.bootstrap,
                 )
             )
             if existing is None or not (await self.get(by, approval_id)).awaiting_continuation:
@@ -423,7 +425,7 @@ class HostApprovals:
             and owner.principal_id == approval.principal_id
             and self._verify(by).authority == "operator"
         ):
-            return await self._authority.owner_of_answered(by, approval.session_id)
+            return await self._authority.owner_of_answered(by, approval.approval_id)
         if owner is None or owner.owner_kind != "conversation" or owner.channel is None:
             raise InvalidValue(
                 "this approval's session is not a conversation's: pass the owner's scope"

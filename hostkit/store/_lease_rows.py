@@ -309,10 +309,15 @@ def admit(
         events.append((2, "input.persisted", None))
     insert_events(conn, admission.turn_id, events, at=at)
     next_event_seq = len(events) + 1
-    if admission.injected_context:
-        # Kept whole (not cut as event details are): an approval's continuation sends it.
+    if admission.injected_context or not admission.bootstrap:
+        # Kept whole (not cut as event details are): an approval's continuation carries it.
         record_injected_context(
-            conn, admission.turn_id, next_event_seq, admission.injected_context, at=at
+            conn,
+            admission.turn_id,
+            next_event_seq,
+            admission.injected_context,
+            bootstrap=admission.bootstrap,
+            at=at,
         )
         next_event_seq += 1
     lease = SessionLease(session_id, admission.turn_id, token, encoded, expires_at, ttl_s)

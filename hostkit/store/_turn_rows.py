@@ -44,6 +44,7 @@ from hostkit.store._json import canonical_json
 from hostkit.store._owned import now, owner_predicate
 from hostkit.store._rebound import unanswerable, void_if_rebound
 from hostkit.store._turn_values import (
+    CarriedContext,
     RecoveredTurn,
     SessionLease,
     TranscriptEntry,
@@ -72,6 +73,7 @@ __all__ = [
     "abandon",
     "all_rows",
     "append_message",
+    "carried_context",
     "encode_route",
     "end_orphan",
     "extend_instructions",
@@ -79,7 +81,6 @@ __all__ = [
     "fence",
     "find_turn",
     "finish",
-    "injected_context",
     "input_digest",
     "insert_event",
     "insert_events",
@@ -731,19 +732,32 @@ def extended_instructions(conn: sqlite3.Connection, turn_id: str, limit: int) ->
 
 
 def record_injected_context(
-    conn: sqlite3.Connection, turn_id: str, seq: int, context: Sequence[str], *, at: str
+    conn: sqlite3.Connection,
+    turn_id: str,
+    seq: int,
+    context: Sequence[str],
+    *,
+    bootstrap: bool,
+    at: str,
 ) -> None:
     """Record ``context``, the turn's injected context (bounded by ``TurnAdmission``),
-    whole with its ``context.injected`` event ``seq``: part of the admission transaction."""
-    detail = {"entries": len(context), "chars": sum(map(len, context)), "context": list(context)}
+    whole with its ``context.injected`` event ``seq``, and whether the turn leaves the
+    bootstrap snapshot out: part of the admission transaction."""
+    detail = {
+        "entries": len(context),
+        "chars": sum(map(len, context)),
+        "context": list(context),
+        "bootstrap": bootstrap,
+    }
     conn.execute(
         "INSERT INTO turn_events (turn_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)",
         [turn_id, seq, INJECTED_CONTEXT, at, canonical_json(detail)],
     )
 
 
-def injected_context(conn: sqlite3.Connection, turn_id: str) -> tuple[str, ...]:
-    """The context injected for ``turn_id`` (``record_injected_context``); () for none.
+def carried_context(conn: sqlite3.Connection, turn_id: str) -> CarriedContext:
+    """What ``turn_id``'s admission kept for a continuation (``record_injected_context``);
+    the default (nothing injected, the snapshot taken) when it kept nothing.
 
     A record that cannot be read is refused (``InvalidValue``) rather than taken
     as none: what the embedder injected (a guardrail) must not silently go missing.
@@ -754,9 +768,13 @@ def injected_context(conn: sqlite3.Connection, turn_id: str) -> tuple[str, ...]:
         [turn_id, INJECTED_CONTEXT],
     )
     if row is None:
-        return ()
+        return CarriedContext()
     try:
-        return checked_context(json.loads(row["detail"]).get("context"))
+        detail = json.loads(row["detail"])
+        bootstrap = detail.get("bootstrap", True)
+        if not isinstance(bootstrap, bool):
+            raise InvalidValue("bootstrap")
+        return CarriedContext(checked_context(detail.get("context")), bootstrap)
     except (TypeError, ValueError, AttributeError, InvalidValue):
         raise InvalidValue("the context injected for this turn cannot be read") from None
 

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_TURN_ID_CHARS",
     "TERMINAL",
     "Admitted",
+    "CarriedContext",
     "ConversationTarget",
     "RecoveredTurn",
     "SessionBusy",
@@ -144,8 +145,13 @@ class TurnAdmission:
     # after any restart — sends it again (``TurnStore.injected_context``). Bounded as the
     # request bounds it.
     injected_context: tuple[str, ...] = ()
+    # False when the turn leaves the bootstrap snapshot out (``TurnRequest.bootstrap``):
+    # kept with the injected context (the same event), so a continuation leaves it out too.
+    bootstrap: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap, bool):
+            raise InvalidValue("bootstrap must be True or False")
         if self.injected_context:
             object.__setattr__(self, "injected_context", checked_context(self.injected_context))
         if self.route is not None:
@@ -313,3 +319,12 @@ class TranscriptEntry:
             raise InvalidValue("event_seq must be an integer")
         if not 2 <= self.event_seq < 2**31:
             raise InvalidValue("event_seq must be between 2 and 2**31 - 1")
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedContext:
+    """What a paused turn's admission kept for its continuation to carry: the context the
+    embedder injected, and whether the turn left the bootstrap snapshot out."""
+
+    injected: tuple[str, ...] = ()
+    bootstrap: bool = True

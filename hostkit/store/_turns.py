@@ -26,6 +26,7 @@ from hostkit.store._turn_values import (
     MAX_EXTENDED_INSTRUCTIONS_CHARS,
     TERMINAL,
     Admitted,
+    CarriedContext,
     RecoveredTurn,
     SessionBusy,
     SessionLease,
@@ -159,12 +160,12 @@ class TurnStore(ABC):
         """
 
     @abstractmethod
-    async def injected_context(self, turn_id: str) -> tuple[str, ...]:
-        """The context injected for ``turn_id`` (``TurnAdmission.injected_context``, kept
-        whole by its admission), or () when none was (a read; no owner check:
-        Host-only). An approval's continuation carries it, so its model calls get
-        what the paused turn's got. A record that cannot be read is refused
-        (``InvalidValue``), never taken as none.
+    async def carried_context(self, turn_id: str) -> CarriedContext:
+        """What ``turn_id``'s admission kept for a continuation: the context injected for
+        it (``TurnAdmission.injected_context``, whole) and whether it left the bootstrap
+        snapshot out (a read; no owner check: Host-only). An approval's continuation
+        carries both, so its model calls get what the paused turn's got. A record that
+        cannot be read is refused (``InvalidValue``), never taken as none.
         """
 
     @abstractmethod
@@ -385,9 +386,9 @@ class SqlTurnStore(TurnStore):
             lambda conn: rows.extended_instructions(conn, turn_id, MAX_EXTENDED_INSTRUCTIONS_CHARS)
         )
 
-    async def injected_context(self, turn_id: str) -> tuple[str, ...]:
+    async def carried_context(self, turn_id: str) -> CarriedContext:
         turn_id = check_id("turn_id", turn_id)
-        return await self._db.read(lambda conn: rows.injected_context(conn, turn_id))
+        return await self._db.read(lambda conn: rows.carried_context(conn, turn_id))
 
     async def renew(self, lease: SessionLease) -> bool:
         _check_lease(lease)

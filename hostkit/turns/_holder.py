@@ -151,6 +151,7 @@ class LeaseHolder:
                 cancellation_digest=cancellation_digest,
                 route=request.route,
                 injected_context=request.injected_context,
+                bootstrap=request.bootstrap,
                 # An ordinary turn's input is durable with its admission (one transaction),
                 # unless the core's input slot normalizes it first (persisted after it).
                 input=input_message(request) if request.continues is None else None,

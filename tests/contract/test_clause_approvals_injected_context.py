@@ -93,8 +93,8 @@ async def test_the_admission_keeps_injected_context_and_nothing_without_it(
         injected = await host.turns.run(request("hello again", injected_context=INJECTED))
         plain_kinds = await event_kinds(host, plain.turn_id)
         injected_kinds = await event_kinds(host, injected.turn_id)
-        plain_context = await host.store.turns.injected_context(plain.turn_id)
-        kept = await host.store.turns.injected_context(injected.turn_id)
+        plain_context = (await host.store.turns.carried_context(plain.turn_id)).injected
+        kept = (await host.store.turns.carried_context(injected.turn_id)).injected
         started_at = await host.store.read(
             lambda c: c.execute(
                 "SELECT kind, at FROM turn_events WHERE turn_id = ? AND seq <= 3 ORDER BY seq",
@@ -135,3 +135,27 @@ async def test_the_admission_keeps_injected_context_and_nothing_without_it(
 def test_injected_context_is_bounded_as_the_turn_keeps_it(context: tuple[str, ...]) -> None:
     with pytest.raises(InvalidTurnRequest, match="injected_context is at most"):
         request("hello", injected_context=context)
+
+
+async def test_a_turn_that_leaves_the_snapshot_out_is_continued_without_it(
+    tmp_path: Path,
+) -> None:
+    """``bootstrap=False`` on a later turn of a session that has its AGENTS.md snapshot:
+    the continuation of the approval it pauses on leaves the snapshot out too."""
+    notes = "Workspace notes: stamps are blue."
+    (tmp_path / "AGENTS.md").write_text(notes)
+    stamps = Stamps(tmp_path / "stamps.txt")
+    model = ScriptedModel([Reply("first"), stamp_call(), Reply("done")])
+    caps = capabilities(model, tools=[stamps.tool])
+    async with Host.open(host_config(tmp_path), capabilities=caps) as host:
+        await host.turns.run(request("hello"))  # the session takes its snapshot
+        paused = await host.turns.run(request("stamp it", bootstrap=False))
+        assert paused.pending_approval is not None
+        carried = await host.store.turns.carried_context(paused.turn_id)
+        assert (carried.injected, carried.bootstrap) == ((), False)
+    async with Host.open(host_config(tmp_path), capabilities=caps) as host:
+        operator = await host.operator("ops", reason="answer")
+        done = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+        assert (done.outcome, done.text) == ("completed", "done")
+    assert [notes in system_text(r) for r in model.requests] == [True, False, False]
+    assert stamps.lines() == ["one"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.cli._turn import stream_answer
-from hostkit.errors import ScopeError
+from hostkit.errors import NotFoundOrUnauthorized, ScopeError
 from hostkit.host import Host
 from hostkit.testing import Reply, ScriptedModel
 from hostkit.types import ConversationFacts, PrincipalScope, TurnRequest, new_id
@@ -112,18 +112,31 @@ async def test_an_operator_answers_a_scheduled_runs_approval_with_the_cli_in_a_f
 
 
 async def test_only_an_operator_has_the_owner_scope_rebuilt(tmp_path: Path) -> None:
+    """Only for an approval of that owner that can still run: never a way for an operator
+    to act as a child or a schedule otherwise."""
     stamps = Stamps(tmp_path / "stamps.txt")
-    model = ScriptedModel([Reply("parent"), stamp_call(), Reply("done")], repeat_last=True)
+    model = ScriptedModel(
+        [Reply("parent"), stamp_call(), stamp_call(), Reply("told"), Reply("parent"), stamp_call()]
+    )
     async with approval_host(tmp_path, model, stamps) as host:
-        _, child = await child_paused(host)
+        approval_id, child = await child_paused(host)
         alice = await host.authority.for_conversation(ConversationFacts("test", "c1", "alice"))
         for scope in (alice, child):
             with pytest.raises(ScopeError):
-                await host.authority.owner_of_answered(scope, child.session_id or "")
+                await host.authority.owner_of_answered(scope, approval_id)
         operator = await host.operator("ops", reason="check")
+        alices = await host.turns.run(request("stamp it too"))
+        assert alices.pending_approval is not None
         with pytest.raises(ScopeError):  # a conversation's comes back through its binding
-            await host.authority.owner_of_answered(operator, alice.session_id or "")
-        rebuilt = await host.authority.owner_of_answered(operator, child.session_id or "")
+            await host.authority.owner_of_answered(operator, alices.pending_approval)
+        with pytest.raises(NotFoundOrUnauthorized):  # no approval, no scope
+            await host.authority.owner_of_answered(operator, "apr_none")
+        denied = await host.approvals.answer(approval_id, "deny", by=operator)
+        assert denied.outcome in ("completed", "needs_user")
+        with pytest.raises(ScopeError):  # settled: nothing of it can run any more
+            await host.authority.owner_of_answered(operator, approval_id)
+        approval_id, child = await child_paused(host)
+        rebuilt = await host.authority.owner_of_answered(operator, approval_id)
         assert (rebuilt.principal_id, rebuilt.authority, rebuilt.allowed_session_ids) == (
             child.principal_id,
             "delegated_agent",
