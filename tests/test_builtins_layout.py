@@ -51,7 +51,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
         ("_terminal_checks", "_terminal_journal"),
         ("_process", "_owned", "_sandbox"),
         ("_process_streams", "_process_tree", "_mounts"),
-        ("_reaper", "_seccomp"),
+        ("_reaper", "_seccomp", "_artifact_retention"),
     ],
     "hostkit.builtins.files": [("_files",), ("_workspace",), ("_openat",), ("_errors",)],
     "hostkit.builtins.web": [("_web",), ("_extract",), ("_fetch",), ("_urlpolicy",), ("_errors",)],

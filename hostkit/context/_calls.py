@@ -27,6 +27,7 @@ from hostkit.types import (
 
 __all__ = [
     "MARKER_CHARS",
+    "REFUSAL",
     "RESULT_FLOOR",
     "fit_calls",
     "least_current",
@@ -43,6 +44,8 @@ RESULT_FLOOR = ModelMessage(
     at_floor(ModelMessage("tool", "word " * CUT_MIN_CHARS, tool_call_id="c")).content,
     tool_call_id="c" * MAX_CALL_ID_CHARS,
 )
+# What a refused call's result takes at the next step: its refusal, a few hundred chars.
+REFUSAL = ModelMessage("tool", "refused " * 40, tool_call_id="c" * MAX_CALL_ID_CHARS)
 # Layers every request of the turn holds as they are: all but these.
 _SIZED = frozenset({"summary", "history", "current"})
 
@@ -73,19 +76,22 @@ def fit_calls(
     """``calls`` with each that ``room`` cannot hold kept as ``OversizedArguments``; None
     when all fit.
 
-    Each call's result needs ``floor`` tokens beside it, and each call is counted as
-    a message of its own (its framing too: errs high). In order: a call that fits
-    what the calls before it left is kept, so one huge call among small ones costs
-    only itself, and of many calls that together are too large the first ones run.
+    A kept call needs its own size and ``floor`` tokens for its result beside it; a
+    refused one its marker and its refusal. Each call is counted as a message of its
+    own (its framing too: errs high). In order: a call that fits what the calls before
+    it left is kept, so one huge call among small ones costs only itself, and of many
+    calls that together are too large the first ones run.
     """
-    left = room - floor * len(calls)
+    refusal = scaled(estimate, REFUSAL)
+    left = room
     kept: list[ToolCall] = []
     for call in calls:
         size = scaled(estimate, ModelMessage("assistant", tool_calls=(call,)))
-        if size > left:
-            call = _refused(call, size, left)
-            size = scaled(estimate, ModelMessage("assistant", tool_calls=(call,)))
-        left -= size
+        if size + floor <= left:
+            left -= size + floor
+        else:
+            call = _refused(call, size, left - floor)
+            left -= scaled(estimate, ModelMessage("assistant", tool_calls=(call,))) + refusal
         kept.append(call)
     if all(new is old for new, old in zip(kept, calls, strict=True)):
         return None
@@ -100,8 +106,8 @@ def _refused(call: ToolCall, size: int, left: int) -> ToolCall:
     if fits == 0:
         # Not this call's size: the step's own text and the turn so far fill the window.
         reason = (
-            f"could not be kept ({len(text):,} characters): the step's text and the turn "
-            "so far leave the context window no room for a call"
+            f"could not be kept ({len(text):,} characters): the step's text, the calls "
+            "before it and the turn so far leave the context window no room for it"
         )
     else:
         reason = (

@@ -261,3 +261,24 @@ async def test_a_call_the_window_holds_only_until_a_large_result_is_cut_is_refus
         ["invalid"],
         [],
     )
+
+
+async def test_of_many_small_calls_the_window_cannot_answer_all_the_first_ones_run(
+    tmp_path: Path,
+) -> None:
+    """Twenty calls whose results could not all be kept at their floor: the first ones
+    run (each keeps room for its own result only), the rest are refused, not all of them."""
+
+    @tool("work.quick")
+    async def quick(ctx: ToolContext) -> str:
+        """Answer at once."""
+        return "ok"
+
+    model = ScriptedModel([CallTools(*[("work_quick", {})] * 20), Reply("done")])
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[quick])) as host:
+        result = await host.turns.run(request("go"))
+    statuses = [effect.status for effect in result.effects]
+    ran = statuses.count("succeeded")
+    assert result.outcome == "completed"
+    assert 0 < ran < 20
+    assert statuses == ["succeeded"] * ran + ["invalid"] * (20 - ran)
