@@ -27,8 +27,8 @@ from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import MalformedArguments, ModelMessage, ToolCall
 from tests.contract._store_adapters import ADAPTERS
 from tests.hosts import request
-from tests.wire import WireServer, serve_wire
-from tests.wire.rigs import WireRig, build_rig
+from tests.wire import WireServer
+from tests.wire.rigs import WireRig, openai_rig
 from tests.wire.scenario import Answer, Call
 
 pytestmark = pytest.mark.anyio
@@ -88,13 +88,8 @@ class Approver:
 @pytest.fixture
 async def rig() -> AsyncIterator[WireRig]:
     """The OpenAI-compatible adapter against the loopback server."""
-    async with serve_wire() as wire:
-        built = build_rig("openai", wire=wire, local=None)
-        assert isinstance(built, WireRig)
-        try:
-            yield built
-        finally:
-            await built.aclose()
+    async with openai_rig() as built:
+        yield built
 
 
 def host_config(tmp_path: Path, policy: dict[str, Any]) -> Any:

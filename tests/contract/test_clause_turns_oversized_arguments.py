@@ -27,8 +27,7 @@ from hostkit.host import Host
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
 from hostkit.types import MalformedArguments, ModelMessage, OversizedArguments
 from tests.hosts import config, request
-from tests.wire import serve_wire
-from tests.wire.rigs import WireRig, build_rig
+from tests.wire.rigs import WireRig, openai_rig
 from tests.wire.scenario import Answer, Call
 
 pytestmark = pytest.mark.anyio
@@ -200,13 +199,8 @@ async def test_secret_named_arguments_never_reach_the_marker(tmp_path: Path) -> 
 @pytest.fixture
 async def rig() -> AsyncIterator[WireRig]:
     """The OpenAI-compatible adapter against the loopback server."""
-    async with serve_wire() as wire:
-        built = build_rig("openai", wire=wire, local=None)
-        assert isinstance(built, WireRig)
-        try:
-            yield built
-        finally:
-            await built.aclose()
+    async with openai_rig() as built:
+        yield built
 
 
 async def test_over_the_openai_compatible_wire_the_call_is_refused_and_sent_back_small(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any
 
@@ -30,9 +31,18 @@ from hostkit.types import ModelLimits, ModelRequest
 from tests.wire import anthropic_messages, openai_chat
 from tests.wire.policy import RecordingRetryPolicy
 from tests.wire.scenario import Answer
-from tests.wire.server import WireServer, sse_reply
+from tests.wire.server import WireServer, serve_wire, sse_reply
 
-__all__ = ["API_KEY", "LocalRig", "Rig", "ScriptableRig", "ScriptedRig", "WireRig", "build_rig"]
+__all__ = [
+    "API_KEY",
+    "LocalRig",
+    "Rig",
+    "ScriptableRig",
+    "ScriptedRig",
+    "WireRig",
+    "build_rig",
+    "openai_rig",
+]
 
 # No known credential shape: only the adapters' own scrubbing keeps it out of messages.
 API_KEY = "gw-test-0123456789abcdefXYZ"
@@ -185,6 +195,18 @@ def build_rig(kind: str, *, wire: WireServer | None, local: LocalModel | None) -
     if kind == "openai":
         return WireRig(kind, wire, openai_chat, _openai)
     return WireRig(kind, wire, anthropic_messages, _anthropic)
+
+
+@asynccontextmanager
+async def openai_rig() -> AsyncIterator[WireRig]:
+    """The OpenAI-compatible adapter against a loopback server of its own, closed after."""
+    async with serve_wire() as wire:
+        built = build_rig("openai", wire=wire, local=None)
+        assert isinstance(built, WireRig)
+        try:
+            yield built
+        finally:
+            await built.aclose()
 
 
 def _openai(base_url: str, policy: RecordingRetryPolicy) -> ModelProvider:
