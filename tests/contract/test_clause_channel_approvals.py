@@ -502,29 +502,31 @@ async def test_a_command_deferred_on_a_running_continuation_waits_from_its_start
         alice = await host.authority.for_conversation(
             ConversationFacts(SLACK, ALICE["conversation"], ALICE["principal"])
         )
-        async with anyio.create_task_group() as group:
-            group.start_soon(
-                functools.partial(host.approvals.answer, approval_id, "approve_once", by=alice)
-            )
-            with anyio.fail_after(10):
-                # The store's state, written by the answering task: polled.
-                while (await host.approvals.get(alice, approval_id)).status != "executed":  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
-            command = inbound(f"approve {approval_code(approval_id)}", kind="command", **ALICE)
-            old = dataclasses.replace(command, received_at=time.time() - 1_200)
-            inbound_id = await accept(host, old)
-            worker = host.inbox_worker(idle_poll_s=0.05, concurrency=2)
-            group.start_soon(worker.run)
-            with anyio.fail_after(10):
-                # Given back: ready again, due some time from now (the attempt not spent).
-                while not _deferred(record := await host.inbox.record(inbound_id)):  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
-            assert record.due_at is not None
-            # Due after a quarter of the continuation's own run (and at the latest when its
-            # holder's lease runs out), not the 300 s the receipt gave.
-            assert record.due_at - time.time() < 10
-            gate.set()
-            worker.stop()
+        # A deadline for all of it: a worker that did not wind down would hang the run.
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    functools.partial(host.approvals.answer, approval_id, "approve_once", by=alice)
+                )
+                with anyio.fail_after(10):
+                    # The store's state, written by the answering task: polled.
+                    while (await host.approvals.get(alice, approval_id)).status != "executed":  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                command = inbound(f"approve {approval_code(approval_id)}", kind="command", **ALICE)
+                old = dataclasses.replace(command, received_at=time.time() - 1_200)
+                inbound_id = await accept(host, old)
+                worker = host.inbox_worker(idle_poll_s=0.05, concurrency=2)
+                group.start_soon(worker.run)
+                with anyio.fail_after(10):
+                    # Given back: ready again, due some time from now (the attempt not spent).
+                    while not _deferred(record := await host.inbox.record(inbound_id)):  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                assert record.due_at is not None
+                # Due after a quarter of the continuation's own run (and at the latest when its
+                # holder's lease runs out), not the 300 s the receipt gave.
+                assert record.due_at - time.time() < 10
+                gate.set()
+                worker.stop()
 
 
 def _deferred(record: Any) -> bool:
