@@ -442,19 +442,20 @@ async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_bot
         )
         ledger = host.approvals._ledger
         recorded = ledger.answer
-        first_recorded, first_done = anyio.Event(), anyio.Event()
-        order: list[int] = []
+        second_read, first_recorded, first_done = anyio.Event(), anyio.Event(), anyio.Event()
 
         async def answer(scope: Any, answered: str, **options: Any) -> ApprovalAnswer:
-            me = len(order)
-            order.append(me)
-            if me == 1:  # the second read the row as pending; it writes after the first
-                await first_recorded.wait()
-            outcome = await recorded(scope, answered, **options)
-            if me == 0:
+            # Told apart by task, not by arrival: on a slower store the second answer may
+            # reach the write first, and waiting on itself would never end.
+            if anyio.get_current_task().name == "first":
+                await second_read.wait()  # both read the row as pending
+                outcome = await recorded(scope, answered, **options)
                 first_recorded.set()
-            else:
-                await first_done.wait()  # the first's continuation ends meanwhile
+                return outcome
+            second_read.set()
+            await first_recorded.wait()  # it writes after the first, and loses
+            outcome = await recorded(scope, answered, **options)
+            await first_done.wait()  # the first's continuation ends meanwhile
             return outcome
 
         ledger.answer = answer  # type: ignore[method-assign]
@@ -467,10 +468,14 @@ async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_bot
             if name == "first":
                 first_done.set()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(answering, "first")
-            await anyio.lowlevel.checkpoint()
-            group.start_soon(answering, "second")
+        # A deadline for all of it: an ordering this test did not foresee fails, not hangs.
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(answering, "first", name="first")
+                group.start_soon(answering, "second", name="second")
+        # Both answers wrote: the second lost the conditional write to the first.
+        assert second_read.is_set()
+        assert first_recorded.is_set()
         first, second = results["first"], results["second"]
         assert first.outcome == second.outcome == "completed"
         assert first.turn_id == second.turn_id
