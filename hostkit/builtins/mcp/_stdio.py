@@ -166,7 +166,7 @@ class StdioLink:
                 pieces.clear()
                 held = 0
                 start = newline + 1
-                if line.strip():
+                if line and not line.isspace():  # not strip(): a copy of MiBs
                     message = _parse(line)
                     if isinstance(message, Exception) and _answers_a_request(line):
                         # The SDK drops what it cannot read, and the request this
