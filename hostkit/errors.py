@@ -534,18 +534,28 @@ class StoreOutcomeUnknown(StoreError):
 
 
 class DatabaseReplaced(StoreError):
-    """The database file was deleted or replaced while the store had it open.
+    """The database file, or its ``-wal`` or ``-shm`` file, was deleted or replaced while the
+    store had it open.
 
     SQLite would go on writing to the open (deleted) file, and everything
-    accepted after that would be gone at the next start: no write is taken.
+    accepted after that would be gone at the next start, or written apart from
+    another process that opened the database meanwhile: no write is taken.
+    ``file`` is the path that changed (the database's own path by default).
     """
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, file: str | None = None) -> None:
+        if file is None or file == database:
+            what = f"the database file {database[-200:]}"
+            todo = "restart the Host on the right file"
+        else:
+            what = f"the file {file[-200:]} beside the database"
+            todo = "stop every process using the database, then start the Host again"
         super().__init__(
-            f"the database file {database[-200:]} was deleted or replaced while this Host had "
-            "it open: nothing more is written to it (restart the Host on the right file)",
+            f"{what} was deleted or replaced while this Host had it open: nothing more is "
+            f"written to it ({todo})",
             retryable=False,
         )
+        self.file = database if file is None else file
 
 
 class ClockSkew(StoreError):

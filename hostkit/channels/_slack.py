@@ -11,6 +11,12 @@ button whose value is ``approve CODE`` / ``deny CODE`` is a command whose
 ``metadata["press"]`` names the presser, so its outcome is told to them
 alone (an ephemeral message), not the channel.
 
+Both key a conversation ``<team>:<channel>:<user>`` by the *sender's own* workspace,
+which both payloads name for the same person. In a Slack Connect (shared) channel the
+envelope's ``team_id`` is the channel's or the dispatching install's workspace and an
+interaction's ``team.id`` that of the app that posted the message: keyed by those, the
+asker's own press would name another conversation than her message did.
+
 Which of the two a request is comes from the signed body, never from the
 unsigned ``Content-Type``: otherwise one signed JSON event could be replayed
 as a form and a ``payload=`` field smuggled inside its text read as a button
@@ -133,7 +139,11 @@ def _event(
     event_id = request.get("event_id")
     if not isinstance(event_id, str) or not 0 < len(event_id) <= _MAX_EVENT_ID:
         raise malformed("event_callback needs an event_id")
-    team = field_id(request.get("team_id", event.get("team")), "team_id")
+    team = _own_team(
+        (("event.user_team", event.get("user_team")), ("event.team", event.get("team"))),
+        fallback=("team_id", request.get("team_id", event.get("team"))),
+        orgs=(request.get("enterprise_id"),),
+    )
     channel = field_id(event.get("channel"), "event.channel")
     user = field_id(event.get("user"), "event.user")
     text = event.get("text")
@@ -190,7 +200,12 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
     if command is None:
         return Ignored("slack button that is not an approval answer")
     user_obj = _obj(payload, "user")
-    team = field_id(_obj(payload, "team").get("id", user_obj.get("team_id")), "team.id")
+    team_obj = _obj(payload, "team")
+    team = _own_team(
+        (("user.team_id", user_obj.get("team_id")),),
+        fallback=("team.id", team_obj.get("id", user_obj.get("team_id"))),
+        orgs=(_obj(payload, "enterprise").get("id"), team_obj.get("enterprise_id")),
+    )
     user = field_id(user_obj.get("id"), "user.id")
     container = _obj(payload, "container")
     channel = field_id(
@@ -215,6 +230,23 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
         # The press is answered to its presser only (chat.postEphemeral), never the channel.
         metadata={"reply": reply, "press": {"user": user}},
     )
+
+
+def _own_team(
+    named: tuple[tuple[str, Any], ...], *, fallback: tuple[str, Any], orgs: tuple[Any, ...]
+) -> str:
+    """The sender's own workspace: the first of ``named`` given and no org, else ``fallback``.
+
+    An ordinary channel's payloads name one workspace everywhere, so its keys are the
+    ones the envelope's ``team_id`` and the interaction's ``team.id`` always gave. An
+    Enterprise Grid reports its organisation (one of ``orgs``) where a workspace is
+    meant; that is no workspace of the person's, and the payload's own one is kept.
+    """
+    for name, value in named:
+        if value is not None and value != "" and value not in orgs:
+            return field_id(value, name)
+    name, value = fallback
+    return field_id(value, name)
 
 
 def _obj(payload: dict[str, Any], name: str) -> dict[str, Any]:

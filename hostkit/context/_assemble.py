@@ -26,7 +26,7 @@ __all__ = [
     "HistoryView",
     "SizeMemo",
     "at_floor",
-    "cut_results",
+    "cut_current",
     "fit_groups",
     "group_history",
     "leading_results",
@@ -501,27 +501,49 @@ def prune_results(groups: Sequence[Group], *, protect_tail: int) -> tuple[list[G
     return out, pruned
 
 
-def cut_results(
+def cut_current(
     messages: Sequence[ModelMessage], estimate: Estimator, room: int
 ) -> tuple[tuple[ModelMessage, ...], int] | None:
-    """The current turn's messages with its tool results cut to fit ``room`` tokens, and
-    their tokens; None when they cannot fit even cut to ``CUT_MIN_CHARS`` each.
+    """The current turn's messages cut to fit ``room`` tokens, and their tokens; None when
+    they cannot fit even cut to ``CUT_MIN_CHARS`` each.
 
     The step's own results cannot be pruned to stubs like history's: the model
     asked for them now. Each keeps its beginning, every result cut by the same
     share, and says how much it shows, so the model can ask for less at once
     (a narrower read, fewer calls) instead of the turn failing after its
-    effects ran.
+    effects ran. Only when the results at their floor still do not fit is the
+    turn's assistant text cut too, the same way: the model wrote it, so its
+    beginning recalls the rest, while a result is what the model asked to
+    read. The calls and the user's input are never cut.
     """
-    tools = [
-        i for i, m in enumerate(messages) if m.role == "tool" and len(m.content) > CUT_MIN_CHARS
-    ]
-    if not tools:
+    results = _cuttable(messages, "tool")
+    if results:
+        fitted = _cut_by_share(messages, results, estimate, room)
+        if fitted is not None:
+            return fitted
+    texts = _cuttable(messages, "assistant")
+    if not texts:
         return None
+    floored = tuple(at_floor(m) if m.role == "tool" else m for m in messages)
+    return _cut_by_share(floored, texts, estimate, room)
+
+
+def _cuttable(messages: Sequence[ModelMessage], role: str) -> list[int]:
+    """Positions of ``role``'s messages whose text is longer than its floor."""
+    return [i for i, m in enumerate(messages) if m.role == role and len(m.content) > CUT_MIN_CHARS]
+
+
+def _cut_by_share(
+    messages: Sequence[ModelMessage], cuttable: Sequence[int], estimate: Estimator, room: int
+) -> tuple[tuple[ModelMessage, ...], int] | None:
+    """``messages`` with the texts at ``cuttable`` cut by one share to fit ``room``; None
+    when even their floor does not fit (or the rounds run out)."""
+    # What cutting a message's text cannot take away: its framing and its calls.
+    kept = {i: estimate.message(replace(messages[i], content="")) for i in cuttable}
     share = 1.0
     for _ in range(_CUT_ROUNDS):
         out = list(messages)
-        for i in tools:
+        for i in cuttable:
             content = messages[i].content
             keep = max(CUT_MIN_CHARS, int(len(content) * share))
             if keep < len(content):
@@ -529,18 +551,18 @@ def cut_results(
         tokens = sum(estimate.message(m) for m in out)
         if tokens <= room:
             return tuple(out), tokens
-        results = sum(estimate.message(out[i]) for i in tools)
+        texts = sum(estimate.message(out[i]) - kept[i] for i in cuttable)
         over = tokens - room
-        if results <= over or all(len(out[i].content) <= CUT_MIN_CHARS + 200 for i in tools):
-            return None  # cutting every result to its floor would not make room
-        share *= max(0.05, (results - over) / results * 0.9)
+        if texts <= over or all(len(out[i].content) <= CUT_MIN_CHARS + 200 for i in cuttable):
+            return None  # cutting every text to its floor would not make room
+        share *= max(0.05, (texts - over) / texts * 0.9)
     return None
 
 
 def at_floor(message: ModelMessage) -> ModelMessage:
-    """``message`` as small as ``cut_results`` could make it: a tool result cut to
-    ``CUT_MIN_CHARS``; any other message as it is."""
-    if message.role != "tool" or len(message.content) <= CUT_MIN_CHARS:
+    """``message`` as small as ``cut_current`` could make it: a tool result's or an
+    assistant message's text cut to ``CUT_MIN_CHARS``; any other message as it is."""
+    if message.role not in ("tool", "assistant") or len(message.content) <= CUT_MIN_CHARS:
         return message
     return replace(message, content=_cut_text(message.content, CUT_MIN_CHARS))
 

@@ -38,7 +38,7 @@ __all__ = [
 # How much of refused arguments the marker keeps: enough for the model to know its call.
 MARKER_CHARS = 200
 # What each call's result takes at least at the next step: one cut to its floor
-# (``cut_results``), prose, answering the longest call id.
+# (``cut_current``), prose, answering the longest call id.
 RESULT_FLOOR = ModelMessage(
     "tool",
     at_floor(ModelMessage("tool", "word " * CUT_MIN_CHARS, tool_call_id="c")).content,
@@ -57,7 +57,8 @@ def room_for_current(hard_budget: int, layers: Sequence[LayerSummary]) -> int:
 
 
 def least_current(messages: Sequence[ModelMessage], estimate: CalibratedEstimator) -> int:
-    """Tokens of the turn's ``messages`` with every tool result cut to its floor."""
+    """Tokens of the turn's ``messages`` with every tool result and assistant text cut to
+    its floor."""
     total = 0
     for message in messages:
         cut = at_floor(message)

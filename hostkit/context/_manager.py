@@ -17,7 +17,8 @@ from hostkit.context._assemble import (
     Group,
     Head,
     HistoryView,
-    cut_results,
+    at_floor,
+    cut_current,
     fit_groups,
     group_history,
     leading_results,
@@ -229,11 +230,12 @@ class ContextManager:
         cut = 0
         if fixed > hard_budget and schema_tokens <= hard_budget:
             # What does not fit is this turn's own messages, usually its tool results
-            # (many calls at once, each at the view's limit): cut those, not the turn,
-            # whose effects already ran. A quarter of what is left stays for history.
+            # (many calls at once, each at the view's limit), else a step's long text:
+            # cut those, not the turn, whose effects already ran. A quarter of what is
+            # left stays for history.
             least = self._head(request, window, estimate, room=0).tokens
             room = (hard_budget - schema_tokens - framing - least) * 3 // 4
-            fitted = cut_results(request.messages, estimate, room)
+            fitted = cut_current(request.messages, estimate, room)
             if fitted is not None:
                 messages, current_tokens = fitted
                 cut = sum(a is not b for a, b in zip(messages, request.messages, strict=True))
@@ -452,11 +454,12 @@ class ContextManager:
 
         ``step`` is the assistant message the model answered ``request`` with (as
         the transcript keeps it), ``prepared`` what ``prepare`` made of ``request``.
-        A step is never cut, so a call whose arguments the next request could not
-        hold beside the turn's other messages, each call's result cut to its floor
-        (``cut_results``) and no summary or history, is kept as ``OversizedArguments``
-        instead: the effect runtime refuses it before anything runs and the turn
-        goes on. The common case costs one count, which the next ``prepare`` reuses.
+        A step's calls are never cut, so a call whose arguments the next request could
+        not hold beside the turn's other messages, each call's result and each text
+        cut to its floor (``cut_current``) and no summary or history, is kept as
+        ``OversizedArguments`` instead: the effect runtime refuses it before anything
+        runs and the turn goes on. The common case costs one count, which the next
+        ``prepare`` reuses.
         """
         context = request.context
         window = self._windows.get(context.session_id)
@@ -479,7 +482,8 @@ class ContextManager:
             return None
         turn = prepared.messages[len(prepared.messages) - current.items :]
         left = share - least_current(turn, estimate)
-        text = scaled(estimate, dataclasses.replace(step, tool_calls=()))
+        # The step's own text is cut too when the next request needs the room.
+        text = scaled(estimate, at_floor(dataclasses.replace(step, tool_calls=())))
         return fit_calls(calls, estimate, left - text, floor)
 
     def _release(self, turn_id: str) -> None:

@@ -151,6 +151,10 @@ from hostkit.errors import StateConflict
 from hostkit.types import StateEntry
 
 
+# ``set``'s default, as the real ``ctx.state``'s: write whatever is current.
+ANY_VERSION: Any = object()
+
+
 @dataclass
 class MemoryState:
     """``ctx.state`` for a test: get, entry and set with the same versions and compare-and-set."""
@@ -164,10 +168,10 @@ class MemoryState:
     async def entry(self, key: str) -> StateEntry | None:
         return self.entries.get(key)
 
-    async def set(self, key: str, value: Any, *, expected: int | None = None) -> int:
+    async def set(self, key: str, value: Any, *, expected: int | None = ANY_VERSION) -> int:
         current = self.entries.get(key)
         actual = None if current is None else current.version
-        if expected != actual:
+        if expected is not ANY_VERSION and expected != actual:
             raise StateConflict(key, expected=expected, actual=actual)
         version = (actual or 0) + 1
         self.entries[key] = StateEntry("{core_id}", "session", key, value, version)

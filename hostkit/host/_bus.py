@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -20,8 +21,8 @@ class EventBus:
     (its buffer is bounded) rather than slowing a turn down.
     """
 
-    def __init__(self, *, forward: Observer | None = None, buffer: int = 1024) -> None:
-        self._forward = forward
+    def __init__(self, *, forward: Sequence[Observer] = (), buffer: int = 1024) -> None:
+        self._forward = tuple(forward)
         self._buffer = buffer
         self._subscribers: list[
             tuple[Callable[[TurnEvent], bool], MemoryObjectSendStream[TurnEvent]]
@@ -30,7 +31,7 @@ class EventBus:
     @property
     def listening(self) -> bool:
         """Whether an event now would reach anyone (a subscriber or the forward)."""
-        return bool(self._subscribers) or (self._forward is not None and listening(self._forward))
+        return bool(self._subscribers) or any(listening(observer) for observer in self._forward)
 
     def notify(self, event: TurnEvent) -> None:
         for accepts, stream in list(self._subscribers):
@@ -39,8 +40,10 @@ class EventBus:
                     stream.send_nowait(event)
                 except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     continue
-        if self._forward is not None:
-            self._forward.notify(event)
+        for observer in self._forward:
+            # One observer that raises must not keep the event from the next.
+            with contextlib.suppress(Exception):
+                observer.notify(event)
 
     @asynccontextmanager
     async def subscribe(

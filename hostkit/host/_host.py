@@ -97,7 +97,7 @@ from hostkit.host._store import open_configured_store
 from hostkit.inbox import ChannelInbox, InboxWorker, Route
 from hostkit.store import LeaseOwner, RuntimeStore
 from hostkit.telemetry import Tracing, open_tracing
-from hostkit.turns import PinnedCore, TurnExecution
+from hostkit.turns import Observer, PinnedCore, TurnExecution
 from hostkit.types import (
     ConversationFacts,
     PrincipalScope,
@@ -323,6 +323,7 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
         check_providers: bool = True,
         require_channels: bool | None = None,
+        observer: Observer | None = None,
     ) -> Opening[Host]:
         """Open a Host: ``async with Host.open(...) as host`` or ``host = await Host.open(...)``.
 
@@ -353,8 +354,13 @@ class Host(AsyncResource):
         for a Host that sends nothing itself (only a ``delivery_runtime()``
         does: the CLI's turns write their answers to the outbox, and
         ``hostkit serve`` delivers them).
+
+        ``observer`` hears every turn event of this Host, whatever generation runs
+        the turn (beside ``[host.telemetry]``'s tracing and ``host.events``): an
+        application's own ``TracingObserver(tracer_provider)``, with the sources
+        the configuration implies.
         """
-        _check_open(capabilities, approver, agents)
+        _check_open(capabilities, approver, agents, observer)
         return Opening(
             lambda: cls._open(
                 config,
@@ -363,6 +369,7 @@ class Host(AsyncResource):
                 agents=agents,
                 check_providers=check_providers,
                 require_channels=check_providers if require_channels is None else require_channels,
+                observer=observer,
             )
         )
 
@@ -376,6 +383,7 @@ class Host(AsyncResource):
         agents: Sequence[Agent] = (),
         check_providers: bool = True,
         require_channels: bool = True,
+        observer: Observer | None = None,
     ) -> Host:
         check_agents(agents)  # a wrong value leaves no database behind
         declared = await resolve_config(config, assistant=not agents)
@@ -430,7 +438,12 @@ class Host(AsyncResource):
             # Turns report to their generation's observer themselves (PinnedCore.observer);
             # the bus serves this Host's subscribers (CLI, notebook) across generations,
             # and its tracing.
-            events = EventBus(forward=tracing.observer if tracing is not None else None)
+            events = EventBus(
+                forward=[
+                    *([tracing.observer] if tracing is not None else []),
+                    *([observer] if observer is not None else []),
+                ]
+            )
             # One identity for this Host's durable leases (turns and compaction); reading
             # the process start time touches /proc, so off the event loop.
             owner = await anyio.to_thread.run_sync(LeaseOwner.current, new_id("host"))
@@ -1283,7 +1296,7 @@ def _in_parameters(error: InvalidValue) -> InvalidValue:
     return error
 
 
-def _check_open(capabilities: object, approver: object, agents: object) -> None:
+def _check_open(capabilities: object, approver: object, agents: object, observer: object) -> None:
     """What ``Host.open`` was handed, checked before anything opens: a wrong value is an
     ``InvalidValue`` now, not an ``AttributeError`` at the first turn or at close."""
     if capabilities is not None and not isinstance(capabilities, RuntimeCapabilities):
@@ -1299,4 +1312,9 @@ def _check_open(capabilities: object, approver: object, agents: object) -> None:
     if isinstance(agents, str | bytes) or not isinstance(agents, Sequence):
         raise InvalidValue(
             f"agents must be a list of hostkit.Agent values, not {type(agents).__name__}"
+        )
+    if observer is not None and not callable(getattr(observer, "notify", None)):
+        raise InvalidValue(
+            "observer must be an Observer (an object with notify(event)), "
+            f"not {type(observer).__name__}"
         )

@@ -14,6 +14,7 @@ from hostkit.errors import InvalidValue, StoreClosed, StoreError
 from hostkit.store._checks import UNSTORABLE_TEXT, check_count, check_duration
 from hostkit.store._connection import DbConnection, Synchronous, open_connection, primary_code
 from hostkit.store._migrate import MigrationReport, admit_hostkit_file, upgrade
+from hostkit.store._opened_files import OpenedFiles, keep_foreign_wal
 from hostkit.store._row_store import MAX_REASON, RowStore, audit_reason
 from hostkit.store._schema import MIGRATIONS, Migration
 from hostkit.store._transaction import Transaction
@@ -25,7 +26,6 @@ from hostkit.store._writer import (
     ROLLBACK,
     GroupCommitWriter,
     LockWait,
-    file_of,
     map_sqlite_error,
     narrow_busy_timeout,
     refuse_replaced,
@@ -58,7 +58,7 @@ class SqliteStore(RowStore):
         max_batch: int,
         lock_timeout_s: float,
         busy_s: float,
-        file: tuple[int, int] | None = None,
+        files: OpenedFiles | None = None,
     ) -> None:
         self.path = path
         self.migration = report
@@ -70,8 +70,9 @@ class SqliteStore(RowStore):
             lock_timeout_s=lock_timeout_s,
             busy_s=busy_s,
             database=str(path),
-            file=file,
+            files=files,
         )
+        self._files = files
         super().__init__()
 
     @classmethod
@@ -137,9 +138,10 @@ class SqliteStore(RowStore):
             reader = await open_connection(
                 database, synchronous=synchronous, busy_timeout_ms=busy_ms, query_only=True
             )
-            # The file this store writes to: a write finds it deleted or replaced at once,
-            # even before the first one (a stat, on the database thread).
-            file = await writer.run(lambda _: file_of(str(database)))
+            # The files this store writes to (the database, its -wal and -shm): a write finds
+            # one deleted or replaced at once, even before the first one (on the database
+            # thread: the writer has read in WAL mode, so SQLite made both siblings).
+            files = await writer.run(lambda raw: OpenedFiles.of(str(database), wal=_in_wal(raw)))
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 if reader is not None:
@@ -156,7 +158,7 @@ class SqliteStore(RowStore):
             max_batch=max_batch,
             lock_timeout_s=lock_timeout_s,
             busy_s=busy_s,
-            file=file,
+            files=files,
         )
         follow_opening_limit(store.limit_waits)
         guard = store._writer.guard
@@ -181,10 +183,21 @@ class SqliteStore(RowStore):
                     # Queued writes fail with StoreClosed; the batch in flight finishes.
                     await self._writer.close()
                 finally:
-                    try:
-                        await self._reader.close()
-                    finally:
-                        await self._writer_conn.close()
+                    await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        """Close both connections; when another process made a new -wal or -shm, after a
+        read-only one that closes last (``keep_foreign_wal`` says why)."""
+        files = self._files
+        keeper = None if files is None else await anyio.to_thread.run_sync(keep_foreign_wal, files)
+        try:
+            try:
+                await self._reader.close()
+            finally:
+                await self._writer_conn.close()
+        finally:
+            if keeper is not None:
+                await anyio.to_thread.run_sync(keeper.close)
 
     @property
     def location(self) -> str:
@@ -269,6 +282,11 @@ class SqliteStore(RowStore):
                 except sqlite3.Error as exc:
                     await conn.run(end(ROLLBACK))
                     raise map_sqlite_error(exc, "commit") from exc
+
+
+def _in_wal(raw: sqlite3.Connection) -> bool:
+    row = raw.execute("PRAGMA journal_mode").fetchone()
+    return row is not None and str(row[0]).lower() == "wal"
 
 
 _NEEDS_ROOM = "free space beside the database (it needs room for its -wal and -shm files) and retry"

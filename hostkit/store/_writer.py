@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sqlite3
 import time
 from collections import deque
@@ -45,6 +44,7 @@ import anyio
 
 from hostkit.errors import DatabaseReplaced, HostkitError, InvalidValue, StoreClosed, StoreError
 from hostkit.store._connection import LOCK_HELD, DbConnection, primary_code
+from hostkit.store._opened_files import OpenedFiles
 from hostkit.store._wait_limit import WaitLimit
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "LockWait",
     "TransactionGuard",
     "begin_immediate",
-    "file_of",
     "map_sqlite_error",
     "narrow_busy_timeout",
     "refuse_replaced",
@@ -136,13 +135,13 @@ class LockWait(WaitLimit):
     wait ends by then, a wait already under way too.
     """
 
-    __slots__ = ("bound_s", "busy_s", "database", "file", "since")
+    __slots__ = ("bound_s", "busy_s", "database", "files", "since")
 
     def __init__(
         self,
         bound_s: float,
         database: str,
-        file: tuple[int, int] | None = None,
+        files: OpenedFiles | None = None,
         *,
         busy_s: float,
     ) -> None:
@@ -152,26 +151,19 @@ class LockWait(WaitLimit):
         self.busy_s = busy_s
         self.database = database
         self.since: float | None = None
-        # (device, inode) of the database file the store opened (``file_of`` once it was
-        # open); None: nothing to compare (an in-memory database, a migration at open).
-        self.file = file
-
-
-def file_of(database: str) -> tuple[int, int] | None:
-    """(device, inode) of ``database``; None when there is no such file (blocking: a stat)."""
-    try:
-        found = os.stat(database)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
+        # The database file, and its -wal and -shm, the store opened (once it was open);
+        # None: nothing to compare (a migration at open).
+        self.files = files
 
 
 def refuse_replaced(conn: sqlite3.Connection, lock: LockWait) -> None:
-    """In a transaction just begun: roll it back and raise ``DatabaseReplaced`` when the path
-    no longer names the file this connection has open (deleted, or another file there)."""
-    if lock.file is not None and file_of(lock.database) != lock.file:
+    """In a transaction just begun: roll it back and raise ``DatabaseReplaced`` when a path no
+    longer names the file this connection has open (the database, its -wal or its -shm:
+    deleted, or another file there)."""
+    changed = None if lock.files is None else lock.files.changed()
+    if changed is not None:
         conn.execute(ROLLBACK)
-        raise DatabaseReplaced(lock.database)
+        raise DatabaseReplaced(lock.database, changed)
 
 
 def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
@@ -215,7 +207,7 @@ def begin_immediate(conn: sqlite3.Connection, lock: LockWait) -> None:
                 if now - started < _BEGIN_PAUSE_S:  # the database thread's own wait, not the loop's
                     time.sleep(min(_BEGIN_PAUSE_S, deadline - now))
                 continue
-            # Under the write lock: one stat per transaction, a few microseconds.
+            # Under the write lock: a stat per file (three in WAL mode), a few microseconds.
             refuse_replaced(conn, lock)
             return
     finally:
@@ -338,12 +330,12 @@ class GroupCommitWriter:
         lock_timeout_s: float,
         busy_s: float,
         database: str,
-        file: tuple[int, int] | None = None,
+        files: OpenedFiles | None = None,
     ) -> None:
         self._conn = conn
         self._max_batch = max_batch
         self._lock_timeout_s = lock_timeout_s
-        self.lock_wait = LockWait(lock_timeout_s, database, file, busy_s=busy_s)
+        self.lock_wait = LockWait(lock_timeout_s, database, files, busy_s=busy_s)
         # The next look at that wait while drains run (event loop only), and the wait it
         # last told of.
         self._watch: asyncio.TimerHandle | None = None

@@ -316,3 +316,57 @@ async def test_slack_presses_are_ephemeral_to_the_presser_and_never_a_channel_po
             )
             (_, answer) = fake.messages
             assert answer.body["text"] == "done: stamped one"
+
+
+# A Slack Connect channel created in workspace TB, the app installed in TA. The Events API
+# envelope's team_id names TB (the channel's workspace, slackapi/java-slack-sdk#629) and a
+# press's team.id names TA (the workspace of the app that posted the prompt, #1041): each
+# payload also names the person's own workspace (event.user_team, user.team_id).
+def connect_message(text: str, *, user: str, team: str) -> dict[str, Any]:
+    body = slack_message(text, user=user)
+    body["team_id"] = "TB"
+    body["event"].update(team=team, user_team=team, source_team="TB")
+    return body
+
+
+def connect_press(value: str, *, user: str, team: str) -> dict[str, Any]:
+    body = slack_press(value, user=user)
+    body["team"] = {"id": "TA", "domain": "app-home"}
+    body["user"]["team_id"] = team
+    return body
+
+
+@pytest.mark.parametrize(
+    ("asker", "other"), [(("U1", "TA"), ("U9", "TB")), (("U9", "TB"), ("U1", "TA"))]
+)
+async def test_in_a_slack_connect_channel_the_askers_press_answers_her_approval(
+    tmp_path: Path, asker: tuple[str, str], other: tuple[str, str]
+) -> None:
+    """Her message and her press name one conversation, keyed by her own workspace, whichever
+    workspace she is in; a member of the other workspace is still not her."""
+    (user, team), (other_user, other_team) = asker, other
+    stamps = Stamps(tmp_path / "stamps.txt")
+    async with FakeSlack.running(token=ENV["SLACK_BOT_TOKEN"]) as fake:
+        tables = channel_tables(slack=fake.api_base)
+        async with button_host(tmp_path, stamps, tables) as host:
+            asked = slack(host, connect_message("stamp it", user=user, team=team))
+            assert asked.conversation_key == f"{team}:C1:{user}"
+            await handled(host, asked)
+            code = await pending_code(host)
+
+            stranger = connect_press(f"approve {code}", user=other_user, team=other_team)
+            await handled(host, slack(host, stranger, form=True))
+            (refused,) = fake.ephemerals
+            assert refused.body["user"] == other_user
+            assert refused.body["text"].startswith("No pending approval of yours has this code")
+            assert await pending_code(host) == code
+
+            pressed = slack(host, connect_press(f"approve {code}", user=user, team=team), form=True)
+            assert pressed.conversation_key == asked.conversation_key
+            await handled(host, pressed)
+            assert stamps.lines() == ["one"]
+            acknowledged = fake.ephemerals[1]
+            assert (acknowledged.body["user"], acknowledged.body["text"]) == (
+                user,
+                f"Approval {code}: approved.",
+            )

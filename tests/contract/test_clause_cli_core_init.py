@@ -7,15 +7,18 @@ dulwich, and agent.yaml with the same schema the Host loads it with.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from dulwich.repo import Repo
 from typer.testing import CliRunner
 
 from hostkit.cli import app
 from hostkit.cores import STARTER_TOOL, init_core, load_manifest, starter_files
-from hostkit.errors import ConfigError, InvalidValue
+from hostkit.errors import ConfigError, InvalidValue, StateConflict
 
 STARTER_FILES = {
     b".gitignore",
@@ -261,3 +264,37 @@ def test_core_init_outside_a_project_says_to_make_one_first(
     assert "add this table to a project's hostkit.toml:" in err
     assert "no hostkit.toml here or in a parent directory: `hostkit init` makes a project" in err
     assert out == '[cores.mycore]\npath = "mycore"\n'
+
+
+def test_the_starters_test_state_writes_as_the_real_one_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The generated tests' ``ctx.state`` fake keeps the real one's rules: a plain ``set``
+    writes whatever is current (the promotion gate must not reject code the runtime
+    runs), and only a given ``expected`` version is compared."""
+    (tmp_path / "hostkit.toml").write_text("")
+    target = tmp_path / "cores" / "writer"
+    code, _, err = invoke("init", str(target), "--config", str(tmp_path / "hostkit.toml"))
+    assert code == 0, err
+    spec = importlib.util.spec_from_file_location(
+        "starter_test_tools", target / "tests" / "test_tools.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    state = module.MemoryState()
+
+    async def writes() -> None:
+        assert await state.set("k", 1) == 1
+        assert await state.set("k", 2) == 2
+        assert await state.get("k") == 2
+        assert await state.set("k", 3, expected=2) == 3
+        with pytest.raises(StateConflict):
+            await state.set("k", 4, expected=2)
+        with pytest.raises(StateConflict):
+            await state.set("new", 1, expected=1)
+        assert await state.set("fresh", 1, expected=None) == 1
+
+    anyio.run(writes)

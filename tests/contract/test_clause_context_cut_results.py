@@ -6,19 +6,26 @@ window. The turn used to end ``failed`` (``current_input_too_large``) after
 all eight effects had run, the model never seeing their results. Now the
 model sees each result's beginning with a note of how much it shows, and
 answers.
+
+The same holds for the model's own text: a step that writes 200,000 characters
+beside its call used to have the call refused and the next request overflow.
+Now the call runs and that request sends the text's beginning with the same
+note; the transcript keeps it whole.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
+from hostkit.context import CharEstimator
 from hostkit.effects import ToolContext, tool
 from hostkit.host import Host, parse_config
 from hostkit.testing import CallTools, Reply, ScriptedModel, capabilities
-from hostkit.types import ModelRequest
-from tests.hosts import request
+from hostkit.types import ModelLimits, ModelMessage, ModelRequest
+from tests.hosts import config, request
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +62,85 @@ async def test_eight_results_too_long_together_reach_the_model_cut(tmp_path: Pat
     for n, message in enumerate(results):
         assert message.content.startswith(f"part {n}: yyy")
         assert "[cut to fit the model's context window: the first " in message.content
+
+
+# -- the turn's own assistant text ------------------------------------------------------------
+
+# Several times the scripted model's 8,192-token window, in one step's text.
+LONG_TEXT = 200_000
+CUT_NOTE = "[cut to fit the model's context window: the first "
+
+
+@tool("probe.small")
+async def small(ctx: ToolContext, n: int) -> str:
+    """Returns a short line."""
+    return f"small result {n}"
+
+
+def fits_the_window(req: ModelRequest, limits: ModelLimits) -> bool:
+    """The request as sent, counted by the scripted model's estimator, fits its window."""
+    return CharEstimator().request(req.messages, req.tools) <= limits.context_window
+
+
+async def transcript(host: Host, session_id: str) -> list[ModelMessage]:
+    state = await host.store.context.read_state(session_id=session_id, turn_id="none", window=64)
+    return [row.message for row in state.rows]
+
+
+async def test_a_steps_long_text_is_cut_in_the_next_request_and_its_call_runs(
+    tmp_path: Path,
+) -> None:
+    """A step answers with 200,000 characters of text and a call: the call runs, the next
+    request holds the text's beginning with a note and fits the window, and the turn
+    completes; the transcript keeps the whole text."""
+    text = "a" + "t" * (LONG_TEXT - 1)
+    model = ScriptedModel(
+        [CallTools(("probe_small", {"n": 1}), text=text), Reply("done")], repeat_last=True
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[small])) as host:
+        with anyio.fail_after(30):
+            result = await host.turns.run(request("think out loud, then probe"))
+        stored = await transcript(host, result.session_id)
+    assert (result.outcome, result.error, result.text) == ("completed", None, "done")
+    assert [e.status for e in result.effects] == ["succeeded"]
+    last = model.requests[-1]
+    assert fits_the_window(last, model.limits)
+    [sent] = [m for m in last.messages if m.role == "assistant" and m.tool_calls]
+    assert sent.content.startswith("attt")
+    assert sent.content.endswith(f" of {LONG_TEXT:,} characters]")
+    assert CUT_NOTE in sent.content
+    [answer] = [m for m in last.messages if m.role == "tool"]
+    assert answer.content == "small result 1"  # the call/result pair stays whole
+    # Only the request was cut: the transcript keeps every character the model wrote.
+    assert [m.content for m in stored if m.tool_calls] == [text]
+
+
+async def test_two_steps_of_long_text_are_both_cut_and_the_turn_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Two steps each too long for the window with their text: every later request holds
+    both, cut by the same share, the calls and results whole, and fits."""
+    first, second = "1" + "f" * (LONG_TEXT - 1), "2" + "s" * (LONG_TEXT - 1)
+    model = ScriptedModel(
+        [
+            CallTools(("probe_small", {"n": 1}), text=first),
+            CallTools(("probe_small", {"n": 2}), text=second),
+            Reply("done"),
+        ]
+    )
+    async with Host.open(config(tmp_path), capabilities=capabilities(model, tools=[small])) as host:
+        with anyio.fail_after(30):
+            result = await host.turns.run(request("think twice"))
+        stored = await transcript(host, result.session_id)
+    assert (result.outcome, result.error, result.text) == ("completed", None, "done")
+    assert [e.status for e in result.effects] == ["succeeded", "succeeded"]
+    assert len(model.requests) == 3
+    for req in model.requests[1:]:
+        assert fits_the_window(req, model.limits)
+    last = model.requests[-1].messages
+    steps = [m for m in last if m.role == "assistant" and m.tool_calls]
+    assert [m.content[:3] for m in steps] == ["1ff", "2ss"]
+    assert all(CUT_NOTE in m.content for m in steps)
+    assert len({len(m.content) for m in steps}) == 1, "both cut by the same share"
+    assert [m.content for m in last if m.role == "tool"] == ["small result 1", "small result 2"]
+    assert [m.content for m in stored if m.tool_calls] == [first, second]

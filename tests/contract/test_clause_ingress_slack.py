@@ -18,7 +18,7 @@ import pytest
 from hostkit.channels import sign_slack
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
-from tests.ingress import NOW, SECRETS, serve_ingress, to_json
+from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
 from tests.support import claim_all
 
 pytestmark = pytest.mark.anyio
@@ -161,7 +161,7 @@ async def test_a_shared_file_is_kept_as_an_artifact_with_or_without_text(
     }
 
 
-def _button(value: str, trigger: str = "111.222.abc") -> bytes:
+def _button(value: str, trigger: str = "111.222.abc", **fields: Any) -> bytes:
     payload = {
         "type": "block_actions",
         "user": {"id": "U42", "team_id": "T01"},
@@ -170,6 +170,7 @@ def _button(value: str, trigger: str = "111.222.abc") -> bytes:
         "container": {"type": "message", "channel_id": "C123", "message_ts": "1.2"},
         "trigger_id": trigger,
         "actions": [{"action_id": "approval", "value": value, "action_ts": "1700000000.1"}],
+        **fields,
     }
     return urlencode({"payload": json.dumps(payload)}).encode()
 
@@ -213,3 +214,60 @@ async def test_a_retry_header_that_is_no_ascii_number_is_not_recorded(store: Run
     claimed = await inbox.claim()
     assert claimed is not None
     assert "retry_num" not in claimed.envelope.metadata
+
+
+def _press(user: dict[str, Any], team: dict[str, Any], trigger: str, **fields: Any) -> bytes:
+    """An approval press by U42, whose ``user`` and ``team`` objects are given."""
+    return _button("approve k7qx2m", trigger, user={"id": "U42", **user}, team=team, **fields)
+
+
+async def test_an_ordinary_workspaces_conversation_keys_are_what_they_always_were(
+    store: RuntimeStore,
+) -> None:
+    """Keys are built from the sender's own workspace; outside a shared channel every payload
+    names that one workspace, so the keys stored before stay the conversations' keys (an
+    Enterprise Grid's organisation id, reported where a workspace is meant, is no workspace)."""
+    inbox = ChannelInbox.on_store(store)
+    grid_message = json.loads(_message("Ev-grid", team="T01", user_team="E01"))
+    messages = [
+        _message("Ev-plain"),
+        _message("Ev-team", team="T01"),
+        to_json({**grid_message, "enterprise_id": "E01"}),
+    ]
+    grid_team = {"id": "T01", "enterprise_id": "E01"}
+    presses = [
+        _press({"team_id": "T01"}, {"id": "T01"}, "t.1"),
+        _press({}, {"id": "T01"}, "t.2"),
+        _press({"team_id": "E01"}, grid_team, "t.3", enterprise={"id": "E01"}),
+    ]
+    form = "application/x-www-form-urlencoded"
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        sent = [await _post(client, body) for body in messages]
+        sent += [await _post(client, body, content_type=form) for body in presses]
+    assert [answer.json()["status"] for answer in sent] == ["accepted"] * 6
+    keys = {c.envelope.conversation_key for c in await claim_all(inbox)}
+    assert keys == {"T01:C123:U42"}
+
+
+async def test_a_slack_connect_member_is_keyed_by_her_own_workspace_and_still_allow_listed(
+    store: RuntimeStore,
+) -> None:
+    """A member of another workspace in a shared channel has her own user id, which `allow`
+    names like any other: her workspace in the key lets in no one the allow-list does not."""
+    inbox = ChannelInbox.on_store(store)
+    configs = channels(slack_acme={"allow": ["U42"]})
+    shared = {"user_team": "TX", "team": "TX", "source_team": "T01"}
+    async with serve_ingress(inbox, configs=configs) as url, httpx.AsyncClient(base_url=url) as c:
+        member = await _post(c, _message("Ev-member", **shared))
+        stranger = await _post(c, _message("Ev-stranger", **{**shared, "user": "U77"}))
+        pressed = await _post(
+            c,
+            _press({"team_id": "TX"}, {"id": "T01"}, "t.1"),
+            content_type="application/x-www-form-urlencoded",
+        )
+    assert member.json()["status"] == "accepted"
+    assert pressed.json()["status"] == "accepted"
+    assert stranger.json() == {"status": "ignored"}
+    claimed = [c.envelope for c in await claim_all(inbox)]
+    assert {(e.conversation_key, e.principal_key) for e in claimed} == {("TX:C123:U42", "U42")}
+    assert len(claimed) == 2

@@ -320,6 +320,56 @@ async def test_a_steps_results_too_long_together_are_cut_to_fit_not_the_turn_fai
     assert all(len(m.content) == 8_010 for m in messages if m.role == "tool")
 
 
+async def test_a_steps_long_text_is_cut_only_after_its_results_and_never_the_input(
+    store: RuntimeStore, authority: AuthorityResolver
+) -> None:
+    """Results go first; a step's text is cut (its beginning kept, same note) only when the
+    results at their floor still do not fit, and never below its floor. What the turn holds
+    is unchanged, and the user's input is never cut."""
+    scope = await authority.for_conversation(facts("c"))
+    manager = ContextManager(store)
+    call = ToolCall("call_0", "probe_big", {"n": 0})
+    result = ModelMessage("tool", "result: " + "y" * 12_000, tool_call_id="call_0", name="big")
+
+    def step(text: str) -> tuple[ModelMessage, ...]:
+        return (ModelMessage("user", "read it"), ModelMessage("assistant", text, (call,)), result)
+
+    short = step("I will read it. " * 125)  # 2,000 characters: cutting the result is enough
+    ready = await manager.prepare(
+        ContextRequest(context=context_for(scope), step_id=1, limits=LIMITS, messages=short)
+    )
+    assert ready.kind == "ready", ready
+    assert [m.content for m in ready.messages if m.role == "assistant"] == [short[1].content]
+    [answer] = [m for m in ready.messages if m.role == "tool"]
+    assert "[cut to fit the model's context window: the first " in answer.content
+    assert len(answer.content) > 1_000, "the result is cut by a share, not to its floor"
+    long = step("t" * 40_000)
+    ready = await manager.prepare(
+        ContextRequest(context=context_for(scope), step_id=2, limits=LIMITS, messages=long)
+    )
+    assert ready.kind == "ready", ready
+    assert ready.estimated_input_tokens <= ready.hard_budget
+    [sent] = [m for m in ready.messages if m.role == "assistant"]
+    assert sent.tool_calls == (call,)
+    assert sent.content.startswith("t" * 400)
+    assert sent.content.endswith(" of 40,000 characters]")
+    [answer] = [m for m in ready.messages if m.role == "tool"]
+    assert answer.content.endswith("the first 400 of 12,008 characters]")
+    assert ready.messages[-3] == long[0]
+    (current,) = [layer for layer in ready.layers if layer.name == "current"]
+    assert current.pruned == 2
+    assert long[1].content == "t" * 40_000  # only this request was cut
+    # Text that cannot fit even at its floor (a thousand steps of it) still overflows.
+    many = (
+        ModelMessage("user", "go"),
+        *[ModelMessage("assistant", "t" * 2_000) for _ in range(1_000)],
+    )
+    overflow = await manager.prepare(
+        ContextRequest(context=context_for(scope), step_id=3, limits=LIMITS, messages=many)
+    )
+    assert (overflow.kind, overflow.reason) == ("overflow", "current_input_too_large")
+
+
 async def test_results_that_cannot_fit_even_cut_to_their_floor_still_overflow(
     store: RuntimeStore, authority: AuthorityResolver
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.context import CharEstimator
 from hostkit.effects import ToolContext, tool
 from hostkit.testing import CallTools, Reply, ScriptedModel
 from hostkit.types import ModelLimits, ModelMessage, ModelRequest
@@ -72,3 +73,30 @@ async def test_a_continuation_keeps_the_call_its_leading_result_answers(tmp_path
     results = [m for m in continuation.messages if m.role == "tool"]
     assert len(results) == 7
     assert sum(len(m.content) for m in results) < 6 * 8_000
+
+
+async def test_a_continuation_cuts_the_carried_steps_long_text_not_the_turn(
+    tmp_path: Path,
+) -> None:
+    """The paused step wrote 200,000 characters of text before its call that asks: the
+    call still waits for its answer, and the continuation sends the step with its text's
+    beginning and a note, its call and result whole, within the window."""
+    text = "w" + "x" * 199_999
+    model = ScriptedModel(
+        [CallTools(("probe_stamp", {}), text=text), Reply("done")],
+        limits=ModelLimits(context_window=8192, max_output_tokens=1024),
+    )
+    policy = {"allow": ["*"], "ask": ["probe.stamp"]}
+    async with open_host(tmp_path, model, tools=[stamp], policy=policy) as host:
+        paused = await host.turns.run(request("think, then stamp"))
+        assert paused.pending_approval is not None, paused.error
+        operator = await host.operator("ops", reason="answer")
+        done = await host.approvals.answer(paused.pending_approval, "approve_once", by=operator)
+    assert (done.outcome, done.error, done.text) == ("completed", None, "done")
+    continuation: ModelRequest = model.requests[-1]
+    assert CharEstimator().request(continuation.messages, continuation.tools) <= 8192
+    assert _orphans(continuation.messages) == []
+    head = next(m for m in continuation.messages if m.tool_calls)
+    assert head.content.startswith("wxxx")
+    assert head.content.endswith(" of 200,000 characters]")
+    assert "stamped" in [m.content for m in continuation.messages if m.role == "tool"]

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from hostkit.context import DEFAULT_SUMMARY_INSTRUCTIONS
 from hostkit.effects import ApprovalRequest, AuthoredTool, ToolContext, tool
-from hostkit.errors import ConfigError
+from hostkit.errors import ConfigError, InvalidValue
 from hostkit.host import Host, HostConfig, parse_config
 from hostkit.telemetry import TracingObserver
 from hostkit.testing import CallTools, Fail, Reply, ScriptedModel, capabilities
@@ -449,6 +449,37 @@ async def test_no_secret_value_or_argument_reaches_any_span(
     assert SECRET not in exported
     assert ARGUMENT not in exported
     assert "HK_TOKEN" not in exported
+
+
+async def test_an_observer_given_to_open_traces_the_configured_sources_in_every_generation(
+    tmp_path: Path, traces: Traces
+) -> None:
+    """An application with its own tracer provider keeps the sources its configuration
+    implies: ``Host.open(config, observer=...)``; a reload keeps tracing to it."""
+    config = parse_config(
+        {
+            "host": {"database": str(tmp_path / "hostkit.db"), "workspace": str(tmp_path)},
+            "providers": {"test": {"kind": "scripted", "script": [{"reply": "one"}]}},
+            "agents": {"assistant": {"provider": "test", "memory": False}},
+        },
+        base_dir=tmp_path,
+    )
+    async with Host.open(config, observer=TracingObserver(traces.provider)) as host:
+        first = await host.turns.run(request("a"))
+        await host.apply_config(host.declared_config)
+        second = await host.turns.run(request("b", conversation="c2"))
+    assert (first.outcome, second.outcome) == ("completed", "completed")
+    assert traces.root(first.turn_id).name == "invoke_agent assistant"
+    assert traces.root(second.turn_id).name == "invoke_agent assistant"
+    assert len(traces.named("chat scripted-1")) == 2
+
+
+async def test_an_observer_that_is_not_one_is_refused_before_anything_opens(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(InvalidValue, match="observer must be an Observer"):
+        await Host.open(host_config(tmp_path), observer=object())  # type: ignore[arg-type]
+    assert not (tmp_path / "hostkit.db").exists()
 
 
 async def test_tracing_that_fails_never_fails_the_turn_and_says_so_once(
