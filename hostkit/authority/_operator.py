@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hostkit.errors import InvalidValue, ScopeError
 from hostkit.store import RuntimeStore, ScopeMint, audit_reason
-from hostkit.types import PrincipalScope, is_text
+from hostkit.types import PrincipalScope, is_text, joined_key
 
 __all__ = ["OPERATOR_CHANNEL", "OperatorIssuer"]
 
@@ -37,7 +37,10 @@ class OperatorIssuer:
 
         With ``conversation_key`` the scope is also bound to the operator's own
         session for that key (created on first use and owned durably by the
-        operator); callers never pass ``allowed_session_ids``.
+        operator); callers never pass ``allowed_session_ids``. Its binding key is
+        ``operator_id/conversation_key``: ``conversation_key`` may not contain
+        ``/`` and the two together fit ``MAX_KEY_CHARS`` (``InvalidValue``, before
+        anything is written), so two operators' consoles never share a key.
         """
         if not self._live:
             raise ScopeError("operator issuance was revoked (the Host is closed)")
@@ -50,7 +53,9 @@ class OperatorIssuer:
         session_id: str | None = None
         key: str | None = None
         if conversation_key is not None:
-            key = f"{operator_id}/{conversation_key}"
+            key = joined_key(
+                "/", ("operator_id", operator_id), ("conversation_key", conversation_key)
+            )
             session_id, _ = await self._store.bind_conversation(
                 channel=OPERATOR_CHANNEL,
                 conversation_key=key,

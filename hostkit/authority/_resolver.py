@@ -29,7 +29,9 @@ from hostkit.types import (
     ResumeSession,
     TurnResult,
     is_text,
+    joined_key,
     new_id,
+    principal_id_of,
     session_select,
 )
 
@@ -60,7 +62,7 @@ def conversation_principal(facts: ConversationFacts) -> str:
     """
     if facts.channel in RESERVED_CHANNELS:
         raise ScopeError(f"channel {facts.channel!r} is reserved for the Host")
-    return f"{facts.channel}:{facts.principal_key}"
+    return principal_id_of(facts.channel, facts.principal_key)
 
 
 class AuthorityResolver(AsyncResource):
@@ -259,15 +261,15 @@ class AuthorityResolver(AsyncResource):
         The run's binding key is ``schedule_id/run_id``; ``run_id`` may not contain
         ``/`` (``InvalidValue``), so the key splits at its last ``/`` into exactly one
         pair and two schedules never share a key (every accepted pair keeps the key it
-        always had). The store also refuses a bound session another principal owns.
+        always had). The key is checked whole (at most ``MAX_KEY_CHARS``) before
+        anything is written. The store also refuses a bound session another principal
+        owns.
         """
         for name, value in (("schedule_id", schedule_id), ("run_id", run_id)):
             if not is_text(value, limit=128):
                 raise InvalidValue(f"{name} must be 1 to 128 characters of valid text")
-        if "/" in run_id:
-            raise InvalidValue("run_id must not contain '/' (it ends the run's binding key)")
+        key = joined_key("/", ("schedule_id", schedule_id), ("run_id", run_id))
         principal_id = f"schedule:{schedule_id}"
-        key = f"{schedule_id}/{run_id}"
         session_id, _ = await self._store.bind_conversation(
             channel=SCHEDULE_CHANNEL,
             conversation_key=key,

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import ChannelRefused, InvalidValue
-from hostkit.types import MAX_ARTIFACTS, UNPROCESSABLE, InboundEnvelope
+from hostkit.types import MAX_ARTIFACTS, UNPROCESSABLE, InboundEnvelope, joined_key
 
 __all__ = [
     "Challenge",
@@ -29,6 +29,7 @@ __all__ = [
     "Parsed",
     "build_envelope",
     "check_fresh",
+    "conversation_key_of",
     "field_id",
     "file_refs",
     "json_object",
@@ -184,6 +185,20 @@ def field_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise malformed(f"{name} must be an id of 1 to 128 letters, digits or _.@+-")
     return value
+
+
+def conversation_key_of(*fields: tuple[str, str]) -> str:
+    """The ``(field, value)`` parts of an event joined by ':' into its conversation key.
+
+    Checked whole against ``MAX_KEY_CHARS`` here, at parse time: an event whose
+    fields each fit but whose key does not is answered 400 naming those fields,
+    never accepted and then dead-lettered at turn admission. Only the first part
+    may contain ':' (the others are platform ids), so the key splits from its end.
+    """
+    try:
+        return joined_key(":", *fields)
+    except InvalidValue as exc:
+        raise malformed(exc.message) from None
 
 
 def file_refs(platform: str, ids: list[Any]) -> tuple[str, ...]:

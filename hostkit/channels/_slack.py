@@ -38,6 +38,7 @@ from hostkit.channels._parsed import (
     Ignored,
     Parsed,
     build_envelope,
+    conversation_key_of,
     field_id,
     file_refs,
     json_object,
@@ -171,7 +172,9 @@ def _event(
     return build_envelope(
         channel_instance_id=channel_id,
         platform_event_key=event_id,
-        conversation_key=f"{team}:{channel}:{user}",
+        conversation_key=conversation_key_of(
+            ("team_id", team), ("event.channel", channel), ("event.user", user)
+        ),
         principal_key=user,
         authenticated_by=AUTHENTICATED_BY,
         received_at=now,
@@ -221,7 +224,9 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
     return build_envelope(
         channel_instance_id=channel_id,
         platform_event_key=f"block_actions:{key}",
-        conversation_key=f"{team}:{channel}:{user}",
+        conversation_key=conversation_key_of(
+            ("team.id", team), ("channel.id", channel), ("user.id", user)
+        ),
         principal_key=user,
         authenticated_by=AUTHENTICATED_BY,
         received_at=now,

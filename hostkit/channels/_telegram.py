@@ -22,6 +22,7 @@ from hostkit.channels._parsed import (
     Ignored,
     Parsed,
     build_envelope,
+    conversation_key_of,
     field_id,
     file_refs,
     json_object,
@@ -131,7 +132,7 @@ def envelope_from_update(
     return build_envelope(
         channel_instance_id=channel_id,
         platform_event_key=key,
-        conversation_key=f"{chat_id}:{user}",
+        conversation_key=conversation_key_of(("chat.id", str(chat_id)), ("from.id", user)),
         principal_key=user,
         authenticated_by=authenticated_by,
         received_at=now,

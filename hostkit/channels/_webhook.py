@@ -19,6 +19,7 @@ from hostkit.channels._commands import classify, parse_command
 from hostkit.channels._parsed import (
     Parsed,
     build_envelope,
+    conversation_key_of,
     field_id,
     json_object,
     malformed,
@@ -35,6 +36,8 @@ AUTHENTICATED_BY = "hmac-sha256"
 _TIMESTAMP = "x-hostkit-timestamp"
 _SIGNATURE = "x-hostkit-signature"
 _MAX_EVENT_ID = 200
+# With a sender (a platform id, at most 128) the key '<conversation>:<sender>' is at most
+# 249 characters, inside MAX_KEY_CHARS: an event within the field limits always has a turn.
 _MAX_CONVERSATION = 120
 
 
@@ -92,7 +95,7 @@ def parse_webhook(
     return build_envelope(
         channel_instance_id=channel_id,
         platform_event_key=event_id,
-        conversation_key=f"{conversation}:{sender}",
+        conversation_key=conversation_key_of(("conversation", conversation), ("sender", sender)),
         principal_key=sender,
         authenticated_by=AUTHENTICATED_BY,
         received_at=now,

@@ -18,6 +18,7 @@ import pydantic
 
 from hostkit.errors import InvalidValue, StoreError
 from hostkit.freeze import freeze, thaw
+from hostkit.types import MAX_KEY_CHARS
 
 __all__ = [
     "MAX_APPROVAL_LIST",
@@ -58,7 +59,6 @@ _ID_FIELDS = (
     "approval_id",
     "session_id",
     "turn_id",
-    "principal_id",
     "core_id",
     "core_revision",
     "effect",
@@ -220,10 +220,10 @@ def decode_view(
     return freeze(raw), tuple(names) or ("?",), None
 
 
-def check_id(name: str, value: object) -> str:
-    """``value`` if it is a 1..``MAX_ID_CHARS``-character string of valid Unicode."""
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
-        raise InvalidValue(f"approval {name} must be a string of 1-{MAX_ID_CHARS} characters")
+def check_id(name: str, value: object, *, limit: int = MAX_ID_CHARS) -> str:
+    """``value`` if it is a 1..``limit``-character string of valid Unicode."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidValue(f"approval {name} must be a string of 1-{limit} characters")
     _encodable(name, value)
     return str.__str__(value)  # a plain copy: a subclass's own methods never run later
 
@@ -252,6 +252,8 @@ def encode_approval(approval: NewApproval) -> tuple[str, str]:
         raise InvalidValue("insert takes a NewApproval")
     for name in _ID_FIELDS:
         check_id(name, getattr(approval, name))
+    # A principal id is an identity key, held to the bound turn admission holds it to.
+    check_id("principal_id", approval.principal_id, limit=MAX_KEY_CHARS)
     names = approval.secret_names
     if len(names) > MAX_SECRET_NAMES:
         raise InvalidValue(f"an approval binds at most {MAX_SECRET_NAMES} secrets")

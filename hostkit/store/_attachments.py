@@ -31,7 +31,14 @@ from hostkit.errors import InvalidTurnRequest, InvalidValue
 from hostkit.store._checks import check_count
 from hostkit.store._owned import now
 from hostkit.store._turn_values import check_id
-from hostkit.types import MAX_ATTACHMENT_BYTES, ModelMessage, check_content, content_ref, is_seconds
+from hostkit.types import (
+    MAX_ATTACHMENT_BYTES,
+    ModelMessage,
+    check_content,
+    check_key,
+    content_ref,
+    is_seconds,
+)
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -186,7 +193,7 @@ class SqlAttachmentStore(AttachmentStore):
         self._db = db
 
     async def add(self, *, principal_id: str, data: bytes, media_type: str) -> StoredAttachment:
-        principal_id = check_id("principal_id", principal_id)
+        principal_id = check_key("principal_id", principal_id)
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidValue("attachment data must be bytes")
         blob = bytes(data)
@@ -232,7 +239,7 @@ class SqlAttachmentStore(AttachmentStore):
     async def describe(
         self, *, principal_id: str, refs: Sequence[str]
     ) -> Mapping[str, StoredAttachment]:
-        principal_id = check_id("principal_id", principal_id)
+        principal_id = check_key("principal_id", principal_id)
         wanted = _refs(refs)
         if not wanted:
             return {}
@@ -254,7 +261,7 @@ class SqlAttachmentStore(AttachmentStore):
         return await self._db.read(select)
 
     async def load(self, *, principal_id: str, refs: Sequence[str]) -> Mapping[str, bytes]:
-        principal_id = check_id("principal_id", principal_id)
+        principal_id = check_key("principal_id", principal_id)
         wanted = _refs(refs)
         if not wanted:
             return {}

@@ -40,6 +40,7 @@ from hostkit.types import (
     PrincipalScope,
     SessionRecord,
     TaskRecord,
+    check_key,
     is_text,
 )
 
@@ -143,8 +144,12 @@ class RowStore(RuntimeStore):
 
         ``select`` is ``"bound"`` (the bound session, created on first contact),
         ``"fresh"`` (a new session, bound from now on) or a session id the same
-        conversation owns (resume). Returns (session id, created).
+        conversation owns (resume). Returns (session id, created). A key over
+        ``MAX_KEY_CHARS`` is ``InvalidValue`` before anything is written: no binding
+        exists that a scope or an admission would refuse.
         """
+        conversation_key = check_key("conversation_key", conversation_key)
+        principal_id = check_key("principal_id", principal_id)
 
         def bound_owner(raw: sqlite3.Connection) -> tuple[str, _sessions.OwnerFacts | None] | None:
             bound = _sessions.bound_session(raw, channel, conversation_key)
@@ -204,6 +209,7 @@ class RowStore(RuntimeStore):
         ``InvalidValue`` for an id that is not bounded text, ``NotFoundOrUnauthorized``
         (audited with its real reason) for a turn of any other session or none.
         """
+        principal_id = check_key("principal_id", principal_id)
         try:
             return await self.write(
                 lambda raw: _sessions.create_session(

@@ -23,6 +23,7 @@ from hostkit.types import (
     TurnOutcome,
     TurnResult,
     bounded_metadata,
+    check_key,
     is_text,
 )
 
@@ -51,7 +52,8 @@ TurnStatus = Literal[
 TERMINAL: frozenset[str] = frozenset(get_args(TurnOutcome))
 
 # Identifiers are short tokens (request ids, turn ids, channel names); anything longer is
-# a bug or an attack, and is refused before it reaches SQL.
+# a bug or an attack, and is refused before it reaches SQL. Identity keys (conversation
+# keys, principal ids) are held to ``MAX_KEY_CHARS`` instead, as everywhere else.
 MAX_TURN_ID_CHARS = 200
 # A lease is renewed every third of its ttl; a day is far past any sensible ttl.
 MAX_LEASE_TTL_S = 86_400.0
@@ -102,7 +104,7 @@ class ConversationTarget:
 
     def __post_init__(self) -> None:
         check_id("channel", self.channel)
-        check_id("conversation_key", self.conversation_key)
+        check_key("conversation_key", self.conversation_key)
         check_id("select", self.select)
         if self.owner_kind not in _OWNER_KINDS or self.owner_kind == "legacy_local":
             raise InvalidValue("owner_kind is not a kind a conversation can have")
@@ -158,8 +160,9 @@ class TurnAdmission:
             if not isinstance(self.route, Mapping):
                 raise InvalidValue("route must be a mapping or None")
             object.__setattr__(self, "route", bounded_metadata(self.route))
-        for name in ("turn_id", "request_id", "principal_id", "core_id", "core_revision"):
+        for name in ("turn_id", "request_id", "core_id", "core_revision"):
             check_id(name, getattr(self, name))
+        check_key("principal_id", self.principal_id)
         if isinstance(self.generation, bool) or not isinstance(self.generation, int):
             raise InvalidValue("generation must be an integer")
         if not 0 <= self.generation < 2**63:

@@ -38,7 +38,7 @@ from hostkit.store._turn_values import (
     check_id,
     check_ttl,
 )
-from hostkit.types import ModelMessage, PrincipalScope, TurnResult, is_text
+from hostkit.types import ModelMessage, PrincipalScope, TurnResult, check_key, is_text
 
 if TYPE_CHECKING:
     from hostkit.store._row_store import RowStore
@@ -306,14 +306,14 @@ class SqlTurnStore(TurnStore):
             ) from None
 
     async def find(self, principal_id: str, request_id: str) -> TurnState | None:
-        principal_id = check_id("principal_id", principal_id)
+        principal_id = check_key("principal_id", principal_id)
         request_id = check_id("request_id", request_id)
         return await self._db.read(lambda conn: rows.find_turn(conn, principal_id, request_id))
 
     async def find_repeat(
         self, principal_id: str, request_id: str, *, core_id: str, message: ModelMessage | None
     ) -> TurnState | None:
-        principal_id = check_id("principal_id", principal_id)
+        principal_id = check_key("principal_id", principal_id)
         request_id = check_id("request_id", request_id)
         core_id = check_id("core_id", core_id)
         if message is not None and not isinstance(message, ModelMessage):

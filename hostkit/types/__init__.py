@@ -97,6 +97,7 @@ from hostkit.types._inbox import (
     SourceCheckpoint,
     finite_seconds,
 )
+from hostkit.types._keys import MAX_KEY_CHARS, check_key, joined_key, principal_id_of
 from hostkit.types._mcp import McpServerState, McpServerStatus, McpToolRow
 from hostkit.types._model import (
     MAX_ARGUMENT_DEPTH,
@@ -207,6 +208,7 @@ __all__ = [
     "MAX_INJECTED_CONTEXT_CHARS",
     "MAX_INJECTED_CONTEXT_ITEMS",
     "MAX_INPUT_CHARS",
+    "MAX_KEY_CHARS",
     "MAX_METADATA_CHARS",
     "MAX_MODEL_ID_CHARS",
     "MAX_RAW_ARGUMENT_CHARS",
@@ -319,6 +321,7 @@ __all__ = [
     "bounded_data",
     "bounded_metadata",
     "check_content",
+    "check_key",
     "content_ref",
     "encodable",
     "finite_seconds",
@@ -333,12 +336,14 @@ __all__ = [
     "is_seconds",
     "is_secret_field",
     "is_text",
+    "joined_key",
     "malformed_arguments",
     "new_id",
     "not_an_object",
     "origin",
     "plain_text",
     "plural",
+    "principal_id_of",
     "redact_secret_fields",
     "redact_text",
     "safe_argv",

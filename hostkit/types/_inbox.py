@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from hostkit.errors import InvalidValue, bounded
 from hostkit.freeze import FrozenMap, thaw
 from hostkit.types._bounds import storable
+from hostkit.types._keys import MAX_KEY_CHARS, principal_id_of
 from hostkit.types._redact import bounded_metadata
 from hostkit.types._scope import is_channel_id
 
@@ -205,8 +206,11 @@ class InboundEnvelope:
     def __post_init__(self) -> None:
         _identifier("channel_instance_id", self.channel_instance_id)
         _text("platform_event_key", self.platform_event_key, MAX_EVENT_KEY)
-        _text("conversation_key", self.conversation_key)
-        _text("principal_key", self.principal_key)
+        # Identity keys are held to the bound turn admission holds them to, so an envelope
+        # the inbox accepts never becomes a dead letter for the length of its key.
+        _text("conversation_key", self.conversation_key, MAX_KEY_CHARS)
+        _text("principal_key", self.principal_key, MAX_KEY_CHARS)
+        principal_id_of(self.channel_instance_id, self.principal_key)
         _identifier("authenticated_by", self.authenticated_by)
         object.__setattr__(self, "received_at", _time("received_at", self.received_at))
         _identifier("kind", self.kind)

@@ -9,6 +9,7 @@ from typing import Literal, TypeGuard, get_args
 
 from hostkit.errors import InvalidValue
 from hostkit.types._bounds import is_text
+from hostkit.types._keys import check_key, principal_id_of
 
 __all__ = [
     "MAX_ALLOWED_SESSIONS",
@@ -64,8 +65,10 @@ class ConversationFacts:
         _check_text("channel", self.channel)
         if not is_channel_id(self.channel):
             raise InvalidValue("channel must be a lower-case identifier (a-z, 0-9, '_', '-', '.')")
-        _check_text("conversation_key", self.conversation_key)
-        _check_text("principal_key", self.principal_key)
+        check_key("conversation_key", self.conversation_key)
+        check_key("principal_key", self.principal_key)
+        # The principal id it resolves to is a key too: refused here, not at admission.
+        principal_id_of(self.channel, self.principal_key)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -91,11 +94,12 @@ class PrincipalScope:
     proof: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        _check_text("principal_id", self.principal_id)
+        check_key("principal_id", self.principal_id)
         if self.authority not in _AUTHORITIES:
             raise InvalidValue(f"authority must be one of {sorted(_AUTHORITIES)}")
         _check_text("channel", self.channel)
-        _check_text("conversation_key", self.conversation_key, optional=True)
+        if self.conversation_key is not None:
+            check_key("conversation_key", self.conversation_key)
         _check_text("session_id", self.session_id, optional=True)
         _check_text("issuer_id", self.issuer_id)
         allowed = self.allowed_session_ids

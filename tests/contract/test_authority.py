@@ -18,7 +18,7 @@ from hostkit.errors import (
     StoreClosed,
 )
 from hostkit.store import Admitted, LeaseOwner, RuntimeStore, TurnAdmission
-from hostkit.types import FreshSession, PrincipalScope, ResumeSession, new_id
+from hostkit.types import MAX_KEY_CHARS, FreshSession, PrincipalScope, ResumeSession, new_id
 from tests.support import facts
 
 pytestmark = pytest.mark.anyio
@@ -420,6 +420,56 @@ async def test_two_schedules_never_share_a_runs_session(
     assert billing.session_id != eu.session_id
     again = await authority.for_scheduled_run(schedule_id="billing/eu", run_id="2026-01-01")
     assert again.session_id == eu.session_id
+
+
+async def _written(store: RuntimeStore, operator: PrincipalScope) -> tuple[object, ...]:
+    """Every session and conversation binding in the store, as an operator reads them."""
+    sessions = await store.list_sessions(operator, limit=200)
+    bindings = await store.read(
+        lambda c: c.execute(
+            "SELECT channel, conversation_key, session_id FROM conversation_bindings "
+            "ORDER BY channel, conversation_key"
+        ).fetchall()
+    )
+    return tuple(s.session_id for s in sessions.items), tuple(map(tuple, bindings))
+
+
+async def test_a_scheduled_runs_key_is_checked_whole_before_anything_is_written(
+    authority: AuthorityResolver, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """``schedule_id`` and ``run_id`` of 128 each make a 257-character key: refused naming
+    the caller's parameters, with no session or binding left behind (so a retry is refused
+    the same way, not half-written again); a key of exactly ``MAX_KEY_CHARS`` runs."""
+    before = await _written(store, operator)
+    for _ in range(2):
+        with pytest.raises(
+            InvalidValue, match="schedule_id and run_id together must be at most 255"
+        ):
+            await authority.for_scheduled_run(schedule_id="n" * 128, run_id="r" * 128)
+        assert await _written(store, operator) == before
+    run = await authority.for_scheduled_run(schedule_id="n" * 128, run_id="r" * 127)
+    assert len(run.conversation_key or "") == MAX_KEY_CHARS
+    await turn_in(store, run)
+
+
+async def test_two_operators_consoles_never_share_a_key(
+    issuer: OperatorIssuer, store: RuntimeStore, operator: PrincipalScope
+) -> None:
+    """``operator_id/conversation_key`` is one pair's key alone: ``team/alice``'s
+    ``console`` and ``team``'s ``alice/console`` would share it, so a conversation key
+    with ``/`` is refused, as is a pair whose key cannot fit, before anything is written."""
+    alice = await issuer.issue("team/alice", reason="console", conversation_key="console")
+    assert alice.conversation_key == "team/alice/console"
+    before = await _written(store, operator)
+    with pytest.raises(InvalidValue, match="conversation_key must not contain '/'"):
+        await issuer.issue("team", reason="console", conversation_key="alice/console")
+    with pytest.raises(
+        InvalidValue, match="operator_id and conversation_key together must be at most 255"
+    ):
+        await issuer.issue("o" * 128, reason="console", conversation_key="k" * 128)
+    assert await _written(store, operator) == before
+    team = await issuer.issue("team", reason="console", conversation_key="alice-console")
+    assert team.session_id not in (None, alice.session_id)
 
 
 async def test_a_principals_own_session_is_never_bound_or_admitted_for_another(

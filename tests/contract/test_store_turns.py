@@ -45,6 +45,7 @@ from hostkit.store import (
     TurnState,
 )
 from hostkit.types import (
+    MAX_KEY_CHARS,
     ContextDecision,
     ModelMessage,
     PrincipalScope,
@@ -642,6 +643,7 @@ BAD_ADMISSIONS = [
     pytest.param({"turn_id": ""}, id="empty turn id"),
     pytest.param({"request_id": "r" * 5000}, id="huge request id"),
     pytest.param({"principal_id": None}, id="no principal"),
+    pytest.param({"principal_id": "p" * (MAX_KEY_CHARS + 1)}, id="principal past the key bound"),
     pytest.param({"core_id": 7}, id="core id not a string"),
     pytest.param({"generation": -1}, id="negative generation"),
     pytest.param({"generation": True}, id="bool generation"),
@@ -674,7 +676,7 @@ def test_bad_admissions_are_refused_on_construction(change: dict[str, object]) -
     "target",
     [
         {"channel": "", "conversation_key": "k"},
-        {"channel": "c", "conversation_key": "k" * 201},
+        {"channel": "c", "conversation_key": "k" * (MAX_KEY_CHARS + 1)},
         {"channel": "c", "conversation_key": "k", "select": ""},
         {"channel": "c", "conversation_key": "k", "owner_kind": "legacy_local"},
     ],
