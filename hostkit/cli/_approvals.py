@@ -2,8 +2,9 @@
 
 Every subcommand acts with an audited operator scope (``--reason``, optional
 only on a database the local user owns, as for ``hostkit sessions``).
-``approve`` and ``deny`` record the first answer and run the continuation
-turn, whose answer is streamed; run again with the same answer after an
+``approve`` and ``deny`` print the stored call as a terminal prompt shows it
+(on stderr), record the first answer and run the continuation turn, whose
+answer is streamed; run again with the same answer after an
 interruption, they finish the job. ``resume`` runs (or reports) the
 continuation of an answered approval. ``revoke`` ends a session's "approve for
 session" answers in every Host process on the database (a running daemon
@@ -35,7 +36,7 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._interrupt import interrupted_answer
-from hostkit.cli._render import approvals_table, resume_hints
+from hostkit.cli._render import approvals_table, hidden_hints, resume_hints
 from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
@@ -83,6 +84,8 @@ def list_approvals(
                 return
             out = Console()
             out.print(approvals_table(rows.approvals, width=out.width))
+            for hint in hidden_hints(rows.approvals):
+                out.print(hint, highlight=False, markup=False, soft_wrap=True)
             for hint in resume_hints(rows.approvals, config=config, agents=host.config.agents):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
             if rows.truncated:
@@ -211,8 +214,10 @@ def _answer(
             scope,
         ):
             try:
+                # The call as a prompt shows it, on stderr with the rest of what is said
+                # about the turn: stdout stays the continuation's answer.
                 result = await stream_answer(
-                    host, approval_id, decision, by=scope, progress=console
+                    host, approval_id, decision, by=scope, progress=console, shown_on=console
                 )
             except anyio.get_cancelled_exc_class():
                 await _say_interrupted(host, approval_id, scope, config, agent)

@@ -25,11 +25,11 @@ from rich.console import Console
 from rich.text import Text
 
 from hostkit.cli._render import command_line
-from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest
+from hostkit.effects import DIFF_KEY, ApprovalDecision, ApprovalRequest, PendingApproval
 from hostkit.inspect import HIDDEN_NOTE, one_line, one_line_hides
 from hostkit.types import PARTIAL_KEY
 
-__all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_request"]
+__all__ = ["ANSWERS", "ConsoleApprover", "interrupted_line", "render_approval", "render_request"]
 
 # What a person may type; anything else is asked again.
 ANSWERS: Mapping[str, ApprovalDecision] = {
@@ -65,8 +65,47 @@ def render_request(
     A multi-line value is printed as its lines (each escaped and cut, at
     most ``max_lines``), a file overwrite's diff line by line in red and green.
     """
-    view = request.view
-    effect = one_line(view.get("effect", request.effect), 80)
+    _render(
+        console,
+        request.effect,
+        request.view,
+        request.secret_names,
+        request.warning,
+        max_arguments=max_arguments,
+        max_value_chars=max_value_chars,
+        max_lines=max_lines,
+    )
+
+
+def render_approval(console: Console, approval: PendingApproval) -> None:
+    """Print a stored approval as the prompt that asked it did (``render_request``).
+
+    ``hostkit approvals approve`` and ``deny`` print it before they record
+    the answer: the operator sees the call they answer as a terminal prompt
+    would have shown it, its warning, secrets and hidden parts included.
+    """
+    warning = approval.view.get("warning")
+    _render(
+        console,
+        approval.effect,
+        approval.view,
+        approval.secret_names,
+        str(warning) if warning else None,
+    )
+
+
+def _render(
+    console: Console,
+    effect_name: str,
+    view: Mapping[str, Any],
+    secret_names: tuple[str, ...],
+    warning: str | None,
+    *,
+    max_arguments: int = 16,
+    max_value_chars: int = 200,
+    max_lines: int = MAX_BLOCK_LINES,
+) -> None:
+    effect = one_line(view.get("effect", effect_name), 80)
     console.print(
         Text.assemble(
             ("approval needed", "bold yellow"), ": the agent wants to run ", (effect, "bold")
@@ -120,11 +159,11 @@ def render_request(
             _print_block(console, diff, "    ", max_lines * 3, max_value_chars, "diff")
         else:
             console.print("  no change: the new content is the file's current content")
-    if request.secret_names:
-        names = ", ".join(one_line(name, 60) for name in request.secret_names[:max_arguments])
+    if secret_names:
+        names = ", ".join(one_line(name, 60) for name in secret_names[:max_arguments])
         console.print(Text.assemble("  binds secrets: ", (names, "bold")))
-    if request.warning:
-        console.print(Text.assemble("  warning: ", (one_line(request.warning, 300), "bold red")))
+    if warning:
+        console.print(Text.assemble("  warning: ", (one_line(warning, 300), "bold red")))
 
 
 def _print_block(

@@ -35,7 +35,7 @@ from hostkit.cli._render import command_line, print_pending, print_result
 from hostkit.effects import ApprovalProvider
 from hostkit.errors import ConfigError, HostkitError, InvalidValue, bounded
 from hostkit.host import Agent, Host, HostConfig, default_config, load_agent
-from hostkit.inspect import latest_session, printable
+from hostkit.inspect import latest_session, printable, printable_json
 from hostkit.types import PrincipalScope, TurnResult
 
 __all__ = [
@@ -566,28 +566,13 @@ def print_json(value: object) -> None:
 
     Readable text stays as it is (``ensure_ascii=False``), but every character
     that is not printable (C1 controls such as CSI, bidi overrides, line
-    separators) is written as a JSON ``\\u`` escape (four hex digits), as
-    ``json`` already writes C0 controls: a ``--json`` read in a terminal cannot
+    separators) is written as a JSON ``\\u`` escape (``printable_json``, as the
+    ``--log-format json`` lines are): a ``--json`` read in a terminal cannot
     repaint it, and a parser still gets the exact value back.
     """
-    text = json.dumps(_plain(value), indent=2, ensure_ascii=False)
-    if not text.replace("\n", "").isprintable():
-        text = "".join(ch if ch == "\n" or ch.isprintable() else _json_escape(ch) for ch in text)
+    text = printable_json(json.dumps(_plain(value), indent=2, ensure_ascii=False))
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _json_escape(ch: str) -> str:
-    """``ch`` as a JSON string escape (a surrogate pair beyond the BMP).
-
-    Only ever applied inside strings: outside them ``json.dumps`` writes
-    nothing but printable characters and the newlines of its indent.
-    """
-    code = ord(ch)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def _plain(value: object) -> Any:

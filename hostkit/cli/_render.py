@@ -16,9 +16,9 @@ from rich.text import Text
 
 from hostkit.cli._clock import TIME_CHARS, shown_time
 from hostkit.effects import PendingApproval
-from hostkit.inspect import one_line, printable, printable_text
-from hostkit.store import SessionActivity
-from hostkit.types import EffectSummary, TurnResult
+from hostkit.inspect import HIDDEN_NOTE, one_line, one_line_hides, printable, printable_text
+from hostkit.store import SessionActivity, approval_facts
+from hostkit.types import PARTIAL_KEY, EffectSummary, TurnResult
 
 __all__ = [
     "READABLE",
@@ -28,6 +28,7 @@ __all__ = [
     "command_line",
     "dead_letter_hint",
     "fit_table",
+    "hidden_hints",
     "print_pending",
     "print_result",
     "resume_hints",
@@ -39,6 +40,8 @@ __all__ = [
 ARGUMENTS_CHARS = 80
 # The width it keeps before an optional column is shown at its cost.
 ARGUMENTS_LEAST = 30
+# What begins the arguments of a call the table does not show whole (``hidden_hints``).
+HIDDEN_MARK = "! "
 # What a printed command puts where the reader writes their own reason.
 REASON_PLACEHOLDER = "..."
 
@@ -293,10 +296,16 @@ def sessions_table(sessions: Sequence[SessionActivity], *, width: int) -> Table:
 def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Table:
     """One row per approval; the arguments are the stored redacted view, cut short.
 
-    The note says what to do next (an answered approval whose continuation
-    never ran: resume it) or why a void one will never run; the full resume
-    command is printed under the table (``resume_hints``), where it can be
-    copied whole.
+    Arguments not all shown (cut, or masked as secret-looking text) begin
+    with ``HIDDEN_MARK``, and ``hidden_hints`` says under the table which
+    calls those are: this is what an operator reads before ``approve``, and a
+    model can shape a call so the part that runs is the part left out. The
+    note says what to do next (an answered approval whose continuation never
+    ran: resume it) or why a void one will never run, then what the view says
+    beside the arguments, as a channel's prompt says it (``approval_facts``:
+    the tool's warning, the secrets it binds, its target, that it replaces a
+    file); the full resume command is printed under the table
+    (``resume_hints``), where it can be copied whole.
     """
     columns = (
         Column("approval", whole=True),
@@ -317,7 +326,8 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
             approval.core_id,
             approval.effect,
             approval.status,
-            one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
+            (HIDDEN_MARK if _hides_call(approval) else "")
+            + one_line(approval.view.get("arguments", {}), ARGUMENTS_CHARS),
             approval_note(approval),
         )
         for approval in approvals
@@ -325,13 +335,39 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
     return fit_table(columns, rows, width)
 
 
+def _hides_call(approval: PendingApproval) -> bool:
+    """Whether the table leaves part of the call out: the stored view says it is partial,
+    the cell cuts or masks it, or its target or file diff is not shown whole."""
+    view = approval.view
+    arguments = view.get("arguments", {})
+    return (
+        bool(view.get(PARTIAL_KEY))
+        or one_line_hides(arguments, ARGUMENTS_CHARS)
+        or approval_facts(view, target_chars=ARGUMENTS_CHARS).hides
+    )
+
+
+def hidden_hints(approvals: Sequence[PendingApproval]) -> list[str]:
+    """Under the table, for each call it does not show whole: its id and ``HIDDEN_NOTE``
+    (the mark alone could be cut off with its column at a narrow width)."""
+    return [
+        f"{HIDDEN_MARK}{approval.approval_id}: {HIDDEN_NOTE}"
+        for approval in approvals
+        if _hides_call(approval)
+    ]
+
+
 def approval_note(approval: PendingApproval) -> str:
-    """The next step for an approval, or the reason it is void ("" when there is none)."""
+    """The next step for an approval, or the reason it is void, then what its view says
+    beside the arguments (``approval_facts``); "" when there is nothing to say."""
+    said = []
     if approval.awaiting_continuation:
-        return f"answered ({approval.decision}), not run yet: resume it"
-    if approval.void_reason:
-        return one_line(approval.void_reason, ARGUMENTS_CHARS * 2)
-    return ""
+        said.append(f"answered ({approval.decision}), not run yet: resume it")
+    elif approval.void_reason:
+        said.append(one_line(approval.void_reason, ARGUMENTS_CHARS * 2))
+    facts = approval_facts(approval.view, target_chars=ARGUMENTS_CHARS).facts
+    said += [f"{name}: {value}" for name, value in facts]
+    return "; ".join(said)
 
 
 def resume_hints(

@@ -7,7 +7,8 @@ records are dropped and counted, and the next record that fits is preceded by
 a warning saying how many were lost. JSON lines carry
 ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``msg`` and ``fields`` (the
 record's extra attributes); messages are redacted and bounded like every
-hostkit error text.
+hostkit error text, and every character that is not printable is written as
+its JSON escape, as ``--json`` output writes it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.text import Text
 
 from hostkit.cli._clock import utc_stamp
 from hostkit.errors import bounded
-from hostkit.inspect import printable
+from hostkit.inspect import printable, printable_json
 
 __all__ = [
     "LOG_TIME_FORMAT",
@@ -54,7 +55,11 @@ QUIET_LOGGERS = ("httpx", "httpx2", "httpcore")
 
 
 class JsonLines(logging.Formatter):
-    """One JSON object per record: ts, level, logger, msg, fields."""
+    """One JSON object per record: ts, level, logger, msg, fields.
+
+    Every character that is not printable is a JSON escape (``printable_json``):
+    a log tailed in a terminal is not repainted or reordered by what it quotes.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = {
@@ -63,7 +68,7 @@ class JsonLines(logging.Formatter):
         if record.exc_info:
             fields["exception"] = bounded(self.formatException(record.exc_info), _MESSAGE_CHARS)
         stamp = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
-        return json.dumps(
+        line = json.dumps(
             {
                 "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                 "level": record.levelname.lower(),
@@ -73,6 +78,9 @@ class JsonLines(logging.Formatter):
             },
             ensure_ascii=False,
         )
+        # ``bounded`` escapes controls; a bidi override or a line separator a message quotes
+        # is escaped here, as ``--json`` output escapes it.
+        return printable_json(line)
 
 
 class DroppingQueueHandler(logging.handlers.QueueHandler):

@@ -13,7 +13,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 
-from hostkit.cli._approver import ConsoleApprover
+from hostkit.cli._approver import ConsoleApprover, render_approval
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import HostkitError, InvalidValue
 from hostkit.host import Host
@@ -154,13 +154,18 @@ async def stream_answer(
     by: PrincipalScope,
     out: TextIO | None = None,
     progress: Console | None = None,
+    shown_on: Console | None = None,
 ) -> TurnResult:
     """Answer an approval and stream the continuation turn it runs.
 
     The continuation runs in the approval's session, and a session runs one
-    turn at a time, so that session's events are the continuation's.
+    turn at a time, so that session's events are the continuation's. The
+    stored call is printed on ``shown_on`` (``render_approval``) before the
+    answer is recorded: what is approved is what was read.
     """
     approval = await host.approvals.get(by, approval_id)
+    if shown_on is not None:
+        render_approval(shown_on, approval)
 
     return await _streamed(
         host,

@@ -74,6 +74,7 @@ from hostkit.inspect._text import (
     one_line,
     one_line_hides,
     printable,
+    printable_json,
     printable_text,
     prose_text,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "one_line_hides",
     "price_for",
     "printable",
+    "printable_json",
     "printable_text",
     "prose_text",
     "retry_delivery",

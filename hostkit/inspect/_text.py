@@ -2,8 +2,9 @@
 
 Event keys, failure messages, tool arguments and MCP descriptions come from
 platforms, models and servers. Both front ends (the CLI's tables and the
-notebook's text/plain reprs) draw them through ``one_line``, so one rule
-decides what may reach a terminal.
+notebook's text/plain reprs) draw them through ``one_line``, ``printable_text``
+or ``prose_text``, and JSON written for a terminal or a log through
+``printable_json``, so one rule decides what may reach a terminal.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from typing import Any
 from hostkit.errors import bounded, bounded_hides
 from hostkit.freeze import thaw
 
-__all__ = ["HIDDEN_NOTE", "one_line", "one_line_hides", "printable", "printable_text", "prose_text"]
+__all__ = [
+    "HIDDEN_NOTE",
+    "one_line",
+    "one_line_hides",
+    "printable",
+    "printable_json",
+    "printable_text",
+    "prose_text",
+]
 
 
 # Said under a view a person decides on when part of it is cut or masked (CLI and notebook).
@@ -75,6 +84,30 @@ def prose_text(text: str) -> str:
 _DRIVES = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
+
+
+def printable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with every character that is not
+    printable written as its ``\\u`` escape, the newlines of its indent kept.
+
+    Readable text stays as it is, but C1 controls (CSI), bidi overrides and
+    line separators, which ``json`` writes raw, can no longer repaint a
+    terminal or reorder a log line, and a parser still gets the exact value.
+    Only strings hold such characters: outside them ``json`` writes nothing
+    but printable characters and the newlines of its indent.
+    """
+    if text.replace("\n", "").isprintable():
+        return text
+    return "".join(ch if ch == "\n" or ch.isprintable() else _json_escape(ch) for ch in text)
+
+
+def _json_escape(ch: str) -> str:
+    """``ch`` as a JSON string escape (a surrogate pair beyond the BMP)."""
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def one_line_hides(value: Any, limit: int) -> bool:

@@ -30,6 +30,7 @@ from hostkit.notebook._inspector_html import (
     totals_line,
 )
 from hostkit.notebook._inspectors import ApprovalsPanel, BudgetInspector
+from hostkit.notebook._plain import plain_bundle
 from hostkit.notebook._turn import ApprovalRow
 from hostkit.types import PrincipalScope
 
@@ -138,9 +139,9 @@ class Dashboard(widgets.VBox):
         return "\n".join(parts)
 
     def _repr_mimebundle_(self, **kwargs: object) -> dict[str, object] | None:
-        bundle: dict[str, object] | None = super()._repr_mimebundle_(**kwargs)
-        if bundle is not None:
-            bundle["text/plain"] = self.text()
+        bundle: dict[str, object] | None = plain_bundle(
+            super()._repr_mimebundle_(**kwargs), self.text()
+        )
         return bundle
 
 

@@ -52,6 +52,7 @@ from hostkit.notebook._inbox import InboxMonitor
 from hostkit.notebook._inspector_html import esc, panel_html, row_html, table_html, title_html
 from hostkit.notebook._inspectors import BudgetInspector, ContextInspector, shut_down_panels
 from hostkit.notebook._interrupt import watch_interrupts
+from hostkit.notebook._plain import plain_text
 from hostkit.notebook._serve import ServeHandle
 from hostkit.notebook._shutdown import watch_shutdown
 from hostkit.notebook._turn import ApprovalRow, Pulse, TurnView
@@ -380,7 +381,7 @@ class NotebookHost(AsyncResource):
         return "\n".join(["NotebookHost", *lines])
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
+        printer.text(plain_text(repr(self)))
 
     def _repr_html_(self) -> str:
         body = "".join(row_html(name, value) for name, value in self.facts_table())

@@ -7,13 +7,17 @@ chosen by a model.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 from hostkit.effects import DIFF_KEY, PendingApproval
-from hostkit.errors import bounded
-from hostkit.freeze import thaw
-from hostkit.inspect import BudgetView, ContextStep, ContextView, TokenTotals, cost_text
+from hostkit.inspect import (
+    BudgetView,
+    ContextStep,
+    ContextView,
+    TokenTotals,
+    cost_text,
+    one_line,
+)
 from hostkit.notebook._approval_view import (
     diff_html,
     esc,
@@ -271,9 +275,9 @@ def totals_line(totals: TokenTotals) -> str:
 
 
 def view_text(approval: PendingApproval) -> str:
-    """An approval's redacted view as bounded JSON (its arguments are never stored here)."""
-    text = json.dumps(thaw(approval.view), ensure_ascii=False, sort_keys=True, default=str)
-    return bounded(text, VIEW_CHARS)
+    """An approval's redacted view as bounded JSON (its arguments are never stored here),
+    on one line as ``one_line`` writes it: the view holds what a model chose."""
+    return one_line(approval.view, VIEW_CHARS)
 
 
 def approval_html(approval: PendingApproval) -> str:

@@ -66,6 +66,7 @@ from hostkit.notebook._inspector_html import (
     usage_table,
     view_text,
 )
+from hostkit.notebook._plain import plain_bundle
 from hostkit.types import PrincipalScope, plural
 
 __all__ = [
@@ -96,7 +97,7 @@ Answer = Callable[[str, ApprovalDecision], Awaitable[object]]
 
 
 class _Inspector(widgets.VBox):
-    """A VBox whose plain-text representation is ``text()``.
+    """A VBox whose plain-text representation is ``text()``, escaped (``plain_bundle``).
 
     Each inspector renders its own view-model as text; this default is only
     the HTML children with their tags stripped.
@@ -107,9 +108,9 @@ class _Inspector(widgets.VBox):
         return "\n".join(html.unescape(re.sub(r"<[^>]+>", " ", part)).strip() for part in parts)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
-        bundle: dict[str, Any] | None = super()._repr_mimebundle_(**kwargs)
-        if bundle is not None:
-            bundle["text/plain"] = self.text()
+        bundle: dict[str, Any] | None = plain_bundle(
+            super()._repr_mimebundle_(**kwargs), self.text()
+        )
         return bundle
 
 

@@ -19,7 +19,7 @@ import anyio
 import ipywidgets as widgets
 
 from hostkit.errors import HostkitError, InvalidValue
-from hostkit.inspect import cost_text, price_for
+from hostkit.inspect import cost_text, price_for, printable_text, prose_text
 from hostkit.notebook._approval_view import (
     APPROVE_ONCE,
     APPROVE_SESSION,
@@ -32,6 +32,7 @@ from hostkit.notebook._approval_view import (
 )
 from hostkit.notebook._interrupt import running_cell
 from hostkit.notebook._markdown import render_markdown
+from hostkit.notebook._plain import plain_bundle
 from hostkit.turns import TurnEvent
 from hostkit.types import TurnCancelResult, TurnResult, is_seconds
 
@@ -198,13 +199,8 @@ class ApprovalRow:
             await asyncio.sleep(min(1.0, max(0.05, left - math.floor(left))))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle = {
-                **bundle,
-                "text/plain": f"approval of {self.effect}: {_strip(self.status.value)}",
-            }
-        return bundle
+        text = f"approval of {self.effect}: {_strip(self.status.value)}"
+        return plain_bundle(self.widget._repr_mimebundle_(**kwargs), text)
 
     def close(self, text: str) -> None:
         self.answered = True
@@ -297,10 +293,7 @@ class TurnView:
         return self._panel.box
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        bundle = self.panel._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle = {**bundle, "text/plain": self.text()}
-        return bundle
+        return plain_bundle(self.panel._repr_mimebundle_(**kwargs), self.text(), prose=True)
 
     @property
     def stop_button(self) -> widgets.Button:
@@ -365,16 +358,23 @@ class TurnView:
         """The panel as plain text (for assertions and terminals).
 
         Without the waiting line and the duration, which change from run to
-        run: a stored notebook's text output stays the same.
+        run: a stored notebook's text output stays the same. The reply is
+        escaped as prose (``prose_text``), every other line by
+        ``printable_text``: no model text drives the terminal it is printed on.
         """
-        lines = [f"{self.agent}: {''.join(self._reply)}".rstrip()]
-        lines += [f"• {text}" for text, _ in self._steps]
-        lines += [f"approval {row.effect}: {_strip(row.status.value)}" for row in self.rows]
+        reply = prose_text("".join(self._reply))
+        lines = [f"{printable_text(self.agent)}: {reply}".rstrip()]
+        lines += [printable_text(f"• {text}") for text, _ in self._steps]
         lines += [
-            f"approval {row.effect} (turn {holder}'s): {_strip(row.status.value)}"
+            printable_text(f"approval {row.effect}: {_strip(row.status.value)}")
+            for row in self.rows
+        ]
+        lines += [
+            printable_text(f"approval {row.effect} (turn {holder}'s): {_strip(row.status.value)}")
             for holder, row in self.borrowed
         ]
-        lines.append(_strip(self._outcome))  # the badge's words are the next line's
+        # The badge's words are the next line's.
+        lines.append(printable_text(_strip(self._outcome)))
         if self.result is not None and self.result.truncated:
             lines.append(TRUNCATED)
         if self.result is not None:

@@ -5,6 +5,7 @@ interface and the frozen values it returns.
 """
 
 from hostkit.store import _inbox_checks as inbox_checks
+from hostkit.store._approval_facts import ApprovalFacts, approval_facts
 from hostkit.store._approvals import (
     ApprovalAnswer,
     ApprovalDecision,
@@ -177,6 +178,7 @@ __all__ = [
     "Admitted",
     "ApprovalAnswer",
     "ApprovalDecision",
+    "ApprovalFacts",
     "ApprovalFilter",
     "ApprovalPage",
     "ApprovalRevocation",
@@ -247,6 +249,7 @@ __all__ = [
     "UsageRow",
     "UsageSums",
     "WaitLimit",
+    "approval_facts",
     "audit_reason",
     "carries_password",
     "epoch_of",

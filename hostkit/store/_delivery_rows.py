@@ -21,10 +21,10 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     StaleClaim,
     StoreError,
-    bounded,
     bounded_hides,
 )
 from hostkit.freeze import thaw
+from hostkit.store._approval_facts import approval_facts, fact_line
 from hostkit.store._approval_values import decode_view
 from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
 from hostkit.store._dialect import claim_isolation
@@ -144,9 +144,6 @@ _PROMPT_APPROVAL = "SELECT effect, view FROM approvals WHERE approval_id = ? AND
 
 # Said beside a summary that leaves part of the call out.
 PARTIAL_PROMPT = "not all of this call is shown: approve only if you know what it runs"
-# The approver view's key for a file write's diff, and the prefix of a bound secret's grant.
-_DIFF = "diff"
-_SECRET_GRANT = "secret.bind:"
 
 
 def _rows(conn: sqlite3.Connection) -> sqlite3.Cursor:
@@ -166,7 +163,8 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
     warning (``UNSANDBOXED``), the Host secrets the call binds (their names; a
     secret-named argument's value is masked), what the Host checked of where it
     goes (its target) and that it replaces a file (whose diff a chat line cannot
-    hold: the prompt says so); then the summary of its arguments, which
+    hold: the prompt says so), read by ``approval_facts`` as ``hostkit approvals
+    list`` reads them; then the summary of its arguments, which
     ``approval_view`` already field-name-redacted and stripped of bound secret
     values. ``bounded`` masks secret-shaped text once more and keeps each part
     to one line.
@@ -175,27 +173,15 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
     if row is None:
         return None
     view, _, _ = decode_view(row["view"], approval_id)
-    tool = _one_line(row["effect"], 100)
+    tool = fact_line(row["effect"], 100)
     arguments = json.dumps(
         thaw(view.get("arguments", {})), ensure_ascii=False, sort_keys=True, default=str
     )
-    summary = _one_line(arguments, MAX_PROMPT_SUMMARY)
+    summary = fact_line(arguments, MAX_PROMPT_SUMMARY)
+    told = approval_facts(view, target_chars=MAX_PROMPT_SUMMARY)
+    facts = dict(told.facts)
     partial = bool(view.get(PARTIAL_KEY)) or bounded_hides(arguments, MAX_PROMPT_SUMMARY)
-    facts: dict[str, str] = {}
-    warning = view.get("warning")
-    if warning:
-        facts["warning"] = _one_line(str(warning), 300)
-    binds = [str(grant).removeprefix(_SECRET_GRANT) for grant in view.get("binds") or ()]
-    if binds:
-        facts["binds secrets"] = ", ".join(_one_line(name, 100) for name in binds)
-    target = view.get("target")
-    if target:
-        shown = json.dumps(thaw(target), ensure_ascii=False, sort_keys=True, default=str)
-        facts["target"] = _one_line(shown, MAX_PROMPT_SUMMARY)
-        partial = partial or bounded_hides(shown, MAX_PROMPT_SUMMARY)
-    if _DIFF in view:
-        facts["replaces a file"] = "its diff is not shown here"
-        partial = True
+    partial = partial or told.hides
     if partial:
         # A model can shape its arguments so the part that matters is what gets cut or masked.
         summary += f" ({PARTIAL_PROMPT})"
@@ -213,14 +199,6 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
             **{name.replace(" ", "_"): value for name, value in facts.items()},
         },
     }
-
-
-def _one_line(text: str, limit: int) -> str:
-    """Bounded, redacted, with control and format characters escaped (they reach chats)."""
-    value = bounded(text, limit)
-    if value.isprintable():
-        return value
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
 
 
 def insert_intents(

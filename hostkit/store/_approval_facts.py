@@ -1,0 +1,71 @@
+"""What an approval's view says beside its arguments, as every list of approvals says it.
+
+A channel's approval prompt and ``hostkit approvals list`` show a call on one
+line, next to what the Host knows of it: the tool's warning (``UNSANDBOXED``),
+the Host secrets it binds, where it goes (its target) and that it replaces a
+file. Both read these facts here, so an approver is told the same wherever
+they answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hostkit.errors import bounded, bounded_hides
+from hostkit.freeze import thaw
+
+__all__ = ["ApprovalFacts", "approval_facts", "fact_line"]
+
+# A fact's target (JSON) shown on one line.
+TARGET_CHARS = 200
+# The approver view's key for a file write's diff, and the prefix of a bound secret's grant.
+_DIFF = "diff"
+_SECRET_GRANT = "secret.bind:"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalFacts:
+    """An approval's facts, each ``(name, one line)`` in the order said.
+
+    ``hides`` is True when the facts leave part of the view out: a target cut
+    or masked, or a file overwrite's diff, which one line cannot hold.
+    """
+
+    facts: tuple[tuple[str, str], ...]
+    hides: bool
+
+
+def approval_facts(view: Mapping[str, Any], *, target_chars: int = TARGET_CHARS) -> ApprovalFacts:
+    """The warning, bound secrets, target and file replacement ``view`` records.
+
+    The warning and the secrets' names are never cut short of what a person
+    needs (300 and 100 characters); the target is kept to ``target_chars``.
+    """
+    facts: list[tuple[str, str]] = []
+    hides = False
+    warning = view.get("warning")
+    if warning:
+        facts.append(("warning", fact_line(str(warning), 300)))
+    binds = [str(grant).removeprefix(_SECRET_GRANT) for grant in view.get("binds") or ()]
+    if binds:
+        facts.append(("binds secrets", ", ".join(fact_line(name, 100) for name in binds)))
+    target = view.get("target")
+    if target:
+        shown = json.dumps(thaw(target), ensure_ascii=False, sort_keys=True, default=str)
+        facts.append(("target", fact_line(shown, target_chars)))
+        hides = bounded_hides(shown, target_chars)
+    if _DIFF in view:
+        facts.append(("replaces a file", "its diff is not shown here"))
+        hides = True
+    return ApprovalFacts(tuple(facts), hides)
+
+
+def fact_line(text: str, limit: int) -> str:
+    """Bounded, redacted, with control and format characters escaped (they reach chats)."""
+    value = bounded(text, limit)
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
