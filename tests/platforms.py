@@ -53,6 +53,8 @@ __all__ = [
 SHUTDOWN_GRACE_S = 2
 # A long poll never outlives the test: the fake caps getUpdates' timeout.
 MAX_LONG_POLL_S = 5.0
+# Slack refuses longer texts (msg_too_long) far below its documented 40,000.
+SLACK_MAX_TEXT = 4_000
 
 
 class _BrokenOff(Exception):
@@ -233,8 +235,10 @@ class FakeSlack(_Fake):
 
     Like Slack, errors are HTTP 200 with ``{"ok": false, "error": ...}``
     (``not_authed``, ``invalid_auth``, ``channel_not_found``, ``no_text``,
-    ``invalid_blocks``, ``user_not_in_channel`` for an ephemeral message
-    without its ``user``), rate limits HTTP 429 with ``Retry-After``.
+    ``invalid_blocks`` (also a section text past 3,000 characters),
+    ``msg_too_long`` past the 4,000 characters Slack asks a text to keep to,
+    ``user_not_in_channel`` for an ephemeral message without its ``user``),
+    rate limits HTTP 429 with ``Retry-After``.
     ``messages`` are the channel posts it accepted (``body`` is the JSON
     posted), ``ephemerals`` the messages only their ``user`` sees.
     """
@@ -287,6 +291,8 @@ class FakeSlack(_Fake):
             return JSONResponse({"ok": False, "error": "user_not_in_channel"})
         if not body.get("text") and not body.get("blocks"):
             return JSONResponse({"ok": False, "error": "no_text"})
+        if len(body.get("text") or "") > SLACK_MAX_TEXT:
+            return JSONResponse({"ok": False, "error": "msg_too_long"})
         self.ephemerals.append(seen)
         return JSONResponse({"ok": True, "message_ts": f"{int(time.time())}.{next(self._ts):06d}"})
 
@@ -306,6 +312,10 @@ class FakeSlack(_Fake):
             isinstance(blocks, list) and all(isinstance(b, dict) and "type" in b for b in blocks)
         ):
             return JSONResponse({"ok": False, "error": "invalid_blocks"})
+        if blocks is not None and any(len(_section_text(b)) > 3_000 for b in blocks):
+            return JSONResponse({"ok": False, "error": "invalid_blocks"})
+        if len(text or "") > SLACK_MAX_TEXT:
+            return JSONResponse({"ok": False, "error": "msg_too_long"})
         self.messages.append(seen)
         ts = f"{int(time.time())}.{next(self._ts):06d}"
         return JSONResponse(
@@ -316,6 +326,12 @@ class FakeSlack(_Fake):
                 "message": {"type": "message", "text": text or "", "ts": ts, "bot_id": "B0FAKE"},
             }
         )
+
+
+def _section_text(block: Mapping[str, Any]) -> str:
+    text = block.get("text") if block.get("type") == "section" else None
+    value = text.get("text") if isinstance(text, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 async def _slack_failure(scripted: Scripted) -> Response | None:
@@ -467,7 +483,7 @@ class FakeTelegram(_Fake):
             return _tg_error(400, "Bad Request: chat_id is empty")
         if not isinstance(text, str) or not text.strip():
             return _tg_error(400, "Bad Request: message text is empty")
-        if len(text) > 4096:
+        if _utf16_units(text) > 4096:  # Telegram counts UTF-16 code units
             return _tg_error(400, "Bad Request: message is too long")
         markup = body.get("reply_markup")
         if markup is not None and not _valid_markup(markup):
@@ -499,7 +515,7 @@ class FakeTelegram(_Fake):
                 400,
                 "Bad Request: query is too old and response timeout expired or query ID is invalid",
             )
-        if not isinstance(text, str) or len(text) > 200:
+        if not isinstance(text, str) or _utf16_units(text) > 200:
             return _tg_error(400, "Bad Request: MESSAGE_TOO_LONG")
         if not isinstance(body.get("show_alert", False), bool):
             return _tg_error(400, "Bad Request: wrong show_alert")
@@ -550,6 +566,10 @@ def _valid_markup(markup: Any) -> bool:
             if data is not None and not 1 <= len(str(data).encode()) <= 64:
                 return False
     return True
+
+
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _tg_error(code: int, description: str, **parameters: Any) -> JSONResponse:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from hostkit.errors import DeliveryRefused
-from hostkit.types import DeliveryFailure
+from hostkit.types import DeliveryFailure, has_visible
 
 __all__ = [
     "ChannelLookup",
@@ -89,8 +89,8 @@ def reply_target(route: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def payload_text(payload: Mapping[str, Any]) -> str:
-    """The payload's text; ``bad_payload`` when there is none."""
+    """The payload's text; ``bad_payload`` when it shows nothing (no platform posts it)."""
     text = payload.get("text")
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not has_visible(text):
         raise permanent("bad_payload", "the payload has no text")
     return text

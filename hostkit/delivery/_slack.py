@@ -1,13 +1,14 @@
 """The Slack channel: ``chat.postMessage`` (``chat.postEphemeral``) with the bot token.
 
-JSON ``{"channel", "text", "thread_ts"?, "metadata"}`` where the metadata
-event (``hostkit_delivery``) carries the intent id, so a reader of the
-channel history can tell a retried post. An approval prompt adds Block Kit
+JSON ``{"channel", "text", "thread_ts"?, "metadata", "unfurl_links", "unfurl_media"}``
+where the metadata event (``hostkit_delivery``) carries the intent id, so a
+reader of the channel history can tell a retried post. An approval prompt adds Block Kit
 blocks: the text as a section and two buttons (``hostkit_approve`` /
 ``hostkit_deny``) whose values are the commands ``approve CODE`` / ``deny
 CODE`` the Slack transport turns back into an inbound command. The answer
 to a press of one of them is ``chat.postEphemeral`` to the user who pressed
-(``{"channel", "user", "text", "thread_ts"?}``): only they see it.
+(``{"channel", "user", "text", "thread_ts"?}`` and the unfurl flags): only
+they see it.
 
 Slack answers errors with HTTP 200 and ``{"ok": false, "error": ...}``:
 ``ratelimited`` and Slack-side failures are transient, everything else
@@ -17,7 +18,14 @@ permanent. HTTP 429 (``Retry-After``) and 5xx are transient.
 Every text is posted as mrkdwn, so model text could otherwise write Slack
 control sequences (``<!channel>``, ``<https://evil|Approve>``): ``&``, ``<``
 and ``>`` are escaped the way Slack asks, in the message text and the prompt
-section alike.
+section alike. A text is cut before it is escaped, to what fits once escaped,
+so a cut never splits an entity. Unfurls are off: an unfurl makes Slack fetch a
+URL of the text with no click, and model text can put data in its query.
+
+Slack refuses a long text (``msg_too_long``) well below its documented 40,000
+characters, so a text is kept within 4,000 (a routed answer comes in parts that
+fit, ``split_parts``); a refusal as too long is told to the conversation
+(``TOO_LONG_NOTICE``) before the intent is dead-lettered, never left silent.
 """
 
 from __future__ import annotations
@@ -31,13 +39,22 @@ import httpx
 
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
-from hostkit.types import PRESS_ANSWER
+from hostkit.errors import DeliveryRefused
+from hostkit.types import MAX_PART_UNITS, PRESS_ANSWER, chat_units, cut_to
 
-__all__ = ["SlackChannel"]
+__all__ = ["TOO_LONG_NOTICE", "SlackChannel"]
 
-# Slack truncates longer texts; a section block holds at most 3000 characters.
-MAX_TEXT = 40_000
+# Slack's advice for a message's text (it refuses far shorter texts than its 40,000);
+# a section block holds at most 3,000 characters. Both count the escaped text.
+MAX_TEXT = MAX_PART_UNITS
 MAX_SECTION = 3_000
+# What the conversation is told when Slack refused a message as too long anyway.
+TOO_LONG_NOTICE = (
+    "A reply here was too long for Slack to show, so it was not posted. "
+    "Please ask for a shorter answer."
+)
+_TOO_LONG = "msg_too_long"
+_NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
 # chat.postMessage answers "rate_limited" for too many messages to one channel, besides
 # the Web API's own "ratelimited".
 _TRANSIENT_ERRORS = frozenset(
@@ -55,24 +72,26 @@ _ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
 _OPENING_ERROR = re.compile(rb'"error"\s*:\s*"([a-z0-9_]{1,60})"')
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def escape(text: str) -> str:
     """Slack's mrkdwn escaping: no mention, link or command can be spelled in ``text``."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def fitted(text: str, limit: int) -> str:
+    """``text`` escaped, within ``limit`` characters: the raw text is cut to what fits
+    once escaped (``chat_units`` counts each ``&`` as its ``&amp;``), then escaped."""
+    return escape(cut_to(text, limit, chat_units))
+
+
 def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A section with the prompt and an actions block with Approve / Deny buttons."""
+    """A section with the (raw) prompt and an actions block with Approve / Deny buttons."""
     code = str(approval.get("code", ""))
     return [
         # verbatim: mrkdwn text objects otherwise parse a plain @channel or @here in the
         # call's arguments into a mention that notifies the whole channel.
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": _cut(text, MAX_SECTION), "verbatim": True},
+            "text": {"type": "mrkdwn", "text": fitted(text, MAX_SECTION), "verbatim": True},
         },
         {
             "type": "actions",
@@ -126,8 +145,8 @@ class SlackChannel:
             raise permanent("bad_route", "the slack reply target has no channel")
         if thread is not None and (not isinstance(thread, str) or not thread):
             raise permanent("bad_route", "the slack thread_ts is not a timestamp string")
-        text = _cut(escape(payload_text(payload)), MAX_TEXT)
-        body: dict[str, Any] = {"channel": channel, "text": text}
+        text = payload_text(payload)
+        body: dict[str, Any] = {"channel": channel, "text": fitted(text, MAX_TEXT), **_NO_UNFURL}
         if thread:
             body["thread_ts"] = thread
         if isinstance(payload.get(PRESS_ANSWER), Mapping):
@@ -135,7 +154,7 @@ class SlackChannel:
             user = reply.get("user")
             if not isinstance(user, str) or not user:
                 raise permanent("bad_route", "the answer to a press names no slack user")
-            await self._call("chat.postEphemeral", {**body, "user": user})
+            await self._told_if_too_long("chat.postEphemeral", {**body, "user": user})
             return
         body["metadata"] = {
             "event_type": "hostkit_delivery",
@@ -144,7 +163,21 @@ class SlackChannel:
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
             body["blocks"] = approval_blocks(text, approval)
-        await self._call("chat.postMessage", body)
+        await self._told_if_too_long("chat.postMessage", body)
+
+    async def _told_if_too_long(self, method: str, body: Mapping[str, Any]) -> None:
+        """``method`` with ``body``; when Slack refuses it as too long, the same call with
+        ``TOO_LONG_NOTICE`` instead, then the refusal (a dead letter an operator sees)."""
+        try:
+            await self._call(method, body)
+        except DeliveryRefused as refused:
+            if refused.failure.code != _TOO_LONG:
+                raise
+            notice = {k: v for k, v in body.items() if k != "blocks"}
+            await self._call(method, {**notice, "text": TOO_LONG_NOTICE})
+            raise permanent(
+                _TOO_LONG, "slack refused the post as too long; the conversation was told"
+            ) from None
 
     async def _call(self, method: str, body: Mapping[str, Any]) -> None:
         """One Web API call; returns when Slack accepted it, else ``DeliveryRefused``."""

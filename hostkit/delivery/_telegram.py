@@ -1,6 +1,6 @@
 """The Telegram channel: the Bot API's ``sendMessage`` and ``answerCallbackQuery``.
 
-JSON ``{"chat_id", "text"}``; an approval prompt adds an inline keyboard
+JSON ``{"chat_id", "text", "link_preview_options"}``; an approval prompt adds an inline keyboard
 with Approve / Deny buttons whose ``callback_data`` are the commands
 ``approve CODE`` / ``deny CODE``. The answer to a press of one of those
 buttons is ``answerCallbackQuery`` instead: a notification (an alert for a
@@ -25,13 +25,15 @@ from hostkit.channels import hide_url_tokens
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 from hostkit.errors import scrub_secret
-from hostkit.types import PRESS_ANSWER
+from hostkit.types import PRESS_ANSWER, cut_to, utf16_units
 
 __all__ = ["TelegramChannel"]
 
+# UTF-16 code units (an emoji is two).
 MAX_TEXT = 4_096
 # answerCallbackQuery shows 0-200 characters.
 MAX_NOTIFICATION = 200
+_NO_PREVIEW = {"is_disabled": True}
 _MAX_QUERY_ID = 64
 _CHAT_NAME = re.compile(r"^@[A-Za-z0-9_]{5,64}$")
 
@@ -46,10 +48,6 @@ def _chat_id(value: object) -> int | str | None:
     return None
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _press_answer(
     route: Mapping[str, Any], payload: Mapping[str, Any], press: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -60,7 +58,7 @@ def _press_answer(
         raise permanent("bad_route", "the answer to a press has no callback_query_id")
     return {
         "callback_query_id": query_id,
-        "text": _cut(payload_text(payload), MAX_NOTIFICATION),
+        "text": cut_to(payload_text(payload), MAX_NOTIFICATION, utf16_units, "…"),
         "show_alert": press.get("alert") is True,
     }
 
@@ -109,7 +107,11 @@ class TelegramChannel:
         chat_id = _chat_id(reply_target(route).get("chat_id"))
         if chat_id is None:
             raise permanent("bad_route", "the telegram reply target has no chat_id")
-        body: dict[str, Any] = {"chat_id": chat_id, "text": _cut(payload_text(payload), MAX_TEXT)}
+        body: dict[str, Any] = {
+            "chat_id": chat_id,
+            "text": cut_to(payload_text(payload), MAX_TEXT, utf16_units),
+            "link_preview_options": _NO_PREVIEW,
+        }
         topic = reply_target(route).get("message_thread_id")
         if isinstance(topic, int) and not isinstance(topic, bool) and 0 < topic < 2**31:
             body["message_thread_id"] = topic  # the forum topic the question came from

@@ -112,6 +112,7 @@ from hostkit.store._terminal_runs import (
     TerminalStreamStats,
 )
 from hostkit.store._turn_rows import (
+    EMPTY_NOTICE,
     FAILED_ACTED_NOTICE,
     FAILED_NOTICE,
     INDETERMINATE_NOTICE,
@@ -142,6 +143,7 @@ __all__ = [
     "ATTACHMENT_GRACE_S",
     "ATTEMPTS_EXHAUSTED",
     "DELIVERY_ATTEMPTS_EXHAUSTED",
+    "EMPTY_NOTICE",
     "FAILED_ACTED_NOTICE",
     "FAILED_NOTICE",
     "INDETERMINATE_NOTICE",

@@ -17,7 +17,7 @@ from typing import Any
 from hostkit.errors import bounded, bounded_hides
 from hostkit.freeze import thaw
 
-__all__ = ["ApprovalFacts", "approval_facts", "fact_line"]
+__all__ = ["ApprovalFacts", "approval_facts", "fact_hides", "fact_line"]
 
 # A fact's target (JSON) shown on one line.
 TARGET_CHARS = 200
@@ -51,12 +51,14 @@ def approval_facts(view: Mapping[str, Any], *, target_chars: int = TARGET_CHARS)
         facts.append(("warning", fact_line(str(warning), 300)))
     binds = [str(grant).removeprefix(_SECRET_GRANT) for grant in view.get("binds") or ()]
     if binds:
-        facts.append(("binds secrets", ", ".join(fact_line(name, 100) for name in binds)))
+        named = ", ".join(fact_line(name, 100) for name in binds)
+        facts.append(("binds secrets", fact_line(named, target_chars)))
+        hides = fact_hides(named, target_chars)
     target = view.get("target")
     if target:
         shown = json.dumps(thaw(target), ensure_ascii=False, sort_keys=True, default=str)
         facts.append(("target", fact_line(shown, target_chars)))
-        hides = bounded_hides(shown, target_chars)
+        hides = hides or fact_hides(shown, target_chars)
     if _DIFF in view:
         facts.append(("replaces a file", "its diff is not shown here"))
         hides = True
@@ -64,8 +66,27 @@ def approval_facts(view: Mapping[str, Any], *, target_chars: int = TARGET_CHARS)
 
 
 def fact_line(text: str, limit: int) -> str:
-    """Bounded, redacted, with control and format characters escaped (they reach chats)."""
-    value = bounded(text, limit)
-    if value.isprintable():
-        return value
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
+    """Bounded, redacted, with control and format characters escaped (they reach chats).
+
+    The bound holds for the escaped line: an invisible character's escape is up to
+    ten characters long, so a bound counted before escaping could let it grow tenfold.
+    """
+    pieces = _escaped(bounded(text, limit))
+    if sum(map(len, pieces)) <= limit:
+        return "".join(pieces)
+    kept, used = [], 1  # room for the "…"
+    for piece in pieces:  # whole escapes only
+        used += len(piece)
+        if used > limit:
+            break
+        kept.append(piece)
+    return "".join(kept) + "…"
+
+
+def fact_hides(text: str, limit: int) -> bool:
+    """Whether ``fact_line(text, limit)`` leaves part of ``text`` out: cut or masked."""
+    return bounded_hides(text, limit) or sum(map(len, _escaped(bounded(text, limit)))) > limit
+
+
+def _escaped(value: str) -> list[str]:
+    return [ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value]

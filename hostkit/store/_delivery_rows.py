@@ -21,10 +21,9 @@ from hostkit.errors import (
     NotFoundOrUnauthorized,
     StaleClaim,
     StoreError,
-    bounded_hides,
 )
 from hostkit.freeze import thaw
-from hostkit.store._approval_facts import approval_facts, fact_line
+from hostkit.store._approval_facts import approval_facts, fact_hides, fact_line
 from hostkit.store._approval_values import decode_view
 from hostkit.store._delivery import DELIVERY_ATTEMPTS_EXHAUSTED
 from hostkit.store._dialect import claim_isolation
@@ -167,7 +166,9 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
     list`` reads them; then the summary of its arguments, which
     ``approval_view`` already field-name-redacted and stripped of bound secret
     values. ``bounded`` masks secret-shaped text once more and keeps each part
-    to one line.
+    to one line, its bound counted once invisible characters are escaped. When
+    part of the call is not shown, ``PARTIAL_PROMPT`` follows the tool, before
+    anything a platform's cut of a long prompt could take.
     """
     row = _rows(conn).execute(_PROMPT_APPROVAL, [approval_id]).fetchone()
     if row is None:
@@ -180,22 +181,22 @@ def approval_prompt(conn: sqlite3.Connection, approval_id: str) -> dict[str, Any
     summary = fact_line(arguments, MAX_PROMPT_SUMMARY)
     told = approval_facts(view, target_chars=MAX_PROMPT_SUMMARY)
     facts = dict(told.facts)
-    partial = bool(view.get(PARTIAL_KEY)) or bounded_hides(arguments, MAX_PROMPT_SUMMARY)
-    partial = partial or told.hides
-    if partial:
-        # A model can shape its arguments so the part that matters is what gets cut or masked.
-        summary += f" ({PARTIAL_PROMPT})"
+    partial = bool(view.get(PARTIAL_KEY)) or fact_hides(arguments, MAX_PROMPT_SUMMARY) or told.hides
+    # A model can shape its arguments so the part that matters is what gets cut or masked.
+    # Said first, next to the tool: a platform that cuts a long prompt cuts its end.
+    note = f" ({PARTIAL_PROMPT})" if partial else ""
     said = "".join(f" {name}: {value};" for name, value in facts.items())
     code = approval_code(approval_id)
     return {
         "text": (
-            f"Approval needed: {tool} —{said} {summary}. Reply `approve {code}` or `deny {code}`."
+            f"Approval needed: {tool}{note} —{said} {summary}. "
+            f"Reply `approve {code}` or `deny {code}`."
         ),
         "approval": {
             "approval_id": approval_id,
             "code": code,
             "tool": tool,
-            "summary": summary,
+            "summary": summary + note,
             **{name.replace(" ", "_"): value for name, value in facts.items()},
         },
     }

@@ -61,9 +61,11 @@ from hostkit.types import (
     bounded_data,
     is_text,
     new_id,
+    split_parts,
 )
 
 __all__ = [
+    "EMPTY_NOTICE",
     "FAILED_ACTED_NOTICE",
     "FAILED_NOTICE",
     "INDETERMINATE_NOTICE",
@@ -141,6 +143,9 @@ FAILED_ACTED_NOTICE = (
     "so I could not finish answering it: part of it may have been done, and it will not "
     "be repeated. Please check before you send it again."
 )
+# What it is told when its turn completed with nothing to show (an empty answer, or only
+# spaces or invisible characters), which no platform would post: silence would look lost.
+EMPTY_NOTICE = "I finished with your last message, but I had no reply to show for it."
 
 
 def one_row(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
@@ -264,7 +269,7 @@ def _commit_terminal(
     ``earlier`` events (the final answer's) are inserted with the terminal one, in
     one statement.
 
-    A routed turn that answered gets one intent with its text; a routed turn
+    A routed turn that answered gets one intent per part of its text; a routed turn
     that pauses ``needs_user`` on a pending approval also gets the approval
     prompt (``approval_prompt``); a routed turn ended ``lost`` (recovery) gets
     the notice that its message went unanswered, one ended ``failed`` the
@@ -312,7 +317,9 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     twice. A person's own cancel sends nothing. A ``failed`` turn sends the
     notice that it could not answer (``FAILED_NOTICE``), never its error; or,
     when a call of it acted (an approved call its continuation ran),
-    ``FAILED_ACTED_NOTICE``, never "try again".
+    ``FAILED_ACTED_NOTICE``, never "try again". An answer goes in parts of at
+    most ``MAX_PART_UNITS`` (``split_parts``); a ``completed`` turn with nothing
+    visible to say sends ``EMPTY_NOTICE``, never a text no platform would post.
     """
     if result.outcome == "indeterminate" and result.cancelled_by != "user":
         return [{"text": INDETERMINATE_NOTICE}]
@@ -323,8 +330,12 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     if result.outcome == "failed":
         return [{"text": FAILED_ACTED_NOTICE if _acted(conn, result.turn_id) else FAILED_NOTICE}]
     payloads: list[dict[str, Any]] = []
-    if result.outcome in ("completed", "needs_user") and result.text:
-        payloads.append({"text": result.text})
+    if result.outcome in ("completed", "needs_user"):
+        # In parts that fit one chat message each: one intent each, written together and
+        # sent in order (a session's intents go one at a time), so none is lost or repeated.
+        payloads.extend({"text": part} for part in split_parts(result.text))
+    if result.outcome == "completed" and not payloads:
+        payloads.append({"text": EMPTY_NOTICE})
     if result.outcome == "needs_user" and result.pending_approval:
         prompt = approval_prompt(conn, result.pending_approval)
         if prompt is not None:

@@ -34,6 +34,15 @@ from hostkit.types._bounds import (
     plain_text,
     storable,
 )
+from hostkit.types._chat_text import (
+    CUT_MARK,
+    MAX_PART_UNITS,
+    chat_units,
+    cut_to,
+    has_visible,
+    split_parts,
+    utf16_units,
+)
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
 from hostkit.types._cores import (
     CORE_ACTIONS,
@@ -189,6 +198,7 @@ from hostkit.types._words import plural
 
 __all__ = [
     "CORE_ACTIONS",
+    "CUT_MARK",
     "DELIVERY_STATUSES",
     "IMAGE_TYPES",
     "INBOUND_RESULT_KINDS",
@@ -211,6 +221,7 @@ __all__ = [
     "MAX_KEY_CHARS",
     "MAX_METADATA_CHARS",
     "MAX_MODEL_ID_CHARS",
+    "MAX_PART_UNITS",
     "MAX_RAW_ARGUMENT_CHARS",
     "MAX_REQUEST_ID_CHARS",
     "MAX_RESPONSE_BYTES",
@@ -320,11 +331,14 @@ __all__ = [
     "argv_hidden_words",
     "bounded_data",
     "bounded_metadata",
+    "chat_units",
     "check_content",
     "check_key",
     "content_ref",
+    "cut_to",
     "encodable",
     "finite_seconds",
+    "has_visible",
     "is_channel_id",
     "is_core_id",
     "is_count",
@@ -349,8 +363,10 @@ __all__ = [
     "safe_argv",
     "sanitize_name",
     "session_select",
+    "split_parts",
     "stand_in",
     "state_json",
     "storable",
     "url_view",
+    "utf16_units",
 ]

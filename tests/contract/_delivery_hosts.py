@@ -98,8 +98,10 @@ async def routed_turn(
     text: str = "hello",
     conversation: str = "c1",
     principal: str = "U1",
+    parts: int = 1,
 ) -> TurnResult:
-    """Run one turn whose route a transport would have captured; it must write one intent."""
+    """Run one turn whose route a transport would have captured; it must write ``parts``
+    intents (one per part of its answer)."""
     result = await host.turns.run(
         TurnRequest(
             input=text,
@@ -112,7 +114,7 @@ async def routed_turn(
         )
     )
     assert result.outcome == "completed", result.error
-    assert len(result.deliveries) == 1
+    assert len(result.deliveries) == parts
     return result
 
 

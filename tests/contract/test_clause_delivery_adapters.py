@@ -69,6 +69,8 @@ async def test_slack_answer_is_chat_post_message_in_the_captured_thread(tmp_path
             "event_type": "hostkit_delivery",
             "event_payload": {"intent_id": result.deliveries[0]},
         },
+        "unfurl_links": False,
+        "unfurl_media": False,
     }
     assert runtime.delivered == 1
     assert runtime.failed == 0
@@ -106,7 +108,11 @@ async def test_telegram_answer_and_prompt_are_send_message(tmp_path: Path) -> No
             )
     answer, prompt = telegram.messages
     assert answer.path == f"/bot{TELEGRAM_TOKEN}/sendMessage"
-    assert answer.body == {"chat_id": 4242, "text": "bonjour"}
+    assert answer.body == {
+        "chat_id": 4242,
+        "text": "bonjour",
+        "link_preview_options": {"is_disabled": True},
+    }
     assert prompt.body["chat_id"] == -100200
     assert prompt.body["reply_markup"] == {
         "inline_keyboard": [

@@ -99,21 +99,22 @@ async def test_slack_and_telegram_retry_after_is_honoured(tmp_path: Path) -> Non
     assert len(telegram.messages) == 1
 
 
-async def test_a_long_slack_answer_whose_echo_passes_the_read_bound_is_delivered_once(
-    tmp_path: Path,
-) -> None:
-    """chat.postMessage echoes the posted message back: 30,000 CJK characters (under
-    Slack's 40,000) make an answer past the 64 KiB read bound, which is still an ``ok``."""
+async def test_a_long_slack_answer_is_posted_once_in_parts(tmp_path: Path) -> None:
+    """30,000 CJK characters with no space to break at (Slack would refuse them whole as
+    ``msg_too_long``): one intent per part, each posted once, in order, the text whole."""
     long_answer = "文" * 30_000
     async with FakeSlack.running(token=SLACK_TOKEN) as slack:
         tables = channel_tables(slack=slack.api_base)
         async with channel_host(tmp_path, tables, answers=(long_answer,)) as host:
-            (intent_id,) = (await routed_turn(host, "slack-acme", {"channel": "C1"})).deliveries
+            result = await routed_turn(host, "slack-acme", {"channel": "C1"}, parts=8)
             runtime = host.delivery_runtime(policy=NO_JITTER, clock=Clock())
-            assert await runtime.drain() == 1
-            row = await _intent(host, intent_id)
-    assert (row.status, row.attempts) == ("delivered", 1)
-    assert slack.texts() == [long_answer]
+            assert await runtime.drain() == 8
+            rows = [await _intent(host, i) for i in result.deliveries]
+    assert {(row.status, row.attempts) for row in rows} == {("delivered", 1)}
+    assert "".join(slack.texts()) == long_answer
+    assert [m.body["metadata"]["event_payload"]["intent_id"] for m in slack.messages] == list(
+        result.deliveries
+    )
 
 
 async def test_slacks_rate_limited_error_is_retried_not_dead_lettered(tmp_path: Path) -> None:
