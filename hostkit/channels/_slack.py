@@ -48,7 +48,7 @@ from hostkit.channels._parsed import (
 )
 from hostkit.channels._settings import ChannelSettings
 from hostkit.errors import InvalidValue
-from hostkit.types import is_seconds
+from hostkit.types import APPROVAL_BLOCK, is_seconds
 
 __all__ = ["AUTHENTICATED_BY", "check_slack_headers", "parse_slack", "sign_slack"]
 
@@ -140,11 +140,7 @@ def _event(
     event_id = request.get("event_id")
     if not isinstance(event_id, str) or not 0 < len(event_id) <= _MAX_EVENT_ID:
         raise malformed("event_callback needs an event_id")
-    team = _own_team(
-        (("event.user_team", event.get("user_team")), ("event.team", event.get("team"))),
-        fallback=("team_id", request.get("team_id", event.get("team"))),
-        orgs=(request.get("enterprise_id"),),
-    )
+    team = field_id(request.get("team_id", event.get("team")), "team_id")
     channel = field_id(event.get("channel"), "event.channel")
     user = field_id(event.get("user"), "event.user")
     text = event.get("text")
@@ -203,11 +199,8 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
     if command is None:
         return Ignored("slack button that is not an approval answer")
     user_obj = _obj(payload, "user")
-    team_obj = _obj(payload, "team")
-    team = _own_team(
-        (("user.team_id", user_obj.get("team_id")),),
-        fallback=("team.id", team_obj.get("id", user_obj.get("team_id"))),
-        orgs=(_obj(payload, "enterprise").get("id"), team_obj.get("enterprise_id")),
+    team = _asked_team(actions[0]) or field_id(
+        _obj(payload, "team").get("id", user_obj.get("team_id")), "team.id"
     )
     user = field_id(user_obj.get("id"), "user.id")
     container = _obj(payload, "container")
@@ -237,21 +230,21 @@ def _interaction(field: bytes, *, channel_id: str, now: float) -> Parsed:
     )
 
 
-def _own_team(
-    named: tuple[tuple[str, Any], ...], *, fallback: tuple[str, Any], orgs: tuple[Any, ...]
-) -> str:
-    """The sender's own workspace: the first of ``named`` given and no org, else ``fallback``.
+def _asked_team(action: dict[str, Any]) -> str | None:
+    """The workspace of the conversation a prompt's button was posted for (its block id,
+    ``APPROVAL_BLOCK/<team>``), or None for a prompt without one.
 
-    An ordinary channel's payloads name one workspace everywhere, so its keys are the
-    ones the envelope's ``team_id`` and the interaction's ``team.id`` always gave. An
-    Enterprise Grid reports its organisation (one of ``orgs``) where a workspace is
-    meant; that is no workspace of the person's, and the payload's own one is kept.
+    A press is keyed as the message that asked was: in a Slack Connect channel the
+    event's ``team_id`` and the press's ``team.id`` can name different workspaces, and
+    Enterprise Grid payloads name workspaces and the organisation in varying places.
+    The block id is the Host's own (a person cannot edit a button's block), and only
+    the workspace part of the key comes from it: the channel and the presser are
+    Slack's signed fields, so a press still answers only its presser's own approval.
     """
-    for name, value in named:
-        if value is not None and value != "" and value not in orgs:
-            return field_id(value, name)
-    name, value = fallback
-    return field_id(value, name)
+    block = action.get("block_id")
+    if not isinstance(block, str) or not block.startswith(f"{APPROVAL_BLOCK}/"):
+        return None
+    return field_id(block.removeprefix(f"{APPROVAL_BLOCK}/"), "actions.0.block_id")
 
 
 def _obj(payload: dict[str, Any], name: str) -> dict[str, Any]:

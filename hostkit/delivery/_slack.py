@@ -40,7 +40,7 @@ import httpx
 from hostkit.delivery._channel import payload_text, permanent, reply_target, transient
 from hostkit.delivery._http import SharedClient, check_channel, post, retry_after
 from hostkit.errors import DeliveryRefused
-from hostkit.types import MAX_PART_UNITS, PRESS_ANSWER, chat_units, cut_to
+from hostkit.types import APPROVAL_BLOCK, MAX_PART_UNITS, PRESS_ANSWER, chat_units, cut_to
 
 __all__ = ["TOO_LONG_NOTICE", "SlackChannel"]
 
@@ -67,6 +67,8 @@ _TRANSIENT_ERRORS = frozenset(
         "request_timeout",
     }
 )
+# A workspace id as the Slack adapter takes one (``field_id``): it ends up in a block id.
+_TEAM = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
 _ERROR_CODE = re.compile(r"^[a-z0-9_]{1,60}$")
 # A refusal's reason in the opening of an answer that broke off (Slack writes it next).
 _OPENING_ERROR = re.compile(rb'"error"\s*:\s*"([a-z0-9_]{1,60})"')
@@ -83,8 +85,15 @@ def fitted(text: str, limit: int) -> str:
     return escape(cut_to(text, limit, chat_units))
 
 
-def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A section with the (raw) prompt and an actions block with Approve / Deny buttons."""
+def approval_blocks(
+    text: str, approval: Mapping[str, Any], *, team: str | None = None
+) -> list[dict[str, Any]]:
+    """A section with the (raw) prompt and an actions block with Approve / Deny buttons.
+
+    The actions block is ``APPROVAL_BLOCK/<team>`` for the workspace of the
+    conversation that asked (the first part of its key): a press is keyed by it,
+    as the asking message was, whatever workspace Slack names in the press.
+    """
     code = str(approval.get("code", ""))
     return [
         # verbatim: mrkdwn text objects otherwise parse a plain @channel or @here in the
@@ -95,7 +104,7 @@ def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, An
         },
         {
             "type": "actions",
-            "block_id": "hostkit_approval",
+            "block_id": APPROVAL_BLOCK if team is None else f"{APPROVAL_BLOCK}/{team}",
             "elements": [
                 {
                     "type": "button",
@@ -114,6 +123,16 @@ def approval_blocks(text: str, approval: Mapping[str, Any]) -> list[dict[str, An
             ],
         },
     ]
+
+
+def _asking_team(route: Mapping[str, Any]) -> str | None:
+    """The workspace of the conversation a prompt asks in: its key's first part
+    (``<team>:<channel>:<user>``), or None when the route has no such key."""
+    conversation = route.get("conversation")
+    if not isinstance(conversation, str):
+        return None
+    team = conversation.partition(":")[0]
+    return team if _TEAM.fullmatch(team) else None
 
 
 class SlackChannel:
@@ -162,7 +181,7 @@ class SlackChannel:
         }
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
-            body["blocks"] = approval_blocks(text, approval)
+            body["blocks"] = approval_blocks(text, approval, team=_asking_team(route))
         await self._told_if_too_long("chat.postMessage", body)
 
     async def _told_if_too_long(self, method: str, body: Mapping[str, Any]) -> None:

@@ -58,6 +58,7 @@ from hostkit.types._cores import (
     state_json,
 )
 from hostkit.types._delivery import (
+    APPROVAL_BLOCK,
     DELIVERY_STATUSES,
     MAX_DELIVERY_ERROR,
     PRESS_ANSWER,
@@ -197,6 +198,7 @@ from hostkit.types._turn import (
 from hostkit.types._words import plural
 
 __all__ = [
+    "APPROVAL_BLOCK",
     "CORE_ACTIONS",
     "CUT_MARK",
     "DELIVERY_STATUSES",

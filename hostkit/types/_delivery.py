@@ -21,6 +21,7 @@ from hostkit.freeze import FrozenMap, freeze
 from hostkit.types._bounds import is_seconds, storable
 
 __all__ = [
+    "APPROVAL_BLOCK",
     "DELIVERY_STATUSES",
     "MAX_DELIVERY_ERROR",
     "PRESS_ANSWER",
@@ -42,6 +43,9 @@ _MAX_KEY = 256
 # The payload key of the answer to a button press (``{"alert": bool}``): it goes to the
 # person who pressed only, never the conversation (docs/delivery.md).
 PRESS_ANSWER = "press_answer"
+# A Slack approval prompt's button block id, ``APPROVAL_BLOCK/<team>``: the workspace of
+# the conversation it asks in, so a press is keyed as the message that asked was.
+APPROVAL_BLOCK = "hostkit_approval"
 
 
 def approval_code(approval_id: str) -> str:

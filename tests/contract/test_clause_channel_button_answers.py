@@ -318,55 +318,70 @@ async def test_slack_presses_are_ephemeral_to_the_presser_and_never_a_channel_po
             assert answer.body["text"] == "done: stamped one"
 
 
-# A Slack Connect channel created in workspace TB, the app installed in TA. The Events API
-# envelope's team_id names TB (the channel's workspace, slackapi/java-slack-sdk#629) and a
-# press's team.id names TA (the workspace of the app that posted the prompt, #1041): each
-# payload also names the person's own workspace (event.user_team, user.team_id).
-def connect_message(text: str, *, user: str, team: str) -> dict[str, Any]:
+# Payload shapes where the asking message and the press name different workspaces: a Slack
+# Connect channel (the envelope's team_id names the channel's workspace TB,
+# slackapi/java-slack-sdk#629; a press's team.id the app's TA, #1041) and an Enterprise
+# Grid org-wide install (a press's user.team_id one fixed workspace, slackapi/bolt-js#1875).
+SHAPES = {
+    "connect": ({"team_id": "TB"}, {"team": {"id": "TA"}, "user_team": "TB"}),
+    "grid": (
+        {"team_id": "T01", "enterprise_id": "E01"},
+        {"team": {"id": "T03"}, "user_team": "T03"},
+    ),
+}
+
+
+def shaped_message(text: str, *, user: str, shape: str) -> dict[str, Any]:
     body = slack_message(text, user=user)
-    body["team_id"] = "TB"
-    body["event"].update(team=team, user_team=team, source_team="TB")
+    body.update(SHAPES[shape][0])
     return body
 
 
-def connect_press(value: str, *, user: str, team: str) -> dict[str, Any]:
+def pressed_button(prompt: Any, value: str, *, user: str, shape: str) -> dict[str, Any]:
+    """A press of the posted prompt's button, as Slack sends it: the button's block id
+    echoed, the workspaces named as that payload shape names them."""
     body = slack_press(value, user=user)
-    body["team"] = {"id": "TA", "domain": "app-home"}
-    body["user"]["team_id"] = team
+    press = SHAPES[shape][1]
+    body["team"] = press["team"]
+    body["user"]["team_id"] = press["user_team"]
+    (actions,) = [b for b in prompt.body["blocks"] if b["type"] == "actions"]
+    body["actions"][0]["block_id"] = actions["block_id"]
     return body
 
 
-@pytest.mark.parametrize(
-    ("asker", "other"), [(("U1", "TA"), ("U9", "TB")), (("U9", "TB"), ("U1", "TA"))]
-)
-async def test_in_a_slack_connect_channel_the_askers_press_answers_her_approval(
-    tmp_path: Path, asker: tuple[str, str], other: tuple[str, str]
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+async def test_a_press_is_keyed_as_the_message_that_asked_whatever_workspace_it_names(
+    tmp_path: Path, shape: str
 ) -> None:
-    """Her message and her press name one conversation, keyed by her own workspace, whichever
-    workspace she is in; a member of the other workspace is still not her."""
-    (user, team), (other_user, other_team) = asker, other
+    """The asker's press answers her approval although the press names another workspace
+    than her message did (the prompt's button carries the asking conversation's
+    workspace); someone else pressing it is still not her."""
     stamps = Stamps(tmp_path / "stamps.txt")
     async with FakeSlack.running(token=ENV["SLACK_BOT_TOKEN"]) as fake:
         tables = channel_tables(slack=fake.api_base)
         async with button_host(tmp_path, stamps, tables) as host:
-            asked = slack(host, connect_message("stamp it", user=user, team=team))
-            assert asked.conversation_key == f"{team}:C1:{user}"
+            asked = slack(host, shaped_message("stamp it", user="U1", shape=shape))
+            team = SHAPES[shape][0]["team_id"]
+            # The key it always had: the envelope's team_id.
+            assert asked.conversation_key == f"{team}:C1:U1"
             await handled(host, asked)
             code = await pending_code(host)
+            (prompt,) = fake.messages
 
-            stranger = connect_press(f"approve {code}", user=other_user, team=other_team)
+            stranger = pressed_button(prompt, f"approve {code}", user="U9", shape=shape)
             await handled(host, slack(host, stranger, form=True))
             (refused,) = fake.ephemerals
-            assert refused.body["user"] == other_user
+            assert refused.body["user"] == "U9"
             assert refused.body["text"].startswith("No pending approval of yours has this code")
             assert await pending_code(host) == code
 
-            pressed = slack(host, connect_press(f"approve {code}", user=user, team=team), form=True)
+            mine = pressed_button(prompt, f"approve {code}", user="U1", shape=shape)
+            pressed = slack(host, mine, form=True)
             assert pressed.conversation_key == asked.conversation_key
             await handled(host, pressed)
             assert stamps.lines() == ["one"]
             acknowledged = fake.ephemerals[1]
             assert (acknowledged.body["user"], acknowledged.body["text"]) == (
-                user,
+                "U1",
                 f"Approval {code}: approved.",
             )

@@ -18,6 +18,7 @@ import pytest
 from hostkit.channels import sign_slack
 from hostkit.inbox import ChannelInbox
 from hostkit.store import RuntimeStore
+from hostkit.types import APPROVAL_BLOCK
 from tests.ingress import NOW, SECRETS, channels, serve_ingress, to_json
 from tests.support import claim_all
 
@@ -224,9 +225,9 @@ def _press(user: dict[str, Any], team: dict[str, Any], trigger: str, **fields: A
 async def test_an_ordinary_workspaces_conversation_keys_are_what_they_always_were(
     store: RuntimeStore,
 ) -> None:
-    """Keys are built from the sender's own workspace; outside a shared channel every payload
-    names that one workspace, so the keys stored before stay the conversations' keys (an
-    Enterprise Grid's organisation id, reported where a workspace is meant, is no workspace)."""
+    """A message is keyed by the envelope's team_id and a press without a prompt's block id
+    by its team.id, whatever else the payload names (an Enterprise Grid's organisation, a
+    Slack Connect member's own workspace): the keys stored before stay the keys."""
     inbox = ChannelInbox.on_store(store)
     grid_message = json.loads(_message("Ev-grid", team="T01", user_team="E01"))
     messages = [
@@ -249,11 +250,12 @@ async def test_an_ordinary_workspaces_conversation_keys_are_what_they_always_wer
     assert keys == {"T01:C123:U42"}
 
 
-async def test_a_slack_connect_member_is_keyed_by_her_own_workspace_and_still_allow_listed(
+async def test_a_slack_connect_member_is_allow_listed_by_her_user_id_alone(
     store: RuntimeStore,
 ) -> None:
     """A member of another workspace in a shared channel has her own user id, which `allow`
-    names like any other: her workspace in the key lets in no one the allow-list does not."""
+    names like any other; her conversation is keyed by the envelope's team_id as everyone's
+    is, and her press by the workspace its prompt's button names (none here: team.id)."""
     inbox = ChannelInbox.on_store(store)
     configs = channels(slack_acme={"allow": ["U42"]})
     shared = {"user_team": "TX", "team": "TX", "source_team": "T01"}
@@ -269,5 +271,26 @@ async def test_a_slack_connect_member_is_keyed_by_her_own_workspace_and_still_al
     assert pressed.json()["status"] == "accepted"
     assert stranger.json() == {"status": "ignored"}
     claimed = [c.envelope for c in await claim_all(inbox)]
-    assert {(e.conversation_key, e.principal_key) for e in claimed} == {("TX:C123:U42", "U42")}
+    assert {(e.conversation_key, e.principal_key) for e in claimed} == {("T01:C123:U42", "U42")}
     assert len(claimed) == 2
+
+
+async def test_a_press_takes_its_workspace_from_the_prompts_block_id(store: RuntimeStore) -> None:
+    """A press of a Host prompt's button (block id ``APPROVAL_BLOCK/<team>``) is keyed by the
+    workspace the prompt asked in, not the press's team.id; another block id is not read,
+    and a block id that is no workspace id is refused like any malformed field."""
+    inbox = ChannelInbox.on_store(store)
+    form = "application/x-www-form-urlencoded"
+
+    def press(block_id: str, trigger: str) -> bytes:
+        action = {"value": "approve k7qx2m", "action_ts": "1.1", "block_id": block_id}
+        return _button("approve k7qx2m", trigger, actions=[action])
+
+    async with serve_ingress(inbox) as url, httpx.AsyncClient(base_url=url) as client:
+        ours = await _post(client, press(f"{APPROVAL_BLOCK}/TB", "t.1"), content_type=form)
+        other = await _post(client, press("someone_elses/TB", "t.2"), content_type=form)
+        bad = await _post(client, press(f"{APPROVAL_BLOCK}/T:B", "t.3"), content_type=form)
+    assert ours.json()["status"] == other.json()["status"] == "accepted"
+    assert bad.status_code == 400
+    keys = sorted(c.envelope.conversation_key for c in await claim_all(inbox))
+    assert keys == ["T01:C123:U42", "TB:C123:U42"]
