@@ -36,7 +36,7 @@ from hostkit.cli._common import (
     terminal_approver,
 )
 from hostkit.cli._interrupt import interrupted_answer
-from hostkit.cli._render import approvals_table, hidden_hints, resume_hints
+from hostkit.cli._render import approval_hints, approvals_table, resume_hints
 from hostkit.cli._turn import stream_answer, stream_resume
 from hostkit.effects import ApprovalDecision
 from hostkit.errors import InvalidValue
@@ -84,7 +84,7 @@ def list_approvals(
                 return
             out = Console()
             out.print(approvals_table(rows.approvals, width=out.width))
-            for hint in hidden_hints(rows.approvals):
+            for hint in approval_hints(rows.approvals):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)
             for hint in resume_hints(rows.approvals, config=config, agents=host.config.agents):
                 out.print(hint, highlight=False, markup=False, soft_wrap=True)

@@ -67,6 +67,7 @@ def render_request(
     """
     _render(
         console,
+        "approval needed",
         request.effect,
         request.view,
         request.secret_names,
@@ -82,11 +83,15 @@ def render_approval(console: Console, approval: PendingApproval) -> None:
 
     ``hostkit approvals approve`` and ``deny`` print it before they record
     the answer: the operator sees the call they answer as a terminal prompt
-    would have shown it, its warning, secrets and hidden parts included.
+    would have shown it, its warning, secrets and hidden parts included. Its
+    heading says an answer is being given (``answering apr_…``), not asked
+    for: the store may still refuse it (stale, already answered) in the
+    ``error:`` line that follows.
     """
     warning = approval.view.get("warning")
     _render(
         console,
+        f"answering {one_line(approval.approval_id, 80)}",
         approval.effect,
         approval.view,
         approval.secret_names,
@@ -96,6 +101,7 @@ def render_approval(console: Console, approval: PendingApproval) -> None:
 
 def _render(
     console: Console,
+    heading: str,
     effect_name: str,
     view: Mapping[str, Any],
     secret_names: tuple[str, ...],
@@ -107,9 +113,7 @@ def _render(
 ) -> None:
     effect = one_line(view.get("effect", effect_name), 80)
     console.print(
-        Text.assemble(
-            ("approval needed", "bold yellow"), ": the agent wants to run ", (effect, "bold")
-        )
+        Text.assemble((heading, "bold yellow"), ": the agent wants to run ", (effect, "bold"))
     )
     arguments = view.get("arguments")
     hidden = bool(view.get(PARTIAL_KEY))

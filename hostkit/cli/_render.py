@@ -23,12 +23,12 @@ from hostkit.types import PARTIAL_KEY, EffectSummary, TurnResult
 __all__ = [
     "READABLE",
     "Column",
+    "approval_hints",
     "approval_note",
     "approvals_table",
     "command_line",
     "dead_letter_hint",
     "fit_table",
-    "hidden_hints",
     "print_pending",
     "print_result",
     "resume_hints",
@@ -40,7 +40,7 @@ __all__ = [
 ARGUMENTS_CHARS = 80
 # The width it keeps before an optional column is shown at its cost.
 ARGUMENTS_LEAST = 30
-# What begins the arguments of a call the table does not show whole (``hidden_hints``).
+# What begins the arguments of a call the table does not show whole (``approval_hints``).
 HIDDEN_MARK = "! "
 # What a printed command puts where the reader writes their own reason.
 REASON_PLACEHOLDER = "..."
@@ -297,15 +297,14 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
     """One row per approval; the arguments are the stored redacted view, cut short.
 
     Arguments not all shown (cut, or masked as secret-looking text) begin
-    with ``HIDDEN_MARK``, and ``hidden_hints`` says under the table which
-    calls those are: this is what an operator reads before ``approve``, and a
-    model can shape a call so the part that runs is the part left out. The
+    with ``HIDDEN_MARK``: a model can shape a call so the part that runs is
+    the part left out. Arguments the column is too narrow for end in Rich's
+    ``…`` (at 80 columns ``{"content": "milk\\n", "path":…``), as those cut at
+    ``ARGUMENTS_CHARS`` do, and a JSON object shown whole ends in ``}``. The
     note says what to do next (an answered approval whose continuation never
-    ran: resume it) or why a void one will never run, then what the view says
-    beside the arguments, as a channel's prompt says it (``approval_facts``:
-    the tool's warning, the secrets it binds, its target, that it replaces a
-    file); the full resume command is printed under the table
-    (``resume_hints``), where it can be copied whole.
+    ran: resume it) or why a void one will never run; what the view says
+    beside the arguments, and the full resume command, are printed under the
+    table (``approval_hints``, ``resume_hints``), where no width cuts them.
     """
     columns = (
         Column("approval", whole=True),
@@ -336,38 +335,45 @@ def approvals_table(approvals: Sequence[PendingApproval], *, width: int) -> Tabl
 
 
 def _hides_call(approval: PendingApproval) -> bool:
-    """Whether the table leaves part of the call out: the stored view says it is partial,
-    the cell cuts or masks it, or its target or file diff is not shown whole."""
+    """Whether the table and its lines leave part of the call out: the stored view says it
+    is partial, the cell cuts or masks it, or its target or file diff is not shown whole."""
     view = approval.view
     arguments = view.get("arguments", {})
     return (
         bool(view.get(PARTIAL_KEY))
         or one_line_hides(arguments, ARGUMENTS_CHARS)
-        or approval_facts(view, target_chars=ARGUMENTS_CHARS).hides
+        or approval_facts(view).hides
     )
 
 
-def hidden_hints(approvals: Sequence[PendingApproval]) -> list[str]:
-    """Under the table, for each call it does not show whole: its id and ``HIDDEN_NOTE``
-    (the mark alone could be cut off with its column at a narrow width)."""
-    return [
-        f"{HIDDEN_MARK}{approval.approval_id}: {HIDDEN_NOTE}"
-        for approval in approvals
-        if _hides_call(approval)
-    ]
+def approval_hints(approvals: Sequence[PendingApproval]) -> list[str]:
+    """Under the table, one line per approval with something to say beside its arguments.
+
+    ``! apr_…: HIDDEN_NOTE`` for a call not shown whole (the mark in the table
+    could be cut off with its column at a narrow width), then the view's facts
+    as a channel's prompt says them (``approval_facts``: the tool's warning,
+    the secrets it binds, its target, that it replaces a file). They are not
+    a table column: one would cost the arguments their width and still be
+    left out at 80 columns.
+    """
+    hints = []
+    for approval in approvals:
+        hides = _hides_call(approval)
+        said = [HIDDEN_NOTE] if hides else []
+        said += [f"{name}: {value}" for name, value in approval_facts(approval.view).facts]
+        if said:
+            mark = HIDDEN_MARK if hides else ""
+            hints.append(f"{mark}{approval.approval_id}: " + "; ".join(said))
+    return hints
 
 
 def approval_note(approval: PendingApproval) -> str:
-    """The next step for an approval, or the reason it is void, then what its view says
-    beside the arguments (``approval_facts``); "" when there is nothing to say."""
-    said = []
+    """The next step for an approval, or the reason it is void ("" when there is none)."""
     if approval.awaiting_continuation:
-        said.append(f"answered ({approval.decision}), not run yet: resume it")
-    elif approval.void_reason:
-        said.append(one_line(approval.void_reason, ARGUMENTS_CHARS * 2))
-    facts = approval_facts(approval.view, target_chars=ARGUMENTS_CHARS).facts
-    said += [f"{name}: {value}" for name, value in facts]
-    return "; ".join(said)
+        return f"answered ({approval.decision}), not run yet: resume it"
+    if approval.void_reason:
+        return one_line(approval.void_reason, ARGUMENTS_CHARS * 2)
+    return ""
 
 
 def resume_hints(

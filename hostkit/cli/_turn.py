@@ -160,8 +160,9 @@ async def stream_answer(
 
     The continuation runs in the approval's session, and a session runs one
     turn at a time, so that session's events are the continuation's. The
-    stored call is printed on ``shown_on`` (``render_approval``) before the
-    answer is recorded: what is approved is what was read.
+    stored call is printed on ``shown_on`` (``render_approval``, headed as an
+    answer being given: the store may still refuse it) before the answer is
+    recorded: what is approved is what was read.
     """
     approval = await host.approvals.get(by, approval_id)
     if shown_on is not None:

@@ -49,6 +49,11 @@ pytestmark = pytest.mark.anyio
 
 KEY = ApprovalKey("cli:local-user", "ses_1", "apf_1", "terminal.run", "writer")
 HIDDEN_NOTE = "not all of this call is shown"
+# The whole sentence, as a line under `hostkit approvals list` says it.
+HIDDEN_NOTE_WHOLE = (
+    "not all of this call is shown (cut to fit, or masked as secret-looking text): "
+    "approve only if you know what it runs"
+)
 
 
 def test_a_long_list_says_how_many_items_it_leaves_out() -> None:
@@ -247,9 +252,10 @@ async def _stamp(ctx: ToolContext, label: str) -> str:
 
 
 async def _seed_approvals(config: HostConfig) -> dict[str, str]:
-    """Three turns, each paused on its approval, through the public API: a call whose
-    command is masked (an unsandboxed tool binding a secret), a file overwrite, and a
-    plain call shown whole. Returns each tool's approval id."""
+    """Four turns, each paused on its approval, through the public API: a call whose
+    command is masked (an unsandboxed tool binding a secret), a file overwrite, a plain
+    call shown whole, and a new file's write (a target, nothing hidden). Returns each
+    one's approval id, by tool ("new file" for the last)."""
     tools = [
         AuthoredTool(
             "deploy.run",
@@ -264,13 +270,19 @@ async def _seed_approvals(config: HostConfig) -> dict[str, str]:
             CallTools(("deploy_run", {"command": MASKED_COMMAND, "secrets": ["DEPLOY_TOKEN"]})),
             CallTools(("files_write", {"path": "notes.md", "content": "new notes\n"})),
             CallTools(("notes_stamp", {"label": "invoice 42"})),
+            CallTools(("files_write", {"path": "todo.md", "content": "milk\n"})),
         ]
     )
     ids = {}
     async with Host.open(
         config, capabilities=capabilities(model, tools=tools, config=config)
     ) as host:
-        for tool, conversation in (("deploy.run", "a"), ("files.write", "b"), ("notes.stamp", "c")):
+        for tool, conversation in (
+            ("deploy.run", "a"),
+            ("files.write", "b"),
+            ("notes.stamp", "c"),
+            ("new file", "d"),
+        ):
             result = await host.turns.run(request("go", conversation=conversation))
             assert result.outcome == "needs_user", result.error
             assert result.pending_approval is not None
@@ -328,18 +340,49 @@ def test_approvals_list_marks_a_call_it_does_not_show_whole_and_says_so_under_it
     assert "$(curl" not in out
 
 
-def test_approvals_list_notes_say_what_the_prompts_say_beside_the_arguments(
-    seeded: tuple[Path, dict[str, str]],
+@pytest.mark.parametrize("columns", [200, 100, 80])
+def test_approvals_list_says_what_the_prompts_say_beside_the_arguments_at_any_width(
+    seeded: tuple[Path, dict[str, str]], columns: int
 ) -> None:
-    """The tool's warning, the secrets the call binds and that it replaces a file, as the
-    terminal, notebook and channel prompts say them."""
+    """The tool's warning, the secrets the call binds, its target and that it replaces a
+    file, as the terminal, notebook and channel prompts say them: one line per approval
+    under the table, never cut by its width (in a note column they were left out at 80
+    and 100 columns, with nothing said)."""
     root, ids = seeded
-    out = _approvals_list(root)
-    deploy = _row(out, ids["deploy.run"])
-    assert "warning: UNSANDBOXED: runs with the Host's rights" in deploy
-    assert "binds secrets: DEPLOY_TOKEN" in deploy
-    assert "replaces a file: its diff is not shown here" in _row(out, ids["files.write"])
-    assert "warning" not in _row(out, ids["notes.stamp"])
+    out = _approvals_list(root, columns=columns)
+    lines = out.splitlines()
+    assert (
+        f"! {ids['deploy.run']}: {HIDDEN_NOTE_WHOLE}; warning: UNSANDBOXED: runs with the "
+        "Host's rights; binds secrets: DEPLOY_TOKEN"
+    ) in lines
+    (overwrite,) = [line for line in lines if line.startswith(f"! {ids['files.write']}: ")]
+    assert overwrite.startswith(f"! {ids['files.write']}: {HIDDEN_NOTE_WHOLE}; ")
+    assert overwrite.endswith("; replaces a file: its diff is not shown here")
+    assert f'{ids["new file"]}: target: {{"file": "a new file"}}' in lines
+    assert not [line for line in lines if line.startswith(ids["notes.stamp"] + ":")]
+    # The table's own note column is for the next step or why a call will never run.
+    assert "warning" not in _row(out, ids["deploy.run"])
+    assert "target" not in _row(out, ids["new file"])
+
+
+@pytest.mark.parametrize("columns", [100, 80])
+def test_approvals_list_facts_cost_the_arguments_none_of_their_width(
+    seeded: tuple[Path, dict[str, str]], columns: int
+) -> None:
+    """A new file's write read `{"content…` and the unsandboxed call `! {"comma…` (a column
+    of facts held the arguments at ten characters, then was left out anyway, its facts
+    unsaid): the arguments keep their 30 characters, or all the room the id, effect and
+    status leave, and a cell the column cuts ends in `…` so the operator can tell."""
+    root, ids = seeded
+    out = _approvals_list(root, columns=columns)
+    (new_file,) = [line for line in out.splitlines() if line.startswith(ids["new file"] + " ")]
+    cell = new_file.split("   pending   ")[1]
+    assert len(cell) >= 30 or len(new_file) == columns
+    assert cell.endswith("…")
+    assert '{"content": "milk\\n"' in new_file
+    assert '! {"command": "ls; T' in _row(out, ids["deploy.run"])
+    if columns == 100:
+        assert _row(out, ids["notes.stamp"]).endswith('{"label": "invoice 42"}')
 
 
 def test_approvals_list_json_keeps_its_shape_without_the_table_notes(
