@@ -1,6 +1,9 @@
 """The generic webhook channel: answers POSTed as signed JSON to the channel's ``deliver_url``.
 
-Body: ``{"intent_id", "conversation", "reply", "text", "approval"?}``,
+Body: ``{"intent_id", "conversation", "reply", "text", "approval"?}``, and
+for a part of a turn's answer ``"turn_id"``, ``"part"`` (from 1), ``"parts"``
+and, when the split added a fence or the withheld mark, ``"added"``
+(``{"before", "after"}``), so a receiver can put the answer back together;
 signed like inbound webhooks (``X-Hostkit-Timestamp`` and
 ``X-Hostkit-Signature``), with ``Idempotency-Key: <intent id>`` so the
 receiver drops a retry of what it already has. 2xx is delivered; 408, 429
@@ -26,6 +29,9 @@ from hostkit.freeze import thaw
 from hostkit.types import PRESS_ANSWER
 
 __all__ = ["WebhookChannel"]
+
+# What an answer's part carries for a receiver to rebuild the answer (hostkit.types.ChatPart).
+_PART_FIELDS = ("turn_id", "part", "parts", "added")
 
 _TRANSIENT = frozenset({408, 425, 429})
 
@@ -66,6 +72,7 @@ class WebhookChannel:
             "reply": thaw(reply),
             "text": payload_text(payload),
         }
+        body.update({key: thaw(payload[key]) for key in _PART_FIELDS if key in payload})
         approval = payload.get("approval")
         if isinstance(approval, Mapping):
             body["approval"] = thaw(approval)

@@ -59,9 +59,9 @@ from hostkit.types import (
     TurnOutcome,
     TurnResult,
     bounded_data,
+    chat_parts,
     is_text,
     new_id,
-    split_parts,
 )
 
 __all__ = [
@@ -317,9 +317,10 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     twice. A person's own cancel sends nothing. A ``failed`` turn sends the
     notice that it could not answer (``FAILED_NOTICE``), never its error; or,
     when a call of it acted (an approved call its continuation ran),
-    ``FAILED_ACTED_NOTICE``, never "try again". An answer goes in parts of at
-    most ``MAX_PART_UNITS`` (``split_parts``); a ``completed`` turn with nothing
-    visible to say sends ``EMPTY_NOTICE``, never a text no platform would post.
+    ``FAILED_ACTED_NOTICE``, never "try again". An answer goes in at most
+    ``MAX_PARTS`` parts of at most ``MAX_PART_UNITS`` (``_answer_parts``); a
+    ``completed`` turn with nothing visible to say sends ``EMPTY_NOTICE``, never
+    a text no platform would post.
     """
     if result.outcome == "indeterminate" and result.cancelled_by != "user":
         return [{"text": INDETERMINATE_NOTICE}]
@@ -333,13 +334,31 @@ def _deliveries(conn: sqlite3.Connection, result: TurnResult) -> list[dict[str, 
     if result.outcome in ("completed", "needs_user"):
         # In parts that fit one chat message each: one intent each, written together and
         # sent in order (a session's intents go one at a time), so none is lost or repeated.
-        payloads.extend({"text": part} for part in split_parts(result.text))
+        payloads.extend(_answer_parts(result.turn_id, result.text))
     if result.outcome == "completed" and not payloads:
         payloads.append({"text": EMPTY_NOTICE})
     if result.outcome == "needs_user" and result.pending_approval:
         prompt = approval_prompt(conn, result.pending_approval)
         if prompt is not None:
             payloads.append(prompt)
+    return payloads
+
+
+def _answer_parts(turn_id: str, text: str) -> list[dict[str, Any]]:
+    """One payload per part of an answer: what the chat shows, and what a receiver needs
+    to put the answer back together (its turn, the part's place, what the split added)."""
+    parts = chat_parts(text)
+    payloads: list[dict[str, Any]] = []
+    for number, part in enumerate(parts, 1):
+        payload: dict[str, Any] = {
+            "text": part.shown,
+            "turn_id": turn_id,
+            "part": number,
+            "parts": len(parts),
+        }
+        if part.before or part.after:
+            payload["added"] = {"before": part.before, "after": part.after}
+        payloads.append(payload)
     return payloads
 
 

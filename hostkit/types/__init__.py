@@ -34,13 +34,19 @@ from hostkit.types._bounds import (
     plain_text,
     storable,
 )
+from hostkit.types._chat_parts import (
+    MAX_PARTS,
+    ChatPart,
+    chat_parts,
+    split_parts,
+    withheld_mark,
+)
 from hostkit.types._chat_text import (
     CUT_MARK,
     MAX_PART_UNITS,
     chat_units,
     cut_to,
     has_visible,
-    split_parts,
     utf16_units,
 )
 from hostkit.types._context import TokenKind, TurnExecutionContext, TurnToken
@@ -223,6 +229,7 @@ __all__ = [
     "MAX_KEY_CHARS",
     "MAX_METADATA_CHARS",
     "MAX_MODEL_ID_CHARS",
+    "MAX_PARTS",
     "MAX_PART_UNITS",
     "MAX_RAW_ARGUMENT_CHARS",
     "MAX_REQUEST_ID_CHARS",
@@ -249,6 +256,7 @@ __all__ = [
     "AuditRecord",
     "Authority",
     "ChannelCounts",
+    "ChatPart",
     "ClaimedDelivery",
     "ClaimedInbound",
     "CompactionKind",
@@ -333,6 +341,7 @@ __all__ = [
     "argv_hidden_words",
     "bounded_data",
     "bounded_metadata",
+    "chat_parts",
     "chat_units",
     "check_content",
     "check_key",
@@ -371,4 +380,5 @@ __all__ = [
     "storable",
     "url_view",
     "utf16_units",
+    "withheld_mark",
 ]

@@ -3,10 +3,11 @@
 Telegram counts a message in UTF-16 code units (4,096); Slack refuses texts
 well below its 40,000 (``msg_too_long``; it asks for at most 4,000) and counts
 them after its ``&amp;`` / ``&lt;`` / ``&gt;`` escaping. A routed answer is
-split into parts that fit both (``split_parts``, at a line or word break), and
-an adapter cuts what still does not fit (``cut_to``): never inside a surrogate
-pair, before a combining mark or beside a zero-width joiner, so no part ends in
-half a character.
+split into parts that fit both (``hostkit.types._chat_parts``), and an adapter
+cuts what still does not fit (``cut_to``): never inside a character as a reader
+sees it (a surrogate pair, before a mark, beside a zero-width joiner, between
+a CR and its LF, inside a flag's pair of regional indicators), so no part ends
+in half a character.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ __all__ = [
     "chat_units",
     "cut_to",
     "has_visible",
-    "split_parts",
     "utf16_units",
 ]
 
@@ -34,13 +34,23 @@ CUT_MARK = " … [cut: too long for one message]"
 Units = Callable[[str], int]
 _ESCAPED = {"&": 5, "<": 4, ">": 4}  # &amp; &lt; &gt;
 _JOINER = "\u200d"
-# Characters that belong to the one before them: variation selectors, skin tones, tags.
+# Characters that belong to the one before them: variation selectors, skin tones, tags,
+# and the vowel and final jamo that join a Hangul syllable.
 _CLINGS = (
     (0xFE00, 0xFE0F),
     (0x1F3FB, 0x1F3FF),
     (0xE0020, 0xE007F),
     (0xE0100, 0xE01EF),
+    (0x1160, 0x11FF),
+    (0xD7B0, 0xD7FF),
 )
+# Every mark, spacing or not: unicodedata.combining() is 0 for many (Thai U+0E31,
+# Devanagari U+093F), which still draw on the letter before them.
+_MARKS = frozenset({"Mn", "Mc", "Me"})
+# Letters Unicode still counts as spacing marks: Thai and Lao SARA AM.
+_SPACING_LETTERS = frozenset({"\u0e33", "\u0eb3"})
+# Regional indicators: two of them are one flag, counted from the start of their run.
+_REGIONAL = (0x1F1E6, 0x1F1FF)
 # Categories that draw nothing: controls, format characters (zero-width, bidi, tags)
 # and every kind of space. A surrogate code point draws (a pair as its character, a
 # lone one as U+FFFD).
@@ -74,15 +84,31 @@ def has_visible(text: str) -> bool:
 def _clings(ch: str) -> bool:
     code = ord(ch)
     return (
-        bool(unicodedata.combining(ch))
+        unicodedata.category(ch) in _MARKS
+        or ch in _SPACING_LETTERS
         or ch == _JOINER
         or 0xDC00 <= code <= 0xDFFF  # the low half of a pair written as two code points
         or any(low <= code <= high for low, high in _CLINGS)
     )
 
 
+def _regional(ch: str) -> bool:
+    return _REGIONAL[0] <= ord(ch) <= _REGIONAL[1]
+
+
 def _boundary(text: str, at: int) -> bool:
-    return at in (0, len(text)) or not (_clings(text[at]) or text[at - 1] == _JOINER)
+    """Whether ``text`` may be cut at ``at``: not inside one character as a reader sees it."""
+    if at <= 0 or at >= len(text):
+        return True
+    before, ch = text[at - 1], text[at]
+    if _clings(ch) or before == _JOINER or (before == "\r" and ch == "\n"):
+        return False
+    if _regional(before) and _regional(ch):
+        run = at - 1
+        while run > 0 and _regional(text[run - 1]):
+            run -= 1
+        return (at - run) % 2 == 0  # after a whole number of flags
+    return True
 
 
 def _fit(text: str, limit: int, units: Units) -> int:
@@ -104,33 +130,3 @@ def cut_to(text: str, limit: int, units: Units, mark: str = CUT_MARK) -> str:
     if units(text) <= limit:
         return text
     return text[: _fit(text, max(0, limit - units(mark)), units)].rstrip() + mark
-
-
-def _break(text: str, end: int) -> tuple[int, int]:
-    """Where a part that may run to ``end`` ends, and where the next begins: after the
-    last line break in its second half, else the last space, else ``end`` itself."""
-    for found in (text.rfind("\n", end // 2, end), _last_space(text, end // 2, end)):
-        if found > 0:
-            return found, found + 1
-    return end, end
-
-
-def _last_space(text: str, start: int, end: int) -> int:
-    for at in range(end - 1, start - 1, -1):
-        if text[at].isspace():
-            return at
-    return -1
-
-
-def split_parts(text: str, limit: int = MAX_PART_UNITS) -> list[str]:
-    """``text`` as parts of at most ``limit`` chat units each, in order, each with
-    something visible; the whole text when it fits (nothing is dropped but the spaces
-    at a break)."""
-    parts: list[str] = []
-    rest = text
-    while (end := max(1, _fit(rest, limit, chat_units))) < len(rest):
-        stop, start = _break(rest, end)
-        parts.append(rest[:stop].rstrip())
-        rest = rest[start:]
-    parts.append(rest if not parts else rest.rstrip())
-    return [part for part in parts if has_visible(part)]

@@ -76,6 +76,9 @@ class DeliveryIntent:
     ``route`` is the route the turn captured at admission (``{"channel":
     <outbound alias>, ...target facts}``), never re-resolved: a rebinding
     affects later turns only. ``payload`` is ``{"text": ...}``, plus
+    ``{"turn_id", "part", "parts", "added"?}`` for a part of a turn's answer
+    (``hostkit.types.chat_parts``: where it goes in the answer, and what the
+    split added around the answer's own text),
     ``{"approval": {"approval_id", "code", "tool", "summary"}}`` for an
     approval prompt, or ``{"press_answer": {"alert": bool}}`` for the answer to
     a button press, which goes to the presser only (its route's reply target

@@ -56,6 +56,11 @@ BOB = {"conversation": "T1:C1:U2", "principal": "U2"}  # same Slack channel, ano
 ROUTE = {"channel": SLACK, "conversation": "T1:C1:U1", "reply": {"channel": "C1"}}
 
 
+def one_part(text: str, turn_id: str | None) -> dict[str, Any]:
+    """The payload of a one-part answer of turn ``turn_id``."""
+    return {"text": text, "turn_id": turn_id, "part": 1, "parts": 1}
+
+
 def script(request: ModelRequest) -> Any:
     """Stamp when asked to; after the stamp's result (or any other message), answer."""
     last = request.messages[-1]
@@ -167,7 +172,8 @@ async def test_approve_by_the_same_principal_runs_once_and_answers_on_the_same_r
         assert record is not None
         assert (record.result_kind, record.turn_id) == ("command", result.turn_id)
         # The continuation's answer is delivered where the paused turn's was asked.
-        assert await outbox(host, result.turn_id or "") == [(ROUTE, {"text": "done: stamped one"})]
+        done = one_part("done: stamped one", result.turn_id)
+        assert await outbox(host, result.turn_id or "") == [(ROUTE, done)]
 
 
 async def test_the_default_worker_answers_commands_and_the_answer_is_routed(
@@ -366,7 +372,8 @@ async def test_a_command_after_an_answer_whose_continuation_never_ran_runs_it_on
         assert result is not None
         assert result.outcome == "completed"
         assert stamps.lines() == ["one"]
-        assert await outbox(host, result.turn_id or "") == [(ROUTE, {"text": "done: stamped one"})]
+        done = one_part("done: stamped one", result.turn_id)
+        assert await outbox(host, result.turn_id or "") == [(ROUTE, done)]
         _, again = await reply(host, f"approve {approval_code(approval_id)}", commands)
         assert again is not None
         assert (again.turn_id, stamps.lines()) == (result.turn_id, ["one"])
@@ -425,7 +432,8 @@ async def test_an_answer_from_outside_the_channel_is_still_delivered_to_the_conv
         result = await host.approvals.answer(approval_id, "approve_once", by=operator)
         assert result.outcome == "completed"
         assert stamps.lines() == ["one"]
-        assert await outbox(host, result.turn_id) == [(ROUTE, {"text": "done: stamped one"})]
+        done = one_part("done: stamped one", result.turn_id)
+        assert await outbox(host, result.turn_id) == [(ROUTE, done)]
 
 
 async def test_two_same_answers_racing_run_one_continuation_and_report_it_to_both(

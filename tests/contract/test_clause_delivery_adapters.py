@@ -142,6 +142,10 @@ async def test_webhook_delivery_is_signed_json_with_the_intent_as_idempotency_ke
                 "conversation": "room-7:bob",
                 "reply": {"conversation": "room-7"},
                 "text": "signed answer",
+                # The answer's turn and the part's place, for a receiver to rebuild a long one.
+                "turn_id": result.turn_id,
+                "part": 1,
+                "parts": 1,
             }
         ]
     }

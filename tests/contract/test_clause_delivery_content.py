@@ -3,7 +3,11 @@
 Slack refuses a text past about 4,000 characters (``msg_too_long``, a
 permanent refusal) and Telegram one past 4,096 UTF-16 code units: a long
 answer goes out as ordered parts that fit, one intent each, broken at a line
-or a word and never inside a character. An answer with nothing visible in it
+or a word and never inside a character, each keeping its break so the parts
+joined are the answer (a webhook receiver is told the turn, the part's place
+and what the split added: a code fence closed and reopened, so a block keeps
+its formatting); a runaway answer goes in at most ``MAX_PARTS`` and says how
+much was withheld. An answer with nothing visible in it
 is never written as a text no platform posts: the conversation is told the
 turn had no reply. A text an adapter must still cut ends in a ``[cut: …]``
 mark, cut before Slack's escaping so no ``&amp;`` is split; and a text Slack
@@ -14,7 +18,9 @@ silence. Real turns on a real SQLite outbox, loopback fakes (tests/platforms.py)
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,15 +28,25 @@ import pytest
 from hostkit.delivery import SlackChannel, TelegramChannel
 from hostkit.delivery._slack import TOO_LONG_NOTICE
 from hostkit.store import EMPTY_NOTICE
-from hostkit.types import CUT_MARK, MAX_PART_UNITS, chat_units, split_parts, utf16_units
+from hostkit.types import (
+    CUT_MARK,
+    MAX_PART_UNITS,
+    MAX_PARTS,
+    chat_units,
+    has_visible,
+    split_parts,
+    utf16_units,
+    withheld_mark,
+)
 from tests.contract._delivery_hosts import (
     SLACK_TOKEN,
     TELEGRAM_TOKEN,
+    WEBHOOK_SECRET,
     channel_host,
     channel_tables,
     routed_turn,
 )
-from tests.platforms import FakeSlack, FakeTelegram
+from tests.platforms import FakeSlack, FakeTelegram, WebhookReceiver
 
 pytestmark = pytest.mark.anyio
 
@@ -54,8 +70,9 @@ async def test_a_long_slack_answer_arrives_whole_in_ordered_parts_that_fit(
     assert [row.status for row in rows if row is not None] == ["delivered"] * parts
     texts = slack.texts()
     assert all(len(text) <= 4_000 for text in texts)
-    # In order, broken at line ends only, and nothing lost.
-    assert "\n".join(html.unescape(text) for text in texts) == REPORT
+    # In order, broken at line ends only (each part keeps its own), and nothing lost.
+    assert all(html.unescape(text).endswith("\n") for text in texts[:-1])
+    assert "".join(html.unescape(text) for text in texts) == REPORT
 
 
 async def test_a_long_telegram_answer_is_split_as_telegram_counts_it(tmp_path: Path) -> None:
@@ -73,8 +90,8 @@ async def test_a_long_telegram_answer_is_split_as_telegram_counts_it(tmp_path: P
     assert [row.status for row in rows if row is not None] == ["delivered"] * parts
     texts = telegram.texts()
     assert all(utf16_units(text) <= 4_096 for text in texts)
-    assert all(text.startswith("👍🏽") and text.endswith("👍🏽") for text in texts)
-    assert " ".join(texts) == answer.rstrip()
+    assert all(text.startswith("👍🏽") and text.endswith("👍🏽 ") for text in texts)
+    assert "".join(texts) == answer
 
 
 @pytest.mark.parametrize(
@@ -94,6 +111,117 @@ def test_a_part_never_ends_inside_a_character(text: str) -> None:
         assert chat_units(part) <= MAX_PART_UNITS
         assert not part.endswith(("\u200d", "\ud83d"))
         assert not part.startswith(("\u200d", "\u0301", "\ude00"))
+
+
+@pytest.mark.parametrize(
+    ("text", "starts"),
+    [
+        ("a" + "🇺🇸" * 2_100, "🇺🇸"),  # flags at an odd offset: pairs counted from the run's start
+        ("ก" + "กั" * 3_000, "ก"),  # Thai MAI HAN-AKAT (Mn, combining class 0)
+        ("क" + "कि" * 3_000, "क"),  # Devanagari vowel sign I (Mc)
+        ("x" + "\u1100\u1161" * 3_000, "\u1100"),  # a Hangul syllable written as jamo
+    ],
+)
+def test_a_part_never_begins_inside_a_character_a_reader_sees(text: str, starts: str) -> None:
+    parts = split_parts(text)
+    assert len(parts) > 1
+    assert "".join(parts) == text
+    assert all(part.startswith(starts) for part in parts[1:])
+    assert all(chat_units(part) <= MAX_PART_UNITS for part in parts)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n".join(f"line {i}: a fairly ordinary sentence" for i in range(600)),
+        ("some words and more words " * 900).strip(),
+        "header\r\n" + "tab\tseparated\tcells\r\n" * 700,
+        "  indented\n" * 900 + "end",
+    ],
+)
+def test_parts_keep_their_breaks_so_joined_they_are_the_answer(text: str) -> None:
+    """Nothing is dropped at a break: a receiver that joins the parts has the answer."""
+    parts = split_parts(text)
+    assert len(parts) > 1
+    assert "".join(parts) == text
+    assert all(part[-1].isspace() for part in parts[:-1])
+
+
+def test_a_long_run_of_spaces_never_makes_a_part_with_nothing_visible() -> None:
+    parts = split_parts("start " + " " * 12_000 + "\n" * 9_000 + "\u200b" * 5_000 + " end")
+    assert all(has_visible(part) for part in parts)
+    assert (parts[0][:5], parts[-1].rstrip()[-3:]) == ("start", "end")
+
+
+@pytest.mark.parametrize("text", ["word " * 900_000, "&" * (4 << 20), "🇺🇸" * 500_000])
+def test_a_runaway_answer_goes_in_at_most_max_parts_and_says_how_much_was_withheld(
+    text: str,
+) -> None:
+    """Megabytes of answer are not a thousand messages the session's later answers wait
+    behind: ``MAX_PARTS`` go out, the last saying how many characters were not sent."""
+    parts = split_parts(text)
+    assert len(parts) == MAX_PARTS == 10
+    assert all(chat_units(part) <= MAX_PART_UNITS for part in parts)
+    sent = "".join(parts[:-1]) + parts[-1].split("\n\n[… ")[0]
+    assert text.startswith(sent)
+    assert parts[-1].endswith(withheld_mark(len(text) - len(sent)))
+    assert "history on the Host" in parts[-1]
+
+
+def test_an_answer_of_exactly_max_parts_is_sent_whole() -> None:
+    text = ("a" * 3_000 + "\n") * MAX_PARTS
+    parts = split_parts(text)
+    assert len(parts) == MAX_PARTS
+    assert "".join(parts) == text
+
+
+CODE = (
+    "Here is the script:\n```python\n"
+    + "\n".join(f"total = total * rate_{i} + base  # & <step>" for i in range(300))
+    + "\n```\nRun it with python."
+)
+
+
+def _fence_lines(text: str) -> list[str]:
+    return re.findall(r"(?m)^```.*$", text)
+
+
+def test_a_code_block_split_across_parts_is_closed_and_reopened() -> None:
+    """Each part's block is whole, so Slack draws every part of the code as code; the
+    fences count against the limit."""
+    parts = split_parts(CODE)
+    assert len(parts) >= 3
+    assert all(chat_units(part) <= MAX_PART_UNITS for part in parts)
+    assert all(len(_fence_lines(part)) == 2 for part in parts)
+    assert all(part.startswith("```python\n") for part in parts[1:])
+    assert all(part.endswith("\n```") for part in parts[:-1])
+    assert parts[-1].endswith("```\nRun it with python.")
+
+
+def _rebuilt(bodies: list[Any]) -> str:
+    """The answer as a receiver puts it back: each part without what the split added."""
+    texts = []
+    for body in bodies:
+        added = body.get("added", {"before": "", "after": ""})
+        texts.append(body["text"].removeprefix(added["before"]).removesuffix(added["after"]))
+    return "".join(texts)
+
+
+async def test_a_webhook_receiver_can_put_a_long_answer_back_together(tmp_path: Path) -> None:
+    answer = ("alpha beta gamma " * 300).strip() + "\n" + CODE + "\n" + "line\n" * 1_200
+    async with WebhookReceiver.running(secret=WEBHOOK_SECRET) as hook:
+        tables = channel_tables(deliver_url=hook.deliver_url)
+        async with channel_host(tmp_path, tables, answers=[answer]) as host:
+            parts = len(split_parts(answer))
+            result = await routed_turn(host, "hook", {"conversation": "c1"}, parts=parts)
+            assert await host.delivery_runtime().drain() == parts
+    bodies = hook.bodies()
+    assert parts >= 4
+    assert [(body["turn_id"], body["part"], body["parts"]) for body in bodies] == [
+        (result.turn_id, number, parts) for number in range(1, parts + 1)
+    ]
+    assert any("added" in body for body in bodies)  # the code block was closed and reopened
+    assert _rebuilt(bodies) == answer
 
 
 @pytest.mark.parametrize("answer", ["", " \n\t ", "\u200b\u2060", "\u202e"])

@@ -162,7 +162,7 @@ async def test_a_configured_channels_turn_captures_its_reply_route_and_agent(
                     "conversation": "T1:C1:U1",
                     "reply": {"channel": "C1", "thread_ts": "17.5"},
                 },
-                {"text": "hello there"},
+                {"text": "hello there", "turn_id": turn_id, "part": 1, "parts": 1},
             )
         ]
 
@@ -247,7 +247,7 @@ async def test_an_explicit_agent_route_keeps_the_reply_route(tmp_path: Path) -> 
         assert (route["channel"], route["reply"], payload) == (
             SLACK,
             {"channel": "C1"},
-            {"text": "routed"},
+            {"text": "routed", "turn_id": turn_id, "part": 1, "parts": 1},
         )
 
 

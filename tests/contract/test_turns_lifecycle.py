@@ -353,7 +353,12 @@ async def test_route_gets_a_delivery_intent_in_the_terminal_transaction(tmp_path
     assert len(outbox) == 1
     assert result.deliveries == (outbox[0][0],)
     assert json.loads(outbox[0][1]) == {"channel": "test", "thread": "t1"}
-    assert json.loads(outbox[0][2]) == {"text": "deliver me"}
+    assert json.loads(outbox[0][2]) == {
+        "text": "deliver me",
+        "turn_id": result.turn_id,
+        "part": 1,
+        "parts": 1,
+    }
     assert json.loads(stored[0])["deliveries"] == [outbox[0][0]]
 
 
