@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from hostkit.errors import DeliveryRefused
-from hostkit.types import DeliveryFailure, has_visible
+from hostkit.types import EMPTY_NOTICE, PRESS_ANSWER, DeliveryFailure, has_visible
 
 __all__ = [
     "ChannelLookup",
@@ -89,8 +89,15 @@ def reply_target(route: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def payload_text(payload: Mapping[str, Any]) -> str:
-    """The payload's text; ``bad_payload`` when it shows nothing (no platform posts it)."""
+    """The payload's text; ``bad_payload`` when it shows nothing (no platform posts it).
+
+    A plain answer that shows nothing (written before answers were checked when the
+    turn ended, by an older Host) is sent as ``EMPTY_NOTICE``: the conversation is
+    told, not left in silence behind a dead letter no retry could mend.
+    """
     text = payload.get("text")
-    if not isinstance(text, str) or not has_visible(text):
-        raise permanent("bad_payload", "the payload has no text")
-    return text
+    if isinstance(text, str) and has_visible(text):
+        return text
+    if isinstance(text, str) and "approval" not in payload and PRESS_ANSWER not in payload:
+        return EMPTY_NOTICE
+    raise permanent("bad_payload", "the payload has no text")

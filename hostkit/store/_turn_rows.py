@@ -53,6 +53,7 @@ from hostkit.store._turn_values import (
     checked_context,
 )
 from hostkit.types import (
+    EMPTY_NOTICE,
     UNKNOWN_EFFECT,
     ModelMessage,
     PrincipalScope,
@@ -143,9 +144,6 @@ FAILED_ACTED_NOTICE = (
     "so I could not finish answering it: part of it may have been done, and it will not "
     "be repeated. Please check before you send it again."
 )
-# What it is told when its turn completed with nothing to show (an empty answer, or only
-# spaces or invisible characters), which no platform would post: silence would look lost.
-EMPTY_NOTICE = "I finished with your last message, but I had no reply to show for it."
 
 
 def one_row(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:

@@ -66,6 +66,7 @@ from hostkit.types._cores import (
 from hostkit.types._delivery import (
     APPROVAL_BLOCK,
     DELIVERY_STATUSES,
+    EMPTY_NOTICE,
     MAX_DELIVERY_ERROR,
     PRESS_ANSWER,
     ClaimedDelivery,
@@ -208,6 +209,7 @@ __all__ = [
     "CORE_ACTIONS",
     "CUT_MARK",
     "DELIVERY_STATUSES",
+    "EMPTY_NOTICE",
     "IMAGE_TYPES",
     "INBOUND_RESULT_KINDS",
     "MAX_ALLOWED_SESSIONS",

@@ -23,6 +23,7 @@ from hostkit.types._bounds import is_seconds, storable
 __all__ = [
     "APPROVAL_BLOCK",
     "DELIVERY_STATUSES",
+    "EMPTY_NOTICE",
     "MAX_DELIVERY_ERROR",
     "PRESS_ANSWER",
     "ClaimedDelivery",
@@ -43,6 +44,11 @@ _MAX_KEY = 256
 # The payload key of the answer to a button press (``{"alert": bool}``): it goes to the
 # person who pressed only, never the conversation (docs/delivery.md).
 PRESS_ANSWER = "press_answer"
+# What a conversation is told when its turn completed with nothing to show (an empty answer,
+# or only spaces or invisible characters), which no platform would post: silence would look
+# lost. Written in its place when the turn ends, and sent in place of an answer intent
+# written before that (an older Host's) that shows nothing.
+EMPTY_NOTICE = "I finished with your last message, but I had no reply to show for it."
 # A Slack approval prompt's button block id, ``APPROVAL_BLOCK/<team>``: the workspace of
 # the conversation it asks in, so a press is keyed as the message that asked was.
 APPROVAL_BLOCK = "hostkit_approval"

@@ -27,6 +27,7 @@ import pytest
 
 from hostkit.delivery import SlackChannel, TelegramChannel
 from hostkit.delivery._slack import TOO_LONG_NOTICE
+from hostkit.errors import DeliveryRefused
 from hostkit.store import EMPTY_NOTICE
 from hostkit.types import (
     CUT_MARK,
@@ -238,6 +239,32 @@ async def test_an_answer_with_nothing_visible_tells_the_conversation_so(
     assert row is not None
     assert (row.status, row.payload["text"]) == ("delivered", EMPTY_NOTICE)
     assert slack.texts() == [EMPTY_NOTICE]
+
+
+async def test_an_older_hosts_invisible_answer_is_sent_as_the_notice_not_refused() -> None:
+    """An answer intent written before answers were checked at the turn's end (an older
+    Host's ``{"text": "\u200b"}``) tells the conversation, on every channel, instead of
+    a ``bad_payload`` dead letter that ``hostkit delivery retry`` could never mend; an
+    approval prompt or a press answer that shows nothing is still refused."""
+    async with (
+        FakeSlack.running(token=SLACK_TOKEN) as slack,
+        FakeTelegram.running(token=TELEGRAM_TOKEN) as telegram,
+        httpx.AsyncClient() as client,
+    ):
+        await SlackChannel(slack.api_base, SLACK_TOKEN, client).send(
+            SLACK_ROUTE, {"text": "\u200b"}, idempotency_key="out_old_s"
+        )
+        tg = TelegramChannel(telegram.api_base, TELEGRAM_TOKEN, client)
+        await tg.send(TELEGRAM_ROUTE, {"text": " \n "}, idempotency_key="out_old_t")
+        with pytest.raises(DeliveryRefused) as refused:
+            await tg.send(
+                TELEGRAM_ROUTE,
+                {"text": "\u200b", "approval": {"code": "ABC123"}},
+                idempotency_key="out_old_a",
+            )
+    assert slack.texts() == [EMPTY_NOTICE]
+    assert telegram.texts() == [EMPTY_NOTICE]
+    assert refused.value.failure.code == "bad_payload"
 
 
 async def test_slack_cuts_a_text_before_escaping_it_so_no_entity_is_split() -> None:
