@@ -481,10 +481,11 @@ class MemoryInboxStore(InboxStore):
         if new.due_at is not None and (old is None or old.version != new.version):
             self._push_due(new)
         if was_active and new.state not in _ACTIVE:
-            # The conversation's next message (if any) may be claimed now.
+            # The conversation's next message (if any) may be claimed now, and takes its
+            # turn from now: due no earlier than this end (a later due_at stays).
             following = self._conversations.first(_conversation(new))
             if following is not None:
-                self._push_due(self._rows[following])
+                self._next_in_turn(self._rows[following], new.updated_at)
         if _unanswered(new) != (old is not None and _unanswered(old)):
             self._count(channel, "unanswered", +1 if _unanswered(new) else -1)
         if new.state == "completed" and (old is None or old.state != "completed"):
@@ -492,6 +493,14 @@ class MemoryInboxStore(InboxStore):
             heapq.heappush(self._tombstones, (new.updated_at, new.seq, new.inbound_id))
         if _unprocessable(new) and (old is None or not _unprocessable(old)):
             heapq.heappush(self._unprocessable, (new.updated_at, new.seq, new.inbound_id))
+
+    def _next_in_turn(self, row: _Row, now: float) -> None:
+        """``row`` is its conversation's first active one since ``now``: a waiting row due
+        earlier becomes due at ``now``, so a backlog goes behind messages accepted since."""
+        if row.state == "ready" and row.due_at is not None and row.due_at < now:
+            self._put(row, replace(row, due_at=now))
+        else:
+            self._push_due(row)
 
     def _push_due(self, row: _Row) -> None:
         assert row.due_at is not None  # an active row is always due some time

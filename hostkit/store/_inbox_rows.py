@@ -158,6 +158,19 @@ _RELEASE = (
     "UPDATE inbox SET state = 'ready', due_at = ?, attempt = MAX(attempt - 1, 0), "
     f"claim_token = NULL, owner = NULL, updated_at = ? WHERE {_HELD}"
 )
+# A claim that ended its conversation's turn (completed, dead-lettered) makes the
+# conversation's next waiting message due no earlier than now: conversations take turns
+# by when they became eligible, so a backlog's next message (accepted long ago) goes
+# behind a quiet conversation's message accepted since. A later due_at (a deferred or
+# retried message) stays. The ended row by its unique inbound id, then one probe of
+# inbox_conversation_due (the partial index's state term is here for that).
+NEXT_IN_TURN = (
+    "UPDATE inbox SET due_at = ? WHERE id = (SELECT n.id FROM inbox AS n "
+    "JOIN inbox AS ended ON n.channel_instance_id = ended.channel_instance_id "
+    "AND n.conversation_key = ended.conversation_key WHERE ended.inbound_id = ? "
+    "AND n.state IN ('ready', 'claimed') ORDER BY n.id LIMIT 1) "
+    "AND state = 'ready' AND due_at < ?"
+)
 _RESERVE = f"UPDATE inbox SET turn_reserved = 1, updated_at = ? WHERE {_HELD}"
 _EXTEND = f"UPDATE inbox SET due_at = ?, updated_at = ? WHERE {_HELD}"
 _FENCE = (
@@ -372,6 +385,7 @@ def claim_rows(conn: sqlite3.Connection, args: ClaimArgs) -> tuple[ClaimedInboun
                 for row in exhausted
             ],
         )
+        _next_in_turn(conn, [row["inbound_id"] for row in exhausted], args.now)
     if not chosen:
         return ()
     lease = args.now + args.lease_s
@@ -469,6 +483,7 @@ def complete_row(
         [result_kind, turn_id, args.digest, args.now, args.inbound_id, args.claim_token],
     ).rowcount
     if changed == 1:
+        _next_in_turn(conn, [args.inbound_id], args.now)
         return CompletionDecision(args.inbound_id, "completed", "completed")
     why, row = _fence(conn, args)
     if why == "again":
@@ -489,6 +504,7 @@ def fail_row(
     ).fetchone()
     if done is not None:
         if retry_at is None:
+            _next_in_turn(conn, [args.inbound_id], args.now)
             return RetryDecision(args.inbound_id, "dead_lettered", "dead_lettered", done[0])
         return RetryDecision(args.inbound_id, "retry", "ready", done[0], retry_at)
     why, row = _fence(conn, args)
@@ -497,6 +513,16 @@ def fail_row(
     if row["state"] == "ready":
         return RetryDecision(args.inbound_id, "retry", "ready", row["attempt"], row["due_at"])
     return RetryDecision(args.inbound_id, "dead_lettered", row["state"], row["attempt"])
+
+
+def _next_in_turn(conn: sqlite3.Connection, ended: Sequence[str], now: float) -> None:
+    """The conversations of ``ended`` (rows that just left ready/claimed) go to the back of
+    the due order: each one's next waiting message is due no earlier than ``now``.
+
+    A retried or released row stays its conversation's first and is already due at
+    ``now`` or later, so only the ends that free a conversation call this.
+    """
+    conn.executemany(NEXT_IN_TURN, [(now, inbound_id, now) for inbound_id in ended])
 
 
 def release_row(

@@ -22,7 +22,7 @@ import pytest
 from hostkit.errors import InvalidValue, NotFoundOrUnauthorized, StoreError
 from hostkit.store import MIGRATIONS, SCHEMA_VERSION, RowStore, RuntimeStore, SqliteStore
 from hostkit.store import _inbox_rows as inbox_rows
-from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS
+from hostkit.store._inbox_rows import DUE_CHANNELS, DUE_ROWS, NEXT_IN_TURN
 from hostkit.types import (
     InboundEnvelope,
     InboundFailure,
@@ -94,6 +94,24 @@ async def test_the_claim_and_dedup_queries_search_their_indexes(sql_store: RowSt
     assert len(dedup) == 1, dedup
     assert dedup[0].startswith("SEARCH inbox USING"), dedup
     assert "(channel_instance_id=? AND platform_event_key=?)" in dedup[0]
+
+
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN: SQLite's planner and its partial indexes")
+async def test_the_end_of_a_claim_finds_its_conversations_next_message_by_index(
+    sql_store: RowStore,
+) -> None:
+    """Every complete or dead letter also moves its conversation's next message to the back
+    of the due order: one probe of the conversation index, never a scan or a sort."""
+    inbox = sql_store.inbox
+    for chat in ("one", "two"):
+        batch = [envelope(f"{chat}-{n}", conversation_key=chat) for n in range(40)]
+        await inbox.accept(batch, None, now=NOW)
+    await sql_store.write(lambda c: c.execute("ANALYZE"))
+
+    steps = await plan(sql_store, NEXT_IN_TURN, (NOW, "inb_x", NOW))
+    assert any("inbox_conversation_due" in line for line in steps), steps
+    assert any("(inbound_id=?)" in line for line in steps), steps
+    assert not any(line.startswith("SCAN") or "TEMP B-TREE" in line for line in steps), steps
 
 
 @pytest.mark.sqlite_only("a v11 SQLite file built from a prefix of the SQLite migrations")
